@@ -1,0 +1,112 @@
+/* Channels: build each ring and connect its connections through the
+ * transports, exchanging connection blobs over the bootstrap. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../transport/status.h"
+#include "comm.h"
+
+static void ring_build(struct weftComm *comm, struct weft_channel *ch) {
+  /* rank order; ranks of one host are adjacent when launched host by host */
+  for (int i = 0; i < comm->nranks; i++) ch->ring[i] = i;
+  ch->ring_pos = comm->rank;
+}
+
+static void conn_init(struct weft_conn *conn, const struct weftComm *comm, int peer,
+                      uint32_t nslots, size_t slot_nbytes) {
+  memset(conn, 0, sizeof *conn);
+  conn->nslots = nslots;
+  conn->slot_nbytes = slot_nbytes;
+  conn->peer_rank = peer;
+  const struct peer_info *me = &comm->peers[comm->rank], *p = &comm->peers[peer];
+  conn->peer_pid = p->host_hash == me->host_hash ? p->pid : 0;
+}
+
+weftResult_t channels_connect(struct weftComm *comm, uint32_t nslots, size_t slot_nbytes) {
+  const int n = comm->nranks, nch = comm->nchannels;
+  weftResult_t res = weftSuccess;
+  for (int c = 0; c < nch; c++) {
+    struct weft_channel *ch = &comm->channels[c];
+    ch->id = c;
+    ch->ring = malloc(sizeof *ch->ring * (size_t)n);
+    if (ch->ring == NULL) return weft_error_set(weftSystemError, "out of memory");
+    ring_build(comm, ch);
+  }
+  if (n == 1) return weftSuccess;
+
+  /* every rank sets up its receive side and publishes one blob per channel */
+  struct conn_blob *blobs = calloc((size_t)n * (size_t)nch, sizeof *blobs);
+  if (blobs == NULL) return weft_error_set(weftSystemError, "out of memory");
+  struct conn_blob *mine = blobs + (size_t)comm->rank * (size_t)nch;
+  weftResult_t local = weftSuccess;
+  char why[512] = "";
+  for (int c = 0; c < nch && local == weftSuccess; c++) {
+    struct weft_channel *ch = &comm->channels[c];
+    int prev = ch->ring[(ch->ring_pos + n - 1) % n];
+    conn_init(&ch->recv, comm, prev, nslots, slot_nbytes);
+    int t = transport_select(&comm->peers[prev], &comm->peers[comm->rank]);
+    mine[c].transport = t;
+    if (t < 0) {
+      local = weft_error_set(weftSystemError,
+                             "no transport connects rank %d (host %s) to rank %d (host %s)",
+                             prev, comm->peers[prev].hostname, comm->rank,
+                             comm->peers[comm->rank].hostname);
+    } else {
+      ch->recv.transport = weft_transports[t];
+      local = ch->recv.transport->recv_setup(&ch->recv, &mine[c]);
+      if (local != weftSuccess) ch->recv.transport = NULL, mine[c].transport = -1;
+    }
+    if (local != weftSuccess) snprintf(why, sizeof why, "%s", weft_error_text());
+  }
+  for (int c = 0; local != weftSuccess && c < nch; c++)
+    if (mine[c].transport >= 0) mine[c].transport = -2; /* tell peers we failed */
+  WEFT_TRY_GOTO(bootstrap_allgather(comm->bs, blobs, sizeof *blobs * (size_t)nch), res,
+                free_blobs);
+  if (local != weftSuccess) {
+    res = weft_error_set(local, "%s", why);
+    goto free_blobs;
+  }
+  for (int c = 0; c < nch; c++) {
+    struct weft_channel *ch = &comm->channels[c];
+    int next = ch->ring[(ch->ring_pos + 1) % n];
+    const struct conn_blob *b = &blobs[(size_t)next * (size_t)nch + (size_t)c];
+    conn_init(&ch->send, comm, next, nslots, slot_nbytes);
+    if (b->transport < 0) {
+      res = weft_error_set(weftRemoteError, "rank %d could not set up its connection from rank %d",
+                           next, comm->rank);
+      goto free_blobs;
+    }
+    ch->send.transport = weft_transports[b->transport];
+    res = ch->send.transport->send_connect(&ch->send, b);
+    if (res != weftSuccess) {
+      ch->send.transport = NULL;
+      goto free_blobs;
+    }
+  }
+  /* everyone attached: receivers may drop what only served the attach */
+  WEFT_TRY_GOTO(bootstrap_barrier(comm->bs), res, free_blobs);
+  for (int c = 0; c < nch; c++)
+    WEFT_TRY_GOTO(comm->channels[c].recv.transport->recv_connect(&comm->channels[c].recv), res,
+                  free_blobs);
+free_blobs:
+  free(blobs);
+  return res;
+}
+
+void channels_poison(struct weftComm *comm) {
+  for (int c = 0; c < comm->nchannels; c++) {
+    conn_poison(&comm->channels[c].send);
+    conn_poison(&comm->channels[c].recv);
+  }
+}
+
+void channels_close(struct weftComm *comm) {
+  for (int c = 0; c < comm->nchannels; c++) {
+    struct weft_channel *ch = &comm->channels[c];
+    if (ch->send.transport) ch->send.transport->close(&ch->send);
+    if (ch->recv.transport) ch->recv.transport->close(&ch->recv);
+    ch->send.transport = ch->recv.transport = NULL;
+    free(ch->ring);
+    ch->ring = NULL;
+  }
+}

@@ -1,0 +1,55 @@
+/* The communicator: who we are, our peers, our channels, and how we fail. */
+#ifndef WEFT_COMM_H
+#define WEFT_COMM_H
+
+#include <stdint.h>
+
+#include "../include/weft.h"
+#include "../transport/bootstrap.h"
+#include "../transport/transport.h"
+
+#define WEFT_MAX_CHANNELS 16
+#define COMM_MAGIC 0x776566742d636f6dull /* "weft-com" */
+
+/* One ring over all ranks with its own connections. */
+struct weft_channel {
+  int id;
+  int *ring;     /* ring[i]: the rank at position i; ring[ring_pos] == comm->rank */
+  int ring_pos;
+  struct weft_conn send; /* to the next rank in the ring */
+  struct weft_conn recv; /* from the previous rank in the ring */
+};
+
+struct weftComm {
+  uint64_t magic;
+  int rank;
+  int nranks;
+  int cuda_dev;
+  char name[64];
+  struct bootstrap *bs;
+  struct peer_info *peers;
+  int nchannels;
+  struct weft_channel channels[WEFT_MAX_CHANNELS];
+  uint64_t timeout_ns;
+  uint64_t seq;                 /* collectives issued */
+  volatile uint32_t abort_flag; /* set by weftCommAbort */
+  uint32_t active;              /* threads inside an operation on this comm */
+  weftResult_t async_error;
+  int finalized;
+  char last_error[1024];
+};
+
+/* Connects every channel's ring (collective over the bootstrap). */
+weftResult_t channels_connect(struct weftComm *comm, uint32_t nslots, size_t slot_nbytes);
+void channels_close(struct weftComm *comm);
+/* Marks every connection failed, so peers stop waiting on this rank. */
+void channels_poison(struct weftComm *comm);
+
+/* Records a failure on comm: the async error, the last-error text, and
+ * poisoned connections. Returns res. */
+weftResult_t comm_fail(struct weftComm *comm, weftResult_t res);
+
+/* Checks that comm is a live communicator; sets the error text otherwise. */
+weftResult_t comm_check(const struct weftComm *comm);
+
+#endif

@@ -1,0 +1,193 @@
+/* The collective entry points: check arguments, then run now or record the
+ * operation in the open group. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../transport/status.h"
+#include "plan.h"
+
+size_t weftTypeSize(weftDataType_t datatype) {
+  switch (datatype) {
+    case weftInt8: case weftUint8: case weftFloat8e4m3: case weftFloat8e5m2: return 1;
+    case weftFloat16: case weftBfloat16: return 2;
+    case weftInt32: case weftUint32: case weftFloat32: return 4;
+    case weftInt64: case weftUint64: case weftFloat64: return 8;
+    default: return 0;
+  }
+}
+
+const char *coll_kind_name(enum coll_kind coll) {
+  static const char *names[COLL_NUM] = {"AllReduce"};
+  return coll < COLL_NUM ? names[coll] : "?";
+}
+
+/* --- groups --------------------------------------------------------------- */
+
+struct group_op {
+  struct weftComm *comm;
+  struct weft_plan plan;
+};
+
+static _Thread_local int group_depth;
+static _Thread_local struct group_op *group_ops;
+static _Thread_local size_t group_nops, group_cap;
+static _Thread_local weftResult_t group_error; /* first failure while recording */
+
+weftResult_t weftGroupStart(void) {
+  if (group_depth == 0) group_error = weftSuccess;
+  group_depth++;
+  return weftSuccess;
+}
+
+/* Runs one operation with the comm marked busy, so that an abort waits. */
+static weftResult_t op_run(struct weftComm *comm, const struct weft_plan *plan) {
+  __atomic_add_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
+  weftResult_t res;
+  if (__atomic_load_n(&comm->abort_flag, __ATOMIC_SEQ_CST)) {
+    res = weft_error_set(weftRemoteError, "communicator was aborted");
+  } else if (comm->async_error != weftSuccess) {
+    res = weft_error_set(comm->async_error,
+                         "communicator is broken by an earlier error: %s", comm->last_error);
+  } else {
+    res = plan_run_host(comm, plan);
+  }
+  if (res != weftSuccess) comm_fail(comm, res);
+  __atomic_sub_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
+  return res;
+}
+
+struct comm_batch {
+  struct weftComm *comm;
+  const struct group_op *ops;
+  size_t nops;
+  size_t stride_first; /* index of first op of this comm in group_ops */
+  weftResult_t res;
+  char error[1024];
+  pthread_t tid;
+  struct group_op *all;
+  size_t nall;
+};
+
+static void *batch_main(void *p) {
+  struct comm_batch *b = p;
+  b->res = weftSuccess;
+  for (size_t i = 0; i < b->nall && b->res == weftSuccess; i++)
+    if (b->all[i].comm == b->comm) b->res = op_run(b->comm, &b->all[i].plan);
+  if (b->res != weftSuccess) snprintf(b->error, sizeof b->error, "%s", weft_error_text());
+  return NULL;
+}
+
+weftResult_t weftGroupEnd(void) {
+  if (group_depth == 0)
+    return weft_error_set(weftInvalidUsage, "weftGroupEnd without weftGroupStart");
+  if (--group_depth > 0) return weftSuccess;
+  struct group_op *ops = group_ops;
+  size_t nops = group_nops;
+  group_ops = NULL;
+  group_nops = group_cap = 0;
+  weftResult_t res = group_error;
+  if (res != weftSuccess) {
+    free(ops);
+    return res; /* the error text is the recording failure's */
+  }
+  /* one batch per communicator, run concurrently: one thread may drive several ranks */
+  size_t nbatches = 0;
+  struct comm_batch *batches = calloc(nops ? nops : 1, sizeof *batches);
+  if (batches == NULL) {
+    free(ops);
+    return weft_error_set(weftSystemError, "out of memory");
+  }
+  for (size_t i = 0; i < nops; i++) {
+    size_t b = 0;
+    while (b < nbatches && batches[b].comm != ops[i].comm) b++;
+    if (b == nbatches) batches[nbatches++] = (struct comm_batch){.comm = ops[i].comm, .all = ops, .nall = nops};
+  }
+  size_t started = 0;
+  for (size_t b = 1; b < nbatches; b++, started++)
+    if (pthread_create(&batches[b].tid, NULL, batch_main, &batches[b]) != 0) {
+      res = weft_error_errno(weftSystemError, "starting a group thread");
+      break;
+    }
+  if (nbatches > 0 && res == weftSuccess) batch_main(&batches[0]);
+  for (size_t b = 1; b <= started; b++) pthread_join(batches[b].tid, NULL);
+  for (size_t b = 0; b < nbatches && res == weftSuccess; b++)
+    if (batches[b].res != weftSuccess)
+      res = weft_error_set(batches[b].res, "rank %d: %s", batches[b].comm->rank, batches[b].error);
+  free(batches);
+  free(ops);
+  return res;
+}
+
+static weftResult_t group_record(struct weftComm *comm, const struct weft_plan *plan) {
+  if (group_nops == group_cap) {
+    size_t cap = group_cap ? group_cap * 2 : 16;
+    struct group_op *ops = realloc(group_ops, cap * sizeof *ops);
+    if (ops == NULL) return weft_error_set(weftSystemError, "out of memory");
+    group_ops = ops;
+    group_cap = cap;
+  }
+  group_ops[group_nops++] = (struct group_op){.comm = comm, .plan = *plan};
+  return weftSuccess;
+}
+
+/* --- argument checks --------------------------------------------------- */
+
+static int ranges_overlap(const void *a, const void *b, size_t nbytes) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return x != y && x < y + nbytes && y < x + nbytes;
+}
+
+static weftResult_t plan_check(struct weftComm *comm, const struct weft_plan *plan) {
+  WEFT_TRY(comm_check(comm));
+  const char *name = coll_kind_name(plan->coll);
+  if (weftTypeSize(plan->datatype) == 0)
+    return weft_error_set(weftInvalidArgument, "%s: invalid datatype %d", name,
+                          (int)plan->datatype);
+  if ((int)plan->op < 0 || plan->op >= weftNumOps)
+    return weft_error_set(weftInvalidArgument, "%s: invalid reduction op %d", name,
+                          (int)plan->op);
+  if (plan->count > SIZE_MAX / 16)
+    return weft_error_set(weftInvalidArgument, "%s: count %zu is too large", name, plan->count);
+  if (plan->count > 0 && (plan->sendbuf == NULL || plan->recvbuf == NULL))
+    return weft_error_set(weftInvalidArgument, "%s: %s is NULL with count %zu", name,
+                          plan->sendbuf == NULL ? "sendbuff" : "recvbuff", plan->count);
+  if (ranges_overlap(plan->sendbuf, plan->recvbuf, plan->count * weftTypeSize(plan->datatype)))
+    return weft_error_set(weftInvalidArgument,
+                          "%s: sendbuff and recvbuff overlap without being equal", name);
+  if (comm->finalized)
+    return weft_error_set(weftInvalidUsage, "%s: comm was finalized", name);
+  return weftSuccess;
+}
+
+static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
+                                 weftStream_t stream) {
+  weft_error_clear();
+  weftResult_t res = plan_check(comm, plan);
+  if (res != weftSuccess) {
+    if (comm != NULL && comm_check(comm) == weftSuccess)
+      snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+    if (group_depth > 0 && group_error == weftSuccess) group_error = res;
+    return res;
+  }
+  if (stream != NULL) {
+    res = weft_error_set(weftInvalidArgument,
+                         "%s: streams are not supported for host buffers; pass NULL",
+                         coll_kind_name(plan->coll));
+    snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+    return res;
+  }
+  plan_tune(comm, plan);
+  comm->seq++;
+  if (group_depth > 0) return group_record(comm, plan);
+  return op_run(comm, plan);
+}
+
+weftResult_t weftAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                           weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
+                           weftStream_t stream) {
+  struct weft_plan plan = {.coll = COLL_ALLREDUCE, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                           .count = count, .datatype = datatype, .op = op, .root = -1};
+  return coll_enqueue(comm, &plan, stream);
+}

@@ -1,0 +1,21 @@
+#include "params.h"
+
+#include "../include/weft.h"
+
+struct weft_param coll_params[] = {
+    [P_NCHANNELS] = {"WEFT_NCHANNELS", PARAM_INT, "1",
+                     "channels (independent rings) per communicator, 1 to 16", 0, 0, NULL},
+    [P_NSLOTS] = {"WEFT_NSLOTS", PARAM_INT, "8", "FIFO slots per connection, 2 to 64", 0, 0,
+                  NULL},
+    [P_SLOT_BYTES] = {"WEFT_SLOT_BYTES", PARAM_INT, "128K",
+                      "bytes per FIFO slot: the pipelining chunk (multiple of 64)", 0, 0, NULL},
+    PARAM_END,
+};
+
+struct weft_param *const weft_param_tables[] = {
+    log_params, wait_params, bootstrap_params, transport_params, shm_params, coll_params, NULL,
+};
+
+void weft_params_reset(void) { param_tables_reset(weft_param_tables); }
+
+void weftConfigPrint(FILE *out) { param_tables_print(weft_param_tables, out ? out : stdout); }

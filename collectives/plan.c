@@ -1,0 +1,50 @@
+/* The tuner and the host executor's dispatch. */
+#include <string.h>
+
+#include "../transport/status.h"
+#include "plan.h"
+#include "reduce_host.h"
+
+void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
+  plan->algo = ALGO_RING;
+  plan->proto = PROTO_SIMPLE;
+  /* a channel needs enough data to be worth its pipeline */
+  size_t nbytes = plan->count * weftTypeSize(plan->datatype);
+  size_t per_channel_min = 64 * 1024;
+  int nch = comm->nchannels;
+  while (nch > 1 && nbytes / (size_t)nch < per_channel_min) nch--;
+  plan->nchannels = nch;
+}
+
+/* A single rank reduces with itself: copy, or scale for avg (no-op at 1). */
+static void run_single_rank(const struct weft_plan *plan) {
+  size_t nbytes = plan->count * weftTypeSize(plan->datatype);
+  if (plan->recvbuf != plan->sendbuf && nbytes > 0) memcpy(plan->recvbuf, plan->sendbuf, nbytes);
+}
+
+weftResult_t plan_run_host(struct weftComm *comm, const struct weft_plan *plan) {
+  if (plan->count == 0) return weftSuccess;
+  if (comm->nranks == 1) {
+    run_single_rank(plan);
+    return weftSuccess;
+  }
+  /* each channel takes a contiguous, 64-byte aligned share */
+  size_t esize = weftTypeSize(plan->datatype);
+  size_t align = 64 / esize;
+  size_t share = (plan->count + (size_t)plan->nchannels - 1) / (size_t)plan->nchannels;
+  share = (share + align - 1) / align * align;
+  for (int c = 0; c < plan->nchannels; c++) {
+    size_t offset = (size_t)c * share;
+    if (offset >= plan->count) break;
+    size_t count = plan->count - offset < share ? plan->count - offset : share;
+    switch (plan->coll) {
+      case COLL_ALLREDUCE:
+        WEFT_TRY(ring_allreduce(comm, &comm->channels[c], plan, offset, count));
+        break;
+      default:
+        return weft_error_set(weftInternalError, "no host algorithm for %s",
+                              coll_kind_name(plan->coll));
+    }
+  }
+  return weftSuccess;
+}

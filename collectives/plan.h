@@ -1,0 +1,39 @@
+/* A plan: how one collective runs. The tuner fills it from the comm's shape
+ * and the message size; algorithms read it. */
+#ifndef WEFT_PLAN_H
+#define WEFT_PLAN_H
+
+#include <stddef.h>
+
+#include "comm.h"
+
+enum coll_kind { COLL_ALLREDUCE = 0, COLL_NUM };
+enum coll_algo { ALGO_RING = 0, ALGO_NUM };
+enum coll_proto { PROTO_SIMPLE = 0, PROTO_NUM };
+
+struct weft_plan {
+  enum coll_kind coll;
+  const void *sendbuf;
+  void *recvbuf;
+  size_t count;
+  weftDataType_t datatype;
+  weftRedOp_t op;
+  int root;
+  enum coll_algo algo;
+  enum coll_proto proto;
+  int nchannels;
+};
+
+const char *coll_kind_name(enum coll_kind coll);
+
+/* Chooses algorithm, protocol and channels for plan (its call fields set). */
+void plan_tune(const struct weftComm *comm, struct weft_plan *plan);
+
+/* Runs plan on the calling thread (the host executor). */
+weftResult_t plan_run_host(struct weftComm *comm, const struct weft_plan *plan);
+
+/* Algorithms: one channel's share of the buffers, [offset, offset + count). */
+weftResult_t ring_allreduce(struct weftComm *comm, struct weft_channel *ch,
+                            const struct weft_plan *plan, size_t offset, size_t count);
+
+#endif

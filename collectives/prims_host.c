@@ -1,0 +1,116 @@
+/* The host executor's primitives: plain loads and stores on the FIFOs, with
+ * acquire/release ordering on the head and tail counters. */
+#include <string.h>
+
+#include "../transport/status.h"
+#include "../transport/wait.h"
+#include "prims.h"
+
+void prims_init(struct prims *p, struct weftComm *comm, struct weft_channel *ch,
+                weftDataType_t datatype, weftRedOp_t op) {
+  p->comm = comm;
+  p->send = &ch->send;
+  p->recv = &ch->recv;
+  p->reduce = reduce_host_fn(datatype, op);
+  p->elem_nbytes = weftTypeSize(datatype);
+  p->divisor = op == weftAvg ? comm->nranks : 1;
+}
+
+/* Waits until the slot the receiver reads next has been filled. */
+static weftResult_t wait_filled(struct prims *p, char **slot_out) {
+  struct weft_conn *c = p->recv;
+  if (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) <= c->step) {
+    struct weft_wait w;
+    wait_begin(&w, p->comm->timeout_ns, &p->comm->abort_flag, &c->ctrl->poison, c->peer_pid,
+               c->peer_rank, "receive from");
+    while (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) <= c->step) {
+      weftResult_t res = wait_poll(&w);
+      if (res != weftInProgress) return res;
+    }
+  }
+  *slot_out = c->slots + (c->step % c->nslots) * c->slot_nbytes;
+  return weftSuccess;
+}
+
+/* Waits until the next slot of the sender's peer FIFO is free (a credit). */
+static weftResult_t wait_credit(struct prims *p, char **slot_out) {
+  struct weft_conn *c = p->send;
+  if (c->step - __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE) >= c->nslots) {
+    struct weft_wait w;
+    wait_begin(&w, p->comm->timeout_ns, &p->comm->abort_flag, &c->ctrl->poison, c->peer_pid,
+               c->peer_rank, "send to");
+    while (c->step - __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE) >= c->nslots) {
+      weftResult_t res = wait_poll(&w);
+      if (res != weftInProgress) return res;
+    }
+  }
+  *slot_out = c->slots + (c->step % c->nslots) * c->slot_nbytes;
+  return weftSuccess;
+}
+
+static void post_filled(struct weft_conn *c) {
+  c->step++;
+  __atomic_store_n(&c->ctrl->tail, c->step, __ATOMIC_RELEASE);
+}
+
+static void post_drained(struct weft_conn *c) {
+  c->step++;
+  __atomic_store_n(&c->ctrl->head, c->step, __ATOMIC_RELEASE);
+}
+
+weftResult_t prims_send(struct prims *p, const void *src, size_t count) {
+  char *out;
+  WEFT_TRY(wait_credit(p, &out));
+  memcpy(out, src, count * p->elem_nbytes);
+  post_filled(p->send);
+  return weftSuccess;
+}
+
+weftResult_t prims_recv(struct prims *p, void *dst, size_t count) {
+  char *in;
+  WEFT_TRY(wait_filled(p, &in));
+  memcpy(dst, in, count * p->elem_nbytes);
+  post_drained(p->recv);
+  return weftSuccess;
+}
+
+weftResult_t prims_recv_reduce_send(struct prims *p, const void *src, size_t count) {
+  char *in, *out;
+  WEFT_TRY(wait_filled(p, &in));
+  WEFT_TRY(wait_credit(p, &out));
+  p->reduce(out, NULL, in, src, count, 1);
+  post_filled(p->send);
+  post_drained(p->recv);
+  return weftSuccess;
+}
+
+weftResult_t prims_recv_reduce_copy_send(struct prims *p, const void *src, void *dst,
+                                         size_t count) {
+  char *in, *out;
+  WEFT_TRY(wait_filled(p, &in));
+  WEFT_TRY(wait_credit(p, &out));
+  p->reduce(dst, out, in, src, count, p->divisor);
+  post_filled(p->send);
+  post_drained(p->recv);
+  return weftSuccess;
+}
+
+weftResult_t prims_recv_copy_send(struct prims *p, void *dst, size_t count) {
+  char *in, *out;
+  WEFT_TRY(wait_filled(p, &in));
+  WEFT_TRY(wait_credit(p, &out));
+  size_t nbytes = count * p->elem_nbytes;
+  memcpy(out, in, nbytes);
+  memcpy(dst, in, nbytes);
+  post_filled(p->send);
+  post_drained(p->recv);
+  return weftSuccess;
+}
+
+weftResult_t prims_recv_reduce_copy(struct prims *p, const void *src, void *dst, size_t count) {
+  char *in;
+  WEFT_TRY(wait_filled(p, &in));
+  p->reduce(dst, NULL, in, src, count, p->divisor);
+  post_drained(p->recv);
+  return weftSuccess;
+}

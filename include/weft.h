@@ -1,0 +1,211 @@
+/*
+ * weft: collective communication for host and device memory.
+ *
+ * The API follows NCCL's shapes with the weft prefix: a communicator is created
+ * collectively from a unique id (or from a launcher's environment), then every
+ * rank calls the same collectives in the same order.
+ *
+ * Buffers: host pointers run on the host executor. A NULL stream means the call
+ * completes before it returns.
+ *
+ * Errors: every call returns a weftResult_t; weftGetLastError() returns the text
+ * of the last failure (per communicator, or per thread when no communicator is
+ * known). Invalid arguments never crash: they return weftInvalidArgument or
+ * weftInvalidUsage and leave buffers untouched.
+ */
+#ifndef WEFT_H
+#define WEFT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WEFT_MAJOR 0
+#define WEFT_MINOR 1
+#define WEFT_PATCH 0
+/* Version code as weftGetVersion reports it: major*10000 + minor*100 + patch. */
+#define WEFT_VERSION_CODE (WEFT_MAJOR * 10000 + WEFT_MINOR * 100 + WEFT_PATCH)
+
+/* Status codes; the values are NCCL's, so that the NCCL-compatible library
+ * passes them through unchanged. */
+typedef enum {
+  weftSuccess = 0,
+  weftUnhandledCudaError = 1, /* a CUDA call failed */
+  weftSystemError = 2,        /* a system call failed (memory, sockets, shm) */
+  weftInternalError = 3,      /* a bug in weft */
+  weftInvalidArgument = 4,    /* a bad pointer, count, datatype, op or rank */
+  weftInvalidUsage = 5,       /* a call out of order, or ranks that disagree */
+  weftRemoteError = 6,        /* a peer died, closed its connection or timed out */
+  weftInProgress = 7,         /* a non-blocking operation is not finished yet */
+  weftNumResults = 8
+} weftResult_t;
+
+typedef enum {
+  weftInt8 = 0, weftChar = 0,
+  weftUint8 = 1,
+  weftInt32 = 2, weftInt = 2,
+  weftUint32 = 3,
+  weftInt64 = 4,
+  weftUint64 = 5,
+  weftFloat16 = 6, weftHalf = 6,
+  weftFloat32 = 7, weftFloat = 7,
+  weftFloat64 = 8, weftDouble = 8,
+  weftBfloat16 = 9,
+  weftFloat8e4m3 = 10, /* OCP FP8 E4M3: no infinities, saturates at +-448 */
+  weftFloat8e5m2 = 11, /* OCP FP8 E5M2: saturates at +-57344 */
+  weftNumTypes = 12
+} weftDataType_t;
+
+/* Reductions. Low-precision types (fp16, bf16, fp8) are combined in float and
+ * rounded to nearest-even after each step. weftAvg sums, then divides by the
+ * number of ranks (integer types: truncating division of the wrapped sum). */
+typedef enum {
+  weftSum = 0,
+  weftProd = 1,
+  weftMax = 2,
+  weftMin = 3,
+  weftAvg = 4,
+  weftNumOps = 5
+} weftRedOp_t;
+
+/* Opaque 128-byte rendezvous handle: the root's address and a random secret.
+ * Ranks holding a different id (or the right address but a wrong secret) are
+ * refused by the root. Treat it as a credential. */
+#define WEFT_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[WEFT_UNIQUE_ID_BYTES];
+} weftUniqueId;
+
+typedef struct weftComm *weftComm_t;
+
+/* A stream: NULL runs the operation synchronously on the calling thread. */
+typedef void *weftStream_t;
+
+/* Configuration for weftCommInitRankConfig. Always initialise with
+ * WEFT_CONFIG_INITIALIZER, then set fields: size/magic/version let later
+ * versions of weft add fields without breaking binaries built against this one.
+ * A field left at WEFT_CONFIG_UNDEF_INT takes its default (or its WEFT_* env). */
+#define WEFT_CONFIG_UNDEF_INT ((int)0x80000000)
+#define WEFT_CONFIG_MAGIC 0x77656674u /* "weft" */
+typedef struct {
+  size_t size;           /* sizeof(weftConfig_t) as the caller compiled it */
+  unsigned int magic;    /* WEFT_CONFIG_MAGIC */
+  unsigned int version;  /* WEFT_VERSION_CODE the caller compiled against */
+  int blocking;          /* 1 (default): init blocks until connected */
+  int minChannels;       /* lower bound on channels (rings) */
+  int maxChannels;       /* upper bound on channels (rings) */
+  int timeoutMs;         /* per-wait timeout; default WEFT_TIMEOUT (seconds) */
+  const char *commName;  /* name shown in logs and errors; may be NULL */
+} weftConfig_t;
+
+#define WEFT_CONFIG_INITIALIZER                                                  \
+  {                                                                              \
+    sizeof(weftConfig_t), WEFT_CONFIG_MAGIC, WEFT_VERSION_CODE,                  \
+        WEFT_CONFIG_UNDEF_INT, WEFT_CONFIG_UNDEF_INT, WEFT_CONFIG_UNDEF_INT,     \
+        WEFT_CONFIG_UNDEF_INT, NULL                                              \
+  }
+
+/* --- Versions and errors ------------------------------------------------ */
+
+/* Writes WEFT_VERSION_CODE of the loaded library. */
+weftResult_t weftGetVersion(int *version);
+
+/* A static, human-readable name for a status code. Never NULL. */
+const char *weftGetErrorString(weftResult_t result);
+
+/* The message of the last failure on comm, or of the calling thread's last
+ * failure when comm is NULL (for example a failed init). Never NULL; "" when
+ * there was none. Valid until the next weft call on the same comm/thread. */
+const char *weftGetLastError(weftComm_t comm);
+
+/* --- Communicators ------------------------------------------------------ */
+
+/* Creates a unique id and starts a rendezvous service for it in a background
+ * thread of the calling process, which must stay alive until every rank has
+ * joined. Call on one process and send the id to the others. Does not block. */
+weftResult_t weftGetUniqueId(weftUniqueId *uniqueId);
+
+/* Joins rank `rank` of `nranks` to the communicator named by commId. Blocks
+ * until all ranks have joined and connections are set up, or until the
+ * timeout (WEFT_TIMEOUT), which is an error. */
+weftResult_t weftCommInitRank(weftComm_t *comm, int nranks, weftUniqueId commId, int rank);
+
+/* As weftCommInitRank, with a configuration (may be NULL for defaults). */
+weftResult_t weftCommInitRankConfig(weftComm_t *comm, int nranks, weftUniqueId commId,
+                                    int rank, weftConfig_t *config);
+
+/* Creates ndev communicators of one clique in the calling process, one rank
+ * per entry (rank i gets devlist[i], or -1 for host-only ranks when devlist is
+ * NULL). Collectives on them must be issued inside weftGroupStart/End. */
+weftResult_t weftCommInitAll(weftComm_t *comms, int ndev, const int *devlist);
+
+/* weft extension: joins the job described by the launcher's environment, tried
+ * in this order:
+ *   weft (weftrun):  WEFT_RANK, WEFT_NRANKS, WEFT_UNIQUE_ID (hex) or WEFT_COMM_ID
+ *   torchrun:        RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+ *   Open MPI:        OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, plus an address
+ *   Slurm:           SLURM_PROCID, SLURM_NTASKS, plus an address
+ * The address for the last two is WEFT_COMM_ID=host:port, else MASTER_ADDR and
+ * MASTER_PORT. With an address, rank 0 serves the rendezvous on it. The secret
+ * is WEFT_SECRET when set; without it, any process that knows the address and
+ * the world size may join. With none of these variables, creates a 1-rank
+ * communicator. config may be NULL. */
+weftResult_t weftCommInitFromEnv(weftComm_t *comm, weftConfig_t *config);
+
+/* Waits for outstanding operations on comm to finish. After it, only
+ * weftCommDestroy may be called. */
+weftResult_t weftCommFinalize(weftComm_t comm);
+
+/* Frees comm's resources. Call after weftCommFinalize (if not called, destroy
+ * does it first). Not collective: does not wait for peers. */
+weftResult_t weftCommDestroy(weftComm_t comm);
+
+/* Aborts comm: any thread waiting in one of comm's operations returns
+ * weftRemoteError promptly, peers waiting on this rank see an error, and the
+ * comm's resources are freed. Safe to call from any thread while another is
+ * blocked in comm. */
+weftResult_t weftCommAbort(weftComm_t comm);
+
+/* Writes the comm's asynchronous error: weftSuccess, or the error that broke
+ * it (a dead peer, a timeout, an abort). */
+weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t *asyncError);
+
+weftResult_t weftCommCount(const weftComm_t comm, int *count);
+weftResult_t weftCommUserRank(const weftComm_t comm, int *rank);
+/* The CUDA device of comm, or -1 for a communicator of host ranks. */
+weftResult_t weftCommCuDevice(const weftComm_t comm, int *device);
+
+/* --- Groups ------------------------------------------------------------- */
+
+/* Between weftGroupStart and weftGroupEnd, calls only record their operation;
+ * weftGroupEnd runs them all, concurrently across communicators (required
+ * when one thread drives several ranks, as after weftCommInitAll), in call
+ * order within one communicator. Groups nest; the outermost End runs them. */
+weftResult_t weftGroupStart(void);
+weftResult_t weftGroupEnd(void);
+
+/* --- Collectives -------------------------------------------------------- */
+
+/* recvbuff[i] = op over ranks of sendbuff[i], on every rank. count is in
+ * elements. sendbuff == recvbuff is in-place. */
+weftResult_t weftAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                           weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
+                           weftStream_t stream);
+
+/* --- Utilities ---------------------------------------------------------- */
+
+/* Size in bytes of one element of datatype, or 0 for an invalid type. */
+size_t weftTypeSize(weftDataType_t datatype);
+
+/* weft extension: prints every WEFT_* environment parameter with its current
+ * value, default and meaning (out may be NULL for stdout). */
+void weftConfigPrint(FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEFT_H */

@@ -1,0 +1,195 @@
+#include "coll_check.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <type_traits>
+
+extern "C" {
+#include "collectives/reduce_ops.h"
+}
+
+namespace weft_test {
+
+const char *type_name(weftDataType_t t) {
+  static const char *n[] = {"int8",   "uint8",  "int32",  "uint32",   "int64",  "uint64",
+                            "half",   "float",  "double", "bfloat16", "f8e4m3", "f8e5m2"};
+  return (int)t >= 0 && t < weftNumTypes ? n[t] : "?";
+}
+
+const char *op_name(weftRedOp_t op) {
+  static const char *n[] = {"sum", "prod", "max", "min", "avg"};
+  return (int)op >= 0 && op < weftNumOps ? n[op] : "?";
+}
+
+bool type_is_float(weftDataType_t t) {
+  return t == weftFloat16 || t == weftFloat32 || t == weftFloat64 || t == weftBfloat16 ||
+         t == weftFloat8e4m3 || t == weftFloat8e5m2;
+}
+
+// unit roundoff of one rounding step
+static double type_eps(weftDataType_t t) {
+  switch (t) {
+    case weftFloat16: return std::ldexp(1, -11);
+    case weftBfloat16: return std::ldexp(1, -8);
+    case weftFloat8e4m3: return std::ldexp(1, -4);
+    case weftFloat8e5m2: return std::ldexp(1, -3);
+    case weftFloat32: return std::ldexp(1, -24);
+    case weftFloat64: return std::ldexp(1, -53);
+    default: return 0;
+  }
+}
+
+// smallest positive subnormal: the absolute floor of rounding error
+static double type_tiny(weftDataType_t t) {
+  switch (t) {
+    case weftFloat16: return std::ldexp(1, -24);
+    case weftBfloat16: return std::ldexp(1, -133);
+    case weftFloat8e4m3: return std::ldexp(1, -9);
+    case weftFloat8e5m2: return std::ldexp(1, -16);
+    case weftFloat32: return std::ldexp(1, -149);
+    default: return 0;
+  }
+}
+
+double value_at(weftDataType_t t, const void *buf, size_t i) {
+  const uint8_t *p = (const uint8_t *)buf + i * weftTypeSize(t);
+  switch (t) {
+#define LOAD(T) { T v; memcpy(&v, p, sizeof v); return (double)v; }
+    case weftInt8: LOAD(int8_t)
+    case weftUint8: LOAD(uint8_t)
+    case weftInt32: LOAD(int32_t)
+    case weftUint32: LOAD(uint32_t)
+    case weftInt64: LOAD(int64_t)
+    case weftUint64: LOAD(uint64_t)
+    case weftFloat32: LOAD(float)
+    case weftFloat64: LOAD(double)
+#undef LOAD
+    case weftFloat16: { uint16_t v; memcpy(&v, p, 2); return weft_f16_to_f32(v); }
+    case weftBfloat16: { uint16_t v; memcpy(&v, p, 2); return weft_bf16_to_f32(v); }
+    case weftFloat8e4m3: return weft_e4m3_to_f32(*p);
+    case weftFloat8e5m2: return weft_e5m2_to_f32(*p);
+    default: return NAN;
+  }
+}
+
+static void store_float(weftDataType_t t, void *buf, size_t i, double v) {
+  uint8_t *p = (uint8_t *)buf + i * weftTypeSize(t);
+  switch (t) {
+    case weftFloat32: { float f = (float)v; memcpy(p, &f, 4); break; }
+    case weftFloat64: memcpy(p, &v, 8); break;
+    case weftFloat16: { uint16_t h = weft_f32_to_f16((float)v); memcpy(p, &h, 2); break; }
+    case weftBfloat16: { uint16_t h = weft_f32_to_bf16((float)v); memcpy(p, &h, 2); break; }
+    case weftFloat8e4m3: *p = weft_f32_to_e4m3((float)v); break;
+    case weftFloat8e5m2: *p = weft_f32_to_e5m2((float)v); break;
+    default: break;
+  }
+}
+
+std::vector<uint8_t> make_input(weftDataType_t t, weftRedOp_t op, size_t count, uint64_t seed,
+                                int rank) {
+  std::vector<uint8_t> buf(count * weftTypeSize(t));
+  Rng rng(seed * 1000003u + (uint64_t)rank * 7919u + (uint64_t)t * 131u + (uint64_t)op);
+  if (!type_is_float(t)) {
+    for (auto &b : buf) b = (uint8_t)rng.next();  // full range: wrapping is part of the test
+    return buf;
+  }
+  for (size_t i = 0; i < count; i++) {
+    double v;
+    if (op == weftProd) {
+      v = 0.75 + 0.75 * rng.uniform();  // products stay in range for 8 ranks
+      if (rng.next() & 1) v = -v;
+    } else {
+      v = 4.0 * rng.uniform() - 2.0;
+    }
+    store_float(t, buf.data(), i, v);
+  }
+  return buf;
+}
+
+template <typename T>
+static bool check_int(weftRedOp_t op, const std::vector<std::vector<uint8_t>> &inputs,
+                      const void *out, size_t count, std::string *why) {
+  using U = typename std::make_unsigned<T>::type;
+  const int n = (int)inputs.size();
+  for (size_t i = 0; i < count; i++) {
+    T acc;
+    memcpy(&acc, inputs[0].data() + i * sizeof(T), sizeof(T));
+    for (int r = 1; r < n; r++) {
+      T v;
+      memcpy(&v, inputs[r].data() + i * sizeof(T), sizeof(T));
+      switch (op) {
+        case weftSum: case weftAvg: acc = (T)(U)((U)acc + (U)v); break;
+        case weftProd: acc = (T)(U)((U)acc * (U)v); break;
+        case weftMax: acc = v > acc ? v : acc; break;
+        case weftMin: acc = v < acc ? v : acc; break;
+        default: break;
+      }
+    }
+    if (op == weftAvg) acc = (T)(acc / (T)n);
+    T got;
+    memcpy(&got, (const uint8_t *)out + i * sizeof(T), sizeof(T));
+    if (got != acc) {
+      char buf[256];
+      snprintf(buf, sizeof buf, "element %zu of %zu: got %lld, want %lld", i, count,
+               (long long)got, (long long)acc);
+      *why = buf;
+      return false;
+    }
+  }
+  return true;
+}
+
+static bool check_float(weftDataType_t t, weftRedOp_t op,
+                        const std::vector<std::vector<uint8_t>> &inputs, const void *out,
+                        size_t count, std::string *why) {
+  const int n = (int)inputs.size();
+  const double eps = type_eps(t), tiny = type_tiny(t);
+  for (size_t i = 0; i < count; i++) {
+    double acc = value_at(t, inputs[0].data(), i), mag = std::fabs(acc);
+    for (int r = 1; r < n; r++) {
+      double v = value_at(t, inputs[r].data(), i);
+      mag += std::fabs(v);
+      switch (op) {
+        case weftSum: case weftAvg: acc += v; break;
+        case weftProd: acc *= v; break;
+        case weftMax: acc = std::fmax(acc, v); break;
+        case weftMin: acc = std::fmin(acc, v); break;
+        default: break;
+      }
+    }
+    double tol;
+    switch (op) {
+      case weftSum: tol = (n + 1) * eps * mag; break;
+      case weftAvg: acc /= n; tol = (n + 1) * eps * mag / n + eps * std::fabs(acc); break;
+      case weftProd: tol = (n + 1) * eps * std::fabs(acc); break;
+      default: tol = 0; break;  // max and min pick an input exactly
+    }
+    tol += n * tiny;
+    double got = value_at(t, out, i);
+    if (!(std::fabs(got - acc) <= tol)) {
+      char buf[256];
+      snprintf(buf, sizeof buf, "element %zu of %zu: got %.9g, want %.9g (tolerance %.3g)", i,
+               count, got, acc, tol);
+      *why = buf;
+      return false;
+    }
+  }
+  return true;
+}
+
+bool check_reduction(weftDataType_t t, weftRedOp_t op,
+                     const std::vector<std::vector<uint8_t>> &inputs, const void *out,
+                     size_t count, std::string *why) {
+  switch (t) {
+    case weftInt8: return check_int<int8_t>(op, inputs, out, count, why);
+    case weftUint8: return check_int<uint8_t>(op, inputs, out, count, why);
+    case weftInt32: return check_int<int32_t>(op, inputs, out, count, why);
+    case weftUint32: return check_int<uint32_t>(op, inputs, out, count, why);
+    case weftInt64: return check_int<int64_t>(op, inputs, out, count, why);
+    case weftUint64: return check_int<uint64_t>(op, inputs, out, count, why);
+    default: return check_float(t, op, inputs, out, count, why);
+  }
+}
+
+}  // namespace weft_test

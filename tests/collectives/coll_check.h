@@ -1,0 +1,35 @@
+// Reference results for collective tests: inputs drawn per (seed, rank), a
+// double-precision (or exact wrapping-integer) reference, and tolerances.
+#ifndef WEFT_TESTS_COLL_CHECK_H
+#define WEFT_TESTS_COLL_CHECK_H
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "weft.h"
+
+namespace weft_test {
+
+const char *type_name(weftDataType_t t);
+const char *op_name(weftRedOp_t op);
+bool type_is_float(weftDataType_t t);
+
+// Random inputs for one rank, as raw bytes of count elements.
+std::vector<uint8_t> make_input(weftDataType_t t, weftRedOp_t op, size_t count, uint64_t seed,
+                                int rank);
+
+// Element i of a raw buffer as double (integers converted exactly up to 2^53).
+double value_at(weftDataType_t t, const void *buf, size_t i);
+
+// Checks out[0..count) against the reduction of inputs (one per rank). On a
+// mismatch returns false and describes the first bad element in why.
+bool check_reduction(weftDataType_t t, weftRedOp_t op,
+                     const std::vector<std::vector<uint8_t>> &inputs, const void *out,
+                     size_t count, std::string *why);
+
+}  // namespace weft_test
+
+#endif

@@ -1,0 +1,155 @@
+// All-reduce over forked ranks and shared memory: every datatype and op, odd
+// counts, many chunks, in-place and out-of-place, against a reference.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "coll_check.h"
+#include "harness.h"
+
+using namespace weft_test;
+
+namespace {
+
+struct AllReduceCase {
+  int nranks;
+  int nchannels;
+  int slot_nbytes;  // small slots reach the multi-chunk and multi-loop paths
+  int nslots;
+};
+
+std::string case_name(const testing::TestParamInfo<AllReduceCase> &info) {
+  const AllReduceCase &c = info.param;
+  return "ranks" + std::to_string(c.nranks) + "_ch" + std::to_string(c.nchannels) + "_slot" +
+         std::to_string(c.slot_nbytes) + "x" + std::to_string(c.nslots);
+}
+
+const size_t kGuard = 64;  // poisoned elements after the output, checked untouched
+
+// One all-reduce on fresh random data; returns 0 or a failure code.
+int check_one(const RankCtx &ctx, weftComm_t comm, weftDataType_t t, weftRedOp_t op,
+              size_t count, bool in_place, uint64_t seed) {
+  const size_t esize = weftTypeSize(t);
+  std::vector<std::vector<uint8_t>> inputs;
+  for (int r = 0; r < ctx.nranks; r++) inputs.push_back(make_input(t, op, count, seed, r));
+  std::vector<uint8_t> send = inputs[ctx.rank];
+  std::vector<uint8_t> recv((count + kGuard) * esize, 0xa5);
+  if (in_place) memcpy(recv.data(), send.data(), count * esize);
+  const void *src = in_place ? recv.data() : send.data();
+  weftResult_t res = weftAllReduce(src, recv.data(), count, t, op, comm, nullptr);
+  const char *what = in_place ? "in-place" : "out-of-place";
+  if (res != weftSuccess)
+    return rank_fail(ctx, "%s %s %s count %zu: %s: %s", what, type_name(t), op_name(op), count,
+                     weftGetErrorString(res), weftGetLastError(comm));
+  std::string why;
+  if (!check_reduction(t, op, inputs, recv.data(), count, &why))
+    return rank_fail(ctx, "%s %s %s count %zu: %s", what, type_name(t), op_name(op), count,
+                     why.c_str());
+  for (size_t i = count * esize; i < recv.size(); i++)
+    if (recv[i] != 0xa5)
+      return rank_fail(ctx, "%s %s %s count %zu: wrote past the end (byte %zu)", what,
+                       type_name(t), op_name(op), count, i - count * esize);
+  if (!in_place && send != inputs[ctx.rank])
+    return rank_fail(ctx, "%s %s count %zu: sendbuff was modified", type_name(t), op_name(op),
+                     count);
+  return 0;
+}
+
+class AllReduce : public testing::TestWithParam<AllReduceCase> {};
+
+// Every datatype x op x placement; counts cycle through 0, 1, fewer than the
+// ranks, a prime and a prime spanning many slots and loops, offset by a seeded
+// draw so that every count meets every type over the cases.
+TEST_P(AllReduce, EveryTypeOpCountPlacement) {
+  const AllReduceCase c = GetParam();
+  const uint64_t seed = test_seed();
+  RunOptions opts;
+  opts.timeout_s = 240;
+  opts.env = {{"WEFT_NCHANNELS", std::to_string(c.nchannels)},
+              {"WEFT_SLOT_BYTES", std::to_string(c.slot_nbytes)},
+              {"WEFT_NSLOTS", std::to_string(c.nslots)},
+              {"WEFT_TIMEOUT", "60"}};
+  auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    const size_t counts[] = {0, 1, 3, 1009, 4099};
+    Rng pick(seed + (uint64_t)c.nranks);
+    int rc = 0;
+    for (int t = 0; t < weftNumTypes && rc == 0; t++)
+      for (int op = 0; op < weftNumOps && rc == 0; op++)
+        for (int in_place = 0; in_place < 2 && rc == 0; in_place++) {
+          size_t count = counts[(t * 10 + op * 2 + in_place + pick.next() % 5) % 5];
+          rc = check_one(ctx, comm, (weftDataType_t)t, (weftRedOp_t)op, count, in_place,
+                         seed + (uint64_t)(t * 100 + op * 10 + in_place));
+        }
+    weftCommDestroy(comm);
+    return rc;
+  }, opts);
+  for (int r = 0; r < c.nranks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, AllReduce,
+                         testing::Values(AllReduceCase{1, 1, 256, 4}, AllReduceCase{2, 1, 256, 4},
+                                         AllReduceCase{3, 1, 192, 2}, AllReduceCase{4, 2, 256, 4},
+                                         AllReduceCase{5, 1, 320, 3}, AllReduceCase{8, 1, 512, 4},
+                                         AllReduceCase{2, 1, 131072, 8},
+                                         AllReduceCase{3, 3, 64, 2}),
+                         case_name);
+
+// Large buffers with the default slots: the path real jobs take.
+TEST(AllReduceLarge, DefaultSlotsFloatAndBf16) {
+  const uint64_t seed = test_seed();
+  RunOptions opts;
+  opts.timeout_s = 120;
+  for (int nranks : {2, 3}) {
+    auto status = run_ranks(nranks, [&](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+        return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+      int rc = check_one(ctx, comm, weftFloat32, weftSum, (3 << 20) + 17, false, seed);
+      if (rc == 0) rc = check_one(ctx, comm, weftBfloat16, weftAvg, (1 << 20) + 3, true, seed);
+      if (rc == 0) rc = check_one(ctx, comm, weftInt64, weftMax, 700001, false, seed);
+      weftCommDestroy(comm);
+      return rc;
+    }, opts);
+    for (int r = 0; r < nranks; r++) EXPECT_EQ(status[r], 0) << nranks << " ranks, rank " << r;
+  }
+}
+
+// Several ranks in one process: CommInitAll plus a group drives them all.
+TEST(AllReduceInitAll, GroupOverThreads) {
+  const int n = 4;
+  const size_t count = 10007;
+  weftComm_t comms[n];
+  ASSERT_EQ(weftCommInitAll(comms, n, nullptr), weftSuccess) << weftGetLastError(nullptr);
+  std::vector<std::vector<uint8_t>> inputs;
+  std::vector<std::vector<uint8_t>> outs(n, std::vector<uint8_t>(count * 4, 0xa5));
+  for (int r = 0; r < n; r++) inputs.push_back(make_input(weftFloat32, weftSum, count, 7, r));
+  ASSERT_EQ(weftGroupStart(), weftSuccess);
+  for (int r = 0; r < n; r++)
+    ASSERT_EQ(weftAllReduce(inputs[r].data(), outs[r].data(), count, weftFloat32, weftSum,
+                            comms[r], nullptr),
+              weftSuccess);
+  ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+  for (int r = 0; r < n; r++) {
+    std::string why;
+    EXPECT_TRUE(check_reduction(weftFloat32, weftSum, inputs, outs[r].data(), count, &why))
+        << "rank " << r << ": " << why;
+    int rank = -1, nranks = -1, dev = 0;
+    EXPECT_EQ(weftCommUserRank(comms[r], &rank), weftSuccess);
+    EXPECT_EQ(weftCommCount(comms[r], &nranks), weftSuccess);
+    EXPECT_EQ(weftCommCuDevice(comms[r], &dev), weftSuccess);
+    EXPECT_EQ(rank, r);
+    EXPECT_EQ(nranks, n);
+    EXPECT_EQ(dev, -1);
+  }
+  for (int r = 0; r < n; r++) {
+    EXPECT_EQ(weftCommFinalize(comms[r]), weftSuccess);
+    EXPECT_EQ(weftCommDestroy(comms[r]), weftSuccess);
+  }
+}
+
+}  // namespace

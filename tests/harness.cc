@@ -1,0 +1,146 @@
+#include "harness.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern "C" {
+#include "collectives/params.h"
+#include "transport/log.h"
+}
+
+namespace weft_test {
+
+static int warnings_seen;
+
+static void count_warnings(int level, const char *line, void *) {
+  if (level == LOG_WARN) {
+    warnings_seen++;
+    fprintf(stderr, "unexpected warning: %s\n", line);
+  } else {
+    fprintf(stderr, "%s\n", line);
+  }
+}
+
+static int child_main(int rank, int nranks, int id_fd_read, const std::vector<int> &id_fds_write,
+                      const RankFn &fn, const RunOptions &opts) {
+  alarm((unsigned)opts.timeout_s + 5);  // backup for the parent's watchdog
+  for (const auto &kv : opts.env) setenv(kv.first.c_str(), kv.second.c_str(), 1);
+  weft_params_reset();
+  if (!opts.allow_warnings) weft_log_set_sink(count_warnings, nullptr);
+  RankCtx ctx{rank, nranks, {}};
+  if (rank == 0) {
+    if (weftGetUniqueId(&ctx.id) != weftSuccess) {
+      fprintf(stderr, "rank 0: weftGetUniqueId failed: %s\n", weftGetLastError(nullptr));
+      return 1;
+    }
+    for (int fd : id_fds_write)
+      if (write(fd, &ctx.id, sizeof ctx.id) != (ssize_t)sizeof ctx.id) return 1;
+  } else {
+    size_t got = 0;
+    while (got < sizeof ctx.id) {
+      ssize_t n = read(id_fd_read, (char *)&ctx.id + got, sizeof ctx.id - got);
+      if (n <= 0) return 1;
+      got += (size_t)n;
+    }
+  }
+  int rc = fn(ctx);
+  if (rc == 0 && warnings_seen > 0) return 201;
+  return rc;
+}
+
+std::vector<int> run_ranks(int nranks, const RankFn &fn, const RunOptions &opts) {
+  std::vector<int> rfd(nranks, -1), wfd(nranks, -1);
+  for (int r = 1; r < nranks; r++) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) abort();
+    rfd[r] = p[0];
+    wfd[r] = p[1];
+  }
+  fflush(stdout);
+  fflush(stderr);
+  std::vector<pid_t> pids(nranks, -1);
+  for (int r = 0; r < nranks; r++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      std::vector<int> writers;
+      if (r == 0)
+        for (int q = 1; q < nranks; q++) writers.push_back(wfd[q]);
+      int rc = child_main(r, nranks, rfd[r], writers, fn, opts);
+      fflush(stdout);
+      fflush(stderr);
+      _exit(rc);
+    }
+    pids[r] = pid;
+  }
+  for (int r = 1; r < nranks; r++) {
+    close(rfd[r]);
+    close(wfd[r]);
+  }
+  std::vector<int> status(nranks, -1);
+  struct timespec start;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  int left = nranks;
+  while (left > 0) {
+    int ws;
+    pid_t pid = waitpid(-1, &ws, WNOHANG);
+    if (pid > 0) {
+      for (int r = 0; r < nranks; r++)
+        if (pids[r] == pid) {
+          status[r] = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+          pids[r] = -1;
+          left--;
+        }
+      continue;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec - start.tv_sec > opts.timeout_s) {
+      for (int r = 0; r < nranks; r++)
+        if (pids[r] > 0) {
+          fprintf(stderr, "watchdog: rank %d still running after %d s; killing it\n", r,
+                  opts.timeout_s);
+          kill(pids[r], SIGKILL);
+          waitpid(pids[r], nullptr, 0);
+          status[r] = 200;
+          pids[r] = -1;
+          left--;
+        }
+      break;
+    }
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, nullptr);
+  }
+  return status;
+}
+
+int rank_fail(const RankCtx &ctx, const char *fmt, ...) {
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "rank %d/%d: %s\n", ctx.rank, ctx.nranks, buf);
+  return 1;
+}
+
+uint64_t test_seed() {
+  static uint64_t seed = 0;
+  static bool printed = false;
+  if (!printed) {
+    const char *s = getenv("WEFT_TEST_SEED");
+    seed = s ? strtoull(s, nullptr, 0) : 20261122ull;
+    printf("random seed %llu (set WEFT_TEST_SEED to change)\n", (unsigned long long)seed);
+    printed = true;
+  }
+  return seed;
+}
+
+}  // namespace weft_test

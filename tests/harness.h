@@ -1,0 +1,58 @@
+// Multi-process test harness: forks ranks, hands them a unique id, and fails
+// (instead of hanging) when a rank does not finish in time.
+#ifndef WEFT_TESTS_HARNESS_H
+#define WEFT_TESTS_HARNESS_H
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "weft.h"
+
+namespace weft_test {
+
+// What a rank's body sees.
+struct RankCtx {
+  int rank;
+  int nranks;
+  weftUniqueId id;
+};
+
+// A rank's body returns 0 on success; anything else is a failure code. It
+// runs in a forked child, after env (NAME, VALUE) pairs are set.
+using RankFn = std::function<int(const RankCtx &)>;
+
+struct RunOptions {
+  int timeout_s = 60;  // the watchdog: ranks still running then are killed
+  std::vector<std::pair<std::string, std::string>> env;
+  bool allow_warnings = false;  // otherwise a logged warning fails the rank
+};
+
+// Exit status per rank: 0 ok, 1..125 the body's code, 200 the watchdog
+// killed it, 201 a logged warning, 128+sig killed by a signal.
+std::vector<int> run_ranks(int nranks, const RankFn &fn, const RunOptions &opts = {});
+
+// Prints a failure message from inside a rank (stderr) and returns 1.
+int rank_fail(const RankCtx &ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// The seed for random data: WEFT_TEST_SEED, else a fixed default; printed once.
+uint64_t test_seed();
+
+// Splitmix64: small, fast, reproducible.
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed) {}
+  uint64_t next() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return (double)(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+};
+
+}  // namespace weft_test
+
+#endif

@@ -1,0 +1,317 @@
+/* The perf tools' driver: parse nccl-tests' flags, sweep sizes, time
+ * out-of-place and in-place runs, check results, print nccl-tests' table. */
+#include "perf_common.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct perf_opts {
+  size_t min_nbytes, max_nbytes, step_nbytes;
+  double step_factor;
+  int iters, warmup, agg_iters, check, average, root, timeout_s;
+  int ntypes, nops;
+  weftDataType_t types[weftNumTypes];
+  weftRedOp_t ops[weftNumOps];
+};
+
+static const char *type_names[weftNumTypes] = {"int8", "uint8", "int32", "uint32",
+                                               "int64", "uint64", "half", "float",
+                                               "double", "bfloat16", "f8e4m3", "f8e5m2"};
+static const char *op_names[weftNumOps] = {"sum", "prod", "max", "min", "avg"};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int parse_size(const char *s, size_t *out) {
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || v < 0) return -1;
+  switch (*end) {
+    case 'k': case 'K': v *= 1024; end++; break;
+    case 'm': case 'M': v *= 1024 * 1024; end++; break;
+    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; end++; break;
+    default: break;
+  }
+  if (*end == 'B' || *end == 'b') end++;
+  if (*end != '\0') return -1;
+  *out = (size_t)v;
+  return 0;
+}
+
+static int parse_type(const char *s, struct perf_opts *o) {
+  static const struct { const char *alias; weftDataType_t t; } aliases[] = {
+      {"char", weftInt8}, {"int", weftInt32}, {"float16", weftFloat16}, {"fp16", weftFloat16},
+      {"float32", weftFloat32}, {"float64", weftFloat64}, {"bf16", weftBfloat16},
+      {"fp8_e4m3", weftFloat8e4m3}, {"fp8_e5m2", weftFloat8e5m2}};
+  if (strcmp(s, "all") == 0) {
+    for (int t = 0; t < weftNumTypes; t++) o->types[t] = (weftDataType_t)t;
+    o->ntypes = weftNumTypes;
+    return 0;
+  }
+  for (int t = 0; t < weftNumTypes; t++)
+    if (strcmp(s, type_names[t]) == 0) { o->types[0] = (weftDataType_t)t; o->ntypes = 1; return 0; }
+  for (size_t a = 0; a < sizeof aliases / sizeof aliases[0]; a++)
+    if (strcmp(s, aliases[a].alias) == 0) { o->types[0] = aliases[a].t; o->ntypes = 1; return 0; }
+  return -1;
+}
+
+static int parse_op(const char *s, struct perf_opts *o) {
+  if (strcmp(s, "all") == 0) {
+    for (int p = 0; p < weftNumOps; p++) o->ops[p] = (weftRedOp_t)p;
+    o->nops = weftNumOps;
+    return 0;
+  }
+  for (int p = 0; p < weftNumOps; p++)
+    if (strcmp(s, op_names[p]) == 0) { o->ops[0] = (weftRedOp_t)p; o->nops = 1; return 0; }
+  return -1;
+}
+
+static void usage(const char *prog, const struct perf_coll *coll) {
+  printf("usage: %s [options]   (%s over weft; start ranks with weftrun -n N)\n"
+         "  -b, --minbytes SIZE     smallest size (default 32M); K, M, G suffixes\n"
+         "  -e, --maxbytes SIZE     largest size (default 32M)\n"
+         "  -i, --stepbytes SIZE    linear step between sizes\n"
+         "  -f, --stepfactor F      multiplicative step between sizes\n"
+         "  -n, --iters N           timed iterations per size (default 20)\n"
+         "  -w, --warmup_iters N    untimed iterations first (default 5)\n"
+         "  -m, --agg_iters N       operations per timed iteration (default 1)\n"
+         "  -c, --check 0/1         check results (default 1)\n"
+         "  -d, --datatype T        int8 uint8 int32 uint32 int64 uint64 half float double\n"
+         "                          bfloat16 f8e4m3 f8e5m2, or all (default float)\n"
+         "  -o, --op OP             sum prod max min avg, or all (default sum)\n"
+         "  -r, --root R            root rank of rooted collectives (default 0)\n"
+         "  -a, --average 0-3       time across ranks: 0 rank 0, 1 avg, 2 min, 3 max (default 1)\n"
+         "  -T, --timeout S         seconds before a stuck operation is an error\n"
+         "  -h, --help\n",
+         prog, coll->name);
+}
+
+static int opts_parse(int argc, char **argv, const struct perf_coll *coll, struct perf_opts *o) {
+  static const struct option longopts[] = {
+      {"minbytes", required_argument, 0, 'b'}, {"maxbytes", required_argument, 0, 'e'},
+      {"stepbytes", required_argument, 0, 'i'}, {"stepfactor", required_argument, 0, 'f'},
+      {"iters", required_argument, 0, 'n'}, {"warmup_iters", required_argument, 0, 'w'},
+      {"agg_iters", required_argument, 0, 'm'}, {"check", required_argument, 0, 'c'},
+      {"datatype", required_argument, 0, 'd'}, {"op", required_argument, 0, 'o'},
+      {"root", required_argument, 0, 'r'}, {"average", required_argument, 0, 'a'},
+      {"timeout", required_argument, 0, 'T'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+  *o = (struct perf_opts){.min_nbytes = 32 << 20, .max_nbytes = 32 << 20, .step_nbytes = 1 << 20,
+                          .step_factor = 1, .iters = 20, .warmup = 5, .agg_iters = 1,
+                          .check = 1, .average = 1, .root = 0, .timeout_s = 0};
+  o->types[0] = weftFloat32;
+  o->ntypes = 1;
+  o->ops[0] = weftSum;
+  o->nops = 1;
+  int c;
+  while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:m:c:d:o:r:a:T:h", longopts, NULL)) != -1) {
+    int bad = 0;
+    switch (c) {
+      case 'b': bad = parse_size(optarg, &o->min_nbytes); break;
+      case 'e': bad = parse_size(optarg, &o->max_nbytes); break;
+      case 'i': bad = parse_size(optarg, &o->step_nbytes); o->step_factor = 1; break;
+      case 'f': o->step_factor = atof(optarg); bad = o->step_factor < 1; break;
+      case 'n': o->iters = atoi(optarg); bad = o->iters < 1; break;
+      case 'w': o->warmup = atoi(optarg); bad = o->warmup < 0; break;
+      case 'm': o->agg_iters = atoi(optarg); bad = o->agg_iters < 1; break;
+      case 'c': o->check = atoi(optarg); break;
+      case 'd': bad = parse_type(optarg, o); break;
+      case 'o': bad = parse_op(optarg, o); break;
+      case 'r': o->root = atoi(optarg); break;
+      case 'a': o->average = atoi(optarg); bad = o->average < 0 || o->average > 3; break;
+      case 'T': o->timeout_s = atoi(optarg); bad = o->timeout_s < 0; break;
+      case 'h': usage(argv[0], coll); exit(0);
+      default: usage(argv[0], coll); return -1;
+    }
+    if (bad) {
+      fprintf(stderr, "%s: bad value '%s' for -%c\n", argv[0], optarg, c);
+      return -1;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "%s: unexpected argument '%s'\n", argv[0], argv[optind]);
+    return -1;
+  }
+  if (o->max_nbytes < o->min_nbytes) o->max_nbytes = o->min_nbytes;
+  if (!coll->uses_op) o->nops = 1;
+  return 0;
+}
+
+/* Fills sendbuf with this rank's inputs. */
+static void fill_inputs(void *buf, size_t count, int rank, weftDataType_t t, weftRedOp_t op) {
+  for (size_t i = 0; i < count; i++) perf_value_set(buf, i, t, perf_input(rank, i, t, op));
+}
+
+static long long count_wrong(const struct perf_coll *coll, const void *recvbuf, size_t recv_count,
+                             size_t count, int rank, int nranks, weftDataType_t t,
+                             weftRedOp_t op, int root) {
+  long long wrong = 0;
+  double eps = perf_type_eps(t);
+  for (size_t i = 0; i < recv_count; i++) {
+    double want, magnitude;
+    coll->expect(i, rank, nranks, count, t, op, root, &want, &magnitude);
+    if (isnan(want)) continue; /* nothing defined here on this rank */
+    double got = perf_value_get(recvbuf, i, t);
+    double tol = eps * (nranks + 1) * magnitude;
+    if (!(fabs(got - want) <= tol)) wrong++;
+  }
+  return wrong;
+}
+
+/* Combines a per-rank double across ranks: 0 rank 0, 1 mean, 2 min, 3 max. */
+static double across_ranks(weftComm_t comm, double v, int how, int nranks) {
+  double out = v;
+  weftRedOp_t op = how == 2 ? weftMin : how == 3 ? weftMax : weftSum;
+  if (weftAllReduce(&v, &out, 1, weftFloat64, op, comm, NULL) != weftSuccess) return NAN;
+  return how == 1 ? out / nranks : how == 0 ? v : out;
+}
+
+struct perf_result {
+  double time_us, algbw, busbw;
+  long long wrong;
+};
+
+static int run_one(const struct perf_coll *coll, const struct perf_opts *o, weftComm_t comm,
+                   int rank, int nranks, size_t nbytes, weftDataType_t t, weftRedOp_t op,
+                   void *sendbuf, void *recvbuf, int in_place, struct perf_result *r) {
+  size_t esize = weftTypeSize(t), send_count, recv_count, count;
+  coll->counts(nbytes, esize, nranks, &send_count, &recv_count, &count);
+  const void *src = in_place ? recvbuf : sendbuf;
+  if (in_place) {
+    /* in place: this rank's input sits where the collective expects it */
+    size_t in_off = recv_count > send_count ? (size_t)rank * send_count : 0;
+    fill_inputs((char *)recvbuf + in_off * esize, send_count, rank, t, op);
+    src = (char *)recvbuf + in_off * esize;
+  }
+  for (int i = 0; i < o->warmup; i++)
+    if (coll->run(src, recvbuf, count, t, op, o->root, comm) != weftSuccess) return -1;
+  double t0 = now_s();
+  for (int i = 0; i < o->iters; i++)
+    for (int a = 0; a < o->agg_iters; a++)
+      if (coll->run(src, recvbuf, count, t, op, o->root, comm) != weftSuccess) return -1;
+  double elapsed = (now_s() - t0) / (o->iters * o->agg_iters);
+  elapsed = across_ranks(comm, elapsed, o->average, nranks);
+  r->time_us = elapsed * 1e6;
+  r->algbw = elapsed > 0 ? (double)nbytes / elapsed / 1e9 : 0;
+  r->busbw = r->algbw * coll->busbw_factor(nranks);
+  r->wrong = 0;
+  if (o->check) {
+    /* one more run on fresh inputs into a poisoned output */
+    memset(recvbuf, 0xa5, recv_count * esize);
+    if (in_place) {
+      size_t in_off = recv_count > send_count ? (size_t)rank * send_count : 0;
+      fill_inputs((char *)recvbuf + in_off * esize, send_count, rank, t, op);
+    }
+    if (coll->run(src, recvbuf, count, t, op, o->root, comm) != weftSuccess) return -1;
+    long long wrong = count_wrong(coll, recvbuf, recv_count, count, rank, nranks, t, op, o->root);
+    long long total = wrong;
+    if (weftAllReduce(&wrong, &total, 1, weftInt64, weftSum, comm, NULL) != weftSuccess) return -1;
+    r->wrong = total;
+  }
+  return 0;
+}
+
+int perf_main(int argc, char **argv, const struct perf_coll *coll) {
+  struct perf_opts o;
+  if (opts_parse(argc, argv, coll, &o) != 0) return 2;
+  weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+  if (o.timeout_s > 0) config.timeoutMs = o.timeout_s * 1000;
+  weftComm_t comm;
+  weftResult_t res = weftCommInitFromEnv(&comm, &config);
+  if (res != weftSuccess) {
+    fprintf(stderr, "%s: init failed: %s: %s\n", argv[0], weftGetErrorString(res),
+            weftGetLastError(NULL));
+    return 1;
+  }
+  int rank, nranks;
+  weftCommUserRank(comm, &rank);
+  weftCommCount(comm, &nranks);
+  char host[64] = "";
+  gethostname(host, sizeof host - 1);
+  if (rank == 0) {
+    printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d "
+           "iters: %d agg iters: %d validation: %d graph: 0\n#\n",
+           o.min_nbytes, o.max_nbytes, o.step_factor > 1 ? o.step_factor : (double)o.step_nbytes,
+           o.step_factor > 1 ? "factor" : "bytes", o.warmup, o.iters, o.agg_iters, o.check);
+    printf("# Using host memory: %d ranks, rank 0 pid %d on %s\n#\n", nranks, (int)getpid(),
+           host);
+    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place\n",
+           "", "", "", "", "");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size",
+           "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+           "busbw", "#wrong");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)",
+           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
+           "");
+    fflush(stdout);
+  }
+  /* buffers for the largest size: recv may be nranks x send (gathers) */
+  size_t max_send = 0, max_recv = 0, max_count = 0;
+  coll->counts(o.max_nbytes, 1, nranks, &max_send, &max_recv, &max_count);
+  size_t alloc = (max_send > max_recv ? max_send : max_recv) + 64;
+  char *sendbuf = aligned_alloc(4096, (alloc + 4095) / 4096 * 4096);
+  char *recvbuf = aligned_alloc(4096, (alloc + 4095) / 4096 * 4096);
+  if (sendbuf == NULL || recvbuf == NULL) {
+    fprintf(stderr, "%s: cannot allocate %zu bytes\n", argv[0], alloc);
+    return 1;
+  }
+  long long total_wrong = 0;
+  double bw_sum = 0;
+  int bw_n = 0, failed = 0;
+  for (int ti = 0; ti < o.ntypes && !failed; ti++) {
+    for (int oi = 0; oi < o.nops && !failed; oi++) {
+      weftDataType_t t = o.types[ti];
+      weftRedOp_t op = o.ops[oi];
+      size_t esize = weftTypeSize(t);
+      for (size_t nbytes = o.min_nbytes; nbytes <= o.max_nbytes && !failed;) {
+        size_t send_count, recv_count, count;
+        size_t rounded = nbytes / esize * esize;
+        coll->counts(rounded, esize, nranks, &send_count, &recv_count, &count);
+        fill_inputs(sendbuf, send_count, rank, t, op);
+        struct perf_result oop, ip;
+        if (run_one(coll, &o, comm, rank, nranks, rounded, t, op, sendbuf, recvbuf, 0, &oop) ||
+            run_one(coll, &o, comm, rank, nranks, rounded, t, op, sendbuf, recvbuf, 1, &ip)) {
+          fprintf(stderr, "%s: rank %d: %s\n", argv[0], rank, weftGetLastError(comm));
+          failed = 1;
+          break;
+        }
+        total_wrong += oop.wrong + ip.wrong;
+        bw_sum += oop.busbw + ip.busbw;
+        bw_n += 2;
+        if (rank == 0) {
+          char root[16];
+          snprintf(root, sizeof root, "%d", coll->uses_root ? o.root : -1);
+          printf("  %10zu  %12zu  %8s  %6s  %6s  %7.2f  %6.2f  %6.2f  %6lld  %7.2f  %6.2f  %6.2f  %6lld\n",
+                 rounded, count, type_names[t], coll->uses_op ? op_names[op] : "none", root,
+                 oop.time_us, oop.algbw, oop.busbw, o.check ? oop.wrong : -1LL, ip.time_us,
+                 ip.algbw, ip.busbw, o.check ? ip.wrong : -1LL);
+          fflush(stdout);
+        }
+        size_t next = o.step_factor > 1 ? (size_t)((double)nbytes * o.step_factor)
+                                        : nbytes + o.step_nbytes;
+        if (next <= nbytes) break;
+        nbytes = next;
+      }
+    }
+  }
+  if (rank == 0 && !failed) {
+    printf("# Out of bounds values : %lld %s\n", total_wrong, total_wrong ? "FAILED" : "OK");
+    printf("# Avg bus bandwidth    : %g \n#\n", bw_n ? bw_sum / bw_n : 0.0);
+  }
+  free(sendbuf);
+  free(recvbuf);
+  if (failed) {
+    weftCommAbort(comm);
+    return 1;
+  }
+  weftCommFinalize(comm);
+  weftCommDestroy(comm);
+  return total_wrong ? 1 : 0;
+}

@@ -1,0 +1,37 @@
+/* Shared driver of the perf tools: nccl-tests' flags, its table and footer. */
+#ifndef WEFT_PERF_COMMON_H
+#define WEFT_PERF_COMMON_H
+
+#include <stddef.h>
+
+#include "weft.h"
+
+struct perf_coll {
+  const char *name; /* "all_reduce" */
+  int uses_op;      /* prints the op column and honours -o */
+  int uses_root;    /* honours -r */
+  /* bus bandwidth = algorithm bandwidth x factor (nccl-tests' formulas) */
+  double (*busbw_factor)(int nranks);
+  /* elements sent and received per rank for a size column of nbytes */
+  void (*counts)(size_t nbytes, size_t elem_nbytes, int nranks, size_t *send_count,
+                 size_t *recv_count, size_t *count);
+  weftResult_t (*run)(const void *sendbuf, void *recvbuf, size_t count, weftDataType_t datatype,
+                      weftRedOp_t op, int root, weftComm_t comm);
+  /* the value rank `rank` should hold at recv index i, and a magnitude for the
+   * tolerance (sum of |inputs| that went into it) */
+  void (*expect)(size_t i, int rank, int nranks, size_t count, weftDataType_t datatype,
+                 weftRedOp_t op, int root, double *value_out, double *magnitude_out);
+};
+
+/* The input every tool sends: a small integer, exact in every datatype. */
+double perf_input(int rank, size_t i, weftDataType_t datatype, weftRedOp_t op);
+
+/* Element access by datatype (values must be exact small integers to set). */
+double perf_value_get(const void *buf, size_t i, weftDataType_t datatype);
+void perf_value_set(void *buf, size_t i, weftDataType_t datatype, double value);
+/* Unit roundoff of datatype's arithmetic (0 for integers). */
+double perf_type_eps(weftDataType_t datatype);
+
+int perf_main(int argc, char **argv, const struct perf_coll *coll);
+
+#endif

@@ -1,0 +1,77 @@
+/* Bootstrap: rendezvous through a root, then a ring of sockets that gives
+ * out-of-band allgather and barrier to the layers above (transport set-up,
+ * communicator init). Every call is bounded by the timeout it was given. */
+#ifndef WEFT_BOOTSTRAP_H
+#define WEFT_BOOTSTRAP_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../include/weft.h"
+#include "sock.h"
+
+#define BOOTSTRAP_SECRET_BYTES 32
+
+/* What a weftUniqueId holds. */
+struct bootstrap_id {
+  uint32_t magic;
+  uint32_t reserved;
+  union weft_sockaddr root;
+  uint8_t secret[BOOTSTRAP_SECRET_BYTES];
+};
+_Static_assert(sizeof(struct bootstrap_id) <= WEFT_UNIQUE_ID_BYTES, "bootstrap id too large");
+
+/* What every rank tells the others about itself. */
+struct peer_info {
+  int32_t rank;
+  int32_t pid;
+  uint64_t host_hash; /* equal for ranks that share memory (same host, same namespaces) */
+  char hostname[64];
+  union weft_sockaddr listen_addr;
+  int32_t cuda_dev; /* -1 for a host rank */
+  int32_t numa_node;
+  int64_t bus_id;
+};
+
+struct bootstrap;
+
+/* Makes an id with a fresh secret and starts its root service on this host. */
+weftResult_t bootstrap_id_create(struct bootstrap_id *id_out);
+
+/* Starts a root service for id->secret listening on bind_addr (port 0 picks
+ * one); writes the bound address. The service runs in a detached thread that
+ * ends once all ranks have joined, or after the timeout. */
+weftResult_t bootstrap_root_start(const union weft_sockaddr *bind_addr,
+                                  const uint8_t secret[BOOTSTRAP_SECRET_BYTES],
+                                  union weft_sockaddr *bound_out);
+
+/* Fills the parts of peer info that bootstrap knows: pid, host identity. */
+void bootstrap_peer_info_local(struct peer_info *info);
+
+/* Joins: proves the secret to the root, exchanges peer info, builds the ring.
+ * peers_out has nranks entries. Blocks until done or timeout_ns passes. */
+weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,
+                            const struct peer_info *self, uint64_t timeout_ns,
+                            struct bootstrap **bs_out, struct peer_info *peers_out);
+
+/* data has nranks blocks of nbytes; this rank's block is filled in, the others
+ * are filled on return. */
+weftResult_t bootstrap_allgather(struct bootstrap *bs, void *data, size_t nbytes);
+weftResult_t bootstrap_barrier(struct bootstrap *bs);
+void bootstrap_close(struct bootstrap *bs);
+
+/* The job described by a launcher's environment (see weftCommInitFromEnv). */
+struct bootstrap_env {
+  int found; /* 0: no launcher variables; a 1-rank job */
+  int rank;
+  int nranks;
+  int serve_root; /* this rank must start the root service on id.root */
+  const char *source; /* "weft", "torchrun", "openmpi", "slurm" */
+  struct bootstrap_id id;
+};
+weftResult_t bootstrap_env_read(struct bootstrap_env *env_out);
+
+/* Hex form of a unique id (2*WEFT_UNIQUE_ID_BYTES chars + NUL). */
+weftResult_t bootstrap_id_from_hex(const char *hex, struct bootstrap_id *id_out);
+
+#endif

@@ -1,0 +1,141 @@
+/* Reads a launcher's environment into a rank, a size and a rendezvous id. */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bootstrap.h"
+#include "status.h"
+
+#define BOOTSTRAP_MAGIC 0x77667462u
+
+static int env_int(const char *name, int *out) {
+  const char *s = getenv(name);
+  if (s == NULL || *s == '\0') return 0;
+  char *end = NULL;
+  long v = strtol(s, &end, 10);
+  if (*end != '\0' || v < 0 || v > 1 << 24) return -1;
+  *out = (int)v;
+  return 1;
+}
+
+static int hex_val(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+weftResult_t bootstrap_id_from_hex(const char *hex, struct bootstrap_id *id_out) {
+  unsigned char raw[WEFT_UNIQUE_ID_BYTES];
+  if (strlen(hex) != 2 * sizeof raw)
+    return weft_error_set(weftInvalidArgument, "unique id: expected %zu hex digits, got %zu",
+                          2 * sizeof raw, strlen(hex));
+  for (size_t i = 0; i < sizeof raw; i++) {
+    int hi = hex_val(hex[2 * i]), lo = hex_val(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return weft_error_set(weftInvalidArgument, "unique id: not hex");
+    raw[i] = (unsigned char)(hi << 4 | lo);
+  }
+  memcpy(id_out, raw, sizeof *id_out);
+  return weftSuccess;
+}
+
+/* Stretches text into the secret (FNV-1a over text and a counter). Not a
+ * cryptographic derivation: it only binds the secret to WEFT_SECRET. */
+static void secret_derive(const char *text, uint8_t secret[BOOTSTRAP_SECRET_BYTES]) {
+  for (int i = 0; i < BOOTSTRAP_SECRET_BYTES; i += 8) {
+    uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)i;
+    for (const char *c = text; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+    h ^= h >> 29;
+    memcpy(secret + i, &h, 8);
+  }
+}
+
+/* WEFT_COMM_ID=host:port, else MASTER_ADDR + MASTER_PORT. */
+static weftResult_t env_address(union weft_sockaddr *addr_out, int *found) {
+  char host[256];
+  int port = -1;
+  const char *comm_id = getenv("WEFT_COMM_ID");
+  *found = 0;
+  if (comm_id != NULL && *comm_id) {
+    const char *colon = strrchr(comm_id, ':');
+    if (colon == NULL || colon == comm_id || (size_t)(colon - comm_id) >= sizeof host)
+      return weft_error_set(weftInvalidArgument, "WEFT_COMM_ID=%s: expected host:port", comm_id);
+    memcpy(host, comm_id, (size_t)(colon - comm_id));
+    host[colon - comm_id] = '\0';
+    port = atoi(colon + 1);
+  } else if (getenv("MASTER_ADDR") != NULL && getenv("MASTER_PORT") != NULL) {
+    snprintf(host, sizeof host, "%s", getenv("MASTER_ADDR"));
+    port = atoi(getenv("MASTER_PORT"));
+  } else {
+    return weftSuccess;
+  }
+  if (port <= 0 || port > 65535)
+    return weft_error_set(weftInvalidArgument, "rendezvous port %d out of range", port);
+  /* strip brackets of an IPv6 literal */
+  if (host[0] == '[') {
+    size_t n = strlen(host);
+    if (n > 1 && host[n - 1] == ']') host[n - 1] = '\0';
+    memmove(host, host + 1, strlen(host));
+  }
+  WEFT_TRY(sock_resolve(host, port, addr_out));
+  *found = 1;
+  return weftSuccess;
+}
+
+weftResult_t bootstrap_env_read(struct bootstrap_env *env_out) {
+  struct bootstrap_env e;
+  memset(&e, 0, sizeof e);
+  static const struct {
+    const char *source, *rank, *size;
+  } launchers[] = {
+      {"weft", "WEFT_RANK", "WEFT_NRANKS"},
+      {"torchrun", "RANK", "WORLD_SIZE"},
+      {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+      {"slurm", "SLURM_PROCID", "SLURM_NTASKS"},
+  };
+  for (size_t i = 0; i < sizeof launchers / sizeof launchers[0] && !e.found; i++) {
+    int r = env_int(launchers[i].rank, &e.rank), n = env_int(launchers[i].size, &e.nranks);
+    if (r == 0 && n == 0) continue;
+    if (r != 1 || n != 1 || e.nranks < 1 || e.rank >= e.nranks)
+      return weft_error_set(weftInvalidArgument, "%s=%s %s=%s: not a valid rank and size",
+                            launchers[i].rank, getenv(launchers[i].rank) ? getenv(launchers[i].rank) : "",
+                            launchers[i].size, getenv(launchers[i].size) ? getenv(launchers[i].size) : "");
+    e.found = 1;
+    e.source = launchers[i].source;
+  }
+  if (!e.found) {
+    e.nranks = 1;
+    *env_out = e;
+    return weftSuccess;
+  }
+  const char *hex = getenv("WEFT_UNIQUE_ID");
+  if (hex != NULL && *hex) {
+    WEFT_TRY(bootstrap_id_from_hex(hex, &e.id));
+    *env_out = e;
+    return weftSuccess;
+  }
+  int have_addr = 0;
+  WEFT_TRY(env_address(&e.id.root, &have_addr));
+  if (!have_addr) {
+    if (e.nranks == 1) {
+      e.found = 0;
+      *env_out = e;
+      return weftSuccess;
+    }
+    return weft_error_set(weftInvalidArgument,
+                          "%s launcher variables found but no rendezvous address: set "
+                          "WEFT_COMM_ID=host:port (or MASTER_ADDR and MASTER_PORT)",
+                          e.source);
+  }
+  e.id.magic = BOOTSTRAP_MAGIC;
+  char text[512];
+  const char *secret = getenv("WEFT_SECRET");
+  char abuf[64];
+  snprintf(text, sizeof text, "%s|%s|%d", secret ? secret : "weft-open",
+           sock_addr_str(&e.id.root, abuf, sizeof abuf), e.nranks);
+  secret_derive(text, e.id.secret);
+  e.serve_root = e.rank == 0;
+  *env_out = e;
+  return weftSuccess;
+}

@@ -1,0 +1,123 @@
+#include "log.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "param.h"
+
+struct weft_param log_params[] = {
+    {"WEFT_DEBUG", PARAM_STR, "WARN", "log level: NONE, WARN, INFO or TRACE", 0, 0, NULL},
+    {"WEFT_DEBUG_SUBSYS", PARAM_STR, "ALL",
+     "subsystems to log: INIT,BOOTSTRAP,SHM,NET,COLL,ALL; ^ excludes", 0, 0, NULL},
+    {"WEFT_DEBUG_FILE", PARAM_STR, NULL, "log file instead of stderr (%h host, %p pid)", 0, 0,
+     NULL},
+    PARAM_END,
+};
+enum { P_DEBUG, P_SUBSYS, P_FILE };
+
+int weft_log_level_now = -1;
+static unsigned log_subsys_mask = LOG_ALL;
+static FILE *log_file;
+static weft_log_sink_fn log_sink;
+static void *log_sink_ctx;
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const struct {
+  const char *name;
+  unsigned bit;
+} subsys_names[] = {{"INIT", LOG_INIT}, {"BOOTSTRAP", LOG_BOOTSTRAP}, {"SHM", LOG_SHM},
+                    {"NET", LOG_NET},   {"COLL", LOG_COLL},           {"ALL", LOG_ALL}};
+
+static unsigned parse_subsys(const char *spec) {
+  int exclude = spec[0] == '^';
+  unsigned mask = 0;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", spec + exclude);
+  char *save = NULL;
+  for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+    for (size_t i = 0; i < sizeof subsys_names / sizeof subsys_names[0]; i++)
+      if (strcasecmp(tok, subsys_names[i].name) == 0) mask |= subsys_names[i].bit;
+  return exclude ? (LOG_ALL & ~mask) : mask;
+}
+
+static const char *subsys_name(unsigned subsys) {
+  for (size_t i = 0; i < sizeof subsys_names / sizeof subsys_names[0]; i++)
+    if (subsys_names[i].bit == subsys) return subsys_names[i].name;
+  return "ALL";
+}
+
+static void log_open_file(void) {
+  const char *pattern = param_str(&log_params[P_FILE]);
+  if (pattern == NULL) return;
+  char path[512], host[64] = "";
+  gethostname(host, sizeof host - 1);
+  size_t o = 0;
+  for (const char *c = pattern; *c && o + 32 < sizeof path; c++) {
+    if (c[0] == '%' && c[1] == 'h') { o += snprintf(path + o, sizeof path - o, "%s", host); c++; }
+    else if (c[0] == '%' && c[1] == 'p') { o += snprintf(path + o, sizeof path - o, "%d", (int)getpid()); c++; }
+    else path[o++] = *c;
+  }
+  path[o] = '\0';
+  log_file = fopen(path, "a");
+}
+
+int weft_log_level(void) {
+  int lvl = __atomic_load_n(&weft_log_level_now, __ATOMIC_ACQUIRE);
+  if (lvl >= 0) return lvl;
+  pthread_mutex_lock(&log_lock);
+  const char *s = param_str(&log_params[P_DEBUG]);
+  lvl = LOG_WARN;
+  if (strcasecmp(s, "NONE") == 0) lvl = LOG_NONE;
+  else if (strcasecmp(s, "INFO") == 0) lvl = LOG_INFO;
+  else if (strcasecmp(s, "TRACE") == 0) lvl = LOG_TRACE;
+  log_subsys_mask = parse_subsys(param_str(&log_params[P_SUBSYS]));
+  if (log_file == NULL) log_open_file();
+  __atomic_store_n(&weft_log_level_now, lvl, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&log_lock);
+  return lvl;
+}
+
+void weft_log_set_sink(weft_log_sink_fn fn, void *ctx) {
+  pthread_mutex_lock(&log_lock);
+  log_sink = fn;
+  log_sink_ctx = ctx;
+  pthread_mutex_unlock(&log_lock);
+}
+
+void weft_log(enum weft_log_level level, unsigned subsys, const char *file, int line,
+              const char *fmt, ...) {
+  if (weft_log_level() < (int)level || !(log_subsys_mask & subsys)) return;
+  static const char *level_names[] = {"NONE", "WARN", "INFO", "TRACE"};
+  char host[64] = "";
+  gethostname(host, sizeof host - 1);
+  char msg[1024];
+  int o = snprintf(msg, sizeof msg, "%s:%d:%ld weft %s %s ", host, (int)getpid(),
+                   (long)syscall(SYS_gettid), level_names[level], subsys_name(subsys));
+  if (level == LOG_TRACE) {
+    const char *base = strrchr(file, '/');
+    o += snprintf(msg + o, sizeof msg - o, "%s:%d ", base ? base + 1 : file, line);
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  if (o < (int)sizeof msg) vsnprintf(msg + o, sizeof msg - o, fmt, ap);
+  va_end(ap);
+  pthread_mutex_lock(&log_lock);
+  if (log_sink != NULL) {
+    log_sink(level, msg, log_sink_ctx);
+  } else {
+    FILE *out = log_file ? log_file : stderr;
+    fprintf(out, "%s\n", msg);
+    fflush(out);
+  }
+  pthread_mutex_unlock(&log_lock);
+}
+
+void weft_log_trace_frame(const char *file, int line, weftResult_t res) {
+  if (weft_log_level() >= LOG_TRACE)
+    weft_log(LOG_TRACE, LOG_ALL, file, line, "-> %s", weftGetErrorString(res));
+}

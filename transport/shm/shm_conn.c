@@ -1,0 +1,100 @@
+/* The shm transport: the receiver's FIFO lives in a POSIX shared-memory
+ * segment that the sender maps, so data moves with one copy in and one out. */
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <string.h>
+
+#include "../param.h"
+#include "../status.h"
+#include "../transport.h"
+#include "shm_segment.h"
+
+struct weft_param shm_params[] = {
+    {"WEFT_SHM_DISABLE", PARAM_INT, "0", "1 disables the shared-memory transport", 0, 0, NULL},
+    PARAM_END,
+};
+enum { P_DISABLE };
+
+struct shm_blob {
+  char name[SHM_NAME_BYTES];
+  uint64_t nbytes;
+};
+_Static_assert(sizeof(struct shm_blob) <= sizeof(((struct conn_blob *)0)->data),
+               "shm blob too large");
+
+#define SHM_CTRL_NBYTES 4096 /* the slots start on their own page */
+
+static int shm_disabled(void) { return param_int(&shm_params[P_DISABLE]) != 0; }
+
+static int shm_can_connect(const struct peer_info *sender, const struct peer_info *receiver) {
+  return sender->host_hash == receiver->host_hash;
+}
+
+static weftResult_t shm_attach_conn(struct weft_conn *conn, struct shm_segment *seg) {
+  struct shm_segment *keep = malloc(sizeof *keep);
+  if (keep == NULL) {
+    shm_segment_close(seg);
+    return weft_error_set(weftSystemError, "out of memory");
+  }
+  *keep = *seg;
+  conn->priv = keep;
+  conn->ctrl = seg->base;
+  conn->slots = (char *)seg->base + SHM_CTRL_NBYTES;
+  conn->step = 0;
+  return weftSuccess;
+}
+
+static weftResult_t shm_recv_setup(struct weft_conn *conn, struct conn_blob *blob_out) {
+  _Static_assert(sizeof(struct conn_ctrl) <= SHM_CTRL_NBYTES, "ctrl fits its page");
+  size_t nbytes = SHM_CTRL_NBYTES + (size_t)conn->nslots * conn->slot_nbytes;
+  struct shm_segment seg;
+  WEFT_TRY(shm_segment_create(nbytes, &seg));
+  memset(seg.base, 0, sizeof(struct conn_ctrl));
+  struct shm_blob b;
+  memset(&b, 0, sizeof b);
+  memcpy(b.name, seg.name, sizeof b.name);
+  b.nbytes = nbytes;
+  memcpy(blob_out->data, &b, sizeof b);
+  return shm_attach_conn(conn, &seg);
+}
+
+static weftResult_t shm_send_connect(struct weft_conn *conn, const struct conn_blob *blob) {
+  struct shm_blob b;
+  memcpy(&b, blob->data, sizeof b);
+  b.name[sizeof b.name - 1] = '\0';
+  if (b.nbytes != SHM_CTRL_NBYTES + (size_t)conn->nslots * conn->slot_nbytes)
+    return weft_error_set(weftInvalidUsage,
+                          "rank %d uses a different FIFO size (WEFT_NSLOTS/WEFT_SLOT_BYTES "
+                          "must match on all ranks)",
+                          conn->peer_rank);
+  struct shm_segment seg;
+  WEFT_TRY(shm_segment_attach(b.name, b.nbytes, &seg));
+  return shm_attach_conn(conn, &seg);
+}
+
+static weftResult_t shm_recv_connect(struct weft_conn *conn) {
+  struct shm_segment *seg = conn->priv;
+  shm_unlink(seg->name); /* normally already gone: the sender unlinks on attach */
+  seg->owner = 0;
+  return weftSuccess;
+}
+
+static void shm_close(struct weft_conn *conn) {
+  struct shm_segment *seg = conn->priv;
+  if (seg == NULL) return;
+  shm_segment_close(seg);
+  free(seg);
+  conn->priv = NULL;
+  conn->ctrl = NULL;
+  conn->slots = NULL;
+}
+
+const struct weft_transport shm_transport = {
+    .name = "shm",
+    .disabled = shm_disabled,
+    .can_connect = shm_can_connect,
+    .recv_setup = shm_recv_setup,
+    .send_connect = shm_send_connect,
+    .recv_connect = shm_recv_connect,
+    .close = shm_close,
+};

@@ -1,0 +1,24 @@
+/* POSIX shared-memory segments: created private (0600) by one process,
+ * attached by another, unlinked as soon as the other side holds a mapping. */
+#ifndef WEFT_SHM_SEGMENT_H
+#define WEFT_SHM_SEGMENT_H
+
+#include <stddef.h>
+
+#include "../../include/weft.h"
+
+#define SHM_NAME_BYTES 64
+
+struct shm_segment {
+  char name[SHM_NAME_BYTES];
+  void *base;
+  size_t nbytes;
+  int owner; /* created here: unlink on close if nobody attached */
+};
+
+weftResult_t shm_segment_create(size_t nbytes, struct shm_segment *seg_out);
+/* Maps the segment and unlinks its name. */
+weftResult_t shm_segment_attach(const char *name, size_t nbytes, struct shm_segment *seg_out);
+void shm_segment_close(struct shm_segment *seg);
+
+#endif

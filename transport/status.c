@@ -1,0 +1,51 @@
+#include "status.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static _Thread_local char error_text[1024];
+
+static weftResult_t error_vset(weftResult_t code, int errnum, const char *fmt, va_list ap) {
+  int o = vsnprintf(error_text, sizeof error_text, fmt, ap);
+  if (errnum != 0 && o >= 0 && o < (int)sizeof error_text)
+    snprintf(error_text + o, sizeof error_text - o, ": %s", strerror(errnum));
+  WEFT_INFO(LOG_ALL, "error %s: %s", weftGetErrorString(code), error_text);
+  return code;
+}
+
+weftResult_t weft_error_set(weftResult_t code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  error_vset(code, 0, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+weftResult_t weft_error_errno(weftResult_t code, const char *fmt, ...) {
+  int errnum = errno;
+  va_list ap;
+  va_start(ap, fmt);
+  error_vset(code, errnum, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+const char *weft_error_text(void) { return error_text; }
+
+void weft_error_clear(void) { error_text[0] = '\0'; }
+
+const char *weftGetErrorString(weftResult_t result) {
+  switch (result) {
+    case weftSuccess: return "no error";
+    case weftUnhandledCudaError: return "unhandled cuda error";
+    case weftSystemError: return "unhandled system error";
+    case weftInternalError: return "internal error";
+    case weftInvalidArgument: return "invalid argument";
+    case weftInvalidUsage: return "invalid usage";
+    case weftRemoteError: return "remote process exited, failed or timed out";
+    case weftInProgress: return "operation in progress";
+    default: return "unknown result code";
+  }
+}

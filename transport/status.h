@@ -1,0 +1,41 @@
+/* Status propagation and last-error text, shared by every layer. */
+#ifndef WEFT_STATUS_H
+#define WEFT_STATUS_H
+
+#include "../include/weft.h"
+#include "log.h"
+
+/* Records the thread's last error text and returns code. The text is what
+ * weftGetLastError shows; it is also logged at WARN unless quiet. */
+weftResult_t weft_error_set(weftResult_t code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Like weft_error_set, for a failed system call: appends strerror(errno). */
+weftResult_t weft_error_errno(weftResult_t code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* The calling thread's last error text ("" if none). */
+const char *weft_error_text(void);
+void weft_error_clear(void);
+
+/* Propagates a failure, logging file:line at each frame (a free backtrace
+ * at WEFT_DEBUG=TRACE). weftInProgress passes through silently. */
+#define WEFT_TRY(call)                                                          \
+  do {                                                                          \
+    weftResult_t try_res_ = (call);                                             \
+    if (try_res_ != weftSuccess) {                                              \
+      if (try_res_ != weftInProgress)                                           \
+        weft_log_trace_frame(__FILE__, __LINE__, try_res_);                     \
+      return try_res_;                                                          \
+    }                                                                           \
+  } while (0)
+
+/* As WEFT_TRY, but stores the code in res and jumps to a cleanup label. */
+#define WEFT_TRY_GOTO(call, res, label)                                         \
+  do {                                                                          \
+    (res) = (call);                                                             \
+    if ((res) != weftSuccess) {                                                 \
+      weft_log_trace_frame(__FILE__, __LINE__, (res));                          \
+      goto label;                                                               \
+    }                                                                           \
+  } while (0)
+
+#endif

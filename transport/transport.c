@@ -1,0 +1,30 @@
+#include "transport.h"
+
+#include <string.h>
+
+#include "param.h"
+
+struct weft_param transport_params[] = {
+    {"WEFT_TRANSPORT", PARAM_STR, NULL,
+     "use only this transport (shm); connections it cannot make fail", 0, 0, NULL},
+    PARAM_END,
+};
+enum { P_TRANSPORT };
+
+extern const struct weft_transport shm_transport;
+
+const struct weft_transport *const weft_transports[] = {
+    &shm_transport,
+    NULL,
+};
+
+int transport_select(const struct peer_info *sender, const struct peer_info *receiver) {
+  const char *only = param_str(&transport_params[P_TRANSPORT]);
+  for (int i = 0; weft_transports[i] != NULL; i++) {
+    const struct weft_transport *t = weft_transports[i];
+    if (only != NULL && strcmp(only, t->name) != 0) continue;
+    if (t->disabled != NULL && t->disabled()) continue;
+    if (t->can_connect(sender, receiver)) return i;
+  }
+  return -1;
+}

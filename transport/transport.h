@@ -1,0 +1,77 @@
+/* Connections: one direction between two ranks on one channel. The receiver
+ * owns a FIFO of slots; the sender fills slot (step % nslots) and advances
+ * tail; the receiver drains it and advances head, which returns the credit.
+ * Memory transports (shm) place the FIFO where both ranks load and store
+ * directly, so the algorithms above see one kind of connection. */
+#ifndef WEFT_TRANSPORT_H
+#define WEFT_TRANSPORT_H
+
+#include <stdalign.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../include/weft.h"
+#include "bootstrap.h"
+
+#define CONN_BLOB_BYTES 256
+
+/* Shared between both ends, at the start of the FIFO's memory. */
+struct conn_ctrl {
+  alignas(64) uint64_t tail;   /* slots filled, advanced by the sender */
+  alignas(64) uint64_t head;   /* slots drained, advanced by the receiver */
+  alignas(64) uint32_t poison; /* set by either end when it fails or aborts */
+};
+
+struct weft_transport;
+
+struct weft_conn {
+  struct conn_ctrl *ctrl;
+  char *slots;         /* nslots * slot_nbytes bytes */
+  uint32_t nslots;
+  size_t slot_nbytes;
+  uint64_t step;       /* the next slot number this end will fill or drain */
+  int peer_rank;
+  pid_t peer_pid;      /* watched while waiting, when the peer shares the host */
+  const struct weft_transport *transport;
+  void *priv;          /* the transport's own state */
+};
+
+/* What the receiver sends the sender so it can attach: opaque per transport. */
+struct conn_blob {
+  int32_t transport; /* index in weft_transports, or -1: no transport fits */
+  uint32_t reserved;
+  uint8_t data[CONN_BLOB_BYTES - 8];
+};
+_Static_assert(sizeof(struct conn_blob) == CONN_BLOB_BYTES, "conn blob size");
+
+struct weft_transport {
+  const char *name;
+  /* Whether the environment turned this transport off (WEFT_<NAME>_DISABLE). */
+  int (*disabled)(void);
+  /* Whether this transport can carry data from sender to receiver. */
+  int (*can_connect)(const struct peer_info *sender, const struct peer_info *receiver);
+  /* Receiver: allocates the FIFO (conn->nslots and slot_nbytes are set) and
+   * describes it in blob. Does not block. */
+  weftResult_t (*recv_setup)(struct weft_conn *conn, struct conn_blob *blob_out);
+  /* Sender: attaches to the receiver's FIFO described by blob. Does not block. */
+  weftResult_t (*send_connect)(struct weft_conn *conn, const struct conn_blob *blob);
+  /* Receiver: called once every sender has attached. Does not block. */
+  weftResult_t (*recv_connect)(struct weft_conn *conn);
+  /* Either end: releases the connection. Never fails. */
+  void (*close)(struct weft_conn *conn);
+};
+
+/* Every transport, in order of preference. NULL-terminated. */
+extern const struct weft_transport *const weft_transports[];
+
+/* The index in weft_transports of the first transport that connects sender
+ * to receiver and is not disabled by environment, or -1. */
+int transport_select(const struct peer_info *sender, const struct peer_info *receiver);
+
+/* Marks a connection failed so that the peer's waits end with an error. */
+static inline void conn_poison(struct weft_conn *conn) {
+  if (conn->ctrl != NULL) __atomic_store_n(&conn->ctrl->poison, 1u, __ATOMIC_RELEASE);
+}
+
+#endif

@@ -1,0 +1,79 @@
+#include "wait.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <time.h>
+
+#include "param.h"
+#include "status.h"
+
+struct weft_param wait_params[] = {
+    {"WEFT_TIMEOUT", PARAM_INT, "600",
+     "seconds any wait (peer data, credits, bootstrap) may take before it is an error", 0, 0,
+     NULL},
+    {"WEFT_SPIN_NS", PARAM_INT, "200000",
+     "nanoseconds a wait spins before it starts yielding the core", 0, 0, NULL},
+    PARAM_END,
+};
+enum { P_TIMEOUT, P_SPIN_NS };
+
+uint64_t clock_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t wait_default_timeout_ns(void) {
+  int64_t s = param_int(&wait_params[P_TIMEOUT]);
+  return s > 0 ? (uint64_t)s * 1000000000ull : UINT64_MAX / 2;
+}
+
+void wait_begin(struct weft_wait *w, uint64_t timeout_ns, const volatile uint32_t *abort_local,
+                const volatile uint32_t *abort_remote, pid_t peer_pid, int peer_rank,
+                const char *what) {
+  w->start_ns = 0; /* taken lazily on the first slow check: most waits are short */
+  w->timeout_ns = timeout_ns;
+  w->next_check_ns = 0;
+  w->iter = 0;
+  w->abort_local = abort_local;
+  w->abort_remote = abort_remote;
+  w->peer_pid = peer_pid;
+  w->peer_rank = peer_rank;
+  w->what = what;
+}
+
+weftResult_t wait_check(struct weft_wait *w) {
+  if (w->abort_local != NULL && *w->abort_local)
+    return weft_error_set(weftRemoteError, "communicator aborted while waiting to %s rank %d",
+                          w->what, w->peer_rank);
+  if (w->abort_remote != NULL && __atomic_load_n(w->abort_remote, __ATOMIC_ACQUIRE))
+    return weft_error_set(weftRemoteError,
+                          "rank %d failed or aborted (seen while waiting to %s it)",
+                          w->peer_rank, w->what);
+  uint64_t now = clock_ns();
+  if (w->start_ns == 0) {
+    w->start_ns = now;
+    w->next_check_ns = now + 50000000ull;
+    return weftInProgress;
+  }
+  uint64_t waited = now - w->start_ns;
+  if (waited > w->timeout_ns)
+    return weft_error_set(weftRemoteError, "timed out after %.1f s waiting to %s rank %d",
+                          (double)waited / 1e9, w->what, w->peer_rank);
+  if (now >= w->next_check_ns) {
+    w->next_check_ns = now + 50000000ull;
+    if (w->peer_pid > 0 && kill(w->peer_pid, 0) != 0 && errno == ESRCH)
+      return weft_error_set(weftRemoteError, "rank %d (pid %d) died while waiting to %s it",
+                            w->peer_rank, (int)w->peer_pid, w->what);
+  }
+  /* back off: spin first, then yield, then sleep briefly */
+  uint64_t spin_ns = (uint64_t)param_int(&wait_params[P_SPIN_NS]);
+  if (waited > spin_ns * 100) {
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+  } else if (waited > spin_ns) {
+    sched_yield();
+  }
+  return weftInProgress;
+}

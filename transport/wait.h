@@ -1,0 +1,51 @@
+/* Bounded waiting: every spin loop in weft polls a weft_wait, which fails the
+ * wait on abort, on a poisoned connection, on a dead peer or after the
+ * timeout, and backs off (yield, then sleep) when a wait drags on so that
+ * ranks outnumbering cores still make progress. */
+#ifndef WEFT_WAIT_H
+#define WEFT_WAIT_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../include/weft.h"
+
+struct weft_wait {
+  uint64_t start_ns;
+  uint64_t timeout_ns;
+  uint64_t next_check_ns;
+  uint32_t iter;
+  const volatile uint32_t *abort_local;  /* this rank's comm abort flag, or NULL */
+  const volatile uint32_t *abort_remote; /* a connection's shared poison word, or NULL */
+  pid_t peer_pid;                         /* same-host peer to watch, or 0 */
+  int peer_rank;
+  const char *what; /* for the error text: "recv from", "send to" ... */
+};
+
+uint64_t clock_ns(void);
+
+/* Default per-wait timeout from WEFT_TIMEOUT, in nanoseconds. */
+uint64_t wait_default_timeout_ns(void);
+
+void wait_begin(struct weft_wait *w, uint64_t timeout_ns, const volatile uint32_t *abort_local,
+                const volatile uint32_t *abort_remote, pid_t peer_pid, int peer_rank,
+                const char *what);
+
+/* The slow half of wait_poll: clocks, flags, liveness, back-off. */
+weftResult_t wait_check(struct weft_wait *w);
+
+/* Call once per spin iteration. Returns weftInProgress to keep waiting, or an
+ * error (weftRemoteError with a message naming the peer) to give up. */
+static inline weftResult_t wait_poll(struct weft_wait *w) {
+  if ((++w->iter & 255) != 0) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+    return weftInProgress;
+  }
+  return wait_check(w);
+}
+
+#endif
