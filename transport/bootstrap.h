@@ -4,6 +4,7 @@
 #ifndef WEFT_BOOTSTRAP_H
 #define WEFT_BOOTSTRAP_H
 
+#include <assert.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -19,7 +20,7 @@ struct bootstrap_id {
   union weft_sockaddr root;
   uint8_t secret[BOOTSTRAP_SECRET_BYTES];
 };
-_Static_assert(sizeof(struct bootstrap_id) <= WEFT_UNIQUE_ID_BYTES, "bootstrap id too large");
+static_assert(sizeof(struct bootstrap_id) <= WEFT_UNIQUE_ID_BYTES, "bootstrap id too large");
 
 /* What every rank tells the others about itself. */
 struct peer_info {

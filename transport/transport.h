@@ -6,6 +6,7 @@
 #ifndef WEFT_TRANSPORT_H
 #define WEFT_TRANSPORT_H
 
+#include <assert.h>
 #include <stdalign.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -43,7 +44,7 @@ struct conn_blob {
   uint32_t reserved;
   uint8_t data[CONN_BLOB_BYTES - 8];
 };
-_Static_assert(sizeof(struct conn_blob) == CONN_BLOB_BYTES, "conn blob size");
+static_assert(sizeof(struct conn_blob) == CONN_BLOB_BYTES, "conn blob size");
 
 struct weft_transport {
   const char *name;

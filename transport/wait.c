@@ -1,6 +1,10 @@
 #include "wait.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 #include <sched.h>
 #include <signal.h>
 #include <time.h>
@@ -22,6 +26,21 @@ uint64_t clock_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* A process that exited but was not reaped yet (a zombie) counts as dead. */
+static int pid_alive(pid_t pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
+  char path[64], buf[256];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 1; /* no /proc: trust kill() */
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 1;
+  buf[n] = '\0';
+  const char *paren = strrchr(buf, ')'); /* the state follows "(comm) " */
+  return !(paren != NULL && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
 }
 
 uint64_t wait_default_timeout_ns(void) {
@@ -63,7 +82,7 @@ weftResult_t wait_check(struct weft_wait *w) {
                           (double)waited / 1e9, w->what, w->peer_rank);
   if (now >= w->next_check_ns) {
     w->next_check_ns = now + 50000000ull;
-    if (w->peer_pid > 0 && kill(w->peer_pid, 0) != 0 && errno == ESRCH)
+    if (w->peer_pid > 0 && !pid_alive(w->peer_pid))
       return weft_error_set(weftRemoteError, "rank %d (pid %d) died while waiting to %s it",
                             w->peer_rank, (int)w->peer_pid, w->what);
   }

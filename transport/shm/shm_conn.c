@@ -1,5 +1,6 @@
 /* The shm transport: the receiver's FIFO lives in a POSIX shared-memory
  * segment that the sender maps, so data moves with one copy in and one out. */
+#include <assert.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <string.h>
@@ -19,7 +20,7 @@ struct shm_blob {
   char name[SHM_NAME_BYTES];
   uint64_t nbytes;
 };
-_Static_assert(sizeof(struct shm_blob) <= sizeof(((struct conn_blob *)0)->data),
+static_assert(sizeof(struct shm_blob) <= sizeof(((struct conn_blob *)0)->data),
                "shm blob too large");
 
 #define SHM_CTRL_NBYTES 4096 /* the slots start on their own page */
@@ -45,7 +46,7 @@ static weftResult_t shm_attach_conn(struct weft_conn *conn, struct shm_segment *
 }
 
 static weftResult_t shm_recv_setup(struct weft_conn *conn, struct conn_blob *blob_out) {
-  _Static_assert(sizeof(struct conn_ctrl) <= SHM_CTRL_NBYTES, "ctrl fits its page");
+  static_assert(sizeof(struct conn_ctrl) <= SHM_CTRL_NBYTES, "ctrl fits its page");
   size_t nbytes = SHM_CTRL_NBYTES + (size_t)conn->nslots * conn->slot_nbytes;
   struct shm_segment seg;
   WEFT_TRY(shm_segment_create(nbytes, &seg));

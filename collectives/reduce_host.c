@@ -1,0 +1,151 @@
+/* Host reduction loops, one per (datatype, op), generated below from one
+ * type list. The loops are plain indexed loops without restrict: gcc versions
+ * them with a runtime alias check whose vector path admits exact aliasing
+ * (dst == a), so in-place reductions vectorise too. */
+#include <string.h>
+
+#include "reduce_host.h"
+#include "reduce_ops.h"
+
+/* with a second destination, work in blocks so that dst0 is still in cache
+ * when it is copied to dst1 */
+#define REDUCE_HOST_BLOCK_NBYTES 8192
+
+/* gcc's -O2 cost model vectorises no loop of unknown length: ask for the -O3
+ * model on the loops; hot float loops also get AVX2/AVX-512 clones, picked at
+ * load time */
+#if defined(__GNUC__) && !defined(__clang__)
+#define REDUCE_HOST_PLAIN __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
+#else
+#define REDUCE_HOST_PLAIN
+#endif
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(WEFT_NO_TARGET_CLONES)
+#define REDUCE_HOST_CLONES \
+  REDUCE_HOST_PLAIN __attribute__((target_clones("avx2", "avx512f", "default")))
+#else
+#define REDUCE_HOST_CLONES REDUCE_HOST_PLAIN
+#endif
+
+/* datatype enum, type tag, element type, loop attribute */
+#define REDUCE_HOST_TYPES(X)                                                      \
+  X(weftInt8, i8, int8_t, REDUCE_HOST_PLAIN)                                      \
+  X(weftUint8, u8, uint8_t, REDUCE_HOST_PLAIN)                                    \
+  X(weftInt32, i32, int32_t, REDUCE_HOST_PLAIN)                                   \
+  X(weftUint32, u32, uint32_t, REDUCE_HOST_PLAIN)                                 \
+  X(weftInt64, i64, int64_t, REDUCE_HOST_PLAIN)                                   \
+  X(weftUint64, u64, uint64_t, REDUCE_HOST_PLAIN)                                 \
+  X(weftFloat16, f16, uint16_t, REDUCE_HOST_PLAIN)                                \
+  X(weftFloat32, f32, float, REDUCE_HOST_CLONES)                                  \
+  X(weftFloat64, f64, double, REDUCE_HOST_CLONES)                                 \
+  X(weftBfloat16, bf16, uint16_t, REDUCE_HOST_PLAIN)                              \
+  X(weftFloat8e4m3, e4m3, uint8_t, REDUCE_HOST_PLAIN)                             \
+  X(weftFloat8e5m2, e5m2, uint8_t, REDUCE_HOST_PLAIN)
+
+/* dst[i] = a[i] op b[i], divided when divisor > 1; count elements */
+typedef void (*reduce_host_loop_fn)(void *dst, const void *a, const void *b, size_t count,
+                                    int divisor);
+
+static void reduce_host_run(void *dst0, void *dst1, const void *a, const void *b,
+                            size_t count, int divisor, size_t elem_nbytes,
+                            reduce_host_loop_fn loop)
+{
+  if (dst1 == NULL || dst1 == dst0) {
+    loop(dst0, a, b, count, divisor);
+    return;
+  }
+  size_t block_count = REDUCE_HOST_BLOCK_NBYTES / elem_nbytes;
+  for (size_t done = 0; done < count; done += block_count) {
+    size_t n = count - done < block_count ? count - done : block_count;
+    size_t off_nbytes = done * elem_nbytes;
+    char *d0 = (char *)dst0 + off_nbytes;
+    /* a block of a or b is fully read before dst1 (which may be a or b)
+     * overwrites it */
+    loop(d0, (const char *)a + off_nbytes, (const char *)b + off_nbytes, n, divisor);
+    memcpy((char *)dst1 + off_nbytes, d0, n * elem_nbytes);
+  }
+}
+
+/* one (type, op): the element loop and its weft_reduce_fn */
+#define REDUCE_HOST_LOOP(tag, type, op, attr)                                     \
+  attr static void reduce_host_##tag##_##op##_loop(void *dst, const void *a,      \
+                                                   const void *b, size_t count,   \
+                                                   int divisor)                   \
+  {                                                                               \
+    type *d = (type *)dst;                                                        \
+    const type *x = (const type *)a;                                              \
+    const type *y = (const type *)b;                                              \
+    if (divisor > 1) {                                                            \
+      for (size_t i = 0; i < count; i++)                                          \
+        d[i] = weft_##tag##_div(weft_##tag##_##op(x[i], y[i]), divisor);          \
+    } else {                                                                      \
+      for (size_t i = 0; i < count; i++) d[i] = weft_##tag##_##op(x[i], y[i]);    \
+    }                                                                             \
+  }                                                                               \
+  static void reduce_host_##tag##_##op(void *dst0, void *dst1, const void *a,     \
+                                       const void *b, size_t count, int divisor)  \
+  {                                                                               \
+    reduce_host_run(dst0, dst1, a, b, count, divisor, sizeof(type),               \
+                    reduce_host_##tag##_##op##_loop);                             \
+  }
+
+/* one type: its final division (divisor > 1) */
+#define REDUCE_HOST_DIVIDE(tag, type, attr)                                       \
+  attr static void reduce_host_##tag##_divide(void *dst, const void *src,         \
+                                              size_t count, int divisor)          \
+  {                                                                               \
+    type *d = (type *)dst;                                                        \
+    const type *s = (const type *)src;                                            \
+    for (size_t i = 0; i < count; i++) d[i] = weft_##tag##_div(s[i], divisor);    \
+  }
+
+#define REDUCE_HOST_DEFINE_TYPE(dtype, tag, type, attr)                           \
+  REDUCE_HOST_LOOP(tag, type, sum, attr)                                          \
+  REDUCE_HOST_LOOP(tag, type, prod, attr)                                         \
+  REDUCE_HOST_LOOP(tag, type, max, attr)                                          \
+  REDUCE_HOST_LOOP(tag, type, min, attr)                                          \
+  REDUCE_HOST_DIVIDE(tag, type, attr)
+
+REDUCE_HOST_TYPES(REDUCE_HOST_DEFINE_TYPE)
+
+#define REDUCE_HOST_FN_ROW(dtype, tag, type, attr)                                \
+  [dtype] = {                                                                     \
+      [weftSum] = reduce_host_##tag##_sum,                                        \
+      [weftProd] = reduce_host_##tag##_prod,                                      \
+      [weftMax] = reduce_host_##tag##_max,                                        \
+      [weftMin] = reduce_host_##tag##_min,                                        \
+  },
+
+/* weftAvg has no column: it is the sum loop */
+static const weft_reduce_fn reduce_host_fns[weftNumTypes][weftAvg] = {
+    REDUCE_HOST_TYPES(REDUCE_HOST_FN_ROW)};
+
+typedef void (*reduce_host_divide_fn)(void *dst, const void *src, size_t count, int divisor);
+
+#define REDUCE_HOST_DIVIDE_ROW(dtype, tag, type, attr) [dtype] = reduce_host_##tag##_divide,
+
+static const reduce_host_divide_fn reduce_host_divide_fns[weftNumTypes] = {
+    REDUCE_HOST_TYPES(REDUCE_HOST_DIVIDE_ROW)};
+
+static const size_t reduce_host_elem_nbytes[weftNumTypes] = {
+#define REDUCE_HOST_SIZE_ROW(dtype, tag, type, attr) [dtype] = sizeof(type),
+    REDUCE_HOST_TYPES(REDUCE_HOST_SIZE_ROW)
+#undef REDUCE_HOST_SIZE_ROW
+};
+
+weft_reduce_fn reduce_host_fn(weftDataType_t datatype, weftRedOp_t op)
+{
+  if ((unsigned)datatype >= weftNumTypes || (unsigned)op >= weftNumOps) return NULL;
+  if (op == weftAvg) op = weftSum;
+  return reduce_host_fns[datatype][op];
+}
+
+void reduce_host_divide(weftDataType_t datatype, void *dst, const void *src, size_t count,
+                        int divisor)
+{
+  if ((unsigned)datatype >= weftNumTypes || count == 0) return;
+  if (divisor > 1)
+    reduce_host_divide_fns[datatype](dst, src, count, divisor);
+  else if (dst != src)
+    memcpy(dst, src, count * reduce_host_elem_nbytes[datatype]);
+}

@@ -1,0 +1,229 @@
+// Bad input gets a clear code and message and never crashes or writes.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+extern "C" {
+#include "transport/bootstrap.h"
+}
+
+using namespace weft_test;
+
+namespace {
+
+// A one-rank communicator serves the argument checks.
+class Errors : public testing::Test {
+ protected:
+  void SetUp() override {
+    weftUniqueId id;
+    ASSERT_EQ(weftGetUniqueId(&id), weftSuccess) << weftGetLastError(nullptr);
+    ASSERT_EQ(weftCommInitRank(&comm, 1, id, 0), weftSuccess) << weftGetLastError(nullptr);
+  }
+  void TearDown() override { EXPECT_EQ(weftCommDestroy(comm), weftSuccess); }
+
+  // Calls all-reduce and expects code, a message containing needle, and an
+  // untouched output.
+  void expect_rejected(const void *send, size_t count, weftDataType_t t, weftRedOp_t op,
+                       weftStream_t stream, weftResult_t code, const char *needle) {
+    std::vector<uint8_t> out(64, 0x5a);
+    weftResult_t res = weftAllReduce(send, out.data(), count, t, op, comm, stream);
+    EXPECT_EQ(res, code) << weftGetErrorString(res);
+    EXPECT_NE(std::string(weftGetLastError(comm)).find(needle), std::string::npos)
+        << "message: " << weftGetLastError(comm);
+    for (uint8_t b : out) ASSERT_EQ(b, 0x5a) << "output written on a rejected call";
+  }
+
+  weftComm_t comm = nullptr;
+};
+
+TEST_F(Errors, NullComm) {
+  float x[4] = {0};
+  EXPECT_EQ(weftAllReduce(x, x, 4, weftFloat32, weftSum, nullptr, nullptr), weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError(nullptr)).find("comm is NULL"), std::string::npos);
+  int v;
+  EXPECT_EQ(weftCommCount(nullptr, &v), weftInvalidArgument);
+  EXPECT_EQ(weftCommUserRank(nullptr, &v), weftInvalidArgument);
+  EXPECT_EQ(weftCommCuDevice(nullptr, &v), weftInvalidArgument);
+  EXPECT_EQ(weftCommDestroy(nullptr), weftInvalidArgument);
+  EXPECT_EQ(weftCommAbort(nullptr), weftInvalidArgument);
+  EXPECT_EQ(weftCommFinalize(nullptr), weftInvalidArgument);
+  weftResult_t async;
+  EXPECT_EQ(weftCommGetAsyncError(nullptr, &async), weftInvalidArgument);
+}
+
+TEST_F(Errors, NullBuffers) {
+  float x[4] = {1, 2, 3, 4};
+  expect_rejected(nullptr, 4, weftFloat32, weftSum, nullptr, weftInvalidArgument, "sendbuff is NULL");
+  std::vector<uint8_t> before(x, x + 4);
+  EXPECT_EQ(weftAllReduce(x, nullptr, 4, weftFloat32, weftSum, comm, nullptr), weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError(comm)).find("recvbuff is NULL"), std::string::npos);
+  // count 0 needs no buffers
+  EXPECT_EQ(weftAllReduce(nullptr, nullptr, 0, weftFloat32, weftSum, comm, nullptr), weftSuccess);
+}
+
+TEST_F(Errors, BadDatatypeAndOp) {
+  float x[4] = {0};
+  expect_rejected(x, 4, (weftDataType_t)weftNumTypes, weftSum, nullptr, weftInvalidArgument,
+                  "invalid datatype");
+  expect_rejected(x, 4, (weftDataType_t)-1, weftSum, nullptr, weftInvalidArgument,
+                  "invalid datatype");
+  expect_rejected(x, 4, weftFloat32, (weftRedOp_t)weftNumOps, nullptr, weftInvalidArgument,
+                  "invalid reduction op");
+  expect_rejected(x, 4, weftFloat32, (weftRedOp_t)-3, nullptr, weftInvalidArgument,
+                  "invalid reduction op");
+  EXPECT_EQ(weftTypeSize((weftDataType_t)99), 0u);
+}
+
+TEST_F(Errors, OverlapAndStream) {
+  std::vector<float> buf(64, 1.0f);
+  EXPECT_EQ(weftAllReduce(buf.data(), buf.data() + 1, 8, weftFloat32, weftSum, comm, nullptr),
+            weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError(comm)).find("overlap"), std::string::npos);
+  float x[4] = {0};
+  int fake_stream;
+  expect_rejected(x, 4, weftFloat32, weftSum, &fake_stream, weftInvalidArgument, "stream");
+}
+
+TEST_F(Errors, NullOutputsOfQueries) {
+  EXPECT_EQ(weftCommCount(comm, nullptr), weftInvalidArgument);
+  EXPECT_EQ(weftCommUserRank(comm, nullptr), weftInvalidArgument);
+  EXPECT_EQ(weftCommCuDevice(comm, nullptr), weftInvalidArgument);
+  EXPECT_EQ(weftCommGetAsyncError(comm, nullptr), weftInvalidArgument);
+  EXPECT_EQ(weftGetVersion(nullptr), weftInvalidArgument);
+  int v = 0;
+  EXPECT_EQ(weftGetVersion(&v), weftSuccess);
+  EXPECT_EQ(v, WEFT_VERSION_CODE);
+  weftResult_t async = weftInternalError;
+  EXPECT_EQ(weftCommGetAsyncError(comm, &async), weftSuccess);
+  EXPECT_EQ(async, weftSuccess);
+}
+
+TEST_F(Errors, FinalizedCommRefusesWork) {
+  float x[4] = {0};
+  EXPECT_EQ(weftCommFinalize(comm), weftSuccess);
+  EXPECT_EQ(weftAllReduce(x, x, 4, weftFloat32, weftSum, comm, nullptr), weftInvalidUsage);
+}
+
+TEST(ErrorsNoComm, InitArguments) {
+  weftUniqueId id;
+  ASSERT_EQ(weftGetUniqueId(&id), weftSuccess);
+  weftComm_t comm;
+  EXPECT_EQ(weftCommInitRank(&comm, 0, id, 0), weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError(nullptr)).find("nranks"), std::string::npos);
+  EXPECT_EQ(weftCommInitRank(&comm, 2, id, 2), weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError(nullptr)).find("out of range"), std::string::npos);
+  EXPECT_EQ(weftCommInitRank(&comm, 2, id, -1), weftInvalidArgument);
+  EXPECT_EQ(weftCommInitRank(nullptr, 1, id, 0), weftInvalidArgument);
+  EXPECT_EQ(weftGetUniqueId(nullptr), weftInvalidArgument);
+  EXPECT_EQ(weftCommInitAll(nullptr, 2, nullptr), weftInvalidArgument);
+  weftComm_t comms[1];
+  EXPECT_EQ(weftCommInitAll(comms, 0, nullptr), weftInvalidArgument);
+  weftUniqueId garbage;
+  memset(&garbage, 0x42, sizeof garbage);
+  EXPECT_EQ(weftCommInitRank(&comm, 1, garbage, 0), weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError(nullptr)).find("not a weft id"), std::string::npos);
+}
+
+TEST(ErrorsNoComm, ConfigMagicAndSize) {
+  weftUniqueId id;
+  ASSERT_EQ(weftGetUniqueId(&id), weftSuccess);
+  weftComm_t comm;
+  weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+  config.magic = 0;
+  EXPECT_EQ(weftCommInitRankConfig(&comm, 1, id, 0, &config), weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError(nullptr)).find("WEFT_CONFIG_INITIALIZER"),
+            std::string::npos);
+  config = WEFT_CONFIG_INITIALIZER;
+  config.size = 1u << 20;
+  EXPECT_EQ(weftCommInitRankConfig(&comm, 1, id, 0, &config), weftInvalidArgument);
+  // an older, shorter config is read up to its size
+  config = WEFT_CONFIG_INITIALIZER;
+  config.size = offsetof(weftConfig_t, timeoutMs);
+  ASSERT_EQ(weftCommInitRankConfig(&comm, 1, id, 0, &config), weftSuccess)
+      << weftGetLastError(nullptr);
+  EXPECT_EQ(weftCommDestroy(comm), weftSuccess);
+}
+
+TEST(ErrorsNoComm, GroupEndWithoutStart) {
+  EXPECT_EQ(weftGroupEnd(), weftInvalidUsage);
+  EXPECT_NE(std::string(weftGetLastError(nullptr)).find("without weftGroupStart"),
+            std::string::npos);
+}
+
+TEST(ErrorsNoComm, ErrorStrings) {
+  for (int r = 0; r <= weftNumResults; r++) {
+    const char *s = weftGetErrorString((weftResult_t)r);
+    ASSERT_NE(s, nullptr);
+    EXPECT_GT(strlen(s), 3u);
+  }
+}
+
+// A group whose recording failed runs nothing and reports the failure.
+TEST(ErrorsNoComm, GroupWithBadCallRunsNothing) {
+  weftUniqueId id;
+  ASSERT_EQ(weftGetUniqueId(&id), weftSuccess);
+  weftComm_t comm;
+  ASSERT_EQ(weftCommInitRank(&comm, 1, id, 0), weftSuccess);
+  float in[4] = {1, 2, 3, 4}, out[4] = {0, 0, 0, 0};
+  ASSERT_EQ(weftGroupStart(), weftSuccess);
+  EXPECT_EQ(weftAllReduce(in, out, 4, weftFloat32, weftSum, comm, nullptr), weftSuccess);
+  EXPECT_EQ(weftAllReduce(in, out, 4, (weftDataType_t)77, weftSum, comm, nullptr),
+            weftInvalidArgument);
+  EXPECT_EQ(weftGroupEnd(), weftInvalidArgument);
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(weftCommDestroy(comm), weftSuccess);
+}
+
+// Ranks holding different ids: the impostor is refused by the root, the
+// others fail within the timeout instead of waiting forever.
+TEST(ErrorsMultiRank, MismatchedUniqueId) {
+  RunOptions opts;
+  opts.timeout_s = 30;
+  opts.allow_warnings = true;  // the root logs the refusal
+  opts.env = {{"WEFT_TIMEOUT", "3"}};
+  auto status = run_ranks(2, [](const RankCtx &ctx) {
+    weftUniqueId id = ctx.id;
+    if (ctx.rank == 1) {
+      struct bootstrap_id b;
+      memcpy(&b, id.internal, sizeof b);
+      b.secret[0] ^= 0xff;  // right address, wrong secret
+      memcpy(id.internal, &b, sizeof b);
+    }
+    weftComm_t comm;
+    weftResult_t res = weftCommInitRank(&comm, 2, id, ctx.rank);
+    std::string msg = weftGetLastError(nullptr);
+    if (ctx.rank == 1) {
+      if (res != weftInvalidArgument || msg.find("wrong secret") == std::string::npos)
+        return rank_fail(ctx, "impostor got %d: %s", res, msg.c_str());
+    } else if (res == weftSuccess) {
+      return rank_fail(ctx, "init succeeded without its peer");
+    }
+    return 0;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
+TEST(ErrorsMultiRank, MismatchedNranks) {
+  RunOptions opts;
+  opts.timeout_s = 30;
+  opts.allow_warnings = true;
+  opts.env = {{"WEFT_TIMEOUT", "3"}};
+  auto status = run_ranks(2, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (ctx.rank == 1) usleep(200000);  // rank 0 sets the size first
+    weftResult_t res = weftCommInitRank(&comm, ctx.rank == 0 ? 2 : 3, ctx.id, ctx.rank);
+    if (ctx.rank == 1 &&
+        std::string(weftGetLastError(nullptr)).find("nranks differs") == std::string::npos)
+      return rank_fail(ctx, "got %d: %s", res, weftGetLastError(nullptr));
+    return res == weftSuccess ? rank_fail(ctx, "init succeeded") : 0;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
+}  // namespace

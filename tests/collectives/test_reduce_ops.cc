@@ -1,0 +1,752 @@
+// Reduction arithmetic: low-precision conversions against an ldexp-based
+// reference, and every (datatype, op) host loop against a scalar reference in
+// double or exact integer arithmetic. Random data comes from one seed, printed
+// once; WEFT_TEST_SEED repeats a run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <algorithm>
+#include <limits>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "collectives/reduce_ops.h"
+#include "collectives/reduce_host.h"
+
+namespace {
+
+uint64_t TestSeed() {
+  static uint64_t seed = [] {
+    const char *env = std::getenv("WEFT_TEST_SEED");
+    uint64_t s = env ? std::strtoull(env, nullptr, 0) : 20240601u;
+    std::printf("reduce_ops seed = %llu (set WEFT_TEST_SEED to repeat)\n",
+                (unsigned long long)s);
+    return s;
+  }();
+  return seed;
+}
+
+uint32_t FloatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+float FloatFromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+// --- low-precision formats and their reference -----------------------------
+
+struct LowpFormat {
+  const char *name;
+  int nbits;
+  int exp_bits;
+  int man_bits;
+  int bias;
+  bool ieee_specials;  // top exponent holds inf/NaN (fp16, bf16, e5m2)
+  bool saturates;      // finite overflow and inf encode to +-max (fp8)
+  float (*decode)(uint32_t);
+  uint32_t (*encode)(float);
+};
+
+const LowpFormat kF16 = {"f16", 16, 5, 10, 15, true, false,
+                         [](uint32_t p) { return weft_f16_to_f32((uint16_t)p); },
+                         [](float f) { return (uint32_t)weft_f32_to_f16(f); }};
+const LowpFormat kBf16 = {"bf16", 16, 8, 7, 127, true, false,
+                          [](uint32_t p) { return weft_bf16_to_f32((uint16_t)p); },
+                          [](float f) { return (uint32_t)weft_f32_to_bf16(f); }};
+const LowpFormat kE4m3 = {"e4m3", 8, 4, 3, 7, false, true,
+                          [](uint32_t p) { return weft_e4m3_to_f32((uint8_t)p); },
+                          [](float f) { return (uint32_t)weft_f32_to_e4m3(f); }};
+const LowpFormat kE5m2 = {"e5m2", 8, 5, 2, 15, true, true,
+                          [](uint32_t p) { return weft_e5m2_to_f32((uint8_t)p); },
+                          [](float f) { return (uint32_t)weft_f32_to_e5m2(f); }};
+const LowpFormat *const kFormats[] = {&kF16, &kBf16, &kE4m3, &kE5m2};
+
+uint32_t SignBit(const LowpFormat &f) { return 1u << (f.nbits - 1); }
+
+double RefDecode(const LowpFormat &f, uint32_t p) {
+  uint32_t mag = p & (SignBit(f) - 1);
+  uint32_t e = mag >> f.man_bits;
+  uint32_t m = mag & ((1u << f.man_bits) - 1);
+  uint32_t e_top = (1u << f.exp_bits) - 1;
+  double v;
+  if (f.ieee_specials && e == e_top)
+    v = m ? std::numeric_limits<double>::quiet_NaN() : INFINITY;
+  else if (!f.ieee_specials && mag == SignBit(f) - 1)
+    v = std::numeric_limits<double>::quiet_NaN();
+  else if (e == 0)
+    v = std::ldexp((double)m, 1 - f.bias - f.man_bits);
+  else
+    v = std::ldexp((double)(m + (1u << f.man_bits)), (int)e - f.bias - f.man_bits);
+  return (p & SignBit(f)) ? -v : v;
+}
+
+bool RefIsNan(const LowpFormat &f, uint32_t p) { return std::isnan(RefDecode(f, p)); }
+
+// values of the non-negative finite patterns 0..max, in increasing order
+const std::vector<double> &FiniteTable(const LowpFormat &f) {
+  static std::vector<double> tables[4];
+  size_t idx = &f == &kF16 ? 0 : &f == &kBf16 ? 1 : &f == &kE4m3 ? 2 : 3;
+  std::vector<double> &t = tables[idx];
+  if (t.empty()) {
+    for (uint32_t p = 0; p < SignBit(f); p++) {
+      double v = RefDecode(f, p);
+      if (!std::isfinite(v)) break;
+      t.push_back(v);
+    }
+  }
+  return t;
+}
+
+// nearest-even rounding by search among the representable values; for IEEE
+// formats the value 2^(emax+1) stands for infinity (an even pattern)
+uint32_t RefEncode(const LowpFormat &f, double x) {
+  const std::vector<double> &t = FiniteTable(f);
+  uint32_t sign = std::signbit(x) ? SignBit(f) : 0;
+  double a = std::fabs(x);
+  uint32_t max_p = (uint32_t)t.size() - 1;
+  double lo, hi;
+  uint32_t lo_p;
+  if (a > t.back()) {
+    if (f.saturates) return sign | max_p;
+    lo = t.back();
+    hi = std::ldexp(1.0, (1 << f.exp_bits) - 1 - f.bias);
+    lo_p = max_p;
+  } else {
+    size_t i = std::upper_bound(t.begin(), t.end(), a) - t.begin() - 1;
+    if (t[i] == a) return sign | (uint32_t)i;
+    lo = t[i];
+    hi = t[i + 1];
+    lo_p = (uint32_t)i;
+  }
+  double mid = (lo + hi) / 2;  // exact: few significant bits
+  uint32_t p;
+  if (a < mid)
+    p = lo_p;
+  else if (a > mid)
+    p = lo_p + 1;
+  else
+    p = (lo_p & 1) ? lo_p + 1 : lo_p;
+  return sign | p;
+}
+
+// the pattern expected from encoding x (NaN handled by the caller)
+void ExpectEncode(const LowpFormat &f, float x) {
+  uint32_t got = f.encode(x);
+  if (std::isnan(x)) {
+    EXPECT_TRUE(RefIsNan(f, got)) << f.name << " NaN encoded as 0x" << std::hex << got;
+    return;
+  }
+  uint32_t want = RefEncode(f, x);
+  EXPECT_EQ(got, want) << f.name << " encode(" << std::hexfloat << x << ") got 0x" << std::hex
+                       << got << " want 0x" << want;
+}
+
+// --- conversions -------------------------------------------------------------
+
+TEST(ReduceOpsConvert, DecodeEveryPattern) {
+  for (const LowpFormat *f : kFormats) {
+    size_t nan_count = 0;
+    for (uint32_t p = 0; p < (1u << f->nbits); p++) {
+      double want = RefDecode(*f, p);
+      float got = f->decode(p);
+      if (std::isnan(want)) {
+        nan_count++;
+        EXPECT_TRUE(std::isnan(got)) << f->name << " 0x" << std::hex << p;
+        continue;
+      }
+      ASSERT_EQ((double)got, want) << f->name << " 0x" << std::hex << p;
+      ASSERT_EQ(std::signbit(got), std::signbit(want)) << f->name << " 0x" << std::hex << p;
+    }
+    // sanity of the reference itself
+    size_t want_nans = f == &kE4m3 ? 2 : 2 * ((1u << f->man_bits) - 1);
+    EXPECT_EQ(nan_count, want_nans) << f->name;
+  }
+  EXPECT_EQ(FiniteTable(kF16).back(), 65504.0);
+  EXPECT_EQ(FiniteTable(kE4m3).back(), 448.0);
+  EXPECT_EQ(FiniteTable(kE5m2).back(), 57344.0);
+  EXPECT_EQ(FiniteTable(kBf16).back(), (double)FloatFromBits(0x7f7f0000u));
+}
+
+TEST(ReduceOpsConvert, RoundTripEveryPattern) {
+  for (const LowpFormat *f : kFormats) {
+    for (uint32_t p = 0; p < (1u << f->nbits); p++) {
+      double v = RefDecode(*f, p);
+      if (std::isnan(v)) continue;
+      uint32_t got = f->encode(f->decode(p));
+      if (std::isinf(v) && f->saturates) {
+        // e5m2's infinities saturate on the way back
+        EXPECT_EQ(got, (p & SignBit(*f)) | 0x7bu) << f->name << " 0x" << std::hex << p;
+        continue;
+      }
+      ASSERT_EQ(got, p) << f->name << " 0x" << std::hex << p;
+    }
+  }
+}
+
+// every midpoint between neighbours, and the floats just below and above it
+TEST(ReduceOpsConvert, TiesToEvenAtEveryMidpoint) {
+  for (const LowpFormat *f : kFormats) {
+    const std::vector<double> &t = FiniteTable(*f);
+    size_t n_mid = f->saturates ? t.size() - 1 : t.size();
+    for (size_t i = 0; i < n_mid; i++) {
+      double lo = t[i];
+      double hi = i + 1 < t.size() ? t[i + 1]
+                                   : std::ldexp(1.0, (1 << f->exp_bits) - 1 - f->bias);
+      double mid = (lo + hi) / 2;
+      float mid_f = (float)mid;
+      ASSERT_EQ((double)mid_f, mid) << f->name << " midpoint not a float";
+      uint32_t even = (i & 1) ? (uint32_t)i + 1 : (uint32_t)i;
+      float below = std::nextafter(mid_f, 0.0f);
+      float above = std::nextafter(mid_f, INFINITY);
+      for (uint32_t sign : {0u, SignBit(*f)}) {
+        float s = sign ? -1.0f : 1.0f;
+        ASSERT_EQ(f->encode(s * mid_f), sign | even) << f->name << " tie at " << mid;
+        ASSERT_EQ(f->encode(s * below), sign | (uint32_t)i) << f->name << " below " << mid;
+        ASSERT_EQ(f->encode(s * above), sign | ((uint32_t)i + 1)) << f->name << " above " << mid;
+      }
+    }
+  }
+}
+
+TEST(ReduceOpsConvert, OverflowAndSaturation) {
+  const float inf = INFINITY;
+  const float flt_max = std::numeric_limits<float>::max();
+  // fp16: IEEE overflow to infinity from max + half an ulp (65520) up
+  EXPECT_EQ(weft_f32_to_f16(65504.0f), 0x7bffu);
+  EXPECT_EQ(weft_f32_to_f16(std::nextafter(65520.0f, 0.0f)), 0x7bffu);
+  EXPECT_EQ(weft_f32_to_f16(65520.0f), 0x7c00u);
+  EXPECT_EQ(weft_f32_to_f16(1e10f), 0x7c00u);
+  EXPECT_EQ(weft_f32_to_f16(flt_max), 0x7c00u);
+  EXPECT_EQ(weft_f32_to_f16(inf), 0x7c00u);
+  EXPECT_EQ(weft_f32_to_f16(-inf), 0xfc00u);
+  EXPECT_EQ(weft_f32_to_f16(-65520.0f), 0xfc00u);
+  // bf16: FLT_MAX is past the last tie, so it rounds to infinity
+  EXPECT_EQ(weft_f32_to_bf16(FloatFromBits(0x7f7f7fffu)), 0x7f7fu);
+  EXPECT_EQ(weft_f32_to_bf16(FloatFromBits(0x7f7f8000u)), 0x7f80u);
+  EXPECT_EQ(weft_f32_to_bf16(flt_max), 0x7f80u);
+  EXPECT_EQ(weft_f32_to_bf16(inf), 0x7f80u);
+  EXPECT_EQ(weft_f32_to_bf16(-inf), 0xff80u);
+  // e4m3: everything past 448 saturates, infinities too
+  for (float x : {448.0f, 449.0f, 464.0f, 479.0f, 480.0f, 1e6f, flt_max, inf}) {
+    EXPECT_EQ(weft_f32_to_e4m3(x), 0x7eu) << x;
+    EXPECT_EQ(weft_f32_to_e4m3(-x), 0xfeu) << x;
+  }
+  // e5m2: past 57344 saturates, infinities too; decode still knows infinity
+  for (float x : {57344.0f, 61440.0f, 65536.0f, 1e9f, flt_max, inf}) {
+    EXPECT_EQ(weft_f32_to_e5m2(x), 0x7bu) << x;
+    EXPECT_EQ(weft_f32_to_e5m2(-x), 0xfbu) << x;
+  }
+  EXPECT_EQ(weft_e5m2_to_f32(0x7c), inf);
+  EXPECT_EQ(weft_e5m2_to_f32(0xfc), -inf);
+  EXPECT_EQ(weft_f16_to_f32(0x7c00), inf);
+  EXPECT_EQ(weft_bf16_to_f32(0xff80), -inf);
+}
+
+TEST(ReduceOpsConvert, Subnormals) {
+  // fp16: smallest subnormal 2^-24
+  EXPECT_EQ(weft_f16_to_f32(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_EQ(weft_f16_to_f32(0x03ff), std::ldexp(1023.0f, -24));
+  EXPECT_EQ(weft_f16_to_f32(0x8001), -std::ldexp(1.0f, -24));
+  EXPECT_EQ(weft_f32_to_f16(std::ldexp(1.0f, -24)), 0x0001u);
+  EXPECT_EQ(weft_f32_to_f16(std::ldexp(1.0f, -25)), 0x0000u);  // tie to even 0
+  EXPECT_EQ(weft_f32_to_f16(std::nextafter(std::ldexp(1.0f, -25), 1.0f)), 0x0001u);
+  EXPECT_EQ(weft_f32_to_f16(std::ldexp(3.0f, -25)), 0x0002u);  // tie to even 2
+  EXPECT_EQ(weft_f32_to_f16(-std::ldexp(1.0f, -26)), 0x8000u);
+  EXPECT_EQ(weft_f32_to_f16(std::ldexp(2047.0f, -25)), 0x0400u);  // rounds up to min normal
+  EXPECT_EQ(weft_f32_to_f16(FloatFromBits(1)), 0x0000u);  // float subnormal
+  EXPECT_EQ(weft_f32_to_f16(-FloatFromBits(1)), 0x8000u);
+  // bf16: its subnormals are the float subnormals' top bits
+  EXPECT_EQ(weft_bf16_to_f32(0x0001), FloatFromBits(0x00010000u));
+  EXPECT_EQ(weft_f32_to_bf16(FloatFromBits(0x00010000u)), 0x0001u);
+  EXPECT_EQ(weft_f32_to_bf16(FloatFromBits(0x00008000u)), 0x0000u);  // tie to even
+  EXPECT_EQ(weft_f32_to_bf16(FloatFromBits(0x00018000u)), 0x0002u);  // tie to even
+  EXPECT_EQ(weft_f32_to_bf16(FloatFromBits(0x00008001u)), 0x0001u);
+  EXPECT_EQ(weft_f32_to_bf16(FloatFromBits(0x007fffffu)), 0x0080u);  // to min normal
+  // e4m3: smallest subnormal 2^-9, largest 7 * 2^-9
+  EXPECT_EQ(weft_e4m3_to_f32(0x01), std::ldexp(1.0f, -9));
+  EXPECT_EQ(weft_e4m3_to_f32(0x07), std::ldexp(7.0f, -9));
+  EXPECT_EQ(weft_f32_to_e4m3(std::ldexp(1.0f, -10)), 0x00u);
+  EXPECT_EQ(weft_f32_to_e4m3(std::ldexp(1.5f, -10)), 0x01u);
+  EXPECT_EQ(weft_f32_to_e4m3(std::ldexp(15.0f, -10)), 0x08u);  // tie: 7 odd -> 8
+  // e5m2: smallest subnormal 2^-16
+  EXPECT_EQ(weft_e5m2_to_f32(0x01), std::ldexp(1.0f, -16));
+  EXPECT_EQ(weft_e5m2_to_f32(0x83), -std::ldexp(3.0f, -16));
+  EXPECT_EQ(weft_f32_to_e5m2(std::ldexp(1.0f, -17)), 0x00u);
+  EXPECT_EQ(weft_f32_to_e5m2(std::ldexp(5.0f, -17)), 0x02u);  // tie to even
+  EXPECT_EQ(weft_f32_to_e5m2(std::ldexp(7.0f, -17)), 0x04u);  // tie: 3 odd -> 4
+}
+
+TEST(ReduceOpsConvert, NanStaysNan) {
+  const float nans[] = {std::numeric_limits<float>::quiet_NaN(),
+                        -std::numeric_limits<float>::quiet_NaN(),
+                        std::numeric_limits<float>::signaling_NaN(),
+                        FloatFromBits(0x7f800001u),  // payload only in the low bits
+                        FloatFromBits(0xffffffffu)};
+  for (const LowpFormat *f : kFormats) {
+    for (float x : nans) {
+      uint32_t p = f->encode(x);
+      EXPECT_TRUE(RefIsNan(*f, p)) << f->name << " 0x" << std::hex << FloatBits(x) << " -> 0x"
+                                   << p;
+      EXPECT_TRUE(std::isnan(f->decode(p))) << f->name;
+    }
+  }
+  EXPECT_TRUE(std::isnan(weft_e4m3_to_f32(0x7f)));
+  EXPECT_TRUE(std::isnan(weft_e4m3_to_f32(0xff)));
+  EXPECT_EQ(weft_e4m3_to_f32(0x7e), 448.0f);
+  EXPECT_EQ(weft_e4m3_to_f32(0x78), 256.0f);  // exponent 15 is finite in e4m3
+}
+
+TEST(ReduceOpsConvert, RandomFloatsMatchReference) {
+  std::mt19937_64 rng(TestSeed());
+  std::uniform_real_distribution<float> frac(1.0f, 2.0f);
+  for (const LowpFormat *f : kFormats) {
+    // any float bit pattern
+    for (int i = 0; i < 300000; i++) ExpectEncode(*f, FloatFromBits((uint32_t)rng()));
+    // values in and around the format's range
+    int e_lo = 1 - f->bias - f->man_bits - 3;
+    int e_hi = (1 << f->exp_bits) - f->bias + 1;
+    std::uniform_int_distribution<int> exp(e_lo, e_hi);
+    for (int i = 0; i < 300000; i++) {
+      float x = std::ldexp(frac(rng), exp(rng));
+      ExpectEncode(*f, (rng() & 1) ? -x : x);
+    }
+    if (HasFailure()) return;
+  }
+}
+
+// --- host loops --------------------------------------------------------------
+
+const char *const kTypeTags[weftNumTypes] = {"i8",  "u8",  "i32", "u32",  "i64",  "u64",
+                                             "f16", "f32", "f64", "bf16", "e4m3", "e5m2"};
+const char *const kOpNames[weftNumOps] = {"sum", "prod", "max", "min", "avg"};
+
+template <typename T>
+T RefInt(T a, T b, weftRedOp_t op, int divisor) {
+  using Wide = typename std::conditional<std::is_signed<T>::value, __int128,
+                                         unsigned __int128>::type;
+  using U = typename std::make_unsigned<T>::type;
+  Wide exact;
+  T r;
+  switch (op) {
+    case weftSum:
+    case weftAvg:
+      exact = (Wide)a + (Wide)b;
+      r = (T)(U)exact;  // modulo 2^bits
+      break;
+    case weftProd:
+      exact = (Wide)a * (Wide)b;
+      r = (T)(U)exact;
+      break;
+    case weftMax: r = std::max(a, b); break;
+    default: r = std::min(a, b); break;
+  }
+  if (divisor > 1) r = (T)((Wide)r / (Wide)divisor);  // truncates toward zero
+  return r;
+}
+
+// float max/min: NaN wins, then +0 > -0
+template <typename F>
+F RefMaxMin(F a, F b, bool is_max) {
+  if (std::isnan(a)) return a;
+  if (std::isnan(b)) return b;
+  if (a == b) {
+    bool neg = is_max ? (std::signbit(a) && std::signbit(b)) : (std::signbit(a) || std::signbit(b));
+    return a == 0 ? (neg ? (F)-0.0 : (F)0.0) : a;
+  }
+  return is_max ? std::max(a, b) : std::min(a, b);
+}
+
+// float32 through double: the double result is exact or double rounding is
+// innocuous (53 >= 2 * 24 + 2)
+float RefF32(float a, float b, weftRedOp_t op, int divisor) {
+  float r;
+  switch (op) {
+    case weftSum:
+    case weftAvg: r = (float)((double)a + (double)b); break;
+    case weftProd: r = (float)((double)a * (double)b); break;
+    default: r = RefMaxMin(a, b, op == weftMax); break;
+  }
+  if (divisor > 1) r = (float)((double)r / divisor);
+  return r;
+}
+
+double RefF64(double a, double b, weftRedOp_t op, int divisor) {
+  double r;
+  switch (op) {
+    case weftSum:
+    case weftAvg: r = a + b; break;
+    case weftProd: r = a * b; break;
+    default: r = RefMaxMin(a, b, op == weftMax); break;
+  }
+  if (divisor > 1) r = r / divisor;
+  return r;
+}
+
+// low precision: exact in double, then one nearest-even rounding; equal to
+// computing in float first because float has 2p+2 bits of these formats
+uint32_t RefLowp(const LowpFormat &f, uint32_t a, uint32_t b, weftRedOp_t op, int divisor,
+                 bool *nan_out) {
+  double x = RefDecode(f, a), y = RefDecode(f, b), r;
+  switch (op) {
+    case weftSum:
+    case weftAvg: r = x + y; break;
+    case weftProd: r = x * y; break;
+    default: r = RefMaxMin(x, y, op == weftMax); break;
+  }
+  uint32_t p = std::isnan(r) ? 0 : RefEncode(f, r);
+  if (!std::isnan(r) && divisor > 1) {
+    r = RefDecode(f, p) / divisor;
+    p = RefEncode(f, r);
+  }
+  *nan_out = std::isnan(r);
+  return p;
+}
+
+size_t TypeNbytes(weftDataType_t t) {
+  static const size_t nbytes[weftNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+  return nbytes[t];
+}
+
+template <typename T>
+T Load(const unsigned char *p, size_t i) {
+  T v;
+  std::memcpy(&v, p + i * sizeof(T), sizeof(T));
+  return v;
+}
+
+// checks got[i] against the reference for inputs a[i], b[i]
+void ExpectElement(weftDataType_t t, weftRedOp_t op, int divisor, const unsigned char *a,
+                   const unsigned char *b, const unsigned char *got, size_t i,
+                   const std::string &where) {
+  auto lowp = [&](const LowpFormat &f, uint32_t pa, uint32_t pb, uint32_t pg) {
+    bool nan;
+    uint32_t want = RefLowp(f, pa, pb, op, divisor, &nan);
+    if (nan)
+      EXPECT_TRUE(RefIsNan(f, pg)) << where << " i=" << i << " got 0x" << std::hex << pg;
+    else
+      EXPECT_EQ(pg, want) << where << " i=" << i << std::hex << " a=0x" << pa << " b=0x" << pb;
+  };
+  switch (t) {
+#define INT_CASE(dt, T)                                                                    \
+  case dt:                                                                                 \
+    EXPECT_EQ(Load<T>(got, i), RefInt<T>(Load<T>(a, i), Load<T>(b, i), op, divisor))       \
+        << where << " i=" << i << " a=" << +Load<T>(a, i) << " b=" << +Load<T>(b, i);      \
+    break;
+    INT_CASE(weftInt8, int8_t)
+    INT_CASE(weftUint8, uint8_t)
+    INT_CASE(weftInt32, int32_t)
+    INT_CASE(weftUint32, uint32_t)
+    INT_CASE(weftInt64, int64_t)
+    INT_CASE(weftUint64, uint64_t)
+#undef INT_CASE
+    case weftFloat32: {
+      float want = RefF32(Load<float>(a, i), Load<float>(b, i), op, divisor);
+      float g = Load<float>(got, i);
+      if (std::isnan(want))
+        EXPECT_TRUE(std::isnan(g)) << where << " i=" << i;
+      else
+        EXPECT_EQ(FloatBits(g), FloatBits(want)) << where << " i=" << i << " got " << g
+                                                 << " want " << want;
+      break;
+    }
+    case weftFloat64: {
+      double want = RefF64(Load<double>(a, i), Load<double>(b, i), op, divisor);
+      double g = Load<double>(got, i);
+      uint64_t gb, wb;
+      std::memcpy(&gb, &g, 8);
+      std::memcpy(&wb, &want, 8);
+      if (std::isnan(want))
+        EXPECT_TRUE(std::isnan(g)) << where << " i=" << i;
+      else
+        EXPECT_EQ(gb, wb) << where << " i=" << i << " got " << g << " want " << want;
+      break;
+    }
+    case weftFloat16:
+      lowp(kF16, Load<uint16_t>(a, i), Load<uint16_t>(b, i), Load<uint16_t>(got, i));
+      break;
+    case weftBfloat16:
+      lowp(kBf16, Load<uint16_t>(a, i), Load<uint16_t>(b, i), Load<uint16_t>(got, i));
+      break;
+    case weftFloat8e4m3:
+      lowp(kE4m3, Load<uint8_t>(a, i), Load<uint8_t>(b, i), Load<uint8_t>(got, i));
+      break;
+    default:
+      lowp(kE5m2, Load<uint8_t>(a, i), Load<uint8_t>(b, i), Load<uint8_t>(got, i));
+      break;
+  }
+}
+
+// random elements: integers and low-precision types take any bit pattern;
+// floats mix any pattern with moderate values and signed zeros
+void FillRandom(weftDataType_t t, unsigned char *p, size_t count, std::mt19937_64 &rng) {
+  std::uniform_real_distribution<double> val(-4.0, 4.0);
+  for (size_t i = 0; i < count; i++) {
+    uint64_t bits = rng();
+    unsigned kind = (unsigned)(rng() % 16);
+    if (t == weftFloat32) {
+      float f = kind < 6 ? FloatFromBits((uint32_t)bits) : kind == 6 ? 0.0f : kind == 7 ? -0.0f
+                                                                     : (float)val(rng);
+      std::memcpy(p + i * 4, &f, 4);
+    } else if (t == weftFloat64) {
+      double d;
+      if (kind < 6)
+        std::memcpy(&d, &bits, 8);
+      else
+        d = kind == 6 ? 0.0 : kind == 7 ? -0.0 : val(rng);
+      std::memcpy(p + i * 8, &d, 8);
+    } else if ((t == weftFloat16 || t == weftBfloat16) && kind >= 12) {
+      uint16_t z = kind == 12 ? 0x0000 : kind == 13 ? 0x8000 : (uint16_t)(bits & 0x8fff);
+      std::memcpy(p + i * 2, &z, 2);  // zeros and small magnitudes
+    } else {
+      std::memcpy(p + i * TypeNbytes(t), &bits, TypeNbytes(t));
+    }
+  }
+}
+
+struct LoopParam {
+  weftDataType_t datatype;
+  weftRedOp_t op;
+};
+
+std::string LoopParamName(const testing::TestParamInfo<LoopParam> &info) {
+  return std::string(kTypeTags[info.param.datatype]) + "_" + kOpNames[info.param.op];
+}
+
+std::vector<LoopParam> AllLoopParams() {
+  std::vector<LoopParam> params;
+  for (int t = 0; t < weftNumTypes; t++)
+    for (int op = 0; op < weftNumOps; op++)
+      params.push_back({(weftDataType_t)t, (weftRedOp_t)op});
+  return params;
+}
+
+// how the four pointers alias
+enum class Layout { kOutOfPlace, kDstIsA, kDstIsB, kAIsB, kAllSame, kDst1, kDst1IsA, kDst1IsDst0 };
+const Layout kLayouts[] = {Layout::kOutOfPlace, Layout::kDstIsA, Layout::kDstIsB,
+                           Layout::kAIsB,       Layout::kAllSame, Layout::kDst1,
+                           Layout::kDst1IsA,    Layout::kDst1IsDst0};
+const char *const kLayoutNames[] = {"out-of-place", "dst0==a", "dst0==b",   "a==b",
+                                    "all same",     "dst1",    "dst1==a", "dst1==dst0"};
+
+class ReduceHostLoop : public testing::TestWithParam<LoopParam> {};
+
+TEST_P(ReduceHostLoop, MatchesReference) {
+  const LoopParam prm = GetParam();
+  weft_reduce_fn fn = reduce_host_fn(prm.datatype, prm.op);
+  ASSERT_NE(fn, nullptr);
+  if (prm.op == weftAvg) {
+    EXPECT_EQ(fn, reduce_host_fn(prm.datatype, weftSum));
+  }
+  const size_t esize = TypeNbytes(prm.datatype);
+  std::mt19937_64 rng(TestSeed() * 131 + (uint64_t)prm.datatype * 7 + (uint64_t)prm.op);
+
+  std::vector<int> divisors = {1};
+  if (prm.op == weftAvg) divisors = {2, 3, 7};
+  else divisors.push_back(5);  // the final-step division works for any op
+  // 20011 elements span several 8 KiB blocks of the dst1 path for every type
+  for (size_t count : {(size_t)0, (size_t)1, (size_t)7, (size_t)1001, (size_t)20011}) {
+    for (Layout layout : kLayouts) {
+      for (int divisor : divisors) {
+        // one element of offset on odd counts, so vector loops start unaligned
+        size_t off = (count & 1) * esize;
+        size_t nbytes = count * esize + off;
+        std::vector<unsigned char> a(nbytes + 1), b(nbytes + 1), d0(nbytes + 1), d1(nbytes + 1);
+        FillRandom(prm.datatype, a.data() + off, count, rng);
+        FillRandom(prm.datatype, b.data() + off, count, rng);
+        FillRandom(prm.datatype, d0.data() + off, count, rng);
+        const std::vector<unsigned char> a_in = a, b_in = b;
+
+        unsigned char *pa = a.data() + off, *pb = b.data() + off;
+        unsigned char *p0 = d0.data() + off, *p1 = nullptr;
+        switch (layout) {
+          case Layout::kOutOfPlace: break;
+          case Layout::kDstIsA: p0 = pa; break;
+          case Layout::kDstIsB: p0 = pb; break;
+          case Layout::kAIsB: pb = pa; break;
+          case Layout::kAllSame: pb = pa; p0 = pa; break;
+          case Layout::kDst1: p1 = d1.data() + off; break;
+          case Layout::kDst1IsA: p1 = pa; break;
+          case Layout::kDst1IsDst0: p1 = p0; break;
+        }
+        const unsigned char *ref_b = layout == Layout::kAIsB || layout == Layout::kAllSame
+                                         ? a_in.data() + off
+                                         : b_in.data() + off;
+        fn(p0, p1, pa, pb, count, divisor);
+
+        std::string where = std::string(kTypeTags[prm.datatype]) + "_" + kOpNames[prm.op] +
+                            " count=" + std::to_string(count) + " " +
+                            kLayoutNames[(int)layout] + " divisor=" + std::to_string(divisor);
+        for (size_t i = 0; i < count; i++) {
+          ExpectElement(prm.datatype, prm.op, divisor, a_in.data() + off, ref_b, p0, i, where);
+          if (HasFailure()) return;
+        }
+        if (p1) {
+          ASSERT_EQ(std::memcmp(p0, p1, count * esize), 0) << where << " dst1 differs";
+        }
+        // nothing outside [0, count) written
+        EXPECT_EQ(d0.back(), 0) << where;
+        if (layout == Layout::kDst1) {
+          EXPECT_EQ(d1.back(), 0) << where;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypesOps, ReduceHostLoop, testing::ValuesIn(AllLoopParams()),
+                         LoopParamName);
+
+TEST(ReduceHost, InvalidArguments) {
+  EXPECT_EQ(reduce_host_fn((weftDataType_t)weftNumTypes, weftSum), nullptr);
+  EXPECT_EQ(reduce_host_fn((weftDataType_t)-1, weftSum), nullptr);
+  EXPECT_EQ(reduce_host_fn(weftFloat32, (weftRedOp_t)weftNumOps), nullptr);
+  EXPECT_EQ(reduce_host_fn(weftFloat32, (weftRedOp_t)-1), nullptr);
+  for (int t = 0; t < weftNumTypes; t++)
+    for (int op = 0; op < weftNumOps; op++)
+      EXPECT_NE(reduce_host_fn((weftDataType_t)t, (weftRedOp_t)op), nullptr) << t << " " << op;
+  unsigned char buf[4] = {1, 2, 3, 4};
+  reduce_host_divide((weftDataType_t)weftNumTypes, buf, buf, 4, 2);  // ignored
+  EXPECT_EQ(buf[3], 4);
+}
+
+// reduce_host_divide against the reference's final step, every type
+TEST(ReduceHost, DivideMatchesReference) {
+  std::mt19937_64 rng(TestSeed() + 99);
+  for (int t = 0; t < weftNumTypes; t++) {
+    weftDataType_t dt = (weftDataType_t)t;
+    size_t esize = TypeNbytes(dt);
+    for (size_t count : {(size_t)0, (size_t)1, (size_t)7, (size_t)1003}) {
+      for (int divisor : {1, 2, 3, 7, 16}) {
+        for (bool in_place : {false, true}) {
+          std::vector<unsigned char> src(count * esize + 1), dst(count * esize + 1);
+          FillRandom(dt, src.data(), count, rng);
+          const std::vector<unsigned char> src_in = src;
+          // integers and floats: the reference of (x + 0) / d
+          std::vector<unsigned char> zero(count * esize + 1, 0);
+          unsigned char *out = in_place ? src.data() : dst.data();
+          reduce_host_divide(dt, out, src.data(), count, divisor);
+          std::string where = std::string("divide ") + kTypeTags[t] +
+                              " count=" + std::to_string(count) +
+                              " divisor=" + std::to_string(divisor) +
+                              (in_place ? " in-place" : "");
+          for (size_t i = 0; i < count; i++) {
+            bool x_is_neg_zero = false;
+            if (dt == weftFloat32) x_is_neg_zero = FloatBits(Load<float>(src_in.data(), i)) == 0x80000000u;
+            if (dt == weftFloat64) x_is_neg_zero = std::signbit(Load<double>(src_in.data(), i)) && Load<double>(src_in.data(), i) == 0;
+            if (x_is_neg_zero) {
+              // -0 + 0 = +0 would spoil the sum-based reference; -0 / d = -0
+              EXPECT_TRUE(std::signbit(dt == weftFloat32 ? (double)Load<float>(out, i)
+                                                         : Load<double>(out, i)))
+                  << where;
+              continue;
+            }
+            if (dt >= weftFloat16 && dt != weftFloat32 && dt != weftFloat64) {
+              // low precision: compare with the reference division directly
+              const LowpFormat &f = dt == weftFloat16 ? kF16 : dt == weftBfloat16 ? kBf16
+                                    : dt == weftFloat8e4m3 ? kE4m3 : kE5m2;
+              uint32_t x = esize == 2 ? Load<uint16_t>(src_in.data(), i) : Load<uint8_t>(src_in.data(), i);
+              uint32_t g = esize == 2 ? Load<uint16_t>(out, i) : Load<uint8_t>(out, i);
+              double q = RefDecode(f, x) / (divisor > 1 ? divisor : 1);
+              if (std::isnan(q)) {
+                EXPECT_TRUE(RefIsNan(f, g)) << where;
+              } else if (divisor <= 1) {
+                EXPECT_EQ(g, x) << where;  // a plain copy
+              } else {
+                EXPECT_EQ(g, RefEncode(f, q)) << where << std::hex << " x=0x" << x;
+              }
+              continue;
+            }
+            ExpectElement(dt, weftAvg, divisor, src_in.data(), zero.data(), out, i, where);
+          }
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+TEST(ReduceHost, AvgKnownValues) {
+  // integers: truncating division of the wrapped sum, signed as signed
+  int8_t a8[] = {100, -7, -128, 3}, b8[] = {100, 0, -1, -4}, o8[4];
+  reduce_host_fn(weftInt8, weftAvg)(o8, nullptr, a8, b8, 4, 2);
+  EXPECT_EQ(o8[0], -28);  // 200 wraps to -56
+  EXPECT_EQ(o8[1], -3);   // toward zero, not -4
+  EXPECT_EQ(o8[2], 63);   // -129 wraps to 127
+  EXPECT_EQ(o8[3], 0);
+  uint8_t ua[] = {200, 7}, ub[] = {100, 0}, uo[2];
+  reduce_host_fn(weftUint8, weftAvg)(uo, nullptr, ua, ub, 2, 2);
+  EXPECT_EQ(uo[0], 22);  // 300 wraps to 44
+  EXPECT_EQ(uo[1], 3);
+  int32_t a32[] = {-9, INT32_MAX, -1}, b32[] = {0, 1, 0}, o32[3];
+  reduce_host_fn(weftInt32, weftAvg)(o32, nullptr, a32, b32, 3, 4);
+  EXPECT_EQ(o32[0], -2);
+  EXPECT_EQ(o32[1], INT32_MIN / 4);
+  EXPECT_EQ(o32[2], 0);
+  int64_t a64[] = {INT64_MIN, -10}, b64[] = {0, -1}, o64[2];
+  reduce_host_fn(weftInt64, weftAvg)(o64, nullptr, a64, b64, 2, 3);
+  EXPECT_EQ(o64[0], INT64_MIN / 3);
+  EXPECT_EQ(o64[1], -3);
+  uint64_t au[] = {UINT64_MAX}, bu[] = {2}, ou[1];
+  reduce_host_fn(weftUint64, weftAvg)(ou, nullptr, au, bu, 1, 3);
+  EXPECT_EQ(ou[0], 0u);  // wraps to 1
+  int32_t d32[] = {-7, 7, -1};
+  reduce_host_divide(weftInt32, d32, d32, 3, 2);
+  EXPECT_EQ(d32[0], -3);
+  EXPECT_EQ(d32[1], 3);
+  EXPECT_EQ(d32[2], 0);
+
+  // floats
+  float fa[] = {1.0f, -3.0f}, fb[] = {2.0f, 0.0f}, fo[2];
+  reduce_host_fn(weftFloat32, weftAvg)(fo, nullptr, fa, fb, 2, 2);
+  EXPECT_EQ(fo[0], 1.5f);
+  EXPECT_EQ(fo[1], -1.5f);
+  double da[] = {1.0}, db[] = {0.0}, dout[1];
+  reduce_host_fn(weftFloat64, weftAvg)(dout, nullptr, da, db, 1, 3);
+  EXPECT_EQ(dout[0], 1.0 / 3.0);
+  uint16_t ha[] = {0x3c00}, hb[] = {0x4000}, ho[1];  // fp16 1 and 2
+  reduce_host_fn(weftFloat16, weftAvg)(ho, nullptr, ha, hb, 1, 2);
+  EXPECT_EQ(ho[0], 0x3e00u);  // 1.5
+  uint16_t h3[] = {0x3c00};
+  reduce_host_divide(weftFloat16, h3, h3, 1, 3);
+  EXPECT_EQ(h3[0], 0x3555u);  // 1/3 rounded to nearest
+  uint8_t e4[] = {0x38}, e4o[1];  // e4m3 1.0
+  reduce_host_divide(weftFloat8e4m3, e4o, e4, 1, 3);
+  EXPECT_EQ(e4o[0], 0x2bu);  // 1/3 -> 0.34375 (nearest of 0.3125, 0.34375)
+}
+
+TEST(ReduceOps, MaxMinNanAndSignedZero) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(weft_f32_max(nan, 1.0f)));
+  EXPECT_TRUE(std::isnan(weft_f32_max(1.0f, nan)));
+  EXPECT_TRUE(std::isnan(weft_f32_min(nan, 1.0f)));
+  EXPECT_TRUE(std::isnan(weft_f64_min(2.0, (double)nan)));
+  EXPECT_FALSE(std::signbit(weft_f32_max(-0.0f, 0.0f)));
+  EXPECT_FALSE(std::signbit(weft_f32_max(0.0f, -0.0f)));
+  EXPECT_TRUE(std::signbit(weft_f32_min(-0.0f, 0.0f)));
+  EXPECT_TRUE(std::signbit(weft_f32_min(0.0f, -0.0f)));
+  EXPECT_FALSE(std::signbit(weft_f64_max(-0.0, 0.0)));
+  EXPECT_TRUE(std::signbit(weft_f64_min(0.0, -0.0)));
+  EXPECT_EQ(weft_f16_max(0x7e00, 0x3c00) & 0x7c00, 0x7c00);  // NaN in, NaN out
+  EXPECT_NE(weft_f16_max(0x7e00, 0x3c00) & 0x3ff, 0);
+  EXPECT_EQ(weft_e4m3_min(0x38, 0x7f) & 0x7f, 0x7f);
+  EXPECT_EQ(weft_bf16_max(0x8000, 0x0000), 0x0000);
+  EXPECT_EQ(weft_bf16_min(0x0000, 0x8000), 0x8000);
+  EXPECT_EQ(weft_i8_sum(127, 1), -128);
+  EXPECT_EQ(weft_i8_prod(-128, -1), -128);
+  EXPECT_EQ(weft_i32_prod(INT32_MIN, -1), INT32_MIN);
+  EXPECT_EQ(weft_i64_sum(INT64_MAX, 1), INT64_MIN);
+  EXPECT_EQ(weft_u32_sum(UINT32_MAX, 2), 1u);
+}
+
+}  // namespace

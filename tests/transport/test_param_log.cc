@@ -1,0 +1,94 @@
+// Environment parameters and logging.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "collectives/params.h"
+#include "transport/log.h"
+#include "transport/param.h"
+}
+
+namespace {
+
+struct weft_param test_params[] = {
+    {"WEFT_TEST_INT", PARAM_INT, "64K", "an integer", 0, 0, NULL},
+    {"WEFT_TEST_STR", PARAM_STR, NULL, "a string", 0, 0, NULL},
+    PARAM_END,
+};
+struct weft_param *const test_tables[] = {test_params, NULL};
+
+std::vector<std::pair<int, std::string>> captured;
+void capture(int level, const char *line, void *) { captured.push_back({level, line}); }
+
+TEST(Param, DefaultsSuffixesAndCache) {
+  unsetenv("WEFT_TEST_INT");
+  unsetenv("WEFT_TEST_STR");
+  param_tables_reset(test_tables);
+  EXPECT_EQ(param_int(&test_params[0]), 64 * 1024);
+  EXPECT_EQ(param_str(&test_params[1]), nullptr);
+  setenv("WEFT_TEST_INT", "3M", 1);
+  EXPECT_EQ(param_int(&test_params[0]), 64 * 1024) << "cached after the first read";
+  param_tables_reset(test_tables);
+  EXPECT_EQ(param_int(&test_params[0]), 3 * 1024 * 1024);
+  setenv("WEFT_TEST_INT", "0x10", 1);
+  param_tables_reset(test_tables);
+  EXPECT_EQ(param_int(&test_params[0]), 16);
+  unsetenv("WEFT_TEST_INT");
+}
+
+TEST(Param, GarbageFallsBackToDefaultWithWarning) {
+  captured.clear();
+  weft_log_set_sink(capture, nullptr);
+  setenv("WEFT_TEST_INT", "12parsecs", 1);
+  param_tables_reset(test_tables);
+  EXPECT_EQ(param_int(&test_params[0]), 64 * 1024);
+  weft_log_set_sink(nullptr, nullptr);
+  ASSERT_EQ(captured.size(), 1u);
+  EXPECT_EQ(captured[0].first, LOG_WARN);
+  EXPECT_NE(captured[0].second.find("WEFT_TEST_INT=12parsecs"), std::string::npos);
+  unsetenv("WEFT_TEST_INT");
+}
+
+TEST(Log, LevelsSubsystemsAndPrefix) {
+  captured.clear();
+  weft_log_set_sink(capture, nullptr);
+  setenv("WEFT_DEBUG", "INFO", 1);
+  setenv("WEFT_DEBUG_SUBSYS", "^NET", 1);
+  weft_params_reset();
+  WEFT_INFO(LOG_SHM, "shm says %d", 1);
+  WEFT_INFO(LOG_NET, "net says %d", 2);  // excluded
+  WEFT_TRACE(LOG_SHM, "too detailed");   // above INFO
+  WEFT_WARN(LOG_COLL, "coll warns");
+  ASSERT_EQ(captured.size(), 2u);
+  EXPECT_NE(captured[0].second.find(" weft INFO SHM shm says 1"), std::string::npos)
+      << captured[0].second;
+  EXPECT_NE(captured[0].second.find(":" + std::to_string(getpid()) + ":"), std::string::npos);
+  EXPECT_NE(captured[1].second.find("WARN COLL coll warns"), std::string::npos);
+  setenv("WEFT_DEBUG", "NONE", 1);
+  weft_params_reset();
+  WEFT_WARN(LOG_COLL, "silenced");
+  EXPECT_EQ(captured.size(), 2u);
+  weft_log_set_sink(nullptr, nullptr);
+  unsetenv("WEFT_DEBUG");
+  unsetenv("WEFT_DEBUG_SUBSYS");
+  weft_params_reset();
+}
+
+TEST(Param, ConfigPrintListsEveryTable) {
+  char *text = nullptr;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  weftConfigPrint(f);
+  fclose(f);
+  std::string s(text, len);
+  free(text);
+  for (struct weft_param *const *t = weft_param_tables; *t; t++)
+    for (struct weft_param *p = *t; p->name; p++)
+      EXPECT_NE(s.find(p->name), std::string::npos) << p->name;
+}
+
+}  // namespace
