@@ -114,6 +114,9 @@ static weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct boo
   bootstrap_peer_info_local(&self);
   WEFT_TRY_GOTO(bootstrap_init(id, rank, nranks, &self, comm->timeout_ns, &comm->bs, peers),
                 res, free_comm);
+  int nlocal = 0;
+  for (int r = 0; r < nranks; r++) nlocal += peers[r].host_hash == peers[rank].host_hash;
+  wait_set_local_ranks(nlocal);
   WEFT_TRY_GOTO(channels_connect(comm, (uint32_t)nslots, (size_t)slot_nbytes), res,
                 close_channels);
   comm->magic = COMM_MAGIC;

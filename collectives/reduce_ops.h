@@ -144,9 +144,8 @@ WEFT_HD uint16_t weft_f32_to_bf16(float f)
   uint32_t sign = (bits >> 16) & 0x8000u;
   uint32_t abs_bits = bits & 0x7fffffffu;
   if (abs_bits > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x0040u);
-  uint32_t mag = weft_fp_round_mag(abs_bits, 7, 127);
-  if (mag > 0x7f80u) mag = 0x7f80u;
-  return (uint16_t)(sign | mag);
+  /* no clamp: the largest float rounds to at most 0x7f80, infinity */
+  return (uint16_t)(sign | weft_fp_round_mag(abs_bits, 7, 127));
 }
 
 /* --- fp8 E4M3 (OCP): bias 7, no infinities, 0x7f/0xff NaN, max 448 -------- */

@@ -43,6 +43,17 @@ static int pid_alive(pid_t pid) {
   return !(paren != NULL && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
 }
 
+static int oversubscribed; /* more local ranks than usable cores */
+
+void wait_set_local_ranks(int nlocal) {
+  cpu_set_t set;
+  int ncpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  int over = nlocal > ncpus;
+  if (over && !oversubscribed)
+    WEFT_INFO(LOG_INIT, "%d local ranks on %d cores: waits yield at once", nlocal, ncpus);
+  if (over) oversubscribed = 1;
+}
+
 uint64_t wait_default_timeout_ns(void) {
   int64_t s = param_int(&wait_params[P_TIMEOUT]);
   return s > 0 ? (uint64_t)s * 1000000000ull : UINT64_MAX / 2;
@@ -55,6 +66,7 @@ void wait_begin(struct weft_wait *w, uint64_t timeout_ns, const volatile uint32_
   w->timeout_ns = timeout_ns;
   w->next_check_ns = 0;
   w->iter = 0;
+  w->spin_mask = oversubscribed ? 0 : 255;
   w->abort_local = abort_local;
   w->abort_remote = abort_remote;
   w->peer_pid = peer_pid;
@@ -87,8 +99,8 @@ weftResult_t wait_check(struct weft_wait *w) {
                             w->peer_rank, (int)w->peer_pid, w->what);
   }
   /* back off: spin first, then yield, then sleep briefly */
-  uint64_t spin_ns = (uint64_t)param_int(&wait_params[P_SPIN_NS]);
-  if (waited > spin_ns * 100) {
+  uint64_t spin_ns = oversubscribed ? 0 : (uint64_t)param_int(&wait_params[P_SPIN_NS]);
+  if (!oversubscribed && waited > spin_ns * 100 + 20000000ull) {
     struct timespec ts = {0, 50000};
     nanosleep(&ts, NULL);
   } else if (waited > spin_ns) {

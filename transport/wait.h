@@ -15,6 +15,7 @@ struct weft_wait {
   uint64_t timeout_ns;
   uint64_t next_check_ns;
   uint32_t iter;
+  uint32_t spin_mask; /* polls between slow checks, minus one (a power of two) */
   const volatile uint32_t *abort_local;  /* this rank's comm abort flag, or NULL */
   const volatile uint32_t *abort_remote; /* a connection's shared poison word, or NULL */
   pid_t peer_pid;                         /* same-host peer to watch, or 0 */
@@ -34,10 +35,14 @@ void wait_begin(struct weft_wait *w, uint64_t timeout_ns, const volatile uint32_
 /* The slow half of wait_poll: clocks, flags, liveness, back-off. */
 weftResult_t wait_check(struct weft_wait *w);
 
+/* Tells the waits how many ranks share this host, so that they yield the core
+ * at once when ranks outnumber the cores they may run on. */
+void wait_set_local_ranks(int nlocal);
+
 /* Call once per spin iteration. Returns weftInProgress to keep waiting, or an
  * error (weftRemoteError with a message naming the peer) to give up. */
 static inline weftResult_t wait_poll(struct weft_wait *w) {
-  if ((++w->iter & 255) != 0) {
+  if ((++w->iter & w->spin_mask) != 0) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #elif defined(__aarch64__)

@@ -519,6 +519,10 @@ struct LoopParam {
   weftRedOp_t op;
 };
 
+void PrintTo(const LoopParam &p, std::ostream *os) {
+  *os << kTypeTags[p.datatype] << "_" << kOpNames[p.op];
+}
+
 std::string LoopParamName(const testing::TestParamInfo<LoopParam> &info) {
   return std::string(kTypeTags[info.param.datatype]) + "_" + kOpNames[info.param.op];
 }
