@@ -1,4 +1,5 @@
 /* The tuner and the host executor's dispatch. */
+#include <stdint.h>
 #include <string.h>
 
 #include "../transport/status.h"
@@ -8,9 +9,10 @@
 void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
   plan->algo = ALGO_RING;
   plan->proto = PROTO_SIMPLE;
-  /* a channel needs enough data to be worth its pipeline */
+  /* a channel needs at least one full loop (a slot per rank) to be worth it */
   size_t nbytes = plan->count * weftTypeSize(plan->datatype);
-  size_t per_channel_min = 64 * 1024;
+  size_t per_channel_min =
+      comm->nranks > 1 ? (size_t)comm->nranks * comm->channels[0].send.slot_nbytes : SIZE_MAX;
   int nch = comm->nchannels;
   while (nch > 1 && nbytes / (size_t)nch < per_channel_min) nch--;
   plan->nchannels = nch;
