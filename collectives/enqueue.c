@@ -58,16 +58,14 @@ static weftResult_t op_run(struct weftComm *comm, const struct weft_plan *plan) 
   return res;
 }
 
+/* The operations of one communicator in a group, run by one thread. */
 struct comm_batch {
   struct weftComm *comm;
-  const struct group_op *ops;
-  size_t nops;
-  size_t stride_first; /* index of first op of this comm in group_ops */
+  const struct group_op *all; /* every op of the group; this batch runs its comm's */
+  size_t nall;
   weftResult_t res;
   char error[1024];
   pthread_t tid;
-  struct group_op *all;
-  size_t nall;
 };
 
 static void *batch_main(void *p) {
