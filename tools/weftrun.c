@@ -12,7 +12,9 @@
  * weftrun, not also from the terminal. weftrun is a child subreaper, so
  * processes that ranks leave behind are reaped here and killed at the end.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include "weft.h"
 
 #include <arpa/inet.h>
@@ -151,7 +153,8 @@ static const char *run_signal_name(int signo, char *buf, size_t nbytes)
   return buf;
 }
 
-/* Writes all of buf to fd; a reader that went away (EPIPE) discards output. */
+/* Writes all of buf to fd. When fd's reader has gone away (EPIPE), output for
+ * fd is dropped and the ranks' pipes to it are closed on their next read. */
 static void run_write_all(struct run_job *job, int fd, const char *buf, size_t nbytes)
 {
   if (job->dest_closed[fd])
@@ -226,6 +229,13 @@ static void run_stream_close(struct run_job *job, int rank, struct run_stream *s
 static void run_stream_read(struct run_job *job, int rank, struct run_stream *s, int max_reads)
 {
   for (int i = 0; i < max_reads && s->fd >= 0; i++) {
+    if (job->dest_closed[s->dest_fd]) {
+      /* nobody reads weftrun's side: close the rank's, as a shell pipeline would */
+      close(s->fd);
+      s->fd = -1;
+      s->len = 0;
+      return;
+    }
     if (s->len == s->cap) {
       if (s->cap == RUN_LINE_MAX_NBYTES) {
         /* a line too long to hold: break it here */
@@ -746,7 +756,7 @@ static void run_supervise(struct run_job *job)
     if (pfds[0].revents)
       run_handle_signals(job);
     for (int i = 1; i < npfds; i++)
-      if (pfds[i].revents)
+      if (pfds[i].revents || job->dest_closed[streams[i - 1]->dest_fd])
         run_stream_read(job, stream_rank[i - 1], streams[i - 1], 1);
   }
   /* give up on holders that outlived SIGKILL, keeping their partial lines */
@@ -819,17 +829,34 @@ static void run_signals_install(void)
   sigaction(SIGPIPE, &ign, NULL);
 }
 
+static void run_job_free(struct run_job *job)
+{
+  for (int r = 0; r < job->nranks && job->ranks; r++) {
+    free(job->ranks[r].out.buf);
+    free(job->ranks[r].err.buf);
+  }
+  free(job->ranks);
+  free(job->out);
+  for (int x = 0; x < job->n_x_vars; x++)
+    free(job->x_vars[x]);
+  free(job->x_vars);
+  free(job->sh_argv);
+  free(job->exec_path);
+}
+
 int main(int argc, char **argv)
 {
   run_fds_sanitize();
   struct run_job job = {.fail_rank = -1};
+  int status = 1;
   run_parse_args(&job, argc, argv);
   job.kill_timeout_ms = run_kill_timeout_ms();
 
   int err = run_resolve_program(&job);
   if (err) {
     fprintf(stderr, "weftrun: cannot run %s: %s\n", job.argv[0], strerror(err));
-    return RUN_EXIT_EXEC;
+    status = RUN_EXIT_EXEC;
+    goto free_job;
   }
   int nargs = 0;
   while (job.argv[nargs])
@@ -843,12 +870,14 @@ int main(int argc, char **argv)
   job.master_port = run_free_port();
   if (job.master_port < 0) {
     fprintf(stderr, "weftrun: cannot find a free port on 127.0.0.1: %s\n", strerror(errno));
-    return 1;
+    status = 1;
+    goto free_job;
   }
   int devnull_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (devnull_fd < 0) {
     perror("weftrun: /dev/null");
-    return 1;
+    status = 1;
+    goto free_job;
   }
   run_signals_install();
   /* leftovers of ranks are reparented here, to be reaped and killed */
@@ -857,9 +886,11 @@ int main(int argc, char **argv)
   weftUniqueId id;
   weftResult_t res = weftGetUniqueId(&id);
   if (res != weftSuccess) {
-    fprintf(stderr, "weftrun: weftGetUniqueId failed: %s: %s\n", weftGetErrorString(res),
-            weftGetLastError(NULL));
-    return 1;
+    const char *detail = weftGetLastError(NULL);
+    fprintf(stderr, "weftrun: cannot start the rendezvous: %s%s%s\n", weftGetErrorString(res),
+            detail[0] ? ": " : "", detail);
+    status = 1;
+    goto free_job;
   }
   static const char hex[] = "0123456789abcdef";
   for (int i = 0; i < WEFT_UNIQUE_ID_BYTES; i++) {
@@ -882,9 +913,12 @@ int main(int argc, char **argv)
   }
   run_supervise(&job);
 
+  status = 0;
   if (job.fail_rank >= 0)
-    return job.fail_status;
-  if (job.signal_received)
-    return 128 + job.signal_received;
-  return 0;
+    status = job.fail_status;
+  else if (job.signal_received)
+    status = 128 + job.signal_received;
+free_job:
+  run_job_free(&job);
+  return status;
 }

@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# Rank commands are single-quoted on purpose: the ranks expand them.
+# shellcheck disable=SC2016
+# Tests the weftrun launcher: environment, output prefixes, failure teardown,
+# signal forwarding, exec errors and argument errors.
+#
+#   tests/tools/test_weftrun.sh path/to/weftrun
+#
+# Prints "ok NAME" or "FAIL NAME" per case, then "N passed, M failed"; exits
+# non-zero when any case failed. Every wait is bounded.
+set -u
+
+weftrun=${1:?usage: test_weftrun.sh path/to/weftrun}
+if [[ ! -x $weftrun ]]; then
+  echo "test_weftrun: $weftrun is not an executable" >&2
+  exit 2
+fi
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_weftrun.XXXXXX") || exit 2
+# Unique to this run: rank commands carry it, so leftovers can be found.
+marker="weftrun_test_marker_$$_$RANDOM"
+# A unique sleep duration, so leftover sleeps of this run can be found too.
+sleep_s="300.$$$RANDOM"
+leftovers="$marker|sleep $sleep_s"
+
+kill_leftovers() {
+  local pids
+  mapfile -t pids < <(pgrep -f -- "$leftovers")
+  ((${#pids[@]} == 0)) || kill -9 "${pids[@]}" 2>/dev/null
+}
+
+cleanup() {
+  kill_leftovers
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+npassed=0
+nfailed=0
+why=""
+
+# fail MESSAGE: records why the current case failed.
+fail() {
+  why+="  $1"$'\n'
+}
+
+report() {
+  if [[ -z $why ]]; then
+    echo "ok $1"
+    npassed=$((npassed + 1))
+  else
+    echo "FAIL $1"
+    printf '%s' "$why"
+    nfailed=$((nfailed + 1))
+  fi
+  why=""
+}
+
+# bounded CMD...: runs CMD for at most 20 s (then SIGTERM, SIGKILL 5 s later).
+bounded() {
+  timeout -k 5 20 "$@"
+}
+
+now_ms() {
+  echo $(($(date +%s%N) / 1000000))
+}
+
+# no_leftovers: fails the case if a process of this run survives (1 s grace).
+no_leftovers() {
+  local _
+  for _ in $(seq 20); do
+    pgrep -f -- "$leftovers" >/dev/null || return 0
+    sleep 0.05
+  done
+  fail "processes left behind: $(pgrep -af -- "$leftovers" | tr '\n' ';')"
+  kill_leftovers # keep the next cases independent of this one
+}
+
+# expect_file FILE EXPECTED: FILE's content equals EXPECTED (plus a newline).
+expect_file() {
+  local got
+  got=$(cat "$1")
+  if [[ $got != "$2" ]]; then
+    fail "got:"$'\n'"    ${got//$'\n'/$'\n'    }"$'\n'"  expected:"$'\n'"    ${2//$'\n'/$'\n'    }"
+  fi
+}
+
+# --- (a) environment and prefixes ----------------------------------------
+bounded "$weftrun" -n 3 sh -c \
+  'echo hello $WEFT_RANK $WEFT_NRANKS $RANK $WORLD_SIZE; echo err >&2' \
+  >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[[ $rc -eq 0 ]] || fail "exit status $rc, expected 0"
+expect_file <(sort "$tmp/out") $'[0] hello 0 3 0 3\n[1] hello 1 3 1 3\n[2] hello 2 3 2 3'
+expect_file <(sort "$tmp/err") $'[0] err\n[1] err\n[2] err'
+report prefix_env
+
+bounded "$weftrun" -n 3 --no-prefix sh -c \
+  'echo $WEFT_UNIQUE_ID $WEFT_LOCAL_RANK $WEFT_LOCAL_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT' \
+  >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[[ $rc -eq 0 ]] || fail "exit status $rc, expected 0"
+ids=$(cut -d' ' -f1 "$tmp/out" | sort -u)
+[[ $(wc -l <"$tmp/out") -eq 3 ]] || fail "expected 3 lines, got: $(cat "$tmp/out")"
+[[ $(wc -l <<<"$ids") -eq 1 ]] || fail "ranks got different WEFT_UNIQUE_IDs"
+[[ $ids =~ ^[0-9a-f]{256}$ ]] || fail "WEFT_UNIQUE_ID is not 256 lowercase hex chars: '$ids'"
+port=$(cut -d' ' -f7 "$tmp/out" | sort -u)
+[[ $port =~ ^[0-9]+$ && $port -gt 0 && $port -lt 65536 ]] || fail "bad MASTER_PORT: '$port'"
+expect_file <(cut -d' ' -f2-6 "$tmp/out" | sort) \
+  $'0 3 0 3 127.0.0.1\n1 3 1 3 127.0.0.1\n2 3 2 3 127.0.0.1'
+report unique_id
+
+# -x sets (and overrides) variables in every rank; --no-prefix prints lines as is.
+FROM_PARENT=kept bounded "$weftrun" -n 2 --no-prefix -x FOO=bar -x FROM_PARENT \
+  -x WORLD_SIZE=7 -- sh -c 'echo "$FOO $FROM_PARENT $WORLD_SIZE"' >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[[ $rc -eq 0 ]] || fail "exit status $rc, expected 0"
+expect_file "$tmp/out" $'bar kept 7\nbar kept 7'
+report x_vars
+
+# --- (b) one rank fails: the others are torn down --------------------------
+t0=$(now_ms)
+bounded "$weftrun" -n 3 sh -c \
+  'if [ "$RANK" = 1 ]; then sleep 0.3; exit 3; fi; sleep '"$sleep_s"'; :' "$marker" \
+  >"$tmp/out" 2>"$tmp/err"
+rc=$?
+elapsed_ms=$(($(now_ms) - t0))
+[[ $rc -eq 3 ]] || fail "exit status $rc, expected 3"
+((elapsed_ms < 4000)) || fail "took ${elapsed_ms} ms"
+grep -q "rank 1 exited with status 3" "$tmp/err" || fail "no failure message: $(cat "$tmp/err")"
+no_leftovers
+report fail_fast
+
+# --- (c) a rank that ignores SIGTERM is killed after the timeout -------------
+t0=$(now_ms)
+WEFTRUN_KILL_TIMEOUT=1 bounded "$weftrun" -n 3 sh -c \
+  'if [ "$RANK" = 1 ]; then sleep 0.5; exit 3; fi; trap "" TERM; sleep '"$sleep_s"'; :' \
+  "$marker" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+elapsed_ms=$(($(now_ms) - t0))
+[[ $rc -eq 3 ]] || fail "exit status $rc, expected 3"
+((elapsed_ms >= 1400)) || fail "took only ${elapsed_ms} ms: SIGTERM was not ignored?"
+((elapsed_ms < 6000)) || fail "took ${elapsed_ms} ms"
+no_leftovers
+report kill_timeout
+
+# --- (d) SIGINT to weftrun reaches the ranks --------------------------------
+"$weftrun" -n 3 sh -c 'sleep '"$sleep_s"'; :' "$marker" >"$tmp/out" 2>"$tmp/err" &
+pid=$!
+for _ in $(seq 100); do # wait for the 3 sleeps, up to 5 s
+  [[ $(pgrep -fc -- "^sleep $sleep_s") -ge 3 ]] && break
+  sleep 0.05
+done
+[[ $(pgrep -fc -- "^sleep $sleep_s") -ge 3 ]] || fail "ranks did not start"
+kill -INT "$pid"
+for _ in $(seq 100); do # up to 5 s
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.05
+done
+if kill -0 "$pid" 2>/dev/null; then
+  fail "weftrun still running 5 s after SIGINT"
+  kill -9 "$pid"
+fi
+wait "$pid"
+rc=$?
+[[ $rc -ne 0 ]] || fail "exit status 0 after SIGINT"
+no_leftovers
+report sigint
+
+# --- (e) a program that cannot be run ---------------------------------------
+bounded "$weftrun" -n 2 "$tmp/no_such_program" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[[ $rc -eq 127 ]] || fail "path: exit status $rc, expected 127"
+grep -q "cannot run" "$tmp/err" || fail "path: no message: $(cat "$tmp/err")"
+bounded "$weftrun" -n 2 "no_such_program_$marker" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[[ $rc -eq 127 ]] || fail "PATH lookup: exit status $rc, expected 127"
+grep -q "cannot run" "$tmp/err" || fail "PATH lookup: no message: $(cat "$tmp/err")"
+report exec_fail
+
+# --- (f) bad arguments ------------------------------------------------------
+for args in "-n 0 true" "-n -2 true" "-n x true" "-n 2" "" "--bogus true"; do
+  # shellcheck disable=SC2086 # split on purpose
+  bounded "$weftrun" $args >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  [[ $rc -ne 0 && $rc -ne 124 ]] || fail "'weftrun $args': exit status $rc"
+  grep -qi "usage" "$tmp/err" || fail "'weftrun $args': no usage message"
+done
+bounded "$weftrun" --help >"$tmp/out" 2>&1
+rc=$?
+[[ $rc -eq 0 ]] || fail "--help: exit status $rc"
+grep -qi "usage" "$tmp/out" || fail "--help: no usage text"
+report bad_args
+
+# --- (g) a last line without a newline is still printed ---------------------
+bounded "$weftrun" -n 2 sh -c 'printf "first\nno newline $RANK"; printf "e$RANK" >&2' \
+  >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[[ $rc -eq 0 ]] || fail "exit status $rc, expected 0"
+expect_file <(sort "$tmp/out") $'[0] first\n[0] no newline 0\n[1] first\n[1] no newline 1'
+expect_file <(sort "$tmp/err") $'[0] e0\n[1] e1'
+[[ $(tail -c1 "$tmp/out" | od -An -c | tr -d ' ') == '\n' ]] || fail "output does not end in a newline"
+report partial_line
+
+echo "$npassed passed, $nfailed failed"
+[[ $nfailed -eq 0 ]]
