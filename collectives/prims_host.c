@@ -48,7 +48,8 @@ static weftResult_t wait_credit(struct prims *p, char **slot_out) {
   return weftSuccess;
 }
 
-static void post_filled(struct weft_conn *c) {
+static void post_filled(struct weft_conn *c, size_t nbytes) {
+  c->ctrl->slot_used_nbytes[c->step % c->nslots] = (uint32_t)nbytes;
   c->step++;
   __atomic_store_n(&c->ctrl->tail, c->step, __ATOMIC_RELEASE);
 }
@@ -62,7 +63,7 @@ weftResult_t prims_send(struct prims *p, const void *src, size_t count) {
   char *out;
   WEFT_TRY(wait_credit(p, &out));
   memcpy(out, src, count * p->elem_nbytes);
-  post_filled(p->send);
+  post_filled(p->send, count * p->elem_nbytes);
   return weftSuccess;
 }
 
@@ -79,7 +80,7 @@ weftResult_t prims_recv_reduce_send(struct prims *p, const void *src, size_t cou
   WEFT_TRY(wait_filled(p, &in));
   WEFT_TRY(wait_credit(p, &out));
   p->reduce(out, NULL, in, src, count, 1);
-  post_filled(p->send);
+  post_filled(p->send, count * p->elem_nbytes);
   post_drained(p->recv);
   return weftSuccess;
 }
@@ -90,7 +91,7 @@ weftResult_t prims_recv_reduce_copy_send(struct prims *p, const void *src, void 
   WEFT_TRY(wait_filled(p, &in));
   WEFT_TRY(wait_credit(p, &out));
   p->reduce(dst, out, in, src, count, p->divisor);
-  post_filled(p->send);
+  post_filled(p->send, count * p->elem_nbytes);
   post_drained(p->recv);
   return weftSuccess;
 }
@@ -102,7 +103,7 @@ weftResult_t prims_recv_copy_send(struct prims *p, void *dst, size_t count) {
   size_t nbytes = count * p->elem_nbytes;
   memcpy(out, in, nbytes);
   memcpy(dst, in, nbytes);
-  post_filled(p->send);
+  post_filled(p->send, count * p->elem_nbytes);
   post_drained(p->recv);
   return weftSuccess;
 }

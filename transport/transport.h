@@ -17,11 +17,15 @@
 
 #define CONN_BLOB_BYTES 256
 
+#define CONN_MAX_SLOTS 64
+
 /* Shared between both ends, at the start of the FIFO's memory. */
 struct conn_ctrl {
   alignas(64) uint64_t tail;   /* slots filled, advanced by the sender */
   alignas(64) uint64_t head;   /* slots drained, advanced by the receiver */
   alignas(64) uint32_t poison; /* set by either end when it fails or aborts */
+  /* bytes the sender put in each slot, written before tail moves past it */
+  alignas(64) uint32_t slot_used_nbytes[CONN_MAX_SLOTS];
 };
 
 struct weft_transport;
