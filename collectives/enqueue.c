@@ -19,7 +19,8 @@ size_t weftTypeSize(weftDataType_t datatype) {
 }
 
 const char *coll_kind_name(enum coll_kind coll) {
-  static const char *names[COLL_NUM] = {"AllReduce"};
+  static const char *names[COLL_NUM] = {"AllReduce", "AllGather", "ReduceScatter", "Broadcast",
+                                        "Reduce"};
   return coll < COLL_NUM ? names[coll] : "?";
 }
 
@@ -132,30 +133,60 @@ static weftResult_t group_record(struct weftComm *comm, const struct weft_plan *
 
 /* --- argument checks --------------------------------------------------- */
 
-static int ranges_overlap(const void *a, const void *b, size_t nbytes) {
+static int ranges_overlap(const void *a, size_t a_nbytes, const void *b, size_t b_nbytes) {
   uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  return x != y && x < y + nbytes && y < x + nbytes;
+  return x < y + b_nbytes && y < x + a_nbytes;
+}
+
+static int coll_has_op(enum coll_kind c) {
+  return c == COLL_ALLREDUCE || c == COLL_REDUCESCATTER || c == COLL_REDUCE;
 }
 
 static weftResult_t plan_check(struct weftComm *comm, const struct weft_plan *plan) {
   WEFT_TRY(comm_check(comm));
   const char *name = coll_kind_name(plan->coll);
-  if (weftTypeSize(plan->datatype) == 0)
+  const size_t esize = weftTypeSize(plan->datatype);
+  const size_t n = (size_t)comm->nranks;
+  const enum coll_kind c = plan->coll;
+  if (esize == 0)
     return weft_error_set(weftInvalidArgument, "%s: invalid datatype %d", name,
                           (int)plan->datatype);
-  if ((int)plan->op < 0 || plan->op >= weftNumOps)
+  if (coll_has_op(c) && ((int)plan->op < 0 || plan->op >= weftNumOps))
     return weft_error_set(weftInvalidArgument, "%s: invalid reduction op %d", name,
                           (int)plan->op);
-  if (plan->count > SIZE_MAX / 16)
+  if (plan->count > SIZE_MAX / 16 / n)
     return weft_error_set(weftInvalidArgument, "%s: count %zu is too large", name, plan->count);
-  if (plan->count > 0 && (plan->sendbuf == NULL || plan->recvbuf == NULL))
-    return weft_error_set(weftInvalidArgument, "%s: %s is NULL with count %zu", name,
-                          plan->sendbuf == NULL ? "sendbuff" : "recvbuff", plan->count);
-  if (ranges_overlap(plan->sendbuf, plan->recvbuf, plan->count * weftTypeSize(plan->datatype)))
+  int rooted = c == COLL_BROADCAST || c == COLL_REDUCE;
+  if (rooted && (plan->root < 0 || plan->root >= comm->nranks))
+    return weft_error_set(weftInvalidArgument, "%s: root %d out of range [0, %d)", name,
+                          plan->root, comm->nranks);
+  if (comm->finalized) return weft_error_set(weftInvalidUsage, "%s: comm was finalized", name);
+  if (plan->count == 0) return weftSuccess;
+
+  /* which buffers this rank touches, and how large they are */
+  size_t send_nbytes = plan->count * esize, recv_nbytes = plan->count * esize;
+  if (c == COLL_ALLGATHER) recv_nbytes *= n;
+  if (c == COLL_REDUCESCATTER) send_nbytes *= n;
+  int uses_send = c != COLL_BROADCAST || comm->rank == plan->root;
+  int uses_recv = c != COLL_REDUCE || comm->rank == plan->root;
+  if (uses_send && plan->sendbuf == NULL)
+    return weft_error_set(weftInvalidArgument, "%s: sendbuff is NULL with count %zu", name,
+                          plan->count);
+  if (uses_recv && plan->recvbuf == NULL)
+    return weft_error_set(weftInvalidArgument, "%s: recvbuff is NULL with count %zu", name,
+                          plan->count);
+  if (!uses_send || !uses_recv) return weftSuccess;
+
+  /* in place: the input is where the collective would put it */
+  const char *in_place = plan->recvbuf;
+  if (c == COLL_ALLGATHER) in_place = (const char *)plan->recvbuf + (size_t)comm->rank * send_nbytes;
+  if (c == COLL_REDUCESCATTER)
+    in_place = (const char *)plan->sendbuf + (size_t)comm->rank * recv_nbytes;
+  int is_in_place = c == COLL_REDUCESCATTER ? in_place == (const char *)plan->recvbuf
+                                            : in_place == (const char *)plan->sendbuf;
+  if (!is_in_place && ranges_overlap(plan->sendbuf, send_nbytes, plan->recvbuf, recv_nbytes))
     return weft_error_set(weftInvalidArgument,
-                          "%s: sendbuff and recvbuff overlap without being equal", name);
-  if (comm->finalized)
-    return weft_error_set(weftInvalidUsage, "%s: comm was finalized", name);
+                          "%s: sendbuff and recvbuff overlap without being in place", name);
   return weftSuccess;
 }
 
@@ -187,5 +218,41 @@ weftResult_t weftAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            weftStream_t stream) {
   struct weft_plan plan = {.coll = COLL_ALLREDUCE, .sendbuf = sendbuff, .recvbuf = recvbuff,
                            .count = count, .datatype = datatype, .op = op, .root = -1};
+  return coll_enqueue(comm, &plan, stream);
+}
+
+weftResult_t weftAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                           weftDataType_t datatype, weftComm_t comm, weftStream_t stream) {
+  struct weft_plan plan = {.coll = COLL_ALLGATHER, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                           .count = sendcount, .datatype = datatype, .op = weftSum, .root = -1};
+  return coll_enqueue(comm, &plan, stream);
+}
+
+weftResult_t weftReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                               weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
+                               weftStream_t stream) {
+  struct weft_plan plan = {.coll = COLL_REDUCESCATTER, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                           .count = recvcount, .datatype = datatype, .op = op, .root = -1};
+  return coll_enqueue(comm, &plan, stream);
+}
+
+weftResult_t weftBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                           weftDataType_t datatype, int root, weftComm_t comm,
+                           weftStream_t stream) {
+  struct weft_plan plan = {.coll = COLL_BROADCAST, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                           .count = count, .datatype = datatype, .op = weftSum, .root = root};
+  return coll_enqueue(comm, &plan, stream);
+}
+
+weftResult_t weftBcast(void *buff, size_t count, weftDataType_t datatype, int root,
+                       weftComm_t comm, weftStream_t stream) {
+  return weftBroadcast(buff, buff, count, datatype, root, comm, stream);
+}
+
+weftResult_t weftReduce(const void *sendbuff, void *recvbuff, size_t count,
+                        weftDataType_t datatype, weftRedOp_t op, int root, weftComm_t comm,
+                        weftStream_t stream) {
+  struct weft_plan plan = {.coll = COLL_REDUCE, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                           .count = count, .datatype = datatype, .op = op, .root = root};
   return coll_enqueue(comm, &plan, stream);
 }

@@ -11,6 +11,8 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
   plan->proto = PROTO_SIMPLE;
   /* a channel needs at least one full loop (a slot per rank) to be worth it */
   size_t nbytes = plan->count * weftTypeSize(plan->datatype);
+  if (plan->coll == COLL_ALLGATHER || plan->coll == COLL_REDUCESCATTER)
+    nbytes *= (size_t)comm->nranks;
   size_t per_channel_min =
       comm->nranks > 1 ? (size_t)comm->nranks * comm->channels[0].send.slot_nbytes : SIZE_MAX;
   int nch = comm->nchannels;
@@ -18,9 +20,17 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
   plan->nchannels = nch;
 }
 
-/* A single rank reduces with itself: copy, or scale for avg (no-op at 1). */
+static const algo_fn ring_algos[COLL_NUM] = {
+    [COLL_ALLREDUCE] = ring_allreduce,
+    [COLL_ALLGATHER] = ring_allgather,
+    [COLL_REDUCESCATTER] = ring_reducescatter,
+    [COLL_BROADCAST] = ring_broadcast,
+    [COLL_REDUCE] = ring_reduce,
+};
+
+/* With one rank every collective is a copy (avg divides by one). */
 static void run_single_rank(const struct weft_plan *plan) {
-  size_t nbytes = plan->count * weftTypeSize(plan->datatype);
+  size_t nbytes = plan->count * weftTypeSize(plan->datatype); /* rank 0's block */
   if (plan->recvbuf != plan->sendbuf && nbytes > 0) memcpy(plan->recvbuf, plan->sendbuf, nbytes);
 }
 
@@ -39,14 +49,7 @@ weftResult_t plan_run_host(struct weftComm *comm, const struct weft_plan *plan) 
     size_t offset = (size_t)c * share;
     if (offset >= plan->count) break;
     size_t count = plan->count - offset < share ? plan->count - offset : share;
-    switch (plan->coll) {
-      case COLL_ALLREDUCE:
-        WEFT_TRY(ring_allreduce(comm, &comm->channels[c], plan, offset, count));
-        break;
-      default:
-        return weft_error_set(weftInternalError, "no host algorithm for %s",
-                              coll_kind_name(plan->coll));
-    }
+    WEFT_TRY(ring_algos[plan->coll](comm, &comm->channels[c], plan, offset, count));
   }
   return weftSuccess;
 }

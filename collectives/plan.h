@@ -7,7 +7,14 @@
 
 #include "comm.h"
 
-enum coll_kind { COLL_ALLREDUCE = 0, COLL_NUM };
+enum coll_kind {
+  COLL_ALLREDUCE = 0,
+  COLL_ALLGATHER,
+  COLL_REDUCESCATTER,
+  COLL_BROADCAST,
+  COLL_REDUCE,
+  COLL_NUM
+};
 enum coll_algo { ALGO_RING = 0, ALGO_NUM };
 enum coll_proto { PROTO_SIMPLE = 0, PROTO_NUM };
 
@@ -15,7 +22,7 @@ struct weft_plan {
   enum coll_kind coll;
   const void *sendbuf;
   void *recvbuf;
-  size_t count;
+  size_t count; /* elements per rank for all-gather and reduce-scatter, else in total */
   weftDataType_t datatype;
   weftRedOp_t op;
   int root;
@@ -32,8 +39,20 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan);
 /* Runs plan on the calling thread (the host executor). */
 weftResult_t plan_run_host(struct weftComm *comm, const struct weft_plan *plan);
 
-/* Algorithms: one channel's share of the buffers, [offset, offset + count). */
+/* Algorithms: one channel's share of the buffers, elements [offset, offset +
+ * count) of the buffer (all-reduce, broadcast, reduce) or of each rank's block
+ * (all-gather, reduce-scatter). */
+typedef weftResult_t (*algo_fn)(struct weftComm *comm, struct weft_channel *ch,
+                                const struct weft_plan *plan, size_t offset, size_t count);
 weftResult_t ring_allreduce(struct weftComm *comm, struct weft_channel *ch,
                             const struct weft_plan *plan, size_t offset, size_t count);
+weftResult_t ring_allgather(struct weftComm *comm, struct weft_channel *ch,
+                            const struct weft_plan *plan, size_t offset, size_t count);
+weftResult_t ring_reducescatter(struct weftComm *comm, struct weft_channel *ch,
+                                const struct weft_plan *plan, size_t offset, size_t count);
+weftResult_t ring_broadcast(struct weftComm *comm, struct weft_channel *ch,
+                            const struct weft_plan *plan, size_t offset, size_t count);
+weftResult_t ring_reduce(struct weftComm *comm, struct weft_channel *ch,
+                         const struct weft_plan *plan, size_t offset, size_t count);
 
 #endif

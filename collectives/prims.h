@@ -1,6 +1,7 @@
 /* Primitives: the steps algorithms are written in. Each moves one slot (at
  * most slot_nbytes) through the channel's connections:
  *   send            src -> next
+ *   copy_send       src -> next and dst (dst may be NULL or src)
  *   recv            prev -> dst
  *   recv_reduce_send        prev op src -> next
  *   recv_reduce_copy_send   prev op src -> next and dst (the final value)
@@ -29,6 +30,7 @@ void prims_init(struct prims *p, struct weftComm *comm, struct weft_channel *ch,
                 weftDataType_t datatype, weftRedOp_t op);
 
 weftResult_t prims_send(struct prims *p, const void *src, size_t count);
+weftResult_t prims_copy_send(struct prims *p, const void *src, void *dst, size_t count);
 weftResult_t prims_recv(struct prims *p, void *dst, size_t count);
 weftResult_t prims_recv_reduce_send(struct prims *p, const void *src, size_t count);
 weftResult_t prims_recv_reduce_copy_send(struct prims *p, const void *src, void *dst,

@@ -115,3 +115,13 @@ weftResult_t prims_recv_reduce_copy(struct prims *p, const void *src, void *dst,
   post_drained(p->recv);
   return weftSuccess;
 }
+
+weftResult_t prims_copy_send(struct prims *p, const void *src, void *dst, size_t count) {
+  char *out;
+  WEFT_TRY(wait_credit(p, &out));
+  size_t nbytes = count * p->elem_nbytes;
+  memcpy(out, src, nbytes);
+  if (dst != NULL && dst != src) memcpy(dst, src, nbytes);
+  post_filled(p->send, nbytes);
+  return weftSuccess;
+}

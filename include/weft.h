@@ -196,6 +196,34 @@ weftResult_t weftAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
                            weftStream_t stream);
 
+/* recvbuff[r*sendcount + i] = sendbuff of rank r [i]: recvbuff holds nranks *
+ * sendcount elements. In place when sendbuff == recvbuff + rank*sendcount. */
+weftResult_t weftAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                           weftDataType_t datatype, weftComm_t comm, weftStream_t stream);
+
+/* recvbuff[i] = op over ranks r of (sendbuff of r)[rank*recvcount + i]: sendbuff
+ * holds nranks * recvcount elements. In place when recvbuff == sendbuff +
+ * rank*recvcount. */
+weftResult_t weftReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                               weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
+                               weftStream_t stream);
+
+/* Copies root's sendbuff into every rank's recvbuff. sendbuff is read on the
+ * root only (others may pass NULL). */
+weftResult_t weftBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                           weftDataType_t datatype, int root, weftComm_t comm,
+                           weftStream_t stream);
+
+/* In-place broadcast of buff (the older NCCL form). */
+weftResult_t weftBcast(void *buff, size_t count, weftDataType_t datatype, int root,
+                       weftComm_t comm, weftStream_t stream);
+
+/* recvbuff on root = op over ranks of sendbuff. recvbuff is written on the
+ * root only (others may pass NULL). */
+weftResult_t weftReduce(const void *sendbuff, void *recvbuff, size_t count,
+                        weftDataType_t datatype, weftRedOp_t op, int root, weftComm_t comm,
+                        weftStream_t stream);
+
 /* --- Utilities ---------------------------------------------------------- */
 
 /* Size in bytes of one element of datatype, or 0 for an invalid type. */

@@ -11,11 +11,14 @@
  * Each rank runs in its own process group, so a signal reaches it once: from
  * weftrun, not also from the terminal. weftrun is a child subreaper, so
  * processes that ranks leave behind are reaped here and killed at the end.
+ *
+ * This file parses the arguments, builds the ranks' environment and sets up;
+ * weftrun.h says where the rest lives.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "weft.h"
+#include "weftrun.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -23,91 +26,26 @@
 #include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdarg.h>
-#include <stdbool.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
 
-enum {
-  RUN_MAX_RANKS = 4096,
-  RUN_LINE_MAX_NBYTES = 65536,  /* longer lines are broken here */
-  RUN_DRAIN_MAX_READS = 64,     /* reads per stream when its rank exits */
-  RUN_FINAL_GRACE_MS = 2000,    /* after SIGKILL, wait this long for EOFs */
-  RUN_EXIT_USAGE = 2,
-  RUN_EXIT_EXEC = 127,
-  RUN_OWN_VARS = 11,            /* variables weftrun sets for every rank */
-};
-
-static const int run_forwarded_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-#define RUN_NFORWARDED ((int)(sizeof run_forwarded_signals / sizeof run_forwarded_signals[0]))
-
-struct run_stream {
-  int fd;        /* non-blocking read end of the rank's pipe; -1 after EOF */
-  int dest_fd;   /* weftrun's 1 or 2 */
-  char *buf;     /* the partial line read so far */
-  size_t len;
-  size_t cap;
-};
-
-struct run_rank {
-  pid_t pid;     /* also its process group; 0 when not launched */
-  bool reaped;
-  struct run_stream out;
-  struct run_stream err;
-};
-
-struct run_job {
-  int nranks;
-  bool prefix;
-  int prefix_width;          /* digits of nranks-1 */
-  char **argv;               /* PROGRAM ARGS..., NULL-terminated */
-  char *exec_path;           /* PROGRAM resolved on PATH */
-  char **sh_argv;            /* "sh exec_path ARGS..." for scripts without #! */
-  char **x_vars;             /* -x NAME=VALUE, later ones win */
-  int n_x_vars;
-  char unique_id_hex[2 * WEFT_UNIQUE_ID_BYTES + 1];
-  int master_port;
-  int64_t kill_timeout_ms;
-  struct run_rank *ranks;
-  int nlaunched;
-  int nlive;                 /* launched and not reaped */
-  bool children_left;        /* waitpid saw unreaped descendants */
-  int fail_rank;             /* first rank that failed, or -1 */
-  int fail_status;           /* weftrun's exit status for that failure */
-  int signal_received;       /* first forwarded signal, or 0 */
-  int64_t kill_deadline_ms;  /* SIGKILL everything then; 0 = not tearing down */
-  int64_t final_deadline_ms; /* stop waiting then; 0 = not yet */
-  char *out;                 /* prefixed lines waiting for one write */
-  size_t out_len;
-  size_t out_cap;
-  bool dest_closed[3];       /* weftrun's stdout/stderr reader went away */
-};
-
-static int sig_pipe[2] = {-1, -1};
-static volatile sig_atomic_t sig_stop_launch;
-
 /* --- Small helpers ------------------------------------------------------ */
 
-static void run_die_oom(void)
+void run_die_oom(void)
 {
   fprintf(stderr, "weftrun: out of memory\n");
   exit(1);
 }
 
-static void *run_xmalloc(size_t nbytes)
+void *run_xmalloc(size_t nbytes)
 {
   void *p = malloc(nbytes ? nbytes : 1);
   if (!p)
@@ -115,7 +53,7 @@ static void *run_xmalloc(size_t nbytes)
   return p;
 }
 
-static char *run_printf(const char *fmt, ...)
+char *run_printf(const char *fmt, ...)
 {
   va_list ap;
   char *s;
@@ -125,153 +63,6 @@ static char *run_printf(const char *fmt, ...)
   if (rc < 0)
     run_die_oom();
   return s;
-}
-
-static int64_t run_now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static const char *run_signal_name(int signo, char *buf, size_t nbytes)
-{
-  static const struct {
-    int signo;
-    const char *name;
-  } names[] = {
-      {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
-      {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
-      {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
-      {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"},
-      {SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"},
-  };
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-    if (names[i].signo == signo)
-      return names[i].name;
-  snprintf(buf, nbytes, "%d", signo);
-  return buf;
-}
-
-/* Writes all of buf to fd. When fd's reader has gone away (EPIPE), output for
- * fd is dropped and the ranks' pipes to it are closed on their next read. */
-static void run_write_all(struct run_job *job, int fd, const char *buf, size_t nbytes)
-{
-  if (job->dest_closed[fd])
-    return;
-  while (nbytes > 0) {
-    ssize_t n = write(fd, buf, nbytes);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0 && errno == EAGAIN) {
-      struct pollfd p = {.fd = fd, .events = POLLOUT};
-      poll(&p, 1, 100);
-      continue;
-    }
-    if (n < 0) {
-      job->dest_closed[fd] = true;
-      return;
-    }
-    buf += n;
-    nbytes -= (size_t)n;
-  }
-}
-
-/* --- Output ------------------------------------------------------------- */
-
-static void run_out_append(struct run_job *job, const char *data, size_t nbytes)
-{
-  if (job->out_len + nbytes > job->out_cap) {
-    size_t cap = job->out_cap ? job->out_cap : 4096;
-    while (cap < job->out_len + nbytes)
-      cap *= 2;
-    char *p = realloc(job->out, cap);
-    if (!p)
-      run_die_oom();
-    job->out = p;
-    job->out_cap = cap;
-  }
-  memcpy(job->out + job->out_len, data, nbytes);
-  job->out_len += nbytes;
-}
-
-static void run_emit_line(struct run_job *job, int rank, const char *line, size_t nbytes)
-{
-  if (job->prefix) {
-    char prefix[32];
-    int n = snprintf(prefix, sizeof prefix, "[%*d] ", job->prefix_width, rank);
-    run_out_append(job, prefix, (size_t)n);
-  }
-  run_out_append(job, line, nbytes);
-  run_out_append(job, "\n", 1);
-}
-
-static void run_out_flush(struct run_job *job, int fd)
-{
-  run_write_all(job, fd, job->out, job->out_len);
-  job->out_len = 0;
-}
-
-static void run_stream_close(struct run_job *job, int rank, struct run_stream *s)
-{
-  if (s->len > 0) {
-    run_emit_line(job, rank, s->buf, s->len);
-    run_out_flush(job, s->dest_fd);
-    s->len = 0;
-  }
-  if (s->fd >= 0)
-    close(s->fd);
-  s->fd = -1;
-}
-
-/* Reads up to max_reads times from s, emitting every complete line; stops
- * early when the pipe is empty. Closes s at EOF, flushing a partial line. */
-static void run_stream_read(struct run_job *job, int rank, struct run_stream *s, int max_reads)
-{
-  for (int i = 0; i < max_reads && s->fd >= 0; i++) {
-    if (job->dest_closed[s->dest_fd]) {
-      /* nobody reads weftrun's side: close the rank's, as a shell pipeline would */
-      close(s->fd);
-      s->fd = -1;
-      s->len = 0;
-      return;
-    }
-    if (s->len == s->cap) {
-      if (s->cap == RUN_LINE_MAX_NBYTES) {
-        /* a line too long to hold: break it here */
-        run_emit_line(job, rank, s->buf, s->len);
-        run_out_flush(job, s->dest_fd);
-        s->len = 0;
-      } else {
-        size_t cap = s->cap ? 2 * s->cap : 4096;
-        char *p = realloc(s->buf, cap);
-        if (!p)
-          run_die_oom();
-        s->buf = p;
-        s->cap = cap;
-      }
-    }
-    ssize_t n = read(s->fd, s->buf + s->len, s->cap - s->len);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0 && errno == EAGAIN)
-      return;
-    if (n <= 0) {
-      run_stream_close(job, rank, s);
-      return;
-    }
-    size_t start = 0;
-    size_t end = s->len + (size_t)n;
-    for (size_t j = s->len; j < end; j++) {
-      if (s->buf[j] == '\n') {
-        run_emit_line(job, rank, s->buf + start, j - start);
-        start = j + 1;
-      }
-    }
-    memmove(s->buf, s->buf + start, end - start);
-    s->len = end - start;
-    run_out_flush(job, s->dest_fd);
-  }
 }
 
 /* --- Arguments and environment ------------------------------------------ */
@@ -399,7 +190,7 @@ static bool run_env_named_in(const char *entry, char *const *set, int n)
 
 /* Rank's environment: weftrun's own minus overridden names, then weftrun's
  * variables, then -x ones (which win). own[] receives strings to free. */
-static char **run_env_build(const struct run_job *job, int rank, char *own[RUN_OWN_VARS])
+char **run_env_build(const struct run_job *job, int rank, char *own[RUN_OWN_VARS])
 {
   int i = 0;
   own[i++] = run_printf("WEFT_RANK=%d", rank);
@@ -475,300 +266,6 @@ static int run_resolve_program(struct run_job *job)
   return err;
 }
 
-/* --- Launching ---------------------------------------------------------- */
-
-static void run_signal_all(struct run_job *job, int signo)
-{
-  /* a rank's group may outlive the rank: its leftovers get the signal too */
-  for (int r = 0; r < job->nlaunched; r++)
-    kill(-job->ranks[r].pid, signo);
-}
-
-static void run_teardown(struct run_job *job, int signo)
-{
-  run_signal_all(job, signo);
-  if (job->kill_deadline_ms == 0)
-    job->kill_deadline_ms = run_now_ms() + job->kill_timeout_ms;
-}
-
-static void run_close_fds_from(int lowest_fd, int except_fd)
-{
-#ifdef SYS_close_range
-  if (except_fd > lowest_fd)
-    syscall(SYS_close_range, (unsigned)lowest_fd, (unsigned)except_fd - 1, 0u);
-  syscall(SYS_close_range, (unsigned)except_fd + 1, ~0u, 0u);
-#else
-  (void)lowest_fd;
-  (void)except_fd;
-#endif
-}
-
-/* The child between fork and exec: async-signal-safe calls only. Failures
- * are sent to the parent as an errno on exec_fd. */
-static void run_child(const struct run_job *job, pid_t parent, int stdin_fd, int out_fd,
-                      int err_fd, int exec_fd, char **envp)
-{
-  struct sigaction dfl = {.sa_handler = SIG_DFL};
-  for (int i = 0; i < RUN_NFORWARDED; i++)
-    sigaction(run_forwarded_signals[i], &dfl, NULL);
-  sigaction(SIGCHLD, &dfl, NULL);
-  sigaction(SIGPIPE, &dfl, NULL);
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, NULL);
-
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent)
-    _exit(RUN_EXIT_EXEC); /* weftrun died before the death signal was armed */
-  setpgid(0, 0);
-
-  int err = 0;
-  if ((stdin_fd >= 0 && dup2(stdin_fd, 0) < 0) || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0) {
-    err = errno;
-  } else {
-    /* drop weftrun's descriptors (rendezvous sockets included) */
-    run_close_fds_from(3, exec_fd);
-    execve(job->exec_path, job->argv, envp);
-    err = errno;
-    if (err == ENOEXEC) {
-      execve("/bin/sh", job->sh_argv, envp);
-      err = errno;
-    }
-  }
-  ssize_t n = write(exec_fd, &err, sizeof err);
-  (void)n;
-  _exit(RUN_EXIT_EXEC);
-}
-
-static void run_set_nonblock(int fd)
-{
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-}
-
-/* Starts rank r. Returns 0, or with a message printed, weftrun's exit status:
- * 127 when PROGRAM could not be executed, 1 when the rank could not start. */
-static int run_launch(struct run_job *job, int r, int devnull_fd)
-{
-  struct run_rank *rank = &job->ranks[r];
-  int out_pipe[2], err_pipe[2], exec_pipe[2];
-  if (pipe2(out_pipe, O_CLOEXEC) < 0)
-    goto fail;
-  if (pipe2(err_pipe, O_CLOEXEC) < 0)
-    goto close_out;
-  if (pipe2(exec_pipe, O_CLOEXEC) < 0)
-    goto close_err;
-
-  /* rank 0 reads weftrun's stdin, unless it is the terminal: ranks are not in
-   * the terminal's foreground group and would stop on reading it */
-  int stdin_fd = (r == 0 && !isatty(0)) ? -1 : devnull_fd;
-  char *own[RUN_OWN_VARS];
-  char **envp = run_env_build(job, r, own);
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid == 0)
-    run_child(job, parent, stdin_fd, out_pipe[1], err_pipe[1], exec_pipe[1], envp);
-  int fork_errno = errno;
-  free(envp);
-  for (int i = 0; i < RUN_OWN_VARS; i++)
-    free(own[i]);
-  close(out_pipe[1]);
-  close(err_pipe[1]);
-  close(exec_pipe[1]);
-  if (pid < 0) {
-    close(exec_pipe[0]);
-    close(err_pipe[0]);
-    close(out_pipe[0]);
-    errno = fork_errno;
-    goto fail;
-  }
-
-  setpgid(pid, pid); /* also done by the child; whichever runs first wins */
-  rank->pid = pid;
-  job->nlaunched++;
-  job->nlive++;
-  run_set_nonblock(out_pipe[0]);
-  run_set_nonblock(err_pipe[0]);
-  rank->out = (struct run_stream){.fd = out_pipe[0], .dest_fd = 1};
-  rank->err = (struct run_stream){.fd = err_pipe[0], .dest_fd = 2};
-
-  /* EOF: exec succeeded; an errno: it failed */
-  int child_errno;
-  ssize_t n;
-  do {
-    n = read(exec_pipe[0], &child_errno, sizeof child_errno);
-  } while (n < 0 && errno == EINTR);
-  close(exec_pipe[0]);
-  if (n == (ssize_t)sizeof child_errno) {
-    fprintf(stderr, "weftrun: cannot run %s: %s\n", job->argv[0], strerror(child_errno));
-    return RUN_EXIT_EXEC;
-  }
-  return 0;
-
-close_err:
-  close(err_pipe[0]);
-  close(err_pipe[1]);
-close_out:
-  close(out_pipe[0]);
-  close(out_pipe[1]);
-fail:
-  fprintf(stderr, "weftrun: cannot launch rank %d: %s\n", r, strerror(errno));
-  return 1;
-}
-
-/* --- Supervising -------------------------------------------------------- */
-
-static void run_record_failure(struct run_job *job, int r, int status)
-{
-  if (job->fail_rank >= 0)
-    return;
-  job->fail_rank = r;
-  job->fail_status = status;
-}
-
-static void run_rank_exited(struct run_job *job, int r, int wstatus)
-{
-  struct run_rank *rank = &job->ranks[r];
-  rank->reaped = true;
-  job->nlive--;
-  /* print what it wrote before saying it failed */
-  run_stream_read(job, r, &rank->out, RUN_DRAIN_MAX_READS);
-  run_stream_read(job, r, &rank->err, RUN_DRAIN_MAX_READS);
-  if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
-    return;
-  if (job->fail_rank >= 0)
-    return; /* only the first failure is news; the rest follow from it */
-  if (WIFEXITED(wstatus)) {
-    run_record_failure(job, r, WEXITSTATUS(wstatus));
-    fprintf(stderr, "weftrun: rank %d exited with status %d\n", r, WEXITSTATUS(wstatus));
-  } else {
-    char buf[16];
-    int signo = WTERMSIG(wstatus);
-    run_record_failure(job, r, 128 + signo);
-    fprintf(stderr, "weftrun: rank %d killed by signal %s%s\n", r,
-            run_signal_name(signo, buf, sizeof buf),
-            WCOREDUMP(wstatus) ? " (core dumped)" : "");
-  }
-  run_teardown(job, SIGTERM);
-}
-
-static void run_reap(struct run_job *job)
-{
-  for (;;) {
-    int wstatus;
-    pid_t pid = waitpid(-1, &wstatus, WNOHANG);
-    if (pid < 0 && errno == EINTR)
-      continue;
-    if (pid <= 0) {
-      job->children_left = (pid == 0);
-      return;
-    }
-    for (int r = 0; r < job->nlaunched; r++) {
-      if (job->ranks[r].pid == pid && !job->ranks[r].reaped) {
-        run_rank_exited(job, r, wstatus);
-        break;
-      }
-    }
-    /* anything else is a leftover descendant, reaped as subreaper */
-  }
-}
-
-static void run_on_signal(int signo)
-{
-  int saved_errno = errno;
-  unsigned char b = (unsigned char)signo;
-  if (signo != SIGCHLD)
-    sig_stop_launch = 1;
-  ssize_t n = write(sig_pipe[1], &b, 1);
-  (void)n;
-  errno = saved_errno;
-}
-
-static void run_handle_signals(struct run_job *job)
-{
-  unsigned char sigs[64];
-  ssize_t n;
-  while ((n = read(sig_pipe[0], sigs, sizeof sigs)) > 0 || (n < 0 && errno == EINTR)) {
-    for (ssize_t i = 0; i < n; i++) {
-      if (sigs[i] == SIGCHLD)
-        continue; /* reaping happens on every turn of the loop */
-      if (job->signal_received == 0)
-        job->signal_received = sigs[i];
-      run_teardown(job, sigs[i]);
-    }
-  }
-}
-
-static bool run_streams_open(const struct run_job *job)
-{
-  for (int r = 0; r < job->nlaunched; r++)
-    if (job->ranks[r].out.fd >= 0 || job->ranks[r].err.fd >= 0)
-      return true;
-  return false;
-}
-
-/* Polls the ranks' pipes and the signal pipe until every rank is reaped, its
- * output drained and its leftovers gone, or the teardown deadlines pass. */
-static void run_supervise(struct run_job *job)
-{
-  struct pollfd *pfds = run_xmalloc((size_t)(1 + 2 * job->nranks) * sizeof *pfds);
-  struct run_stream **streams = run_xmalloc((size_t)(2 * job->nranks) * sizeof *streams);
-  int *stream_rank = run_xmalloc((size_t)(2 * job->nranks) * sizeof *stream_rank);
-  for (;;) {
-    run_reap(job);
-    int64_t now = run_now_ms();
-    if (job->nlive == 0 && !run_streams_open(job) && !job->children_left)
-      break;
-    if (job->final_deadline_ms && now >= job->final_deadline_ms)
-      break;
-    if (job->nlive == 0 && job->kill_deadline_ms == 0)
-      run_teardown(job, SIGTERM); /* the ranks are done; so are their leftovers */
-    if (job->kill_deadline_ms && now >= job->kill_deadline_ms && !job->final_deadline_ms) {
-      run_signal_all(job, SIGKILL);
-      job->final_deadline_ms = now + RUN_FINAL_GRACE_MS;
-    }
-
-    int npfds = 0;
-    pfds[npfds++] = (struct pollfd){.fd = sig_pipe[0], .events = POLLIN};
-    for (int r = 0; r < job->nlaunched; r++) {
-      struct run_stream *s[2] = {&job->ranks[r].out, &job->ranks[r].err};
-      for (int k = 0; k < 2; k++) {
-        if (s[k]->fd < 0)
-          continue;
-        streams[npfds - 1] = s[k];
-        stream_rank[npfds - 1] = r;
-        pfds[npfds++] = (struct pollfd){.fd = s[k]->fd, .events = POLLIN};
-      }
-    }
-    int64_t deadline = job->final_deadline_ms ? job->final_deadline_ms : job->kill_deadline_ms;
-    int timeout_ms = -1;
-    if (deadline)
-      timeout_ms = deadline > now ? (int)(deadline - now) : 0;
-    /* with nothing to read, leftovers are polled for by waitpid */
-    if (npfds == 1 && job->children_left && (timeout_ms < 0 || timeout_ms > 50))
-      timeout_ms = 50;
-    int rc = poll(pfds, (nfds_t)npfds, timeout_ms);
-    if (rc < 0 && errno != EINTR) {
-      perror("weftrun: poll");
-      exit(1);
-    }
-    if (rc <= 0)
-      continue;
-    if (pfds[0].revents)
-      run_handle_signals(job);
-    for (int i = 1; i < npfds; i++)
-      if (pfds[i].revents || job->dest_closed[streams[i - 1]->dest_fd])
-        run_stream_read(job, stream_rank[i - 1], streams[i - 1], 1);
-  }
-  /* give up on holders that outlived SIGKILL, keeping their partial lines */
-  for (int r = 0; r < job->nlaunched; r++) {
-    run_stream_close(job, r, &job->ranks[r].out);
-    run_stream_close(job, r, &job->ranks[r].err);
-  }
-  free(stream_rank);
-  free(streams);
-  free(pfds);
-}
-
 /* --- Set-up ------------------------------------------------------------- */
 
 /* Opens /dev/null on any of 0, 1, 2 that is closed, so pipes never land there. */
@@ -812,21 +309,6 @@ static int run_free_port(void)
     port = ntohs(addr.sin_port);
   close(fd);
   return port;
-}
-
-static void run_signals_install(void)
-{
-  if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
-    perror("weftrun: pipe");
-    exit(1);
-  }
-  struct sigaction sa = {.sa_handler = run_on_signal, .sa_flags = SA_RESTART | SA_NOCLDSTOP};
-  sigemptyset(&sa.sa_mask);
-  for (int i = 0; i < RUN_NFORWARDED; i++)
-    sigaction(run_forwarded_signals[i], &sa, NULL);
-  sigaction(SIGCHLD, &sa, NULL);
-  struct sigaction ign = {.sa_handler = SIG_IGN};
-  sigaction(SIGPIPE, &ign, NULL);
 }
 
 static void run_job_free(struct run_job *job)

@@ -1,0 +1,90 @@
+/* Private to weftrun: the job it supervises and what its files share.
+ * weftrun.c parses the arguments, builds the ranks' environment and sets up;
+ * weftrun_supervise.c launches, reaps and signals the ranks and tears the
+ * job down; weftrun_output.c reads the ranks' pipes and prefixes their lines. */
+#ifndef WEFT_WEFTRUN_H
+#define WEFT_WEFTRUN_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "weft.h"
+
+
+enum {
+  RUN_MAX_RANKS = 4096,
+  RUN_LINE_MAX_NBYTES = 65536,  /* longer lines are broken here */
+  RUN_DRAIN_MAX_READS = 64,     /* reads per stream when its rank exits */
+  RUN_FINAL_GRACE_MS = 2000,    /* after SIGKILL, wait this long for EOFs */
+  RUN_EXIT_USAGE = 2,
+  RUN_EXIT_EXEC = 127,
+  RUN_OWN_VARS = 11,            /* variables weftrun sets for every rank */
+};
+
+struct run_stream {
+  int fd;        /* non-blocking read end of the rank's pipe; -1 after EOF */
+  int dest_fd;   /* weftrun's 1 or 2 */
+  char *buf;     /* the partial line read so far */
+  size_t len;
+  size_t cap;
+};
+
+struct run_rank {
+  pid_t pid;     /* also its process group; 0 when not launched */
+  bool reaped;
+  struct run_stream out;
+  struct run_stream err;
+};
+
+struct run_job {
+  int nranks;
+  bool prefix;
+  int prefix_width;          /* digits of nranks-1 */
+  char **argv;               /* PROGRAM ARGS..., NULL-terminated */
+  char *exec_path;           /* PROGRAM resolved on PATH */
+  char **sh_argv;            /* "sh exec_path ARGS..." for scripts without #! */
+  char **x_vars;             /* -x NAME=VALUE, later ones win */
+  int n_x_vars;
+  char unique_id_hex[2 * WEFT_UNIQUE_ID_BYTES + 1];
+  int master_port;
+  int64_t kill_timeout_ms;
+  struct run_rank *ranks;
+  int nlaunched;
+  int nlive;                 /* launched and not reaped */
+  bool children_left;        /* waitpid saw unreaped descendants */
+  int fail_rank;             /* first rank that failed, or -1 */
+  int fail_status;           /* weftrun's exit status for that failure */
+  int signal_received;       /* first forwarded signal, or 0 */
+  int64_t kill_deadline_ms;  /* SIGKILL everything then; 0 = not tearing down */
+  int64_t final_deadline_ms; /* stop waiting then; 0 = not yet */
+  char *out;                 /* prefixed lines waiting for one write */
+  size_t out_len;
+  size_t out_cap;
+  bool dest_closed[3];       /* weftrun's stdout/stderr reader went away */
+};
+
+/* Set by a forwarded signal: launch no more ranks. */
+extern volatile sig_atomic_t sig_stop_launch;
+
+/* weftrun.c: allocation that exits when out of memory */
+void run_die_oom(void);
+void *run_xmalloc(size_t nbytes);
+char *run_printf(const char *fmt, ...);
+/* Rank's environment; own[] receives strings to free. */
+char **run_env_build(const struct run_job *job, int rank, char *own[RUN_OWN_VARS]);
+
+/* weftrun_output.c: a rank's stream, read into prefixed lines */
+void run_stream_close(struct run_job *job, int rank, struct run_stream *s);
+void run_stream_read(struct run_job *job, int rank, struct run_stream *s, int max_reads);
+
+/* weftrun_supervise.c: the ranks' lives */
+void run_signals_install(void);
+int run_launch(struct run_job *job, int r, int devnull_fd);
+void run_record_failure(struct run_job *job, int r, int status);
+void run_teardown(struct run_job *job, int signo);
+void run_supervise(struct run_job *job);
+
+#endif

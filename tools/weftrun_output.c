@@ -1,0 +1,134 @@
+/* weftrun's output: each rank's stdout and stderr read from its pipes and
+ * written line by line, each line prefixed with "[rank] ". */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "weftrun.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* --- Output ------------------------------------------------------------- */
+
+/* Writes all of buf to fd. When fd's reader has gone away (EPIPE), output for
+ * fd is dropped and the ranks' pipes to it are closed on their next read. */
+static void run_write_all(struct run_job *job, int fd, const char *buf, size_t nbytes)
+{
+  if (job->dest_closed[fd])
+    return;
+  while (nbytes > 0) {
+    ssize_t n = write(fd, buf, nbytes);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && errno == EAGAIN) {
+      struct pollfd p = {.fd = fd, .events = POLLOUT};
+      poll(&p, 1, 100);
+      continue;
+    }
+    if (n < 0) {
+      job->dest_closed[fd] = true;
+      return;
+    }
+    buf += n;
+    nbytes -= (size_t)n;
+  }
+}
+
+static void run_out_append(struct run_job *job, const char *data, size_t nbytes)
+{
+  if (job->out_len + nbytes > job->out_cap) {
+    size_t cap = job->out_cap ? job->out_cap : 4096;
+    while (cap < job->out_len + nbytes)
+      cap *= 2;
+    char *p = realloc(job->out, cap);
+    if (!p)
+      run_die_oom();
+    job->out = p;
+    job->out_cap = cap;
+  }
+  memcpy(job->out + job->out_len, data, nbytes);
+  job->out_len += nbytes;
+}
+
+static void run_emit_line(struct run_job *job, int rank, const char *line, size_t nbytes)
+{
+  if (job->prefix) {
+    char prefix[32];
+    int n = snprintf(prefix, sizeof prefix, "[%*d] ", job->prefix_width, rank);
+    run_out_append(job, prefix, (size_t)n);
+  }
+  run_out_append(job, line, nbytes);
+  run_out_append(job, "\n", 1);
+}
+
+static void run_out_flush(struct run_job *job, int fd)
+{
+  run_write_all(job, fd, job->out, job->out_len);
+  job->out_len = 0;
+}
+
+void run_stream_close(struct run_job *job, int rank, struct run_stream *s)
+{
+  if (s->len > 0) {
+    run_emit_line(job, rank, s->buf, s->len);
+    run_out_flush(job, s->dest_fd);
+    s->len = 0;
+  }
+  if (s->fd >= 0)
+    close(s->fd);
+  s->fd = -1;
+}
+
+/* Reads up to max_reads times from s, emitting every complete line; stops
+ * early when the pipe is empty. Closes s at EOF, flushing a partial line. */
+void run_stream_read(struct run_job *job, int rank, struct run_stream *s, int max_reads)
+{
+  for (int i = 0; i < max_reads && s->fd >= 0; i++) {
+    if (job->dest_closed[s->dest_fd]) {
+      /* nobody reads weftrun's side: close the rank's, as a shell pipeline would */
+      close(s->fd);
+      s->fd = -1;
+      s->len = 0;
+      return;
+    }
+    if (s->len == s->cap) {
+      if (s->cap == RUN_LINE_MAX_NBYTES) {
+        /* a line too long to hold: break it here */
+        run_emit_line(job, rank, s->buf, s->len);
+        run_out_flush(job, s->dest_fd);
+        s->len = 0;
+      } else {
+        size_t cap = s->cap ? 2 * s->cap : 4096;
+        char *p = realloc(s->buf, cap);
+        if (!p)
+          run_die_oom();
+        s->buf = p;
+        s->cap = cap;
+      }
+    }
+    ssize_t n = read(s->fd, s->buf + s->len, s->cap - s->len);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && errno == EAGAIN)
+      return;
+    if (n <= 0) {
+      run_stream_close(job, rank, s);
+      return;
+    }
+    size_t start = 0;
+    size_t end = s->len + (size_t)n;
+    for (size_t j = s->len; j < end; j++) {
+      if (s->buf[j] == '\n') {
+        run_emit_line(job, rank, s->buf + start, j - start);
+        start = j + 1;
+      }
+    }
+    memmove(s->buf, s->buf + start, end - start);
+    s->len = end - start;
+    run_out_flush(job, s->dest_fd);
+  }
+}
