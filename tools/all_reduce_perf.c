@@ -1,6 +1,4 @@
 /* all_reduce_perf: weft's all-reduce in nccl-tests' format. */
-#include <math.h>
-
 #include "perf_common.h"
 
 static double busbw_factor(int nranks) { return nranks > 1 ? 2.0 * (nranks - 1) / nranks : 0; }
@@ -20,31 +18,12 @@ static weftResult_t run(const void *sendbuf, void *recvbuf, size_t count, weftDa
 static void expect(size_t i, int rank, int nranks, size_t count, weftDataType_t datatype,
                    weftRedOp_t op, int root, double *value_out, double *magnitude_out) {
   (void)rank, (void)count, (void)root;
-  double acc = perf_input(0, i, datatype, op), magnitude = fabs(acc);
-  for (int r = 1; r < nranks; r++) {
-    double v = perf_input(r, i, datatype, op);
-    magnitude += fabs(v);
-    switch (op) {
-      case weftSum: case weftAvg: acc += v; break;
-      case weftProd: acc *= v; break;
-      case weftMax: acc = v > acc ? v : acc; break;
-      case weftMin: acc = v < acc ? v : acc; break;
-      default: break;
-    }
-  }
-  if (op == weftAvg) {
-    int integer = perf_type_eps(datatype) == 0;
-    acc = integer ? trunc(acc / nranks) : acc / nranks;
-    magnitude = magnitude / nranks + fabs(acc);
-  }
-  *value_out = acc;
-  *magnitude_out = magnitude;
+  perf_reduced(i, nranks, datatype, op, value_out, magnitude_out);
 }
 
 static const struct perf_coll all_reduce = {
     .name = "all_reduce",
     .uses_op = 1,
-    .uses_root = 0,
     .busbw_factor = busbw_factor,
     .counts = counts,
     .run = run,

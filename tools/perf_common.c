@@ -180,22 +180,24 @@ struct perf_result {
 
 static int run_one(const struct perf_coll *coll, const struct perf_opts *o, weftComm_t comm,
                    int rank, int nranks, size_t nbytes, weftDataType_t t, weftRedOp_t op,
-                   void *sendbuf, void *recvbuf, int in_place, struct perf_result *r) {
+                   char *sendbuf, char *recvbuf, int in_place, struct perf_result *r) {
   size_t esize = weftTypeSize(t), send_count, recv_count, count;
   coll->counts(nbytes, esize, nranks, &send_count, &recv_count, &count);
-  const void *src = in_place ? recvbuf : sendbuf;
+  /* in place, input and output share one buffer: a gather's input sits in its
+   * rank's block of the output, a scatter's output in its rank's block of the input */
+  char *src = sendbuf, *dst = recvbuf;
   if (in_place) {
-    /* in place: this rank's input sits where the collective expects it */
-    size_t in_off = recv_count > send_count ? (size_t)rank * send_count : 0;
-    fill_inputs((char *)recvbuf + in_off * esize, send_count, rank, t, op);
-    src = (char *)recvbuf + in_off * esize;
+    src = dst = recvbuf;
+    if (recv_count > send_count) src += (size_t)rank * send_count * esize;
+    if (send_count > recv_count) dst += (size_t)rank * recv_count * esize;
   }
+  fill_inputs(src, send_count, rank, t, op);
   for (int i = 0; i < o->warmup; i++)
-    if (coll->run(src, recvbuf, count, t, op, o->root, comm) != weftSuccess) return -1;
+    if (coll->run(src, dst, count, t, op, o->root, comm) != weftSuccess) return -1;
   double t0 = now_s();
   for (int i = 0; i < o->iters; i++)
     for (int a = 0; a < o->agg_iters; a++)
-      if (coll->run(src, recvbuf, count, t, op, o->root, comm) != weftSuccess) return -1;
+      if (coll->run(src, dst, count, t, op, o->root, comm) != weftSuccess) return -1;
   double elapsed = (now_s() - t0) / (o->iters * o->agg_iters);
   elapsed = across_ranks(comm, elapsed, o->average, nranks);
   r->time_us = elapsed * 1e6;
@@ -204,13 +206,10 @@ static int run_one(const struct perf_coll *coll, const struct perf_opts *o, weft
   r->wrong = 0;
   if (o->check) {
     /* one more run on fresh inputs into a poisoned output */
-    memset(recvbuf, 0xa5, recv_count * esize);
-    if (in_place) {
-      size_t in_off = recv_count > send_count ? (size_t)rank * send_count : 0;
-      fill_inputs((char *)recvbuf + in_off * esize, send_count, rank, t, op);
-    }
-    if (coll->run(src, recvbuf, count, t, op, o->root, comm) != weftSuccess) return -1;
-    long long wrong = count_wrong(coll, recvbuf, recv_count, count, rank, nranks, t, op, o->root);
+    memset(dst, 0xa5, recv_count * esize);
+    fill_inputs(src, send_count, rank, t, op);
+    if (coll->run(src, dst, count, t, op, o->root, comm) != weftSuccess) return -1;
+    long long wrong = count_wrong(coll, dst, recv_count, count, rank, nranks, t, op, o->root);
     long long total = wrong;
     if (weftAllReduce(&wrong, &total, 1, weftInt64, weftSum, comm, NULL) != weftSuccess) return -1;
     r->wrong = total;
@@ -272,9 +271,9 @@ int perf_main(int argc, char **argv, const struct perf_coll *coll) {
       size_t esize = weftTypeSize(t);
       for (size_t nbytes = o.min_nbytes; nbytes <= o.max_nbytes && !failed;) {
         size_t send_count, recv_count, count;
-        size_t rounded = nbytes / esize * esize;
-        coll->counts(rounded, esize, nranks, &send_count, &recv_count, &count);
-        fill_inputs(sendbuf, send_count, rank, t, op);
+        coll->counts(nbytes, esize, nranks, &send_count, &recv_count, &count);
+        size_t total = send_count > recv_count ? send_count : recv_count;
+        size_t rounded = total * esize; /* what one rank's larger buffer holds */
         struct perf_result oop, ip;
         if (run_one(coll, &o, comm, rank, nranks, rounded, t, op, sendbuf, recvbuf, 0, &oop) ||
             run_one(coll, &o, comm, rank, nranks, rounded, t, op, sendbuf, recvbuf, 1, &ip)) {
@@ -289,7 +288,7 @@ int perf_main(int argc, char **argv, const struct perf_coll *coll) {
           char root[16];
           snprintf(root, sizeof root, "%d", coll->uses_root ? o.root : -1);
           printf("  %10zu  %12zu  %8s  %6s  %6s  %7.2f  %6.2f  %6.2f  %6lld  %7.2f  %6.2f  %6.2f  %6lld\n",
-                 rounded, count, type_names[t], coll->uses_op ? op_names[op] : "none", root,
+                 rounded, total, type_names[t], coll->uses_op ? op_names[op] : "none", root,
                  oop.time_us, oop.algbw, oop.busbw, o.check ? oop.wrong : -1LL, ip.time_us,
                  ip.algbw, ip.busbw, o.check ? ip.wrong : -1LL);
           fflush(stdout);

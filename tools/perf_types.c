@@ -101,3 +101,26 @@ double perf_input(int rank, size_t i, weftDataType_t datatype, weftRedOp_t op) {
   int v = (int)(((size_t)rank * 131 + i * 17 + 5) % (size_t)span) - span / 2;
   return is_unsigned ? v + span / 2 : v;
 }
+
+void perf_reduced(size_t i, int nranks, weftDataType_t datatype, weftRedOp_t op,
+                  double *value_out, double *magnitude_out) {
+  double acc = perf_input(0, i, datatype, op), magnitude = fabs(acc);
+  for (int r = 1; r < nranks; r++) {
+    double v = perf_input(r, i, datatype, op);
+    magnitude += fabs(v);
+    switch (op) {
+      case weftSum: case weftAvg: acc += v; break;
+      case weftProd: acc *= v; break;
+      case weftMax: acc = v > acc ? v : acc; break;
+      case weftMin: acc = v < acc ? v : acc; break;
+      default: break;
+    }
+  }
+  if (op == weftAvg) {
+    int integer = perf_type_eps(datatype) == 0;
+    acc = integer ? trunc(acc / nranks) : acc / nranks;
+    magnitude = magnitude / nranks + fabs(acc);
+  }
+  *value_out = acc;
+  *magnitude_out = magnitude;
+}

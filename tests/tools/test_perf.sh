@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # all_reduce_perf under weftrun: the table, #wrong checks, and failure exits.
-# usage: test_perf.sh WEFTRUN ALL_REDUCE_PERF
+# usage: test_perf.sh WEFTRUN TOOLS_DIR
 set -u
 weftrun=$1
-perf=$2
+tools=$2
+perf=$tools/all_reduce_perf
 pass=0
 fail=0
 tmp=$(mktemp -d)
@@ -57,6 +58,20 @@ timeout 60 "$weftrun" -n 3 sh -c '"$0" -T 20 -b 16M -e 16M -n 100000 & pid=$!; i
 rc=$?
 took=$(( $(date +%s) - start ))
 if [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "$took" -lt 20 ]; then ok killed_rank; else bad killed_rank "exit $rc after ${took}s: $(tail -3 "$tmp/kill")"; fi
+
+# every tool, every datatype, 2 to 4 ranks, a moving root
+for tool in all_gather reduce_scatter broadcast reduce; do
+  for n in 2 3 4; do
+    out="$tmp/${tool}_$n"
+    if timeout 300 "$weftrun" -n $n "$tools/${tool}_perf" -b 4 -e 300K -f 9 -d all -o all -r $((n - 1)) -n 1 -w 0 >"$out" 2>&1; then
+      rows=$(grep -cE '^\[0\] +[0-9]+ ' "$out")
+      if [ "$rows" -lt 12 ]; then bad "${tool}_$n" "only $rows rows"; continue; fi
+      check_table "${tool}_$n" "$out" "$rows"
+    else
+      bad "${tool}_$n" "exit $?: $(tail -3 "$out")"
+    fi
+  done
+done
 
 # bad flags
 if "$perf" -d nosuchtype >/dev/null 2>&1; then bad bad_flag "accepted -d nosuchtype"; else ok bad_flag; fi

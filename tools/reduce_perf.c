@@ -1,0 +1,40 @@
+/* reduce_perf: weft's reduce in nccl-tests' format (-r picks the root). */
+#include <math.h>
+
+#include "perf_common.h"
+
+static double busbw_factor(int nranks) { return nranks > 1 ? 1 : 0; }
+
+static void counts(size_t nbytes, size_t elem_nbytes, int nranks, size_t *send_count,
+                   size_t *recv_count, size_t *count) {
+  (void)nranks;
+  *count = *send_count = *recv_count = nbytes / elem_nbytes;
+}
+
+static weftResult_t run(const void *sendbuf, void *recvbuf, size_t count, weftDataType_t datatype,
+                        weftRedOp_t op, int root, weftComm_t comm) {
+  return weftReduce(sendbuf, recvbuf, count, datatype, op, root, comm, NULL);
+}
+
+static void expect(size_t i, int rank, int nranks, size_t count, weftDataType_t datatype,
+                   weftRedOp_t op, int root, double *value_out, double *magnitude_out) {
+  (void)count;
+  if (rank != root) { /* only the root's output is defined */
+    *value_out = NAN;
+    *magnitude_out = 0;
+    return;
+  }
+  perf_reduced(i, nranks, datatype, op, value_out, magnitude_out);
+}
+
+static const struct perf_coll reduce = {
+    .name = "reduce",
+    .uses_op = 1,
+    .uses_root = 1,
+    .busbw_factor = busbw_factor,
+    .counts = counts,
+    .run = run,
+    .expect = expect,
+};
+
+int main(int argc, char **argv) { return perf_main(argc, argv, &reduce); }
