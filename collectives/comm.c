@@ -38,11 +38,16 @@ weftResult_t comm_check(const struct weftComm *comm) {
   return weftSuccess;
 }
 
+void comm_poison(struct weftComm *comm) {
+  channels_poison(comm);
+  p2p_conns_poison(comm);
+}
+
 weftResult_t comm_fail(struct weftComm *comm, weftResult_t res) {
   snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
   if (res == weftRemoteError || res == weftSystemError || res == weftInternalError) {
     if (comm->async_error == weftSuccess) comm->async_error = res;
-    channels_poison(comm);
+    comm_poison(comm);
   }
   return res;
 }
@@ -66,8 +71,8 @@ static int config_int(int value, int fallback) {
   return value == WEFT_CONFIG_UNDEF_INT ? fallback : value;
 }
 
-static weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_id *id,
-                              int rank, const weftConfig_t *config, int cuda_dev) {
+weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_id *id, int rank,
+                       const weftConfig_t *config, int cuda_dev) {
   weftConfig_t cfg;
   WEFT_TRY(config_read(config, &cfg));
   int64_t nslots = param_int(&coll_params[P_NSLOTS]);
@@ -100,6 +105,9 @@ static weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct boo
   comm->cuda_dev = cuda_dev;
   comm->nchannels = nchannels;
   comm->peers = peers;
+  comm->nslots = (uint32_t)nslots;
+  comm->slot_nbytes = (size_t)slot_nbytes;
+  WEFT_TRY_GOTO(p2p_conns_alloc(comm), res, free_comm);
   comm->timeout_ns = cfg.timeoutMs != WEFT_CONFIG_UNDEF_INT && cfg.timeoutMs > 0
                          ? (uint64_t)cfg.timeoutMs * 1000000ull
                          : wait_default_timeout_ns();
@@ -130,6 +138,7 @@ close_channels:
   channels_close(comm);
   bootstrap_close(comm->bs);
 free_comm:
+  if (comm != NULL) p2p_conns_close(comm);
   free(peers);
   free(comm);
   return res;
@@ -220,15 +229,25 @@ free_args:
   return res;
 }
 
+/* Waits until no host stream holds work for comm. */
+static void comm_drain(struct weftComm *comm) {
+  while (__atomic_load_n(&comm->pending, __ATOMIC_ACQUIRE) != 0) {
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 weftResult_t weftCommFinalize(weftComm_t comm) {
   WEFT_TRY(comm_check(comm));
+  comm_drain(comm);
   comm->finalized = 1;
-  return weftSuccess;
+  return comm->async_error;
 }
 
 static void comm_free(struct weftComm *comm) {
   comm->magic = 0;
   channels_close(comm);
+  p2p_conns_close(comm);
   bootstrap_close(comm->bs);
   free(comm->peers);
   free(comm);
@@ -236,6 +255,7 @@ static void comm_free(struct weftComm *comm) {
 
 weftResult_t weftCommDestroy(weftComm_t comm) {
   WEFT_TRY(comm_check(comm));
+  comm_drain(comm);
   if (__atomic_load_n(&comm->active, __ATOMIC_ACQUIRE) != 0)
     return weft_error_set(weftInvalidUsage,
                           "comm is in use by another thread; use weftCommAbort to stop it");
@@ -246,9 +266,11 @@ weftResult_t weftCommDestroy(weftComm_t comm) {
 weftResult_t weftCommAbort(weftComm_t comm) {
   WEFT_TRY(comm_check(comm));
   __atomic_store_n(&comm->abort_flag, 1u, __ATOMIC_RELEASE);
-  channels_poison(comm);
-  /* threads in an operation see the flag within microseconds; wait for them */
-  while (__atomic_load_n(&comm->active, __ATOMIC_ACQUIRE) != 0) {
+  comm_poison(comm);
+  /* threads in an operation see the flag within microseconds, and queued
+   * stream work fails at once; wait for both */
+  while (__atomic_load_n(&comm->active, __ATOMIC_ACQUIRE) != 0 ||
+         __atomic_load_n(&comm->pending, __ATOMIC_ACQUIRE) != 0) {
     struct timespec ts = {0, 100000};
     nanosleep(&ts, NULL);
   }

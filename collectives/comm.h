@@ -30,20 +30,40 @@ struct weftComm {
   struct peer_info *peers;
   int nchannels;
   struct weft_channel channels[WEFT_MAX_CHANNELS];
+  uint32_t nslots;              /* FIFO shape of every connection */
+  size_t slot_nbytes;
+  struct weft_conn *p2p_send;   /* [nranks]: to each peer, connected on first use */
+  struct weft_conn *p2p_recv;   /* [nranks]: from each peer */
   uint64_t timeout_ns;
   uint64_t seq;                 /* collectives issued */
+  uint64_t check_seq;           /* collectives run through WEFT_CHECK's comparison */
   volatile uint32_t abort_flag; /* set by weftCommAbort */
   uint32_t active;              /* threads inside an operation on this comm */
+  uint32_t pending;             /* host-stream items naming this comm, not yet run */
   weftResult_t async_error;
   int finalized;
   char last_error[1024];
 };
+
+/* Joins rank `rank` of `nranks` to the communicator of id and connects it
+ * (collective over the ranks holding id). config may be NULL; cuda_dev is -1
+ * for a host rank. Blocks until connected or the timeout passes. */
+weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_id *id, int rank,
+                       const weftConfig_t *config, int cuda_dev);
 
 /* Connects every channel's ring (collective over the bootstrap). */
 weftResult_t channels_connect(struct weftComm *comm, uint32_t nslots, size_t slot_nbytes);
 void channels_close(struct weftComm *comm);
 /* Marks every connection failed, so peers stop waiting on this rank. */
 void channels_poison(struct weftComm *comm);
+
+/* Point-to-point connections (collectives/p2p.c). */
+weftResult_t p2p_conns_alloc(struct weftComm *comm);
+void p2p_conns_poison(struct weftComm *comm);
+void p2p_conns_close(struct weftComm *comm);
+
+/* Marks every connection of comm failed: channels and point-to-point. */
+void comm_poison(struct weftComm *comm);
 
 /* Records a failure on comm: the async error, the last-error text, and
  * poisoned connections. Returns res. */

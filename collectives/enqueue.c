@@ -1,12 +1,12 @@
-/* The collective entry points: check arguments, then run now or record the
- * operation in the open group. */
-#include <pthread.h>
+/* The collective entry points: check arguments, then run now, queue on a host
+ * stream, or record the operation in the open group. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../transport/status.h"
-#include "plan.h"
+#include "stream.h"
 
 size_t weftTypeSize(weftDataType_t datatype) {
   switch (datatype) {
@@ -20,115 +20,8 @@ size_t weftTypeSize(weftDataType_t datatype) {
 
 const char *coll_kind_name(enum coll_kind coll) {
   static const char *names[COLL_NUM] = {"AllReduce", "AllGather", "ReduceScatter", "Broadcast",
-                                        "Reduce"};
+                                        "Reduce",    "Send",      "Recv"};
   return coll < COLL_NUM ? names[coll] : "?";
-}
-
-/* --- groups --------------------------------------------------------------- */
-
-struct group_op {
-  struct weftComm *comm;
-  struct weft_plan plan;
-};
-
-static _Thread_local int group_depth;
-static _Thread_local struct group_op *group_ops;
-static _Thread_local size_t group_nops, group_cap;
-static _Thread_local weftResult_t group_error; /* first failure while recording */
-
-weftResult_t weftGroupStart(void) {
-  if (group_depth == 0) group_error = weftSuccess;
-  group_depth++;
-  return weftSuccess;
-}
-
-/* Runs one operation with the comm marked busy, so that an abort waits. */
-static weftResult_t op_run(struct weftComm *comm, const struct weft_plan *plan) {
-  __atomic_add_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
-  weftResult_t res;
-  if (__atomic_load_n(&comm->abort_flag, __ATOMIC_SEQ_CST)) {
-    res = weft_error_set(weftRemoteError, "communicator was aborted");
-  } else if (comm->async_error != weftSuccess) {
-    res = weft_error_set(comm->async_error,
-                         "communicator is broken by an earlier error: %s", comm->last_error);
-  } else {
-    res = plan_run_host(comm, plan);
-  }
-  if (res != weftSuccess) comm_fail(comm, res);
-  __atomic_sub_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
-  return res;
-}
-
-/* The operations of one communicator in a group, run by one thread. */
-struct comm_batch {
-  struct weftComm *comm;
-  const struct group_op *all; /* every op of the group; this batch runs its comm's */
-  size_t nall;
-  weftResult_t res;
-  char error[1024];
-  pthread_t tid;
-};
-
-static void *batch_main(void *p) {
-  struct comm_batch *b = p;
-  b->res = weftSuccess;
-  for (size_t i = 0; i < b->nall && b->res == weftSuccess; i++)
-    if (b->all[i].comm == b->comm) b->res = op_run(b->comm, &b->all[i].plan);
-  if (b->res != weftSuccess) snprintf(b->error, sizeof b->error, "%s", weft_error_text());
-  return NULL;
-}
-
-weftResult_t weftGroupEnd(void) {
-  if (group_depth == 0)
-    return weft_error_set(weftInvalidUsage, "weftGroupEnd without weftGroupStart");
-  if (--group_depth > 0) return weftSuccess;
-  struct group_op *ops = group_ops;
-  size_t nops = group_nops;
-  group_ops = NULL;
-  group_nops = group_cap = 0;
-  weftResult_t res = group_error;
-  if (res != weftSuccess) {
-    free(ops);
-    return res; /* the error text is the recording failure's */
-  }
-  /* one batch per communicator, run concurrently: one thread may drive several ranks */
-  size_t nbatches = 0;
-  struct comm_batch *batches = calloc(nops ? nops : 1, sizeof *batches);
-  if (batches == NULL) {
-    free(ops);
-    return weft_error_set(weftSystemError, "out of memory");
-  }
-  for (size_t i = 0; i < nops; i++) {
-    size_t b = 0;
-    while (b < nbatches && batches[b].comm != ops[i].comm) b++;
-    if (b == nbatches) batches[nbatches++] = (struct comm_batch){.comm = ops[i].comm, .all = ops, .nall = nops};
-  }
-  size_t started = 0;
-  for (size_t b = 1; b < nbatches; b++, started++)
-    if (pthread_create(&batches[b].tid, NULL, batch_main, &batches[b]) != 0) {
-      res = weft_error_errno(weftSystemError, "starting a group thread");
-      break;
-    }
-  if (nbatches > 0 && res == weftSuccess) batch_main(&batches[0]);
-  for (size_t b = 1; b <= started; b++) pthread_join(batches[b].tid, NULL);
-  for (size_t b = 0; b < nbatches && res == weftSuccess; b++)
-    if (batches[b].res != weftSuccess)
-      res = weft_error_set(batches[b].res, "rank %d: %s", batches[b].comm->rank, batches[b].error);
-  free(batches);
-  free(ops);
-  return res;
-}
-
-static weftResult_t group_record(struct weftComm *comm, const struct weft_plan *plan) {
-  if (group_nops == group_cap) {
-    size_t cap = group_cap ? group_cap * 2 : 16;
-    struct group_op *ops = realloc(group_ops, cap * sizeof *ops);
-    if (ops == NULL) return weft_error_set(weftSystemError, "out of memory");
-    group_ops = ops;
-    group_cap = cap;
-  }
-  group_ops[group_nops++] = (struct group_op){.comm = comm, .plan = *plan};
-  return weftSuccess;
 }
 
 /* --- argument checks --------------------------------------------------- */
@@ -160,6 +53,9 @@ static weftResult_t plan_check(struct weftComm *comm, const struct weft_plan *pl
   if (rooted && (plan->root < 0 || plan->root >= comm->nranks))
     return weft_error_set(weftInvalidArgument, "%s: root %d out of range [0, %d)", name,
                           plan->root, comm->nranks);
+  if (plan_is_p2p(plan) && (plan->root < 0 || plan->root >= comm->nranks))
+    return weft_error_set(weftInvalidArgument, "%s: peer %d out of range [0, %d)", name,
+                          plan->root, comm->nranks);
   if (comm->finalized) return weft_error_set(weftInvalidUsage, "%s: comm was finalized", name);
   if (plan->count == 0) return weftSuccess;
 
@@ -167,8 +63,14 @@ static weftResult_t plan_check(struct weftComm *comm, const struct weft_plan *pl
   size_t send_nbytes = plan->count * esize, recv_nbytes = plan->count * esize;
   if (c == COLL_ALLGATHER) recv_nbytes *= n;
   if (c == COLL_REDUCESCATTER) send_nbytes *= n;
-  int uses_send = c != COLL_BROADCAST || comm->rank == plan->root;
-  int uses_recv = c != COLL_REDUCE || comm->rank == plan->root;
+  int uses_send = 1, uses_recv = 1;
+  switch (c) {
+    case COLL_SEND: uses_recv = 0; break;
+    case COLL_RECV: uses_send = 0; break;
+    case COLL_BROADCAST: uses_send = comm->rank == plan->root; break;
+    case COLL_REDUCE: uses_recv = comm->rank == plan->root; break;
+    default: break;
+  }
   if (uses_send && plan->sendbuf == NULL)
     return weft_error_set(weftInvalidArgument, "%s: sendbuff is NULL with count %zu", name,
                           plan->count);
@@ -194,23 +96,20 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
                                  weftStream_t stream) {
   weft_error_clear();
   weftResult_t res = plan_check(comm, plan);
+  struct host_stream *hs = NULL;
+  if (res == weftSuccess && stream != NULL) res = stream_lookup(stream, &hs);
   if (res != weftSuccess) {
     if (comm != NULL && comm_check(comm) == weftSuccess)
       snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
-    if (group_depth > 0 && group_error == weftSuccess) group_error = res;
-    return res;
-  }
-  if (stream != NULL) {
-    res = weft_error_set(weftInvalidArgument,
-                         "%s: streams are not supported for host buffers; pass NULL",
-                         coll_kind_name(plan->coll));
-    snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+    group_fail(res);
     return res;
   }
   plan_tune(comm, plan);
   comm->seq++;
-  if (group_depth > 0) return group_record(comm, plan);
-  return op_run(comm, plan);
+  if (group_active()) return group_record(comm, plan, stream);
+  struct group_op op = {.comm = comm, .plan = *plan, .stream = stream};
+  if (hs != NULL) return stream_enqueue(hs, &op, 1);
+  return group_launch(&op, 1);
 }
 
 weftResult_t weftAllReduce(const void *sendbuff, void *recvbuff, size_t count,
@@ -254,5 +153,19 @@ weftResult_t weftReduce(const void *sendbuff, void *recvbuff, size_t count,
                         weftStream_t stream) {
   struct weft_plan plan = {.coll = COLL_REDUCE, .sendbuf = sendbuff, .recvbuf = recvbuff,
                            .count = count, .datatype = datatype, .op = op, .root = root};
+  return coll_enqueue(comm, &plan, stream);
+}
+
+weftResult_t weftSend(const void *sendbuff, size_t count, weftDataType_t datatype, int peer,
+                      weftComm_t comm, weftStream_t stream) {
+  struct weft_plan plan = {.coll = COLL_SEND, .sendbuf = sendbuff, .count = count,
+                           .datatype = datatype, .op = weftSum, .root = peer};
+  return coll_enqueue(comm, &plan, stream);
+}
+
+weftResult_t weftRecv(void *recvbuff, size_t count, weftDataType_t datatype, int peer,
+                      weftComm_t comm, weftStream_t stream) {
+  struct weft_plan plan = {.coll = COLL_RECV, .recvbuf = recvbuff, .count = count,
+                           .datatype = datatype, .op = weftSum, .root = peer};
   return coll_enqueue(comm, &plan, stream);
 }

@@ -9,11 +9,13 @@ struct weft_param coll_params[] = {
                   NULL},
     [P_SLOT_BYTES] = {"WEFT_SLOT_BYTES", PARAM_INT, "128K",
                       "bytes per FIFO slot: the pipelining chunk (multiple of 64)", 0, 0, NULL},
+    [P_CHECK] = {"WEFT_CHECK", PARAM_INT, "0",
+                 "1: ranks compare each collective's signature before running it", 0, 0, NULL},
     PARAM_END,
 };
 
 struct weft_param *const weft_param_tables[] = {
-    log_params, wait_params, bootstrap_params, transport_params, shm_params, coll_params, NULL,
+    log_params, wait_params, bootstrap_params, transport_params, shm_params, socket_params, coll_params, NULL,
 };
 
 void weft_params_reset(void) { param_tables_reset(weft_param_tables); }

@@ -9,6 +9,7 @@ enum coll_param {
   P_NCHANNELS,
   P_NSLOTS,
   P_SLOT_BYTES,
+  P_CHECK,
 };
 
 /* Every table of every module, NULL-terminated, in layer order. */

@@ -7,6 +7,7 @@
 #include "reduce_host.h"
 
 void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
+  if (plan_is_p2p(plan)) return;
   plan->algo = ALGO_RING;
   plan->proto = PROTO_SIMPLE;
   /* a channel needs at least one full loop (a slot per rank) to be worth it */
@@ -20,7 +21,7 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
   plan->nchannels = nch;
 }
 
-static const algo_fn ring_algos[COLL_NUM] = {
+static const algo_fn ring_algos[COLL_NUM_RING] = {
     [COLL_ALLREDUCE] = ring_allreduce,
     [COLL_ALLGATHER] = ring_allgather,
     [COLL_REDUCESCATTER] = ring_reducescatter,
@@ -35,6 +36,7 @@ static void run_single_rank(const struct weft_plan *plan) {
 }
 
 weftResult_t plan_run_host(struct weftComm *comm, const struct weft_plan *plan) {
+  if (plan_is_p2p(plan)) return p2p_run(comm, &plan, 1);
   if (plan->count == 0) return weftSuccess;
   if (comm->nranks == 1) {
     run_single_rank(plan);

@@ -13,6 +13,9 @@ enum coll_kind {
   COLL_REDUCESCATTER,
   COLL_BROADCAST,
   COLL_REDUCE,
+  COLL_NUM_RING, /* above: ring collectives; below: point-to-point */
+  COLL_SEND = COLL_NUM_RING,
+  COLL_RECV,
   COLL_NUM
 };
 enum coll_algo { ALGO_RING = 0, ALGO_NUM };
@@ -25,7 +28,7 @@ struct weft_plan {
   size_t count; /* elements per rank for all-gather and reduce-scatter, else in total */
   weftDataType_t datatype;
   weftRedOp_t op;
-  int root;
+  int root; /* the root of broadcast and reduce; the peer of send and recv */
   enum coll_algo algo;
   enum coll_proto proto;
   int nchannels;
@@ -38,6 +41,21 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan);
 
 /* Runs plan on the calling thread (the host executor). */
 weftResult_t plan_run_host(struct weftComm *comm, const struct weft_plan *plan);
+
+/* WEFT_CHECK=1: allgathers plan's signature (collective, count, datatype, op,
+ * root, sequence number) over the bootstrap and returns weftInvalidUsage on
+ * every rank, with a message naming the ranks and what differs, when they do
+ * not all match (collectives/check.c). Blocks until every rank has called it
+ * or the timeout. Otherwise, and for sends and receives, returns weftSuccess
+ * at once, with no traffic. */
+weftResult_t check_signatures(struct weftComm *comm, const struct weft_plan *plan);
+
+static inline int plan_is_p2p(const struct weft_plan *plan) {
+  return plan->coll == COLL_SEND || plan->coll == COLL_RECV;
+}
+
+/* Runs the sends and receives of one group together (collectives/p2p.c). */
+weftResult_t p2p_run(struct weftComm *comm, const struct weft_plan *const *ops, size_t nops);
 
 /* Algorithms: one channel's share of the buffers, elements [offset, offset +
  * count) of the buffer (all-reduce, broadcast, reduce) or of each rank's block

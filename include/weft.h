@@ -82,7 +82,8 @@ typedef struct {
 
 typedef struct weftComm *weftComm_t;
 
-/* A stream: NULL runs the operation synchronously on the calling thread. */
+/* A stream: NULL runs the operation synchronously on the calling thread; a
+ * host stream from weftStreamCreate queues it (see "Host streams" below). */
 typedef void *weftStream_t;
 
 /* Configuration for weftCommInitRankConfig. Always initialise with
@@ -156,7 +157,22 @@ weftResult_t weftCommInitAll(weftComm_t *comms, int ndev, const int *devlist);
  * communicator. config may be NULL. */
 weftResult_t weftCommInitFromEnv(weftComm_t *comm, weftConfig_t *config);
 
-/* Waits for outstanding operations on comm to finish. After it, only
+/* The color of a rank that joins no communicator in weftCommSplit. */
+#define WEFT_SPLIT_NOCOLOR (-1)
+
+/* Collective over comm: every rank must call it. Ranks passing the same color
+ * (>= 0) form a new communicator, ranked by key, then by their rank in comm;
+ * it is written to *newcomm. A rank passing WEFT_SPLIT_NOCOLOR takes part but
+ * gets *newcomm = NULL. config may be NULL: the new communicator then takes
+ * comm's channels, timeout and name. Blocks until every new communicator is
+ * connected, or the timeout (WEFT_TIMEOUT). The new communicator is
+ * independent of comm: either may be destroyed first. A weftCommAbort of comm
+ * waits for a split in progress to return. */
+weftResult_t weftCommSplit(weftComm_t comm, int color, int key, weftComm_t *newcomm,
+                           weftConfig_t *config);
+
+/* Waits for outstanding operations on comm (queued on host streams) to
+ * finish, and returns the comm's asynchronous error. After it, only
  * weftCommDestroy may be called. */
 weftResult_t weftCommFinalize(weftComm_t comm);
 
@@ -223,6 +239,52 @@ weftResult_t weftBcast(void *buff, size_t count, weftDataType_t datatype, int ro
 weftResult_t weftReduce(const void *sendbuff, void *recvbuff, size_t count,
                         weftDataType_t datatype, weftRedOp_t op, int root, weftComm_t comm,
                         weftStream_t stream);
+
+/* --- Point-to-point ------------------------------------------------------ */
+
+/* Sends count elements to peer, which must call weftRecv with the same count
+ * and datatype. Inside a group, every send and receive of the group advances
+ * together, so any order of calls completes; messages between two ranks keep
+ * their order. Outside a group a send returns once its data is queued (it may
+ * wait for the receiver when the data exceeds the connection's buffer). A
+ * rank may send to itself inside a group (a copy). */
+weftResult_t weftSend(const void *sendbuff, size_t count, weftDataType_t datatype, int peer,
+                      weftComm_t comm, weftStream_t stream);
+/* Receives count elements from peer. A message of another size is an error
+ * (weftInvalidUsage) that leaves the communicator broken. */
+weftResult_t weftRecv(void *recvbuff, size_t count, weftDataType_t datatype, int peer,
+                      weftComm_t comm, weftStream_t stream);
+
+/* Block p of sendbuff (count elements) goes to rank p; block p of recvbuff
+ * comes from rank p. A group of sends and receives; not in place. */
+weftResult_t weftAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                          weftDataType_t datatype, weftComm_t comm, weftStream_t stream);
+/* Root receives every rank's sendbuff (count elements) into block r of recvbuff. */
+weftResult_t weftGather(const void *sendbuff, void *recvbuff, size_t count,
+                        weftDataType_t datatype, int root, weftComm_t comm, weftStream_t stream);
+/* Rank r receives block r of root's sendbuff (count elements) into recvbuff. */
+weftResult_t weftScatter(const void *sendbuff, void *recvbuff, size_t count,
+                         weftDataType_t datatype, int root, weftComm_t comm, weftStream_t stream);
+
+/* --- Host streams (a weft extension) ------------------------------------- */
+
+/* A host stream runs the operations queued on it in order, on a thread of its
+ * own: a collective called with a host stream checks its arguments, queues
+ * itself and returns at once, so the caller computes while it runs. Buffers
+ * must stay valid and untouched until the stream is synchronized. A group
+ * whose operations name a stream runs as one item of that stream; one
+ * communicator's operations in a group must all name the same stream. Use one
+ * stream per communicator when one thread drives several ranks. */
+weftResult_t weftStreamCreate(weftStream_t *stream);
+/* Blocks until everything queued on stream has run. Returns the first error
+ * of those operations since the last synchronize (its text in
+ * weftGetLastError(NULL)), or weftSuccess. */
+weftResult_t weftStreamSynchronize(weftStream_t stream);
+/* Does not block: weftInProgress while work is queued or running, else as
+ * weftStreamSynchronize. */
+weftResult_t weftStreamQuery(weftStream_t stream);
+/* Waits for the queued work, then frees the stream. */
+weftResult_t weftStreamDestroy(weftStream_t stream);
 
 /* --- Utilities ---------------------------------------------------------- */
 

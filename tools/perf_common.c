@@ -274,23 +274,28 @@ int perf_main(int argc, char **argv, const struct perf_coll *coll) {
         coll->counts(nbytes, esize, nranks, &send_count, &recv_count, &count);
         size_t total = send_count > recv_count ? send_count : recv_count;
         size_t rounded = total * esize; /* what one rank's larger buffer holds */
-        struct perf_result oop, ip;
+        struct perf_result oop, ip = {0};
         if (run_one(coll, &o, comm, rank, nranks, rounded, t, op, sendbuf, recvbuf, 0, &oop) ||
-            run_one(coll, &o, comm, rank, nranks, rounded, t, op, sendbuf, recvbuf, 1, &ip)) {
+            (!coll->no_in_place &&
+             run_one(coll, &o, comm, rank, nranks, rounded, t, op, sendbuf, recvbuf, 1, &ip))) {
           fprintf(stderr, "%s: rank %d: %s\n", argv[0], rank, weftGetLastError(comm));
           failed = 1;
           break;
         }
         total_wrong += oop.wrong + ip.wrong;
         bw_sum += oop.busbw + ip.busbw;
-        bw_n += 2;
+        bw_n += coll->no_in_place ? 1 : 2;
         if (rank == 0) {
-          char root[16];
+          char root[16], in_place[64];
           snprintf(root, sizeof root, "%d", coll->uses_root ? o.root : -1);
-          printf("  %10zu  %12zu  %8s  %6s  %6s  %7.2f  %6.2f  %6.2f  %6lld  %7.2f  %6.2f  %6.2f  %6lld\n",
-                 rounded, total, type_names[t], coll->uses_op ? op_names[op] : "none", root,
-                 oop.time_us, oop.algbw, oop.busbw, o.check ? oop.wrong : -1LL, ip.time_us,
-                 ip.algbw, ip.busbw, o.check ? ip.wrong : -1LL);
+          if (coll->no_in_place)
+            snprintf(in_place, sizeof in_place, "  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A");
+          else
+            snprintf(in_place, sizeof in_place, "  %7.2f  %6.2f  %6.2f  %6lld", ip.time_us,
+                     ip.algbw, ip.busbw, o.check ? ip.wrong : -1LL);
+          printf("  %10zu  %12zu  %8s  %6s  %6s  %7.2f  %6.2f  %6.2f  %6lld%s\n", rounded, total,
+                 type_names[t], coll->uses_op ? op_names[op] : "none", root, oop.time_us,
+                 oop.algbw, oop.busbw, o.check ? oop.wrong : -1LL, in_place);
           fflush(stdout);
         }
         size_t next = o.step_factor > 1 ? (size_t)((double)nbytes * o.step_factor)

@@ -10,6 +10,7 @@ struct perf_coll {
   const char *name; /* "all_reduce" */
   int uses_op;      /* prints the op column and honours -o */
   int uses_root;    /* honours -r */
+  int no_in_place;  /* in-place columns print N/A */
   /* bus bandwidth = algorithm bandwidth x factor (nccl-tests' formulas) */
   double (*busbw_factor)(int nranks);
   /* elements sent and received per rank for a size column of nbytes */

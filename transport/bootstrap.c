@@ -47,11 +47,35 @@ struct ring_hello {
   uint8_t secret[BOOTSTRAP_SECRET_BYTES];
 };
 
+/* A point-to-point message that arrived before anyone asked for it. */
+struct p2p_msg {
+  struct p2p_msg *next;
+  int32_t from;
+  uint32_t tag;
+  uint32_t nbytes;
+  char data[];
+};
+
+struct p2p_header {
+  uint32_t magic;
+  int32_t from;
+  uint32_t tag;
+  uint32_t nbytes;
+  uint8_t secret[BOOTSTRAP_SECRET_BYTES];
+};
+
+#define P2P_MAX_NBYTES 65536
+#define P2P_MAGIC 0x77667470u /* "wftp": never mistaken for a ring hello */
+
 struct bootstrap {
   int rank;
   int nranks;
   int fd_next;
   int fd_prev;
+  int listen_fd;                  /* stays open for point-to-point messages */
+  union weft_sockaddr *addrs;     /* every rank's listener */
+  uint8_t secret[BOOTSTRAP_SECRET_BYTES];
+  struct p2p_msg *unexpected;
   uint64_t timeout_ns;
 };
 
@@ -251,7 +275,7 @@ weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,
   if (bs == NULL) return weft_error_set(weftSystemError, "out of memory");
   bs->rank = rank;
   bs->nranks = nranks;
-  bs->fd_next = bs->fd_prev = -1;
+  bs->fd_next = bs->fd_prev = bs->listen_fd = -1;
   bs->timeout_ns = timeout_ns;
 
   /* our ring listener: loopback when the root is, else the chosen interface */
@@ -310,12 +334,20 @@ weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,
     WEFT_TRY_GOTO(sock_send_all(bs->fd_next, &rh, sizeof rh, deadline), res, close_ring);
     WEFT_TRY_GOTO(ring_accept_prev(listen_fd, id, prev, deadline, &bs->fd_prev), res, close_ring);
   }
-  close(listen_fd);
+  bs->addrs = malloc(sizeof *bs->addrs * (size_t)nranks);
+  if (bs->addrs == NULL) {
+    res = weft_error_set(weftSystemError, "out of memory");
+    goto close_ring;
+  }
+  for (int r = 0; r < nranks; r++) bs->addrs[r] = peers_out[r].listen_addr;
+  bs->listen_fd = listen_fd;
+  memcpy(bs->secret, id->secret, sizeof bs->secret);
   *bs_out = bs;
   return weftSuccess;
 
 close_ring:
   if (bs->fd_next >= 0) close(bs->fd_next);
+  if (bs->fd_prev >= 0) close(bs->fd_prev);
 close_root:
   if (root_fd >= 0) close(root_fd);
 close_listen:
@@ -380,5 +412,94 @@ void bootstrap_close(struct bootstrap *bs) {
   if (bs == NULL) return;
   if (bs->fd_next >= 0) close(bs->fd_next);
   if (bs->fd_prev >= 0) close(bs->fd_prev);
+  if (bs->listen_fd >= 0) close(bs->listen_fd);
+  while (bs->unexpected != NULL) {
+    struct p2p_msg *m = bs->unexpected;
+    bs->unexpected = m->next;
+    free(m);
+  }
+  free(bs->addrs);
   free(bs);
+}
+
+/* --- point-to-point messages ------------------------------------------- */
+
+weftResult_t bootstrap_send(struct bootstrap *bs, int peer, uint32_t tag, const void *data,
+                            size_t nbytes) {
+  if (nbytes > P2P_MAX_NBYTES)
+    return weft_error_set(weftInternalError, "bootstrap message of %zu bytes too large", nbytes);
+  uint64_t deadline = clock_ns() + bs->timeout_ns;
+  struct p2p_header h = {.magic = P2P_MAGIC, .from = bs->rank, .tag = tag,
+                         .nbytes = (uint32_t)nbytes};
+  memcpy(h.secret, bs->secret, sizeof h.secret);
+  int fd;
+  weftResult_t res = sock_connect(&bs->addrs[peer], deadline, &fd);
+  if (res != weftSuccess)
+    return weft_error_set(res, "bootstrap message to rank %d: %s", peer, weft_error_text());
+  res = sock_send_all(fd, &h, sizeof h, deadline);
+  if (res == weftSuccess && nbytes > 0) res = sock_send_all(fd, data, nbytes, deadline);
+  close(fd);
+  return res;
+}
+
+/* Accepts one message from the listener; drops senders without the secret. */
+static weftResult_t p2p_accept(struct bootstrap *bs, uint64_t deadline, struct p2p_msg **msg_out) {
+  for (;;) {
+    int fd;
+    WEFT_TRY(sock_accept(bs->listen_fd, deadline, &fd));
+    struct p2p_header h;
+    uint64_t hello_deadline = clock_ns() + HELLO_TIMEOUT_NS;
+    if (sock_recv_all(fd, &h, sizeof h, hello_deadline) != weftSuccess ||
+        h.magic != P2P_MAGIC || !secret_equal(h.secret, bs->secret) || h.from < 0 ||
+        h.from >= bs->nranks || h.nbytes > P2P_MAX_NBYTES) {
+      WEFT_WARN(LOG_BOOTSTRAP, "dropped a bootstrap message without the right secret");
+      close(fd);
+      continue;
+    }
+    struct p2p_msg *m = malloc(sizeof *m + h.nbytes);
+    if (m == NULL) {
+      close(fd);
+      return weft_error_set(weftSystemError, "out of memory");
+    }
+    m->next = NULL;
+    m->from = h.from;
+    m->tag = h.tag;
+    m->nbytes = h.nbytes;
+    weftResult_t res = sock_recv_all(fd, m->data, h.nbytes, hello_deadline);
+    close(fd);
+    if (res != weftSuccess) {
+      free(m);
+      continue;
+    }
+    *msg_out = m;
+    return weftSuccess;
+  }
+}
+
+weftResult_t bootstrap_recv(struct bootstrap *bs, int peer, uint32_t tag, void *data,
+                            size_t nbytes) {
+  uint64_t deadline = clock_ns() + bs->timeout_ns;
+  struct p2p_msg **link = &bs->unexpected;
+  for (;;) {
+    for (; *link != NULL; link = &(*link)->next) {
+      struct p2p_msg *m = *link;
+      if (m->from != peer || m->tag != tag) continue;
+      *link = m->next;
+      weftResult_t res = weftSuccess;
+      if (m->nbytes != nbytes)
+        res = weft_error_set(weftInternalError,
+                             "bootstrap message from rank %d has %u bytes, expected %zu", peer,
+                             m->nbytes, nbytes);
+      else
+        memcpy(data, m->data, nbytes);
+      free(m);
+      return res;
+    }
+    struct p2p_msg *m = NULL;
+    weftResult_t res = p2p_accept(bs, deadline, &m);
+    if (res != weftSuccess)
+      return weft_error_set(res, "waiting for a bootstrap message from rank %d: %s", peer,
+                            weft_error_text());
+    *link = m; /* append; the scan resumes at it */
+  }
 }

@@ -59,6 +59,12 @@ weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,
  * are filled on return. */
 weftResult_t bootstrap_allgather(struct bootstrap *bs, void *data, size_t nbytes);
 weftResult_t bootstrap_barrier(struct bootstrap *bs);
+/* Point-to-point messages of up to 64 KiB between two ranks, matched by
+ * (sender, tag) in order. send does not wait for the receiver to ask. */
+weftResult_t bootstrap_send(struct bootstrap *bs, int peer, uint32_t tag, const void *data,
+                            size_t nbytes);
+weftResult_t bootstrap_recv(struct bootstrap *bs, int peer, uint32_t tag, void *data,
+                            size_t nbytes);
 void bootstrap_close(struct bootstrap *bs);
 
 /* The job described by a launcher's environment (see weftCommInitFromEnv). */

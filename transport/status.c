@@ -7,10 +7,14 @@
 
 static _Thread_local char error_text[1024];
 
+/* Formats into a scratch buffer first: callers may pass the current text as
+ * an argument ("...: %s", weft_error_text()) to add context to it. */
 static weftResult_t error_vset(weftResult_t code, int errnum, const char *fmt, va_list ap) {
-  int o = vsnprintf(error_text, sizeof error_text, fmt, ap);
-  if (errnum != 0 && o >= 0 && o < (int)sizeof error_text)
-    snprintf(error_text + o, sizeof error_text - o, ": %s", strerror(errnum));
+  char text[sizeof error_text];
+  int o = vsnprintf(text, sizeof text, fmt, ap);
+  if (errnum != 0 && o >= 0 && o < (int)sizeof text)
+    snprintf(text + o, sizeof text - o, ": %s", strerror(errnum));
+  memcpy(error_text, text, sizeof text);
   WEFT_INFO(LOG_ALL, "error %s: %s", weftGetErrorString(code), error_text);
   return code;
 }

@@ -6,15 +6,17 @@
 
 struct weft_param transport_params[] = {
     {"WEFT_TRANSPORT", PARAM_STR, NULL,
-     "use only this transport (shm); connections it cannot make fail", 0, 0, NULL},
+     "use only this transport (shm, socket); connections it cannot make fail", 0, 0, NULL},
     PARAM_END,
 };
 enum { P_TRANSPORT };
 
 extern const struct weft_transport shm_transport;
+extern const struct weft_transport socket_transport;
 
 const struct weft_transport *const weft_transports[] = {
     &shm_transport,
+    &socket_transport, /* after shm: on one host, memory is faster */
     NULL,
 };
 

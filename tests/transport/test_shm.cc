@@ -86,7 +86,8 @@ TEST(ShmComm, NoNamesLeftAfterInit) {
 
 TEST(ShmComm, DisabledMeansNoTransport) {
   RunOptions opts;
-  opts.env = {{"WEFT_SHM_DISABLE", "1"}, {"WEFT_TIMEOUT", "10"}};
+  // shm is the only transport allowed, and it is disabled
+  opts.env = {{"WEFT_SHM_DISABLE", "1"}, {"WEFT_TRANSPORT", "shm"}, {"WEFT_TIMEOUT", "10"}};
   auto status = run_ranks(2, [](const RankCtx &ctx) {
     weftComm_t comm;
     weftResult_t res = weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank);

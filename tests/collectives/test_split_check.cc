@@ -1,0 +1,456 @@
+// weftCommSplit (new communicators from an old one's ranks) and WEFT_CHECK
+// (ranks compare each collective's signature and refuse a mismatch).
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+extern "C" {
+#include "collectives/params.h"
+#include "collectives/plan.h"
+}
+
+using namespace weft_test;
+
+namespace {
+
+// Options shared by the multi-rank tests: small slots and two channels, so
+// that the split communicators (which inherit them) run several chunks.
+RunOptions small_slots(std::vector<std::pair<std::string, std::string>> extra = {}) {
+  RunOptions opts;
+  opts.timeout_s = 120;
+  opts.env = {{"WEFT_SLOT_BYTES", "256"}, {"WEFT_NSLOTS", "2"}, {"WEFT_NCHANNELS", "2"},
+              {"WEFT_TIMEOUT", "30"}};
+  for (auto &kv : extra) opts.env.push_back(kv);
+  return opts;
+}
+
+// Runs body on every rank of a fresh communicator; expects every rank to pass.
+void run_comm(int nranks, const RunOptions &opts,
+              const std::function<int(const RankCtx &, weftComm_t &)> &body) {
+  auto status = run_ranks(nranks, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    int rc = body(ctx, comm);
+    if (comm != nullptr) weftCommDestroy(comm);  // the body sets it NULL if it destroyed it
+    return rc;
+  }, opts);
+  for (int r = 0; r < nranks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+#define FAIL_IF(cond, ...)                          \
+  do {                                              \
+    if (cond) return rank_fail(ctx, __VA_ARGS__);   \
+  } while (0)
+#define TRY_RC(call)          \
+  do {                        \
+    if (int rc_ = (call)) return rc_; \
+  } while (0)
+
+bool contains(const char *text, const std::string &needle) {
+  return std::string(text).find(needle) != std::string::npos;
+}
+
+// --- split -------------------------------------------------------------
+
+// comm has the size, and this rank the new rank, that members (old ranks in
+// new-rank order) say.
+int expect_shape(const RankCtx &ctx, weftComm_t comm, const std::vector<int> &members,
+                 const char *label) {
+  int size = -1, rank = -1;
+  FAIL_IF(comm == nullptr, "%s: no communicator", label);
+  FAIL_IF(weftCommCount(comm, &size) != weftSuccess, "%s: count: %s", label,
+          weftGetLastError(comm));
+  FAIL_IF(weftCommUserRank(comm, &rank) != weftSuccess, "%s: rank: %s", label,
+          weftGetLastError(comm));
+  int want_rank = -1;
+  for (size_t i = 0; i < members.size(); i++)
+    if (members[i] == ctx.rank) want_rank = (int)i;
+  FAIL_IF(size != (int)members.size(), "%s: size %d, want %zu", label, size, members.size());
+  FAIL_IF(rank != want_rank, "%s: rank %d, want %d", label, rank, want_rank);
+  return 0;
+}
+
+// An all-reduce whose every element depends on who took part: rank r (of the
+// parent) adds (r + 1) * (i + 1) at element i.
+int expect_allreduce(const RankCtx &ctx, weftComm_t comm, const std::vector<int> &members,
+                     const char *label) {
+  const size_t count = 1009;
+  std::vector<int32_t> buf(count), out(count, -7);
+  for (size_t i = 0; i < count; i++) buf[i] = (ctx.rank + 1) * (int32_t)(i + 1);
+  weftResult_t res = weftAllReduce(buf.data(), out.data(), count, weftInt32, weftSum, comm, nullptr);
+  FAIL_IF(res != weftSuccess, "%s: all-reduce: %s", label, weftGetLastError(comm));
+  int32_t weight = 0;
+  for (int m : members) weight += m + 1;
+  for (size_t i = 0; i < count; i++)
+    FAIL_IF(out[i] != weight * (int32_t)(i + 1), "%s: all-reduce element %zu is %d, want %d",
+            label, i, out[i], weight * (int32_t)(i + 1));
+  return 0;
+}
+
+// An all-gather of each rank's parent rank (and two values made from it):
+// the blocks must come back in the new ranks' order.
+int expect_allgather(const RankCtx &ctx, weftComm_t comm, const std::vector<int> &members,
+                     const char *label) {
+  const int32_t mine[3] = {ctx.rank, ctx.rank * 10 + 1, ctx.rank * 100 + 2};
+  std::vector<int32_t> out(3 * members.size() + 1, -7);
+  weftResult_t res = weftAllGather(mine, out.data(), 3, weftInt32, comm, nullptr);
+  FAIL_IF(res != weftSuccess, "%s: all-gather: %s", label, weftGetLastError(comm));
+  for (size_t j = 0; j < members.size(); j++) {
+    const int m = members[j];
+    FAIL_IF(out[3 * j] != m || out[3 * j + 1] != m * 10 + 1 || out[3 * j + 2] != m * 100 + 2,
+            "%s: all-gather block %zu holds rank %d's data, want rank %d's", label, j,
+            out[3 * j], m);
+  }
+  FAIL_IF(out.back() != -7, "%s: all-gather wrote past the end", label);
+  return 0;
+}
+
+int expect_works(const RankCtx &ctx, weftComm_t comm, const std::vector<int> &members,
+                 const char *label) {
+  TRY_RC(expect_shape(ctx, comm, members, label));
+  TRY_RC(expect_allreduce(ctx, comm, members, label));
+  TRY_RC(expect_allgather(ctx, comm, members, label));
+  return 0;
+}
+
+// Six ranks split by rank % 2 and by rank % 3, keys reversing the old order;
+// both sets of communicators live at once and work independently.
+TEST(CommSplit, ByColorWithReversingKeys) {
+  run_comm(6, small_slots(), [](const RankCtx &ctx, weftComm_t comm) {
+    const int r = ctx.rank;
+    weftComm_t by2 = nullptr, by3 = nullptr;
+    FAIL_IF(weftCommSplit(comm, r % 2, ctx.nranks - r, &by2, nullptr) != weftSuccess,
+            "split by 2: %s", weftGetLastError(comm));
+    FAIL_IF(weftCommSplit(comm, r % 3, -r, &by3, nullptr) != weftSuccess, "split by 3: %s",
+            weftGetLastError(comm));
+    static const std::vector<int> members2[2] = {{4, 2, 0}, {5, 3, 1}};
+    static const std::vector<int> members3[3] = {{3, 0}, {4, 1}, {5, 2}};
+    // interleave calls on the two splits and the parent
+    TRY_RC(expect_shape(ctx, by2, members2[r % 2], "by 2"));
+    TRY_RC(expect_shape(ctx, by3, members3[r % 3], "by 3"));
+    TRY_RC(expect_allreduce(ctx, by2, members2[r % 2], "by 2"));
+    TRY_RC(expect_allreduce(ctx, by3, members3[r % 3], "by 3"));
+    TRY_RC(expect_allreduce(ctx, comm, {0, 1, 2, 3, 4, 5}, "parent"));
+    TRY_RC(expect_allgather(ctx, by3, members3[r % 3], "by 3"));
+    TRY_RC(expect_allgather(ctx, by2, members2[r % 2], "by 2"));
+    FAIL_IF(weftCommDestroy(by2) != weftSuccess, "destroy by 2");
+    FAIL_IF(weftCommDestroy(by3) != weftSuccess, "destroy by 3");
+    return 0;
+  });
+}
+
+// Equal keys keep the parent's order; one color for all copies the parent.
+TEST(CommSplit, EqualKeysKeepOldOrder) {
+  run_comm(5, small_slots(), [](const RankCtx &ctx, weftComm_t comm) {
+    weftComm_t halves = nullptr, copy = nullptr;
+    FAIL_IF(weftCommSplit(comm, ctx.rank / 3, 0, &halves, nullptr) != weftSuccess, "split: %s",
+            weftGetLastError(comm));
+    FAIL_IF(weftCommSplit(comm, 0, 0, &copy, nullptr) != weftSuccess, "copy: %s",
+            weftGetLastError(comm));
+    static const std::vector<int> members[2] = {{0, 1, 2}, {3, 4}};
+    TRY_RC(expect_works(ctx, halves, members[ctx.rank / 3], "halves"));
+    TRY_RC(expect_works(ctx, copy, {0, 1, 2, 3, 4}, "copy"));
+    weftCommDestroy(halves);
+    weftCommDestroy(copy);
+    return 0;
+  });
+}
+
+// WEFT_SPLIT_NOCOLOR ranks take part and get NULL; the others form a comm,
+// and the parent still works afterwards.
+TEST(CommSplit, NoColorGetsNull) {
+  run_comm(6, small_slots(), [](const RankCtx &ctx, weftComm_t comm) {
+    const bool out = ctx.rank == 2 || ctx.rank == 5;
+    weftComm_t sub = (weftComm_t)&ctx;  // must be overwritten either way
+    weftResult_t res =
+        weftCommSplit(comm, out ? WEFT_SPLIT_NOCOLOR : 7, ctx.rank, &sub, nullptr);
+    FAIL_IF(res != weftSuccess, "split: %s", weftGetLastError(comm));
+    if (out) {
+      FAIL_IF(sub != nullptr, "a NOCOLOR rank got a communicator");
+    } else {
+      TRY_RC(expect_works(ctx, sub, {0, 1, 3, 4}, "colored"));
+      weftCommDestroy(sub);
+    }
+    TRY_RC(expect_works(ctx, comm, {0, 1, 2, 3, 4, 5}, "parent after split"));
+    return 0;
+  });
+}
+
+// A split of a split, with a config; the ancestors are destroyed first and
+// the youngest still works.
+TEST(CommSplit, NestedAndParentsDestroyedFirst) {
+  run_comm(6, small_slots(), [](const RankCtx &ctx, weftComm_t &comm) {
+    weftComm_t child = nullptr, grandchild = nullptr;
+    FAIL_IF(weftCommSplit(comm, ctx.rank % 2, -ctx.rank, &child, nullptr) != weftSuccess,
+            "split: %s", weftGetLastError(comm));
+    static const std::vector<int> children[2] = {{4, 2, 0}, {5, 3, 1}};
+    const std::vector<int> &siblings = children[ctx.rank % 2];
+    TRY_RC(expect_works(ctx, child, siblings, "child"));
+    int crank = -1;
+    weftCommUserRank(child, &crank);
+    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+    config.maxChannels = 1;
+    config.commName = "grandchild";
+    FAIL_IF(weftCommSplit(child, crank < 2 ? 0 : 1, 0, &grandchild, &config) != weftSuccess,
+            "nested split: %s", weftGetLastError(child));
+    const std::vector<int> mine = crank < 2 ? std::vector<int>{siblings[0], siblings[1]}
+                                            : std::vector<int>{siblings[2]};
+    TRY_RC(expect_works(ctx, grandchild, mine, "grandchild"));
+    // parent, then child: the grandchild depends on neither
+    FAIL_IF(weftCommDestroy(comm) != weftSuccess, "destroy parent");
+    comm = nullptr;
+    TRY_RC(expect_works(ctx, child, siblings, "child without its parent"));
+    FAIL_IF(weftCommDestroy(child) != weftSuccess, "destroy child");
+    for (int i = 0; i < 3; i++) TRY_RC(expect_works(ctx, grandchild, mine, "orphaned grandchild"));
+    FAIL_IF(weftCommDestroy(grandchild) != weftSuccess, "destroy grandchild");
+    return 0;
+  });
+}
+
+// Bad arguments get weftInvalidArgument (or weftInvalidUsage) and a message,
+// and leave *newcomm alone; a one-rank split works.
+TEST(CommSplit, BadArguments) {
+  weftUniqueId id;
+  ASSERT_EQ(weftGetUniqueId(&id), weftSuccess) << weftGetLastError(nullptr);
+  weftComm_t comm;
+  ASSERT_EQ(weftCommInitRank(&comm, 1, id, 0), weftSuccess) << weftGetLastError(nullptr);
+  weftComm_t sub = (weftComm_t)&id;
+  EXPECT_EQ(weftCommSplit(nullptr, 0, 0, &sub, nullptr), weftInvalidArgument);
+  EXPECT_PRED2(contains, weftGetLastError(nullptr), "comm is NULL");
+  EXPECT_EQ(weftCommSplit(comm, 0, 0, nullptr, nullptr), weftInvalidArgument);
+  EXPECT_PRED2(contains, weftGetLastError(comm), "newcomm is NULL");
+  EXPECT_EQ(weftCommSplit(comm, -2, 0, &sub, nullptr), weftInvalidArgument);
+  EXPECT_PRED2(contains, weftGetLastError(comm), "color -2");
+  EXPECT_EQ(weftCommSplit(comm, INT32_MIN, 0, &sub, nullptr), weftInvalidArgument);
+  weftConfig_t bad = WEFT_CONFIG_INITIALIZER;
+  bad.magic = 0;
+  EXPECT_EQ(weftCommSplit(comm, 0, 0, &sub, &bad), weftInvalidArgument);
+  EXPECT_PRED2(contains, weftGetLastError(comm), "WEFT_CONFIG_INITIALIZER");
+  EXPECT_EQ(sub, (weftComm_t)&id) << "a failed split wrote *newcomm";
+
+  // the comm survives bad calls; a split of one rank is a comm of one
+  ASSERT_EQ(weftCommSplit(comm, 3, 0, &sub, nullptr), weftSuccess) << weftGetLastError(comm);
+  int n = 0, r = -1;
+  EXPECT_EQ(weftCommCount(sub, &n), weftSuccess);
+  EXPECT_EQ(weftCommUserRank(sub, &r), weftSuccess);
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(r, 0);
+  float x[3] = {1, 2, 3}, y[3] = {0, 0, 0};
+  EXPECT_EQ(weftAllReduce(x, y, 3, weftFloat32, weftSum, sub, nullptr), weftSuccess);
+  EXPECT_EQ(y[2], 3.0f);
+  EXPECT_EQ(weftCommDestroy(sub), weftSuccess);
+  ASSERT_EQ(weftCommSplit(comm, WEFT_SPLIT_NOCOLOR, 0, &sub, nullptr), weftSuccess);
+  EXPECT_EQ(sub, nullptr);
+
+  EXPECT_EQ(weftCommFinalize(comm), weftSuccess);
+  EXPECT_EQ(weftCommSplit(comm, 0, 0, &sub, nullptr), weftInvalidUsage);
+  EXPECT_PRED2(contains, weftGetLastError(comm), "finalized");
+  EXPECT_EQ(weftCommDestroy(comm), weftSuccess);
+}
+
+// A comm broken by a dead peer refuses to split, with its error.
+TEST(CommSplit, BrokenCommReturnsItsError) {
+  RunOptions opts = small_slots({{"WEFT_TIMEOUT", "10"}});
+  opts.allow_warnings = true;  // the dead peer is warned about
+  auto status = run_ranks(2, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    if (ctx.rank == 1) raise(SIGKILL);
+    float x[64] = {0};
+    FAIL_IF(weftAllReduce(x, x, 64, weftFloat32, weftSum, comm, nullptr) != weftRemoteError,
+            "all-reduce with a dead peer did not fail");
+    weftComm_t sub = nullptr;
+    weftResult_t res = weftCommSplit(comm, 0, 0, &sub, nullptr);
+    FAIL_IF(res != weftRemoteError, "split of a broken comm returned %s",
+            weftGetErrorString(res));
+    FAIL_IF(!contains(weftGetLastError(comm), "broken by an earlier error"),
+            "message: %s", weftGetLastError(comm));
+    FAIL_IF(sub != nullptr, "split of a broken comm wrote *newcomm");
+    weftCommAbort(comm);
+    return 0;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 128 + SIGKILL);
+}
+
+// --- WEFT_CHECK ----------------------------------------------------------
+
+RunOptions check_on() { return small_slots({{"WEFT_CHECK", "1"}}); }
+
+// Every rank must get weftInvalidUsage and exactly this message.
+int expect_mismatch(const RankCtx &ctx, weftComm_t comm, weftResult_t res,
+                    const std::string &message) {
+  FAIL_IF(res != weftInvalidUsage, "mismatch returned %s, want weftInvalidUsage (%s)",
+          weftGetErrorString(res), weftGetLastError(comm));
+  FAIL_IF(message != weftGetLastError(comm), "message\n  \"%s\"\nwant\n  \"%s\"",
+          weftGetLastError(comm), message.c_str());
+  weftResult_t async = weftInternalError;
+  FAIL_IF(weftCommGetAsyncError(comm, &async) != weftSuccess || async != weftSuccess,
+          "a mismatch broke the comm");
+  return 0;
+}
+
+// Collectives that agree still run, and give right results, with the check on.
+TEST(Check, MatchingCallsRunCorrectly) {
+  run_comm(4, check_on(), [](const RankCtx &ctx, weftComm_t comm) {
+    const std::vector<int> all = {0, 1, 2, 3};
+    TRY_RC(expect_works(ctx, comm, all, "checked"));
+    // rooted collectives and reduce-scatter, each checked too
+    for (int root = 0; root < ctx.nranks; root++) {
+      int64_t v[5];
+      for (int i = 0; i < 5; i++) v[i] = ctx.rank == root ? 100 * root + i : -1;
+      FAIL_IF(weftBcast(v, 5, weftInt64, root, comm, nullptr) != weftSuccess, "bcast: %s",
+              weftGetLastError(comm));
+      for (int i = 0; i < 5; i++) FAIL_IF(v[i] != 100 * root + i, "bcast root %d wrong", root);
+      double s = ctx.rank + 1, t = 0;
+      FAIL_IF(weftReduce(&s, &t, 1, weftFloat64, weftMax, root, comm, nullptr) != weftSuccess,
+              "reduce: %s", weftGetLastError(comm));
+      FAIL_IF(ctx.rank == root && t != 4.0, "reduce max to root %d is %g", root, t);
+    }
+    std::vector<uint32_t> send(4 * 3), recv(3);
+    for (size_t i = 0; i < send.size(); i++) send[i] = (uint32_t)(i * (ctx.rank + 1));
+    FAIL_IF(weftReduceScatter(send.data(), recv.data(), 3, weftUint32, weftSum, comm, nullptr) !=
+                weftSuccess, "reduce-scatter: %s", weftGetLastError(comm));
+    for (int i = 0; i < 3; i++)
+      FAIL_IF(recv[i] != (uint32_t)((3 * ctx.rank + i) * 10), "reduce-scatter element %d", i);
+    // and inside a group
+    float a[2] = {1, (float)ctx.rank}, b[8] = {0};
+    FAIL_IF(weftGroupStart() != weftSuccess, "group start");
+    weftAllReduce(a, a, 2, weftFloat32, weftSum, comm, nullptr);
+    weftAllGather(a, b, 2, weftFloat32, comm, nullptr);
+    FAIL_IF(weftGroupEnd() != weftSuccess, "group: %s", weftGetLastError(comm));
+    for (int r = 0; r < 4; r++)
+      FAIL_IF(b[2 * r] != 4 || b[2 * r + 1] != 6, "grouped all-gather block %d: %g %g", r,
+              b[2 * r], b[2 * r + 1]);
+    // the check was on all along: 13 collectives above, so this is #14
+    int32_t c = 0;
+    weftResult_t res = weftReduce(&c, &c, 1, weftInt32, weftSum, ctx.rank == 3 ? 2 : 0, comm,
+                                  nullptr);
+    TRY_RC(expect_mismatch(ctx, comm, res,
+                           "WEFT_CHECK: Reduce #14: root differs: ranks 0-2 have 0, "
+                           "rank 3 has 2"));
+    return 0;
+  });
+}
+
+// One rank's count differs: every rank refuses, names the ranks, writes
+// nothing, and the comm goes on working.
+TEST(Check, CountMismatchOnEveryRank) {
+  run_comm(3, check_on(), [](const RankCtx &ctx, weftComm_t comm) {
+    TRY_RC(expect_allreduce(ctx, comm, {0, 1, 2}, "before"));  // collective #1
+    const size_t count = ctx.rank == 1 ? 1000 : 1024;
+    std::vector<float> in(1024, 1.0f), out(1024, -3.0f);
+    weftResult_t res = weftAllReduce(in.data(), out.data(), count, weftFloat32, weftSum, comm,
+                                     nullptr);
+    TRY_RC(expect_mismatch(ctx, comm, res,
+                           "WEFT_CHECK: AllReduce #2: count differs: ranks 0,2 have 1024, "
+                           "rank 1 has 1000"));
+    for (float v : out) FAIL_IF(v != -3.0f, "a refused all-reduce wrote its output");
+    TRY_RC(expect_works(ctx, comm, {0, 1, 2}, "after"));
+    return 0;
+  });
+}
+
+// Ranks call different collectives: named, by rank.
+TEST(Check, CollectiveMismatchOnEveryRank) {
+  run_comm(3, check_on(), [](const RankCtx &ctx, weftComm_t comm) {
+    std::vector<int32_t> in(16, ctx.rank), out(16 * 3, -1);
+    weftResult_t res = ctx.rank == 2
+                           ? weftAllGather(in.data(), out.data(), 16, weftInt32, comm, nullptr)
+                           : weftAllReduce(in.data(), out.data(), 16, weftInt32, weftSum, comm,
+                                           nullptr);
+    TRY_RC(expect_mismatch(ctx, comm, res,
+                           "WEFT_CHECK: #1: collective differs: ranks 0,1 AllReduce, "
+                           "rank 2 AllGather"));
+    for (int32_t v : out) FAIL_IF(v != -1, "a refused collective wrote its output");
+    TRY_RC(expect_works(ctx, comm, {0, 1, 2}, "after"));
+    return 0;
+  });
+}
+
+// Several fields differ at once; ranks that agree are written as ranges.
+TEST(Check, SeveralFieldsAndRankRanges) {
+  run_comm(5, check_on(), [](const RankCtx &ctx, weftComm_t comm) {
+    const bool odd = ctx.rank == 3;
+    int32_t buf[8] = {0};
+    weftResult_t res = weftBroadcast(buf, buf, 8, odd ? weftInt32 : weftFloat32, odd ? 1 : 0,
+                                     comm, nullptr);
+    TRY_RC(expect_mismatch(ctx, comm, res,
+                           "WEFT_CHECK: Broadcast #1: datatype differs: ranks 0-2,4 have "
+                           "float32, rank 3 has int32; root differs: ranks 0-2,4 have 0, "
+                           "rank 3 has 1"));
+    // the op of a reduction, three ways
+    static const weftRedOp_t ops[5] = {weftSum, weftMax, weftSum, weftMin, weftMax};
+    float x = 1, y = 0;
+    res = weftAllReduce(&x, &y, 1, weftFloat32, ops[ctx.rank], comm, nullptr);
+    TRY_RC(expect_mismatch(ctx, comm, res,
+                           "WEFT_CHECK: AllReduce #2: op differs: ranks 0,2 have sum, "
+                           "ranks 1,4 have max, rank 3 has min"));
+    return 0;
+  });
+}
+
+// Inside a group, the mismatching operation stops the group on every rank.
+TEST(Check, MismatchInsideGroup) {
+  run_comm(2, check_on(), [](const RankCtx &ctx, weftComm_t comm) {
+    float a[5] = {1, 1, 1, 1, 1}, b[5] = {0, 0, 0, 0, 0};
+    FAIL_IF(weftGroupStart() != weftSuccess, "group start");
+    weftAllReduce(a, a, 4, weftFloat32, weftSum, comm, nullptr);
+    weftAllReduce(b, b, ctx.rank == 0 ? 4 : 5, weftFloat32, weftSum, comm, nullptr);
+    weftResult_t res = weftGroupEnd();
+    FAIL_IF(res != weftInvalidUsage, "group returned %s", weftGetErrorString(res));
+    FAIL_IF(!contains(weftGetLastError(comm),
+                      "WEFT_CHECK: AllReduce #2: count differs: rank 0 has 4, rank 1 has 5"),
+            "message: %s", weftGetLastError(comm));
+    FAIL_IF(a[0] != 2 || a[3] != 2, "the group's first, matching all-reduce did not run");
+    TRY_RC(expect_works(ctx, comm, {0, 1}, "after"));
+    return 0;
+  });
+}
+
+// Without WEFT_CHECK the check sends nothing: rank 0 calls it alone and it
+// returns at once (with the check on, it would wait for rank 1 until the
+// timeout); then collectives run as usual.
+TEST(Check, OffCostsNothing) {
+  RunOptions opts = small_slots({{"WEFT_TIMEOUT", "5"}});
+  run_comm(2, opts, [](const RankCtx &ctx, weftComm_t comm) {
+    unsetenv("WEFT_CHECK");
+    weft_params_reset();
+    if (ctx.rank == 0) {
+      struct weft_plan plan;
+      memset(&plan, 0, sizeof plan);
+      plan.coll = COLL_ALLREDUCE;
+      plan.count = 4;
+      plan.datatype = weftFloat32;
+      plan.root = -1;
+      struct timespec t0, t1;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
+      weftResult_t res = check_signatures(comm, &plan);
+      clock_gettime(CLOCK_MONOTONIC, &t1);
+      double s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+      FAIL_IF(res != weftSuccess || s > 1.0, "check without WEFT_CHECK: %s after %.2f s",
+              weftGetErrorString(res), s);
+    }
+    TRY_RC(expect_works(ctx, comm, {0, 1}, "unchecked"));
+    // a mismatch nobody checks is not reported (same size, so it cannot hang)
+    int32_t x[4] = {1, 2, 3, 4};
+    FAIL_IF(weftAllReduce(x, x, 4, ctx.rank ? weftUint32 : weftInt32, weftSum, comm, nullptr) !=
+                weftSuccess, "unchecked all-reduce: %s", weftGetLastError(comm));
+    FAIL_IF(x[3] != 8, "unchecked all-reduce: %d", x[3]);
+    return 0;
+  });
+}
+
+}  // namespace

@@ -1,0 +1,401 @@
+// The socket transport (TCP, forced with WEFT_TRANSPORT=socket or chosen
+// between hosts): all-reduce over it against a reference, small slots and
+// several sockets per connection, a peer killed mid-stream, and no threads or
+// file descriptors left behind by many init/destroy cycles.
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "collectives/coll_check.h"
+#include "harness.h"
+
+extern "C" {
+#include "collectives/params.h"
+}
+
+using namespace weft_test;
+
+namespace {
+
+double now_s() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Makes this rank look like it runs on a host of its own, so that shm cannot
+// connect it and no wait watches a peer's pid: only the sockets carry data
+// and news of failures, as between hosts.
+void pretend_own_host(const RankCtx &ctx) {
+  setenv("WEFT_HOSTID", ("socket-test-host-" + std::to_string(ctx.rank)).c_str(), 1);
+  weft_params_reset();
+}
+
+// Entries of a /proc directory (threads or fds), less "." and "..".
+int count_entries(const char *dir) {
+  int n = 0;
+  DIR *d = opendir(dir);
+  if (d == nullptr) return -1;
+  while (dirent *e = readdir(d))
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n - (strcmp(dir, "/proc/self/fd") == 0);  // the DIR's own fd
+}
+
+// Threads of this process whose name starts with prefix.
+int count_threads_named(const char *prefix) {
+  int n = 0;
+  DIR *d = opendir("/proc/self/task");
+  if (d == nullptr) return -1;
+  while (dirent *e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/comm");
+    std::string name;
+    std::getline(f, name);
+    if (name.rfind(prefix, 0) == 0) n++;
+  }
+  closedir(d);
+  return n;
+}
+
+const size_t kGuard = 64;  // poisoned elements after the output, checked untouched
+
+// One all-reduce on fresh random data; returns 0 or a failure code.
+int check_one(const RankCtx &ctx, weftComm_t comm, weftDataType_t t, weftRedOp_t op,
+              size_t count, bool in_place, uint64_t seed) {
+  const size_t esize = weftTypeSize(t);
+  std::vector<std::vector<uint8_t>> inputs;
+  for (int r = 0; r < ctx.nranks; r++) inputs.push_back(make_input(t, op, count, seed, r));
+  std::vector<uint8_t> send = inputs[ctx.rank];
+  std::vector<uint8_t> recv((count + kGuard) * esize, 0xa5);
+  if (in_place) memcpy(recv.data(), send.data(), count * esize);
+  const void *src = in_place ? recv.data() : send.data();
+  weftResult_t res = weftAllReduce(src, recv.data(), count, t, op, comm, nullptr);
+  const char *what = in_place ? "in-place" : "out-of-place";
+  if (res != weftSuccess)
+    return rank_fail(ctx, "%s %s %s count %zu: %s: %s", what, type_name(t), op_name(op), count,
+                     weftGetErrorString(res), weftGetLastError(comm));
+  std::string why;
+  if (!check_reduction(t, op, inputs, recv.data(), count, &why))
+    return rank_fail(ctx, "%s %s %s count %zu: %s", what, type_name(t), op_name(op), count,
+                     why.c_str());
+  for (size_t i = count * esize; i < recv.size(); i++)
+    if (recv[i] != 0xa5)
+      return rank_fail(ctx, "%s %s %s count %zu: wrote past the end (byte %zu)", what,
+                       type_name(t), op_name(op), count, i - count * esize);
+  if (!in_place && send != inputs[ctx.rank])
+    return rank_fail(ctx, "%s %s count %zu: sendbuff was modified", type_name(t), op_name(op),
+                     count);
+  return 0;
+}
+
+struct SocketCase {
+  int nranks;
+  int slot_nbytes;  // small slots: many slots per call, parts of a few lines per socket
+  int nslots;
+  int nsocks;       // WEFT_SOCKET_NSOCKS
+  bool own_hosts;   // every rank pretends to be on a host of its own
+};
+
+std::string case_name(const testing::TestParamInfo<SocketCase> &info) {
+  const SocketCase &c = info.param;
+  return "ranks" + std::to_string(c.nranks) + "_slot" + std::to_string(c.slot_nbytes) + "x" +
+         std::to_string(c.nslots) + "_socks" + std::to_string(c.nsocks) +
+         (c.own_hosts ? "_hosts" : "");
+}
+
+class SocketAllReduce : public testing::TestWithParam<SocketCase> {};
+
+// Every datatype x op x count x placement over the socket transport.
+TEST_P(SocketAllReduce, EveryTypeOpCountPlacement) {
+  const SocketCase c = GetParam();
+  const uint64_t seed = test_seed();
+  RunOptions opts;
+  opts.timeout_s = 400;
+  opts.env = {{"WEFT_TRANSPORT", "socket"},
+              {"WEFT_SLOT_BYTES", std::to_string(c.slot_nbytes)},
+              {"WEFT_NSLOTS", std::to_string(c.nslots)},
+              {"WEFT_SOCKET_NSOCKS", std::to_string(c.nsocks)},
+              {"WEFT_TIMEOUT", "60"}};
+  auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) {
+    if (c.own_hosts) pretend_own_host(ctx);
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    const size_t counts[] = {0, 1, 1009, 40009};
+    int rc = 0;
+    for (int t = 0; t < weftNumTypes && rc == 0; t++)
+      for (int op = 0; op < weftNumOps && rc == 0; op++)
+        for (size_t ci = 0; ci < sizeof counts / sizeof counts[0] && rc == 0; ci++)
+          for (int in_place = 0; in_place < 2 && rc == 0; in_place++)
+            rc = check_one(ctx, comm, (weftDataType_t)t, (weftRedOp_t)op, counts[ci], in_place,
+                           seed + (uint64_t)(t * 1000 + op * 100 + ci * 10 + in_place));
+    if (weftCommDestroy(comm) != weftSuccess && rc == 0)
+      rc = rank_fail(ctx, "destroy: %s", weftGetLastError(nullptr));
+    return rc;
+  }, opts);
+  for (int r = 0; r < c.nranks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Socket, SocketAllReduce,
+                         testing::Values(SocketCase{2, 256, 2, 1, false},
+                                         SocketCase{2, 4096, 4, 3, false},
+                                         SocketCase{3, 256, 3, 3, false},
+                                         SocketCase{3, 4096, 2, 1, true},
+                                         SocketCase{5, 256, 4, 1, false},
+                                         SocketCase{5, 4096, 3, 3, true}),
+                         case_name);
+
+// Large buffers with the default slots and sockets: the path real jobs take.
+TEST(SocketAllReduceLarge, DefaultSlotsEightMillionFloats) {
+  const uint64_t seed = test_seed();
+  RunOptions opts;
+  opts.timeout_s = 240;
+  opts.env = {{"WEFT_TRANSPORT", "socket"}, {"WEFT_TIMEOUT", "120"}};
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    int rc = check_one(ctx, comm, weftFloat32, weftSum, 8u << 20, false, seed);
+    if (rc == 0) rc = check_one(ctx, comm, weftFloat32, weftMax, (8u << 20) + 13, true, seed + 1);
+    weftCommDestroy(comm);
+    return rc;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
+// Without WEFT_TRANSPORT, ranks on different hosts get the socket transport
+// (shm cannot connect them: a proxy thread runs); on one host they keep shm.
+TEST(SocketSelect, ChosenBetweenHostsOnly) {
+  RunOptions opts;
+  opts.env = {{"WEFT_TIMEOUT", "30"}};
+  for (bool own_hosts : {false, true}) {
+    auto status = run_ranks(3, [&](const RankCtx &ctx) {
+      if (own_hosts) pretend_own_host(ctx);
+      weftComm_t comm;
+      if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+        return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+      int proxies = count_threads_named("weft-sock");
+      int rc = check_one(ctx, comm, weftFloat64, weftSum, 5003, false, 11);
+      weftCommDestroy(comm);
+      if (rc == 0 && proxies != (own_hosts ? 1 : 0))
+        rc = rank_fail(ctx, "%d socket proxy threads, want %d", proxies, own_hosts ? 1 : 0);
+      return rc;
+    }, opts);
+    for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "own hosts " << own_hosts;
+  }
+}
+
+// WEFT_SOCKET_DISABLE turns the transport off: forced, nothing connects.
+TEST(SocketSelect, DisabledOrMisconfiguredFailsInit) {
+  const std::vector<std::pair<std::string, std::string>> bad[] = {
+      {{"WEFT_SOCKET_DISABLE", "1"}}, {{"WEFT_SOCKET_NSOCKS", "9"}},
+      {{"WEFT_SOCKET_NSOCKS", "0"}}, {{"WEFT_SOCKET_NTHREADS", "0"}}};
+  for (const auto &env : bad) {
+    RunOptions opts;
+    opts.timeout_s = 30;
+    opts.env = {{"WEFT_TRANSPORT", "socket"}, {"WEFT_TIMEOUT", "10"}};
+    opts.env.insert(opts.env.end(), env.begin(), env.end());
+    auto status = run_ranks(2, [&](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) == weftSuccess)
+        return rank_fail(ctx, "init succeeded with %s=%s", env[0].first.c_str(),
+                         env[0].second.c_str());
+      std::string msg = weftGetLastError(nullptr);
+      if (msg.find("no transport") == std::string::npos &&
+          msg.find("could not set up") == std::string::npos &&
+          msg.find(env[0].first) == std::string::npos)
+        return rank_fail(ctx, "unclear message: %s", msg.c_str());
+      return 0;
+    }, opts);
+    for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << env[0].first << "=" << env[0].second;
+  }
+}
+
+double cpu_s() {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// An idle connection costs no core: the proxy sleeps in poll() between
+// checks instead of spinning, and still wakes for the next collective.
+TEST(SocketProxy, IdleCostsNoCore) {
+  RunOptions opts;
+  opts.env = {{"WEFT_TRANSPORT", "socket"}, {"WEFT_TIMEOUT", "30"}};
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    int rc = check_one(ctx, comm, weftFloat32, weftSum, 100003, false, 5);
+    double cpu0 = cpu_s();
+    usleep(1000000);
+    double idle_cpu = cpu_s() - cpu0;
+    if (rc == 0) rc = check_one(ctx, comm, weftInt32, weftMin, 1001, true, 6);
+    weftCommDestroy(comm);
+    if (rc == 0 && idle_cpu > 0.05)
+      rc = rank_fail(ctx, "%.3f s of CPU in 1 s of idling", idle_cpu);
+    return rc;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
+struct Call {
+  weftComm_t comm;
+  std::vector<float> *buf;
+  weftResult_t res;
+  double seconds;  // how long the last call took
+  int ncalls;
+};
+
+void *allreduce_stream(void *p) {
+  Call *c = (Call *)p;
+  double start = now_s();
+  do {
+    double t0 = now_s();
+    c->res = weftAllReduce(c->buf->data(), c->buf->data(), c->buf->size(), weftFloat32,
+                           weftSum, c->comm, nullptr);
+    c->seconds = now_s() - t0;
+    c->ncalls++;
+  } while (c->res == weftSuccess && now_s() - start < 30);
+  return nullptr;
+}
+
+// Ranks run all-reduces back to back and one is SIGKILLed. Every other rank
+// gets weftRemoteError well inside WEFT_TIMEOUT: on other "hosts" only the
+// sockets can tell them (EOF, then poison passed around the ring).
+TEST(SocketFailure, RankKilledMidStream) {
+  const int timeout_s = 30;
+  struct Variant {
+    int nranks;
+    bool own_hosts;
+  };
+  for (Variant v : {Variant{2, true}, Variant{4, true}, Variant{3, false}}) {
+    RunOptions opts;
+    opts.timeout_s = 90;
+    opts.env = {{"WEFT_TRANSPORT", "socket"},
+                {"WEFT_TIMEOUT", std::to_string(timeout_s)},
+                {"WEFT_SLOT_BYTES", "4096"}};
+    auto status = run_ranks(v.nranks, [&](const RankCtx &ctx) {
+      if (v.own_hosts) pretend_own_host(ctx);
+      weftComm_t comm;
+      if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+        return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+      std::vector<float> buf(1 << 18, 1.0f);
+      Call call{comm, &buf, weftSuccess, 0, 0};
+      pthread_t tid;
+      pthread_create(&tid, nullptr, allreduce_stream, &call);
+      if (ctx.rank == ctx.nranks - 1) {
+        usleep(300000);  // well into the stream of collectives
+        raise(SIGKILL);
+      }
+      pthread_join(tid, nullptr);
+      if (call.ncalls < 2) return rank_fail(ctx, "the kill came before the stream ran");
+      if (call.res != weftRemoteError)
+        return rank_fail(ctx, "got %s, want weftRemoteError", weftGetErrorString(call.res));
+      std::string msg = weftGetLastError(comm);
+      if (call.seconds > timeout_s / 3.0)
+        return rank_fail(ctx, "error took %.1f s, WEFT_TIMEOUT is %d s: %s", call.seconds,
+                         timeout_s, msg.c_str());
+      if (msg.find("timed out") != std::string::npos || msg.find("rank ") == std::string::npos)
+        return rank_fail(ctx, "message does not name a failed peer: %s", msg.c_str());
+      weftResult_t async = weftSuccess;
+      weftCommGetAsyncError(comm, &async);
+      if (async != weftRemoteError) return rank_fail(ctx, "async error not set");
+      printf("rank %d: error after %.3f s: %s\n", ctx.rank, call.seconds, msg.c_str());
+      weftCommAbort(comm);
+      return 0;
+    }, opts);
+    for (int r = 0; r < v.nranks - 1; r++)
+      EXPECT_EQ(status[r], 0) << v.nranks << " ranks, own hosts " << v.own_hosts << ", rank " << r;
+    EXPECT_EQ(status[v.nranks - 1], 128 + SIGKILL);
+  }
+}
+
+// Waits (up to 5 s) until only the calling thread is left: the bootstrap
+// root's detached thread ends shortly after every rank joined.
+bool settle_to_one_thread() {
+  for (int i = 0; i < 500 && count_entries("/proc/self/task") != 1; i++) usleep(10000);
+  return count_entries("/proc/self/task") == 1;
+}
+
+// Ids for each cycle, published by rank 0 in memory shared by the forked ranks.
+struct IdBoard {
+  uint32_t ready[64];
+  weftUniqueId ids[64];
+};
+
+// Many init / all-reduce / destroy cycles: each destroy stops the proxy
+// threads it started, and nothing (thread, fd) is left at the end.
+TEST(SocketLifecycle, NoThreadsOrFdsLeftAfterCycles) {
+  const int ncycles = 24;
+  auto *board = (IdBoard *)mmap(nullptr, sizeof(IdBoard), PROT_READ | PROT_WRITE,
+                                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(board, MAP_FAILED);
+  memset(board, 0, sizeof *board);
+  RunOptions opts;
+  opts.timeout_s = 120;
+  opts.env = {{"WEFT_TRANSPORT", "socket"}, {"WEFT_TIMEOUT", "30"},
+              {"WEFT_SOCKET_NTHREADS", "2"}, {"WEFT_SOCKET_NSOCKS", "3"}};
+  auto status = run_ranks(3, [&](const RankCtx &ctx) {
+    int base_fds = -1;
+    for (int cycle = 0; cycle < ncycles; cycle++) {
+      weftUniqueId id = ctx.id;
+      if (cycle > 0) {  // a fresh rendezvous per cycle, from rank 0
+        if (ctx.rank == 0) {
+          if (weftGetUniqueId(&board->ids[cycle]) != weftSuccess)
+            return rank_fail(ctx, "unique id: %s", weftGetLastError(nullptr));
+          __atomic_store_n(&board->ready[cycle], 1u, __ATOMIC_RELEASE);
+        }
+        double t0 = now_s();
+        while (!__atomic_load_n(&board->ready[cycle], __ATOMIC_ACQUIRE))
+          if (now_s() - t0 > 30) return rank_fail(ctx, "no id for cycle %d", cycle);
+          else usleep(1000);
+        id = board->ids[cycle];
+      }
+      weftComm_t comm;
+      if (weftCommInitRank(&comm, ctx.nranks, id, ctx.rank) != weftSuccess)
+        return rank_fail(ctx, "cycle %d init: %s", cycle, weftGetLastError(nullptr));
+      // one send and one receive end: one on each of the two proxy threads
+      int proxies = count_threads_named("weft-sock");
+      int rc = check_one(ctx, comm, weftFloat32, weftSum, 3001, cycle % 2, cycle);
+      if (weftCommDestroy(comm) != weftSuccess)
+        return rank_fail(ctx, "cycle %d destroy: %s", cycle, weftGetLastError(nullptr));
+      if (rc != 0) return rc;
+      if (proxies != 2) return rank_fail(ctx, "cycle %d: %d proxy threads, want 2", cycle, proxies);
+      int left = count_threads_named("weft-sock");
+      if (left != 0) return rank_fail(ctx, "cycle %d: %d proxy threads after destroy", cycle, left);
+      if (cycle == 0) {
+        if (!settle_to_one_thread())
+          return rank_fail(ctx, "%d threads after the first cycle",
+                           count_entries("/proc/self/task"));
+        base_fds = count_entries("/proc/self/fd");
+      }
+    }
+    if (!settle_to_one_thread())
+      return rank_fail(ctx, "%d threads left after %d cycles", count_entries("/proc/self/task"),
+                       ncycles);
+    int fds = count_entries("/proc/self/fd");
+    if (fds != base_fds)
+      return rank_fail(ctx, "%d fds after %d cycles, %d after the first", fds, ncycles, base_fds);
+    if (ctx.rank == 0) printf("%d cycles: 1 thread and %d fds left, as after the first\n", ncycles, fds);
+    return 0;
+  }, opts);
+  for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+  munmap(board, sizeof *board);
+}
+
+}  // namespace

@@ -1,0 +1,38 @@
+/* gather_perf: weft's gather in nccl-tests' format (-r picks the root). The
+ * size column is the root's buffer: nranks blocks of count elements. */
+#include <math.h>
+
+#include "perf_common.h"
+
+static double busbw_factor(int nranks) { return nranks > 1 ? (double)(nranks - 1) / nranks : 0; }
+
+static void counts(size_t nbytes, size_t elem_nbytes, int nranks, size_t *send_count,
+                   size_t *recv_count, size_t *count) {
+  *count = *send_count = nbytes / elem_nbytes / (size_t)nranks;
+  *recv_count = *count * (size_t)nranks;
+}
+
+static weftResult_t run(const void *sendbuf, void *recvbuf, size_t count, weftDataType_t datatype,
+                        weftRedOp_t op, int root, weftComm_t comm) {
+  (void)op;
+  return weftGather(sendbuf, recvbuf, count, datatype, root, comm, NULL);
+}
+
+static void expect(size_t i, int rank, int nranks, size_t count, weftDataType_t datatype,
+                   weftRedOp_t op, int root, double *value_out, double *magnitude_out) {
+  (void)nranks;
+  *magnitude_out = 0;
+  *value_out = rank == root ? perf_input((int)(i / count), i % count, datatype, op) : NAN;
+}
+
+static const struct perf_coll gather = {
+    .name = "gather",
+    .uses_root = 1,
+    .no_in_place = 1,
+    .busbw_factor = busbw_factor,
+    .counts = counts,
+    .run = run,
+    .expect = expect,
+};
+
+int main(int argc, char **argv) { return perf_main(argc, argv, &gather); }

@@ -1,0 +1,36 @@
+/* scatter_perf: weft's scatter in nccl-tests' format (-r picks the root). The
+ * size column is the root's buffer: nranks blocks of count elements. */
+#include "perf_common.h"
+
+static double busbw_factor(int nranks) { return nranks > 1 ? (double)(nranks - 1) / nranks : 0; }
+
+static void counts(size_t nbytes, size_t elem_nbytes, int nranks, size_t *send_count,
+                   size_t *recv_count, size_t *count) {
+  *count = *recv_count = nbytes / elem_nbytes / (size_t)nranks;
+  *send_count = *count * (size_t)nranks;
+}
+
+static weftResult_t run(const void *sendbuf, void *recvbuf, size_t count, weftDataType_t datatype,
+                        weftRedOp_t op, int root, weftComm_t comm) {
+  (void)op;
+  return weftScatter(sendbuf, recvbuf, count, datatype, root, comm, NULL);
+}
+
+static void expect(size_t i, int rank, int nranks, size_t count, weftDataType_t datatype,
+                   weftRedOp_t op, int root, double *value_out, double *magnitude_out) {
+  (void)nranks;
+  *value_out = perf_input(root, (size_t)rank * count + i, datatype, op);
+  *magnitude_out = 0;
+}
+
+static const struct perf_coll scatter = {
+    .name = "scatter",
+    .uses_root = 1,
+    .no_in_place = 1,
+    .busbw_factor = busbw_factor,
+    .counts = counts,
+    .run = run,
+    .expect = expect,
+};
+
+int main(int argc, char **argv) { return perf_main(argc, argv, &scatter); }

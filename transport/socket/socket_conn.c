@@ -1,0 +1,296 @@
+/* The socket transport: TCP between ranks on any hosts. Each end keeps its
+ * FIFO in private memory with the same layout as shm (a ctrl page, then the
+ * slots), and a proxy thread (socket_proxy.c) carries filled slots from the
+ * sender's FIFO to the receiver's over WEFT_SOCKET_NSOCKS sockets. The
+ * receiver listens and publishes its address and a random token; the sender
+ * connects and proves the token on every socket. */
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../param.h"
+#include "../sock.h"
+#include "../status.h"
+#include "../transport.h"
+#include "../wait.h"
+#include "socket_proxy.h"
+
+struct weft_param socket_params[] = {
+    [SOCKET_P_DISABLE] = {"WEFT_SOCKET_DISABLE", PARAM_INT, "0",
+                          "1 disables the socket (TCP) transport", 0, 0, NULL},
+    [SOCKET_P_NSOCKS] = {"WEFT_SOCKET_NSOCKS", PARAM_INT, "2",
+                         "TCP sockets per socket-transport connection, 1 to 8", 0, 0, NULL},
+    [SOCKET_P_NTHREADS] = {"WEFT_SOCKET_NTHREADS", PARAM_INT, "1",
+                           "proxy threads per process moving socket-transport data, 1 to 16", 0,
+                           0, NULL},
+    PARAM_END,
+};
+
+#define SOCKET_CTRL_NBYTES 4096 /* the slots start on their own page */
+#define SOCKET_HELLO_MAGIC 0x7765667453434b31ull /* "weftSCK1" */
+#define SOCKET_HELLO_TIMEOUT_NS 5000000000ull   /* a hello sits queued before the barrier */
+
+/* What the receiver publishes: where to connect and what to prove. */
+struct socket_blob {
+  union weft_sockaddr addr;
+  uint64_t token;
+  uint64_t fifo_nbytes; /* nslots * slot_nbytes: both ends must agree */
+  uint32_t nsocks;
+};
+static_assert(sizeof(struct socket_blob) <= sizeof(((struct conn_blob *)0)->data),
+              "socket blob too large");
+
+/* The first bytes on every socket, from the sender. */
+struct socket_hello {
+  uint64_t magic;
+  uint64_t token;
+  uint32_t index; /* which of the connection's sockets this is */
+  uint32_t nsocks;
+};
+
+static void socket_close(struct weft_conn *conn);
+
+static int socket_disabled(void) {
+  return param_int(&socket_params[SOCKET_P_DISABLE]) != 0;
+}
+
+/* TCP reaches any host. */
+static int socket_can_connect(const struct peer_info *sender, const struct peer_info *receiver) {
+  (void)sender;
+  (void)receiver;
+  return 1;
+}
+
+/* Allocates this end's FIFO and hangs it on conn (conn->priv owns it, so
+ * close() undoes a half-done set-up). */
+static weftResult_t socket_conn_alloc(struct weft_conn *conn, int is_send, int nsocks,
+                                      struct socket_conn **sc_out) {
+  static_assert(sizeof(struct conn_ctrl) <= SOCKET_CTRL_NBYTES, "ctrl fits its page");
+  struct socket_conn *sc = calloc(1, sizeof *sc);
+  if (sc == NULL) return weft_error_set(weftSystemError, "out of memory");
+  sc->is_send = is_send;
+  sc->peer_rank = conn->peer_rank;
+  sc->nslots = conn->nslots;
+  sc->slot_nbytes = conn->slot_nbytes;
+  sc->nsocks = nsocks;
+  sc->listen_fd = -1;
+  for (int s = 0; s < SOCKET_MAX_SOCKS; s++) sc->streams[s].fd = -1;
+  sc->fifo_nbytes = SOCKET_CTRL_NBYTES + (size_t)conn->nslots * conn->slot_nbytes;
+  /* anonymous pages: zeroed, page-aligned, never shared with a child */
+  sc->fifo = mmap(NULL, sc->fifo_nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                  -1, 0);
+  if (sc->fifo == MAP_FAILED) {
+    weftResult_t res = weft_error_errno(weftSystemError, "allocating a %zu-byte socket FIFO",
+                                        sc->fifo_nbytes);
+    free(sc);
+    return res;
+  }
+  sc->ctrl = sc->fifo;
+  sc->slots = (char *)sc->fifo + SOCKET_CTRL_NBYTES;
+  conn->priv = sc;
+  conn->ctrl = sc->ctrl;
+  conn->slots = sc->slots;
+  conn->step = 0;
+  *sc_out = sc;
+  return weftSuccess;
+}
+
+static weftResult_t socket_fds_nonblock(struct socket_conn *sc) {
+  for (int s = 0; s < sc->nsocks; s++) {
+    int fd = sc->streams[s].fd;
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
+      return weft_error_errno(weftSystemError, "making a socket to rank %d non-blocking",
+                              sc->peer_rank);
+  }
+  return weftSuccess;
+}
+
+/* Each rank on this host runs proxy threads besides its own: once a peer
+ * shares the host, at least two ranks and their proxies compete for cores,
+ * and the waits must yield at once when those outnumber the cores (a rank
+ * spinning on a core its proxy needs slows both by ten times). */
+static void socket_note_local_peer(const struct weft_conn *conn) {
+  if (conn->peer_pid <= 0) return;
+  int64_t nthreads = param_int(&socket_params[SOCKET_P_NTHREADS]);
+  wait_set_local_ranks(2 * (1 + (int)(nthreads > 0 ? nthreads : 1)));
+}
+
+/* Rewrites the last error as "what rank N: cause". */
+static weftResult_t socket_error_peer(weftResult_t res, const char *what, int peer_rank) {
+  char cause[512];
+  snprintf(cause, sizeof cause, "%s", weft_error_text());
+  return weft_error_set(res, "socket transport, %s rank %d: %s", what, peer_rank, cause);
+}
+
+static weftResult_t socket_recv_setup(struct weft_conn *conn, struct conn_blob *blob_out) {
+  int64_t nsocks = param_int(&socket_params[SOCKET_P_NSOCKS]);
+  int64_t nthreads = param_int(&socket_params[SOCKET_P_NTHREADS]);
+  if (nsocks < 1 || nsocks > SOCKET_MAX_SOCKS)
+    return weft_error_set(weftInvalidArgument, "WEFT_SOCKET_NSOCKS=%lld: must be 1 to %d",
+                          (long long)nsocks, SOCKET_MAX_SOCKS);
+  /* checked here too so that every rank fails before the exchange, not half-way */
+  if (nthreads < 1 || nthreads > SOCKET_MAX_THREADS)
+    return weft_error_set(weftInvalidArgument, "WEFT_SOCKET_NTHREADS=%lld: must be 1 to %d",
+                          (long long)nthreads, SOCKET_MAX_THREADS);
+  struct socket_conn *sc;
+  WEFT_TRY(socket_conn_alloc(conn, 0, (int)nsocks, &sc));
+  weftResult_t res;
+  union weft_sockaddr local, bound;
+  WEFT_TRY_GOTO(sock_local_addr(&local), res, close_conn);
+  WEFT_TRY_GOTO(sock_listen(&local, &sc->listen_fd, &bound), res, close_conn);
+  if (getrandom(&sc->token, sizeof sc->token, 0) != (ssize_t)sizeof sc->token) {
+    res = weft_error_errno(weftSystemError, "getrandom");
+    goto close_conn;
+  }
+  struct socket_blob b;
+  memset(&b, 0, sizeof b);
+  b.addr = bound;
+  b.token = sc->token;
+  b.fifo_nbytes = (uint64_t)conn->nslots * conn->slot_nbytes;
+  b.nsocks = (uint32_t)nsocks;
+  memcpy(blob_out->data, &b, sizeof b);
+  char buf[64];
+  socket_note_local_peer(conn);
+  WEFT_INFO(LOG_NET, "socket connection from rank %d: listening on %s for %d socket(s)",
+            conn->peer_rank, sock_addr_str(&bound, buf, sizeof buf), (int)nsocks);
+  return weftSuccess;
+close_conn:
+  socket_close(conn); /* the caller forgets a connection whose set-up failed */
+  return res;
+}
+
+static weftResult_t socket_send_connect(struct weft_conn *conn, const struct conn_blob *blob) {
+  struct socket_blob b;
+  memcpy(&b, blob->data, sizeof b);
+  if (b.fifo_nbytes != (uint64_t)conn->nslots * conn->slot_nbytes)
+    return weft_error_set(weftInvalidUsage,
+                          "rank %d uses a different FIFO size (WEFT_NSLOTS/WEFT_SLOT_BYTES "
+                          "must match on all ranks)",
+                          conn->peer_rank);
+  if (b.nsocks < 1 || b.nsocks > SOCKET_MAX_SOCKS)
+    return weft_error_set(weftInternalError, "rank %d asks for %u sockets", conn->peer_rank,
+                          b.nsocks);
+  struct socket_conn *sc;
+  WEFT_TRY(socket_conn_alloc(conn, 1, (int)b.nsocks, &sc));
+  weftResult_t res = weftSuccess;
+  uint64_t deadline = clock_ns() + wait_default_timeout_ns();
+  for (int s = 0; s < sc->nsocks; s++) {
+    res = sock_connect(&b.addr, deadline, &sc->streams[s].fd);
+    if (res != weftSuccess) {
+      res = socket_error_peer(res, "connecting to", conn->peer_rank);
+      goto close_conn;
+    }
+    struct socket_hello hello = {.magic = SOCKET_HELLO_MAGIC, .token = b.token,
+                                 .index = (uint32_t)s, .nsocks = b.nsocks};
+    res = sock_send_all(sc->streams[s].fd, &hello, sizeof hello, deadline);
+    if (res != weftSuccess) {
+      res = socket_error_peer(res, "greeting", conn->peer_rank);
+      goto close_conn;
+    }
+  }
+  WEFT_TRY_GOTO(socket_fds_nonblock(sc), res, close_conn);
+  WEFT_TRY_GOTO(socket_proxy_add(sc), res, close_conn);
+  char buf[64];
+  WEFT_INFO(LOG_NET, "socket connection to rank %d: %d socket(s) to %s", conn->peer_rank,
+            sc->nsocks, sock_addr_str(&b.addr, buf, sizeof buf));
+  return weftSuccess;
+close_conn:
+  socket_close(conn);
+  return res;
+}
+
+/* Accepts one socket and checks its hello; strangers are dropped (and
+ * return weftInProgress). */
+static weftResult_t socket_accept_one(struct socket_conn *sc, uint64_t deadline) {
+  int fd;
+  WEFT_TRY(sock_accept(sc->listen_fd, deadline, &fd));
+  uint64_t hello_deadline = clock_ns() + SOCKET_HELLO_TIMEOUT_NS;
+  if (hello_deadline > deadline) hello_deadline = deadline;
+  struct socket_hello hello;
+  if (sock_recv_all(fd, &hello, sizeof hello, hello_deadline) != weftSuccess ||
+      hello.magic != SOCKET_HELLO_MAGIC || hello.token != sc->token ||
+      hello.nsocks != (uint32_t)sc->nsocks || hello.index >= (uint32_t)sc->nsocks ||
+      sc->streams[hello.index].fd >= 0) {
+    WEFT_INFO(LOG_NET, "socket transport: dropping a connection without rank %d's token",
+              sc->peer_rank);
+    close(fd);
+    return weftInProgress;
+  }
+  sc->streams[hello.index].fd = fd;
+  return weftSuccess;
+}
+
+static weftResult_t socket_recv_connect(struct weft_conn *conn) {
+  struct socket_conn *sc = conn->priv;
+  weftResult_t res = weftSuccess;
+  /* the senders connected before the barrier: their sockets are queued */
+  uint64_t deadline = clock_ns() + wait_default_timeout_ns();
+  for (int got = 0; got < sc->nsocks;) {
+    res = socket_accept_one(sc, deadline);
+    if (res == weftSuccess) {
+      got++;
+    } else if (res != weftInProgress) {
+      res = socket_error_peer(res, "accepting", conn->peer_rank);
+      goto close_conn;
+    }
+  }
+  close(sc->listen_fd);
+  sc->listen_fd = -1;
+  WEFT_TRY_GOTO(socket_fds_nonblock(sc), res, close_conn);
+  WEFT_TRY_GOTO(socket_proxy_add(sc), res, close_conn);
+  return weftSuccess;
+close_conn:
+  socket_close(conn);
+  return res;
+}
+
+/* Sender: waits until the proxy has handed every filled slot to the kernel,
+ * so the last slots reach the peer after this end is gone. */
+static void socket_conn_flush(struct socket_conn *sc) {
+  uint64_t deadline = clock_ns() + wait_default_timeout_ns();
+  while (__atomic_load_n(&sc->ctrl->head, __ATOMIC_ACQUIRE) <
+         __atomic_load_n(&sc->ctrl->tail, __ATOMIC_ACQUIRE)) {
+    if (__atomic_load_n(&sc->ctrl->poison, __ATOMIC_ACQUIRE)) return;
+    if (clock_ns() > deadline) {
+      WEFT_INFO(LOG_NET, "socket connection to rank %d: closing with slots unsent",
+                sc->peer_rank);
+      return;
+    }
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static void socket_close(struct weft_conn *conn) {
+  struct socket_conn *sc = conn->priv;
+  if (sc == NULL) return;
+  if (sc->proxy != NULL) {
+    if (sc->is_send) socket_conn_flush(sc);
+    socket_proxy_remove(sc);
+  }
+  for (int s = 0; s < SOCKET_MAX_SOCKS; s++)
+    if (sc->streams[s].fd >= 0) close(sc->streams[s].fd);
+  if (sc->listen_fd >= 0) close(sc->listen_fd);
+  munmap(sc->fifo, sc->fifo_nbytes);
+  free(sc);
+  conn->priv = NULL;
+  conn->ctrl = NULL;
+  conn->slots = NULL;
+}
+
+const struct weft_transport socket_transport = {
+    .name = "socket",
+    .disabled = socket_disabled,
+    .can_connect = socket_can_connect,
+    .recv_setup = socket_recv_setup,
+    .send_connect = socket_send_connect,
+    .recv_connect = socket_recv_connect,
+    .close = socket_close,
+};
