@@ -51,23 +51,16 @@ static void conn_prepare(struct weftComm *comm, struct weft_conn *c, int peer) {
 
 static int plan_is_send(const struct weft_plan *op) { return op->coll == COLL_SEND; }
 
-/* Connects what ops need and is not connected yet. Per pair: the receiver
- * sets up its FIFO and sends the blob; the sender attaches and acks; the
- * receiver finishes. Messages never wait for the peer, so any order works. */
-static weftResult_t p2p_connect(struct weftComm *comm, const struct weft_plan *const *ops,
-                                size_t nops) {
+/* Connects to the peers marked in want_send / want_recv ([nranks] flags)
+ * that are not connected yet. Per pair: the receiver sets up its FIFO and
+ * sends the blob; the sender attaches and acks; the receiver finishes.
+ * Messages never wait for the peer, so any order works. */
+static weftResult_t p2p_connect_wanted(struct weftComm *comm, char *want_send, char *want_recv) {
   const int n = comm->nranks;
-  char *want_send = calloc((size_t)n, 1), *want_recv = calloc((size_t)n, 1);
   weftResult_t res = weftSuccess;
-  if (want_send == NULL || want_recv == NULL) {
-    res = weft_error_set(weftSystemError, "out of memory");
-    goto free_wants;
-  }
-  for (size_t i = 0; i < nops; i++) {
-    int peer = ops[i]->root;
-    if (peer == comm->rank) continue;
-    if (plan_is_send(ops[i]) && comm->p2p_send[peer].transport == NULL) want_send[peer] = 1;
-    if (!plan_is_send(ops[i]) && comm->p2p_recv[peer].transport == NULL) want_recv[peer] = 1;
+  for (int p = 0; p < n; p++) {
+    want_send[p] &= p != comm->rank && comm->p2p_send[p].transport == NULL;
+    want_recv[p] &= p != comm->rank && comm->p2p_recv[p].transport == NULL;
   }
   for (int p = 0; p < n; p++) {
     if (!want_recv[p]) continue;
@@ -86,31 +79,59 @@ static weftResult_t p2p_connect(struct weftComm *comm, const struct weft_plan *c
       res = weft_error_set(weftSystemError, "no transport connects rank %d to rank %d", p,
                            comm->rank);
     if (res == weftSuccess) res = sent;
-    if (res != weftSuccess) goto free_wants;
+    if (res != weftSuccess) return res;
   }
   for (int p = 0; p < n; p++) {
     if (!want_send[p]) continue;
     struct weft_conn *c = &comm->p2p_send[p];
     struct conn_blob blob;
-    WEFT_TRY_GOTO(bootstrap_recv(comm->bs, p, TAG_BLOB, &blob, sizeof blob), res, free_wants);
-    if (blob.transport < 0 || weft_transports[blob.transport] == NULL) {
-      res = weft_error_set(weftRemoteError, "rank %d could not set up its connection from rank %d",
-                           p, comm->rank);
-      goto free_wants;
-    }
+    WEFT_TRY(bootstrap_recv(comm->bs, p, TAG_BLOB, &blob, sizeof blob));
+    if (blob.transport < 0 || weft_transports[blob.transport] == NULL)
+      return weft_error_set(weftRemoteError,
+                            "rank %d could not set up its connection from rank %d", p,
+                            comm->rank);
     conn_prepare(comm, c, p);
-    WEFT_TRY_GOTO(weft_transports[blob.transport]->send_connect(c, &blob), res, free_wants);
+    WEFT_TRY(weft_transports[blob.transport]->send_connect(c, &blob));
     c->transport = weft_transports[blob.transport];
     uint32_t ack = 1;
-    WEFT_TRY_GOTO(bootstrap_send(comm->bs, p, TAG_ACK, &ack, sizeof ack), res, free_wants);
+    WEFT_TRY(bootstrap_send(comm->bs, p, TAG_ACK, &ack, sizeof ack));
   }
   for (int p = 0; p < n; p++) {
     if (!want_recv[p]) continue;
     uint32_t ack;
-    WEFT_TRY_GOTO(bootstrap_recv(comm->bs, p, TAG_ACK, &ack, sizeof ack), res, free_wants);
-    WEFT_TRY_GOTO(comm->p2p_recv[p].transport->recv_connect(&comm->p2p_recv[p]), res, free_wants);
+    WEFT_TRY(bootstrap_recv(comm->bs, p, TAG_ACK, &ack, sizeof ack));
+    WEFT_TRY(comm->p2p_recv[p].transport->recv_connect(&comm->p2p_recv[p]));
   }
-free_wants:
+  return weftSuccess;
+}
+
+weftResult_t p2p_connect_peers(struct weftComm *comm, const int *send_peers, int nsend,
+                               const int *recv_peers, int nrecv) {
+  char *want_send = calloc((size_t)comm->nranks, 1), *want_recv = calloc((size_t)comm->nranks, 1);
+  weftResult_t res;
+  if (want_send == NULL || want_recv == NULL) {
+    res = weft_error_set(weftSystemError, "out of memory");
+  } else {
+    for (int i = 0; i < nsend; i++) want_send[send_peers[i]] = 1;
+    for (int i = 0; i < nrecv; i++) want_recv[recv_peers[i]] = 1;
+    res = p2p_connect_wanted(comm, want_send, want_recv);
+  }
+  free(want_send);
+  free(want_recv);
+  return res;
+}
+
+/* Connects what the sends and receives of ops need. */
+static weftResult_t p2p_connect(struct weftComm *comm, const struct weft_plan *const *ops,
+                                size_t nops) {
+  char *want_send = calloc((size_t)comm->nranks, 1), *want_recv = calloc((size_t)comm->nranks, 1);
+  weftResult_t res;
+  if (want_send == NULL || want_recv == NULL) {
+    res = weft_error_set(weftSystemError, "out of memory");
+  } else {
+    for (size_t i = 0; i < nops; i++) (plan_is_send(ops[i]) ? want_send : want_recv)[ops[i]->root] = 1;
+    res = p2p_connect_wanted(comm, want_send, want_recv);
+  }
   free(want_send);
   free(want_recv);
   return res;

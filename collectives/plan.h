@@ -18,8 +18,19 @@ enum coll_kind {
   COLL_RECV,
   COLL_NUM
 };
-enum coll_algo { ALGO_RING = 0, ALGO_NUM };
-enum coll_proto { PROTO_SIMPLE = 0, PROTO_NUM };
+/* Algorithms (WEFT_ALGO names: ring, tree, rd). */
+enum coll_algo {
+  ALGO_RING = 0, /* pipelined ring: bandwidth-optimal, every collective */
+  ALGO_TREE,     /* double binary tree all-reduce, pipelined: log-depth latency */
+  ALGO_RD,       /* recursive doubling all-reduce: fewest steps for small messages */
+  ALGO_NUM
+};
+/* Protocols (WEFT_PROTO names: simple, ll). */
+enum coll_proto {
+  PROTO_SIMPLE = 0, /* data in slots, a tail counter says which are full */
+  PROTO_LL,         /* data and flag share each 8-byte word: one load sees both */
+  PROTO_NUM
+};
 
 struct weft_plan {
   enum coll_kind coll;
@@ -53,6 +64,12 @@ weftResult_t check_signatures(struct weftComm *comm, const struct weft_plan *pla
 static inline int plan_is_p2p(const struct weft_plan *plan) {
   return plan->coll == COLL_SEND || plan->coll == COLL_RECV;
 }
+
+/* Connects this rank's point-to-point connections to send_peers and from
+ * recv_peers, where not connected yet. Collective among the peers named:
+ * each pair must both ask for their connection (collectives/p2p.c). */
+weftResult_t p2p_connect_peers(struct weftComm *comm, const int *send_peers, int nsend,
+                               const int *recv_peers, int nrecv);
 
 /* Runs the sends and receives of one group together (collectives/p2p.c). */
 weftResult_t p2p_run(struct weftComm *comm, const struct weft_plan *const *ops, size_t nops);

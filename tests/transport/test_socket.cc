@@ -180,7 +180,7 @@ TEST(SocketAllReduceLarge, DefaultSlotsEightMillionFloats) {
 // (shm cannot connect them: a proxy thread runs); on one host they keep shm.
 TEST(SocketSelect, ChosenBetweenHostsOnly) {
   RunOptions opts;
-  opts.env = {{"WEFT_TIMEOUT", "30"}};
+  opts.env = {{"WEFT_TRANSPORT", ""}, {"WEFT_TIMEOUT", "30"}};  // "": unset
   for (bool own_hosts : {false, true}) {
     auto status = run_ranks(3, [&](const RankCtx &ctx) {
       if (own_hosts) pretend_own_host(ctx);
@@ -376,7 +376,12 @@ TEST(SocketLifecycle, NoThreadsOrFdsLeftAfterCycles) {
         return rank_fail(ctx, "cycle %d destroy: %s", cycle, weftGetLastError(nullptr));
       if (rc != 0) return rc;
       if (proxies != 2) return rank_fail(ctx, "cycle %d: %d proxy threads, want 2", cycle, proxies);
+      // joined threads leave /proc a moment after pthread_join returns
       int left = count_threads_named("weft-sock");
+      for (int i = 0; i < 100 && left != 0; i++) {
+        usleep(10000);
+        left = count_threads_named("weft-sock");
+      }
       if (left != 0) return rank_fail(ctx, "cycle %d: %d proxy threads after destroy", cycle, left);
       if (cycle == 0) {
         if (!settle_to_one_thread())
