@@ -6,10 +6,24 @@
 #include "../transport/status.h"
 #include "comm.h"
 
+/* Orders the ring so that the ranks of one host are adjacent: hosts in the
+ * order of their lowest rank, ranks ascending within a host. The ring then
+ * crosses between hosts once per host. */
+void ring_order(const struct peer_info *peers, int nranks, int *ring_out) {
+  int n = 0;
+  for (int r = 0; r < nranks; r++) {
+    int first_of_host = 1;
+    for (int q = 0; q < r && first_of_host; q++) first_of_host = peers[q].host_hash != peers[r].host_hash;
+    if (!first_of_host) continue;
+    for (int q = r; q < nranks; q++)
+      if (peers[q].host_hash == peers[r].host_hash) ring_out[n++] = q;
+  }
+}
+
 static void ring_build(struct weftComm *comm, struct weft_channel *ch) {
-  /* rank order; ranks of one host are adjacent when launched host by host */
-  for (int i = 0; i < comm->nranks; i++) ch->ring[i] = i;
-  ch->ring_pos = comm->rank;
+  ring_order(comm->peers, comm->nranks, ch->ring);
+  for (int i = 0; i < comm->nranks; i++)
+    if (ch->ring[i] == comm->rank) ch->ring_pos = i;
 }
 
 static void conn_init(struct weft_conn *conn, const struct weftComm *comm, int peer,
@@ -77,6 +91,7 @@ weftResult_t channels_connect(struct weftComm *comm, uint32_t nslots, size_t slo
       goto free_blobs;
     }
     ch->send.transport = weft_transports[b->transport];
+    if (ch->send.transport != weft_transports[0]) comm->network = 1; /* not shared memory */
     res = ch->send.transport->send_connect(&ch->send, b);
     if (res != weftSuccess) {
       ch->send.transport = NULL;

@@ -30,6 +30,7 @@ struct weftComm {
   struct peer_info *peers;
   int nchannels;
   struct weft_channel channels[WEFT_MAX_CHANNELS];
+  int network;                  /* some ring connection crosses hosts */
   uint32_t nslots;              /* FIFO shape of every connection */
   size_t slot_nbytes;
   struct weft_conn *p2p_send;   /* [nranks]: to each peer, connected on first use */
@@ -50,6 +51,9 @@ struct weftComm {
  * for a host rank. Blocks until connected or the timeout passes. */
 weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_id *id, int rank,
                        const weftConfig_t *config, int cuda_dev);
+
+/* The ring order: ranks of one host adjacent, hosts by their lowest rank. */
+void ring_order(const struct peer_info *peers, int nranks, int *ring_out);
 
 /* Connects every channel's ring (collective over the bootstrap). */
 weftResult_t channels_connect(struct weftComm *comm, uint32_t nslots, size_t slot_nbytes);

@@ -11,6 +11,11 @@ struct weft_param coll_params[] = {
                       "bytes per FIFO slot: the pipelining chunk (multiple of 64)", 0, 0, NULL},
     [P_CHECK] = {"WEFT_CHECK", PARAM_INT, "0",
                  "1: ranks compare each collective's signature before running it", 0, 0, NULL},
+    [P_ALGO] = {"WEFT_ALGO", PARAM_STR, NULL,
+                "algorithms the tuner may pick: ring, tree, rd; ^ excludes; per collective "
+                "as allreduce:tree;broadcast:ring", 0, 0, NULL},
+    [P_PROTO] = {"WEFT_PROTO", PARAM_STR, NULL,
+                 "protocols the tuner may pick: simple, ll; same syntax as WEFT_ALGO", 0, 0, NULL},
     PARAM_END,
 };
 

@@ -10,6 +10,8 @@ enum coll_param {
   P_NSLOTS,
   P_SLOT_BYTES,
   P_CHECK,
+  P_ALGO,
+  P_PROTO,
 };
 
 /* Every table of every module, NULL-terminated, in layer order. */

@@ -1,25 +1,10 @@
-/* The tuner and the host executor's dispatch. */
+/* The host executor's dispatch. */
 #include <stdint.h>
 #include <string.h>
 
 #include "../transport/status.h"
 #include "plan.h"
 #include "reduce_host.h"
-
-void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
-  if (plan_is_p2p(plan)) return;
-  plan->algo = ALGO_RING;
-  plan->proto = PROTO_SIMPLE;
-  /* a channel needs at least one full loop (a slot per rank) to be worth it */
-  size_t nbytes = plan->count * weftTypeSize(plan->datatype);
-  if (plan->coll == COLL_ALLGATHER || plan->coll == COLL_REDUCESCATTER)
-    nbytes *= (size_t)comm->nranks;
-  size_t per_channel_min =
-      comm->nranks > 1 ? (size_t)comm->nranks * comm->channels[0].send.slot_nbytes : SIZE_MAX;
-  int nch = comm->nchannels;
-  while (nch > 1 && nbytes / (size_t)nch < per_channel_min) nch--;
-  plan->nchannels = nch;
-}
 
 static const algo_fn ring_algos[COLL_NUM_RING] = {
     [COLL_ALLREDUCE] = ring_allreduce,

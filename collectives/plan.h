@@ -47,8 +47,15 @@ struct weft_plan {
 
 const char *coll_kind_name(enum coll_kind coll);
 
-/* Chooses algorithm, protocol and channels for plan (its call fields set). */
+/* Chooses algorithm, protocol and channels for plan (its call fields set),
+ * within what WEFT_ALGO and WEFT_PROTO allow (collectives/tuner.c). */
 void plan_tune(const struct weftComm *comm, struct weft_plan *plan);
+const char *tuner_algo_name(int algo);
+const char *tuner_proto_name(int proto);
+/* Parses a WEFT_ALGO/WEFT_PROTO list into allowed[collective][name index];
+ * returns -1 when it met an unknown name (those are ignored). */
+int tuner_parse(const char *spec, const char *const *names, int nnames,
+                uint8_t allowed[COLL_NUM_RING][8]);
 
 /* Runs plan on the calling thread (the host executor). */
 weftResult_t plan_run_host(struct weftComm *comm, const struct weft_plan *plan);

@@ -1,0 +1,111 @@
+// The tuner's parsing of WEFT_ALGO/WEFT_PROTO, its choices, and ring order.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+
+extern "C" {
+#include "collectives/comm.h"
+#include "collectives/params.h"
+#include "collectives/plan.h"
+}
+
+namespace {
+
+const char *const kAlgos[] = {"ring", "tree", "rd"};
+
+TEST(TunerParse, ListsExclusionsAndPerCollective) {
+  uint8_t a[COLL_NUM_RING][8];
+  ASSERT_EQ(tuner_parse(nullptr, kAlgos, 3, a), 0);
+  for (int c = 0; c < COLL_NUM_RING; c++) EXPECT_TRUE(a[c][0] && a[c][1] && a[c][2]);
+
+  ASSERT_EQ(tuner_parse("Tree,RING", kAlgos, 3, a), 0);
+  EXPECT_TRUE(a[COLL_ALLREDUCE][0] && a[COLL_ALLREDUCE][1] && !a[COLL_ALLREDUCE][2]);
+
+  ASSERT_EQ(tuner_parse("^tree", kAlgos, 3, a), 0);
+  EXPECT_TRUE(a[COLL_BROADCAST][0] && !a[COLL_BROADCAST][1] && a[COLL_BROADCAST][2]);
+
+  ASSERT_EQ(tuner_parse("allreduce:rd;broadcast:^ring", kAlgos, 3, a), 0);
+  EXPECT_TRUE(!a[COLL_ALLREDUCE][0] && !a[COLL_ALLREDUCE][1] && a[COLL_ALLREDUCE][2]);
+  EXPECT_TRUE(!a[COLL_BROADCAST][0] && a[COLL_BROADCAST][1]);
+  EXPECT_TRUE(a[COLL_ALLGATHER][0] && a[COLL_ALLGATHER][1]) << "others keep everything";
+
+  EXPECT_EQ(tuner_parse("ring,warp", kAlgos, 3, a), -1);
+  EXPECT_TRUE(a[COLL_ALLREDUCE][0] && !a[COLL_ALLREDUCE][1]) << "known names still apply";
+  EXPECT_EQ(tuner_parse("gatherall:ring", kAlgos, 3, a), -1);
+}
+
+// A communicator shape good enough for the tuner.
+struct FakeComm {
+  weftComm c;
+  FakeComm(int nranks, int nchannels, size_t slot_nbytes) {
+    memset(&c, 0, sizeof c);
+    c.nranks = nranks;
+    c.nchannels = nchannels;
+    c.channels[0].send.slot_nbytes = slot_nbytes;
+  }
+};
+
+weft_plan tune(const weftComm &comm, enum coll_kind coll, size_t count) {
+  weft_plan p;
+  memset(&p, 0, sizeof p);
+  p.coll = coll;
+  p.count = count;
+  p.datatype = weftFloat32;
+  p.op = weftSum;
+  plan_tune(&comm, &p);
+  return p;
+}
+
+TEST(TunerChoice, SmallUsesFewStepsLargeUsesRing) {
+  unsetenv("WEFT_ALGO");
+  unsetenv("WEFT_PROTO");
+  weft_params_reset();
+  FakeComm f(8, 4, 131072);
+  weft_plan small = tune(f.c, COLL_ALLREDUCE, 2);
+  EXPECT_NE(small.algo, ALGO_RING) << "8 B on 8 ranks should not take 14 ring steps";
+  EXPECT_EQ(small.nchannels, 1);
+  weft_plan large = tune(f.c, COLL_ALLREDUCE, 64 << 20);
+  EXPECT_EQ(large.algo, ALGO_RING);
+  EXPECT_EQ(large.proto, PROTO_SIMPLE);
+  EXPECT_EQ(large.nchannels, 4);
+  EXPECT_EQ(tune(f.c, COLL_ALLGATHER, 2).algo, ALGO_RING) << "only all-reduce has other algorithms";
+}
+
+TEST(TunerChoice, EnvironmentRestricts) {
+  FakeComm f(8, 1, 131072);
+  setenv("WEFT_ALGO", "ring", 1);
+  setenv("WEFT_PROTO", "simple", 1);
+  weft_params_reset();
+  weft_plan p = tune(f.c, COLL_ALLREDUCE, 2);
+  EXPECT_EQ(p.algo, ALGO_RING);
+  EXPECT_EQ(p.proto, PROTO_SIMPLE);
+  setenv("WEFT_ALGO", "allreduce:tree", 1);
+  setenv("WEFT_PROTO", "ll", 1);
+  weft_params_reset();
+  p = tune(f.c, COLL_ALLREDUCE, 64 << 20);
+  EXPECT_EQ(p.algo, ALGO_TREE);
+  EXPECT_EQ(p.proto, PROTO_LL);
+  // a collective whose allowed list has nothing it implements falls back to ring
+  p = tune(f.c, COLL_BROADCAST, 1000);
+  EXPECT_EQ(p.algo, ALGO_RING);
+  unsetenv("WEFT_ALGO");
+  unsetenv("WEFT_PROTO");
+  weft_params_reset();
+}
+
+TEST(RingOrder, HostsAdjacentCrossingOncePerHost) {
+  peer_info peers[7];
+  memset(peers, 0, sizeof peers);
+  const uint64_t host_of[7] = {10, 20, 10, 30, 20, 10, 30};  // interleaved launch
+  for (int r = 0; r < 7; r++) peers[r].host_hash = host_of[r];
+  int ring[7];
+  ring_order(peers, 7, ring);
+  const int want[7] = {0, 2, 5, 1, 4, 3, 6};
+  for (int i = 0; i < 7; i++) EXPECT_EQ(ring[i], want[i]) << "position " << i;
+  int crossings = 0;
+  for (int i = 0; i < 7; i++) crossings += host_of[ring[i]] != host_of[ring[(i + 1) % 7]];
+  EXPECT_EQ(crossings, 3);
+}
+
+}  // namespace
