@@ -80,6 +80,9 @@ weftResult_t channels_connect(struct weftComm *comm, uint32_t nslots, size_t slo
     res = weft_error_set(local, "%s", why);
     goto free_blobs;
   }
+  /* every rank sees every blob, so all agree whether any ring hop leaves shm */
+  for (size_t i = 0; i < (size_t)n * (size_t)nch; i++)
+    if (blobs[i].transport > 0) comm->network = 1;
   for (int c = 0; c < nch; c++) {
     struct weft_channel *ch = &comm->channels[c];
     int next = ch->ring[(ch->ring_pos + 1) % n];
@@ -91,7 +94,6 @@ weftResult_t channels_connect(struct weftComm *comm, uint32_t nslots, size_t slo
       goto free_blobs;
     }
     ch->send.transport = weft_transports[b->transport];
-    if (ch->send.transport != weft_transports[0]) comm->network = 1; /* not shared memory */
     res = ch->send.transport->send_connect(&ch->send, b);
     if (res != weftSuccess) {
       ch->send.transport = NULL;

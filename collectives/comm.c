@@ -43,6 +43,23 @@ void comm_poison(struct weftComm *comm) {
   p2p_conns_poison(comm);
 }
 
+static int conn_poisoned(const struct weft_conn *c) {
+  return c->ctrl != NULL && __atomic_load_n(&c->ctrl->poison, __ATOMIC_ACQUIRE);
+}
+
+weftResult_t comm_check_peers(const struct weftComm *comm) {
+  for (int c = 0; c < comm->nchannels; c++) {
+    const struct weft_channel *ch = &comm->channels[c];
+    if (conn_poisoned(&ch->send) || conn_poisoned(&ch->recv))
+      return weft_error_set(weftRemoteError, "rank %d failed or aborted",
+                            conn_poisoned(&ch->send) ? ch->send.peer_rank : ch->recv.peer_rank);
+  }
+  for (int r = 0; comm->p2p_send != NULL && r < comm->nranks; r++)
+    if (conn_poisoned(&comm->p2p_send[r]) || conn_poisoned(&comm->p2p_recv[r]))
+      return weft_error_set(weftRemoteError, "rank %d failed or aborted", r);
+  return weftSuccess;
+}
+
 weftResult_t comm_fail(struct weftComm *comm, weftResult_t res) {
   snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
   if (res == weftRemoteError || res == weftSystemError || res == weftInternalError) {
@@ -122,6 +139,7 @@ weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_
   bootstrap_peer_info_local(&self);
   WEFT_TRY_GOTO(bootstrap_init(id, rank, nranks, &self, comm->timeout_ns, &comm->bs, peers),
                 res, free_comm);
+  bootstrap_set_abort(comm->bs, &comm->abort_flag);
   int nlocal = 0;
   for (int r = 0; r < nranks; r++) nlocal += peers[r].host_hash == peers[rank].host_hash;
   wait_set_local_ranks(nlocal);

@@ -9,6 +9,15 @@
 #include "../transport/transport.h"
 
 #define WEFT_MAX_CHANNELS 16
+#define WEFT_MAX_REDOPS 64
+
+/* A user reduction op (weftRedOpCreatePreMulSum). */
+struct weft_redop {
+  int in_use;
+  weftDataType_t datatype;
+  char scalar[8];         /* the value, for weftScalarHostImmediate */
+  const void *scalar_ptr; /* read when the op runs, for weftScalarDevice */
+};
 #define COMM_MAGIC 0x776566742d636f6dull /* "weft-com" */
 
 /* One ring over all ranks with its own connections. */
@@ -42,6 +51,7 @@ struct weftComm {
   uint32_t active;              /* threads inside an operation on this comm */
   uint32_t pending;             /* host-stream items naming this comm, not yet run */
   weftResult_t async_error;
+  struct weft_redop redops[WEFT_MAX_REDOPS];
   int finalized;
   char last_error[1024];
 };
@@ -72,6 +82,11 @@ void comm_poison(struct weftComm *comm);
 /* Records a failure on comm: the async error, the last-error text, and
  * poisoned connections. Returns res. */
 weftResult_t comm_fail(struct weftComm *comm, weftResult_t res);
+
+/* Fails when a connection says its peer failed or aborted: checked before
+ * each operation, since an operation whose data is already queued might
+ * otherwise complete without ever waiting on the dead peer. */
+weftResult_t comm_check_peers(const struct weftComm *comm);
 
 /* Checks that comm is a live communicator; sets the error text otherwise. */
 weftResult_t comm_check(const struct weftComm *comm);

@@ -44,9 +44,8 @@ static weftResult_t plan_check(struct weftComm *comm, const struct weft_plan *pl
   if (esize == 0)
     return weft_error_set(weftInvalidArgument, "%s: invalid datatype %d", name,
                           (int)plan->datatype);
-  if (coll_has_op(c) && ((int)plan->op < 0 || plan->op >= weftNumOps))
-    return weft_error_set(weftInvalidArgument, "%s: invalid reduction op %d", name,
-                          (int)plan->op);
+  if (coll_has_op(c) && redop_check(comm, plan->op, plan->datatype) != weftSuccess)
+    return weft_error_set(weftInvalidArgument, "%s: %s", name, weft_error_text());
   if (plan->count > SIZE_MAX / 16 / n)
     return weft_error_set(weftInvalidArgument, "%s: count %zu is too large", name, plan->count);
   int rooted = c == COLL_BROADCAST || c == COLL_REDUCE;

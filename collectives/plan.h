@@ -47,6 +47,12 @@ struct weft_plan {
 
 const char *coll_kind_name(enum coll_kind coll);
 
+/* User ops (collectives/redop.c): whether op may reduce datatype on comm, and
+ * the input scaled by a pre-multiply op's scalar, in a buffer to free. */
+weftResult_t redop_check(struct weftComm *comm, weftRedOp_t op, weftDataType_t datatype);
+weftResult_t redop_premul(struct weftComm *comm, weftRedOp_t op, weftDataType_t datatype,
+                          const void *src, size_t count, void **scaled_out);
+
 /* Chooses algorithm, protocol and channels for plan (its call fields set),
  * within what WEFT_ALGO and WEFT_PROTO allow (collectives/tuner.c). */
 void plan_tune(const struct weftComm *comm, struct weft_plan *plan);
@@ -88,6 +94,10 @@ typedef weftResult_t (*algo_fn)(struct weftComm *comm, struct weft_channel *ch,
                                 const struct weft_plan *plan, size_t offset, size_t count);
 weftResult_t ring_allreduce(struct weftComm *comm, struct weft_channel *ch,
                             const struct weft_plan *plan, size_t offset, size_t count);
+weftResult_t tree_allreduce(struct weftComm *comm, struct weft_channel *ch,
+                            const struct weft_plan *plan, size_t offset, size_t count);
+weftResult_t rd_allreduce(struct weftComm *comm, struct weft_channel *ch,
+                          const struct weft_plan *plan, size_t offset, size_t count);
 weftResult_t ring_allgather(struct weftComm *comm, struct weft_channel *ch,
                             const struct weft_plan *plan, size_t offset, size_t count);
 weftResult_t ring_reducescatter(struct weftComm *comm, struct weft_channel *ch,

@@ -8,13 +8,24 @@
  *   recv_copy_send          prev -> next and dst
  *   recv_reduce_copy        prev op src -> dst
  * The host executor runs them with vectorised loops; every wait is bounded by
- * the comm's timeout and abort flag and the peer's liveness. */
+ * the comm's timeout and abort flag and the peer's liveness.
+ *
+ * Two protocols move the slots, chosen per call by prims_init:
+ *   PROTO_SIMPLE  plain data in the slot; the sender release-stores tail once
+ *                 the slot is full and the receiver waits for tail
+ *                 (prims_host.c)
+ *   PROTO_LL      8-byte words of 4 data bytes and a 4-byte flag, stored at
+ *                 once; the receiver polls the flags, so a slot carries half
+ *                 as much (prims_ll.c)
+ * Both use the connection's step counters and head credits the same way, so
+ * calls of either protocol may follow each other on one connection. */
 #ifndef WEFT_PRIMS_H
 #define WEFT_PRIMS_H
 
 #include <stddef.h>
 
 #include "comm.h"
+#include "plan.h"
 #include "reduce_host.h"
 
 struct prims {
@@ -24,10 +35,12 @@ struct prims {
   weft_reduce_fn reduce;
   size_t elem_nbytes;
   int divisor; /* applied by the final reduction (avg); 1 otherwise */
+  enum coll_proto proto;
 };
 
+/* Sets p up for one algorithm call on channel ch with the plan's protocol. */
 void prims_init(struct prims *p, struct weftComm *comm, struct weft_channel *ch,
-                weftDataType_t datatype, weftRedOp_t op);
+                weftDataType_t datatype, weftRedOp_t op, enum coll_proto proto);
 
 weftResult_t prims_send(struct prims *p, const void *src, size_t count);
 weftResult_t prims_copy_send(struct prims *p, const void *src, void *dst, size_t count);
@@ -38,10 +51,12 @@ weftResult_t prims_recv_reduce_copy_send(struct prims *p, const void *src, void 
 weftResult_t prims_recv_copy_send(struct prims *p, void *dst, size_t count);
 weftResult_t prims_recv_reduce_copy(struct prims *p, const void *src, void *dst, size_t count);
 
-/* Elements per slot for this datatype. */
+/* Payload elements per slot for this datatype and protocol: LL spends half of
+ * each 8-byte word on its flag. */
 static inline size_t prims_slot_count(const struct prims *p) {
-  return p->send != NULL ? p->send->slot_nbytes / p->elem_nbytes
-                         : p->recv->slot_nbytes / p->elem_nbytes;
+  size_t slot_nbytes = p->send != NULL ? p->send->slot_nbytes : p->recv->slot_nbytes;
+  if (p->proto == PROTO_LL) slot_nbytes = slot_nbytes / 8 * 4;
+  return slot_nbytes / p->elem_nbytes;
 }
 
 #endif

@@ -1,19 +1,22 @@
 /* The host executor's primitives: plain loads and stores on the FIFOs, with
- * acquire/release ordering on the head and tail counters. */
+ * acquire/release ordering on the head and tail counters (the SIMPLE
+ * protocol). Calls set up for LL go to prims_ll.c. */
 #include <string.h>
 
 #include "../transport/status.h"
 #include "../transport/wait.h"
 #include "prims.h"
+#include "prims_ll.h"
 
 void prims_init(struct prims *p, struct weftComm *comm, struct weft_channel *ch,
-                weftDataType_t datatype, weftRedOp_t op) {
+                weftDataType_t datatype, weftRedOp_t op, enum coll_proto proto) {
   p->comm = comm;
   p->send = &ch->send;
   p->recv = &ch->recv;
   p->reduce = reduce_host_fn(datatype, op);
   p->elem_nbytes = weftTypeSize(datatype);
   p->divisor = op == weftAvg ? comm->nranks : 1;
+  p->proto = proto == PROTO_LL ? PROTO_LL : PROTO_SIMPLE;
 }
 
 /* Waits until the slot the receiver reads next has been filled. */
@@ -60,6 +63,7 @@ static void post_drained(struct weft_conn *c) {
 }
 
 weftResult_t prims_send(struct prims *p, const void *src, size_t count) {
+  if (p->proto == PROTO_LL) return prims_ll_send(p, src, count);
   char *out;
   WEFT_TRY(wait_credit(p, &out));
   memcpy(out, src, count * p->elem_nbytes);
@@ -68,6 +72,7 @@ weftResult_t prims_send(struct prims *p, const void *src, size_t count) {
 }
 
 weftResult_t prims_recv(struct prims *p, void *dst, size_t count) {
+  if (p->proto == PROTO_LL) return prims_ll_recv(p, dst, count);
   char *in;
   WEFT_TRY(wait_filled(p, &in));
   memcpy(dst, in, count * p->elem_nbytes);
@@ -76,6 +81,7 @@ weftResult_t prims_recv(struct prims *p, void *dst, size_t count) {
 }
 
 weftResult_t prims_recv_reduce_send(struct prims *p, const void *src, size_t count) {
+  if (p->proto == PROTO_LL) return prims_ll_recv_reduce_send(p, src, count);
   char *in, *out;
   WEFT_TRY(wait_filled(p, &in));
   WEFT_TRY(wait_credit(p, &out));
@@ -87,6 +93,7 @@ weftResult_t prims_recv_reduce_send(struct prims *p, const void *src, size_t cou
 
 weftResult_t prims_recv_reduce_copy_send(struct prims *p, const void *src, void *dst,
                                          size_t count) {
+  if (p->proto == PROTO_LL) return prims_ll_recv_reduce_copy_send(p, src, dst, count);
   char *in, *out;
   WEFT_TRY(wait_filled(p, &in));
   WEFT_TRY(wait_credit(p, &out));
@@ -97,6 +104,7 @@ weftResult_t prims_recv_reduce_copy_send(struct prims *p, const void *src, void 
 }
 
 weftResult_t prims_recv_copy_send(struct prims *p, void *dst, size_t count) {
+  if (p->proto == PROTO_LL) return prims_ll_recv_copy_send(p, dst, count);
   char *in, *out;
   WEFT_TRY(wait_filled(p, &in));
   WEFT_TRY(wait_credit(p, &out));
@@ -109,6 +117,7 @@ weftResult_t prims_recv_copy_send(struct prims *p, void *dst, size_t count) {
 }
 
 weftResult_t prims_recv_reduce_copy(struct prims *p, const void *src, void *dst, size_t count) {
+  if (p->proto == PROTO_LL) return prims_ll_recv_reduce_copy(p, src, dst, count);
   char *in;
   WEFT_TRY(wait_filled(p, &in));
   p->reduce(dst, NULL, in, src, count, p->divisor);
@@ -117,6 +126,7 @@ weftResult_t prims_recv_reduce_copy(struct prims *p, const void *src, void *dst,
 }
 
 weftResult_t prims_copy_send(struct prims *p, const void *src, void *dst, size_t count) {
+  if (p->proto == PROTO_LL) return prims_ll_copy_send(p, src, dst, count);
   char *out;
   WEFT_TRY(wait_credit(p, &out));
   size_t nbytes = count * p->elem_nbytes;

@@ -10,7 +10,7 @@
 weftResult_t ring_allgather(struct weftComm *comm, struct weft_channel *ch,
                             const struct weft_plan *plan, size_t offset, size_t count) {
   struct prims p;
-  prims_init(&p, comm, ch, plan->datatype, weftSum);
+  prims_init(&p, comm, ch, plan->datatype, weftSum, plan->proto);
   const int k = comm->nranks, pos = ch->ring_pos;
   const size_t esize = p.elem_nbytes, slot_count = prims_slot_count(&p);
   const char *src = (const char *)plan->sendbuf + offset * esize;

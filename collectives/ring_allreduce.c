@@ -12,7 +12,7 @@
 weftResult_t ring_allreduce(struct weftComm *comm, struct weft_channel *ch,
                             const struct weft_plan *plan, size_t offset, size_t count) {
   struct prims p;
-  prims_init(&p, comm, ch, plan->datatype, plan->op);
+  prims_init(&p, comm, ch, plan->datatype, plan->op, plan->proto);
   const int k = comm->nranks, pos = ch->ring_pos;
   const size_t esize = p.elem_nbytes;
   const char *src = (const char *)plan->sendbuf + offset * esize;

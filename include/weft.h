@@ -72,6 +72,10 @@ typedef enum {
   weftNumOps = 5
 } weftRedOp_t;
 
+/* Where the scalar of a pre-multiply op lives: read when each operation runs
+ * (weftScalarDevice: the pointer must stay valid), or copied at creation. */
+typedef enum { weftScalarDevice = 0, weftScalarHostImmediate = 1 } weftScalarResidence_t;
+
 /* Opaque 128-byte rendezvous handle: the root's address and a random secret.
  * Ranks holding a different id (or the right address but a wrong secret) are
  * refused by the root. Treat it as a credential. */
@@ -239,6 +243,13 @@ weftResult_t weftBcast(void *buff, size_t count, weftDataType_t datatype, int ro
 weftResult_t weftReduce(const void *sendbuff, void *recvbuff, size_t count,
                         weftDataType_t datatype, weftRedOp_t op, int root, weftComm_t comm,
                         weftStream_t stream);
+
+/* Makes a reduction op for comm: each rank's input times *scalar (of
+ * datatype, in that type's arithmetic), then summed. Use it with datatype
+ * only; destroy it with weftRedOpDestroy. Ops are values >= weftNumOps. */
+weftResult_t weftRedOpCreatePreMulSum(weftRedOp_t *op, void *scalar, weftDataType_t datatype,
+                                      weftScalarResidence_t residence, weftComm_t comm);
+weftResult_t weftRedOpDestroy(weftRedOp_t op, weftComm_t comm);
 
 /* --- Point-to-point ------------------------------------------------------ */
 

@@ -1,6 +1,7 @@
 #include "harness.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -32,6 +33,15 @@ static void count_warnings(int level, const char *line, void *) {
 static int child_main(int rank, int nranks, int id_fd_read, const std::vector<int> &id_fds_write,
                       const RankFn &fn, const RunOptions &opts) {
   alarm((unsigned)opts.timeout_s + 5);  // backup for the parent's watchdog
+  if (rank < (int)opts.netns.size() && !opts.netns[rank].empty()) {
+    std::string path = "/var/run/netns/" + opts.netns[rank];
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
+      fprintf(stderr, "rank %d: cannot enter network namespace %s: %m\n", rank, path.c_str());
+      return 1;
+    }
+    close(fd);
+  }
   for (const auto &kv : opts.env) setenv(kv.first.c_str(), kv.second.c_str(), 1);
   weft_params_reset();
   if (!opts.allow_warnings) weft_log_set_sink(count_warnings, nullptr);

@@ -28,6 +28,9 @@ struct RunOptions {
   int timeout_s = 60;  // the watchdog: ranks still running then are killed
   std::vector<std::pair<std::string, std::string>> env;
   bool allow_warnings = false;  // otherwise a logged warning fails the rank
+  // network namespace (a name under /var/run/netns) each rank enters first;
+  // empty or missing entries stay in the test's namespace
+  std::vector<std::string> netns;
 };
 
 // Exit status per rank: 0 ok, 1..125 the body's code, 200 the watchdog

@@ -76,8 +76,11 @@ struct bootstrap {
   union weft_sockaddr *addrs;     /* every rank's listener */
   uint8_t secret[BOOTSTRAP_SECRET_BYTES];
   struct p2p_msg *unexpected;
+  const volatile uint32_t *abort; /* the owner's abort flag, or NULL */
   uint64_t timeout_ns;
 };
+
+void bootstrap_set_abort(struct bootstrap *bs, const volatile uint32_t *abort) { bs->abort = abort; }
 
 static int secret_equal(const uint8_t *a, const uint8_t *b) {
   uint8_t diff = 0; /* constant time */
@@ -496,7 +499,14 @@ weftResult_t bootstrap_recv(struct bootstrap *bs, int peer, uint32_t tag, void *
       return res;
     }
     struct p2p_msg *m = NULL;
-    weftResult_t res = p2p_accept(bs, deadline, &m);
+    /* accept in short slices, so that an abort is noticed promptly */
+    uint64_t slice = clock_ns() + 100000000ull;
+    weftResult_t res = p2p_accept(bs, slice < deadline ? slice : deadline, &m);
+    if (res == weftRemoteError && clock_ns() < deadline) {
+      if (bs->abort != NULL && *bs->abort)
+        return weft_error_set(weftRemoteError, "aborted while waiting for rank %d", peer);
+      continue;
+    }
     if (res != weftSuccess)
       return weft_error_set(res, "waiting for a bootstrap message from rank %d: %s", peer,
                             weft_error_text());

@@ -66,6 +66,8 @@ weftResult_t bootstrap_send(struct bootstrap *bs, int peer, uint32_t tag, const 
 weftResult_t bootstrap_recv(struct bootstrap *bs, int peer, uint32_t tag, void *data,
                             size_t nbytes);
 void bootstrap_close(struct bootstrap *bs);
+/* Point-to-point waits end early when *abort becomes non-zero. */
+void bootstrap_set_abort(struct bootstrap *bs, const volatile uint32_t *abort);
 
 /* The job described by a launcher's environment (see weftCommInitFromEnv). */
 struct bootstrap_env {

@@ -37,11 +37,9 @@ struct socket_proxy {
   /* under mutex */
   uint32_t changed; /* also read without the mutex, as a hint */
   int stop;
-  struct socket_conn *adds[64];
-  int nadds;
+  struct socket_conn *adds; /* a list through next, for the thread to take */
   /* the proxy thread's own */
-  struct socket_conn **conns;
-  int nconns, conns_cap;
+  struct socket_conn *conns; /* a list through next */
   struct pollfd *pfds;
   struct socket_conn **pfd_conns;
   int pfds_cap;
@@ -198,7 +196,9 @@ static int proxy_conn_move(struct socket_conn *c) {
    * back, the receiver's rank may read it */
   uint64_t *counter = c->is_send ? &c->ctrl->head : &c->ctrl->tail;
   if (low > *counter) __atomic_store_n(counter, low, __ATOMIC_RELEASE);
-  if (neof == c->nsocks) {
+  /* the peer closed every socket between slots: once the rank has read all
+   * that came (so no wait of its own can race the poison), it is news */
+  if (neof == c->nsocks && __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE) == low) {
     proxy_conn_fail(c, "the peer closed the connection", 0);
     return 1;
   }
@@ -231,45 +231,31 @@ static void proxy_send_check_peer(struct socket_conn *c, int fd) {
 
 /* --- the thread ----------------------------------------------------------- */
 
-static int proxy_conns_reserve(struct socket_proxy *p, int nconns) {
-  if (nconns <= p->conns_cap) return 0;
-  int cap = nconns * 2;
-  struct socket_conn **conns = realloc(p->conns, sizeof *conns * (size_t)cap);
-  if (conns == NULL) return -1;
-  p->conns = conns;
-  p->conns_cap = cap;
-  return 0;
-}
-
 /* Takes new connection ends and lets go of removed ones. Returns whether the
  * thread should end. */
 static int proxy_registry_sync(struct socket_proxy *p) {
   pthread_mutex_lock(&p->mutex);
-  if (proxy_conns_reserve(p, p->nconns + p->nadds) == 0) {
-    for (int i = 0; i < p->nadds; i++) p->conns[p->nconns++] = p->adds[i];
-    p->nadds = 0;
+  while (p->adds != NULL) {
+    struct socket_conn *c = p->adds;
+    p->adds = c->next;
+    c->next = p->conns;
+    p->conns = c;
   }
-  int kept = 0, acked = 0;
-  for (int i = 0; i < p->nadds; i++) { /* not taken for want of memory */
-    if (p->adds[i]->remove_requested) {
-      p->adds[i]->removed = 1;
-      p->adds[i--] = p->adds[--p->nadds];
-      acked = 1;
+  int acked = 0;
+  for (struct socket_conn **link = &p->conns; *link != NULL;) {
+    struct socket_conn *c = *link;
+    if (!c->remove_requested) {
+      link = &c->next;
+      continue;
     }
+    proxy_conn_progress(c); /* a last pass: an abort may have come just now */
+    *link = c->next;
+    c->removed = 1;
+    acked = 1;
   }
-  for (int i = 0; i < p->nconns; i++) {
-    if (p->conns[i]->remove_requested) {
-      proxy_conn_progress(p->conns[i]); /* a last pass: an abort may have come just now */
-      p->conns[i]->removed = 1;
-      acked = 1;
-    } else {
-      p->conns[kept++] = p->conns[i];
-    }
-  }
-  p->nconns = kept;
   if (acked) pthread_cond_broadcast(&p->cond);
-  __atomic_store_n(&p->changed, p->nadds > 0, __ATOMIC_RELAXED);
-  int stop = p->stop && p->nconns == 0 && p->nadds == 0;
+  __atomic_store_n(&p->changed, 0u, __ATOMIC_RELAXED);
+  int stop = p->stop && p->conns == NULL;
   pthread_mutex_unlock(&p->mutex);
   return stop;
 }
@@ -281,7 +267,7 @@ static void proxy_sleep(struct socket_proxy *p, uint64_t idle_ns) {
   if (timeout_ns > PROXY_POLL_MAX_NS) timeout_ns = PROXY_POLL_MAX_NS;
   struct timespec ts = {0, (long)timeout_ns};
   int need = 1;
-  for (int i = 0; i < p->nconns; i++) need += p->conns[i]->nsocks;
+  for (struct socket_conn *c = p->conns; c != NULL; c = c->next) need += c->nsocks;
   if (need > p->pfds_cap) {
     struct pollfd *pfds = realloc(p->pfds, sizeof *pfds * (size_t)need);
     if (pfds != NULL) p->pfds = pfds;
@@ -295,8 +281,7 @@ static void proxy_sleep(struct socket_proxy *p, uint64_t idle_ns) {
   }
   int n = 0;
   p->pfds[n++] = (struct pollfd){.fd = p->wake_fd, .events = POLLIN};
-  for (int i = 0; i < p->nconns; i++) {
-    struct socket_conn *c = p->conns[i];
+  for (struct socket_conn *c = p->conns; c != NULL; c = c->next) {
     if (c->failed) continue;
     uint64_t tail = __atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE);
     uint64_t head = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
@@ -335,7 +320,7 @@ static void *proxy_main(void *arg) {
   for (;;) {
     if (__atomic_load_n(&p->changed, __ATOMIC_RELAXED) && proxy_registry_sync(p)) break;
     int moved = 0;
-    for (int i = 0; i < p->nconns; i++) moved |= proxy_conn_progress(p->conns[i]);
+    for (struct socket_conn *c = p->conns; c != NULL; c = c->next) moved |= proxy_conn_progress(c);
     if (moved) {
       idle_since = 0;
       continue;
@@ -394,7 +379,6 @@ static void proxy_stop(struct socket_proxy *p) {
   pthread_mutex_unlock(&p->mutex);
   proxy_wake(p);
   pthread_join(p->tid, NULL);
-  free(p->conns);
   free(p->pfds);
   free(p->pfd_conns);
   pthread_cond_destroy(&p->cond);
@@ -415,15 +399,10 @@ weftResult_t socket_proxy_add(struct socket_conn *conn) {
     if (pool[i].nregistered < pool[best].nregistered) best = i;
   struct socket_proxy *p = &pool[best];
   if (p->nregistered == 0) WEFT_TRY_GOTO(proxy_start(p, best), res, unlock_pool);
-  for (;;) {
-    pthread_mutex_lock(&p->mutex);
-    if (p->nadds < (int)(sizeof p->adds / sizeof p->adds[0])) break;
-    pthread_mutex_unlock(&p->mutex); /* the inbox is full: let the thread take it */
-    proxy_wake(p);
-    sched_yield();
-  }
+  pthread_mutex_lock(&p->mutex);
   conn->proxy = p;
-  p->adds[p->nadds++] = conn;
+  conn->next = p->adds;
+  p->adds = conn;
   __atomic_store_n(&p->changed, 1u, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&p->mutex);
   proxy_wake(p);

@@ -61,6 +61,7 @@ struct socket_conn {
   struct socket_stream streams[SOCKET_MAX_SOCKS];
   /* owned by the proxy */
   struct socket_proxy *proxy; /* set while registered */
+  struct socket_conn *next;   /* in the proxy's lists */
   int failed;                 /* sockets shut down, poison set */
   /* the registration handshake, under the proxy's mutex */
   int remove_requested;

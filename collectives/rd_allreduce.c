@@ -1,0 +1,96 @@
+/* Recursive doubling all-reduce: the fewest steps, for small messages. With
+ * p the largest power of two not above nranks, each slot-sized piece goes:
+ *   fold:     rank p+j (an extra rank) sends its input to rank j;
+ *             rank j reduces it into its own;
+ *   exchange: log2(p) times, rank r swaps its whole vector with r ^ mask
+ *             (mask = 1, 2, 4 ...) and reduces the two;
+ *   unfold:   rank j sends the result to rank p+j.
+ * Both partners of an exchange compute (lower rank's vector) op (higher
+ * rank's vector), so they produce the same bits, and after the last exchange
+ * every rank holds the same result, floats included. The last exchange
+ * divides for avg. */
+#include <string.h>
+
+#include "../transport/status.h"
+#include "plan.h"
+#include "prims_peer.h"
+#include "reduce_host.h"
+
+/* Connects to every partner this rank has, both ways. */
+static weftResult_t rd_connect(struct weftComm *comm, int pow2) {
+  int peers[1 + 8 * sizeof(int)], npeers = 0;
+  const int rank = comm->rank, extra = comm->nranks - pow2;
+  if (rank >= pow2) {
+    peers[npeers++] = rank - pow2;
+  } else {
+    if (rank < extra) peers[npeers++] = rank + pow2;
+    for (int mask = 1; mask < pow2; mask <<= 1) peers[npeers++] = rank ^ mask;
+  }
+  return peer_connect(comm, peers, npeers);
+}
+
+/* One exchange with partner: sends acc, then dst = low op high. */
+static weftResult_t rd_exchange(struct weftComm *comm, weft_reduce_fn reduce, size_t esize,
+                                int partner, const char *acc, char *dst, size_t n, int divisor) {
+  const size_t nbytes = n * esize;
+  struct weft_conn *to = &comm->p2p_send[partner], *from = &comm->p2p_recv[partner];
+  const char *in;
+  WEFT_TRY(peer_send(comm, to, acc, nbytes));
+  WEFT_TRY(peer_recv_wait(comm, from, nbytes, &in));
+  if (comm->rank < partner) reduce(dst, NULL, acc, in, n, divisor);
+  else reduce(dst, NULL, in, acc, n, divisor);
+  peer_recv_done(from);
+  return weftSuccess;
+}
+
+weftResult_t rd_allreduce(struct weftComm *comm, struct weft_channel *ch,
+                          const struct weft_plan *plan, size_t offset, size_t count) {
+  (void)ch; /* the exchanges use point-to-point connections, not the ring's */
+  if (count == 0) return weftSuccess;
+  const weft_reduce_fn reduce = reduce_host_fn(plan->datatype, plan->op);
+  const size_t esize = weftTypeSize(plan->datatype);
+  const int divisor = plan->op == weftAvg ? comm->nranks : 1; /* the last exchange's */
+  const char *src = (const char *)plan->sendbuf + offset * esize;
+  char *dst = (char *)plan->recvbuf + offset * esize;
+  if (comm->nranks == 1) {
+    if (dst != src) memcpy(dst, src, count * esize);
+    return weftSuccess;
+  }
+  const int rank = comm->rank;
+  int pow2 = 1;
+  while (pow2 * 2 <= comm->nranks) pow2 *= 2;
+  const int extra = comm->nranks - pow2;
+  WEFT_TRY(rd_connect(comm, pow2));
+
+  const size_t piece_count = comm->slot_nbytes / esize;
+  for (size_t base = 0; base < count; base += piece_count) {
+    const size_t n = count - base < piece_count ? count - base : piece_count;
+    const size_t nbytes = n * esize;
+    const char *acc = src + base * esize; /* this rank's vector so far */
+    char *out = dst + base * esize;
+    if (rank >= pow2) {
+      /* an extra rank: hand in the input, get the result back */
+      WEFT_TRY(peer_send(comm, &comm->p2p_send[rank - pow2], acc, nbytes));
+      WEFT_TRY(peer_recv(comm, &comm->p2p_recv[rank - pow2], out, nbytes));
+      continue;
+    }
+    /* fold: the extra rank's input (the higher rank's) into ours */
+    if (rank < extra) {
+      const char *in;
+      struct weft_conn *from = &comm->p2p_recv[rank + pow2];
+      WEFT_TRY(peer_recv_wait(comm, from, nbytes, &in));
+      reduce(out, NULL, acc, in, n, 1);
+      peer_recv_done(from);
+      acc = out;
+    }
+    /* exchange: log2(pow2) swaps, the last one dividing for avg */
+    for (int mask = 1; mask < pow2; mask <<= 1) {
+      const int last = mask * 2 == pow2;
+      WEFT_TRY(rd_exchange(comm, reduce, esize, rank ^ mask, acc, out, n, last ? divisor : 1));
+      acc = out;
+    }
+    /* unfold: the result to the extra rank */
+    if (rank < extra) WEFT_TRY(peer_send(comm, &comm->p2p_send[rank + pow2], out, nbytes));
+  }
+  return weftSuccess;
+}

@@ -1,0 +1,65 @@
+/* The double binary tree's shape (see tree.h). */
+#include "tree.h"
+
+/* NCCL's binary tree over ranks 0..n-1 in order: rank's parent and up to
+ * two children. */
+static void btree_links(int n, int rank, int *parent_out, int child_out[2]) {
+  int bit = 1;
+  while (bit < n && (bit & rank) == 0) bit <<= 1; /* rank's lowest set bit */
+  child_out[0] = child_out[1] = TREE_NONE;
+  if (rank == 0) { /* the root: one child, the largest power of two below n */
+    *parent_out = TREE_NONE;
+    if (n > 1) child_out[0] = bit >> 1;
+    return;
+  }
+  int up = (rank ^ bit) | (bit << 1);
+  if (up >= n) up = rank ^ bit;
+  *parent_out = up;
+  int low = bit >> 1;
+  if (low == 0) return; /* odd ranks are leaves */
+  child_out[0] = rank - low;
+  while (low > 0 && rank + low >= n) low >>= 1;
+  if (low > 0) child_out[1] = rank + low;
+}
+
+/* Tree t over n ranks, n even or 1: tree 0, or its mirror image. */
+static void even_links(int n, int rank, int t, int *parent_out, int child_out[2]) {
+  if (t == 0) {
+    btree_links(n, rank, parent_out, child_out);
+    return;
+  }
+  btree_links(n, n - 1 - rank, parent_out, child_out);
+  if (*parent_out != TREE_NONE) *parent_out = n - 1 - *parent_out;
+  for (int c = 0; c < 2; c++)
+    if (child_out[c] != TREE_NONE) child_out[c] = n - 1 - child_out[c];
+}
+
+static void dtree_parent_children(int nranks, int rank, int t, int *parent_out,
+                                  int child_out[2]) {
+  if (nranks % 2 == 0 || nranks == 1) {
+    even_links(nranks, rank, t, parent_out, child_out);
+    return;
+  }
+  /* odd: the even double tree on the first m ranks; rank m hangs off both roots */
+  const int m = nranks - 1, root = t == 0 ? 0 : m - 1;
+  if (rank == m) {
+    *parent_out = root;
+    child_out[0] = child_out[1] = TREE_NONE;
+    return;
+  }
+  even_links(m, rank, t, parent_out, child_out);
+  if (rank == root) child_out[child_out[0] == TREE_NONE ? 0 : 1] = m;
+}
+
+void tree_dtree_links(int nranks, int rank, int t, struct tree_links *out) {
+  int child[2];
+  dtree_parent_children(nranks, rank, t, &out->parent, child);
+  out->nchildren = 0;
+  out->child[0] = out->child[1] = TREE_NONE;
+  for (int c = 0; c < 2; c++)
+    if (child[c] != TREE_NONE) out->child[out->nchildren++] = child[c];
+  out->depth = 0;
+  int child2[2];
+  for (int up = out->parent; up != TREE_NONE && out->depth < nranks; out->depth++)
+    dtree_parent_children(nranks, up, t, &up, child2);
+}

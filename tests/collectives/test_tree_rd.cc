@@ -1,0 +1,211 @@
+// Tree and recursive-doubling all-reduce, called directly (not through the
+// tuner): the double binary tree's shape for 1 to 64 ranks, then every
+// datatype x op x count x placement on forked ranks with 2-slot FIFOs of 256
+// bytes, against a reference, with every rank's result bitwise the same.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "coll_check.h"
+#include "harness.h"
+
+extern "C" {
+#include "collectives/comm.h"
+#include "collectives/plan.h"
+#include "collectives/tree.h"
+}
+
+using namespace weft_test;
+
+namespace {
+
+// --- the double binary tree's shape ------------------------------------------
+
+// Checks tree t over n ranks; returns its depth, or -1 after a failure.
+int check_tree(int n, int t) {
+  std::vector<tree_links> l(n);
+  for (int r = 0; r < n; r++) tree_dtree_links(n, r, t, &l[r]);
+  int roots = 0, depth_max = 0;
+  for (int r = 0; r < n; r++) {
+    const tree_links &x = l[r];
+    SCOPED_TRACE("n " + std::to_string(n) + " tree " + std::to_string(t) + " rank " +
+                 std::to_string(r));
+    roots += x.parent == TREE_NONE;
+    EXPECT_GE(x.nchildren, 0);
+    EXPECT_LE(x.nchildren, 2);
+    for (int c = 0; c < 2; c++) {
+      if (c >= x.nchildren) {
+        EXPECT_EQ(x.child[c], TREE_NONE);
+        continue;
+      }
+      int ch = x.child[c];
+      EXPECT_TRUE(ch >= 0 && ch < n && ch != r) << "child " << ch;
+      if (ch < 0 || ch >= n) return -1;
+      EXPECT_EQ(l[ch].parent, r) << "child " << ch << " names another parent";
+    }
+    if (x.nchildren == 2) {
+      EXPECT_NE(x.child[0], x.child[1]);
+    }
+    if (x.parent != TREE_NONE) {
+      EXPECT_TRUE(x.parent >= 0 && x.parent < n && x.parent != r);
+      if (x.parent < 0 || x.parent >= n) return -1;
+      const tree_links &p = l[x.parent];
+      EXPECT_TRUE(p.child[0] == r || p.child[1] == r) << "parent " << x.parent;
+    }
+    // the way up reaches the root in depth steps: no cycles, one component
+    int steps = 0, up = r;
+    while (l[up].parent != TREE_NONE && steps <= n) {
+      up = l[up].parent;
+      steps++;
+    }
+    EXPECT_EQ(l[up].parent, TREE_NONE) << "no root above";
+    EXPECT_EQ(steps, x.depth);
+    depth_max = std::max(depth_max, x.depth);
+  }
+  EXPECT_EQ(roots, 1) << "n " << n << " tree " << t;
+  return testing::Test::HasFailure() ? -1 : depth_max;
+}
+
+TEST(DoubleTree, ShapeForEveryRankCount) {
+  for (int n = 1; n <= 64; n++) {
+    int depth[2];
+    for (int t = 0; t < 2; t++) depth[t] = check_tree(n, t);
+    if (testing::Test::HasFailure()) return;
+    // log depth: NCCL's root has one child, one level above a balanced tree
+    int log2n = 0;
+    while ((1 << log2n) < n) log2n++;
+    for (int t = 0; t < 2; t++) EXPECT_LE(depth[t], log2n + 1) << "n " << n << " tree " << t;
+    // every rank is interior in at most one tree (so a leaf in at least one)
+    int interior[2] = {0, 0};
+    for (int r = 0; r < n; r++) {
+      tree_links a, b;
+      tree_dtree_links(n, r, 0, &a);
+      tree_dtree_links(n, r, 1, &b);
+      EXPECT_FALSE(a.nchildren > 0 && b.nchildren > 0) << "n " << n << " rank " << r;
+      interior[0] += a.nchildren > 0;
+      interior[1] += b.nchildren > 0;
+    }
+    // balanced: the trees share the interior work evenly
+    EXPECT_LE(std::abs(interior[0] - interior[1]), 1) << "n " << n;
+  }
+}
+
+// --- the algorithms on forked ranks ------------------------------------------
+
+struct TreeRdCase {
+  int nranks;
+  bool tree;              // tree_allreduce, else rd_allreduce
+  const char *transport;  // "shm", or "socket": slots forwarded by a proxy
+};
+
+std::string case_name(const testing::TestParamInfo<TreeRdCase> &info) {
+  return std::string(info.param.tree ? "tree" : "rd") + "_ranks" +
+         std::to_string(info.param.nranks) + "_" + info.param.transport;
+}
+
+const size_t kGuard = 64;  // poisoned bytes after the output, checked untouched
+
+weftResult_t run_algo(weftComm_t comm, bool tree, weftDataType_t t, weftRedOp_t op,
+                      const void *src, void *dst, size_t count) {
+  weft_plan plan;
+  memset(&plan, 0, sizeof plan);
+  plan.coll = COLL_ALLREDUCE;
+  plan.sendbuf = src;
+  plan.recvbuf = dst;
+  plan.count = count;
+  plan.datatype = t;
+  plan.op = op;
+  plan.algo = tree ? ALGO_TREE : ALGO_RD;
+  plan.proto = PROTO_SIMPLE;
+  plan.nchannels = 1;
+  return (tree ? tree_allreduce : rd_allreduce)(comm, &comm->channels[0], &plan, 0, count);
+}
+
+int check_one(const RankCtx &ctx, weftComm_t comm, bool tree, weftDataType_t t, weftRedOp_t op,
+              size_t count, bool in_place, uint64_t seed) {
+  const size_t esize = weftTypeSize(t), nbytes = count * esize;
+  const char *what = in_place ? "in-place" : "out-of-place";
+  std::vector<std::vector<uint8_t>> inputs;
+  for (int r = 0; r < ctx.nranks; r++) inputs.push_back(make_input(t, op, count, seed, r));
+  std::vector<uint8_t> send = inputs[ctx.rank];
+  std::vector<uint8_t> recv(nbytes + kGuard, 0xa5);
+  if (in_place) memcpy(recv.data(), send.data(), nbytes);
+  const void *src = in_place ? recv.data() : send.data();
+  weftResult_t res = run_algo(comm, tree, t, op, src, recv.data(), count);
+  if (res != weftSuccess)
+    return rank_fail(ctx, "%s %s %s count %zu: %s: %s", what, type_name(t), op_name(op), count,
+                     weftGetErrorString(res), weftGetLastError(comm));
+  std::string why;
+  if (!check_reduction(t, op, inputs, recv.data(), count, &why))
+    return rank_fail(ctx, "%s %s %s count %zu: %s", what, type_name(t), op_name(op), count,
+                     why.c_str());
+  for (size_t i = nbytes; i < recv.size(); i++)
+    if (recv[i] != 0xa5)
+      return rank_fail(ctx, "%s %s %s count %zu: wrote past the end (byte %zu)", what,
+                       type_name(t), op_name(op), count, i - nbytes);
+  if (!in_place && send != inputs[ctx.rank])
+    return rank_fail(ctx, "%s %s count %zu: sendbuff was modified", type_name(t), op_name(op),
+                     count);
+  // every rank holds the same bits
+  std::vector<uint8_t> all(nbytes * (size_t)ctx.nranks);
+  res = weftAllGather(recv.data(), all.data(), nbytes, weftUint8, comm, nullptr);
+  if (res != weftSuccess)
+    return rank_fail(ctx, "allgather of the results: %s", weftGetLastError(comm));
+  for (int r = 0; r < ctx.nranks; r++)
+    if (memcmp(all.data() + (size_t)r * nbytes, recv.data(), nbytes) != 0)
+      return rank_fail(ctx, "%s %s %s count %zu: rank %d's result differs from this rank's",
+                       what, type_name(t), op_name(op), count, r);
+  return 0;
+}
+
+class TreeRdAllReduce : public testing::TestWithParam<TreeRdCase> {};
+
+TEST_P(TreeRdAllReduce, EveryTypeOpCountPlacement) {
+  const TreeRdCase c = GetParam();
+  const uint64_t seed = test_seed();
+  RunOptions opts;
+  opts.timeout_s = 600;
+  opts.env = {{"WEFT_NCHANNELS", "1"},
+              {"WEFT_SLOT_BYTES", "256"},
+              {"WEFT_NSLOTS", "2"},
+              {"WEFT_TIMEOUT", "60"}};
+  if (std::string(c.transport) == "socket") opts.env.push_back({"WEFT_SHM_DISABLE", "1"});
+  auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    int rc = 0;
+    // count 0 returns at once: no buffers read, no connection made
+    if (run_algo(comm, c.tree, weftFloat32, weftSum, nullptr, nullptr, 0) != weftSuccess)
+      rc = rank_fail(ctx, "count 0: %s", weftGetLastError(comm));
+    for (int r = 0; r < ctx.nranks && rc == 0; r++)
+      if (comm->p2p_send[r].transport != nullptr || comm->p2p_recv[r].transport != nullptr)
+        rc = rank_fail(ctx, "count 0 connected to rank %d", r);
+    const size_t counts[] = {0, 1, 3, 1009, 4099};
+    for (int t = 0; t < weftNumTypes && rc == 0; t++)
+      for (int op = 0; op < weftNumOps && rc == 0; op++)
+        for (size_t ci = 0; ci < sizeof counts / sizeof counts[0] && rc == 0; ci++)
+          for (int in_place = 0; in_place < 2 && rc == 0; in_place++)
+            rc = check_one(ctx, comm, c.tree, (weftDataType_t)t, (weftRedOp_t)op, counts[ci],
+                           in_place, seed + (uint64_t)(t * 1000 + op * 100 + ci * 10 + in_place));
+    weftCommDestroy(comm);
+    return rc;
+  }, opts);
+  for (int r = 0; r < c.nranks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+std::vector<TreeRdCase> all_cases() {
+  std::vector<TreeRdCase> cases;
+  for (bool tree : {true, false}) {
+    for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 13}) cases.push_back(TreeRdCase{n, tree, "shm"});
+    for (int n : {3, 5}) cases.push_back(TreeRdCase{n, tree, "socket"});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Algos, TreeRdAllReduce, testing::ValuesIn(all_cases()), case_name);
+
+}  // namespace

@@ -1,0 +1,159 @@
+// Two simulated hosts: network namespaces joined by a veth pair, two ranks in
+// each. Shared memory inside a host, sockets between them. Needs root and ip;
+// skipped with the reason otherwise.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "collectives/coll_check.h"
+#include "harness.h"
+
+using namespace weft_test;
+
+namespace {
+
+double now_s() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int sh(const std::string &cmd) { return system((cmd + " >/dev/null 2>&1").c_str()); }
+
+class TwoHosts : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
+    if (sh("command -v ip") != 0) GTEST_SKIP() << "needs the ip tool (iproute2)";
+    tag = std::to_string(getpid() % 100000);
+    ns[0] = "weft-h0-" + tag;
+    ns[1] = "weft-h1-" + tag;
+    std::string v0 = "wv0-" + tag, v1 = "wv1-" + tag;
+    bool ok = sh("ip netns add " + ns[0]) == 0 && sh("ip netns add " + ns[1]) == 0 &&
+              sh("ip link add " + v0 + " type veth peer name " + v1) == 0 &&
+              sh("ip link set " + v0 + " netns " + ns[0]) == 0 &&
+              sh("ip link set " + v1 + " netns " + ns[1]) == 0;
+    for (int h = 0; ok && h < 2; h++) {
+      std::string in = "ip netns exec " + ns[h] + " ";
+      std::string dev = h == 0 ? v0 : v1;
+      veth[h] = dev;
+      ok = sh(in + "ip link set lo up") == 0 &&
+           sh(in + "ip addr add 10.251." + tag.substr(0, 2) + "." + std::to_string(h + 1) +
+              "/24 dev " + dev) == 0 &&
+           sh(in + "ip link set " + dev + " up") == 0;
+    }
+    if (!ok) {
+      TearDown();
+      GTEST_SKIP() << "could not create namespaces and a veth pair here";
+    }
+    created = true;
+  }
+  void TearDown() override {
+    if (ns[0].empty()) return;
+    sh("ip netns del " + ns[0]);
+    sh("ip netns del " + ns[1]);
+  }
+  RunOptions options(int timeout_s) {
+    RunOptions o;
+    o.timeout_s = 120;
+    o.netns = {ns[0], ns[0], ns[1], ns[1]};
+    o.env = {{"WEFT_TIMEOUT", std::to_string(timeout_s)}, {"WEFT_SLOT_BYTES", "4096"}};
+    return o;
+  }
+  std::string tag, ns[2], veth[2];
+  bool created = false;
+};
+
+// Every collective is correct across the two hosts.
+TEST_F(TwoHosts, AllCollectivesCorrect) {
+  const uint64_t seed = test_seed();
+  auto status = run_ranks(4, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    const int n = ctx.nranks, me = ctx.rank;
+    for (size_t count : {1, 1009, 100003}) {
+      for (weftDataType_t t : {weftFloat32, weftInt64, weftBfloat16}) {
+        std::vector<std::vector<uint8_t>> in;
+        for (int r = 0; r < n; r++) in.push_back(make_input(t, weftSum, count * n, seed, r));
+        const size_t es = weftTypeSize(t), block = count * es;
+        std::vector<uint8_t> out(block * n);
+        std::string why;
+        std::vector<std::vector<uint8_t>> firsts;
+        for (int r = 0; r < n; r++) firsts.emplace_back(in[r].begin(), in[r].begin() + block);
+        if (weftAllReduce(in[me].data(), out.data(), count, t, weftSum, comm, nullptr) != weftSuccess ||
+            !check_reduction(t, weftSum, firsts, out.data(), count, &why))
+          return rank_fail(ctx, "allreduce %zu: %s %s", count, weftGetLastError(comm), why.c_str());
+        if (weftAllGather(in[me].data(), out.data(), count, t, comm, nullptr) != weftSuccess)
+          return rank_fail(ctx, "allgather: %s", weftGetLastError(comm));
+        for (int r = 0; r < n; r++)
+          if (memcmp(out.data() + r * block, in[r].data(), block) != 0)
+            return rank_fail(ctx, "allgather block %d", r);
+        std::vector<std::vector<uint8_t>> mine;
+        for (int r = 0; r < n; r++)
+          mine.emplace_back(in[r].begin() + me * block, in[r].begin() + (me + 1) * block);
+        if (weftReduceScatter(in[me].data(), out.data(), count, t, weftSum, comm, nullptr) != weftSuccess ||
+            !check_reduction(t, weftSum, mine, out.data(), count, &why))
+          return rank_fail(ctx, "reducescatter: %s", why.c_str());
+        int root = (int)(count % n);
+        if (weftBroadcast(in[me].data(), out.data(), count, t, root, comm, nullptr) != weftSuccess ||
+            memcmp(out.data(), in[root].data(), block) != 0)
+          return rank_fail(ctx, "broadcast root %d", root);
+        if (weftReduce(in[me].data(), out.data(), count, t, weftSum, root, comm, nullptr) != weftSuccess ||
+            (me == root && !check_reduction(t, weftSum, firsts, out.data(), count, &why)))
+          return rank_fail(ctx, "reduce root %d: %s", root, why.c_str());
+        if (weftAlltoAll(in[me].data(), out.data(), count, t, comm, nullptr) != weftSuccess)
+          return rank_fail(ctx, "alltoall: %s", weftGetLastError(comm));
+        for (int r = 0; r < n; r++)
+          if (memcmp(out.data() + r * block, in[r].data() + me * block, block) != 0)
+            return rank_fail(ctx, "alltoall block from %d", r);
+      }
+    }
+    weftCommDestroy(comm);
+    return 0;
+  }, options(30));
+  for (int r = 0; r < 4; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+// The link between the hosts goes down while all-reduces run back to back:
+// every rank gets an error within WEFT_TIMEOUT, none hangs.
+TEST_F(TwoHosts, LinkDownGivesEveryRankAnError) {
+  const int timeout_s = 4;
+  std::string down = "ip netns exec " + ns[0] + " ip link set " + veth[0] + " down";
+  pid_t cutter = fork();
+  if (cutter == 0) {
+    sleep(2);  // long after init, in the middle of the stream of all-reduces
+    _exit(sh(down));
+  }
+  auto status = run_ranks(4, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    std::vector<float> buf(1 << 18, 1.0f);
+    double start = now_s(), call_start = 0;
+    weftResult_t res = weftSuccess;
+    while (res == weftSuccess && now_s() - start < 30) {
+      call_start = now_s();
+      res = weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftAvg, comm, nullptr);
+    }
+    double took = now_s() - call_start;
+    if (res == weftSuccess) return rank_fail(ctx, "no error 30 s after the link went down");
+    printf("rank %d: error after %.2f s in the failing call: %s\n", ctx.rank, took,
+           weftGetLastError(comm));
+    if (took > timeout_s + 2) return rank_fail(ctx, "the error took %.1f s", took);
+    weftCommAbort(comm);
+    return 0;
+  }, options(timeout_s));
+  int cut_status;
+  waitpid(cutter, &cut_status, 0);
+  ASSERT_TRUE(WIFEXITED(cut_status) && WEXITSTATUS(cut_status) == 0) << "could not take the link down";
+  for (int r = 0; r < 4; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+}  // namespace
