@@ -43,23 +43,6 @@ void comm_poison(struct weftComm *comm) {
   p2p_conns_poison(comm);
 }
 
-static int conn_poisoned(const struct weft_conn *c) {
-  return c->ctrl != NULL && __atomic_load_n(&c->ctrl->poison, __ATOMIC_ACQUIRE);
-}
-
-weftResult_t comm_check_peers(const struct weftComm *comm) {
-  for (int c = 0; c < comm->nchannels; c++) {
-    const struct weft_channel *ch = &comm->channels[c];
-    if (conn_poisoned(&ch->send) || conn_poisoned(&ch->recv))
-      return weft_error_set(weftRemoteError, "rank %d failed or aborted",
-                            conn_poisoned(&ch->send) ? ch->send.peer_rank : ch->recv.peer_rank);
-  }
-  for (int r = 0; comm->p2p_send != NULL && r < comm->nranks; r++)
-    if (conn_poisoned(&comm->p2p_send[r]) || conn_poisoned(&comm->p2p_recv[r]))
-      return weft_error_set(weftRemoteError, "rank %d failed or aborted", r);
-  return weftSuccess;
-}
-
 weftResult_t comm_fail(struct weftComm *comm, weftResult_t res) {
   snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
   if (res == weftRemoteError || res == weftSystemError || res == weftInternalError) {

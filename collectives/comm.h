@@ -83,11 +83,6 @@ void comm_poison(struct weftComm *comm);
  * poisoned connections. Returns res. */
 weftResult_t comm_fail(struct weftComm *comm, weftResult_t res);
 
-/* Fails when a connection says its peer failed or aborted: checked before
- * each operation, since an operation whose data is already queued might
- * otherwise complete without ever waiting on the dead peer. */
-weftResult_t comm_check_peers(const struct weftComm *comm);
-
 /* Checks that comm is a live communicator; sets the error text otherwise. */
 weftResult_t comm_check(const struct weftComm *comm);
 
