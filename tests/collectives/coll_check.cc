@@ -192,4 +192,35 @@ bool check_reduction(weftDataType_t t, weftRedOp_t op,
   }
 }
 
+static const size_t kGuard = 64;  // poisoned elements after the output, checked untouched
+
+int check_allreduce(const RankCtx &ctx, weftComm_t comm, weftDataType_t t, weftRedOp_t op,
+              size_t count, bool in_place, uint64_t seed) {
+  const size_t esize = weftTypeSize(t);
+  std::vector<std::vector<uint8_t>> inputs;
+  for (int r = 0; r < ctx.nranks; r++) inputs.push_back(make_input(t, op, count, seed, r));
+  std::vector<uint8_t> send = inputs[ctx.rank];
+  std::vector<uint8_t> recv((count + kGuard) * esize, 0xa5);
+  if (in_place) memcpy(recv.data(), send.data(), count * esize);
+  const void *src = in_place ? recv.data() : send.data();
+  weftResult_t res = weftAllReduce(src, recv.data(), count, t, op, comm, nullptr);
+  const char *what = in_place ? "in-place" : "out-of-place";
+  if (res != weftSuccess)
+    return rank_fail(ctx, "%s %s %s count %zu: %s: %s", what, type_name(t), op_name(op), count,
+                     weftGetErrorString(res), weftGetLastError(comm));
+  std::string why;
+  if (!check_reduction(t, op, inputs, recv.data(), count, &why))
+    return rank_fail(ctx, "%s %s %s count %zu: %s", what, type_name(t), op_name(op), count,
+                     why.c_str());
+  for (size_t i = count * esize; i < recv.size(); i++)
+    if (recv[i] != 0xa5)
+      return rank_fail(ctx, "%s %s %s count %zu: wrote past the end (byte %zu)", what,
+                       type_name(t), op_name(op), count, i - count * esize);
+  if (!in_place && send != inputs[ctx.rank])
+    return rank_fail(ctx, "%s %s count %zu: sendbuff was modified", type_name(t), op_name(op),
+                     count);
+  return 0;
+}
+
+
 }  // namespace weft_test

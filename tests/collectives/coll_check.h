@@ -30,6 +30,12 @@ bool check_reduction(weftDataType_t t, weftRedOp_t op,
                      const std::vector<std::vector<uint8_t>> &inputs, const void *out,
                      size_t count, std::string *why);
 
+// One all-reduce on comm over fresh random inputs (every rank's drawn from
+// seed), into a poisoned output with guard bytes: checks the result, the
+// guard and an untouched sendbuff. Returns 0 or a failure code (rank_fail).
+int check_allreduce(const RankCtx &ctx, weftComm_t comm, weftDataType_t t, weftRedOp_t op,
+                    size_t count, bool in_place, uint64_t seed);
+
 }  // namespace weft_test
 
 #endif

@@ -26,37 +26,6 @@ std::string case_name(const testing::TestParamInfo<AllReduceCase> &info) {
          std::to_string(c.slot_nbytes) + "x" + std::to_string(c.nslots);
 }
 
-const size_t kGuard = 64;  // poisoned elements after the output, checked untouched
-
-// One all-reduce on fresh random data; returns 0 or a failure code.
-int check_one(const RankCtx &ctx, weftComm_t comm, weftDataType_t t, weftRedOp_t op,
-              size_t count, bool in_place, uint64_t seed) {
-  const size_t esize = weftTypeSize(t);
-  std::vector<std::vector<uint8_t>> inputs;
-  for (int r = 0; r < ctx.nranks; r++) inputs.push_back(make_input(t, op, count, seed, r));
-  std::vector<uint8_t> send = inputs[ctx.rank];
-  std::vector<uint8_t> recv((count + kGuard) * esize, 0xa5);
-  if (in_place) memcpy(recv.data(), send.data(), count * esize);
-  const void *src = in_place ? recv.data() : send.data();
-  weftResult_t res = weftAllReduce(src, recv.data(), count, t, op, comm, nullptr);
-  const char *what = in_place ? "in-place" : "out-of-place";
-  if (res != weftSuccess)
-    return rank_fail(ctx, "%s %s %s count %zu: %s: %s", what, type_name(t), op_name(op), count,
-                     weftGetErrorString(res), weftGetLastError(comm));
-  std::string why;
-  if (!check_reduction(t, op, inputs, recv.data(), count, &why))
-    return rank_fail(ctx, "%s %s %s count %zu: %s", what, type_name(t), op_name(op), count,
-                     why.c_str());
-  for (size_t i = count * esize; i < recv.size(); i++)
-    if (recv[i] != 0xa5)
-      return rank_fail(ctx, "%s %s %s count %zu: wrote past the end (byte %zu)", what,
-                       type_name(t), op_name(op), count, i - count * esize);
-  if (!in_place && send != inputs[ctx.rank])
-    return rank_fail(ctx, "%s %s count %zu: sendbuff was modified", type_name(t), op_name(op),
-                     count);
-  return 0;
-}
-
 class AllReduce : public testing::TestWithParam<AllReduceCase> {};
 
 // The full cross product: every datatype x op x count x placement. Counts:
@@ -80,7 +49,7 @@ TEST_P(AllReduce, EveryTypeOpCountPlacement) {
       for (int op = 0; op < weftNumOps && rc == 0; op++)
         for (size_t ci = 0; ci < sizeof counts / sizeof counts[0] && rc == 0; ci++)
           for (int in_place = 0; in_place < 2 && rc == 0; in_place++)
-            rc = check_one(ctx, comm, (weftDataType_t)t, (weftRedOp_t)op, counts[ci], in_place,
+            rc = check_allreduce(ctx, comm, (weftDataType_t)t, (weftRedOp_t)op, counts[ci], in_place,
                            seed + (uint64_t)(t * 1000 + op * 100 + ci * 10 + in_place));
     weftCommDestroy(comm);
     return rc;
@@ -107,9 +76,9 @@ TEST(AllReduceLarge, DefaultSlotsFloatAndBf16) {
       weftComm_t comm;
       if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
         return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
-      int rc = check_one(ctx, comm, weftFloat32, weftSum, (3 << 20) + 17, false, seed);
-      if (rc == 0) rc = check_one(ctx, comm, weftBfloat16, weftAvg, (1 << 20) + 3, true, seed);
-      if (rc == 0) rc = check_one(ctx, comm, weftInt64, weftMax, 700001, false, seed);
+      int rc = check_allreduce(ctx, comm, weftFloat32, weftSum, (3 << 20) + 17, false, seed);
+      if (rc == 0) rc = check_allreduce(ctx, comm, weftBfloat16, weftAvg, (1 << 20) + 3, true, seed);
+      if (rc == 0) rc = check_allreduce(ctx, comm, weftInt64, weftMax, 700001, false, seed);
       weftCommDestroy(comm);
       return rc;
     }, opts);

@@ -69,37 +69,6 @@ int count_threads_named(const char *prefix) {
   return n;
 }
 
-const size_t kGuard = 64;  // poisoned elements after the output, checked untouched
-
-// One all-reduce on fresh random data; returns 0 or a failure code.
-int check_one(const RankCtx &ctx, weftComm_t comm, weftDataType_t t, weftRedOp_t op,
-              size_t count, bool in_place, uint64_t seed) {
-  const size_t esize = weftTypeSize(t);
-  std::vector<std::vector<uint8_t>> inputs;
-  for (int r = 0; r < ctx.nranks; r++) inputs.push_back(make_input(t, op, count, seed, r));
-  std::vector<uint8_t> send = inputs[ctx.rank];
-  std::vector<uint8_t> recv((count + kGuard) * esize, 0xa5);
-  if (in_place) memcpy(recv.data(), send.data(), count * esize);
-  const void *src = in_place ? recv.data() : send.data();
-  weftResult_t res = weftAllReduce(src, recv.data(), count, t, op, comm, nullptr);
-  const char *what = in_place ? "in-place" : "out-of-place";
-  if (res != weftSuccess)
-    return rank_fail(ctx, "%s %s %s count %zu: %s: %s", what, type_name(t), op_name(op), count,
-                     weftGetErrorString(res), weftGetLastError(comm));
-  std::string why;
-  if (!check_reduction(t, op, inputs, recv.data(), count, &why))
-    return rank_fail(ctx, "%s %s %s count %zu: %s", what, type_name(t), op_name(op), count,
-                     why.c_str());
-  for (size_t i = count * esize; i < recv.size(); i++)
-    if (recv[i] != 0xa5)
-      return rank_fail(ctx, "%s %s %s count %zu: wrote past the end (byte %zu)", what,
-                       type_name(t), op_name(op), count, i - count * esize);
-  if (!in_place && send != inputs[ctx.rank])
-    return rank_fail(ctx, "%s %s count %zu: sendbuff was modified", type_name(t), op_name(op),
-                     count);
-  return 0;
-}
-
 struct SocketCase {
   int nranks;
   int slot_nbytes;  // small slots: many slots per call, parts of a few lines per socket
@@ -139,7 +108,7 @@ TEST_P(SocketAllReduce, EveryTypeOpCountPlacement) {
       for (int op = 0; op < weftNumOps && rc == 0; op++)
         for (size_t ci = 0; ci < sizeof counts / sizeof counts[0] && rc == 0; ci++)
           for (int in_place = 0; in_place < 2 && rc == 0; in_place++)
-            rc = check_one(ctx, comm, (weftDataType_t)t, (weftRedOp_t)op, counts[ci], in_place,
+            rc = check_allreduce(ctx, comm, (weftDataType_t)t, (weftRedOp_t)op, counts[ci], in_place,
                            seed + (uint64_t)(t * 1000 + op * 100 + ci * 10 + in_place));
     if (weftCommDestroy(comm) != weftSuccess && rc == 0)
       rc = rank_fail(ctx, "destroy: %s", weftGetLastError(nullptr));
@@ -167,8 +136,8 @@ TEST(SocketAllReduceLarge, DefaultSlotsEightMillionFloats) {
     weftComm_t comm;
     if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
       return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
-    int rc = check_one(ctx, comm, weftFloat32, weftSum, 8u << 20, false, seed);
-    if (rc == 0) rc = check_one(ctx, comm, weftFloat32, weftMax, (8u << 20) + 13, true, seed + 1);
+    int rc = check_allreduce(ctx, comm, weftFloat32, weftSum, 8u << 20, false, seed);
+    if (rc == 0) rc = check_allreduce(ctx, comm, weftFloat32, weftMax, (8u << 20) + 13, true, seed + 1);
     weftCommDestroy(comm);
     return rc;
   }, opts);
@@ -188,7 +157,7 @@ TEST(SocketSelect, ChosenBetweenHostsOnly) {
       if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
         return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
       int proxies = count_threads_named("weft-sock");
-      int rc = check_one(ctx, comm, weftFloat64, weftSum, 5003, false, 11);
+      int rc = check_allreduce(ctx, comm, weftFloat64, weftSum, 5003, false, 11);
       weftCommDestroy(comm);
       if (rc == 0 && proxies != (own_hosts ? 1 : 0))
         rc = rank_fail(ctx, "%d socket proxy threads, want %d", proxies, own_hosts ? 1 : 0);
@@ -239,11 +208,11 @@ TEST(SocketProxy, IdleCostsNoCore) {
     weftComm_t comm;
     if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
       return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
-    int rc = check_one(ctx, comm, weftFloat32, weftSum, 100003, false, 5);
+    int rc = check_allreduce(ctx, comm, weftFloat32, weftSum, 100003, false, 5);
     double cpu0 = cpu_s();
     usleep(1000000);
     double idle_cpu = cpu_s() - cpu0;
-    if (rc == 0) rc = check_one(ctx, comm, weftInt32, weftMin, 1001, true, 6);
+    if (rc == 0) rc = check_allreduce(ctx, comm, weftInt32, weftMin, 1001, true, 6);
     weftCommDestroy(comm);
     if (rc == 0 && idle_cpu > 0.05)
       rc = rank_fail(ctx, "%.3f s of CPU in 1 s of idling", idle_cpu);
@@ -371,7 +340,7 @@ TEST(SocketLifecycle, NoThreadsOrFdsLeftAfterCycles) {
         return rank_fail(ctx, "cycle %d init: %s", cycle, weftGetLastError(nullptr));
       // one send and one receive end: one on each of the two proxy threads
       int proxies = count_threads_named("weft-sock");
-      int rc = check_one(ctx, comm, weftFloat32, weftSum, 3001, cycle % 2, cycle);
+      int rc = check_allreduce(ctx, comm, weftFloat32, weftSum, 3001, cycle % 2, cycle);
       if (weftCommDestroy(comm) != weftSuccess)
         return rank_fail(ctx, "cycle %d destroy: %s", cycle, weftGetLastError(nullptr));
       if (rc != 0) return rc;
