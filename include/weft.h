@@ -297,6 +297,24 @@ weftResult_t weftStreamQuery(weftStream_t stream);
 /* Waits for the queued work, then frees the stream. */
 weftResult_t weftStreamDestroy(weftStream_t stream);
 
+/* --- Memory and registration -------------------------------------------- */
+
+/* Allocates nbytes that collectives can move with fewer copies: device memory
+ * (IPC-exportable) on the current CUDA device when weft is built with CUDA and
+ * a device is present, else host memory as from weftMemAllocHost. Free with
+ * weftMemFree. */
+weftResult_t weftMemAlloc(void **ptr, size_t nbytes);
+/* weft extension: always host memory, page aligned, placed so that peers on
+ * the same host can map it once it is registered (single-copy paths). */
+weftResult_t weftMemAllocHost(void **ptr, size_t nbytes);
+/* Frees memory from weftMemAlloc or weftMemAllocHost; NULL is a no-op. */
+weftResult_t weftMemFree(void *ptr);
+/* Registers [buff, buff + nbytes) with comm so that collectives naming it
+ * may use single-copy paths; the handle is passed to weftCommDeregister.
+ * Any memory may be registered; memory from weftMemAlloc gains the most. */
+weftResult_t weftCommRegister(const weftComm_t comm, void *buff, size_t nbytes, void **handle);
+weftResult_t weftCommDeregister(const weftComm_t comm, void *handle);
+
 /* --- Utilities ---------------------------------------------------------- */
 
 /* Size in bytes of one element of datatype, or 0 for an invalid type. */
