@@ -104,6 +104,9 @@ weftResult_t weftZeroGrad(weftZero_t zero, int param, void **ptr_out);
  * nothing to do, the event is complete. Collective. */
 weftResult_t weftZeroGather(weftZero_t zero, int layer, weftStream_t stream,
                             weftEvent_t *ready_out);
+/* The event of the layer's last gather, prefetched or asked for (complete
+ * when none is in flight). Does not queue anything. */
+weftResult_t weftZeroGatherEvent(weftZero_t zero, int layer, weftEvent_t *event_out);
 /* Stage 3: frees the layer's gathered parameters (waits for its gather if it
  * is still in flight). Other stages: nothing. */
 weftResult_t weftZeroRelease(weftZero_t zero, int layer);

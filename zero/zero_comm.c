@@ -167,6 +167,15 @@ weftResult_t weftZeroGather(weftZero_t z, int layer, weftStream_t stream, weftEv
   return weftSuccess;
 }
 
+weftResult_t weftZeroGatherEvent(weftZero_t z, int layer, weftEvent_t *event_out) {
+  if (z == NULL || event_out == NULL) return zero_fail(weftInvalidArgument, "NULL argument");
+  if (!z->finalized) return zero_fail(weftInvalidUsage, "call weftZeroFinalize first");
+  if (layer < 0 || layer >= z->nlayers)
+    return zero_fail(weftInvalidArgument, "layer %d does not exist", layer);
+  *event_out = z->layers[layer].gather_ev;
+  return weftSuccess;
+}
+
 weftResult_t weftZeroRelease(weftZero_t z, int layer) {
   if (z == NULL) return zero_fail(weftInvalidArgument, "zero is NULL");
   if (layer < 0 || layer >= z->nlayers)
