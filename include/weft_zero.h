@@ -173,6 +173,12 @@ weftResult_t weftZeroGetParams(weftZero_t zero, float *out, weftStream_t stream)
 weftResult_t weftZeroSave(weftZero_t zero, const char *dir, weftStream_t stream);
 weftResult_t weftZeroLoad(weftZero_t zero, const char *dir, weftStream_t stream);
 
+/* Writes the checkpoint LATEST names in dir as one file of full fp32
+ * parameters: the 8 bytes "WEFTZF32", a uint64 layer count, a uint64
+ * parameter count per layer, then every parameter in registration order
+ * (little-endian float32). Not collective; no communicator needed. */
+weftResult_t weftZeroConsolidate(const char *dir, const char *out_path);
+
 /* The text of the calling thread's last ZeRO failure ("" if none). */
 const char *weftZeroLastError(void);
 

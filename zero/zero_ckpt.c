@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,17 +276,23 @@ static weftResult_t ckpt_read_shards(struct weftZero *z, const char *ver,
   return weftSuccess;
 }
 
-static weftResult_t ckpt_load_local(struct weftZero *z, const char *dir, struct ckpt_manifest *m) {
-  char path[PATH_MAX + 64], name[256], ver[PATH_MAX];
+/* The version LATEST names (ver_out, PATH_MAX bytes) and its manifest. */
+static weftResult_t ckpt_open_latest(const char *dir, char *ver_out, struct ckpt_manifest *m) {
+  char path[PATH_MAX + 64], name[256];
   snprintf(path, sizeof path, "%s/LATEST", dir);
   FILE *f = fopen(path, "r");
   if (f == NULL) return zero_fail(weftSystemError, "no checkpoint in %s: %s", dir, strerror(errno));
   int ok = fscanf(f, "%255s", name) == 1;
   fclose(f);
   if (!ok || strchr(name, '/') != NULL) return zero_fail(weftInvalidUsage, "%s is damaged", path);
-  snprintf(ver, sizeof ver, "%s/%s", dir, name);
-  snprintf(path, sizeof path, "%s/manifest", ver);
-  ZERO_TRY(ckpt_read_manifest(path, m));
+  snprintf(ver_out, PATH_MAX, "%s/%s", dir, name);
+  snprintf(path, sizeof path, "%s/manifest", ver_out);
+  return ckpt_read_manifest(path, m);
+}
+
+static weftResult_t ckpt_load_local(struct weftZero *z, const char *dir, struct ckpt_manifest *m) {
+  char ver[PATH_MAX];
+  ZERO_TRY(ckpt_open_latest(dir, ver, m));
   const char *opt = z->cfg.optimizer == weftZeroAdamW ? "adamw" : "sgd-momentum";
   weftResult_t res = weftSuccess;
   if (strcmp(m->optimizer, opt) != 0)
@@ -318,4 +325,54 @@ weftResult_t weftZeroLoad(weftZero_t z, const char *dir, weftStream_t stream) {
   z->good_steps = m.good_steps;
   z->loss_scale = z->cfg.paramType == weftFloat16 ? m.loss_scale : 1.0;
   return zero_publish_params(z, stream);
+}
+
+weftResult_t weftZeroConsolidate(const char *dir, const char *out_path) {
+  if (dir == NULL || out_path == NULL) return zero_fail(weftInvalidArgument, "NULL argument");
+  if (strlen(dir) > PATH_MAX - 64) return zero_fail(weftInvalidArgument, "path too long");
+  char ver[PATH_MAX], path[PATH_MAX + 64];
+  struct ckpt_manifest m;
+  ZERO_TRY(ckpt_open_latest(dir, ver, &m));
+  int arrays = strcmp(m.optimizer, "adamw") == 0 ? 3 : 2;
+  weftResult_t res = weftSuccess;
+  FILE *out = fopen(out_path, "wb");
+  if (out == NULL) {
+    res = zero_fail(weftSystemError, "cannot create %s: %s", out_path, strerror(errno));
+    goto free_manifest;
+  }
+  uint64_t nlayers = (uint64_t)m.nlayers;
+  fwrite("WEFTZF32", 1, 8, out);
+  fwrite(&nlayers, sizeof nlayers, 1, out);
+  for (int i = 0; i < m.nlayers; i++) {
+    uint64_t c = m.counts[i];
+    fwrite(&c, sizeof c, 1, out);
+  }
+  /* layer by layer, the master weights of each saved rank in rank order */
+  for (int i = 0; i < m.nlayers && res == weftSuccess; i++) {
+    for (int q = 0; q < m.nranks && res == weftSuccess; q++) {
+      snprintf(path, sizeof path, "%s/rank-%05d.bin", ver, q);
+      int fd = open(path, O_RDONLY | O_CLOEXEC);
+      if (fd < 0) {
+        res = zero_fail(weftSystemError, "cannot open %s: %s", path, strerror(errno));
+        break;
+      }
+      off_t base = 0;
+      for (int j = 0; j < i; j++)
+        base += (off_t)(arrays * weftZeroShardOf(m.counts[j], m.nranks, q).count * sizeof(float));
+      weftZeroShard_t s = weftZeroShardOf(m.counts[i], m.nranks, q);
+      float *buf = malloc((s.count > 0 ? s.count : 1) * sizeof *buf);
+      if (buf == NULL) res = zero_fail(weftSystemError, "out of memory");
+      else if (read_at(fd, buf, s.count * sizeof *buf, base) != 0)
+        res = zero_fail(weftSystemError, "%s is short or unreadable", path);
+      else if (fwrite(buf, sizeof *buf, s.count, out) != s.count)
+        res = zero_fail(weftSystemError, "writing %s failed", out_path);
+      free(buf);
+      close(fd);
+    }
+  }
+  if (fclose(out) != 0 && res == weftSuccess)
+    res = zero_fail(weftSystemError, "writing %s failed", out_path);
+free_manifest:
+  free(m.counts);
+  return res;
 }

@@ -26,7 +26,9 @@ TEST(ZeroShard, CoverEveryElementOnce) {
         weftZeroShard_t s = weftZeroShardOf(count, n, r);
         ASSERT_LE(s.count, per);
         ASSERT_LE(s.offset + s.count, count);
-        if (s.count > 0) ASSERT_EQ(s.offset, r * per) << "count " << count << " n " << n;
+        if (s.count > 0) {
+          ASSERT_EQ(s.offset, r * per) << "count " << count << " n " << n;
+        }
         for (size_t i = s.offset; i < s.offset + s.count; i++) {
           ASSERT_EQ(owner[i], -1) << "element " << i << " owned twice";
           owner[i] = r;
@@ -70,7 +72,9 @@ TEST(ZeroShard, ParametersStraddleRanks) {
       straddling += parts > 1;
       at += s;
     }
-    if (n > 1) EXPECT_GT(straddling, 0) << "no parameter straddles " << n << " ranks";
+    if (n > 1) {
+      EXPECT_GT(straddling, 0) << "no parameter straddles " << n << " ranks";
+    }
   }
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -225,7 +226,7 @@ train_opts ckpt_opts() {
 TEST(ZeroCheckpoint, ResumeOnOtherRanksAndStages) {
   std::string dir = temp_dir("ckpt");
   ASSERT_FALSE(dir.empty());
-  std::string ckpt = dir + "/ckpt", ref_path = dir + "/ref.bin";
+  std::string ckpt = dir + "/ckpt", ref_path = dir + "/ref.bin", at5_path = dir + "/at5.bin";
   auto status = run_ranks(4, [&](const RankCtx &ctx) {
     weftComm_t comm;
     if (int rc = init(ctx, &comm)) return rc;
@@ -237,12 +238,22 @@ TEST(ZeroCheckpoint, ResumeOnOtherRanksAndStages) {
     o.steps = 5;
     o.save = ckpt.c_str();
     if (int rc = train(ctx, comm, o, &p)) return rc;
+    if (ctx.rank == 0) write_floats(at5_path, p);
     weftCommDestroy(comm);
     return 0;
   });
   for (int s : status) ASSERT_EQ(s, 0);
   std::vector<float> ref = read_floats(ref_path);
   ASSERT_GT(ref.size(), 0u);
+  // consolidation: the header, then exactly the parameters at step 5
+  std::string full = dir + "/full.bin";
+  ASSERT_EQ(weftZeroConsolidate(ckpt.c_str(), full.c_str()), weftSuccess) << weftZeroLastError();
+  std::vector<float> words = read_floats(full), at5 = read_floats(at5_path);
+  train_opts o = ckpt_opts();
+  size_t header = (8 + 8 + 8 * o.nlayers) / sizeof(float);
+  ASSERT_EQ(words.size(), header + at5.size());
+  EXPECT_EQ(memcmp(words.data(), "WEFTZF32", 8), 0);
+  EXPECT_TRUE(std::equal(at5.begin(), at5.end(), words.begin() + header));
   struct Resume {
     int nranks, stage;
     double tol;  // 0: bit for bit (same ranks: the same sums in the same order)
