@@ -189,7 +189,7 @@ static weftResult_t model_setup(struct model *m, weftComm_t comm) {
   for (int l = 0; l <= o->nlayers; l++) maxw = o->widths[l] > maxw ? o->widths[l] : maxw;
   int outw = o->widths[o->nlayers];
   m->teacher = malloc((size_t)outw * in0 * sizeof *m->teacher);
-  for (int i = 0; i < outw * in0; i++) m->teacher[i] = 1.5f * uniform_at(o->seed + 4242, (uint64_t)i);
+  for (int i = 0; i < outw * in0; i++) m->teacher[i] = 0.5f * uniform_at(o->seed + 4242, (uint64_t)i);
   float *init = malloc((size_t)maxw * maxw * sizeof *init);
   for (int l = 0; l < o->nlayers && res == weftSuccess; l++) {
     int in = o->widths[l], out = o->widths[l + 1];
