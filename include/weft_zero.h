@@ -46,7 +46,9 @@ typedef struct {
   double weightDecay;       /* decoupled (AdamW) or added to the gradient (SGD) */
   double maxGradNorm;       /* clip by global norm; <= 0 turns clipping off */
   int accumSteps;           /* micro-steps per step; gradients are averaged over them */
-  size_t bucketBytes;       /* stage 0: gradients are all-reduced in buckets of about this size */
+  size_t bucketBytes;       /* stage 0: gradients are all-reduced in buckets of about this
+                               size; stages 2-3: a new layer gradient buffer past it first
+                               waits for earlier reductions to finish and frees their buffers */
   size_t gatherBoundBytes;  /* stage 3: gathered layers never exceed this; 0 = no bound */
   int prefetchLayers;       /* stage 3: layers gathered ahead of the one asked for */
   double lossScale;         /* initial loss scale; dynamic for fp16, fixed 1 otherwise */
@@ -94,7 +96,8 @@ weftResult_t weftZeroParam(weftZero_t zero, int param, void **ptr_out);
 /* The parameter's gradient buffer (paramType, zero at the start of a step):
  * the trainer adds its gradient of the loss times weftZeroLossScale to it
  * (weftZeroAccumulate). Stages 2 and 3 hand out a layer buffer from the
- * bucket pool, held until the layer's reduction is done. */
+ * bucket pool, held until the layer's reduction is done (may wait for
+ * earlier reductions, see bucketBytes). */
 weftResult_t weftZeroGrad(weftZero_t zero, int param, void **ptr_out);
 
 /* Stage 3: queues the all-gather of layer on stream, and of up to

@@ -156,13 +156,14 @@ static void report_memory(struct model *m, weftComm_t comm, int rank, int nranks
   if (weftAllGather(mine, all, 6, weftFloat64, comm, m->stream) == weftSuccess &&
       weftStreamSynchronize(m->stream) == weftSuccess && rank == 0 && o->log != NULL) {
     size_t formula = weftZeroMemoryFormula(o->stage, r.psiPadded, nranks, o->dtype, o->optimizer);
-    fprintf(o->log, "# memory per rank in bytes (psi %zu, padded %zu; formula %zu)\n", r.psi,
-            r.psiPadded, formula);
-    fprintf(o->log, "# %4s %10s %10s %10s %10s %10s %10s\n", "rank", "params", "grads",
-            "optimizer", "buckets", "gathered", "total");
+    fprintf(o->log,
+            "# memory per rank in bytes: psi %zu, padded %zu; ZeRO formula for stage %d: %zu\n",
+            r.psi, r.psiPadded, o->stage, formula);
+    fprintf(o->log, "# %4s %10s %10s %10s %12s %13s %10s\n", "rank", "params", "grads",
+            "optimizer", "buckets-peak", "gathered-peak", "total");
     for (int q = 0; q < nranks; q++) {
       const double *v = all + q * 6;
-      fprintf(o->log, "  %4d %10.0f %10.0f %10.0f %10.0f %10.0f %10.0f\n", q, v[0], v[1], v[2],
+      fprintf(o->log, "  %4d %10.0f %10.0f %10.0f %12.0f %13.0f %10.0f\n", q, v[0], v[1], v[2],
               v[3], v[4], v[5]);
     }
   }

@@ -30,6 +30,8 @@ static void usage(FILE *f) {
           "  --prefetch N       stage 3: layers gathered ahead (default 1)\n"
           "  --save DIR         write a sharded checkpoint after the last step\n"
           "  --resume DIR       continue from the checkpoint in DIR\n"
+          "  --layers N         linear layers, 1 to 8 (default 3)\n"
+          "  --width N          width of every hidden layer (default 37, 29)\n"
           "  --quiet            print the final line only\n");
 }
 
@@ -45,7 +47,7 @@ int main(int argc, char **argv) {
   struct train_opts o;
   train_opts_defaults(&o);
   o.log = stdout;
-  int reduce_set = 0;
+  int reduce_set = 0, layers = 0, width = 0;
   static const struct option longopts[] = {
       {"zero-stage", required_argument, NULL, 'z'}, {"steps", required_argument, NULL, 's'},
       {"seed", required_argument, NULL, 'S'},       {"dtype", required_argument, NULL, 'd'},
@@ -54,6 +56,7 @@ int main(int argc, char **argv) {
       {"accum", required_argument, NULL, 'a'},      {"batch", required_argument, NULL, 'b'},
       {"gather-bound", required_argument, NULL, 'g'}, {"prefetch", required_argument, NULL, 'p'},
       {"save", required_argument, NULL, 'w'},       {"resume", required_argument, NULL, 'R'},
+      {"layers", required_argument, NULL, 'L'},   {"width", required_argument, NULL, 'W'},
       {"quiet", no_argument, NULL, 'q'},            {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   int c;
@@ -91,6 +94,8 @@ int main(int argc, char **argv) {
     case 'p': o.prefetch = atoi(optarg); break;
     case 'w': o.save = optarg; break;
     case 'R': o.resume = optarg; break;
+    case 'L': layers = atoi(optarg); break;
+    case 'W': width = atoi(optarg); break;
     case 'q': o.log = NULL; break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
@@ -102,6 +107,18 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (!reduce_set) o.reduce_type = o.dtype;
+  if (layers != 0 || width != 0) {
+    if (layers == 0) layers = o.nlayers;
+    if (layers < 1 || layers > TRAIN_MAX_LAYERS || width < 0) {
+      usage(stderr);
+      return 2;
+    }
+    int out = o.widths[o.nlayers];
+    for (int l = 1; l < layers; l++)
+      if (width > 0 || l >= o.nlayers) o.widths[l] = width > 0 ? width : 29;
+    o.widths[layers] = out;
+    o.nlayers = layers;
+  }
 
   weftComm_t comm;
   if (weftCommInitFromEnv(&comm, NULL) != weftSuccess) {

@@ -58,11 +58,12 @@ static weftResult_t zero_layer_reduce(struct weftZero *z, struct zero_layer *l,
 }
 
 /* Stages 2-3: gives back the buckets of reductions that have finished. */
-static void zero_buckets_reclaim(struct weftZero *z) {
+void zero_buckets_reclaim(struct weftZero *z) {
   if (z->cfg.stage < 2) return;
   for (int i = 0; i < z->nlayers; i++) {
     struct zero_layer *l = &z->layers[i];
-    if (!l->reduced || weftEventQuery(l->red_ev) != weftSuccess) continue;
+    if (!l->reduced || l->grad_bucket == NULL || weftEventQuery(l->red_ev) != weftSuccess)
+      continue;
     zero_free(z, ZERO_MEM_BUCKETS, l->grad_bucket, l->padded * z->param_size);
     zero_free(z, ZERO_MEM_BUCKETS, l->red_copy, l->padded * z->red_size);
     l->grad_bucket = NULL;

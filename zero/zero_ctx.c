@@ -269,6 +269,17 @@ weftResult_t weftZeroGrad(weftZero_t z, int param, void **ptr_out) {
     return weftSuccess;
   }
   if (l->grad_bucket == NULL) {
+    /* over bucketBytes: wait for the oldest reductions in flight (backward
+     * marks layers from the last), so that a bucket is freed first */
+    size_t nbytes = l->padded * z->param_size;
+    for (int i = z->nlayers - 1; i >= 0 && z->cfg.bucketBytes > 0 &&
+                                 z->mem[ZERO_MEM_BUCKETS] + nbytes > z->cfg.bucketBytes;
+         i--) {
+      if (!z->layers[i].reduced || z->layers[i].grad_bucket == NULL) continue;
+      if (weftEventSynchronize(z->layers[i].red_ev) != weftSuccess)
+        return zero_fail(weftInternalError, "waiting for a reduction");
+      zero_buckets_reclaim(z);
+    }
     l->grad_bucket = zero_alloc(z, ZERO_MEM_BUCKETS, l->padded * z->param_size);
     if (l->grad_bucket == NULL) return zero_fail(weftSystemError, "out of memory");
   }

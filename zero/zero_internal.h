@@ -121,6 +121,9 @@ weftResult_t zero_publish_params(struct weftZero *z, weftStream_t stream);
 /* Frees this step's gradient buckets and copies, zeroes the gradients. */
 void zero_grads_reset(struct weftZero *z);
 
+/* Stages 2-3: frees the buckets of finished reductions. */
+void zero_buckets_reclaim(struct weftZero *z);
+
 /* Stage 3: drops every gathered layer (waits for gathers in flight). */
 weftResult_t zero_release_all(struct weftZero *z);
 
