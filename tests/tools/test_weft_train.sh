@@ -1,10 +1,11 @@
 #!/bin/bash
 # weft-train under weftrun: falling loss, the memory table, the final line;
 # a checkpoint saved on 4 ranks resumes on 2 and consolidates.
-# usage: test_weft_train.sh WEFTRUN TOOLS_DIR
+# usage: test_weft_train.sh WEFTRUN TOOLS_DIR SOURCE_DIR
 set -u
 weftrun=$1
 tools=$2
+src=$3
 fail=0
 work=$(mktemp -d /tmp/weft_train_XXXXXX)
 trap 'rm -rf "$work"' EXIT
@@ -53,4 +54,13 @@ echo "$out" | grep -q "from step 4"; check "resumed from step 4" $?
 [ $? -eq 1 ]; check "consolidate of a missing checkpoint fails" $?
 "$tools/weft-train" --zero-stage 7 >/dev/null 2>&1
 [ $? -eq 2 ]; check "bad stage refused" $?
+# docs/zero.md's complete example is tools/zero_example.c, and it runs
+awk '/^```c$/{n++; if (n==2) {on=1; next}} on && /^```$/{exit} on' "$src/docs/zero.md" \
+  | diff -q - "$src/tools/zero_example.c" >/dev/null
+check "docs/zero.md shows tools/zero_example.c verbatim" $?
+out=$(cd "$work" && timeout 60 "$weftrun" -n 3 "$tools/zero-example" 2 2>&1)
+check "zero-example runs" $?
+echo "$out" | awk '/ w0 /{w=$3; b=$7; found=1} END{d1=w-0.1; d2=b-0.5; if(d1<0)d1=-d1; if(d2<0)d2=-d2;
+  exit !(found && d1 < 0.01 && d2 < 0.01)}'; check "zero-example fits the model ($(echo "$out" | tail -1))" $?
+rm -rf /tmp/zero-example-ckpt
 exit $fail
