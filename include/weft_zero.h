@@ -17,8 +17,10 @@
  * no other operations of the same communicator in between unless they are on
  * that stream too.
  *
- * Calls are collective where marked: every rank must make them, in the same
- * order. Errors are weftResult_t, with text in weftZeroLastError().
+ * A communication failure (a dead peer, a timeout) surfaces at the next
+ * call that synchronizes the stream: weftZeroStep, weftZeroGetParams,
+ * weftZeroSave or weftZeroLoad. Calls are collective where marked: every
+ * rank must make them, in the same order. Errors are weftResult_t, with text in weftZeroLastError().
  */
 #ifndef WEFT_ZERO_H
 #define WEFT_ZERO_H

@@ -242,7 +242,7 @@ TEST(ZeroPrefetch, NextLayerGathersDuringCompute) {
         return rank_fail(ctx, "param %d: %s", k, weftZeroLastError());
       if (memcmp(p, values.data() + k * count, count * sizeof(float)) != 0)
         return rank_fail(ctx, "layer %d gathered wrong values", k);
-      usleep(50000);  // compute layer k: no weft call
+      usleep(100000);  // compute layer k: no weft call
       if (next != nullptr && weftEventQuery(next) != weftSuccess)
         return rank_fail(ctx, "layer %d's gather did not finish during layer %d's compute", k + 1,
                          k);

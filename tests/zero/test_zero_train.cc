@@ -158,6 +158,9 @@ TEST(ZeroStageZero, RanksMatchOneRankOnGlobalBatch) {
         o.seed = test_seed();
         std::vector<float> single, multi, accum;
         if (ctx.rank == 0) {  // one rank, the whole batch
+          for (const char *v : {"WEFT_RANK", "WEFT_NRANKS", "RANK", "WORLD_SIZE",
+                                "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"})
+            unsetenv(v);  // no launcher: a communicator of this process alone
           weftComm_t solo;
           if (weftCommInitFromEnv(&solo, nullptr) != weftSuccess)
             return rank_fail(ctx, "one-rank comm: %s", weftGetLastError(nullptr));
