@@ -270,6 +270,53 @@ TEST(ZeroPrefetch, NextLayerGathersDuringCompute) {
   for (int s : status) EXPECT_EQ(s, 0);
 }
 
+// A rank that dies between steps: the others get an error from the step
+// within the timeout, at every stage, instead of hanging.
+TEST(ZeroErrors, DeadPeerFailsTheStep) {
+  for (int stage = 0; stage <= 3; stage++) {
+    RunOptions opts;
+    opts.env = {{"WEFT_TIMEOUT", "5"}};
+    opts.allow_warnings = true;  // the dead peer is reported
+    opts.timeout_s = 30;
+    auto status = run_ranks(3, [stage](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (int rc = init(ctx, &comm)) return rc;
+      weftZeroConfig_t cfg;
+      weftZeroConfigDefaults(&cfg);
+      cfg.stage = stage;
+      weftZero_t z;
+      std::vector<int> ids;
+      if (int rc = make_ctx(ctx, comm, cfg, {{1000}, {333}}, &z, &ids)) return rc;
+      weftStream_t stream;
+      weftStreamCreate(&stream);
+      for (int step = 0; step < 5; step++) {
+        if (step == 2 && ctx.rank == 2) _exit(0);  // dies without a word
+        for (int l = 1; l >= 0; l--) {
+          weftEvent_t ev;
+          weftZeroGather(z, l, stream, &ev);
+          weftEventSynchronize(ev);
+          void *g;
+          weftZeroGrad(z, ids[l], &g);
+          weftZeroRelease(z, l);
+          weftZeroGradReady(z, l, stream);
+        }
+        weftResult_t res = weftZeroStep(z, stream, nullptr);
+        if (step < 2 && res != weftSuccess)
+          return rank_fail(ctx, "stage %d step %d: %s", stage, step, weftZeroLastError());
+        if (step == 2) {
+          if (res != weftRemoteError)
+            return rank_fail(ctx, "stage %d: the step after a peer died gave %d: %s", stage, res,
+                             weftZeroLastError());
+          break;
+        }
+      }
+      weftCommAbort(comm);
+      return 0;
+    }, opts);
+    for (int s : status) EXPECT_EQ(s, 0) << "stage " << stage;
+  }
+}
+
 TEST(ZeroErrors, MisuseIsRefused) {
   auto status = run_ranks(2, [](const RankCtx &ctx) {
     weftComm_t comm;
