@@ -36,7 +36,7 @@ struct train_opts {
 };
 
 /* Defaults: stage 0, 10 steps, seed 1, fp32, AdamW lr 1e-2, 1 micro-step,
- * global batch 24, layers 13-37-29-3. */
+ * global batch 24, layers 12-37-29-3. */
 void train_opts_defaults(struct train_opts *o);
 
 struct train_result {
