@@ -103,10 +103,12 @@ weftResult_t weftZeroParam(weftZero_t zero, int param, void **ptr_out);
 weftResult_t weftZeroGrad(weftZero_t zero, int param, void **ptr_out);
 
 /* Stage 3: queues the all-gather of layer on stream, and of up to
- * prefetchLayers more in the direction of the last two gathers, as the bound
- * allows. *ready_out (may be NULL) is an event that completes when the layer's
- * parameters are in place; synchronize it before weftZeroParam. Stages 0-2:
- * nothing to do, the event is complete. Collective. */
+ * prefetchLayers more in the direction of travel (upward; downward from the
+ * last layer or after a lower layer), as gatherBoundBytes allows; asking for
+ * a layer that does not fit is weftInvalidUsage. *ready_out (may be NULL) is
+ * an event that completes when the layer's parameters are in place;
+ * synchronize it before weftZeroParam. Stages 0-2: nothing to do, the event
+ * is complete. Does not block. Collective. */
 weftResult_t weftZeroGather(weftZero_t zero, int layer, weftStream_t stream,
                             weftEvent_t *ready_out);
 /* The event of the layer's last gather, prefetched or asked for (complete
@@ -123,7 +125,8 @@ weftResult_t weftZeroSetSync(weftZero_t zero, int sync);
 /* Marks layer's gradients complete for this micro-step. With sync on, queues
  * its reduction on stream (stage 0: the bucket's all-reduce once all its
  * layers are marked; stages 1-3: the layer's reduce-scatter), so it overlaps
- * the rest of backward. Collective. */
+ * the rest of backward. Does not block (a reduceType copy is made first).
+ * Each layer is marked once per step. Collective. */
 weftResult_t weftZeroGradReady(weftZero_t zero, int layer, weftStream_t stream);
 
 typedef struct {
@@ -134,9 +137,9 @@ typedef struct {
 
 /* Finishes the reductions, clips by global norm (across shards), updates the
  * owned shard (AdamW or SGD with momentum, fp32), writes parameters back
- * (all-gathering them for stages 0-2) and zeroes the gradients. Everything
- * runs on stream and is complete when it returns. info may be NULL.
- * Collective. */
+ * (all-gathering them for stages 1-2) and zeroes the gradients. Stage 3
+ * drops gathered layers, which would be stale. Everything runs on stream and
+ * is complete when it returns (blocks). info may be NULL. Collective. */
 weftResult_t weftZeroStep(weftZero_t zero, weftStream_t stream, weftZeroStepInfo_t *info);
 
 /* The factor the trainer multiplies its loss by (1 unless fp16). */
