@@ -270,6 +270,73 @@ TEST(ZeroPrefetch, NextLayerGathersDuringCompute) {
   for (int s : status) EXPECT_EQ(s, 0);
 }
 
+// Backward overlap: a layer's reduction, queued by GradReady, runs while the
+// trainer computes the next layer, before the step is called. The step then
+// applies exactly the averaged gradient (SGD, lr 0.5, no momentum).
+TEST(ZeroOverlap, ReductionsRunDuringBackward) {
+  for (int stage = 0; stage <= 3; stage++) {
+    auto status = run_ranks(2, [stage](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (int rc = init(ctx, &comm)) return rc;
+      const int L = 3;
+      const size_t count = (1u << 18) + 1;
+      weftZeroConfig_t cfg;
+      weftZeroConfigDefaults(&cfg);
+      cfg.stage = stage;
+      cfg.optimizer = weftZeroSgdMomentum;
+      cfg.momentum = 0;
+      cfg.lr = 0.5;
+      cfg.bucketBytes = 1;  // stage 0: one bucket a layer
+      weftZero_t z;
+      std::vector<int> ids;
+      std::vector<float> init_vals;
+      if (int rc = make_ctx(ctx, comm, cfg, std::vector<std::vector<size_t>>(L, {count}), &z,
+                            &ids, &init_vals))
+        return rc;
+      weftStream_t stream;
+      weftStreamCreate(&stream);
+      int in_flight = 0;
+      std::vector<float> grad(count);
+      for (int l = L - 1; l >= 0; l--) {
+        weftEvent_t ev;
+        weftZeroGather(z, l, stream, &ev);
+        weftEventSynchronize(ev);
+        for (size_t i = 0; i < count; i++) grad[i] = (float)((ctx.rank + 1) * ((i % 7) + l));
+        void *g;
+        if (weftZeroGrad(z, ids[l], &g) != weftSuccess)
+          return rank_fail(ctx, "grad: %s", weftZeroLastError());
+        weftZeroAccumulate(g, weftFloat32, grad.data(), count);
+        weftZeroRelease(z, l);
+        if (weftZeroGradReady(z, l, stream) != weftSuccess)
+          return rank_fail(ctx, "ready: %s", weftZeroLastError());
+        if (weftStreamQuery(stream) == weftInProgress) in_flight++;
+        usleep(100000);  // the next layer's backward: no weft call
+        if (weftStreamQuery(stream) != weftSuccess)
+          return rank_fail(ctx, "stage %d: layer %d's reduction did not run during compute",
+                           stage, l);
+      }
+      if (in_flight == 0) return rank_fail(ctx, "stage %d: no reduction seen in flight", stage);
+      if (weftZeroStep(z, stream, nullptr) != weftSuccess)
+        return rank_fail(ctx, "step: %s", weftZeroLastError());
+      std::vector<float> after(init_vals.size());
+      weftZeroGetParams(z, after.data(), stream);
+      for (int l = 0; l < L; l++)
+        for (size_t i = 0; i < count; i++) {
+          float avg = 1.5f * (float)((i % 7) + l);  // (1 + 2) / 2 ranks
+          float want = init_vals[l * count + i] - 0.5f * avg;
+          if (after[l * count + i] != want)
+            return rank_fail(ctx, "stage %d layer %d [%zu]: %g, want %g", stage, l, i,
+                             after[l * count + i], want);
+        }
+      weftZeroDestroy(z);
+      weftStreamDestroy(stream);
+      weftCommDestroy(comm);
+      return 0;
+    });
+    for (int s : status) EXPECT_EQ(s, 0) << "stage " << stage;
+  }
+}
+
 // A rank that dies between steps: the others get an error from the step
 // within the timeout, at every stage, instead of hanging.
 TEST(ZeroErrors, DeadPeerFailsTheStep) {
