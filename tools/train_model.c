@@ -190,8 +190,12 @@ static weftResult_t model_setup(struct model *m, weftComm_t comm) {
   for (int l = 0; l <= o->nlayers; l++) maxw = o->widths[l] > maxw ? o->widths[l] : maxw;
   int outw = o->widths[o->nlayers];
   m->teacher = malloc((size_t)outw * in0 * sizeof *m->teacher);
-  for (int i = 0; i < outw * in0; i++) m->teacher[i] = 0.5f * uniform_at(o->seed + 4242, (uint64_t)i);
   float *init = malloc((size_t)maxw * maxw * sizeof *init);
+  if (m->teacher == NULL || init == NULL) {
+    free(init);
+    return weftSystemError;
+  }
+  for (int i = 0; i < outw * in0; i++) m->teacher[i] = 0.5f * uniform_at(o->seed + 4242, (uint64_t)i);
   for (int l = 0; l < o->nlayers && res == weftSuccess; l++) {
     int in = o->widths[l], out = o->widths[l + 1];
     float bound = 1.0f / sqrtf((float)in);
@@ -212,6 +216,14 @@ static weftResult_t model_setup(struct model *m, weftComm_t comm) {
   m->gw = malloc((size_t)maxw * maxw * sizeof(float));
   m->gb = malloc((size_t)maxw * sizeof(float));
   m->target = malloc(nb * outw * sizeof(float));
+  int missing = m->teacher == NULL || m->delta == NULL || m->delta_prev == NULL ||
+                m->wf == NULL || m->bf == NULL || m->gw == NULL || m->gb == NULL ||
+                m->target == NULL;
+  for (int l = 0; l <= o->nlayers; l++) missing |= m->act[l] == NULL;
+  if (res == weftSuccess && missing) {
+    fprintf(stderr, "weft-train: out of memory\n");
+    res = weftSystemError;
+  }
   return res;
 }
 
@@ -296,7 +308,7 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
     report_memory(&m, comm, rank, nranks);
     out->nparams = out->memory.psi;
     out->params = malloc(out->nparams * sizeof *out->params);
-    res = weftZeroGetParams(m.zero, out->params, m.stream);
+    res = out->params == NULL ? weftSystemError : weftZeroGetParams(m.zero, out->params, m.stream);
     for (size_t i = 0; i < out->nparams && res == weftSuccess; i++) {
       out->l2 += (double)out->params[i] * out->params[i];
       out->sum += out->params[i];
