@@ -15,6 +15,8 @@
 
 struct stream_item {
   struct stream_item *next;
+  void (*hook)(void *arg); /* an item without ops runs this (events) */
+  void *hook_arg;
   size_t nops;
   struct group_op ops[];
 };
@@ -64,7 +66,9 @@ static void *stream_worker(void *arg) {
     if (s->head == NULL) s->tail = NULL;
     s->busy = 1;
     pthread_mutex_unlock(&s->lock);
-    weftResult_t res = group_launch(item->ops, item->nops);
+    weftResult_t res = weftSuccess;
+    if (item->hook != NULL) item->hook(item->hook_arg);
+    else res = group_launch(item->ops, item->nops);
     pthread_mutex_lock(&s->lock);
     if (res != weftSuccess && s->error == weftSuccess) {
       s->error = res;
@@ -79,12 +83,16 @@ static void *stream_worker(void *arg) {
   return NULL;
 }
 
-weftResult_t stream_enqueue(struct host_stream *s, const struct group_op *ops, size_t nops) {
+/* Appends one item: ops to launch, or (nops == 0) a hook to call. */
+static weftResult_t stream_push(struct host_stream *s, const struct group_op *ops, size_t nops,
+                                void (*hook)(void *arg), void *arg) {
   struct stream_item *item = malloc(sizeof *item + nops * sizeof *ops);
   if (item == NULL) return weft_error_set(weftSystemError, "out of memory");
   item->next = NULL;
+  item->hook = hook;
+  item->hook_arg = arg;
   item->nops = nops;
-  memcpy(item->ops, ops, nops * sizeof *ops);
+  if (nops > 0) memcpy(item->ops, ops, nops * sizeof *ops);
   item_pending(item, +1);
   pthread_mutex_lock(&s->lock);
   if (s->tail != NULL) s->tail->next = item;
@@ -93,6 +101,14 @@ weftResult_t stream_enqueue(struct host_stream *s, const struct group_op *ops, s
   pthread_cond_broadcast(&s->changed);
   pthread_mutex_unlock(&s->lock);
   return weftSuccess;
+}
+
+weftResult_t stream_enqueue(struct host_stream *s, const struct group_op *ops, size_t nops) {
+  return stream_push(s, ops, nops, NULL, NULL);
+}
+
+weftResult_t stream_enqueue_hook(struct host_stream *s, void (*hook)(void *arg), void *arg) {
+  return stream_push(s, NULL, 0, hook, arg);
 }
 
 weftResult_t weftStreamCreate(weftStream_t *stream) {

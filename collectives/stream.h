@@ -33,4 +33,9 @@ weftResult_t stream_lookup(weftStream_t stream, struct host_stream **out);
  * after everything queued before. Does not block. */
 weftResult_t stream_enqueue(struct host_stream *s, const struct group_op *ops, size_t nops);
 
+/* Queues a call of hook(arg) on the stream's worker, after everything queued
+ * before (events: collectives/stream_event.c). The hook may block the stream
+ * (a wait on an event); it owns arg. Does not block. */
+weftResult_t stream_enqueue_hook(struct host_stream *s, void (*hook)(void *arg), void *arg);
+
 #endif

@@ -297,6 +297,26 @@ weftResult_t weftStreamQuery(weftStream_t stream);
 /* Waits for the queued work, then frees the stream. */
 weftResult_t weftStreamDestroy(weftStream_t stream);
 
+/* --- Host events (a weft extension) -------------------------------------- */
+
+/* An event marks a point in a stream's queue. weftEventRecord queues the
+ * mark (on the NULL stream it is complete at once); weftEventSynchronize blocks
+ * the caller, and weftStreamWaitEvent blocks a stream, until the stream has
+ * run everything queued before the last record. An event never recorded is
+ * complete. Record, query and synchronize do not block except as said. */
+typedef void *weftEvent_t;
+weftResult_t weftEventCreate(weftEvent_t *event);
+weftResult_t weftEventRecord(weftEvent_t event, weftStream_t stream);
+/* Blocks until the last record is reached. */
+weftResult_t weftEventSynchronize(weftEvent_t event);
+/* Does not block: weftInProgress until the last record is reached. */
+weftResult_t weftEventQuery(weftEvent_t event);
+/* Work queued on stream after this call starts once event's last record (as
+ * of this call) is reached. Does not block, except on the NULL stream. */
+weftResult_t weftStreamWaitEvent(weftStream_t stream, weftEvent_t event);
+/* Waits for a pending record to be reached, then frees the event. */
+weftResult_t weftEventDestroy(weftEvent_t event);
+
 /* --- Memory and registration -------------------------------------------- */
 
 /* Allocates nbytes that collectives can move with fewer copies: device memory

@@ -1,0 +1,205 @@
+/*
+ * weft ZeRO: sharded data-parallel training state for a trainer to embed.
+ *
+ * A context holds a model's parameters for one data-parallel rank of a
+ * communicator, in layers. Stage 0 keeps everything on every rank and
+ * all-reduces gradients in buckets (DDP). Stage 1 shards the optimizer state,
+ * stage 2 also the gradients, stage 3 also the parameters, which are gathered
+ * one layer at a time around their use. Each layer is a flat buffer of its
+ * parameters in registration order, padded to a multiple of the rank count;
+ * rank r owns elements [r*s, (r+1)*s) of it (s = padded count / nranks), so a
+ * parameter may straddle ranks.
+ *
+ * Parameters and gradients are kept in the context's parameter type (fp32,
+ * bf16 or fp16); the optimizer works on fp32 master weights of the owned
+ * shard. Every communication goes on the stream the caller names; every wait
+ * is explicit (an event, or weftZeroStep). Use one stream for one context, and
+ * no other operations of the same communicator in between unless they are on
+ * that stream too.
+ *
+ * A communication failure (a dead peer, a timeout) surfaces at the next
+ * call that synchronizes the stream: weftZeroStep, weftZeroGetParams,
+ * weftZeroSave or weftZeroLoad. Calls are collective where marked: every
+ * rank must make them, in the same order. Errors are weftResult_t, with text in weftZeroLastError().
+ */
+#ifndef WEFT_ZERO_H
+#define WEFT_ZERO_H
+
+#include <stddef.h>
+
+#include "weft.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct weftZero *weftZero_t;
+
+typedef enum { weftZeroAdamW = 0, weftZeroSgdMomentum = 1 } weftZeroOptimizer_t;
+
+typedef struct {
+  int stage;                 /* 0, 1, 2 or 3 */
+  weftDataType_t paramType;  /* weftFloat32, weftBfloat16 or weftFloat16 */
+  weftDataType_t reduceType; /* gradients are reduced in this type: paramType or weftFloat32 */
+  weftZeroOptimizer_t optimizer;
+  double lr;
+  double beta1, beta2, eps; /* AdamW */
+  double momentum;          /* SGD with momentum */
+  double weightDecay;       /* decoupled (AdamW) or added to the gradient (SGD) */
+  double maxGradNorm;       /* clip by global norm; <= 0 turns clipping off */
+  int accumSteps;           /* micro-steps per step; gradients are averaged over them */
+  size_t bucketBytes;       /* stage 0: gradients are all-reduced in buckets of about this
+                               size; stages 2-3: a new layer gradient buffer past it first
+                               waits for earlier reductions to finish and frees their buffers */
+  size_t gatherBoundBytes;  /* stage 3: gathered layers never exceed this; 0 = no bound */
+  int prefetchLayers;       /* stage 3: layers gathered ahead of the one asked for */
+  double lossScale;         /* initial loss scale; dynamic for fp16, fixed 1 otherwise */
+  int lossScaleWindow;      /* steps without overflow before the scale doubles */
+} weftZeroConfig_t;
+
+/* Defaults: stage 0, fp32, AdamW (lr 1e-3, betas 0.9/0.999, eps 1e-8, decay
+ * 0), no clipping, 1 micro-step, 4 MiB buckets, no gather bound, prefetch 1,
+ * loss scale 65536 with a window of 100 (used for fp16 only). */
+void weftZeroConfigDefaults(weftZeroConfig_t *config);
+
+/* The shard of a rank, as a pure function: elements [offset, offset + count)
+ * of a flat buffer of `count` elements padded to a multiple of nranks.
+ * count may be smaller than the padded shard on the last ranks, and 0. */
+typedef struct {
+  size_t offset;
+  size_t count;
+} weftZeroShard_t;
+weftZeroShard_t weftZeroShardOf(size_t count, int nranks, int rank);
+/* Elements of the flat buffer, padded: nranks * ceil(count / nranks). */
+size_t weftZeroPadded(size_t count, int nranks);
+/* The part of the parameter at [param_offset, param_offset + param_count) of
+ * its layer that lies in shard: {offset within the parameter, count}. */
+weftZeroShard_t weftZeroShardIntersect(weftZeroShard_t shard, size_t param_offset,
+                                       size_t param_count);
+
+/* Creates a context on comm (which must outlive it). Not collective. */
+weftResult_t weftZeroCreate(weftZero_t *zero, weftComm_t comm, const weftZeroConfig_t *config);
+
+/* Registers a parameter of count elements in layer `layer` (layers are
+ * numbered from 0 and registered in non-decreasing order), initialised from
+ * init (fp32, count values; every rank must pass the same values). Writes
+ * its id. */
+weftResult_t weftZeroAddParam(weftZero_t zero, int layer, size_t count, const float *init,
+                              int *param_out);
+
+/* Ends registration and allocates buffers. After it, stage 0-2 parameters
+ * are readable; stage 3 ones after weftZeroGather. */
+weftResult_t weftZeroFinalize(weftZero_t zero);
+
+/* The parameter's values (paramType). Stage 3: only while its layer is
+ * gathered and after the gather's event; else weftInvalidUsage. */
+weftResult_t weftZeroParam(weftZero_t zero, int param, void **ptr_out);
+
+/* The parameter's gradient buffer (paramType, zero at the start of a step):
+ * the trainer adds its gradient of the loss times weftZeroLossScale to it
+ * (weftZeroAccumulate). Stages 2 and 3 hand out a layer buffer from the
+ * bucket pool, held until the layer's reduction is done (may wait for
+ * earlier reductions, see bucketBytes). */
+weftResult_t weftZeroGrad(weftZero_t zero, int param, void **ptr_out);
+
+/* Stage 3: queues the all-gather of layer on stream, and of up to
+ * prefetchLayers more in the direction of travel (upward; downward from the
+ * last layer or after a lower layer), as gatherBoundBytes allows; asking for
+ * a layer that does not fit is weftInvalidUsage. *ready_out (may be NULL) is
+ * an event that completes when the layer's parameters are in place;
+ * synchronize it before weftZeroParam. Stages 0-2: nothing to do, the event
+ * is complete. Does not block. Collective. */
+weftResult_t weftZeroGather(weftZero_t zero, int layer, weftStream_t stream,
+                            weftEvent_t *ready_out);
+/* The event of the layer's last gather, prefetched or asked for (complete
+ * when none is in flight). Does not queue anything. */
+weftResult_t weftZeroGatherEvent(weftZero_t zero, int layer, weftEvent_t *event_out);
+/* Stage 3: frees the layer's gathered parameters (waits for its gather if it
+ * is still in flight). Other stages: nothing. */
+weftResult_t weftZeroRelease(weftZero_t zero, int layer);
+
+/* Micro-steps before the last of a step pass sync = 0: their gradients stay
+ * in the gradient buffers and accumulate. Default 1. */
+weftResult_t weftZeroSetSync(weftZero_t zero, int sync);
+
+/* Marks layer's gradients complete for this micro-step. With sync on, queues
+ * its reduction on stream (stage 0: the bucket's all-reduce once all its
+ * layers are marked; stages 1-3: the layer's reduce-scatter), so it overlaps
+ * the rest of backward. Does not block (a reduceType copy is made first).
+ * Each layer is marked once per step. Collective. */
+weftResult_t weftZeroGradReady(weftZero_t zero, int layer, weftStream_t stream);
+
+typedef struct {
+  double gradNorm;  /* global norm of the averaged gradient, before clipping */
+  double lossScale; /* the scale the step used */
+  int skipped;      /* 1: an overflow on some rank; no update, the scale halves */
+} weftZeroStepInfo_t;
+
+/* Finishes the reductions, clips by global norm (across shards), updates the
+ * owned shard (AdamW or SGD with momentum, fp32), writes parameters back
+ * (all-gathering them for stages 1-2) and zeroes the gradients. Stage 3
+ * drops gathered layers, which would be stale. Everything runs on stream and
+ * is complete when it returns (blocks). info may be NULL. Collective. */
+weftResult_t weftZeroStep(weftZero_t zero, weftStream_t stream, weftZeroStepInfo_t *info);
+
+/* The factor the trainer multiplies its loss by (1 unless fp16). */
+double weftZeroLossScale(weftZero_t zero);
+/* weftZeroStep calls so far (skipped steps included); restored by weftZeroLoad. */
+long weftZeroStepCount(weftZero_t zero);
+
+/* Bytes this rank holds, by category, counted where they are allocated.
+ * params + grads + optimizer follow the ZeRO formulas (weftZeroMemoryFormula)
+ * for psiPadded parameters and N ranks; buckets and gathered are the
+ * temporary buffers held now (peak: the most at once). */
+typedef struct {
+  size_t psi;             /* parameters, unpadded */
+  size_t psiPadded;       /* parameters, each layer padded to a multiple of N */
+  size_t params;          /* parameter buffers (paramType): Psi, or Psi/N at stage 3 */
+  size_t grads;           /* gradient buffers: Psi, or Psi/N at stages 2-3 */
+  size_t optimizer;       /* fp32 master + moments: K*Psi, or K*Psi/N at stages 1-3 */
+  size_t buckets;         /* stage 2-3 layer gradients and reduce-type copies held now */
+  size_t bucketsPeak;
+  size_t gathered;        /* stage 3 gathered layers held now */
+  size_t gatheredPeak;
+} weftZeroMemory_t;
+weftResult_t weftZeroMemoryReport(weftZero_t zero, weftZeroMemory_t *report);
+/* The formula alone: bytes of params + grads + optimizer for psi parameters
+ * of paramType on nranks ranks at stage (psi divisible by nranks). With fp16
+ * or bf16 and AdamW this is 16psi, 4psi + 12psi/N, 2psi + 14psi/N, 16psi/N. */
+size_t weftZeroMemoryFormula(int stage, size_t psi, int nranks, weftDataType_t paramType,
+                             weftZeroOptimizer_t optimizer);
+
+/* The full fp32 master parameters, in registration order (psi floats), on
+ * every rank. Collective. */
+weftResult_t weftZeroGetParams(weftZero_t zero, float *out, weftStream_t stream);
+
+/* Sharded checkpoints. Save writes dir/step-<n>/ with one file per rank (its
+ * shard of master weights and moments, padding removed) and a manifest, then
+ * points dir/LATEST at it by an atomic rename; a crash mid-save leaves the
+ * previous checkpoint as LATEST. Load reads LATEST on any number of ranks and
+ * any stage (same layers and optimizer). Both collective. */
+weftResult_t weftZeroSave(weftZero_t zero, const char *dir, weftStream_t stream);
+weftResult_t weftZeroLoad(weftZero_t zero, const char *dir, weftStream_t stream);
+
+/* Writes the checkpoint LATEST names in dir as one file of full fp32
+ * parameters: the 8 bytes "WEFTZF32", a uint64 layer count, a uint64
+ * parameter count per layer, then every parameter in registration order
+ * (little-endian float32). Not collective; no communicator needed. */
+weftResult_t weftZeroConsolidate(const char *dir, const char *out_path);
+
+/* The text of the calling thread's last ZeRO failure ("" if none). */
+const char *weftZeroLastError(void);
+
+/* Waits for the context's outstanding work and frees it. */
+weftResult_t weftZeroDestroy(weftZero_t zero);
+
+/* Conversions between fp32 and paramType (fp32, bf16, fp16; round to
+ * nearest even). Accumulate adds src (fp32) to dst (type) element-wise. */
+weftResult_t weftZeroToFloat(const void *src, weftDataType_t type, float *dst, size_t count);
+weftResult_t weftZeroFromFloat(const float *src, weftDataType_t type, void *dst, size_t count);
+weftResult_t weftZeroAccumulate(void *dst, weftDataType_t type, const float *src, size_t count);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEFT_ZERO_H */

@@ -1,0 +1,119 @@
+// Host events: a record marks a point in a stream; synchronize, query and
+// stream waits see exactly the work queued before it.
+#include <gtest/gtest.h>
+
+#include <time.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "harness.h"
+
+using namespace weft_test;
+
+namespace {
+
+double now_s() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Rank 1 joins 400 ms late. On rank 0 an event recorded after the all-reduce
+// is pending until the peer joins; synchronize returns with the result there.
+TEST(HostEvent, RecordAfterWork) {
+  auto status = run_ranks(2, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init");
+    std::vector<float> buf(4099, (float)(ctx.rank + 1));
+    if (ctx.rank == 1) {
+      usleep(400000);
+      weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, comm, nullptr);
+      weftCommDestroy(comm);
+      return 0;
+    }
+    weftStream_t stream;
+    weftEvent_t ev;
+    if (weftStreamCreate(&stream) != weftSuccess || weftEventCreate(&ev) != weftSuccess)
+      return rank_fail(ctx, "create");
+    if (weftEventQuery(ev) != weftSuccess) return rank_fail(ctx, "a fresh event is not complete");
+    double t0 = now_s();
+    weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, comm, stream);
+    if (weftEventRecord(ev, stream) != weftSuccess) return rank_fail(ctx, "record");
+    if (weftEventQuery(ev) != weftInProgress)
+      return rank_fail(ctx, "event complete before the peer joined");
+    if (weftEventSynchronize(ev) != weftSuccess) return rank_fail(ctx, "event sync");
+    double waited = now_s() - t0;
+    if (waited < 0.3) return rank_fail(ctx, "event completed after %.3f s, too early", waited);
+    for (float v : buf)
+      if (v != 3.0f) return rank_fail(ctx, "result %g at event completion, want 3", v);
+    if (weftEventQuery(ev) != weftSuccess) return rank_fail(ctx, "query after sync");
+    // NULL stream: complete at once
+    if (weftEventRecord(ev, nullptr) != weftSuccess || weftEventQuery(ev) != weftSuccess)
+      return rank_fail(ctx, "record on the NULL stream is not complete");
+    weftEventDestroy(ev);
+    weftStreamDestroy(stream);
+    weftCommDestroy(comm);
+    return 0;
+  });
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
+// Stream B waits on an event of stream A: B's own later record completes
+// only after A's all-reduce, although B has nothing else queued.
+TEST(HostEvent, StreamWaitsForAnother) {
+  auto status = run_ranks(2, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init");
+    std::vector<double> buf(777, ctx.rank + 1.0);
+    if (ctx.rank == 1) {
+      usleep(400000);
+      weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat64, weftSum, comm, nullptr);
+      weftCommDestroy(comm);
+      return 0;
+    }
+    weftStream_t a, b;
+    weftEvent_t ev_a, ev_b;
+    weftStreamCreate(&a);
+    weftStreamCreate(&b);
+    weftEventCreate(&ev_a);
+    weftEventCreate(&ev_b);
+    weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat64, weftSum, comm, a);
+    weftEventRecord(ev_a, a);
+    if (weftStreamWaitEvent(b, ev_a) != weftSuccess) return rank_fail(ctx, "wait event");
+    weftEventRecord(ev_b, b);
+    usleep(100000);
+    if (weftEventQuery(ev_b) != weftInProgress || weftStreamQuery(b) != weftInProgress)
+      return rank_fail(ctx, "stream b ran past its wait");
+    if (weftEventSynchronize(ev_b) != weftSuccess) return rank_fail(ctx, "sync b");
+    if (weftEventQuery(ev_a) != weftSuccess) return rank_fail(ctx, "b passed before a's event");
+    for (double v : buf)
+      if (v != 3.0) return rank_fail(ctx, "b saw %g, want 3", v);
+    weftEventDestroy(ev_a);
+    weftEventDestroy(ev_b);
+    weftStreamDestroy(a);
+    weftStreamDestroy(b);
+    weftCommDestroy(comm);
+    return 0;
+  });
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
+TEST(HostEvent, BadArguments) {
+  EXPECT_EQ(weftEventCreate(nullptr), weftInvalidArgument);
+  uint64_t not_an_event[4] = {0};
+  EXPECT_EQ(weftEventRecord(not_an_event, nullptr), weftInvalidArgument);
+  EXPECT_EQ(weftEventQuery(nullptr), weftInvalidArgument);
+  weftEvent_t ev;
+  ASSERT_EQ(weftEventCreate(&ev), weftSuccess);
+  EXPECT_EQ(weftEventRecord(ev, not_an_event), weftInvalidArgument);
+  EXPECT_EQ(weftEventSynchronize(ev), weftSuccess);  // never recorded: complete
+  EXPECT_EQ(weftStreamWaitEvent(nullptr, ev), weftSuccess);
+  EXPECT_EQ(weftEventDestroy(ev), weftSuccess);
+}
+
+}  // namespace

@@ -1,0 +1,66 @@
+#!/bin/bash
+# weft-train under weftrun: falling loss, the memory table, the final line;
+# a checkpoint saved on 4 ranks resumes on 2 and consolidates.
+# usage: test_weft_train.sh WEFTRUN TOOLS_DIR SOURCE_DIR
+set -u
+weftrun=$1
+tools=$2
+src=$3
+fail=0
+work=$(mktemp -d /tmp/weft_train_XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+check() { # name, condition result
+  if [ "$2" -ne 0 ]; then echo "FAIL: $1"; fail=1; else echo "ok: $1"; fi
+}
+
+# README's showcase
+out=$(timeout 60 "$weftrun" -n 4 "$tools/weft-train" --zero-stage 3 2>&1)
+rc=$?
+echo "$out"
+check "weft-train exits 0" $rc
+losses=$(echo "$out" | awk '/ step +[0-9]+ loss /{print $5}')
+first=$(echo "$losses" | head -1)
+last=$(echo "$losses" | tail -1)
+[ "$(echo "$losses" | wc -l)" -eq 10 ]; check "ten steps printed" $?
+awk -v a="$first" -v b="$last" 'BEGIN{exit !(b < a / 2)}'; check "loss falls ($first -> $last)" $?
+for r in 0 1 2 3; do
+  echo "$out" | grep -qE "^\[0\] +$r +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+$"
+  check "memory row for rank $r" $?
+done
+echo "$out" | grep -q "# memory per rank" ; check "memory table header" $?
+echo "$out" | tail -1 | grep -qE '^\[0\] final loss [0-9.e+-]+ params-l2 [0-9.e+-]+ params-sum [0-9.e+-]+$'
+check "final line last" $?
+
+# stages agree through the command line too (fp32, 3 ranks)
+ref=$(timeout 60 "$weftrun" -n 3 "$tools/weft-train" --zero-stage 0 --quiet 2>&1 | tail -1)
+for s in 1 2 3; do
+  got=$(timeout 60 "$weftrun" -n 3 "$tools/weft-train" --zero-stage $s --quiet 2>&1 | tail -1)
+  awk -v a="$ref" -v b="$got" 'BEGIN{split(a,x," "); split(b,y," "); d=x[6]-y[6]; if (d<0) d=-d;
+       exit !(d <= 1e-6 * x[6])}'
+  check "stage $s params-l2 matches stage 0 ($got)" $?
+done
+
+# save on 4 ranks at stage 3, resume on 2 at stage 1, consolidate
+timeout 60 "$weftrun" -n 4 "$tools/weft-train" --zero-stage 3 --steps 4 --save "$work/ckpt" --quiet >/dev/null 2>&1
+check "save" $?
+[ -f "$work/ckpt/LATEST" ] && grep -qx "step-4" "$work/ckpt/LATEST"; check "LATEST names step-4" $?
+out=$(timeout 60 "$weftrun" -n 2 "$tools/weft-train" --zero-stage 1 --steps 8 --resume "$work/ckpt" 2>&1)
+check "resume" $?
+echo "$out" | grep -q "from step 4"; check "resumed from step 4" $?
+"$tools/weft-zero-consolidate" "$work/ckpt" "$work/full.bin"; check "consolidate" $?
+[ "$(stat -c %s "$work/full.bin")" -eq $((8 + 8 + 8 * 3 + 4 * 1673)) ]; check "consolidated size" $?
+"$tools/weft-zero-consolidate" "$work/none" "$work/x.bin" 2>/dev/null
+[ $? -eq 1 ]; check "consolidate of a missing checkpoint fails" $?
+"$tools/weft-train" --zero-stage 7 >/dev/null 2>&1
+[ $? -eq 2 ]; check "bad stage refused" $?
+# docs/zero.md's complete example is tools/zero_example.c, and it runs
+awk '/^```c$/{n++; if (n==2) {on=1; next}} on && /^```$/{exit} on' "$src/docs/zero.md" \
+  | diff -q - "$src/tools/zero_example.c" >/dev/null
+check "docs/zero.md shows tools/zero_example.c verbatim" $?
+out=$(cd "$work" && timeout 60 "$weftrun" -n 3 "$tools/zero-example" 2 2>&1)
+check "zero-example runs" $?
+echo "$out" | awk '/ w0 /{w=$3; b=$7; found=1} END{d1=w-0.1; d2=b-0.5; if(d1<0)d1=-d1; if(d2<0)d2=-d2;
+  exit !(found && d1 < 0.01 && d2 < 0.01)}'; check "zero-example fits the model ($(echo "$out" | tail -1))" $?
+rm -rf /tmp/zero-example-ckpt
+exit $fail

@@ -1,0 +1,440 @@
+// The ZeRO context's API on real ranks: the memory report against the ZeRO
+// formulas, loss scaling that agrees across ranks, stage 3 prefetch under a
+// byte bound, and errors for misuse.
+#include <gtest/gtest.h>
+
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "harness.h"
+#include "weft_zero.h"
+
+using namespace weft_test;
+
+namespace {
+
+int init(const RankCtx &ctx, weftComm_t *comm) {
+  if (weftCommInitRank(comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+    return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+  return 0;
+}
+
+// A context with the given layer sizes (one parameter per entry of each
+// layer), initialised from a seeded generator that every rank shares.
+int make_ctx(const RankCtx &ctx, weftComm_t comm, weftZeroConfig_t cfg,
+             const std::vector<std::vector<size_t>> &layers, weftZero_t *out,
+             std::vector<int> *ids = nullptr, std::vector<float> *values = nullptr) {
+  if (weftZeroCreate(out, comm, &cfg) != weftSuccess)
+    return rank_fail(ctx, "create: %s", weftZeroLastError());
+  Rng rng(test_seed() + 99);
+  for (size_t l = 0; l < layers.size(); l++)
+    for (size_t count : layers[l]) {
+      std::vector<float> init(count);
+      for (float &v : init) v = (float)(rng.uniform() - 0.5);
+      int id;
+      if (weftZeroAddParam(*out, (int)l, count, init.data(), &id) != weftSuccess)
+        return rank_fail(ctx, "add: %s", weftZeroLastError());
+      if (ids) ids->push_back(id);
+      if (values) values->insert(values->end(), init.begin(), init.end());
+    }
+  if (weftZeroFinalize(*out) != weftSuccess)
+    return rank_fail(ctx, "finalize: %s", weftZeroLastError());
+  return 0;
+}
+
+// The paper's formulas, written out: Psi parameters, N ranks, 2-byte
+// parameters and gradients, K = 12 bytes of AdamW state.
+size_t paper_bytes(int stage, size_t psi, size_t n) {
+  switch (stage) {
+  case 0: return 16 * psi;
+  case 1: return 4 * psi + 12 * psi / n;
+  case 2: return 2 * psi + 14 * psi / n;
+  default: return 16 * psi / n;
+  }
+}
+
+TEST(ZeroMemory, FollowsTheFormulas) {
+  for (int n = 1; n <= 4; n++) {
+    auto status = run_ranks(n, [](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (int rc = init(ctx, &comm)) return rc;
+      size_t n = (size_t)ctx.nranks;
+      // layer sizes that divide by N, for several Psi
+      for (size_t unit : {1ul, 7ul, 1000ul}) {
+        std::vector<std::vector<size_t>> layers = {{12 * n * unit, 5 * n}, {n * unit}, {3 * n}};
+        size_t psi = 12 * n * unit + 5 * n + n * unit + 3 * n;
+        for (int stage = 0; stage <= 3; stage++) {
+          for (int variant = 0; variant < 2; variant++) {
+            weftZeroConfig_t cfg;
+            weftZeroConfigDefaults(&cfg);
+            cfg.stage = stage;
+            cfg.paramType = variant == 0 ? weftBfloat16 : weftFloat32;
+            cfg.reduceType = cfg.paramType;
+            cfg.optimizer = variant == 0 ? weftZeroAdamW : weftZeroSgdMomentum;
+            weftZero_t z;
+            if (int rc = make_ctx(ctx, comm, cfg, layers, &z)) return rc;
+            weftZeroMemory_t r;
+            weftZeroMemoryReport(z, &r);
+            size_t total = r.params + r.grads + r.optimizer;
+            size_t want = variant == 0 ? paper_bytes(stage, psi, n)
+                                       : (size_t[]){16 * psi, 8 * psi + 8 * psi / n,
+                                                    4 * psi + 12 * psi / n, 16 * psi / n}[stage];
+            if (r.psi != psi || r.psiPadded != psi || total != want ||
+                total != weftZeroMemoryFormula(stage, psi, ctx.nranks, cfg.paramType,
+                                               cfg.optimizer))
+              return rank_fail(ctx, "stage %d psi %zu variant %d: %zu bytes, want %zu", stage,
+                               psi, variant, total, want);
+            if (r.buckets != 0 || r.gathered != 0)
+              return rank_fail(ctx, "temporary buffers held after finalize");
+            weftZeroDestroy(z);
+          }
+        }
+      }
+      // sizes that do not divide: the formula holds for the padded count
+      std::vector<std::vector<size_t>> odd = {{1001, 3}, {77}, {5}};
+      for (int stage = 0; stage <= 3; stage++) {
+        weftZeroConfig_t cfg;
+        weftZeroConfigDefaults(&cfg);
+        cfg.stage = stage;
+        cfg.paramType = cfg.reduceType = weftBfloat16;
+        weftZero_t z;
+        if (int rc = make_ctx(ctx, comm, cfg, odd, &z)) return rc;
+        weftZeroMemory_t r;
+        weftZeroMemoryReport(z, &r);
+        size_t padded = weftZeroPadded(1004, ctx.nranks) + weftZeroPadded(77, ctx.nranks) +
+                        weftZeroPadded(5, ctx.nranks);
+        if (r.psi != 1086 || r.psiPadded != padded ||
+            r.params + r.grads + r.optimizer != paper_bytes(stage, padded, n))
+          return rank_fail(ctx, "odd sizes, stage %d: %zu + %zu + %zu bytes, want %zu", stage,
+                           r.params, r.grads, r.optimizer, paper_bytes(stage, padded, n));
+        // held buffers show up: a stage 2-3 gradient bucket, a stage 3 gathered layer
+        void *g;
+        weftZeroGrad(z, 2, &g);
+        weftZeroMemoryReport(z, &r);
+        size_t bucket = stage >= 2 ? weftZeroPadded(77, ctx.nranks) * 2 : 0;
+        if (r.buckets != bucket) return rank_fail(ctx, "bucket %zu, want %zu", r.buckets, bucket);
+        weftEvent_t ev;
+        if (weftZeroGather(z, 0, nullptr, &ev) != weftSuccess)
+          return rank_fail(ctx, "gather: %s", weftZeroLastError());
+        weftZeroMemoryReport(z, &r);
+        size_t gathered = stage == 3 ? (weftZeroPadded(1004, ctx.nranks) +
+                                        weftZeroPadded(77, ctx.nranks)) * 2 : 0;  // + prefetch
+        if (r.gathered != gathered)
+          return rank_fail(ctx, "stage %d gathered %zu, want %zu", stage, r.gathered, gathered);
+        weftZeroRelease(z, 0);
+        weftZeroRelease(z, 1);
+        weftZeroMemoryReport(z, &r);
+        if (r.gathered != 0 || r.gatheredPeak != gathered)
+          return rank_fail(ctx, "after release %zu held, peak %zu", r.gathered, r.gatheredPeak);
+        weftZeroDestroy(z);
+      }
+      weftCommDestroy(comm);
+      return 0;
+    });
+    for (size_t r = 0; r < status.size(); r++) EXPECT_EQ(status[r], 0) << n << " ranks, rank " << r;
+  }
+}
+
+// fp16: one rank's overflow skips the step on every rank and halves the
+// scale everywhere; clean steps update, and the scale doubles after a window.
+TEST(ZeroLossScale, OverflowOnOneRankSkipsEverywhere) {
+  auto status = run_ranks(3, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (int rc = init(ctx, &comm)) return rc;
+    for (int stage = 0; stage <= 3; stage++) {
+      weftZeroConfig_t cfg;
+      weftZeroConfigDefaults(&cfg);
+      cfg.stage = stage;
+      cfg.paramType = weftFloat16;
+      cfg.reduceType = weftFloat32;
+      cfg.optimizer = weftZeroSgdMomentum;
+      cfg.lr = 0.1;
+      cfg.lossScale = 1024;
+      cfg.lossScaleWindow = 2;
+      weftZero_t z;
+      std::vector<int> ids;
+      std::vector<float> init_vals;
+      if (int rc = make_ctx(ctx, comm, cfg, {{100}, {31}}, &z, &ids, &init_vals)) return rc;
+      std::vector<float> before(init_vals.size()), after(init_vals.size());
+      const double scales[] = {1024, 512, 512, 1024};
+      for (int step = 0; step < 4; step++) {
+        double scale = weftZeroLossScale(z);
+        if (scale != scales[step])
+          return rank_fail(ctx, "stage %d step %d: scale %g, want %g", stage, step, scale,
+                           scales[step]);
+        weftZeroGetParams(z, before.data(), nullptr);
+        for (int l = 1; l >= 0; l--) {
+          weftEvent_t ev;
+          weftZeroGather(z, l, nullptr, &ev);
+          void *g;
+          weftZeroGrad(z, ids[l], &g);
+          size_t n = l == 0 ? 100 : 31;
+          std::vector<float> grad(n, (float)(0.01 * (ctx.rank + 1) * scale));
+          if (step == 0 && ctx.rank == 1 && l == 1) grad[7] = INFINITY;  // only here
+          weftZeroAccumulate(g, weftFloat16, grad.data(), n);
+          weftZeroRelease(z, l);
+          weftZeroGradReady(z, l, nullptr);
+        }
+        weftZeroStepInfo_t info;
+        if (weftZeroStep(z, nullptr, &info) != weftSuccess)
+          return rank_fail(ctx, "step: %s", weftZeroLastError());
+        weftZeroGetParams(z, after.data(), nullptr);
+        bool moved = before != after;
+        if (info.skipped != (step == 0) || moved == (step == 0))
+          return rank_fail(ctx, "stage %d step %d: skipped %d, parameters moved %d", stage, step,
+                           info.skipped, moved);
+        // averaged gradient 0.02 per element: p -= lr * momentum buffer
+        if (step == 1 && fabs(after[0] - (before[0] - 0.1f * 0.02f)) > 1e-6)
+          return rank_fail(ctx, "stage %d: update %g, want %g", stage, after[0] - before[0],
+                           -0.002);
+      }
+      weftZeroDestroy(z);
+    }
+    weftCommDestroy(comm);
+    return 0;
+  });
+  for (int s : status) EXPECT_EQ(s, 0);
+}
+
+// Stage 3 with prefetch: while layer k computes, the gather of layer k+1 is
+// already queued and finishes without another call; gathered bytes never
+// pass the bound, and the gathered values are the parameters.
+TEST(ZeroPrefetch, NextLayerGathersDuringCompute) {
+  auto status = run_ranks(2, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (int rc = init(ctx, &comm)) return rc;
+    const int L = 6;
+    const size_t count = (1u << 19) + 3;  // 2 MiB a layer, odd
+    size_t layer_bytes = weftZeroPadded(count, ctx.nranks) * sizeof(float);
+    weftZeroConfig_t cfg;
+    weftZeroConfigDefaults(&cfg);
+    cfg.stage = 3;
+    cfg.prefetchLayers = 2;
+    cfg.gatherBoundBytes = 2 * layer_bytes;  // the layer in use and one ahead
+    weftZero_t z;
+    std::vector<int> ids;
+    std::vector<float> values;
+    if (int rc = make_ctx(ctx, comm, cfg, std::vector<std::vector<size_t>>(L, {count}), &z, &ids,
+                          &values))
+      return rc;
+    weftStream_t stream;
+    weftStreamCreate(&stream);
+    int in_flight_seen = 0;
+    for (int k = 0; k < L; k++) {
+      weftEvent_t ready, next = nullptr;
+      if (weftZeroGather(z, k, stream, &ready) != weftSuccess)
+        return rank_fail(ctx, "gather %d: %s", k, weftZeroLastError());
+      if (k + 1 < L) {
+        weftZeroGatherEvent(z, k + 1, &next);
+        if (weftEventQuery(next) == weftInProgress) in_flight_seen++;
+      }
+      weftEventSynchronize(ready);
+      weftZeroMemory_t r;
+      weftZeroMemoryReport(z, &r);
+      size_t want = (k + 1 < L ? 2 : 1) * layer_bytes;  // bound: only one ahead
+      if (r.gathered != want)
+        return rank_fail(ctx, "layer %d: %zu bytes gathered, want %zu", k, r.gathered, want);
+      void *p;
+      if (weftZeroParam(z, ids[k], &p) != weftSuccess)
+        return rank_fail(ctx, "param %d: %s", k, weftZeroLastError());
+      if (memcmp(p, values.data() + k * count, count * sizeof(float)) != 0)
+        return rank_fail(ctx, "layer %d gathered wrong values", k);
+      usleep(100000);  // compute layer k: no weft call
+      if (next != nullptr && weftEventQuery(next) != weftSuccess)
+        return rank_fail(ctx, "layer %d's gather did not finish during layer %d's compute", k + 1,
+                         k);
+      weftZeroRelease(z, k);
+    }
+    if (in_flight_seen == 0)
+      return rank_fail(ctx, "no prefetched gather was ever seen in flight");
+    weftZeroMemory_t r;
+    weftZeroMemoryReport(z, &r);
+    if (r.gatheredPeak > cfg.gatherBoundBytes)
+      return rank_fail(ctx, "peak %zu over the bound %zu", r.gatheredPeak, cfg.gatherBoundBytes);
+    // over the bound on demand: a clear error, nothing queued
+    weftEvent_t ev;
+    weftZeroGather(z, 0, stream, &ev);
+    weftZeroGather(z, 2, stream, &ev);  // two layers held: the bound
+    weftResult_t res = weftZeroGather(z, 3, stream, &ev);
+    if (res != weftInvalidUsage || strstr(weftZeroLastError(), "bound") == nullptr)
+      return rank_fail(ctx, "a gather over the bound gave %d: %s", res, weftZeroLastError());
+    weftStreamSynchronize(stream);
+    weftZeroDestroy(z);
+    weftStreamDestroy(stream);
+    weftCommDestroy(comm);
+    return 0;
+  });
+  for (int s : status) EXPECT_EQ(s, 0);
+}
+
+// Backward overlap: a layer's reduction, queued by GradReady, runs while the
+// trainer computes the next layer, before the step is called. The step then
+// applies exactly the averaged gradient (SGD, lr 0.5, no momentum).
+TEST(ZeroOverlap, ReductionsRunDuringBackward) {
+  for (int stage = 0; stage <= 3; stage++) {
+    auto status = run_ranks(2, [stage](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (int rc = init(ctx, &comm)) return rc;
+      const int L = 3;
+      const size_t count = (1u << 18) + 1;
+      weftZeroConfig_t cfg;
+      weftZeroConfigDefaults(&cfg);
+      cfg.stage = stage;
+      cfg.optimizer = weftZeroSgdMomentum;
+      cfg.momentum = 0;
+      cfg.lr = 0.5;
+      cfg.bucketBytes = 1;  // stage 0: one bucket a layer
+      weftZero_t z;
+      std::vector<int> ids;
+      std::vector<float> init_vals;
+      if (int rc = make_ctx(ctx, comm, cfg, std::vector<std::vector<size_t>>(L, {count}), &z,
+                            &ids, &init_vals))
+        return rc;
+      weftStream_t stream;
+      weftStreamCreate(&stream);
+      int in_flight = 0;
+      std::vector<float> grad(count);
+      for (int l = L - 1; l >= 0; l--) {
+        weftEvent_t ev;
+        weftZeroGather(z, l, stream, &ev);
+        weftEventSynchronize(ev);
+        for (size_t i = 0; i < count; i++) grad[i] = (float)((ctx.rank + 1) * ((i % 7) + l));
+        void *g;
+        if (weftZeroGrad(z, ids[l], &g) != weftSuccess)
+          return rank_fail(ctx, "grad: %s", weftZeroLastError());
+        weftZeroAccumulate(g, weftFloat32, grad.data(), count);
+        weftZeroRelease(z, l);
+        if (weftZeroGradReady(z, l, stream) != weftSuccess)
+          return rank_fail(ctx, "ready: %s", weftZeroLastError());
+        if (weftStreamQuery(stream) == weftInProgress) in_flight++;
+        usleep(100000);  // the next layer's backward: no weft call
+        if (weftStreamQuery(stream) != weftSuccess)
+          return rank_fail(ctx, "stage %d: layer %d's reduction did not run during compute",
+                           stage, l);
+      }
+      if (in_flight == 0) return rank_fail(ctx, "stage %d: no reduction seen in flight", stage);
+      if (weftZeroStep(z, stream, nullptr) != weftSuccess)
+        return rank_fail(ctx, "step: %s", weftZeroLastError());
+      std::vector<float> after(init_vals.size());
+      weftZeroGetParams(z, after.data(), stream);
+      for (int l = 0; l < L; l++)
+        for (size_t i = 0; i < count; i++) {
+          float avg = 1.5f * (float)((i % 7) + l);  // (1 + 2) / 2 ranks
+          float want = init_vals[l * count + i] - 0.5f * avg;
+          if (after[l * count + i] != want)
+            return rank_fail(ctx, "stage %d layer %d [%zu]: %g, want %g", stage, l, i,
+                             after[l * count + i], want);
+        }
+      weftZeroDestroy(z);
+      weftStreamDestroy(stream);
+      weftCommDestroy(comm);
+      return 0;
+    });
+    for (int s : status) EXPECT_EQ(s, 0) << "stage " << stage;
+  }
+}
+
+// A rank that dies between steps: the others get an error from the step
+// within the timeout, at every stage, instead of hanging.
+TEST(ZeroErrors, DeadPeerFailsTheStep) {
+  for (int stage = 0; stage <= 3; stage++) {
+    RunOptions opts;
+    opts.env = {{"WEFT_TIMEOUT", "5"}};
+    opts.allow_warnings = true;  // the dead peer is reported
+    opts.timeout_s = 30;
+    auto status = run_ranks(3, [stage](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (int rc = init(ctx, &comm)) return rc;
+      weftZeroConfig_t cfg;
+      weftZeroConfigDefaults(&cfg);
+      cfg.stage = stage;
+      weftZero_t z;
+      std::vector<int> ids;
+      if (int rc = make_ctx(ctx, comm, cfg, {{1000}, {333}}, &z, &ids)) return rc;
+      weftStream_t stream;
+      weftStreamCreate(&stream);
+      for (int step = 0; step < 5; step++) {
+        if (step == 2 && ctx.rank == 2) _exit(0);  // dies without a word
+        for (int l = 1; l >= 0; l--) {
+          weftEvent_t ev;
+          weftZeroGather(z, l, stream, &ev);
+          weftEventSynchronize(ev);
+          void *g;
+          weftZeroGrad(z, ids[l], &g);
+          weftZeroRelease(z, l);
+          weftZeroGradReady(z, l, stream);
+        }
+        weftResult_t res = weftZeroStep(z, stream, nullptr);
+        if (step < 2 && res != weftSuccess)
+          return rank_fail(ctx, "stage %d step %d: %s", stage, step, weftZeroLastError());
+        if (step == 2) {
+          if (res != weftRemoteError)
+            return rank_fail(ctx, "stage %d: the step after a peer died gave %d: %s", stage, res,
+                             weftZeroLastError());
+          break;
+        }
+      }
+      weftCommAbort(comm);
+      return 0;
+    }, opts);
+    for (int s : status) EXPECT_EQ(s, 0) << "stage " << stage;
+  }
+}
+
+TEST(ZeroErrors, MisuseIsRefused) {
+  auto status = run_ranks(2, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (int rc = init(ctx, &comm)) return rc;
+    weftZeroConfig_t cfg;
+    weftZeroConfigDefaults(&cfg);
+    weftZero_t z;
+    cfg.stage = 4;
+    if (weftZeroCreate(&z, comm, &cfg) != weftInvalidArgument)
+      return rank_fail(ctx, "stage 4 accepted");
+    cfg.stage = 3;
+    cfg.paramType = weftInt32;
+    if (weftZeroCreate(&z, comm, &cfg) != weftInvalidArgument)
+      return rank_fail(ctx, "int32 parameters accepted");
+    cfg.paramType = weftBfloat16;
+    cfg.reduceType = weftFloat16;
+    if (weftZeroCreate(&z, comm, &cfg) != weftInvalidArgument)
+      return rank_fail(ctx, "bf16 reduced in fp16 accepted");
+    cfg.reduceType = weftBfloat16;
+    if (weftZeroCreate(&z, comm, &cfg) != weftSuccess) return rank_fail(ctx, "create");
+    float init[10] = {0};
+    int id;
+    if (weftZeroAddParam(z, 1, 10, init, &id) != weftInvalidArgument)
+      return rank_fail(ctx, "layer 1 before layer 0 accepted");
+    if (weftZeroFinalize(z) != weftInvalidUsage) return rank_fail(ctx, "empty model finalized");
+    weftZeroAddParam(z, 0, 10, init, &id);
+    void *p;
+    if (weftZeroParam(z, id, &p) != weftInvalidUsage) return rank_fail(ctx, "param before finalize");
+    weftZeroFinalize(z);
+    if (weftZeroAddParam(z, 0, 10, init, &id) != weftInvalidUsage)
+      return rank_fail(ctx, "add after finalize accepted");
+    if (weftZeroParam(z, id, &p) != weftInvalidUsage ||
+        strstr(weftZeroLastError(), "not gathered") == nullptr)
+      return rank_fail(ctx, "stage 3 param without a gather: %s", weftZeroLastError());
+    if (weftZeroStep(z, nullptr, nullptr) != weftInvalidUsage)
+      return rank_fail(ctx, "step without gradients accepted");
+    weftZeroGradReady(z, 0, nullptr);
+    if (weftZeroGradReady(z, 0, nullptr) != weftInvalidUsage)
+      return rank_fail(ctx, "a layer marked ready twice");
+    if (weftZeroGrad(z, id, &p) != weftInvalidUsage)
+      return rank_fail(ctx, "gradient handed out during its reduction");
+    if (weftZeroStep(z, nullptr, nullptr) != weftSuccess) return rank_fail(ctx, "step");
+    if (weftZeroGather(z, 5, nullptr, nullptr) != weftInvalidArgument)
+      return rank_fail(ctx, "layer 5 gathered");
+    if (weftZeroLoad(z, "/nonexistent/weft", nullptr) == weftSuccess)
+      return rank_fail(ctx, "loaded a missing checkpoint");
+    weftZeroDestroy(z);
+    weftCommDestroy(comm);
+    return 0;
+  });
+  for (int s : status) EXPECT_EQ(s, 0);
+}
+
+}  // namespace

@@ -1,0 +1,322 @@
+/* weft-train's MLP: tanh hidden layers, a linear output, mean squared error
+ * against a fixed random teacher on generated inputs. Each linear layer
+ * (weights, then biases) is one ZeRO layer. */
+#include "train_model.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+void train_opts_defaults(struct train_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->stage = 0;
+  o->steps = 10;
+  o->seed = 1;
+  o->dtype = weftFloat32;
+  o->reduce_type = weftFloat32;
+  o->optimizer = weftZeroAdamW;
+  o->accum = 1;
+  o->global_batch = 24;
+  o->lr = 1e-2;
+  o->clip = 0;
+  o->nlayers = 3;
+  int widths[] = {12, 37, 29, 3}; /* layers of 481, 1102 and 90 parameters */
+  memcpy(o->widths, widths, sizeof widths);
+  o->prefetch = 1;
+}
+
+static uint64_t mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, 1) from a counter. */
+static float uniform_at(uint64_t seed, uint64_t i) {
+  return (float)((double)(mix64(seed ^ mix64(i)) >> 11) * 0x1.0p-52 - 1.0);
+}
+
+struct model {
+  const struct train_opts *o;
+  weftZero_t zero;
+  weftStream_t stream;
+  int pw[TRAIN_MAX_LAYERS], pb[TRAIN_MAX_LAYERS];
+  float *teacher;               /* outputs x inputs */
+  float *act[TRAIN_MAX_LAYERS + 1];
+  float *delta, *delta_prev, *wf, *bf, *gw, *gb;
+  float *target;
+  int batch;                    /* samples per rank per micro-step */
+};
+
+/* Sample idx of the stream of data: inputs and the teacher's outputs. */
+static void sample_make(const struct model *m, uint64_t idx, float *x, float *y) {
+  const struct train_opts *o = m->o;
+  int in = o->widths[0], out = o->widths[o->nlayers];
+  for (int i = 0; i < in; i++) x[i] = uniform_at(o->seed * 7919 + 17, idx * (uint64_t)in + i);
+  for (int j = 0; j < out; j++) {
+    double s = 0;
+    for (int i = 0; i < in; i++) s += m->teacher[j * in + i] * x[i];
+    y[j] = (float)(0.8 * sin(s));
+  }
+}
+
+/* The layer's parameters, gathered (stage 3) and converted to fp32. */
+static weftResult_t layer_weights(struct model *m, int l) {
+  const struct train_opts *o = m->o;
+  weftEvent_t ready;
+  weftResult_t res = weftZeroGather(m->zero, l, m->stream, &ready);
+  if (res == weftSuccess) res = weftEventSynchronize(ready);
+  void *w = NULL, *b = NULL;
+  if (res == weftSuccess) res = weftZeroParam(m->zero, m->pw[l], &w);
+  if (res == weftSuccess) res = weftZeroParam(m->zero, m->pb[l], &b);
+  if (res != weftSuccess) return res;
+  int in = o->widths[l], out = o->widths[l + 1];
+  weftZeroToFloat(w, o->dtype, m->wf, (size_t)in * out);
+  weftZeroToFloat(b, o->dtype, m->bf, (size_t)out);
+  return weftSuccess;
+}
+
+static weftResult_t forward(struct model *m, int n) {
+  const struct train_opts *o = m->o;
+  for (int l = 0; l < o->nlayers; l++) {
+    weftResult_t res = layer_weights(m, l);
+    if (res != weftSuccess) return res;
+    int in = o->widths[l], out = o->widths[l + 1], last = l == o->nlayers - 1;
+    for (int s = 0; s < n; s++) {
+      const float *x = m->act[l] + (size_t)s * in;
+      float *y = m->act[l + 1] + (size_t)s * out;
+      for (int j = 0; j < out; j++) {
+        float acc = m->bf[j];
+        for (int i = 0; i < in; i++) acc += m->wf[j * in + i] * x[i];
+        y[j] = last ? acc : tanhf(acc);
+      }
+    }
+    if (!last && (res = weftZeroRelease(m->zero, l)) != weftSuccess) return res;
+  }
+  return weftSuccess;
+}
+
+/* Backward from the loss, layer by layer: gradients go to the context and
+ * each layer is marked ready as soon as it is done. */
+static weftResult_t backward(struct model *m, int n, float scale) {
+  const struct train_opts *o = m->o;
+  int outw = o->widths[o->nlayers];
+  const float *y = m->act[o->nlayers];
+  for (int s = 0; s < n; s++)
+    for (int j = 0; j < outw; j++)
+      m->delta[s * outw + j] = 2.0f * (y[s * outw + j] - m->target[s * outw + j]) / (float)(n * outw);
+  for (int l = o->nlayers - 1; l >= 0; l--) {
+    weftResult_t res = layer_weights(m, l);
+    if (res != weftSuccess) return res;
+    int in = o->widths[l], out = o->widths[l + 1];
+    const float *x = m->act[l];
+    memset(m->gw, 0, (size_t)in * out * sizeof *m->gw);
+    memset(m->gb, 0, (size_t)out * sizeof *m->gb);
+    for (int s = 0; s < n; s++)
+      for (int j = 0; j < out; j++) {
+        float d = m->delta[s * out + j] * scale;
+        m->gb[j] += d;
+        for (int i = 0; i < in; i++) m->gw[j * in + i] += d * x[s * in + i];
+      }
+    void *gw, *gb;
+    if ((res = weftZeroGrad(m->zero, m->pw[l], &gw)) != weftSuccess ||
+        (res = weftZeroGrad(m->zero, m->pb[l], &gb)) != weftSuccess)
+      return res;
+    weftZeroAccumulate(gw, o->dtype, m->gw, (size_t)in * out);
+    weftZeroAccumulate(gb, o->dtype, m->gb, (size_t)out);
+    if (l > 0) {
+      for (int s = 0; s < n; s++)
+        for (int i = 0; i < in; i++) {
+          float acc = 0;
+          for (int j = 0; j < out; j++) acc += m->delta[s * out + j] * m->wf[j * in + i];
+          float a = x[s * in + i];
+          m->delta_prev[s * in + i] = acc * (1.0f - a * a);
+        }
+      float *t = m->delta;
+      m->delta = m->delta_prev;
+      m->delta_prev = t;
+    }
+    if ((res = weftZeroRelease(m->zero, l)) != weftSuccess) return res;
+    if ((res = weftZeroGradReady(m->zero, l, m->stream)) != weftSuccess) return res;
+  }
+  return weftSuccess;
+}
+
+static void report_memory(struct model *m, weftComm_t comm, int rank, int nranks) {
+  const struct train_opts *o = m->o;
+  weftZeroMemory_t r;
+  weftZeroMemoryReport(m->zero, &r);
+  double mine[6] = {(double)r.params, (double)r.grads, (double)r.optimizer,
+                    (double)r.bucketsPeak, (double)r.gatheredPeak,
+                    (double)(r.params + r.grads + r.optimizer)};
+  double *all = calloc((size_t)nranks * 6, sizeof *all);
+  if (all == NULL) return;
+  if (weftAllGather(mine, all, 6, weftFloat64, comm, m->stream) == weftSuccess &&
+      weftStreamSynchronize(m->stream) == weftSuccess && rank == 0 && o->log != NULL) {
+    size_t formula = weftZeroMemoryFormula(o->stage, r.psiPadded, nranks, o->dtype, o->optimizer);
+    fprintf(o->log,
+            "# memory per rank in bytes: psi %zu, padded %zu; ZeRO formula for stage %d: %zu\n",
+            r.psi, r.psiPadded, o->stage, formula);
+    fprintf(o->log, "# %4s %10s %10s %10s %12s %13s %10s\n", "rank", "params", "grads",
+            "optimizer", "buckets-peak", "gathered-peak", "total");
+    for (int q = 0; q < nranks; q++) {
+      const double *v = all + q * 6;
+      fprintf(o->log, "  %4d %10.0f %10.0f %10.0f %12.0f %13.0f %10.0f\n", q, v[0], v[1], v[2],
+              v[3], v[4], v[5]);
+    }
+  }
+  free(all);
+}
+
+static weftResult_t model_setup(struct model *m, weftComm_t comm) {
+  const struct train_opts *o = m->o;
+  weftZeroConfig_t cfg;
+  weftZeroConfigDefaults(&cfg);
+  cfg.stage = o->stage;
+  cfg.paramType = o->dtype;
+  cfg.reduceType = o->reduce_type;
+  cfg.optimizer = o->optimizer;
+  cfg.lr = o->lr;
+  cfg.maxGradNorm = o->clip;
+  cfg.accumSteps = o->accum;
+  cfg.gatherBoundBytes = o->gather_bound;
+  cfg.prefetchLayers = o->prefetch;
+  cfg.bucketBytes = 4096; /* small buckets, so that even this model has several */
+  weftResult_t res = weftZeroCreate(&m->zero, comm, &cfg);
+  if (res != weftSuccess) return res;
+  int in0 = o->widths[0], maxw = 0;
+  for (int l = 0; l <= o->nlayers; l++) maxw = o->widths[l] > maxw ? o->widths[l] : maxw;
+  int outw = o->widths[o->nlayers];
+  m->teacher = malloc((size_t)outw * in0 * sizeof *m->teacher);
+  float *init = malloc((size_t)maxw * maxw * sizeof *init);
+  if (m->teacher == NULL || init == NULL) {
+    free(init);
+    return weftSystemError;
+  }
+  for (int i = 0; i < outw * in0; i++) m->teacher[i] = 0.5f * uniform_at(o->seed + 4242, (uint64_t)i);
+  for (int l = 0; l < o->nlayers && res == weftSuccess; l++) {
+    int in = o->widths[l], out = o->widths[l + 1];
+    float bound = 1.0f / sqrtf((float)in);
+    for (int i = 0; i < in * out; i++)
+      init[i] = bound * uniform_at(o->seed * 31 + 2 * l, (uint64_t)i);
+    res = weftZeroAddParam(m->zero, l, (size_t)in * out, init, &m->pw[l]);
+    for (int j = 0; j < out; j++) init[j] = 0.1f * uniform_at(o->seed * 31 + 2 * l + 1, (uint64_t)j);
+    if (res == weftSuccess) res = weftZeroAddParam(m->zero, l, (size_t)out, init, &m->pb[l]);
+  }
+  free(init);
+  if (res == weftSuccess) res = weftZeroFinalize(m->zero);
+  size_t nb = (size_t)m->batch;
+  for (int l = 0; l <= o->nlayers; l++) m->act[l] = malloc(nb * o->widths[l] * sizeof(float));
+  m->delta = malloc(nb * maxw * sizeof(float));
+  m->delta_prev = malloc(nb * maxw * sizeof(float));
+  m->wf = malloc((size_t)maxw * maxw * sizeof(float));
+  m->bf = malloc((size_t)maxw * sizeof(float));
+  m->gw = malloc((size_t)maxw * maxw * sizeof(float));
+  m->gb = malloc((size_t)maxw * sizeof(float));
+  m->target = malloc(nb * outw * sizeof(float));
+  int missing = m->teacher == NULL || m->delta == NULL || m->delta_prev == NULL ||
+                m->wf == NULL || m->bf == NULL || m->gw == NULL || m->gb == NULL ||
+                m->target == NULL;
+  for (int l = 0; l <= o->nlayers; l++) missing |= m->act[l] == NULL;
+  if (res == weftSuccess && missing) {
+    fprintf(stderr, "weft-train: out of memory\n");
+    res = weftSystemError;
+  }
+  return res;
+}
+
+static void model_free(struct model *m) {
+  if (m->zero != NULL) weftZeroDestroy(m->zero);
+  for (int l = 0; l <= TRAIN_MAX_LAYERS; l++) free(m->act[l]);
+  free(m->teacher);
+  free(m->delta);
+  free(m->delta_prev);
+  free(m->wf);
+  free(m->bf);
+  free(m->gw);
+  free(m->gb);
+  free(m->target);
+}
+
+weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train_result *out) {
+  int rank, nranks;
+  memset(out, 0, sizeof *out);
+  weftCommUserRank(comm, &rank);
+  weftCommCount(comm, &nranks);
+  if (o->nlayers < 1 || o->nlayers > TRAIN_MAX_LAYERS || o->accum < 1 ||
+      o->global_batch % (o->accum * nranks) != 0) {
+    fprintf(stderr, "weft-train: the global batch %d must divide by accum %d x ranks %d\n",
+            o->global_batch, o->accum, nranks);
+    return weftInvalidArgument;
+  }
+  struct model m;
+  memset(&m, 0, sizeof m);
+  m.o = o;
+  m.batch = o->global_batch / (o->accum * nranks);
+  weftResult_t res = weftStreamCreate(&m.stream);
+  if (res != weftSuccess) return res;
+  res = model_setup(&m, comm);
+  if (res == weftSuccess && o->resume != NULL) res = weftZeroLoad(m.zero, o->resume, m.stream);
+  int in = o->widths[0], outw = o->widths[o->nlayers];
+  long first = res == weftSuccess ? weftZeroStepCount(m.zero) : 0;
+  if (rank == 0 && o->log != NULL && res == weftSuccess) {
+    weftZeroMemory_t r;
+    weftZeroMemoryReport(m.zero, &r);
+    fprintf(o->log, "# weft-train: %d ranks, stage %d, %s, %s, %zu parameters in %d layers, "
+                    "global batch %d, accum %d, from step %ld\n",
+            nranks, o->stage,
+            o->dtype == weftBfloat16 ? "bf16" : o->dtype == weftFloat16 ? "fp16" : "fp32",
+            o->optimizer == weftZeroAdamW ? "adamw" : "sgd-momentum", r.psi, o->nlayers,
+            o->global_batch, o->accum, first);
+  }
+  for (long step = first; step < o->steps && res == weftSuccess; step++) {
+    double loss = 0;
+    for (int micro = 0; micro < o->accum && res == weftSuccess; micro++) {
+      weftZeroSetSync(m.zero, micro == o->accum - 1);
+      uint64_t base = ((uint64_t)step * o->accum + micro) * (uint64_t)(m.batch * nranks) +
+                      (uint64_t)rank * m.batch;
+      for (int s = 0; s < m.batch; s++)
+        sample_make(&m, base + s, m.act[0] + (size_t)s * in, m.target + (size_t)s * outw);
+      res = forward(&m, m.batch);
+      if (res != weftSuccess) break;
+      double l = 0;
+      const float *y = m.act[o->nlayers];
+      for (int i = 0; i < m.batch * outw; i++) {
+        double d = (double)y[i] - m.target[i];
+        l += d * d;
+      }
+      loss += l / (m.batch * outw);
+      res = backward(&m, m.batch, (float)weftZeroLossScale(m.zero));
+    }
+    weftZeroStepInfo_t info;
+    if (res == weftSuccess) res = weftZeroStep(m.zero, m.stream, &info);
+    if (res == weftSuccess) res = weftAllReduce(&loss, &loss, 1, weftFloat64, weftSum, comm, m.stream);
+    if (res == weftSuccess) res = weftStreamSynchronize(m.stream);
+    if (res != weftSuccess) break;
+    loss /= (double)nranks * o->accum;
+    if (step == first) out->first_loss = loss;
+    out->final_loss = loss;
+    if (rank == 0 && o->log != NULL)
+      fprintf(o->log, "step %4ld loss %.6f grad-norm %.4g%s\n", step + 1, loss, info.gradNorm,
+              info.skipped ? " (overflow: skipped, loss scale halved)" : "");
+  }
+  if (res == weftSuccess) {
+    out->steps_done = weftZeroStepCount(m.zero);
+    weftZeroMemoryReport(m.zero, &out->memory);
+    report_memory(&m, comm, rank, nranks);
+    out->nparams = out->memory.psi;
+    out->params = malloc(out->nparams * sizeof *out->params);
+    res = out->params == NULL ? weftSystemError : weftZeroGetParams(m.zero, out->params, m.stream);
+    for (size_t i = 0; i < out->nparams && res == weftSuccess; i++) {
+      out->l2 += (double)out->params[i] * out->params[i];
+      out->sum += out->params[i];
+    }
+    out->l2 = sqrt(out->l2);
+  }
+  if (res == weftSuccess && o->save != NULL) res = weftZeroSave(m.zero, o->save, m.stream);
+  model_free(&m);
+  weftStreamDestroy(m.stream);
+  return res;
+}

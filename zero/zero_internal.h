@@ -1,0 +1,133 @@
+/* The ZeRO context's state, shared by the files of zero/. Uses the public
+ * headers only. */
+#ifndef WEFT_ZERO_INTERNAL_H
+#define WEFT_ZERO_INTERNAL_H
+
+#include <stddef.h>
+
+#include "weft.h"
+#include "weft_zero.h"
+
+/* Records the thread's last error text (weftZeroLastError) and returns code. */
+weftResult_t zero_fail(weftResult_t code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* A failure of a weft call: takes its text from weftGetLastError. */
+weftResult_t zero_fail_weft(weftResult_t code, weftComm_t comm, const char *what);
+
+#define ZERO_TRY(call)                                                          \
+  do {                                                                          \
+    weftResult_t zero_try_res_ = (call);                                        \
+    if (zero_try_res_ != weftSuccess) return zero_try_res_;                     \
+  } while (0)
+
+/* A weft call; failures keep weft's text, prefixed with what was being done. */
+#define ZERO_WEFT(zero, call, what)                                             \
+  do {                                                                          \
+    weftResult_t zero_weft_res_ = (call);                                       \
+    if (zero_weft_res_ != weftSuccess)                                          \
+      return zero_fail_weft(zero_weft_res_, (zero)->comm, what);                \
+  } while (0)
+
+int zero_type_ok(weftDataType_t type);
+float zero_load(const void *src, weftDataType_t type, size_t i);
+void zero_store(void *dst, weftDataType_t type, size_t i, float v);
+
+/* Memory categories the report counts. */
+enum zero_mem { ZERO_MEM_PARAMS, ZERO_MEM_GRADS, ZERO_MEM_OPTIM, ZERO_MEM_BUCKETS,
+                ZERO_MEM_GATHERED, ZERO_MEM_NUM };
+
+enum zero_gather_state { ZERO_RELEASED = 0, ZERO_GATHERING };
+
+struct zero_param {
+  int layer;
+  size_t offset; /* within the layer's flat buffer */
+  size_t count;
+};
+
+struct zero_layer {
+  size_t count;        /* parameters, unpadded */
+  size_t padded;       /* weftZeroPadded(count, nranks) */
+  size_t shard;        /* padded / nranks */
+  size_t first_param, nparams;
+  size_t flat_offset;  /* in the full flat buffers (params and grads, stages 0-1) */
+  size_t shard_offset; /* in the shard buffers (stage 2-3 gradients, stage 3 params) */
+  size_t own_offset;   /* the owned range in the layer: stage 0 all of it, else the shard */
+  size_t own_count;
+  size_t master_offset; /* of the owned range in master and moments */
+  /* stage 3 */
+  int gather_state;
+  void *gathered;
+  weftEvent_t gather_ev;
+  /* gradients of this step */
+  void *grad_bucket;   /* stages 2-3: the layer's gradients (paramType, padded) */
+  void *red_copy;      /* stages 1-3: a reduceType copy when it differs from paramType */
+  weftEvent_t red_ev;  /* the reduction's completion */
+  int reduced;         /* the reduction is queued */
+  int bucket;          /* stage 0: the bucket of this layer */
+};
+
+/* Stage 0: consecutive layers whose gradients are all-reduced together. */
+struct zero_bucket {
+  int first_layer, last_layer;
+  size_t flat_offset, count;
+  int pending;         /* layers not yet marked ready */
+  void *red_copy;      /* reduceType copy when it differs */
+  weftEvent_t ev;
+};
+
+struct weftZero {
+  weftComm_t comm;
+  int rank, nranks;
+  weftZeroConfig_t cfg;
+  size_t param_size; /* bytes of paramType */
+  size_t red_size;   /* bytes of reduceType */
+  int finalized;
+  struct zero_param *params;
+  size_t nparams, params_cap;
+  struct zero_layer *layers;
+  int nlayers;
+  float *init;       /* registration: initial values, in parameter order */
+  size_t init_cap;
+  struct zero_bucket *buckets;
+  int nbuckets;
+  size_t psi, psi_padded, shard_total, own_total;
+  void *params_full; /* stages 0-2: every layer, padded (paramType) */
+  void *params_shard;/* stage 3: the shards (paramType) */
+  void *grads_full;  /* stages 0-1: every layer, padded (paramType) */
+  void *grad_shard;  /* stages 2-3: the reduced shards (reduceType) */
+  float *master, *moment1, *moment2; /* owned range; moment2 for AdamW only */
+  int sync;
+  long step;    /* weftZeroStep calls, skipped ones included */
+  long updates; /* optimizer updates (Adam's bias correction counts these) */
+  double loss_scale;
+  int good_steps;
+  int last_gather;
+  int gather_dir;
+  size_t mem[ZERO_MEM_NUM];
+  size_t mem_peak[ZERO_MEM_NUM];
+};
+
+/* Allocation by category (zeroed); the report counts from these. */
+void *zero_alloc(struct weftZero *z, enum zero_mem cat, size_t nbytes);
+void zero_free(struct weftZero *z, enum zero_mem cat, void *ptr, size_t nbytes);
+
+/* Optimizer arrays per element: master and moments. */
+int zero_optim_arrays(weftZeroOptimizer_t optimizer);
+
+/* Owned fp32 master -> parameters of every rank (stages 1-2 all-gather,
+ * on stream, complete on return). Collective for stages 1-2. */
+weftResult_t zero_publish_params(struct weftZero *z, weftStream_t stream);
+
+/* Frees this step's gradient buckets and copies, zeroes the gradients. */
+void zero_grads_reset(struct weftZero *z);
+
+/* Stages 2-3: frees the buckets of finished reductions. */
+void zero_buckets_reclaim(struct weftZero *z);
+
+/* Stage 3: drops every gathered layer (waits for gathers in flight). */
+weftResult_t zero_release_all(struct weftZero *z);
+
+/* Sums n doubles over ranks on stream; complete on return. */
+weftResult_t zero_allreduce_sum(struct weftZero *z, double *vals, size_t n, weftStream_t stream);
+
+#endif
