@@ -20,8 +20,10 @@
 #include "../transport/status.h"
 #include "comm.h"
 
-#define NCCL_EXPORT __attribute__((visibility("default")))
-/* pnccl<name>: the same function under the profiling name. */
+/* As in NCCL, nccl<name> is weak so that a profiling library may define its
+ * own and call the real one as pnccl<name>, the same function under a
+ * second, strong name. */
+#define NCCL_EXPORT __attribute__((visibility("default"), weak))
 #define NCCL_PROFILING_ALIAS(name) \
   extern __typeof__(name) p##name __attribute__((alias(#name), visibility("default")))
 
@@ -257,8 +259,8 @@ NCCL_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId) {
 }
 NCCL_PROFILING_ALIAS(ncclGetUniqueId);
 
-NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId,
-                                                int rank, ncclConfig_t *config) {
+static ncclResult_t init_rank_config(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                                     ncclConfig_t *config) {
   weft_error_clear();
   weftConfig_t cfg, *cfgp;
   ncclResult_t res = config_read(config, &cfg, &cfgp);
@@ -268,11 +270,16 @@ NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, nc
   version_banner(rank);
   return RES(weftCommInitRankConfig((weftComm_t *)comm, nranks, id, rank, cfgp));
 }
+
+NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId,
+                                                int rank, ncclConfig_t *config) {
+  return init_rank_config(comm, nranks, commId, rank, config);
+}
 NCCL_PROFILING_ALIAS(ncclCommInitRankConfig);
 
 NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
                                           int rank) {
-  return ncclCommInitRankConfig(comm, nranks, commId, rank, NULL);
+  return init_rank_config(comm, nranks, commId, rank, NULL);
 }
 NCCL_PROFILING_ALIAS(ncclCommInitRank);
 
@@ -285,7 +292,7 @@ NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nrank
     return RES(weft_error_set(weftInvalidArgument,
                               "ncclCommInitRankScalable: needs at least one id (nId %d, ids %p)",
                               nId, (void *)commIds));
-  return ncclCommInitRankConfig(newcomm, nranks, commIds[0], myrank, config);
+  return init_rank_config(newcomm, nranks, commIds[0], myrank, config);
 }
 NCCL_PROFILING_ALIAS(ncclCommInitRankScalable);
 

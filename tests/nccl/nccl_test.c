@@ -380,7 +380,7 @@ static void test_groups(ncclComm_t comm) {
   }
   int root = g_nranks - 1;
   NCCL_OK(ncclGroupStart());
-  NCCL_OK(ncclAllReduce(ar, ar, count, t, ncclSum, comm, NULL));
+  NCCL_OK(pncclAllReduce(ar, ar, count, t, ncclSum, comm, NULL)); /* the profiling name */
   NCCL_OK(ncclGroupStart()); /* nested: the outer end launches */
   NCCL_OK(ncclBroadcast(bc, bc, count, t, root, comm, NULL));
   NCCL_OK(ncclGroupEnd());
@@ -644,6 +644,9 @@ int main(int argc, char **argv) {
   int version = 0;
   NCCL_OK(ncclGetVersion(&version));
   EXPECT(version == NCCL_VERSION_CODE && version == 22707, "version %d", version);
+  int pversion = 0;
+  NCCL_OK(pncclGetVersion(&pversion));
+  EXPECT(pversion == version, "pncclGetVersion gave %d", pversion);
 
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.commName = "nccl_test";
