@@ -205,6 +205,13 @@ static void check_guard(const void *buf, size_t count, ncclDataType_t t, const c
 
 /* --- Reductions: all-reduce, reduce, reduce-scatter ------------------------ */
 
+/* A count and whether the call is in place. Odd counts; the largest ones
+ * cross many pipeline chunks (the tests run with 4 KiB slots). */
+struct shape {
+  size_t count;
+  int in_place;
+};
+
 static ncclRedOp_t make_op(int op, ncclDataType_t t, ncclComm_t comm, void **scalar_p) {
   if (op < ncclNumOps) return (ncclRedOp_t)op;
   ncclRedOp_t made;
@@ -217,16 +224,17 @@ static ncclRedOp_t make_op(int op, ncclDataType_t t, ncclComm_t comm, void **sca
   return made;
 }
 
-static void test_reductions(ncclComm_t comm, const size_t *counts, int ncounts) {
+static void test_reductions(ncclComm_t comm, const struct shape *shapes, int nshapes) {
   unsigned salt = 0;
   for (int ti = 0; ti < ncclNumTypes; ti++) {
     ncclDataType_t t = (ncclDataType_t)ti;
     for (int op = 0; op < NUM_TEST_OPS; op++) {
       void *scalar = NULL;
       ncclRedOp_t nop = make_op(op, t, comm, &scalar);
-      for (int ci = 0; ci < ncounts; ci++) {
-        size_t count = counts[ci];
-        for (int in_place = 0; in_place < 2; in_place++) {
+      for (int ci = 0; ci < nshapes; ci++) {
+        size_t count = shapes[ci].count;
+        {
+          const int in_place = shapes[ci].in_place;
           char what[96];
           salt++;
           /* all-reduce */
@@ -317,13 +325,14 @@ static void expect_values(const void *buf, ncclDataType_t t, size_t count, int s
   }
 }
 
-static void test_movement(ncclComm_t comm, const size_t *counts, int ncounts) {
+static void test_movement(ncclComm_t comm, const struct shape *shapes, int nshapes) {
   unsigned salt = 1000;
   for (int ti = 0; ti < ncclNumTypes; ti++) {
     ncclDataType_t t = (ncclDataType_t)ti;
-    for (int ci = 0; ci < ncounts; ci++) {
-      size_t count = counts[ci];
-      for (int in_place = 0; in_place < 2; in_place++) {
+    for (int ci = 0; ci < nshapes; ci++) {
+      size_t count = shapes[ci].count;
+      {
+        const int in_place = shapes[ci].in_place;
         char what[96];
         salt++;
         int root = (int)(salt % (unsigned)g_nranks);
@@ -667,10 +676,10 @@ int main(int argc, char **argv) {
     NCCL_OK(ncclCommDestroy(comm));
     return g_failures ? 1 : 0;
   }
-  const size_t counts[] = {0, 1, 7, 1001, 30011};
-  const int ncounts = sizeof counts / sizeof counts[0];
-  test_reductions(comm, counts, ncounts);
-  test_movement(comm, counts, ncounts);
+  const struct shape shapes[] = {{0, 0}, {1, 1}, {7, 0}, {1001, 1}, {30011, 0}, {12289, 1}};
+  const int nshapes = sizeof shapes / sizeof shapes[0];
+  test_reductions(comm, shapes, nshapes);
+  test_movement(comm, shapes, nshapes);
   test_groups(comm);
   test_memory(comm);
   test_comms(comm);
