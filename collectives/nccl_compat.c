@@ -13,19 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../include/nccl.h"
-#include "../include/weft.h"
 #include "../transport/log.h"
 #include "../transport/param.h"
 #include "../transport/status.h"
 #include "comm.h"
-
-/* As in NCCL, nccl<name> is weak so that a profiling library may define its
- * own and call the real one as pnccl<name>, the same function under a
- * second, strong name. */
-#define NCCL_EXPORT __attribute__((visibility("default"), weak))
-#define NCCL_PROFILING_ALIAS(name) \
-  extern __typeof__(name) p##name __attribute__((alias(#name), visibility("default")))
+#include "nccl_compat.h"
 
 /* --- The ABI: NCCL's values are weft's ------------------------------------ */
 
@@ -67,7 +59,6 @@ _Static_assert(sizeof(ncclDataType_t) == sizeof(weftDataType_t), "datatype sizes
 
 #define COMM(c) ((weftComm_t)(c))
 #define STREAM(s) ((weftStream_t)(s))
-#define RES(r) ((ncclResult_t)(r))
 
 /* --- Environment: NCCL_* to WEFT_* ----------------------------------------- */
 
@@ -265,9 +256,10 @@ static ncclResult_t init_rank_config(ncclComm_t *comm, int nranks, ncclUniqueId 
   weftConfig_t cfg, *cfgp;
   ncclResult_t res = config_read(config, &cfg, &cfgp);
   if (res != ncclSuccess) return res;
+  version_banner(rank);
+  if (nccl_group_active()) return nccl_defer_init(comm, nranks, commId, rank, cfgp);
   weftUniqueId id;
   memcpy(&id, &commId, sizeof id);
-  version_banner(rank);
   return RES(weftCommInitRankConfig((weftComm_t *)comm, nranks, id, rank, cfgp));
 }
 
@@ -324,6 +316,7 @@ NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
   weftConfig_t cfg, *cfgp;
   ncclResult_t res = config_read(config, &cfg, &cfgp);
   if (res != ncclSuccess) return res;
+  if (nccl_group_active()) return nccl_defer_split(comm, color, key, newcomm, cfgp);
   return RES(weftCommSplit(COMM(comm), color, key, (weftComm_t *)newcomm, cfgp));
 }
 NCCL_PROFILING_ALIAS(ncclCommSplit);
@@ -487,27 +480,3 @@ NCCL_EXPORT ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t d
                       STREAM(stream)));
 }
 NCCL_PROFILING_ALIAS(ncclRecv);
-
-/* --- Groups ---------------------------------------------------------------- */
-
-NCCL_EXPORT ncclResult_t ncclGroupStart(void) { return RES(weftGroupStart()); }
-NCCL_PROFILING_ALIAS(ncclGroupStart);
-
-NCCL_EXPORT ncclResult_t ncclGroupEnd(void) { return RES(weftGroupEnd()); }
-NCCL_PROFILING_ALIAS(ncclGroupEnd);
-
-NCCL_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo) {
-  weft_error_clear();
-  if (simInfo != NULL && (simInfo->magic != NCCL_SIM_INFO_MAGIC ||
-                          simInfo->size < offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float))) {
-    /* the group still ends, as NCCL's does, so that the caller is not left in one */
-    weftGroupSimulateEnd(NULL);
-    return RES(weft_error_set(weftInvalidArgument,
-                              "ncclSimInfo_t was not initialised with NCCL_SIM_INFO_INITIALIZER"));
-  }
-  float us = 0;
-  weftResult_t res = weftGroupSimulateEnd(&us);
-  if (res == weftSuccess && simInfo != NULL) simInfo->estimatedTime = us;
-  return RES(res);
-}
-NCCL_PROFILING_ALIAS(ncclGroupSimulateEnd);

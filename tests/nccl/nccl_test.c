@@ -571,6 +571,65 @@ static void test_comms(ncclComm_t comm) {
   }
 }
 
+/* One thread creates two ranks per process inside a group (NCCL's pattern for
+ * a GPU per rank), then splits them inside a group too. */
+static void test_grouped_init(ncclComm_t comm) {
+  ncclUniqueId id;
+  memset(&id, 0, sizeof id);
+  if (g_rank == 0) NCCL_OK(ncclGetUniqueId(&id));
+  NCCL_OK(ncclBroadcast(&id, &id, sizeof id, ncclUint8, 0, comm, NULL));
+  const int n = 2 * g_nranks;
+  ncclComm_t two[2] = {NULL, NULL};
+  char name[32];
+  snprintf(name, sizeof name, "grouped-%d", g_rank);
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.commName = name;
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclCommInitRankConfig(&two[0], n, id, 2 * g_rank, &cfg));
+  memset(name, 0, sizeof name); /* read at the call, not at the group's end */
+  NCCL_OK(ncclCommInitRank(&two[1], n, id, 2 * g_rank + 1));
+  NCCL_OK(ncclGroupEnd());
+  EXPECT(two[0] != NULL && two[1] != NULL, "grouped init left a communicator NULL");
+
+  int64_t v[2] = {2 * g_rank + 1, 2 * g_rank + 2}, sum[2] = {0, 0};
+  NCCL_OK(ncclGroupStart());
+  for (int k = 0; k < 2; k++) NCCL_OK(ncclAllReduce(&v[k], &sum[k], 1, ncclInt64, ncclSum, two[k], NULL));
+  NCCL_OK(ncclGroupEnd());
+  for (int k = 0; k < 2; k++)
+    EXPECT(sum[k] == (int64_t)n * (n + 1) / 2, "grouped comms: sum %lld on %d ranks",
+           (long long)sum[k], n);
+
+  /* split inside a group: the even ranks and the odd ranks */
+  ncclComm_t half[2] = {NULL, NULL};
+  NCCL_OK(ncclGroupStart());
+  for (int k = 0; k < 2; k++) NCCL_OK(ncclCommSplit(two[k], k, g_rank, &half[k], NULL));
+  NCCL_OK(ncclGroupEnd());
+  int64_t hsum[2] = {0, 0};
+  NCCL_OK(ncclGroupStart());
+  for (int k = 0; k < 2; k++) NCCL_OK(ncclAllReduce(&v[k], &hsum[k], 1, ncclInt64, ncclSum, half[k], NULL));
+  NCCL_OK(ncclGroupEnd());
+  for (int k = 0; k < 2; k++) {
+    int64_t want = 0; /* ranks 2p+k hold 2p+k+1 */
+    for (int p = 0; p < g_nranks; p++) want += 2 * p + k + 1;
+    EXPECT(hsum[k] == want, "grouped split %d: sum %lld, want %lld", k, (long long)hsum[k],
+           (long long)want);
+    int hn = 0;
+    NCCL_OK(ncclCommCount(half[k], &hn));
+    EXPECT(hn == g_nranks, "grouped split %d: %d ranks", k, hn);
+  }
+  for (int k = 0; k < 2; k++) {
+    NCCL_OK(ncclCommDestroy(half[k]));
+    NCCL_OK(ncclCommDestroy(two[k]));
+  }
+
+  /* a failing grouped init reports at the group's end and leaves NULL */
+  ncclComm_t bad = (ncclComm_t)&id;
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclCommInitRank(&bad, 2, id, 5));
+  EXPECT(ncclGroupEnd() == ncclInvalidArgument, "a grouped init of rank 5 of 2 succeeded");
+  EXPECT(bad == NULL, "a failed grouped init left *comm set");
+}
+
 /* --- Memory, registration, errors ------------------------------------------ */
 
 static void test_memory(ncclComm_t comm) {
@@ -683,6 +742,7 @@ int main(int argc, char **argv) {
   test_groups(comm);
   test_memory(comm);
   test_comms(comm);
+  test_grouped_init(comm);
   test_errors(comm, id);
 
   NCCL_OK(ncclCommFinalize(comm));
