@@ -8,11 +8,14 @@
  *     copied to the WEFT_* ones when the library loads (env_import);
  *   - every nccl* symbol has a pnccl* alias, as NCCL exports for profilers.
  * The build links weft in statically and exports only nccl* and pnccl*. */
+#include <arpa/inet.h>
 #include <ctype.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../transport/bootstrap.h"
 #include "../transport/log.h"
 #include "../transport/param.h"
 #include "../transport/status.h"
@@ -112,7 +115,7 @@ static const char *same(const char *nccl, char *buf, size_t n) {
 
 static struct env_alias {
   const char *nccl, *weft;
-  const char *(*map)(const char *value, char *buf, size_t n); /* NULL: not mapped */
+  const char *(*map)(const char *value, char *buf, size_t n); /* NULL: no weft value */
   int ours; /* we set the WEFT_* variable, so a reset may set it again */
 } env_aliases[] = {
     {"NCCL_DEBUG", "WEFT_DEBUG", debug_level, 0},
@@ -245,8 +248,37 @@ NCCL_EXPORT ncclResult_t ncclGetVersion(int *version) {
 }
 NCCL_PROFILING_ALIAS(ncclGetVersion);
 
+/* With NCCL_COMM_ID=host:port every process computes the same id without
+ * talking to the others, and rank 0 serves the rendezvous on that address
+ * when it joins (comm_id_root_start), as NCCL does. */
+static ncclResult_t comm_id_from_env(int *set_p, struct bootstrap_id *id_out) {
+  const char *fixed = getenv("NCCL_COMM_ID");
+  *set_p = fixed != NULL && *fixed != '\0';
+  return *set_p ? RES(bootstrap_id_from_hostport(fixed, "NCCL_COMM_ID", id_out)) : ncclSuccess;
+}
+
+static ncclResult_t comm_id_root_start(int rank, const ncclUniqueId *commId) {
+  int set;
+  struct bootstrap_id id;
+  ncclResult_t res = comm_id_from_env(&set, &id);
+  if (res != ncclSuccess || !set || rank != 0 || memcmp(&id, commId, sizeof id) != 0) return res;
+  union weft_sockaddr any = id.root;
+  if (any.sa.sa_family == AF_INET) any.in.sin_addr.s_addr = htonl(INADDR_ANY);
+  else any.in6.sin6_addr = in6addr_any;
+  return RES(bootstrap_root_start(&any, id.secret, NULL));
+}
+
 NCCL_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId) {
-  return RES(weftGetUniqueId((weftUniqueId *)uniqueId));
+  weft_error_clear();
+  if (uniqueId == NULL) return RES(weft_error_set(weftInvalidArgument, "uniqueId is NULL"));
+  int set;
+  struct bootstrap_id id;
+  ncclResult_t res = comm_id_from_env(&set, &id);
+  if (res != ncclSuccess) return res;
+  if (!set) return RES(weftGetUniqueId((weftUniqueId *)uniqueId));
+  memset(uniqueId, 0, sizeof *uniqueId);
+  memcpy(uniqueId, &id, sizeof id);
+  return ncclSuccess;
 }
 NCCL_PROFILING_ALIAS(ncclGetUniqueId);
 
@@ -257,6 +289,8 @@ static ncclResult_t init_rank_config(ncclComm_t *comm, int nranks, ncclUniqueId 
   ncclResult_t res = config_read(config, &cfg, &cfgp);
   if (res != ncclSuccess) return res;
   version_banner(rank);
+  res = comm_id_root_start(rank, &commId);
+  if (res != ncclSuccess) return res;
   if (nccl_group_active()) return nccl_defer_init(comm, nranks, commId, rank, cfgp);
   weftUniqueId id;
   memcpy(&id, &commId, sizeof id);

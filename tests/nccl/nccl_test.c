@@ -694,9 +694,12 @@ static int hex_digit(char c) {
                                         : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
-/* --quick: init, one all-reduce, destroy (for the environment test). */
+/* --quick: init, one all-reduce, destroy (for the environment test).
+ * --comm-id: the same, each rank taking its id from ncclGetUniqueId with
+ * NCCL_COMM_ID set, no id passed around. */
 int main(int argc, char **argv) {
   int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+  int comm_id = argc > 1 && strcmp(argv[1], "--comm-id") == 0;
   const char *rank_s = getenv("WEFT_RANK"), *size_s = getenv("WEFT_NRANKS");
   const char *hex = getenv("WEFT_UNIQUE_ID");
   if (rank_s == NULL || size_s == NULL || hex == NULL || strlen(hex) != 2 * NCCL_UNIQUE_ID_BYTES) {
@@ -715,6 +718,16 @@ int main(int argc, char **argv) {
   int pversion = 0;
   NCCL_OK(pncclGetVersion(&pversion));
   EXPECT(pversion == version, "pncclGetVersion gave %d", pversion);
+
+  if (comm_id) {
+    ncclComm_t c = NULL;
+    NCCL_OK(ncclGetUniqueId(&id));
+    NCCL_OK(ncclCommInitRank(&c, g_nranks, id, g_rank));
+    expect_allreduce_works(c, "NCCL_COMM_ID");
+    NCCL_OK(ncclCommDestroy(c));
+    if (g_rank == 0 && !g_failures) printf("nccl_test: NCCL_COMM_ID: %d ranks joined\n", g_nranks);
+    return g_failures ? 1 : 0;
+  }
 
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.commName = "nccl_test";

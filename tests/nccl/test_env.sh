@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# NCCL_* logging variables reach weft's logging through libnccl.so.2, and a
-# WEFT_* variable that is set wins over its NCCL_* alias.
+# NCCL_* variables through libnccl.so.2: the logging ones reach weft's
+# logging (a WEFT_* variable that is set wins over its NCCL_* alias), and
+# NCCL_COMM_ID gives every rank the same id without passing one around.
 #   test_env.sh WEFTRUN NCCL_TEST
 set -uo pipefail
 weftrun=$1 prog=$2
@@ -41,5 +42,11 @@ NCCL_DEBUG=INFO NCCL_DEBUG_FILE="$dir/log.%p" "$weftrun" -n 2 "$prog" --quick >/
 logs=$(cat "$dir"/log.* 2>/dev/null)
 expect "NCCL_DEBUG_FILE names the log file" 'weft INFO' "$logs"
 
-[ $fail -eq 0 ] && echo "NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE honoured"
+port=$((20000 + RANDOM % 20000))
+out=$(NCCL_COMM_ID=127.0.0.1:$port "$weftrun" -n 3 "$prog" --comm-id 2>&1) || fail=1
+expect "NCCL_COMM_ID: ranks join without an exchanged id" 'NCCL_COMM_ID: 3 ranks joined' "$out"
+out=$(NCCL_COMM_ID=nonsense "$weftrun" -n 2 "$prog" --comm-id 2>&1) && fail=1
+expect "a bad NCCL_COMM_ID is refused with a reason" 'NCCL_COMM_ID=nonsense: expected host:port' "$out"
+
+[ $fail -eq 0 ] && echo "NCCL_DEBUG, NCCL_DEBUG_SUBSYS, NCCL_DEBUG_FILE and NCCL_COMM_ID honoured"
 exit $fail
