@@ -171,3 +171,27 @@ weftResult_t weftGroupEnd(void) {
   free(ops);
   return res;
 }
+
+weftResult_t weftGroupSimulateEnd(float *estimatedUs) {
+  if (group_depth == 0)
+    return weft_error_set(weftInvalidUsage, "weftGroupSimulateEnd without weftGroupStart");
+  if (--group_depth > 0) return weftSuccess;
+  /* one comm's operations run one after another, comms side by side */
+  double longest = 0;
+  for (size_t i = 0; i < group_nops; i++) {
+    int first = 1;
+    for (size_t j = 0; j < i && first; j++) first = group_ops[j].comm != group_ops[i].comm;
+    if (!first) continue;
+    double us = 0;
+    for (size_t j = i; j < group_nops; j++)
+      if (group_ops[j].comm == group_ops[i].comm)
+        us += plan_estimate_us(group_ops[j].comm, &group_ops[j].plan);
+    if (us > longest) longest = us;
+  }
+  free(group_ops);
+  group_ops = NULL;
+  group_nops = group_cap = 0;
+  weftResult_t res = group_error;
+  if (res == weftSuccess && estimatedUs != NULL) *estimatedUs = (float)longest;
+  return res;
+}

@@ -56,6 +56,8 @@ weftResult_t redop_premul(struct weftComm *comm, weftRedOp_t op, weftDataType_t 
 /* Chooses algorithm, protocol and channels for plan (its call fields set),
  * within what WEFT_ALGO and WEFT_PROTO allow (collectives/tuner.c). */
 void plan_tune(const struct weftComm *comm, struct weft_plan *plan);
+/* The cost model's time for a tuned plan, in microseconds (weftGroupSimulateEnd). */
+double plan_estimate_us(const struct weftComm *comm, const struct weft_plan *plan);
 const char *tuner_algo_name(int algo);
 const char *tuner_proto_name(int proto);
 /* Parses a WEFT_ALGO/WEFT_PROTO list into allowed[collective][name index];

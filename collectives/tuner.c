@@ -151,3 +151,16 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
   while (nch > 1 && nbytes / (size_t)nch < per_channel_min) nch--;
   plan->nchannels = nch;
 }
+
+double plan_estimate_us(const struct weftComm *comm, const struct weft_plan *plan) {
+  size_t nbytes = plan->count * weftTypeSize(plan->datatype);
+  if (plan_is_p2p(plan)) { /* one step of the bulk protocol */
+    double lat = 0.46, bw = 8000;
+    if (comm->network) lat *= 40, bw /= 8;
+    return lat + (double)nbytes / bw;
+  }
+  if (plan->coll == COLL_ALLGATHER || plan->coll == COLL_REDUCESCATTER)
+    nbytes *= (size_t)comm->nranks;
+  double us = model_us(comm, plan->coll, plan->algo, plan->proto, nbytes);
+  return plan->nchannels > 1 && plan->algo == ALGO_RING ? us / plan->nchannels : us;
+}

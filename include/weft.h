@@ -194,6 +194,15 @@ weftResult_t weftCommAbort(weftComm_t comm);
  * it (a dead peer, a timeout, an abort). */
 weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t *asyncError);
 
+/* Called by the ranks of comm that remain (not by the nexclude ranks in
+ * excludeRanks, which may be dead): makes a communicator of them, ranked in
+ * their order in comm, written to *newcomm. Waits on no excluded rank and
+ * uses none of comm's connections, so it works on a comm broken by a failed
+ * peer. config may be NULL: the new communicator then takes comm's channels,
+ * timeout and name. Blocks until connected, or the timeout. */
+weftResult_t weftCommShrink(weftComm_t comm, const int *excludeRanks, int nexclude,
+                            weftComm_t *newcomm, weftConfig_t *config);
+
 weftResult_t weftCommCount(const weftComm_t comm, int *count);
 weftResult_t weftCommUserRank(const weftComm_t comm, int *rank);
 /* The CUDA device of comm, or -1 for a communicator of host ranks. */
@@ -207,6 +216,10 @@ weftResult_t weftCommCuDevice(const weftComm_t comm, int *device);
  * order within one communicator. Groups nest; the outermost End runs them. */
 weftResult_t weftGroupStart(void);
 weftResult_t weftGroupEnd(void);
+/* Ends the group like weftGroupEnd but runs nothing: the recorded operations
+ * are dropped, and *estimatedUs (may be NULL) gets the tuner's estimate of
+ * how long they would have taken, in microseconds. */
+weftResult_t weftGroupSimulateEnd(float *estimatedUs);
 
 /* --- Collectives -------------------------------------------------------- */
 

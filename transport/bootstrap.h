@@ -80,6 +80,13 @@ struct bootstrap_env {
 };
 weftResult_t bootstrap_env_read(struct bootstrap_env *env_out);
 
+/* The id of a rendezvous at a fixed "host:port" (NCCL_COMM_ID; `what` names
+ * the variable in errors): the same on every process that computes it, with
+ * a secret from WEFT_SECRET (or a fixed text) and the address. No root
+ * service is started: one rank starts it with bootstrap_root_start. */
+weftResult_t bootstrap_id_from_hostport(const char *hostport, const char *what,
+                                        struct bootstrap_id *id_out);
+
 /* Hex form of a unique id (2*WEFT_UNIQUE_ID_BYTES chars + NUL). */
 weftResult_t bootstrap_id_from_hex(const char *hex, struct bootstrap_id *id_out);
 

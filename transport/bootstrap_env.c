@@ -51,6 +51,18 @@ static void secret_derive(const char *text, uint8_t secret[BOOTSTRAP_SECRET_BYTE
   }
 }
 
+/* Splits "host:port" (what names the variable it came from). */
+static weftResult_t hostport_split(const char *text, const char *what, char *host, size_t n,
+                                   int *port_out) {
+  const char *colon = strrchr(text, ':');
+  if (colon == NULL || colon == text || (size_t)(colon - text) >= n)
+    return weft_error_set(weftInvalidArgument, "%s=%s: expected host:port", what, text);
+  memcpy(host, text, (size_t)(colon - text));
+  host[colon - text] = '\0';
+  *port_out = atoi(colon + 1);
+  return weftSuccess;
+}
+
 /* WEFT_COMM_ID=host:port, else MASTER_ADDR + MASTER_PORT. */
 static weftResult_t env_address(union weft_sockaddr *addr_out, int *found) {
   char host[256];
@@ -58,12 +70,7 @@ static weftResult_t env_address(union weft_sockaddr *addr_out, int *found) {
   const char *comm_id = getenv("WEFT_COMM_ID");
   *found = 0;
   if (comm_id != NULL && *comm_id) {
-    const char *colon = strrchr(comm_id, ':');
-    if (colon == NULL || colon == comm_id || (size_t)(colon - comm_id) >= sizeof host)
-      return weft_error_set(weftInvalidArgument, "WEFT_COMM_ID=%s: expected host:port", comm_id);
-    memcpy(host, comm_id, (size_t)(colon - comm_id));
-    host[colon - comm_id] = '\0';
-    port = atoi(colon + 1);
+    WEFT_TRY(hostport_split(comm_id, "WEFT_COMM_ID", host, sizeof host, &port));
   } else if (getenv("MASTER_ADDR") != NULL && getenv("MASTER_PORT") != NULL) {
     snprintf(host, sizeof host, "%s", getenv("MASTER_ADDR"));
     port = atoi(getenv("MASTER_PORT"));
@@ -137,5 +144,30 @@ weftResult_t bootstrap_env_read(struct bootstrap_env *env_out) {
   secret_derive(text, e.id.secret);
   e.serve_root = e.rank == 0;
   *env_out = e;
+  return weftSuccess;
+}
+
+weftResult_t bootstrap_id_from_hostport(const char *hostport, const char *what,
+                                        struct bootstrap_id *id_out) {
+  char host[256];
+  int port = -1;
+  WEFT_TRY(hostport_split(hostport, what, host, sizeof host, &port));
+  if (port <= 0 || port > 65535)
+    return weft_error_set(weftInvalidArgument, "%s=%s: port out of range", what, hostport);
+  if (host[0] == '[') { /* an IPv6 literal */
+    size_t n = strlen(host);
+    if (n > 1 && host[n - 1] == ']') host[n - 1] = '\0';
+    memmove(host, host + 1, strlen(host));
+  }
+  struct bootstrap_id id;
+  memset(&id, 0, sizeof id);
+  WEFT_TRY(sock_resolve(host, port, &id.root));
+  id.magic = BOOTSTRAP_MAGIC;
+  char text[512], abuf[64];
+  const char *secret = getenv("WEFT_SECRET");
+  snprintf(text, sizeof text, "%s|%s|%s", secret ? secret : "weft-open", what,
+           sock_addr_str(&id.root, abuf, sizeof abuf));
+  secret_derive(text, id.secret);
+  *id_out = id;
   return weftSuccess;
 }

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# NCCL_* variables through libnccl.so.2: the logging ones reach weft's
+# logging (a WEFT_* variable that is set wins over its NCCL_* alias), and
+# NCCL_COMM_ID gives every rank the same id without passing one around.
+#   test_env.sh WEFTRUN NCCL_TEST
+set -uo pipefail
+weftrun=$1 prog=$2
+fail=0
+
+expect() { # expect WHAT PATTERN OUTPUT
+  if ! grep -qE "$2" <<<"$3"; then
+    echo "FAIL: $1: no line matching '$2' in:"; echo "$3" | sed 's/^/  | /'
+    fail=1
+  fi
+}
+reject() { # reject WHAT PATTERN OUTPUT
+  if grep -qE "$2" <<<"$3"; then
+    echo "FAIL: $1: a line matches '$2':"; grep -E "$2" <<<"$3" | sed 's/^/  | /'
+    fail=1
+  fi
+}
+
+unset WEFT_DEBUG WEFT_DEBUG_SUBSYS WEFT_DEBUG_FILE
+
+out=$(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT "$weftrun" -n 2 "$prog" --quick 2>&1) || fail=1
+expect "NCCL_DEBUG=INFO prints the version" '^\[0\] NCCL version 2\.27\.7 \(weft ' "$out"
+expect "NCCL_DEBUG=INFO gives weft INFO lines" 'weft INFO INIT' "$out"
+reject "NCCL_DEBUG_SUBSYS=INIT keeps other subsystems quiet" 'weft INFO (BOOTSTRAP|SHM|COLL)' "$out"
+
+out=$(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=^INIT "$weftrun" -n 2 "$prog" --quick 2>&1) || fail=1
+reject "NCCL_DEBUG_SUBSYS=^INIT excludes INIT" 'weft INFO INIT' "$out"
+
+out=$(NCCL_DEBUG=INFO WEFT_DEBUG=WARN "$weftrun" -n 2 "$prog" --quick 2>&1) || fail=1
+reject "WEFT_DEBUG=WARN wins over NCCL_DEBUG=INFO" 'weft INFO' "$out"
+
+out=$(NCCL_DEBUG=WARN "$weftrun" -n 2 "$prog" --quick 2>&1) || fail=1
+reject "NCCL_DEBUG=WARN prints no version and no INFO" 'NCCL version|weft INFO' "$out"
+
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+NCCL_DEBUG=INFO NCCL_DEBUG_FILE="$dir/log.%p" "$weftrun" -n 2 "$prog" --quick >/dev/null 2>&1 || fail=1
+logs=$(cat "$dir"/log.* 2>/dev/null)
+expect "NCCL_DEBUG_FILE names the log file" 'weft INFO' "$logs"
+
+port=$((20000 + RANDOM % 20000))
+out=$(NCCL_COMM_ID=127.0.0.1:$port "$weftrun" -n 3 "$prog" --comm-id 2>&1) || fail=1
+expect "NCCL_COMM_ID: ranks join without an exchanged id" 'NCCL_COMM_ID: 3 ranks joined' "$out"
+out=$(NCCL_COMM_ID=nonsense "$weftrun" -n 2 "$prog" --comm-id 2>&1) && fail=1
+expect "a bad NCCL_COMM_ID is refused with a reason" 'NCCL_COMM_ID=nonsense: expected host:port' "$out"
+
+[ $fail -eq 0 ] && echo "NCCL_DEBUG, NCCL_DEBUG_SUBSYS, NCCL_DEBUG_FILE and NCCL_COMM_ID honoured"
+exit $fail
