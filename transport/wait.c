@@ -70,6 +70,7 @@ void wait_begin(struct weft_wait *w, uint64_t timeout_ns, const volatile uint32_
   w->abort_local = abort_local;
   w->abort_remote = abort_remote;
   w->peer_pid = peer_pid;
+  w->peer_gone = 0;
   w->peer_rank = peer_rank;
   w->what = what;
 }
@@ -78,10 +79,20 @@ weftResult_t wait_check(struct weft_wait *w) {
   if (w->abort_local != NULL && *w->abort_local)
     return weft_error_set(weftRemoteError, "communicator aborted while waiting to %s rank %d",
                           w->what, w->peer_rank);
-  if (w->abort_remote != NULL && __atomic_load_n(w->abort_remote, __ATOMIC_ACQUIRE))
+  /* a peer may store its last slot and then fail or exit between the
+   * caller's look at the FIFO and this check: the caller looks once more
+   * before the error */
+  if (w->peer_gone == 1)
     return weft_error_set(weftRemoteError,
                           "rank %d failed or aborted (seen while waiting to %s it)",
                           w->peer_rank, w->what);
+  if (w->peer_gone == 2)
+    return weft_error_set(weftRemoteError, "rank %d (pid %d) died while waiting to %s it",
+                          w->peer_rank, (int)w->peer_pid, w->what);
+  if (w->abort_remote != NULL && __atomic_load_n(w->abort_remote, __ATOMIC_ACQUIRE)) {
+    w->peer_gone = 1;
+    return weftInProgress;
+  }
   uint64_t now = clock_ns();
   if (w->start_ns == 0) {
     w->start_ns = now;
@@ -94,9 +105,10 @@ weftResult_t wait_check(struct weft_wait *w) {
                           (double)waited / 1e9, w->what, w->peer_rank);
   if (now >= w->next_check_ns) {
     w->next_check_ns = now + 50000000ull;
-    if (w->peer_pid > 0 && !pid_alive(w->peer_pid))
-      return weft_error_set(weftRemoteError, "rank %d (pid %d) died while waiting to %s it",
-                            w->peer_rank, (int)w->peer_pid, w->what);
+    if (w->peer_pid > 0 && !pid_alive(w->peer_pid)) {
+      w->peer_gone = 2;
+      return weftInProgress;
+    }
   }
   /* back off: spin first, then yield, then sleep briefly */
   uint64_t spin_ns = oversubscribed ? 0 : (uint64_t)param_int(&wait_params[P_SPIN_NS]);

@@ -19,6 +19,7 @@ struct weft_wait {
   const volatile uint32_t *abort_local;  /* this rank's comm abort flag, or NULL */
   const volatile uint32_t *abort_remote; /* a connection's shared poison word, or NULL */
   pid_t peer_pid;                         /* same-host peer to watch, or 0 */
+  int peer_gone; /* 1 poisoned, 2 dead: seen once, so the caller looks again */
   int peer_rank;
   const char *what; /* for the error text: "recv from", "send to" ... */
 };

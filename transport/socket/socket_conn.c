@@ -122,6 +122,12 @@ static void socket_note_local_peer(const struct weft_conn *conn) {
   wait_set_local_ranks(2 * (1 + (int)(nthreads > 0 ? nthreads : 1)));
 }
 
+/* The proxy tells a peer that went away (EOF, reset) from one that is slow,
+ * and only after it has delivered every slot the peer sent. Waits must not
+ * also watch the peer's pid: a peer that sent its last slot and exited is
+ * not an error, yet its pid is gone while the proxy still moves that slot. */
+static void socket_unwatch_peer(struct weft_conn *conn) { conn->peer_pid = 0; }
+
 /* Rewrites the last error as "what rank N: cause". */
 static weftResult_t socket_error_peer(weftResult_t res, const char *what, int peer_rank) {
   char cause[512];
@@ -158,6 +164,7 @@ static weftResult_t socket_recv_setup(struct weft_conn *conn, struct conn_blob *
   memcpy(blob_out->data, &b, sizeof b);
   char buf[64];
   socket_note_local_peer(conn);
+  socket_unwatch_peer(conn);
   WEFT_INFO(LOG_NET, "socket connection from rank %d: listening on %s for %d socket(s)",
             conn->peer_rank, sock_addr_str(&bound, buf, sizeof buf), (int)nsocks);
   return weftSuccess;
@@ -197,6 +204,7 @@ static weftResult_t socket_send_connect(struct weft_conn *conn, const struct con
   }
   WEFT_TRY_GOTO(socket_fds_nonblock(sc), res, close_conn);
   WEFT_TRY_GOTO(socket_proxy_add(sc), res, close_conn);
+  socket_unwatch_peer(conn);
   char buf[64];
   WEFT_INFO(LOG_NET, "socket connection to rank %d: %d socket(s) to %s", conn->peer_rank,
             sc->nsocks, sock_addr_str(&b.addr, buf, sizeof buf));
