@@ -118,7 +118,9 @@ static weftResult_t ucx_conn_alloc(struct weft_conn *conn, int is_send, struct u
       .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
       .address = fifo,
       .length = uc->fifo_nbytes};
+  ucx_enter();
   ucs_status_t st = ucp_mem_map(w->context, &mp, &uc->memh);
+  ucx_leave();
   if (st != UCS_OK) {
     uc->memh = NULL;
     return ucx_error(st, "registering a %zu-byte FIFO with UCX", uc->fifo_nbytes);
@@ -142,6 +144,7 @@ static weftResult_t ucx_msg_fill(struct ucx_conn *uc, uint64_t token, struct ucx
   ucp_address_t *address = NULL;
   size_t address_nbytes = 0, rkey_nbytes = 0;
   void *rkey = NULL;
+  ucx_enter();
   ucs_status_t st = ucp_worker_get_address(w->worker, &address, &address_nbytes);
   if (st != UCS_OK) {
     res = ucx_error(st, "getting the UCX worker address");
@@ -173,6 +176,7 @@ release_rkey:
 release_address:
   ucp_worker_release_address(w->worker, address);
 put_worker:
+  ucx_leave();
   ucx_worker_put();
   return res;
 }
@@ -205,6 +209,7 @@ static weftResult_t ucx_conn_attach(struct ucx_conn *uc, const struct ucx_msg *m
       .address = (const ucp_address_t *)msg->data,
       .err_mode = UCP_ERR_HANDLING_MODE_PEER,
       .err_handler = {.cb = ucx_ep_error_cb, .arg = uc}};
+  ucx_enter();
   ucs_status_t st = ucp_ep_create(w->worker, &ep_params, &uc->ep);
   if (st != UCS_OK) {
     uc->ep = NULL;
@@ -219,6 +224,7 @@ static weftResult_t ucx_conn_attach(struct ucx_conn *uc, const struct ucx_msg *m
   }
   uc->remote_fifo = msg->fifo_addr;
 put_worker:
+  ucx_leave();
   ucx_worker_put();
   return res;
 }
@@ -322,6 +328,7 @@ static void ucx_conn_flush(struct ucx_conn *uc) {
 static void ucx_ep_close(struct ucx_conn *uc) {
   int healthy = !uc->failed && uc->ep_status == UCS_OK &&
                 !__atomic_load_n(&uc->ctrl->poison, __ATOMIC_ACQUIRE);
+  ucx_enter();
   if (healthy && uc->rkey != NULL) {
     /* this end writes into the peer's FIFO no more */
     uc->ext->closed_src = 1;
@@ -335,6 +342,7 @@ static void ucx_ep_close(struct ucx_conn *uc) {
   ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                .flags = healthy ? 0 : UCP_EP_CLOSE_FLAG_FORCE};
   ucs_status_ptr_t req = ucp_ep_close_nbx(uc->ep, &param);
+  ucx_leave();
   uint64_t deadline = clock_ns() + UCX_CLOSE_TIMEOUT_NS;
   if (UCS_PTR_IS_PTR(req)) {
     while (ucp_request_check_status(req) == UCS_INPROGRESS && clock_ns() < deadline)
@@ -342,7 +350,9 @@ static void ucx_ep_close(struct ucx_conn *uc) {
     if (ucp_request_check_status(req) == UCS_INPROGRESS)
       WEFT_INFO(LOG_NET, "ucx connection %s rank %d: endpoint close still pending",
                 uc->is_send ? "to" : "from", uc->peer_rank);
+    ucx_enter();
     ucp_request_free(req);
+    ucx_leave();
   }
   uc->ep = NULL;
 }
@@ -354,8 +364,19 @@ static void ucx_close(struct weft_conn *conn) {
     if (uc->is_send) ucx_conn_flush(uc);
     ucx_proxy_remove(uc);
   }
+  ucx_enter();
+  for (; uc->nbatches > 0; uc->nbatches--) { /* flushes that will not be waited for */
+    struct ucx_batch *b = &uc->batches[uc->batch_first];
+    if (b->req != NULL) ucp_request_free(b->req);
+    uc->batch_first = (uc->batch_first + 1) % CONN_MAX_SLOTS;
+  }
+  ucx_leave();
   if (uc->ep != NULL) ucx_ep_close(uc);
-  if (uc->rkey != NULL) ucp_rkey_destroy(uc->rkey);
+  if (uc->rkey != NULL) {
+    ucx_enter();
+    ucp_rkey_destroy(uc->rkey);
+    ucx_leave();
+  }
   uc->rkey = NULL;
   conn->priv = NULL;
   conn->ctrl = NULL;

@@ -291,6 +291,10 @@ void ucx_proxy_remove(struct ucx_conn *conn) {
   pthread_mutex_unlock(&ucx_mutex);
 }
 
+void ucx_enter(void) { ucx_lock(); }
+
+void ucx_leave(void) { pthread_mutex_unlock(&ucx_mutex); }
+
 void ucx_worker_progress_once(void) {
   ucx_lock();
   if (ucx.nrefs > 0) ucp_worker_progress(ucx.w.worker);

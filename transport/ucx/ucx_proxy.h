@@ -103,6 +103,11 @@ weftResult_t ucx_proxy_add(struct ucx_conn *conn);
 /* Takes conn back: on return the proxy thread no longer touches it. */
 void ucx_proxy_remove(struct ucx_conn *conn);
 
+/* Brackets UCX calls from the ranks' threads (set-up, close): the proxy
+ * thread is then between passes. */
+void ucx_enter(void);
+void ucx_leave(void);
+
 /* Progresses the worker once from the calling thread. */
 void ucx_worker_progress_once(void);
 
