@@ -4,12 +4,12 @@
  * UCX; the proxy (ucx_proxy.c) puts the sender's filled slots into the
  * receiver's FIFO.
  *
- * Set-up: the receiver registers its FIFO and sends the sender, over the
- * bootstrap, its worker address, the FIFO's address and its packed rkey (too
- * large for a connection blob: a worker address with several devices runs
- * to hundreds of bytes); the blob itself carries a token that ties the two
- * together. The sender connects an endpoint, unpacks the rkey, and sends the
- * same about its own FIFO back, which the receiver's credits and poison go to. */
+ * Set-up: the receiver registers its FIFO and sends the sender its worker
+ * address over the bootstrap (too large for a connection blob: an address
+ * with several devices runs to hundreds of bytes); the blob carries a token
+ * that ties the two together and names the connection's tags. The sender
+ * connects an endpoint and sends its own address back, so that either end
+ * can tell the other it failed, and learns when the other is gone. */
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,14 +26,11 @@
 struct weft_param ucx_params[] = {
     [UCX_P_DISABLE] = {"WEFT_UCX_DISABLE", PARAM_INT, "0", "1 disables the UCX transport", 0, 0,
                        NULL},
-    [UCX_P_MAX_BATCH] = {"WEFT_UCX_MAX_BATCH", PARAM_INT, "4",
-                         "UCX transport: slots put between two endpoint flushes, 1 to 64", 0, 0,
-                         NULL},
     PARAM_END,
 };
 
 #define UCX_MSG_MAGIC 0x7765667455435831ull /* "weftUCX1" */
-#define UCX_MSG_DATA_NBYTES 8192            /* worker address + rkey */
+#define UCX_MSG_DATA_NBYTES 8192            /* a worker address */
 #define UCX_CLOSE_TIMEOUT_NS 2000000000ull  /* flushing an endpoint on close */
 enum { TAG_UCX_RECEIVER = 0x75637801u, TAG_UCX_SENDER = 0x75637802u };
 
@@ -49,11 +46,10 @@ static_assert(sizeof(struct ucx_blob) <= sizeof(((struct conn_blob *)0)->data),
 struct ucx_msg {
   uint64_t magic;
   uint64_t token;
-  uint64_t fifo_addr;
   uint64_t fifo_nbytes;
   uint32_t address_nbytes;
-  uint32_t rkey_nbytes;
-  uint8_t data[UCX_MSG_DATA_NBYTES]; /* worker address, then rkey */
+  uint32_t reserved;
+  uint8_t data[UCX_MSG_DATA_NBYTES]; /* the worker address */
 };
 
 static void ucx_close(struct weft_conn *conn);
@@ -76,6 +72,9 @@ static weftResult_t ucx_error_peer(weftResult_t res, const char *what, int peer_
 
 /* Frees what ucx_conn_alloc made; the worker reference is the caller's. */
 static void ucx_conn_free(struct ucx_conn *uc) {
+  for (uint32_t i = 0; i < CONN_MAX_SLOTS; i++)
+    if (uc->reqs[i] != NULL) ucp_request_free(uc->reqs[i]);
+  if (uc->poison_req != NULL) ucp_request_free(uc->poison_req);
   if (uc->memh != NULL) ucp_mem_unmap(uc->context, uc->memh);
   if (uc->fifo != NULL) munmap(uc->fifo, uc->fifo_nbytes);
   free(uc);
@@ -84,15 +83,9 @@ static void ucx_conn_free(struct ucx_conn *uc) {
 /* Allocates and registers this end's FIFO and hangs it on conn (conn->priv
  * owns it, so close() undoes a half-done set-up). Takes a worker reference. */
 static weftResult_t ucx_conn_alloc(struct weft_conn *conn, int is_send, struct ucx_conn **uc_out) {
-  static_assert(sizeof(struct conn_ctrl) <= UCX_EXT_OFFSET, "ctrl fits before the ext");
-  static_assert(UCX_EXT_OFFSET + sizeof(struct ucx_ctrl_ext) <= UCX_CTRL_NBYTES,
-                "ext fits its page");
+  static_assert(sizeof(struct conn_ctrl) <= UCX_CTRL_NBYTES, "ctrl fits its page");
   if (conn->bs == NULL)
     return weft_error_set(weftInternalError, "ucx transport: connection without a bootstrap");
-  int64_t max_batch = param_int(&ucx_params[UCX_P_MAX_BATCH]);
-  if (max_batch < 1 || max_batch > CONN_MAX_SLOTS)
-    return weft_error_set(weftInvalidArgument, "WEFT_UCX_MAX_BATCH=%lld: must be 1 to %d",
-                          (long long)max_batch, CONN_MAX_SLOTS);
   struct ucx_worker *w;
   WEFT_TRY(ucx_worker_get(&w));
   struct ucx_conn *uc = calloc(1, sizeof *uc);
@@ -101,11 +94,11 @@ static weftResult_t ucx_conn_alloc(struct weft_conn *conn, int is_send, struct u
     return weft_error_set(weftSystemError, "out of memory");
   }
   uc->context = w->context;
+  uc->worker = w->worker;
   uc->is_send = is_send;
   uc->peer_rank = conn->peer_rank;
   uc->nslots = conn->nslots;
   uc->slot_nbytes = conn->slot_nbytes;
-  uc->max_batch = (uint32_t)max_batch;
   uc->fifo_nbytes = UCX_CTRL_NBYTES + (size_t)conn->nslots * conn->slot_nbytes;
   conn->priv = uc; /* from here on, close() undoes it all */
   /* anonymous pages: zeroed, page-aligned, never shared with a child */
@@ -126,7 +119,6 @@ static weftResult_t ucx_conn_alloc(struct weft_conn *conn, int is_send, struct u
     return ucx_error(st, "registering a %zu-byte FIFO with UCX", uc->fifo_nbytes);
   }
   uc->ctrl = fifo;
-  uc->ext = (struct ucx_ctrl_ext *)((char *)fifo + UCX_EXT_OFFSET);
   uc->slots = (char *)fifo + UCX_CTRL_NBYTES;
   uc->ep_status = UCS_OK;
   conn->ctrl = uc->ctrl;
@@ -136,48 +128,34 @@ static weftResult_t ucx_conn_alloc(struct weft_conn *conn, int is_send, struct u
   return weftSuccess;
 }
 
-/* Describes this end's FIFO and worker in msg. */
-static weftResult_t ucx_msg_fill(struct ucx_conn *uc, uint64_t token, struct ucx_msg *msg) {
-  struct ucx_worker *w;
-  WEFT_TRY(ucx_worker_get(&w));
-  weftResult_t res = weftSuccess;
+/* Describes this end's worker in msg. */
+static weftResult_t ucx_msg_fill(struct ucx_conn *uc, struct ucx_msg *msg) {
   ucp_address_t *address = NULL;
-  size_t address_nbytes = 0, rkey_nbytes = 0;
-  void *rkey = NULL;
+  size_t address_nbytes = 0;
+  weftResult_t res = weftSuccess;
   ucx_enter();
-  ucs_status_t st = ucp_worker_get_address(w->worker, &address, &address_nbytes);
+  ucs_status_t st = ucp_worker_get_address(uc->worker, &address, &address_nbytes);
   if (st != UCS_OK) {
     res = ucx_error(st, "getting the UCX worker address");
-    goto put_worker;
+    goto leave;
   }
-  st = ucp_rkey_pack(w->context, uc->memh, &rkey, &rkey_nbytes);
-  if (st != UCS_OK) {
-    res = ucx_error(st, "packing a UCX remote key");
-    goto release_address;
-  }
-  if (address_nbytes + rkey_nbytes > sizeof msg->data) {
+  if (address_nbytes > sizeof msg->data) {
     res = weft_error_set(weftSystemError,
-                         "ucx worker address (%zu bytes) and rkey (%zu bytes) exceed %zu bytes: "
-                         "restrict UCX_TLS or UCX_NET_DEVICES",
-                         address_nbytes, rkey_nbytes, sizeof msg->data);
-    goto release_rkey;
+                         "ucx worker address of %zu bytes exceeds %zu: restrict UCX_TLS or "
+                         "UCX_NET_DEVICES",
+                         address_nbytes, sizeof msg->data);
+    goto release_address;
   }
   memset(msg, 0, sizeof *msg);
   msg->magic = UCX_MSG_MAGIC;
-  msg->token = token;
-  msg->fifo_addr = (uint64_t)(uintptr_t)uc->fifo;
+  msg->token = uc->token;
   msg->fifo_nbytes = (uint64_t)uc->nslots * uc->slot_nbytes;
   msg->address_nbytes = (uint32_t)address_nbytes;
-  msg->rkey_nbytes = (uint32_t)rkey_nbytes;
   memcpy(msg->data, address, address_nbytes);
-  memcpy(msg->data + address_nbytes, rkey, rkey_nbytes);
-release_rkey:
-  ucp_rkey_buffer_release(rkey);
 release_address:
-  ucp_worker_release_address(w->worker, address);
-put_worker:
+  ucp_worker_release_address(uc->worker, address);
+leave:
   ucx_leave();
-  ucx_worker_put();
   return res;
 }
 
@@ -187,21 +165,17 @@ static void ucx_ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status) {
   __atomic_store_n(&uc->ep_status, status, __ATOMIC_RELEASE);
 }
 
-/* Connects to the peer that msg describes: an endpoint and its rkey. */
-static weftResult_t ucx_conn_attach(struct ucx_conn *uc, const struct ucx_msg *msg,
-                                    uint64_t token) {
-  if (msg->magic != UCX_MSG_MAGIC || msg->token != token)
+/* Connects an endpoint to the peer that msg describes. */
+static weftResult_t ucx_conn_attach(struct ucx_conn *uc, const struct ucx_msg *msg) {
+  if (msg->magic != UCX_MSG_MAGIC || msg->token != uc->token)
     return weft_error_set(weftInternalError, "a ucx set-up message that is not for this connection");
   if (msg->fifo_nbytes != (uint64_t)uc->nslots * uc->slot_nbytes)
     return weft_error_set(weftInvalidUsage,
                           "rank %d uses a different FIFO size (WEFT_NSLOTS/WEFT_SLOT_BYTES must "
                           "match on all ranks)",
                           uc->peer_rank);
-  if ((uint64_t)msg->address_nbytes + msg->rkey_nbytes > sizeof msg->data)
-    return weft_error_set(weftInternalError, "a ucx set-up message with bad lengths");
-  struct ucx_worker *w;
-  WEFT_TRY(ucx_worker_get(&w));
-  weftResult_t res = weftSuccess;
+  if (msg->address_nbytes > sizeof msg->data)
+    return weft_error_set(weftInternalError, "a ucx set-up message with a bad length");
   /* peer error handling: a dead or unreachable peer fails the endpoint */
   ucp_ep_params_t ep_params = {
       .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -210,23 +184,22 @@ static weftResult_t ucx_conn_attach(struct ucx_conn *uc, const struct ucx_msg *m
       .err_mode = UCP_ERR_HANDLING_MODE_PEER,
       .err_handler = {.cb = ucx_ep_error_cb, .arg = uc}};
   ucx_enter();
-  ucs_status_t st = ucp_ep_create(w->worker, &ep_params, &uc->ep);
+  ucs_status_t st = ucp_ep_create(uc->worker, &ep_params, &uc->ep);
+  if (st == UCS_ERR_UNREACHABLE) {
+    /* UCX's shared-memory transports cannot report a dead peer: without it,
+     * liveness comes from the waits (pid checks on one host, WEFT_TIMEOUT) */
+    ep_params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    st = ucp_ep_create(uc->worker, &ep_params, &uc->ep);
+    if (st == UCS_OK)
+      WEFT_INFO(LOG_NET, "ucx connection %s rank %d: endpoint without peer failure detection",
+                uc->is_send ? "to" : "from", uc->peer_rank);
+  }
+  ucx_leave();
   if (st != UCS_OK) {
     uc->ep = NULL;
-    res = ucx_error(st, "creating a UCX endpoint");
-    goto put_worker;
+    return ucx_error(st, "creating a UCX endpoint");
   }
-  st = ucp_ep_rkey_unpack(uc->ep, msg->data + msg->address_nbytes, &uc->rkey);
-  if (st != UCS_OK) {
-    uc->rkey = NULL;
-    res = ucx_error(st, "unpacking the peer's UCX remote key");
-    goto put_worker;
-  }
-  uc->remote_fifo = msg->fifo_addr;
-put_worker:
-  ucx_leave();
-  ucx_worker_put();
-  return res;
+  return weftSuccess;
 }
 
 static weftResult_t ucx_recv_setup(struct weft_conn *conn, struct conn_blob *blob_out) {
@@ -238,13 +211,14 @@ static weftResult_t ucx_recv_setup(struct weft_conn *conn, struct conn_blob *blo
     res = weft_error_errno(weftSystemError, "getrandom");
     goto close_conn;
   }
+  b.token &= (1ull << (64 - UCX_TAG_TOKEN_SHIFT)) - 1;
   uc->token = b.token;
   struct ucx_msg *msg = malloc(sizeof *msg);
   if (msg == NULL) {
     res = weft_error_set(weftSystemError, "out of memory");
     goto close_conn;
   }
-  res = ucx_msg_fill(uc, b.token, msg);
+  res = ucx_msg_fill(uc, msg);
   if (res == weftSuccess)
     res = bootstrap_send(conn->bs, conn->peer_rank, TAG_UCX_RECEIVER, msg, sizeof *msg);
   free(msg);
@@ -272,10 +246,11 @@ static weftResult_t ucx_send_connect(struct weft_conn *conn, const struct conn_b
   struct ucx_msg *msg = malloc(sizeof *msg);
   if (msg == NULL) return weft_error_set(weftSystemError, "out of memory");
   WEFT_TRY_GOTO(ucx_conn_alloc(conn, 1, &uc), res, close_conn);
+  uc->token = b.token;
   WEFT_TRY_GOTO(bootstrap_recv(conn->bs, conn->peer_rank, TAG_UCX_RECEIVER, msg, sizeof *msg),
                 res, close_conn);
-  WEFT_TRY_GOTO(ucx_conn_attach(uc, msg, b.token), res, close_conn);
-  WEFT_TRY_GOTO(ucx_msg_fill(uc, b.token, msg), res, close_conn);
+  WEFT_TRY_GOTO(ucx_conn_attach(uc, msg), res, close_conn);
+  WEFT_TRY_GOTO(ucx_msg_fill(uc, msg), res, close_conn);
   WEFT_TRY_GOTO(bootstrap_send(conn->bs, conn->peer_rank, TAG_UCX_SENDER, msg, sizeof *msg), res,
                 close_conn);
   WEFT_TRY_GOTO(ucx_proxy_add(uc), res, close_conn);
@@ -297,7 +272,7 @@ static weftResult_t ucx_recv_connect(struct weft_conn *conn) {
   /* the sender sent its half before the barrier (or the ack): it is queued */
   WEFT_TRY_GOTO(bootstrap_recv(conn->bs, conn->peer_rank, TAG_UCX_SENDER, msg, sizeof *msg), res,
                 close_conn);
-  WEFT_TRY_GOTO(ucx_conn_attach(uc, msg, uc->token), res, close_conn);
+  WEFT_TRY_GOTO(ucx_conn_attach(uc, msg), res, close_conn);
   WEFT_TRY_GOTO(ucx_proxy_add(uc), res, close_conn);
   free(msg);
   return weftSuccess;
@@ -308,8 +283,8 @@ close_conn:
   return res;
 }
 
-/* Sender: waits until the proxy has flushed every filled slot to the peer. */
-static void ucx_conn_flush(struct ucx_conn *uc) {
+/* Sender: waits until the receiver has matched every filled slot. */
+static void ucx_conn_drain(struct ucx_conn *uc) {
   uint64_t deadline = clock_ns() + wait_default_timeout_ns();
   while (__atomic_load_n(&uc->ctrl->head, __ATOMIC_ACQUIRE) <
          __atomic_load_n(&uc->ctrl->tail, __ATOMIC_ACQUIRE)) {
@@ -323,24 +298,13 @@ static void ucx_conn_flush(struct ucx_conn *uc) {
   }
 }
 
-/* Closes the endpoint: flushed (the last tail and the closed word reach the
- * peer) unless the connection failed, then forced. */
+/* Closes the endpoint: flushed unless the connection failed, then forced. */
 static void ucx_ep_close(struct ucx_conn *uc) {
   int healthy = !uc->failed && uc->ep_status == UCS_OK &&
                 !__atomic_load_n(&uc->ctrl->poison, __ATOMIC_ACQUIRE);
-  ucx_enter();
-  if (healthy && uc->rkey != NULL) {
-    /* this end writes into the peer's FIFO no more */
-    uc->ext->closed_src = 1;
-    ucp_request_param_t param = {.op_attr_mask = 0};
-    ucs_status_ptr_t req =
-        ucp_put_nbx(uc->ep, &uc->ext->closed_src, sizeof uc->ext->closed_src,
-                    uc->remote_fifo + UCX_EXT_OFFSET + offsetof(struct ucx_ctrl_ext, peer_closed),
-                    uc->rkey, &param);
-    if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);
-  }
   ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                .flags = healthy ? 0 : UCP_EP_CLOSE_FLAG_FORCE};
+  ucx_enter();
   ucs_status_ptr_t req = ucp_ep_close_nbx(uc->ep, &param);
   ucx_leave();
   uint64_t deadline = clock_ns() + UCX_CLOSE_TIMEOUT_NS;
@@ -361,28 +325,20 @@ static void ucx_close(struct weft_conn *conn) {
   struct ucx_conn *uc = conn->priv;
   if (uc == NULL) return;
   if (uc->registered) {
-    if (uc->is_send) ucx_conn_flush(uc);
+    if (uc->is_send) ucx_conn_drain(uc);
     ucx_proxy_remove(uc);
   }
+  /* receives still posted into the FIFO (and the poison one) end now */
   ucx_enter();
-  for (; uc->nbatches > 0; uc->nbatches--) { /* flushes that will not be waited for */
-    struct ucx_batch *b = &uc->batches[uc->batch_first];
-    if (b->req != NULL) ucp_request_free(b->req);
-    uc->batch_first = (uc->batch_first + 1) % CONN_MAX_SLOTS;
-  }
+  for (uint32_t i = 0; i < CONN_MAX_SLOTS; i++)
+    if (!uc->is_send && uc->reqs[i] != NULL) ucp_request_cancel(uc->worker, uc->reqs[i]);
+  if (uc->poison_req != NULL) ucp_request_cancel(uc->worker, uc->poison_req);
   ucx_leave();
   if (uc->ep != NULL) ucx_ep_close(uc);
-  if (uc->rkey != NULL) {
-    ucx_enter();
-    ucp_rkey_destroy(uc->rkey);
-    ucx_leave();
-  }
-  uc->rkey = NULL;
   conn->priv = NULL;
   conn->ctrl = NULL;
   conn->slots = NULL;
-  if (uc->memh != NULL) ucx_retire(uc, ucx_conn_free); /* the peer may still write */
-  else ucx_conn_free(uc);
+  ucx_retire(uc, ucx_conn_free); /* freed once UCX lets go of its FIFO */
   ucx_worker_put();
 }
 

@@ -77,18 +77,20 @@ weftResult_t ucx_error(ucs_status_t status, const char *what, ...) {
 
 /* --- one connection end --------------------------------------------------- */
 
+static const uint32_t poison_word = 1u; /* what a poison message carries */
+
 /* Marks the connection failed: poison for the local rank, and (best effort)
- * for the peer's. The proxy keeps the end until it is removed. */
+ * a poison message for the peer's. The proxy keeps the end until it is
+ * removed. */
 static void conn_fail(struct ucx_conn *c, const char *why, ucs_status_t status) {
   if (c->failed) return;
   c->failed = 1;
   __atomic_store_n(&c->ctrl->poison, 1u, __ATOMIC_RELEASE);
   if (c->ep != NULL && c->ep_status == UCS_OK) {
     ucp_request_param_t param = {.op_attr_mask = 0};
-    c->ext->poison_src = 1;
-    ucs_status_ptr_t req =
-        ucp_put_nbx(c->ep, &c->ext->poison_src, sizeof c->ext->poison_src,
-                    c->remote_fifo + offsetof(struct conn_ctrl, poison), c->rkey, &param);
+    unsigned kind = c->is_send ? UCX_TAG_POISON_TO_RECEIVER : UCX_TAG_POISON_TO_SENDER;
+    ucs_status_ptr_t req = ucp_tag_send_nbx(c->ep, &poison_word, sizeof poison_word,
+                                            ucx_tag(c->token, kind, 0), &param);
     if (UCS_PTR_IS_PTR(req)) ucp_request_free(req); /* released once done */
   }
   WEFT_INFO(LOG_NET, "ucx connection %s rank %d is down: %s%s%s", c->is_send ? "to" : "from",
@@ -96,93 +98,106 @@ static void conn_fail(struct ucx_conn *c, const char *why, ucs_status_t status) 
             status != UCS_OK ? ucs_status_string(status) : "");
 }
 
-/* Puts nbytes at src into the peer's FIFO at offset. Returns 0, or -1 after
- * failing the connection. Local completion is not waited for: callers keep
- * src unchanged until a later flush completes. */
-static int conn_put(struct ucx_conn *c, const void *src, size_t nbytes, uint64_t offset) {
-  ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH, .memh = c->memh};
-  ucs_status_ptr_t req = ucp_put_nbx(c->ep, src, nbytes, c->remote_fifo + offset, c->rkey, &param);
+/* Posts the receive for the peer's poison message. */
+static int conn_post_poison_recv(struct ucx_conn *c) {
+  unsigned kind = c->is_send ? UCX_TAG_POISON_TO_SENDER : UCX_TAG_POISON_TO_RECEIVER;
+  ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL};
+  ucs_status_ptr_t req = ucp_tag_recv_nbx(c->worker, &c->poison_in, sizeof c->poison_in,
+                                          ucx_tag(c->token, kind, 0), UCX_TAG_MATCH_MASK, &param);
   if (UCS_PTR_IS_ERR(req)) {
-    conn_fail(c, "put failed", UCS_PTR_STATUS(req));
+    conn_fail(c, "posting a receive failed", UCS_PTR_STATUS(req));
     return -1;
   }
-  if (req != NULL) ucp_request_free(req); /* released once done */
+  c->poison_req = req;
   return 0;
 }
 
-/* Sender: hands back the slots of flushed batches and publishes the tail. */
-static int conn_send_retire(struct ucx_conn *c) {
+/* Sender: hands back the slots the receiver has matched, then sends the
+ * filled ones. Returns whether anything happened. */
+static int conn_send_progress(struct ucx_conn *c) {
   int moved = 0;
-  while (c->nbatches > 0) {
-    struct ucx_batch *b = &c->batches[c->batch_first];
-    if (b->req != NULL) {
-      ucs_status_t st = ucp_request_check_status(b->req);
+  while (c->done_step < c->posted_step) {
+    ucs_status_ptr_t *req = &c->reqs[c->done_step % c->nslots];
+    if (*req != NULL) {
+      ucs_status_t st = ucp_request_check_status(*req);
       if (st == UCS_INPROGRESS) break;
-      ucp_request_free(b->req);
-      b->req = NULL;
+      ucp_request_free(*req);
+      *req = NULL;
       if (st != UCS_OK) {
-        conn_fail(c, "flush failed", st);
+        conn_fail(c, "send failed", st);
         return 1;
       }
     }
-    /* the batch's slots are in the peer's memory: the tail may say so */
-    c->ext->tail_src = b->end;
-    if (conn_put(c, &c->ext->tail_src, sizeof c->ext->tail_src,
-                 offsetof(struct conn_ctrl, tail)) != 0)
-      return 1;
-    __atomic_store_n(&c->ctrl->head, b->end, __ATOMIC_RELEASE);
-    c->batch_first = (c->batch_first + 1) % CONN_MAX_SLOTS;
-    c->nbatches--;
+    c->done_step++;
     moved = 1;
   }
-  return moved;
-}
-
-/* Sender: puts the filled slots the receiver has room for, then flushes. */
-static int conn_send_post(struct ucx_conn *c) {
+  if (moved) __atomic_store_n(&c->ctrl->head, c->done_step, __ATOMIC_RELEASE);
   uint64_t tail = __atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE);
-  uint64_t remote_head = __atomic_load_n(&c->ext->remote_head, __ATOMIC_ACQUIRE);
-  uint64_t start = c->put_step;
-  while (c->put_step < tail && c->put_step - remote_head < c->nslots &&
-         c->put_step - start < c->max_batch && c->nbatches < CONN_MAX_SLOTS) {
-    size_t slot = c->put_step % c->nslots;
+  while (c->posted_step < tail) {
+    size_t slot = c->posted_step % c->nslots;
     uint32_t used = c->ctrl->slot_used_nbytes[slot];
     size_t nbytes = used & UCX_USED_NBYTES_MASK;
     if (nbytes > c->slot_nbytes) {
       conn_fail(c, "a slot claims more bytes than it holds", UCS_OK);
       return 1;
     }
-    uint64_t off = UCX_CTRL_NBYTES + slot * c->slot_nbytes;
-    if (nbytes > 0 && conn_put(c, c->slots + slot * c->slot_nbytes, nbytes, off) != 0) return 1;
-    if (conn_put(c, &c->ctrl->slot_used_nbytes[slot], sizeof used,
-                 offsetof(struct conn_ctrl, slot_used_nbytes) + slot * sizeof used) != 0)
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FLAG_NO_IMM_CMPL, .memh = c->memh};
+    ucs_status_ptr_t req = ucp_tag_send_sync_nbx(c->ep, c->slots + slot * c->slot_nbytes, nbytes,
+                                                 ucx_tag(c->token, UCX_TAG_DATA, used), &param);
+    if (UCS_PTR_IS_ERR(req)) {
+      conn_fail(c, "send failed", UCS_PTR_STATUS(req));
       return 1;
-    c->put_step++;
+    }
+    c->reqs[slot] = req;
+    c->posted_step++;
+    moved = 1;
   }
-  if (c->put_step == start) return 0;
-  /* the flush completes once every put before it is in the peer's memory */
-  ucp_request_param_t param = {.op_attr_mask = 0};
-  ucs_status_ptr_t req = ucp_ep_flush_nbx(c->ep, &param);
-  if (UCS_PTR_IS_ERR(req)) {
-    conn_fail(c, "flush failed", UCS_PTR_STATUS(req));
-    return 1;
-  }
-  uint32_t i = (c->batch_first + c->nbatches) % CONN_MAX_SLOTS;
-  c->batches[i] = (struct ucx_batch){.end = c->put_step, .req = req};
-  c->nbatches++;
-  return 1;
+  return moved;
 }
 
-/* Receiver: returns the credits, putting the head into the sender's page. */
-static int conn_recv_credit(struct ucx_conn *c) {
+/* Receiver: publishes the slots that arrived, in order, then posts receives
+ * into the slots the rank has drained. Returns whether anything happened. */
+static int conn_recv_progress(struct ucx_conn *c) {
+  int moved = 0;
+  while (c->done_step < c->posted_step) {
+    size_t slot = c->done_step % c->nslots;
+    ucp_tag_recv_info_t info;
+    ucs_status_t st = ucp_tag_recv_request_test(c->reqs[slot], &info);
+    if (st == UCS_INPROGRESS) break;
+    ucp_request_free(c->reqs[slot]);
+    c->reqs[slot] = NULL;
+    if (st != UCS_OK) {
+      conn_fail(c, "receive failed", st);
+      return 1;
+    }
+    uint32_t used = (uint32_t)info.sender_tag;
+    if ((used & UCX_USED_NBYTES_MASK) != info.length) {
+      conn_fail(c, "malformed data (not a weft peer?)", UCS_OK);
+      return 1;
+    }
+    c->ctrl->slot_used_nbytes[slot] = used;
+    c->done_step++;
+    moved = 1;
+  }
+  if (moved) __atomic_store_n(&c->ctrl->tail, c->done_step, __ATOMIC_RELEASE);
   uint64_t head = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
-  if (head == c->head_sent) return 0;
-  c->ext->head_src = head;
-  if (conn_put(c, &c->ext->head_src, sizeof c->ext->head_src,
-               UCX_EXT_OFFSET + offsetof(struct ucx_ctrl_ext, remote_head)) != 0)
-    return 1;
-  c->head_sent = head;
-  return 1;
+  while (c->posted_step < head + c->nslots) {
+    size_t slot = c->posted_step % c->nslots;
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FLAG_NO_IMM_CMPL, .memh = c->memh};
+    ucs_status_ptr_t req =
+        ucp_tag_recv_nbx(c->worker, c->slots + slot * c->slot_nbytes, c->slot_nbytes,
+                         ucx_tag(c->token, UCX_TAG_DATA, 0), UCX_TAG_MATCH_MASK, &param);
+    if (UCS_PTR_IS_ERR(req)) {
+      conn_fail(c, "posting a receive failed", UCS_PTR_STATUS(req));
+      return 1;
+    }
+    c->reqs[slot] = req;
+    c->posted_step++;
+    moved = 1;
+  }
+  return moved;
 }
 
 /* One pass over a connection end. Returns whether anything happened. */
@@ -192,14 +207,16 @@ static int conn_progress(struct ucx_conn *c) {
     conn_fail(c, "the peer is unreachable", c->ep_status);
     return 1;
   }
-  if (__atomic_load_n(&c->ctrl->poison, __ATOMIC_ACQUIRE)) {
-    conn_fail(c, "the local rank failed or aborted, or the peer did", UCS_OK);
+  if (c->poison_req == NULL && conn_post_poison_recv(c) != 0) return 1;
+  if (ucp_request_check_status(c->poison_req) != UCS_INPROGRESS) {
+    conn_fail(c, "the peer failed or aborted", UCS_OK);
     return 1;
   }
-  if (!c->is_send) return conn_recv_credit(c);
-  int moved = conn_send_retire(c);
-  if (!c->failed) moved |= conn_send_post(c);
-  return moved;
+  if (__atomic_load_n(&c->ctrl->poison, __ATOMIC_ACQUIRE)) {
+    conn_fail(c, "the local rank failed or aborted", UCS_OK);
+    return 1;
+  }
+  return c->is_send ? conn_send_progress(c) : conn_recv_progress(c);
 }
 
 /* --- the thread ------------------------------------------------------------ */
@@ -301,12 +318,19 @@ void ucx_worker_progress_once(void) {
   pthread_mutex_unlock(&ucx_mutex);
 }
 
+/* Whether UCX still holds requests on c's FIFO. */
+static int ucx_conn_busy(struct ucx_conn *c) {
+  for (uint32_t i = 0; i < c->nslots; i++)
+    if (c->reqs[i] != NULL && ucp_request_check_status(c->reqs[i]) == UCS_INPROGRESS) return 1;
+  return c->poison_req != NULL && ucp_request_check_status(c->poison_req) == UCS_INPROGRESS;
+}
+
 /* Under ucx_mutex: frees the retired ends the peer is done with (all of them
  * when the worker is gone). */
 static void retired_sweep(int all) {
   for (struct ucx_conn **link = &ucx.retired; *link != NULL;) {
     struct ucx_conn *c = *link;
-    if (!all && !__atomic_load_n(&c->ext->peer_closed, __ATOMIC_ACQUIRE)) {
+    if (!all && ucx_conn_busy(c)) {
       link = &c->next;
       continue;
     }
@@ -341,7 +365,7 @@ weftResult_t ucx_worker_get(struct ucx_worker **worker_out) {
       goto unlock;
     }
     ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
-                           .features = UCP_FEATURE_RMA};
+                           .features = UCP_FEATURE_TAG};
     st = ucp_init(&params, config, &ucx.w.context);
     ucp_config_release(config);
     if (st != UCS_OK) {
@@ -380,8 +404,8 @@ void ucx_worker_put(void) {
   ucx_lock();
   if (ucx.nrefs == 0) { /* nobody came back meanwhile */
     ucx.running = 0;
+    retired_sweep(1); /* nothing progresses the worker any more */
     ucp_worker_destroy(ucx.w.worker);
-    retired_sweep(1); /* nothing can write into them any more */
     ucp_cleanup(ucx.w.context);
     memset(&ucx.w, 0, sizeof ucx.w);
     WEFT_INFO(LOG_NET, "ucx worker destroyed");

@@ -3,12 +3,18 @@
  * thread progresses the worker and moves each connection's slots.
  *
  * Each end keeps its FIFO in memory registered with UCX (a ctrl page, then
- * the slots, as shm lays it out). The sender's proxy copies filled slots
- * with ucp_put_nbx straight from its FIFO into the receiver's (zero-copy where
- * the transport allows), flushes the endpoint, then puts the new tail: so
- * the receiver never sees a tail before the data behind it. The receiver's
- * proxy puts its head into the sender's ctrl page (the credits), and either
- * proxy puts the poison word when its rank fails. */
+ * the slots, as shm lays it out). The receiver's proxy keeps a tagged receive
+ * posted into every free slot; the sender's proxy sends each filled slot with
+ * a synchronous tagged send, which completes once the receiver matched it, so
+ * a slot is free again exactly when the peer has taken it (the credits) and
+ * UCX never buffers more than the receiver's slots. Large slots go by UCX's
+ * rendezvous, zero-copy from slot to slot where the transport allows. The tag
+ * carries the connection's token and the slot's used word; a second tag
+ * carries poison, either way.
+ *
+ * Tagged messages rather than ucp_put_nbx: on transports without registered
+ * memory (TCP) UCX 1.13 emulates puts with active messages, whose target-side
+ * handler ends the process (ucs_fatal) when the origin dies mid-stream. */
 #ifndef WEFT_UCX_PROXY_H
 #define WEFT_UCX_PROXY_H
 
@@ -21,7 +27,7 @@
 #include "../transport.h"
 
 /* ucx_params[] (param.h), defined in ucx_conn.c */
-enum { UCX_P_DISABLE, UCX_P_MAX_BATCH };
+enum { UCX_P_DISABLE };
 
 /* A slot holds at most 64 MiB (2^26 bytes), so the low 27 bits of
  * slot_used_nbytes are its byte count; the bits above are the algorithms'
@@ -29,52 +35,40 @@ enum { UCX_P_DISABLE, UCX_P_MAX_BATCH };
 #define UCX_USED_NBYTES_MASK 0x07ffffffu
 
 #define UCX_CTRL_NBYTES 4096 /* the slots start on their own page */
-#define UCX_EXT_OFFSET 2048  /* struct ucx_ctrl_ext, past struct conn_ctrl */
 
-/* The UCX transport's own words in the ctrl page, beside struct conn_ctrl. */
-struct ucx_ctrl_ext {
-  alignas(64) uint64_t remote_head; /* sender: the receiver's head, put by its proxy */
-  alignas(64) uint64_t tail_src;    /* sender: the tail value being put */
-  uint64_t head_src;                /* receiver: the head value being put */
-  uint32_t poison_src;              /* 1, the value put into the peer's poison */
-  uint32_t closed_src;              /* 1, the value put into the peer's peer_closed */
-  alignas(64) uint32_t peer_closed; /* put by the peer once it writes here no more */
-};
+/* Tags: token (30 bits) | kind (2 bits) | the slot's used word (32 bits). */
+#define UCX_TAG_TOKEN_SHIFT 34
+#define UCX_TAG_KIND_SHIFT 32
+#define UCX_TAG_MATCH_MASK 0xffffffff00000000ull
+enum { UCX_TAG_DATA = 0, UCX_TAG_POISON_TO_RECEIVER = 1, UCX_TAG_POISON_TO_SENDER = 2 };
 
-/* A sender's group of slots put together and flushed together. */
-struct ucx_batch {
-  uint64_t end;          /* the slot number after the batch's last */
-  ucs_status_ptr_t req;  /* the flush; NULL once done */
-};
+static inline uint64_t ucx_tag(uint64_t token, unsigned kind, uint32_t used) {
+  return token << UCX_TAG_TOKEN_SHIFT | (uint64_t)kind << UCX_TAG_KIND_SHIFT | used;
+}
 
 /* One end of a UCX connection. Set up by ucx_conn.c; while registered, only
  * the proxy thread moves its slots. */
 struct ucx_conn {
   ucp_context_h context;
-  uint64_t token;     /* ties the blob to the bootstrap messages */
+  ucp_worker_h worker;
+  uint64_t token;     /* 30 random bits: ties the blob, the messages and the tags together */
   int registered;     /* with the proxy */
   int is_send;
   int peer_rank;
   struct conn_ctrl *ctrl; /* the local FIFO: ctrl page, then the slots */
-  struct ucx_ctrl_ext *ext;
   char *slots;
   uint32_t nslots;
   size_t slot_nbytes;
   void *fifo;
   size_t fifo_nbytes;
   ucp_mem_h memh;     /* the local FIFO's registration */
-  /* the peer's FIFO */
-  ucp_ep_h ep;
-  ucp_rkey_h rkey;
-  uint64_t remote_fifo; /* its address in the peer's process */
-  /* the sender's progress, owned by the proxy */
-  uint64_t put_step;    /* the next slot to put */
-  uint32_t max_batch;   /* slots put between two flushes, at most */
-  struct ucx_batch batches[CONN_MAX_SLOTS];
-  uint32_t batch_first, nbatches;
-  /* the receiver's progress */
-  uint64_t head_sent;
-  /* failure */
+  ucp_ep_h ep;        /* to the peer: data (sender), poison (either) */
+  /* owned by the proxy once registered */
+  uint64_t posted_step; /* sender: slots sent; receiver: receives posted */
+  uint64_t done_step;   /* sender: sends matched; receiver: slots arrived */
+  ucs_status_ptr_t reqs[CONN_MAX_SLOTS]; /* per slot, in flight */
+  ucs_status_ptr_t poison_req;           /* the posted receive for the peer's poison */
+  uint32_t poison_in;                    /* its buffer */
   ucs_status_t ep_status; /* set by the endpoint's error callback */
   int failed;
   struct ucx_conn *next; /* in the proxy's list, or among the retired */
@@ -111,10 +105,9 @@ void ucx_leave(void);
 /* Progresses the worker once from the calling thread. */
 void ucx_worker_progress_once(void);
 
-/* Keeps a closed end's FIFO (and frees conn) once the peer has said it writes
- * there no more, or when the worker goes: until then a late put from the
- * peer (credits, poison) must land in memory that is still ours. free_fn
- * releases the end. */
+/* Keeps a closed end whose requests are still in flight (UCX may yet write
+ * into or read from its FIFO) until they complete or the worker goes; then
+ * free_fn releases it. */
 void ucx_retire(struct ucx_conn *conn, void (*free_fn)(struct ucx_conn *));
 
 #endif
