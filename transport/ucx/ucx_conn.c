@@ -63,6 +63,13 @@ static int ucx_can_connect(const struct peer_info *sender, const struct peer_inf
   return 1;
 }
 
+/* Each rank on this host runs a proxy thread besides its own: once a peer
+ * shares the host, the waits must yield at once when the threads outnumber
+ * the cores (as with the socket transport). */
+static void ucx_note_local_peer(const struct weft_conn *conn) {
+  if (conn->peer_pid > 0) wait_set_local_ranks(4);
+}
+
 /* Rewrites the last error as "ucx transport, what rank N: cause". */
 static weftResult_t ucx_error_peer(weftResult_t res, const char *what, int peer_rank) {
   char cause[512];
@@ -224,6 +231,7 @@ static weftResult_t ucx_recv_setup(struct weft_conn *conn, struct conn_blob *blo
   free(msg);
   if (res != weftSuccess) goto close_conn;
   memcpy(blob_out->data, &b, sizeof b);
+  ucx_note_local_peer(conn);
   WEFT_INFO(LOG_NET, "ucx connection from rank %d: FIFO of %zu bytes registered",
             conn->peer_rank, uc->fifo_nbytes);
   return weftSuccess;
@@ -255,6 +263,7 @@ static weftResult_t ucx_send_connect(struct weft_conn *conn, const struct conn_b
                 close_conn);
   WEFT_TRY_GOTO(ucx_proxy_add(uc), res, close_conn);
   free(msg);
+  ucx_note_local_peer(conn);
   WEFT_INFO(LOG_NET, "ucx connection to rank %d: endpoint created", conn->peer_rank);
   return weftSuccess;
 close_conn:
@@ -298,10 +307,10 @@ static void ucx_conn_drain(struct ucx_conn *uc) {
   }
 }
 
-/* Closes the endpoint: flushed unless the connection failed, then forced. */
+/* Closes the endpoint: flushed while the peer is there (what this end sent,
+ * poison included, reaches it), else forced. */
 static void ucx_ep_close(struct ucx_conn *uc) {
-  int healthy = !uc->failed && uc->ep_status == UCS_OK &&
-                !__atomic_load_n(&uc->ctrl->poison, __ATOMIC_ACQUIRE);
+  int healthy = !uc->peer_gone && uc->ep_status == UCS_OK;
   ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                .flags = healthy ? 0 : UCP_EP_CLOSE_FLAG_FORCE};
   ucx_enter();

@@ -156,9 +156,9 @@ static int conn_send_progress(struct ucx_conn *c) {
   return moved;
 }
 
-/* Receiver: publishes the slots that arrived, in order, then posts receives
- * into the slots the rank has drained. Returns whether anything happened. */
-static int conn_recv_progress(struct ucx_conn *c) {
+/* Receiver: publishes the slots that arrived, in order. Returns whether any
+ * did. */
+static int conn_recv_complete(struct ucx_conn *c) {
   int moved = 0;
   while (c->done_step < c->posted_step) {
     size_t slot = c->done_step % c->nslots;
@@ -181,6 +181,14 @@ static int conn_recv_progress(struct ucx_conn *c) {
     moved = 1;
   }
   if (moved) __atomic_store_n(&c->ctrl->tail, c->done_step, __ATOMIC_RELEASE);
+  return moved;
+}
+
+/* Receiver: publishes the slots that arrived, then posts receives into the
+ * slots the rank has drained. Returns whether anything happened. */
+static int conn_recv_progress(struct ucx_conn *c) {
+  int moved = conn_recv_complete(c);
+  if (c->failed) return 1;
   uint64_t head = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
   while (c->posted_step < head + c->nslots) {
     size_t slot = c->posted_step % c->nslots;
@@ -197,18 +205,25 @@ static int conn_recv_progress(struct ucx_conn *c) {
     c->posted_step++;
     moved = 1;
   }
-  return moved;
+  /* a receive posted for a message that was already there completes at once */
+  return conn_recv_complete(c) | moved;
 }
 
 /* One pass over a connection end. Returns whether anything happened. */
 static int conn_progress(struct ucx_conn *c) {
   if (c->failed) return 0;
+  if (c->poison_req == NULL && conn_post_poison_recv(c) != 0) return 1;
+  /* slots filled or arrived before a failure still go out or in (a shm peer
+   * would see them too); then the poison */
+  int moved = c->is_send ? conn_send_progress(c) : conn_recv_progress(c);
+  if (c->failed) return 1;
   if (c->ep_status != UCS_OK) {
+    c->peer_gone = 1;
     conn_fail(c, "the peer is unreachable", c->ep_status);
     return 1;
   }
-  if (c->poison_req == NULL && conn_post_poison_recv(c) != 0) return 1;
   if (ucp_request_check_status(c->poison_req) != UCS_INPROGRESS) {
+    c->peer_gone = 1;
     conn_fail(c, "the peer failed or aborted", UCS_OK);
     return 1;
   }
@@ -216,7 +231,7 @@ static int conn_progress(struct ucx_conn *c) {
     conn_fail(c, "the local rank failed or aborted", UCS_OK);
     return 1;
   }
-  return c->is_send ? conn_send_progress(c) : conn_recv_progress(c);
+  return moved;
 }
 
 /* --- the thread ------------------------------------------------------------ */

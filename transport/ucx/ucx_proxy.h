@@ -71,6 +71,7 @@ struct ucx_conn {
   uint32_t poison_in;                    /* its buffer */
   ucs_status_t ep_status; /* set by the endpoint's error callback */
   int failed;
+  int peer_gone;          /* the peer failed, aborted or cannot be reached */
   struct ucx_conn *next; /* in the proxy's list, or among the retired */
   void (*free_fn)(struct ucx_conn *);
 };
