@@ -12,6 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -37,6 +40,22 @@ int sh(const std::string &cmd) { return system((cmd + " >/dev/null 2>&1").c_str(
 bool see_own_netns_devices() {
   return unshare(CLONE_NEWNS) == 0 && mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
          umount2("/sys", MNT_DETACH) == 0 && mount("sysfs", "/sys", "sysfs", 0, nullptr) == 0;
+}
+
+// Threads of this process whose name starts with prefix.
+int count_threads_named(const char *prefix) {
+  int n = 0;
+  DIR *d = opendir("/proc/self/task");
+  if (d == nullptr) return -1;
+  while (dirent *e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/comm");
+    std::string name;
+    std::getline(f, name);
+    if (name.rfind(prefix, 0) == 0) n++;
+  }
+  closedir(d);
+  return n;
 }
 
 const int kHosts = 3, kRanksPerHost = 2, kRanks = kHosts * kRanksPerHost;
@@ -99,6 +118,10 @@ TEST_F(ThreeHosts, AllCollectivesCorrect) {
     weftComm_t comm;
     if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
       return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    // every rank has one ring hop to another host: over UCX, not sockets
+    int ucx = count_threads_named("weft-ucx"), sock = count_threads_named("weft-sock");
+    if (ucx != 1 || sock != 0)
+      return rank_fail(ctx, "%d ucx and %d socket proxy threads, want 1 and 0", ucx, sock);
     const int n = ctx.nranks, me = ctx.rank;
     for (size_t count : {1, 1009, 100003}) {
       for (weftDataType_t t : {weftFloat32, weftInt64, weftBfloat16}) {

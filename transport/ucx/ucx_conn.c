@@ -307,26 +307,35 @@ static void ucx_conn_drain(struct ucx_conn *uc) {
   }
 }
 
-/* Closes the endpoint: flushed while the peer is there (what this end sent,
- * poison included, reaches it), else forced. */
+/* Waits, progressing the worker, until req completes or the deadline
+ * passes; then frees it. */
+static void ucx_request_wait(ucs_status_ptr_t req, uint64_t deadline) {
+  if (!UCS_PTR_IS_PTR(req)) return;
+  while (ucp_request_check_status(req) == UCS_INPROGRESS && clock_ns() < deadline)
+    ucx_worker_progress_once();
+  ucx_enter();
+  ucp_request_free(req);
+  ucx_leave();
+}
+
+/* Closes the endpoint. While the peer is there, a flush first lets what this
+ * end sent (poison included) reach it; the close itself is forced, which
+ * ends whatever is still in flight (a peer behind a dead link), so that
+ * nothing is left for the worker's destruction. */
 static void ucx_ep_close(struct ucx_conn *uc) {
-  int healthy = !uc->peer_gone && uc->ep_status == UCS_OK;
-  ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                               .flags = healthy ? 0 : UCP_EP_CLOSE_FLAG_FORCE};
+  ucp_request_param_t param = {.op_attr_mask = 0};
+  if (!uc->peer_gone && uc->ep_status == UCS_OK) {
+    ucx_enter();
+    ucs_status_ptr_t req = ucp_ep_flush_nbx(uc->ep, &param);
+    ucx_leave();
+    ucx_request_wait(req, clock_ns() + UCX_CLOSE_TIMEOUT_NS);
+  }
+  param = (ucp_request_param_t){.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                .flags = UCP_EP_CLOSE_FLAG_FORCE};
   ucx_enter();
   ucs_status_ptr_t req = ucp_ep_close_nbx(uc->ep, &param);
   ucx_leave();
-  uint64_t deadline = clock_ns() + UCX_CLOSE_TIMEOUT_NS;
-  if (UCS_PTR_IS_PTR(req)) {
-    while (ucp_request_check_status(req) == UCS_INPROGRESS && clock_ns() < deadline)
-      ucx_worker_progress_once();
-    if (ucp_request_check_status(req) == UCS_INPROGRESS)
-      WEFT_INFO(LOG_NET, "ucx connection %s rank %d: endpoint close still pending",
-                uc->is_send ? "to" : "from", uc->peer_rank);
-    ucx_enter();
-    ucp_request_free(req);
-    ucx_leave();
-  }
+  ucx_request_wait(req, clock_ns() + UCX_CLOSE_TIMEOUT_NS);
   uc->ep = NULL;
 }
 
