@@ -1,8 +1,8 @@
 /* The UCX transport: ranks on any hosts, over whatever UCX finds (InfiniBand
  * verbs, RoCE, TCP, shared memory; UCX_TLS and UCX_NET_DEVICES choose, and
  * pass through untouched). Each end keeps its FIFO in memory registered with
- * UCX; the proxy (ucx_proxy.c) puts the sender's filled slots into the
- * receiver's FIFO.
+ * UCX; the proxy (ucx_proxy.c) sends the sender's filled slots as tagged
+ * messages into receives posted in the receiver's free slots.
  *
  * Set-up: the receiver registers its FIFO and sends the sender its worker
  * address over the bootstrap (too large for a connection blob: an address
