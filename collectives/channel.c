@@ -32,6 +32,7 @@ static void conn_init(struct weft_conn *conn, const struct weftComm *comm, int p
   conn->nslots = nslots;
   conn->slot_nbytes = slot_nbytes;
   conn->peer_rank = peer;
+  conn->bs = comm->bs;
   const struct peer_info *me = &comm->peers[comm->rank], *p = &comm->peers[peer];
   conn->peer_pid = p->host_hash == me->host_hash ? p->pid : 0;
 }

@@ -45,6 +45,7 @@ static void conn_prepare(struct weftComm *comm, struct weft_conn *c, int peer) {
   c->nslots = comm->nslots;
   c->slot_nbytes = comm->slot_nbytes;
   c->peer_rank = peer;
+  c->bs = comm->bs;
   const struct peer_info *me = &comm->peers[comm->rank], *p = &comm->peers[peer];
   c->peer_pid = p->host_hash == me->host_hash ? p->pid : 0;
 }

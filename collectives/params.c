@@ -1,6 +1,13 @@
 #include "params.h"
 
 #include "../include/weft.h"
+#include "weft_build_config.h"
+
+#if WEFT_HAVE_UCX
+#define UCX_PARAMS ucx_params,
+#else
+#define UCX_PARAMS
+#endif
 
 struct weft_param coll_params[] = {
     [P_NCHANNELS] = {"WEFT_NCHANNELS", PARAM_INT, "1",
@@ -20,7 +27,7 @@ struct weft_param coll_params[] = {
 };
 
 struct weft_param *const weft_param_tables[] = {
-    log_params, wait_params, bootstrap_params, transport_params, shm_params, socket_params, coll_params, NULL,
+    log_params, wait_params, bootstrap_params, transport_params, shm_params, socket_params, UCX_PARAMS coll_params, NULL,
 };
 
 void weft_params_reset(void) { param_tables_reset(weft_param_tables); }

@@ -250,14 +250,34 @@ static const char *root_reply_text(uint32_t code) {
   }
 }
 
-static weftResult_t ring_accept_prev(int listen_fd, const struct bootstrap_id *id, int prev,
+static weftResult_t p2p_take(struct bootstrap *bs, int fd, const uint32_t *magic_read,
+                             struct p2p_msg **msg_out);
+
+/* Accepts the ring connection from prev. A point-to-point message from a
+ * rank that finished joining first is kept for bootstrap_recv. */
+static weftResult_t ring_accept_prev(struct bootstrap *bs, int listen_fd, int prev,
                                      uint64_t deadline, int *fd_out) {
   for (;;) {
     int fd;
     WEFT_TRY(sock_accept(listen_fd, deadline, &fd));
     struct ring_hello rh;
-    if (sock_recv_all(fd, &rh, sizeof rh, clock_ns() + HELLO_TIMEOUT_NS) == weftSuccess &&
-        rh.magic == BOOTSTRAP_MAGIC && rh.rank == prev && secret_equal(rh.secret, id->secret)) {
+    uint64_t hello_deadline = clock_ns() + HELLO_TIMEOUT_NS;
+    if (sock_recv_all(fd, &rh.magic, sizeof rh.magic, hello_deadline) != weftSuccess) {
+      close(fd);
+      continue;
+    }
+    if (rh.magic == P2P_MAGIC) {
+      struct p2p_msg *m;
+      if (p2p_take(bs, fd, &rh.magic, &m) == weftSuccess) {
+        struct p2p_msg **link = &bs->unexpected;
+        while (*link != NULL) link = &(*link)->next;
+        *link = m; /* in arrival order, as bootstrap_recv matches them */
+      }
+      continue;
+    }
+    if (sock_recv_all(fd, (char *)&rh + sizeof rh.magic, sizeof rh - sizeof rh.magic,
+                      hello_deadline) == weftSuccess &&
+        rh.magic == BOOTSTRAP_MAGIC && rh.rank == prev && secret_equal(rh.secret, bs->secret)) {
       *fd_out = fd;
       return weftSuccess;
     }
@@ -280,6 +300,7 @@ weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,
   bs->nranks = nranks;
   bs->fd_next = bs->fd_prev = bs->listen_fd = -1;
   bs->timeout_ns = timeout_ns;
+  memcpy(bs->secret, id->secret, sizeof bs->secret);
 
   /* our ring listener: loopback when the root is, else the chosen interface */
   union weft_sockaddr listen_addr;
@@ -335,7 +356,7 @@ weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,
     WEFT_TRY_GOTO(sock_connect(&peers_out[next].listen_addr, deadline, &bs->fd_next), res,
                   close_listen);
     WEFT_TRY_GOTO(sock_send_all(bs->fd_next, &rh, sizeof rh, deadline), res, close_ring);
-    WEFT_TRY_GOTO(ring_accept_prev(listen_fd, id, prev, deadline, &bs->fd_prev), res, close_ring);
+    WEFT_TRY_GOTO(ring_accept_prev(bs, listen_fd, prev, deadline, &bs->fd_prev), res, close_ring);
   }
   bs->addrs = malloc(sizeof *bs->addrs * (size_t)nranks);
   if (bs->addrs == NULL) {
@@ -344,7 +365,6 @@ weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,
   }
   for (int r = 0; r < nranks; r++) bs->addrs[r] = peers_out[r].listen_addr;
   bs->listen_fd = listen_fd;
-  memcpy(bs->secret, id->secret, sizeof bs->secret);
   *bs_out = bs;
   return weftSuccess;
 
@@ -356,6 +376,11 @@ close_root:
 close_listen:
   close(listen_fd);
 free_bs:
+  while (bs->unexpected != NULL) {
+    struct p2p_msg *m = bs->unexpected;
+    bs->unexpected = m->next;
+    free(m);
+  }
   free(bs);
   return res;
 }
@@ -445,37 +470,48 @@ weftResult_t bootstrap_send(struct bootstrap *bs, int peer, uint32_t tag, const 
   return res;
 }
 
+/* Reads the message on an accepted connection and closes it; magic_read:
+ * the header's first word, when the caller read it already. Returns
+ * weftInProgress for a sender without the secret (dropped). */
+static weftResult_t p2p_take(struct bootstrap *bs, int fd, const uint32_t *magic_read,
+                             struct p2p_msg **msg_out) {
+  struct p2p_header h;
+  size_t skip = magic_read != NULL ? sizeof h.magic : 0;
+  if (magic_read != NULL) h.magic = *magic_read;
+  uint64_t hello_deadline = clock_ns() + HELLO_TIMEOUT_NS;
+  if (sock_recv_all(fd, (char *)&h + skip, sizeof h - skip, hello_deadline) != weftSuccess ||
+      h.magic != P2P_MAGIC || !secret_equal(h.secret, bs->secret) || h.from < 0 ||
+      h.from >= bs->nranks || h.nbytes > P2P_MAX_NBYTES) {
+    WEFT_WARN(LOG_BOOTSTRAP, "dropped a bootstrap message without the right secret");
+    close(fd);
+    return weftInProgress;
+  }
+  struct p2p_msg *m = malloc(sizeof *m + h.nbytes);
+  if (m == NULL) {
+    close(fd);
+    return weft_error_set(weftSystemError, "out of memory");
+  }
+  m->next = NULL;
+  m->from = h.from;
+  m->tag = h.tag;
+  m->nbytes = h.nbytes;
+  weftResult_t res = sock_recv_all(fd, m->data, h.nbytes, hello_deadline);
+  close(fd);
+  if (res != weftSuccess) {
+    free(m);
+    return weftInProgress;
+  }
+  *msg_out = m;
+  return weftSuccess;
+}
+
 /* Accepts one message from the listener; drops senders without the secret. */
 static weftResult_t p2p_accept(struct bootstrap *bs, uint64_t deadline, struct p2p_msg **msg_out) {
   for (;;) {
     int fd;
     WEFT_TRY(sock_accept(bs->listen_fd, deadline, &fd));
-    struct p2p_header h;
-    uint64_t hello_deadline = clock_ns() + HELLO_TIMEOUT_NS;
-    if (sock_recv_all(fd, &h, sizeof h, hello_deadline) != weftSuccess ||
-        h.magic != P2P_MAGIC || !secret_equal(h.secret, bs->secret) || h.from < 0 ||
-        h.from >= bs->nranks || h.nbytes > P2P_MAX_NBYTES) {
-      WEFT_WARN(LOG_BOOTSTRAP, "dropped a bootstrap message without the right secret");
-      close(fd);
-      continue;
-    }
-    struct p2p_msg *m = malloc(sizeof *m + h.nbytes);
-    if (m == NULL) {
-      close(fd);
-      return weft_error_set(weftSystemError, "out of memory");
-    }
-    m->next = NULL;
-    m->from = h.from;
-    m->tag = h.tag;
-    m->nbytes = h.nbytes;
-    weftResult_t res = sock_recv_all(fd, m->data, h.nbytes, hello_deadline);
-    close(fd);
-    if (res != weftSuccess) {
-      free(m);
-      continue;
-    }
-    *msg_out = m;
-    return weftSuccess;
+    weftResult_t res = p2p_take(bs, fd, NULL, msg_out);
+    if (res != weftInProgress) return res;
   }
 }
 

@@ -35,6 +35,7 @@ extern struct weft_param log_params[];
 extern struct weft_param bootstrap_params[];
 extern struct weft_param shm_params[];
 extern struct weft_param socket_params[];
+extern struct weft_param ucx_params[]; /* builds with UCX only */
 extern struct weft_param wait_params[];
 extern struct weft_param transport_params[];
 

@@ -3,19 +3,26 @@
 #include <string.h>
 
 #include "param.h"
+#include "weft_build_config.h"
 
 struct weft_param transport_params[] = {
     {"WEFT_TRANSPORT", PARAM_STR, NULL,
-     "use only this transport (shm, socket); connections it cannot make fail", 0, 0, NULL},
+     "use only this transport (shm, ucx, socket); connections it cannot make fail", 0, 0, NULL},
     PARAM_END,
 };
 enum { P_TRANSPORT };
 
 extern const struct weft_transport shm_transport;
 extern const struct weft_transport socket_transport;
+#if WEFT_HAVE_UCX
+extern const struct weft_transport ucx_transport;
+#endif
 
 const struct weft_transport *const weft_transports[] = {
     &shm_transport,
+#if WEFT_HAVE_UCX
+    &ucx_transport, /* between hosts, before sockets */
+#endif
     &socket_transport, /* after shm: on one host, memory is faster */
     NULL,
 };

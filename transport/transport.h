@@ -40,6 +40,7 @@ struct weft_conn {
   pid_t peer_pid;      /* watched while waiting, when the peer shares the host */
   const struct weft_transport *transport;
   void *priv;          /* the transport's own state */
+  struct bootstrap *bs; /* the communicator's: transports may exchange set-up data */
 };
 
 /* What the receiver sends the sender so it can attach: opaque per transport. */

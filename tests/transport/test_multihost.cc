@@ -63,7 +63,10 @@ class TwoHosts : public testing::Test {
     RunOptions o;
     o.timeout_s = 120;
     o.netns = {ns[0], ns[0], ns[1], ns[1]};
-    o.env = {{"WEFT_TIMEOUT", std::to_string(timeout_s)}, {"WEFT_SLOT_BYTES", "4096"}};
+    o.env = {{"WEFT_TIMEOUT", std::to_string(timeout_s)}, {"WEFT_SLOT_BYTES", "4096"},
+             // sockets between the hosts: UCX, preferred when built in, would reach the
+             // other namespace through shared memory (test_multihost_ucx.cc covers it)
+             {"WEFT_UCX_DISABLE", "1"}};
     return o;
   }
   std::string tag, ns[2], veth[2];

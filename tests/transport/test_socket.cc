@@ -145,11 +145,13 @@ TEST(SocketAllReduceLarge, DefaultSlotsEightMillionFloats) {
   EXPECT_EQ(status[1], 0);
 }
 
-// Without WEFT_TRANSPORT, ranks on different hosts get the socket transport
-// (shm cannot connect them: a proxy thread runs); on one host they keep shm.
+// Without WEFT_TRANSPORT (and with UCX off), ranks on different hosts get the
+// socket transport (shm cannot connect them: a proxy thread runs); on one host
+// they keep shm.
 TEST(SocketSelect, ChosenBetweenHostsOnly) {
   RunOptions opts;
-  opts.env = {{"WEFT_TRANSPORT", ""}, {"WEFT_TIMEOUT", "30"}};  // "": unset
+  opts.env = {{"WEFT_TRANSPORT", ""}, {"WEFT_TIMEOUT", "30"},  // "": unset
+              {"WEFT_UCX_DISABLE", "1"}};  // UCX comes first between hosts when built in
   for (bool own_hosts : {false, true}) {
     auto status = run_ranks(3, [&](const RankCtx &ctx) {
       if (own_hosts) pretend_own_host(ctx);

@@ -1,0 +1,371 @@
+/* The UCX transport: ranks on any hosts, over whatever UCX finds (InfiniBand
+ * verbs, RoCE, TCP, shared memory; UCX_TLS and UCX_NET_DEVICES choose, and
+ * pass through untouched). Each end keeps its FIFO in memory registered with
+ * UCX; the proxy (ucx_proxy.c) sends the sender's filled slots as tagged
+ * messages into receives posted in the receiver's free slots.
+ *
+ * Set-up: the receiver registers its FIFO and sends the sender its worker
+ * address over the bootstrap (too large for a connection blob: an address
+ * with several devices runs to hundreds of bytes); the blob carries a token
+ * that ties the two together and names the connection's tags. The sender
+ * connects an endpoint and sends its own address back, so that either end
+ * can tell the other it failed, and learns when the other is gone. */
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "../param.h"
+#include "../status.h"
+#include "../transport.h"
+#include "../wait.h"
+#include "ucx_proxy.h"
+
+struct weft_param ucx_params[] = {
+    [UCX_P_DISABLE] = {"WEFT_UCX_DISABLE", PARAM_INT, "0", "1 disables the UCX transport", 0, 0,
+                       NULL},
+    PARAM_END,
+};
+
+#define UCX_MSG_MAGIC 0x7765667455435831ull /* "weftUCX1" */
+#define UCX_MSG_DATA_NBYTES 8192            /* a worker address */
+#define UCX_CLOSE_TIMEOUT_NS 2000000000ull  /* flushing an endpoint on close */
+enum { TAG_UCX_RECEIVER = 0x75637801u, TAG_UCX_SENDER = 0x75637802u };
+
+/* What the receiver publishes in its blob. */
+struct ucx_blob {
+  uint64_t token;
+  uint64_t fifo_nbytes; /* nslots * slot_nbytes: both ends must agree */
+};
+static_assert(sizeof(struct ucx_blob) <= sizeof(((struct conn_blob *)0)->data),
+              "ucx blob too large");
+
+/* What each end tells the other over the bootstrap. */
+struct ucx_msg {
+  uint64_t magic;
+  uint64_t token;
+  uint64_t fifo_nbytes;
+  uint32_t address_nbytes;
+  uint32_t reserved;
+  uint8_t data[UCX_MSG_DATA_NBYTES]; /* the worker address */
+};
+
+static void ucx_close(struct weft_conn *conn);
+
+static int ucx_disabled(void) { return param_int(&ucx_params[UCX_P_DISABLE]) != 0; }
+
+/* UCX reaches any host (and this one, when forced). */
+static int ucx_can_connect(const struct peer_info *sender, const struct peer_info *receiver) {
+  (void)sender;
+  (void)receiver;
+  return 1;
+}
+
+/* Each rank on this host runs a proxy thread besides its own: once a peer
+ * shares the host, the waits must yield at once when the threads outnumber
+ * the cores (as with the socket transport). */
+static void ucx_note_local_peer(const struct weft_conn *conn) {
+  if (conn->peer_pid > 0) wait_set_local_ranks(4);
+}
+
+/* Rewrites the last error as "ucx transport, what rank N: cause". */
+static weftResult_t ucx_error_peer(weftResult_t res, const char *what, int peer_rank) {
+  char cause[512];
+  snprintf(cause, sizeof cause, "%s", weft_error_text());
+  return weft_error_set(res, "ucx transport, %s rank %d: %s", what, peer_rank, cause);
+}
+
+/* Frees what ucx_conn_alloc made; the worker reference is the caller's. */
+static void ucx_conn_free(struct ucx_conn *uc) {
+  for (uint32_t i = 0; i < CONN_MAX_SLOTS; i++)
+    if (uc->reqs[i] != NULL) ucp_request_free(uc->reqs[i]);
+  if (uc->poison_req != NULL) ucp_request_free(uc->poison_req);
+  if (uc->memh != NULL) ucp_mem_unmap(uc->context, uc->memh);
+  if (uc->fifo != NULL) munmap(uc->fifo, uc->fifo_nbytes);
+  free(uc);
+}
+
+/* Allocates and registers this end's FIFO and hangs it on conn (conn->priv
+ * owns it, so close() undoes a half-done set-up). Takes a worker reference. */
+static weftResult_t ucx_conn_alloc(struct weft_conn *conn, int is_send, struct ucx_conn **uc_out) {
+  static_assert(sizeof(struct conn_ctrl) <= UCX_CTRL_NBYTES, "ctrl fits its page");
+  if (conn->bs == NULL)
+    return weft_error_set(weftInternalError, "ucx transport: connection without a bootstrap");
+  struct ucx_worker *w;
+  WEFT_TRY(ucx_worker_get(&w));
+  struct ucx_conn *uc = calloc(1, sizeof *uc);
+  if (uc == NULL) {
+    ucx_worker_put();
+    return weft_error_set(weftSystemError, "out of memory");
+  }
+  uc->context = w->context;
+  uc->worker = w->worker;
+  uc->is_send = is_send;
+  uc->peer_rank = conn->peer_rank;
+  uc->nslots = conn->nslots;
+  uc->slot_nbytes = conn->slot_nbytes;
+  uc->fifo_nbytes = UCX_CTRL_NBYTES + (size_t)conn->nslots * conn->slot_nbytes;
+  conn->priv = uc; /* from here on, close() undoes it all */
+  /* anonymous pages: zeroed, page-aligned, never shared with a child */
+  void *fifo = mmap(NULL, uc->fifo_nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                    -1, 0);
+  if (fifo == MAP_FAILED)
+    return weft_error_errno(weftSystemError, "allocating a %zu-byte ucx FIFO", uc->fifo_nbytes);
+  uc->fifo = fifo;
+  ucp_mem_map_params_t mp = {
+      .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+      .address = fifo,
+      .length = uc->fifo_nbytes};
+  ucx_enter();
+  ucs_status_t st = ucp_mem_map(w->context, &mp, &uc->memh);
+  ucx_leave();
+  if (st != UCS_OK) {
+    uc->memh = NULL;
+    return ucx_error(st, "registering a %zu-byte FIFO with UCX", uc->fifo_nbytes);
+  }
+  uc->ctrl = fifo;
+  uc->slots = (char *)fifo + UCX_CTRL_NBYTES;
+  uc->ep_status = UCS_OK;
+  conn->ctrl = uc->ctrl;
+  conn->slots = uc->slots;
+  conn->step = 0;
+  *uc_out = uc;
+  return weftSuccess;
+}
+
+/* Describes this end's worker in msg. */
+static weftResult_t ucx_msg_fill(struct ucx_conn *uc, struct ucx_msg *msg) {
+  ucp_address_t *address = NULL;
+  size_t address_nbytes = 0;
+  weftResult_t res = weftSuccess;
+  ucx_enter();
+  ucs_status_t st = ucp_worker_get_address(uc->worker, &address, &address_nbytes);
+  if (st != UCS_OK) {
+    res = ucx_error(st, "getting the UCX worker address");
+    goto leave;
+  }
+  if (address_nbytes > sizeof msg->data) {
+    res = weft_error_set(weftSystemError,
+                         "ucx worker address of %zu bytes exceeds %zu: restrict UCX_TLS or "
+                         "UCX_NET_DEVICES",
+                         address_nbytes, sizeof msg->data);
+    goto release_address;
+  }
+  memset(msg, 0, sizeof *msg);
+  msg->magic = UCX_MSG_MAGIC;
+  msg->token = uc->token;
+  msg->fifo_nbytes = (uint64_t)uc->nslots * uc->slot_nbytes;
+  msg->address_nbytes = (uint32_t)address_nbytes;
+  memcpy(msg->data, address, address_nbytes);
+release_address:
+  ucp_worker_release_address(uc->worker, address);
+leave:
+  ucx_leave();
+  return res;
+}
+
+static void ucx_ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status) {
+  (void)ep;
+  struct ucx_conn *uc = arg;
+  __atomic_store_n(&uc->ep_status, status, __ATOMIC_RELEASE);
+}
+
+/* Connects an endpoint to the peer that msg describes. */
+static weftResult_t ucx_conn_attach(struct ucx_conn *uc, const struct ucx_msg *msg) {
+  if (msg->magic != UCX_MSG_MAGIC || msg->token != uc->token)
+    return weft_error_set(weftInternalError, "a ucx set-up message that is not for this connection");
+  if (msg->fifo_nbytes != (uint64_t)uc->nslots * uc->slot_nbytes)
+    return weft_error_set(weftInvalidUsage,
+                          "rank %d uses a different FIFO size (WEFT_NSLOTS/WEFT_SLOT_BYTES must "
+                          "match on all ranks)",
+                          uc->peer_rank);
+  if (msg->address_nbytes > sizeof msg->data)
+    return weft_error_set(weftInternalError, "a ucx set-up message with a bad length");
+  /* peer error handling: a dead or unreachable peer fails the endpoint */
+  ucp_ep_params_t ep_params = {
+      .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER,
+      .address = (const ucp_address_t *)msg->data,
+      .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+      .err_handler = {.cb = ucx_ep_error_cb, .arg = uc}};
+  ucx_enter();
+  ucs_status_t st = ucp_ep_create(uc->worker, &ep_params, &uc->ep);
+  if (st == UCS_ERR_UNREACHABLE) {
+    /* UCX's shared-memory transports cannot report a dead peer: without it,
+     * liveness comes from the waits (pid checks on one host, WEFT_TIMEOUT) */
+    ep_params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    st = ucp_ep_create(uc->worker, &ep_params, &uc->ep);
+    if (st == UCS_OK)
+      WEFT_INFO(LOG_NET, "ucx connection %s rank %d: endpoint without peer failure detection",
+                uc->is_send ? "to" : "from", uc->peer_rank);
+  }
+  ucx_leave();
+  if (st != UCS_OK) {
+    uc->ep = NULL;
+    return ucx_error(st, "creating a UCX endpoint");
+  }
+  return weftSuccess;
+}
+
+static weftResult_t ucx_recv_setup(struct weft_conn *conn, struct conn_blob *blob_out) {
+  struct ucx_conn *uc;
+  weftResult_t res;
+  WEFT_TRY_GOTO(ucx_conn_alloc(conn, 0, &uc), res, close_conn);
+  struct ucx_blob b = {.fifo_nbytes = (uint64_t)conn->nslots * conn->slot_nbytes};
+  if (getrandom(&b.token, sizeof b.token, 0) != (ssize_t)sizeof b.token) {
+    res = weft_error_errno(weftSystemError, "getrandom");
+    goto close_conn;
+  }
+  b.token &= (1ull << (64 - UCX_TAG_TOKEN_SHIFT)) - 1;
+  uc->token = b.token;
+  struct ucx_msg *msg = malloc(sizeof *msg);
+  if (msg == NULL) {
+    res = weft_error_set(weftSystemError, "out of memory");
+    goto close_conn;
+  }
+  res = ucx_msg_fill(uc, msg);
+  if (res == weftSuccess)
+    res = bootstrap_send(conn->bs, conn->peer_rank, TAG_UCX_RECEIVER, msg, sizeof *msg);
+  free(msg);
+  if (res != weftSuccess) goto close_conn;
+  memcpy(blob_out->data, &b, sizeof b);
+  ucx_note_local_peer(conn);
+  WEFT_INFO(LOG_NET, "ucx connection from rank %d: FIFO of %zu bytes registered",
+            conn->peer_rank, uc->fifo_nbytes);
+  return weftSuccess;
+close_conn:
+  res = ucx_error_peer(res, "setting up the connection from", conn->peer_rank);
+  ucx_close(conn); /* the caller forgets a connection whose set-up failed */
+  return res;
+}
+
+static weftResult_t ucx_send_connect(struct weft_conn *conn, const struct conn_blob *blob) {
+  struct ucx_blob b;
+  memcpy(&b, blob->data, sizeof b);
+  if (b.fifo_nbytes != (uint64_t)conn->nslots * conn->slot_nbytes)
+    return weft_error_set(weftInvalidUsage,
+                          "rank %d uses a different FIFO size (WEFT_NSLOTS/WEFT_SLOT_BYTES "
+                          "must match on all ranks)",
+                          conn->peer_rank);
+  struct ucx_conn *uc;
+  weftResult_t res;
+  struct ucx_msg *msg = malloc(sizeof *msg);
+  if (msg == NULL) return weft_error_set(weftSystemError, "out of memory");
+  WEFT_TRY_GOTO(ucx_conn_alloc(conn, 1, &uc), res, close_conn);
+  uc->token = b.token;
+  WEFT_TRY_GOTO(bootstrap_recv(conn->bs, conn->peer_rank, TAG_UCX_RECEIVER, msg, sizeof *msg),
+                res, close_conn);
+  WEFT_TRY_GOTO(ucx_conn_attach(uc, msg), res, close_conn);
+  WEFT_TRY_GOTO(ucx_msg_fill(uc, msg), res, close_conn);
+  WEFT_TRY_GOTO(bootstrap_send(conn->bs, conn->peer_rank, TAG_UCX_SENDER, msg, sizeof *msg), res,
+                close_conn);
+  WEFT_TRY_GOTO(ucx_proxy_add(uc), res, close_conn);
+  free(msg);
+  ucx_note_local_peer(conn);
+  WEFT_INFO(LOG_NET, "ucx connection to rank %d: endpoint created", conn->peer_rank);
+  return weftSuccess;
+close_conn:
+  free(msg);
+  res = ucx_error_peer(res, "connecting to", conn->peer_rank);
+  ucx_close(conn);
+  return res;
+}
+
+static weftResult_t ucx_recv_connect(struct weft_conn *conn) {
+  struct ucx_conn *uc = conn->priv;
+  weftResult_t res;
+  struct ucx_msg *msg = malloc(sizeof *msg);
+  if (msg == NULL) return weft_error_set(weftSystemError, "out of memory");
+  /* the sender sent its half before the barrier (or the ack): it is queued */
+  WEFT_TRY_GOTO(bootstrap_recv(conn->bs, conn->peer_rank, TAG_UCX_SENDER, msg, sizeof *msg), res,
+                close_conn);
+  WEFT_TRY_GOTO(ucx_conn_attach(uc, msg), res, close_conn);
+  WEFT_TRY_GOTO(ucx_proxy_add(uc), res, close_conn);
+  free(msg);
+  return weftSuccess;
+close_conn:
+  free(msg);
+  res = ucx_error_peer(res, "connecting from", conn->peer_rank);
+  ucx_close(conn);
+  return res;
+}
+
+/* Sender: waits until the receiver has matched every filled slot. */
+static void ucx_conn_drain(struct ucx_conn *uc) {
+  uint64_t deadline = clock_ns() + wait_default_timeout_ns();
+  while (__atomic_load_n(&uc->ctrl->head, __ATOMIC_ACQUIRE) <
+         __atomic_load_n(&uc->ctrl->tail, __ATOMIC_ACQUIRE)) {
+    if (__atomic_load_n(&uc->ctrl->poison, __ATOMIC_ACQUIRE)) return;
+    if (clock_ns() > deadline) {
+      WEFT_INFO(LOG_NET, "ucx connection to rank %d: closing with slots unsent", uc->peer_rank);
+      return;
+    }
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* Waits, progressing the worker, until req completes or the deadline
+ * passes; then frees it. */
+static void ucx_request_wait(ucs_status_ptr_t req, uint64_t deadline) {
+  if (!UCS_PTR_IS_PTR(req)) return;
+  while (ucp_request_check_status(req) == UCS_INPROGRESS && clock_ns() < deadline)
+    ucx_worker_progress_once();
+  ucx_enter();
+  ucp_request_free(req);
+  ucx_leave();
+}
+
+/* Closes the endpoint. While the peer is there, a flush first lets what this
+ * end sent (poison included) reach it; the close itself is forced, which
+ * ends whatever is still in flight (a peer behind a dead link), so that
+ * nothing is left for the worker's destruction. */
+static void ucx_ep_close(struct ucx_conn *uc) {
+  ucp_request_param_t param = {.op_attr_mask = 0};
+  if (!uc->peer_gone && uc->ep_status == UCS_OK) {
+    ucx_enter();
+    ucs_status_ptr_t req = ucp_ep_flush_nbx(uc->ep, &param);
+    ucx_leave();
+    ucx_request_wait(req, clock_ns() + UCX_CLOSE_TIMEOUT_NS);
+  }
+  param = (ucp_request_param_t){.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                .flags = UCP_EP_CLOSE_FLAG_FORCE};
+  ucx_enter();
+  ucs_status_ptr_t req = ucp_ep_close_nbx(uc->ep, &param);
+  ucx_leave();
+  ucx_request_wait(req, clock_ns() + UCX_CLOSE_TIMEOUT_NS);
+  uc->ep = NULL;
+}
+
+static void ucx_close(struct weft_conn *conn) {
+  struct ucx_conn *uc = conn->priv;
+  if (uc == NULL) return;
+  if (uc->registered) {
+    if (uc->is_send) ucx_conn_drain(uc);
+    ucx_proxy_remove(uc);
+  }
+  /* receives still posted into the FIFO (and the poison one) end now */
+  ucx_enter();
+  for (uint32_t i = 0; i < CONN_MAX_SLOTS; i++)
+    if (!uc->is_send && uc->reqs[i] != NULL) ucp_request_cancel(uc->worker, uc->reqs[i]);
+  if (uc->poison_req != NULL) ucp_request_cancel(uc->worker, uc->poison_req);
+  ucx_leave();
+  if (uc->ep != NULL) ucx_ep_close(uc);
+  conn->priv = NULL;
+  conn->ctrl = NULL;
+  conn->slots = NULL;
+  ucx_retire(uc, ucx_conn_free); /* freed once UCX lets go of its FIFO */
+  ucx_worker_put();
+}
+
+const struct weft_transport ucx_transport = {
+    .name = "ucx",
+    .disabled = ucx_disabled,
+    .can_connect = ucx_can_connect,
+    .recv_setup = ucx_recv_setup,
+    .send_connect = ucx_send_connect,
+    .recv_connect = ucx_recv_connect,
+    .close = ucx_close,
+};

@@ -1,0 +1,432 @@
+/* The UCX transport's worker and proxy thread: one UCP context and worker
+ * per process, made on first use and destroyed with the last connection; one
+ * thread progresses the worker and moves every connection's slots. It spins
+ * (yielding the core) while there is work, then sleeps a little longer each
+ * time it finds none, up to a millisecond. */
+#include "ucx_proxy.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../status.h"
+#include "../wait.h"
+
+#define PROXY_SPIN_NS 100000ull      /* idle time spent spinning before sleeping */
+#define PROXY_SLEEP_MIN_NS 20000ull  /* the first sleep; later ones grow ... */
+#define PROXY_SLEEP_MAX_NS 1000000ull /* ... up to this */
+#define PROXY_PROGRESS_MAX 64        /* worker progress calls per pass, at most */
+
+static pthread_mutex_t ucx_mutex = PTHREAD_MUTEX_INITIALIZER; /* the state below */
+static struct {
+  pid_t pid; /* the process that made the worker: a forked child makes its own */
+  int nrefs;
+  struct ucx_worker w;
+  /* the proxy */
+  int running;
+  int stop;
+  pthread_t tid;
+  struct ucx_conn *conns;
+  struct ucx_conn *retired; /* closed ends whose peer may still write */
+  uint32_t waiters; /* threads waiting for ucx_mutex: the proxy lets them in */
+} ucx;
+
+weftResult_t ucx_error(ucs_status_t status, const char *what, ...) {
+  char buf[384];
+  va_list ap;
+  va_start(ap, what);
+  vsnprintf(buf, sizeof buf, what, ap);
+  va_end(ap);
+  weftResult_t code;
+  switch (status) {
+  case UCS_ERR_NO_MEMORY:
+  case UCS_ERR_NO_RESOURCE:
+  case UCS_ERR_NO_DEVICE:
+  case UCS_ERR_IO_ERROR:
+  case UCS_ERR_EXCEEDS_LIMIT:
+  case UCS_ERR_UNSUPPORTED:
+  case UCS_ERR_BUSY:
+    code = weftSystemError;
+    break;
+  case UCS_ERR_UNREACHABLE:
+  case UCS_ERR_CONNECTION_RESET:
+  case UCS_ERR_ENDPOINT_TIMEOUT:
+  case UCS_ERR_NOT_CONNECTED:
+  case UCS_ERR_REJECTED:
+  case UCS_ERR_TIMED_OUT:
+  case UCS_ERR_CANCELED:
+  case UCS_ERR_MESSAGE_TRUNCATED:
+    code = weftRemoteError;
+    break;
+  case UCS_ERR_INVALID_PARAM:
+  case UCS_ERR_INVALID_ADDR:
+    code = weftInvalidArgument;
+    break;
+  default:
+    code = weftInternalError;
+    break;
+  }
+  return weft_error_set(code, "%s: %s (UCX)", buf, ucs_status_string(status));
+}
+
+/* --- one connection end --------------------------------------------------- */
+
+static const uint32_t poison_word = 1u; /* what a poison message carries */
+
+/* Marks the connection failed: poison for the local rank, and (best effort)
+ * a poison message for the peer's. The proxy keeps the end until it is
+ * removed. */
+static void conn_fail(struct ucx_conn *c, const char *why, ucs_status_t status) {
+  if (c->failed) return;
+  c->failed = 1;
+  __atomic_store_n(&c->ctrl->poison, 1u, __ATOMIC_RELEASE);
+  if (c->ep != NULL && c->ep_status == UCS_OK) {
+    ucp_request_param_t param = {.op_attr_mask = 0};
+    unsigned kind = c->is_send ? UCX_TAG_POISON_TO_RECEIVER : UCX_TAG_POISON_TO_SENDER;
+    ucs_status_ptr_t req = ucp_tag_send_nbx(c->ep, &poison_word, sizeof poison_word,
+                                            ucx_tag(c->token, kind, 0), &param);
+    if (UCS_PTR_IS_PTR(req)) ucp_request_free(req); /* released once done */
+  }
+  WEFT_INFO(LOG_NET, "ucx connection %s rank %d is down: %s%s%s", c->is_send ? "to" : "from",
+            c->peer_rank, why, status != UCS_OK ? ": " : "",
+            status != UCS_OK ? ucs_status_string(status) : "");
+}
+
+/* Posts the receive for the peer's poison message. */
+static int conn_post_poison_recv(struct ucx_conn *c) {
+  unsigned kind = c->is_send ? UCX_TAG_POISON_TO_SENDER : UCX_TAG_POISON_TO_RECEIVER;
+  ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL};
+  ucs_status_ptr_t req = ucp_tag_recv_nbx(c->worker, &c->poison_in, sizeof c->poison_in,
+                                          ucx_tag(c->token, kind, 0), UCX_TAG_MATCH_MASK, &param);
+  if (UCS_PTR_IS_ERR(req)) {
+    conn_fail(c, "posting a receive failed", UCS_PTR_STATUS(req));
+    return -1;
+  }
+  c->poison_req = req;
+  return 0;
+}
+
+/* Sender: hands back the slots the receiver has matched, then sends the
+ * filled ones. Returns whether anything happened. */
+static int conn_send_progress(struct ucx_conn *c) {
+  int moved = 0;
+  while (c->done_step < c->posted_step) {
+    ucs_status_ptr_t *req = &c->reqs[c->done_step % c->nslots];
+    if (*req != NULL) {
+      ucs_status_t st = ucp_request_check_status(*req);
+      if (st == UCS_INPROGRESS) break;
+      ucp_request_free(*req);
+      *req = NULL;
+      if (st != UCS_OK) {
+        conn_fail(c, "send failed", st);
+        return 1;
+      }
+    }
+    c->done_step++;
+    moved = 1;
+  }
+  if (moved) __atomic_store_n(&c->ctrl->head, c->done_step, __ATOMIC_RELEASE);
+  uint64_t tail = __atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE);
+  while (c->posted_step < tail) {
+    size_t slot = c->posted_step % c->nslots;
+    uint32_t used = c->ctrl->slot_used_nbytes[slot];
+    size_t nbytes = used & UCX_USED_NBYTES_MASK;
+    if (nbytes > c->slot_nbytes) {
+      conn_fail(c, "a slot claims more bytes than it holds", UCS_OK);
+      return 1;
+    }
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FLAG_NO_IMM_CMPL, .memh = c->memh};
+    ucs_status_ptr_t req = ucp_tag_send_sync_nbx(c->ep, c->slots + slot * c->slot_nbytes, nbytes,
+                                                 ucx_tag(c->token, UCX_TAG_DATA, used), &param);
+    if (UCS_PTR_IS_ERR(req)) {
+      conn_fail(c, "send failed", UCS_PTR_STATUS(req));
+      return 1;
+    }
+    c->reqs[slot] = req;
+    c->posted_step++;
+    moved = 1;
+  }
+  return moved;
+}
+
+/* Receiver: publishes the slots that arrived, in order. Returns whether any
+ * did. */
+static int conn_recv_complete(struct ucx_conn *c) {
+  int moved = 0;
+  while (c->done_step < c->posted_step) {
+    size_t slot = c->done_step % c->nslots;
+    ucp_tag_recv_info_t info;
+    ucs_status_t st = ucp_tag_recv_request_test(c->reqs[slot], &info);
+    if (st == UCS_INPROGRESS) break;
+    ucp_request_free(c->reqs[slot]);
+    c->reqs[slot] = NULL;
+    if (st != UCS_OK) {
+      conn_fail(c, "receive failed", st);
+      return 1;
+    }
+    uint32_t used = (uint32_t)info.sender_tag;
+    if ((used & UCX_USED_NBYTES_MASK) != info.length) {
+      conn_fail(c, "malformed data (not a weft peer?)", UCS_OK);
+      return 1;
+    }
+    c->ctrl->slot_used_nbytes[slot] = used;
+    c->done_step++;
+    moved = 1;
+  }
+  if (moved) __atomic_store_n(&c->ctrl->tail, c->done_step, __ATOMIC_RELEASE);
+  return moved;
+}
+
+/* Receiver: publishes the slots that arrived, then posts receives into the
+ * slots the rank has drained. Returns whether anything happened. */
+static int conn_recv_progress(struct ucx_conn *c) {
+  int moved = conn_recv_complete(c);
+  if (c->failed) return 1;
+  uint64_t head = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
+  while (c->posted_step < head + c->nslots) {
+    size_t slot = c->posted_step % c->nslots;
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FLAG_NO_IMM_CMPL, .memh = c->memh};
+    ucs_status_ptr_t req =
+        ucp_tag_recv_nbx(c->worker, c->slots + slot * c->slot_nbytes, c->slot_nbytes,
+                         ucx_tag(c->token, UCX_TAG_DATA, 0), UCX_TAG_MATCH_MASK, &param);
+    if (UCS_PTR_IS_ERR(req)) {
+      conn_fail(c, "posting a receive failed", UCS_PTR_STATUS(req));
+      return 1;
+    }
+    c->reqs[slot] = req;
+    c->posted_step++;
+    moved = 1;
+  }
+  /* a receive posted for a message that was already there completes at once */
+  return conn_recv_complete(c) | moved;
+}
+
+/* One pass over a connection end. Returns whether anything happened. */
+static int conn_progress(struct ucx_conn *c) {
+  if (c->failed) return 0;
+  if (c->poison_req == NULL && conn_post_poison_recv(c) != 0) return 1;
+  /* slots filled or arrived before a failure still go out or in (a shm peer
+   * would see them too); then the poison */
+  int moved = c->is_send ? conn_send_progress(c) : conn_recv_progress(c);
+  if (c->failed) return 1;
+  if (c->ep_status != UCS_OK) {
+    c->peer_gone = 1;
+    conn_fail(c, "the peer is unreachable", c->ep_status);
+    return 1;
+  }
+  if (ucp_request_check_status(c->poison_req) != UCS_INPROGRESS) {
+    c->peer_gone = 1;
+    conn_fail(c, "the peer failed or aborted", UCS_OK);
+    return 1;
+  }
+  if (__atomic_load_n(&c->ctrl->poison, __ATOMIC_ACQUIRE)) {
+    conn_fail(c, "the local rank failed or aborted", UCS_OK);
+    return 1;
+  }
+  return moved;
+}
+
+/* --- the thread ------------------------------------------------------------ */
+
+static void ucx_lock(void) {
+  __atomic_add_fetch(&ucx.waiters, 1u, __ATOMIC_RELAXED);
+  pthread_mutex_lock(&ucx_mutex);
+  __atomic_sub_fetch(&ucx.waiters, 1u, __ATOMIC_RELAXED);
+}
+
+static void *proxy_main(void *arg) {
+  (void)arg;
+  uint64_t idle_since = 0;
+  for (;;) {
+    pthread_mutex_lock(&ucx_mutex);
+    if (ucx.stop) {
+      pthread_mutex_unlock(&ucx_mutex);
+      break;
+    }
+    int moved = 0;
+    for (int i = 0; i < PROXY_PROGRESS_MAX && ucp_worker_progress(ucx.w.worker) != 0; i++)
+      moved = 1;
+    for (struct ucx_conn *c = ucx.conns; c != NULL; c = c->next) moved |= conn_progress(c);
+    pthread_mutex_unlock(&ucx_mutex);
+    if (__atomic_load_n(&ucx.waiters, __ATOMIC_RELAXED) != 0) sched_yield();
+    if (moved) {
+      idle_since = 0;
+      continue;
+    }
+    uint64_t now = clock_ns();
+    if (idle_since == 0) idle_since = now;
+    uint64_t idle_ns = now - idle_since;
+    if (idle_ns < PROXY_SPIN_NS) {
+      sched_yield(); /* gives the core to ranks */
+      continue;
+    }
+    uint64_t sleep_ns = idle_ns / 4;
+    if (sleep_ns < PROXY_SLEEP_MIN_NS) sleep_ns = PROXY_SLEEP_MIN_NS;
+    if (sleep_ns > PROXY_SLEEP_MAX_NS) sleep_ns = PROXY_SLEEP_MAX_NS;
+    struct timespec ts = {0, (long)sleep_ns};
+    nanosleep(&ts, NULL);
+  }
+  WEFT_INFO(LOG_NET, "ucx proxy thread stops: no connections left");
+  return NULL;
+}
+
+/* Under ucx_mutex. */
+static weftResult_t proxy_start(void) {
+  ucx.stop = 0;
+  /* signals go to the application's threads, never to the proxy */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int rc = pthread_create(&ucx.tid, NULL, proxy_main, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) {
+    errno = rc;
+    return weft_error_errno(weftSystemError, "starting the ucx proxy thread");
+  }
+  pthread_setname_np(ucx.tid, "weft-ucx");
+  ucx.running = 1;
+  WEFT_INFO(LOG_NET, "ucx proxy thread started");
+  return weftSuccess;
+}
+
+weftResult_t ucx_proxy_add(struct ucx_conn *conn) {
+  weftResult_t res = weftSuccess;
+  ucx_lock();
+  if (!ucx.running) res = proxy_start();
+  if (res == weftSuccess) {
+    conn->next = ucx.conns;
+    ucx.conns = conn;
+    conn->registered = 1;
+  }
+  pthread_mutex_unlock(&ucx_mutex);
+  return res;
+}
+
+void ucx_proxy_remove(struct ucx_conn *conn) {
+  ucx_lock();
+  for (struct ucx_conn **link = &ucx.conns; *link != NULL; link = &(*link)->next) {
+    if (*link != conn) continue;
+    conn_progress(conn); /* a last pass: an abort may have come just now */
+    *link = conn->next;
+    break;
+  }
+  conn->next = NULL;
+  conn->registered = 0;
+  pthread_mutex_unlock(&ucx_mutex);
+}
+
+void ucx_enter(void) { ucx_lock(); }
+
+void ucx_leave(void) { pthread_mutex_unlock(&ucx_mutex); }
+
+void ucx_worker_progress_once(void) {
+  ucx_lock();
+  if (ucx.nrefs > 0) ucp_worker_progress(ucx.w.worker);
+  pthread_mutex_unlock(&ucx_mutex);
+}
+
+/* Whether UCX still holds requests on c's FIFO. */
+static int ucx_conn_busy(struct ucx_conn *c) {
+  for (uint32_t i = 0; i < c->nslots; i++)
+    if (c->reqs[i] != NULL && ucp_request_check_status(c->reqs[i]) == UCS_INPROGRESS) return 1;
+  return c->poison_req != NULL && ucp_request_check_status(c->poison_req) == UCS_INPROGRESS;
+}
+
+/* Under ucx_mutex: frees the retired ends the peer is done with (all of them
+ * when the worker is gone). */
+static void retired_sweep(int all) {
+  for (struct ucx_conn **link = &ucx.retired; *link != NULL;) {
+    struct ucx_conn *c = *link;
+    if (!all && ucx_conn_busy(c)) {
+      link = &c->next;
+      continue;
+    }
+    *link = c->next;
+    c->free_fn(c);
+  }
+}
+
+void ucx_retire(struct ucx_conn *conn, void (*free_fn)(struct ucx_conn *)) {
+  ucx_lock();
+  conn->free_fn = free_fn;
+  conn->next = ucx.retired;
+  ucx.retired = conn;
+  retired_sweep(0);
+  pthread_mutex_unlock(&ucx_mutex);
+}
+
+/* --- the worker ------------------------------------------------------------ */
+
+weftResult_t ucx_worker_get(struct ucx_worker **worker_out) {
+  weftResult_t res = weftSuccess;
+  ucx_lock();
+  if (ucx.nrefs > 0 && ucx.pid != getpid()) {
+    /* inherited from the parent across fork(): not ours to use or destroy */
+    memset(&ucx, 0, sizeof ucx);
+  }
+  if (ucx.nrefs == 0) {
+    ucp_config_t *config;
+    ucs_status_t st = ucp_config_read(NULL, NULL, &config); /* UCX_* variables apply */
+    if (st != UCS_OK) {
+      res = ucx_error(st, "reading the UCX configuration");
+      goto unlock;
+    }
+    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
+                           .features = UCP_FEATURE_TAG};
+    st = ucp_init(&params, config, &ucx.w.context);
+    ucp_config_release(config);
+    if (st != UCS_OK) {
+      res = ucx_error(st, "initialising UCX");
+      goto unlock;
+    }
+    /* the proxy and the ranks' threads (set-up, close) both call in */
+    ucp_worker_params_t wparams = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                                   .thread_mode = UCS_THREAD_MODE_MULTI};
+    st = ucp_worker_create(ucx.w.context, &wparams, &ucx.w.worker);
+    if (st != UCS_OK) {
+      res = ucx_error(st, "creating a UCX worker");
+      ucp_cleanup(ucx.w.context);
+      goto unlock;
+    }
+    ucx.pid = getpid();
+    WEFT_INFO(LOG_NET, "ucx worker created");
+  }
+  ucx.nrefs++;
+  *worker_out = &ucx.w;
+unlock:
+  pthread_mutex_unlock(&ucx_mutex);
+  return res;
+}
+
+void ucx_worker_put(void) {
+  ucx_lock();
+  if (ucx.nrefs == 0 || --ucx.nrefs > 0) {
+    pthread_mutex_unlock(&ucx_mutex);
+    return;
+  }
+  int running = ucx.running;
+  ucx.stop = 1;
+  pthread_mutex_unlock(&ucx_mutex);
+  if (running) pthread_join(ucx.tid, NULL);
+  ucx_lock();
+  if (ucx.nrefs == 0) { /* nobody came back meanwhile */
+    ucx.running = 0;
+    retired_sweep(1); /* nothing progresses the worker any more */
+    ucp_worker_destroy(ucx.w.worker);
+    ucp_cleanup(ucx.w.context);
+    memset(&ucx.w, 0, sizeof ucx.w);
+    WEFT_INFO(LOG_NET, "ucx worker destroyed");
+  } else if (running) {
+    ucx.running = 0;
+    proxy_start(); /* a connection came while the proxy stopped */
+  }
+  pthread_mutex_unlock(&ucx_mutex);
+}

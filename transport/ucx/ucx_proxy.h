@@ -1,0 +1,114 @@
+/* The UCX transport's process-wide state and progress thread. One UCP
+ * context and one worker serve every UCX connection of the process; a proxy
+ * thread progresses the worker and moves each connection's slots.
+ *
+ * Each end keeps its FIFO in memory registered with UCX (a ctrl page, then
+ * the slots, as shm lays it out). The receiver's proxy keeps a tagged receive
+ * posted into every free slot; the sender's proxy sends each filled slot with
+ * a synchronous tagged send, which completes once the receiver matched it, so
+ * a slot is free again exactly when the peer has taken it (the credits) and
+ * UCX never buffers more than the receiver's slots. Large slots go by UCX's
+ * rendezvous, zero-copy from slot to slot where the transport allows. The tag
+ * carries the connection's token and the slot's used word; a second tag
+ * carries poison, either way.
+ *
+ * Tagged messages rather than ucp_put_nbx: on transports without registered
+ * memory (TCP) UCX 1.13 emulates puts with active messages, whose target-side
+ * handler ends the process (ucs_fatal) when the origin dies mid-stream. */
+#ifndef WEFT_UCX_PROXY_H
+#define WEFT_UCX_PROXY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <ucp/api/ucp.h>
+
+#include "../../include/weft.h"
+#include "../param.h"
+#include "../transport.h"
+
+/* ucx_params[] (param.h), defined in ucx_conn.c */
+enum { UCX_P_DISABLE };
+
+/* A slot holds at most 64 MiB (2^26 bytes), so the low 27 bits of
+ * slot_used_nbytes are its byte count; the bits above are the algorithms'
+ * flags, carried unchanged. */
+#define UCX_USED_NBYTES_MASK 0x07ffffffu
+
+#define UCX_CTRL_NBYTES 4096 /* the slots start on their own page */
+
+/* Tags: token (30 bits) | kind (2 bits) | the slot's used word (32 bits). */
+#define UCX_TAG_TOKEN_SHIFT 34
+#define UCX_TAG_KIND_SHIFT 32
+#define UCX_TAG_MATCH_MASK 0xffffffff00000000ull
+enum { UCX_TAG_DATA = 0, UCX_TAG_POISON_TO_RECEIVER = 1, UCX_TAG_POISON_TO_SENDER = 2 };
+
+static inline uint64_t ucx_tag(uint64_t token, unsigned kind, uint32_t used) {
+  return token << UCX_TAG_TOKEN_SHIFT | (uint64_t)kind << UCX_TAG_KIND_SHIFT | used;
+}
+
+/* One end of a UCX connection. Set up by ucx_conn.c; while registered, only
+ * the proxy thread moves its slots. */
+struct ucx_conn {
+  ucp_context_h context;
+  ucp_worker_h worker;
+  uint64_t token;     /* 30 random bits: ties the blob, the messages and the tags together */
+  int registered;     /* with the proxy */
+  int is_send;
+  int peer_rank;
+  struct conn_ctrl *ctrl; /* the local FIFO: ctrl page, then the slots */
+  char *slots;
+  uint32_t nslots;
+  size_t slot_nbytes;
+  void *fifo;
+  size_t fifo_nbytes;
+  ucp_mem_h memh;     /* the local FIFO's registration */
+  ucp_ep_h ep;        /* to the peer: data (sender), poison (either) */
+  /* owned by the proxy once registered */
+  uint64_t posted_step; /* sender: slots sent; receiver: receives posted */
+  uint64_t done_step;   /* sender: sends matched; receiver: slots arrived */
+  ucs_status_ptr_t reqs[CONN_MAX_SLOTS]; /* per slot, in flight */
+  ucs_status_ptr_t poison_req;           /* the posted receive for the peer's poison */
+  uint32_t poison_in;                    /* its buffer */
+  ucs_status_t ep_status; /* set by the endpoint's error callback */
+  int failed;
+  int peer_gone;          /* the peer failed, aborted or cannot be reached */
+  struct ucx_conn *next; /* in the proxy's list, or among the retired */
+  void (*free_fn)(struct ucx_conn *);
+};
+
+/* The process's UCX context and worker, made on first use. */
+struct ucx_worker {
+  ucp_context_h context;
+  ucp_worker_h worker;
+};
+
+/* Takes a reference on the process's worker, creating it (and the context)
+ * on first use. Does not block. */
+weftResult_t ucx_worker_get(struct ucx_worker **worker_out);
+/* Drops a reference; the last one stops the proxy and destroys the worker. */
+void ucx_worker_put(void);
+
+/* Converts a UCX status into weft's, with "what: UCX's text" as last error. */
+weftResult_t ucx_error(ucs_status_t status, const char *what, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Hands conn to the proxy thread (started if none runs). Does not block. */
+weftResult_t ucx_proxy_add(struct ucx_conn *conn);
+
+/* Takes conn back: on return the proxy thread no longer touches it. */
+void ucx_proxy_remove(struct ucx_conn *conn);
+
+/* Brackets UCX calls from the ranks' threads (set-up, close): the proxy
+ * thread is then between passes. */
+void ucx_enter(void);
+void ucx_leave(void);
+
+/* Progresses the worker once from the calling thread. */
+void ucx_worker_progress_once(void);
+
+/* Keeps a closed end whose requests are still in flight (UCX may yet write
+ * into or read from its FIFO) until they complete or the worker goes; then
+ * free_fn releases it. */
+void ucx_retire(struct ucx_conn *conn, void (*free_fn)(struct ucx_conn *));
+
+#endif
