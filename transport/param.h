@@ -37,5 +37,6 @@ extern struct weft_param shm_params[];
 extern struct weft_param socket_params[];
 extern struct weft_param wait_params[];
 extern struct weft_param transport_params[];
+extern struct weft_param topo_params[];
 
 #endif

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../status.h"
+#include "../topo.h"
 
 weftResult_t shm_segment_create(size_t nbytes, struct shm_segment *seg_out) {
   struct shm_segment seg = {.nbytes = nbytes, .owner = 1};
@@ -36,6 +37,7 @@ weftResult_t shm_segment_create(size_t nbytes, struct shm_segment *seg_out) {
     goto unlink_name;
   }
   close(fd);
+  topo_mem_place(seg.base, nbytes); /* the receiver's NUMA node: it reads the slots */
   *seg_out = seg;
   return weftSuccess;
 unlink_name:
