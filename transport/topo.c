@@ -373,16 +373,20 @@ void topo_place_rank(const struct topo *topo, int cuda_dev, int numa, struct top
   out->nic = topo_nic_for_numa(topo, out->numa);
 }
 
+void topo_peer_fill(const struct topo *topo, const struct topo_place *pl, struct peer_info *info) {
+  info->numa_node = pl->numa >= 0 ? topo->numa[pl->numa].os_index : -1;
+  info->package = pl->package;
+  info->host_bridge = pl->bridge;
+  info->pci_switch = pl->pci_switch;
+  info->bus_id = pl->bus_id;
+  info->nic = pl->nic;
+}
+
 void topo_peer_info(struct peer_info *info, int cuda_dev) {
   const struct topo *topo = topo_get();
   struct topo_place pl;
   topo_place_rank(topo, cuda_dev, -1, &pl);
-  info->numa_node = pl.numa >= 0 ? topo->numa[pl.numa].os_index : -1;
-  info->package = pl.package;
-  info->host_bridge = pl.bridge;
-  info->pci_switch = pl.pci_switch;
-  info->bus_id = pl.bus_id;
-  info->nic = pl.nic;
+  topo_peer_fill(topo, &pl, info);
 }
 
 /* --- placement ----------------------------------------------------------- */

@@ -88,6 +88,9 @@ struct topo_place {
 };
 void topo_place_rank(const struct topo *topo, int cuda_dev, int numa, struct topo_place *out);
 
+/* Copies a place into info's topology fields. */
+void topo_peer_fill(const struct topo *topo, const struct topo_place *pl, struct peer_info *info);
+
 /* Fills info's topology fields (numa_node, package, host_bridge, pci_switch,
  * bus_id, nic) for a rank of this process using cuda_dev (-1: a host rank). */
 void topo_peer_info(struct peer_info *info, int cuda_dev);
