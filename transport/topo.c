@@ -414,9 +414,6 @@ int topo_place_node(void) {
 #ifndef MPOL_PREFERRED
 #define MPOL_PREFERRED 1
 #endif
-#ifndef MPOL_MF_MOVE
-#define MPOL_MF_MOVE (1u << 1)
-#endif
 
 void topo_mem_place(void *addr, size_t nbytes) {
   int node = topo_place_node();
@@ -424,9 +421,9 @@ void topo_mem_place(void *addr, size_t nbytes) {
   unsigned long mask[16] = {0};
   mask[node / 64] = 1ul << (node % 64);
   /* preferred, not bound: a full node spills over instead of failing */
-  /* pages already there (a shared segment's, allocated up front) move too */
-  if (syscall(SYS_mbind, addr, nbytes, MPOL_PREFERRED, mask, (unsigned long)(node + 2),
-              MPOL_MF_MOVE) != 0)
+  /* no MPOL_MF_MOVE: moving pages waits for an RCU grace period, which takes
+   * seconds when ranks outnumber cores; callers place memory before touching it */
+  if (syscall(SYS_mbind, addr, nbytes, MPOL_PREFERRED, mask, (unsigned long)(node + 2), 0ul) != 0)
     WEFT_INFO(LOG_INIT, "mbind of %zu bytes to NUMA node %d failed: %m", nbytes, node);
 }
 

@@ -96,7 +96,9 @@ void topo_peer_fill(const struct topo *topo, const struct topo_place *pl, struct
 void topo_peer_info(struct peer_info *info, int cuda_dev);
 
 /* Memory and thread placement on the rank's NUMA node (WEFT_TOPO_NUMA).
- * Both are best effort: a failure is logged, never an error. */
+ * Both are best effort: a failure is logged, never an error. Memory is
+ * placed before its pages are first touched or allocated (pages already
+ * there stay where they are). */
 void topo_mem_place(void *addr, size_t nbytes);
 void topo_thread_place(void);
 /* The NUMA node (os index) placement uses, or -1 when it is off. */
