@@ -139,7 +139,9 @@ class Dgx : public testing::Test {
   }
   void TearDown() override {
     if (topo != nullptr) topo_free(topo);
-    if (!path.empty() && getenv("WEFT_TEST_KEEP_XML") == nullptr) unlink(path.c_str());
+    if (path.empty()) return;
+    if (getenv("WEFT_TEST_KEEP_XML") == nullptr) unlink(path.c_str());
+    else printf("kept %s\n", path.c_str());
   }
   // Peer info of nranks GPU ranks on nhosts hosts (round-robin), local rank i
   // on GPU gpu_of_local[i % 8].
