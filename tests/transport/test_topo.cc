@@ -4,6 +4,7 @@
 // NUMA placement on this machine.
 #include <gtest/gtest.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -23,6 +24,8 @@ extern "C" {
 #include "transport/status.h"
 #include "transport/topo.h"
 }
+#include "collectives/coll_check.h"
+#include "harness.h"
 #include "weft_build_config.h"
 
 namespace {
@@ -339,6 +342,61 @@ TEST_F(Dgx, WeftTopoPrintsPairsRingsAndTrees) {
   EXPECT_EQ(res, weftInvalidArgument);
   print_plan(path.c_str(), 2, 1, 0x100, &res);
   EXPECT_EQ(res, weftInvalidArgument);
+}
+
+// A real communicator planned on the DGX file: 8 in-process ranks given the
+// GPUs in scattered order (weftCommInitAll's device list), WEFT_TOPO_FILE
+// set. Peer info carries the file's places, the ring follows the switches,
+// and all-reduces over that ring and the trees are correct.
+TEST_F(Dgx, CommunicatorFollowsTopologyFile) {
+  weft_test::RunOptions opts;
+  opts.timeout_s = 60;
+  opts.env = {{"WEFT_TOPO_FILE", path}, {"WEFT_SLOT_BYTES", "4096"}};
+  auto status = weft_test::run_ranks(1, [&](const weft_test::RankCtx &ctx) {
+    const int scattered[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+    weftComm_t comms[8];
+    if (weftCommInitAll(comms, 8, scattered) != weftSuccess)
+      return weft_test::rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    const weftComm *c0 = comms[0];
+    for (int r = 0; r < 8; r++) {
+      const peer_info &p = c0->peers[r];
+      if (p.cuda_dev != scattered[r] || p.pci_switch != scattered[r] / 2 ||
+          p.numa_node != scattered[r] / 4 || p.nic != 8 + scattered[r] / 2)
+        return weft_test::rank_fail(ctx, "rank %d: gpu %d switch %d numa %d nic %d", r,
+                                    p.cuda_dev, p.pci_switch, p.numa_node, p.nic);
+    }
+    ring_crossings rc;
+    ring_count_crossings(c0->peers, 8, c0->channels[0].ring, &rc);
+    if (rc.switches != 4) return weft_test::rank_fail(ctx, "ring crosses switches %d times", rc.switches);
+    // every rank's all-reduce, from its own thread, over ring and tree
+    struct Arg {
+      weftComm_t comm;
+      int rank;
+      int rc;
+    } args[8];
+    for (const char *algo : {"ring", "tree"}) {
+      setenv("WEFT_ALGO", algo, 1);
+      weft_params_reset();
+      pthread_t tids[8];
+      for (int r = 0; r < 8; r++) {
+        args[r] = {comms[r], r, 0};
+        pthread_create(&tids[r], nullptr, [](void *p) -> void * {
+          Arg *a = (Arg *)p;
+          weft_test::RankCtx me{a->rank, 8, {}};
+          for (size_t count : {1, 1000, 20001})
+            if (a->rc == 0)
+              a->rc = weft_test::check_allreduce(me, a->comm, weftFloat32, weftSum, count, false, 7);
+          return nullptr;
+        }, &args[r]);
+      }
+      for (int r = 0; r < 8; r++) pthread_join(tids[r], nullptr);
+      for (int r = 0; r < 8; r++)
+        if (args[r].rc != 0) return weft_test::rank_fail(ctx, "all-reduce (%s) on rank %d", algo, r);
+    }
+    for (int r = 0; r < 8; r++) weftCommDestroy(comms[r]);
+    return 0;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
 }
 
 // The live machine: some NUMA node, the rank's node found, and memory placed
