@@ -11,8 +11,10 @@
  * one switch are then adjacent, so the ring enters and leaves each switch
  * once. */
 static int ring_before(const struct peer_info *a, const struct peer_info *b) {
-  const int64_t ka[] = {a->package, a->numa_node, a->host_bridge, a->pci_switch, a->bus_id, a->rank};
-  const int64_t kb[] = {b->package, b->numa_node, b->host_bridge, b->pci_switch, b->bus_id, b->rank};
+  const int64_t ka[] = {a->package, a->numa_node, a->host_bridge,
+                        a->pci_switch, a->bus_id, a->rank};
+  const int64_t kb[] = {b->package, b->numa_node, b->host_bridge,
+                        b->pci_switch, b->bus_id, b->rank};
   for (size_t i = 0; i < sizeof ka / sizeof ka[0]; i++)
     if (ka[i] != kb[i]) return ka[i] < kb[i];
   return 0;

@@ -14,8 +14,9 @@
 weftResult_t topo_plan_peers(const struct topo *topo, int nranks, int nhosts, int flags,
                              struct peer_info *peers_out) {
   if (nranks < 1 || nhosts < 1 || nhosts > nranks)
-    return weft_error_set(weftInvalidArgument, "plan of %d rank(s) on %d host(s): need 1 <= hosts <= ranks",
-                          nranks, nhosts);
+    return weft_error_set(weftInvalidArgument,
+                          "plan of %d rank(s) on %d host(s): need 1 <= hosts <= ranks", nranks,
+                          nhosts);
   if ((flags & WEFT_TOPO_GPUS) && topo->ngpus == 0)
     return weft_error_set(weftInvalidArgument, "the topology (%s) has no GPU", topo->source);
   for (int r = 0; r < nranks; r++) {
@@ -68,7 +69,8 @@ static void plan_print_ranks(const struct topo *topo, const struct peer_info *pe
             p->package, p->host_bridge, p->pci_switch, topo_bus_text(p->bus_id, bus, sizeof bus),
             g >= 0 ? topo->devs[g].name : "-", p->nic >= 0 ? topo->devs[p->nic].name : "-");
     if (g >= 0 && p->nic >= 0)
-      fprintf(out, " (%s)", topo_path_name(topo_dev_path(topo, &topo->devs[g], &topo->devs[p->nic])));
+      fprintf(out, " (%s)",
+              topo_path_name(topo_dev_path(topo, &topo->devs[g], &topo->devs[p->nic])));
     fputc('\n', out);
   }
 }

@@ -156,9 +156,11 @@ static void hw_dev(hwloc_topology_t hw, struct topo *t, hwloc_obj_t o, struct to
   dev->class_id = p->class_id;
   dev->nearest_nic = -1;
   hwloc_obj_t cpu_side = hwloc_get_non_io_ancestor_obj(hw, o);
-  int node = cpu_side != NULL && cpu_side->nodeset != NULL ? hwloc_bitmap_first(cpu_side->nodeset) : -1;
+  int node = cpu_side != NULL && cpu_side->nodeset != NULL ? hwloc_bitmap_first(cpu_side->nodeset)
+                                                          : -1;
   dev->numa = node >= 0 ? numa_index_of_os(t, node) : -1;
-  hwloc_obj_t pkg = cpu_side != NULL ? hwloc_get_ancestor_obj_by_type(hw, HWLOC_OBJ_PACKAGE, cpu_side) : NULL;
+  hwloc_obj_t pkg =
+      cpu_side != NULL ? hwloc_get_ancestor_obj_by_type(hw, HWLOC_OBJ_PACKAGE, cpu_side) : NULL;
   if (pkg == NULL && dev->numa >= 0) dev->package = t->numa[dev->numa].package;
   else dev->package = pkg != NULL ? (int)pkg->logical_index : -1;
   /* walk up: the host bridge, and below it the topmost PCI bridge (the switch) */
@@ -437,7 +439,8 @@ void topo_thread_place(void) {
   CPU_AND(&both, &mine, &topo->numa[i].cpus);
   if (CPU_COUNT(&both) == 0 || CPU_EQUAL(&both, &mine)) return; /* nothing to narrow */
   int rc = pthread_setaffinity_np(pthread_self(), sizeof both, &both);
-  if (rc != 0) WEFT_INFO(LOG_INIT, "binding a thread to NUMA node %d failed: %s", node, strerror(rc));
+  if (rc != 0)
+    WEFT_INFO(LOG_INIT, "binding a thread to NUMA node %d failed: %s", node, strerror(rc));
 }
 
 /* --- printing ------------------------------------------------------------ */

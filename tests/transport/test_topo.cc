@@ -189,7 +189,8 @@ TEST_F(Dgx, ReadsSocketsGpusNicsSwitches) {
   for (int n = 8; n < 12; n++) {
     EXPECT_EQ(topo->devs[n].kind, TOPO_DEV_NIC);
     EXPECT_TRUE(topo->devs[n].ib);
-    EXPECT_EQ(std::string(topo->devs[n].name), "mlx5_" + std::to_string(n - 8) + ",ib" + std::to_string(n - 8));
+    const std::string k = std::to_string(n - 8);
+    EXPECT_EQ(std::string(topo->devs[n].name), "mlx5_" + k + ",ib" + k);
   }
 }
 
@@ -322,7 +323,8 @@ TEST_F(Dgx, WeftTopoPrintsPairsRingsAndTrees) {
   std::string s = print_plan(path.c_str(), 16, 2, WEFT_TOPO_GPUS, &res);
   ASSERT_EQ(res, weftSuccess) << weftGetLastError(nullptr);
   for (int g = 0; g < 8; g++) {
-    std::string want = "-> NIC mlx5_" + std::to_string(g / 2) + ",ib" + std::to_string(g / 2) + " (switch)";
+    const std::string k = std::to_string(g / 2);
+    std::string want = "-> NIC mlx5_" + k + ",ib" + k + " (switch)";
     EXPECT_NE(s.find("GPU cuda" + std::to_string(g)), std::string::npos);
     size_t at = s.find("GPU cuda" + std::to_string(g));
     EXPECT_NE(s.find(want, at), std::string::npos) << want;
@@ -367,7 +369,8 @@ TEST_F(Dgx, CommunicatorFollowsTopologyFile) {
     }
     ring_crossings rc;
     ring_count_crossings(c0->peers, 8, c0->channels[0].ring, &rc);
-    if (rc.switches != 4) return weft_test::rank_fail(ctx, "ring crosses switches %d times", rc.switches);
+    if (rc.switches != 4)
+      return weft_test::rank_fail(ctx, "ring crosses switches %d times", rc.switches);
     // every rank's all-reduce, from its own thread, over ring and tree
     struct Arg {
       weftComm_t comm;
@@ -385,13 +388,15 @@ TEST_F(Dgx, CommunicatorFollowsTopologyFile) {
           weft_test::RankCtx me{a->rank, 8, {}};
           for (size_t count : {1, 1000, 20001})
             if (a->rc == 0)
-              a->rc = weft_test::check_allreduce(me, a->comm, weftFloat32, weftSum, count, false, 7);
+              a->rc = weft_test::check_allreduce(me, a->comm, weftFloat32, weftSum, count,
+                                                 false, 7);
           return nullptr;
         }, &args[r]);
       }
       for (int r = 0; r < 8; r++) pthread_join(tids[r], nullptr);
       for (int r = 0; r < 8; r++)
-        if (args[r].rc != 0) return weft_test::rank_fail(ctx, "all-reduce (%s) on rank %d", algo, r);
+        if (args[r].rc != 0)
+          return weft_test::rank_fail(ctx, "all-reduce (%s) on rank %d", algo, r);
     }
     for (int r = 0; r < 8; r++) weftCommDestroy(comms[r]);
     return 0;
