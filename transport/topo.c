@@ -489,8 +489,9 @@ void topo_print(const struct topo *t, FILE *out) {
   for (int i = 0; i < t->nnuma; i++) {
     const struct topo_numa *n = &t->numa[i];
     cpus_text(&n->cpus, cpus, sizeof cpus);
-    fprintf(out, "  NUMA node %d (package %d, %llu MiB, cpus %s)\n", n->os_index, n->package,
-            (unsigned long long)(n->memory_nbytes >> 20), cpus);
+    fprintf(out, "  NUMA node %d (package %d, ", n->os_index, n->package);
+    if (n->memory_nbytes > 0) fprintf(out, "%llu MiB, ", (unsigned long long)(n->memory_nbytes >> 20));
+    fprintf(out, "cpus %s)\n", cpus);
     for (int b = -1; b < t->nbridges; b++) {
       int printed_bridge = 0;
       for (int s = -1; s < t->nswitches; s++) {
