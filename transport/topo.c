@@ -490,7 +490,8 @@ void topo_print(const struct topo *t, FILE *out) {
     const struct topo_numa *n = &t->numa[i];
     cpus_text(&n->cpus, cpus, sizeof cpus);
     fprintf(out, "  NUMA node %d (package %d, ", n->os_index, n->package);
-    if (n->memory_nbytes > 0) fprintf(out, "%llu MiB, ", (unsigned long long)(n->memory_nbytes >> 20));
+    if (n->memory_nbytes > 0)
+      fprintf(out, "%llu MiB, ", (unsigned long long)(n->memory_nbytes >> 20));
     fprintf(out, "cpus %s)\n", cpus);
     for (int b = -1; b < t->nbridges; b++) {
       int printed_bridge = 0;
