@@ -42,11 +42,16 @@ void ring_order(const struct peer_info *peers, int nranks, int *ring_out) {
   }
 }
 
-void comm_trees(const struct peer_info *peers, int nranks, int rank, struct tree_links trees[2]) {
+int comm_trees(const struct peer_info *peers, int nranks, int rank, struct tree_links trees[2],
+               struct tree_links (*all_out)[2]) {
   int *order = malloc(sizeof *order * (size_t)nranks * 2);
   if (order == NULL) { /* the plain double tree needs no memory */
     for (int t = 0; t < 2; t++) tree_dtree_links(nranks, rank, t, &trees[t]);
-    return;
+    for (int r = 0; r < nranks && all_out != NULL; r++)
+      for (int t = 0; t < 2; t++) tree_dtree_links(nranks, r, t, &all_out[r][t]);
+    int log2n = 0;
+    while ((1 << log2n) < nranks) log2n++;
+    return log2n + 1;
   }
   int *host = order + nranks;
   ring_order(peers, nranks, order);
@@ -56,11 +61,23 @@ void comm_trees(const struct peer_info *peers, int nranks, int rank, struct tree
     host[order[i]] = nhosts;
   }
   for (int t = 0; t < 2; t++) tree_hier_links(nranks, order, host, rank, t, &trees[t]);
+  /* the deepest rank of either tree: every rank computes the same */
+  int depth_max = 0;
+  for (int r = 0; r < nranks; r++) {
+    for (int t = 0; t < 2; t++) {
+      struct tree_links l;
+      tree_hier_links(nranks, order, host, r, t, &l);
+      if (l.depth > depth_max) depth_max = l.depth;
+      if (all_out != NULL) all_out[r][t] = l;
+    }
+  }
   free(order);
+  return depth_max;
 }
 
 static void ring_build(struct weftComm *comm, struct weft_channel *ch) {
-  if (ch->id == 0) comm_trees(comm->peers, comm->nranks, comm->rank, comm->trees);
+  if (ch->id == 0)
+    comm->tree_depth = comm_trees(comm->peers, comm->nranks, comm->rank, comm->trees, NULL);
   ring_order(comm->peers, comm->nranks, ch->ring);
   for (int i = 0; i < comm->nranks; i++)
     if (ch->ring[i] == comm->rank) ch->ring_pos = i;

@@ -129,12 +129,15 @@ static void plan_print_ring(const struct peer_info *peers, int n, const int *rin
 }
 
 static void plan_print_trees(const struct peer_info *peers, int n, FILE *out) {
+  struct tree_links(*all)[2] = calloc((size_t)n, sizeof *all);
+  if (all == NULL) return;
+  struct tree_links mine[2];
+  comm_trees(peers, n, 0, mine, all);
   for (int t = 0; t < 2; t++) {
     int root = -1, depth = 0, crossings = 0;
     fprintf(out, "tree %d (rank<-parent):", t);
     for (int r = 0; r < n; r++) {
-      struct tree_links l[2];
-      comm_trees(peers, n, r, l);
+      const struct tree_links *l = all[r];
       if (l[t].parent == TREE_NONE) root = r;
       else crossings += peers[r].host_hash != peers[l[t].parent].host_hash;
       if (l[t].depth > depth) depth = l[t].depth;
@@ -142,6 +145,7 @@ static void plan_print_trees(const struct peer_info *peers, int n, FILE *out) {
     }
     fprintf(out, "\n  root %d, depth %d, %d link(s) between hosts\n", root, depth, crossings);
   }
+  free(all);
 }
 
 weftResult_t weftTopoPrint(FILE *out, const char *xmlPath, int nranks, int nhosts, int flags) {

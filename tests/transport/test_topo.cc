@@ -11,6 +11,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <set>
 #include <string>
@@ -281,11 +282,14 @@ TEST_F(Dgx, TreesCrossIntoEachHostOnce) {
       const int n = nhosts * per_host;
       auto p = peers(n, nhosts, nullptr);
       std::vector<std::array<tree_links, 2>> l(n);
+      int depth_max = 0, said_max = 0;
       for (int r = 0; r < n; r++) {
         tree_links two[2];
-        comm_trees(p.data(), n, r, two);
+        said_max = comm_trees(p.data(), n, r, two, nullptr);
         l[r] = {two[0], two[1]};
+        depth_max = std::max({depth_max, two[0].depth, two[1].depth});
       }
+      EXPECT_EQ(said_max, depth_max) << nhosts << " hosts x " << per_host;
       std::vector<int> entered_by[2];
       for (int t = 0; t < 2; t++) {
         std::vector<int> entries(nhosts, 0);
