@@ -44,29 +44,22 @@ void ring_order(const struct peer_info *peers, int nranks, int *ring_out) {
 
 int comm_trees(const struct peer_info *peers, int nranks, int rank, struct tree_links trees[2],
                struct tree_links (*all_out)[2]) {
-  int *order = malloc(sizeof *order * (size_t)nranks * 2);
-  if (order == NULL) { /* the plain double tree needs no memory */
-    for (int t = 0; t < 2; t++) tree_dtree_links(nranks, rank, t, &trees[t]);
-    for (int r = 0; r < nranks && all_out != NULL; r++)
-      for (int t = 0; t < 2; t++) tree_dtree_links(nranks, r, t, &all_out[r][t]);
-    int log2n = 0;
-    while ((1 << log2n) < nranks) log2n++;
-    return log2n + 1;
-  }
-  int *host = order + nranks;
+  int *order = malloc(sizeof *order * (4 * (size_t)nranks + 1));
+  if (order == NULL) return -1;
+  int *host = order + nranks, *scratch = host + nranks;
   ring_order(peers, nranks, order);
   int nhosts = 0;
   for (int i = 0; i < nranks; i++) {
     if (i > 0 && peers[order[i]].host_hash != peers[order[i - 1]].host_hash) nhosts++;
     host[order[i]] = nhosts;
   }
-  for (int t = 0; t < 2; t++) tree_hier_links(nranks, order, host, rank, t, &trees[t]);
+  for (int t = 0; t < 2; t++) tree_hier_links(nranks, order, host, scratch, rank, t, &trees[t]);
   /* the deepest rank of either tree: every rank computes the same */
   int depth_max = 0;
   for (int r = 0; r < nranks; r++) {
     for (int t = 0; t < 2; t++) {
       struct tree_links l;
-      tree_hier_links(nranks, order, host, r, t, &l);
+      tree_hier_links(nranks, order, host, scratch, r, t, &l);
       if (l.depth > depth_max) depth_max = l.depth;
       if (all_out != NULL) all_out[r][t] = l;
     }
@@ -75,12 +68,15 @@ int comm_trees(const struct peer_info *peers, int nranks, int rank, struct tree_
   return depth_max;
 }
 
-static void ring_build(struct weftComm *comm, struct weft_channel *ch) {
-  if (ch->id == 0)
+static weftResult_t ring_build(struct weftComm *comm, struct weft_channel *ch) {
+  if (ch->id == 0) {
     comm->tree_depth = comm_trees(comm->peers, comm->nranks, comm->rank, comm->trees, NULL);
+    if (comm->tree_depth < 0) return weft_error_set(weftSystemError, "out of memory");
+  }
   ring_order(comm->peers, comm->nranks, ch->ring);
   for (int i = 0; i < comm->nranks; i++)
     if (ch->ring[i] == comm->rank) ch->ring_pos = i;
+  return weftSuccess;
 }
 
 static void conn_init(struct weft_conn *conn, const struct weftComm *comm, int peer,
@@ -101,7 +97,7 @@ weftResult_t channels_connect(struct weftComm *comm, uint32_t nslots, size_t slo
     ch->id = c;
     ch->ring = malloc(sizeof *ch->ring * (size_t)n);
     if (ch->ring == NULL) return weft_error_set(weftSystemError, "out of memory");
-    ring_build(comm, ch);
+    WEFT_TRY(ring_build(comm, ch));
   }
   if (n == 1) return weftSuccess;
 

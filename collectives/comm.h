@@ -71,7 +71,7 @@ void ring_order(const struct peer_info *peers, int nranks, int *ring_out);
 /* Rank's links in the two trees over peers: hierarchical across hosts
  * (tree_hier_links over the ring order); every rank's too in all_out[nranks]
  * unless NULL. Returns the depth of the deepest rank in either tree, the
- * same on every rank. */
+ * same on every rank, or -1 when out of memory. */
 int comm_trees(const struct peer_info *peers, int nranks, int rank, struct tree_links trees[2],
                struct tree_links (*all_out)[2]);
 

@@ -132,7 +132,10 @@ static void plan_print_trees(const struct peer_info *peers, int n, FILE *out) {
   struct tree_links(*all)[2] = calloc((size_t)n, sizeof *all);
   if (all == NULL) return;
   struct tree_links mine[2];
-  comm_trees(peers, n, 0, mine, all);
+  if (comm_trees(peers, n, 0, mine, all) < 0) {
+    free(all);
+    return;
+  }
   for (int t = 0; t < 2; t++) {
     int root = -1, depth = 0, crossings = 0;
     fprintf(out, "tree %d (rank<-parent):", t);

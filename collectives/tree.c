@@ -1,8 +1,6 @@
 /* The double binary tree's shape (see tree.h). */
 #include "tree.h"
 
-#include <stdlib.h>
-
 /* NCCL's binary tree over ranks 0..n-1 in order: rank's parent and up to
  * two children. */
 static void btree_links(int n, int rank, int *parent_out, int child_out[2]) {
@@ -96,8 +94,8 @@ static void hier_links(int nhosts, const int *order, const int *pos, const int *
     out->child[out->nchildren++] = hier_head(order, first, hl.child[c], t);
 }
 
-void tree_hier_links(int nranks, const int *order, const int *host, int rank, int t,
-                     struct tree_links *out) {
+void tree_hier_links(int nranks, const int *order, const int *host, int *scratch, int rank,
+                     int t, struct tree_links *out) {
   int nhosts = nranks > 0 ? host[order[nranks - 1]] + 1 : 1;
   int pos_rank = 0;
   for (int i = 0; i < nranks; i++)
@@ -108,12 +106,7 @@ void tree_hier_links(int nranks, const int *order, const int *host, int rank, in
     for (int c = 0; c < out->nchildren; c++) out->child[c] = order[out->child[c]];
     return;
   }
-  int *pos = malloc(sizeof *pos * ((size_t)nranks + (size_t)nhosts + 1));
-  if (pos == NULL) { /* cannot happen in practice; the plain tree is still correct */
-    tree_dtree_links(nranks, rank, t, out);
-    return;
-  }
-  int *first = pos + nranks;
+  int *pos = scratch, *first = scratch + nranks;
   for (int i = 0; i < nranks; i++) pos[order[i]] = i;
   for (int h = 0, i = 0; h <= nhosts; h++) {
     while (i < nranks && host[order[i]] < h) i++;
@@ -127,5 +120,4 @@ void tree_hier_links(int nranks, const int *order, const int *host, int rank, in
     out->depth++;
     hier_links(nhosts, order, pos, first, up.parent, t, &up);
   }
-  free(pos);
 }

@@ -39,8 +39,9 @@ void tree_dtree_links(int nranks, int rank, int t, struct tree_links *out);
  * off the head of its parent host's. So each tree crosses into every host
  * but the root's exactly once, and the two trees enter a host at different
  * ranks. A head has up to three children (its chain's next rank and two
- * hosts' heads). A pure function. */
-void tree_hier_links(int nranks, const int *order, const int *host, int rank, int t,
-                     struct tree_links *out);
+ * hosts' heads). scratch: room for 2 * nranks + 1 ints, overwritten. A
+ * pure function. */
+void tree_hier_links(int nranks, const int *order, const int *host, int *scratch, int rank,
+                     int t, struct tree_links *out);
 
 #endif
