@@ -184,16 +184,22 @@ static void hw_dev(hwloc_topology_t hw, struct topo *t, hwloc_obj_t o, struct to
   }
 }
 
-static weftResult_t topo_load_hwloc(const char *xml_path, struct topo **topo_out) {
+static weftResult_t topo_load_hwloc(const char *xml_path, int with_pci, struct topo **topo_out) {
   hwloc_topology_t hw;
   if (hwloc_topology_init(&hw) != 0) return weft_error_errno(weftSystemError, "hwloc init");
   weftResult_t res = weftSuccess;
   /* GPUs are found on the PCI bus; the plug-ins that would open CUDA, NVML
-   * or OpenCL to name them cost seconds and start drivers */
-  static const char *const skip[] = {"cuda", "nvml", "opencl", "rsmi", "levelzero", "gl"};
+   * or OpenCL to name them cost seconds and start drivers. The x86 backend
+   * reads CPUID on every core by moving the thread there, which waits for
+   * each core in turn (seconds when ranks outnumber cores); Linux's sysfs
+   * tells the same. */
+  static const char *const skip[] = {"cuda", "nvml", "opencl", "rsmi", "levelzero", "gl", "x86"};
   for (size_t i = 0; i < sizeof skip / sizeof skip[0]; i++)
     hwloc_topology_set_components(hw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, skip[i]);
-  hwloc_topology_set_io_types_filter(hw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  hwloc_topology_set_flags(hw, HWLOC_TOPOLOGY_FLAG_DONT_CHANGE_BINDING);
+  hwloc_topology_set_cache_types_filter(hw, HWLOC_TYPE_FILTER_KEEP_NONE); /* unused */
+  hwloc_topology_set_icache_types_filter(hw, HWLOC_TYPE_FILTER_KEEP_NONE);
+  if (with_pci) hwloc_topology_set_io_types_filter(hw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
   if (xml_path != NULL && hwloc_topology_set_xml(hw, xml_path) != 0) {
     res = weft_error_errno(weftInvalidArgument, "hwloc cannot read topology file %s", xml_path);
     goto destroy;
@@ -205,7 +211,8 @@ static weftResult_t topo_load_hwloc(const char *xml_path, struct topo **topo_out
     goto destroy;
   }
   char source[300];
-  snprintf(source, sizeof source, xml_path ? "hwloc XML %s" : "hwloc", xml_path);
+  if (xml_path != NULL) snprintf(source, sizeof source, "hwloc XML %s", xml_path);
+  else snprintf(source, sizeof source, with_pci ? "hwloc" : "hwloc (CPUs and NUMA nodes only)");
   struct topo *t = topo_alloc(source);
   if (t == NULL) {
     res = weft_error_set(weftSystemError, "out of memory");
@@ -262,12 +269,15 @@ static void topo_pair_nics(struct topo *t) {
   }
 }
 
-weftResult_t topo_load(const char *xml_path, struct topo **topo_out) {
+/* with_pci 0 skips the PCI scan on the live machine (a file is read whole):
+ * about 15 ms of CPU and, on a loaded virtual machine, up to half a second */
+static weftResult_t topo_load_ex(const char *xml_path, int with_pci, struct topo **topo_out) {
   if (xml_path == NULL) xml_path = param_str(&topo_params[P_FILE]);
   struct topo *t = NULL;
 #if WEFT_HAVE_HWLOC
-  WEFT_TRY(topo_load_hwloc(xml_path, &t));
+  WEFT_TRY(topo_load_hwloc(xml_path, with_pci || xml_path != NULL, &t));
 #else
+  (void)with_pci;
   if (xml_path != NULL)
     return weft_error_set(weftInvalidUsage,
                           "cannot read topology file %s: weft was built without hwloc", xml_path);
@@ -278,27 +288,45 @@ weftResult_t topo_load(const char *xml_path, struct topo **topo_out) {
   return weftSuccess;
 }
 
-void topo_free(struct topo *topo) { free(topo); }
-
-static struct topo *topo_process;
-static pthread_once_t topo_once = PTHREAD_ONCE_INIT;
-
-static void topo_process_load(void) {
-  if (topo_load(NULL, &topo_process) == weftSuccess) {
-    WEFT_INFO(LOG_INIT, "topology from %s: %d NUMA node(s), %d GPU(s), %d NIC(s)",
-              topo_process->source, topo_process->nnuma, topo_process->ngpus,
-              topo_process->nnics);
-    return;
-  }
-  WEFT_WARN(LOG_INIT, "no topology (%s); using /sys only", weft_error_text());
-  if (topo_load_sysfs(&topo_process) == weftSuccess) return;
-  static struct topo empty = {.source = "none", .nnuma = 0};
-  topo_process = &empty;
+weftResult_t topo_load(const char *xml_path, struct topo **topo_out) {
+  return topo_load_ex(xml_path, 1, topo_out);
 }
 
+void topo_free(struct topo *topo) { free(topo); }
+
+/* This process's topologies: [0] CPUs and NUMA nodes only, [1] with the
+ * PCI tree. Each is loaded once, on first use. */
+static struct topo *topo_process[2];
+static pthread_once_t topo_once[2] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
+
+static void topo_process_load(int with_pci) {
+  struct topo *t = NULL;
+  if (topo_load_ex(NULL, with_pci, &t) == weftSuccess) {
+    WEFT_INFO(LOG_INIT, "topology from %s: %d NUMA node(s), %d GPU(s), %d NIC(s)", t->source,
+              t->nnuma, t->ngpus, t->nnics);
+  } else {
+    WEFT_WARN(LOG_INIT, "no topology (%s); using /sys only", weft_error_text());
+    if (topo_load_sysfs(&t) != weftSuccess) {
+      static struct topo empty = {.source = "none", .nnuma = 0};
+      t = &empty;
+    }
+  }
+  __atomic_store_n(&topo_process[with_pci], t, __ATOMIC_RELEASE);
+}
+
+static void topo_process_load_cpus(void) { topo_process_load(0); }
+static void topo_process_load_pci(void) { topo_process_load(1); }
+
 const struct topo *topo_get(void) {
-  pthread_once(&topo_once, topo_process_load);
-  return topo_process;
+  pthread_once(&topo_once[1], topo_process_load_pci);
+  return topo_process[1];
+}
+
+const struct topo *topo_get_cpus(void) {
+  const struct topo *full = __atomic_load_n(&topo_process[1], __ATOMIC_ACQUIRE);
+  if (full != NULL) return full;
+  pthread_once(&topo_once[0], topo_process_load_cpus);
+  return topo_process[0];
 }
 
 /* --- queries ------------------------------------------------------------- */
@@ -385,7 +413,8 @@ void topo_peer_fill(const struct topo *topo, const struct topo_place *pl, struct
 }
 
 void topo_peer_info(struct peer_info *info, int cuda_dev) {
-  const struct topo *topo = topo_get();
+  /* a host rank needs no PCI scan unless something loaded it already */
+  const struct topo *topo = cuda_dev >= 0 ? topo_get() : topo_get_cpus();
   struct topo_place pl;
   topo_place_rank(topo, cuda_dev, -1, &pl);
   topo_peer_fill(topo, &pl, info);
@@ -394,7 +423,7 @@ void topo_peer_info(struct peer_info *info, int cuda_dev) {
 /* --- placement ----------------------------------------------------------- */
 
 int topo_place_node(void) {
-  const struct topo *topo = topo_get();
+  const struct topo *topo = topo_get_cpus();
   const char *mode = param_str(&topo_params[P_NUMA]);
   if (!topo->this_system || topo->nnuma == 0) return -1;
   if (mode == NULL || strcmp(mode, "auto") == 0) {
@@ -432,7 +461,7 @@ void topo_mem_place(void *addr, size_t nbytes) {
 void topo_thread_place(void) {
   int node = topo_place_node();
   if (node < 0) return;
-  const struct topo *topo = topo_get();
+  const struct topo *topo = topo_get_cpus();
   int i = numa_index_of_os(topo, node);
   cpu_set_t mine, both;
   if (i < 0 || sched_getaffinity(0, sizeof mine, &mine) != 0) return;

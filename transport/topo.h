@@ -69,8 +69,11 @@ weftResult_t topo_load(const char *xml_path, struct topo **topo_out);
 void topo_free(struct topo *topo);
 
 /* This process's topology, loaded on first use and kept; never NULL (an
- * empty one when loading failed, after a warning). */
+ * empty one when loading failed, after a warning). topo_get_cpus may skip
+ * the PCI tree (no GPUs, no NICs) when the full one was not needed yet:
+ * enough for host ranks and placement, and much cheaper. */
 const struct topo *topo_get(void);
+const struct topo *topo_get_cpus(void);
 
 /* The index in devs of the GPU with CUDA number cuda_dev (GPUs numbered in
  * bus order), or -1. */
