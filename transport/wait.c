@@ -98,25 +98,9 @@ weftResult_t wait_check(struct weft_wait *w) {
       return weft_error_set(weftRemoteError, "rank %d (pid %d) died while waiting to %s it",
                             w->peer_rank, (int)w->peer_pid, w->what);
   }
-  if (oversubscribed) {
-    /* more ranks than cores: the rank we wait for may need this core, and a
-     * yield hands it over only among threads of equal standing. Sleep
-     * instead once the wait is not short, longer as it drags on (an eighth
-     * of the time waited, 20 us to 500 us), so that waiting ranks leave the
-     * run queue to the ones with work */
-    if (waited < 20000) {
-      sched_yield();
-    } else {
-      uint64_t ns = waited / 8;
-      ns = ns < 20000 ? 20000 : ns > 500000 ? 500000 : ns;
-      struct timespec ts = {0, (long)ns};
-      nanosleep(&ts, NULL);
-    }
-    return weftInProgress;
-  }
   /* back off: spin first, then yield, then sleep briefly */
-  uint64_t spin_ns = (uint64_t)param_int(&wait_params[P_SPIN_NS]);
-  if (waited > spin_ns * 100 + 20000000ull) {
+  uint64_t spin_ns = oversubscribed ? 0 : (uint64_t)param_int(&wait_params[P_SPIN_NS]);
+  if (!oversubscribed && waited > spin_ns * 100 + 20000000ull) {
     struct timespec ts = {0, 50000};
     nanosleep(&ts, NULL);
   } else if (waited > spin_ns) {
