@@ -196,7 +196,9 @@ static weftResult_t topo_load_hwloc(const char *xml_path, int with_pci, struct t
   static const char *const skip[] = {"cuda", "nvml", "opencl", "rsmi", "levelzero", "gl", "x86"};
   for (size_t i = 0; i < sizeof skip / sizeof skip[0]; i++)
     hwloc_topology_set_components(hw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, skip[i]);
+#if HWLOC_API_VERSION >= 0x00020500
   hwloc_topology_set_flags(hw, HWLOC_TOPOLOGY_FLAG_DONT_CHANGE_BINDING);
+#endif
   hwloc_topology_set_cache_types_filter(hw, HWLOC_TYPE_FILTER_KEEP_NONE); /* unused */
   hwloc_topology_set_icache_types_filter(hw, HWLOC_TYPE_FILTER_KEEP_NONE);
   if (with_pci) hwloc_topology_set_io_types_filter(hw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
