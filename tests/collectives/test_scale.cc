@@ -16,7 +16,9 @@
 #include "harness.h"
 
 extern "C" {
+#include "collectives/comm.h"
 #include "collectives/params.h"
+#include "collectives/topo_plan.h"
 }
 
 using namespace weft_test;
@@ -145,6 +147,11 @@ TEST_P(Scale, EveryCollectiveCorrect) {
     if (ctx.rank == 0)
       printf("%d ranks on %d host(s): communicator init took %.3f s (slowest rank)\n",
              ctx.nranks, c.nhosts, init_max);
+    // the ring regrouped the round-robin hosts: it crosses into each host once
+    ring_crossings rc;
+    ring_count_crossings(comm->peers, ctx.nranks, comm->channels[0].ring, &rc);
+    if (rc.hosts != (c.nhosts > 1 ? c.nhosts : 0))
+      return rank_fail(ctx, "ring crosses hosts %d times", rc.hosts);
     for (const char *algo : {"ring", "tree"}) {
       use_algo(algo);
       for (size_t count : {1, 777, 40000}) {
