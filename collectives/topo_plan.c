@@ -155,7 +155,9 @@ weftResult_t weftTopoPrint(FILE *out, const char *xmlPath, int nranks, int nhost
   weft_error_clear();
   if (out == NULL) out = stdout;
   if (nhosts < 1) return weft_error_set(weftInvalidArgument, "nhosts %d < 1", nhosts);
-  if (nranks < 0) return weft_error_set(weftInvalidArgument, "nranks %d < 0", nranks);
+  if (nranks < 0 || nranks > TOPO_PLAN_MAX_RANKS)
+    return weft_error_set(weftInvalidArgument, "nranks %d: plans take 0 to %d ranks", nranks,
+                          TOPO_PLAN_MAX_RANKS);
   if (flags & ~(WEFT_TOPO_GPUS | WEFT_TOPO_ROUND_ROBIN))
     return weft_error_set(weftInvalidArgument, "unknown flags 0x%x", (unsigned)flags);
   struct topo *topo;
@@ -165,6 +167,7 @@ weftResult_t weftTopoPrint(FILE *out, const char *xmlPath, int nranks, int nhost
   if (nranks == 0) {
     int per_host = flags & WEFT_TOPO_GPUS ? topo->ngpus : topo->ncores > 0 ? topo->ncores : 1;
     nranks = (per_host > 0 ? per_host : 1) * nhosts;
+    if (nranks > TOPO_PLAN_MAX_RANKS) nranks = TOPO_PLAN_MAX_RANKS;
   }
   struct peer_info *peers = calloc((size_t)nranks, sizeof *peers);
   int *ring = calloc((size_t)nranks, sizeof *ring);

@@ -8,6 +8,9 @@
 #include "../transport/bootstrap.h"
 #include "../transport/topo.h"
 
+/* The most ranks a plan takes: ring order and trees cost O(nranks^2). */
+#define TOPO_PLAN_MAX_RANKS 16384
+
 /* Fills peers_out[nranks] for ranks spread over nhosts hosts of topo as
  * weftTopoPrint describes (flags: WEFT_TOPO_GPUS, WEFT_TOPO_ROUND_ROBIN).
  * Host h gets host_hash h + 1 and hostname "hostH". */
