@@ -6,24 +6,77 @@
 #include "../transport/status.h"
 #include "comm.h"
 
+/* Whether rank a comes before rank b (both of one host) in the ring: by
+ * package, NUMA node, host bridge, PCI switch, bus, then rank. Ranks behind
+ * one switch are then adjacent, so the ring enters and leaves each switch
+ * once. */
+static int ring_before(const struct peer_info *a, const struct peer_info *b) {
+  const int64_t ka[] = {a->package, a->numa_node, a->host_bridge,
+                        a->pci_switch, a->bus_id, a->rank};
+  const int64_t kb[] = {b->package, b->numa_node, b->host_bridge,
+                        b->pci_switch, b->bus_id, b->rank};
+  for (size_t i = 0; i < sizeof ka / sizeof ka[0]; i++)
+    if (ka[i] != kb[i]) return ka[i] < kb[i];
+  return 0;
+}
+
 /* Orders the ring so that the ranks of one host are adjacent: hosts in the
- * order of their lowest rank, ranks ascending within a host. The ring then
- * crosses between hosts once per host. */
+ * order of their lowest rank, and within a host by the topology (see
+ * ring_before). The ring then crosses between hosts once per host. */
 void ring_order(const struct peer_info *peers, int nranks, int *ring_out) {
   int n = 0;
   for (int r = 0; r < nranks; r++) {
     int first_of_host = 1;
     for (int q = 0; q < r && first_of_host; q++) first_of_host = peers[q].host_hash != peers[r].host_hash;
     if (!first_of_host) continue;
-    for (int q = r; q < nranks; q++)
-      if (peers[q].host_hash == peers[r].host_hash) ring_out[n++] = q;
+    const int start = n;
+    for (int q = r; q < nranks; q++) {
+      if (peers[q].host_hash != peers[r].host_hash) continue;
+      int i = n++; /* insertion: peers arrive in rank order, so this is stable */
+      while (i > start && ring_before(&peers[q], &peers[ring_out[i - 1]])) {
+        ring_out[i] = ring_out[i - 1];
+        i--;
+      }
+      ring_out[i] = q;
+    }
   }
 }
 
-static void ring_build(struct weftComm *comm, struct weft_channel *ch) {
+int comm_trees(const struct peer_info *peers, int nranks, int rank, struct tree_links trees[2],
+               struct tree_links (*all_out)[2]) {
+  int *order = malloc(sizeof *order * (4 * (size_t)nranks + 1));
+  if (order == NULL) return -1;
+  int *host = order + nranks, *scratch = host + nranks;
+  ring_order(peers, nranks, order);
+  int nhosts = 0;
+  for (int i = 0; i < nranks; i++) {
+    if (i > 0 && peers[order[i]].host_hash != peers[order[i - 1]].host_hash) nhosts++;
+    host[order[i]] = nhosts;
+  }
+  for (int t = 0; t < 2; t++) tree_hier_links(nranks, order, host, scratch, rank, t, &trees[t]);
+  /* the deepest rank of either tree: every rank computes the same */
+  int depth_max = 0;
+  for (int r = 0; r < nranks; r++) {
+    for (int t = 0; t < 2; t++) {
+      struct tree_links l;
+      tree_hier_links(nranks, order, host, scratch, r, t, &l);
+      if (l.depth > depth_max) depth_max = l.depth;
+      if (all_out != NULL) all_out[r][t] = l;
+    }
+  }
+  free(order);
+  return depth_max;
+}
+
+static weftResult_t ring_build(struct weftComm *comm, struct weft_channel *ch) {
+  if (ch->id == 0) {
+    comm->tree_depth = comm_trees(comm->peers, comm->nranks, comm->rank, comm->trees, NULL);
+    if (comm->tree_depth < 0) return weft_error_set(weftSystemError, "out of memory");
+  }
   ring_order(comm->peers, comm->nranks, ch->ring);
   for (int i = 0; i < comm->nranks; i++)
     if (ch->ring[i] == comm->rank) ch->ring_pos = i;
+  return weftSuccess;
 }
 
 static void conn_init(struct weft_conn *conn, const struct weftComm *comm, int peer,
@@ -45,7 +98,7 @@ weftResult_t channels_connect(struct weftComm *comm, uint32_t nslots, size_t slo
     ch->id = c;
     ch->ring = malloc(sizeof *ch->ring * (size_t)n);
     if (ch->ring == NULL) return weft_error_set(weftSystemError, "out of memory");
-    ring_build(comm, ch);
+    WEFT_TRY(ring_build(comm, ch));
   }
   if (n == 1) return weftSuccess;
 

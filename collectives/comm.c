@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "../transport/status.h"
+#include "../transport/topo.h"
 #include "../transport/wait.h"
 #include "params.h"
 
@@ -120,6 +121,7 @@ weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_
   self.numa_node = -1;
   self.bus_id = -1;
   bootstrap_peer_info_local(&self);
+  topo_peer_info(&self, cuda_dev);
   WEFT_TRY_GOTO(bootstrap_init(id, rank, nranks, &self, comm->timeout_ns, &comm->bs, peers),
                 res, free_comm);
   bootstrap_set_abort(comm->bs, &comm->abort_flag);

@@ -7,6 +7,7 @@
 #include "../include/weft.h"
 #include "../transport/bootstrap.h"
 #include "../transport/transport.h"
+#include "tree.h"
 
 #define WEFT_MAX_CHANNELS 16
 #define WEFT_MAX_REDOPS 64
@@ -40,6 +41,8 @@ struct weftComm {
   int nchannels;
   struct weft_channel channels[WEFT_MAX_CHANNELS];
   int network;                  /* some ring connection crosses hosts */
+  struct tree_links trees[2];   /* this rank's place in the two trees (comm_trees) */
+  int tree_depth;               /* the deepest rank's depth in either tree */
   uint32_t nslots;              /* FIFO shape of every connection */
   size_t slot_nbytes;
   struct weft_conn *p2p_send;   /* [nranks]: to each peer, connected on first use */
@@ -64,6 +67,13 @@ weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_
 
 /* The ring order: ranks of one host adjacent, hosts by their lowest rank. */
 void ring_order(const struct peer_info *peers, int nranks, int *ring_out);
+
+/* Rank's links in the two trees over peers: hierarchical across hosts
+ * (tree_hier_links over the ring order); every rank's too in all_out[nranks]
+ * unless NULL. Returns the depth of the deepest rank in either tree, the
+ * same on every rank, or -1 when out of memory. */
+int comm_trees(const struct peer_info *peers, int nranks, int rank, struct tree_links trees[2],
+               struct tree_links (*all_out)[2]);
 
 /* Connects every channel's ring (collective over the bootstrap). */
 weftResult_t channels_connect(struct weftComm *comm, uint32_t nslots, size_t slot_nbytes);

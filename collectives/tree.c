@@ -55,11 +55,69 @@ void tree_dtree_links(int nranks, int rank, int t, struct tree_links *out) {
   int child[2];
   dtree_parent_children(nranks, rank, t, &out->parent, child);
   out->nchildren = 0;
-  out->child[0] = out->child[1] = TREE_NONE;
+  for (int c = 0; c < TREE_MAX_CHILDREN; c++) out->child[c] = TREE_NONE;
   for (int c = 0; c < 2; c++)
     if (child[c] != TREE_NONE) out->child[out->nchildren++] = child[c];
   out->depth = 0;
   int child2[2];
   for (int up = out->parent; up != TREE_NONE && out->depth < nranks; out->depth++)
     dtree_parent_children(nranks, up, t, &up, child2);
+}
+
+/* The head of host h's chain in tree t: its first rank, or its last. */
+static int hier_head(const int *order, const int *first, int h, int t) {
+  return t == 0 ? order[first[h]] : order[first[h + 1] - 1];
+}
+
+/* Rank's links in tree t across nhosts hosts; host h holds the positions
+ * [first[h], first[h + 1]) of order, and pos is order's inverse. */
+static void hier_links(int nhosts, const int *order, const int *pos, const int *first, int rank,
+                       int t, struct tree_links *out) {
+  int host = 0;
+  while (host + 1 < nhosts && first[host + 1] <= pos[rank]) host++;
+  const int len = first[host + 1] - first[host];
+  const int at = pos[rank] - first[host];
+  const int li = t == 0 ? at : len - 1 - at; /* place along this tree's chain */
+  const int step = t == 0 ? 1 : -1;
+  out->parent = TREE_NONE;
+  out->nchildren = 0;
+  for (int c = 0; c < TREE_MAX_CHILDREN; c++) out->child[c] = TREE_NONE;
+  if (li + 1 < len) out->child[out->nchildren++] = order[pos[rank] + step];
+  if (li > 0) {
+    out->parent = order[pos[rank] - step];
+    return;
+  }
+  struct tree_links hl;
+  tree_dtree_links(nhosts, host, t, &hl);
+  if (hl.parent != TREE_NONE) out->parent = hier_head(order, first, hl.parent, t);
+  for (int c = 0; c < hl.nchildren; c++)
+    out->child[out->nchildren++] = hier_head(order, first, hl.child[c], t);
+}
+
+void tree_hier_links(int nranks, const int *order, const int *host, int *scratch, int rank,
+                     int t, struct tree_links *out) {
+  int nhosts = nranks > 0 ? host[order[nranks - 1]] + 1 : 1;
+  int pos_rank = 0;
+  for (int i = 0; i < nranks; i++)
+    if (order[i] == rank) pos_rank = i;
+  if (nhosts <= 1) { /* one host: the double tree over positions */
+    tree_dtree_links(nranks, pos_rank, t, out);
+    if (out->parent != TREE_NONE) out->parent = order[out->parent];
+    for (int c = 0; c < out->nchildren; c++) out->child[c] = order[out->child[c]];
+    return;
+  }
+  int *pos = scratch, *first = scratch + nranks;
+  for (int i = 0; i < nranks; i++) pos[order[i]] = i;
+  for (int h = 0, i = 0; h <= nhosts; h++) {
+    while (i < nranks && host[order[i]] < h) i++;
+    first[h] = i;
+  }
+  hier_links(nhosts, order, pos, first, rank, t, out);
+  /* depth: edges from the root, walking up */
+  out->depth = 0;
+  struct tree_links up = *out;
+  while (up.parent != TREE_NONE && out->depth < nranks) {
+    out->depth++;
+    hier_links(nhosts, order, pos, first, up.parent, t, &up);
+  }
 }

@@ -17,9 +17,11 @@
 
 #define TREE_NONE (-1)
 
+#define TREE_MAX_CHILDREN 3
+
 struct tree_links {
   int parent;    /* TREE_NONE at the root */
-  int child[2];  /* the first nchildren entries; TREE_NONE after */
+  int child[TREE_MAX_CHILDREN]; /* the first nchildren entries; TREE_NONE after */
   int nchildren;
   int depth;     /* edges from the root */
 };
@@ -27,5 +29,19 @@ struct tree_links {
 /* Rank's place in tree t (0 or 1) of the double binary tree over nranks
  * ranks. A pure function. */
 void tree_dtree_links(int nranks, int rank, int t, struct tree_links *out);
+
+/* Rank's place in tree t (0 or 1) of the trees over hosts. order is the
+ * ring order (the ranks of each host adjacent), host[r] rank r's host
+ * (0..nhosts-1, numbered along order). On one host: the double binary tree
+ * over the positions in order. Across hosts: the double binary tree over
+ * the hosts, and inside each host a chain along order (tree 0 from the
+ * host's first rank, tree 1 from its last); the head of a host's chain hangs
+ * off the head of its parent host's. So each tree crosses into every host
+ * but the root's exactly once, and the two trees enter a host at different
+ * ranks. A head has up to three children (its chain's next rank and two
+ * hosts' heads). scratch: room for 2 * nranks + 1 ints, overwritten. A
+ * pure function. */
+void tree_hier_links(int nranks, const int *order, const int *host, int *scratch, int rank,
+                     int t, struct tree_links *out);
 
 #endif

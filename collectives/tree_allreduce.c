@@ -1,5 +1,6 @@
-/* Double binary tree all-reduce (tree.h): the first half of the buffer goes
- * through tree 0, the second through tree 1, each in slot-sized pieces.
+/* Tree all-reduce over the two trees of comm_trees (tree.h): the first half
+ * of the buffer goes through tree 0, the second through tree 1, each in
+ * slot-sized pieces.
  * Per tree and piece i, every rank does two steps:
  *   up(i):   recv piece i from each child, reduce with its own input, send
  *            the partial result to the parent (a leaf just sends its input;
@@ -62,7 +63,7 @@ static weftResult_t tree_up(struct tree_run *r, const struct tree_half *h, long 
   const struct tree_links *l = &h->links;
   size_t first, n = piece_len(r, h, i, &first);
   const size_t esize = r->elem_nbytes, nbytes = n * esize;
-  const char *in[2];
+  const char *in[TREE_MAX_CHILDREN];
   char *out;
   for (int c = 0; c < l->nchildren; c++)
     WEFT_TRY(peer_recv_wait(comm, &comm->p2p_recv[l->child[c]], nbytes, &in[c]));
@@ -75,11 +76,8 @@ static weftResult_t tree_up(struct tree_run *r, const struct tree_half *h, long 
   }
   const char *own = r->src + first * esize;
   if (l->nchildren == 0) memcpy(out, own, nbytes);
-  if (l->nchildren == 1) r->reduce(out, NULL, own, in[0], n, divisor);
-  if (l->nchildren == 2) {
-    r->reduce(out, NULL, own, in[0], n, 1);
-    r->reduce(out, NULL, out, in[1], n, divisor);
-  }
+  for (int c = 0; c < l->nchildren; c++) /* the last reduction divides */
+    r->reduce(out, NULL, c == 0 ? own : out, in[c], n, c == l->nchildren - 1 ? divisor : 1);
   if (l->parent != TREE_NONE) peer_send_post(&comm->p2p_send[l->parent], nbytes);
   for (int c = 0; c < l->nchildren; c++) peer_recv_done(&comm->p2p_recv[l->child[c]]);
   return weftSuccess;
@@ -92,7 +90,7 @@ static weftResult_t tree_down(struct tree_run *r, const struct tree_half *h, lon
   const struct tree_links *l = &h->links;
   size_t first, n = piece_len(r, h, i, &first);
   const size_t nbytes = n * r->elem_nbytes;
-  char *mine = r->dst + first * r->elem_nbytes, *out[2];
+  char *mine = r->dst + first * r->elem_nbytes, *out[TREE_MAX_CHILDREN];
   const char *in = mine;
   if (l->parent != TREE_NONE)
     WEFT_TRY(peer_recv_wait(comm, &comm->p2p_recv[l->parent], nbytes, &in));
@@ -109,11 +107,11 @@ static weftResult_t tree_down(struct tree_run *r, const struct tree_half *h, lon
 
 /* Connects to every neighbour in both trees, both ways. */
 static weftResult_t tree_connect(struct weftComm *comm, const struct tree_half half[2]) {
-  int peers[6], npeers = 0;
+  int peers[2 * (TREE_MAX_CHILDREN + 1)], npeers = 0;
   for (int t = 0; t < 2; t++) {
     const struct tree_links *l = &half[t].links;
-    int mine[3] = {l->parent, l->child[0], l->child[1]};
-    for (int k = 0; k < 3; k++) {
+    int mine[TREE_MAX_CHILDREN + 1] = {l->parent, l->child[0], l->child[1], l->child[2]};
+    for (int k = 0; k < TREE_MAX_CHILDREN + 1; k++) {
       int dup = mine[k] == TREE_NONE;
       for (int j = 0; j < npeers && !dup; j++) dup = peers[j] == mine[k];
       if (!dup) peers[npeers++] = mine[k];
@@ -148,7 +146,7 @@ weftResult_t tree_allreduce(struct weftComm *comm, struct weft_channel *ch,
   long depth_max = 0, npieces_max = 0;
   for (int t = 0; t < 2; t++) {
     struct tree_half *h = &half[t];
-    tree_dtree_links(comm->nranks, comm->rank, t, &h->links);
+    h->links = comm->trees[t]; /* hierarchical across hosts (comm_trees) */
     h->first = t == 0 ? 0 : first_half;
     h->count = t == 0 ? first_half : count - first_half;
     h->npieces = (long)((h->count + r.piece_count - 1) / r.piece_count);

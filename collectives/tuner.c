@@ -110,7 +110,10 @@ static double model_us(const struct weftComm *comm, enum coll_kind coll, enum co
   int log2n = 0;
   while ((1 << log2n) < comm->nranks) log2n++;
   switch (algo) {
-    case ALGO_TREE: steps = 2.0 * log2n + 2; bytes = 2.0 * (double)nbytes; break;
+    case ALGO_TREE: /* across hosts the trees chain each host's ranks: deeper than log2 */
+      steps = 2.0 * (comm->tree_depth > log2n ? comm->tree_depth : log2n) + 2;
+      bytes = 2.0 * (double)nbytes;
+      break;
     case ALGO_RD: steps = log2n + (comm->nranks & (comm->nranks - 1) ? 2 : 0);
                   bytes = steps * (double)nbytes; break;
     default:

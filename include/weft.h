@@ -357,6 +357,18 @@ size_t weftTypeSize(weftDataType_t datatype);
  * value, default and meaning (out may be NULL for stdout). */
 void weftConfigPrint(FILE *out);
 
+/* weft extension (the weft-topo tool): prints the topology of this machine,
+ * or of the hwloc XML file xmlPath when not NULL, then the plan weft would
+ * make for nranks ranks on nhosts such hosts: each rank's place, the
+ * transport between each pair of ranks, the ring and the two trees. Ranks go
+ * to hosts in blocks of consecutive ranks (or round-robin with
+ * WEFT_TOPO_ROUND_ROBIN), to NUMA nodes in blocks, and with WEFT_TOPO_GPUS
+ * each rank drives a GPU (local rank i the i-th, in bus order). nranks 0:
+ * one rank per GPU, or per core, of each host. out may be NULL for stdout. */
+#define WEFT_TOPO_GPUS 1
+#define WEFT_TOPO_ROUND_ROBIN 2
+weftResult_t weftTopoPrint(FILE *out, const char *xmlPath, int nranks, int nhosts, int flags);
+
 #ifdef __cplusplus
 }
 #endif

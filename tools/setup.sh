@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 
 packages=(gcc g++ meson ninja-build pkg-config libgtest-dev)
 packages+=(libucx-dev)
+packages+=(libhwloc-dev) # topology (NUMA, PCI tree, GPUs, NICs)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -32,6 +32,11 @@ struct peer_info {
   int32_t cuda_dev; /* -1 for a host rank */
   int32_t numa_node;
   int64_t bus_id;
+  /* topology (topo.h); -1 when unknown */
+  int32_t package;
+  int32_t host_bridge;
+  int32_t pci_switch;
+  int32_t nic; /* index of the NIC this rank uses in its host's topology */
 };
 
 struct bootstrap;

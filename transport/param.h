@@ -38,5 +38,6 @@ extern struct weft_param socket_params[];
 extern struct weft_param ucx_params[]; /* builds with UCX only */
 extern struct weft_param wait_params[];
 extern struct weft_param transport_params[];
+extern struct weft_param topo_params[];
 
 #endif

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../status.h"
+#include "../topo.h"
 
 weftResult_t shm_segment_create(size_t nbytes, struct shm_segment *seg_out) {
   struct shm_segment seg = {.nbytes = nbytes, .owner = 1};
@@ -21,6 +22,13 @@ weftResult_t shm_segment_create(size_t nbytes, struct shm_segment *seg_out) {
   int fd = shm_open(seg.name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return weft_error_errno(weftSystemError, "shm_open %s", seg.name);
   weftResult_t res;
+  seg.base = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (seg.base == MAP_FAILED) {
+    res = weft_error_errno(weftSystemError, "mmap %s", seg.name);
+    goto unlink_name;
+  }
+  /* the receiver's NUMA node (it reads the slots), set before the pages exist */
+  topo_mem_place(seg.base, nbytes);
   /* posix_fallocate reserves the pages now, so a full /dev/shm is an error
    * here instead of a SIGBUS later */
   int rc = posix_fallocate(fd, 0, (off_t)nbytes);
@@ -28,16 +36,13 @@ weftResult_t shm_segment_create(size_t nbytes, struct shm_segment *seg_out) {
     errno = rc;
     res = weft_error_errno(weftSystemError, "allocating %zu bytes of shared memory for %s",
                            nbytes, seg.name);
-    goto unlink_name;
-  }
-  seg.base = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (seg.base == MAP_FAILED) {
-    res = weft_error_errno(weftSystemError, "mmap %s", seg.name);
-    goto unlink_name;
+    goto unmap;
   }
   close(fd);
   *seg_out = seg;
   return weftSuccess;
+unmap:
+  munmap(seg.base, nbytes);
 unlink_name:
   shm_unlink(seg.name);
   close(fd);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "../param.h"
+#include "../topo.h"
 #include "../sock.h"
 #include "../status.h"
 #include "../transport.h"
@@ -91,6 +92,7 @@ static weftResult_t socket_conn_alloc(struct weft_conn *conn, int is_send, int n
     free(sc);
     return res;
   }
+  topo_mem_place(sc->fifo, sc->fifo_nbytes);
   sc->ctrl = sc->fifo;
   sc->slots = (char *)sc->fifo + SOCKET_CTRL_NBYTES;
   conn->priv = sc;

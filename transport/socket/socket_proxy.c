@@ -20,6 +20,7 @@
 
 #include "../param.h"
 #include "../status.h"
+#include "../topo.h"
 #include "../wait.h"
 
 #define PROXY_SPIN_NS 100000ull     /* idle time spent spinning before sleeping */
@@ -317,6 +318,7 @@ static void proxy_sleep(struct socket_proxy *p, uint64_t idle_ns) {
 static void *proxy_main(void *arg) {
   struct socket_proxy *p = arg;
   uint64_t idle_since = 0;
+  topo_thread_place();
   for (;;) {
     if (__atomic_load_n(&p->changed, __ATOMIC_RELAXED) && proxy_registry_sync(p)) break;
     int moved = 0;
