@@ -339,7 +339,9 @@ TEST_F(Dgx, WeftTopoPrintsPairsRingsAndTrees) {
       << s;
   EXPECT_NE(s.find("ring: 0 1 2 3 4 5 6 7 | 8 9"), std::string::npos) << s;
   EXPECT_NE(s.find("1 link(s) between hosts"), std::string::npos) << s;
-  EXPECT_NE(s.find("hop 7 -> 8: socket"), std::string::npos) << s;
+  // between hosts: UCX when weft is built with it, else sockets
+  EXPECT_NE(s.find(WEFT_HAVE_UCX ? "hop 7 -> 8: ucx" : "hop 7 -> 8: socket"), std::string::npos)
+      << s;
   EXPECT_NE(s.find("hop 0 -> 1: shm"), std::string::npos) << s;
   // bad input is an error with a message, not a crash
   print_plan("/nonexistent/topo.xml", 4, 1, 0, &res);
