@@ -50,7 +50,7 @@ static weftResult_t ring_run(struct weftComm *comm, struct weft_channel *ch,
   for (size_t base = 0; base < count; base += loop_nelems)
     for (int s = 0; s < nsteps; s++) {
       struct ring_step st;
-      ring_step(&g, ch->ring, base, s, &st);
+      ring_step_at(&g, ch->ring, base, s, &st);
       WEFT_TRY(ring_step_run(&p, &st, plan->sendbuf, plan->recvbuf));
     }
   return weftSuccess;

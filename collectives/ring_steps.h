@@ -1,7 +1,7 @@
 /* The ring algorithms as step sequences: one source for both executors.
  *
  * A ring collective on one channel is a loop over pieces of the channel's
- * share; each loop is a fixed sequence of primitive steps. ring_step(g, base,
+ * share; each loop is a fixed sequence of primitive steps. ring_step_at(g, ring, base,
  * s) says what step s of the loop starting at element `base` does: which
  * primitive, which elements of the send and receive buffers, how many. The
  * host executor (ring_host.c) runs the steps with the host primitives; the
@@ -210,8 +210,8 @@ RING_HD void ring_reduce_step(const struct ring_geom *g, size_t base, struct rin
 
 /* Step s of the loop that starts at element base of the channel's share.
  * ring[i] is the rank at ring position i. */
-RING_HD void ring_step(const struct ring_geom *g, const int *ring, size_t base, int s,
-                       struct ring_step *st) {
+RING_HD void ring_step_at(const struct ring_geom *g, const int *ring, size_t base, int s,
+                          struct ring_step *st) {
   switch (g->coll) {
     case RING_ALLREDUCE: ring_allreduce_step(g, base, s, st); break;
     case RING_ALLGATHER: ring_allgather_step(g, base, s, st, ring); break;

@@ -86,7 +86,7 @@ def table_file(matrix):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--matrix", choices=["full", "small"], required=True)
-    ap.add_argument("--outdir", required=True)
+    ap.add_argument("--outdir", help="where to write the files (required unless --list)")
     ap.add_argument("--list", action="store_true",
                     help="print the (datatype, op) pairs of the matrix and exit")
     args = ap.parse_args()
@@ -96,6 +96,8 @@ def main():
                 if in_matrix(args.matrix, tag, op):
                     print(tag, op)
         return 0
+    if args.outdir is None:
+        ap.error("--outdir is required unless --list")
     os.makedirs(args.outdir, exist_ok=True)
     for tag, ctype, _ in TYPES:
         write_if_changed(os.path.join(args.outdir, "kernels_%s.cu" % tag),

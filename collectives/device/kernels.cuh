@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(DEV_NTHREADS) weft_ring_kernel(dev_work w) {
   for (size_t base = 0; base < count; base += loop_nelems)
     for (int s = 0; s < nsteps; s++) {
       struct ring_step st;
-      ring_step(&g, ch->ring, base, s, &st);
+      ring_step_at(&g, ch->ring, base, s, &st);
       const T *sp = ring_prim_has_src(st.prim) ? src + st.src_elem : NULL;
       T *dp = ring_prim_has_dst(st.prim) ? dst + st.dst_elem : NULL;
       if (!p.run(st.prim, sp, dp, st.count)) return; // error says why; the host reports it
