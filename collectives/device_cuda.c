@@ -316,6 +316,7 @@ static weftResult_t device_launch(struct weftComm *comm, const struct weft_plan 
   WEFT_TRY(device_comm_error(comm));
   int prev = -1;
   CUDA_TRY(cudaGetDevice(&prev), "current device");
+  if (comm->cuda_dev < 0) comm->cuda_dev = prev; /* the caller's device, as NCCL */
   if (prev != comm->cuda_dev) CUDA_TRY(cudaSetDevice(comm->cuda_dev), "setting the device");
   struct device_comm *d;
   weftResult_t res = device_comm_get(comm, &d);

@@ -103,7 +103,7 @@ __device__ __forceinline__ bool dev_watch_expired(const dev_watch &w, uint64_t s
   uint32_t why = 0;
   if (w.abort_flag != NULL && *w.abort_flag != 0) why = 1;
   else if (w.timeout_ns != 0 && dev_clock_ns() - start_ns > w.timeout_ns) why = 2;
-  if (why != 0) atomicCAS(w.error, 0u, why);
+  if (why != 0) *(volatile uint32_t *)w.error = why; /* mapped host memory */
   return why != 0;
 }
 
@@ -158,6 +158,8 @@ struct dev_prims {
     }
     __syncthreads();
     bool ok = failed == 0;
+    // acquire: what the peer stored before its tail is seen by every thread
+    __threadfence_system();
     __syncthreads();
     return ok;
   }

@@ -7,6 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "../param.h"
 #include "../status.h"
 #include "cuda_fifo.h"
 
@@ -68,10 +69,7 @@ void cuda_fifo_close(struct weft_conn *conn) {
   conn->slots = NULL;
 }
 
-static int cuda_ipc_disabled(void) {
-  const char *v = getenv("WEFT_CUDA_IPC_DISABLE");
-  return v != NULL && strcmp(v, "0") != 0;
-}
+static int cuda_ipc_disabled(void) { return param_int(&cuda_params[0]) != 0; }
 
 /* Other processes of this host with a GPU. */
 static int cuda_ipc_can_connect(const struct peer_info *sender, const struct peer_info *receiver) {

@@ -8,12 +8,10 @@
 #include <cuda_runtime_api.h>
 
 #include "../cuda_ipc/cuda_fifo.h"
+#include "../param.h"
 #include "../status.h"
 
-static int p2p_disabled(void) {
-  const char *v = getenv("WEFT_P2P_DISABLE");
-  return v != NULL && strcmp(v, "0") != 0;
-}
+static int p2p_disabled(void) { return param_int(&cuda_params[1]) != 0; }
 
 static int p2p_can_connect(const struct peer_info *sender, const struct peer_info *receiver) {
   return sender->host_hash == receiver->host_hash && sender->pid == receiver->pid &&
