@@ -262,10 +262,11 @@ static weftResult_t device_comm_get(struct weftComm *comm, struct device_comm **
     *out = comm->device;
     return weftSuccess;
   }
+  int dev;
+  CUDA_TRY(cudaGetDevice(&dev), "current device");
+  if (comm->cuda_dev < 0) comm->cuda_dev = dev;
   struct device_comm *d = calloc(1, sizeof *d);
   if (d == NULL) return weft_error_set(weftSystemError, "out of memory");
-  CUDA_TRY(cudaGetDevice(&d->dev), "current device");
-  if (comm->cuda_dev < 0) comm->cuda_dev = d->dev;
   d->dev = comm->cuda_dev;
   /* set-up allocates and copies: let a capturing stream of this thread be */
   enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;

@@ -34,13 +34,17 @@ weftResult_t cuda_fifo_recv_setup(struct weft_conn *conn, struct conn_blob *blob
     free(priv);
     return cuda_fail(err, "allocating a FIFO");
   }
+  /* zeroed: counters at 0 and LL flags that match no step */
+  err = cudaMemset(priv->base, 0, nbytes);
+  if (err != cudaSuccess) {
+    cudaFree(priv->base);
+    free(priv);
+    return cuda_fail(err, "clearing a FIFO");
+  }
   priv->owned = 1;
   conn->priv = priv;
   conn->ctrl = NULL;
   conn->slots = (char *)priv->base + CUDA_FIFO_CTRL_NBYTES;
-  /* zeroed: counters at 0 and LL flags that match no step */
-  err = cudaMemset(priv->base, 0, nbytes);
-  if (err != cudaSuccess) return cuda_fail(err, "clearing a FIFO");
   cudaIpcMemHandle_t handle;
   err = cudaIpcGetMemHandle(&handle, priv->base);
   if (err == cudaSuccess) memcpy(b.ipc_handle, &handle, sizeof handle);
