@@ -6,6 +6,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -88,5 +91,57 @@ INSTANTIATE_TEST_SUITE_P(All, DeviceIpc,
                            return "k" + std::to_string(i.param.nranks) + "_n" +
                                   std::to_string(i.param.count);
                          });
+
+// A peer that stops calling: the waiting rank's kernel gives up after
+// WEFT_TIMEOUT, its stream completes, and the comm reports the error, naming
+// the rank; never a hang.
+int run_silent_peer(const RankCtx &ctx) {
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) return kNoGpu;
+  cudaSetDevice(0);
+  weftComm_t comm;
+  if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+    return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+  cudaStream_t stream;
+  cudaStreamCreate(&stream);
+  float *buf;
+  cudaMalloc((void **)&buf, 4096 * sizeof(float));
+  cudaMemset(buf, 0, 4096 * sizeof(float));
+  int rc = 0;
+  // once together, so that both are connected
+  if (weftAllReduce(buf, buf, 4096, weftFloat32, weftSum, comm, stream) != weftSuccess ||
+      cudaStreamSynchronize(stream) != cudaSuccess)
+    rc = rank_fail(ctx, "first all-reduce: %s", weftGetLastError(comm));
+  if (rc == 0 && ctx.rank == 0) {
+    auto t0 = std::chrono::steady_clock::now();
+    if (weftAllReduce(buf, buf, 4096, weftFloat32, weftSum, comm, stream) != weftSuccess)
+      rc = rank_fail(ctx, "enqueue: %s", weftGetLastError(comm));
+    cudaStreamSynchronize(stream);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    weftResult_t async = weftSuccess;
+    weftCommGetAsyncError(comm, &async);
+    if (rc == 0 && async != weftSystemError)
+      rc = rank_fail(ctx, "async error %d, want weftSystemError", (int)async);
+    if (rc == 0 && std::string(weftGetLastError(comm)).find("no progress") == std::string::npos)
+      rc = rank_fail(ctx, "error text: %s", weftGetLastError(comm));
+    if (rc == 0 && (s < 1.5 || s > 20)) rc = rank_fail(ctx, "gave up after %.1f s, want ~2 s", s);
+  } else if (rc == 0) {
+    sleep(6); // silent, but alive: its FIFOs stay mapped
+  }
+  cudaFree(buf);
+  cudaStreamDestroy(stream);
+  weftCommAbort(comm);
+  return rc;
+}
+
+TEST(DeviceIpcFailure, SilentPeerEndsInTimeoutError) {
+  RunOptions opts;
+  opts.timeout_s = 60;
+  opts.allow_warnings = true;
+  opts.env = {{"WEFT_TIMEOUT", "2"}};
+  auto status = run_ranks(2, run_silent_peer, opts);
+  if (status[0] == kNoGpu) GTEST_SKIP() << "no CUDA device";
+  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
 
 }  // namespace
