@@ -1,8 +1,8 @@
 /* The device executor: ring collectives on CUDA device memory as kernels on
- * the caller's stream. Each comm gets, on its first device collective, one
- * device channel per host channel (same rings), each with a FIFO pair per
- * protocol to its ring neighbours over the p2p (same process) or cuda_ipc
- * (other process) transport. Launching then takes only stream-ordered calls:
+ * the caller's stream. Each comm gets, on its first device collective,
+ * WEFT_DEVICE_NCHANNELS device channels on its ring order, each with a FIFO
+ * pair per protocol to its ring neighbours over the p2p (same process) or
+ * cuda_ipc (other process) transport. Launching then takes only stream-ordered calls:
  * enqueue and return, and graph capture records the kernel. */
 #include <pthread.h>
 #include <stdlib.h>
@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include "../transport/cuda_ipc/cuda_fifo.h"
+#include "../transport/param.h"
 #include "../transport/status.h"
 #include "device.h"
 #include "device/dev_types.h"
@@ -26,6 +27,8 @@ extern const char weft_dev_matrix[];
 #define DEV_NSLOTS 4
 #define DEV_SIMPLE_SLOT_NBYTES (256u << 10)
 #define DEV_LL_SLOT_NBYTES (16u << 10)
+/* a launch uses one channel (block) per this many bytes, up to the comm's */
+#define DEV_CHANNEL_NBYTES (256u << 10)
 
 _Static_assert(sizeof(struct dev_fifo_ctrl) <= CUDA_FIFO_CTRL_NBYTES, "ctrl fits");
 
@@ -159,8 +162,15 @@ void device_comm_free(struct weftComm *comm) {
 
 /* Sets up every device connection of comm (collective over its ranks). */
 static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d) {
-  const int n = comm->nranks, nch = comm->nchannels;
+  const int n = comm->nranks;
+  int64_t nch64 = param_int(&cuda_params[2]);
+  if (nch64 < 1 || nch64 > WEFT_MAX_CHANNELS)
+    return weft_error_set(weftInvalidArgument, "WEFT_DEVICE_NCHANNELS=%lld: must be 1 to %d",
+                          (long long)nch64, WEFT_MAX_CHANNELS);
+  const int nch = (int)nch64;
   d->nchannels = nch;
+  /* every device channel follows the comm's ring order (channel 0's) */
+  const struct weft_channel *ch = &comm->channels[0];
   /* ranks learn each other's devices: the transports choose by them */
   int32_t *devs = calloc((size_t)n, sizeof *devs);
   if (devs == NULL) return weft_error_set(weftSystemError, "out of memory");
@@ -182,7 +192,6 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
     weftResult_t local = weftSuccess;
     char why[512] = "";
     for (int c = 0; c < nch && local == weftSuccess; c++) {
-      struct weft_channel *ch = &comm->channels[c];
       int prev = ch->ring[(ch->ring_pos + n - 1) % n];
       for (int p = 0; p < DEV_NPROTOS && local == weftSuccess; p++) {
         struct weft_conn *conn = &d->recv[c][p];
@@ -208,7 +217,6 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
     res = bootstrap_allgather(comm->bs, blobs, sizeof *blobs * per_rank);
     if (res == weftSuccess && local != weftSuccess) res = weft_error_set(local, "%s", why);
     for (int c = 0; c < nch && res == weftSuccess; c++) {
-      struct weft_channel *ch = &comm->channels[c];
       int next = ch->ring[(ch->ring_pos + 1) % n];
       for (int p = 0; p < DEV_NPROTOS && res == weftSuccess; p++) {
         const struct conn_blob *b = &blobs[(size_t)next * per_rank + (size_t)c * DEV_NPROTOS + p];
@@ -234,8 +242,8 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
   if (rings == NULL) return weft_error_set(weftSystemError, "out of memory");
   memset(host, 0, sizeof host);
   for (int c = 0; c < nch; c++) {
-    memcpy(rings + (size_t)c * n, comm->channels[c].ring, sizeof *rings * (size_t)n);
-    host[c].ring_pos = comm->channels[c].ring_pos;
+    memcpy(rings + (size_t)c * n, ch->ring, sizeof *rings * (size_t)n);
+    host[c].ring_pos = ch->ring_pos;
     host[c].nranks = n;
     if (n > 1)
       for (int p = 0; p < DEV_NPROTOS; p++) {
@@ -337,7 +345,11 @@ static weftResult_t device_launch(struct weftComm *comm, const struct weft_plan 
                            coll_kind_name(plan->coll), dtype_names[plan->datatype], (int)plan->op,
                            weft_dev_matrix);
     } else {
-      int nch = plan->nchannels < d->nchannels ? plan->nchannels : d->nchannels;
+      /* enough blocks to keep the GPU busy, each with a worthwhile share; every
+       * rank computes the same number from the same call */
+      size_t nbytes = plan->count * weftTypeSize(plan->datatype);
+      size_t want = (nbytes + DEV_CHANNEL_NBYTES - 1) / DEV_CHANNEL_NBYTES;
+      int nch = want < (size_t)d->nchannels ? (int)(want ? want : 1) : d->nchannels;
       struct dev_work w = {
           .channels = d->channels_d, .sendbuf = plan->sendbuf, .recvbuf = plan->recvbuf,
           .count = plan->count, .coll = (int)plan->coll, .root = plan->root,
