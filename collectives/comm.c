@@ -13,6 +13,7 @@
 #include "../transport/status.h"
 #include "../transport/topo.h"
 #include "../transport/wait.h"
+#include "device.h"
 #include "params.h"
 
 weftResult_t weftGetVersion(int *version) {
@@ -201,6 +202,7 @@ weftResult_t weftCommInitAll(weftComm_t *comms, int ndev, const int *devlist) {
   weft_error_clear();
   if (comms == NULL) return weft_error_set(weftInvalidArgument, "comms is NULL");
   if (ndev < 1) return weft_error_set(weftInvalidArgument, "ndev %d < 1", ndev);
+  for (int i = 0; devlist != NULL && i < ndev; i++) WEFT_TRY(device_check_ordinal(devlist[i]));
   struct bootstrap_id id;
   WEFT_TRY(bootstrap_id_create(&id));
   struct init_all_arg *args = calloc((size_t)ndev, sizeof *args);
@@ -249,6 +251,7 @@ weftResult_t weftCommFinalize(weftComm_t comm) {
 
 static void comm_free(struct weftComm *comm) {
   comm->magic = 0;
+  device_comm_free(comm);
   channels_close(comm);
   p2p_conns_close(comm);
   bootstrap_close(comm->bs);
@@ -269,6 +272,7 @@ weftResult_t weftCommDestroy(weftComm_t comm) {
 weftResult_t weftCommAbort(weftComm_t comm) {
   WEFT_TRY(comm_check(comm));
   __atomic_store_n(&comm->abort_flag, 1u, __ATOMIC_RELEASE);
+  device_comm_abort(comm);
   comm_poison(comm);
   /* threads in an operation see the flag within microseconds, and queued
    * stream work fails at once; wait for both */
@@ -284,6 +288,8 @@ weftResult_t weftCommAbort(weftComm_t comm) {
 weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t *asyncError) {
   WEFT_TRY(comm_check(comm));
   if (asyncError == NULL) return weft_error_set(weftInvalidArgument, "asyncError is NULL");
+  if (comm->async_error == weftSuccess && device_comm_error(comm) != weftSuccess)
+    comm_fail(comm, device_comm_error(comm));
   *asyncError = comm->async_error;
   return weftSuccess;
 }

@@ -57,6 +57,7 @@ struct weftComm {
   struct weft_redop redops[WEFT_MAX_REDOPS];
   int finalized;
   char last_error[1024];
+  void *device; /* the device executor's state (device_cuda.c), NULL until used */
 };
 
 /* Joins rank `rank` of `nranks` to the communicator of id and connects it

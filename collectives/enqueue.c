@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../transport/status.h"
+#include "device.h"
 #include "stream.h"
 
 size_t weftTypeSize(weftDataType_t datatype) {
@@ -96,7 +97,9 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
   weft_error_clear();
   weftResult_t res = plan_check(comm, plan);
   struct host_stream *hs = NULL;
-  if (res == weftSuccess && stream != NULL) res = stream_lookup(stream, &hs);
+  /* device memory: stream is the caller's CUDA stream */
+  plan->on_device = res == weftSuccess && device_plan_on_device(plan);
+  if (res == weftSuccess && stream != NULL && !plan->on_device) res = stream_lookup(stream, &hs);
   if (res != weftSuccess) {
     if (comm != NULL && comm_check(comm) == weftSuccess)
       snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
@@ -106,6 +109,7 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
   plan_tune(comm, plan);
   comm->seq++;
   if (group_active()) return group_record(comm, plan, stream);
+  if (plan->on_device) return device_enqueue(comm, plan, stream);
   struct group_op op = {.comm = comm, .plan = *plan, .stream = stream};
   if (hs != NULL) return stream_enqueue(hs, &op, 1);
   return group_launch(&op, 1);

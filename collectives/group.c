@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../transport/status.h"
+#include "device.h"
 #include "stream.h"
 
 static _Thread_local int group_depth;
@@ -127,6 +128,32 @@ weftResult_t weftGroupStart(void) {
   return weftSuccess;
 }
 
+/* Enqueues the group's operations on device memory on their CUDA streams, in
+ * call order, once the whole group is known. */
+static weftResult_t group_dispatch_device(const struct group_op *ops, size_t nops) {
+  size_t n = 0;
+  for (size_t i = 0; i < nops; i++) n += ops[i].plan.on_device != 0;
+  if (n == 0) return weftSuccess;
+  struct weftComm **comms = malloc(sizeof *comms * n);
+  const struct weft_plan **plans = malloc(sizeof *plans * n);
+  void **streams = malloc(sizeof *streams * n);
+  weftResult_t res = comms && plans && streams
+                         ? weftSuccess
+                         : weft_error_set(weftSystemError, "out of memory");
+  n = 0;
+  for (size_t i = 0; i < nops && res == weftSuccess; i++)
+    if (ops[i].plan.on_device) {
+      comms[n] = ops[i].comm;
+      plans[n] = &ops[i].plan;
+      streams[n++] = ops[i].stream;
+    }
+  if (res == weftSuccess) res = device_enqueue_group(comms, plans, streams, n);
+  free(comms);
+  free(plans);
+  free(streams);
+  return res;
+}
+
 /* Launches ops: each stream's as one item of that stream, the rest now. */
 static weftResult_t group_dispatch(const struct group_op *ops, size_t nops) {
   /* a comm's ops run as one batch, so they must agree on their stream */
@@ -138,9 +165,9 @@ static weftResult_t group_dispatch(const struct group_op *ops, size_t nops) {
                               ops[i].comm->rank);
   struct group_op *part = malloc(sizeof *part * (nops ? nops : 1));
   if (part == NULL) return weft_error_set(weftSystemError, "out of memory");
-  weftResult_t res = weftSuccess;
+  weftResult_t res = group_dispatch_device(ops, nops);
   for (size_t i = 0; i < nops && res == weftSuccess; i++) {
-    int first = ops[i].stream != NULL;
+    int first = ops[i].stream != NULL && !ops[i].plan.on_device;
     for (size_t j = 0; j < i && first; j++) first = ops[j].stream != ops[i].stream;
     if (!first) continue;
     struct host_stream *s;
@@ -152,7 +179,7 @@ static weftResult_t group_dispatch(const struct group_op *ops, size_t nops) {
   }
   size_t n = 0;
   for (size_t i = 0; i < nops; i++)
-    if (ops[i].stream == NULL) part[n++] = ops[i];
+    if (ops[i].stream == NULL && !ops[i].plan.on_device) part[n++] = ops[i];
   if (res == weftSuccess && n > 0) res = group_launch(part, n);
   free(part);
   return res;

@@ -6,6 +6,7 @@
 
 #include "../transport/status.h"
 #include "comm.h"
+#include "device.h"
 
 #define MEM_ALIGN 4096
 
@@ -13,6 +14,7 @@ struct mem_reg {
   struct weftComm *comm;
   void *buff;
   size_t nbytes;
+  int on_device; /* a device buffer, for the device executor's single-copy paths */
 };
 
 weftResult_t weftMemAllocHost(void **ptr, size_t nbytes) {
@@ -27,13 +29,20 @@ weftResult_t weftMemAllocHost(void **ptr, size_t nbytes) {
   return weftSuccess;
 }
 
+/* Device memory when this thread has a CUDA context (as ncclMemAlloc), else
+ * host memory as weftMemAllocHost. */
 weftResult_t weftMemAlloc(void **ptr, size_t nbytes) {
-  return weftMemAllocHost(ptr, nbytes);
+  weft_error_clear();
+  if (ptr == NULL) return weft_error_set(weftInvalidArgument, "MemAlloc: ptr is NULL");
+  if (nbytes == 0) return weft_error_set(weftInvalidArgument, "MemAlloc: nbytes is 0");
+  int on_device = 0;
+  WEFT_TRY(device_mem_alloc(ptr, nbytes, &on_device));
+  return on_device ? weftSuccess : weftMemAllocHost(ptr, nbytes);
 }
 
 weftResult_t weftMemFree(void *ptr) {
   weft_error_clear();
-  free(ptr);
+  if (!device_mem_free(ptr)) free(ptr);
   return weftSuccess;
 }
 
@@ -48,6 +57,7 @@ weftResult_t weftCommRegister(const weftComm_t comm, void *buff, size_t nbytes, 
   reg->comm = comm;
   reg->buff = buff;
   reg->nbytes = nbytes;
+  reg->on_device = device_ptr_on_device(buff);
   *handle = reg;
   return weftSuccess;
 }

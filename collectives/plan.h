@@ -43,6 +43,7 @@ struct weft_plan {
   enum coll_algo algo;
   enum coll_proto proto;
   int nchannels;
+  int on_device; /* buffers in CUDA device memory: the device executor runs it */
 };
 
 const char *coll_kind_name(enum coll_kind coll);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../transport/status.h"
+#include "device.h"
 
 #define STREAM_MAGIC 0x73747265616d2121ull
 
@@ -44,8 +45,11 @@ weftResult_t stream_lookup(weftStream_t stream, struct host_stream **out) {
   pthread_mutex_unlock(&registry_lock);
   if (s == NULL)
     return weft_error_set(weftInvalidArgument,
-                          "stream %p is not a weft host stream (create one with weftStreamCreate)",
-                          stream);
+                          "stream %p is not a weft host stream (create one with weftStreamCreate)%s",
+                          stream,
+                          device_built() ? ""
+                                         : "; CUDA streams need device memory and a build "
+                                           "with CUDA, and weft was built without CUDA");
   *out = s;
   return weftSuccess;
 }

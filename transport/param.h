@@ -34,6 +34,7 @@ void param_tables_print(struct weft_param *const *tables, FILE *out);
 extern struct weft_param log_params[];
 extern struct weft_param bootstrap_params[];
 extern struct weft_param shm_params[];
+extern struct weft_param cuda_params[]; /* cuda_ipc and p2p */
 extern struct weft_param socket_params[];
 extern struct weft_param ucx_params[]; /* builds with UCX only */
 extern struct weft_param wait_params[];

@@ -1,0 +1,69 @@
+/* What the host side of the device executor hands the CUDA kernels. Plain C
+ * structs, read by C (device_cuda.c) and CUDA (kernels.cuh) alike. All the
+ * pointers in them are device pointers unless the comment says otherwise. */
+#ifndef WEFT_DEV_TYPES_H
+#define WEFT_DEV_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Protocols of the device FIFOs. Each connection has one FIFO per protocol,
+ * so an LL FIFO only ever holds LL lines and its flags can be trusted. */
+enum dev_proto { DEV_PROTO_SIMPLE = 0, DEV_PROTO_LL = 1, DEV_NPROTOS = 2 };
+
+/* An LL line: 16 bytes stored and loaded at once, two 4-byte data words each
+ * beside a 4-byte flag (step + 1, truncated), so a slot of slot_nbytes
+ * carries slot_nbytes / 2 bytes of payload. */
+#define DEV_LL_LINE_NBYTES 16
+#define DEV_LL_LINE_DATA_NBYTES 8
+
+/* The receiver's side of a FIFO, in device memory that both ends map
+ * (cudaMalloc'd by the receiver; the sender maps it through CUDA IPC or peer
+ * access). */
+struct dev_fifo_ctrl {
+  uint64_t tail; /* slots filled, advanced by the sender (SIMPLE) */
+  uint64_t pad0[7];
+  uint64_t head; /* slots drained, advanced by the receiver (both protocols) */
+  uint64_t pad1[7];
+};
+
+/* One end of one protocol's FIFO, as one kernel block sees it. */
+struct dev_fifo {
+  struct dev_fifo_ctrl *ctrl;
+  char *slots;          /* nslots * slot_nbytes, 16-byte aligned */
+  uint32_t nslots;
+  uint32_t slot_nbytes;
+  uint64_t step;        /* the next slot this end fills or drains; kept in
+                           device memory between launches */
+};
+
+/* One channel of a device communicator: a ring with a FIFO pair per protocol
+ * to the next rank and from the previous one. Lives in device memory; the
+ * kernel of a launch advances the steps, and the next launch on the stream
+ * continues from them. */
+struct dev_channel {
+  struct dev_fifo send[DEV_NPROTOS];
+  struct dev_fifo recv[DEV_NPROTOS];
+  int ring_pos;
+  int nranks;
+  const int *ring; /* [nranks], device memory */
+};
+
+/* One launch: a ring collective over every channel, one block per channel. */
+struct dev_work {
+  struct dev_channel *channels; /* [nchannels], device memory */
+  const void *sendbuf;
+  void *recvbuf;
+  size_t count;        /* the plan's count */
+  int coll;            /* enum ring_coll */
+  int root;            /* broadcast and reduce, else -1 */
+  int nchannels;
+  int divisor;         /* nranks for avg, else 1 */
+  int proto;           /* enum dev_proto */
+  uint32_t elem_nbytes;
+  volatile uint32_t *abort_flag; /* host memory mapped for the device; set on abort */
+  uint32_t *error;     /* host memory mapped for the device: 1 aborted, 2 timed out */
+  uint64_t timeout_ns; /* a block that waits this long without progress gives up; 0: never */
+};
+
+#endif

@@ -1,0 +1,239 @@
+/* The ring algorithms as step sequences: one source for both executors.
+ *
+ * A ring collective on one channel is a loop over pieces of the channel's
+ * share; each loop is a fixed sequence of primitive steps. ring_step_at(g, ring, base,
+ * s) says what step s of the loop starting at element `base` does: which
+ * primitive, which elements of the send and receive buffers, how many. The
+ * host executor (ring_host.c) runs the steps with the host primitives; the
+ * CUDA kernels (device/kernels.cuh) run the very same function with device
+ * primitives, so both follow one algorithm.
+ *
+ * Compiles as C11, C++ and CUDA (host and device); no pointers to buffers,
+ * only element indices, so it can be tested on the host without memory. */
+#ifndef WEFT_RING_STEPS_H
+#define WEFT_RING_STEPS_H
+
+#include <stddef.h>
+
+#if defined(__CUDACC__)
+#define RING_HD static __host__ __device__ __forceinline__
+#else
+#define RING_HD static inline
+#endif
+
+/* The ring collectives, numbered as enum coll_kind (plan.h). */
+enum ring_coll {
+  RING_ALLREDUCE = 0,
+  RING_ALLGATHER,
+  RING_REDUCESCATTER,
+  RING_BROADCAST,
+  RING_REDUCE,
+  RING_NCOLLS
+};
+
+/* The primitives a step can be (prims.h describes each). */
+enum ring_prim {
+  PRIM_SEND = 0,          /* src -> next */
+  PRIM_COPY_SEND,         /* src -> next and dst */
+  PRIM_RECV,              /* prev -> dst */
+  PRIM_RECV_REDUCE_SEND,  /* prev op src -> next */
+  PRIM_RECV_REDUCE_COPY_SEND, /* prev op src -> next and dst */
+  PRIM_RECV_COPY_SEND,    /* prev -> next and dst */
+  PRIM_RECV_REDUCE_COPY,  /* prev op src -> dst */
+  PRIM_NPRIMS
+};
+
+/* Which buffers each primitive reads (src) and writes (dst). */
+RING_HD int ring_prim_has_src(int prim) {
+  return prim == PRIM_SEND || prim == PRIM_COPY_SEND || prim == PRIM_RECV_REDUCE_SEND ||
+         prim == PRIM_RECV_REDUCE_COPY_SEND || prim == PRIM_RECV_REDUCE_COPY;
+}
+RING_HD int ring_prim_has_dst(int prim) {
+  return prim == PRIM_COPY_SEND || prim == PRIM_RECV || prim == PRIM_RECV_REDUCE_COPY_SEND ||
+         prim == PRIM_RECV_COPY_SEND || prim == PRIM_RECV_REDUCE_COPY;
+}
+
+#define RING_MAX_RANKS 1024
+
+/* One channel's view of one call. */
+struct ring_geom {
+  int coll;           /* enum ring_coll */
+  int nranks;         /* k */
+  int pos;            /* our position in the ring */
+  int root_pos;       /* the root's position (broadcast, reduce), else -1 */
+  size_t total_count; /* the plan's count: elements per rank block (all-gather,
+                         reduce-scatter), else of the whole buffer */
+  size_t offset;      /* the channel's share: elements [offset, offset + count) */
+  size_t count;
+  size_t slot_count;  /* elements one slot carries */
+  size_t align_count; /* all-reduce chunks are multiples of this (64 bytes) */
+};
+
+/* What one step does: src_elem indexes the send buffer, dst_elem the
+ * receive buffer; each is meaningful when the primitive has that buffer. */
+struct ring_step {
+  int prim; /* enum ring_prim */
+  size_t src_elem;
+  size_t dst_elem;
+  size_t count;
+};
+
+/* Elements one loop of the algorithm covers, and its number of steps. */
+RING_HD size_t ring_loop_nelems(const struct ring_geom *g) {
+  return g->coll == RING_ALLREDUCE ? (size_t)g->nranks * g->slot_count : g->slot_count;
+}
+RING_HD int ring_loop_nsteps(const struct ring_geom *g) {
+  switch (g->coll) {
+    case RING_ALLREDUCE: return 2 * g->nranks - 1;
+    case RING_ALLGATHER: return g->nranks;
+    case RING_REDUCESCATTER: return g->nranks;
+    default: return 1;
+  }
+}
+
+RING_HD size_t ring_min(size_t a, size_t b) { return a < b ? a : b; }
+
+/* --- all-reduce -----------------------------------------------------------
+ * The loop's elements are cut into k chunks, each at most one slot. k ranks,
+ * position i:
+ *   step 0:            send chunk i-1;
+ *   steps 1..k-2:      recv-reduce-send chunk i-1-s (the chunk before);
+ *   step k-1:          recv-reduce-copy-send chunk i (now fully reduced: keep
+ *                      it and pass it on);
+ *   steps k..2k-3:     recv-copy-send chunk i-(s-k+1);
+ *   step 2k-2:         recv chunk i+1, the last one. */
+RING_HD void ring_allreduce_step(const struct ring_geom *g, size_t base, int s,
+                                 struct ring_step *st) {
+  const int k = g->nranks, pos = g->pos;
+  /* chunk size for this loop: a full slot, or an even share of the rest */
+  size_t chunk = (g->count - base + (size_t)k - 1) / (size_t)k;
+  chunk = (chunk + g->align_count - 1) / g->align_count * g->align_count;
+  if (chunk > g->slot_count) chunk = g->slot_count;
+  int c;
+  if (s == 0) {
+    c = (pos - 1 + k) % k;
+    st->prim = PRIM_SEND;
+  } else if (s < k - 1) {
+    c = (pos - (s + 1) + k) % k;
+    st->prim = PRIM_RECV_REDUCE_SEND;
+  } else if (s == k - 1) {
+    c = pos;
+    st->prim = PRIM_RECV_REDUCE_COPY_SEND;
+  } else if (s < 2 * k - 2) {
+    c = (pos - (s - k + 1) + k) % k;
+    st->prim = PRIM_RECV_COPY_SEND;
+  } else {
+    c = (pos + 1) % k;
+    st->prim = PRIM_RECV;
+  }
+  size_t off = base + (size_t)c * chunk;
+  st->count = off >= g->count ? 0 : ring_min(g->count - off, chunk);
+  st->src_elem = g->offset + off;
+  st->dst_elem = g->offset + off;
+}
+
+/* --- all-gather -----------------------------------------------------------
+ * Each rank's block travels once around the ring, a piece at a time:
+ *   step 0:          copy-send our own block's piece (into our output, and on);
+ *   steps 1..k-2:    recv-copy-send the block of the rank s steps back;
+ *   step k-1:        recv the block of the next rank, come all the way round. */
+RING_HD void ring_allgather_step(const struct ring_geom *g, size_t base, int s,
+                                 struct ring_step *st, const int *ring) {
+  const int k = g->nranks, pos = g->pos;
+  int q;
+  if (s == 0) {
+    q = pos;
+    st->prim = PRIM_COPY_SEND;
+  } else if (s < k - 1) {
+    q = pos + k - s;
+    st->prim = PRIM_RECV_COPY_SEND;
+  } else {
+    q = pos + 1;
+    st->prim = PRIM_RECV;
+  }
+  st->count = ring_min(g->count - base, g->slot_count);
+  st->src_elem = g->offset + base;
+  st->dst_elem = (size_t)ring[q % k] * g->total_count + g->offset + base;
+}
+
+/* --- reduce-scatter -------------------------------------------------------
+ * Block b of every rank's input is reduced along the ring and lands on rank b:
+ *   step 0:          send the piece of the block of position i-1;
+ *   steps 1..k-2:    recv-reduce-send the block one further back;
+ *   step k-1:        recv-reduce-copy our own block into the output (avg
+ *                    divides here). */
+RING_HD void ring_reducescatter_step(const struct ring_geom *g, size_t base, int s,
+                                     struct ring_step *st, const int *ring) {
+  const int k = g->nranks, pos = g->pos;
+  int q;
+  if (s == 0) {
+    q = pos + k - 1;
+    st->prim = PRIM_SEND;
+  } else if (s < k - 1) {
+    q = pos + k - (s + 1);
+    st->prim = PRIM_RECV_REDUCE_SEND;
+  } else {
+    q = pos;
+    st->prim = PRIM_RECV_REDUCE_COPY;
+  }
+  st->count = ring_min(g->count - base, g->slot_count);
+  st->src_elem = (size_t)ring[q % k] * g->total_count + g->offset + base;
+  st->dst_elem = g->offset + base;
+}
+
+/* --- broadcast ------------------------------------------------------------
+ * A chain from the root along the ring: the root copy-sends each piece, the
+ * ranks in between recv-copy-send, the rank just before the root receives. */
+RING_HD void ring_broadcast_step(const struct ring_geom *g, size_t base, struct ring_step *st) {
+  const int k = g->nranks;
+  if (g->pos == g->root_pos) st->prim = PRIM_COPY_SEND;
+  else if ((g->pos + 1) % k == g->root_pos) st->prim = PRIM_RECV;
+  else st->prim = PRIM_RECV_COPY_SEND;
+  st->count = ring_min(g->count - base, g->slot_count);
+  st->src_elem = g->offset + base;
+  st->dst_elem = g->offset + base;
+}
+
+/* --- reduce ---------------------------------------------------------------
+ * A chain that starts just after the root and ends at it: the first rank
+ * sends each piece, the ranks in between recv-reduce-send, and the root
+ * recv-reduce-copies into its output (avg divides here). */
+RING_HD void ring_reduce_step(const struct ring_geom *g, size_t base, struct ring_step *st) {
+  const int k = g->nranks;
+  if ((g->pos + k - 1) % k == g->root_pos) st->prim = PRIM_SEND;
+  else if (g->pos == g->root_pos) st->prim = PRIM_RECV_REDUCE_COPY;
+  else st->prim = PRIM_RECV_REDUCE_SEND;
+  st->count = ring_min(g->count - base, g->slot_count);
+  st->src_elem = g->offset + base;
+  st->dst_elem = g->offset + base;
+}
+
+/* Step s of the loop that starts at element base of the channel's share.
+ * ring[i] is the rank at ring position i. */
+RING_HD void ring_step_at(const struct ring_geom *g, const int *ring, size_t base, int s,
+                          struct ring_step *st) {
+  switch (g->coll) {
+    case RING_ALLREDUCE: ring_allreduce_step(g, base, s, st); break;
+    case RING_ALLGATHER: ring_allgather_step(g, base, s, st, ring); break;
+    case RING_REDUCESCATTER: ring_reducescatter_step(g, base, s, st, ring); break;
+    case RING_BROADCAST: ring_broadcast_step(g, base, st); break;
+    default: ring_reduce_step(g, base, st); break;
+  }
+}
+
+/* Sets g up for channel share [offset, offset + count) of a call. */
+RING_HD void ring_geom_init(struct ring_geom *g, int coll, int nranks, int pos, int root_pos,
+                            size_t total_count, size_t offset, size_t count, size_t slot_count,
+                            size_t elem_nbytes) {
+  g->coll = coll;
+  g->nranks = nranks;
+  g->pos = pos;
+  g->root_pos = root_pos;
+  g->total_count = total_count;
+  g->offset = offset;
+  g->count = count;
+  g->slot_count = slot_count;
+  g->align_count = 64 / elem_nbytes;
+}
+
+#endif

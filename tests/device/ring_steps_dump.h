@@ -1,0 +1,27 @@
+// Step sequences of ring_steps.h as each compiler built them: the host C
+// compiler (what the host executor runs), nvcc's host pass, and nvcc's device
+// pass (run by a one-thread kernel). Each writes up to max steps and returns
+// how many the channel's share takes.
+#ifndef WEFT_TESTS_RING_STEPS_DUMP_H
+#define WEFT_TESTS_RING_STEPS_DUMP_H
+
+#include <stddef.h>
+
+#include "collectives/ring_steps.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+size_t ring_steps_dump_c(const struct ring_geom *g, const int *ring, struct ring_step *out,
+                         size_t max);
+size_t ring_steps_dump_nvcc_host(const struct ring_geom *g, const int *ring,
+                                 struct ring_step *out, size_t max);
+// -1 without a usable GPU, else the count as above.
+long ring_steps_dump_nvcc_device(const struct ring_geom *g, const int *ring,
+                                 struct ring_step *out, size_t max);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,347 @@
+// What the device path is without a GPU: the ring step sequences (run on a
+// simulated ring, and compared across the C, nvcc-host and nvcc-device
+// compiles), the generated kernel matrix, and the errors of a build without
+// CUDA.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "tests/device/ring_steps_dump.h"
+#include "weft.h"
+#include "weft_build_config.h"
+
+namespace {
+
+struct SimCase {
+  int coll;
+  int nranks;
+  size_t count;      // the plan's count
+  size_t slot_count; // elements per slot
+  int nchannels;
+  int root;
+};
+
+const char *const kCollNames[] = {"allreduce", "allgather", "reducescatter", "broadcast",
+                                  "reduce"};
+
+std::string case_name(const testing::TestParamInfo<SimCase> &info) {
+  const SimCase &c = info.param;
+  char buf[128];
+  snprintf(buf, sizeof buf, "%s_k%d_n%zu_slot%zu_ch%d_root%d", kCollNames[c.coll], c.nranks,
+           c.count, c.slot_count, c.nchannels, c.root);
+  return buf;
+}
+
+std::vector<SimCase> sim_cases() {
+  std::vector<SimCase> v;
+  for (int coll = 0; coll < RING_NCOLLS; coll++)
+    for (int k : {2, 3, 4, 7})
+      for (size_t count : {1ul, 13ul, 64ul, 1000ul})
+        for (size_t slot : {8ul, 64ul})
+          for (int nch : {1, 3}) v.push_back({coll, k, count, slot, nch, k > 2 ? 1 : k - 1});
+  return v;
+}
+
+// A ring in a shuffled order, so that ring[] and positions differ from ranks.
+std::vector<int> shuffled_ring(int k, uint64_t seed) {
+  std::vector<int> ring(k);
+  std::iota(ring.begin(), ring.end(), 0);
+  weft_test::Rng rng(seed);
+  for (int i = k - 1; i > 0; i--) std::swap(ring[i], ring[rng.next() % (uint64_t)(i + 1)]);
+  return ring;
+}
+
+// The channel shares of plan_run_host and the ring kernel: contiguous,
+// 64-byte aligned (8-byte elements here).
+std::vector<std::pair<size_t, size_t>> channel_shares(size_t count, int nch) {
+  size_t align = 64 / 8, share = (count + nch - 1) / nch;
+  share = (share + align - 1) / align * align;
+  std::vector<std::pair<size_t, size_t>> v;
+  for (int c = 0; c < nch; c++) {
+    size_t off = (size_t)c * share;
+    if (off >= count) break;
+    v.push_back({off, std::min(share, count - off)});
+  }
+  return v;
+}
+
+ring_geom geom_for(const SimCase &c, const std::vector<int> &ring, int rank, size_t off,
+                   size_t cnt) {
+  int pos = (int)(std::find(ring.begin(), ring.end(), rank) - ring.begin());
+  int root_pos = (int)(std::find(ring.begin(), ring.end(), c.root) - ring.begin());
+  bool rooted = c.coll == RING_BROADCAST || c.coll == RING_REDUCE;
+  ring_geom g;
+  ring_geom_init(&g, c.coll, c.nranks, pos, rooted ? root_pos : -1, c.count, off, cnt,
+                 c.slot_count, 8);
+  return g;
+}
+
+std::vector<ring_step> steps_of(const ring_geom &g, const std::vector<int> &ring) {
+  size_t n = ring_steps_dump_c(&g, ring.data(), nullptr, 0);
+  std::vector<ring_step> v(n);
+  ring_steps_dump_c(&g, ring.data(), v.data(), n);
+  return v;
+}
+
+class RingSteps : public testing::TestWithParam<SimCase> {};
+
+// Runs every rank's steps on a simulated ring (one FIFO of slots into each
+// rank, unbounded) with int64 sums, and compares with the collective's
+// definition. A step that receives a slot of another size, or a ring that
+// stops with steps left, fails.
+TEST_P(RingSteps, SimulatedRingComputesTheCollective) {
+  const SimCase c = GetParam();
+  const int k = c.nranks;
+  const std::vector<int> ring = shuffled_ring(k, 1234 + k);
+  const size_t n = c.count;
+  const size_t send_n = c.coll == RING_REDUCESCATTER ? n * k : n;
+  const size_t recv_n = c.coll == RING_ALLGATHER ? n * k : n;
+  const int64_t poison = -777777;
+  std::vector<std::vector<int64_t>> send(k), recv(k, std::vector<int64_t>(recv_n, poison));
+  weft_test::Rng rng(99);
+  for (int r = 0; r < k; r++)
+    for (size_t i = 0; i < send_n; i++) send[r].push_back((int64_t)(rng.next() % 1000) - 500);
+
+  for (auto [off, cnt] : channel_shares(n, c.nchannels)) {
+    std::vector<std::vector<ring_step>> steps(k);
+    for (int r = 0; r < k; r++) steps[r] = steps_of(geom_for(c, ring, r, off, cnt), ring);
+    std::vector<std::deque<std::vector<int64_t>>> fifo(k); // into each rank
+    std::vector<size_t> next_step(k, 0);
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      for (int r = 0; r < k; r++) {
+        while (next_step[r] < steps[r].size()) {
+          const ring_step &st = steps[r][next_step[r]];
+          const bool recvs = st.prim >= PRIM_RECV;
+          const bool sends = st.prim != PRIM_RECV && st.prim != PRIM_RECV_REDUCE_COPY;
+          if (recvs && fifo[r].empty()) break;
+          std::vector<int64_t> val(st.count);
+          if (recvs) {
+            ASSERT_EQ(fifo[r].front().size(), st.count)
+                << "rank " << r << " step " << next_step[r] << " receives a slot of another size";
+            val = fifo[r].front();
+            fifo[r].pop_front();
+          }
+          for (size_t i = 0; i < st.count; i++) {
+            int64_t s = ring_prim_has_src(st.prim) ? send[r].at(st.src_elem + i) : 0;
+            val[i] = recvs ? val[i] + s : s;
+          }
+          if (ring_prim_has_dst(st.prim))
+            for (size_t i = 0; i < st.count; i++) recv[r].at(st.dst_elem + i) = val[i];
+          if (sends) {
+            int pos = (int)(std::find(ring.begin(), ring.end(), r) - ring.begin());
+            fifo[ring[(pos + 1) % k]].push_back(val);
+          }
+          next_step[r]++;
+          progress = true;
+        }
+      }
+    }
+    for (int r = 0; r < k; r++) {
+      ASSERT_EQ(next_step[r], steps[r].size()) << "rank " << r << " is stuck: the ring deadlocks";
+      ASSERT_TRUE(fifo[r].empty()) << "rank " << r << " left slots unread";
+    }
+  }
+
+  for (int r = 0; r < k; r++)
+    for (size_t i = 0; i < recv_n; i++) {
+      int64_t want = poison;
+      switch (c.coll) {
+        case RING_ALLREDUCE:
+          want = 0;
+          for (int q = 0; q < k; q++) want += send[q][i];
+          break;
+        case RING_ALLGATHER: want = send[i / n][i % n]; break;
+        case RING_REDUCESCATTER:
+          want = 0;
+          for (int q = 0; q < k; q++) want += send[q][(size_t)r * n + i];
+          break;
+        case RING_BROADCAST: want = send[c.root][i]; break;
+        case RING_REDUCE:
+          if (r == c.root) {
+            want = 0;
+            for (int q = 0; q < k; q++) want += send[q][i];
+          }
+          break;
+      }
+      ASSERT_EQ(recv[r][i], want) << "rank " << r << " element " << i;
+    }
+}
+
+// The kernels' compile of the steps (nvcc, host and device passes) is the
+// host executor's, step for step.
+TEST_P(RingSteps, NvccCompileGivesTheSameSteps) {
+#if !WEFT_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA: no nvcc compile to compare with";
+#else
+  const SimCase c = GetParam();
+  const std::vector<int> ring = shuffled_ring(c.nranks, 77);
+  for (int r = 0; r < c.nranks; r++)
+    for (auto [off, cnt] : channel_shares(c.count, c.nchannels)) {
+      ring_geom g = geom_for(c, ring, r, off, cnt);
+      std::vector<ring_step> want = steps_of(g, ring);
+      std::vector<ring_step> got(want.size() + 1);
+      size_t n = ring_steps_dump_nvcc_host(&g, ring.data(), got.data(), got.size());
+      ASSERT_EQ(n, want.size());
+      for (size_t i = 0; i < n; i++) {
+        ASSERT_EQ(got[i].prim, want[i].prim) << "step " << i;
+        ASSERT_EQ(got[i].count, want[i].count) << "step " << i;
+        if (ring_prim_has_src(want[i].prim)) {
+          ASSERT_EQ(got[i].src_elem, want[i].src_elem);
+        }
+        if (ring_prim_has_dst(want[i].prim)) {
+          ASSERT_EQ(got[i].dst_elem, want[i].dst_elem);
+        }
+      }
+    }
+#endif
+}
+
+INSTANTIATE_TEST_SUITE_P(All, RingSteps, testing::ValuesIn(sim_cases()), case_name);
+
+// Steps per loop: NCCL's textbook counts.
+TEST(RingStepsShape, LoopLengths) {
+  ring_geom g;
+  for (int k : {2, 5, 16}) {
+    ring_geom_init(&g, RING_ALLREDUCE, k, 0, -1, 100, 0, 100, 8, 4);
+    EXPECT_EQ(ring_loop_nsteps(&g), 2 * k - 1);
+    EXPECT_EQ(ring_loop_nelems(&g), (size_t)k * 8);
+    ring_geom_init(&g, RING_ALLGATHER, k, 0, -1, 100, 0, 100, 8, 4);
+    EXPECT_EQ(ring_loop_nsteps(&g), k);
+    ring_geom_init(&g, RING_BROADCAST, k, 0, 0, 100, 0, 100, 8, 4);
+    EXPECT_EQ(ring_loop_nsteps(&g), 1);
+  }
+}
+
+// --- the generated matrix -------------------------------------------------
+
+std::vector<std::string> gen_list(const char *matrix) {
+  std::string cmd = std::string("python3 ") + WEFT_GEN_KERNELS + " --list --matrix " + matrix;
+  std::vector<std::string> lines;
+  FILE *p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return lines;
+  char buf[128];
+  while (fgets(buf, sizeof buf, p)) lines.push_back(std::string(buf, strcspn(buf, "\n")));
+  EXPECT_EQ(pclose(p), 0) << cmd;
+  return lines;
+}
+
+const char *const kTags[] = {"i8", "u8", "i32", "u32", "i64", "u64",
+                             "f16", "f32", "f64", "bf16", "e4m3", "e5m2"};
+const char *const kOps[] = {"sum", "prod", "max", "min", "avg"};
+
+TEST(KernelMatrix, FullHasEveryDatatypeAndOp) {
+  std::vector<std::string> full = gen_list("full");
+  ASSERT_EQ(full.size(), 12u * 5u);
+  for (const char *t : kTags)
+    for (const char *o : kOps)
+      EXPECT_NE(std::find(full.begin(), full.end(), std::string(t) + " " + o), full.end())
+          << t << " " << o;
+}
+
+// small still compiles every datatype's arithmetic and every op.
+TEST(KernelMatrix, SmallCoversEveryDatatypeAndEveryOp) {
+  std::vector<std::string> small = gen_list("small");
+  EXPECT_LT(small.size(), 12u * 5u);
+  for (const char *t : kTags)
+    EXPECT_NE(std::find(small.begin(), small.end(), std::string(t) + " sum"), small.end()) << t;
+  for (const char *o : kOps)
+    EXPECT_NE(std::find(small.begin(), small.end(), std::string("f32 ") + o), small.end()) << o;
+}
+
+TEST(KernelMatrix, GeneratedFilesInstantiateTheMatrix) {
+  char dir[] = "/tmp/weft-gen-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::string cmd = std::string("python3 ") + WEFT_GEN_KERNELS + " --matrix small --outdir " + dir;
+  ASSERT_EQ(system(cmd.c_str()), 0) << cmd;
+  std::vector<std::string> small = gen_list("small");
+  for (const char *t : kTags) {
+    std::string path = std::string(dir) + "/kernels_" + t + ".cu";
+    FILE *f = fopen(path.c_str(), "r");
+    ASSERT_NE(f, nullptr) << path;
+    std::string text;
+    char buf[4096];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, got);
+    fclose(f);
+    size_t kernels = 0;
+    for (size_t at = text.find("weft_ring_kernel<"); at != std::string::npos;
+         at = text.find("weft_ring_kernel<", at + 1))
+      kernels++;
+    size_t pairs = std::count_if(small.begin(), small.end(), [&](const std::string &s) {
+      return s.rfind(std::string(t) + " ", 0) == 0;
+    });
+    EXPECT_EQ(kernels, 2 * pairs) << t << ": one kernel per protocol for each op of the matrix";
+    unlink(path.c_str());
+  }
+  unlink((std::string(dir) + "/kernel_table.c").c_str());
+  rmdir(dir);
+}
+
+#if WEFT_HAVE_CUDA
+extern "C" const void *const (*const weft_dev_kernels[12])[2];
+extern "C" const char weft_dev_matrix[];
+
+// The library holds exactly the kernels of the matrix it was configured with.
+TEST(KernelMatrix, LinkedTableMatchesTheBuildOption) {
+  std::vector<std::string> want = gen_list(weft_dev_matrix);
+  size_t present = 0;
+  for (int t = 0; t < 12; t++)
+    for (int o = 0; o < 5; o++) {
+      bool in = std::find(want.begin(), want.end(), std::string(kTags[t]) + " " + kOps[o]) !=
+                want.end();
+      for (int p = 0; p < 2; p++) EXPECT_EQ(weft_dev_kernels[t][o][p] != nullptr, in);
+      present += in;
+    }
+  EXPECT_EQ(present, want.size());
+}
+#endif
+
+// --- errors without a GPU -------------------------------------------------
+
+TEST(DeviceErrors, CommInitAllWithDevicesItCannotUse) {
+  weftComm_t comms[2];
+  int devs[2] = {0, 99};
+  EXPECT_EQ(weftCommInitAll(comms, 2, devs), weftInvalidUsage);
+  std::string text = weftGetLastError(nullptr);
+#if WEFT_HAVE_CUDA
+  EXPECT_NE(text.find("CUDA device"), std::string::npos) << text;
+#else
+  EXPECT_NE(text.find("built without CUDA"), std::string::npos) << text;
+#endif
+}
+
+TEST(DeviceErrors, ForeignStreamWithHostMemorySaysWhy) {
+  weftComm_t comm;
+  ASSERT_EQ(weftCommInitAll(&comm, 1, nullptr), weftSuccess);
+  float x[4] = {1, 2, 3, 4};
+  int fake_stream;
+  EXPECT_EQ(weftAllReduce(x, x, 4, weftFloat32, weftSum, comm, &fake_stream), weftInvalidArgument);
+  std::string text = weftGetLastError(comm);
+  EXPECT_NE(text.find("not a weft host stream"), std::string::npos) << text;
+#if !WEFT_HAVE_CUDA
+  EXPECT_NE(text.find("built without CUDA"), std::string::npos) << text;
+#endif
+  EXPECT_EQ(x[2], 3.0f) << "a rejected call leaves the buffer alone";
+  EXPECT_EQ(weftCommDestroy(comm), weftSuccess);
+}
+
+// No CUDA context on this thread: weftMemAlloc gives host memory, usable at once.
+TEST(DeviceErrors, MemAllocWithoutContextIsHostMemory) {
+  void *p = nullptr;
+  ASSERT_EQ(weftMemAlloc(&p, 1000), weftSuccess);
+  memset(p, 0x5a, 1000);
+  EXPECT_EQ(((unsigned char *)p)[999], 0x5a);
+  EXPECT_EQ(weftMemFree(p), weftSuccess);
+  EXPECT_EQ(weftMemAlloc(&p, 0), weftInvalidArgument);
+}
+
+}  // namespace

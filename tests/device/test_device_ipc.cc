@@ -1,0 +1,147 @@
+// The cuda_ipc transport: ranks in separate processes sharing one GPU (which
+// NCCL refuses), all-reduce and all-gather on device memory against host
+// references. The parent never touches CUDA (a forked child could not use it
+// then); each rank looks for a GPU itself and the test skips when none has one.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tests/collectives/coll_check.h"
+
+using namespace weft_test;
+
+namespace {
+
+const int kNoGpu = 77;
+
+int run_rank(const RankCtx &ctx, size_t count) {
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) return kNoGpu;
+  cudaSetDevice(0);
+  weftComm_t comm;
+  if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+    return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+  cudaStream_t stream;
+  cudaStreamCreate(&stream);
+  int rc = 0;
+  const weftDataType_t types[] = {weftFloat32, weftBfloat16, weftInt32, weftFloat8e4m3};
+  for (weftDataType_t t : types) {
+    const size_t es = weftTypeSize(t);
+    std::vector<std::vector<uint8_t>> in(ctx.nranks);
+    for (int r = 0; r < ctx.nranks; r++) in[r] = make_input(t, weftSum, count, test_seed() + t, r);
+    void *send, *recv, *gathered;
+    cudaMalloc(&send, count * es);
+    cudaMalloc(&recv, count * es);
+    cudaMalloc(&gathered, count * es * ctx.nranks);
+    cudaMemset(recv, 0xa5, count * es);
+    cudaMemcpy(send, in[ctx.rank].data(), count * es, cudaMemcpyHostToDevice);
+    if (weftAllReduce(send, recv, count, t, weftSum, comm, stream) != weftSuccess ||
+        weftAllGather(send, gathered, count, t, comm, stream) != weftSuccess)
+      rc = rank_fail(ctx, "enqueue: %s", weftGetLastError(comm));
+    if (rc == 0 && cudaStreamSynchronize(stream) != cudaSuccess)
+      rc = rank_fail(ctx, "stream: %s", cudaGetErrorString(cudaGetLastError()));
+    std::vector<uint8_t> out(count * es), all(count * es * ctx.nranks);
+    cudaMemcpy(out.data(), recv, out.size(), cudaMemcpyDeviceToHost);
+    cudaMemcpy(all.data(), gathered, all.size(), cudaMemcpyDeviceToHost);
+    std::string why;
+    if (rc == 0 && !check_reduction(t, weftSum, in, out.data(), count, &why))
+      rc = rank_fail(ctx, "all-reduce %s: %s", type_name(t), why.c_str());
+    for (int q = 0; q < ctx.nranks && rc == 0; q++)
+      if (memcmp(all.data() + q * count * es, in[q].data(), count * es) != 0)
+        rc = rank_fail(ctx, "all-gather %s: block %d differs", type_name(t), q);
+    cudaFree(send);
+    cudaFree(recv);
+    cudaFree(gathered);
+    if (rc != 0) break;
+  }
+  cudaStreamDestroy(stream);
+  weftCommDestroy(comm);
+  return rc;
+}
+
+struct IpcCase {
+  int nranks;
+  size_t count;
+};
+
+class DeviceIpc : public testing::TestWithParam<IpcCase> {};
+
+TEST_P(DeviceIpc, RanksInProcessesShareOneGpu) {
+  const IpcCase c = GetParam();
+  RunOptions opts;
+  opts.timeout_s = 120;
+  opts.env = {{"WEFT_TIMEOUT", "30"}};
+  auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) { return run_rank(ctx, c.count); },
+                          opts);
+  if (status[0] == kNoGpu) GTEST_SKIP() << "no CUDA device";
+  for (int r = 0; r < c.nranks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, DeviceIpc,
+                         testing::Values(IpcCase{2, 1}, IpcCase{2, 300007}, IpcCase{3, 4099},
+                                         IpcCase{4, 1 << 20}),
+                         [](const testing::TestParamInfo<IpcCase> &i) {
+                           return "k" + std::to_string(i.param.nranks) + "_n" +
+                                  std::to_string(i.param.count);
+                         });
+
+// A peer that stops calling: the waiting rank's kernel gives up after
+// WEFT_TIMEOUT, its stream completes, and the comm reports the error, naming
+// the rank; never a hang.
+int run_silent_peer(const RankCtx &ctx) {
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) return kNoGpu;
+  cudaSetDevice(0);
+  weftComm_t comm;
+  if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+    return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+  cudaStream_t stream;
+  cudaStreamCreate(&stream);
+  float *buf;
+  cudaMalloc((void **)&buf, 4096 * sizeof(float));
+  cudaMemset(buf, 0, 4096 * sizeof(float));
+  int rc = 0;
+  // once together, so that both are connected
+  if (weftAllReduce(buf, buf, 4096, weftFloat32, weftSum, comm, stream) != weftSuccess ||
+      cudaStreamSynchronize(stream) != cudaSuccess)
+    rc = rank_fail(ctx, "first all-reduce: %s", weftGetLastError(comm));
+  if (rc == 0 && ctx.rank == 0) {
+    auto t0 = std::chrono::steady_clock::now();
+    if (weftAllReduce(buf, buf, 4096, weftFloat32, weftSum, comm, stream) != weftSuccess)
+      rc = rank_fail(ctx, "enqueue: %s", weftGetLastError(comm));
+    cudaStreamSynchronize(stream);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    weftResult_t async = weftSuccess;
+    weftCommGetAsyncError(comm, &async);
+    if (rc == 0 && async != weftSystemError)
+      rc = rank_fail(ctx, "async error %d, want weftSystemError", (int)async);
+    if (rc == 0 && std::string(weftGetLastError(comm)).find("no progress") == std::string::npos)
+      rc = rank_fail(ctx, "error text: %s", weftGetLastError(comm));
+    if (rc == 0 && (s < 1.5 || s > 20)) rc = rank_fail(ctx, "gave up after %.1f s, want ~2 s", s);
+  } else if (rc == 0) {
+    sleep(6); // silent, but alive: its FIFOs stay mapped
+  }
+  cudaFree(buf);
+  cudaStreamDestroy(stream);
+  weftCommAbort(comm);
+  return rc;
+}
+
+TEST(DeviceIpcFailure, SilentPeerEndsInTimeoutError) {
+  RunOptions opts;
+  opts.timeout_s = 60;
+  opts.allow_warnings = true;
+  opts.env = {{"WEFT_TIMEOUT", "2"}};
+  auto status = run_ranks(2, run_silent_peer, opts);
+  if (status[0] == kNoGpu) GTEST_SKIP() << "no CUDA device";
+  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+}  // namespace

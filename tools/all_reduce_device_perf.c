@@ -1,0 +1,140 @@
+/* all_reduce_perf on device memory: ranks started by weftrun each take GPU
+ * (local rank % GPUs), all-reduce float32 sum in cudaMalloc'd buffers on a
+ * stream, timed with CUDA events, and print nccl-tests' columns plus the
+ * device-to-device copy bandwidth of the same GPU measured in the same run,
+ * so that the bus bandwidth can be set against what the memory can do.
+ *
+ *   weftrun -n 4 all_reduce_device_perf [-b 8] [-e 256M] [-f 4] [-n 20] [-w 5] [-c 1]
+ */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "weft.h"
+
+static size_t parse_size(const char *s) {
+  char *end;
+  double v = strtod(s, &end);
+  if (*end == 'K' || *end == 'k') v *= 1024;
+  if (*end == 'M' || *end == 'm') v *= 1024 * 1024;
+  if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024 * 1024;
+  return (size_t)v;
+}
+
+#define CUDA_OK(call)                                                             \
+  do {                                                                            \
+    cudaError_t e_ = (call);                                                      \
+    if (e_ != cudaSuccess) {                                                      \
+      fprintf(stderr, "all_reduce_device_perf: %s: %s\n", #call, cudaGetErrorString(e_)); \
+      return 1;                                                                   \
+    }                                                                             \
+  } while (0)
+
+/* Device-to-device copy bandwidth at nbytes (read + write counted once: the
+ * bytes copied per second, as cudaMemcpy reports it). */
+static double copy_gbps(void *a, void *b, size_t nbytes, cudaStream_t s) {
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  cudaMemcpyAsync(b, a, nbytes, cudaMemcpyDeviceToDevice, s);
+  cudaEventRecord(e0, s);
+  for (int i = 0; i < 10; i++) cudaMemcpyAsync(b, a, nbytes, cudaMemcpyDeviceToDevice, s);
+  cudaEventRecord(e1, s);
+  cudaEventSynchronize(e1);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return ms > 0 ? (double)nbytes * 10 / (ms * 1e-3) / 1e9 : 0;
+}
+
+int main(int argc, char **argv) {
+  size_t min_nbytes = 8, max_nbytes = 256u << 20;
+  double factor = 4;
+  int iters = 20, warmup = 5, check = 1, opt;
+  while ((opt = getopt(argc, argv, "b:e:f:n:w:c:")) != -1) {
+    switch (opt) {
+      case 'b': min_nbytes = parse_size(optarg); break;
+      case 'e': max_nbytes = parse_size(optarg); break;
+      case 'f': factor = atof(optarg); break;
+      case 'n': iters = atoi(optarg); break;
+      case 'w': warmup = atoi(optarg); break;
+      case 'c': check = atoi(optarg); break;
+      default:
+        fprintf(stderr, "usage: %s [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1]\n",
+                argv[0]);
+        return 2;
+    }
+  }
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    fprintf(stderr, "all_reduce_device_perf: no CUDA device\n");
+    return 1;
+  }
+  const char *local = getenv("WEFT_LOCAL_RANK");
+  CUDA_OK(cudaSetDevice(local ? atoi(local) % ndev : 0));
+  weftComm_t comm;
+  weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+  if (weftCommInitFromEnv(&comm, &config) != weftSuccess) {
+    fprintf(stderr, "all_reduce_device_perf: init: %s\n", weftGetLastError(NULL));
+    return 1;
+  }
+  int rank, nranks;
+  weftCommUserRank(comm, &rank);
+  weftCommCount(comm, &nranks);
+  float *send, *recv;
+  cudaStream_t stream;
+  CUDA_OK(cudaMalloc((void **)&send, max_nbytes));
+  CUDA_OK(cudaMalloc((void **)&recv, max_nbytes));
+  CUDA_OK(cudaStreamCreate(&stream));
+  double copy = copy_gbps(send, recv, max_nbytes, stream);
+  if (rank == 0)
+    printf("# all-reduce float32 sum on device memory, %d ranks, %d GPU(s)\n"
+           "# device-to-device copy at %zu B: %.1f GB/s\n"
+           "# %10s  %12s  %9s  %8s  %8s  %6s\n",
+           nranks, ndev, max_nbytes, copy, "size(B)", "count", "time(us)", "algbw", "busbw",
+           "#wrong");
+  float *host = malloc(max_nbytes);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  int failed = 0;
+  for (size_t nbytes = min_nbytes; nbytes <= max_nbytes && !failed;
+       nbytes = (size_t)(nbytes * factor) > nbytes ? (size_t)(nbytes * factor) : nbytes + 1) {
+    size_t count = nbytes / sizeof(float);
+    if (count == 0) continue;
+    for (size_t i = 0; i < count; i++) host[i] = (float)((i + (size_t)rank * 3) % 17);
+    CUDA_OK(cudaMemcpy(send, host, count * sizeof(float), cudaMemcpyHostToDevice));
+    for (int i = 0; i < warmup + iters + 1 && !failed; i++) {
+      if (i == warmup) cudaEventRecord(e0, stream);
+      if (i == warmup + iters) cudaEventRecord(e1, stream);
+      failed = weftAllReduce(send, recv, count, weftFloat32, weftSum, comm, stream) != weftSuccess;
+    }
+    CUDA_OK(cudaStreamSynchronize(stream));
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    double us = ms * 1e3 / iters;
+    long long wrong = 0;
+    if (check && !failed) {
+      CUDA_OK(cudaMemcpy(host, recv, count * sizeof(float), cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < count; i++) {
+        double want = 0;
+        for (int r = 0; r < nranks; r++) want += (double)((i + (size_t)r * 3) % 17);
+        wrong += host[i] != (float)want;
+      }
+    }
+    double algbw = (double)count * sizeof(float) / (us * 1e-6) / 1e9;
+    if (rank == 0 && !failed)
+      printf("  %10zu  %12zu  %9.2f  %8.2f  %8.2f  %6lld\n", count * sizeof(float), count, us,
+             algbw, algbw * 2.0 * (nranks - 1) / nranks, wrong);
+    if (wrong) failed = 1;
+  }
+  if (failed) fprintf(stderr, "rank %d: failed: %s\n", rank, weftGetLastError(comm));
+  free(host);
+  cudaFree(send);
+  cudaFree(recv);
+  weftCommDestroy(comm);
+  return failed;
+}

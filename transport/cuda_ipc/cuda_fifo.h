@@ -1,0 +1,42 @@
+/* Device FIFOs for the device executor's connections (cuda_ipc and p2p).
+ *
+ * The receiver cudaMalloc's one region per connection: a control block of
+ * fifo_ctrl_nbytes (the kernels' tail and head counters) and then the slots.
+ * The sender maps the same region, through a CUDA IPC handle from another
+ * process (several ranks may share one GPU) or directly with peer access in
+ * its own process. A weft_conn made by these transports has ctrl == NULL
+ * (the host never touches device counters) and slots pointing at the slots
+ * in device memory; cuda_fifo_ctrl gives the control block. */
+#ifndef WEFT_CUDA_FIFO_H
+#define WEFT_CUDA_FIFO_H
+
+#include "../transport.h"
+
+#define CUDA_FIFO_CTRL_NBYTES 128
+
+/* What a receiver publishes about its FIFO. */
+struct cuda_fifo_blob {
+  int32_t pid;
+  int32_t cuda_dev;
+  uint64_t base;       /* the region's device address in the receiver's process */
+  uint64_t nbytes;
+  uint8_t ipc_handle[64]; /* cudaIpcMemHandle_t */
+};
+static_assert(sizeof(struct cuda_fifo_blob) <= sizeof(((struct conn_blob *)0)->data),
+              "cuda fifo blob fits a conn blob");
+
+/* The control block of a device connection (device address). */
+static inline void *cuda_fifo_ctrl(const struct weft_conn *conn) {
+  return conn->slots - CUDA_FIFO_CTRL_NBYTES;
+}
+
+/* Shared by both transports: allocate and describe the receiver's region, and
+ * free whatever an end holds. */
+weftResult_t cuda_fifo_recv_setup(struct weft_conn *conn, struct conn_blob *blob_out);
+weftResult_t cuda_fifo_recv_connect(struct weft_conn *conn);
+void cuda_fifo_close(struct weft_conn *conn);
+
+extern const struct weft_transport cuda_ipc_transport;
+extern const struct weft_transport p2p_transport;
+
+#endif

@@ -1,0 +1,15 @@
+/* Environment of the device path (the cuda_ipc and p2p transports and the
+ * device channels). Built in every build, so that weft-info lists them; they
+ * matter only with CUDA. */
+#include "../param.h"
+
+struct weft_param cuda_params[] = {
+    {"WEFT_CUDA_IPC_DISABLE", PARAM_INT, "0",
+     "1 disables the cuda_ipc transport (device FIFOs of other processes)", 0, 0, NULL},
+    {"WEFT_P2P_DISABLE", PARAM_INT, "0",
+     "1 disables the p2p transport (device FIFOs of GPUs in this process)", 0, 0, NULL},
+    {"WEFT_DEVICE_NCHANNELS", PARAM_INT, "8",
+     "channels (kernel blocks, each a ring with its own device FIFOs) of a comm's device "
+     "collectives, 1 to 16; a launch uses one per 256 KiB", 0, 0, NULL},
+    PARAM_END,
+};
