@@ -260,6 +260,7 @@ static void comm_free(struct weftComm *comm) {
   p2p_conns_close(comm);
   bootstrap_close(comm->bs);
   free(comm->peers);
+  free(comm->cma_scratch);
   free(comm);
 }
 

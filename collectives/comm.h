@@ -54,6 +54,8 @@ struct weftComm {
   struct weft_redop redops[WEFT_MAX_REDOPS];
   int finalized;
   char last_error[1024];
+  int cma_state;                /* cross-memory attach: 0 untried, 1 works, -1 refused */
+  void *cma_scratch;            /* collectives/cma.c's buffers, allocated on first use */
 };
 
 /* Joins rank `rank` of `nranks` to the communicator of id and connects it

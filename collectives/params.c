@@ -1,4 +1,5 @@
 #include "params.h"
+#include "cma.h"
 
 #include "../include/weft.h"
 
@@ -20,7 +21,7 @@ struct weft_param coll_params[] = {
 };
 
 struct weft_param *const weft_param_tables[] = {
-    log_params, wait_params, bootstrap_params, transport_params, shm_params, socket_params, coll_params, NULL,
+    log_params, wait_params, bootstrap_params, transport_params, shm_params, socket_params, coll_params, cma_params, NULL,
 };
 
 void weft_params_reset(void) { param_tables_reset(weft_param_tables); }
