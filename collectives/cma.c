@@ -1,4 +1,5 @@
-/* Single-copy collectives over cross-memory attach (process_vm_readv): ranks
+/* Single-copy collectives over cross-memory attach (process_vm_readv and
+ * process_vm_writev): ranks
  * on one host pass their buffer addresses through the point-to-point FIFOs
  * and then read each other's buffers directly, so every byte crosses memory
  * once instead of going through a FIFO slot. Used for large all-reduce,
@@ -9,9 +10,10 @@
  *   reduce-scatter: exchange addresses; for this rank's block, piece by
  *                   piece, read each peer's share and reduce it into the
  *                   output; barrier.
- *   all-reduce:     the reduce-scatter on block `rank` of the output, a
- *                   barrier, then the all-gather of the reduced blocks from
- *                   the peers' outputs, and a last barrier.
+ *   all-reduce:     the reduce-scatter on block `rank`, each reduced piece
+ *                   written (process_vm_writev, from cache) into every
+ *                   rank's output; barrier. No rank reads block `rank` of an
+ *                   input but its owner, so in place is safe.
  *
  * Each block is reduced by one rank only, so all ranks hold the same bits.
  * The first call probes that the kernel lets ranks read each other (ptrace
@@ -77,6 +79,26 @@ static weftResult_t cma_read(struct weftComm *comm, int peer, void *dst, uint64_
                             "cma: reading %zu bytes from rank %d (pid %d): %s", nbytes, peer,
                             (int)pid, n < 0 ? strerror(errno) : "no progress");
     dst = (char *)dst + n;
+    addr += (uint64_t)n;
+    nbytes -= (size_t)n;
+  }
+  return weftSuccess;
+}
+
+/* Writes nbytes from src to remote address addr of rank peer. */
+static weftResult_t cma_write(struct weftComm *comm, int peer, uint64_t addr, const void *src,
+                              size_t nbytes) {
+  pid_t pid = comm->peers[peer].pid;
+  while (nbytes > 0) {
+    struct iovec local = {.iov_base = (void *)src, .iov_len = nbytes};
+    struct iovec remote = {.iov_base = (void *)(uintptr_t)addr, .iov_len = nbytes};
+    ssize_t n = process_vm_writev(pid, &local, 1, &remote, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      return weft_error_set(n < 0 && errno == ESRCH ? weftRemoteError : weftSystemError,
+                            "cma: writing %zu bytes to rank %d (pid %d): %s", nbytes, peer,
+                            (int)pid, n < 0 ? strerror(errno) : "no progress");
+    src = (const char *)src + n;
     addr += (uint64_t)n;
     nbytes -= (size_t)n;
   }
@@ -154,10 +176,12 @@ static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *pla
 }
 
 /* dst = own input op every peer's input, elements [off, off + count) of each
- * rank's send buffer; dst may be src exactly (in place). */
+ * rank's send buffer; dst may be src exactly (in place). With share set,
+ * each reduced piece, still in cache, is also written to the same elements
+ * of every peer's receive buffer (all-reduce). */
 static weftResult_t cma_reduce_block(struct weftComm *comm, const struct weft_plan *plan,
                                      const struct cma_desc *descs, size_t off, size_t count,
-                                     char *dst) {
+                                     char *dst, int share) {
   const int n = comm->nranks, rank = comm->rank;
   const size_t esize = weftTypeSize(plan->datatype);
   const weft_reduce_fn reduce = reduce_host_fn(plan->datatype, plan->op);
@@ -174,6 +198,11 @@ static weftResult_t cma_reduce_block(struct weftComm *comm, const struct weft_pl
                         m * esize));
       reduce(out, NULL, acc, tmp, m, j == n - 1 ? divisor : 1);
       acc = out;
+    }
+    for (int j = 1; j < n && share; j++) {
+      int peer = (rank + j) % n;
+      WEFT_TRY(cma_write(comm, peer, descs[peer].recv_addr + (off + base) * esize, out,
+                         m * esize));
     }
   }
   return weftSuccess;
@@ -206,7 +235,7 @@ weftResult_t cma_run(struct weftComm *comm, const struct weft_plan *plan) {
     }
     case COLL_REDUCESCATTER:
       WEFT_TRY(cma_reduce_block(comm, plan, descs, (size_t)rank * plan->count, plan->count,
-                                recv));
+                                recv, 0));
       return cma_barrier(comm);
     case COLL_ALLREDUCE: {
       /* block r: elements [r * block, (r + 1) * block), 64-byte aligned */
@@ -216,15 +245,7 @@ weftResult_t cma_run(struct weftComm *comm, const struct weft_plan *plan) {
 #define BLOCK_OFF(r) ((size_t)(r) * block < plan->count ? (size_t)(r) * block : plan->count)
 #define BLOCK_LEN(r) (BLOCK_OFF((r) + 1) - BLOCK_OFF(r))
       WEFT_TRY(cma_reduce_block(comm, plan, descs, BLOCK_OFF(rank), BLOCK_LEN(rank),
-                                recv + BLOCK_OFF(rank) * esize));
-      WEFT_TRY(cma_barrier(comm));
-      for (int j = 1; j < n; j++) {
-        int peer = (rank + j) % n;
-        if (BLOCK_LEN(peer) == 0) continue;
-        WEFT_TRY(cma_read(comm, peer, recv + BLOCK_OFF(peer) * esize,
-                          descs[peer].recv_addr + BLOCK_OFF(peer) * esize,
-                          BLOCK_LEN(peer) * esize));
-      }
+                                recv + BLOCK_OFF(rank) * esize, 1));
 #undef BLOCK_OFF
 #undef BLOCK_LEN
       return cma_barrier(comm);
