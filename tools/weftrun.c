@@ -87,7 +87,8 @@ static void run_usage(FILE *f)
           "  --no-prefix    print the ranks' lines without the \"[rank] \" prefix\n"
           "  --bind-to core|none\n"
           "                 pin rank r to the r-th CPU weftrun may use (default: core\n"
-          "                 when the ranks fit on those CPUs, none when they do not)\n"
+          "                 when the ranks fit on those CPUs, none when they do not or\n"
+          "                 when WEFT_TRANSPORT=socket)\n"
           "  -h, --help     print this help\n"
           "\n"
           "When a rank fails, the others get SIGTERM, then SIGKILL after\n"
@@ -327,8 +328,22 @@ static int run_free_port(void)
   return port;
 }
 
+/* Whether the ranks will run with WEFT_TRANSPORT=socket (from -x, later
+ * ones winning, else weftrun's environment): their proxy threads need CPUs
+ * of their own, so pinning each rank to one CPU would slow them down. */
+static bool run_ranks_use_sockets(const struct run_job *job)
+{
+  const char *name = "WEFT_TRANSPORT=";
+  const char *value = getenv("WEFT_TRANSPORT");
+  for (int x = 0; x < job->n_x_vars; x++)
+    if (strncmp(job->x_vars[x], name, strlen(name)) == 0)
+      value = job->x_vars[x] + strlen(name);
+  return value != NULL && strcmp(value, "socket") == 0;
+}
+
 /* The CPUs weftrun may run on, and whether ranks get pinned to them: by
- * default only when each rank can have a CPU of its own. */
+ * default only when each rank can have a CPU of its own (and no proxy
+ * threads of the socket transport need one too). */
 static void run_bind_plan(struct run_job *job)
 {
   cpu_set_t set;
@@ -340,7 +355,7 @@ static void run_bind_plan(struct run_job *job)
     if (CPU_ISSET(c, &set))
       job->cpus[job->ncpus++] = c;
   if (job->bind < 0)
-    job->bind = job->nranks <= job->ncpus;
+    job->bind = job->nranks <= job->ncpus && !run_ranks_use_sockets(job);
 }
 
 static void run_job_free(struct run_job *job)

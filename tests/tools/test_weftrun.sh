@@ -217,6 +217,9 @@ bounded "$weftrun" -n $((ncpus + 1)) --no-prefix sh -c \
 bounded "$weftrun" -n 2 --bind-to none --no-prefix sh -c \
   'grep Cpus_allowed_list /proc/self/status | cut -f2' >"$tmp/out" 2>"$tmp/err"
 [[ $(sort -u "$tmp/out") == "$mine" ]] || fail "--bind-to none pinned: $(cat "$tmp/out")"
+bounded "$weftrun" -n 2 -x WEFT_TRANSPORT=socket --no-prefix sh -c \
+  'grep Cpus_allowed_list /proc/self/status | cut -f2' >"$tmp/out" 2>"$tmp/err"
+[[ $(sort -u "$tmp/out") == "$mine" ]] || fail "socket ranks pinned: $(cat "$tmp/out")"
 bounded "$weftrun" -n 2 --bind-to socket true >"$tmp/out" 2>"$tmp/err"
 rc=$?
 [[ $rc -eq 2 ]] && grep -q "bind-to" "$tmp/err" || fail "--bind-to socket: exit $rc"
