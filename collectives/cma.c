@@ -46,7 +46,6 @@ struct cma_desc {
   uint64_t send_addr;
   uint64_t recv_addr;
   uint64_t probe_addr; /* a word holding CMA_PROBE_VALUE */
-  uint64_t seq;        /* the comm's call number: a cheap consistency check */
 };
 #define CMA_PROBE_VALUE 0x636d612d70726f62ull /* "cma-prob" */
 static const volatile uint64_t cma_probe_word = CMA_PROBE_VALUE;
@@ -149,8 +148,7 @@ static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *pla
   WEFT_TRY(peer_connect(comm, peers, n - 1));
   struct cma_desc self = {.send_addr = (uintptr_t)plan->sendbuf,
                           .recv_addr = (uintptr_t)plan->recvbuf,
-                          .probe_addr = (uintptr_t)&cma_probe_word,
-                          .seq = comm->seq};
+                          .probe_addr = (uintptr_t)&cma_probe_word};
   WEFT_TRY(cma_alltoall_small(comm, &self, descs, sizeof self));
   descs[rank] = self;
   if (comm->cma_state == 0) {
