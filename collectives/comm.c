@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -126,9 +127,17 @@ weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_
   WEFT_TRY_GOTO(bootstrap_init(id, rank, nranks, &self, comm->timeout_ns, &comm->bs, peers),
                 res, free_comm);
   bootstrap_set_abort(comm->bs, &comm->abort_flag);
+  /* oversubscribed: more ranks here than the CPUs they may run on together */
   int nlocal = 0;
-  for (int r = 0; r < nranks; r++) nlocal += peers[r].host_hash == peers[rank].host_hash;
-  wait_set_local_ranks(nlocal);
+  cpu_set_t local_cpus, one;
+  CPU_ZERO(&local_cpus);
+  for (int r = 0; r < nranks; r++) {
+    if (peers[r].host_hash != peers[rank].host_hash) continue;
+    nlocal++;
+    if (sched_getaffinity(peers[r].pid, sizeof one, &one) == 0)
+      CPU_OR(&local_cpus, &local_cpus, &one);
+  }
+  wait_set_local_ranks(nlocal, CPU_COUNT(&local_cpus));
   WEFT_TRY_GOTO(channels_connect(comm, (uint32_t)nslots, (size_t)slot_nbytes), res,
                 close_channels);
   comm->magic = COMM_MAGIC;
@@ -256,6 +265,7 @@ static void comm_free(struct weftComm *comm) {
   p2p_conns_close(comm);
   bootstrap_close(comm->bs);
   free(comm->peers);
+  free(comm->cma_scratch);
   free(comm);
 }
 

@@ -58,6 +58,8 @@ struct weftComm {
   int finalized;
   char last_error[1024];
   void *device; /* the device executor's state (device_cuda.c), NULL until used */
+  int cma_state;                /* cross-memory attach: 0 untried, 1 works, -1 refused */
+  void *cma_scratch;            /* collectives/cma.c's buffers, allocated on first use */
 };
 
 /* Joins rank `rank` of `nranks` to the communicator of id and connects it

@@ -94,6 +94,8 @@ static void *batch_main(void *p) {
 }
 
 weftResult_t group_launch(const struct group_op *ops, size_t nops) {
+  /* one collective, the common case: run it here, without the batches */
+  if (nops == 1 && !plan_is_p2p(&ops[0].plan)) return op_run_collective(ops[0].comm, &ops[0].plan);
   size_t nbatches = 0;
   struct comm_batch *batches = calloc(nops ? nops : 1, sizeof *batches);
   if (batches == NULL) return weft_error_set(weftSystemError, "out of memory");

@@ -10,10 +10,11 @@
 #include <strings.h>
 
 #include "../transport/status.h"
+#include "cma.h"
 #include "params.h"
 #include "plan.h"
 
-static const char *const algo_names[ALGO_NUM] = {"ring", "tree", "rd"};
+static const char *const algo_names[ALGO_NUM] = {"ring", "tree", "rd", "cma"};
 static const char *const proto_names[PROTO_NUM] = {"simple", "ll"};
 static const char *const coll_keys[COLL_NUM_RING] = {"allreduce", "allgather", "reducescatter",
                                                      "broadcast", "reduce"};
@@ -87,7 +88,7 @@ static const struct tuner_rules *tuner_rules_get(void) {
   if (!rules.parsed || a != rules.algo_text || p != rules.proto_text) {
     struct tuner_rules r = {.algo_text = a, .proto_text = p, .parsed = 1};
     if (tuner_parse(a, algo_names, ALGO_NUM, r.algo) != 0)
-      WEFT_WARN(LOG_COLL, "WEFT_ALGO=%s: unknown names ignored (ring, tree, rd)", a);
+      WEFT_WARN(LOG_COLL, "WEFT_ALGO=%s: unknown names ignored (ring, tree, rd, cma)", a);
     if (tuner_parse(p, proto_names, PROTO_NUM, r.proto) != 0)
       WEFT_WARN(LOG_COLL, "WEFT_PROTO=%s: unknown names ignored (simple, ll)", p);
     rules = r;
@@ -126,6 +127,19 @@ static double model_us(const struct weftComm *comm, enum coll_kind coll, enum co
   return steps * lat + bytes / bw;
 }
 
+/* Single copy (cma) for large all-reduce, all-gather and reduce-scatter on
+ * one host, from WEFT_CMA_MIN_NBYTES up; at any size where WEFT_ALGO leaves
+ * no other algorithm. */
+static int tuner_pick_cma(const struct weftComm *comm, const struct weft_plan *plan,
+                          const struct tuner_rules *r, size_t nbytes) {
+  const enum coll_kind c = plan->coll;
+  if (c != COLL_ALLREDUCE && c != COLL_ALLGATHER && c != COLL_REDUCESCATTER) return 0;
+  if (!r->algo[c][ALGO_CMA] || !cma_possible(comm)) return 0;
+  int others = 0;
+  for (int a = 0; a < ALGO_CMA; a++) others += algo_exists(c, (enum coll_algo)a) && r->algo[c][a];
+  return nbytes >= cma_min_nbytes() || others == 0;
+}
+
 void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
   if (plan_is_p2p(plan)) return;
   const struct tuner_rules *r = tuner_rules_get();
@@ -135,7 +149,13 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
   double best = -1;
   plan->algo = ALGO_RING;
   plan->proto = PROTO_SIMPLE;
+  if (tuner_pick_cma(comm, plan, r, nbytes)) {
+    plan->algo = ALGO_CMA;
+    plan->nchannels = 1;
+    return;
+  }
   for (int a = 0; a < ALGO_NUM; a++) {
+    if (a == ALGO_CMA) continue; /* not a pipeline: no place in the cost model */
     if (!algo_exists(plan->coll, (enum coll_algo)a) || !r->algo[plan->coll][a]) continue;
     for (int p = 0; p < PROTO_NUM; p++) {
       if (!r->proto[plan->coll][p]) continue;

@@ -2,6 +2,7 @@
  * out-of-place and in-place runs, check results, print nccl-tests' table. */
 #include "perf_common.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +15,9 @@ struct perf_opts {
   size_t min_nbytes, max_nbytes, step_nbytes;
   double step_factor;
   int iters, warmup, agg_iters, check, average, root, timeout_s;
+  int blocking, graph_iters, progress;
+  enum perf_mem_kind mem_kind;
+  const char *json_path;
   int ntypes, nops;
   weftDataType_t types[weftNumTypes];
   weftRedOp_t ops[weftNumOps];
@@ -90,6 +94,14 @@ static void usage(const char *prog, const struct perf_coll *coll) {
          "  -r, --root R            root rank of rooted collectives (default 0)\n"
          "  -a, --average 0-3       time across ranks: 0 rank 0, 1 avg, 2 min, 3 max (default 1)\n"
          "  -T, --timeout S         seconds before a stuck operation is an error\n"
+         "  -z, --blocking 0/1      wait for each operation before the next (host\n"
+         "                          operations on the NULL stream always do; default 1)\n"
+         "  -G, --cudagraph N       CUDA graph launches per iteration (ignored for host\n"
+         "                          memory, with a note)\n"
+         "  -M, --memory KIND       buffers in host or cuda memory (default host)\n"
+         "  -J, --json FILE         also write the results as JSON to FILE (rank 0)\n"
+         "  -P, --progress 0/1      progress line on stderr (default: 1 when stderr is a\n"
+         "                          terminal)\n"
          "  -h, --help\n",
          prog, coll->name);
 }
@@ -102,16 +114,22 @@ static int opts_parse(int argc, char **argv, const struct perf_coll *coll, struc
       {"agg_iters", required_argument, 0, 'm'}, {"check", required_argument, 0, 'c'},
       {"datatype", required_argument, 0, 'd'}, {"op", required_argument, 0, 'o'},
       {"root", required_argument, 0, 'r'}, {"average", required_argument, 0, 'a'},
-      {"timeout", required_argument, 0, 'T'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+      {"timeout", required_argument, 0, 'T'}, {"blocking", required_argument, 0, 'z'},
+      {"cudagraph", required_argument, 0, 'G'}, {"memory", required_argument, 0, 'M'},
+      {"json", required_argument, 0, 'J'}, {"progress", required_argument, 0, 'P'},
+      {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   *o = (struct perf_opts){.min_nbytes = 32 << 20, .max_nbytes = 32 << 20, .step_nbytes = 1 << 20,
                           .step_factor = 1, .iters = 20, .warmup = 5, .agg_iters = 1,
-                          .check = 1, .average = 1, .root = 0, .timeout_s = 0};
+                          .check = 1, .average = 1, .root = 0, .timeout_s = 0,
+                          .blocking = 1, .graph_iters = 0, .progress = isatty(STDERR_FILENO),
+                          .mem_kind = PERF_MEM_HOST, .json_path = NULL};
   o->types[0] = weftFloat32;
   o->ntypes = 1;
   o->ops[0] = weftSum;
   o->nops = 1;
+  const char *shortopts = "b:e:i:f:n:w:m:c:d:o:r:a:T:z:G:M:J:P:h";
   int c;
-  while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:m:c:d:o:r:a:T:h", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
     int bad = 0;
     switch (c) {
       case 'b': bad = parse_size(optarg, &o->min_nbytes); break;
@@ -127,6 +145,11 @@ static int opts_parse(int argc, char **argv, const struct perf_coll *coll, struc
       case 'r': o->root = atoi(optarg); break;
       case 'a': o->average = atoi(optarg); bad = o->average < 0 || o->average > 3; break;
       case 'T': o->timeout_s = atoi(optarg); bad = o->timeout_s < 0; break;
+      case 'z': o->blocking = atoi(optarg); bad = o->blocking < 0 || o->blocking > 1; break;
+      case 'G': o->graph_iters = atoi(optarg); bad = o->graph_iters < 0; break;
+      case 'M': bad = perf_mem_parse(optarg, &o->mem_kind); break;
+      case 'J': o->json_path = optarg; break;
+      case 'P': o->progress = atoi(optarg); bad = o->progress < 0 || o->progress > 1; break;
       case 'h': usage(argv[0], coll); exit(0);
       default: usage(argv[0], coll); return -1;
     }
@@ -178,48 +201,203 @@ struct perf_result {
   long long wrong;
 };
 
-static int run_one(const struct perf_coll *coll, const struct perf_opts *o, weftComm_t comm,
-                   int rank, int nranks, size_t nbytes, weftDataType_t t, weftRedOp_t op,
-                   char *sendbuf, char *recvbuf, int in_place, struct perf_result *r) {
+/* One rank's sweep: the options and where its buffers live. */
+struct perf_run {
+  const struct perf_coll *coll;
+  const struct perf_opts *o;
+  weftComm_t comm;
+  weftStream_t stream; /* NULL with -z 1, a host stream with -z 0 */
+  int rank, nranks;
+  char *sendbuf, *recvbuf; /* of o->mem_kind */
+  char *staging;           /* host copy to fill and check cuda buffers; NULL for host */
+};
+
+/* n operations, then waits for them when they were queued on a stream. */
+static weftResult_t run_ops(const struct perf_run *p, const char *src, char *dst, size_t count,
+                            weftDataType_t t, weftRedOp_t op, int n) {
+  for (int i = 0; i < n; i++) {
+    weftResult_t res = p->coll->run(src, dst, count, t, op, p->o->root, p->comm, p->stream);
+    if (res != weftSuccess) return res;
+  }
+  return p->stream != NULL ? weftStreamSynchronize(p->stream) : weftSuccess;
+}
+
+/* Writes this rank's inputs into src (a buffer of the run's memory kind). */
+static int put_inputs(const struct perf_run *p, char *src, size_t send_count, weftDataType_t t,
+                      weftRedOp_t op) {
+  if (p->staging == NULL) {
+    fill_inputs(src, send_count, p->rank, t, op);
+    return 0;
+  }
+  fill_inputs(p->staging, send_count, p->rank, t, op);
+  return perf_mem_upload(p->o->mem_kind, src, p->staging, send_count * weftTypeSize(t));
+}
+
+static int run_one(const struct perf_run *p, size_t nbytes, weftDataType_t t, weftRedOp_t op,
+                   int in_place, struct perf_result *r) {
+  const struct perf_coll *coll = p->coll;
+  const struct perf_opts *o = p->o;
+  int rank = p->rank, nranks = p->nranks;
   size_t esize = weftTypeSize(t), send_count, recv_count, count;
   coll->counts(nbytes, esize, nranks, &send_count, &recv_count, &count);
   /* in place, input and output share one buffer: a gather's input sits in its
    * rank's block of the output, a scatter's output in its rank's block of the input */
-  char *src = sendbuf, *dst = recvbuf;
+  char *src = p->sendbuf, *dst = p->recvbuf;
   if (in_place) {
-    src = dst = recvbuf;
+    src = dst = p->recvbuf;
     if (recv_count > send_count) src += (size_t)rank * send_count * esize;
     if (send_count > recv_count) dst += (size_t)rank * recv_count * esize;
   }
-  fill_inputs(src, send_count, rank, t, op);
-  for (int i = 0; i < o->warmup; i++)
-    if (coll->run(src, dst, count, t, op, o->root, comm) != weftSuccess) return -1;
+  if (put_inputs(p, src, send_count, t, op) != 0) return -1;
+  if (run_ops(p, src, dst, count, t, op, o->warmup) != weftSuccess) return -1;
   double t0 = now_s();
-  for (int i = 0; i < o->iters; i++)
-    for (int a = 0; a < o->agg_iters; a++)
-      if (coll->run(src, dst, count, t, op, o->root, comm) != weftSuccess) return -1;
+  if (run_ops(p, src, dst, count, t, op, o->iters * o->agg_iters) != weftSuccess) return -1;
   double elapsed = (now_s() - t0) / (o->iters * o->agg_iters);
-  elapsed = across_ranks(comm, elapsed, o->average, nranks);
+  elapsed = across_ranks(p->comm, elapsed, o->average, nranks);
   r->time_us = elapsed * 1e6;
   r->algbw = elapsed > 0 ? (double)nbytes / elapsed / 1e9 : 0;
   r->busbw = r->algbw * coll->busbw_factor(nranks);
   r->wrong = 0;
   if (o->check) {
     /* one more run on fresh inputs into a poisoned output */
-    memset(dst, 0xa5, recv_count * esize);
-    fill_inputs(src, send_count, rank, t, op);
-    if (coll->run(src, dst, count, t, op, o->root, comm) != weftSuccess) return -1;
-    long long wrong = count_wrong(coll, dst, recv_count, count, rank, nranks, t, op, o->root);
+    if (perf_mem_fill(o->mem_kind, dst, 0xa5, recv_count * esize) != 0) return -1;
+    if (put_inputs(p, src, send_count, t, op) != 0) return -1;
+    if (run_ops(p, src, dst, count, t, op, 1) != weftSuccess) return -1;
+    const char *out = dst;
+    if (p->staging != NULL) {
+      if (perf_mem_download(o->mem_kind, p->staging, dst, recv_count * esize) != 0) return -1;
+      out = p->staging;
+    }
+    long long wrong = count_wrong(coll, out, recv_count, count, rank, nranks, t, op, o->root);
     long long total = wrong;
-    if (weftAllReduce(&wrong, &total, 1, weftInt64, weftSum, comm, NULL) != weftSuccess) return -1;
+    if (weftAllReduce(&wrong, &total, 1, weftInt64, weftSum, p->comm, NULL) != weftSuccess)
+      return -1;
     r->wrong = total;
   }
   return 0;
 }
 
+/* The sizes of one sweep, for the progress line. */
+static int sweep_rows(const struct perf_opts *o) {
+  int rows = 0;
+  for (size_t nbytes = o->min_nbytes; nbytes <= o->max_nbytes; rows++) {
+    size_t next = o->step_factor > 1 ? (size_t)((double)nbytes * o->step_factor)
+                                     : nbytes + o->step_nbytes;
+    if (next <= nbytes) { rows++; break; }
+    nbytes = next;
+  }
+  return rows * o->ntypes * o->nops;
+}
+
+/* One table row, kept for the JSON file. */
+struct perf_row {
+  size_t nbytes, count;
+  weftDataType_t type;
+  weftRedOp_t op;
+  int root;
+  struct perf_result oop, ip;
+};
+
+static void json_result(FILE *f, const struct perf_result *r, int check) {
+  fprintf(f, "{\"time_us\": %.3f, \"algbw_GBps\": %.4f, \"busbw_GBps\": %.4f, \"wrong\": ",
+          r->time_us, r->algbw, r->busbw);
+  if (check) fprintf(f, "%lld}", r->wrong);
+  else fprintf(f, "null}");
+}
+
+/* Writes the run as JSON: the settings, every row, and the footer's values. */
+static int json_write(const char *path, int argc, char **argv, const struct perf_coll *coll,
+                      const struct perf_opts *o, int nranks, const struct perf_row *rows,
+                      int nrows, long long wrong, double avg_busbw, int complete) {
+  FILE *f = fopen(path, "w");
+  if (f == NULL) return -1;
+  fprintf(f, "{\n  \"tool\": \"%s_perf\",\n  \"collective\": \"%s\",\n  \"command\": [", coll->name,
+          coll->name);
+  for (int i = 0; i < argc; i++) {
+    fputc('"', f);
+    for (const char *c = argv[i]; *c; c++) {
+      if (*c == '"' || *c == '\\') fputc('\\', f);
+      if ((unsigned char)*c >= 0x20) fputc(*c, f);
+    }
+    fprintf(f, "\"%s", i + 1 < argc ? ", " : "");
+  }
+  fprintf(f, "],\n  \"nranks\": %d,\n  \"memory\": \"%s\",\n  \"blocking\": %d,\n", nranks,
+          perf_mem_name(o->mem_kind), o->blocking);
+  fprintf(f, "  \"iters\": %d,\n  \"warmup_iters\": %d,\n  \"agg_iters\": %d,\n", o->iters,
+          o->warmup, o->agg_iters);
+  fprintf(f, "  \"check\": %d,\n  \"complete\": %s,\n  \"rows\": [\n", o->check,
+          complete ? "true" : "false");
+  for (int i = 0; i < nrows; i++) {
+    const struct perf_row *r = &rows[i];
+    fprintf(f, "    {\"size_bytes\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", "
+               "\"root\": %d, \"out_of_place\": ",
+            r->nbytes, r->count, type_names[r->type], coll->uses_op ? op_names[r->op] : "none",
+            r->root);
+    json_result(f, &r->oop, o->check);
+    fprintf(f, ", \"in_place\": ");
+    if (coll->no_in_place) fprintf(f, "null");
+    else json_result(f, &r->ip, o->check);
+    fprintf(f, "}%s\n", i + 1 < nrows ? "," : "");
+  }
+  fprintf(f, "  ],\n  \"out_of_bounds\": %lld,\n  \"avg_busbw_GBps\": %.6f\n}\n", wrong,
+          avg_busbw);
+  return fclose(f) == 0 ? 0 : -1;
+}
+
+static void print_header(const struct perf_opts *o, int nranks, const char *host) {
+  printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d "
+         "iters: %d agg iters: %d validation: %d graph: %d\n#\n",
+         o->min_nbytes, o->max_nbytes, o->step_factor > 1 ? o->step_factor : (double)o->step_nbytes,
+         o->step_factor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->agg_iters, o->check,
+         o->graph_iters);
+  printf("# Using %s memory: %d ranks, rank 0 pid %d on %s, blocking %d\n#\n",
+         perf_mem_name(o->mem_kind), nranks, (int)getpid(), host, o->blocking);
+  if (o->graph_iters > 0)
+    printf("# -G %d ignored: operations run on the host executor, which has no CUDA graphs\n#\n",
+           o->graph_iters);
+  printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place\n",
+         "", "", "", "", "");
+  printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size",
+         "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+         "busbw", "#wrong");
+  printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)",
+         "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+  fflush(stdout);
+}
+
+static void print_row(const struct perf_coll *coll, const struct perf_opts *o,
+                      const struct perf_row *r) {
+  char root[16], in_place[64];
+  snprintf(root, sizeof root, "%d", r->root);
+  if (coll->no_in_place)
+    snprintf(in_place, sizeof in_place, "  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A");
+  else
+    snprintf(in_place, sizeof in_place, "  %7.2f  %6.2f  %6.2f  %6lld", r->ip.time_us,
+             r->ip.algbw, r->ip.busbw, o->check ? r->ip.wrong : -1LL);
+  printf("  %10zu  %12zu  %8s  %6s  %6s  %7.2f  %6.2f  %6.2f  %6lld%s\n", r->nbytes, r->count,
+         type_names[r->type], coll->uses_op ? op_names[r->op] : "none", root, r->oop.time_us,
+         r->oop.algbw, r->oop.busbw, o->check ? r->oop.wrong : -1LL, in_place);
+  fflush(stdout);
+}
+
+/* "# all_reduce_perf: 5/24 rows, 1048576 B, 3.2 s" on stderr: over itself on a
+ * terminal, one line per row otherwise. */
+static void print_progress(const struct perf_coll *coll, int done, int total, size_t nbytes,
+                           double elapsed_s) {
+  int tty = isatty(STDERR_FILENO);
+  fprintf(stderr, "%s# %s_perf: %d/%d rows, %zu B, %.1f s%s", tty ? "\r" : "", coll->name, done,
+          total, nbytes, elapsed_s, tty ? (done == total ? "\n" : "") : "\n");
+  fflush(stderr);
+}
+
 int perf_main(int argc, char **argv, const struct perf_coll *coll) {
   struct perf_opts o;
   if (opts_parse(argc, argv, coll, &o) != 0) return 2;
+  char why[256];
+  if (perf_mem_available(o.mem_kind, why, sizeof why) != 0) {
+    fprintf(stderr, "%s: -M %s: %s\n", argv[0], perf_mem_name(o.mem_kind), why);
+    return 2;
+  }
   weftConfig_t config = WEFT_CONFIG_INITIALIZER;
   if (o.timeout_s > 0) config.timeoutMs = o.timeout_s * 1000;
   weftComm_t comm;
@@ -229,41 +407,53 @@ int perf_main(int argc, char **argv, const struct perf_coll *coll) {
             weftGetLastError(NULL));
     return 1;
   }
-  int rank, nranks;
-  weftCommUserRank(comm, &rank);
-  weftCommCount(comm, &nranks);
+  struct perf_run run = {.coll = coll, .o = &o, .comm = comm};
+  weftCommUserRank(comm, &run.rank);
+  weftCommCount(comm, &run.nranks);
+  int rank = run.rank, nranks = run.nranks;
   char host[64] = "";
   gethostname(host, sizeof host - 1);
-  if (rank == 0) {
-    printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d "
-           "iters: %d agg iters: %d validation: %d graph: 0\n#\n",
-           o.min_nbytes, o.max_nbytes, o.step_factor > 1 ? o.step_factor : (double)o.step_nbytes,
-           o.step_factor > 1 ? "factor" : "bytes", o.warmup, o.iters, o.agg_iters, o.check);
-    printf("# Using host memory: %d ranks, rank 0 pid %d on %s\n#\n", nranks, (int)getpid(),
-           host);
-    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place\n",
-           "", "", "", "", "");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size",
-           "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
-           "busbw", "#wrong");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)",
-           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
-           "");
-    fflush(stdout);
-  }
+  if (rank == 0) print_header(&o, nranks, host);
+  /* let the launcher forward the header now rather than in the first timed
+   * loop, where it would take a core from a spinning rank; then bring every
+   * rank's connections and caches up before the first row's own warm-up */
+  usleep(20000);
   /* buffers for the largest size: recv may be nranks x send (gathers) */
   size_t max_send = 0, max_recv = 0, max_count = 0;
   coll->counts(o.max_nbytes, 1, nranks, &max_send, &max_recv, &max_count);
   size_t alloc = (max_send > max_recv ? max_send : max_recv) + 64;
-  char *sendbuf = aligned_alloc(4096, (alloc + 4095) / 4096 * 4096);
-  char *recvbuf = aligned_alloc(4096, (alloc + 4095) / 4096 * 4096);
-  if (sendbuf == NULL || recvbuf == NULL) {
-    fprintf(stderr, "%s: cannot allocate %zu bytes\n", argv[0], alloc);
-    return 1;
+  run.sendbuf = perf_mem_alloc(o.mem_kind, alloc);
+  run.recvbuf = perf_mem_alloc(o.mem_kind, alloc);
+  if (o.mem_kind != PERF_MEM_HOST) run.staging = perf_mem_alloc(PERF_MEM_HOST, alloc);
+  int total_rows = sweep_rows(&o);
+  struct perf_row *rows = rank == 0 ? calloc((size_t)total_rows + 1, sizeof *rows) : NULL;
+  int failed = 0;
+  if (run.sendbuf == NULL || run.recvbuf == NULL ||
+      (o.mem_kind != PERF_MEM_HOST && run.staging == NULL) || (rank == 0 && rows == NULL)) {
+    fprintf(stderr, "%s: cannot allocate %zu bytes of %s memory\n", argv[0], alloc,
+            perf_mem_name(o.mem_kind));
+    failed = 1;
+  }
+  if (!failed && !o.blocking && weftStreamCreate(&run.stream) != weftSuccess) {
+    fprintf(stderr, "%s: -z 0: cannot create a host stream: %s\n", argv[0],
+            weftGetLastError(NULL));
+    failed = 1;
+  }
+  if (!failed) {
+    /* the first timed loop of a fresh job runs slow (cold connections and
+     * caches): a start-up warm-up of the smallest size, untimed */
+    size_t send_count, recv_count, count;
+    size_t warm_nbytes = o.min_nbytes < 65536 ? o.min_nbytes : 65536;
+    coll->counts(warm_nbytes, weftTypeSize(o.types[0]), nranks, &send_count, &recv_count, &count);
+    if (perf_mem_fill(o.mem_kind, run.sendbuf, 0, alloc) != 0 ||
+        run_ops(&run, run.sendbuf, run.recvbuf, count, o.types[0], o.ops[0], 200) != weftSuccess) {
+      fprintf(stderr, "%s: rank %d: %s\n", argv[0], rank, weftGetLastError(comm));
+      failed = 1;
+    }
   }
   long long total_wrong = 0;
-  double bw_sum = 0;
-  int bw_n = 0, failed = 0;
+  double bw_sum = 0, t_start = now_s();
+  int bw_n = 0, nrows = 0;
   for (int ti = 0; ti < o.ntypes && !failed; ti++) {
     for (int oi = 0; oi < o.nops && !failed; oi++) {
       weftDataType_t t = o.types[ti];
@@ -273,30 +463,23 @@ int perf_main(int argc, char **argv, const struct perf_coll *coll) {
         size_t send_count, recv_count, count;
         coll->counts(nbytes, esize, nranks, &send_count, &recv_count, &count);
         size_t total = send_count > recv_count ? send_count : recv_count;
-        size_t rounded = total * esize; /* what one rank's larger buffer holds */
-        struct perf_result oop, ip = {0};
-        if (run_one(coll, &o, comm, rank, nranks, rounded, t, op, sendbuf, recvbuf, 0, &oop) ||
-            (!coll->no_in_place &&
-             run_one(coll, &o, comm, rank, nranks, rounded, t, op, sendbuf, recvbuf, 1, &ip))) {
+        struct perf_row row = {.nbytes = total * esize, /* one rank's larger buffer */
+                               .count = total, .type = t, .op = op,
+                               .root = coll->uses_root ? o.root : -1};
+        if (run_one(&run, row.nbytes, t, op, 0, &row.oop) ||
+            (!coll->no_in_place && run_one(&run, row.nbytes, t, op, 1, &row.ip))) {
           fprintf(stderr, "%s: rank %d: %s\n", argv[0], rank, weftGetLastError(comm));
           failed = 1;
           break;
         }
-        total_wrong += oop.wrong + ip.wrong;
-        bw_sum += oop.busbw + ip.busbw;
+        total_wrong += row.oop.wrong + row.ip.wrong;
+        bw_sum += row.oop.busbw + row.ip.busbw;
         bw_n += coll->no_in_place ? 1 : 2;
         if (rank == 0) {
-          char root[16], in_place[64];
-          snprintf(root, sizeof root, "%d", coll->uses_root ? o.root : -1);
-          if (coll->no_in_place)
-            snprintf(in_place, sizeof in_place, "  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A");
-          else
-            snprintf(in_place, sizeof in_place, "  %7.2f  %6.2f  %6.2f  %6lld", ip.time_us,
-                     ip.algbw, ip.busbw, o.check ? ip.wrong : -1LL);
-          printf("  %10zu  %12zu  %8s  %6s  %6s  %7.2f  %6.2f  %6.2f  %6lld%s\n", rounded, total,
-                 type_names[t], coll->uses_op ? op_names[op] : "none", root, oop.time_us,
-                 oop.algbw, oop.busbw, o.check ? oop.wrong : -1LL, in_place);
-          fflush(stdout);
+          if (nrows < total_rows) rows[nrows] = row;
+          nrows++;
+          print_row(coll, &o, &row);
+          if (o.progress) print_progress(coll, nrows, total_rows, row.nbytes, now_s() - t_start);
         }
         size_t next = o.step_factor > 1 ? (size_t)((double)nbytes * o.step_factor)
                                         : nbytes + o.step_nbytes;
@@ -305,17 +488,29 @@ int perf_main(int argc, char **argv, const struct perf_coll *coll) {
       }
     }
   }
+  double avg_busbw = bw_n ? bw_sum / bw_n : 0.0;
   if (rank == 0 && !failed) {
     printf("# Out of bounds values : %lld %s\n", total_wrong, total_wrong ? "FAILED" : "OK");
-    printf("# Avg bus bandwidth    : %g \n#\n", bw_n ? bw_sum / bw_n : 0.0);
+    printf("# Avg bus bandwidth    : %g \n#\n", avg_busbw);
+    fflush(stdout);
   }
-  free(sendbuf);
-  free(recvbuf);
+  int json_failed = 0;
+  if (rank == 0 && o.json_path != NULL && rows != NULL &&
+      json_write(o.json_path, argc, argv, coll, &o, nranks, rows,
+                 nrows < total_rows ? nrows : total_rows, total_wrong, avg_busbw, !failed) != 0) {
+    fprintf(stderr, "%s: cannot write %s: %s\n", argv[0], o.json_path, strerror(errno));
+    json_failed = 1;
+  }
+  free(rows);
+  if (run.stream != NULL) weftStreamDestroy(run.stream);
+  perf_mem_free(o.mem_kind, run.sendbuf);
+  perf_mem_free(o.mem_kind, run.recvbuf);
+  perf_mem_free(PERF_MEM_HOST, run.staging);
   if (failed) {
     weftCommAbort(comm);
     return 1;
   }
   weftCommFinalize(comm);
   weftCommDestroy(comm);
-  return total_wrong ? 1 : 0;
+  return total_wrong || json_failed ? 1 : 0;
 }

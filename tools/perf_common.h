@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 
+#include "perf_mem.h"
 #include "weft.h"
 
 struct perf_coll {
@@ -16,8 +17,9 @@ struct perf_coll {
   /* elements sent and received per rank for a size column of nbytes */
   void (*counts)(size_t nbytes, size_t elem_nbytes, int nranks, size_t *send_count,
                  size_t *recv_count, size_t *count);
+  /* one operation; stream is NULL (blocking, -z 1) or a host stream (-z 0) */
   weftResult_t (*run)(const void *sendbuf, void *recvbuf, size_t count, weftDataType_t datatype,
-                      weftRedOp_t op, int root, weftComm_t comm);
+                      weftRedOp_t op, int root, weftComm_t comm, weftStream_t stream);
   /* the value rank `rank` should hold at recv index i, and a magnitude for the
    * tolerance (sum of |inputs| that went into it) */
   void (*expect)(size_t i, int rank, int nranks, size_t count, weftDataType_t datatype,

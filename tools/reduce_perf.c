@@ -12,8 +12,8 @@ static void counts(size_t nbytes, size_t elem_nbytes, int nranks, size_t *send_c
 }
 
 static weftResult_t run(const void *sendbuf, void *recvbuf, size_t count, weftDataType_t datatype,
-                        weftRedOp_t op, int root, weftComm_t comm) {
-  return weftReduce(sendbuf, recvbuf, count, datatype, op, root, comm, NULL);
+                        weftRedOp_t op, int root, weftComm_t comm, weftStream_t stream) {
+  return weftReduce(sendbuf, recvbuf, count, datatype, op, root, comm, stream);
 }
 
 static void expect(size_t i, int rank, int nranks, size_t count, weftDataType_t datatype,

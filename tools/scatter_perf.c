@@ -11,9 +11,9 @@ static void counts(size_t nbytes, size_t elem_nbytes, int nranks, size_t *send_c
 }
 
 static weftResult_t run(const void *sendbuf, void *recvbuf, size_t count, weftDataType_t datatype,
-                        weftRedOp_t op, int root, weftComm_t comm) {
+                        weftRedOp_t op, int root, weftComm_t comm, weftStream_t stream) {
   (void)op;
-  return weftScatter(sendbuf, recvbuf, count, datatype, root, comm, NULL);
+  return weftScatter(sendbuf, recvbuf, count, datatype, root, comm, stream);
 }
 
 static void expect(size_t i, int rank, int nranks, size_t count, weftDataType_t datatype,

@@ -11,14 +11,14 @@ static void counts(size_t nbytes, size_t elem_nbytes, int nranks, size_t *send_c
 }
 
 static weftResult_t run(const void *sendbuf, void *recvbuf, size_t count, weftDataType_t datatype,
-                        weftRedOp_t op, int root, weftComm_t comm) {
+                        weftRedOp_t op, int root, weftComm_t comm, weftStream_t stream) {
   (void)op, (void)root;
   int rank, nranks;
   weftCommUserRank(comm, &rank);
   weftCommCount(comm, &nranks);
   weftGroupStart();
-  weftResult_t s = weftSend(sendbuf, count, datatype, (rank + 1) % nranks, comm, NULL);
-  weftResult_t r = weftRecv(recvbuf, count, datatype, (rank + nranks - 1) % nranks, comm, NULL);
+  weftResult_t s = weftSend(sendbuf, count, datatype, (rank + 1) % nranks, comm, stream);
+  weftResult_t r = weftRecv(recvbuf, count, datatype, (rank + nranks - 1) % nranks, comm, stream);
   weftResult_t e = weftGroupEnd();
   return s != weftSuccess ? s : r != weftSuccess ? r : e;
 }

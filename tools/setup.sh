@@ -8,6 +8,12 @@ cd "$(dirname "$0")/.."
 packages=(gcc g++ meson ninja-build pkg-config libgtest-dev)
 packages+=(libucx-dev)
 packages+=(libhwloc-dev) # topology (NUMA, PCI tree, GPUs, NICs)
+# the perf tools' tests, tools/perf_plot.py and tools/bench/compare.py
+packages+=(python3)
+# compare.py's baselines (Open MPI, Gloo): WEFT_SETUP_BASELINES=1 installs them too
+if [ "${WEFT_SETUP_BASELINES:-0}" = 1 ]; then
+  packages+=(openmpi-bin libopenmpi-dev libgloo-dev)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

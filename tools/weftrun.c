@@ -22,6 +22,7 @@
 
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <sched.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -70,7 +71,8 @@ char *run_printf(const char *fmt, ...)
 static void run_usage(FILE *f)
 {
   fprintf(f,
-          "usage: weftrun [-n N] [--no-prefix] [-x NAME=VALUE]... [--] PROGRAM [ARGS...]\n"
+          "usage: weftrun [-n N] [--no-prefix] [--bind-to core|none] [-x NAME=VALUE]... [--]\n"
+          "               PROGRAM [ARGS...]\n"
           "\n"
           "Runs N ranks of PROGRAM on this host, connected through a rendezvous that\n"
           "weftrun serves. Each rank gets WEFT_RANK, WEFT_NRANKS, WEFT_LOCAL_RANK,\n"
@@ -83,6 +85,10 @@ static void run_usage(FILE *f)
           "  -x NAME=VALUE  set NAME in every rank's environment (-x NAME copies\n"
           "                 weftrun's own value)\n"
           "  --no-prefix    print the ranks' lines without the \"[rank] \" prefix\n"
+          "  --bind-to core|none\n"
+          "                 pin rank r to the r-th CPU weftrun may use (default: core\n"
+          "                 when the ranks fit on those CPUs, none when they do not or\n"
+          "                 when WEFT_TRANSPORT=socket)\n"
           "  -h, --help     print this help\n"
           "\n"
           "When a rank fails, the others get SIGTERM, then SIGKILL after\n"
@@ -131,6 +137,7 @@ static void run_parse_args(struct run_job *job, int argc, char **argv)
 {
   job->nranks = 1;
   job->prefix = true;
+  job->bind = -1;
   job->x_vars = run_xmalloc((size_t)argc * sizeof(char *));
   int i = 1;
   while (i < argc) {
@@ -155,6 +162,16 @@ static void run_parse_args(struct run_job *job, int argc, char **argv)
     } else if (strncmp(a, "-n", 2) == 0 && isdigit((unsigned char)a[2])) {
       job->nranks = run_parse_nranks(a + 2);
       i++;
+    } else if (strcmp(a, "--bind-to") == 0) {
+      if (i + 1 >= argc)
+        run_usage_error("--bind-to needs core or none");
+      if (strcmp(argv[i + 1], "core") == 0)
+        job->bind = 1;
+      else if (strcmp(argv[i + 1], "none") == 0)
+        job->bind = 0;
+      else
+        run_usage_error("--bind-to %s: use core or none", argv[i + 1]);
+      i += 2;
     } else if (strcmp(a, "-x") == 0) {
       if (i + 1 >= argc)
         run_usage_error("-x needs NAME=VALUE");
@@ -311,8 +328,39 @@ static int run_free_port(void)
   return port;
 }
 
+/* Whether the ranks will run with WEFT_TRANSPORT=socket (from -x, later
+ * ones winning, else weftrun's environment): their proxy threads need CPUs
+ * of their own, so pinning each rank to one CPU would slow them down. */
+static bool run_ranks_use_sockets(const struct run_job *job)
+{
+  const char *name = "WEFT_TRANSPORT=";
+  const char *value = getenv("WEFT_TRANSPORT");
+  for (int x = 0; x < job->n_x_vars; x++)
+    if (strncmp(job->x_vars[x], name, strlen(name)) == 0)
+      value = job->x_vars[x] + strlen(name);
+  return value != NULL && strcmp(value, "socket") == 0;
+}
+
+/* The CPUs weftrun may run on, and whether ranks get pinned to them: by
+ * default only when each rank can have a CPU of its own (and no proxy
+ * threads of the socket transport need one too). */
+static void run_bind_plan(struct run_job *job)
+{
+  cpu_set_t set;
+  job->ncpus = 0;
+  if (sched_getaffinity(0, sizeof set, &set) != 0)
+    return;
+  job->cpus = run_xmalloc((size_t)CPU_SETSIZE * sizeof(int));
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &set))
+      job->cpus[job->ncpus++] = c;
+  if (job->bind < 0)
+    job->bind = job->nranks <= job->ncpus && !run_ranks_use_sockets(job);
+}
+
 static void run_job_free(struct run_job *job)
 {
+  free(job->cpus);
   for (int r = 0; r < job->nranks && job->ranks; r++) {
     free(job->ranks[r].out.buf);
     free(job->ranks[r].err.buf);
@@ -332,6 +380,7 @@ int main(int argc, char **argv)
   struct run_job job = {.fail_rank = -1};
   int status = 1;
   run_parse_args(&job, argc, argv);
+  run_bind_plan(&job);
   job.kill_timeout_ms = run_kill_timeout_ms();
 
   int err = run_resolve_program(&job);

@@ -42,6 +42,9 @@ struct run_rank {
 struct run_job {
   int nranks;
   bool prefix;
+  int bind;                  /* --bind-to: -1 auto (core when ranks fit), 0 none, 1 core */
+  int ncpus;                 /* CPUs weftrun may run on, listed in cpus */
+  int *cpus;
   int prefix_width;          /* digits of nranks-1 */
   char **argv;               /* PROGRAM ARGS..., NULL-terminated */
   char *exec_path;           /* PROGRAM resolved on PATH */

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,7 +84,7 @@ static void run_close_fds_from(int lowest_fd, int except_fd)
 /* The child between fork and exec: async-signal-safe calls only. Failures
  * are sent to the parent as an errno on exec_fd. */
 static void run_child(const struct run_job *job, pid_t parent, int stdin_fd, int out_fd,
-                      int err_fd, int exec_fd, char **envp)
+                      int err_fd, int exec_fd, char **envp, int cpu)
 {
   struct sigaction dfl = {.sa_handler = SIG_DFL};
   for (int i = 0; i < RUN_NFORWARDED; i++)
@@ -98,6 +99,12 @@ static void run_child(const struct run_job *job, pid_t parent, int stdin_fd, int
   if (getppid() != parent)
     _exit(RUN_EXIT_EXEC); /* weftrun died before the death signal was armed */
   setpgid(0, 0);
+  if (cpu >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    sched_setaffinity(0, sizeof set, &set); /* best effort: run unpinned otherwise */
+  }
 
   int err = 0;
   if ((stdin_fd >= 0 && dup2(stdin_fd, 0) < 0) || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0) {
@@ -141,9 +148,10 @@ int run_launch(struct run_job *job, int r, int devnull_fd)
   char *own[RUN_OWN_VARS];
   char **envp = run_env_build(job, r, own);
   pid_t parent = getpid();
+  int cpu = job->bind > 0 && job->ncpus > 0 ? job->cpus[r % job->ncpus] : -1;
   pid_t pid = fork();
   if (pid == 0)
-    run_child(job, parent, stdin_fd, out_pipe[1], err_pipe[1], exec_pipe[1], envp);
+    run_child(job, parent, stdin_fd, out_pipe[1], err_pipe[1], exec_pipe[1], envp, cpu);
   int fork_errno = errno;
   free(envp);
   for (int i = 0; i < RUN_OWN_VARS; i++)

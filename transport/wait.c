@@ -45,9 +45,9 @@ static int pid_alive(pid_t pid) {
 
 static int oversubscribed; /* more local ranks than usable cores */
 
-void wait_set_local_ranks(int nlocal) {
+void wait_set_local_ranks(int nlocal, int ncpus) {
   cpu_set_t set;
-  int ncpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  if (ncpus <= 0) ncpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
   int over = nlocal > ncpus;
   if (over && !oversubscribed)
     WEFT_INFO(LOG_INIT, "%d local ranks on %d cores: waits yield at once", nlocal, ncpus);

@@ -36,9 +36,10 @@ void wait_begin(struct weft_wait *w, uint64_t timeout_ns, const volatile uint32_
 /* The slow half of wait_poll: clocks, flags, liveness, back-off. */
 weftResult_t wait_check(struct weft_wait *w);
 
-/* Tells the waits how many ranks share this host, so that they yield the core
- * at once when ranks outnumber the cores they may run on. */
-void wait_set_local_ranks(int nlocal);
+/* Tells the waits how many ranks share this host and how many CPUs they may
+ * run on together (0: this process's own), so that they yield the core at
+ * once when ranks outnumber those CPUs. */
+void wait_set_local_ranks(int nlocal, int ncpus);
 
 /* Call once per spin iteration. Returns weftInProgress to keep waiting, or an
  * error (weftRemoteError with a message naming the peer) to give up. */

@@ -75,6 +75,66 @@ done
 
 # bad flags
 if "$perf" -d nosuchtype >/dev/null 2>&1; then bad bad_flag "accepted -d nosuchtype"; else ok bad_flag; fi
+"$perf" -M nosuchmemory >/dev/null 2>&1
+rc=$?
+if [ "$rc" = 2 ]; then ok bad_memory_kind; else bad bad_memory_kind "exit $rc, want 2"; fi
+
+# -z 0 (a host stream), -G (noted, ignored), -J (JSON), -P (progress on stderr)
+if timeout 120 "$weftrun" -n 2 "$perf" -b 8 -e 1M -f 4 -z 0 -G 2 -J "$tmp/run.json" -P 1 -n 3 -w 1 \
+    >"$tmp/flags" 2>"$tmp/flags.err"; then
+  check_table nonblocking "$tmp/flags" 9
+  if grep -q -- "-G 2 ignored" "$tmp/flags" && grep -q "blocking 0" "$tmp/flags"; then ok graph_note
+  else bad graph_note "no -G note or blocking 0 in the header"; fi
+  progress=$(grep -c "all_reduce_perf: [0-9]*/9 rows" "$tmp/flags.err")
+  if [ "$progress" = 9 ]; then ok progress; else bad progress "$progress progress lines, want 9"; fi
+  if python3 - "$tmp/run.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+rows = doc["rows"]
+assert doc["nranks"] == 2 and doc["complete"] and doc["out_of_bounds"] == 0, doc
+assert [r["size_bytes"] for r in rows] == [8 * 4 ** k for k in range(9)], rows
+assert all(r["out_of_place"]["wrong"] == 0 and r["in_place"]["wrong"] == 0 for r in rows)
+assert all(r["out_of_place"]["time_us"] > 0 and r["in_place"]["busbw_GBps"] >= 0 for r in rows)
+PY
+  then ok json; else bad json "$(head -c 300 "$tmp/run.json")"; fi
+else
+  bad nonblocking "exit $?: $(tail -5 "$tmp/flags")"
+fi
+
+# without -P and with stderr not a terminal: no progress lines
+timeout 60 "$weftrun" -n 2 "$perf" -b 8 -e 64 -f 8 -n 1 -w 0 >"$tmp/quiet" 2>"$tmp/quiet.err"
+if grep -q "rows," "$tmp/quiet.err" "$tmp/quiet"; then bad no_progress "progress without -P"
+else ok no_progress; fi
+
+# every tool on a host stream (-z 0), 3 ranks
+for tool in all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter; do
+  out="$tmp/${tool}_z0"
+  if timeout 120 "$weftrun" -n 3 "$tools/${tool}_perf" -b 4 -e 300K -f 9 -z 0 -r 1 -n 2 -w 1 \
+      >"$out" 2>&1; then
+    check_table "${tool}_z0" "$out" 6
+  else
+    bad "${tool}_z0" "exit $?: $(tail -3 "$out")"
+  fi
+done
+
+# -M cuda: runs with 0 wrong where the tools have CUDA and a device, else a clear error and exit 2
+timeout 60 "$weftrun" -n 2 "$perf" -M cuda -b 8 -e 64K -f 8 -n 1 -w 0 >"$tmp/cuda" 2>&1
+rc=$?
+if [ "$rc" = 0 ]; then check_table cuda_memory "$tmp/cuda" 6
+elif [ "$rc" = 2 ] && grep -qE "without CUDA|no CUDA device" "$tmp/cuda"; then ok cuda_unavailable
+else bad cuda_memory "exit $rc: $(tail -3 "$tmp/cuda")"; fi
+
+# the plot tool: two runs (a table and a JSON file) overlaid in one SVG
+if python3 "$(dirname "$0")/../../tools/perf_plot.py" -o "$tmp/plot.svg" table="$tmp/flags" \
+    "$tmp/run.json" >"$tmp/plot.log" 2>&1 &&
+   python3 - "$tmp/plot.svg" <<'PY'
+import sys, xml.dom.minidom
+doc = xml.dom.minidom.parse(sys.argv[1])
+lines = doc.getElementsByTagName("polyline")
+assert len(lines) == 2, len(lines)
+assert all(len(l.getAttribute("points").split()) == 9 for l in lines)
+PY
+then ok plot; else bad plot "$(cat "$tmp/plot.log")"; fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -202,5 +202,28 @@ expect_file <(sort "$tmp/err") $'[0] e0\n[1] e1'
 [[ $(tail -c1 "$tmp/out" | od -An -c | tr -d ' ') == '\n' ]] || fail "output does not end in a newline"
 report partial_line
 
+# --- (h) --bind-to: a CPU each when the ranks fit, else as weftrun runs ----------
+mine=$(grep Cpus_allowed_list /proc/self/status | cut -f2)
+ncpus=$(nproc)
+if ((ncpus >= 2)); then
+  bounded "$weftrun" -n 2 --no-prefix sh -c 'grep Cpus_allowed_list /proc/self/status | cut -f2' \
+    >"$tmp/out" 2>"$tmp/err" || fail "exit status $?"
+  [[ $(sort -u "$tmp/out" | wc -l) -eq 2 ]] || fail "ranks share CPUs: $(cat "$tmp/out")"
+  grep -qvE '^[0-9]+$' "$tmp/out" && fail "a rank is not pinned to one CPU: $(cat "$tmp/out")"
+fi
+bounded "$weftrun" -n $((ncpus + 1)) --no-prefix sh -c \
+  'grep Cpus_allowed_list /proc/self/status | cut -f2' >"$tmp/out" 2>"$tmp/err"
+[[ $(sort -u "$tmp/out") == "$mine" ]] || fail "oversubscribed ranks pinned: $(cat "$tmp/out")"
+bounded "$weftrun" -n 2 --bind-to none --no-prefix sh -c \
+  'grep Cpus_allowed_list /proc/self/status | cut -f2' >"$tmp/out" 2>"$tmp/err"
+[[ $(sort -u "$tmp/out") == "$mine" ]] || fail "--bind-to none pinned: $(cat "$tmp/out")"
+bounded "$weftrun" -n 2 -x WEFT_TRANSPORT=socket --no-prefix sh -c \
+  'grep Cpus_allowed_list /proc/self/status | cut -f2' >"$tmp/out" 2>"$tmp/err"
+[[ $(sort -u "$tmp/out") == "$mine" ]] || fail "socket ranks pinned: $(cat "$tmp/out")"
+bounded "$weftrun" -n 2 --bind-to socket true >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[[ $rc -eq 2 ]] && grep -q "bind-to" "$tmp/err" || fail "--bind-to socket: exit $rc"
+report bind_to
+
 echo "$npassed passed, $nfailed failed"
 [[ $nfailed -eq 0 ]]

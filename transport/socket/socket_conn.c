@@ -121,7 +121,7 @@ static weftResult_t socket_fds_nonblock(struct socket_conn *sc) {
 static void socket_note_local_peer(const struct weft_conn *conn) {
   if (conn->peer_pid <= 0) return;
   int64_t nthreads = param_int(&socket_params[SOCKET_P_NTHREADS]);
-  wait_set_local_ranks(2 * (1 + (int)(nthreads > 0 ? nthreads : 1)));
+  wait_set_local_ranks(2 * (1 + (int)(nthreads > 0 ? nthreads : 1)), 0);
 }
 
 /* The proxy tells a peer that went away (EOF, reset) from one that is slow,

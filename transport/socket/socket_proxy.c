@@ -315,8 +315,20 @@ static void proxy_sleep(struct socket_proxy *p, uint64_t idle_ns) {
   }
 }
 
+/* A rank pinned to one CPU (weftrun --bind-to core) would share it with its
+ * proxy: the proxy may run on any CPU the kernel allows this process. */
+static void proxy_unpin(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) != 1) return;
+  long ncpus = sysconf(_SC_NPROCESSORS_CONF);
+  CPU_ZERO(&set);
+  for (long c = 0; c < ncpus && c < CPU_SETSIZE; c++) CPU_SET(c, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set); /* best effort */
+}
+
 static void *proxy_main(void *arg) {
   struct socket_proxy *p = arg;
+  proxy_unpin();
   uint64_t idle_since = 0;
   topo_thread_place();
   for (;;) {

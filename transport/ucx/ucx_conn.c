@@ -67,7 +67,7 @@ static int ucx_can_connect(const struct peer_info *sender, const struct peer_inf
  * shares the host, the waits must yield at once when the threads outnumber
  * the cores (as with the socket transport). */
 static void ucx_note_local_peer(const struct weft_conn *conn) {
-  if (conn->peer_pid > 0) wait_set_local_ranks(4);
+  if (conn->peer_pid > 0) wait_set_local_ranks(4, 0);
 }
 
 /* Rewrites the last error as "ucx transport, what rank N: cause". */

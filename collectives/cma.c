@@ -1,0 +1,255 @@
+/* Single-copy collectives over cross-memory attach (process_vm_readv and
+ * process_vm_writev): ranks
+ * on one host pass their buffer addresses through the point-to-point FIFOs
+ * and then read each other's buffers directly, so every byte crosses memory
+ * once instead of going through a FIFO slot. Used for large all-reduce,
+ * all-gather and reduce-scatter when every rank shares this host.
+ *
+ *   all-gather:     exchange addresses; read each peer's input into its block
+ *                   of the output; barrier (peers are done reading ours).
+ *   reduce-scatter: exchange addresses; for this rank's block, piece by
+ *                   piece, read each peer's share and reduce it into the
+ *                   output; barrier.
+ *   all-reduce:     the reduce-scatter on block `rank`, each reduced piece
+ *                   written (process_vm_writev, from cache) into every
+ *                   rank's output; barrier. No rank reads block `rank` of an
+ *                   input but its owner, so in place is safe.
+ *
+ * Each block is reduced by one rank only, so all ranks hold the same bits.
+ * The first call probes that the kernel lets ranks read each other (ptrace
+ * rules, containers); the ranks agree on the answer, and where it fails the
+ * tuner stops picking cma and this call runs the ring instead. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "../transport/status.h"
+#include "cma.h"
+#include "plan.h"
+#include "prims_peer.h"
+#include "reduce_host.h"
+
+struct weft_param cma_params[] = {
+    {"WEFT_CMA_MIN_NBYTES", PARAM_INT, "64K",
+     "smallest all-reduce, all-gather or reduce-scatter (bytes, all ranks) that the tuner "
+     "runs single-copy through cross-memory attach; larger than any size turns it off",
+     0, 0, NULL},
+    PARAM_END,
+};
+
+#define CMA_PIECE_NBYTES (256 * 1024) /* reduce in pieces that stay in cache */
+
+/* What one rank tells the others about a call. */
+struct cma_desc {
+  uint64_t send_addr;
+  uint64_t recv_addr;
+  uint64_t probe_addr; /* a word holding CMA_PROBE_VALUE */
+};
+#define CMA_PROBE_VALUE 0x636d612d70726f62ull /* "cma-prob" */
+static const volatile uint64_t cma_probe_word = CMA_PROBE_VALUE;
+
+size_t cma_min_nbytes(void) {
+  int64_t v = param_int(&cma_params[0]);
+  return v > 0 ? (size_t)v : 0;
+}
+
+int cma_possible(const struct weftComm *comm) {
+  if (comm->cma_state < 0 || comm->nranks < 2 || comm->network || comm->peers == NULL) return 0;
+  for (int r = 0; r < comm->nranks; r++)
+    if (comm->peers[r].host_hash != comm->peers[comm->rank].host_hash) return 0;
+  /* only where the ring itself runs over shared memory (not WEFT_TRANSPORT=socket) */
+  const struct weft_transport *t = comm->channels[0].send.transport;
+  return t != NULL && strcmp(t->name, "shm") == 0;
+}
+
+/* Reads nbytes at remote address addr of rank peer into dst. */
+static weftResult_t cma_read(struct weftComm *comm, int peer, void *dst, uint64_t addr,
+                             size_t nbytes) {
+  pid_t pid = comm->peers[peer].pid;
+  while (nbytes > 0) {
+    struct iovec local = {.iov_base = dst, .iov_len = nbytes};
+    struct iovec remote = {.iov_base = (void *)(uintptr_t)addr, .iov_len = nbytes};
+    ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      return weft_error_set(n < 0 && errno == ESRCH ? weftRemoteError : weftSystemError,
+                            "cma: reading %zu bytes from rank %d (pid %d): %s", nbytes, peer,
+                            (int)pid, n < 0 ? strerror(errno) : "no progress");
+    dst = (char *)dst + n;
+    addr += (uint64_t)n;
+    nbytes -= (size_t)n;
+  }
+  return weftSuccess;
+}
+
+/* Writes nbytes from src to remote address addr of rank peer. */
+static weftResult_t cma_write(struct weftComm *comm, int peer, uint64_t addr, const void *src,
+                              size_t nbytes) {
+  pid_t pid = comm->peers[peer].pid;
+  while (nbytes > 0) {
+    struct iovec local = {.iov_base = (void *)src, .iov_len = nbytes};
+    struct iovec remote = {.iov_base = (void *)(uintptr_t)addr, .iov_len = nbytes};
+    ssize_t n = process_vm_writev(pid, &local, 1, &remote, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      return weft_error_set(n < 0 && errno == ESRCH ? weftRemoteError : weftSystemError,
+                            "cma: writing %zu bytes to rank %d (pid %d): %s", nbytes, peer,
+                            (int)pid, n < 0 ? strerror(errno) : "no progress");
+    src = (const char *)src + n;
+    addr += (uint64_t)n;
+    nbytes -= (size_t)n;
+  }
+  return weftSuccess;
+}
+
+/* Sends msg (nbytes) to every peer, then receives one from each into
+ * msgs[peer]. The FIFOs hold several slots, so the sends never wait on a
+ * peer that is itself sending. */
+static weftResult_t cma_alltoall_small(struct weftComm *comm, const void *msg, void *msgs,
+                                       size_t nbytes) {
+  const int n = comm->nranks, rank = comm->rank;
+  for (int j = 1; j < n; j++) {
+    int peer = (rank + j) % n;
+    WEFT_TRY(peer_send(comm, &comm->p2p_send[peer], msg, nbytes));
+  }
+  for (int j = 1; j < n; j++) {
+    int peer = (rank - j + n) % n;
+    WEFT_TRY(peer_recv(comm, &comm->p2p_recv[peer], (char *)msgs + (size_t)peer * nbytes,
+                       nbytes));
+  }
+  return weftSuccess;
+}
+
+/* The scratch space: a piece buffer, then a word per rank for small messages. */
+static uint64_t *cma_words(struct weftComm *comm) {
+  return (uint64_t *)((char *)comm->cma_scratch + CMA_PIECE_NBYTES);
+}
+
+static weftResult_t cma_barrier(struct weftComm *comm) {
+  uint64_t token = comm->seq, *tokens = cma_words(comm);
+  return cma_alltoall_small(comm, &token, tokens, sizeof token);
+}
+
+/* Connects to every peer, allocates the scratch space, and on the first call
+ * probes and agrees whether cross-memory attach works. Returns weftSuccess
+ * with *usable_out 0 when it does not (every rank gets the same answer). */
+static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *plan,
+                              struct cma_desc *descs, int *usable_out) {
+  const int n = comm->nranks, rank = comm->rank;
+  if (comm->cma_scratch == NULL) {
+    size_t nbytes = CMA_PIECE_NBYTES + (size_t)n * sizeof(uint64_t);
+    if (posix_memalign(&comm->cma_scratch, 4096, nbytes) != 0)
+      return weft_error_set(weftSystemError, "cma: cannot allocate %zu bytes", nbytes);
+  }
+  int peers[n > 1 ? n - 1 : 1];
+  for (int j = 1; j < n; j++) peers[j - 1] = (rank + j) % n;
+  WEFT_TRY(peer_connect(comm, peers, n - 1));
+  struct cma_desc self = {.send_addr = (uintptr_t)plan->sendbuf,
+                          .recv_addr = (uintptr_t)plan->recvbuf,
+                          .probe_addr = (uintptr_t)&cma_probe_word};
+  WEFT_TRY(cma_alltoall_small(comm, &self, descs, sizeof self));
+  descs[rank] = self;
+  if (comm->cma_state == 0) {
+    uint64_t ok = 1, word = 0, *oks = cma_words(comm);
+    for (int j = 1; j < n && ok; j++) {
+      int peer = (rank + j) % n;
+      struct iovec local = {.iov_base = &word, .iov_len = sizeof word};
+      struct iovec remote = {.iov_base = (void *)(uintptr_t)descs[peer].probe_addr,
+                             .iov_len = sizeof word};
+      ok = process_vm_readv(comm->peers[peer].pid, &local, 1, &remote, 1, 0) == sizeof word &&
+           word == CMA_PROBE_VALUE;
+      if (!ok)
+        WEFT_INFO(LOG_COLL, "cma: cannot read rank %d (pid %d): %s; using the ring", peer,
+                  (int)comm->peers[peer].pid, strerror(errno));
+    }
+    WEFT_TRY(cma_alltoall_small(comm, &ok, oks, sizeof ok));
+    for (int r = 0; r < n; r++)
+      if (r != rank) ok &= oks[r];
+    comm->cma_state = ok ? 1 : -1;
+  }
+  *usable_out = comm->cma_state > 0;
+  return weftSuccess;
+}
+
+/* dst = own input op every peer's input, elements [off, off + count) of each
+ * rank's send buffer; dst may be src exactly (in place). With share set,
+ * each reduced piece, still in cache, is also written to the same elements
+ * of every peer's receive buffer (all-reduce). */
+static weftResult_t cma_reduce_block(struct weftComm *comm, const struct weft_plan *plan,
+                                     const struct cma_desc *descs, size_t off, size_t count,
+                                     char *dst, int share) {
+  const int n = comm->nranks, rank = comm->rank;
+  const size_t esize = weftTypeSize(plan->datatype);
+  const weft_reduce_fn reduce = reduce_host_fn(plan->datatype, plan->op);
+  const int divisor = plan->op == weftAvg ? n : 1;
+  const size_t piece = CMA_PIECE_NBYTES / esize;
+  char *tmp = comm->cma_scratch; /* the piece buffer starts the scratch space */
+  for (size_t base = 0; base < count; base += piece) {
+    const size_t m = count - base < piece ? count - base : piece;
+    const char *acc = (const char *)plan->sendbuf + (off + base) * esize;
+    char *out = dst + base * esize;
+    for (int j = 1; j < n; j++) {
+      int peer = (rank + j) % n;
+      WEFT_TRY(cma_read(comm, peer, tmp, descs[peer].send_addr + (off + base) * esize,
+                        m * esize));
+      reduce(out, NULL, acc, tmp, m, j == n - 1 ? divisor : 1);
+      acc = out;
+    }
+    for (int j = 1; j < n && share; j++) {
+      int peer = (rank + j) % n;
+      WEFT_TRY(cma_write(comm, peer, descs[peer].recv_addr + (off + base) * esize, out,
+                         m * esize));
+    }
+  }
+  return weftSuccess;
+}
+
+weftResult_t cma_run(struct weftComm *comm, const struct weft_plan *plan) {
+  const int n = comm->nranks, rank = comm->rank;
+  struct cma_desc descs[n];
+  int usable = 0;
+  WEFT_TRY(cma_setup(comm, plan, descs, &usable));
+  if (!usable) {
+    algo_fn fn = plan->coll == COLL_ALLREDUCE     ? ring_allreduce
+                 : plan->coll == COLL_ALLGATHER   ? ring_allgather
+                                                  : ring_reducescatter;
+    return fn(comm, &comm->channels[0], plan, 0, plan->count);
+  }
+  const size_t esize = weftTypeSize(plan->datatype);
+  char *recv = plan->recvbuf;
+  switch (plan->coll) {
+    case COLL_ALLGATHER: {
+      const size_t nbytes = plan->count * esize;
+      char *mine = recv + (size_t)rank * nbytes;
+      if (mine != (const char *)plan->sendbuf) memcpy(mine, plan->sendbuf, nbytes);
+      for (int j = 1; j < n; j++) {
+        int peer = (rank + j) % n;
+        WEFT_TRY(cma_read(comm, peer, recv + (size_t)peer * nbytes, descs[peer].send_addr,
+                          nbytes));
+      }
+      return cma_barrier(comm);
+    }
+    case COLL_REDUCESCATTER:
+      WEFT_TRY(cma_reduce_block(comm, plan, descs, (size_t)rank * plan->count, plan->count,
+                                recv, 0));
+      return cma_barrier(comm);
+    case COLL_ALLREDUCE: {
+      /* block r: elements [r * block, (r + 1) * block), 64-byte aligned */
+      const size_t align = 64 / esize > 0 ? 64 / esize : 1;
+      size_t block = (plan->count + (size_t)n - 1) / (size_t)n;
+      block = (block + align - 1) / align * align;
+#define BLOCK_OFF(r) ((size_t)(r) * block < plan->count ? (size_t)(r) * block : plan->count)
+#define BLOCK_LEN(r) (BLOCK_OFF((r) + 1) - BLOCK_OFF(r))
+      WEFT_TRY(cma_reduce_block(comm, plan, descs, BLOCK_OFF(rank), BLOCK_LEN(rank),
+                                recv + BLOCK_OFF(rank) * esize, 1));
+#undef BLOCK_OFF
+#undef BLOCK_LEN
+      return cma_barrier(comm);
+    }
+    default:
+      return weft_error_set(weftInternalError, "cma: no single-copy %s",
+                            coll_kind_name(plan->coll));
+  }
+}

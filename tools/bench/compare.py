@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""Run weft's perf tools and the baselines (Open MPI, Gloo) alternately and
+print a side-by-side table of medians.
+
+The baselines are the programs in the shared baselines folder (mpi_coll_bench.c,
+gloo_allreduce_bench.c); they are built into --build (default /tmp/weft-bench),
+never into the repository. Every repetition runs each library once, one after
+the other, so that noise from other work on the machine falls on all of them.
+
+    tools/bench/compare.py -n 2 -C allreduce -b 8 -e 256M -f 4 -r 3
+    tools/bench/compare.py -n 2 -C allreduce --socket --gloo -b 1M -e 256M -f 4
+    tools/bench/compare.py -n 4 -C allreduce -b 64M -e 64M --ompi-only default
+
+Columns: median time (us) and busbw (GB/s) of each library, then weft's busbw
+divided by the best baseline's (out-of-place, then in-place).
+"""
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+TOOLS = {"allreduce": "all_reduce", "allgather": "all_gather", "reduce_scatter": "reduce_scatter",
+         "bcast": "broadcast", "reduce": "reduce"}
+OMPI = {
+    "vader": ["--mca", "pml", "ob1", "--mca", "btl", "self,vader"],
+    "ucx": ["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices", "any"],
+    "default": [],
+    "tcp": ["--mca", "pml", "ob1", "--mca", "btl", "self,tcp"],
+}
+ROW = re.compile(r"^(?:\[\d+\])?\s+(\d+)\s+(\d+)\s+\S+\s+\S+\s+-?\d+\s+(\S+)\s+(\S+)\s+(\S+)\s+\S+"
+                 r"\s+(\S+)\s+(\S+)\s+(\S+)")
+
+
+def find_baselines(arg):
+    for d in [arg, os.environ.get("BASELINES_SRC"), os.path.join(ROOT, "..", "..", "shared",
+              "baselines"), os.path.join(ROOT, "..", "shared", "baselines"), "/work/shared/baselines"]:
+        if d and os.path.exists(os.path.join(d, "mpi_coll_bench.c")):
+            return os.path.abspath(d)
+    return None
+
+
+def build(src, out, want_gloo):
+    os.makedirs(out, exist_ok=True)
+    mpi = os.path.join(out, "mpi_coll_bench_ompi")
+    gloo = os.path.join(out, "gloo_allreduce_bench")
+    if not os.path.exists(mpi):
+        if not shutil.which("mpicc.openmpi"):
+            sys.exit("compare: no mpicc.openmpi (apt-get install openmpi-bin libopenmpi-dev)")
+        subprocess.run(["mpicc.openmpi", "-O3", "-march=native", "-o", mpi,
+                        os.path.join(src, "mpi_coll_bench.c")], check=True)
+    if want_gloo and not os.path.exists(gloo):
+        if not os.path.exists("/usr/include/gloo/allreduce.h"):
+            sys.exit("compare: --gloo needs libgloo-dev")
+        subprocess.run(["g++", "-O3", "-march=native", "-std=c++17", "-o", gloo,
+                        os.path.join(src, "gloo_allreduce_bench.cc"), "-lgloo", "-lpthread"],
+                       check=True)
+    return mpi, gloo
+
+
+def parse(text):
+    """{size: (oop_time, oop_busbw, ip_time, ip_busbw)} from one table."""
+    rows = {}
+    for line in text.splitlines():
+        m = ROW.match(line)
+        if not m:
+            continue
+
+        def num(s):
+            try:
+                return float(s)
+            except ValueError:
+                return float("nan")
+        rows[int(m.group(1))] = (num(m.group(3)), num(m.group(5)), num(m.group(6)),
+                                 num(m.group(8)))
+    return rows
+
+
+def run(cmd, env, log, timeout):
+    t0 = time.time()
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=timeout)
+    with open(log, "w") as f:
+        f.write(" ".join(cmd) + "\n" + p.stdout)
+    if p.returncode != 0:
+        print(f"compare: exit {p.returncode} after {time.time() - t0:.0f} s: {' '.join(cmd)} "
+              f"(log {log})", file=sys.stderr)
+    return parse(p.stdout)
+
+
+def run_gloo(binary, nranks, sweep, algo, log, timeout):
+    store = tempfile.mkdtemp(prefix="gloo_store.")
+    try:
+        base = [binary, "-S", str(nranks), "-p", store, "-H", "127.0.0.1", "-a", algo] + sweep
+        others = [subprocess.Popen(base + ["-R", str(r)], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL) for r in range(1, nranks)]
+        rows = run(base + ["-R", "0"], os.environ.copy(), log, timeout)
+        for p in others:
+            p.wait(timeout=60)
+        return rows
+    finally:
+        shutil.rmtree(store, ignore_errors=True)
+
+
+def median(values):
+    values = [v for v in values if v == v]
+    return statistics.median(values) if values else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-n", "--nranks", type=int, default=2)
+    ap.add_argument("-C", "--collectives", default="allreduce",
+                    help="comma list of " + ",".join(TOOLS))
+    ap.add_argument("-b", default="8")
+    ap.add_argument("-e", default="256M")
+    ap.add_argument("-f", default="4")
+    ap.add_argument("-r", "--reps", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=20, help="timed iterations per size (-n)")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--socket", action="store_true", help="weft with WEFT_TRANSPORT=socket")
+    ap.add_argument("--gloo", action="store_true", help="add Gloo (all-reduce only)")
+    ap.add_argument("--gloo-algo", default="ring")
+    ap.add_argument("--ompi", default="vader,ucx",
+                    help="Open MPI configurations: vader, ucx, default, tcp (comma list, or none)")
+    ap.add_argument("-x", action="append", default=[], help="VAR=VALUE for weft's ranks")
+    ap.add_argument("--build", default="/tmp/weft-bench")
+    ap.add_argument("--baselines", default=None, help="folder with mpi_coll_bench.c")
+    ap.add_argument("--weft-build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--logs", default=None, help="keep raw outputs here")
+    ap.add_argument("--timeout", type=int, default=1200)
+    args = ap.parse_args()
+
+    src = find_baselines(args.baselines)
+    ompi_cfgs = [c for c in args.ompi.split(",") if c and c != "none"]
+    if src is None and (ompi_cfgs or args.gloo):
+        sys.exit("compare: baselines not found (pass --baselines DIR with mpi_coll_bench.c)")
+    mpi_bin, gloo_bin = build(src, args.build, args.gloo) if src else (None, None)
+    logs = args.logs or tempfile.mkdtemp(prefix="weft-compare.")
+    os.makedirs(logs, exist_ok=True)
+    weftrun = os.path.join(args.weft_build, "tools", "weftrun")
+    sweep = ["-b", args.b, "-e", args.e, "-f", args.f]
+    colls = args.collectives.split(",")
+    results = {}  # (coll, lib) -> list of tables
+    env = os.environ.copy()
+    for rep in range(args.reps):
+        for coll in colls:
+            tool = os.path.join(args.weft_build, "tools", TOOLS[coll] + "_perf")
+            wx = []
+            for kv in args.x + (["WEFT_TRANSPORT=socket"] if args.socket else []):
+                wx += ["-x", kv]
+            libs = [("weft", [weftrun, "-n", str(args.nranks)] + wx +
+                     [tool] + sweep + ["-n", str(args.iters), "-w", str(args.warmup), "-c", "0"])]
+            for cfg in ompi_cfgs:
+                libs.append((f"ompi-{cfg}", ["mpirun.openmpi", "--allow-run-as-root",
+                                             "--oversubscribe", "-np", str(args.nranks)] +
+                             OMPI[cfg] + [mpi_bin, "-C", coll] + sweep +
+                             ["-n", str(args.iters), "-w", str(args.warmup), "-c", "0"]))
+            # alternate the order between repetitions as well
+            if rep % 2:
+                libs.reverse()
+            for lib, cmd in libs:
+                log = os.path.join(logs, f"{coll}.{lib}.rep{rep}.txt")
+                results.setdefault((coll, lib), []).append(run(cmd, env, log, args.timeout))
+            if args.gloo and coll == "allreduce":
+                log = os.path.join(logs, f"{coll}.gloo.rep{rep}.txt")
+                results.setdefault((coll, f"gloo-{args.gloo_algo}"), []).append(
+                    run_gloo(gloo_bin, args.nranks, sweep + ["-n", str(args.iters), "-w",
+                             str(args.warmup)], args.gloo_algo, log, args.timeout))
+            print(f"# rep {rep + 1}/{args.reps} {coll} done", file=sys.stderr)
+
+    print(f"# compare: {args.nranks} ranks, medians of {args.reps} alternating runs, "
+          f"weft{' over sockets' if args.socket else ''}; raw logs in {logs}")
+    for coll in colls:
+        libs = [lib for (c, lib) in results if c == coll]
+        sizes = sorted({s for lib in libs for t in results[(coll, lib)] for s in t})
+        med = {}
+        for lib in libs:
+            for s in sizes:
+                vals = [t[s] for t in results[(coll, lib)] if s in t]
+                med[(lib, s)] = tuple(median([v[k] for v in vals]) for k in range(4))
+        print(f"\n## {coll}: time (us) / busbw (GB/s); ratio = best baseline time / weft time (= weft busbw / best busbw)")
+        for col, name in ((0, "out-of-place"), (2, "in-place")):
+            head = f"| size (B) | " + " | ".join(libs) + " | ratio |"
+            print(f"\n{name}\n\n{head}\n|" + "---|" * (len(libs) + 2))
+            for s in sizes:
+                cells, best = [], float("inf")
+                for lib in libs:
+                    t, bw = med.get((lib, s), (float("nan"),) * 4)[col:col + 2]
+                    cells.append(f"{t:.2f} / {bw:.2f}" if t == t else "-")
+                    if lib != "weft" and t == t:
+                        best = min(best, t)
+                # busbw ratio from the times (the busbw columns are rounded)
+                wt = med.get(("weft", s), (float("nan"),) * 4)[col]
+                ratio = f"{best / wt:.2f}" if best < float("inf") and wt == wt and wt > 0 else "-"
+                print(f"| {s} | " + " | ".join(cells) + f" | {ratio} |")
+
+
+if __name__ == "__main__":
+    main()
