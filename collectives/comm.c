@@ -207,11 +207,23 @@ static void *init_all_main(void *p) {
   return NULL;
 }
 
+/* A device number names a CUDA device, or, when the topology comes from a
+ * file (WEFT_TOPO_FILE: a machine planned rather than this one), a GPU of
+ * that file: the ranks take the file's places and run on host memory. */
+static weftResult_t comm_check_device(int dev) {
+  if (topo_get_cpus()->this_system) return device_check_ordinal(dev);
+  const struct topo *topo = topo_get(); /* with the file's GPUs */
+  if (dev < 0 || dev >= topo->ngpus)
+    return weft_error_set(weftInvalidArgument, "device %d: the topology (%s) has %d GPUs", dev,
+                          topo->source, topo->ngpus);
+  return weftSuccess;
+}
+
 weftResult_t weftCommInitAll(weftComm_t *comms, int ndev, const int *devlist) {
   weft_error_clear();
   if (comms == NULL) return weft_error_set(weftInvalidArgument, "comms is NULL");
   if (ndev < 1) return weft_error_set(weftInvalidArgument, "ndev %d < 1", ndev);
-  for (int i = 0; devlist != NULL && i < ndev; i++) WEFT_TRY(device_check_ordinal(devlist[i]));
+  for (int i = 0; devlist != NULL && i < ndev; i++) WEFT_TRY(comm_check_device(devlist[i]));
   struct bootstrap_id id;
   WEFT_TRY(bootstrap_id_create(&id));
   struct init_all_arg *args = calloc((size_t)ndev, sizeof *args);
