@@ -122,9 +122,10 @@ static weftResult_t cma_alltoall_small(struct weftComm *comm, const void *msg, v
   return weftSuccess;
 }
 
-/* The scratch space: a piece buffer, then a word per rank for small messages. */
+/* The scratch space: two piece buffers, then a word per rank for small
+ * messages. */
 static uint64_t *cma_words(struct weftComm *comm) {
-  return (uint64_t *)((char *)comm->cma_scratch + CMA_PIECE_NBYTES);
+  return (uint64_t *)((char *)comm->cma_scratch + 2 * CMA_PIECE_NBYTES);
 }
 
 static weftResult_t cma_barrier(struct weftComm *comm) {
@@ -139,7 +140,7 @@ static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *pla
                               struct cma_desc *descs, int *usable_out) {
   const int n = comm->nranks, rank = comm->rank;
   if (comm->cma_scratch == NULL) {
-    size_t nbytes = CMA_PIECE_NBYTES + (size_t)n * sizeof(uint64_t);
+    size_t nbytes = 2 * CMA_PIECE_NBYTES + (size_t)n * sizeof(uint64_t);
     if (posix_memalign(&comm->cma_scratch, 4096, nbytes) != 0)
       return weft_error_set(weftSystemError, "cma: cannot allocate %zu bytes", nbytes);
   }
@@ -185,21 +186,29 @@ static weftResult_t cma_reduce_block(struct weftComm *comm, const struct weft_pl
   const weft_reduce_fn reduce = reduce_host_fn(plan->datatype, plan->op);
   const int divisor = plan->op == weftAvg ? n : 1;
   const size_t piece = CMA_PIECE_NBYTES / esize;
-  char *tmp = comm->cma_scratch; /* the piece buffer starts the scratch space */
+  char *tmp = comm->cma_scratch; /* the peer's piece */
+  /* Out of place, a piece that is also shared is reduced into the second
+   * scratch buffer and copied out in one go: stores into output lines that
+   * are not in cache cost a read of each line first, a bulk copy does not,
+   * and the writes to the peers then read the piece from cache. */
+  const int staged = share && (const char *)plan->sendbuf + off * esize != dst;
+  char *stage = tmp + CMA_PIECE_NBYTES;
   for (size_t base = 0; base < count; base += piece) {
     const size_t m = count - base < piece ? count - base : piece;
     const char *acc = (const char *)plan->sendbuf + (off + base) * esize;
     char *out = dst + base * esize;
+    char *red = staged ? stage : out;
     for (int j = 1; j < n; j++) {
       int peer = (rank + j) % n;
       WEFT_TRY(cma_read(comm, peer, tmp, descs[peer].send_addr + (off + base) * esize,
                         m * esize));
-      reduce(out, NULL, acc, tmp, m, j == n - 1 ? divisor : 1);
-      acc = out;
+      reduce(red, NULL, acc, tmp, m, j == n - 1 ? divisor : 1);
+      acc = red;
     }
+    if (staged) memcpy(out, red, m * esize);
     for (int j = 1; j < n && share; j++) {
       int peer = (rank + j) % n;
-      WEFT_TRY(cma_write(comm, peer, descs[peer].recv_addr + (off + base) * esize, out,
+      WEFT_TRY(cma_write(comm, peer, descs[peer].recv_addr + (off + base) * esize, red,
                          m * esize));
     }
   }

@@ -2,6 +2,8 @@
  * were built with the CUDA runtime (WEFT_PERF_CUDA). */
 #include "perf_mem.h"
 
+#include <weft.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,8 +44,8 @@ int perf_mem_available(enum perf_mem_kind kind, char *why, size_t len) {
 void *perf_mem_alloc(enum perf_mem_kind kind, size_t nbytes) {
   void *p = NULL;
   if (kind == PERF_MEM_HOST) {
-    size_t rounded = (nbytes + 4095) / 4096 * 4096;
-    return posix_memalign(&p, 4096, rounded ? rounded : 4096) == 0 ? p : NULL;
+    /* weft's allocator, as nccl-tests takes ncclMemAlloc's memory */
+    return weftMemAllocHost(&p, nbytes ? nbytes : 1) == weftSuccess ? p : NULL;
   }
 #ifdef WEFT_PERF_CUDA
   if (cudaMalloc(&p, nbytes ? nbytes : 1) != cudaSuccess) return NULL;
@@ -52,7 +54,7 @@ void *perf_mem_alloc(enum perf_mem_kind kind, size_t nbytes) {
 }
 
 void perf_mem_free(enum perf_mem_kind kind, void *ptr) {
-  if (kind == PERF_MEM_HOST) free(ptr);
+  if (kind == PERF_MEM_HOST) weftMemFree(ptr);
 #ifdef WEFT_PERF_CUDA
   else cudaFree(ptr);
 #endif
