@@ -40,6 +40,7 @@ struct weft_param cma_params[] = {
 };
 
 #define CMA_PIECE_NBYTES (256 * 1024) /* reduce in pieces that stay in cache */
+#define CMA_STREAM_MIN_NBYTES (1u << 20) /* local copies from here bypass the caches */
 
 /* What one rank tells the others about a call. */
 struct cma_desc {
@@ -232,7 +233,10 @@ weftResult_t cma_run(struct weftComm *comm, const struct weft_plan *plan) {
     case COLL_ALLGATHER: {
       const size_t nbytes = plan->count * esize;
       char *mine = recv + (size_t)rank * nbytes;
-      if (mine != (const char *)plan->sendbuf) memcpy(mine, plan->sendbuf, nbytes);
+      if (mine != (const char *)plan->sendbuf) {
+        if (nbytes >= CMA_STREAM_MIN_NBYTES) copy_host_stream(mine, plan->sendbuf, nbytes);
+        else memcpy(mine, plan->sendbuf, nbytes);
+      }
       for (int j = 1; j < n; j++) {
         int peer = (rank + j) % n;
         WEFT_TRY(cma_read(comm, peer, recv + (size_t)peer * nbytes, descs[peer].send_addr,

@@ -149,3 +149,30 @@ void reduce_host_divide(weftDataType_t datatype, void *dst, const void *src, siz
   else if (dst != src)
     memcpy(dst, src, count * reduce_host_elem_nbytes[datatype]);
 }
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+
+void copy_host_stream(void *dst, const void *src, size_t nbytes) {
+  char *d = dst;
+  const char *s = src;
+  /* head: up to the destination's next 16-byte boundary */
+  size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+  if (head > nbytes) head = nbytes;
+  memcpy(d, s, head);
+  d += head, s += head, nbytes -= head;
+  size_t n64 = nbytes / 64;
+  for (size_t i = 0; i < n64; i++, d += 64, s += 64) {
+    __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)s + 1),
+            c = _mm_loadu_si128((const __m128i *)s + 2), e = _mm_loadu_si128((const __m128i *)s + 3);
+    _mm_stream_si128((__m128i *)d, a);
+    _mm_stream_si128((__m128i *)d + 1, b);
+    _mm_stream_si128((__m128i *)d + 2, c);
+    _mm_stream_si128((__m128i *)d + 3, e);
+  }
+  _mm_sfence(); /* streaming stores are weakly ordered: fence before others look */
+  memcpy(d, s, nbytes % 64);
+}
+#else
+void copy_host_stream(void *dst, const void *src, size_t nbytes) { memcpy(dst, src, nbytes); }
+#endif

@@ -27,6 +27,11 @@ weft_reduce_fn reduce_host_fn(weftDataType_t datatype, weftRedOp_t op);
 void reduce_host_divide(weftDataType_t datatype, void *dst, const void *src, size_t count,
                         int divisor);
 
+/* memcpy for copies larger than the caches: stores that bypass them
+ * (no read of each destination line first, no eviction of what the next
+ * steps need). Falls back to memcpy where the CPU has none. */
+void copy_host_stream(void *dst, const void *src, size_t nbytes);
+
 #ifdef __cplusplus
 }
 #endif
