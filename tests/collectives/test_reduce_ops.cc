@@ -753,4 +753,26 @@ TEST(ReduceOps, MaxMinNanAndSignedZero) {
   EXPECT_EQ(weft_u32_sum(UINT32_MAX, 2), 1u);
 }
 
+// The streaming copy of large local blocks: every alignment of source and
+// destination, sizes around its 16- and 64-byte steps and up to 3 MiB, bytes
+// on both sides of the destination untouched.
+TEST(CopyHostStream, EqualsMemcpyAtEveryAlignment) {
+  std::mt19937_64 rng(20261123);
+  std::vector<unsigned char> src((3u << 20) + 256), dst(src.size() + 256);
+  for (auto &b : src) b = (unsigned char)rng();
+  std::vector<size_t> sizes = {0, 1, 15, 16, 17, 63, 64, 65, 127, 1000, 4099, (1u << 20) + 13,
+                               3u << 20};
+  for (size_t nbytes : sizes)
+    for (size_t so = 0; so < 16; so += 3)
+      for (size_t d_off = 0; d_off < 16; d_off += (nbytes > 100000 ? 5 : 1)) {
+        std::fill(dst.begin(), dst.end(), 0xa5);
+        copy_host_stream(dst.data() + 64 + d_off, src.data() + so, nbytes);
+        ASSERT_EQ(0, memcmp(dst.data() + 64 + d_off, src.data() + so, nbytes))
+            << nbytes << " bytes, src offset " << so << ", dst offset " << d_off;
+        for (size_t i = 0; i < 64 + d_off; i++) ASSERT_EQ(dst[i], 0xa5) << "before, " << i;
+        for (size_t i = 64 + d_off + nbytes; i < dst.size(); i++)
+          ASSERT_EQ(dst[i], 0xa5) << "after, " << nbytes << " bytes, at " << i;
+      }
+}
+
 }  // namespace
