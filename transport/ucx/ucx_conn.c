@@ -19,6 +19,7 @@
 
 #include "../param.h"
 #include "../status.h"
+#include "../topo.h"
 #include "../transport.h"
 #include "../wait.h"
 #include "ucx_proxy.h"
@@ -114,6 +115,7 @@ static weftResult_t ucx_conn_alloc(struct weft_conn *conn, int is_send, struct u
   if (fifo == MAP_FAILED)
     return weft_error_errno(weftSystemError, "allocating a %zu-byte ucx FIFO", uc->fifo_nbytes);
   uc->fifo = fifo;
+  topo_mem_place(fifo, uc->fifo_nbytes); /* on the rank's NUMA node, before the first touch */
   ucp_mem_map_params_t mp = {
       .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
       .address = fifo,

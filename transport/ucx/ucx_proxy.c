@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "../status.h"
+#include "../topo.h"
 #include "../wait.h"
 
 #define PROXY_SPIN_NS 100000ull      /* idle time spent spinning before sleeping */
@@ -244,6 +245,7 @@ static void ucx_lock(void) {
 
 static void *proxy_main(void *arg) {
   (void)arg;
+  topo_thread_place(); /* on the CPUs of the rank's NUMA node */
   uint64_t idle_since = 0;
   for (;;) {
     pthread_mutex_lock(&ucx_mutex);
