@@ -1,5 +1,6 @@
 #include "harness.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <poll.h>
@@ -11,6 +12,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <fstream>
 
 extern "C" {
 #include "collectives/params.h"
@@ -151,6 +154,27 @@ uint64_t test_seed() {
     printed = true;
   }
   return seed;
+}
+
+double now_s() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int count_threads_named(const char *prefix) {
+  int n = 0;
+  DIR *d = opendir("/proc/self/task");
+  if (d == nullptr) return -1;
+  while (dirent *e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/comm");
+    std::string name;
+    std::getline(f, name);
+    if (name.rfind(prefix, 0) == 0) n++;
+  }
+  closedir(d);
+  return n;
 }
 
 }  // namespace weft_test

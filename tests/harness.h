@@ -43,6 +43,13 @@ int rank_fail(const RankCtx &ctx, const char *fmt, ...) __attribute__((format(pr
 // The seed for random data: WEFT_TEST_SEED, else a fixed default; printed once.
 uint64_t test_seed();
 
+// Monotonic clock, in seconds.
+double now_s();
+
+// Threads of this process whose name starts with prefix (proxy threads are
+// named), or -1 when /proc cannot be read.
+int count_threads_named(const char *prefix);
+
 // Splitmix64: small, fast, reproducible.
 struct Rng {
   uint64_t s;

@@ -222,5 +222,46 @@ int check_allreduce(const RankCtx &ctx, weftComm_t comm, weftDataType_t t, weftR
   return 0;
 }
 
+int check_every_collective(const RankCtx &ctx, weftComm_t comm, uint64_t seed) {
+  const int n = ctx.nranks, me = ctx.rank;
+  for (size_t count : {1, 1009, 100003}) {
+    for (weftDataType_t t : {weftFloat32, weftInt64, weftBfloat16}) {
+      std::vector<std::vector<uint8_t>> in;
+      for (int r = 0; r < n; r++) in.push_back(make_input(t, weftSum, count * n, seed, r));
+      const size_t es = weftTypeSize(t), block = count * es;
+      std::vector<uint8_t> out(block * n);
+      std::string why;
+      std::vector<std::vector<uint8_t>> firsts;
+      for (int r = 0; r < n; r++) firsts.emplace_back(in[r].begin(), in[r].begin() + block);
+      if (weftAllReduce(in[me].data(), out.data(), count, t, weftSum, comm, nullptr) != weftSuccess ||
+          !check_reduction(t, weftSum, firsts, out.data(), count, &why))
+        return rank_fail(ctx, "allreduce %zu: %s %s", count, weftGetLastError(comm), why.c_str());
+      if (weftAllGather(in[me].data(), out.data(), count, t, comm, nullptr) != weftSuccess)
+        return rank_fail(ctx, "allgather: %s", weftGetLastError(comm));
+      for (int r = 0; r < n; r++)
+        if (memcmp(out.data() + r * block, in[r].data(), block) != 0)
+          return rank_fail(ctx, "allgather block %d", r);
+      std::vector<std::vector<uint8_t>> mine;
+      for (int r = 0; r < n; r++)
+        mine.emplace_back(in[r].begin() + me * block, in[r].begin() + (me + 1) * block);
+      if (weftReduceScatter(in[me].data(), out.data(), count, t, weftSum, comm, nullptr) != weftSuccess ||
+          !check_reduction(t, weftSum, mine, out.data(), count, &why))
+        return rank_fail(ctx, "reducescatter: %s", why.c_str());
+      int root = (int)(count % n);
+      if (weftBroadcast(in[me].data(), out.data(), count, t, root, comm, nullptr) != weftSuccess ||
+          memcmp(out.data(), in[root].data(), block) != 0)
+        return rank_fail(ctx, "broadcast root %d", root);
+      if (weftReduce(in[me].data(), out.data(), count, t, weftSum, root, comm, nullptr) != weftSuccess ||
+          (me == root && !check_reduction(t, weftSum, firsts, out.data(), count, &why)))
+        return rank_fail(ctx, "reduce root %d: %s", root, why.c_str());
+      if (weftAlltoAll(in[me].data(), out.data(), count, t, comm, nullptr) != weftSuccess)
+        return rank_fail(ctx, "alltoall: %s", weftGetLastError(comm));
+      for (int r = 0; r < n; r++)
+        if (memcmp(out.data() + r * block, in[r].data() + me * block, block) != 0)
+          return rank_fail(ctx, "alltoall block from %d", r);
+    }
+  }
+  return 0;
+}
 
 }  // namespace weft_test

@@ -36,6 +36,11 @@ bool check_reduction(weftDataType_t t, weftRedOp_t op,
 int check_allreduce(const RankCtx &ctx, weftComm_t comm, weftDataType_t t, weftRedOp_t op,
                     size_t count, bool in_place, uint64_t seed);
 
+// Every collective (all-reduce, all-gather, reduce-scatter, broadcast, reduce,
+// all-to-all) on comm for a few sizes and datatypes, against references.
+// Returns 0 or a failure code (rank_fail).
+int check_every_collective(const RankCtx &ctx, weftComm_t comm, uint64_t seed);
+
 }  // namespace weft_test
 
 #endif

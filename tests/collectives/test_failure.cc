@@ -15,12 +15,6 @@ using namespace weft_test;
 
 namespace {
 
-double now_s() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 struct Call {
   weftComm_t comm;
   std::vector<float> *buf;

@@ -344,12 +344,6 @@ std::vector<LLCase> all_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, LL, testing::ValuesIn(all_cases()), case_name);
 
-double now_s() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 // LL all-reduces back to back and one rank is killed: whatever step the
 // others are in (polling flags, or waiting for a credit), they get
 // weftRemoteError within WEFT_TIMEOUT.

@@ -35,12 +35,6 @@ std::string case_name(const testing::TestParamInfo<ScaleCase> &info) {
          std::to_string(info.param.nhosts);
 }
 
-double now_s() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 #define CHECK_OK(call, ...)                                   \
   do {                                                        \
     if ((call) != weftSuccess) return rank_fail(ctx, __VA_ARGS__); \

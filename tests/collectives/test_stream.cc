@@ -14,12 +14,6 @@ using namespace weft_test;
 
 namespace {
 
-double now_s() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 int init(const RankCtx &ctx, weftComm_t *comm) {
   if (weftCommInitRank(comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
     return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));

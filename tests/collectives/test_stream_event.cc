@@ -13,12 +13,6 @@ using namespace weft_test;
 
 namespace {
 
-double now_s() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 // Rank 1 joins 400 ms late. On rank 0 an event recorded after the all-reduce
 // is pending until the peer joins; synchronize returns with the result there.
 TEST(HostEvent, RecordAfterWork) {

@@ -26,12 +26,6 @@ using namespace weft_test;
 
 namespace {
 
-double now_s() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 int sh(const std::string &cmd) { return system((cmd + " >/dev/null 2>&1").c_str()); }
 
 // UCX finds network devices under /sys/class/net, which shows the namespace
@@ -40,22 +34,6 @@ int sh(const std::string &cmd) { return system((cmd + " >/dev/null 2>&1").c_str(
 bool see_own_netns_devices() {
   return unshare(CLONE_NEWNS) == 0 && mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
          umount2("/sys", MNT_DETACH) == 0 && mount("sysfs", "/sys", "sysfs", 0, nullptr) == 0;
-}
-
-// Threads of this process whose name starts with prefix.
-int count_threads_named(const char *prefix) {
-  int n = 0;
-  DIR *d = opendir("/proc/self/task");
-  if (d == nullptr) return -1;
-  while (dirent *e = readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/comm");
-    std::string name;
-    std::getline(f, name);
-    if (name.rfind(prefix, 0) == 0) n++;
-  }
-  closedir(d);
-  return n;
 }
 
 const int kHosts = 3, kRanksPerHost = 2, kRanks = kHosts * kRanksPerHost;
@@ -122,44 +100,7 @@ TEST_F(ThreeHosts, AllCollectivesCorrect) {
     int ucx = count_threads_named("weft-ucx"), sock = count_threads_named("weft-sock");
     if (ucx != 1 || sock != 0)
       return rank_fail(ctx, "%d ucx and %d socket proxy threads, want 1 and 0", ucx, sock);
-    const int n = ctx.nranks, me = ctx.rank;
-    for (size_t count : {1, 1009, 100003}) {
-      for (weftDataType_t t : {weftFloat32, weftInt64, weftBfloat16}) {
-        std::vector<std::vector<uint8_t>> in;
-        for (int r = 0; r < n; r++) in.push_back(make_input(t, weftSum, count * n, seed, r));
-        const size_t es = weftTypeSize(t), block = count * es;
-        std::vector<uint8_t> out(block * n);
-        std::string why;
-        std::vector<std::vector<uint8_t>> firsts;
-        for (int r = 0; r < n; r++) firsts.emplace_back(in[r].begin(), in[r].begin() + block);
-        if (weftAllReduce(in[me].data(), out.data(), count, t, weftSum, comm, nullptr) != weftSuccess ||
-            !check_reduction(t, weftSum, firsts, out.data(), count, &why))
-          return rank_fail(ctx, "allreduce %zu: %s %s", count, weftGetLastError(comm), why.c_str());
-        if (weftAllGather(in[me].data(), out.data(), count, t, comm, nullptr) != weftSuccess)
-          return rank_fail(ctx, "allgather: %s", weftGetLastError(comm));
-        for (int r = 0; r < n; r++)
-          if (memcmp(out.data() + r * block, in[r].data(), block) != 0)
-            return rank_fail(ctx, "allgather block %d", r);
-        std::vector<std::vector<uint8_t>> mine;
-        for (int r = 0; r < n; r++)
-          mine.emplace_back(in[r].begin() + me * block, in[r].begin() + (me + 1) * block);
-        if (weftReduceScatter(in[me].data(), out.data(), count, t, weftSum, comm, nullptr) != weftSuccess ||
-            !check_reduction(t, weftSum, mine, out.data(), count, &why))
-          return rank_fail(ctx, "reducescatter: %s", why.c_str());
-        int root = (int)(count % n);
-        if (weftBroadcast(in[me].data(), out.data(), count, t, root, comm, nullptr) != weftSuccess ||
-            memcmp(out.data(), in[root].data(), block) != 0)
-          return rank_fail(ctx, "broadcast root %d", root);
-        if (weftReduce(in[me].data(), out.data(), count, t, weftSum, root, comm, nullptr) != weftSuccess ||
-            (me == root && !check_reduction(t, weftSum, firsts, out.data(), count, &why)))
-          return rank_fail(ctx, "reduce root %d: %s", root, why.c_str());
-        if (weftAlltoAll(in[me].data(), out.data(), count, t, comm, nullptr) != weftSuccess)
-          return rank_fail(ctx, "alltoall: %s", weftGetLastError(comm));
-        for (int r = 0; r < n; r++)
-          if (memcmp(out.data() + r * block, in[r].data() + me * block, block) != 0)
-            return rank_fail(ctx, "alltoall block from %d", r);
-      }
-    }
+    if (int rc = check_every_collective(ctx, comm, seed)) return rc;
     weftCommDestroy(comm);
     return 0;
   }, options(30));

@@ -28,12 +28,6 @@ using namespace weft_test;
 
 namespace {
 
-double now_s() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 // Makes this rank look like it runs on a host of its own, so that shm cannot
 // connect it and no wait watches a peer's pid: only the sockets carry data
 // and news of failures, as between hosts.
@@ -51,22 +45,6 @@ int count_entries(const char *dir) {
     if (e->d_name[0] != '.') n++;
   closedir(d);
   return n - (strcmp(dir, "/proc/self/fd") == 0);  // the DIR's own fd
-}
-
-// Threads of this process whose name starts with prefix.
-int count_threads_named(const char *prefix) {
-  int n = 0;
-  DIR *d = opendir("/proc/self/task");
-  if (d == nullptr) return -1;
-  while (dirent *e = readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/comm");
-    std::string name;
-    std::getline(f, name);
-    if (name.rfind(prefix, 0) == 0) n++;
-  }
-  closedir(d);
-  return n;
 }
 
 struct SocketCase {

@@ -35,34 +35,12 @@ namespace {
 const char *const kTcp = "tcp";
 const char *const kShm = "posix,sysv,cma,self";
 
-double now_s() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 // Makes this rank look like it runs on a host of its own: shm cannot connect
 // it and no wait watches a peer's pid, so only UCX carries data and news of
 // failures, as between hosts.
 void pretend_own_host(const RankCtx &ctx) {
   setenv("WEFT_HOSTID", ("ucx-test-host-" + std::to_string(ctx.rank)).c_str(), 1);
   weft_params_reset();
-}
-
-// Threads of this process whose name starts with prefix.
-int count_threads_named(const char *prefix) {
-  int n = 0;
-  DIR *d = opendir("/proc/self/task");
-  if (d == nullptr) return -1;
-  while (dirent *e = readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/comm");
-    std::string name;
-    std::getline(f, name);
-    if (name.rfind(prefix, 0) == 0) n++;
-  }
-  closedir(d);
-  return n;
 }
 
 struct UcxCase {
