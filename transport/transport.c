@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "param.h"
+#include "status.h"
 #include "weft_build_config.h"
 
 struct weft_param transport_params[] = {
@@ -36,4 +37,13 @@ int transport_select(const struct peer_info *sender, const struct peer_info *rec
     if (t->can_connect(sender, receiver)) return i;
   }
   return -1;
+}
+
+weftResult_t transport_check_fifo(int peer_rank, uint32_t nslots, size_t slot_nbytes,
+                                  uint64_t peer_fifo_nbytes) {
+  if (peer_fifo_nbytes == (uint64_t)nslots * slot_nbytes) return weftSuccess;
+  return weft_error_set(weftInvalidUsage,
+                        "rank %d uses a different FIFO size (WEFT_NSLOTS/WEFT_SLOT_BYTES must "
+                        "match on all ranks)",
+                        peer_rank);
 }

@@ -75,6 +75,11 @@ extern const struct weft_transport *const weft_transports[];
  * to receiver and is not disabled by environment, or -1. */
 int transport_select(const struct peer_info *sender, const struct peer_info *receiver);
 
+/* Checks that the peer's FIFO (peer_fifo_nbytes of slots) has this end's
+ * shape: every transport refuses ranks whose WEFT_NSLOTS/WEFT_SLOT_BYTES differ. */
+weftResult_t transport_check_fifo(int peer_rank, uint32_t nslots, size_t slot_nbytes,
+                                  uint64_t peer_fifo_nbytes);
+
 /* Marks a connection failed so that the peer's waits end with an error. */
 static inline void conn_poison(struct weft_conn *conn) {
   if (conn->ctrl != NULL) __atomic_store_n(&conn->ctrl->poison, 1u, __ATOMIC_RELEASE);

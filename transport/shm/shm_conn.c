@@ -63,11 +63,8 @@ static weftResult_t shm_send_connect(struct weft_conn *conn, const struct conn_b
   struct shm_blob b;
   memcpy(&b, blob->data, sizeof b);
   b.name[sizeof b.name - 1] = '\0';
-  if (b.nbytes != SHM_CTRL_NBYTES + (size_t)conn->nslots * conn->slot_nbytes)
-    return weft_error_set(weftInvalidUsage,
-                          "rank %d uses a different FIFO size (WEFT_NSLOTS/WEFT_SLOT_BYTES "
-                          "must match on all ranks)",
-                          conn->peer_rank);
+  WEFT_TRY(transport_check_fifo(conn->peer_rank, conn->nslots, conn->slot_nbytes,
+                                b.nbytes - SHM_CTRL_NBYTES));
   struct shm_segment seg;
   WEFT_TRY(shm_segment_attach(b.name, b.nbytes, &seg));
   return shm_attach_conn(conn, &seg);

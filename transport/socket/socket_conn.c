@@ -178,11 +178,8 @@ close_conn:
 static weftResult_t socket_send_connect(struct weft_conn *conn, const struct conn_blob *blob) {
   struct socket_blob b;
   memcpy(&b, blob->data, sizeof b);
-  if (b.fifo_nbytes != (uint64_t)conn->nslots * conn->slot_nbytes)
-    return weft_error_set(weftInvalidUsage,
-                          "rank %d uses a different FIFO size (WEFT_NSLOTS/WEFT_SLOT_BYTES "
-                          "must match on all ranks)",
-                          conn->peer_rank);
+  WEFT_TRY(
+      transport_check_fifo(conn->peer_rank, conn->nslots, conn->slot_nbytes, b.fifo_nbytes));
   if (b.nsocks < 1 || b.nsocks > SOCKET_MAX_SOCKS)
     return weft_error_set(weftInternalError, "rank %d asks for %u sockets", conn->peer_rank,
                           b.nsocks);

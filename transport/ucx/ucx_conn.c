@@ -178,11 +178,7 @@ static void ucx_ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status) {
 static weftResult_t ucx_conn_attach(struct ucx_conn *uc, const struct ucx_msg *msg) {
   if (msg->magic != UCX_MSG_MAGIC || msg->token != uc->token)
     return weft_error_set(weftInternalError, "a ucx set-up message that is not for this connection");
-  if (msg->fifo_nbytes != (uint64_t)uc->nslots * uc->slot_nbytes)
-    return weft_error_set(weftInvalidUsage,
-                          "rank %d uses a different FIFO size (WEFT_NSLOTS/WEFT_SLOT_BYTES must "
-                          "match on all ranks)",
-                          uc->peer_rank);
+  WEFT_TRY(transport_check_fifo(uc->peer_rank, uc->nslots, uc->slot_nbytes, msg->fifo_nbytes));
   if (msg->address_nbytes > sizeof msg->data)
     return weft_error_set(weftInternalError, "a ucx set-up message with a bad length");
   /* peer error handling: a dead or unreachable peer fails the endpoint */
@@ -246,11 +242,8 @@ close_conn:
 static weftResult_t ucx_send_connect(struct weft_conn *conn, const struct conn_blob *blob) {
   struct ucx_blob b;
   memcpy(&b, blob->data, sizeof b);
-  if (b.fifo_nbytes != (uint64_t)conn->nslots * conn->slot_nbytes)
-    return weft_error_set(weftInvalidUsage,
-                          "rank %d uses a different FIFO size (WEFT_NSLOTS/WEFT_SLOT_BYTES "
-                          "must match on all ranks)",
-                          conn->peer_rank);
+  WEFT_TRY(
+      transport_check_fifo(conn->peer_rank, conn->nslots, conn->slot_nbytes, b.fifo_nbytes));
   struct ucx_conn *uc;
   weftResult_t res;
   struct ucx_msg *msg = malloc(sizeof *msg);
