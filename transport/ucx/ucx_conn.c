@@ -27,6 +27,10 @@
 struct weft_param ucx_params[] = {
     [UCX_P_DISABLE] = {"WEFT_UCX_DISABLE", PARAM_INT, "0", "1 disables the UCX transport", 0, 0,
                        NULL},
+    [UCX_P_EAGER] = {"WEFT_UCX_EAGER", PARAM_INT, "-1",
+                     "1: slots go eagerly (UCX_RNDV_THRESH=inf), 0: UCX's own threshold, -1: "
+                     "eager unless an RDMA device is present or UCX_RNDV_THRESH is set",
+                     0, 0, NULL},
     PARAM_END,
 };
 
@@ -83,6 +87,7 @@ static void ucx_conn_free(struct ucx_conn *uc) {
   for (uint32_t i = 0; i < CONN_MAX_SLOTS; i++)
     if (uc->reqs[i] != NULL) ucp_request_free(uc->reqs[i]);
   if (uc->poison_req != NULL) ucp_request_free(uc->poison_req);
+  if (uc->credit_req != NULL) ucp_request_free(uc->credit_req);
   if (uc->memh != NULL) ucp_mem_unmap(uc->context, uc->memh);
   if (uc->fifo != NULL) munmap(uc->fifo, uc->fifo_nbytes);
   free(uc);
@@ -287,7 +292,7 @@ close_conn:
   return res;
 }
 
-/* Sender: waits until the receiver has matched every filled slot. */
+/* Sender: waits until every filled slot went out. */
 static void ucx_conn_drain(struct ucx_conn *uc) {
   uint64_t deadline = clock_ns() + wait_default_timeout_ns();
   while (__atomic_load_n(&uc->ctrl->head, __ATOMIC_ACQUIRE) <
@@ -346,6 +351,7 @@ static void ucx_close(struct weft_conn *conn) {
   for (uint32_t i = 0; i < CONN_MAX_SLOTS; i++)
     if (!uc->is_send && uc->reqs[i] != NULL) ucp_request_cancel(uc->worker, uc->reqs[i]);
   if (uc->poison_req != NULL) ucp_request_cancel(uc->worker, uc->poison_req);
+  if (uc->is_send && uc->credit_req != NULL) ucp_request_cancel(uc->worker, uc->credit_req);
   ucx_leave();
   if (uc->ep != NULL) ucx_ep_close(uc);
   conn->priv = NULL;

@@ -5,12 +5,14 @@
  * time it finds none, up to a millisecond. */
 #include "ucx_proxy.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -113,10 +115,43 @@ static int conn_post_poison_recv(struct ucx_conn *c) {
   return 0;
 }
 
-/* Sender: hands back the slots the receiver has matched, then sends the
- * filled ones. Returns whether anything happened. */
-static int conn_send_progress(struct ucx_conn *c) {
+/* Sender: takes in the credit messages that arrived and keeps a receive
+ * posted for the next. Returns whether the credits grew. */
+static int conn_credit_progress(struct ucx_conn *c) {
   int moved = 0;
+  for (;;) {
+    if (c->credit_req != NULL) {
+      if (ucp_request_check_status(c->credit_req) == UCS_INPROGRESS) return moved;
+      ucp_tag_recv_info_t info;
+      ucs_status_t st = ucp_tag_recv_request_test(c->credit_req, &info);
+      ucp_request_free(c->credit_req);
+      c->credit_req = NULL;
+      if (st != UCS_OK || info.length != sizeof c->credit_buf) {
+        conn_fail(c, "receiving credits failed", st);
+        return 1;
+      }
+      if (c->credit_buf > c->credit_step) {
+        c->credit_step = c->credit_buf;
+        moved = 1;
+      }
+    }
+    ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL};
+    ucs_status_ptr_t req =
+        ucp_tag_recv_nbx(c->worker, &c->credit_buf, sizeof c->credit_buf,
+                         ucx_tag(c->token, UCX_TAG_CREDIT, 0), UCX_TAG_MATCH_MASK, &param);
+    if (UCS_PTR_IS_ERR(req)) {
+      conn_fail(c, "posting a receive failed", UCS_PTR_STATUS(req));
+      return 1;
+    }
+    c->credit_req = req; /* complete already when a credit was waiting */
+  }
+}
+
+/* Sender: hands back the slots UCX is done with, then sends the filled ones
+ * the credits allow. Returns whether anything happened. */
+static int conn_send_progress(struct ucx_conn *c) {
+  int moved = conn_credit_progress(c);
+  if (c->failed) return 1;
   while (c->done_step < c->posted_step) {
     ucs_status_ptr_t *req = &c->reqs[c->done_step % c->nslots];
     if (*req != NULL) {
@@ -130,10 +165,17 @@ static int conn_send_progress(struct ucx_conn *c) {
       }
     }
     c->done_step++;
+  }
+  /* the rank may fill a slot once UCX is done with it and the receiver has
+   * room for it: what the rank filled can go out at once, so data a send
+   * returned on reaches the peer even if this end aborts right after */
+  uint64_t head = c->done_step < c->credit_step ? c->done_step : c->credit_step;
+  if (head != __atomic_load_n(&c->ctrl->head, __ATOMIC_RELAXED)) {
+    __atomic_store_n(&c->ctrl->head, head, __ATOMIC_RELEASE);
     moved = 1;
   }
-  if (moved) __atomic_store_n(&c->ctrl->head, c->done_step, __ATOMIC_RELEASE);
   uint64_t tail = __atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE);
+  if (tail > c->credit_step + c->nslots) tail = c->credit_step + c->nslots;
   while (c->posted_step < tail) {
     size_t slot = c->posted_step % c->nslots;
     uint32_t used = c->ctrl->slot_used_nbytes[slot];
@@ -142,15 +184,15 @@ static int conn_send_progress(struct ucx_conn *c) {
       conn_fail(c, "a slot claims more bytes than it holds", UCS_OK);
       return 1;
     }
-    ucp_request_param_t param = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FLAG_NO_IMM_CMPL, .memh = c->memh};
-    ucs_status_ptr_t req = ucp_tag_send_sync_nbx(c->ep, c->slots + slot * c->slot_nbytes, nbytes,
-                                                 ucx_tag(c->token, UCX_TAG_DATA, used), &param);
+    /* done when UCX no longer needs the slot (an eager send: at once) */
+    ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH, .memh = c->memh};
+    ucs_status_ptr_t req = ucp_tag_send_nbx(c->ep, c->slots + slot * c->slot_nbytes, nbytes,
+                                            ucx_tag(c->token, UCX_TAG_DATA, used), &param);
     if (UCS_PTR_IS_ERR(req)) {
       conn_fail(c, "send failed", UCS_PTR_STATUS(req));
       return 1;
     }
-    c->reqs[slot] = req;
+    c->reqs[slot] = UCS_PTR_IS_PTR(req) ? req : NULL;
     c->posted_step++;
     moved = 1;
   }
@@ -207,7 +249,32 @@ static int conn_recv_progress(struct ucx_conn *c) {
     moved = 1;
   }
   /* a receive posted for a message that was already there completes at once */
-  return conn_recv_complete(c) | moved;
+  moved |= conn_recv_complete(c);
+  if (c->failed) return 1;
+  /* the credits: every slot below head + nslots has its receive posted */
+  if (c->credit_req != NULL && ucp_request_check_status(c->credit_req) != UCS_INPROGRESS) {
+    ucs_status_t st = ucp_request_check_status(c->credit_req);
+    ucp_request_free(c->credit_req);
+    c->credit_req = NULL;
+    if (st != UCS_OK) {
+      conn_fail(c, "sending credits failed", st);
+      return 1;
+    }
+  }
+  if (c->credit_req == NULL && c->credit_step < head) {
+    c->credit_buf = head; /* UCX may still read it until the send completes */
+    ucp_request_param_t param = {.op_attr_mask = 0};
+    ucs_status_ptr_t req = ucp_tag_send_nbx(c->ep, &c->credit_buf, sizeof c->credit_buf,
+                                            ucx_tag(c->token, UCX_TAG_CREDIT, 0), &param);
+    if (UCS_PTR_IS_ERR(req)) {
+      conn_fail(c, "sending credits failed", UCS_PTR_STATUS(req));
+      return 1;
+    }
+    c->credit_req = UCS_PTR_IS_PTR(req) ? req : NULL;
+    c->credit_step = head;
+    moved = 1;
+  }
+  return moved;
 }
 
 /* One pass over a connection end. Returns whether anything happened. */
@@ -339,6 +406,7 @@ void ucx_worker_progress_once(void) {
 static int ucx_conn_busy(struct ucx_conn *c) {
   for (uint32_t i = 0; i < c->nslots; i++)
     if (c->reqs[i] != NULL && ucp_request_check_status(c->reqs[i]) == UCS_INPROGRESS) return 1;
+  if (c->credit_req != NULL && ucp_request_check_status(c->credit_req) == UCS_INPROGRESS) return 1;
   return c->poison_req != NULL && ucp_request_check_status(c->poison_req) == UCS_INPROGRESS;
 }
 
@@ -367,6 +435,23 @@ void ucx_retire(struct ucx_conn *conn, void (*free_fn)(struct ucx_conn *)) {
 
 /* --- the worker ------------------------------------------------------------ */
 
+/* Whether slots go by UCX's eager protocol whatever their size. Without
+ * remote memory access (TCP) a rendezvous costs round trips through both
+ * proxies per slot and saves no copy; over InfiniBand or RoCE it moves the
+ * slot zero-copy, so UCX's own threshold stays. */
+static int ucx_slots_eager(void) {
+  int64_t eager = param_int(&ucx_params[UCX_P_EAGER]);
+  if (eager >= 0) return eager != 0;
+  if (getenv("UCX_RNDV_THRESH") != NULL) return 0;
+  int rdma = 0;
+  DIR *dir = opendir("/sys/class/infiniband"); /* verbs devices, RoCE included */
+  if (dir != NULL) {
+    for (struct dirent *e; (e = readdir(dir)) != NULL && !rdma;) rdma = e->d_name[0] != '.';
+    closedir(dir);
+  }
+  return !rdma;
+}
+
 weftResult_t ucx_worker_get(struct ucx_worker **worker_out) {
   weftResult_t res = weftSuccess;
   ucx_lock();
@@ -381,6 +466,8 @@ weftResult_t ucx_worker_get(struct ucx_worker **worker_out) {
       res = ucx_error(st, "reading the UCX configuration");
       goto unlock;
     }
+    if (ucx_slots_eager() && (st = ucp_config_modify(config, "RNDV_THRESH", "inf")) != UCS_OK)
+      WEFT_INFO(LOG_NET, "ucx: cannot send slots eagerly: %s", ucs_status_string(st));
     ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
                            .features = UCP_FEATURE_TAG};
     st = ucp_init(&params, config, &ucx.w.context);

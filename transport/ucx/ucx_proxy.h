@@ -4,13 +4,15 @@
  *
  * Each end keeps its FIFO in memory registered with UCX (a ctrl page, then
  * the slots, as shm lays it out). The receiver's proxy keeps a tagged receive
- * posted into every free slot; the sender's proxy sends each filled slot with
- * a synchronous tagged send, which completes once the receiver matched it, so
- * a slot is free again exactly when the peer has taken it (the credits) and
- * UCX never buffers more than the receiver's slots. Large slots go by UCX's
- * rendezvous, zero-copy from slot to slot where the transport allows. The tag
- * carries the connection's token and the slot's used word; a second tag
- * carries poison, either way.
+ * posted into every free slot and, once a drained slot's receive is posted
+ * again, tells the sender with a credit message (the receiver's head). The
+ * sender's proxy sends each filled slot with a plain tagged send as long as
+ * the credits allow, and hands the slot back to its rank as soon as UCX no
+ * longer needs the buffer: no round trip per slot, and UCX never holds more
+ * than the receiver's slots, all of them with a receive already posted.
+ * Large slots go by UCX's rendezvous, zero-copy from slot to slot where the
+ * transport allows. The tag carries the connection's token and the slot's
+ * used word; other kinds of tag carry credits and poison.
  *
  * Tagged messages rather than ucp_put_nbx: on transports without registered
  * memory (TCP) UCX 1.13 emulates puts with active messages, whose target-side
@@ -27,7 +29,7 @@
 #include "../transport.h"
 
 /* ucx_params[] (param.h), defined in ucx_conn.c */
-enum { UCX_P_DISABLE };
+enum { UCX_P_DISABLE, UCX_P_EAGER };
 
 /* A slot holds at most 64 MiB (2^26 bytes), so the low 27 bits of
  * slot_used_nbytes are its byte count; the bits above are the algorithms'
@@ -40,7 +42,12 @@ enum { UCX_P_DISABLE };
 #define UCX_TAG_TOKEN_SHIFT 34
 #define UCX_TAG_KIND_SHIFT 32
 #define UCX_TAG_MATCH_MASK 0xffffffff00000000ull
-enum { UCX_TAG_DATA = 0, UCX_TAG_POISON_TO_RECEIVER = 1, UCX_TAG_POISON_TO_SENDER = 2 };
+enum {
+  UCX_TAG_DATA = 0,
+  UCX_TAG_POISON_TO_RECEIVER = 1,
+  UCX_TAG_POISON_TO_SENDER = 2,
+  UCX_TAG_CREDIT = 3, /* receiver to sender: its head */
+};
 
 static inline uint64_t ucx_tag(uint64_t token, unsigned kind, uint32_t used) {
   return token << UCX_TAG_TOKEN_SHIFT | (uint64_t)kind << UCX_TAG_KIND_SHIFT | used;
@@ -65,8 +72,12 @@ struct ucx_conn {
   ucp_ep_h ep;        /* to the peer: data (sender), poison (either) */
   /* owned by the proxy once registered */
   uint64_t posted_step; /* sender: slots sent; receiver: receives posted */
-  uint64_t done_step;   /* sender: sends matched; receiver: slots arrived */
+  uint64_t done_step;   /* sender: sends done with the slot; receiver: slots arrived */
   ucs_status_ptr_t reqs[CONN_MAX_SLOTS]; /* per slot, in flight */
+  /* credits: the receiver's head, as the sender last heard it / as sent */
+  uint64_t credit_step;
+  uint64_t credit_buf;          /* the credit message's buffer, either way */
+  ucs_status_ptr_t credit_req;  /* sender: the posted receive; receiver: the send */
   ucs_status_ptr_t poison_req;           /* the posted receive for the peer's poison */
   uint32_t poison_in;                    /* its buffer */
   ucs_status_t ep_status; /* set by the endpoint's error callback */
