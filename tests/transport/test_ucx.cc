@@ -251,6 +251,47 @@ struct IdBoard {
   weftUniqueId ids[64];
 };
 
+// A send the peer never receives is dropped by destroy: the sender's close
+// waits for UCX to take its slots, never for credits the peer will not send.
+TEST(UcxLifecycle, DestroyLeavesUnreceivedSendBehind) {
+  SKIP_WITHOUT_UCX();
+  RunOptions opts;
+  opts.timeout_s = 60;
+  opts.env = {{"WEFT_TRANSPORT", "ucx"}, {"UCX_TLS", kTcp}, {"WEFT_TIMEOUT", "30"}};
+  auto *done = (uint32_t *)mmap(nullptr, sizeof(uint32_t), PROT_READ | PROT_WRITE,
+                                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(done, MAP_FAILED);
+  *done = 0;
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    pretend_own_host(ctx);
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    std::vector<float> buf(1000, 1.5f);
+    weftResult_t res = ctx.rank == 0  // connects rank 0 to rank 1
+                           ? weftSend(buf.data(), buf.size(), weftFloat32, 1, comm, nullptr)
+                           : weftRecv(buf.data(), buf.size(), weftFloat32, 0, comm, nullptr);
+    if (res != weftSuccess) return rank_fail(ctx, "first message: %s", weftGetLastError(comm));
+    if (ctx.rank == 0 &&
+        weftSend(buf.data(), buf.size(), weftFloat32, 1, comm, nullptr) != weftSuccess)
+      return rank_fail(ctx, "second send: %s", weftGetLastError(comm));
+    if (ctx.rank == 1) {  // stays, without receiving, until rank 0 is through (or 20 s)
+      double t0 = now_s();
+      while (!__atomic_load_n(done, __ATOMIC_ACQUIRE) && now_s() - t0 < 20) usleep(1000);
+      weftCommDestroy(comm);
+      return 0;
+    }
+    double t0 = now_s();
+    weftCommDestroy(comm);
+    double took = now_s() - t0;
+    __atomic_store_n(done, 1u, __ATOMIC_RELEASE);
+    if (took > 10) return rank_fail(ctx, "destroy took %.1f s", took);
+    return 0;
+  }, opts);
+  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+  munmap(done, sizeof *done);
+}
+
 // Init / all-reduce / destroy cycles: each destroy stops the proxy thread
 // (the worker goes with the last connection), and the next init makes a new one.
 TEST(UcxLifecycle, ProxyStopsAfterEveryDestroy) {

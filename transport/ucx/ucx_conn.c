@@ -292,12 +292,15 @@ close_conn:
   return res;
 }
 
-/* Sender: waits until every filled slot went out. */
+/* Sender: waits until UCX has taken every filled slot (the endpoint's flush
+ * then delivers them). Credits play no part: the rank filled only slots the
+ * receiver has room for, and a receiver that never drains them must not
+ * hold up the close. */
 static void ucx_conn_drain(struct ucx_conn *uc) {
   uint64_t deadline = clock_ns() + wait_default_timeout_ns();
-  while (__atomic_load_n(&uc->ctrl->head, __ATOMIC_ACQUIRE) <
+  while (__atomic_load_n(&uc->done_step, __ATOMIC_ACQUIRE) <
          __atomic_load_n(&uc->ctrl->tail, __ATOMIC_ACQUIRE)) {
-    if (__atomic_load_n(&uc->ctrl->poison, __ATOMIC_ACQUIRE)) return;
+    if (__atomic_load_n(&uc->ctrl->poison, __ATOMIC_ACQUIRE)) return; /* failed either end */
     if (clock_ns() > deadline) {
       WEFT_INFO(LOG_NET, "ucx connection to rank %d: closing with slots unsent", uc->peer_rank);
       return;

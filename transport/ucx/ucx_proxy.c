@@ -152,8 +152,9 @@ static int conn_credit_progress(struct ucx_conn *c) {
 static int conn_send_progress(struct ucx_conn *c) {
   int moved = conn_credit_progress(c);
   if (c->failed) return 1;
-  while (c->done_step < c->posted_step) {
-    ucs_status_ptr_t *req = &c->reqs[c->done_step % c->nslots];
+  uint64_t done = c->done_step;
+  while (done < c->posted_step) {
+    ucs_status_ptr_t *req = &c->reqs[done % c->nslots];
     if (*req != NULL) {
       ucs_status_t st = ucp_request_check_status(*req);
       if (st == UCS_INPROGRESS) break;
@@ -164,8 +165,9 @@ static int conn_send_progress(struct ucx_conn *c) {
         return 1;
       }
     }
-    c->done_step++;
+    done++;
   }
+  __atomic_store_n(&c->done_step, done, __ATOMIC_RELEASE); /* a closing rank reads it */
   /* the rank may fill a slot once UCX is done with it and the receiver has
    * room for it: what the rank filled can go out at once, so data a send
    * returned on reaches the peer even if this end aborts right after */
@@ -175,6 +177,7 @@ static int conn_send_progress(struct ucx_conn *c) {
     moved = 1;
   }
   uint64_t tail = __atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE);
+  /* a guard: with head at most credit_step, the rank never fills past this */
   if (tail > c->credit_step + c->nslots) tail = c->credit_step + c->nslots;
   while (c->posted_step < tail) {
     size_t slot = c->posted_step % c->nslots;

@@ -8,8 +8,9 @@
  * again, tells the sender with a credit message (the receiver's head). The
  * sender's proxy sends each filled slot with a plain tagged send as long as
  * the credits allow, and hands the slot back to its rank as soon as UCX no
- * longer needs the buffer: no round trip per slot, and UCX never holds more
- * than the receiver's slots, all of them with a receive already posted.
+ * longer needs the buffer and the receiver has room for it: no round trip
+ * per slot, and UCX never holds more than the receiver's slots (past the
+ * first nslots, each with its receive already posted).
  * Large slots go by UCX's rendezvous, zero-copy from slot to slot where the
  * transport allows. The tag carries the connection's token and the slot's
  * used word; other kinds of tag carry credits and poison.
