@@ -176,9 +176,8 @@ static int conn_send_progress(struct ucx_conn *c) {
     __atomic_store_n(&c->ctrl->head, head, __ATOMIC_RELEASE);
     moved = 1;
   }
+  /* head <= credit_step: every slot up to tail is within the credits */
   uint64_t tail = __atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE);
-  /* a guard: with head at most credit_step, the rank never fills past this */
-  if (tail > c->credit_step + c->nslots) tail = c->credit_step + c->nslots;
   while (c->posted_step < tail) {
     size_t slot = c->posted_step % c->nslots;
     uint32_t used = c->ctrl->slot_used_nbytes[slot];
@@ -255,8 +254,8 @@ static int conn_recv_progress(struct ucx_conn *c) {
   moved |= conn_recv_complete(c);
   if (c->failed) return 1;
   /* the credits: every slot below head + nslots has its receive posted */
-  if (c->credit_req != NULL && ucp_request_check_status(c->credit_req) != UCS_INPROGRESS) {
-    ucs_status_t st = ucp_request_check_status(c->credit_req);
+  ucs_status_t st = c->credit_req != NULL ? ucp_request_check_status(c->credit_req) : UCS_OK;
+  if (c->credit_req != NULL && st != UCS_INPROGRESS) {
     ucp_request_free(c->credit_req);
     c->credit_req = NULL;
     if (st != UCS_OK) {

@@ -11,8 +11,8 @@
  * longer needs the buffer and the receiver has room for it: no round trip
  * per slot, and UCX never holds more than the receiver's slots (past the
  * first nslots, each with its receive already posted).
- * Large slots go by UCX's rendezvous, zero-copy from slot to slot where the
- * transport allows. The tag carries the connection's token and the slot's
+ * Slots go eagerly unless an RDMA device is present: then large ones go by
+ * UCX's rendezvous, zero-copy from slot to slot. The tag carries the connection's token and the slot's
  * used word; other kinds of tag carry credits and poison.
  *
  * Tagged messages rather than ucp_put_nbx: on transports without registered
