@@ -1,25 +1,29 @@
-/* Single-copy collectives over cross-memory attach (process_vm_readv and
- * process_vm_writev): ranks
- * on one host pass their buffer addresses through the point-to-point FIFOs
- * and then read each other's buffers directly, so every byte crosses memory
- * once instead of going through a FIFO slot. Used for large all-reduce,
- * all-gather and reduce-scatter when every rank shares this host.
+/* Single-copy collectives between ranks of one host: ranks pass their
+ * buffer addresses through the point-to-point FIFOs and then read and write
+ * each other's buffers directly, so every byte crosses memory once instead
+ * of going through a FIFO slot. Used for large all-reduce, all-gather and
+ * reduce-scatter when every rank shares this host.
  *
- *   all-gather:     exchange addresses; read each peer's input into its block
+ * A peer's buffer from weftMemAllocHost is mapped into this process
+ * (collectives/mem.c) and copied with plain loads and streaming stores; any
+ * other buffer is reached through the kernel's cross-memory attach
+ * (process_vm_readv and process_vm_writev).
+ *
+ *   all-gather:     exchange addresses; copy each peer's input into its block
  *                   of the output; barrier (peers are done reading ours).
  *   reduce-scatter: exchange addresses; for this rank's block, piece by
- *                   piece, read each peer's share and reduce it into the
- *                   output; barrier.
+ *                   piece, reduce each peer's share into the output; barrier.
  *   all-reduce:     the reduce-scatter on block `rank`, each reduced piece
- *                   written (process_vm_writev, from cache) into every
- *                   rank's output; barrier. No rank reads block `rank` of an
- *                   input but its owner, so in place is safe.
+ *                   written (from cache) into every rank's output; barrier.
+ *                   No rank reads block `rank` of an input but its owner, so
+ *                   in place is safe.
  *
  * Each block is reduced by one rank only, so all ranks hold the same bits.
  * The first call probes that the kernel lets ranks read each other (ptrace
  * rules, containers); the ranks agree on the answer, and where it fails the
  * tuner stops picking cma and this call runs the ring instead. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +31,7 @@
 
 #include "../transport/status.h"
 #include "cma.h"
+#include "mem.h"
 #include "plan.h"
 #include "prims_peer.h"
 #include "reduce_host.h"
@@ -36,17 +41,32 @@ struct weft_param cma_params[] = {
      "smallest all-reduce, all-gather or reduce-scatter (bytes, all ranks) that the tuner "
      "runs single-copy through cross-memory attach; larger than any size turns it off",
      0, 0, NULL},
+    {"WEFT_CMA_MAP", PARAM_INT, "1",
+     "1: single-copy collectives map peers' weftMemAllocHost buffers and copy in user space; "
+     "0: always copy through cross-memory attach", 0, 0, NULL},
+    {"WEFT_CMA_STREAM_NBYTES", PARAM_INT, "0",
+     "size of each rank's output from which single-copy collectives write past the caches "
+     "(streaming stores) into mapped buffers; 0: the last-level cache's size / ranks", 0, 0,
+     NULL},
     PARAM_END,
 };
 
 #define CMA_PIECE_NBYTES (256 * 1024) /* reduce in pieces that stay in cache */
-#define CMA_STREAM_MIN_NBYTES (1u << 20) /* local copies from here bypass the caches */
+#define CMA_L3_DEFAULT_NBYTES (32u << 20) /* where sysfs does not say */
 
 /* What one rank tells the others about a call. */
 struct cma_desc {
   uint64_t send_addr;
   uint64_t recv_addr;
   uint64_t probe_addr; /* a word holding CMA_PROBE_VALUE */
+  struct mem_shared_ref send_ref, recv_ref; /* fd -1 where not mappable */
+};
+
+/* Where this rank reaches one rank's buffers: mapped here, or NULL where the
+ * kernel copies (own buffers: the buffers themselves). */
+struct cma_view {
+  const char *send;
+  char *recv;
 };
 #define CMA_PROBE_VALUE 0x636d612d70726f62ull /* "cma-prob" */
 static const volatile uint64_t cma_probe_word = CMA_PROBE_VALUE;
@@ -134,6 +154,71 @@ static weftResult_t cma_barrier(struct weftComm *comm) {
   return cma_alltoall_small(comm, &token, tokens, sizeof token);
 }
 
+/* Bytes of each rank's send and receive buffer that plan touches. */
+static void cma_buffer_nbytes(const struct weftComm *comm, const struct weft_plan *plan,
+                              size_t *send_out, size_t *recv_out) {
+  const size_t nbytes = plan->count * weftTypeSize(plan->datatype), n = (size_t)comm->nranks;
+  *send_out = plan->coll == COLL_REDUCESCATTER ? n * nbytes : nbytes;
+  *recv_out = plan->coll == COLL_ALLGATHER ? n * nbytes : nbytes;
+}
+
+/* Each rank's buffers as this rank reaches them (see struct cma_view). */
+static void cma_views(struct weftComm *comm, const struct weft_plan *plan,
+                      const struct cma_desc *descs, struct cma_view *views) {
+  for (int r = 0; r < comm->nranks; r++) {
+    if (r == comm->rank) {
+      views[r] = (struct cma_view){.send = plan->sendbuf, .recv = plan->recvbuf};
+      continue;
+    }
+    const struct cma_desc *d = &descs[r];
+    char *send = mem_peer_map(comm, r, &d->send_ref);
+    char *recv = mem_peer_map(comm, r, &d->recv_ref);
+    views[r].send = send ? send + (d->send_addr - d->send_ref.base) : NULL;
+    views[r].recv = recv ? recv + (d->recv_addr - d->recv_ref.base) : NULL;
+  }
+}
+
+/* The last-level cache's size, from sysfs (sysconf's figure can be the
+ * whole package's on a virtual machine). */
+static size_t cma_l3_nbytes(void) {
+  static size_t cached;
+  if (cached != 0) return cached;
+  size_t nbytes = CMA_L3_DEFAULT_NBYTES;
+  for (int i = 0; i < 8; i++) {
+    char path[96];
+    int level = 0;
+    unsigned long kib = 0;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) break;
+    int ok = fscanf(f, "%d", &level) == 1;
+    fclose(f);
+    if (!ok || level != 3) continue;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+    if ((f = fopen(path, "r")) == NULL) break;
+    if (fscanf(f, "%luK", &kib) == 1 && kib > 0) nbytes = (size_t)kib << 10;
+    fclose(f);
+    break;
+  }
+  cached = nbytes;
+  return nbytes;
+}
+
+/* From what size of each rank's output a call's copies go past the caches:
+ * where all ranks' outputs no longer fit in the last-level cache together
+ * (measured on 2 ranks, 32 MiB L3: plain copies 2-3x faster at 4 MiB,
+ * streaming ones faster from 16 MiB). */
+static size_t cma_stream_min_nbytes(int nranks) {
+  int64_t v = param_int(&cma_params[2]);
+  return v > 0 ? (size_t)v : cma_l3_nbytes() / (size_t)nranks;
+}
+
+/* Copies nbytes, past the caches with stream set. */
+static void cma_copy(void *dst, const void *src, size_t nbytes, int stream) {
+  if (stream) copy_host_stream(dst, src, nbytes);
+  else memcpy(dst, src, nbytes);
+}
+
 /* Connects to every peer, allocates the scratch space, and on the first call
  * probes and agrees whether cross-memory attach works. Returns weftSuccess
  * with *usable_out 0 when it does not (every rank gets the same answer). */
@@ -151,6 +236,13 @@ static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *pla
   struct cma_desc self = {.send_addr = (uintptr_t)plan->sendbuf,
                           .recv_addr = (uintptr_t)plan->recvbuf,
                           .probe_addr = (uintptr_t)&cma_probe_word};
+  self.send_ref.fd = self.recv_ref.fd = -1;
+  if (param_int(&cma_params[1]) != 0) {
+    size_t send_nbytes, recv_nbytes;
+    cma_buffer_nbytes(comm, plan, &send_nbytes, &recv_nbytes);
+    mem_shared_find(plan->sendbuf, send_nbytes, &self.send_ref);
+    mem_shared_find(plan->recvbuf, recv_nbytes, &self.recv_ref);
+  }
   WEFT_TRY(cma_alltoall_small(comm, &self, descs, sizeof self));
   descs[rank] = self;
   if (comm->cma_state == 0) {
@@ -178,16 +270,17 @@ static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *pla
 /* dst = own input op every peer's input, elements [off, off + count) of each
  * rank's send buffer; dst may be src exactly (in place). With share set,
  * each reduced piece, still in cache, is also written to the same elements
- * of every peer's receive buffer (all-reduce). */
+ * of every peer's receive buffer (all-reduce). stream: copies out bypass the
+ * caches. */
 static weftResult_t cma_reduce_block(struct weftComm *comm, const struct weft_plan *plan,
-                                     const struct cma_desc *descs, size_t off, size_t count,
-                                     char *dst, int share) {
+                                     const struct cma_desc *descs, const struct cma_view *views,
+                                     size_t off, size_t count, char *dst, int share, int stream) {
   const int n = comm->nranks, rank = comm->rank;
   const size_t esize = weftTypeSize(plan->datatype);
   const weft_reduce_fn reduce = reduce_host_fn(plan->datatype, plan->op);
   const int divisor = plan->op == weftAvg ? n : 1;
   const size_t piece = CMA_PIECE_NBYTES / esize;
-  char *tmp = comm->cma_scratch; /* the peer's piece */
+  char *tmp = comm->cma_scratch; /* a peer's piece read through the kernel */
   /* Out of place, a piece that is also shared is reduced into the second
    * scratch buffer and copied out in one go: stores into output lines that
    * are not in cache cost a read of each line first, a bulk copy does not,
@@ -196,21 +289,22 @@ static weftResult_t cma_reduce_block(struct weftComm *comm, const struct weft_pl
   char *stage = tmp + CMA_PIECE_NBYTES;
   for (size_t base = 0; base < count; base += piece) {
     const size_t m = count - base < piece ? count - base : piece;
-    const char *acc = (const char *)plan->sendbuf + (off + base) * esize;
+    const size_t at = (off + base) * esize; /* in every rank's buffer */
+    const char *acc = (const char *)plan->sendbuf + at;
     char *out = dst + base * esize;
     char *red = staged ? stage : out;
     for (int j = 1; j < n; j++) {
       int peer = (rank + j) % n;
-      WEFT_TRY(cma_read(comm, peer, tmp, descs[peer].send_addr + (off + base) * esize,
-                        m * esize));
-      reduce(red, NULL, acc, tmp, m, j == n - 1 ? divisor : 1);
+      const char *theirs = views[peer].send ? views[peer].send + at : tmp;
+      if (theirs == tmp) WEFT_TRY(cma_read(comm, peer, tmp, descs[peer].send_addr + at, m * esize));
+      reduce(red, NULL, acc, theirs, m, j == n - 1 ? divisor : 1);
       acc = red;
     }
-    if (staged) memcpy(out, red, m * esize);
+    if (staged) cma_copy(out, red, m * esize, stream);
     for (int j = 1; j < n && share; j++) {
       int peer = (rank + j) % n;
-      WEFT_TRY(cma_write(comm, peer, descs[peer].recv_addr + (off + base) * esize, red,
-                         m * esize));
+      if (views[peer].recv) cma_copy(views[peer].recv + at, red, m * esize, stream);
+      else WEFT_TRY(cma_write(comm, peer, descs[peer].recv_addr + at, red, m * esize));
     }
   }
   return weftSuccess;
@@ -227,26 +321,29 @@ weftResult_t cma_run(struct weftComm *comm, const struct weft_plan *plan) {
                                                   : ring_reducescatter;
     return fn(comm, &comm->channels[0], plan, 0, plan->count);
   }
+  struct cma_view views[n];
+  cma_views(comm, plan, descs, views);
   const size_t esize = weftTypeSize(plan->datatype);
+  size_t send_nbytes, recv_nbytes;
+  cma_buffer_nbytes(comm, plan, &send_nbytes, &recv_nbytes);
+  /* outputs larger than the caches are written past them */
+  const int stream = recv_nbytes >= cma_stream_min_nbytes(n);
   char *recv = plan->recvbuf;
   switch (plan->coll) {
     case COLL_ALLGATHER: {
       const size_t nbytes = plan->count * esize;
-      char *mine = recv + (size_t)rank * nbytes;
-      if (mine != (const char *)plan->sendbuf) {
-        if (nbytes >= CMA_STREAM_MIN_NBYTES) copy_host_stream(mine, plan->sendbuf, nbytes);
-        else memcpy(mine, plan->sendbuf, nbytes);
-      }
-      for (int j = 1; j < n; j++) {
+      for (int j = 0; j < n; j++) {
         int peer = (rank + j) % n;
-        WEFT_TRY(cma_read(comm, peer, recv + (size_t)peer * nbytes, descs[peer].send_addr,
-                          nbytes));
+        char *block = recv + (size_t)peer * nbytes;
+        if (views[peer].send == block) continue; /* own block, in place */
+        if (views[peer].send) cma_copy(block, views[peer].send, nbytes, stream);
+        else WEFT_TRY(cma_read(comm, peer, block, descs[peer].send_addr, nbytes));
       }
       return cma_barrier(comm);
     }
     case COLL_REDUCESCATTER:
-      WEFT_TRY(cma_reduce_block(comm, plan, descs, (size_t)rank * plan->count, plan->count,
-                                recv, 0));
+      WEFT_TRY(cma_reduce_block(comm, plan, descs, views, (size_t)rank * plan->count,
+                                plan->count, recv, 0, stream));
       return cma_barrier(comm);
     case COLL_ALLREDUCE: {
       /* block r: elements [r * block, (r + 1) * block), 64-byte aligned */
@@ -255,8 +352,8 @@ weftResult_t cma_run(struct weftComm *comm, const struct weft_plan *plan) {
       block = (block + align - 1) / align * align;
 #define BLOCK_OFF(r) ((size_t)(r) * block < plan->count ? (size_t)(r) * block : plan->count)
 #define BLOCK_LEN(r) (BLOCK_OFF((r) + 1) - BLOCK_OFF(r))
-      WEFT_TRY(cma_reduce_block(comm, plan, descs, BLOCK_OFF(rank), BLOCK_LEN(rank),
-                                recv + BLOCK_OFF(rank) * esize, 1));
+      WEFT_TRY(cma_reduce_block(comm, plan, descs, views, BLOCK_OFF(rank), BLOCK_LEN(rank),
+                                recv + BLOCK_OFF(rank) * esize, 1, stream));
 #undef BLOCK_OFF
 #undef BLOCK_LEN
       return cma_barrier(comm);

@@ -15,6 +15,7 @@
 #include "../transport/topo.h"
 #include "../transport/wait.h"
 #include "device.h"
+#include "mem.h"
 #include "params.h"
 
 weftResult_t weftGetVersion(int *version) {
@@ -278,6 +279,7 @@ static void comm_free(struct weftComm *comm) {
   bootstrap_close(comm->bs);
   free(comm->peers);
   free(comm->cma_scratch);
+  mem_peer_unmap_all(comm);
   free(comm);
 }
 

@@ -13,6 +13,8 @@
 #define WEFT_MAX_REDOPS 64
 
 /* A user reduction op (weftRedOpCreatePreMulSum). */
+struct mem_peer_map;
+
 struct weft_redop {
   int in_use;
   weftDataType_t datatype;
@@ -60,6 +62,9 @@ struct weftComm {
   void *device; /* the device executor's state (device_cuda.c), NULL until used */
   int cma_state;                /* cross-memory attach: 0 untried, 1 works, -1 refused */
   void *cma_scratch;            /* collectives/cma.c's buffers, allocated on first use */
+  struct mem_peer_map *peer_maps; /* peers' buffers mapped here (collectives/mem.c) */
+  int npeer_maps, peer_maps_cap;
+  int peer_map_refused;         /* a peer's buffer could not be mapped: stop trying */
 };
 
 /* Joins rank `rank` of `nranks` to the communicator of id and connects it

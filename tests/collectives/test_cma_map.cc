@@ -1,0 +1,295 @@
+// Single-copy collectives on buffers from weftMemAllocHost, which peers map
+// (collectives/mem.c): every collective, datatype and op on mapped buffers
+// at offsets that are not cache-line aligned, in place and out of place, on
+// 2 to 4 ranks; with streaming stores; ranks mixing mapped and private
+// buffers; buffers freed and allocated again; WEFT_CMA_MAP=0; and the
+// allocator's table.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "coll_check.h"
+#include "harness.h"
+extern "C" {
+#include "collectives/comm.h"
+#include "collectives/mem.h"
+}
+
+using namespace weft_test;
+
+namespace {
+
+const uint8_t kPoison = 0x5a;
+const size_t kOffset = 200;  // element-aligned for every datatype, not cache-line aligned
+const size_t kMinAlloc = 64 << 10;  // weftMemAllocHost shares from here
+
+#define FAIL_IF(cond, ...)                         \
+  do {                                             \
+    if (cond) return rank_fail(ctx, __VA_ARGS__); \
+  } while (0)
+
+// nbytes at kOffset into a poisoned allocation from weftMemAllocHost (mapped
+// by peers) or from malloc (reached through the kernel).
+struct Buf {
+  uint8_t *base = nullptr;
+  uint8_t *p = nullptr;
+  size_t nbytes, total;
+  bool weft;
+  Buf(size_t n, bool from_weft)
+      : nbytes(n), total(std::max(n + kOffset + 64, kMinAlloc)), weft(from_weft) {
+    void *b = nullptr;
+    if (weft) {
+      if (weftMemAllocHost(&b, total) != weftSuccess) b = nullptr;
+    } else {
+      b = malloc(total);
+    }
+    base = static_cast<uint8_t *>(b);
+    if (base != nullptr) memset(base, kPoison, total);
+    p = base + kOffset;
+  }
+  ~Buf() {
+    if (weft) weftMemFree(base);
+    else free(base);
+  }
+  Buf(const Buf &) = delete;
+  Buf &operator=(const Buf &) = delete;
+  // Whether the bytes around [p, p + nbytes) still hold the poison.
+  bool guards_intact() const {
+    for (size_t i = 0; i < total; i++)
+      if ((i < kOffset || i >= kOffset + nbytes) && base[i] != kPoison) return false;
+    return true;
+  }
+};
+
+enum Coll { kAllReduce, kAllGather, kReduceScatter };
+const char *coll_name(Coll c) {
+  return c == kAllReduce ? "allreduce" : c == kAllGather ? "allgather" : "reducescatter";
+}
+
+// One collective with fresh inputs; send and receive buffers from weft or
+// malloc as asked. Checks the result, the guards and an untouched input.
+int run_one(const RankCtx &ctx, weftComm_t comm, Coll c, weftDataType_t t, weftRedOp_t op,
+            size_t count, bool in_place, bool weft_send, bool weft_recv, uint64_t seed) {
+  const int n = ctx.nranks, me = ctx.rank;
+  const size_t esize = weftTypeSize(t), block = count * esize;
+  const size_t in_count = c == kReduceScatter ? count * n : count;
+  const size_t out_nbytes = c == kAllGather ? n * block : block;
+  std::vector<std::vector<uint8_t>> in;
+  for (int r = 0; r < n; r++) in.push_back(make_input(t, op, in_count, seed, r));
+  Buf recv(c == kReduceScatter && in_place ? n * block : out_nbytes, weft_recv);
+  Buf send(in_place ? 0 : in_count * esize, weft_send);
+  FAIL_IF(recv.base == nullptr || send.base == nullptr, "allocation failed");
+  // in place: all-gather's input is its block of the output, reduce-scatter's
+  // output its block of the input
+  uint8_t *src = in_place ? recv.p + (c == kAllGather ? me * block : 0) : send.p;
+  uint8_t *dst = in_place && c == kReduceScatter ? recv.p + me * block : recv.p;
+  memcpy(src, in[me].data(), in[me].size());
+  weftResult_t res = c == kAllReduce    ? weftAllReduce(src, dst, count, t, op, comm, nullptr)
+                     : c == kAllGather ? weftAllGather(src, dst, count, t, comm, nullptr)
+                                       : weftReduceScatter(src, dst, count, t, op, comm, nullptr);
+  const char *where = in_place ? "in place" : "out of place";
+  FAIL_IF(res != weftSuccess, "%s: %s", coll_name(c), weftGetLastError(comm));
+  std::string why;
+  if (c == kAllGather) {
+    for (int r = 0; r < n; r++)
+      FAIL_IF(memcmp(dst + r * block, in[r].data(), block) != 0,
+              "allgather %s count %zu %s: block of rank %d differs", type_name(t), count, where,
+              r);
+  } else {
+    std::vector<std::vector<uint8_t>> mine;
+    const size_t from = c == kReduceScatter ? me * block : 0;
+    for (int r = 0; r < n; r++)
+      mine.emplace_back(in[r].begin() + from, in[r].begin() + from + block);
+    FAIL_IF(!check_reduction(t, op, mine, dst, count, &why), "%s %s %s count %zu %s: %s",
+            coll_name(c), type_name(t), op_name(op), count, where, why.c_str());
+  }
+  FAIL_IF(!recv.guards_intact(), "%s %s count %zu %s: wrote outside the output", coll_name(c),
+          type_name(t), count, where);
+  if (!in_place) {
+    FAIL_IF(memcmp(send.p, in[me].data(), in[me].size()) != 0 || !send.guards_intact(),
+            "%s %s count %zu: the input changed", coll_name(c), type_name(t), count);
+  }
+  return 0;
+}
+
+int init(const RankCtx &ctx, weftComm_t *comm) {
+  if (weftCommInitRank(comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+    return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+  return 0;
+}
+
+int mapped_count(weftComm_t comm) { return reinterpret_cast<weftComm *>(comm)->npeer_maps; }
+
+// Every datatype x op for all-reduce and reduce-scatter, every datatype for
+// all-gather, in place and out of place, all buffers from weft; the count of
+// each case drawn from {1, 1009, 70001} (70001 floats span two 256 KiB
+// pieces), seeded.
+int mapped_everything(const RankCtx &ctx, weftComm_t comm, uint64_t seed) {
+  Rng rng(seed);
+  const size_t counts[] = {1, 1009, 70001};
+  int rc = 0;
+  for (int t = 0; t < weftNumTypes && rc == 0; t++)
+    for (int ip = 0; ip < 2 && rc == 0; ip++) {
+      auto ty = static_cast<weftDataType_t>(t);
+      rc = run_one(ctx, comm, kAllGather, ty, weftSum, counts[rng.next() % 3], ip, true, true,
+                   rng.next());
+      for (int op = 0; op < weftNumOps && rc == 0; op++) {
+        auto o = static_cast<weftRedOp_t>(op);
+        rc = run_one(ctx, comm, kAllReduce, ty, o, counts[rng.next() % 3], ip, true, true,
+                     rng.next());
+        if (rc == 0)
+          rc = run_one(ctx, comm, kReduceScatter, ty, o, counts[rng.next() % 3], ip, true, true,
+                       rng.next());
+      }
+    }
+  return rc;
+}
+
+struct MapCase {
+  int nranks;
+  bool stream;  // WEFT_CMA_STREAM_NBYTES=64K: every copy into a mapped buffer streams
+};
+
+class CmaMap : public testing::TestWithParam<MapCase> {};
+
+TEST_P(CmaMap, EveryCollectiveTypeOpOnMappedBuffers) {
+  const MapCase mc = GetParam();
+  const uint64_t seed = test_seed();
+  RunOptions opts;
+  opts.env = {{"WEFT_ALGO", "cma"}, {"WEFT_TIMEOUT", "60"}};
+  if (mc.stream) opts.env.push_back({"WEFT_CMA_STREAM_NBYTES", "64K"});
+  auto status = run_ranks(mc.nranks, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (int rc = init(ctx, &comm)) return rc;
+    int rc = mapped_everything(ctx, comm, seed + mc.nranks);
+    // each peer's send and receive buffers were mapped (the count stays
+    // within the cache's bound)
+    if (rc == 0 && mapped_count(comm) < ctx.nranks - 1)
+      rc = rank_fail(ctx, "only %d peer buffers mapped", mapped_count(comm));
+    weftCommDestroy(comm);
+    return rc;
+  }, opts);
+  for (int r = 0; r < mc.nranks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CmaMap,
+                         testing::Values(MapCase{2, false}, MapCase{3, false}, MapCase{4, false},
+                                         MapCase{2, true}, MapCase{3, true}),
+                         [](const testing::TestParamInfo<MapCase> &i) {
+                           return "ranks" + std::to_string(i.param.nranks) +
+                                  (i.param.stream ? "_stream" : "");
+                         });
+
+// Rank 0 keeps to malloc, rank 1 to weft, rank 2 draws per buffer: each
+// peer is read or written through the kernel or a mapping as its buffers
+// allow, and every result is right. Rank 0 maps rank 1's buffers.
+TEST(CmaMapMixed, PrivateAndMappedBuffersTogether) {
+  const uint64_t seed = test_seed();
+  RunOptions opts;
+  opts.env = {{"WEFT_ALGO", "cma"}, {"WEFT_TIMEOUT", "60"}};
+  auto status = run_ranks(3, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (int rc = init(ctx, &comm)) return rc;
+    Rng shared(seed), own(seed * 31 + ctx.rank);
+    int rc = 0;
+    for (int i = 0; i < 36 && rc == 0; i++) {
+      // the case is the same on every rank; the buffers' origin is not
+      const Coll c = static_cast<Coll>(i % 3);
+      const auto t = static_cast<weftDataType_t>(shared.next() % weftNumTypes);
+      const auto op = static_cast<weftRedOp_t>(shared.next() % weftNumOps);
+      const size_t count = 1 + shared.next() % 90000;
+      const bool ip = shared.next() % 2;
+      const uint64_t s = shared.next();
+      bool ws = ctx.rank == 1, wr = ctx.rank == 1;
+      if (ctx.rank == 2) ws = own.next() % 2, wr = own.next() % 2;
+      rc = run_one(ctx, comm, c, t, op, count, ip, ws, wr, s);
+    }
+    if (rc == 0 && ctx.rank == 0 && mapped_count(comm) == 0)
+      rc = rank_fail(ctx, "rank 0 mapped none of rank 1's buffers");
+    weftCommDestroy(comm);
+    return rc;
+  }, opts);
+  for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+// Buffers freed and allocated again, often at the same addresses: every
+// result is right, and the mappings of freed buffers are dropped (the count
+// kept stays within its bound).
+TEST(CmaMapChurn, MappingsOfFreedBuffersAreDropped) {
+  const uint64_t seed = test_seed();
+  RunOptions opts;
+  opts.env = {{"WEFT_ALGO", "cma"}, {"WEFT_TIMEOUT", "60"}};
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (int rc = init(ctx, &comm)) return rc;
+    Rng rng(seed);
+    int rc = 0;
+    for (int i = 0; i < 40 && rc == 0; i++) {
+      const size_t count = 1000 + rng.next() % (3 * 65536);
+      rc = run_one(ctx, comm, static_cast<Coll>(i % 3), weftInt32, weftSum, count, i % 2 == 1,
+                   true, true, rng.next());
+      if (rc == 0 && mapped_count(comm) > 4 * ctx.nranks + 16)
+        rc = rank_fail(ctx, "%d mappings kept after %d calls", mapped_count(comm), i + 1);
+    }
+    weftCommDestroy(comm);
+    return rc;
+  }, opts);
+  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+// WEFT_CMA_MAP=0: weft's buffers go through the kernel like any other.
+TEST(CmaMapOff, NothingMappedAndResultsRight) {
+  const uint64_t seed = test_seed();
+  RunOptions opts;
+  opts.env = {{"WEFT_ALGO", "cma"}, {"WEFT_CMA_MAP", "0"}, {"WEFT_TIMEOUT", "60"}};
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (int rc = init(ctx, &comm)) return rc;
+    int rc = 0;
+    for (int c = 0; c < 3 && rc == 0; c++)
+      rc = run_one(ctx, comm, static_cast<Coll>(c), weftFloat32, weftSum, 70001, c == 1, true,
+                   true, seed + c);
+    if (rc == 0 && mapped_count(comm) != 0)
+      rc = rank_fail(ctx, "%d buffers mapped with WEFT_CMA_MAP=0", mapped_count(comm));
+    weftCommDestroy(comm);
+    return rc;
+  }, opts);
+  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+// The allocator: alignment, shareable from 64 KiB, the table's view of each
+// range, and frees that take the buffer out of it.
+TEST(MemAllocHost, SharesFrom64KiBAndForgetsFreedBuffers) {
+  const size_t sizes[] = {1, 4095, 65535, 65536, 100001, 3u << 20};
+  for (size_t nbytes : sizes) {
+    void *p = nullptr;
+    ASSERT_EQ(weftMemAllocHost(&p, nbytes), weftSuccess) << nbytes;
+    const uintptr_t align = nbytes >= (2u << 20) ? (2u << 20) : 4096;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % align, 0u) << nbytes;
+    memset(p, 0xab, nbytes);
+    mem_shared_ref ref;
+    mem_shared_find(p, nbytes, &ref);
+    if (nbytes >= kMinAlloc) {
+      EXPECT_GE(ref.fd, 0) << nbytes;
+      EXPECT_EQ(ref.base, reinterpret_cast<uintptr_t>(p));
+      EXPECT_GE(ref.nbytes, nbytes);
+      mem_shared_ref inner;
+      mem_shared_find(static_cast<char *>(p) + 100, nbytes - 100, &inner);
+      EXPECT_EQ(inner.id, ref.id) << "a range inside the buffer";
+      mem_shared_find(static_cast<char *>(p) + 100, ref.nbytes, &inner);
+      EXPECT_EQ(inner.fd, -1) << "a range running past the buffer's end";
+    } else {
+      EXPECT_EQ(ref.fd, -1) << nbytes;
+    }
+    ASSERT_EQ(weftMemFree(p), weftSuccess);
+    mem_shared_find(p, 1, &ref);
+    EXPECT_EQ(ref.fd, -1) << "freed buffer still listed, " << nbytes;
+  }
+  EXPECT_EQ(weftMemFree(nullptr), weftSuccess);
+}
+
+}  // namespace
