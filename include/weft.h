@@ -337,8 +337,12 @@ weftResult_t weftEventDestroy(weftEvent_t event);
  * a device is present, else host memory as from weftMemAllocHost. Free with
  * weftMemFree. */
 weftResult_t weftMemAlloc(void **ptr, size_t nbytes);
-/* weft extension: always host memory, page aligned, placed so that peers on
- * the same host can map it once it is registered (single-copy paths). */
+/* weft extension: always host memory, page aligned (2 MiB aligned from
+ * 2 MiB). From 64 KiB it is shared memory that peers on the same host map
+ * (once per communicator) and copy to and from directly in single-copy
+ * all-reduce, all-gather and reduce-scatter; other buffers there go through
+ * the kernel's cross-memory attach. The pages are MAP_SHARED: a child
+ * forked afterwards shares them rather than getting a copy. */
 weftResult_t weftMemAllocHost(void **ptr, size_t nbytes);
 /* Frees memory from weftMemAlloc or weftMemAllocHost; NULL is a no-op. */
 weftResult_t weftMemFree(void *ptr);
