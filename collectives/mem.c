@@ -4,8 +4,8 @@
  * Host memory is page aligned (huge-page aligned from 2 MiB). From 64 KiB it
  * comes from a memfd that this process keeps open and lists in a table, so a
  * peer on the same host can map the same pages (mem_peer_map: open
- * /proc/<pid>/fd/<fd>, check the inode, mmap). Each comm keeps the mappings
- * it made, so a buffer used call after call is mapped once. Registration
+ * /proc/<pid>/fd/<fd>, check the device and inode, mmap). Each comm keeps
+ * the mappings it made, so a buffer used call after call is mapped once. Registration
  * records the range with the communicator and returns a handle. */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,7 +33,7 @@ struct mem_shared {
   size_t nbytes;
   int fd;
   uint64_t id;
-  uint64_t ino;
+  uint64_t dev, ino;
 };
 static pthread_mutex_t mem_shared_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mem_shared *mem_shared_list;
@@ -83,7 +83,8 @@ static void *mem_shared_alloc(size_t rounded, size_t align) {
     mem_shared_cap = cap;
   }
   mem_shared_list[mem_shared_count++] = (struct mem_shared){
-      .base = p, .nbytes = rounded, .fd = fd, .id = mem_shared_next_id++, .ino = st.st_ino};
+      .base = p, .nbytes = rounded, .fd = fd, .id = mem_shared_next_id++, .dev = st.st_dev,
+      .ino = st.st_ino};
   pthread_mutex_unlock(&mem_shared_lock);
   return p;
 unmap:
@@ -120,6 +121,7 @@ void mem_shared_find(const void *ptr, size_t nbytes, struct mem_shared_ref *ref_
     if (p < base || p > base + m->nbytes || nbytes > (size_t)(base + m->nbytes - p)) continue;
     *ref_out = (struct mem_shared_ref){.fd = m->fd,
                                        .id = m->id,
+                                       .dev = m->dev,
                                        .ino = m->ino,
                                        .base = (uintptr_t)m->base,
                                        .nbytes = m->nbytes};
@@ -186,7 +188,8 @@ void *mem_peer_map(struct weftComm *comm, int peer, const struct mem_shared_ref 
   if (fd < 0) {
     WEFT_INFO(LOG_COLL, "cannot open rank %d's buffer (%s): %s; copying through the kernel", peer,
               path, strerror(errno));
-  } else if (fstat(fd, &st) != 0 || (uint64_t)st.st_ino != ref->ino ||
+  } else if (fstat(fd, &st) != 0 || (uint64_t)st.st_dev != ref->dev ||
+             (uint64_t)st.st_ino != ref->ino ||
              (uint64_t)st.st_size < ref->nbytes) {
     WEFT_INFO(LOG_COLL, "%s is not rank %d's buffer; copying through the kernel", path, peer);
   } else {

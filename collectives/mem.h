@@ -17,7 +17,8 @@ struct mem_shared_ref {
   int32_t fd;      /* the allocation's memfd in the owner's process; -1: not shareable */
   uint32_t pad;
   uint64_t id;     /* the owner's allocation number (never reused by a process) */
-  uint64_t ino;    /* the memfd's inode, to check that the fd opened is the right one */
+  uint64_t dev;    /* the memfd's device and inode, to check that the file opened */
+  uint64_t ino;    /* through /proc is this allocation's */
   uint64_t base;   /* the allocation's address in the owner's process */
   uint64_t nbytes; /* the allocation's length */
 };
