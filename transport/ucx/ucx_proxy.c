@@ -497,6 +497,38 @@ unlock:
   return res;
 }
 
+/* Receives and drops the messages that arrived for no receive (a credit
+ * its sender's peer had closed for, a poison word after close): UCX warns
+ * about each one left at destroy. Eager messages are here whole; anything
+ * that needs the peer gets DROP_WAIT_NS and is then cancelled. */
+#define DROP_WAIT_NS 100000000ull
+static void worker_drop_unexpected(ucp_worker_h worker) {
+  for (int i = 0; i < 4096; i++) {
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h msg = ucp_tag_probe_nb(worker, 0, 0, 1, &info);
+    if (msg == NULL) return;
+    void *buf = malloc(info.length > 0 ? info.length : 1);
+    if (buf == NULL) return;
+    ucp_request_param_t param = {.op_attr_mask = 0};
+    ucs_status_ptr_t req = ucp_tag_msg_recv_nbx(worker, buf, info.length, msg, &param);
+    if (UCS_PTR_IS_PTR(req)) {
+      uint64_t deadline = clock_ns() + DROP_WAIT_NS;
+      int cancelled = 0;
+      while (ucp_request_check_status(req) == UCS_INPROGRESS) {
+        if (clock_ns() > deadline) {
+          if (cancelled) return; /* not even cancelled: leave it (and buf) to the destroy */
+          ucp_request_cancel(worker, req);
+          cancelled = 1;
+          deadline = clock_ns() + DROP_WAIT_NS;
+        }
+        ucp_worker_progress(worker);
+      }
+      ucp_request_free(req);
+    }
+    free(buf);
+  }
+}
+
 void ucx_worker_put(void) {
   ucx_lock();
   if (ucx.nrefs == 0 || --ucx.nrefs > 0) {
@@ -511,6 +543,7 @@ void ucx_worker_put(void) {
   if (ucx.nrefs == 0) { /* nobody came back meanwhile */
     ucx.running = 0;
     retired_sweep(1); /* nothing progresses the worker any more */
+    worker_drop_unexpected(ucx.w.worker);
     ucp_worker_destroy(ucx.w.worker);
     ucp_cleanup(ucx.w.context);
     memset(&ucx.w, 0, sizeof ucx.w);
