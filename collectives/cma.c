@@ -39,7 +39,8 @@
 struct weft_param cma_params[] = {
     {"WEFT_CMA_MIN_NBYTES", PARAM_INT, "64K",
      "smallest all-reduce, all-gather or reduce-scatter (bytes, all ranks) that the tuner "
-     "runs single-copy through cross-memory attach; larger than any size turns it off",
+     "runs single-copy (peers' buffers mapped, or cross-memory attach); larger than any size "
+     "turns it off",
      0, 0, NULL},
     {"WEFT_CMA_MAP", PARAM_INT, "1",
      "1: single-copy collectives map peers' weftMemAllocHost buffers and copy in user space; "
@@ -181,8 +182,9 @@ static void cma_views(struct weftComm *comm, const struct weft_plan *plan,
 /* The last-level cache's size, from sysfs (sysconf's figure can be the
  * whole package's on a virtual machine). */
 static size_t cma_l3_nbytes(void) {
-  static size_t cached;
-  if (cached != 0) return cached;
+  static size_t cached; /* threads of several comms may race here: both find the same */
+  size_t known = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (known != 0) return known;
   size_t nbytes = CMA_L3_DEFAULT_NBYTES;
   for (int i = 0; i < 8; i++) {
     char path[96];
@@ -200,7 +202,7 @@ static size_t cma_l3_nbytes(void) {
     fclose(f);
     break;
   }
-  cached = nbytes;
+  __atomic_store_n(&cached, nbytes, __ATOMIC_RELAXED);
   return nbytes;
 }
 
