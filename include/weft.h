@@ -341,8 +341,10 @@ weftResult_t weftMemAlloc(void **ptr, size_t nbytes);
  * 2 MiB). From 64 KiB it is shared memory that peers on the same host map
  * (once per communicator) and copy to and from directly in single-copy
  * all-reduce, all-gather and reduce-scatter; other buffers there go through
- * the kernel's cross-memory attach. The pages are MAP_SHARED: a child
- * forked afterwards shares them rather than getting a copy. */
+ * the kernel's cross-memory attach. Allocate such buffers once and reuse
+ * them, as registered memory: a new one costs each peer an open and a
+ * mapping on first use. The pages are MAP_SHARED: a child forked afterwards
+ * shares them rather than getting a copy. */
 weftResult_t weftMemAllocHost(void **ptr, size_t nbytes);
 /* Frees memory from weftMemAlloc or weftMemAllocHost; NULL is a no-op. */
 weftResult_t weftMemFree(void *ptr);
