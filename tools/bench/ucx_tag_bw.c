@@ -1,0 +1,126 @@
+/* UCX's own tagged-message throughput between two processes of this host, one
+ * thread each, straight from and into the user's buffers: the ceiling that
+ * UCX's transport sets under weft's UCX connections (docs/ucx.md).
+ *
+ *   cc -O2 -o /tmp/ucx_tag_bw tools/bench/ucx_tag_bw.c -lucp -lucs
+ *   UCX_TLS=tcp /tmp/ucx_tag_bw 1048576 50          # UCX's own rendezvous threshold
+ *   UCX_TLS=tcp /tmp/ucx_tag_bw 1048576 50 eager    # every message eager, as weft's slots
+ *
+ * Each iteration both processes post a receive of NBYTES, send NBYTES to the
+ * other and wait for both: the bidirectional exchange of a 2-rank all-reduce.
+ * Prints the time per iteration and the bytes per second in each direction. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#define WARMUP_ITERS 3
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what) {
+  fprintf(stderr, "ucx_tag_bw: %s\n", what);
+  exit(1);
+}
+
+static void io_all(int fd, void *buf, size_t nbytes, int writing) {
+  for (size_t done = 0; done < nbytes;) {
+    ssize_t n = writing ? write(fd, (char *)buf + done, nbytes - done)
+                        : read(fd, (char *)buf + done, nbytes - done);
+    if (n <= 0) die("the socket pair to the other process broke");
+    done += (size_t)n;
+  }
+}
+
+static void request_wait(ucp_worker_h worker, ucs_status_ptr_t req) {
+  if (UCS_PTR_IS_ERR(req)) die(ucs_status_string(UCS_PTR_STATUS(req)));
+  if (req == NULL) return;
+  while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(worker);
+  ucs_status_t st = ucp_request_check_status(req);
+  ucp_request_free(req);
+  if (st != UCS_OK) die(ucs_status_string(st));
+}
+
+/* One process's side: worker addresses go over fd, then the exchanges. */
+static void side_run(int is_first, int fd, size_t nbytes, int iters, int eager) {
+  ucp_config_t *config;
+  if (ucp_config_read(NULL, NULL, &config) != UCS_OK) die("ucp_config_read failed");
+  if (eager && ucp_config_modify(config, "RNDV_THRESH", "inf") != UCS_OK)
+    die("cannot set RNDV_THRESH");
+  ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_TAG};
+  ucp_context_h context;
+  ucs_status_t st = ucp_init(&params, config, &context);
+  ucp_config_release(config);
+  if (st != UCS_OK) die(ucs_status_string(st));
+  ucp_worker_params_t wparams = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                                 .thread_mode = UCS_THREAD_MODE_SINGLE};
+  ucp_worker_h worker;
+  if (ucp_worker_create(context, &wparams, &worker) != UCS_OK) die("ucp_worker_create failed");
+  ucp_address_t *addr;
+  size_t addr_nbytes, peer_nbytes;
+  if (ucp_worker_get_address(worker, &addr, &addr_nbytes) != UCS_OK) die("no worker address");
+  io_all(fd, &addr_nbytes, sizeof addr_nbytes, 1);
+  io_all(fd, addr, addr_nbytes, 1);
+  io_all(fd, &peer_nbytes, sizeof peer_nbytes, 0);
+  void *peer_addr = malloc(peer_nbytes);
+  char *send = malloc(nbytes), *recv = malloc(nbytes);
+  if (peer_addr == NULL || send == NULL || recv == NULL) die("out of memory");
+  io_all(fd, peer_addr, peer_nbytes, 0);
+  ucp_ep_params_t eparams = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
+                             .address = peer_addr};
+  ucp_ep_h ep;
+  if (ucp_ep_create(worker, &eparams, &ep) != UCS_OK) die("ucp_ep_create failed");
+  memset(send, 1, nbytes);
+  memset(recv, 0, nbytes);
+  ucp_request_param_t rparams = {.op_attr_mask = 0};
+  double start = 0;
+  char token = 0;
+  for (int i = -WARMUP_ITERS; i < iters; i++) {
+    if (i == 0) { /* both start the timed loop together */
+      io_all(fd, &token, 1, 1);
+      io_all(fd, &token, 1, 0);
+      start = now_s();
+    }
+    ucs_status_ptr_t rreq = ucp_tag_recv_nbx(worker, recv, nbytes, 1, ~0ull, &rparams);
+    ucs_status_ptr_t sreq = ucp_tag_send_nbx(ep, send, nbytes, 1, &rparams);
+    request_wait(worker, sreq);
+    request_wait(worker, rreq);
+  }
+  double per_iter = (now_s() - start) / iters;
+  if (is_first)
+    printf("%zu B %s: %.1f us, %.2f GB/s each way\n", nbytes, eager ? "eager" : "ucx-default",
+           per_iter * 1e6, (double)nbytes / per_iter / 1e9);
+  io_all(fd, &token, 1, 1); /* neither tears down while the other still sends */
+  io_all(fd, &token, 1, 0);
+  /* endpoint, worker and context go with the process */
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: ucx_tag_bw NBYTES ITERS [eager]\n");
+    return 2;
+  }
+  size_t nbytes = strtoull(argv[1], NULL, 0);
+  int iters = atoi(argv[2]), eager = argc > 3 && strcmp(argv[3], "eager") == 0;
+  if (nbytes == 0 || iters <= 0) die("NBYTES and ITERS must be positive");
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) die("socketpair failed");
+  pid_t pid = fork();
+  if (pid < 0) die("fork failed");
+  if (pid == 0) {
+    side_run(0, sv[1], nbytes, iters, eager);
+    _exit(0);
+  }
+  side_run(1, sv[0], nbytes, iters, eager);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
