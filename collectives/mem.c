@@ -234,9 +234,10 @@ weftResult_t weftMemAllocHost(void **ptr, size_t nbytes) {
   if (nbytes == 0) return weft_error_set(weftInvalidArgument, "MemAllocHost: nbytes is 0");
   void *p = NULL;
   /* Buffers of 2 MiB and more are 2 MiB aligned and ask for transparent
-   * huge pages (where the kernel leaves them to madvise): cross-memory
-   * attach and the copies then walk a few large pages instead of many small
-   * ones (a 256 MiB all-reduce runs about 20 % faster on 2 cores). */
+   * huge pages (where the kernel leaves them to madvise; for shared memory,
+   * where its shmem_enabled setting allows): the copies then walk a few large
+   * pages instead of many small ones (with cross-memory attach on private
+   * memory a 256 MiB all-reduce ran about 20 % faster on 2 cores). */
   const size_t align = nbytes >= MEM_HUGE_NBYTES ? MEM_HUGE_NBYTES : MEM_ALIGN;
   size_t rounded = (nbytes + align - 1) / align * align;
   if (nbytes >= MEM_SHARED_MIN_NBYTES) p = mem_shared_alloc(rounded, align);
