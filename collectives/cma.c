@@ -221,11 +221,14 @@ static void cma_copy(void *dst, const void *src, size_t nbytes, int stream) {
   else memcpy(dst, src, nbytes);
 }
 
-/* Connects to every peer, allocates the scratch space, and on the first call
- * probes and agrees whether cross-memory attach works. Returns weftSuccess
+/* Connects to every peer, allocates the scratch space, exchanges the
+ * descriptors (which name the mappable allocations holding the send_nbytes
+ * and recv_nbytes the plan touches), and on the first call probes and
+ * agrees whether cross-memory attach works. Returns weftSuccess
  * with *usable_out 0 when it does not (every rank gets the same answer). */
 static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *plan,
-                              struct cma_desc *descs, int *usable_out) {
+                              size_t send_nbytes, size_t recv_nbytes, struct cma_desc *descs,
+                              int *usable_out) {
   const int n = comm->nranks, rank = comm->rank;
   if (comm->cma_scratch == NULL) {
     size_t nbytes = 2 * CMA_PIECE_NBYTES + (size_t)n * sizeof(uint64_t);
@@ -240,8 +243,6 @@ static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *pla
                           .probe_addr = (uintptr_t)&cma_probe_word};
   self.send_ref.fd = self.recv_ref.fd = -1;
   if (param_int(&cma_params[1]) != 0) {
-    size_t send_nbytes, recv_nbytes;
-    cma_buffer_nbytes(comm, plan, &send_nbytes, &recv_nbytes);
     mem_shared_find(plan->sendbuf, send_nbytes, &self.send_ref);
     mem_shared_find(plan->recvbuf, recv_nbytes, &self.recv_ref);
   }
@@ -316,7 +317,9 @@ weftResult_t cma_run(struct weftComm *comm, const struct weft_plan *plan) {
   const int n = comm->nranks, rank = comm->rank;
   struct cma_desc descs[n];
   int usable = 0;
-  WEFT_TRY(cma_setup(comm, plan, descs, &usable));
+  size_t send_nbytes, recv_nbytes;
+  cma_buffer_nbytes(comm, plan, &send_nbytes, &recv_nbytes);
+  WEFT_TRY(cma_setup(comm, plan, send_nbytes, recv_nbytes, descs, &usable));
   if (!usable) {
     algo_fn fn = plan->coll == COLL_ALLREDUCE     ? ring_allreduce
                  : plan->coll == COLL_ALLGATHER   ? ring_allgather
@@ -326,8 +329,6 @@ weftResult_t cma_run(struct weftComm *comm, const struct weft_plan *plan) {
   struct cma_view views[n];
   cma_views(comm, plan, descs, views);
   const size_t esize = weftTypeSize(plan->datatype);
-  size_t send_nbytes, recv_nbytes;
-  cma_buffer_nbytes(comm, plan, &send_nbytes, &recv_nbytes);
   /* outputs larger than the caches are written past them */
   const int stream = recv_nbytes >= cma_stream_min_nbytes(n);
   char *recv = plan->recvbuf;

@@ -12,9 +12,9 @@
 #define WEFT_MAX_CHANNELS 16
 #define WEFT_MAX_REDOPS 64
 
-/* A user reduction op (weftRedOpCreatePreMulSum). */
 struct mem_peer_map;
 
+/* A user reduction op (weftRedOpCreatePreMulSum). */
 struct weft_redop {
   int in_use;
   weftDataType_t datatype;

@@ -12,8 +12,9 @@
  * per slot, and UCX never holds more than the receiver's slots (past the
  * first nslots, each with its receive already posted).
  * Slots go eagerly unless an RDMA device is present: then large ones go by
- * UCX's rendezvous, zero-copy from slot to slot. The tag carries the connection's token and the slot's
- * used word; other kinds of tag carry credits and poison.
+ * UCX's rendezvous, zero-copy from slot to slot. The tag carries the
+ * connection's token and the slot's used word; other kinds of tag carry
+ * credits and poison.
  *
  * Tagged messages rather than ucp_put_nbx: on transports without registered
  * memory (TCP) UCX 1.13 emulates puts with active messages, whose target-side
