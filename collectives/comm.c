@@ -279,6 +279,7 @@ static void comm_free(struct weftComm *comm) {
   bootstrap_close(comm->bs);
   free(comm->peers);
   free(comm->cma_scratch);
+  free(comm->bulk_scratch);
   mem_peer_unmap_all(comm);
   free(comm);
 }

@@ -65,6 +65,9 @@ struct weftComm {
   struct mem_peer_map *peer_maps; /* peers' buffers mapped here (collectives/mem.c) */
   int npeer_maps, peer_maps_cap;
   int peer_map_refused;         /* a peer's buffer could not be mapped: stop trying */
+  uint64_t bulk_calls;          /* bulk collectives run (collectives/bulk.c) */
+  void *bulk_scratch;           /* their chunk buffers, kept */
+  size_t bulk_scratch_nbytes;
 };
 
 /* Joins rank `rank` of `nranks` to the communicator of id and connects it

@@ -1,4 +1,5 @@
 #include "params.h"
+#include "bulk.h"
 #include "cma.h"
 
 #include "../include/weft.h"
@@ -29,7 +30,7 @@ struct weft_param coll_params[] = {
 
 struct weft_param *const weft_param_tables[] = {
     log_params,       wait_params, bootstrap_params, transport_params, shm_params,
-    socket_params, UCX_PARAMS coll_params, topo_params, cuda_params, cma_params, NULL,
+    socket_params, UCX_PARAMS coll_params, topo_params, cuda_params, cma_params, bulk_params, NULL,
 };
 
 void weft_params_reset(void) { param_tables_reset(weft_param_tables); }

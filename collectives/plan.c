@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../transport/status.h"
+#include "bulk.h"
 #include "cma.h"
 #include "plan.h"
 #include "reduce_host.h"
@@ -45,6 +46,7 @@ weftResult_t plan_run_host(struct weftComm *comm, const struct weft_plan *plan) 
     return weftSuccess;
   }
   if (plan->algo == ALGO_CMA) return cma_run(comm, plan);
+  if (plan->algo == ALGO_BULK) return bulk_run(comm, plan);
   /* each channel takes a contiguous, 64-byte aligned share */
   size_t esize = weftTypeSize(plan->datatype);
   size_t align = 64 / esize;

@@ -18,12 +18,13 @@ enum coll_kind {
   COLL_RECV,
   COLL_NUM
 };
-/* Algorithms (WEFT_ALGO names: ring, tree, rd). */
+/* Algorithms (WEFT_ALGO names: ring, tree, rd, cma, bulk). */
 enum coll_algo {
   ALGO_RING = 0, /* pipelined ring: bandwidth-optimal, every collective */
   ALGO_TREE,     /* double binary tree all-reduce, pipelined: log-depth latency */
   ALGO_RD,       /* recursive doubling all-reduce: fewest steps for small messages */
   ALGO_CMA,      /* single copy between ranks of one host (collectives/cma.c) */
+  ALGO_BULK,     /* ring of whole chunks moved by the transport (collectives/bulk.c) */
   ALGO_NUM
 };
 /* Protocols (WEFT_PROTO names: simple, ll). */

@@ -10,11 +10,12 @@
 #include <strings.h>
 
 #include "../transport/status.h"
+#include "bulk.h"
 #include "cma.h"
 #include "params.h"
 #include "plan.h"
 
-static const char *const algo_names[ALGO_NUM] = {"ring", "tree", "rd", "cma"};
+static const char *const algo_names[ALGO_NUM] = {"ring", "tree", "rd", "cma", "bulk"};
 static const char *const proto_names[PROTO_NUM] = {"simple", "ll"};
 static const char *const coll_keys[COLL_NUM_RING] = {"allreduce", "allgather", "reducescatter",
                                                      "broadcast", "reduce"};
@@ -88,7 +89,7 @@ static const struct tuner_rules *tuner_rules_get(void) {
   if (!rules.parsed || a != rules.algo_text || p != rules.proto_text) {
     struct tuner_rules r = {.algo_text = a, .proto_text = p, .parsed = 1};
     if (tuner_parse(a, algo_names, ALGO_NUM, r.algo) != 0)
-      WEFT_WARN(LOG_COLL, "WEFT_ALGO=%s: unknown names ignored (ring, tree, rd, cma)", a);
+      WEFT_WARN(LOG_COLL, "WEFT_ALGO=%s: unknown names ignored (ring, tree, rd, cma, bulk)", a);
     if (tuner_parse(p, proto_names, PROTO_NUM, r.proto) != 0)
       WEFT_WARN(LOG_COLL, "WEFT_PROTO=%s: unknown names ignored (simple, ll)", p);
     rules = r;
@@ -130,16 +131,18 @@ static double model_us(const struct weftComm *comm, enum coll_kind coll, enum co
 }
 
 /* Single copy (cma) for large all-reduce, all-gather and reduce-scatter on
- * one host, from WEFT_CMA_MIN_NBYTES up; at any size where WEFT_ALGO leaves
- * no other algorithm. */
-static int tuner_pick_cma(const struct weftComm *comm, const struct weft_plan *plan,
-                          const struct tuner_rules *r, size_t nbytes) {
+ * one host, from WEFT_CMA_MIN_NBYTES up, and bulk transfers over transports
+ * that have them, from WEFT_BULK_MIN_NBYTES up; either at any size where
+ * WEFT_ALGO leaves no pipelined algorithm. */
+static int tuner_pick_whole(const struct weftComm *comm, const struct weft_plan *plan,
+                            const struct tuner_rules *r, size_t nbytes, enum coll_algo algo) {
   const enum coll_kind c = plan->coll;
   if (c != COLL_ALLREDUCE && c != COLL_ALLGATHER && c != COLL_REDUCESCATTER) return 0;
-  if (!r->algo[c][ALGO_CMA] || !cma_possible(comm)) return 0;
+  if (!r->algo[c][algo]) return 0;
+  if (algo == ALGO_CMA ? !cma_possible(comm) : !bulk_possible(comm)) return 0;
   int others = 0;
   for (int a = 0; a < ALGO_CMA; a++) others += algo_exists(c, (enum coll_algo)a) && r->algo[c][a];
-  return nbytes >= cma_min_nbytes() || others == 0;
+  return nbytes >= (algo == ALGO_CMA ? cma_min_nbytes() : bulk_min_nbytes()) || others == 0;
 }
 
 void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
@@ -151,13 +154,17 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
   double best = -1;
   plan->algo = ALGO_RING;
   plan->proto = PROTO_SIMPLE;
-  if (tuner_pick_cma(comm, plan, r, nbytes)) {
+  if (tuner_pick_whole(comm, plan, r, nbytes, ALGO_CMA)) {
     plan->algo = ALGO_CMA;
     plan->nchannels = 1;
     return;
   }
-  for (int a = 0; a < ALGO_NUM; a++) {
-    if (a == ALGO_CMA) continue; /* not a pipeline: no place in the cost model */
+  if (tuner_pick_whole(comm, plan, r, nbytes, ALGO_BULK)) {
+    plan->algo = ALGO_BULK;
+    plan->nchannels = comm->nchannels; /* chunks spread over them */
+    return;
+  }
+  for (int a = 0; a < ALGO_CMA; a++) { /* cma and bulk: not pipelines, not in the cost model */
     if (!algo_exists(plan->coll, (enum coll_algo)a) || !r->algo[plan->coll][a]) continue;
     for (int p = 0; p < PROTO_NUM; p++) {
       if (!r->proto[plan->coll][p]) continue;

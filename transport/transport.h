@@ -30,6 +30,12 @@ struct conn_ctrl {
 
 struct weft_transport;
 
+/* A bulk transfer in flight (struct weft_bulk_ops). */
+struct weft_bulk_req {
+  void *handle; /* the transport's */
+  size_t nbytes;
+};
+
 struct weft_conn {
   struct conn_ctrl *ctrl;
   char *slots;         /* nslots * slot_nbytes bytes */
@@ -66,6 +72,23 @@ struct weft_transport {
   weftResult_t (*recv_connect)(struct weft_conn *conn);
   /* Either end: releases the connection. Never fails. */
   void (*close)(struct weft_conn *conn);
+  /* Optional (network transports): whole buffers moved outside the slots,
+   * straight from the sender's memory into the receiver's. The transport
+   * keeps referring to buf until the request completes. */
+  struct weft_bulk_ops {
+    /* A send (on a send end) or a receive (on a receive end) of exactly
+     * nbytes, matched with the peer's by id. Does not block. */
+    weftResult_t (*post)(struct weft_conn *conn, void *buf, size_t nbytes, uint32_t id,
+                         struct weft_bulk_req *req);
+    /* weftInProgress, or how req ended (then the transport has let go of it;
+     * a receive of other than nbytes is an error). */
+    weftResult_t (*test)(struct weft_conn *conn, struct weft_bulk_req *req);
+    /* Moves the conn's transfers along once. */
+    void (*progress)(struct weft_conn *conn);
+    /* Ends req early: the connection fails (it is of no further use), and
+     * the transport lets go of req's buffer. Then test says how it ended. */
+    void (*cancel)(struct weft_conn *conn, struct weft_bulk_req *req);
+  } bulk;
 };
 
 /* Every transport, in order of preference. NULL-terminated. */

@@ -1,6 +1,8 @@
 #include "coll_check.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <type_traits>
@@ -260,6 +262,101 @@ int check_every_collective(const RankCtx &ctx, weftComm_t comm, uint64_t seed) {
         if (memcmp(out.data() + r * block, in[r].data() + me * block, block) != 0)
           return rank_fail(ctx, "alltoall block from %d", r);
     }
+  }
+  return 0;
+}
+
+namespace {
+
+const uint8_t kPoison = 0x5a;
+const size_t kOffset = 200;  // element-aligned for every datatype, not cache-line aligned
+const size_t kMinShared = 64 << 10;  // weftMemAllocHost shares from here
+
+
+#define FAIL_IF(cond, ...)                         \
+  do {                                             \
+    if (cond) return rank_fail(ctx, __VA_ARGS__); \
+  } while (0)
+
+// nbytes at kOffset into a poisoned allocation from weftMemAllocHost (mapped
+// by peers) or from malloc (reached through the kernel).
+struct Buf {
+  uint8_t *base = nullptr;
+  uint8_t *p = nullptr;
+  size_t nbytes, total;
+  bool weft;
+  Buf(size_t n, bool from_weft)
+      : nbytes(n), total(std::max(n + kOffset + 64, kMinShared)), weft(from_weft) {
+    void *b = nullptr;
+    if (weft) {
+      if (weftMemAllocHost(&b, total) != weftSuccess) b = nullptr;
+    } else {
+      b = malloc(total);
+    }
+    base = static_cast<uint8_t *>(b);
+    if (base != nullptr) memset(base, kPoison, total);
+    p = base + kOffset;
+  }
+  ~Buf() {
+    if (weft) weftMemFree(base);
+    else free(base);
+  }
+  Buf(const Buf &) = delete;
+  Buf &operator=(const Buf &) = delete;
+  // Whether the bytes around [p, p + nbytes) still hold the poison.
+  bool guards_intact() const {
+    for (size_t i = 0; i < total; i++)
+      if ((i < kOffset || i >= kOffset + nbytes) && base[i] != kPoison) return false;
+    return true;
+  }
+};
+
+}  // namespace
+
+const char *coll_name(Coll c) {
+  return c == kAllReduce ? "allreduce" : c == kAllGather ? "allgather" : "reducescatter";
+}
+
+int check_coll(const RankCtx &ctx, weftComm_t comm, Coll c, weftDataType_t t, weftRedOp_t op,
+            size_t count, bool in_place, bool weft_send, bool weft_recv, uint64_t seed) {
+  const int n = ctx.nranks, me = ctx.rank;
+  const size_t esize = weftTypeSize(t), block = count * esize;
+  const size_t in_count = c == kReduceScatter ? count * n : count;
+  const size_t out_nbytes = c == kAllGather ? n * block : block;
+  std::vector<std::vector<uint8_t>> in;
+  for (int r = 0; r < n; r++) in.push_back(make_input(t, op, in_count, seed, r));
+  Buf recv(c == kReduceScatter && in_place ? n * block : out_nbytes, weft_recv);
+  Buf send(in_place ? 0 : in_count * esize, weft_send);
+  FAIL_IF(recv.base == nullptr || send.base == nullptr, "allocation failed");
+  // in place: all-gather's input is its block of the output, reduce-scatter's
+  // output its block of the input
+  uint8_t *src = in_place ? recv.p + (c == kAllGather ? me * block : 0) : send.p;
+  uint8_t *dst = in_place && c == kReduceScatter ? recv.p + me * block : recv.p;
+  memcpy(src, in[me].data(), in[me].size());
+  weftResult_t res = c == kAllReduce    ? weftAllReduce(src, dst, count, t, op, comm, nullptr)
+                     : c == kAllGather ? weftAllGather(src, dst, count, t, comm, nullptr)
+                                       : weftReduceScatter(src, dst, count, t, op, comm, nullptr);
+  const char *where = in_place ? "in place" : "out of place";
+  FAIL_IF(res != weftSuccess, "%s: %s", coll_name(c), weftGetLastError(comm));
+  std::string why;
+  if (c == kAllGather) {
+    for (int r = 0; r < n; r++)
+      FAIL_IF(memcmp(dst + r * block, in[r].data(), block) != 0,
+              "allgather %s count %zu %s: block of rank %d differs", type_name(t), count, where,
+              r);
+  } else {
+    std::vector<std::vector<uint8_t>> mine;
+    const size_t from = c == kReduceScatter ? me * block : 0;
+    for (int r = 0; r < n; r++)
+      mine.emplace_back(in[r].begin() + from, in[r].begin() + from + block);
+    FAIL_IF(!check_reduction(t, op, mine, dst, count, &why), "%s %s %s count %zu %s: %s",
+            coll_name(c), type_name(t), op_name(op), count, where, why.c_str());
+  }
+  FAIL_IF(!recv.guards_intact(), "%s %s count %zu %s: wrote outside the output", coll_name(c),
+          type_name(t), count, where);
+  if (!in_place) {
+    FAIL_IF(memcmp(send.p, in[me].data(), in[me].size()) != 0 || !send.guards_intact(),
+            "%s %s count %zu: the input changed", coll_name(c), type_name(t), count);
   }
   return 0;
 }

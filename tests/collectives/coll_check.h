@@ -36,6 +36,17 @@ bool check_reduction(weftDataType_t t, weftRedOp_t op,
 int check_allreduce(const RankCtx &ctx, weftComm_t comm, weftDataType_t t, weftRedOp_t op,
                     size_t count, bool in_place, uint64_t seed);
 
+enum Coll { kAllReduce, kAllGather, kReduceScatter };
+const char *coll_name(Coll c);
+
+// One all-reduce, all-gather or reduce-scatter with fresh inputs, its buffers
+// 200 bytes into poisoned allocations (not cache-line aligned) from
+// weftMemAllocHost (weft_send, weft_recv) or malloc. Checks the result, the
+// bytes around the output and an untouched input. Returns 0 or a failure
+// code (rank_fail).
+int check_coll(const RankCtx &ctx, weftComm_t comm, Coll c, weftDataType_t t, weftRedOp_t op,
+               size_t count, bool in_place, bool weft_send, bool weft_recv, uint64_t seed);
+
 // Every collective (all-reduce, all-gather, reduce-scatter, broadcast, reduce,
 // all-to-all) on comm for a few sizes and datatypes, against references.
 // Returns 0 or a failure code (rank_fail).

@@ -23,98 +23,7 @@ using namespace weft_test;
 
 namespace {
 
-const uint8_t kPoison = 0x5a;
-const size_t kOffset = 200;  // element-aligned for every datatype, not cache-line aligned
 const size_t kMinAlloc = 64 << 10;  // weftMemAllocHost shares from here
-
-#define FAIL_IF(cond, ...)                         \
-  do {                                             \
-    if (cond) return rank_fail(ctx, __VA_ARGS__); \
-  } while (0)
-
-// nbytes at kOffset into a poisoned allocation from weftMemAllocHost (mapped
-// by peers) or from malloc (reached through the kernel).
-struct Buf {
-  uint8_t *base = nullptr;
-  uint8_t *p = nullptr;
-  size_t nbytes, total;
-  bool weft;
-  Buf(size_t n, bool from_weft)
-      : nbytes(n), total(std::max(n + kOffset + 64, kMinAlloc)), weft(from_weft) {
-    void *b = nullptr;
-    if (weft) {
-      if (weftMemAllocHost(&b, total) != weftSuccess) b = nullptr;
-    } else {
-      b = malloc(total);
-    }
-    base = static_cast<uint8_t *>(b);
-    if (base != nullptr) memset(base, kPoison, total);
-    p = base + kOffset;
-  }
-  ~Buf() {
-    if (weft) weftMemFree(base);
-    else free(base);
-  }
-  Buf(const Buf &) = delete;
-  Buf &operator=(const Buf &) = delete;
-  // Whether the bytes around [p, p + nbytes) still hold the poison.
-  bool guards_intact() const {
-    for (size_t i = 0; i < total; i++)
-      if ((i < kOffset || i >= kOffset + nbytes) && base[i] != kPoison) return false;
-    return true;
-  }
-};
-
-enum Coll { kAllReduce, kAllGather, kReduceScatter };
-const char *coll_name(Coll c) {
-  return c == kAllReduce ? "allreduce" : c == kAllGather ? "allgather" : "reducescatter";
-}
-
-// One collective with fresh inputs; send and receive buffers from weft or
-// malloc as asked. Checks the result, the guards and an untouched input.
-int run_one(const RankCtx &ctx, weftComm_t comm, Coll c, weftDataType_t t, weftRedOp_t op,
-            size_t count, bool in_place, bool weft_send, bool weft_recv, uint64_t seed) {
-  const int n = ctx.nranks, me = ctx.rank;
-  const size_t esize = weftTypeSize(t), block = count * esize;
-  const size_t in_count = c == kReduceScatter ? count * n : count;
-  const size_t out_nbytes = c == kAllGather ? n * block : block;
-  std::vector<std::vector<uint8_t>> in;
-  for (int r = 0; r < n; r++) in.push_back(make_input(t, op, in_count, seed, r));
-  Buf recv(c == kReduceScatter && in_place ? n * block : out_nbytes, weft_recv);
-  Buf send(in_place ? 0 : in_count * esize, weft_send);
-  FAIL_IF(recv.base == nullptr || send.base == nullptr, "allocation failed");
-  // in place: all-gather's input is its block of the output, reduce-scatter's
-  // output its block of the input
-  uint8_t *src = in_place ? recv.p + (c == kAllGather ? me * block : 0) : send.p;
-  uint8_t *dst = in_place && c == kReduceScatter ? recv.p + me * block : recv.p;
-  memcpy(src, in[me].data(), in[me].size());
-  weftResult_t res = c == kAllReduce    ? weftAllReduce(src, dst, count, t, op, comm, nullptr)
-                     : c == kAllGather ? weftAllGather(src, dst, count, t, comm, nullptr)
-                                       : weftReduceScatter(src, dst, count, t, op, comm, nullptr);
-  const char *where = in_place ? "in place" : "out of place";
-  FAIL_IF(res != weftSuccess, "%s: %s", coll_name(c), weftGetLastError(comm));
-  std::string why;
-  if (c == kAllGather) {
-    for (int r = 0; r < n; r++)
-      FAIL_IF(memcmp(dst + r * block, in[r].data(), block) != 0,
-              "allgather %s count %zu %s: block of rank %d differs", type_name(t), count, where,
-              r);
-  } else {
-    std::vector<std::vector<uint8_t>> mine;
-    const size_t from = c == kReduceScatter ? me * block : 0;
-    for (int r = 0; r < n; r++)
-      mine.emplace_back(in[r].begin() + from, in[r].begin() + from + block);
-    FAIL_IF(!check_reduction(t, op, mine, dst, count, &why), "%s %s %s count %zu %s: %s",
-            coll_name(c), type_name(t), op_name(op), count, where, why.c_str());
-  }
-  FAIL_IF(!recv.guards_intact(), "%s %s count %zu %s: wrote outside the output", coll_name(c),
-          type_name(t), count, where);
-  if (!in_place) {
-    FAIL_IF(memcmp(send.p, in[me].data(), in[me].size()) != 0 || !send.guards_intact(),
-            "%s %s count %zu: the input changed", coll_name(c), type_name(t), count);
-  }
-  return 0;
-}
 
 int init(const RankCtx &ctx, weftComm_t *comm) {
   if (weftCommInitRank(comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
@@ -135,14 +44,14 @@ int mapped_everything(const RankCtx &ctx, weftComm_t comm, uint64_t seed) {
   for (int t = 0; t < weftNumTypes && rc == 0; t++)
     for (int ip = 0; ip < 2 && rc == 0; ip++) {
       auto ty = static_cast<weftDataType_t>(t);
-      rc = run_one(ctx, comm, kAllGather, ty, weftSum, counts[rng.next() % 3], ip, true, true,
+      rc = check_coll(ctx, comm, kAllGather, ty, weftSum, counts[rng.next() % 3], ip, true, true,
                    rng.next());
       for (int op = 0; op < weftNumOps && rc == 0; op++) {
         auto o = static_cast<weftRedOp_t>(op);
-        rc = run_one(ctx, comm, kAllReduce, ty, o, counts[rng.next() % 3], ip, true, true,
+        rc = check_coll(ctx, comm, kAllReduce, ty, o, counts[rng.next() % 3], ip, true, true,
                      rng.next());
         if (rc == 0)
-          rc = run_one(ctx, comm, kReduceScatter, ty, o, counts[rng.next() % 3], ip, true, true,
+          rc = check_coll(ctx, comm, kReduceScatter, ty, o, counts[rng.next() % 3], ip, true, true,
                        rng.next());
       }
     }
@@ -206,7 +115,7 @@ TEST(CmaMapMixed, PrivateAndMappedBuffersTogether) {
       const uint64_t s = shared.next();
       bool ws = ctx.rank == 1, wr = ctx.rank == 1;
       if (ctx.rank == 2) ws = own.next() % 2, wr = own.next() % 2;
-      rc = run_one(ctx, comm, c, t, op, count, ip, ws, wr, s);
+      rc = check_coll(ctx, comm, c, t, op, count, ip, ws, wr, s);
     }
     if (rc == 0 && ctx.rank == 0 && mapped_count(comm) == 0)
       rc = rank_fail(ctx, "rank 0 mapped none of rank 1's buffers");
@@ -230,7 +139,7 @@ TEST(CmaMapChurn, MappingsOfFreedBuffersAreDropped) {
     int rc = 0;
     for (int i = 0; i < 40 && rc == 0; i++) {
       const size_t count = 1000 + rng.next() % (3 * 65536);
-      rc = run_one(ctx, comm, static_cast<Coll>(i % 3), weftInt32, weftSum, count, i % 2 == 1,
+      rc = check_coll(ctx, comm, static_cast<Coll>(i % 3), weftInt32, weftSum, count, i % 2 == 1,
                    true, true, rng.next());
       if (rc == 0 && mapped_count(comm) > 4 * ctx.nranks + 16)
         rc = rank_fail(ctx, "%d mappings kept after %d calls", mapped_count(comm), i + 1);
@@ -251,7 +160,7 @@ TEST(CmaMapOff, NothingMappedAndResultsRight) {
     if (int rc = init(ctx, &comm)) return rc;
     int rc = 0;
     for (int c = 0; c < 3 && rc == 0; c++)
-      rc = run_one(ctx, comm, static_cast<Coll>(c), weftFloat32, weftSum, 70001, c == 1, true,
+      rc = check_coll(ctx, comm, static_cast<Coll>(c), weftFloat32, weftSum, 70001, c == 1, true,
                    true, seed + c);
     if (rc == 0 && mapped_count(comm) != 0)
       rc = rank_fail(ctx, "%d buffers mapped with WEFT_CMA_MAP=0", mapped_count(comm));

@@ -221,7 +221,7 @@ static weftResult_t ucx_recv_setup(struct weft_conn *conn, struct conn_blob *blo
     res = weft_error_errno(weftSystemError, "getrandom");
     goto close_conn;
   }
-  b.token &= (1ull << (64 - UCX_TAG_TOKEN_SHIFT)) - 1;
+  b.token &= UCX_TOKEN_BULK - 1;
   uc->token = b.token;
   struct ucx_msg *msg = malloc(sizeof *msg);
   if (msg == NULL) {
@@ -364,6 +364,76 @@ static void ucx_close(struct weft_conn *conn) {
   ucx_worker_put();
 }
 
+/* --- bulk transfers ---------------------------------------------------------
+ * Whole buffers straight between the ranks' memory, posted and tested by the
+ * rank's own thread (the proxy keeps progressing the worker too). The tag is
+ * the connection's token with UCX_TOKEN_BULK set and the caller's id. */
+
+static weftResult_t ucx_bulk_post(struct weft_conn *conn, void *buf, size_t nbytes, uint32_t id,
+                                  struct weft_bulk_req *req) {
+  struct ucx_conn *uc = conn->priv;
+  const uint64_t tag = ucx_tag(uc->token | UCX_TOKEN_BULK, UCX_TAG_DATA, id);
+  ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL};
+  ucs_status_ptr_t r;
+  ucx_enter();
+  if (uc->failed || uc->ep == NULL) {
+    ucx_leave();
+    return weft_error_set(weftRemoteError, "ucx transport, %s rank %d: the connection is down",
+                          uc->is_send ? "to" : "from", uc->peer_rank);
+  }
+  if (uc->is_send) r = ucp_tag_send_nbx(uc->ep, buf, nbytes, tag, &param);
+  else r = ucp_tag_recv_nbx(uc->worker, buf, nbytes, tag, UINT64_MAX, &param);
+  ucx_leave();
+  if (UCS_PTR_IS_ERR(r))
+    return ucx_error_peer(ucx_error(UCS_PTR_STATUS(r), "posting a bulk %s",
+                                    uc->is_send ? "send" : "receive"),
+                          uc->is_send ? "sending to" : "receiving from", uc->peer_rank);
+  req->handle = r;
+  req->nbytes = nbytes;
+  return weftSuccess;
+}
+
+static weftResult_t ucx_bulk_test(struct weft_conn *conn, struct weft_bulk_req *req) {
+  struct ucx_conn *uc = conn->priv;
+  ucs_status_t st = ucp_request_check_status(req->handle);
+  if (st == UCS_INPROGRESS) return weftInProgress;
+  size_t length = req->nbytes;
+  if (!uc->is_send) {
+    ucp_tag_recv_info_t info;
+    st = ucp_tag_recv_request_test(req->handle, &info);
+    if (st == UCS_OK) length = info.length;
+  }
+  ucx_enter();
+  ucp_request_free(req->handle);
+  ucx_leave();
+  req->handle = NULL;
+  const char *what = uc->is_send ? "sending to" : "receiving from";
+  if (st != UCS_OK)
+    return ucx_error_peer(ucx_error(st, "bulk %s", uc->is_send ? "send" : "receive"), what,
+                          uc->peer_rank);
+  if (length != req->nbytes)
+    return weft_error_set(weftRemoteError,
+                          "ucx transport, %s rank %d: a bulk message of %zu bytes where %zu "
+                          "were due",
+                          what, uc->peer_rank, length, req->nbytes);
+  return weftSuccess;
+}
+
+static void ucx_bulk_progress(struct weft_conn *conn) {
+  (void)conn;
+  ucx_worker_progress_once();
+}
+
+static void ucx_bulk_cancel(struct weft_conn *conn, struct weft_bulk_req *req) {
+  struct ucx_conn *uc = conn->priv;
+  if (!uc->is_send) {
+    ucx_enter();
+    ucp_request_cancel(uc->worker, req->handle);
+    ucx_leave();
+  }
+  ucx_conn_kill(uc, "a bulk transfer was given up");
+}
+
 const struct weft_transport ucx_transport = {
     .name = "ucx",
     .disabled = ucx_disabled,
@@ -372,4 +442,8 @@ const struct weft_transport ucx_transport = {
     .send_connect = ucx_send_connect,
     .recv_connect = ucx_recv_connect,
     .close = ucx_close,
+    .bulk = {.post = ucx_bulk_post,
+             .test = ucx_bulk_test,
+             .progress = ucx_bulk_progress,
+             .cancel = ucx_bulk_cancel},
 };

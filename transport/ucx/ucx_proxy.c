@@ -25,6 +25,7 @@
 #define PROXY_SLEEP_MIN_NS 20000ull  /* the first sleep; later ones grow ... */
 #define PROXY_SLEEP_MAX_NS 1000000ull /* ... up to this */
 #define PROXY_PROGRESS_MAX 64        /* worker progress calls per pass, at most */
+#define PROXY_DEFER_NS 50000ull      /* stands aside this long after a rank progressed */
 
 static pthread_mutex_t ucx_mutex = PTHREAD_MUTEX_INITIALIZER; /* the state below */
 static struct {
@@ -38,6 +39,7 @@ static struct {
   struct ucx_conn *conns;
   struct ucx_conn *retired; /* closed ends whose peer may still write */
   uint32_t waiters; /* threads waiting for ucx_mutex: the proxy lets them in */
+  uint64_t rank_progress_ns; /* when a rank's thread last progressed the worker */
 } ucx;
 
 weftResult_t ucx_error(ucs_status_t status, const char *what, ...) {
@@ -317,6 +319,13 @@ static void *proxy_main(void *arg) {
   topo_thread_place(); /* on the CPUs of the rank's NUMA node */
   uint64_t idle_since = 0;
   for (;;) {
+    /* a rank that progresses the worker itself (bulk transfers) needs the
+     * cores more than a second thread spinning on the same worker */
+    if (clock_ns() - __atomic_load_n(&ucx.rank_progress_ns, __ATOMIC_RELAXED) < PROXY_DEFER_NS) {
+      struct timespec ts = {0, (long)PROXY_DEFER_NS};
+      nanosleep(&ts, NULL);
+      continue;
+    }
     pthread_mutex_lock(&ucx_mutex);
     if (ucx.stop) {
       pthread_mutex_unlock(&ucx_mutex);
@@ -394,11 +403,35 @@ void ucx_proxy_remove(struct ucx_conn *conn) {
   pthread_mutex_unlock(&ucx_mutex);
 }
 
+#define KILL_WAIT_NS 2000000000ull /* for the forced close */
+
+void ucx_conn_kill(struct ucx_conn *c, const char *why) {
+  ucx_lock();
+  conn_fail(c, why, UCS_OK);
+  c->peer_gone = 1; /* nothing left to flush at close */
+  ucs_status_ptr_t req = NULL;
+  if (c->ep != NULL) {
+    ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                 .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    req = ucp_ep_close_nbx(c->ep, &param);
+    c->ep = NULL;
+  }
+  pthread_mutex_unlock(&ucx_mutex);
+  if (!UCS_PTR_IS_PTR(req)) return;
+  uint64_t deadline = clock_ns() + KILL_WAIT_NS;
+  while (ucp_request_check_status(req) == UCS_INPROGRESS && clock_ns() < deadline)
+    ucx_worker_progress_once();
+  ucx_lock();
+  ucp_request_free(req);
+  pthread_mutex_unlock(&ucx_mutex);
+}
+
 void ucx_enter(void) { ucx_lock(); }
 
 void ucx_leave(void) { pthread_mutex_unlock(&ucx_mutex); }
 
 void ucx_worker_progress_once(void) {
+  __atomic_store_n(&ucx.rank_progress_ns, clock_ns(), __ATOMIC_RELAXED);
   ucx_lock();
   if (ucx.nrefs > 0) ucp_worker_progress(ucx.w.worker);
   pthread_mutex_unlock(&ucx_mutex);

@@ -40,8 +40,13 @@ enum { UCX_P_DISABLE, UCX_P_EAGER };
 
 #define UCX_CTRL_NBYTES 4096 /* the slots start on their own page */
 
-/* Tags: token (30 bits) | kind (2 bits) | the slot's used word (32 bits). */
+/* Tags: token (30 bits) | kind (2 bits) | the slot's used word (32 bits).
+ * A connection's token has 29 random bits; bulk transfers (whole buffers
+ * outside the slots, ucx_conn.c) set the 30th and carry their id in place of
+ * the used word, so no slot receive ever matches them. */
 #define UCX_TAG_TOKEN_SHIFT 34
+#define UCX_TOKEN_BITS 29
+#define UCX_TOKEN_BULK (1ull << UCX_TOKEN_BITS)
 #define UCX_TAG_KIND_SHIFT 32
 #define UCX_TAG_MATCH_MASK 0xffffffff00000000ull
 enum {
@@ -60,7 +65,7 @@ static inline uint64_t ucx_tag(uint64_t token, unsigned kind, uint32_t used) {
 struct ucx_conn {
   ucp_context_h context;
   ucp_worker_h worker;
-  uint64_t token;     /* 30 random bits: ties the blob, the messages and the tags together */
+  uint64_t token;     /* 29 random bits: ties the blob, the messages and the tags together */
   int registered;     /* with the proxy */
   int is_send;
   int peer_rank;
@@ -118,6 +123,12 @@ void ucx_leave(void);
 
 /* Progresses the worker once from the calling thread. */
 void ucx_worker_progress_once(void);
+
+/* Fails conn (poison both ways, as a dead peer would) and force-closes its
+ * endpoint, so that UCX ends every transfer on it; waits a bounded time for
+ * the close. A bulk transfer given up on (error, abort, timeout) takes the
+ * connection with it: nothing of UCX's may touch the user's buffer after. */
+void ucx_conn_kill(struct ucx_conn *conn, const char *why);
 
 /* Keeps a closed end whose requests are still in flight (UCX may yet write
  * into or read from its FIFO) until they complete or the worker goes; then

@@ -1,0 +1,306 @@
+// Bulk collectives (collectives/bulk.c) over UCX's TCP, every rank on a
+// "host" of its own: every datatype x op of all-reduce and reduce-scatter and
+// every datatype of all-gather, in place and out of place, on 2 to 4 ranks
+// with chunks small enough that each call cycles its window many times; the
+// tuner's choice; and failures in the middle of a transfer (a peer killed, a
+// peer silent past WEFT_TIMEOUT, an abort from another thread), each an error
+// within the timeout, never a hang. Skipped in builds without UCX.
+#include <gtest/gtest.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "coll_check.h"
+#include "harness.h"
+#include "weft_build_config.h"
+extern "C" {
+#include "collectives/comm.h"
+#include "collectives/params.h"
+}
+
+using namespace weft_test;
+
+namespace {
+
+#define SKIP_WITHOUT_UCX() \
+  if (!WEFT_HAVE_UCX) GTEST_SKIP() << "weft was built without UCX (libucx-dev)"
+
+// Only UCX connects ranks on different hosts, and no wait watches a peer's
+// pid: news of a failure comes through UCX alone, as between hosts.
+void pretend_own_host(const RankCtx &ctx) {
+  setenv("WEFT_HOSTID", ("bulk-test-host-" + std::to_string(ctx.rank)).c_str(), 1);
+  weft_params_reset();
+}
+
+std::vector<std::pair<std::string, std::string>> ucx_env(int timeout_s) {
+  return {{"WEFT_TRANSPORT", "ucx"}, {"UCX_TLS", "tcp"}, {"WEFT_TIMEOUT", std::to_string(timeout_s)}};
+}
+
+uint64_t bulk_calls(weftComm_t comm) { return reinterpret_cast<weftComm *>(comm)->bulk_calls; }
+
+int init(const RankCtx &ctx, weftComm_t *comm) {
+  pretend_own_host(ctx);
+  if (weftCommInitRank(comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+    return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+  return 0;
+}
+
+struct BulkCase {
+  int nranks;
+  const char *chunk;   // WEFT_BULK_CHUNK_NBYTES
+  const char *window;  // WEFT_BULK_WINDOW
+};
+
+class Bulk : public testing::TestWithParam<BulkCase> {};
+
+// Every datatype x op (all-reduce, reduce-scatter) and datatype (all-gather),
+// in place and out of place; each case's count drawn from {1, 1009, 70001}
+// and its buffers from weftMemAllocHost or malloc (seeded).
+TEST_P(Bulk, EveryCollectiveTypeOp) {
+  SKIP_WITHOUT_UCX();
+  const BulkCase bc = GetParam();
+  const uint64_t seed = test_seed() + bc.nranks;
+  RunOptions opts;
+  opts.timeout_s = 600;
+  opts.env = ucx_env(60);
+  opts.env.push_back({"WEFT_ALGO", "bulk"});
+  opts.env.push_back({"WEFT_BULK_CHUNK_NBYTES", bc.chunk});
+  opts.env.push_back({"WEFT_BULK_WINDOW", bc.window});
+  auto status = run_ranks(bc.nranks, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (int rc = init(ctx, &comm)) return rc;
+    Rng rng(seed);
+    const size_t counts[] = {1, 1009, 70001};
+    int rc = 0, ncalls = 0;
+    for (int t = 0; t < weftNumTypes && rc == 0; t++)
+      for (int ip = 0; ip < 2 && rc == 0; ip++) {
+        auto ty = static_cast<weftDataType_t>(t);
+        for (int op = -1; op < weftNumOps && rc == 0; op++) {
+          const Coll c = op < 0 ? kAllGather : op % 2 == ip ? kAllReduce : kReduceScatter;
+          const auto o = static_cast<weftRedOp_t>(op < 0 ? 0 : op);
+          const size_t count = counts[rng.next() % 3];
+          const bool ws = rng.next() % 2, wr = rng.next() % 2;
+          rc = check_coll(ctx, comm, c, ty, o, count, ip, ws, wr, rng.next());
+          ncalls++;
+        }
+      }
+    if (rc == 0 && bulk_calls(comm) != (uint64_t)ncalls)
+      rc = rank_fail(ctx, "%llu of %d calls ran bulk", (unsigned long long)bulk_calls(comm),
+                     ncalls);
+    weftCommDestroy(comm);
+    return rc;
+  }, opts);
+  for (int r = 0; r < bc.nranks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, Bulk,
+                         testing::Values(BulkCase{2, "4096", "3"}, BulkCase{3, "8192", "2"},
+                                         BulkCase{4, "4096", "5"}, BulkCase{2, "256K", "8"},
+                                         BulkCase{3, "64K", "1"}),
+                         [](const testing::TestParamInfo<BulkCase> &i) {
+                           return "ranks" + std::to_string(i.param.nranks) + "_chunk" +
+                                  i.param.chunk + "_window" + i.param.window;
+                         });
+
+// Every reduction op of every type on 2 ranks (the single-exchange all-reduce)
+// and 3, large enough for many default-sized chunks in flight.
+TEST(BulkLarge, AllReduceManyDefaultChunks) {
+  SKIP_WITHOUT_UCX();
+  const uint64_t seed = test_seed();
+  for (int nranks : {2, 3}) {
+    RunOptions opts;
+    opts.timeout_s = 300;
+    opts.env = ucx_env(60);
+    opts.env.push_back({"WEFT_ALGO", "bulk"});
+    auto status = run_ranks(nranks, [&](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (int rc = init(ctx, &comm)) return rc;
+      int rc = check_coll(ctx, comm, kAllReduce, weftFloat32, weftSum, (3u << 20) + 7, false,
+                          true, false, seed);
+      if (rc == 0)
+        rc = check_coll(ctx, comm, kAllReduce, weftBfloat16, weftAvg, (2u << 20) + 1, true,
+                        false, false, seed + 1);
+      if (rc == 0)
+        rc = check_coll(ctx, comm, kReduceScatter, weftFloat64, weftMax, (1u << 19) + 3, false,
+                        true, true, seed + 2);
+      weftCommDestroy(comm);
+      return rc;
+    }, opts);
+    for (int r = 0; r < nranks; r++) EXPECT_EQ(status[r], 0) << nranks << " ranks, rank " << r;
+  }
+}
+
+// Without WEFT_ALGO the tuner runs large calls bulk over UCX and small ones
+// on the slots; over shared memory it never runs bulk.
+TEST(BulkTuner, LargeCallsOverUcxOnly) {
+  SKIP_WITHOUT_UCX();
+  const uint64_t seed = test_seed();
+  for (bool ucx : {true, false}) {
+    RunOptions opts;
+    opts.timeout_s = 120;
+    if (ucx) opts.env = ucx_env(60);
+    opts.env.push_back({"WEFT_ALGO", ""});  // "": unset
+    auto status = run_ranks(2, [&](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (ucx) {
+        if (int rc = init(ctx, &comm)) return rc;
+      } else if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess) {
+        return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+      }
+      int rc = check_coll(ctx, comm, kAllReduce, weftFloat32, weftSum, 1000, false, false, false,
+                          seed);
+      if (rc == 0 && bulk_calls(comm) != 0) rc = rank_fail(ctx, "4000 bytes ran bulk");
+      if (rc == 0)
+        rc = check_coll(ctx, comm, kAllGather, weftFloat32, weftSum, 1 << 18, false, false,
+                        false, seed + 1);
+      if (rc == 0 && bulk_calls(comm) != (ucx ? 1u : 0u))
+        rc = rank_fail(ctx, "2 MiB all-gather: %llu bulk calls over %s",
+                       (unsigned long long)bulk_calls(comm), ucx ? "ucx" : "shm");
+      weftCommDestroy(comm);
+      return rc;
+    }, opts);
+    EXPECT_EQ(status[0], 0) << (ucx ? "ucx" : "shm");
+    EXPECT_EQ(status[1], 0) << (ucx ? "ucx" : "shm");
+  }
+}
+
+// A bulk all-reduce of `count` floats on another thread, timed.
+struct Call {
+  weftComm_t comm;
+  size_t count;
+  int repeat;  // calls back to back, until one fails
+  weftResult_t res;
+  double seconds;  // the failing (or last) call's
+};
+
+void *allreduce_thread(void *arg) {
+  auto *c = static_cast<Call *>(arg);
+  std::vector<float> buf(c->count, 1.0f);
+  for (int i = 0; i < c->repeat; i++) {
+    double t0 = now_s();
+    c->res = weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, c->comm,
+                           nullptr);
+    c->seconds = now_s() - t0;
+    if (c->res != weftSuccess) break;
+  }
+  return nullptr;
+}
+
+// A rank SIGKILLed while large all-reduces stream: every other rank gets
+// weftRemoteError naming a rank well inside WEFT_TIMEOUT.
+TEST(BulkFailure, RankKilledMidTransfer) {
+  SKIP_WITHOUT_UCX();
+  const int timeout_s = 30;
+  for (int nranks : {2, 3}) {
+    RunOptions opts;
+    opts.timeout_s = 120;
+    opts.allow_warnings = true;
+    opts.env = ucx_env(timeout_s);
+    opts.env.push_back({"WEFT_ALGO", "bulk"});
+    auto status = run_ranks(nranks, [&](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (int rc = init(ctx, &comm)) return rc;
+      Call call{comm, 4u << 20, 1000000, weftSuccess, 0};
+      pthread_t tid;
+      pthread_create(&tid, nullptr, allreduce_thread, &call);
+      if (ctx.rank == ctx.nranks - 1) {
+        usleep(500000);  // well into the stream of calls
+        raise(SIGKILL);
+      }
+      pthread_join(tid, nullptr);
+      std::string msg = weftGetLastError(comm);
+      if (call.res != weftRemoteError)
+        return rank_fail(ctx, "got %s, want weftRemoteError: %s", weftGetErrorString(call.res),
+                         msg.c_str());
+      if (call.seconds > timeout_s / 3.0)
+        return rank_fail(ctx, "error took %.1f s, WEFT_TIMEOUT is %d s: %s", call.seconds,
+                         timeout_s, msg.c_str());
+      if (msg.find("rank ") == std::string::npos)
+        return rank_fail(ctx, "message does not name a peer: %s", msg.c_str());
+      printf("rank %d: error after %.3f s: %s\n", ctx.rank, call.seconds, msg.c_str());
+      weftCommAbort(comm);
+      return 0;
+    }, opts);
+    for (int r = 0; r < nranks - 1; r++) EXPECT_EQ(status[r], 0) << nranks << " ranks, rank " << r;
+    EXPECT_EQ(status[nranks - 1], 128 + SIGKILL);
+  }
+}
+
+// A live peer that stops calling: the waiting rank's transfers are given up
+// after WEFT_TIMEOUT with a timeout error, and its buffer is its own again
+// (freed at once here; a transfer still writing into it would be caught by
+// the allocator or the output check of the next run).
+TEST(BulkFailure, SilentPeerTimesOut) {
+  SKIP_WITHOUT_UCX();
+  RunOptions opts;
+  opts.timeout_s = 60;
+  opts.allow_warnings = true;
+  opts.env = ucx_env(2);
+  opts.env.push_back({"WEFT_ALGO", "bulk"});
+  auto status = run_ranks(2, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (int rc = init(ctx, &comm)) return rc;
+    Call first{comm, 1u << 20, 1, weftSuccess, 0};
+    allreduce_thread(&first);  // together once: the endpoints are up
+    if (first.res != weftSuccess) return rank_fail(ctx, "first call: %s", weftGetLastError(comm));
+    if (ctx.rank == 1) {
+      sleep(5);  // alive, but never calls again
+      weftCommAbort(comm);
+      return 0;
+    }
+    Call call{comm, 1u << 20, 1, weftSuccess, 0};
+    allreduce_thread(&call);
+    std::string msg = weftGetLastError(comm);
+    if (call.res != weftRemoteError || msg.find("timed out") == std::string::npos)
+      return rank_fail(ctx, "got %s: %s", weftGetErrorString(call.res), msg.c_str());
+    if (call.seconds < 1.5 || call.seconds > 4.5)
+      return rank_fail(ctx, "timeout after %.2f s, want ~2", call.seconds);
+    weftCommAbort(comm);
+    return 0;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
+// weftCommAbort from another thread ends a bulk call waiting on a silent
+// peer at once.
+TEST(BulkFailure, AbortFromAnotherThread) {
+  SKIP_WITHOUT_UCX();
+  RunOptions opts;
+  opts.timeout_s = 60;
+  opts.allow_warnings = true;
+  opts.env = ucx_env(30);
+  opts.env.push_back({"WEFT_ALGO", "bulk"});
+  auto status = run_ranks(2, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (int rc = init(ctx, &comm)) return rc;
+    Call first{comm, 1u << 20, 1, weftSuccess, 0};
+    allreduce_thread(&first);
+    if (first.res != weftSuccess) return rank_fail(ctx, "first call: %s", weftGetLastError(comm));
+    if (ctx.rank == 1) {
+      sleep(3);
+      weftCommAbort(comm);
+      return 0;
+    }
+    Call call{comm, 1u << 20, 1, weftSuccess, 0};
+    pthread_t tid;
+    pthread_create(&tid, nullptr, allreduce_thread, &call);
+    usleep(300000);  // the call now waits for rank 1
+    double t0 = now_s();
+    if (weftCommAbort(comm) != weftSuccess) return rank_fail(ctx, "abort failed");
+    pthread_join(tid, nullptr);
+    if (call.res != weftRemoteError)
+      return rank_fail(ctx, "aborted call got %s", weftGetErrorString(call.res));
+    if (now_s() - t0 > 3) return rank_fail(ctx, "abort took %.2f s", now_s() - t0);
+    return 0;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
+}  // namespace
