@@ -30,6 +30,8 @@
  * Scratch (per communicator, kept): two chunk buffers per chunk in flight,
  * one receiving step t, the other holding step t - 1's reduced chunk while
  * it is sent. */
+#include <errno.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,10 +45,10 @@
 #include "reduce_host.h"
 
 struct weft_param bulk_params[] = {
-    {"WEFT_BULK_MIN_NBYTES", PARAM_INT, "256K",
+    {"WEFT_BULK_MIN_NBYTES", PARAM_INT, "0",
      "smallest all-reduce, all-gather or reduce-scatter (bytes, all ranks) that the tuner "
-     "runs as bulk transfers where the transport has them (UCX); larger than any size turns "
-     "it off",
+     "runs as bulk transfers where the transport has them (UCX); 0: every size; larger than "
+     "any size turns it off",
      0, 0, NULL},
     {"WEFT_BULK_CHUNK_NBYTES", PARAM_INT, "256K",
      "bytes per message of a bulk collective (more where a block would need over 16384)", 0,
@@ -62,6 +64,7 @@ enum { BULK_P_MIN, BULK_P_CHUNK, BULK_P_WINDOW };
 #define BULK_MAX_CHUNKS (1 << 14)
 #define BULK_MAX_WINDOW 64
 #define BULK_IDLE_PASSES 16 /* progress passes between the wait's checks */
+#define BULK_DOWN_GRACE_NS 200000000ull /* a peer down, nothing coming in: give up */
 #define BULK_CANCEL_WAIT_NS 200000000ull /* for the transport to let go after a cancel */
 
 static uint32_t bulk_id(uint64_t call, int step, size_t chunk) {
@@ -272,20 +275,26 @@ static weftResult_t chunks_abandon(struct weftComm *comm, struct bulk_chunk *chu
   return weft_error_set(res, "%s", text);
 }
 
-/* Whether any of the connections in use is poisoned (a peer or this rank
- * failed, the failure passed on around the ring). */
-static int bulk_poisoned(const struct weftComm *comm, int nch, int *peer_out) {
-  for (int c = 0; c < nch; c++) {
-    const struct weft_channel *ch = &comm->channels[c];
-    if (__atomic_load_n(&ch->recv.ctrl->poison, __ATOMIC_ACQUIRE)) {
-      *peer_out = ch->recv.peer_rank;
-      return 1;
-    }
-    if (__atomic_load_n(&ch->send.ctrl->poison, __ATOMIC_ACQUIRE)) {
-      *peer_out = ch->send.peer_rank;
-      return 1;
-    }
+/* Whether a connection in use is down: poisoned (a peer or this rank failed
+ * or closed, the news passed on around the ring) or its peer's process gone.
+ * Sets the error text. */
+static int conn_down(const struct weft_conn *c) {
+  if (__atomic_load_n(&c->ctrl->poison, __ATOMIC_ACQUIRE)) {
+    weft_error_set(weftRemoteError, "bulk collective: rank %d failed, aborted or left "
+                   "(its connection is poisoned)", c->peer_rank);
+    return 1;
   }
+  if (c->peer_pid > 0 && kill(c->peer_pid, 0) != 0 && errno == ESRCH) {
+    weft_error_set(weftRemoteError, "bulk collective: rank %d (pid %d) died", c->peer_rank,
+                   (int)c->peer_pid);
+    return 1;
+  }
+  return 0;
+}
+
+static int bulk_peer_down(const struct weftComm *comm, int nch) {
+  for (int c = 0; c < nch; c++)
+    if (conn_down(&comm->channels[c].recv) || conn_down(&comm->channels[c].send)) return 1;
   return 0;
 }
 
@@ -369,10 +378,13 @@ weftResult_t bulk_run(struct weftComm *comm, const struct weft_plan *plan) {
     }
   }
   struct weft_channel *ch0 = &comm->channels[0];
+  /* the wait watches the abort flag and the timeout; a peer that is down is
+   * this loop's to judge: what it sent before may still be on its way in */
   struct weft_wait w;
   unsigned idle = 0;
-  wait_begin(&w, comm->timeout_ns, &comm->abort_flag, &ch0->recv.ctrl->poison,
-             ch0->recv.peer_pid, ch0->recv.peer_rank, "bulk transfer from");
+  uint64_t down_since = 0;
+  wait_begin(&w, comm->timeout_ns, &comm->abort_flag, NULL, 0, ch0->recv.peer_rank,
+             "bulk transfer from");
   while (ndone < g->nchunks) {
     /* start chunks where the window has room */
     for (int i = 0; i < window && next_j < g->nchunks; i++) {
@@ -403,19 +415,23 @@ weftResult_t bulk_run(struct weftComm *comm, const struct weft_plan *plan) {
       }
     }
     if (moved) {
-      wait_begin(&w, comm->timeout_ns, &comm->abort_flag, &ch0->recv.ctrl->poison,
-                 ch0->recv.peer_pid, ch0->recv.peer_rank, "bulk transfer from");
+      wait_begin(&w, comm->timeout_ns, &comm->abort_flag, NULL, 0, ch0->recv.peer_rank,
+                 "bulk transfer from");
       idle = 0;
+      down_since = 0;
       continue;
     }
     /* each pass made a progress call (a system call or more): the wait's
      * checks and back-off (a yield when ranks outnumber cores) every few */
     if (++idle % BULK_IDLE_PASSES != 0) continue;
-    int peer;
-    if (bulk_poisoned(comm, s.nch, &peer)) {
-      res = weft_error_set(weftRemoteError, "bulk collective: rank %d failed or aborted "
-                           "(its connection is poisoned)", peer);
-      goto fail;
+    if (bulk_peer_down(comm, s.nch)) {
+      /* fail once nothing more has come in for a while */
+      uint64_t now = clock_ns();
+      if (down_since == 0) down_since = now;
+      if (now - down_since > BULK_DOWN_GRACE_NS) {
+        res = weftRemoteError;
+        goto fail;
+      }
     }
     res = wait_poll(&w);
     if (res != weftInProgress) goto fail;

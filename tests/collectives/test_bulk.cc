@@ -135,37 +135,43 @@ TEST(BulkLarge, AllReduceManyDefaultChunks) {
   }
 }
 
-// Without WEFT_ALGO the tuner runs large calls bulk over UCX and small ones
-// on the slots; over shared memory it never runs bulk.
-TEST(BulkTuner, LargeCallsOverUcxOnly) {
+// Without WEFT_ALGO the tuner runs every all-reduce and all-gather bulk over
+// UCX (from WEFT_BULK_MIN_NBYTES, 0 by default), and none over shared memory.
+TEST(BulkTuner, OverUcxFromTheMinimum) {
   SKIP_WITHOUT_UCX();
   const uint64_t seed = test_seed();
-  for (bool ucx : {true, false}) {
+  struct {
+    bool ucx;
+    const char *min;
+    uint64_t want;  // bulk calls of the two below
+  } cases[] = {{true, "0", 2}, {true, "64K", 1}, {false, "0", 0}};
+  for (const auto &c : cases) {
     RunOptions opts;
     opts.timeout_s = 120;
-    if (ucx) opts.env = ucx_env(60);
+    if (c.ucx) opts.env = ucx_env(60);
     opts.env.push_back({"WEFT_ALGO", ""});  // "": unset
+    opts.env.push_back({"WEFT_BULK_MIN_NBYTES", c.min});
     auto status = run_ranks(2, [&](const RankCtx &ctx) {
       weftComm_t comm;
-      if (ucx) {
+      if (c.ucx) {
         if (int rc = init(ctx, &comm)) return rc;
       } else if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess) {
         return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
       }
       int rc = check_coll(ctx, comm, kAllReduce, weftFloat32, weftSum, 1000, false, false, false,
                           seed);
-      if (rc == 0 && bulk_calls(comm) != 0) rc = rank_fail(ctx, "4000 bytes ran bulk");
       if (rc == 0)
         rc = check_coll(ctx, comm, kAllGather, weftFloat32, weftSum, 1 << 18, false, false,
                         false, seed + 1);
-      if (rc == 0 && bulk_calls(comm) != (ucx ? 1u : 0u))
-        rc = rank_fail(ctx, "2 MiB all-gather: %llu bulk calls over %s",
-                       (unsigned long long)bulk_calls(comm), ucx ? "ucx" : "shm");
+      if (rc == 0 && bulk_calls(comm) != c.want)
+        rc = rank_fail(ctx, "%llu bulk calls, want %llu", (unsigned long long)bulk_calls(comm),
+                       (unsigned long long)c.want);
       weftCommDestroy(comm);
       return rc;
     }, opts);
-    EXPECT_EQ(status[0], 0) << (ucx ? "ucx" : "shm");
-    EXPECT_EQ(status[1], 0) << (ucx ? "ucx" : "shm");
+    const std::string what = std::string(c.ucx ? "ucx" : "shm") + ", minimum " + c.min;
+    EXPECT_EQ(status[0], 0) << what;
+    EXPECT_EQ(status[1], 0) << what;
   }
 }
 

@@ -71,6 +71,7 @@ TEST_P(UcxAllReduce, EveryTypeOpCountPlacement) {
               {"UCX_TLS", c.tls},
               {"WEFT_SLOT_BYTES", std::to_string(c.slot_nbytes)},
               {"WEFT_NSLOTS", std::to_string(c.nslots)},
+              {"WEFT_ALGO", "^bulk"},  // the slots (collectives/bulk.c has its own suite)
               {"WEFT_TIMEOUT", "60"}};
   auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) {
     if (c.own_hosts) pretend_own_host(ctx);
@@ -106,7 +107,8 @@ TEST(UcxAllReduceLarge, DefaultSlotsEightMillionFloats) {
   for (const char *tls : {kTcp, kShm}) {
     RunOptions opts;
     opts.timeout_s = 240;
-    opts.env = {{"WEFT_TRANSPORT", "ucx"}, {"UCX_TLS", tls}, {"WEFT_TIMEOUT", "120"}};
+    opts.env = {{"WEFT_TRANSPORT", "ucx"}, {"UCX_TLS", tls}, {"WEFT_ALGO", "^bulk"},
+                {"WEFT_TIMEOUT", "120"}};
     auto status = run_ranks(2, [&](const RankCtx &ctx) {
       weftComm_t comm;
       if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
@@ -212,6 +214,7 @@ TEST(UcxFailure, RankKilledMidStream) {
     opts.env = {{"WEFT_TRANSPORT", "ucx"},
                 {"UCX_TLS", kTcp},
                 {"WEFT_TIMEOUT", std::to_string(timeout_s)},
+                {"WEFT_ALGO", "^bulk"},
                 {"WEFT_SLOT_BYTES", "4096"}};
     auto status = run_ranks(nranks, [&](const RankCtx &ctx) {
       pretend_own_host(ctx);
