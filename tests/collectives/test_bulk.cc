@@ -237,28 +237,38 @@ TEST(BulkFailure, RankKilledMidTransfer) {
   }
 }
 
-// A live peer that stops calling: the waiting rank's transfers are given up
-// after WEFT_TIMEOUT with a timeout error, and its buffer is its own again
-// (freed at once here; a transfer still writing into it would be caught by
-// the allocator or the output check of the next run).
-TEST(BulkFailure, SilentPeerTimesOut) {
-  SKIP_WITHOUT_UCX();
+// Two ranks over UCX running bulk, with WEFT_TIMEOUT timeout_s.
+RunOptions silent_peer_opts(int timeout_s) {
   RunOptions opts;
   opts.timeout_s = 60;
   opts.allow_warnings = true;
-  opts.env = ucx_env(2);
+  opts.env = ucx_env(timeout_s);
   opts.env.push_back({"WEFT_ALGO", "bulk"});
+  return opts;
+}
+
+// One call together (the endpoints are up); then rank 1 stays alive but
+// silent for silent_s and aborts. Returns -1 on rank 0 (go on), else the
+// rank's status.
+int call_once_then_silent(const RankCtx &ctx, weftComm_t comm, int silent_s) {
+  Call first{comm, 1u << 20, 1, weftSuccess, 0};
+  allreduce_thread(&first);
+  if (first.res != weftSuccess) return rank_fail(ctx, "first call: %s", weftGetLastError(comm));
+  if (ctx.rank == 0) return -1;
+  sleep(silent_s);
+  weftCommAbort(comm);
+  return 0;
+}
+
+// A live peer that stops calling: the waiting rank's transfers are given up
+// after WEFT_TIMEOUT with a timeout error (and its buffer freed as the call
+// returns).
+TEST(BulkFailure, SilentPeerTimesOut) {
+  SKIP_WITHOUT_UCX();
   auto status = run_ranks(2, [](const RankCtx &ctx) {
     weftComm_t comm;
     if (int rc = init(ctx, &comm)) return rc;
-    Call first{comm, 1u << 20, 1, weftSuccess, 0};
-    allreduce_thread(&first);  // together once: the endpoints are up
-    if (first.res != weftSuccess) return rank_fail(ctx, "first call: %s", weftGetLastError(comm));
-    if (ctx.rank == 1) {
-      sleep(5);  // alive, but never calls again
-      weftCommAbort(comm);
-      return 0;
-    }
+    if (int rc = call_once_then_silent(ctx, comm, 5); rc >= 0) return rc;
     Call call{comm, 1u << 20, 1, weftSuccess, 0};
     allreduce_thread(&call);
     std::string msg = weftGetLastError(comm);
@@ -268,7 +278,7 @@ TEST(BulkFailure, SilentPeerTimesOut) {
       return rank_fail(ctx, "timeout after %.2f s, want ~2", call.seconds);
     weftCommAbort(comm);
     return 0;
-  }, opts);
+  }, silent_peer_opts(2));
   EXPECT_EQ(status[0], 0);
   EXPECT_EQ(status[1], 0);
 }
@@ -277,22 +287,10 @@ TEST(BulkFailure, SilentPeerTimesOut) {
 // peer at once.
 TEST(BulkFailure, AbortFromAnotherThread) {
   SKIP_WITHOUT_UCX();
-  RunOptions opts;
-  opts.timeout_s = 60;
-  opts.allow_warnings = true;
-  opts.env = ucx_env(30);
-  opts.env.push_back({"WEFT_ALGO", "bulk"});
   auto status = run_ranks(2, [](const RankCtx &ctx) {
     weftComm_t comm;
     if (int rc = init(ctx, &comm)) return rc;
-    Call first{comm, 1u << 20, 1, weftSuccess, 0};
-    allreduce_thread(&first);
-    if (first.res != weftSuccess) return rank_fail(ctx, "first call: %s", weftGetLastError(comm));
-    if (ctx.rank == 1) {
-      sleep(3);
-      weftCommAbort(comm);
-      return 0;
-    }
+    if (int rc = call_once_then_silent(ctx, comm, 3); rc >= 0) return rc;
     Call call{comm, 1u << 20, 1, weftSuccess, 0};
     pthread_t tid;
     pthread_create(&tid, nullptr, allreduce_thread, &call);
@@ -304,7 +302,7 @@ TEST(BulkFailure, AbortFromAnotherThread) {
       return rank_fail(ctx, "aborted call got %s", weftGetErrorString(call.res));
     if (now_s() - t0 > 3) return rank_fail(ctx, "abort took %.2f s", now_s() - t0);
     return 0;
-  }, opts);
+  }, silent_peer_opts(30));
   EXPECT_EQ(status[0], 0);
   EXPECT_EQ(status[1], 0);
 }
