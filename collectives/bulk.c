@@ -132,11 +132,17 @@ static size_t chunk_len(const struct bulk_geom *g, int q, size_t j) {
   return block_len - off < g->chunk_count ? block_len - off : g->chunk_count;
 }
 
+/* Byte offset of chunk j in a buffer of this rank's block alone (all-gather's
+ * input, reduce-scatter's output). */
+static size_t chunk_own_at(const struct bulk_geom *g, size_t j) {
+  return j * g->chunk_count * g->esize;
+}
+
 /* Byte offset of chunk j of block q in a buffer laid out by block: the
  * all-reduce buffer, or all ranks' blocks (all-gather's output,
  * reduce-scatter's input). */
 static size_t chunk_at(const struct bulk_geom *g, int q, size_t j) {
-  if (g->exchange) return j * g->chunk_count * g->esize;
+  if (g->exchange) return chunk_own_at(g, j);
   size_t block = g->coll == COLL_ALLREDUCE ? (size_t)q : (size_t)g->ring[q];
   return (block * g->block_count + j * g->chunk_count) * g->esize;
 }
@@ -178,7 +184,7 @@ static weftResult_t chunk_post(struct bulk_run_state *s, struct bulk_chunk *c) {
     rq = pos_mod(p - u - 1, n);
     /* all-gather's first step sends the input; then the output holds it all */
     if (g->coll == COLL_ALLGATHER && u == 0)
-      src = (const char *)plan->sendbuf + (size_t)c->j * g->chunk_count * g->esize;
+      src = (const char *)plan->sendbuf + chunk_own_at(g, c->j);
     else
       src = (const char *)plan->recvbuf + chunk_at(g, sq, c->j);
     dst = (char *)plan->recvbuf + chunk_at(g, rq, c->j);
@@ -216,7 +222,7 @@ static void chunk_reduce(struct bulk_run_state *s, struct bulk_chunk *c) {
   }
   /* the last reduce step: block p, final */
   char *out = (char *)s->plan->recvbuf +
-              (g->coll == COLL_ALLREDUCE ? chunk_at(g, rq, c->j) : c->j * g->chunk_count * g->esize);
+              (g->coll == COLL_ALLREDUCE ? chunk_at(g, rq, c->j) : chunk_own_at(g, c->j));
   g->reduce(out, NULL, in, own, m, g->divisor);
 }
 
@@ -256,12 +262,12 @@ static weftResult_t chunks_abandon(struct weftComm *comm, struct bulk_chunk *chu
   uint64_t deadline = clock_ns() + BULK_CANCEL_WAIT_NS;
   while (left > 0 && clock_ns() < deadline) {
     left = 0;
+    struct weft_conn *any = &comm->channels[0].recv;
+    any->transport->bulk.progress(any); /* the worker: once a pass */
     for (int i = 0; i < nchunks; i++) {
       struct bulk_chunk *c = &chunks[i];
-      if (c->recv.handle != NULL) {
-        c->from->transport->bulk.progress(c->from);
-        if (c->from->transport->bulk.test(c->from, &c->recv) == weftInProgress) left++;
-      }
+      if (c->recv.handle != NULL && c->from->transport->bulk.test(c->from, &c->recv) == weftInProgress)
+        left++;
       if (c->send.handle != NULL && c->to->transport->bulk.test(c->to, &c->send) == weftInProgress)
         left++;
     }
