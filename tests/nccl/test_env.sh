@@ -42,8 +42,17 @@ NCCL_DEBUG=INFO NCCL_DEBUG_FILE="$dir/log.%p" "$weftrun" -n 2 "$prog" --quick >/
 logs=$(cat "$dir"/log.* 2>/dev/null)
 expect "NCCL_DEBUG_FILE names the log file" 'weft INFO' "$logs"
 
-port=$((20000 + RANDOM % 20000))
-out=$(NCCL_COMM_ID=127.0.0.1:$port "$weftrun" -n 3 "$prog" --comm-id 2>&1) || fail=1
+# A fixed port is the point of NCCL_COMM_ID. Take one below the kernel's ephemeral range, where
+# no outgoing connection of a test running beside this one can hold it, and take another if a
+# listener has it all the same.
+low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+for try in 1 2 3 4 5; do
+  port=$((10000 + RANDOM % (low - 10000)))
+  out=$(NCCL_COMM_ID=127.0.0.1:$port "$weftrun" -n 3 "$prog" --comm-id 2>&1) && break
+  case "$out" in *"Address already in use"*) continue ;; esac
+  fail=1
+  break
+done
 expect "NCCL_COMM_ID: ranks join without an exchanged id" 'NCCL_COMM_ID: 3 ranks joined' "$out"
 out=$(NCCL_COMM_ID=nonsense "$weftrun" -n 2 "$prog" --comm-id 2>&1) && fail=1
 expect "a bad NCCL_COMM_ID is refused with a reason" 'NCCL_COMM_ID=nonsense: expected host:port' "$out"
