@@ -50,10 +50,10 @@ struct weft_param bulk_params[] = {
      "runs as bulk transfers where the transport has them (UCX); 0: every size; larger than "
      "any size turns it off",
      0, 0, NULL},
-    {"WEFT_BULK_CHUNK_NBYTES", PARAM_INT, "256K",
+    {"WEFT_BULK_CHUNK_NBYTES", PARAM_INT, "1M",
      "bytes per message of a bulk collective (more where a block would need over 16384)", 0,
      0, NULL},
-    {"WEFT_BULK_WINDOW", PARAM_INT, "8", "chunks of a bulk collective in flight at once", 0, 0,
+    {"WEFT_BULK_WINDOW", PARAM_INT, "2", "chunks of a bulk collective in flight at once", 0, 0,
      NULL},
     PARAM_END,
 };
@@ -165,6 +165,13 @@ struct bulk_run_state {
   int nch;
 };
 
+/* Whether the two-rank exchange receives the peer's operand straight into
+ * the output and reduces there: out of place, where the output is not what
+ * this rank sends. */
+static int exchange_into_output(const struct bulk_geom *g, const struct weft_plan *plan) {
+  return g->exchange && plan->recvbuf != plan->sendbuf;
+}
+
 /* Posts chunk c's step: its send and its receive (either may be empty). */
 static weftResult_t chunk_post(struct bulk_run_state *s, struct bulk_chunk *c) {
   const struct bulk_geom *g = &s->g;
@@ -177,7 +184,8 @@ static weftResult_t chunk_post(struct bulk_run_state *s, struct bulk_chunk *c) {
     sq = pos_mod(p - t - 1, n);
     rq = pos_mod(p - t - 2, n);
     src = t == 0 ? (const char *)plan->sendbuf + chunk_at(g, sq, c->j) : c->buf[(t - 1) & 1];
-    dst = c->buf[t & 1];
+    dst = exchange_into_output(g, plan) ? (char *)plan->recvbuf + chunk_at(g, 0, c->j)
+                                        : c->buf[t & 1];
   } else {
     int u = t - g->reduce_steps;
     sq = pos_mod(p - u, n);
@@ -210,7 +218,8 @@ static void chunk_reduce(struct bulk_run_state *s, struct bulk_chunk *c) {
   const size_t m = chunk_len(g, rq, c->j);
   if (m == 0) return;
   const char *own = (const char *)s->plan->sendbuf + chunk_at(g, rq, c->j);
-  char *in = c->buf[t & 1];
+  char *in = exchange_into_output(g, s->plan) ? (char *)s->plan->recvbuf + chunk_at(g, 0, c->j)
+                                               : c->buf[t & 1];
   if (t + 1 < g->reduce_steps) {
     g->reduce(in, NULL, in, own, m, 1);
     return;
@@ -364,7 +373,8 @@ weftResult_t bulk_run(struct weftComm *comm, const struct weft_plan *plan) {
   int window = want < 1 ? 1 : want > BULK_MAX_WINDOW ? BULK_MAX_WINDOW : (int)want;
   if ((size_t)window > g->nchunks) window = (int)g->nchunks;
   const size_t chunk_nbytes = g->chunk_count * g->esize;
-  if (g->reduce_steps > 0) WEFT_TRY(bulk_scratch(comm, 2 * (size_t)window * chunk_nbytes));
+  if (g->reduce_steps > 0 && !exchange_into_output(g, plan))
+    WEFT_TRY(bulk_scratch(comm, 2 * (size_t)window * chunk_nbytes));
 
   /* all-gather out of place: this rank's block into the output first */
   if (plan->coll == COLL_ALLGATHER) {
@@ -378,7 +388,7 @@ weftResult_t bulk_run(struct weftComm *comm, const struct weft_plan *plan) {
   size_t next_j = 0, ndone = 0;
   for (int i = 0; i < window; i++) {
     struct bulk_chunk *c = &chunks[i];
-    if (g->reduce_steps > 0) {
+    if (g->reduce_steps > 0 && !exchange_into_output(g, plan)) {
       c->buf[0] = (char *)comm->bulk_scratch + 2 * (size_t)i * chunk_nbytes;
       c->buf[1] = c->buf[0] + chunk_nbytes;
     }

@@ -28,7 +28,8 @@ struct weft_param ucx_params[] = {
     [UCX_P_DISABLE] = {"WEFT_UCX_DISABLE", PARAM_INT, "0", "1 disables the UCX transport", 0, 0,
                        NULL},
     [UCX_P_EAGER] = {"WEFT_UCX_EAGER", PARAM_INT, "-1",
-                     "1: slots go eagerly (UCX_RNDV_THRESH=inf), 0: UCX's own threshold, -1: "
+                     "1: slots go eagerly (UCX_RNDV_THRESH one byte past WEFT_SLOT_BYTES, so "
+                     "bulk transfers still go by rendezvous), 0: UCX's own threshold, -1: "
                      "eager unless an RDMA device is present or UCX_RNDV_THRESH is set",
                      0, 0, NULL},
     PARAM_END,
@@ -100,7 +101,7 @@ static weftResult_t ucx_conn_alloc(struct weft_conn *conn, int is_send, struct u
   if (conn->bs == NULL)
     return weft_error_set(weftInternalError, "ucx transport: connection without a bootstrap");
   struct ucx_worker *w;
-  WEFT_TRY(ucx_worker_get(&w));
+  WEFT_TRY(ucx_worker_get(conn->slot_nbytes, &w));
   struct ucx_conn *uc = calloc(1, sizeof *uc);
   if (uc == NULL) {
     ucx_worker_put();
@@ -194,6 +195,16 @@ static weftResult_t ucx_conn_attach(struct ucx_conn *uc, const struct ucx_msg *m
       .err_mode = UCP_ERR_HANDLING_MODE_PEER,
       .err_handler = {.cb = ucx_ep_error_cb, .arg = uc}};
   ucx_enter();
+  /* UCX pairs the k-th endpoint one worker makes to another with the k-th
+   * made the other way, and refuses pairs whose failure handling differs:
+   * the bulk endpoint (without it) is each worker's first to the other */
+  ucp_ep_h bulk_ep;
+  weftResult_t res = ucx_bulk_ep(msg->data, msg->address_nbytes, &bulk_ep);
+  if (res != weftSuccess) {
+    ucx_leave();
+    return res;
+  }
+  if (uc->is_send) uc->bulk_ep = bulk_ep;
   ucs_status_t st = ucp_ep_create(uc->worker, &ep_params, &uc->ep);
   if (st == UCS_ERR_UNREACHABLE) {
     /* UCX's shared-memory transports cannot report a dead peer: without it,
@@ -379,12 +390,12 @@ static weftResult_t ucx_bulk_post(struct weft_conn *conn, void *buf, size_t nbyt
   /* a receive goes in even on a failed connection: what the peer sent before
    * it closed or failed may be here already (as slots that arrived stay
    * readable after a poison) */
-  if (uc->is_send && (uc->failed || uc->ep == NULL)) {
+  if (uc->is_send && (uc->failed || uc->ep == NULL || uc->bulk_ep == NULL)) {
     ucx_leave();
     return weft_error_set(weftRemoteError, "ucx transport, to rank %d: the connection is down",
                           uc->peer_rank);
   }
-  if (uc->is_send) r = ucp_tag_send_nbx(uc->ep, buf, nbytes, tag, &param);
+  if (uc->is_send) r = ucp_tag_send_nbx(uc->bulk_ep, buf, nbytes, tag, &param);
   else r = ucp_tag_recv_nbx(uc->worker, buf, nbytes, tag, UINT64_MAX, &param);
   ucx_leave();
   if (UCS_PTR_IS_ERR(r))

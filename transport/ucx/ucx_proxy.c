@@ -40,7 +40,16 @@ static struct {
   struct ucx_conn *retired; /* closed ends whose peer may still write */
   uint32_t waiters; /* threads waiting for ucx_mutex: the proxy lets them in */
   uint64_t rank_progress_ns; /* when a rank's thread last progressed the worker */
+  struct bulk_peer *bulk_peers;
 } ucx;
+
+/* A peer worker's endpoint for bulk transfers (ucx_bulk_ep). */
+struct bulk_peer {
+  struct bulk_peer *next;
+  ucp_ep_h ep;
+  size_t address_nbytes;
+  uint8_t address[];
+};
 
 weftResult_t ucx_error(ucs_status_t status, const char *what, ...) {
   char buf[384];
@@ -487,7 +496,7 @@ static int ucx_slots_eager(void) {
   return !rdma;
 }
 
-weftResult_t ucx_worker_get(struct ucx_worker **worker_out) {
+weftResult_t ucx_worker_get(size_t slot_nbytes, struct ucx_worker **worker_out) {
   weftResult_t res = weftSuccess;
   ucx_lock();
   if (ucx.nrefs > 0 && ucx.pid != getpid()) {
@@ -501,7 +510,10 @@ weftResult_t ucx_worker_get(struct ucx_worker **worker_out) {
       res = ucx_error(st, "reading the UCX configuration");
       goto unlock;
     }
-    if (ucx_slots_eager() && (st = ucp_config_modify(config, "RNDV_THRESH", "inf")) != UCS_OK)
+    /* slots go eagerly; messages past a slot (bulk transfers) by rendezvous */
+    char thresh[32];
+    snprintf(thresh, sizeof thresh, "%zu", slot_nbytes + 1);
+    if (ucx_slots_eager() && (st = ucp_config_modify(config, "RNDV_THRESH", thresh)) != UCS_OK)
       WEFT_INFO(LOG_NET, "ucx: cannot send slots eagerly: %s", ucs_status_string(st));
     ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
                            .features = UCP_FEATURE_TAG};
@@ -562,6 +574,44 @@ static void worker_drop_unexpected(ucp_worker_h worker) {
   }
 }
 
+/* Under ucx_mutex, with the worker about to go: its destruction takes the
+ * bulk endpoints along (UCX cannot close them sooner: without peer failure
+ * handling an endpoint closes only by a flush, which a dead peer never
+ * answers). */
+static void bulk_peers_free(void) {
+  while (ucx.bulk_peers != NULL) {
+    struct bulk_peer *b = ucx.bulk_peers;
+    ucx.bulk_peers = b->next;
+    free(b);
+  }
+}
+
+weftResult_t ucx_bulk_ep(const void *address, size_t address_nbytes, ucp_ep_h *ep_out) {
+  for (struct bulk_peer *b = ucx.bulk_peers; b != NULL; b = b->next) {
+    if (b->address_nbytes == address_nbytes && memcmp(b->address, address, address_nbytes) == 0) {
+      *ep_out = b->ep;
+      return weftSuccess;
+    }
+  }
+  struct bulk_peer *b = malloc(sizeof *b + address_nbytes);
+  if (b == NULL) return weft_error_set(weftSystemError, "out of memory");
+  ucp_ep_params_t params = {
+      .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+      .address = address,
+      .err_mode = UCP_ERR_HANDLING_MODE_NONE};
+  ucs_status_t st = ucp_ep_create(ucx.w.worker, &params, &b->ep);
+  if (st != UCS_OK) {
+    free(b);
+    return ucx_error(st, "creating a UCX endpoint for bulk transfers");
+  }
+  b->address_nbytes = address_nbytes;
+  memcpy(b->address, address, address_nbytes);
+  b->next = ucx.bulk_peers;
+  ucx.bulk_peers = b;
+  *ep_out = b->ep;
+  return weftSuccess;
+}
+
 void ucx_worker_put(void) {
   ucx_lock();
   if (ucx.nrefs == 0 || --ucx.nrefs > 0) {
@@ -576,6 +626,7 @@ void ucx_worker_put(void) {
   if (ucx.nrefs == 0) { /* nobody came back meanwhile */
     ucx.running = 0;
     retired_sweep(1); /* nothing progresses the worker any more */
+    bulk_peers_free();
     worker_drop_unexpected(ucx.w.worker);
     ucp_worker_destroy(ucx.w.worker);
     ucp_cleanup(ucx.w.context);

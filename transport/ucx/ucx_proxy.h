@@ -77,6 +77,7 @@ struct ucx_conn {
   size_t fifo_nbytes;
   ucp_mem_h memh;     /* the local FIFO's registration */
   ucp_ep_h ep;        /* to the peer: data (sender), poison (either) */
+  ucp_ep_h bulk_ep;   /* sender: bulk transfers (ucx_bulk_ep: the worker's, not this end's) */
   /* owned by the proxy once registered */
   uint64_t posted_step; /* sender: slots sent; receiver: receives posted */
   uint64_t done_step;   /* sender: sends done with the slot; receiver: slots arrived */
@@ -102,7 +103,7 @@ struct ucx_worker {
 
 /* Takes a reference on the process's worker, creating it (and the context)
  * on first use. Does not block. */
-weftResult_t ucx_worker_get(struct ucx_worker **worker_out);
+weftResult_t ucx_worker_get(size_t slot_nbytes, struct ucx_worker **worker_out);
 /* Drops a reference; the last one stops the proxy and destroys the worker. */
 void ucx_worker_put(void);
 
@@ -120,6 +121,15 @@ void ucx_proxy_remove(struct ucx_conn *conn);
  * thread is then between passes. */
 void ucx_enter(void);
 void ucx_leave(void);
+
+/* Between ucx_enter and ucx_leave: the endpoint for bulk transfers to the
+ * worker at address, made on first use and shared by every connection to it
+ * until the worker goes. It has no peer failure handling: with it, UCX 1.13
+ * moves large messages over TCP in 64 KiB active messages, copied on both
+ * ends, rather than by zero-copy rendezvous (a third of the throughput on
+ * loopback). A peer's death shows on the connection's own endpoint, its
+ * pid, or the timeout instead. */
+weftResult_t ucx_bulk_ep(const void *address, size_t address_nbytes, ucp_ep_h *ep_out);
 
 /* Progresses the worker once from the calling thread. */
 void ucx_worker_progress_once(void);
