@@ -29,7 +29,8 @@
  *
  * Scratch (per communicator, kept): two chunk buffers per chunk in flight,
  * one receiving step t, the other holding step t - 1's reduced chunk while
- * it is sent. */
+ * it is sent. The exchange out of place needs none: it receives into the
+ * output and reduces there. */
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
@@ -257,7 +258,9 @@ static weftResult_t chunk_test(struct bulk_chunk *c, int *done) {
  * A receive cut off in the middle of a message (its sender died, or its
  * connection was just closed) can be neither cancelled nor completed: UCX
  * holds it until the worker goes, though nothing can reach it any more.
- * The scratch such a receive may point into is then left to it, never freed. */
+ * So does a send whose receiver never answered its rendezvous (a peer that
+ * stalled; ucx_bulk_ep). The scratch such transfers may point into is then
+ * left to them, never freed. */
 static weftResult_t chunks_abandon(struct weftComm *comm, struct bulk_chunk *chunks, int nchunks,
                                    weftResult_t res) {
   char text[1024];
@@ -282,7 +285,7 @@ static weftResult_t chunks_abandon(struct weftComm *comm, struct bulk_chunk *chu
     }
   }
   if (left > 0) {
-    WEFT_INFO(LOG_COLL, "bulk collective: %d receives cut off mid-message stay with the "
+    WEFT_INFO(LOG_COLL, "bulk collective: %d transfers cut off mid-message stay with the "
               "transport", left);
     comm->bulk_scratch = NULL; /* theirs now */
     comm->bulk_scratch_nbytes = 0;

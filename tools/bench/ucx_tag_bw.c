@@ -5,6 +5,7 @@
  *   cc -O2 -o /tmp/ucx_tag_bw tools/bench/ucx_tag_bw.c -lucp -lucs
  *   UCX_TLS=tcp /tmp/ucx_tag_bw 1048576 50          # UCX's own rendezvous threshold
  *   UCX_TLS=tcp /tmp/ucx_tag_bw 1048576 50 eager    # every message eager, as weft's slots
+ *   UCX_TLS=tcp /tmp/ucx_tag_bw 1048576 50 peer     # endpoints with peer failure handling
  *
  * Each iteration both processes post a receive of NBYTES, send NBYTES to the
  * other and wait for both: the bidirectional exchange of a 2-rank all-reduce.
@@ -50,7 +51,7 @@ static void request_wait(ucp_worker_h worker, ucs_status_ptr_t req) {
 }
 
 /* One process's side: worker addresses go over fd, then the exchanges. */
-static void side_run(int is_first, int fd, size_t nbytes, int iters, int eager) {
+static void side_run(int is_first, int fd, size_t nbytes, int iters, int eager, int peer) {
   ucp_config_t *config;
   if (ucp_config_read(NULL, NULL, &config) != UCS_OK) die("ucp_config_read failed");
   if (eager && ucp_config_modify(config, "RNDV_THRESH", "inf") != UCS_OK)
@@ -74,8 +75,12 @@ static void side_run(int is_first, int fd, size_t nbytes, int iters, int eager) 
   char *send = malloc(nbytes), *recv = malloc(nbytes);
   if (peer_addr == NULL || send == NULL || recv == NULL) die("out of memory");
   io_all(fd, peer_addr, peer_nbytes, 0);
-  ucp_ep_params_t eparams = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
-                             .address = peer_addr};
+  /* peer failure handling changes the protocols UCX picks (UCX 1.13 over TCP:
+   * large messages in 64 KiB active messages instead of zero-copy rendezvous) */
+  ucp_ep_params_t eparams = {
+      .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+      .address = peer_addr,
+      .err_mode = peer ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE};
   ucp_ep_h ep;
   if (ucp_ep_create(worker, &eparams, &ep) != UCS_OK) die("ucp_ep_create failed");
   memset(send, 1, nbytes);
@@ -96,7 +101,8 @@ static void side_run(int is_first, int fd, size_t nbytes, int iters, int eager) 
   }
   double per_iter = (now_s() - start) / iters;
   if (is_first)
-    printf("%zu B %s: %.1f us, %.2f GB/s each way\n", nbytes, eager ? "eager" : "ucx-default",
+    printf("%zu B %s: %.1f us, %.2f GB/s each way\n", nbytes,
+           eager ? "eager" : peer ? "peer-failure-handling" : "ucx-default",
            per_iter * 1e6, (double)nbytes / per_iter / 1e9);
   io_all(fd, &token, 1, 1); /* neither tears down while the other still sends */
   io_all(fd, &token, 1, 0);
@@ -105,21 +111,22 @@ static void side_run(int is_first, int fd, size_t nbytes, int iters, int eager) 
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: ucx_tag_bw NBYTES ITERS [eager]\n");
+    fprintf(stderr, "usage: ucx_tag_bw NBYTES ITERS [eager|peer]\n");
     return 2;
   }
   size_t nbytes = strtoull(argv[1], NULL, 0);
   int iters = atoi(argv[2]), eager = argc > 3 && strcmp(argv[3], "eager") == 0;
+  int peer = argc > 3 && strcmp(argv[3], "peer") == 0;
   if (nbytes == 0 || iters <= 0) die("NBYTES and ITERS must be positive");
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) die("socketpair failed");
   pid_t pid = fork();
   if (pid < 0) die("fork failed");
   if (pid == 0) {
-    side_run(0, sv[1], nbytes, iters, eager);
+    side_run(0, sv[1], nbytes, iters, eager, peer);
     _exit(0);
   }
-  side_run(1, sv[0], nbytes, iters, eager);
+  side_run(1, sv[0], nbytes, iters, eager, peer);
   int status = 0;
   waitpid(pid, &status, 0);
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;

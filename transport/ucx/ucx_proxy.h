@@ -11,8 +11,9 @@
  * longer needs the buffer and the receiver has room for it: no round trip
  * per slot, and UCX never holds more than the receiver's slots (past the
  * first nslots, each with its receive already posted).
- * Slots go eagerly unless an RDMA device is present: then large ones go by
- * UCX's rendezvous, zero-copy from slot to slot. The tag carries the
+ * Slots go eagerly unless an RDMA device is present (the rendezvous threshold
+ * sits one byte past the slot, so bulk transfers still use it): with one,
+ * large slots go by UCX's rendezvous, zero-copy from slot to slot. The tag carries the
  * connection's token and the slot's used word; other kinds of tag carry
  * credits and poison.
  *
@@ -102,7 +103,8 @@ struct ucx_worker {
 };
 
 /* Takes a reference on the process's worker, creating it (and the context)
- * on first use. Does not block. */
+ * on first use, with slots of slot_nbytes going eagerly (ucx_slots_eager).
+ * Does not block. */
 weftResult_t ucx_worker_get(size_t slot_nbytes, struct ucx_worker **worker_out);
 /* Drops a reference; the last one stops the proxy and destroys the worker. */
 void ucx_worker_put(void);
@@ -137,7 +139,9 @@ void ucx_worker_progress_once(void);
 /* Fails conn (poison both ways, as a dead peer would) and force-closes its
  * endpoint, so that UCX ends every transfer on it; waits a bounded time for
  * the close. A bulk transfer given up on (error, abort, timeout) takes the
- * connection with it: nothing of UCX's may touch the user's buffer after. */
+ * connection with it. Bulk sends go over the worker's bulk endpoint, which
+ * cannot be force-closed (ucx_bulk_ep): one still waiting for its peer's
+ * rendezvous answer stays with UCX. */
 void ucx_conn_kill(struct ucx_conn *conn, const char *why);
 
 /* Keeps a closed end whose requests are still in flight (UCX may yet write
