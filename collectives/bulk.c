@@ -173,6 +173,14 @@ static int exchange_into_output(const struct bulk_geom *g, const struct weft_pla
   return g->exchange && plan->recvbuf != plan->sendbuf;
 }
 
+/* Where chunk c's reduce step receives: scratch, or the output for the
+ * exchange out of place. */
+static char *reduce_recv_at(const struct bulk_run_state *s, const struct bulk_chunk *c) {
+  if (exchange_into_output(&s->g, s->plan))
+    return (char *)s->plan->recvbuf + chunk_at(&s->g, 0, c->j);
+  return c->buf[c->step & 1];
+}
+
 /* Posts chunk c's step: its send and its receive (either may be empty). */
 static weftResult_t chunk_post(struct bulk_run_state *s, struct bulk_chunk *c) {
   const struct bulk_geom *g = &s->g;
@@ -185,8 +193,7 @@ static weftResult_t chunk_post(struct bulk_run_state *s, struct bulk_chunk *c) {
     sq = pos_mod(p - t - 1, n);
     rq = pos_mod(p - t - 2, n);
     src = t == 0 ? (const char *)plan->sendbuf + chunk_at(g, sq, c->j) : c->buf[(t - 1) & 1];
-    dst = exchange_into_output(g, plan) ? (char *)plan->recvbuf + chunk_at(g, 0, c->j)
-                                        : c->buf[t & 1];
+    dst = reduce_recv_at(s, c);
   } else {
     int u = t - g->reduce_steps;
     sq = pos_mod(p - u, n);
@@ -219,8 +226,7 @@ static void chunk_reduce(struct bulk_run_state *s, struct bulk_chunk *c) {
   const size_t m = chunk_len(g, rq, c->j);
   if (m == 0) return;
   const char *own = (const char *)s->plan->sendbuf + chunk_at(g, rq, c->j);
-  char *in = exchange_into_output(g, s->plan) ? (char *)s->plan->recvbuf + chunk_at(g, 0, c->j)
-                                               : c->buf[t & 1];
+  char *in = reduce_recv_at(s, c);
   if (t + 1 < g->reduce_steps) {
     g->reduce(in, NULL, in, own, m, 1);
     return;
