@@ -370,27 +370,12 @@ static void bulk_geom_init(struct bulk_geom *g, const struct weftComm *comm,
   }
 }
 
-weftResult_t bulk_run(struct weftComm *comm, const struct weft_plan *plan) {
-  struct bulk_run_state s = {.comm = comm, .plan = plan, .call = comm->bulk_calls++};
-  struct bulk_geom *g = &s.g;
-  bulk_geom_init(g, comm, plan);
-  s.nch = bulk_nchannels(comm);
-  if (s.nch == 0 || g->nsteps >= BULK_MAX_STEPS)
-    return weft_error_set(weftInternalError, "bulk collective on a comm without bulk transfers");
-  if (plan->nchannels > 0 && plan->nchannels < s.nch) s.nch = plan->nchannels;
-  int64_t want = param_int(&bulk_params[BULK_P_WINDOW]);
-  int window = want < 1 ? 1 : want > BULK_MAX_WINDOW ? BULK_MAX_WINDOW : (int)want;
-  if ((size_t)window > g->nchunks) window = (int)g->nchunks;
+/* The chunks through every step, window at a time; the scratch is there. */
+static weftResult_t bulk_chunks_run(struct bulk_run_state *s, int window) {
+  struct weftComm *comm = s->comm;
+  const struct weft_plan *plan = s->plan;
+  const struct bulk_geom *g = &s->g;
   const size_t chunk_nbytes = g->chunk_count * g->esize;
-  if (g->reduce_steps > 0 && !exchange_into_output(g, plan))
-    WEFT_TRY(bulk_scratch(comm, 2 * (size_t)window * chunk_nbytes));
-
-  /* all-gather out of place: this rank's block into the output first */
-  if (plan->coll == COLL_ALLGATHER) {
-    char *own = (char *)plan->recvbuf + (size_t)comm->rank * plan->count * g->esize;
-    if (own != plan->sendbuf) memcpy(own, plan->sendbuf, plan->count * g->esize);
-  }
-
   struct bulk_chunk chunks[BULK_MAX_WINDOW];
   memset(chunks, 0, sizeof chunks);
   weftResult_t res = weftSuccess;
@@ -415,12 +400,12 @@ weftResult_t bulk_run(struct weftComm *comm, const struct weft_plan *plan) {
     for (int i = 0; i < window && next_j < g->nchunks; i++) {
       struct bulk_chunk *c = &chunks[i];
       if (c->live) continue;
-      struct weft_channel *ch = &comm->channels[next_j % (size_t)s.nch];
+      struct weft_channel *ch = &comm->channels[next_j % (size_t)s->nch];
       c->j = next_j++;
       c->step = 0;
       c->to = &ch->send;
       c->from = &ch->recv;
-      WEFT_TRY_GOTO(chunk_post(&s, c), res, fail);
+      WEFT_TRY_GOTO(chunk_post(s, c), res, fail);
     }
     ch0->send.transport->bulk.progress(&ch0->send);
     int moved = 0;
@@ -431,10 +416,10 @@ weftResult_t bulk_run(struct weftComm *comm, const struct weft_plan *plan) {
       WEFT_TRY_GOTO(chunk_test(c, &done), res, fail);
       if (!done) continue;
       moved = 1;
-      chunk_reduce(&s, c);
+      chunk_reduce(s, c);
       c->live = 0;
       if (++c->step < g->nsteps) {
-        WEFT_TRY_GOTO(chunk_post(&s, c), res, fail);
+        WEFT_TRY_GOTO(chunk_post(s, c), res, fail);
       } else {
         ndone++;
       }
@@ -449,7 +434,7 @@ weftResult_t bulk_run(struct weftComm *comm, const struct weft_plan *plan) {
     /* each pass made a progress call (a system call or more): the wait's
      * checks and back-off (a yield when ranks outnumber cores) every few */
     if (++idle % BULK_IDLE_PASSES != 0) continue;
-    if (bulk_peer_down(comm, s.nch)) {
+    if (bulk_peer_down(comm, s->nch)) {
       /* fail once nothing more has come in for a while */
       uint64_t now = clock_ns();
       if (down_since == 0) down_since = now;
@@ -464,4 +449,34 @@ weftResult_t bulk_run(struct weftComm *comm, const struct weft_plan *plan) {
   return weftSuccess;
 fail:
   return chunks_abandon(comm, chunks, window, res);
+}
+
+weftResult_t bulk_run(struct weftComm *comm, const struct weft_plan *plan) {
+  struct bulk_run_state s = {.comm = comm, .plan = plan, .call = comm->bulk_calls++};
+  struct bulk_geom *g = &s.g;
+  bulk_geom_init(g, comm, plan);
+  s.nch = bulk_nchannels(comm);
+  if (s.nch == 0 || g->nsteps >= BULK_MAX_STEPS)
+    return weft_error_set(weftInternalError, "bulk collective on a comm without bulk transfers");
+  if (plan->nchannels > 0 && plan->nchannels < s.nch) s.nch = plan->nchannels;
+  int64_t want = param_int(&bulk_params[BULK_P_WINDOW]);
+  int window = want < 1 ? 1 : want > BULK_MAX_WINDOW ? BULK_MAX_WINDOW : (int)want;
+  if ((size_t)window > g->nchunks) window = (int)g->nchunks;
+  if (g->reduce_steps > 0 && !exchange_into_output(g, plan))
+    WEFT_TRY(bulk_scratch(comm, 2 * (size_t)window * g->chunk_count * g->esize));
+
+  /* all-gather out of place: this rank's block into the output first */
+  if (plan->coll == COLL_ALLGATHER) {
+    char *own = (char *)plan->recvbuf + (size_t)comm->rank * plan->count * g->esize;
+    if (own != plan->sendbuf) memcpy(own, plan->sendbuf, plan->count * g->esize);
+  }
+
+  /* this thread progresses the transport throughout (every chunk's test
+   * needs it): the transport's own thread may wait meanwhile */
+  struct weft_conn *any = &comm->channels[0].send;
+  const struct weft_bulk_ops *ops = &any->transport->bulk;
+  if (ops->begin != NULL) ops->begin(any);
+  weftResult_t res = bulk_chunks_run(&s, window);
+  if (ops->end != NULL) ops->end(any);
+  return res;
 }

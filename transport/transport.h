@@ -88,6 +88,12 @@ struct weft_transport {
     /* Ends req early: the connection fails (it is of no further use), and
      * the transport lets go of req's buffer. Then test says how it ended. */
     void (*cancel)(struct weft_conn *conn, struct weft_bulk_req *req);
+    /* Optional: bracket a bulk call. In between, the calling thread keeps
+     * calling progress, which then does all of the transport's background
+     * work, so that a thread of the transport's own can wait meanwhile
+     * rather than take turns with the caller on its core. */
+    void (*begin)(struct weft_conn *conn);
+    void (*end)(struct weft_conn *conn);
   } bulk;
 };
 

@@ -197,6 +197,50 @@ void *allreduce_thread(void *arg) {
   return nullptr;
 }
 
+// A bulk call waiting on a peer keeps another communicator's slots moving: rank
+// 0 starts a bulk all-reduce on one thread and a ring all-gather (slots, over
+// UCX) on a second communicator from another; rank 1 joins the all-reduce only
+// once the all-gather is done. The all-gather needs rank 0's slots sent while
+// its bulk call waits, so both finish only if that call (or the proxy) moves
+// every connection, well inside WEFT_TIMEOUT.
+TEST(BulkBeside, OtherCommunicatorsSlotsMoveDuringACall) {
+  SKIP_WITHOUT_UCX();
+  const int timeout_s = 20;
+  const uint64_t seed = test_seed();
+  RunOptions opts;
+  opts.timeout_s = 120;
+  opts.env = ucx_env(timeout_s);
+  opts.env.push_back({"WEFT_ALGO", "allreduce:bulk;allgather:ring"});
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    weftComm_t comm, other;
+    if (int rc = init(ctx, &comm)) return rc;
+    if (weftCommSplit(comm, 0, ctx.rank, &other, nullptr) != weftSuccess)
+      return rank_fail(ctx, "split: %s", weftGetLastError(comm));
+    Call call{comm, 1u << 20, 1, weftSuccess, 0};
+    pthread_t tid;
+    if (ctx.rank == 0) pthread_create(&tid, nullptr, allreduce_thread, &call);
+    double t0 = now_s();
+    int rc = check_coll(ctx, other, kAllGather, weftFloat32, weftSum, 1 << 16, false, false,
+                        false, seed);
+    const double gather_s = now_s() - t0;
+    if (ctx.rank == 0) pthread_join(tid, nullptr);
+    else allreduce_thread(&call);
+    if (rc == 0 && call.res != weftSuccess)
+      rc = rank_fail(ctx, "all-reduce: %s", weftGetLastError(comm));
+    if (rc == 0 && bulk_calls(comm) != 1)
+      rc = rank_fail(ctx, "%llu bulk calls, want 1", (unsigned long long)bulk_calls(comm));
+    if (rc == 0 && bulk_calls(other) != 0)
+      rc = rank_fail(ctx, "the all-gather ran bulk");
+    if (rc == 0 && gather_s > timeout_s / 4.0)
+      rc = rank_fail(ctx, "the all-gather took %.1f s", gather_s);
+    weftCommDestroy(other);
+    weftCommDestroy(comm);
+    return rc;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
 // A rank SIGKILLed while large all-reduces stream: every other rank gets
 // weftRemoteError naming a rank well inside WEFT_TIMEOUT.
 TEST(BulkFailure, RankKilledMidTransfer) {

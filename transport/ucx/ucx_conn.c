@@ -433,9 +433,22 @@ static weftResult_t ucx_bulk_test(struct weft_conn *conn, struct weft_bulk_req *
   return weftSuccess;
 }
 
+/* Between begin and end the rank's thread makes the proxy's passes: the
+ * worker and every connection of this process (other communicators' slots
+ * included, so that they never wait for a bulk call to end). */
+static void ucx_bulk_begin(struct weft_conn *conn) {
+  (void)conn;
+  ucx_drive_begin();
+}
+
 static void ucx_bulk_progress(struct weft_conn *conn) {
   (void)conn;
-  ucx_worker_progress_once();
+  ucx_drive_pass();
+}
+
+static void ucx_bulk_end(struct weft_conn *conn) {
+  (void)conn;
+  ucx_drive_end();
 }
 
 static void ucx_bulk_cancel(struct weft_conn *conn, struct weft_bulk_req *req) {
@@ -459,5 +472,7 @@ const struct weft_transport ucx_transport = {
     .bulk = {.post = ucx_bulk_post,
              .test = ucx_bulk_test,
              .progress = ucx_bulk_progress,
-             .cancel = ucx_bulk_cancel},
+             .cancel = ucx_bulk_cancel,
+             .begin = ucx_bulk_begin,
+             .end = ucx_bulk_end},
 };

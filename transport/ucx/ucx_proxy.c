@@ -25,9 +25,9 @@
 #define PROXY_SLEEP_MIN_NS 20000ull  /* the first sleep; later ones grow ... */
 #define PROXY_SLEEP_MAX_NS 1000000ull /* ... up to this */
 #define PROXY_PROGRESS_MAX 64        /* worker progress calls per pass, at most */
-#define PROXY_DEFER_NS 50000ull      /* stands aside this long after a rank progressed */
 
 static pthread_mutex_t ucx_mutex = PTHREAD_MUTEX_INITIALIZER; /* the state below */
+static pthread_cond_t ucx_undriven = PTHREAD_COND_INITIALIZER; /* drivers fell to 0, or stop */
 static struct {
   pid_t pid; /* the process that made the worker: a forked child makes its own */
   int nrefs;
@@ -39,7 +39,7 @@ static struct {
   struct ucx_conn *conns;
   struct ucx_conn *retired; /* closed ends whose peer may still write */
   uint32_t waiters; /* threads waiting for ucx_mutex: the proxy lets them in */
-  uint64_t rank_progress_ns; /* when a rank's thread last progressed the worker */
+  int drivers; /* ranks' threads doing the proxy's work (ucx_drive_begin) */
   struct bulk_peer *bulk_peers;
 } ucx;
 
@@ -323,27 +323,31 @@ static void ucx_lock(void) {
   __atomic_sub_fetch(&ucx.waiters, 1u, __ATOMIC_RELAXED);
 }
 
+/* Under ucx_mutex: one pass of the proxy's work. Returns whether anything
+ * happened. */
+static int proxy_pass(void) {
+  int moved = 0;
+  for (int i = 0; i < PROXY_PROGRESS_MAX && ucp_worker_progress(ucx.w.worker) != 0; i++)
+    moved = 1;
+  for (struct ucx_conn *c = ucx.conns; c != NULL; c = c->next) moved |= conn_progress(c);
+  return moved;
+}
+
 static void *proxy_main(void *arg) {
   (void)arg;
   topo_thread_place(); /* on the CPUs of the rank's NUMA node */
   uint64_t idle_since = 0;
   for (;;) {
-    /* a rank that progresses the worker itself (bulk transfers) needs the
-     * cores more than a second thread spinning on the same worker */
-    if (clock_ns() - __atomic_load_n(&ucx.rank_progress_ns, __ATOMIC_RELAXED) < PROXY_DEFER_NS) {
-      struct timespec ts = {0, (long)PROXY_DEFER_NS};
-      nanosleep(&ts, NULL);
-      continue;
-    }
     pthread_mutex_lock(&ucx_mutex);
+    while (ucx.drivers > 0 && !ucx.stop) {
+      pthread_cond_wait(&ucx_undriven, &ucx_mutex);
+      idle_since = 0;
+    }
     if (ucx.stop) {
       pthread_mutex_unlock(&ucx_mutex);
       break;
     }
-    int moved = 0;
-    for (int i = 0; i < PROXY_PROGRESS_MAX && ucp_worker_progress(ucx.w.worker) != 0; i++)
-      moved = 1;
-    for (struct ucx_conn *c = ucx.conns; c != NULL; c = c->next) moved |= conn_progress(c);
+    int moved = proxy_pass();
     pthread_mutex_unlock(&ucx_mutex);
     if (__atomic_load_n(&ucx.waiters, __ATOMIC_RELAXED) != 0) sched_yield();
     if (moved) {
@@ -440,9 +444,26 @@ void ucx_enter(void) { ucx_lock(); }
 void ucx_leave(void) { pthread_mutex_unlock(&ucx_mutex); }
 
 void ucx_worker_progress_once(void) {
-  __atomic_store_n(&ucx.rank_progress_ns, clock_ns(), __ATOMIC_RELAXED);
   ucx_lock();
   if (ucx.nrefs > 0) ucp_worker_progress(ucx.w.worker);
+  pthread_mutex_unlock(&ucx_mutex);
+}
+
+void ucx_drive_begin(void) {
+  ucx_lock();
+  ucx.drivers++;
+  pthread_mutex_unlock(&ucx_mutex);
+}
+
+void ucx_drive_pass(void) {
+  ucx_lock();
+  if (ucx.nrefs > 0) proxy_pass();
+  pthread_mutex_unlock(&ucx_mutex);
+}
+
+void ucx_drive_end(void) {
+  ucx_lock();
+  if (--ucx.drivers == 0) pthread_cond_broadcast(&ucx_undriven);
   pthread_mutex_unlock(&ucx_mutex);
 }
 
@@ -620,6 +641,7 @@ void ucx_worker_put(void) {
   }
   int running = ucx.running;
   ucx.stop = 1;
+  pthread_cond_broadcast(&ucx_undriven);
   pthread_mutex_unlock(&ucx_mutex);
   if (running) pthread_join(ucx.tid, NULL);
   ucx_lock();

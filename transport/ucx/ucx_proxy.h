@@ -136,6 +136,14 @@ weftResult_t ucx_bulk_ep(const void *address, size_t address_nbytes, ucp_ep_h *e
 /* Progresses the worker once from the calling thread. */
 void ucx_worker_progress_once(void);
 
+/* A rank's thread takes over the proxy's work from ucx_drive_begin until
+ * ucx_drive_end (a bulk call), with a ucx_drive_pass at a time; the proxy
+ * thread waits meanwhile. Two threads on one core taking turns at the worker
+ * (and its lock) cost more than either one alone. Calls nest across threads. */
+void ucx_drive_begin(void);
+void ucx_drive_pass(void);
+void ucx_drive_end(void);
+
 /* Fails conn (poison both ways, as a dead peer would) and force-closes its
  * endpoint, so that UCX ends every transfer on it; waits a bounded time for
  * the close. A bulk transfer given up on (error, abort, timeout) takes the
