@@ -2,7 +2,8 @@
 // "host" of its own: every datatype x op of all-reduce and reduce-scatter and
 // every datatype of all-gather, in place and out of place, on 2 to 4 ranks
 // with chunks small enough that each call cycles its window many times; the
-// tuner's choice; and failures in the middle of a transfer (a peer killed, a
+// tuner's choice; another communicator's slots moving while a bulk call waits;
+// and failures in the middle of a transfer (a peer killed, a
 // peer silent past WEFT_TIMEOUT, an abort from another thread), each an error
 // within the timeout, never a hang. Skipped in builds without UCX.
 #include <gtest/gtest.h>
