@@ -12,7 +12,14 @@ the other, so that noise from other work on the machine falls on all of them.
     tools/bench/compare.py -n 4 -C allreduce -b 64M -e 64M --ompi-only default
 
 Columns: median time (us) and busbw (GB/s) of each library, then weft's busbw
-divided by the best baseline's (out-of-place, then in-place).
+divided by the best baseline's (out-of-place, then in-place), from the medians
+("ratio") and as the median of each repetition's own ratio ("paired"). On a
+machine whose speed drifts, --per-size runs every size on its own, each library
+right after the other, so that the runs paired in a repetition are seconds
+apart rather than a whole sweep:
+
+    tools/bench/compare.py -n 2 -C allreduce -x WEFT_TRANSPORT=ucx -x UCX_TLS=tcp \
+        --ompi tcp -b 1M -e 256M -f 4 -r 7 --per-size
 """
 import argparse
 import os
@@ -108,9 +115,37 @@ def run_gloo(binary, nranks, sweep, algo, log, timeout):
         shutil.rmtree(store, ignore_errors=True)
 
 
+def sizes_of(b, e, f):
+    """The sizes a perf tool's -b B -e E -f F sweep runs (K, M, G suffixes)."""
+    def num(v):
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(v[-1:].upper(), 1)
+        return int(v[:-1] if mult > 1 else v) * mult
+    lo, hi, step = num(b), num(e), int(f)
+    out = [lo]
+    while step > 1 and out[-1] * step <= hi:
+        out.append(out[-1] * step)
+    return out
+
+
 def median(values):
     values = [v for v in values if v == v]
     return statistics.median(values) if values else float("nan")
+
+
+def paired(results, coll, libs, size, col):
+    """The median, min and max over repetitions of the best baseline's time in
+    a repetition divided by weft's in the same repetition."""
+    ratios = []
+    for rep, table in enumerate(results.get((coll, "weft"), [])):
+        wt = table.get(size, (float("nan"),) * 4)[col]
+        best = min((results[(coll, lib)][rep].get(size, (float("nan"),) * 4)[col]
+                    for lib in libs if lib != "weft" and rep < len(results[(coll, lib)])),
+                   key=lambda t: t if t == t else float("inf"), default=float("nan"))
+        if wt == wt and wt > 0 and best == best:
+            ratios.append(best / wt)
+    if not ratios:
+        return "-"
+    return f"{statistics.median(ratios):.2f} ({min(ratios):.2f} - {max(ratios):.2f})"
 
 
 def main():
@@ -135,6 +170,8 @@ def main():
     ap.add_argument("--weft-build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--logs", default=None, help="keep raw outputs here")
     ap.add_argument("--timeout", type=int, default=1200)
+    ap.add_argument("--per-size", action="store_true",
+                    help="run each size on its own, the libraries back to back")
     args = ap.parse_args()
 
     src = find_baselines(args.baselines)
@@ -145,12 +182,13 @@ def main():
     logs = args.logs or tempfile.mkdtemp(prefix="weft-compare.")
     os.makedirs(logs, exist_ok=True)
     weftrun = os.path.join(args.weft_build, "tools", "weftrun")
-    sweep = ["-b", args.b, "-e", args.e, "-f", args.f]
+    sweeps = ([["-b", str(s), "-e", str(s), "-f", "2"] for s in sizes_of(args.b, args.e, args.f)]
+              if args.per_size else [["-b", args.b, "-e", args.e, "-f", args.f]])
     colls = args.collectives.split(",")
-    results = {}  # (coll, lib) -> list of tables
+    results = {}  # (coll, lib) -> list of tables, one per repetition
     env = os.environ.copy()
     for rep in range(args.reps):
-        for coll in colls:
+        for coll, sweep in ((c, w) for c in colls for w in sweeps):
             tool = os.path.join(args.weft_build, "tools", TOOLS[coll] + "_perf")
             wx = []
             for kv in args.x + (["WEFT_TRANSPORT=socket"] if args.socket else []):
@@ -165,17 +203,25 @@ def main():
             # alternate the order between repetitions as well
             if rep % 2:
                 libs.reverse()
+            tag = f"{coll}.{sweep[1]}" if args.per_size else coll
             for lib, cmd in libs:
-                log = os.path.join(logs, f"{coll}.{lib}.rep{rep}.txt")
-                results.setdefault((coll, lib), []).append(run(cmd, env, log, args.timeout))
+                log = os.path.join(logs, f"{tag}.{lib}.rep{rep}.txt")
+                tables = results.setdefault((coll, lib), [])
+                if len(tables) <= rep:
+                    tables.append({})
+                tables[rep].update(run(cmd, env, log, args.timeout))
             if args.gloo and coll == "allreduce":
-                log = os.path.join(logs, f"{coll}.gloo.rep{rep}.txt")
-                results.setdefault((coll, f"gloo-{args.gloo_algo}"), []).append(
+                log = os.path.join(logs, f"{tag}.gloo.rep{rep}.txt")
+                tables = results.setdefault((coll, f"gloo-{args.gloo_algo}"), [])
+                if len(tables) <= rep:
+                    tables.append({})
+                tables[rep].update(
                     run_gloo(gloo_bin, args.nranks, sweep + ["-n", str(args.iters), "-w",
                              str(args.warmup)], args.gloo_algo, log, args.timeout))
-            print(f"# rep {rep + 1}/{args.reps} {coll} done", file=sys.stderr)
+            print(f"# rep {rep + 1}/{args.reps} {tag} done", file=sys.stderr)
 
-    print(f"# compare: {args.nranks} ranks, medians of {args.reps} alternating runs, "
+    print(f"# compare: {args.nranks} ranks, medians of {args.reps} alternating runs"
+          f"{' of each size on its own' if args.per_size else ''}, "
           f"weft{' over sockets' if args.socket else ''}; raw logs in {logs}")
     for coll in colls:
         libs = [lib for (c, lib) in results if c == coll]
@@ -185,10 +231,12 @@ def main():
             for s in sizes:
                 vals = [t[s] for t in results[(coll, lib)] if s in t]
                 med[(lib, s)] = tuple(median([v[k] for v in vals]) for k in range(4))
-        print(f"\n## {coll}: time (us) / busbw (GB/s); ratio = best baseline time / weft time (= weft busbw / best busbw)")
+        print(f"\n## {coll}: time (us) / busbw (GB/s); ratio = best baseline time / weft time "
+              f"(= weft busbw / best busbw) of the medians; paired = the median of each "
+              f"repetition's ratio (min - max)")
         for col, name in ((0, "out-of-place"), (2, "in-place")):
-            head = f"| size (B) | " + " | ".join(libs) + " | ratio |"
-            print(f"\n{name}\n\n{head}\n|" + "---|" * (len(libs) + 2))
+            head = f"| size (B) | " + " | ".join(libs) + " | ratio | paired |"
+            print(f"\n{name}\n\n{head}\n|" + "---|" * (len(libs) + 3))
             for s in sizes:
                 cells, best = [], float("inf")
                 for lib in libs:
@@ -199,7 +247,7 @@ def main():
                 # busbw ratio from the times (the busbw columns are rounded)
                 wt = med.get(("weft", s), (float("nan"),) * 4)[col]
                 ratio = f"{best / wt:.2f}" if best < float("inf") and wt == wt and wt > 0 else "-"
-                print(f"| {s} | " + " | ".join(cells) + f" | {ratio} |")
+                print(f"| {s} | " + " | ".join(cells) + f" | {ratio} | {paired(results, coll, libs, s, col)} |")
 
 
 if __name__ == "__main__":
