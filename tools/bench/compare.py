@@ -132,17 +132,26 @@ def median(values):
     return statistics.median(values) if values else float("nan")
 
 
+def record(results, key, rep, rows):
+    """Adds rows (one run's table) to repetition rep's table of key."""
+    tables = results.setdefault(key, [])
+    while len(tables) <= rep:
+        tables.append({})
+    tables[rep].update(rows)
+
+
 def paired(results, coll, libs, size, col):
     """The median, min and max over repetitions of the best baseline's time in
     a repetition divided by weft's in the same repetition."""
+    nan = (float("nan"),) * 4
     ratios = []
     for rep, table in enumerate(results.get((coll, "weft"), [])):
-        wt = table.get(size, (float("nan"),) * 4)[col]
-        best = min((results[(coll, lib)][rep].get(size, (float("nan"),) * 4)[col]
-                    for lib in libs if lib != "weft" and rep < len(results[(coll, lib)])),
-                   key=lambda t: t if t == t else float("inf"), default=float("nan"))
-        if wt == wt and wt > 0 and best == best:
-            ratios.append(best / wt)
+        wt = table.get(size, nan)[col]
+        base = [results[(coll, lib)][rep].get(size, nan)[col] for lib in libs
+                if lib != "weft" and rep < len(results[(coll, lib)])]
+        base = [t for t in base if t == t]
+        if wt == wt and wt > 0 and base:
+            ratios.append(min(base) / wt)
     if not ratios:
         return "-"
     return f"{statistics.median(ratios):.2f} ({min(ratios):.2f} - {max(ratios):.2f})"
@@ -206,18 +215,12 @@ def main():
             tag = f"{coll}.{sweep[1]}" if args.per_size else coll
             for lib, cmd in libs:
                 log = os.path.join(logs, f"{tag}.{lib}.rep{rep}.txt")
-                tables = results.setdefault((coll, lib), [])
-                if len(tables) <= rep:
-                    tables.append({})
-                tables[rep].update(run(cmd, env, log, args.timeout))
+                record(results, (coll, lib), rep, run(cmd, env, log, args.timeout))
             if args.gloo and coll == "allreduce":
                 log = os.path.join(logs, f"{tag}.gloo.rep{rep}.txt")
-                tables = results.setdefault((coll, f"gloo-{args.gloo_algo}"), [])
-                if len(tables) <= rep:
-                    tables.append({})
-                tables[rep].update(
-                    run_gloo(gloo_bin, args.nranks, sweep + ["-n", str(args.iters), "-w",
-                             str(args.warmup)], args.gloo_algo, log, args.timeout))
+                record(results, (coll, f"gloo-{args.gloo_algo}"), rep,
+                       run_gloo(gloo_bin, args.nranks, sweep + ["-n", str(args.iters), "-w",
+                                str(args.warmup)], args.gloo_algo, log, args.timeout))
             print(f"# rep {rep + 1}/{args.reps} {tag} done", file=sys.stderr)
 
     print(f"# compare: {args.nranks} ranks, medians of {args.reps} alternating runs"
