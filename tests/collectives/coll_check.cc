@@ -270,8 +270,6 @@ namespace {
 
 const uint8_t kPoison = 0x5a;
 const size_t kOffset = 200;  // element-aligned for every datatype, not cache-line aligned
-const size_t kMinShared = 64 << 10;  // weftMemAllocHost shares from here
-
 
 #define FAIL_IF(cond, ...)                         \
   do {                                             \
@@ -286,7 +284,7 @@ struct Buf {
   size_t nbytes, total;
   bool weft;
   Buf(size_t n, bool from_weft)
-      : nbytes(n), total(std::max(n + kOffset + 64, kMinShared)), weft(from_weft) {
+      : nbytes(n), total(std::max(n + kOffset + 64, kMemSharedMinNbytes)), weft(from_weft) {
     void *b = nullptr;
     if (weft) {
       if (weftMemAllocHost(&b, total) != weftSuccess) b = nullptr;

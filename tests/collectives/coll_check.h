@@ -36,6 +36,9 @@ bool check_reduction(weftDataType_t t, weftRedOp_t op,
 int check_allreduce(const RankCtx &ctx, weftComm_t comm, weftDataType_t t, weftRedOp_t op,
                     size_t count, bool in_place, uint64_t seed);
 
+// weftMemAllocHost gives buffers from this size a shared mapping peers can map.
+constexpr size_t kMemSharedMinNbytes = 64 << 10;
+
 enum Coll { kAllReduce, kAllGather, kReduceScatter };
 const char *coll_name(Coll c);
 

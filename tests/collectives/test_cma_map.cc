@@ -6,8 +6,6 @@
 // allocator's table.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -22,8 +20,6 @@ extern "C" {
 using namespace weft_test;
 
 namespace {
-
-const size_t kMinAlloc = 64 << 10;  // weftMemAllocHost shares from here
 
 int init(const RankCtx &ctx, weftComm_t *comm) {
   if (weftCommInitRank(comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
@@ -45,14 +41,14 @@ int mapped_everything(const RankCtx &ctx, weftComm_t comm, uint64_t seed) {
     for (int ip = 0; ip < 2 && rc == 0; ip++) {
       auto ty = static_cast<weftDataType_t>(t);
       rc = check_coll(ctx, comm, kAllGather, ty, weftSum, counts[rng.next() % 3], ip, true, true,
-                   rng.next());
+                      rng.next());
       for (int op = 0; op < weftNumOps && rc == 0; op++) {
         auto o = static_cast<weftRedOp_t>(op);
         rc = check_coll(ctx, comm, kAllReduce, ty, o, counts[rng.next() % 3], ip, true, true,
-                     rng.next());
+                        rng.next());
         if (rc == 0)
-          rc = check_coll(ctx, comm, kReduceScatter, ty, o, counts[rng.next() % 3], ip, true, true,
-                       rng.next());
+          rc = check_coll(ctx, comm, kReduceScatter, ty, o, counts[rng.next() % 3], ip, true,
+                          true, rng.next());
       }
     }
   return rc;
@@ -140,7 +136,7 @@ TEST(CmaMapChurn, MappingsOfFreedBuffersAreDropped) {
     for (int i = 0; i < 40 && rc == 0; i++) {
       const size_t count = 1000 + rng.next() % (3 * 65536);
       rc = check_coll(ctx, comm, static_cast<Coll>(i % 3), weftInt32, weftSum, count, i % 2 == 1,
-                   true, true, rng.next());
+                      true, true, rng.next());
       if (rc == 0 && mapped_count(comm) > 4 * ctx.nranks + 16)
         rc = rank_fail(ctx, "%d mappings kept after %d calls", mapped_count(comm), i + 1);
     }
@@ -161,7 +157,7 @@ TEST(CmaMapOff, NothingMappedAndResultsRight) {
     int rc = 0;
     for (int c = 0; c < 3 && rc == 0; c++)
       rc = check_coll(ctx, comm, static_cast<Coll>(c), weftFloat32, weftSum, 70001, c == 1, true,
-                   true, seed + c);
+                      true, seed + c);
     if (rc == 0 && mapped_count(comm) != 0)
       rc = rank_fail(ctx, "%d buffers mapped with WEFT_CMA_MAP=0", mapped_count(comm));
     weftCommDestroy(comm);
@@ -182,7 +178,7 @@ TEST(MemAllocHost, SharesFrom64KiBAndForgetsFreedBuffers) {
     memset(p, 0xab, nbytes);
     mem_shared_ref ref;
     mem_shared_find(p, nbytes, &ref);
-    if (nbytes >= kMinAlloc) {
+    if (nbytes >= kMemSharedMinNbytes) {
       EXPECT_GE(ref.fd, 0) << nbytes;
       EXPECT_EQ(ref.base, reinterpret_cast<uintptr_t>(p));
       EXPECT_GE(ref.nbytes, nbytes);
