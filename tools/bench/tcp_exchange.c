@@ -24,13 +24,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define WARMUP_ITERS 3
+#include "bench_pair.h"
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#define WARMUP_ITERS 3
 
 static void die(const char *what) {
   perror(what);
@@ -78,12 +74,12 @@ static void side_run(int is_first, int fd, size_t nbytes, int pieces, int iters)
   for (int i = -WARMUP_ITERS; i < iters; i++) {
     if (i == 0) {
       calls = 0;
-      start = now_s();
+      start = bench_now_s();
     }
     for (int p = 0; p < pieces; p++)
       exchange(fd, out + (size_t)p * piece, in + (size_t)p * piece, piece, &calls);
   }
-  double per_iter = (now_s() - start) / iters;
+  double per_iter = (bench_now_s() - start) / iters;
   if (is_first)
     printf("%zu B as %d exchange(s): %.1f us, %.1f system calls per iteration\n", nbytes,
            pieces, per_iter * 1e6, (double)calls / iters);

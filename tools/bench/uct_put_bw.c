@@ -17,21 +17,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <uct/api/uct.h>
 #include <ucs/async/async_fwd.h>
-#include <unistd.h>
+
+#include "bench_pair.h"
 
 #define WARMUP_ITERS 3
 #define ADDR_MAX 256
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void die(const char *what, ucs_status_t st) {
   fprintf(stderr, "uct_put_bw: %s%s%s\n", what, st != UCS_OK ? ": " : "",
@@ -43,20 +35,11 @@ static void check(ucs_status_t st, const char *what) {
   if (st != UCS_OK) die(what, st);
 }
 
-static void io_all(int fd, void *buf, size_t nbytes, int writing) {
-  for (size_t done = 0; done < nbytes;) {
-    ssize_t n = writing ? write(fd, (char *)buf + done, nbytes - done)
-                        : read(fd, (char *)buf + done, nbytes - done);
-    if (n <= 0) die("the socket pair to the other process broke", UCS_OK);
-    done += (size_t)n;
-  }
-}
-
 /* Sends mine (nbytes) to the other process and receives its (as long). */
 static void swap(int fd, const void *mine, size_t nbytes, void *theirs) {
   if (nbytes > ADDR_MAX) die("address too long", UCS_OK);
-  io_all(fd, (void *)mine, nbytes, 1);
-  io_all(fd, theirs, nbytes, 0);
+  bench_io_all(fd, (void *)mine, nbytes, 1);
+  bench_io_all(fd, theirs, nbytes, 0);
 }
 
 /* The tcp memory domain and its component. */
@@ -122,9 +105,16 @@ static float start_value(size_t i, int rank) {
 
 static float step(float a, float b) { return (a + b) * 0.5f + 1.0f; }
 
-/* One process's side: addresses over fd, then the iterations. pieces == 0
- * runs the all-reduce. */
-static void side_run(int rank, int fd, size_t nbytes, int iters, int pieces) {
+struct run {
+  size_t nbytes;
+  int iters, pieces; /* pieces == 0: the all-reduce */
+};
+
+/* One process's side: addresses over fd, then the iterations. */
+static void side_run(int rank, int fd, void *arg) {
+  const struct run *run = arg;
+  const size_t nbytes = run->nbytes;
+  const int iters = run->iters, pieces = run->pieces;
   struct side s = {.comp = {.func = put_done, .count = 0, .status = UCS_OK}};
   uct_component_h component;
   uct_md_h md = tcp_md_open(&component);
@@ -185,12 +175,10 @@ static void side_run(int rank, int fd, size_t nbytes, int iters, int pieces) {
   const size_t half = nbytes / 2;
   char *bytes = (char *)data;
   double start = 0;
-  char token = 0;
   for (int i = -WARMUP_ITERS; i < iters; i++) {
     if (i == 0) { /* both start the timed loop together */
-      io_all(fd, &token, 1, 1);
-      io_all(fd, &token, 1, 0);
-      start = now_s();
+      bench_barrier(fd);
+      start = bench_now_s();
     }
     const uint64_t seq = (uint64_t)(i + WARMUP_ITERS + 1);
     flag_out[0] = flag_out[1] = seq;
@@ -219,7 +207,7 @@ static void side_run(int rank, int fd, size_t nbytes, int iters, int pieces) {
     put(&s, &flag_out[1], sizeof(uint64_t), peer_land + nbytes + sizeof(uint64_t));
     wait_flag(&s, &flag[1], seq);
   }
-  const double per_iter = (now_s() - start) / iters;
+  const double per_iter = (bench_now_s() - start) / iters;
   for (size_t k = 0; pieces == 0 && k < nbytes / sizeof(float); k++) {
     float want = step(start_value(k, 0), start_value(k, 1));
     for (int i = 1; i < WARMUP_ITERS + iters; i++) want = step(want, want);
@@ -229,8 +217,7 @@ static void side_run(int rank, int fd, size_t nbytes, int iters, int pieces) {
     printf("%zu B %s: %.1f us, %.2f GB/s%s\n", nbytes,
            pieces == 0 ? "uct put all-reduce" : "uct put exchange", per_iter * 1e6,
            (double)nbytes / per_iter / 1e9, pieces == 0 ? " busbw" : " each way");
-  io_all(fd, &token, 1, 1); /* neither tears down while the other still writes */
-  io_all(fd, &token, 1, 0);
+  bench_barrier(fd); /* neither tears down while the other still writes */
   /* interface, worker and domain go with the process */
 }
 
@@ -244,16 +231,6 @@ int main(int argc, char **argv) {
   int pieces = argc < 4 ? 1 : strcmp(argv[3], "allreduce") == 0 ? 0 : atoi(argv[3]);
   if (nbytes < 8 || nbytes % 8 != 0 || iters <= 0 || pieces < 0)
     die("NBYTES must be a positive multiple of 8, ITERS and PIECES positive", UCS_OK);
-  int sv[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) die("socketpair failed", UCS_OK);
-  pid_t pid = fork();
-  if (pid < 0) die("fork failed", UCS_OK);
-  if (pid == 0) {
-    side_run(1, sv[1], nbytes, iters, pieces);
-    _exit(0);
-  }
-  side_run(0, sv[0], nbytes, iters, pieces);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+  struct run run = {.nbytes = nbytes, .iters = iters, .pieces = pieces};
+  return bench_run_pair(side_run, &run);
 }

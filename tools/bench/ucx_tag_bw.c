@@ -13,32 +13,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <ucp/api/ucp.h>
-#include <unistd.h>
+
+#include "bench_pair.h"
 
 #define WARMUP_ITERS 3
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void die(const char *what) {
   fprintf(stderr, "ucx_tag_bw: %s\n", what);
   exit(1);
-}
-
-static void io_all(int fd, void *buf, size_t nbytes, int writing) {
-  for (size_t done = 0; done < nbytes;) {
-    ssize_t n = writing ? write(fd, (char *)buf + done, nbytes - done)
-                        : read(fd, (char *)buf + done, nbytes - done);
-    if (n <= 0) die("the socket pair to the other process broke");
-    done += (size_t)n;
-  }
 }
 
 static void request_wait(ucp_worker_h worker, ucs_status_ptr_t req) {
@@ -50,8 +33,16 @@ static void request_wait(ucp_worker_h worker, ucs_status_ptr_t req) {
   if (st != UCS_OK) die(ucs_status_string(st));
 }
 
+struct run {
+  size_t nbytes;
+  int iters, eager, peer;
+};
+
 /* One process's side: worker addresses go over fd, then the exchanges. */
-static void side_run(int is_first, int fd, size_t nbytes, int iters, int eager, int peer) {
+static void side_run(int rank, int fd, void *arg) {
+  const struct run *run = arg;
+  const size_t nbytes = run->nbytes;
+  const int iters = run->iters, eager = run->eager, peer = run->peer;
   ucp_config_t *config;
   if (ucp_config_read(NULL, NULL, &config) != UCS_OK) die("ucp_config_read failed");
   if (eager && ucp_config_modify(config, "RNDV_THRESH", "inf") != UCS_OK)
@@ -68,13 +59,13 @@ static void side_run(int is_first, int fd, size_t nbytes, int iters, int eager, 
   ucp_address_t *addr;
   size_t addr_nbytes, peer_nbytes;
   if (ucp_worker_get_address(worker, &addr, &addr_nbytes) != UCS_OK) die("no worker address");
-  io_all(fd, &addr_nbytes, sizeof addr_nbytes, 1);
-  io_all(fd, addr, addr_nbytes, 1);
-  io_all(fd, &peer_nbytes, sizeof peer_nbytes, 0);
+  bench_io_all(fd, &addr_nbytes, sizeof addr_nbytes, 1);
+  bench_io_all(fd, addr, addr_nbytes, 1);
+  bench_io_all(fd, &peer_nbytes, sizeof peer_nbytes, 0);
   void *peer_addr = malloc(peer_nbytes);
   char *send = malloc(nbytes), *recv = malloc(nbytes);
   if (peer_addr == NULL || send == NULL || recv == NULL) die("out of memory");
-  io_all(fd, peer_addr, peer_nbytes, 0);
+  bench_io_all(fd, peer_addr, peer_nbytes, 0);
   /* peer failure handling changes the protocols UCX picks (UCX 1.13 over TCP:
    * large messages in 64 KiB active messages instead of zero-copy rendezvous) */
   ucp_ep_params_t eparams = {
@@ -87,25 +78,22 @@ static void side_run(int is_first, int fd, size_t nbytes, int iters, int eager, 
   memset(recv, 0, nbytes);
   ucp_request_param_t rparams = {.op_attr_mask = 0};
   double start = 0;
-  char token = 0;
   for (int i = -WARMUP_ITERS; i < iters; i++) {
     if (i == 0) { /* both start the timed loop together */
-      io_all(fd, &token, 1, 1);
-      io_all(fd, &token, 1, 0);
-      start = now_s();
+      bench_barrier(fd);
+      start = bench_now_s();
     }
     ucs_status_ptr_t rreq = ucp_tag_recv_nbx(worker, recv, nbytes, 1, ~0ull, &rparams);
     ucs_status_ptr_t sreq = ucp_tag_send_nbx(ep, send, nbytes, 1, &rparams);
     request_wait(worker, sreq);
     request_wait(worker, rreq);
   }
-  double per_iter = (now_s() - start) / iters;
-  if (is_first)
+  double per_iter = (bench_now_s() - start) / iters;
+  if (rank == 0)
     printf("%zu B %s: %.1f us, %.2f GB/s each way\n", nbytes,
            eager ? "eager" : peer ? "peer-failure-handling" : "ucx-default",
            per_iter * 1e6, (double)nbytes / per_iter / 1e9);
-  io_all(fd, &token, 1, 1); /* neither tears down while the other still sends */
-  io_all(fd, &token, 1, 0);
+  bench_barrier(fd); /* neither tears down while the other still sends */
   /* endpoint, worker and context go with the process */
 }
 
@@ -118,16 +106,6 @@ int main(int argc, char **argv) {
   int iters = atoi(argv[2]), eager = argc > 3 && strcmp(argv[3], "eager") == 0;
   int peer = argc > 3 && strcmp(argv[3], "peer") == 0;
   if (nbytes == 0 || iters <= 0) die("NBYTES and ITERS must be positive");
-  int sv[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) die("socketpair failed");
-  pid_t pid = fork();
-  if (pid < 0) die("fork failed");
-  if (pid == 0) {
-    side_run(0, sv[1], nbytes, iters, eager, peer);
-    _exit(0);
-  }
-  side_run(1, sv[0], nbytes, iters, eager, peer);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+  struct run run = {.nbytes = nbytes, .iters = iters, .eager = eager, .peer = peer};
+  return bench_run_pair(side_run, &run);
 }
