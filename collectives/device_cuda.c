@@ -28,7 +28,9 @@ extern const char weft_dev_matrix[];
 #define DEV_SIMPLE_SLOT_NBYTES (256u << 10)
 #define DEV_LL_SLOT_NBYTES (16u << 10)
 /* a launch uses one channel (block) per this many bytes, up to the comm's */
-#define DEV_CHANNEL_NBYTES (256u << 10)
+#define DEV_CHANNEL_NBYTES (64u << 10)
+/* device channels a comm may have (WEFT_DEVICE_NCHANNELS): one block each */
+#define DEV_MAX_CHANNELS 64
 
 _Static_assert(sizeof(struct dev_fifo_ctrl) <= CUDA_FIFO_CTRL_NBYTES, "ctrl fits");
 
@@ -40,8 +42,8 @@ static const struct weft_transport *const dev_transports[] = {&p2p_transport,
 struct device_comm {
   int dev;
   int nchannels;
-  struct weft_conn send[WEFT_MAX_CHANNELS][DEV_NPROTOS];
-  struct weft_conn recv[WEFT_MAX_CHANNELS][DEV_NPROTOS];
+  struct weft_conn send[DEV_MAX_CHANNELS][DEV_NPROTOS];
+  struct weft_conn recv[DEV_MAX_CHANNELS][DEV_NPROTOS];
   struct dev_channel *channels_d; /* [nchannels] */
   int *rings_d;                   /* [nchannels][nranks] */
   uint32_t *flags_h;              /* mapped host memory: [0] abort, [1] error */
@@ -164,21 +166,39 @@ void device_comm_free(struct weftComm *comm) {
 static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d) {
   const int n = comm->nranks;
   int64_t nch64 = param_int(&cuda_params[2]);
-  if (nch64 < 1 || nch64 > WEFT_MAX_CHANNELS)
+  if (nch64 < 1 || nch64 > DEV_MAX_CHANNELS)
     return weft_error_set(weftInvalidArgument, "WEFT_DEVICE_NCHANNELS=%lld: must be 1 to %d",
-                          (long long)nch64, WEFT_MAX_CHANNELS);
-  const int nch = (int)nch64;
-  d->nchannels = nch;
+                          (long long)nch64, DEV_MAX_CHANNELS);
   /* every device channel follows the comm's ring order (channel 0's) */
   const struct weft_channel *ch = &comm->channels[0];
-  /* ranks learn each other's devices: the transports choose by them */
-  int32_t *devs = calloc((size_t)n, sizeof *devs);
-  if (devs == NULL) return weft_error_set(weftSystemError, "out of memory");
-  devs[comm->rank] = d->dev;
-  weftResult_t res = bootstrap_allgather(comm->bs, devs, sizeof *devs);
-  for (int i = 0; i < n && res == weftSuccess; i++) comm->peers[i].cuda_dev = devs[i];
-  free(devs);
+  /* ranks learn each other's devices (the transports choose by them) and how
+   * many SMs each has */
+  int sms = 0;
+  CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d->dev), "SM count");
+  int32_t(*info)[2] = calloc((size_t)n, sizeof *info);
+  if (info == NULL) return weft_error_set(weftSystemError, "out of memory");
+  info[comm->rank][0] = d->dev;
+  info[comm->rank][1] = sms;
+  weftResult_t res = bootstrap_allgather(comm->bs, info, sizeof *info);
+  int nch = (int)nch64;
+  if (res == weftSuccess) {
+    /* A ring's blocks wait on each other, so every rank's blocks must be on
+     * their GPU at once. Counting one block per SM (what any kernel that
+     * launches is sure of), the ranks sharing the busiest GPU share its SMs. */
+    int most = 1, fewest_sms = sms;
+    for (int i = 0; i < n; i++) {
+      int same = 0;
+      for (int j = 0; j < n; j++) same += info[j][0] == info[i][0];
+      if (same > most) most = same;
+      if (info[i][1] < fewest_sms) fewest_sms = info[i][1];
+      comm->peers[i].cuda_dev = info[i][0];
+    }
+    int cap = fewest_sms / most > 0 ? fewest_sms / most : 1;
+    if (nch > cap) nch = cap;
+  }
+  free(info);
   WEFT_TRY(res);
+  d->nchannels = nch;
 
   CUDA_TRY(cudaHostAlloc((void **)&d->flags_h, 2 * sizeof(uint32_t), cudaHostAllocMapped),
            "allocating the abort flag");
@@ -237,7 +257,7 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
   }
 
   /* the channels as the kernels read them */
-  struct dev_channel host[WEFT_MAX_CHANNELS];
+  struct dev_channel host[DEV_MAX_CHANNELS];
   int *rings = calloc((size_t)nch * (size_t)n, sizeof *rings);
   if (rings == NULL) return weft_error_set(weftSystemError, "out of memory");
   memset(host, 0, sizeof host);

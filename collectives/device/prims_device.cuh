@@ -30,7 +30,23 @@ union dev_vec {
 
 // d0[i] = a[i] (op b[i]) (/ divisor), d1[i] the same when d1 != NULL; by
 // 16-byte loads and stores when every pointer allows it, element by element
-// otherwise and for the tail. All threads of the block take part.
+// otherwise and for the tail. All threads of the block take part; each thread
+// has DEV_UNROLL vectors in flight (one load at a time leaves HBM idle).
+#define DEV_UNROLL 4
+template <class R>
+__device__ __forceinline__ void dev_vec_combine(dev_vec<typename R::T> &x,
+                                                const dev_vec<typename R::T> *y, int divisor) {
+  const int epv = 16 / sizeof(typename R::T);
+  if (y != NULL) {
+#pragma unroll
+    for (int e = 0; e < epv; e++) x.e[e] = R::op(x.e[e], y->e[e]);
+  }
+  if (divisor > 1) {
+#pragma unroll
+    for (int e = 0; e < epv; e++) x.e[e] = R::div(x.e[e], divisor);
+  }
+}
+
 template <class R>
 __device__ __forceinline__ void dev_reduce_copy(const typename R::T *a, const typename R::T *b,
                                                 typename R::T *d0, typename R::T *d1, size_t n,
@@ -39,20 +55,32 @@ __device__ __forceinline__ void dev_reduce_copy(const typename R::T *a, const ty
   const int epv = 16 / sizeof(T);
   uintptr_t mis = (uintptr_t)a | (uintptr_t)b | (uintptr_t)d0 | (uintptr_t)d1;
   size_t nvec = (mis & 15) == 0 ? n / epv : 0;
-  for (size_t v = threadIdx.x; v < nvec; v += blockDim.x) {
-    dev_vec<T> x, y;
-    x.u = reinterpret_cast<const uint4 *>(a)[v];
+  const uint4 *a4 = reinterpret_cast<const uint4 *>(a), *b4 = reinterpret_cast<const uint4 *>(b);
+  uint4 *d04 = reinterpret_cast<uint4 *>(d0), *d14 = reinterpret_cast<uint4 *>(d1);
+  const size_t stride = blockDim.x;
+  size_t v = threadIdx.x;
+  for (; v + (DEV_UNROLL - 1) * stride < nvec; v += DEV_UNROLL * stride) {
+    dev_vec<T> x[DEV_UNROLL], y[DEV_UNROLL];
+#pragma unroll
+    for (int u = 0; u < DEV_UNROLL; u++) x[u].u = a4[v + u * stride];
     if (b != NULL) {
-      y.u = reinterpret_cast<const uint4 *>(b)[v];
 #pragma unroll
-      for (int e = 0; e < epv; e++) x.e[e] = R::op(x.e[e], y.e[e]);
+      for (int u = 0; u < DEV_UNROLL; u++) y[u].u = b4[v + u * stride];
     }
-    if (divisor > 1) {
 #pragma unroll
-      for (int e = 0; e < epv; e++) x.e[e] = R::div(x.e[e], divisor);
+    for (int u = 0; u < DEV_UNROLL; u++) {
+      dev_vec_combine<R>(x[u], b != NULL ? &y[u] : NULL, divisor);
+      d04[v + u * stride] = x[u].u;
+      if (d1 != NULL) d14[v + u * stride] = x[u].u;
     }
-    reinterpret_cast<uint4 *>(d0)[v] = x.u;
-    if (d1 != NULL) reinterpret_cast<uint4 *>(d1)[v] = x.u;
+  }
+  for (; v < nvec; v += stride) {
+    dev_vec<T> x, y;
+    x.u = a4[v];
+    if (b != NULL) y.u = b4[v];
+    dev_vec_combine<R>(x, b != NULL ? &y : NULL, divisor);
+    d04[v] = x.u;
+    if (d1 != NULL) d14[v] = x.u;
   }
   for (size_t i = nvec * epv + threadIdx.x; i < n; i += blockDim.x) {
     T x = a[i];

@@ -8,8 +8,9 @@ struct weft_param cuda_params[] = {
      "1 disables the cuda_ipc transport (device FIFOs of other processes)", 0, 0, NULL},
     {"WEFT_P2P_DISABLE", PARAM_INT, "0",
      "1 disables the p2p transport (device FIFOs of GPUs in this process)", 0, 0, NULL},
-    {"WEFT_DEVICE_NCHANNELS", PARAM_INT, "8",
+    {"WEFT_DEVICE_NCHANNELS", PARAM_INT, "32",
      "channels (kernel blocks, each a ring with its own device FIFOs) of a comm's device "
-     "collectives, 1 to 16; a launch uses one per 256 KiB", 0, 0, NULL},
+     "collectives, 1 to 64, at most the GPU's SMs over the ranks sharing it; a launch uses "
+     "one per 64 KiB", 0, 0, NULL},
     PARAM_END,
 };
