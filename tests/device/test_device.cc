@@ -14,6 +14,9 @@
 #include "tests/collectives/coll_check.h"
 #include "tests/device/ring_steps_dump.h"
 #include "weft.h"
+extern "C" {
+#include "transport/param.h"
+}
 
 using namespace weft_test;
 
@@ -188,9 +191,13 @@ TEST(DeviceGraph, CapturedAllReduceReplays) {
   for (int r = 0; r < k; r++)
     ASSERT_EQ(weftAllReduce(buf[r], buf[r], n, weftFloat32, weftSum, ranks.comms[r], ranks.streams[r]), weftSuccess);
   ASSERT_EQ(weftGroupEnd(), weftSuccess);
-  for (int r = 0; r < k; r++) {
+  // every capture ends before any graph is instantiated: instantiating is not
+  // permitted while this thread still captures a stream
+  for (int r = 0; r < k; r++)
     ASSERT_EQ(cudaStreamEndCapture(ranks.streams[r], &graphs[r]), cudaSuccess);
-    ASSERT_EQ(cudaGraphInstantiate(&execs[r], graphs[r], 0), cudaSuccess);
+  for (int r = 0; r < k; r++) {
+    cudaError_t e = cudaGraphInstantiate(&execs[r], graphs[r], 0);
+    ASSERT_EQ(e, cudaSuccess) << "rank " << r << ": " << cudaGetErrorString(e);
   }
   for (int replay = 0; replay < 3; replay++) {
     std::vector<std::vector<float>> in(k, std::vector<float>(n));
@@ -211,6 +218,91 @@ TEST(DeviceGraph, CapturedAllReduceReplays) {
     cudaGraphExecDestroy(execs[r]);
     cudaGraphDestroy(graphs[r]);
     cudaFree(buf[r]);
+  }
+}
+
+// Sets WEFT_* variables for one test and forgets the cached values, before
+// and after (the device and wait tables).
+struct ScopedEnv {
+  std::vector<std::string> names;
+  ScopedEnv(std::initializer_list<std::pair<const char *, const char *>> vars) {
+    for (auto &[name, value] : vars) {
+      names.push_back(name);
+      setenv(name, value, 1);
+    }
+    reset();
+  }
+  ~ScopedEnv() {
+    for (auto &name : names) unsetenv(name.c_str());
+    reset();
+  }
+  static void reset() {
+    struct weft_param *const tables[] = {cuda_params, wait_params, NULL};
+    param_tables_reset(tables);
+  }
+};
+
+// A ring's blocks wait on each other, so every rank's blocks must be on the
+// GPU at once. Sixteen ranks asking for 64 channels each (1024 blocks, more
+// than an H100 holds) get as many as the GPU's SMs allow, and a launch large
+// enough to use them all completes with the right sums instead of timing out.
+TEST(DeviceChannels, RanksSharingAGpuShareItsSMs) {
+  REQUIRE_GPU();
+  ScopedEnv env({{"WEFT_DEVICE_NCHANNELS", "64"}, {"WEFT_TIMEOUT", "20"}});
+  const int k = 16;
+  const size_t n = (size_t)1 << 21; // 8 MiB: 128 launch shares of 64 KiB
+  Ranks ranks(k);
+  std::vector<float *> buf(k);
+  std::vector<std::vector<float>> in(k, std::vector<float>(n));
+  for (int r = 0; r < k; r++) {
+    for (size_t i = 0; i < n; i++) in[r][i] = (float)((i * 7 + (size_t)r * 13) % 101);
+    ASSERT_EQ(cudaMalloc((void **)&buf[r], n * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(buf[r], in[r].data(), n * sizeof(float), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  ASSERT_EQ(weftGroupStart(), weftSuccess);
+  for (int r = 0; r < k; r++)
+    ASSERT_EQ(weftAllReduce(buf[r], buf[r], n, weftFloat32, weftSum, ranks.comms[r], ranks.streams[r]),
+              weftSuccess);
+  ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+  ranks.sync();
+  for (int r = 0; r < k; r++) {
+    weftResult_t async = weftSuccess;
+    EXPECT_EQ(weftCommGetAsyncError(ranks.comms[r], &async), weftSuccess);
+    EXPECT_EQ(async, weftSuccess) << "rank " << r << ": " << weftGetLastError(ranks.comms[r]);
+    std::vector<float> out(n);
+    ASSERT_EQ(cudaMemcpy(out.data(), buf[r], n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; i++) {
+      float want = 0;
+      for (int q = 0; q < k; q++) want += in[q][i];
+      wrong += out[i] != want;
+    }
+    EXPECT_EQ(wrong, 0u) << "rank " << r;
+    cudaFree(buf[r]);
+  }
+}
+
+// WEFT_DEVICE_NCHANNELS outside 1..64 fails the first device collective with
+// weftInvalidArgument naming the variable and its range.
+TEST(DeviceChannels, OutOfRangeIsRefused) {
+  REQUIRE_GPU();
+  for (const char *bad : {"0", "65"}) {
+    ScopedEnv env({{"WEFT_DEVICE_NCHANNELS", bad}});
+    Ranks ranks(2);
+    float *buf[2];
+    for (auto &p : buf) ASSERT_EQ(cudaMalloc((void **)&p, 1024 * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(weftGroupStart(), weftSuccess);
+    for (int r = 0; r < 2; r++)
+      ASSERT_EQ(weftAllReduce(buf[r], buf[r], 1024, weftFloat32, weftSum, ranks.comms[r],
+                              ranks.streams[r]),
+                weftSuccess);
+    EXPECT_EQ(weftGroupEnd(), weftInvalidArgument) << bad;
+    EXPECT_NE(std::string(weftGetLastError(nullptr)).find("WEFT_DEVICE_NCHANNELS=" + std::string(bad) +
+                                                          ": must be 1 to 64"),
+              std::string::npos)
+        << weftGetLastError(nullptr);
+    for (auto p : buf) cudaFree(p);
   }
 }
 
