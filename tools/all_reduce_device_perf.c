@@ -5,6 +5,13 @@
  * so that the bus bandwidth can be set against what the memory can do.
  *
  *   weftrun -n 4 all_reduce_device_perf [-b 8] [-e 256M] [-f 4] [-n 20] [-w 5] [-c 1]
+ *   all_reduce_device_perf -g 4 [...]
+ *
+ * -g N runs N ranks in this one process (weftCommInitAll, rank r on GPU
+ * r % GPUs), driven by this thread through group calls, as nccl-tests' -g.
+ * Several processes that share one GPU take turns on it (each has its own
+ * context) unless MPS runs; ranks of one process share a context and their
+ * kernels run side by side.
  */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -50,11 +57,22 @@ static double copy_gbps(void *a, void *b, size_t nbytes, cudaStream_t s) {
   return ms > 0 ? (double)nbytes * 10 / (ms * 1e-3) / 1e9 : 0;
 }
 
+#define MAX_LOCAL 16
+
+/* One rank this process drives. */
+struct local_rank {
+  weftComm_t comm;
+  int rank, dev;
+  float *send, *recv;
+  cudaStream_t stream;
+  cudaEvent_t e0, e1;
+};
+
 int main(int argc, char **argv) {
   size_t min_nbytes = 8, max_nbytes = 256u << 20;
   double factor = 4;
-  int iters = 20, warmup = 5, check = 1, opt;
-  while ((opt = getopt(argc, argv, "b:e:f:n:w:c:")) != -1) {
+  int iters = 20, warmup = 5, check = 1, g = 1, opt;
+  while ((opt = getopt(argc, argv, "b:e:f:n:w:c:g:")) != -1) {
     switch (opt) {
       case 'b': min_nbytes = parse_size(optarg); break;
       case 'e': max_nbytes = parse_size(optarg); break;
@@ -62,63 +80,94 @@ int main(int argc, char **argv) {
       case 'n': iters = atoi(optarg); break;
       case 'w': warmup = atoi(optarg); break;
       case 'c': check = atoi(optarg); break;
+      case 'g': g = atoi(optarg); break;
       default:
-        fprintf(stderr, "usage: %s [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1]\n",
+        fprintf(stderr,
+                "usage: %s [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] "
+                "[-g ranks in this process]\n",
                 argv[0]);
         return 2;
     }
+  }
+  if (g < 1 || g > MAX_LOCAL || (g > 1 && getenv("WEFT_NRANKS") != NULL)) {
+    fprintf(stderr, "all_reduce_device_perf: -g takes 1 to %d, and more than 1 only without "
+                    "weftrun\n", MAX_LOCAL);
+    return 2;
   }
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     fprintf(stderr, "all_reduce_device_perf: no CUDA device\n");
     return 1;
   }
-  const char *local = getenv("WEFT_LOCAL_RANK");
-  CUDA_OK(cudaSetDevice(local ? atoi(local) % ndev : 0));
-  weftComm_t comm;
-  weftConfig_t config = WEFT_CONFIG_INITIALIZER;
-  if (weftCommInitFromEnv(&comm, &config) != weftSuccess) {
+  struct local_rank lr[MAX_LOCAL] = {0};
+  weftComm_t comms[MAX_LOCAL];
+  weftResult_t init;
+  if (g == 1) {
+    const char *local = getenv("WEFT_LOCAL_RANK");
+    lr[0].dev = local ? atoi(local) % ndev : 0;
+    CUDA_OK(cudaSetDevice(lr[0].dev));
+    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+    init = weftCommInitFromEnv(&comms[0], &config);
+  } else {
+    int devs[MAX_LOCAL];
+    for (int i = 0; i < g; i++) devs[i] = lr[i].dev = i % ndev;
+    init = weftCommInitAll(comms, g, devs);
+  }
+  if (init != weftSuccess) {
     fprintf(stderr, "all_reduce_device_perf: init: %s\n", weftGetLastError(NULL));
     return 1;
   }
-  int rank, nranks;
-  weftCommUserRank(comm, &rank);
-  weftCommCount(comm, &nranks);
-  float *send, *recv;
-  cudaStream_t stream;
-  CUDA_OK(cudaMalloc((void **)&send, max_nbytes));
-  CUDA_OK(cudaMalloc((void **)&recv, max_nbytes));
-  CUDA_OK(cudaStreamCreate(&stream));
-  double copy = copy_gbps(send, recv, max_nbytes, stream);
-  if (rank == 0)
-    printf("# all-reduce float32 sum on device memory, %d ranks, %d GPU(s)\n"
+  int nranks;
+  weftCommCount(comms[0], &nranks);
+  for (int i = 0; i < g; i++) {
+    struct local_rank *l = &lr[i];
+    l->comm = comms[i];
+    weftCommUserRank(l->comm, &l->rank);
+    CUDA_OK(cudaSetDevice(l->dev));
+    CUDA_OK(cudaMalloc((void **)&l->send, max_nbytes));
+    CUDA_OK(cudaMalloc((void **)&l->recv, max_nbytes));
+    CUDA_OK(cudaStreamCreate(&l->stream));
+    CUDA_OK(cudaEventCreate(&l->e0));
+    CUDA_OK(cudaEventCreate(&l->e1));
+  }
+  CUDA_OK(cudaSetDevice(lr[0].dev));
+  double copy = copy_gbps(lr[0].send, lr[0].recv, max_nbytes, lr[0].stream);
+  if (lr[0].rank == 0)
+    printf("# all-reduce float32 sum on device memory, %d ranks (%d in this process), "
+           "%d GPU(s)\n"
            "# device-to-device copy at %zu B: %.1f GB/s\n"
            "# %10s  %12s  %9s  %8s  %8s  %6s\n",
-           nranks, ndev, max_nbytes, copy, "size(B)", "count", "time(us)", "algbw", "busbw",
-           "#wrong");
+           nranks, g, ndev, max_nbytes, copy, "size(B)", "count", "time(us)", "algbw",
+           "busbw", "#wrong");
   float *host = malloc(max_nbytes);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  int failed = 0;
+  int failed = host == NULL;
   for (size_t nbytes = min_nbytes; nbytes <= max_nbytes && !failed;
        nbytes = (size_t)(nbytes * factor) > nbytes ? (size_t)(nbytes * factor) : nbytes + 1) {
     size_t count = nbytes / sizeof(float);
     if (count == 0) continue;
-    for (size_t i = 0; i < count; i++) host[i] = (float)((i + (size_t)rank * 3) % 17);
-    CUDA_OK(cudaMemcpy(send, host, count * sizeof(float), cudaMemcpyHostToDevice));
-    for (int i = 0; i < warmup + iters + 1 && !failed; i++) {
-      if (i == warmup) cudaEventRecord(e0, stream);
-      if (i == warmup + iters) cudaEventRecord(e1, stream);
-      failed = weftAllReduce(send, recv, count, weftFloat32, weftSum, comm, stream) != weftSuccess;
+    for (int l = 0; l < g; l++) {
+      for (size_t i = 0; i < count; i++) host[i] = (float)((i + (size_t)lr[l].rank * 3) % 17);
+      CUDA_OK(cudaMemcpy(lr[l].send, host, count * sizeof(float), cudaMemcpyHostToDevice));
     }
-    CUDA_OK(cudaStreamSynchronize(stream));
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    double us = ms * 1e3 / iters;
+    for (int i = 0; i < warmup + iters + 1 && !failed; i++) {
+      failed = g > 1 && weftGroupStart() != weftSuccess;
+      for (int l = 0; l < g && !failed; l++) {
+        if (i == warmup) cudaEventRecord(lr[l].e0, lr[l].stream);
+        if (i == warmup + iters) cudaEventRecord(lr[l].e1, lr[l].stream);
+        failed = weftAllReduce(lr[l].send, lr[l].recv, count, weftFloat32, weftSum, lr[l].comm,
+                               lr[l].stream) != weftSuccess;
+      }
+      if (g > 1 && weftGroupEnd() != weftSuccess) failed = 1;
+    }
+    double us = 0; /* the slowest local rank's time per call */
     long long wrong = 0;
-    if (check && !failed) {
-      CUDA_OK(cudaMemcpy(host, recv, count * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int l = 0; l < g; l++) {
+      CUDA_OK(cudaStreamSynchronize(lr[l].stream));
+      float ms = 0;
+      cudaEventElapsedTime(&ms, lr[l].e0, lr[l].e1);
+      if (ms * 1e3 / iters > us) us = ms * 1e3 / iters;
+      if (!check || failed) continue;
+      CUDA_OK(cudaMemcpy(host, lr[l].recv, count * sizeof(float), cudaMemcpyDeviceToHost));
       for (size_t i = 0; i < count; i++) {
         double want = 0;
         for (int r = 0; r < nranks; r++) want += (double)((i + (size_t)r * 3) % 17);
@@ -126,15 +175,17 @@ int main(int argc, char **argv) {
       }
     }
     double algbw = (double)count * sizeof(float) / (us * 1e-6) / 1e9;
-    if (rank == 0 && !failed)
+    if (lr[0].rank == 0 && !failed)
       printf("  %10zu  %12zu  %9.2f  %8.2f  %8.2f  %6lld\n", count * sizeof(float), count, us,
              algbw, algbw * 2.0 * (nranks - 1) / nranks, wrong);
     if (wrong) failed = 1;
   }
-  if (failed) fprintf(stderr, "rank %d: failed: %s\n", rank, weftGetLastError(comm));
+  if (failed) fprintf(stderr, "rank %d: failed: %s\n", lr[0].rank, weftGetLastError(lr[0].comm));
   free(host);
-  cudaFree(send);
-  cudaFree(recv);
-  weftCommDestroy(comm);
+  for (int l = 0; l < g; l++) {
+    cudaFree(lr[l].send);
+    cudaFree(lr[l].recv);
+    weftCommDestroy(lr[l].comm);
+  }
   return failed;
 }
