@@ -501,6 +501,56 @@ NCCL_EXPORT ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, siz
 }
 NCCL_PROFILING_ALIAS(ncclAllGather);
 
+/* NCCL 2.28's collectives beside the 2.27 API: programs built against 2.28
+ * (PyTorch 2.11) link them. Block j of sendbuff goes to rank j. */
+NCCL_EXPORT ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                                      ncclDataType_t datatype, ncclComm_t comm,
+                                      cudaStream_t stream) {
+  return RES(weftAlltoAll(sendbuff, recvbuff, count, (weftDataType_t)datatype, COMM(comm),
+                          STREAM(stream)));
+}
+NCCL_PROFILING_ALIAS(ncclAlltoAll);
+
+NCCL_EXPORT ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count,
+                                    ncclDataType_t datatype, int root, ncclComm_t comm,
+                                    cudaStream_t stream) {
+  return RES(weftGather(sendbuff, recvbuff, count, (weftDataType_t)datatype, root, COMM(comm),
+                        STREAM(stream)));
+}
+NCCL_PROFILING_ALIAS(ncclGather);
+
+NCCL_EXPORT ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count,
+                                     ncclDataType_t datatype, int root, ncclComm_t comm,
+                                     cudaStream_t stream) {
+  return RES(weftScatter(sendbuff, recvbuff, count, (weftDataType_t)datatype, root, COMM(comm),
+                         STREAM(stream)));
+}
+NCCL_PROFILING_ALIAS(ncclScatter);
+
+/* NCCL 2.28's device API (nccl_device.h): device communicators whose kernels
+ * run NCCL's own device code. weft has none to give; PyTorch 2.11 links the
+ * two calls (its symmetric-memory path) and gets this error from them, also
+ * as the comm's last error. */
+static ncclResult_t device_api_refused(ncclComm_t comm, const char *fn) {
+  weftResult_t res =
+      weft_error_set(weftInvalidUsage, "%s: NCCL's device API is not supported by weft", fn);
+  struct weftComm *c = COMM(comm);
+  if (c != NULL && c->magic == COMM_MAGIC) comm_fail(c, res);
+  return RES(res);
+}
+
+NCCL_EXPORT ncclResult_t ncclDevCommCreate(ncclComm_t comm, const void *reqs, void *outDevComm) {
+  (void)reqs, (void)outDevComm;
+  return device_api_refused(comm, "ncclDevCommCreate");
+}
+NCCL_PROFILING_ALIAS(ncclDevCommCreate);
+
+NCCL_EXPORT ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const void *devComm) {
+  (void)devComm;
+  return device_api_refused(comm, "ncclDevCommDestroy");
+}
+NCCL_PROFILING_ALIAS(ncclDevCommDestroy);
+
 NCCL_EXPORT ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype,
                                   int peer, ncclComm_t comm, cudaStream_t stream) {
   return RES(weftSend(sendbuff, count, (weftDataType_t)datatype, peer, COMM(comm),

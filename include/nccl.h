@@ -262,6 +262,19 @@ NCCL_WEFT_API(ncclResult_t, ncclAllGather,
               (const void *sendbuff, void *recvbuff, size_t sendcount,
                ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream));
 
+/* NCCL 2.28's collectives, also provided: block j of sendbuff goes to rank j
+ * (all-to-all, scatter from root); gather puts rank i's sendbuff at block i of
+ * root's recvbuff. */
+NCCL_WEFT_API(ncclResult_t, ncclAlltoAll,
+              (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+               ncclComm_t comm, cudaStream_t stream));
+NCCL_WEFT_API(ncclResult_t, ncclGather,
+              (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+               int root, ncclComm_t comm, cudaStream_t stream));
+NCCL_WEFT_API(ncclResult_t, ncclScatter,
+              (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+               int root, ncclComm_t comm, cudaStream_t stream));
+
 /* --- Point-to-point -------------------------------------------------------- */
 NCCL_WEFT_API(ncclResult_t, ncclSend,
               (const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,

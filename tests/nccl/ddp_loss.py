@@ -55,8 +55,9 @@ def main():
         sys.exit(f"--batch {args.batch} must divide by the {world} ranks")
 
     gen = torch.Generator().manual_seed(1234)
-    xs = torch.randn(args.batch, 32, generator=gen).to(dev)
+    xs = torch.randn(args.batch, 32, generator=gen)  # on the host: the generator's device
     ys = (xs[:, :1] * 0.5 - xs[:, 1:2] ** 2 + 0.1 * torch.randn(args.batch, 1, generator=gen)).to(dev)
+    xs = xs.to(dev)
 
     # the reference: one process, whole batch
     ref = train(make_model(7).to(dev), xs, ys, args.steps, args.lr)

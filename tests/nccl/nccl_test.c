@@ -13,6 +13,11 @@
 
 #include "nccl.h"
 
+/* NCCL 2.28 declares these two in its device headers (nccl_device/), which
+ * weft does not ship: weft's library exports them for PyTorch and refuses. */
+ncclResult_t ncclDevCommCreate(ncclComm_t comm, const void *reqs, void *outDevComm);
+ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const void *devComm);
+
 static int g_rank, g_nranks, g_failures;
 
 #define FAIL(...)                                                              \
@@ -368,6 +373,45 @@ static void test_movement(ncclComm_t comm, const struct shape *shapes, int nshap
         check_guard(recv, total, t, what);
         free(own);
         free(recv);
+
+        /* NCCL 2.28's three: gather and scatter in place at the root (the
+         * root's own block of the big buffer), all-to-all out of place */
+        root = (int)((salt + 1) % (unsigned)g_nranks);
+        const int here = in_place && g_rank == root;
+        snprintf(what, sizeof what, "Gather count %zu root %d%s", count, root, here ? " in place" : "");
+        recv = buf_alloc(total, t);
+        own = here ? NULL : buf_alloc(count, t);
+        send = here ? (char *)recv + (size_t)root * count * type_sizes[t] : own;
+        for (size_t i = 0; i < count; i++) elem_set(send, t, i, input_value(g_rank, i, t, ncclSum, salt));
+        NCCL_OK(ncclGather(send, recv, count, t, root, comm, NULL));
+        for (int r = 0; g_rank == root && r < g_nranks; r++)
+          expect_values((char *)recv + (size_t)r * count * type_sizes[t], t, count, r, 0, salt, what);
+        check_guard(recv, total, t, what);
+        free(own);
+        free(recv);
+
+        snprintf(what, sizeof what, "Scatter count %zu root %d%s", count, root, here ? " in place" : "");
+        send = buf_alloc(total, t); /* block r: what the root sends rank r */
+        for (size_t i = 0; i < total; i++) elem_set(send, t, i, input_value(g_rank, i, t, ncclSum, salt));
+        own = here ? NULL : buf_alloc(count, t);
+        recv = here ? (char *)send + (size_t)root * count * type_sizes[t] : own;
+        NCCL_OK(ncclScatter(send, recv, count, t, root, comm, NULL));
+        expect_values(recv, t, count, root, (size_t)g_rank * count, salt, what);
+        check_guard(here ? send : recv, here ? total : count, t, what);
+        free(own);
+        free(send);
+
+        snprintf(what, sizeof what, "AlltoAll count %zu", count);
+        send = buf_alloc(total, t);
+        recv = buf_alloc(total, t);
+        for (size_t i = 0; i < total; i++) elem_set(send, t, i, input_value(g_rank, i, t, ncclSum, salt));
+        NCCL_OK(ncclAlltoAll(send, recv, count, t, comm, NULL));
+        for (int r = 0; r < g_nranks; r++) /* block r came from rank r's block g_rank */
+          expect_values((char *)recv + (size_t)r * count * type_sizes[t], t, count, r,
+                        (size_t)g_rank * count, salt, what);
+        check_guard(recv, total, t, what);
+        free(send);
+        free(recv);
       }
     }
   }
@@ -668,6 +712,13 @@ static void test_errors(ncclComm_t comm, ncclUniqueId id) {
   EXPECT(ncclBroadcast(&x, &x, 1, ncclFloat32, g_nranks, comm, NULL) == ncclInvalidArgument,
          "root out of range accepted");
   EXPECT(ncclGetVersion(NULL) == ncclInvalidArgument, "ncclGetVersion(NULL) accepted");
+  if (comm != NULL) { /* NCCL 2.28's device API: linked by PyTorch 2.11, refused by weft */
+    char dev_comm[64];
+    EXPECT(ncclDevCommCreate(comm, NULL, dev_comm) == ncclInvalidUsage, "ncclDevCommCreate accepted");
+    EXPECT(strstr(ncclGetLastError(comm), "device API is not supported") != NULL,
+           "ncclDevCommCreate: last error '%s'", ncclGetLastError(comm));
+    EXPECT(ncclDevCommDestroy(comm, dev_comm) == ncclInvalidUsage, "ncclDevCommDestroy accepted");
+  }
   /* configs that must be refused before any rendezvous */
   ncclComm_t c = NULL;
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
