@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -221,19 +222,23 @@ TEST(DeviceGraph, CapturedAllReduceReplays) {
   }
 }
 
-// Sets WEFT_* variables for one test and forgets the cached values, before
-// and after (the device and wait tables).
+// Sets WEFT_* variables for one test and puts back what was there after,
+// forgetting the cached values both times (the device and wait tables).
 struct ScopedEnv {
-  std::vector<std::string> names;
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved; // name, old value
   ScopedEnv(std::initializer_list<std::pair<const char *, const char *>> vars) {
     for (auto &[name, value] : vars) {
-      names.push_back(name);
+      const char *old = getenv(name);
+      saved.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
       setenv(name, value, 1);
     }
     reset();
   }
   ~ScopedEnv() {
-    for (auto &name : names) unsetenv(name.c_str());
+    for (auto &[name, old] : saved) {
+      if (old) setenv(name.c_str(), old->c_str(), 1);
+      else unsetenv(name.c_str());
+    }
     reset();
   }
   static void reset() {
