@@ -59,9 +59,8 @@ static double copy_gbps(void *a, void *b, size_t nbytes, cudaStream_t s) {
 
 #define MAX_LOCAL 16
 
-/* One rank this process drives. */
+/* One rank this process drives (its comm is comms[] of main, at the same index). */
 struct local_rank {
-  weftComm_t comm;
   int rank, dev;
   float *send, *recv;
   cudaStream_t stream;
@@ -121,8 +120,7 @@ int main(int argc, char **argv) {
   weftCommCount(comms[0], &nranks);
   for (int i = 0; i < g; i++) {
     struct local_rank *l = &lr[i];
-    l->comm = comms[i];
-    weftCommUserRank(l->comm, &l->rank);
+    weftCommUserRank(comms[i], &l->rank);
     CUDA_OK(cudaSetDevice(l->dev));
     CUDA_OK(cudaMalloc((void **)&l->send, max_nbytes));
     CUDA_OK(cudaMalloc((void **)&l->recv, max_nbytes));
@@ -154,7 +152,7 @@ int main(int argc, char **argv) {
       for (int l = 0; l < g && !failed; l++) {
         if (i == warmup) cudaEventRecord(lr[l].e0, lr[l].stream);
         if (i == warmup + iters) cudaEventRecord(lr[l].e1, lr[l].stream);
-        failed = weftAllReduce(lr[l].send, lr[l].recv, count, weftFloat32, weftSum, lr[l].comm,
+        failed = weftAllReduce(lr[l].send, lr[l].recv, count, weftFloat32, weftSum, comms[l],
                                lr[l].stream) != weftSuccess;
       }
       if (g > 1 && weftGroupEnd() != weftSuccess) failed = 1;
@@ -180,12 +178,12 @@ int main(int argc, char **argv) {
              algbw, algbw * 2.0 * (nranks - 1) / nranks, wrong);
     if (wrong) failed = 1;
   }
-  if (failed) fprintf(stderr, "rank %d: failed: %s\n", lr[0].rank, weftGetLastError(lr[0].comm));
+  if (failed) fprintf(stderr, "rank %d: failed: %s\n", lr[0].rank, weftGetLastError(comms[0]));
   free(host);
   for (int l = 0; l < g; l++) {
     cudaFree(lr[l].send);
     cudaFree(lr[l].recv);
-    weftCommDestroy(lr[l].comm);
+    weftCommDestroy(comms[l]);
   }
   return failed;
 }
