@@ -6,6 +6,9 @@
  *   UCX_TLS=tcp /tmp/ucx_tag_bw 1048576 50          # UCX's own rendezvous threshold
  *   UCX_TLS=tcp /tmp/ucx_tag_bw 1048576 50 eager    # every message eager, as weft's slots
  *   UCX_TLS=tcp /tmp/ucx_tag_bw 1048576 50 peer     # endpoints with peer failure handling
+ *   UCX_TLS=tcp /tmp/ucx_tag_bw 1048576 50 split 262144
+ *       # the last 256 KiB as an eager message of its own, posted after the first
+ *       # 768 KiB's rendezvous, whose handshake it may hide
  *
  * Each iteration both processes post a receive of NBYTES, send NBYTES to the
  * other and wait for both: the bidirectional exchange of a 2-rank all-reduce.
@@ -36,6 +39,7 @@ static void request_wait(ucp_worker_h worker, ucs_status_ptr_t req) {
 struct run {
   size_t nbytes;
   int iters, eager, peer;
+  size_t split; /* > 0: the last split bytes go eagerly, in a message of their own */
 };
 
 /* One process's side: worker addresses go over fd, then the exchanges. */
@@ -46,6 +50,10 @@ static void side_run(int rank, int fd, void *arg) {
   ucp_config_t *config;
   if (ucp_config_read(NULL, NULL, &config) != UCS_OK) die("ucp_config_read failed");
   if (eager && ucp_config_modify(config, "RNDV_THRESH", "inf") != UCS_OK)
+    die("cannot set RNDV_THRESH");
+  char thresh[32];
+  snprintf(thresh, sizeof thresh, "%zu", run->split + 1); /* the head stays above it */
+  if (run->split > 0 && ucp_config_modify(config, "RNDV_THRESH", thresh) != UCS_OK)
     die("cannot set RNDV_THRESH");
   ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_TAG};
   ucp_context_h context;
@@ -83,15 +91,21 @@ static void side_run(int rank, int fd, void *arg) {
       bench_barrier(fd);
       start = bench_now_s();
     }
-    ucs_status_ptr_t rreq = ucp_tag_recv_nbx(worker, recv, nbytes, 1, ~0ull, &rparams);
-    ucs_status_ptr_t sreq = ucp_tag_send_nbx(ep, send, nbytes, 1, &rparams);
+    const size_t head = nbytes - run->split, tail = run->split;
+    ucs_status_ptr_t rreq = ucp_tag_recv_nbx(worker, recv, head, 1, ~0ull, &rparams);
+    ucs_status_ptr_t rtail =
+        tail > 0 ? ucp_tag_recv_nbx(worker, recv + head, tail, 2, ~0ull, &rparams) : NULL;
+    ucs_status_ptr_t sreq = ucp_tag_send_nbx(ep, send, head, 1, &rparams);
+    ucs_status_ptr_t stail = tail > 0 ? ucp_tag_send_nbx(ep, send + head, tail, 2, &rparams) : NULL;
     request_wait(worker, sreq);
+    request_wait(worker, stail);
     request_wait(worker, rreq);
+    request_wait(worker, rtail);
   }
   double per_iter = (bench_now_s() - start) / iters;
   if (rank == 0)
     printf("%zu B %s: %.1f us, %.2f GB/s each way\n", nbytes,
-           eager ? "eager" : peer ? "peer-failure-handling" : "ucx-default",
+           eager ? "eager" : peer ? "peer-failure-handling" : run->split ? "split" : "ucx-default",
            per_iter * 1e6, (double)nbytes / per_iter / 1e9);
   bench_barrier(fd); /* neither tears down while the other still sends */
   /* endpoint, worker and context go with the process */
@@ -99,13 +113,15 @@ static void side_run(int rank, int fd, void *arg) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: ucx_tag_bw NBYTES ITERS [eager|peer]\n");
+    fprintf(stderr, "usage: ucx_tag_bw NBYTES ITERS [eager|peer|split TAIL]\n");
     return 2;
   }
   size_t nbytes = strtoull(argv[1], NULL, 0);
   int iters = atoi(argv[2]), eager = argc > 3 && strcmp(argv[3], "eager") == 0;
   int peer = argc > 3 && strcmp(argv[3], "peer") == 0;
+  size_t split = argc > 4 && strcmp(argv[3], "split") == 0 ? strtoull(argv[4], NULL, 0) : 0;
   if (nbytes == 0 || iters <= 0) die("NBYTES and ITERS must be positive");
-  struct run run = {.nbytes = nbytes, .iters = iters, .eager = eager, .peer = peer};
+  if (split >= nbytes / 2) die("TAIL must be under half of NBYTES (the head goes by rendezvous)");
+  struct run run = {.nbytes = nbytes, .iters = iters, .eager = eager, .peer = peer, .split = split};
   return bench_run_pair(side_run, &run);
 }
