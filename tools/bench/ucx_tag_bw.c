@@ -119,7 +119,9 @@ int main(int argc, char **argv) {
   size_t nbytes = strtoull(argv[1], NULL, 0);
   int iters = atoi(argv[2]), eager = argc > 3 && strcmp(argv[3], "eager") == 0;
   int peer = argc > 3 && strcmp(argv[3], "peer") == 0;
-  size_t split = argc > 4 && strcmp(argv[3], "split") == 0 ? strtoull(argv[4], NULL, 0) : 0;
+  const int splitting = argc > 3 && strcmp(argv[3], "split") == 0;
+  if (splitting && argc < 5) die("split needs TAIL, the bytes that go eagerly");
+  size_t split = splitting ? strtoull(argv[4], NULL, 0) : 0;
   if (nbytes == 0 || iters <= 0) die("NBYTES and ITERS must be positive");
   if (split >= nbytes / 2) die("TAIL must be under half of NBYTES (the head goes by rendezvous)");
   struct run run = {.nbytes = nbytes, .iters = iters, .eager = eager, .peer = peer, .split = split};
