@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,6 +222,17 @@ void mem_peer_unmap_all(struct weftComm *comm) {
   comm->peer_maps_cap = 0;
 }
 
+/* No object can be larger than PTRDIFF_MAX bytes (pointer differences
+ * within it must fit), and an allocation rounded up to its alignment must
+ * stay within that: larger sizes are argument errors, not requests the
+ * system might refuse (rounding SIZE_MAX - 2 MiB + 2 up used to wrap to 0). */
+static weftResult_t mem_nbytes_check(const char *name, size_t nbytes) {
+  if (nbytes > (size_t)PTRDIFF_MAX - MEM_HUGE_NBYTES)
+    return weft_error_set(weftInvalidArgument, "%s: nbytes %zu is larger than any object can be",
+                          name, nbytes);
+  return weftSuccess;
+}
+
 struct mem_reg {
   struct weftComm *comm;
   void *buff;
@@ -232,6 +244,7 @@ weftResult_t weftMemAllocHost(void **ptr, size_t nbytes) {
   weft_error_clear();
   if (ptr == NULL) return weft_error_set(weftInvalidArgument, "MemAllocHost: ptr is NULL");
   if (nbytes == 0) return weft_error_set(weftInvalidArgument, "MemAllocHost: nbytes is 0");
+  WEFT_TRY(mem_nbytes_check("MemAllocHost", nbytes));
   void *p = NULL;
   /* Buffers of 2 MiB and more are 2 MiB aligned and ask for transparent
    * huge pages (where the kernel leaves them to madvise; for shared memory,
@@ -254,6 +267,7 @@ weftResult_t weftMemAlloc(void **ptr, size_t nbytes) {
   weft_error_clear();
   if (ptr == NULL) return weft_error_set(weftInvalidArgument, "MemAlloc: ptr is NULL");
   if (nbytes == 0) return weft_error_set(weftInvalidArgument, "MemAlloc: nbytes is 0");
+  WEFT_TRY(mem_nbytes_check("MemAlloc", nbytes));
   int on_device = 0;
   WEFT_TRY(device_mem_alloc(ptr, nbytes, &on_device));
   return on_device ? weftSuccess : weftMemAllocHost(ptr, nbytes);
@@ -271,6 +285,11 @@ weftResult_t weftCommRegister(const weftComm_t comm, void *buff, size_t nbytes, 
   if (buff == NULL || handle == NULL)
     return weft_error_set(weftInvalidArgument, "CommRegister: %s is NULL",
                           buff == NULL ? "buff" : "handle");
+  WEFT_TRY(mem_nbytes_check("CommRegister", nbytes));
+  if ((uintptr_t)buff > UINTPTR_MAX - nbytes)
+    return weft_error_set(weftInvalidArgument,
+                          "CommRegister: [%p, +%zu) runs past the end of the address space", buff,
+                          nbytes);
   struct mem_reg *reg = calloc(1, sizeof(*reg));
   if (reg == NULL) return weft_error_set(weftSystemError, "CommRegister: out of memory");
   reg->comm = comm;
