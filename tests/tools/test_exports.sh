@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The shared libraries export their public headers' functions and nothing
+# else, and programs still link against them: a program built from the
+# shared libraries runs under weftrun, and one built with pkg-config's flags
+# (the uninstalled .pc files of the build tree) runs.
+#   test_exports.sh LIBWEFT WEFT_H LIBWEFT_ZERO WEFT_ZERO_H WEFTRUN ZERO_EXAMPLE_SHARED BUILD_ROOT CC
+set -uo pipefail
+libweft=$1 weft_h=$2 libzero=$3 zero_h=$4 weftrun=$5 example=$6 build=$7 cc=$8
+fail=0
+
+# Function names a header declares: comments removed, then every line at
+# column 0 that is not a typedef or directive and reads "... name(".
+declared() {
+  awk '{
+    line = $0; out = ""
+    while (length(line) > 0) {
+      if (in_comment) {
+        i = index(line, "*/"); if (i == 0) { line = ""; break }
+        line = substr(line, i + 2); in_comment = 0
+      } else {
+        i = index(line, "/*"); if (i == 0) { out = out line; line = ""; break }
+        out = out substr(line, 1, i - 1); line = substr(line, i + 2); in_comment = 1
+      }
+    }
+    print out
+  }' "$1" | grep -E '^[A-Za-z_]' | grep -v -E '^(typedef|extern|#)' |
+    sed -n -E 's/^[^(]*[ *]([A-Za-z_][A-Za-z0-9_]*)\(.*/\1/p' | sort -u
+}
+
+# Defined dynamic symbols, without the linker's own section markers.
+exported() {
+  nm -D --defined-only "$1" | awk '{print $NF}' |
+    grep -v -E '^(_init|_fini|_edata|_end|__bss_start)$' | sort -u
+}
+
+check_lib() { # library, header
+  local lib=$1 header=$2 want have missing extra
+  want=$(declared "$header")
+  have=$(exported "$lib")
+  if [ "$(echo "$want" | wc -l)" -lt 10 ]; then
+    echo "FAIL: only $(echo "$want" | wc -l) functions found in $header"
+    fail=1
+    return
+  fi
+  missing=$(comm -13 <(echo "$have") <(echo "$want"))
+  extra=$(comm -23 <(echo "$have") <(echo "$want"))
+  if [ -n "$missing" ]; then
+    echo "FAIL: $(basename "$lib"): declared in $(basename "$header") but not exported:"
+    echo "$missing" | sed 's/^/  /'
+    fail=1
+  fi
+  if [ -n "$extra" ]; then
+    echo "FAIL: $(basename "$lib"): exported but not declared in $(basename "$header"):"
+    echo "$extra" | sed 's/^/  /'
+    fail=1
+  fi
+  if [ -z "$missing" ] && [ -z "$extra" ]; then
+    echo "ok: $(basename "$lib") exports the $(echo "$want" | wc -l) functions of $(basename "$header"), nothing else"
+  fi
+}
+
+check_lib "$libweft" "$weft_h"
+check_lib "$libzero" "$zero_h"
+
+# A program linked against both shared libraries (no static copy of weft).
+if ldd "$example" | grep -q 'libweft\.so' && ldd "$example" | grep -q 'libweft_zero\.so'; then
+  echo "ok: $(basename "$example") is linked against libweft.so and libweft_zero.so"
+else
+  echo "FAIL: $(basename "$example") is not linked against the shared libraries"; ldd "$example"
+  fail=1
+fi
+work=$(mktemp -d /tmp/weft_exports_XXXXXX)
+trap 'rm -rf "$work"' EXIT
+out=$(cd "$work" && timeout 120 "$weftrun" -n 2 "$example" 1 2>&1)
+if [ $? -eq 0 ]; then
+  echo "ok: $(basename "$example") runs on 2 ranks"
+else
+  echo "FAIL: $(basename "$example") on 2 ranks:"; echo "$out" | tail -20
+  fail=1
+fi
+
+# A program built with pkg-config's flags for weft and weft_zero.
+pcdir="$build/meson-uninstalled"
+if ! command -v pkg-config >/dev/null; then
+  echo "skipped: pkg-config is not installed, so the pkg-config build was not tried"
+elif [ ! -f "$pcdir/weft-uninstalled.pc" ]; then
+  echo "FAIL: $pcdir/weft-uninstalled.pc is missing"
+  fail=1
+else
+  cat >"$work/use.c" <<'EOF'
+#include <stdio.h>
+#include <string.h>
+#include "weft_zero.h"
+int main(void) {
+  int version = 0;
+  if (weftGetVersion(&version) != weftSuccess || version <= 0) return 1;
+  weftZeroShard_t s = weftZeroShardOf(10, 4, 3);
+  if (s.offset != 9 || s.count != 1) return 2;
+  float in[3] = {1, 2, 3}, out[3];
+  unsigned short half[3];
+  if (weftZeroFromFloat(in, weftBfloat16, half, 3) != weftSuccess) return 3;
+  if (weftZeroToFloat(half, weftBfloat16, out, 3) != weftSuccess) return 4;
+  if (memcmp(in, out, sizeof in) != 0) return 5;
+  printf("weft %d\n", version);
+  return 0;
+}
+EOF
+  flags=$(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags --libs weft_zero-uninstalled weft-uninstalled)
+  # shellcheck disable=SC2086
+  if ! "$cc" -o "$work/use" "$work/use.c" $flags 2>"$work/cc.log"; then
+    echo "FAIL: building with pkg-config's flags ($flags):"; cat "$work/cc.log"
+    fail=1
+  elif ! out=$(LD_LIBRARY_PATH="$build:$build/zero" "$work/use" 2>&1); then
+    echo "FAIL: the pkg-config build does not run: $out"
+    fail=1
+  else
+    echo "ok: built with pkg-config's flags and ran ($out)"
+  fi
+fi
+exit $fail
