@@ -55,6 +55,8 @@ typedef struct {
   int prefetchLayers;       /* stage 3: layers gathered ahead of the one asked for */
   double lossScale;         /* initial loss scale; dynamic for fp16, fixed 1 otherwise */
   int lossScaleWindow;      /* steps without overflow before the scale doubles */
+  int allowNonFinite;       /* weftZeroLoad takes NaN and infinite values from a
+                               checkpoint; 0 (default): such a checkpoint is refused */
 } weftZeroConfig_t;
 
 /* Defaults: stage 0, fp32, AdamW (lr 1e-3, betas 0.9/0.999, eps 1e-8, decay
@@ -174,18 +176,33 @@ size_t weftZeroMemoryFormula(int stage, size_t psi, int nranks, weftDataType_t p
 weftResult_t weftZeroGetParams(weftZero_t zero, float *out, weftStream_t stream);
 
 /* Sharded checkpoints. Save writes dir/step-<n>/ with one file per rank (its
- * shard of master weights and moments, padding removed) and a manifest, then
- * points dir/LATEST at it by an atomic rename; a crash mid-save leaves the
- * previous checkpoint as LATEST. Load reads LATEST on any number of ranks and
- * any stage (same layers and optimizer). Both collective. */
+ * shard of master weights and moments, padding removed, behind a header with
+ * the run's identity, the step and a CRC-32C of the data) and a manifest
+ * (layout, counters, every shard's size and checksum, and its own checksum),
+ * then points dir/LATEST at it by an atomic rename; a crash mid-save leaves
+ * the previous checkpoint as LATEST. Load reads LATEST on any number of ranks
+ * and any stage (same layers and optimizer). It first checks on every rank
+ * what that rank will read (checksums, run, step, sizes against the files'
+ * lengths, finite values unless config allowNonFinite): a checkpoint that
+ * fails anywhere is weftInvalidUsage on every rank (weftRemoteError where
+ * another rank found the fault) with the reason in weftZeroLastError, and
+ * the context is left as it was. Both collective. */
 weftResult_t weftZeroSave(weftZero_t zero, const char *dir, weftStream_t stream);
 weftResult_t weftZeroLoad(weftZero_t zero, const char *dir, weftStream_t stream);
 
 /* Writes the checkpoint LATEST names in dir as one file of full fp32
  * parameters: the 8 bytes "WEFTZF32", a uint64 layer count, a uint64
  * parameter count per layer, then every parameter in registration order
- * (little-endian float32). Not collective; no communicator needed. */
+ * (little-endian float32). Every shard is checked as weftZeroLoad checks it
+ * before anything is written; out_path is written beside and renamed into
+ * place, so a refused checkpoint leaves it as it was. Not collective; no
+ * communicator needed. */
 weftResult_t weftZeroConsolidate(const char *dir, const char *out_path);
+/* Flags of weftZeroConsolidateFlags. */
+typedef enum { weftZeroAllowNonFinite = 1 } weftZeroConsolidateFlags_t;
+/* weftZeroConsolidate with flags: weftZeroAllowNonFinite takes NaN and
+ * infinite values. */
+weftResult_t weftZeroConsolidateFlags(const char *dir, const char *out_path, int flags);
 
 /* The text of the calling thread's last ZeRO failure ("" if none). */
 const char *weftZeroLastError(void);

@@ -1,16 +1,19 @@
-/* Sharded checkpoints.
+/* Sharded checkpoints (the files: zero_ckpt.h).
  *
- * dir/step-<n>/manifest      text: format, ranks, stage, optimizer, step,
- *                            loss scale, layer counts
- * dir/step-<n>/rank-<r>.bin  for each layer, the fp32 master weights, then
- *                            each moment, of weftZeroShardOf(count, nranks, r)
+ * dir/step-<n>/manifest      the run, layout, counters, each shard's size
+ *                            and checksum, and the manifest's own checksum
+ * dir/step-<n>/rank-<r>.bin  a checked header, then for each layer the fp32
+ *                            master weights, then each moment, of
+ *                            weftZeroShardOf(count, nranks, r)
  * dir/LATEST                 "step-<n>": the checkpoint to load
  *
  * Save writes into step-<n>.tmp, renames it to step-<n> once every rank's
  * file is on disk, then replaces LATEST by renaming a new file over it, so
- * a crash at any point leaves LATEST naming a complete checkpoint. Load reads
- * the shard ranges of the saved rank count and takes the parts its own
- * ranges need, whatever its rank count and stage. */
+ * a crash at any point leaves LATEST naming a complete checkpoint. Load
+ * checks the manifest and every shard it takes from (checksums, run, step,
+ * sizes, finite values) on every rank and agrees on the outcome before it
+ * changes anything, then reads the shard ranges of the saved rank count
+ * that its own ranges need, whatever its rank count and stage. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -22,10 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "zero_internal.h"
-
-#define CKPT_FORMAT "weft-zero-checkpoint 1"
-#define CKPT_MAX_LAYERS 1000000
+#include "zero_ckpt.h"
 
 static int write_all(int fd, const void *buf, size_t n) {
   const char *p = buf;
@@ -82,16 +82,41 @@ static int crash_rank(void) {
   return v != NULL && v[0] != '\0' ? atoi(v) : -1;
 }
 
-/* This rank's file: for each layer, its range's master weights, then moments. */
-static weftResult_t ckpt_write_shard(struct weftZero *z, const char *path) {
+/* The manifest of z's state (counts and shard arrays borrowed: counts_buf
+ * holds nlayers entries; shard arrays are filled by the caller). */
+static void ckpt_manifest_of(const struct weftZero *z, struct ckpt_manifest *m) {
+  memset(m, 0, sizeof *m);
+  memcpy(m->run, z->run_id, sizeof m->run);
+  m->nranks = z->nranks;
+  m->stage = z->cfg.stage;
+  m->good_steps = z->good_steps;
+  m->nlayers = z->nlayers;
+  m->arrays = zero_optim_arrays(z->cfg.optimizer);
+  m->step = z->step;
+  m->updates = z->updates;
+  m->loss_scale = z->loss_scale;
+  snprintf(m->optimizer, sizeof m->optimizer, "%s",
+           z->cfg.optimizer == weftZeroAdamW ? "adamw" : "sgd-momentum");
+}
+
+/* This rank's file: a header, then for each layer its range's master
+ * weights, then moments. The payload's size and CRC go to *_out. */
+static weftResult_t ckpt_write_shard(struct weftZero *z, const char *path,
+                                     const struct ckpt_manifest *m, uint64_t *nbytes_out,
+                                     uint32_t *crc_out) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return zero_fail(weftSystemError, "cannot create %s: %s", path, strerror(errno));
   int arrays = zero_optim_arrays(z->cfg.optimizer);
   float *src[3] = {z->master, z->moment1, z->moment2};
   int crash = crash_rank() == z->rank;
   size_t total = 0, written = 0;
+  uint64_t nbytes = 0;
+  uint32_t crc = 0;
+  struct ckpt_shard_header h;
   for (int i = 0; i < z->nlayers; i++)
     total += (size_t)arrays * weftZeroShardOf(z->layers[i].count, z->nranks, z->rank).count;
+  memset(&h, 0, sizeof h); /* the real header goes in once the payload's CRC is known */
+  if (write_all(fd, &h, sizeof h) != 0) goto write_failed;
   for (int i = 0; i < z->nlayers; i++) {
     const struct zero_layer *l = &z->layers[i];
     weftZeroShard_t s = weftZeroShardOf(l->count, z->nranks, z->rank);
@@ -100,39 +125,48 @@ static weftResult_t ckpt_write_shard(struct weftZero *z, const char *path) {
     for (int a = 0; a < arrays; a++) {
       if (crash && written >= total / 2) _exit(3); /* half of the shard is on disk */
       written += s.count;
-      if (write_all(fd, src[a] + l->master_offset + skip, s.count * sizeof(float)) != 0) {
-        int err = errno;
-        close(fd);
-        return zero_fail(weftSystemError, "writing %s: %s", path, strerror(err));
-      }
+      const float *part = src[a] + l->master_offset + skip;
+      crc = zero_crc32c(crc, part, s.count * sizeof(float));
+      nbytes += s.count * sizeof(float);
+      if (write_all(fd, part, s.count * sizeof(float)) != 0) goto write_failed;
     }
   }
-  if (fsync(fd) != 0 || close(fd) != 0)
+  ckpt_shard_header_fill(&h, m, z->rank, nbytes, crc);
+  if (pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) goto write_failed;
+  if (fsync(fd) != 0) goto write_failed;
+  if (close(fd) != 0)
     return zero_fail(weftSystemError, "writing %s: %s", path, strerror(errno));
+  *nbytes_out = nbytes;
+  *crc_out = crc;
   return weftSuccess;
+write_failed: {
+  int err = errno;
+  close(fd);
+  return zero_fail(weftSystemError, "writing %s: %s", path, strerror(err));
+}
 }
 
-static weftResult_t ckpt_write_manifest(struct weftZero *z, const char *path) {
-  FILE *f = fopen(path, "w");
-  if (f == NULL) return zero_fail(weftSystemError, "cannot create %s: %s", path, strerror(errno));
-  fprintf(f, "%s\nnranks %d\nstage %d\noptimizer %s\nstep %ld\nloss_scale %.17g\n"
-             "updates %ld\ngood_steps %d\nlayers %d\n",
-          CKPT_FORMAT, z->nranks, z->cfg.stage,
-          z->cfg.optimizer == weftZeroAdamW ? "adamw" : "sgd-momentum", z->step, z->loss_scale,
-          z->updates, z->good_steps, z->nlayers);
-  for (int i = 0; i < z->nlayers; i++) fprintf(f, "layer %d %zu\n", i, z->layers[i].count);
-  int bad = ferror(f);
-  if (fflush(f) != 0 || fsync(fileno(f)) != 0) bad = 1;
-  if (fclose(f) != 0) bad = 1;
-  return bad ? zero_fail(weftSystemError, "writing %s failed", path) : weftSuccess;
+static weftResult_t ckpt_write_manifest(const struct ckpt_manifest *m, const char *path) {
+  char *text;
+  size_t len;
+  ZERO_TRY(ckpt_manifest_format(m, &text, &len));
+  weftResult_t res = weftSuccess;
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) res = zero_fail(weftSystemError, "cannot create %s: %s", path, strerror(errno));
+  else if (write_all(fd, text, len) != 0 || fsync(fd) != 0)
+    res = zero_fail(weftSystemError, "writing %s: %s", path, strerror(errno));
+  if (fd >= 0 && close(fd) != 0 && res == weftSuccess)
+    res = zero_fail(weftSystemError, "writing %s: %s", path, strerror(errno));
+  free(text);
+  return res;
 }
 
 /* Rank 0: the version directory goes live, then LATEST points at it. */
-static weftResult_t ckpt_commit(struct weftZero *z, const char *dir, const char *tmp,
-                                const char *name) {
+static weftResult_t ckpt_commit(struct weftZero *z, const struct ckpt_manifest *m,
+                                const char *dir, const char *tmp, const char *name) {
   char path[PATH_MAX + 64], final[PATH_MAX], latest_tmp[PATH_MAX], latest[PATH_MAX];
   snprintf(path, sizeof path, "%s/manifest", tmp);
-  ZERO_TRY(ckpt_write_manifest(z, path));
+  ZERO_TRY(ckpt_write_manifest(m, path));
   snprintf(final, sizeof final, "%s/%s", dir, name);
   snprintf(latest, sizeof latest, "%s/LATEST", dir);
   snprintf(latest_tmp, sizeof latest_tmp, "%s/LATEST.tmp", dir);
@@ -170,15 +204,46 @@ static weftResult_t ckpt_commit(struct weftZero *z, const char *dir, const char 
 }
 
 /* Every rank learns whether any failed; the collective also fails when a
- * rank died. */
-static weftResult_t ckpt_agree(struct weftZero *z, weftResult_t mine, weftStream_t stream,
-                               const char *what) {
-  double failed = mine != weftSuccess;
-  weftResult_t res = zero_allreduce_sum(z, &failed, 1, stream);
+ * rank died. vals (n doubles, may be NULL) are summed over ranks in the same
+ * all-reduce. */
+static weftResult_t ckpt_agree_with(struct weftZero *z, weftResult_t mine, double *vals, size_t n,
+                                    weftStream_t stream, const char *what) {
+  double small[1];
+  double *all = n + 1 <= 1 ? small : malloc((n + 1) * sizeof *all);
+  if (all == NULL) return zero_fail(weftSystemError, "out of memory");
+  all[0] = mine != weftSuccess;
+  if (n > 0) memcpy(all + 1, vals, n * sizeof *vals);
+  weftResult_t res = zero_allreduce_sum(z, all, n + 1, stream);
+  double failed = all[0];
+  if (res == weftSuccess && n > 0) memcpy(vals, all + 1, n * sizeof *vals);
+  if (all != small) free(all);
   if (res != weftSuccess) return res;
   if (mine != weftSuccess) return mine;
   if (failed > 0) return zero_fail(weftRemoteError, "%s failed on another rank", what);
   return weftSuccess;
+}
+
+static weftResult_t ckpt_agree(struct weftZero *z, weftResult_t mine, weftStream_t stream,
+                               const char *what) {
+  return ckpt_agree_with(z, mine, NULL, 0, stream, what);
+}
+
+/* The run identity: kept from a loaded checkpoint, else rank 0's random one,
+ * handed to every rank (as four 32-bit words, exact in doubles) with the
+ * agreement on the directory. */
+static void run_id_pack(const uint8_t run[16], double words[4]) {
+  for (int w = 0; w < 4; w++) {
+    uint32_t v;
+    memcpy(&v, run + 4 * w, 4);
+    words[w] = v;
+  }
+}
+
+static void run_id_unpack(const double words[4], uint8_t run[16]) {
+  for (int w = 0; w < 4; w++) {
+    uint32_t v = (uint32_t)words[w];
+    memcpy(run + 4 * w, &v, 4);
+  }
 }
 
 weftResult_t weftZeroSave(weftZero_t z, const char *dir, weftStream_t stream) {
@@ -189,83 +254,96 @@ weftResult_t weftZeroSave(weftZero_t z, const char *dir, weftStream_t stream) {
   char name[64], tmp[PATH_MAX], path[PATH_MAX + 64];
   snprintf(name, sizeof name, "step-%ld", z->step);
   snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, name);
-  weftResult_t mine = weftSuccess;
-  if (z->rank == 0) {
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+  /* each rank's payload size and CRC reach rank 0 through an agreement */
+  double *sums = calloc(2 * (size_t)z->nranks, sizeof *sums);
+  weftResult_t mine = sums == NULL ? zero_fail(weftSystemError, "out of memory") : weftSuccess;
+  double words[4] = {0, 0, 0, 0};
+  if (z->rank == 0 && mine == weftSuccess) {
+    if (!z->has_run_id) mine = ckpt_run_id_new(z->run_id);
+    run_id_pack(z->run_id, words);
+    if (mine == weftSuccess && mkdir(dir, 0755) != 0 && errno != EEXIST)
       mine = zero_fail(weftSystemError, "cannot create %s: %s", dir, strerror(errno));
     remove_tree(tmp);
     if (mine == weftSuccess && mkdir(tmp, 0755) != 0)
       mine = zero_fail(weftSystemError, "cannot create %s: %s", tmp, strerror(errno));
   }
-  ZERO_TRY(ckpt_agree(z, mine, stream, "preparing the checkpoint directory"));
+  weftResult_t res =
+      ckpt_agree_with(z, mine, words, 4, stream, "preparing the checkpoint directory");
+  if (res != weftSuccess) {
+    free(sums);
+    return res;
+  }
+  run_id_unpack(words, z->run_id);
+  z->has_run_id = 1;
+  struct ckpt_manifest m;
+  ckpt_manifest_of(z, &m);
+  uint64_t nbytes = 0;
+  uint32_t crc = 0;
   snprintf(path, sizeof path, "%s/rank-%05d.bin", tmp, z->rank);
-  ZERO_TRY(ckpt_agree(z, ckpt_write_shard(z, path), stream, "writing a shard"));
-  mine = z->rank == 0 ? ckpt_commit(z, dir, tmp, name) : weftSuccess;
+  mine = ckpt_write_shard(z, path, &m, &nbytes, &crc);
+  sums[2 * z->rank] = (double)nbytes; /* exact below 2^53 bytes */
+  sums[2 * z->rank + 1] = crc;
+  res = ckpt_agree_with(z, mine, sums, 2 * (size_t)z->nranks, stream, "writing a shard");
+  if (res != weftSuccess) {
+    free(sums);
+    return res;
+  }
+  mine = weftSuccess;
+  if (z->rank == 0) {
+    m.counts = malloc((size_t)z->nlayers * sizeof *m.counts);
+    m.shard_nbytes = malloc((size_t)z->nranks * sizeof *m.shard_nbytes);
+    m.shard_crc = malloc((size_t)z->nranks * sizeof *m.shard_crc);
+    if (m.counts == NULL || m.shard_nbytes == NULL || m.shard_crc == NULL) {
+      mine = zero_fail(weftSystemError, "out of memory");
+    } else {
+      for (int i = 0; i < z->nlayers; i++) m.counts[i] = z->layers[i].count;
+      for (int q = 0; q < z->nranks; q++) {
+        m.shard_nbytes[q] = (uint64_t)sums[2 * q];
+        m.shard_crc[q] = (uint32_t)sums[2 * q + 1];
+      }
+      mine = ckpt_commit(z, &m, dir, tmp, name);
+    }
+    ckpt_manifest_free(&m);
+  }
+  free(sums);
   return ckpt_agree(z, mine, stream, "committing the checkpoint");
 }
 
-struct ckpt_manifest {
-  int nranks, stage, good_steps, nlayers;
-  long step, updates;
-  double loss_scale;
-  char optimizer[32];
-  size_t *counts;
-};
-
-static weftResult_t ckpt_read_manifest(const char *path, struct ckpt_manifest *m) {
-  FILE *f = fopen(path, "r");
-  if (f == NULL) return zero_fail(weftSystemError, "cannot open %s: %s", path, strerror(errno));
-  char line[256];
-  weftResult_t res = weftSuccess;
-  memset(m, 0, sizeof *m);
-  if (fgets(line, sizeof line, f) == NULL || strncmp(line, CKPT_FORMAT, strlen(CKPT_FORMAT)) != 0 ||
-      fscanf(f, " nranks %d stage %d optimizer %31s step %ld loss_scale %lg updates %ld"
-                " good_steps %d layers %d",
-             &m->nranks, &m->stage, m->optimizer, &m->step, &m->loss_scale, &m->updates,
-             &m->good_steps, &m->nlayers) != 8 ||
-      m->nranks < 1 || m->nlayers < 1 || m->nlayers > CKPT_MAX_LAYERS) {
-    res = zero_fail(weftInvalidUsage, "%s is not a weft ZeRO manifest", path);
-    goto close_file;
-  }
-  m->counts = calloc((size_t)m->nlayers, sizeof *m->counts);
-  if (m->counts == NULL) {
-    res = zero_fail(weftSystemError, "out of memory");
-    goto close_file;
-  }
-  for (int i = 0; i < m->nlayers; i++) {
-    int idx;
-    if (fscanf(f, " layer %d %zu", &idx, &m->counts[i]) != 2 || idx != i) {
-      res = zero_fail(weftInvalidUsage, "%s: layer %d is missing", path, i);
-      free(m->counts);
-      m->counts = NULL;
-      goto close_file;
-    }
-  }
-close_file:
-  fclose(f);
-  return res;
+/* The range of layer l this rank owns and holds in master, cut to the layer. */
+static weftZeroShard_t ckpt_owned(const struct zero_layer *l) {
+  weftZeroShard_t mine = {l->own_offset, 0};
+  if (l->own_offset < l->count)
+    mine.count = l->own_offset + l->own_count > l->count ? l->count - l->own_offset : l->own_count;
+  return mine;
 }
 
-/* Fills this rank's owned range of every layer from the saved shards. */
+/* Whether this rank takes anything from saved rank q's shard. */
+static int ckpt_takes_from(const struct weftZero *z, const struct ckpt_manifest *m, int q) {
+  for (int i = 0; i < z->nlayers; i++) {
+    weftZeroShard_t theirs = weftZeroShardOf(z->layers[i].count, m->nranks, q);
+    if (weftZeroShardIntersect(ckpt_owned(&z->layers[i]), theirs.offset, theirs.count).count > 0)
+      return 1;
+  }
+  return 0;
+}
+
+/* Fills this rank's owned range of every layer from the saved shards (which
+ * were checked). */
 static weftResult_t ckpt_read_shards(struct weftZero *z, const char *ver,
                                      const struct ckpt_manifest *m) {
   int arrays = zero_optim_arrays(z->cfg.optimizer);
   float *dst[3] = {z->master, z->moment1, z->moment2};
   char path[PATH_MAX + 64];
   for (int q = 0; q < m->nranks; q++) {
+    if (!ckpt_takes_from(z, m, q)) continue;
     snprintf(path, sizeof path, "%s/rank-%05d.bin", ver, q);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return zero_fail(weftSystemError, "cannot open %s: %s", path, strerror(errno));
-    off_t base = 0; /* the layer's start in rank q's file */
+    off_t base = sizeof(struct ckpt_shard_header); /* the layer's start in rank q's file */
     for (int i = 0; i < z->nlayers; i++) {
       const struct zero_layer *l = &z->layers[i];
       weftZeroShard_t theirs = weftZeroShardOf(l->count, m->nranks, q);
-      weftZeroShard_t mine = {l->own_offset, l->own_offset < l->count
-                                                 ? (l->own_offset + l->own_count > l->count
-                                                        ? l->count - l->own_offset
-                                                        : l->own_count)
-                                                 : 0};
-      weftZeroShard_t part = weftZeroShardIntersect(mine, theirs.offset, theirs.count);
+      weftZeroShard_t part = weftZeroShardIntersect(ckpt_owned(l), theirs.offset, theirs.count);
       for (int a = 0; a < arrays && part.count > 0; a++) {
         off_t at = base + (off_t)((a * theirs.count + part.offset) * sizeof(float));
         float *out = dst[a] + l->master_offset + (theirs.offset + part.offset - l->own_offset);
@@ -281,22 +359,18 @@ static weftResult_t ckpt_read_shards(struct weftZero *z, const char *ver,
   return weftSuccess;
 }
 
-/* The version LATEST names (ver_out, PATH_MAX bytes) and its manifest. */
+/* The version LATEST names (ver_out, PATH_MAX bytes), its manifest checked. */
 static weftResult_t ckpt_open_latest(const char *dir, char *ver_out, struct ckpt_manifest *m) {
-  char path[PATH_MAX + 64], name[256];
-  snprintf(path, sizeof path, "%s/LATEST", dir);
-  FILE *f = fopen(path, "r");
-  if (f == NULL) return zero_fail(weftSystemError, "no checkpoint in %s: %s", dir, strerror(errno));
-  int ok = fscanf(f, "%255s", name) == 1;
-  fclose(f);
-  if (!ok || strchr(name, '/') != NULL) return zero_fail(weftInvalidUsage, "%s is damaged", path);
-  snprintf(ver_out, PATH_MAX, "%s/%s", dir, name);
-  snprintf(path, sizeof path, "%s/manifest", ver_out);
-  return ckpt_read_manifest(path, m);
+  long step;
+  ZERO_TRY(ckpt_latest(dir, ver_out, &step));
+  return ckpt_manifest_read(ver_out, step, m);
 }
 
-static weftResult_t ckpt_load_local(struct weftZero *z, const char *dir, struct ckpt_manifest *m) {
-  char ver[PATH_MAX];
+/* Checks what this rank will take: the manifest against the model, and the
+ * shards it reads from (and every shard q with q % nranks == rank, so that
+ * each is checked by someone). */
+static weftResult_t ckpt_check_local(struct weftZero *z, const char *dir, char *ver,
+                                     struct ckpt_manifest *m) {
   ZERO_TRY(ckpt_open_latest(dir, ver, m));
   const char *opt = z->cfg.optimizer == weftZeroAdamW ? "adamw" : "sgd-momentum";
   weftResult_t res = weftSuccess;
@@ -310,9 +384,10 @@ static weftResult_t ckpt_load_local(struct weftZero *z, const char *dir, struct 
     if (m->counts[i] != z->layers[i].count)
       res = zero_fail(weftInvalidUsage, "%s: layer %d has %zu parameters, this model %zu", ver, i,
                       m->counts[i], z->layers[i].count);
-  if (res == weftSuccess) res = ckpt_read_shards(z, ver, m);
-  free(m->counts);
-  m->counts = NULL;
+  for (int q = 0; res == weftSuccess && q < m->nranks; q++)
+    if (q % z->nranks == z->rank || ckpt_takes_from(z, m, q))
+      res = ckpt_shard_scan(ver, m, q, z->cfg.allowNonFinite);
+  if (res != weftSuccess) ckpt_manifest_free(m);
   return res;
 }
 
@@ -321,37 +396,67 @@ weftResult_t weftZeroLoad(weftZero_t z, const char *dir, weftStream_t stream) {
   if (!z->finalized) return zero_fail(weftInvalidUsage, "call weftZeroFinalize first");
   if (strlen(dir) > PATH_MAX - 64) return zero_fail(weftInvalidArgument, "path too long");
   if (stream != NULL) ZERO_WEFT(z, weftStreamSynchronize(stream), "synchronizing the stream");
-  ZERO_TRY(zero_release_all(z));
-  zero_grads_reset(z);
+  char ver[PATH_MAX];
   struct ckpt_manifest m;
-  ZERO_TRY(ckpt_agree(z, ckpt_load_local(z, dir, &m), stream, "loading the checkpoint"));
+  weftResult_t mine = ckpt_check_local(z, dir, ver, &m);
+  weftResult_t res = ckpt_agree(z, mine, stream, "checking the checkpoint");
+  if (res != weftSuccess) {
+    if (mine == weftSuccess) ckpt_manifest_free(&m);
+    return res;
+  }
+  /* every rank found it sound: only now does the state change */
+  res = zero_release_all(z);
+  if (res == weftSuccess) {
+    zero_grads_reset(z);
+    res = ckpt_read_shards(z, ver, &m);
+  }
+  ckpt_manifest_free(&m);
+  ZERO_TRY(ckpt_agree(z, res, stream, "loading the checkpoint"));
   z->step = m.step;
   z->updates = m.updates;
   z->good_steps = m.good_steps;
   z->loss_scale = z->cfg.paramType == weftFloat16 ? m.loss_scale : 1.0;
+  memcpy(z->run_id, m.run, sizeof z->run_id);
+  z->has_run_id = 1;
   return zero_publish_params(z, stream);
 }
 
-weftResult_t weftZeroConsolidate(const char *dir, const char *out_path) {
+weftResult_t weftZeroConsolidateFlags(const char *dir, const char *out_path, int flags) {
   if (dir == NULL || out_path == NULL) return zero_fail(weftInvalidArgument, "NULL argument");
-  if (strlen(dir) > PATH_MAX - 64) return zero_fail(weftInvalidArgument, "path too long");
-  char ver[PATH_MAX], path[PATH_MAX + 64];
+  if (strlen(dir) > PATH_MAX - 64 || strlen(out_path) > PATH_MAX - 64)
+    return zero_fail(weftInvalidArgument, "path too long");
+  if ((flags & ~weftZeroAllowNonFinite) != 0)
+    return zero_fail(weftInvalidArgument, "unknown flags %#x", (unsigned)flags);
+  char ver[PATH_MAX], path[PATH_MAX + 64], tmp_path[PATH_MAX];
   struct ckpt_manifest m;
   ZERO_TRY(ckpt_open_latest(dir, ver, &m));
-  int arrays = strcmp(m.optimizer, "adamw") == 0 ? 3 : 2;
   weftResult_t res = weftSuccess;
-  FILE *out = fopen(out_path, "wb");
+  FILE *out = NULL;
+  const size_t chunk = 1u << 18; /* floats per copy */
+  float *buf = NULL;
+  /* every shard is checked whole before anything is written */
+  for (int q = 0; q < m.nranks && res == weftSuccess; q++)
+    res = ckpt_shard_scan(ver, &m, q, flags & weftZeroAllowNonFinite);
+  if (res != weftSuccess) goto free_manifest;
+  buf = malloc(chunk * sizeof *buf);
+  if (buf == NULL) {
+    res = zero_fail(weftSystemError, "out of memory");
+    goto free_manifest;
+  }
+  /* written beside out_path and renamed over it once complete */
+  snprintf(tmp_path, sizeof tmp_path, "%s.tmp", out_path);
+  out = fopen(tmp_path, "wb");
   if (out == NULL) {
-    res = zero_fail(weftSystemError, "cannot create %s: %s", out_path, strerror(errno));
+    res = zero_fail(weftSystemError, "cannot create %s: %s", tmp_path, strerror(errno));
     goto free_manifest;
   }
   uint64_t nlayers = (uint64_t)m.nlayers;
-  fwrite("WEFTZF32", 1, 8, out);
-  fwrite(&nlayers, sizeof nlayers, 1, out);
-  for (int i = 0; i < m.nlayers; i++) {
+  int bad = fwrite("WEFTZF32", 1, 8, out) != 8 || fwrite(&nlayers, sizeof nlayers, 1, out) != 1;
+  for (int i = 0; i < m.nlayers && !bad; i++) {
     uint64_t c = m.counts[i];
-    fwrite(&c, sizeof c, 1, out);
+    bad = fwrite(&c, sizeof c, 1, out) != 1;
   }
+  if (bad) res = zero_fail(weftSystemError, "writing %s failed", tmp_path);
   /* layer by layer, the master weights of each saved rank in rank order */
   for (int i = 0; i < m.nlayers && res == weftSuccess; i++) {
     for (int q = 0; q < m.nranks && res == weftSuccess; q++) {
@@ -361,23 +466,34 @@ weftResult_t weftZeroConsolidate(const char *dir, const char *out_path) {
         res = zero_fail(weftSystemError, "cannot open %s: %s", path, strerror(errno));
         break;
       }
-      off_t base = 0;
+      off_t base = sizeof(struct ckpt_shard_header);
       for (int j = 0; j < i; j++)
-        base += (off_t)(arrays * weftZeroShardOf(m.counts[j], m.nranks, q).count * sizeof(float));
-      weftZeroShard_t s = weftZeroShardOf(m.counts[i], m.nranks, q);
-      float *buf = malloc((s.count > 0 ? s.count : 1) * sizeof *buf);
-      if (buf == NULL) res = zero_fail(weftSystemError, "out of memory");
-      else if (read_at(fd, buf, s.count * sizeof *buf, base) != 0)
-        res = zero_fail(weftSystemError, "%s is short or unreadable", path);
-      else if (fwrite(buf, sizeof *buf, s.count, out) != s.count)
-        res = zero_fail(weftSystemError, "writing %s failed", out_path);
-      free(buf);
+        base += (off_t)(m.arrays * weftZeroShardOf(m.counts[j], m.nranks, q).count * sizeof(float));
+      size_t n = weftZeroShardOf(m.counts[i], m.nranks, q).count;
+      for (size_t done = 0; done < n && res == weftSuccess;) {
+        size_t k = n - done < chunk ? n - done : chunk;
+        if (read_at(fd, buf, k * sizeof *buf, base + (off_t)(done * sizeof *buf)) != 0)
+          res = zero_fail(weftSystemError, "%s is short or unreadable", path);
+        else if (fwrite(buf, sizeof *buf, k, out) != k)
+          res = zero_fail(weftSystemError, "writing %s failed", tmp_path);
+        done += k;
+      }
       close(fd);
     }
   }
+  if ((fflush(out) != 0 || fsync(fileno(out)) != 0) && res == weftSuccess)
+    res = zero_fail(weftSystemError, "writing %s: %s", tmp_path, strerror(errno));
   if (fclose(out) != 0 && res == weftSuccess)
-    res = zero_fail(weftSystemError, "writing %s failed", out_path);
+    res = zero_fail(weftSystemError, "writing %s failed", tmp_path);
+  if (res == weftSuccess && rename(tmp_path, out_path) != 0)
+    res = zero_fail(weftSystemError, "renaming %s: %s", tmp_path, strerror(errno));
+  if (res != weftSuccess) unlink(tmp_path);
 free_manifest:
-  free(m.counts);
+  free(buf);
+  ckpt_manifest_free(&m);
   return res;
+}
+
+weftResult_t weftZeroConsolidate(const char *dir, const char *out_path) {
+  return weftZeroConsolidateFlags(dir, out_path, 0);
 }

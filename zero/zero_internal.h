@@ -101,6 +101,8 @@ struct weftZero {
   long updates; /* optimizer updates (Adam's bias correction counts these) */
   double loss_scale;
   int good_steps;
+  unsigned char run_id[16]; /* the run's identity in its checkpoints */
+  int has_run_id;           /* set by the first save, or by a load */
   int last_gather;
   int gather_dir;
   size_t mem[ZERO_MEM_NUM];

@@ -50,6 +50,14 @@ check "resume" $?
 echo "$out" | grep -q "from step 4"; check "resumed from step 4" $?
 "$tools/weft-zero-consolidate" "$work/ckpt" "$work/full.bin"; check "consolidate" $?
 [ "$(stat -c %s "$work/full.bin")" -eq $((8 + 8 + 8 * 3 + 4 * 1673)) ]; check "consolidated size" $?
+# a random shard is refused with a message, and the earlier output stays
+shard="$work/ckpt/step-4/rank-00001.bin"
+head -c "$(stat -c %s "$shard")" /dev/urandom >"$work/random.bin" && mv "$work/random.bin" "$shard"
+cp "$work/full.bin" "$work/full.before"
+"$tools/weft-zero-consolidate" "$work/ckpt" "$work/full.bin" 2>"$work/err"
+[ $? -eq 1 ] && grep -q "rank-00001.bin is not a weft ZeRO shard" "$work/err" &&
+  cmp -s "$work/full.bin" "$work/full.before"
+check "consolidate refuses a random shard ($(cat "$work/err"))" $?
 "$tools/weft-zero-consolidate" "$work/none" "$work/x.bin" 2>/dev/null
 [ $? -eq 1 ]; check "consolidate of a missing checkpoint fails" $?
 "$tools/weft-train" --zero-stage 7 >/dev/null 2>&1

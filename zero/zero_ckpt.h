@@ -1,0 +1,90 @@
+/* Checkpoint files, format 2: what is written and how it is checked
+ * (zero/zero_ckpt_format.c); zero/zero_ckpt.c saves and loads with them.
+ *
+ * dir/step-<n>/manifest      text, one "key value" a line (format, run,
+ *                            nranks, stage, optimizer, step, loss_scale,
+ *                            updates, good_steps, layers), "layer <i> <count>"
+ *                            per layer, "shard <r> <bytes> <crc32c>" per
+ *                            rank, and last "crc32c <hex>" of every byte before
+ * dir/step-<n>/rank-<r>.bin  a 64-byte header (struct ckpt_shard_header), then
+ *                            for each layer the fp32 master weights, then each
+ *                            moment, of weftZeroShardOf(count, nranks, r)
+ *
+ * Numbers in the binary files are little-endian. */
+#ifndef WEFT_ZERO_CKPT_H
+#define WEFT_ZERO_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zero_internal.h"
+
+#define CKPT_FORMAT_V1 "weft-zero-checkpoint 1"
+#define CKPT_FORMAT "weft-zero-checkpoint 2"
+#define CKPT_SHARD_MAGIC "WEFTZSH2"
+#define CKPT_MAX_LAYERS 1000000
+#define CKPT_MAX_RANKS (1 << 20)
+#define CKPT_MAX_MANIFEST_NBYTES (64u << 20)
+
+/* CRC-32C (Castagnoli, reflected, as iSCSI and ext4 use): pass 0 first,
+ * then the previous result to continue over more bytes. */
+uint32_t zero_crc32c(uint32_t crc, const void *buf, size_t nbytes);
+
+struct ckpt_shard_header {
+  char magic[8];           /* CKPT_SHARD_MAGIC */
+  uint32_t version;        /* 2 */
+  uint32_t rank;
+  uint32_t nranks;
+  uint32_t arrays;         /* fp32 arrays per element: master, then moments */
+  int64_t step;
+  uint8_t run[16];
+  uint64_t payload_nbytes; /* after the header */
+  uint32_t payload_crc;
+  uint32_t header_crc;     /* of the 60 bytes before it */
+};
+_Static_assert(sizeof(struct ckpt_shard_header) == 64, "the shard header is 64 bytes");
+
+struct ckpt_manifest {
+  uint8_t run[16];
+  int nranks, stage, good_steps, nlayers, arrays;
+  long step, updates;
+  double loss_scale;
+  char optimizer[32];
+  size_t *counts;           /* per layer */
+  uint64_t *shard_nbytes;   /* per rank: payload bytes, header excluded */
+  uint32_t *shard_crc;      /* per rank: the payload's CRC-32C */
+};
+
+/* Reads and checks ver/manifest: its checksum, every field's range, and
+ * that the layer counts give each rank exactly the payload its shard line
+ * says (no size overflows). The step must be the one ver's name says. */
+weftResult_t ckpt_manifest_read(const char *ver, long step_of_name, struct ckpt_manifest *m);
+void ckpt_manifest_free(struct ckpt_manifest *m);
+/* The manifest's text, its checksum line included (malloc'd, *len_out bytes). */
+weftResult_t ckpt_manifest_format(const struct ckpt_manifest *m, char **text_out,
+                                  size_t *len_out);
+
+/* The version directory LATEST names in dir (ver_out: PATH_MAX bytes), and
+ * the step its name carries. */
+weftResult_t ckpt_latest(const char *dir, char *ver_out, long *step_out);
+
+/* Fills h for rank's shard and seals it (header_crc). */
+void ckpt_shard_header_fill(struct ckpt_shard_header *h, const struct ckpt_manifest *m, int rank,
+                            uint64_t payload_nbytes, uint32_t payload_crc);
+
+/* Opens shard q of the version ver (a regular file of exactly the header
+ * plus the manifest's payload), checks its header against m, and reads the
+ * whole payload checking its CRC and that every value is finite (unless
+ * allow_non_finite). */
+weftResult_t ckpt_shard_scan(const char *ver, const struct ckpt_manifest *m, int q,
+                             int allow_non_finite);
+
+/* Per-rank payload bytes that counts give on nranks ranks; 0 on success, -1
+ * when a size overflows. */
+int ckpt_shard_payload(const size_t *counts, int nlayers, int nranks, int rank, int arrays,
+                       uint64_t *nbytes_out);
+
+/* 16 random bytes. */
+weftResult_t ckpt_run_id_new(uint8_t run_out[16]);
+
+#endif
