@@ -106,6 +106,11 @@ int main(void) {
 }
 EOF
   flags=$(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags --libs weft_zero-uninstalled weft-uninstalled)
+  # a sanitizer build's libraries need their runtime first: build the program with it
+  for san in address thread undefined; do
+    short=${san:0:1}san; [ $san = undefined ] && short=ubsan
+    ldd "$libweft" | grep -q "lib$short\." && flags="-fsanitize=$san $flags"
+  done
   # shellcheck disable=SC2086
   if ! "$cc" -o "$work/use" "$work/use.c" $flags 2>"$work/cc.log"; then
     echo "FAIL: building with pkg-config's flags ($flags):"; cat "$work/cc.log"
