@@ -29,6 +29,9 @@
 /* CRC-32C (Castagnoli, reflected, as iSCSI and ext4 use): pass 0 first,
  * then the previous result to continue over more bytes. */
 uint32_t zero_crc32c(uint32_t crc, const void *buf, size_t nbytes);
+/* The same from tables, on any processor (zero_crc32c uses SSE 4.2's crc32
+ * instruction where the processor has it). */
+uint32_t zero_crc32c_sw(uint32_t crc, const void *buf, size_t nbytes);
 
 struct ckpt_shard_header {
   char magic[8];           /* CKPT_SHARD_MAGIC */

@@ -36,7 +36,7 @@ static void crc_tables_build(void) {
       crc_table[t][b] = (crc_table[t - 1][b] >> 8) ^ crc_table[0][crc_table[t - 1][b] & 0xff];
 }
 
-uint32_t zero_crc32c(uint32_t crc, const void *buf, size_t nbytes) {
+uint32_t zero_crc32c_sw(uint32_t crc, const void *buf, size_t nbytes) {
   pthread_once(&crc_once, crc_tables_build);
   const unsigned char *p = buf;
   crc = ~crc;
@@ -51,6 +51,32 @@ uint32_t zero_crc32c(uint32_t crc, const void *buf, size_t nbytes) {
   }
   while (nbytes-- > 0) crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xff];
   return ~crc;
+}
+
+#if defined(__x86_64__)
+/* SSE 4.2's crc32 instruction computes CRC-32C, eight bytes per instruction. */
+__attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t crc, const void *buf,
+                                                                size_t nbytes) {
+  const unsigned char *p = buf;
+  uint64_t c = ~crc;
+  while (nbytes >= 8) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    c = __builtin_ia32_crc32di(c, v);
+    p += 8;
+    nbytes -= 8;
+  }
+  uint32_t c32 = (uint32_t)c;
+  while (nbytes-- > 0) c32 = __builtin_ia32_crc32qi(c32, *p++);
+  return ~c32;
+}
+#endif
+
+uint32_t zero_crc32c(uint32_t crc, const void *buf, size_t nbytes) {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("sse4.2")) return crc32c_sse42(crc, buf, nbytes);
+#endif
+  return zero_crc32c_sw(crc, buf, nbytes);
 }
 
 /* --- sizes ----------------------------------------------------------------- */
