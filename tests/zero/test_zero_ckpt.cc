@@ -536,6 +536,79 @@ TEST_F(ZeroCkptDamage, FormatOneIsRefusedWithAReason) {
   expect_refused("format 1 checkpoint, written without checksums");
 }
 
+// Seeded random damage to the manifest (bytes, lines, numbers replaced by
+// extremes; its checksum recomputed half of the time), to shard headers
+// (their checksum recomputed half of the time) and to shard lengths:
+// consolidation either refuses with a message and writes nothing, or, where
+// the change means nothing (a loss scale of another valid value), writes
+// exactly the intact checkpoint's parameters. Never a crash.
+TEST_F(ZeroCkptDamage, RandomDamageIsRefusedOrHarmless) {
+  std::string out = dir_ + ".full", ref_out = dir_ + ".ref";
+  ASSERT_EQ(weftZeroConsolidate(dir_.c_str(), ref_out.c_str()), weftSuccess);
+  const std::string ref = slurp(ref_out), manifest = slurp(ver_ + "/manifest");
+  std::vector<std::string> shards;
+  for (int q = 0; q < 3; q++) shards.push_back(slurp(shard(q)));
+  std::vector<std::string> lines;
+  {
+    std::istringstream in(manifest);
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+    lines.pop_back();  // the checksum
+  }
+  const char *extremes[] = {"0", "-1", "2147483648", "-2147483649", "9223372036854775807",
+                            "18446744073709551615", "18446744073709551616", "99999999999",
+                            "nan", "inf", "1e308", "", "x", "007", "+3", " 3"};
+  Rng rng(test_seed() + 3);
+  int refused = 0, harmless = 0;
+  for (int iter = 0; iter < 1500; iter++) {
+    int kind = (int)(rng.next() % 4), q = (int)(rng.next() % 3);
+    std::string m = manifest;
+    std::vector<std::string> sh = shards;
+    if (kind <= 1) {
+      std::vector<std::string> l = lines;
+      size_t i = rng.next() % l.size();
+      switch (rng.next() % 4) {
+        case 0: if (!l[i].empty()) l[i][rng.next() % l[i].size()] = (char)(rng.next() % 256); break;
+        case 1: l.erase(l.begin() + (long)i); break;
+        case 2: l.insert(l.begin() + (long)i, l[rng.next() % l.size()]); break;
+        default: {
+          size_t sp = l[i].rfind(' ');
+          if (sp != std::string::npos)
+            l[i] = l[i].substr(0, sp + 1) + extremes[rng.next() % (sizeof extremes / sizeof *extremes)];
+        }
+      }
+      std::string text;
+      for (const std::string &x : l) text += x + "\n";
+      uint32_t crc = kind == 0 ? crc32c_ref(0, text.data(), text.size()) : (uint32_t)rng.next();
+      char last[32];
+      snprintf(last, sizeof last, "crc32c %08x\n", crc);
+      m = text + last;
+    } else if (kind == 2) {
+      std::string &x = sh[q];
+      x[rng.next() % kHeader] ^= (char)(1 + rng.next() % 255);
+      if (rng.next() % 2) {
+        uint32_t hcrc = crc32c_ref(0, x.data(), kHeaderCrcAt);
+        memcpy(&x[kHeaderCrcAt], &hcrc, 4);
+      }
+    } else {
+      sh[q].resize(rng.next() % (sh[q].size() + 64), '\0');
+    }
+    spit(ver_ + "/manifest", m);
+    for (int r = 0; r < 3; r++) spit(shard(r), sh[r]);
+    weftResult_t res = weftZeroConsolidate(dir_.c_str(), out.c_str());
+    if (res == weftSuccess) {
+      harmless++;
+      ASSERT_EQ(slurp(out), ref) << "iteration " << iter << " (kind " << kind << ") wrote other parameters";
+      unlink(out.c_str());
+    } else {
+      refused++;
+      ASSERT_GT(strlen(weftZeroLastError()), 10u) << "iteration " << iter;
+      ASSERT_NE(access(out.c_str(), F_OK), 0) << "iteration " << iter << " wrote " << out;
+    }
+  }
+  printf("1500 random damages: %d refused, %d harmless\n", refused, harmless);
+  EXPECT_GT(refused, 1200);
+}
+
 TEST_F(ZeroCkptDamage, MissingShard) {
   ASSERT_EQ(unlink(shard(2).c_str()), 0);
   expect_refused("cannot open");
