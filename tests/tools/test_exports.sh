@@ -63,10 +63,11 @@ check_lib "$libweft" "$weft_h"
 check_lib "$libzero" "$zero_h"
 
 # A program linked against both shared libraries (no static copy of weft).
-if ldd "$example" | grep -q 'libweft\.so' && ldd "$example" | grep -q 'libweft_zero\.so'; then
+libs=$(ldd "$example") # (grep -q on a pipe would stop ldd early: pipefail)
+if grep -q 'libweft\.so' <<<"$libs" && grep -q 'libweft_zero\.so' <<<"$libs"; then
   echo "ok: $(basename "$example") is linked against libweft.so and libweft_zero.so"
 else
-  echo "FAIL: $(basename "$example") is not linked against the shared libraries"; ldd "$example"
+  echo "FAIL: $(basename "$example") is not linked against the shared libraries"; echo "$libs"
   fail=1
 fi
 work=$(mktemp -d /tmp/weft_exports_XXXXXX)
@@ -107,9 +108,10 @@ int main(void) {
 EOF
   flags=$(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags --libs weft_zero-uninstalled weft-uninstalled)
   # a sanitizer build's libraries need their runtime first: build the program with it
+  weft_libs=$(ldd "$libweft")
   for san in address thread undefined; do
     short=${san:0:1}san; [ $san = undefined ] && short=ubsan
-    ldd "$libweft" | grep -q "lib$short\." && flags="-fsanitize=$san $flags"
+    if grep -q "lib$short\\." <<<"$weft_libs"; then flags="-fsanitize=$san $flags"; fi
   done
   # shellcheck disable=SC2086
   if ! "$cc" -o "$work/use" "$work/use.c" $flags 2>"$work/cc.log"; then
