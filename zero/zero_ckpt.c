@@ -82,8 +82,8 @@ static int crash_rank(void) {
   return v != NULL && v[0] != '\0' ? atoi(v) : -1;
 }
 
-/* The manifest of z's state (counts and shard arrays borrowed: counts_buf
- * holds nlayers entries; shard arrays are filled by the caller). */
+/* The manifest's fields from z's state; the layer counts and the shards'
+ * sizes and checksums (NULL here) are the caller's to fill. */
 static void ckpt_manifest_of(const struct weftZero *z, struct ckpt_manifest *m) {
   memset(m, 0, sizeof *m);
   memcpy(m->run, z->run_id, sizeof m->run);
@@ -116,7 +116,7 @@ static weftResult_t ckpt_write_shard(struct weftZero *z, const char *path,
   for (int i = 0; i < z->nlayers; i++)
     total += (size_t)arrays * weftZeroShardOf(z->layers[i].count, z->nranks, z->rank).count;
   memset(&h, 0, sizeof h); /* the real header goes in once the payload's CRC is known */
-  if (write_all(fd, &h, sizeof h) != 0) goto write_failed;
+  if (write_all(fd, &h, sizeof h) != 0) goto close_fd;
   for (int i = 0; i < z->nlayers; i++) {
     const struct zero_layer *l = &z->layers[i];
     weftZeroShard_t s = weftZeroShardOf(l->count, z->nranks, z->rank);
@@ -128,19 +128,19 @@ static weftResult_t ckpt_write_shard(struct weftZero *z, const char *path,
       const float *part = src[a] + l->master_offset + skip;
       crc = zero_crc32c(crc, part, s.count * sizeof(float));
       nbytes += s.count * sizeof(float);
-      if (write_all(fd, part, s.count * sizeof(float)) != 0) goto write_failed;
+      if (write_all(fd, part, s.count * sizeof(float)) != 0) goto close_fd;
     }
   }
   ckpt_shard_header_fill(&h, m, z->rank, nbytes, crc);
-  if (pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) goto write_failed;
-  if (fsync(fd) != 0) goto write_failed;
+  if (pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) goto close_fd;
+  if (fsync(fd) != 0) goto close_fd;
   if (close(fd) != 0)
     return zero_fail(weftSystemError, "writing %s: %s", path, strerror(errno));
   *nbytes_out = nbytes;
   *crc_out = crc;
   return weftSuccess;
-write_failed: {
-  int err = errno;
+close_fd: {
+  int err = errno != 0 ? errno : EIO;
   close(fd);
   return zero_fail(weftSystemError, "writing %s: %s", path, strerror(err));
 }
