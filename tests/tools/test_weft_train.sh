@@ -50,6 +50,11 @@ check "resume" $?
 echo "$out" | grep -q "from step 4"; check "resumed from step 4" $?
 "$tools/weft-zero-consolidate" "$work/ckpt" "$work/full.bin"; check "consolidate" $?
 [ "$(stat -c %s "$work/full.bin")" -eq $((8 + 8 + 8 * 3 + 4 * 1673)) ]; check "consolidated size" $?
+"$tools/weft-zero-consolidate" --allow-non-finite "$work/ckpt" "$work/full2.bin" &&
+  cmp -s "$work/full.bin" "$work/full2.bin"
+check "consolidate --allow-non-finite" $?
+"$tools/weft-zero-consolidate" --allow-nan "$work/ckpt" "$work/full2.bin" 2>/dev/null
+[ $? -eq 2 ]; check "consolidate refuses an unknown flag" $?
 # a random shard is refused with a message, and the earlier output stays
 shard="$work/ckpt/step-4/rank-00001.bin"
 head -c "$(stat -c %s "$shard")" /dev/urandom >"$work/random.bin" && mv "$work/random.bin" "$shard"
