@@ -573,7 +573,8 @@ TEST_F(ZeroCkptDamage, RandomDamageIsRefusedOrHarmless) {
         default: {
           size_t sp = l[i].rfind(' ');
           if (sp != std::string::npos)
-            l[i] = l[i].substr(0, sp + 1) + extremes[rng.next() % (sizeof extremes / sizeof *extremes)];
+            l[i] = l[i].substr(0, sp + 1) +
+                   extremes[rng.next() % (sizeof extremes / sizeof *extremes)];
         }
       }
       std::string text;
@@ -597,7 +598,8 @@ TEST_F(ZeroCkptDamage, RandomDamageIsRefusedOrHarmless) {
     weftResult_t res = weftZeroConsolidate(dir_.c_str(), out.c_str());
     if (res == weftSuccess) {
       harmless++;
-      ASSERT_EQ(slurp(out), ref) << "iteration " << iter << " (kind " << kind << ") wrote other parameters";
+      ASSERT_EQ(slurp(out), ref) << "iteration " << iter << " (kind " << kind
+                                 << ") wrote other parameters";
       unlink(out.c_str());
     } else {
       refused++;
