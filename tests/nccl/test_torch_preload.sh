@@ -3,7 +3,8 @@
 # the dynamic loader binds every nccl* symbol libtorch_cuda.so needs to
 # weft's library (LD_DEBUG=bindings, with LD_BIND_NOW so that all of them
 # are bound at import, not on first call). torch.cuda.nccl.version() is
-# weft's NCCL version.
+# weft's NCCL version, and torch.cuda.nccl.unique_id() (ncclGetUniqueId,
+# which needs no GPU) returns weft's 128-byte id.
 #   test_torch_preload.sh LIBNCCL TORCH_PYTHON
 # Skips (77) without TORCH_PYTHON or without libtorch_cuda.so.
 set -euo pipefail
@@ -30,7 +31,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 fail=0
 if ! LD_PRELOAD=$lib LD_BIND_NOW=1 LD_DEBUG=bindings LD_DEBUG_OUTPUT=$out/bind \
-    "$python" -c 'import torch; print("torch", torch.__version__, "sees NCCL", torch.cuda.nccl.version())' \
+    "$python" -c 'import torch; print("torch", torch.__version__, "sees NCCL", torch.cuda.nccl.version()); print("unique id from weft:", len(torch.cuda.nccl.unique_id()), "bytes")' \
     >"$out/stdout" 2>&1; then
   echo "FAIL: import torch with LD_PRELOAD=$lib:"
   tail -20 "$out/stdout"
@@ -38,6 +39,7 @@ if ! LD_PRELOAD=$lib LD_BIND_NOW=1 LD_DEBUG=bindings LD_DEBUG_OUTPUT=$out/bind \
 fi
 cat "$out/stdout"
 grep -q 'sees NCCL (2, 30, 7)' "$out/stdout" || { echo "FAIL: torch.cuda.nccl.version() is not weft's 2.30.7"; fail=1; }
+grep -q 'unique id from weft: 128 bytes' "$out/stdout" || { echo "FAIL: torch.cuda.nccl.unique_id() did not give 128 bytes"; fail=1; }
 
 # "binding file <libtorch_cuda.so> [0] to <library> [0]: normal symbol `name'"
 bound=$(cat "$out"/bind.* | grep -F "/libtorch_cuda.so [" | grep -F "binding file " |
