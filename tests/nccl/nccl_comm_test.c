@@ -146,6 +146,16 @@ static void test_revoke(ncclComm_t world) {
   for (int r = 0; r < g_nranks; r++) rev[r] = g_nranks - 1 - r;
   expect_sum(child, rev, 777, "split of a revoked comm");
   NCCL_OK(ncclCommDestroy(child));
+  /* and shrinks, the usual next step after a peer failed */
+  if (g_nranks > 2) {
+    int gone = g_nranks - 1;
+    if (g_rank != gone) {
+      ncclComm_t shrunk = NULL;
+      NCCL_OK(ncclCommShrink(victim, &gone, 1, &shrunk, NULL, NCCL_SHRINK_ABORT));
+      expect_sum(shrunk, identity, 333, "shrink of a revoked comm");
+      NCCL_OK(ncclCommDestroy(shrunk));
+    }
+  }
   NCCL_OK(ncclCommDestroy(victim));
   expect_sum(world, identity, 100, "world after revoking another comm");
 }
