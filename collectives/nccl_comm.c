@@ -60,11 +60,11 @@ ncclResult_t nccl_comm_usable(ncclComm_t comm, const char *fn) {
   if (__atomic_load_n(&nblocked, __ATOMIC_SEQ_CST) == 0) return ncclSuccess;
   pthread_mutex_lock(&states_lock);
   struct comm_state *s = state_find(comm, 0);
-  const char *why = s == NULL ? NULL : s->revoked ? "revoked" : s->suspended ? "suspended" : NULL;
+  const int revoked = s != NULL && s->revoked, suspended = s != NULL && s->suspended;
   pthread_mutex_unlock(&states_lock);
-  if (why == NULL) return ncclSuccess;
-  weftResult_t res = weft_error_set(weftInvalidUsage, "%s: communicator is %s%s", fn, why,
-                                    why[0] == 's' ? " (ncclCommResume it first)" : "");
+  if (!revoked && !suspended) return ncclSuccess;
+  weftResult_t res = weft_error_set(weftInvalidUsage, "%s: communicator is %s", fn,
+                                    revoked ? "revoked" : "suspended (ncclCommResume it first)");
   struct weftComm *c = COMM(comm);
   snprintf(c->last_error, sizeof c->last_error, "%s", weft_error_text());
   return (ncclResult_t)res;

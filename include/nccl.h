@@ -205,12 +205,14 @@ typedef enum {
   ncclScalarHostImmediate = 1
 } ncclScalarResidence_t;
 
-/* ncclCommMemStats: what to report. */
+/* ncclCommMemStats: what to report. weft counts the scratch buffers it
+ * keeps per communicator (host memory for host ranks), which is what
+ * NCCL_SUSPEND_MEM releases; connection FIFOs are not counted. */
 typedef enum {
   ncclStatGpuMemSuspend = 0,   /* bytes ncclCommSuspend(NCCL_SUSPEND_MEM) would release */
   ncclStatGpuMemSuspended = 1, /* 1 while suspended, else 0 */
-  ncclStatGpuMemPersist = 2,   /* bytes held that suspending keeps */
-  ncclStatGpuMemTotal = 3      /* all bytes the communicator holds */
+  ncclStatGpuMemPersist = 2,   /* bytes counted that suspending keeps: 0 in weft */
+  ncclStatGpuMemTotal = 3      /* Suspend + Persist */
 } ncclCommMemStat_t;
 
 /* ncclWaitSignal: wait for opCnt signals from peer on (sigIdx, ctx). */
