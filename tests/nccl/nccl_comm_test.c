@@ -1,7 +1,8 @@
 /* NCCL 2.30's additions through libnccl.so.2, written against nccl.h alone
  * and run under weftrun (like nccl_test.c): revoking a communicator with an
  * operation in flight, suspend and resume, memory statistics, growing a
- * communicator by a rank, windows, parameters, teams, and the calls weft
+ * communicator by a rank, a rank that dies and is shrunk out after a
+ * revoke, windows, parameters, teams, and the calls weft
  * refuses (device API, symmetric memory, signals), which must leave the
  * communicator working. Exits 0 when every check passed. */
 #include <pthread.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "nccl.h"
 
@@ -158,6 +160,51 @@ static void test_revoke(ncclComm_t world) {
   }
   NCCL_OK(ncclCommDestroy(victim));
   expect_sum(world, identity, 100, "world after revoking another comm");
+}
+
+/* A rank dies (exits without a word); the others' next operation fails
+ * within the timeout, and they revoke, shrink it out and go on. Runs last:
+ * the dead rank does not come back. */
+static void test_dead_peer(ncclComm_t world) {
+  const int dead = g_nranks - 1;
+  ncclComm_t ft = NULL;
+  NCCL_OK(ncclCommSplit(world, 0, g_rank, &ft, NULL));
+  expect_sum(ft, identity, 513, "before the failure");
+  /* the dying rank leaves once every survivor has its data (a rank's
+   * collective may complete while its last bytes are still on their way) */
+  int ack = 1;
+  NCCL_OK(ncclGroupStart());
+  for (int r = 0; r < dead; r++)
+    if (g_rank == dead) NCCL_OK(ncclRecv(&ack, 1, ncclInt32, r, ft, NULL));
+  if (g_rank != dead) NCCL_OK(ncclSend(&ack, 1, ncclInt32, dead, ft, NULL));
+  NCCL_OK(ncclGroupEnd());
+  if (g_rank == dead) {
+    fflush(NULL);
+    _exit(0);
+  }
+  float x[4096] = {0};
+  double t0 = now_s();
+  ncclResult_t res = ncclAllReduce(x, x, 4096, ncclFloat32, ncclSum, ft, NULL);
+  double failed_s = now_s() - t0;
+  EXPECT(res == ncclRemoteError, "an all-reduce with a dead rank gave %d (%s), want ncclRemoteError",
+         (int)res, ncclGetLastError(ft));
+  EXPECT(failed_s < 20, "the dead rank was noticed after %.1f s (timeout 60 s)", failed_s);
+  ncclResult_t async = ncclSuccess;
+  NCCL_OK(ncclCommGetAsyncError(ft, &async));
+  EXPECT(async != ncclSuccess, "no async error after a peer died");
+  NCCL_OK(ncclCommRevoke(ft, NCCL_REVOKE_DEFAULT));
+  NCCL_OK(ncclCommGetAsyncError(ft, &async));
+  EXPECT(async == ncclSuccess, "async error %d after the revoke", (int)async);
+  ncclComm_t survivors = NULL;
+  NCCL_OK(ncclCommShrink(ft, (int[]){dead}, 1, &survivors, NULL, NCCL_SHRINK_ABORT));
+  int n = 0;
+  NCCL_OK(ncclCommCount(survivors, &n));
+  EXPECT(n == g_nranks - 1, "%d survivors, want %d", n, g_nranks - 1);
+  expect_sum(survivors, identity, 20011, "survivors after the shrink");
+  NCCL_OK(ncclCommDestroy(survivors));
+  NCCL_OK(ncclCommDestroy(ft));
+  if (g_rank == 0)
+    printf("nccl_comm_test: a dead rank noticed in %.2f s, revoked and shrunk out\n", failed_s);
 }
 
 /* --- Suspend, resume, memory statistics ---------------------------------------- */
@@ -424,6 +471,7 @@ int main(void) {
   test_suspend(world);
   test_grow(world);
   test_revoke(world);
+  test_dead_peer(world); /* the last rank ends here */
 
   NCCL_OK(ncclCommDestroy(other));
   NCCL_OK(ncclCommDestroy(world));
