@@ -62,13 +62,13 @@ _Static_assert(sizeof(ncclRedOp_t) == sizeof(weftRedOp_t), "op sizes differ");
 _Static_assert(sizeof(ncclDataType_t) == sizeof(weftDataType_t), "datatype sizes differ");
 
 #define COMM(c) ((weftComm_t)(c))
+#define STREAM(s) ((weftStream_t)(s))
 /* Operations refuse to start on a revoked or suspended communicator. */
 #define USABLE(comm, fn)                                                       \
   do {                                                                         \
     ncclResult_t usable_ = nccl_comm_usable(comm, fn);                         \
     if (usable_ != ncclSuccess) return usable_;                                \
   } while (0)
-#define STREAM(s) ((weftStream_t)(s))
 
 /* --- Environment: NCCL_* to WEFT_* ----------------------------------------- */
 
