@@ -7,6 +7,7 @@
  * is revoked or suspended that is one atomic load. */
 #include <malloc.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -322,6 +323,16 @@ NCCL_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUni
   weftConfig_t cfg, *cfgp;
   ncclResult_t cres = nccl_config_read(config, &cfg, &cfgp);
   if (cres != ncclSuccess) return cres;
+  if (cfgp == NULL) {
+    /* the parent's timeout and name; channels come from the environment, as
+     * on the new ranks, which have no parent: every rank must agree on them */
+    const weftConfig_t defaults = WEFT_CONFIG_INITIALIZER;
+    cfg = defaults;
+    uint64_t timeout_ms = c->timeout_ns / 1000000ull;
+    if (timeout_ms > 0 && timeout_ms <= INT32_MAX) cfg.timeoutMs = (int)timeout_ms;
+    cfg.commName = c->name[0] != '\0' ? c->name : NULL;
+    cfgp = &cfg;
+  }
   weftUniqueId id;
   memset(&id, 0, sizeof id);
   res = grow_existing(c, nRanks, uniqueId, &id);

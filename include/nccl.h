@@ -287,7 +287,8 @@ NCCL_WEFT_API(ncclResult_t, ncclCommGetUniqueId, (ncclComm_t comm, ncclUniqueId 
 /* A communicator of nRanks ranks: comm's ranks keep their numbers, new ranks
  * take the others. Existing ranks pass comm and rank -1, the root also the
  * id from ncclCommGetUniqueId, the others NULL; new ranks pass comm NULL,
- * that id and their rank. */
+ * that id and their rank. With config NULL, existing ranks keep the parent's
+ * timeout and name. */
 NCCL_WEFT_API(ncclResult_t, ncclCommGrow,
               (ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
                ncclComm_t *newcomm, ncclConfig_t *config));
