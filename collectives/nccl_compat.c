@@ -1,4 +1,4 @@
-/* libnccl.so.2: the NCCL 2.27 API (include/nccl.h) over weft.
+/* libnccl.so.2: the NCCL 2.30 API (include/nccl.h) over weft.
  *
  * Most calls map one to one: NCCL's enum values are weft's (checked below),
  * a ncclComm_t is a weftComm_t, a ncclUniqueId is a weftUniqueId and a
@@ -33,7 +33,8 @@ SAME_VALUE(ncclInvalidArgument, weftInvalidArgument);
 SAME_VALUE(ncclInvalidUsage, weftInvalidUsage);
 SAME_VALUE(ncclRemoteError, weftRemoteError);
 SAME_VALUE(ncclInProgress, weftInProgress);
-SAME_VALUE(ncclNumResults, weftNumResults);
+/* every weft result is an NCCL one; weft never returns ncclTimeout */
+SAME_VALUE(ncclTimeout, weftNumResults);
 SAME_VALUE(ncclInt8, weftInt8);
 SAME_VALUE(ncclUint8, weftUint8);
 SAME_VALUE(ncclInt32, weftInt32);
@@ -62,6 +63,12 @@ _Static_assert(sizeof(ncclDataType_t) == sizeof(weftDataType_t), "datatype sizes
 
 #define COMM(c) ((weftComm_t)(c))
 #define STREAM(s) ((weftStream_t)(s))
+/* Operations refuse to start on a revoked or suspended communicator. */
+#define USABLE(comm, fn)                                                       \
+  do {                                                                         \
+    ncclResult_t usable_ = nccl_comm_usable(comm, fn);                         \
+    if (usable_ != ncclSuccess) return usable_;                                \
+  } while (0)
 
 /* --- Environment: NCCL_* to WEFT_* ----------------------------------------- */
 
@@ -148,6 +155,12 @@ static void env_import(void) {
 
 __attribute__((constructor)) static void nccl_compat_load(void) { env_import(); }
 
+const char *nccl_env_alias(const char *nccl_name) {
+  for (size_t i = 0; i < sizeof env_aliases / sizeof env_aliases[0]; i++)
+    if (strcmp(env_aliases[i].nccl, nccl_name) == 0) return env_aliases[i].weft;
+  return NULL;
+}
+
 /* NCCL_DEBUG=VERSION (or more) prints the version once, as NCCL does. */
 static void version_banner(int rank) {
   static int printed;
@@ -169,9 +182,9 @@ NCCL_PROFILING_ALIAS(ncclResetDebugInit);
 
 /* Reads an ncclConfig_t of any 2.x layout into weft's config: only the
  * caller's `size` bytes, and fields newer than its `version` take their
- * defaults. cfg_out_p is set to NULL when there is no config. */
-static ncclResult_t config_read(const ncclConfig_t *user, weftConfig_t *cfg,
-                                weftConfig_t **cfg_out_p) {
+ * defaults (weft reads none of the fields 2.28 to 2.30 added). */
+ncclResult_t nccl_config_read(const ncclConfig_t *user, weftConfig_t *cfg,
+                              weftConfig_t **cfg_out_p) {
   *cfg_out_p = NULL;
   if (user == NULL) return ncclSuccess;
   const ncclConfig_t defaults = NCCL_CONFIG_INITIALIZER;
@@ -286,7 +299,7 @@ static ncclResult_t init_rank_config(ncclComm_t *comm, int nranks, ncclUniqueId 
                                      ncclConfig_t *config) {
   weft_error_clear();
   weftConfig_t cfg, *cfgp;
-  ncclResult_t res = config_read(config, &cfg, &cfgp);
+  ncclResult_t res = nccl_config_read(config, &cfg, &cfgp);
   if (res != ncclSuccess) return res;
   version_banner(rank);
   res = comm_id_root_start(rank, &commId);
@@ -335,12 +348,18 @@ NCCL_PROFILING_ALIAS(ncclCommFinalize);
 
 NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   /* NCCL accepts a NULL communicator here */
-  return comm == NULL ? ncclSuccess : RES(weftCommDestroy(COMM(comm)));
+  if (comm == NULL) return ncclSuccess;
+  ncclResult_t res = RES(weftCommDestroy(COMM(comm)));
+  if (res == ncclSuccess) nccl_comm_forget(comm);
+  return res;
 }
 NCCL_PROFILING_ALIAS(ncclCommDestroy);
 
 NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
-  return comm == NULL ? ncclSuccess : RES(weftCommAbort(COMM(comm)));
+  if (comm == NULL) return ncclSuccess;
+  ncclResult_t res = RES(weftCommAbort(COMM(comm)));
+  if (res == ncclSuccess) nccl_comm_forget(comm);
+  return res;
 }
 NCCL_PROFILING_ALIAS(ncclCommAbort);
 
@@ -348,7 +367,7 @@ NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
                                        ncclConfig_t *config) {
   weft_error_clear();
   weftConfig_t cfg, *cfgp;
-  ncclResult_t res = config_read(config, &cfg, &cfgp);
+  ncclResult_t res = nccl_config_read(config, &cfg, &cfgp);
   if (res != ncclSuccess) return res;
   if (nccl_group_active()) return nccl_defer_split(comm, color, key, newcomm, cfgp);
   return RES(weftCommSplit(COMM(comm), color, key, (weftComm_t *)newcomm, cfgp));
@@ -365,7 +384,7 @@ NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList,
     return RES(weft_error_set(weftInvalidArgument, "ncclCommShrink: unknown flags 0x%x",
                               shrinkFlags));
   weftConfig_t cfg, *cfgp;
-  ncclResult_t res = config_read(config, &cfg, &cfgp);
+  ncclResult_t res = nccl_config_read(config, &cfg, &cfgp);
   if (res != ncclSuccess) return res;
   return RES(weftCommShrink(COMM(comm), excludeRanksList, excludeRanksCount,
                             (weftComm_t *)newcomm, cfgp));
@@ -375,6 +394,7 @@ NCCL_PROFILING_ALIAS(ncclCommShrink);
 /* --- Errors ---------------------------------------------------------------- */
 
 NCCL_EXPORT const char *ncclGetErrorString(ncclResult_t result) {
+  if (result == ncclTimeout) return "operation timed out";
   return weftGetErrorString((weftResult_t)result);
 }
 NCCL_PROFILING_ALIAS(ncclGetErrorString);
@@ -415,27 +435,69 @@ NCCL_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle)
 }
 NCCL_PROFILING_ALIAS(ncclCommDeregister);
 
-/* A window is a registration: weft has no separate symmetric-memory kernels,
- * so NCCL_WIN_COLL_SYMMETRIC is accepted and changes nothing. */
+/* A window is a registration and the buffer it covers: weft has no separate
+ * symmetric-memory kernels, so NCCL_WIN_COLL_SYMMETRIC and
+ * NCCL_WIN_STRICT_ORDERING are accepted and change nothing. */
 NCCL_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size,
                                                 ncclWindow_t *win, int winFlags) {
   weft_error_clear();
   if (win == NULL)
     return RES(weft_error_set(weftInvalidArgument, "ncclCommWindowRegister: win is NULL"));
-  if (winFlags & ~(NCCL_WIN_DEFAULT | NCCL_WIN_COLL_SYMMETRIC))
+  if (winFlags & ~(NCCL_WIN_DEFAULT | NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING))
     return RES(weft_error_set(weftInvalidArgument, "ncclCommWindowRegister: unknown flags 0x%x",
                               winFlags));
-  void *handle = NULL;
-  weftResult_t res = weftCommRegister(COMM(comm), buff, size, &handle);
-  if (res == weftSuccess) *win = (ncclWindow_t)handle;
-  return RES(res);
+  struct ncclWindow_vidmem *w = calloc(1, sizeof *w);
+  if (w == NULL) return RES(weft_error_set(weftSystemError, "ncclCommWindowRegister: out of memory"));
+  weftResult_t res = weftCommRegister(COMM(comm), buff, size, &w->handle);
+  if (res != weftSuccess) {
+    free(w);
+    return RES(res);
+  }
+  w->magic = NCCL_WINDOW_MAGIC;
+  w->comm = comm;
+  w->buff = buff;
+  w->nbytes = size;
+  *win = w;
+  return ncclSuccess;
 }
 NCCL_PROFILING_ALIAS(ncclCommWindowRegister);
 
+ncclComm_t nccl_window_comm(ncclWindow_t win) {
+  return win != NULL && win->magic == NCCL_WINDOW_MAGIC ? win->comm : NULL;
+}
+
+static ncclResult_t window_check(ncclComm_t comm, ncclWindow_t win, const char *fn) {
+  weftResult_t res = comm_check(COMM(comm));
+  if (res != weftSuccess) return RES(res);
+  if (nccl_window_comm(win) != comm)
+    return RES(weft_error_set(weftInvalidArgument,
+                              "%s: window %p was not registered with this communicator", fn,
+                              (void *)win));
+  return ncclSuccess;
+}
+
 NCCL_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
-  return RES(weftCommDeregister(COMM(comm), (void *)win));
+  weft_error_clear();
+  ncclResult_t res = window_check(comm, win, "ncclCommWindowDeregister");
+  if (res != ncclSuccess) return res;
+  res = RES(weftCommDeregister(COMM(comm), win->handle));
+  if (res != ncclSuccess) return res;
+  win->magic = 0;
+  free(win);
+  return ncclSuccess;
 }
 NCCL_PROFILING_ALIAS(ncclCommWindowDeregister);
+
+NCCL_EXPORT ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr) {
+  weft_error_clear();
+  if (outUserPtr == NULL)
+    return RES(weft_error_set(weftInvalidArgument, "ncclWinGetUserPtr: outUserPtr is NULL"));
+  ncclResult_t res = window_check(comm, win, "ncclWinGetUserPtr");
+  if (res != ncclSuccess) return res;
+  *outUserPtr = win->buff;
+  return ncclSuccess;
+}
+NCCL_PROFILING_ALIAS(ncclWinGetUserPtr);
 
 /* --- Reduction operators --------------------------------------------------- */
 
@@ -458,6 +520,7 @@ NCCL_PROFILING_ALIAS(ncclRedOpDestroy);
 NCCL_EXPORT ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
                                     ncclDataType_t datatype, ncclRedOp_t op, int root,
                                     ncclComm_t comm, cudaStream_t stream) {
+  USABLE(comm, "ncclReduce");
   return RES(weftReduce(sendbuff, recvbuff, count, (weftDataType_t)datatype, (weftRedOp_t)op,
                         root, COMM(comm), STREAM(stream)));
 }
@@ -465,6 +528,7 @@ NCCL_PROFILING_ALIAS(ncclReduce);
 
 NCCL_EXPORT ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root,
                                    ncclComm_t comm, cudaStream_t stream) {
+  USABLE(comm, "ncclBcast");
   return RES(weftBcast(buff, count, (weftDataType_t)datatype, root, COMM(comm), STREAM(stream)));
 }
 NCCL_PROFILING_ALIAS(ncclBcast);
@@ -472,6 +536,7 @@ NCCL_PROFILING_ALIAS(ncclBcast);
 NCCL_EXPORT ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                                        ncclDataType_t datatype, int root, ncclComm_t comm,
                                        cudaStream_t stream) {
+  USABLE(comm, "ncclBroadcast");
   return RES(weftBroadcast(sendbuff, recvbuff, count, (weftDataType_t)datatype, root, COMM(comm),
                            STREAM(stream)));
 }
@@ -480,6 +545,7 @@ NCCL_PROFILING_ALIAS(ncclBroadcast);
 NCCL_EXPORT ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                                        ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                        cudaStream_t stream) {
+  USABLE(comm, "ncclAllReduce");
   return RES(weftAllReduce(sendbuff, recvbuff, count, (weftDataType_t)datatype, (weftRedOp_t)op,
                            COMM(comm), STREAM(stream)));
 }
@@ -488,6 +554,7 @@ NCCL_PROFILING_ALIAS(ncclAllReduce);
 NCCL_EXPORT ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
                                            ncclDataType_t datatype, ncclRedOp_t op,
                                            ncclComm_t comm, cudaStream_t stream) {
+  USABLE(comm, "ncclReduceScatter");
   return RES(weftReduceScatter(sendbuff, recvbuff, recvcount, (weftDataType_t)datatype,
                                (weftRedOp_t)op, COMM(comm), STREAM(stream)));
 }
@@ -496,16 +563,17 @@ NCCL_PROFILING_ALIAS(ncclReduceScatter);
 NCCL_EXPORT ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                                        ncclDataType_t datatype, ncclComm_t comm,
                                        cudaStream_t stream) {
+  USABLE(comm, "ncclAllGather");
   return RES(weftAllGather(sendbuff, recvbuff, sendcount, (weftDataType_t)datatype, COMM(comm),
                            STREAM(stream)));
 }
 NCCL_PROFILING_ALIAS(ncclAllGather);
 
-/* NCCL 2.28's collectives beside the 2.27 API: programs built against 2.28
- * (PyTorch 2.11) link them. Block j of sendbuff goes to rank j. */
+/* Block j of sendbuff goes to rank j. */
 NCCL_EXPORT ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
                                       ncclDataType_t datatype, ncclComm_t comm,
                                       cudaStream_t stream) {
+  USABLE(comm, "ncclAlltoAll");
   return RES(weftAlltoAll(sendbuff, recvbuff, count, (weftDataType_t)datatype, COMM(comm),
                           STREAM(stream)));
 }
@@ -514,6 +582,7 @@ NCCL_PROFILING_ALIAS(ncclAlltoAll);
 NCCL_EXPORT ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count,
                                     ncclDataType_t datatype, int root, ncclComm_t comm,
                                     cudaStream_t stream) {
+  USABLE(comm, "ncclGather");
   return RES(weftGather(sendbuff, recvbuff, count, (weftDataType_t)datatype, root, COMM(comm),
                         STREAM(stream)));
 }
@@ -522,37 +591,15 @@ NCCL_PROFILING_ALIAS(ncclGather);
 NCCL_EXPORT ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count,
                                      ncclDataType_t datatype, int root, ncclComm_t comm,
                                      cudaStream_t stream) {
+  USABLE(comm, "ncclScatter");
   return RES(weftScatter(sendbuff, recvbuff, count, (weftDataType_t)datatype, root, COMM(comm),
                          STREAM(stream)));
 }
 NCCL_PROFILING_ALIAS(ncclScatter);
 
-/* NCCL 2.28's device API (nccl_device.h): device communicators whose kernels
- * run NCCL's own device code. weft has none to give; PyTorch 2.11 links the
- * two calls (its symmetric-memory path) and gets this error from them, also
- * as the comm's last error. */
-static ncclResult_t device_api_refused(ncclComm_t comm, const char *fn) {
-  weftResult_t res =
-      weft_error_set(weftInvalidUsage, "%s: NCCL's device API is not supported by weft", fn);
-  struct weftComm *c = COMM(comm);
-  if (c != NULL && c->magic == COMM_MAGIC) comm_fail(c, res);
-  return RES(res);
-}
-
-NCCL_EXPORT ncclResult_t ncclDevCommCreate(ncclComm_t comm, const void *reqs, void *outDevComm) {
-  (void)reqs, (void)outDevComm;
-  return device_api_refused(comm, "ncclDevCommCreate");
-}
-NCCL_PROFILING_ALIAS(ncclDevCommCreate);
-
-NCCL_EXPORT ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const void *devComm) {
-  (void)devComm;
-  return device_api_refused(comm, "ncclDevCommDestroy");
-}
-NCCL_PROFILING_ALIAS(ncclDevCommDestroy);
-
 NCCL_EXPORT ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype,
                                   int peer, ncclComm_t comm, cudaStream_t stream) {
+  USABLE(comm, "ncclSend");
   return RES(weftSend(sendbuff, count, (weftDataType_t)datatype, peer, COMM(comm),
                       STREAM(stream)));
 }
@@ -560,6 +607,7 @@ NCCL_PROFILING_ALIAS(ncclSend);
 
 NCCL_EXPORT ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
                                   ncclComm_t comm, cudaStream_t stream) {
+  USABLE(comm, "ncclRecv");
   return RES(weftRecv(recvbuff, count, (weftDataType_t)datatype, peer, COMM(comm),
                       STREAM(stream)));
 }

@@ -1,10 +1,10 @@
 /*
- * nccl.h for weft's libnccl.so.2: the NCCL 2.27 API, implemented over weft.
+ * nccl.h for weft's libnccl.so.2: the NCCL 2.30 API, implemented over weft.
  *
  * Programs written for NCCL compile against this header and run on weft, or
  * keep their NCCL build and load weft's libnccl.so.2 in its place: the types,
- * enum values, struct layouts and symbol names are NCCL 2.27's, so the ABI is
- * the same. ncclGetVersion reports 22707 (NCCL 2.27.7).
+ * enum values, struct layouts and symbol names are NCCL 2.30's, so the ABI is
+ * the same. ncclGetVersion reports 23007 (NCCL 2.30.7).
  *
  * Buffers may be host memory (no GPU needed): pass a NULL stream and the call
  * completes before it returns. docs/nccl.md says what differs from NCCL.
@@ -17,6 +17,7 @@
 
 #include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* cudaStream_t: CUDA's own when its headers are there, else the same
  * pointer type under the same name, so both kinds of caller link alike. */
@@ -31,7 +32,7 @@ typedef struct CUstream_st *cudaStream_t;
 #endif
 
 #define NCCL_MAJOR 2
-#define NCCL_MINOR 27
+#define NCCL_MINOR 30
 #define NCCL_PATCH 7
 #define NCCL_SUFFIX ""
 
@@ -39,14 +40,14 @@ typedef struct CUstream_st *cudaStream_t;
 #define NCCL_VERSION(X, Y, Z)                                                  \
   (((X) <= 2 && (Y) <= 8) ? (X) * 1000 + (Y) * 100 + (Z)                       \
                           : (X) * 10000 + (Y) * 100 + (Z))
-#define NCCL_VERSION_CODE 22707
+#define NCCL_VERSION_CODE 23007
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct ncclComm *ncclComm_t;
-typedef struct ncclWindow *ncclWindow_t;
+typedef struct ncclWindow_vidmem *ncclWindow_t;
 #define NCCL_COMM_NULL NULL
 
 /* 128 opaque bytes; weft keeps its rendezvous address and secret in them. */
@@ -64,7 +65,8 @@ typedef enum {
   ncclInvalidUsage = 5,
   ncclRemoteError = 6,
   ncclInProgress = 7,
-  ncclNumResults = 8
+  ncclTimeout = 8, /* weft reports a timed-out peer as ncclRemoteError */
+  ncclNumResults = 9
 } ncclResult_t;
 
 #define NCCL_CONFIG_UNDEF_INT INT_MIN
@@ -72,24 +74,36 @@ typedef enum {
 #define NCCL_SPLIT_NOCOLOR -1
 #define NCCL_UNDEF_FLOAT -1.0f
 
-/* ncclCommWindowRegister flags */
+/* ncclConfig_t.magic (NCCL_CONFIG_MAGIC is its older name) */
+#define NCCL_API_MAGIC 0xcafebeef
+
+/* ncclCommWindowRegister flags; NCCL's windows want this alignment */
 #define NCCL_WIN_DEFAULT 0x00
 #define NCCL_WIN_COLL_SYMMETRIC 0x01
+#define NCCL_WIN_STRICT_ORDERING 0x02
+#define NCCL_WIN_REQUIRED_ALIGNMENT 4096
 
 /* ncclConfig_t.CTAPolicy values */
 #define NCCL_CTA_POLICY_DEFAULT 0x00
 #define NCCL_CTA_POLICY_EFFICIENCY 0x01
+#define NCCL_CTA_POLICY_ZERO 0x02
 
 /* ncclCommShrink flags */
 #define NCCL_SHRINK_DEFAULT 0x00 /* the parent is healthy */
 #define NCCL_SHRINK_ABORT 0x01   /* the parent may hold failed operations */
+
+/* ncclCommRevoke flags: none yet, pass 0 */
+#define NCCL_REVOKE_DEFAULT 0x00
+
+/* ncclCommSuspend flags */
+#define NCCL_SUSPEND_MEM 0x01 /* release the communicator's scratch memory */
 
 /* Communicator configuration. Initialise with NCCL_CONFIG_INITIALIZER, then
  * set fields. size, magic and version say which layout the caller compiled:
  * the library reads only the first `size` bytes, and fields newer than
  * `version` take their defaults. weft uses blocking, minCTAs and maxCTAs (as
  * its channel bounds) and commName; the others are accepted and ignored. */
-typedef struct ncclConfig_v22700 {
+typedef struct ncclConfig_v23000 {
   size_t size;
   unsigned int magic;
   unsigned int version;
@@ -105,9 +119,15 @@ typedef struct ncclConfig_v22700 {
   int CTAPolicy;
   int shrinkShare;
   int nvlsCTAs;
+  int nChannelsPerNetPeer; /* from 2.28 */
+  int nvlinkCentricSched;
+  int graphUsageMode;      /* from 2.29 */
+  int numRmaCtx;
+  int maxP2pPeers;         /* from 2.30 */
+  int graphStreamOrdering;
 } ncclConfig_t;
 
-#define NCCL_CONFIG_MAGIC 0xcafebeef
+#define NCCL_CONFIG_MAGIC NCCL_API_MAGIC
 #define NCCL_CONFIG_INITIALIZER                                                \
   {                                                                            \
     sizeof(ncclConfig_t),                    /* size */                        \
@@ -124,7 +144,13 @@ typedef struct ncclConfig_v22700 {
     NCCL_CONFIG_UNDEF_INT,                   /* collnetEnable */               \
     NCCL_CONFIG_UNDEF_INT,                   /* CTAPolicy */                   \
     NCCL_CONFIG_UNDEF_INT,                   /* shrinkShare */                 \
-    NCCL_CONFIG_UNDEF_INT                    /* nvlsCTAs */                    \
+    NCCL_CONFIG_UNDEF_INT,                   /* nvlsCTAs */                    \
+    NCCL_CONFIG_UNDEF_INT,                   /* nChannelsPerNetPeer */         \
+    NCCL_CONFIG_UNDEF_INT,                   /* nvlinkCentricSched */          \
+    NCCL_CONFIG_UNDEF_INT,                   /* graphUsageMode */              \
+    NCCL_CONFIG_UNDEF_INT,                   /* numRmaCtx */                   \
+    NCCL_CONFIG_UNDEF_INT,                   /* maxP2pPeers */                 \
+    NCCL_CONFIG_UNDEF_INT                    /* graphStreamOrdering */         \
   }
 
 /* Filled by ncclGroupSimulateEnd: the cost model's estimate, in
@@ -179,6 +205,46 @@ typedef enum {
   ncclScalarHostImmediate = 1
 } ncclScalarResidence_t;
 
+/* ncclCommMemStats: what to report. weft counts the scratch buffers it
+ * keeps per communicator (host memory for host ranks), which is what
+ * NCCL_SUSPEND_MEM releases; connection FIFOs are not counted. */
+typedef enum {
+  ncclStatGpuMemSuspend = 0,   /* bytes ncclCommSuspend(NCCL_SUSPEND_MEM) would release */
+  ncclStatGpuMemSuspended = 1, /* 1 while suspended, else 0 */
+  ncclStatGpuMemPersist = 2,   /* bytes counted that suspending keeps: 0 in weft */
+  ncclStatGpuMemTotal = 3      /* Suspend + Persist */
+} ncclCommMemStat_t;
+
+/* ncclWaitSignal: wait for opCnt signals from peer on (sigIdx, ctx). */
+typedef struct {
+  int opCnt;
+  int peer;
+  int sigIdx;
+  int ctx;
+} ncclWaitSignalDesc_t;
+
+/* ncclParamBind's handle onto one of the library's parameters. */
+typedef struct ncclParamHandle *ncclParamHandle_t;
+
+/* The host side of NCCL's device API (nccl_device.h in NCCL). weft has no
+ * device communicators or symmetric memory: the types are opaque here. */
+typedef struct ncclDevComm ncclDevComm_t;
+typedef struct ncclDevCommRequirements ncclDevCommRequirements_t;
+typedef struct ncclDevResourceRequirements ncclDevResourceRequirements_t;
+typedef struct ncclCommProperties ncclCommProperties_t;
+typedef struct ncclLsaBarrierHandle ncclLsaBarrierHandle_t;
+typedef struct ncclGinBarrierHandle ncclGinBarrierHandle_t;
+typedef struct ncclLLA2AHandle ncclLLA2AHandle_t;
+struct ncclGinOutboxHandle;
+struct ncclGinInboxA2AHandle;
+/* A team: nRanks ranks, this one at `rank`, world ranks `stride` apart. */
+typedef struct ncclTeam {
+  int nRanks, rank, stride;
+} ncclTeam_t;
+typedef struct ncclMultimemHandle {
+  void *mcBasePtr;
+} ncclMultimemHandle_t;
+
 /* The declarations come in pairs, nccl* and pnccl*. */
 #define NCCL_WEFT_API(ret, name, args) ret name args; ret p##name args
 
@@ -209,6 +275,30 @@ NCCL_WEFT_API(ncclResult_t, ncclCommSplit,
 NCCL_WEFT_API(ncclResult_t, ncclCommShrink,
               (ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
                ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags));
+/* Stops every operation in flight on comm, here and (through the
+ * connections) on its peers, which fail with an error. When it returns the
+ * communicator is quiet: ncclCommGetAsyncError reports ncclSuccess, new
+ * operations on it are refused with ncclInvalidUsage, and split, shrink and
+ * destroy work. revokeFlags must be NCCL_REVOKE_DEFAULT. */
+NCCL_WEFT_API(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags));
+/* A fresh id for ncclCommGrow, made by the existing rank that will be the
+ * grow's root; one at a time per communicator, until a grow consumes it. */
+NCCL_WEFT_API(ncclResult_t, ncclCommGetUniqueId, (ncclComm_t comm, ncclUniqueId *uniqueId));
+/* A communicator of nRanks ranks: comm's ranks keep their numbers, new ranks
+ * take the others. Existing ranks pass comm and rank -1, the root also the
+ * id from ncclCommGetUniqueId, the others NULL; new ranks pass comm NULL,
+ * that id and their rank. With config NULL, existing ranks keep the parent's
+ * timeout and name. */
+NCCL_WEFT_API(ncclResult_t, ncclCommGrow,
+              (ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
+               ncclComm_t *newcomm, ncclConfig_t *config));
+/* While suspended a communicator refuses operations (ncclInvalidUsage);
+ * NCCL_SUSPEND_MEM also frees its scratch buffers, allocated again when
+ * needed after ncclCommResume. */
+NCCL_WEFT_API(ncclResult_t, ncclCommSuspend, (ncclComm_t comm, int flags));
+NCCL_WEFT_API(ncclResult_t, ncclCommResume, (ncclComm_t comm));
+NCCL_WEFT_API(ncclResult_t, ncclCommMemStats,
+              (ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value));
 /* As ncclCommInitRankConfig with nId ids, the same on every rank. */
 NCCL_WEFT_API(ncclResult_t, ncclCommInitRankScalable,
               (ncclComm_t *newcomm, int nranks, int myrank, int nId, ncclUniqueId *commIds,
@@ -217,7 +307,8 @@ NCCL_WEFT_API(ncclResult_t, ncclCommInitRankScalable,
 /* --- Errors and logging --------------------------------------------------- */
 NCCL_WEFT_API(const char *, ncclGetErrorString, (ncclResult_t result));
 NCCL_WEFT_API(const char *, ncclGetLastError, (ncclComm_t comm));
-/* Reads NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE again. */
+/* Reads NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE again (NCCL 2.30
+ * deprecates it; it stays exported). */
 NCCL_WEFT_API(void, ncclResetDebugInit, (void));
 NCCL_WEFT_API(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t *asyncError));
 
@@ -231,6 +322,8 @@ NCCL_WEFT_API(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void *ha
 NCCL_WEFT_API(ncclResult_t, ncclCommWindowRegister,
               (ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags));
 NCCL_WEFT_API(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win));
+/* The buffer a window was registered with. */
+NCCL_WEFT_API(ncclResult_t, ncclWinGetUserPtr, (ncclComm_t comm, ncclWindow_t win, void **outUserPtr));
 
 /* --- Reduction operators --------------------------------------------------- */
 NCCL_WEFT_API(ncclResult_t, ncclRedOpCreatePreMulSum,
@@ -262,7 +355,7 @@ NCCL_WEFT_API(ncclResult_t, ncclAllGather,
               (const void *sendbuff, void *recvbuff, size_t sendcount,
                ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream));
 
-/* NCCL 2.28's collectives, also provided: block j of sendbuff goes to rank j
+/* Block j of sendbuff goes to rank j
  * (all-to-all, scatter from root); gather puts rank i's sendbuff at block i of
  * root's recvbuff. */
 NCCL_WEFT_API(ncclResult_t, ncclAlltoAll,
@@ -283,11 +376,91 @@ NCCL_WEFT_API(ncclResult_t, ncclRecv,
               (void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
                ncclComm_t comm, cudaStream_t stream));
 
+/* One-sided puts and signals into peers' windows: weft has no remote memory
+ * access, so these return ncclInvalidUsage. */
+NCCL_WEFT_API(ncclResult_t, ncclPutSignal,
+              (const void *localbuff, size_t count, ncclDataType_t datatype, int peer,
+               ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx,
+               unsigned int flags, ncclComm_t comm, cudaStream_t stream));
+NCCL_WEFT_API(ncclResult_t, ncclSignal,
+              (int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+               cudaStream_t stream));
+NCCL_WEFT_API(ncclResult_t, ncclWaitSignal,
+              (int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm,
+               cudaStream_t stream));
+
 /* --- Groups ---------------------------------------------------------------- */
 NCCL_WEFT_API(ncclResult_t, ncclGroupStart, (void));
 NCCL_WEFT_API(ncclResult_t, ncclGroupEnd, (void));
 /* Ends the group without running it; fills simInfo (may be NULL). */
 NCCL_WEFT_API(ncclResult_t, ncclGroupSimulateEnd, (ncclSimInfo_t *simInfo));
+
+/* --- Parameters ------------------------------------------------------------ */
+/* weft's environment parameters, by name: WEFT_* (weftConfigPrint lists
+ * them) or an NCCL_* name weft maps onto one (NCCL_DEBUG, NCCL_ALGO, ...).
+ * Integer parameters read as I64 (and the narrower types when the value
+ * fits), the others as Str. Returned strings live until the thread's next
+ * call of the same function. */
+NCCL_WEFT_API(ncclResult_t, ncclParamBind, (ncclParamHandle_t *out, const char *key));
+NCCL_WEFT_API(ncclResult_t, ncclParamGetI8, (ncclParamHandle_t h, int8_t *out));
+NCCL_WEFT_API(ncclResult_t, ncclParamGetI16, (ncclParamHandle_t h, int16_t *out));
+NCCL_WEFT_API(ncclResult_t, ncclParamGetI32, (ncclParamHandle_t h, int32_t *out));
+NCCL_WEFT_API(ncclResult_t, ncclParamGetI64, (ncclParamHandle_t h, int64_t *out));
+NCCL_WEFT_API(ncclResult_t, ncclParamGetU8, (ncclParamHandle_t h, uint8_t *out));
+NCCL_WEFT_API(ncclResult_t, ncclParamGetU16, (ncclParamHandle_t h, uint16_t *out));
+NCCL_WEFT_API(ncclResult_t, ncclParamGetU32, (ncclParamHandle_t h, uint32_t *out));
+NCCL_WEFT_API(ncclResult_t, ncclParamGetU64, (ncclParamHandle_t h, uint64_t *out));
+NCCL_WEFT_API(ncclResult_t, ncclParamGetStr, (ncclParamHandle_t h, const char **out));
+/* The value's bytes into out (maxLen at most): an int64_t for integers, the
+ * text and its NUL for strings; *len says how many. */
+NCCL_WEFT_API(ncclResult_t, ncclParamGet, (ncclParamHandle_t h, void *out, int maxLen, int *len));
+NCCL_WEFT_API(ncclResult_t, ncclParamGetParameter,
+              (const char *key, const char **value, int *valueLen));
+NCCL_WEFT_API(ncclResult_t, ncclParamGetAllParameterKeys, (const char ***table, int *tableLen));
+/* Prints every parameter, its value, default and meaning, to stdout. */
+NCCL_WEFT_API(void, ncclParamDumpAll, (void));
+
+/* --- NCCL's device API (host side) ----------------------------------------- */
+/* Device communicators, symmetric-memory pointers, barriers and GIN
+ * resources: weft has none, and each returns ncclInvalidUsage with a message
+ * naming it (also comm's last error). ncclLLA2ACalcSlots returns -1. */
+NCCL_WEFT_API(ncclResult_t, ncclDevCommCreate,
+              (ncclComm_t comm, const ncclDevCommRequirements_t *reqs, ncclDevComm_t *outDevComm));
+NCCL_WEFT_API(ncclResult_t, ncclDevCommDestroy, (ncclComm_t comm, const ncclDevComm_t *devComm));
+NCCL_WEFT_API(ncclResult_t, ncclCommQueryProperties, (ncclComm_t comm, ncclCommProperties_t *props));
+NCCL_WEFT_API(ncclResult_t, ncclGetLsaMultimemDevicePointer,
+              (ncclWindow_t window, size_t offset, void **outPtr));
+NCCL_WEFT_API(ncclResult_t, ncclGetMultimemDevicePointer,
+              (ncclWindow_t window, size_t offset, ncclMultimemHandle_t multimem, void **outPtr));
+NCCL_WEFT_API(ncclResult_t, ncclGetLsaDevicePointer,
+              (ncclWindow_t window, size_t offset, int lsaRank, void **outPtr));
+NCCL_WEFT_API(ncclResult_t, ncclGetPeerDevicePointer,
+              (ncclWindow_t window, size_t offset, int peer, void **outPtr));
+NCCL_WEFT_API(ncclResult_t, ncclLsaBarrierCreateRequirement,
+              (ncclTeam_t team, int nBarriers, ncclLsaBarrierHandle_t *outHandle,
+               ncclDevResourceRequirements_t *outReq));
+NCCL_WEFT_API(ncclResult_t, ncclGinBarrierCreateRequirement,
+              (ncclComm_t comm, ncclTeam_t team, int nBarriers, ncclGinBarrierHandle_t *outHandle,
+               ncclDevResourceRequirements_t *outReq));
+NCCL_WEFT_API(ncclResult_t, ncclGinOutboxCreateRequirement,
+              (int nBlocks, int size_log2, struct ncclGinOutboxHandle *outHandle,
+               ncclDevResourceRequirements_t *outReq));
+NCCL_WEFT_API(ncclResult_t, ncclGinInboxA2ACreateRequirement,
+              (ncclTeam_t peers, int nBlocks, int size_log2, struct ncclGinInboxA2AHandle *outHandle,
+               ncclDevResourceRequirements_t *outReq));
+NCCL_WEFT_API(int, ncclLLA2ACalcSlots, (int maxElts, int maxEltSize));
+NCCL_WEFT_API(ncclResult_t, ncclLLA2ACreateRequirement,
+              (int nBlocks, int nSlots, ncclLLA2AHandle_t *outHandle,
+               ncclDevResourceRequirements_t *outReq));
+/* Teams are arithmetic, and weft answers them: the world is every rank;
+ * the load/store-accessible (LSA) team is this rank alone, since no peer's
+ * window is mapped here; the rail team is then the world again. A bad comm
+ * gives a team of 0 ranks, and the rank conversions -1. */
+NCCL_WEFT_API(ncclTeam_t, ncclTeamWorld, (ncclComm_t comm));
+NCCL_WEFT_API(ncclTeam_t, ncclTeamLsa, (ncclComm_t comm));
+NCCL_WEFT_API(ncclTeam_t, ncclTeamRail, (ncclComm_t comm));
+NCCL_WEFT_API(int, ncclTeamRankToWorld, (ncclComm_t comm, ncclTeam_t team, int rank));
+NCCL_WEFT_API(int, ncclTeamRankToLsa, (ncclComm_t comm, ncclTeam_t team, int rank));
 
 #undef NCCL_WEFT_API
 

@@ -1,5 +1,5 @@
 /* Compiled (not run) by test_header.sh as C, C++ and CUDA: nccl.h alone
- * must compile without warnings and carry NCCL 2.27's ABI. */
+ * must compile without warnings and carry NCCL 2.30's ABI. */
 #include "nccl.h"
 
 #if defined(__cplusplus)
@@ -17,7 +17,7 @@
 #endif
 
 /* versions */
-ABI(NCCL_VERSION_CODE == 22707);
+ABI(NCCL_VERSION_CODE == 23007);
 ABI(NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH) == NCCL_VERSION_CODE);
 ABI(NCCL_VERSION(2, 8, 4) == 2804); /* the old encoding below 2.9 */
 ABI(NCCL_VERSION(2, 19, 3) == 21903);
@@ -25,7 +25,7 @@ ABI(NCCL_VERSION(2, 19, 3) == 21903);
 /* results, types, ops */
 ABI(ncclSuccess == 0 && ncclUnhandledCudaError == 1 && ncclSystemError == 2);
 ABI(ncclInternalError == 3 && ncclInvalidArgument == 4 && ncclInvalidUsage == 5);
-ABI(ncclRemoteError == 6 && ncclInProgress == 7 && ncclNumResults == 8);
+ABI(ncclRemoteError == 6 && ncclInProgress == 7 && ncclTimeout == 8 && ncclNumResults == 9);
 ABI(ncclInt8 == 0 && ncclChar == 0 && ncclUint8 == 1 && ncclInt32 == 2 && ncclInt == 2);
 ABI(ncclUint32 == 3 && ncclInt64 == 4 && ncclUint64 == 5 && ncclFloat16 == 6 && ncclHalf == 6);
 ABI(ncclFloat32 == 7 && ncclFloat == 7 && ncclFloat64 == 8 && ncclDouble == 8);
@@ -42,11 +42,18 @@ ABI(offsetof(ncclConfig_t, blocking) == sizeof(size_t) + 8);
 ABI(offsetof(ncclConfig_t, netName) == sizeof(size_t) + 24);
 ABI(offsetof(ncclConfig_t, commName) == offsetof(ncclConfig_t, trafficClass) + sizeof(int));
 ABI(offsetof(ncclConfig_t, nvlsCTAs) == offsetof(ncclConfig_t, collnetEnable) + 3 * sizeof(int));
-ABI(sizeof(void *) != 8 || sizeof(ncclConfig_t) == 72);
+ABI(offsetof(ncclConfig_t, graphStreamOrdering) ==
+    offsetof(ncclConfig_t, nvlsCTAs) + 6 * sizeof(int));
+ABI(sizeof(void *) != 8 || sizeof(ncclConfig_t) == 96);
 ABI(sizeof(void *) != 8 || sizeof(ncclSimInfo_t) == 24);
 ABI(NCCL_SPLIT_NOCOLOR == -1 && NCCL_SHRINK_DEFAULT == 0 && NCCL_SHRINK_ABORT == 1);
-ABI(NCCL_WIN_DEFAULT == 0 && NCCL_WIN_COLL_SYMMETRIC == 1);
-ABI(NCCL_CTA_POLICY_DEFAULT == 0 && NCCL_CTA_POLICY_EFFICIENCY == 1);
+ABI(NCCL_WIN_DEFAULT == 0 && NCCL_WIN_COLL_SYMMETRIC == 1 && NCCL_WIN_STRICT_ORDERING == 2);
+ABI(NCCL_WIN_REQUIRED_ALIGNMENT == 4096 && NCCL_REVOKE_DEFAULT == 0 && NCCL_SUSPEND_MEM == 1);
+ABI(NCCL_API_MAGIC == 0xcafebeef && NCCL_CONFIG_MAGIC == NCCL_API_MAGIC);
+ABI(ncclStatGpuMemSuspend == 0 && ncclStatGpuMemSuspended == 1 && ncclStatGpuMemPersist == 2 &&
+    ncclStatGpuMemTotal == 3);
+ABI(sizeof(ncclWaitSignalDesc_t) == 4 * sizeof(int) && sizeof(ncclTeam_t) == 3 * sizeof(int));
+ABI(NCCL_CTA_POLICY_DEFAULT == 0 && NCCL_CTA_POLICY_EFFICIENCY == 1 && NCCL_CTA_POLICY_ZERO == 2);
 
 /* the initializers fill size, magic, version and mark every field unset */
 static ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -56,7 +63,8 @@ int config_is_default(void);
 int config_is_default(void) {
   return config.size == sizeof(ncclConfig_t) && config.magic == 0xcafebeef &&
          config.version == NCCL_VERSION_CODE && config.blocking == NCCL_CONFIG_UNDEF_INT &&
-         config.nvlsCTAs == NCCL_CONFIG_UNDEF_INT && config.commName == NULL &&
+         config.nvlsCTAs == NCCL_CONFIG_UNDEF_INT && config.graphStreamOrdering == NCCL_CONFIG_UNDEF_INT &&
+         config.commName == NULL &&
          sim.magic == 0x74685283 && sim.estimatedTime == NCCL_UNDEF_FLOAT;
 }
 
@@ -118,5 +126,52 @@ const struct api_table *api_table_get(void) {
       ncclCommCuDevice, ncclCommUserRank, ncclCommRegister, ncclCommDeregister,
       ncclCommWindowRegister, ncclCommWindowDeregister, ncclRedOpCreatePreMulSum,
       ncclRedOpDestroy};
+  return &t;
+}
+
+/* what 2.28 to 2.30 added, with their types */
+struct api_table_230 {
+  ncclResult_t (*revoke)(ncclComm_t, int);
+  ncclResult_t (*comm_get_unique_id)(ncclComm_t, ncclUniqueId *);
+  ncclResult_t (*grow)(ncclComm_t, int, const ncclUniqueId *, int, ncclComm_t *, ncclConfig_t *);
+  ncclResult_t (*suspend)(ncclComm_t, int), (*resume)(ncclComm_t);
+  ncclResult_t (*mem_stats)(ncclComm_t, ncclCommMemStat_t, uint64_t *);
+  ncclResult_t (*win_user_ptr)(ncclComm_t, ncclWindow_t, void **);
+  coll_gather_t alltoall;
+  coll_root_t gather, scatter;
+  ncclResult_t (*put_signal)(const void *, size_t, ncclDataType_t, int, ncclWindow_t, size_t, int,
+                             int, unsigned int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*signal)(int, int, int, unsigned int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*wait_signal)(int, ncclWaitSignalDesc_t *, ncclComm_t, cudaStream_t);
+  ncclResult_t (*param_bind)(ncclParamHandle_t *, const char *);
+  ncclResult_t (*param_i8)(ncclParamHandle_t, int8_t *), (*param_u64)(ncclParamHandle_t, uint64_t *);
+  ncclResult_t (*param_str)(ncclParamHandle_t, const char **);
+  ncclResult_t (*param_get)(ncclParamHandle_t, void *, int, int *);
+  ncclResult_t (*param_by_key)(const char *, const char **, int *);
+  ncclResult_t (*param_keys)(const char ***, int *);
+  void (*param_dump)(void);
+  ncclResult_t (*dev_comm_create)(ncclComm_t, const ncclDevCommRequirements_t *, ncclDevComm_t *);
+  ncclResult_t (*dev_comm_destroy)(ncclComm_t, const ncclDevComm_t *);
+  ncclResult_t (*query_properties)(ncclComm_t, ncclCommProperties_t *);
+  ncclResult_t (*peer_pointer)(ncclWindow_t, size_t, int, void **);
+  ncclResult_t (*lsa_multimem_pointer)(ncclWindow_t, size_t, void **);
+  ncclResult_t (*multimem_pointer)(ncclWindow_t, size_t, ncclMultimemHandle_t, void **);
+  ncclTeam_t (*team_world)(ncclComm_t);
+  int (*team_rank_to_world)(ncclComm_t, ncclTeam_t, int);
+  int (*lla2a_slots)(int, int);
+};
+
+const struct api_table_230 *api_table_230_get(void);
+const struct api_table_230 *api_table_230_get(void) {
+  /* positional: C++11 has no designated initializers */
+  static const struct api_table_230 t = {
+      ncclCommRevoke, ncclCommGetUniqueId, ncclCommGrow, ncclCommSuspend, ncclCommResume,
+      ncclCommMemStats, ncclWinGetUserPtr, ncclAlltoAll, ncclGather, ncclScatter, ncclPutSignal,
+      ncclSignal, ncclWaitSignal, ncclParamBind, ncclParamGetI8, ncclParamGetU64, ncclParamGetStr,
+      ncclParamGet, ncclParamGetParameter, ncclParamGetAllParameterKeys, ncclParamDumpAll,
+      ncclDevCommCreate, ncclDevCommDestroy, ncclCommQueryProperties, ncclGetPeerDevicePointer,
+      ncclGetLsaMultimemDevicePointer, ncclGetMultimemDevicePointer, ncclTeamWorld,
+      ncclTeamRankToWorld, ncclLLA2ACalcSlots
+  };
   return &t;
 }

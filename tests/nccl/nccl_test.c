@@ -13,11 +13,6 @@
 
 #include "nccl.h"
 
-/* NCCL 2.28 declares these two in its device headers (nccl_device/), which
- * weft does not ship: weft's library exports them for PyTorch and refuses. */
-ncclResult_t ncclDevCommCreate(ncclComm_t comm, const void *reqs, void *outDevComm);
-ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const void *devComm);
-
 static int g_rank, g_nranks, g_failures;
 
 #define FAIL(...)                                                              \
@@ -712,8 +707,8 @@ static void test_errors(ncclComm_t comm, ncclUniqueId id) {
   EXPECT(ncclBroadcast(&x, &x, 1, ncclFloat32, g_nranks, comm, NULL) == ncclInvalidArgument,
          "root out of range accepted");
   EXPECT(ncclGetVersion(NULL) == ncclInvalidArgument, "ncclGetVersion(NULL) accepted");
-  if (comm != NULL) { /* NCCL 2.28's device API: linked by PyTorch 2.11, refused by weft */
-    char dev_comm[64];
+  if (comm != NULL) { /* NCCL's device API: linked by PyTorch, refused by weft */
+    ncclDevComm_t *dev_comm = (ncclDevComm_t *)&x;
     EXPECT(ncclDevCommCreate(comm, NULL, dev_comm) == ncclInvalidUsage, "ncclDevCommCreate accepted");
     EXPECT(strstr(ncclGetLastError(comm), "device API is not supported") != NULL,
            "ncclDevCommCreate: last error '%s'", ncclGetLastError(comm));
@@ -724,7 +719,7 @@ static void test_errors(ncclComm_t comm, ncclUniqueId id) {
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 5;
   EXPECT(ncclCommInitRankConfig(&c, g_nranks, id, g_rank, &cfg) == ncclInvalidArgument,
-         "blocking = 5 accepted from a 2.27 config");
+         "blocking = 5 accepted from a 2.30 config");
   ncclConfig_t raw;
   memset(&raw, 0, sizeof raw);
   raw.size = sizeof raw;
@@ -765,7 +760,7 @@ int main(int argc, char **argv) {
 
   int version = 0;
   NCCL_OK(ncclGetVersion(&version));
-  EXPECT(version == NCCL_VERSION_CODE && version == 22707, "version %d", version);
+  EXPECT(version == NCCL_VERSION_CODE && version == 23007, "version %d", version);
   int pversion = 0;
   NCCL_OK(pncclGetVersion(&pversion));
   EXPECT(pversion == version, "pncclGetVersion gave %d", pversion);

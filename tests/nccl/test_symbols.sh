@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# libnccl.so.2 must export every NCCL 2.27 function and its pnccl* alias,
-# every function PyTorch's CUDA library calls, and nothing else.
-#   test_symbols.sh LIBNCCL NCCL_SYMBOLS PYTORCH_SYMBOLS
+# libnccl.so.2 must export every NCCL 2.30 function and its pnccl* alias and
+# nothing else, and every nccl* function that the installed PyTorch's
+# libtorch_cuda.so leaves undefined (read off it with nm, not listed here).
+#   test_symbols.sh LIBNCCL NCCL_SYMBOLS [TORCH_PYTHON]
+# Without TORCH_PYTHON (.venv-torch/bin/python) the PyTorch part is skipped,
+# and says so.
 set -euo pipefail
-lib=$1 api=$2 torch=$3
+lib=$1 api=$2 torch_python=${3:-}
 fail=0
+export LC_ALL=C
 
 soname=$(readelf -d "$lib" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 if [ "$soname" != libnccl.so.2 ]; then
@@ -27,16 +31,41 @@ if [ -n "$extra" ]; then
   echo "exported but not part of the NCCL API:"; echo "$extra" | sed 's/^/  /'
   fail=1
 fi
-torch_missing=$(comm -13 <(echo "$exported") <(names "$torch" | sort -u))
-if [ -n "$torch_missing" ]; then
-  echo "called by PyTorch but not exported:"; echo "$torch_missing" | sed 's/^/  /'
-  fail=1
-fi
 # as NCCL's: nccl* weak (a profiler may override them), pnccl* strong
 wrong=$(nm -D --defined-only "$lib" | awk '($3 ~ /^nccl/ && $2 != "W") || ($3 ~ /^pnccl/ && $2 != "T") {print $2, $3}')
 if [ -n "$wrong" ]; then
   echo "want nccl* weak (W) and pnccl* strong (T):"; echo "$wrong" | sed 's/^/  /'
   fail=1
 fi
-[ $fail -eq 0 ] && echo "$(echo "$exported" | wc -l) symbols, as expected; PyTorch's $(names "$torch" | wc -l) all present"
+echo "$(echo "$exported" | wc -l) symbols exported, NCCL 2.30's $(names "$api" | wc -l) functions and their pnccl* aliases"
+
+# PyTorch's needs, from its library
+if [ -z "$torch_python" ] || [ ! -x "$torch_python" ]; then
+  echo "PyTorch not checked: no ${torch_python:-.venv-torch/bin/python} (WEFT_SETUP_TORCH=1 tools/setup.sh makes it)"
+else
+  torch_dir=$("$torch_python" -c 'import importlib.util, os; print(os.path.dirname(importlib.util.find_spec("torch").origin))')
+  cuda_lib=$torch_dir/lib/libtorch_cuda.so
+  if [ ! -f "$cuda_lib" ]; then
+    echo "PyTorch not checked: $cuda_lib is absent (a CPU-only build links no NCCL)"
+  else
+    needed=$(nm -D --undefined-only "$cuda_lib" | awk '{print $NF}' | sed 's/@.*//' | grep -E '^p?nccl' | sort -u)
+    torch_missing=$(comm -13 <(echo "$exported") <(echo "$needed"))
+    not_api=$(comm -13 <(echo "$expected") <(echo "$needed"))
+    if [ -z "$needed" ]; then
+      echo "$cuda_lib needs no nccl* symbol: nm found none"
+      fail=1
+    fi
+    if [ -n "$torch_missing" ]; then
+      echo "needed by $cuda_lib but not exported:"; echo "$torch_missing" | sed 's/^/  /'
+      fail=1
+    fi
+    if [ -n "$not_api" ]; then
+      echo "needed by PyTorch but not in NCCL 2.30's list (nccl_symbols.txt is out of date):"
+      echo "$not_api" | sed 's/^/  /'
+      fail=1
+    fi
+    version=$("$torch_python" -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null || echo '?')
+    [ -z "$torch_missing" ] && echo "PyTorch $version: the $(echo "$needed" | wc -l) nccl* symbols libtorch_cuda.so needs are all exported"
+  fi
+fi
 exit $fail
