@@ -41,8 +41,17 @@ struct peer_info {
 
 struct bootstrap;
 
-/* Makes an id with a fresh secret and starts its root service on this host. */
+/* Makes an id with a fresh secret and starts its root service on this host,
+ * on WEFT_SOCKET_IFNAME's interface, else the first non-loopback one. */
 weftResult_t bootstrap_id_create(struct bootstrap_id *id_out);
+
+/* The same, with the root listening on bind_addr (port 0 picks one). */
+weftResult_t bootstrap_id_create_at(const union weft_sockaddr *bind_addr,
+                                    struct bootstrap_id *id_out);
+/* The same on loopback: for jobs whose ranks all live in this process. */
+weftResult_t bootstrap_id_create_local(struct bootstrap_id *id_out);
+/* The same on the interface bs listens on: for jobs made of bs's ranks. */
+weftResult_t bootstrap_id_create_like(const struct bootstrap *bs, struct bootstrap_id *id_out);
 
 /* Starts a root service for id->secret listening on bind_addr (port 0 picks
  * one); writes the bound address. The service runs in a detached thread that
@@ -73,6 +82,9 @@ weftResult_t bootstrap_recv(struct bootstrap *bs, int peer, uint32_t tag, void *
 void bootstrap_close(struct bootstrap *bs);
 /* Point-to-point waits end early when *abort becomes non-zero. */
 void bootstrap_set_abort(struct bootstrap *bs, const volatile uint32_t *abort);
+/* Where this rank's bootstrap listener is: other listeners of the job bind
+ * the same interface. */
+const union weft_sockaddr *bootstrap_listen_addr(const struct bootstrap *bs);
 
 /* The job described by a launcher's environment (see weftCommInitFromEnv). */
 struct bootstrap_env {
@@ -84,10 +96,13 @@ struct bootstrap_env {
   struct bootstrap_id id;
 };
 weftResult_t bootstrap_env_read(struct bootstrap_env *env_out);
+/* Completes env's id: a loopback root for a job of one, the root service on
+ * rank 0 (on the rendezvous address's interface). */
+weftResult_t bootstrap_env_rendezvous(struct bootstrap_env *env);
 
 /* The id of a rendezvous at a fixed "host:port" (NCCL_COMM_ID; `what` names
  * the variable in errors): the same on every process that computes it, with
- * a secret from WEFT_SECRET (or a fixed text) and the address. No root
+ * a secret from WEFT_SECRET, the launcher's job identity and the address. No root
  * service is started: one rank starts it with bootstrap_root_start. */
 weftResult_t bootstrap_id_from_hostport(const char *hostport, const char *what,
                                         struct bootstrap_id *id_out);

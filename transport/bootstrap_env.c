@@ -1,4 +1,5 @@
 /* Reads a launcher's environment into a rank, a size and a rendezvous id. */
+#include <errno.h>
 #include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +50,24 @@ static void secret_derive(const char *text, uint8_t secret[BOOTSTRAP_SECRET_BYTE
     h ^= h >> 29;
     memcpy(secret + i, &h, 8);
   }
+}
+
+/* What the secret of a rendezvous at a fixed address is made from:
+ * WEFT_SECRET, and the job identity the launcher gives every rank (values of
+ * the environment, which other users cannot read). Without WEFT_SECRET that
+ * identity may be guessable, so the secret is only as strong as it is. */
+static const char *secret_text(void) {
+  static const char *const job_vars[] = {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID",
+                                         "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"};
+  static _Thread_local char text[768];
+  const char *secret = getenv("WEFT_SECRET");
+  int o = snprintf(text, sizeof text, "%s", secret != NULL ? secret : "weft-open");
+  for (size_t i = 0; i < sizeof job_vars / sizeof job_vars[0]; i++) {
+    const char *v = getenv(job_vars[i]);
+    if (v != NULL && o >= 0 && (size_t)o < sizeof text)
+      o += snprintf(text + o, sizeof text - (size_t)o, "|%s=%s", job_vars[i], v);
+  }
+  return text;
 }
 
 /* Splits "host:port" (what names the variable it came from). */
@@ -136,11 +155,9 @@ weftResult_t bootstrap_env_read(struct bootstrap_env *env_out) {
                           e.source);
   }
   e.id.magic = BOOTSTRAP_MAGIC;
-  char text[512];
-  const char *secret = getenv("WEFT_SECRET");
-  char abuf[64];
-  snprintf(text, sizeof text, "%s|%s|%d", secret ? secret : "weft-open",
-           sock_addr_str(&e.id.root, abuf, sizeof abuf), e.nranks);
+  char text[1024], abuf[64];
+  snprintf(text, sizeof text, "%s|%s|%d", secret_text(), sock_addr_str(&e.id.root, abuf, sizeof abuf),
+           e.nranks);
   secret_derive(text, e.id.secret);
   e.serve_root = e.rank == 0;
   *env_out = e;
@@ -163,11 +180,33 @@ weftResult_t bootstrap_id_from_hostport(const char *hostport, const char *what,
   memset(&id, 0, sizeof id);
   WEFT_TRY(sock_resolve(host, port, &id.root));
   id.magic = BOOTSTRAP_MAGIC;
-  char text[512], abuf[64];
-  const char *secret = getenv("WEFT_SECRET");
-  snprintf(text, sizeof text, "%s|%s|%s", secret ? secret : "weft-open", what,
+  char text[1024], abuf[64];
+  snprintf(text, sizeof text, "%s|%s|%s", secret_text(), what,
            sock_addr_str(&id.root, abuf, sizeof abuf));
   secret_derive(text, id.secret);
   *id_out = id;
   return weftSuccess;
+}
+
+weftResult_t bootstrap_env_rendezvous(struct bootstrap_env *env) {
+  if (!env->found) return bootstrap_id_create_local(&env->id); /* a job of one */
+  if (!env->serve_root) return weftSuccess;
+  /* on the rendezvous address itself, so that only its interface (loopback
+   * for 127.0.0.1) takes connections; on every interface when the address
+   * is not one of this host's (a name that resolves elsewhere, NAT) */
+  union weft_sockaddr at = env->id.root;
+  weftResult_t res = bootstrap_root_start(&at, env->id.secret, NULL);
+  if (res == weftSuccess) return weftSuccess;
+  char first[512], abuf[64];
+  snprintf(first, sizeof first, "%s", weft_error_text());
+  if (strstr(first, strerror(EADDRINUSE)) != NULL)
+    return weft_error_set(weftSystemError,
+                          "%s: the rendezvous port %s is taken; under torchrun MASTER_PORT is its "
+                          "store's (weft then uses the store unless WEFT_COMM_ID is set): set "
+                          "WEFT_COMM_ID=host:port to a free port",
+                          first, sock_addr_str(&at, abuf, sizeof abuf));
+  if (at.sa.sa_family == AF_INET) at.in.sin_addr.s_addr = htonl(INADDR_ANY);
+  else at.in6.sin6_addr = in6addr_any;
+  WEFT_INFO(LOG_BOOTSTRAP, "%s; serving the rendezvous on every interface", first);
+  return bootstrap_root_start(&at, env->id.secret, NULL);
 }
