@@ -135,41 +135,48 @@ static int root_rank_left(const int *fds, int nranks) {
   return -1;
 }
 
-/* Tells every joined rank how the rendezvous ended (a failure). */
-static void root_fail_all(const int *fds, int nranks, uint32_t outcome, int32_t rank) {
-  for (int r = 0; fds != NULL && r < nranks; r++) {
-    if (fds[r] < 0) continue;
-    uint32_t msg[2] = {outcome, (uint32_t)rank};
-    sock_send_all(fds[r], msg, sizeof msg, clock_ns() + HELLO_TIMEOUT_NS);
-  }
+/* Tells a joined rank that rank `left` left, and lets it go. */
+static void root_tell_left(int fd, int32_t left) {
+  uint32_t msg[2] = {ROOT_RANK_LEFT, (uint32_t)left};
+  sock_send_all(fd, msg, sizeof msg, clock_ns() + HELLO_TIMEOUT_NS);
+  close(fd);
 }
 
 /* Serves every connection at once (sock_hellos_next): strangers and silent
- * clients are dropped without delaying the ranks, and a rank that leaves
- * before all have joined fails the others at once instead of at the
- * timeout. */
+ * clients are dropped without delaying the ranks. A rank that leaves before
+ * all have joined fails the others at once instead of at the timeout: those
+ * joined are told, and those still to come are told when they arrive. */
 static void *root_main(void *arg) {
   struct root_state *st = arg;
   uint64_t deadline = clock_ns() + st->timeout_ns;
   int nranks = -1, joined = 0;
+  int left = -1, told = 0; /* after a rank left: how many others know */
   int *fds = NULL;
   struct peer_info *infos = NULL;
   struct sock_hellos *hs = calloc(1, sizeof *hs);
   if (hs == NULL) goto close_all;
-  while (nranks < 0 || joined < nranks) {
-    int left = root_rank_left(fds, nranks);
-    if (left >= 0) {
+  while (left < 0 ? nranks < 0 || joined < nranks : told < nranks - 1) {
+    if (left < 0 && (left = root_rank_left(fds, nranks)) >= 0) {
       WEFT_WARN(LOG_BOOTSTRAP, "root: rank %d left before all %d ranks joined", left, nranks);
       close(fds[left]);
       fds[left] = -1;
-      root_fail_all(fds, nranks, ROOT_RANK_LEFT, left);
-      goto close_all;
+      for (int r = 0; r < nranks; r++) {
+        if (fds[r] < 0) continue;
+        root_tell_left(fds[r], left);
+        fds[r] = -1;
+        told++;
+      }
+      continue;
     }
     uint64_t now = clock_ns();
     if (now >= deadline) {
-      WEFT_WARN(LOG_BOOTSTRAP, "root: %d of %d ranks joined before the timeout; giving up",
-                joined, nranks);
-      root_fail_all(fds, nranks, ROOT_GAVE_UP, -1);
+      if (left < 0)
+        WEFT_WARN(LOG_BOOTSTRAP, "root: %d of %d ranks joined before the timeout; giving up",
+                  joined, nranks);
+      for (int r = 0; fds != NULL && r < nranks; r++) {
+        uint32_t outcome = ROOT_GAVE_UP;
+        if (fds[r] >= 0) sock_send_all(fds[r], &outcome, sizeof outcome, now + HELLO_TIMEOUT_NS);
+      }
       goto close_all;
     }
     int fd;
@@ -181,8 +188,8 @@ static void *root_main(void *arg) {
     if (res == weftInProgress) continue;
     if (res != weftSuccess) {
       WEFT_WARN(LOG_BOOTSTRAP, "root: %s; giving up", weft_error_text());
-      root_fail_all(fds, nranks, ROOT_GAVE_UP, -1);
-      goto close_all;
+      deadline = 0; /* tells the joined ranks, next turn */
+      continue;
     }
     if (!secret_equal(h.secret, st->secret)) {
       /* nothing goes back to a client that has not proven the secret */
@@ -199,6 +206,12 @@ static void *root_main(void *arg) {
                 code);
       root_reply(fd, code);
       close(fd);
+      continue;
+    }
+    if (left >= 0) {
+      root_reply(fd, ROOT_OK);
+      root_tell_left(fd, left);
+      told++;
       continue;
     }
     if (fds == NULL) {
@@ -218,7 +231,7 @@ static void *root_main(void *arg) {
     root_reply(fd, ROOT_OK);
     WEFT_TRACE(LOG_BOOTSTRAP, "root: rank %d of %d joined (%d so far)", h.rank, nranks, joined);
   }
-  for (int r = 0; r < nranks; r++) {
+  for (int r = 0; left < 0 && r < nranks; r++) {
     uint32_t outcome = ROOT_ALL_JOINED;
     uint64_t d = clock_ns() + st->timeout_ns;
     if (sock_send_all(fds[r], &outcome, sizeof outcome, d) == weftSuccess)
@@ -451,6 +464,7 @@ static weftResult_t root_wait_table(int root_fd, const struct bootstrap_id *id, 
   if (code != ROOT_OK)
     return weft_error_set(weftInvalidArgument, "bootstrap root at %s refused rank %d of %d: %s",
                           root, rank, nranks, root_reply_text(code));
+  WEFT_TRACE(LOG_BOOTSTRAP, "rank %d: admitted by the root at %s", rank, root);
   uint32_t outcome;
   res = sock_recv_all(root_fd, &outcome, sizeof outcome, deadline);
   if (res == weftSuccess && outcome == ROOT_RANK_LEFT) {

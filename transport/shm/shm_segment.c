@@ -97,6 +97,7 @@ weftResult_t shm_segment_create(size_t nbytes, struct shm_segment *seg_out) {
     goto unmap;
   }
   close(fd);
+  WEFT_TRACE(LOG_SHM, "created %s (%zu bytes)", seg.name, nbytes);
   *seg_out = seg;
   return weftSuccess;
 unmap:
