@@ -45,6 +45,7 @@ weftResult_t comm_check(const struct weftComm *comm) {
 void comm_poison(struct weftComm *comm) {
   channels_poison(comm);
   p2p_conns_poison(comm);
+  bootstrap_poison(comm->bs); /* peers waiting on the bootstrap learn it too */
 }
 
 weftResult_t comm_fail(struct weftComm *comm, weftResult_t res) {

@@ -75,6 +75,7 @@ struct p2p_header {
 };
 
 #define P2P_MAX_NBYTES 65536
+#define P2P_TAG_FAILED 0xfa11ed00u /* "this rank failed": ends the receiver's waits on it */
 #define P2P_MAGIC 0x77667470u /* "wftp": never mistaken for a ring hello */
 
 static_assert(sizeof(struct hello) <= SOCK_HELLO_MAX_NBYTES, "hello fits a pending buffer");
@@ -92,6 +93,7 @@ struct bootstrap {
   uint8_t secret[BOOTSTRAP_SECRET_BYTES];
   struct p2p_msg *unexpected;
   const volatile uint32_t *abort; /* the owner's abort flag, or NULL */
+  uint32_t poisoned;              /* bootstrap_poison ran */
   uint64_t timeout_ns;
 };
 
@@ -194,7 +196,7 @@ static void *root_main(void *arg) {
     if (!secret_equal(h.secret, st->secret)) {
       /* nothing goes back to a client that has not proven the secret */
       WEFT_WARN(LOG_BOOTSTRAP, "root: dropped a client without the job's secret");
-      close(fd);
+      sock_close_reset(fd);
       continue;
     }
     uint32_t code = ROOT_OK;
@@ -373,7 +375,7 @@ static size_t listener_hello_size(const uint8_t *buf, size_t got, void *arg) {
 static weftResult_t p2p_queue(struct bootstrap *bs, int fd, const struct p2p_header *h) {
   struct p2p_msg *m = malloc(sizeof *m + h->nbytes);
   if (m == NULL) {
-    close(fd);
+    sock_close_reset(fd);
     return weft_error_set(weftSystemError, "out of memory");
   }
   m->next = NULL;
@@ -381,7 +383,7 @@ static weftResult_t p2p_queue(struct bootstrap *bs, int fd, const struct p2p_hea
   m->tag = h->tag;
   m->nbytes = h->nbytes;
   weftResult_t res = sock_recv_all(fd, m->data, h->nbytes, clock_ns() + HELLO_TIMEOUT_NS);
-  close(fd);
+  sock_close_reset(fd); /* the message is in: the sender closes in order */
   if (res != weftSuccess) {
     WEFT_INFO(LOG_BOOTSTRAP, "dropped a message from rank %d cut short: %s", h->from,
               weft_error_text());
@@ -420,7 +422,7 @@ static weftResult_t listener_serve(struct bootstrap *bs, uint64_t until, struct 
     return weftSuccess;
   }
   WEFT_WARN(LOG_BOOTSTRAP, "rank %d dropped a connection without the job's secret", bs->rank);
-  close(fd);
+  sock_close_reset(fd);
   return weftInProgress;
 }
 
@@ -519,7 +521,7 @@ weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,
   WEFT_TRY_GOTO(sock_connect(&id->root, deadline, &root_fd), res, free_bs);
   WEFT_TRY_GOTO(sock_send_all(root_fd, &h, sizeof h, deadline), res, close_root);
   WEFT_TRY_GOTO(root_wait_table(root_fd, id, rank, nranks, deadline, peers_out), res, close_root);
-  close(root_fd);
+  sock_close_reset(root_fd); /* all read; the root closes its end in order */
   root_fd = -1;
 
   bs->addrs = malloc(sizeof *bs->addrs * (size_t)nranks);
@@ -550,12 +552,22 @@ weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,
   return weftSuccess;
 
 close_root:
-  close(root_fd);
+  sock_close_reset(root_fd);
 free_bs:
   if (res == weftRemoteError || res == weftSystemError)
     res = weft_error_set(res, "bootstrap of rank %d of %d: %s", rank, nranks, weft_error_text());
   bootstrap_close(bs);
   return res;
+}
+
+/* The first rank (peer, or any when peer < 0) that said it failed, or -1.
+ * Only while this rank has not failed itself: after that the ranks are
+ * recovering (a shrink), and what they send then is new. */
+static int p2p_failed_rank(const struct bootstrap *bs, int peer) {
+  if (__atomic_load_n(&bs->poisoned, __ATOMIC_ACQUIRE)) return -1;
+  for (const struct p2p_msg *m = bs->unexpected; m != NULL; m = m->next)
+    if (m->tag == P2P_TAG_FAILED && (peer < 0 || m->from == peer)) return m->from;
+  return -1;
 }
 
 /* Sends sbuf to fd_out while receiving rbuf from fd_in, so that neither side
@@ -565,15 +577,25 @@ static weftResult_t sock_exchange(struct bootstrap *bs, const char *sbuf, char *
   int fd_out = bs->fd_next, fd_in = bs->fd_prev;
   size_t sent = 0, got = 0;
   while (sent < nbytes || got < nbytes) {
-    struct pollfd p[2] = {{.fd = sent < nbytes ? fd_out : -1, .events = POLLOUT},
-                          {.fd = got < nbytes ? fd_in : -1, .events = POLLIN}};
+    /* the listener too: a rank that failed says so there */
+    struct pollfd p[3] = {{.fd = sent < nbytes ? fd_out : -1, .events = POLLOUT},
+                          {.fd = got < nbytes ? fd_in : -1, .events = POLLIN},
+                          {.fd = bs->listen_fd, .events = POLLIN}};
     uint64_t now = clock_ns();
     if (now >= deadline) return weft_error_set(weftRemoteError, "bootstrap exchange timed out");
     if (bs->abort != NULL && *bs->abort)
       return weft_error_set(weftRemoteError, "communicator aborted during a bootstrap exchange");
+    int failed = p2p_failed_rank(bs, -1);
+    if (failed >= 0)
+      return weft_error_set(weftRemoteError, "rank %d failed during a bootstrap exchange", failed);
     uint64_t ms = (deadline - now) / 1000000 + 1;
-    int rc = poll(p, 2, ms > 100 ? 100 : (int)ms);
+    int rc = poll(p, bs->hellos.n > 0 ? 2 : 3, ms > 100 ? 100 : (int)ms);
     if (rc < 0 && errno != EINTR) return weft_error_errno(weftSystemError, "poll");
+    if (bs->hellos.n > 0 || (rc > 0 && (p[2].revents & POLLIN))) {
+      /* take what is ready there without waiting */
+      weftResult_t res = listener_serve(bs, clock_ns() + 1000000ull, NULL, -1, NULL);
+      if (res != weftSuccess && res != weftInProgress) return res;
+    }
     if (rc <= 0) continue;
     if (p[0].revents & (POLLOUT | POLLERR | POLLHUP)) {
       ssize_t n = send(fd_out, sbuf + sent, nbytes - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -616,8 +638,10 @@ weftResult_t bootstrap_barrier(struct bootstrap *bs) {
 
 void bootstrap_close(struct bootstrap *bs) {
   if (bs == NULL) return;
+  /* data only flows from prev to this rank, and every exchange of ours is
+   * complete: the reading end resets, the writing end closes in order */
   if (bs->fd_next >= 0) close(bs->fd_next);
-  if (bs->fd_prev >= 0) close(bs->fd_prev);
+  if (bs->fd_prev >= 0) sock_close_reset(bs->fd_prev);
   if (bs->listen_fd >= 0) close(bs->listen_fd);
   sock_hellos_close(&bs->hellos);
   while (bs->unexpected != NULL) {
@@ -677,12 +701,36 @@ weftResult_t bootstrap_recv(struct bootstrap *bs, int peer, uint32_t tag, void *
       free(m);
       return res;
     }
-    /* the scan resumes at *link, where a newly queued message lands */
-    weftResult_t res = listener_serve(bs, deadline, &w, -1, NULL);
+    if (p2p_failed_rank(bs, peer) >= 0)
+      return weft_error_set(weftRemoteError,
+                            "rank %d failed (seen while waiting for a bootstrap message from it)",
+                            peer);
+    /* the scan resumes at *link, where a newly queued message lands; in
+     * slices, so that a failure message is seen promptly */
+    uint64_t slice = clock_ns() + SERVE_SLICE_NS;
+    weftResult_t res = listener_serve(bs, slice < deadline ? slice : deadline, &w, -1, NULL);
     if (res == weftInProgress && clock_ns() >= deadline)
       res = weft_error_set(weftRemoteError, "timed out");
     if (res != weftSuccess && res != weftInProgress)
       return weft_error_set(res, "waiting for a bootstrap message from rank %d: %s", peer,
                             weft_error_text());
   }
+}
+
+void bootstrap_poison(struct bootstrap *bs) {
+  if (bs == NULL || __atomic_exchange_n(&bs->poisoned, 1u, __ATOMIC_ACQ_REL)) return;
+  struct p2p_header h = {.magic = P2P_MAGIC, .from = bs->rank, .tag = P2P_TAG_FAILED,
+                         .nbytes = 0};
+  memcpy(h.secret, bs->secret, sizeof h.secret);
+  for (int r = 0; r < bs->nranks; r++) {
+    if (r == bs->rank) continue;
+    /* best effort and brief: a peer that is gone refuses at once */
+    uint64_t deadline = clock_ns() + 250000000ull;
+    int fd;
+    if (sock_connect_peer(&bs->addrs[r], deadline, NULL, &fd) != weftSuccess) continue;
+    sock_send_all(fd, &h, sizeof h, deadline);
+    close(fd);
+  }
+  WEFT_INFO(LOG_BOOTSTRAP, "rank %d told the other %d ranks that it failed", bs->rank,
+            bs->nranks - 1);
 }

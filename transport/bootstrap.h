@@ -80,6 +80,11 @@ weftResult_t bootstrap_send(struct bootstrap *bs, int peer, uint32_t tag, const 
 weftResult_t bootstrap_recv(struct bootstrap *bs, int peer, uint32_t tag, void *data,
                             size_t nbytes);
 void bootstrap_close(struct bootstrap *bs);
+/* Tells every other rank, once and best effort (a quarter second per rank at
+ * most), that this rank failed: their bootstrap waits on it (messages,
+ * allgathers) end at once with an error instead of at the timeout. Safe
+ * from any thread. */
+void bootstrap_poison(struct bootstrap *bs);
 /* Point-to-point waits end early when *abort becomes non-zero. */
 void bootstrap_set_abort(struct bootstrap *bs, const volatile uint32_t *abort);
 /* Where this rank's bootstrap listener is: other listeners of the job bind

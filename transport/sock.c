@@ -292,13 +292,13 @@ weftResult_t sock_accept(int listen_fd, uint64_t deadline_ns, struct weft_wait *
 
 static void sock_hellos_drop(struct sock_hellos *hs, int i, const char *why) {
   WEFT_INFO(LOG_BOOTSTRAP, "dropped an unproven connection: %s", why);
-  close(hs->v[i].fd);
+  sock_close_reset(hs->v[i].fd);
   memmove(&hs->v[i], &hs->v[i + 1], sizeof hs->v[0] * (size_t)(hs->n - i - 1));
   hs->n--;
 }
 
 void sock_hellos_close(struct sock_hellos *hs) {
-  for (int i = 0; i < hs->n; i++) close(hs->v[i].fd);
+  for (int i = 0; i < hs->n; i++) sock_close_reset(hs->v[i].fd);
   hs->n = 0;
 }
 
@@ -395,6 +395,12 @@ weftResult_t sock_hellos_next(struct sock_hellos *hs, int listen_fd, uint64_t he
     else if (p[0].revents & (POLLERR | POLLNVAL))
       return weft_error_set(weftSystemError, "listener failed");
   }
+}
+
+void sock_close_reset(int fd) {
+  struct linger l = {.l_onoff = 1, .l_linger = 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+  close(fd);
 }
 
 weftResult_t sock_send_all(int fd, const void *buf, size_t nbytes, uint64_t deadline_ns) {

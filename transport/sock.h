@@ -79,6 +79,12 @@ weftResult_t sock_hellos_next(struct sock_hellos *hs, int listen_fd, uint64_t he
                               size_t *nbytes_out);
 /* Closes every pending connection. */
 void sock_hellos_close(struct sock_hellos *hs);
+/* Closes a connection whose incoming data this end has read all it needs
+ * of: with a reset instead of the orderly close, so that neither end keeps
+ * the port in TIME_WAIT. The other end closes in order (after its last
+ * send). Communicators made and destroyed by the thousand would otherwise
+ * leave so many ports in TIME_WAIT that no listener can bind. */
+void sock_close_reset(int fd);
 weftResult_t sock_send_all(int fd, const void *buf, size_t nbytes, uint64_t deadline_ns);
 /* Fails with weftRemoteError when the peer closes before nbytes arrived. */
 weftResult_t sock_recv_all(int fd, void *buf, size_t nbytes, uint64_t deadline_ns);

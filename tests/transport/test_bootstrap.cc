@@ -438,4 +438,74 @@ TEST(FromEnvBind, LoopbackRendezvousListensOnLoopback) {
   if (outside.empty()) printf("no non-loopback address here: only the listeners were checked\n");
 }
 
+int sh_quiet(const std::string &cmd) { return system((cmd + " >/dev/null 2>&1").c_str()); }
+
+// TCP sockets in TIME_WAIT in this process's network namespace.
+int time_wait_count() {
+  int n = 0;
+  for (const char *path : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    FILE *f = fopen(path, "r");
+    if (f == nullptr) continue;
+    char line[512];
+    while (fgets(line, sizeof line, f) != nullptr) {
+      unsigned st = 0;
+      if (sscanf(line, " %*d: %*s %*s %x", &st) == 1 && st == 0x06) n++;
+    }
+    fclose(f);
+  }
+  return n;
+}
+
+// Communicators made and destroyed over and over (a split, a point-to-point
+// exchange on it, destroy) must not use up the host's ports: what lingers in
+// TIME_WAIT must not block the next connections and listeners. Run in a
+// network namespace of its own whose ephemeral range is 400 ports, so a
+// bounded loop of 600 cycles would exhaust it if each cycle held one.
+TEST(Ports, SplitAndP2pChurnDoesNotExhaustPorts) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to create a network namespace";
+  if (sh_quiet("command -v ip") != 0) GTEST_SKIP() << "needs the ip tool (iproute2)";
+  const std::string ns = "weft-ports-" + std::to_string(getpid() % 100000);
+  if (sh_quiet("ip netns add " + ns) != 0 ||
+      sh_quiet("ip netns exec " + ns + " ip link set lo up") != 0 ||
+      sh_quiet("ip netns exec " + ns + " sysctl -w net.ipv4.ip_local_port_range='40000 40399'") !=
+          0) {
+    sh_quiet("ip netns del " + ns);
+    GTEST_SKIP() << "could not create a network namespace with a small port range";
+  }
+  const int cycles = 600;
+  RunOptions opts;
+  opts.timeout_s = 240;
+  opts.netns = {ns, ns};
+  opts.env = {{"WEFT_TIMEOUT", "20"}};
+  double start = now_s();
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    for (int c = 0; c < cycles; c++) {
+      weftComm_t sub;
+      if (weftCommSplit(comm, 0, ctx.rank, &sub, nullptr) != weftSuccess)
+        return rank_fail(ctx, "cycle %d: split: %s (%d in TIME_WAIT)", c,
+                         weftGetLastError(comm), time_wait_count());
+      int out = c * 10 + ctx.rank, in = -1, peer = 1 - ctx.rank;
+      weftGroupStart();
+      weftSend(&out, 1, weftInt32, peer, sub, nullptr);
+      weftRecv(&in, 1, weftInt32, peer, sub, nullptr);
+      if (weftGroupEnd() != weftSuccess)
+        return rank_fail(ctx, "cycle %d: p2p: %s (%d in TIME_WAIT)", c, weftGetLastError(sub),
+                         time_wait_count());
+      if (in != c * 10 + peer) return rank_fail(ctx, "cycle %d: got %d", c, in);
+      if (weftCommDestroy(sub) != weftSuccess) return rank_fail(ctx, "cycle %d: destroy", c);
+    }
+    if (ctx.rank == 0) printf("%d sockets in TIME_WAIT after %d cycles\n", time_wait_count(), cycles);
+    weftCommDestroy(comm);
+    return 0;
+  }, opts);
+  double took = now_s() - start;
+  sh_quiet("ip netns del " + ns);
+  printf("%d split + p2p cycles in %.1f s\n", cycles, took);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
 }  // namespace

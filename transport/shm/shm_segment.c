@@ -24,7 +24,9 @@ static uint32_t shm_pidns_tag(void) {
   return stat("/proc/self/ns/pid", &st) == 0 ? (uint32_t)st.st_ino : 0;
 }
 
-/* Whether pid is gone: no such process, or a zombie. */
+/* Whether pid is gone: no such process, a zombie, or a process on its way
+ * out (PF_EXITING: its sockets close before it becomes a zombie, so a peer
+ * may notice the death first). */
 static int shm_pid_gone(pid_t pid) {
   if (kill(pid, 0) != 0) return errno == ESRCH;
   char path[64], buf[256];
@@ -36,7 +38,11 @@ static int shm_pid_gone(pid_t pid) {
   if (n <= 0) return 0;
   buf[n] = '\0';
   const char *paren = strrchr(buf, ')');
-  return paren != NULL && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+  char state = 0;
+  unsigned int flags = 0;
+  if (paren == NULL || sscanf(paren + 1, " %c %*d %*d %*d %*d %*d %u", &state, &flags) != 2)
+    return 0;
+  return state == 'Z' || state == 'X' || (flags & 0x4u) != 0; /* PF_EXITING */
 }
 
 int shm_segment_sweep(void) {
