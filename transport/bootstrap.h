@@ -97,12 +97,16 @@ struct bootstrap_env {
   int rank;
   int nranks;
   int serve_root; /* this rank must start the root service on id.root */
+  int use_store;  /* torchrun: the id travels through its store at store_addr */
+  union weft_sockaddr store_addr;
   const char *source; /* "weft", "torchrun", "openmpi", "slurm" */
   struct bootstrap_id id;
 };
 weftResult_t bootstrap_env_read(struct bootstrap_env *env_out);
-/* Completes env's id: a loopback root for a job of one, the root service on
- * rank 0 (on the rendezvous address's interface). */
+/* Completes env's id: a loopback root for a job of one; under torchrun, an id
+ * made by rank 0 (random secret, root on a port of its own) and handed to
+ * the others through torchrun's store, whose port MASTER_PORT is; else the
+ * root service on rank 0 (on the rendezvous address's interface). */
 weftResult_t bootstrap_env_rendezvous(struct bootstrap_env *env);
 
 /* The id of a rendezvous at a fixed "host:port" (NCCL_COMM_ID; `what` names

@@ -4,9 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 #include "bootstrap.h"
 #include "status.h"
+#include "wait.h"
 
 #define BOOTSTRAP_MAGIC 0x77667462u
 
@@ -143,6 +146,17 @@ weftResult_t bootstrap_env_read(struct bootstrap_env *env_out) {
   }
   int have_addr = 0;
   WEFT_TRY(env_address(&e.id.root, &have_addr));
+  /* torchrun's agent holds MASTER_PORT with its store: the id goes through it */
+  const char *agent_store = getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const char *comm_id = getenv("WEFT_COMM_ID");
+  if (have_addr && strcmp(e.source, "torchrun") == 0 && (comm_id == NULL || *comm_id == '\0') &&
+      agent_store != NULL && strcasecmp(agent_store, "true") == 0) {
+    e.use_store = 1;
+    e.store_addr = e.id.root;
+    memset(&e.id, 0, sizeof e.id);
+    *env_out = e;
+    return weftSuccess;
+  }
   if (!have_addr) {
     if (e.nranks == 1) {
       e.found = 0;
@@ -188,8 +202,124 @@ weftResult_t bootstrap_id_from_hostport(const char *hostport, const char *what,
   return weftSuccess;
 }
 
+/* --- torchrun's store ----------------------------------------------------
+ * A c10d TCPStore speaks a small binary protocol: a one-byte query type, then
+ * strings and values as a 64-bit little-endian length and the bytes. Weft
+ * uses four queries: VALIDATE (with the store's magic number), SET, WAIT
+ * (answered once the keys exist) and GET. */
+enum { STORE_VALIDATE = 0, STORE_SET = 1, STORE_GET = 3, STORE_WAIT = 6 };
+#define STORE_MAGIC 0x3C85F7CEu
+#define STORE_MAX_VALUE 4096
+
+/* One query, sent whole in one call as the store's own client does (the
+ * store's parser may take a query split across packets for a bad one). */
+struct store_msg {
+  size_t n;
+  uint8_t buf[512];
+};
+
+static void store_put(struct store_msg *m, const void *data, size_t n) {
+  if (m->n + n <= sizeof m->buf) memcpy(m->buf + m->n, data, n);
+  m->n += n;
+}
+
+static void store_put_bytes(struct store_msg *m, const void *data, uint64_t n) {
+  store_put(m, &n, sizeof n);
+  store_put(m, data, n);
+}
+
+static weftResult_t store_send(int fd, const struct store_msg *m, uint64_t deadline) {
+  if (m->n > sizeof m->buf) return weft_error_set(weftInternalError, "store query too long");
+  return sock_send_all(fd, m->buf, m->n, deadline);
+}
+
+static weftResult_t store_open(const union weft_sockaddr *addr, uint64_t deadline, int *fd_out) {
+  int fd;
+  WEFT_TRY(sock_connect(addr, deadline, &fd));
+  struct store_msg m = {0};
+  uint8_t type = STORE_VALIDATE;
+  uint32_t magic = STORE_MAGIC;
+  store_put(&m, &type, 1);
+  store_put(&m, &magic, sizeof magic);
+  weftResult_t res = store_send(fd, &m, deadline);
+  if (res != weftSuccess) {
+    close(fd);
+    return res;
+  }
+  *fd_out = fd;
+  return weftSuccess;
+}
+
+static weftResult_t store_set(int fd, const char *key, const void *value, size_t n,
+                              uint64_t deadline) {
+  struct store_msg m = {0};
+  uint8_t type = STORE_SET;
+  store_put(&m, &type, 1);
+  store_put_bytes(&m, key, strlen(key));
+  store_put_bytes(&m, value, n);
+  return store_send(fd, &m, deadline);
+}
+
+/* Waits until key exists, then reads its value (exactly n bytes). */
+static weftResult_t store_get(int fd, const char *key, void *value, size_t n, uint64_t deadline) {
+  uint64_t nkeys = 1, got = 0;
+  uint8_t answer = 0xff, type = STORE_WAIT;
+  struct store_msg m = {0};
+  store_put(&m, &type, 1);
+  store_put(&m, &nkeys, sizeof nkeys);
+  store_put_bytes(&m, key, strlen(key));
+  WEFT_TRY(store_send(fd, &m, deadline));
+  WEFT_TRY(sock_recv_all(fd, &answer, 1, deadline));
+  if (answer != 0) return weft_error_set(weftRemoteError, "the store cancelled the wait");
+  m.n = 0;
+  type = STORE_GET;
+  store_put(&m, &type, 1);
+  store_put_bytes(&m, key, strlen(key));
+  WEFT_TRY(store_send(fd, &m, deadline));
+  WEFT_TRY(sock_recv_all(fd, &got, sizeof got, deadline));
+  if (got != n)
+    return weft_error_set(weftRemoteError, "the store's value of %s has %llu bytes, expected %zu",
+                          key, (unsigned long long)got, n);
+  return sock_recv_all(fd, value, n, deadline);
+}
+
+/* Rank 0 makes the id and puts it in the store; the others wait for it. The
+ * key is new for each call of the process (ranks call in the same order)
+ * and for each restart of the job. */
+static weftResult_t store_exchange_id(struct bootstrap_env *env) {
+  static int calls;
+  int seq = __atomic_fetch_add(&calls, 1, __ATOMIC_RELAXED);
+  const char *restart = getenv("TORCHELASTIC_RESTART_COUNT");
+  char key[160], abuf[64];
+  snprintf(key, sizeof key, "weft/%s/%d/unique_id", restart != NULL ? restart : "0", seq);
+  uint64_t deadline = clock_ns() + wait_default_timeout_ns();
+  int fd;
+  weftResult_t res = store_open(&env->store_addr, deadline, &fd);
+  if (res == weftSuccess) {
+    if (env->rank == 0) {
+      union weft_sockaddr at;
+      res = sock_local_addr_to(&env->store_addr, &at);
+      if (res == weftSuccess) res = bootstrap_id_create_at(&at, &env->id);
+      if (res == weftSuccess) res = store_set(fd, key, &env->id, sizeof env->id, deadline);
+    } else {
+      res = store_get(fd, key, &env->id, sizeof env->id, deadline);
+    }
+    sock_close_reset(fd); /* nothing more to read: no port left in TIME_WAIT */
+  }
+  if (res != weftSuccess)
+    return weft_error_set(res,
+                          "torchrun's store at %s (MASTER_ADDR:MASTER_PORT), key %s: %s; to "
+                          "rendezvous without it, set WEFT_COMM_ID=host:port to a free port",
+                          sock_addr_str(&env->store_addr, abuf, sizeof abuf), key,
+                          weft_error_text());
+  WEFT_INFO(LOG_BOOTSTRAP, "rank %d: unique id %s through torchrun's store at %s", env->rank,
+            env->rank == 0 ? "published" : "read", sock_addr_str(&env->store_addr, abuf, sizeof abuf));
+  return weftSuccess;
+}
+
 weftResult_t bootstrap_env_rendezvous(struct bootstrap_env *env) {
   if (!env->found) return bootstrap_id_create_local(&env->id); /* a job of one */
+  if (env->use_store) return store_exchange_id(env);
   if (!env->serve_root) return weftSuccess;
   /* on the rendezvous address itself, so that only its interface (loopback
    * for 127.0.0.1) takes connections; on every interface when the address

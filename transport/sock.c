@@ -125,10 +125,8 @@ static weftResult_t fd_set_nonblock(int fd, int on) {
   return weftSuccess;
 }
 
-/* Listeners and the connections weft makes all set SO_REUSEADDR: a port
- * whose last connection lingers in TIME_WAIT can then be bound by the next
- * listener, so creating and destroying communicators over and over does not
- * run out of ports. */
+/* Listeners set SO_REUSEADDR, so that a fixed port (WEFT_COMM_ID) whose
+ * last connections linger in TIME_WAIT can be bound again at once. */
 static void sock_set_reuse(int fd) {
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -202,7 +200,6 @@ static weftResult_t sock_connect_once(const union weft_sockaddr *addr, uint64_t 
                                       struct weft_wait *watch, int *fd_out, int *err_out) {
   int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return weft_error_errno(weftSystemError, "socket");
-  sock_set_reuse(fd);
   int err = 0;
   if (connect(fd, &addr->sa, addr_len(addr)) != 0) err = errno;
   if (err == EINPROGRESS) {

@@ -508,4 +508,64 @@ TEST(Ports, SplitAndP2pChurnDoesNotExhaustPorts) {
   EXPECT_EQ(status[1], 0);
 }
 
+// --- under a real torchrun ----------------------------------------------
+
+// What each torchrun worker runs (this binary, started by Torchrun.*): two
+// communicators in a row from torchrun's environment, each checked with an
+// all-reduce. Disabled: it runs only when started that way.
+TEST(Torchrun, DISABLED_Worker) {
+  for (int round = 0; round < 2; round++) {
+    weftComm_t comm;
+    ASSERT_EQ(weftCommInitFromEnv(&comm, nullptr), weftSuccess) << weftGetLastError(nullptr);
+    int rank = -1, nranks = -1;
+    weftCommUserRank(comm, &rank);
+    weftCommCount(comm, &nranks);
+    EXPECT_EQ(rank, atoi(getenv("RANK")));
+    EXPECT_EQ(nranks, atoi(getenv("WORLD_SIZE")));
+    int64_t mine = rank + 1, sum = 0;
+    ASSERT_EQ(weftAllReduce(&mine, &sum, 1, weftInt64, weftSum, comm, nullptr), weftSuccess);
+    EXPECT_EQ(sum, (int64_t)nranks * (nranks + 1) / 2);
+    weftCommDestroy(comm);
+    printf("torchrun worker: rank %d of %d, round %d ok\n", rank, nranks, round);
+  }
+}
+
+// torchrun's agent holds MASTER_PORT with its store; weftCommInitFromEnv
+// passes its unique id through that store instead of binding the port.
+TEST(Torchrun, InitFromEnv) {
+  const std::string torchrun = std::string(WEFT_SOURCE_ROOT) + "/.venv-torch/bin/torchrun";
+  if (access(torchrun.c_str(), X_OK) != 0)
+    GTEST_SKIP() << "no torchrun at " << torchrun
+                 << " (WEFT_SETUP_TORCH=1 tools/setup.sh creates .venv-torch)";
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  ASSERT_GT(n, 0);
+  self[n] = '\0';
+  for (int nranks : {2, 3}) {
+    char out[] = "/tmp/weft-torchrun-XXXXXX";
+    int fd = mkstemp(out);
+    ASSERT_GE(fd, 0);
+    close(fd);
+    std::string cmd = "WEFT_TIMEOUT=30 timeout 180 " + torchrun + " --standalone --nproc-per-node " +
+                      std::to_string(nranks) + " --no-python " + self +
+                      " --gtest_filter=Torchrun.DISABLED_Worker --gtest_also_run_disabled_tests"
+                      " >" + out + " 2>&1";
+    double start = now_s();
+    int rc = system(cmd.c_str());
+    double took = now_s() - start;
+    std::string text;
+    if (FILE *f = fopen(out, "r")) {
+      char line[1024];
+      while (fgets(line, sizeof line, f) != nullptr) text += line;
+      fclose(f);
+    }
+    unlink(out);
+    int ok = 0;
+    for (size_t at = 0; (at = text.find("round 1 ok", at)) != std::string::npos; at++) ok++;
+    EXPECT_EQ(rc, 0) << "torchrun with " << nranks << " ranks:\n" << text;
+    EXPECT_EQ(ok, nranks) << text;
+    printf("torchrun, %d ranks: %.1f s (python start-up included)\n", nranks, took);
+  }
+}
+
 }  // namespace
