@@ -458,11 +458,15 @@ static weftResult_t root_wait_table(int root_fd, const struct bootstrap_id *id, 
   const char *root = sock_addr_str(&id->root, abuf, sizeof abuf);
   uint32_t code;
   weftResult_t res = sock_recv_all(root_fd, &code, sizeof code, deadline);
-  if (res != weftSuccess)
-    return weft_error_set(res,
-                          "bootstrap root at %s did not admit rank %d (%s): a wrong secret "
-                          "(a unique id or WEFT_SECRET of another job) gets no answer",
+  if (res != weftSuccess && clock_ns() < deadline)
+    return weft_error_set(weftInvalidArgument,
+                          "bootstrap root at %s closed the connection without admitting rank %d "
+                          "(%s): the unique id's secret is not the root's (an id or WEFT_SECRET "
+                          "of another job: a wrong secret gets no answer), or the root has gone",
                           root, rank, weft_error_text());
+  if (res != weftSuccess)
+    return weft_error_set(res, "bootstrap root at %s did not answer rank %d: %s", root, rank,
+                          weft_error_text());
   if (code != ROOT_OK)
     return weft_error_set(weftInvalidArgument, "bootstrap root at %s refused rank %d of %d: %s",
                           root, rank, nranks, root_reply_text(code));

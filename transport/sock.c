@@ -194,8 +194,12 @@ static weftResult_t sock_poll(int fd, short events, uint64_t deadline_ns, struct
   }
 }
 
-/* One non-blocking connect, waited for until the deadline; the socket's own
- * error (0 when connected) in *err_out. */
+/* One non-blocking connect, waited for until the deadline or for one attempt
+ * (SOCK_ATTEMPT_NS), whichever is first; the socket's own error in *err_out
+ * (0 when connected, ETIMEDOUT when the attempt ran out: the caller may try
+ * again from a fresh socket, whose new source port gets past a handshake
+ * that stalled). */
+#define SOCK_ATTEMPT_NS 1000000000ull
 static weftResult_t sock_connect_once(const union weft_sockaddr *addr, uint64_t deadline_ns,
                                       struct weft_wait *watch, int *fd_out, int *err_out) {
   int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -203,13 +207,31 @@ static weftResult_t sock_connect_once(const union weft_sockaddr *addr, uint64_t 
   int err = 0;
   if (connect(fd, &addr->sa, addr_len(addr)) != 0) err = errno;
   if (err == EINPROGRESS) {
-    weftResult_t res = sock_poll(fd, POLLOUT, deadline_ns, watch, "connect");
-    if (res != weftSuccess) {
-      close(fd);
-      return res;
+    uint64_t attempt_end = clock_ns() + SOCK_ATTEMPT_NS;
+    if (attempt_end > deadline_ns) attempt_end = deadline_ns;
+    err = ETIMEDOUT;
+    for (;;) {
+      uint64_t now = clock_ns();
+      if (now >= attempt_end) break;
+      weftResult_t res = sock_watch_check(watch);
+      if (res != weftInProgress) {
+        close(fd);
+        return res;
+      }
+      uint64_t ms = (attempt_end - now) / 1000000 + 1;
+      struct pollfd p = {.fd = fd, .events = POLLOUT};
+      int rc = poll(&p, 1, (int)(ms > SOCK_SLICE_MS ? SOCK_SLICE_MS : ms));
+      if (rc > 0) {
+        socklen_t len = sizeof err;
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+        break;
+      }
+      if (rc < 0 && errno != EINTR) {
+        weftResult_t res = weft_error_errno(weftSystemError, "poll in connect");
+        close(fd);
+        return res;
+      }
     }
-    socklen_t len = sizeof err;
-    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
   }
   if (err == 0) {
     weftResult_t res = fd_set_nonblock(fd, 0);

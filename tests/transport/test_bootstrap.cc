@@ -541,7 +541,9 @@ TEST(Torchrun, InitFromEnv) {
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   ASSERT_GT(n, 0);
   self[n] = '\0';
-  for (int nranks : {2, 3}) {
+  // 3 ranks (an odd count, past a pair); each torchrun start imports torch,
+  // which takes seconds on a busy machine
+  for (int nranks : {3}) {
     char out[] = "/tmp/weft-torchrun-XXXXXX";
     int fd = mkstemp(out);
     ASSERT_GE(fd, 0);

@@ -88,7 +88,7 @@ TEST_P(SetupKill, OthersErrorWithinASecondAndNoSegmentLeaks) {
     RunOptions opts;
     opts.allow_warnings = true;
     opts.timeout_s = 60;
-    opts.env = {{"WEFT_TIMEOUT", "30"}};
+    opts.env = {{"WEFT_TIMEOUT", "10"}};
     if (kp.transport != nullptr) opts.env.push_back({"WEFT_TRANSPORT", kp.transport});
     auto status = run_ranks(nranks, [&](const RankCtx &ctx) {
       if (ctx.rank == victim) {
@@ -105,6 +105,8 @@ TEST_P(SetupKill, OthersErrorWithinASecondAndNoSegmentLeaks) {
         sh->error_ns[ctx.rank] = (int64_t)clock_ns();
         if (ctx.rank == victim) return rank_fail(ctx, "the victim lived on");
         if (res == weftSuccess) return rank_fail(ctx, "init succeeded without rank %d", victim);
+        if (sh->error_ns[ctx.rank] - sh->kill_ns > 1000000000)
+          fprintf(stderr, "rank %d: late error: %s\n", ctx.rank, weftGetLastError(nullptr));
         return 0;
       }
       if (res != weftSuccess) return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
@@ -122,6 +124,8 @@ TEST_P(SetupKill, OthersErrorWithinASecondAndNoSegmentLeaks) {
       if (ctx.rank == victim) return rank_fail(ctx, "the victim lived on");
       // only the victim's direct peers must fail; every rank here is one
       if (res == weftSuccess) return rank_fail(ctx, "p2p with a dead rank succeeded");
+      if (sh->error_ns[ctx.rank] - sh->kill_ns > 1000000000)
+        fprintf(stderr, "rank %d: late error: %s\n", ctx.rank, weftGetLastError(comm));
       weftCommAbort(comm);
       return 0;
     }, opts);
