@@ -34,6 +34,15 @@ enum { P_IFNAME, P_HOSTID };
 #define HELLO_TIMEOUT_NS 5000000000ull
 #define SERVE_SLICE_NS 100000000ull /* how often the root looks at joined ranks */
 
+/* The hello deadline for a job whose waits last timeout_ns: a quarter of it
+ * when that is shorter than HELLO_TIMEOUT_NS (a legitimate hello is sent
+ * right after the connect), but not under 100 ms. */
+static uint64_t hello_timeout(uint64_t timeout_ns) {
+  uint64_t t = timeout_ns / 4;
+  if (t > HELLO_TIMEOUT_NS) t = HELLO_TIMEOUT_NS;
+  return t < 100000000ull ? 100000000ull : t;
+}
+
 /* The root's answer to a hello whose secret is right. A hello with a wrong
  * secret gets no answer at all: the root closes the connection. */
 enum root_reply { ROOT_OK = 0, ROOT_BAD_NRANKS = 2, ROOT_BAD_RANK, ROOT_DUP_RANK };
@@ -185,7 +194,8 @@ static void *root_main(void *arg) {
     struct hello h;
     size_t got;
     uint64_t until = now + SERVE_SLICE_NS < deadline ? now + SERVE_SLICE_NS : deadline;
-    weftResult_t res = sock_hellos_next(hs, st->listen_fd, HELLO_TIMEOUT_NS, root_hello_size,
+    weftResult_t res = sock_hellos_next(hs, st->listen_fd, hello_timeout(st->timeout_ns),
+                                        root_hello_size,
                                         NULL, until, NULL, &fd, &h, &got);
     if (res == weftInProgress) continue;
     if (res != weftSuccess) {
@@ -409,7 +419,8 @@ static weftResult_t listener_serve(struct bootstrap *bs, uint64_t until, struct 
   } u;
   int fd;
   size_t got;
-  WEFT_TRY(sock_hellos_next(&bs->hellos, bs->listen_fd, HELLO_TIMEOUT_NS, listener_hello_size,
+  WEFT_TRY(sock_hellos_next(&bs->hellos, bs->listen_fd, hello_timeout(bs->timeout_ns),
+                            listener_hello_size,
                             NULL, until, watch, &fd, &u, &got));
   if (u.ring.magic == P2P_MAGIC) {
     const struct p2p_header *h = &u.p2p;

@@ -467,8 +467,8 @@ TEST(Ports, SplitAndP2pChurnDoesNotExhaustPorts) {
   const std::string ns = "weft-ports-" + std::to_string(getpid() % 100000);
   if (sh_quiet("ip netns add " + ns) != 0 ||
       sh_quiet("ip netns exec " + ns + " ip link set lo up") != 0 ||
-      sh_quiet("ip netns exec " + ns + " sysctl -w net.ipv4.ip_local_port_range='40000 40399'") !=
-          0) {
+      sh_quiet("ip netns exec " + ns +
+               " sh -c 'echo 40000 40399 >/proc/sys/net/ipv4/ip_local_port_range'") != 0) {
     sh_quiet("ip netns del " + ns);
     GTEST_SKIP() << "could not create a network namespace with a small port range";
   }
