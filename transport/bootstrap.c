@@ -532,8 +532,22 @@ weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,
   h.nranks = nranks;
   h.info = *self;
   h.info.listen_addr = listen_addr;
-  /* the root may not be up yet (another process starts it): refused is retried */
-  WEFT_TRY_GOTO(sock_connect(&id->root, deadline, &root_fd), res, free_bs);
+  /* a root at a fixed address may not be up yet (rank 0 starts it): refused
+   * is retried; any other root was up before its id existed */
+  if (id->flags & BOOTSTRAP_ID_ROOT_LATE)
+    res = sock_connect(&id->root, deadline, &root_fd);
+  else
+    res = sock_connect_peer(&id->root, deadline, NULL, &root_fd);
+  if (res != weftSuccess) {
+    char abuf[64];
+    res = weft_error_set(res, "bootstrap root at %s: %s%s", sock_addr_str(&id->root, abuf, sizeof abuf),
+                         weft_error_text(),
+                         id->flags & BOOTSTRAP_ID_ROOT_LATE
+                             ? ""
+                             : " (the process that made the unique id has exited, or the id is "
+                               "not this job's)");
+    goto free_bs;
+  }
   WEFT_TRY_GOTO(sock_send_all(root_fd, &h, sizeof h, deadline), res, close_root);
   WEFT_TRY_GOTO(root_wait_table(root_fd, id, rank, nranks, deadline, peers_out), res, close_root);
   sock_close_reset(root_fd); /* all read; the root closes its end in order */

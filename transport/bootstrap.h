@@ -14,9 +14,15 @@
 #define BOOTSTRAP_SECRET_BYTES 32
 
 /* What a weftUniqueId holds. */
+/* The root of an id made at a fixed address (environment mode, NCCL_COMM_ID)
+ * may start after the ranks: they retry a refused connection until the
+ * timeout. Without the flag the root was up before the id existed, so a
+ * refused connection means the process that made it has gone. */
+#define BOOTSTRAP_ID_ROOT_LATE 1u
+
 struct bootstrap_id {
   uint32_t magic;
-  uint32_t reserved;
+  uint32_t flags; /* BOOTSTRAP_ID_* */
   union weft_sockaddr root;
   uint8_t secret[BOOTSTRAP_SECRET_BYTES];
 };

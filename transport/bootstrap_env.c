@@ -169,6 +169,7 @@ weftResult_t bootstrap_env_read(struct bootstrap_env *env_out) {
                           e.source);
   }
   e.id.magic = BOOTSTRAP_MAGIC;
+  e.id.flags = BOOTSTRAP_ID_ROOT_LATE;
   char text[1024], abuf[64];
   snprintf(text, sizeof text, "%s|%s|%d", secret_text(), sock_addr_str(&e.id.root, abuf, sizeof abuf),
            e.nranks);
@@ -194,6 +195,7 @@ weftResult_t bootstrap_id_from_hostport(const char *hostport, const char *what,
   memset(&id, 0, sizeof id);
   WEFT_TRY(sock_resolve(host, port, &id.root));
   id.magic = BOOTSTRAP_MAGIC;
+  id.flags = BOOTSTRAP_ID_ROOT_LATE;
   char text[1024], abuf[64];
   snprintf(text, sizeof text, "%s|%s|%s", secret_text(), what,
            sock_addr_str(&id.root, abuf, sizeof abuf));

@@ -125,9 +125,14 @@ static weftResult_t fd_set_nonblock(int fd, int on) {
   return weftSuccess;
 }
 
-/* Listeners set SO_REUSEADDR, so that a fixed port (WEFT_COMM_ID) whose
- * last connections linger in TIME_WAIT can be bound again at once. */
-static void sock_set_reuse(int fd) {
+/* A listener on a fixed port (WEFT_COMM_ID) sets SO_REUSEADDR, so that the
+ * port can be bound again at once while its last connections linger in
+ * TIME_WAIT. One on a port the kernel picks does not: the kernel then never
+ * hands out a port that a lingering connection still names, whose
+ * leftovers would answer a new client's SYN in the listener's place. */
+static void sock_set_reuse(int fd, const union weft_sockaddr *addr) {
+  int port = addr->sa.sa_family == AF_INET ? addr->in.sin_port : addr->in6.sin6_port;
+  if (port == 0) return;
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
 }
@@ -138,7 +143,7 @@ weftResult_t sock_listen(const union weft_sockaddr *addr, int *fd_out,
    * when that connection was reset meanwhile */
   int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return weft_error_errno(weftSystemError, "socket");
-  sock_set_reuse(fd);
+  sock_set_reuse(fd, addr);
   char buf[64];
   if (bind(fd, &addr->sa, addr_len(addr)) != 0) {
     weft_error_errno(weftSystemError, "bind %s", sock_addr_str(addr, buf, sizeof buf));
