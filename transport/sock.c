@@ -232,7 +232,7 @@ static weftResult_t sock_connect_once(const union weft_sockaddr *addr, uint64_t 
         break;
       }
       if (rc < 0 && errno != EINTR) {
-        weftResult_t res = weft_error_errno(weftSystemError, "poll in connect");
+        res = weft_error_errno(weftSystemError, "poll in connect");
         close(fd);
         return res;
       }
