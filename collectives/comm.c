@@ -45,6 +45,7 @@ weftResult_t comm_check(const struct weftComm *comm) {
 void comm_poison(struct weftComm *comm) {
   channels_poison(comm);
   p2p_conns_poison(comm);
+  bootstrap_poison(comm->bs); /* peers waiting on the bootstrap learn it too */
 }
 
 weftResult_t comm_fail(struct weftComm *comm, weftResult_t res) {
@@ -179,15 +180,7 @@ weftResult_t weftCommInitFromEnv(weftComm_t *comm, weftConfig_t *config) {
   if (comm == NULL) return weft_error_set(weftInvalidArgument, "comm is NULL");
   struct bootstrap_env env;
   WEFT_TRY(bootstrap_env_read(&env));
-  if (!env.found) {
-    /* a job of one: serve our own rendezvous */
-    WEFT_TRY(bootstrap_id_create(&env.id));
-  } else if (env.serve_root) {
-    union weft_sockaddr any = env.id.root;
-    if (any.sa.sa_family == AF_INET) any.in.sin_addr.s_addr = htonl(INADDR_ANY);
-    else any.in6.sin6_addr = in6addr_any;
-    WEFT_TRY(bootstrap_root_start(&any, env.id.secret, NULL));
-  }
+  WEFT_TRY(bootstrap_env_rendezvous(&env));
   WEFT_INFO(LOG_INIT, "joining as rank %d of %d from the %s environment", env.rank, env.nranks,
             env.found ? env.source : "(none)");
   return comm_init(comm, env.nranks, &env.id, env.rank, config, -1);
@@ -226,7 +219,7 @@ weftResult_t weftCommInitAll(weftComm_t *comms, int ndev, const int *devlist) {
   if (ndev < 1) return weft_error_set(weftInvalidArgument, "ndev %d < 1", ndev);
   for (int i = 0; devlist != NULL && i < ndev; i++) WEFT_TRY(comm_check_device(devlist[i]));
   struct bootstrap_id id;
-  WEFT_TRY(bootstrap_id_create(&id));
+  WEFT_TRY(bootstrap_id_create_local(&id)); /* every rank is in this process */
   struct init_all_arg *args = calloc((size_t)ndev, sizeof *args);
   pthread_t *tids = calloc((size_t)ndev, sizeof *tids);
   weftResult_t res = weftSuccess;

@@ -74,7 +74,7 @@ static weftResult_t shrink_exchange(struct weftComm *comm, const char *excluded,
   struct shrink_id msg;
   memset(&msg, 0, sizeof msg);
   if (leader == comm->rank) {
-    weftResult_t created = bootstrap_id_create(&msg.id);
+    weftResult_t created = bootstrap_id_create_like(comm->bs, &msg.id);
     msg.ok = created == weftSuccess;
     char why[768];
     snprintf(why, sizeof why, "%s", weft_error_text());

@@ -88,7 +88,7 @@ static weftResult_t split_exchange(struct weftComm *comm, int color, int key, in
   ids[me].ok = 1;
   char why[512] = "";
   if (color != WEFT_SPLIT_NOCOLOR && leader == me &&
-      bootstrap_id_create(&ids[me].id) != weftSuccess) {
+      bootstrap_id_create_like(comm->bs, &ids[me].id) != weftSuccess) {
     ids[me].ok = 0;
     snprintf(why, sizeof why, "%s", weft_error_text());
   }

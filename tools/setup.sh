@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 packages=(gcc g++ meson ninja-build pkg-config libgtest-dev)
 packages+=(libucx-dev)
 packages+=(libhwloc-dev) # topology (NUMA, PCI tree, GPUs, NICs)
+packages+=(iproute2) # network namespaces for the multi-host and port-churn tests
 # the perf tools' tests, tools/perf_plot.py and tools/bench/compare.py
 packages+=(python3)
 # compare.py's baselines (Open MPI, Gloo): WEFT_SETUP_BASELINES=1 installs them too

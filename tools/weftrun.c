@@ -25,13 +25,16 @@
 #include <sched.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <math.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -77,8 +80,11 @@ static void run_usage(FILE *f)
           "Runs N ranks of PROGRAM on this host, connected through a rendezvous that\n"
           "weftrun serves. Each rank gets WEFT_RANK, WEFT_NRANKS, WEFT_LOCAL_RANK,\n"
           "WEFT_LOCAL_SIZE, WEFT_UNIQUE_ID and torchrun's RANK, WORLD_SIZE, LOCAL_RANK,\n"
-          "LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT. Rank 0 reads weftrun's stdin when\n"
-          "it is not a terminal; other ranks read /dev/null.\n"
+          "LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT. The rendezvous and the ranks'\n"
+          "listeners take loopback connections only (WEFT_SOCKET_IFNAME is set to the\n"
+          "loopback interface unless set), and WEFT_SECRET is random per job unless\n"
+          "set. Rank 0 reads weftrun's stdin when it is not a terminal; other ranks\n"
+          "read /dev/null.\n"
           "\n"
           "options:\n"
           "  -n N, -np N    number of ranks (default 1)\n"
@@ -311,6 +317,41 @@ static int64_t run_kill_timeout_ms(void)
   return (int64_t)(seconds * 1000);
 }
 
+/* Every rank runs on this host: the rendezvous and the ranks' listeners take
+ * loopback connections only (WEFT_SOCKET_IFNAME, unless the caller chose an
+ * interface), and WEFT_SECRET is random per job, for ranks that rendezvous
+ * at an address (WEFT_COMM_ID) rather than through WEFT_UNIQUE_ID, whose
+ * secret is random already. Set in weftrun's environment, which the ranks
+ * inherit. Returns -1 with errno set on failure. */
+static int run_env_local_job(void)
+{
+  if (getenv("WEFT_SOCKET_IFNAME") == NULL) {
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) != 0)
+      return -1;
+    const char *lo = NULL;
+    for (struct ifaddrs *i = ifs; i != NULL && lo == NULL; i = i->ifa_next)
+      if (i->ifa_addr != NULL && i->ifa_addr->sa_family == AF_INET &&
+          (i->ifa_flags & IFF_LOOPBACK) && (i->ifa_flags & IFF_UP))
+        lo = i->ifa_name;
+    int rc = lo != NULL ? setenv("WEFT_SOCKET_IFNAME", lo, 1) : 0;
+    freeifaddrs(ifs);
+    if (rc != 0)
+      return -1;
+  }
+  if (getenv("WEFT_SECRET") == NULL) {
+    unsigned char raw[16];
+    char text[2 * sizeof raw + 1];
+    if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw)
+      return -1;
+    for (size_t i = 0; i < sizeof raw; i++)
+      snprintf(text + 2 * i, 3, "%02x", raw[i]);
+    if (setenv("WEFT_SECRET", text, 1) != 0)
+      return -1;
+  }
+  return 0;
+}
+
 /* A TCP port that was free on 127.0.0.1 a moment ago, for MASTER_PORT. */
 static int run_free_port(void)
 {
@@ -414,6 +455,11 @@ int main(int argc, char **argv)
   /* leftovers of ranks are reparented here, to be reaped and killed */
   prctl(PR_SET_CHILD_SUBREAPER, 1);
 
+  if (run_env_local_job() != 0) {
+    fprintf(stderr, "weftrun: cannot set up the job's environment: %s\n", strerror(errno));
+    status = 1;
+    goto free_job;
+  }
   weftUniqueId id;
   weftResult_t res = weftGetUniqueId(&id);
   if (res != weftSuccess) {

@@ -14,9 +14,15 @@
 #define BOOTSTRAP_SECRET_BYTES 32
 
 /* What a weftUniqueId holds. */
+/* The root of an id made at a fixed address (environment mode, NCCL_COMM_ID)
+ * may start after the ranks: they retry a refused connection until the
+ * timeout. Without the flag the root was up before the id existed, so a
+ * refused connection means the process that made it has gone. */
+#define BOOTSTRAP_ID_ROOT_LATE 1u
+
 struct bootstrap_id {
   uint32_t magic;
-  uint32_t reserved;
+  uint32_t flags; /* BOOTSTRAP_ID_* */
   union weft_sockaddr root;
   uint8_t secret[BOOTSTRAP_SECRET_BYTES];
 };
@@ -41,8 +47,17 @@ struct peer_info {
 
 struct bootstrap;
 
-/* Makes an id with a fresh secret and starts its root service on this host. */
+/* Makes an id with a fresh secret and starts its root service on this host,
+ * on WEFT_SOCKET_IFNAME's interface, else the first non-loopback one. */
 weftResult_t bootstrap_id_create(struct bootstrap_id *id_out);
+
+/* The same, with the root listening on bind_addr (port 0 picks one). */
+weftResult_t bootstrap_id_create_at(const union weft_sockaddr *bind_addr,
+                                    struct bootstrap_id *id_out);
+/* The same on loopback: for jobs whose ranks all live in this process. */
+weftResult_t bootstrap_id_create_local(struct bootstrap_id *id_out);
+/* The same on the interface bs listens on: for jobs made of bs's ranks. */
+weftResult_t bootstrap_id_create_like(const struct bootstrap *bs, struct bootstrap_id *id_out);
 
 /* Starts a root service for id->secret listening on bind_addr (port 0 picks
  * one); writes the bound address. The service runs in a detached thread that
@@ -71,8 +86,16 @@ weftResult_t bootstrap_send(struct bootstrap *bs, int peer, uint32_t tag, const 
 weftResult_t bootstrap_recv(struct bootstrap *bs, int peer, uint32_t tag, void *data,
                             size_t nbytes);
 void bootstrap_close(struct bootstrap *bs);
+/* Tells every other rank, once and best effort (a quarter second per rank at
+ * most), that this rank failed: their bootstrap waits on it (messages,
+ * allgathers) end at once with an error instead of at the timeout. Safe
+ * from any thread. */
+void bootstrap_poison(struct bootstrap *bs);
 /* Point-to-point waits end early when *abort becomes non-zero. */
 void bootstrap_set_abort(struct bootstrap *bs, const volatile uint32_t *abort);
+/* Where this rank's bootstrap listener is: other listeners of the job bind
+ * the same interface. */
+const union weft_sockaddr *bootstrap_listen_addr(const struct bootstrap *bs);
 
 /* The job described by a launcher's environment (see weftCommInitFromEnv). */
 struct bootstrap_env {
@@ -80,14 +103,21 @@ struct bootstrap_env {
   int rank;
   int nranks;
   int serve_root; /* this rank must start the root service on id.root */
+  int use_store;  /* torchrun: the id travels through its store at store_addr */
+  union weft_sockaddr store_addr;
   const char *source; /* "weft", "torchrun", "openmpi", "slurm" */
   struct bootstrap_id id;
 };
 weftResult_t bootstrap_env_read(struct bootstrap_env *env_out);
+/* Completes env's id: a loopback root for a job of one; under torchrun, an id
+ * made by rank 0 (random secret, root on a port of its own) and handed to
+ * the others through torchrun's store, whose port MASTER_PORT is; else the
+ * root service on rank 0 (on the rendezvous address's interface). */
+weftResult_t bootstrap_env_rendezvous(struct bootstrap_env *env);
 
 /* The id of a rendezvous at a fixed "host:port" (NCCL_COMM_ID; `what` names
  * the variable in errors): the same on every process that computes it, with
- * a secret from WEFT_SECRET (or a fixed text) and the address. No root
+ * a secret from WEFT_SECRET, the launcher's job identity and the address. No root
  * service is started: one rank starts it with bootstrap_root_start. */
 weftResult_t bootstrap_id_from_hostport(const char *hostport, const char *what,
                                         struct bootstrap_id *id_out);

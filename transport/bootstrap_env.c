@@ -1,11 +1,15 @@
 /* Reads a launcher's environment into a rank, a size and a rendezvous id. */
+#include <errno.h>
 #include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 #include "bootstrap.h"
 #include "status.h"
+#include "wait.h"
 
 #define BOOTSTRAP_MAGIC 0x77667462u
 
@@ -49,6 +53,24 @@ static void secret_derive(const char *text, uint8_t secret[BOOTSTRAP_SECRET_BYTE
     h ^= h >> 29;
     memcpy(secret + i, &h, 8);
   }
+}
+
+/* What the secret of a rendezvous at a fixed address is made from:
+ * WEFT_SECRET, and the job identity the launcher gives every rank (values of
+ * the environment, which other users cannot read). Without WEFT_SECRET that
+ * identity may be guessable, so the secret is only as strong as it is. */
+static const char *secret_text(void) {
+  static const char *const job_vars[] = {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID",
+                                         "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"};
+  static _Thread_local char text[768];
+  const char *secret = getenv("WEFT_SECRET");
+  int o = snprintf(text, sizeof text, "%s", secret != NULL ? secret : "weft-open");
+  for (size_t i = 0; i < sizeof job_vars / sizeof job_vars[0]; i++) {
+    const char *v = getenv(job_vars[i]);
+    if (v != NULL && o >= 0 && (size_t)o < sizeof text)
+      o += snprintf(text + o, sizeof text - (size_t)o, "|%s=%s", job_vars[i], v);
+  }
+  return text;
 }
 
 /* Splits "host:port" (what names the variable it came from). */
@@ -124,6 +146,17 @@ weftResult_t bootstrap_env_read(struct bootstrap_env *env_out) {
   }
   int have_addr = 0;
   WEFT_TRY(env_address(&e.id.root, &have_addr));
+  /* torchrun's agent holds MASTER_PORT with its store: the id goes through it */
+  const char *agent_store = getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const char *comm_id = getenv("WEFT_COMM_ID");
+  if (have_addr && strcmp(e.source, "torchrun") == 0 && (comm_id == NULL || *comm_id == '\0') &&
+      agent_store != NULL && strcasecmp(agent_store, "true") == 0) {
+    e.use_store = 1;
+    e.store_addr = e.id.root;
+    memset(&e.id, 0, sizeof e.id);
+    *env_out = e;
+    return weftSuccess;
+  }
   if (!have_addr) {
     if (e.nranks == 1) {
       e.found = 0;
@@ -136,11 +169,10 @@ weftResult_t bootstrap_env_read(struct bootstrap_env *env_out) {
                           e.source);
   }
   e.id.magic = BOOTSTRAP_MAGIC;
-  char text[512];
-  const char *secret = getenv("WEFT_SECRET");
-  char abuf[64];
-  snprintf(text, sizeof text, "%s|%s|%d", secret ? secret : "weft-open",
-           sock_addr_str(&e.id.root, abuf, sizeof abuf), e.nranks);
+  e.id.flags = BOOTSTRAP_ID_ROOT_LATE;
+  char text[1024], abuf[64];
+  snprintf(text, sizeof text, "%s|%s|%d", secret_text(), sock_addr_str(&e.id.root, abuf, sizeof abuf),
+           e.nranks);
   secret_derive(text, e.id.secret);
   e.serve_root = e.rank == 0;
   *env_out = e;
@@ -163,11 +195,150 @@ weftResult_t bootstrap_id_from_hostport(const char *hostport, const char *what,
   memset(&id, 0, sizeof id);
   WEFT_TRY(sock_resolve(host, port, &id.root));
   id.magic = BOOTSTRAP_MAGIC;
-  char text[512], abuf[64];
-  const char *secret = getenv("WEFT_SECRET");
-  snprintf(text, sizeof text, "%s|%s|%s", secret ? secret : "weft-open", what,
+  id.flags = BOOTSTRAP_ID_ROOT_LATE;
+  char text[1024], abuf[64];
+  snprintf(text, sizeof text, "%s|%s|%s", secret_text(), what,
            sock_addr_str(&id.root, abuf, sizeof abuf));
   secret_derive(text, id.secret);
   *id_out = id;
   return weftSuccess;
+}
+
+/* --- torchrun's store ----------------------------------------------------
+ * A c10d TCPStore speaks a small binary protocol: a one-byte query type, then
+ * strings and values as a 64-bit little-endian length and the bytes. Weft
+ * uses four queries: VALIDATE (with the store's magic number), SET, WAIT
+ * (answered once the keys exist) and GET. */
+enum { STORE_VALIDATE = 0, STORE_SET = 1, STORE_GET = 3, STORE_WAIT = 6 };
+#define STORE_MAGIC 0x3C85F7CEu
+#define STORE_MAX_VALUE 4096
+
+/* One query, sent whole in one call as the store's own client does (the
+ * store's parser may take a query split across packets for a bad one). */
+struct store_msg {
+  size_t n;
+  uint8_t buf[512];
+};
+
+static void store_put(struct store_msg *m, const void *data, size_t n) {
+  if (m->n + n <= sizeof m->buf) memcpy(m->buf + m->n, data, n);
+  m->n += n;
+}
+
+static void store_put_bytes(struct store_msg *m, const void *data, uint64_t n) {
+  store_put(m, &n, sizeof n);
+  store_put(m, data, n);
+}
+
+static weftResult_t store_send(int fd, const struct store_msg *m, uint64_t deadline) {
+  if (m->n > sizeof m->buf) return weft_error_set(weftInternalError, "store query too long");
+  return sock_send_all(fd, m->buf, m->n, deadline);
+}
+
+static weftResult_t store_open(const union weft_sockaddr *addr, uint64_t deadline, int *fd_out) {
+  int fd;
+  WEFT_TRY(sock_connect(addr, deadline, &fd));
+  struct store_msg m = {0};
+  uint8_t type = STORE_VALIDATE;
+  uint32_t magic = STORE_MAGIC;
+  store_put(&m, &type, 1);
+  store_put(&m, &magic, sizeof magic);
+  weftResult_t res = store_send(fd, &m, deadline);
+  if (res != weftSuccess) {
+    close(fd);
+    return res;
+  }
+  *fd_out = fd;
+  return weftSuccess;
+}
+
+static weftResult_t store_set(int fd, const char *key, const void *value, size_t n,
+                              uint64_t deadline) {
+  struct store_msg m = {0};
+  uint8_t type = STORE_SET;
+  store_put(&m, &type, 1);
+  store_put_bytes(&m, key, strlen(key));
+  store_put_bytes(&m, value, n);
+  return store_send(fd, &m, deadline);
+}
+
+/* Waits until key exists, then reads its value (exactly n bytes). */
+static weftResult_t store_get(int fd, const char *key, void *value, size_t n, uint64_t deadline) {
+  uint64_t nkeys = 1, got = 0;
+  uint8_t answer = 0xff, type = STORE_WAIT;
+  struct store_msg m = {0};
+  store_put(&m, &type, 1);
+  store_put(&m, &nkeys, sizeof nkeys);
+  store_put_bytes(&m, key, strlen(key));
+  WEFT_TRY(store_send(fd, &m, deadline));
+  WEFT_TRY(sock_recv_all(fd, &answer, 1, deadline));
+  if (answer != 0) return weft_error_set(weftRemoteError, "the store cancelled the wait");
+  m.n = 0;
+  type = STORE_GET;
+  store_put(&m, &type, 1);
+  store_put_bytes(&m, key, strlen(key));
+  WEFT_TRY(store_send(fd, &m, deadline));
+  WEFT_TRY(sock_recv_all(fd, &got, sizeof got, deadline));
+  if (got != n)
+    return weft_error_set(weftRemoteError, "the store's value of %s has %llu bytes, expected %zu",
+                          key, (unsigned long long)got, n);
+  return sock_recv_all(fd, value, n, deadline);
+}
+
+/* Rank 0 makes the id and puts it in the store; the others wait for it. The
+ * key is new for each call of the process (ranks call in the same order)
+ * and for each restart of the job. */
+static weftResult_t store_exchange_id(struct bootstrap_env *env) {
+  static int calls;
+  int seq = __atomic_fetch_add(&calls, 1, __ATOMIC_RELAXED);
+  const char *restart = getenv("TORCHELASTIC_RESTART_COUNT");
+  char key[160], abuf[64];
+  snprintf(key, sizeof key, "weft/%s/%d/unique_id", restart != NULL ? restart : "0", seq);
+  uint64_t deadline = clock_ns() + wait_default_timeout_ns();
+  int fd;
+  weftResult_t res = store_open(&env->store_addr, deadline, &fd);
+  if (res == weftSuccess) {
+    if (env->rank == 0) {
+      union weft_sockaddr at;
+      res = sock_local_addr_to(&env->store_addr, &at);
+      if (res == weftSuccess) res = bootstrap_id_create_at(&at, &env->id);
+      if (res == weftSuccess) res = store_set(fd, key, &env->id, sizeof env->id, deadline);
+    } else {
+      res = store_get(fd, key, &env->id, sizeof env->id, deadline);
+    }
+    sock_close_reset(fd); /* nothing more to read: no port left in TIME_WAIT */
+  }
+  if (res != weftSuccess)
+    return weft_error_set(res,
+                          "torchrun's store at %s (MASTER_ADDR:MASTER_PORT), key %s: %s; to "
+                          "rendezvous without it, set WEFT_COMM_ID=host:port to a free port",
+                          sock_addr_str(&env->store_addr, abuf, sizeof abuf), key,
+                          weft_error_text());
+  WEFT_INFO(LOG_BOOTSTRAP, "rank %d: unique id %s through torchrun's store at %s", env->rank,
+            env->rank == 0 ? "published" : "read", sock_addr_str(&env->store_addr, abuf, sizeof abuf));
+  return weftSuccess;
+}
+
+weftResult_t bootstrap_env_rendezvous(struct bootstrap_env *env) {
+  if (!env->found) return bootstrap_id_create_local(&env->id); /* a job of one */
+  if (env->use_store) return store_exchange_id(env);
+  if (!env->serve_root) return weftSuccess;
+  /* on the rendezvous address itself, so that only its interface (loopback
+   * for 127.0.0.1) takes connections; on every interface when the address
+   * is not one of this host's (a name that resolves elsewhere, NAT) */
+  union weft_sockaddr at = env->id.root;
+  weftResult_t res = bootstrap_root_start(&at, env->id.secret, NULL);
+  if (res == weftSuccess) return weftSuccess;
+  char first[512], abuf[64];
+  snprintf(first, sizeof first, "%s", weft_error_text());
+  if (strstr(first, strerror(EADDRINUSE)) != NULL)
+    return weft_error_set(weftSystemError,
+                          "%s: the rendezvous port %s is taken; under torchrun MASTER_PORT is its "
+                          "store's (weft then uses the store unless WEFT_COMM_ID is set): set "
+                          "WEFT_COMM_ID=host:port to a free port",
+                          first, sock_addr_str(&at, abuf, sizeof abuf));
+  if (at.sa.sa_family == AF_INET) at.in.sin_addr.s_addr = htonl(INADDR_ANY);
+  else at.in6.sin6_addr = in6addr_any;
+  WEFT_INFO(LOG_BOOTSTRAP, "%s; serving the rendezvous on every interface", first);
+  return bootstrap_root_start(&at, env->id.secret, NULL);
 }

@@ -92,12 +92,58 @@ weftResult_t sock_local_addr(union weft_sockaddr *addr_out) {
   return weftSuccess;
 }
 
-weftResult_t sock_listen(const union weft_sockaddr *addr, int *fd_out,
-                         union weft_sockaddr *bound_out) {
-  int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+int sock_addr_is_loopback(const union weft_sockaddr *addr) {
+  if (addr->sa.sa_family == AF_INET) return (ntohl(addr->in.sin_addr.s_addr) >> 24) == 127;
+  if (addr->sa.sa_family == AF_INET6) return IN6_IS_ADDR_LOOPBACK(&addr->in6.sin6_addr);
+  return 0;
+}
+
+weftResult_t sock_local_addr_to(const union weft_sockaddr *peer, union weft_sockaddr *addr_out) {
+  if (param_str(&bootstrap_params[P_IFNAME]) != NULL) return sock_local_addr(addr_out);
+  /* a datagram socket "connected" to the peer sends nothing, but the kernel
+   * picks the route and so the local address */
+  int fd = socket(peer->sa.sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return weft_error_errno(weftSystemError, "socket");
+  union weft_sockaddr to = *peer, local;
+  if (to.sa.sa_family == AF_INET && to.in.sin_port == 0) to.in.sin_port = htons(9);
+  if (to.sa.sa_family == AF_INET6 && to.in6.sin6_port == 0) to.in6.sin6_port = htons(9);
+  socklen_t len = sizeof local;
+  memset(&local, 0, sizeof local);
+  int ok = connect(fd, &to.sa, addr_len(&to)) == 0 && getsockname(fd, &local.sa, &len) == 0;
+  close(fd);
+  if (!ok) return sock_local_addr(addr_out); /* no route yet: the default choice */
+  if (local.sa.sa_family == AF_INET) local.in.sin_port = 0;
+  else local.in6.sin6_port = 0;
+  *addr_out = local;
+  return weftSuccess;
+}
+
+static weftResult_t fd_set_nonblock(int fd, int on) {
+  int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, on ? flags | O_NONBLOCK : flags & ~O_NONBLOCK) != 0)
+    return weft_error_errno(weftSystemError, "fcntl O_NONBLOCK");
+  return weftSuccess;
+}
+
+/* A listener on a fixed port (WEFT_COMM_ID) sets SO_REUSEADDR, so that the
+ * port can be bound again at once while its last connections linger in
+ * TIME_WAIT. One on a port the kernel picks does not: the kernel then never
+ * hands out a port that a lingering connection still names, whose
+ * leftovers would answer a new client's SYN in the listener's place. */
+static void sock_set_reuse(int fd, const union weft_sockaddr *addr) {
+  int port = addr->sa.sa_family == AF_INET ? addr->in.sin_port : addr->in6.sin6_port;
+  if (port == 0) return;
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+}
+
+weftResult_t sock_listen(const union weft_sockaddr *addr, int *fd_out,
+                         union weft_sockaddr *bound_out) {
+  /* non-blocking: poll says a connection is ready, and accept must not block
+   * when that connection was reset meanwhile */
+  int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return weft_error_errno(weftSystemError, "socket");
+  sock_set_reuse(fd, addr);
   char buf[64];
   if (bind(fd, &addr->sa, addr_len(addr)) != 0) {
     weft_error_errno(weftSystemError, "bind %s", sock_addr_str(addr, buf, sizeof buf));
@@ -126,33 +172,103 @@ static void sock_tune(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+/* How long one poll may sleep: the watch is looked at this often. */
+#define SOCK_SLICE_MS 20
+
+/* Checks watch; weftInProgress to go on. */
+static weftResult_t sock_watch_check(struct weft_wait *watch) {
+  if (watch == NULL) return weftInProgress;
+  return wait_check(watch);
+}
+
 /* Waits for events on fd until the deadline; EINTR retried. */
-static weftResult_t sock_poll(int fd, short events, uint64_t deadline_ns, const char *what) {
+static weftResult_t sock_poll(int fd, short events, uint64_t deadline_ns, struct weft_wait *watch,
+                              const char *what) {
   for (;;) {
     uint64_t now = clock_ns();
     if (now >= deadline_ns)
       return weft_error_set(weftRemoteError, "timed out in %s", what);
+    weftResult_t res = sock_watch_check(watch);
+    if (res != weftInProgress) return res;
     uint64_t left_ms = (deadline_ns - now) / 1000000 + 1;
+    uint64_t cap_ms = watch != NULL ? SOCK_SLICE_MS : 1000;
     struct pollfd p = {.fd = fd, .events = events};
-    int rc = poll(&p, 1, left_ms > 1000 ? 1000 : (int)left_ms);
+    int rc = poll(&p, 1, (int)(left_ms > cap_ms ? cap_ms : left_ms));
     if (rc > 0) return weftSuccess;
     if (rc < 0 && errno != EINTR) return weft_error_errno(weftSystemError, "poll in %s", what);
   }
 }
 
-weftResult_t sock_connect(const union weft_sockaddr *addr, uint64_t deadline_ns, int *fd_out) {
+/* One non-blocking connect, waited for until the deadline or for one attempt
+ * (SOCK_ATTEMPT_NS), whichever is first; the socket's own error in *err_out
+ * (0 when connected, ETIMEDOUT when the attempt ran out: the caller may try
+ * again from a fresh socket, whose new source port gets past a handshake
+ * that stalled). */
+#define SOCK_ATTEMPT_NS 1000000000ull
+static weftResult_t sock_connect_once(const union weft_sockaddr *addr, uint64_t deadline_ns,
+                                      struct weft_wait *watch, int *fd_out, int *err_out) {
+  int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return weft_error_errno(weftSystemError, "socket");
+  int err = 0;
+  if (connect(fd, &addr->sa, addr_len(addr)) != 0) err = errno;
+  if (err == EINPROGRESS) {
+    uint64_t attempt_end = clock_ns() + SOCK_ATTEMPT_NS;
+    if (attempt_end > deadline_ns) attempt_end = deadline_ns;
+    err = ETIMEDOUT;
+    for (;;) {
+      uint64_t now = clock_ns();
+      if (now >= attempt_end) break;
+      weftResult_t res = sock_watch_check(watch);
+      if (res != weftInProgress) {
+        close(fd);
+        return res;
+      }
+      uint64_t ms = (attempt_end - now) / 1000000 + 1;
+      struct pollfd p = {.fd = fd, .events = POLLOUT};
+      int rc = poll(&p, 1, (int)(ms > SOCK_SLICE_MS ? SOCK_SLICE_MS : ms));
+      if (rc > 0) {
+        socklen_t len = sizeof err;
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+        break;
+      }
+      if (rc < 0 && errno != EINTR) {
+        res = weft_error_errno(weftSystemError, "poll in connect");
+        close(fd);
+        return res;
+      }
+    }
+  }
+  if (err == 0) {
+    weftResult_t res = fd_set_nonblock(fd, 0);
+    if (res != weftSuccess) {
+      close(fd);
+      return res;
+    }
+    sock_tune(fd);
+    *fd_out = fd;
+  } else {
+    close(fd);
+  }
+  *err_out = err;
+  return weftSuccess;
+}
+
+static weftResult_t sock_connect_impl(const union weft_sockaddr *addr, uint64_t deadline_ns,
+                                      struct weft_wait *watch, int refused_final, int *fd_out) {
   char buf[64];
   unsigned delay_us = 1000;
   for (;;) {
-    int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return weft_error_errno(weftSystemError, "socket");
-    if (connect(fd, &addr->sa, addr_len(addr)) == 0) {
-      sock_tune(fd);
+    int fd = -1, err = 0;
+    WEFT_TRY(sock_connect_once(addr, deadline_ns, watch, &fd, &err));
+    if (err == 0) {
       *fd_out = fd;
       return weftSuccess;
     }
-    int err = errno;
-    close(fd);
+    if (err == ECONNREFUSED && refused_final) {
+      errno = err;
+      return weft_error_errno(weftRemoteError, "connect to %s (its process has gone)",
+                              sock_addr_str(addr, buf, sizeof buf));
+    }
     if (err != ECONNREFUSED && err != EINTR && err != ETIMEDOUT && err != EAGAIN &&
         err != ENETUNREACH && err != EHOSTUNREACH) {
       errno = err;
@@ -164,15 +280,27 @@ weftResult_t sock_connect(const union weft_sockaddr *addr, uint64_t deadline_ns,
       return weft_error_errno(weftRemoteError, "timed out connecting to %s",
                               sock_addr_str(addr, buf, sizeof buf));
     }
+    weftResult_t res = sock_watch_check(watch);
+    if (res != weftInProgress) return res;
     struct timespec ts = {0, (long)delay_us * 1000};
     nanosleep(&ts, NULL);
-    if (delay_us < 100000) delay_us *= 2;
+    if (delay_us < 20000) delay_us *= 2;
   }
 }
 
-weftResult_t sock_accept(int listen_fd, uint64_t deadline_ns, int *fd_out) {
+weftResult_t sock_connect(const union weft_sockaddr *addr, uint64_t deadline_ns, int *fd_out) {
+  return sock_connect_impl(addr, deadline_ns, NULL, 0, fd_out);
+}
+
+weftResult_t sock_connect_peer(const union weft_sockaddr *addr, uint64_t deadline_ns,
+                               struct weft_wait *watch, int *fd_out) {
+  return sock_connect_impl(addr, deadline_ns, watch, 1, fd_out);
+}
+
+weftResult_t sock_accept(int listen_fd, uint64_t deadline_ns, struct weft_wait *watch,
+                         int *fd_out) {
   for (;;) {
-    WEFT_TRY(sock_poll(listen_fd, POLLIN, deadline_ns, "accept"));
+    WEFT_TRY(sock_poll(listen_fd, POLLIN, deadline_ns, watch, "accept"));
     int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
     if (fd >= 0) {
       sock_tune(fd);
@@ -184,6 +312,121 @@ weftResult_t sock_accept(int listen_fd, uint64_t deadline_ns, int *fd_out) {
   }
 }
 
+/* --- unproven connections ----------------------------------------------- */
+
+static void sock_hellos_drop(struct sock_hellos *hs, int i, const char *why) {
+  WEFT_INFO(LOG_BOOTSTRAP, "dropped an unproven connection: %s", why);
+  sock_close_reset(hs->v[i].fd);
+  memmove(&hs->v[i], &hs->v[i + 1], sizeof hs->v[0] * (size_t)(hs->n - i - 1));
+  hs->n--;
+}
+
+void sock_hellos_close(struct sock_hellos *hs) {
+  for (int i = 0; i < hs->n; i++) sock_close_reset(hs->v[i].fd);
+  hs->n = 0;
+}
+
+/* Accepts every connection waiting on the listener. */
+static weftResult_t sock_hellos_accept(struct sock_hellos *hs, int listen_fd,
+                                       uint64_t hello_timeout_ns) {
+  for (;;) {
+    int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED || errno == EINTR)
+        return weftSuccess;
+      if (errno == EMFILE || errno == ENFILE) {
+        /* out of descriptors: make room by letting the oldest stranger go */
+        if (hs->n > 0) {
+          sock_hellos_drop(hs, 0, "out of file descriptors");
+          continue;
+        }
+      }
+      return weft_error_errno(weftSystemError, "accept");
+    }
+    sock_tune(fd);
+    if (hs->n == SOCK_HELLOS_MAX) sock_hellos_drop(hs, 0, "too many unproven connections");
+    struct sock_hello *h = &hs->v[hs->n++];
+    h->fd = fd;
+    h->deadline_ns = clock_ns() + hello_timeout_ns;
+    h->got = 0;
+  }
+}
+
+/* Reads what hello i has; 1 when it is complete, 0 to read on, -1 dropped. */
+static int sock_hello_read(struct sock_hellos *hs, int i, sock_hello_size_fn size_fn, void *arg) {
+  struct sock_hello *h = &hs->v[i];
+  for (;;) {
+    size_t need = size_fn(h->buf, h->got, arg);
+    if (need == 0 || need > sizeof h->buf || need < h->got) {
+      sock_hellos_drop(hs, i, "not a weft hello");
+      return -1;
+    }
+    if (need == h->got) return 1;
+    ssize_t n = recv(h->fd, h->buf + h->got, need - h->got, MSG_DONTWAIT);
+    if (n > 0) {
+      h->got += (size_t)n;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      return 0;
+    } else {
+      sock_hellos_drop(hs, i, n == 0 ? "closed before its hello" : "error before its hello");
+      return -1;
+    }
+  }
+}
+
+weftResult_t sock_hellos_next(struct sock_hellos *hs, int listen_fd, uint64_t hello_timeout_ns,
+                              sock_hello_size_fn size_fn, void *arg, uint64_t until,
+                              struct weft_wait *watch, int *fd_out, void *hello_out,
+                              size_t *nbytes_out) {
+  for (;;) {
+    uint64_t now = clock_ns();
+    for (int i = hs->n - 1; i >= 0; i--)
+      if (now >= hs->v[i].deadline_ns) sock_hellos_drop(hs, i, "silent past its deadline");
+    if (now >= until) return weftInProgress;
+    uint64_t wake = until;
+    for (int i = 0; i < hs->n; i++)
+      if (hs->v[i].deadline_ns < wake) wake = hs->v[i].deadline_ns;
+    uint64_t ms = (wake - now) / 1000000 + 1;
+    if (watch != NULL && ms > SOCK_SLICE_MS) ms = SOCK_SLICE_MS;
+    if (ms > 1000) ms = 1000;
+    struct pollfd p[SOCK_HELLOS_MAX + 1];
+    p[0] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
+    for (int i = 0; i < hs->n; i++) p[i + 1] = (struct pollfd){.fd = hs->v[i].fd, .events = POLLIN};
+    int npoll = hs->n + 1;
+    int rc = poll(p, (nfds_t)npoll, (int)ms);
+    if (rc < 0 && errno != EINTR) return weft_error_errno(weftSystemError, "poll on a listener");
+    /* the watch is looked at only when nothing is ready: what a peer sent
+     * before it exited is still taken */
+    if (rc <= 0) {
+      weftResult_t res = sock_watch_check(watch);
+      if (res != weftInProgress) return res;
+      continue;
+    }
+    /* the pending ones first: accepting may evict the oldest */
+    for (int i = npoll - 2; i >= 0; i--) {
+      if (p[i + 1].revents == 0) continue;
+      int done = sock_hello_read(hs, i, size_fn, arg);
+      if (done != 1) continue;
+      struct sock_hello *h = &hs->v[i];
+      *fd_out = h->fd;
+      memcpy(hello_out, h->buf, h->got);
+      *nbytes_out = h->got;
+      memmove(&hs->v[i], &hs->v[i + 1], sizeof hs->v[0] * (size_t)(hs->n - i - 1));
+      hs->n--;
+      return weftSuccess;
+    }
+    if (p[0].revents & POLLIN) WEFT_TRY(sock_hellos_accept(hs, listen_fd, hello_timeout_ns));
+    else if (p[0].revents & (POLLERR | POLLNVAL))
+      return weft_error_set(weftSystemError, "listener failed");
+  }
+}
+
+void sock_close_reset(int fd) {
+  struct linger l = {.l_onoff = 1, .l_linger = 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+  close(fd);
+}
+
 weftResult_t sock_send_all(int fd, const void *buf, size_t nbytes, uint64_t deadline_ns) {
   const char *p = buf;
   while (nbytes > 0) {
@@ -192,7 +435,7 @@ weftResult_t sock_send_all(int fd, const void *buf, size_t nbytes, uint64_t dead
       p += n;
       nbytes -= (size_t)n;
     } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      WEFT_TRY(sock_poll(fd, POLLOUT, deadline_ns, "socket send"));
+      WEFT_TRY(sock_poll(fd, POLLOUT, deadline_ns, NULL, "socket send"));
     } else {
       return weft_error_errno(weftRemoteError, "socket send");
     }
@@ -210,7 +453,7 @@ weftResult_t sock_recv_all(int fd, void *buf, size_t nbytes, uint64_t deadline_n
     } else if (n == 0) {
       return weft_error_set(weftRemoteError, "connection closed by peer");
     } else if (errno == EAGAIN || errno == EINTR) {
-      WEFT_TRY(sock_poll(fd, POLLIN, deadline_ns, "socket receive"));
+      WEFT_TRY(sock_poll(fd, POLLIN, deadline_ns, NULL, "socket receive"));
     } else {
       return weft_error_errno(weftRemoteError, "socket receive");
     }

@@ -26,11 +26,65 @@ weftResult_t sock_local_addr(union weft_sockaddr *addr_out);
 /* Listens on addr (port 0 picks one); writes the bound address. */
 weftResult_t sock_listen(const union weft_sockaddr *addr, int *fd_out,
                          union weft_sockaddr *bound_out);
+/* The address this host uses to reach peer (the interface a route to it
+ * leaves by; loopback for a loopback peer), port 0. WEFT_SOCKET_IFNAME, when
+ * set, wins. */
+weftResult_t sock_local_addr_to(const union weft_sockaddr *peer, union weft_sockaddr *addr_out);
+/* Whether addr is a loopback address (127.0.0.0/8, ::1). */
+int sock_addr_is_loopback(const union weft_sockaddr *addr);
+
+struct weft_wait;
+
 /* Connects, retrying refused connections until the deadline (the listener may
  * not be up yet). */
 weftResult_t sock_connect(const union weft_sockaddr *addr, uint64_t deadline_ns, int *fd_out);
-/* Accepts one connection before the deadline. */
-weftResult_t sock_accept(int listen_fd, uint64_t deadline_ns, int *fd_out);
+/* Connects to a listener that is known to be up (its owner published the
+ * address after listening): "connection refused" means the owner is gone and
+ * fails at once. While connecting, watch (may be NULL) is checked every few
+ * milliseconds (wait_check: the peer's pid, a poison word, an abort flag), so
+ * a dead peer is an error in well under a second. */
+weftResult_t sock_connect_peer(const union weft_sockaddr *addr, uint64_t deadline_ns,
+                               struct weft_wait *watch, int *fd_out);
+/* Accepts one connection before the deadline, checking watch (may be NULL)
+ * as sock_connect_peer does. */
+weftResult_t sock_accept(int listen_fd, uint64_t deadline_ns, struct weft_wait *watch,
+                         int *fd_out);
+
+/* Connections accepted on a listener whose first bytes (a hello) are not in
+ * yet. They are read together, by poll, so a silent or slow connection never
+ * delays another; each must complete its hello before its own deadline. */
+#define SOCK_HELLO_MAX_NBYTES 512
+#define SOCK_HELLOS_MAX 32 /* unproven connections kept; the oldest goes first */
+struct sock_hello {
+  int fd;
+  uint64_t deadline_ns;
+  size_t got;
+  uint8_t buf[SOCK_HELLO_MAX_NBYTES];
+};
+struct sock_hellos {
+  int n;
+  struct sock_hello v[SOCK_HELLOS_MAX];
+};
+/* How many bytes the hello takes, judged from its first got bytes (more than
+ * got: read on); 0 drops the connection. */
+typedef size_t (*sock_hello_size_fn)(const uint8_t *buf, size_t got, void *arg);
+
+/* Accepts from listen_fd and reads every pending hello until one is complete,
+ * until `until` passes (weftInProgress), or until watch (may be NULL) fails.
+ * On success the caller owns *fd_out and checks the hello (hello_out holds
+ * SOCK_HELLO_MAX_NBYTES). Does not block past until. */
+weftResult_t sock_hellos_next(struct sock_hellos *hs, int listen_fd, uint64_t hello_timeout_ns,
+                              sock_hello_size_fn size_fn, void *arg, uint64_t until,
+                              struct weft_wait *watch, int *fd_out, void *hello_out,
+                              size_t *nbytes_out);
+/* Closes every pending connection. */
+void sock_hellos_close(struct sock_hellos *hs);
+/* Closes a connection whose incoming data this end has read all it needs
+ * of: with a reset instead of the orderly close, so that neither end keeps
+ * the port in TIME_WAIT. The other end closes in order (after its last
+ * send). Communicators made and destroyed by the thousand would otherwise
+ * leave so many ports in TIME_WAIT that no listener can bind. */
+void sock_close_reset(int fd);
 weftResult_t sock_send_all(int fd, const void *buf, size_t nbytes, uint64_t deadline_ns);
 /* Fails with weftRemoteError when the peer closes before nbytes arrived. */
 weftResult_t sock_recv_all(int fd, void *buf, size_t nbytes, uint64_t deadline_ns);

@@ -110,6 +110,25 @@ expect_file <(cut -d' ' -f2-6 "$tmp/out" | sort) \
   $'0 3 0 3 127.0.0.1\n1 3 1 3 127.0.0.1\n2 3 2 3 127.0.0.1'
 report unique_id
 
+# A one-host job: its listeners on loopback, and a random secret per job for
+# ranks that rendezvous at an address (WEFT_COMM_ID); the caller's secret wins.
+secrets=""
+for run in 1 2; do
+  bounded "$weftrun" -n 2 --no-prefix sh -c 'echo "$WEFT_SOCKET_IFNAME $WEFT_SECRET"' \
+    >"$tmp/out" 2>"$tmp/err"
+  [[ $(sort -u "$tmp/out" | wc -l) -eq 1 ]] || fail "ranks got different values: $(cat "$tmp/out")"
+  read -r ifname secret <"$tmp/out"
+  [[ $secret =~ ^[0-9a-f]{32}$ ]] || fail "WEFT_SECRET is not 32 hex chars: '$secret'"
+  ip -o addr show dev "$ifname" 2>/dev/null | grep -q ' 127\.' ||
+    [[ $ifname == lo ]] || fail "WEFT_SOCKET_IFNAME=$ifname is not the loopback interface"
+  secrets+="$secret"$'\n'
+done
+[[ $(sort -u <<<"$secrets" | grep -c .) -eq 2 ]] || fail "two jobs got the same WEFT_SECRET"
+WEFT_SECRET=mine bounded "$weftrun" -n 1 --no-prefix sh -c 'echo "$WEFT_SECRET"' \
+  >"$tmp/out" 2>"$tmp/err"
+expect_file "$tmp/out" 'mine'
+report local_job_env
+
 # -x sets (and overrides) variables in every rank; --no-prefix prints lines as is.
 FROM_PARENT=kept bounded "$weftrun" -n 2 --no-prefix -x FOO=bar -x FROM_PARENT \
   -x WORLD_SIZE=7 -- sh -c 'echo "$FOO $FROM_PARENT $WORLD_SIZE"' >"$tmp/out" 2>"$tmp/err"

@@ -1,8 +1,12 @@
-// Bootstrap from launcher environments, and a root that drops strangers.
+// Bootstrap from launcher environments, and listeners that strangers cannot
+// stall or learn anything from.
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,6 +17,7 @@
 #include "harness.h"
 
 extern "C" {
+#include "collectives/comm.h"
 #include "transport/bootstrap.h"
 }
 
@@ -189,6 +194,380 @@ TEST(Root, DropsStrangers) {
   }, opts);
   EXPECT_EQ(status[0], 0);
   EXPECT_EQ(status[1], 0);
+}
+
+// Opens a TCP connection to addr that never says anything; -1 on failure.
+int silent_connection(const union weft_sockaddr &addr) {
+  int fd = socket(addr.sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  socklen_t len = addr.sa.sa_family == AF_INET6 ? sizeof addr.in6 : sizeof addr.in;
+  if (fd >= 0 && connect(fd, &addr.sa, len) == 0) return fd;
+  if (fd >= 0) close(fd);
+  return -1;
+}
+
+// Reads what the other end sends for up to `seconds` or until it closes;
+// returns the byte count, *closed telling whether it closed.
+ssize_t bytes_received(int fd, double seconds, bool *closed) {
+  ssize_t total = 0;
+  double end = now_s() + seconds;
+  *closed = false;
+  while (now_s() < end) {
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    char buf[4096];
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) {
+      *closed = true;
+      return total;
+    }
+    total += n;
+  }
+  return total;
+}
+
+// Seconds a 4-rank init (and one all-reduce) takes, with `silent` connections
+// to the root held open by rank 0 the whole time; -1 when a rank failed.
+double timed_init(int silent) {
+  RunOptions opts;
+  opts.allow_warnings = true;
+  opts.env = {{"WEFT_TIMEOUT", "30"}};
+  double start = now_s();
+  auto status = run_ranks(4, [&](const RankCtx &ctx) {
+    std::vector<int> fds;
+    if (ctx.rank == 0) {
+      struct bootstrap_id b;
+      memcpy(&b, ctx.id.internal, sizeof b);
+      for (int i = 0; i < silent; i++) {
+        int fd = silent_connection(b.root);
+        if (fd < 0) return rank_fail(ctx, "connect to the root");
+        fds.push_back(fd);
+      }
+    }
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init beside %d silent connections: %s", silent,
+                       weftGetLastError(nullptr));
+    int x = 1, y = 0;
+    if (weftAllReduce(&x, &y, 1, weftInt32, weftSum, comm, nullptr) != weftSuccess || y != 4)
+      return rank_fail(ctx, "allreduce");
+    weftCommDestroy(comm);
+    for (int fd : fds) close(fd);
+    return 0;
+  }, opts);
+  double took = now_s() - start;
+  for (int s : status)
+    if (s != 0) return -1;
+  return took;
+}
+
+// Connections that connect and say nothing hold no one up: the root serves
+// every connection at once.
+TEST(Root, SilentConnectionsDoNotDelayInit) {
+  double base = timed_init(0);
+  double with_silent = timed_init(3);
+  ASSERT_GE(base, 0);
+  ASSERT_GE(with_silent, 0) << "init failed beside 3 silent connections";
+  printf("4-rank init: %.3f s alone, %.3f s beside 3 silent connections\n", base, with_silent);
+  EXPECT_LT(with_silent - base, 1.0);
+}
+
+// A client that does not know the secret is sent nothing, not even a refusal,
+// by the root or by a rank's listener; the job forms regardless.
+TEST(Root, NoSecretGetsNothing) {
+  RunOptions opts;
+  opts.allow_warnings = true;
+  opts.env = {{"WEFT_TIMEOUT", "20"}};
+  auto status = run_ranks(2, [](const RankCtx &ctx) {
+    struct bootstrap_id b;
+    memcpy(&b, ctx.id.internal, sizeof b);
+    if (ctx.rank == 1) {
+      // a well-formed hello of rank 1 (the real rank 1's place) with a wrong secret
+      struct {
+        uint32_t magic, version;
+        uint8_t secret[BOOTSTRAP_SECRET_BYTES];
+        int32_t rank, nranks;
+        struct peer_info info;
+      } h;
+      memset(&h, 0, sizeof h);
+      h.magic = b.magic;
+      h.version = 2;
+      memcpy(h.secret, b.secret, sizeof h.secret);
+      h.secret[7] ^= 1;
+      h.rank = 1;
+      h.nranks = 2;
+      int fd = silent_connection(b.root);
+      if (fd < 0 || write(fd, &h, sizeof h) != (ssize_t)sizeof h)
+        return rank_fail(ctx, "connect to the root");
+      bool closed;
+      ssize_t n = bytes_received(fd, 3, &closed);
+      close(fd);
+      if (n != 0 || !closed)
+        return rank_fail(ctx, "root sent %zd bytes to a wrong secret%s", n,
+                         closed ? "" : " and kept the connection");
+    }
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, 2, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    // the same at the other rank's listener, with a point-to-point header
+    const peer_info &peer = comm->peers[1 - ctx.rank];
+    struct {
+      uint32_t magic;
+      int32_t from;
+      uint32_t tag, nbytes;
+      uint8_t secret[BOOTSTRAP_SECRET_BYTES];
+    } ph = {0x77667470u, ctx.rank, 1, 0, {}};
+    int fd = silent_connection(peer.listen_addr);
+    if (fd < 0 || write(fd, &ph, sizeof ph) != (ssize_t)sizeof ph)
+      return rank_fail(ctx, "connect to rank %d's listener", 1 - ctx.rank);
+    bool closed;  // served only while the rank waits for a message: it may stay open
+    ssize_t n = bytes_received(fd, 0.5, &closed);
+    close(fd);
+    if (n != 0) return rank_fail(ctx, "listener sent %zd bytes to a wrong secret", n);
+    float x = 1, y = 0;
+    if (weftAllReduce(&x, &y, 1, weftFloat32, weftSum, comm, nullptr) != weftSuccess || y != 2)
+      return rank_fail(ctx, "allreduce");
+    weftCommDestroy(comm);
+    return 0;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
+// Idle connections to a running job's listeners do not hold up the
+// point-to-point set-up that goes through those listeners.
+TEST(Listener, IdleConnectionsDoNotBreakP2pSetup) {
+  RunOptions opts;
+  opts.allow_warnings = true;
+  opts.env = {{"WEFT_TIMEOUT", "30"}};
+  const int nranks = 3;
+  auto status = run_ranks(nranks, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    std::vector<int> fds;
+    for (int p = 0; p < ctx.nranks; p++)
+      for (int i = 0; i < 5 && p != ctx.rank; i++) {
+        int fd = silent_connection(comm->peers[p].listen_addr);
+        if (fd < 0) return rank_fail(ctx, "connect to rank %d's listener", p);
+        fds.push_back(fd);
+      }
+    int bar = 0;  // every rank's idle connections are in before the set-up
+    if (weftAllReduce(&bar, &bar, 1, weftInt32, weftSum, comm, nullptr) != weftSuccess)
+      return rank_fail(ctx, "barrier");
+    // every pair exchanges, in both directions: set-up of all p2p connections
+    const size_t count = 1000;
+    std::vector<int32_t> out(count), in(count * ctx.nranks, -1);
+    for (size_t i = 0; i < count; i++) out[i] = ctx.rank * 100000 + (int)i;
+    double start = now_s();
+    weftGroupStart();
+    for (int p = 0; p < ctx.nranks; p++) {
+      if (p == ctx.rank) continue;
+      weftSend(out.data(), count, weftInt32, p, comm, nullptr);
+      weftRecv(in.data() + count * p, count, weftInt32, p, comm, nullptr);
+    }
+    if (weftGroupEnd() != weftSuccess)
+      return rank_fail(ctx, "p2p beside idle connections: %s", weftGetLastError(comm));
+    double took = now_s() - start;
+    for (int p = 0; p < ctx.nranks; p++)
+      for (size_t i = 0; i < count && p != ctx.rank; i++)
+        if (in[count * p + i] != p * 100000 + (int)i) return rank_fail(ctx, "wrong data from %d", p);
+    // well under one hello deadline (5 s): nothing waited for a silent peer
+    if (took > 3.0) return rank_fail(ctx, "p2p set-up took %.2f s", took);
+    weftCommDestroy(comm);
+    for (int fd : fds) close(fd);
+    return 0;
+  }, opts);
+  for (int r = 0; r < nranks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+// A non-loopback IPv4 address of this host, or "" when it has none.
+std::string non_loopback_ipv4() {
+  struct ifaddrs *ifs = nullptr;
+  std::string found;
+  if (getifaddrs(&ifs) != 0) return found;
+  for (struct ifaddrs *i = ifs; i != nullptr && found.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    if ((i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP)) continue;
+    char buf[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &((sockaddr_in *)i->ifa_addr)->sin_addr, buf, sizeof buf);
+    found = buf;
+  }
+  freeifaddrs(ifs);
+  return found;
+}
+
+// WEFT_COMM_ID=127.0.0.1:port: the root and every rank's listener take
+// loopback connections only.
+TEST(FromEnvBind, LoopbackRendezvousListensOnLoopback) {
+  const int port = free_port();
+  const std::string outside = non_loopback_ipv4();
+  RunOptions opts;
+  opts.env = {{"WEFT_TIMEOUT", "20"}, {"WEFT_NRANKS", "2"},
+              {"WEFT_COMM_ID", "127.0.0.1:" + std::to_string(port)}};
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    setenv("WEFT_RANK", std::to_string(ctx.rank).c_str(), 1);
+    if (ctx.rank == 0 && !outside.empty()) {
+      // the root is up before rank 1 can join; it must not answer outside loopback
+      struct bootstrap_env env;
+      if (bootstrap_env_read(&env) != weftSuccess || bootstrap_env_rendezvous(&env) != weftSuccess)
+        return rank_fail(ctx, "rendezvous: %s", weftGetLastError(nullptr));
+      union weft_sockaddr a;
+      if (sock_resolve(outside.c_str(), port, &a) != weftSuccess) return rank_fail(ctx, "resolve");
+      int fd = silent_connection(a);
+      if (fd >= 0) return rank_fail(ctx, "the root answers on %s", outside.c_str());
+      weftComm_t comm;
+      if (comm_init(&comm, 2, &env.id, 0, nullptr, -1) != weftSuccess)
+        return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+      for (int r = 0; r < 2; r++)
+        if (!sock_addr_is_loopback(&comm->peers[r].listen_addr))
+          return rank_fail(ctx, "rank %d listens outside loopback", r);
+      weftCommDestroy(comm);
+      return 0;
+    }
+    weftComm_t comm;
+    if (weftCommInitFromEnv(&comm, nullptr) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    for (int r = 0; r < 2; r++)
+      if (!sock_addr_is_loopback(&comm->peers[r].listen_addr))
+        return rank_fail(ctx, "rank %d listens outside loopback", r);
+    weftCommDestroy(comm);
+    return 0;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+  if (outside.empty()) printf("no non-loopback address here: only the listeners were checked\n");
+}
+
+int sh_quiet(const std::string &cmd) { return system((cmd + " >/dev/null 2>&1").c_str()); }
+
+// TCP sockets in TIME_WAIT in this process's network namespace.
+int time_wait_count() {
+  int n = 0;
+  for (const char *path : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    FILE *f = fopen(path, "r");
+    if (f == nullptr) continue;
+    char line[512];
+    while (fgets(line, sizeof line, f) != nullptr) {
+      unsigned st = 0;
+      if (sscanf(line, " %*d: %*s %*s %x", &st) == 1 && st == 0x06) n++;
+    }
+    fclose(f);
+  }
+  return n;
+}
+
+// Communicators made and destroyed over and over (a split, a point-to-point
+// exchange on it, destroy) must not use up the host's ports: what lingers in
+// TIME_WAIT must not block the next connections and listeners. Run in a
+// network namespace of its own whose ephemeral range is 400 ports, so a
+// bounded loop of 600 cycles would exhaust it if each cycle held one.
+TEST(Ports, SplitAndP2pChurnDoesNotExhaustPorts) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to create a network namespace";
+  if (sh_quiet("command -v ip") != 0) GTEST_SKIP() << "needs the ip tool (iproute2)";
+  const std::string ns = "weft-ports-" + std::to_string(getpid() % 100000);
+  if (sh_quiet("ip netns add " + ns) != 0 ||
+      sh_quiet("ip netns exec " + ns + " ip link set lo up") != 0 ||
+      sh_quiet("ip netns exec " + ns +
+               " sh -c 'echo 40000 40399 >/proc/sys/net/ipv4/ip_local_port_range'") != 0) {
+    sh_quiet("ip netns del " + ns);
+    GTEST_SKIP() << "could not create a network namespace with a small port range";
+  }
+  const int cycles = 600;
+  RunOptions opts;
+  opts.timeout_s = 240;
+  opts.netns = {ns, ns};
+  opts.env = {{"WEFT_TIMEOUT", "20"}};
+  double start = now_s();
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    for (int c = 0; c < cycles; c++) {
+      weftComm_t sub;
+      if (weftCommSplit(comm, 0, ctx.rank, &sub, nullptr) != weftSuccess)
+        return rank_fail(ctx, "cycle %d: split: %s (%d in TIME_WAIT)", c,
+                         weftGetLastError(comm), time_wait_count());
+      int out = c * 10 + ctx.rank, in = -1, peer = 1 - ctx.rank;
+      weftGroupStart();
+      weftSend(&out, 1, weftInt32, peer, sub, nullptr);
+      weftRecv(&in, 1, weftInt32, peer, sub, nullptr);
+      if (weftGroupEnd() != weftSuccess)
+        return rank_fail(ctx, "cycle %d: p2p: %s (%d in TIME_WAIT)", c, weftGetLastError(sub),
+                         time_wait_count());
+      if (in != c * 10 + peer) return rank_fail(ctx, "cycle %d: got %d", c, in);
+      if (weftCommDestroy(sub) != weftSuccess) return rank_fail(ctx, "cycle %d: destroy", c);
+    }
+    if (ctx.rank == 0) printf("%d sockets in TIME_WAIT after %d cycles\n", time_wait_count(), cycles);
+    weftCommDestroy(comm);
+    return 0;
+  }, opts);
+  double took = now_s() - start;
+  sh_quiet("ip netns del " + ns);
+  printf("%d split + p2p cycles in %.1f s\n", cycles, took);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
+// --- under a real torchrun ----------------------------------------------
+
+// What each torchrun worker runs (this binary, started by Torchrun.*): two
+// communicators in a row from torchrun's environment, each checked with an
+// all-reduce. Disabled: it runs only when started that way.
+TEST(Torchrun, DISABLED_Worker) {
+  for (int round = 0; round < 2; round++) {
+    weftComm_t comm;
+    ASSERT_EQ(weftCommInitFromEnv(&comm, nullptr), weftSuccess) << weftGetLastError(nullptr);
+    int rank = -1, nranks = -1;
+    weftCommUserRank(comm, &rank);
+    weftCommCount(comm, &nranks);
+    EXPECT_EQ(rank, atoi(getenv("RANK")));
+    EXPECT_EQ(nranks, atoi(getenv("WORLD_SIZE")));
+    int64_t mine = rank + 1, sum = 0;
+    ASSERT_EQ(weftAllReduce(&mine, &sum, 1, weftInt64, weftSum, comm, nullptr), weftSuccess);
+    EXPECT_EQ(sum, (int64_t)nranks * (nranks + 1) / 2);
+    weftCommDestroy(comm);
+    printf("torchrun worker: rank %d of %d, round %d ok\n", rank, nranks, round);
+  }
+}
+
+// torchrun's agent holds MASTER_PORT with its store; weftCommInitFromEnv
+// passes its unique id through that store instead of binding the port.
+TEST(Torchrun, InitFromEnv) {
+  const std::string torchrun = std::string(WEFT_SOURCE_ROOT) + "/.venv-torch/bin/torchrun";
+  if (access(torchrun.c_str(), X_OK) != 0)
+    GTEST_SKIP() << "no torchrun at " << torchrun
+                 << " (WEFT_SETUP_TORCH=1 tools/setup.sh creates .venv-torch)";
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  ASSERT_GT(n, 0);
+  self[n] = '\0';
+  // 3 ranks (an odd count, past a pair); each torchrun start imports torch,
+  // which takes seconds on a busy machine
+  for (int nranks : {3}) {
+    char out[] = "/tmp/weft-torchrun-XXXXXX";
+    int fd = mkstemp(out);
+    ASSERT_GE(fd, 0);
+    close(fd);
+    std::string cmd = "WEFT_TIMEOUT=30 timeout 180 " + torchrun + " --standalone --nproc-per-node " +
+                      std::to_string(nranks) + " --no-python " + self +
+                      " --gtest_filter=Torchrun.DISABLED_Worker --gtest_also_run_disabled_tests"
+                      " >" + out + " 2>&1";
+    double start = now_s();
+    int rc = system(cmd.c_str());
+    double took = now_s() - start;
+    std::string text;
+    if (FILE *f = fopen(out, "r")) {
+      char line[1024];
+      while (fgets(line, sizeof line, f) != nullptr) text += line;
+      fclose(f);
+    }
+    unlink(out);
+    int ok = 0;
+    for (size_t at = 0; (at = text.find("round 1 ok", at)) != std::string::npos; at++) ok++;
+    EXPECT_EQ(rc, 0) << "torchrun with " << nranks << " ranks:\n" << text;
+    EXPECT_EQ(ok, nranks) << text;
+    printf("torchrun, %d ranks: %.1f s (python start-up included)\n", nranks, took);
+  }
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 #include "shm_segment.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -12,13 +15,74 @@
 #include "../status.h"
 #include "../topo.h"
 
+/* Names are "/weft-<pid>-<tag><random>": the creator's pid, and a tag of
+ * its pid namespace (8 hex digits) followed by 8 random ones. A segment whose
+ * creator died before anyone attached can so be recognised and unlinked by
+ * any later weft process of the same user and pid namespace. */
+static uint32_t shm_pidns_tag(void) {
+  struct stat st;
+  return stat("/proc/self/ns/pid", &st) == 0 ? (uint32_t)st.st_ino : 0;
+}
+
+/* Whether pid is gone: no such process, a zombie, or a process on its way
+ * out (PF_EXITING: its sockets close before it becomes a zombie, so a peer
+ * may notice the death first). */
+static int shm_pid_gone(pid_t pid) {
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  char path[64], buf[256];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char *paren = strrchr(buf, ')');
+  char state = 0;
+  unsigned int flags = 0;
+  if (paren == NULL || sscanf(paren + 1, " %c %*d %*d %*d %*d %*d %u", &state, &flags) != 2)
+    return 0;
+  return state == 'Z' || state == 'X' || (flags & 0x4u) != 0; /* PF_EXITING */
+}
+
+int shm_segment_sweep(void) {
+  DIR *d = opendir("/dev/shm");
+  if (d == NULL) return 0;
+  uint32_t tag = shm_pidns_tag();
+  uid_t uid = geteuid();
+  int swept = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    int pid = 0, used = 0;
+    unsigned int their_tag = 0, rnd = 0;
+    if (sscanf(e->d_name, "weft-%d-%8x%8x%n", &pid, &their_tag, &rnd, &used) != 3 ||
+        e->d_name[used] != '\0' || used != (int)strlen(e->d_name) || pid <= 0 ||
+        pid == (int)getpid() || their_tag != tag)
+      continue;
+    struct stat st;
+    if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_uid != uid ||
+        !S_ISREG(st.st_mode) || !shm_pid_gone((pid_t)pid))
+      continue;
+    char name[SHM_NAME_BYTES + 2];
+    snprintf(name, sizeof name, "/%s", e->d_name);
+    if (shm_unlink(name) == 0) {
+      swept++;
+      WEFT_INFO(LOG_SHM, "unlinked %s: its creator (pid %d) died before anyone attached", name,
+                pid);
+    }
+  }
+  closedir(d);
+  return swept;
+}
+
 weftResult_t shm_segment_create(size_t nbytes, struct shm_segment *seg_out) {
+  static int swept_once; /* the first segment of a process sweeps what dead ones left */
+  if (!__atomic_exchange_n(&swept_once, 1, __ATOMIC_RELAXED)) shm_segment_sweep();
   struct shm_segment seg = {.nbytes = nbytes, .owner = 1};
-  uint64_t salt = 0;
-  if (getrandom(&salt, sizeof salt, 0) != (ssize_t)sizeof salt)
+  uint32_t rnd = 0;
+  if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
     return weft_error_errno(weftSystemError, "getrandom");
-  snprintf(seg.name, sizeof seg.name, "/weft-%d-%016llx", (int)getpid(),
-           (unsigned long long)salt);
+  snprintf(seg.name, sizeof seg.name, "/weft-%d-%08x%08x", (int)getpid(), shm_pidns_tag(), rnd);
   int fd = shm_open(seg.name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return weft_error_errno(weftSystemError, "shm_open %s", seg.name);
   weftResult_t res;
@@ -39,6 +103,7 @@ weftResult_t shm_segment_create(size_t nbytes, struct shm_segment *seg_out) {
     goto unmap;
   }
   close(fd);
+  WEFT_TRACE(LOG_SHM, "created %s (%zu bytes)", seg.name, nbytes);
   *seg_out = seg;
   return weftSuccess;
 unmap:

@@ -20,5 +20,8 @@ weftResult_t shm_segment_create(size_t nbytes, struct shm_segment *seg_out);
 /* Maps the segment and unlinks its name. */
 weftResult_t shm_segment_attach(const char *name, size_t nbytes, struct shm_segment *seg_out);
 void shm_segment_close(struct shm_segment *seg);
+/* Unlinks the segments of this user and pid namespace whose creator died
+ * before anyone attached them; returns how many. */
+int shm_segment_sweep(void);
 
 #endif

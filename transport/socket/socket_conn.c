@@ -81,6 +81,7 @@ static weftResult_t socket_conn_alloc(struct weft_conn *conn, int is_send, int n
   sc->slot_nbytes = conn->slot_nbytes;
   sc->nsocks = nsocks;
   sc->listen_fd = -1;
+  sc->setup_pid = conn->peer_pid;
   for (int s = 0; s < SOCKET_MAX_SOCKS; s++) sc->streams[s].fd = -1;
   sc->fifo_nbytes = SOCKET_CTRL_NBYTES + (size_t)conn->nslots * conn->slot_nbytes;
   /* anonymous pages: zeroed, page-aligned, never shared with a child */
@@ -150,8 +151,15 @@ static weftResult_t socket_recv_setup(struct weft_conn *conn, struct conn_blob *
   struct socket_conn *sc;
   WEFT_TRY(socket_conn_alloc(conn, 0, (int)nsocks, &sc));
   weftResult_t res;
+  /* the interface the job's bootstrap uses (loopback for a one-host job) */
   union weft_sockaddr local, bound;
-  WEFT_TRY_GOTO(sock_local_addr(&local), res, close_conn);
+  if (conn->bs != NULL) {
+    local = *bootstrap_listen_addr(conn->bs);
+    if (local.sa.sa_family == AF_INET) local.in.sin_port = 0;
+    else local.in6.sin6_port = 0;
+  } else {
+    WEFT_TRY_GOTO(sock_local_addr(&local), res, close_conn);
+  }
   WEFT_TRY_GOTO(sock_listen(&local, &sc->listen_fd, &bound), res, close_conn);
   if (getrandom(&sc->token, sizeof sc->token, 0) != (ssize_t)sizeof sc->token) {
     res = weft_error_errno(weftSystemError, "getrandom");
@@ -187,8 +195,13 @@ static weftResult_t socket_send_connect(struct weft_conn *conn, const struct con
   WEFT_TRY(socket_conn_alloc(conn, 1, (int)b.nsocks, &sc));
   weftResult_t res = weftSuccess;
   uint64_t deadline = clock_ns() + wait_default_timeout_ns();
+  /* the receiver listened before it published the address: refused means
+   * it is gone, and a local receiver's death is seen at once */
+  struct weft_wait w;
+  wait_begin(&w, wait_default_timeout_ns(), NULL, NULL, sc->setup_pid, conn->peer_rank,
+             "connect a socket to");
   for (int s = 0; s < sc->nsocks; s++) {
-    res = sock_connect(&b.addr, deadline, &sc->streams[s].fd);
+    res = sock_connect_peer(&b.addr, deadline, &w, &sc->streams[s].fd);
     if (res != weftSuccess) {
       res = socket_error_peer(res, "connecting to", conn->peer_rank);
       goto close_conn;
@@ -213,16 +226,27 @@ close_conn:
   return res;
 }
 
-/* Accepts one socket and checks its hello; strangers are dropped (and
- * return weftInProgress). */
-static weftResult_t socket_accept_one(struct socket_conn *sc, uint64_t deadline) {
+static size_t socket_hello_size(const uint8_t *buf, size_t got, void *arg) {
+  (void)buf;
+  (void)got;
+  (void)arg;
+  return sizeof(struct socket_hello);
+}
+
+/* Takes the next socket whose hello proves the token; strangers and silent
+ * connections are dropped without holding up the sender's sockets. */
+static weftResult_t socket_accept_one(struct socket_conn *sc, struct sock_hellos *hs,
+                                      struct weft_wait *w, uint64_t deadline) {
   int fd;
-  WEFT_TRY(sock_accept(sc->listen_fd, deadline, &fd));
-  uint64_t hello_deadline = clock_ns() + SOCKET_HELLO_TIMEOUT_NS;
-  if (hello_deadline > deadline) hello_deadline = deadline;
   struct socket_hello hello;
-  if (sock_recv_all(fd, &hello, sizeof hello, hello_deadline) != weftSuccess ||
-      hello.magic != SOCKET_HELLO_MAGIC || hello.token != sc->token ||
+  uint8_t buf[SOCK_HELLO_MAX_NBYTES];
+  size_t got;
+  weftResult_t res = sock_hellos_next(hs, sc->listen_fd, SOCKET_HELLO_TIMEOUT_NS,
+                                      socket_hello_size, NULL, deadline, w, &fd, buf, &got);
+  if (res == weftInProgress) return weft_error_set(weftRemoteError, "timed out");
+  WEFT_TRY(res);
+  memcpy(&hello, buf, sizeof hello);
+  if (hello.magic != SOCKET_HELLO_MAGIC || hello.token != sc->token ||
       hello.nsocks != (uint32_t)sc->nsocks || hello.index >= (uint32_t)sc->nsocks ||
       sc->streams[hello.index].fd >= 0) {
     WEFT_INFO(LOG_NET, "socket transport: dropping a connection without rank %d's token",
@@ -239,20 +263,33 @@ static weftResult_t socket_recv_connect(struct weft_conn *conn) {
   weftResult_t res = weftSuccess;
   /* the senders connected before the barrier: their sockets are queued */
   uint64_t deadline = clock_ns() + wait_default_timeout_ns();
+  struct weft_wait w;
+  wait_begin(&w, wait_default_timeout_ns(), NULL, NULL, sc->setup_pid, conn->peer_rank,
+             "accept a socket from");
+  struct sock_hellos *hs = calloc(1, sizeof *hs);
+  if (hs == NULL) {
+    res = weft_error_set(weftSystemError, "out of memory");
+    goto close_conn;
+  }
   for (int got = 0; got < sc->nsocks;) {
-    res = socket_accept_one(sc, deadline);
+    res = socket_accept_one(sc, hs, &w, deadline);
     if (res == weftSuccess) {
       got++;
     } else if (res != weftInProgress) {
       res = socket_error_peer(res, "accepting", conn->peer_rank);
-      goto close_conn;
+      goto free_hellos;
     }
   }
+  sock_hellos_close(hs);
+  free(hs);
   close(sc->listen_fd);
   sc->listen_fd = -1;
   WEFT_TRY_GOTO(socket_fds_nonblock(sc), res, close_conn);
   WEFT_TRY_GOTO(socket_proxy_add(sc), res, close_conn);
   return weftSuccess;
+free_hellos:
+  sock_hellos_close(hs);
+  free(hs);
 close_conn:
   socket_close(conn);
   return res;

@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "../../include/weft.h"
 #include "../param.h"
@@ -56,6 +57,7 @@ struct socket_conn {
   void *fifo;
   size_t fifo_nbytes;
   int listen_fd; /* receiver, until recv_connect: -1 after */
+  pid_t setup_pid; /* the peer's pid where it shares the host: watched during set-up */
   uint64_t token;
   int nsocks;
   struct socket_stream streams[SOCKET_MAX_SOCKS];
