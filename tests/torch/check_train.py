@@ -91,8 +91,9 @@ def train_fsdp(group, variant, loss_scale=1.0):
         fully_shard(layer, **kw)
     fully_shard(model, **kw)
     if variant == "divide_factor":
-        model.set_gradient_divide_factor(3.0)  # a PREMUL_SUM reduce-scatter
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        for m in [*model.layers, model]:  # each FSDP module has its own
+            m.set_gradient_divide_factor(3.0)  # a PREMUL_SUM reduce-scatter
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     data = batches(dist.get_rank(), STEPS)
     losses = []
     for step in range(STEPS):
