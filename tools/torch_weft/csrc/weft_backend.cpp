@@ -204,6 +204,7 @@ struct queue_state {
   std::deque<task> tasks;
   task held{"send/recv", {}, {}}; /* sends and receives not yet released */
   bool stop = false;
+  bool busy = false; /* a task is running, on the worker or on a caller's thread */
 
   void push(task t) {
     std::lock_guard<std::mutex> lk(mu);
@@ -296,14 +297,14 @@ class WeftBackend : public c10d::Backend {
       flat_buf b = bytes_of(buf);
       return weftBroadcast(b.ptr, b.ptr, b.count, b.dtype, root, comm_, nullptr);
     });
-    return submit("broadcast", c10d::OpType::BROADCAST, {s}, {t});
+    return submit("broadcast", c10d::OpType::BROADCAST, {s}, {t}, opts.asyncOp);
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor> &tensors,
                                            const c10d::AllreduceOptions &opts) override {
     at::Tensor t = single(tensors, "allreduce");
     return submit("allreduce", c10d::OpType::ALLREDUCE,
-                  {allreduce_step(t, opts.reduceOp, "allreduce")}, {t});
+                  {allreduce_step(t, opts.reduceOp, "allreduce")}, {t}, opts.asyncOp);
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
@@ -314,7 +315,7 @@ class WeftBackend : public c10d::Backend {
       steps.push_back(allreduce_step(t, opts.reduceOp, "allreduce_coalesced"));
     }
     return submit("allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, std::move(steps),
-                  tensors);
+                  tensors, opts.asyncOp);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor> &tensors,
@@ -340,22 +341,22 @@ class WeftBackend : public c10d::Backend {
         if (is_root) t.copy_(work);
       };
     }
-    return submit("reduce", c10d::OpType::REDUCE, {s}, {t});
+    return submit("reduce", c10d::OpType::REDUCE, {s}, {t}, opts.asyncOp);
   }
 
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>> &outputs,
                                            std::vector<at::Tensor> &inputs,
-                                           const c10d::AllgatherOptions &) override {
+                                           const c10d::AllgatherOptions &opts) override {
     at::Tensor in = single(inputs, "allgather");
     TORCH_CHECK(outputs.size() == 1, "weft: allgather takes one list of outputs");
     check_list(outputs[0], in, "allgather");
     return submit("allgather", c10d::OpType::ALLGATHER, {allgather_list_step(outputs[0], in)},
-                  outputs[0]);
+                  outputs[0], opts.asyncOp);
   }
 
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(
       std::vector<std::vector<at::Tensor>> &outputs, std::vector<at::Tensor> &inputs,
-      const c10d::AllgatherOptions &) override {
+      const c10d::AllgatherOptions &opts) override {
     TORCH_CHECK(outputs.size() == inputs.size(), "weft: allgather_coalesced: ", outputs.size(),
                 " output lists for ", inputs.size(), " inputs");
     std::vector<op_step> steps;
@@ -367,25 +368,25 @@ class WeftBackend : public c10d::Backend {
       for (auto &o : outputs[i]) flat_outputs.push_back(o);
     }
     return submit("allgather_coalesced", c10d::OpType::ALLGATHER_COALESCED, std::move(steps),
-                  flat_outputs);
+                  flat_outputs, opts.asyncOp);
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
-                                                 const c10d::AllgatherOptions &) override {
+                                                 const c10d::AllgatherOptions &opts) override {
     return submit("all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE,
-                  {allgather_base_step(output, input)}, {output});
+                  {allgather_base_step(output, input)}, {output}, opts.asyncOp);
   }
 
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
       std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
-      const c10d::AllgatherOptions &) override {
+      const c10d::AllgatherOptions &opts) override {
     TORCH_CHECK(outputs.size() == inputs.size(), "weft: allgather_into_tensor_coalesced: ",
                 outputs.size(), " outputs for ", inputs.size(), " inputs");
     std::vector<op_step> steps;
     for (size_t i = 0; i < inputs.size(); i++)
       steps.push_back(allgather_base_step(outputs[i], inputs[i]));
     return submit("allgather_into_tensor_coalesced",
-                  c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, std::move(steps), outputs);
+                  c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, std::move(steps), outputs, opts.asyncOp);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor> &outputs,
@@ -398,7 +399,7 @@ class WeftBackend : public c10d::Backend {
     for (auto &t : inputs[0]) flat.push_back(t.reshape({-1}));
     at::Tensor in = at::cat(flat);
     return submit("reduce_scatter", c10d::OpType::REDUCE_SCATTER,
-                  {reduce_scatter_step(out, in, opts.reduceOp)}, {out});
+                  {reduce_scatter_step(out, in, opts.reduceOp)}, {out}, opts.asyncOp);
   }
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
@@ -406,7 +407,7 @@ class WeftBackend : public c10d::Backend {
     check_cpu(output, "reduce_scatter_tensor");
     check_cpu(input, "reduce_scatter_tensor");
     return submit("reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE,
-                  {reduce_scatter_step(output, input, opts.reduceOp)}, {output});
+                  {reduce_scatter_step(output, input, opts.reduceOp)}, {output}, opts.asyncOp);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
@@ -421,13 +422,13 @@ class WeftBackend : public c10d::Backend {
       steps.push_back(reduce_scatter_step(outputs[i], inputs[i], opts.reduceOp));
     }
     return submit("reduce_scatter_tensor_coalesced",
-                  c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, std::move(steps), outputs);
+                  c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, std::move(steps), outputs, opts.asyncOp);
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor &output, at::Tensor &input,
                                                std::vector<int64_t> &output_splits,
                                                std::vector<int64_t> &input_splits,
-                                               const c10d::AllToAllOptions &) override {
+                                               const c10d::AllToAllOptions &opts) override {
     check_cpu(output, "all_to_all_single");
     check_cpu(input, "all_to_all_single");
     TORCH_CHECK(input.scalar_type() == output.scalar_type(),
@@ -440,7 +441,11 @@ class WeftBackend : public c10d::Backend {
     at::Tensor out = staged ? at::empty_like(output, at::MemoryFormat::Contiguous) : output;
     size_t esize = (size_t)input.element_size();
     op_step s;
-    s.issue = [this, in, out, in_off, in_len, out_off, out_len, esize]() {
+    bool even = input_splits.empty() && output_splits.empty();
+    s.issue = [this, in, out, in_off, in_len, out_off, out_len, esize, even]() {
+      if (even)
+        return weftAlltoAll(in.data_ptr(), out.data_ptr(), (size_t)in_len[0] * esize,
+                            weftUint8, comm_, nullptr);
       // a group of sends and receives; empty blocks are skipped on both sides
       char *src = (char *)in.data_ptr();
       char *dst = (char *)out.data_ptr();
@@ -458,12 +463,12 @@ class WeftBackend : public c10d::Backend {
       return res != weftSuccess ? res : end;
     };
     if (staged) s.finish = [output, out]() { output.copy_(out); };
-    return submit("all_to_all_single", c10d::OpType::ALLTOALL_BASE, {s}, {output});
+    return submit("all_to_all_single", c10d::OpType::ALLTOALL_BASE, {s}, {output}, opts.asyncOp);
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor> &outputs,
                                           std::vector<at::Tensor> &inputs,
-                                          const c10d::AllToAllOptions &) override {
+                                          const c10d::AllToAllOptions &opts) override {
     TORCH_CHECK((int)outputs.size() == size_ && (int)inputs.size() == size_,
                 "weft: all_to_all takes ", size_, " inputs and outputs, got ", inputs.size(),
                 " and ", outputs.size());
@@ -494,7 +499,7 @@ class WeftBackend : public c10d::Backend {
       for (size_t p = 0; p < outs.size(); p++)
         if (!outs[p].is_same(user_outs[p])) user_outs[p].copy_(outs[p]);
     };
-    return submit("all_to_all", c10d::OpType::ALLTOALL, {s}, outputs);
+    return submit("all_to_all", c10d::OpType::ALLTOALL, {s}, outputs, opts.asyncOp);
   }
 
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &outputs,
@@ -526,7 +531,7 @@ class WeftBackend : public c10d::Backend {
         auto parts = stage.chunk((int64_t)outs.size());
         for (size_t r = 0; r < outs.size(); r++) outs[r].copy_(parts[r].view_as(outs[r]));
       };
-    return submit("gather", c10d::OpType::GATHER, {s}, outs);
+    return submit("gather", c10d::OpType::GATHER, {s}, outs, opts.asyncOp);
   }
 
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor> &outputs,
@@ -552,7 +557,7 @@ class WeftBackend : public c10d::Backend {
       return weftScatter(stage.defined() ? stage.data_ptr() : nullptr, b.ptr, b.count, b.dtype,
                          root, comm_, nullptr);
     });
-    return submit("scatter", c10d::OpType::SCATTER, {s}, {out});
+    return submit("scatter", c10d::OpType::SCATTER, {s}, {out}, opts.asyncOp);
   }
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors, int dst,
@@ -582,13 +587,13 @@ class WeftBackend : public c10d::Backend {
     TORCH_CHECK(false, "weft: receiving from any source is not supported; name the source rank");
   }
 
-  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &) override {
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &opts) override {
     at::Tensor t = at::zeros({1}, at::kByte);
     op_step s;
     s.issue = [this, t]() {
       return weftAllReduce(t.data_ptr(), t.data_ptr(), 1, weftUint8, weftSum, comm_, nullptr);
     };
-    return submit("barrier", c10d::OpType::BARRIER, {s}, {});
+    return submit("barrier", c10d::OpType::BARRIER, {s}, {}, opts.asyncOp);
   }
 
   // --- coalescing: everything issued in between runs as one weft group ---
@@ -822,16 +827,38 @@ class WeftBackend : public c10d::Backend {
     return c10::make_intrusive<WeftWork>(rank_, type, title, std::move(outputs), queue_, held);
   }
 
+  // Queues an operation for the worker; a blocking one (async_op false)
+  // runs on the calling thread instead, once everything queued before it
+  // has run: the caller waits for it anyway, and a hand-off to the worker
+  // would only add a thread switch to its latency.
   c10::intrusive_ptr<c10d::Work> submit(const char *name, c10d::OpType type,
                                         std::vector<op_step> steps,
-                                        std::vector<at::Tensor> outputs) {
+                                        std::vector<at::Tensor> outputs, bool async_op) {
     seq_++;
     if (coalescing_) {
       for (auto &s : steps) coalesced_.steps.push_back(std::move(s));
       return coalesced_work_;
     }
     auto work = make_work(type, name, std::move(outputs), false);
-    enqueue(task{name, std::move(steps), {work}});
+    task t{name, std::move(steps), {work}};
+    if (async_op) {
+      enqueue(std::move(t));
+      return work;
+    }
+    {
+      std::unique_lock<std::mutex> lk(queue_->mu);
+      TORCH_CHECK(!queue_->stop, "weft: ", name, " on a process group that was shut down");
+      queue_->release_held_locked();
+      queue_->cv.wait(lk, [this] { return queue_->tasks.empty() && !queue_->busy; });
+      queue_->busy = true;
+    }
+    std::exception_ptr err = run(t);
+    {
+      std::lock_guard<std::mutex> lk(queue_->mu);
+      queue_->busy = false;
+      queue_->cv.notify_all();
+    }
+    work->complete(err);
     return work;
   }
 
@@ -865,12 +892,20 @@ class WeftBackend : public c10d::Backend {
       task t;
       {
         std::unique_lock<std::mutex> lk(queue_->mu);
-        queue_->cv.wait(lk, [this] { return queue_->stop || !queue_->tasks.empty(); });
+        queue_->cv.wait(lk, [this] {
+          return (queue_->stop && !queue_->busy) || (!queue_->tasks.empty() && !queue_->busy);
+        });
         if (queue_->tasks.empty()) return; /* stopped and drained */
         t = std::move(queue_->tasks.front());
         queue_->tasks.pop_front();
+        queue_->busy = true;
       }
       std::exception_ptr err = run(t);
+      {
+        std::lock_guard<std::mutex> lk(queue_->mu);
+        queue_->busy = false;
+        queue_->cv.notify_all();
+      }
       for (auto &w : t.works) w->complete(err);
     }
   }
