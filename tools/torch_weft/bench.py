@@ -59,7 +59,7 @@ def run_rank(args):
         return lambda: dist.all_to_all_single(out, inp, group=group)
 
     rows = []
-    for op in OPS:
+    for op in OPS if not args.train_only else []:
         for size in SIZES:
             iters = max(2, min(200, (4 << 20) // size * 10))
             times = {"weft": [], "gloo": []}
@@ -148,6 +148,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--nranks", default="2,4")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--train-only", action="store_true", help="only the DDP/FSDP2 step times")
     ap.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.rank:
@@ -157,7 +158,8 @@ def main():
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                    WORLD_SIZE=str(n), OMP_NUM_THREADS="1")
         procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank",
-                                   "--rounds", str(args.rounds)],
+                                   "--rounds", str(args.rounds)]
+                                  + (["--train-only"] if args.train_only else []),
                                   env=dict(env, RANK=str(r), LOCAL_RANK=str(r)))
                  for r in range(n)]
         codes = [p.wait() for p in procs]

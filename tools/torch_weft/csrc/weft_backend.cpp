@@ -27,6 +27,11 @@
 
 #include <weft.h>
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -888,6 +893,17 @@ class WeftBackend : public c10d::Backend {
   // --- the worker ---
 
   void worker_loop() {
+    // The worker waits on peers (weft's waits spin, then yield) while the
+    // training thread computes: at a lower priority it takes a core only
+    // when the compute leaves it one. TORCH_WEFT_WORKER_NICE (default 10; 0
+    // keeps the caller's priority) sets how much lower.
+    const char *nice_env = getenv("TORCH_WEFT_WORKER_NICE");
+    int nice_inc = nice_env != nullptr ? atoi(nice_env) : 10;
+    if (nice_inc > 0) {
+      errno = 0;
+      int cur = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+      if (errno == 0) setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), std::min(cur + nice_inc, 19));
+    }
     for (;;) {
       task t;
       {

@@ -8,8 +8,16 @@ own weft communicator; its unique id travels through the group's c10d Store,
 so no port beyond the store's is needed. The group's timeout is the
 communicator's: a dead or silent peer raises DistBackendError naming it.
 """
-import torch
-import torch.distributed as dist
+import os
+
+# A rank's communication thread waits on its peers while its training thread
+# computes; weft's waits spin for WEFT_SPIN_NS before yielding the core, which
+# takes cycles from the backward pass when cores are few. Yield at once
+# unless the user chose otherwise (read by weft when the first group starts).
+os.environ.setdefault("WEFT_SPIN_NS", "0")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 try:
     from . import _C
