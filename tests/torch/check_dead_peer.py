@@ -73,7 +73,7 @@ def launcher(nranks):
         procs.append(subprocess.Popen([sys.executable, __file__, "--rank"],
                                       env=dict(env, RANK=str(r), LOCAL_RANK=str(r))))
     start = time.monotonic()
-    deadline = start + 60 + 3 * TIMEOUT_S  # startup under load, then the timeout
+    deadline = start + 120 + 3 * TIMEOUT_S  # startup under load, then the timeout
     codes = {}
     while len(codes) < nranks and time.monotonic() < deadline:
         for r, p in enumerate(procs):
