@@ -15,6 +15,10 @@ packages+=(python3)
 if [ "${WEFT_SETUP_BASELINES:-0}" = 1 ]; then
   packages+=(openmpi-bin libopenmpi-dev libgloo-dev)
 fi
+# the PyTorch backend (tools/torch_weft): WEFT_SETUP_TORCH=1 makes .venv-torch
+if [ "${WEFT_SETUP_TORCH:-0}" = 1 ]; then
+  packages+=(python3-venv python3-dev)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -34,3 +38,26 @@ if [ ! -f build/build.ninja ]; then
   meson setup build
 fi
 ninja -C build
+
+# PyTorch backend: .venv-torch with the pinned torch (PyPI's default wheel) and
+# numpy, and torch_weft built against it and build/libweft.so; a .pth file in
+# the venv makes `import torch_weft` work from anywhere. An existing venv is
+# reused (and completed if torch or numpy is missing).
+if [ "${WEFT_SETUP_TORCH:-0}" = 1 ]; then
+  torch_version=2.15.0
+  if [ ! -x .venv-torch/bin/python ]; then
+    echo "setup: creating .venv-torch"
+    python3 -m venv .venv-torch
+  fi
+  if ! .venv-torch/bin/python -c "import numpy, torch; assert torch.__version__.split('+')[0] == '$torch_version'" 2>/dev/null; then
+    echo "setup: installing torch==$torch_version and numpy into .venv-torch"
+    .venv-torch/bin/python -m pip install -q "torch==$torch_version" numpy
+  fi
+  .venv-torch/bin/python tools/torch_weft/build.py --weft-build build
+  site="$(.venv-torch/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  echo "$PWD/tools/torch_weft" > "$site/torch_weft.pth"
+  .venv-torch/bin/python -c "import torch_weft" 2>/dev/null || {
+    echo "setup: .venv-torch/bin/python cannot import torch_weft" >&2
+    exit 1
+  }
+fi

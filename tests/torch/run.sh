@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs one check of the PyTorch backend (tools/torch_weft) with the checkout's
+# .venv-torch (made by WEFT_SETUP_TORCH=1 tools/setup.sh):
+#   run.sh ops N | train N    under torchrun with N ranks
+#   run.sh dead_peer N        N ranks of its own, one killed mid-training
+# Without .venv-torch it skips (exit 77) and says why.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+venv="$root/.venv-torch"
+if [ ! -x "$venv/bin/python" ]; then
+  echo "SKIP: no $venv (WEFT_SETUP_TORCH=1 tools/setup.sh creates it with torch 2.15.0)"
+  exit 77
+fi
+export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
+check="$1" nranks="$2"
+case "$check" in
+  ops | train)
+    exec "$venv/bin/python" -m torch.distributed.run --standalone --nproc-per-node "$nranks" \
+      "$root/tests/torch/check_$check.py" ;;
+  dead_peer)
+    exec "$venv/bin/python" "$root/tests/torch/check_dead_peer.py" "$nranks" ;;
+  *)
+    echo "run.sh: unknown check $check" >&2
+    exit 2 ;;
+esac

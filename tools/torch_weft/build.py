@@ -1,0 +1,67 @@
+"""Builds torch_weft's C++ extension (torch_weft/_C) against the installed
+PyTorch and weft's shared library in a build directory.
+
+    python tools/torch_weft/build.py [--weft-build build]
+
+One translation unit, compiled with g++ directly: torch's headers are heavy,
+and the torch wheel's own compile flags are all it needs. The extension finds
+libweft through an rpath to the build directory. Rebuilds only when the source,
+libweft or torch changed.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import sysconfig
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--weft-build", default=os.path.join(REPO, "build"),
+                    help="meson build directory holding libweft.so")
+    ap.add_argument("--force", action="store_true", help="rebuild even when up to date")
+    args = ap.parse_args()
+
+    import torch
+    from torch.utils import cpp_extension
+
+    weft_build = os.path.abspath(args.weft_build)
+    libweft = os.path.join(weft_build, "libweft.so")
+    if not os.path.exists(libweft):
+        sys.exit(f"torch_weft: {libweft} not found: build weft first (ninja -C {weft_build})")
+    src = os.path.join(HERE, "csrc", "weft_backend.cpp")
+    out = os.path.join(HERE, "torch_weft", "_C" + sysconfig.get_config_var("EXT_SUFFIX"))
+    stamp = out + ".stamp"
+    inputs = [src, os.path.join(REPO, "include", "weft.h"), os.path.realpath(libweft)]
+    key = f"{torch.__version__} {weft_build}"
+    if (not args.force and os.path.exists(out) and os.path.exists(stamp)
+            and open(stamp).read() == key
+            and all(os.path.getmtime(p) <= os.path.getmtime(out) for p in inputs)):
+        print(f"torch_weft: {os.path.relpath(out, REPO)} is up to date")
+        return
+
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    cmd = ["g++", "-O2", "-g0", "-std=c++20", "-fPIC", "-shared", "-w",
+           f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-DTORCH_EXTENSION_NAME=_C",
+           "-DTORCH_API_INCLUDE_EXTENSION_H",
+           "-I" + os.path.join(REPO, "include"),
+           "-I" + sysconfig.get_paths()["include"]]
+    cmd += ["-I" + p for p in cpp_extension.include_paths()]
+    cmd += [src, "-o", out + ".tmp"]
+    for p in cpp_extension.library_paths():
+        cmd += ["-L" + p, "-Wl,-rpath," + p]
+    cmd += ["-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python",
+            "-L" + weft_build, "-Wl,-rpath," + weft_build, "-lweft"]
+    print("torch_weft: compiling", os.path.relpath(src, REPO), flush=True)
+    subprocess.run(cmd, check=True)
+    os.replace(out + ".tmp", out)
+    with open(stamp, "w") as f:
+        f.write(key)
+    print(f"torch_weft: built {os.path.relpath(out, REPO)}")
+
+
+if __name__ == "__main__":
+    main()

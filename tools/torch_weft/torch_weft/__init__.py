@@ -1,0 +1,47 @@
+"""torch_weft: weft as a torch.distributed backend.
+
+    import torch_weft                      # registers the backend "weft"
+    dist.init_process_group("weft")        # CPU tensors
+
+Every process group (the default one, new_group, DeviceMesh groups) gets its
+own weft communicator; its unique id travels through the group's c10d Store,
+so no port beyond the store's is needed. The group's timeout is the
+communicator's: a dead or silent peer raises DistBackendError naming it.
+"""
+import os
+
+# A rank's communication thread waits on its peers while its training thread
+# computes; weft's waits spin for WEFT_SPIN_NS before yielding the core, which
+# takes cycles from the backward pass when cores are few. Yield at once
+# unless the user chose otherwise (read by weft when the first group starts).
+os.environ.setdefault("WEFT_SPIN_NS", "0")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+try:
+    from . import _C
+except ImportError as e:  # the extension is built by tools/setup.sh
+    raise ImportError(
+        "torch_weft: the C++ extension is not built; run "
+        "`WEFT_SETUP_TORCH=1 tools/setup.sh` or `python tools/torch_weft/build.py` "
+        f"({e})") from e
+
+__all__ = ["BACKEND", "version"]
+
+BACKEND = "weft"
+
+
+def version():
+    """weft's version code (major*10000 + minor*100 + patch)."""
+    return _C.weft_version()
+
+
+def _create(opts, backend_options=None):
+    timeout = opts.timeout.total_seconds() if opts.timeout is not None else 1800.0
+    name = opts.group_id or "torch"
+    return _C.create_backend(opts.store, opts.group_rank, opts.group_size, timeout, name)
+
+
+if BACKEND not in dist.Backend.backend_list:
+    dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu"])
