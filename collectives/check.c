@@ -93,9 +93,10 @@ static void text_add(struct text *t, const char *fmt, ...) {
 }
 
 /* Appends "rank 3 has X" or "ranks 0-2,5 have X" for each group of ranks that
- * share a value of f, in the order of each group's lowest rank. */
-static void describe_field(struct text *t, const struct check_sig *sigs, int nranks,
-                           enum check_field f, int *seen) {
+ * share a value of f, in the order of each group's lowest rank. sigs[i] is
+ * rank ranks[i]'s (ranks NULL: rank i's). */
+static void describe_field(struct text *t, const struct check_sig *sigs, const int *ranks,
+                           int nranks, enum check_field f, int *seen) {
   memset(seen, 0, sizeof *seen * (size_t)nranks);
   const char *sep = "";
   for (int r = 0; r < nranks; r++) {
@@ -111,9 +112,10 @@ static void describe_field(struct text *t, const struct check_sig *sigs, int nra
       if (field_value(&sigs[q], f) != v) continue;
       int last = q;
       while (last + 1 < nranks && field_value(&sigs[last + 1], f) == v) last++;
+      if (ranks != NULL) last = q; /* ranges of indices are not ranges of ranks */
       if (last - q >= 2) text_add(t, "%s%d-%d", comma, q, last);
       else if (last == q + 1) text_add(t, "%s%d,%d", comma, q, last);
-      else text_add(t, "%s%d", comma, q);
+      else text_add(t, "%s%d", comma, ranks != NULL ? ranks[q] : q);
       comma = ",";
       q = last;
     }
@@ -131,7 +133,8 @@ static int field_differs(const struct check_sig *sigs, int nranks, enum check_fi
   return 0;
 }
 
-weftResult_t check_compare(const struct check_sig *sigs, int nranks, const char *who) {
+weftResult_t check_compare_ranks(const struct check_sig *sigs, const int *ranks, int nranks,
+                                 const char *who) {
   int first = 0; /* the lowest rank that sent a signature names the call */
   while (first < nranks - 1 && sigs[first].magic != CHECK_SIG_MAGIC) first++;
   const char *name = coll_kind_name((enum coll_kind)sigs[first].coll);
@@ -143,7 +146,7 @@ weftResult_t check_compare(const struct check_sig *sigs, int nranks, const char 
       return weft_error_set(weftInvalidUsage,
                             "%s: %s%s: rank %d sent no signature: it is in another call on this "
                             "communicator (or WEFT_CHECK differs)",
-                            who, name, number, r);
+                            who, name, number, ranks != NULL ? ranks[r] : r);
   int seen_fixed[64];
   int *seen = nranks <= 64 ? seen_fixed : malloc(sizeof *seen * (size_t)nranks);
   if (seen == NULL) return weft_error_set(weftSystemError, "%s: out of memory", who);
@@ -152,7 +155,7 @@ weftResult_t check_compare(const struct check_sig *sigs, int nranks, const char 
   if (field_differs(sigs, nranks, F_COLL)) {
     /* the other fields mean different things in different collectives */
     text_add(&t, "%s%s%s: collective differs: ", who, seq != 0 ? ":" : "", number);
-    describe_field(&t, sigs, nranks, F_COLL, seen);
+    describe_field(&t, sigs, ranks, nranks, F_COLL, seen);
     res = weftInvalidUsage;
   } else {
     text_add(&t, "%s: %s%s: ", who, name, number);
@@ -162,7 +165,7 @@ weftResult_t check_compare(const struct check_sig *sigs, int nranks, const char 
       if (f == F_ROOT && !coll_has_root(sigs[0].coll)) continue;
       if (!field_differs(sigs, nranks, (enum check_field)f)) continue;
       text_add(&t, "%s%s differs: ", sep, field_names[f]);
-      describe_field(&t, sigs, nranks, (enum check_field)f, seen);
+      describe_field(&t, sigs, ranks, nranks, (enum check_field)f, seen);
       sep = "; ";
       res = weftInvalidUsage;
     }
@@ -170,6 +173,10 @@ weftResult_t check_compare(const struct check_sig *sigs, int nranks, const char 
   if (seen != seen_fixed) free(seen);
   if (res != weftSuccess) weft_error_set(res, "%s", t.buf);
   return res;
+}
+
+weftResult_t check_compare(const struct check_sig *sigs, int nranks, const char *who) {
+  return check_compare_ranks(sigs, NULL, nranks, who);
 }
 
 void check_sig_init(struct check_sig *sig, const struct weft_plan *plan, uint64_t seq) {

@@ -34,5 +34,8 @@ void check_sig_init(struct check_sig *sig, const struct weft_plan *plan, uint64_
  * who and names the ranks and the fields that differ, the same text on every
  * rank; the op and root count only for collectives that have them. */
 weftResult_t check_compare(const struct check_sig *sigs, int nranks, const char *who);
+/* The same for signatures of some ranks only: sigs[i] is rank ranks[i]'s. */
+weftResult_t check_compare_ranks(const struct check_sig *sigs, const int *ranks, int nranks,
+                                 const char *who);
 
 #endif

@@ -69,13 +69,13 @@ struct weft_param cma_params[] = {
 
 /* What one rank tells the others about a call. */
 struct cma_desc {
-  struct check_sig sig; /* the call as this rank made it */
   uint64_t send_addr;
   uint64_t send_nbytes; /* bytes from send_addr that peers may read */
   uint64_t recv_addr;
   uint64_t recv_nbytes; /* bytes from recv_addr that peers may write */
   uint64_t probe_addr;  /* a word holding CMA_PROBE_VALUE */
   struct mem_shared_ref send_ref, recv_ref; /* fd -1 where not mappable */
+  struct check_sig sig; /* the call as this rank made it: last, as in every signed slot */
 };
 
 /* Where this rank reaches one rank's buffers: mapped here, or NULL where the
@@ -337,7 +337,19 @@ static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *pla
     mem_shared_find(plan->sendbuf, send_nbytes, &self.send_ref);
     mem_shared_find(plan->recvbuf, recv_nbytes, &self.recv_ref);
   }
-  WEFT_TRY(cma_alltoall_small(comm, &self, descs, sizeof self));
+  /* the descriptors, as cma_alltoall_small; a slot of another size is a
+   * rank in another algorithm, which its signature names */
+  for (int j = 1; j < n; j++) {
+    int peer = (rank + j) % n;
+    WEFT_TRY(peer_send(comm, &comm->p2p_send[peer], &self, sizeof self));
+  }
+  for (int j = 1; j < n; j++) {
+    int peer = (rank - j + n) % n;
+    const char *in;
+    WEFT_TRY(peer_recv_signed_wait(comm, &comm->p2p_recv[peer], sizeof self, &self.sig, 0, &in));
+    memcpy(&descs[peer], in, sizeof self);
+    peer_recv_done(&comm->p2p_recv[peer]);
+  }
   descs[rank] = self;
   WEFT_TRY(cma_descs_check(comm, descs, send_nbytes, recv_nbytes));
   if (comm->cma_state == 0) {
