@@ -5,6 +5,7 @@
 
 #include "../transport/status.h"
 #include "../transport/wait.h"
+#include "check.h"
 #include "prims.h"
 #include "prims_ll.h"
 
@@ -17,6 +18,47 @@ void prims_init(struct prims *p, struct weftComm *comm, struct weft_channel *ch,
   p->elem_nbytes = weftTypeSize(datatype);
   p->divisor = op == weftAvg ? comm->nranks : 1;
   p->proto = proto == PROTO_LL ? PROTO_LL : PROTO_SIMPLE;
+  p->sig = NULL;
+  p->sig_send = p->sig_recv = 0;
+}
+
+weftResult_t prims_sign(struct prims *p, const struct check_sig *sig) {
+  struct weft_conn *conns[2] = {p->send, p->recv};
+  for (int i = 0; i < 2; i++)
+    if (conns[i] != NULL && conns[i]->ctrl != NULL &&
+        __atomic_load_n(&conns[i]->ctrl->poison, __ATOMIC_ACQUIRE))
+      return weft_error_set(weftRemoteError,
+                            "rank %d failed or aborted (seen when starting a collective)",
+                            conns[i]->peer_rank);
+  if (p->proto != PROTO_SIMPLE) return weftSuccess;
+  p->sig = sig;
+  p->sig_send = p->send != NULL;
+  p->sig_recv = p->recv != NULL;
+  return weftSuccess;
+}
+
+/* Checks the signature a signed slot from the previous rank ends with. */
+static weftResult_t check_signed_slot(struct prims *p, const char *slot) {
+  const struct weft_conn *c = p->recv;
+  const uint32_t used = c->ctrl->slot_used_nbytes[c->step % c->nslots];
+  const size_t nbytes = used & PRIMS_USED_NBYTES_MASK;
+  const struct check_sig *mine = p->sig;
+  if (!(used & PRIMS_USED_SIGNED) || nbytes < sizeof *mine || nbytes > c->slot_nbytes)
+    return weftSuccess; /* the sender's slot had no room: nothing to check */
+  struct check_sig theirs;
+  memcpy(&theirs, slot + nbytes - sizeof theirs, sizeof theirs);
+  if (theirs.magic == mine->magic && theirs.coll == mine->coll && theirs.count == mine->count &&
+      theirs.datatype == mine->datatype && theirs.op == mine->op && theirs.root == mine->root)
+    return weftSuccess;
+  struct weftComm *comm = p->comm;
+  const int lower = c->peer_rank < comm->rank;
+  struct check_sig pair[2] = {lower ? theirs : *mine, lower ? *mine : theirs};
+  const int ranks[2] = {lower ? c->peer_rank : comm->rank, lower ? comm->rank : c->peer_rank};
+  pair[0].seq = pair[1].seq = 0;
+  if (check_compare_ranks(pair, ranks, 2, "ranks disagree on a collective") == weftSuccess)
+    weft_error_set(weftInvalidUsage, "ranks disagree on a collective: rank %d's differs",
+                   c->peer_rank);
+  return comm_fail_alone(comm, weftInvalidUsage);
 }
 
 /* Waits until the slot the receiver reads next has been filled. */
@@ -32,6 +74,10 @@ static weftResult_t wait_filled(struct prims *p, char **slot_out) {
     }
   }
   *slot_out = c->slots + (c->step % c->nslots) * c->slot_nbytes;
+  if (p->sig_recv) {
+    p->sig_recv = 0;
+    return check_signed_slot(p, *slot_out);
+  }
   return weftSuccess;
 }
 
@@ -51,8 +97,17 @@ static weftResult_t wait_credit(struct prims *p, char **slot_out) {
   return weftSuccess;
 }
 
-static void post_filled(struct weft_conn *c, size_t nbytes) {
-  c->ctrl->slot_used_nbytes[c->step % c->nslots] = (uint32_t)nbytes;
+static void post_filled(struct prims *p, size_t nbytes) {
+  struct weft_conn *c = p->send;
+  uint32_t used = (uint32_t)nbytes;
+  if (p->sig_send) { /* the call's first slot: its signature after the data, where it fits */
+    p->sig_send = 0;
+    if (nbytes + sizeof *p->sig <= c->slot_nbytes) {
+      memcpy(c->slots + (c->step % c->nslots) * c->slot_nbytes + nbytes, p->sig, sizeof *p->sig);
+      used = (uint32_t)(nbytes + sizeof *p->sig) | PRIMS_USED_SIGNED;
+    }
+  }
+  c->ctrl->slot_used_nbytes[c->step % c->nslots] = used;
   c->step++;
   __atomic_store_n(&c->ctrl->tail, c->step, __ATOMIC_RELEASE);
 }
@@ -67,7 +122,7 @@ weftResult_t prims_send(struct prims *p, const void *src, size_t count) {
   char *out;
   WEFT_TRY(wait_credit(p, &out));
   memcpy(out, src, count * p->elem_nbytes);
-  post_filled(p->send, count * p->elem_nbytes);
+  post_filled(p, count * p->elem_nbytes);
   return weftSuccess;
 }
 
@@ -86,7 +141,7 @@ weftResult_t prims_recv_reduce_send(struct prims *p, const void *src, size_t cou
   WEFT_TRY(wait_filled(p, &in));
   WEFT_TRY(wait_credit(p, &out));
   p->reduce(out, NULL, in, src, count, 1);
-  post_filled(p->send, count * p->elem_nbytes);
+  post_filled(p, count * p->elem_nbytes);
   post_drained(p->recv);
   return weftSuccess;
 }
@@ -98,7 +153,7 @@ weftResult_t prims_recv_reduce_copy_send(struct prims *p, const void *src, void 
   WEFT_TRY(wait_filled(p, &in));
   WEFT_TRY(wait_credit(p, &out));
   p->reduce(dst, out, in, src, count, p->divisor);
-  post_filled(p->send, count * p->elem_nbytes);
+  post_filled(p, count * p->elem_nbytes);
   post_drained(p->recv);
   return weftSuccess;
 }
@@ -111,7 +166,7 @@ weftResult_t prims_recv_copy_send(struct prims *p, void *dst, size_t count) {
   size_t nbytes = count * p->elem_nbytes;
   memcpy(out, in, nbytes);
   memcpy(dst, in, nbytes);
-  post_filled(p->send, count * p->elem_nbytes);
+  post_filled(p, count * p->elem_nbytes);
   post_drained(p->recv);
   return weftSuccess;
 }
@@ -132,6 +187,6 @@ weftResult_t prims_copy_send(struct prims *p, const void *src, void *dst, size_t
   size_t nbytes = count * p->elem_nbytes;
   memcpy(out, src, nbytes);
   if (dst != NULL && dst != src) memcpy(dst, src, nbytes);
-  post_filled(p->send, nbytes);
+  post_filled(p, nbytes);
   return weftSuccess;
 }

@@ -1,6 +1,7 @@
 // weftCommSplit (new communicators from an old one's ranks) and WEFT_CHECK
 // (ranks compare each collective's signature and refuse a mismatch).
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <signal.h>
 #include <stdlib.h>
@@ -554,6 +555,117 @@ TEST(AlwaysOnCheck, SingleCopyAgainstRecursiveDoubling) {
     for (float v : out) FAIL_IF(v != -1.0f, "a refused all-reduce wrote its output");
     return 0;
   });
+}
+
+// The ring (SIMPLE) carries each rank's signature after the data of its
+// first slot on every channel, where the slot has room. The odd rank's
+// successor refuses (the message names both) and breaks the comm. In
+// all-gather and reduce-scatter every rank receives in the call, so every
+// rank fails in it. In a broadcast or reduce a rank whose part needs no
+// wait (the root of a broadcast, the first sender of a reduce, or a rank
+// that got what it expected) may finish first: its next call fails at
+// once. (A reduce where every rank waits to receive first, as two ranks
+// that each think they are the root, moves no data to carry a signature:
+// only WEFT_CHECK=1 finds that one.)
+struct RingOdd {
+  const char *name;
+  int nranks;
+  int odd_rank;
+  enum coll_kind coll;
+  size_t count, odd_count;
+  weftRedOp_t op, odd_op;
+  int root, odd_root;
+  const char *refusals[2];  // what a refusing rank may say: it and a neighbour
+};
+
+#define DISAGREE "ranks disagree on a collective: "
+const RingOdd kRingOdds[] = {
+    {"all-gather count", 3, 1, COLL_ALLGATHER, 12, 13, weftSum, weftSum, -1, -1,
+     {DISAGREE "AllGather: count differs: rank 0 has 12, rank 1 has 13",
+      DISAGREE "AllGather: count differs: rank 1 has 13, rank 2 has 12"}},
+    {"reduce-scatter op", 4, 3, COLL_REDUCESCATTER, 5, 5, weftSum, weftProd, -1, -1,
+     {DISAGREE "ReduceScatter: op differs: rank 2 has sum, rank 3 has prod",
+      DISAGREE "ReduceScatter: op differs: rank 0 has sum, rank 3 has prod"}},
+    {"broadcast root", 3, 2, COLL_BROADCAST, 8, 8, weftSum, weftSum, 0, 1,
+     {DISAGREE "Broadcast: root differs: rank 1 has 0, rank 2 has 1",
+      DISAGREE "Broadcast: root differs: rank 0 has 0, rank 2 has 1"}},
+    {"reduce root", 3, 2, COLL_REDUCE, 8, 8, weftSum, weftSum, 0, 1,
+     {DISAGREE "Reduce: root differs: rank 1 has 0, rank 2 has 1",
+      DISAGREE "Reduce: root differs: rank 0 has 0, rank 2 has 1"}},
+};
+
+// Runs rank's side of c; counts a refusal in *refused.
+int run_ring_odd(const RankCtx &ctx, weftComm_t comm, const RingOdd &c, int *refused) {
+  const bool odd = ctx.rank == c.odd_rank;
+  const size_t count = odd ? c.odd_count : c.count, n = (size_t)ctx.nranks;
+  const size_t send_count = c.coll == COLL_REDUCESCATTER ? count * n : count;
+  const size_t recv_count = c.coll == COLL_ALLGATHER ? count * n : count;
+  const size_t guard = 64;
+  std::vector<float> in(send_count, 1.0f), out(recv_count + guard, -5.0f);
+  const weftRedOp_t op = odd ? c.odd_op : c.op;
+  const int root = odd ? c.odd_root : c.root;
+  double t0 = now_s();
+  weftResult_t res = weftInternalError;
+  switch (c.coll) {
+    case COLL_ALLGATHER:
+      res = weftAllGather(in.data(), out.data(), count, weftFloat32, comm, nullptr);
+      break;
+    case COLL_REDUCESCATTER:
+      res = weftReduceScatter(in.data(), out.data(), count, weftFloat32, op, comm, nullptr);
+      break;
+    case COLL_BROADCAST:
+      res = weftBroadcast(in.data(), out.data(), count, weftFloat32, root, comm, nullptr);
+      break;
+    case COLL_REDUCE:
+      res = weftReduce(in.data(), out.data(), count, weftFloat32, op, root, comm, nullptr);
+      break;
+    default: break;
+  }
+  double took = now_s() - t0;
+  std::string msg = weftGetLastError(comm);
+  for (size_t i = recv_count; i < out.size(); i++)
+    FAIL_IF(out[i] != -5.0f, "%s: element %zu past the output written", c.name, i - recv_count);
+  if (res == weftInvalidUsage) {
+    FAIL_IF(msg != c.refusals[0] && msg != c.refusals[1], "%s: refused with \"%s\"", c.name,
+            msg.c_str());
+    __atomic_add_fetch(refused, 1, __ATOMIC_SEQ_CST);
+  }
+  const bool rooted = c.coll == COLL_BROADCAST || c.coll == COLL_REDUCE;
+  if (res == weftSuccess && rooted) {
+    // its part was done before the refusal: the next call fails, at once
+    float x = 1, y[4];
+    t0 = now_s();
+    res = weftAllGather(&x, y, 1, weftFloat32, comm, nullptr);
+    took = now_s() - t0;
+    msg = weftGetLastError(comm);
+    // or it sees a neighbour still in the old call: "collective differs"
+    if (res == weftInvalidUsage && msg.rfind(DISAGREE, 0) == 0)
+      __atomic_add_fetch(refused, 1, __ATOMIC_SEQ_CST);
+  }
+  FAIL_IF(res != weftInvalidUsage && res != weftRemoteError, "%s: got %s: %s", c.name,
+          weftGetErrorString(res), msg.c_str());
+  FAIL_IF(took > 5, "%s: the error took %.1f s (WEFT_TIMEOUT 30 s)", c.name, took);
+  printf("%s: rank %d: %s after %.3f s: %s\n", c.name, ctx.rank, weftGetErrorString(res), took,
+         msg.c_str());
+  return 0;
+}
+
+TEST(AlwaysOnCheck, RingMismatchFailsEveryRank) {
+  int *refused = (int *)mmap(nullptr, sizeof(int), PROT_READ | PROT_WRITE,
+                             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(refused, MAP_FAILED);
+  for (const char *transport : {"", "socket"})
+    for (const RingOdd &c : kRingOdds) {
+      RunOptions opts = small_slots({{"WEFT_ALGO", "ring"}, {"WEFT_PROTO", "simple"}});
+      if (transport[0] != '\0') opts.env.push_back({"WEFT_TRANSPORT", transport});
+      SCOPED_TRACE(std::string(c.name) + (transport[0] ? " over sockets" : ""));
+      *refused = 0;
+      run_comm(c.nranks, opts, [&](const RankCtx &ctx, weftComm_t comm) {
+        return run_ring_odd(ctx, comm, c, refused);
+      });
+      EXPECT_GE(*refused, 1) << "no rank named the difference";
+    }
+  munmap(refused, sizeof(int));
 }
 
 }  // namespace
