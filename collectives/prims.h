@@ -56,8 +56,9 @@ void prims_init(struct prims *p, struct weftComm *comm, struct weft_channel *ch,
  * has broken either connection, so that a rank whose part of an earlier
  * call needed no wait (a broadcast's root) learns of it now. With SIMPLE
  * (LL has no room to spare in a slot), the first slot this call sends
- * carries sig after its data where the slot has room, and the first it
- * receives is checked against sig when it carries one. A mismatch is
+ * carries sig after its data where sig fits in the rest of the data's last
+ * cache line (free: the receiver reads that line anyway), and the first it
+ * receives is checked against sig likewise. A mismatch is
  * weftInvalidUsage naming both ranks, and breaks the comm (comm_fail_alone)
  * so that no rank waits on steps that no longer pair up. sig must live until
  * the call ends. */

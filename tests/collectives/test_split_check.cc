@@ -558,15 +558,14 @@ TEST(AlwaysOnCheck, SingleCopyAgainstRecursiveDoubling) {
 }
 
 // The ring (SIMPLE) carries each rank's signature after the data of its
-// first slot on every channel, where the slot has room. The odd rank's
-// successor refuses (the message names both) and breaks the comm. In
-// all-gather and reduce-scatter every rank receives in the call, so every
-// rank fails in it. In a broadcast or reduce a rank whose part needs no
-// wait (the root of a broadcast, the first sender of a reduce, or a rank
-// that got what it expected) may finish first: its next call fails at
-// once. (A reduce where every rank waits to receive first, as two ranks
-// that each think they are the root, moves no data to carry a signature:
-// only WEFT_CHECK=1 finds that one.)
+// first slot on every channel where it fits in the rest of the data's last
+// cache line (here: up to 24 bytes of data). A neighbour of the odd rank
+// refuses (the message names both) and breaks the comm. A rank whose part
+// was done before that (the root of a broadcast, the first sender of a
+// reduce, or a rank that had all it needed) finishes, and its next call
+// fails at once; every other rank fails in the call. (A reduce where every
+// rank waits to receive first, as two ranks that each think they are the
+// root, moves no data to carry a signature: only WEFT_CHECK=1 finds that.)
 struct RingOdd {
   const char *name;
   int nranks;
@@ -580,16 +579,16 @@ struct RingOdd {
 
 #define DISAGREE "ranks disagree on a collective: "
 const RingOdd kRingOdds[] = {
-    {"all-gather count", 3, 1, COLL_ALLGATHER, 12, 13, weftSum, weftSum, -1, -1,
-     {DISAGREE "AllGather: count differs: rank 0 has 12, rank 1 has 13",
-      DISAGREE "AllGather: count differs: rank 1 has 13, rank 2 has 12"}},
+    {"all-gather count", 3, 1, COLL_ALLGATHER, 3, 4, weftSum, weftSum, -1, -1,
+     {DISAGREE "AllGather: count differs: rank 0 has 3, rank 1 has 4",
+      DISAGREE "AllGather: count differs: rank 1 has 4, rank 2 has 3"}},
     {"reduce-scatter op", 4, 3, COLL_REDUCESCATTER, 5, 5, weftSum, weftProd, -1, -1,
      {DISAGREE "ReduceScatter: op differs: rank 2 has sum, rank 3 has prod",
       DISAGREE "ReduceScatter: op differs: rank 0 has sum, rank 3 has prod"}},
-    {"broadcast root", 3, 2, COLL_BROADCAST, 8, 8, weftSum, weftSum, 0, 1,
+    {"broadcast root", 3, 2, COLL_BROADCAST, 4, 4, weftSum, weftSum, 0, 1,
      {DISAGREE "Broadcast: root differs: rank 1 has 0, rank 2 has 1",
       DISAGREE "Broadcast: root differs: rank 0 has 0, rank 2 has 1"}},
-    {"reduce root", 3, 2, COLL_REDUCE, 8, 8, weftSum, weftSum, 0, 1,
+    {"reduce root", 3, 2, COLL_REDUCE, 5, 5, weftSum, weftSum, 0, 1,
      {DISAGREE "Reduce: root differs: rank 1 has 0, rank 2 has 1",
       DISAGREE "Reduce: root differs: rank 0 has 0, rank 2 has 1"}},
 };
@@ -630,8 +629,7 @@ int run_ring_odd(const RankCtx &ctx, weftComm_t comm, const RingOdd &c, int *ref
             msg.c_str());
     __atomic_add_fetch(refused, 1, __ATOMIC_SEQ_CST);
   }
-  const bool rooted = c.coll == COLL_BROADCAST || c.coll == COLL_REDUCE;
-  if (res == weftSuccess && rooted) {
+  if (res == weftSuccess) {
     // its part was done before the refusal: the next call fails, at once
     float x = 1, y[4];
     t0 = now_s();
