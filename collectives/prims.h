@@ -52,17 +52,14 @@ struct prims {
 void prims_init(struct prims *p, struct weftComm *comm, struct weft_channel *ch,
                 weftDataType_t datatype, weftRedOp_t op, enum coll_proto proto);
 
-/* Starts a call: fails (weftRemoteError naming the peer) when a neighbour
- * has broken either connection, so that a rank whose part of an earlier
- * call needed no wait (a broadcast's root) learns of it now. With SIMPLE
- * (LL has no room to spare in a slot), the first slot this call sends
- * carries sig after its data where sig fits in the rest of the data's last
- * cache line (free: the receiver reads that line anyway), and the first it
- * receives is checked against sig likewise. A mismatch is
+/* With SIMPLE (LL has no room to spare in a slot), the first slot this call
+ * sends carries sig after its data where sig fits in the rest of the data's
+ * last cache line (free: the receiver reads that line anyway), and the first
+ * it receives is checked against sig likewise. A mismatch is
  * weftInvalidUsage naming both ranks, and breaks the comm (comm_fail_alone)
  * so that no rank waits on steps that no longer pair up. sig must live until
  * the call ends. */
-weftResult_t prims_sign(struct prims *p, const struct check_sig *sig);
+void prims_sign(struct prims *p, const struct check_sig *sig);
 
 weftResult_t prims_send(struct prims *p, const void *src, size_t count);
 weftResult_t prims_copy_send(struct prims *p, const void *src, void *dst, size_t count);

@@ -563,7 +563,8 @@ TEST(AlwaysOnCheck, SingleCopyAgainstRecursiveDoubling) {
 // refuses (the message names both) and breaks the comm. A rank whose part
 // was done before that (the root of a broadcast, the first sender of a
 // reduce, or a rank that had all it needed) finishes, and its next call
-// fails at once; every other rank fails in the call. (A reduce where every
+// that waits on a neighbour fails at once; every other rank fails in the
+// call. (A reduce where every
 // rank waits to receive first, as two ranks that each think they are the
 // root, moves no data to carry a signature: only WEFT_CHECK=1 finds that.)
 struct RingOdd {
@@ -630,7 +631,8 @@ int run_ring_odd(const RankCtx &ctx, weftComm_t comm, const RingOdd &c, int *ref
     __atomic_add_fetch(refused, 1, __ATOMIC_SEQ_CST);
   }
   if (res == weftSuccess) {
-    // its part was done before the refusal: the next call fails, at once
+    // its part was done before the refusal: the next call, which waits on
+    // the previous rank, fails at once
     float x = 1, y[4];
     t0 = now_s();
     res = weftAllGather(&x, y, 1, weftFloat32, comm, nullptr);
