@@ -90,15 +90,20 @@ weftResult_t rd_allreduce(struct weftComm *comm, struct weft_channel *ch,
 
   struct check_sig signature;
   check_sig_init(&signature, plan, 0);
-  const size_t piece_count = comm->slot_nbytes / esize;
   /* the first piece leaves room for the signature, and the next ones start
-   * 64-byte aligned where the slot allows */
-  size_t first_count = (comm->slot_nbytes - sizeof signature) / 64 * 64 / esize;
-  if (first_count == 0) first_count = (comm->slot_nbytes - sizeof signature) / esize;
+   * 64-byte aligned where the slot allows; a call that fits in one piece (the
+   * small ones this algorithm is for) needs no division */
+  const size_t first_room = comm->slot_nbytes - sizeof signature;
   for (size_t base = 0; base < count;) {
     const struct check_sig *sig = base == 0 ? &signature : NULL;
-    const size_t room = sig != NULL ? first_count : piece_count;
-    const size_t n = count - base < room ? count - base : room;
+    size_t n = count - base;
+    if (n * esize > (sig != NULL ? first_room : comm->slot_nbytes)) {
+      n = comm->slot_nbytes / esize;
+      if (sig != NULL) {
+        n = first_room / 64 * 64 / esize;
+        if (n == 0) n = first_room / esize;
+      }
+    }
     const size_t nbytes = n * esize;
     const char *acc = src + base * esize; /* this rank's vector so far */
     char *out = dst + base * esize;
