@@ -10,23 +10,9 @@
 #include <string.h>
 
 #include "../transport/status.h"
+#include "check.h"
 #include "params.h"
 #include "plan.h"
-
-#define CHECK_SIG_MAGIC 0x77636b73u /* "wcks" */
-
-/* What every rank must agree on: fixed size, so one allgather carries it. */
-struct check_sig {
-  uint32_t magic;
-  int32_t coll;
-  uint64_t seq; /* this collective's number among those checked on the comm, from 1 */
-  uint64_t count;
-  int32_t datatype;
-  int32_t op;
-  int32_t root;
-  int32_t reserved;
-};
-_Static_assert(sizeof(struct check_sig) == 40, "check_sig must have no hidden padding");
 
 enum check_field { F_COLL, F_SEQ, F_COUNT, F_DATATYPE, F_OP, F_ROOT, F_NUM };
 static const char *const field_names[F_NUM] = {"collective", "sequence number", "count",
@@ -107,9 +93,10 @@ static void text_add(struct text *t, const char *fmt, ...) {
 }
 
 /* Appends "rank 3 has X" or "ranks 0-2,5 have X" for each group of ranks that
- * share a value of f, in the order of each group's lowest rank. */
-static void describe_field(struct text *t, const struct check_sig *sigs, int nranks,
-                           enum check_field f, int *seen) {
+ * share a value of f, in the order of each group's lowest rank. sigs[i] is
+ * rank ranks[i]'s (ranks NULL: rank i's). */
+static void describe_field(struct text *t, const struct check_sig *sigs, const int *ranks,
+                           int nranks, enum check_field f, int *seen) {
   memset(seen, 0, sizeof *seen * (size_t)nranks);
   const char *sep = "";
   for (int r = 0; r < nranks; r++) {
@@ -125,9 +112,10 @@ static void describe_field(struct text *t, const struct check_sig *sigs, int nra
       if (field_value(&sigs[q], f) != v) continue;
       int last = q;
       while (last + 1 < nranks && field_value(&sigs[last + 1], f) == v) last++;
+      if (ranks != NULL) last = q; /* ranges of indices are not ranges of ranks */
       if (last - q >= 2) text_add(t, "%s%d-%d", comma, q, last);
       else if (last == q + 1) text_add(t, "%s%d,%d", comma, q, last);
-      else text_add(t, "%s%d", comma, q);
+      else text_add(t, "%s%d", comma, ranks != NULL ? ranks[q] : q);
       comma = ",";
       q = last;
     }
@@ -145,41 +133,56 @@ static int field_differs(const struct check_sig *sigs, int nranks, enum check_fi
   return 0;
 }
 
-/* Compares the gathered signatures; on a mismatch, sets the error text (the
- * same on every rank, since every rank holds the same signatures). */
-static weftResult_t check_compare(const struct check_sig *sigs, int nranks, const char *name,
-                                  uint64_t seq) {
+weftResult_t check_compare_ranks(const struct check_sig *sigs, const int *ranks, int nranks,
+                                 const char *who) {
+  int first = 0; /* the lowest rank that sent a signature names the call */
+  while (first < nranks - 1 && sigs[first].magic != CHECK_SIG_MAGIC) first++;
+  const char *name = coll_kind_name((enum coll_kind)sigs[first].coll);
+  const uint64_t seq = sigs[first].seq;
+  char number[32] = "";
+  if (seq != 0) snprintf(number, sizeof number, " #%" PRIu64, seq);
   for (int r = 0; r < nranks; r++)
     if (sigs[r].magic != CHECK_SIG_MAGIC)
       return weft_error_set(weftInvalidUsage,
-                            "WEFT_CHECK: %s #%" PRIu64 ": rank %d sent no signature: it is in "
-                            "another call on this communicator (or WEFT_CHECK differs)",
-                            name, seq, r);
-  int *seen = malloc(sizeof *seen * (size_t)nranks);
-  if (seen == NULL) return weft_error_set(weftSystemError, "WEFT_CHECK: out of memory");
+                            "%s: %s%s: rank %d sent no signature: it is in another call on this "
+                            "communicator (or WEFT_CHECK differs)",
+                            who, name, number, ranks != NULL ? ranks[r] : r);
+  int seen_fixed[64];
+  int *seen = nranks <= 64 ? seen_fixed : malloc(sizeof *seen * (size_t)nranks);
+  if (seen == NULL) return weft_error_set(weftSystemError, "%s: out of memory", who);
   struct text t = {.len = 0};
   weftResult_t res = weftSuccess;
   if (field_differs(sigs, nranks, F_COLL)) {
     /* the other fields mean different things in different collectives */
-    text_add(&t, "WEFT_CHECK: #%" PRIu64 ": collective differs: ", seq);
-    describe_field(&t, sigs, nranks, F_COLL, seen);
+    text_add(&t, "%s%s%s: collective differs: ", who, seq != 0 ? ":" : "", number);
+    describe_field(&t, sigs, ranks, nranks, F_COLL, seen);
     res = weftInvalidUsage;
   } else {
-    text_add(&t, "WEFT_CHECK: %s #%" PRIu64 ": ", name, seq);
+    text_add(&t, "%s: %s%s: ", who, name, number);
     const char *sep = "";
     for (int f = F_SEQ; f < F_NUM; f++) {
       if (f == F_OP && !coll_has_op(sigs[0].coll)) continue;
       if (f == F_ROOT && !coll_has_root(sigs[0].coll)) continue;
       if (!field_differs(sigs, nranks, (enum check_field)f)) continue;
       text_add(&t, "%s%s differs: ", sep, field_names[f]);
-      describe_field(&t, sigs, nranks, (enum check_field)f, seen);
+      describe_field(&t, sigs, ranks, nranks, (enum check_field)f, seen);
       sep = "; ";
       res = weftInvalidUsage;
     }
   }
-  free(seen);
+  if (seen != seen_fixed) free(seen);
   if (res != weftSuccess) weft_error_set(res, "%s", t.buf);
   return res;
+}
+
+weftResult_t check_compare(const struct check_sig *sigs, int nranks, const char *who) {
+  return check_compare_ranks(sigs, NULL, nranks, who);
+}
+
+void check_sig_init(struct check_sig *sig, const struct weft_plan *plan, uint64_t seq) {
+  *sig = (struct check_sig){.magic = CHECK_SIG_MAGIC, .coll = (int32_t)plan->coll, .seq = seq,
+                            .count = (uint64_t)plan->count, .datatype = (int32_t)plan->datatype,
+                            .op = (int32_t)plan->op, .root = (int32_t)plan->root};
 }
 
 weftResult_t check_signatures(struct weftComm *comm, const struct weft_plan *plan) {
@@ -190,10 +193,7 @@ weftResult_t check_signatures(struct weftComm *comm, const struct weft_plan *pla
   const char *name = coll_kind_name(plan->coll);
   struct check_sig *sigs = calloc((size_t)n, sizeof *sigs);
   if (sigs == NULL) return weft_error_set(weftSystemError, "WEFT_CHECK: out of memory");
-  sigs[comm->rank] = (struct check_sig){
-      .magic = CHECK_SIG_MAGIC, .coll = (int32_t)plan->coll, .seq = seq,
-      .count = (uint64_t)plan->count, .datatype = (int32_t)plan->datatype,
-      .op = (int32_t)plan->op, .root = (int32_t)plan->root};
+  check_sig_init(&sigs[comm->rank], plan, seq);
   weftResult_t res = bootstrap_allgather(comm->bs, sigs, sizeof *sigs);
   if (res != weftSuccess) {
     char cause[768];
@@ -201,7 +201,7 @@ weftResult_t check_signatures(struct weftComm *comm, const struct weft_plan *pla
     weft_error_set(res, "WEFT_CHECK: %s #%" PRIu64 ": exchanging signatures: %s", name, seq,
                    cause);
   } else {
-    res = check_compare(sigs, n, name, seq);
+    res = check_compare(sigs, n, "WEFT_CHECK");
   }
   free(sigs);
   return res;

@@ -19,17 +19,29 @@
  *                   in place is safe.
  *
  * Each block is reduced by one rank only, so all ranks hold the same bits.
+ *
+ * The address exchange also carries each rank's signature of the call
+ * (collective, count, datatype, op, root) and the bytes of each buffer the
+ * call covers. Every rank holds every rank's descriptor, so every rank finds
+ * a mismatch, the same one, before any byte moves, and the call fails on all
+ * of them with the same message (the comm goes on working). Each copy from
+ * or to a peer is also held to the length that peer declared.
+ *
  * The first call probes that the kernel lets ranks read each other (ptrace
  * rules, containers); the ranks agree on the answer, and where it fails the
  * tuner stops picking cma and this call runs the ring instead. */
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "../transport/status.h"
+#include "check.h"
 #include "cma.h"
 #include "mem.h"
 #include "plan.h"
@@ -58,9 +70,12 @@ struct weft_param cma_params[] = {
 /* What one rank tells the others about a call. */
 struct cma_desc {
   uint64_t send_addr;
+  uint64_t send_nbytes; /* bytes from send_addr that peers may read */
   uint64_t recv_addr;
-  uint64_t probe_addr; /* a word holding CMA_PROBE_VALUE */
+  uint64_t recv_nbytes; /* bytes from recv_addr that peers may write */
+  uint64_t probe_addr;  /* a word holding CMA_PROBE_VALUE */
   struct mem_shared_ref send_ref, recv_ref; /* fd -1 where not mappable */
+  struct check_sig sig; /* the call as this rank made it: last, as in every signed slot */
 };
 
 /* Where this rank reaches one rank's buffers: mapped here, or NULL where the
@@ -79,11 +94,50 @@ size_t cma_min_nbytes(void) {
 
 int cma_possible(const struct weftComm *comm) {
   if (comm->cma_state < 0 || comm->nranks < 2 || comm->network || comm->peers == NULL) return 0;
+  if (comm->slot_nbytes < sizeof(struct cma_desc)) return 0; /* a descriptor takes one slot */
   for (int r = 0; r < comm->nranks; r++)
     if (comm->peers[r].host_hash != comm->peers[comm->rank].host_hash) return 0;
   /* only where the ring itself runs over shared memory (not WEFT_TRANSPORT=socket) */
   const struct weft_transport *t = comm->channels[0].send.transport;
   return t != NULL && strcmp(t->name, "shm") == 0;
+}
+
+/* Whether process pid has ended or is ending: gone, a zombie, or past the
+ * point of exit where its memory is torn down (PF_EXITING in the flags of
+ * /proc/<pid>/stat). */
+static int cma_pid_ending(pid_t pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
+  char path[40], text[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT || errno == ESRCH;
+  ssize_t len = read(fd, text, sizeof text - 1);
+  close(fd);
+  if (len <= 0) return 1;
+  text[len] = '\0';
+  const char *p = strrchr(text, ')'); /* the name may hold spaces and parentheses */
+  char state = 0;
+  unsigned long flags = 0;
+  if (p == NULL || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2) return 0;
+  return state == 'Z' || state == 'X' || state == 'x' || (flags & 0x4ul) != 0; /* PF_EXITING */
+}
+
+/* The error of a cross-memory copy with rank peer that failed with err (0:
+ * no bytes moved). A peer that died, is dying or has failed its
+ * connections makes it weftRemoteError; a peer that lives on leaves a
+ * system error. */
+static weftResult_t cma_copy_error(struct weftComm *comm, int peer, const char *what,
+                                   size_t nbytes, int err) {
+  const pid_t pid = comm->peers[peer].pid;
+  const struct conn_ctrl *in = comm->p2p_recv[peer].ctrl, *out = comm->p2p_send[peer].ctrl;
+  const int failed = (in != NULL && __atomic_load_n(&in->poison, __ATOMIC_ACQUIRE) != 0) ||
+                     (out != NULL && __atomic_load_n(&out->poison, __ATOMIC_ACQUIRE) != 0);
+  if (err == ESRCH || failed || cma_pid_ending(pid))
+    return weft_error_set(weftRemoteError, "cma: rank %d (pid %d) %s while %s %zu bytes%s%s",
+                          peer, (int)pid, failed ? "failed" : "died", what, nbytes,
+                          err != 0 ? ": " : "", err != 0 ? strerror(err) : "");
+  return weft_error_set(weftSystemError, "cma: %s %zu bytes of rank %d (pid %d): %s", what,
+                        nbytes, peer, (int)pid, err != 0 ? strerror(err) : "no progress");
 }
 
 /* Reads nbytes at remote address addr of rank peer into dst. */
@@ -95,10 +149,7 @@ static weftResult_t cma_read(struct weftComm *comm, int peer, void *dst, uint64_
     struct iovec remote = {.iov_base = (void *)(uintptr_t)addr, .iov_len = nbytes};
     ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      return weft_error_set(n < 0 && errno == ESRCH ? weftRemoteError : weftSystemError,
-                            "cma: reading %zu bytes from rank %d (pid %d): %s", nbytes, peer,
-                            (int)pid, n < 0 ? strerror(errno) : "no progress");
+    if (n <= 0) return cma_copy_error(comm, peer, "reading", nbytes, n < 0 ? errno : 0);
     dst = (char *)dst + n;
     addr += (uint64_t)n;
     nbytes -= (size_t)n;
@@ -115,10 +166,7 @@ static weftResult_t cma_write(struct weftComm *comm, int peer, uint64_t addr, co
     struct iovec remote = {.iov_base = (void *)(uintptr_t)addr, .iov_len = nbytes};
     ssize_t n = process_vm_writev(pid, &local, 1, &remote, 1, 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      return weft_error_set(n < 0 && errno == ESRCH ? weftRemoteError : weftSystemError,
-                            "cma: writing %zu bytes to rank %d (pid %d): %s", nbytes, peer,
-                            (int)pid, n < 0 ? strerror(errno) : "no progress");
+    if (n <= 0) return cma_copy_error(comm, peer, "writing", nbytes, n < 0 ? errno : 0);
     src = (const char *)src + n;
     addr += (uint64_t)n;
     nbytes -= (size_t)n;
@@ -221,11 +269,51 @@ static void cma_copy(void *dst, const void *src, size_t nbytes, int stream) {
   else memcpy(dst, src, nbytes);
 }
 
+/* Checks that every rank's descriptor describes this call: the same
+ * signature, and buffers of the sizes it touches. descs are the same on every
+ * rank, and so is the verdict. */
+static weftResult_t cma_descs_check(const struct weftComm *comm, const struct cma_desc *descs,
+                                    size_t send_nbytes, size_t recv_nbytes) {
+  const int n = comm->nranks;
+  struct check_sig sigs[n];
+  for (int r = 0; r < n; r++) sigs[r] = descs[r].sig;
+  if (check_compare(sigs, n, "ranks disagree on a collective") != weftSuccess) {
+    char cause[768];
+    snprintf(cause, sizeof cause, "%s", weft_error_text()); /* the text is overwritten next */
+    return weft_error_set(weftInvalidUsage,
+                          "%s (seen in the single-copy address exchange; nothing was copied)",
+                          cause);
+  }
+  for (int r = 0; r < n; r++)
+    if (descs[r].send_nbytes != send_nbytes || descs[r].recv_nbytes != recv_nbytes)
+      return weft_error_set(weftInvalidUsage,
+                            "%s: rank %d declared buffers of %llu and %llu bytes where this call "
+                            "covers %zu and %zu (nothing was copied)",
+                            coll_kind_name((enum coll_kind)sigs[0].coll), r,
+                            (unsigned long long)descs[r].send_nbytes,
+                            (unsigned long long)descs[r].recv_nbytes, send_nbytes, recv_nbytes);
+  return weftSuccess;
+}
+
+/* Whether [at, at + nbytes) lies within the declared bytes; else an
+ * internal error naming the rank (a copy that would leave its buffer). */
+static weftResult_t cma_range(int peer, const char *which, uint64_t at, size_t nbytes,
+                              uint64_t declared) {
+  if (at <= declared && nbytes <= declared - at) return weftSuccess;
+  return weft_error_set(weftInternalError,
+                        "cma: bytes [%llu, %llu) of rank %d's %s buffer lie outside the %llu it "
+                        "declared",
+                        (unsigned long long)at, (unsigned long long)(at + nbytes), peer, which,
+                        (unsigned long long)declared);
+}
+
 /* Connects to every peer, allocates the scratch space, exchanges the
- * descriptors (which name the mappable allocations holding the send_nbytes
- * and recv_nbytes the plan touches), and on the first call probes and
- * agrees whether cross-memory attach works. Returns weftSuccess
- * with *usable_out 0 when it does not (every rank gets the same answer). */
+ * descriptors (which carry the call's signature and name the mappable
+ * allocations holding the send_nbytes and recv_nbytes the plan touches),
+ * checks that every rank made the same call (weftInvalidUsage on every rank
+ * when not), and on the first call probes and agrees whether cross-memory
+ * attach works. Returns weftSuccess with *usable_out 0 when it does not
+ * (every rank gets the same answer). */
 static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *plan,
                               size_t send_nbytes, size_t recv_nbytes, struct cma_desc *descs,
                               int *usable_out) {
@@ -239,15 +327,31 @@ static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *pla
   for (int j = 1; j < n; j++) peers[j - 1] = (rank + j) % n;
   WEFT_TRY(peer_connect(comm, peers, n - 1));
   struct cma_desc self = {.send_addr = (uintptr_t)plan->sendbuf,
+                          .send_nbytes = send_nbytes,
                           .recv_addr = (uintptr_t)plan->recvbuf,
+                          .recv_nbytes = recv_nbytes,
                           .probe_addr = (uintptr_t)&cma_probe_word};
+  check_sig_init(&self.sig, plan, 0);
   self.send_ref.fd = self.recv_ref.fd = -1;
   if (param_int(&cma_params[1]) != 0) {
     mem_shared_find(plan->sendbuf, send_nbytes, &self.send_ref);
     mem_shared_find(plan->recvbuf, recv_nbytes, &self.recv_ref);
   }
-  WEFT_TRY(cma_alltoall_small(comm, &self, descs, sizeof self));
+  /* the descriptors, as cma_alltoall_small; a slot of another size is a
+   * rank in another algorithm, which its signature names */
+  for (int j = 1; j < n; j++) {
+    int peer = (rank + j) % n;
+    WEFT_TRY(peer_send(comm, &comm->p2p_send[peer], &self, sizeof self));
+  }
+  for (int j = 1; j < n; j++) {
+    int peer = (rank - j + n) % n;
+    const char *in;
+    WEFT_TRY(peer_recv_signed_wait(comm, &comm->p2p_recv[peer], sizeof self, &self.sig, 0, &in));
+    memcpy(&descs[peer], in, sizeof self);
+    peer_recv_done(&comm->p2p_recv[peer]);
+  }
   descs[rank] = self;
+  WEFT_TRY(cma_descs_check(comm, descs, send_nbytes, recv_nbytes));
   if (comm->cma_state == 0) {
     uint64_t ok = 1, word = 0, *oks = cma_words(comm);
     for (int j = 1; j < n && ok; j++) {
@@ -298,6 +402,7 @@ static weftResult_t cma_reduce_block(struct weftComm *comm, const struct weft_pl
     char *red = staged ? stage : out;
     for (int j = 1; j < n; j++) {
       int peer = (rank + j) % n;
+      WEFT_TRY(cma_range(peer, "send", at, m * esize, descs[peer].send_nbytes));
       const char *theirs = views[peer].send ? views[peer].send + at : tmp;
       if (theirs == tmp) WEFT_TRY(cma_read(comm, peer, tmp, descs[peer].send_addr + at, m * esize));
       reduce(red, NULL, acc, theirs, m, j == n - 1 ? divisor : 1);
@@ -306,6 +411,7 @@ static weftResult_t cma_reduce_block(struct weftComm *comm, const struct weft_pl
     if (staged) cma_copy(out, red, m * esize, stream);
     for (int j = 1; j < n && share; j++) {
       int peer = (rank + j) % n;
+      WEFT_TRY(cma_range(peer, "receive", at, m * esize, descs[peer].recv_nbytes));
       if (views[peer].recv) cma_copy(views[peer].recv + at, red, m * esize, stream);
       else WEFT_TRY(cma_write(comm, peer, descs[peer].recv_addr + at, red, m * esize));
     }
@@ -339,6 +445,7 @@ weftResult_t cma_run(struct weftComm *comm, const struct weft_plan *plan) {
         int peer = (rank + j) % n;
         char *block = recv + (size_t)peer * nbytes;
         if (views[peer].send == block) continue; /* own block, in place */
+        WEFT_TRY(cma_range(peer, "send", 0, nbytes, descs[peer].send_nbytes));
         if (views[peer].send) cma_copy(block, views[peer].send, nbytes, stream);
         else WEFT_TRY(cma_read(comm, peer, block, descs[peer].send_addr, nbytes));
       }

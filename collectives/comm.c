@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../transport/status.h"
 #include "../transport/topo.h"
@@ -34,11 +35,30 @@ weftResult_t weftGetUniqueId(weftUniqueId *uniqueId) {
   return weftSuccess;
 }
 
+/* This process's id, cached (getpid is a system call) and renewed in a
+ * forked child, so that every entry point can afford to compare it. */
+static pid_t self_pid;
+static pthread_once_t self_pid_once = PTHREAD_ONCE_INIT;
+static void self_pid_refresh(void) { __atomic_store_n(&self_pid, getpid(), __ATOMIC_RELAXED); }
+static void self_pid_init(void) {
+  self_pid_refresh();
+  pthread_atfork(NULL, NULL, self_pid_refresh);
+}
+static pid_t comm_self_pid(void) {
+  pthread_once(&self_pid_once, self_pid_init);
+  return __atomic_load_n(&self_pid, __ATOMIC_RELAXED);
+}
+
 weftResult_t comm_check(const struct weftComm *comm) {
   if (comm == NULL) return weft_error_set(weftInvalidArgument, "comm is NULL");
   if (comm->magic != COMM_MAGIC)
     return weft_error_set(weftInvalidArgument, "comm %p is not a live communicator",
                           (const void *)comm);
+  if (comm->pid != comm_self_pid())
+    return weft_error_set(weftInvalidUsage,
+                          "comm %p belongs to process %d; this process (%d) is a fork of it and "
+                          "may not use it: create a communicator here",
+                          (const void *)comm, (int)comm->pid, (int)comm_self_pid());
   return weftSuccess;
 }
 
@@ -57,8 +77,14 @@ weftResult_t comm_fail(struct weftComm *comm, weftResult_t res) {
   return res;
 }
 
-/* Reads config into cfg, honouring the caller's size for older layouts. */
-static weftResult_t config_read(const weftConfig_t *config, weftConfig_t *cfg) {
+weftResult_t comm_fail_alone(struct weftComm *comm, weftResult_t res) {
+  snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+  if (comm->async_error == weftSuccess) comm->async_error = res;
+  comm_poison(comm);
+  return res;
+}
+
+weftResult_t comm_config_read(const weftConfig_t *config, weftConfig_t *cfg) {
   weftConfig_t defaults = WEFT_CONFIG_INITIALIZER;
   *cfg = defaults;
   if (config == NULL) return weftSuccess;
@@ -79,7 +105,7 @@ static int config_int(int value, int fallback) {
 weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_id *id, int rank,
                        const weftConfig_t *config, int cuda_dev) {
   weftConfig_t cfg;
-  WEFT_TRY(config_read(config, &cfg));
+  WEFT_TRY(comm_config_read(config, &cfg));
   int64_t nslots = param_int(&coll_params[P_NSLOTS]);
   int64_t slot_nbytes = param_int(&coll_params[P_SLOT_BYTES]);
   if (nslots < 2 || nslots > CONN_MAX_SLOTS)
@@ -142,6 +168,7 @@ weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_
   wait_set_local_ranks(nlocal, CPU_COUNT(&local_cpus));
   WEFT_TRY_GOTO(channels_connect(comm, (uint32_t)nslots, (size_t)slot_nbytes), res,
                 close_channels);
+  comm->pid = comm_self_pid();
   comm->magic = COMM_MAGIC;
   WEFT_INFO(LOG_INIT, "comm %p rank %d/%d ready: %d channel(s), %lld slots of %lld bytes",
             (void *)comm, rank, nranks, nchannels, (long long)nslots, (long long)slot_nbytes);
@@ -334,6 +361,7 @@ weftResult_t weftCommCuDevice(const weftComm_t comm, int *device) {
 }
 
 const char *weftGetLastError(weftComm_t comm) {
-  if (comm != NULL && comm->magic == COMM_MAGIC) return comm->last_error;
+  if (comm != NULL && comm->magic == COMM_MAGIC && comm->pid == comm_self_pid())
+    return comm->last_error;
   return weft_error_text();
 }

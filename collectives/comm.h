@@ -68,6 +68,7 @@ struct weftComm {
   uint64_t bulk_calls;          /* bulk collectives run (collectives/bulk.c) */
   void *bulk_scratch;           /* their chunk buffers, kept */
   size_t bulk_scratch_nbytes;
+  pid_t pid;                    /* the process that created it: a forked child may not use it */
 };
 
 /* Joins rank `rank` of `nranks` to the communicator of id and connects it
@@ -75,6 +76,10 @@ struct weftComm {
  * for a host rank. Blocks until connected or the timeout passes. */
 weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_id *id, int rank,
                        const weftConfig_t *config, int cuda_dev);
+
+/* Reads config (NULL: the defaults) into cfg, honouring the caller's size
+ * for older layouts; weftInvalidArgument when it is not a weftConfig_t. */
+weftResult_t comm_config_read(const weftConfig_t *config, weftConfig_t *cfg);
 
 /* The ring order: ranks of one host adjacent, hosts by their lowest rank. */
 void ring_order(const struct peer_info *peers, int nranks, int *ring_out);
@@ -104,7 +109,14 @@ void comm_poison(struct weftComm *comm);
  * poisoned connections. Returns res. */
 weftResult_t comm_fail(struct weftComm *comm, weftResult_t res);
 
-/* Checks that comm is a live communicator; sets the error text otherwise. */
+/* Records a failure of this rank alone that leaves its peers waiting on it
+ * (an argument error in one rank's call of a collective): the comm breaks
+ * as in comm_fail for a system error, whatever res is, so that the peers'
+ * waits end at once instead of at the timeout. Returns res. */
+weftResult_t comm_fail_alone(struct weftComm *comm, weftResult_t res);
+
+/* Checks that comm is a live communicator of this process (not a forked
+ * child's copy); sets the error text otherwise. */
 weftResult_t comm_check(const struct weftComm *comm);
 
 #endif

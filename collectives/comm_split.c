@@ -8,7 +8,12 @@
  *   3. members join the new communicator through the ordinary init path, with
  *      ranks ordered by key, then by old rank.
  * The new communicator has its own bootstrap and connections: it does not
- * depend on the parent once created. */
+ * depend on the parent once created.
+ *
+ * A rank whose arguments are bad still takes part in step 1, marked failed,
+ * so that the others learn at once that no split happens (rather than wait
+ * for it until the timeout); every rank returns an error and the parent goes
+ * on working. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +25,8 @@
 struct split_entry {
   int32_t color;
   int32_t key;
+  int32_t ok; /* 0: this rank's call failed its argument checks */
+  int32_t reserved;
 };
 
 struct split_id {
@@ -63,9 +70,12 @@ static void split_place(const struct split_entry *all, int nranks, int me, int *
 }
 
 /* Steps 1 and 2 over the parent's bootstrap. On success, color_out and the
- * placement are set; id_out only when color is not WEFT_SPLIT_NOCOLOR. */
-static weftResult_t split_exchange(struct weftComm *comm, int color, int key, int *newrank_out,
-                                   int *newsize_out, struct bootstrap_id *id_out) {
+ * placement are set; id_out only when color is not WEFT_SPLIT_NOCOLOR. With
+ * failed set, this rank only tells the others (step 1) and returns
+ * weftSuccess; a rank that learns of a failed one returns weftInvalidUsage. */
+static weftResult_t split_exchange(struct weftComm *comm, int color, int key, int failed,
+                                   int *newrank_out, int *newsize_out,
+                                   struct bootstrap_id *id_out) {
   const int n = comm->nranks, me = comm->rank;
   weftResult_t res = weftSuccess;
   struct split_entry *all = calloc((size_t)n, sizeof *all);
@@ -75,12 +85,21 @@ static weftResult_t split_exchange(struct weftComm *comm, int color, int key, in
     res = weft_error_set(weftSystemError, "CommSplit: out of memory");
     goto free_all;
   }
-  all[me] = (struct split_entry){.color = color, .key = key};
+  all[me] = (struct split_entry){.color = color, .key = key, .ok = !failed};
   res = bootstrap_allgather(comm->bs, all, sizeof *all);
   if (res != weftSuccess) {
     split_error_wrap(res, "exchanging colors and keys");
     goto free_all;
   }
+  if (failed) goto free_all;
+  for (int r = 0; r < n; r++)
+    if (!all[r].ok) {
+      res = weft_error_set(weftInvalidUsage,
+                           "CommSplit: rank %d refused its call (bad arguments there): no "
+                           "communicator was made",
+                           r);
+      goto free_all;
+    }
   int newrank, newsize, leader;
   split_place(all, n, me, &newrank, &newsize, &leader);
 
@@ -118,6 +137,7 @@ weftResult_t weftCommSplit(weftComm_t comm, int color, int key, weftComm_t *newc
   weft_error_clear();
   WEFT_TRY(comm_check(comm));
   weftResult_t res = weftSuccess;
+  weftConfig_t checked;
   if (newcomm == NULL) {
     res = weft_error_set(weftInvalidArgument, "CommSplit: newcomm is NULL");
   } else if (color < WEFT_SPLIT_NOCOLOR) {
@@ -126,11 +146,16 @@ weftResult_t weftCommSplit(weftComm_t comm, int color, int key, weftComm_t *newc
                          color);
   } else if (comm->finalized) {
     res = weft_error_set(weftInvalidUsage, "CommSplit: comm was finalized");
+  } else if (comm_config_read(config, &checked) != weftSuccess) {
+    res = split_error_wrap(weftInvalidArgument, "config");
   }
-  if (res != weftSuccess) {
+  if (res != weftSuccess && (comm->finalized || comm->nranks == 1)) {
     snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
     return res;
   }
+  const weftResult_t refused = res; /* the peers hear of it in the exchange */
+  char refusal[1024] = "";
+  if (refused != weftSuccess) snprintf(refusal, sizeof refusal, "%s", weft_error_text());
 
   /* the parent is in use until the child exists: an abort waits for us (see
    * op_run), so that nothing here reads a freed parent */
@@ -145,9 +170,11 @@ weftResult_t weftCommSplit(weftComm_t comm, int color, int key, weftComm_t *newc
                          "CommSplit: communicator is broken by an earlier error: %s",
                          comm->last_error);
   } else {
-    res = split_exchange(comm, color, key, &newrank, &newsize, &id);
+    res = split_exchange(comm, color, key, refused != weftSuccess, &newrank, &newsize, &id);
     /* a failed exchange leaves the parent's bootstrap out of step: it is broken */
-    if (res != weftSuccess) comm_fail(comm, res);
+    if (res != weftSuccess && res != weftInvalidUsage) comm_fail(comm, res);
+    if (res == weftSuccess && refused != weftSuccess)
+      res = weft_error_set(refused, "%s", refusal);
   }
   if (res == weftSuccess && color != WEFT_SPLIT_NOCOLOR) {
     weftConfig_t inherited;

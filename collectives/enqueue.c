@@ -36,7 +36,14 @@ static int coll_has_op(enum coll_kind c) {
   return c == COLL_ALLREDUCE || c == COLL_REDUCESCATTER || c == COLL_REDUCE;
 }
 
-static weftResult_t plan_check(struct weftComm *comm, const struct weft_plan *plan) {
+/* Checks plan's arguments. The count, datatype, op and root are the same on
+ * every rank of a correct program, so a bad one is bad everywhere (and
+ * ranks that differ are WEFT_CHECK's to find); the buffers are this rank's
+ * own, so a bad one may leave the peers waiting in the collective:
+ * *alone_out says so. */
+static weftResult_t plan_check(struct weftComm *comm, const struct weft_plan *plan,
+                               int *alone_out) {
+  *alone_out = 0;
   WEFT_TRY(comm_check(comm));
   const char *name = coll_kind_name(plan->coll);
   const size_t esize = weftTypeSize(plan->datatype);
@@ -71,13 +78,17 @@ static weftResult_t plan_check(struct weftComm *comm, const struct weft_plan *pl
     case COLL_REDUCE: uses_recv = comm->rank == plan->root; break;
     default: break;
   }
+  *alone_out = 1;
   if (uses_send && plan->sendbuf == NULL)
     return weft_error_set(weftInvalidArgument, "%s: sendbuff is NULL with count %zu", name,
                           plan->count);
   if (uses_recv && plan->recvbuf == NULL)
     return weft_error_set(weftInvalidArgument, "%s: recvbuff is NULL with count %zu", name,
                           plan->count);
-  if (!uses_send || !uses_recv) return weftSuccess;
+  if (!uses_send || !uses_recv) {
+    *alone_out = 0;
+    return weftSuccess;
+  }
 
   /* in place: the input is where the collective would put it */
   const char *in_place = plan->recvbuf;
@@ -89,20 +100,29 @@ static weftResult_t plan_check(struct weftComm *comm, const struct weft_plan *pl
   if (!is_in_place && ranges_overlap(plan->sendbuf, send_nbytes, plan->recvbuf, recv_nbytes))
     return weft_error_set(weftInvalidArgument,
                           "%s: sendbuff and recvbuff overlap without being in place", name);
+  *alone_out = 0;
   return weftSuccess;
 }
 
 static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
                                  weftStream_t stream) {
   weft_error_clear();
-  weftResult_t res = plan_check(comm, plan);
+  int alone = 0;
+  weftResult_t res = plan_check(comm, plan, &alone);
   struct host_stream *hs = NULL;
   /* device memory: stream is the caller's CUDA stream */
   plan->on_device = res == weftSuccess && device_plan_on_device(plan);
-  if (res == weftSuccess && stream != NULL && !plan->on_device) res = stream_lookup(stream, &hs);
+  if (res == weftSuccess && stream != NULL && !plan->on_device) {
+    res = stream_lookup(stream, &hs);
+    alone = res != weftSuccess;
+  }
   if (res != weftSuccess) {
-    if (comm != NULL && comm_check(comm) == weftSuccess)
-      snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+    /* the peers would wait for this rank until the timeout: break the comm,
+     * so that they fail now */
+    if (comm != NULL && comm_check(comm) == weftSuccess) {
+      if (alone && comm->nranks > 1) comm_fail_alone(comm, res);
+      else snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+    }
     group_fail(res);
     return res;
   }

@@ -5,7 +5,9 @@
 
 #include "../transport/status.h"
 #include "../transport/wait.h"
+#include "check.h"
 #include "plan.h"
+#include "prims_ll.h"
 #include "prims_peer.h"
 
 weftResult_t peer_connect(struct weftComm *comm, const int *peers, int npeers) {
@@ -59,6 +61,53 @@ weftResult_t peer_recv_wait(struct weftComm *comm, struct weft_conn *conn, size_
                           conn->peer_rank, used, nbytes);
   *slot_out = conn_slot(conn);
   return weftSuccess;
+}
+
+weftResult_t peer_recv_signed_wait(struct weftComm *comm, struct weft_conn *conn, size_t nbytes,
+                                   const struct check_sig *mine, int compare,
+                                   const char **slot_out) {
+  if (__atomic_load_n(&conn->ctrl->tail, __ATOMIC_ACQUIRE) <= conn->step) {
+    struct weft_wait w;
+    wait_begin(&w, comm->timeout_ns, &comm->abort_flag, &conn->ctrl->poison, conn->peer_pid,
+               conn->peer_rank, "receive from");
+    while (__atomic_load_n(&conn->ctrl->tail, __ATOMIC_ACQUIRE) <= conn->step) {
+      weftResult_t res = wait_poll(&w);
+      if (res != weftInProgress) return res;
+    }
+  }
+  const char *slot = conn_slot(conn);
+  const size_t used = conn->ctrl->slot_used_nbytes[conn->step % conn->nslots] &
+                      PRIMS_USED_NBYTES_MASK;
+  struct check_sig theirs;
+  memset(&theirs, 0, sizeof theirs);
+  if (used >= sizeof theirs && used <= conn->slot_nbytes)
+    memcpy(&theirs, slot + used - sizeof theirs, sizeof theirs);
+  const int same = !compare || (theirs.magic == mine->magic && theirs.coll == mine->coll &&
+                                theirs.count == mine->count && theirs.datatype == mine->datatype &&
+                                theirs.op == mine->op && theirs.root == mine->root);
+  if (same && used == nbytes) {
+    *slot_out = slot;
+    return weftSuccess;
+  }
+  /* the peer is in another call: name the difference where its slot says it */
+  weftResult_t res = weftInvalidUsage;
+  if (theirs.magic == CHECK_SIG_MAGIC) {
+    const int lower = conn->peer_rank < comm->rank;
+    struct check_sig pair[2] = {lower ? theirs : *mine, lower ? *mine : theirs};
+    const int ranks[2] = {lower ? conn->peer_rank : comm->rank,
+                          lower ? comm->rank : conn->peer_rank};
+    pair[0].seq = pair[1].seq = 0;
+    res = check_compare_ranks(pair, ranks, 2, "ranks disagree on a collective");
+  }
+  if (res == weftSuccess || theirs.magic != CHECK_SIG_MAGIC)
+    weft_error_set(weftInvalidUsage,
+                   "%s: rank %d sent %zu bytes where %zu were expected: it is in another call "
+                   "on this communicator (do all ranks make the same collectives in the same "
+                   "order, with the same count and datatype?)",
+                   coll_kind_name((enum coll_kind)mine->coll),
+                   conn->peer_rank, used, nbytes);
+  /* the ranks' steps no longer pair up: break the comm so that none waits */
+  return comm_fail_alone(comm, weftInvalidUsage);
 }
 
 void peer_recv_done(struct weft_conn *conn) {

@@ -1,14 +1,17 @@
 // Single-copy collectives (cross-memory attach) over forked ranks: all-reduce,
 // all-gather and reduce-scatter with every datatype and op, odd counts and
 // counts of several pieces, in place and out of place; the tuner's choice;
-// and the fall-back to the ring when a rank may not be read.
+// the fall-back to the ring when a rank may not be read; and calls that differ
+// between ranks, refused on every rank without a byte written.
 #include <gtest/gtest.h>
 #include <linux/capability.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -195,6 +198,192 @@ TEST(CmaFallback, UnreadableRankRunsTheRing) {
     return rc;
   }, opts);
   for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+// --- calls that differ between ranks ---------------------------------------
+
+// A buffer between canary bytes, each side: from weftMemAllocHost (peers map
+// it) or from mmap with a guard page (PROT_NONE) beyond each canary, so that
+// a stray access faults or shows.
+class Guarded {
+ public:
+  static constexpr size_t kCanary = 8192;
+  static constexpr uint8_t kCanaryByte = 0xc5;
+
+  Guarded(size_t nbytes, bool shared) : nbytes_(nbytes), shared_(shared) {
+    const size_t page = 4096;
+    if (shared) {
+      region_nbytes_ = nbytes + 2 * kCanary;
+      void *p = nullptr;
+      if (weftMemAllocHost(&p, region_nbytes_) != weftSuccess) return;
+      region_ = (uint8_t *)p;
+      data_ = region_ + kCanary;
+    } else {
+      const size_t inner = (kCanary + nbytes + kCanary + page - 1) / page * page;
+      region_nbytes_ = page + inner + page;
+      void *p = mmap(nullptr, region_nbytes_, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) return;
+      region_ = (uint8_t *)p;
+      mprotect(region_, page, PROT_NONE);
+      mprotect(region_ + region_nbytes_ - page, page, PROT_NONE);
+      data_ = region_ + page + kCanary;
+      lo_ = region_ + page;
+      hi_ = region_ + region_nbytes_ - page;
+    }
+    if (shared) lo_ = region_, hi_ = region_ + region_nbytes_;
+    memset(lo_, kCanaryByte, data_ - lo_);
+    memset(data_ + nbytes_, kCanaryByte, hi_ - (data_ + nbytes_));
+  }
+  ~Guarded() {
+    if (region_ == nullptr) return;
+    if (shared_) weftMemFree(region_);
+    else munmap(region_, region_nbytes_);
+  }
+  Guarded(const Guarded &) = delete;
+  Guarded &operator=(const Guarded &) = delete;
+
+  bool ok() const { return data_ != nullptr; }
+  uint8_t *data() const { return data_; }
+  // The first canary byte that changed, as an offset from the buffer, or 0.
+  long canary_damage() const {
+    for (const uint8_t *p = lo_; p < data_; p++)
+      if (*p != kCanaryByte) return (long)(p - data_);
+    for (const uint8_t *p = data_ + nbytes_; p < hi_; p++)
+      if (*p != kCanaryByte) return (long)(p - data_);
+    return 0;
+  }
+
+ private:
+  size_t nbytes_;
+  bool shared_;
+  uint8_t *region_ = nullptr, *data_ = nullptr, *lo_ = nullptr, *hi_ = nullptr;
+  size_t region_nbytes_ = 0;
+};
+
+// One rank's side of a call.
+struct Call {
+  enum coll_kind coll;
+  size_t count;
+  weftDataType_t datatype;
+  weftRedOp_t op;
+};
+
+struct MismatchCase {
+  const char *name;
+  int nranks;
+  std::function<Call(int rank)> call;
+  const char *message;  // every rank's error text
+};
+
+// Runs rank's side of c with guarded buffers of the sizes that call covers
+// (input random, output poisoned); then both are as they were, and no canary
+// changed.
+int run_mismatch(const RankCtx &ctx, weftComm_t comm, const MismatchCase &c, bool shared,
+                 uint64_t seed) {
+  const Call call = c.call(ctx.rank);
+  const size_t esize = weftTypeSize(call.datatype), n = (size_t)ctx.nranks;
+  const size_t send_nbytes = call.count * esize * (call.coll == COLL_REDUCESCATTER ? n : 1);
+  const size_t recv_nbytes = call.count * esize * (call.coll == COLL_ALLGATHER ? n : 1);
+  Guarded send(send_nbytes, shared), recv(recv_nbytes, shared);
+  FAIL_IF(!send.ok() || !recv.ok(), "%s: cannot allocate the buffers", c.name);
+  Rng rng(seed + (uint64_t)ctx.rank);
+  for (size_t i = 0; i < send_nbytes; i++) send.data()[i] = (uint8_t)rng.next();
+  std::vector<uint8_t> input(send.data(), send.data() + send_nbytes);
+  memset(recv.data(), kPoison, recv_nbytes);
+  weftResult_t res = weftInternalError;
+  switch (call.coll) {
+    case COLL_ALLREDUCE:
+      res = weftAllReduce(send.data(), recv.data(), call.count, call.datatype, call.op, comm,
+                          nullptr);
+      break;
+    case COLL_ALLGATHER:
+      res = weftAllGather(send.data(), recv.data(), call.count, call.datatype, comm, nullptr);
+      break;
+    case COLL_REDUCESCATTER:
+      res = weftReduceScatter(send.data(), recv.data(), call.count, call.datatype, call.op, comm,
+                              nullptr);
+      break;
+    default: break;
+  }
+  const char *buffers = shared ? "weftMemAllocHost buffers" : "guarded buffers";
+  FAIL_IF(res != weftInvalidUsage, "%s (%s): returned %s, want weftInvalidUsage (%s)", c.name,
+          buffers, weftGetErrorString(res), weftGetLastError(comm));
+  FAIL_IF(std::string(weftGetLastError(comm)) != c.message,
+          "%s (%s): message\n  \"%s\"\nwant\n  \"%s\"", c.name, buffers, weftGetLastError(comm),
+          c.message);
+  FAIL_IF(memcmp(send.data(), input.data(), send_nbytes) != 0, "%s (%s): the input changed",
+          c.name, buffers);
+  for (size_t i = 0; i < recv_nbytes; i++)
+    FAIL_IF(recv.data()[i] != kPoison, "%s (%s): output byte %zu written", c.name, buffers, i);
+  FAIL_IF(send.canary_damage() != 0, "%s (%s): byte %ld around the input written", c.name,
+          buffers, send.canary_damage());
+  FAIL_IF(recv.canary_damage() != 0, "%s (%s): byte %ld around the output written", c.name,
+          buffers, recv.canary_damage());
+  weftResult_t async = weftInternalError;
+  FAIL_IF(weftCommGetAsyncError(comm, &async) != weftSuccess || async != weftSuccess,
+          "%s: the refused call broke the comm", c.name);
+  return 0;
+}
+
+#define SEEN " (seen in the single-copy address exchange; nothing was copied)"
+
+const MismatchCase kMismatches[] = {
+    {"count 1M against 32K", 2,
+     [](int r) { return Call{COLL_ALLREDUCE, r == 0 ? 1u << 20 : 32u << 10, weftFloat32, weftSum}; },
+     "ranks disagree on a collective: AllReduce: count differs: rank 0 has 1048576, rank 1 has "
+     "32768" SEEN},
+    {"count 1048576 against 1000000", 2,
+     [](int r) { return Call{COLL_ALLREDUCE, r == 0 ? 1048576u : 1000000u, weftFloat32, weftSum}; },
+     "ranks disagree on a collective: AllReduce: count differs: rank 0 has 1048576, rank 1 has "
+     "1000000" SEEN},
+    {"datatype", 3,
+     [](int r) { return Call{COLL_ALLREDUCE, 70001, r == 1 ? weftInt32 : weftFloat32, weftSum}; },
+     "ranks disagree on a collective: AllReduce: datatype differs: ranks 0,2 have float32, rank 1 "
+     "has int32" SEEN},
+    {"op", 3,
+     [](int r) { return Call{COLL_REDUCESCATTER, 30011, weftFloat64, r == 2 ? weftMax : weftSum}; },
+     "ranks disagree on a collective: ReduceScatter: op differs: ranks 0,1 have sum, rank 2 has "
+     "max" SEEN},
+    {"all-gather count", 4,
+     [](int r) { return Call{COLL_ALLGATHER, r == 3 ? 30000u : 40000u, weftInt32, weftSum}; },
+     "ranks disagree on a collective: AllGather: count differs: ranks 0-2 have 40000, rank 3 has "
+     "30000" SEEN},
+    {"collective", 2,
+     [](int r) {
+       return r == 0 ? Call{COLL_ALLREDUCE, 1u << 18, weftFloat32, weftSum}
+                     : Call{COLL_REDUCESCATTER, 1u << 17, weftFloat32, weftSum};
+     },
+     "ranks disagree on a collective: collective differs: rank 0 AllReduce, rank 1 "
+     "ReduceScatter" SEEN},
+};
+
+// Each mismatch fails on every rank with the same message, before a byte
+// moves, with plain and with mapped buffers; the comm then still runs
+// single-copy collectives right.
+TEST(CmaMismatch, RefusedOnEveryRankNothingWritten) {
+  const uint64_t seed = test_seed();
+  RunOptions opts;
+  opts.env = {{"WEFT_ALGO", "cma"}, {"WEFT_TIMEOUT", "60"}};
+  for (const MismatchCase &c : kMismatches) {
+    double start = now_s();
+    auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+        return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+      int rc = 0;
+      for (int shared = 0; shared < 2 && rc == 0; shared++)
+        rc = run_mismatch(ctx, comm, c, shared != 0, seed + (uint64_t)shared);
+      if (rc == 0) rc = check_allreduce(ctx, comm, weftFloat32, weftSum, 100003, false, seed);
+      if (rc == 0 && ((weftComm *)comm)->cma_state != 1)
+        rc = rank_fail(ctx, "cross-memory attach was not used (state %d)",
+                       ((weftComm *)comm)->cma_state);
+      weftCommDestroy(comm);
+      return rc;
+    }, opts);
+    for (int r = 0; r < c.nranks; r++) EXPECT_EQ(status[r], 0) << c.name << ", rank " << r;
+    EXPECT_LT(now_s() - start, 30.0) << c.name << ": a refusal should not wait for anything";
+  }
 }
 
 }  // namespace

@@ -3,9 +3,13 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -150,6 +154,217 @@ TEST(Failure, AbortFromAnotherThread) {
   }, opts);
   EXPECT_EQ(status[0], 0);
   EXPECT_EQ(status[1], 0);
+}
+
+#define FAIL_IF(cond, ...)                         \
+  do {                                             \
+    if (cond) return rank_fail(ctx, __VA_ARGS__); \
+  } while (0)
+
+#define TRY_RC(call)          \
+  do {                        \
+    if (int rc_ = (call)) return rc_; \
+  } while (0)
+
+bool contains(const char *text, const char *needle) { return strstr(text, needle) != nullptr; }
+
+// All ranks' all-reduce of (rank + 1) over count floats: sum n (n + 1) / 2.
+int allreduce_works(const RankCtx &ctx, weftComm_t comm, size_t count, const char *when) {
+  std::vector<float> buf(count, (float)(ctx.rank + 1));
+  weftResult_t res =
+      weftAllReduce(buf.data(), buf.data(), count, weftFloat32, weftSum, comm, nullptr);
+  FAIL_IF(res != weftSuccess, "all-reduce %s: %s", when, weftGetLastError(comm));
+  const float want = (float)(ctx.nranks * (ctx.nranks + 1) / 2);
+  for (size_t i = 0; i < count; i++)
+    FAIL_IF(buf[i] != want, "all-reduce %s: element %zu is %g, want %g", when, i, buf[i], want);
+  return 0;
+}
+
+// One rank's own buffer is bad (a NULL input on a broadcast's root, a NULL
+// output on one rank of an all-reduce): that rank gets weftInvalidArgument
+// at once and its comm breaks, so the others, already waiting in the
+// collective, fail within a second or so instead of at WEFT_TIMEOUT. A bad
+// datatype on every rank, by contrast, leaves the comm working.
+TEST(Failure, ArgumentErrorOnOneRankStopsTheOthers) {
+  const int timeout_s = 30;
+  for (int nranks : {2, 3})
+    for (int which : {0, 1}) {
+      RunOptions opts;
+      opts.timeout_s = 90;
+      opts.env = {{"WEFT_TIMEOUT", std::to_string(timeout_s)}};
+      const int bad_rank = which == 0 ? 0 : nranks - 1;
+      auto status = run_ranks(nranks, [&](const RankCtx &ctx) {
+        weftComm_t comm;
+        if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+          return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+        // the same bad datatype everywhere: refused, and nobody waits
+        float x[4] = {1, 2, 3, 4};
+        FAIL_IF(weftAllReduce(x, x, 4, (weftDataType_t)99, weftSum, comm, nullptr) !=
+                    weftInvalidArgument, "bad datatype accepted");
+        TRY_RC(allreduce_works(ctx, comm, 1000, "after a bad datatype on every rank"));
+        std::vector<float> buf(4096, (float)ctx.rank);
+        if (ctx.rank == bad_rank) usleep(300000);  // the others wait in the call by now
+        const bool bad = ctx.rank == bad_rank;
+        double t0 = now_s();
+        weftResult_t res;
+        if (which == 0)  // broadcast from rank 0, whose input is NULL
+          res = weftBroadcast(bad ? nullptr : buf.data(), buf.data(), buf.size(), weftFloat32, 0,
+                              comm, nullptr);
+        else  // all-reduce where the last rank's output is NULL
+          res = weftAllReduce(buf.data(), bad ? nullptr : buf.data(), buf.size(), weftFloat32,
+                              weftSum, comm, nullptr);
+        double took = now_s() - t0;
+        std::string msg = weftGetLastError(comm);
+        if (bad) {
+          FAIL_IF(res != weftInvalidArgument || msg.find("is NULL") == std::string::npos,
+                  "bad call got %s: %s", weftGetErrorString(res), msg.c_str());
+          // the comm is broken for this rank too, and says why
+          res = weftAllReduce(x, x, 4, weftFloat32, weftSum, comm, nullptr);
+          msg = weftGetLastError(comm);
+          FAIL_IF(res == weftSuccess || msg.find("is NULL") == std::string::npos,
+                  "next call on the broken comm got %s: %s", weftGetErrorString(res),
+                  msg.c_str());
+        } else {
+          FAIL_IF(res != weftRemoteError, "peer got %s: %s", weftGetErrorString(res),
+                  msg.c_str());
+          FAIL_IF(took > 5, "peer waited %.1f s (WEFT_TIMEOUT %d s): %s", took, timeout_s,
+                  msg.c_str());
+          printf("rank %d: error after %.2f s: %s\n", ctx.rank, took, msg.c_str());
+        }
+        weftResult_t async = weftSuccess;
+        weftCommGetAsyncError(comm, &async);
+        FAIL_IF(async == weftSuccess, "the comm does not report the failure");
+        weftCommAbort(comm);
+        return 0;
+      }, opts);
+      for (int r = 0; r < nranks; r++)
+        EXPECT_EQ(status[r], 0) << nranks << " ranks, case " << which << ", rank " << r;
+    }
+}
+
+// A split that one rank refuses (bad color, NULL newcomm) fails on every
+// rank within a second or so, naming that rank; the parent goes on working,
+// and a good split after it works.
+TEST(Failure, SplitRefusedOnOneRankFailsEverywhere) {
+  RunOptions opts;
+  opts.timeout_s = 90;
+  opts.env = {{"WEFT_TIMEOUT", "30"}};
+  auto status = run_ranks(3, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    for (int round = 0; round < 2; round++) {
+      const int bad_rank = round == 0 ? 1 : 2;
+      weftComm_t sub = nullptr;
+      double t0 = now_s();
+      weftResult_t res;
+      if (ctx.rank != bad_rank) res = weftCommSplit(comm, 0, ctx.rank, &sub, nullptr);
+      else if (round == 0) res = weftCommSplit(comm, -5, ctx.rank, &sub, nullptr);
+      else res = weftCommSplit(comm, 0, ctx.rank, nullptr, nullptr);
+      double took = now_s() - t0;
+      const char *msg = weftGetLastError(comm);
+      if (ctx.rank == bad_rank) {
+        FAIL_IF(res != weftInvalidArgument ||
+                    !contains(msg, round == 0 ? "color -5" : "newcomm is NULL"),
+                "round %d: refused split got %s: %s", round, weftGetErrorString(res), msg);
+      } else {
+        char want[64];
+        snprintf(want, sizeof want, "rank %d refused its call", bad_rank);
+        FAIL_IF(res != weftInvalidUsage || !contains(msg, want),
+                "round %d: peer got %s: %s", round, weftGetErrorString(res), msg);
+        FAIL_IF(took > 5, "round %d: peer waited %.1f s", round, took);
+      }
+      FAIL_IF(sub != nullptr, "round %d: a refused split made a comm", round);
+      TRY_RC(allreduce_works(ctx, comm, 777, "on the parent after a refused split"));
+    }
+    weftComm_t sub = nullptr;
+    FAIL_IF(weftCommSplit(comm, ctx.rank % 2, 0, &sub, nullptr) != weftSuccess,
+            "good split: %s", weftGetLastError(comm));
+    int n = 0;
+    weftCommCount(sub, &n);
+    FAIL_IF(n != (ctx.rank % 2 ? 1 : 2), "split comm has %d ranks", n);
+    weftCommDestroy(sub);
+    weftCommDestroy(comm);
+    return 0;
+  }, opts);
+  for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+// A forked child holds a copy of its parent's comm: every call on it is
+// refused with a message saying so (the parent's connections are not the
+// child's to use or close), and the parent's comm is unharmed.
+TEST(Failure, ForkedChildMayNotUseParentsComm) {
+  RunOptions opts;
+  opts.timeout_s = 60;
+  opts.env = {{"WEFT_TIMEOUT", "20"}};
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    TRY_RC(allreduce_works(ctx, comm, 5000, "before the fork"));
+    pid_t child = fork();
+    if (child == 0) {
+      float x[3] = {1, 2, 3};
+      int code = 0, v = -1;
+      double t0 = now_s();
+      if (weftAllReduce(x, x, 3, weftFloat32, weftSum, comm, nullptr) != weftInvalidUsage) code = 1;
+      else if (!contains(weftGetLastError(comm), "is a fork of it")) code = 2;
+      else if (weftCommUserRank(comm, &v) != weftInvalidUsage || v != -1) code = 3;
+      else if (weftCommSplit(comm, 0, 0, &comm, nullptr) != weftInvalidUsage) code = 4;
+      else if (weftCommDestroy(comm) != weftInvalidUsage) code = 5;
+      else if (weftCommAbort(comm) != weftInvalidUsage) code = 6;
+      else if (now_s() - t0 > 1) code = 7;
+      if (code != 0) fprintf(stderr, "child: step %d: %s\n", code, weftGetLastError(comm));
+      _exit(code);
+    }
+    FAIL_IF(child < 0, "fork: %s", strerror(errno));
+    int wstatus = 0;
+    waitpid(child, &wstatus, 0);
+    FAIL_IF(!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0,
+            "the forked child's calls were not refused (status 0x%x)", wstatus);
+    TRY_RC(allreduce_works(ctx, comm, 5000, "after the child's attempts"));
+    TRY_RC(allreduce_works(ctx, comm, 300000, "large, after the child's attempts"));
+    weftCommDestroy(comm);
+    return 0;
+  }, opts);
+  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+// A rank killed while its peers copy from and to its buffers through the
+// kernel (cross-memory attach, WEFT_CMA_MAP=0): whatever step they are in
+// (the copy itself: ESRCH or a torn-down address space; a FIFO wait), the
+// survivor gets weftRemoteError naming the dead rank, never a system error.
+TEST(Failure, RankDiesDuringSingleCopy) {
+  for (int trial = 0; trial < 4; trial++) {
+    RunOptions opts;
+    opts.timeout_s = 60;
+    opts.env = {{"WEFT_TIMEOUT", "20"}, {"WEFT_ALGO", "cma"}, {"WEFT_CMA_MAP", "0"}};
+    const useconds_t delay_us = 100000 + 70000 * (useconds_t)trial;
+    auto status = run_ranks(2, [&](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+        return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+      std::vector<float> buf(4 << 20, 1.0f);
+      Call call{comm, &buf, true, weftSuccess, 0};
+      pthread_t tid;
+      pthread_create(&tid, nullptr, allreduce_thread, &call);
+      if (ctx.rank == 1) {
+        usleep(delay_us);
+        raise(SIGKILL);
+      }
+      pthread_join(tid, nullptr);
+      const char *msg = weftGetLastError(comm);
+      FAIL_IF(call.res != weftRemoteError, "got %s, want weftRemoteError: %s",
+              weftGetErrorString(call.res), msg);
+      FAIL_IF(!contains(msg, "rank 1"), "the error does not name rank 1: %s", msg);
+      FAIL_IF(call.seconds > 5, "error after %.1f s", call.seconds);
+      printf("trial %d: error after %.2f s: %s\n", trial, call.seconds, msg);
+      weftCommAbort(comm);
+      return 0;
+    }, opts);
+    EXPECT_EQ(status[0], 0) << "trial " << trial;
+    EXPECT_EQ(status[1], 128 + SIGKILL) << "trial " << trial;
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // weftCommSplit (new communicators from an old one's ranks) and WEFT_CHECK
 // (ranks compare each collective's signature and refuse a mismatch).
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <signal.h>
 #include <stdlib.h>
@@ -422,7 +423,8 @@ TEST(Check, MismatchInsideGroup) {
 
 // Without WEFT_CHECK the check sends nothing: rank 0 calls it alone and it
 // returns at once (with the check on, it would wait for rank 1 until the
-// timeout); then collectives run as usual.
+// timeout); then collectives run as usual, and the always-on check still
+// refuses a mismatch.
 TEST(Check, OffCostsNothing) {
   RunOptions opts = small_slots({{"WEFT_TIMEOUT", "5"}});
   run_comm(2, opts, [](const RankCtx &ctx, weftComm_t comm) {
@@ -444,13 +446,226 @@ TEST(Check, OffCostsNothing) {
               weftGetErrorString(res), s);
     }
     TRY_RC(expect_works(ctx, comm, {0, 1}, "unchecked"));
-    // a mismatch nobody checks is not reported (same size, so it cannot hang)
+    // without WEFT_CHECK a mismatch is still found on both ranks, by the
+    // signature that rides after the data of recursive doubling's first slot
     int32_t x[4] = {1, 2, 3, 4};
-    FAIL_IF(weftAllReduce(x, x, 4, ctx.rank ? weftUint32 : weftInt32, weftSum, comm, nullptr) !=
-                weftSuccess, "unchecked all-reduce: %s", weftGetLastError(comm));
-    FAIL_IF(x[3] != 8, "unchecked all-reduce: %d", x[3]);
+    weftResult_t res =
+        weftAllReduce(x, x, 4, ctx.rank ? weftUint32 : weftInt32, weftSum, comm, nullptr);
+    FAIL_IF(res != weftInvalidUsage, "unchecked all-reduce: %s", weftGetErrorString(res));
+    const std::string want =
+        "ranks disagree on a collective: AllReduce: datatype differs: rank 0 has int32, rank 1 "
+        "has uint32";
+    FAIL_IF(want != weftGetLastError(comm), "message\n  \"%s\"\nwant\n  \"%s\"",
+            weftGetLastError(comm), want.c_str());
+    FAIL_IF(x[0] != 1 || x[3] != 4, "a refused all-reduce wrote its output");
     return 0;
   });
+}
+
+// --- the always-on check ----------------------------------------------------
+
+// One rank's all-reduce differs from the others'. Recursive doubling carries
+// each rank's signature after the data of its first slots: the partners of
+// the odd rank see the difference there, refuse with weftInvalidUsage and a
+// message naming both ranks, and break the comm, so every other rank fails
+// too (weftRemoteError), all well inside WEFT_TIMEOUT, and none writes past
+// its output (a rank may have reduced a matching partner's data into it).
+struct OddCall {
+  const char *name;
+  int nranks;
+  int odd_rank;
+  size_t count, odd_count;
+  weftDataType_t type, odd_type;
+  weftRedOp_t op, odd_op;
+  const char *differs;  // the detecting ranks' message, after the prefix
+};
+
+const OddCall kOddCalls[] = {
+    {"count", 2, 1, 4, 5, weftFloat32, weftFloat32, weftSum, weftSum,
+     "count differs: rank 0 has 4, rank 1 has 5"},
+    {"op, several pieces", 2, 1, 1000, 1000, weftFloat32, weftFloat32, weftSum, weftMax,
+     "op differs: rank 0 has sum, rank 1 has max"},
+    {"count, several pieces", 4, 2, 1000, 1001, weftInt32, weftInt32, weftSum, weftSum,
+     "count differs: rank 2 has 1001, rank 3 has 1000"},
+    {"datatype of the extra rank", 3, 2, 33, 33, weftFloat32, weftInt32, weftSum, weftSum,
+     "datatype differs: rank 0 has float32, rank 2 has int32"},
+    {"count 1048576 against 1000000 elements", 5, 1, 1048576, 1000000, weftInt8, weftInt8,
+     weftMin, weftMin, "count differs: rank 0 has 1048576, rank 1 has 1000000"},
+};
+
+TEST(AlwaysOnCheck, RecursiveDoublingMismatchFailsEveryRank) {
+  for (const OddCall &c : kOddCalls) {
+    RunOptions opts = small_slots({{"WEFT_ALGO", "rd"}});
+    run_comm(c.nranks, opts, [&](const RankCtx &ctx, weftComm_t comm) {
+      std::vector<int> all(ctx.nranks);
+      for (int r = 0; r < ctx.nranks; r++) all[r] = r;
+      TRY_RC(expect_allreduce(ctx, comm, all, "before"));
+      const bool odd = ctx.rank == c.odd_rank;
+      const size_t count = odd ? c.odd_count : c.count;
+      const weftDataType_t t = odd ? c.odd_type : c.type;
+      const size_t nbytes = count * weftTypeSize(t), guard = 256;
+      std::vector<uint8_t> in(nbytes, 1), out(nbytes + guard, 0x5a);
+      double t0 = now_s();
+      weftResult_t res = weftAllReduce(in.data(), out.data(), count, t, odd ? c.odd_op : c.op,
+                                       comm, nullptr);
+      double took = now_s() - t0;
+      const char *msg = weftGetLastError(comm);
+      FAIL_IF(res != weftInvalidUsage && res != weftRemoteError, "%s: got %s: %s", c.name,
+              weftGetErrorString(res), msg);
+      FAIL_IF(took > 5, "%s: the error took %.1f s (WEFT_TIMEOUT 30 s)", c.name, took);
+      for (size_t i = nbytes; i < out.size(); i++)
+        FAIL_IF(out[i] != 0x5a, "%s: byte %zu past the output written", c.name, i - nbytes);
+      if (res == weftInvalidUsage) {
+        const std::string want =
+            std::string("ranks disagree on a collective: AllReduce: ") + c.differs;
+        FAIL_IF(want != msg, "%s: message\n  \"%s\"\nwant\n  \"%s\"", c.name, msg, want.c_str());
+      }
+      // each rank says whether it refused, so the test sees who did
+      int refused = res == weftInvalidUsage;
+      printf("%s: rank %d %s after %.3f s: %s\n", c.name, ctx.rank,
+             refused ? "refused" : "failed", took, msg);
+      weftResult_t async = weftSuccess;
+      weftCommGetAsyncError(comm, &async);
+      FAIL_IF(async == weftSuccess, "%s: the comm does not report the failure", c.name);
+      return 0;
+    });
+  }
+}
+
+// The odd rank's all-reduce is large enough for single copy and the
+// others' small enough for recursive doubling: each side finds the other's
+// signature at the end of the slot it receives, and both refuse.
+TEST(AlwaysOnCheck, SingleCopyAgainstRecursiveDoubling) {
+  RunOptions opts;
+  opts.timeout_s = 60;
+  opts.env = {{"WEFT_TIMEOUT", "30"}};
+  run_comm(2, opts, [&](const RankCtx &ctx, weftComm_t comm) {
+    const size_t count = ctx.rank == 0 ? 70000 : 1000;
+    std::vector<float> in(count, 1.0f), out(count, -1.0f);
+    double t0 = now_s();
+    weftResult_t res =
+        weftAllReduce(in.data(), out.data(), count, weftFloat32, weftSum, comm, nullptr);
+    double took = now_s() - t0;
+    const std::string want =
+        "ranks disagree on a collective: AllReduce: count differs: rank 0 has 70000, rank 1 has "
+        "1000";
+    FAIL_IF(res != weftInvalidUsage || want != weftGetLastError(comm),
+            "got %s after %.2f s: %s", weftGetErrorString(res), took, weftGetLastError(comm));
+    FAIL_IF(took > 5, "the error took %.1f s", took);
+    for (float v : out) FAIL_IF(v != -1.0f, "a refused all-reduce wrote its output");
+    return 0;
+  });
+}
+
+// The ring (SIMPLE) carries each rank's signature after the data of its
+// first slot on every channel where it fits in the rest of the data's last
+// cache line (here: up to 24 bytes of data). A neighbour of the odd rank
+// refuses (the message names both) and breaks the comm. A rank whose part
+// was done before that (the root of a broadcast, the first sender of a
+// reduce, or a rank that had all it needed) finishes, and its next call
+// that waits on a neighbour fails at once; every other rank fails in the
+// call. (A reduce where every
+// rank waits to receive first, as two ranks that each think they are the
+// root, moves no data to carry a signature: only WEFT_CHECK=1 finds that.)
+struct RingOdd {
+  const char *name;
+  int nranks;
+  int odd_rank;
+  enum coll_kind coll;
+  size_t count, odd_count;
+  weftRedOp_t op, odd_op;
+  int root, odd_root;
+  const char *refusals[2];  // what a refusing rank may say: it and a neighbour
+};
+
+#define DISAGREE "ranks disagree on a collective: "
+const RingOdd kRingOdds[] = {
+    {"all-gather count", 3, 1, COLL_ALLGATHER, 3, 4, weftSum, weftSum, -1, -1,
+     {DISAGREE "AllGather: count differs: rank 0 has 3, rank 1 has 4",
+      DISAGREE "AllGather: count differs: rank 1 has 4, rank 2 has 3"}},
+    {"reduce-scatter op", 4, 3, COLL_REDUCESCATTER, 5, 5, weftSum, weftProd, -1, -1,
+     {DISAGREE "ReduceScatter: op differs: rank 2 has sum, rank 3 has prod",
+      DISAGREE "ReduceScatter: op differs: rank 0 has sum, rank 3 has prod"}},
+    {"broadcast root", 3, 2, COLL_BROADCAST, 4, 4, weftSum, weftSum, 0, 1,
+     {DISAGREE "Broadcast: root differs: rank 1 has 0, rank 2 has 1",
+      DISAGREE "Broadcast: root differs: rank 0 has 0, rank 2 has 1"}},
+    {"reduce root", 3, 2, COLL_REDUCE, 5, 5, weftSum, weftSum, 0, 1,
+     {DISAGREE "Reduce: root differs: rank 1 has 0, rank 2 has 1",
+      DISAGREE "Reduce: root differs: rank 0 has 0, rank 2 has 1"}},
+};
+
+// Runs rank's side of c; counts a refusal in *refused.
+int run_ring_odd(const RankCtx &ctx, weftComm_t comm, const RingOdd &c, int *refused) {
+  const bool odd = ctx.rank == c.odd_rank;
+  const size_t count = odd ? c.odd_count : c.count, n = (size_t)ctx.nranks;
+  const size_t send_count = c.coll == COLL_REDUCESCATTER ? count * n : count;
+  const size_t recv_count = c.coll == COLL_ALLGATHER ? count * n : count;
+  const size_t guard = 64;
+  std::vector<float> in(send_count, 1.0f), out(recv_count + guard, -5.0f);
+  const weftRedOp_t op = odd ? c.odd_op : c.op;
+  const int root = odd ? c.odd_root : c.root;
+  double t0 = now_s();
+  weftResult_t res = weftInternalError;
+  switch (c.coll) {
+    case COLL_ALLGATHER:
+      res = weftAllGather(in.data(), out.data(), count, weftFloat32, comm, nullptr);
+      break;
+    case COLL_REDUCESCATTER:
+      res = weftReduceScatter(in.data(), out.data(), count, weftFloat32, op, comm, nullptr);
+      break;
+    case COLL_BROADCAST:
+      res = weftBroadcast(in.data(), out.data(), count, weftFloat32, root, comm, nullptr);
+      break;
+    case COLL_REDUCE:
+      res = weftReduce(in.data(), out.data(), count, weftFloat32, op, root, comm, nullptr);
+      break;
+    default: break;
+  }
+  double took = now_s() - t0;
+  std::string msg = weftGetLastError(comm);
+  for (size_t i = recv_count; i < out.size(); i++)
+    FAIL_IF(out[i] != -5.0f, "%s: element %zu past the output written", c.name, i - recv_count);
+  if (res == weftInvalidUsage) {
+    FAIL_IF(msg != c.refusals[0] && msg != c.refusals[1], "%s: refused with \"%s\"", c.name,
+            msg.c_str());
+    __atomic_add_fetch(refused, 1, __ATOMIC_SEQ_CST);
+  }
+  if (res == weftSuccess) {
+    // its part was done before the refusal: the next call, which waits on
+    // the previous rank, fails at once
+    float x = 1, y[4];
+    t0 = now_s();
+    res = weftAllGather(&x, y, 1, weftFloat32, comm, nullptr);
+    took = now_s() - t0;
+    msg = weftGetLastError(comm);
+    // or it sees a neighbour still in the old call: "collective differs"
+    if (res == weftInvalidUsage && msg.rfind(DISAGREE, 0) == 0)
+      __atomic_add_fetch(refused, 1, __ATOMIC_SEQ_CST);
+  }
+  FAIL_IF(res != weftInvalidUsage && res != weftRemoteError, "%s: got %s: %s", c.name,
+          weftGetErrorString(res), msg.c_str());
+  FAIL_IF(took > 5, "%s: the error took %.1f s (WEFT_TIMEOUT 30 s)", c.name, took);
+  printf("%s: rank %d: %s after %.3f s: %s\n", c.name, ctx.rank, weftGetErrorString(res), took,
+         msg.c_str());
+  return 0;
+}
+
+TEST(AlwaysOnCheck, RingMismatchFailsEveryRank) {
+  int *refused = (int *)mmap(nullptr, sizeof(int), PROT_READ | PROT_WRITE,
+                             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(refused, MAP_FAILED);
+  for (const char *transport : {"", "socket"})
+    for (const RingOdd &c : kRingOdds) {
+      RunOptions opts = small_slots({{"WEFT_ALGO", "ring"}, {"WEFT_PROTO", "simple"}});
+      if (transport[0] != '\0') opts.env.push_back({"WEFT_TRANSPORT", transport});
+      SCOPED_TRACE(std::string(c.name) + (transport[0] ? " over sockets" : ""));
+      *refused = 0;
+      run_comm(c.nranks, opts, [&](const RankCtx &ctx, weftComm_t comm) {
+        return run_ring_odd(ctx, comm, c, refused);
+      });
+      EXPECT_GE(*refused, 1) << "no rank named the difference";
+    }
+  munmap(refused, sizeof(int));
 }
 
 }  // namespace
