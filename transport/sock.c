@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -326,10 +327,32 @@ void sock_hellos_close(struct sock_hellos *hs) {
   hs->n = 0;
 }
 
-/* Accepts every connection waiting on the listener. */
+/* The connection to let go when no more fit: the oldest that has sent
+ * nothing yet, -1 when every one has bytes waiting. A connection with bytes
+ * in may carry a peer's whole message (the sender has closed already), so it
+ * is never dropped unread: the rest wait in the listener's backlog. */
+static int sock_hellos_victim(const struct sock_hellos *hs) {
+  for (int i = 0; i < hs->n; i++) {
+    int avail = 0;
+    if (hs->v[i].got == 0 && ioctl(hs->v[i].fd, FIONREAD, &avail) == 0 && avail == 0) return i;
+  }
+  return -1;
+}
+
+/* Whether the listener may be accepted from: room, or an idle one to drop. */
+static int sock_hellos_room(const struct sock_hellos *hs) {
+  return hs->n < SOCK_HELLOS_MAX || sock_hellos_victim(hs) >= 0;
+}
+
+/* Accepts the connections waiting on the listener while there is room. */
 static weftResult_t sock_hellos_accept(struct sock_hellos *hs, int listen_fd,
                                        uint64_t hello_timeout_ns) {
   for (;;) {
+    if (hs->n == SOCK_HELLOS_MAX) {
+      int victim = sock_hellos_victim(hs);
+      if (victim < 0) return weftSuccess;
+      sock_hellos_drop(hs, victim, "too many unproven connections");
+    }
     int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED || errno == EINTR)
@@ -344,7 +367,6 @@ static weftResult_t sock_hellos_accept(struct sock_hellos *hs, int listen_fd,
       return weft_error_errno(weftSystemError, "accept");
     }
     sock_tune(fd);
-    if (hs->n == SOCK_HELLOS_MAX) sock_hellos_drop(hs, 0, "too many unproven connections");
     struct sock_hello *h = &hs->v[hs->n++];
     h->fd = fd;
     h->deadline_ns = clock_ns() + hello_timeout_ns;
@@ -390,7 +412,8 @@ weftResult_t sock_hellos_next(struct sock_hellos *hs, int listen_fd, uint64_t he
     if (watch != NULL && ms > SOCK_SLICE_MS) ms = SOCK_SLICE_MS;
     if (ms > 1000) ms = 1000;
     struct pollfd p[SOCK_HELLOS_MAX + 1];
-    p[0] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
+    /* full of connections with bytes in: they are read before more come */
+    p[0] = (struct pollfd){.fd = sock_hellos_room(hs) ? listen_fd : -1, .events = POLLIN};
     for (int i = 0; i < hs->n; i++) p[i + 1] = (struct pollfd){.fd = hs->v[i].fd, .events = POLLIN};
     int npoll = hs->n + 1;
     int rc = poll(p, (nfds_t)npoll, (int)ms);

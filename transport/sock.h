@@ -54,7 +54,7 @@ weftResult_t sock_accept(int listen_fd, uint64_t deadline_ns, struct weft_wait *
  * yet. They are read together, by poll, so a silent or slow connection never
  * delays another; each must complete its hello before its own deadline. */
 #define SOCK_HELLO_MAX_NBYTES 512
-#define SOCK_HELLOS_MAX 32 /* unproven connections kept; the oldest goes first */
+#define SOCK_HELLOS_MAX 64 /* unproven connections kept; the oldest idle one goes first */
 struct sock_hello {
   int fd;
   uint64_t deadline_ns;
