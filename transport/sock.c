@@ -425,10 +425,14 @@ weftResult_t sock_hellos_next(struct sock_hellos *hs, int listen_fd, uint64_t he
       if (res != weftInProgress) return res;
       continue;
     }
-    /* the pending ones first: accepting may evict the oldest */
-    for (int i = npoll - 2; i >= 0; i--) {
-      if (p[i + 1].revents == 0) continue;
+    /* the pending ones first (accepting may evict one), oldest first: one
+     * peer's messages, each on a connection of its own made after the last
+     * was written, are taken in the order it sent them */
+    for (int j = 0, dropped = 0; j < npoll - 1; j++) {
+      if (p[j + 1].revents == 0) continue;
+      int i = j - dropped; /* entries after a dropped one moved down */
       int done = sock_hello_read(hs, i, size_fn, arg);
+      if (done < 0) dropped++;
       if (done != 1) continue;
       struct sock_hello *h = &hs->v[i];
       *fd_out = h->fd;
