@@ -1,6 +1,7 @@
 #include "param.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,19 +24,31 @@ static int parse_int(const char *s, int64_t *out) {
   return 0;
 }
 
+/* Loads are rare (first use, after a reset) and may come from any thread:
+ * one at a time, so no thread reads a value while another writes it. */
+static pthread_mutex_t param_mutex = PTHREAD_MUTEX_INITIALIZER;
+
 static void param_load(struct weft_param *p) {
   if (__atomic_load_n(&p->loaded, __ATOMIC_ACQUIRE)) return;
+  pthread_mutex_lock(&param_mutex);
+  if (__atomic_load_n(&p->loaded, __ATOMIC_ACQUIRE)) {
+    pthread_mutex_unlock(&param_mutex);
+    return;
+  }
   const char *env = getenv(p->name);
   const char *text = env != NULL && env[0] != '\0' ? env : p->default_str;
+  int ignored = 0;
   p->sval = text;
   p->ival = 0;
   if (p->type == PARAM_INT && text != NULL && parse_int(text, &p->ival) != 0) {
-    if (env == text)
-      WEFT_WARN(LOG_INIT, "ignoring %s=%s: not an integer", p->name, env);
+    ignored = env == text;
     if (p->default_str != NULL) parse_int(p->default_str, &p->ival);
     p->sval = p->default_str;
   }
   __atomic_store_n(&p->loaded, 1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&param_mutex);
+  /* after the unlock: logging reads its own parameters */
+  if (ignored) WEFT_WARN(LOG_INIT, "ignoring %s=%s: not an integer", p->name, env);
 }
 
 int64_t param_int(struct weft_param *p) {
