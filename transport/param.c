@@ -7,19 +7,21 @@
 
 #include "log.h"
 
-/* Parses an integer with an optional K/M/G suffix (powers of 1024). */
+/* Parses an integer with an optional K/M/G suffix (powers of 1024); a value
+ * that does not fit 64 bits once scaled is not an integer. */
 static int parse_int(const char *s, int64_t *out) {
   char *end = NULL;
   errno = 0;
   long long v = strtoll(s, &end, 0);
   if (errno != 0 || end == s) return -1;
+  long long scale = 1;
   switch (*end) {
-    case 'k': case 'K': v *= 1024; end++; break;
-    case 'm': case 'M': v *= 1024 * 1024; end++; break;
-    case 'g': case 'G': v *= 1024LL * 1024 * 1024; end++; break;
+    case 'k': case 'K': scale = 1024; end++; break;
+    case 'm': case 'M': scale = 1024 * 1024; end++; break;
+    case 'g': case 'G': scale = 1024LL * 1024 * 1024; end++; break;
     default: break;
   }
-  if (*end != '\0') return -1;
+  if (*end != '\0' || __builtin_mul_overflow(v, scale, &v)) return -1;
   *out = v;
   return 0;
 }
