@@ -12,11 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__has_include)
-#if __has_include(<sanitizer/common_interface_defs.h>)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #include <sanitizer/common_interface_defs.h>
 #define FUZZ_HAVE_SANITIZER 1
-#endif
 #endif
 
 #define FUZZ_MAX_INPUT 65536
@@ -73,7 +71,9 @@ static void save_current(const char *why) {
   }
 }
 
+#ifdef FUZZ_HAVE_SANITIZER
 static void on_death(void) { save_current("sanitizer report"); }
+#endif
 
 static void on_signal(int sig) {
   save_current(sig == SIGALRM ? "hang" : "crash");
@@ -211,21 +211,24 @@ int main(int argc, char **argv) {
   double budget_s = 10;
   uint64_t max_runs = UINT64_MAX;
   int have_seed = 0;
-  int i = 1;
-  for (; i < argc && argv[i][0] == '-'; i += 2) {
-    if (i + 1 >= argc) break;
-    if (strcmp(argv[i], "-seed") == 0) run_seed = strtoull(argv[i + 1], NULL, 0), have_seed = 1;
-    else if (strcmp(argv[i], "-time") == 0) budget_s = atof(argv[i + 1]);
-    else if (strcmp(argv[i], "-runs") == 0) max_runs = strtoull(argv[i + 1], NULL, 0);
-    else if (strcmp(argv[i], "-out") == 0) out_dir = argv[i + 1];
-    else break;
-  }
-  if (i >= argc || argv[i][0] == '-') {
-    fprintf(stderr, "usage: %s [-seed N] [-time S] [-runs N] [-out DIR] CORPUS...\n", argv[0]);
-    return 2;
-  }
-  for (; i < argc; i++)
+  /* options anywhere (a later one wins), everything else is corpus */
+  for (int i = 1; i < argc; i++) {
+    const char *opt = argv[i];
+    if (opt[0] == '-' && i + 1 < argc) {
+      const char *val = argv[++i];
+      if (strcmp(opt, "-seed") == 0) run_seed = strtoull(val, NULL, 0), have_seed = 1;
+      else if (strcmp(opt, "-time") == 0) budget_s = atof(val);
+      else if (strcmp(opt, "-runs") == 0) max_runs = strtoull(val, NULL, 0);
+      else if (strcmp(opt, "-out") == 0) out_dir = val;
+      else opt = NULL;
+      if (opt != NULL) continue;
+    }
+    if (argv[i][0] == '-') {
+      fprintf(stderr, "usage: %s [-seed N] [-time S] [-runs N] [-out DIR] CORPUS...\n", argv[0]);
+      return 2;
+    }
     if (corpus_add(argv[i]) != 0) return 2;
+  }
   if (ncorpus == 0) {
     fprintf(stderr, "fuzz %s: empty corpus\n", fuzz_target_name);
     return 2;
