@@ -151,7 +151,7 @@ static void *root_main(void *arg) {
   for (int r = 0; r < nranks; r++)
     sock_send_all(fds[r], infos, sizeof *infos * (size_t)nranks, clock_ns() + st->timeout_ns);
 close_all:
-  for (int r = 0; fds != NULL && r < nranks; r++)
+  for (int r = 0; fds != NULL && infos != NULL && r < nranks; r++) /* fds is set once both are */
     if (fds[r] >= 0) close(fds[r]);
   free(fds);
   free(infos);
