@@ -29,6 +29,7 @@ enum { P_IFNAME, P_HOSTID };
 #define BOOTSTRAP_MAGIC 0x77667462u /* "wftb" */
 #define BOOTSTRAP_VERSION 1u
 #define HELLO_TIMEOUT_NS 5000000000ull /* a connected client must speak within 5 s */
+#define ROOT_MAX_RANKS (1 << 20)       /* the root's tables grow with what a hello claims */
 
 enum root_reply { ROOT_OK = 0, ROOT_BAD_SECRET, ROOT_BAD_NRANKS, ROOT_BAD_RANK, ROOT_DUP_RANK };
 
@@ -122,7 +123,8 @@ static void *root_main(void *arg) {
     }
     uint32_t code = ROOT_OK;
     if (!secret_equal(h.secret, st->secret)) code = ROOT_BAD_SECRET;
-    else if (h.nranks < 1 || (nranks > 0 && h.nranks != nranks)) code = ROOT_BAD_NRANKS;
+    else if (h.nranks < 1 || h.nranks > ROOT_MAX_RANKS || (nranks > 0 && h.nranks != nranks))
+      code = ROOT_BAD_NRANKS;
     else if (h.rank < 0 || h.rank >= h.nranks) code = ROOT_BAD_RANK;
     else if (fds != NULL && fds[h.rank] >= 0) code = ROOT_DUP_RANK;
     if (code != ROOT_OK) {
