@@ -541,7 +541,7 @@ weftResult_t bootstrap_recv(struct bootstrap *bs, int peer, uint32_t tag, void *
     uint64_t slice = clock_ns() + 100000000ull;
     weftResult_t res = p2p_accept(bs, slice < deadline ? slice : deadline, &m);
     if (res == weftRemoteError && clock_ns() < deadline) {
-      if (bs->abort != NULL && *bs->abort)
+      if (bs->abort != NULL && __atomic_load_n(bs->abort, __ATOMIC_ACQUIRE))
         return weft_error_set(weftRemoteError, "aborted while waiting for rank %d", peer);
       continue;
     }

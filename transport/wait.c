@@ -89,7 +89,7 @@ void wait_begin(struct weft_wait *w, uint64_t timeout_ns, const volatile uint32_
 }
 
 weftResult_t wait_check(struct weft_wait *w) {
-  if (w->abort_local != NULL && *w->abort_local)
+  if (w->abort_local != NULL && __atomic_load_n(w->abort_local, __ATOMIC_ACQUIRE))
     return weft_error_set(weftRemoteError, "communicator aborted while waiting to %s rank %d",
                           w->what, w->peer_rank);
   /* a peer may store its last slot and then fail or exit between the
