@@ -59,8 +59,10 @@ build, kind = os.path.abspath(sys.argv[1]), sys.argv[2]
 names, exes = [], set()
 for t in json.load(sys.stdin):
     fuzz = any(s.endswith(":fuzz") for s in t["suite"])
-    # the kill test (a minute of forked jobs) runs in the plain suite only
-    gtest = t["protocol"] == "gtest" and not fuzz and t["name"] != "kill"
+    # the kill test (a minute of forked jobs) runs in the plain suite only;
+    # in the multihost suite, the helper that takes a link down (system() in a
+    # forked child) reports failure under ASan although the link goes down
+    gtest = t["protocol"] == "gtest" and not fuzz and t["name"] not in ("kill", "multihost")
     if (kind == "gtest" and gtest) or (kind == "fuzz" and fuzz):
         names.append(t["name"])
         exes.add(os.path.relpath(t["cmd"][0], build))
