@@ -71,7 +71,7 @@ void comm_poison(struct weftComm *comm) {
 weftResult_t comm_fail(struct weftComm *comm, weftResult_t res) {
   snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
   if (res == weftRemoteError || res == weftSystemError || res == weftInternalError) {
-    if (comm->async_error == weftSuccess) comm->async_error = res;
+    comm_async_error_set(comm, res);
     comm_poison(comm);
   }
   return res;
@@ -79,7 +79,7 @@ weftResult_t comm_fail(struct weftComm *comm, weftResult_t res) {
 
 weftResult_t comm_fail_alone(struct weftComm *comm, weftResult_t res) {
   snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
-  if (comm->async_error == weftSuccess) comm->async_error = res;
+  comm_async_error_set(comm, res);
   comm_poison(comm);
   return res;
 }
@@ -165,7 +165,7 @@ weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_
     if (sched_getaffinity(peers[r].pid, sizeof one, &one) == 0)
       CPU_OR(&local_cpus, &local_cpus, &one);
   }
-  wait_set_local_ranks(nlocal, CPU_COUNT(&local_cpus));
+  comm->oversubscribed_hold = wait_oversubscribed_hold(nlocal, CPU_COUNT(&local_cpus));
   WEFT_TRY_GOTO(channels_connect(comm, (uint32_t)nslots, (size_t)slot_nbytes), res,
                 close_channels);
   comm->pid = comm_self_pid();
@@ -178,6 +178,7 @@ weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_
 close_channels:
   channels_poison(comm);
   channels_close(comm);
+  if (comm->oversubscribed_hold) wait_oversubscribed_release();
   bootstrap_close(comm->bs);
 free_comm:
   if (comm != NULL) p2p_conns_close(comm);
@@ -288,7 +289,7 @@ weftResult_t weftCommFinalize(weftComm_t comm) {
   WEFT_TRY(comm_check(comm));
   comm_drain(comm);
   comm->finalized = 1;
-  return comm->async_error;
+  return comm_async_error(comm);
 }
 
 static void comm_free(struct weftComm *comm) {
@@ -296,6 +297,7 @@ static void comm_free(struct weftComm *comm) {
   device_comm_free(comm);
   channels_close(comm);
   p2p_conns_close(comm);
+  if (comm->oversubscribed_hold) wait_oversubscribed_release();
   bootstrap_close(comm->bs);
   free(comm->peers);
   free(comm->cma_scratch);
@@ -333,9 +335,9 @@ weftResult_t weftCommAbort(weftComm_t comm) {
 weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t *asyncError) {
   WEFT_TRY(comm_check(comm));
   if (asyncError == NULL) return weft_error_set(weftInvalidArgument, "asyncError is NULL");
-  if (comm->async_error == weftSuccess && device_comm_error(comm) != weftSuccess)
+  if (comm_async_error(comm) == weftSuccess && device_comm_error(comm) != weftSuccess)
     comm_fail(comm, device_comm_error(comm));
-  *asyncError = comm->async_error;
+  *asyncError = comm_async_error(comm);
   return weftSuccess;
 }
 

@@ -55,7 +55,8 @@ struct weftComm {
   volatile uint32_t abort_flag; /* set by weftCommAbort */
   uint32_t active;              /* threads inside an operation on this comm */
   uint32_t pending;             /* host-stream items naming this comm, not yet run */
-  weftResult_t async_error;
+  weftResult_t async_error;     /* read and set from any thread: comm_async_error(_set) */
+  int oversubscribed_hold;      /* holds the waits' oversubscribed mode (transport/wait.h) */
   struct weft_redop redops[WEFT_MAX_REDOPS];
   int finalized;
   char last_error[1024];
@@ -108,6 +109,18 @@ void comm_poison(struct weftComm *comm);
 /* Records a failure on comm: the async error, the last-error text, and
  * poisoned connections. Returns res. */
 weftResult_t comm_fail(struct weftComm *comm, weftResult_t res);
+
+/* The first failure recorded on comm, or weftSuccess; any thread. */
+static inline weftResult_t comm_async_error(const struct weftComm *comm) {
+  return __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+}
+
+/* Records res as comm's async error unless one is there already; any thread. */
+static inline void comm_async_error_set(struct weftComm *comm, weftResult_t res) {
+  weftResult_t none = weftSuccess;
+  __atomic_compare_exchange_n(&comm->async_error, &none, res, 0, __ATOMIC_ACQ_REL,
+                              __ATOMIC_ACQUIRE);
+}
 
 /* Records a failure of this rank alone that leaves its peers waiting on it
  * (an argument error in one rank's call of a collective): the comm breaks

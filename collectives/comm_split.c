@@ -165,8 +165,8 @@ weftResult_t weftCommSplit(weftComm_t comm, int color, int key, weftComm_t *newc
   weftComm_t child = NULL;
   if (__atomic_load_n(&comm->abort_flag, __ATOMIC_SEQ_CST)) {
     res = weft_error_set(weftRemoteError, "CommSplit: communicator was aborted");
-  } else if (comm->async_error != weftSuccess) {
-    res = weft_error_set(comm->async_error,
+  } else if (comm_async_error(comm) != weftSuccess) {
+    res = weft_error_set(comm_async_error(comm),
                          "CommSplit: communicator is broken by an earlier error: %s",
                          comm->last_error);
   } else {

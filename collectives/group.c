@@ -1,7 +1,9 @@
 /* Groups: weftGroupStart/End record operations and launch them together,
- * now on the calling thread (and one thread per further communicator) or
- * later on a host stream's worker. */
+ * now on the calling thread (and a kept worker thread per further
+ * communicator) or later on a host stream's worker. */
+#include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,8 +42,8 @@ static weftResult_t op_begin(struct weftComm *comm) {
   __atomic_add_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
   if (__atomic_load_n(&comm->abort_flag, __ATOMIC_SEQ_CST))
     return weft_error_set(weftRemoteError, "communicator was aborted");
-  if (comm->async_error != weftSuccess)
-    return weft_error_set(comm->async_error, "communicator is broken by an earlier error: %s",
+  if (comm_async_error(comm) != weftSuccess)
+    return weft_error_set(comm_async_error(comm), "communicator is broken by an earlier error: %s",
                           comm->last_error);
   return weftSuccess;
 }
@@ -73,12 +75,11 @@ struct comm_batch {
   size_t nall;
   weftResult_t res;
   char error[1024];
-  pthread_t tid;
+  int finished; /* under the pool's mutex, for a batch a worker runs */
 };
 
 /* Collectives run in call order; then all sends and receives together. */
-static void *batch_main(void *p) {
-  struct comm_batch *b = p;
+static void batch_run(struct comm_batch *b) {
   const struct weft_plan **p2p = malloc(sizeof *p2p * (b->nall ? b->nall : 1));
   size_t np2p = 0;
   b->res = p2p ? weftSuccess : weft_error_set(weftSystemError, "out of memory");
@@ -90,7 +91,80 @@ static void *batch_main(void *p) {
   if (b->res == weftSuccess && np2p > 0) b->res = op_run_p2p(b->comm, p2p, np2p);
   if (b->res != weftSuccess) snprintf(b->error, sizeof b->error, "%s", weft_error_text());
   free(p2p);
+}
+
+/* Worker threads for the batches beyond the caller's own: started when a
+ * launch needs more than are idle, then kept for later launches, so a
+ * caller driving several ranks does not start threads per call. */
+struct group_worker {
+  pthread_t tid;
+  pthread_cond_t wake;       /* batch was handed over */
+  struct comm_batch *batch;  /* the batch to run; NULL while idle */
+  struct group_worker *next; /* in the idle list */
+};
+
+static struct {
+  pthread_mutex_t mutex;
+  pthread_cond_t finished; /* some worker finished its batch */
+  struct group_worker *idle;
+  int nworkers;
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0};
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+
+static void *worker_main(void *p) {
+  struct group_worker *w = p;
+  pthread_setname_np(pthread_self(), "weft-group");
+  pthread_mutex_lock(&pool.mutex);
+  for (;;) {
+    while (w->batch == NULL) pthread_cond_wait(&w->wake, &pool.mutex);
+    struct comm_batch *b = w->batch;
+    pthread_mutex_unlock(&pool.mutex);
+    batch_run(b);
+    pthread_mutex_lock(&pool.mutex);
+    b->finished = 1;
+    w->batch = NULL;
+    w->next = pool.idle;
+    pool.idle = w;
+    pthread_cond_broadcast(&pool.finished);
+  }
   return NULL;
+}
+
+/* A forked child has none of its parent's threads: it starts its own pool
+ * (the parent's workers, idle at the fork, are left behind unused). */
+static void pool_fork_prepare(void) { pthread_mutex_lock(&pool.mutex); }
+static void pool_fork_parent(void) { pthread_mutex_unlock(&pool.mutex); }
+static void pool_fork_child(void) {
+  pthread_mutex_init(&pool.mutex, NULL);
+  pthread_cond_init(&pool.finished, NULL);
+  pool.idle = NULL;
+  pool.nworkers = 0;
+}
+static void pool_init(void) { pthread_atfork(pool_fork_prepare, pool_fork_parent, pool_fork_child); }
+
+/* Hands b to an idle worker, or to a new one. Call with the pool's mutex. */
+static weftResult_t pool_hand_over(struct comm_batch *b) {
+  struct group_worker *w = pool.idle;
+  if (w != NULL) {
+    pool.idle = w->next;
+  } else {
+    w = calloc(1, sizeof *w);
+    if (w == NULL) return weft_error_set(weftSystemError, "out of memory");
+    pthread_cond_init(&w->wake, NULL);
+    int err = pthread_create(&w->tid, NULL, worker_main, w);
+    if (err != 0) {
+      pthread_cond_destroy(&w->wake);
+      free(w);
+      errno = err;
+      return weft_error_errno(weftSystemError, "starting a group worker thread");
+    }
+    pthread_detach(w->tid);
+    pool.nworkers++;
+    WEFT_INFO(LOG_COLL, "group worker %d started", pool.nworkers);
+  }
+  w->batch = b;
+  pthread_cond_signal(&w->wake);
+  return weftSuccess;
 }
 
 weftResult_t group_launch(const struct group_op *ops, size_t nops) {
@@ -105,17 +179,25 @@ weftResult_t group_launch(const struct group_op *ops, size_t nops) {
     if (b == nbatches)
       batches[nbatches++] = (struct comm_batch){.comm = ops[i].comm, .all = ops, .nall = nops};
   }
-  /* one thread per further comm: one caller may drive several ranks */
+  /* a worker per further comm: one caller may drive several ranks */
   weftResult_t res = weftSuccess;
-  size_t started = 0;
-  for (size_t b = 1; b < nbatches; b++, started++)
-    if (pthread_create(&batches[b].tid, NULL, batch_main, &batches[b]) != 0) {
-      res = weft_error_errno(weftSystemError, "starting a group thread");
-      break;
-    }
-  if (nbatches > 0 && res == weftSuccess) batch_main(&batches[0]);
-  for (size_t b = 1; b <= started; b++) pthread_join(batches[b].tid, NULL);
-  for (size_t b = 0; b < nbatches && res == weftSuccess; b++)
+  size_t handed = 1;
+  if (nbatches > 1) {
+    pthread_once(&pool_once, pool_init);
+    pthread_mutex_lock(&pool.mutex);
+    for (; handed < nbatches && res == weftSuccess; handed++)
+      res = pool_hand_over(&batches[handed]);
+    if (res != weftSuccess) handed--;
+    pthread_mutex_unlock(&pool.mutex);
+  }
+  if (nbatches > 0 && res == weftSuccess) batch_run(&batches[0]);
+  if (nbatches > 1) {
+    pthread_mutex_lock(&pool.mutex);
+    for (size_t b = 1; b < handed; b++)
+      while (!batches[b].finished) pthread_cond_wait(&pool.finished, &pool.mutex);
+    pthread_mutex_unlock(&pool.mutex);
+  }
+  for (size_t b = 0; b < handed && res == weftSuccess; b++)
     if (batches[b].res != weftSuccess)
       res = weft_error_set(batches[b].res, "%s", batches[b].error);
   free(batches);

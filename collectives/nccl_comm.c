@@ -132,7 +132,7 @@ NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   comm_poison(c);
   wait_quiet(c);
   __atomic_store_n(&c->abort_flag, 0u, __ATOMIC_RELEASE);
-  c->async_error = weftSuccess;
+  __atomic_store_n(&c->async_error, weftSuccess, __ATOMIC_RELEASE);
   WEFT_INFO(LOG_INIT, "comm %p rank %d revoked", (void *)c, c->rank);
   return ncclSuccess;
 }

@@ -244,7 +244,7 @@ weftResult_t p2p_run(struct weftComm *comm, const struct weft_plan *const *ops, 
       int m = send ? send_progress(c, s) : recv_progress(c, s);
       if (m < 0) {
         res = weftInvalidUsage;
-        comm->async_error = weftInvalidUsage; /* the stream from that peer is out of step */
+        comm_async_error_set(comm, weftInvalidUsage); /* the stream from that peer is out of step */
         break;
       }
       moved += m;

@@ -13,14 +13,15 @@
 
 /* gcc's -O2 cost model vectorises no loop of unknown length: ask for the -O3
  * model on the loops; hot float loops also get AVX2/AVX-512 clones, picked at
- * load time */
+ * load time (not under ThreadSanitizer: the clones' resolvers run during
+ * relocation, before its runtime is up, and crash when instrumented) */
 #if defined(__GNUC__) && !defined(__clang__)
 #define REDUCE_HOST_PLAIN __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
 #else
 #define REDUCE_HOST_PLAIN
 #endif
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(WEFT_NO_TARGET_CLONES)
+    !defined(WEFT_NO_TARGET_CLONES) && !defined(__SANITIZE_THREAD__)
 #define REDUCE_HOST_CLONES \
   REDUCE_HOST_PLAIN __attribute__((target_clones("avx2", "avx512f", "default")))
 #else

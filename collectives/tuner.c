@@ -4,6 +4,7 @@
  * Both variables take NCCL's syntax: a comma list of names ("tree,ring"), or
  * the names to leave out after a caret ("^ll"), optionally per collective
  * ("allreduce:tree;broadcast:ring"); names are case-insensitive. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,26 +76,47 @@ int tuner_parse(const char *spec, const char *const *names, int nnames,
   return bad ? -1 : 0;
 }
 
-/* The parsed variables, re-parsed when the cached text changes (tests). */
+/* The parsed variables, re-parsed when the cached text changes (tests).
+ * Any thread may tune a plan while another finds the text changed, so a
+ * parsed set is never changed once published: each is allocated, kept on a
+ * list for the life of the process (a new one only per new text) and made
+ * current with one atomic store. */
 struct tuner_rules {
   const char *algo_text, *proto_text;
   uint8_t algo[COLL_NUM_RING][8];
   uint8_t proto[COLL_NUM_RING][8];
-  int parsed;
+  struct tuner_rules *next; /* every set parsed so far */
 };
-static struct tuner_rules rules;
-
-static const struct tuner_rules *tuner_rules_get(void) {
+static struct tuner_rules *rules_current;
+static struct tuner_rules *rules_all;
+static pthread_mutex_t rules_mutex = PTHREAD_MUTEX_INITIALIZER;
+/* The current rules; when out of memory, everything allowed, in *fallback. */
+static const struct tuner_rules *tuner_rules_get(struct tuner_rules *fallback) {
   const char *a = param_str(&coll_params[P_ALGO]), *p = param_str(&coll_params[P_PROTO]);
-  if (!rules.parsed || a != rules.algo_text || p != rules.proto_text) {
-    struct tuner_rules r = {.algo_text = a, .proto_text = p, .parsed = 1};
-    if (tuner_parse(a, algo_names, ALGO_NUM, r.algo) != 0)
+  const struct tuner_rules *cur = __atomic_load_n(&rules_current, __ATOMIC_ACQUIRE);
+  if (cur != NULL && cur->algo_text == a && cur->proto_text == p) return cur;
+  pthread_mutex_lock(&rules_mutex);
+  struct tuner_rules *r = rules_all;
+  while (r != NULL && (r->algo_text != a || r->proto_text != p)) r = r->next;
+  if (r == NULL && (r = calloc(1, sizeof *r)) != NULL) {
+    r->algo_text = a;
+    r->proto_text = p;
+    if (tuner_parse(a, algo_names, ALGO_NUM, r->algo) != 0)
       WEFT_WARN(LOG_COLL, "WEFT_ALGO=%s: unknown names ignored (ring, tree, rd, cma, bulk)", a);
-    if (tuner_parse(p, proto_names, PROTO_NUM, r.proto) != 0)
+    if (tuner_parse(p, proto_names, PROTO_NUM, r->proto) != 0)
       WEFT_WARN(LOG_COLL, "WEFT_PROTO=%s: unknown names ignored (simple, ll)", p);
-    rules = r;
+    r->next = rules_all;
+    rules_all = r;
   }
-  return &rules;
+  if (r != NULL) __atomic_store_n(&rules_current, r, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&rules_mutex);
+  if (r == NULL) {
+    WEFT_WARN(LOG_COLL, "out of memory parsing WEFT_ALGO/WEFT_PROTO: every algorithm allowed");
+    tuner_parse(NULL, algo_names, ALGO_NUM, fallback->algo);
+    tuner_parse(NULL, proto_names, PROTO_NUM, fallback->proto);
+    return fallback;
+  }
+  return r;
 }
 
 /* Cost model, in microseconds. Latency per step and bandwidth per protocol
@@ -147,7 +169,8 @@ static int tuner_pick_whole(const struct weftComm *comm, const struct weft_plan 
 
 void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
   if (plan_is_p2p(plan)) return;
-  const struct tuner_rules *r = tuner_rules_get();
+  struct tuner_rules fallback;
+  const struct tuner_rules *r = tuner_rules_get(&fallback);
   size_t nbytes = plan->count * weftTypeSize(plan->datatype);
   if (plan->coll == COLL_ALLGATHER || plan->coll == COLL_REDUCESCATTER)
     nbytes *= (size_t)comm->nranks;

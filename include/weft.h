@@ -62,14 +62,17 @@ typedef enum {
 
 /* Reductions. Low-precision types (fp16, bf16, fp8) are combined in float and
  * rounded to nearest-even after each step. weftAvg sums, then divides by the
- * number of ranks (integer types: truncating division of the wrapped sum). */
+ * number of ranks (integer types: truncating division of the wrapped sum).
+ * Ops made by weftRedOpCreatePreMulSum take values from weftNumOps up:
+ * weftMaxRedOp makes every such value one the type can hold (in C++ too). */
 typedef enum {
   weftSum = 0,
   weftProd = 1,
   weftMax = 2,
   weftMin = 3,
   weftAvg = 4,
-  weftNumOps = 5
+  weftNumOps = 5,
+  weftMaxRedOp = 0x7fffffff
 } weftRedOp_t;
 
 /* Where the scalar of a pre-multiply op lives: read when each operation runs

@@ -33,6 +33,7 @@ enum { P_IFNAME, P_HOSTID };
  * delays no one, it only holds a place until then. */
 #define HELLO_TIMEOUT_NS 5000000000ull
 #define SERVE_SLICE_NS 100000000ull /* how often the root looks at joined ranks */
+#define ROOT_MAX_RANKS (1 << 20)       /* the root's tables grow with what a hello claims */
 
 /* The hello deadline for a job whose waits last timeout_ns: a quarter of it
  * when that is shorter than HELLO_TIMEOUT_NS (a legitimate hello is sent
@@ -210,7 +211,8 @@ static void *root_main(void *arg) {
       continue;
     }
     uint32_t code = ROOT_OK;
-    if (h.nranks < 1 || (nranks > 0 && h.nranks != nranks)) code = ROOT_BAD_NRANKS;
+    if (h.nranks < 1 || h.nranks > ROOT_MAX_RANKS || (nranks > 0 && h.nranks != nranks))
+      code = ROOT_BAD_NRANKS;
     else if (h.rank < 0 || h.rank >= h.nranks) code = ROOT_BAD_RANK;
     else if (fds != NULL && fds[h.rank] >= 0) code = ROOT_DUP_RANK;
     if (code != ROOT_OK) {
@@ -250,7 +252,7 @@ static void *root_main(void *arg) {
       sock_send_all(fds[r], infos, sizeof *infos * (size_t)nranks, d);
   }
 close_all:
-  for (int r = 0; fds != NULL && r < nranks; r++)
+  for (int r = 0; fds != NULL && infos != NULL && r < nranks; r++) /* fds is set once both are */
     if (fds[r] >= 0) close(fds[r]);
   if (hs != NULL) sock_hellos_close(hs);
   free(hs);

@@ -43,15 +43,28 @@ static int pid_alive(pid_t pid) {
   return !(paren != NULL && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
 }
 
-static int oversubscribed; /* more local ranks than usable cores */
+/* Holders of the oversubscribed mode (more local ranks or threads than usable
+ * cores): communicators and connections whose peers share the host take a
+ * hold while they live and give it back when they close, so the mode ends
+ * with the last of them. Read by every wait_begin, from any thread. */
+static uint32_t oversubscribed_holds;
 
-void wait_set_local_ranks(int nlocal, int ncpus) {
+static int oversubscribed(void) {
+  return __atomic_load_n(&oversubscribed_holds, __ATOMIC_RELAXED) != 0;
+}
+
+int wait_oversubscribed_hold(int nlocal, int ncpus) {
   cpu_set_t set;
   if (ncpus <= 0) ncpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-  int over = nlocal > ncpus;
-  if (over && !oversubscribed)
+  if (nlocal <= ncpus) return 0;
+  if (__atomic_fetch_add(&oversubscribed_holds, 1, __ATOMIC_RELAXED) == 0)
     WEFT_INFO(LOG_INIT, "%d local ranks on %d cores: waits yield at once", nlocal, ncpus);
-  if (over) oversubscribed = 1;
+  return 1;
+}
+
+void wait_oversubscribed_release(void) {
+  uint32_t before = __atomic_fetch_sub(&oversubscribed_holds, 1, __ATOMIC_RELAXED);
+  if (before == 1) WEFT_INFO(LOG_INIT, "no longer oversubscribed: waits spin first again");
 }
 
 uint64_t wait_default_timeout_ns(void) {
@@ -66,7 +79,7 @@ void wait_begin(struct weft_wait *w, uint64_t timeout_ns, const volatile uint32_
   w->timeout_ns = timeout_ns;
   w->next_check_ns = 0;
   w->iter = 0;
-  w->spin_mask = oversubscribed ? 0 : 255;
+  w->spin_mask = oversubscribed() ? 0 : 255;
   w->abort_local = abort_local;
   w->abort_remote = abort_remote;
   w->peer_pid = peer_pid;
@@ -76,7 +89,7 @@ void wait_begin(struct weft_wait *w, uint64_t timeout_ns, const volatile uint32_
 }
 
 weftResult_t wait_check(struct weft_wait *w) {
-  if (w->abort_local != NULL && *w->abort_local)
+  if (w->abort_local != NULL && __atomic_load_n(w->abort_local, __ATOMIC_ACQUIRE))
     return weft_error_set(weftRemoteError, "communicator aborted while waiting to %s rank %d",
                           w->what, w->peer_rank);
   /* a peer may store its last slot and then fail or exit between the
@@ -111,8 +124,9 @@ weftResult_t wait_check(struct weft_wait *w) {
     }
   }
   /* back off: spin first, then yield, then sleep briefly */
-  uint64_t spin_ns = oversubscribed ? 0 : (uint64_t)param_int(&wait_params[P_SPIN_NS]);
-  if (!oversubscribed && waited > spin_ns * 100 + 20000000ull) {
+  int over = oversubscribed();
+  uint64_t spin_ns = over ? 0 : (uint64_t)param_int(&wait_params[P_SPIN_NS]);
+  if (!over && waited > spin_ns * 100 + 20000000ull) {
     struct timespec ts = {0, 50000};
     nanosleep(&ts, NULL);
   } else if (waited > spin_ns) {

@@ -36,10 +36,13 @@ void wait_begin(struct weft_wait *w, uint64_t timeout_ns, const volatile uint32_
 /* The slow half of wait_poll: clocks, flags, liveness, back-off. */
 weftResult_t wait_check(struct weft_wait *w);
 
-/* Tells the waits how many ranks share this host and how many CPUs they may
- * run on together (0: this process's own), so that they yield the core at
- * once when ranks outnumber those CPUs. */
-void wait_set_local_ranks(int nlocal, int ncpus);
+/* Tells the waits that nlocal ranks (or busy threads) share this host's
+ * ncpus CPUs (0: this process's own). When they outnumber the CPUs, the waits
+ * yield the core at once until the hold is given back: returns 1 when it took
+ * a hold, which the caller releases with wait_oversubscribed_release() when
+ * those ranks or threads are gone, else 0. Thread-safe. */
+int wait_oversubscribed_hold(int nlocal, int ncpus);
+void wait_oversubscribed_release(void);
 
 /* Call once per spin iteration. Returns weftInProgress to keep waiting, or an
  * error (weftRemoteError with a message naming the peer) to give up. */

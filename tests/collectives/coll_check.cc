@@ -203,7 +203,7 @@ int check_allreduce(const RankCtx &ctx, weftComm_t comm, weftDataType_t t, weftR
   for (int r = 0; r < ctx.nranks; r++) inputs.push_back(make_input(t, op, count, seed, r));
   std::vector<uint8_t> send = inputs[ctx.rank];
   std::vector<uint8_t> recv((count + kGuard) * esize, 0xa5);
-  if (in_place) memcpy(recv.data(), send.data(), count * esize);
+  if (in_place && count > 0) memcpy(recv.data(), send.data(), count * esize);
   const void *src = in_place ? recv.data() : send.data();
   weftResult_t res = weftAllReduce(src, recv.data(), count, t, op, comm, nullptr);
   const char *what = in_place ? "in-place" : "out-of-place";

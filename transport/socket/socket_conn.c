@@ -119,10 +119,10 @@ static weftResult_t socket_fds_nonblock(struct socket_conn *sc) {
  * shares the host, at least two ranks and their proxies compete for cores,
  * and the waits must yield at once when those outnumber the cores (a rank
  * spinning on a core its proxy needs slows both by ten times). */
-static void socket_note_local_peer(const struct weft_conn *conn) {
-  if (conn->peer_pid <= 0) return;
+static int socket_note_local_peer(const struct weft_conn *conn) {
+  if (conn->peer_pid <= 0) return 0;
   int64_t nthreads = param_int(&socket_params[SOCKET_P_NTHREADS]);
-  wait_set_local_ranks(2 * (1 + (int)(nthreads > 0 ? nthreads : 1)), 0);
+  return wait_oversubscribed_hold(2 * (1 + (int)(nthreads > 0 ? nthreads : 1)), 0);
 }
 
 /* The proxy tells a peer that went away (EOF, reset) from one that is slow,
@@ -173,7 +173,7 @@ static weftResult_t socket_recv_setup(struct weft_conn *conn, struct conn_blob *
   b.nsocks = (uint32_t)nsocks;
   memcpy(blob_out->data, &b, sizeof b);
   char buf[64];
-  socket_note_local_peer(conn);
+  sc->oversubscribed_hold = socket_note_local_peer(conn);
   socket_unwatch_peer(conn);
   WEFT_INFO(LOG_NET, "socket connection from rank %d: listening on %s for %d socket(s)",
             conn->peer_rank, sock_addr_str(&bound, buf, sizeof buf), (int)nsocks);
@@ -323,6 +323,7 @@ static void socket_close(struct weft_conn *conn) {
     if (sc->streams[s].fd >= 0) close(sc->streams[s].fd);
   if (sc->listen_fd >= 0) close(sc->listen_fd);
   munmap(sc->fifo, sc->fifo_nbytes);
+  if (sc->oversubscribed_hold) wait_oversubscribed_release();
   free(sc);
   conn->priv = NULL;
   conn->ctrl = NULL;

@@ -61,6 +61,7 @@ struct socket_conn {
   uint64_t token;
   int nsocks;
   struct socket_stream streams[SOCKET_MAX_SOCKS];
+  int oversubscribed_hold; /* taken for a peer on this host (wait_oversubscribed_hold) */
   /* owned by the proxy */
   struct socket_proxy *proxy; /* set while registered */
   struct socket_conn *next;   /* in the proxy's lists */

@@ -72,8 +72,9 @@ static int ucx_can_connect(const struct peer_info *sender, const struct peer_inf
 /* Each rank on this host runs a proxy thread besides its own: once a peer
  * shares the host, the waits must yield at once when the threads outnumber
  * the cores (as with the socket transport). */
-static void ucx_note_local_peer(const struct weft_conn *conn) {
-  if (conn->peer_pid > 0) wait_set_local_ranks(4, 0);
+static void ucx_note_local_peer(const struct weft_conn *conn, struct ucx_conn *uc) {
+  if (conn->peer_pid > 0 && !uc->oversubscribed_hold)
+    uc->oversubscribed_hold = wait_oversubscribed_hold(4, 0);
 }
 
 /* Rewrites the last error as "ucx transport, what rank N: cause". */
@@ -245,7 +246,7 @@ static weftResult_t ucx_recv_setup(struct weft_conn *conn, struct conn_blob *blo
   free(msg);
   if (res != weftSuccess) goto close_conn;
   memcpy(blob_out->data, &b, sizeof b);
-  ucx_note_local_peer(conn);
+  ucx_note_local_peer(conn, uc);
   WEFT_INFO(LOG_NET, "ucx connection from rank %d: FIFO of %zu bytes registered",
             conn->peer_rank, uc->fifo_nbytes);
   return weftSuccess;
@@ -274,7 +275,7 @@ static weftResult_t ucx_send_connect(struct weft_conn *conn, const struct conn_b
                 close_conn);
   WEFT_TRY_GOTO(ucx_proxy_add(uc), res, close_conn);
   free(msg);
-  ucx_note_local_peer(conn);
+  ucx_note_local_peer(conn, uc);
   WEFT_INFO(LOG_NET, "ucx connection to rank %d: endpoint created", conn->peer_rank);
   return weftSuccess;
 close_conn:
@@ -368,6 +369,8 @@ static void ucx_close(struct weft_conn *conn) {
   if (uc->is_send && uc->credit_req != NULL) ucp_request_cancel(uc->worker, uc->credit_req);
   ucx_leave();
   if (uc->ep != NULL) ucx_ep_close(uc);
+  if (uc->oversubscribed_hold) wait_oversubscribed_release();
+  uc->oversubscribed_hold = 0;
   conn->priv = NULL;
   conn->ctrl = NULL;
   conn->slots = NULL;

@@ -68,6 +68,7 @@ struct ucx_conn {
   ucp_worker_h worker;
   uint64_t token;     /* 29 random bits: ties the blob, the messages and the tags together */
   int registered;     /* with the proxy */
+  int oversubscribed_hold; /* taken for a peer on this host (wait_oversubscribed_hold) */
   int is_send;
   int peer_rank;
   struct conn_ctrl *ctrl; /* the local FIFO: ctrl page, then the slots */

@@ -1,0 +1,199 @@
+// Process-wide state under several threads: group workers are kept, the
+// waits' oversubscribed mode ends with the last communicator that needed it,
+// the tuner's rules and the parameters load safely from concurrent threads,
+// and the async error is read while another thread records it. The
+// ThreadSanitizer build runs this suite (tools/sanitize.sh).
+#include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "tests/collectives/coll_check.h"
+#include "tests/harness.h"
+
+extern "C" {
+#include "collectives/params.h"
+#include "transport/wait.h"
+}
+
+namespace {
+
+using weft_test::Rng;
+using weft_test::check_reduction;
+using weft_test::make_input;
+using weft_test::now_s;
+using weft_test::test_seed;
+
+int count_threads() {
+  int n = 0;
+  std::vector<char> buf(256);
+  FILE *f = fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  while (fgets(buf.data(), (int)buf.size(), f) != nullptr)
+    if (sscanf(buf.data(), "Threads: %d", &n) == 1) break;
+  fclose(f);
+  return n;
+}
+
+// Runs one all-reduce over every comm as one group; checks the results.
+void group_allreduce(weftComm_t *comms, int n, size_t count, uint64_t seed) {
+  std::vector<std::vector<uint8_t>> inputs;
+  std::vector<std::vector<uint8_t>> outs(n, std::vector<uint8_t>(count * 4 + 64, 0xa5));
+  for (int r = 0; r < n; r++) inputs.push_back(make_input(weftFloat32, weftSum, count, seed, r));
+  ASSERT_EQ(weftGroupStart(), weftSuccess);
+  for (int r = 0; r < n; r++)
+    ASSERT_EQ(weftAllReduce(inputs[r].data(), outs[r].data(), count, weftFloat32, weftSum,
+                            comms[r], nullptr),
+              weftSuccess);
+  ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+  for (int r = 0; r < n; r++) {
+    std::string why;
+    EXPECT_TRUE(check_reduction(weftFloat32, weftSum, inputs, outs[r].data(), count, &why))
+        << "rank " << r << ", count " << count << ": " << why;
+    for (size_t i = count * 4; i < outs[r].size(); i++)
+      ASSERT_EQ(outs[r][i], 0xa5) << "rank " << r << " wrote past its output at byte " << i;
+  }
+}
+
+// A caller driving several ranks through groups gets worker threads (named
+// weft-group) once; later groups reuse them instead of starting a thread per
+// comm per call.
+TEST(Threads, GroupWorkersAreKept) {
+  for (int n : {2, 3, 5}) {
+    std::vector<weftComm_t> comms(n);
+    ASSERT_EQ(weftCommInitAll(comms.data(), n, nullptr), weftSuccess) << weftGetLastError(nullptr);
+    Rng rng(test_seed() + n);
+    group_allreduce(comms.data(), n, 1 + rng.next() % 5000, rng.next());
+    int workers = weft_test::count_threads_named("weft-group");
+    int threads = count_threads();
+    ASSERT_GT(threads, 0) << "/proc/self/status unreadable";
+    EXPECT_GE(workers, n - 1) << n << " comms: the group's workers are not kept";
+    for (int i = 0; i < 40; i++) group_allreduce(comms.data(), n, 1 + rng.next() % 5000, rng.next());
+    EXPECT_EQ(weft_test::count_threads_named("weft-group"), workers) << n << " comms";
+    EXPECT_EQ(count_threads(), threads) << n << " comms: threads started by later groups";
+    for (int r = 0; r < n; r++) EXPECT_EQ(weftCommDestroy(comms[r]), weftSuccess);
+  }
+}
+
+// Groups from several caller threads at once share the kept workers safely.
+TEST(Threads, GroupsFromSeveralThreads) {
+  const int ncallers = 3, n = 2;
+  std::vector<std::vector<weftComm_t>> comms(ncallers, std::vector<weftComm_t>(n));
+  for (auto &c : comms) ASSERT_EQ(weftCommInitAll(c.data(), n, nullptr), weftSuccess);
+  std::vector<std::thread> callers;
+  for (int t = 0; t < ncallers; t++)
+    callers.emplace_back([&, t] {
+      Rng rng(test_seed() * 31 + t);
+      for (int i = 0; i < 15; i++) group_allreduce(comms[t].data(), n, 1 + rng.next() % 3000, rng.next());
+    });
+  for (auto &th : callers) th.join();
+  for (auto &c : comms)
+    for (auto comm : c) EXPECT_EQ(weftCommDestroy(comm), weftSuccess);
+}
+
+// Ranks that outnumber the CPUs put the waits in their oversubscribed mode
+// (no spinning); the mode ends when those communicators are gone.
+TEST(Threads, OversubscribedModeEndsWithItsComms) {
+  cpu_set_t saved, one;
+  ASSERT_EQ(sched_getaffinity(0, sizeof saved, &saved), 0);
+  struct weft_wait w;
+  wait_begin(&w, 1000000000ull, nullptr, nullptr, 0, 0, "test");
+  ASSERT_EQ(w.spin_mask, 255u) << "oversubscribed before any communicator";
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &saved)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  // every thread of this process (the ranks are threads here) on one CPU
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+  weftComm_t comms[3];
+  weftResult_t res = weftCommInitAll(comms, 3, nullptr);
+  sched_setaffinity(0, sizeof saved, &saved);
+  ASSERT_EQ(res, weftSuccess) << weftGetLastError(nullptr);
+  wait_begin(&w, 1000000000ull, nullptr, nullptr, 0, 0, "test");
+  EXPECT_EQ(w.spin_mask, 0u) << "3 ranks on 1 CPU: the waits should yield at once";
+  group_allreduce(comms, 3, 777, test_seed());
+  for (auto c : comms) EXPECT_EQ(weftCommDestroy(c), weftSuccess);
+  wait_begin(&w, 1000000000ull, nullptr, nullptr, 0, 0, "test");
+  EXPECT_EQ(w.spin_mask, 255u) << "still oversubscribed after every comm is destroyed";
+}
+
+// Each rank's own thread calls the collective: the first calls after a
+// parameter reset parse WEFT_ALGO and load parameters on every thread at once.
+TEST(Threads, TunerRulesFromConcurrentThreads) {
+  const int n = 4;
+  const char *specs[] = {"ring", "tree", "^rd", "ring,rd", ""};
+  weftComm_t comms[n];
+  ASSERT_EQ(weftCommInitAll(comms, n, nullptr), weftSuccess) << weftGetLastError(nullptr);
+  const char *old = getenv("WEFT_ALGO");
+  std::string saved = old ? old : "";
+  for (const char *spec : specs) {
+    setenv("WEFT_ALGO", spec, 1);
+    weft_params_reset();  // no thread runs here: the threads below start after it
+    std::vector<std::vector<uint8_t>> inputs, outs(n);
+    const size_t count = 4099;
+    for (int r = 0; r < n; r++) {
+      inputs.push_back(make_input(weftFloat32, weftSum, count, test_seed() + r, r));
+      outs[r].assign(count * 4, 0xa5);
+    }
+    std::vector<std::thread> ranks;
+    std::vector<weftResult_t> res(n, weftInternalError);
+    for (int r = 0; r < n; r++)
+      ranks.emplace_back([&, r] {
+        for (int i = 0; i < 3 && (i == 0 || res[r] == weftSuccess); i++)
+          res[r] = weftAllReduce(inputs[r].data(), outs[r].data(), count, weftFloat32, weftSum,
+                                 comms[r], nullptr);
+      });
+    for (auto &t : ranks) t.join();
+    for (int r = 0; r < n; r++) {
+      ASSERT_EQ(res[r], weftSuccess) << "WEFT_ALGO=" << spec << " rank " << r;
+      std::string why;
+      EXPECT_TRUE(check_reduction(weftFloat32, weftSum, inputs, outs[r].data(), count, &why))
+          << "WEFT_ALGO=" << spec << " rank " << r << ": " << why;
+    }
+  }
+  if (old) setenv("WEFT_ALGO", saved.c_str(), 1);
+  else unsetenv("WEFT_ALGO");
+  weft_params_reset();
+  for (auto c : comms) EXPECT_EQ(weftCommDestroy(c), weftSuccess);
+}
+
+// One thread reads the async error while the thread in a collective records
+// it: the reader sees weftSuccess, then the failure, and nothing else.
+TEST(Threads, AsyncErrorSeenFromAnotherThread) {
+  weftComm_t comms[2];
+  ASSERT_EQ(weftCommInitAll(comms, 2, nullptr), weftSuccess) << weftGetLastError(nullptr);
+  // one call together first: connections that algorithms make on first use exist
+  group_allreduce(comms, 2, 1 << 16, test_seed());
+  std::vector<float> buf(1 << 16, 1.0f);
+  weftResult_t call_res = weftSuccess;
+  std::thread rank0([&] {
+    call_res = weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, comms[0],
+                             nullptr);
+  });
+  weftResult_t seen = weftSuccess;
+  double t0 = now_s(), aborted_at = 0;
+  while (seen == weftSuccess && now_s() - t0 < 20) {
+    ASSERT_EQ(weftCommGetAsyncError(comms[0], &seen), weftSuccess);
+    if (aborted_at == 0 && now_s() - t0 > 0.2) {
+      // rank 1 never joins the call: it goes away, and rank 0's call fails
+      ASSERT_EQ(weftCommAbort(comms[1]), weftSuccess);
+      aborted_at = now_s();
+    }
+  }
+  rank0.join();
+  EXPECT_EQ(call_res, weftRemoteError) << weftGetErrorString(call_res);
+  EXPECT_EQ(seen, weftRemoteError) << "the reader saw " << weftGetErrorString(seen);
+  EXPECT_LT(now_s() - aborted_at, 5.0) << "the failure took too long to reach the reader";
+  weftResult_t again = weftSuccess;
+  EXPECT_EQ(weftCommGetAsyncError(comms[0], &again), weftSuccess);
+  EXPECT_EQ(again, weftRemoteError) << "the first error stays";
+  EXPECT_EQ(weftCommAbort(comms[0]), weftSuccess);
+}
+
+}  // namespace
