@@ -62,9 +62,13 @@ weftResult_t comm_check(const struct weftComm *comm) {
   return weftSuccess;
 }
 
-void comm_poison(struct weftComm *comm) {
+void comm_poison_conns(struct weftComm *comm) {
   channels_poison(comm);
   p2p_conns_poison(comm);
+}
+
+void comm_poison(struct weftComm *comm) {
+  comm_poison_conns(comm);
   bootstrap_poison(comm->bs); /* peers waiting on the bootstrap learn it too */
 }
 

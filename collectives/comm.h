@@ -103,6 +103,11 @@ weftResult_t p2p_conns_alloc(struct weftComm *comm);
 void p2p_conns_poison(struct weftComm *comm);
 void p2p_conns_close(struct weftComm *comm);
 
+/* Poisons comm's channel and point-to-point connections only: operations in
+ * flight here and on the peers end, the bootstrap stays usable (a revoke,
+ * which every rank does and which later splits and shrinks build on). */
+void comm_poison_conns(struct weftComm *comm);
+
 /* Marks every connection of comm failed: channels and point-to-point. */
 void comm_poison(struct weftComm *comm);
 

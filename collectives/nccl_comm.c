@@ -129,8 +129,11 @@ NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
     return RES(weft_error_set(weftSystemError, "ncclCommRevoke: out of memory"));
   __atomic_store_n(&c->abort_flag, 1u, __ATOMIC_RELEASE);
   if (c->device != NULL) device_comm_abort(c);
-  comm_poison(c);
+  comm_poison_conns(c); /* every rank revokes: the bootstrap stays for split and shrink */
   wait_quiet(c);
+  /* what failed inside the revoke (an operation cut short here or on a
+   * peer) is over for the bootstrap too: split and shrink use it next */
+  bootstrap_revoke(c->bs);
   __atomic_store_n(&c->abort_flag, 0u, __ATOMIC_RELEASE);
   __atomic_store_n(&c->async_error, weftSuccess, __ATOMIC_RELEASE);
   WEFT_INFO(LOG_INIT, "comm %p rank %d revoked", (void *)c, c->rank);

@@ -103,7 +103,9 @@ struct bootstrap {
   uint8_t secret[BOOTSTRAP_SECRET_BYTES];
   struct p2p_msg *unexpected;
   const volatile uint32_t *abort; /* the owner's abort flag, or NULL */
-  uint32_t poisoned;              /* bootstrap_poison ran */
+  uint32_t poisoned;              /* bootstrap_poison ran (in this epoch) */
+  uint32_t epoch;                 /* bootstrap_revoke calls so far: failures of older ones
+                                     are over */
   uint64_t timeout_ns;
 };
 
@@ -596,8 +598,13 @@ free_bs:
  * recovering (a shrink), and what they send then is new. */
 static int p2p_failed_rank(const struct bootstrap *bs, int peer) {
   if (__atomic_load_n(&bs->poisoned, __ATOMIC_ACQUIRE)) return -1;
-  for (const struct p2p_msg *m = bs->unexpected; m != NULL; m = m->next)
-    if (m->tag == P2P_TAG_FAILED && (peer < 0 || m->from == peer)) return m->from;
+  uint32_t epoch = __atomic_load_n(&bs->epoch, __ATOMIC_ACQUIRE);
+  for (const struct p2p_msg *m = bs->unexpected; m != NULL; m = m->next) {
+    if (m->tag != P2P_TAG_FAILED || (peer >= 0 && m->from != peer)) continue;
+    uint32_t sent_in = 0; /* the sender's epoch */
+    if (m->nbytes == sizeof sent_in) memcpy(&sent_in, m->data, sizeof sent_in);
+    if (sent_in >= epoch) return m->from;
+  }
   return -1;
 }
 
@@ -750,8 +757,9 @@ weftResult_t bootstrap_recv(struct bootstrap *bs, int peer, uint32_t tag, void *
 
 void bootstrap_poison(struct bootstrap *bs) {
   if (bs == NULL || __atomic_exchange_n(&bs->poisoned, 1u, __ATOMIC_ACQ_REL)) return;
+  uint32_t epoch = __atomic_load_n(&bs->epoch, __ATOMIC_ACQUIRE);
   struct p2p_header h = {.magic = P2P_MAGIC, .from = bs->rank, .tag = P2P_TAG_FAILED,
-                         .nbytes = 0};
+                         .nbytes = sizeof epoch};
   memcpy(h.secret, bs->secret, sizeof h.secret);
   for (int r = 0; r < bs->nranks; r++) {
     if (r == bs->rank) continue;
@@ -759,9 +767,16 @@ void bootstrap_poison(struct bootstrap *bs) {
     uint64_t deadline = clock_ns() + 250000000ull;
     int fd;
     if (sock_connect_peer(&bs->addrs[r], deadline, NULL, &fd) != weftSuccess) continue;
-    sock_send_all(fd, &h, sizeof h, deadline);
+    if (sock_send_all(fd, &h, sizeof h, deadline) == weftSuccess)
+      sock_send_all(fd, &epoch, sizeof epoch, deadline);
     close(fd);
   }
   WEFT_INFO(LOG_BOOTSTRAP, "rank %d told the other %d ranks that it failed", bs->rank,
             bs->nranks - 1);
+}
+
+void bootstrap_revoke(struct bootstrap *bs) {
+  if (bs == NULL) return;
+  __atomic_add_fetch(&bs->epoch, 1u, __ATOMIC_ACQ_REL);
+  __atomic_store_n(&bs->poisoned, 0u, __ATOMIC_RELEASE);
 }

@@ -91,6 +91,12 @@ void bootstrap_close(struct bootstrap *bs);
  * allgathers) end at once with an error instead of at the timeout. Safe
  * from any thread. */
 void bootstrap_poison(struct bootstrap *bs);
+
+/* Ends the failures told so far: every rank calls it once its operations
+ * are over (a revoke), after which failure messages sent before any rank's
+ * call are ignored and this rank may tell of a new failure. Not thread-safe
+ * against the bootstrap's other calls. */
+void bootstrap_revoke(struct bootstrap *bs);
 /* Point-to-point waits end early when *abort becomes non-zero. */
 void bootstrap_set_abort(struct bootstrap *bs, const volatile uint32_t *abort);
 /* Where this rank's bootstrap listener is: other listeners of the job bind
