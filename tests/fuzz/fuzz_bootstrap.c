@@ -111,7 +111,7 @@ int fuzz_init(void) {
   struct fuzz_hello h;
   memset(&h, 0, sizeof h);
   h.magic = 0x77667462u; /* "wftb" */
-  h.version = 1;
+  h.version = 2;
   memcpy(h.secret, secret, sizeof secret);
   h.rank = 0;
   h.nranks = 1;
@@ -124,16 +124,18 @@ int fuzz_init(void) {
     return 1;
   }
   int fd = connect_to(&root);
-  uint8_t reply[4 + sizeof(struct peer_info)];
+  /* admission (ROOT_OK), the outcome (all joined), the table */
+  uint8_t reply[4 + 4 + sizeof(struct peer_info)];
   size_t got = 0;
   if (fd >= 0) {
     send(fd, &h, sizeof h, MSG_NOSIGNAL);
     got = read_reply(fd, reply, sizeof reply, 2000);
     close(fd);
   }
-  uint32_t code = 1;
+  uint32_t code = 1, outcome = 0;
   if (got >= 4) memcpy(&code, reply, 4);
-  if (got != sizeof reply || code != 0) {
+  if (got >= 8) memcpy(&outcome, reply + 4, 4);
+  if (got != sizeof reply || code != 0 || outcome != 0x6a6f696eu /* "join" */) {
     fprintf(stderr, "fuzz bootstrap: a valid hello got %zu reply bytes (code %u), expected %zu "
                     "(code 0): struct fuzz_hello no longer matches bootstrap.c\n",
             got, code, sizeof reply);
@@ -175,7 +177,7 @@ int fuzz_one(const uint8_t *data, size_t nbytes) {
   int fd = connect_to(&root);
   if (fd >= 0) {
     send(fd, &valid, sizeof valid, MSG_NOSIGNAL);
-    uint8_t reply[4 + sizeof(struct peer_info)];
+    uint8_t reply[4 + 4 + sizeof(struct peer_info)];
     read_reply(fd, reply, sizeof reply, 100);
     close(fd);
   }
