@@ -623,12 +623,14 @@ static weftResult_t sock_exchange(struct bootstrap *bs, const char *sbuf, char *
     if (now >= deadline) return weft_error_set(weftRemoteError, "bootstrap exchange timed out");
     if (bs->abort != NULL && *bs->abort)
       return weft_error_set(weftRemoteError, "communicator aborted during a bootstrap exchange");
-    int failed = p2p_failed_rank(bs, -1);
-    if (failed >= 0)
-      return weft_error_set(weftRemoteError, "rank %d failed during a bootstrap exchange", failed);
     uint64_t ms = (deadline - now) / 1000000 + 1;
     int rc = poll(p, bs->hellos.n > 0 ? 2 : 3, ms > 100 ? 100 : (int)ms);
     if (rc < 0 && errno != EINTR) return weft_error_errno(weftSystemError, "poll");
+    /* a rank's failure counts once the ring stalls: what it (and the rest)
+     * sent before failing completes the exchange first */
+    int failed = rc == 0 ? p2p_failed_rank(bs, -1) : -1;
+    if (failed >= 0)
+      return weft_error_set(weftRemoteError, "rank %d failed during a bootstrap exchange", failed);
     if (bs->hellos.n > 0 || (rc > 0 && (p[2].revents & POLLIN))) {
       /* take what is ready there without waiting */
       weftResult_t res = listener_serve(bs, clock_ns() + 1000000ull, NULL, -1, NULL);
@@ -757,6 +759,9 @@ weftResult_t bootstrap_recv(struct bootstrap *bs, int peer, uint32_t tag, void *
 
 void bootstrap_poison(struct bootstrap *bs) {
   if (bs == NULL || __atomic_exchange_n(&bs->poisoned, 1u, __ATOMIC_ACQ_REL)) return;
+  /* the caller's error is the one to report: a peer that is gone here
+   * would overwrite its text */
+  char *error = strdup(weft_error_text());
   uint32_t epoch = __atomic_load_n(&bs->epoch, __ATOMIC_ACQUIRE);
   struct p2p_header h = {.magic = P2P_MAGIC, .from = bs->rank, .tag = P2P_TAG_FAILED,
                          .nbytes = sizeof epoch};
@@ -773,6 +778,8 @@ void bootstrap_poison(struct bootstrap *bs) {
   }
   WEFT_INFO(LOG_BOOTSTRAP, "rank %d told the other %d ranks that it failed", bs->rank,
             bs->nranks - 1);
+  if (error != NULL) weft_error_set(weftSuccess, "%s", error);
+  free(error);
 }
 
 void bootstrap_revoke(struct bootstrap *bs) {
