@@ -42,17 +42,22 @@ void peer_send_post(struct weft_conn *conn, size_t nbytes) {
   __atomic_store_n(&conn->ctrl->tail, conn->step, __ATOMIC_RELEASE);
 }
 
+/* Waits until the sender has posted the slot at conn->step. */
+static weftResult_t peer_recv_ready(struct weftComm *comm, struct weft_conn *conn) {
+  if (__atomic_load_n(&conn->ctrl->tail, __ATOMIC_ACQUIRE) > conn->step) return weftSuccess;
+  struct weft_wait w;
+  wait_begin(&w, comm->timeout_ns, &comm->abort_flag, &conn->ctrl->poison, conn->peer_pid,
+             conn->peer_rank, "receive from");
+  while (__atomic_load_n(&conn->ctrl->tail, __ATOMIC_ACQUIRE) <= conn->step) {
+    weftResult_t res = wait_poll(&w);
+    if (res != weftInProgress) return res;
+  }
+  return weftSuccess;
+}
+
 weftResult_t peer_recv_wait(struct weftComm *comm, struct weft_conn *conn, size_t nbytes,
                             const char **slot_out) {
-  if (__atomic_load_n(&conn->ctrl->tail, __ATOMIC_ACQUIRE) <= conn->step) {
-    struct weft_wait w;
-    wait_begin(&w, comm->timeout_ns, &comm->abort_flag, &conn->ctrl->poison, conn->peer_pid,
-               conn->peer_rank, "receive from");
-    while (__atomic_load_n(&conn->ctrl->tail, __ATOMIC_ACQUIRE) <= conn->step) {
-      weftResult_t res = wait_poll(&w);
-      if (res != weftInProgress) return res;
-    }
-  }
+  WEFT_TRY(peer_recv_ready(comm, conn));
   uint32_t used = conn->ctrl->slot_used_nbytes[conn->step % conn->nslots];
   if (used != nbytes)
     return weft_error_set(weftInvalidUsage,
@@ -66,15 +71,7 @@ weftResult_t peer_recv_wait(struct weftComm *comm, struct weft_conn *conn, size_
 weftResult_t peer_recv_signed_wait(struct weftComm *comm, struct weft_conn *conn, size_t nbytes,
                                    const struct check_sig *mine, int compare,
                                    const char **slot_out) {
-  if (__atomic_load_n(&conn->ctrl->tail, __ATOMIC_ACQUIRE) <= conn->step) {
-    struct weft_wait w;
-    wait_begin(&w, comm->timeout_ns, &comm->abort_flag, &conn->ctrl->poison, conn->peer_pid,
-               conn->peer_rank, "receive from");
-    while (__atomic_load_n(&conn->ctrl->tail, __ATOMIC_ACQUIRE) <= conn->step) {
-      weftResult_t res = wait_poll(&w);
-      if (res != weftInProgress) return res;
-    }
-  }
+  WEFT_TRY(peer_recv_ready(comm, conn));
   const char *slot = conn_slot(conn);
   const size_t used = conn->ctrl->slot_used_nbytes[conn->step % conn->nslots] &
                       PRIMS_USED_NBYTES_MASK;
