@@ -13,33 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "nccl.h"
-
-static int g_rank, g_nranks, g_failures;
-
-#define FAIL(...)                                                              \
-  do {                                                                         \
-    if (g_failures++ < 20) {                                                   \
-      fprintf(stderr, "rank %d: %s:%d: ", g_rank, __FILE__, __LINE__);         \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fputc('\n', stderr);                                                     \
-    }                                                                          \
-  } while (0)
-
-#define EXPECT(cond, ...)                                                      \
-  do {                                                                         \
-    if (!(cond)) FAIL(__VA_ARGS__);                                            \
-  } while (0)
-
-#define NCCL_OK(call)                                                          \
-  do {                                                                         \
-    ncclResult_t r_ = (call);                                                  \
-    if (r_ != ncclSuccess) {                                                   \
-      fprintf(stderr, "rank %d: %s:%d: %s: %s (%s)\n", g_rank, __FILE__,       \
-              __LINE__, #call, ncclGetErrorString(r_), ncclGetLastError(NULL)); \
-      exit(1);                                                                 \
-    }                                                                          \
-  } while (0)
+#include "nccl_check.h"
 
 /* The call returns want and the last error (comm's, or the thread's when
  * comm is NULL) contains text. */

@@ -11,34 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nccl.h"
-
-static int g_rank, g_nranks, g_failures;
-
-#define FAIL(...)                                                              \
-  do {                                                                         \
-    if (g_failures++ < 20) {                                                   \
-      fprintf(stderr, "rank %d: %s:%d: ", g_rank, __FILE__, __LINE__);         \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fputc('\n', stderr);                                                     \
-    }                                                                          \
-  } while (0)
-
-#define EXPECT(cond, ...)                                                      \
-  do {                                                                         \
-    if (!(cond)) FAIL(__VA_ARGS__);                                            \
-  } while (0)
-
-/* A failed call ends the run: what follows would only report its effects. */
-#define NCCL_OK(call)                                                          \
-  do {                                                                         \
-    ncclResult_t r_ = (call);                                                  \
-    if (r_ != ncclSuccess) {                                                   \
-      fprintf(stderr, "rank %d: %s:%d: %s: %s (%s)\n", g_rank, __FILE__,       \
-              __LINE__, #call, ncclGetErrorString(r_), ncclGetLastError(NULL)); \
-      exit(1);                                                                 \
-    }                                                                          \
-  } while (0)
+#include "nccl_check.h"
 
 /* --- Element access in every datatype ------------------------------------ */
 
