@@ -34,24 +34,38 @@ fi
 # CUDA, when the toolkit is there, only needs nvcc on PATH.
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH="$PATH:/usr/local/cuda/bin"
 
-if [ ! -f build/build.ninja ]; then
-  meson setup build
-fi
-ninja -C build
-
-# PyTorch backend: .venv-torch with the pinned torch (PyPI's default wheel) and
-# numpy, and torch_weft built against it and build/libweft.so; a .pth file in
-# the venv makes `import torch_weft` work from anywhere. An existing venv is
-# reused (and completed if torch or numpy is missing).
+# PyTorch (WEFT_SETUP_TORCH=1): .venv-torch with the pinned torch (PyPI's
+# default wheel, which brings its CUDA libraries: the NCCL shim's tests read
+# libtorch_cuda.so) and numpy. The download runs while weft builds; its log is
+# shown if it fails.
+torch_version=2.15.0
+torch_pid=""
+torch_log=".venv-torch.log"
 if [ "${WEFT_SETUP_TORCH:-0}" = 1 ]; then
-  torch_version=2.15.0
   if [ ! -x .venv-torch/bin/python ]; then
     echo "setup: creating .venv-torch"
     python3 -m venv .venv-torch
   fi
   if ! .venv-torch/bin/python -c "import numpy, torch; assert torch.__version__.split('+')[0] == '$torch_version'" 2>/dev/null; then
-    echo "setup: installing torch==$torch_version and numpy into .venv-torch"
-    .venv-torch/bin/python -m pip install -q "torch==$torch_version" numpy
+    echo "setup: installing torch==$torch_version and numpy into .venv-torch (in the background; log: $torch_log)"
+    .venv-torch/bin/python -m pip install -q "torch==$torch_version" numpy >"$torch_log" 2>&1 &
+    torch_pid=$!
+  fi
+fi
+
+if [ ! -f build/build.ninja ]; then
+  meson setup build
+fi
+ninja -C build
+
+# The PyTorch backend: torch_weft built against .venv-torch's torch and
+# build/libweft.so; a .pth file in the venv makes `import torch_weft` work from
+# anywhere.
+if [ "${WEFT_SETUP_TORCH:-0}" = 1 ]; then
+  if [ -n "$torch_pid" ] && ! wait "$torch_pid"; then
+    echo "setup: installing torch into .venv-torch failed:" >&2
+    cat "$torch_log" >&2
+    exit 1
   fi
   .venv-torch/bin/python tools/torch_weft/build.py --weft-build build
   site="$(.venv-torch/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
