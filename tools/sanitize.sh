@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
 # Sanitizer runs (CI runs this after tools/test.sh; see docs/sanitizers.md):
 #  1. AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/): a seeded
-#     sample of every GoogleTest suite but the kill test (one shard of
-#     WEFT_SANITIZE_SHARDS, chosen by the seed), then every fuzz target for
+#     sample of the GoogleTest suites (every WEFT_SANITIZE_SUITES-th suite,
+#     and of those one shard of WEFT_SANITIZE_SHARDS, both chosen by the
+#     seed; only those suites are built), then every fuzz target for
 #     WEFT_FUZZ_SECONDS.
 #  2. ThreadSanitizer (build-tsan/): the suites where threads share weft's
 #     state (several ranks in one process, groups over several comms, host
 #     streams, abort from another thread).
 # Usage: tools/sanitize.sh [asan|tsan]...   (default: both)
 # Environment: WEFT_SANITIZE_SEED (default: the time; printed, so a run can
-# be repeated), WEFT_SANITIZE_SHARDS (default 4; 1 runs every test),
+# be repeated), WEFT_SANITIZE_SUITES (default 2; 1 takes every suite),
+# WEFT_SANITIZE_SHARDS (default 2; 1 runs every test of the suites taken),
 # WEFT_FUZZ_SECONDS (default 10 per target).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh # the packages the plain build needs (gcc brings the sanitizers)
 
 seed="${WEFT_SANITIZE_SEED:-$(date +%s)}"
-shards="${WEFT_SANITIZE_SHARDS:-4}"
+suite_groups="${WEFT_SANITIZE_SUITES:-2}"
+shards="${WEFT_SANITIZE_SHARDS:-2}"
+suite_group=$((seed % suite_groups))
+shard=$((seed / suite_groups % shards))
 fuzz_s="${WEFT_FUZZ_SECONDS:-10}"
 jobs="${WEFT_SANITIZE_JOBS:-2}"
 steps=("$@")
@@ -51,39 +56,47 @@ export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_EVENTS=no
 stamp() { date +%s; }
 t_start=$(stamp)
 
-# The executables the given meson tests run (protocol gtest, or suite fuzz).
-test_targets() { # build_dir kind
+# The executables the given meson tests run (protocol gtest, or suite fuzz),
+# and their names; of the GoogleTest suites, those in the given group (by
+# name order, every groups-th from group).
+test_targets() { # build_dir kind groups group
   meson introspect --tests "$1" | python3 -c '
 import json, os, sys
 build, kind = os.path.abspath(sys.argv[1]), sys.argv[2]
-names, exes = [], set()
-for t in json.load(sys.stdin):
-    fuzz = any(s.endswith(":fuzz") for s in t["suite"])
+groups, group = int(sys.argv[3]), int(sys.argv[4])
+def kind_of(t):
+    if any(s.endswith(":fuzz") for s in t["suite"]):
+        return "fuzz"
     # the kill test (a minute of forked jobs) runs in the plain suite only;
     # in the multihost suite, the helper that takes a link down (system() in a
     # forked child) reports failure under ASan although the link goes down
-    gtest = t["protocol"] == "gtest" and not fuzz and t["name"] not in ("kill", "multihost")
-    if (kind == "gtest" and gtest) or (kind == "fuzz" and fuzz):
-        names.append(t["name"])
-        exes.add(os.path.relpath(t["cmd"][0], build))
+    if t["protocol"] == "gtest" and t["name"] not in ("kill", "multihost"):
+        return "gtest"
+    return None
+tests = sorted((t for t in json.load(sys.stdin) if kind_of(t) == kind), key=lambda t: t["name"])
+tests = tests[group::groups]
+names = [t["name"] for t in tests]
+exes = {os.path.relpath(t["cmd"][0], build) for t in tests}
 print(" ".join(sorted(exes)))
-print(" ".join(names))' "$1" "$2"
+print(" ".join(names))' "$@"
 }
 
 run_asan() {
-  echo "sanitize: ASan+UBSan, seed $seed: shard $((seed % shards)) of $shards of every suite" \
-       "(WEFT_SANITIZE_SEED=$seed repeats it), fuzzing ${fuzz_s} s per target"
+  echo "sanitize: ASan+UBSan, seed $seed: every ${suite_groups}th suite by name from #$suite_group," \
+       "shard $shard of $shards of each (WEFT_SANITIZE_SEED=$seed repeats it)," \
+       "fuzzing ${fuzz_s} s per target"
   configure build-asan "${common[@]}" "${asan_flags[@]}" "-Dfuzz_seconds=$fuzz_s"
   local exes names fexes fnames
-  { read -r exes; read -r names; } < <(test_targets build-asan gtest)
-  { read -r fexes; read -r fnames; } < <(test_targets build-asan fuzz)
+  { read -r exes; read -r names; } < <(test_targets build-asan gtest "$suite_groups" "$suite_group")
+  { read -r fexes; read -r fnames; } < <(test_targets build-asan fuzz 1 0)
+  echo "sanitize: suites: $names"
   local t0; t0=$(stamp)
   # shellcheck disable=SC2086
   ninja -C build-asan -j "$jobs" $exes $fexes
   echo "sanitize: ASan build took $(( $(stamp) - t0 )) s"
   t0=$(stamp)
   # shellcheck disable=SC2086
-  GTEST_TOTAL_SHARDS="$shards" GTEST_SHARD_INDEX="$((seed % shards))" \
+  GTEST_TOTAL_SHARDS="$shards" GTEST_SHARD_INDEX="$shard" \
     meson test -C build-asan --no-rebuild --print-errorlogs $names
   echo "sanitize: ASan suites took $(( $(stamp) - t0 )) s"
   t0=$(stamp)

@@ -53,20 +53,24 @@ if [ "${WEFT_SETUP_TORCH:-0}" = 1 ]; then
   fi
 fi
 
+t0=$SECONDS
 if [ ! -f build/build.ninja ]; then
   meson setup build
 fi
 ninja -C build
+echo "setup: build took $((SECONDS - t0)) s"
 
 # The PyTorch backend: torch_weft built against .venv-torch's torch and
 # build/libweft.so; a .pth file in the venv makes `import torch_weft` work from
 # anywhere.
 if [ "${WEFT_SETUP_TORCH:-0}" = 1 ]; then
+  t0=$SECONDS
   if [ -n "$torch_pid" ] && ! wait "$torch_pid"; then
     echo "setup: installing torch into .venv-torch failed:" >&2
     cat "$torch_log" >&2
     exit 1
   fi
+  [ -z "$torch_pid" ] || echo "setup: waited $((SECONDS - t0)) s for torch's installation after the build"
   .venv-torch/bin/python tools/torch_weft/build.py --weft-build build
   site="$(.venv-torch/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
   echo "$PWD/tools/torch_weft" > "$site/torch_weft.pth"
