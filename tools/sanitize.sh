@@ -82,7 +82,7 @@ print(" ".join(names))' "$@"
 }
 
 run_asan() {
-  echo "sanitize: ASan+UBSan, seed $seed: every ${suite_groups}th suite by name from #$suite_group," \
+  echo "sanitize: ASan+UBSan, seed $seed: suite group $suite_group of $suite_groups (by name)," \
        "shard $shard of $shards of each (WEFT_SANITIZE_SEED=$seed repeats it)," \
        "fuzzing ${fuzz_s} s per target"
   configure build-asan "${common[@]}" "${asan_flags[@]}" "-Dfuzz_seconds=$fuzz_s"
