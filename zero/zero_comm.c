@@ -25,9 +25,10 @@ static weftResult_t zero_bucket_reduce(struct weftZero *z, struct zero_bucket *b
     if (b->red_copy == NULL) return zero_fail(weftSystemError, "out of memory");
     buf = b->red_copy;
   }
-  ZERO_WEFT(z, weftAllReduce(buf, buf, b->count, z->cfg.reduceType, weftSum, z->comm, stream),
-            "all-reducing a gradient bucket");
-  ZERO_WEFT(z, weftEventRecord(b->ev, stream), "recording a bucket event");
+  WEFT_TRY(zero_weft(
+      z, weftAllReduce(buf, buf, b->count, z->cfg.reduceType, weftSum, z->comm, stream),
+      "all-reducing a gradient bucket"));
+  WEFT_TRY(zero_weft(z, weftEventRecord(b->ev, stream), "recording a bucket event"));
   return weftSuccess;
 }
 
@@ -50,10 +51,10 @@ static weftResult_t zero_layer_reduce(struct weftZero *z, struct zero_layer *l,
   }
   void *recv = z->cfg.stage == 1 ? (char *)send + (size_t)z->rank * l->shard * z->red_size
                                  : (char *)z->grad_shard + l->shard_offset * z->red_size;
-  ZERO_WEFT(z, weftReduceScatter(send, recv, l->shard, z->cfg.reduceType, weftSum, z->comm,
-                                 stream),
-            "reduce-scattering a layer's gradients");
-  ZERO_WEFT(z, weftEventRecord(l->red_ev, stream), "recording a reduction event");
+  WEFT_TRY(zero_weft(
+      z, weftReduceScatter(send, recv, l->shard, z->cfg.reduceType, weftSum, z->comm, stream),
+      "reduce-scattering a layer's gradients"));
+  WEFT_TRY(zero_weft(z, weftEventRecord(l->red_ev, stream), "recording a reduction event"));
   return weftSuccess;
 }
 
@@ -83,10 +84,10 @@ weftResult_t weftZeroGradReady(weftZero_t z, int layer, weftStream_t stream) {
   l->reduced = 1;
   if (z->cfg.stage == 0) {
     struct zero_bucket *b = &z->buckets[l->bucket];
-    if (--b->pending == 0) ZERO_TRY(zero_bucket_reduce(z, b, stream));
+    if (--b->pending == 0) WEFT_TRY(zero_bucket_reduce(z, b, stream));
     return weftSuccess;
   }
-  ZERO_TRY(zero_layer_reduce(z, l, stream));
+  WEFT_TRY(zero_layer_reduce(z, l, stream));
   zero_buckets_reclaim(z);
   return weftSuccess;
 }
@@ -119,9 +120,10 @@ static weftResult_t zero_gather_one(struct weftZero *z, int layer, weftStream_t 
   if (l->gathered == NULL) return zero_fail(weftSystemError, "out of memory");
   l->gather_state = ZERO_GATHERING;
   const void *shard = (char *)z->params_shard + l->shard_offset * z->param_size;
-  ZERO_WEFT(z, weftAllGather(shard, l->gathered, l->shard, z->cfg.paramType, z->comm, stream),
-            "all-gathering a layer's parameters");
-  ZERO_WEFT(z, weftEventRecord(l->gather_ev, stream), "recording a gather event");
+  WEFT_TRY(zero_weft(
+      z, weftAllGather(shard, l->gathered, l->shard, z->cfg.paramType, z->comm, stream),
+      "all-gathering a layer's parameters"));
+  WEFT_TRY(zero_weft(z, weftEventRecord(l->gather_ev, stream), "recording a gather event"));
   return weftSuccess;
 }
 
@@ -149,7 +151,7 @@ weftResult_t weftZeroGather(weftZero_t z, int layer, weftStream_t stream, weftEv
                        layer, l->padded * z->param_size,
                        z->mem[ZERO_MEM_GATHERED] + l->padded * z->param_size,
                        z->cfg.gatherBoundBytes);
-    ZERO_TRY(zero_gather_one(z, layer, stream));
+    WEFT_TRY(zero_gather_one(z, layer, stream));
   }
   /* the direction of travel: forward, or backward from the last layer */
   if (layer > z->last_gather && z->last_gather >= 0) z->gather_dir = 1;
@@ -162,7 +164,7 @@ weftResult_t weftZeroGather(weftZero_t z, int layer, weftStream_t stream, weftEv
     if (next < 0 || next >= z->nlayers) break;
     if (z->layers[next].gather_state != ZERO_RELEASED) continue;
     if (!zero_gather_fits(z, next)) break; /* every rank decides alike */
-    ZERO_TRY(zero_gather_one(z, next, stream));
+    WEFT_TRY(zero_gather_one(z, next, stream));
   }
   if (ready_out != NULL) *ready_out = l->gather_ev;
   return weftSuccess;
@@ -184,7 +186,7 @@ weftResult_t weftZeroRelease(weftZero_t z, int layer) {
   struct zero_layer *l = &z->layers[layer];
   if (z->cfg.stage < 3 || l->gather_state == ZERO_RELEASED) return weftSuccess;
   /* the all-gather may still be writing the buffer */
-  ZERO_WEFT(z, weftEventSynchronize(l->gather_ev), "waiting for a gather");
+  WEFT_TRY(zero_weft(z, weftEventSynchronize(l->gather_ev), "waiting for a gather"));
   zero_free(z, ZERO_MEM_GATHERED, l->gathered, l->padded * z->param_size);
   l->gathered = NULL;
   l->gather_state = ZERO_RELEASED;
@@ -192,14 +194,15 @@ weftResult_t weftZeroRelease(weftZero_t z, int layer) {
 }
 
 weftResult_t zero_release_all(struct weftZero *z) {
-  for (int i = 0; i < z->nlayers; i++) ZERO_TRY(weftZeroRelease(z, i));
+  for (int i = 0; i < z->nlayers; i++) WEFT_TRY(weftZeroRelease(z, i));
   return weftSuccess;
 }
 
 weftResult_t zero_allreduce_sum(struct weftZero *z, double *vals, size_t n, weftStream_t stream) {
-  ZERO_WEFT(z, weftAllReduce(vals, vals, n, weftFloat64, weftSum, z->comm, stream),
-            "all-reducing step statistics");
-  if (stream != NULL) ZERO_WEFT(z, weftStreamSynchronize(stream), "synchronizing the stream");
+  WEFT_TRY(zero_weft(z, weftAllReduce(vals, vals, n, weftFloat64, weftSum, z->comm, stream),
+                     "all-reducing step statistics"));
+  if (stream != NULL)
+    WEFT_TRY(zero_weft(z, weftStreamSynchronize(stream), "synchronizing the stream"));
   return weftSuccess;
 }
 
@@ -214,11 +217,11 @@ weftResult_t zero_publish_params(struct weftZero *z, weftStream_t stream) {
     for (size_t k = 0; k < l->own_count; k++) zero_store(dst, z->cfg.paramType, k, master[k]);
     if (stage == 1 || stage == 2) {
       void *full = (char *)z->params_full + l->flat_offset * z->param_size;
-      ZERO_WEFT(z, weftAllGather(dst, full, l->shard, z->cfg.paramType, z->comm, stream),
-                "all-gathering updated parameters");
+      WEFT_TRY(zero_weft(z, weftAllGather(dst, full, l->shard, z->cfg.paramType, z->comm, stream),
+                         "all-gathering updated parameters"));
     }
   }
   if (stream != NULL && (stage == 1 || stage == 2))
-    ZERO_WEFT(z, weftStreamSynchronize(stream), "synchronizing the stream");
+    WEFT_TRY(zero_weft(z, weftStreamSynchronize(stream), "synchronizing the stream"));
   return weftSuccess;
 }

@@ -81,7 +81,8 @@ void zero_store(void *dst, weftDataType_t type, size_t i, float v) {
 }
 
 weftResult_t weftZeroToFloat(const void *src, weftDataType_t type, float *dst, size_t count) {
-  if (!zero_type_ok(type)) return zero_fail(weftInvalidArgument, "type %d is not fp32, bf16 or fp16", type);
+  if (!zero_type_ok(type))
+    return zero_fail(weftInvalidArgument, "type %d is not fp32, bf16 or fp16", type);
   if (count > 0 && (src == NULL || dst == NULL))
     return zero_fail(weftInvalidArgument, "NULL buffer");
   for (size_t i = 0; i < count; i++) dst[i] = zero_load(src, type, i);
@@ -89,7 +90,8 @@ weftResult_t weftZeroToFloat(const void *src, weftDataType_t type, float *dst, s
 }
 
 weftResult_t weftZeroFromFloat(const float *src, weftDataType_t type, void *dst, size_t count) {
-  if (!zero_type_ok(type)) return zero_fail(weftInvalidArgument, "type %d is not fp32, bf16 or fp16", type);
+  if (!zero_type_ok(type))
+    return zero_fail(weftInvalidArgument, "type %d is not fp32, bf16 or fp16", type);
   if (count > 0 && (src == NULL || dst == NULL))
     return zero_fail(weftInvalidArgument, "NULL buffer");
   for (size_t i = 0; i < count; i++) zero_store(dst, type, i, src[i]);
@@ -97,7 +99,8 @@ weftResult_t weftZeroFromFloat(const float *src, weftDataType_t type, void *dst,
 }
 
 weftResult_t weftZeroAccumulate(void *dst, weftDataType_t type, const float *src, size_t count) {
-  if (!zero_type_ok(type)) return zero_fail(weftInvalidArgument, "type %d is not fp32, bf16 or fp16", type);
+  if (!zero_type_ok(type))
+    return zero_fail(weftInvalidArgument, "type %d is not fp32, bf16 or fp16", type);
   if (count > 0 && (src == NULL || dst == NULL))
     return zero_fail(weftInvalidArgument, "NULL buffer");
   for (size_t i = 0; i < count; i++) zero_store(dst, type, i, zero_load(dst, type, i) + src[i]);

@@ -61,9 +61,10 @@ weftResult_t weftZeroStep(weftZero_t z, weftStream_t stream, weftZeroStepInfo_t 
       return zero_fail(weftInvalidUsage,
                        "layer %d's gradients were not marked ready (with sync on) before the step",
                        i);
-  if (stream != NULL) ZERO_WEFT(z, weftStreamSynchronize(stream), "finishing the reductions");
+  if (stream != NULL)
+    WEFT_TRY(zero_weft(z, weftStreamSynchronize(stream), "finishing the reductions"));
   /* gathered stage 3 layers would go stale: drop them */
-  ZERO_TRY(zero_release_all(z));
+  WEFT_TRY(zero_release_all(z));
 
   /* the averaged gradient of the owned range, in fp32 */
   float *g = malloc((z->own_total > 0 ? z->own_total : 1) * sizeof *g);
@@ -85,11 +86,8 @@ weftResult_t weftZeroStep(weftZero_t z, weftStream_t stream, weftZeroStepInfo_t 
   /* stage 0: every rank holds the whole gradient, rank 0 speaks for all */
   double stats[2] = {nonfinite, z->cfg.stage == 0 && z->rank != 0 ? 0.0 : sumsq};
   if (z->cfg.stage == 0 && z->rank != 0) stats[0] = 0;
-  weftResult_t res = zero_allreduce_sum(z, stats, 2, stream);
-  if (res != weftSuccess) {
-    free(g);
-    return res;
-  }
+  weftResult_t res;
+  WEFT_TRY_GOTO(zero_allreduce_sum(z, stats, 2, stream), res, free_grads);
   weftZeroStepInfo_t out = {sqrt(stats[1]), z->loss_scale, stats[0] > 0};
   if (out.skipped) {
     if (z->cfg.paramType == weftFloat16) {
@@ -111,9 +109,12 @@ weftResult_t weftZeroStep(weftZero_t z, weftStream_t stream, weftZeroStepInfo_t 
   free(g);
   z->step++;
   zero_grads_reset(z);
-  if (!out.skipped) ZERO_TRY(zero_publish_params(z, stream));
+  if (!out.skipped) WEFT_TRY(zero_publish_params(z, stream));
   if (info != NULL) *info = out;
   return weftSuccess;
+free_grads:
+  free(g);
+  return res;
 }
 
 weftResult_t weftZeroGetParams(weftZero_t z, float *out, weftStream_t stream) {
