@@ -1,5 +1,6 @@
 /* Communication: gradient reductions queued as layers become ready, stage 3
- * gathers with prefetch under a byte bound, and parameter publication. */
+ * gathers with prefetch under a byte bound, and parameter publication (the
+ * stage 1-2 all-gather, left in flight for the next forward). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,7 +141,9 @@ weftResult_t weftZeroGather(weftZero_t z, int layer, weftStream_t stream, weftEv
     return zero_fail(weftInvalidArgument, "layer %d does not exist", layer);
   struct zero_layer *l = &z->layers[layer];
   if (z->cfg.stage < 3) {
-    if (ready_out != NULL) *ready_out = l->gather_ev; /* never recorded: complete */
+    /* stages 1-2: the last step's gather of the layer (complete when none
+     * was recorded: stage 0, before the first step, or a NULL stream) */
+    if (ready_out != NULL) *ready_out = l->gather_ev;
     return weftSuccess;
   }
   if (l->gather_state == ZERO_RELEASED) {
@@ -193,8 +196,18 @@ weftResult_t weftZeroRelease(weftZero_t z, int layer) {
   return weftSuccess;
 }
 
+weftResult_t zero_gather_wait(struct weftZero *z, struct zero_layer *l) {
+  if (!l->gather_pending) return weftSuccess;
+  WEFT_TRY(zero_weft(z, weftEventSynchronize(l->gather_ev), "waiting for a parameter gather"));
+  l->gather_pending = 0;
+  return weftSuccess;
+}
+
 weftResult_t zero_release_all(struct weftZero *z) {
-  for (int i = 0; i < z->nlayers; i++) WEFT_TRY(weftZeroRelease(z, i));
+  for (int i = 0; i < z->nlayers; i++) {
+    WEFT_TRY(zero_gather_wait(z, &z->layers[i]));
+    WEFT_TRY(weftZeroRelease(z, i));
+  }
   return weftSuccess;
 }
 
@@ -210,18 +223,22 @@ weftResult_t zero_publish_params(struct weftZero *z, weftStream_t stream) {
   int stage = z->cfg.stage;
   for (int i = 0; i < z->nlayers; i++) {
     struct zero_layer *l = &z->layers[i];
+    /* the last step's gather of the layer may still read or write it */
+    WEFT_TRY(zero_gather_wait(z, l));
     const float *master = z->master + l->master_offset;
     void *dst = stage == 3
                     ? (char *)z->params_shard + l->shard_offset * z->param_size
                     : (char *)z->params_full + (l->flat_offset + l->own_offset) * z->param_size;
     for (size_t k = 0; k < l->own_count; k++) zero_store(dst, z->cfg.paramType, k, master[k]);
-    if (stage == 1 || stage == 2) {
-      void *full = (char *)z->params_full + l->flat_offset * z->param_size;
-      WEFT_TRY(zero_weft(z, weftAllGather(dst, full, l->shard, z->cfg.paramType, z->comm, stream),
-                         "all-gathering updated parameters"));
-    }
+    if (stage != 1 && stage != 2) continue;
+    /* queued in layer order, so the first layers arrive first; the next
+     * forward waits for each layer's event as it reaches it */
+    void *full = (char *)z->params_full + l->flat_offset * z->param_size;
+    WEFT_TRY(zero_weft(z, weftAllGather(dst, full, l->shard, z->cfg.paramType, z->comm, stream),
+                       "all-gathering updated parameters"));
+    if (stream == NULL) continue; /* complete already */
+    WEFT_TRY(zero_weft(z, weftEventRecord(l->gather_ev, stream), "recording a gather event"));
+    l->gather_pending = 1;
   }
-  if (stream != NULL && (stage == 1 || stage == 2))
-    WEFT_TRY(zero_weft(z, weftStreamSynchronize(stream), "synchronizing the stream"));
   return weftSuccess;
 }

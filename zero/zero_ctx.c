@@ -204,6 +204,7 @@ weftResult_t weftZeroParam(weftZero_t z, int param, void **ptr_out) {
   const struct zero_param *p = &z->params[param];
   struct zero_layer *l = &z->layers[p->layer];
   if (z->cfg.stage < 3) {
+    WEFT_TRY(zero_gather_wait(z, l)); /* stages 1-2: the last step's gather */
     *ptr_out = (char *)z->params_full + (l->flat_offset + p->offset) * z->param_size;
     return weftSuccess;
   }

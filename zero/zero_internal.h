@@ -65,7 +65,9 @@ struct zero_layer {
   /* stage 3 */
   int gather_state;
   void *gathered;
-  weftEvent_t gather_ev;
+  weftEvent_t gather_ev; /* stage 3: the last gather; stages 1-2: the step's all-gather */
+  int gather_pending;    /* stages 1-2: the step's all-gather was queued on a stream and
+                            not yet waited for here */
   /* gradients of this step */
   void *grad_bucket;   /* stages 2-3: the layer's gradients (paramType, padded) */
   void *red_copy;      /* stages 1-3: a reduceType copy when it differs from paramType */
@@ -124,9 +126,13 @@ void zero_free(struct weftZero *z, enum zero_mem cat, void *ptr, size_t nbytes);
 /* Optimizer arrays per element: master and moments. */
 int zero_optim_arrays(weftZeroOptimizer_t optimizer);
 
-/* Owned fp32 master -> parameters of every rank (stages 1-2 all-gather,
- * on stream, complete on return). Collective for stages 1-2. */
+/* Owned fp32 master -> parameters of every rank. Stages 1-2: one all-gather
+ * per layer queued on stream, with the layer's gather event recorded (in
+ * flight on return; complete with a NULL stream). Collective for stages 1-2. */
 weftResult_t zero_publish_params(struct weftZero *z, weftStream_t stream);
+
+/* Stages 1-2: waits for the layer's gather queued by the last publication. */
+weftResult_t zero_gather_wait(struct weftZero *z, struct zero_layer *l);
 
 /* Frees this step's gradient buckets and copies, zeroes the gradients. */
 void zero_grads_reset(struct weftZero *z);
@@ -134,7 +140,8 @@ void zero_grads_reset(struct weftZero *z);
 /* Stages 2-3: frees the buckets of finished reductions. */
 void zero_buckets_reclaim(struct weftZero *z);
 
-/* Stage 3: drops every gathered layer (waits for gathers in flight). */
+/* Stage 3: drops every gathered layer; stages 1-2: waits for the parameter
+ * gathers in flight. */
 weftResult_t zero_release_all(struct weftZero *z);
 
 /* Sums n doubles over ranks on stream; complete on return. */
