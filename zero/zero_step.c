@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "zero_internal.h"
+#include "zero_math.h"
 
 /* Where the reduced gradients of layer l's owned range are, and their type. */
 static const void *zero_owned_grads(const struct weftZero *z, const struct zero_layer *l,
@@ -34,22 +35,13 @@ static void zero_update(struct weftZero *z, const float *g, size_t n, size_t at)
     float *v = z->moment2 + at;
     double bc1 = 1.0 - pow(c->beta1, (double)z->updates);
     double bc2 = 1.0 - pow(c->beta2, (double)z->updates);
-    float b1 = (float)c->beta1, b2 = (float)c->beta2;
-    float step = (float)(c->lr / bc1), wd = (float)(c->lr * c->weightDecay);
-    float inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2)), eps = (float)c->eps;
-    for (size_t i = 0; i < n; i++) {
-      m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-      v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-      float denom = sqrtf(v[i]) * inv_sqrt_bc2 + eps;
-      p[i] -= step * m[i] / denom + wd * p[i];
-    }
+    struct zero_adamw_coef k = {(float)c->beta1, (float)c->beta2, (float)(c->lr / bc1),
+                                (float)(c->lr * c->weightDecay), (float)(1.0 / sqrt(bc2)),
+                                (float)c->eps};
+    for (size_t i = 0; i < n; i++) zero_adamw_elem(&p[i], &m[i], &v[i], g[i], &k);
   } else {
     float mu = (float)c->momentum, lr = (float)c->lr, wd = (float)c->weightDecay;
-    for (size_t i = 0; i < n; i++) {
-      float gi = g[i] + wd * p[i];
-      m[i] = mu * m[i] + gi;
-      p[i] -= lr * m[i];
-    }
+    for (size_t i = 0; i < n; i++) zero_sgd_elem(&p[i], &m[i], g[i], mu, lr, wd);
   }
 }
 
