@@ -8,7 +8,7 @@
 # timestamped as they arrive (line-buffered through stdbuf); the time per
 # step is the span from the first line to the last over STEPS - 1, so
 # start-up and teardown stay out of it. Prints the median and the range per
-# build and stage, and B's median over A's.
+# build and stage, B's median over A's, and the median of each round's B/A.
 # Environment: ROUNDS (5), NRANKS (2), STAGES ("1 2"), STEPS (12).
 set -eu
 if [ $# -lt 2 ]; then
@@ -53,6 +53,9 @@ for s in $stages; do
   ma=$(median "${ta[@]}") mb=$(median "${tb[@]}")
   echo "stage $s  A median $ma ms/step [$(range "${ta[@]}")]  B median $mb ms/step" \
        "[$(range "${tb[@]}")]  B/A $(awk -v x="$ma" -v y="$mb" 'BEGIN{printf "%.3f", y / x}')"
+  ratios=()
+  for i in "${!ta[@]}"; do ratios+=("$(awk -v x="${ta[$i]}" -v y="${tb[$i]}" 'BEGIN{printf "%.3f", y / x}')"); done
+  echo "  paired B/A per round: median $(median "${ratios[@]}") [$(range "${ratios[@]}")]"
   echo "  A: ${ta[*]}"
   echo "  B: ${tb[*]}"
 done
