@@ -8,8 +8,6 @@
 #include "weft.h"
 #include "weft_zero.h"
 
-struct weftZero;
-
 /* Errors, as the library's own (transport/status.h): a function that fails
  * records the text weftZeroLastError shows (zero_fail) and returns the code;
  * callers propagate it unchanged with WEFT_TRY or WEFT_TRY_GOTO. A weft
