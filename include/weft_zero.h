@@ -18,8 +18,9 @@
  * that stream too.
  *
  * A communication failure (a dead peer, a timeout) surfaces at the next
- * call that synchronizes the stream: weftZeroStep, weftZeroGetParams,
- * weftZeroSave or weftZeroLoad. Calls are collective where marked: every
+ * call that synchronizes the stream or waits for a gather: weftZeroStep,
+ * weftZeroGetParams, weftZeroSave, weftZeroLoad, weftZeroParam (stages 1-2)
+ * or a gather's event. Calls are collective where marked: every
  * rank must make them, in the same order. Errors are weftResult_t, with text in weftZeroLastError().
  */
 #ifndef WEFT_ZERO_H
@@ -94,7 +95,10 @@ weftResult_t weftZeroAddParam(weftZero_t zero, int layer, size_t count, const fl
 weftResult_t weftZeroFinalize(weftZero_t zero);
 
 /* The parameter's values (paramType). Stage 3: only while its layer is
- * gathered and after the gather's event; else weftInvalidUsage. */
+ * gathered and after the gather's event; else weftInvalidUsage. Stages 1-2:
+ * waits for the layer's all-gather from the last weftZeroStep if it is still
+ * in flight; a pointer kept across a step is readable once that gather's
+ * event (weftZeroGather, weftZeroGatherEvent) has completed. */
 weftResult_t weftZeroParam(weftZero_t zero, int param, void **ptr_out);
 
 /* The parameter's gradient buffer (paramType, zero at the start of a step):
@@ -109,8 +113,12 @@ weftResult_t weftZeroGrad(weftZero_t zero, int param, void **ptr_out);
  * last layer or after a lower layer), as gatherBoundBytes allows; asking for
  * a layer that does not fit is weftInvalidUsage. *ready_out (may be NULL) is
  * an event that completes when the layer's parameters are in place;
- * synchronize it before weftZeroParam. Stages 0-2: nothing to do, the event
- * is complete. Does not block. Collective. */
+ * synchronize it before weftZeroParam. Stages 1-2: queues nothing; the event
+ * is that of the layer's all-gather queued by the last weftZeroStep, so the
+ * next forward waits for each layer as it reaches it while the later layers
+ * still arrive. Stage 0 (and stages 1-2 before the first step or after a
+ * step on the NULL stream): the event is complete. Does not block.
+ * Collective. */
 weftResult_t weftZeroGather(weftZero_t zero, int layer, weftStream_t stream,
                             weftEvent_t *ready_out);
 /* The event of the layer's last gather, prefetched or asked for (complete
@@ -139,9 +147,13 @@ typedef struct {
 
 /* Finishes the reductions, clips by global norm (across shards), updates the
  * owned shard (AdamW or SGD with momentum, fp32), writes parameters back
- * (all-gathering them for stages 1-2) and zeroes the gradients. Stage 3
- * drops gathered layers, which would be stale. Everything runs on stream and
- * is complete when it returns (blocks). info may be NULL. Collective. */
+ * and zeroes the gradients. Stage 3 drops gathered layers, which would be
+ * stale. Stages 1-2 queue the all-gather of the updated parameters on
+ * stream, one per layer in layer order with a gather event each, and return
+ * with them in flight: they overlap the next forward, which waits for each
+ * layer's event (weftZeroGather) before reading it. Everything else is
+ * complete when it returns (blocks); with the NULL stream everything is.
+ * info may be NULL. Collective. */
 weftResult_t weftZeroStep(weftZero_t zero, weftStream_t stream, weftZeroStepInfo_t *info);
 
 /* The factor the trainer multiplies its loss by (1 unless fp16). */

@@ -42,6 +42,7 @@ struct model {
   const struct train_opts *o;
   weftZero_t zero;
   weftStream_t stream;
+  weftEvent_t loss_ev;          /* the step's loss all-reduce */
   int pw[TRAIN_MAX_LAYERS], pb[TRAIN_MAX_LAYERS];
   float *teacher;               /* outputs x inputs */
   float *act[TRAIN_MAX_LAYERS + 1];
@@ -257,6 +258,11 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
   m.batch = o->global_batch / (o->accum * nranks);
   weftResult_t res = weftStreamCreate(&m.stream);
   if (res != weftSuccess) return res;
+  res = weftEventCreate(&m.loss_ev);
+  if (res != weftSuccess) {
+    weftStreamDestroy(m.stream);
+    return res;
+  }
   res = model_setup(&m, comm);
   if (res == weftSuccess && o->resume != NULL) res = weftZeroLoad(m.zero, o->resume, m.stream);
   int in = o->widths[0], outw = o->widths[o->nlayers];
@@ -271,8 +277,9 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
             o->optimizer == weftZeroAdamW ? "adamw" : "sgd-momentum", r.psi, o->nlayers,
             o->global_batch, o->accum, first);
   }
+  double loss = 0; /* outlives the loop: its all-reduce may be queued when a step fails */
   for (long step = first; step < o->steps && res == weftSuccess; step++) {
-    double loss = 0;
+    loss = 0;
     for (int micro = 0; micro < o->accum && res == weftSuccess; micro++) {
       weftZeroSetSync(m.zero, micro == o->accum - 1);
       uint64_t base = ((uint64_t)step * o->accum + micro) * (uint64_t)(m.batch * nranks) +
@@ -290,10 +297,14 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
       loss += l / (m.batch * outw);
       res = backward(&m, m.batch, (float)weftZeroLossScale(m.zero));
     }
+    /* the loss's all-reduce is queued before the step and waited for by its
+     * own event: nothing after the step waits for the parameter gathers it
+     * leaves in flight (stages 1-2), which the next forward overlaps */
     weftZeroStepInfo_t info;
-    if (res == weftSuccess) res = weftZeroStep(m.zero, m.stream, &info);
     if (res == weftSuccess) res = weftAllReduce(&loss, &loss, 1, weftFloat64, weftSum, comm, m.stream);
-    if (res == weftSuccess) res = weftStreamSynchronize(m.stream);
+    if (res == weftSuccess) res = weftEventRecord(m.loss_ev, m.stream);
+    if (res == weftSuccess) res = weftZeroStep(m.zero, m.stream, &info);
+    if (res == weftSuccess) res = weftEventSynchronize(m.loss_ev);
     if (res != weftSuccess) break;
     loss /= (double)nranks * o->accum;
     if (step == first) out->first_loss = loss;
@@ -317,6 +328,7 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
   }
   if (res == weftSuccess && o->save != NULL) res = weftZeroSave(m.zero, o->save, m.stream);
   model_free(&m);
+  weftEventDestroy(m.loss_ev);
   weftStreamDestroy(m.stream);
   return res;
 }

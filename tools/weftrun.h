@@ -1,7 +1,9 @@
 /* Private to weftrun: the job it supervises and what its files share.
- * weftrun.c parses the arguments, builds the ranks' environment and sets up;
- * weftrun_supervise.c launches, reaps and signals the ranks and tears the
- * job down; weftrun_output.c reads the ranks' pipes and prefixes their lines. */
+ * weftrun.c parses the arguments and sets up; weftrun_supervise.c launches,
+ * reaps and signals the ranks and tears the job down; weftrun_output.c reads
+ * the ranks' pipes and prefixes their lines; weftrun_env.c (a leaf) holds the
+ * allocation helpers and builds the ranks' environment. Calls run one way:
+ * weftrun.c -> weftrun_supervise.c -> weftrun_output.c -> weftrun_env.c. */
 #ifndef WEFT_WEFTRUN_H
 #define WEFT_WEFTRUN_H
 
@@ -72,7 +74,7 @@ struct run_job {
 /* Set by a forwarded signal: launch no more ranks. */
 extern volatile sig_atomic_t sig_stop_launch;
 
-/* weftrun.c: allocation that exits when out of memory */
+/* weftrun_env.c: allocation that exits when out of memory */
 void run_die_oom(void);
 void *run_xmalloc(size_t nbytes);
 char *run_printf(const char *fmt, ...);

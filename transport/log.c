@@ -20,6 +20,13 @@ struct weft_param log_params[] = {
 };
 enum { P_DEBUG, P_SUBSYS, P_FILE };
 
+/* Through param_load, which never logs: param.c's accessors log. These are
+ * strings, never ignored. */
+static const char *log_param(int which) {
+  param_load(&log_params[which]);
+  return log_params[which].sval;
+}
+
 int weft_log_level_now = -1;
 static unsigned log_subsys_mask = LOG_ALL;
 static FILE *log_file;
@@ -52,7 +59,7 @@ static const char *subsys_name(unsigned subsys) {
 }
 
 static void log_open_file(void) {
-  const char *pattern = param_str(&log_params[P_FILE]);
+  const char *pattern = log_param(P_FILE);
   if (pattern == NULL) return;
   char path[512], host[64] = "";
   gethostname(host, sizeof host - 1);
@@ -70,12 +77,12 @@ int weft_log_level(void) {
   int lvl = __atomic_load_n(&weft_log_level_now, __ATOMIC_ACQUIRE);
   if (lvl >= 0) return lvl;
   pthread_mutex_lock(&log_lock);
-  const char *s = param_str(&log_params[P_DEBUG]);
+  const char *s = log_param(P_DEBUG);
   lvl = LOG_WARN;
   if (strcasecmp(s, "NONE") == 0) lvl = LOG_NONE;
   else if (strcasecmp(s, "INFO") == 0) lvl = LOG_INFO;
   else if (strcasecmp(s, "TRACE") == 0) lvl = LOG_TRACE;
-  log_subsys_mask = parse_subsys(param_str(&log_params[P_SUBSYS]));
+  log_subsys_mask = parse_subsys(log_param(P_SUBSYS));
   if (log_file == NULL) log_open_file();
   __atomic_store_n(&weft_log_level_now, lvl, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&log_lock);
@@ -115,9 +122,4 @@ void weft_log(enum weft_log_level level, unsigned subsys, const char *file, int 
     fflush(out);
   }
   pthread_mutex_unlock(&log_lock);
-}
-
-void weft_log_trace_frame(const char *file, int line, weftResult_t res) {
-  if (weft_log_level() >= LOG_TRACE)
-    weft_log(LOG_TRACE, LOG_ALL, file, line, "-> %s", weftGetErrorString(res));
 }

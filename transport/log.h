@@ -24,7 +24,6 @@ extern int weft_log_level_now; /* -1 until first read */
 int weft_log_level(void);
 void weft_log(enum weft_log_level level, unsigned subsys, const char *file, int line,
               const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-void weft_log_trace_frame(const char *file, int line, weftResult_t res);
 
 /* A sink receives each formatted line (without trailing newline) instead of
  * the file; NULL restores the default. For tests. */

@@ -1,65 +1,21 @@
+/* The parameters' accessors, which warn about ignored values, and the tables'
+ * reset and listing. Loading into the cache is param_load.c's. */
 #include "param.h"
-
-#include <errno.h>
-#include <pthread.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "log.h"
 
-/* Parses an integer with an optional K/M/G suffix (powers of 1024); a value
- * that does not fit 64 bits once scaled is not an integer. */
-static int parse_int(const char *s, int64_t *out) {
-  char *end = NULL;
-  errno = 0;
-  long long v = strtoll(s, &end, 0);
-  if (errno != 0 || end == s) return -1;
-  long long scale = 1;
-  switch (*end) {
-    case 'k': case 'K': scale = 1024; end++; break;
-    case 'm': case 'M': scale = 1024 * 1024; end++; break;
-    case 'g': case 'G': scale = 1024LL * 1024 * 1024; end++; break;
-    default: break;
-  }
-  if (*end != '\0' || __builtin_mul_overflow(v, scale, &v)) return -1;
-  *out = v;
-  return 0;
-}
-
-/* Loads are rare (first use, after a reset) and may come from any thread:
- * one at a time, so no thread reads a value while another writes it. */
-static pthread_mutex_t param_mutex = PTHREAD_MUTEX_INITIALIZER;
-
-static void param_load(struct weft_param *p) {
-  if (__atomic_load_n(&p->loaded, __ATOMIC_ACQUIRE)) return;
-  pthread_mutex_lock(&param_mutex);
-  if (__atomic_load_n(&p->loaded, __ATOMIC_ACQUIRE)) {
-    pthread_mutex_unlock(&param_mutex);
-    return;
-  }
-  const char *env = getenv(p->name);
-  const char *text = env != NULL && env[0] != '\0' ? env : p->default_str;
-  int ignored = 0;
-  p->sval = text;
-  p->ival = 0;
-  if (p->type == PARAM_INT && text != NULL && parse_int(text, &p->ival) != 0) {
-    ignored = env == text;
-    if (p->default_str != NULL) parse_int(p->default_str, &p->ival);
-    p->sval = p->default_str;
-  }
-  __atomic_store_n(&p->loaded, 1, __ATOMIC_RELEASE);
-  pthread_mutex_unlock(&param_mutex);
-  /* after the unlock: logging reads its own parameters */
-  if (ignored) WEFT_WARN(LOG_INIT, "ignoring %s=%s: not an integer", p->name, env);
+/* A value found not to be an integer is said once, on the load that found it. */
+static void param_warn_ignored(const struct weft_param *p, const char *ignored) {
+  if (ignored != NULL) WEFT_WARN(LOG_INIT, "ignoring %s=%s: not an integer", p->name, ignored);
 }
 
 int64_t param_int(struct weft_param *p) {
-  param_load(p);
+  param_warn_ignored(p, param_load(p));
   return p->ival;
 }
 
 const char *param_str(struct weft_param *p) {
-  param_load(p);
+  param_warn_ignored(p, param_load(p));
   return p->sval;
 }
 

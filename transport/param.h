@@ -22,6 +22,13 @@ struct weft_param {
 
 #define PARAM_END {NULL, PARAM_INT, NULL, NULL, 0, 0, NULL}
 
+/* Fills p's cache from the environment on first use; logs nothing, so that
+ * log.c can read its own parameters with it. Returns the environment's text
+ * when it was not an integer and the default was taken instead (on the load
+ * that found it only), else NULL. */
+const char *param_load(struct weft_param *p);
+
+/* Cached values; an ignored value is warned about once. */
 int64_t param_int(struct weft_param *p);
 /* NULL when unset and without default. */
 const char *param_str(struct weft_param *p);

@@ -40,6 +40,11 @@ const char *weft_error_text(void) { return error_text; }
 
 void weft_error_clear(void) { error_text[0] = '\0'; }
 
+void weft_log_trace_frame(const char *file, int line, weftResult_t res) {
+  if (weft_log_level() >= LOG_TRACE)
+    weft_log(LOG_TRACE, LOG_ALL, file, line, "-> %s", weftGetErrorString(res));
+}
+
 const char *weftGetErrorString(weftResult_t result) {
   switch (result) {
     case weftSuccess: return "no error";

@@ -16,6 +16,10 @@ weftResult_t weft_error_errno(weftResult_t code, const char *fmt, ...)
 const char *weft_error_text(void);
 void weft_error_clear(void);
 
+/* Logs "-> <code's text>" at file:line at WEFT_DEBUG=TRACE: a frame of the
+ * backtrace WEFT_TRY leaves. */
+void weft_log_trace_frame(const char *file, int line, weftResult_t res);
+
 /* Propagates a failure, logging file:line at each frame (a free backtrace
  * at WEFT_DEBUG=TRACE). weftInProgress passes through silently. */
 #define WEFT_TRY(call)                                                          \

@@ -149,7 +149,7 @@ close_fd: {
 static weftResult_t ckpt_write_manifest(const struct ckpt_manifest *m, const char *path) {
   char *text;
   size_t len;
-  ZERO_TRY(ckpt_manifest_format(m, &text, &len));
+  WEFT_TRY(ckpt_manifest_format(m, &text, &len));
   weftResult_t res = weftSuccess;
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) res = zero_fail(weftSystemError, "cannot create %s: %s", path, strerror(errno));
@@ -166,7 +166,7 @@ static weftResult_t ckpt_commit(struct weftZero *z, const struct ckpt_manifest *
                                 const char *dir, const char *tmp, const char *name) {
   char path[PATH_MAX + 64], final[PATH_MAX], latest_tmp[PATH_MAX], latest[PATH_MAX];
   snprintf(path, sizeof path, "%s/manifest", tmp);
-  ZERO_TRY(ckpt_write_manifest(m, path));
+  WEFT_TRY(ckpt_write_manifest(m, path));
   snprintf(final, sizeof final, "%s/%s", dir, name);
   snprintf(latest, sizeof latest, "%s/LATEST", dir);
   snprintf(latest_tmp, sizeof latest_tmp, "%s/LATEST.tmp", dir);
@@ -250,7 +250,8 @@ weftResult_t weftZeroSave(weftZero_t z, const char *dir, weftStream_t stream) {
   if (z == NULL || dir == NULL) return zero_fail(weftInvalidArgument, "NULL argument");
   if (!z->finalized) return zero_fail(weftInvalidUsage, "call weftZeroFinalize first");
   if (strlen(dir) > PATH_MAX - 64) return zero_fail(weftInvalidArgument, "path too long");
-  if (stream != NULL) ZERO_WEFT(z, weftStreamSynchronize(stream), "synchronizing the stream");
+  if (stream != NULL)
+    WEFT_TRY(zero_weft(z, weftStreamSynchronize(stream), "synchronizing the stream"));
   char name[64], tmp[PATH_MAX], path[PATH_MAX + 64];
   snprintf(name, sizeof name, "step-%ld", z->step);
   snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, name);
@@ -267,12 +268,10 @@ weftResult_t weftZeroSave(weftZero_t z, const char *dir, weftStream_t stream) {
     if (mine == weftSuccess && mkdir(tmp, 0755) != 0)
       mine = zero_fail(weftSystemError, "cannot create %s: %s", tmp, strerror(errno));
   }
-  weftResult_t res =
-      ckpt_agree_with(z, mine, words, 4, stream, "preparing the checkpoint directory");
-  if (res != weftSuccess) {
-    free(sums);
-    return res;
-  }
+  weftResult_t res;
+  WEFT_TRY_GOTO(
+      ckpt_agree_with(z, mine, words, 4, stream, "preparing the checkpoint directory"), res,
+      free_sums);
   run_id_unpack(words, z->run_id);
   z->has_run_id = 1;
   struct ckpt_manifest m;
@@ -283,11 +282,9 @@ weftResult_t weftZeroSave(weftZero_t z, const char *dir, weftStream_t stream) {
   mine = ckpt_write_shard(z, path, &m, &nbytes, &crc);
   sums[2 * z->rank] = (double)nbytes; /* exact below 2^53 bytes */
   sums[2 * z->rank + 1] = crc;
-  res = ckpt_agree_with(z, mine, sums, 2 * (size_t)z->nranks, stream, "writing a shard");
-  if (res != weftSuccess) {
-    free(sums);
-    return res;
-  }
+  WEFT_TRY_GOTO(
+      ckpt_agree_with(z, mine, sums, 2 * (size_t)z->nranks, stream, "writing a shard"), res,
+      free_sums);
   mine = weftSuccess;
   if (z->rank == 0) {
     m.counts = malloc((size_t)z->nlayers * sizeof *m.counts);
@@ -305,8 +302,10 @@ weftResult_t weftZeroSave(weftZero_t z, const char *dir, weftStream_t stream) {
     }
     ckpt_manifest_free(&m);
   }
+  res = ckpt_agree(z, mine, stream, "committing the checkpoint");
+free_sums:
   free(sums);
-  return ckpt_agree(z, mine, stream, "committing the checkpoint");
+  return res;
 }
 
 /* The range of layer l this rank owns and holds in master, cut to the layer. */
@@ -362,7 +361,7 @@ static weftResult_t ckpt_read_shards(struct weftZero *z, const char *ver,
 /* The version LATEST names (ver_out, PATH_MAX bytes), its manifest checked. */
 static weftResult_t ckpt_open_latest(const char *dir, char *ver_out, struct ckpt_manifest *m) {
   long step;
-  ZERO_TRY(ckpt_latest(dir, ver_out, &step));
+  WEFT_TRY(ckpt_latest(dir, ver_out, &step));
   return ckpt_manifest_read(ver_out, step, m);
 }
 
@@ -371,7 +370,7 @@ static weftResult_t ckpt_open_latest(const char *dir, char *ver_out, struct ckpt
  * each is checked by someone). */
 static weftResult_t ckpt_check_local(struct weftZero *z, const char *dir, char *ver,
                                      struct ckpt_manifest *m) {
-  ZERO_TRY(ckpt_open_latest(dir, ver, m));
+  WEFT_TRY(ckpt_open_latest(dir, ver, m));
   const char *opt = z->cfg.optimizer == weftZeroAdamW ? "adamw" : "sgd-momentum";
   weftResult_t res = weftSuccess;
   if (strcmp(m->optimizer, opt) != 0)
@@ -395,7 +394,8 @@ weftResult_t weftZeroLoad(weftZero_t z, const char *dir, weftStream_t stream) {
   if (z == NULL || dir == NULL) return zero_fail(weftInvalidArgument, "NULL argument");
   if (!z->finalized) return zero_fail(weftInvalidUsage, "call weftZeroFinalize first");
   if (strlen(dir) > PATH_MAX - 64) return zero_fail(weftInvalidArgument, "path too long");
-  if (stream != NULL) ZERO_WEFT(z, weftStreamSynchronize(stream), "synchronizing the stream");
+  if (stream != NULL)
+    WEFT_TRY(zero_weft(z, weftStreamSynchronize(stream), "synchronizing the stream"));
   char ver[PATH_MAX];
   struct ckpt_manifest m;
   weftResult_t mine = ckpt_check_local(z, dir, ver, &m);
@@ -411,7 +411,7 @@ weftResult_t weftZeroLoad(weftZero_t z, const char *dir, weftStream_t stream) {
     res = ckpt_read_shards(z, ver, &m);
   }
   ckpt_manifest_free(&m);
-  ZERO_TRY(ckpt_agree(z, res, stream, "loading the checkpoint"));
+  WEFT_TRY(ckpt_agree(z, res, stream, "loading the checkpoint"));
   z->step = m.step;
   z->updates = m.updates;
   z->good_steps = m.good_steps;
@@ -429,7 +429,7 @@ weftResult_t weftZeroConsolidateFlags(const char *dir, const char *out_path, int
     return zero_fail(weftInvalidArgument, "unknown flags %#x", (unsigned)flags);
   char ver[PATH_MAX], path[PATH_MAX + 64], tmp_path[PATH_MAX];
   struct ckpt_manifest m;
-  ZERO_TRY(ckpt_open_latest(dir, ver, &m));
+  WEFT_TRY(ckpt_open_latest(dir, ver, &m));
   weftResult_t res = weftSuccess;
   FILE *out = NULL;
   const size_t chunk = 1u << 18; /* floats per copy */

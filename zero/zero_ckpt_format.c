@@ -290,7 +290,7 @@ weftResult_t ckpt_manifest_read(const char *ver, long step_of_name, struct ckpt_
   memset(m, 0, sizeof *m);
   char *buf;
   size_t len;
-  ZERO_TRY(file_read_bounded(path, CKPT_MAX_MANIFEST_NBYTES, &buf, &len));
+  WEFT_TRY(file_read_bounded(path, CKPT_MAX_MANIFEST_NBYTES, &buf, &len));
   weftResult_t res = weftSuccess;
   char *cur = buf, *end = buf + len, *line;
 
@@ -400,7 +400,7 @@ weftResult_t ckpt_latest(const char *dir, char *ver_out, long *step_out) {
   snprintf(path, sizeof path, "%s/LATEST", dir);
   if (access(path, F_OK) != 0)
     return zero_fail(weftSystemError, "no checkpoint in %s: %s", dir, strerror(errno));
-  ZERO_TRY(file_read_bounded(path, 64, &text, &len));
+  WEFT_TRY(file_read_bounded(path, 64, &text, &len));
   long step = -1;
   int n = 0;
   /* "step-<n>\n", n without sign or leading zeros, as the save writes it */

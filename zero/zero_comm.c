@@ -1,5 +1,6 @@
 /* Communication: gradient reductions queued as layers become ready, stage 3
- * gathers with prefetch under a byte bound, and parameter publication. */
+ * gathers with prefetch under a byte bound, and parameter publication (the
+ * stage 1-2 all-gather, left in flight for the next forward). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,9 +26,10 @@ static weftResult_t zero_bucket_reduce(struct weftZero *z, struct zero_bucket *b
     if (b->red_copy == NULL) return zero_fail(weftSystemError, "out of memory");
     buf = b->red_copy;
   }
-  ZERO_WEFT(z, weftAllReduce(buf, buf, b->count, z->cfg.reduceType, weftSum, z->comm, stream),
-            "all-reducing a gradient bucket");
-  ZERO_WEFT(z, weftEventRecord(b->ev, stream), "recording a bucket event");
+  WEFT_TRY(zero_weft(
+      z, weftAllReduce(buf, buf, b->count, z->cfg.reduceType, weftSum, z->comm, stream),
+      "all-reducing a gradient bucket"));
+  WEFT_TRY(zero_weft(z, weftEventRecord(b->ev, stream), "recording a bucket event"));
   return weftSuccess;
 }
 
@@ -50,10 +52,10 @@ static weftResult_t zero_layer_reduce(struct weftZero *z, struct zero_layer *l,
   }
   void *recv = z->cfg.stage == 1 ? (char *)send + (size_t)z->rank * l->shard * z->red_size
                                  : (char *)z->grad_shard + l->shard_offset * z->red_size;
-  ZERO_WEFT(z, weftReduceScatter(send, recv, l->shard, z->cfg.reduceType, weftSum, z->comm,
-                                 stream),
-            "reduce-scattering a layer's gradients");
-  ZERO_WEFT(z, weftEventRecord(l->red_ev, stream), "recording a reduction event");
+  WEFT_TRY(zero_weft(
+      z, weftReduceScatter(send, recv, l->shard, z->cfg.reduceType, weftSum, z->comm, stream),
+      "reduce-scattering a layer's gradients"));
+  WEFT_TRY(zero_weft(z, weftEventRecord(l->red_ev, stream), "recording a reduction event"));
   return weftSuccess;
 }
 
@@ -83,10 +85,10 @@ weftResult_t weftZeroGradReady(weftZero_t z, int layer, weftStream_t stream) {
   l->reduced = 1;
   if (z->cfg.stage == 0) {
     struct zero_bucket *b = &z->buckets[l->bucket];
-    if (--b->pending == 0) ZERO_TRY(zero_bucket_reduce(z, b, stream));
+    if (--b->pending == 0) WEFT_TRY(zero_bucket_reduce(z, b, stream));
     return weftSuccess;
   }
-  ZERO_TRY(zero_layer_reduce(z, l, stream));
+  WEFT_TRY(zero_layer_reduce(z, l, stream));
   zero_buckets_reclaim(z);
   return weftSuccess;
 }
@@ -119,9 +121,10 @@ static weftResult_t zero_gather_one(struct weftZero *z, int layer, weftStream_t 
   if (l->gathered == NULL) return zero_fail(weftSystemError, "out of memory");
   l->gather_state = ZERO_GATHERING;
   const void *shard = (char *)z->params_shard + l->shard_offset * z->param_size;
-  ZERO_WEFT(z, weftAllGather(shard, l->gathered, l->shard, z->cfg.paramType, z->comm, stream),
-            "all-gathering a layer's parameters");
-  ZERO_WEFT(z, weftEventRecord(l->gather_ev, stream), "recording a gather event");
+  WEFT_TRY(zero_weft(
+      z, weftAllGather(shard, l->gathered, l->shard, z->cfg.paramType, z->comm, stream),
+      "all-gathering a layer's parameters"));
+  WEFT_TRY(zero_weft(z, weftEventRecord(l->gather_ev, stream), "recording a gather event"));
   return weftSuccess;
 }
 
@@ -138,7 +141,9 @@ weftResult_t weftZeroGather(weftZero_t z, int layer, weftStream_t stream, weftEv
     return zero_fail(weftInvalidArgument, "layer %d does not exist", layer);
   struct zero_layer *l = &z->layers[layer];
   if (z->cfg.stage < 3) {
-    if (ready_out != NULL) *ready_out = l->gather_ev; /* never recorded: complete */
+    /* stages 1-2: the last step's gather of the layer (complete when none
+     * was recorded: stage 0, before the first step, or a NULL stream) */
+    if (ready_out != NULL) *ready_out = l->gather_ev;
     return weftSuccess;
   }
   if (l->gather_state == ZERO_RELEASED) {
@@ -149,7 +154,7 @@ weftResult_t weftZeroGather(weftZero_t z, int layer, weftStream_t stream, weftEv
                        layer, l->padded * z->param_size,
                        z->mem[ZERO_MEM_GATHERED] + l->padded * z->param_size,
                        z->cfg.gatherBoundBytes);
-    ZERO_TRY(zero_gather_one(z, layer, stream));
+    WEFT_TRY(zero_gather_one(z, layer, stream));
   }
   /* the direction of travel: forward, or backward from the last layer */
   if (layer > z->last_gather && z->last_gather >= 0) z->gather_dir = 1;
@@ -162,7 +167,7 @@ weftResult_t weftZeroGather(weftZero_t z, int layer, weftStream_t stream, weftEv
     if (next < 0 || next >= z->nlayers) break;
     if (z->layers[next].gather_state != ZERO_RELEASED) continue;
     if (!zero_gather_fits(z, next)) break; /* every rank decides alike */
-    ZERO_TRY(zero_gather_one(z, next, stream));
+    WEFT_TRY(zero_gather_one(z, next, stream));
   }
   if (ready_out != NULL) *ready_out = l->gather_ev;
   return weftSuccess;
@@ -184,22 +189,33 @@ weftResult_t weftZeroRelease(weftZero_t z, int layer) {
   struct zero_layer *l = &z->layers[layer];
   if (z->cfg.stage < 3 || l->gather_state == ZERO_RELEASED) return weftSuccess;
   /* the all-gather may still be writing the buffer */
-  ZERO_WEFT(z, weftEventSynchronize(l->gather_ev), "waiting for a gather");
+  WEFT_TRY(zero_weft(z, weftEventSynchronize(l->gather_ev), "waiting for a gather"));
   zero_free(z, ZERO_MEM_GATHERED, l->gathered, l->padded * z->param_size);
   l->gathered = NULL;
   l->gather_state = ZERO_RELEASED;
   return weftSuccess;
 }
 
+weftResult_t zero_gather_wait(struct weftZero *z, struct zero_layer *l) {
+  if (!l->gather_pending) return weftSuccess;
+  WEFT_TRY(zero_weft(z, weftEventSynchronize(l->gather_ev), "waiting for a parameter gather"));
+  l->gather_pending = 0;
+  return weftSuccess;
+}
+
 weftResult_t zero_release_all(struct weftZero *z) {
-  for (int i = 0; i < z->nlayers; i++) ZERO_TRY(weftZeroRelease(z, i));
+  for (int i = 0; i < z->nlayers; i++) {
+    WEFT_TRY(zero_gather_wait(z, &z->layers[i]));
+    WEFT_TRY(weftZeroRelease(z, i));
+  }
   return weftSuccess;
 }
 
 weftResult_t zero_allreduce_sum(struct weftZero *z, double *vals, size_t n, weftStream_t stream) {
-  ZERO_WEFT(z, weftAllReduce(vals, vals, n, weftFloat64, weftSum, z->comm, stream),
-            "all-reducing step statistics");
-  if (stream != NULL) ZERO_WEFT(z, weftStreamSynchronize(stream), "synchronizing the stream");
+  WEFT_TRY(zero_weft(z, weftAllReduce(vals, vals, n, weftFloat64, weftSum, z->comm, stream),
+                     "all-reducing step statistics"));
+  if (stream != NULL)
+    WEFT_TRY(zero_weft(z, weftStreamSynchronize(stream), "synchronizing the stream"));
   return weftSuccess;
 }
 
@@ -207,18 +223,22 @@ weftResult_t zero_publish_params(struct weftZero *z, weftStream_t stream) {
   int stage = z->cfg.stage;
   for (int i = 0; i < z->nlayers; i++) {
     struct zero_layer *l = &z->layers[i];
+    /* the last step's gather of the layer may still read or write it */
+    WEFT_TRY(zero_gather_wait(z, l));
     const float *master = z->master + l->master_offset;
     void *dst = stage == 3
                     ? (char *)z->params_shard + l->shard_offset * z->param_size
                     : (char *)z->params_full + (l->flat_offset + l->own_offset) * z->param_size;
     for (size_t k = 0; k < l->own_count; k++) zero_store(dst, z->cfg.paramType, k, master[k]);
-    if (stage == 1 || stage == 2) {
-      void *full = (char *)z->params_full + l->flat_offset * z->param_size;
-      ZERO_WEFT(z, weftAllGather(dst, full, l->shard, z->cfg.paramType, z->comm, stream),
-                "all-gathering updated parameters");
-    }
+    if (stage != 1 && stage != 2) continue;
+    /* queued in layer order, so the first layers arrive first; the next
+     * forward waits for each layer's event as it reaches it */
+    void *full = (char *)z->params_full + l->flat_offset * z->param_size;
+    WEFT_TRY(zero_weft(z, weftAllGather(dst, full, l->shard, z->cfg.paramType, z->comm, stream),
+                       "all-gathering updated parameters"));
+    if (stream == NULL) continue; /* complete already */
+    WEFT_TRY(zero_weft(z, weftEventRecord(l->gather_ev, stream), "recording a gather event"));
+    l->gather_pending = 1;
   }
-  if (stream != NULL && (stage == 1 || stage == 2))
-    ZERO_WEFT(z, weftStreamSynchronize(stream), "synchronizing the stream");
   return weftSuccess;
 }

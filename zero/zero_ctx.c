@@ -1,29 +1,9 @@
 /* The context: configuration, registration by layer, flat padded buffers and
  * the memory report. */
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "zero_internal.h"
-
-static __thread char zero_error_text[1024];
-
-weftResult_t zero_fail(weftResult_t code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(zero_error_text, sizeof zero_error_text, fmt, ap);
-  va_end(ap);
-  return code;
-}
-
-weftResult_t zero_fail_weft(weftResult_t code, weftComm_t comm, const char *what) {
-  const char *text = weftGetLastError(NULL);
-  if (text[0] == '\0' && comm != NULL) text = weftGetLastError(comm);
-  return zero_fail(code, "%s: %s (%s)", what, text, weftGetErrorString(code));
-}
-
-const char *weftZeroLastError(void) { return zero_error_text; }
 
 void weftZeroConfigDefaults(weftZeroConfig_t *config) {
   if (config == NULL) return;
@@ -45,24 +25,6 @@ void weftZeroConfigDefaults(weftZeroConfig_t *config) {
   config->prefetchLayers = 1;
   config->lossScale = 65536.0;
   config->lossScaleWindow = 100;
-}
-
-int zero_optim_arrays(weftZeroOptimizer_t optimizer) {
-  return optimizer == weftZeroAdamW ? 3 : 2;
-}
-
-void *zero_alloc(struct weftZero *z, enum zero_mem cat, size_t nbytes) {
-  void *p = calloc(1, nbytes > 0 ? nbytes : 1);
-  if (p == NULL) return NULL;
-  z->mem[cat] += nbytes;
-  if (z->mem[cat] > z->mem_peak[cat]) z->mem_peak[cat] = z->mem[cat];
-  return p;
-}
-
-void zero_free(struct weftZero *z, enum zero_mem cat, void *ptr, size_t nbytes) {
-  if (ptr == NULL) return;
-  z->mem[cat] -= nbytes;
-  free(ptr);
 }
 
 weftResult_t weftZeroCreate(weftZero_t *zero, weftComm_t comm, const weftZeroConfig_t *config) {
@@ -217,7 +179,7 @@ weftResult_t weftZeroFinalize(weftZero_t z) {
       (stage < 2 ? z->grads_full : z->grad_shard) == NULL || z->master == NULL ||
       z->moment1 == NULL || (z->cfg.optimizer == weftZeroAdamW && z->moment2 == NULL))
     return zero_fail(weftSystemError, "out of memory for %zu parameters", z->psi);
-  if (stage == 0) ZERO_TRY(zero_buckets_plan(z));
+  if (stage == 0) WEFT_TRY(zero_buckets_plan(z));
   /* master weights: the owned range of the initial values (padding stays 0) */
   size_t src = 0;
   for (int i = 0; i < z->nlayers; i++) {
@@ -242,6 +204,7 @@ weftResult_t weftZeroParam(weftZero_t z, int param, void **ptr_out) {
   const struct zero_param *p = &z->params[param];
   struct zero_layer *l = &z->layers[p->layer];
   if (z->cfg.stage < 3) {
+    WEFT_TRY(zero_gather_wait(z, l)); /* stages 1-2: the last step's gather */
     *ptr_out = (char *)z->params_full + (l->flat_offset + p->offset) * z->param_size;
     return weftSuccess;
   }

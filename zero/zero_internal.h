@@ -8,24 +8,30 @@
 #include "weft.h"
 #include "weft_zero.h"
 
-/* Records the thread's last error text (weftZeroLastError) and returns code. */
+/* Errors, as the library's own (transport/status.h): a function that fails
+ * records the text weftZeroLastError shows (zero_fail) and returns the code;
+ * callers propagate it unchanged with WEFT_TRY or WEFT_TRY_GOTO. A weft
+ * call's failure is converted where it is made (zero_weft), its text kept
+ * behind what was being done. zero/ sees the public API only, which has no
+ * log: the text carries the context instead of a logged frame per call. */
 weftResult_t zero_fail(weftResult_t code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* A failure of a weft call: takes its text from weftGetLastError. */
 weftResult_t zero_fail_weft(weftResult_t code, weftComm_t comm, const char *what);
+/* res as it is; a failure gets "what: weft's text (code)" as its text. */
+weftResult_t zero_weft(const struct weftZero *z, weftResult_t res, const char *what);
 
-#define ZERO_TRY(call)                                                          \
+#define WEFT_TRY(call)                                                          \
   do {                                                                          \
-    weftResult_t zero_try_res_ = (call);                                        \
-    if (zero_try_res_ != weftSuccess) return zero_try_res_;                     \
+    weftResult_t try_res_ = (call);                                             \
+    if (try_res_ != weftSuccess) return try_res_;                               \
   } while (0)
 
-/* A weft call; failures keep weft's text, prefixed with what was being done. */
-#define ZERO_WEFT(zero, call, what)                                             \
+/* As WEFT_TRY, but stores the code in res and jumps to a cleanup label. */
+#define WEFT_TRY_GOTO(call, res, label)                                         \
   do {                                                                          \
-    weftResult_t zero_weft_res_ = (call);                                       \
-    if (zero_weft_res_ != weftSuccess)                                          \
-      return zero_fail_weft(zero_weft_res_, (zero)->comm, what);                \
+    (res) = (call);                                                             \
+    if ((res) != weftSuccess) goto label;                                       \
   } while (0)
 
 int zero_type_ok(weftDataType_t type);
@@ -57,7 +63,9 @@ struct zero_layer {
   /* stage 3 */
   int gather_state;
   void *gathered;
-  weftEvent_t gather_ev;
+  weftEvent_t gather_ev; /* stage 3: the last gather; stages 1-2: the step's all-gather */
+  int gather_pending;    /* stages 1-2: the step's all-gather was queued on a stream and
+                            not yet waited for here */
   /* gradients of this step */
   void *grad_bucket;   /* stages 2-3: the layer's gradients (paramType, padded) */
   void *red_copy;      /* stages 1-3: a reduceType copy when it differs from paramType */
@@ -109,16 +117,20 @@ struct weftZero {
   size_t mem_peak[ZERO_MEM_NUM];
 };
 
-/* Allocation by category (zeroed); the report counts from these. */
+/* Allocation by category (zeroed, zero_mem.c); the report counts from these. */
 void *zero_alloc(struct weftZero *z, enum zero_mem cat, size_t nbytes);
 void zero_free(struct weftZero *z, enum zero_mem cat, void *ptr, size_t nbytes);
 
 /* Optimizer arrays per element: master and moments. */
 int zero_optim_arrays(weftZeroOptimizer_t optimizer);
 
-/* Owned fp32 master -> parameters of every rank (stages 1-2 all-gather,
- * on stream, complete on return). Collective for stages 1-2. */
+/* Owned fp32 master -> parameters of every rank. Stages 1-2: one all-gather
+ * per layer queued on stream, with the layer's gather event recorded (in
+ * flight on return; complete with a NULL stream). Collective for stages 1-2. */
 weftResult_t zero_publish_params(struct weftZero *z, weftStream_t stream);
+
+/* Stages 1-2: waits for the layer's gather queued by the last publication. */
+weftResult_t zero_gather_wait(struct weftZero *z, struct zero_layer *l);
 
 /* Frees this step's gradient buckets and copies, zeroes the gradients. */
 void zero_grads_reset(struct weftZero *z);
@@ -126,7 +138,8 @@ void zero_grads_reset(struct weftZero *z);
 /* Stages 2-3: frees the buckets of finished reductions. */
 void zero_buckets_reclaim(struct weftZero *z);
 
-/* Stage 3: drops every gathered layer (waits for gathers in flight). */
+/* Stage 3: drops every gathered layer; stages 1-2: waits for the parameter
+ * gathers in flight. */
 weftResult_t zero_release_all(struct weftZero *z);
 
 /* Sums n doubles over ranks on stream; complete on return. */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "zero_internal.h"
+#include "zero_math.h"
 
 /* Where the reduced gradients of layer l's owned range are, and their type. */
 static const void *zero_owned_grads(const struct weftZero *z, const struct zero_layer *l,
@@ -34,22 +35,13 @@ static void zero_update(struct weftZero *z, const float *g, size_t n, size_t at)
     float *v = z->moment2 + at;
     double bc1 = 1.0 - pow(c->beta1, (double)z->updates);
     double bc2 = 1.0 - pow(c->beta2, (double)z->updates);
-    float b1 = (float)c->beta1, b2 = (float)c->beta2;
-    float step = (float)(c->lr / bc1), wd = (float)(c->lr * c->weightDecay);
-    float inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2)), eps = (float)c->eps;
-    for (size_t i = 0; i < n; i++) {
-      m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-      v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-      float denom = sqrtf(v[i]) * inv_sqrt_bc2 + eps;
-      p[i] -= step * m[i] / denom + wd * p[i];
-    }
+    struct zero_adamw_coef k = {(float)c->beta1, (float)c->beta2, (float)(c->lr / bc1),
+                                (float)(c->lr * c->weightDecay), (float)(1.0 / sqrt(bc2)),
+                                (float)c->eps};
+    for (size_t i = 0; i < n; i++) zero_adamw_elem(&p[i], &m[i], &v[i], g[i], &k);
   } else {
     float mu = (float)c->momentum, lr = (float)c->lr, wd = (float)c->weightDecay;
-    for (size_t i = 0; i < n; i++) {
-      float gi = g[i] + wd * p[i];
-      m[i] = mu * m[i] + gi;
-      p[i] -= lr * m[i];
-    }
+    for (size_t i = 0; i < n; i++) zero_sgd_elem(&p[i], &m[i], g[i], mu, lr, wd);
   }
 }
 
@@ -61,9 +53,10 @@ weftResult_t weftZeroStep(weftZero_t z, weftStream_t stream, weftZeroStepInfo_t 
       return zero_fail(weftInvalidUsage,
                        "layer %d's gradients were not marked ready (with sync on) before the step",
                        i);
-  if (stream != NULL) ZERO_WEFT(z, weftStreamSynchronize(stream), "finishing the reductions");
+  if (stream != NULL)
+    WEFT_TRY(zero_weft(z, weftStreamSynchronize(stream), "finishing the reductions"));
   /* gathered stage 3 layers would go stale: drop them */
-  ZERO_TRY(zero_release_all(z));
+  WEFT_TRY(zero_release_all(z));
 
   /* the averaged gradient of the owned range, in fp32 */
   float *g = malloc((z->own_total > 0 ? z->own_total : 1) * sizeof *g);
@@ -85,11 +78,8 @@ weftResult_t weftZeroStep(weftZero_t z, weftStream_t stream, weftZeroStepInfo_t 
   /* stage 0: every rank holds the whole gradient, rank 0 speaks for all */
   double stats[2] = {nonfinite, z->cfg.stage == 0 && z->rank != 0 ? 0.0 : sumsq};
   if (z->cfg.stage == 0 && z->rank != 0) stats[0] = 0;
-  weftResult_t res = zero_allreduce_sum(z, stats, 2, stream);
-  if (res != weftSuccess) {
-    free(g);
-    return res;
-  }
+  weftResult_t res;
+  WEFT_TRY_GOTO(zero_allreduce_sum(z, stats, 2, stream), res, free_grads);
   weftZeroStepInfo_t out = {sqrt(stats[1]), z->loss_scale, stats[0] > 0};
   if (out.skipped) {
     if (z->cfg.paramType == weftFloat16) {
@@ -111,9 +101,12 @@ weftResult_t weftZeroStep(weftZero_t z, weftStream_t stream, weftZeroStepInfo_t 
   free(g);
   z->step++;
   zero_grads_reset(z);
-  if (!out.skipped) ZERO_TRY(zero_publish_params(z, stream));
+  if (!out.skipped) WEFT_TRY(zero_publish_params(z, stream));
   if (info != NULL) *info = out;
   return weftSuccess;
+free_grads:
+  free(g);
+  return res;
 }
 
 weftResult_t weftZeroGetParams(weftZero_t z, float *out, weftStream_t stream) {

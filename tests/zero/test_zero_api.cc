@@ -1,6 +1,7 @@
 // The ZeRO context's API on real ranks: the memory report against the ZeRO
 // formulas, loss scaling that agrees across ranks, stage 3 prefetch under a
-// byte bound, and errors for misuse.
+// byte bound, the stage 1-2 parameter gather overlapping the next forward,
+// and errors for misuse.
 #include <gtest/gtest.h>
 
 #include <math.h>
@@ -268,6 +269,136 @@ TEST(ZeroPrefetch, NextLayerGathersDuringCompute) {
     return 0;
   });
   for (int s : status) EXPECT_EQ(s, 0);
+}
+
+// Stages 1-2: the step queues each layer's all-gather of the updated
+// parameters and returns with them in flight; the next forward waits for
+// layer k's event while later layers still arrive, and layer k+1's gather
+// finishes during layer k's compute without another call. The values are,
+// bit for bit, those of the synchronous path (the NULL stream) and of the
+// updated master weights.
+struct GatherOverlapCase {
+  int stage;
+  int nranks;
+  weftDataType_t type;
+};
+
+// One step of random gradients (the same for a given step, layer and rank
+// in every context), marked ready from the last layer as backward does.
+int overlap_step(const RankCtx &ctx, weftZero_t z, const std::vector<int> &ids, size_t count,
+                 weftDataType_t type, int step, weftStream_t stream) {
+  std::vector<float> g(count);
+  for (int k = (int)ids.size() - 1; k >= 0; k--) {
+    Rng rng(test_seed() + 1000003ull * step + 1009ull * k + ctx.rank);
+    for (float &v : g) v = (float)(rng.uniform() - 0.5);
+    void *gp;
+    if (weftZeroGrad(z, ids[k], &gp) != weftSuccess ||
+        weftZeroAccumulate(gp, type, g.data(), count) != weftSuccess ||
+        weftZeroGradReady(z, k, stream) != weftSuccess)
+      return rank_fail(ctx, "step %d layer %d: %s", step, k, weftZeroLastError());
+  }
+  if (weftZeroStep(z, stream, nullptr) != weftSuccess)
+    return rank_fail(ctx, "step %d: %s", step, weftZeroLastError());
+  return 0;
+}
+
+TEST(ZeroPrefetch, Stage12GatherOverlapsNextForward) {
+  const GatherOverlapCase cases[] = {
+      {1, 2, weftFloat32}, {2, 3, weftBfloat16}, {1, 4, weftBfloat16}, {2, 2, weftFloat32}};
+  for (const GatherOverlapCase &c : cases) {
+    SCOPED_TRACE(testing::Message() << "stage " << c.stage << ", " << c.nranks << " ranks");
+    auto status = run_ranks(c.nranks, [c](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (int rc = init(ctx, &comm)) return rc;
+      const int L = 3, steps = 2;
+      const size_t count = (1u << 18) + 3;  // 1 MiB a layer in fp32, odd
+      const size_t nbytes = count * weftTypeSize(c.type);
+      weftZeroConfig_t cfg;
+      weftZeroConfigDefaults(&cfg);
+      cfg.stage = c.stage;
+      cfg.paramType = cfg.reduceType = c.type;
+      cfg.lr = 1e-2;
+      std::vector<std::vector<size_t>> layers(L, {count});
+      // the synchronous path first (the NULL stream: complete on return),
+      // so that the two contexts' collectives never interleave on comm
+      std::vector<std::vector<char>> want(steps * L, std::vector<char>(nbytes));
+      {
+        weftZero_t z;
+        std::vector<int> ids;
+        if (int rc = make_ctx(ctx, comm, cfg, layers, &z, &ids)) return rc;
+        for (int s = 0; s < steps; s++) {
+          if (int rc = overlap_step(ctx, z, ids, count, c.type, s, nullptr)) return rc;
+          for (int k = 0; k < L; k++) {
+            void *p;
+            weftEvent_t ready;
+            if (weftZeroGather(z, k, nullptr, &ready) != weftSuccess ||
+                weftEventQuery(ready) != weftSuccess)
+              return rank_fail(ctx, "the NULL stream left layer %d's gather in flight", k);
+            if (weftZeroParam(z, ids[k], &p) != weftSuccess)
+              return rank_fail(ctx, "param %d: %s", k, weftZeroLastError());
+            memcpy(want[s * L + k].data(), p, nbytes);
+          }
+        }
+        weftZeroDestroy(z);
+      }
+      weftZero_t z;
+      std::vector<int> ids;
+      if (int rc = make_ctx(ctx, comm, cfg, layers, &z, &ids)) return rc;
+      weftStream_t stream;
+      weftStreamCreate(&stream);
+      int in_flight_seen = 0;
+      std::vector<float> master(L * count), converted(count * 2);
+      for (int s = 0; s < steps; s++) {
+        if (int rc = overlap_step(ctx, z, ids, count, c.type, s, stream)) return rc;
+        for (int k = 0; k < L; k++) {  // the gathers the step left
+          weftEvent_t ev;
+          weftZeroGatherEvent(z, k, &ev);
+          if (weftEventQuery(ev) == weftInProgress) in_flight_seen++;
+        }
+        for (int k = 0; k < L; k++) {  // the next forward
+          weftEvent_t ready, next = nullptr;
+          if (weftZeroGather(z, k, stream, &ready) != weftSuccess)
+            return rank_fail(ctx, "gather %d: %s", k, weftZeroLastError());
+          if (k + 1 < L) {
+            weftZeroGatherEvent(z, k + 1, &next);
+            if (weftEventQuery(next) == weftInProgress) in_flight_seen++;
+          }
+          if (weftEventSynchronize(ready) != weftSuccess)
+            return rank_fail(ctx, "layer %d's gather failed: %s", k, weftGetLastError(nullptr));
+          void *p;
+          if (weftZeroParam(z, ids[k], &p) != weftSuccess)
+            return rank_fail(ctx, "param %d: %s", k, weftZeroLastError());
+          if (memcmp(p, want[s * L + k].data(), nbytes) != 0)
+            return rank_fail(ctx, "step %d layer %d: not the synchronous path's values", s, k);
+          // compute layer k: 100 ms slices, no weft call but a query; on a
+          // loaded machine layer k+1 may take more than one slice, never 20
+          int slices = 0;
+          do usleep(100000);
+          while (next != nullptr && weftEventQuery(next) != weftSuccess && ++slices < 20);
+          if (next != nullptr && weftEventQuery(next) != weftSuccess)
+            return rank_fail(ctx, "layer %d's gather did not finish during layer %d's compute",
+                             k + 1, k);
+        }
+        // the gathered values are the updated master weights, rounded
+        if (weftZeroGetParams(z, master.data(), stream) != weftSuccess)
+          return rank_fail(ctx, "get params: %s", weftZeroLastError());
+        for (int k = 0; k < L; k++) {
+          void *p;
+          weftZeroParam(z, ids[k], &p);
+          weftZeroFromFloat(master.data() + k * count, c.type, converted.data(), count);
+          if (memcmp(p, converted.data(), nbytes) != 0)
+            return rank_fail(ctx, "step %d layer %d: not the master weights", s, k);
+        }
+      }
+      if (in_flight_seen == 0)
+        return rank_fail(ctx, "no parameter gather was ever seen in flight after a step");
+      weftZeroDestroy(z);
+      weftStreamDestroy(stream);
+      weftCommDestroy(comm);
+      return 0;
+    });
+    for (int s : status) EXPECT_EQ(s, 0);
+  }
 }
 
 // Backward overlap: a layer's reduction, queued by GradReady, runs while the
