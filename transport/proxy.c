@@ -5,6 +5,7 @@
 #include "proxy.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -25,9 +26,27 @@
 
 /* --- the FIFO ------------------------------------------------------------ */
 
-weftResult_t proxy_fifo_alloc(struct proxy_conn *c, uint32_t nslots, size_t slot_nbytes) {
+weftResult_t proxy_fifo_alloc(struct proxy_conn *c, uint32_t nslots, size_t slot_nbytes,
+                              const struct proxy_fifo_mem *mem) {
   _Static_assert(sizeof(struct conn_ctrl) <= PROXY_CTRL_NBYTES, "ctrl fits its page");
+  /* the kernels' view of the ctrl page (struct dev_fifo_ctrl) */
+  _Static_assert(offsetof(struct conn_ctrl, tail) == 0, "tail where the kernels look");
+  _Static_assert(offsetof(struct conn_ctrl, head) == 64, "head where the kernels look");
   size_t nbytes = PROXY_CTRL_NBYTES + (size_t)nslots * slot_nbytes;
+  if (mem != NULL) {
+    void *host, *dev;
+    WEFT_TRY(mem->alloc(nbytes, &host, &dev));
+    c->mem = mem;
+    c->fifo_dev = dev;
+    c->whole_slots = 1;
+    c->fifo = host;
+    c->fifo_nbytes = nbytes;
+    c->nslots = nslots;
+    c->slot_nbytes = slot_nbytes;
+    c->ctrl = host;
+    c->slots = (char *)host + PROXY_CTRL_NBYTES;
+    return weftSuccess;
+  }
   /* anonymous pages: zeroed, page-aligned, never shared with a child */
   void *fifo = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (fifo == MAP_FAILED)
@@ -44,13 +63,18 @@ weftResult_t proxy_fifo_alloc(struct proxy_conn *c, uint32_t nslots, size_t slot
 }
 
 void proxy_fifo_free(struct proxy_conn *c) {
-  if (c->fifo != NULL) munmap(c->fifo, c->fifo_nbytes);
+  if (c->fifo != NULL && c->mem != NULL) c->mem->free(c->fifo, c->fifo_nbytes);
+  else if (c->fifo != NULL) munmap(c->fifo, c->fifo_nbytes);
   c->fifo = NULL;
   c->ctrl = NULL;
   c->slots = NULL;
 }
 
 int proxy_conn_slot_used(struct proxy_conn *c, uint64_t step, uint32_t *used_out) {
+  if (c->whole_slots) {
+    *used_out = (uint32_t)c->slot_nbytes;
+    return 0;
+  }
   uint32_t used = c->ctrl->slot_used_nbytes[step % c->nslots];
   if ((used & PROXY_USED_NBYTES_MASK) > c->slot_nbytes) {
     proxy_conn_fail(c, "a slot claims more bytes than it holds", NULL);

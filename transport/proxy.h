@@ -42,6 +42,19 @@
 struct proxy;
 struct proxy_conn;
 
+/* Where a FIFO lives when not in private pages: memory a device reaches as
+ * well (pinned and mapped: net_dev.h). The ctrl page then doubles as the
+ * kernels' struct dev_fifo_ctrl (tail at byte 0, head at byte 64, as in
+ * struct conn_ctrl), and since kernels record no used word, every slot
+ * moves whole. */
+struct proxy_fifo_mem {
+  const char *name;
+  /* nbytes of zeroed memory, page-aligned: its address here and the
+   * device's (the same where the device is emulated) */
+  weftResult_t (*alloc)(size_t nbytes, void **host_out, void **dev_out);
+  void (*free)(void *host, size_t nbytes);
+};
+
 /* What a network adds to the core. Every function runs on the proxy thread
  * (or a driving rank's thread) under the proxy's mutex. */
 struct proxy_net_ops {
@@ -80,6 +93,9 @@ struct proxy_conn {
   size_t slot_nbytes;
   void *fifo;
   size_t fifo_nbytes;
+  const struct proxy_fifo_mem *mem; /* NULL: private pages */
+  void *fifo_dev;   /* the FIFO's device address (mem only) */
+  int whole_slots;  /* the slots carry no used word: each moves whole */
   /* owned by the proxy while registered */
   uint64_t sent_step; /* sender: slots the network no longer needs (proxy_conn_drain) */
   int failed;         /* poison set, peer told */
@@ -127,8 +143,10 @@ struct proxy_pool {
 /* --- the FIFO ----------------------------------------------------------- */
 
 /* Allocates c's FIFO (ctrl page, then nslots slots of slot_nbytes): zeroed,
- * page-aligned, private to this process, on the rank's NUMA node. */
-weftResult_t proxy_fifo_alloc(struct proxy_conn *c, uint32_t nslots, size_t slot_nbytes);
+ * page-aligned; in private pages on the rank's NUMA node, or from mem
+ * (non-NULL: a device FIFO, whole slots). */
+weftResult_t proxy_fifo_alloc(struct proxy_conn *c, uint32_t nslots, size_t slot_nbytes,
+                              const struct proxy_fifo_mem *mem);
 void proxy_fifo_free(struct proxy_conn *c);
 
 static inline char *proxy_slot(const struct proxy_conn *c, uint64_t step) {

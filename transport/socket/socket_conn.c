@@ -78,7 +78,7 @@ static weftResult_t socket_conn_alloc(struct weft_conn *conn, int is_send, int n
   sc->listen_fd = -1;
   sc->setup_pid = conn->peer_pid;
   for (int s = 0; s < SOCKET_MAX_SOCKS; s++) sc->streams[s].fd = -1;
-  weftResult_t res = proxy_fifo_alloc(&sc->pc, conn->nslots, conn->slot_nbytes);
+  weftResult_t res = proxy_fifo_alloc(&sc->pc, conn->nslots, conn->slot_nbytes, conn->fifo_mem);
   if (res != weftSuccess) {
     free(sc);
     return res;

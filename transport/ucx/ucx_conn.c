@@ -111,7 +111,7 @@ static weftResult_t ucx_conn_alloc(struct weft_conn *conn, int is_send, struct u
   uc->pc.is_send = is_send;
   uc->pc.peer_rank = conn->peer_rank;
   conn->priv = uc; /* from here on, close() undoes it all */
-  WEFT_TRY(proxy_fifo_alloc(&uc->pc, conn->nslots, conn->slot_nbytes));
+  WEFT_TRY(proxy_fifo_alloc(&uc->pc, conn->nslots, conn->slot_nbytes, conn->fifo_mem));
   ucp_mem_map_params_t mp = {
       .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
       .address = uc->pc.fifo,
