@@ -4,16 +4,22 @@
 // through the proxy core, and a host thread emulating the kernel's slot
 // protocol (dev_emu.h) exchanges random data of odd sizes in both ring
 // directions. A rank killed mid-stream gives every other rank an error
-// through the proxy's poison, well inside the timeout. WEFT_NET_GDR is
-// parsed, logged and checked.
+// through the proxy's poison, well inside the timeout. The same runs between
+// network-namespace hosts (root only), where a link cut mid-stream gives
+// every rank an error within the timeout. WEFT_NET_GDR is parsed, logged and
+// checked.
 #include <gtest/gtest.h>
 
+#include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.h"
@@ -300,6 +306,171 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Values(ExchangeCase{"socket", 2, 4, 4096}, ExchangeCase{"socket", 3, 4, 4096},
                     ExchangeCase{"ucx", 2, 4, 4096}, ExchangeCase{"ucx", 3, 4, 4096}),
     case_name);
+
+int sh(const std::string &cmd) { return system((cmd + " >/dev/null 2>&1").c_str()); }
+
+// UCX finds network devices under /sys/class/net, which shows the namespace
+// that mounted it: a rank that entered its host's namespace mounts a sysfs of
+// its own in a private mount namespace, as "ip netns exec" does.
+int see_own_netns_devices(const RankCtx &ctx) {
+  if (unshare(CLONE_NEWNS) == 0 && mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+      umount2("/sys", MNT_DETACH) == 0 && mount("sysfs", "/sys", "sysfs", 0, nullptr) == 0)
+    return 0;
+  return rank_fail(ctx, "mounting /sys: %m");
+}
+
+// Two hosts as network namespaces joined by a veth pair, two ranks in each
+// (ranks 0 and 1 on the first): the ring crosses the link twice.
+class NetDevNetns : public testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (transport_named(GetParam()) == nullptr) GTEST_SKIP() << GetParam() << " not built in";
+    if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
+    if (sh("command -v ip") != 0) GTEST_SKIP() << "needs the ip tool (iproute2)";
+    tag = std::to_string(getpid() % 100000);
+    ns[0] = "wnd-h0-" + tag;
+    ns[1] = "wnd-h1-" + tag;
+    // each host's end of the link is weft0: one UCX_NET_DEVICES for both
+    bool ok = sh("ip netns add " + ns[0]) == 0 && sh("ip netns add " + ns[1]) == 0 &&
+              sh("ip link add weft0 netns " + ns[0] + " type veth peer name weft0 netns " +
+                 ns[1]) == 0;
+    for (int h = 0; ok && h < 2; h++) {
+      std::string in = "ip netns exec " + ns[h] + " ";
+      ok = sh(in + "ip link set lo up") == 0 &&
+           sh(in + "ip addr add 10.252." + tag.substr(0, 2) + "." + std::to_string(h + 1) +
+              "/24 dev weft0") == 0 &&
+           sh(in + "ip link set weft0 up") == 0;
+    }
+    // UCX leaves out a device that is not up yet: wait for both ends' carrier
+    for (int h = 0; ok && h < 2; h++)
+      ok = sh("ip netns exec " + ns[h] +
+              " sh -c 'for i in $(seq 100); do grep -qx up /sys/class/net/weft0/operstate && "
+              "exit 0; sleep 0.05; done; exit 1'") == 0;
+    if (!ok) {
+      TearDown();
+      GTEST_SKIP() << "could not create namespaces and a veth pair here";
+    }
+  }
+  void TearDown() override {
+    if (ns[0].empty()) return;
+    sh("ip netns del " + ns[0]);
+    sh("ip netns del " + ns[1]);
+  }
+  RunOptions netns_options(int timeout_s) {
+    RunOptions o = options(GetParam().c_str(), timeout_s);
+    o.netns = {ns[0], ns[0], ns[1], ns[1]};
+    if (GetParam() == "ucx") o.env.push_back({"UCX_NET_DEVICES", "weft0"});
+    return o;
+  }
+  std::string tag, ns[2];
+};
+
+// Rounds of exchange around both rings until one fails or `rounds` are done.
+// Returns the emulated kernel's last result and, in *round_s, how long the
+// last round took. A kernel that gives up poisons its connections, as the
+// device executor's host side does, so that the peers hear of it.
+EmuResult exchange_rounds(const RankCtx &ctx, Rank &rk, size_t slot_nbytes, uint64_t seed,
+                          int rounds, uint64_t kernel_timeout_ns, double *round_s) {
+  std::vector<EmuFifo> fifos;
+  fifos.reserve(2 * kDirs);
+  for (uint32_t d = 0; d < kDirs; d++) {
+    net_dev_fifo s, r;
+    if (net_dev_conn_fifo(&rk.send[d], &s) != weftSuccess ||
+        net_dev_conn_fifo(&rk.recv[d], &r) != weftSuccess)
+      return EMU_ABORTED;
+    fifos.emplace_back(s);
+    fifos.emplace_back(r);
+  }
+  EmuResult r = EMU_OK;
+  for (int k = 0; r == EMU_OK && k < rounds; k++) {
+    std::vector<std::vector<char>> out(kDirs), in(kDirs);
+    std::vector<EmuMsg> msgs;
+    for (uint32_t d = 0; d < kDirs; d++) {
+      out[d].resize(msg_nbytes(seed, ctx.rank, d, k, slot_nbytes) * 8);
+      msg_fill(seed, ctx.rank, d, k, out[d]);
+      int prev = rk.neighbour(ctx, d, -1);
+      in[d].assign(msg_nbytes(seed, prev, d, k, slot_nbytes) * 8, 0);
+      msgs.push_back(EmuMsg{&fifos[2 * d], true, out[d].data(), out[d].size()});
+      msgs.push_back(EmuMsg{&fifos[2 * d + 1], false, in[d].data(), in[d].size()});
+    }
+    double t0 = now_s();
+    r = emu_kernel_run(msgs, [&] { return rk.any_failed(); }, kernel_timeout_ns);
+    *round_s = now_s() - t0;
+    for (uint32_t d = 0; r == EMU_OK && d < kDirs; d++) {
+      int prev = rk.neighbour(ctx, d, -1);
+      std::vector<char> expect(in[d].size());
+      msg_fill(seed, prev, d, k, expect);
+      if (in[d] != expect) {
+        rank_fail(ctx, "round %d dir %u: data from rank %d differs", k, d, prev);
+        return EMU_ABORTED;
+      }
+    }
+  }
+  if (r != EMU_OK)
+    for (uint32_t d = 0; d < kDirs; d++) {
+      conn_poison(&rk.send[d]);
+      conn_poison(&rk.recv[d]);
+    }
+  return r;
+}
+
+// Random data both ways between the namespace hosts, checked.
+TEST_P(NetDevNetns, ExchangeAcrossHosts) {
+  const uint64_t seed = test_seed();
+  const std::string t = GetParam();
+  auto status = run_ranks(4, [&](const RankCtx &ctx) {
+    if (t == "ucx")
+      if (int rc = see_own_netns_devices(ctx)) return rc;
+    Rank rk;
+    if (int rc = rk.connect(ctx, t, 4, 4096)) return rc;
+    double round_s = 0;
+    EmuResult r = exchange_rounds(ctx, rk, 4096, seed, 50, 20000000000ull, &round_s);
+    if (r != EMU_OK) return rank_fail(ctx, "emulated kernel gave up (%d)", (int)r);
+    if (bootstrap_barrier(rk.bs) != weftSuccess) return rank_fail(ctx, "barrier");
+    if (rk.any_failed()) return rank_fail(ctx, "a connection failed during the exchange");
+    if (bootstrap_barrier(rk.bs) != weftSuccess) return rank_fail(ctx, "barrier");
+    return 0;
+  }, netns_options(30));
+  for (int r = 0; r < 4; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+// The link between the hosts goes down in the middle of the exchange: every
+// rank's emulated kernel gives up (its own timeout, or the poison of a peer
+// that gave up) within the timeout, none hangs.
+TEST_P(NetDevNetns, LinkCutGivesEveryRankAnError) {
+  const uint64_t seed = test_seed();
+  const std::string t = GetParam();
+  const int timeout_s = 3;
+  // rank 0 takes its host's end of the link down (it runs in that namespace)
+  const std::string down = "ip link set weft0 down";
+  auto status = run_ranks(4, [&](const RankCtx &ctx) {
+    if (t == "ucx")
+      if (int rc = see_own_netns_devices(ctx)) return rc;
+    Rank rk;
+    if (int rc = rk.connect(ctx, t, 4, 4096)) return rc;
+    std::atomic<int> cut{-1};
+    std::thread cutter;
+    if (ctx.rank == 0)
+      cutter = std::thread([&] {
+        sleep(2);  // long after set-up, in the middle of the rounds
+        cut = sh(down);
+      });
+    double round_s = 0;
+    EmuResult r =
+        exchange_rounds(ctx, rk, 4096, seed, 1 << 30, timeout_s * 1000000000ull, &round_s);
+    if (cutter.joinable()) cutter.join();
+    if (ctx.rank == 0 && cut != 0) return rank_fail(ctx, "could not take the link down");
+    if (r == EMU_OK) return rank_fail(ctx, "no error after the link went down");
+    printf("rank %d: emulated kernel %s after %.2f s in the failing round\n", ctx.rank,
+           r == EMU_ABORTED ? "aborted" : "timed out", round_s);
+    if (round_s > timeout_s + 2) return rank_fail(ctx, "the error took %.1f s", round_s);
+    return 0;
+  }, netns_options(timeout_s));
+  for (int r = 0; r < 4; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(NetDev, NetDevNetns, testing::Values("socket", "ucx"),
+                         [](const testing::TestParamInfo<std::string> &i) { return i.param; });
 
 std::vector<std::string> *captured_lines;
 void capture(int level, const char *line, void *ctx) {
