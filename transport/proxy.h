@@ -196,7 +196,8 @@ void proxy_conn_drain(struct proxy_conn *c);
 
 /* --- threads and registration ------------------------------------------- */
 
-/* Starts p's thread (p as from PROXY_INITIALIZER). Under p's mutex. */
+/* Starts p's thread (p as from PROXY_INITIALIZER, or stopped). Under p's
+ * mutex once other threads can see p. */
 weftResult_t proxy_start(struct proxy *p, int index);
 
 /* Stops p's thread and waits for it. Not under p's mutex. */

@@ -424,7 +424,7 @@ TEST_P(NetDevNetns, ExchangeAcrossHosts) {
     Rank rk;
     if (int rc = rk.connect(ctx, t, 4, 4096)) return rc;
     double round_s = 0;
-    EmuResult r = exchange_rounds(ctx, rk, 4096, seed, 50, 20000000000ull, &round_s);
+    EmuResult r = exchange_rounds(ctx, rk, 4096, seed, 20, 20000000000ull, &round_s);
     if (r != EMU_OK) return rank_fail(ctx, "emulated kernel gave up (%d)", (int)r);
     if (bootstrap_barrier(rk.bs) != weftSuccess) return rank_fail(ctx, "barrier");
     if (rk.any_failed()) return rank_fail(ctx, "a connection failed during the exchange");
@@ -463,7 +463,8 @@ TEST_P(NetDevNetns, LinkCutGivesEveryRankAnError) {
     if (r == EMU_OK) return rank_fail(ctx, "no error after the link went down");
     printf("rank %d: emulated kernel %s after %.2f s in the failing round\n", ctx.rank,
            r == EMU_ABORTED ? "aborted" : "timed out", round_s);
-    if (round_s > timeout_s + 2) return rank_fail(ctx, "the error took %.1f s", round_s);
+    // the kernel's own timeout, or a peer's poison, and room for a loaded machine
+    if (round_s > 2 * timeout_s + 2) return rank_fail(ctx, "the error took %.1f s", round_s);
     return 0;
   }, netns_options(timeout_s));
   for (int r = 0; r < 4; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
