@@ -216,11 +216,12 @@ static void proxy_sleep(struct proxy *p, int npfds, uint64_t gen, uint64_t idle_
 }
 
 /* A rank pinned to one CPU (weftrun --bind-to core) would share it with its
- * proxy: the proxy may run on any CPU the kernel allows this process, then
- * on those of the rank's NUMA node where the topology knows them. */
-static void proxy_thread_bind(void) {
+ * proxy: where the network says so, the proxy may run on any CPU the kernel
+ * allows this process; then on those of the rank's NUMA node where the
+ * topology knows them. */
+static void proxy_thread_bind(const struct proxy_net_ops *ops) {
   cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) == 1) {
+  if (ops->unpin && sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) == 1) {
     long ncpus = sysconf(_SC_NPROCESSORS_CONF);
     CPU_ZERO(&set);
     for (long cpu = 0; cpu < ncpus && cpu < CPU_SETSIZE; cpu++) CPU_SET(cpu, &set);
@@ -231,7 +232,7 @@ static void proxy_thread_bind(void) {
 
 static void *proxy_main(void *arg) {
   struct proxy *p = arg;
-  proxy_thread_bind();
+  proxy_thread_bind(p->ops);
   uint64_t idle_since = 0;
   for (;;) {
     pthread_mutex_lock(&p->mutex);

@@ -62,6 +62,11 @@ struct proxy_net_ops {
   uint64_t sleep_min_ns; /* the first sleep once idle; later ones grow ... */
   uint64_t sleep_max_ns; /* ... up to this */
   int linger;            /* 1: the thread runs until proxy_stop, even with no connection */
+  /* 1: where the rank is pinned to one CPU, its proxy may run on any CPU of
+   * the process; 0: it shares the rank's (a rank that waits by driving the
+   * proxy's passes itself, as UCX's bulk calls do, and weftrun's binding of
+   * UCX ranks to a core each, keep the pair on one core) */
+  int unpin;
   /* Moves what it can of c's slots, publishing credits and arrivals with
    * proxy_conn_publish_*; checks the peer's liveness and calls
    * proxy_conn_fail when the connection breaks. Does not block. Returns

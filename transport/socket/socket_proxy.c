@@ -224,6 +224,7 @@ const struct proxy_net_ops socket_net_ops = {
     .sleep_min_ns = SOCKET_SLEEP_MIN_NS,
     .sleep_max_ns = SOCKET_SLEEP_MAX_NS,
     .linger = 0,
+    .unpin = 1,
     .progress = socket_progress,
     .notify_fail = socket_notify_fail,
     .pass = NULL,

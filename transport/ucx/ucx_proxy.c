@@ -311,6 +311,7 @@ const struct proxy_net_ops ucx_net_ops = {
     .sleep_min_ns = UCX_SLEEP_MIN_NS,
     .sleep_max_ns = UCX_SLEEP_MAX_NS,
     .linger = 1, /* until the worker goes: retired ends still need its progress */
+    .unpin = 0,
     .progress = ucx_progress,
     .notify_fail = ucx_notify_fail,
     .pass = ucx_pass,
