@@ -6,8 +6,11 @@
 # from the time column)
 # of each build, the spread (min-max) and the median of the paired ratios.
 #
-#   [ITERS=50] [TRANSPORTS="socket ucx"] [SIZES="64K 16M"] \
+#   [ITERS=50] [TRANSPORTS="socket ucx"] [SIZES="64K 16M"] [CONCURRENT=1] \
 #     tools/bench/proxy_ab.sh BASE_BUILD NEW_BUILD [ROUNDS] [NRANKS]
+#
+# CONCURRENT=1 runs the two builds' jobs at the same time in each round
+# instead of one after the other (on a machine loaded by other work).
 #
 # Each build folder needs tools/all_reduce_perf and tools/weftrun (e.g.
 # meson setup B -Dcuda=disabled -Dtests=false -Dnccl=false &&
@@ -35,6 +38,18 @@ run_one() {
 for r in $(seq 1 "$rounds"); do
   for transport in ${TRANSPORTS:-socket ucx}; do
     for size in ${SIZES:-64K 16M}; do
+      if [ "${CONCURRENT:-0}" = 1 ]; then
+        # both builds at once: whatever else loads the machine falls on both alike
+        run_one "$base" "$transport" "$size" >"$tmp/base.out" &
+        run_one "$new" "$transport" "$size" >"$tmp/new.out"
+        wait
+        for which in base new; do
+          bw=$(awk -v n="$nranks" '{printf "%.4f", 2 * (n - 1) / n * $1 / ($2 * 1e3)}' "$tmp/$which.out")
+          echo "round $r $transport $size $which ${bw:-NA}"
+          echo "$transport $size $which $r ${bw:-NA}" >>"$tmp/all"
+        done
+        continue
+      fi
       # alternate which build goes first
       if [ $((r % 2)) -eq 1 ]; then order="base new"; else order="new base"; fi
       for which in $order; do
