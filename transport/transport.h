@@ -47,6 +47,7 @@ struct weft_conn {
   const struct weft_transport *transport;
   void *priv;          /* the transport's own state */
   struct bootstrap *bs; /* the communicator's: transports may exchange set-up data */
+  const struct proxy_fifo_mem *fifo_mem; /* network transports: FIFO memory (NULL: private) */
 };
 
 /* What the receiver sends the sender so it can attach: opaque per transport. */

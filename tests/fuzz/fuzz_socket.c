@@ -23,7 +23,7 @@ extern const struct weft_transport socket_transport;
 
 #define NSLOTS 4
 #define SLOT_NBYTES 1024
-#define USED_MASK 0x07ffffffu /* socket_proxy.h's SOCKET_USED_NBYTES_MASK */
+#define USED_MASK 0x07ffffffu /* proxy.h's PROXY_USED_NBYTES_MASK */
 
 /* socket_conn.c's blob and hello (the self-check fails when they drift) */
 struct fuzz_socket_blob {

@@ -9,13 +9,11 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../param.h"
-#include "../topo.h"
 #include "../sock.h"
 #include "../status.h"
 #include "../transport.h"
@@ -33,7 +31,6 @@ struct weft_param socket_params[] = {
     PARAM_END,
 };
 
-#define SOCKET_CTRL_NBYTES 4096 /* the slots start on their own page */
 #define SOCKET_HELLO_MAGIC 0x7765667453434b31ull /* "weftSCK1" */
 #define SOCKET_HELLO_TIMEOUT_NS 5000000000ull   /* a hello sits queued before the barrier */
 
@@ -72,33 +69,23 @@ static int socket_can_connect(const struct peer_info *sender, const struct peer_
  * close() undoes a half-done set-up). */
 static weftResult_t socket_conn_alloc(struct weft_conn *conn, int is_send, int nsocks,
                                       struct socket_conn **sc_out) {
-  static_assert(sizeof(struct conn_ctrl) <= SOCKET_CTRL_NBYTES, "ctrl fits its page");
   struct socket_conn *sc = calloc(1, sizeof *sc);
   if (sc == NULL) return weft_error_set(weftSystemError, "out of memory");
-  sc->is_send = is_send;
-  sc->peer_rank = conn->peer_rank;
-  sc->nslots = conn->nslots;
-  sc->slot_nbytes = conn->slot_nbytes;
+  sc->pc.ops = &socket_net_ops;
+  sc->pc.is_send = is_send;
+  sc->pc.peer_rank = conn->peer_rank;
   sc->nsocks = nsocks;
   sc->listen_fd = -1;
   sc->setup_pid = conn->peer_pid;
   for (int s = 0; s < SOCKET_MAX_SOCKS; s++) sc->streams[s].fd = -1;
-  sc->fifo_nbytes = SOCKET_CTRL_NBYTES + (size_t)conn->nslots * conn->slot_nbytes;
-  /* anonymous pages: zeroed, page-aligned, never shared with a child */
-  sc->fifo = mmap(NULL, sc->fifo_nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                  -1, 0);
-  if (sc->fifo == MAP_FAILED) {
-    weftResult_t res = weft_error_errno(weftSystemError, "allocating a %zu-byte socket FIFO",
-                                        sc->fifo_nbytes);
+  weftResult_t res = proxy_fifo_alloc(&sc->pc, conn->nslots, conn->slot_nbytes, conn->fifo_mem);
+  if (res != weftSuccess) {
     free(sc);
     return res;
   }
-  topo_mem_place(sc->fifo, sc->fifo_nbytes);
-  sc->ctrl = sc->fifo;
-  sc->slots = (char *)sc->fifo + SOCKET_CTRL_NBYTES;
   conn->priv = sc;
-  conn->ctrl = sc->ctrl;
-  conn->slots = sc->slots;
+  conn->ctrl = sc->pc.ctrl;
+  conn->slots = sc->pc.slots;
   conn->step = 0;
   *sc_out = sc;
   return weftSuccess;
@@ -110,7 +97,7 @@ static weftResult_t socket_fds_nonblock(struct socket_conn *sc) {
     int flags = fcntl(fd, F_GETFL);
     if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
       return weft_error_errno(weftSystemError, "making a socket to rank %d non-blocking",
-                              sc->peer_rank);
+                              sc->pc.peer_rank);
   }
   return weftSuccess;
 }
@@ -250,7 +237,7 @@ static weftResult_t socket_accept_one(struct socket_conn *sc, struct sock_hellos
       hello.nsocks != (uint32_t)sc->nsocks || hello.index >= (uint32_t)sc->nsocks ||
       sc->streams[hello.index].fd >= 0) {
     WEFT_INFO(LOG_NET, "socket transport: dropping a connection without rank %d's token",
-              sc->peer_rank);
+              sc->pc.peer_rank);
     close(fd);
     return weftInProgress;
   }
@@ -295,34 +282,17 @@ close_conn:
   return res;
 }
 
-/* Sender: waits until the proxy has handed every filled slot to the kernel,
- * so the last slots reach the peer after this end is gone. */
-static void socket_conn_flush(struct socket_conn *sc) {
-  uint64_t deadline = clock_ns() + wait_default_timeout_ns();
-  while (__atomic_load_n(&sc->ctrl->head, __ATOMIC_ACQUIRE) <
-         __atomic_load_n(&sc->ctrl->tail, __ATOMIC_ACQUIRE)) {
-    if (__atomic_load_n(&sc->ctrl->poison, __ATOMIC_ACQUIRE)) return;
-    if (clock_ns() > deadline) {
-      WEFT_INFO(LOG_NET, "socket connection to rank %d: closing with slots unsent",
-                sc->peer_rank);
-      return;
-    }
-    struct timespec ts = {0, 50000};
-    nanosleep(&ts, NULL);
-  }
-}
-
 static void socket_close(struct weft_conn *conn) {
   struct socket_conn *sc = conn->priv;
   if (sc == NULL) return;
-  if (sc->proxy != NULL) {
-    if (sc->is_send) socket_conn_flush(sc);
+  if (sc->pc.proxy != NULL) {
+    if (sc->pc.is_send) proxy_conn_drain(&sc->pc);
     socket_proxy_remove(sc);
   }
   for (int s = 0; s < SOCKET_MAX_SOCKS; s++)
     if (sc->streams[s].fd >= 0) close(sc->streams[s].fd);
   if (sc->listen_fd >= 0) close(sc->listen_fd);
-  munmap(sc->fifo, sc->fifo_nbytes);
+  proxy_fifo_free(&sc->pc);
   if (sc->oversubscribed_hold) wait_oversubscribed_release();
   free(sc);
   conn->priv = NULL;

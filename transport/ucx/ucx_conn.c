@@ -13,13 +13,11 @@
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/random.h>
 #include <time.h>
 
 #include "../param.h"
 #include "../status.h"
-#include "../topo.h"
 #include "../transport.h"
 #include "../wait.h"
 #include "ucx_proxy.h"
@@ -91,14 +89,13 @@ static void ucx_conn_free(struct ucx_conn *uc) {
   if (uc->poison_req != NULL) ucp_request_free(uc->poison_req);
   if (uc->credit_req != NULL) ucp_request_free(uc->credit_req);
   if (uc->memh != NULL) ucp_mem_unmap(uc->context, uc->memh);
-  if (uc->fifo != NULL) munmap(uc->fifo, uc->fifo_nbytes);
+  proxy_fifo_free(&uc->pc);
   free(uc);
 }
 
 /* Allocates and registers this end's FIFO and hangs it on conn (conn->priv
  * owns it, so close() undoes a half-done set-up). Takes a worker reference. */
 static weftResult_t ucx_conn_alloc(struct weft_conn *conn, int is_send, struct ucx_conn **uc_out) {
-  static_assert(sizeof(struct conn_ctrl) <= UCX_CTRL_NBYTES, "ctrl fits its page");
   if (conn->bs == NULL)
     return weft_error_set(weftInternalError, "ucx transport: connection without a bootstrap");
   struct ucx_worker *w;
@@ -110,35 +107,25 @@ static weftResult_t ucx_conn_alloc(struct weft_conn *conn, int is_send, struct u
   }
   uc->context = w->context;
   uc->worker = w->worker;
-  uc->is_send = is_send;
-  uc->peer_rank = conn->peer_rank;
-  uc->nslots = conn->nslots;
-  uc->slot_nbytes = conn->slot_nbytes;
-  uc->fifo_nbytes = UCX_CTRL_NBYTES + (size_t)conn->nslots * conn->slot_nbytes;
+  uc->pc.ops = &ucx_net_ops;
+  uc->pc.is_send = is_send;
+  uc->pc.peer_rank = conn->peer_rank;
   conn->priv = uc; /* from here on, close() undoes it all */
-  /* anonymous pages: zeroed, page-aligned, never shared with a child */
-  void *fifo = mmap(NULL, uc->fifo_nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                    -1, 0);
-  if (fifo == MAP_FAILED)
-    return weft_error_errno(weftSystemError, "allocating a %zu-byte ucx FIFO", uc->fifo_nbytes);
-  uc->fifo = fifo;
-  topo_mem_place(fifo, uc->fifo_nbytes); /* on the rank's NUMA node, before the first touch */
+  WEFT_TRY(proxy_fifo_alloc(&uc->pc, conn->nslots, conn->slot_nbytes, conn->fifo_mem));
   ucp_mem_map_params_t mp = {
       .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
-      .address = fifo,
-      .length = uc->fifo_nbytes};
+      .address = uc->pc.fifo,
+      .length = uc->pc.fifo_nbytes};
   ucx_enter();
   ucs_status_t st = ucp_mem_map(w->context, &mp, &uc->memh);
   ucx_leave();
   if (st != UCS_OK) {
     uc->memh = NULL;
-    return ucx_error(st, "registering a %zu-byte FIFO with UCX", uc->fifo_nbytes);
+    return ucx_error(st, "registering a %zu-byte FIFO with UCX", uc->pc.fifo_nbytes);
   }
-  uc->ctrl = fifo;
-  uc->slots = (char *)fifo + UCX_CTRL_NBYTES;
   uc->ep_status = UCS_OK;
-  conn->ctrl = uc->ctrl;
-  conn->slots = uc->slots;
+  conn->ctrl = uc->pc.ctrl;
+  conn->slots = uc->pc.slots;
   conn->step = 0;
   *uc_out = uc;
   return weftSuccess;
@@ -165,7 +152,7 @@ static weftResult_t ucx_msg_fill(struct ucx_conn *uc, struct ucx_msg *msg) {
   memset(msg, 0, sizeof *msg);
   msg->magic = UCX_MSG_MAGIC;
   msg->token = uc->token;
-  msg->fifo_nbytes = (uint64_t)uc->nslots * uc->slot_nbytes;
+  msg->fifo_nbytes = (uint64_t)uc->pc.nslots * uc->pc.slot_nbytes;
   msg->address_nbytes = (uint32_t)address_nbytes;
   memcpy(msg->data, address, address_nbytes);
 release_address:
@@ -185,7 +172,7 @@ static void ucx_ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status) {
 static weftResult_t ucx_conn_attach(struct ucx_conn *uc, const struct ucx_msg *msg) {
   if (msg->magic != UCX_MSG_MAGIC || msg->token != uc->token)
     return weft_error_set(weftInternalError, "a ucx set-up message that is not for this connection");
-  WEFT_TRY(transport_check_fifo(uc->peer_rank, uc->nslots, uc->slot_nbytes, msg->fifo_nbytes));
+  WEFT_TRY(transport_check_fifo(uc->pc.peer_rank, uc->pc.nslots, uc->pc.slot_nbytes, msg->fifo_nbytes));
   if (msg->address_nbytes > sizeof msg->data)
     return weft_error_set(weftInternalError, "a ucx set-up message with a bad length");
   /* peer error handling: a dead or unreachable peer fails the endpoint */
@@ -205,7 +192,7 @@ static weftResult_t ucx_conn_attach(struct ucx_conn *uc, const struct ucx_msg *m
     ucx_leave();
     return res;
   }
-  if (uc->is_send) uc->bulk_ep = bulk_ep;
+  if (uc->pc.is_send) uc->bulk_ep = bulk_ep;
   ucs_status_t st = ucp_ep_create(uc->worker, &ep_params, &uc->ep);
   if (st == UCS_ERR_UNREACHABLE) {
     /* UCX's shared-memory transports cannot report a dead peer: without it,
@@ -214,7 +201,7 @@ static weftResult_t ucx_conn_attach(struct ucx_conn *uc, const struct ucx_msg *m
     st = ucp_ep_create(uc->worker, &ep_params, &uc->ep);
     if (st == UCS_OK)
       WEFT_INFO(LOG_NET, "ucx connection %s rank %d: endpoint without peer failure detection",
-                uc->is_send ? "to" : "from", uc->peer_rank);
+                uc->pc.is_send ? "to" : "from", uc->pc.peer_rank);
   }
   ucx_leave();
   if (st != UCS_OK) {
@@ -248,7 +235,7 @@ static weftResult_t ucx_recv_setup(struct weft_conn *conn, struct conn_blob *blo
   memcpy(blob_out->data, &b, sizeof b);
   ucx_note_local_peer(conn, uc);
   WEFT_INFO(LOG_NET, "ucx connection from rank %d: FIFO of %zu bytes registered",
-            conn->peer_rank, uc->fifo_nbytes);
+            conn->peer_rank, uc->pc.fifo_nbytes);
   return weftSuccess;
 close_conn:
   res = ucx_error_peer(res, "setting up the connection from", conn->peer_rank);
@@ -304,24 +291,6 @@ close_conn:
   return res;
 }
 
-/* Sender: waits until UCX has taken every filled slot (the endpoint's flush
- * then delivers them). Credits play no part: the rank filled only slots the
- * receiver has room for, and a receiver that never drains them must not
- * hold up the close. */
-static void ucx_conn_drain(struct ucx_conn *uc) {
-  uint64_t deadline = clock_ns() + wait_default_timeout_ns();
-  while (__atomic_load_n(&uc->done_step, __ATOMIC_ACQUIRE) <
-         __atomic_load_n(&uc->ctrl->tail, __ATOMIC_ACQUIRE)) {
-    if (__atomic_load_n(&uc->ctrl->poison, __ATOMIC_ACQUIRE)) return; /* failed either end */
-    if (clock_ns() > deadline) {
-      WEFT_INFO(LOG_NET, "ucx connection to rank %d: closing with slots unsent", uc->peer_rank);
-      return;
-    }
-    struct timespec ts = {0, 50000};
-    nanosleep(&ts, NULL);
-  }
-}
-
 /* Waits, progressing the worker, until req completes or the deadline
  * passes; then frees it. */
 static void ucx_request_wait(ucs_status_ptr_t req, uint64_t deadline) {
@@ -357,16 +326,20 @@ static void ucx_ep_close(struct ucx_conn *uc) {
 static void ucx_close(struct weft_conn *conn) {
   struct ucx_conn *uc = conn->priv;
   if (uc == NULL) return;
-  if (uc->registered) {
-    if (uc->is_send) ucx_conn_drain(uc);
+  if (uc->pc.proxy != NULL) {
+    /* a sender waits until UCX has taken every filled slot (the endpoint's
+     * flush then delivers them); credits play no part: the rank filled only
+     * slots the receiver has room for, and a receiver that never drains
+     * them must not hold up the close */
+    if (uc->pc.is_send) proxy_conn_drain(&uc->pc);
     ucx_proxy_remove(uc);
   }
   /* receives still posted into the FIFO (and the poison one) end now */
   ucx_enter();
   for (uint32_t i = 0; i < CONN_MAX_SLOTS; i++)
-    if (!uc->is_send && uc->reqs[i] != NULL) ucp_request_cancel(uc->worker, uc->reqs[i]);
+    if (!uc->pc.is_send && uc->reqs[i] != NULL) ucp_request_cancel(uc->worker, uc->reqs[i]);
   if (uc->poison_req != NULL) ucp_request_cancel(uc->worker, uc->poison_req);
-  if (uc->is_send && uc->credit_req != NULL) ucp_request_cancel(uc->worker, uc->credit_req);
+  if (uc->pc.is_send && uc->credit_req != NULL) ucp_request_cancel(uc->worker, uc->credit_req);
   ucx_leave();
   if (uc->ep != NULL) ucx_ep_close(uc);
   if (uc->oversubscribed_hold) wait_oversubscribed_release();
@@ -393,18 +366,18 @@ static weftResult_t ucx_bulk_post(struct weft_conn *conn, void *buf, size_t nbyt
   /* a receive goes in even on a failed connection: what the peer sent before
    * it closed or failed may be here already (as slots that arrived stay
    * readable after a poison) */
-  if (uc->is_send && (uc->failed || uc->ep == NULL || uc->bulk_ep == NULL)) {
+  if (uc->pc.is_send && (uc->pc.failed || uc->ep == NULL || uc->bulk_ep == NULL)) {
     ucx_leave();
     return weft_error_set(weftRemoteError, "ucx transport, to rank %d: the connection is down",
-                          uc->peer_rank);
+                          uc->pc.peer_rank);
   }
-  if (uc->is_send) r = ucp_tag_send_nbx(uc->bulk_ep, buf, nbytes, tag, &param);
+  if (uc->pc.is_send) r = ucp_tag_send_nbx(uc->bulk_ep, buf, nbytes, tag, &param);
   else r = ucp_tag_recv_nbx(uc->worker, buf, nbytes, tag, UINT64_MAX, &param);
   ucx_leave();
   if (UCS_PTR_IS_ERR(r))
     return ucx_error_peer(ucx_error(UCS_PTR_STATUS(r), "posting a bulk %s",
-                                    uc->is_send ? "send" : "receive"),
-                          uc->is_send ? "sending to" : "receiving from", uc->peer_rank);
+                                    uc->pc.is_send ? "send" : "receive"),
+                          uc->pc.is_send ? "sending to" : "receiving from", uc->pc.peer_rank);
   req->handle = r;
   req->nbytes = nbytes;
   return weftSuccess;
@@ -415,7 +388,7 @@ static weftResult_t ucx_bulk_test(struct weft_conn *conn, struct weft_bulk_req *
   ucs_status_t st = ucp_request_check_status(req->handle);
   if (st == UCS_INPROGRESS) return weftInProgress;
   size_t length = req->nbytes;
-  if (!uc->is_send) {
+  if (!uc->pc.is_send) {
     ucp_tag_recv_info_t info;
     st = ucp_tag_recv_request_test(req->handle, &info);
     if (st == UCS_OK) length = info.length;
@@ -424,15 +397,15 @@ static weftResult_t ucx_bulk_test(struct weft_conn *conn, struct weft_bulk_req *
   ucp_request_free(req->handle);
   ucx_leave();
   req->handle = NULL;
-  const char *what = uc->is_send ? "sending to" : "receiving from";
+  const char *what = uc->pc.is_send ? "sending to" : "receiving from";
   if (st != UCS_OK)
-    return ucx_error_peer(ucx_error(st, "bulk %s", uc->is_send ? "send" : "receive"), what,
-                          uc->peer_rank);
+    return ucx_error_peer(ucx_error(st, "bulk %s", uc->pc.is_send ? "send" : "receive"), what,
+                          uc->pc.peer_rank);
   if (length != req->nbytes)
     return weft_error_set(weftRemoteError,
                           "ucx transport, %s rank %d: a bulk message of %zu bytes where %zu "
                           "were due",
-                          what, uc->peer_rank, length, req->nbytes);
+                          what, uc->pc.peer_rank, length, req->nbytes);
   return weftSuccess;
 }
 
@@ -456,7 +429,7 @@ static void ucx_bulk_end(struct weft_conn *conn) {
 
 static void ucx_bulk_cancel(struct weft_conn *conn, struct weft_bulk_req *req) {
   struct ucx_conn *uc = conn->priv;
-  if (!uc->is_send) {
+  if (!uc->pc.is_send) {
     ucx_enter();
     ucp_request_cancel(uc->worker, req->handle);
     ucx_leave();

@@ -1,15 +1,11 @@
-/* The UCX transport's worker and proxy thread: one UCP context and worker
- * per process, made on first use and destroyed with the last connection; one
- * thread progresses the worker and moves every connection's slots. It spins
- * (yielding the core) while there is work, then sleeps a little longer each
- * time it finds none, up to a millisecond. */
+/* The UCX transport's worker and how its slots move: one UCP context and
+ * worker per process, made on first use and destroyed with the last
+ * connection; one thread of the proxy core (../proxy.c) progresses the
+ * worker and moves every connection's slots, sleeping a little longer each
+ * time it finds nothing to do, up to a millisecond. */
 #include "ucx_proxy.h"
 
 #include <dirent.h>
-#include <errno.h>
-#include <pthread.h>
-#include <sched.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,28 +14,19 @@
 #include <unistd.h>
 
 #include "../status.h"
-#include "../topo.h"
 #include "../wait.h"
 
-#define PROXY_SPIN_NS 100000ull      /* idle time spent spinning before sleeping */
-#define PROXY_SLEEP_MIN_NS 20000ull  /* the first sleep; later ones grow ... */
-#define PROXY_SLEEP_MAX_NS 1000000ull /* ... up to this */
-#define PROXY_PROGRESS_MAX 64        /* worker progress calls per pass, at most */
+#define UCX_SLEEP_MIN_NS 20000ull   /* the first sleep once idle; later ones grow ... */
+#define UCX_SLEEP_MAX_NS 1000000ull /* ... up to this */
+#define UCX_PROGRESS_MAX 64         /* worker progress calls per pass, at most */
 
-static pthread_mutex_t ucx_mutex = PTHREAD_MUTEX_INITIALIZER; /* the state below */
-static pthread_cond_t ucx_undriven = PTHREAD_COND_INITIALIZER; /* drivers fell to 0, or stop */
+/* The proxy's mutex guards the state below as well as the worker. */
+static struct proxy ucx_proxy = PROXY_INITIALIZER(&ucx_net_ops);
 static struct {
   pid_t pid; /* the process that made the worker: a forked child makes its own */
   int nrefs;
   struct ucx_worker w;
-  /* the proxy */
-  int running;
-  int stop;
-  pthread_t tid;
-  struct ucx_conn *conns;
   struct ucx_conn *retired; /* closed ends whose peer may still write */
-  uint32_t waiters; /* threads waiting for ucx_mutex: the proxy lets them in */
-  int drivers; /* ranks' threads doing the proxy's work (ucx_drive_begin) */
   struct bulk_peer *bulk_peers;
 } ucx;
 
@@ -93,28 +80,26 @@ weftResult_t ucx_error(ucs_status_t status, const char *what, ...) {
 
 static const uint32_t poison_word = 1u; /* what a poison message carries */
 
-/* Marks the connection failed: poison for the local rank, and (best effort)
- * a poison message for the peer's. The proxy keeps the end until it is
- * removed. */
-static void conn_fail(struct ucx_conn *c, const char *why, ucs_status_t status) {
-  if (c->failed) return;
-  c->failed = 1;
-  __atomic_store_n(&c->ctrl->poison, 1u, __ATOMIC_RELEASE);
+/* A poison message for the peer's rank (best effort). */
+static void ucx_notify_fail(struct proxy_conn *pc) {
+  struct ucx_conn *c = (struct ucx_conn *)pc;
   if (c->ep != NULL && c->ep_status == UCS_OK) {
     ucp_request_param_t param = {.op_attr_mask = 0};
-    unsigned kind = c->is_send ? UCX_TAG_POISON_TO_RECEIVER : UCX_TAG_POISON_TO_SENDER;
+    unsigned kind = pc->is_send ? UCX_TAG_POISON_TO_RECEIVER : UCX_TAG_POISON_TO_SENDER;
     ucs_status_ptr_t req = ucp_tag_send_nbx(c->ep, &poison_word, sizeof poison_word,
                                             ucx_tag(c->token, kind, 0), &param);
     if (UCS_PTR_IS_PTR(req)) ucp_request_free(req); /* released once done */
   }
-  WEFT_INFO(LOG_NET, "ucx connection %s rank %d is down: %s%s%s", c->is_send ? "to" : "from",
-            c->peer_rank, why, status != UCS_OK ? ": " : "",
-            status != UCS_OK ? ucs_status_string(status) : "");
+}
+
+/* Marks the connection failed (proxy_conn_fail), with UCX's words for status. */
+static void conn_fail(struct ucx_conn *c, const char *why, ucs_status_t status) {
+  proxy_conn_fail(&c->pc, why, status != UCS_OK ? ucs_status_string(status) : NULL);
 }
 
 /* Posts the receive for the peer's poison message. */
 static int conn_post_poison_recv(struct ucx_conn *c) {
-  unsigned kind = c->is_send ? UCX_TAG_POISON_TO_SENDER : UCX_TAG_POISON_TO_RECEIVER;
+  unsigned kind = c->pc.is_send ? UCX_TAG_POISON_TO_SENDER : UCX_TAG_POISON_TO_RECEIVER;
   ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL};
   ucs_status_ptr_t req = ucp_tag_recv_nbx(c->worker, &c->poison_in, sizeof c->poison_in,
                                           ucx_tag(c->token, kind, 0), UCX_TAG_MATCH_MASK, &param);
@@ -162,10 +147,10 @@ static int conn_credit_progress(struct ucx_conn *c) {
  * the credits allow. Returns whether anything happened. */
 static int conn_send_progress(struct ucx_conn *c) {
   int moved = conn_credit_progress(c);
-  if (c->failed) return 1;
+  if (c->pc.failed) return 1;
   uint64_t done = c->done_step;
   while (done < c->posted_step) {
-    ucs_status_ptr_t *req = &c->reqs[done % c->nslots];
+    ucs_status_ptr_t *req = &c->reqs[done % c->pc.nslots];
     if (*req != NULL) {
       ucs_status_t st = ucp_request_check_status(*req);
       if (st == UCS_INPROGRESS) break;
@@ -178,28 +163,23 @@ static int conn_send_progress(struct ucx_conn *c) {
     }
     done++;
   }
-  __atomic_store_n(&c->done_step, done, __ATOMIC_RELEASE); /* a closing rank reads it */
+  c->done_step = done;
+  proxy_conn_publish_sent(&c->pc, done); /* a closing rank waits for it */
   /* the rank may fill a slot once UCX is done with it and the receiver has
    * room for it: what the rank filled can go out at once, so data a send
    * returned on reaches the peer even if this end aborts right after */
   uint64_t head = c->done_step < c->credit_step ? c->done_step : c->credit_step;
-  if (head != __atomic_load_n(&c->ctrl->head, __ATOMIC_RELAXED)) {
-    __atomic_store_n(&c->ctrl->head, head, __ATOMIC_RELEASE);
-    moved = 1;
-  }
+  moved |= proxy_conn_publish_head(&c->pc, head);
   /* head <= credit_step: every slot up to tail is within the credits */
-  uint64_t tail = __atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE);
+  uint64_t tail = proxy_conn_tail(&c->pc);
   while (c->posted_step < tail) {
-    size_t slot = c->posted_step % c->nslots;
-    uint32_t used = c->ctrl->slot_used_nbytes[slot];
-    size_t nbytes = used & UCX_USED_NBYTES_MASK;
-    if (nbytes > c->slot_nbytes) {
-      conn_fail(c, "a slot claims more bytes than it holds", UCS_OK);
-      return 1;
-    }
+    size_t slot = c->posted_step % c->pc.nslots;
+    uint32_t used;
+    if (proxy_conn_slot_used(&c->pc, c->posted_step, &used) != 0) return 1;
+    size_t nbytes = used & PROXY_USED_NBYTES_MASK;
     /* done when UCX no longer needs the slot (an eager send: at once) */
     ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH, .memh = c->memh};
-    ucs_status_ptr_t req = ucp_tag_send_nbx(c->ep, c->slots + slot * c->slot_nbytes, nbytes,
+    ucs_status_ptr_t req = ucp_tag_send_nbx(c->ep, proxy_slot(&c->pc, c->posted_step), nbytes,
                                             ucx_tag(c->token, UCX_TAG_DATA, used), &param);
     if (UCS_PTR_IS_ERR(req)) {
       conn_fail(c, "send failed", UCS_PTR_STATUS(req));
@@ -217,7 +197,7 @@ static int conn_send_progress(struct ucx_conn *c) {
 static int conn_recv_complete(struct ucx_conn *c) {
   int moved = 0;
   while (c->done_step < c->posted_step) {
-    size_t slot = c->done_step % c->nslots;
+    size_t slot = c->done_step % c->pc.nslots;
     ucp_tag_recv_info_t info;
     ucs_status_t st = ucp_tag_recv_request_test(c->reqs[slot], &info);
     if (st == UCS_INPROGRESS) break;
@@ -228,15 +208,15 @@ static int conn_recv_complete(struct ucx_conn *c) {
       return 1;
     }
     uint32_t used = (uint32_t)info.sender_tag;
-    if ((used & UCX_USED_NBYTES_MASK) != info.length) {
+    if ((used & PROXY_USED_NBYTES_MASK) != info.length) {
       conn_fail(c, "malformed data (not a weft peer?)", UCS_OK);
       return 1;
     }
-    c->ctrl->slot_used_nbytes[slot] = used;
+    proxy_conn_slot_set_used(&c->pc, c->done_step, used);
     c->done_step++;
     moved = 1;
   }
-  if (moved) __atomic_store_n(&c->ctrl->tail, c->done_step, __ATOMIC_RELEASE);
+  if (moved) proxy_conn_publish_tail(&c->pc, c->done_step);
   return moved;
 }
 
@@ -244,14 +224,14 @@ static int conn_recv_complete(struct ucx_conn *c) {
  * slots the rank has drained. Returns whether anything happened. */
 static int conn_recv_progress(struct ucx_conn *c) {
   int moved = conn_recv_complete(c);
-  if (c->failed) return 1;
-  uint64_t head = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
-  while (c->posted_step < head + c->nslots) {
-    size_t slot = c->posted_step % c->nslots;
+  if (c->pc.failed) return 1;
+  uint64_t head = proxy_conn_head(&c->pc);
+  while (c->posted_step < head + c->pc.nslots) {
+    size_t slot = c->posted_step % c->pc.nslots;
     ucp_request_param_t param = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FLAG_NO_IMM_CMPL, .memh = c->memh};
     ucs_status_ptr_t req =
-        ucp_tag_recv_nbx(c->worker, c->slots + slot * c->slot_nbytes, c->slot_nbytes,
+        ucp_tag_recv_nbx(c->worker, proxy_slot(&c->pc, c->posted_step), c->pc.slot_nbytes,
                          ucx_tag(c->token, UCX_TAG_DATA, 0), UCX_TAG_MATCH_MASK, &param);
     if (UCS_PTR_IS_ERR(req)) {
       conn_fail(c, "posting a receive failed", UCS_PTR_STATUS(req));
@@ -263,7 +243,7 @@ static int conn_recv_progress(struct ucx_conn *c) {
   }
   /* a receive posted for a message that was already there completes at once */
   moved |= conn_recv_complete(c);
-  if (c->failed) return 1;
+  if (c->pc.failed) return 1;
   /* the credits: every slot below head + nslots has its receive posted */
   ucs_status_t st = c->credit_req != NULL ? ucp_request_check_status(c->credit_req) : UCS_OK;
   if (c->credit_req != NULL && st != UCS_INPROGRESS) {
@@ -291,13 +271,13 @@ static int conn_recv_progress(struct ucx_conn *c) {
 }
 
 /* One pass over a connection end. Returns whether anything happened. */
-static int conn_progress(struct ucx_conn *c) {
-  if (c->failed) return 0;
+static int ucx_progress(struct proxy_conn *pc) {
+  struct ucx_conn *c = (struct ucx_conn *)pc;
   if (c->poison_req == NULL && conn_post_poison_recv(c) != 0) return 1;
   /* slots filled or arrived before a failure still go out or in (a shm peer
    * would see them too); then the poison */
-  int moved = c->is_send ? conn_send_progress(c) : conn_recv_progress(c);
-  if (c->failed) return 1;
+  int moved = c->pc.is_send ? conn_send_progress(c) : conn_recv_progress(c);
+  if (c->pc.failed) return 1;
   if (c->ep_status != UCS_OK) {
     c->peer_gone = 1;
     conn_fail(c, "the peer is unreachable", c->ep_status);
@@ -308,112 +288,50 @@ static int conn_progress(struct ucx_conn *c) {
     conn_fail(c, "the peer failed or aborted", UCS_OK);
     return 1;
   }
-  if (__atomic_load_n(&c->ctrl->poison, __ATOMIC_ACQUIRE)) {
-    conn_fail(c, "the local rank failed or aborted", UCS_OK);
-    return 1;
-  }
-  return moved;
+  return moved; /* the core checks the local poison */
 }
 
 /* --- the thread ------------------------------------------------------------ */
 
-static void ucx_lock(void) {
-  __atomic_add_fetch(&ucx.waiters, 1u, __ATOMIC_RELAXED);
-  pthread_mutex_lock(&ucx_mutex);
-  __atomic_sub_fetch(&ucx.waiters, 1u, __ATOMIC_RELAXED);
-}
+static void ucx_lock(void) { proxy_lock(&ucx_proxy); }
 
-/* Under ucx_mutex: one pass of the proxy's work. Returns whether anything
- * happened. */
-static int proxy_pass(void) {
+static void ucx_unlock(void) { proxy_unlock(&ucx_proxy); }
+
+/* Under the proxy's mutex, once per pass: the worker's progress. */
+static int ucx_pass(struct proxy *p) {
+  (void)p;
   int moved = 0;
-  for (int i = 0; i < PROXY_PROGRESS_MAX && ucp_worker_progress(ucx.w.worker) != 0; i++)
+  for (int i = 0; i < UCX_PROGRESS_MAX && ucp_worker_progress(ucx.w.worker) != 0; i++)
     moved = 1;
-  for (struct ucx_conn *c = ucx.conns; c != NULL; c = c->next) moved |= conn_progress(c);
   return moved;
 }
 
-static void *proxy_main(void *arg) {
-  (void)arg;
-  topo_thread_place(); /* on the CPUs of the rank's NUMA node */
-  uint64_t idle_since = 0;
-  for (;;) {
-    pthread_mutex_lock(&ucx_mutex);
-    while (ucx.drivers > 0 && !ucx.stop) {
-      pthread_cond_wait(&ucx_undriven, &ucx_mutex);
-      idle_since = 0;
-    }
-    if (ucx.stop) {
-      pthread_mutex_unlock(&ucx_mutex);
-      break;
-    }
-    int moved = proxy_pass();
-    pthread_mutex_unlock(&ucx_mutex);
-    if (__atomic_load_n(&ucx.waiters, __ATOMIC_RELAXED) != 0) sched_yield();
-    if (moved) {
-      idle_since = 0;
-      continue;
-    }
-    uint64_t now = clock_ns();
-    if (idle_since == 0) idle_since = now;
-    uint64_t idle_ns = now - idle_since;
-    if (idle_ns < PROXY_SPIN_NS) {
-      sched_yield(); /* gives the core to ranks */
-      continue;
-    }
-    uint64_t sleep_ns = idle_ns / 4;
-    if (sleep_ns < PROXY_SLEEP_MIN_NS) sleep_ns = PROXY_SLEEP_MIN_NS;
-    if (sleep_ns > PROXY_SLEEP_MAX_NS) sleep_ns = PROXY_SLEEP_MAX_NS;
-    struct timespec ts = {0, (long)sleep_ns};
-    nanosleep(&ts, NULL);
-  }
-  WEFT_INFO(LOG_NET, "ucx proxy thread stops: no connections left");
-  return NULL;
-}
-
-/* Under ucx_mutex. */
-static weftResult_t proxy_start(void) {
-  ucx.stop = 0;
-  /* signals go to the application's threads, never to the proxy */
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  int rc = pthread_create(&ucx.tid, NULL, proxy_main, NULL);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  if (rc != 0) {
-    errno = rc;
-    return weft_error_errno(weftSystemError, "starting the ucx proxy thread");
-  }
-  pthread_setname_np(ucx.tid, "weft-ucx");
-  ucx.running = 1;
-  WEFT_INFO(LOG_NET, "ucx proxy thread started");
-  return weftSuccess;
-}
+const struct proxy_net_ops ucx_net_ops = {
+    .name = "ucx",
+    .sleep_min_ns = UCX_SLEEP_MIN_NS,
+    .sleep_max_ns = UCX_SLEEP_MAX_NS,
+    .linger = 1, /* until the worker goes: retired ends still need its progress */
+    .unpin = 0,
+    .progress = ucx_progress,
+    .notify_fail = ucx_notify_fail,
+    .pass = ucx_pass,
+    .poll_fill = NULL,
+    .poll_event = NULL,
+};
 
 weftResult_t ucx_proxy_add(struct ucx_conn *conn) {
   weftResult_t res = weftSuccess;
   ucx_lock();
-  if (!ucx.running) res = proxy_start();
-  if (res == weftSuccess) {
-    conn->next = ucx.conns;
-    ucx.conns = conn;
-    conn->registered = 1;
-  }
-  pthread_mutex_unlock(&ucx_mutex);
+  if (!ucx_proxy.running) res = proxy_start(&ucx_proxy, 0);
+  if (res == weftSuccess) proxy_add_locked(&ucx_proxy, &conn->pc);
+  ucx_unlock();
   return res;
 }
 
 void ucx_proxy_remove(struct ucx_conn *conn) {
   ucx_lock();
-  for (struct ucx_conn **link = &ucx.conns; *link != NULL; link = &(*link)->next) {
-    if (*link != conn) continue;
-    conn_progress(conn); /* a last pass: an abort may have come just now */
-    *link = conn->next;
-    break;
-  }
-  conn->next = NULL;
-  conn->registered = 0;
-  pthread_mutex_unlock(&ucx_mutex);
+  proxy_remove_locked(&conn->pc);
+  ucx_unlock();
 }
 
 #define KILL_WAIT_NS 2000000000ull /* for the forced close */
@@ -429,62 +347,54 @@ void ucx_conn_kill(struct ucx_conn *c, const char *why) {
     req = ucp_ep_close_nbx(c->ep, &param);
     c->ep = NULL;
   }
-  pthread_mutex_unlock(&ucx_mutex);
+  ucx_unlock();
   if (!UCS_PTR_IS_PTR(req)) return;
   uint64_t deadline = clock_ns() + KILL_WAIT_NS;
   while (ucp_request_check_status(req) == UCS_INPROGRESS && clock_ns() < deadline)
     ucx_worker_progress_once();
   ucx_lock();
   ucp_request_free(req);
-  pthread_mutex_unlock(&ucx_mutex);
+  ucx_unlock();
 }
 
 void ucx_enter(void) { ucx_lock(); }
 
-void ucx_leave(void) { pthread_mutex_unlock(&ucx_mutex); }
+void ucx_leave(void) { ucx_unlock(); }
 
 void ucx_worker_progress_once(void) {
   ucx_lock();
   if (ucx.nrefs > 0) ucp_worker_progress(ucx.w.worker);
-  pthread_mutex_unlock(&ucx_mutex);
+  ucx_unlock();
 }
 
-void ucx_drive_begin(void) {
-  ucx_lock();
-  ucx.drivers++;
-  pthread_mutex_unlock(&ucx_mutex);
-}
+void ucx_drive_begin(void) { proxy_drive_begin(&ucx_proxy); }
 
 void ucx_drive_pass(void) {
   ucx_lock();
-  if (ucx.nrefs > 0) proxy_pass();
-  pthread_mutex_unlock(&ucx_mutex);
+  if (ucx.nrefs > 0) proxy_pass(&ucx_proxy);
+  ucx_unlock();
 }
 
-void ucx_drive_end(void) {
-  ucx_lock();
-  if (--ucx.drivers == 0) pthread_cond_broadcast(&ucx_undriven);
-  pthread_mutex_unlock(&ucx_mutex);
-}
+void ucx_drive_end(void) { proxy_drive_end(&ucx_proxy); }
 
 /* Whether UCX still holds requests on c's FIFO. */
 static int ucx_conn_busy(struct ucx_conn *c) {
-  for (uint32_t i = 0; i < c->nslots; i++)
+  for (uint32_t i = 0; i < c->pc.nslots; i++)
     if (c->reqs[i] != NULL && ucp_request_check_status(c->reqs[i]) == UCS_INPROGRESS) return 1;
   if (c->credit_req != NULL && ucp_request_check_status(c->credit_req) == UCS_INPROGRESS) return 1;
   return c->poison_req != NULL && ucp_request_check_status(c->poison_req) == UCS_INPROGRESS;
 }
 
-/* Under ucx_mutex: frees the retired ends the peer is done with (all of them
+/* Under the proxy's mutex: frees the retired ends the peer is done with (all of them
  * when the worker is gone). */
 static void retired_sweep(int all) {
   for (struct ucx_conn **link = &ucx.retired; *link != NULL;) {
     struct ucx_conn *c = *link;
     if (!all && ucx_conn_busy(c)) {
-      link = &c->next;
+      link = &c->retired_next;
       continue;
     }
-    *link = c->next;
+    *link = c->retired_next;
     c->free_fn(c);
   }
 }
@@ -492,10 +402,10 @@ static void retired_sweep(int all) {
 void ucx_retire(struct ucx_conn *conn, void (*free_fn)(struct ucx_conn *)) {
   ucx_lock();
   conn->free_fn = free_fn;
-  conn->next = ucx.retired;
+  conn->retired_next = ucx.retired;
   ucx.retired = conn;
   retired_sweep(0);
-  pthread_mutex_unlock(&ucx_mutex);
+  ucx_unlock();
 }
 
 /* --- the worker ------------------------------------------------------------ */
@@ -523,6 +433,7 @@ weftResult_t ucx_worker_get(size_t slot_nbytes, struct ucx_worker **worker_out) 
   if (ucx.nrefs > 0 && ucx.pid != getpid()) {
     /* inherited from the parent across fork(): not ours to use or destroy */
     memset(&ucx, 0, sizeof ucx);
+    proxy_forget(&ucx_proxy);
   }
   if (ucx.nrefs == 0) {
     ucp_config_t *config;
@@ -559,7 +470,7 @@ weftResult_t ucx_worker_get(size_t slot_nbytes, struct ucx_worker **worker_out) 
   ucx.nrefs++;
   *worker_out = &ucx.w;
 unlock:
-  pthread_mutex_unlock(&ucx_mutex);
+  ucx_unlock();
   return res;
 }
 
@@ -595,7 +506,7 @@ static void worker_drop_unexpected(ucp_worker_h worker) {
   }
 }
 
-/* Under ucx_mutex, with the worker about to go: its destruction takes the
+/* Under the proxy's mutex, with the worker about to go: its destruction takes the
  * bulk endpoints along (UCX cannot close them sooner: without peer failure
  * handling an endpoint closes only by a flush, which a dead peer never
  * answers). */
@@ -636,17 +547,13 @@ weftResult_t ucx_bulk_ep(const void *address, size_t address_nbytes, ucp_ep_h *e
 void ucx_worker_put(void) {
   ucx_lock();
   if (ucx.nrefs == 0 || --ucx.nrefs > 0) {
-    pthread_mutex_unlock(&ucx_mutex);
+    ucx_unlock();
     return;
   }
-  int running = ucx.running;
-  ucx.stop = 1;
-  pthread_cond_broadcast(&ucx_undriven);
-  pthread_mutex_unlock(&ucx_mutex);
-  if (running) pthread_join(ucx.tid, NULL);
+  ucx_unlock();
+  proxy_stop(&ucx_proxy); /* not under its mutex: it waits for the thread */
   ucx_lock();
   if (ucx.nrefs == 0) { /* nobody came back meanwhile */
-    ucx.running = 0;
     retired_sweep(1); /* nothing progresses the worker any more */
     bulk_peers_free();
     worker_drop_unexpected(ucx.w.worker);
@@ -654,9 +561,8 @@ void ucx_worker_put(void) {
     ucp_cleanup(ucx.w.context);
     memset(&ucx.w, 0, sizeof ucx.w);
     WEFT_INFO(LOG_NET, "ucx worker destroyed");
-  } else if (running) {
-    ucx.running = 0;
-    proxy_start(); /* a connection came while the proxy stopped */
+  } else if (ucx_proxy.conns != NULL && !ucx_proxy.running) {
+    proxy_start(&ucx_proxy, 0); /* a connection came while the proxy stopped */
   }
-  pthread_mutex_unlock(&ucx_mutex);
+  ucx_unlock();
 }

@@ -1,6 +1,7 @@
-/* The UCX transport's process-wide state and progress thread. One UCP
- * context and one worker serve every UCX connection of the process; a proxy
- * thread progresses the worker and moves each connection's slots.
+/* The UCX transport's process-wide state and how it moves slots. One UCP
+ * context and one worker serve every UCX connection of the process; one
+ * thread of the proxy core (../proxy.h) progresses the worker and moves each
+ * connection's slots.
  *
  * Each end keeps its FIFO in memory registered with UCX (a ctrl page, then
  * the slots, as shm lays it out). The receiver's proxy keeps a tagged receive
@@ -29,17 +30,11 @@
 
 #include "../../include/weft.h"
 #include "../param.h"
+#include "../proxy.h"
 #include "../transport.h"
 
 /* ucx_params[] (param.h), defined in ucx_conn.c */
 enum { UCX_P_DISABLE, UCX_P_EAGER };
-
-/* A slot holds at most 64 MiB (2^26 bytes), so the low 27 bits of
- * slot_used_nbytes are its byte count; the bits above are the algorithms'
- * flags, carried unchanged. */
-#define UCX_USED_NBYTES_MASK 0x07ffffffu
-
-#define UCX_CTRL_NBYTES 4096 /* the slots start on their own page */
 
 /* Tags: token (30 bits) | kind (2 bits) | the slot's used word (32 bits).
  * A connection's token has 29 random bits; bulk transfers (whole buffers
@@ -64,19 +59,11 @@ static inline uint64_t ucx_tag(uint64_t token, unsigned kind, uint32_t used) {
 /* One end of a UCX connection. Set up by ucx_conn.c; while registered, only
  * the proxy thread moves its slots. */
 struct ucx_conn {
+  struct proxy_conn pc; /* the FIFO, poison, registration (proxy.h) */
   ucp_context_h context;
   ucp_worker_h worker;
   uint64_t token;     /* 29 random bits: ties the blob, the messages and the tags together */
-  int registered;     /* with the proxy */
   int oversubscribed_hold; /* taken for a peer on this host (wait_oversubscribed_hold) */
-  int is_send;
-  int peer_rank;
-  struct conn_ctrl *ctrl; /* the local FIFO: ctrl page, then the slots */
-  char *slots;
-  uint32_t nslots;
-  size_t slot_nbytes;
-  void *fifo;
-  size_t fifo_nbytes;
   ucp_mem_h memh;     /* the local FIFO's registration */
   ucp_ep_h ep;        /* to the peer: data (sender), poison (either) */
   ucp_ep_h bulk_ep;   /* sender: bulk transfers (ucx_bulk_ep: the worker's, not this end's) */
@@ -91,9 +78,8 @@ struct ucx_conn {
   ucs_status_ptr_t poison_req;           /* the posted receive for the peer's poison */
   uint32_t poison_in;                    /* its buffer */
   ucs_status_t ep_status; /* set by the endpoint's error callback */
-  int failed;
   int peer_gone;          /* the peer failed, aborted or cannot be reached */
-  struct ucx_conn *next; /* in the proxy's list, or among the retired */
+  struct ucx_conn *retired_next; /* among the retired */
   void (*free_fn)(struct ucx_conn *);
 };
 
@@ -113,6 +99,9 @@ void ucx_worker_put(void);
 /* Converts a UCX status into weft's, with "what: UCX's text" as last error. */
 weftResult_t ucx_error(ucs_status_t status, const char *what, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* How a UCX connection's slots move (the proxy core's ops table). */
+extern const struct proxy_net_ops ucx_net_ops;
 
 /* Hands conn to the proxy thread (started if none runs). Does not block. */
 weftResult_t ucx_proxy_add(struct ucx_conn *conn);

@@ -1,0 +1,110 @@
+// A host emulation of the device kernels' slot protocol (prims_device.cuh,
+// SIMPLE): a host thread plays one kernel block on the FIFOs of device
+// network connections, with the same layout (struct dev_fifo_ctrl: tail at
+// byte 0, head at byte 64; then the slots) and the same order of loads and
+// stores: a sender waits for a free slot (step - head < nslots), fills it and
+// publishes tail = step + 1; a receiver waits for tail > step, drains the slot
+// and returns the credit head = step + 1. A message of nbytes takes
+// ceil(nbytes / slot_nbytes) slots, and at least one.
+//
+// Like the kernel, it gives up when the abort flag is raised (here by the
+// emulated host executor: some connection's proxy poisoned it) or when no
+// slot moved for timeout_ns.
+#ifndef WEFT_TESTS_DEV_EMU_H
+#define WEFT_TESTS_DEV_EMU_H
+
+#include <sched.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include <functional>
+#include <vector>
+
+extern "C" {
+#include "collectives/device/dev_types.h"
+#include "transport/net_dev.h"
+}
+
+namespace weft_test {
+
+// The kernel's view of one FIFO end (struct dev_fifo).
+struct EmuFifo {
+  dev_fifo_ctrl *ctrl;
+  char *slots;
+  uint32_t nslots;
+  size_t slot_nbytes;
+  uint64_t step = 0;
+
+  explicit EmuFifo(const net_dev_fifo &f)
+      : ctrl(static_cast<dev_fifo_ctrl *>(f.ctrl)), slots(f.slots), nslots(f.nslots),
+        slot_nbytes(f.slot_nbytes) {}
+  char *slot() const { return slots + (step % nslots) * slot_nbytes; }
+};
+
+// One message through one FIFO end: sent from src or received into dst.
+struct EmuMsg {
+  EmuFifo *fifo;
+  bool send;
+  char *buf;
+  size_t nbytes;
+  size_t done = 0;      // bytes moved
+  bool started = false; // at least one slot moved (an empty message moves one)
+  // sends: called after each slot (a test may kill the rank mid-stream)
+  std::function<void(size_t done)> after_slot;
+
+  bool finished() const { return started && done >= nbytes; }
+};
+
+enum EmuResult { EMU_OK = 0, EMU_ABORTED = 1, EMU_TIMED_OUT = 2 };
+
+inline uint64_t emu_now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+// Moves every message to its end, a slot at a time on whichever is ready
+// (the blocks of one kernel run side by side). aborted() plays the host's
+// abort flag.
+inline EmuResult emu_kernel_run(std::vector<EmuMsg> &msgs, const std::function<bool()> &aborted,
+                                uint64_t timeout_ns) {
+  uint64_t last_progress = emu_now_ns();
+  for (uint32_t spins = 0;; spins++) {
+    bool all_done = true, moved = false;
+    for (EmuMsg &m : msgs) {
+      if (m.finished()) continue;
+      all_done = false;
+      EmuFifo &f = *m.fifo;
+      size_t chunk = m.nbytes - m.done < f.slot_nbytes ? m.nbytes - m.done : f.slot_nbytes;
+      if (m.send) {
+        if (f.step - __atomic_load_n(&f.ctrl->head, __ATOMIC_ACQUIRE) >= f.nslots) continue;
+        memcpy(f.slot(), m.buf + m.done, chunk);
+        __atomic_store_n(&f.ctrl->tail, f.step + 1, __ATOMIC_RELEASE);
+      } else {
+        if (__atomic_load_n(&f.ctrl->tail, __ATOMIC_ACQUIRE) <= f.step) continue;
+        memcpy(m.buf + m.done, f.slot(), chunk);
+        __atomic_store_n(&f.ctrl->head, f.step + 1, __ATOMIC_RELEASE);
+      }
+      f.step++;
+      m.done += chunk;
+      m.started = true;
+      moved = true;
+      if (m.send && m.after_slot) m.after_slot(m.done);
+    }
+    if (all_done) return EMU_OK;
+    if (moved) {
+      last_progress = emu_now_ns();
+      continue;
+    }
+    if (spins % 64 == 0) {
+      if (aborted()) return EMU_ABORTED;
+      if (emu_now_ns() - last_progress > timeout_ns) return EMU_TIMED_OUT;
+      sched_yield();
+    }
+  }
+}
+
+}  // namespace weft_test
+
+#endif

@@ -1,0 +1,533 @@
+// Device network connections without a GPU: each rank pretends to be on a
+// host of its own, makes device network connections (FIFOs in the device's
+// reach, kernels' ctrl layout, whole slots) over the socket or UCX transport
+// through the proxy core, and a host thread emulating the kernel's slot
+// protocol (dev_emu.h) exchanges random data of odd sizes in both ring
+// directions. A rank killed mid-stream gives every other rank an error
+// through the proxy's poison, well inside the timeout. The same runs between
+// network-namespace hosts (root only), where a link cut mid-stream gives
+// every rank an error within the timeout. WEFT_NET_GDR is parsed, logged and
+// checked.
+#include <gtest/gtest.h>
+
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness.h"
+#include "transport/dev_emu.h"
+
+extern "C" {
+#include "collectives/params.h"
+#include "transport/bootstrap.h"
+#include "transport/log.h"
+#include "transport/param.h"
+#include "transport/status.h"
+#include "transport/transport.h"
+#include "weft_build_config.h"
+extern const struct weft_transport socket_transport;
+#if WEFT_HAVE_UCX
+extern const struct weft_transport ucx_transport;
+#endif
+}
+
+using namespace weft_test;
+
+namespace {
+
+// the kernels read the proxy's ctrl page as their own
+static_assert(offsetof(dev_fifo_ctrl, tail) == offsetof(conn_ctrl, tail), "tail offset");
+static_assert(offsetof(dev_fifo_ctrl, head) == offsetof(conn_ctrl, head), "head offset");
+
+const uint32_t kDirs = 2;  // the ring forward and backward: both directions of every pair
+
+void pretend_own_host(const RankCtx &ctx) {
+  setenv("WEFT_HOSTID", ("net-dev-test-host-" + std::to_string(ctx.rank)).c_str(), 1);
+  weft_params_reset();
+}
+
+const weft_transport *transport_named(const std::string &name) {
+#if WEFT_HAVE_UCX
+  if (name == "ucx") return &ucx_transport;
+#endif
+  return name == "socket" ? &socket_transport : nullptr;
+}
+
+// One rank's device network connections: per direction, a send end to the
+// next rank and a receive end from the previous one.
+struct Rank {
+  bootstrap *bs = nullptr;
+  std::vector<peer_info> peers;
+  weft_conn send[kDirs] = {}, recv[kDirs] = {};
+  const weft_transport *t = nullptr;
+
+  ~Rank() {
+    for (uint32_t d = 0; d < kDirs; d++) {
+      if (send[d].transport != nullptr) send[d].transport->close(&send[d]);
+      if (recv[d].transport != nullptr) recv[d].transport->close(&recv[d]);
+    }
+    if (bs != nullptr) bootstrap_close(bs);
+  }
+
+  int neighbour(const RankCtx &ctx, uint32_t dir, int ahead) const {
+    int step = (dir == 0) == (ahead > 0) ? 1 : -1;
+    return (ctx.rank + step + ctx.nranks) % ctx.nranks;
+  }
+
+  void conn_init(weft_conn *c, int peer, uint32_t nslots, size_t slot_nbytes,
+                 const proxy_fifo_mem *mem) {
+    memset(c, 0, sizeof *c);
+    c->nslots = nslots;
+    c->slot_nbytes = slot_nbytes;
+    c->peer_rank = peer;
+    c->bs = bs;
+    c->peer_pid = 0;  // another host
+    c->fifo_mem = mem;
+  }
+
+  // Joins the job and connects both rings, as the channels do: receive ends,
+  // blobs all-gathered, send ends, barrier, receive ends connected.
+  int connect(const RankCtx &ctx, const std::string &tname, uint32_t nslots, size_t slot_nbytes) {
+    t = transport_named(tname);
+    if (t == nullptr) return rank_fail(ctx, "no transport %s", tname.c_str());
+    bootstrap_id id;
+    memcpy(&id, ctx.id.internal, sizeof id);
+    peer_info self;
+    memset(&self, 0, sizeof self);
+    bootstrap_peer_info_local(&self);
+    self.rank = ctx.rank;
+    self.cuda_dev = -1;
+    peers.resize(ctx.nranks);
+    if (bootstrap_init(&id, ctx.rank, ctx.nranks, &self, 30000000000ull, &bs, peers.data()) !=
+        weftSuccess)
+      return rank_fail(ctx, "bootstrap: %s", weft_error_text());
+    if (peers[0].host_hash == peers[ctx.nranks - 1].host_hash)
+      return rank_fail(ctx, "ranks share a host: the emulated hosts did not take");
+    const proxy_fifo_mem *mem;
+    if (net_dev_fifo_mem(1, &mem) != weftSuccess)
+      return rank_fail(ctx, "fifo memory: %s", weft_error_text());
+    std::vector<conn_blob> blobs((size_t)ctx.nranks * kDirs);
+    for (uint32_t d = 0; d < kDirs; d++) {
+      conn_init(&recv[d], neighbour(ctx, d, -1), nslots, slot_nbytes, mem);
+      recv[d].transport = t;
+      conn_blob *mine = &blobs[(size_t)ctx.rank * kDirs + d];
+      if (t->recv_setup(&recv[d], mine) != weftSuccess) {
+        recv[d].transport = nullptr;
+        return rank_fail(ctx, "recv_setup: %s", weft_error_text());
+      }
+    }
+    if (bootstrap_allgather(bs, blobs.data(), sizeof(conn_blob) * kDirs) != weftSuccess)
+      return rank_fail(ctx, "allgather: %s", weft_error_text());
+    for (uint32_t d = 0; d < kDirs; d++) {
+      int next = neighbour(ctx, d, 1);
+      conn_init(&send[d], next, nslots, slot_nbytes, mem);
+      send[d].transport = t;
+      if (t->send_connect(&send[d], &blobs[(size_t)next * kDirs + d]) != weftSuccess) {
+        send[d].transport = nullptr;
+        return rank_fail(ctx, "send_connect: %s", weft_error_text());
+      }
+    }
+    if (bootstrap_barrier(bs) != weftSuccess) return rank_fail(ctx, "barrier");
+    for (uint32_t d = 0; d < kDirs; d++)
+      if (t->recv_connect(&recv[d]) != weftSuccess) {
+        recv[d].transport = nullptr;  // closed by the transport on failure
+        return rank_fail(ctx, "recv_connect: %s", weft_error_text());
+      }
+    return 0;
+  }
+
+  bool any_failed() const {
+    for (uint32_t d = 0; d < kDirs; d++)
+      if (net_dev_conn_failed(&send[d]) || net_dev_conn_failed(&recv[d])) return true;
+    return false;
+  }
+};
+
+// What rank r sends in direction d in round k: an odd size around a few
+// slots (0 and 1 byte too), known to the receiver.
+size_t msg_nbytes(uint64_t seed, int r, uint32_t d, int k, size_t slot_nbytes) {
+  Rng rng(seed ^ ((uint64_t)r << 40) ^ ((uint64_t)d << 32) ^ (uint64_t)k);
+  uint64_t pick = rng.next() % 8;
+  if (pick == 0) return 0;
+  if (pick == 1) return 1;
+  return (size_t)(rng.next() % (slot_nbytes * 5)) | 1u;
+}
+
+void msg_fill(uint64_t seed, int r, uint32_t d, int k, std::vector<char> &buf) {
+  Rng rng(seed * 31 + (uint64_t)r * 7919 + d * 104729 + (uint64_t)k);
+  for (char &b : buf) b = (char)rng.next();
+}
+
+struct ExchangeCase {
+  const char *transport;
+  int nranks;
+  uint32_t nslots;
+  size_t slot_nbytes;
+};
+
+std::string case_name(const testing::TestParamInfo<ExchangeCase> &info) {
+  const ExchangeCase &c = info.param;
+  return std::string(c.transport) + "_hosts" + std::to_string(c.nranks) + "_slot" +
+         std::to_string(c.slot_nbytes) + "x" + std::to_string(c.nslots);
+}
+
+RunOptions options(const char *transport, int timeout_s) {
+  RunOptions o;
+  o.timeout_s = 120;
+  o.env = {{"WEFT_TIMEOUT", std::to_string(timeout_s)}};
+  if (std::string(transport) == "ucx") o.env.push_back({"UCX_TLS", "tcp"});
+  return o;
+}
+
+class NetDevExchange : public testing::TestWithParam<ExchangeCase> {};
+
+// Random data of odd sizes both ways around the ring, several rounds (the
+// FIFO's steps carry on, as from one launch to the next); every byte checked,
+// nothing written past a message.
+TEST_P(NetDevExchange, RandomOddSizesBothDirections) {
+  const ExchangeCase c = GetParam();
+  if (transport_named(c.transport) == nullptr) GTEST_SKIP() << c.transport << " not built in";
+  const uint64_t seed = test_seed();
+  auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) {
+    pretend_own_host(ctx);
+    Rank rk;
+    if (int rc = rk.connect(ctx, c.transport, c.nslots, c.slot_nbytes)) return rc;
+    net_dev_fifo views[2][kDirs];
+    for (uint32_t d = 0; d < kDirs; d++)
+      if (net_dev_conn_fifo(&rk.send[d], &views[0][d]) != weftSuccess ||
+          net_dev_conn_fifo(&rk.recv[d], &views[1][d]) != weftSuccess)
+        return rank_fail(ctx, "fifo view: %s", weft_error_text());
+    std::vector<EmuFifo> fifos;
+    fifos.reserve(2 * kDirs);
+    for (uint32_t d = 0; d < kDirs; d++) {
+      fifos.emplace_back(views[0][d]);
+      fifos.emplace_back(views[1][d]);
+    }
+    for (int k = 0; k < 4; k++) {
+      std::vector<std::vector<char>> out(kDirs), in(kDirs);
+      std::vector<EmuMsg> msgs;
+      for (uint32_t d = 0; d < kDirs; d++) {
+        out[d].resize(msg_nbytes(seed, ctx.rank, d, k, c.slot_nbytes));
+        msg_fill(seed, ctx.rank, d, k, out[d]);
+        int prev = rk.neighbour(ctx, d, -1);
+        size_t want = msg_nbytes(seed, prev, d, k, c.slot_nbytes);
+        in[d].assign(want + 64, (char)0xa5);  // poisoned, with a guard past the end
+        msgs.push_back(EmuMsg{&fifos[2 * d], true, out[d].data(), out[d].size()});
+        msgs.push_back(EmuMsg{&fifos[2 * d + 1], false, in[d].data(), want});
+      }
+      EmuResult r = emu_kernel_run(msgs, [&] { return rk.any_failed(); }, 20000000000ull);
+      if (r != EMU_OK) return rank_fail(ctx, "round %d: emulated kernel gave up (%d)", k, (int)r);
+      for (uint32_t d = 0; d < kDirs; d++) {
+        int prev = rk.neighbour(ctx, d, -1);
+        std::vector<char> expect(msg_nbytes(seed, prev, d, k, c.slot_nbytes));
+        msg_fill(seed, prev, d, k, expect);
+        if (memcmp(in[d].data(), expect.data(), expect.size()) != 0)
+          return rank_fail(ctx, "round %d dir %u: data from rank %d differs", k, d, prev);
+        for (size_t i = expect.size(); i < in[d].size(); i++)
+          if (in[d][i] != (char)0xa5)
+            return rank_fail(ctx, "round %d dir %u: byte %zu past the message written", k, d, i);
+      }
+    }
+    // every rank done, none closed yet: no connection may have failed
+    if (bootstrap_barrier(rk.bs) != weftSuccess) return rank_fail(ctx, "barrier");
+    if (rk.any_failed()) return rank_fail(ctx, "a connection failed during the exchange");
+    if (bootstrap_barrier(rk.bs) != weftSuccess) return rank_fail(ctx, "barrier");
+    return 0;
+  }, options(c.transport, 30));
+  for (int r = 0; r < c.nranks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    NetDev, NetDevExchange,
+    testing::Values(ExchangeCase{"socket", 2, 4, 4096}, ExchangeCase{"socket", 3, 2, 1000},
+                    ExchangeCase{"ucx", 2, 3, 4096}, ExchangeCase{"ucx", 3, 4, 1000}),
+    case_name);
+
+class NetDevFailure : public testing::TestWithParam<ExchangeCase> {};
+
+// The last rank dies (SIGKILL) after a few slots of a long message: every
+// other rank's emulated kernel is aborted through the poison its proxy set,
+// well before the kernel's own timeout and inside WEFT_TIMEOUT.
+TEST_P(NetDevFailure, KilledPeerGivesEveryRankAnError) {
+  const ExchangeCase c = GetParam();
+  if (transport_named(c.transport) == nullptr) GTEST_SKIP() << c.transport << " not built in";
+  const int timeout_s = 20;
+  auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) {
+    pretend_own_host(ctx);
+    Rank rk;
+    if (int rc = rk.connect(ctx, c.transport, c.nslots, c.slot_nbytes)) return rc;
+    std::vector<EmuFifo> fifos;
+    fifos.reserve(2 * kDirs);
+    for (uint32_t d = 0; d < kDirs; d++) {
+      net_dev_fifo s, r;
+      if (net_dev_conn_fifo(&rk.send[d], &s) != weftSuccess ||
+          net_dev_conn_fifo(&rk.recv[d], &r) != weftSuccess)
+        return rank_fail(ctx, "fifo view: %s", weft_error_text());
+      fifos.emplace_back(s);
+      fifos.emplace_back(r);
+    }
+    const size_t nbytes = c.slot_nbytes * 64 + 3;  // far more than the FIFO holds
+    std::vector<std::vector<char>> out(kDirs, std::vector<char>(nbytes, 7)),
+        in(kDirs, std::vector<char>(nbytes));
+    std::vector<EmuMsg> msgs;
+    const bool victim = ctx.rank == ctx.nranks - 1;
+    for (uint32_t d = 0; d < kDirs; d++) {
+      msgs.push_back(EmuMsg{&fifos[2 * d], true, out[d].data(), nbytes});
+      if (victim)
+        msgs.back().after_slot = [&](size_t done) {
+          if (done >= c.slot_nbytes * 3) raise(SIGKILL);
+        };
+      msgs.push_back(EmuMsg{&fifos[2 * d + 1], false, in[d].data(), nbytes});
+    }
+    double t0 = now_s();
+    // the kernel's own timeout lies past the test's bound: only the poison can end it in time
+    EmuResult r = emu_kernel_run(msgs, [&] { return rk.any_failed(); }, 60000000000ull);
+    double waited = now_s() - t0;
+    if (victim) return rank_fail(ctx, "the victim lived on");
+    if (r != EMU_ABORTED) return rank_fail(ctx, "emulated kernel ended with %d, want aborted", (int)r);
+    if (waited > timeout_s / 2.0)
+      return rank_fail(ctx, "the error took %.1f s (WEFT_TIMEOUT %d s)", waited, timeout_s);
+    return 0;
+  }, options(c.transport, timeout_s));
+  for (int r = 0; r + 1 < c.nranks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+  EXPECT_EQ(status[c.nranks - 1], 128 + SIGKILL) << "the victim";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    NetDev, NetDevFailure,
+    testing::Values(ExchangeCase{"socket", 2, 4, 4096}, ExchangeCase{"socket", 3, 4, 4096},
+                    ExchangeCase{"ucx", 2, 4, 4096}, ExchangeCase{"ucx", 3, 4, 4096}),
+    case_name);
+
+int sh(const std::string &cmd) { return system((cmd + " >/dev/null 2>&1").c_str()); }
+
+// Whether this namespace's weft0 is down, by what ip prints (system()'s status
+// is not to be trusted in a forked rank under ASan).
+bool link_is_down() {
+  FILE *f = popen("ip -br link show weft0 2>/dev/null", "r");
+  if (f == nullptr) return false;
+  char line[256] = "";
+  bool down = fgets(line, sizeof line, f) != nullptr && strstr(line, " DOWN ") != nullptr;
+  pclose(f);
+  return down;
+}
+
+// UCX finds network devices under /sys/class/net, which shows the namespace
+// that mounted it: a rank that entered its host's namespace mounts a sysfs of
+// its own in a private mount namespace, as "ip netns exec" does.
+int see_own_netns_devices(const RankCtx &ctx) {
+  if (unshare(CLONE_NEWNS) == 0 && mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+      umount2("/sys", MNT_DETACH) == 0 && mount("sysfs", "/sys", "sysfs", 0, nullptr) == 0)
+    return 0;
+  return rank_fail(ctx, "mounting /sys: %m");
+}
+
+// Two hosts as network namespaces joined by a veth pair, two ranks in each
+// (ranks 0 and 1 on the first): the ring crosses the link twice.
+class NetDevNetns : public testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (transport_named(GetParam()) == nullptr) GTEST_SKIP() << GetParam() << " not built in";
+    if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
+    if (sh("command -v ip") != 0) GTEST_SKIP() << "needs the ip tool (iproute2)";
+    tag = std::to_string(getpid() % 100000);
+    ns[0] = "wnd-h0-" + tag;
+    ns[1] = "wnd-h1-" + tag;
+    // each host's end of the link is weft0: one UCX_NET_DEVICES for both
+    bool ok = sh("ip netns add " + ns[0]) == 0 && sh("ip netns add " + ns[1]) == 0 &&
+              sh("ip link add weft0 netns " + ns[0] + " type veth peer name weft0 netns " +
+                 ns[1]) == 0;
+    for (int h = 0; ok && h < 2; h++) {
+      std::string in = "ip netns exec " + ns[h] + " ";
+      ok = sh(in + "ip link set lo up") == 0 &&
+           sh(in + "ip addr add 10.252." + tag.substr(0, 2) + "." + std::to_string(h + 1) +
+              "/24 dev weft0") == 0 &&
+           sh(in + "ip link set weft0 up") == 0;
+    }
+    // UCX leaves out a device that is not up yet: wait for both ends' carrier
+    for (int h = 0; ok && h < 2; h++)
+      ok = sh("ip netns exec " + ns[h] +
+              " sh -c 'for i in $(seq 100); do grep -qx up /sys/class/net/weft0/operstate && "
+              "exit 0; sleep 0.05; done; exit 1'") == 0;
+    if (!ok) {
+      TearDown();
+      GTEST_SKIP() << "could not create namespaces and a veth pair here";
+    }
+  }
+  void TearDown() override {
+    if (ns[0].empty()) return;
+    sh("ip netns del " + ns[0]);
+    sh("ip netns del " + ns[1]);
+  }
+  RunOptions netns_options(int timeout_s) {
+    RunOptions o = options(GetParam().c_str(), timeout_s);
+    o.netns = {ns[0], ns[0], ns[1], ns[1]};
+    if (GetParam() == "ucx") o.env.push_back({"UCX_NET_DEVICES", "weft0"});
+    return o;
+  }
+  std::string tag, ns[2];
+};
+
+// Rounds of exchange around both rings until one fails or `rounds` are done.
+// Returns the emulated kernel's last result and, in *round_s, how long the
+// last round took. A kernel that gives up poisons its connections, as the
+// device executor's host side does, so that the peers hear of it.
+EmuResult exchange_rounds(const RankCtx &ctx, Rank &rk, size_t slot_nbytes, uint64_t seed,
+                          int rounds, uint64_t kernel_timeout_ns, double *round_s) {
+  std::vector<EmuFifo> fifos;
+  fifos.reserve(2 * kDirs);
+  for (uint32_t d = 0; d < kDirs; d++) {
+    net_dev_fifo s, r;
+    if (net_dev_conn_fifo(&rk.send[d], &s) != weftSuccess ||
+        net_dev_conn_fifo(&rk.recv[d], &r) != weftSuccess)
+      return EMU_ABORTED;
+    fifos.emplace_back(s);
+    fifos.emplace_back(r);
+  }
+  EmuResult r = EMU_OK;
+  for (int k = 0; r == EMU_OK && k < rounds; k++) {
+    std::vector<std::vector<char>> out(kDirs), in(kDirs);
+    std::vector<EmuMsg> msgs;
+    for (uint32_t d = 0; d < kDirs; d++) {
+      out[d].resize(msg_nbytes(seed, ctx.rank, d, k, slot_nbytes) * 8);
+      msg_fill(seed, ctx.rank, d, k, out[d]);
+      int prev = rk.neighbour(ctx, d, -1);
+      in[d].assign(msg_nbytes(seed, prev, d, k, slot_nbytes) * 8, 0);
+      msgs.push_back(EmuMsg{&fifos[2 * d], true, out[d].data(), out[d].size()});
+      msgs.push_back(EmuMsg{&fifos[2 * d + 1], false, in[d].data(), in[d].size()});
+    }
+    double t0 = now_s();
+    r = emu_kernel_run(msgs, [&] { return rk.any_failed(); }, kernel_timeout_ns);
+    *round_s = now_s() - t0;
+    for (uint32_t d = 0; r == EMU_OK && d < kDirs; d++) {
+      int prev = rk.neighbour(ctx, d, -1);
+      std::vector<char> expect(in[d].size());
+      msg_fill(seed, prev, d, k, expect);
+      if (in[d] != expect) {
+        rank_fail(ctx, "round %d dir %u: data from rank %d differs", k, d, prev);
+        return EMU_ABORTED;
+      }
+    }
+  }
+  if (r != EMU_OK)
+    for (uint32_t d = 0; d < kDirs; d++) {
+      conn_poison(&rk.send[d]);
+      conn_poison(&rk.recv[d]);
+    }
+  return r;
+}
+
+// Random data both ways between the namespace hosts, checked.
+TEST_P(NetDevNetns, ExchangeAcrossHosts) {
+  const uint64_t seed = test_seed();
+  const std::string t = GetParam();
+  auto status = run_ranks(4, [&](const RankCtx &ctx) {
+    if (t == "ucx")
+      if (int rc = see_own_netns_devices(ctx)) return rc;
+    Rank rk;
+    if (int rc = rk.connect(ctx, t, 4, 4096)) return rc;
+    double round_s = 0;
+    EmuResult r = exchange_rounds(ctx, rk, 4096, seed, 20, 20000000000ull, &round_s);
+    if (r != EMU_OK) return rank_fail(ctx, "emulated kernel gave up (%d)", (int)r);
+    if (bootstrap_barrier(rk.bs) != weftSuccess) return rank_fail(ctx, "barrier");
+    if (rk.any_failed()) return rank_fail(ctx, "a connection failed during the exchange");
+    if (bootstrap_barrier(rk.bs) != weftSuccess) return rank_fail(ctx, "barrier");
+    return 0;
+  }, netns_options(30));
+  for (int r = 0; r < 4; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+// The link between the hosts goes down in the middle of the exchange: every
+// rank's emulated kernel gives up (its own timeout, or the poison of a peer
+// that gave up) within the timeout, none hangs.
+TEST_P(NetDevNetns, LinkCutGivesEveryRankAnError) {
+  const uint64_t seed = test_seed();
+  const std::string t = GetParam();
+  const int timeout_s = 3;
+  // rank 0 takes its host's end of the link down (it runs in that namespace)
+  const std::string down = "ip link set weft0 down";
+  auto status = run_ranks(4, [&](const RankCtx &ctx) {
+    if (t == "ucx")
+      if (int rc = see_own_netns_devices(ctx)) return rc;
+    Rank rk;
+    if (int rc = rk.connect(ctx, t, 4, 4096)) return rc;
+    std::atomic<int> cut{-1};
+    std::thread cutter;
+    if (ctx.rank == 0)
+      cutter = std::thread([&] {
+        sleep(2);  // long after set-up, in the middle of the rounds
+        sh(down);
+        cut = link_is_down() ? 0 : 1;
+      });
+    double round_s = 0;
+    EmuResult r =
+        exchange_rounds(ctx, rk, 4096, seed, 1 << 30, timeout_s * 1000000000ull, &round_s);
+    if (cutter.joinable()) cutter.join();
+    if (ctx.rank == 0 && cut != 0) return rank_fail(ctx, "could not take the link down");
+    if (r == EMU_OK) return rank_fail(ctx, "no error after the link went down");
+    printf("rank %d: emulated kernel %s after %.2f s in the failing round\n", ctx.rank,
+           r == EMU_ABORTED ? "aborted" : "timed out", round_s);
+    // the kernel's own timeout, or a peer's poison, and room for a loaded machine
+    if (round_s > 2 * timeout_s + 2) return rank_fail(ctx, "the error took %.1f s", round_s);
+    return 0;
+  }, netns_options(timeout_s));
+  for (int r = 0; r < 4; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(NetDev, NetDevNetns, testing::Values("socket", "ucx"),
+                         [](const testing::TestParamInfo<std::string> &i) { return i.param; });
+
+std::vector<std::string> *captured_lines;
+void capture(int level, const char *line, void *ctx) {
+  (void)level;
+  (void)ctx;
+  captured_lines->push_back(line);
+}
+
+// WEFT_NET_GDR: -1 and 0 log where the FIFOs go and that GPUDirect RDMA is
+// unavailable; 1 and out-of-range values are refused with the variable named.
+TEST(NetDevGdr, ParsedLoggedAndChecked) {
+  struct Case {
+    const char *value;
+    weftResult_t want;
+  };
+  for (Case k : {Case{"-1", weftSuccess}, Case{"0", weftSuccess}, Case{"1", weftInvalidArgument},
+                 Case{"2", weftInvalidArgument}}) {
+    auto status = run_ranks(1, [&](const RankCtx &ctx) {
+      setenv("WEFT_NET_GDR", k.value, 1);
+      setenv("WEFT_DEBUG", "INFO", 1);
+      setenv("WEFT_DEBUG_SUBSYS", "NET", 1);
+      weft_params_reset();
+      std::vector<std::string> lines;
+      captured_lines = &lines;
+      weft_log_set_sink(capture, nullptr);
+      const proxy_fifo_mem *mem = nullptr;
+      weftResult_t res = net_dev_fifo_mem(1, &mem);
+      weft_log_set_sink(nullptr, nullptr);
+      if (res != k.want) return rank_fail(ctx, "WEFT_NET_GDR=%s: result %d", k.value, (int)res);
+      if (res != weftSuccess) {
+        if (std::string(weft_error_text()).find("WEFT_NET_GDR") == std::string::npos)
+          return rank_fail(ctx, "the error does not name WEFT_NET_GDR: %s", weft_error_text());
+        return 0;
+      }
+      if (mem != &net_dev_mem_host) return rank_fail(ctx, "not the emulation's memory");
+      bool logged = false;
+      for (const std::string &l : lines)
+        logged |= l.find("GPUDirect RDMA unavailable") != std::string::npos &&
+                  l.find(std::string("WEFT_NET_GDR=") + k.value) != std::string::npos;
+      if (!logged) return rank_fail(ctx, "WEFT_NET_GDR=%s: the choice was not logged", k.value);
+      return 0;
+    });
+    EXPECT_EQ(status[0], 0) << "WEFT_NET_GDR=" << k.value;
+  }
+}
+
+}  // namespace
