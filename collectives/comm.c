@@ -106,8 +106,24 @@ static int config_int(int value, int fallback) {
   return value == WEFT_CONFIG_UNDEF_INT ? fallback : value;
 }
 
+static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
+                                     const struct bootstrap_id *id, int rank,
+                                     const weftConfig_t *config, int cuda_dev);
+
+/* The rank is marked present on its host while it sets up (the bootstrap's
+ * root so learns at once of a rank that dies before it joined). */
 weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_id *id, int rank,
                        const weftConfig_t *config, int cuda_dev) {
+  struct bootstrap_presence presence;
+  bootstrap_presence_begin(id, rank, &presence);
+  weftResult_t res = comm_init_marked(comm_out, nranks, id, rank, config, cuda_dev);
+  bootstrap_presence_end(&presence, res != weftSuccess);
+  return res;
+}
+
+static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
+                                     const struct bootstrap_id *id, int rank,
+                                     const weftConfig_t *config, int cuda_dev) {
   weftConfig_t cfg;
   WEFT_TRY(comm_config_read(config, &cfg));
   int64_t nslots = param_int(&coll_params[P_NSLOTS]);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "param.h"
+#include "shm/shm_segment.h"
 #include "status.h"
 #include "wait.h"
 
@@ -119,6 +120,8 @@ static int secret_equal(const uint8_t *a, const uint8_t *b) {
 
 /* --- root service ------------------------------------------------------ */
 
+static uint32_t presence_key(const uint8_t secret[BOOTSTRAP_SECRET_BYTES], int rank);
+
 struct root_state {
   int listen_fd;
   uint8_t secret[BOOTSTRAP_SECRET_BYTES];
@@ -149,6 +152,21 @@ static int root_rank_left(const int *fds, int nranks) {
   return -1;
 }
 
+/* A rank still to join whose presence marker (bootstrap_presence_begin) says
+ * it died on this host, or -1. keys and key_rank have room for nranks. */
+static int root_rank_died_unjoined(const struct root_state *st, const int *fds, int nranks,
+                                   uint32_t *keys, int *key_rank) {
+  if (keys == NULL) return -1;
+  int n = 0;
+  for (int r = 0; r < nranks; r++) {
+    if (fds[r] >= 0) continue;
+    key_rank[n] = r;
+    keys[n++] = presence_key(st->secret, r);
+  }
+  int i = shm_marker_find_dead(keys, n);
+  return i >= 0 ? key_rank[i] : -1;
+}
+
 /* Tells a joined rank that rank `left` left, and lets it go. */
 static void root_tell_left(int fd, int32_t left) {
   uint32_t msg[2] = {ROOT_RANK_LEFT, (uint32_t)left};
@@ -167,13 +185,21 @@ static void *root_main(void *arg) {
   int left = -1, told = 0; /* after a rank left: how many others know */
   int *fds = NULL;
   struct peer_info *infos = NULL;
+  uint32_t *keys = NULL; /* presence keys of the ranks still to join */
+  int *key_rank = NULL;
   struct sock_hellos *hs = calloc(1, sizeof *hs);
   if (hs == NULL) goto close_all;
   while (left < 0 ? nranks < 0 || joined < nranks : told < nranks - 1) {
-    if (left < 0 && (left = root_rank_left(fds, nranks)) >= 0) {
-      WEFT_WARN(LOG_BOOTSTRAP, "root: rank %d left before all %d ranks joined", left, nranks);
-      close(fds[left]);
-      fds[left] = -1;
+    if (left < 0) {
+      left = root_rank_left(fds, nranks);
+      int died = left < 0 ? root_rank_died_unjoined(st, fds, nranks, keys, key_rank) : -1;
+      if (died >= 0) left = died;
+    }
+    if (left >= 0 && fds[left] != -2) { /* found just now: tell the joined ranks */
+      WEFT_WARN(LOG_BOOTSTRAP, "root: rank %d %s before all %d ranks joined", left,
+                fds[left] >= 0 ? "left" : "died", nranks);
+      if (fds[left] >= 0) close(fds[left]);
+      fds[left] = -2; /* told */
       for (int r = 0; r < nranks; r++) {
         if (fds[r] < 0) continue;
         root_tell_left(fds[r], left);
@@ -234,7 +260,9 @@ static void *root_main(void *arg) {
       nranks = h.nranks;
       fds = malloc(sizeof *fds * (size_t)nranks);
       infos = calloc((size_t)nranks, sizeof *infos);
-      if (fds == NULL || infos == NULL) {
+      keys = malloc(sizeof *keys * (size_t)nranks);
+      key_rank = malloc(sizeof *key_rank * (size_t)nranks);
+      if (fds == NULL || infos == NULL || keys == NULL || key_rank == NULL) {
         close(fd);
         goto close_all;
       }
@@ -260,6 +288,8 @@ close_all:
   free(hs);
   free(fds);
   free(infos);
+  free(keys);
+  free(key_rank);
   close(st->listen_fd);
   free(st);
   return NULL;
@@ -505,6 +535,26 @@ static weftResult_t root_wait_table(int root_fd, const struct bootstrap_id *id, 
   return weftSuccess;
 }
 
+/* --- presence while joining ------------------------------------------- */
+
+static uint32_t presence_key(const uint8_t secret[BOOTSTRAP_SECRET_BYTES], int rank) {
+  uint64_t h = hash_bytes(0xcbf29ce484222325ull, secret, BOOTSTRAP_SECRET_BYTES);
+  h = hash_bytes(h, &rank, sizeof rank);
+  return (uint32_t)(h ^ (h >> 32));
+}
+
+void bootstrap_presence_begin(const struct bootstrap_id *id, int rank,
+                              struct bootstrap_presence *p) {
+  static_assert(sizeof p->name == SHM_NAME_BYTES, "a marker's name fits");
+  if (shm_marker_create(presence_key(id->secret, rank), p->name) != weftSuccess)
+    WEFT_INFO(LOG_BOOTSTRAP, "rank %d joins unmarked: %s", rank, weft_error_text());
+}
+
+void bootstrap_presence_end(struct bootstrap_presence *p, int failed) {
+  shm_marker_remove(p->name);
+  if (failed) shm_segment_sweep();
+}
+
 weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,
                             const struct peer_info *self, uint64_t timeout_ns,
                             struct bootstrap **bs_out, struct peer_info *peers_out) {
@@ -536,6 +586,7 @@ weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,
   h.nranks = nranks;
   h.info = *self;
   h.info.listen_addr = listen_addr;
+  WEFT_TRACE(LOG_BOOTSTRAP, "rank %d of %d: joining the root", rank, nranks);
   /* a root at a fixed address may not be up yet (rank 0 starts it): refused
    * is retried; any other root was up before its id existed */
   if (id->flags & BOOTSTRAP_ID_ROOT_LATE)

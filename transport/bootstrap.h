@@ -69,6 +69,20 @@ weftResult_t bootstrap_root_start(const union weft_sockaddr *bind_addr,
 /* Fills the parts of peer info that bootstrap knows: pid, host identity. */
 void bootstrap_peer_info_local(struct peer_info *info);
 
+/* A rank's presence while it joins: from its first step of set-up to its
+ * last, a marker other processes of the host can see, so
+ * that the root learns within a serving slice that a rank of this host died
+ * before it joined (instead of waiting out the timeout). Best effort: without
+ * /dev/shm nothing is marked. */
+struct bootstrap_presence {
+  char name[64];
+};
+void bootstrap_presence_begin(const struct bootstrap_id *id, int rank,
+                              struct bootstrap_presence *p);
+/* Removes the marker; a set-up that failed also unlinks what ranks that died
+ * on this host left behind (their markers and segments). */
+void bootstrap_presence_end(struct bootstrap_presence *p, int failed);
+
 /* Joins: proves the secret to the root, exchanges peer info, builds the ring.
  * peers_out has nranks entries. Blocks until done or timeout_ns passes. */
 weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,

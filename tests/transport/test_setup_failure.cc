@@ -145,7 +145,8 @@ TEST_P(SetupKill, OthersErrorWithinASecondAndNoSegmentLeaks) {
 
 INSTANTIATE_TEST_SUITE_P(
     Points, SetupKill,
-    testing::Values(KillPoint{"admitted", "admitted by the root", false, nullptr},
+    testing::Values(KillPoint{"before_joining", "joining the root", false, nullptr},
+                    KillPoint{"admitted", "admitted by the root", false, nullptr},
                     KillPoint{"all_joined", "ranks joined", false, nullptr},
                     KillPoint{"ring_ready", "bootstrap ring ready", false, nullptr},
                     KillPoint{"shm_segment", "created /weft-", false, nullptr},

@@ -45,20 +45,27 @@ static int shm_pid_gone(pid_t pid) {
   return state == 'Z' || state == 'X' || (flags & 0x4u) != 0; /* PF_EXITING */
 }
 
-int shm_segment_sweep(void) {
+/* Unlinks the names "/weft-<pid>-<tag><suffix>" of this user and pid
+ * namespace whose creator is gone, for every suffix when want is NULL, else
+ * for the first of the nwant given; returns how many, and in *which the index
+ * in want of the first found (when want is given). */
+static int shm_unlink_dead(const uint32_t *want, int nwant, int *which) {
   DIR *d = opendir("/dev/shm");
   if (d == NULL) return 0;
   uint32_t tag = shm_pidns_tag();
   uid_t uid = geteuid();
   int swept = 0;
   struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    int pid = 0, used = 0;
+  while ((e = readdir(d)) != NULL && (want == NULL || swept == 0)) {
+    int pid = 0, used = 0, found = -1;
     unsigned int their_tag = 0, rnd = 0;
     if (sscanf(e->d_name, "weft-%d-%8x%8x%n", &pid, &their_tag, &rnd, &used) != 3 ||
         e->d_name[used] != '\0' || used != (int)strlen(e->d_name) || pid <= 0 ||
         pid == (int)getpid() || their_tag != tag)
       continue;
+    for (int i = 0; want != NULL && i < nwant && found < 0; i++)
+      if (want[i] == rnd) found = i;
+    if (want != NULL && found < 0) continue;
     struct stat st;
     if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_uid != uid ||
         !S_ISREG(st.st_mode) || !shm_pid_gone((pid_t)pid))
@@ -67,12 +74,36 @@ int shm_segment_sweep(void) {
     snprintf(name, sizeof name, "/%s", e->d_name);
     if (shm_unlink(name) == 0) {
       swept++;
-      WEFT_INFO(LOG_SHM, "unlinked %s: its creator (pid %d) died before anyone attached", name,
-                pid);
+      if (which != NULL) *which = found;
+      WEFT_INFO(LOG_SHM, "unlinked %s: its creator (pid %d) died", name, pid);
     }
   }
   closedir(d);
   return swept;
+}
+
+int shm_segment_sweep(void) { return shm_unlink_dead(NULL, 0, NULL); }
+
+weftResult_t shm_marker_create(uint32_t key, char name_out[SHM_NAME_BYTES]) {
+  snprintf(name_out, SHM_NAME_BYTES, "/weft-%d-%08x%08x", (int)getpid(), shm_pidns_tag(), key);
+  int fd = shm_open(name_out, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    weftResult_t res = weft_error_errno(weftSystemError, "shm_open %s", name_out);
+    name_out[0] = '\0';
+    return res;
+  }
+  close(fd);
+  return weftSuccess;
+}
+
+void shm_marker_remove(char name[SHM_NAME_BYTES]) {
+  if (name[0] != '\0') shm_unlink(name);
+  name[0] = '\0';
+}
+
+int shm_marker_find_dead(const uint32_t *keys, int nkeys) {
+  int which = -1;
+  return nkeys > 0 && shm_unlink_dead(keys, nkeys, &which) > 0 ? which : -1;
 }
 
 weftResult_t shm_segment_create(size_t nbytes, struct shm_segment *seg_out) {

@@ -4,6 +4,7 @@
 #define WEFT_SHM_SEGMENT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../../include/weft.h"
 
@@ -23,5 +24,14 @@ void shm_segment_close(struct shm_segment *seg);
 /* Unlinks the segments of this user and pid namespace whose creator died
  * before anyone attached them; returns how many. */
 int shm_segment_sweep(void);
+
+/* Markers: empty names "/weft-<pid>-<tag><key>" that say "this process is
+ * alive and at work on key" to other processes of the host. One whose
+ * creator died is unlinked by whoever looks for it, or by the sweep. */
+weftResult_t shm_marker_create(uint32_t key, char name_out[SHM_NAME_BYTES]);
+/* Unlinks the marker (created here) and empties name. */
+void shm_marker_remove(char name[SHM_NAME_BYTES]);
+/* The index in keys of a marker whose creator died (unlinked now), or -1. */
+int shm_marker_find_dead(const uint32_t *keys, int nkeys);
 
 #endif
