@@ -13,6 +13,15 @@ struct weft_plan;
 
 #define CHECK_SIG_MAGIC 0x77636b73u /* "wcks" */
 
+/* 1: recursive doubling and the ring carry the signature in their first
+ * slots (the always-on check). 0 only to measure what that costs: they then
+ * carry none, and a mismatch there goes unseen without WEFT_CHECK=1
+ * (meson setup -Dc_args=-DWEFT_SLOT_SIGNATURE=0 -Dtests=false). The
+ * single-copy path's check (sizes included) is never compiled out. */
+#ifndef WEFT_SLOT_SIGNATURE
+#define WEFT_SLOT_SIGNATURE 1
+#endif
+
 /* Fixed size and no padding, so that it travels as bytes. */
 struct check_sig {
   uint32_t magic;

@@ -93,9 +93,9 @@ weftResult_t rd_allreduce(struct weftComm *comm, struct weft_channel *ch,
   /* the first piece leaves room for the signature, and the next ones start
    * 64-byte aligned where the slot allows; a call that fits in one piece (the
    * small ones this algorithm is for) needs no division */
-  const size_t first_room = comm->slot_nbytes - sizeof signature;
+  const size_t first_room = comm->slot_nbytes - (WEFT_SLOT_SIGNATURE ? sizeof signature : 0);
   for (size_t base = 0; base < count;) {
-    const struct check_sig *sig = base == 0 ? &signature : NULL;
+    const struct check_sig *sig = WEFT_SLOT_SIGNATURE && base == 0 ? &signature : NULL;
     size_t n = count - base;
     if (n * esize > (sig != NULL ? first_room : comm->slot_nbytes)) {
       n = comm->slot_nbytes / esize;

@@ -43,7 +43,7 @@ static weftResult_t ring_run(struct weftComm *comm, struct weft_channel *ch,
   prims_init(&p, comm, ch, plan->datatype, reduces ? plan->op : weftSum, plan->proto);
   struct check_sig sig; /* rides after the data of the first slot (prims_sign) */
   check_sig_init(&sig, plan, 0);
-  prims_sign(&p, &sig);
+  if (WEFT_SLOT_SIGNATURE) prims_sign(&p, &sig);
   int rooted = plan->coll == COLL_BROADCAST || plan->coll == COLL_REDUCE;
   struct ring_geom g;
   ring_geom_init(&g, (int)plan->coll, comm->nranks, ch->ring_pos,
