@@ -50,15 +50,6 @@ void run_comm(int nranks, const RunOptions &opts,
   for (int r = 0; r < nranks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
 
-#define FAIL_IF(cond, ...)                          \
-  do {                                              \
-    if (cond) return rank_fail(ctx, __VA_ARGS__);   \
-  } while (0)
-#define TRY_RC(call)          \
-  do {                        \
-    if (int rc_ = (call)) return rc_; \
-  } while (0)
-
 bool contains(const char *text, const std::string &needle) {
   return std::string(text).find(needle) != std::string::npos;
 }
