@@ -73,7 +73,8 @@ weftResult_t peer_recv_wait(struct weftComm *comm, struct weft_conn *conn, size_
  * slot's last bytes are the peer's signature, and breaks the comm. */
 __attribute__((noinline, cold)) static weftResult_t
 peer_recv_signed_mismatch(struct weftComm *comm, struct weft_conn *conn, const char *slot,
-                          uint32_t used, size_t nbytes, const struct check_sig_packed *mine_packed) {
+                          uint32_t used, size_t nbytes,
+                          const struct check_sig_packed *mine_packed) {
   const size_t used_nbytes = used & PRIMS_USED_NBYTES_MASK;
   struct check_sig_packed theirs_packed;
   memset(&theirs_packed, 0, sizeof theirs_packed);
