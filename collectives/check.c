@@ -185,6 +185,19 @@ void check_sig_init(struct check_sig *sig, const struct weft_plan *plan, uint64_
                             .op = (int32_t)plan->op, .root = (int32_t)plan->root};
 }
 
+void check_sig_pack(struct check_sig_packed *out, const struct weft_plan *plan) {
+  *out = (struct check_sig_packed){.count = (uint64_t)plan->count, .root = (int32_t)plan->root,
+                                   .coll = (uint8_t)plan->coll,
+                                   .datatype = (uint8_t)plan->datatype,
+                                   .op = (uint8_t)plan->op, .magic = CHECK_SIG_PACKED_MAGIC};
+}
+
+void check_sig_unpack(struct check_sig *out, const struct check_sig_packed *in) {
+  *out = (struct check_sig){
+      .magic = in->magic == CHECK_SIG_PACKED_MAGIC ? CHECK_SIG_MAGIC : 0, .coll = in->coll,
+      .count = in->count, .datatype = in->datatype, .op = in->op, .root = in->root};
+}
+
 weftResult_t check_signatures(struct weftComm *comm, const struct weft_plan *plan) {
   if (param_int(&coll_params[P_CHECK]) == 0 || !coll_is_checked(plan->coll)) return weftSuccess;
   const uint64_t seq = ++comm->check_seq;

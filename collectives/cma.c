@@ -34,6 +34,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,8 +76,11 @@ struct cma_desc {
   uint64_t recv_nbytes; /* bytes from recv_addr that peers may write */
   uint64_t probe_addr;  /* a word holding CMA_PROBE_VALUE */
   struct mem_shared_ref send_ref, recv_ref; /* fd -1 where not mappable */
-  struct check_sig sig; /* the call as this rank made it: last, as in every signed slot */
+  struct check_sig_packed sig; /* the call as this rank made it: last, as in every signed slot */
 };
+_Static_assert(offsetof(struct cma_desc, sig) + sizeof(struct check_sig_packed) ==
+                   sizeof(struct cma_desc),
+               "a descriptor ends with its signature, as every signed slot does");
 
 /* Where this rank reaches one rank's buffers: mapped here, or NULL where the
  * kernel copies (own buffers: the buffers themselves). */
@@ -276,7 +280,7 @@ static weftResult_t cma_descs_check(const struct weftComm *comm, const struct cm
                                     size_t send_nbytes, size_t recv_nbytes) {
   const int n = comm->nranks;
   struct check_sig sigs[n];
-  for (int r = 0; r < n; r++) sigs[r] = descs[r].sig;
+  for (int r = 0; r < n; r++) check_sig_unpack(&sigs[r], &descs[r].sig);
   if (check_compare(sigs, n, "ranks disagree on a collective") != weftSuccess) {
     char cause[768];
     snprintf(cause, sizeof cause, "%s", weft_error_text()); /* the text is overwritten next */
@@ -331,7 +335,7 @@ static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *pla
                           .recv_addr = (uintptr_t)plan->recvbuf,
                           .recv_nbytes = recv_nbytes,
                           .probe_addr = (uintptr_t)&cma_probe_word};
-  check_sig_init(&self.sig, plan, 0);
+  check_sig_pack(&self.sig, plan);
   self.send_ref.fd = self.recv_ref.fd = -1;
   if (param_int(&cma_params[1]) != 0) {
     mem_shared_find(plan->sendbuf, send_nbytes, &self.send_ref);

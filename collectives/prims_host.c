@@ -22,16 +22,11 @@ void prims_init(struct prims *p, struct weftComm *comm, struct weft_channel *ch,
   p->sig_send = p->sig_recv = 0;
 }
 
-void prims_sign(struct prims *p, const struct check_sig *sig) {
+void prims_sign(struct prims *p, const struct check_sig_packed *sig) {
   if (p->proto != PROTO_SIMPLE) return;
   p->sig = sig;
   p->sig_send = p->send != NULL;
   p->sig_recv = p->recv != NULL;
-}
-
-static int sig_same(const struct check_sig *a, const struct check_sig *b) {
-  return a->magic == b->magic && a->coll == b->coll && a->count == b->count &&
-         a->datatype == b->datatype && a->op == b->op && a->root == b->root;
 }
 
 /* Whether a first slot holding nbytes of data carries the signature: where
@@ -39,33 +34,30 @@ static int sig_same(const struct check_sig *a, const struct check_sig *b) {
  * receiver no line more (slots start 64-byte aligned). */
 static int sig_fits(size_t nbytes) {
   const size_t tail = nbytes % 64;
-  return tail != 0 && 64 - tail >= sizeof(struct check_sig);
+  return tail != 0 && 64 - tail >= sizeof(struct check_sig_packed);
 }
 
-/* Checks the signature after the data of the previous rank's first slot of
- * the call, which holds nbytes of data when both ranks make the same call.
- * Looking there spares a read of slot_used_nbytes (a cache line the sender
- * wrote); only a mismatch reads it, to find where the sender put its
- * signature, if anywhere. */
-static weftResult_t check_signed_slot(struct prims *p, const char *slot, size_t nbytes) {
+/* A mismatch found by check_signed_slot: names it where the sender's slot
+ * carries a signature, and breaks the comm. */
+__attribute__((noinline, cold)) static weftResult_t signed_slot_mismatch(struct prims *p,
+                                                                         const char *slot,
+                                                                         size_t nbytes) {
   const struct weft_conn *c = p->recv;
-  const struct check_sig *mine = p->sig;
-  if (!sig_fits(nbytes)) return weftSuccess;
-  struct check_sig theirs;
-  memcpy(&theirs, slot + nbytes, sizeof theirs);
-  if (sig_same(&theirs, mine)) return weftSuccess;
   struct weftComm *comm = p->comm;
   const uint32_t used = c->ctrl->slot_used_nbytes[c->step % c->nslots];
   const size_t used_nbytes = used & PRIMS_USED_NBYTES_MASK;
-  memset(&theirs, 0, sizeof theirs);
-  if ((used & PRIMS_USED_SIGNED) && used_nbytes >= sizeof theirs &&
+  struct check_sig_packed theirs_packed;
+  memset(&theirs_packed, 0, sizeof theirs_packed);
+  if ((used & PRIMS_USED_SIGNED) && used_nbytes >= sizeof theirs_packed &&
       used_nbytes <= c->slot_nbytes)
-    memcpy(&theirs, slot + used_nbytes - sizeof theirs, sizeof theirs);
+    memcpy(&theirs_packed, slot + used_nbytes - sizeof theirs_packed, sizeof theirs_packed);
+  struct check_sig mine, theirs;
+  check_sig_unpack(&mine, p->sig);
+  check_sig_unpack(&theirs, &theirs_packed);
   if (theirs.magic == CHECK_SIG_MAGIC) {
     const int lower = c->peer_rank < comm->rank;
-    struct check_sig pair[2] = {lower ? theirs : *mine, lower ? *mine : theirs};
+    const struct check_sig pair[2] = {lower ? theirs : mine, lower ? mine : theirs};
     const int ranks[2] = {lower ? c->peer_rank : comm->rank, lower ? comm->rank : c->peer_rank};
-    pair[0].seq = pair[1].seq = 0;
     if (check_compare_ranks(pair, ranks, 2, "ranks disagree on a collective") != weftSuccess)
       return comm_fail_alone(comm, weftInvalidUsage);
   }
@@ -73,10 +65,20 @@ static weftResult_t check_signed_slot(struct prims *p, const char *slot, size_t 
                  "ranks disagree on a collective: %s: rank %d's first slot holds %zu bytes "
                  "where rank %d expects %zu and a signature: it is in another call (count or "
                  "datatype differ)",
-                 coll_kind_name((enum coll_kind)mine->coll), c->peer_rank,
-                 used_nbytes - ((used & PRIMS_USED_SIGNED) ? sizeof theirs : 0), comm->rank,
-                 nbytes);
+                 coll_kind_name((enum coll_kind)mine.coll), c->peer_rank,
+                 used_nbytes - ((used & PRIMS_USED_SIGNED) ? sizeof theirs_packed : 0),
+                 comm->rank, nbytes);
   return comm_fail_alone(comm, weftInvalidUsage);
+}
+
+/* Checks the signature after the data of the previous rank's first slot of
+ * the call, which holds nbytes of data when both ranks make the same call:
+ * one 128-bit comparison. Looking there spares a read of slot_used_nbytes
+ * (a cache line the sender wrote); only a mismatch reads it, to find where
+ * the sender put its signature, if anywhere. */
+static inline weftResult_t check_signed_slot(struct prims *p, const char *slot, size_t nbytes) {
+  if (!sig_fits(nbytes) || check_sig_packed_same(slot + nbytes, p->sig)) return weftSuccess;
+  return signed_slot_mismatch(p, slot, nbytes);
 }
 
 /* Waits until the slot the receiver reads next has been filled; nbytes: the

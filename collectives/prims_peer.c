@@ -68,32 +68,27 @@ weftResult_t peer_recv_wait(struct weftComm *comm, struct weft_conn *conn, size_
   return weftSuccess;
 }
 
-weftResult_t peer_recv_signed_wait(struct weftComm *comm, struct weft_conn *conn, size_t nbytes,
-                                   const struct check_sig *mine, int compare,
-                                   const char **slot_out) {
-  WEFT_TRY(peer_recv_ready(comm, conn));
-  const char *slot = conn_slot(conn);
-  const size_t used = conn->ctrl->slot_used_nbytes[conn->step % conn->nslots] &
-                      PRIMS_USED_NBYTES_MASK;
-  struct check_sig theirs;
-  memset(&theirs, 0, sizeof theirs);
-  if (used >= sizeof theirs && used <= conn->slot_nbytes)
-    memcpy(&theirs, slot + used - sizeof theirs, sizeof theirs);
-  const int same = !compare || (theirs.magic == mine->magic && theirs.coll == mine->coll &&
-                                theirs.count == mine->count && theirs.datatype == mine->datatype &&
-                                theirs.op == mine->op && theirs.root == mine->root);
-  if (same && used == nbytes) {
-    *slot_out = slot;
-    return weftSuccess;
-  }
-  /* the peer is in another call: name the difference where its slot says it */
+/* The slot at conn->step (used: its slot_used_nbytes) is not the nbytes
+ * ending in mine that this rank expects: names the difference where the
+ * slot's last bytes are the peer's signature, and breaks the comm. */
+__attribute__((noinline, cold)) static weftResult_t
+peer_recv_signed_mismatch(struct weftComm *comm, struct weft_conn *conn, const char *slot,
+                          uint32_t used, size_t nbytes,
+                          const struct check_sig_packed *mine_packed) {
+  const size_t used_nbytes = used & PRIMS_USED_NBYTES_MASK;
+  struct check_sig_packed theirs_packed;
+  memset(&theirs_packed, 0, sizeof theirs_packed);
+  if (used_nbytes >= sizeof theirs_packed && used_nbytes <= conn->slot_nbytes)
+    memcpy(&theirs_packed, slot + used_nbytes - sizeof theirs_packed, sizeof theirs_packed);
+  struct check_sig mine, theirs;
+  check_sig_unpack(&mine, mine_packed);
+  check_sig_unpack(&theirs, &theirs_packed);
   weftResult_t res = weftInvalidUsage;
   if (theirs.magic == CHECK_SIG_MAGIC) {
     const int lower = conn->peer_rank < comm->rank;
-    struct check_sig pair[2] = {lower ? theirs : *mine, lower ? *mine : theirs};
+    const struct check_sig pair[2] = {lower ? theirs : mine, lower ? mine : theirs};
     const int ranks[2] = {lower ? conn->peer_rank : comm->rank,
                           lower ? comm->rank : conn->peer_rank};
-    pair[0].seq = pair[1].seq = 0;
     res = check_compare_ranks(pair, ranks, 2, "ranks disagree on a collective");
   }
   if (res == weftSuccess || theirs.magic != CHECK_SIG_MAGIC)
@@ -101,10 +96,28 @@ weftResult_t peer_recv_signed_wait(struct weftComm *comm, struct weft_conn *conn
                    "%s: rank %d sent %zu bytes where %zu were expected: it is in another call "
                    "on this communicator (do all ranks make the same collectives in the same "
                    "order, with the same count and datatype?)",
-                   coll_kind_name((enum coll_kind)mine->coll),
-                   conn->peer_rank, used, nbytes);
+                   coll_kind_name((enum coll_kind)mine.coll), conn->peer_rank, used_nbytes,
+                   nbytes);
   /* the ranks' steps no longer pair up: break the comm so that none waits */
   return comm_fail_alone(comm, weftInvalidUsage);
+}
+
+weftResult_t peer_recv_signed_wait(struct weftComm *comm, struct weft_conn *conn, size_t nbytes,
+                                   const struct check_sig_packed *mine, int compare,
+                                   const char **slot_out) {
+  WEFT_TRY(peer_recv_ready(comm, conn));
+  const char *slot = conn_slot(conn);
+  /* the signature is loaded where a sender in the same call put it, not at
+   * an address computed from slot_used_nbytes: so its line (the slot's) and
+   * slot_used_nbytes's, both just written by the sender, come over at once
+   * rather than one after the other */
+  const uint32_t used = conn->ctrl->slot_used_nbytes[conn->step % conn->nslots];
+  if ((used & PRIMS_USED_NBYTES_MASK) == nbytes &&
+      (!compare || check_sig_packed_same(slot + nbytes - sizeof *mine, mine))) {
+    *slot_out = slot;
+    return weftSuccess;
+  }
+  return peer_recv_signed_mismatch(comm, conn, slot, used, nbytes, mine);
 }
 
 void peer_recv_done(struct weft_conn *conn) {

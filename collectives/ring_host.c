@@ -41,9 +41,9 @@ static weftResult_t ring_run(struct weftComm *comm, struct weft_channel *ch,
   int reduces = plan->coll == COLL_ALLREDUCE || plan->coll == COLL_REDUCESCATTER ||
                 plan->coll == COLL_REDUCE;
   prims_init(&p, comm, ch, plan->datatype, reduces ? plan->op : weftSum, plan->proto);
-  struct check_sig sig; /* rides after the data of the first slot (prims_sign) */
-  check_sig_init(&sig, plan, 0);
-  prims_sign(&p, &sig);
+  struct check_sig_packed sig; /* rides after the data of the first slot (prims_sign) */
+  check_sig_pack(&sig, plan);
+  if (WEFT_SLOT_SIGNATURE) prims_sign(&p, &sig);
   int rooted = plan->coll == COLL_BROADCAST || plan->coll == COLL_REDUCE;
   struct ring_geom g;
   ring_geom_init(&g, (int)plan->coll, comm->nranks, ch->ring_pos,

@@ -40,6 +40,20 @@ std::vector<int> run_ranks(int nranks, const RankFn &fn, const RunOptions &opts 
 // Prints a failure message from inside a rank (stderr) and returns 1.
 int rank_fail(const RankCtx &ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+// In a rank's body (or a helper returning its code): when cond holds, prints
+// the printf-style message naming the rank (rank_fail) and returns 1. The
+// rank is the RankCtx named ctx in scope; FAIL_IF_RANK names it.
+#define FAIL_IF(cond, ...) FAIL_IF_RANK(ctx, cond, __VA_ARGS__)
+#define FAIL_IF_RANK(rank_ctx, cond, ...)                             \
+  do {                                                                \
+    if (cond) return ::weft_test::rank_fail((rank_ctx), __VA_ARGS__); \
+  } while (0)
+// Returns call's failure code (a rank body's or a helper's) when not 0.
+#define TRY_RC(call)                  \
+  do {                                \
+    if (int rc_ = (call)) return rc_; \
+  } while (0)
+
 // The seed for random data: WEFT_TEST_SEED, else a fixed default; printed once.
 uint64_t test_seed();
 

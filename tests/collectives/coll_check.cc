@@ -271,11 +271,6 @@ namespace {
 const uint8_t kPoison = 0x5a;
 const size_t kOffset = 200;  // element-aligned for every datatype, not cache-line aligned
 
-#define FAIL_IF(cond, ...)                         \
-  do {                                             \
-    if (cond) return rank_fail(ctx, __VA_ARGS__); \
-  } while (0)
-
 // nbytes at kOffset into a poisoned allocation from weftMemAllocHost (mapped
 // by peers) or from malloc (reached through the kernel).
 struct Buf {

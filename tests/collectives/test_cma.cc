@@ -28,11 +28,6 @@ namespace {
 
 const uint8_t kPoison = 0x5a;
 
-#define FAIL_IF(cond, ...)                         \
-  do {                                             \
-    if (cond) return rank_fail(ctx, __VA_ARGS__); \
-  } while (0)
-
 int cma_allgather(const RankCtx &ctx, weftComm_t comm, weftDataType_t t, size_t count,
                   bool in_place, uint64_t seed) {
   const int n = ctx.nranks, me = ctx.rank;

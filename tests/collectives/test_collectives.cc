@@ -35,11 +35,6 @@ struct Ctx {
   uint64_t seed;
 };
 
-#define FAIL_IF(cond, ...) \
-  do {                     \
-    if (cond) return rank_fail(x.rank, __VA_ARGS__); \
-  } while (0)
-
 // Bytes past `used` in out must still be poison.
 bool tail_poisoned(const std::vector<uint8_t> &out, size_t used) {
   for (size_t i = used; i < out.size(); i++)
@@ -56,12 +51,13 @@ int check_allgather(const Ctx &x, weftDataType_t t, size_t count, bool in_place)
   if (in_place) memcpy(out.data() + me * block, in[me].data(), block);
   const void *src = in_place ? out.data() + me * block : in[me].data();
   weftResult_t res = weftAllGather(src, out.data(), count, t, x.comm, nullptr);
-  FAIL_IF(res != weftSuccess, "allgather %s %zu: %s", type_name(t), count, weftGetLastError(x.comm));
+  FAIL_IF_RANK(x.rank, res != weftSuccess, "allgather %s %zu: %s", type_name(t), count,
+               weftGetLastError(x.comm));
   for (int r = 0; r < n; r++)
-    FAIL_IF(memcmp(out.data() + r * block, in[r].data(), block) != 0,
-            "allgather %s count %zu %s: block of rank %d differs", type_name(t), count,
-            in_place ? "in-place" : "out-of-place", r);
-  FAIL_IF(!tail_poisoned(out, n * block), "allgather wrote past the end");
+    FAIL_IF_RANK(x.rank, memcmp(out.data() + r * block, in[r].data(), block) != 0,
+                 "allgather %s count %zu %s: block of rank %d differs", type_name(t), count,
+                 in_place ? "in-place" : "out-of-place", r);
+  FAIL_IF_RANK(x.rank, !tail_poisoned(out, n * block), "allgather wrote past the end");
   return 0;
 }
 
@@ -77,17 +73,18 @@ int check_reducescatter(const Ctx &x, weftDataType_t t, weftRedOp_t op, size_t c
   void *dst = out.data();
   if (in_place) dst = send.data() + me * block;
   weftResult_t res = weftReduceScatter(src, dst, count, t, op, x.comm, nullptr);
-  FAIL_IF(res != weftSuccess, "reducescatter %s %s %zu: %s", type_name(t), op_name(op), count,
-          weftGetLastError(x.comm));
+  FAIL_IF_RANK(x.rank, res != weftSuccess, "reducescatter %s %s %zu: %s", type_name(t), op_name(op),
+               count, weftGetLastError(x.comm));
   std::vector<std::vector<uint8_t>> mine;  // every rank's block for us
   for (int r = 0; r < n; r++)
     mine.emplace_back(in[r].begin() + me * block, in[r].begin() + (me + 1) * block);
   std::string why;
-  FAIL_IF(!check_reduction(t, op, mine, dst, count, &why), "reducescatter %s %s count %zu %s: %s",
-          type_name(t), op_name(op), count, in_place ? "in-place" : "out-of-place", why.c_str());
+  FAIL_IF_RANK(x.rank, !check_reduction(t, op, mine, dst, count, &why),
+               "reducescatter %s %s count %zu %s: %s", type_name(t), op_name(op), count,
+               in_place ? "in-place" : "out-of-place", why.c_str());
   if (!in_place) {
-    FAIL_IF(!tail_poisoned(out, block), "reducescatter wrote past the end");
-    FAIL_IF(send != in[me], "reducescatter modified sendbuff");
+    FAIL_IF_RANK(x.rank, !tail_poisoned(out, block), "reducescatter wrote past the end");
+    FAIL_IF_RANK(x.rank, send != in[me], "reducescatter modified sendbuff");
   }
   return 0;
 }
@@ -104,12 +101,12 @@ int check_broadcast(const Ctx &x, weftDataType_t t, size_t count, int root, bool
     src = out.data();
   }
   weftResult_t res = weftBroadcast(src, out.data(), count, t, root, x.comm, nullptr);
-  FAIL_IF(res != weftSuccess, "broadcast %s %zu root %d: %s", type_name(t), count, root,
-          weftGetLastError(x.comm));
-  FAIL_IF(memcmp(out.data(), data.data(), block) != 0,
-          "broadcast %s count %zu root %d %s: wrong data", type_name(t), count, root,
-          in_place ? "in-place" : "out-of-place");
-  FAIL_IF(!tail_poisoned(out, block), "broadcast wrote past the end");
+  FAIL_IF_RANK(x.rank, res != weftSuccess, "broadcast %s %zu root %d: %s", type_name(t), count,
+               root, weftGetLastError(x.comm));
+  FAIL_IF_RANK(x.rank, memcmp(out.data(), data.data(), block) != 0,
+               "broadcast %s count %zu root %d %s: wrong data", type_name(t), count, root,
+               in_place ? "in-place" : "out-of-place");
+  FAIL_IF_RANK(x.rank, !tail_poisoned(out, block), "broadcast wrote past the end");
   return 0;
 }
 
@@ -124,17 +121,17 @@ int check_reduce(const Ctx &x, weftDataType_t t, weftRedOp_t op, size_t count, i
   const void *src = in_place ? out.data() : in[me].data();
   void *dst = me == root || in_place ? out.data() : nullptr;  // non-roots pass no output
   weftResult_t res = weftReduce(src, dst, count, t, op, root, x.comm, nullptr);
-  FAIL_IF(res != weftSuccess, "reduce %s %s %zu root %d: %s", type_name(t), op_name(op), count,
-          root, weftGetLastError(x.comm));
+  FAIL_IF_RANK(x.rank, res != weftSuccess, "reduce %s %s %zu root %d: %s", type_name(t),
+               op_name(op), count, root, weftGetLastError(x.comm));
   if (me == root) {
     std::string why;
-    FAIL_IF(!check_reduction(t, op, in, out.data(), count, &why),
-            "reduce %s %s count %zu root %d %s: %s", type_name(t), op_name(op), count, root,
-            in_place ? "in-place" : "out-of-place", why.c_str());
+    FAIL_IF_RANK(x.rank, !check_reduction(t, op, in, out.data(), count, &why),
+                 "reduce %s %s count %zu root %d %s: %s", type_name(t), op_name(op), count, root,
+                 in_place ? "in-place" : "out-of-place", why.c_str());
   } else if (!in_place) {
-    FAIL_IF(!tail_poisoned(out, 0), "reduce wrote on a non-root rank");
+    FAIL_IF_RANK(x.rank, !tail_poisoned(out, 0), "reduce wrote on a non-root rank");
   }
-  FAIL_IF(!tail_poisoned(out, block), "reduce wrote past the end");
+  FAIL_IF_RANK(x.rank, !tail_poisoned(out, block), "reduce wrote past the end");
   return 0;
 }
 

@@ -156,16 +156,6 @@ TEST(Failure, AbortFromAnotherThread) {
   EXPECT_EQ(status[1], 0);
 }
 
-#define FAIL_IF(cond, ...)                         \
-  do {                                             \
-    if (cond) return rank_fail(ctx, __VA_ARGS__); \
-  } while (0)
-
-#define TRY_RC(call)          \
-  do {                        \
-    if (int rc_ = (call)) return rc_; \
-  } while (0)
-
 bool contains(const char *text, const char *needle) { return strstr(text, needle) != nullptr; }
 
 // All ranks' all-reduce of (rank + 1) over count floats: sum n (n + 1) / 2.

@@ -78,11 +78,6 @@ struct Ctx {
   coll_proto proto;
 };
 
-#define FAIL_IF(cond, ...)                             \
-  do {                                                 \
-    if (cond) return rank_fail(x.rank, __VA_ARGS__);   \
-  } while (0)
-
 const char *placement(bool in_place) { return in_place ? "in-place" : "out-of-place"; }
 const char *proto_name(coll_proto p) { return p == PROTO_LL ? "LL" : "SIMPLE"; }
 
@@ -104,14 +99,14 @@ int check_allreduce(const Ctx &x, weftDataType_t t, weftRedOp_t op, size_t count
   const void *src = in_place ? out.data() : send.data();
   weftResult_t res =
       run_ring(x.comm, COLL_ALLREDUCE, src, out.data(), count, t, op, 0, x.proto);
-  FAIL_IF(res != weftSuccess, "%s allreduce %s %s %zu: %s", proto_name(x.proto), type_name(t),
-          op_name(op), count, weftGetLastError(x.comm));
+  FAIL_IF_RANK(x.rank, res != weftSuccess, "%s allreduce %s %s %zu: %s", proto_name(x.proto),
+               type_name(t), op_name(op), count, weftGetLastError(x.comm));
   std::string why;
-  FAIL_IF(!check_reduction(t, op, in, out.data(), count, &why),
-          "%s allreduce %s %s count %zu %s: %s", proto_name(x.proto), type_name(t), op_name(op),
-          count, placement(in_place), why.c_str());
-  FAIL_IF(!tail_poisoned(out, block), "allreduce wrote past the end");
-  FAIL_IF(!in_place && send != in[me], "allreduce modified sendbuff");
+  FAIL_IF_RANK(x.rank, !check_reduction(t, op, in, out.data(), count, &why),
+               "%s allreduce %s %s count %zu %s: %s", proto_name(x.proto), type_name(t),
+               op_name(op), count, placement(in_place), why.c_str());
+  FAIL_IF_RANK(x.rank, !tail_poisoned(out, block), "allreduce wrote past the end");
+  FAIL_IF_RANK(x.rank, !in_place && send != in[me], "allreduce modified sendbuff");
   return 0;
 }
 
@@ -125,13 +120,13 @@ int check_allgather(const Ctx &x, weftDataType_t t, size_t count, bool in_place)
   const void *src = in_place ? out.data() + me * block : in[me].data();
   weftResult_t res =
       run_ring(x.comm, COLL_ALLGATHER, src, out.data(), count, t, weftSum, 0, x.proto);
-  FAIL_IF(res != weftSuccess, "%s allgather %s %zu: %s", proto_name(x.proto), type_name(t),
-          count, weftGetLastError(x.comm));
+  FAIL_IF_RANK(x.rank, res != weftSuccess, "%s allgather %s %zu: %s", proto_name(x.proto),
+               type_name(t), count, weftGetLastError(x.comm));
   for (int r = 0; r < n; r++)
-    FAIL_IF(memcmp(out.data() + r * block, in[r].data(), block) != 0,
-            "%s allgather %s count %zu %s: block of rank %d differs", proto_name(x.proto),
-            type_name(t), count, placement(in_place), r);
-  FAIL_IF(!tail_poisoned(out, n * block), "allgather wrote past the end");
+    FAIL_IF_RANK(x.rank, memcmp(out.data() + r * block, in[r].data(), block) != 0,
+                 "%s allgather %s count %zu %s: block of rank %d differs", proto_name(x.proto),
+                 type_name(t), count, placement(in_place), r);
+  FAIL_IF_RANK(x.rank, !tail_poisoned(out, n * block), "allgather wrote past the end");
   return 0;
 }
 
@@ -146,18 +141,18 @@ int check_reducescatter(const Ctx &x, weftDataType_t t, weftRedOp_t op, size_t c
   void *dst = in_place ? send.data() + me * block : out.data();
   weftResult_t res =
       run_ring(x.comm, COLL_REDUCESCATTER, send.data(), dst, count, t, op, 0, x.proto);
-  FAIL_IF(res != weftSuccess, "%s reducescatter %s %s %zu: %s", proto_name(x.proto),
-          type_name(t), op_name(op), count, weftGetLastError(x.comm));
+  FAIL_IF_RANK(x.rank, res != weftSuccess, "%s reducescatter %s %s %zu: %s", proto_name(x.proto),
+               type_name(t), op_name(op), count, weftGetLastError(x.comm));
   std::vector<std::vector<uint8_t>> mine;  // every rank's block for us
   for (int r = 0; r < n; r++)
     mine.emplace_back(in[r].begin() + me * block, in[r].begin() + (me + 1) * block);
   std::string why;
-  FAIL_IF(!check_reduction(t, op, mine, dst, count, &why),
-          "%s reducescatter %s %s count %zu %s: %s", proto_name(x.proto), type_name(t),
-          op_name(op), count, placement(in_place), why.c_str());
+  FAIL_IF_RANK(x.rank, !check_reduction(t, op, mine, dst, count, &why),
+               "%s reducescatter %s %s count %zu %s: %s", proto_name(x.proto), type_name(t),
+               op_name(op), count, placement(in_place), why.c_str());
   if (!in_place) {
-    FAIL_IF(!tail_poisoned(out, block), "reducescatter wrote past the end");
-    FAIL_IF(send != in[me], "reducescatter modified sendbuff");
+    FAIL_IF_RANK(x.rank, !tail_poisoned(out, block), "reducescatter wrote past the end");
+    FAIL_IF_RANK(x.rank, send != in[me], "reducescatter modified sendbuff");
   }
   return 0;
 }
@@ -175,12 +170,12 @@ int check_broadcast(const Ctx &x, weftDataType_t t, size_t count, int root, bool
   }
   weftResult_t res =
       run_ring(x.comm, COLL_BROADCAST, src, out.data(), count, t, weftSum, root, x.proto);
-  FAIL_IF(res != weftSuccess, "%s broadcast %s %zu root %d: %s", proto_name(x.proto),
-          type_name(t), count, root, weftGetLastError(x.comm));
-  FAIL_IF(memcmp(out.data(), data.data(), block) != 0,
-          "%s broadcast %s count %zu root %d %s: wrong data", proto_name(x.proto), type_name(t),
-          count, root, placement(in_place));
-  FAIL_IF(!tail_poisoned(out, block), "broadcast wrote past the end");
+  FAIL_IF_RANK(x.rank, res != weftSuccess, "%s broadcast %s %zu root %d: %s", proto_name(x.proto),
+               type_name(t), count, root, weftGetLastError(x.comm));
+  FAIL_IF_RANK(x.rank, memcmp(out.data(), data.data(), block) != 0,
+               "%s broadcast %s count %zu root %d %s: wrong data", proto_name(x.proto),
+               type_name(t), count, root, placement(in_place));
+  FAIL_IF_RANK(x.rank, !tail_poisoned(out, block), "broadcast wrote past the end");
   return 0;
 }
 
@@ -195,17 +190,17 @@ int check_reduce(const Ctx &x, weftDataType_t t, weftRedOp_t op, size_t count, i
   const void *src = in_place ? out.data() : in[me].data();
   void *dst = me == root || in_place ? out.data() : nullptr;  // non-roots pass no output
   weftResult_t res = run_ring(x.comm, COLL_REDUCE, src, dst, count, t, op, root, x.proto);
-  FAIL_IF(res != weftSuccess, "%s reduce %s %s %zu root %d: %s", proto_name(x.proto),
-          type_name(t), op_name(op), count, root, weftGetLastError(x.comm));
+  FAIL_IF_RANK(x.rank, res != weftSuccess, "%s reduce %s %s %zu root %d: %s", proto_name(x.proto),
+               type_name(t), op_name(op), count, root, weftGetLastError(x.comm));
   if (me == root) {
     std::string why;
-    FAIL_IF(!check_reduction(t, op, in, out.data(), count, &why),
-            "%s reduce %s %s count %zu root %d %s: %s", proto_name(x.proto), type_name(t),
-            op_name(op), count, root, placement(in_place), why.c_str());
+    FAIL_IF_RANK(x.rank, !check_reduction(t, op, in, out.data(), count, &why),
+                 "%s reduce %s %s count %zu root %d %s: %s", proto_name(x.proto), type_name(t),
+                 op_name(op), count, root, placement(in_place), why.c_str());
   } else if (!in_place) {
-    FAIL_IF(!tail_poisoned(out, 0), "reduce wrote on a non-root rank");
+    FAIL_IF_RANK(x.rank, !tail_poisoned(out, 0), "reduce wrote on a non-root rank");
   }
-  FAIL_IF(!tail_poisoned(out, block), "reduce wrote past the end");
+  FAIL_IF_RANK(x.rank, !tail_poisoned(out, block), "reduce wrote past the end");
   return 0;
 }
 
@@ -266,16 +261,16 @@ int stale_simple_then_ll(const Ctx &x) {
   const weftComm_t comm = x.comm;
   const int me = x.rank.rank;
   const uint64_t nslots = comm->nslots;
-  FAIL_IF(comm->channels[0].recv.step != 0 || comm->channels[0].send.step != 0,
-          "a fresh comm's connections are past step 0");
+  FAIL_IF_RANK(x.rank, comm->channels[0].recv.step != 0 || comm->channels[0].send.step != 0,
+               "a fresh comm's connections are past step 0");
   // SIMPLE: slot j of the chain (step j) full of the flag of step nslots + j
   const size_t simple_count = comm->slot_nbytes / 4, ll_count = comm->slot_nbytes / 8;
   std::vector<uint32_t> decoy(nslots * simple_count), out(decoy.size());
   for (size_t i = 0; i < decoy.size(); i++) decoy[i] = (uint32_t)(nslots + i / simple_count + 1);
   weftResult_t res = run_ring(comm, COLL_BROADCAST, decoy.data(), out.data(), decoy.size(),
                               weftUint32, weftSum, 0, PROTO_SIMPLE);
-  FAIL_IF(res != weftSuccess, "SIMPLE broadcast: %s", weftGetLastError(comm));
-  FAIL_IF(out != decoy, "SIMPLE broadcast: wrong data");
+  FAIL_IF_RANK(x.rank, res != weftSuccess, "SIMPLE broadcast: %s", weftGetLastError(comm));
+  FAIL_IF_RANK(x.rank, out != decoy, "SIMPLE broadcast: wrong data");
   // LL over the same slots, the root starting late
   std::vector<uint32_t> data(nslots * ll_count);
   Rng rng(x.seed);
@@ -284,10 +279,10 @@ int stale_simple_then_ll(const Ctx &x) {
   if (me == 0) usleep(20000);
   res = run_ring(comm, COLL_BROADCAST, data.data(), got.data(), data.size(), weftUint32, weftSum,
                  0, PROTO_LL);
-  FAIL_IF(res != weftSuccess, "LL broadcast: %s", weftGetLastError(comm));
+  FAIL_IF_RANK(x.rank, res != weftSuccess, "LL broadcast: %s", weftGetLastError(comm));
   for (size_t i = 0; i < data.size(); i++)
-    FAIL_IF(got[i] != data[i], "LL broadcast after SIMPLE: element %zu is %u, want %u", i, got[i],
-            data[i]);
+    FAIL_IF_RANK(x.rank, got[i] != data[i], "LL broadcast after SIMPLE: element %zu is %u, want %u",
+                 i, got[i], data[i]);
   return 0;
 }
 

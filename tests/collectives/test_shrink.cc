@@ -14,11 +14,6 @@ using namespace weft_test;
 
 namespace {
 
-#define FAIL_IF(cond, ...)                        \
-  do {                                            \
-    if (cond) return rank_fail(ctx, __VA_ARGS__); \
-  } while (0)
-
 RunOptions shrink_options() {
   RunOptions opts;
   opts.timeout_s = 60;

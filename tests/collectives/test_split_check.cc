@@ -16,6 +16,7 @@
 #include "harness.h"
 
 extern "C" {
+#include "collectives/check.h"
 #include "collectives/params.h"
 #include "collectives/plan.h"
 }
@@ -48,15 +49,6 @@ void run_comm(int nranks, const RunOptions &opts,
   }, opts);
   for (int r = 0; r < nranks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
-
-#define FAIL_IF(cond, ...)                          \
-  do {                                              \
-    if (cond) return rank_fail(ctx, __VA_ARGS__);   \
-  } while (0)
-#define TRY_RC(call)          \
-  do {                        \
-    if (int rc_ = (call)) return rc_; \
-  } while (0)
 
 bool contains(const char *text, const std::string &needle) {
   return std::string(text).find(needle) != std::string::npos;
@@ -464,6 +456,70 @@ TEST(Check, OffCostsNothing) {
 
 // --- the always-on check ----------------------------------------------------
 
+// The packed signature (16 bytes, what slots carry) keeps every field whole:
+// a plan that differs from another in any one field, in any bit of it,
+// never compares equal, and unpacking gives the fields back for the message.
+TEST(AlwaysOnCheck, PackedSignatureKeepsEveryField) {
+  struct weft_plan base;
+  memset(&base, 0, sizeof base);
+  base.coll = COLL_REDUCE;
+  base.count = 0x0123456789abcdefull;
+  base.datatype = weftBfloat16;
+  base.op = weftMin;
+  base.root = 70000;
+  struct check_sig_packed mine;
+  check_sig_pack(&mine, &base);
+  EXPECT_TRUE(check_sig_packed_same(&mine, &mine));
+  // at an odd address too, as after 3 bytes of int8 data
+  alignas(16) unsigned char slot[40];
+  memcpy(slot + 3, &mine, sizeof mine);
+  EXPECT_TRUE(check_sig_packed_same(slot + 3, &mine));
+  struct check_sig full;
+  check_sig_unpack(&full, &mine);
+  EXPECT_EQ(full.magic, CHECK_SIG_MAGIC);
+  EXPECT_EQ(full.coll, COLL_REDUCE);
+  EXPECT_EQ(full.count, 0x0123456789abcdefull);
+  EXPECT_EQ(full.datatype, weftBfloat16);
+  EXPECT_EQ(full.op, weftMin);
+  EXPECT_EQ(full.root, 70000);
+  EXPECT_EQ(full.seq, 0u);
+  std::vector<std::pair<std::string, struct weft_plan>> odd;
+  for (int bit = 0; bit < 64; bit++) {
+    struct weft_plan p = base;
+    p.count ^= 1ull << bit;
+    odd.push_back({"count bit " + std::to_string(bit), p});
+  }
+  for (int bit = 0; bit < 32; bit++) {
+    struct weft_plan p = base;
+    p.root = (int)((unsigned)p.root ^ (1u << bit));
+    odd.push_back({"root bit " + std::to_string(bit), p});
+  }
+  for (int c = 0; c < COLL_NUM; c++) {
+    struct weft_plan p = base;
+    p.coll = (enum coll_kind)c;
+    if (c != COLL_REDUCE) odd.push_back({"collective " + std::to_string(c), p});
+  }
+  for (int t = 0; t < weftNumTypes; t++) {
+    struct weft_plan p = base;
+    p.datatype = (weftDataType_t)t;
+    if (t != weftBfloat16) odd.push_back({"datatype " + std::to_string(t), p});
+  }
+  for (int o = 0; o < weftNumOps; o++) {
+    struct weft_plan p = base;
+    p.op = (weftRedOp_t)o;
+    if (o != weftMin) odd.push_back({"op " + std::to_string(o), p});
+  }
+  for (auto &[what, p] : odd) {
+    struct check_sig_packed theirs;
+    check_sig_pack(&theirs, &p);
+    EXPECT_FALSE(check_sig_packed_same(&theirs, &mine)) << what;
+  }
+  // bytes that are no signature unpack as none (the message then says so)
+  memset(slot, 0x5a, sizeof slot);
+  check_sig_unpack(&full, (const struct check_sig_packed *)(void *)slot);
+  EXPECT_NE(full.magic, CHECK_SIG_MAGIC);
+}
+
 // One rank's all-reduce differs from the others'. Recursive doubling carries
 // each rank's signature after the data of its first slots: the partners of
 // the odd rank see the difference there, refuse with weftInvalidUsage and a
@@ -559,7 +615,7 @@ TEST(AlwaysOnCheck, SingleCopyAgainstRecursiveDoubling) {
 
 // The ring (SIMPLE) carries each rank's signature after the data of its
 // first slot on every channel where it fits in the rest of the data's last
-// cache line (here: up to 24 bytes of data). A neighbour of the odd rank
+// cache line (data of 1 to 48 bytes mod 64). A neighbour of the odd rank
 // refuses (the message names both) and breaks the comm. A rank whose part
 // was done before that (the root of a broadcast, the first sender of a
 // reduce, or a rank that had all it needed) finishes, and its next call
@@ -583,6 +639,9 @@ const RingOdd kRingOdds[] = {
     {"all-gather count", 3, 1, COLL_ALLGATHER, 3, 4, weftSum, weftSum, -1, -1,
      {DISAGREE "AllGather: count differs: rank 0 has 3, rank 1 has 4",
       DISAGREE "AllGather: count differs: rank 1 has 4, rank 2 has 3"}},
+    {"all-gather count, 40 and 44 bytes", 3, 1, COLL_ALLGATHER, 10, 11, weftSum, weftSum, -1, -1,
+     {DISAGREE "AllGather: count differs: rank 0 has 10, rank 1 has 11",
+      DISAGREE "AllGather: count differs: rank 1 has 11, rank 2 has 10"}},
     {"reduce-scatter op", 4, 3, COLL_REDUCESCATTER, 5, 5, weftSum, weftProd, -1, -1,
      {DISAGREE "ReduceScatter: op differs: rank 2 has sum, rank 3 has prod",
       DISAGREE "ReduceScatter: op differs: rank 0 has sum, rank 3 has prod"}},
