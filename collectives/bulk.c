@@ -257,6 +257,58 @@ static weftResult_t chunk_test(struct bulk_chunk *c, int *done) {
   return weftSuccess;
 }
 
+/* What bulk keeps per communicator (comm_state_get). */
+struct bulk_comm {
+  uint64_t calls;        /* bulk collectives run */
+  void *scratch;         /* their chunk buffers, kept */
+  size_t scratch_nbytes;
+};
+
+static void bulk_comm_scratch_release(void *state) {
+  struct bulk_comm *b = state;
+  free(b->scratch);
+  b->scratch = NULL;
+  b->scratch_nbytes = 0;
+}
+
+static uint64_t bulk_comm_scratch_nbytes(const void *state) {
+  const struct bulk_comm *b = state;
+  return b->scratch != NULL ? b->scratch_nbytes : 0;
+}
+
+static void bulk_comm_destroy(void *state) {
+  bulk_comm_scratch_release(state);
+  free(state);
+}
+
+static const struct comm_state_ops bulk_comm_ops = {
+    .name = "bulk",
+    .destroy = bulk_comm_destroy,
+    .scratch_nbytes = bulk_comm_scratch_nbytes,
+    .scratch_release = bulk_comm_scratch_release,
+};
+
+uint64_t bulk_comm_calls(const struct weftComm *comm) {
+  const struct bulk_comm *b = comm_state_get(comm, &bulk_comm_ops);
+  return b != NULL ? b->calls : 0;
+}
+
+/* comm's bulk state, made on first use. */
+static weftResult_t bulk_comm_get(struct weftComm *comm, struct bulk_comm **out) {
+  struct bulk_comm *b = comm_state_get(comm, &bulk_comm_ops);
+  if (b == NULL) {
+    b = calloc(1, sizeof *b);
+    if (b == NULL) return weft_error_set(weftSystemError, "bulk collective: out of memory");
+    weftResult_t res = comm_state_set(comm, &bulk_comm_ops, b);
+    if (res != weftSuccess) {
+      free(b);
+      return res;
+    }
+  }
+  *out = b;
+  return weftSuccess;
+}
+
 /* After the error res: ends every transfer still in flight (the connections
  * that carried them fail), so that none touches the buffers once this call
  * returns. Keeps res's text.
@@ -293,8 +345,9 @@ static weftResult_t chunks_abandon(struct weftComm *comm, struct bulk_chunk *chu
   if (left > 0) {
     WEFT_INFO(LOG_COLL, "bulk collective: %d transfers cut off mid-message stay with the "
               "transport", left);
-    comm->bulk_scratch = NULL; /* theirs now */
-    comm->bulk_scratch_nbytes = 0;
+    struct bulk_comm *b = comm_state_get(comm, &bulk_comm_ops);
+    b->scratch = NULL; /* theirs now */
+    b->scratch_nbytes = 0;
   }
   return weft_error_set(res, "%s", text);
 }
@@ -323,14 +376,12 @@ static int bulk_peer_down(const struct weftComm *comm, int nch) {
 }
 
 /* Grows the comm's scratch to nbytes. */
-static weftResult_t bulk_scratch(struct weftComm *comm, size_t nbytes) {
-  if (comm->bulk_scratch_nbytes >= nbytes) return weftSuccess;
-  free(comm->bulk_scratch);
-  comm->bulk_scratch = NULL;
-  comm->bulk_scratch_nbytes = 0;
-  if (posix_memalign(&comm->bulk_scratch, 4096, nbytes) != 0)
+static weftResult_t bulk_scratch(struct bulk_comm *b, size_t nbytes) {
+  if (b->scratch_nbytes >= nbytes) return weftSuccess;
+  bulk_comm_scratch_release(b);
+  if (posix_memalign(&b->scratch, 4096, nbytes) != 0)
     return weft_error_set(weftSystemError, "bulk collective: cannot allocate %zu bytes", nbytes);
-  comm->bulk_scratch_nbytes = nbytes;
+  b->scratch_nbytes = nbytes;
   return weftSuccess;
 }
 
@@ -376,6 +427,7 @@ static weftResult_t bulk_chunks_run(struct bulk_run_state *s, int window) {
   const struct weft_plan *plan = s->plan;
   const struct bulk_geom *g = &s->g;
   const size_t chunk_nbytes = g->chunk_count * g->esize;
+  char *scratch = ((struct bulk_comm *)comm_state_get(comm, &bulk_comm_ops))->scratch;
   struct bulk_chunk chunks[BULK_MAX_WINDOW];
   memset(chunks, 0, sizeof chunks);
   weftResult_t res = weftSuccess;
@@ -383,7 +435,7 @@ static weftResult_t bulk_chunks_run(struct bulk_run_state *s, int window) {
   for (int i = 0; i < window; i++) {
     struct bulk_chunk *c = &chunks[i];
     if (g->reduce_steps > 0 && !exchange_into_output(g, plan)) {
-      c->buf[0] = (char *)comm->bulk_scratch + 2 * (size_t)i * chunk_nbytes;
+      c->buf[0] = scratch + 2 * (size_t)i * chunk_nbytes;
       c->buf[1] = c->buf[0] + chunk_nbytes;
     }
   }
@@ -452,7 +504,9 @@ fail:
 }
 
 weftResult_t bulk_run(struct weftComm *comm, const struct weft_plan *plan) {
-  struct bulk_run_state s = {.comm = comm, .plan = plan, .call = comm->bulk_calls++};
+  struct bulk_comm *b = NULL;
+  WEFT_TRY(bulk_comm_get(comm, &b));
+  struct bulk_run_state s = {.comm = comm, .plan = plan, .call = b->calls++};
   struct bulk_geom *g = &s.g;
   bulk_geom_init(g, comm, plan);
   s.nch = bulk_nchannels(comm);
@@ -463,7 +517,7 @@ weftResult_t bulk_run(struct weftComm *comm, const struct weft_plan *plan) {
   int window = want < 1 ? 1 : want > BULK_MAX_WINDOW ? BULK_MAX_WINDOW : (int)want;
   if ((size_t)window > g->nchunks) window = (int)g->nchunks;
   if (g->reduce_steps > 0 && !exchange_into_output(g, plan))
-    WEFT_TRY(bulk_scratch(comm, 2 * (size_t)window * g->chunk_count * g->esize));
+    WEFT_TRY(bulk_scratch(b, 2 * (size_t)window * g->chunk_count * g->esize));
 
   /* all-gather out of place: this rank's block into the output first */
   if (plan->coll == COLL_ALLGATHER) {

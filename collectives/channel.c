@@ -164,13 +164,6 @@ free_blobs:
   return res;
 }
 
-void channels_poison(struct weftComm *comm) {
-  for (int c = 0; c < comm->nchannels; c++) {
-    conn_poison(&comm->channels[c].send);
-    conn_poison(&comm->channels[c].recv);
-  }
-}
-
 void channels_close(struct weftComm *comm) {
   for (int c = 0; c < comm->nchannels; c++) {
     struct weft_channel *ch = &comm->channels[c];

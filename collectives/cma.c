@@ -32,6 +32,7 @@
  * tuner stops picking cma and this call runs the ring instead. */
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -87,13 +88,51 @@ struct cma_view {
 #define CMA_PROBE_VALUE 0x636d612d70726f62ull /* "cma-prob" */
 static const volatile uint64_t cma_probe_word = CMA_PROBE_VALUE;
 
+/* What cma keeps per communicator (comm_state_get). */
+struct cma_comm {
+  int usable;    /* cross-memory attach: 0 untried, 1 works, -1 refused */
+  void *scratch; /* a piece read through the kernel, a staged piece, small exchanges */
+};
+
+static void cma_comm_scratch_release(void *state) {
+  struct cma_comm *c = state;
+  free(c->scratch);
+  c->scratch = NULL;
+}
+
+static uint64_t cma_comm_scratch_nbytes(const void *state) {
+  const struct cma_comm *c = state;
+  return c->scratch != NULL ? malloc_usable_size(c->scratch) : 0;
+}
+
+static void cma_comm_destroy(void *state) {
+  cma_comm_scratch_release(state);
+  free(state);
+}
+
+static const struct comm_state_ops cma_comm_ops = {
+    .name = "cma",
+    .destroy = cma_comm_destroy,
+    .scratch_nbytes = cma_comm_scratch_nbytes,
+    .scratch_release = cma_comm_scratch_release,
+};
+
+static struct cma_comm *cma_comm_of(const struct weftComm *comm) {
+  return comm_state_get(comm, &cma_comm_ops);
+}
+
+int cma_comm_usable(const struct weftComm *comm) {
+  const struct cma_comm *c = cma_comm_of(comm);
+  return c != NULL ? c->usable : 0;
+}
+
 size_t cma_min_nbytes(void) {
   int64_t v = param_int(&cma_params[0]);
   return v > 0 ? (size_t)v : 0;
 }
 
 int cma_possible(const struct weftComm *comm) {
-  if (comm->cma_state < 0 || comm->nranks < 2 || comm->network || comm->peers == NULL) return 0;
+  if (cma_comm_usable(comm) < 0 || comm->nranks < 2 || comm->network || comm->peers == NULL) return 0;
   if (comm->slot_nbytes < sizeof(struct cma_desc)) return 0; /* a descriptor takes one slot */
   for (int r = 0; r < comm->nranks; r++)
     if (comm->peers[r].host_hash != comm->peers[comm->rank].host_hash) return 0;
@@ -195,7 +234,7 @@ static weftResult_t cma_alltoall_small(struct weftComm *comm, const void *msg, v
 /* The scratch space: two piece buffers, then a word per rank for small
  * messages. */
 static uint64_t *cma_words(struct weftComm *comm) {
-  return (uint64_t *)((char *)comm->cma_scratch + 2 * CMA_PIECE_NBYTES);
+  return (uint64_t *)((char *)cma_comm_of(comm)->scratch + 2 * CMA_PIECE_NBYTES);
 }
 
 static weftResult_t cma_barrier(struct weftComm *comm) {
@@ -318,9 +357,19 @@ static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *pla
                               size_t send_nbytes, size_t recv_nbytes, struct cma_desc *descs,
                               int *usable_out) {
   const int n = comm->nranks, rank = comm->rank;
-  if (comm->cma_scratch == NULL) {
+  struct cma_comm *state = cma_comm_of(comm);
+  if (state == NULL) {
+    state = calloc(1, sizeof *state);
+    if (state == NULL) return weft_error_set(weftSystemError, "cma: out of memory");
+    weftResult_t res = comm_state_set(comm, &cma_comm_ops, state);
+    if (res != weftSuccess) {
+      free(state);
+      return res;
+    }
+  }
+  if (state->scratch == NULL) {
     size_t nbytes = 2 * CMA_PIECE_NBYTES + (size_t)n * sizeof(uint64_t);
-    if (posix_memalign(&comm->cma_scratch, 4096, nbytes) != 0)
+    if (posix_memalign(&state->scratch, 4096, nbytes) != 0)
       return weft_error_set(weftSystemError, "cma: cannot allocate %zu bytes", nbytes);
   }
   int peers[n > 1 ? n - 1 : 1];
@@ -352,7 +401,7 @@ static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *pla
   }
   descs[rank] = self;
   WEFT_TRY(cma_descs_check(comm, descs, send_nbytes, recv_nbytes));
-  if (comm->cma_state == 0) {
+  if (state->usable == 0) {
     uint64_t ok = 1, word = 0, *oks = cma_words(comm);
     for (int j = 1; j < n && ok; j++) {
       int peer = (rank + j) % n;
@@ -368,9 +417,9 @@ static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *pla
     WEFT_TRY(cma_alltoall_small(comm, &ok, oks, sizeof ok));
     for (int r = 0; r < n; r++)
       if (r != rank) ok &= oks[r];
-    comm->cma_state = ok ? 1 : -1;
+    state->usable = ok ? 1 : -1;
   }
-  *usable_out = comm->cma_state > 0;
+  *usable_out = state->usable > 0;
   return weftSuccess;
 }
 
@@ -387,7 +436,7 @@ static weftResult_t cma_reduce_block(struct weftComm *comm, const struct weft_pl
   const weft_reduce_fn reduce = reduce_host_fn(plan->datatype, plan->op);
   const int divisor = plan->op == weftAvg ? n : 1;
   const size_t piece = CMA_PIECE_NBYTES / esize;
-  char *tmp = comm->cma_scratch; /* a peer's piece read through the kernel */
+  char *tmp = cma_comm_of(comm)->scratch; /* a peer's piece read through the kernel */
   /* Out of place, a piece that is also shared is reduced into the second
    * scratch buffer and copied out in one go: stores into output lines that
    * are not in cache cost a read of each line first, a bulk copy does not,

@@ -15,6 +15,9 @@ extern struct weft_param cma_params[];
 /* Whether comm may run single-copy: every rank on this host, rings over
  * shared memory, and no earlier probe found cross-memory attach refused. */
 int cma_possible(const struct weftComm *comm);
+/* Whether cross-memory attach works between comm's ranks: 0 untried, 1 it
+ * does, -1 a probe found it refused (then comm never tries it again). */
+int cma_comm_usable(const struct weftComm *comm);
 /* WEFT_CMA_MIN_NBYTES: the smallest size (all ranks' bytes) worth it. */
 size_t cma_min_nbytes(void);
 

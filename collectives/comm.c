@@ -16,7 +16,7 @@
 #include "../transport/topo.h"
 #include "../transport/wait.h"
 #include "device.h"
-#include "mem.h"
+#include "p2p.h"
 #include "params.h"
 
 weftResult_t weftGetVersion(int *version) {
@@ -33,59 +33,6 @@ weftResult_t weftGetUniqueId(weftUniqueId *uniqueId) {
   memset(uniqueId, 0, sizeof *uniqueId);
   memcpy(uniqueId->internal, &id, sizeof id);
   return weftSuccess;
-}
-
-/* This process's id, cached (getpid is a system call) and renewed in a
- * forked child, so that every entry point can afford to compare it. */
-static pid_t self_pid;
-static pthread_once_t self_pid_once = PTHREAD_ONCE_INIT;
-static void self_pid_refresh(void) { __atomic_store_n(&self_pid, getpid(), __ATOMIC_RELAXED); }
-static void self_pid_init(void) {
-  self_pid_refresh();
-  pthread_atfork(NULL, NULL, self_pid_refresh);
-}
-static pid_t comm_self_pid(void) {
-  pthread_once(&self_pid_once, self_pid_init);
-  return __atomic_load_n(&self_pid, __ATOMIC_RELAXED);
-}
-
-weftResult_t comm_check(const struct weftComm *comm) {
-  if (comm == NULL) return weft_error_set(weftInvalidArgument, "comm is NULL");
-  if (comm->magic != COMM_MAGIC)
-    return weft_error_set(weftInvalidArgument, "comm %p is not a live communicator",
-                          (const void *)comm);
-  if (comm->pid != comm_self_pid())
-    return weft_error_set(weftInvalidUsage,
-                          "comm %p belongs to process %d; this process (%d) is a fork of it and "
-                          "may not use it: create a communicator here",
-                          (const void *)comm, (int)comm->pid, (int)comm_self_pid());
-  return weftSuccess;
-}
-
-void comm_poison_conns(struct weftComm *comm) {
-  channels_poison(comm);
-  p2p_conns_poison(comm);
-}
-
-void comm_poison(struct weftComm *comm) {
-  comm_poison_conns(comm);
-  bootstrap_poison(comm->bs); /* peers waiting on the bootstrap learn it too */
-}
-
-weftResult_t comm_fail(struct weftComm *comm, weftResult_t res) {
-  snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
-  if (res == weftRemoteError || res == weftSystemError || res == weftInternalError) {
-    comm_async_error_set(comm, res);
-    comm_poison(comm);
-  }
-  return res;
-}
-
-weftResult_t comm_fail_alone(struct weftComm *comm, weftResult_t res) {
-  snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
-  comm_async_error_set(comm, res);
-  comm_poison(comm);
-  return res;
 }
 
 weftResult_t comm_config_read(const weftConfig_t *config, weftConfig_t *cfg) {
@@ -180,7 +127,7 @@ weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_
   return weftSuccess;
 
 close_channels:
-  channels_poison(comm);
+  comm_poison_conns(comm);
   channels_close(comm);
   if (comm->oversubscribed_hold) wait_oversubscribed_release();
   bootstrap_close(comm->bs);
@@ -304,9 +251,7 @@ static void comm_free(struct weftComm *comm) {
   if (comm->oversubscribed_hold) wait_oversubscribed_release();
   bootstrap_close(comm->bs);
   free(comm->peers);
-  free(comm->cma_scratch);
-  free(comm->bulk_scratch);
-  mem_peer_unmap_all(comm);
+  comm_states_destroy(comm);
   free(comm);
 }
 

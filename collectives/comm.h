@@ -12,8 +12,6 @@
 #define WEFT_MAX_CHANNELS 16
 #define WEFT_MAX_REDOPS 64
 
-struct mem_peer_map;
-
 /* A user reduction op (weftRedOpCreatePreMulSum). */
 struct weft_redop {
   int in_use;
@@ -22,6 +20,26 @@ struct weft_redop {
   const void *scalar_ptr; /* read when the op runs, for weftScalarDevice */
 };
 #define COMM_MAGIC 0x776566742d636f6dull /* "weft-com" */
+
+/* What a module of collectives/ keeps per communicator (an algorithm's
+ * buffers, a cache of mappings) is its own type, which only its file knows:
+ * the communicator holds it as an opaque pointer under the module's ops,
+ * which also say how to free it, so that the communicator names no module
+ * and a new algorithm adds no field here. */
+struct comm_state_ops {
+  const char *name;
+  /* Frees state; called once, when the communicator is freed. */
+  void (*destroy)(void *state);
+  /* Optional: the bytes of scratch state holds that it allocates again on
+   * first use, and their release (NCCL_SUSPEND_MEM). */
+  uint64_t (*scratch_nbytes)(const void *state);
+  void (*scratch_release)(void *state);
+};
+#define COMM_MAX_STATES 8
+struct comm_state_slot {
+  const struct comm_state_ops *ops;
+  void *state;
+};
 
 /* One ring over all ranks with its own connections. */
 struct weft_channel {
@@ -61,14 +79,8 @@ struct weftComm {
   int finalized;
   char last_error[1024];
   void *device; /* the device executor's state (device_cuda.c), NULL until used */
-  int cma_state;                /* cross-memory attach: 0 untried, 1 works, -1 refused */
-  void *cma_scratch;            /* collectives/cma.c's buffers, allocated on first use */
-  struct mem_peer_map *peer_maps; /* peers' buffers mapped here (collectives/mem.c) */
-  int npeer_maps, peer_maps_cap;
-  int peer_map_refused;         /* a peer's buffer could not be mapped: stop trying */
-  uint64_t bulk_calls;          /* bulk collectives run (collectives/bulk.c) */
-  void *bulk_scratch;           /* their chunk buffers, kept */
-  size_t bulk_scratch_nbytes;
+  struct comm_state_slot states[COMM_MAX_STATES]; /* modules' own state (comm_state_get) */
+  int nstates;
   pid_t pid;                    /* the process that created it: a forked child may not use it */
 };
 
@@ -95,13 +107,20 @@ int comm_trees(const struct peer_info *peers, int nranks, int rank, struct tree_
 /* Connects every channel's ring (collective over the bootstrap). */
 weftResult_t channels_connect(struct weftComm *comm, uint32_t nslots, size_t slot_nbytes);
 void channels_close(struct weftComm *comm);
-/* Marks every connection failed, so peers stop waiting on this rank. */
-void channels_poison(struct weftComm *comm);
 
-/* Point-to-point connections (collectives/p2p.c). */
-weftResult_t p2p_conns_alloc(struct weftComm *comm);
-void p2p_conns_poison(struct weftComm *comm);
-void p2p_conns_close(struct weftComm *comm);
+/* This process's id (renewed in a forked child). */
+pid_t comm_self_pid(void);
+
+/* The state module ops keeps on comm, or NULL before it set one. */
+void *comm_state_get(const struct weftComm *comm, const struct comm_state_ops *ops);
+/* Keeps state for module ops on comm (replacing the one it had); comm frees
+ * it with ops->destroy. weftInternalError when the table is full. */
+weftResult_t comm_state_set(struct weftComm *comm, const struct comm_state_ops *ops, void *state);
+/* Frees every module's state, the last set first (comm's destruction). */
+void comm_states_destroy(struct weftComm *comm);
+/* Bytes of scratch the modules hold, and their release (NCCL_SUSPEND_MEM). */
+uint64_t comm_states_scratch_nbytes(const struct weftComm *comm);
+void comm_states_scratch_release(struct weftComm *comm);
 
 /* Poisons comm's channel and point-to-point connections only: operations in
  * flight here and on the peers end, the bootstrap stays usable (a revoke,

@@ -9,6 +9,7 @@
 
 #include "../transport/status.h"
 #include "device.h"
+#include "p2p.h"
 #include "stream.h"
 
 static _Thread_local int group_depth;

@@ -141,15 +141,47 @@ struct mem_peer_map {
   uint64_t used;   /* comm->seq when last asked for */
 };
 
-static void mem_peer_map_drop(struct weftComm *comm, int i) {
-  munmap(comm->peer_maps[i].addr, comm->peer_maps[i].nbytes);
-  comm->peer_maps[i] = comm->peer_maps[--comm->npeer_maps];
+/* What mem keeps per communicator (comm_state_get): the peers' buffers
+ * mapped here. */
+struct mem_comm {
+  struct mem_peer_map *maps;
+  int nmaps, cap;
+  int refused; /* a peer's buffer could not be mapped: stop trying */
+};
+
+static void mem_peer_map_drop(struct mem_comm *mc, int i) {
+  munmap(mc->maps[i].addr, mc->maps[i].nbytes);
+  mc->maps[i] = mc->maps[--mc->nmaps];
+}
+
+static void mem_comm_destroy(void *state) {
+  struct mem_comm *mc = state;
+  while (mc->nmaps > 0) mem_peer_map_drop(mc, mc->nmaps - 1);
+  free(mc->maps);
+  free(mc);
+}
+
+static const struct comm_state_ops mem_comm_ops = {.name = "mem", .destroy = mem_comm_destroy};
+
+int mem_peer_map_count(const struct weftComm *comm) {
+  const struct mem_comm *mc = comm_state_get(comm, &mem_comm_ops);
+  return mc != NULL ? mc->nmaps : 0;
 }
 
 void *mem_peer_map(struct weftComm *comm, int peer, const struct mem_shared_ref *ref) {
-  if (ref->fd < 0 || comm->peer_map_refused) return NULL;
-  for (int i = 0; i < comm->npeer_maps; i++) {
-    struct mem_peer_map *m = &comm->peer_maps[i];
+  if (ref->fd < 0) return NULL;
+  struct mem_comm *mc = comm_state_get(comm, &mem_comm_ops);
+  if (mc == NULL) {
+    mc = calloc(1, sizeof *mc);
+    if (mc == NULL) return NULL;
+    if (comm_state_set(comm, &mem_comm_ops, mc) != weftSuccess) {
+      free(mc);
+      return NULL;
+    }
+  }
+  if (mc->refused) return NULL;
+  for (int i = 0; i < mc->nmaps; i++) {
+    struct mem_peer_map *m = &mc->maps[i];
     if (m->peer == peer && m->id == ref->id) {
       m->used = comm->seq;
       return m->addr;
@@ -157,29 +189,29 @@ void *mem_peer_map(struct weftComm *comm, int peer, const struct mem_shared_ref 
   }
   /* An older allocation of this peer over the same addresses has been freed:
    * its mapping only holds the pages alive now. */
-  for (int i = 0; i < comm->npeer_maps;) {
-    const struct mem_peer_map *m = &comm->peer_maps[i];
+  for (int i = 0; i < mc->nmaps;) {
+    const struct mem_peer_map *m = &mc->maps[i];
     if (m->peer == peer && m->base < ref->base + ref->nbytes && ref->base < m->base + m->nbytes)
-      mem_peer_map_drop(comm, i);
+      mem_peer_map_drop(mc, i);
     else
       i++;
   }
   /* Past the cap, the least recently used mapping not needed by this call goes. */
   const int cap = 4 * comm->nranks + 16;
-  if (comm->npeer_maps >= cap) {
+  if (mc->nmaps >= cap) {
     int oldest = -1;
-    for (int i = 0; i < comm->npeer_maps; i++)
-      if (comm->peer_maps[i].used != comm->seq &&
-          (oldest < 0 || comm->peer_maps[i].used < comm->peer_maps[oldest].used))
+    for (int i = 0; i < mc->nmaps; i++)
+      if (mc->maps[i].used != comm->seq &&
+          (oldest < 0 || mc->maps[i].used < mc->maps[oldest].used))
         oldest = i;
-    if (oldest >= 0) mem_peer_map_drop(comm, oldest);
+    if (oldest >= 0) mem_peer_map_drop(mc, oldest);
   }
-  if (comm->npeer_maps == comm->peer_maps_cap) {
-    int cap_new = comm->peer_maps_cap ? 2 * comm->peer_maps_cap : 8;
-    struct mem_peer_map *grown = realloc(comm->peer_maps, (size_t)cap_new * sizeof(*grown));
+  if (mc->nmaps == mc->cap) {
+    int cap_new = mc->cap ? 2 * mc->cap : 8;
+    struct mem_peer_map *grown = realloc(mc->maps, (size_t)cap_new * sizeof(*grown));
     if (grown == NULL) return NULL;
-    comm->peer_maps = grown;
-    comm->peer_maps_cap = cap_new;
+    mc->maps = grown;
+    mc->cap = cap_new;
   }
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)comm->peers[peer].pid, (int)ref->fd);
@@ -203,23 +235,16 @@ void *mem_peer_map(struct weftComm *comm, int peer, const struct mem_shared_ref 
   }
   if (fd >= 0) close(fd);
   if (addr == NULL) {
-    comm->peer_map_refused = 1;
+    mc->refused = 1;
     return NULL;
   }
-  comm->peer_maps[comm->npeer_maps++] = (struct mem_peer_map){.peer = peer,
+  mc->maps[mc->nmaps++] = (struct mem_peer_map){.peer = peer,
                                                               .id = ref->id,
                                                               .base = ref->base,
                                                               .nbytes = ref->nbytes,
                                                               .addr = addr,
                                                               .used = comm->seq};
   return addr;
-}
-
-void mem_peer_unmap_all(struct weftComm *comm) {
-  while (comm->npeer_maps > 0) mem_peer_map_drop(comm, comm->npeer_maps - 1);
-  free(comm->peer_maps);
-  comm->peer_maps = NULL;
-  comm->peer_maps_cap = 0;
 }
 
 /* No object can be larger than PTRDIFF_MAX bytes (pointer differences

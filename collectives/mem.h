@@ -33,7 +33,8 @@ void mem_shared_find(const void *ptr, size_t nbytes, struct mem_shared_ref *ref_
  * mapped: the caller copies through the kernel instead. */
 void *mem_peer_map(struct weftComm *comm, int peer, const struct mem_shared_ref *ref);
 
-/* Unmaps everything mem_peer_map mapped for comm. */
-void mem_peer_unmap_all(struct weftComm *comm);
+/* How many peers' allocations comm holds mapped; comm unmaps them when it
+ * is freed. */
+int mem_peer_map_count(const struct weftComm *comm);
 
 #endif

@@ -5,7 +5,6 @@
  * unconsumed grow id) lives in a small table here, keyed by communicator.
  * Operations ask nccl_comm_usable before they start; while no communicator
  * is revoked or suspended that is one atomic load. */
-#include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -145,12 +144,6 @@ NCCL_PROFILING_ALIAS(ncclCommRevoke);
 
 /* Bytes of scratch the communicator holds for itself: what NCCL_SUSPEND_MEM
  * releases (the collectives allocate them again on first use). */
-static uint64_t scratch_nbytes(const struct weftComm *c) {
-  uint64_t n = c->bulk_scratch != NULL ? c->bulk_scratch_nbytes : 0;
-  if (c->cma_scratch != NULL) n += malloc_usable_size(c->cma_scratch);
-  return n;
-}
-
 NCCL_EXPORT ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags) {
   weft_error_clear();
   struct weftComm *c = COMM(comm);
@@ -172,12 +165,8 @@ NCCL_EXPORT ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags) {
                               "stream; synchronize first"));
   }
   if (flags & NCCL_SUSPEND_MEM) {
-    uint64_t n = scratch_nbytes(c);
-    free(c->cma_scratch);
-    c->cma_scratch = NULL;
-    free(c->bulk_scratch);
-    c->bulk_scratch = NULL;
-    c->bulk_scratch_nbytes = 0;
+    uint64_t n = comm_states_scratch_nbytes(c);
+    comm_states_scratch_release(c);
     WEFT_INFO(LOG_INIT, "comm %p rank %d suspended, %llu scratch bytes freed", (void *)c, c->rank,
               (unsigned long long)n);
   }
@@ -208,7 +197,7 @@ NCCL_EXPORT ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t sta
   switch (stat) {
   case ncclStatGpuMemSuspend:
   case ncclStatGpuMemTotal:
-    *value = scratch_nbytes(c);
+    *value = comm_states_scratch_nbytes(c);
     return ncclSuccess;
   case ncclStatGpuMemPersist:
     *value = 0;

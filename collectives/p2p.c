@@ -8,7 +8,7 @@
 
 #include "../transport/status.h"
 #include "../transport/wait.h"
-#include "plan.h"
+#include "p2p.h"
 
 #define SLOT_LAST 0x80000000u /* in slot_used_nbytes: the message ends here */
 
@@ -20,13 +20,6 @@ weftResult_t p2p_conns_alloc(struct weftComm *comm) {
   if (comm->p2p_send == NULL || comm->p2p_recv == NULL)
     return weft_error_set(weftSystemError, "out of memory");
   return weftSuccess;
-}
-
-void p2p_conns_poison(struct weftComm *comm) {
-  for (int r = 0; comm->p2p_send != NULL && r < comm->nranks; r++) {
-    conn_poison(&comm->p2p_send[r]);
-    conn_poison(&comm->p2p_recv[r]);
-  }
 }
 
 void p2p_conns_close(struct weftComm *comm) {

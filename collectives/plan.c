@@ -6,6 +6,7 @@
 #include "../transport/status.h"
 #include "bulk.h"
 #include "cma.h"
+#include "p2p.h"
 #include "plan.h"
 #include "reduce_host.h"
 

@@ -83,15 +83,6 @@ static inline int plan_is_p2p(const struct weft_plan *plan) {
   return plan->coll == COLL_SEND || plan->coll == COLL_RECV;
 }
 
-/* Connects this rank's point-to-point connections to send_peers and from
- * recv_peers, where not connected yet. Collective among the peers named:
- * each pair must both ask for their connection (collectives/p2p.c). */
-weftResult_t p2p_connect_peers(struct weftComm *comm, const int *send_peers, int nsend,
-                               const int *recv_peers, int nrecv);
-
-/* Runs the sends and receives of one group together (collectives/p2p.c). */
-weftResult_t p2p_run(struct weftComm *comm, const struct weft_plan *const *ops, size_t nops);
-
 /* Algorithms: one channel's share of the buffers, elements [offset, offset +
  * count) of the buffer (all-reduce, broadcast, reduce) or of each rank's block
  * (all-gather, reduce-scatter). */

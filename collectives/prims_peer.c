@@ -6,6 +6,7 @@
 #include "../transport/status.h"
 #include "../transport/wait.h"
 #include "check.h"
+#include "p2p.h"
 #include "plan.h"
 #include "prims_ll.h"
 #include "prims_peer.h"

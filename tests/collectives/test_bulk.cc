@@ -20,6 +20,7 @@
 #include "harness.h"
 #include "weft_build_config.h"
 extern "C" {
+#include "collectives/bulk.h"
 #include "collectives/comm.h"
 #include "collectives/params.h"
 }
@@ -42,7 +43,7 @@ std::vector<std::pair<std::string, std::string>> ucx_env(int timeout_s) {
   return {{"WEFT_TRANSPORT", "ucx"}, {"UCX_TLS", "tcp"}, {"WEFT_TIMEOUT", std::to_string(timeout_s)}};
 }
 
-uint64_t bulk_calls(weftComm_t comm) { return reinterpret_cast<weftComm *>(comm)->bulk_calls; }
+uint64_t bulk_calls(weftComm_t comm) { return bulk_comm_calls(reinterpret_cast<weftComm *>(comm)); }
 
 int init(const RankCtx &ctx, weftComm_t *comm) {
   pretend_own_host(ctx);

@@ -27,7 +27,7 @@ int init(const RankCtx &ctx, weftComm_t *comm) {
   return 0;
 }
 
-int mapped_count(weftComm_t comm) { return reinterpret_cast<weftComm *>(comm)->npeer_maps; }
+int mapped_count(weftComm_t comm) { return mem_peer_map_count(reinterpret_cast<weftComm *>(comm)); }
 
 // Every datatype x op for all-reduce and reduce-scatter, every datatype for
 // all-gather, in place and out of place, all buffers from weft; the count of
