@@ -95,6 +95,32 @@ static int bulk_nchannels(const struct weftComm *comm) {
   return nch;
 }
 
+/* Moves the transfers of the first nch channels along once: one call when
+ * the transport's progress moves every connection of the process
+ * (TRANSPORT_CAP_PROGRESS_ALL), else one per connection. */
+static void bulk_progress(struct weftComm *comm, int nch) {
+  for (int c = 0; c < nch; c++) {
+    struct weft_channel *ch = &comm->channels[c];
+    ch->send.transport->bulk.progress(&ch->send);
+    if (ch->send.transport->caps & TRANSPORT_CAP_PROGRESS_ALL) return;
+    ch->recv.transport->bulk.progress(&ch->recv);
+  }
+}
+
+/* Brackets a bulk call (struct weft_bulk_ops' begin and end) on the
+ * connections whose progress bulk_progress drives. */
+static void bulk_bracket(struct weftComm *comm, int nch, int begin) {
+  for (int c = 0; c < nch; c++) {
+    struct weft_conn *conns[2] = {&comm->channels[c].send, &comm->channels[c].recv};
+    for (int k = 0; k < 2; k++) {
+      const struct weft_bulk_ops *ops = &conns[k]->transport->bulk;
+      void (*fn)(struct weft_conn *) = begin ? ops->begin : ops->end;
+      if (fn != NULL) fn(conns[k]);
+      if (conns[k]->transport->caps & TRANSPORT_CAP_PROGRESS_ALL) return;
+    }
+  }
+}
+
 int bulk_possible(const struct weftComm *comm) {
   return comm->nranks >= 2 && 2 * (comm->nranks - 1) < BULK_MAX_STEPS && comm->nchannels > 0 &&
          bulk_nchannels(comm) > 0;
@@ -319,8 +345,8 @@ static weftResult_t bulk_comm_get(struct weftComm *comm, struct bulk_comm **out)
  * So does a send whose receiver never answered its rendezvous (a peer that
  * stalled; ucx_bulk_ep). The scratch such transfers may point into is then
  * left to them, never freed. */
-static weftResult_t chunks_abandon(struct weftComm *comm, struct bulk_chunk *chunks, int nchunks,
-                                   weftResult_t res) {
+static weftResult_t chunks_abandon(struct weftComm *comm, int nch, struct bulk_chunk *chunks,
+                                   int nchunks, weftResult_t res) {
   char text[1024];
   snprintf(text, sizeof text, "%s", weft_error_text());
   int left = 0;
@@ -332,8 +358,7 @@ static weftResult_t chunks_abandon(struct weftComm *comm, struct bulk_chunk *chu
   uint64_t deadline = clock_ns() + BULK_CANCEL_WAIT_NS;
   while (left > 0 && clock_ns() < deadline) {
     left = 0;
-    struct weft_conn *any = &comm->channels[0].recv;
-    any->transport->bulk.progress(any); /* the worker: once a pass */
+    bulk_progress(comm, nch);
     for (int i = 0; i < nchunks; i++) {
       struct bulk_chunk *c = &chunks[i];
       if (c->recv.handle != NULL && c->from->transport->bulk.test(c->from, &c->recv) == weftInProgress)
@@ -459,7 +484,7 @@ static weftResult_t bulk_chunks_run(struct bulk_run_state *s, int window) {
       c->from = &ch->recv;
       WEFT_TRY_GOTO(chunk_post(s, c), res, fail);
     }
-    ch0->send.transport->bulk.progress(&ch0->send);
+    bulk_progress(comm, s->nch);
     int moved = 0;
     for (int i = 0; i < window; i++) {
       struct bulk_chunk *c = &chunks[i];
@@ -500,7 +525,7 @@ static weftResult_t bulk_chunks_run(struct bulk_run_state *s, int window) {
   }
   return weftSuccess;
 fail:
-  return chunks_abandon(comm, chunks, window, res);
+  return chunks_abandon(comm, s->nch, chunks, window, res);
 }
 
 weftResult_t bulk_run(struct weftComm *comm, const struct weft_plan *plan) {
@@ -527,10 +552,8 @@ weftResult_t bulk_run(struct weftComm *comm, const struct weft_plan *plan) {
 
   /* this thread progresses the transport throughout (every chunk's test
    * needs it): the transport's own thread may wait meanwhile */
-  struct weft_conn *any = &comm->channels[0].send;
-  const struct weft_bulk_ops *ops = &any->transport->bulk;
-  if (ops->begin != NULL) ops->begin(any);
+  bulk_bracket(comm, s.nch, 1);
   weftResult_t res = bulk_chunks_run(&s, window);
-  if (ops->end != NULL) ops->end(any);
+  bulk_bracket(comm, s.nch, 0);
   return res;
 }

@@ -136,9 +136,10 @@ int cma_possible(const struct weftComm *comm) {
   if (comm->slot_nbytes < sizeof(struct cma_desc)) return 0; /* a descriptor takes one slot */
   for (int r = 0; r < comm->nranks; r++)
     if (comm->peers[r].host_hash != comm->peers[comm->rank].host_hash) return 0;
-  /* only where the ring itself runs over shared memory (not WEFT_TRANSPORT=socket) */
+  /* only where the ring itself runs over host memory the ranks share (not
+   * WEFT_TRANSPORT=socket) */
   const struct weft_transport *t = comm->channels[0].send.transport;
-  return t != NULL && strcmp(t->name, "shm") == 0;
+  return t != NULL && (t->caps & TRANSPORT_CAP_HOST_MEMORY) != 0;
 }
 
 /* Whether process pid has ended or is ending: gone, a zombie, or past the

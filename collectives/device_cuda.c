@@ -34,11 +34,6 @@ extern const char weft_dev_matrix[];
 
 _Static_assert(sizeof(struct dev_fifo_ctrl) <= CUDA_FIFO_CTRL_NBYTES, "ctrl fits");
 
-/* The transports of device connections, by blob index. */
-static const struct weft_transport *const dev_transports[] = {&p2p_transport,
-                                                              &cuda_ipc_transport};
-#define DEV_NTRANSPORTS 2
-
 struct device_comm {
   int dev;
   int nchannels;
@@ -218,17 +213,19 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
         struct conn_blob *b = &mine[c * DEV_NPROTOS + p];
         conn_shape(conn, comm, prev, p);
         b->transport = -1;
-        for (int t = 0; t < DEV_NTRANSPORTS && b->transport < 0; t++)
-          if (!dev_transports[t]->disabled() &&
-              dev_transports[t]->can_connect(&comm->peers[prev], &comm->peers[comm->rank]))
+        for (int t = 0; weft_device_transports[t] != NULL && b->transport < 0; t++) {
+          const struct weft_transport *tr = weft_device_transports[t];
+          if (!tr->disabled() && tr->can_connect(&comm->peers[prev], &comm->peers[comm->rank]))
             b->transport = t;
+        }
         if (b->transport < 0)
           local = weft_error_set(weftSystemError,
                                  "no device transport connects rank %d to rank %d (GPUs of "
                                  "one host only)",
                                  prev, comm->rank);
-        else if ((local = dev_transports[b->transport]->recv_setup(conn, b)) == weftSuccess)
-          conn->transport = dev_transports[b->transport];
+        else if ((local = weft_device_transports[b->transport]->recv_setup(conn, b)) ==
+                 weftSuccess)
+          conn->transport = weft_device_transports[b->transport];
         if (local != weftSuccess) snprintf(why, sizeof why, "%s", weft_error_text());
       }
     }
@@ -245,9 +242,9 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
           res = weft_error_set(weftRemoteError,
                                "rank %d could not set up its device connection from rank %d",
                                next, comm->rank);
-        } else if ((res = dev_transports[b->transport]->send_connect(&d->send[c][p], b)) ==
-                   weftSuccess) {
-          d->send[c][p].transport = dev_transports[b->transport];
+        } else if ((res = weft_device_transports[b->transport]->send_connect(&d->send[c][p],
+                                                                             b)) == weftSuccess) {
+          d->send[c][p].transport = weft_device_transports[b->transport];
         }
       }
     }
