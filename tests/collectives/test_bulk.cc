@@ -20,9 +20,10 @@
 #include "harness.h"
 #include "weft_build_config.h"
 extern "C" {
-#include "collectives/bulk.h"
-#include "collectives/comm.h"
-#include "collectives/params.h"
+#include "collectives/algo/bulk.h"
+#include "collectives/core/comm.h"
+#include "collectives/api/config.h"
+#include "collectives/core/params.h"
 }
 
 using namespace weft_test;

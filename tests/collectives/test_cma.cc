@@ -18,9 +18,10 @@
 #include "coll_check.h"
 #include "harness.h"
 extern "C" {
-#include "collectives/cma.h"
-#include "collectives/comm.h"
-#include "collectives/plan.h"
+#include "collectives/algo/cma.h"
+#include "collectives/core/comm.h"
+#include "collectives/core/plan.h"
+#include "collectives/plan/tuner.h"
 }
 
 using namespace weft_test;

@@ -13,8 +13,8 @@
 #include "coll_check.h"
 #include "harness.h"
 extern "C" {
-#include "collectives/comm.h"
-#include "collectives/mem.h"
+#include "collectives/core/comm.h"
+#include "collectives/core/mem.h"
 }
 
 using namespace weft_test;

@@ -18,8 +18,10 @@
 #include "harness.h"
 
 extern "C" {
-#include "collectives/comm.h"
-#include "collectives/plan.h"
+#include "collectives/core/comm.h"
+#include "collectives/core/plan.h"
+#include "collectives/algo/algo.h"
+#include "collectives/exec/host/run.h"
 }
 
 using namespace weft_test;

@@ -16,8 +16,11 @@
 #include "harness.h"
 
 extern "C" {
-#include "collectives/params.h"
-#include "collectives/plan.h"
+#include "collectives/api/config.h"
+#include "collectives/core/params.h"
+#include "collectives/core/plan.h"
+// collectives/core/check.h (its _Static_assert is C only)
+weftResult_t check_signatures(struct weftComm *comm, const struct weft_plan *plan);
 }
 
 using namespace weft_test;

@@ -22,7 +22,8 @@
 #include "weft_build_config.h"
 
 extern "C" {
-#include "collectives/params.h"
+#include "collectives/api/config.h"
+#include "collectives/core/params.h"
 }
 
 using namespace weft_test;
