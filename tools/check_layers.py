@@ -10,6 +10,9 @@ collectives/ compares a string against a transport's name (transports describe
 their capabilities in their descriptor instead).
 
 usage: check_layers.py [SOURCE_ROOT] [--graph]
+
+Before it checks SOURCE_ROOT it checks itself on a made-up tree with a loop
+and a name comparison, so that a checker that finds nothing fails.
 """
 import os
 import re
@@ -104,9 +107,10 @@ def build_graph(coll, files):
             dep = module_of(target_rel)
             if dep != mod:
                 edges[mod].setdefault(dep, 'includes ' + m.group(1) + ' (' + rel + ')')
-        declared = set(PROTO_RE.findall(stripped[rel]))  # a prototype is not a use
+        # a prototype's name is not a use (a header declares what others define)
+        declared_at = {m.start(1) for m in PROTO_RE.finditer(stripped[rel])}
         for m in IDENT_RE.finditer(stripped[rel]):
-            if m.group(1) in declared:
+            if m.start(1) in declared_at:
                 continue
             owners = defined_in.get(m.group(1), ())
             if mod in owners:
@@ -201,31 +205,74 @@ def name_compares(files):
     return found
 
 
-def main(argv):
-    root = next((a for a in argv[1:] if not a.startswith('--')),
-                os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+def check(root, graph=False, quiet=False):
+    """0 when collectives/ under root is clean, else 1 (and what is wrong)."""
     coll, files = scan(root)
     if not files:
         print('check_layers: no sources under ' + coll)
         return 1
     edges = build_graph(coll, files)
-    if '--graph' in argv:
+    say = (lambda *a: None) if quiet else print
+    if graph:
         for mod in sorted(edges):
-            print(mod + ' -> ' + ', '.join(sorted(edges[mod])))
+            say(mod + ' -> ' + ', '.join(sorted(edges[mod])))
     bad = 0
     for comp in sccs(edges):
         bad = 1
         loop = one_loop(edges, comp)
-        print('loop of %d modules: %s' % (len(comp), ' '.join(comp)))
+        say('loop of %d modules: %s' % (len(comp), ' '.join(comp)))
         for a, b in zip(loop, loop[1:]):
-            print('  %s -> %s: %s' % (a, b, edges[a][b]))
+            say('  %s -> %s: %s' % (a, b, edges[a][b]))
     for rel, what in name_compares(files):
         bad = 1
-        print('transport name compared in collectives/%s: %s' % (rel, what))
+        say('transport name compared in collectives/%s: %s' % (rel, what))
     nedges = sum(len(v) for v in edges.values())
-    print('check_layers: %d files, %d modules, %d dependencies: %s' %
-          (len(files), len(edges), nedges, 'FAILED' if bad else 'no loop, no transport name'))
+    say('check_layers: %d files, %d modules, %d dependencies: %s' %
+        (len(files), len(edges), nedges, 'FAILED' if bad else 'no loop, no transport name'))
     return bad
+
+
+SELF_TEST = {
+    'core/a.h': 'int a_get(void);\n',
+    'core/a.c': '#include "a.h"\nint a_get(void) { return 1; }\n',
+    'algo/b.c': '#include "../core/a.h"\nint b_run(void) { return a_get(); }\n',
+    'api/c.c': 'int b_run(void);\nint c_call(void) { return b_run(); }\n',
+}
+
+
+def self_test():
+    """Whether the checker passes a clean tree and fails a loop and a name compared."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        def write(files):
+            for rel, text in files.items():
+                path = os.path.join(tmp, 'collectives', rel)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, 'w') as f:
+                    f.write(text)
+        write(SELF_TEST)
+        if check(tmp, quiet=True) != 0:
+            return 'a tree without a loop failed'
+        write({'core/a.c': '#include "a.h"\nint c_call(void);\n'
+                           'int a_get(void) { return c_call(); }\n'})
+        if check(tmp, quiet=True) == 0:
+            return 'a loop core/a -> api/c -> algo/b -> core/a passed'
+        write(SELF_TEST)
+        write({'algo/b.c': '#include <string.h>\nstruct t { const char *name; };\n'
+                           'int b_run(const struct t *t) { return strcmp(t->name, "shm"); }\n'})
+        if check(tmp, quiet=True) == 0:
+            return 'a transport name compared passed'
+    return None
+
+
+def main(argv):
+    root = next((a for a in argv[1:] if not a.startswith('--')),
+                os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+    broken = self_test()
+    if broken:
+        print('check_layers: self-test: ' + broken)
+        return 1
+    return check(root, graph='--graph' in argv)
 
 
 if __name__ == '__main__':

@@ -2,9 +2,7 @@
  * memory statistics, and grow (ncclCommGetUniqueId + ncclCommGrow).
  *
  * What weft's communicator does not keep itself (revoked, suspended, an
- * unconsumed grow id) lives in a small table here, keyed by communicator.
- * Operations ask nccl_comm_usable before they start; while no communicator
- * is revoked or suspended that is one atomic load. */
+ * unconsumed grow id) lives in nccl_comm_state.c. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -15,89 +13,10 @@
 #include "../../transport/status.h"
 #include "../core/comm.h"
 #include "../exec/device/device.h"
-#include "nccl_compat.h"
+#include "nccl_shim.h"
 
 #define COMM(c) ((weftComm_t)(c))
 
-struct comm_state {
-  ncclComm_t comm;
-  int revoked;
-  int suspended;
-  int grow_id_pending; /* grow_id was made and no grow has consumed it */
-  ncclUniqueId grow_id;
-};
-
-static pthread_mutex_t states_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct comm_state *states;
-static int nstates, states_cap;
-static uint32_t nblocked; /* communicators revoked or suspended */
-
-/* comm's entry, made when create is set (NULL when out of memory). Called
- * with states_lock held. */
-static struct comm_state *state_find(ncclComm_t comm, int create) {
-  for (int i = 0; i < nstates; i++)
-    if (states[i].comm == comm) return &states[i];
-  if (!create) return NULL;
-  if (nstates == states_cap) {
-    int cap = states_cap ? 2 * states_cap : 8;
-    struct comm_state *s = realloc(states, (size_t)cap * sizeof *s);
-    if (s == NULL) return NULL;
-    states = s;
-    states_cap = cap;
-  }
-  struct comm_state *s = &states[nstates++];
-  memset(s, 0, sizeof *s);
-  s->comm = comm;
-  return s;
-}
-
-static void state_update_blocked(int was, int is) {
-  if (was && !is) __atomic_sub_fetch(&nblocked, 1, __ATOMIC_SEQ_CST);
-  if (!was && is) __atomic_add_fetch(&nblocked, 1, __ATOMIC_SEQ_CST);
-}
-
-ncclResult_t nccl_comm_usable(ncclComm_t comm, const char *fn) {
-  if (__atomic_load_n(&nblocked, __ATOMIC_SEQ_CST) == 0) return ncclSuccess;
-  pthread_mutex_lock(&states_lock);
-  struct comm_state *s = state_find(comm, 0);
-  const int revoked = s != NULL && s->revoked, suspended = s != NULL && s->suspended;
-  pthread_mutex_unlock(&states_lock);
-  if (!revoked && !suspended) return ncclSuccess;
-  weftResult_t res = weft_error_set(weftInvalidUsage, "%s: communicator is %s", fn,
-                                    revoked ? "revoked" : "suspended (ncclCommResume it first)");
-  struct weftComm *c = COMM(comm);
-  snprintf(c->last_error, sizeof c->last_error, "%s", weft_error_text());
-  return (ncclResult_t)res;
-}
-
-void nccl_comm_forget(ncclComm_t comm) {
-  pthread_mutex_lock(&states_lock);
-  struct comm_state *s = state_find(comm, 0);
-  if (s != NULL) {
-    state_update_blocked(s->revoked || s->suspended, 0);
-    *s = states[--nstates];
-  }
-  pthread_mutex_unlock(&states_lock);
-}
-
-enum mark { MARK_REVOKED, MARK_SUSPENDED };
-
-/* Sets comm's mark to value; returns the previous value, or -1 when out of
- * memory. */
-static int state_mark(ncclComm_t comm, enum mark which, int value) {
-  pthread_mutex_lock(&states_lock);
-  struct comm_state *s = state_find(comm, value);
-  int old = s == NULL && !value ? 0 : -1;
-  if (s != NULL) {
-    int *field = which == MARK_REVOKED ? &s->revoked : &s->suspended;
-    int was = s->revoked || s->suspended;
-    old = *field;
-    *field = value;
-    state_update_blocked(was, s->revoked || s->suspended);
-  }
-  pthread_mutex_unlock(&states_lock);
-  return old;
-}
 
 static void wait_quiet(struct weftComm *c) {
   while (__atomic_load_n(&c->active, __ATOMIC_ACQUIRE) != 0 ||
@@ -124,7 +43,7 @@ NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
     return RES(weft_error_set(weftInvalidArgument,
                               "ncclCommRevoke: flags 0x%x (only NCCL_REVOKE_DEFAULT, 0, is valid)",
                               revokeFlags));
-  if (state_mark(comm, MARK_REVOKED, 1) < 0)
+  if (nccl_comm_mark(comm, NCCL_MARK_REVOKED, 1) < 0)
     return RES(weft_error_set(weftSystemError, "ncclCommRevoke: out of memory"));
   __atomic_store_n(&c->abort_flag, 1u, __ATOMIC_RELEASE);
   if (c->device != NULL) device_comm_abort(c);
@@ -153,13 +72,13 @@ NCCL_EXPORT ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags) {
     return RES(weft_error_set(weftInvalidArgument,
                               "ncclCommSuspend: unknown flags 0x%x (NCCL_SUSPEND_MEM is 0x%x)",
                               flags, NCCL_SUSPEND_MEM));
-  int old = state_mark(comm, MARK_SUSPENDED, 1);
+  int old = nccl_comm_mark(comm, NCCL_MARK_SUSPENDED, 1);
   if (old < 0) return RES(weft_error_set(weftSystemError, "ncclCommSuspend: out of memory"));
   if (old) return RES(weft_error_set(weftInvalidUsage, "ncclCommSuspend: already suspended"));
   /* marked first, so that no new operation starts while we look */
   if (__atomic_load_n(&c->active, __ATOMIC_ACQUIRE) != 0 ||
       __atomic_load_n(&c->pending, __ATOMIC_ACQUIRE) != 0) {
-    state_mark(comm, MARK_SUSPENDED, 0);
+    nccl_comm_mark(comm, NCCL_MARK_SUSPENDED, 0);
     return RES(weft_error_set(weftInvalidUsage,
                               "ncclCommSuspend: operations are still running or queued on a "
                               "stream; synchronize first"));
@@ -178,7 +97,7 @@ NCCL_EXPORT ncclResult_t ncclCommResume(ncclComm_t comm) {
   weft_error_clear();
   weftResult_t res = comm_check(COMM(comm));
   if (res != weftSuccess) return RES(res);
-  int old = state_mark(comm, MARK_SUSPENDED, 0);
+  int old = nccl_comm_mark(comm, NCCL_MARK_SUSPENDED, 0);
   if (old <= 0)
     return RES(weft_error_set(weftInvalidUsage, "ncclCommResume: communicator is not suspended"));
   return ncclSuccess;
@@ -203,10 +122,7 @@ NCCL_EXPORT ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t sta
     *value = 0;
     return ncclSuccess;
   case ncclStatGpuMemSuspended: {
-    pthread_mutex_lock(&states_lock);
-    struct comm_state *s = state_find(comm, 0);
-    *value = s != NULL && s->suspended;
-    pthread_mutex_unlock(&states_lock);
+    *value = nccl_comm_suspended(comm);
     return ncclSuccess;
   }
   }
@@ -223,24 +139,7 @@ NCCL_EXPORT ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniq
   if (res != weftSuccess) return RES(res);
   if (uniqueId == NULL)
     return RES(weft_error_set(weftInvalidArgument, "ncclCommGetUniqueId: uniqueId is NULL"));
-  pthread_mutex_lock(&states_lock);
-  struct comm_state *s = state_find(comm, 1);
-  if (s == NULL) {
-    res = weft_error_set(weftSystemError, "ncclCommGetUniqueId: out of memory");
-  } else if (s->grow_id_pending) {
-    res = weft_error_set(weftInvalidUsage,
-                         "ncclCommGetUniqueId: the previous id has not been used by ncclCommGrow");
-  } else {
-    weftUniqueId id;
-    res = weftGetUniqueId(&id);
-    if (res == weftSuccess) {
-      memcpy(&s->grow_id, &id, sizeof id);
-      s->grow_id_pending = 1;
-      *uniqueId = s->grow_id;
-    }
-  }
-  pthread_mutex_unlock(&states_lock);
-  return RES(res);
+  return RES(nccl_comm_grow_id_make(comm, uniqueId));
 }
 NCCL_PROFILING_ALIAS(ncclCommGetUniqueId);
 
@@ -301,12 +200,7 @@ NCCL_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUni
                               "ncclCommGrow: nRanks %d does not exceed the communicator's %d",
                               nRanks, c->nranks));
   if (uniqueId != NULL) {
-    pthread_mutex_lock(&states_lock);
-    struct comm_state *s = state_find(comm, 0);
-    int ours = s != NULL && s->grow_id_pending &&
-               memcmp(&s->grow_id, uniqueId, sizeof *uniqueId) == 0;
-    if (ours) s->grow_id_pending = 0; /* consumed, whatever happens next */
-    pthread_mutex_unlock(&states_lock);
+    int ours = nccl_comm_grow_id_consume(comm, uniqueId); /* whatever happens next */
     if (!ours)
       return RES(weft_error_set(weftInvalidArgument,
                                 "ncclCommGrow: the id was not made by ncclCommGetUniqueId on this "

@@ -20,7 +20,7 @@
 #include "../../transport/param.h"
 #include "../../transport/status.h"
 #include "../core/comm.h"
-#include "nccl_compat.h"
+#include "nccl_shim.h"
 
 /* --- The ABI: NCCL's values are weft's ------------------------------------ */
 

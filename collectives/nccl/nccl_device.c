@@ -11,7 +11,7 @@
 
 #include "../../transport/status.h"
 #include "../core/comm.h"
-#include "nccl_compat.h"
+#include "nccl_shim.h"
 
 static ncclResult_t refused(ncclComm_t comm, const char *fn, const char *what) {
   weftResult_t res = weft_error_set(weftInvalidUsage, "%s: %s is not supported by weft", fn, what);

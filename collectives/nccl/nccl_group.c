@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "../../transport/status.h"
-#include "nccl_compat.h"
+#include "nccl_shim.h"
 
 struct deferred {
   int is_split;

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "../../transport/status.h"
-#include "nccl_compat.h"
+#include "nccl_shim.h"
 #include "../api/config.h"
 #include "../core/params.h"
 

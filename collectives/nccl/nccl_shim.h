@@ -1,8 +1,8 @@
 /* What the files of libnccl.so.2 share: nccl_compat.c (the core API),
  * nccl_group.c (groups), nccl_comm.c (revoke, suspend, grow), nccl_param.c
  * (parameters), nccl_device.c (the device API's host side). */
-#ifndef WEFT_NCCL_COMPAT_H
-#define WEFT_NCCL_COMPAT_H
+#ifndef WEFT_NCCL_SHIM_H
+#define WEFT_NCCL_SHIM_H
 
 #include <stdint.h>
 
@@ -39,11 +39,23 @@ ncclResult_t nccl_config_read(const ncclConfig_t *user, weftConfig_t *cfg,
 const char *nccl_env_alias(const char *nccl_name);
 
 /* Whether operations may start on comm: ncclInvalidUsage, with the reason as
- * comm's last error, while it is revoked or suspended (nccl_comm.c). Costs
+ * comm's last error, while it is revoked or suspended (nccl_comm_state.c). Costs
  * one atomic load while no communicator is either. */
 ncclResult_t nccl_comm_usable(ncclComm_t comm, const char *fn);
-/* Drops what nccl_comm.c keeps about comm; called before it is freed. */
+/* Drops what nccl_comm_state.c keeps about comm; called before it is freed. */
 void nccl_comm_forget(ncclComm_t comm);
+
+enum nccl_mark { NCCL_MARK_REVOKED, NCCL_MARK_SUSPENDED };
+/* Sets comm's mark to value; returns the previous value, or -1 when out of
+ * memory. */
+int nccl_comm_mark(ncclComm_t comm, enum nccl_mark which, int value);
+/* Whether comm is suspended. */
+int nccl_comm_suspended(ncclComm_t comm);
+/* A grow id for comm (ncclCommGetUniqueId): weftInvalidUsage while the last
+ * one is unconsumed. */
+weftResult_t nccl_comm_grow_id_make(ncclComm_t comm, ncclUniqueId *uniqueId);
+/* Whether uniqueId is comm's unconsumed grow id; consumes it if so. */
+int nccl_comm_grow_id_consume(ncclComm_t comm, const ncclUniqueId *uniqueId);
 
 /* A window: a registration and the buffer it covers. */
 #define NCCL_WINDOW_MAGIC 0x6e63636c2d77696eull /* "nccl-win" */
