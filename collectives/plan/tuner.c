@@ -120,19 +120,39 @@ static const struct tuner_rules *tuner_rules_get(struct tuner_rules *fallback) {
   return r;
 }
 
-/* Cost model, in microseconds. Latency per step and bandwidth per protocol
- * come from measurements on shared memory (docs/tuner.md); network
- * transports scale both. LL halves the payload per slot. */
+/* The cost model (docs/design.md, "Tuner"), in microseconds. One set of
+ * constants, measured on shared memory with 2 ranks (all-gather, all-reduce,
+ * reduce-scatter at 8-64 B, 20000 iterations: LL never ahead of SIMPLE,
+ * 0.21-0.27 us against 0.21-0.26, and it moves half the payload per cache
+ * line, so it is taken only where WEFT_PROTO leaves nothing else). */
+static const struct {
+  double lat_us;       /* per dependent step */
+  double bytes_per_us; /* payload */
+} tuner_cost[PROTO_NUM] = {
+    [PROTO_SIMPLE] = {0.46, 8000},
+    [PROTO_LL] = {0.47, 1500},
+};
+/* Network transports: latency times this, bandwidth divided by that. */
+#define TUNER_NET_LAT_FACTOR 40
+#define TUNER_NET_BW_DIVISOR 8
+
+static void tuner_cost_get(const struct weftComm *comm, enum coll_proto proto, double *lat_out,
+                           double *bw_out) {
+  double lat = tuner_cost[proto].lat_us, bw = tuner_cost[proto].bytes_per_us;
+  if (comm->network) lat *= TUNER_NET_LAT_FACTOR, bw /= TUNER_NET_BW_DIVISOR;
+  *lat_out = lat;
+  *bw_out = bw;
+}
+
+/* Steps times latency plus bytes over bandwidth. The host executor runs a
+ * plan's channels one after another on one thread (exec/host/run.c), each a
+ * whole ring over its share: the steps repeat per channel, the bytes add up
+ * to the same total. */
 static double model_us(const struct weftComm *comm, enum coll_kind coll, enum coll_algo algo,
-                       enum coll_proto proto, size_t nbytes) {
+                       enum coll_proto proto, size_t nbytes, int nchannels) {
   const double n = comm->nranks;
-  /* measured on 2 ranks (all-gather, all-reduce, reduce-scatter at 8-64 B,
-   * 20000 iterations): LL never ahead of SIMPLE (0.21-0.27 us against
-   * 0.21-0.26) and it moves half the payload per cache line, so it is
-   * taken only where WEFT_PROTO leaves nothing else */
-  double lat = proto == PROTO_LL ? 0.47 : 0.46; /* us per dependent step */
-  double bw = proto == PROTO_LL ? 1500 : 8000;  /* bytes per us */
-  if (comm->network) lat *= 40, bw /= 8;
+  double lat, bw;
+  tuner_cost_get(comm, proto, &lat, &bw);
   double steps, bytes;
   int log2n = 0;
   while ((1 << log2n) < comm->nranks) log2n++;
@@ -150,7 +170,7 @@ static double model_us(const struct weftComm *comm, enum coll_kind coll, enum co
       break;
   }
   /* each pipeline step also waits for a slot: more slots per byte hurt */
-  return steps * lat + bytes / bw;
+  return (nchannels > 1 ? nchannels : 1) * steps * lat + bytes / bw;
 }
 
 /* Single copy (cma) for large all-reduce, all-gather and reduce-scatter on
@@ -192,7 +212,7 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
     if (!algo_exists(plan->coll, (enum coll_algo)a) || !r->algo[plan->coll][a]) continue;
     for (int p = 0; p < PROTO_NUM; p++) {
       if (!r->proto[plan->coll][p]) continue;
-      double t = model_us(comm, plan->coll, (enum coll_algo)a, (enum coll_proto)p, nbytes);
+      double t = model_us(comm, plan->coll, (enum coll_algo)a, (enum coll_proto)p, nbytes, 1);
       if (best < 0 || t < best) {
         best = t;
         plan->algo = (enum coll_algo)a;
@@ -210,13 +230,13 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
 
 double plan_estimate_us(const struct weftComm *comm, const struct weft_plan *plan) {
   size_t nbytes = plan->count * weftTypeSize(plan->datatype);
-  if (plan_is_p2p(plan)) { /* one step of the bulk protocol */
-    double lat = 0.46, bw = 8000;
-    if (comm->network) lat *= 40, bw /= 8;
+  if (plan_is_p2p(plan)) { /* one step of the simple protocol */
+    double lat, bw;
+    tuner_cost_get(comm, PROTO_SIMPLE, &lat, &bw);
     return lat + (double)nbytes / bw;
   }
   if (plan->coll == COLL_ALLGATHER || plan->coll == COLL_REDUCESCATTER)
     nbytes *= (size_t)comm->nranks;
-  double us = model_us(comm, plan->coll, plan->algo, plan->proto, nbytes);
-  return plan->nchannels > 1 && plan->algo == ALGO_RING ? us / plan->nchannels : us;
+  return model_us(comm, plan->coll, plan->algo, plan->proto, nbytes,
+                  plan->algo == ALGO_RING ? plan->nchannels : 1);
 }
