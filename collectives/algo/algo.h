@@ -12,19 +12,13 @@
  * (all-gather, reduce-scatter). */
 typedef weftResult_t (*algo_fn)(struct weftComm *comm, struct weft_channel *ch,
                                 const struct weft_plan *plan, size_t offset, size_t count);
-weftResult_t ring_allreduce(struct weftComm *comm, struct weft_channel *ch,
-                            const struct weft_plan *plan, size_t offset, size_t count);
+/* Every ring collective (plan->coll): the steps of ring_steps.h, run with
+ * the host primitives of plan->proto. */
+weftResult_t ring_run(struct weftComm *comm, struct weft_channel *ch, const struct weft_plan *plan,
+                      size_t offset, size_t count);
 weftResult_t tree_allreduce(struct weftComm *comm, struct weft_channel *ch,
                             const struct weft_plan *plan, size_t offset, size_t count);
 weftResult_t rd_allreduce(struct weftComm *comm, struct weft_channel *ch,
                           const struct weft_plan *plan, size_t offset, size_t count);
-weftResult_t ring_allgather(struct weftComm *comm, struct weft_channel *ch,
-                            const struct weft_plan *plan, size_t offset, size_t count);
-weftResult_t ring_reducescatter(struct weftComm *comm, struct weft_channel *ch,
-                                const struct weft_plan *plan, size_t offset, size_t count);
-weftResult_t ring_broadcast(struct weftComm *comm, struct weft_channel *ch,
-                            const struct weft_plan *plan, size_t offset, size_t count);
-weftResult_t ring_reduce(struct weftComm *comm, struct weft_channel *ch,
-                         const struct weft_plan *plan, size_t offset, size_t count);
 
 #endif

@@ -478,10 +478,7 @@ weftResult_t cma_run(struct weftComm *comm, const struct weft_plan *plan) {
   cma_buffer_nbytes(comm, plan, &send_nbytes, &recv_nbytes);
   WEFT_TRY(cma_setup(comm, plan, send_nbytes, recv_nbytes, descs, &usable));
   if (!usable) {
-    algo_fn fn = plan->coll == COLL_ALLREDUCE     ? ring_allreduce
-                 : plan->coll == COLL_ALLGATHER   ? ring_allgather
-                                                  : ring_reducescatter;
-    return fn(comm, &comm->channels[0], plan, 0, plan->count);
+    return ring_run(comm, &comm->channels[0], plan, 0, plan->count);
   }
   struct cma_view views[n];
   cma_views(comm, plan, descs, views);

@@ -36,8 +36,8 @@ static int ring_root_pos(const struct weft_channel *ch, int nranks, int root) {
   return -1;
 }
 
-static weftResult_t ring_run(struct weftComm *comm, struct weft_channel *ch,
-                             const struct weft_plan *plan, size_t offset, size_t count) {
+weftResult_t ring_run(struct weftComm *comm, struct weft_channel *ch, const struct weft_plan *plan,
+                      size_t offset, size_t count) {
   struct prims p;
   int reduces = plan->coll == COLL_ALLREDUCE || plan->coll == COLL_REDUCESCATTER ||
                 plan->coll == COLL_REDUCE;
@@ -59,25 +59,4 @@ static weftResult_t ring_run(struct weftComm *comm, struct weft_channel *ch,
       WEFT_TRY(ring_step_run(&p, &st, plan->sendbuf, plan->recvbuf));
     }
   return weftSuccess;
-}
-
-weftResult_t ring_allreduce(struct weftComm *comm, struct weft_channel *ch,
-                            const struct weft_plan *plan, size_t offset, size_t count) {
-  return ring_run(comm, ch, plan, offset, count);
-}
-weftResult_t ring_allgather(struct weftComm *comm, struct weft_channel *ch,
-                            const struct weft_plan *plan, size_t offset, size_t count) {
-  return ring_run(comm, ch, plan, offset, count);
-}
-weftResult_t ring_reducescatter(struct weftComm *comm, struct weft_channel *ch,
-                                const struct weft_plan *plan, size_t offset, size_t count) {
-  return ring_run(comm, ch, plan, offset, count);
-}
-weftResult_t ring_broadcast(struct weftComm *comm, struct weft_channel *ch,
-                            const struct weft_plan *plan, size_t offset, size_t count) {
-  return ring_run(comm, ch, plan, offset, count);
-}
-weftResult_t ring_reduce(struct weftComm *comm, struct weft_channel *ch,
-                         const struct weft_plan *plan, size_t offset, size_t count) {
-  return ring_run(comm, ch, plan, offset, count);
 }

@@ -4,22 +4,14 @@
 #include <string.h>
 
 #include "../../../transport/status.h"
+#include "../../algo/algo.h"
 #include "../../algo/bulk.h"
 #include "../../algo/cma.h"
 #include "../../algo/p2p.h"
 #include "../../core/plan.h"
-#include "../../reduce/reduce_host.h"
-#include "../../algo/algo.h"
-#include "run.h"
 #include "../../core/redop.h"
-
-static const algo_fn ring_algos[COLL_NUM_RING] = {
-    [COLL_ALLREDUCE] = ring_allreduce,
-    [COLL_ALLGATHER] = ring_allgather,
-    [COLL_REDUCESCATTER] = ring_reducescatter,
-    [COLL_BROADCAST] = ring_broadcast,
-    [COLL_REDUCE] = ring_reduce,
-};
+#include "../../reduce/reduce_host.h"
+#include "run.h"
 
 /* With one rank every collective is a copy (avg divides by one). */
 static void run_single_rank(const struct weft_plan *plan) {
@@ -60,7 +52,7 @@ weftResult_t plan_run_host(struct weftComm *comm, const struct weft_plan *plan) 
     size_t offset = (size_t)c * share;
     if (offset >= plan->count) break;
     size_t count = plan->count - offset < share ? plan->count - offset : share;
-    algo_fn fn = ring_algos[plan->coll];
+    algo_fn fn = ring_run;
     if (plan->coll == COLL_ALLREDUCE && plan->algo == ALGO_TREE) fn = tree_allreduce;
     if (plan->coll == COLL_ALLREDUCE && plan->algo == ALGO_RD) fn = rd_allreduce;
     WEFT_TRY(fn(comm, &comm->channels[c], plan, offset, count));
