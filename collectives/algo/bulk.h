@@ -1,6 +1,6 @@
 /* Ring all-reduce, all-gather and reduce-scatter over transports that move
  * whole buffers (struct weft_bulk_ops: UCX between hosts), chunk by chunk
- * straight from and into the user's buffers (collectives/bulk.c). */
+ * straight from and into the user's buffers (collectives/algo/bulk.c). */
 #ifndef WEFT_BULK_H
 #define WEFT_BULK_H
 

@@ -5,7 +5,7 @@
  * reduce-scatter when every rank shares this host.
  *
  * A peer's buffer from weftMemAllocHost is mapped into this process
- * (collectives/mem.c) and copied with plain loads and streaming stores; any
+ * (collectives/core/mem.c) and copied with plain loads and streaming stores; any
  * other buffer is reached through the kernel's cross-memory attach
  * (process_vm_readv and process_vm_writev).
  *

@@ -1,5 +1,5 @@
 /* Single-copy all-reduce, all-gather and reduce-scatter for ranks that share
- * a host, through cross-memory attach (collectives/cma.c). */
+ * a host, through cross-memory attach (collectives/algo/cma.c). */
 #ifndef WEFT_CMA_H
 #define WEFT_CMA_H
 

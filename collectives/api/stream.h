@@ -6,7 +6,7 @@
 #include "../core/plan.h"
 #include "../exec/host/launch.h"
 
-/* Recording inside weftGroupStart/End (collectives/group.c). */
+/* Recording inside weftGroupStart/End (collectives/api/group.c). */
 int group_active(void);
 /* Remembers the first failure while recording, for weftGroupEnd to return. */
 void group_fail(weftResult_t res);
@@ -23,7 +23,7 @@ weftResult_t stream_lookup(weftStream_t stream, struct host_stream **out);
 weftResult_t stream_enqueue(struct host_stream *s, const struct group_op *ops, size_t nops);
 
 /* Queues a call of hook(arg) on the stream's worker, after everything queued
- * before (events: collectives/stream_event.c). The hook may block the stream
+ * before (events: collectives/api/stream_event.c). The hook may block the stream
  * (a wait on an event); it owns arg. Does not block. */
 weftResult_t stream_enqueue_hook(struct host_stream *s, void (*hook)(void *arg), void *arg);
 

@@ -1,6 +1,6 @@
 /* A collective's signature: what every rank of a call must agree on. WEFT_CHECK=1
- * allgathers it before each collective (collectives/check.c); the single-copy
- * path (collectives/cma.c) carries it in the address exchange it makes anyway,
+ * allgathers it before each collective (collectives/core/check.c); the single-copy
+ * path (collectives/algo/cma.c) carries it in the address exchange it makes anyway,
  * so there the check is always on. */
 #ifndef WEFT_CHECK_H
 #define WEFT_CHECK_H

@@ -1,9 +1,9 @@
-/* Host buffers that peers on the same host can map (collectives/mem.c).
+/* Host buffers that peers on the same host can map (collectives/core/mem.c).
  *
  * weftMemAllocHost takes buffers from 64 KiB up from a memfd: a rank passes
  * (fd, id, offset) of a buffer to its peers, which open the fd through
  * /proc/<pid>/fd once, map it, and then copy to and from it in user space
- * (collectives/cma.c) instead of asking the kernel to copy each time. */
+ * (collectives/algo/cma.c) instead of asking the kernel to copy each time. */
 #ifndef WEFT_MEM_H
 #define WEFT_MEM_H
 

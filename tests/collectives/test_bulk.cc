@@ -1,4 +1,4 @@
-// Bulk collectives (collectives/bulk.c) over UCX's TCP, every rank on a
+// Bulk collectives (collectives/algo/bulk.c) over UCX's TCP, every rank on a
 // "host" of its own: every datatype x op of all-reduce and reduce-scatter and
 // every datatype of all-gather, in place and out of place, on 2 to 4 ranks
 // with chunks small enough that each call cycles its window many times; the

@@ -1,5 +1,5 @@
 // Single-copy collectives on buffers from weftMemAllocHost, which peers map
-// (collectives/mem.c): every collective, datatype and op on mapped buffers
+// (collectives/core/mem.c): every collective, datatype and op on mapped buffers
 // at offsets that are not cache-line aligned, in place and out of place, on
 // 2 to 4 ranks; with streaming stores; ranks mixing mapped and private
 // buffers; buffers freed and allocated again; WEFT_CMA_MAP=0; and the

@@ -1,5 +1,5 @@
 /* The device executor: collectives on CUDA device memory, as kernels enqueued
- * on the caller's CUDA stream (collectives/device_cuda.c). A build without
+ * on the caller's CUDA stream (collectives/exec/device/device_cuda.c). A build without
  * nvcc gets device_none.c instead, whose calls say "built without CUDA". */
 #ifndef WEFT_DEVICE_H
 #define WEFT_DEVICE_H

@@ -3,7 +3,7 @@
 
 For every datatype, kernels_<tag>.cu instantiates the ring kernel for each op
 and protocol the matrix holds, with the reduction arithmetic of
-collectives/reduce_ops.h; kernel_table.c collects them into
+collectives/reduce/reduce_ops.h; kernel_table.c collects them into
 weft_dev_kernels[datatype][op][protocol], NULL where the matrix leaves a hole.
 
   --matrix full   every datatype x every op (sum, prod, max, min, avg)
