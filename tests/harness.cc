@@ -16,7 +16,8 @@
 #include <fstream>
 
 extern "C" {
-#include "collectives/params.h"
+#include "collectives/api/config.h"
+#include "collectives/core/params.h"
 #include "transport/log.h"
 }
 

@@ -58,8 +58,22 @@ struct conn_blob {
 };
 static_assert(sizeof(struct conn_blob) == CONN_BLOB_BYTES, "conn blob size");
 
+/* What a transport can do (struct weft_transport's caps): the layers above
+ * test these, never a transport's name. */
+enum transport_cap {
+  /* The FIFO is host memory that both ranks load and store directly: the
+   * ranks share a host, and may also reach each other's memory. */
+  TRANSPORT_CAP_HOST_MEMORY = 1u << 0,
+  /* bulk.progress on any connection moves every connection's transfers of
+   * this process (one worker per process), so one call per pass is enough. */
+  TRANSPORT_CAP_PROGRESS_ALL = 1u << 1,
+  /* The FIFO is GPU memory that device kernels load and store. */
+  TRANSPORT_CAP_DEVICE_MEMORY = 1u << 2,
+};
+
 struct weft_transport {
   const char *name;
+  unsigned caps; /* enum transport_cap */
   /* Whether the environment turned this transport off (WEFT_<NAME>_DISABLE). */
   int (*disabled)(void);
   /* Whether this transport can carry data from sender to receiver. */
@@ -100,6 +114,10 @@ struct weft_transport {
 
 /* Every transport, in order of preference. NULL-terminated. */
 extern const struct weft_transport *const weft_transports[];
+
+/* The transports of device connections (builds with CUDA), in order of
+ * preference; NULL-terminated. A device blob's transport indexes it. */
+extern const struct weft_transport *const weft_device_transports[];
 
 /* The index in weft_transports of the first transport that connects sender
  * to receiver and is not disabled by environment, or -1. */

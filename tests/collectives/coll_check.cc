@@ -8,7 +8,7 @@
 #include <type_traits>
 
 extern "C" {
-#include "collectives/reduce_ops.h"
+#include "collectives/reduce/reduce_ops.h"
 }
 
 namespace weft_test {

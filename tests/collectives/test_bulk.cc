@@ -1,4 +1,4 @@
-// Bulk collectives (collectives/bulk.c) over UCX's TCP, every rank on a
+// Bulk collectives (collectives/algo/bulk.c) over UCX's TCP, every rank on a
 // "host" of its own: every datatype x op of all-reduce and reduce-scatter and
 // every datatype of all-gather, in place and out of place, on 2 to 4 ranks
 // with chunks small enough that each call cycles its window many times; the
@@ -20,8 +20,10 @@
 #include "harness.h"
 #include "weft_build_config.h"
 extern "C" {
-#include "collectives/comm.h"
-#include "collectives/params.h"
+#include "collectives/algo/bulk.h"
+#include "collectives/core/comm.h"
+#include "collectives/api/config.h"
+#include "collectives/core/params.h"
 }
 
 using namespace weft_test;
@@ -42,7 +44,7 @@ std::vector<std::pair<std::string, std::string>> ucx_env(int timeout_s) {
   return {{"WEFT_TRANSPORT", "ucx"}, {"UCX_TLS", "tcp"}, {"WEFT_TIMEOUT", std::to_string(timeout_s)}};
 }
 
-uint64_t bulk_calls(weftComm_t comm) { return reinterpret_cast<weftComm *>(comm)->bulk_calls; }
+uint64_t bulk_calls(weftComm_t comm) { return bulk_comm_calls(reinterpret_cast<weftComm *>(comm)); }
 
 int init(const RankCtx &ctx, weftComm_t *comm) {
   pretend_own_host(ctx);

@@ -18,8 +18,10 @@
 #include "coll_check.h"
 #include "harness.h"
 extern "C" {
-#include "collectives/comm.h"
-#include "collectives/plan.h"
+#include "collectives/algo/cma.h"
+#include "collectives/core/comm.h"
+#include "collectives/core/plan.h"
+#include "collectives/plan/tuner.h"
 }
 
 using namespace weft_test;
@@ -112,9 +114,9 @@ TEST_P(Cma, EveryCollectiveTypeOpCountPlacement) {
     if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
       return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
     int rc = cma_everything(ctx, comm, seed);
-    if (rc == 0 && ((weftComm *)comm)->cma_state != 1)
+    if (rc == 0 && cma_comm_usable((weftComm *)comm) != 1)
       rc = rank_fail(ctx, "cross-memory attach was not used (state %d)",
-                     ((weftComm *)comm)->cma_state);
+                     cma_comm_usable((weftComm *)comm));
     weftCommDestroy(comm);
     return rc;
   }, opts);
@@ -187,8 +189,8 @@ TEST(CmaFallback, UnreadableRankRunsTheRing) {
       if (rc == 0) rc = cma_allgather(ctx, comm, weftInt32, 5001, ip, seed + 2 + ip);
       if (rc == 0) rc = cma_reducescatter(ctx, comm, weftFloat64, weftMin, 777, ip, seed + 4 + ip);
     }
-    if (rc == 0 && ((weftComm *)comm)->cma_state != -1)
-      rc = rank_fail(ctx, "cma state %d, want -1 (refused)", ((weftComm *)comm)->cma_state);
+    if (rc == 0 && cma_comm_usable((weftComm *)comm) != -1)
+      rc = rank_fail(ctx, "cma state %d, want -1 (refused)", cma_comm_usable((weftComm *)comm));
     weftCommDestroy(comm);
     return rc;
   }, opts);
@@ -370,9 +372,9 @@ TEST(CmaMismatch, RefusedOnEveryRankNothingWritten) {
       for (int shared = 0; shared < 2 && rc == 0; shared++)
         rc = run_mismatch(ctx, comm, c, shared != 0, seed + (uint64_t)shared);
       if (rc == 0) rc = check_allreduce(ctx, comm, weftFloat32, weftSum, 100003, false, seed);
-      if (rc == 0 && ((weftComm *)comm)->cma_state != 1)
+      if (rc == 0 && cma_comm_usable((weftComm *)comm) != 1)
         rc = rank_fail(ctx, "cross-memory attach was not used (state %d)",
-                       ((weftComm *)comm)->cma_state);
+                       cma_comm_usable((weftComm *)comm));
       weftCommDestroy(comm);
       return rc;
     }, opts);

@@ -1,5 +1,5 @@
 // Single-copy collectives on buffers from weftMemAllocHost, which peers map
-// (collectives/mem.c): every collective, datatype and op on mapped buffers
+// (collectives/core/mem.c): every collective, datatype and op on mapped buffers
 // at offsets that are not cache-line aligned, in place and out of place, on
 // 2 to 4 ranks; with streaming stores; ranks mixing mapped and private
 // buffers; buffers freed and allocated again; WEFT_CMA_MAP=0; and the
@@ -13,8 +13,8 @@
 #include "coll_check.h"
 #include "harness.h"
 extern "C" {
-#include "collectives/comm.h"
-#include "collectives/mem.h"
+#include "collectives/core/comm.h"
+#include "collectives/core/mem.h"
 }
 
 using namespace weft_test;
@@ -27,7 +27,7 @@ int init(const RankCtx &ctx, weftComm_t *comm) {
   return 0;
 }
 
-int mapped_count(weftComm_t comm) { return reinterpret_cast<weftComm *>(comm)->npeer_maps; }
+int mapped_count(weftComm_t comm) { return mem_peer_map_count(reinterpret_cast<weftComm *>(comm)); }
 
 // Every datatype x op for all-reduce and reduce-scatter, every datatype for
 // all-gather, in place and out of place, all buffers from weft; the count of

@@ -18,8 +18,10 @@
 #include "harness.h"
 
 extern "C" {
-#include "collectives/comm.h"
-#include "collectives/plan.h"
+#include "collectives/core/comm.h"
+#include "collectives/core/plan.h"
+#include "collectives/algo/algo.h"
+#include "collectives/exec/host/run.h"
 }
 
 using namespace weft_test;
@@ -64,9 +66,7 @@ weftResult_t run_ring(weftComm_t comm, coll_kind coll, const void *send, void *r
   plan.proto = proto;
   plan.nchannels = 1;
   if (comm->nranks == 1) return plan_run_host(comm, &plan);  // a ring needs two ranks
-  static const algo_fn algos[COLL_NUM_RING] = {ring_allreduce, ring_allgather, ring_reducescatter,
-                                               ring_broadcast, ring_reduce};
-  weftResult_t res = algos[coll](comm, &comm->channels[0], &plan, 0, count);
+  weftResult_t res = ring_run(comm, &comm->channels[0], &plan, 0, count);
   if (res != weftSuccess) comm_fail(comm, res);
   return res;
 }

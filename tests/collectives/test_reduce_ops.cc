@@ -16,8 +16,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "collectives/reduce_ops.h"
-#include "collectives/reduce_host.h"
+#include "collectives/reduce/reduce_ops.h"
+#include "collectives/reduce/reduce_host.h"
 
 namespace {
 

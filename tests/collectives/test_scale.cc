@@ -16,9 +16,10 @@
 #include "harness.h"
 
 extern "C" {
-#include "collectives/comm.h"
-#include "collectives/params.h"
-#include "collectives/topo_plan.h"
+#include "collectives/core/comm.h"
+#include "collectives/api/config.h"
+#include "collectives/core/params.h"
+#include "collectives/plan/topo_plan.h"
 }
 
 using namespace weft_test;

@@ -16,9 +16,10 @@
 #include "harness.h"
 
 extern "C" {
-#include "collectives/check.h"
-#include "collectives/params.h"
-#include "collectives/plan.h"
+#include "collectives/api/config.h"
+#include "collectives/core/check.h"
+#include "collectives/core/params.h"
+#include "collectives/core/plan.h"
 }
 
 using namespace weft_test;

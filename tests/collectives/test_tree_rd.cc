@@ -13,9 +13,10 @@
 #include "harness.h"
 
 extern "C" {
-#include "collectives/comm.h"
-#include "collectives/plan.h"
-#include "collectives/tree.h"
+#include "collectives/core/comm.h"
+#include "collectives/core/plan.h"
+#include "collectives/core/tree_links.h"
+#include "collectives/algo/algo.h"
 }
 
 using namespace weft_test;

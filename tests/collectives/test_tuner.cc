@@ -5,9 +5,11 @@
 #include <cstring>
 
 extern "C" {
-#include "collectives/comm.h"
-#include "collectives/params.h"
-#include "collectives/plan.h"
+#include "collectives/core/comm.h"
+#include "collectives/api/config.h"
+#include "collectives/core/params.h"
+#include "collectives/core/plan.h"
+#include "collectives/plan/tuner.h"
 }
 
 namespace {

@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "collectives/ring_steps.h"
+#include "collectives/algo/ring_steps.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -16,6 +16,7 @@
 #include "tests/device/ring_steps_dump.h"
 #include "weft.h"
 #include "weft_build_config.h"
+#include "collectives/exec/host/run.h"
 
 namespace {
 

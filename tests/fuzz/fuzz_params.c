@@ -6,8 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collectives/params.h"
-#include "collectives/plan.h"
+#include "collectives/api/config.h"
+#include "collectives/core/params.h"
+#include "collectives/core/plan.h"
+#include "collectives/plan/tuner.h"
 #include "fuzz.h"
 #include "transport/bootstrap.h"
 

@@ -22,7 +22,7 @@
 #include <vector>
 
 extern "C" {
-#include "collectives/device/dev_types.h"
+#include "collectives/exec/device/dev_types.h"
 #include "transport/net_dev.h"
 }
 

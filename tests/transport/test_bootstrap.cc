@@ -17,7 +17,7 @@
 #include "harness.h"
 
 extern "C" {
-#include "collectives/comm.h"
+#include "collectives/core/comm.h"
 #include "transport/bootstrap.h"
 }
 

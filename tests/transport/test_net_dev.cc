@@ -26,7 +26,7 @@
 #include "transport/dev_emu.h"
 
 extern "C" {
-#include "collectives/params.h"
+#include "collectives/api/config.h"
 #include "transport/bootstrap.h"
 #include "transport/log.h"
 #include "transport/param.h"

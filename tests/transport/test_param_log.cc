@@ -7,7 +7,8 @@
 #include <vector>
 
 extern "C" {
-#include "collectives/params.h"
+#include "collectives/api/config.h"
+#include "collectives/core/params.h"
 #include "transport/log.h"
 #include "transport/param.h"
 }

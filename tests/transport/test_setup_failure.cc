@@ -18,7 +18,8 @@
 #include "harness.h"
 
 extern "C" {
-#include "collectives/params.h"
+#include "collectives/api/config.h"
+#include "collectives/core/params.h"
 #include "transport/log.h"
 #include "transport/sock.h"
 #include "transport/wait.h"

@@ -21,7 +21,8 @@
 #include "harness.h"
 
 extern "C" {
-#include "collectives/params.h"
+#include "collectives/api/config.h"
+#include "collectives/core/params.h"
 }
 
 using namespace weft_test;

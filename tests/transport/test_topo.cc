@@ -19,10 +19,11 @@
 #include <vector>
 
 extern "C" {
-#include "collectives/comm.h"
-#include "collectives/params.h"
-#include "collectives/topo_plan.h"
-#include "collectives/tree.h"
+#include "collectives/core/comm.h"
+#include "collectives/api/config.h"
+#include "collectives/core/params.h"
+#include "collectives/plan/topo_plan.h"
+#include "collectives/core/tree_links.h"
 #include "transport/status.h"
 #include "transport/topo.h"
 }

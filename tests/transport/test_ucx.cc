@@ -22,7 +22,8 @@
 #include "weft_build_config.h"
 
 extern "C" {
-#include "collectives/params.h"
+#include "collectives/api/config.h"
+#include "collectives/core/params.h"
 }
 
 using namespace weft_test;
@@ -71,7 +72,7 @@ TEST_P(UcxAllReduce, EveryTypeOpCountPlacement) {
               {"UCX_TLS", c.tls},
               {"WEFT_SLOT_BYTES", std::to_string(c.slot_nbytes)},
               {"WEFT_NSLOTS", std::to_string(c.nslots)},
-              {"WEFT_ALGO", "^bulk"},  // the slots (collectives/bulk.c has its own suite)
+              {"WEFT_ALGO", "^bulk"},  // the slots (collectives/algo/bulk.c has its own suite)
               {"WEFT_TIMEOUT", "60"}};
   auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) {
     if (c.own_hosts) pretend_own_host(ctx);

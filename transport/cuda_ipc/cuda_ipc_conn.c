@@ -102,6 +102,7 @@ static weftResult_t cuda_ipc_send_connect(struct weft_conn *conn, const struct c
 
 const struct weft_transport cuda_ipc_transport = {
     .name = "cuda_ipc",
+    .caps = TRANSPORT_CAP_DEVICE_MEMORY,
     .disabled = cuda_ipc_disabled,
     .can_connect = cuda_ipc_can_connect,
     .recv_setup = cuda_fifo_recv_setup,

@@ -44,6 +44,7 @@ static weftResult_t p2p_send_connect(struct weft_conn *conn, const struct conn_b
 
 const struct weft_transport p2p_transport = {
     .name = "p2p",
+    .caps = TRANSPORT_CAP_DEVICE_MEMORY,
     .disabled = p2p_disabled,
     .can_connect = p2p_can_connect,
     .recv_setup = cuda_fifo_recv_setup,

@@ -93,6 +93,7 @@ static void shm_close(struct weft_conn *conn) {
 
 const struct weft_transport shm_transport = {
     .name = "shm",
+    .caps = TRANSPORT_CAP_HOST_MEMORY,
     .disabled = shm_disabled,
     .can_connect = shm_can_connect,
     .recv_setup = shm_recv_setup,

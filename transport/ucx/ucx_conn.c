@@ -439,6 +439,7 @@ static void ucx_bulk_cancel(struct weft_conn *conn, struct weft_bulk_req *req) {
 
 const struct weft_transport ucx_transport = {
     .name = "ucx",
+    .caps = TRANSPORT_CAP_PROGRESS_ALL,
     .disabled = ucx_disabled,
     .can_connect = ucx_can_connect,
     .recv_setup = ucx_recv_setup,

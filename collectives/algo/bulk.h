@@ -1,0 +1,30 @@
+/* Ring all-reduce, all-gather and reduce-scatter over transports that move
+ * whole buffers (struct weft_bulk_ops: UCX between hosts), chunk by chunk
+ * straight from and into the user's buffers (collectives/algo/bulk.c). */
+#ifndef WEFT_BULK_H
+#define WEFT_BULK_H
+
+#include <stddef.h>
+
+#include "../../transport/param.h"
+#include "../core/comm.h"
+
+struct weft_plan;
+
+extern struct weft_param bulk_params[];
+
+/* Whether comm's rings can run bulk: every channel's connections, both ways,
+ * have a transport with bulk transfers, and the ring fits the tags. */
+int bulk_possible(const struct weftComm *comm);
+/* How many bulk collectives comm has run. */
+uint64_t bulk_comm_calls(const struct weftComm *comm);
+/* WEFT_BULK_MIN_NBYTES: the smallest size (all ranks' bytes) worth it. */
+size_t bulk_min_nbytes(void);
+
+/* Runs plan (all-reduce, all-gather or reduce-scatter). Collective: every
+ * rank must call it for the same plan. Blocks, bounded by the comm's
+ * timeout; on an error no transfer touches the buffers after the return
+ * (the connections that carried them are failed). */
+weftResult_t bulk_run(struct weftComm *comm, const struct weft_plan *plan);
+
+#endif

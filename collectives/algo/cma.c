@@ -1,0 +1,527 @@
+/* Single-copy collectives between ranks of one host: ranks pass their
+ * buffer addresses through the point-to-point FIFOs and then read and write
+ * each other's buffers directly, so every byte crosses memory once instead
+ * of going through a FIFO slot. Used for large all-reduce, all-gather and
+ * reduce-scatter when every rank shares this host.
+ *
+ * A peer's buffer from weftMemAllocHost is mapped into this process
+ * (collectives/core/mem.c) and copied with plain loads and streaming stores; any
+ * other buffer is reached through the kernel's cross-memory attach
+ * (process_vm_readv and process_vm_writev).
+ *
+ *   all-gather:     exchange addresses; copy each peer's input into its block
+ *                   of the output; barrier (peers are done reading ours).
+ *   reduce-scatter: exchange addresses; for this rank's block, piece by
+ *                   piece, reduce each peer's share into the output; barrier.
+ *   all-reduce:     the reduce-scatter on block `rank`, each reduced piece
+ *                   written (from cache) into every rank's output; barrier.
+ *                   No rank reads block `rank` of an input but its owner, so
+ *                   in place is safe.
+ *
+ * Each block is reduced by one rank only, so all ranks hold the same bits.
+ *
+ * The address exchange also carries each rank's signature of the call
+ * (collective, count, datatype, op, root) and the bytes of each buffer the
+ * call covers. Every rank holds every rank's descriptor, so every rank finds
+ * a mismatch, the same one, before any byte moves, and the call fails on all
+ * of them with the same message (the comm goes on working). Each copy from
+ * or to a peer is also held to the length that peer declared.
+ *
+ * The first call probes that the kernel lets ranks read each other (ptrace
+ * rules, containers); the ranks agree on the answer, and where it fails the
+ * tuner stops picking cma and this call runs the ring instead. */
+#include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "../../transport/status.h"
+#include "../core/check.h"
+#include "cma.h"
+#include "../core/mem.h"
+#include "../core/plan.h"
+#include "../exec/host/prims_peer.h"
+#include "../reduce/reduce_host.h"
+#include "algo.h"
+
+struct weft_param cma_params[] = {
+    {"WEFT_CMA_MIN_NBYTES", PARAM_INT, "64K",
+     "smallest all-reduce, all-gather or reduce-scatter (bytes, all ranks) that the tuner "
+     "runs single-copy (peers' buffers mapped, or cross-memory attach); larger than any size "
+     "turns it off",
+     0, 0, NULL},
+    {"WEFT_CMA_MAP", PARAM_INT, "1",
+     "1: single-copy collectives map peers' weftMemAllocHost buffers and copy in user space; "
+     "0: always copy through cross-memory attach", 0, 0, NULL},
+    {"WEFT_CMA_STREAM_NBYTES", PARAM_INT, "0",
+     "size of each rank's output from which single-copy collectives write past the caches "
+     "(streaming stores) into mapped buffers; 0: the last-level cache's size / ranks", 0, 0,
+     NULL},
+    PARAM_END,
+};
+
+#define CMA_PIECE_NBYTES (256 * 1024) /* reduce in pieces that stay in cache */
+#define CMA_L3_DEFAULT_NBYTES (32u << 20) /* where sysfs does not say */
+
+/* What one rank tells the others about a call. */
+struct cma_desc {
+  uint64_t send_addr;
+  uint64_t send_nbytes; /* bytes from send_addr that peers may read */
+  uint64_t recv_addr;
+  uint64_t recv_nbytes; /* bytes from recv_addr that peers may write */
+  uint64_t probe_addr;  /* a word holding CMA_PROBE_VALUE */
+  struct mem_shared_ref send_ref, recv_ref; /* fd -1 where not mappable */
+  struct check_sig_packed sig; /* the call as this rank made it: last, as in every signed slot */
+};
+_Static_assert(offsetof(struct cma_desc, sig) + sizeof(struct check_sig_packed) ==
+                   sizeof(struct cma_desc),
+               "a descriptor ends with its signature, as every signed slot does");
+
+/* Where this rank reaches one rank's buffers: mapped here, or NULL where the
+ * kernel copies (own buffers: the buffers themselves). */
+struct cma_view {
+  const char *send;
+  char *recv;
+};
+#define CMA_PROBE_VALUE 0x636d612d70726f62ull /* "cma-prob" */
+static const volatile uint64_t cma_probe_word = CMA_PROBE_VALUE;
+
+/* What cma keeps per communicator (comm_state_get). */
+struct cma_comm {
+  int usable;    /* cross-memory attach: 0 untried, 1 works, -1 refused */
+  void *scratch; /* a piece read through the kernel, a staged piece, small exchanges */
+};
+
+static void cma_comm_scratch_release(void *state) {
+  struct cma_comm *c = state;
+  free(c->scratch);
+  c->scratch = NULL;
+}
+
+static uint64_t cma_comm_scratch_nbytes(const void *state) {
+  const struct cma_comm *c = state;
+  return c->scratch != NULL ? malloc_usable_size(c->scratch) : 0;
+}
+
+static void cma_comm_destroy(void *state) {
+  cma_comm_scratch_release(state);
+  free(state);
+}
+
+static const struct comm_state_ops cma_comm_ops = {
+    .name = "cma",
+    .destroy = cma_comm_destroy,
+    .scratch_nbytes = cma_comm_scratch_nbytes,
+    .scratch_release = cma_comm_scratch_release,
+};
+
+static struct cma_comm *cma_comm_of(const struct weftComm *comm) {
+  return comm_state_get(comm, &cma_comm_ops);
+}
+
+int cma_comm_usable(const struct weftComm *comm) {
+  const struct cma_comm *c = cma_comm_of(comm);
+  return c != NULL ? c->usable : 0;
+}
+
+size_t cma_min_nbytes(void) {
+  int64_t v = param_int(&cma_params[0]);
+  return v > 0 ? (size_t)v : 0;
+}
+
+int cma_possible(const struct weftComm *comm) {
+  if (cma_comm_usable(comm) < 0 || comm->nranks < 2 || comm->network || comm->peers == NULL) return 0;
+  if (comm->slot_nbytes < sizeof(struct cma_desc)) return 0; /* a descriptor takes one slot */
+  for (int r = 0; r < comm->nranks; r++)
+    if (comm->peers[r].host_hash != comm->peers[comm->rank].host_hash) return 0;
+  /* only where the ring itself runs over host memory the ranks share (not
+   * WEFT_TRANSPORT=socket) */
+  const struct weft_transport *t = comm->channels[0].send.transport;
+  return t != NULL && (t->caps & TRANSPORT_CAP_HOST_MEMORY) != 0;
+}
+
+/* Whether process pid has ended or is ending: gone, a zombie, or past the
+ * point of exit where its memory is torn down (PF_EXITING in the flags of
+ * /proc/<pid>/stat). */
+static int cma_pid_ending(pid_t pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
+  char path[40], text[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT || errno == ESRCH;
+  ssize_t len = read(fd, text, sizeof text - 1);
+  close(fd);
+  if (len <= 0) return 1;
+  text[len] = '\0';
+  const char *p = strrchr(text, ')'); /* the name may hold spaces and parentheses */
+  char state = 0;
+  unsigned long flags = 0;
+  if (p == NULL || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2) return 0;
+  return state == 'Z' || state == 'X' || state == 'x' || (flags & 0x4ul) != 0; /* PF_EXITING */
+}
+
+/* The error of a cross-memory copy with rank peer that failed with err (0:
+ * no bytes moved). A peer that died, is dying or has failed its
+ * connections makes it weftRemoteError; a peer that lives on leaves a
+ * system error. */
+static weftResult_t cma_copy_error(struct weftComm *comm, int peer, const char *what,
+                                   size_t nbytes, int err) {
+  const pid_t pid = comm->peers[peer].pid;
+  const struct conn_ctrl *in = comm->p2p_recv[peer].ctrl, *out = comm->p2p_send[peer].ctrl;
+  const int failed = (in != NULL && __atomic_load_n(&in->poison, __ATOMIC_ACQUIRE) != 0) ||
+                     (out != NULL && __atomic_load_n(&out->poison, __ATOMIC_ACQUIRE) != 0);
+  if (err == ESRCH || failed || cma_pid_ending(pid))
+    return weft_error_set(weftRemoteError, "cma: rank %d (pid %d) %s while %s %zu bytes%s%s",
+                          peer, (int)pid, failed ? "failed" : "died", what, nbytes,
+                          err != 0 ? ": " : "", err != 0 ? strerror(err) : "");
+  return weft_error_set(weftSystemError, "cma: %s %zu bytes of rank %d (pid %d): %s", what,
+                        nbytes, peer, (int)pid, err != 0 ? strerror(err) : "no progress");
+}
+
+/* Reads nbytes at remote address addr of rank peer into dst. */
+static weftResult_t cma_read(struct weftComm *comm, int peer, void *dst, uint64_t addr,
+                             size_t nbytes) {
+  pid_t pid = comm->peers[peer].pid;
+  while (nbytes > 0) {
+    struct iovec local = {.iov_base = dst, .iov_len = nbytes};
+    struct iovec remote = {.iov_base = (void *)(uintptr_t)addr, .iov_len = nbytes};
+    ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return cma_copy_error(comm, peer, "reading", nbytes, n < 0 ? errno : 0);
+    dst = (char *)dst + n;
+    addr += (uint64_t)n;
+    nbytes -= (size_t)n;
+  }
+  return weftSuccess;
+}
+
+/* Writes nbytes from src to remote address addr of rank peer. */
+static weftResult_t cma_write(struct weftComm *comm, int peer, uint64_t addr, const void *src,
+                              size_t nbytes) {
+  pid_t pid = comm->peers[peer].pid;
+  while (nbytes > 0) {
+    struct iovec local = {.iov_base = (void *)src, .iov_len = nbytes};
+    struct iovec remote = {.iov_base = (void *)(uintptr_t)addr, .iov_len = nbytes};
+    ssize_t n = process_vm_writev(pid, &local, 1, &remote, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return cma_copy_error(comm, peer, "writing", nbytes, n < 0 ? errno : 0);
+    src = (const char *)src + n;
+    addr += (uint64_t)n;
+    nbytes -= (size_t)n;
+  }
+  return weftSuccess;
+}
+
+/* Sends msg (nbytes) to every peer, then receives one from each into
+ * msgs[peer]. The FIFOs hold several slots, so the sends never wait on a
+ * peer that is itself sending. */
+static weftResult_t cma_alltoall_small(struct weftComm *comm, const void *msg, void *msgs,
+                                       size_t nbytes) {
+  const int n = comm->nranks, rank = comm->rank;
+  for (int j = 1; j < n; j++) {
+    int peer = (rank + j) % n;
+    WEFT_TRY(peer_send(comm, &comm->p2p_send[peer], msg, nbytes));
+  }
+  for (int j = 1; j < n; j++) {
+    int peer = (rank - j + n) % n;
+    WEFT_TRY(peer_recv(comm, &comm->p2p_recv[peer], (char *)msgs + (size_t)peer * nbytes,
+                       nbytes));
+  }
+  return weftSuccess;
+}
+
+/* The scratch space: two piece buffers, then a word per rank for small
+ * messages. */
+static uint64_t *cma_words(struct weftComm *comm) {
+  return (uint64_t *)((char *)cma_comm_of(comm)->scratch + 2 * CMA_PIECE_NBYTES);
+}
+
+static weftResult_t cma_barrier(struct weftComm *comm) {
+  uint64_t token = comm->seq, *tokens = cma_words(comm);
+  return cma_alltoall_small(comm, &token, tokens, sizeof token);
+}
+
+/* Bytes of each rank's send and receive buffer that plan touches. */
+static void cma_buffer_nbytes(const struct weftComm *comm, const struct weft_plan *plan,
+                              size_t *send_out, size_t *recv_out) {
+  const size_t nbytes = plan->count * weftTypeSize(plan->datatype), n = (size_t)comm->nranks;
+  *send_out = plan->coll == COLL_REDUCESCATTER ? n * nbytes : nbytes;
+  *recv_out = plan->coll == COLL_ALLGATHER ? n * nbytes : nbytes;
+}
+
+/* Each rank's buffers as this rank reaches them (see struct cma_view). */
+static void cma_views(struct weftComm *comm, const struct weft_plan *plan,
+                      const struct cma_desc *descs, struct cma_view *views) {
+  for (int r = 0; r < comm->nranks; r++) {
+    if (r == comm->rank) {
+      views[r] = (struct cma_view){.send = plan->sendbuf, .recv = plan->recvbuf};
+      continue;
+    }
+    const struct cma_desc *d = &descs[r];
+    char *send = mem_peer_map(comm, r, &d->send_ref);
+    char *recv = mem_peer_map(comm, r, &d->recv_ref);
+    views[r].send = send ? send + (d->send_addr - d->send_ref.base) : NULL;
+    views[r].recv = recv ? recv + (d->recv_addr - d->recv_ref.base) : NULL;
+  }
+}
+
+/* The last-level cache's size, from sysfs (sysconf's figure can be the
+ * whole package's on a virtual machine). */
+static size_t cma_l3_nbytes(void) {
+  static size_t cached; /* threads of several comms may race here: both find the same */
+  size_t known = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (known != 0) return known;
+  size_t nbytes = CMA_L3_DEFAULT_NBYTES;
+  for (int i = 0; i < 8; i++) {
+    char path[96];
+    int level = 0;
+    unsigned long kib = 0;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) break;
+    int ok = fscanf(f, "%d", &level) == 1;
+    fclose(f);
+    if (!ok || level != 3) continue;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+    if ((f = fopen(path, "r")) == NULL) break;
+    if (fscanf(f, "%luK", &kib) == 1 && kib > 0) nbytes = (size_t)kib << 10;
+    fclose(f);
+    break;
+  }
+  __atomic_store_n(&cached, nbytes, __ATOMIC_RELAXED);
+  return nbytes;
+}
+
+/* From what size of each rank's output a call's copies go past the caches:
+ * where all ranks' outputs no longer fit in the last-level cache together
+ * (measured on 2 ranks, 32 MiB L3: plain copies 2-3x faster at 4 MiB,
+ * streaming ones faster from 16 MiB). */
+static size_t cma_stream_min_nbytes(int nranks) {
+  int64_t v = param_int(&cma_params[2]);
+  return v > 0 ? (size_t)v : cma_l3_nbytes() / (size_t)nranks;
+}
+
+/* Copies nbytes, past the caches with stream set. */
+static void cma_copy(void *dst, const void *src, size_t nbytes, int stream) {
+  if (stream) copy_host_stream(dst, src, nbytes);
+  else memcpy(dst, src, nbytes);
+}
+
+/* Checks that every rank's descriptor describes this call: the same
+ * signature, and buffers of the sizes it touches. descs are the same on every
+ * rank, and so is the verdict. */
+static weftResult_t cma_descs_check(const struct weftComm *comm, const struct cma_desc *descs,
+                                    size_t send_nbytes, size_t recv_nbytes) {
+  const int n = comm->nranks;
+  struct check_sig sigs[n];
+  for (int r = 0; r < n; r++) check_sig_unpack(&sigs[r], &descs[r].sig);
+  if (check_compare(sigs, n, "ranks disagree on a collective") != weftSuccess) {
+    char cause[768];
+    snprintf(cause, sizeof cause, "%s", weft_error_text()); /* the text is overwritten next */
+    return weft_error_set(weftInvalidUsage,
+                          "%s (seen in the single-copy address exchange; nothing was copied)",
+                          cause);
+  }
+  for (int r = 0; r < n; r++)
+    if (descs[r].send_nbytes != send_nbytes || descs[r].recv_nbytes != recv_nbytes)
+      return weft_error_set(weftInvalidUsage,
+                            "%s: rank %d declared buffers of %llu and %llu bytes where this call "
+                            "covers %zu and %zu (nothing was copied)",
+                            coll_kind_name((enum coll_kind)sigs[0].coll), r,
+                            (unsigned long long)descs[r].send_nbytes,
+                            (unsigned long long)descs[r].recv_nbytes, send_nbytes, recv_nbytes);
+  return weftSuccess;
+}
+
+/* Whether [at, at + nbytes) lies within the declared bytes; else an
+ * internal error naming the rank (a copy that would leave its buffer). */
+static weftResult_t cma_range(int peer, const char *which, uint64_t at, size_t nbytes,
+                              uint64_t declared) {
+  if (at <= declared && nbytes <= declared - at) return weftSuccess;
+  return weft_error_set(weftInternalError,
+                        "cma: bytes [%llu, %llu) of rank %d's %s buffer lie outside the %llu it "
+                        "declared",
+                        (unsigned long long)at, (unsigned long long)(at + nbytes), peer, which,
+                        (unsigned long long)declared);
+}
+
+/* Connects to every peer, allocates the scratch space, exchanges the
+ * descriptors (which carry the call's signature and name the mappable
+ * allocations holding the send_nbytes and recv_nbytes the plan touches),
+ * checks that every rank made the same call (weftInvalidUsage on every rank
+ * when not), and on the first call probes and agrees whether cross-memory
+ * attach works. Returns weftSuccess with *usable_out 0 when it does not
+ * (every rank gets the same answer). */
+static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *plan,
+                              size_t send_nbytes, size_t recv_nbytes, struct cma_desc *descs,
+                              int *usable_out) {
+  const int n = comm->nranks, rank = comm->rank;
+  struct cma_comm *state = cma_comm_of(comm);
+  if (state == NULL) {
+    state = calloc(1, sizeof *state);
+    if (state == NULL) return weft_error_set(weftSystemError, "cma: out of memory");
+    weftResult_t res = comm_state_set(comm, &cma_comm_ops, state);
+    if (res != weftSuccess) {
+      free(state);
+      return res;
+    }
+  }
+  if (state->scratch == NULL) {
+    size_t nbytes = 2 * CMA_PIECE_NBYTES + (size_t)n * sizeof(uint64_t);
+    if (posix_memalign(&state->scratch, 4096, nbytes) != 0)
+      return weft_error_set(weftSystemError, "cma: cannot allocate %zu bytes", nbytes);
+  }
+  int peers[n > 1 ? n - 1 : 1];
+  for (int j = 1; j < n; j++) peers[j - 1] = (rank + j) % n;
+  WEFT_TRY(peer_connect(comm, peers, n - 1));
+  struct cma_desc self = {.send_addr = (uintptr_t)plan->sendbuf,
+                          .send_nbytes = send_nbytes,
+                          .recv_addr = (uintptr_t)plan->recvbuf,
+                          .recv_nbytes = recv_nbytes,
+                          .probe_addr = (uintptr_t)&cma_probe_word};
+  check_sig_pack(&self.sig, plan);
+  self.send_ref.fd = self.recv_ref.fd = -1;
+  if (param_int(&cma_params[1]) != 0) {
+    mem_shared_find(plan->sendbuf, send_nbytes, &self.send_ref);
+    mem_shared_find(plan->recvbuf, recv_nbytes, &self.recv_ref);
+  }
+  /* the descriptors, as cma_alltoall_small; a slot of another size is a
+   * rank in another algorithm, which its signature names */
+  for (int j = 1; j < n; j++) {
+    int peer = (rank + j) % n;
+    WEFT_TRY(peer_send(comm, &comm->p2p_send[peer], &self, sizeof self));
+  }
+  for (int j = 1; j < n; j++) {
+    int peer = (rank - j + n) % n;
+    const char *in;
+    WEFT_TRY(peer_recv_signed_wait(comm, &comm->p2p_recv[peer], sizeof self, &self.sig, 0, &in));
+    memcpy(&descs[peer], in, sizeof self);
+    peer_recv_done(&comm->p2p_recv[peer]);
+  }
+  descs[rank] = self;
+  WEFT_TRY(cma_descs_check(comm, descs, send_nbytes, recv_nbytes));
+  if (state->usable == 0) {
+    uint64_t ok = 1, word = 0, *oks = cma_words(comm);
+    for (int j = 1; j < n && ok; j++) {
+      int peer = (rank + j) % n;
+      struct iovec local = {.iov_base = &word, .iov_len = sizeof word};
+      struct iovec remote = {.iov_base = (void *)(uintptr_t)descs[peer].probe_addr,
+                             .iov_len = sizeof word};
+      ok = process_vm_readv(comm->peers[peer].pid, &local, 1, &remote, 1, 0) == sizeof word &&
+           word == CMA_PROBE_VALUE;
+      if (!ok)
+        WEFT_INFO(LOG_COLL, "cma: cannot read rank %d (pid %d): %s; using the ring", peer,
+                  (int)comm->peers[peer].pid, strerror(errno));
+    }
+    WEFT_TRY(cma_alltoall_small(comm, &ok, oks, sizeof ok));
+    for (int r = 0; r < n; r++)
+      if (r != rank) ok &= oks[r];
+    state->usable = ok ? 1 : -1;
+  }
+  *usable_out = state->usable > 0;
+  return weftSuccess;
+}
+
+/* dst = own input op every peer's input, elements [off, off + count) of each
+ * rank's send buffer; dst may be src exactly (in place). With share set,
+ * each reduced piece, still in cache, is also written to the same elements
+ * of every peer's receive buffer (all-reduce). stream: copies out bypass the
+ * caches. */
+static weftResult_t cma_reduce_block(struct weftComm *comm, const struct weft_plan *plan,
+                                     const struct cma_desc *descs, const struct cma_view *views,
+                                     size_t off, size_t count, char *dst, int share, int stream) {
+  const int n = comm->nranks, rank = comm->rank;
+  const size_t esize = weftTypeSize(plan->datatype);
+  const weft_reduce_fn reduce = reduce_host_fn(plan->datatype, plan->op);
+  const int divisor = plan->op == weftAvg ? n : 1;
+  const size_t piece = CMA_PIECE_NBYTES / esize;
+  char *tmp = cma_comm_of(comm)->scratch; /* a peer's piece read through the kernel */
+  /* Out of place, a piece that is also shared is reduced into the second
+   * scratch buffer and copied out in one go: stores into output lines that
+   * are not in cache cost a read of each line first, a bulk copy does not,
+   * and the writes to the peers then read the piece from cache. */
+  const int staged = share && (const char *)plan->sendbuf + off * esize != dst;
+  char *stage = tmp + CMA_PIECE_NBYTES;
+  for (size_t base = 0; base < count; base += piece) {
+    const size_t m = count - base < piece ? count - base : piece;
+    const size_t at = (off + base) * esize; /* in every rank's buffer */
+    const char *acc = (const char *)plan->sendbuf + at;
+    char *out = dst + base * esize;
+    char *red = staged ? stage : out;
+    for (int j = 1; j < n; j++) {
+      int peer = (rank + j) % n;
+      WEFT_TRY(cma_range(peer, "send", at, m * esize, descs[peer].send_nbytes));
+      const char *theirs = views[peer].send ? views[peer].send + at : tmp;
+      if (theirs == tmp) WEFT_TRY(cma_read(comm, peer, tmp, descs[peer].send_addr + at, m * esize));
+      reduce(red, NULL, acc, theirs, m, j == n - 1 ? divisor : 1);
+      acc = red;
+    }
+    if (staged) cma_copy(out, red, m * esize, stream);
+    for (int j = 1; j < n && share; j++) {
+      int peer = (rank + j) % n;
+      WEFT_TRY(cma_range(peer, "receive", at, m * esize, descs[peer].recv_nbytes));
+      if (views[peer].recv) cma_copy(views[peer].recv + at, red, m * esize, stream);
+      else WEFT_TRY(cma_write(comm, peer, descs[peer].recv_addr + at, red, m * esize));
+    }
+  }
+  return weftSuccess;
+}
+
+weftResult_t cma_run(struct weftComm *comm, const struct weft_plan *plan) {
+  const int n = comm->nranks, rank = comm->rank;
+  struct cma_desc descs[n];
+  int usable = 0;
+  size_t send_nbytes, recv_nbytes;
+  cma_buffer_nbytes(comm, plan, &send_nbytes, &recv_nbytes);
+  WEFT_TRY(cma_setup(comm, plan, send_nbytes, recv_nbytes, descs, &usable));
+  if (!usable) {
+    return ring_run(comm, &comm->channels[0], plan, 0, plan->count);
+  }
+  struct cma_view views[n];
+  cma_views(comm, plan, descs, views);
+  const size_t esize = weftTypeSize(plan->datatype);
+  /* outputs larger than the caches are written past them */
+  const int stream = recv_nbytes >= cma_stream_min_nbytes(n);
+  char *recv = plan->recvbuf;
+  switch (plan->coll) {
+    case COLL_ALLGATHER: {
+      const size_t nbytes = plan->count * esize;
+      for (int j = 0; j < n; j++) {
+        int peer = (rank + j) % n;
+        char *block = recv + (size_t)peer * nbytes;
+        if (views[peer].send == block) continue; /* own block, in place */
+        WEFT_TRY(cma_range(peer, "send", 0, nbytes, descs[peer].send_nbytes));
+        if (views[peer].send) cma_copy(block, views[peer].send, nbytes, stream);
+        else WEFT_TRY(cma_read(comm, peer, block, descs[peer].send_addr, nbytes));
+      }
+      return cma_barrier(comm);
+    }
+    case COLL_REDUCESCATTER:
+      WEFT_TRY(cma_reduce_block(comm, plan, descs, views, (size_t)rank * plan->count,
+                                plan->count, recv, 0, stream));
+      return cma_barrier(comm);
+    case COLL_ALLREDUCE: {
+      /* block r: elements [r * block, (r + 1) * block), 64-byte aligned */
+      const size_t align = 64 / esize > 0 ? 64 / esize : 1;
+      size_t block = (plan->count + (size_t)n - 1) / (size_t)n;
+      block = (block + align - 1) / align * align;
+#define BLOCK_OFF(r) ((size_t)(r) * block < plan->count ? (size_t)(r) * block : plan->count)
+#define BLOCK_LEN(r) (BLOCK_OFF((r) + 1) - BLOCK_OFF(r))
+      WEFT_TRY(cma_reduce_block(comm, plan, descs, views, BLOCK_OFF(rank), BLOCK_LEN(rank),
+                                recv + BLOCK_OFF(rank) * esize, 1, stream));
+#undef BLOCK_OFF
+#undef BLOCK_LEN
+      return cma_barrier(comm);
+    }
+    default:
+      return weft_error_set(weftInternalError, "cma: no single-copy %s",
+                            coll_kind_name(plan->coll));
+  }
+}

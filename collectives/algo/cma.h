@@ -1,0 +1,30 @@
+/* Single-copy all-reduce, all-gather and reduce-scatter for ranks that share
+ * a host, through cross-memory attach (collectives/algo/cma.c). */
+#ifndef WEFT_CMA_H
+#define WEFT_CMA_H
+
+#include <stddef.h>
+
+#include "../../transport/param.h"
+#include "../core/comm.h"
+
+struct weft_plan;
+
+extern struct weft_param cma_params[];
+
+/* Whether comm may run single-copy: every rank on this host, rings over
+ * shared memory, and no earlier probe found cross-memory attach refused. */
+int cma_possible(const struct weftComm *comm);
+/* Whether cross-memory attach works between comm's ranks: 0 untried, 1 it
+ * does, -1 a probe found it refused (then comm never tries it again). */
+int cma_comm_usable(const struct weftComm *comm);
+/* WEFT_CMA_MIN_NBYTES: the smallest size (all ranks' bytes) worth it. */
+size_t cma_min_nbytes(void);
+
+/* Runs plan (all-reduce, all-gather or reduce-scatter) single-copy; falls
+ * back to the ring when the first call's probe finds that ranks may not read
+ * each other. Collective: every rank must call it for the same plan. Blocks
+ * (bounded by the comm's timeout). */
+weftResult_t cma_run(struct weftComm *comm, const struct weft_plan *plan);
+
+#endif

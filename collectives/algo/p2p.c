@@ -1,0 +1,264 @@
+/* Point-to-point: connections to any peer, made on first use, and an executor
+ * that advances every send and receive of a group together, a slot at a time,
+ * so that no order of sends and receives can deadlock. Messages keep their
+ * order per peer and direction; the last slot of a message carries a flag, so
+ * a receiver whose count differs from the sender's gets an error, not junk. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../transport/status.h"
+#include "../../transport/wait.h"
+#include "p2p.h"
+
+#define SLOT_LAST 0x80000000u /* in slot_used_nbytes: the message ends here */
+
+enum { TAG_BLOB = 0x70320001u, TAG_ACK = 0x70320002u };
+
+weftResult_t p2p_conns_alloc(struct weftComm *comm) {
+  comm->p2p_send = calloc((size_t)comm->nranks, sizeof *comm->p2p_send);
+  comm->p2p_recv = calloc((size_t)comm->nranks, sizeof *comm->p2p_recv);
+  if (comm->p2p_send == NULL || comm->p2p_recv == NULL)
+    return weft_error_set(weftSystemError, "out of memory");
+  return weftSuccess;
+}
+
+void p2p_conns_close(struct weftComm *comm) {
+  for (int r = 0; comm->p2p_send != NULL && r < comm->nranks; r++) {
+    struct weft_conn *s = &comm->p2p_send[r], *v = &comm->p2p_recv[r];
+    if (s->transport != NULL) s->transport->close(s);
+    if (v->transport != NULL) v->transport->close(v);
+  }
+  free(comm->p2p_send);
+  free(comm->p2p_recv);
+  comm->p2p_send = comm->p2p_recv = NULL;
+}
+
+static void conn_prepare(struct weftComm *comm, struct weft_conn *c, int peer) {
+  memset(c, 0, sizeof *c);
+  c->nslots = comm->nslots;
+  c->slot_nbytes = comm->slot_nbytes;
+  c->peer_rank = peer;
+  c->bs = comm->bs;
+  const struct peer_info *me = &comm->peers[comm->rank], *p = &comm->peers[peer];
+  c->peer_pid = p->host_hash == me->host_hash ? p->pid : 0;
+}
+
+static int plan_is_send(const struct weft_plan *op) { return op->coll == COLL_SEND; }
+
+/* Connects to the peers marked in want_send / want_recv ([nranks] flags)
+ * that are not connected yet. Per pair: the receiver sets up its FIFO and
+ * sends the blob; the sender attaches and acks; the receiver finishes.
+ * Messages never wait for the peer, so any order works. */
+static weftResult_t p2p_connect_wanted(struct weftComm *comm, char *want_send, char *want_recv) {
+  const int n = comm->nranks;
+  weftResult_t res = weftSuccess;
+  for (int p = 0; p < n; p++) {
+    want_send[p] &= p != comm->rank && comm->p2p_send[p].transport == NULL;
+    want_recv[p] &= p != comm->rank && comm->p2p_recv[p].transport == NULL;
+  }
+  for (int p = 0; p < n; p++) {
+    if (!want_recv[p]) continue;
+    struct weft_conn *c = &comm->p2p_recv[p];
+    struct conn_blob blob;
+    memset(&blob, 0, sizeof blob);
+    conn_prepare(comm, c, p);
+    blob.transport = transport_select(&comm->peers[p], &comm->peers[comm->rank]);
+    if (blob.transport >= 0) {
+      res = weft_transports[blob.transport]->recv_setup(c, &blob);
+      if (res == weftSuccess) c->transport = weft_transports[blob.transport];
+      else blob.transport = -2;
+    }
+    weftResult_t sent = bootstrap_send(comm->bs, p, TAG_BLOB, &blob, sizeof blob);
+    if (blob.transport == -1)
+      res = weft_error_set(weftSystemError, "no transport connects rank %d to rank %d", p,
+                           comm->rank);
+    if (res == weftSuccess) res = sent;
+    if (res != weftSuccess) return res;
+  }
+  for (int p = 0; p < n; p++) {
+    if (!want_send[p]) continue;
+    struct weft_conn *c = &comm->p2p_send[p];
+    struct conn_blob blob;
+    WEFT_TRY(bootstrap_recv(comm->bs, p, TAG_BLOB, &blob, sizeof blob));
+    if (blob.transport < 0 || weft_transports[blob.transport] == NULL)
+      return weft_error_set(weftRemoteError,
+                            "rank %d could not set up its connection from rank %d", p,
+                            comm->rank);
+    conn_prepare(comm, c, p);
+    WEFT_TRY(weft_transports[blob.transport]->send_connect(c, &blob));
+    c->transport = weft_transports[blob.transport];
+    uint32_t ack = 1;
+    WEFT_TRY(bootstrap_send(comm->bs, p, TAG_ACK, &ack, sizeof ack));
+  }
+  for (int p = 0; p < n; p++) {
+    if (!want_recv[p]) continue;
+    uint32_t ack;
+    WEFT_TRY(bootstrap_recv(comm->bs, p, TAG_ACK, &ack, sizeof ack));
+    WEFT_TRY(comm->p2p_recv[p].transport->recv_connect(&comm->p2p_recv[p]));
+  }
+  return weftSuccess;
+}
+
+weftResult_t p2p_connect_peers(struct weftComm *comm, const int *send_peers, int nsend,
+                               const int *recv_peers, int nrecv) {
+  char *want_send = calloc((size_t)comm->nranks, 1), *want_recv = calloc((size_t)comm->nranks, 1);
+  weftResult_t res;
+  if (want_send == NULL || want_recv == NULL) {
+    res = weft_error_set(weftSystemError, "out of memory");
+  } else {
+    for (int i = 0; i < nsend; i++) want_send[send_peers[i]] = 1;
+    for (int i = 0; i < nrecv; i++) want_recv[recv_peers[i]] = 1;
+    res = p2p_connect_wanted(comm, want_send, want_recv);
+  }
+  free(want_send);
+  free(want_recv);
+  return res;
+}
+
+/* Connects what the sends and receives of ops need. */
+static weftResult_t p2p_connect(struct weftComm *comm, const struct weft_plan *const *ops,
+                                size_t nops) {
+  char *want_send = calloc((size_t)comm->nranks, 1), *want_recv = calloc((size_t)comm->nranks, 1);
+  weftResult_t res;
+  if (want_send == NULL || want_recv == NULL) {
+    res = weft_error_set(weftSystemError, "out of memory");
+  } else {
+    for (size_t i = 0; i < nops; i++) (plan_is_send(ops[i]) ? want_send : want_recv)[ops[i]->root] = 1;
+    res = p2p_connect_wanted(comm, want_send, want_recv);
+  }
+  free(want_send);
+  free(want_recv);
+  return res;
+}
+
+struct p2p_state {
+  const struct weft_plan *op;
+  size_t nbytes;
+  size_t done_nbytes;
+  int finished;
+  int after; /* the op before it on the same peer and direction, or -1 */
+};
+
+/* Moves as many slots as the FIFO allows; returns how many moved, or -1. */
+static int send_progress(struct weft_conn *c, struct p2p_state *st) {
+  int moved = 0;
+  while (!st->finished && c->step - __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE) < c->nslots) {
+    size_t n = st->nbytes - st->done_nbytes;
+    if (n > c->slot_nbytes) n = c->slot_nbytes;
+    char *slot = c->slots + (c->step % c->nslots) * c->slot_nbytes;
+    memcpy(slot, (const char *)st->op->sendbuf + st->done_nbytes, n);
+    st->done_nbytes += n;
+    st->finished = st->done_nbytes == st->nbytes;
+    c->ctrl->slot_used_nbytes[c->step % c->nslots] = (uint32_t)n | (st->finished ? SLOT_LAST : 0);
+    c->step++;
+    __atomic_store_n(&c->ctrl->tail, c->step, __ATOMIC_RELEASE);
+    moved++;
+  }
+  return moved;
+}
+
+static int recv_progress(struct weft_conn *c, struct p2p_state *st) {
+  int moved = 0;
+  while (!st->finished && __atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) > c->step) {
+    uint32_t used = c->ctrl->slot_used_nbytes[c->step % c->nslots];
+    size_t n = used & ~SLOT_LAST;
+    int last = (used & SLOT_LAST) != 0;
+    if (st->done_nbytes + n > st->nbytes || (last && st->done_nbytes + n != st->nbytes)) {
+      weft_error_set(weftInvalidUsage,
+                     "recv from rank %d: the message does not match the %zu bytes expected "
+                     "(sender and receiver must use the same count and datatype)",
+                     c->peer_rank, st->nbytes);
+      return -1;
+    }
+    if (!last && st->done_nbytes + n == st->nbytes) {
+      weft_error_set(weftInvalidUsage, "recv from rank %d: the message is longer than the %zu "
+                     "bytes expected", c->peer_rank, st->nbytes);
+      return -1;
+    }
+    char *slot = c->slots + (c->step % c->nslots) * c->slot_nbytes;
+    memcpy((char *)st->op->recvbuf + st->done_nbytes, slot, n);
+    st->done_nbytes += n;
+    st->finished = last;
+    c->step++;
+    __atomic_store_n(&c->ctrl->head, c->step, __ATOMIC_RELEASE);
+    moved++;
+  }
+  return moved;
+}
+
+/* Sends and receives to this rank itself pair up in order, as copies. */
+static weftResult_t p2p_self(struct weftComm *comm, struct p2p_state *st, size_t nops) {
+  size_t r = 0;
+  for (size_t s = 0; s < nops; s++) {
+    if (st[s].op->root != comm->rank || !plan_is_send(st[s].op)) continue;
+    while (r < nops && (st[r].op->root != comm->rank || plan_is_send(st[r].op))) r++;
+    if (r == nops)
+      return weft_error_set(weftInvalidUsage, "a send to self has no matching recv in the group");
+    if (st[r].nbytes != st[s].nbytes)
+      return weft_error_set(weftInvalidUsage, "send to self of %zu bytes, recv of %zu bytes",
+                            st[s].nbytes, st[r].nbytes);
+    if (st[s].nbytes > 0) memmove(st[r].op->recvbuf, st[s].op->sendbuf, st[s].nbytes);
+    st[s].finished = st[r].finished = 1;
+    r++;
+  }
+  for (; r < nops; r++)
+    if (st[r].op->root == comm->rank && !plan_is_send(st[r].op) && !st[r].finished)
+      return weft_error_set(weftInvalidUsage, "a recv from self has no matching send in the group");
+  return weftSuccess;
+}
+
+weftResult_t p2p_run(struct weftComm *comm, const struct weft_plan *const *ops, size_t nops) {
+  WEFT_TRY(p2p_connect(comm, ops, nops));
+  struct p2p_state *st = calloc(nops ? nops : 1, sizeof *st);
+  if (st == NULL) return weft_error_set(weftSystemError, "out of memory");
+  for (size_t i = 0; i < nops; i++) {
+    st[i] = (struct p2p_state){.op = ops[i],
+                               .nbytes = ops[i]->count * weftTypeSize(ops[i]->datatype),
+                               .after = -1};
+    for (size_t j = i; j-- > 0;)
+      if (ops[j]->root == ops[i]->root && plan_is_send(ops[j]) == plan_is_send(ops[i])) {
+        st[i].after = (int)j;
+        break;
+      }
+  }
+  weftResult_t res = p2p_self(comm, st, nops);
+  struct weft_wait w;
+  int waiting = 0;
+  size_t left = 0;
+  for (size_t i = 0; i < nops; i++) left += !st[i].finished;
+  while (res == weftSuccess && left > 0) {
+    int moved = 0;
+    struct p2p_state *blocked = NULL;
+    for (size_t i = 0; i < nops; i++) {
+      struct p2p_state *s = &st[i];
+      if (s->finished || (s->after >= 0 && !st[s->after].finished)) continue;
+      int peer = s->op->root, send = plan_is_send(s->op);
+      struct weft_conn *c = send ? &comm->p2p_send[peer] : &comm->p2p_recv[peer];
+      int m = send ? send_progress(c, s) : recv_progress(c, s);
+      if (m < 0) {
+        res = weftInvalidUsage;
+        comm_async_error_set(comm, weftInvalidUsage); /* the stream from that peer is out of step */
+        break;
+      }
+      moved += m;
+      left -= s->finished;
+      if (!s->finished && blocked == NULL) blocked = s;
+    }
+    if (res != weftSuccess || left == 0) break;
+    if (moved > 0) {
+      waiting = 0;
+      continue;
+    }
+    if (!waiting) {
+      int peer = blocked->op->root, send = plan_is_send(blocked->op);
+      struct weft_conn *c = send ? &comm->p2p_send[peer] : &comm->p2p_recv[peer];
+      wait_begin(&w, comm->timeout_ns, &comm->abort_flag, &c->ctrl->poison, c->peer_pid, peer,
+                 send ? "send to" : "receive from");
+      waiting = 1;
+    }
+    weftResult_t wr = wait_poll(&w);
+    if (wr != weftInProgress) res = wr;
+  }
+  free(st);
+  return res;
+}

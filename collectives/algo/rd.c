@@ -1,0 +1,144 @@
+/* Recursive doubling all-reduce: the fewest steps, for small messages. With
+ * p the largest power of two not above nranks, each slot-sized piece goes:
+ *   fold:     rank p+j (an extra rank) sends its input to rank j;
+ *             rank j reduces it into its own;
+ *   exchange: log2(p) times, rank r swaps its whole vector with r ^ mask
+ *             (mask = 1, 2, 4 ...) and reduces the two;
+ *   unfold:   rank j sends the result to rank p+j.
+ * Both partners of an exchange compute (lower rank's vector) op (higher
+ * rank's vector), so they produce the same bits, and after the last exchange
+ * every rank holds the same result, floats included. The last exchange
+ * divides for avg.
+ *
+ * The first piece is smaller by a signature of the call (16 bytes, struct
+ * check_sig_packed), which each of its slots carries after the data, in the
+ * data's cache line where the piece is small: every rank checks its
+ * partners' call against its own as the data arrives, at no extra step
+ * (peer_recv_signed_wait). */
+#include <string.h>
+
+#include "../../transport/status.h"
+#include "../core/check.h"
+#include "../core/plan.h"
+#include "../exec/host/prims_peer.h"
+#include "../reduce/reduce_host.h"
+#include "algo.h"
+
+/* Connects to every partner this rank has, both ways. */
+static weftResult_t rd_connect(struct weftComm *comm, int pow2) {
+  int peers[1 + 8 * sizeof(int)], npeers = 0;
+  const int rank = comm->rank, extra = comm->nranks - pow2;
+  if (rank >= pow2) {
+    peers[npeers++] = rank - pow2;
+  } else {
+    if (rank < extra) peers[npeers++] = rank + pow2;
+    for (int mask = 1; mask < pow2; mask <<= 1) peers[npeers++] = rank ^ mask;
+  }
+  return peer_connect(comm, peers, npeers);
+}
+
+/* One slot of nbytes from src to conn, followed by sig unless NULL. */
+static weftResult_t rd_send(struct weftComm *comm, struct weft_conn *conn, const void *src,
+                            size_t nbytes, const struct check_sig_packed *sig) {
+  char *out;
+  WEFT_TRY(peer_send_wait(comm, conn, &out));
+  memcpy(out, src, nbytes);
+  if (sig != NULL) memcpy(out + nbytes, sig, sizeof *sig);
+  peer_send_post(conn, nbytes + (sig != NULL ? sizeof *sig : 0));
+  return weftSuccess;
+}
+
+/* Waits for a slot of nbytes from conn, followed by the sender's signature
+ * (checked against sig) unless sig is NULL. */
+static weftResult_t rd_recv_wait(struct weftComm *comm, struct weft_conn *conn, size_t nbytes,
+                                 const struct check_sig_packed *sig, const char **in_out) {
+  if (sig == NULL) return peer_recv_wait(comm, conn, nbytes, in_out);
+  return peer_recv_signed_wait(comm, conn, nbytes + sizeof *sig, sig, 1, in_out);
+}
+
+/* One exchange with partner: sends acc, then dst = low op high. */
+static weftResult_t rd_exchange(struct weftComm *comm, weft_reduce_fn reduce, size_t esize,
+                                int partner, const char *acc, char *dst, size_t n, int divisor,
+                                const struct check_sig_packed *sig) {
+  const size_t nbytes = n * esize;
+  struct weft_conn *to = &comm->p2p_send[partner], *from = &comm->p2p_recv[partner];
+  const char *in;
+  WEFT_TRY(rd_send(comm, to, acc, nbytes, sig));
+  WEFT_TRY(rd_recv_wait(comm, from, nbytes, sig, &in));
+  if (comm->rank < partner) reduce(dst, NULL, acc, in, n, divisor);
+  else reduce(dst, NULL, in, acc, n, divisor);
+  peer_recv_done(from);
+  return weftSuccess;
+}
+
+weftResult_t rd_allreduce(struct weftComm *comm, struct weft_channel *ch,
+                          const struct weft_plan *plan, size_t offset, size_t count) {
+  (void)ch; /* the exchanges use point-to-point connections, not the ring's */
+  if (count == 0) return weftSuccess;
+  const weft_reduce_fn reduce = reduce_host_fn(plan->datatype, plan->op);
+  const size_t esize = weftTypeSize(plan->datatype);
+  const int divisor = plan->op == weftAvg ? comm->nranks : 1; /* the last exchange's */
+  const char *src = (const char *)plan->sendbuf + offset * esize;
+  char *dst = (char *)plan->recvbuf + offset * esize;
+  if (comm->nranks == 1) {
+    if (dst != src) memcpy(dst, src, count * esize);
+    return weftSuccess;
+  }
+  const int rank = comm->rank;
+  int pow2 = 1;
+  while (pow2 * 2 <= comm->nranks) pow2 *= 2;
+  const int extra = comm->nranks - pow2;
+  WEFT_TRY(rd_connect(comm, pow2));
+
+  struct check_sig_packed signature;
+  check_sig_pack(&signature, plan);
+  /* the first piece leaves room for the signature, and the next ones start
+   * 64-byte aligned where the slot allows; a call that fits in one piece (the
+   * small ones this algorithm is for) needs no division */
+  const size_t first_room = comm->slot_nbytes - (WEFT_SLOT_SIGNATURE ? sizeof signature : 0);
+  for (size_t base = 0; base < count;) {
+    const struct check_sig_packed *sig = WEFT_SLOT_SIGNATURE && base == 0 ? &signature : NULL;
+    size_t n = count - base;
+    if (n * esize > (sig != NULL ? first_room : comm->slot_nbytes)) {
+      n = comm->slot_nbytes / esize;
+      if (sig != NULL) {
+        n = first_room / 64 * 64 / esize;
+        if (n == 0) n = first_room / esize;
+      }
+    }
+    const size_t nbytes = n * esize;
+    const char *acc = src + base * esize; /* this rank's vector so far */
+    char *out = dst + base * esize;
+    if (rank >= pow2) {
+      /* an extra rank: hand in the input, get the result back */
+      const char *in;
+      struct weft_conn *from = &comm->p2p_recv[rank - pow2];
+      WEFT_TRY(rd_send(comm, &comm->p2p_send[rank - pow2], acc, nbytes, sig));
+      WEFT_TRY(rd_recv_wait(comm, from, nbytes, sig, &in));
+      memcpy(out, in, nbytes);
+      peer_recv_done(from);
+      base += n;
+      continue;
+    }
+    /* fold: the extra rank's input (the higher rank's) into ours */
+    if (rank < extra) {
+      const char *in;
+      struct weft_conn *from = &comm->p2p_recv[rank + pow2];
+      WEFT_TRY(rd_recv_wait(comm, from, nbytes, sig, &in));
+      reduce(out, NULL, acc, in, n, 1);
+      peer_recv_done(from);
+      acc = out;
+    }
+    /* exchange: log2(pow2) swaps, the last one dividing for avg */
+    for (int mask = 1; mask < pow2; mask <<= 1) {
+      const int last = mask * 2 == pow2;
+      WEFT_TRY(rd_exchange(comm, reduce, esize, rank ^ mask, acc, out, n, last ? divisor : 1,
+                           sig));
+      acc = out;
+    }
+    /* unfold: the result to the extra rank */
+    if (rank < extra) WEFT_TRY(rd_send(comm, &comm->p2p_send[rank + pow2], out, nbytes, sig));
+    base += n;
+  }
+  return weftSuccess;
+}

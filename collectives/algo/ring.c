@@ -1,0 +1,62 @@
+/* The host executor of the ring algorithms: runs the step sequences of
+ * ring_steps.h (shared with the CUDA kernels) with the host primitives. */
+#include "../../transport/status.h"
+#include "../core/check.h"
+#include "../core/plan.h"
+#include "../exec/host/prims.h"
+#include "ring_steps.h"
+#include "algo.h"
+
+_Static_assert((int)RING_ALLREDUCE == (int)COLL_ALLREDUCE &&
+                   (int)RING_ALLGATHER == (int)COLL_ALLGATHER &&
+                   (int)RING_REDUCESCATTER == (int)COLL_REDUCESCATTER &&
+                   (int)RING_BROADCAST == (int)COLL_BROADCAST &&
+                   (int)RING_REDUCE == (int)COLL_REDUCE && (int)RING_NCOLLS == (int)COLL_NUM_RING,
+               "ring_coll follows coll_kind");
+
+static weftResult_t ring_step_run(struct prims *p, const struct ring_step *st, const char *src,
+                                  char *dst) {
+  const void *s = ring_prim_has_src(st->prim) ? src + st->src_elem * p->elem_nbytes : NULL;
+  void *d = ring_prim_has_dst(st->prim) ? dst + st->dst_elem * p->elem_nbytes : NULL;
+  switch (st->prim) {
+    case PRIM_SEND: return prims_send(p, s, st->count);
+    case PRIM_COPY_SEND: return prims_copy_send(p, s, d, st->count);
+    case PRIM_RECV: return prims_recv(p, d, st->count);
+    case PRIM_RECV_REDUCE_SEND: return prims_recv_reduce_send(p, s, st->count);
+    case PRIM_RECV_REDUCE_COPY_SEND: return prims_recv_reduce_copy_send(p, s, d, st->count);
+    case PRIM_RECV_COPY_SEND: return prims_recv_copy_send(p, d, st->count);
+    case PRIM_RECV_REDUCE_COPY: return prims_recv_reduce_copy(p, s, d, st->count);
+    default: return weft_error_set(weftInternalError, "ring: unknown primitive %d", st->prim);
+  }
+}
+
+static int ring_root_pos(const struct weft_channel *ch, int nranks, int root) {
+  for (int i = 0; i < nranks; i++)
+    if (ch->ring[i] == root) return i;
+  return -1;
+}
+
+weftResult_t ring_run(struct weftComm *comm, struct weft_channel *ch, const struct weft_plan *plan,
+                      size_t offset, size_t count) {
+  struct prims p;
+  int reduces = plan->coll == COLL_ALLREDUCE || plan->coll == COLL_REDUCESCATTER ||
+                plan->coll == COLL_REDUCE;
+  prims_init(&p, comm, ch, plan->datatype, reduces ? plan->op : weftSum, plan->proto);
+  struct check_sig_packed sig; /* rides after the data of the first slot (prims_sign) */
+  check_sig_pack(&sig, plan);
+  if (WEFT_SLOT_SIGNATURE) prims_sign(&p, &sig);
+  int rooted = plan->coll == COLL_BROADCAST || plan->coll == COLL_REDUCE;
+  struct ring_geom g;
+  ring_geom_init(&g, (int)plan->coll, comm->nranks, ch->ring_pos,
+                 rooted ? ring_root_pos(ch, comm->nranks, plan->root) : -1, plan->count, offset,
+                 count, prims_slot_count(&p), p.elem_nbytes);
+  const int nsteps = ring_loop_nsteps(&g);
+  const size_t loop_nelems = ring_loop_nelems(&g);
+  for (size_t base = 0; base < count; base += loop_nelems)
+    for (int s = 0; s < nsteps; s++) {
+      struct ring_step st;
+      ring_step_at(&g, ch->ring, base, s, &st);
+      WEFT_TRY(ring_step_run(&p, &st, plan->sendbuf, plan->recvbuf));
+    }
+  return weftSuccess;
+}

@@ -1,0 +1,334 @@
+/* Communicator life cycle: init (from an id, a launcher or in-process),
+ * finalize, destroy, abort, and the queries. */
+#include "../core/comm.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../transport/status.h"
+#include "../../transport/topo.h"
+#include "../../transport/wait.h"
+#include "../exec/device/device.h"
+#include "../algo/p2p.h"
+#include "../core/params.h"
+
+weftResult_t weftGetVersion(int *version) {
+  if (version == NULL) return weft_error_set(weftInvalidArgument, "version is NULL");
+  *version = WEFT_VERSION_CODE;
+  return weftSuccess;
+}
+
+weftResult_t weftGetUniqueId(weftUniqueId *uniqueId) {
+  if (uniqueId == NULL) return weft_error_set(weftInvalidArgument, "uniqueId is NULL");
+  weft_error_clear();
+  struct bootstrap_id id;
+  WEFT_TRY(bootstrap_id_create(&id));
+  memset(uniqueId, 0, sizeof *uniqueId);
+  memcpy(uniqueId->internal, &id, sizeof id);
+  return weftSuccess;
+}
+
+weftResult_t comm_config_read(const weftConfig_t *config, weftConfig_t *cfg) {
+  weftConfig_t defaults = WEFT_CONFIG_INITIALIZER;
+  *cfg = defaults;
+  if (config == NULL) return weftSuccess;
+  if (config->magic != WEFT_CONFIG_MAGIC)
+    return weft_error_set(weftInvalidArgument,
+                          "config was not initialised with WEFT_CONFIG_INITIALIZER (bad magic)");
+  if (config->size < offsetof(weftConfig_t, blocking) || config->size > 4096)
+    return weft_error_set(weftInvalidArgument, "config size %zu is not plausible", config->size);
+  size_t n = config->size < sizeof *cfg ? config->size : sizeof *cfg;
+  memcpy(cfg, config, n);
+  return weftSuccess;
+}
+
+static int config_int(int value, int fallback) {
+  return value == WEFT_CONFIG_UNDEF_INT ? fallback : value;
+}
+
+static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
+                                     const struct bootstrap_id *id, int rank,
+                                     const weftConfig_t *config, int cuda_dev);
+
+/* The rank is marked present on its host while it sets up (the bootstrap's
+ * root so learns at once of a rank that dies before it joined). */
+weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_id *id, int rank,
+                       const weftConfig_t *config, int cuda_dev) {
+  struct bootstrap_presence presence;
+  bootstrap_presence_begin(id, rank, &presence);
+  weftResult_t res = comm_init_marked(comm_out, nranks, id, rank, config, cuda_dev);
+  bootstrap_presence_end(&presence, res != weftSuccess);
+  return res;
+}
+
+static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
+                                     const struct bootstrap_id *id, int rank,
+                                     const weftConfig_t *config, int cuda_dev) {
+  weftConfig_t cfg;
+  WEFT_TRY(comm_config_read(config, &cfg));
+  int64_t nslots = param_int(&coll_params[P_NSLOTS]);
+  int64_t slot_nbytes = param_int(&coll_params[P_SLOT_BYTES]);
+  if (nslots < 2 || nslots > CONN_MAX_SLOTS)
+    return weft_error_set(weftInvalidArgument, "WEFT_NSLOTS=%lld: must be 2 to %d",
+                          (long long)nslots, CONN_MAX_SLOTS);
+  if (slot_nbytes < 64 || slot_nbytes % 64 != 0 || slot_nbytes > (1 << 26))
+    return weft_error_set(weftInvalidArgument,
+                          "WEFT_SLOT_BYTES=%lld: must be a multiple of 64 up to 64M",
+                          (long long)slot_nbytes);
+  int nchannels = (int)param_int(&coll_params[P_NCHANNELS]);
+  nchannels = config_int(cfg.maxChannels, WEFT_MAX_CHANNELS) < nchannels
+                  ? config_int(cfg.maxChannels, WEFT_MAX_CHANNELS)
+                  : nchannels;
+  if (config_int(cfg.minChannels, 1) > nchannels) nchannels = config_int(cfg.minChannels, 1);
+  if (nchannels < 1 || nchannels > WEFT_MAX_CHANNELS)
+    return weft_error_set(weftInvalidArgument, "channels must be 1 to %d, got %d",
+                          WEFT_MAX_CHANNELS, nchannels);
+
+  struct weftComm *comm = calloc(1, sizeof *comm);
+  struct peer_info *peers = calloc((size_t)nranks, sizeof *peers);
+  weftResult_t res = weftSuccess;
+  if (comm == NULL || peers == NULL) {
+    res = weft_error_set(weftSystemError, "out of memory");
+    goto free_comm;
+  }
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->cuda_dev = cuda_dev;
+  comm->nchannels = nchannels;
+  comm->peers = peers;
+  comm->nslots = (uint32_t)nslots;
+  comm->slot_nbytes = (size_t)slot_nbytes;
+  WEFT_TRY_GOTO(p2p_conns_alloc(comm), res, free_comm);
+  comm->timeout_ns = cfg.timeoutMs != WEFT_CONFIG_UNDEF_INT && cfg.timeoutMs > 0
+                         ? (uint64_t)cfg.timeoutMs * 1000000ull
+                         : wait_default_timeout_ns();
+  snprintf(comm->name, sizeof comm->name, "%s", cfg.commName ? cfg.commName : "");
+
+  struct peer_info self;
+  memset(&self, 0, sizeof self);
+  self.rank = rank;
+  self.cuda_dev = cuda_dev;
+  self.numa_node = -1;
+  self.bus_id = -1;
+  bootstrap_peer_info_local(&self);
+  topo_peer_info(&self, cuda_dev);
+  WEFT_TRY_GOTO(bootstrap_init(id, rank, nranks, &self, comm->timeout_ns, &comm->bs, peers),
+                res, free_comm);
+  bootstrap_set_abort(comm->bs, &comm->abort_flag);
+  /* oversubscribed: more ranks here than the CPUs they may run on together */
+  int nlocal = 0;
+  cpu_set_t local_cpus, one;
+  CPU_ZERO(&local_cpus);
+  for (int r = 0; r < nranks; r++) {
+    if (peers[r].host_hash != peers[rank].host_hash) continue;
+    nlocal++;
+    if (sched_getaffinity(peers[r].pid, sizeof one, &one) == 0)
+      CPU_OR(&local_cpus, &local_cpus, &one);
+  }
+  comm->oversubscribed_hold = wait_oversubscribed_hold(nlocal, CPU_COUNT(&local_cpus));
+  WEFT_TRY_GOTO(channels_connect(comm, (uint32_t)nslots, (size_t)slot_nbytes), res,
+                close_channels);
+  comm->pid = comm_self_pid();
+  comm->magic = COMM_MAGIC;
+  WEFT_INFO(LOG_INIT, "comm %p rank %d/%d ready: %d channel(s), %lld slots of %lld bytes",
+            (void *)comm, rank, nranks, nchannels, (long long)nslots, (long long)slot_nbytes);
+  *comm_out = comm;
+  return weftSuccess;
+
+close_channels:
+  comm_poison_conns(comm);
+  channels_close(comm);
+  if (comm->oversubscribed_hold) wait_oversubscribed_release();
+  bootstrap_close(comm->bs);
+free_comm:
+  if (comm != NULL) p2p_conns_close(comm);
+  free(peers);
+  free(comm);
+  return res;
+}
+
+weftResult_t weftCommInitRankConfig(weftComm_t *comm, int nranks, weftUniqueId commId, int rank,
+                                    weftConfig_t *config) {
+  weft_error_clear();
+  if (comm == NULL) return weft_error_set(weftInvalidArgument, "comm is NULL");
+  if (nranks < 1) return weft_error_set(weftInvalidArgument, "nranks %d < 1", nranks);
+  if (rank < 0 || rank >= nranks)
+    return weft_error_set(weftInvalidArgument, "rank %d out of range [0, %d)", rank, nranks);
+  struct bootstrap_id id;
+  memcpy(&id, commId.internal, sizeof id);
+  return comm_init(comm, nranks, &id, rank, config, -1);
+}
+
+weftResult_t weftCommInitRank(weftComm_t *comm, int nranks, weftUniqueId commId, int rank) {
+  return weftCommInitRankConfig(comm, nranks, commId, rank, NULL);
+}
+
+weftResult_t weftCommInitFromEnv(weftComm_t *comm, weftConfig_t *config) {
+  weft_error_clear();
+  if (comm == NULL) return weft_error_set(weftInvalidArgument, "comm is NULL");
+  struct bootstrap_env env;
+  WEFT_TRY(bootstrap_env_read(&env));
+  WEFT_TRY(bootstrap_env_rendezvous(&env));
+  WEFT_INFO(LOG_INIT, "joining as rank %d of %d from the %s environment", env.rank, env.nranks,
+            env.found ? env.source : "(none)");
+  return comm_init(comm, env.nranks, &env.id, env.rank, config, -1);
+}
+
+struct init_all_arg {
+  weftComm_t *comm;
+  int nranks, rank, cuda_dev;
+  const struct bootstrap_id *id;
+  weftResult_t res;
+  char error[1024];
+};
+
+static void *init_all_main(void *p) {
+  struct init_all_arg *a = p;
+  a->res = comm_init(a->comm, a->nranks, a->id, a->rank, NULL, a->cuda_dev);
+  if (a->res != weftSuccess) snprintf(a->error, sizeof a->error, "%s", weft_error_text());
+  return NULL;
+}
+
+/* A device number names a CUDA device, or, when the topology comes from a
+ * file (WEFT_TOPO_FILE: a machine planned rather than this one), a GPU of
+ * that file: the ranks take the file's places and run on host memory. */
+static weftResult_t comm_check_device(int dev) {
+  if (topo_get_cpus()->this_system) return device_check_ordinal(dev);
+  const struct topo *topo = topo_get(); /* with the file's GPUs */
+  if (dev < 0 || dev >= topo->ngpus)
+    return weft_error_set(weftInvalidArgument, "device %d: the topology (%s) has %d GPUs", dev,
+                          topo->source, topo->ngpus);
+  return weftSuccess;
+}
+
+weftResult_t weftCommInitAll(weftComm_t *comms, int ndev, const int *devlist) {
+  weft_error_clear();
+  if (comms == NULL) return weft_error_set(weftInvalidArgument, "comms is NULL");
+  if (ndev < 1) return weft_error_set(weftInvalidArgument, "ndev %d < 1", ndev);
+  for (int i = 0; devlist != NULL && i < ndev; i++) WEFT_TRY(comm_check_device(devlist[i]));
+  struct bootstrap_id id;
+  WEFT_TRY(bootstrap_id_create_local(&id)); /* every rank is in this process */
+  struct init_all_arg *args = calloc((size_t)ndev, sizeof *args);
+  pthread_t *tids = calloc((size_t)ndev, sizeof *tids);
+  weftResult_t res = weftSuccess;
+  if (args == NULL || tids == NULL) {
+    res = weft_error_set(weftSystemError, "out of memory");
+    goto free_args;
+  }
+  int started = 0;
+  for (int i = 0; i < ndev; i++) {
+    args[i] = (struct init_all_arg){.comm = &comms[i], .nranks = ndev, .rank = i,
+                                    .cuda_dev = devlist ? devlist[i] : -1, .id = &id};
+    if (pthread_create(&tids[i], NULL, init_all_main, &args[i]) != 0) {
+      res = weft_error_errno(weftSystemError, "starting init thread %d", i);
+      break;
+    }
+    started++;
+  }
+  for (int i = 0; i < started; i++) pthread_join(tids[i], NULL);
+  for (int i = 0; i < started && res == weftSuccess; i++)
+    if (args[i].res != weftSuccess) res = weft_error_set(args[i].res, "rank %d: %s", i, args[i].error);
+  if (res != weftSuccess)
+    for (int i = 0; i < started; i++)
+      if (args[i].res == weftSuccess) weftCommDestroy(comms[i]);
+free_args:
+  free(args);
+  free(tids);
+  return res;
+}
+
+/* Waits until no host stream holds work for comm. */
+static void comm_drain(struct weftComm *comm) {
+  while (__atomic_load_n(&comm->pending, __ATOMIC_ACQUIRE) != 0) {
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+weftResult_t weftCommFinalize(weftComm_t comm) {
+  WEFT_TRY(comm_check(comm));
+  comm_drain(comm);
+  comm->finalized = 1;
+  return comm_async_error(comm);
+}
+
+static void comm_free(struct weftComm *comm) {
+  comm->magic = 0;
+  device_comm_free(comm);
+  channels_close(comm);
+  p2p_conns_close(comm);
+  if (comm->oversubscribed_hold) wait_oversubscribed_release();
+  bootstrap_close(comm->bs);
+  free(comm->peers);
+  comm_states_destroy(comm);
+  free(comm);
+}
+
+weftResult_t weftCommDestroy(weftComm_t comm) {
+  WEFT_TRY(comm_check(comm));
+  comm_drain(comm);
+  if (__atomic_load_n(&comm->active, __ATOMIC_ACQUIRE) != 0)
+    return weft_error_set(weftInvalidUsage,
+                          "comm is in use by another thread; use weftCommAbort to stop it");
+  comm_free(comm);
+  return weftSuccess;
+}
+
+weftResult_t weftCommAbort(weftComm_t comm) {
+  WEFT_TRY(comm_check(comm));
+  __atomic_store_n(&comm->abort_flag, 1u, __ATOMIC_RELEASE);
+  device_comm_abort(comm);
+  comm_poison(comm);
+  /* threads in an operation see the flag within microseconds, and queued
+   * stream work fails at once; wait for both */
+  while (__atomic_load_n(&comm->active, __ATOMIC_ACQUIRE) != 0 ||
+         __atomic_load_n(&comm->pending, __ATOMIC_ACQUIRE) != 0) {
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
+  comm_free(comm);
+  return weftSuccess;
+}
+
+weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t *asyncError) {
+  WEFT_TRY(comm_check(comm));
+  if (asyncError == NULL) return weft_error_set(weftInvalidArgument, "asyncError is NULL");
+  if (comm_async_error(comm) == weftSuccess && device_comm_error(comm) != weftSuccess)
+    comm_fail(comm, device_comm_error(comm));
+  *asyncError = comm_async_error(comm);
+  return weftSuccess;
+}
+
+weftResult_t weftCommCount(const weftComm_t comm, int *count) {
+  WEFT_TRY(comm_check(comm));
+  if (count == NULL) return weft_error_set(weftInvalidArgument, "count is NULL");
+  *count = comm->nranks;
+  return weftSuccess;
+}
+
+weftResult_t weftCommUserRank(const weftComm_t comm, int *rank) {
+  WEFT_TRY(comm_check(comm));
+  if (rank == NULL) return weft_error_set(weftInvalidArgument, "rank is NULL");
+  *rank = comm->rank;
+  return weftSuccess;
+}
+
+weftResult_t weftCommCuDevice(const weftComm_t comm, int *device) {
+  WEFT_TRY(comm_check(comm));
+  if (device == NULL) return weft_error_set(weftInvalidArgument, "device is NULL");
+  *device = comm->cuda_dev;
+  return weftSuccess;
+}
+
+const char *weftGetLastError(weftComm_t comm) {
+  if (comm != NULL && comm->magic == COMM_MAGIC && comm->pid == comm_self_pid())
+    return comm->last_error;
+  return weft_error_text();
+}

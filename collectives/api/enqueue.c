@@ -1,0 +1,180 @@
+/* The collective entry points: check arguments, then run now, queue on a host
+ * stream, or record the operation in the open group. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../transport/status.h"
+#include "../exec/device/device.h"
+#include "stream.h"
+#include "../plan/tuner.h"
+#include "../core/redop.h"
+
+/* --- argument checks --------------------------------------------------- */
+
+static int ranges_overlap(const void *a, size_t a_nbytes, const void *b, size_t b_nbytes) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return x < y + b_nbytes && y < x + a_nbytes;
+}
+
+static int coll_has_op(enum coll_kind c) {
+  return c == COLL_ALLREDUCE || c == COLL_REDUCESCATTER || c == COLL_REDUCE;
+}
+
+/* Checks plan's arguments. The count, datatype, op and root are the same on
+ * every rank of a correct program, so a bad one is bad everywhere (and
+ * ranks that differ are WEFT_CHECK's to find); the buffers are this rank's
+ * own, so a bad one may leave the peers waiting in the collective:
+ * *alone_out says so. */
+static weftResult_t plan_check(struct weftComm *comm, const struct weft_plan *plan,
+                               int *alone_out) {
+  *alone_out = 0;
+  WEFT_TRY(comm_check(comm));
+  const char *name = coll_kind_name(plan->coll);
+  const size_t esize = weftTypeSize(plan->datatype);
+  const size_t n = (size_t)comm->nranks;
+  const enum coll_kind c = plan->coll;
+  if (esize == 0)
+    return weft_error_set(weftInvalidArgument, "%s: invalid datatype %d", name,
+                          (int)plan->datatype);
+  if (coll_has_op(c) && redop_check(comm, plan->op, plan->datatype) != weftSuccess)
+    return weft_error_set(weftInvalidArgument, "%s: %s", name, weft_error_text());
+  if (plan->count > SIZE_MAX / 16 / n)
+    return weft_error_set(weftInvalidArgument, "%s: count %zu is too large", name, plan->count);
+  int rooted = c == COLL_BROADCAST || c == COLL_REDUCE;
+  if (rooted && (plan->root < 0 || plan->root >= comm->nranks))
+    return weft_error_set(weftInvalidArgument, "%s: root %d out of range [0, %d)", name,
+                          plan->root, comm->nranks);
+  if (plan_is_p2p(plan) && (plan->root < 0 || plan->root >= comm->nranks))
+    return weft_error_set(weftInvalidArgument, "%s: peer %d out of range [0, %d)", name,
+                          plan->root, comm->nranks);
+  if (comm->finalized) return weft_error_set(weftInvalidUsage, "%s: comm was finalized", name);
+  if (plan->count == 0) return weftSuccess;
+
+  /* which buffers this rank touches, and how large they are */
+  size_t send_nbytes = plan->count * esize, recv_nbytes = plan->count * esize;
+  if (c == COLL_ALLGATHER) recv_nbytes *= n;
+  if (c == COLL_REDUCESCATTER) send_nbytes *= n;
+  int uses_send = 1, uses_recv = 1;
+  switch (c) {
+    case COLL_SEND: uses_recv = 0; break;
+    case COLL_RECV: uses_send = 0; break;
+    case COLL_BROADCAST: uses_send = comm->rank == plan->root; break;
+    case COLL_REDUCE: uses_recv = comm->rank == plan->root; break;
+    default: break;
+  }
+  *alone_out = 1;
+  if (uses_send && plan->sendbuf == NULL)
+    return weft_error_set(weftInvalidArgument, "%s: sendbuff is NULL with count %zu", name,
+                          plan->count);
+  if (uses_recv && plan->recvbuf == NULL)
+    return weft_error_set(weftInvalidArgument, "%s: recvbuff is NULL with count %zu", name,
+                          plan->count);
+  if (!uses_send || !uses_recv) {
+    *alone_out = 0;
+    return weftSuccess;
+  }
+
+  /* in place: the input is where the collective would put it */
+  const char *in_place = plan->recvbuf;
+  if (c == COLL_ALLGATHER) in_place = (const char *)plan->recvbuf + (size_t)comm->rank * send_nbytes;
+  if (c == COLL_REDUCESCATTER)
+    in_place = (const char *)plan->sendbuf + (size_t)comm->rank * recv_nbytes;
+  int is_in_place = c == COLL_REDUCESCATTER ? in_place == (const char *)plan->recvbuf
+                                            : in_place == (const char *)plan->sendbuf;
+  if (!is_in_place && ranges_overlap(plan->sendbuf, send_nbytes, plan->recvbuf, recv_nbytes))
+    return weft_error_set(weftInvalidArgument,
+                          "%s: sendbuff and recvbuff overlap without being in place", name);
+  *alone_out = 0;
+  return weftSuccess;
+}
+
+static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
+                                 weftStream_t stream) {
+  weft_error_clear();
+  int alone = 0;
+  weftResult_t res = plan_check(comm, plan, &alone);
+  struct host_stream *hs = NULL;
+  /* device memory: stream is the caller's CUDA stream */
+  plan->on_device = res == weftSuccess && device_plan_on_device(plan);
+  if (res == weftSuccess && stream != NULL && !plan->on_device) {
+    res = stream_lookup(stream, &hs);
+    alone = res != weftSuccess;
+  }
+  if (res != weftSuccess) {
+    /* the peers would wait for this rank until the timeout: break the comm,
+     * so that they fail now */
+    if (comm != NULL && comm_check(comm) == weftSuccess) {
+      if (alone && comm->nranks > 1) comm_fail_alone(comm, res);
+      else snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+    }
+    group_fail(res);
+    return res;
+  }
+  plan_tune(comm, plan);
+  comm->seq++;
+  if (group_active()) return group_record(comm, plan, stream);
+  if (plan->on_device) return device_enqueue(comm, plan, stream);
+  struct group_op op = {.comm = comm, .plan = *plan, .stream = stream};
+  if (hs != NULL) return stream_enqueue(hs, &op, 1);
+  return group_launch(&op, 1);
+}
+
+weftResult_t weftAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                           weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
+                           weftStream_t stream) {
+  struct weft_plan plan = {.coll = COLL_ALLREDUCE, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                           .count = count, .datatype = datatype, .op = op, .root = -1};
+  return coll_enqueue(comm, &plan, stream);
+}
+
+weftResult_t weftAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                           weftDataType_t datatype, weftComm_t comm, weftStream_t stream) {
+  struct weft_plan plan = {.coll = COLL_ALLGATHER, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                           .count = sendcount, .datatype = datatype, .op = weftSum, .root = -1};
+  return coll_enqueue(comm, &plan, stream);
+}
+
+weftResult_t weftReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                               weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
+                               weftStream_t stream) {
+  struct weft_plan plan = {.coll = COLL_REDUCESCATTER, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                           .count = recvcount, .datatype = datatype, .op = op, .root = -1};
+  return coll_enqueue(comm, &plan, stream);
+}
+
+weftResult_t weftBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                           weftDataType_t datatype, int root, weftComm_t comm,
+                           weftStream_t stream) {
+  struct weft_plan plan = {.coll = COLL_BROADCAST, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                           .count = count, .datatype = datatype, .op = weftSum, .root = root};
+  return coll_enqueue(comm, &plan, stream);
+}
+
+weftResult_t weftBcast(void *buff, size_t count, weftDataType_t datatype, int root,
+                       weftComm_t comm, weftStream_t stream) {
+  return weftBroadcast(buff, buff, count, datatype, root, comm, stream);
+}
+
+weftResult_t weftReduce(const void *sendbuff, void *recvbuff, size_t count,
+                        weftDataType_t datatype, weftRedOp_t op, int root, weftComm_t comm,
+                        weftStream_t stream) {
+  struct weft_plan plan = {.coll = COLL_REDUCE, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                           .count = count, .datatype = datatype, .op = op, .root = root};
+  return coll_enqueue(comm, &plan, stream);
+}
+
+weftResult_t weftSend(const void *sendbuff, size_t count, weftDataType_t datatype, int peer,
+                      weftComm_t comm, weftStream_t stream) {
+  struct weft_plan plan = {.coll = COLL_SEND, .sendbuf = sendbuff, .count = count,
+                           .datatype = datatype, .op = weftSum, .root = peer};
+  return coll_enqueue(comm, &plan, stream);
+}
+
+weftResult_t weftRecv(void *recvbuff, size_t count, weftDataType_t datatype, int peer,
+                      weftComm_t comm, weftStream_t stream) {
+  struct weft_plan plan = {.coll = COLL_RECV, .recvbuf = recvbuff, .count = count,
+                           .datatype = datatype, .op = weftSum, .root = peer};
+  return coll_enqueue(comm, &plan, stream);
+}

@@ -1,0 +1,30 @@
+/* Host streams: an ordered queue of group launches that a worker thread runs,
+ * so that the caller returns at once and overlaps its own work with them. */
+#ifndef WEFT_STREAM_H
+#define WEFT_STREAM_H
+
+#include "../core/plan.h"
+#include "../exec/host/launch.h"
+
+/* Recording inside weftGroupStart/End (collectives/api/group.c). */
+int group_active(void);
+/* Remembers the first failure while recording, for weftGroupEnd to return. */
+void group_fail(weftResult_t res);
+weftResult_t group_record(struct weftComm *comm, const struct weft_plan *plan,
+                          weftStream_t stream);
+
+struct host_stream;
+
+/* The host stream behind a weftStream_t, or an error when it is not one. */
+weftResult_t stream_lookup(weftStream_t stream, struct host_stream **out);
+
+/* Copies ops into the stream's queue; the worker runs them with group_launch
+ * after everything queued before. Does not block. */
+weftResult_t stream_enqueue(struct host_stream *s, const struct group_op *ops, size_t nops);
+
+/* Queues a call of hook(arg) on the stream's worker, after everything queued
+ * before (events: collectives/api/stream_event.c). The hook may block the stream
+ * (a wait on an event); it owns arg. Does not block. */
+weftResult_t stream_enqueue_hook(struct host_stream *s, void (*hook)(void *arg), void *arg);
+
+#endif

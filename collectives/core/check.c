@@ -1,0 +1,221 @@
+/* WEFT_CHECK=1: before each collective, ranks allgather its signature over
+ * the bootstrap and refuse to run it when they disagree. A mismatch (a count,
+ * a datatype, a root, or a different collective altogether) otherwise ends in
+ * a hang or in wrong data; here every rank returns weftInvalidUsage with the
+ * same message, naming the ranks and what differs. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../transport/status.h"
+#include "check.h"
+#include "params.h"
+#include "plan.h"
+
+enum check_field { F_COLL, F_SEQ, F_COUNT, F_DATATYPE, F_OP, F_ROOT, F_NUM };
+static const char *const field_names[F_NUM] = {"collective", "sequence number", "count",
+                                               "datatype", "op", "root"};
+
+static const char *type_name(int32_t t) {
+  static const char *const names[weftNumTypes] = {
+      "int8", "uint8", "int32", "uint32", "int64", "uint64", "float16",
+      "float32", "float64", "bfloat16", "float8e4m3", "float8e5m2"};
+  return t >= 0 && t < weftNumTypes ? names[t] : "?";
+}
+
+static const char *op_name(int32_t op) {
+  static const char *const names[weftNumOps] = {"sum", "prod", "max", "min", "avg"};
+  return op >= 0 && op < weftNumOps ? names[op] : "?";
+}
+
+/* The collectives whose signatures must match on every rank; sends and
+ * receives differ between peers by design. */
+static int coll_is_checked(enum coll_kind c) {
+  switch (c) {
+    case COLL_ALLREDUCE: case COLL_ALLGATHER: case COLL_REDUCESCATTER:
+    case COLL_BROADCAST: case COLL_REDUCE: return 1;
+    default: return 0;
+  }
+}
+
+static int coll_has_op(int32_t c) {
+  return c == COLL_ALLREDUCE || c == COLL_REDUCESCATTER || c == COLL_REDUCE;
+}
+
+static int coll_has_root(int32_t c) { return c == COLL_BROADCAST || c == COLL_REDUCE; }
+
+static uint64_t field_value(const struct check_sig *s, enum check_field f) {
+  switch (f) {
+    case F_COLL: return (uint64_t)(int64_t)s->coll;
+    case F_SEQ: return s->seq;
+    case F_COUNT: return s->count;
+    case F_DATATYPE: return (uint64_t)(int64_t)s->datatype;
+    case F_OP: return (uint64_t)(int64_t)s->op;
+    case F_ROOT: return (uint64_t)(int64_t)s->root;
+    default: return 0;
+  }
+}
+
+static void field_format(const struct check_sig *s, enum check_field f, char *buf, size_t n) {
+  switch (f) {
+    case F_COLL: snprintf(buf, n, "%s", coll_kind_name((enum coll_kind)s->coll)); break;
+    case F_SEQ: snprintf(buf, n, "%" PRIu64, s->seq); break;
+    case F_COUNT: snprintf(buf, n, "%" PRIu64, s->count); break;
+    case F_DATATYPE: snprintf(buf, n, "%s", type_name(s->datatype)); break;
+    case F_OP: snprintf(buf, n, "%s", op_name(s->op)); break;
+    case F_ROOT: snprintf(buf, n, "%d", (int)s->root); break;
+    default: buf[0] = '\0';
+  }
+}
+
+/* A bounded string builder: appends until full, then ends in "...". */
+struct text {
+  char buf[1024];
+  size_t len;
+};
+
+static void text_add(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_add(struct text *t, const char *fmt, ...) {
+  if (t->len >= sizeof t->buf - 1) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(t->buf + t->len, sizeof t->buf - t->len, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if ((size_t)n >= sizeof t->buf - t->len) {
+    t->len = sizeof t->buf - 1;
+    memcpy(t->buf + sizeof t->buf - 4, "...", 4);
+  } else {
+    t->len += (size_t)n;
+  }
+}
+
+/* Appends "rank 3 has X" or "ranks 0-2,5 have X" for each group of ranks that
+ * share a value of f, in the order of each group's lowest rank. sigs[i] is
+ * rank ranks[i]'s (ranks NULL: rank i's). */
+static void describe_field(struct text *t, const struct check_sig *sigs, const int *ranks,
+                           int nranks, enum check_field f, int *seen) {
+  memset(seen, 0, sizeof *seen * (size_t)nranks);
+  const char *sep = "";
+  for (int r = 0; r < nranks; r++) {
+    if (seen[r]) continue;
+    const uint64_t v = field_value(&sigs[r], f);
+    int members = 0;
+    for (int q = r; q < nranks; q++)
+      if (!seen[q] && field_value(&sigs[q], f) == v) seen[q] = 1, members++;
+    text_add(t, "%s%s ", sep, members == 1 ? "rank" : "ranks");
+    /* the ranks holding v, runs of three or more as ranges: 0-2,5,6 */
+    const char *comma = "";
+    for (int q = r; q < nranks; q++) {
+      if (field_value(&sigs[q], f) != v) continue;
+      int last = q;
+      while (last + 1 < nranks && field_value(&sigs[last + 1], f) == v) last++;
+      if (ranks != NULL) last = q; /* ranges of indices are not ranges of ranks */
+      if (last - q >= 2) text_add(t, "%s%d-%d", comma, q, last);
+      else if (last == q + 1) text_add(t, "%s%d,%d", comma, q, last);
+      else text_add(t, "%s%d", comma, ranks != NULL ? ranks[q] : q);
+      comma = ",";
+      q = last;
+    }
+    char value[64];
+    field_format(&sigs[r], f, value, sizeof value);
+    if (f == F_COLL) text_add(t, " %s", value);
+    else text_add(t, " %s %s", members == 1 ? "has" : "have", value);
+    sep = ", ";
+  }
+}
+
+static int field_differs(const struct check_sig *sigs, int nranks, enum check_field f) {
+  for (int r = 1; r < nranks; r++)
+    if (field_value(&sigs[r], f) != field_value(&sigs[0], f)) return 1;
+  return 0;
+}
+
+weftResult_t check_compare_ranks(const struct check_sig *sigs, const int *ranks, int nranks,
+                                 const char *who) {
+  int first = 0; /* the lowest rank that sent a signature names the call */
+  while (first < nranks - 1 && sigs[first].magic != CHECK_SIG_MAGIC) first++;
+  const char *name = coll_kind_name((enum coll_kind)sigs[first].coll);
+  const uint64_t seq = sigs[first].seq;
+  char number[32] = "";
+  if (seq != 0) snprintf(number, sizeof number, " #%" PRIu64, seq);
+  for (int r = 0; r < nranks; r++)
+    if (sigs[r].magic != CHECK_SIG_MAGIC)
+      return weft_error_set(weftInvalidUsage,
+                            "%s: %s%s: rank %d sent no signature: it is in another call on this "
+                            "communicator (or WEFT_CHECK differs)",
+                            who, name, number, ranks != NULL ? ranks[r] : r);
+  int seen_fixed[64];
+  int *seen = nranks <= 64 ? seen_fixed : malloc(sizeof *seen * (size_t)nranks);
+  if (seen == NULL) return weft_error_set(weftSystemError, "%s: out of memory", who);
+  struct text t = {.len = 0};
+  weftResult_t res = weftSuccess;
+  if (field_differs(sigs, nranks, F_COLL)) {
+    /* the other fields mean different things in different collectives */
+    text_add(&t, "%s%s%s: collective differs: ", who, seq != 0 ? ":" : "", number);
+    describe_field(&t, sigs, ranks, nranks, F_COLL, seen);
+    res = weftInvalidUsage;
+  } else {
+    text_add(&t, "%s: %s%s: ", who, name, number);
+    const char *sep = "";
+    for (int f = F_SEQ; f < F_NUM; f++) {
+      if (f == F_OP && !coll_has_op(sigs[0].coll)) continue;
+      if (f == F_ROOT && !coll_has_root(sigs[0].coll)) continue;
+      if (!field_differs(sigs, nranks, (enum check_field)f)) continue;
+      text_add(&t, "%s%s differs: ", sep, field_names[f]);
+      describe_field(&t, sigs, ranks, nranks, (enum check_field)f, seen);
+      sep = "; ";
+      res = weftInvalidUsage;
+    }
+  }
+  if (seen != seen_fixed) free(seen);
+  if (res != weftSuccess) weft_error_set(res, "%s", t.buf);
+  return res;
+}
+
+weftResult_t check_compare(const struct check_sig *sigs, int nranks, const char *who) {
+  return check_compare_ranks(sigs, NULL, nranks, who);
+}
+
+void check_sig_init(struct check_sig *sig, const struct weft_plan *plan, uint64_t seq) {
+  *sig = (struct check_sig){.magic = CHECK_SIG_MAGIC, .coll = (int32_t)plan->coll, .seq = seq,
+                            .count = (uint64_t)plan->count, .datatype = (int32_t)plan->datatype,
+                            .op = (int32_t)plan->op, .root = (int32_t)plan->root};
+}
+
+void check_sig_pack(struct check_sig_packed *out, const struct weft_plan *plan) {
+  *out = (struct check_sig_packed){.count = (uint64_t)plan->count, .root = (int32_t)plan->root,
+                                   .coll = (uint8_t)plan->coll,
+                                   .datatype = (uint8_t)plan->datatype,
+                                   .op = (uint8_t)plan->op, .magic = CHECK_SIG_PACKED_MAGIC};
+}
+
+void check_sig_unpack(struct check_sig *out, const struct check_sig_packed *in) {
+  *out = (struct check_sig){
+      .magic = in->magic == CHECK_SIG_PACKED_MAGIC ? CHECK_SIG_MAGIC : 0, .coll = in->coll,
+      .count = in->count, .datatype = in->datatype, .op = in->op, .root = in->root};
+}
+
+weftResult_t check_signatures(struct weftComm *comm, const struct weft_plan *plan) {
+  if (param_int(&coll_params[P_CHECK]) == 0 || !coll_is_checked(plan->coll)) return weftSuccess;
+  const uint64_t seq = ++comm->check_seq;
+  if (comm->nranks == 1) return weftSuccess;
+  const int n = comm->nranks;
+  const char *name = coll_kind_name(plan->coll);
+  struct check_sig *sigs = calloc((size_t)n, sizeof *sigs);
+  if (sigs == NULL) return weft_error_set(weftSystemError, "WEFT_CHECK: out of memory");
+  check_sig_init(&sigs[comm->rank], plan, seq);
+  weftResult_t res = bootstrap_allgather(comm->bs, sigs, sizeof *sigs);
+  if (res != weftSuccess) {
+    char cause[768];
+    snprintf(cause, sizeof cause, "%s", weft_error_text());
+    weft_error_set(res, "WEFT_CHECK: %s #%" PRIu64 ": exchanging signatures: %s", name, seq,
+                   cause);
+  } else {
+    res = check_compare(sigs, n, "WEFT_CHECK");
+  }
+  free(sigs);
+  return res;
+}

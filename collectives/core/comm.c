@@ -1,0 +1,108 @@
+/* The communicator's core, which every layer of collectives/ may call: its
+ * liveness check, failure recording and poisoning, and the per-module state
+ * table. It calls nothing else of collectives/. */
+#include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "../../transport/status.h"
+#include "comm.h"
+
+/* This process's id, cached (getpid is a system call) and renewed in a
+ * forked child, so that every entry point can afford to compare it. */
+static pid_t self_pid;
+static pthread_once_t self_pid_once = PTHREAD_ONCE_INIT;
+static void self_pid_refresh(void) { __atomic_store_n(&self_pid, getpid(), __ATOMIC_RELAXED); }
+static void self_pid_init(void) {
+  self_pid_refresh();
+  pthread_atfork(NULL, NULL, self_pid_refresh);
+}
+pid_t comm_self_pid(void) {
+  pthread_once(&self_pid_once, self_pid_init);
+  return __atomic_load_n(&self_pid, __ATOMIC_RELAXED);
+}
+
+weftResult_t comm_check(const struct weftComm *comm) {
+  if (comm == NULL) return weft_error_set(weftInvalidArgument, "comm is NULL");
+  if (comm->magic != COMM_MAGIC)
+    return weft_error_set(weftInvalidArgument, "comm %p is not a live communicator",
+                          (const void *)comm);
+  if (comm->pid != comm_self_pid())
+    return weft_error_set(weftInvalidUsage,
+                          "comm %p belongs to process %d; this process (%d) is a fork of it and "
+                          "may not use it: create a communicator here",
+                          (const void *)comm, (int)comm->pid, (int)comm_self_pid());
+  return weftSuccess;
+}
+
+void comm_poison_conns(struct weftComm *comm) {
+  for (int c = 0; c < comm->nchannels; c++) {
+    conn_poison(&comm->channels[c].send);
+    conn_poison(&comm->channels[c].recv);
+  }
+  for (int r = 0; comm->p2p_send != NULL && r < comm->nranks; r++) {
+    conn_poison(&comm->p2p_send[r]);
+    conn_poison(&comm->p2p_recv[r]);
+  }
+}
+
+void comm_poison(struct weftComm *comm) {
+  comm_poison_conns(comm);
+  bootstrap_poison(comm->bs); /* peers waiting on the bootstrap learn it too */
+}
+
+weftResult_t comm_fail(struct weftComm *comm, weftResult_t res) {
+  snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+  if (res == weftRemoteError || res == weftSystemError || res == weftInternalError) {
+    comm_async_error_set(comm, res);
+    comm_poison(comm);
+  }
+  return res;
+}
+
+weftResult_t comm_fail_alone(struct weftComm *comm, weftResult_t res) {
+  snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+  comm_async_error_set(comm, res);
+  comm_poison(comm);
+  return res;
+}
+
+void *comm_state_get(const struct weftComm *comm, const struct comm_state_ops *ops) {
+  for (int i = 0; i < comm->nstates; i++)
+    if (comm->states[i].ops == ops) return comm->states[i].state;
+  return NULL;
+}
+
+weftResult_t comm_state_set(struct weftComm *comm, const struct comm_state_ops *ops, void *state) {
+  for (int i = 0; i < comm->nstates; i++)
+    if (comm->states[i].ops == ops) {
+      comm->states[i].state = state;
+      return weftSuccess;
+    }
+  if (comm->nstates == COMM_MAX_STATES)
+    return weft_error_set(weftInternalError, "%s: comm holds %d modules' state already", ops->name,
+                          COMM_MAX_STATES);
+  comm->states[comm->nstates++] = (struct comm_state_slot){.ops = ops, .state = state};
+  return weftSuccess;
+}
+
+void comm_states_destroy(struct weftComm *comm) {
+  while (comm->nstates > 0) {
+    struct comm_state_slot *slot = &comm->states[--comm->nstates];
+    slot->ops->destroy(slot->state);
+  }
+}
+
+uint64_t comm_states_scratch_nbytes(const struct weftComm *comm) {
+  uint64_t n = 0;
+  for (int i = 0; i < comm->nstates; i++)
+    if (comm->states[i].ops->scratch_nbytes != NULL)
+      n += comm->states[i].ops->scratch_nbytes(comm->states[i].state);
+  return n;
+}
+
+void comm_states_scratch_release(struct weftComm *comm) {
+  for (int i = 0; i < comm->nstates; i++)
+    if (comm->states[i].ops->scratch_release != NULL)
+      comm->states[i].ops->scratch_release(comm->states[i].state);
+}

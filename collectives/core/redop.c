@@ -1,0 +1,91 @@
+/* User reduction ops: weftRedOpCreatePreMulSum makes an op that multiplies
+ * each rank's input by a scalar, then sums. The host executor scales the
+ * input into a scratch buffer and runs a sum on it, so every algorithm and
+ * protocol supports it unchanged. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../transport/status.h"
+#include "plan.h"
+#include "../reduce/reduce_host.h"
+#include "redop.h"
+
+#define SCALE_BATCH 256 /* copies of the scalar fed to the prod loop at once */
+
+static struct weft_redop *redop_slot(struct weftComm *comm, weftRedOp_t op) {
+  int i = (int)op - weftNumOps;
+  if (i < 0 || i >= WEFT_MAX_REDOPS || !comm->redops[i].in_use) return NULL;
+  return &comm->redops[i];
+}
+
+weftResult_t weftRedOpCreatePreMulSum(weftRedOp_t *op, void *scalar, weftDataType_t datatype,
+                                      weftScalarResidence_t residence, weftComm_t comm) {
+  weft_error_clear();
+  WEFT_TRY(comm_check(comm));
+  if (op == NULL || scalar == NULL)
+    return weft_error_set(weftInvalidArgument, "RedOpCreatePreMulSum: %s is NULL",
+                          op == NULL ? "op" : "scalar");
+  size_t esize = weftTypeSize(datatype);
+  if (esize == 0)
+    return weft_error_set(weftInvalidArgument, "RedOpCreatePreMulSum: invalid datatype %d",
+                          (int)datatype);
+  if (residence != weftScalarDevice && residence != weftScalarHostImmediate)
+    return weft_error_set(weftInvalidArgument, "RedOpCreatePreMulSum: invalid residence %d",
+                          (int)residence);
+  for (int i = 0; i < WEFT_MAX_REDOPS; i++) {
+    struct weft_redop *r = &comm->redops[i];
+    if (r->in_use) continue;
+    memset(r, 0, sizeof *r);
+    r->in_use = 1;
+    r->datatype = datatype;
+    /* immediate: the value now; otherwise the pointer, read when an op runs */
+    if (residence == weftScalarHostImmediate) memcpy(r->scalar, scalar, esize);
+    else r->scalar_ptr = scalar;
+    *op = (weftRedOp_t)(weftNumOps + i);
+    return weftSuccess;
+  }
+  return weft_error_set(weftInvalidUsage, "RedOpCreatePreMulSum: all %d user ops are in use",
+                        WEFT_MAX_REDOPS);
+}
+
+weftResult_t weftRedOpDestroy(weftRedOp_t op, weftComm_t comm) {
+  weft_error_clear();
+  WEFT_TRY(comm_check(comm));
+  struct weft_redop *r = redop_slot(comm, op);
+  if (r == NULL)
+    return weft_error_set(weftInvalidArgument, "RedOpDestroy: op %d is not a live user op",
+                          (int)op);
+  r->in_use = 0;
+  return weftSuccess;
+}
+
+weftResult_t redop_check(struct weftComm *comm, weftRedOp_t op, weftDataType_t datatype) {
+  if ((int)op >= 0 && op < weftNumOps) return weftSuccess;
+  struct weft_redop *r = redop_slot(comm, op);
+  if (r == NULL)
+    return weft_error_set(weftInvalidArgument, "invalid reduction op %d", (int)op);
+  if (r->datatype != datatype)
+    return weft_error_set(weftInvalidArgument,
+                          "reduction op %d was made for datatype %d, used with %d", (int)op,
+                          (int)r->datatype, (int)datatype);
+  return weftSuccess;
+}
+
+weftResult_t redop_premul(struct weftComm *comm, weftRedOp_t op, weftDataType_t datatype,
+                          const void *src, size_t count, void **scaled_out) {
+  struct weft_redop *r = redop_slot(comm, op);
+  if (r == NULL) return weft_error_set(weftInternalError, "user op %d vanished", (int)op);
+  size_t esize = weftTypeSize(datatype);
+  char *scaled = malloc(count * esize + 1);
+  char scalars[SCALE_BATCH * 8];
+  if (scaled == NULL) return weft_error_set(weftSystemError, "out of memory for a pre-scaled input");
+  const void *scalar = r->scalar_ptr != NULL ? r->scalar_ptr : r->scalar;
+  for (int i = 0; i < SCALE_BATCH; i++) memcpy(scalars + i * esize, scalar, esize);
+  weft_reduce_fn prod = reduce_host_fn(datatype, weftProd);
+  for (size_t i = 0; i < count; i += SCALE_BATCH) {
+    size_t n = count - i < SCALE_BATCH ? count - i : SCALE_BATCH;
+    prod(scaled + i * esize, NULL, (const char *)src + i * esize, scalars, n, 1);
+  }
+  *scaled_out = scaled;
+  return weftSuccess;
+}

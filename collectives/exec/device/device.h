@@ -1,0 +1,50 @@
+/* The device executor: collectives on CUDA device memory, as kernels enqueued
+ * on the caller's CUDA stream (collectives/exec/device/device_cuda.c). A build without
+ * nvcc gets device_none.c instead, whose calls say "built without CUDA". */
+#ifndef WEFT_DEVICE_H
+#define WEFT_DEVICE_H
+
+#include "../../core/plan.h"
+
+/* Whether this build has the device executor. */
+int device_built(void);
+
+/* Whether the plan's buffers are CUDA device memory, so that the device
+ * executor runs it (and stream is a cudaStream_t). Host memory, or no CUDA
+ * context on this thread, says no. Does not block. */
+int device_plan_on_device(const struct weft_plan *plan);
+
+/* Checks a CUDA device ordinal (CommInitAll's devlist); weftInvalidUsage when
+ * it names no device or the build has no CUDA. */
+weftResult_t device_check_ordinal(int dev);
+
+/* Enqueues plan's kernel on the CUDA stream and returns (NCCL's stream
+ * semantics): the result is there once the stream reaches that point. The
+ * first call on a comm connects its device channels (collective over the
+ * ranks; outside graph capture, or with capture relaxed meanwhile). Only
+ * stream-ordered CUDA calls follow, so graph capture records the launch.
+ * Does not block on the device. */
+weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan, void *stream);
+
+/* Enqueues a group's device operations, in call order, each on its stream. */
+weftResult_t device_enqueue_group(struct weftComm *const *comms,
+                                  const struct weft_plan *const *plans, void *const *streams,
+                                  size_t nops);
+
+/* Kernels' abort: makes running and later kernels of comm give up. */
+void device_comm_abort(struct weftComm *comm);
+/* A failure the kernels recorded (abort, timeout): weftSuccess or an error. */
+weftResult_t device_comm_error(struct weftComm *comm);
+/* Releases comm's device channels (after its streams are done with them). */
+void device_comm_free(struct weftComm *comm);
+
+/* weftMemAlloc/Free: device memory when a CUDA context is current on this
+ * thread (on_device_out says which); host memory otherwise. */
+weftResult_t device_mem_alloc(void **ptr, size_t nbytes, int *on_device_out);
+/* Frees ptr if it is device memory from device_mem_alloc; returns 0 when ptr
+ * is not device memory (the caller frees host memory). */
+int device_mem_free(void *ptr);
+/* Whether ptr is CUDA device memory. */
+int device_ptr_on_device(const void *ptr);
+
+#endif

@@ -1,0 +1,57 @@
+/* The device executor of a build without CUDA: no buffer is device memory,
+ * and whatever asks for a GPU gets a clear error. */
+#include "../../../transport/status.h"
+#include "device.h"
+
+int device_built(void) { return 0; }
+
+int device_plan_on_device(const struct weft_plan *plan) {
+  (void)plan;
+  return 0;
+}
+
+weftResult_t device_check_ordinal(int dev) {
+  return weft_error_set(weftInvalidUsage,
+                        "CUDA device %d requested, but weft was built without CUDA "
+                        "(nvcc was not found at build time)",
+                        dev);
+}
+
+weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan, void *stream) {
+  (void)comm;
+  (void)stream;
+  return weft_error_set(weftInvalidUsage, "%s on device memory: weft was built without CUDA",
+                        coll_kind_name(plan->coll));
+}
+
+weftResult_t device_enqueue_group(struct weftComm *const *comms,
+                                  const struct weft_plan *const *plans, void *const *streams,
+                                  size_t nops) {
+  (void)comms;
+  (void)streams;
+  return nops == 0 ? weftSuccess : device_enqueue(NULL, plans[0], NULL);
+}
+
+void device_comm_abort(struct weftComm *comm) { (void)comm; }
+weftResult_t device_comm_error(struct weftComm *comm) {
+  (void)comm;
+  return weftSuccess;
+}
+void device_comm_free(struct weftComm *comm) { (void)comm; }
+
+weftResult_t device_mem_alloc(void **ptr, size_t nbytes, int *on_device_out) {
+  (void)ptr;
+  (void)nbytes;
+  *on_device_out = 0;
+  return weftSuccess;
+}
+
+int device_mem_free(void *ptr) {
+  (void)ptr;
+  return 0;
+}
+
+int device_ptr_on_device(const void *ptr) {
+  (void)ptr;
+  return 0;
+}

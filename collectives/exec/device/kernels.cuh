@@ -1,0 +1,53 @@
+// The ring kernel: one block per channel runs the channel's share of a ring
+// collective, step by step as ring_steps.h says (the host executor runs the
+// same steps), with the device primitives of prims_device.cuh. Instantiated
+// for every (datatype, op, protocol) by the files gen_kernels.py writes.
+#ifndef WEFT_KERNELS_CUH
+#define WEFT_KERNELS_CUH
+
+#include "collectives/exec/device/prims_device.cuh"
+
+// The channel's share: contiguous, 64-byte aligned, as the host executor's.
+__device__ __forceinline__ void dev_channel_share(const dev_work &w, size_t esize, size_t *offset,
+                                                  size_t *count) {
+  size_t align = 64 / esize;
+  size_t share = (w.count + (size_t)w.nchannels - 1) / (size_t)w.nchannels;
+  share = (share + align - 1) / align * align;
+  *offset = (size_t)blockIdx.x * share;
+  *count = *offset >= w.count ? 0 : (w.count - *offset < share ? w.count - *offset : share);
+}
+
+template <class R, int PROTO>
+__global__ void __launch_bounds__(DEV_NTHREADS) weft_ring_kernel(dev_work w) {
+  typedef typename R::T T;
+  dev_channel *ch = &w.channels[blockIdx.x];
+  size_t offset, count;
+  dev_channel_share(w, sizeof(T), &offset, &count);
+  if (count == 0) return; // as the host: channels past the end do not run
+  int root_pos = -1;
+  if (w.coll == RING_BROADCAST || w.coll == RING_REDUCE)
+    for (int i = 0; i < ch->nranks; i++)
+      if (ch->ring[i] == w.root) root_pos = i;
+
+  dev_prims<R, PROTO> p;
+  dev_watch watch = {w.abort_flag, w.timeout_ns, w.error};
+  p.init(ch, watch, w.divisor);
+  struct ring_geom g;
+  ring_geom_init(&g, w.coll, ch->nranks, ch->ring_pos, root_pos, w.count, offset, count,
+                 p.slot_count(), sizeof(T));
+  const T *src = static_cast<const T *>(w.sendbuf);
+  T *dst = static_cast<T *>(w.recvbuf);
+  const int nsteps = ring_loop_nsteps(&g);
+  const size_t loop_nelems = ring_loop_nelems(&g);
+  for (size_t base = 0; base < count; base += loop_nelems)
+    for (int s = 0; s < nsteps; s++) {
+      struct ring_step st;
+      ring_step_at(&g, ch->ring, base, s, &st);
+      const T *sp = ring_prim_has_src(st.prim) ? src + st.src_elem : NULL;
+      T *dp = ring_prim_has_dst(st.prim) ? dst + st.dst_elem : NULL;
+      if (!p.run(st.prim, sp, dp, st.count)) return; // error says why; the host reports it
+    }
+  p.finish();
+}
+
+#endif

@@ -1,0 +1,183 @@
+/* Launching a group's operations now: each communicator's on a thread of its
+ * own (the caller's for the first, kept workers for the others), collectives
+ * in call order, then that communicator's sends and receives together. The
+ * group calls (collectives/api/group.c) and the host streams' workers
+ * (collectives/api/stream.c) both launch through here. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../transport/status.h"
+#include "../../algo/p2p.h"
+#include "../../core/check.h"
+#include "run.h"
+#include "launch.h"
+
+/* Marks the comm busy, so that an abort waits; fails if it is unusable. */
+static weftResult_t op_begin(struct weftComm *comm) {
+  __atomic_add_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&comm->abort_flag, __ATOMIC_SEQ_CST))
+    return weft_error_set(weftRemoteError, "communicator was aborted");
+  if (comm_async_error(comm) != weftSuccess)
+    return weft_error_set(comm_async_error(comm), "communicator is broken by an earlier error: %s",
+                          comm->last_error);
+  return weftSuccess;
+}
+
+static weftResult_t op_end(struct weftComm *comm, weftResult_t res) {
+  if (res != weftSuccess) comm_fail(comm, res);
+  __atomic_sub_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
+  return res;
+}
+
+static weftResult_t op_run_collective(struct weftComm *comm, const struct weft_plan *plan) {
+  weftResult_t res = op_begin(comm);
+  if (res == weftSuccess) res = check_signatures(comm, plan);
+  if (res == weftSuccess) res = plan_run_host(comm, plan);
+  return op_end(comm, res);
+}
+
+static weftResult_t op_run_p2p(struct weftComm *comm, const struct weft_plan *const *ops,
+                               size_t nops) {
+  weftResult_t res = op_begin(comm);
+  if (res == weftSuccess) res = p2p_run(comm, ops, nops);
+  return op_end(comm, res);
+}
+
+/* The operations of one communicator in a launch, run by one thread. */
+struct comm_batch {
+  struct weftComm *comm;
+  const struct group_op *all; /* every op of the launch; this batch runs its comm's */
+  size_t nall;
+  weftResult_t res;
+  char error[1024];
+  int finished; /* under the pool's mutex, for a batch a worker runs */
+};
+
+/* Collectives run in call order; then all sends and receives together. */
+static void batch_run(struct comm_batch *b) {
+  const struct weft_plan **p2p = malloc(sizeof *p2p * (b->nall ? b->nall : 1));
+  size_t np2p = 0;
+  b->res = p2p ? weftSuccess : weft_error_set(weftSystemError, "out of memory");
+  for (size_t i = 0; i < b->nall && b->res == weftSuccess; i++) {
+    if (b->all[i].comm != b->comm) continue;
+    if (plan_is_p2p(&b->all[i].plan)) p2p[np2p++] = &b->all[i].plan;
+    else b->res = op_run_collective(b->comm, &b->all[i].plan);
+  }
+  if (b->res == weftSuccess && np2p > 0) b->res = op_run_p2p(b->comm, p2p, np2p);
+  if (b->res != weftSuccess) snprintf(b->error, sizeof b->error, "%s", weft_error_text());
+  free(p2p);
+}
+
+/* Worker threads for the batches beyond the caller's own: started when a
+ * launch needs more than are idle, then kept for later launches, so a
+ * caller driving several ranks does not start threads per call. */
+struct group_worker {
+  pthread_t tid;
+  pthread_cond_t wake;       /* batch was handed over */
+  struct comm_batch *batch;  /* the batch to run; NULL while idle */
+  struct group_worker *next; /* in the idle list */
+};
+
+static struct {
+  pthread_mutex_t mutex;
+  pthread_cond_t finished; /* some worker finished its batch */
+  struct group_worker *idle;
+  int nworkers;
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0};
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+
+static void *worker_main(void *p) {
+  struct group_worker *w = p;
+  pthread_setname_np(pthread_self(), "weft-group");
+  pthread_mutex_lock(&pool.mutex);
+  for (;;) {
+    while (w->batch == NULL) pthread_cond_wait(&w->wake, &pool.mutex);
+    struct comm_batch *b = w->batch;
+    pthread_mutex_unlock(&pool.mutex);
+    batch_run(b);
+    pthread_mutex_lock(&pool.mutex);
+    b->finished = 1;
+    w->batch = NULL;
+    w->next = pool.idle;
+    pool.idle = w;
+    pthread_cond_broadcast(&pool.finished);
+  }
+  return NULL;
+}
+
+/* A forked child has none of its parent's threads: it starts its own pool
+ * (the parent's workers, idle at the fork, are left behind unused). */
+static void pool_fork_prepare(void) { pthread_mutex_lock(&pool.mutex); }
+static void pool_fork_parent(void) { pthread_mutex_unlock(&pool.mutex); }
+static void pool_fork_child(void) {
+  pthread_mutex_init(&pool.mutex, NULL);
+  pthread_cond_init(&pool.finished, NULL);
+  pool.idle = NULL;
+  pool.nworkers = 0;
+}
+static void pool_init(void) { pthread_atfork(pool_fork_prepare, pool_fork_parent, pool_fork_child); }
+
+/* Hands b to an idle worker, or to a new one. Call with the pool's mutex. */
+static weftResult_t pool_hand_over(struct comm_batch *b) {
+  struct group_worker *w = pool.idle;
+  if (w != NULL) {
+    pool.idle = w->next;
+  } else {
+    w = calloc(1, sizeof *w);
+    if (w == NULL) return weft_error_set(weftSystemError, "out of memory");
+    pthread_cond_init(&w->wake, NULL);
+    int err = pthread_create(&w->tid, NULL, worker_main, w);
+    if (err != 0) {
+      pthread_cond_destroy(&w->wake);
+      free(w);
+      errno = err;
+      return weft_error_errno(weftSystemError, "starting a group worker thread");
+    }
+    pthread_detach(w->tid);
+    pool.nworkers++;
+    WEFT_INFO(LOG_COLL, "group worker %d started", pool.nworkers);
+  }
+  w->batch = b;
+  pthread_cond_signal(&w->wake);
+  return weftSuccess;
+}
+
+weftResult_t group_launch(const struct group_op *ops, size_t nops) {
+  /* one collective, the common case: run it here, without the batches */
+  if (nops == 1 && !plan_is_p2p(&ops[0].plan)) return op_run_collective(ops[0].comm, &ops[0].plan);
+  size_t nbatches = 0;
+  struct comm_batch *batches = calloc(nops ? nops : 1, sizeof *batches);
+  if (batches == NULL) return weft_error_set(weftSystemError, "out of memory");
+  for (size_t i = 0; i < nops; i++) {
+    size_t b = 0;
+    while (b < nbatches && batches[b].comm != ops[i].comm) b++;
+    if (b == nbatches)
+      batches[nbatches++] = (struct comm_batch){.comm = ops[i].comm, .all = ops, .nall = nops};
+  }
+  /* a worker per further comm: one caller may drive several ranks */
+  weftResult_t res = weftSuccess;
+  size_t handed = 1;
+  if (nbatches > 1) {
+    pthread_once(&pool_once, pool_init);
+    pthread_mutex_lock(&pool.mutex);
+    for (; handed < nbatches && res == weftSuccess; handed++)
+      res = pool_hand_over(&batches[handed]);
+    if (res != weftSuccess) handed--;
+    pthread_mutex_unlock(&pool.mutex);
+  }
+  if (nbatches > 0 && res == weftSuccess) batch_run(&batches[0]);
+  if (nbatches > 1) {
+    pthread_mutex_lock(&pool.mutex);
+    for (size_t b = 1; b < handed; b++)
+      while (!batches[b].finished) pthread_cond_wait(&pool.finished, &pool.mutex);
+    pthread_mutex_unlock(&pool.mutex);
+  }
+  for (size_t b = 0; b < handed && res == weftSuccess; b++)
+    if (batches[b].res != weftSuccess)
+      res = weft_error_set(batches[b].res, "%s", batches[b].error);
+  free(batches);
+  return res;
+}

@@ -1,0 +1,21 @@
+/* Launching a group's operations now (collectives/exec/host/launch.c). */
+#ifndef WEFT_LAUNCH_H
+#define WEFT_LAUNCH_H
+
+#include <stddef.h>
+
+#include "../../core/plan.h"
+
+/* One operation of a group: which comm, what, and on which stream. */
+struct group_op {
+  struct weftComm *comm;
+  struct weft_plan plan;
+  weftStream_t stream;
+};
+
+/* Runs ops now: each comm's ops on a thread of its own (the caller's for the
+ * first), collectives in call order, then that comm's sends and receives
+ * together. Returns the first failure. */
+weftResult_t group_launch(const struct group_op *ops, size_t nops);
+
+#endif

@@ -1,0 +1,81 @@
+/* Primitives: the steps algorithms are written in. Each moves one slot (at
+ * most slot_nbytes) through the channel's connections:
+ *   send            src -> next
+ *   copy_send       src -> next and dst (dst may be NULL or src)
+ *   recv            prev -> dst
+ *   recv_reduce_send        prev op src -> next
+ *   recv_reduce_copy_send   prev op src -> next and dst (the final value)
+ *   recv_copy_send          prev -> next and dst
+ *   recv_reduce_copy        prev op src -> dst
+ * The host executor runs them with vectorised loops; every wait is bounded by
+ * the comm's timeout and abort flag and the peer's liveness.
+ *
+ * Two protocols move the slots, chosen per call by prims_init:
+ *   PROTO_SIMPLE  plain data in the slot; the sender release-stores tail once
+ *                 the slot is full and the receiver waits for tail
+ *                 (prims_host.c)
+ *   PROTO_LL      8-byte words of 4 data bytes and a 4-byte flag, stored at
+ *                 once; the receiver polls the flags, so a slot carries half
+ *                 as much (prims_ll.c)
+ * Both use the connection's step counters and head credits the same way, so
+ * calls of either protocol may follow each other on one connection. */
+#ifndef WEFT_PRIMS_H
+#define WEFT_PRIMS_H
+
+#include <stddef.h>
+
+#include "../../core/comm.h"
+#include "../../core/plan.h"
+#include "../../reduce/reduce_host.h"
+
+struct check_sig_packed;
+
+struct prims {
+  struct weftComm *comm;
+  struct weft_conn *send; /* may be NULL when the algorithm never sends */
+  struct weft_conn *recv;
+  weft_reduce_fn reduce;
+  size_t elem_nbytes;
+  int divisor; /* applied by the final reduction (avg); 1 otherwise */
+  enum coll_proto proto;
+  const struct check_sig_packed *sig; /* the call's signature (prims_sign), or NULL */
+  int sig_send;                /* the next slot sent carries sig, where it has room */
+  int sig_recv;                /* the next slot received is checked for a signature */
+};
+
+/* In slot_used_nbytes: the slot's last 16 bytes are the sender's signature
+ * of the call (struct check_sig_packed), after the data. Bits 0-26 count the bytes,
+ * the signature included; LL and p2p own bits 30 and 31. */
+#define PRIMS_USED_SIGNED 0x20000000u
+
+/* Sets p up for one algorithm call on channel ch with the plan's protocol. */
+void prims_init(struct prims *p, struct weftComm *comm, struct weft_channel *ch,
+                weftDataType_t datatype, weftRedOp_t op, enum coll_proto proto);
+
+/* With SIMPLE (LL has no room to spare in a slot), the first slot this call
+ * sends carries sig after its data where sig fits in the rest of the data's
+ * last cache line (free: the receiver reads that line anyway), and the first
+ * it receives is checked against sig likewise. A mismatch is
+ * weftInvalidUsage naming both ranks, and breaks the comm (comm_fail_alone)
+ * so that no rank waits on steps that no longer pair up. sig must live until
+ * the call ends. */
+void prims_sign(struct prims *p, const struct check_sig_packed *sig);
+
+weftResult_t prims_send(struct prims *p, const void *src, size_t count);
+weftResult_t prims_copy_send(struct prims *p, const void *src, void *dst, size_t count);
+weftResult_t prims_recv(struct prims *p, void *dst, size_t count);
+weftResult_t prims_recv_reduce_send(struct prims *p, const void *src, size_t count);
+weftResult_t prims_recv_reduce_copy_send(struct prims *p, const void *src, void *dst,
+                                         size_t count);
+weftResult_t prims_recv_copy_send(struct prims *p, void *dst, size_t count);
+weftResult_t prims_recv_reduce_copy(struct prims *p, const void *src, void *dst, size_t count);
+
+/* Payload elements per slot for this datatype and protocol: LL spends half of
+ * each 8-byte word on its flag. */
+static inline size_t prims_slot_count(const struct prims *p) {
+  size_t slot_nbytes = p->send != NULL ? p->send->slot_nbytes : p->recv->slot_nbytes;
+  if (p->proto == PROTO_LL) slot_nbytes = slot_nbytes / 8 * 4;
+  return slot_nbytes / p->elem_nbytes;
+}
+
+#endif

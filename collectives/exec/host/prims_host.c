@@ -1,0 +1,213 @@
+/* The host executor's primitives: plain loads and stores on the FIFOs, with
+ * acquire/release ordering on the head and tail counters (the SIMPLE
+ * protocol). Calls set up for LL go to prims_ll.c. */
+#include <string.h>
+
+#include "../../../transport/status.h"
+#include "../../../transport/wait.h"
+#include "../../core/check.h"
+#include "prims.h"
+#include "prims_ll.h"
+
+void prims_init(struct prims *p, struct weftComm *comm, struct weft_channel *ch,
+                weftDataType_t datatype, weftRedOp_t op, enum coll_proto proto) {
+  p->comm = comm;
+  p->send = &ch->send;
+  p->recv = &ch->recv;
+  p->reduce = reduce_host_fn(datatype, op);
+  p->elem_nbytes = weftTypeSize(datatype);
+  p->divisor = op == weftAvg ? comm->nranks : 1;
+  p->proto = proto == PROTO_LL ? PROTO_LL : PROTO_SIMPLE;
+  p->sig = NULL;
+  p->sig_send = p->sig_recv = 0;
+}
+
+void prims_sign(struct prims *p, const struct check_sig_packed *sig) {
+  if (p->proto != PROTO_SIMPLE) return;
+  p->sig = sig;
+  p->sig_send = p->send != NULL;
+  p->sig_recv = p->recv != NULL;
+}
+
+/* Whether a first slot holding nbytes of data carries the signature: where
+ * it fits in the rest of the data's last cache line, so that it costs the
+ * receiver no line more (slots start 64-byte aligned). */
+static int sig_fits(size_t nbytes) {
+  const size_t tail = nbytes % 64;
+  return tail != 0 && 64 - tail >= sizeof(struct check_sig_packed);
+}
+
+/* A mismatch found by check_signed_slot: names it where the sender's slot
+ * carries a signature, and breaks the comm. */
+__attribute__((noinline, cold)) static weftResult_t signed_slot_mismatch(struct prims *p,
+                                                                         const char *slot,
+                                                                         size_t nbytes) {
+  const struct weft_conn *c = p->recv;
+  struct weftComm *comm = p->comm;
+  const uint32_t used = c->ctrl->slot_used_nbytes[c->step % c->nslots];
+  const size_t used_nbytes = used & PRIMS_USED_NBYTES_MASK;
+  struct check_sig_packed theirs_packed;
+  memset(&theirs_packed, 0, sizeof theirs_packed);
+  if ((used & PRIMS_USED_SIGNED) && used_nbytes >= sizeof theirs_packed &&
+      used_nbytes <= c->slot_nbytes)
+    memcpy(&theirs_packed, slot + used_nbytes - sizeof theirs_packed, sizeof theirs_packed);
+  struct check_sig mine, theirs;
+  check_sig_unpack(&mine, p->sig);
+  check_sig_unpack(&theirs, &theirs_packed);
+  if (theirs.magic == CHECK_SIG_MAGIC) {
+    const int lower = c->peer_rank < comm->rank;
+    const struct check_sig pair[2] = {lower ? theirs : mine, lower ? mine : theirs};
+    const int ranks[2] = {lower ? c->peer_rank : comm->rank, lower ? comm->rank : c->peer_rank};
+    if (check_compare_ranks(pair, ranks, 2, "ranks disagree on a collective") != weftSuccess)
+      return comm_fail_alone(comm, weftInvalidUsage);
+  }
+  weft_error_set(weftInvalidUsage,
+                 "ranks disagree on a collective: %s: rank %d's first slot holds %zu bytes "
+                 "where rank %d expects %zu and a signature: it is in another call (count or "
+                 "datatype differ)",
+                 coll_kind_name((enum coll_kind)mine.coll), c->peer_rank,
+                 used_nbytes - ((used & PRIMS_USED_SIGNED) ? sizeof theirs_packed : 0),
+                 comm->rank, nbytes);
+  return comm_fail_alone(comm, weftInvalidUsage);
+}
+
+/* Checks the signature after the data of the previous rank's first slot of
+ * the call, which holds nbytes of data when both ranks make the same call:
+ * one 128-bit comparison. Looking there spares a read of slot_used_nbytes
+ * (a cache line the sender wrote); only a mismatch reads it, to find where
+ * the sender put its signature, if anywhere. */
+static inline weftResult_t check_signed_slot(struct prims *p, const char *slot, size_t nbytes) {
+  if (!sig_fits(nbytes) || check_sig_packed_same(slot + nbytes, p->sig)) return weftSuccess;
+  return signed_slot_mismatch(p, slot, nbytes);
+}
+
+/* Waits until the slot the receiver reads next has been filled; nbytes: the
+ * data it should hold. */
+static weftResult_t wait_filled(struct prims *p, size_t nbytes, char **slot_out) {
+  struct weft_conn *c = p->recv;
+  if (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) <= c->step) {
+    struct weft_wait w;
+    wait_begin(&w, p->comm->timeout_ns, &p->comm->abort_flag, &c->ctrl->poison, c->peer_pid,
+               c->peer_rank, "receive from");
+    while (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) <= c->step) {
+      weftResult_t res = wait_poll(&w);
+      if (res != weftInProgress) return res;
+    }
+  }
+  *slot_out = c->slots + (c->step % c->nslots) * c->slot_nbytes;
+  if (p->sig_recv) {
+    p->sig_recv = 0;
+    return check_signed_slot(p, *slot_out, nbytes);
+  }
+  return weftSuccess;
+}
+
+/* Waits until the next slot of the sender's peer FIFO is free (a credit). */
+static weftResult_t wait_credit(struct prims *p, char **slot_out) {
+  struct weft_conn *c = p->send;
+  if (c->step - __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE) >= c->nslots) {
+    struct weft_wait w;
+    wait_begin(&w, p->comm->timeout_ns, &p->comm->abort_flag, &c->ctrl->poison, c->peer_pid,
+               c->peer_rank, "send to");
+    while (c->step - __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE) >= c->nslots) {
+      weftResult_t res = wait_poll(&w);
+      if (res != weftInProgress) return res;
+    }
+  }
+  *slot_out = c->slots + (c->step % c->nslots) * c->slot_nbytes;
+  return weftSuccess;
+}
+
+static void post_filled(struct prims *p, size_t nbytes) {
+  struct weft_conn *c = p->send;
+  uint32_t used = (uint32_t)nbytes;
+  if (p->sig_send) { /* the call's first slot: its signature after the data, where it fits */
+    p->sig_send = 0;
+    if (sig_fits(nbytes)) {
+      memcpy(c->slots + (c->step % c->nslots) * c->slot_nbytes + nbytes, p->sig, sizeof *p->sig);
+      used = (uint32_t)(nbytes + sizeof *p->sig) | PRIMS_USED_SIGNED;
+    }
+  }
+  c->ctrl->slot_used_nbytes[c->step % c->nslots] = used;
+  c->step++;
+  __atomic_store_n(&c->ctrl->tail, c->step, __ATOMIC_RELEASE);
+}
+
+static void post_drained(struct weft_conn *c) {
+  c->step++;
+  __atomic_store_n(&c->ctrl->head, c->step, __ATOMIC_RELEASE);
+}
+
+weftResult_t prims_send(struct prims *p, const void *src, size_t count) {
+  if (p->proto == PROTO_LL) return prims_ll_send(p, src, count);
+  char *out;
+  WEFT_TRY(wait_credit(p, &out));
+  memcpy(out, src, count * p->elem_nbytes);
+  post_filled(p, count * p->elem_nbytes);
+  return weftSuccess;
+}
+
+weftResult_t prims_recv(struct prims *p, void *dst, size_t count) {
+  if (p->proto == PROTO_LL) return prims_ll_recv(p, dst, count);
+  char *in;
+  WEFT_TRY(wait_filled(p, count * p->elem_nbytes, &in));
+  memcpy(dst, in, count * p->elem_nbytes);
+  post_drained(p->recv);
+  return weftSuccess;
+}
+
+weftResult_t prims_recv_reduce_send(struct prims *p, const void *src, size_t count) {
+  if (p->proto == PROTO_LL) return prims_ll_recv_reduce_send(p, src, count);
+  char *in, *out;
+  WEFT_TRY(wait_filled(p, count * p->elem_nbytes, &in));
+  WEFT_TRY(wait_credit(p, &out));
+  p->reduce(out, NULL, in, src, count, 1);
+  post_filled(p, count * p->elem_nbytes);
+  post_drained(p->recv);
+  return weftSuccess;
+}
+
+weftResult_t prims_recv_reduce_copy_send(struct prims *p, const void *src, void *dst,
+                                         size_t count) {
+  if (p->proto == PROTO_LL) return prims_ll_recv_reduce_copy_send(p, src, dst, count);
+  char *in, *out;
+  WEFT_TRY(wait_filled(p, count * p->elem_nbytes, &in));
+  WEFT_TRY(wait_credit(p, &out));
+  p->reduce(dst, out, in, src, count, p->divisor);
+  post_filled(p, count * p->elem_nbytes);
+  post_drained(p->recv);
+  return weftSuccess;
+}
+
+weftResult_t prims_recv_copy_send(struct prims *p, void *dst, size_t count) {
+  if (p->proto == PROTO_LL) return prims_ll_recv_copy_send(p, dst, count);
+  char *in, *out;
+  WEFT_TRY(wait_filled(p, count * p->elem_nbytes, &in));
+  WEFT_TRY(wait_credit(p, &out));
+  size_t nbytes = count * p->elem_nbytes;
+  memcpy(out, in, nbytes);
+  memcpy(dst, in, nbytes);
+  post_filled(p, count * p->elem_nbytes);
+  post_drained(p->recv);
+  return weftSuccess;
+}
+
+weftResult_t prims_recv_reduce_copy(struct prims *p, const void *src, void *dst, size_t count) {
+  if (p->proto == PROTO_LL) return prims_ll_recv_reduce_copy(p, src, dst, count);
+  char *in;
+  WEFT_TRY(wait_filled(p, count * p->elem_nbytes, &in));
+  p->reduce(dst, NULL, in, src, count, p->divisor);
+  post_drained(p->recv);
+  return weftSuccess;
+}
+
+weftResult_t prims_copy_send(struct prims *p, const void *src, void *dst, size_t count) {
+  if (p->proto == PROTO_LL) return prims_ll_copy_send(p, src, dst, count);
+  char *out;
+  WEFT_TRY(wait_credit(p, &out));
+  size_t nbytes = count * p->elem_nbytes;
+  memcpy(out, src, nbytes);
+  if (dst != NULL && dst != src) memcpy(dst, src, nbytes);
+  post_filled(p, nbytes);
+  return weftSuccess;
+}

@@ -1,0 +1,382 @@
+/* The LL (low-latency) protocol of the host primitives, after NCCL's LL.
+ *
+ * A slot is a row of 8-byte words: the low 4 bytes of each carry data, the
+ * high 4 bytes a flag, (step + 1) truncated to 32 bits (never 0 within 2^32
+ * steps, so zeroed memory reads as empty). The sender builds each word in a
+ * register and stores it with one 8-byte store; the receiver loads each word
+ * with one 8-byte load until its flag is the step's, and so has the data from
+ * the same load. No tail counter sits between them, and the receiver takes
+ * the first words while the sender still writes the last. A slot therefore
+ * carries slot_nbytes / 2 bytes of payload; a payload that is not a multiple
+ * of 4 bytes pads its last word with zeros, and an empty one is a single word
+ * that carries only the flag.
+ *
+ * The rest is SIMPLE's: the sender waits for a credit (head) before it fills
+ * a slot, then records slot_used_nbytes (marked LL) and release-stores tail,
+ * so that the step counters stay one for both protocols and a proxy forwards
+ * the slot; the receiver release-stores head once it has taken the slot.
+ *
+ * A flag can only be believed where the word held LL data before: bytes a
+ * SIMPLE call left in the slot are raw data and may read as this step's flag
+ * by chance. So the receiver takes a word whose flag it saw change to the
+ * expected one (only this step's sender writes the slot now), and with it
+ * every word before it (the sender stores them in order, with release, and
+ * the receiver loads with acquire). A word that matches at first sight it
+ * takes only once the slot is vouched for: by its slot_used_nbytes, marked LL
+ * and covering the words (written after the words, so it says either that
+ * this step is complete or that an earlier LL step wrote every one of them,
+ * whose flags are older), else by tail, as SIMPLE. The receiver waits on the
+ * last word of a block, so it mostly sees that word change and needs no
+ * vouching unless it comes late.
+ *
+ * A FIFO that a proxy fills (the socket transport) gets its bytes from recv(),
+ * which may stop in the middle of a word: there the receiver waits for tail,
+ * which the proxy moves once the whole slot has landed, and checks the flags.
+ * LL saves nothing there, but the results are the same. */
+#include <stdalign.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../../../transport/status.h"
+#include "../../../transport/wait.h"
+#include "prims_ll.h"
+
+/* Payload bytes per stage of the forwarding primitives: whole words and
+ * whole elements of every datatype. */
+#define LL_STAGE_NBYTES 2048
+
+/* A receiver that catches up with its sender waits on the last word of the
+ * next block of this many, not word by word: chasing the sender through each
+ * cache line it writes would bounce that line between the cores. */
+#define LL_POLL_WORDS 32
+
+/* The transport whose sender stores straight into the receiver's FIFO. */
+extern const struct weft_transport shm_transport;
+
+static inline uint32_t ll_flag(uint64_t step) { return (uint32_t)(step + 1); }
+
+/* Words a slot of nbytes takes: an empty one still carries a flag, so that
+ * its receiver need not wait for tail. */
+static inline size_t ll_nwords(size_t nbytes) { return nbytes == 0 ? 1 : (nbytes + 3) / 4; }
+
+/* The slot this end is filling. */
+struct ll_out {
+  struct weft_conn *conn;
+  uint64_t *words;
+  uint64_t flag_hi; /* the step's flag, in the high half of a word */
+  size_t nwords;    /* words stored so far */
+};
+
+/* The slot this end is taking. */
+struct ll_in {
+  struct prims *p;
+  struct weft_conn *conn;
+  const uint64_t *words;
+  size_t nwords;      /* words this step carries */
+  uint32_t flag;
+  size_t fresh_words; /* words [0, fresh_words) are this step's: a flag was seen changing */
+  int vouched;        /* no word of the slot can show the flag by chance */
+  int tail_seen;      /* the sender has finished the slot: every word shows the flag */
+};
+
+/* --- sending ------------------------------------------------------------ */
+
+/* Waits for the credit of the next slot (as SIMPLE does) and starts it. */
+static weftResult_t ll_out_begin(struct prims *p, struct ll_out *o) {
+  struct weft_conn *c = p->send;
+  if (c->step - __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE) >= c->nslots) {
+    struct weft_wait w;
+    wait_begin(&w, p->comm->timeout_ns, &p->comm->abort_flag, &c->ctrl->poison, c->peer_pid,
+               c->peer_rank, "send to");
+    while (c->step - __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE) >= c->nslots) {
+      weftResult_t res = wait_poll(&w);
+      if (res != weftInProgress) return res;
+    }
+  }
+  o->conn = c;
+  o->words = (uint64_t *)(c->slots + (c->step % c->nslots) * c->slot_nbytes);
+  o->flag_hi = (uint64_t)ll_flag(c->step) << 32;
+  o->nwords = 0;
+  return weftSuccess;
+}
+
+/* Appends nbytes of src to the slot; only the slot's last piece may end in a
+ * partial word, which is padded with zeros. */
+static void ll_out_put(struct ll_out *o, const void *src, size_t nbytes) {
+  const char *s = src;
+  uint64_t *w = o->words + o->nwords;
+  const size_t nfull = nbytes / 4;
+  for (size_t i = 0; i < nfull; i++) {
+    uint32_t data;
+    memcpy(&data, s + 4 * i, 4);
+    __atomic_store_n(&w[i], o->flag_hi | data, __ATOMIC_RELEASE);
+  }
+  o->nwords += nfull;
+  if (nbytes % 4 != 0) {
+    uint32_t data = 0;
+    memcpy(&data, s + 4 * nfull, nbytes % 4);
+    __atomic_store_n(&w[nfull], o->flag_hi | data, __ATOMIC_RELEASE);
+    o->nwords++;
+  }
+}
+
+/* Marks the slot full for proxies and for receivers that need tail. */
+static void ll_out_end(struct ll_out *o) {
+  struct weft_conn *c = o->conn;
+  if (o->nwords == 0) __atomic_store_n(&o->words[o->nwords++], o->flag_hi, __ATOMIC_RELEASE);
+  __atomic_store_n(&c->ctrl->slot_used_nbytes[c->step % c->nslots],
+                   (uint32_t)(o->nwords * 8) | PRIMS_LL_USED_MARK, __ATOMIC_RELEASE);
+  c->step++;
+  __atomic_store_n(&c->ctrl->tail, c->step, __ATOMIC_RELEASE);
+}
+
+/* --- receiving ---------------------------------------------------------- */
+
+static void ll_in_wait_begin(struct ll_in *in, struct weft_wait *w) {
+  struct weft_conn *c = in->conn;
+  wait_begin(w, in->p->comm->timeout_ns, &in->p->comm->abort_flag, &c->ctrl->poison,
+             c->peer_pid, c->peer_rank, "receive from");
+}
+
+/* Waits until the sender has finished the slot, as SIMPLE does. */
+static weftResult_t ll_in_wait_tail(struct ll_in *in) {
+  struct weft_conn *c = in->conn;
+  if (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) <= c->step) {
+    struct weft_wait w;
+    ll_in_wait_begin(in, &w);
+    while (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) <= c->step) {
+      weftResult_t res = wait_poll(&w);
+      if (res != weftInProgress) return res;
+    }
+  }
+  in->vouched = in->tail_seen = 1;
+  return weftSuccess;
+}
+
+/* A word without the flag in a finished slot: the ranks disagree on the
+ * protocol, and the connection's steps no longer line up, so it is poisoned
+ * for the sender to see. */
+static weftResult_t ll_in_mismatch(struct ll_in *in, size_t i) {
+  conn_poison(in->conn);
+  return weft_error_set(weftInvalidUsage,
+                        "rank %d sent step %llu without LL flags (word %zu): do all ranks use "
+                        "the same protocol?",
+                        in->conn->peer_rank, (unsigned long long)in->conn->step, i);
+}
+
+/* Vouches for the slot: by its LL mark if that covers our words, else by tail. */
+static weftResult_t ll_in_vouch(struct ll_in *in) {
+  struct weft_conn *c = in->conn;
+  uint32_t used =
+      __atomic_load_n(&c->ctrl->slot_used_nbytes[c->step % c->nslots], __ATOMIC_ACQUIRE);
+  if ((used & PRIMS_LL_USED_MARK) && (used & PRIMS_USED_NBYTES_MASK) >= in->nwords * 8) {
+    in->vouched = 1;
+    return weftSuccess;
+  }
+  return ll_in_wait_tail(in);
+}
+
+/* The slow path of ll_in_word: *v_io is word i as first loaded. */
+static weftResult_t ll_in_wait_word(struct ll_in *in, size_t i, uint64_t *v_io) {
+  uint64_t v = *v_io;
+  if ((uint32_t)(v >> 32) == in->flag) {
+    /* a match at first sight may be raw data that SIMPLE left */
+    WEFT_TRY(ll_in_vouch(in));
+    v = __atomic_load_n(&in->words[i], __ATOMIC_RELAXED);
+    if ((uint32_t)(v >> 32) == in->flag) {
+      *v_io = v;
+      return weftSuccess;
+    }
+  }
+  if (in->tail_seen) return ll_in_mismatch(in, i);
+  /* the word is older than this step: once it matches, this step's sender wrote it */
+  struct weft_wait w;
+  ll_in_wait_begin(in, &w);
+  for (uint32_t polls = 1; (uint32_t)(v >> 32) != in->flag; polls++) {
+    weftResult_t res = wait_poll(&w);
+    if (res != weftInProgress) return res;
+    v = __atomic_load_n(&in->words[i], __ATOMIC_ACQUIRE);
+    if ((polls & 255) == 0 && (uint32_t)(v >> 32) != in->flag &&
+        __atomic_load_n(&in->conn->ctrl->tail, __ATOMIC_ACQUIRE) > in->conn->step) {
+      /* the sender finished the slot without flagging this word: it sent SIMPLE */
+      v = __atomic_load_n(&in->words[i], __ATOMIC_RELAXED);
+      if ((uint32_t)(v >> 32) != in->flag) return ll_in_mismatch(in, i);
+    }
+  }
+  /* the sender stores the words in order, with release: the ones before are
+   * this step's too */
+  if (i + 1 > in->fresh_words) in->fresh_words = i + 1;
+  *v_io = v;
+  return weftSuccess;
+}
+
+/* The data of word i of the slot, once its flag is the step's. */
+static inline weftResult_t ll_in_word(struct ll_in *in, size_t i, uint32_t *data_out) {
+  uint64_t v = __atomic_load_n(&in->words[i], __ATOMIC_RELAXED);
+  int trusted = in->vouched || i < in->fresh_words;
+  if (__builtin_expect((uint32_t)(v >> 32) != in->flag || !trusted, 0))
+    WEFT_TRY(ll_in_wait_word(in, i, &v));
+  *data_out = (uint32_t)v;
+  return weftSuccess;
+}
+
+/* Starts taking the next slot, which carries nbytes of payload. */
+static weftResult_t ll_in_begin(struct prims *p, size_t nbytes, struct ll_in *in) {
+  struct weft_conn *c = p->recv;
+  in->p = p;
+  in->conn = c;
+  in->words = (const uint64_t *)(c->slots + (c->step % c->nslots) * c->slot_nbytes);
+  in->nwords = ll_nwords(nbytes);
+  in->flag = ll_flag(c->step);
+  in->fresh_words = 0;
+  in->vouched = in->tail_seen = 0;
+  /* a proxy's FIFO has no atomic words: it is read once tail says it landed */
+  if (c->transport != &shm_transport) WEFT_TRY(ll_in_wait_tail(in));
+  if (nbytes == 0) { /* nothing to take: wait for the flag alone */
+    uint32_t data;
+    WEFT_TRY(ll_in_word(in, 0, &data));
+  }
+  return weftSuccess;
+}
+
+/* How many words from `first` on need only their flag to be taken. */
+static inline size_t ll_in_trusted(const struct ll_in *in, size_t first) {
+  if (in->vouched) return SIZE_MAX;
+  return in->fresh_words > first ? in->fresh_words - first : 0;
+}
+
+/* Takes nbytes from the slot's words [first, ...) into dst; of a partial last
+ * word only the bytes asked for. */
+static weftResult_t ll_in_take(struct ll_in *in, size_t first, void *dst, size_t nbytes) {
+  char *d = dst;
+  const uint64_t *words = in->words + first;
+  const uint32_t flag = in->flag;
+  const size_t nwords = (nbytes + 3) / 4;
+  for (size_t b = 0; b < nwords; b += LL_POLL_WORDS) {
+    const size_t e = nwords - b < LL_POLL_WORDS ? nwords : b + LL_POLL_WORDS;
+    uint32_t data;
+    WEFT_TRY(ll_in_word(in, first + e - 1, &data)); /* the block's last word first */
+    /* words below `trusted` need only their flag */
+    size_t trusted = ll_in_trusted(in, first);
+    for (size_t i = b; i < e; i++) {
+      uint64_t v = __atomic_load_n(&words[i], __ATOMIC_RELAXED);
+      if (__builtin_expect((uint32_t)(v >> 32) != flag || i >= trusted, 0)) {
+        WEFT_TRY(ll_in_wait_word(in, first + i, &v));
+        trusted = ll_in_trusted(in, first);
+      }
+      data = (uint32_t)v;
+      if (__builtin_expect(i < nbytes / 4, 1)) memcpy(d + 4 * i, &data, 4);
+      else memcpy(d + 4 * i, &data, nbytes % 4); /* a partial last word */
+    }
+  }
+  return weftSuccess;
+}
+
+/* Returns the slot's credit to the sender. */
+static void ll_in_end(struct ll_in *in) {
+  struct weft_conn *c = in->conn;
+  c->step++;
+  __atomic_store_n(&c->ctrl->head, c->step, __ATOMIC_RELEASE);
+}
+
+/* --- the primitives ----------------------------------------------------- */
+
+weftResult_t prims_ll_send(struct prims *p, const void *src, size_t count) {
+  struct ll_out o;
+  WEFT_TRY(ll_out_begin(p, &o));
+  ll_out_put(&o, src, count * p->elem_nbytes);
+  ll_out_end(&o);
+  return weftSuccess;
+}
+
+weftResult_t prims_ll_copy_send(struct prims *p, const void *src, void *dst, size_t count) {
+  const size_t nbytes = count * p->elem_nbytes;
+  struct ll_out o;
+  WEFT_TRY(ll_out_begin(p, &o));
+  ll_out_put(&o, src, nbytes);
+  ll_out_end(&o);
+  if (dst != NULL && dst != src) memcpy(dst, src, nbytes);
+  return weftSuccess;
+}
+
+weftResult_t prims_ll_recv(struct prims *p, void *dst, size_t count) {
+  const size_t nbytes = count * p->elem_nbytes;
+  struct ll_in in;
+  WEFT_TRY(ll_in_begin(p, nbytes, &in));
+  WEFT_TRY(ll_in_take(&in, 0, dst, nbytes));
+  ll_in_end(&in);
+  return weftSuccess;
+}
+
+/* The forwarding primitives take the slot a stage at a time, so that the next
+ * rank gets the first words while the last still come in. */
+
+weftResult_t prims_ll_recv_copy_send(struct prims *p, void *dst, size_t count) {
+  const size_t nbytes = count * p->elem_nbytes;
+  char *d = dst;
+  struct ll_in in;
+  struct ll_out o;
+  WEFT_TRY(ll_in_begin(p, nbytes, &in));
+  WEFT_TRY(ll_out_begin(p, &o));
+  for (size_t off = 0; off < nbytes; off += LL_STAGE_NBYTES) {
+    size_t n = nbytes - off < LL_STAGE_NBYTES ? nbytes - off : LL_STAGE_NBYTES;
+    WEFT_TRY(ll_in_take(&in, off / 4, d + off, n));
+    ll_out_put(&o, d + off, n); /* re-flagged for the next rank */
+  }
+  ll_out_end(&o);
+  ll_in_end(&in);
+  return weftSuccess;
+}
+
+weftResult_t prims_ll_recv_reduce_send(struct prims *p, const void *src, size_t count) {
+  const size_t esize = p->elem_nbytes, nbytes = count * esize;
+  alignas(64) unsigned char stage[LL_STAGE_NBYTES];
+  struct ll_in in;
+  struct ll_out o;
+  WEFT_TRY(ll_in_begin(p, nbytes, &in));
+  WEFT_TRY(ll_out_begin(p, &o));
+  for (size_t off = 0; off < nbytes; off += LL_STAGE_NBYTES) {
+    size_t n = nbytes - off < LL_STAGE_NBYTES ? nbytes - off : LL_STAGE_NBYTES;
+    WEFT_TRY(ll_in_take(&in, off / 4, stage, n));
+    p->reduce(stage, NULL, stage, (const char *)src + off, n / esize, 1);
+    ll_out_put(&o, stage, n);
+  }
+  ll_out_end(&o);
+  ll_in_end(&in);
+  return weftSuccess;
+}
+
+weftResult_t prims_ll_recv_reduce_copy_send(struct prims *p, const void *src, void *dst,
+                                            size_t count) {
+  const size_t esize = p->elem_nbytes, nbytes = count * esize;
+  alignas(64) unsigned char stage[LL_STAGE_NBYTES];
+  struct ll_in in;
+  struct ll_out o;
+  WEFT_TRY(ll_in_begin(p, nbytes, &in));
+  WEFT_TRY(ll_out_begin(p, &o));
+  for (size_t off = 0; off < nbytes; off += LL_STAGE_NBYTES) {
+    size_t n = nbytes - off < LL_STAGE_NBYTES ? nbytes - off : LL_STAGE_NBYTES;
+    WEFT_TRY(ll_in_take(&in, off / 4, stage, n));
+    /* the final value: into dst and back into the stage, which goes on */
+    p->reduce((char *)dst + off, stage, stage, (const char *)src + off, n / esize, p->divisor);
+    ll_out_put(&o, stage, n);
+  }
+  ll_out_end(&o);
+  ll_in_end(&in);
+  return weftSuccess;
+}
+
+weftResult_t prims_ll_recv_reduce_copy(struct prims *p, const void *src, void *dst,
+                                       size_t count) {
+  const size_t esize = p->elem_nbytes, nbytes = count * esize;
+  alignas(64) unsigned char stage[LL_STAGE_NBYTES];
+  struct ll_in in;
+  WEFT_TRY(ll_in_begin(p, nbytes, &in));
+  for (size_t off = 0; off < nbytes; off += LL_STAGE_NBYTES) {
+    size_t n = nbytes - off < LL_STAGE_NBYTES ? nbytes - off : LL_STAGE_NBYTES;
+    WEFT_TRY(ll_in_take(&in, off / 4, stage, n));
+    p->reduce((char *)dst + off, NULL, stage, (const char *)src + off, n / esize, p->divisor);
+  }
+  ll_in_end(&in);
+  return weftSuccess;
+}

@@ -1,0 +1,144 @@
+/* Primitives on any one connection: the host executor's loads and stores on a
+ * FIFO, with acquire/release ordering on the head and tail counters. */
+#include <stdint.h>
+#include <string.h>
+
+#include "../../../transport/status.h"
+#include "../../../transport/wait.h"
+#include "../../core/check.h"
+#include "../../algo/p2p.h"
+#include "../../core/plan.h"
+#include "prims_ll.h"
+#include "prims_peer.h"
+
+weftResult_t peer_connect(struct weftComm *comm, const int *peers, int npeers) {
+  int missing = 0;
+  for (int i = 0; i < npeers; i++)
+    missing |= comm->p2p_send[peers[i]].transport == NULL ||
+               comm->p2p_recv[peers[i]].transport == NULL;
+  return missing ? p2p_connect_peers(comm, peers, npeers, peers, npeers) : weftSuccess;
+}
+
+static char *conn_slot(const struct weft_conn *c) {
+  return c->slots + (c->step % c->nslots) * c->slot_nbytes;
+}
+
+weftResult_t peer_send_wait(struct weftComm *comm, struct weft_conn *conn, char **slot_out) {
+  if (conn->step - __atomic_load_n(&conn->ctrl->head, __ATOMIC_ACQUIRE) >= conn->nslots) {
+    struct weft_wait w;
+    wait_begin(&w, comm->timeout_ns, &comm->abort_flag, &conn->ctrl->poison, conn->peer_pid,
+               conn->peer_rank, "send to");
+    while (conn->step - __atomic_load_n(&conn->ctrl->head, __ATOMIC_ACQUIRE) >= conn->nslots) {
+      weftResult_t res = wait_poll(&w);
+      if (res != weftInProgress) return res;
+    }
+  }
+  *slot_out = conn_slot(conn);
+  return weftSuccess;
+}
+
+void peer_send_post(struct weft_conn *conn, size_t nbytes) {
+  conn->ctrl->slot_used_nbytes[conn->step % conn->nslots] = (uint32_t)nbytes;
+  conn->step++;
+  __atomic_store_n(&conn->ctrl->tail, conn->step, __ATOMIC_RELEASE);
+}
+
+/* Waits until the sender has posted the slot at conn->step. */
+static weftResult_t peer_recv_ready(struct weftComm *comm, struct weft_conn *conn) {
+  if (__atomic_load_n(&conn->ctrl->tail, __ATOMIC_ACQUIRE) > conn->step) return weftSuccess;
+  struct weft_wait w;
+  wait_begin(&w, comm->timeout_ns, &comm->abort_flag, &conn->ctrl->poison, conn->peer_pid,
+             conn->peer_rank, "receive from");
+  while (__atomic_load_n(&conn->ctrl->tail, __ATOMIC_ACQUIRE) <= conn->step) {
+    weftResult_t res = wait_poll(&w);
+    if (res != weftInProgress) return res;
+  }
+  return weftSuccess;
+}
+
+weftResult_t peer_recv_wait(struct weftComm *comm, struct weft_conn *conn, size_t nbytes,
+                            const char **slot_out) {
+  WEFT_TRY(peer_recv_ready(comm, conn));
+  uint32_t used = conn->ctrl->slot_used_nbytes[conn->step % conn->nslots];
+  if (used != nbytes)
+    return weft_error_set(weftInvalidUsage,
+                          "receive from rank %d: %u bytes arrived where %zu were expected "
+                          "(do all ranks pass the same count and datatype?)",
+                          conn->peer_rank, used, nbytes);
+  *slot_out = conn_slot(conn);
+  return weftSuccess;
+}
+
+/* The slot at conn->step (used: its slot_used_nbytes) is not the nbytes
+ * ending in mine that this rank expects: names the difference where the
+ * slot's last bytes are the peer's signature, and breaks the comm. */
+__attribute__((noinline, cold)) static weftResult_t
+peer_recv_signed_mismatch(struct weftComm *comm, struct weft_conn *conn, const char *slot,
+                          uint32_t used, size_t nbytes,
+                          const struct check_sig_packed *mine_packed) {
+  const size_t used_nbytes = used & PRIMS_USED_NBYTES_MASK;
+  struct check_sig_packed theirs_packed;
+  memset(&theirs_packed, 0, sizeof theirs_packed);
+  if (used_nbytes >= sizeof theirs_packed && used_nbytes <= conn->slot_nbytes)
+    memcpy(&theirs_packed, slot + used_nbytes - sizeof theirs_packed, sizeof theirs_packed);
+  struct check_sig mine, theirs;
+  check_sig_unpack(&mine, mine_packed);
+  check_sig_unpack(&theirs, &theirs_packed);
+  weftResult_t res = weftInvalidUsage;
+  if (theirs.magic == CHECK_SIG_MAGIC) {
+    const int lower = conn->peer_rank < comm->rank;
+    const struct check_sig pair[2] = {lower ? theirs : mine, lower ? mine : theirs};
+    const int ranks[2] = {lower ? conn->peer_rank : comm->rank,
+                          lower ? comm->rank : conn->peer_rank};
+    res = check_compare_ranks(pair, ranks, 2, "ranks disagree on a collective");
+  }
+  if (res == weftSuccess || theirs.magic != CHECK_SIG_MAGIC)
+    weft_error_set(weftInvalidUsage,
+                   "%s: rank %d sent %zu bytes where %zu were expected: it is in another call "
+                   "on this communicator (do all ranks make the same collectives in the same "
+                   "order, with the same count and datatype?)",
+                   coll_kind_name((enum coll_kind)mine.coll), conn->peer_rank, used_nbytes,
+                   nbytes);
+  /* the ranks' steps no longer pair up: break the comm so that none waits */
+  return comm_fail_alone(comm, weftInvalidUsage);
+}
+
+weftResult_t peer_recv_signed_wait(struct weftComm *comm, struct weft_conn *conn, size_t nbytes,
+                                   const struct check_sig_packed *mine, int compare,
+                                   const char **slot_out) {
+  WEFT_TRY(peer_recv_ready(comm, conn));
+  const char *slot = conn_slot(conn);
+  /* the signature is loaded where a sender in the same call put it, not at
+   * an address computed from slot_used_nbytes: so its line (the slot's) and
+   * slot_used_nbytes's, both just written by the sender, come over at once
+   * rather than one after the other */
+  const uint32_t used = conn->ctrl->slot_used_nbytes[conn->step % conn->nslots];
+  if ((used & PRIMS_USED_NBYTES_MASK) == nbytes &&
+      (!compare || check_sig_packed_same(slot + nbytes - sizeof *mine, mine))) {
+    *slot_out = slot;
+    return weftSuccess;
+  }
+  return peer_recv_signed_mismatch(comm, conn, slot, used, nbytes, mine);
+}
+
+void peer_recv_done(struct weft_conn *conn) {
+  conn->step++;
+  __atomic_store_n(&conn->ctrl->head, conn->step, __ATOMIC_RELEASE);
+}
+
+weftResult_t peer_send(struct weftComm *comm, struct weft_conn *conn, const void *src,
+                       size_t nbytes) {
+  char *out;
+  WEFT_TRY(peer_send_wait(comm, conn, &out));
+  memcpy(out, src, nbytes);
+  peer_send_post(conn, nbytes);
+  return weftSuccess;
+}
+
+weftResult_t peer_recv(struct weftComm *comm, struct weft_conn *conn, void *dst, size_t nbytes) {
+  const char *in;
+  WEFT_TRY(peer_recv_wait(comm, conn, nbytes, &in));
+  memcpy(dst, in, nbytes);
+  peer_recv_done(conn);
+  return weftSuccess;
+}

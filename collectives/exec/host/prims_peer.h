@@ -1,0 +1,56 @@
+/* Primitives on any one connection, for algorithms that talk to several peers
+ * (trees, recursive doubling) over the point-to-point connections
+ * comm->p2p_send[peer] / comm->p2p_recv[peer]. A step is split in two halves
+ * so that an algorithm can hold slots of several connections at once: wait
+ * for a slot, fill or read it in place, then post it.
+ *   peer_send_wait / peer_send_post   next free slot to the peer (a credit)
+ *   peer_recv_wait / peer_recv_done   next filled slot from the peer
+ * Memory ordering as in prims_host.c: acquire loads of tail and head, release
+ * stores. Every wait is bounded by the comm's timeout and abort flag, the
+ * connection's poison word and the peer's liveness. */
+#ifndef WEFT_PRIMS_PEER_H
+#define WEFT_PRIMS_PEER_H
+
+#include <stddef.h>
+
+#include "../../core/comm.h"
+
+/* Connects this rank both ways with each of peers (to and from), where not
+ * connected yet. Collective among the peers: each pair must both ask, in any
+ * order. Blocks until connected or the timeout passes. */
+weftResult_t peer_connect(struct weftComm *comm, const int *peers, int npeers);
+
+/* Waits until the next slot of conn's FIFO is free; *slot_out points to it.
+ * Blocks (bounded). Calling it again before peer_send_post returns the same
+ * slot. */
+weftResult_t peer_send_wait(struct weftComm *comm, struct weft_conn *conn, char **slot_out);
+/* Hands the slot from peer_send_wait, filled with nbytes, to the receiver. */
+void peer_send_post(struct weft_conn *conn, size_t nbytes);
+
+/* Waits until the next slot of conn's FIFO is filled; *slot_out points to it.
+ * Fails with weftInvalidUsage when the sender put other than nbytes there
+ * (the ranks disagree on count or datatype). Blocks (bounded). */
+weftResult_t peer_recv_wait(struct weftComm *comm, struct weft_conn *conn, size_t nbytes,
+                            const char **slot_out);
+struct check_sig_packed;
+/* As peer_recv_wait for a slot that ends with the sender's signature of the
+ * call (struct check_sig_packed, the last 16 of its nbytes; mine is this
+ * rank's): where the slot's size differs, or with compare set its
+ * signature, the ranks are in different calls; then returns
+ * weftInvalidUsage with a message naming both ranks and what differs, and
+ * breaks the comm (comm_fail_alone), so that no rank waits on steps that no
+ * longer pair up. */
+weftResult_t peer_recv_signed_wait(struct weftComm *comm, struct weft_conn *conn, size_t nbytes,
+                                   const struct check_sig_packed *mine, int compare,
+                                   const char **slot_out);
+
+/* Returns the slot from peer_recv_wait to the sender (a credit). */
+void peer_recv_done(struct weft_conn *conn);
+
+/* One whole slot: src (nbytes <= slot_nbytes) to the peer; blocks (bounded). */
+weftResult_t peer_send(struct weftComm *comm, struct weft_conn *conn, const void *src,
+                       size_t nbytes);
+/* One whole slot of nbytes from the peer into dst; blocks (bounded). */
+weftResult_t peer_recv(struct weftComm *comm, struct weft_conn *conn, void *dst, size_t nbytes);
+
+#endif

@@ -1,0 +1,61 @@
+/* The host executor's dispatch. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../../transport/status.h"
+#include "../../algo/algo.h"
+#include "../../algo/bulk.h"
+#include "../../algo/cma.h"
+#include "../../algo/p2p.h"
+#include "../../core/plan.h"
+#include "../../core/redop.h"
+#include "../../reduce/reduce_host.h"
+#include "run.h"
+
+/* With one rank every collective is a copy (avg divides by one). */
+static void run_single_rank(const struct weft_plan *plan) {
+  size_t nbytes = plan->count * weftTypeSize(plan->datatype); /* rank 0's block */
+  if (plan->recvbuf != plan->sendbuf && nbytes > 0) memcpy(plan->recvbuf, plan->sendbuf, nbytes);
+}
+
+/* A pre-multiply op runs as a sum over the scaled input. */
+static weftResult_t run_premul(struct weftComm *comm, const struct weft_plan *plan) {
+  size_t count = plan->count;
+  if (plan->coll == COLL_REDUCESCATTER) count *= (size_t)comm->nranks;
+  struct weft_plan sum = *plan;
+  void *scaled;
+  WEFT_TRY(redop_premul(comm, plan->op, plan->datatype, plan->sendbuf, count, &scaled));
+  sum.sendbuf = scaled;
+  sum.op = weftSum;
+  weftResult_t res = plan_run_host(comm, &sum);
+  free(scaled);
+  return res;
+}
+
+weftResult_t plan_run_host(struct weftComm *comm, const struct weft_plan *plan) {
+  if (plan_is_p2p(plan)) return p2p_run(comm, &plan, 1);
+  if (plan->count == 0) return weftSuccess;
+  if ((int)plan->op >= weftNumOps) return run_premul(comm, plan);
+  if (comm->nranks == 1) {
+    run_single_rank(plan);
+    return weftSuccess;
+  }
+  if (plan->algo == ALGO_CMA) return cma_run(comm, plan);
+  if (plan->algo == ALGO_BULK) return bulk_run(comm, plan);
+  /* each channel takes a contiguous, 64-byte aligned share */
+  size_t esize = weftTypeSize(plan->datatype);
+  size_t align = 64 / esize;
+  size_t share = (plan->count + (size_t)plan->nchannels - 1) / (size_t)plan->nchannels;
+  share = (share + align - 1) / align * align;
+  for (int c = 0; c < plan->nchannels; c++) {
+    size_t offset = (size_t)c * share;
+    if (offset >= plan->count) break;
+    size_t count = plan->count - offset < share ? plan->count - offset : share;
+    algo_fn fn = ring_run;
+    if (plan->coll == COLL_ALLREDUCE && plan->algo == ALGO_TREE) fn = tree_allreduce;
+    if (plan->coll == COLL_ALLREDUCE && plan->algo == ALGO_RD) fn = rd_allreduce;
+    WEFT_TRY(fn(comm, &comm->channels[c], plan, offset, count));
+  }
+  return weftSuccess;
+}

@@ -1,0 +1,229 @@
+/* NCCL 2.30's communicator life cycle over weft: revoke, suspend and resume,
+ * memory statistics, and grow (ncclCommGetUniqueId + ncclCommGrow).
+ *
+ * What weft's communicator does not keep itself (revoked, suspended, an
+ * unconsumed grow id) lives in nccl_comm_state.c. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../../transport/log.h"
+#include "../../transport/status.h"
+#include "../core/comm.h"
+#include "../exec/device/device.h"
+#include "nccl_shim.h"
+
+#define COMM(c) ((weftComm_t)(c))
+
+
+static void wait_quiet(struct weftComm *c) {
+  while (__atomic_load_n(&c->active, __ATOMIC_ACQUIRE) != 0 ||
+         __atomic_load_n(&c->pending, __ATOMIC_ACQUIRE) != 0) {
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* --- Revoke ------------------------------------------------------------------ */
+
+/* As an abort that keeps the communicator: the abort flag stops this rank's
+ * waits, poisoned connections stop the peers' (they fail with an error and
+ * revoke in turn), and once nothing runs the flag is lowered again so that
+ * the bootstrap serves split and shrink. The errors the revocation caused
+ * are its purpose, not the communicator's state: the async error is
+ * cleared. */
+NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  weft_error_clear();
+  struct weftComm *c = COMM(comm);
+  weftResult_t res = comm_check(c);
+  if (res != weftSuccess) return RES(res);
+  if (revokeFlags != NCCL_REVOKE_DEFAULT)
+    return RES(weft_error_set(weftInvalidArgument,
+                              "ncclCommRevoke: flags 0x%x (only NCCL_REVOKE_DEFAULT, 0, is valid)",
+                              revokeFlags));
+  if (nccl_comm_mark(comm, NCCL_MARK_REVOKED, 1) < 0)
+    return RES(weft_error_set(weftSystemError, "ncclCommRevoke: out of memory"));
+  __atomic_store_n(&c->abort_flag, 1u, __ATOMIC_RELEASE);
+  if (c->device != NULL) device_comm_abort(c);
+  comm_poison_conns(c); /* every rank revokes: the bootstrap stays for split and shrink */
+  wait_quiet(c);
+  /* what failed inside the revoke (an operation cut short here or on a
+   * peer) is over for the bootstrap too: split and shrink use it next */
+  bootstrap_revoke(c->bs);
+  __atomic_store_n(&c->abort_flag, 0u, __ATOMIC_RELEASE);
+  __atomic_store_n(&c->async_error, weftSuccess, __ATOMIC_RELEASE);
+  WEFT_INFO(LOG_INIT, "comm %p rank %d revoked", (void *)c, c->rank);
+  return ncclSuccess;
+}
+NCCL_PROFILING_ALIAS(ncclCommRevoke);
+
+/* --- Suspend and resume ------------------------------------------------------ */
+
+/* Bytes of scratch the communicator holds for itself: what NCCL_SUSPEND_MEM
+ * releases (the collectives allocate them again on first use). */
+NCCL_EXPORT ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags) {
+  weft_error_clear();
+  struct weftComm *c = COMM(comm);
+  weftResult_t res = comm_check(c);
+  if (res != weftSuccess) return RES(res);
+  if (flags & ~NCCL_SUSPEND_MEM)
+    return RES(weft_error_set(weftInvalidArgument,
+                              "ncclCommSuspend: unknown flags 0x%x (NCCL_SUSPEND_MEM is 0x%x)",
+                              flags, NCCL_SUSPEND_MEM));
+  int old = nccl_comm_mark(comm, NCCL_MARK_SUSPENDED, 1);
+  if (old < 0) return RES(weft_error_set(weftSystemError, "ncclCommSuspend: out of memory"));
+  if (old) return RES(weft_error_set(weftInvalidUsage, "ncclCommSuspend: already suspended"));
+  /* marked first, so that no new operation starts while we look */
+  if (__atomic_load_n(&c->active, __ATOMIC_ACQUIRE) != 0 ||
+      __atomic_load_n(&c->pending, __ATOMIC_ACQUIRE) != 0) {
+    nccl_comm_mark(comm, NCCL_MARK_SUSPENDED, 0);
+    return RES(weft_error_set(weftInvalidUsage,
+                              "ncclCommSuspend: operations are still running or queued on a "
+                              "stream; synchronize first"));
+  }
+  if (flags & NCCL_SUSPEND_MEM) {
+    uint64_t n = comm_states_scratch_nbytes(c);
+    comm_states_scratch_release(c);
+    WEFT_INFO(LOG_INIT, "comm %p rank %d suspended, %llu scratch bytes freed", (void *)c, c->rank,
+              (unsigned long long)n);
+  }
+  return ncclSuccess;
+}
+NCCL_PROFILING_ALIAS(ncclCommSuspend);
+
+NCCL_EXPORT ncclResult_t ncclCommResume(ncclComm_t comm) {
+  weft_error_clear();
+  weftResult_t res = comm_check(COMM(comm));
+  if (res != weftSuccess) return RES(res);
+  int old = nccl_comm_mark(comm, NCCL_MARK_SUSPENDED, 0);
+  if (old <= 0)
+    return RES(weft_error_set(weftInvalidUsage, "ncclCommResume: communicator is not suspended"));
+  return ncclSuccess;
+}
+NCCL_PROFILING_ALIAS(ncclCommResume);
+
+/* weft counts the scratch buffers that suspending releases; its connection
+ * FIFOs are set up once and not counted, so Persist is 0. */
+NCCL_EXPORT ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat,
+                                          uint64_t *value) {
+  weft_error_clear();
+  struct weftComm *c = COMM(comm);
+  weftResult_t res = comm_check(c);
+  if (res != weftSuccess) return RES(res);
+  if (value == NULL) return RES(weft_error_set(weftInvalidArgument, "ncclCommMemStats: value is NULL"));
+  switch (stat) {
+  case ncclStatGpuMemSuspend:
+  case ncclStatGpuMemTotal:
+    *value = comm_states_scratch_nbytes(c);
+    return ncclSuccess;
+  case ncclStatGpuMemPersist:
+    *value = 0;
+    return ncclSuccess;
+  case ncclStatGpuMemSuspended: {
+    *value = nccl_comm_suspended(comm);
+    return ncclSuccess;
+  }
+  }
+  return RES(weft_error_set(weftInvalidArgument, "ncclCommMemStats: unknown statistic %d",
+                            (int)stat));
+}
+NCCL_PROFILING_ALIAS(ncclCommMemStats);
+
+/* --- Grow -------------------------------------------------------------------- */
+
+NCCL_EXPORT ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId) {
+  weft_error_clear();
+  weftResult_t res = comm_check(COMM(comm));
+  if (res != weftSuccess) return RES(res);
+  if (uniqueId == NULL)
+    return RES(weft_error_set(weftInvalidArgument, "ncclCommGetUniqueId: uniqueId is NULL"));
+  return RES(nccl_comm_grow_id_make(comm, uniqueId));
+}
+NCCL_PROFILING_ALIAS(ncclCommGetUniqueId);
+
+/* Existing ranks learn which of them is the root (the one with the id) and
+ * its id through the parent, then all ranks join the id's rendezvous. */
+static weftResult_t grow_existing(struct weftComm *c, int nranks, const ncclUniqueId *id,
+                                  weftUniqueId *id_out) {
+  const int n = c->nranks;
+  int32_t mine = id != NULL, *has = calloc((size_t)n, sizeof *has);
+  if (has == NULL) return weft_error_set(weftSystemError, "ncclCommGrow: out of memory");
+  weftResult_t res = weftAllGather(&mine, has, 1, weftInt32, c, NULL);
+  int root = -1, nroots = 0;
+  for (int r = 0; res == weftSuccess && r < n; r++)
+    if (has[r]) root = r, nroots++;
+  free(has);
+  if (res != weftSuccess) return res;
+  if (nroots != 1)
+    return weft_error_set(weftInvalidUsage,
+                          "ncclCommGrow: %d existing ranks passed an id; exactly one (the root, "
+                          "which made it with ncclCommGetUniqueId) must",
+                          nroots);
+  if (id != NULL) memcpy(id_out, id, sizeof *id_out);
+  res = weftBroadcast(id_out, id_out, sizeof *id_out, weftUint8, root, c, NULL);
+  if (res == weftSuccess)
+    WEFT_INFO(LOG_INIT, "grow: rank %d of %d joins a communicator of %d (root %d)", c->rank, n,
+              nranks, root);
+  return res;
+}
+
+NCCL_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId,
+                                      int rank, ncclComm_t *newcomm, ncclConfig_t *config) {
+  weft_error_clear();
+  if (newcomm == NULL)
+    return RES(weft_error_set(weftInvalidArgument, "ncclCommGrow: newcomm is NULL"));
+  if (nccl_group_active())
+    return RES(weft_error_set(weftInvalidUsage,
+                              "ncclCommGrow: not supported between ncclGroupStart and ncclGroupEnd"));
+  if (comm == NULL) { /* a new rank */
+    if (uniqueId == NULL || rank < 0)
+      return RES(weft_error_set(weftInvalidArgument,
+                                "ncclCommGrow: a new rank (comm NULL) needs the id and its rank "
+                                "(got id %p, rank %d)",
+                                (const void *)uniqueId, rank));
+    return ncclCommInitRankConfig(newcomm, nRanks, *uniqueId, rank, config);
+  }
+  struct weftComm *c = COMM(comm);
+  weftResult_t res = comm_check(c);
+  if (res != weftSuccess) return RES(res);
+  ncclResult_t usable = nccl_comm_usable(comm, "ncclCommGrow");
+  if (usable != ncclSuccess) return usable;
+  if (rank != -1)
+    return RES(weft_error_set(weftInvalidArgument,
+                              "ncclCommGrow: an existing rank passes rank -1 (got %d); it keeps "
+                              "its rank %d",
+                              rank, c->rank));
+  if (nRanks <= c->nranks)
+    return RES(weft_error_set(weftInvalidArgument,
+                              "ncclCommGrow: nRanks %d does not exceed the communicator's %d",
+                              nRanks, c->nranks));
+  if (uniqueId != NULL) {
+    int ours = nccl_comm_grow_id_consume(comm, uniqueId); /* whatever happens next */
+    if (!ours)
+      return RES(weft_error_set(weftInvalidArgument,
+                                "ncclCommGrow: the id was not made by ncclCommGetUniqueId on this "
+                                "communicator, or was used already"));
+  }
+  weftConfig_t cfg, *cfgp;
+  ncclResult_t cres = nccl_config_read(config, &cfg, &cfgp);
+  if (cres != ncclSuccess) return cres;
+  if (cfgp == NULL) {
+    /* the parent's timeout and name; channels come from the environment, as
+     * on the new ranks, which have no parent: every rank must agree on them */
+    const weftConfig_t defaults = WEFT_CONFIG_INITIALIZER;
+    cfg = defaults;
+    uint64_t timeout_ms = c->timeout_ns / 1000000ull;
+    if (timeout_ms > 0 && timeout_ms <= INT32_MAX) cfg.timeoutMs = (int)timeout_ms;
+    cfg.commName = c->name[0] != '\0' ? c->name : NULL;
+    cfgp = &cfg;
+  }
+  weftUniqueId id;
+  memset(&id, 0, sizeof id);
+  res = grow_existing(c, nRanks, uniqueId, &id);
+  if (res == weftSuccess) res = weftCommInitRankConfig((weftComm_t *)newcomm, nRanks, id, c->rank, cfgp);
+  if (res != weftSuccess) snprintf(c->last_error, sizeof c->last_error, "%s", weft_error_text());
+  return RES(res);
+}
+NCCL_PROFILING_ALIAS(ncclCommGrow);

@@ -1,0 +1,131 @@
+/* What weft's communicator does not keep itself for the NCCL API (revoked,
+ * suspended, an unconsumed grow id): a small table keyed by communicator.
+ * Operations ask nccl_comm_usable before they start; while no communicator
+ * is revoked or suspended that is one atomic load. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../transport/status.h"
+#include "../core/comm.h"
+#include "nccl_shim.h"
+
+#define COMM(c) ((weftComm_t)(c))
+
+struct comm_state {
+  ncclComm_t comm;
+  int revoked;
+  int suspended;
+  int grow_id_pending; /* grow_id was made and no grow has consumed it */
+  ncclUniqueId grow_id;
+};
+
+static pthread_mutex_t states_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct comm_state *states;
+static int nstates, states_cap;
+static uint32_t nblocked; /* communicators revoked or suspended */
+
+/* comm's entry, made when create is set (NULL when out of memory). Called
+ * with states_lock held. */
+static struct comm_state *state_find(ncclComm_t comm, int create) {
+  for (int i = 0; i < nstates; i++)
+    if (states[i].comm == comm) return &states[i];
+  if (!create) return NULL;
+  if (nstates == states_cap) {
+    int cap = states_cap ? 2 * states_cap : 8;
+    struct comm_state *s = realloc(states, (size_t)cap * sizeof *s);
+    if (s == NULL) return NULL;
+    states = s;
+    states_cap = cap;
+  }
+  struct comm_state *s = &states[nstates++];
+  memset(s, 0, sizeof *s);
+  s->comm = comm;
+  return s;
+}
+
+static void state_update_blocked(int was, int is) {
+  if (was && !is) __atomic_sub_fetch(&nblocked, 1, __ATOMIC_SEQ_CST);
+  if (!was && is) __atomic_add_fetch(&nblocked, 1, __ATOMIC_SEQ_CST);
+}
+
+ncclResult_t nccl_comm_usable(ncclComm_t comm, const char *fn) {
+  if (__atomic_load_n(&nblocked, __ATOMIC_SEQ_CST) == 0) return ncclSuccess;
+  pthread_mutex_lock(&states_lock);
+  struct comm_state *s = state_find(comm, 0);
+  const int revoked = s != NULL && s->revoked, suspended = s != NULL && s->suspended;
+  pthread_mutex_unlock(&states_lock);
+  if (!revoked && !suspended) return ncclSuccess;
+  weftResult_t res = weft_error_set(weftInvalidUsage, "%s: communicator is %s", fn,
+                                    revoked ? "revoked" : "suspended (ncclCommResume it first)");
+  struct weftComm *c = COMM(comm);
+  snprintf(c->last_error, sizeof c->last_error, "%s", weft_error_text());
+  return (ncclResult_t)res;
+}
+
+void nccl_comm_forget(ncclComm_t comm) {
+  pthread_mutex_lock(&states_lock);
+  struct comm_state *s = state_find(comm, 0);
+  if (s != NULL) {
+    state_update_blocked(s->revoked || s->suspended, 0);
+    *s = states[--nstates];
+  }
+  pthread_mutex_unlock(&states_lock);
+}
+
+int nccl_comm_mark(ncclComm_t comm, enum nccl_mark which, int value) {
+  pthread_mutex_lock(&states_lock);
+  struct comm_state *s = state_find(comm, value);
+  int old = s == NULL && !value ? 0 : -1;
+  if (s != NULL) {
+    int *field = which == NCCL_MARK_REVOKED ? &s->revoked : &s->suspended;
+    int was = s->revoked || s->suspended;
+    old = *field;
+    *field = value;
+    state_update_blocked(was, s->revoked || s->suspended);
+  }
+  pthread_mutex_unlock(&states_lock);
+  return old;
+}
+
+int nccl_comm_suspended(ncclComm_t comm) {
+  pthread_mutex_lock(&states_lock);
+  struct comm_state *s = state_find(comm, 0);
+  int suspended = s != NULL && s->suspended;
+  pthread_mutex_unlock(&states_lock);
+  return suspended;
+}
+
+weftResult_t nccl_comm_grow_id_make(ncclComm_t comm, ncclUniqueId *uniqueId) {
+  weftResult_t res;
+  pthread_mutex_lock(&states_lock);
+  struct comm_state *s = state_find(comm, 1);
+  if (s == NULL) {
+    res = weft_error_set(weftSystemError, "ncclCommGetUniqueId: out of memory");
+  } else if (s->grow_id_pending) {
+    res = weft_error_set(weftInvalidUsage,
+                         "ncclCommGetUniqueId: the previous id has not been used by ncclCommGrow");
+  } else {
+    weftUniqueId id;
+    res = weftGetUniqueId(&id);
+    if (res == weftSuccess) {
+      memcpy(&s->grow_id, &id, sizeof id);
+      s->grow_id_pending = 1;
+      *uniqueId = s->grow_id;
+    }
+  }
+  pthread_mutex_unlock(&states_lock);
+  return res;
+}
+
+int nccl_comm_grow_id_consume(ncclComm_t comm, const ncclUniqueId *uniqueId) {
+  pthread_mutex_lock(&states_lock);
+  struct comm_state *s = state_find(comm, 0);
+  int ours = s != NULL && s->grow_id_pending &&
+             memcmp(&s->grow_id, uniqueId, sizeof *uniqueId) == 0;
+  if (ours) s->grow_id_pending = 0;
+  pthread_mutex_unlock(&states_lock);
+  return ours;
+}

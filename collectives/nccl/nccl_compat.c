@@ -1,0 +1,614 @@
+/* libnccl.so.2: the NCCL 2.30 API (include/nccl.h) over weft.
+ *
+ * Most calls map one to one: NCCL's enum values are weft's (checked below),
+ * a ncclComm_t is a weftComm_t, a ncclUniqueId is a weftUniqueId and a
+ * cudaStream_t is passed on as a weftStream_t. What needs more than a cast:
+ *   - ncclConfig_t is read under NCCL's rule for older layouts (config_read);
+ *   - NCCL_* environment variables that weft has an equivalent for are
+ *     copied to the WEFT_* ones when the library loads (env_import);
+ *   - every nccl* symbol has a pnccl* alias, as NCCL exports for profilers.
+ * The build links weft in statically and exports only nccl* and pnccl*. */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../transport/bootstrap.h"
+#include "../../transport/log.h"
+#include "../../transport/param.h"
+#include "../../transport/status.h"
+#include "../core/comm.h"
+#include "nccl_shim.h"
+
+/* --- The ABI: NCCL's values are weft's ------------------------------------ */
+
+#define SAME_VALUE(a, b) _Static_assert((int)(a) == (int)(b), #a " != " #b)
+SAME_VALUE(ncclSuccess, weftSuccess);
+SAME_VALUE(ncclUnhandledCudaError, weftUnhandledCudaError);
+SAME_VALUE(ncclSystemError, weftSystemError);
+SAME_VALUE(ncclInternalError, weftInternalError);
+SAME_VALUE(ncclInvalidArgument, weftInvalidArgument);
+SAME_VALUE(ncclInvalidUsage, weftInvalidUsage);
+SAME_VALUE(ncclRemoteError, weftRemoteError);
+SAME_VALUE(ncclInProgress, weftInProgress);
+/* every weft result is an NCCL one; weft never returns ncclTimeout */
+SAME_VALUE(ncclTimeout, weftNumResults);
+SAME_VALUE(ncclInt8, weftInt8);
+SAME_VALUE(ncclUint8, weftUint8);
+SAME_VALUE(ncclInt32, weftInt32);
+SAME_VALUE(ncclUint32, weftUint32);
+SAME_VALUE(ncclInt64, weftInt64);
+SAME_VALUE(ncclUint64, weftUint64);
+SAME_VALUE(ncclFloat16, weftFloat16);
+SAME_VALUE(ncclFloat32, weftFloat32);
+SAME_VALUE(ncclFloat64, weftFloat64);
+SAME_VALUE(ncclBfloat16, weftBfloat16);
+SAME_VALUE(ncclFloat8e4m3, weftFloat8e4m3);
+SAME_VALUE(ncclFloat8e5m2, weftFloat8e5m2);
+SAME_VALUE(ncclNumTypes, weftNumTypes);
+SAME_VALUE(ncclSum, weftSum);
+SAME_VALUE(ncclProd, weftProd);
+SAME_VALUE(ncclMax, weftMax);
+SAME_VALUE(ncclMin, weftMin);
+SAME_VALUE(ncclAvg, weftAvg);
+SAME_VALUE(ncclNumOps, weftNumOps);
+SAME_VALUE(ncclScalarDevice, weftScalarDevice);
+SAME_VALUE(ncclScalarHostImmediate, weftScalarHostImmediate);
+SAME_VALUE(NCCL_SPLIT_NOCOLOR, WEFT_SPLIT_NOCOLOR);
+_Static_assert(sizeof(ncclUniqueId) == sizeof(weftUniqueId), "unique id sizes differ");
+_Static_assert(sizeof(ncclRedOp_t) == sizeof(weftRedOp_t), "op sizes differ");
+_Static_assert(sizeof(ncclDataType_t) == sizeof(weftDataType_t), "datatype sizes differ");
+
+#define COMM(c) ((weftComm_t)(c))
+#define STREAM(s) ((weftStream_t)(s))
+/* Operations refuse to start on a revoked or suspended communicator. */
+#define USABLE(comm, fn)                                                       \
+  do {                                                                         \
+    ncclResult_t usable_ = nccl_comm_usable(comm, fn);                         \
+    if (usable_ != ncclSuccess) return usable_;                                \
+  } while (0)
+
+/* --- Environment: NCCL_* to WEFT_* ----------------------------------------- */
+
+/* NCCL_DEBUG levels; VERSION prints the version line and warnings. */
+static const char *debug_level(const char *nccl, char *buf, size_t n) {
+  static const char *const map[][2] = {{"VERSION", "WARN"}, {"WARN", "WARN"}, {"INFO", "INFO"},
+                                       {"ABORT", "WARN"},   {"TRACE", "TRACE"}, {"NONE", "NONE"}};
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (strcasecmp(nccl, map[i][0]) == 0) return snprintf(buf, n, "%s", map[i][1]), buf;
+  return NULL;
+}
+
+/* NCCL_DEBUG_SUBSYS: NCCL's names onto weft's subsystems; others dropped. */
+static const char *debug_subsys(const char *nccl, char *buf, size_t n) {
+  static const char *const map[][2] = {
+      {"INIT", "INIT"}, {"ENV", "INIT"},   {"BOOTSTRAP", "BOOTSTRAP"}, {"SHM", "SHM"},
+      {"NET", "NET"},   {"PROXY", "NET"},  {"COLL", "COLL"},           {"P2P", "COLL"},
+      {"TUNING", "COLL"}, {"ALL", "ALL"}};
+  size_t used = 0;
+  buf[0] = '\0';
+  if (*nccl == '^') {
+    used = (size_t)snprintf(buf, n, "^");
+    nccl++;
+  }
+  int any = 0;
+  while (*nccl) {
+    size_t len = strcspn(nccl, ",");
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+      if (strlen(map[i][0]) == len && strncasecmp(nccl, map[i][0], len) == 0 && used < n) {
+        used += (size_t)snprintf(buf + used, n - used, "%s%s", any ? "," : "", map[i][1]);
+        any = 1;
+        break;
+      }
+    nccl += len;
+    if (*nccl == ',') nccl++;
+  }
+  return any ? buf : NULL;
+}
+
+/* NCCL_ALGO and NCCL_PROTO: weft spells the names in lower case. */
+static const char *lower(const char *nccl, char *buf, size_t n) {
+  size_t i = 0;
+  for (; nccl[i] && i + 1 < n; i++) buf[i] = (char)tolower((unsigned char)nccl[i]);
+  buf[i] = '\0';
+  return buf;
+}
+
+static const char *same(const char *nccl, char *buf, size_t n) {
+  return snprintf(buf, n, "%s", nccl), buf;
+}
+
+static struct env_alias {
+  const char *nccl, *weft;
+  const char *(*map)(const char *value, char *buf, size_t n); /* NULL: no weft value */
+  int ours; /* we set the WEFT_* variable, so a reset may set it again */
+} env_aliases[] = {
+    {"NCCL_DEBUG", "WEFT_DEBUG", debug_level, 0},
+    {"NCCL_DEBUG_SUBSYS", "WEFT_DEBUG_SUBSYS", debug_subsys, 0},
+    {"NCCL_DEBUG_FILE", "WEFT_DEBUG_FILE", same, 0},
+    {"NCCL_SOCKET_IFNAME", "WEFT_SOCKET_IFNAME", same, 0},
+    {"NCCL_SHM_DISABLE", "WEFT_SHM_DISABLE", same, 0},
+    {"NCCL_ALGO", "WEFT_ALGO", lower, 0},
+    {"NCCL_PROTO", "WEFT_PROTO", lower, 0},
+};
+
+/* A WEFT_* variable the user set wins over its NCCL_* alias. */
+static void env_import(void) {
+  for (size_t i = 0; i < sizeof env_aliases / sizeof env_aliases[0]; i++) {
+    struct env_alias *a = &env_aliases[i];
+    const char *user = getenv(a->weft);
+    if (user != NULL && !a->ours) continue;
+    const char *value = getenv(a->nccl);
+    char buf[256];
+    const char *mapped = value != NULL && *value ? a->map(value, buf, sizeof buf) : NULL;
+    if (mapped != NULL) {
+      setenv(a->weft, mapped, 1);
+      a->ours = 1;
+    } else if (a->ours) {
+      unsetenv(a->weft);
+      a->ours = 0;
+    }
+  }
+}
+
+__attribute__((constructor)) static void nccl_compat_load(void) { env_import(); }
+
+const char *nccl_env_alias(const char *nccl_name) {
+  for (size_t i = 0; i < sizeof env_aliases / sizeof env_aliases[0]; i++)
+    if (strcmp(env_aliases[i].nccl, nccl_name) == 0) return env_aliases[i].weft;
+  return NULL;
+}
+
+/* NCCL_DEBUG=VERSION (or more) prints the version once, as NCCL does. */
+static void version_banner(int rank) {
+  static int printed;
+  const char *d = getenv("NCCL_DEBUG");
+  if (rank != 0 || d == NULL || __atomic_exchange_n(&printed, 1, __ATOMIC_SEQ_CST)) return;
+  if (strcasecmp(d, "VERSION") == 0 || strcasecmp(d, "INFO") == 0 || strcasecmp(d, "TRACE") == 0)
+    fprintf(stderr, "NCCL version %d.%d.%d (weft %d.%d.%d)\n", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH,
+            WEFT_MAJOR, WEFT_MINOR, WEFT_PATCH);
+}
+
+NCCL_EXPORT void ncclResetDebugInit(void) {
+  static struct weft_param *const tables[] = {log_params, NULL};
+  env_import();
+  param_tables_reset(tables);
+}
+NCCL_PROFILING_ALIAS(ncclResetDebugInit);
+
+/* --- Configuration --------------------------------------------------------- */
+
+/* Reads an ncclConfig_t of any 2.x layout into weft's config: only the
+ * caller's `size` bytes, and fields newer than its `version` take their
+ * defaults (weft reads none of the fields 2.28 to 2.30 added). */
+ncclResult_t nccl_config_read(const ncclConfig_t *user, weftConfig_t *cfg,
+                              weftConfig_t **cfg_out_p) {
+  *cfg_out_p = NULL;
+  if (user == NULL) return ncclSuccess;
+  const ncclConfig_t defaults = NCCL_CONFIG_INITIALIZER;
+  ncclConfig_t c = defaults;
+  size_t size;
+  memcpy(&size, user, sizeof size);
+  if (size < offsetof(ncclConfig_t, blocking))
+    return RES(weft_error_set(weftInvalidArgument, "ncclConfig_t size %zu is too small", size));
+  memcpy(&c, user, size < sizeof c ? size : sizeof c);
+  if (c.magic != NCCL_CONFIG_MAGIC)
+    return RES(weft_error_set(weftInvalidArgument,
+                              "ncclConfig_t was not initialised with NCCL_CONFIG_INITIALIZER "
+                              "(magic 0x%x)",
+                              c.magic));
+  if (c.version < NCCL_VERSION(2, 14, 0)) c.blocking = defaults.blocking;
+  if (c.version < NCCL_VERSION(2, 17, 0)) {
+    c.cgaClusterSize = defaults.cgaClusterSize;
+    c.minCTAs = defaults.minCTAs;
+    c.maxCTAs = defaults.maxCTAs;
+    c.netName = defaults.netName;
+  }
+  if (c.version < NCCL_VERSION(2, 25, 0)) c.trafficClass = defaults.trafficClass;
+  if (c.version < NCCL_VERSION(2, 27, 0)) {
+    c.collnetEnable = defaults.collnetEnable;
+    c.CTAPolicy = defaults.CTAPolicy;
+    c.shrinkShare = defaults.shrinkShare;
+    c.nvlsCTAs = defaults.nvlsCTAs;
+  }
+  if (c.blocking != NCCL_CONFIG_UNDEF_INT && c.blocking != 0 && c.blocking != 1)
+    return RES(weft_error_set(weftInvalidArgument, "ncclConfig_t.blocking is %d: must be 0 or 1",
+                              c.blocking));
+  const int ctas[2] = {c.minCTAs, c.maxCTAs};
+  for (int i = 0; i < 2; i++)
+    if (ctas[i] != NCCL_CONFIG_UNDEF_INT && ctas[i] < 1)
+      return RES(weft_error_set(weftInvalidArgument, "ncclConfig_t.%s is %d: must be positive",
+                                i ? "maxCTAs" : "minCTAs", ctas[i]));
+  if (c.minCTAs != NCCL_CONFIG_UNDEF_INT && c.maxCTAs != NCCL_CONFIG_UNDEF_INT &&
+      c.minCTAs > c.maxCTAs)
+    return RES(weft_error_set(weftInvalidArgument, "ncclConfig_t.minCTAs %d > maxCTAs %d",
+                              c.minCTAs, c.maxCTAs));
+
+  const weftConfig_t wdefaults = WEFT_CONFIG_INITIALIZER;
+  *cfg = wdefaults;
+  cfg->blocking = c.blocking == NCCL_CONFIG_UNDEF_INT ? WEFT_CONFIG_UNDEF_INT : c.blocking;
+  /* NCCL clamps CTA counts to what it has; weft's channels play their part */
+  cfg->minChannels = c.minCTAs == NCCL_CONFIG_UNDEF_INT ? WEFT_CONFIG_UNDEF_INT
+                     : c.minCTAs > WEFT_MAX_CHANNELS    ? WEFT_MAX_CHANNELS
+                                                        : c.minCTAs;
+  cfg->maxChannels = c.maxCTAs == NCCL_CONFIG_UNDEF_INT ? WEFT_CONFIG_UNDEF_INT
+                     : c.maxCTAs > WEFT_MAX_CHANNELS    ? WEFT_MAX_CHANNELS
+                                                        : c.maxCTAs;
+  cfg->commName = size >= offsetof(ncclConfig_t, collnetEnable) ? c.commName : NULL;
+  *cfg_out_p = cfg;
+  return ncclSuccess;
+}
+
+/* --- Memory ---------------------------------------------------------------- */
+
+NCCL_EXPORT ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
+  return RES(weftMemAlloc(ptr, size));
+}
+NCCL_PROFILING_ALIAS(ncclMemAlloc);
+
+NCCL_EXPORT ncclResult_t ncclMemFree(void *ptr) { return RES(weftMemFree(ptr)); }
+NCCL_PROFILING_ALIAS(ncclMemFree);
+
+/* --- Versions, ids, communicators ------------------------------------------ */
+
+NCCL_EXPORT ncclResult_t ncclGetVersion(int *version) {
+  weft_error_clear();
+  if (version == NULL) return RES(weft_error_set(weftInvalidArgument, "version is NULL"));
+  *version = NCCL_VERSION_CODE;
+  return ncclSuccess;
+}
+NCCL_PROFILING_ALIAS(ncclGetVersion);
+
+/* With NCCL_COMM_ID=host:port every process computes the same id without
+ * talking to the others, and rank 0 serves the rendezvous on that address
+ * when it joins (comm_id_root_start), as NCCL does. */
+static ncclResult_t comm_id_from_env(int *set_p, struct bootstrap_id *id_out) {
+  const char *fixed = getenv("NCCL_COMM_ID");
+  *set_p = fixed != NULL && *fixed != '\0';
+  return *set_p ? RES(bootstrap_id_from_hostport(fixed, "NCCL_COMM_ID", id_out)) : ncclSuccess;
+}
+
+static ncclResult_t comm_id_root_start(int rank, const ncclUniqueId *commId) {
+  int set;
+  struct bootstrap_id id;
+  ncclResult_t res = comm_id_from_env(&set, &id);
+  if (res != ncclSuccess || !set || rank != 0 || memcmp(&id, commId, sizeof id) != 0) return res;
+  union weft_sockaddr any = id.root;
+  if (any.sa.sa_family == AF_INET) any.in.sin_addr.s_addr = htonl(INADDR_ANY);
+  else any.in6.sin6_addr = in6addr_any;
+  return RES(bootstrap_root_start(&any, id.secret, NULL));
+}
+
+NCCL_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId) {
+  weft_error_clear();
+  if (uniqueId == NULL) return RES(weft_error_set(weftInvalidArgument, "uniqueId is NULL"));
+  int set;
+  struct bootstrap_id id;
+  ncclResult_t res = comm_id_from_env(&set, &id);
+  if (res != ncclSuccess) return res;
+  if (!set) return RES(weftGetUniqueId((weftUniqueId *)uniqueId));
+  memset(uniqueId, 0, sizeof *uniqueId);
+  memcpy(uniqueId, &id, sizeof id);
+  return ncclSuccess;
+}
+NCCL_PROFILING_ALIAS(ncclGetUniqueId);
+
+static ncclResult_t init_rank_config(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                                     ncclConfig_t *config) {
+  weft_error_clear();
+  weftConfig_t cfg, *cfgp;
+  ncclResult_t res = nccl_config_read(config, &cfg, &cfgp);
+  if (res != ncclSuccess) return res;
+  version_banner(rank);
+  res = comm_id_root_start(rank, &commId);
+  if (res != ncclSuccess) return res;
+  if (nccl_group_active()) return nccl_defer_init(comm, nranks, commId, rank, cfgp);
+  weftUniqueId id;
+  memcpy(&id, &commId, sizeof id);
+  return RES(weftCommInitRankConfig((weftComm_t *)comm, nranks, id, rank, cfgp));
+}
+
+NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId,
+                                                int rank, ncclConfig_t *config) {
+  return init_rank_config(comm, nranks, commId, rank, config);
+}
+NCCL_PROFILING_ALIAS(ncclCommInitRankConfig);
+
+NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
+                                          int rank) {
+  return init_rank_config(comm, nranks, commId, rank, NULL);
+}
+NCCL_PROFILING_ALIAS(ncclCommInitRank);
+
+/* weft needs one rendezvous, not one per id: every rank joins the first. */
+NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank,
+                                                  int nId, ncclUniqueId *commIds,
+                                                  ncclConfig_t *config) {
+  weft_error_clear();
+  if (nId < 1 || commIds == NULL)
+    return RES(weft_error_set(weftInvalidArgument,
+                              "ncclCommInitRankScalable: needs at least one id (nId %d, ids %p)",
+                              nId, (void *)commIds));
+  return init_rank_config(newcomm, nranks, commIds[0], myrank, config);
+}
+NCCL_PROFILING_ALIAS(ncclCommInitRankScalable);
+
+NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist) {
+  version_banner(0);
+  return RES(weftCommInitAll((weftComm_t *)comm, ndev, devlist));
+}
+NCCL_PROFILING_ALIAS(ncclCommInitAll);
+
+NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  return RES(weftCommFinalize(COMM(comm)));
+}
+NCCL_PROFILING_ALIAS(ncclCommFinalize);
+
+NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  /* NCCL accepts a NULL communicator here */
+  if (comm == NULL) return ncclSuccess;
+  ncclResult_t res = RES(weftCommDestroy(COMM(comm)));
+  if (res == ncclSuccess) nccl_comm_forget(comm);
+  return res;
+}
+NCCL_PROFILING_ALIAS(ncclCommDestroy);
+
+NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (comm == NULL) return ncclSuccess;
+  ncclResult_t res = RES(weftCommAbort(COMM(comm)));
+  if (res == ncclSuccess) nccl_comm_forget(comm);
+  return res;
+}
+NCCL_PROFILING_ALIAS(ncclCommAbort);
+
+NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                                       ncclConfig_t *config) {
+  weft_error_clear();
+  weftConfig_t cfg, *cfgp;
+  ncclResult_t res = nccl_config_read(config, &cfg, &cfgp);
+  if (res != ncclSuccess) return res;
+  if (nccl_group_active()) return nccl_defer_split(comm, color, key, newcomm, cfgp);
+  return RES(weftCommSplit(COMM(comm), color, key, (weftComm_t *)newcomm, cfgp));
+}
+NCCL_PROFILING_ALIAS(ncclCommSplit);
+
+/* weft's shrink never waits on the parent's operations, so NCCL_SHRINK_ABORT
+ * and NCCL_SHRINK_DEFAULT behave alike. */
+NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList,
+                                        int excludeRanksCount, ncclComm_t *newcomm,
+                                        ncclConfig_t *config, int shrinkFlags) {
+  weft_error_clear();
+  if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT)
+    return RES(weft_error_set(weftInvalidArgument, "ncclCommShrink: unknown flags 0x%x",
+                              shrinkFlags));
+  weftConfig_t cfg, *cfgp;
+  ncclResult_t res = nccl_config_read(config, &cfg, &cfgp);
+  if (res != ncclSuccess) return res;
+  return RES(weftCommShrink(COMM(comm), excludeRanksList, excludeRanksCount,
+                            (weftComm_t *)newcomm, cfgp));
+}
+NCCL_PROFILING_ALIAS(ncclCommShrink);
+
+/* --- Errors ---------------------------------------------------------------- */
+
+NCCL_EXPORT const char *ncclGetErrorString(ncclResult_t result) {
+  if (result == ncclTimeout) return "operation timed out";
+  return weftGetErrorString((weftResult_t)result);
+}
+NCCL_PROFILING_ALIAS(ncclGetErrorString);
+
+NCCL_EXPORT const char *ncclGetLastError(ncclComm_t comm) { return weftGetLastError(COMM(comm)); }
+NCCL_PROFILING_ALIAS(ncclGetLastError);
+
+NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
+  return RES(weftCommGetAsyncError(COMM(comm), (weftResult_t *)asyncError));
+}
+NCCL_PROFILING_ALIAS(ncclCommGetAsyncError);
+
+/* --- Communicator queries and registration --------------------------------- */
+
+NCCL_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) {
+  return RES(weftCommCount(COMM(comm), count));
+}
+NCCL_PROFILING_ALIAS(ncclCommCount);
+
+NCCL_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device) {
+  return RES(weftCommCuDevice(COMM(comm), device));
+}
+NCCL_PROFILING_ALIAS(ncclCommCuDevice);
+
+NCCL_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
+  return RES(weftCommUserRank(COMM(comm), rank));
+}
+NCCL_PROFILING_ALIAS(ncclCommUserRank);
+
+NCCL_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size,
+                                          void **handle) {
+  return RES(weftCommRegister(COMM(comm), buff, size, handle));
+}
+NCCL_PROFILING_ALIAS(ncclCommRegister);
+
+NCCL_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle) {
+  return RES(weftCommDeregister(COMM(comm), handle));
+}
+NCCL_PROFILING_ALIAS(ncclCommDeregister);
+
+/* A window is a registration and the buffer it covers: weft has no separate
+ * symmetric-memory kernels, so NCCL_WIN_COLL_SYMMETRIC and
+ * NCCL_WIN_STRICT_ORDERING are accepted and change nothing. */
+NCCL_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size,
+                                                ncclWindow_t *win, int winFlags) {
+  weft_error_clear();
+  if (win == NULL)
+    return RES(weft_error_set(weftInvalidArgument, "ncclCommWindowRegister: win is NULL"));
+  if (winFlags & ~(NCCL_WIN_DEFAULT | NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING))
+    return RES(weft_error_set(weftInvalidArgument, "ncclCommWindowRegister: unknown flags 0x%x",
+                              winFlags));
+  struct ncclWindow_vidmem *w = calloc(1, sizeof *w);
+  if (w == NULL) return RES(weft_error_set(weftSystemError, "ncclCommWindowRegister: out of memory"));
+  weftResult_t res = weftCommRegister(COMM(comm), buff, size, &w->handle);
+  if (res != weftSuccess) {
+    free(w);
+    return RES(res);
+  }
+  w->magic = NCCL_WINDOW_MAGIC;
+  w->comm = comm;
+  w->buff = buff;
+  w->nbytes = size;
+  *win = w;
+  return ncclSuccess;
+}
+NCCL_PROFILING_ALIAS(ncclCommWindowRegister);
+
+ncclComm_t nccl_window_comm(ncclWindow_t win) {
+  return win != NULL && win->magic == NCCL_WINDOW_MAGIC ? win->comm : NULL;
+}
+
+static ncclResult_t window_check(ncclComm_t comm, ncclWindow_t win, const char *fn) {
+  weftResult_t res = comm_check(COMM(comm));
+  if (res != weftSuccess) return RES(res);
+  if (nccl_window_comm(win) != comm)
+    return RES(weft_error_set(weftInvalidArgument,
+                              "%s: window %p was not registered with this communicator", fn,
+                              (void *)win));
+  return ncclSuccess;
+}
+
+NCCL_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  weft_error_clear();
+  ncclResult_t res = window_check(comm, win, "ncclCommWindowDeregister");
+  if (res != ncclSuccess) return res;
+  res = RES(weftCommDeregister(COMM(comm), win->handle));
+  if (res != ncclSuccess) return res;
+  win->magic = 0;
+  free(win);
+  return ncclSuccess;
+}
+NCCL_PROFILING_ALIAS(ncclCommWindowDeregister);
+
+NCCL_EXPORT ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr) {
+  weft_error_clear();
+  if (outUserPtr == NULL)
+    return RES(weft_error_set(weftInvalidArgument, "ncclWinGetUserPtr: outUserPtr is NULL"));
+  ncclResult_t res = window_check(comm, win, "ncclWinGetUserPtr");
+  if (res != ncclSuccess) return res;
+  *outUserPtr = win->buff;
+  return ncclSuccess;
+}
+NCCL_PROFILING_ALIAS(ncclWinGetUserPtr);
+
+/* --- Reduction operators --------------------------------------------------- */
+
+NCCL_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar,
+                                                  ncclDataType_t datatype,
+                                                  ncclScalarResidence_t residence,
+                                                  ncclComm_t comm) {
+  return RES(weftRedOpCreatePreMulSum((weftRedOp_t *)op, scalar, (weftDataType_t)datatype,
+                                      (weftScalarResidence_t)residence, COMM(comm)));
+}
+NCCL_PROFILING_ALIAS(ncclRedOpCreatePreMulSum);
+
+NCCL_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  return RES(weftRedOpDestroy((weftRedOp_t)op, COMM(comm)));
+}
+NCCL_PROFILING_ALIAS(ncclRedOpDestroy);
+
+/* --- Collectives and point-to-point ---------------------------------------- */
+
+NCCL_EXPORT ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                    ncclDataType_t datatype, ncclRedOp_t op, int root,
+                                    ncclComm_t comm, cudaStream_t stream) {
+  USABLE(comm, "ncclReduce");
+  return RES(weftReduce(sendbuff, recvbuff, count, (weftDataType_t)datatype, (weftRedOp_t)op,
+                        root, COMM(comm), STREAM(stream)));
+}
+NCCL_PROFILING_ALIAS(ncclReduce);
+
+NCCL_EXPORT ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root,
+                                   ncclComm_t comm, cudaStream_t stream) {
+  USABLE(comm, "ncclBcast");
+  return RES(weftBcast(buff, count, (weftDataType_t)datatype, root, COMM(comm), STREAM(stream)));
+}
+NCCL_PROFILING_ALIAS(ncclBcast);
+
+NCCL_EXPORT ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                                       ncclDataType_t datatype, int root, ncclComm_t comm,
+                                       cudaStream_t stream) {
+  USABLE(comm, "ncclBroadcast");
+  return RES(weftBroadcast(sendbuff, recvbuff, count, (weftDataType_t)datatype, root, COMM(comm),
+                           STREAM(stream)));
+}
+NCCL_PROFILING_ALIAS(ncclBroadcast);
+
+NCCL_EXPORT ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                       ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                       cudaStream_t stream) {
+  USABLE(comm, "ncclAllReduce");
+  return RES(weftAllReduce(sendbuff, recvbuff, count, (weftDataType_t)datatype, (weftRedOp_t)op,
+                           COMM(comm), STREAM(stream)));
+}
+NCCL_PROFILING_ALIAS(ncclAllReduce);
+
+NCCL_EXPORT ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                                           ncclDataType_t datatype, ncclRedOp_t op,
+                                           ncclComm_t comm, cudaStream_t stream) {
+  USABLE(comm, "ncclReduceScatter");
+  return RES(weftReduceScatter(sendbuff, recvbuff, recvcount, (weftDataType_t)datatype,
+                               (weftRedOp_t)op, COMM(comm), STREAM(stream)));
+}
+NCCL_PROFILING_ALIAS(ncclReduceScatter);
+
+NCCL_EXPORT ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                                       ncclDataType_t datatype, ncclComm_t comm,
+                                       cudaStream_t stream) {
+  USABLE(comm, "ncclAllGather");
+  return RES(weftAllGather(sendbuff, recvbuff, sendcount, (weftDataType_t)datatype, COMM(comm),
+                           STREAM(stream)));
+}
+NCCL_PROFILING_ALIAS(ncclAllGather);
+
+/* Block j of sendbuff goes to rank j. */
+NCCL_EXPORT ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                                      ncclDataType_t datatype, ncclComm_t comm,
+                                      cudaStream_t stream) {
+  USABLE(comm, "ncclAlltoAll");
+  return RES(weftAlltoAll(sendbuff, recvbuff, count, (weftDataType_t)datatype, COMM(comm),
+                          STREAM(stream)));
+}
+NCCL_PROFILING_ALIAS(ncclAlltoAll);
+
+NCCL_EXPORT ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count,
+                                    ncclDataType_t datatype, int root, ncclComm_t comm,
+                                    cudaStream_t stream) {
+  USABLE(comm, "ncclGather");
+  return RES(weftGather(sendbuff, recvbuff, count, (weftDataType_t)datatype, root, COMM(comm),
+                        STREAM(stream)));
+}
+NCCL_PROFILING_ALIAS(ncclGather);
+
+NCCL_EXPORT ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count,
+                                     ncclDataType_t datatype, int root, ncclComm_t comm,
+                                     cudaStream_t stream) {
+  USABLE(comm, "ncclScatter");
+  return RES(weftScatter(sendbuff, recvbuff, count, (weftDataType_t)datatype, root, COMM(comm),
+                         STREAM(stream)));
+}
+NCCL_PROFILING_ALIAS(ncclScatter);
+
+NCCL_EXPORT ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype,
+                                  int peer, ncclComm_t comm, cudaStream_t stream) {
+  USABLE(comm, "ncclSend");
+  return RES(weftSend(sendbuff, count, (weftDataType_t)datatype, peer, COMM(comm),
+                      STREAM(stream)));
+}
+NCCL_PROFILING_ALIAS(ncclSend);
+
+NCCL_EXPORT ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                                  ncclComm_t comm, cudaStream_t stream) {
+  USABLE(comm, "ncclRecv");
+  return RES(weftRecv(recvbuff, count, (weftDataType_t)datatype, peer, COMM(comm),
+                      STREAM(stream)));
+}
+NCCL_PROFILING_ALIAS(ncclRecv);

@@ -1,0 +1,72 @@
+/* What the files of libnccl.so.2 share: nccl_compat.c (the core API),
+ * nccl_group.c (groups), nccl_comm.c (revoke, suspend, grow), nccl_param.c
+ * (parameters), nccl_device.c (the device API's host side). */
+#ifndef WEFT_NCCL_SHIM_H
+#define WEFT_NCCL_SHIM_H
+
+#include <stdint.h>
+
+#include "../../include/nccl.h"
+#include "../../include/weft.h"
+
+/* As in NCCL, nccl<name> is weak so that a profiling library may define its
+ * own and call the real one as pnccl<name>, the same function under a
+ * second, strong name. */
+#define NCCL_EXPORT __attribute__((visibility("default"), weak))
+#define NCCL_PROFILING_ALIAS(name) \
+  extern __typeof__(name) p##name __attribute__((alias(#name), visibility("default")))
+
+#define RES(r) ((ncclResult_t)(r))
+
+/* Whether the calling thread is between ncclGroupStart and ncclGroupEnd. */
+int nccl_group_active(void);
+
+/* Inside a group, communicator creation is recorded and runs at the
+ * outermost ncclGroupEnd, every recorded one at once: so one thread can
+ * create the communicators of several ranks of the same clique. cfg may be
+ * NULL. *out is written when the group ends. */
+ncclResult_t nccl_defer_init(ncclComm_t *out, int nranks, ncclUniqueId id, int rank,
+                             const weftConfig_t *cfg);
+ncclResult_t nccl_defer_split(ncclComm_t parent, int color, int key, ncclComm_t *out,
+                              const weftConfig_t *cfg);
+
+/* Reads an ncclConfig_t of any 2.x layout into cfg; *cfg_out_p is cfg, or
+ * NULL when user is NULL. */
+ncclResult_t nccl_config_read(const ncclConfig_t *user, weftConfig_t *cfg,
+                              weftConfig_t **cfg_out_p);
+
+/* The WEFT_* variable an NCCL_* one is copied to at load, or NULL. */
+const char *nccl_env_alias(const char *nccl_name);
+
+/* Whether operations may start on comm: ncclInvalidUsage, with the reason as
+ * comm's last error, while it is revoked or suspended (nccl_comm_state.c). Costs
+ * one atomic load while no communicator is either. */
+ncclResult_t nccl_comm_usable(ncclComm_t comm, const char *fn);
+/* Drops what nccl_comm_state.c keeps about comm; called before it is freed. */
+void nccl_comm_forget(ncclComm_t comm);
+
+enum nccl_mark { NCCL_MARK_REVOKED, NCCL_MARK_SUSPENDED };
+/* Sets comm's mark to value; returns the previous value, or -1 when out of
+ * memory. */
+int nccl_comm_mark(ncclComm_t comm, enum nccl_mark which, int value);
+/* Whether comm is suspended. */
+int nccl_comm_suspended(ncclComm_t comm);
+/* A grow id for comm (ncclCommGetUniqueId): weftInvalidUsage while the last
+ * one is unconsumed. */
+weftResult_t nccl_comm_grow_id_make(ncclComm_t comm, ncclUniqueId *uniqueId);
+/* Whether uniqueId is comm's unconsumed grow id; consumes it if so. */
+int nccl_comm_grow_id_consume(ncclComm_t comm, const ncclUniqueId *uniqueId);
+
+/* A window: a registration and the buffer it covers. */
+#define NCCL_WINDOW_MAGIC 0x6e63636c2d77696eull /* "nccl-win" */
+struct ncclWindow_vidmem {
+  uint64_t magic;
+  ncclComm_t comm;
+  void *handle; /* weftCommRegister's */
+  void *buff;
+  size_t nbytes;
+};
+/* The window's communicator, or NULL when win is not a live window. */
+ncclComm_t nccl_window_comm(ncclWindow_t win);
+
+#endif

@@ -1,0 +1,242 @@
+/* The tuner: picks algorithm, protocol and channels for each collective from
+ * a latency/bandwidth cost model, within what WEFT_ALGO and WEFT_PROTO allow.
+ *
+ * Both variables take NCCL's syntax: a comma list of names ("tree,ring"), or
+ * the names to leave out after a caret ("^ll"), optionally per collective
+ * ("allreduce:tree;broadcast:ring"); names are case-insensitive. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "../../transport/status.h"
+#include "../algo/bulk.h"
+#include "../algo/cma.h"
+#include "../core/params.h"
+#include "../core/plan.h"
+#include "tuner.h"
+
+static const char *const algo_names[ALGO_NUM] = {"ring", "tree", "rd", "cma", "bulk"};
+static const char *const proto_names[PROTO_NUM] = {"simple", "ll"};
+static const char *const coll_keys[COLL_NUM_RING] = {"allreduce", "allgather", "reducescatter",
+                                                     "broadcast", "reduce"};
+
+/* Which algorithms each collective has on the host. */
+static int algo_exists(enum coll_kind coll, enum coll_algo algo) {
+  return algo == ALGO_RING || (coll == COLL_ALLREDUCE && (algo == ALGO_TREE || algo == ALGO_RD));
+}
+
+const char *tuner_algo_name(int algo) { return algo >= 0 && algo < ALGO_NUM ? algo_names[algo] : "?"; }
+const char *tuner_proto_name(int proto) {
+  return proto >= 0 && proto < PROTO_NUM ? proto_names[proto] : "?";
+}
+
+static int name_index(const char *name, size_t len, const char *const *names, int n) {
+  for (int i = 0; i < n; i++)
+    if (strlen(names[i]) == len && strncasecmp(name, names[i], len) == 0) return i;
+  return -1;
+}
+
+int tuner_parse(const char *spec, const char *const *names, int nnames,
+                uint8_t allowed[COLL_NUM_RING][8]) {
+  for (int c = 0; c < COLL_NUM_RING; c++)
+    for (int i = 0; i < nnames; i++) allowed[c][i] = 1;
+  if (spec == NULL || *spec == '\0') return 0;
+  int bad = 0;
+  const char *entry = spec;
+  while (*entry) {
+    const char *end = strchr(entry, ';');
+    size_t elen = end ? (size_t)(end - entry) : strlen(entry);
+    /* optional "collective:" prefix */
+    int c_first = 0, c_last = COLL_NUM_RING - 1;
+    const char *colon = memchr(entry, ':', elen);
+    const char *list = entry;
+    if (colon != NULL) {
+      int c = name_index(entry, (size_t)(colon - entry), coll_keys, COLL_NUM_RING);
+      if (c < 0) bad = 1;
+      c_first = c_last = c;
+      list = colon + 1;
+    }
+    size_t llen = elen - (size_t)(list - entry);
+    int exclude = llen > 0 && list[0] == '^';
+    if (exclude) list++, llen--;
+    uint8_t pick[8] = {0};
+    for (size_t o = 0; o < llen;) {
+      const char *comma = memchr(list + o, ',', llen - o);
+      size_t nlen = comma ? (size_t)(comma - (list + o)) : llen - o;
+      int i = name_index(list + o, nlen, names, nnames);
+      if (i < 0) bad = 1;
+      else pick[i] = 1;
+      o += nlen + 1;
+    }
+    for (int c = c_first; c >= 0 && c <= c_last; c++)
+      for (int i = 0; i < nnames; i++) allowed[c][i] = exclude ? !pick[i] : pick[i];
+    entry += elen + (end ? 1 : 0);
+  }
+  return bad ? -1 : 0;
+}
+
+/* The parsed variables, re-parsed when the cached text changes (tests).
+ * Any thread may tune a plan while another finds the text changed, so a
+ * parsed set is never changed once published: each is allocated, kept on a
+ * list for the life of the process (a new one only per new text) and made
+ * current with one atomic store. */
+struct tuner_rules {
+  const char *algo_text, *proto_text;
+  uint8_t algo[COLL_NUM_RING][8];
+  uint8_t proto[COLL_NUM_RING][8];
+  struct tuner_rules *next; /* every set parsed so far */
+};
+static struct tuner_rules *rules_current;
+static struct tuner_rules *rules_all;
+static pthread_mutex_t rules_mutex = PTHREAD_MUTEX_INITIALIZER;
+/* The current rules; when out of memory, everything allowed, in *fallback. */
+static const struct tuner_rules *tuner_rules_get(struct tuner_rules *fallback) {
+  const char *a = param_str(&coll_params[P_ALGO]), *p = param_str(&coll_params[P_PROTO]);
+  const struct tuner_rules *cur = __atomic_load_n(&rules_current, __ATOMIC_ACQUIRE);
+  if (cur != NULL && cur->algo_text == a && cur->proto_text == p) return cur;
+  pthread_mutex_lock(&rules_mutex);
+  struct tuner_rules *r = rules_all;
+  while (r != NULL && (r->algo_text != a || r->proto_text != p)) r = r->next;
+  if (r == NULL && (r = calloc(1, sizeof *r)) != NULL) {
+    r->algo_text = a;
+    r->proto_text = p;
+    if (tuner_parse(a, algo_names, ALGO_NUM, r->algo) != 0)
+      WEFT_WARN(LOG_COLL, "WEFT_ALGO=%s: unknown names ignored (ring, tree, rd, cma, bulk)", a);
+    if (tuner_parse(p, proto_names, PROTO_NUM, r->proto) != 0)
+      WEFT_WARN(LOG_COLL, "WEFT_PROTO=%s: unknown names ignored (simple, ll)", p);
+    r->next = rules_all;
+    rules_all = r;
+  }
+  if (r != NULL) __atomic_store_n(&rules_current, r, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&rules_mutex);
+  if (r == NULL) {
+    WEFT_WARN(LOG_COLL, "out of memory parsing WEFT_ALGO/WEFT_PROTO: every algorithm allowed");
+    tuner_parse(NULL, algo_names, ALGO_NUM, fallback->algo);
+    tuner_parse(NULL, proto_names, PROTO_NUM, fallback->proto);
+    return fallback;
+  }
+  return r;
+}
+
+/* The cost model (docs/design.md, "Tuner"), in microseconds. One set of
+ * constants, measured on shared memory with 2 ranks (all-gather, all-reduce,
+ * reduce-scatter at 8-64 B, 20000 iterations: LL never ahead of SIMPLE,
+ * 0.21-0.27 us against 0.21-0.26, and it moves half the payload per cache
+ * line, so it is taken only where WEFT_PROTO leaves nothing else). */
+static const struct {
+  double lat_us;       /* per dependent step */
+  double bytes_per_us; /* payload */
+} tuner_cost[PROTO_NUM] = {
+    [PROTO_SIMPLE] = {0.46, 8000},
+    [PROTO_LL] = {0.47, 1500},
+};
+/* Network transports: latency times this, bandwidth divided by that. */
+#define TUNER_NET_LAT_FACTOR 40
+#define TUNER_NET_BW_DIVISOR 8
+
+static void tuner_cost_get(const struct weftComm *comm, enum coll_proto proto, double *lat_out,
+                           double *bw_out) {
+  double lat = tuner_cost[proto].lat_us, bw = tuner_cost[proto].bytes_per_us;
+  if (comm->network) lat *= TUNER_NET_LAT_FACTOR, bw /= TUNER_NET_BW_DIVISOR;
+  *lat_out = lat;
+  *bw_out = bw;
+}
+
+/* Steps times latency plus bytes over bandwidth. The host executor runs a
+ * plan's channels one after another on one thread (exec/host/run.c), each a
+ * whole ring over its share: the steps repeat per channel, the bytes add up
+ * to the same total. */
+static double model_us(const struct weftComm *comm, enum coll_kind coll, enum coll_algo algo,
+                       enum coll_proto proto, size_t nbytes, int nchannels) {
+  const double n = comm->nranks;
+  double lat, bw;
+  tuner_cost_get(comm, proto, &lat, &bw);
+  double steps, bytes;
+  int log2n = 0;
+  while ((1 << log2n) < comm->nranks) log2n++;
+  switch (algo) {
+    case ALGO_TREE: /* across hosts the trees chain each host's ranks: deeper than log2 */
+      steps = 2.0 * (comm->tree_depth > log2n ? comm->tree_depth : log2n) + 2;
+      bytes = 2.0 * (double)nbytes;
+      break;
+    case ALGO_RD: steps = log2n + (comm->nranks & (comm->nranks - 1) ? 2 : 0);
+                  bytes = steps * (double)nbytes; break;
+    default:
+      steps = coll == COLL_ALLREDUCE ? 2 * (n - 1) : n - 1;
+      bytes = (coll == COLL_ALLREDUCE ? 2.0 : 1.0) * (n - 1) / n * (double)nbytes;
+      if (coll == COLL_BROADCAST || coll == COLL_REDUCE) bytes = (double)nbytes;
+      break;
+  }
+  /* each pipeline step also waits for a slot: more slots per byte hurt */
+  return (nchannels > 1 ? nchannels : 1) * steps * lat + bytes / bw;
+}
+
+/* Single copy (cma) for large all-reduce, all-gather and reduce-scatter on
+ * one host, from WEFT_CMA_MIN_NBYTES up, and bulk transfers over transports
+ * that have them, from WEFT_BULK_MIN_NBYTES up; either at any size where
+ * WEFT_ALGO leaves no pipelined algorithm. */
+static int tuner_pick_whole(const struct weftComm *comm, const struct weft_plan *plan,
+                            const struct tuner_rules *r, size_t nbytes, enum coll_algo algo) {
+  const enum coll_kind c = plan->coll;
+  if (c != COLL_ALLREDUCE && c != COLL_ALLGATHER && c != COLL_REDUCESCATTER) return 0;
+  if (!r->algo[c][algo]) return 0;
+  if (algo == ALGO_CMA ? !cma_possible(comm) : !bulk_possible(comm)) return 0;
+  int others = 0;
+  for (int a = 0; a < ALGO_CMA; a++) others += algo_exists(c, (enum coll_algo)a) && r->algo[c][a];
+  return nbytes >= (algo == ALGO_CMA ? cma_min_nbytes() : bulk_min_nbytes()) || others == 0;
+}
+
+void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
+  if (plan_is_p2p(plan)) return;
+  struct tuner_rules fallback;
+  const struct tuner_rules *r = tuner_rules_get(&fallback);
+  size_t nbytes = plan->count * weftTypeSize(plan->datatype);
+  if (plan->coll == COLL_ALLGATHER || plan->coll == COLL_REDUCESCATTER)
+    nbytes *= (size_t)comm->nranks;
+  double best = -1;
+  plan->algo = ALGO_RING;
+  plan->proto = PROTO_SIMPLE;
+  if (tuner_pick_whole(comm, plan, r, nbytes, ALGO_CMA)) {
+    plan->algo = ALGO_CMA;
+    plan->nchannels = 1;
+    return;
+  }
+  if (tuner_pick_whole(comm, plan, r, nbytes, ALGO_BULK)) {
+    plan->algo = ALGO_BULK;
+    plan->nchannels = comm->nchannels; /* chunks spread over them */
+    return;
+  }
+  for (int a = 0; a < ALGO_CMA; a++) { /* cma and bulk: not pipelines, not in the cost model */
+    if (!algo_exists(plan->coll, (enum coll_algo)a) || !r->algo[plan->coll][a]) continue;
+    for (int p = 0; p < PROTO_NUM; p++) {
+      if (!r->proto[plan->coll][p]) continue;
+      double t = model_us(comm, plan->coll, (enum coll_algo)a, (enum coll_proto)p, nbytes, 1);
+      if (best < 0 || t < best) {
+        best = t;
+        plan->algo = (enum coll_algo)a;
+        plan->proto = (enum coll_proto)p;
+      }
+    }
+  }
+  /* a channel needs at least one full loop (a slot per rank) to be worth it */
+  size_t per_channel_min =
+      comm->nranks > 1 ? (size_t)comm->nranks * comm->channels[0].send.slot_nbytes : SIZE_MAX;
+  int nch = plan->algo == ALGO_RING ? comm->nchannels : 1;
+  while (nch > 1 && nbytes / (size_t)nch < per_channel_min) nch--;
+  plan->nchannels = nch;
+}
+
+double plan_estimate_us(const struct weftComm *comm, const struct weft_plan *plan) {
+  size_t nbytes = plan->count * weftTypeSize(plan->datatype);
+  if (plan_is_p2p(plan)) { /* one step of the simple protocol */
+    double lat, bw;
+    tuner_cost_get(comm, PROTO_SIMPLE, &lat, &bw);
+    return lat + (double)nbytes / bw;
+  }
+  if (plan->coll == COLL_ALLGATHER || plan->coll == COLL_REDUCESCATTER)
+    nbytes *= (size_t)comm->nranks;
+  return model_us(comm, plan->coll, plan->algo, plan->proto, nbytes,
+                  plan->algo == ALGO_RING ? plan->nchannels : 1);
+}

@@ -1,0 +1,22 @@
+/* The tuner: a cost model of the comm and the call picks algorithm, protocol
+ * and channels (collectives/plan/tuner.c; the model: docs/design.md). */
+#ifndef WEFT_TUNER_H
+#define WEFT_TUNER_H
+
+#include <stdint.h>
+
+#include "../core/plan.h"
+
+/* Chooses algorithm, protocol and channels for plan (its call fields set),
+ * within what WEFT_ALGO and WEFT_PROTO allow. */
+void plan_tune(const struct weftComm *comm, struct weft_plan *plan);
+/* The cost model's time for a tuned plan, in microseconds (weftGroupSimulateEnd). */
+double plan_estimate_us(const struct weftComm *comm, const struct weft_plan *plan);
+const char *tuner_algo_name(int algo);
+const char *tuner_proto_name(int proto);
+/* Parses a WEFT_ALGO/WEFT_PROTO list into allowed[collective][name index];
+ * returns -1 when it met an unknown name (those are ignored). */
+int tuner_parse(const char *spec, const char *const *names, int nnames,
+                uint8_t allowed[COLL_NUM_RING][8]);
+
+#endif

@@ -1,0 +1,38 @@
+/* Host reduction loops: the datatype x op matrix of the host executor. The
+ * arithmetic is reduce_ops.h's, so host and device results are bit-identical. */
+#ifndef WEFT_REDUCE_HOST_H
+#define WEFT_REDUCE_HOST_H
+
+#include <stddef.h>
+#include "../../include/weft.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* dst0[i] = a[i] op b[i] (then divided by divisor when divisor > 1, used for
+ * weftAvg's final step); when dst1 != NULL, dst1[i] receives the same value.
+ * a, b, dst0, dst1 may alias each other exactly (in-place) but never
+ * partially overlap. count is in elements. */
+typedef void (*weft_reduce_fn)(void *dst0, void *dst1, const void *a, const void *b,
+                               size_t count, int divisor);
+
+/* The loop for (datatype, op); weftAvg returns the sum loop (the caller passes
+ * divisor = nranks at the last step). NULL for an invalid datatype or op. */
+weft_reduce_fn reduce_host_fn(weftDataType_t datatype, weftRedOp_t op);
+
+/* dst[i] = src[i] / divisor for the given datatype (avg of a single rank or a
+ * final scaling); in-place allowed. divisor <= 1 copies. Does nothing for an
+ * invalid datatype. */
+void reduce_host_divide(weftDataType_t datatype, void *dst, const void *src, size_t count,
+                        int divisor);
+
+/* memcpy for copies larger than the caches: stores that bypass them
+ * (no read of each destination line first, no eviction of what the next
+ * steps need). Falls back to memcpy where the CPU has none. */
+void copy_host_stream(void *dst, const void *src, size_t nbytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEFT_REDUCE_HOST_H */
