@@ -157,6 +157,24 @@ uint64_t test_seed() {
   return seed;
 }
 
+TypeOpPairs::TypeOpPairs(uint64_t seed, int nranks, int full_up_to)
+    : sampled_(nranks > full_up_to) {
+  Rng pick(seed ^ 0x5a17ull);
+  for (int t = 0; t < weftNumTypes; t++)
+    for (int op = 0; op < weftNumOps; op++) {
+      const bool third = pick.next() % 3 == 0;  // drawn for every pair: the same stream always
+      on_[t][op] = !sampled_ || op == t % weftNumOps || third;
+    }
+}
+
+std::string TypeOpPairs::describe() const {
+  std::string s = sampled_ ? "datatype/op pairs:" : "every datatype/op pair";
+  for (int t = 0; sampled_ && t < weftNumTypes; t++)
+    for (int op = 0; op < weftNumOps; op++)
+      if (on_[t][op]) s += " " + std::to_string(t) + "/" + std::to_string(op);
+  return s;
+}
+
 double now_s() {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

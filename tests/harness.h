@@ -77,6 +77,22 @@ struct Rng {
   double uniform() { return (double)(next() >> 11) * 0x1.0p-53; }  // [0, 1)
 };
 
+// The datatype x op pairs a case runs: every pair up to full_up_to ranks;
+// above that (seconds per case when many ranks share 2 cores) every datatype
+// and every op still run, on the pairs (t, t mod ops) and a seeded third of
+// the others. describe() lists the pairs taken, so a run can be repeated.
+class TypeOpPairs {
+ public:
+  TypeOpPairs(uint64_t seed, int nranks, int full_up_to);
+  bool operator()(int t, int op) const { return on_[t][op]; }
+  bool sampled() const { return sampled_; }
+  std::string describe() const;
+
+ private:
+  bool on_[weftNumTypes][weftNumOps];
+  bool sampled_;
+};
+
 }  // namespace weft_test
 
 #endif

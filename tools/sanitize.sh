@@ -10,7 +10,7 @@
 #     streams, abort from another thread).
 # Usage: tools/sanitize.sh [asan|tsan]...   (default: both)
 # Environment: WEFT_SANITIZE_SEED (default: the time; printed, so a run can
-# be repeated), WEFT_SANITIZE_SUITES (default 2; 1 takes every suite),
+# be repeated), WEFT_SANITIZE_SUITES (default 3; 1 takes every suite),
 # WEFT_SANITIZE_SHARDS (default 2; 1 runs every test of the suites taken),
 # WEFT_FUZZ_SECONDS (default 10 per target).
 set -euo pipefail
@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 tools/setup.sh # the packages the plain build needs (gcc brings the sanitizers)
 
 seed="${WEFT_SANITIZE_SEED:-$(date +%s)}"
-suite_groups="${WEFT_SANITIZE_SUITES:-2}"
+suite_groups="${WEFT_SANITIZE_SUITES:-3}"
 shards="${WEFT_SANITIZE_SHARDS:-2}"
 suite_group=$((seed % suite_groups))
 shard=$((seed / suite_groups % shards))

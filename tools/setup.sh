@@ -54,8 +54,11 @@ if [ "${WEFT_SETUP_TORCH:-0}" = 1 ]; then
 fi
 
 t0=$SECONDS
+# WEFT_SETUP_MESON_OPTIONS: options for the first `meson setup build` (CI's,
+# for one, in .ci/run)
 if [ ! -f build/build.ninja ]; then
-  meson setup build
+  # shellcheck disable=SC2086
+  meson setup build ${WEFT_SETUP_MESON_OPTIONS:-}
 fi
 ninja -C build
 echo "setup: build took $((SECONDS - t0)) s"

@@ -28,23 +28,14 @@ std::string case_name(const testing::TestParamInfo<AllReduceCase> &info) {
 
 class AllReduce : public testing::TestWithParam<AllReduceCase> {};
 
-// Up to 8 ranks the full cross product: every datatype x op x count x
-// placement. Counts: 0, 1, fewer than the ranks, a prime, and primes spanning
-// many slots and loops. Above 8 ranks (oversubscribed 2-core machines take
-// seconds per case) every datatype and every op still run, on a seeded third
-// of the datatype x op pairs plus the pairs (t, t mod ops), printed.
+// The cross product: every datatype x op x count x placement (above 5 ranks,
+// TypeOpPairs' sample of the datatype x op pairs). Counts: 0, 1, fewer than the
+// ranks, a prime, and primes spanning many slots and loops.
 TEST_P(AllReduce, EveryTypeOpCountPlacement) {
   const AllReduceCase c = GetParam();
   const uint64_t seed = test_seed();
-  bool pairs[weftNumTypes][weftNumOps];
-  Rng pick(seed ^ 0x5a17ull);
-  std::string sampled;
-  for (int t = 0; t < weftNumTypes; t++)
-    for (int op = 0; op < weftNumOps; op++) {
-      pairs[t][op] = c.nranks <= 8 || op == t % weftNumOps || pick.next() % 3 == 0;
-      if (c.nranks > 8 && pairs[t][op]) sampled += " " + std::to_string(t) + "/" + std::to_string(op);
-    }
-  if (!sampled.empty()) printf("datatype/op pairs (seed %llu):%s\n", (unsigned long long)seed, sampled.c_str());
+  const TypeOpPairs pairs(seed, c.nranks, 5);
+  printf("%s\n", pairs.describe().c_str());
   RunOptions opts;
   opts.timeout_s = 240;
   opts.env = {{"WEFT_NCHANNELS", std::to_string(c.nchannels)},
@@ -59,7 +50,7 @@ TEST_P(AllReduce, EveryTypeOpCountPlacement) {
     int rc = 0;
     for (int t = 0; t < weftNumTypes && rc == 0; t++)
       for (int op = 0; op < weftNumOps && rc == 0; op++)
-        for (size_t ci = 0; pairs[t][op] && ci < sizeof counts / sizeof counts[0] && rc == 0; ci++)
+        for (size_t ci = 0; pairs(t, op) && ci < sizeof counts / sizeof counts[0] && rc == 0; ci++)
           for (int in_place = 0; in_place < 2 && rc == 0; in_place++)
             rc = check_allreduce(ctx, comm, (weftDataType_t)t, (weftRedOp_t)op, counts[ci], in_place,
                            seed + (uint64_t)(t * 1000 + op * 100 + ci * 10 + in_place));
