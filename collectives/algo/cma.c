@@ -128,7 +128,7 @@ static struct cma_comm *cma_comm_of(const struct weftComm *comm) {
 
 int cma_comm_usable(const struct weftComm *comm) {
   const struct cma_comm *c = cma_comm_of(comm);
-  return c != NULL ? c->usable : 0;
+  return c != NULL ? __atomic_load_n(&c->usable, __ATOMIC_RELAXED) : 0; /* a hint to planners */
 }
 
 size_t cma_min_nbytes(void) {
@@ -423,7 +423,7 @@ static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *pla
     WEFT_TRY(cma_alltoall_small(comm, &ok, oks, sizeof ok));
     for (int r = 0; r < n; r++)
       if (r != rank) ok &= oks[r];
-    state->usable = ok ? 1 : -1;
+    __atomic_store_n(&state->usable, ok ? 1 : -1, __ATOMIC_RELAXED);
   }
   *usable_out = state->usable > 0;
   return weftSuccess;

@@ -67,22 +67,29 @@ weftResult_t comm_fail_alone(struct weftComm *comm, weftResult_t res) {
   return res;
 }
 
+/* The table is read by any thread that plans a call (the tuner asks modules
+ * about their state) while the one thread running the comm's calls adds to
+ * it: a slot is written whole before the count that publishes it, and the
+ * state pointers are atomic. */
 void *comm_state_get(const struct weftComm *comm, const struct comm_state_ops *ops) {
-  for (int i = 0; i < comm->nstates; i++)
-    if (comm->states[i].ops == ops) return comm->states[i].state;
+  const int n = __atomic_load_n(&comm->nstates, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < n; i++)
+    if (comm->states[i].ops == ops) return __atomic_load_n(&comm->states[i].state, __ATOMIC_ACQUIRE);
   return NULL;
 }
 
 weftResult_t comm_state_set(struct weftComm *comm, const struct comm_state_ops *ops, void *state) {
-  for (int i = 0; i < comm->nstates; i++)
+  const int n = comm->nstates; /* only this thread changes it */
+  for (int i = 0; i < n; i++)
     if (comm->states[i].ops == ops) {
-      comm->states[i].state = state;
+      __atomic_store_n(&comm->states[i].state, state, __ATOMIC_RELEASE);
       return weftSuccess;
     }
-  if (comm->nstates == COMM_MAX_STATES)
+  if (n == COMM_MAX_STATES)
     return weft_error_set(weftInternalError, "%s: comm holds %d modules' state already", ops->name,
                           COMM_MAX_STATES);
-  comm->states[comm->nstates++] = (struct comm_state_slot){.ops = ops, .state = state};
+  comm->states[n] = (struct comm_state_slot){.ops = ops, .state = state};
+  __atomic_store_n(&comm->nstates, n + 1, __ATOMIC_RELEASE);
   return weftSuccess;
 }
 
