@@ -28,19 +28,24 @@ uint64_t clock_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* A process that exited but was not reaped yet (a zombie) counts as dead. */
-static int pid_alive(pid_t pid) {
-  if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
-  char path[64], buf[256];
+int pid_gone(pid_t pid, int exiting_counts) {
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  char path[64], buf[512];
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 1; /* no /proc: trust kill() */
+  if (fd < 0) return errno == ENOENT || errno == ESRCH; /* ended since kill(); else no /proc */
   ssize_t n = read(fd, buf, sizeof buf - 1);
+  const int read_err = n < 0 ? errno : 0;
   close(fd);
-  if (n <= 0) return 1;
+  if (n <= 0) return read_err == ESRCH;
   buf[n] = '\0';
-  const char *paren = strrchr(buf, ')'); /* the state follows "(comm) " */
-  return !(paren != NULL && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
+  const char *paren = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+  char state = 0;
+  unsigned long flags = 0;
+  if (paren == NULL || sscanf(paren + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2)
+    return 0;
+  if (state == 'Z' || state == 'X' || state == 'x') return 1;
+  return exiting_counts && (flags & 0x4ul) != 0; /* PF_EXITING */
 }
 
 /* Holders of the oversubscribed mode (more local ranks or threads than usable
@@ -118,7 +123,7 @@ weftResult_t wait_check(struct weft_wait *w) {
                           (double)waited / 1e9, w->what, w->peer_rank);
   if (now >= w->next_check_ns) {
     w->next_check_ns = now + 50000000ull;
-    if (w->peer_pid > 0 && !pid_alive(w->peer_pid)) {
+    if (w->peer_pid > 0 && pid_gone(w->peer_pid, 0)) {
       w->peer_gone = 2;
       return weftInProgress;
     }

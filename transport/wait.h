@@ -26,6 +26,13 @@ struct weft_wait {
 
 uint64_t clock_ns(void);
 
+/* Whether process pid (of this pid namespace) has ended: no such process, or
+ * a zombie. With exiting_counts, also a process past the point of exit
+ * (PF_EXITING in /proc/<pid>/stat: its sockets close and its memory is torn
+ * down before it becomes a zombie, so a peer may notice the death first).
+ * Without /proc, kill() alone decides. */
+int pid_gone(pid_t pid, int exiting_counts);
+
 /* Default per-wait timeout from WEFT_TIMEOUT, in nanoseconds. */
 uint64_t wait_default_timeout_ns(void);
 

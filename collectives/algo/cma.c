@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "../../transport/status.h"
+#include "../../transport/wait.h"
 #include "../core/check.h"
 #include "cma.h"
 #include "../core/mem.h"
@@ -147,26 +148,6 @@ int cma_possible(const struct weftComm *comm) {
   return t != NULL && (t->caps & TRANSPORT_CAP_HOST_MEMORY) != 0;
 }
 
-/* Whether process pid has ended or is ending: gone, a zombie, or past the
- * point of exit where its memory is torn down (PF_EXITING in the flags of
- * /proc/<pid>/stat). */
-static int cma_pid_ending(pid_t pid) {
-  if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
-  char path[40], text[512];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno == ENOENT || errno == ESRCH;
-  ssize_t len = read(fd, text, sizeof text - 1);
-  close(fd);
-  if (len <= 0) return 1;
-  text[len] = '\0';
-  const char *p = strrchr(text, ')'); /* the name may hold spaces and parentheses */
-  char state = 0;
-  unsigned long flags = 0;
-  if (p == NULL || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2) return 0;
-  return state == 'Z' || state == 'X' || state == 'x' || (flags & 0x4ul) != 0; /* PF_EXITING */
-}
-
 /* The error of a cross-memory copy with rank peer that failed with err (0:
  * no bytes moved). A peer that died, is dying or has failed its
  * connections makes it weftRemoteError; a peer that lives on leaves a
@@ -177,7 +158,7 @@ static weftResult_t cma_copy_error(struct weftComm *comm, int peer, const char *
   const struct conn_ctrl *in = comm->p2p_recv[peer].ctrl, *out = comm->p2p_send[peer].ctrl;
   const int failed = (in != NULL && __atomic_load_n(&in->poison, __ATOMIC_ACQUIRE) != 0) ||
                      (out != NULL && __atomic_load_n(&out->poison, __ATOMIC_ACQUIRE) != 0);
-  if (err == ESRCH || failed || cma_pid_ending(pid))
+  if (err == ESRCH || failed || pid_gone(pid, 1))
     return weft_error_set(weftRemoteError, "cma: rank %d (pid %d) %s while %s %zu bytes%s%s",
                           peer, (int)pid, failed ? "failed" : "died", what, nbytes,
                           err != 0 ? ": " : "", err != 0 ? strerror(err) : "");

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../status.h"
+#include "../wait.h"
 #include "../topo.h"
 
 /* Names are "/weft-<pid>-<tag><random>": the creator's pid, and a tag of
@@ -22,27 +23,6 @@
 static uint32_t shm_pidns_tag(void) {
   struct stat st;
   return stat("/proc/self/ns/pid", &st) == 0 ? (uint32_t)st.st_ino : 0;
-}
-
-/* Whether pid is gone: no such process, a zombie, or a process on its way
- * out (PF_EXITING: its sockets close before it becomes a zombie, so a peer
- * may notice the death first). */
-static int shm_pid_gone(pid_t pid) {
-  if (kill(pid, 0) != 0) return errno == ESRCH;
-  char path[64], buf[256];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  const char *paren = strrchr(buf, ')');
-  char state = 0;
-  unsigned int flags = 0;
-  if (paren == NULL || sscanf(paren + 1, " %c %*d %*d %*d %*d %*d %u", &state, &flags) != 2)
-    return 0;
-  return state == 'Z' || state == 'X' || (flags & 0x4u) != 0; /* PF_EXITING */
 }
 
 /* Unlinks the names "/weft-<pid>-<tag><suffix>" of this user and pid
@@ -68,7 +48,7 @@ static int shm_unlink_dead(const uint32_t *want, int nwant, int *which) {
     if (want != NULL && found < 0) continue;
     struct stat st;
     if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_uid != uid ||
-        !S_ISREG(st.st_mode) || !shm_pid_gone((pid_t)pid))
+        !S_ISREG(st.st_mode) || !pid_gone((pid_t)pid, 1))
       continue;
     char name[SHM_NAME_BYTES + 2];
     snprintf(name, sizeof name, "/%s", e->d_name);
