@@ -266,6 +266,35 @@ int check_every_collective(const RankCtx &ctx, weftComm_t comm, uint64_t seed) {
   return 0;
 }
 
+bool group_allreduce_check(weftComm_t *comms, int n, size_t count, uint64_t seed,
+                           std::string *why) {
+  const size_t nbytes = count * 4, guard = 64;
+  std::vector<std::vector<uint8_t>> inputs;
+  std::vector<std::vector<uint8_t>> outs(n, std::vector<uint8_t>(nbytes + guard, 0xa5));
+  for (int r = 0; r < n; r++) inputs.push_back(make_input(weftFloat32, weftSum, count, seed, r));
+  bool ok = weftGroupStart() == weftSuccess;
+  for (int r = 0; ok && r < n; r++)
+    ok = weftAllReduce(inputs[r].data(), outs[r].data(), count, weftFloat32, weftSum, comms[r],
+                       nullptr) == weftSuccess;
+  if (weftGroupEnd() != weftSuccess || !ok) {
+    *why = std::string("group all-reduce failed: ") + weftGetLastError(nullptr);
+    return false;
+  }
+  for (int r = 0; r < n; r++) {
+    std::string what;
+    if (!check_reduction(weftFloat32, weftSum, inputs, outs[r].data(), count, &what)) {
+      *why = "rank " + std::to_string(r) + ", count " + std::to_string(count) + ": " + what;
+      return false;
+    }
+    for (size_t i = nbytes; i < outs[r].size(); i++)
+      if (outs[r][i] != 0xa5) {
+        *why = "rank " + std::to_string(r) + " wrote past its output at byte " + std::to_string(i);
+        return false;
+      }
+  }
+  return true;
+}
+
 namespace {
 
 const uint8_t kPoison = 0x5a;

@@ -36,6 +36,13 @@ bool check_reduction(weftDataType_t t, weftRedOp_t op,
 int check_allreduce(const RankCtx &ctx, weftComm_t comm, weftDataType_t t, weftRedOp_t op,
                     size_t count, bool in_place, uint64_t seed);
 
+// One float32 sum all-reduce over every comm of comms[0..n) (ranks of one
+// process, as from weftCommInitAll) as one group, out of place into poisoned
+// outputs with guard bytes: checks every rank's result and guard. Returns
+// false and says why on the first failure.
+bool group_allreduce_check(weftComm_t *comms, int n, size_t count, uint64_t seed,
+                           std::string *why);
+
 // weftMemAllocHost gives buffers from this size a shared mapping peers can map.
 constexpr size_t kMemSharedMinNbytes = 64 << 10;
 

@@ -95,19 +95,9 @@ TEST(AllReduceInitAll, GroupOverThreads) {
   const size_t count = 10007;
   weftComm_t comms[n];
   ASSERT_EQ(weftCommInitAll(comms, n, nullptr), weftSuccess) << weftGetLastError(nullptr);
-  std::vector<std::vector<uint8_t>> inputs;
-  std::vector<std::vector<uint8_t>> outs(n, std::vector<uint8_t>(count * 4, 0xa5));
-  for (int r = 0; r < n; r++) inputs.push_back(make_input(weftFloat32, weftSum, count, 7, r));
-  ASSERT_EQ(weftGroupStart(), weftSuccess);
-  for (int r = 0; r < n; r++)
-    ASSERT_EQ(weftAllReduce(inputs[r].data(), outs[r].data(), count, weftFloat32, weftSum,
-                            comms[r], nullptr),
-              weftSuccess);
-  ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+  std::string why;
+  EXPECT_TRUE(weft_test::group_allreduce_check(comms, n, count, 7, &why)) << why;
   for (int r = 0; r < n; r++) {
-    std::string why;
-    EXPECT_TRUE(check_reduction(weftFloat32, weftSum, inputs, outs[r].data(), count, &why))
-        << "rank " << r << ": " << why;
     int rank = -1, nranks = -1, dev = 0;
     EXPECT_EQ(weftCommUserRank(comms[r], &rank), weftSuccess);
     EXPECT_EQ(weftCommCount(comms[r], &nranks), weftSuccess);

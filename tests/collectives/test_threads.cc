@@ -42,22 +42,8 @@ int count_threads() {
 
 // Runs one all-reduce over every comm as one group; checks the results.
 void group_allreduce(weftComm_t *comms, int n, size_t count, uint64_t seed) {
-  std::vector<std::vector<uint8_t>> inputs;
-  std::vector<std::vector<uint8_t>> outs(n, std::vector<uint8_t>(count * 4 + 64, 0xa5));
-  for (int r = 0; r < n; r++) inputs.push_back(make_input(weftFloat32, weftSum, count, seed, r));
-  ASSERT_EQ(weftGroupStart(), weftSuccess);
-  for (int r = 0; r < n; r++)
-    ASSERT_EQ(weftAllReduce(inputs[r].data(), outs[r].data(), count, weftFloat32, weftSum,
-                            comms[r], nullptr),
-              weftSuccess);
-  ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
-  for (int r = 0; r < n; r++) {
-    std::string why;
-    EXPECT_TRUE(check_reduction(weftFloat32, weftSum, inputs, outs[r].data(), count, &why))
-        << "rank " << r << ", count " << count << ": " << why;
-    for (size_t i = count * 4; i < outs[r].size(); i++)
-      ASSERT_EQ(outs[r][i], 0xa5) << "rank " << r << " wrote past its output at byte " << i;
-  }
+  std::string why;
+  EXPECT_TRUE(weft_test::group_allreduce_check(comms, n, count, seed, &why)) << why;
 }
 
 // A caller driving several ranks through groups gets worker threads (named

@@ -38,6 +38,16 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
+// On 2 ranks: an all-reduce of ones must give 2 on comm, which is then
+// destroyed. Returns 0, or a failure code naming what.
+int sum_two_and_destroy(const RankCtx &ctx, weftComm_t comm, const char *what) {
+  float x = 1, y = 0;
+  if (weftAllReduce(&x, &y, 1, weftFloat32, weftSum, comm, nullptr) != weftSuccess || y != 2)
+    return rank_fail(ctx, "%s", what);
+  weftCommDestroy(comm);
+  return 0;
+}
+
 // Each rank sets its launcher's variables, joins, and checks an all-reduce
 // of rank numbers.
 int join_and_check(const RankCtx &ctx, const std::vector<std::pair<std::string, std::string>> &vars) {
@@ -186,11 +196,7 @@ TEST(Root, DropsStrangers) {
     weftComm_t comm;
     if (weftCommInitRank(&comm, 2, ctx.id, ctx.rank) != weftSuccess)
       return rank_fail(ctx, "init after strangers: %s", weftGetLastError(nullptr));
-    float x = 1, y = 0;
-    if (weftAllReduce(&x, &y, 1, weftFloat32, weftSum, comm, nullptr) != weftSuccess || y != 2)
-      return rank_fail(ctx, "allreduce after strangers");
-    weftCommDestroy(comm);
-    return 0;
+    return sum_two_and_destroy(ctx, comm, "allreduce after strangers");
   }, opts);
   EXPECT_EQ(status[0], 0);
   EXPECT_EQ(status[1], 0);
@@ -323,11 +329,7 @@ TEST(Root, NoSecretGetsNothing) {
     ssize_t n = bytes_received(fd, 0.5, &closed);
     close(fd);
     if (n != 0) return rank_fail(ctx, "listener sent %zd bytes to a wrong secret", n);
-    float x = 1, y = 0;
-    if (weftAllReduce(&x, &y, 1, weftFloat32, weftSum, comm, nullptr) != weftSuccess || y != 2)
-      return rank_fail(ctx, "allreduce");
-    weftCommDestroy(comm);
-    return 0;
+    return sum_two_and_destroy(ctx, comm, "allreduce");
   }, opts);
   EXPECT_EQ(status[0], 0);
   EXPECT_EQ(status[1], 0);
