@@ -25,7 +25,16 @@ struct dev_fifo_ctrl {
   uint64_t pad0[7];
   uint64_t head; /* slots drained, advanced by the receiver (both protocols) */
   uint64_t pad1[7];
+  /* nonzero once either end gave up (why: enum dev_give_up); every later
+   * wait on the FIFO returns at once. Byte 128, as struct conn_ctrl's
+   * poison, so a device network connection's proxy poison is seen too. */
+  uint32_t poison;
+  uint32_t pad2[15];
 };
+#define DEV_FIFO_POISON_OFFSET 128
+
+/* Why a kernel block gave up (dev_work.error, a FIFO's poison). */
+enum dev_give_up { DEV_GAVE_UP_ABORT = 1, DEV_GAVE_UP_TIMEOUT = 2, DEV_GAVE_UP_POISON = 3 };
 
 /* One end of one protocol's FIFO, as one kernel block sees it. */
 struct dev_fifo {
