@@ -18,6 +18,11 @@ int device_plan_on_device(const struct weft_plan *plan);
  * it names no device or the build has no CUDA. */
 weftResult_t device_check_ordinal(int dev);
 
+/* Whether the device executor can run plan: weftInvalidUsage with a message
+ * when WEFT_ALGO excludes the ring or the build's matrix lacks the
+ * (datatype, op). Decided without any CUDA call. */
+weftResult_t device_plan_check(const struct weft_plan *plan);
+
 /* Enqueues plan's kernel on the CUDA stream and returns (NCCL's stream
  * semantics): the result is there once the stream reaches that point. The
  * first call on a comm connects its device channels (collective over the
