@@ -325,11 +325,7 @@ weftResult_t device_ring_get(struct weftComm *comm, struct device_comm **out) {
   struct device_comm *d;
   WEFT_TRY(device_comm_get(comm, &d));
   if (!d->ring_ready) {
-    /* set-up allocates and copies: let a capturing stream of this thread be */
-    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    cudaThreadExchangeStreamCaptureMode(&mode);
     weftResult_t res = device_connect(comm, d);
-    cudaThreadExchangeStreamCaptureMode(&mode);
     if (res != weftSuccess) {
       device_ring_close(d); /* what was made of it */
       return res;

@@ -113,21 +113,26 @@ static weftResult_t comm_connect(struct weftComm *comm, const struct weft_plan *
     else ring |= plans[i]->count > 0 && comm->nranks > 1;
   }
   if (ring) WEFT_TRY(device_ring_get(comm, &d));
-  if (p2p) {
-    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    cudaThreadExchangeStreamCaptureMode(&mode);
-    weftResult_t res = device_p2p_connect(comm, d, plans, n);
-    cudaThreadExchangeStreamCaptureMode(&mode);
-    WEFT_TRY(res);
-  }
+  if (p2p) WEFT_TRY(device_p2p_connect(comm, d, plans, n));
   return weftSuccess;
+}
+
+/* comm_connect with a capturing stream of this thread let be: set-up
+ * allocates and copies. */
+static weftResult_t comm_connect_relaxed(struct weftComm *comm,
+                                         const struct weft_plan *const *plans, size_t n) {
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  weftResult_t res = comm_connect(comm, plans, n);
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  return res;
 }
 
 weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan, void *stream) {
   const struct weft_plan *const plans[1] = {plan};
   weftResult_t res = device_plan_check(plan);
   if (res == weftSuccess) res = device_op_begin(comm);
-  if (res == weftSuccess) res = comm_connect(comm, plans, 1);
+  if (res == weftSuccess) res = comm_connect_relaxed(comm, plans, 1);
   device_op_end(comm);
   if (res == weftSuccess) res = comm_launch(comm, plans, 1, (cudaStream_t)stream);
   if (res != weftSuccess)
@@ -150,7 +155,7 @@ static void *connect_main(void *p) {
   a->res = device_cuda_check(cudaSetDevice(a->comm->cuda_dev >= 0 ? a->comm->cuda_dev : 0),
                              "device");
   if (a->res == weftSuccess) a->res = device_op_begin(a->comm);
-  if (a->res == weftSuccess) a->res = comm_connect(a->comm, a->plans, a->n);
+  if (a->res == weftSuccess) a->res = comm_connect_relaxed(a->comm, a->plans, a->n);
   device_op_end(a->comm);
   if (a->res != weftSuccess) snprintf(a->error, sizeof a->error, "%s", weft_error_text());
   return NULL;
