@@ -13,6 +13,8 @@ struct dev_copy_bytes {
   typedef uint8_t T;
   static __device__ __forceinline__ T op(T a, T) { return a; }
   static __device__ __forceinline__ T div(T a, int) { return a; }
+  static __device__ __forceinline__ T mul(T a, T) { return a; }
+  static const bool premul = false;
 };
 
 enum { PICK_DONE = -1, PICK_GAVE_UP = -2 };
