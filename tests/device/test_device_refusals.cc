@@ -1,0 +1,123 @@
+// What the device executor refuses, checked without a GPU: the decision is
+// made from the plan, WEFT_ALGO and the build's kernel table before any CUDA
+// call (collectives/exec/device/device_check.c), so device_plan_check runs
+// here as it runs in front of every launch.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "weft.h"
+#include "weft_build_config.h"
+extern "C" {
+#include "collectives/api/config.h"
+#include "transport/status.h"
+#include "collectives/exec/device/device.h"
+}
+
+namespace {
+
+weft_plan plan_of(coll_kind coll, weftDataType_t t, weftRedOp_t op) {
+  weft_plan p = {};
+  p.coll = coll;
+  p.count = 1000;
+  p.datatype = t;
+  p.op = op;
+  p.root = coll == COLL_SEND || coll == COLL_RECV ? 1 : -1;
+  return p;
+}
+
+// Sets WEFT_ALGO for one test (unset after), with the parameter cache reset.
+struct AlgoEnv {
+  explicit AlgoEnv(const char *v) {
+    setenv("WEFT_ALGO", v, 1);
+    weft_params_reset();
+  }
+  ~AlgoEnv() {
+    unsetenv("WEFT_ALGO");
+    weft_params_reset();
+  }
+};
+
+std::string check_text(const weft_plan &p, weftResult_t *res) {
+  weft_error_clear();
+  *res = device_plan_check(&p);
+  return *res == weftSuccess ? "" : weft_error_text();
+}
+
+#if WEFT_HAVE_CUDA
+extern "C" const char weft_dev_matrix[];
+
+TEST(DeviceRefusals, TreeIsRefusedWithAMessageNotIgnored) {
+  AlgoEnv env("tree");
+  weftResult_t res;
+  std::string text = check_text(plan_of(COLL_ALLREDUCE, weftFloat32, weftSum), &res);
+  EXPECT_EQ(res, weftInvalidUsage);
+  EXPECT_NE(text.find("WEFT_ALGO=tree"), std::string::npos) << text;
+  EXPECT_NE(text.find("ring"), std::string::npos) << text;
+  // sends and receives have no algorithm to choose
+  weft_plan send = plan_of(COLL_SEND, weftInt8, weftSum);
+  EXPECT_EQ(device_plan_check(&send), weftSuccess) << weft_error_text();
+}
+
+TEST(DeviceRefusals, RingAmongOthersOrPerCollective) {
+  {
+    AlgoEnv env("ring,tree");
+    weft_plan p = plan_of(COLL_ALLREDUCE, weftFloat32, weftSum);
+    EXPECT_EQ(device_plan_check(&p), weftSuccess) << weft_error_text();
+  }
+  {
+    AlgoEnv env("allreduce:tree");
+    weftResult_t res;
+    check_text(plan_of(COLL_ALLREDUCE, weftFloat32, weftSum), &res);
+    EXPECT_EQ(res, weftInvalidUsage);
+    weft_plan ag = plan_of(COLL_ALLGATHER, weftFloat32, weftSum);
+    EXPECT_EQ(device_plan_check(&ag), weftSuccess) << weft_error_text();
+  }
+  {
+    AlgoEnv env("^ring");
+    weftResult_t res;
+    check_text(plan_of(COLL_BROADCAST, weftInt32, weftSum), &res);
+    EXPECT_EQ(res, weftInvalidUsage);
+  }
+}
+
+TEST(DeviceRefusals, OpOutsideTheBuiltMatrixNamesTheOption) {
+  const bool small = std::string(weft_dev_matrix) == "small";
+  weftResult_t res;
+  std::string text = check_text(plan_of(COLL_ALLREDUCE, weftInt32, weftProd), &res);
+  if (!small) {
+    EXPECT_EQ(res, weftSuccess) << text;
+    return;
+  }
+  EXPECT_EQ(res, weftInvalidUsage);
+  EXPECT_NE(text.find("int32"), std::string::npos) << text;
+  EXPECT_NE(text.find("prod"), std::string::npos) << text;
+  EXPECT_NE(text.find("device_matrix=small"), std::string::npos) << text;
+  // a pre-multiply sum op (values from weftNumOps up): float32 is in every
+  // matrix, int32 only in the full one
+  text = check_text(plan_of(COLL_ALLREDUCE, weftInt32, (weftRedOp_t)weftNumOps), &res);
+  EXPECT_EQ(res, weftInvalidUsage);
+  EXPECT_NE(text.find("premulsum"), std::string::npos) << text;
+  check_text(plan_of(COLL_REDUCESCATTER, weftFloat32, (weftRedOp_t)(weftNumOps + 3)), &res);
+  EXPECT_EQ(res, weftSuccess);
+  // what the small matrix holds passes
+  for (int t = 0; t < weftNumTypes; t++) {
+    check_text(plan_of(COLL_REDUCE, (weftDataType_t)t, weftSum), &res);
+    EXPECT_EQ(res, weftSuccess) << "datatype " << t;
+  }
+  for (int o = 0; o < weftNumOps; o++) {
+    check_text(plan_of(COLL_ALLREDUCE, weftFloat32, (weftRedOp_t)o), &res);
+    EXPECT_EQ(res, weftSuccess) << "op " << o;
+  }
+}
+#else
+TEST(DeviceRefusals, WithoutCudaEveryDevicePlanSaysSo) {
+  weftResult_t res;
+  std::string text = check_text(plan_of(COLL_ALLREDUCE, weftFloat32, weftSum), &res);
+  EXPECT_EQ(res, weftInvalidUsage);
+  EXPECT_NE(text.find("built without CUDA"), std::string::npos) << text;
+}
+#endif
+
+}  // namespace
