@@ -6,6 +6,7 @@
  * enqueue and return, and graph capture records the kernel. */
 #include <pthread.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -343,12 +344,20 @@ void device_comm_abort(struct weftComm *comm) {
 
 weftResult_t device_comm_error(struct weftComm *comm) {
   struct device_comm *d = comm->device;
-  uint32_t why = d != NULL && d->flags_h != NULL ? __atomic_load_n(&d->flags_h[1], __ATOMIC_ACQUIRE)
-                                                : 0;
+  if (d == NULL || d->flags_h == NULL) return weftSuccess;
+  uint32_t why = __atomic_load_n(&d->flags_h[1], __ATOMIC_ACQUIRE);
   if (why == 0) return weftSuccess;
-  return weft_error_set(why == 1 ? weftRemoteError : weftSystemError,
-                        "a device kernel of rank %d gave up: %s", comm->rank,
-                        why == 1 ? "communicator was aborted"
-                                 : "no progress from a peer within the timeout");
+  static const char *const whys[] = {
+      "?", "communicator was aborted", "no progress from a peer within the timeout",
+      "a peer's kernel gave up first (its connection is poisoned)"};
+  const uint64_t *stopped = (const uint64_t *)(d->flags_h + 4);
+  uint64_t op = __atomic_load_n(&stopped[0], __ATOMIC_ACQUIRE);
+  char where[96] = "";
+  if (op != 0)
+    snprintf(where, sizeof where, "; point-to-point stopped at the group's operation %llu "
+             "after %llu chunks", (unsigned long long)op - 1, (unsigned long long)stopped[1]);
+  return weft_error_set(why == DEV_GAVE_UP_ABORT ? weftRemoteError : weftSystemError,
+                        "a device kernel of rank %d gave up: %s%s", comm->rank,
+                        whys[why <= DEV_GAVE_UP_POISON ? why : 0], where);
 }
 

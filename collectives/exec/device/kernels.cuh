@@ -42,6 +42,7 @@ __global__ void __launch_bounds__(DEV_NTHREADS) weft_ring_kernel(dev_work w) {
   dev_prims<R, PROTO> p;
   dev_watch watch = {w.abort_flag, w.timeout_ns, w.error};
   p.init(ch, watch, w.divisor, dev_premul_scalar<T>(w));
+  if (p.poisoned()) return; // an earlier kernel gave up here: the counters are not to be trusted
   struct ring_geom g;
   ring_geom_init(&g, w.coll, ch->nranks, ch->ring_pos, root_pos, w.count, offset, count,
                  p.slot_count(), sizeof(T));
@@ -55,7 +56,10 @@ __global__ void __launch_bounds__(DEV_NTHREADS) weft_ring_kernel(dev_work w) {
       ring_step_at(&g, ch->ring, base, s, &st);
       const T *sp = ring_prim_has_src(st.prim) ? src + st.src_elem : NULL;
       T *dp = ring_prim_has_dst(st.prim) ? dst + st.dst_elem : NULL;
-      if (!p.run(st.prim, sp, dp, st.count)) return; // error says why; the host reports it
+      if (!p.run(st.prim, sp, dp, st.count)) { // error says why; the host reports it
+        p.give_up();
+        return;
+      }
     }
   p.finish();
 }

@@ -145,14 +145,24 @@ struct dev_watch {
   uint32_t *error;
 };
 
-// Called while spinning; true when the block must give up (and says why).
+__device__ __forceinline__ bool dev_fifo_poisoned(const dev_fifo &f) {
+  return f.ctrl != NULL && *(volatile const uint32_t *)&f.ctrl->poison != 0;
+}
+
+// Called while spinning; true when the block must give up (and says why in
+// the error word: enum dev_give_up): the abort flag, no progress for
+// timeout_ns, or a poisoned FIFO among a and b (either may be NULL).
 __device__ __forceinline__ bool dev_watch_expired(const dev_watch &w, uint64_t start_ns,
-                                                  uint32_t *spins) {
+                                                  uint32_t *spins, const dev_fifo *a = NULL,
+                                                  const dev_fifo *b = NULL) {
   if (++*spins % DEV_SPINS_PER_CHECK != 0) return false;
   uint32_t why = 0;
-  if (w.abort_flag != NULL && *w.abort_flag != 0) why = 1;
-  else if (w.timeout_ns != 0 && dev_clock_ns() - start_ns > w.timeout_ns) why = 2;
-  if (why != 0) *(volatile uint32_t *)w.error = why; /* mapped host memory */
+  if (w.abort_flag != NULL && *w.abort_flag != 0) why = DEV_GAVE_UP_ABORT;
+  else if ((a != NULL && dev_fifo_poisoned(*a)) || (b != NULL && dev_fifo_poisoned(*b)))
+    why = DEV_GAVE_UP_POISON;
+  else if (w.timeout_ns != 0 && dev_clock_ns() - start_ns > w.timeout_ns) why = DEV_GAVE_UP_TIMEOUT;
+  if (why != 0 && *(volatile uint32_t *)w.error == 0)
+    *(volatile uint32_t *)w.error = why; /* mapped host memory */
   return why != 0;
 }
 
@@ -165,11 +175,13 @@ struct dev_prims {
   dev_fifo recv;
   dev_fifo *send_home;
   dev_fifo *recv_home;
+  dev_channel *chan;
   dev_watch watch;
   int divisor;
   T scalar; // the pre-multiply sum's (R::premul)
 
   __device__ void init(dev_channel *ch, const dev_watch &w, int div, T s) {
+    chan = ch;
     send_home = &ch->send[PROTO];
     recv_home = &ch->recv[PROTO];
     send = *send_home;
@@ -196,13 +208,13 @@ struct dev_prims {
       uint32_t spins = 0;
       if (do_send)
         while (send.step - dev_ld_volatile_u64(&send.ctrl->head) >= send.nslots)
-          if (dev_watch_expired(watch, start, &spins)) {
+          if (dev_watch_expired(watch, start, &spins, &send, do_recv ? &recv : NULL)) {
             failed = 1;
             break;
           }
       if (PROTO == DEV_PROTO_SIMPLE && do_recv && !failed)
         while (dev_ld_volatile_u64(&recv.ctrl->tail) <= recv.step)
-          if (dev_watch_expired(watch, start, &spins)) {
+          if (dev_watch_expired(watch, start, &spins, &recv, do_send ? &send : NULL)) {
             failed = 1;
             break;
           }
@@ -249,6 +261,37 @@ struct dev_prims {
     }
     post(do_recv, do_send);
     return true;
+  }
+
+  // Whether a FIFO of the channel is poisoned (an earlier kernel gave up):
+  // then this one returns at once, before it moves anything. Block-wide.
+  __device__ bool poisoned() {
+    __shared__ int any;
+    if (threadIdx.x == 0) {
+      any = 0;
+      for (int p = 0; p < DEV_NPROTOS; p++)
+        any |= dev_fifo_poisoned(chan->send[p]) || dev_fifo_poisoned(chan->recv[p]);
+      if (any && *(volatile uint32_t *)watch.error == 0)
+        *(volatile uint32_t *)watch.error = DEV_GAVE_UP_POISON;
+    }
+    __syncthreads();
+    bool p = any != 0;
+    __syncthreads();
+    return p;
+  }
+
+  // The block gave up: poison every FIFO of the channel, so the peers and
+  // later kernels stop at once, and keep the steps where it stopped.
+  __device__ void give_up() {
+    if (threadIdx.x == 0) {
+      uint32_t why = *(volatile uint32_t *)watch.error;
+      for (int p = 0; p < DEV_NPROTOS; p++) {
+        if (chan->send[p].ctrl) *(volatile uint32_t *)&chan->send[p].ctrl->poison = why ? why : 1;
+        if (chan->recv[p].ctrl) *(volatile uint32_t *)&chan->recv[p].ctrl->poison = why ? why : 1;
+      }
+      __threadfence_system();
+    }
+    finish();
   }
 
   // Writes the advanced steps back for the next launch on the stream.
@@ -312,7 +355,7 @@ struct dev_prims {
         for (;;) {
           line = dev_ld_volatile_line(in + l);
           if (line.y == recv_flag && line.w == recv_flag) break;
-          if (dev_watch_expired(watch, start, &spins)) {
+          if (dev_watch_expired(watch, start, &spins, &recv)) {
             failed = 1; // the block's other threads see it below
             gave_up = true;
             break;
