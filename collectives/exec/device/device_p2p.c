@@ -85,15 +85,16 @@ static weftResult_t lane_recv_setup(struct weftComm *comm, struct weft_conn *c, 
   return weftSuccess;
 }
 
-/* Copies peer's lanes (steps 0) to the kernels' table. No kernel uses them yet. */
-static weftResult_t lanes_publish(struct device_p2p *p, int peer) {
-  struct dev_p2p_lanes x;
-  memset(&x, 0, sizeof x);
-  for (int l = 0; l < P2P_NLANES; l++) {
-    if (p->send[peer][l].transport) x.send[l] = device_fifo_of(&p->send[peer][l]);
-    if (p->recv[peer][l].transport) x.recv[l] = device_fifo_of(&p->recv[peer][l]);
-  }
-  CUDA_TRY(cudaMemcpy(&p->lanes_d[peer], &x, sizeof x, cudaMemcpyHostToDevice), "p2p lanes");
+/* Copies the newly connected direction of peer's lanes (steps 0) to the
+ * kernels' table; the other direction's steps, which kernels may have
+ * advanced, are left alone. */
+static weftResult_t lanes_publish(struct device_p2p *p, int peer, int send) {
+  struct dev_fifo x[P2P_NLANES];
+  memset(x, 0, sizeof x);
+  for (int l = 0; l < P2P_NLANES; l++)
+    x[l] = device_fifo_of(send ? &p->send[peer][l] : &p->recv[peer][l]);
+  void *at = send ? (void *)p->lanes_d[peer].send : (void *)p->lanes_d[peer].recv;
+  CUDA_TRY(cudaMemcpy(at, x, sizeof x, cudaMemcpyHostToDevice), "p2p lanes");
   return weftSuccess;
 }
 
@@ -133,8 +134,10 @@ static weftResult_t p2p_connect_lanes(struct weftComm *comm, struct device_p2p *
     uint32_t ack;
     WEFT_TRY(bootstrap_recv(comm->bs, r, TAG_DEV_ACK, &ack, sizeof ack));
   }
-  for (int r = 0; r < comm->nranks; r++)
-    if (want_send[r] || want_recv[r]) WEFT_TRY(lanes_publish(p, r));
+  for (int r = 0; r < comm->nranks; r++) {
+    if (want_send[r]) WEFT_TRY(lanes_publish(p, r, 1));
+    if (want_recv[r]) WEFT_TRY(lanes_publish(p, r, 0));
+  }
   return weftSuccess;
 }
 
@@ -177,6 +180,13 @@ static weftResult_t p2p_work_fill(struct weftComm *comm, const struct weft_plan 
     o->self = pl->root == comm->rank;
     w->bufs[w->nops++] = o->send ? (void *)pl->sendbuf : pl->recvbuf;
   }
+  int self_sends = 0, self_recvs = 0;
+  for (int i = 0; i < w->nops; i++)
+    if (w->ops[i].self) *(w->ops[i].send ? &self_sends : &self_recvs) += 1;
+  if (self_sends != self_recvs)
+    return weft_error_set(weftInvalidUsage,
+                          "rank %d posts %d sends to itself and %d receives from itself in one "
+                          "group: they must pair up", comm->rank, self_sends, self_recvs);
   for (int i = 0; i < w->nops; i++) {
     if (!w->ops[i].self || !w->ops[i].send) continue;
     int j = p2p_self_match(w->ops, w->nops, i);
