@@ -11,6 +11,7 @@
 #include "weft_build_config.h"
 extern "C" {
 #include "collectives/api/config.h"
+#include "collectives/core/comm.h"
 #include "transport/status.h"
 #include "collectives/exec/device/device.h"
 }
@@ -110,6 +111,37 @@ TEST(DeviceRefusals, OpOutsideTheBuiltMatrixNamesTheOption) {
     check_text(plan_of(COLL_ALLREDUCE, weftFloat32, (weftRedOp_t)o), &res);
     EXPECT_EQ(res, weftSuccess) << "op " << o;
   }
+}
+
+// ncclConfig_t's minCTAs/maxCTAs (weftConfig_t's min/maxChannels) bound the
+// device channels; the blocks sure to be resident at once bound them more.
+TEST(DeviceChannels, ConfigBoundsThenResidency) {
+  const int U = WEFT_CONFIG_UNDEF_INT;
+  EXPECT_EQ(device_nchannels(32, U, U, 66), 32);
+  EXPECT_EQ(device_nchannels(32, U, 8, 66), 8);
+  EXPECT_EQ(device_nchannels(4, 16, U, 66), 16);
+  EXPECT_EQ(device_nchannels(32, 40, U, 33), 33) << "residency wins over minCTAs";
+  EXPECT_EQ(device_nchannels(32, U, 100, 66), 32);
+  EXPECT_EQ(device_nchannels(32, 100, U, 200), DEV_MAX_CHANNELS);
+  EXPECT_EQ(device_nchannels(32, 2, 2, 66), 2);
+  EXPECT_EQ(device_nchannels(32, U, U, 0), 1);
+}
+
+// A config's bounds above the host's 16 rings still make a comm (its host
+// rings clamped), and reach the device executor whole.
+TEST(DeviceChannels, CommKeepsTheConfigsBounds) {
+  weftConfig_t cfg = WEFT_CONFIG_INITIALIZER;
+  cfg.minChannels = 40;
+  cfg.maxChannels = 48;
+  weftUniqueId id;
+  ASSERT_EQ(weftGetUniqueId(&id), weftSuccess);
+  weftComm_t comm;
+  ASSERT_EQ(weftCommInitRankConfig(&comm, 1, id, 0, &cfg), weftSuccess) << weftGetLastError(nullptr);
+  EXPECT_EQ(comm->nchannels, 16);
+  EXPECT_EQ(comm->cfg_min_channels, 40);
+  EXPECT_EQ(comm->cfg_max_channels, 48);
+  EXPECT_EQ(device_nchannels(32, comm->cfg_min_channels, comm->cfg_max_channels, 132), 40);
+  EXPECT_EQ(weftCommDestroy(comm), weftSuccess);
 }
 #else
 TEST(DeviceRefusals, WithoutCudaEveryDevicePlanSaysSo) {

@@ -23,6 +23,13 @@ weftResult_t device_check_ordinal(int dev);
  * (datatype, op). Decided without any CUDA call. */
 weftResult_t device_plan_check(const struct weft_plan *plan);
 
+/* A comm's device channels: WEFT_DEVICE_NCHANNELS (want) within
+ * weftConfig_t's minChannels/maxChannels (ncclConfig_t's minCTAs/maxCTAs;
+ * WEFT_CONFIG_UNDEF_INT: unbounded), at most DEV_MAX_CHANNELS, and at most
+ * cap, the blocks sure to be resident at once (which wins over minChannels). */
+int device_nchannels(int want, int cfg_min, int cfg_max, int cap);
+#define DEV_MAX_CHANNELS 64
+
 /* Enqueues plan's kernel on the CUDA stream and returns (NCCL's stream
  * semantics): the result is there once the stream reaches that point. The
  * first call on a comm connects its device channels (collective over the

@@ -30,6 +30,15 @@ static int ring_allowed(enum coll_kind coll, const char **text_out) {
   return allowed[coll][ALGO_RING];
 }
 
+int device_nchannels(int want, int cfg_min, int cfg_max, int cap) {
+  int n = want;
+  if (cfg_max != WEFT_CONFIG_UNDEF_INT && cfg_max > 0 && n > cfg_max) n = cfg_max;
+  if (cfg_min != WEFT_CONFIG_UNDEF_INT && cfg_min > 0 && n < cfg_min) n = cfg_min;
+  if (n > DEV_MAX_CHANNELS) n = DEV_MAX_CHANNELS;
+  if (n > cap) n = cap; /* every rank's blocks must be on the GPU at once */
+  return n > 0 ? n : 1;
+}
+
 int device_op_index(weftRedOp_t op) {
   return (int)op >= 0 && op < weftNumOps ? (int)op : DEV_OP_PREMULSUM;
 }

@@ -205,7 +205,7 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
       comm->peers[i].cuda_dev = info[i][0];
     }
     int cap = fewest_sms / most > 0 ? fewest_sms / most : 1;
-    if (nch > cap) nch = cap;
+    nch = device_nchannels(nch, comm->cfg_min_channels, comm->cfg_max_channels, cap);
   }
   free(info);
   WEFT_TRY(res);

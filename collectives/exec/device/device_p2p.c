@@ -43,8 +43,9 @@ static weftResult_t p2p_alloc(struct weftComm *comm, struct device_p2p *p) {
    * share this GPU (all of them, at worst) */
   int sms = 1;
   CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, comm->cuda_dev), "SMs");
-  p->max_blocks = sms / comm->nranks > 0 ? sms / comm->nranks : 1;
-  if (p->max_blocks > DEV_MAX_CHANNELS) p->max_blocks = DEV_MAX_CHANNELS;
+  int cap = sms / comm->nranks > 0 ? sms / comm->nranks : 1;
+  p->max_blocks = device_nchannels(DEV_MAX_CHANNELS, WEFT_CONFIG_UNDEF_INT, comm->cfg_max_channels,
+                                   cap);
   return weftSuccess;
 }
 

@@ -12,13 +12,12 @@
 #include "../../../transport/transport.h"
 #include "../../core/plan.h"
 #include "dev_types.h"
+#include "device.h"
 
 #define DEV_NTHREADS 512 /* prims_device.cuh */
 #define DEV_NSLOTS 4
 #define DEV_SIMPLE_SLOT_NBYTES (256u << 10)
 #define DEV_LL_SLOT_NBYTES (16u << 10)
-/* device channels a comm may have (WEFT_DEVICE_NCHANNELS): one block each */
-#define DEV_MAX_CHANNELS 64
 /* streams whose last launch of a comm is tracked (destroy waits for them) */
 #define DEV_MAX_STREAMS 8
 /* mapped host memory the kernels report to: uint32 [0] abort, [1] error
