@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "weft.h"
 #include "weft_build_config.h"
@@ -142,6 +143,26 @@ TEST(DeviceChannels, CommKeepsTheConfigsBounds) {
   EXPECT_EQ(comm->cfg_max_channels, 48);
   EXPECT_EQ(device_nchannels(32, comm->cfg_min_channels, comm->cfg_max_channels, 132), 40);
   EXPECT_EQ(weftCommDestroy(comm), weftSuccess);
+}
+
+// GPUs are told apart by UUID: ranks that each see their own GPU as device 0
+// share nothing, and one GPU under two device numbers is shared.
+TEST(DeviceChannels, BusiestGpuCountsByIdentityNotNumber) {
+  auto ident = [](uint8_t gpu, int dev) {
+    device_gpu_ident x = {};
+    for (int i = 0; i < 16; i++) x.uuid[i] = (uint8_t)(gpu * 37 + i);
+    x.dev = dev;
+    x.sms = 132;
+    return x;
+  };
+  std::vector<device_gpu_ident> own = {ident(1, 0), ident(2, 0), ident(3, 0), ident(4, 0)};
+  EXPECT_EQ(device_busiest_gpu(own.data(), 4), 1) << "each rank alone on its GPU";
+  std::vector<device_gpu_ident> renumbered = {ident(1, 0), ident(1, 1), ident(2, 1)};
+  EXPECT_EQ(device_busiest_gpu(renumbered.data(), 3), 2) << "one GPU under two numbers";
+  std::vector<device_gpu_ident> shared = {ident(5, 0), ident(6, 1), ident(5, 0), ident(5, 2),
+                                          ident(6, 1)};
+  EXPECT_EQ(device_busiest_gpu(shared.data(), 5), 3);
+  EXPECT_EQ(device_busiest_gpu(shared.data(), 1), 1);
 }
 #else
 TEST(DeviceRefusals, WithoutCudaEveryDevicePlanSaysSo) {

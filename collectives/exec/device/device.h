@@ -4,6 +4,8 @@
 #ifndef WEFT_DEVICE_H
 #define WEFT_DEVICE_H
 
+#include <stdint.h>
+
 #include "../../core/plan.h"
 
 /* Whether this build has the device executor. */
@@ -29,6 +31,17 @@ weftResult_t device_plan_check(const struct weft_plan *plan);
  * cap, the blocks sure to be resident at once (which wins over minChannels). */
 int device_nchannels(int want, int cfg_min, int cfg_max, int cap);
 #define DEV_MAX_CHANNELS 64
+
+/* What ranks tell each other of their GPU at connection. A GPU is known by
+ * its UUID: the device number is per process (CUDA_VISIBLE_DEVICES), so two
+ * ranks' device 0 may be different GPUs, and one GPU may have two numbers. */
+struct device_gpu_ident {
+  uint8_t uuid[16];
+  int32_t dev; /* this process's number for it */
+  int32_t sms;
+};
+/* How many of the n ranks share the GPU that most of them share (1 or more). */
+int device_busiest_gpu(const struct device_gpu_ident *ids, int n);
 
 /* Enqueues plan's kernel on the CUDA stream and returns (NCCL's stream
  * semantics): the result is there once the stream reaches that point. The

@@ -2,6 +2,7 @@
  * kernel table alone, before any CUDA call: so a machine without a GPU
  * tests every refusal (device_host). CUDA builds only. */
 #include <stdio.h>
+#include <string.h>
 
 #include "../../../transport/param.h"
 #include "../../../transport/status.h"
@@ -37,6 +38,16 @@ int device_nchannels(int want, int cfg_min, int cfg_max, int cap) {
   if (n > DEV_MAX_CHANNELS) n = DEV_MAX_CHANNELS;
   if (n > cap) n = cap; /* every rank's blocks must be on the GPU at once */
   return n > 0 ? n : 1;
+}
+
+int device_busiest_gpu(const struct device_gpu_ident *ids, int n) {
+  int most = 1;
+  for (int i = 0; i < n; i++) {
+    int same = 0;
+    for (int j = 0; j < n; j++) same += memcmp(ids[i].uuid, ids[j].uuid, sizeof ids[i].uuid) == 0;
+    if (same > most) most = same;
+  }
+  return most;
 }
 
 int device_op_index(weftRedOp_t op) {

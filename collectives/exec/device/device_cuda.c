@@ -184,26 +184,26 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
   const struct weft_channel *ch = &comm->channels[0];
   /* ranks learn each other's devices (the transports choose by them) and how
    * many SMs each has */
-  int sms = 0;
-  CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d->dev), "SM count");
-  int32_t(*info)[2] = calloc((size_t)n, sizeof *info);
+  struct cudaDeviceProp prop;
+  CUDA_TRY(cudaGetDeviceProperties(&prop, d->dev), "device properties");
+  struct device_gpu_ident *info = calloc((size_t)n, sizeof *info);
   if (info == NULL) return weft_error_set(weftSystemError, "out of memory");
-  info[comm->rank][0] = d->dev;
-  info[comm->rank][1] = sms;
+  _Static_assert(sizeof prop.uuid.bytes == sizeof info->uuid, "a CUDA UUID");
+  memcpy(info[comm->rank].uuid, prop.uuid.bytes, sizeof info->uuid);
+  info[comm->rank].dev = d->dev;
+  info[comm->rank].sms = prop.multiProcessorCount;
   weftResult_t res = bootstrap_allgather(comm->bs, info, sizeof *info);
   int nch = (int)nch64;
   if (res == weftSuccess) {
     /* A ring's blocks wait on each other, so every rank's blocks must be on
      * their GPU at once. Counting one block per SM (what any kernel that
      * launches is sure of), the ranks sharing the busiest GPU share its SMs. */
-    int most = 1, fewest_sms = sms;
+    int fewest_sms = prop.multiProcessorCount;
     for (int i = 0; i < n; i++) {
-      int same = 0;
-      for (int j = 0; j < n; j++) same += info[j][0] == info[i][0];
-      if (same > most) most = same;
-      if (info[i][1] < fewest_sms) fewest_sms = info[i][1];
-      comm->peers[i].cuda_dev = info[i][0];
+      if (info[i].sms < fewest_sms) fewest_sms = info[i].sms;
+      comm->peers[i].cuda_dev = info[i].dev;
     }
+    int most = device_busiest_gpu(info, n);
     int cap = fewest_sms / most > 0 ? fewest_sms / most : 1;
     nch = device_nchannels(nch, comm->cfg_min_channels, comm->cfg_max_channels, cap);
   }
