@@ -14,6 +14,8 @@
 
 #include "harness.h"
 #include "tests/device/p2p_emu.h"
+#include "tests/device/p2p_steps_dump.h"
+#include "weft_build_config.h"
 
 namespace {
 
@@ -203,6 +205,67 @@ TEST(P2pSteps, PairsAndBlocks) {
   EXPECT_EQ(p2p_nblocks(3, 64), 3 * P2P_NLANES);
   EXPECT_EQ(p2p_nblocks(3, 4), 4);
   EXPECT_EQ(p2p_nblocks(0, 4), 1);
+}
+
+// Every block's order of moves, with every lane always ready: each lane's
+// chunks in order, a lane's messages in posting order, every chunk of the
+// launch moved by exactly one block; and nvcc's compiles (host pass; device
+// pass with a GPU) give the host C compile's order, move for move.
+TEST(P2pSteps, BlockOrderAndNvccCompileAgree) {
+  for (int n : {2, 3, 5, 8})
+    for (int max_blocks : {1, 2, 5, 64}) {
+      Rng rng(4242 + (uint64_t)n * 13 + (uint64_t)max_blocks);
+      size_t total;
+      std::vector<RankLaunch> L = make_launches(n, 0, rng, 48, &total);
+      for (int r = 0; r < n; r++) {
+        const RankLaunch &x = L[r];
+        const int nops = (int)x.ops.size();
+        const int nblocks = p2p_nblocks(x.npairs, max_blocks);
+        uint64_t want_chunks = 0;
+        for (const p2p_op &o : x.ops) want_chunks += o.self ? 0 : p2p_nchunks(o.nbytes, 48);
+        uint64_t moved = 0;
+        for (int b = 0; b < nblocks; b++) {
+          std::vector<p2p_move> c(P2P_MAX_ITEMS * 64), h(c.size()), d(c.size());
+          size_t nc = p2p_steps_dump_c(x.ops.data(), nops, 48, nblocks, b, c.data(), c.size());
+          ASSERT_NE(nc, (size_t)-1) << "a block with unfinished items and none eligible";
+          ASSERT_LE(nc, c.size());
+          moved += nc;
+          // per (op, lane): chunks 0, 1, ...; per lane: an op only after the earlier ones
+          std::vector<std::vector<uint64_t>> next(nops, std::vector<uint64_t>(P2P_NLANES, 0));
+          for (size_t i = 0; i < nc; i++) {
+            const p2p_move &m = c[i];
+            ASSERT_EQ(m.chunk, next[m.op][m.lane]++) << "move " << i;
+            for (int e = 0; e < m.op; e++) {
+              if (x.ops[e].peer != x.ops[m.op].peer || x.ops[e].send != x.ops[m.op].send ||
+                  x.ops[e].self)
+                continue;
+              ASSERT_EQ(next[e][m.lane], p2p_lane_nchunks(x.ops[e].nbytes, 48, m.lane))
+                  << "op " << m.op << " overtook op " << e << " on lane " << m.lane;
+            }
+          }
+#if WEFT_HAVE_CUDA
+          size_t nh = p2p_steps_dump_nvcc_host(x.ops.data(), nops, 48, nblocks, b, h.data(),
+                                               h.size());
+          ASSERT_EQ(nh, nc);
+          long nd = p2p_steps_dump_nvcc_device(x.ops.data(), nops, 48, nblocks, b, d.data(),
+                                               d.size());
+          if (nd >= 0) {
+            ASSERT_EQ((size_t)nd, nc);
+          }
+          for (size_t i = 0; i < nc; i++) {
+            ASSERT_EQ(h[i].op, c[i].op) << "nvcc host, move " << i;
+            ASSERT_EQ(h[i].lane, c[i].lane);
+            ASSERT_EQ(h[i].chunk, c[i].chunk);
+            if (nd >= 0) {
+              ASSERT_EQ(d[i].op, c[i].op) << "nvcc device, move " << i;
+              ASSERT_EQ(d[i].chunk, c[i].chunk);
+            }
+          }
+#endif
+        }
+        ASSERT_EQ(moved, want_chunks) << "rank " << r << " of " << n;
+      }
+    }
 }
 
 // A rank that stops after a few chunks: its peers' blocks give up, the ones
