@@ -55,9 +55,10 @@ __device__ int p2p_pick(const dev_p2p_work &w, p2p_block &blk, uint32_t *why) {
 
 // Thread 0, giving up: poison the block's lanes and say where it stopped.
 __device__ void p2p_give_up(const dev_p2p_work &w, const p2p_block &blk, uint32_t why) {
+  if (*(volatile uint32_t *)w.error == 0) *(volatile uint32_t *)w.error = why;
+  __threadfence_system(); // our reason is recorded before a peer can see the poison
   for (int k = 0; k < blk.nitems; k++)
     *(volatile uint32_t *)&p2p_lane(w, w.ops[blk.op[k]], blk.lane[k])->ctrl->poison = why;
-  if (*(volatile uint32_t *)w.error == 0) *(volatile uint32_t *)w.error = why;
   for (int k = 0; k < blk.nitems; k++)
     if (!p2p_item_finished(&blk, w.ops, w.chunk_nbytes, k)) {
       if (atomicCAS(reinterpret_cast<unsigned long long *>(w.stopped), 0ull,

@@ -285,6 +285,7 @@ struct dev_prims {
   __device__ void give_up() {
     if (threadIdx.x == 0) {
       uint32_t why = *(volatile uint32_t *)watch.error;
+      __threadfence_system(); // our reason is recorded before a peer can see the poison
       for (int p = 0; p < DEV_NPROTOS; p++) {
         if (chan->send[p].ctrl) *(volatile uint32_t *)&chan->send[p].ctrl->poison = why ? why : 1;
         if (chan->recv[p].ctrl) *(volatile uint32_t *)&chan->recv[p].ctrl->poison = why ? why : 1;
