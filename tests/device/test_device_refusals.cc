@@ -145,6 +145,27 @@ TEST(DeviceChannels, CommKeepsTheConfigsBounds) {
   EXPECT_EQ(weftCommDestroy(comm), weftSuccess);
 }
 
+// A device operation holds the comm active and checks the abort flag after
+// taking its hold, before any CUDA call: an abort on another thread either
+// sees the hold and waits, or the operation sees the flag and stops.
+TEST(DeviceActive, AbortedCommRefusedBeforeCudaAndHoldReleased) {
+  weftComm_t comm;
+  ASSERT_EQ(weftCommInitAll(&comm, 1, nullptr), weftSuccess);
+  weft_plan p = plan_of(COLL_ALLREDUCE, weftFloat32, weftSum);
+  float x[4] = {1, 2, 3, 4};
+  p.sendbuf = x;
+  p.recvbuf = x;
+  __atomic_store_n(&comm->abort_flag, 1u, __ATOMIC_RELEASE);
+  weft_error_clear();
+  EXPECT_EQ(device_enqueue(comm, &p, nullptr), weftRemoteError);
+  EXPECT_NE(std::string(weft_error_text()).find("aborted"), std::string::npos)
+      << weft_error_text();
+  EXPECT_EQ(__atomic_load_n(&comm->active, __ATOMIC_ACQUIRE), 0u) << "the hold is released";
+  EXPECT_EQ(comm->device, nullptr) << "nothing was set up for an aborted comm";
+  EXPECT_EQ(x[3], 4.0f);
+  EXPECT_EQ(weftCommAbort(comm), weftSuccess) << "abort does not wait on a released hold";
+}
+
 // GPUs are told apart by UUID: ranks that each see their own GPU as device 0
 // share nothing, and one GPU under two device numbers is shared.
 TEST(DeviceChannels, BusiestGpuCountsByIdentityNotNumber) {
