@@ -2,7 +2,6 @@
  * kernel table alone, before any CUDA call: so a machine without a GPU
  * tests every refusal (device_host). CUDA builds only. */
 #include <stdio.h>
-#include <string.h>
 
 #include "../../../transport/param.h"
 #include "../../../transport/status.h"
@@ -29,25 +28,6 @@ static int ring_allowed(enum coll_kind coll, const char **text_out) {
   *text_out = param_str(&coll_params[P_ALGO]);
   tuner_parse(*text_out, names, ALGO_NUM, allowed);
   return allowed[coll][ALGO_RING];
-}
-
-int device_nchannels(int want, int cfg_min, int cfg_max, int cap) {
-  int n = want;
-  if (cfg_max != WEFT_CONFIG_UNDEF_INT && cfg_max > 0 && n > cfg_max) n = cfg_max;
-  if (cfg_min != WEFT_CONFIG_UNDEF_INT && cfg_min > 0 && n < cfg_min) n = cfg_min;
-  if (n > DEV_MAX_CHANNELS) n = DEV_MAX_CHANNELS;
-  if (n > cap) n = cap; /* every rank's blocks must be on the GPU at once */
-  return n > 0 ? n : 1;
-}
-
-int device_busiest_gpu(const struct device_gpu_ident *ids, int n) {
-  int most = 1;
-  for (int i = 0; i < n; i++) {
-    int same = 0;
-    for (int j = 0; j < n; j++) same += memcmp(ids[i].uuid, ids[j].uuid, sizeof ids[i].uuid) == 0;
-    if (same > most) most = same;
-  }
-  return most;
 }
 
 int device_op_index(weftRedOp_t op) {
