@@ -101,10 +101,6 @@ static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *c
  * comm) for a collective, the named peers' lanes for sends and receives. */
 static weftResult_t comm_connect(struct weftComm *comm, const struct weft_plan *const *plans,
                                  size_t n) {
-  int dev = -1;
-  CUDA_TRY(cudaGetDevice(&dev), "current device");
-  if (comm->cuda_dev < 0) comm->cuda_dev = dev; /* the caller's device, as NCCL */
-  if (dev != comm->cuda_dev) CUDA_TRY(cudaSetDevice(comm->cuda_dev), "setting the device");
   struct device_comm *d;
   WEFT_TRY(device_comm_get(comm, &d));
   int ring = 0, p2p = 0;
@@ -121,10 +117,15 @@ static weftResult_t comm_connect(struct weftComm *comm, const struct weft_plan *
  * allocates and copies. */
 static weftResult_t comm_connect_relaxed(struct weftComm *comm,
                                          const struct weft_plan *const *plans, size_t n) {
+  int dev = -1;
+  CUDA_TRY(cudaGetDevice(&dev), "current device");
+  if (comm->cuda_dev < 0) comm->cuda_dev = dev; /* the caller's device, as NCCL */
+  if (dev != comm->cuda_dev) CUDA_TRY(cudaSetDevice(comm->cuda_dev), "setting the device");
   enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   cudaThreadExchangeStreamCaptureMode(&mode);
   weftResult_t res = comm_connect(comm, plans, n);
   cudaThreadExchangeStreamCaptureMode(&mode);
+  if (dev != comm->cuda_dev) cudaSetDevice(dev); /* the caller's device stays current */
   return res;
 }
 
