@@ -59,11 +59,15 @@ __device__ void p2p_give_up(const dev_p2p_work &w, const p2p_block &blk, uint32_
   __threadfence_system(); // our reason is recorded before a peer can see the poison
   for (int k = 0; k < blk.nitems; k++)
     *(volatile uint32_t *)&p2p_lane(w, w.ops[blk.op[k]], blk.lane[k])->ctrl->poison = why;
+  // the first unfinished item (blocks racing here each leave a true answer;
+  // mapped host memory, so plain stores rather than atomics)
+  volatile uint64_t *stopped = w.stopped;
   for (int k = 0; k < blk.nitems; k++)
     if (!p2p_item_finished(&blk, w.ops, w.chunk_nbytes, k)) {
-      if (atomicCAS(reinterpret_cast<unsigned long long *>(w.stopped), 0ull,
-                    (unsigned long long)blk.op[k] + 1) == 0ull)
-        w.stopped[1] = blk.done[k];
+      if (stopped[0] == 0) {
+        stopped[1] = blk.done[k];
+        stopped[0] = (uint64_t)blk.op[k] + 1;
+      }
       break;
     }
   __threadfence_system();
