@@ -104,8 +104,9 @@ typedef struct {
   unsigned int magic;    /* WEFT_CONFIG_MAGIC */
   unsigned int version;  /* WEFT_VERSION_CODE the caller compiled against */
   int blocking;          /* 1 (default): init blocks until connected */
-  int minChannels;       /* lower bound on channels (rings) */
-  int maxChannels;       /* upper bound on channels (rings) */
+  int minChannels;       /* lower bound on channels (host rings: at most 16; device
+                            channels, a kernel block each: at most 64) */
+  int maxChannels;       /* upper bound on channels (host rings and device channels) */
   int timeoutMs;         /* per-wait timeout; default WEFT_TIMEOUT (seconds) */
   const char *commName;  /* name shown in logs and errors; may be NULL */
 } weftConfig_t;

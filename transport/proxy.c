@@ -32,6 +32,7 @@ weftResult_t proxy_fifo_alloc(struct proxy_conn *c, uint32_t nslots, size_t slot
   /* the kernels' view of the ctrl page (struct dev_fifo_ctrl) */
   _Static_assert(offsetof(struct conn_ctrl, tail) == 0, "tail where the kernels look");
   _Static_assert(offsetof(struct conn_ctrl, head) == 64, "head where the kernels look");
+  _Static_assert(offsetof(struct conn_ctrl, poison) == 128, "poison where the kernels look");
   size_t nbytes = PROXY_CTRL_NBYTES + (size_t)nslots * slot_nbytes;
   if (mem != NULL) {
     void *host, *dev;

@@ -83,10 +83,13 @@ static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
                           "WEFT_SLOT_BYTES=%lld: must be a multiple of 64 up to 64M",
                           (long long)slot_nbytes);
   int nchannels = (int)param_int(&coll_params[P_NCHANNELS]);
-  nchannels = config_int(cfg.maxChannels, WEFT_MAX_CHANNELS) < nchannels
-                  ? config_int(cfg.maxChannels, WEFT_MAX_CHANNELS)
-                  : nchannels;
-  if (config_int(cfg.minChannels, 1) > nchannels) nchannels = config_int(cfg.minChannels, 1);
+  /* the bounds as host rings can take them (device channels take them whole) */
+  int max_ch = config_int(cfg.maxChannels, WEFT_MAX_CHANNELS);
+  int min_ch = config_int(cfg.minChannels, 1);
+  if (max_ch > WEFT_MAX_CHANNELS) max_ch = WEFT_MAX_CHANNELS;
+  if (min_ch > WEFT_MAX_CHANNELS) min_ch = WEFT_MAX_CHANNELS;
+  nchannels = max_ch < nchannels ? max_ch : nchannels;
+  if (min_ch > nchannels) nchannels = min_ch;
   if (nchannels < 1 || nchannels > WEFT_MAX_CHANNELS)
     return weft_error_set(weftInvalidArgument, "channels must be 1 to %d, got %d",
                           WEFT_MAX_CHANNELS, nchannels);
@@ -102,6 +105,8 @@ static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
   comm->nranks = nranks;
   comm->cuda_dev = cuda_dev;
   comm->nchannels = nchannels;
+  comm->cfg_min_channels = cfg.minChannels;
+  comm->cfg_max_channels = cfg.maxChannels;
   comm->peers = peers;
   comm->nslots = (uint32_t)nslots;
   comm->slot_nbytes = (size_t)slot_nbytes;

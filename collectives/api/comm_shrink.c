@@ -148,6 +148,10 @@ weftResult_t weftCommShrink(weftComm_t comm, const int *excludeRanks, int nexclu
     weftConfig_t inherited;
     if (config == NULL) shrink_config_inherit(comm, &inherited);
     res = comm_init(&child, newsize, &id, newrank, config ? config : &inherited, comm->cuda_dev);
+    if (res == weftSuccess && config == NULL) { /* the parent's device channel bounds too */
+      child->cfg_min_channels = comm->cfg_min_channels;
+      child->cfg_max_channels = comm->cfg_max_channels;
+    }
     if (res != weftSuccess) {
       char what[64];
       snprintf(what, sizeof what, "joining as rank %d of %d", newrank, newsize);

@@ -180,6 +180,10 @@ weftResult_t weftCommSplit(weftComm_t comm, int color, int key, weftComm_t *newc
     weftConfig_t inherited;
     if (config == NULL) config_inherit(comm, &inherited);
     res = comm_init(&child, newsize, &id, newrank, config ? config : &inherited, comm->cuda_dev);
+    if (res == weftSuccess && config == NULL) { /* the parent's device channel bounds too */
+      child->cfg_min_channels = comm->cfg_min_channels;
+      child->cfg_max_channels = comm->cfg_max_channels;
+    }
     if (res != weftSuccess) {
       /* the parent is unharmed; its last error says why the split failed */
       char what[96];

@@ -55,6 +55,8 @@ struct weftComm {
   int rank;
   int nranks;
   int cuda_dev;
+  int cfg_min_channels; /* weftConfig_t's bounds as given (WEFT_CONFIG_UNDEF_INT: none); */
+  int cfg_max_channels; /* the device executor applies them to its channels */
   char name[64];
   struct bootstrap *bs;
   struct peer_info *peers;

@@ -229,13 +229,10 @@ ncclResult_t nccl_config_read(const ncclConfig_t *user, weftConfig_t *cfg,
   const weftConfig_t wdefaults = WEFT_CONFIG_INITIALIZER;
   *cfg = wdefaults;
   cfg->blocking = c.blocking == NCCL_CONFIG_UNDEF_INT ? WEFT_CONFIG_UNDEF_INT : c.blocking;
-  /* NCCL clamps CTA counts to what it has; weft's channels play their part */
-  cfg->minChannels = c.minCTAs == NCCL_CONFIG_UNDEF_INT ? WEFT_CONFIG_UNDEF_INT
-                     : c.minCTAs > WEFT_MAX_CHANNELS    ? WEFT_MAX_CHANNELS
-                                                        : c.minCTAs;
-  cfg->maxChannels = c.maxCTAs == NCCL_CONFIG_UNDEF_INT ? WEFT_CONFIG_UNDEF_INT
-                     : c.maxCTAs > WEFT_MAX_CHANNELS    ? WEFT_MAX_CHANNELS
-                                                        : c.maxCTAs;
+  /* NCCL clamps CTA counts to what it has; weft's channels play their part
+   * (the comm clamps them for its host rings and its device channels) */
+  cfg->minChannels = c.minCTAs == NCCL_CONFIG_UNDEF_INT ? WEFT_CONFIG_UNDEF_INT : c.minCTAs;
+  cfg->maxChannels = c.maxCTAs == NCCL_CONFIG_UNDEF_INT ? WEFT_CONFIG_UNDEF_INT : c.maxCTAs;
   cfg->commName = size >= offsetof(ncclConfig_t, collnetEnable) ? c.commName : NULL;
   *cfg_out_p = cfg;
   return ncclSuccess;

@@ -344,4 +344,66 @@ TEST(DeviceSteps, KernelComputesTheHostSteps) {
     }
 }
 
+// Pre-multiply sum on device memory: each rank's input times the op's
+// scalar, summed; the scalar given by value or in device memory (read when
+// the kernel runs), all-reduce and reduce-scatter, both protocols' sizes.
+TEST(DevicePreMulSum, ScalarByValueAndInDeviceMemory) {
+  REQUIRE_GPU();
+  for (int k : {2, 3})
+    for (bool on_device : {false, true})
+      for (size_t n : {7ul, 100003ul}) {
+        SCOPED_TRACE("k " + std::to_string(k) + (on_device ? " device scalar" : " host scalar") +
+                     " n " + std::to_string(n));
+        Ranks ranks(k);
+        std::vector<weftRedOp_t> ops(k);
+        std::vector<float *> scal(k, nullptr), buf(k), rs(k);
+        std::vector<std::vector<float>> in(k);
+        for (int r = 0; r < k; r++) {
+          float s = 0.25f * (float)(r + 1);
+          if (on_device) {
+            ASSERT_EQ(cudaMalloc((void **)&scal[r], sizeof(float)), cudaSuccess);
+            ASSERT_EQ(cudaMemcpy(scal[r], &s, sizeof s, cudaMemcpyHostToDevice), cudaSuccess);
+          }
+          ASSERT_EQ(weftRedOpCreatePreMulSum(&ops[r], on_device ? (void *)scal[r] : (void *)&s,
+                                             weftFloat32, on_device ? weftScalarDevice
+                                                                    : weftScalarHostImmediate,
+                                             ranks.comms[r]), weftSuccess);
+          in[r].resize(n * k);
+          for (size_t i = 0; i < n * k; i++) in[r][i] = (float)((i * 7 + r * 13) % 64) - 20.0f;
+          ASSERT_EQ(cudaMalloc((void **)&buf[r], n * k * sizeof(float)), cudaSuccess);
+          ASSERT_EQ(cudaMalloc((void **)&rs[r], n * sizeof(float)), cudaSuccess);
+          ASSERT_EQ(cudaMemcpy(buf[r], in[r].data(), n * k * sizeof(float), cudaMemcpyHostToDevice),
+                    cudaSuccess);
+        }
+        ASSERT_EQ(weftGroupStart(), weftSuccess);
+        for (int r = 0; r < k; r++) {
+          ASSERT_EQ(weftReduceScatter(buf[r], rs[r], n, weftFloat32, ops[r], ranks.comms[r],
+                                      ranks.streams[r]), weftSuccess) << weftGetLastError(ranks.comms[r]);
+          ASSERT_EQ(weftAllReduce(buf[r], buf[r], n * k, weftFloat32, ops[r], ranks.comms[r],
+                                  ranks.streams[r]), weftSuccess) << weftGetLastError(ranks.comms[r]);
+        }
+        ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+        ranks.sync();
+        for (int r = 0; r < k; r++) {
+          std::vector<float> all(n * k), part(n);
+          cudaMemcpy(all.data(), buf[r], all.size() * sizeof(float), cudaMemcpyDeviceToHost);
+          cudaMemcpy(part.data(), rs[r], part.size() * sizeof(float), cudaMemcpyDeviceToHost);
+          for (size_t i = 0; i < n * k; i++) {
+            double want = 0;
+            for (int q = 0; q < k; q++) want += 0.25 * (q + 1) * in[q][i];
+            ASSERT_NEAR(all[i], want, 1e-4) << "all-reduce rank " << r << " element " << i;
+            if (i / n == (size_t)r) {
+              ASSERT_NEAR(part[i % n], want, 1e-4) << "reduce-scatter rank " << r << " element " << i;
+            }
+          }
+        }
+        for (int r = 0; r < k; r++) {
+          weftRedOpDestroy(ops[r], ranks.comms[r]);
+          cudaFree(buf[r]);
+          cudaFree(rs[r]);
+          cudaFree(scal[r]);
+        }
+      }
+}
+
 }  // namespace

@@ -237,11 +237,12 @@ std::vector<std::string> gen_list(const char *matrix) {
 
 const char *const kTags[] = {"i8", "u8", "i32", "u32", "i64", "u64",
                              "f16", "f32", "f64", "bf16", "e4m3", "e5m2"};
-const char *const kOps[] = {"sum", "prod", "max", "min", "avg"};
+const char *const kOps[] = {"sum", "prod", "max", "min", "avg", "premulsum"};
+constexpr size_t kNumOps = sizeof kOps / sizeof kOps[0];
 
 TEST(KernelMatrix, FullHasEveryDatatypeAndOp) {
   std::vector<std::string> full = gen_list("full");
-  ASSERT_EQ(full.size(), 12u * 5u);
+  ASSERT_EQ(full.size(), 12u * kNumOps);
   for (const char *t : kTags)
     for (const char *o : kOps)
       EXPECT_NE(std::find(full.begin(), full.end(), std::string(t) + " " + o), full.end())
@@ -251,7 +252,7 @@ TEST(KernelMatrix, FullHasEveryDatatypeAndOp) {
 // small still compiles every datatype's arithmetic and every op.
 TEST(KernelMatrix, SmallCoversEveryDatatypeAndEveryOp) {
   std::vector<std::string> small = gen_list("small");
-  EXPECT_LT(small.size(), 12u * 5u);
+  EXPECT_LT(small.size(), 12u * kNumOps);
   for (const char *t : kTags)
     EXPECT_NE(std::find(small.begin(), small.end(), std::string(t) + " sum"), small.end()) << t;
   for (const char *o : kOps)
@@ -296,7 +297,7 @@ TEST(KernelMatrix, LinkedTableMatchesTheBuildOption) {
   std::vector<std::string> want = gen_list(weft_dev_matrix);
   size_t present = 0;
   for (int t = 0; t < 12; t++)
-    for (int o = 0; o < 5; o++) {
+    for (int o = 0; o < (int)kNumOps; o++) {
       bool in = std::find(want.begin(), want.end(), std::string(kTags[t]) + " " + kOps[o]) !=
                 want.end();
       for (int p = 0; p < 2; p++) EXPECT_EQ(weft_dev_kernels[t][o][p] != nullptr, in);

@@ -92,6 +92,64 @@ INSTANTIATE_TEST_SUITE_P(All, DeviceIpc,
                                   std::to_string(i.param.count);
                          });
 
+// Point-to-point across processes (cuda_ipc lanes): first a pipeline, each
+// rank receiving from the one before and sending to the one after with lone
+// calls (lanes connected with that neighbour only), then an all-to-all.
+int run_p2p_rank(const RankCtx &ctx, size_t count) {
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) return kNoGpu;
+  cudaSetDevice(0);
+  weftComm_t comm;
+  if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+    return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+  cudaStream_t stream;
+  cudaStreamCreate(&stream);
+  const int k = ctx.nranks, me = ctx.rank;
+  const size_t nbytes = count * 4;
+  std::vector<std::vector<uint8_t>> in(k);
+  for (int r = 0; r < k; r++) in[r] = make_input(weftInt32, weftSum, count * k, test_seed() + 5, r);
+  void *send, *recv;
+  cudaMalloc(&send, nbytes * k);
+  cudaMalloc(&recv, nbytes * k);
+  cudaMemset(recv, 0xa5, nbytes * k);
+  cudaMemcpy(send, in[me].data(), nbytes * k, cudaMemcpyHostToDevice);
+  int rc = 0;
+  if (me > 0 && weftRecv(recv, count, weftInt32, me - 1, comm, stream) != weftSuccess)
+    rc = rank_fail(ctx, "recv: %s", weftGetLastError(comm));
+  if (rc == 0 && me < k - 1 && weftSend(send, count, weftInt32, me + 1, comm, stream) != weftSuccess)
+    rc = rank_fail(ctx, "send: %s", weftGetLastError(comm));
+  std::vector<uint8_t> out(nbytes * k);
+  if (rc == 0 && cudaStreamSynchronize(stream) != cudaSuccess)
+    rc = rank_fail(ctx, "stream: %s", cudaGetErrorString(cudaGetLastError()));
+  cudaMemcpy(out.data(), recv, nbytes, cudaMemcpyDeviceToHost);
+  if (rc == 0 && me > 0 && memcmp(out.data(), in[me - 1].data(), nbytes) != 0)
+    rc = rank_fail(ctx, "pipeline: what rank %d sent differs", me - 1);
+  if (rc == 0 && weftAlltoAll(send, recv, count, weftInt32, comm, stream) != weftSuccess)
+    rc = rank_fail(ctx, "all-to-all: %s", weftGetLastError(comm));
+  if (rc == 0 && cudaStreamSynchronize(stream) != cudaSuccess)
+    rc = rank_fail(ctx, "stream: %s", cudaGetErrorString(cudaGetLastError()));
+  cudaMemcpy(out.data(), recv, nbytes * k, cudaMemcpyDeviceToHost);
+  for (int q = 0; q < k && rc == 0; q++)
+    if (memcmp(out.data() + q * nbytes, in[q].data() + me * nbytes, nbytes) != 0)
+      rc = rank_fail(ctx, "all-to-all: block from rank %d differs", q);
+  cudaFree(send);
+  cudaFree(recv);
+  cudaStreamDestroy(stream);
+  weftCommDestroy(comm);
+  return rc;
+}
+
+TEST(DeviceIpcP2p, PipelineThenAlltoAllAcrossProcesses) {
+  for (int k : {2, 3}) {
+    RunOptions opts;
+    opts.timeout_s = 120;
+    opts.env = {{"WEFT_TIMEOUT", "30"}};
+    auto status = run_ranks(k, [&](const RankCtx &ctx) { return run_p2p_rank(ctx, 70001); }, opts);
+    if (status[0] == kNoGpu) GTEST_SKIP() << "no CUDA device";
+    for (int r = 0; r < k; r++) EXPECT_EQ(status[r], 0) << "k " << k << " rank " << r;
+  }
+}
+
 // A peer that stops calling: the waiting rank's kernel gives up after
 // WEFT_TIMEOUT, its stream completes, and the comm reports the error, naming
 // the rank; never a hang.

@@ -12,7 +12,7 @@
 
 #include "../transport.h"
 
-#define CUDA_FIFO_CTRL_NBYTES 128
+#define CUDA_FIFO_CTRL_NBYTES 256 /* struct dev_fifo_ctrl: tail, head, poison */
 
 /* What a receiver publishes about its FIFO. */
 struct cuda_fifo_blob {

@@ -7,9 +7,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../../algo/p2p_steps.h"
+
 /* Protocols of the device FIFOs. Each connection has one FIFO per protocol,
  * so an LL FIFO only ever holds LL lines and its flags can be trusted. */
 enum dev_proto { DEV_PROTO_SIMPLE = 0, DEV_PROTO_LL = 1, DEV_NPROTOS = 2 };
+
+/* The kernel table's ops: weftRedOp_t's sum to avg, then every
+ * weftRedOpCreatePreMulSum op (sum of inputs times the op's scalar). */
+enum { DEV_OP_PREMULSUM = 5, DEV_NOPS = 6 };
 
 /* An LL line: 16 bytes stored and loaded at once, two 4-byte data words each
  * beside a 4-byte flag (step + 1, truncated), so a slot of slot_nbytes
@@ -25,7 +31,16 @@ struct dev_fifo_ctrl {
   uint64_t pad0[7];
   uint64_t head; /* slots drained, advanced by the receiver (both protocols) */
   uint64_t pad1[7];
+  /* nonzero once either end gave up (why: enum dev_give_up); every later
+   * wait on the FIFO returns at once. Byte 128, as struct conn_ctrl's
+   * poison, so a device network connection's proxy poison is seen too. */
+  uint32_t poison;
+  uint32_t pad2[15];
 };
+#define DEV_FIFO_POISON_OFFSET 128
+
+/* Why a kernel block gave up (dev_work.error, a FIFO's poison). */
+enum dev_give_up { DEV_GAVE_UP_ABORT = 1, DEV_GAVE_UP_TIMEOUT = 2, DEV_GAVE_UP_POISON = 3 };
 
 /* One end of one protocol's FIFO, as one kernel block sees it. */
 struct dev_fifo {
@@ -64,6 +79,33 @@ struct dev_work {
   volatile uint32_t *abort_flag; /* host memory mapped for the device; set on abort */
   uint32_t *error;     /* host memory mapped for the device: 1 aborted, 2 timed out */
   uint64_t timeout_ns; /* a block that waits this long without progress gives up; 0: never */
+  /* pre-multiply sum: each rank's input times the scalar, read by the kernel
+   * from scalar_ptr (device memory, weftScalarDevice) or else scalar_bits */
+  const void *scalar_ptr;
+  uint64_t scalar_bits;
+};
+
+/* The point-to-point lanes to and from one peer (device memory, one entry
+ * per peer; the steps carry on from launch to launch). */
+struct dev_p2p_lanes {
+  struct dev_fifo send[P2P_NLANES];
+  struct dev_fifo recv[P2P_NLANES];
+};
+
+/* One launch of point-to-point: a group's sends and receives on one comm,
+ * scheduled by p2p_steps.h. Passed by value (kernel parameters: under 4 KiB). */
+struct dev_p2p_work {
+  struct dev_p2p_lanes *peers; /* [nranks], device memory */
+  volatile uint32_t *abort_flag;
+  uint32_t *error;             /* as dev_work's */
+  uint64_t *stopped;           /* mapped host memory: [0] op + 1, [1] chunks done, where a
+                                  block gave up (the first to record it) */
+  uint64_t timeout_ns;
+  uint64_t chunk_nbytes;       /* a slot */
+  int nops;
+  int nblocks;
+  struct p2p_op ops[P2P_MAX_OPS];
+  void *bufs[P2P_MAX_OPS];
 };
 
 #endif

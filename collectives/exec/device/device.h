@@ -4,6 +4,8 @@
 #ifndef WEFT_DEVICE_H
 #define WEFT_DEVICE_H
 
+#include <stdint.h>
+
 #include "../../core/plan.h"
 
 /* Whether this build has the device executor. */
@@ -17,6 +19,29 @@ int device_plan_on_device(const struct weft_plan *plan);
 /* Checks a CUDA device ordinal (CommInitAll's devlist); weftInvalidUsage when
  * it names no device or the build has no CUDA. */
 weftResult_t device_check_ordinal(int dev);
+
+/* Whether the device executor can run plan: weftInvalidUsage with a message
+ * when WEFT_ALGO excludes the ring or the build's matrix lacks the
+ * (datatype, op). Decided without any CUDA call. */
+weftResult_t device_plan_check(const struct weft_plan *plan);
+
+/* A comm's device channels: WEFT_DEVICE_NCHANNELS (want) within
+ * weftConfig_t's minChannels/maxChannels (ncclConfig_t's minCTAs/maxCTAs;
+ * WEFT_CONFIG_UNDEF_INT: unbounded), at most DEV_MAX_CHANNELS, and at most
+ * cap, the blocks sure to be resident at once (which wins over minChannels). */
+int device_nchannels(int want, int cfg_min, int cfg_max, int cap);
+#define DEV_MAX_CHANNELS 64
+
+/* What ranks tell each other of their GPU at connection. A GPU is known by
+ * its UUID: the device number is per process (CUDA_VISIBLE_DEVICES), so two
+ * ranks' device 0 may be different GPUs, and one GPU may have two numbers. */
+struct device_gpu_ident {
+  uint8_t uuid[16];
+  int32_t dev; /* this process's number for it */
+  int32_t sms;
+};
+/* How many of the n ranks share the GPU that most of them share (1 or more). */
+int device_busiest_gpu(const struct device_gpu_ident *ids, int n);
 
 /* Enqueues plan's kernel on the CUDA stream and returns (NCCL's stream
  * semantics): the result is there once the stream reaches that point. The

@@ -5,6 +5,8 @@
  * cuda_ipc (other process) transport. Launching then takes only stream-ordered calls:
  * enqueue and return, and graph capture records the kernel. */
 #include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,7 +17,7 @@
 #include "../../../transport/param.h"
 #include "../../../transport/status.h"
 #include "device.h"
-#include "dev_types.h"
+#include "device_priv.h"
 #include "../../algo/ring_steps.h"
 
 /* Written by gen_kernels.py: [datatype][op][protocol], NULL outside the
@@ -23,34 +25,15 @@
 extern const void *const (*const weft_dev_kernels[weftNumTypes])[DEV_NPROTOS];
 extern const char weft_dev_matrix[];
 
-#define DEV_NTHREADS 512 /* prims_device.cuh */
-#define DEV_NSLOTS 4
-#define DEV_SIMPLE_SLOT_NBYTES (256u << 10)
-#define DEV_LL_SLOT_NBYTES (16u << 10)
 /* a launch uses one channel (block) per this many bytes, up to the comm's */
 #define DEV_CHANNEL_NBYTES (64u << 10)
-/* device channels a comm may have (WEFT_DEVICE_NCHANNELS): one block each */
-#define DEV_MAX_CHANNELS 64
 
 _Static_assert(sizeof(struct dev_fifo_ctrl) <= CUDA_FIFO_CTRL_NBYTES, "ctrl fits");
+_Static_assert(offsetof(struct dev_fifo_ctrl, poison) == DEV_FIFO_POISON_OFFSET,
+               "poison where struct conn_ctrl has it");
+_Static_assert(sizeof(struct dev_p2p_work) <= 4096, "p2p work fits the kernel parameters");
 
-struct device_comm {
-  int dev;
-  int nchannels;
-  struct weft_conn send[DEV_MAX_CHANNELS][DEV_NPROTOS];
-  struct weft_conn recv[DEV_MAX_CHANNELS][DEV_NPROTOS];
-  struct dev_channel *channels_d; /* [nchannels] */
-  int *rings_d;                   /* [nchannels][nranks] */
-  uint32_t *flags_h;              /* mapped host memory: [0] abort, [1] error */
-  uint32_t *flags_d;
-};
-
-static weftResult_t cuda_check(cudaError_t err, const char *what) {
-  if (err == cudaSuccess) return weftSuccess;
-  cudaGetLastError();
-  return weft_error_set(weftSystemError, "cuda: %s: %s", what, cudaGetErrorString(err));
-}
-#define CUDA_TRY(call, what) WEFT_TRY(cuda_check((call), (what)))
+#define cuda_check device_cuda_check
 
 int device_built(void) { return 1; }
 
@@ -122,18 +105,56 @@ int device_mem_free(void *ptr) {
 
 /* --- connecting ---------------------------------------------------------- */
 
-static void conn_shape(struct weft_conn *c, struct weftComm *comm, int peer, int proto) {
-  memset(c, 0, sizeof *c);
-  c->nslots = DEV_NSLOTS;
-  c->slot_nbytes = proto == DEV_PROTO_LL ? DEV_LL_SLOT_NBYTES : DEV_SIMPLE_SLOT_NBYTES;
-  c->peer_rank = peer;
-  c->peer_pid = comm->peers[peer].pid;
+/* Waits for the comm's own work (its launches' events), never the device's. */
+static void device_comm_wait(struct device_comm *d) {
+  for (int i = 0; i < d->nwork; i++) {
+    cudaEventSynchronize(d->work[i].done);
+    cudaEventDestroy(d->work[i].done);
+  }
+  d->nwork = 0;
+  cudaGetLastError();
 }
 
-static struct dev_fifo fifo_of(const struct weft_conn *c) {
-  struct dev_fifo f = {.ctrl = cuda_fifo_ctrl(c), .slots = c->slots, .nslots = c->nslots,
-                       .slot_nbytes = (uint32_t)c->slot_nbytes, .step = 0};
-  return f;
+void device_comm_note_launch(struct device_comm *d, cudaStream_t stream) {
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
+    cudaGetLastError(); /* a graph's launches are its owner's to wait for */
+    return;
+  }
+  int i = 0;
+  while (i < d->nwork && d->work[i].stream != stream) i++;
+  if (i == DEV_MAX_STREAMS) { /* reuse the oldest, once it is done */
+    cudaEventSynchronize(d->work[0].done);
+    cudaEventDestroy(d->work[0].done);
+    memmove(&d->work[0], &d->work[1], sizeof d->work[0] * (DEV_MAX_STREAMS - 1));
+    i = --d->nwork;
+  }
+  if (i == d->nwork) {
+    if (cudaEventCreateWithFlags(&d->work[i].done, cudaEventDisableTiming) != cudaSuccess) {
+      cudaGetLastError();
+      cudaStreamSynchronize(stream); /* no event: wait now rather than lose track */
+      return;
+    }
+    d->work[i].stream = stream;
+    d->nwork++;
+  }
+  cudaEventRecord(d->work[i].done, stream);
+  cudaGetLastError();
+}
+
+static void device_ring_close(struct device_comm *d) {
+  for (int c = 0; c < d->nchannels; c++)
+    for (int p = 0; p < DEV_NPROTOS; p++) {
+      if (d->send[c][p].transport) d->send[c][p].transport->close(&d->send[c][p]);
+      if (d->recv[c][p].transport) d->recv[c][p].transport->close(&d->recv[c][p]);
+    }
+  memset(d->send, 0, sizeof d->send);
+  memset(d->recv, 0, sizeof d->recv);
+  cudaFree(d->channels_d);
+  cudaFree(d->rings_d);
+  d->channels_d = NULL;
+  d->rings_d = NULL;
+  d->nchannels = 0;
 }
 
 void device_comm_free(struct weftComm *comm) {
@@ -142,14 +163,9 @@ void device_comm_free(struct weftComm *comm) {
   int prev = -1;
   cudaGetDevice(&prev);
   cudaSetDevice(d->dev);
-  cudaDeviceSynchronize(); /* kernels may still use the FIFOs */
-  for (int c = 0; c < d->nchannels; c++)
-    for (int p = 0; p < DEV_NPROTOS; p++) {
-      if (d->send[c][p].transport) d->send[c][p].transport->close(&d->send[c][p]);
-      if (d->recv[c][p].transport) d->recv[c][p].transport->close(&d->recv[c][p]);
-    }
-  cudaFree(d->channels_d);
-  cudaFree(d->rings_d);
+  device_comm_wait(d); /* this comm's kernels may still use the FIFOs */
+  device_ring_close(d);
+  device_p2p_free(&d->p2p, comm->nranks);
   cudaFreeHost(d->flags_h);
   cudaGetLastError();
   if (prev >= 0) cudaSetDevice(prev);
@@ -168,37 +184,33 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
   const struct weft_channel *ch = &comm->channels[0];
   /* ranks learn each other's devices (the transports choose by them) and how
    * many SMs each has */
-  int sms = 0;
-  CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d->dev), "SM count");
-  int32_t(*info)[2] = calloc((size_t)n, sizeof *info);
+  struct cudaDeviceProp prop;
+  CUDA_TRY(cudaGetDeviceProperties(&prop, d->dev), "device properties");
+  struct device_gpu_ident *info = calloc((size_t)n, sizeof *info);
   if (info == NULL) return weft_error_set(weftSystemError, "out of memory");
-  info[comm->rank][0] = d->dev;
-  info[comm->rank][1] = sms;
+  _Static_assert(sizeof prop.uuid.bytes == sizeof info->uuid, "a CUDA UUID");
+  memcpy(info[comm->rank].uuid, prop.uuid.bytes, sizeof info->uuid);
+  info[comm->rank].dev = d->dev;
+  info[comm->rank].sms = prop.multiProcessorCount;
   weftResult_t res = bootstrap_allgather(comm->bs, info, sizeof *info);
   int nch = (int)nch64;
   if (res == weftSuccess) {
     /* A ring's blocks wait on each other, so every rank's blocks must be on
      * their GPU at once. Counting one block per SM (what any kernel that
      * launches is sure of), the ranks sharing the busiest GPU share its SMs. */
-    int most = 1, fewest_sms = sms;
+    int fewest_sms = prop.multiProcessorCount;
     for (int i = 0; i < n; i++) {
-      int same = 0;
-      for (int j = 0; j < n; j++) same += info[j][0] == info[i][0];
-      if (same > most) most = same;
-      if (info[i][1] < fewest_sms) fewest_sms = info[i][1];
-      comm->peers[i].cuda_dev = info[i][0];
+      if (info[i].sms < fewest_sms) fewest_sms = info[i].sms;
+      comm->peers[i].cuda_dev = info[i].dev;
     }
+    int most = device_busiest_gpu(info, n);
     int cap = fewest_sms / most > 0 ? fewest_sms / most : 1;
-    if (nch > cap) nch = cap;
+    nch = device_nchannels(nch, comm->cfg_min_channels, comm->cfg_max_channels, cap);
   }
   free(info);
   WEFT_TRY(res);
   d->nchannels = nch;
 
-  CUDA_TRY(cudaHostAlloc((void **)&d->flags_h, 2 * sizeof(uint32_t), cudaHostAllocMapped),
-           "allocating the abort flag");
-  d->flags_h[0] = d->flags_h[1] = 0;
-  CUDA_TRY(cudaHostGetDevicePointer((void **)&d->flags_d, d->flags_h, 0), "mapping the abort flag");
   if (n > 1) {
     const size_t per_rank = (size_t)nch * DEV_NPROTOS;
     struct conn_blob *blobs = calloc((size_t)n * per_rank, sizeof *blobs);
@@ -211,7 +223,7 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
       for (int p = 0; p < DEV_NPROTOS && local == weftSuccess; p++) {
         struct weft_conn *conn = &d->recv[c][p];
         struct conn_blob *b = &mine[c * DEV_NPROTOS + p];
-        conn_shape(conn, comm, prev, p);
+        device_conn_shape(conn, comm, prev, p);
         b->transport = -1;
         for (int t = 0; weft_device_transports[t] != NULL && b->transport < 0; t++) {
           const struct weft_transport *tr = weft_device_transports[t];
@@ -237,7 +249,7 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
       int next = ch->ring[(ch->ring_pos + 1) % n];
       for (int p = 0; p < DEV_NPROTOS && res == weftSuccess; p++) {
         const struct conn_blob *b = &blobs[(size_t)next * per_rank + (size_t)c * DEV_NPROTOS + p];
-        conn_shape(&d->send[c][p], comm, next, p);
+        device_conn_shape(&d->send[c][p], comm, next, p);
         if (b->transport < 0) {
           res = weft_error_set(weftRemoteError,
                                "rank %d could not set up its device connection from rank %d",
@@ -264,8 +276,8 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
     host[c].nranks = n;
     if (n > 1)
       for (int p = 0; p < DEV_NPROTOS; p++) {
-        host[c].send[p] = fifo_of(&d->send[c][p]);
-        host[c].recv[p] = fifo_of(&d->recv[c][p]);
+        host[c].send[p] = device_fifo_of(&d->send[c][p]);
+        host[c].recv[p] = device_fifo_of(&d->recv[c][p]);
       }
   }
   res = cuda_check(cudaMalloc((void **)&d->rings_d, sizeof *rings * (size_t)nch * n), "rings");
@@ -281,8 +293,9 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
   return weftSuccess;
 }
 
-/* The comm's device state, connected on first use. */
-static weftResult_t device_comm_get(struct weftComm *comm, struct device_comm **out) {
+/* The comm's device state (the flags the kernels share with the host),
+ * made on first use; local, nothing collective. */
+weftResult_t device_comm_get(struct weftComm *comm, struct device_comm **out) {
   if (comm->device != NULL) {
     *out = comm->device;
     return weftSuccess;
@@ -293,15 +306,32 @@ static weftResult_t device_comm_get(struct weftComm *comm, struct device_comm **
   struct device_comm *d = calloc(1, sizeof *d);
   if (d == NULL) return weft_error_set(weftSystemError, "out of memory");
   d->dev = comm->cuda_dev;
-  /* set-up allocates and copies: let a capturing stream of this thread be */
-  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  cudaThreadExchangeStreamCaptureMode(&mode);
   comm->device = d;
-  weftResult_t res = device_connect(comm, d);
-  cudaThreadExchangeStreamCaptureMode(&mode);
+  weftResult_t res = cuda_check(cudaHostAlloc((void **)&d->flags_h, DEV_FLAGS_NBYTES,
+                                              cudaHostAllocMapped), "allocating the abort flag");
+  if (res == weftSuccess) {
+    memset(d->flags_h, 0, DEV_FLAGS_NBYTES);
+    res = cuda_check(cudaHostGetDevicePointer((void **)&d->flags_d, d->flags_h, 0),
+                     "mapping the abort flag");
+  }
   if (res != weftSuccess) {
     device_comm_free(comm);
     return res;
+  }
+  *out = d;
+  return weftSuccess;
+}
+
+weftResult_t device_ring_get(struct weftComm *comm, struct device_comm **out) {
+  struct device_comm *d;
+  WEFT_TRY(device_comm_get(comm, &d));
+  if (!d->ring_ready) {
+    weftResult_t res = device_connect(comm, d);
+    if (res != weftSuccess) {
+      device_ring_close(d); /* what was made of it */
+      return res;
+    }
+    d->ring_ready = 1;
   }
   *out = d;
   return weftSuccess;
@@ -314,127 +344,20 @@ void device_comm_abort(struct weftComm *comm) {
 
 weftResult_t device_comm_error(struct weftComm *comm) {
   struct device_comm *d = comm->device;
-  uint32_t why = d != NULL && d->flags_h != NULL ? __atomic_load_n(&d->flags_h[1], __ATOMIC_ACQUIRE)
-                                                : 0;
+  if (d == NULL || d->flags_h == NULL) return weftSuccess;
+  uint32_t why = __atomic_load_n(&d->flags_h[1], __ATOMIC_ACQUIRE);
   if (why == 0) return weftSuccess;
-  return weft_error_set(why == 1 ? weftRemoteError : weftSystemError,
-                        "a device kernel of rank %d gave up: %s", comm->rank,
-                        why == 1 ? "communicator was aborted"
-                                 : "no progress from a peer within the timeout");
+  static const char *const whys[] = {
+      "?", "communicator was aborted", "no progress from a peer within the timeout",
+      "a peer's kernel gave up first (its connection is poisoned)"};
+  const uint64_t *stopped = (const uint64_t *)(d->flags_h + 4);
+  uint64_t op = __atomic_load_n(&stopped[0], __ATOMIC_ACQUIRE);
+  char where[96] = "";
+  if (op != 0)
+    snprintf(where, sizeof where, "; point-to-point stopped at the group's operation %llu "
+             "after %llu chunks", (unsigned long long)op - 1, (unsigned long long)stopped[1]);
+  return weft_error_set(why == DEV_GAVE_UP_ABORT ? weftRemoteError : weftSystemError,
+                        "a device kernel of rank %d gave up: %s%s", comm->rank,
+                        whys[why <= DEV_GAVE_UP_POISON ? why : 0], where);
 }
 
-/* --- launching ----------------------------------------------------------- */
-
-static const char *const dtype_names[weftNumTypes] = {
-    "int8", "uint8", "int32", "uint32", "int64", "uint64",
-    "float16", "float32", "float64", "bfloat16", "float8e4m3", "float8e5m2"};
-
-static weftResult_t device_launch(struct weftComm *comm, const struct weft_plan *plan,
-                                  cudaStream_t stream) {
-  if (plan_is_p2p(plan))
-    return weft_error_set(weftInvalidUsage, "%s on device memory is not supported yet",
-                          coll_kind_name(plan->coll));
-  if ((int)plan->op >= weftNumOps)
-    return weft_error_set(weftInvalidUsage,
-                          "%s: pre-multiply ops on device memory are not supported yet",
-                          coll_kind_name(plan->coll));
-  if (plan->count == 0) return weftSuccess;
-  WEFT_TRY(device_comm_error(comm));
-  int prev = -1;
-  CUDA_TRY(cudaGetDevice(&prev), "current device");
-  if (comm->cuda_dev < 0) comm->cuda_dev = prev; /* the caller's device, as NCCL */
-  if (prev != comm->cuda_dev) CUDA_TRY(cudaSetDevice(comm->cuda_dev), "setting the device");
-  struct device_comm *d;
-  weftResult_t res = device_comm_get(comm, &d);
-  if (res == weftSuccess && comm->nranks == 1) {
-    /* one rank: every collective is a copy (avg divides by one) */
-    size_t nbytes = plan->count * weftTypeSize(plan->datatype);
-    if (plan->recvbuf != plan->sendbuf)
-      res = cuda_check(cudaMemcpyAsync(plan->recvbuf, plan->sendbuf, nbytes,
-                                       cudaMemcpyDeviceToDevice, stream), "copy");
-  } else if (res == weftSuccess) {
-    int proto = plan->proto == PROTO_LL ? DEV_PROTO_LL : DEV_PROTO_SIMPLE;
-    const void *fn = weft_dev_kernels[plan->datatype][plan->op][proto];
-    if (fn == NULL) {
-      res = weft_error_set(weftInvalidUsage,
-                           "%s: no kernel for %s with op %d in this build (device_matrix=%s; "
-                           "configure with -Ddevice_matrix=full)",
-                           coll_kind_name(plan->coll), dtype_names[plan->datatype], (int)plan->op,
-                           weft_dev_matrix);
-    } else {
-      /* enough blocks to keep the GPU busy, each with a worthwhile share; every
-       * rank computes the same number from the same call */
-      size_t nbytes = plan->count * weftTypeSize(plan->datatype);
-      size_t want = (nbytes + DEV_CHANNEL_NBYTES - 1) / DEV_CHANNEL_NBYTES;
-      int nch = want < (size_t)d->nchannels ? (int)(want ? want : 1) : d->nchannels;
-      struct dev_work w = {
-          .channels = d->channels_d, .sendbuf = plan->sendbuf, .recvbuf = plan->recvbuf,
-          .count = plan->count, .coll = (int)plan->coll, .root = plan->root,
-          .nchannels = nch, .divisor = plan->op == weftAvg ? comm->nranks : 1, .proto = proto,
-          .elem_nbytes = (uint32_t)weftTypeSize(plan->datatype),
-          .abort_flag = d->flags_d, .error = d->flags_d + 1, .timeout_ns = comm->timeout_ns};
-      void *args[] = {&w};
-      dim3 grid = {(unsigned)nch, 1, 1}, block = {DEV_NTHREADS, 1, 1};
-      res = cuda_check(cudaLaunchKernel(fn, grid, block, args, 0, stream), "launching a kernel");
-    }
-  }
-  if (prev != comm->cuda_dev) cudaSetDevice(prev);
-  return res;
-}
-
-weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan, void *stream) {
-  weftResult_t res = device_launch(comm, plan, (cudaStream_t)stream);
-  if (res != weftSuccess) snprintf(comm->last_error, sizeof comm->last_error, "%s",
-                                   weft_error_text());
-  return res;
-}
-
-struct connect_arg {
-  struct weftComm *comm;
-  weftResult_t res;
-  char error[512];
-};
-
-static void *connect_main(void *p) {
-  struct connect_arg *a = p;
-  struct device_comm *d;
-  a->res = cuda_check(cudaSetDevice(a->comm->cuda_dev >= 0 ? a->comm->cuda_dev : 0), "device");
-  if (a->res == weftSuccess) a->res = device_comm_get(a->comm, &d);
-  if (a->res != weftSuccess) snprintf(a->error, sizeof a->error, "%s", weft_error_text());
-  return NULL;
-}
-
-/* Connects the group's comms that are not yet, each on a thread of its own:
- * connecting is collective, and one caller may drive several ranks. */
-static weftResult_t connect_group(struct weftComm *const *comms, size_t nops) {
-  struct connect_arg *args = calloc(nops ? nops : 1, sizeof *args);
-  pthread_t *tids = calloc(nops ? nops : 1, sizeof *tids);
-  weftResult_t res = args && tids ? weftSuccess : weft_error_set(weftSystemError, "out of memory");
-  size_t n = 0, started = 0;
-  int cur = -1;
-  cudaGetDevice(&cur);
-  for (size_t i = 0; i < nops && res == weftSuccess; i++) {
-    int seen = comms[i]->device != NULL;
-    for (size_t j = 0; j < n && !seen; j++) seen = args[j].comm == comms[i];
-    if (seen) continue;
-    if (comms[i]->cuda_dev < 0) comms[i]->cuda_dev = cur; /* the caller's device, as NCCL */
-    args[n++].comm = comms[i];
-  }
-  for (size_t i = 0; i < n && res == weftSuccess; i++, started++)
-    if (pthread_create(&tids[i], NULL, connect_main, &args[i]) != 0)
-      res = weft_error_errno(weftSystemError, "starting a connect thread");
-  for (size_t i = 0; i < started; i++) pthread_join(tids[i], NULL);
-  for (size_t i = 0; i < started && res == weftSuccess; i++)
-    if (args[i].res != weftSuccess) res = weft_error_set(args[i].res, "%s", args[i].error);
-  free(args);
-  free(tids);
-  return res;
-}
-
-weftResult_t device_enqueue_group(struct weftComm *const *comms,
-                                  const struct weft_plan *const *plans, void *const *streams,
-                                  size_t nops) {
-  WEFT_TRY(connect_group(comms, nops));
-  for (size_t i = 0; i < nops; i++) WEFT_TRY(device_enqueue(comms[i], plans[i], streams[i]));
-  return weftSuccess;
-}

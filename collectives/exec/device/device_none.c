@@ -17,6 +17,11 @@ weftResult_t device_check_ordinal(int dev) {
                         dev);
 }
 
+weftResult_t device_plan_check(const struct weft_plan *plan) {
+  return weft_error_set(weftInvalidUsage, "%s on device memory: weft was built without CUDA",
+                        coll_kind_name(plan->coll));
+}
+
 weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan, void *stream) {
   (void)comm;
   (void)stream;

@@ -6,7 +6,7 @@ and protocol the matrix holds, with the reduction arithmetic of
 collectives/reduce/reduce_ops.h; kernel_table.c collects them into
 weft_dev_kernels[datatype][op][protocol], NULL where the matrix leaves a hole.
 
-  --matrix full   every datatype x every op (sum, prod, max, min, avg)
+  --matrix full   every datatype x every op (sum, prod, max, min, avg, premulsum)
   --matrix small  float32 x every op, and every datatype x sum: each datatype's
                   arithmetic and each op still compiles, in a fraction of the time
 
@@ -23,9 +23,11 @@ TYPES = [
     ("f32", "float", 7), ("f64", "double", 8), ("bf16", "uint16_t", 9),
     ("e4m3", "uint8_t", 10), ("e5m2", "uint8_t", 11),
 ]
-# (op name, weftRedOp_t value, reduce_ops.h function); avg sums, the kernel divides
+# (op name, table index, reduce_ops.h function); avg sums, the kernel divides;
+# premulsum (every weftRedOpCreatePreMulSum op) sums inputs the kernel has
+# multiplied by the op's scalar
 OPS = [("sum", 0, "sum"), ("prod", 1, "prod"), ("max", 2, "max"), ("min", 3, "min"),
-       ("avg", 4, "sum")]
+       ("avg", 4, "sum"), ("premulsum", 5, "sum")]
 PROTOS = [("DEV_PROTO_SIMPLE", 0), ("DEV_PROTO_LL", 1)]
 
 
@@ -59,6 +61,9 @@ def kernels_file(matrix, tag, ctype):
                 % (tag, fn),
                 "  static __device__ __forceinline__ T div(T a, int n) { return weft_%s_div(a, n); }"
                 % tag,
+                "  static __device__ __forceinline__ T mul(T a, T b) { return weft_%s_prod(a, b); }"
+                % tag,
+                "  static const bool premul = %s;" % ("true" if op == "premulsum" else "false"),
                 "};"]
         table.append("{" + ", ".join("(const void *)weft_ring_kernel<%s, %s>" % (red, p)
                                      for p, _ in PROTOS) + "}")

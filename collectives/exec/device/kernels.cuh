@@ -17,6 +17,16 @@ __device__ __forceinline__ void dev_channel_share(const dev_work &w, size_t esiz
   *count = *offset >= w.count ? 0 : (w.count - *offset < share ? w.count - *offset : share);
 }
 
+// The pre-multiply sum's scalar: read now from device memory
+// (weftScalarDevice), or the value the host passed.
+template <class T>
+__device__ __forceinline__ T dev_premul_scalar(const dev_work &w) {
+  T s;
+  if (w.scalar_ptr != NULL) s = *static_cast<const T *>(w.scalar_ptr);
+  else memcpy(&s, &w.scalar_bits, sizeof s);
+  return s;
+}
+
 template <class R, int PROTO>
 __global__ void __launch_bounds__(DEV_NTHREADS) weft_ring_kernel(dev_work w) {
   typedef typename R::T T;
@@ -31,7 +41,8 @@ __global__ void __launch_bounds__(DEV_NTHREADS) weft_ring_kernel(dev_work w) {
 
   dev_prims<R, PROTO> p;
   dev_watch watch = {w.abort_flag, w.timeout_ns, w.error};
-  p.init(ch, watch, w.divisor);
+  p.init(ch, watch, w.divisor, dev_premul_scalar<T>(w));
+  if (p.poisoned()) return; // an earlier kernel gave up here: the counters are not to be trusted
   struct ring_geom g;
   ring_geom_init(&g, w.coll, ch->nranks, ch->ring_pos, root_pos, w.count, offset, count,
                  p.slot_count(), sizeof(T));
@@ -45,7 +56,10 @@ __global__ void __launch_bounds__(DEV_NTHREADS) weft_ring_kernel(dev_work w) {
       ring_step_at(&g, ch->ring, base, s, &st);
       const T *sp = ring_prim_has_src(st.prim) ? src + st.src_elem : NULL;
       T *dp = ring_prim_has_dst(st.prim) ? dst + st.dst_elem : NULL;
-      if (!p.run(st.prim, sp, dp, st.count)) return; // error says why; the host reports it
+      if (!p.run(st.prim, sp, dp, st.count)) { // error says why; the host reports it
+        p.give_up();
+        return;
+      }
     }
   p.finish();
 }

@@ -33,13 +33,33 @@ union dev_vec {
 // otherwise and for the tail. All threads of the block take part; each thread
 // has DEV_UNROLL vectors in flight (one load at a time leaves HBM idle).
 #define DEV_UNROLL 4
+// The pre-multiply sum's scaling of the input that comes from this rank's
+// buffer: none, a (a send of src) or b (src reduced into what arrived).
+enum { DEV_SCALE_NONE = 0, DEV_SCALE_A = 1, DEV_SCALE_B = 2 };
+template <class R>
+struct dev_scale {
+  int which;
+  typename R::T s;
+  __device__ __forceinline__ typename R::T a(typename R::T x) const {
+    return R::premul && which == DEV_SCALE_A ? R::mul(x, s) : x;
+  }
+  __device__ __forceinline__ typename R::T b(typename R::T x) const {
+    return R::premul && which == DEV_SCALE_B ? R::mul(x, s) : x;
+  }
+};
+
 template <class R>
 __device__ __forceinline__ void dev_vec_combine(dev_vec<typename R::T> &x,
-                                                const dev_vec<typename R::T> *y, int divisor) {
+                                                const dev_vec<typename R::T> *y, int divisor,
+                                                const dev_scale<R> &sc) {
   const int epv = 16 / sizeof(typename R::T);
+  if (R::premul) {
+#pragma unroll
+    for (int e = 0; e < epv; e++) x.e[e] = sc.a(x.e[e]);
+  }
   if (y != NULL) {
 #pragma unroll
-    for (int e = 0; e < epv; e++) x.e[e] = R::op(x.e[e], y->e[e]);
+    for (int e = 0; e < epv; e++) x.e[e] = R::op(x.e[e], sc.b(y->e[e]));
   }
   if (divisor > 1) {
 #pragma unroll
@@ -50,7 +70,8 @@ __device__ __forceinline__ void dev_vec_combine(dev_vec<typename R::T> &x,
 template <class R>
 __device__ __forceinline__ void dev_reduce_copy(const typename R::T *a, const typename R::T *b,
                                                 typename R::T *d0, typename R::T *d1, size_t n,
-                                                int divisor) {
+                                                int divisor,
+                                                const dev_scale<R> &sc = dev_scale<R>()) {
   typedef typename R::T T;
   const int epv = 16 / sizeof(T);
   uintptr_t mis = (uintptr_t)a | (uintptr_t)b | (uintptr_t)d0 | (uintptr_t)d1;
@@ -69,7 +90,7 @@ __device__ __forceinline__ void dev_reduce_copy(const typename R::T *a, const ty
     }
 #pragma unroll
     for (int u = 0; u < DEV_UNROLL; u++) {
-      dev_vec_combine<R>(x[u], b != NULL ? &y[u] : NULL, divisor);
+      dev_vec_combine<R>(x[u], b != NULL ? &y[u] : NULL, divisor, sc);
       d04[v + u * stride] = x[u].u;
       if (d1 != NULL) d14[v + u * stride] = x[u].u;
     }
@@ -78,13 +99,13 @@ __device__ __forceinline__ void dev_reduce_copy(const typename R::T *a, const ty
     dev_vec<T> x, y;
     x.u = a4[v];
     if (b != NULL) y.u = b4[v];
-    dev_vec_combine<R>(x, b != NULL ? &y : NULL, divisor);
+    dev_vec_combine<R>(x, b != NULL ? &y : NULL, divisor, sc);
     d04[v] = x.u;
     if (d1 != NULL) d14[v] = x.u;
   }
   for (size_t i = nvec * epv + threadIdx.x; i < n; i += blockDim.x) {
-    T x = a[i];
-    if (b != NULL) x = R::op(x, b[i]);
+    T x = sc.a(a[i]);
+    if (b != NULL) x = R::op(x, sc.b(b[i]));
     if (divisor > 1) x = R::div(x, divisor);
     d0[i] = x;
     if (d1 != NULL) d1[i] = x;
@@ -124,14 +145,24 @@ struct dev_watch {
   uint32_t *error;
 };
 
-// Called while spinning; true when the block must give up (and says why).
+__device__ __forceinline__ bool dev_fifo_poisoned(const dev_fifo &f) {
+  return f.ctrl != NULL && *(volatile const uint32_t *)&f.ctrl->poison != 0;
+}
+
+// Called while spinning; true when the block must give up (and says why in
+// the error word: enum dev_give_up): the abort flag, no progress for
+// timeout_ns, or a poisoned FIFO among a and b (either may be NULL).
 __device__ __forceinline__ bool dev_watch_expired(const dev_watch &w, uint64_t start_ns,
-                                                  uint32_t *spins) {
+                                                  uint32_t *spins, const dev_fifo *a = NULL,
+                                                  const dev_fifo *b = NULL) {
   if (++*spins % DEV_SPINS_PER_CHECK != 0) return false;
   uint32_t why = 0;
-  if (w.abort_flag != NULL && *w.abort_flag != 0) why = 1;
-  else if (w.timeout_ns != 0 && dev_clock_ns() - start_ns > w.timeout_ns) why = 2;
-  if (why != 0) *(volatile uint32_t *)w.error = why; /* mapped host memory */
+  if (w.abort_flag != NULL && *w.abort_flag != 0) why = DEV_GAVE_UP_ABORT;
+  else if ((a != NULL && dev_fifo_poisoned(*a)) || (b != NULL && dev_fifo_poisoned(*b)))
+    why = DEV_GAVE_UP_POISON;
+  else if (w.timeout_ns != 0 && dev_clock_ns() - start_ns > w.timeout_ns) why = DEV_GAVE_UP_TIMEOUT;
+  if (why != 0 && *(volatile uint32_t *)w.error == 0)
+    *(volatile uint32_t *)w.error = why; /* mapped host memory */
   return why != 0;
 }
 
@@ -144,16 +175,20 @@ struct dev_prims {
   dev_fifo recv;
   dev_fifo *send_home;
   dev_fifo *recv_home;
+  dev_channel *chan;
   dev_watch watch;
   int divisor;
+  T scalar; // the pre-multiply sum's (R::premul)
 
-  __device__ void init(dev_channel *ch, const dev_watch &w, int div) {
+  __device__ void init(dev_channel *ch, const dev_watch &w, int div, T s) {
+    chan = ch;
     send_home = &ch->send[PROTO];
     recv_home = &ch->recv[PROTO];
     send = *send_home;
     recv = *recv_home;
     watch = w;
     divisor = div;
+    scalar = s;
   }
 
   // Elements one slot carries.
@@ -173,13 +208,13 @@ struct dev_prims {
       uint32_t spins = 0;
       if (do_send)
         while (send.step - dev_ld_volatile_u64(&send.ctrl->head) >= send.nslots)
-          if (dev_watch_expired(watch, start, &spins)) {
+          if (dev_watch_expired(watch, start, &spins, &send, do_recv ? &recv : NULL)) {
             failed = 1;
             break;
           }
       if (PROTO == DEV_PROTO_SIMPLE && do_recv && !failed)
         while (dev_ld_volatile_u64(&recv.ctrl->tail) <= recv.step)
-          if (dev_watch_expired(watch, start, &spins)) {
+          if (dev_watch_expired(watch, start, &spins, &recv, do_send ? &send : NULL)) {
             failed = 1;
             break;
           }
@@ -214,15 +249,50 @@ struct dev_prims {
     const T *b = do_recv && ring_prim_has_src(prim) ? src : NULL;
     if (!do_recv && dst == src) dst = NULL; // copy-send in place: nothing to copy
     if (!wait(do_recv, do_send)) return false;
+    // what this rank's buffer adds is scaled once, where it enters
+    dev_scale<R> sc = {do_recv ? (b != NULL ? DEV_SCALE_B : DEV_SCALE_NONE) : DEV_SCALE_A,
+                       scalar};
     if (PROTO == DEV_PROTO_SIMPLE) {
       const T *in = do_recv ? slot_of<const T>(recv) : src;
       T *out = do_send ? slot_of<T>(send) : dst;
-      dev_reduce_copy<R>(in, b, out, do_send ? dst : NULL, n, final ? divisor : 1);
-    } else if (!ll_move(do_recv, do_send, src, b, dst, n, final ? divisor : 1)) {
+      dev_reduce_copy<R>(in, b, out, do_send ? dst : NULL, n, final ? divisor : 1, sc);
+    } else if (!ll_move(do_recv, do_send, src, b, dst, n, final ? divisor : 1, sc)) {
       return false;
     }
     post(do_recv, do_send);
     return true;
+  }
+
+  // Whether a FIFO of the channel is poisoned (an earlier kernel gave up):
+  // then this one returns at once, before it moves anything. Block-wide.
+  __device__ bool poisoned() {
+    __shared__ int any;
+    if (threadIdx.x == 0) {
+      any = 0;
+      for (int p = 0; p < DEV_NPROTOS; p++)
+        any |= dev_fifo_poisoned(chan->send[p]) || dev_fifo_poisoned(chan->recv[p]);
+      if (any && *(volatile uint32_t *)watch.error == 0)
+        *(volatile uint32_t *)watch.error = DEV_GAVE_UP_POISON;
+    }
+    __syncthreads();
+    bool p = any != 0;
+    __syncthreads();
+    return p;
+  }
+
+  // The block gave up: poison every FIFO of the channel, so the peers and
+  // later kernels stop at once, and keep the steps where it stopped.
+  __device__ void give_up() {
+    if (threadIdx.x == 0) {
+      uint32_t why = *(volatile uint32_t *)watch.error;
+      __threadfence_system(); // our reason is recorded before a peer can see the poison
+      for (int p = 0; p < DEV_NPROTOS; p++) {
+        if (chan->send[p].ctrl) *(volatile uint32_t *)&chan->send[p].ctrl->poison = why ? why : 1;
+        if (chan->recv[p].ctrl) *(volatile uint32_t *)&chan->recv[p].ctrl->poison = why ? why : 1;
+      }
+      __threadfence_system();
+    }
+    finish();
   }
 
   // Writes the advanced steps back for the next launch on the stream.
@@ -263,7 +333,7 @@ struct dev_prims {
   // the received line's flags, combines and stores. An empty payload still
   // moves one line, so the steps stay in lockstep.
   __device__ bool ll_move(bool do_recv, bool do_send, const T *src, const T *b, T *dst, size_t n,
-                          int div) {
+                          int div, const dev_scale<R> &sc) {
     __shared__ int failed;
     if (threadIdx.x == 0) failed = 0;
     __syncthreads();
@@ -286,7 +356,7 @@ struct dev_prims {
         for (;;) {
           line = dev_ld_volatile_line(in + l);
           if (line.y == recv_flag && line.w == recv_flag) break;
-          if (dev_watch_expired(watch, start, &spins)) {
+          if (dev_watch_expired(watch, start, &spins, &recv)) {
             failed = 1; // the block's other threads see it below
             gave_up = true;
             break;
@@ -297,10 +367,14 @@ struct dev_prims {
       } else {
         x.w = ll_load(src, l * 8, nbytes);
       }
+      if (R::premul) {
+#pragma unroll
+        for (int e = 0; e < (int)(8 / sizeof(T)); e++) x.e[e] = sc.a(x.e[e]);
+      }
       if (b != NULL) {
         y.w = ll_load(b, l * 8, nbytes);
 #pragma unroll
-        for (int e = 0; e < (int)(8 / sizeof(T)); e++) x.e[e] = R::op(x.e[e], y.e[e]);
+        for (int e = 0; e < (int)(8 / sizeof(T)); e++) x.e[e] = R::op(x.e[e], sc.b(y.e[e]));
       }
       if (div > 1) {
 #pragma unroll

@@ -1,0 +1,159 @@
+/* Point-to-point on device memory as a schedule: one source for the kernel
+ * and for the host's tests of it.
+ *
+ * A group's sends and receives on one comm run as one kernel. Between two
+ * ranks, each direction has P2P_NLANES FIFOs (lanes). A message is cut into
+ * chunks of one slot; chunk j travels on lane j % P2P_NLANES. Both ends know
+ * the message's size and its place among the messages of that pair and
+ * direction, so they agree on every chunk's lane without talking, and since
+ * each lane is a FIFO that both ends walk in posting order, messages between
+ * a pair arrive in the order they were posted (NCCL's rule).
+ *
+ * Which kernel block drives which lane is the sender's or receiver's own
+ * affair: the (peer, direction) pairs of the launch are numbered in order of
+ * first use, and lane l of pair q goes to block (q * P2P_NLANES + l) % nblocks.
+ * A block owns every item (message, lane) on its lanes, keeps them in
+ * posting order per lane, and moves one chunk at a time on whichever of its
+ * lanes is ready, so no order of sends and receives can deadlock as long as
+ * every rank's blocks run at once.
+ *
+ * A message of 0 bytes moves nothing. Sends and receives to this rank itself
+ * do not use FIFOs: the k-th send to self is copied into the k-th receive
+ * from self (p2p_self_match).
+ *
+ * Compiles as C11, C++ and CUDA (host and device). */
+#ifndef WEFT_P2P_STEPS_H
+#define WEFT_P2P_STEPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define P2P_HD static __host__ __device__ __forceinline__
+#else
+#define P2P_HD static inline
+#endif
+
+#define P2P_NLANES 2     /* FIFOs per peer and direction */
+#define P2P_MAX_OPS 128  /* sends and receives of one comm in one launch */
+#define P2P_MAX_ITEMS (P2P_MAX_OPS * P2P_NLANES)
+
+/* One send or receive of a launch, as the kernel reads it. */
+struct p2p_op {
+  uint64_t nbytes;
+  int32_t peer;
+  uint8_t send;  /* 1: send to peer, 0: receive from peer */
+  uint8_t self;  /* peer is this rank: copied by the host, not scheduled */
+  uint16_t pair; /* the (peer, direction) pair's number, in order of first use */
+};
+
+/* Chunks of a message (0 for 0 bytes). */
+P2P_HD uint64_t p2p_nchunks(uint64_t nbytes, uint64_t chunk_nbytes) {
+  return (nbytes + chunk_nbytes - 1) / chunk_nbytes;
+}
+
+/* Chunks of a message that travel on lane l. */
+P2P_HD uint64_t p2p_lane_nchunks(uint64_t nbytes, uint64_t chunk_nbytes, int lane) {
+  uint64_t n = p2p_nchunks(nbytes, chunk_nbytes);
+  return n > (uint64_t)lane ? (n - (uint64_t)lane + P2P_NLANES - 1) / P2P_NLANES : 0;
+}
+
+/* The k-th chunk on lane l: its byte offset in the message and its size. */
+P2P_HD void p2p_lane_chunk(uint64_t nbytes, uint64_t chunk_nbytes, int lane, uint64_t k,
+                           uint64_t *offset, uint64_t *size) {
+  uint64_t off = ((uint64_t)lane + k * P2P_NLANES) * chunk_nbytes;
+  *offset = off;
+  *size = nbytes - off < chunk_nbytes ? nbytes - off : chunk_nbytes;
+}
+
+/* Numbers the (peer, direction) pairs of ops in order of first use (self ops
+ * get none) and returns how many there are. Host side, before the launch. */
+P2P_HD int p2p_assign_pairs(struct p2p_op *ops, int nops) {
+  int npairs = 0;
+  for (int i = 0; i < nops; i++) {
+    if (ops[i].self) continue;
+    int q = -1;
+    for (int j = 0; j < i && q < 0; j++)
+      if (!ops[j].self && ops[j].peer == ops[i].peer && ops[j].send == ops[i].send)
+        q = ops[j].pair;
+    ops[i].pair = (uint16_t)(q >= 0 ? q : npairs++);
+  }
+  return npairs;
+}
+
+/* Blocks a launch with npairs pairs uses, at most max_blocks. */
+P2P_HD int p2p_nblocks(int npairs, int max_blocks) {
+  int want = npairs * P2P_NLANES;
+  return want < max_blocks ? (want > 0 ? want : 1) : max_blocks;
+}
+
+/* The block that drives lane l of pair q. */
+P2P_HD int p2p_block_of(int pair, int lane, int nblocks) {
+  return (pair * P2P_NLANES + lane) % nblocks;
+}
+
+/* One block's share of a launch: its items (message, lane) in posting order
+ * and the chunks each has moved. */
+struct p2p_block {
+  int nitems;
+  uint16_t op[P2P_MAX_ITEMS];
+  uint8_t lane[P2P_MAX_ITEMS];
+  uint32_t done[P2P_MAX_ITEMS];
+  int next; /* where the round-robin search starts */
+};
+
+P2P_HD void p2p_block_init(struct p2p_block *blk, const struct p2p_op *ops, int nops,
+                           uint64_t chunk_nbytes, int nblocks, int b) {
+  blk->nitems = 0;
+  blk->next = 0;
+  for (int i = 0; i < nops; i++)
+    for (int l = 0; l < P2P_NLANES; l++) {
+      if (ops[i].self || p2p_lane_nchunks(ops[i].nbytes, chunk_nbytes, l) == 0) continue;
+      if (p2p_block_of(ops[i].pair, l, nblocks) != b) continue;
+      blk->op[blk->nitems] = (uint16_t)i;
+      blk->lane[blk->nitems] = (uint8_t)l;
+      blk->done[blk->nitems] = 0;
+      blk->nitems++;
+    }
+}
+
+P2P_HD int p2p_item_finished(const struct p2p_block *blk, const struct p2p_op *ops,
+                             uint64_t chunk_nbytes, int k) {
+  return blk->done[k] >= p2p_lane_nchunks(ops[blk->op[k]].nbytes, chunk_nbytes, blk->lane[k]);
+}
+
+/* Whether item k may move now: unfinished, and every earlier item on its
+ * lane (same peer, direction and lane) finished, so a lane carries its
+ * messages in posting order. */
+P2P_HD int p2p_item_eligible(const struct p2p_block *blk, const struct p2p_op *ops,
+                             uint64_t chunk_nbytes, int k) {
+  if (p2p_item_finished(blk, ops, chunk_nbytes, k)) return 0;
+  const struct p2p_op *o = &ops[blk->op[k]];
+  for (int j = 0; j < k; j++) {
+    const struct p2p_op *e = &ops[blk->op[j]];
+    if (blk->lane[j] == blk->lane[k] && e->peer == o->peer && e->send == o->send &&
+        !p2p_item_finished(blk, ops, chunk_nbytes, j))
+      return 0;
+  }
+  return 1;
+}
+
+/* Whether every item of the block is finished. */
+P2P_HD int p2p_block_finished(const struct p2p_block *blk, const struct p2p_op *ops,
+                              uint64_t chunk_nbytes) {
+  for (int k = 0; k < blk->nitems; k++)
+    if (!p2p_item_finished(blk, ops, chunk_nbytes, k)) return 0;
+  return 1;
+}
+
+/* The index of the receive from self that the send ops[i] (to self) fills:
+ * the k-th send to self goes to the k-th receive from self. -1 if none. */
+P2P_HD int p2p_self_match(const struct p2p_op *ops, int nops, int i) {
+  int k = 0;
+  for (int j = 0; j < i; j++) k += ops[j].self && ops[j].send;
+  for (int j = 0; j < nops; j++)
+    if (ops[j].self && !ops[j].send && k-- == 0) return j;
+  return -1;
+}
+
+#endif

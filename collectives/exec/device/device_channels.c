@@ -1,0 +1,25 @@
+/* How many device channels a comm has, and how many ranks share a GPU:
+ * pure arithmetic on what the ranks exchanged, tested on the host
+ * (device_host). CUDA builds only. */
+#include <string.h>
+
+#include "device.h"
+
+int device_nchannels(int want, int cfg_min, int cfg_max, int cap) {
+  int n = want;
+  if (cfg_max != WEFT_CONFIG_UNDEF_INT && cfg_max > 0 && n > cfg_max) n = cfg_max;
+  if (cfg_min != WEFT_CONFIG_UNDEF_INT && cfg_min > 0 && n < cfg_min) n = cfg_min;
+  if (n > DEV_MAX_CHANNELS) n = DEV_MAX_CHANNELS;
+  if (n > cap) n = cap; /* every rank's blocks must be on the GPU at once */
+  return n > 0 ? n : 1;
+}
+
+int device_busiest_gpu(const struct device_gpu_ident *ids, int n) {
+  int most = 1;
+  for (int i = 0; i < n; i++) {
+    int same = 0;
+    for (int j = 0; j < n; j++) same += memcmp(ids[i].uuid, ids[j].uuid, sizeof ids[i].uuid) == 0;
+    if (same > most) most = same;
+  }
+  return most;
+}

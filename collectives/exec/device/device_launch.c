@@ -1,0 +1,216 @@
+/* Launching on device memory: a ring collective as one kernel of the
+ * datatype x op matrix, a group's sends and receives on a comm as one p2p
+ * kernel (device_p2p.c). Every launch holds the comm active (an abort on
+ * another thread waits for it) and is recorded, so that destroy and abort
+ * wait for this comm's work only. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../../transport/status.h"
+#include "device.h"
+#include "device_priv.h"
+
+/* Written by gen_kernels.py (device_check.c says what is missing). */
+extern const void *const (*const weft_dev_kernels[weftNumTypes])[DEV_NPROTOS];
+
+/* a launch uses one channel (block) per this many bytes, up to the comm's */
+#define DEV_CHANNEL_NBYTES (64u << 10)
+
+/* Marks comm busy, as the host executor's operations do; fails when it was
+ * aborted or broken. */
+static weftResult_t device_op_begin(struct weftComm *comm) {
+  __atomic_add_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&comm->abort_flag, __ATOMIC_SEQ_CST))
+    return weft_error_set(weftRemoteError, "communicator was aborted");
+  return device_comm_error(comm);
+}
+static void device_op_end(struct weftComm *comm) {
+  __atomic_sub_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
+}
+
+/* The pre-multiply sum's scalar, as the kernel reads it. */
+static void premul_scalar(struct weftComm *comm, const struct weft_plan *plan,
+                          struct dev_work *w) {
+  if (device_op_index(plan->op) != DEV_OP_PREMULSUM) return;
+  for (int i = 0; i < WEFT_MAX_REDOPS; i++) {
+    const struct weft_redop *r = &comm->redops[i];
+    if (!r->in_use || (int)plan->op != weftNumOps + i) continue;
+    w->scalar_ptr = r->scalar_ptr;
+    memcpy(&w->scalar_bits, r->scalar, sizeof r->scalar);
+  }
+}
+
+static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
+                                const struct weft_plan *plan, cudaStream_t stream) {
+  if (comm->nranks == 1) { /* every collective is a copy (avg divides by one) */
+    size_t nbytes = plan->count * weftTypeSize(plan->datatype);
+    if (plan->recvbuf == plan->sendbuf) return weftSuccess;
+    if (device_op_index(plan->op) == DEV_OP_PREMULSUM) {
+      /* the copy scales: the ring kernel with one rank would not; refuse plainly */
+      return weft_error_set(weftInvalidUsage,
+                            "%s on device memory: a pre-multiply op needs 2 ranks or more",
+                            coll_kind_name(plan->coll));
+    }
+    return device_cuda_check(cudaMemcpyAsync(plan->recvbuf, plan->sendbuf, nbytes,
+                                             cudaMemcpyDeviceToDevice, stream), "copy");
+  }
+  int proto = plan->proto == PROTO_LL ? DEV_PROTO_LL : DEV_PROTO_SIMPLE;
+  const void *fn = weft_dev_kernels[plan->datatype][device_op_index(plan->op)][proto];
+  /* enough blocks to keep the GPU busy, each with a worthwhile share; every
+   * rank computes the same number from the same call */
+  size_t nbytes = plan->count * weftTypeSize(plan->datatype);
+  size_t want = (nbytes + DEV_CHANNEL_NBYTES - 1) / DEV_CHANNEL_NBYTES;
+  int nch = want < (size_t)d->nchannels ? (int)(want ? want : 1) : d->nchannels;
+  struct dev_work w = {
+      .channels = d->channels_d, .sendbuf = plan->sendbuf, .recvbuf = plan->recvbuf,
+      .count = plan->count, .coll = (int)plan->coll, .root = plan->root,
+      .nchannels = nch, .divisor = plan->op == weftAvg ? comm->nranks : 1, .proto = proto,
+      .elem_nbytes = (uint32_t)weftTypeSize(plan->datatype),
+      .abort_flag = d->flags_d, .error = d->flags_d + 1, .timeout_ns = comm->timeout_ns};
+  premul_scalar(comm, plan, &w);
+  void *args[] = {&w};
+  dim3 grid = {(unsigned)nch, 1, 1}, block = {DEV_NTHREADS, 1, 1};
+  return device_cuda_check(cudaLaunchKernel(fn, grid, block, args, 0, stream),
+                           "launching a kernel");
+}
+
+/* Runs plans[0..n) of one comm on stream: the collectives in call order,
+ * then the sends and receives together as one kernel. Connected beforehand. */
+static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *const *plans,
+                                size_t n, cudaStream_t stream) {
+  weftResult_t res = device_op_begin(comm);
+  int prev = -1;
+  if (res == weftSuccess) res = device_cuda_check(cudaGetDevice(&prev), "current device");
+  if (res == weftSuccess && prev != comm->cuda_dev)
+    res = device_cuda_check(cudaSetDevice(comm->cuda_dev), "setting the device");
+  struct device_comm *d = comm->device;
+  size_t np2p = 0;
+  for (size_t i = 0; i < n && res == weftSuccess; i++) {
+    if (plan_is_p2p(plans[i])) np2p++;
+    else if (plans[i]->count > 0) res = ring_launch(comm, d, plans[i], stream);
+  }
+  if (res == weftSuccess && np2p > 0) res = device_p2p_launch(comm, d, plans, n, stream);
+  if (res == weftSuccess) device_comm_note_launch(d, stream);
+  if (prev >= 0 && prev != comm->cuda_dev) cudaSetDevice(prev);
+  device_op_end(comm);
+  return res;
+}
+
+/* Connects what plans[0..n) of one comm need: the ring (collective over the
+ * comm) for a collective, the named peers' lanes for sends and receives. */
+static weftResult_t comm_connect(struct weftComm *comm, const struct weft_plan *const *plans,
+                                 size_t n) {
+  struct device_comm *d;
+  WEFT_TRY(device_comm_get(comm, &d));
+  int ring = 0, p2p = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (plan_is_p2p(plans[i])) p2p = 1;
+    else ring |= plans[i]->count > 0 && comm->nranks > 1;
+  }
+  if (ring) WEFT_TRY(device_ring_get(comm, &d));
+  if (p2p) WEFT_TRY(device_p2p_connect(comm, d, plans, n));
+  return weftSuccess;
+}
+
+/* comm_connect with a capturing stream of this thread let be: set-up
+ * allocates and copies. */
+static weftResult_t comm_connect_relaxed(struct weftComm *comm,
+                                         const struct weft_plan *const *plans, size_t n) {
+  int dev = -1;
+  CUDA_TRY(cudaGetDevice(&dev), "current device");
+  if (comm->cuda_dev < 0) comm->cuda_dev = dev; /* the caller's device, as NCCL */
+  if (dev != comm->cuda_dev) CUDA_TRY(cudaSetDevice(comm->cuda_dev), "setting the device");
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  weftResult_t res = comm_connect(comm, plans, n);
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  if (dev != comm->cuda_dev) cudaSetDevice(dev); /* the caller's device stays current */
+  return res;
+}
+
+weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan, void *stream) {
+  const struct weft_plan *const plans[1] = {plan};
+  weftResult_t res = device_plan_check(plan);
+  if (res == weftSuccess) res = device_op_begin(comm);
+  if (res == weftSuccess) res = comm_connect_relaxed(comm, plans, 1);
+  device_op_end(comm);
+  if (res == weftSuccess) res = comm_launch(comm, plans, 1, (cudaStream_t)stream);
+  if (res != weftSuccess)
+    snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+  return res;
+}
+
+/* One comm's share of a group. */
+struct comm_part {
+  struct weftComm *comm;
+  const struct weft_plan **plans;
+  size_t n;
+  cudaStream_t stream;
+  weftResult_t res;
+  char error[512];
+};
+
+static void *connect_main(void *p) {
+  struct comm_part *a = p;
+  a->res = device_cuda_check(cudaSetDevice(a->comm->cuda_dev >= 0 ? a->comm->cuda_dev : 0),
+                             "device");
+  if (a->res == weftSuccess) a->res = device_op_begin(a->comm);
+  if (a->res == weftSuccess) a->res = comm_connect_relaxed(a->comm, a->plans, a->n);
+  device_op_end(a->comm);
+  if (a->res != weftSuccess) snprintf(a->error, sizeof a->error, "%s", weft_error_text());
+  return NULL;
+}
+
+/* Connects the group's comms, each on a thread of its own: connecting is
+ * collective, and one caller may drive several ranks. */
+static weftResult_t connect_parts(struct comm_part *parts, size_t nparts) {
+  pthread_t *tids = calloc(nparts ? nparts : 1, sizeof *tids);
+  if (tids == NULL) return weft_error_set(weftSystemError, "out of memory");
+  weftResult_t res = weftSuccess;
+  size_t started = 0;
+  for (; started < nparts; started++)
+    if (pthread_create(&tids[started], NULL, connect_main, &parts[started]) != 0) {
+      res = weft_error_errno(weftSystemError, "starting a connect thread");
+      break;
+    }
+  for (size_t i = 0; i < started; i++) pthread_join(tids[i], NULL);
+  for (size_t i = 0; i < started && res == weftSuccess; i++)
+    if (parts[i].res != weftSuccess) res = weft_error_set(parts[i].res, "%s", parts[i].error);
+  free(tids);
+  return res;
+}
+
+weftResult_t device_enqueue_group(struct weftComm *const *comms,
+                                  const struct weft_plan *const *plans, void *const *streams,
+                                  size_t nops) {
+  struct comm_part *parts = calloc(nops ? nops : 1, sizeof *parts);
+  const struct weft_plan **sorted = calloc(nops ? nops : 1, sizeof *sorted);
+  weftResult_t res = parts && sorted ? weftSuccess
+                                     : weft_error_set(weftSystemError, "out of memory");
+  size_t nparts = 0, used = 0;
+  int cur = -1;
+  cudaGetDevice(&cur);
+  /* each comm's plans, in call order */
+  for (size_t i = 0; i < nops && res == weftSuccess; i++) {
+    size_t k = 0;
+    while (k < nparts && parts[k].comm != comms[i]) k++;
+    if (k < nparts) continue;
+    parts[nparts] = (struct comm_part){.comm = comms[i], .plans = sorted + used,
+                                       .stream = (cudaStream_t)streams[i]};
+    if (comms[i]->cuda_dev < 0) comms[i]->cuda_dev = cur;
+    for (size_t j = i; j < nops; j++)
+      if (comms[j] == comms[i]) parts[nparts].plans[parts[nparts].n++] = plans[j];
+    used += parts[nparts++].n;
+  }
+  for (size_t k = 0; k < nparts && res == weftSuccess; k++)
+    for (size_t i = 0; i < parts[k].n && res == weftSuccess; i++)
+      res = device_plan_check(parts[k].plans[i]);
+  if (res == weftSuccess) res = connect_parts(parts, nparts);
+  for (size_t k = 0; k < nparts && res == weftSuccess; k++)
+    res = comm_launch(parts[k].comm, parts[k].plans, parts[k].n, parts[k].stream);
+  if (cur >= 0) cudaSetDevice(cur);
+  free(parts);
+  free(sorted);
+  return res;
+}

@@ -1,0 +1,225 @@
+/* Point-to-point on device memory: the host side of the p2p kernel
+ * (kernels_p2p.cu). Lanes (P2P_NLANES FIFOs per peer and direction, SIMPLE
+ * slots) are connected per peer on first use, with that peer only, over the
+ * device transports (cuda_ipc, p2p); a group's sends and receives on a comm
+ * then run as one kernel on its stream, scheduled by collectives/algo/p2p_steps.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../../transport/bootstrap.h"
+#include "../../../transport/cuda_ipc/cuda_fifo.h"
+#include "device_priv.h"
+
+enum { TAG_DEV_INFO = 0x70320101u, TAG_DEV_BLOB = 0x70320102u, TAG_DEV_ACK = 0x70320103u };
+
+/* the kernel's host stub (kernels_p2p.cu, extern "C") */
+void weft_p2p_kernel(struct dev_p2p_work w);
+
+void device_p2p_free(struct device_p2p *p, int nranks) {
+  for (int r = 0; p->send != NULL && p->recv != NULL && r < nranks; r++)
+    for (int l = 0; l < P2P_NLANES; l++) {
+      if (p->send[r][l].transport) p->send[r][l].transport->close(&p->send[r][l]);
+      if (p->recv[r][l].transport) p->recv[r][l].transport->close(&p->recv[r][l]);
+    }
+  free(p->send);
+  free(p->recv);
+  free(p->known);
+  cudaFree(p->lanes_d);
+  cudaGetLastError();
+  memset(p, 0, sizeof *p);
+}
+
+static weftResult_t p2p_alloc(struct weftComm *comm, struct device_p2p *p) {
+  if (p->send != NULL) return weftSuccess;
+  const size_t n = (size_t)comm->nranks;
+  p->send = calloc(n, sizeof *p->send);
+  p->recv = calloc(n, sizeof *p->recv);
+  p->known = calloc(n, 1);
+  if (p->send == NULL || p->recv == NULL || p->known == NULL)
+    return weft_error_set(weftSystemError, "out of memory");
+  CUDA_TRY(cudaMalloc((void **)&p->lanes_d, n * sizeof *p->lanes_d), "p2p lanes");
+  CUDA_TRY(cudaMemset(p->lanes_d, 0, n * sizeof *p->lanes_d), "p2p lanes");
+  /* every rank's blocks must run at once: share the SMs among ranks that may
+   * share this GPU (all of them, at worst) */
+  int sms = 1;
+  CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, comm->cuda_dev), "SMs");
+  int cap = sms / comm->nranks > 0 ? sms / comm->nranks : 1;
+  p->max_blocks = device_nchannels(DEV_MAX_CHANNELS, WEFT_CONFIG_UNDEF_INT, comm->cfg_max_channels,
+                                   cap);
+  return weftSuccess;
+}
+
+/* Peers learn each other's GPU (the transports choose by it). */
+static weftResult_t p2p_exchange_info(struct weftComm *comm, struct device_p2p *p,
+                                      const char *want) {
+  int32_t mine = comm->cuda_dev;
+  for (int r = 0; r < comm->nranks; r++)
+    if (want[r] && !p->known[r]) WEFT_TRY(bootstrap_send(comm->bs, r, TAG_DEV_INFO, &mine, 4));
+  for (int r = 0; r < comm->nranks; r++) {
+    if (!want[r] || p->known[r]) continue;
+    int32_t dev;
+    WEFT_TRY(bootstrap_recv(comm->bs, r, TAG_DEV_INFO, &dev, 4));
+    comm->peers[r].cuda_dev = dev;
+    p->known[r] = 1;
+  }
+  return weftSuccess;
+}
+
+/* Receiver's side of one lane: the FIFO, and the blob for the sender. */
+static weftResult_t lane_recv_setup(struct weftComm *comm, struct weft_conn *c, int peer,
+                                    struct conn_blob *b) {
+  device_conn_shape(c, comm, peer, DEV_PROTO_SIMPLE);
+  memset(b, 0, sizeof *b);
+  b->transport = -1;
+  for (int t = 0; weft_device_transports[t] != NULL && b->transport < 0; t++) {
+    const struct weft_transport *tr = weft_device_transports[t];
+    if (!tr->disabled() && tr->can_connect(&comm->peers[peer], &comm->peers[comm->rank]))
+      b->transport = t;
+  }
+  if (b->transport < 0)
+    return weft_error_set(weftSystemError,
+                          "no device transport connects rank %d to rank %d (GPUs of one host "
+                          "only)", peer, comm->rank);
+  weftResult_t res = weft_device_transports[b->transport]->recv_setup(c, b);
+  if (res != weftSuccess) return res;
+  c->transport = weft_device_transports[b->transport];
+  return weftSuccess;
+}
+
+/* Copies the newly connected direction of peer's lanes (steps 0) to the
+ * kernels' table; the other direction's steps, which kernels may have
+ * advanced, are left alone. */
+static weftResult_t lanes_publish(struct device_p2p *p, int peer, int send) {
+  struct dev_fifo x[P2P_NLANES];
+  memset(x, 0, sizeof x);
+  for (int l = 0; l < P2P_NLANES; l++)
+    x[l] = device_fifo_of(send ? &p->send[peer][l] : &p->recv[peer][l]);
+  void *at = send ? (void *)p->lanes_d[peer].send : (void *)p->lanes_d[peer].recv;
+  CUDA_TRY(cudaMemcpy(at, x, sizeof x, cudaMemcpyHostToDevice), "p2p lanes");
+  return weftSuccess;
+}
+
+/* Per pair: the receiver sets up its lanes and sends the blobs; the sender
+ * attaches and acks. Messages never wait for the peer, so any order works. */
+static weftResult_t p2p_connect_lanes(struct weftComm *comm, struct device_p2p *p,
+                                      const char *want_send, const char *want_recv) {
+  struct conn_blob b[P2P_NLANES];
+  for (int r = 0; r < comm->nranks; r++) {
+    if (!want_recv[r]) continue;
+    weftResult_t res = weftSuccess;
+    for (int l = 0; l < P2P_NLANES && res == weftSuccess; l++)
+      res = lane_recv_setup(comm, &p->recv[r][l], r, &b[l]);
+    if (res != weftSuccess) b[0].transport = -2; /* tell the peer */
+    weftResult_t sent = bootstrap_send(comm->bs, r, TAG_DEV_BLOB, b, sizeof b);
+    WEFT_TRY(res);
+    WEFT_TRY(sent);
+  }
+  for (int r = 0; r < comm->nranks; r++) {
+    if (!want_send[r]) continue;
+    WEFT_TRY(bootstrap_recv(comm->bs, r, TAG_DEV_BLOB, b, sizeof b));
+    for (int l = 0; l < P2P_NLANES; l++) {
+      if (b[l].transport < 0 || b[0].transport < 0)
+        return weft_error_set(weftRemoteError,
+                              "rank %d could not set up its device lanes from rank %d", r,
+                              comm->rank);
+      const struct weft_transport *tr = weft_device_transports[b[l].transport];
+      device_conn_shape(&p->send[r][l], comm, r, DEV_PROTO_SIMPLE);
+      WEFT_TRY(tr->send_connect(&p->send[r][l], &b[l]));
+      p->send[r][l].transport = tr;
+    }
+    uint32_t ack = 1;
+    WEFT_TRY(bootstrap_send(comm->bs, r, TAG_DEV_ACK, &ack, sizeof ack));
+  }
+  for (int r = 0; r < comm->nranks; r++) {
+    if (!want_recv[r]) continue;
+    uint32_t ack;
+    WEFT_TRY(bootstrap_recv(comm->bs, r, TAG_DEV_ACK, &ack, sizeof ack));
+  }
+  for (int r = 0; r < comm->nranks; r++) {
+    if (want_send[r]) WEFT_TRY(lanes_publish(p, r, 1));
+    if (want_recv[r]) WEFT_TRY(lanes_publish(p, r, 0));
+  }
+  return weftSuccess;
+}
+
+weftResult_t device_p2p_connect(struct weftComm *comm, struct device_comm *d,
+                                const struct weft_plan *const *plans, size_t nops) {
+  const int n = comm->nranks;
+  struct device_p2p *p = &d->p2p;
+  WEFT_TRY(p2p_alloc(comm, p));
+  char *want = calloc((size_t)n * 3, 1);
+  if (want == NULL) return weft_error_set(weftSystemError, "out of memory");
+  char *want_send = want + n, *want_recv = want + 2 * n;
+  for (size_t i = 0; i < nops; i++) {
+    int peer = plans[i]->root;
+    if (!plan_is_p2p(plans[i]) || peer == comm->rank) continue;
+    if (plans[i]->coll == COLL_SEND) want_send[peer] = p->send[peer][0].transport == NULL;
+    else want_recv[peer] = p->recv[peer][0].transport == NULL;
+  }
+  for (int r = 0; r < n; r++) want[r] = want_send[r] | want_recv[r];
+  weftResult_t res = p2p_exchange_info(comm, p, want);
+  if (res == weftSuccess) res = p2p_connect_lanes(comm, p, want_send, want_recv);
+  free(want);
+  return res;
+}
+
+/* The launch's ops from plans; copies to self are enqueued here. */
+static weftResult_t p2p_work_fill(struct weftComm *comm, const struct weft_plan *const *plans,
+                                  size_t nops, struct dev_p2p_work *w, cudaStream_t stream) {
+  w->nops = 0;
+  for (size_t i = 0; i < nops; i++) {
+    const struct weft_plan *pl = plans[i];
+    if (!plan_is_p2p(pl)) continue;
+    if (w->nops == P2P_MAX_OPS)
+      return weft_error_set(weftInvalidUsage,
+                            "a group has more than %d sends and receives on device memory for "
+                            "one communicator (rank %d)", P2P_MAX_OPS, comm->rank);
+    struct p2p_op *o = &w->ops[w->nops];
+    o->nbytes = pl->count * weftTypeSize(pl->datatype);
+    o->peer = pl->root;
+    o->send = pl->coll == COLL_SEND;
+    o->self = pl->root == comm->rank;
+    w->bufs[w->nops++] = o->send ? (void *)pl->sendbuf : pl->recvbuf;
+  }
+  int self_sends = 0, self_recvs = 0;
+  for (int i = 0; i < w->nops; i++)
+    if (w->ops[i].self) *(w->ops[i].send ? &self_sends : &self_recvs) += 1;
+  if (self_sends != self_recvs)
+    return weft_error_set(weftInvalidUsage,
+                          "rank %d posts %d sends to itself and %d receives from itself in one "
+                          "group: they must pair up", comm->rank, self_sends, self_recvs);
+  for (int i = 0; i < w->nops; i++) {
+    if (!w->ops[i].self || !w->ops[i].send) continue;
+    int j = p2p_self_match(w->ops, w->nops, i);
+    if (j < 0 || w->ops[j].nbytes != w->ops[i].nbytes)
+      return weft_error_set(weftInvalidUsage,
+                            "rank %d sends %llu bytes to itself without a receive of the same "
+                            "size from itself in the group", comm->rank,
+                            (unsigned long long)w->ops[i].nbytes);
+    if (w->ops[i].nbytes > 0 && w->bufs[i] != w->bufs[j])
+      CUDA_TRY(cudaMemcpyAsync(w->bufs[j], w->bufs[i], w->ops[i].nbytes,
+                               cudaMemcpyDeviceToDevice, stream), "copy to self");
+  }
+  return weftSuccess;
+}
+
+weftResult_t device_p2p_launch(struct weftComm *comm, struct device_comm *d,
+                               const struct weft_plan *const *plans, size_t nops,
+                               cudaStream_t stream) {
+  static struct dev_p2p_work zero;
+  struct dev_p2p_work w = zero;
+  WEFT_TRY(p2p_work_fill(comm, plans, nops, &w, stream));
+  int npairs = p2p_assign_pairs(w.ops, w.nops);
+  if (npairs == 0) return weftSuccess;
+  w.peers = d->p2p.lanes_d;
+  w.abort_flag = d->flags_d;
+  w.error = d->flags_d + 1;
+  w.stopped = (uint64_t *)(d->flags_d + 4);
+  w.timeout_ns = comm->timeout_ns;
+  w.chunk_nbytes = DEV_SIMPLE_SLOT_NBYTES;
+  w.nblocks = p2p_nblocks(npairs, d->p2p.max_blocks);
+  void *args[] = {&w};
+  dim3 grid = {(unsigned)w.nblocks, 1, 1}, block = {DEV_NTHREADS, 1, 1};
+  return device_cuda_check(cudaLaunchKernel((const void *)weft_p2p_kernel, grid, block, args, 0,
+                                            stream), "launching the p2p kernel");
+}

@@ -1,0 +1,101 @@
+/* What the device executor's host files (device_cuda.c, device_p2p.c) share:
+ * a comm's device state and the CUDA error conversion. CUDA builds only. */
+#ifndef WEFT_DEVICE_PRIV_H
+#define WEFT_DEVICE_PRIV_H
+
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "../../../transport/cuda_ipc/cuda_fifo.h"
+#include "../../../transport/status.h"
+#include "../../../transport/transport.h"
+#include "../../core/plan.h"
+#include "dev_types.h"
+#include "device.h"
+
+#define DEV_NTHREADS 512 /* prims_device.cuh */
+#define DEV_NSLOTS 4
+#define DEV_SIMPLE_SLOT_NBYTES (256u << 10)
+#define DEV_LL_SLOT_NBYTES (16u << 10)
+/* streams whose last launch of a comm is tracked (destroy waits for them) */
+#define DEV_MAX_STREAMS 8
+/* mapped host memory the kernels report to: uint32 [0] abort, [1] error
+ * (enum dev_give_up); uint64 [2], [3] where a p2p block stopped */
+#define DEV_FLAGS_NBYTES 32
+
+/* A comm's point-to-point lanes (connected per peer on first use). */
+struct device_p2p {
+  struct weft_conn (*send)[P2P_NLANES]; /* [nranks] */
+  struct weft_conn (*recv)[P2P_NLANES]; /* [nranks] */
+  char *known;                          /* [nranks]: the peer's GPU was exchanged */
+  struct dev_p2p_lanes *lanes_d;        /* [nranks], device memory */
+  int max_blocks;
+};
+
+struct device_comm {
+  int dev;
+  int ring_ready; /* the ring channels below are connected */
+  int nchannels;
+  struct weft_conn send[DEV_MAX_CHANNELS][DEV_NPROTOS];
+  struct weft_conn recv[DEV_MAX_CHANNELS][DEV_NPROTOS];
+  struct dev_channel *channels_d; /* [nchannels] */
+  int *rings_d;                   /* [nchannels][nranks] */
+  uint32_t *flags_h;              /* DEV_FLAGS_NBYTES of mapped host memory */
+  uint32_t *flags_d;
+  struct device_p2p p2p;
+  struct {
+    cudaStream_t stream;
+    cudaEvent_t done; /* recorded after the comm's last launch on stream */
+  } work[DEV_MAX_STREAMS];
+  int nwork;
+};
+
+/* The comm's device state, made on first use (local); and with its ring
+ * channels connected (collective over the comm's ranks, on first use). */
+weftResult_t device_comm_get(struct weftComm *comm, struct device_comm **out);
+weftResult_t device_ring_get(struct weftComm *comm, struct device_comm **out);
+/* Records that the comm launched on stream (outside graph capture), so that
+ * destroy and abort wait for that work and no other. */
+void device_comm_note_launch(struct device_comm *d, cudaStream_t stream);
+
+/* The kernel table's op for a weftRedOp_t (device_check.c). */
+int device_op_index(weftRedOp_t op);
+
+static inline weftResult_t device_cuda_check(cudaError_t err, const char *what) {
+  if (err == cudaSuccess) return weftSuccess;
+  cudaGetLastError();
+  return weft_error_set(weftSystemError, "cuda: %s: %s", what, cudaGetErrorString(err));
+}
+#define CUDA_TRY(call, what) WEFT_TRY(device_cuda_check((call), (what)))
+
+/* A device connection's shape before set-up. */
+static inline void device_conn_shape(struct weft_conn *c, struct weftComm *comm, int peer,
+                                     int proto) {
+  memset(c, 0, sizeof *c);
+  c->nslots = DEV_NSLOTS;
+  c->slot_nbytes = proto == DEV_PROTO_LL ? DEV_LL_SLOT_NBYTES : DEV_SIMPLE_SLOT_NBYTES;
+  c->peer_rank = peer;
+  c->peer_pid = comm->peers[peer].pid;
+}
+
+/* A connected device connection as the kernels see it (step 0). */
+static inline struct dev_fifo device_fifo_of(const struct weft_conn *c) {
+  struct dev_fifo f = {.ctrl = cuda_fifo_ctrl(c), .slots = c->slots, .nslots = c->nslots,
+                       .slot_nbytes = (uint32_t)c->slot_nbytes, .step = 0};
+  return f;
+}
+
+/* Point-to-point (device_p2p.c): connects the peers that plans[0..nops)
+ * name and are not yet connected (pairwise, with those peers only). */
+weftResult_t device_p2p_connect(struct weftComm *comm, struct device_comm *d,
+                                const struct weft_plan *const *plans, size_t nops);
+/* Enqueues the sends and receives among plans[0..nops) as one kernel on
+ * stream (the copies to self before it). Connected beforehand. */
+weftResult_t device_p2p_launch(struct weftComm *comm, struct device_comm *d,
+                               const struct weft_plan *const *plans, size_t nops,
+                               cudaStream_t stream);
+/* Closes the lanes and frees them (after the comm's kernels are done). */
+void device_p2p_free(struct device_p2p *p, int nranks);
+
+#endif

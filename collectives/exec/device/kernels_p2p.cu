@@ -1,0 +1,117 @@
+// The point-to-point kernel: one launch runs a group's sends and receives on
+// one comm. Block b drives the lanes collectives/algo/p2p_steps.h gives it;
+// thread 0 picks a ready lane (round robin over the block's items, posting
+// order kept per lane), the block copies one chunk through the lane's slot,
+// and thread 0 publishes it (tail for a send, head for a receive), as the
+// ring kernels' SIMPLE protocol does. A block that gives up (abort, timeout,
+// poison) poisons every lane it drives and records where it stopped; the
+// steps it reached stay in device memory, so nothing runs on stale counters.
+#include "collectives/exec/device/prims_device.cuh"
+
+// Plain bytes for dev_reduce_copy: copy only.
+struct dev_copy_bytes {
+  typedef uint8_t T;
+  static __device__ __forceinline__ T op(T a, T) { return a; }
+  static __device__ __forceinline__ T div(T a, int) { return a; }
+  static __device__ __forceinline__ T mul(T a, T) { return a; }
+  static const bool premul = false;
+};
+
+enum { PICK_DONE = -1, PICK_GAVE_UP = -2 };
+
+__device__ __forceinline__ dev_fifo *p2p_lane(const dev_p2p_work &w, const p2p_op &o, int lane) {
+  return o.send ? &w.peers[o.peer].send[lane] : &w.peers[o.peer].recv[lane];
+}
+
+__device__ __forceinline__ bool p2p_lane_ready(const dev_fifo *f, bool send) {
+  return send ? f->step - dev_ld_volatile_u64(&f->ctrl->head) < f->nslots
+              : dev_ld_volatile_u64(&f->ctrl->tail) > f->step;
+}
+
+// Thread 0: the block's next item to move, waiting until one is ready.
+// Sets *why when it gives up.
+__device__ int p2p_pick(const dev_p2p_work &w, p2p_block &blk, uint32_t *why) {
+  const dev_watch watch = {w.abort_flag, w.timeout_ns, w.error};
+  uint64_t start = dev_clock_ns();
+  for (uint32_t spins = 0;;) {
+    if (p2p_block_finished(&blk, w.ops, w.chunk_nbytes)) return PICK_DONE;
+    for (int t = 0; t < blk.nitems; t++) {
+      int k = (blk.next + t) % blk.nitems;
+      if (!p2p_item_eligible(&blk, w.ops, w.chunk_nbytes, k)) continue;
+      const p2p_op &o = w.ops[blk.op[k]];
+      dev_fifo *f = p2p_lane(w, o, blk.lane[k]);
+      if (*(volatile uint32_t *)&f->ctrl->poison != 0) {
+        *why = DEV_GAVE_UP_POISON;
+        return PICK_GAVE_UP;
+      }
+      if (p2p_lane_ready(f, o.send)) return k;
+    }
+    if (dev_watch_expired(watch, start, &spins)) {
+      *why = *w.error;
+      return PICK_GAVE_UP;
+    }
+  }
+}
+
+// Thread 0, giving up: poison the block's lanes and say where it stopped.
+__device__ void p2p_give_up(const dev_p2p_work &w, const p2p_block &blk, uint32_t why) {
+  if (*(volatile uint32_t *)w.error == 0) *(volatile uint32_t *)w.error = why;
+  __threadfence_system(); // our reason is recorded before a peer can see the poison
+  for (int k = 0; k < blk.nitems; k++)
+    *(volatile uint32_t *)&p2p_lane(w, w.ops[blk.op[k]], blk.lane[k])->ctrl->poison = why;
+  // the first unfinished item (blocks racing here each leave a true answer;
+  // mapped host memory, so plain stores rather than atomics)
+  volatile uint64_t *stopped = w.stopped;
+  for (int k = 0; k < blk.nitems; k++)
+    if (!p2p_item_finished(&blk, w.ops, w.chunk_nbytes, k)) {
+      if (stopped[0] == 0) {
+        stopped[1] = blk.done[k];
+        stopped[0] = (uint64_t)blk.op[k] + 1;
+      }
+      break;
+    }
+  __threadfence_system();
+}
+
+extern "C" __global__ void __launch_bounds__(DEV_NTHREADS) weft_p2p_kernel(dev_p2p_work w) {
+  __shared__ p2p_block blk;
+  __shared__ int cur;
+  __shared__ char *in;
+  __shared__ char *out;
+  __shared__ uint64_t size;
+  if (threadIdx.x == 0) p2p_block_init(&blk, w.ops, w.nops, w.chunk_nbytes, w.nblocks, blockIdx.x);
+  for (;;) {
+    if (threadIdx.x == 0) {
+      uint32_t why = 0;
+      cur = p2p_pick(w, blk, &why);
+      if (cur == PICK_GAVE_UP) p2p_give_up(w, blk, why);
+      if (cur >= 0) {
+        const p2p_op &o = w.ops[blk.op[cur]];
+        dev_fifo *f = p2p_lane(w, o, blk.lane[cur]);
+        uint64_t off;
+        p2p_lane_chunk(o.nbytes, w.chunk_nbytes, blk.lane[cur], blk.done[cur], &off, &size);
+        char *slot = f->slots + (f->step % f->nslots) * f->slot_nbytes;
+        char *buf = static_cast<char *>(w.bufs[blk.op[cur]]) + off;
+        in = o.send ? buf : slot;
+        out = o.send ? slot : buf;
+      }
+    }
+    __syncthreads();
+    if (cur < 0) return;
+    // acquire: what the peer stored before its tail is seen by every thread
+    __threadfence_system();
+    dev_reduce_copy<dev_copy_bytes>(reinterpret_cast<const uint8_t *>(in), NULL,
+                                    reinterpret_cast<uint8_t *>(out), NULL, size, 1);
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const p2p_op &o = w.ops[blk.op[cur]];
+      dev_fifo *f = p2p_lane(w, o, blk.lane[cur]);
+      dev_st_volatile_u64(o.send ? &f->ctrl->tail : &f->ctrl->head, f->step + 1);
+      f->step++;
+      blk.done[cur]++;
+      blk.next = cur + 1;
+    }
+    __syncthreads();
+  }
+}

@@ -1,0 +1,25 @@
+// The body of every p2p_steps_dump_*: one compile per compiler (P2P_DUMP_FN
+// marks it host, or host and device, code).
+static size_t P2P_DUMP_FN(const struct p2p_op *ops, int nops, uint64_t chunk_nbytes,
+                          int nblocks, int b, struct p2p_block *blk, struct p2p_move *out,
+                          size_t max) {
+  p2p_block_init(blk, ops, nops, chunk_nbytes, nblocks, b);
+  size_t n = 0;
+  while (!p2p_block_finished(blk, ops, chunk_nbytes)) {
+    int k = -1;
+    for (int t = 0; t < blk->nitems && k < 0; t++) {
+      int c = (blk->next + t) % blk->nitems;
+      if (p2p_item_eligible(blk, ops, chunk_nbytes, c)) k = c;
+    }
+    if (k < 0) return (size_t)-1; /* unfinished yet nothing eligible: a stuck block */
+    if (n < max) {
+      out[n].op = blk->op[k];
+      out[n].lane = blk->lane[k];
+      out[n].chunk = blk->done[k];
+    }
+    n++;
+    blk->done[k]++;
+    blk->next = k + 1;
+  }
+  return n;
+}

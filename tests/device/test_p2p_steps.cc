@@ -1,0 +1,332 @@
+// The device point-to-point schedule (collectives/algo/p2p_steps.h) on the
+// host: every rank count from 1 to 8, random groups of sends and receives of
+// random uneven sizes in random posting order, run through real FIFOs by the
+// host emulation of the kernel (p2p_emu.h), one thread per kernel block, and
+// every received byte checked against what was sent, with nothing written
+// past a message. Then the poison protocol: a rank that stops mid-stream.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness.h"
+#include "tests/device/p2p_emu.h"
+#include "tests/device/p2p_steps_dump.h"
+#include "weft_build_config.h"
+
+namespace {
+
+using weft_test::P2pEmuNet;
+using weft_test::Rng;
+
+constexpr char kPoison = (char)0xA5;
+constexpr size_t kGuard = 16;
+
+// One rank's launch: its ops in posting order and their buffers.
+struct RankLaunch {
+  std::vector<p2p_op> ops;
+  std::vector<std::vector<char>> bufs; // each message + kGuard poisoned bytes
+  std::vector<char *> ptrs;
+  int npairs = 0;
+};
+
+// The message a sends b as its m-th: bytes derived from (round, a, b, m).
+char msg_byte(int round, int a, int b, int m, size_t i) {
+  return (char)((i * 131 + (size_t)a * 17 + (size_t)b * 29 + (size_t)m * 7 + round * 3) % 251);
+}
+
+// Random messages between every ordered pair (self too), each rank's sends
+// and receives shuffled in posting order but each pair's kept in order.
+std::vector<RankLaunch> make_launches(int n, int round, Rng &rng, uint32_t slot_nbytes,
+                                      size_t *total_out) {
+  std::vector<RankLaunch> L(n);
+  // sizes[a][b]: the messages a sends b, in order
+  std::vector<std::vector<std::vector<uint64_t>>> sizes(n, std::vector<std::vector<uint64_t>>(n));
+  size_t nmsgs = 0;
+  for (int a = 0; a < n; a++)
+    for (int b = 0; b < n; b++) {
+      int m = (int)(rng.next() % 3); // 0 to 2 messages per pair
+      for (int i = 0; i < m && nmsgs < (size_t)P2P_MAX_OPS / 2; i++, nmsgs++) {
+        uint64_t r = rng.next() % 8;
+        uint64_t nb = r == 0 ? 0 : r == 1 ? 1 : rng.next() % (slot_nbytes * 7 + 3);
+        sizes[a][b].push_back(nb);
+      }
+    }
+  size_t total = 0;
+  for (int r = 0; r < n; r++) {
+    // the rank's queues: sends to b, receives from a; draw the posting order
+    std::vector<std::pair<int, bool>> order; // (peer, send)
+    for (int p = 0; p < n; p++) {
+      for (size_t i = 0; i < sizes[r][p].size(); i++) order.push_back({p, true});
+      for (size_t i = 0; i < sizes[p][r].size(); i++) order.push_back({p, false});
+    }
+    for (size_t i = order.size(); i > 1; i--) std::swap(order[i - 1], order[rng.next() % i]);
+    // stable per (peer, direction): the j-th of each queue in its original order
+    std::vector<int> sent(n, 0), got(n, 0);
+    RankLaunch &x = L[r];
+    for (auto [p, send] : order) {
+      int m = send ? sent[p]++ : got[p]++;
+      uint64_t nb = send ? sizes[r][p][m] : sizes[p][r][m];
+      p2p_op op = {nb, p, (uint8_t)send, (uint8_t)(p == r), 0};
+      x.ops.push_back(op);
+      std::vector<char> buf(nb + kGuard, kPoison);
+      if (send)
+        for (size_t i = 0; i < nb; i++) buf[i] = msg_byte(round, r, p, m, i);
+      x.bufs.push_back(std::move(buf));
+      total += nb;
+    }
+    for (auto &b : x.bufs) x.ptrs.push_back(b.data());
+    x.npairs = p2p_assign_pairs(x.ops.data(), (int)x.ops.size());
+  }
+  *total_out = total;
+  return L;
+}
+
+// The host's part for self ops: the k-th send to self into the k-th receive.
+void copy_self(RankLaunch &x) {
+  for (int i = 0; i < (int)x.ops.size(); i++) {
+    if (!x.ops[i].self || !x.ops[i].send) continue;
+    int j = p2p_self_match(x.ops.data(), (int)x.ops.size(), i);
+    ASSERT_GE(j, 0);
+    ASSERT_EQ(x.ops[j].nbytes, x.ops[i].nbytes);
+    memcpy(x.ptrs[j], x.ptrs[i], x.ops[i].nbytes);
+  }
+}
+
+void check_received(const std::vector<RankLaunch> &L, int round) {
+  int n = (int)L.size();
+  for (int r = 0; r < n; r++) {
+    std::vector<int> got(n, 0);
+    for (size_t i = 0; i < L[r].ops.size(); i++) {
+      const p2p_op &o = L[r].ops[i];
+      if (o.send) continue;
+      int m = got[o.peer]++;
+      const std::vector<char> &b = L[r].bufs[i];
+      for (size_t k = 0; k < o.nbytes; k++)
+        ASSERT_EQ(b[k], msg_byte(round, o.peer, r, m, k))
+            << "rank " << r << " message " << m << " from " << o.peer << " byte " << k << " of "
+            << o.nbytes;
+      for (size_t k = o.nbytes; k < b.size(); k++)
+        ASSERT_EQ(b[k], kPoison) << "written past message " << m << " from " << o.peer;
+    }
+  }
+}
+
+struct Shape {
+  uint32_t nslots;
+  uint32_t slot_nbytes;
+  int max_blocks;
+};
+
+// Runs every rank's launch, one thread per block; returns the blocks' results.
+std::vector<int> run_launches(P2pEmuNet &net, std::vector<RankLaunch> &L, int max_blocks,
+                              const std::atomic<int> *abort_flag, uint64_t timeout_ns) {
+  std::vector<std::thread> threads;
+  std::vector<int> results(L.size() * (size_t)max_blocks, weft_test::P2P_EMU_OK);
+  for (size_t r = 0; r < L.size(); r++) {
+    copy_self(L[r]);
+    int nblocks = p2p_nblocks(L[r].npairs, max_blocks);
+    for (int b = 0; b < nblocks; b++)
+      threads.emplace_back([&, r, b, nblocks] {
+        results[r * max_blocks + b] =
+            weft_test::p2p_emu_block(net, (int)r, L[r].ops, L[r].ptrs, nblocks, b, abort_flag,
+                                     timeout_ns)
+                .result;
+      });
+  }
+  for (auto &t : threads) t.join();
+  return results;
+}
+
+class P2pSchedule : public testing::TestWithParam<int> {};
+
+TEST_P(P2pSchedule, RandomGroupsMoveEveryByteInOrder) {
+  const int n = GetParam();
+  const Shape shapes[] = {{1, 16, 1}, {2, 64, 2}, {4, 24, 3}, {4, 64, 64}};
+  for (const Shape &s : shapes) {
+    P2pEmuNet net(n, s.nslots, s.slot_nbytes);
+    for (uint64_t seed = 0; seed < 4; seed++) {
+  Rng rng(1000 + seed * 7919 + (uint64_t)n * 31 + s.slot_nbytes);
+    // several launches: lanes carry on from the steps the last one reached
+    for (int round = 0; round < 3; round++) {
+      size_t total;
+      std::vector<RankLaunch> L = make_launches(n, round, rng, s.slot_nbytes, &total);
+      SCOPED_TRACE("nslots " + std::to_string(s.nslots) + " slot " +
+                   std::to_string(s.slot_nbytes) + " blocks " + std::to_string(s.max_blocks) +
+                   " round " + std::to_string(round));
+      std::vector<int> res = run_launches(net, L, s.max_blocks, nullptr, 20000000000ull);
+      for (int x : res) ASSERT_EQ(x, weft_test::P2P_EMU_OK);
+      check_received(L, round);
+      if (HasFatalFailure()) return;
+    }
+  }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, P2pSchedule, testing::Range(1, 9),
+                         [](const testing::TestParamInfo<int> &i) {
+                           return "k" + std::to_string(i.param);
+                         });
+
+// Both ends of a pair agree on the chunks of each lane, and the lanes cover
+// the message exactly once, for every size up to a few chunks.
+TEST(P2pSteps, LanesCoverEachMessageOnce) {
+  for (uint64_t chunk : {1ull, 7ull, 64ull})
+    for (uint64_t nb = 0; nb < 6 * chunk + 3; nb++) {
+      std::vector<int> seen(nb, 0);
+      uint64_t chunks = 0;
+      for (int l = 0; l < P2P_NLANES; l++)
+        for (uint64_t k = 0; k < p2p_lane_nchunks(nb, chunk, l); k++, chunks++) {
+          uint64_t off, size;
+          p2p_lane_chunk(nb, chunk, l, k, &off, &size);
+          ASSERT_GT(size, 0u);
+          ASSERT_LE(off + size, nb);
+          for (uint64_t i = off; i < off + size; i++) seen[i]++;
+        }
+      ASSERT_EQ(chunks, p2p_nchunks(nb, chunk));
+      for (uint64_t i = 0; i < nb; i++) ASSERT_EQ(seen[i], 1) << nb << " bytes, byte " << i;
+    }
+}
+
+// Pairs are numbered in order of first use; self ops get none; blocks are
+// shared out among the pairs' lanes.
+TEST(P2pSteps, PairsAndBlocks) {
+  std::vector<p2p_op> ops = {{8, 3, 1, 0, 0}, {8, 1, 0, 0, 0}, {8, 0, 1, 1, 0},
+                             {8, 3, 1, 0, 0}, {8, 3, 0, 0, 0}, {8, 0, 0, 1, 0}};
+  EXPECT_EQ(p2p_assign_pairs(ops.data(), (int)ops.size()), 3);
+  EXPECT_EQ(ops[0].pair, 0);
+  EXPECT_EQ(ops[1].pair, 1);
+  EXPECT_EQ(ops[3].pair, 0);
+  EXPECT_EQ(ops[4].pair, 2);
+  EXPECT_EQ(p2p_self_match(ops.data(), (int)ops.size(), 2), 5);
+  EXPECT_EQ(p2p_nblocks(3, 64), 3 * P2P_NLANES);
+  EXPECT_EQ(p2p_nblocks(3, 4), 4);
+  EXPECT_EQ(p2p_nblocks(0, 4), 1);
+}
+
+// Every block's order of moves, with every lane always ready: each lane's
+// chunks in order, a lane's messages in posting order, every chunk of the
+// launch moved by exactly one block; and nvcc's compiles (host pass; device
+// pass with a GPU) give the host C compile's order, move for move.
+TEST(P2pSteps, BlockOrderAndNvccCompileAgree) {
+  for (int n : {2, 3, 5, 8})
+    for (int max_blocks : {1, 2, 5, 64}) {
+      Rng rng(4242 + (uint64_t)n * 13 + (uint64_t)max_blocks);
+      size_t total;
+      std::vector<RankLaunch> L = make_launches(n, 0, rng, 48, &total);
+      for (int r = 0; r < n; r++) {
+        const RankLaunch &x = L[r];
+        const int nops = (int)x.ops.size();
+        const int nblocks = p2p_nblocks(x.npairs, max_blocks);
+        uint64_t want_chunks = 0;
+        for (const p2p_op &o : x.ops) want_chunks += o.self ? 0 : p2p_nchunks(o.nbytes, 48);
+        uint64_t moved = 0;
+        for (int b = 0; b < nblocks; b++) {
+          std::vector<p2p_move> c(P2P_MAX_ITEMS * 64), h(c.size()), d(c.size());
+          size_t nc = p2p_steps_dump_c(x.ops.data(), nops, 48, nblocks, b, c.data(), c.size());
+          ASSERT_NE(nc, (size_t)-1) << "a block with unfinished items and none eligible";
+          ASSERT_LE(nc, c.size());
+          moved += nc;
+          // per (op, lane): chunks 0, 1, ...; per lane: an op only after the earlier ones
+          std::vector<std::vector<uint64_t>> next(nops, std::vector<uint64_t>(P2P_NLANES, 0));
+          for (size_t i = 0; i < nc; i++) {
+            const p2p_move &m = c[i];
+            ASSERT_EQ(m.chunk, next[m.op][m.lane]++) << "move " << i;
+            for (int e = 0; e < m.op; e++) {
+              if (x.ops[e].peer != x.ops[m.op].peer || x.ops[e].send != x.ops[m.op].send ||
+                  x.ops[e].self)
+                continue;
+              ASSERT_EQ(next[e][m.lane], p2p_lane_nchunks(x.ops[e].nbytes, 48, m.lane))
+                  << "op " << m.op << " overtook op " << e << " on lane " << m.lane;
+            }
+          }
+#if WEFT_HAVE_CUDA
+          size_t nh = p2p_steps_dump_nvcc_host(x.ops.data(), nops, 48, nblocks, b, h.data(),
+                                               h.size());
+          ASSERT_EQ(nh, nc);
+          long nd = p2p_steps_dump_nvcc_device(x.ops.data(), nops, 48, nblocks, b, d.data(),
+                                               d.size());
+          if (nd >= 0) {
+            ASSERT_EQ((size_t)nd, nc);
+          }
+          for (size_t i = 0; i < nc; i++) {
+            ASSERT_EQ(h[i].op, c[i].op) << "nvcc host, move " << i;
+            ASSERT_EQ(h[i].lane, c[i].lane);
+            ASSERT_EQ(h[i].chunk, c[i].chunk);
+            if (nd >= 0) {
+              ASSERT_EQ(d[i].op, c[i].op) << "nvcc device, move " << i;
+              ASSERT_EQ(d[i].chunk, c[i].chunk);
+            }
+          }
+#endif
+        }
+        ASSERT_EQ(moved, want_chunks) << "rank " << r << " of " << n;
+      }
+    }
+}
+
+// A rank that stops after a few chunks: its peers' blocks give up, the ones
+// waiting on it by timeout or poison, and every lane the stopped rank's
+// blocks drove is poisoned, so a later launch on those lanes returns at once.
+TEST(P2pPoison, StoppedRankPoisonsItsLanesAndLaterLaunchesReturnAtOnce) {
+  const int n = 3;
+  P2pEmuNet net(n, 2, 32);
+  std::vector<RankLaunch> L(n);
+  for (int r = 0; r < n; r++) {
+    for (int p = 0; p < n; p++) {
+      if (p == r) continue;
+      L[r].ops.push_back({4096, p, 1, 0, 0});
+      L[r].ops.push_back({4096, p, 0, 0, 0});
+    }
+    for (auto &o : L[r].ops) L[r].bufs.emplace_back(o.nbytes + kGuard, kPoison);
+    for (auto &b : L[r].bufs) L[r].ptrs.push_back(b.data());
+    L[r].npairs = p2p_assign_pairs(L[r].ops.data(), (int)L[r].ops.size());
+  }
+  std::atomic<int> stop_rank0{0};
+  std::vector<std::thread> threads;
+  std::vector<int> res(n * 8, -1);
+  const uint64_t timeout = 300000000ull; // 0.3 s
+  uint64_t t0 = weft_test::p2p_emu_now_ns();
+  for (int r = 0; r < n; r++) {
+    int nblocks = p2p_nblocks(L[r].npairs, 2);
+    for (int b = 0; b < nblocks; b++)
+      threads.emplace_back([&, r, b, nblocks] {
+        // rank 0 is aborted after its blocks moved 3 chunks each
+        std::function<void(uint64_t)> hook;
+        if (r == 0) hook = [&](uint64_t chunks) { if (chunks >= 3) stop_rank0 = 1; };
+        res[r * 8 + b] = weft_test::p2p_emu_block(net, r, L[r].ops, L[r].ptrs, nblocks, b,
+                                                  r == 0 ? &stop_rank0 : nullptr, timeout, hook)
+                             .result;
+      });
+  }
+  for (auto &t : threads) t.join();
+  uint64_t took = weft_test::p2p_emu_now_ns() - t0;
+  for (int b = 0; b < p2p_nblocks(L[0].npairs, 2); b++) EXPECT_EQ(res[b], weft_test::P2P_EMU_ABORTED);
+  for (int r = 1; r < n; r++)
+    for (int b = 0; b < p2p_nblocks(L[r].npairs, 2); b++)
+      EXPECT_NE(res[r * 8 + b], weft_test::P2P_EMU_OK) << "rank " << r << " block " << b;
+  EXPECT_LT(took, 4 * timeout) << "peers gave up late";
+  // every lane touching rank 0 is poisoned, and keeps its reached steps
+  for (int p = 1; p < n; p++)
+    for (int l = 0; l < P2P_NLANES; l++) {
+      EXPECT_NE(net.send_end[net.index(0, p, l)].ctrl->poison, 0u);
+      EXPECT_NE(net.send_end[net.index(p, 0, l)].ctrl->poison, 0u);
+    }
+  // a later launch of rank 1 to rank 0 returns at once, poisoned, without
+  // waiting out the timeout
+  std::vector<p2p_op> again = {{64, 0, 1, 0, 0}};
+  p2p_assign_pairs(again.data(), 1);
+  std::vector<char> buf(64, 1);
+  std::vector<char *> ptrs = {buf.data()};
+  uint64_t t1 = weft_test::p2p_emu_now_ns();
+  auto out = weft_test::p2p_emu_block(net, 1, again, ptrs, 1, 0, nullptr, 10 * timeout);
+  uint64_t waited = weft_test::p2p_emu_now_ns() - t1;
+  EXPECT_EQ(out.result, weft_test::P2P_EMU_POISONED);
+  EXPECT_EQ(out.chunks, 0u);
+  EXPECT_LT(waited, timeout);
+}
+
+}  // namespace
