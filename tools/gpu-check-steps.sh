@@ -316,6 +316,6 @@ step_torch_cuda_ops() {
   [ -f "$ROOT/tests/nccl/torch_cuda_ops.py" ] || skip "no tests/nccl/torch_cuda_ops.py"
   torch_cuda_run "$ROOT/tests/nccl/torch_cuda_ops.py"
   local rc=$?
-  key "$(grep -m1 -E '^(ok|FAIL)' "$LOGS/$STEP.out" | cut -c1-70)"
+  key "$(grep -c '^ok ' "$LOGS/$STEP.out") ok, $(grep -c '^FAIL ' "$LOGS/$STEP.out") FAIL$(grep -m1 '^FAIL ' "$LOGS/$STEP.out" | cut -c5-60 | sed 's/^/: /')"
   [ $rc = 0 ] || fail "exit $rc; $(cat "$LOGS/$STEP.key")"
 }
