@@ -15,13 +15,14 @@
 # out of time or was left out for lack of time; 1 otherwise; 2 on bad usage.
 #
 # Environment:
-#   WEFT_GPU_CHECK_BUDGET=540      seconds for the whole run
+#   WEFT_GPU_CHECK_BUDGET=560      seconds for the whole run
 #   WEFT_GPU_CHECK_WORK=.gpu-check build directory, GoogleTest prefix, logs
 #   WEFT_GPU_CHECK_BUILD_GTEST=1   build GoogleTest from .gpu-deps even when the
 #                                  machine has one
 #   WEFT_GPU_CHECK_MATRIX=full     device_matrix (full or small)
 #   WEFT_GPU_CHECK_PYTHON          python with torch (default
 #                                  /opt/torch/.venv/bin/python3, else python3)
+#   WEFT_GPU_CHECK_BUILD_ALL=1     build the host suites too (default: what the steps run)
 #   WEFT_GPU_CHECK_NO_GPU=1        behave as on a machine without a GPU
 #   OUT                            when set: summary.txt, perf.txt and logs.tar.gz
 set -uo pipefail
@@ -47,19 +48,19 @@ perf_ar_g2|60|gpu|20.3|all_reduce_device_perf -g 2, 8 B..128 MiB: latency and bu
 perf_ar_g4|60|gpu|20.3|all_reduce_device_perf -g 4: memory traffic against twice the copy
 perf_ar_g8|90|gpu|20.3|all_reduce_device_perf -g 8
 mps_start|30|gpu|20.2|MPS daemon, private pipe directory, for the multi-process steps
-device_ipc_mps|120|gpu|20.2|device_ipc under MPS
 perf_ar_mps|90|gpu|20.3|all_reduce_device_perf, 2 and 4 processes under MPS
-perf_types|120|gpu|20.2|all_reduce_perf -M cuda -d all -o all, 3 processes, odd sizes
-perf_all_gather|90|gpu|20.2|all_gather_perf -M cuda, 2/4/8 processes, 8 B..128 MiB
-perf_reduce_scatter|90|gpu|20.2|reduce_scatter_perf -M cuda, 2/4/8 processes
+device_ipc_mps|120|gpu|20.2|device_ipc under MPS
 perf_sendrecv|90|gpu|20.3|sendrecv_perf -M cuda, 2/4/8 processes
 perf_alltoall|90|gpu|20.3|alltoall_perf -M cuda, 2/4/8 processes
+perf_all_gather|90|gpu|20.2|all_gather_perf -M cuda, 2/4/8 processes, 8 B..128 MiB
+perf_reduce_scatter|90|gpu|20.2|reduce_scatter_perf -M cuda, 2/4/8 processes
+perf_types|120|gpu|20.2|all_reduce_perf -M cuda -d all -o all, 3 processes, odd sizes
 net_socket|120|gpu|21.3|device all-reduce/all-gather across 2 emulated hosts over sockets
 net_ucx|120|gpu|21.3|the same over UCX (needs a UCX build)
-torch_weft|180|-|20.4|tools/torch_weft built against the local torch; check_ops on 2 ranks
 torch_preload|60|gpu|20.4|torch imports with libnccl.so.2 preloaded and sees weft
 torch_ddp|120|gpu|20.4|DDP on cuda:0, 2 ranks, through libnccl.so.2, against one process
 torch_cuda_ops|180|gpu|20.4|all_to_all_single, batch_isend_irecv, FSDP2 divide factor on CUDA
+torch_weft|180|-|20.4|tools/torch_weft built against the local torch; check_ops on 2 ranks
 '
 
 step_names() { echo "$STEPS" | awk -F'|' 'NF >= 5 {print $1}'; }
@@ -269,7 +270,7 @@ save_out() {
 
 main_run() { # selected steps...
   START=$(date +%s)
-  DEADLINE=$((START + ${WEFT_GPU_CHECK_BUDGET:-540}))
+  DEADLINE=$((START + ${WEFT_GPU_CHECK_BUDGET:-560}))
   export WORK="${WEFT_GPU_CHECK_WORK:-$ROOT/.gpu-check}"
   export B="$WORK/build" LOGS="$WORK/logs" ROOT
   mkdir -p "$WORK" "$LOGS"
@@ -281,7 +282,7 @@ main_run() { # selected steps...
   PY=$(pick_python)
   has_gpu && GPU=1
   MACHINE=$(describe_machine)
-  echo "gpu-check: $MACHINE; budget ${WEFT_GPU_CHECK_BUDGET:-540} s; logs in $LOGS"
+  echo "gpu-check: $MACHINE; budget ${WEFT_GPU_CHECK_BUDGET:-560} s; logs in $LOGS"
   trap mps_stop EXIT
   local n
   for n in "$@"; do run_step "$n"; done
