@@ -39,13 +39,14 @@ step_configure() {
   fi
   local gt
   gt=$(grep -m1 -i 'Run-time dependency gtest' "$B/meson-logs/meson-log.txt" | cut -c1-50)
-  key "cuda $cuda, matrix ${WEFT_GPU_CHECK_MATRIX:-full}, sm_90; $(meson --version); ${gt:-gtest ?}"
+  [ "$GTEST_BUILD" = 1 ] && gt="gtest from ${GTEST_PREFIX#"$ROOT"/}"
+  key "cuda $cuda, matrix ${WEFT_GPU_CHECK_MATRIX:-full}, sm_90; meson $(meson --version); ${gt:-gtest ?}"
 }
 
 # What the later steps run: the libraries (every kernel is in libweft), the
 # device suites, the tools. The host suites are CI's; WEFT_GPU_CHECK_BUILD_ALL=1
 # builds them too.
-GPU_TARGETS='^(libweft\.so|libnccl\.so\.2|tests/device/test_device(_ipc)?|tests/(zero/)?test_zero_(math_)?device[a-z_]*|tools/[a-z_]+_perf|tools/weftrun)$'
+GPU_TARGETS='^(libweft\.so\.[0-9.]+|libnccl\.so\.[0-9.]+|tests/device/test_device(_ipc)?|tests/(zero/)?test_zero_(math_)?device[a-z_]*|tools/[a-z_]+_perf|tools/weftrun)$'
 
 step_build() {
   [ -f "$B/build.ninja" ] || fail "not configured"
