@@ -50,10 +50,10 @@ perf_ar_g8|90|gpu|20.3|all_reduce_device_perf -g 8
 mps_start|30|gpu|20.2|MPS daemon, private pipe directory, for the multi-process steps
 perf_ar_mps|90|gpu|20.3|all_reduce_device_perf, 2 and 4 processes under MPS
 device_ipc_mps|120|gpu|20.2|device_ipc under MPS
-perf_sendrecv|90|gpu|20.3|sendrecv_perf -M cuda, 2/4/8 processes
-perf_alltoall|90|gpu|20.3|alltoall_perf -M cuda, 2/4/8 processes
-perf_all_gather|90|gpu|20.2|all_gather_perf -M cuda, 2/4/8 processes, 8 B..128 MiB
-perf_reduce_scatter|90|gpu|20.2|reduce_scatter_perf -M cuda, 2/4/8 processes
+perf_sendrecv|110|gpu|20.3|sendrecv_perf -M cuda, 2/4/8 processes
+perf_alltoall|110|gpu|20.3|alltoall_perf -M cuda, 2/4/8 processes
+perf_all_gather|110|gpu|20.2|all_gather_perf -M cuda, 2/4/8 processes, 8 B..128 MiB
+perf_reduce_scatter|110|gpu|20.2|reduce_scatter_perf -M cuda, 2/4/8 processes
 perf_types|120|gpu|20.2|all_reduce_perf -M cuda -d all -o all, 3 processes, odd sizes
 net_socket|120|gpu|21.3|device all-reduce/all-gather across 2 emulated hosts over sockets
 net_ucx|120|gpu|21.3|the same over UCX (needs a UCX build)
