@@ -196,9 +196,9 @@ step_mps_start() {
   nvidia-cuda-mps-control -d || fail "nvidia-cuda-mps-control -d failed"
   touch "$WORK/mps/up"
   sleep 1
-  # a client that cannot reach the server fails here rather than in every later step
+  # two clients that cannot reach the server fail here rather than in every later step
   need_exe "$B/tools/all_reduce_device_perf"
-  if ! "$B/tools/all_reduce_device_perf" -b 8 -e 8 -n 1 -w 0; then
+  if ! timeout 20 "$B/tools/weftrun" -n 2 "$B/tools/all_reduce_device_perf" -b 8 -e 8 -n 1 -w 0; then
     cat "$WORK/mps/log/"*.log 2>/dev/null | tail -20
     mps_stop
     fail "a CUDA program under MPS failed"
@@ -297,6 +297,9 @@ torch_has() { # python expression that must be true
 
 step_torch_weft() {
   torch_has True || skip "no torch in $PY"
+  local pyinc
+  pyinc=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+  [ -f "$pyinc/Python.h" ] || skip "no $pyinc/Python.h to build the extension against"
   "$PY" "$ROOT/tools/torch_weft/build.py" --weft-build "$B" || fail "build.py failed"
   OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 "$PY" -m torch.distributed.run --standalone \
     --nproc-per-node 2 "$ROOT/tests/torch/check_ops.py" 2>&1 | tee "$LOGS/$STEP.out"

@@ -168,9 +168,10 @@ mps_stop() {
 # system has none (the GPU machine's are in /opt/torch/.venv).
 setup_path() {
   [ -d /usr/local/cuda/bin ] && PATH="$PATH:/usr/local/cuda/bin"
-  if ! command -v meson >/dev/null && [ -x /opt/torch/.venv/bin/meson ]; then
-    PATH="$PATH:/opt/torch/.venv/bin"
-  fi
+  local t
+  for t in meson ninja cmake; do
+    command -v $t >/dev/null || [ ! -x "/opt/torch/.venv/bin/$t" ] || PATH="$PATH:/opt/torch/.venv/bin"
+  done
   export PATH
 }
 
