@@ -5,6 +5,13 @@
 # figure with key.
 
 MIB128=$((128 << 20))
+# The multi-process perf steps' memory and largest size: cuda and 128 MiB;
+# WEFT_GPU_CHECK_HOST_PERF=1 (gpu-check.sh) runs them on host memory up to
+# 1 MiB, to try their launching and parsing on a machine without a GPU.
+PERF_MEM=cuda PERF_MAX=$MIB128
+if [ "${WEFT_GPU_CHECK_HOST_PERF:-0}" = 1 ] && [ "${GPU:-0}" = 0 ]; then
+  PERF_MEM=host PERF_MAX=$((1 << 20))
+fi
 
 # ---------------------------------------------------------------- build
 
@@ -218,7 +225,8 @@ step_perf_ar_mps() {
 # A perf tool's table under weftrun: rows, rows with wrong values, and the
 # first row's time and the last row's busbw (out of place).
 coll_key() { # log
-  awk 'function size(b) { return b >= 1048576 ? b / 1048576 " MiB" : b >= 1024 ? b / 1024 " KiB" : b " B" }
+  awk 'function size(b) {
+      return b >= 1048576 ? sprintf("%.3g MiB", b / 1048576) : b >= 1024 ? sprintf("%.3g KiB", b / 1024) : b " B" }
     { sub(/^\[0\] */, "") }
     /^ *[0-9]+ +[0-9]+ / { if (!n) { first = $1; lat = $6 } n++; last = $1; bw = $8
                            if ($9 != 0 || ($13 != 0 && $13 != "N/A")) bad++ }
@@ -234,14 +242,14 @@ perf_coll() { # tool ranks...
   need_exe "$B/tools/${tool}_perf"
   for k in "$@"; do
     out="$LOGS/$STEP.$k.out"
-    timeout 35 "$B/tools/weftrun" -n "$k" "$B/tools/${tool}_perf" -M cuda -T 20 \
-      -b 8 -e $MIB128 -f 16 -n 10 -w 2 "${PERF_ARGS[@]}" >"$out" 2>&1 || bad=1
+    timeout 35 "$B/tools/weftrun" -n "$k" "$B/tools/${tool}_perf" -M $PERF_MEM -T 20 \
+      -b 8 -e $PERF_MAX -f 16 -n 10 -w 2 "${PERF_ARGS[@]}" >"$out" 2>&1 || bad=1
     cat "$out"
     keys="$keys$k: $(coll_key "$out"); "
     coll_key "$out" >/dev/null || bad=1
   done
-  key "$keys"
-  [ $bad = 0 ] || fail "$keys"
+  key "${keys%; }"
+  [ $bad = 0 ] || fail "${keys%; }"
 }
 
 PERF_ARGS=()
@@ -254,7 +262,7 @@ step_perf_types() {
   use_mps
   need_exe "$B/tools/all_reduce_perf"
   local out="$LOGS/$STEP.3.out"
-  timeout 110 "$B/tools/weftrun" -n 3 "$B/tools/all_reduce_perf" -M cuda -T 30 \
+  timeout 110 "$B/tools/weftrun" -n 3 "$B/tools/all_reduce_perf" -M $PERF_MEM -T 30 \
     -b 1 -e 100K -f 7 -d all -o all -n 1 -w 0 >"$out" 2>&1
   local rc=$?
   cat "$out"
@@ -273,13 +281,13 @@ net_hosts() { # transport
     out="$LOGS/$STEP.$tool.out"
     WEFT_TRANSPORT="$1" timeout 55 "$B/tools/weftrun" -n 2 sh -c \
       'WEFT_HOSTID=gpu-check-host-$WEFT_RANK exec "$@"' sh "$B/tools/${tool}_perf" \
-      -M cuda -T 20 -b 8 -e 16M -f 16 -n 5 -w 1 >"$out" 2>&1 || bad=1
+      -M $PERF_MEM -T 20 -b 8 -e $((PERF_MAX / 8)) -f 16 -n 5 -w 1 >"$out" 2>&1 || bad=1
     cat "$out"
     keys="$keys$tool: $(coll_key "$out"; grep -m1 -o 'no device transport[^;]*' "$out" | cut -c1-60); "
     coll_key "$out" >/dev/null || bad=1
   done
-  key "$keys"
-  [ $bad = 0 ] || fail "$keys"
+  key "${keys%; }"
+  [ $bad = 0 ] || fail "${keys%; }"
 }
 
 step_net_socket() { net_hosts socket; }

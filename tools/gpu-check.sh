@@ -17,6 +17,7 @@
 # Environment:
 #   WEFT_GPU_CHECK_BUDGET=560      seconds for the whole run
 #   WEFT_GPU_CHECK_WORK=.gpu-check build directory, GoogleTest prefix, logs
+#   WEFT_GPU_CHECK_BUILD_DIR       another meson build directory (default WORK/build)
 #   WEFT_GPU_CHECK_BUILD_GTEST=1   build GoogleTest from .gpu-deps even when the
 #                                  machine has one
 #   WEFT_GPU_CHECK_MATRIX=full     device_matrix (full or small)
@@ -24,6 +25,8 @@
 #                                  /opt/torch/.venv/bin/python3, else python3)
 #   WEFT_GPU_CHECK_BUILD_ALL=1     build the host suites too (default: what the steps run)
 #   WEFT_GPU_CHECK_NO_GPU=1        behave as on a machine without a GPU
+#   WEFT_GPU_CHECK_HOST_PERF=1     without a GPU, run the multi-process perf steps
+#                                  on host memory up to 1 MiB (tries their plumbing)
 #   OUT                            when set: summary.txt, perf.txt and logs.tar.gz
 set -uo pipefail
 
@@ -149,6 +152,7 @@ run_gtest() { # binary [args...]
 
 # Sends the multi-process steps' CUDA work through the MPS daemon of mps_start.
 use_mps() {
+  [ "$PERF_MEM" = host ] && return 0
   [ -f "$WORK/mps/up" ] || skip "MPS is not running (see mps_start)"
   export CUDA_MPS_PIPE_DIRECTORY="$WORK/mps/pipe" CUDA_MPS_LOG_DIRECTORY="$WORK/mps/log"
 }
@@ -204,6 +208,13 @@ setup_gtest_env() {
   export GTEST_BUILD
 }
 
+# WEFT_GPU_CHECK_HOST_PERF=1 without a GPU: the multi-process perf steps run
+# on host memory (gpu-check-steps.sh's PERF_MEM), the other GPU steps skip.
+host_perf_step() { # name
+  [ "${WEFT_GPU_CHECK_HOST_PERF:-0}" = 1 ] &&
+    [[ "$1" =~ ^(perf_(sendrecv|alltoall|all_gather|reduce_scatter|types)|net_socket)$ ]]
+}
+
 # One step under its limit: pass, fail, skip, timeout, or "no time" when the
 # budget is spent. Prints a line as it ends, and the log's tail on failure.
 run_step() { # name
@@ -213,7 +224,7 @@ run_step() { # name
   left=$((DEADLINE - $(date +%s) - 5))
   start=$(date +%s)
   rm -f "$LOGS/$n.key"
-  if [ "$needs" = gpu ] && [ "$GPU" = 0 ]; then
+  if [ "$needs" = gpu ] && [ "$GPU" = 0 ] && ! host_perf_step "$n"; then
     result=skip keytext="no GPU"
   elif [ "$left" -lt 10 ]; then
     result="no time" keytext="budget spent before this step"
@@ -273,7 +284,7 @@ main_run() { # selected steps...
   START=$(date +%s)
   DEADLINE=$((START + ${WEFT_GPU_CHECK_BUDGET:-560}))
   export WORK="${WEFT_GPU_CHECK_WORK:-$ROOT/.gpu-check}"
-  export B="$WORK/build" LOGS="$WORK/logs" ROOT
+  export B="${WEFT_GPU_CHECK_BUILD_DIR:-$WORK/build}" LOGS="$WORK/logs" ROOT
   mkdir -p "$WORK" "$LOGS"
   rm -f "$LOGS"/*
   : >"$LOGS/table"

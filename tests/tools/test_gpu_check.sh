@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # tools/gpu-check.sh still parses and knows its steps: --list prints every
 # step with a function behind it and builds nothing; bad arguments are
-# refused with exit 2 and a message. Nothing here needs a GPU or a build.
-# usage: test_gpu_check.sh SCRIPT
+# refused with exit 2 and a message. With a build directory, the
+# multi-process perf steps run on host memory (WEFT_GPU_CHECK_HOST_PERF=1)
+# through the script's own launching, parsing, table and $OUT files.
+# usage: test_gpu_check.sh SCRIPT [BUILD_DIR]
 set -u
 script=$1
+build=${2:-}
 fail=0
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -49,4 +52,29 @@ for args in "--nosuch" "--only" "--only nosuchstep" "--step nosuchstep"; do
     bad "$args: exit $rc, $(head -1 "$work/out")"
   fi
 done
+# the plumbing on host memory: each step passes or skips as it should, the
+# table comes last, and $OUT gets the summary and the logs
+if [ -n "$build" ]; then
+  steps=perf_sendrecv,perf_alltoall,perf_types,net_socket,device,perf_ar_g2
+  WEFT_GPU_CHECK_WORK="$work/w" WEFT_GPU_CHECK_BUILD_DIR="$build" WEFT_GPU_CHECK_NO_GPU=1 \
+    WEFT_GPU_CHECK_HOST_PERF=1 OUT="$work/outdir" timeout 240 bash "$script" --only $steps \
+    >"$work/run" 2>&1
+  rc=$?
+  tail -12 "$work/run"
+  [ $rc = 0 ] && ok "host-memory run exits 0" || bad "host-memory run exit $rc"
+  for s in perf_sendrecv perf_alltoall perf_types net_socket; do
+    grep -qE "^\| $s +\| pass +\| +[0-9]+ \| .*[1-9][0-9]* rows, 0 wrong" "$work/run" ||
+      bad "$s did not pass with rows and 0 wrong"
+  done
+  for s in device perf_ar_g2; do
+    grep -qE "^\| $s +\| skip +\| +0 \| no GPU" "$work/run" || bad "$s did not skip for no GPU"
+  done
+  [ "$(tail -1 "$work/run" | grep -c '4 passed, 2 skipped, 0 failed')" = 1 ] &&
+    ok "the table comes last" || bad "last line: $(tail -1 "$work/run")"
+  for f in summary.txt perf.txt logs.tar.gz; do
+    [ -s "$work/outdir/$f" ] || bad "no \$OUT/$f"
+  done
+  tar tzf "$work/outdir/logs.tar.gz" | grep -q 'perf_types.log' && ok "\$OUT has the logs" ||
+    bad "logs.tar.gz lacks perf_types.log"
+fi
 exit $fail
