@@ -145,7 +145,7 @@ run_gtest() { # binary [args...]
   local rc=${PIPESTATUS[0]}
   key "$(gtest_key "$log")"
   if grep -q '\[  SKIPPED \]' "$log" && ! grep -q '\[  PASSED  \] [1-9]' "$log"; then
-    skip "every test skipped: $(grep -m1 -i 'skip' "$log" | cut -c1-60)"
+    skip "every test skipped: $(grep -m1 -A1 ': Skipped$' "$log" | tail -1 | cut -c1-60)"
   fi
   return "$rc"
 }
@@ -238,15 +238,16 @@ run_step() { # name
       124 | 137) result=timeout ;;
       *) result=fail ;;
     esac
-    keytext=$(cat "$LOGS/$n.key" 2>/dev/null)
+    keytext=$(tr '|\n' '/ ' <"$LOGS/$n.key" 2>/dev/null)
     [ "$result" = timeout ] && keytext="over ${lim}s${keytext:+; $keytext}"
-    [ "$result" = fail ] && [ -z "$keytext" ] && keytext="exit $rc: $(tail -1 "$LOGS/$n.log" | cut -c1-60)"
+    [ "$result" = fail ] && [ -z "$keytext" ] &&
+      keytext="exit $rc: $(tail -1 "$LOGS/$n.log" | tr '|' '/' | cut -c1-60)"
   fi
   local secs=$(($(date +%s) - start))
   printf '%s|%s|%s|%s\n' "$n" "$result" "$secs" "$keytext" >>"$LOGS/table"
   printf 'gpu-check: %-20s %-7s %4ss  %s\n' "$n" "$result" "$secs" "$keytext"
   if [ "$result" = fail ] || [ "$result" = timeout ]; then
-    tail -n 15 "$LOGS/$n.log" | sed 's/^/    | /'
+    tail -n 10 "$LOGS/$n.log" | sed 's/^/    | /'
   fi
 }
 
