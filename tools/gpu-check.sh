@@ -239,6 +239,7 @@ run_step() { # name
       *) result=fail ;;
     esac
     keytext=$(tr '|\n' '/ ' <"$LOGS/$n.key" 2>/dev/null)
+    keytext=${keytext% }
     [ "$result" = timeout ] && keytext="over ${lim}s${keytext:+; $keytext}"
     [ "$result" = fail ] && [ -z "$keytext" ] &&
       keytext="exit $rc: $(tail -1 "$LOGS/$n.log" | tr '|' '/' | cut -c1-60)"
