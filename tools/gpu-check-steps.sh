@@ -102,7 +102,7 @@ step_perf_flags() {
 
 step_device() {
   need_exe "$B/tests/device/test_device"
-  run_gtest "$B/tests/device/test_device"
+  run_gtest "$B/tests/device/test_device" --gtest_filter="${WEFT_GPU_CHECK_DEVICE_FILTER:-*}"
 }
 
 step_device_ipc() {

@@ -21,6 +21,7 @@
 #   WEFT_GPU_CHECK_BUILD_GTEST=1   build GoogleTest from .gpu-deps even when the
 #                                  machine has one
 #   WEFT_GPU_CHECK_MATRIX=full     device_matrix (full or small)
+#   WEFT_GPU_CHECK_DEVICE_FILTER   gtest filter of the device step (default: every test)
 #   WEFT_GPU_CHECK_PYTHON          python with torch (default
 #                                  /opt/torch/.venv/bin/python3, else python3)
 #   WEFT_GPU_CHECK_BUILD_ALL=1     build the host suites too (default: what the steps run)
