@@ -7,6 +7,9 @@
  *   weftrun -n 4 all_reduce_device_perf [-b 8] [-e 256M] [-f 4] [-n 20] [-w 5] [-c 1]
  *   all_reduce_device_perf -g 4 [...]
  *
+ * -d and -o are taken as the other perf tools take them, for float and sum
+ * only: all_reduce_perf -M cuda runs every datatype and op on device memory.
+ *
  * -g N runs N ranks in this one process (weftCommInitAll, rank r on GPU
  * r % GPUs), driven by this thread through group calls, as nccl-tests' -g.
  * Several processes that share one GPU take turns on it (each has its own
@@ -59,6 +62,16 @@ static double copy_gbps(void *a, void *b, size_t nbytes, cudaStream_t s) {
 
 #define MAX_LOCAL 16
 
+/* -d/-o: the one datatype and op this tool runs; anything else is refused
+ * with the tool that runs it. */
+static int only_value(const char *flag, const char *value, const char *a, const char *b) {
+  if (strcmp(value, a) == 0 || strcmp(value, b) == 0) return 0;
+  fprintf(stderr, "all_reduce_device_perf: %s %s: this tool runs float sum only; "
+                  "all_reduce_perf -M cuda %s %s runs it on device memory\n",
+          flag, value, flag, value);
+  return 2;
+}
+
 /* One rank this process drives (its comm is comms[] of main, at the same index). */
 struct local_rank {
   int rank, dev;
@@ -71,7 +84,7 @@ int main(int argc, char **argv) {
   size_t min_nbytes = 8, max_nbytes = 256u << 20;
   double factor = 4;
   int iters = 20, warmup = 5, check = 1, g = 1, opt;
-  while ((opt = getopt(argc, argv, "b:e:f:n:w:c:g:")) != -1) {
+  while ((opt = getopt(argc, argv, "b:e:f:n:w:c:g:d:o:")) != -1) {
     switch (opt) {
       case 'b': min_nbytes = parse_size(optarg); break;
       case 'e': max_nbytes = parse_size(optarg); break;
@@ -80,10 +93,16 @@ int main(int argc, char **argv) {
       case 'w': warmup = atoi(optarg); break;
       case 'c': check = atoi(optarg); break;
       case 'g': g = atoi(optarg); break;
+      case 'd':
+        if (only_value("-d", optarg, "float", "float32")) return 2;
+        break;
+      case 'o':
+        if (only_value("-o", optarg, "sum", "sum")) return 2;
+        break;
       default:
         fprintf(stderr,
                 "usage: %s [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] "
-                "[-g ranks in this process]\n",
+                "[-g ranks in this process] [-d float] [-o sum]\n",
                 argv[0]);
         return 2;
     }

@@ -124,6 +124,32 @@ if [ "$rc" = 0 ]; then check_table cuda_memory "$tmp/cuda" 6
 elif [ "$rc" = 2 ] && grep -qE "without CUDA|no CUDA device" "$tmp/cuda"; then ok cuda_unavailable
 else bad cuda_memory "exit $rc: $(tail -3 "$tmp/cuda")"; fi
 
+# all_reduce_device_perf (CUDA builds) takes -d float -o sum -c as the others
+# do: it runs, or stops at the device, never at the flags; another datatype
+# or op is refused with exit 2, naming the tool that runs it
+dev_perf="$tools/all_reduce_device_perf"
+if [ -x "$dev_perf" ]; then
+  timeout 60 "$dev_perf" -d float -o sum -c 1 -b 8 -e 64 -n 1 -w 0 >"$tmp/devflags" 2>&1
+  rc=$?
+  if [ "$rc" = 0 ] || { [ "$rc" = 1 ] && grep -q "no CUDA device" "$tmp/devflags"; }; then
+    ok device_perf_flags
+  else
+    bad device_perf_flags "exit $rc: $(tail -2 "$tmp/devflags")"
+  fi
+  for flag in "-d half" "-o max"; do
+    # shellcheck disable=SC2086
+    "$dev_perf" $flag -b 8 -e 8 >"$tmp/devrefuse" 2>&1
+    rc=$?
+    if [ "$rc" = 2 ] && grep -q "all_reduce_perf -M cuda $flag" "$tmp/devrefuse"; then
+      ok "device_perf_refuses_${flag#-}"
+    else
+      bad "device_perf_refuses_${flag#-}" "exit $rc: $(head -1 "$tmp/devrefuse")"
+    fi
+  done
+else
+  echo "skip device_perf_flags: no all_reduce_device_perf (built without CUDA)"
+fi
+
 # over UCX's TCP transport, where weft has UCX: right, and nothing from UCX in the
 # output (a credit that arrived after its connection closed made UCX warn at exit
 # in most runs)

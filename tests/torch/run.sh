@@ -3,6 +3,8 @@
 # .venv-torch (made by WEFT_SETUP_TORCH=1 tools/setup.sh):
 #   run.sh ops N | train N    under torchrun with N ranks
 #   run.sh dead_peer N        N ranks of its own, one killed mid-training
+#   run.sh cuda_ops_cpu N     tests/nccl/torch_cuda_ops.py on the host over Gloo
+#                             (the GPU check's script, kept from rotting)
 # Without .venv-torch it skips (exit 77) and says why.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -17,6 +19,9 @@ case "$check" in
   ops | train)
     exec "$venv/bin/python" -m torch.distributed.run --standalone --nproc-per-node "$nranks" \
       "$root/tests/torch/check_$check.py" ;;
+  cuda_ops_cpu)
+    exec "$venv/bin/python" -m torch.distributed.run --standalone --nproc-per-node "$nranks" \
+      "$root/tests/nccl/torch_cuda_ops.py" --device cpu --backend gloo --factor-scale 1 ;;
   dead_peer)
     exec "$venv/bin/python" "$root/tests/torch/check_dead_peer.py" "$nranks" ;;
   *)

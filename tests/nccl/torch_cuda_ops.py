@@ -1,0 +1,143 @@
+"""PyTorch's point-to-point and FSDP2 paths on CUDA tensors, through
+whatever libnccl.so.2 is loaded (weft's, preloaded), against what one process
+computes. Every rank uses cuda:0 (weft lets ranks share a GPU).
+
+  LD_PRELOAD=$PWD/build/libnccl.so.2 torchrun --standalone --nproc-per-node 2 \
+      tests/nccl/torch_cuda_ops.py
+
+Checks, each printed as "ok NAME" or "FAIL NAME: why":
+  all_to_all_single  uneven splits, random float32 rows, every rank's input
+                     rebuilt from its seed
+  batch_isend_irecv  a ring shift plus a send to every peer, several sizes
+  fsdp2_divide       fully_shard with set_gradient_divide_factor(2 x world) (NCCL's
+                     PreMulSum) trains like one process on the whole batch at half
+                     the learning rate
+
+--device cpu --backend gloo --factor-scale 1 runs the same on the host, to
+try the script without a GPU. Exits 1 when a check fails.
+"""
+import argparse
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+results = []
+
+
+def report(name, ok, why=""):
+    results.append(ok)
+    if dist.get_rank() == 0 or not ok:
+        print(f"ok {name}" if ok else f"FAIL {name} (rank {dist.get_rank()}): {why}", flush=True)
+
+
+def rank_rows(rank, nrows, dev):
+    g = torch.Generator().manual_seed(1000 + rank)
+    return torch.randn(nrows, 3, generator=g).to(dev)
+
+
+def check_all_to_all(dev):
+    r, n = dist.get_rank(), dist.get_world_size()
+    split = lambda src, dst: (src * 3 + dst * 5) % 4 + 1  # noqa: E731 (0 rows never occurs)
+    send_splits = [split(r, d) for d in range(n)]
+    recv_splits = [split(s, r) for s in range(n)]
+    inp = rank_rows(r, sum(send_splits), dev)
+    out = torch.full((sum(recv_splits), 3), float("nan"), device=dev)
+    dist.all_to_all_single(out, inp, recv_splits, send_splits)
+    want = []
+    for s in range(n):
+        rows = rank_rows(s, sum(split(s, d) for d in range(n)), "cpu")
+        start = sum(split(s, d) for d in range(r))
+        want.append(rows[start:start + split(s, r)])
+    want = torch.cat(want)
+    ok = torch.equal(out.cpu(), want)
+    report("all_to_all_single", ok, f"max diff {(out.cpu() - want).abs().max().item()}")
+
+
+def check_batch_p2p(dev):
+    r, n = dist.get_rank(), dist.get_world_size()
+    for count in (1, 1000, 70001):
+        val = lambda s, d: torch.arange(count, dtype=torch.float32) * (s + 1) + d  # noqa: E731
+        ops, recvs = [], {}
+        for peer in range(n):
+            if peer == r:
+                continue
+            ops.append(dist.P2POp(dist.isend, val(r, peer).to(dev), peer))
+            recvs[peer] = torch.full((count,), float("nan"), device=dev)
+            ops.append(dist.P2POp(dist.irecv, recvs[peer], peer))
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+        bad = [p for p, t in recvs.items() if not torch.equal(t.cpu(), val(p, r))]
+        report(f"batch_isend_irecv_{count}", not bad, f"wrong data from ranks {bad}")
+
+
+def make_model(dev):
+    torch.manual_seed(7)
+    return nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 1)).to(dev)
+
+
+def train(model, xs, ys, steps, lr):
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        nn.functional.mse_loss(model(xs), ys).backward()
+        opt.step()
+
+
+def check_fsdp2(dev, scale, steps=5):
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    g = torch.Generator().manual_seed(3)
+    xs, ys = torch.randn(8 * n, 16, generator=g), torch.randn(8 * n, 1, generator=g)
+    ref = make_model(dev)
+    # gradients summed and divided by scale x world are the whole batch's
+    # divided by scale: one process with the learning rate divided by scale
+    train(ref, xs.to(dev), ys.to(dev), steps, 0.05 / scale)
+    model = make_model(dev)
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    for m in model.modules():  # each module's own parameter group takes the factor
+        if isinstance(m, FSDPModule):
+            m.set_gradient_divide_factor(scale * n)
+    train(model, xs[8 * r:8 * (r + 1)].to(dev), ys[8 * r:8 * (r + 1)].to(dev), steps, 0.05)
+    diff = max((p.full_tensor() - q).abs().max().item()
+               for p, q in zip(model.parameters(), ref.parameters()))
+    report("fsdp2_divide", diff <= 1e-5, f"parameters differ by {diff} from one process")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--backend", default="nccl")
+    ap.add_argument("--factor-scale", type=float, default=2.0,
+                    help="divide factor = world size x this; 1 makes torch average instead "
+                         "of PreMulSum (Gloo has no PreMulSum)")
+    args = ap.parse_args()
+    if args.device == "cuda":
+        torch.cuda.set_device(0)
+        dev = torch.device("cuda", 0)
+    else:
+        dev = torch.device("cpu")
+    dist.init_process_group(args.backend)
+    if dist.get_rank() == 0 and args.device == "cuda":
+        print(f"nccl version seen by torch: {torch.cuda.nccl.version()}", flush=True)
+    checks = [("all_to_all_single", check_all_to_all), ("batch_isend_irecv", check_batch_p2p),
+              ("fsdp2_divide", lambda d: check_fsdp2(d, args.factor_scale))]
+    for name, check in checks:
+        try:
+            check(dev)
+        except Exception as e:  # a refused call is a failed check, and the next one still runs
+            report(name, False, f"{type(e).__name__}: {e}")
+    ok = all(results)
+    dist.destroy_process_group()
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()

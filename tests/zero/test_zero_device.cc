@@ -1,0 +1,183 @@
+// The device side of ZeRO (zero/zero_device.h). Everywhere: arguments are
+// checked before any CUDA call (bad types, NULL buffers), and a build
+// without CUDA refuses with a message. On a GPU: every kernel against the
+// host's arithmetic on random data of odd sizes, bit for bit (the norm's
+// sum of squares, summed in another order, within 1e-12 relative).
+#include <gtest/gtest.h>
+
+#include <math.h>
+#include <string.h>
+
+#include <string>
+#include <vector>
+
+#include "weft_zero.h"
+#include "zero/zero_device.h"
+extern "C" {
+#include "zero/zero_internal.h"  // zero_load, zero_store: the host's conversions
+}
+#if ZERO_TEST_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace {
+
+std::string last_error() { return weftZeroLastError(); }
+
+#if ZERO_TEST_CUDA
+
+TEST(ZeroDeviceArgs, BadTypeAndNullAreRefusedBeforeAnyLaunch) {
+  float f[4] = {0};
+  EXPECT_EQ(zero_dev_store(f, weftInt32, f, 4, nullptr), weftInvalidArgument);
+  EXPECT_NE(last_error().find("not fp32, bf16 or fp16"), std::string::npos) << last_error();
+  EXPECT_EQ(zero_dev_accumulate(nullptr, weftBfloat16, f, 4, nullptr), weftInvalidArgument);
+  EXPECT_NE(last_error().find("NULL buffer with 4 elements"), std::string::npos) << last_error();
+  EXPECT_EQ(zero_dev_adamw(f, f, f, f, 4, nullptr, nullptr), weftInvalidArgument);
+  EXPECT_EQ(zero_dev_load_scaled(f, weftFloat32, f, 4, 1.0, nullptr, nullptr),
+            weftInvalidArgument);
+  // nothing to do: no launch, no device needed
+  EXPECT_EQ(zero_dev_sgd(nullptr, nullptr, nullptr, 0, 0.9f, 0.1f, 0.0f, nullptr), weftSuccess);
+}
+
+uint64_t rng_next(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Random floats of ordinary size, with one NaN, one infinity and a
+// subnormal planted where the count allows.
+std::vector<float> random_floats(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; i++) v[i] = (float)((rng_next(&seed) >> 40) * 0x1p-24) - 0.5f;
+  if (n > 3) {
+    v[n / 3] = NAN;
+    v[n / 2] = INFINITY;
+    v[n - 1] = 1e-40f;
+  }
+  return v;
+}
+
+// A device copy of a host vector, freed at the end of the scope.
+struct Dev {
+  void *p = nullptr;
+  size_t nbytes;
+  explicit Dev(size_t n) : nbytes(n) { EXPECT_EQ(cudaMalloc(&p, n ? n : 1), cudaSuccess); }
+  template <typename T>
+  explicit Dev(const std::vector<T> &h) : Dev(h.size() * sizeof(T)) {
+    cudaMemcpy(p, h.data(), nbytes, cudaMemcpyHostToDevice);
+  }
+  ~Dev() { cudaFree(p); }
+  template <typename T>
+  std::vector<T> get(size_t n) {
+    std::vector<T> h(n);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
+    return h;
+  }
+  float *f() { return (float *)p; }
+};
+
+bool same_bits(const void *a, const void *b, size_t nbytes) { return memcmp(a, b, nbytes) == 0; }
+
+class ZeroDeviceKernels : public testing::TestWithParam<size_t> {
+ protected:
+  void SetUp() override {
+    if (!zero_dev_available()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+const weftDataType_t kTypes[] = {weftFloat32, weftBfloat16, weftFloat16};
+size_t type_size(weftDataType_t t) { return t == weftFloat32 ? 4 : 2; }
+
+// fp32 -> type, then accumulating more fp32 into it, as the host's zero_store.
+TEST_P(ZeroDeviceKernels, StoreAndAccumulateMatchTheHost) {
+  size_t n = GetParam();
+  std::vector<float> a = random_floats(n, 1), b = random_floats(n, 2);
+  for (weftDataType_t t : kTypes) {
+    std::vector<char> want(n * type_size(t));
+    for (size_t i = 0; i < n; i++) zero_store(want.data(), t, i, a[i]);
+    for (size_t i = 0; i < n; i++) zero_store(want.data(), t, i, zero_load(want.data(), t, i) + b[i]);
+    Dev da(a), db(b), dst(n * type_size(t));
+    ASSERT_EQ(zero_dev_store(da.f(), t, dst.p, n, nullptr), weftSuccess) << last_error();
+    ASSERT_EQ(zero_dev_accumulate(dst.p, t, db.f(), n, nullptr), weftSuccess) << last_error();
+    std::vector<char> got = dst.get<char>(want.size());
+    EXPECT_TRUE(same_bits(got.data(), want.data(), want.size())) << "type " << t << ", n " << n;
+  }
+}
+
+// Loading reduced gradients of each type with the step's scale, and the
+// non-finite count and sum of squares the global norm is made of.
+TEST_P(ZeroDeviceKernels, LoadScaledMatchesTheHostStep) {
+  size_t n = GetParam();
+  const double scale = 1.0 / (3.0 * 7.0);
+  std::vector<float> a = random_floats(n, 3);
+  for (weftDataType_t t : kTypes) {
+    std::vector<char> src(n * type_size(t));
+    for (size_t i = 0; i < n; i++) zero_store(src.data(), t, i, a[i]);
+    std::vector<float> want(n);
+    double nonfinite = 0, sumsq = 0;
+    for (size_t i = 0; i < n; i++) {
+      want[i] = (float)(zero_load(src.data(), t, i) * scale);
+      nonfinite += !isfinite(want[i]);
+      sumsq += (double)want[i] * want[i];
+    }
+    std::vector<double> stats0 = {5.0, 0.25};  // accumulated into, not reset
+    Dev dsrc(src), dst(n * sizeof(float)), dstats(stats0);
+    ASSERT_EQ(zero_dev_load_scaled(dsrc.p, t, dst.f(), n, scale, (double *)dstats.p, nullptr),
+              weftSuccess) << last_error();
+    std::vector<float> got = dst.get<float>(n);
+    std::vector<double> stats = dstats.get<double>(2);
+    EXPECT_TRUE(same_bits(got.data(), want.data(), n * sizeof(float))) << "type " << t;
+    EXPECT_EQ(stats[0], 5.0 + nonfinite);
+    if (isfinite(sumsq)) EXPECT_NEAR(stats[1], 0.25 + sumsq, 1e-12 * (0.25 + sumsq));
+    else EXPECT_FALSE(isfinite(stats[1]));
+  }
+}
+
+// Three AdamW updates and three SGD updates (with a clip between), as the
+// host's zero_update applies them.
+TEST_P(ZeroDeviceKernels, OptimizerUpdatesMatchTheHost) {
+  size_t n = GetParam();
+  std::vector<float> p = random_floats(n, 4), g = random_floats(n, 5);
+  for (size_t i = 0; i < n; i++)  // finite gradients: a step with NaN would be skipped
+    if (!isfinite(g[i])) g[i] = 0.125f;
+  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  Dev dp(p), dm(m), dv(v), dg(g);
+  for (int t = 1; t <= 3; t++) {
+    struct zero_adamw_coef c = {0.9f, 0.999f, (float)(1e-3 / (1 - pow(0.9, t))), 1e-5f,
+                                (float)(1 / sqrt(1 - pow(0.999, t))), 1e-8f};
+    for (size_t i = 0; i < n; i++) zero_adamw_elem(&p[i], &m[i], &v[i], g[i], &c);
+    ASSERT_EQ(zero_dev_adamw(dp.f(), dm.f(), dv.f(), dg.f(), n, &c, nullptr), weftSuccess)
+        << last_error();
+  }
+  for (int t = 1; t <= 3; t++) {
+    for (size_t i = 0; i < n; i++) g[i] *= 0.5f;
+    for (size_t i = 0; i < n; i++) zero_sgd_elem(&p[i], &m[i], g[i], 0.9f, 0.01f, 1e-4f);
+    ASSERT_EQ(zero_dev_scale(dg.f(), n, 0.5f, nullptr), weftSuccess) << last_error();
+    ASSERT_EQ(zero_dev_sgd(dp.f(), dm.f(), dg.f(), n, 0.9f, 0.01f, 1e-4f, nullptr), weftSuccess)
+        << last_error();
+  }
+  EXPECT_TRUE(same_bits(dp.get<float>(n).data(), p.data(), n * sizeof(float)));
+  EXPECT_TRUE(same_bits(dm.get<float>(n).data(), m.data(), n * sizeof(float)));
+  EXPECT_TRUE(same_bits(dv.get<float>(n).data(), v.data(), n * sizeof(float)));
+}
+
+// one element, one block, several blocks, and more than the grid covers at once
+INSTANTIATE_TEST_SUITE_P(Sizes, ZeroDeviceKernels,
+                         testing::Values(1, 1000, 70001, (size_t(1) << 20) + 3, 4096 * 256 * 2 + 5));
+
+#else
+
+TEST(ZeroDeviceArgs, BuildWithoutCudaRefusesSaying) {
+  float f[4] = {0};
+  EXPECT_EQ(zero_dev_available(), 0);
+  EXPECT_EQ(zero_dev_store(f, weftFloat32, f, 4, nullptr), weftInvalidUsage);
+  EXPECT_NE(last_error().find("built without CUDA"), std::string::npos) << last_error();
+  EXPECT_EQ(zero_dev_sgd(f, f, f, 4, 0.9f, 0.1f, 0.0f, nullptr), weftInvalidUsage);
+}
+
+#endif
+
+}  // namespace

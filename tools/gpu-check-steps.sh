@@ -1,0 +1,350 @@
+# The steps of tools/gpu-check.sh (sourced by it; each runs in a process of
+# its own, from the repo root, with B the build directory, LOGS the log
+# directory, WORK the work directory, PY the python and GPU 0 or 1).
+# A step returns 0 on success, ends through skip or fail, and leaves its key
+# figure with key.
+
+MIB128=$((128 << 20))
+# The multi-process perf steps' memory and largest size: cuda and 128 MiB;
+# WEFT_GPU_CHECK_HOST_PERF=1 (gpu-check.sh) runs them on host memory up to
+# 1 MiB, to try their launching and parsing on a machine without a GPU.
+PERF_MEM=cuda PERF_MAX=$MIB128
+if [ "${WEFT_GPU_CHECK_HOST_PERF:-0}" = 1 ] && [ "${GPU:-0}" = 0 ]; then
+  PERF_MEM=host PERF_MAX=$((1 << 20))
+fi
+
+# ---------------------------------------------------------------- build
+
+step_gtest() {
+  [ "$GTEST_BUILD" = 1 ] || skip "the machine's own GoogleTest"
+  [ -f "$ROOT/.gpu-deps/googletest/CMakeLists.txt" ] ||
+    fail "no .gpu-deps/googletest: run tools/gpu-check.sh --prepare and carry .gpu-deps"
+  if [ -f "$GTEST_PREFIX/lib/pkgconfig/gtest_main.pc" ]; then
+    key "built before in ${GTEST_PREFIX#"$ROOT"/}"
+    return 0
+  fi
+  cmake -S "$ROOT/.gpu-deps/googletest" -B "$WORK/gtest-build" -G Ninja \
+    -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF -DINSTALL_GTEST=ON \
+    -DCMAKE_INSTALL_PREFIX="$GTEST_PREFIX" -DCMAKE_INSTALL_LIBDIR=lib \
+    -DCMAKE_POSITION_INDEPENDENT_CODE=ON || fail "cmake configure failed"
+  cmake --build "$WORK/gtest-build" -j "$(nproc)" || fail "cmake build failed"
+  cmake --install "$WORK/gtest-build" || fail "cmake install failed"
+  key "GoogleTest $(grep -o 'GOOGLETEST_VERSION [0-9.]*' "$ROOT/.gpu-deps/googletest/CMakeLists.txt" |
+    cut -d' ' -f2) in ${GTEST_PREFIX#"$ROOT"/}"
+}
+
+step_configure() {
+  local cuda=enabled opts
+  command -v nvcc >/dev/null || cuda=auto
+  opts=(-Dbuildtype=release "-Dcuda=$cuda" -Ddevice_archs=90
+        "-Ddevice_matrix=${WEFT_GPU_CHECK_MATRIX:-full}"
+        -Dhwloc=disabled -Ducx=disabled -Dibverbs=disabled)
+  if [ -f "$B/build.ninja" ]; then
+    meson configure "$B" "${opts[@]}" || fail "meson configure failed"
+  else
+    meson setup "$B" "${opts[@]}" || fail "meson setup failed"
+  fi
+  local gt
+  gt=$(grep -m1 -i 'Run-time dependency gtest' "$B/meson-logs/meson-log.txt" | cut -c1-50)
+  [ "$GTEST_BUILD" = 1 ] && gt="gtest from ${GTEST_PREFIX#"$ROOT"/}"
+  key "cuda $cuda, matrix ${WEFT_GPU_CHECK_MATRIX:-full}, sm_90; meson $(meson --version); ${gt:-gtest ?}"
+}
+
+# What the later steps run: the libraries (every kernel is in libweft), the
+# device suites, the tools. The host suites are CI's; WEFT_GPU_CHECK_BUILD_ALL=1
+# builds them too.
+GPU_TARGETS='^(libweft\.so\.[0-9.]+|libnccl\.so\.[0-9.]+|tests/device/test_device(_ipc)?|tests/(zero/)?test_zero_(math_)?device[a-z_]*|tools/[a-z_]+_perf|tools/weftrun)$'
+
+step_build() {
+  [ -f "$B/build.ninja" ] || fail "not configured"
+  local targets=()
+  if [ "${WEFT_GPU_CHECK_BUILD_ALL:-0}" != 1 ]; then
+    mapfile -t targets < <(ninja -C "$B" -t targets all | cut -d: -f1 | grep -E "$GPU_TARGETS")
+    [ ${#targets[@]} -gt 0 ] || fail "no target matches"
+  fi
+  ninja -C "$B" -j "$(nproc)" "${targets[@]}" || fail "ninja failed"
+  key "${#targets[@]} targets (0: all), $(nproc) jobs"
+}
+
+# ---------------------------------------------------------------- perf flags
+
+# Each device perf tool parses -d, -o and -c: whatever the run then does
+# (runs on a GPU; stops at "no CUDA device" without one; a collective the
+# device path lacks fails in its own step), it does not stop at the flags.
+PERF_FLAG_ERRORS='bad value|invalid option|unrecognized option|unexpected argument|^usage:'
+
+flags_taken() { # tool args...
+  local out rc
+  out=$(timeout 30 "$@" 2>&1)
+  rc=$?
+  echo "$(basename "$1") $*: exit $rc: $(echo "$out" | tail -2)"
+  ! echo "$out" | grep -qE "$PERF_FLAG_ERRORS"
+}
+
+step_perf_flags() {
+  local t bad=""
+  for t in all_reduce all_gather reduce_scatter sendrecv alltoall; do
+    need_exe "$B/tools/${t}_perf"
+    flags_taken "$B/tools/${t}_perf" -M cuda -d float -o sum -c 1 -b 8 -e 1K -n 1 -w 0 ||
+      bad="$bad $t"
+    "$B/tools/${t}_perf" -M cuda -d nosuchtype >/dev/null 2>&1 && bad="$bad $t(-d nosuchtype)"
+  done
+  need_exe "$B/tools/all_reduce_device_perf"
+  flags_taken "$B/tools/all_reduce_device_perf" -d float -o sum -c 1 -b 8 -e 1K -n 1 -w 0 ||
+    bad="$bad all_reduce_device_perf"
+  "$B/tools/all_reduce_device_perf" -d half >/dev/null 2>&1
+  [ $? = 2 ] || bad="$bad all_reduce_device_perf(-d half not refused)"
+  [ -z "$bad" ] || fail "refused:$bad"
+  key "6 tools take -d -o -c; bad values refused"
+}
+
+# ---------------------------------------------------------------- device suites
+
+step_device() {
+  need_exe "$B/tests/device/test_device"
+  run_gtest "$B/tests/device/test_device" --gtest_filter="${WEFT_GPU_CHECK_DEVICE_FILTER:-*}"
+}
+
+step_device_ipc() {
+  need_exe "$B/tests/device/test_device_ipc"
+  run_gtest "$B/tests/device/test_device_ipc"
+}
+
+step_device_ipc_mps() {
+  use_mps
+  step_device_ipc
+}
+
+step_zero_math_device() {
+  need_exe "$B/tests/test_zero_math_device"
+  "$B/tests/test_zero_math_device"
+  local rc=$?
+  [ $rc = 77 ] && skip "the test skipped (exit 77)"
+  [ $rc = 0 ] || fail "exit $rc"
+  key "bit for bit"
+}
+
+# Every test binary named test_zero_device* under tests/ (issue 22's suites).
+step_zero_device() {
+  local t ran=0 bad=0 keys=""
+  for t in "$B"/tests/test_zero_device* "$B"/tests/zero/test_zero_device*; do
+    [ -f "$t" ] && [ -x "$t" ] || continue
+    ran=$((ran + 1))
+    STEP="zero_device.$(basename "$t")" run_gtest "$t" || bad=$((bad + 1))
+    keys="$keys $(basename "$t"): $(cat "$LOGS/zero_device.$(basename "$t").key" 2>/dev/null);"
+  done
+  [ $ran -gt 0 ] || skip "no test_zero_device* in this build (issue 22)"
+  key "$keys"
+  [ $bad = 0 ]
+}
+
+# ---------------------------------------------------------------- sanitizers
+
+# memcheck: an all-reduce and an all-gather of 1000 elements x every datatype
+# and op on 2 ranks, and the graph test; racecheck and synccheck, slower,
+# the all-reduce alone.
+SANITIZE_AR='All/DeviceColl.EveryDatatypeAndOp/AllReduce_k2_n1000_outofplace'
+SANITIZE_FILTER="$SANITIZE_AR:All/DeviceColl.EveryDatatypeAndOp/AllGather_k2_n1000_inplace:DeviceGraph.*"
+
+sanitize() { # tool filter
+  local cs
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  [ -x "$cs" ] || skip "no compute-sanitizer"
+  need_exe "$B/tests/device/test_device"
+  "$cs" --tool "$1" --error-exitcode 9 \
+    "$B/tests/device/test_device" --gtest_filter="$2" 2>&1 | tee "$LOGS/$STEP.out"
+  local rc=${PIPESTATUS[0]}
+  key "$(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY' "$LOGS/$STEP.out" |
+    sed 's/^========= //'); $(gtest_key "$LOGS/$STEP.out")"
+  [ $rc = 0 ] || fail "$(cat "$LOGS/$STEP.key") (exit $rc)"
+}
+
+step_memcheck() { sanitize memcheck "$SANITIZE_FILTER"; }
+step_racecheck() { sanitize racecheck "$SANITIZE_AR"; }
+step_synccheck() { sanitize synccheck "$SANITIZE_AR"; }
+
+# ---------------------------------------------------------------- perf
+
+# all_reduce_device_perf's table: the 8 B time, the 128 MiB busbw, and the
+# GPU's memory traffic against twice the copy figure (docs/cuda.md).
+ar_key() { # log nranks
+  awk -v k="$2" '
+    /device-to-device copy/ { copy = $(NF - 1) }
+    { sub(/^\[0\] */, "") }
+    /^ *[0-9]+ +[0-9]+ / { if (!first) { first = 1; lat = $3 } last = $1; bw = $5; wrong += $6 }
+    END {
+      t = k * bw * (k / (k - 1) + 2)
+      printf "8 B %.1f us; %d MiB %.1f GB/s busbw, traffic %.0f%% of 2x copy (%.0f GB/s); %d wrong",
+             lat, last / 1048576, bw, copy ? 100 * t / (2 * copy) : 0, copy, wrong
+    }' "$1"
+}
+
+# all_reduce_device_perf on k ranks: one process (-g k) or k processes under
+# weftrun (mps); rows go to the log, the key line to $STEP.keys.
+perf_ar() { # k g|mps
+  local k="$1" launch=() args=()
+  need_exe "$B/tools/all_reduce_device_perf"
+  if [ "$2" = g ]; then args=(-g "$k"); else launch=("$B/tools/weftrun" -n "$k"); fi
+  "${launch[@]}" "$B/tools/all_reduce_device_perf" "${args[@]}" -b 8 -e $MIB128 -f 4 -n 20 -w 5 \
+    2>&1 | tee "$LOGS/$STEP.$k.out"
+  local rc=${PIPESTATUS[0]}
+  echo "$k: $(ar_key "$LOGS/$STEP.$k.out" "$k")" >>"$LOGS/$STEP.keys"
+  return "$rc"
+}
+
+step_perf_ar_g2() { perf_ar 2 g || fail "exit $?"; key "$(cut -d' ' -f2- "$LOGS/$STEP.keys")"; }
+step_perf_ar_g4() { perf_ar 4 g || fail "exit $?"; key "$(cut -d' ' -f2- "$LOGS/$STEP.keys")"; }
+step_perf_ar_g8() { perf_ar 8 g || fail "exit $?"; key "$(cut -d' ' -f2- "$LOGS/$STEP.keys")"; }
+
+step_mps_start() {
+  command -v nvidia-cuda-mps-control >/dev/null || skip "no nvidia-cuda-mps-control"
+  mkdir -p "$WORK/mps/pipe" "$WORK/mps/log"
+  export CUDA_MPS_PIPE_DIRECTORY="$WORK/mps/pipe" CUDA_MPS_LOG_DIRECTORY="$WORK/mps/log"
+  nvidia-cuda-mps-control -d || fail "nvidia-cuda-mps-control -d failed"
+  touch "$WORK/mps/up"
+  sleep 1
+  # two clients that cannot reach the server fail here rather than in every later step
+  need_exe "$B/tools/all_reduce_device_perf"
+  if ! timeout 20 "$B/tools/weftrun" -n 2 "$B/tools/all_reduce_device_perf" -b 8 -e 8 -n 1 -w 0; then
+    cat "$WORK/mps/log/"*.log 2>/dev/null | tail -20
+    mps_stop
+    fail "a CUDA program under MPS failed"
+  fi
+  key "daemon up, pipe in ${WORK#"$ROOT"/}/mps"
+}
+
+step_perf_ar_mps() {
+  use_mps
+  local bad=0
+  perf_ar 2 mps || bad=1
+  perf_ar 4 mps || bad=1
+  key "$(paste -sd";" "$LOGS/$STEP.keys" | sed "s/;/; /g")"
+  [ $bad = 0 ] || fail "$(cat "$LOGS/$STEP.key")"
+}
+
+# A perf tool's table under weftrun: rows, rows with wrong values, and the
+# first row's time and the last row's busbw (out of place).
+coll_key() { # log
+  awk 'function size(b) {
+      return b >= 1048576 ? sprintf("%.3g MiB", b / 1048576) : b >= 1024 ? sprintf("%.3g KiB", b / 1024) : b " B" }
+    { sub(/^\[0\] */, "") }
+    /^ *[0-9]+ +[0-9]+ / { if (!n) { first = $1; lat = $6 } n++; last = $1; bw = $8
+                           if ($9 != 0 || ($13 != 0 && $13 != "N/A")) bad++ }
+    END { printf "%d rows, %d wrong, %s %s us, %s %s GB/s", n, bad, size(first), lat,
+                 size(last), bw; exit bad > 0 || n == 0 }' "$1"
+}
+
+# One perf tool on device memory, k processes under MPS for each k given.
+perf_coll() { # tool ranks...
+  local tool="$1" k keys="" bad=0 out
+  shift
+  use_mps
+  need_exe "$B/tools/${tool}_perf"
+  for k in "$@"; do
+    out="$LOGS/$STEP.$k.out"
+    timeout 35 "$B/tools/weftrun" -n "$k" "$B/tools/${tool}_perf" -M $PERF_MEM -T 20 \
+      -b 8 -e $PERF_MAX -f 16 -n 10 -w 2 "${PERF_ARGS[@]}" >"$out" 2>&1 || bad=1
+    cat "$out"
+    keys="$keys$k: $(coll_key "$out"); "
+    coll_key "$out" >/dev/null || bad=1
+  done
+  key "${keys%; }"
+  [ $bad = 0 ] || fail "${keys%; }"
+}
+
+PERF_ARGS=()
+step_perf_all_gather() { perf_coll all_gather 2 4 8; }
+step_perf_reduce_scatter() { perf_coll reduce_scatter 2 4 8; }
+step_perf_sendrecv() { perf_coll sendrecv 2 4 8; }
+step_perf_alltoall() { perf_coll alltoall 2 4 8; }
+
+step_perf_types() {
+  use_mps
+  need_exe "$B/tools/all_reduce_perf"
+  local out="$LOGS/$STEP.3.out"
+  timeout 110 "$B/tools/weftrun" -n 3 "$B/tools/all_reduce_perf" -M $PERF_MEM -T 30 \
+    -b 1 -e 100K -f 7 -d all -o all -n 1 -w 0 >"$out" 2>&1
+  local rc=$?
+  cat "$out"
+  key "$(coll_key "$out")"
+  [ $rc = 0 ] && coll_key "$out" >/dev/null || fail "exit $rc; $(cat "$LOGS/$STEP.key")"
+}
+
+# ---------------------------------------------------------------- emulated hosts
+
+# Two ranks on the one GPU, each its own emulated host (WEFT_HOSTID), so no
+# cuda_ipc between them: the device path must cross over the network.
+net_hosts() { # transport
+  use_mps
+  local tool keys="" bad=0 out
+  for tool in all_reduce all_gather; do
+    out="$LOGS/$STEP.$tool.out"
+    WEFT_TRANSPORT="$1" timeout 55 "$B/tools/weftrun" -n 2 sh -c \
+      'WEFT_HOSTID=gpu-check-host-$WEFT_RANK exec "$@"' sh "$B/tools/${tool}_perf" \
+      -M $PERF_MEM -T 20 -b 8 -e $((PERF_MAX / 8)) -f 16 -n 5 -w 1 >"$out" 2>&1 || bad=1
+    cat "$out"
+    keys="$keys$tool: $(coll_key "$out"; grep -m1 -o 'no device transport[^;]*' "$out" | cut -c1-60); "
+    coll_key "$out" >/dev/null || bad=1
+  done
+  key "${keys%; }"
+  [ $bad = 0 ] || fail "${keys%; }"
+}
+
+step_net_socket() { net_hosts socket; }
+step_net_ucx() {
+  grep -q 'WEFT_HAVE_UCX 1' "$B/weft_build_config.h" 2>/dev/null ||
+    skip "built without UCX (the GPU machine has none)"
+  net_hosts ucx
+}
+
+# ---------------------------------------------------------------- PyTorch
+
+torch_has() { # python expression that must be true
+  "$PY" -c "import sys, torch; sys.exit(0 if ($1) else 1)" 2>/dev/null
+}
+
+step_torch_weft() {
+  torch_has True || skip "no torch in $PY"
+  local pyinc
+  pyinc=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+  [ -f "$pyinc/Python.h" ] || skip "no $pyinc/Python.h to build the extension against"
+  "$PY" "$ROOT/tools/torch_weft/build.py" --weft-build "$B" || fail "build.py failed"
+  OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 "$PY" -m torch.distributed.run --standalone \
+    --nproc-per-node 2 "$ROOT/tests/torch/check_ops.py" 2>&1 | tee "$LOGS/$STEP.out"
+  local rc=${PIPESTATUS[0]}
+  key "torch $("$PY" -c 'import torch; print(torch.__version__)'); $(grep -m1 -iE 'checks|passed|fail' "$LOGS/$STEP.out" | cut -c1-60)"
+  [ $rc = 0 ] || fail "$(cat "$LOGS/$STEP.key")"
+}
+
+step_torch_preload() {
+  torch_has 'torch.cuda.is_available()' || skip "torch without CUDA in $PY"
+  bash "$ROOT/tests/nccl/test_torch_preload.sh" "$B/libnccl.so.2" "$PY"
+  local rc=$?
+  [ $rc = 77 ] && skip "test_torch_preload.sh skipped"
+  [ $rc = 0 ] || fail "exit $rc"
+  key "torch sees weft's NCCL"
+}
+
+torch_cuda_run() { # script args...
+  torch_has 'torch.cuda.is_available()' || skip "torch without CUDA in $PY"
+  [ -f "$WORK/mps/up" ] && use_mps
+  LD_PRELOAD="$B/libnccl.so.2" OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 NCCL_DEBUG=WARN \
+    "$PY" -m torch.distributed.run --standalone --nproc-per-node 2 "$@" 2>&1 |
+    tee "$LOGS/$STEP.out"
+  return "${PIPESTATUS[0]}"
+}
+
+step_torch_ddp() {
+  torch_cuda_run "$ROOT/tests/nccl/ddp_loss.py"
+  local rc=$?
+  key "$(grep -m1 -iE 'largest|differ' "$LOGS/$STEP.out" | cut -c1-70)"
+  [ $rc = 0 ] || fail "exit $rc; $(cat "$LOGS/$STEP.key")"
+}
+
+step_torch_cuda_ops() {
+  [ -f "$ROOT/tests/nccl/torch_cuda_ops.py" ] || skip "no tests/nccl/torch_cuda_ops.py"
+  torch_cuda_run "$ROOT/tests/nccl/torch_cuda_ops.py"
+  local rc=$?
+  key "$(grep -c '^ok ' "$LOGS/$STEP.out") ok, $(grep -c '^FAIL ' "$LOGS/$STEP.out") FAIL$(grep -m1 '^FAIL ' "$LOGS/$STEP.out" | cut -c5-60 | sed 's/^/: /')"
+  [ $rc = 0 ] || fail "exit $rc; $(cat "$LOGS/$STEP.key")"
+}

@@ -1,0 +1,333 @@
+#!/usr/bin/env bash
+# The GPU acceptance in one command (docs/cuda.md, "GPU check"): builds weft
+# with CUDA, runs the device suites, compute-sanitizer on a sample, the
+# device perf tools with 2, 4 and 8 ranks sharing the GPU, and the PyTorch
+# checks, then prints one table: step, result, seconds, key figure.
+#
+#   tools/gpu-check.sh --prepare     on a machine with the sources at hand:
+#                                    fills .gpu-deps/ (GoogleTest) to carry
+#   tools/gpu-check.sh --list        the steps, their limits and issues; builds nothing
+#   tools/gpu-check.sh [--only a,b]  runs every step (or those named), from the repo root
+#
+# Every step runs under its own time limit, cut to what is left of the whole
+# budget; a step that fails does not stop the others. Without a GPU the GPU
+# steps say "skip: no GPU" and the rest run. Exit 0 when no step failed, ran
+# out of time or was left out for lack of time; 1 otherwise; 2 on bad usage.
+#
+# Environment:
+#   WEFT_GPU_CHECK_BUDGET=560      seconds for the whole run
+#   WEFT_GPU_CHECK_WORK=.gpu-check build directory, GoogleTest prefix, logs
+#   WEFT_GPU_CHECK_BUILD_DIR       another meson build directory (default WORK/build)
+#   WEFT_GPU_CHECK_BUILD_GTEST=1   build GoogleTest from .gpu-deps even when the
+#                                  machine has one
+#   WEFT_GPU_CHECK_MATRIX=full     device_matrix (full or small)
+#   WEFT_GPU_CHECK_DEVICE_FILTER   gtest filter of the device step (default: every test)
+#   WEFT_GPU_CHECK_PYTHON          python with torch (default
+#                                  /opt/torch/.venv/bin/python3, else python3)
+#   WEFT_GPU_CHECK_BUILD_ALL=1     build the host suites too (default: what the steps run)
+#   WEFT_GPU_CHECK_NO_GPU=1        behave as on a machine without a GPU
+#   WEFT_GPU_CHECK_HOST_PERF=1     without a GPU, run the multi-process perf steps
+#                                  on host memory up to 1 MiB (tries their plumbing)
+#   OUT                            when set: summary.txt, perf.txt and logs.tar.gz
+set -uo pipefail
+
+SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
+ROOT="$(cd "$(dirname "$SELF")/.." && pwd)"
+DEPS="$ROOT/.gpu-deps"
+
+# name | limit (s) | needs (- or gpu) | issue item | what it checks
+STEPS='
+gtest|180|-|20|GoogleTest built from .gpu-deps with cmake when the machine has none
+configure|120|-|20|meson: release, CUDA on, device_archs=90, the matrix, no hwloc/UCX
+build|420|-|20.1|ninja on every core: every CUDA part compiles
+perf_flags|60|-|20.1|perf tools take -d, -o, -c with -M cuda; all_reduce_device_perf too
+device|240|gpu|20.2|device suite: every collective x datatype x op, 2-4 ranks on the GPU, graphs
+device_ipc|120|gpu|20.2|ranks in processes (cuda_ipc); a silent peer ends in a timeout error
+zero_math_device|60|gpu|22.2|zero_math.h kernels against the host, bit for bit
+zero_device|180|gpu|22.2|device ZeRO suites (zero_device*), when built
+memcheck|120|gpu|20.2|compute-sanitizer memcheck on a small device sample
+racecheck|150|gpu|20.2|compute-sanitizer racecheck on a small device sample
+synccheck|120|gpu|20.2|compute-sanitizer synccheck on a small device sample
+perf_ar_g2|60|gpu|20.3|all_reduce_device_perf -g 2, 8 B..128 MiB: latency and busbw
+perf_ar_g4|60|gpu|20.3|all_reduce_device_perf -g 4: memory traffic against twice the copy
+perf_ar_g8|90|gpu|20.3|all_reduce_device_perf -g 8
+mps_start|30|gpu|20.2|MPS daemon, private pipe directory, for the multi-process steps
+perf_ar_mps|90|gpu|20.3|all_reduce_device_perf, 2 and 4 processes under MPS
+device_ipc_mps|120|gpu|20.2|device_ipc under MPS
+perf_sendrecv|110|gpu|20.3|sendrecv_perf -M cuda, 2/4/8 processes
+perf_alltoall|110|gpu|20.3|alltoall_perf -M cuda, 2/4/8 processes
+perf_all_gather|110|gpu|20.2|all_gather_perf -M cuda, 2/4/8 processes, 8 B..128 MiB
+perf_reduce_scatter|110|gpu|20.2|reduce_scatter_perf -M cuda, 2/4/8 processes
+perf_types|120|gpu|20.2|all_reduce_perf -M cuda -d all -o all, 3 processes, odd sizes
+net_socket|120|gpu|21.3|device all-reduce/all-gather across 2 emulated hosts over sockets
+net_ucx|120|gpu|21.3|the same over UCX (needs a UCX build)
+torch_preload|60|gpu|20.4|torch imports with libnccl.so.2 preloaded and sees weft
+torch_ddp|120|gpu|20.4|DDP on cuda:0, 2 ranks, through libnccl.so.2, against one process
+torch_cuda_ops|180|gpu|20.4|all_to_all_single, batch_isend_irecv, FSDP2 divide factor on CUDA
+torch_weft|180|-|20.4|tools/torch_weft built against the local torch; check_ops on 2 ranks
+'
+
+step_names() { echo "$STEPS" | awk -F'|' 'NF >= 5 {print $1}'; }
+step_field() { echo "$STEPS" | awk -F'|' -v n="$1" -v f="$2" '$1 == n {print $f}'; }
+
+die_usage() {
+  echo "gpu-check: $1" >&2
+  echo "usage: tools/gpu-check.sh [--prepare | --list | --only STEP[,STEP...]]" >&2
+  exit 2
+}
+
+# ---------------------------------------------------------------- --prepare
+
+# GoogleTest's source into .gpu-deps/googletest: /usr/src/googletest, else
+# the Debian package that holds it (apt-get download, no root needed).
+prepare() {
+  mkdir -p "$DEPS"
+  local src=/usr/src/googletest tmp=""
+  if [ ! -f "$src/googletest/CMakeLists.txt" ]; then
+    tmp=$(mktemp -d)
+    (cd "$tmp" && apt-get download googletest) || {
+      echo "gpu-check: no $src and apt-get download googletest failed" >&2
+      rm -rf "$tmp"
+      return 1
+    }
+    dpkg -x "$tmp"/googletest_*.deb "$tmp/x"
+    src="$tmp/x/usr/src/googletest"
+  fi
+  rm -rf "$DEPS/googletest"
+  mkdir -p "$DEPS/googletest"
+  cp "$src/CMakeLists.txt" "$DEPS/googletest/"
+  # googletest alone: no googlemock, docs, samples or its own tests
+  (cd "$src" && tar cf - --exclude=docs --exclude=samples --exclude=test googletest) |
+    (cd "$DEPS/googletest" && tar xf -)
+  [ -n "$tmp" ] && rm -rf "$tmp"
+  local version
+  version=$(grep -o 'GOOGLETEST_VERSION [0-9.]*' "$DEPS/googletest/CMakeLists.txt" | cut -d' ' -f2)
+  echo "gpu-check: .gpu-deps/googletest (GoogleTest $version) ready"
+  echo "gpu-check: carry .gpu-deps: $(du -sh "$DEPS" | cut -f1) in all (the limit is 64 MiB with the tree)"
+}
+
+# ---------------------------------------------------------------- --list
+
+list_steps() {
+  local n
+  printf '%-20s %6s  %-5s %-6s %s\n' step limit needs issue "what it checks"
+  for n in $(step_names); do
+    declare -F "step_$n" >/dev/null || { echo "gpu-check: step $n has no step_$n" >&2; return 1; }
+    printf '%-20s %5ss  %-5s %-6s %s\n' "$n" "$(step_field "$n" 2)" "$(step_field "$n" 3)" \
+      "$(step_field "$n" 4)" "$(step_field "$n" 5)"
+  done
+}
+
+# ---------------------------------------------------------------- step helpers
+# A step runs in its own process (gpu-check.sh --step NAME) with its log as
+# stdout; key TEXT records its key figure, skip TEXT ends it as skipped.
+
+key() { echo "$*" >"$LOGS/$STEP.key"; }
+skip() { key "$*"; exit 77; }
+fail() { key "$*"; echo "FAIL: $*"; exit 1; }
+
+# Runs the binary of a meson test when the build has it, else skips.
+need_exe() { # path
+  [ -x "$1" ] || skip "not built: ${1#"$B"/}"
+}
+
+# Counts of a gtest run's log: "N passed, M skipped" or the failures.
+gtest_key() { # log
+  local passed skipped failed
+  passed=$(grep -o '\[  PASSED  \] [0-9]* test' "$1" | grep -o '[0-9]*' | tail -1)
+  skipped=$(grep -o '\[  SKIPPED \] [0-9]* test' "$1" | grep -o '[0-9]*' | tail -1)
+  failed=$(grep -c '^\[  FAILED  \] .*\.' "$1")
+  echo "${passed:-0} passed, ${skipped:-0} skipped, ${failed} failed"
+}
+
+run_gtest() { # binary [args...]
+  local log="$LOGS/$STEP.gtest"
+  "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  key "$(gtest_key "$log")"
+  if grep -q '\[  SKIPPED \]' "$log" && ! grep -q '\[  PASSED  \] [1-9]' "$log"; then
+    skip "every test skipped: $(grep -m1 -A1 ': Skipped$' "$log" | tail -1 | cut -c1-60)"
+  fi
+  return "$rc"
+}
+
+# Sends the multi-process steps' CUDA work through the MPS daemon of mps_start.
+use_mps() {
+  [ "$PERF_MEM" = host ] && return 0
+  [ -f "$WORK/mps/up" ] || skip "MPS is not running (see mps_start)"
+  export CUDA_MPS_PIPE_DIRECTORY="$WORK/mps/pipe" CUDA_MPS_LOG_DIRECTORY="$WORK/mps/log"
+}
+
+mps_stop() {
+  [ -f "$WORK/mps/up" ] || return 0
+  echo quit | CUDA_MPS_PIPE_DIRECTORY="$WORK/mps/pipe" nvidia-cuda-mps-control >/dev/null 2>&1
+  rm -f "$WORK/mps/up"
+}
+
+# shellcheck source=tools/gpu-check-steps.sh
+. "$ROOT/tools/gpu-check-steps.sh"
+
+# ---------------------------------------------------------------- the run
+
+# PATH: the CUDA toolkit, and the meson/ninja/cmake of a python venv when the
+# system has none (the GPU machine's are in /opt/torch/.venv).
+setup_path() {
+  [ -d /usr/local/cuda/bin ] && PATH="$PATH:/usr/local/cuda/bin"
+  local t
+  for t in meson ninja cmake; do
+    command -v $t >/dev/null || [ ! -x "/opt/torch/.venv/bin/$t" ] || PATH="$PATH:/opt/torch/.venv/bin"
+  done
+  export PATH
+}
+
+pick_python() {
+  if [ -n "${WEFT_GPU_CHECK_PYTHON:-}" ]; then echo "$WEFT_GPU_CHECK_PYTHON"
+  elif [ -x /opt/torch/.venv/bin/python3 ]; then echo /opt/torch/.venv/bin/python3
+  else command -v python3
+  fi
+}
+
+has_gpu() {
+  [ "${WEFT_GPU_CHECK_NO_GPU:-0}" = 1 ] && return 1
+  command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU 0'
+}
+
+# GoogleTest from the machine (pkg-config, or headers where meson looks)
+# unless told to build it; a built one is found through pkg-config, or
+# through the compiler's search paths where pkg-config is missing.
+setup_gtest_env() {
+  export GTEST_PREFIX="$WORK/gtest"
+  GTEST_BUILD=0
+  if [ "${WEFT_GPU_CHECK_BUILD_GTEST:-0}" = 1 ] ||
+     ! { pkg-config --exists gtest_main 2>/dev/null || [ -f /usr/include/gtest/gtest.h ] ||
+         [ -f /usr/src/googletest/googletest/src/gtest-all.cc ]; }; then
+    GTEST_BUILD=1
+    export PKG_CONFIG_PATH="$GTEST_PREFIX/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+    export LIBRARY_PATH="$GTEST_PREFIX/lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
+    export CPATH="$GTEST_PREFIX/include${CPATH:+:$CPATH}"
+  fi
+  export GTEST_BUILD
+}
+
+# WEFT_GPU_CHECK_HOST_PERF=1 without a GPU: the multi-process perf steps run
+# on host memory (gpu-check-steps.sh's PERF_MEM), the other GPU steps skip.
+host_perf_step() { # name
+  [ "${WEFT_GPU_CHECK_HOST_PERF:-0}" = 1 ] &&
+    [[ "$1" =~ ^(perf_(sendrecv|alltoall|all_gather|reduce_scatter|types)|net_socket)$ ]]
+}
+
+# One step under its limit: pass, fail, skip, timeout, or "no time" when the
+# budget is spent. Prints a line as it ends, and the log's tail on failure.
+run_step() { # name
+  local n="$1" lim needs left start rc result keytext
+  lim=$(step_field "$n" 2)
+  needs=$(step_field "$n" 3)
+  left=$((DEADLINE - $(date +%s) - 5))
+  start=$(date +%s)
+  rm -f "$LOGS/$n.key"
+  if [ "$needs" = gpu ] && [ "$GPU" = 0 ] && ! host_perf_step "$n"; then
+    result=skip keytext="no GPU"
+  elif [ "$left" -lt 10 ]; then
+    result="no time" keytext="budget spent before this step"
+  else
+    [ "$lim" -gt "$left" ] && lim=$left
+    STEP="$n" timeout -k 10 "$lim" bash "$SELF" --step "$n" >"$LOGS/$n.log" 2>&1
+    rc=$?
+    case $rc in
+      0) result=pass ;;
+      77) result=skip ;;
+      124 | 137) result=timeout ;;
+      *) result=fail ;;
+    esac
+    keytext=$(tr '|\n' '/ ' <"$LOGS/$n.key" 2>/dev/null)
+    keytext=${keytext% }
+    [ "$result" = timeout ] && keytext="over ${lim}s${keytext:+; $keytext}"
+    [ "$result" = fail ] && [ -z "$keytext" ] &&
+      keytext="exit $rc: $(tail -1 "$LOGS/$n.log" | tr '|' '/' | cut -c1-60)"
+  fi
+  local secs=$(($(date +%s) - start))
+  printf '%s|%s|%s|%s\n' "$n" "$result" "$secs" "$keytext" >>"$LOGS/table"
+  printf 'gpu-check: %-20s %-7s %4ss  %s\n' "$n" "$result" "$secs" "$keytext"
+  if [ "$result" = fail ] || [ "$result" = timeout ]; then
+    tail -n 10 "$LOGS/$n.log" | sed 's/^/    | /'
+  fi
+}
+
+print_table() {
+  echo "weft gpu-check $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "machine: $MACHINE"
+  echo
+  printf '| %-20s | %-7s | %5s | %s\n' step result s "key figure"
+  printf '|%s|%s|%s|%s\n' "----------------------" "---------" "-------" "-----------"
+  awk -F'|' '{printf "| %-20s | %-7s | %5s | %s\n", $1, $2, $3, $4}' "$LOGS/table"
+  local bad
+  bad=$(awk -F'|' '$2 != "pass" && $2 != "skip"' "$LOGS/table" | wc -l)
+  echo
+  echo "$(awk -F'|' '$2 == "pass"' "$LOGS/table" | wc -l) passed, $(awk -F'|' '$2 == "skip"' "$LOGS/table" | wc -l) skipped, $bad failed or not run, $(($(date +%s) - START)) s"
+}
+
+describe_machine() {
+  local gpu="no GPU" cores nvccv torchv
+  has_gpu && gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)
+  cores=$(nproc)
+  nvccv=$(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' | cut -d' ' -f2)
+  torchv=$("$PY" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)' 2>/dev/null)
+  echo "$gpu; $cores cores; nvcc ${nvccv:-none}; torch ${torchv:-none} ($PY)"
+}
+
+save_out() {
+  [ -n "${OUT:-}" ] || return 0
+  mkdir -p "$OUT"
+  cp "$LOGS/summary.txt" "$OUT/summary.txt"
+  cat "$LOGS"/perf_*.log >"$OUT/perf.txt" 2>/dev/null
+  tar czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null
+}
+
+main_run() { # selected steps...
+  START=$(date +%s)
+  DEADLINE=$((START + ${WEFT_GPU_CHECK_BUDGET:-560}))
+  export WORK="${WEFT_GPU_CHECK_WORK:-$ROOT/.gpu-check}"
+  export B="${WEFT_GPU_CHECK_BUILD_DIR:-$WORK/build}" LOGS="$WORK/logs" ROOT
+  mkdir -p "$WORK" "$LOGS"
+  rm -f "$LOGS"/*
+  : >"$LOGS/table"
+  setup_path
+  setup_gtest_env
+  export PY GPU=0
+  PY=$(pick_python)
+  has_gpu && GPU=1
+  MACHINE=$(describe_machine)
+  echo "gpu-check: $MACHINE; budget ${WEFT_GPU_CHECK_BUDGET:-560} s; logs in $LOGS"
+  trap mps_stop EXIT
+  local n
+  for n in "$@"; do run_step "$n"; done
+  mps_stop
+  print_table >"$LOGS/summary.txt"
+  save_out
+  echo
+  cat "$LOGS/summary.txt"
+  ! awk -F'|' '$2 != "pass" && $2 != "skip" {bad = 1} END {exit !bad}' "$LOGS/table"
+}
+
+main() {
+  case "${1:-}" in
+    --prepare) prepare ;;
+    --list) list_steps ;;
+    --step)
+      declare -F "step_${2:-}" >/dev/null || die_usage "no step '${2:-}'"
+      STEP="$2"
+      cd "$ROOT" && "step_$2" ;;
+    --only)
+      [ -n "${2:-}" ] || die_usage "--only needs step names"
+      local n sel=()
+      for n in ${2//,/ }; do
+        [ -n "$(step_field "$n" 1)" ] || die_usage "no step '$n' (--list shows them)"
+        sel+=("$n")
+      done
+      cd "$ROOT" && main_run "${sel[@]}" ;;
+    "") cd "$ROOT" && main_run $(step_names) ;;
+    *) die_usage "unknown argument '$1'" ;;
+  esac
+}
+
+main "$@"

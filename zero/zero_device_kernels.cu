@@ -1,0 +1,137 @@
+// The kernels of a device ZeRO context (zero_device.h): grid-stride loops
+// over zero_math.h's per-element arithmetic, one launch per call on the
+// caller's stream. Built with -fmad=false so that results equal the host's.
+#include <cuda_runtime.h>
+
+#include "zero_device.h"
+#include "zero_math.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr size_t kMaxBlocks = 4096;
+
+unsigned blocks_for(size_t count) {
+  size_t b = (count + kThreads - 1) / kThreads;
+  return (unsigned)(b < kMaxBlocks ? b : kMaxBlocks);
+}
+
+__device__ float load_kind(const void *src, int kind, size_t i) {
+  if (kind == 1) return zero_bf16_to_f32(((const uint16_t *)src)[i]);
+  if (kind == 2) return zero_fp16_to_f32(((const uint16_t *)src)[i]);
+  return ((const float *)src)[i];
+}
+
+__device__ void store_kind(void *dst, int kind, size_t i, float v) {
+  if (kind == 1) ((uint16_t *)dst)[i] = zero_bf16_from_f32(v);
+  else if (kind == 2) ((uint16_t *)dst)[i] = zero_fp16_from_f32(v);
+  else ((float *)dst)[i] = v;
+}
+
+#define GRID_STRIDE(i, count)                                                        \
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (count);       \
+       i += (size_t)gridDim.x * blockDim.x)
+
+// Each block sums its threads' non-finite counts and squares in shared
+// memory, then one thread adds the block's sums to stats.
+__global__ void load_scaled_kernel(const void *src, int kind, float *dst, size_t count,
+                                   double scale, double *stats) {
+  __shared__ double nonfinite[kThreads], sumsq[kThreads];
+  double nf = 0, sq = 0;
+  GRID_STRIDE(i, count) {
+    float v = (float)((double)load_kind(src, kind, i) * scale);
+    if (!isfinite(v)) nf += 1;
+    sq += (double)v * v;
+    dst[i] = v;
+  }
+  nonfinite[threadIdx.x] = nf;
+  sumsq[threadIdx.x] = sq;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if ((int)threadIdx.x < half) {
+      nonfinite[threadIdx.x] += nonfinite[threadIdx.x + half];
+      sumsq[threadIdx.x] += sumsq[threadIdx.x + half];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    atomicAdd(&stats[0], nonfinite[0]);
+    atomicAdd(&stats[1], sumsq[0]);
+  }
+}
+
+__global__ void store_kernel(const float *src, int kind, void *dst, size_t count) {
+  GRID_STRIDE(i, count) store_kind(dst, kind, i, src[i]);
+}
+
+__global__ void accumulate_kernel(void *dst, int kind, const float *src, size_t count) {
+  GRID_STRIDE(i, count) store_kind(dst, kind, i, load_kind(dst, kind, i) + src[i]);
+}
+
+__global__ void scale_kernel(float *g, size_t count, float factor) {
+  GRID_STRIDE(i, count) g[i] *= factor;
+}
+
+__global__ void adamw_kernel(float *p, float *m, float *v, const float *g, size_t count,
+                             zero_adamw_coef coef) {
+  GRID_STRIDE(i, count) zero_adamw_elem(&p[i], &m[i], &v[i], g[i], &coef);
+}
+
+__global__ void sgd_kernel(float *p, float *m, const float *g, size_t count, float mu, float lr,
+                           float wd) {
+  GRID_STRIDE(i, count) zero_sgd_elem(&p[i], &m[i], g[i], mu, lr, wd);
+}
+
+// A launch's error: the launch itself (bad configuration, no device).
+int launched() { return (int)cudaGetLastError(); }
+
+}  // namespace
+
+extern "C" int zero_kern_load_scaled(const void *src, int kind, float *dst, size_t count,
+                                     double scale, double *stats, void *stream) {
+  if (count == 0) return 0;
+  load_scaled_kernel<<<blocks_for(count), kThreads, 0, (cudaStream_t)stream>>>(src, kind, dst,
+                                                                                count, scale, stats);
+  return launched();
+}
+
+extern "C" int zero_kern_store(const float *src, int kind, void *dst, size_t count, void *stream) {
+  if (count == 0) return 0;
+  store_kernel<<<blocks_for(count), kThreads, 0, (cudaStream_t)stream>>>(src, kind, dst, count);
+  return launched();
+}
+
+extern "C" int zero_kern_accumulate(void *dst, int kind, const float *src, size_t count,
+                                    void *stream) {
+  if (count == 0) return 0;
+  accumulate_kernel<<<blocks_for(count), kThreads, 0, (cudaStream_t)stream>>>(dst, kind, src,
+                                                                               count);
+  return launched();
+}
+
+extern "C" int zero_kern_scale(float *g, size_t count, float factor, void *stream) {
+  if (count == 0) return 0;
+  scale_kernel<<<blocks_for(count), kThreads, 0, (cudaStream_t)stream>>>(g, count, factor);
+  return launched();
+}
+
+extern "C" int zero_kern_adamw(float *p, float *m, float *v, const float *g, size_t count,
+                               const struct zero_adamw_coef *coef, void *stream) {
+  if (count == 0) return 0;
+  adamw_kernel<<<blocks_for(count), kThreads, 0, (cudaStream_t)stream>>>(p, m, v, g, count, *coef);
+  return launched();
+}
+
+extern "C" int zero_kern_sgd(float *p, float *m, const float *g, size_t count, float mu, float lr,
+                             float wd, void *stream) {
+  if (count == 0) return 0;
+  sgd_kernel<<<blocks_for(count), kThreads, 0, (cudaStream_t)stream>>>(p, m, g, count, mu, lr, wd);
+  return launched();
+}
+
+extern "C" int zero_kern_device_count(void) {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+extern "C" const char *zero_kern_error(int err) { return cudaGetErrorString((cudaError_t)err); }
