@@ -53,7 +53,7 @@ step_configure() {
 # What the later steps run: the libraries (every kernel is in libweft), the
 # device suites, the tools. The host suites are CI's; WEFT_GPU_CHECK_BUILD_ALL=1
 # builds them too.
-GPU_TARGETS='^(libweft\.so\.[0-9.]+|libnccl\.so\.[0-9.]+|tests/device/test_device(_ipc)?|tests/(zero/)?test_zero_(math_)?device[a-z_]*|tools/[a-z_]+_perf|tools/weftrun)$'
+GPU_TARGETS='^(libweft\.so\.[0-9.]+|libnccl\.so\.[0-9.]+|tests/device/test_device(_ipc|_p2p)?|tests/(zero/)?test_zero_(math_)?device[a-z_]*|tools/[a-z_]+_perf|tools/weftrun)$'
 
 step_build() {
   [ -f "$B/build.ninja" ] || fail "not configured"
@@ -103,6 +103,11 @@ step_perf_flags() {
 step_device() {
   need_exe "$B/tests/device/test_device"
   run_gtest "$B/tests/device/test_device" --gtest_filter="${WEFT_GPU_CHECK_DEVICE_FILTER:-*}"
+}
+
+step_device_p2p() {
+  need_exe "$B/tests/device/test_device_p2p"
+  run_gtest "$B/tests/device/test_device_p2p"
 }
 
 step_device_ipc() {
