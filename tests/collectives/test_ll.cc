@@ -22,6 +22,7 @@ extern "C" {
 #include "collectives/core/comm.h"
 #include "collectives/core/plan.h"
 #include "collectives/algo/algo.h"
+#include "collectives/exec/host/prims.h"
 #include "collectives/exec/host/run.h"
 }
 
@@ -261,6 +262,21 @@ TEST_P(LL, EveryCollectiveTypeOpCountPlacement) {
         }
     return 0;
   });
+}
+
+// prims_step refuses flags that are no step before it touches p or a
+// connection (here there are none: p is zeroed).
+TEST(PrimsStep, FlagsThatAreNoStepAreRefused) {
+  const unsigned R = PRIMS_RECV, X = PRIMS_REDUCE, S = PRIMS_SEND, C = PRIMS_COPY;
+  const unsigned bad[] = {0, C, X, X | C, X | S, X | S | C, R, R | X, 1u << 4, S | (1u << 7)};
+  prims p;
+  memset(&p, 0, sizeof p);
+  char buf[8] = {};
+  for (unsigned flags : bad) {
+    EXPECT_EQ(prims_step(&p, flags, buf, buf, 1), weftInternalError) << "flags " << flags;
+    EXPECT_NE(strstr(weftGetLastError(nullptr), "no such step"), nullptr)
+        << weftGetLastError(nullptr);
+  }
 }
 
 // Plans of 2 and 3 channels through the host executor's split (each channel
