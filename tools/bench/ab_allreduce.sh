@@ -14,7 +14,7 @@ b=$2
 rounds=${3:-7}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-sizes="8 65536 16777216"
+sizes=${AB_SIZES:-"8 65536 16777216"} # AB_SIZES: others
 for r in $(seq 1 "$rounds"); do
   order="$a $b"
   [ $((r % 2)) -eq 0 ] && order="$b $a"
