@@ -14,20 +14,24 @@ _Static_assert((int)RING_ALLREDUCE == (int)COLL_ALLREDUCE &&
                    (int)RING_REDUCE == (int)COLL_REDUCE && (int)RING_NCOLLS == (int)COLL_NUM_RING,
                "ring_coll follows coll_kind");
 
+/* Each primitive of ring_steps.h as prims_step's flags (prims.h). */
+static const unsigned ring_prim_flags[PRIM_NPRIMS] = {
+    [PRIM_SEND] = PRIMS_SEND,
+    [PRIM_COPY_SEND] = PRIMS_SEND | PRIMS_COPY,
+    [PRIM_RECV] = PRIMS_RECV | PRIMS_COPY,
+    [PRIM_RECV_REDUCE_SEND] = PRIMS_RECV | PRIMS_REDUCE | PRIMS_SEND,
+    [PRIM_RECV_REDUCE_COPY_SEND] = PRIMS_RECV | PRIMS_REDUCE | PRIMS_SEND | PRIMS_COPY,
+    [PRIM_RECV_COPY_SEND] = PRIMS_RECV | PRIMS_SEND | PRIMS_COPY,
+    [PRIM_RECV_REDUCE_COPY] = PRIMS_RECV | PRIMS_REDUCE | PRIMS_COPY,
+};
+
 static weftResult_t ring_step_run(struct prims *p, const struct ring_step *st, const char *src,
                                   char *dst) {
+  if ((unsigned)st->prim >= PRIM_NPRIMS)
+    return weft_error_set(weftInternalError, "ring: unknown primitive %d", st->prim);
   const void *s = ring_prim_has_src(st->prim) ? src + st->src_elem * p->elem_nbytes : NULL;
   void *d = ring_prim_has_dst(st->prim) ? dst + st->dst_elem * p->elem_nbytes : NULL;
-  switch (st->prim) {
-    case PRIM_SEND: return prims_send(p, s, st->count);
-    case PRIM_COPY_SEND: return prims_copy_send(p, s, d, st->count);
-    case PRIM_RECV: return prims_recv(p, d, st->count);
-    case PRIM_RECV_REDUCE_SEND: return prims_recv_reduce_send(p, s, st->count);
-    case PRIM_RECV_REDUCE_COPY_SEND: return prims_recv_reduce_copy_send(p, s, d, st->count);
-    case PRIM_RECV_COPY_SEND: return prims_recv_copy_send(p, d, st->count);
-    case PRIM_RECV_REDUCE_COPY: return prims_recv_reduce_copy(p, s, d, st->count);
-    default: return weft_error_set(weftInternalError, "ring: unknown primitive %d", st->prim);
-  }
+  return prims_step(p, ring_prim_flags[st->prim], s, d, st->count);
 }
 
 static int ring_root_pos(const struct weft_channel *ch, int nranks, int root) {

@@ -4,7 +4,7 @@
  * share; each loop is a fixed sequence of primitive steps. ring_step_at(g, ring, base,
  * s) says what step s of the loop starting at element `base` does: which
  * primitive, which elements of the send and receive buffers, how many. The
- * host executor (ring_host.c) runs the steps with the host primitives; the
+ * host executor (ring.c) runs the steps with the host primitives; the
  * CUDA kernels (device/kernels.cuh) run the very same function with device
  * primitives, so both follow one algorithm.
  *
@@ -31,7 +31,8 @@ enum ring_coll {
   RING_NCOLLS
 };
 
-/* The primitives a step can be (prims.h describes each). */
+/* The primitives a step can be (exec/host/prims.h describes each, and the
+ * flags of prims_step that make it). */
 enum ring_prim {
   PRIM_SEND = 0,          /* src -> next */
   PRIM_COPY_SEND,         /* src -> next and dst */

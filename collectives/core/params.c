@@ -5,7 +5,8 @@
 
 struct weft_param coll_params[] = {
     [P_NCHANNELS] = {"WEFT_NCHANNELS", PARAM_INT, "1",
-                     "channels (independent rings) per communicator, 1 to 16", 0, 0, NULL},
+                     "channels (independent rings) per communicator, 1 to 16 (bulk uses them; "
+                     "host ring plans take one)", 0, 0, NULL},
     [P_NSLOTS] = {"WEFT_NSLOTS", PARAM_INT, "8", "FIFO slots per connection, 2 to 64", 0, 0,
                   NULL},
     [P_SLOT_BYTES] = {"WEFT_SLOT_BYTES", PARAM_INT, "128K",

@@ -70,8 +70,35 @@ TEST(TunerChoice, SmallUsesFewStepsLargeUsesRing) {
   weft_plan large = tune(f.c, COLL_ALLREDUCE, 64 << 20);
   EXPECT_EQ(large.algo, ALGO_RING);
   EXPECT_EQ(large.proto, PROTO_SIMPLE);
-  EXPECT_EQ(large.nchannels, 4);
+  EXPECT_EQ(large.nchannels, 1) << "the host executor runs channels one after another";
   EXPECT_EQ(tune(f.c, COLL_ALLGATHER, 2).algo, ALGO_RING) << "only all-reduce has other algorithms";
+}
+
+// The channels a plan gets are those its own estimate prices lowest: no
+// count the comm has would be estimated faster, for any collective and size.
+TEST(TunerChoice, ChannelsFollowTheModel) {
+  unsetenv("WEFT_ALGO");
+  unsetenv("WEFT_PROTO");
+  weft_params_reset();
+  const coll_kind colls[] = {COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCESCATTER, COLL_BROADCAST,
+                             COLL_REDUCE};
+  for (int nranks : {2, 3, 8}) {
+    FakeComm f(nranks, 4, 4096);
+    for (coll_kind coll : colls)
+      for (size_t count : {size_t{1}, size_t{4099}, size_t{1} << 16, size_t{16} << 20}) {
+        weft_plan p = tune(f.c, coll, count);
+        ASSERT_GE(p.nchannels, 1);
+        ASSERT_LE(p.nchannels, 4);
+        const double chosen = plan_estimate_us(&f.c, &p);
+        for (int nch = 1; nch <= 4; nch++) {
+          weft_plan other = p;
+          other.nchannels = nch;
+          EXPECT_LE(chosen, plan_estimate_us(&f.c, &other))
+              << nranks << " ranks, coll " << coll << ", count " << count << ": " << p.nchannels
+              << " channels chosen, " << nch << " estimated faster";
+        }
+      }
+  }
 }
 
 TEST(TunerChoice, EnvironmentRestricts) {

@@ -1,16 +1,25 @@
-/* Primitives: the steps algorithms are written in. Each moves one slot (at
- * most slot_nbytes) through the channel's connections:
- *   send            src -> next
- *   copy_send       src -> next and dst (dst may be NULL or src)
- *   recv            prev -> dst
- *   recv_reduce_send        prev op src -> next
- *   recv_reduce_copy_send   prev op src -> next and dst (the final value)
- *   recv_copy_send          prev -> next and dst
- *   recv_reduce_copy        prev op src -> dst
+/* Primitives: the steps algorithms are written in. One function,
+ * prims_step, moves one slot (at most slot_nbytes) through the channel's
+ * connections; its flags say where the step's data comes from and goes:
+ *   PRIMS_RECV    the data is the slot the previous rank sent (else src)
+ *   PRIMS_REDUCE  combined with src by the op (needs PRIMS_RECV)
+ *   PRIMS_SEND    passed on into the next rank's FIFO
+ *   PRIMS_COPY    written to dst; with PRIMS_REDUCE it is the final value
+ *                 (avg divides here). Without PRIMS_RECV dst may be NULL or
+ *                 src, and nothing is copied then.
+ * The ring's seven primitives (collectives/algo/ring_steps.h) are
+ *   send                    SEND                        src -> next
+ *   copy_send               SEND | COPY                 src -> next and dst
+ *   recv                    RECV | COPY                 prev -> dst
+ *   recv_reduce_send        RECV | REDUCE | SEND        prev op src -> next
+ *   recv_reduce_copy_send   RECV | REDUCE | SEND | COPY prev op src -> next, dst
+ *   recv_copy_send          RECV | SEND | COPY          prev -> next and dst
+ *   recv_reduce_copy        RECV | REDUCE | COPY        prev op src -> dst
  * The host executor runs them with vectorised loops; every wait is bounded by
  * the comm's timeout and abort flag and the peer's liveness.
  *
- * Two protocols move the slots, chosen per call by prims_init:
+ * Two protocols move the slots, chosen per call by prims_init; prims_step
+ * dispatches once on it, and each protocol has one generic step:
  *   PROTO_SIMPLE  plain data in the slot; the sender release-stores tail once
  *                 the slot is full and the receiver waits for tail
  *                 (prims_host.c)
@@ -61,14 +70,18 @@ void prims_init(struct prims *p, struct weftComm *comm, struct weft_channel *ch,
  * the call ends. */
 void prims_sign(struct prims *p, const struct check_sig_packed *sig);
 
-weftResult_t prims_send(struct prims *p, const void *src, size_t count);
-weftResult_t prims_copy_send(struct prims *p, const void *src, void *dst, size_t count);
-weftResult_t prims_recv(struct prims *p, void *dst, size_t count);
-weftResult_t prims_recv_reduce_send(struct prims *p, const void *src, size_t count);
-weftResult_t prims_recv_reduce_copy_send(struct prims *p, const void *src, void *dst,
-                                         size_t count);
-weftResult_t prims_recv_copy_send(struct prims *p, void *dst, size_t count);
-weftResult_t prims_recv_reduce_copy(struct prims *p, const void *src, void *dst, size_t count);
+/* prims_step's flags (the table above). */
+enum prims_flag {
+  PRIMS_RECV = 1u << 0,
+  PRIMS_REDUCE = 1u << 1,
+  PRIMS_SEND = 1u << 2,
+  PRIMS_COPY = 1u << 3,
+};
+
+/* One step of count elements as flags say. Flags that are no step (neither
+ * RECV nor SEND; RECV without SEND or COPY, whose data would go nowhere;
+ * REDUCE without RECV; unknown bits) are weftInternalError, and move nothing. */
+weftResult_t prims_step(struct prims *p, unsigned flags, const void *src, void *dst, size_t count);
 
 /* Payload elements per slot for this datatype and protocol: LL spends half of
  * each 8-byte word on its flag. */

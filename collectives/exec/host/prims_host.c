@@ -1,6 +1,6 @@
 /* The host executor's primitives: plain loads and stores on the FIFOs, with
  * acquire/release ordering on the head and tail counters (the SIMPLE
- * protocol). Calls set up for LL go to prims_ll.c. */
+ * protocol). prims_step hands calls set up for LL to prims_ll.c. */
 #include <string.h>
 
 #include "../../../transport/status.h"
@@ -138,76 +138,44 @@ static void post_drained(struct weft_conn *c) {
   __atomic_store_n(&c->ctrl->head, c->step, __ATOMIC_RELEASE);
 }
 
-weftResult_t prims_send(struct prims *p, const void *src, size_t count) {
-  if (p->proto == PROTO_LL) return prims_ll_send(p, src, count);
-  char *out;
-  WEFT_TRY(wait_credit(p, &out));
-  memcpy(out, src, count * p->elem_nbytes);
-  post_filled(p, count * p->elem_nbytes);
+/* The SIMPLE step: waits for the slot to read (RECV) and the slot to fill
+ * (SEND), then one pass over the data, a reduction or copies, and posts. The
+ * flags are tested once per slot: the loops over the data (memcpy, the
+ * reduction) have none. */
+static weftResult_t simple_step(struct prims *p, unsigned flags, const void *src, void *dst,
+                                size_t count) {
+  const size_t nbytes = count * p->elem_nbytes;
+  const void *in = src;
+  char *slot_in = NULL, *out = NULL;
+  if (flags & PRIMS_RECV) {
+    WEFT_TRY(wait_filled(p, nbytes, &slot_in));
+    in = slot_in;
+  }
+  if (flags & PRIMS_SEND) WEFT_TRY(wait_credit(p, &out));
+  if (flags & PRIMS_REDUCE) { /* the final value (COPY) goes to dst, and on from there */
+    const int copy = (flags & PRIMS_COPY) != 0;
+    p->reduce(copy ? dst : out, copy ? out : NULL, in, src, count, copy ? p->divisor : 1);
+  } else {
+    if (out != NULL) memcpy(out, in, nbytes);
+    if ((flags & PRIMS_COPY) && dst != NULL && dst != in) memcpy(dst, in, nbytes);
+  }
+  if (flags & PRIMS_SEND) post_filled(p, nbytes);
+  if (flags & PRIMS_RECV) post_drained(p->recv);
   return weftSuccess;
 }
 
-weftResult_t prims_recv(struct prims *p, void *dst, size_t count) {
-  if (p->proto == PROTO_LL) return prims_ll_recv(p, dst, count);
-  char *in;
-  WEFT_TRY(wait_filled(p, count * p->elem_nbytes, &in));
-  memcpy(dst, in, count * p->elem_nbytes);
-  post_drained(p->recv);
-  return weftSuccess;
+/* Whether flags are a step (prims.h). */
+static int prims_flags_valid(unsigned flags) {
+  if (flags & ~(unsigned)(PRIMS_RECV | PRIMS_REDUCE | PRIMS_SEND | PRIMS_COPY)) return 0;
+  if (!(flags & PRIMS_RECV)) return (flags & PRIMS_SEND) && !(flags & PRIMS_REDUCE);
+  return (flags & (PRIMS_SEND | PRIMS_COPY)) != 0;
 }
 
-weftResult_t prims_recv_reduce_send(struct prims *p, const void *src, size_t count) {
-  if (p->proto == PROTO_LL) return prims_ll_recv_reduce_send(p, src, count);
-  char *in, *out;
-  WEFT_TRY(wait_filled(p, count * p->elem_nbytes, &in));
-  WEFT_TRY(wait_credit(p, &out));
-  p->reduce(out, NULL, in, src, count, 1);
-  post_filled(p, count * p->elem_nbytes);
-  post_drained(p->recv);
-  return weftSuccess;
-}
-
-weftResult_t prims_recv_reduce_copy_send(struct prims *p, const void *src, void *dst,
-                                         size_t count) {
-  if (p->proto == PROTO_LL) return prims_ll_recv_reduce_copy_send(p, src, dst, count);
-  char *in, *out;
-  WEFT_TRY(wait_filled(p, count * p->elem_nbytes, &in));
-  WEFT_TRY(wait_credit(p, &out));
-  p->reduce(dst, out, in, src, count, p->divisor);
-  post_filled(p, count * p->elem_nbytes);
-  post_drained(p->recv);
-  return weftSuccess;
-}
-
-weftResult_t prims_recv_copy_send(struct prims *p, void *dst, size_t count) {
-  if (p->proto == PROTO_LL) return prims_ll_recv_copy_send(p, dst, count);
-  char *in, *out;
-  WEFT_TRY(wait_filled(p, count * p->elem_nbytes, &in));
-  WEFT_TRY(wait_credit(p, &out));
-  size_t nbytes = count * p->elem_nbytes;
-  memcpy(out, in, nbytes);
-  memcpy(dst, in, nbytes);
-  post_filled(p, count * p->elem_nbytes);
-  post_drained(p->recv);
-  return weftSuccess;
-}
-
-weftResult_t prims_recv_reduce_copy(struct prims *p, const void *src, void *dst, size_t count) {
-  if (p->proto == PROTO_LL) return prims_ll_recv_reduce_copy(p, src, dst, count);
-  char *in;
-  WEFT_TRY(wait_filled(p, count * p->elem_nbytes, &in));
-  p->reduce(dst, NULL, in, src, count, p->divisor);
-  post_drained(p->recv);
-  return weftSuccess;
-}
-
-weftResult_t prims_copy_send(struct prims *p, const void *src, void *dst, size_t count) {
-  if (p->proto == PROTO_LL) return prims_ll_copy_send(p, src, dst, count);
-  char *out;
-  WEFT_TRY(wait_credit(p, &out));
-  size_t nbytes = count * p->elem_nbytes;
-  memcpy(out, src, nbytes);
-  if (dst != NULL && dst != src) memcpy(dst, src, nbytes);
-  post_filled(p, nbytes);
-  return weftSuccess;
+weftResult_t prims_step(struct prims *p, unsigned flags, const void *src, void *dst,
+                        size_t count) {
+  if (__builtin_expect(!prims_flags_valid(flags), 0))
+    return weft_error_set(weftInternalError, "primitive step with flags 0x%x: no such step",
+                          flags);
+  if (p->proto == PROTO_LL) return prims_ll_step(p, flags, src, dst, count);
+  return simple_step(p, flags, src, dst, count);
 }

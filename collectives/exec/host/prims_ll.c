@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "../../../transport/status.h"
+#include "../../../transport/transport.h"
 #include "../../../transport/wait.h"
 #include "prims_ll.h"
 
@@ -49,9 +50,6 @@
  * next block of this many, not word by word: chasing the sender through each
  * cache line it writes would bounce that line between the cores. */
 #define LL_POLL_WORDS 32
-
-/* The transport whose sender stores straight into the receiver's FIFO. */
-extern const struct weft_transport shm_transport;
 
 static inline uint32_t ll_flag(uint64_t step) { return (uint32_t)(step + 1); }
 
@@ -230,8 +228,9 @@ static weftResult_t ll_in_begin(struct prims *p, size_t nbytes, struct ll_in *in
   in->flag = ll_flag(c->step);
   in->fresh_words = 0;
   in->vouched = in->tail_seen = 0;
-  /* a proxy's FIFO has no atomic words: it is read once tail says it landed */
-  if (c->transport != &shm_transport) WEFT_TRY(ll_in_wait_tail(in));
+  /* a proxy's FIFO has no atomic words: it is read once tail says it landed;
+   * only a FIFO in host memory that the sender stores into has them */
+  if (!(c->transport->caps & TRANSPORT_CAP_HOST_MEMORY)) WEFT_TRY(ll_in_wait_tail(in));
   if (nbytes == 0) { /* nothing to take: wait for the flag alone */
     uint32_t data;
     WEFT_TRY(ll_in_word(in, 0, &data));
@@ -279,28 +278,21 @@ static void ll_in_end(struct ll_in *in) {
   __atomic_store_n(&c->ctrl->head, c->step, __ATOMIC_RELEASE);
 }
 
-/* --- the primitives ----------------------------------------------------- */
+/* --- the step ----------------------------------------------------------- */
 
-weftResult_t prims_ll_send(struct prims *p, const void *src, size_t count) {
-  struct ll_out o;
-  WEFT_TRY(ll_out_begin(p, &o));
-  ll_out_put(&o, src, count * p->elem_nbytes);
-  ll_out_end(&o);
-  return weftSuccess;
-}
-
-weftResult_t prims_ll_copy_send(struct prims *p, const void *src, void *dst, size_t count) {
-  const size_t nbytes = count * p->elem_nbytes;
+/* src -> next (SEND), and to dst where COPY names another buffer. */
+static weftResult_t ll_send(struct prims *p, unsigned flags, const void *src, void *dst,
+                            size_t nbytes) {
   struct ll_out o;
   WEFT_TRY(ll_out_begin(p, &o));
   ll_out_put(&o, src, nbytes);
   ll_out_end(&o);
-  if (dst != NULL && dst != src) memcpy(dst, src, nbytes);
+  if ((flags & PRIMS_COPY) && dst != NULL && dst != src) memcpy(dst, src, nbytes);
   return weftSuccess;
 }
 
-weftResult_t prims_ll_recv(struct prims *p, void *dst, size_t count) {
-  const size_t nbytes = count * p->elem_nbytes;
+/* prev -> dst, the slot at once. */
+static weftResult_t ll_recv(struct prims *p, void *dst, size_t nbytes) {
   struct ll_in in;
   WEFT_TRY(ll_in_begin(p, nbytes, &in));
   WEFT_TRY(ll_in_take(&in, 0, dst, nbytes));
@@ -308,75 +300,40 @@ weftResult_t prims_ll_recv(struct prims *p, void *dst, size_t count) {
   return weftSuccess;
 }
 
-/* The forwarding primitives take the slot a stage at a time, so that the next
- * rank gets the first words while the last still come in. */
+/* prev (op src) -> next and/or dst, a stage at a time, so that the next rank
+ * gets the first words while the last still come in. The words land in dst
+ * where they are only copied there, else in the stage; a reduction writes the
+ * final value (COPY) to dst and back into the stage, which goes on. The flags
+ * are tested once per stage, never in the loops over words. */
+static weftResult_t ll_forward(struct prims *p, unsigned flags, const char *src, char *dst,
+                               size_t nbytes) {
+  const size_t esize = p->elem_nbytes;
+  const int reduce = (flags & PRIMS_REDUCE) != 0, send = (flags & PRIMS_SEND) != 0,
+            copy = (flags & PRIMS_COPY) != 0;
+  const int divisor = copy ? p->divisor : 1;
+  alignas(64) unsigned char stage[LL_STAGE_NBYTES];
+  struct ll_in in;
+  struct ll_out o;
+  WEFT_TRY(ll_in_begin(p, nbytes, &in));
+  if (send) WEFT_TRY(ll_out_begin(p, &o));
+  for (size_t off = 0; off < nbytes; off += LL_STAGE_NBYTES) {
+    const size_t n = nbytes - off < LL_STAGE_NBYTES ? nbytes - off : LL_STAGE_NBYTES;
+    char *got = !reduce && copy ? dst + off : (char *)stage;
+    WEFT_TRY(ll_in_take(&in, off / 4, got, n));
+    if (reduce)
+      p->reduce(copy ? dst + off : got, copy && send ? got : NULL, got, src + off, n / esize,
+                divisor);
+    if (send) ll_out_put(&o, got, n); /* re-flagged for the next rank */
+  }
+  if (send) ll_out_end(&o);
+  ll_in_end(&in);
+  return weftSuccess;
+}
 
-weftResult_t prims_ll_recv_copy_send(struct prims *p, void *dst, size_t count) {
+weftResult_t prims_ll_step(struct prims *p, unsigned flags, const void *src, void *dst,
+                           size_t count) {
   const size_t nbytes = count * p->elem_nbytes;
-  char *d = dst;
-  struct ll_in in;
-  struct ll_out o;
-  WEFT_TRY(ll_in_begin(p, nbytes, &in));
-  WEFT_TRY(ll_out_begin(p, &o));
-  for (size_t off = 0; off < nbytes; off += LL_STAGE_NBYTES) {
-    size_t n = nbytes - off < LL_STAGE_NBYTES ? nbytes - off : LL_STAGE_NBYTES;
-    WEFT_TRY(ll_in_take(&in, off / 4, d + off, n));
-    ll_out_put(&o, d + off, n); /* re-flagged for the next rank */
-  }
-  ll_out_end(&o);
-  ll_in_end(&in);
-  return weftSuccess;
-}
-
-weftResult_t prims_ll_recv_reduce_send(struct prims *p, const void *src, size_t count) {
-  const size_t esize = p->elem_nbytes, nbytes = count * esize;
-  alignas(64) unsigned char stage[LL_STAGE_NBYTES];
-  struct ll_in in;
-  struct ll_out o;
-  WEFT_TRY(ll_in_begin(p, nbytes, &in));
-  WEFT_TRY(ll_out_begin(p, &o));
-  for (size_t off = 0; off < nbytes; off += LL_STAGE_NBYTES) {
-    size_t n = nbytes - off < LL_STAGE_NBYTES ? nbytes - off : LL_STAGE_NBYTES;
-    WEFT_TRY(ll_in_take(&in, off / 4, stage, n));
-    p->reduce(stage, NULL, stage, (const char *)src + off, n / esize, 1);
-    ll_out_put(&o, stage, n);
-  }
-  ll_out_end(&o);
-  ll_in_end(&in);
-  return weftSuccess;
-}
-
-weftResult_t prims_ll_recv_reduce_copy_send(struct prims *p, const void *src, void *dst,
-                                            size_t count) {
-  const size_t esize = p->elem_nbytes, nbytes = count * esize;
-  alignas(64) unsigned char stage[LL_STAGE_NBYTES];
-  struct ll_in in;
-  struct ll_out o;
-  WEFT_TRY(ll_in_begin(p, nbytes, &in));
-  WEFT_TRY(ll_out_begin(p, &o));
-  for (size_t off = 0; off < nbytes; off += LL_STAGE_NBYTES) {
-    size_t n = nbytes - off < LL_STAGE_NBYTES ? nbytes - off : LL_STAGE_NBYTES;
-    WEFT_TRY(ll_in_take(&in, off / 4, stage, n));
-    /* the final value: into dst and back into the stage, which goes on */
-    p->reduce((char *)dst + off, stage, stage, (const char *)src + off, n / esize, p->divisor);
-    ll_out_put(&o, stage, n);
-  }
-  ll_out_end(&o);
-  ll_in_end(&in);
-  return weftSuccess;
-}
-
-weftResult_t prims_ll_recv_reduce_copy(struct prims *p, const void *src, void *dst,
-                                       size_t count) {
-  const size_t esize = p->elem_nbytes, nbytes = count * esize;
-  alignas(64) unsigned char stage[LL_STAGE_NBYTES];
-  struct ll_in in;
-  WEFT_TRY(ll_in_begin(p, nbytes, &in));
-  for (size_t off = 0; off < nbytes; off += LL_STAGE_NBYTES) {
-    size_t n = nbytes - off < LL_STAGE_NBYTES ? nbytes - off : LL_STAGE_NBYTES;
-    WEFT_TRY(ll_in_take(&in, off / 4, stage, n));
-    p->reduce((char *)dst + off, NULL, stage, (const char *)src + off, n / esize, p->divisor);
-  }
-  ll_in_end(&in);
-  return weftSuccess;
+  if (!(flags & PRIMS_RECV)) return ll_send(p, flags, src, dst, nbytes);
+  if (!(flags & (PRIMS_REDUCE | PRIMS_SEND))) return ll_recv(p, dst, nbytes);
+  return ll_forward(p, flags, src, dst, nbytes);
 }

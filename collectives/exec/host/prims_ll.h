@@ -1,6 +1,5 @@
-/* The LL protocol's primitives (prims_ll.c), private to the host executor:
- * prims_host.c's primitives call these when prims_init chose PROTO_LL. Each
- * has the contract of the prims_* primitive of the same name (prims.h). */
+/* The LL protocol's step (prims_ll.c), private to the host executor:
+ * prims_step calls it when prims_init chose PROTO_LL. */
 #ifndef WEFT_PRIMS_LL_H
 #define WEFT_PRIMS_LL_H
 
@@ -13,14 +12,8 @@
 #define PRIMS_LL_USED_MARK 0x40000000u
 #define PRIMS_USED_NBYTES_MASK 0x07ffffffu
 
-weftResult_t prims_ll_send(struct prims *p, const void *src, size_t count);
-weftResult_t prims_ll_copy_send(struct prims *p, const void *src, void *dst, size_t count);
-weftResult_t prims_ll_recv(struct prims *p, void *dst, size_t count);
-weftResult_t prims_ll_recv_reduce_send(struct prims *p, const void *src, size_t count);
-weftResult_t prims_ll_recv_reduce_copy_send(struct prims *p, const void *src, void *dst,
-                                            size_t count);
-weftResult_t prims_ll_recv_copy_send(struct prims *p, void *dst, size_t count);
-weftResult_t prims_ll_recv_reduce_copy(struct prims *p, const void *src, void *dst,
-                                       size_t count);
+/* prims_step under LL, flags checked. */
+weftResult_t prims_ll_step(struct prims *p, unsigned flags, const void *src, void *dst,
+                           size_t count);
 
 #endif
