@@ -94,7 +94,8 @@ struct Rank {
   }
 
   // Joins the job and connects both rings, as the channels do: receive ends,
-  // blobs all-gathered, send ends, barrier, receive ends connected.
+  // blobs all-gathered, send ends, barrier, receive ends connected; then a
+  // barrier.
   int connect(const RankCtx &ctx, const std::string &tname, uint32_t nslots, size_t slot_nbytes) {
     t = transport_named(tname);
     if (t == nullptr) return rank_fail(ctx, "no transport %s", tname.c_str());
@@ -141,6 +142,10 @@ struct Rank {
         recv[d].transport = nullptr;  // closed by the transport on failure
         return rank_fail(ctx, "recv_connect: %s", weft_error_text());
       }
+    // every end connected on every rank before any data moves: a rank that
+    // dies in the failure tests then dies mid-transfer, not while a peer
+    // still sets up its connection to it
+    if (bootstrap_barrier(bs) != weftSuccess) return rank_fail(ctx, "barrier after connecting");
     return 0;
   }
 
