@@ -552,8 +552,10 @@ void bootstrap_presence_begin(const struct bootstrap_id *id, int rank,
 
 void bootstrap_presence_end(struct bootstrap_presence *p, int failed) {
   shm_marker_remove(p->name);
-  if (failed) shm_segment_sweep();
+  if (failed) bootstrap_sweep_dead();
 }
+
+void bootstrap_sweep_dead(void) { shm_segment_sweep(); }
 
 weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,
                             const struct peer_info *self, uint64_t timeout_ns,

@@ -83,6 +83,12 @@ void bootstrap_presence_begin(const struct bootstrap_id *id, int rank,
  * on this host left behind (their markers and segments). */
 void bootstrap_presence_end(struct bootstrap_presence *p, int failed);
 
+/* Removes what ranks of this host that died left in shared memory (their
+ * segments and presence markers). A communicator that failed calls it as it
+ * closes: a rank killed after its peers finished joining leaves its marker,
+ * and only a survivor is there to see it. */
+void bootstrap_sweep_dead(void);
+
 /* Joins: proves the secret to the root, exchanges peer info, builds the ring.
  * peers_out has nranks entries. Blocks until done or timeout_ns passes. */
 weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,

@@ -265,6 +265,8 @@ weftResult_t weftCommFinalize(weftComm_t comm) {
 }
 
 static void comm_free(struct weftComm *comm) {
+  const int failed = comm_async_error(comm) != weftSuccess ||
+                     __atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE) != 0;
   comm->magic = 0;
   device_comm_free(comm);
   channels_close(comm);
@@ -274,6 +276,7 @@ static void comm_free(struct weftComm *comm) {
   free(comm->peers);
   comm_states_destroy(comm);
   free(comm);
+  if (failed) bootstrap_sweep_dead(); /* a peer that died may have left names behind */
 }
 
 weftResult_t weftCommDestroy(weftComm_t comm) {
