@@ -19,6 +19,7 @@
 extern "C" {
 #include "collectives/algo/p2p_cma.h"
 #include "collectives/core/comm.h"
+#include "collectives/core/mem.h"
 }
 
 using namespace weft_test;
@@ -121,18 +122,23 @@ int alltoallv_check(const RankCtx &ctx, weftComm_t comm, weftDataType_t t, int r
   return 0;
 }
 
-// weftAlltoAll with blocks of count elements: every block right, the guard
-// untouched, and n-1 blocks each way copied where single_copy.
+// weftAlltoAll with blocks of count elements, the input in a
+// weftMemAllocHost buffer (peers map it) where mapped: every block right, the
+// guard untouched, and n-1 blocks each way copied where single_copy.
 int alltoall_check(const RankCtx &ctx, weftComm_t comm, weftDataType_t t, size_t count,
-                   uint64_t seed, bool single_copy) {
+                   uint64_t seed, bool single_copy, bool mapped) {
   const int n = ctx.nranks, me = ctx.rank;
   const size_t block = count * weftTypeSize(t);
   std::vector<std::vector<uint8_t>> inputs;
   for (int r = 0; r < n; r++) inputs.push_back(make_input(t, weftSum, count * n, seed, r));
   std::vector<uint8_t> out(block * n + kGuard, kPoison);
+  void *send = inputs[me].data();
+  FAIL_IF(mapped && weftMemAllocHost(&send, block * n) != weftSuccess, "weftMemAllocHost");
+  if (mapped) memcpy(send, inputs[me].data(), block * n);
   const Counts before = counts(comm);
-  FAIL_IF(weftAlltoAll(inputs[me].data(), out.data(), count, t, comm, nullptr) != weftSuccess,
-          "alltoall: %s", weftGetLastError(comm));
+  weftResult_t res = weftAlltoAll(send, out.data(), count, t, comm, nullptr);
+  if (mapped) weftMemFree(send);
+  FAIL_IF(res != weftSuccess, "alltoall: %s", weftGetLastError(comm));
   for (int p = 0; p < n; p++)
     FAIL_IF(memcmp(out.data() + p * block, inputs[p].data() + me * block, block) != 0,
             "alltoall %s: block from rank %d wrong", type_name(t), p);
@@ -167,8 +173,13 @@ TEST_P(P2PCma, AllToAllEveryTypeEvenAndUneven) {
       for (int round = 0; round < 2; round++)
         TRY_RC(alltoallv_check(ctx, comm, dt, round, seed + (uint64_t)t, single_copy));
       const size_t count = (kFifoNbytes + 1000) / weftTypeSize(dt) + (size_t)t;  // odd sizes
-      TRY_RC(alltoall_check(ctx, comm, dt, count, seed + 100 + (uint64_t)t, single_copy));
+      TRY_RC(alltoall_check(ctx, comm, dt, count, seed + 100 + (uint64_t)t, single_copy, false));
     }
+    // inputs peers map (weftMemAllocHost, from 64 KiB): copied with memcpy
+    const size_t count = kMemSharedMinNbytes / 4 / (size_t)ctx.nranks + 4099;
+    TRY_RC(alltoall_check(ctx, comm, weftFloat32, count, seed + 200, single_copy, true));
+    FAIL_IF(single_copy != (mem_peer_map_count((weftComm *)comm) > 0),
+            "%d of the peers' buffers mapped", mem_peer_map_count((weftComm *)comm));
     weftCommDestroy(comm);
     return 0;
   }, options(c.transport));
@@ -182,5 +193,118 @@ INSTANTIATE_TEST_SUITE_P(Transports, P2PCma,
                            return std::to_string(info.param.nranks) + "ranks_" +
                                   (info.param.transport ? info.param.transport : "shm");
                          });
+
+// --- sizes that differ, and senders that may not be read -------------------
+
+const size_t kMismatchCount = 30000;  // floats each rank sends: more than the FIFO holds
+
+// Rank 0 sends kMismatchCount floats to rank 1 and rank 1 as many back, in
+// one group each (paired: single-copy where allowed); rank 1 expects
+// recv_count. Returns 0 or a failure code; sets *res and *msg to how the
+// group ended.
+int mismatch_exchange(const RankCtx &ctx, weftComm_t comm, size_t recv_count,
+                      std::vector<float> *got, weftResult_t *res, std::string *msg) {
+  const int peer = 1 - ctx.rank;
+  std::vector<float> mine(kMismatchCount);
+  for (size_t i = 0; i < mine.size(); i++) mine[i] = (float)(i * 3 + (size_t)ctx.rank);
+  const size_t want = ctx.rank == 1 ? recv_count : kMismatchCount;
+  got->assign(want + kGuard, -1.0f);
+  FAIL_IF(weftGroupStart() != weftSuccess, "group start");
+  FAIL_IF(weftSend(mine.data(), kMismatchCount, weftFloat32, peer, comm, nullptr) != weftSuccess, "send");
+  FAIL_IF(weftRecv(got->data(), want, weftFloat32, peer, comm, nullptr) != weftSuccess, "recv");
+  *res = weftGroupEnd();
+  *msg = weftGetLastError(comm);
+  return 0;
+}
+
+// A receive of another size than the send: single-copy, both ranks fail with
+// weftInvalidUsage naming the other, at once, and the receiver's buffer is
+// untouched; through the FIFO the receiver fails so, and the sender fails in
+// the same call or its next one, also without waiting for the timeout (rank 1
+// lingers before it aborts, so rank 0 learns it from the poisoned
+// connections, not from the abort).
+TEST(P2PCmaMismatch, FailsOnBothRanksNothingWritten) {
+  for (bool single_copy : {true, false}) {
+    for (size_t recv_count : {10000, 50000}) {
+      RunOptions opts = options(nullptr);
+      opts.env.push_back({"WEFT_TIMEOUT", "60"});
+      if (!single_copy) opts.env.push_back({"WEFT_P2P_CMA_MIN_NBYTES", "1G"});
+      const double start = now_s();
+      auto status = run_ranks(2, [&](const RankCtx &ctx) {
+        weftComm_t comm;
+        if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+          return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+        std::vector<float> got;
+        weftResult_t res = weftSuccess;
+        std::string msg;
+        const double call = now_s();
+        TRY_RC(mismatch_exchange(ctx, comm, recv_count, &got, &res, &msg));
+        const char *other = ctx.rank == 0 ? "rank 1" : "rank 0";
+        if (ctx.rank == 1 || single_copy) {
+          FAIL_IF(res != weftInvalidUsage || msg.find(other) == std::string::npos,
+                  "recv count %zu: got %s: %s", recv_count, weftGetErrorString(res), msg.c_str());
+          FAIL_IF(msg.find(std::to_string(recv_count * 4)) == std::string::npos ||
+                      (single_copy && msg.find(std::to_string(kMismatchCount * 4)) == std::string::npos),
+                  "recv count %zu: the message names the wrong sizes: %s", recv_count, msg.c_str());
+        } else if (res == weftSuccess) {  // its send went before rank 1 found it
+          float x = 1.0f;
+          res = weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr);
+          FAIL_IF(res == weftSuccess, "recv count %zu: the sender never learnt of it", recv_count);
+        }
+        FAIL_IF(ctx.rank == 0 && now_s() - call > 3.0, "recv count %zu: rank 0 took %.1f s to "
+                "learn of it", recv_count, now_s() - call);
+        for (size_t i = 0; ctx.rank == 1 && single_copy && i < got.size(); i++)
+          FAIL_IF(got[i] != -1.0f, "recv count %zu: element %zu written", recv_count, i);
+        if (ctx.rank == 1) usleep(4000000);
+        weftCommAbort(comm);
+        return 0;
+      }, opts);
+      EXPECT_EQ(status[0], 0) << "single-copy " << single_copy << ", recv count " << recv_count;
+      EXPECT_EQ(status[1], 0) << "single-copy " << single_copy << ", recv count " << recv_count;
+      EXPECT_LT(now_s() - start, 30.0) << "a mismatch should not wait for the timeout";
+    }
+  }
+}
+
+// Gives up CAP_SYS_PTRACE (root has it), so that ptrace rules apply.
+void drop_ptrace_capability() {
+  struct __user_cap_header_struct head = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct data[2];
+  if (syscall(SYS_capget, &head, data) != 0) return;
+  data[CAP_SYS_PTRACE / 32].effective &= ~(1u << (CAP_SYS_PTRACE % 32));
+  syscall(SYS_capset, &head, data);
+}
+
+// A rank that may not be read (not dumpable, readers without CAP_SYS_PTRACE):
+// its offers are refused, its messages go through the FIFO and it offers no
+// more; the results are right.
+TEST(P2PCmaFallback, UnreadableSenderUsesTheFifo) {
+  const uint64_t seed = test_seed();
+  auto status = run_ranks(3, [&](const RankCtx &ctx) {
+    drop_ptrace_capability();
+    if (ctx.rank == 1) prctl(PR_SET_DUMPABLE, 0);
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    for (int i = 0; i < 3; i++) {
+      const size_t count = kFifoNbytes / 4 + 1001 + (size_t)i;
+      const int n = ctx.nranks, me = ctx.rank;
+      std::vector<std::vector<uint8_t>> inputs;
+      for (int r = 0; r < n; r++) inputs.push_back(make_input(weftInt32, weftSum, count * n, seed + i, r));
+      std::vector<uint8_t> out(count * 4 * n, kPoison);
+      FAIL_IF(weftAlltoAll(inputs[me].data(), out.data(), count, weftInt32, comm, nullptr) != weftSuccess,
+              "alltoall: %s", weftGetLastError(comm));
+      for (int p = 0; p < n; p++)
+        FAIL_IF(memcmp(out.data() + p * count * 4, inputs[p].data() + me * count * 4, count * 4) != 0,
+                "alltoall %d: block from rank %d wrong", i, p);
+    }
+    const Counts c = counts(comm);
+    FAIL_IF(ctx.rank == 1 && c.sent != 0, "rank 1's sends were copied %llu times",
+            (unsigned long long)c.sent);
+    weftCommDestroy(comm);
+    return 0;
+  }, options(nullptr));
+  for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
 
 }  // namespace
