@@ -5,9 +5,7 @@
 // copied); sizes that differ between sender and receiver fail on both ranks
 // with nothing written; a sender that may not be read falls back to the FIFO.
 #include <gtest/gtest.h>
-#include <linux/capability.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -264,15 +262,6 @@ TEST(P2PCmaMismatch, FailsOnBothRanksNothingWritten) {
       EXPECT_LT(now_s() - start, 30.0) << "a mismatch should not wait for the timeout";
     }
   }
-}
-
-// Gives up CAP_SYS_PTRACE (root has it), so that ptrace rules apply.
-void drop_ptrace_capability() {
-  struct __user_cap_header_struct head = {_LINUX_CAPABILITY_VERSION_3, 0};
-  struct __user_cap_data_struct data[2];
-  if (syscall(SYS_capget, &head, data) != 0) return;
-  data[CAP_SYS_PTRACE / 32].effective &= ~(1u << (CAP_SYS_PTRACE % 32));
-  syscall(SYS_capset, &head, data);
 }
 
 // A rank that may not be read (not dumpable, readers without CAP_SYS_PTRACE):
