@@ -19,7 +19,8 @@
  *             ends fail.
  *
  * The receiver never reads more than the sender declared, nor writes more
- * than it expects. A send that is offered completes only once its receiver
+ * than it expects, nor reads a sender whose connection is poisoned (it may
+ * have given up on the send and reused its buffer). A send that is offered completes only once its receiver
  * took it, so offers are made only where the send waits for its receiver
  * anyway (see p2p_cma_wanted). */
 #include "p2p_cma.h"
@@ -196,6 +197,11 @@ weftResult_t p2p_cma_take(struct weftComm *comm, struct weft_conn *c, void *dst,
                          c->peer_rank, (unsigned long long)slot->nbytes, nbytes);
   } else {
     res = p2p_cma_copy(comm, c, slot, dst, &refused);
+    /* a sender that failed (a timeout, an abort) poisons the connection before
+     * its caller may reuse the buffer: a copy that ends after that is void */
+    if (res == weftSuccess && __atomic_load_n(&c->ctrl->poison, __ATOMIC_ACQUIRE) != 0)
+      res = weft_error_set(weftRemoteError, "recv from rank %d: it failed while this receive "
+                           "copied its message", c->peer_rank);
     slot->answer = res != weftSuccess ? ANSWER_FAILED : refused ? ANSWER_REFUSED : ANSWER_COPIED;
   }
   c->step++;
