@@ -64,6 +64,10 @@ double now_s();
 // named), or -1 when /proc cannot be read.
 int count_threads_named(const char *prefix);
 
+// Gives up CAP_SYS_PTRACE in this process (root has it), so that ptrace
+// rules apply to its cross-memory reads of other ranks.
+void drop_ptrace_capability();
+
 // Splitmix64: small, fast, reproducible.
 struct Rng {
   uint64_t s;

@@ -9,6 +9,7 @@
 #include "../../transport/status.h"
 #include "../../transport/wait.h"
 #include "p2p.h"
+#include "p2p_cma.h"
 
 #define SLOT_LAST 0x80000000u /* in slot_used_nbytes: the message ends here */
 
@@ -137,10 +138,35 @@ struct p2p_state {
   size_t done_nbytes;
   int finished;
   int after; /* the op before it on the same peer and direction, or -1 */
+  int offer; /* a send the receiver copies (p2p_cma.c): 1 to offer, 2 offered */
+  uint64_t offer_step;
+  weftResult_t err; /* why progress returned -1 */
 };
 
+/* Offers st's message, then waits for the answer: how many slots moved, or
+ * -1. A refused offer leaves the message to the FIFO. */
+static int send_offer_progress(struct weftComm *comm, struct weft_conn *c, struct p2p_state *st) {
+  if (st->offer == 1) {
+    if (!p2p_cma_offer(c, st->op->sendbuf, st->nbytes, &st->offer_step)) return 0;
+    st->offer = 2;
+    return 1;
+  }
+  int copied = 0;
+  weftResult_t res = p2p_cma_answer(comm, c, st->offer_step, st->nbytes, &copied);
+  if (res == weftInProgress) return 0;
+  if (res != weftSuccess) {
+    st->err = res;
+    return -1;
+  }
+  st->offer = 0;
+  st->finished = copied;
+  if (copied) st->done_nbytes = st->nbytes;
+  return 1;
+}
+
 /* Moves as many slots as the FIFO allows; returns how many moved, or -1. */
-static int send_progress(struct weft_conn *c, struct p2p_state *st) {
+static int send_progress(struct weftComm *comm, struct weft_conn *c, struct p2p_state *st) {
+  if (st->offer) return send_offer_progress(comm, c, st);
   int moved = 0;
   while (!st->finished && c->step - __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE) < c->nslots) {
     size_t n = st->nbytes - st->done_nbytes;
@@ -157,10 +183,19 @@ static int send_progress(struct weft_conn *c, struct p2p_state *st) {
   return moved;
 }
 
-static int recv_progress(struct weft_conn *c, struct p2p_state *st) {
+static int recv_progress(struct weftComm *comm, struct weft_conn *c, struct p2p_state *st) {
   int moved = 0;
   while (!st->finished && __atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) > c->step) {
     uint32_t used = c->ctrl->slot_used_nbytes[c->step % c->nslots];
+    if (used & P2P_CMA_SLOT_OFFER) { /* the sender offers its buffer */
+      int copied = 0;
+      st->err = p2p_cma_take(comm, c, st->op->recvbuf, st->nbytes, st->done_nbytes, &copied);
+      if (st->err != weftSuccess) return -1;
+      st->finished = copied;
+      if (copied) st->done_nbytes = st->nbytes;
+      moved++;
+      continue;
+    }
     size_t n = used & ~SLOT_LAST;
     int last = (used & SLOT_LAST) != 0;
     if (st->done_nbytes + n > st->nbytes || (last && st->done_nbytes + n != st->nbytes)) {
@@ -207,6 +242,35 @@ static weftResult_t p2p_self(struct weftComm *comm, struct p2p_state *st, size_t
   return weftSuccess;
 }
 
+/* A wait that ended with res: a receiver that refused an offer (another
+ * size) also poisons its connections, so the answer is what to report. */
+static weftResult_t offers_settle(struct weftComm *comm, struct p2p_state *st, size_t nops,
+                                  weftResult_t res) {
+  for (size_t i = 0; i < nops; i++) {
+    if (st[i].offer != 2) continue;
+    struct weft_conn *c = &comm->p2p_send[st[i].op->root];
+    if (send_offer_progress(comm, c, &st[i]) < 0) return st[i].err;
+  }
+  return res;
+}
+
+/* Marks the sends that the receiver copies from the sender's buffer
+ * (p2p_cma_wanted): a send is paired when the group also receives from its
+ * peer. */
+static weftResult_t p2p_offers_mark(struct weftComm *comm, struct p2p_state *st, size_t nops) {
+  char *recv_from = calloc((size_t)comm->nranks, 1);
+  if (recv_from == NULL) return weft_error_set(weftSystemError, "out of memory");
+  for (size_t i = 0; i < nops; i++)
+    if (!plan_is_send(st[i].op)) recv_from[st[i].op->root] = 1;
+  for (size_t i = 0; i < nops; i++) {
+    int peer = st[i].op->root;
+    if (plan_is_send(st[i].op) && !st[i].finished)
+      st[i].offer = p2p_cma_wanted(comm, &comm->p2p_send[peer], st[i].nbytes, recv_from[peer]);
+  }
+  free(recv_from);
+  return weftSuccess;
+}
+
 weftResult_t p2p_run(struct weftComm *comm, const struct weft_plan *const *ops, size_t nops) {
   WEFT_TRY(p2p_connect(comm, ops, nops));
   struct p2p_state *st = calloc(nops ? nops : 1, sizeof *st);
@@ -214,7 +278,8 @@ weftResult_t p2p_run(struct weftComm *comm, const struct weft_plan *const *ops, 
   for (size_t i = 0; i < nops; i++) {
     st[i] = (struct p2p_state){.op = ops[i],
                                .nbytes = ops[i]->count * weftTypeSize(ops[i]->datatype),
-                               .after = -1};
+                               .after = -1,
+                               .err = weftInvalidUsage};
     for (size_t j = i; j-- > 0;)
       if (ops[j]->root == ops[i]->root && plan_is_send(ops[j]) == plan_is_send(ops[i])) {
         st[i].after = (int)j;
@@ -222,6 +287,7 @@ weftResult_t p2p_run(struct weftComm *comm, const struct weft_plan *const *ops, 
       }
   }
   weftResult_t res = p2p_self(comm, st, nops);
+  if (res == weftSuccess) res = p2p_offers_mark(comm, st, nops);
   struct weft_wait w;
   int waiting = 0;
   size_t left = 0;
@@ -234,10 +300,12 @@ weftResult_t p2p_run(struct weftComm *comm, const struct weft_plan *const *ops, 
       if (s->finished || (s->after >= 0 && !st[s->after].finished)) continue;
       int peer = s->op->root, send = plan_is_send(s->op);
       struct weft_conn *c = send ? &comm->p2p_send[peer] : &comm->p2p_recv[peer];
-      int m = send ? send_progress(c, s) : recv_progress(c, s);
+      int m = send ? send_progress(comm, c, s) : recv_progress(comm, c, s);
       if (m < 0) {
-        res = weftInvalidUsage;
-        comm_async_error_set(comm, weftInvalidUsage); /* the stream from that peer is out of step */
+        res = s->err;
+        /* the streams of this group's peers are out of step: they learn it now */
+        comm_async_error_set(comm, res);
+        comm_poison_conns(comm);
         break;
       }
       moved += m;
@@ -257,7 +325,7 @@ weftResult_t p2p_run(struct weftComm *comm, const struct weft_plan *const *ops, 
       waiting = 1;
     }
     weftResult_t wr = wait_poll(&w);
-    if (wr != weftInProgress) res = wr;
+    if (wr != weftInProgress) res = offers_settle(comm, st, nops, wr);
   }
   free(st);
   return res;

@@ -4,10 +4,8 @@
 // the fall-back to the ring when a rank may not be read; and calls that differ
 // between ranks, refused on every rank without a byte written.
 #include <gtest/gtest.h>
-#include <linux/capability.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -159,15 +157,6 @@ TEST(CmaTuner, PicksFromThresholdUnlessExcluded) {
     }, opts);
     for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " WEFT_ALGO=" << algo;
   }
-}
-
-// Gives up CAP_SYS_PTRACE (root has it), so that ptrace rules apply to us.
-void drop_ptrace_capability() {
-  struct __user_cap_header_struct head = {_LINUX_CAPABILITY_VERSION_3, 0};
-  struct __user_cap_data_struct data[2];
-  if (syscall(SYS_capget, &head, data) != 0) return;
-  data[CAP_SYS_PTRACE / 32].effective &= ~(1u << (CAP_SYS_PTRACE % 32));
-  syscall(SYS_capset, &head, data);
 }
 
 // A rank that may not be read (not dumpable, and readers without

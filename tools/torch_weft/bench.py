@@ -1,6 +1,7 @@
 """torch.distributed on weft against Gloo, alternating in one run.
 
     .venv-torch/bin/python tools/torch_weft/bench.py [--nranks 2,4] [--rounds 3]
+        [--ops all_reduce,...] [--sizes 1M,4M] [--no-train]
 
 For each rank count it starts that many processes (env:// rendezvous on a
 free port); each makes a default "weft" group and a Gloo group of the same
@@ -59,8 +60,8 @@ def run_rank(args):
         return lambda: dist.all_to_all_single(out, inp, group=group)
 
     rows = []
-    for op in OPS if not args.train_only else []:
-        for size in SIZES:
+    for op in args.ops if not args.train_only else []:
+        for size in args.sizes:
             iters = max(2, min(200, (4 << 20) // size * 10))
             times = {"weft": [], "gloo": []}
             calls = {b: op_call(op, size, g) for b, g in groups.items()}
@@ -109,6 +110,9 @@ def run_rank(args):
             fully_shard(layer, mesh=mesh)
         return fully_shard(m, mesh=mesh)
 
+    if args.no_train:
+        dist.destroy_process_group()
+        return
     data = torch.randint(0, 256, (8, 33), generator=torch.Generator().manual_seed(rank))
     steps = 10
     for kind in ("ddp", "fsdp2"):
@@ -149,8 +153,20 @@ def main():
     ap.add_argument("--nranks", default="2,4")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--train-only", action="store_true", help="only the DDP/FSDP2 step times")
+    ap.add_argument("--no-train", action="store_true", help="only the collectives")
+    ap.add_argument("--ops", default=",".join(OPS), help="comma-separated, of " + ",".join(OPS))
+    ap.add_argument("--sizes", default=",".join(fmt_size(b).replace(" ", "")[:-2] for b in SIZES),
+                    help="comma-separated sizes such as 64K,4M")
     ap.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    args.ops = args.ops.split(",")
+    if any(op not in OPS for op in args.ops):
+        ap.error(f"--ops: each of {','.join(OPS)}")
+    units = {"K": 1 << 10, "M": 1 << 20}
+    try:
+        args.sizes = [int(x[:-1]) * units[x[-1].upper()] for x in args.sizes.split(",")]
+    except (KeyError, ValueError, IndexError):
+        ap.error("--sizes: comma-separated sizes such as 64K,4M")
     if args.rank:
         return run_rank(args)
     for n in [int(x) for x in args.nranks.split(",")]:
@@ -158,8 +174,10 @@ def main():
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                    WORLD_SIZE=str(n), OMP_NUM_THREADS="1")
         procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank",
-                                   "--rounds", str(args.rounds)]
-                                  + (["--train-only"] if args.train_only else []),
+                                   "--rounds", str(args.rounds), "--ops", ",".join(args.ops),
+                                   "--sizes", ",".join(f"{b >> 10}K" for b in args.sizes)]
+                                  + (["--train-only"] if args.train_only else [])
+                                  + (["--no-train"] if args.no_train else []),
                                   env=dict(env, RANK=str(r), LOCAL_RANK=str(r)))
                  for r in range(n)]
         codes = [p.wait() for p in procs]

@@ -1,0 +1,299 @@
+// Single-copy sends and receives (collectives/algo/p2p_cma.c) over forked
+// ranks: all-to-all with uneven splits (empty blocks, odd sizes) and even
+// ones, every datatype, 2 to 5 ranks, over shared memory (receivers copy from
+// the senders' buffers: counted) and over sockets (through the FIFOs: never
+// copied); sizes that differ between sender and receiver fail on both ranks
+// with nothing written; a sender that may not be read falls back to the FIFO.
+#include <gtest/gtest.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "coll_check.h"
+#include "harness.h"
+extern "C" {
+#include "collectives/algo/p2p_cma.h"
+#include "collectives/core/comm.h"
+#include "collectives/core/mem.h"
+}
+
+using namespace weft_test;
+
+namespace {
+
+const uint8_t kPoison = 0xa5;
+const size_t kGuard = 64;                 // poisoned bytes after each output
+const size_t kMinNbytes = 4096;           // WEFT_P2P_CMA_MIN_NBYTES in these tests
+const size_t kFifoNbytes = 4 * 4096;      // WEFT_NSLOTS x WEFT_SLOT_BYTES
+
+RunOptions options(const char *transport) {
+  RunOptions o;
+  o.timeout_s = 300;
+  o.env = {{"WEFT_SLOT_BYTES", "4096"}, {"WEFT_NSLOTS", "4"}, {"WEFT_TIMEOUT", "60"},
+           {"WEFT_P2P_CMA_MIN_NBYTES", std::to_string(kMinNbytes)}};
+  if (transport != nullptr) o.env.push_back({"WEFT_TRANSPORT", transport});
+  return o;
+}
+
+struct Counts {
+  uint64_t sent = 0, received = 0;
+};
+
+Counts counts(weftComm_t comm) {
+  Counts c;
+  p2p_cma_counts((const weftComm *)comm, &c.sent, &c.received);
+  return c;
+}
+
+// Elements rank `from` sends rank `to` in round `round`: the same on every
+// rank. Empty blocks, single elements, odd sizes around the threshold, and
+// blocks larger than the FIFO.
+size_t split(uint64_t seed, int round, int from, int to, size_t esize) {
+  Rng rng(seed * 7919u + (uint64_t)round * 104729u + (uint64_t)from * 131u + (uint64_t)to);
+  const size_t bytes[] = {0, 0, 1, 77, kMinNbytes - 1, kMinNbytes, 9001, kFifoNbytes + 333, 70001};
+  const size_t n = bytes[rng.next() % (sizeof bytes / sizeof bytes[0])];
+  return (n + esize - 1) / esize; // at least one element where any bytes
+}
+
+// Whether a block of nbytes from a rank whose group also receives from its
+// peer (paired) is copied single-copy over shared memory.
+bool copied(size_t nbytes, bool paired) {
+  return nbytes > 0 && nbytes >= kMinNbytes && (paired || nbytes > kFifoNbytes);
+}
+
+// One all-to-all with uneven splits as a group of sends and receives (empty
+// blocks skipped on both sides, as torch_weft does), into a poisoned output:
+// checks every block, the guard, the untouched input, and how many blocks
+// were copied single-copy (none with single_copy false).
+int alltoallv_check(const RankCtx &ctx, weftComm_t comm, weftDataType_t t, int round,
+                    uint64_t seed, bool single_copy) {
+  const int n = ctx.nranks, me = ctx.rank;
+  const size_t es = weftTypeSize(t);
+  std::vector<size_t> send_off(n + 1, 0), recv_off(n + 1, 0);
+  for (int p = 0; p < n; p++) {
+    send_off[p + 1] = send_off[p] + split(seed, round, me, p, es) * es;
+    recv_off[p + 1] = recv_off[p] + split(seed, round, p, me, es) * es;
+  }
+  std::vector<std::vector<uint8_t>> inputs;  // every rank's whole send buffer
+  for (int r = 0; r < n; r++) {
+    size_t total = 0;
+    for (int p = 0; p < n; p++) total += split(seed, round, r, p, es) * es;
+    inputs.push_back(make_input(t, weftSum, total / es, seed + (uint64_t)round, r));
+  }
+  const std::vector<uint8_t> input = inputs[me];
+  std::vector<uint8_t> out(recv_off[n] + kGuard, kPoison);
+  const Counts before = counts(comm);
+  size_t want_sent = 0, want_received = 0;
+  FAIL_IF(weftGroupStart() != weftSuccess, "group start");
+  for (int p = 0; p < n; p++) {
+    const size_t sn = send_off[p + 1] - send_off[p], rn = recv_off[p + 1] - recv_off[p];
+    if (sn > 0)
+      FAIL_IF(weftSend(inputs[me].data() + send_off[p], sn / es, t, p, comm, nullptr) != weftSuccess,
+              "send: %s", weftGetLastError(comm));
+    if (rn > 0)
+      FAIL_IF(weftRecv(out.data() + recv_off[p], rn / es, t, p, comm, nullptr) != weftSuccess,
+              "recv: %s", weftGetLastError(comm));
+    want_sent += p != me && copied(sn, rn > 0);
+    want_received += p != me && copied(rn, sn > 0);
+  }
+  FAIL_IF(weftGroupEnd() != weftSuccess, "%s round %d: %s", type_name(t), round,
+          weftGetLastError(comm));
+  for (int p = 0; p < n; p++) {
+    size_t from = 0;  // where p's block for this rank starts in p's buffer
+    for (int q = 0; q < me; q++) from += split(seed, round, p, q, es) * es;
+    FAIL_IF(memcmp(out.data() + recv_off[p], inputs[p].data() + from, recv_off[p + 1] - recv_off[p]) != 0,
+            "%s round %d: block from rank %d (%zu bytes) wrong", type_name(t), round, p,
+            recv_off[p + 1] - recv_off[p]);
+  }
+  for (size_t i = recv_off[n]; i < out.size(); i++)
+    FAIL_IF(out[i] != kPoison, "%s round %d: guard byte %zu written", type_name(t), round, i);
+  FAIL_IF(inputs[me] != input, "%s round %d: the input changed", type_name(t), round);
+  const Counts after = counts(comm);
+  if (!single_copy) want_sent = want_received = 0;
+  FAIL_IF(after.sent - before.sent != want_sent || after.received - before.received != want_received,
+          "%s round %d: %llu sends and %llu receives copied single-copy, want %zu and %zu",
+          type_name(t), round, (unsigned long long)(after.sent - before.sent),
+          (unsigned long long)(after.received - before.received), want_sent, want_received);
+  return 0;
+}
+
+// weftAlltoAll with blocks of count elements, the input in a
+// weftMemAllocHost buffer (peers map it) where mapped: every block right, the
+// guard untouched, and n-1 blocks each way copied where single_copy.
+int alltoall_check(const RankCtx &ctx, weftComm_t comm, weftDataType_t t, size_t count,
+                   uint64_t seed, bool single_copy, bool mapped) {
+  const int n = ctx.nranks, me = ctx.rank;
+  const size_t block = count * weftTypeSize(t);
+  std::vector<std::vector<uint8_t>> inputs;
+  for (int r = 0; r < n; r++) inputs.push_back(make_input(t, weftSum, count * n, seed, r));
+  std::vector<uint8_t> out(block * n + kGuard, kPoison);
+  void *send = inputs[me].data();
+  FAIL_IF(mapped && weftMemAllocHost(&send, block * n) != weftSuccess, "weftMemAllocHost");
+  if (mapped) memcpy(send, inputs[me].data(), block * n);
+  const Counts before = counts(comm);
+  weftResult_t res = weftAlltoAll(send, out.data(), count, t, comm, nullptr);
+  if (mapped) weftMemFree(send);
+  FAIL_IF(res != weftSuccess, "alltoall: %s", weftGetLastError(comm));
+  for (int p = 0; p < n; p++)
+    FAIL_IF(memcmp(out.data() + p * block, inputs[p].data() + me * block, block) != 0,
+            "alltoall %s: block from rank %d wrong", type_name(t), p);
+  for (size_t i = block * n; i < out.size(); i++)
+    FAIL_IF(out[i] != kPoison, "alltoall %s: guard byte %zu written", type_name(t), i);
+  const Counts after = counts(comm);
+  const uint64_t want = single_copy && copied(block, true) ? (uint64_t)(n - 1) : 0;
+  FAIL_IF(after.sent - before.sent != want || after.received - before.received != want,
+          "alltoall %s: %llu/%llu blocks copied single-copy, want %llu", type_name(t),
+          (unsigned long long)(after.sent - before.sent),
+          (unsigned long long)(after.received - before.received), (unsigned long long)want);
+  return 0;
+}
+
+struct Case {
+  int nranks;
+  const char *transport;  // nullptr: shared memory, single-copy
+};
+
+class P2PCma : public testing::TestWithParam<Case> {};
+
+TEST_P(P2PCma, AllToAllEveryTypeEvenAndUneven) {
+  const Case c = GetParam();
+  const uint64_t seed = test_seed();
+  auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    const bool single_copy = c.transport == nullptr;
+    for (int t = 0; t < weftNumTypes; t++) {
+      const weftDataType_t dt = (weftDataType_t)t;
+      for (int round = 0; round < 2; round++)
+        TRY_RC(alltoallv_check(ctx, comm, dt, round, seed + (uint64_t)t, single_copy));
+      const size_t count = (kFifoNbytes + 1000) / weftTypeSize(dt) + (size_t)t;  // odd sizes
+      TRY_RC(alltoall_check(ctx, comm, dt, count, seed + 100 + (uint64_t)t, single_copy, false));
+    }
+    // inputs peers map (weftMemAllocHost, from 64 KiB): copied with memcpy
+    const size_t count = kMemSharedMinNbytes / 4 / (size_t)ctx.nranks + 4099;
+    TRY_RC(alltoall_check(ctx, comm, weftFloat32, count, seed + 200, single_copy, true));
+    FAIL_IF(single_copy != (mem_peer_map_count((weftComm *)comm) > 0),
+            "%d of the peers' buffers mapped", mem_peer_map_count((weftComm *)comm));
+    weftCommDestroy(comm);
+    return 0;
+  }, options(c.transport));
+  for (int r = 0; r < c.nranks; r++) EXPECT_EQ(status[r], 0) << c.nranks << " ranks, rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, P2PCma,
+                         testing::Values(Case{2, nullptr}, Case{3, nullptr}, Case{4, nullptr},
+                                         Case{5, nullptr}, Case{3, "socket"}),
+                         [](const testing::TestParamInfo<Case> &info) {
+                           return std::to_string(info.param.nranks) + "ranks_" +
+                                  (info.param.transport ? info.param.transport : "shm");
+                         });
+
+// --- sizes that differ, and senders that may not be read -------------------
+
+const size_t kMismatchCount = 30000;  // floats each rank sends: more than the FIFO holds
+
+// Rank 0 sends kMismatchCount floats to rank 1 and rank 1 as many back, in
+// one group each (paired: single-copy where allowed); rank 1 expects
+// recv_count. Returns 0 or a failure code; sets *res and *msg to how the
+// group ended.
+int mismatch_exchange(const RankCtx &ctx, weftComm_t comm, size_t recv_count,
+                      std::vector<float> *got, weftResult_t *res, std::string *msg) {
+  const int peer = 1 - ctx.rank;
+  std::vector<float> mine(kMismatchCount);
+  for (size_t i = 0; i < mine.size(); i++) mine[i] = (float)(i * 3 + (size_t)ctx.rank);
+  const size_t want = ctx.rank == 1 ? recv_count : kMismatchCount;
+  got->assign(want + kGuard, -1.0f);
+  FAIL_IF(weftGroupStart() != weftSuccess, "group start");
+  FAIL_IF(weftSend(mine.data(), kMismatchCount, weftFloat32, peer, comm, nullptr) != weftSuccess, "send");
+  FAIL_IF(weftRecv(got->data(), want, weftFloat32, peer, comm, nullptr) != weftSuccess, "recv");
+  *res = weftGroupEnd();
+  *msg = weftGetLastError(comm);
+  return 0;
+}
+
+// A receive of another size than the send: single-copy, both ranks fail with
+// weftInvalidUsage naming the other, at once, and the receiver's buffer is
+// untouched; through the FIFO the receiver fails so, and the sender fails in
+// the same call or its next one, also without waiting for the timeout (rank 1
+// lingers before it aborts, so rank 0 learns it from the poisoned
+// connections, not from the abort).
+TEST(P2PCmaMismatch, FailsOnBothRanksNothingWritten) {
+  for (bool single_copy : {true, false}) {
+    for (size_t recv_count : {10000, 50000}) {
+      RunOptions opts = options(nullptr);
+      opts.env.push_back({"WEFT_TIMEOUT", "60"});
+      if (!single_copy) opts.env.push_back({"WEFT_P2P_CMA_MIN_NBYTES", "1G"});
+      const double start = now_s();
+      auto status = run_ranks(2, [&](const RankCtx &ctx) {
+        weftComm_t comm;
+        if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+          return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+        std::vector<float> got;
+        weftResult_t res = weftSuccess;
+        std::string msg;
+        const double call = now_s();
+        TRY_RC(mismatch_exchange(ctx, comm, recv_count, &got, &res, &msg));
+        const char *other = ctx.rank == 0 ? "rank 1" : "rank 0";
+        if (ctx.rank == 1 || single_copy) {
+          FAIL_IF(res != weftInvalidUsage || msg.find(other) == std::string::npos,
+                  "recv count %zu: got %s: %s", recv_count, weftGetErrorString(res), msg.c_str());
+          FAIL_IF(msg.find(std::to_string(recv_count * 4)) == std::string::npos ||
+                      (single_copy && msg.find(std::to_string(kMismatchCount * 4)) == std::string::npos),
+                  "recv count %zu: the message names the wrong sizes: %s", recv_count, msg.c_str());
+        } else if (res == weftSuccess) {  // its send went before rank 1 found it
+          float x = 1.0f;
+          res = weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr);
+          FAIL_IF(res == weftSuccess, "recv count %zu: the sender never learnt of it", recv_count);
+        }
+        FAIL_IF(ctx.rank == 0 && now_s() - call > 5.0, "recv count %zu: rank 0 took %.1f s to "
+                "learn of it", recv_count, now_s() - call);
+        for (size_t i = 0; ctx.rank == 1 && single_copy && i < got.size(); i++)
+          FAIL_IF(got[i] != -1.0f, "recv count %zu: element %zu written", recv_count, i);
+        if (ctx.rank == 1 && !single_copy) usleep(6000000);
+        weftCommAbort(comm);
+        return 0;
+      }, opts);
+      EXPECT_EQ(status[0], 0) << "single-copy " << single_copy << ", recv count " << recv_count;
+      EXPECT_EQ(status[1], 0) << "single-copy " << single_copy << ", recv count " << recv_count;
+      EXPECT_LT(now_s() - start, 30.0) << "a mismatch should not wait for the timeout";
+    }
+  }
+}
+
+// A rank that may not be read (not dumpable, readers without CAP_SYS_PTRACE):
+// its offers are refused, its messages go through the FIFO and it offers no
+// more; the results are right.
+TEST(P2PCmaFallback, UnreadableSenderUsesTheFifo) {
+  const uint64_t seed = test_seed();
+  auto status = run_ranks(3, [&](const RankCtx &ctx) {
+    drop_ptrace_capability();
+    if (ctx.rank == 1) prctl(PR_SET_DUMPABLE, 0);
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    for (int i = 0; i < 3; i++) {
+      const size_t count = kFifoNbytes / 4 + 1001 + (size_t)i;
+      const int n = ctx.nranks, me = ctx.rank;
+      std::vector<std::vector<uint8_t>> inputs;
+      for (int r = 0; r < n; r++) inputs.push_back(make_input(weftInt32, weftSum, count * n, seed + i, r));
+      std::vector<uint8_t> out(count * 4 * n, kPoison);
+      FAIL_IF(weftAlltoAll(inputs[me].data(), out.data(), count, weftInt32, comm, nullptr) != weftSuccess,
+              "alltoall: %s", weftGetLastError(comm));
+      for (int p = 0; p < n; p++)
+        FAIL_IF(memcmp(out.data() + p * count * 4, inputs[p].data() + me * count * 4, count * 4) != 0,
+                "alltoall %d: block from rank %d wrong", i, p);
+    }
+    const Counts c = counts(comm);
+    FAIL_IF(ctx.rank == 1 && c.sent != 0, "rank 1's sends were copied %llu times",
+            (unsigned long long)c.sent);
+    weftCommDestroy(comm);
+    return 0;
+  }, options(nullptr));
+  for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+}  // namespace
