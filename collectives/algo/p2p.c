@@ -303,6 +303,9 @@ weftResult_t p2p_run(struct weftComm *comm, const struct weft_plan *const *ops, 
       int m = send ? send_progress(comm, c, s) : recv_progress(comm, c, s);
       if (m < 0) {
         res = s->err;
+        /* a peer that failed may have done so on one of this group's offers
+         * (another size): that answer, already in its slot, is the cause */
+        if (res == weftRemoteError) res = offers_settle(comm, st, nops, res);
         /* the streams of this group's peers are out of step: they learn it now */
         comm_async_error_set(comm, res);
         comm_poison_conns(comm);
