@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "perf_common.h"
+#include "perf_types.h"
 
 struct minifloat {
   int ebits, mbits;

@@ -13,12 +13,12 @@
  * processes that ranks leave behind are reaped here and killed at the end.
  *
  * This file parses the arguments and sets up;
- * weftrun.h says where the rest lives.
+ * weftrun_job.h says where the rest lives.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "weftrun.h"
+#include "weftrun_job.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>

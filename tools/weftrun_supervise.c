@@ -3,7 +3,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "weftrun.h"
+#include "weftrun_job.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include "../include/weft.h"
+#include "peer_info.h"
 #include "sock.h"
 
 #define BOOTSTRAP_SECRET_BYTES 32
@@ -28,22 +29,6 @@ struct bootstrap_id {
 };
 static_assert(sizeof(struct bootstrap_id) <= WEFT_UNIQUE_ID_BYTES, "bootstrap id too large");
 
-/* What every rank tells the others about itself. */
-struct peer_info {
-  int32_t rank;
-  int32_t pid;
-  uint64_t host_hash; /* equal for ranks that share memory (same host, same namespaces) */
-  char hostname[64];
-  union weft_sockaddr listen_addr;
-  int32_t cuda_dev; /* -1 for a host rank */
-  int32_t numa_node;
-  int64_t bus_id;
-  /* topology (topo.h); -1 when unknown */
-  int32_t package;
-  int32_t host_bridge;
-  int32_t pci_switch;
-  int32_t nic; /* index of the NIC this rank uses in its host's topology */
-};
 
 struct bootstrap;
 

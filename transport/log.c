@@ -8,7 +8,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "param.h"
+#include "param_load.h"
 
 struct weft_param log_params[] = {
     {"WEFT_DEBUG", PARAM_STR, "WARN", "log level: NONE, WARN, INFO or TRACE", 0, 0, NULL},

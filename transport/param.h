@@ -7,26 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-enum param_type { PARAM_INT, PARAM_STR };
-
-struct weft_param {
-  const char *name;        /* full variable name, e.g. "WEFT_TIMEOUT" */
-  enum param_type type;
-  const char *default_str; /* default as text (NULL: unset) */
-  const char *doc;
-  /* cache, filled on first read */
-  int loaded;
-  int64_t ival;
-  const char *sval;
-};
-
-#define PARAM_END {NULL, PARAM_INT, NULL, NULL, 0, 0, NULL}
-
-/* Fills p's cache from the environment on first use; logs nothing, so that
- * log.c can read its own parameters with it. Returns the environment's text
- * when it was not an integer and the default was taken instead (on the load
- * that found it only), else NULL. */
-const char *param_load(struct weft_param *p);
+#include "param_load.h"
 
 /* Cached values; an ignored value is warned about once. */
 int64_t param_int(struct weft_param *p);

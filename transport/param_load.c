@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "param.h"
+#include "param_load.h"
 
 /* Parses an integer with an optional K/M/G suffix (powers of 1024); a value
  * that does not fit 64 bits once scaled is not an integer. */

@@ -16,7 +16,7 @@
 #include <stdio.h>
 
 #include "../include/weft.h"
-#include "bootstrap.h"
+#include "peer_info.h"
 
 #define TOPO_MAX_NUMA 64
 #define TOPO_MAX_DEVS 128

@@ -1,4 +1,4 @@
-/* Sharded checkpoints (the files: zero_ckpt.h).
+/* Sharded checkpoints (the files: zero_ckpt_format.h).
  *
  * dir/step-<n>/manifest      the run, layout, counters, each shard's size
  *                            and checksum, and the manifest's own checksum
@@ -25,7 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "zero_ckpt.h"
+#include "zero_ckpt_format.h"
 
 static int write_all(int fd, const void *buf, size_t n) {
   const char *p = buf;

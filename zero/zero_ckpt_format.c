@@ -1,5 +1,5 @@
 /* Checkpoint format 2: checksums, the manifest's text, shard headers, and the
- * checks a checkpoint passes before anything of it is used (zero_ckpt.h).
+ * checks a checkpoint passes before anything of it is used (zero_ckpt_format.h).
  * Every size read from a file is bounded by the file's length before it is
  * used to allocate or to index. */
 #include <ctype.h>
@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "zero_ckpt.h"
+#include "zero_ckpt_format.h"
 
 /* --- CRC-32C, eight bytes at a time ---------------------------------------- */
 

@@ -11,8 +11,8 @@
  *                            moment, of weftZeroShardOf(count, nranks, r)
  *
  * Numbers in the binary files are little-endian. */
-#ifndef WEFT_ZERO_CKPT_H
-#define WEFT_ZERO_CKPT_H
+#ifndef WEFT_ZERO_CKPT_FORMAT_H
+#define WEFT_ZERO_CKPT_FORMAT_H
 
 #include <stddef.h>
 #include <stdint.h>

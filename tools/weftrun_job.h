@@ -4,8 +4,8 @@
  * the ranks' pipes and prefixes their lines; weftrun_env.c (a leaf) holds the
  * allocation helpers and builds the ranks' environment. Calls run one way:
  * weftrun.c -> weftrun_supervise.c -> weftrun_output.c -> weftrun_env.c. */
-#ifndef WEFT_WEFTRUN_H
-#define WEFT_WEFTRUN_H
+#ifndef WEFT_WEFTRUN_JOB_H
+#define WEFT_WEFTRUN_JOB_H
 
 #include <signal.h>
 #include <stdbool.h>

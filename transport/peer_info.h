@@ -1,0 +1,26 @@
+/* What every rank tells the others about itself at set-up (exchanged by the
+ * bootstrap, filled in by the topology code), apart from both.  */
+#ifndef WEFT_PEER_INFO_H
+#define WEFT_PEER_INFO_H
+
+#include <stdint.h>
+
+#include "sock.h"
+
+struct peer_info {
+  int32_t rank;
+  int32_t pid;
+  uint64_t host_hash; /* equal for ranks that share memory (same host, same namespaces) */
+  char hostname[64];
+  union weft_sockaddr listen_addr;
+  int32_t cuda_dev; /* -1 for a host rank */
+  int32_t numa_node;
+  int64_t bus_id;
+  /* topology (topo.h); -1 when unknown */
+  int32_t package;
+  int32_t host_bridge;
+  int32_t pci_switch;
+  int32_t nic; /* index of the NIC this rank uses in its host's topology */
+};
+
+#endif
