@@ -26,10 +26,20 @@ static void net_dev_host_free(void *host, size_t nbytes) {
   free(host);
 }
 
+static weftResult_t net_dev_host_map(void *host, size_t nbytes, void **dev_out) {
+  (void)nbytes;
+  *dev_out = host;
+  return weftSuccess;
+}
+
+static void net_dev_host_unmap(void *host) { (void)host; }
+
 const struct proxy_fifo_mem net_dev_mem_host = {
     .name = "host (emulated device)",
     .alloc = net_dev_host_alloc,
     .free = net_dev_host_free,
+    .map = net_dev_host_map,
+    .unmap = net_dev_host_unmap,
 };
 
 static pthread_mutex_t gdr_mutex = PTHREAD_MUTEX_INITIALIZER;

@@ -28,8 +28,33 @@ static void net_dev_cuda_free(void *host, size_t nbytes) {
   cudaFreeHost(host);
 }
 
+/* Memory another process shares (host_fifo): pinned in place and mapped. */
+static weftResult_t net_dev_cuda_map(void *host, size_t nbytes, void **dev_out) {
+  void *dev = NULL;
+  cudaError_t err = cudaHostRegister(host, nbytes, cudaHostRegisterMapped |
+                                                       cudaHostRegisterPortable);
+  if (err == cudaSuccess) {
+    err = cudaHostGetDevicePointer(&dev, host, 0);
+    if (err != cudaSuccess) cudaHostUnregister(host);
+  }
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return weft_error_set(weftSystemError, "pinning a %zu-byte shared device FIFO: %s", nbytes,
+                          cudaGetErrorString(err));
+  }
+  *dev_out = dev;
+  return weftSuccess;
+}
+
+static void net_dev_cuda_unmap(void *host) {
+  cudaHostUnregister(host);
+  cudaGetLastError();
+}
+
 const struct proxy_fifo_mem net_dev_mem_cuda = {
     .name = "pinned host memory (cudaHostAlloc)",
     .alloc = net_dev_cuda_alloc,
     .free = net_dev_cuda_free,
+    .map = net_dev_cuda_map,
+    .unmap = net_dev_cuda_unmap,
 };

@@ -53,6 +53,11 @@ struct proxy_fifo_mem {
    * device's (the same where the device is emulated) */
   weftResult_t (*alloc)(size_t nbytes, void **host_out, void **dev_out);
   void (*free)(void *host, size_t nbytes);
+  /* Makes nbytes of existing page-aligned host memory (shared with another
+   * process) reachable by the device: its device address (the same where
+   * the device is emulated). unmap undoes it. */
+  weftResult_t (*map)(void *host, size_t nbytes, void **dev_out);
+  void (*unmap)(void *host);
 };
 
 /* What a network adds to the core. Every function runs on the proxy thread

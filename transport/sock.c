@@ -168,9 +168,22 @@ close_fd:
   return weftSystemError;
 }
 
+/* No delay for small messages; and a peer host that dies or a link that goes
+ * down fails the socket within WEFT_TIMEOUT (data unacknowledged that long,
+ * or keepalive probes unanswered), so a proxy waiting on it hears of it. A
+ * live peer's TCP acknowledges whatever its process does. */
 static void sock_tune(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  uint64_t timeout_ms = wait_default_timeout_ns() / 1000000ull;
+  if (timeout_ms == 0 || timeout_ms > 0x7fffffffull) return;
+  unsigned user_ms = (unsigned)timeout_ms;
+  int probe_s = (int)(timeout_ms / 3000) > 0 ? (int)(timeout_ms / 3000) : 1, count = 3;
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof user_ms);
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &probe_s, sizeof probe_s);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &probe_s, sizeof probe_s);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
 }
 
 /* How long one poll may sleep: the watch is looked at this often. */

@@ -136,23 +136,45 @@ static const struct {
 #define TUNER_NET_LAT_FACTOR 40
 #define TUNER_NET_BW_DIVISOR 8
 
-static void tuner_cost_get(const struct weftComm *comm, enum coll_proto proto, double *lat_out,
-                           double *bw_out) {
+/* Device buffers to another host (docs/cuda.md): the sending kernel writes
+ * each slot into pinned host memory over PCIe, the proxy sends it, the
+ * receiving kernel reads it back over PCIe. Per step the network's latency
+ * plus two PCIe crossings (a mapped-memory store and the flag read across
+ * the bus); the stages overlap slot by slot, so the bandwidth is the
+ * slower of the network and PCIe. Datasheet figures (PCIe 4 x16, about
+ * 1-2 us a round trip), not yet measured on a GPU. */
+#define TUNER_DEV_PCIE_LAT_US 1.5
+#define TUNER_DEV_PCIE_BYTES_PER_US 20000
+
+static void tuner_cost_get(const struct weftComm *comm, enum coll_proto proto, int on_device,
+                           double *lat_out, double *bw_out) {
   double lat = tuner_cost[proto].lat_us, bw = tuner_cost[proto].bytes_per_us;
   if (comm->network) lat *= TUNER_NET_LAT_FACTOR, bw /= TUNER_NET_BW_DIVISOR;
+  if (comm->network && on_device) {
+    lat += 2 * TUNER_DEV_PCIE_LAT_US;
+    if (bw > TUNER_DEV_PCIE_BYTES_PER_US) bw = TUNER_DEV_PCIE_BYTES_PER_US;
+  }
   *lat_out = lat;
   *bw_out = bw;
+}
+
+/* Whether the executor can run proto for plan: device rings that cross
+ * hosts carry SIMPLE slots only (a proxy cannot see an LL slot complete). */
+static int tuner_proto_runs(const struct weftComm *comm, const struct weft_plan *plan,
+                            enum coll_proto proto) {
+  return proto == PROTO_SIMPLE || !(plan->on_device && comm->network);
 }
 
 /* Steps times latency plus bytes over bandwidth. The host executor runs a
  * plan's channels one after another on one thread (exec/host/run.c), each a
  * whole ring over its share: the steps repeat per channel, the bytes add up
  * to the same total. */
-static double model_us(const struct weftComm *comm, enum coll_kind coll, enum coll_algo algo,
-                       enum coll_proto proto, size_t nbytes, int nchannels) {
+static double model_us(const struct weftComm *comm, const struct weft_plan *plan,
+                       enum coll_algo algo, enum coll_proto proto, size_t nbytes, int nchannels) {
   const double n = comm->nranks;
+  const enum coll_kind coll = plan->coll;
   double lat, bw;
-  tuner_cost_get(comm, proto, &lat, &bw);
+  tuner_cost_get(comm, proto, plan->on_device, &lat, &bw);
   double steps, bytes;
   int log2n = 0;
   while ((1 << log2n) < comm->nranks) log2n++;
@@ -181,9 +203,9 @@ static int tuner_pick_channels(const struct weftComm *comm, const struct weft_pl
                                size_t nbytes) {
   if (plan->algo != ALGO_RING) return 1;
   int best_nch = 1;
-  double best = model_us(comm, plan->coll, plan->algo, plan->proto, nbytes, 1);
+  double best = model_us(comm, plan, plan->algo, plan->proto, nbytes, 1);
   for (int nch = 2; nch <= comm->nchannels; nch++) {
-    double t = model_us(comm, plan->coll, plan->algo, plan->proto, nbytes, nch);
+    double t = model_us(comm, plan, plan->algo, plan->proto, nbytes, nch);
     if (t < best) best = t, best_nch = nch;
   }
   return best_nch;
@@ -227,8 +249,8 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
   for (int a = 0; a < ALGO_CMA; a++) { /* cma and bulk: not pipelines, not in the cost model */
     if (!algo_exists(plan->coll, (enum coll_algo)a) || !r->algo[plan->coll][a]) continue;
     for (int p = 0; p < PROTO_NUM; p++) {
-      if (!r->proto[plan->coll][p]) continue;
-      double t = model_us(comm, plan->coll, (enum coll_algo)a, (enum coll_proto)p, nbytes, 1);
+      if (!r->proto[plan->coll][p] || !tuner_proto_runs(comm, plan, (enum coll_proto)p)) continue;
+      double t = model_us(comm, plan, (enum coll_algo)a, (enum coll_proto)p, nbytes, 1);
       if (best < 0 || t < best) {
         best = t;
         plan->algo = (enum coll_algo)a;
@@ -243,11 +265,11 @@ double plan_estimate_us(const struct weftComm *comm, const struct weft_plan *pla
   size_t nbytes = plan->count * weftTypeSize(plan->datatype);
   if (plan_is_p2p(plan)) { /* one step of the simple protocol */
     double lat, bw;
-    tuner_cost_get(comm, PROTO_SIMPLE, &lat, &bw);
+    tuner_cost_get(comm, PROTO_SIMPLE, plan->on_device, &lat, &bw);
     return lat + (double)nbytes / bw;
   }
   if (plan->coll == COLL_ALLGATHER || plan->coll == COLL_REDUCESCATTER)
     nbytes *= (size_t)comm->nranks;
-  return model_us(comm, plan->coll, plan->algo, plan->proto, nbytes,
+  return model_us(comm, plan, plan->algo, plan->proto, nbytes,
                   plan->algo == ALGO_RING ? plan->nchannels : 1);
 }

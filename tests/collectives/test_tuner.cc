@@ -123,6 +123,61 @@ TEST(TunerChoice, EnvironmentRestricts) {
   weft_params_reset();
 }
 
+// Device buffers on a ring that crosses hosts: SIMPLE only (the executor
+// cannot carry LL over a network), each step dearer by two PCIe crossings
+// (the slot staged through pinned host memory), and large messages priced
+// at the network's bandwidth, which is the slower stage. On one host the
+// device figures are the host's.
+TEST(TunerChoice, DeviceBuffersAcrossHosts) {
+  unsetenv("WEFT_ALGO");
+  unsetenv("WEFT_PROTO");
+  weft_params_reset();
+  for (int nranks : {2, 3, 8}) {
+    FakeComm net(nranks, 2, 131072);
+    net.c.network = 1;
+    FakeComm local(nranks, 2, 131072);
+    for (size_t count : {size_t{2}, size_t{1000}, size_t{16} << 20}) {
+      weft_plan host = tune(net.c, COLL_ALLREDUCE, count);
+      weft_plan dev;
+      memset(&dev, 0, sizeof dev);
+      dev.coll = COLL_ALLREDUCE;
+      dev.count = count;
+      dev.datatype = weftFloat32;
+      dev.op = weftSum;
+      dev.on_device = 1;
+      plan_tune(&net.c, &dev);
+      EXPECT_EQ(dev.proto, PROTO_SIMPLE) << nranks << " ranks, count " << count;
+      weft_plan same = host;  // the host's plan, priced for device buffers
+      same.on_device = 1;
+      const double h = plan_estimate_us(&net.c, &host), d = plan_estimate_us(&net.c, &same);
+      EXPECT_GT(d, h) << "staging through host memory costs something";
+      if (count >= (size_t{16} << 20)) {
+        EXPECT_LT(d, h * 1.01) << "large messages: the network is the slower stage";
+      }
+      weft_plan on_one_host = tune(local.c, COLL_ALLREDUCE, count);
+      weft_plan on_one_host_dev = on_one_host;
+      on_one_host_dev.on_device = 1;
+      EXPECT_EQ(plan_estimate_us(&local.c, &on_one_host),
+                plan_estimate_us(&local.c, &on_one_host_dev));
+    }
+  }
+  setenv("WEFT_PROTO", "ll", 1);  // LL only: a device plan across hosts still runs SIMPLE
+  weft_params_reset();
+  FakeComm net(4, 1, 131072);
+  net.c.network = 1;
+  weft_plan dev;
+  memset(&dev, 0, sizeof dev);
+  dev.coll = COLL_ALLGATHER;
+  dev.count = 4;
+  dev.datatype = weftFloat32;
+  dev.on_device = 1;
+  plan_tune(&net.c, &dev);
+  EXPECT_EQ(dev.proto, PROTO_SIMPLE);
+  EXPECT_EQ(tune(net.c, COLL_ALLGATHER, 4).proto, PROTO_LL) << "host buffers follow WEFT_PROTO";
+  unsetenv("WEFT_PROTO");
+  weft_params_reset();
+}
+
 TEST(RingOrder, HostsAdjacentCrossingOncePerHost) {
   peer_info peers[7];
   memset(peers, 0, sizeof peers);

@@ -8,8 +8,10 @@
 // ceil(nbytes / slot_nbytes) slots, and at least one.
 //
 // Like the kernel, it gives up when the abort flag is raised (here by the
-// emulated host executor: some connection's proxy poisoned it) or when no
-// slot moved for timeout_ns.
+// emulated host executor: some connection's proxy poisoned it), when the
+// poison word (byte 128 of struct dev_fifo_ctrl, where the proxy's struct
+// conn_ctrl has it) of a FIFO it waits on is set, or when no slot moved for
+// timeout_ns.
 #ifndef WEFT_TESTS_DEV_EMU_H
 #define WEFT_TESTS_DEV_EMU_H
 
@@ -56,7 +58,7 @@ struct EmuMsg {
   bool finished() const { return started && done >= nbytes; }
 };
 
-enum EmuResult { EMU_OK = 0, EMU_ABORTED = 1, EMU_TIMED_OUT = 2 };
+enum EmuResult { EMU_OK = 0, EMU_ABORTED = 1, EMU_TIMED_OUT = 2, EMU_POISONED = 3 };
 
 inline uint64_t emu_now_ns() {
   timespec ts;
@@ -99,6 +101,9 @@ inline EmuResult emu_kernel_run(std::vector<EmuMsg> &msgs, const std::function<b
     }
     if (spins % 64 == 0) {
       if (aborted()) return EMU_ABORTED;
+      for (const EmuMsg &m : msgs)
+        if (!m.finished() && __atomic_load_n(&m.fifo->ctrl->poison, __ATOMIC_ACQUIRE) != 0)
+          return EMU_POISONED;
       if (emu_now_ns() - last_progress > timeout_ns) return EMU_TIMED_OUT;
       sched_yield();
     }

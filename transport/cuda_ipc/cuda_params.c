@@ -15,5 +15,9 @@ struct weft_param cuda_params[] = {
     {"WEFT_NET_GDR", PARAM_INT, "-1",
      "device FIFOs to other hosts in GPU memory moved by UCX directly (GPUDirect RDMA): -1 "
      "auto, 0 off (pinned host memory), 1 required", 0, 0, NULL},
+    {"WEFT_DEVICE_HOST_FIFO_DISABLE", PARAM_INT, "0",
+     "1 disables the host_fifo transport (device FIFOs in pinned host memory shared by the "
+     "processes of one host, where GPUs lack peer access or p2p/cuda_ipc are disabled)", 0, 0,
+     NULL},
     PARAM_END,
 };

@@ -1,8 +1,9 @@
 /* The device executor: ring collectives on CUDA device memory as kernels on
  * the caller's stream. Each comm gets, on its first device collective,
  * WEFT_DEVICE_NCHANNELS device channels on its ring order, each with a FIFO
- * pair per protocol to its ring neighbours over the p2p (same process) or
- * cuda_ipc (other process) transport. Launching then takes only stream-ordered calls:
+ * pair per protocol to its ring neighbours over the p2p (same process),
+ * cuda_ipc (other process) or host_fifo (no peer access) transport, or as a
+ * device network connection to a neighbour on another host (device_hops.c). Launching then takes only stream-ordered calls:
  * enqueue and return, and graph capture records the kernel. */
 #include <pthread.h>
 #include <stddef.h>
@@ -218,51 +219,27 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
     struct conn_blob *mine = blobs + (size_t)comm->rank * per_rank;
     weftResult_t local = weftSuccess;
     char why[512] = "";
-    for (int c = 0; c < nch && local == weftSuccess; c++) {
-      int prev = ch->ring[(ch->ring_pos + n - 1) % n];
-      for (int p = 0; p < DEV_NPROTOS && local == weftSuccess; p++) {
-        struct weft_conn *conn = &d->recv[c][p];
-        struct conn_blob *b = &mine[c * DEV_NPROTOS + p];
-        device_conn_shape(conn, comm, prev, p);
-        b->transport = -1;
-        for (int t = 0; weft_device_transports[t] != NULL && b->transport < 0; t++) {
-          const struct weft_transport *tr = weft_device_transports[t];
-          if (!tr->disabled() && tr->can_connect(&comm->peers[prev], &comm->peers[comm->rank]))
-            b->transport = t;
-        }
-        if (b->transport < 0)
-          local = weft_error_set(weftSystemError,
-                                 "no device transport connects rank %d to rank %d (GPUs of "
-                                 "one host only)",
-                                 prev, comm->rank);
-        else if ((local = weft_device_transports[b->transport]->recv_setup(conn, b)) ==
-                 weftSuccess)
-          conn->transport = weft_device_transports[b->transport];
-        if (local != weftSuccess) snprintf(why, sizeof why, "%s", weft_error_text());
-      }
-    }
-    if (local != weftSuccess)
+    int prev = ch->ring[(ch->ring_pos + n - 1) % n], next = ch->ring[(ch->ring_pos + 1) % n];
+    for (int c = 0; c < nch && local == weftSuccess; c++)
+      for (int p = 0; p < DEV_NPROTOS && local == weftSuccess; p++)
+        local = device_hop_recv_setup(comm, d->dev, &d->recv[c][p], prev, p,
+                                      &mine[c * DEV_NPROTOS + p]);
+    if (local != weftSuccess) {
+      snprintf(why, sizeof why, "%s", weft_error_text());
       for (size_t i = 0; i < per_rank; i++) mine[i].transport = -2; /* tell peers */
+    }
     res = bootstrap_allgather(comm->bs, blobs, sizeof *blobs * per_rank);
     if (res == weftSuccess && local != weftSuccess) res = weft_error_set(local, "%s", why);
-    for (int c = 0; c < nch && res == weftSuccess; c++) {
-      int next = ch->ring[(ch->ring_pos + 1) % n];
-      for (int p = 0; p < DEV_NPROTOS && res == weftSuccess; p++) {
-        const struct conn_blob *b = &blobs[(size_t)next * per_rank + (size_t)c * DEV_NPROTOS + p];
-        device_conn_shape(&d->send[c][p], comm, next, p);
-        if (b->transport < 0) {
-          res = weft_error_set(weftRemoteError,
-                               "rank %d could not set up its device connection from rank %d",
-                               next, comm->rank);
-        } else if ((res = weft_device_transports[b->transport]->send_connect(&d->send[c][p],
-                                                                             b)) == weftSuccess) {
-          d->send[c][p].transport = weft_device_transports[b->transport];
-        }
-      }
-    }
+    for (int c = 0; c < nch && res == weftSuccess; c++)
+      for (int p = 0; p < DEV_NPROTOS && res == weftSuccess; p++)
+        res = device_hop_send_connect(
+            comm, &d->send[c][p], next, p,
+            &blobs[(size_t)next * per_rank + (size_t)c * DEV_NPROTOS + p]);
     free(blobs);
     WEFT_TRY(res);
     WEFT_TRY(bootstrap_barrier(comm->bs));
+    for (int c = 0; c < nch; c++)
+      for (int p = 0; p < DEV_NPROTOS; p++) WEFT_TRY(device_hop_recv_connect(&d->recv[c][p]));
   }
 
   /* the channels as the kernels read them */
@@ -276,8 +253,8 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
     host[c].nranks = n;
     if (n > 1)
       for (int p = 0; p < DEV_NPROTOS; p++) {
-        host[c].send[p] = device_fifo_of(&d->send[c][p]);
-        host[c].recv[p] = device_fifo_of(&d->recv[c][p]);
+        host[c].send[p] = device_hop_fifo(&d->send[c][p]);
+        host[c].recv[p] = device_hop_fifo(&d->recv[c][p]);
       }
   }
   res = cuda_check(cudaMalloc((void **)&d->rings_d, sizeof *rings * (size_t)nch * n), "rings");

@@ -55,7 +55,9 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
     return device_cuda_check(cudaMemcpyAsync(plan->recvbuf, plan->sendbuf, nbytes,
                                              cudaMemcpyDeviceToDevice, stream), "copy");
   }
-  int proto = plan->proto == PROTO_LL ? DEV_PROTO_LL : DEV_PROTO_SIMPLE;
+  /* LL lines carry their flags in the slot, which no network proxy sees whole */
+  int proto = plan->proto == PROTO_LL && !device_comm_crosses_hosts(comm) ? DEV_PROTO_LL
+                                                                          : DEV_PROTO_SIMPLE;
   const void *fn = weft_dev_kernels[plan->datatype][device_op_index(plan->op)][proto];
   /* enough blocks to keep the GPU busy, each with a worthwhile share; every
    * rank computes the same number from the same call */

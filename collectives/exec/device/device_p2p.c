@@ -1,7 +1,8 @@
 /* Point-to-point on device memory: the host side of the p2p kernel
  * (kernels_p2p.cu). Lanes (P2P_NLANES FIFOs per peer and direction, SIMPLE
  * slots) are connected per peer on first use, with that peer only, over the
- * device transports (cuda_ipc, p2p); a group's sends and receives on a comm
+ * device transports (p2p, cuda_ipc, host_fifo; a peer on another host over
+ * the network: device_hops.c); a group's sends and receives on a comm
  * then run as one kernel on its stream, scheduled by collectives/algo/p2p_steps.h. */
 #include <stdlib.h>
 #include <string.h>
@@ -65,27 +66,6 @@ static weftResult_t p2p_exchange_info(struct weftComm *comm, struct device_p2p *
   return weftSuccess;
 }
 
-/* Receiver's side of one lane: the FIFO, and the blob for the sender. */
-static weftResult_t lane_recv_setup(struct weftComm *comm, struct weft_conn *c, int peer,
-                                    struct conn_blob *b) {
-  device_conn_shape(c, comm, peer, DEV_PROTO_SIMPLE);
-  memset(b, 0, sizeof *b);
-  b->transport = -1;
-  for (int t = 0; weft_device_transports[t] != NULL && b->transport < 0; t++) {
-    const struct weft_transport *tr = weft_device_transports[t];
-    if (!tr->disabled() && tr->can_connect(&comm->peers[peer], &comm->peers[comm->rank]))
-      b->transport = t;
-  }
-  if (b->transport < 0)
-    return weft_error_set(weftSystemError,
-                          "no device transport connects rank %d to rank %d (GPUs of one host "
-                          "only)", peer, comm->rank);
-  weftResult_t res = weft_device_transports[b->transport]->recv_setup(c, b);
-  if (res != weftSuccess) return res;
-  c->transport = weft_device_transports[b->transport];
-  return weftSuccess;
-}
-
 /* Copies the newly connected direction of peer's lanes (steps 0) to the
  * kernels' table; the other direction's steps, which kernels may have
  * advanced, are left alone. */
@@ -93,7 +73,7 @@ static weftResult_t lanes_publish(struct device_p2p *p, int peer, int send) {
   struct dev_fifo x[P2P_NLANES];
   memset(x, 0, sizeof x);
   for (int l = 0; l < P2P_NLANES; l++)
-    x[l] = device_fifo_of(send ? &p->send[peer][l] : &p->recv[peer][l]);
+    x[l] = device_hop_fifo(send ? &p->send[peer][l] : &p->recv[peer][l]);
   void *at = send ? (void *)p->lanes_d[peer].send : (void *)p->lanes_d[peer].recv;
   CUDA_TRY(cudaMemcpy(at, x, sizeof x, cudaMemcpyHostToDevice), "p2p lanes");
   return weftSuccess;
@@ -108,7 +88,8 @@ static weftResult_t p2p_connect_lanes(struct weftComm *comm, struct device_p2p *
     if (!want_recv[r]) continue;
     weftResult_t res = weftSuccess;
     for (int l = 0; l < P2P_NLANES && res == weftSuccess; l++)
-      res = lane_recv_setup(comm, &p->recv[r][l], r, &b[l]);
+      res = device_hop_recv_setup(comm, comm->cuda_dev, &p->recv[r][l], r, DEV_PROTO_SIMPLE,
+                                  &b[l]);
     if (res != weftSuccess) b[0].transport = -2; /* tell the peer */
     weftResult_t sent = bootstrap_send(comm->bs, r, TAG_DEV_BLOB, b, sizeof b);
     WEFT_TRY(res);
@@ -122,10 +103,7 @@ static weftResult_t p2p_connect_lanes(struct weftComm *comm, struct device_p2p *
         return weft_error_set(weftRemoteError,
                               "rank %d could not set up its device lanes from rank %d", r,
                               comm->rank);
-      const struct weft_transport *tr = weft_device_transports[b[l].transport];
-      device_conn_shape(&p->send[r][l], comm, r, DEV_PROTO_SIMPLE);
-      WEFT_TRY(tr->send_connect(&p->send[r][l], &b[l]));
-      p->send[r][l].transport = tr;
+      WEFT_TRY(device_hop_send_connect(comm, &p->send[r][l], r, DEV_PROTO_SIMPLE, &b[l]));
     }
     uint32_t ack = 1;
     WEFT_TRY(bootstrap_send(comm->bs, r, TAG_DEV_ACK, &ack, sizeof ack));
@@ -134,6 +112,7 @@ static weftResult_t p2p_connect_lanes(struct weftComm *comm, struct device_p2p *
     if (!want_recv[r]) continue;
     uint32_t ack;
     WEFT_TRY(bootstrap_recv(comm->bs, r, TAG_DEV_ACK, &ack, sizeof ack));
+    for (int l = 0; l < P2P_NLANES; l++) WEFT_TRY(device_hop_recv_connect(&p->recv[r][l]));
   }
   for (int r = 0; r < comm->nranks; r++) {
     if (want_send[r]) WEFT_TRY(lanes_publish(p, r, 1));

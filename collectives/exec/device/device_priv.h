@@ -86,6 +86,22 @@ static inline struct dev_fifo device_fifo_of(const struct weft_conn *c) {
   return f;
 }
 
+/* One device connection (device_hops.c). The receiver picks the hop's
+ * transport (device_select.h: p2p, cuda_ipc, host_fifo, or the network to
+ * another host), sets up its FIFO and describes it in b; the sender
+ * attaches to what b describes; the receiver then completes it once every
+ * sender has attached. None blocks. */
+weftResult_t device_hop_recv_setup(struct weftComm *comm, int dev, struct weft_conn *c,
+                                   int from, int proto, struct conn_blob *b);
+weftResult_t device_hop_send_connect(struct weftComm *comm, struct weft_conn *c, int to,
+                                     int proto, const struct conn_blob *b);
+weftResult_t device_hop_recv_connect(struct weft_conn *c);
+/* The kernels' view of a connected hop (step 0), whatever its transport. */
+struct dev_fifo device_hop_fifo(const struct weft_conn *c);
+/* Whether the comm's ranks are on more than one host: its rings then cross
+ * a network, which carries SIMPLE slots only (every rank decides alike). */
+int device_comm_crosses_hosts(const struct weftComm *comm);
+
 /* Point-to-point (device_p2p.c): connects the peers that plans[0..nops)
  * name and are not yet connected (pairwise, with those peers only). */
 weftResult_t device_p2p_connect(struct weftComm *comm, struct device_comm *d,

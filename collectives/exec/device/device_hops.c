@@ -1,0 +1,114 @@
+/* One device connection (a ring hop or a point-to-point lane) from its
+ * transport's choice to the kernels' view of its FIFO. The choice is
+ * device_hop_choose (transport/device_select.h, tested on the host); here it
+ * meets CUDA: peer access between the GPUs, the FIFO memory of network and
+ * host_fifo connections. CUDA builds only. */
+#include <stdio.h>
+#include <string.h>
+
+#include "../../../transport/device_select.h"
+#include "../../../transport/net_dev.h"
+#include "../../../transport/param.h"
+#include "../../../transport/topo.h"
+#include "device_priv.h"
+
+/* Whether the GPU of sender (a peer of comm) can reach this rank's GPU
+ * memory. Unknown (its GPU is not visible here): assumed, as before. */
+static int hop_peer_access(const struct weftComm *comm, int dev, const struct peer_info *sender) {
+  int local = -1;
+  if (sender->pid == comm->peers[comm->rank].pid) {
+    local = sender->cuda_dev;
+  } else if (sender->bus_id >= 0) {
+    char bus[32];
+    topo_bus_text(sender->bus_id, bus, sizeof bus);
+    if (cudaDeviceGetByPCIBusId(&local, bus) != cudaSuccess) local = -1;
+    cudaGetLastError();
+  }
+  if (local < 0 || local == dev) return 1;
+  int can = 0;
+  if (cudaDeviceCanAccessPeer(&can, local, dev) != cudaSuccess) can = 0;
+  cudaGetLastError();
+  return can;
+}
+
+static weftResult_t hop_choose(struct weftComm *comm, int dev, int from, struct conn_blob *b) {
+  const struct peer_info *s = &comm->peers[from], *r = &comm->peers[comm->rank];
+  struct device_hop_env env = {
+      .p2p_disabled = weft_device_transports[DEVICE_HOP_P2P]->disabled(),
+      .cuda_ipc_disabled = weft_device_transports[DEVICE_HOP_CUDA_IPC]->disabled(),
+      .host_fifo_disabled = weft_device_transports[DEVICE_HOP_HOST_FIFO]->disabled(),
+      .peer_access = s->host_hash == r->host_hash ? hop_peer_access(comm, dev, s) : 0,
+      .net = s->host_hash != r->host_hash ? transport_select(s, r) : -1};
+  if (env.net >= 0 && (weft_transports[env.net]->caps & TRANSPORT_CAP_HOST_MEMORY)) env.net = -1;
+  char why[256];
+  enum device_hop hop = device_hop_choose(s, r, &env, why, sizeof why);
+  if (hop == DEVICE_HOP_NONE) return weft_error_set(weftSystemError, "%s", why);
+  b->transport = hop == DEVICE_HOP_NET ? DEVICE_BLOB_NET + env.net : (int32_t)hop;
+  return weftSuccess;
+}
+
+/* The transport a blob names, or NULL. */
+static const struct weft_transport *hop_transport(int32_t t) {
+  if (t >= DEVICE_BLOB_NET) return weft_transports[t - DEVICE_BLOB_NET];
+  return t >= 0 && t <= DEVICE_HOP_HOST_FIFO ? weft_device_transports[t] : NULL;
+}
+
+/* Network and host_fifo connections keep their FIFO in memory the device
+ * maps (fifo_mem); the others in device memory. */
+static weftResult_t hop_shape(struct weftComm *comm, struct weft_conn *c, int peer, int proto,
+                              int32_t t) {
+  device_conn_shape(c, comm, peer, proto);
+  c->bs = comm->bs;
+  if (t == DEVICE_HOP_HOST_FIFO) c->fifo_mem = &net_dev_mem_cuda;
+  if (t >= DEVICE_BLOB_NET) WEFT_TRY(net_dev_fifo_mem(0, &c->fifo_mem));
+  return weftSuccess;
+}
+
+weftResult_t device_hop_recv_setup(struct weftComm *comm, int dev, struct weft_conn *c,
+                                   int from, int proto, struct conn_blob *b) {
+  memset(b, 0, sizeof *b);
+  b->transport = -1;
+  WEFT_TRY(hop_choose(comm, dev, from, b));
+  const struct weft_transport *tr = hop_transport(b->transport);
+  WEFT_TRY(hop_shape(comm, c, from, proto, b->transport));
+  WEFT_TRY(tr->recv_setup(c, b));
+  c->transport = tr;
+  return weftSuccess;
+}
+
+weftResult_t device_hop_send_connect(struct weftComm *comm, struct weft_conn *c, int to,
+                                     int proto, const struct conn_blob *b) {
+  const struct weft_transport *tr = hop_transport(b->transport);
+  if (tr == NULL)
+    return weft_error_set(weftRemoteError,
+                          "rank %d could not set up its device connection from rank %d", to,
+                          comm->rank);
+  WEFT_TRY(hop_shape(comm, c, to, proto, b->transport));
+  WEFT_TRY(tr->send_connect(c, b));
+  c->transport = tr;
+  return weftSuccess;
+}
+
+weftResult_t device_hop_recv_connect(struct weft_conn *c) {
+  return c->transport != NULL ? c->transport->recv_connect(c) : weftSuccess;
+}
+
+struct dev_fifo device_hop_fifo(const struct weft_conn *c) {
+  if (c->transport == NULL || (c->transport->caps & TRANSPORT_CAP_DEVICE_MEMORY))
+    return device_fifo_of(c);
+  struct net_dev_fifo nf;
+  struct dev_fifo f;
+  memset(&f, 0, sizeof f);
+  if (net_dev_conn_fifo(c, &nf) != weftSuccess) return f;
+  f.ctrl = nf.ctrl;
+  f.slots = nf.slots;
+  f.nslots = nf.nslots;
+  f.slot_nbytes = (uint32_t)nf.slot_nbytes;
+  return f;
+}
+
+int device_comm_crosses_hosts(const struct weftComm *comm) {
+  for (int i = 1; i < comm->nranks; i++)
+    if (comm->peers[i].host_hash != comm->peers[0].host_hash) return 1;
+  return 0;
+}
