@@ -49,6 +49,7 @@ static int child_main(int rank, int nranks, int id_fd_read, const std::vector<in
     close(fd);
   }
   for (const auto &kv : opts.env) setenv(kv.first.c_str(), kv.second.c_str(), 1);
+  if (opts.host_of) setenv("WEFT_HOSTID", opts.host_of(rank).c_str(), 1);
   weft_params_reset();
   if (!opts.allow_warnings) weft_log_set_sink(count_warnings, nullptr);
   RankCtx ctx{rank, nranks, {}};
@@ -70,6 +71,10 @@ static int child_main(int rank, int nranks, int id_fd_read, const std::vector<in
   int rc = fn(ctx);
   if (rc == 0 && warnings_seen > 0) return 201;
   return rc;
+}
+
+std::function<std::string(int rank)> one_host_per_rank(const std::string &prefix) {
+  return [prefix](int rank) { return prefix + "-" + std::to_string(rank); };
 }
 
 std::vector<int> run_ranks(int nranks, const RankFn &fn, const RunOptions &opts) {

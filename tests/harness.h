@@ -31,7 +31,14 @@ struct RunOptions {
   // network namespace (a name under /var/run/netns) each rank enters first;
   // empty or missing entries stay in the test's namespace
   std::vector<std::string> netns;
+  // each rank's emulated host (its WEFT_HOSTID), set before rank 0 starts
+  // the bootstrap's root thread: a setenv in the rank's body could race that
+  // thread's getenv. Unset: every rank on the real host.
+  std::function<std::string(int rank)> host_of;
 };
+
+// host_of for one emulated host per rank: prefix-<rank>.
+std::function<std::string(int rank)> one_host_per_rank(const std::string &prefix);
 
 // Exit status per rank: 0 ok, 1..125 the body's code, 200 the watchdog
 // killed it, 201 a logged warning, 128+sig killed by a signal.

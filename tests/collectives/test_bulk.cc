@@ -35,11 +35,6 @@ namespace {
 
 // Only UCX connects ranks on different hosts, and no wait watches a peer's
 // pid: news of a failure comes through UCX alone, as between hosts.
-void pretend_own_host(const RankCtx &ctx) {
-  setenv("WEFT_HOSTID", ("bulk-test-host-" + std::to_string(ctx.rank)).c_str(), 1);
-  weft_params_reset();
-}
-
 std::vector<std::pair<std::string, std::string>> ucx_env(int timeout_s) {
   return {{"WEFT_TRANSPORT", "ucx"}, {"UCX_TLS", "tcp"}, {"WEFT_TIMEOUT", std::to_string(timeout_s)}};
 }
@@ -47,7 +42,6 @@ std::vector<std::pair<std::string, std::string>> ucx_env(int timeout_s) {
 uint64_t bulk_calls(weftComm_t comm) { return bulk_comm_calls(reinterpret_cast<weftComm *>(comm)); }
 
 int init(const RankCtx &ctx, weftComm_t *comm) {
-  pretend_own_host(ctx);
   if (weftCommInitRank(comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
     return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
   return 0;
@@ -69,6 +63,7 @@ TEST_P(Bulk, EveryCollectiveTypeOp) {
   const BulkCase bc = GetParam();
   const uint64_t seed = test_seed() + bc.nranks;
   RunOptions opts;
+  opts.host_of = one_host_per_rank("bulk-test-host");
   opts.timeout_s = 600;
   opts.env = ucx_env(60);
   opts.env.push_back({"WEFT_ALGO", "bulk"});
@@ -117,6 +112,7 @@ TEST(BulkLarge, AllReduceManyDefaultChunks) {
   const uint64_t seed = test_seed();
   for (int nranks : {2, 3}) {
     RunOptions opts;
+    opts.host_of = one_host_per_rank("bulk-test-host");
     opts.timeout_s = 300;
     opts.env = ucx_env(60);
     opts.env.push_back({"WEFT_ALGO", "bulk"});
@@ -152,6 +148,7 @@ TEST(BulkTuner, OverUcxFromTheMinimum) {
     RunOptions opts;
     opts.timeout_s = 120;
     if (c.ucx) opts.env = ucx_env(60);
+    if (c.ucx) opts.host_of = one_host_per_rank("bulk-test-host");
     opts.env.push_back({"WEFT_ALGO", ""});  // "": unset
     opts.env.push_back({"WEFT_BULK_MIN_NBYTES", c.min});
     auto status = run_ranks(2, [&](const RankCtx &ctx) {
@@ -211,6 +208,7 @@ TEST(BulkBeside, OtherCommunicatorsSlotsMoveDuringACall) {
   const int timeout_s = 20;
   const uint64_t seed = test_seed();
   RunOptions opts;
+  opts.host_of = one_host_per_rank("bulk-test-host");
   opts.timeout_s = 120;
   opts.env = ucx_env(timeout_s);
   opts.env.push_back({"WEFT_ALGO", "allreduce:bulk;allgather:ring"});
@@ -251,6 +249,7 @@ TEST(BulkFailure, RankKilledMidTransfer) {
   const int timeout_s = 30;
   for (int nranks : {2, 3}) {
     RunOptions opts;
+    opts.host_of = one_host_per_rank("bulk-test-host");
     opts.timeout_s = 120;
     opts.allow_warnings = true;
     opts.env = ucx_env(timeout_s);
@@ -287,6 +286,7 @@ TEST(BulkFailure, RankKilledMidTransfer) {
 // Two ranks over UCX running bulk, with WEFT_TIMEOUT timeout_s.
 RunOptions silent_peer_opts(int timeout_s) {
   RunOptions opts;
+  opts.host_of = one_host_per_rank("bulk-test-host");
   opts.timeout_s = 60;
   opts.allow_warnings = true;
   opts.env = ucx_env(timeout_s);

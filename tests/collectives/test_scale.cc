@@ -128,10 +128,9 @@ TEST_P(Scale, EveryCollectiveCorrect) {
   RunOptions opts;
   opts.timeout_s = 120;
   opts.env = {{"WEFT_TIMEOUT", "60"}, {"WEFT_SLOT_BYTES", "8192"}};
+  // hosts round-robin: the ring must regroup them
+  opts.host_of = [&](int rank) { return "scale-" + job + "-" + std::to_string(rank % c.nhosts); };
   auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) {
-    // hosts round-robin: the ring must regroup them
-    setenv("WEFT_HOSTID", ("scale-" + job + "-" + std::to_string(ctx.rank % c.nhosts)).c_str(), 1);
-    weft_params_reset();
     weftComm_t comm;
     const double t0 = now_s();
     CHECK_OK(weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank), "init: %s",

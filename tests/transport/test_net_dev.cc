@@ -49,11 +49,6 @@ static_assert(offsetof(dev_fifo_ctrl, head) == offsetof(conn_ctrl, head), "head 
 
 const uint32_t kDirs = 2;  // the ring forward and backward: both directions of every pair
 
-void pretend_own_host(const RankCtx &ctx) {
-  setenv("WEFT_HOSTID", ("net-dev-test-host-" + std::to_string(ctx.rank)).c_str(), 1);
-  weft_params_reset();
-}
-
 const weft_transport *transport_named(const std::string &name) {
 #if WEFT_HAVE_UCX
   if (name == "ucx") return &ucx_transport;
@@ -184,8 +179,10 @@ std::string case_name(const testing::TestParamInfo<ExchangeCase> &info) {
          std::to_string(c.slot_nbytes) + "x" + std::to_string(c.nslots);
 }
 
-RunOptions options(const char *transport, int timeout_s) {
+// With own_hosts, every rank is an emulated host of its own.
+RunOptions options(const char *transport, int timeout_s, bool own_hosts = false) {
   RunOptions o;
+  if (own_hosts) o.host_of = one_host_per_rank("net-dev-test-host");
   o.timeout_s = 120;
   o.env = {{"WEFT_TIMEOUT", std::to_string(timeout_s)}};
   if (std::string(transport) == "ucx") o.env.push_back({"UCX_TLS", "tcp"});
@@ -202,7 +199,6 @@ TEST_P(NetDevExchange, RandomOddSizesBothDirections) {
   if (transport_named(c.transport) == nullptr) GTEST_SKIP() << c.transport << " not built in";
   const uint64_t seed = test_seed();
   auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) {
-    pretend_own_host(ctx);
     Rank rk;
     if (int rc = rk.connect(ctx, c.transport, c.nslots, c.slot_nbytes)) return rc;
     net_dev_fifo views[2][kDirs];
@@ -246,7 +242,7 @@ TEST_P(NetDevExchange, RandomOddSizesBothDirections) {
     if (rk.any_failed()) return rank_fail(ctx, "a connection failed during the exchange");
     if (bootstrap_barrier(rk.bs) != weftSuccess) return rank_fail(ctx, "barrier");
     return 0;
-  }, options(c.transport, 30));
+  }, options(c.transport, 30, true));
   for (int r = 0; r < c.nranks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
 
@@ -266,7 +262,6 @@ class NetDevFailure : public testing::TestWithParam<ExchangeCase> {};
 void killed_peer_case(const ExchangeCase &c, bool host_watch) {
   const int timeout_s = 20;
   auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) {
-    pretend_own_host(ctx);
     Rank rk;
     if (int rc = rk.connect(ctx, c.transport, c.nslots, c.slot_nbytes)) return rc;
     std::vector<EmuFifo> fifos;
@@ -303,7 +298,7 @@ void killed_peer_case(const ExchangeCase &c, bool host_watch) {
     if (waited > timeout_s / 2.0)
       return rank_fail(ctx, "the error took %.1f s (WEFT_TIMEOUT %d s)", waited, timeout_s);
     return 0;
-  }, options(c.transport, timeout_s));
+  }, options(c.transport, timeout_s, true));
   for (int r = 0; r + 1 < c.nranks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
   EXPECT_EQ(status[c.nranks - 1], 128 + SIGKILL) << "the victim";
 }
@@ -538,11 +533,9 @@ TEST(NetDevGdr, ParsedLoggedAndChecked) {
   };
   for (Case k : {Case{"-1", weftSuccess}, Case{"0", weftSuccess}, Case{"1", weftInvalidArgument},
                  Case{"2", weftInvalidArgument}}) {
+    RunOptions opts;  // set before the bootstrap's root thread starts, which reads them
+    opts.env = {{"WEFT_NET_GDR", k.value}, {"WEFT_DEBUG", "INFO"}, {"WEFT_DEBUG_SUBSYS", "NET"}};
     auto status = run_ranks(1, [&](const RankCtx &ctx) {
-      setenv("WEFT_NET_GDR", k.value, 1);
-      setenv("WEFT_DEBUG", "INFO", 1);
-      setenv("WEFT_DEBUG_SUBSYS", "NET", 1);
-      weft_params_reset();
       std::vector<std::string> lines;
       captured_lines = &lines;
       weft_log_set_sink(capture, nullptr);
@@ -562,7 +555,7 @@ TEST(NetDevGdr, ParsedLoggedAndChecked) {
                   l.find(std::string("WEFT_NET_GDR=") + k.value) != std::string::npos;
       if (!logged) return rank_fail(ctx, "WEFT_NET_GDR=%s: the choice was not logged", k.value);
       return 0;
-    });
+    }, opts);
     EXPECT_EQ(status[0], 0) << "WEFT_NET_GDR=" << k.value;
   }
 }

@@ -32,11 +32,6 @@ namespace {
 // Makes this rank look like it runs on a host of its own, so that shm cannot
 // connect it and no wait watches a peer's pid: only the sockets carry data
 // and news of failures, as between hosts.
-void pretend_own_host(const RankCtx &ctx) {
-  setenv("WEFT_HOSTID", ("socket-test-host-" + std::to_string(ctx.rank)).c_str(), 1);
-  weft_params_reset();
-}
-
 // Entries of a /proc directory (threads or fds), less "." and "..".
 int count_entries(const char *dir) {
   int n = 0;
@@ -76,8 +71,8 @@ TEST_P(SocketAllReduce, EveryTypeOpCountPlacement) {
               {"WEFT_NSLOTS", std::to_string(c.nslots)},
               {"WEFT_SOCKET_NSOCKS", std::to_string(c.nsocks)},
               {"WEFT_TIMEOUT", "60"}};
+  if (c.own_hosts) opts.host_of = one_host_per_rank("socket-test-host");
   auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) {
-    if (c.own_hosts) pretend_own_host(ctx);
     weftComm_t comm;
     if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
       return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
@@ -132,8 +127,8 @@ TEST(SocketSelect, ChosenBetweenHostsOnly) {
   opts.env = {{"WEFT_TRANSPORT", ""}, {"WEFT_TIMEOUT", "30"},  // "": unset
               {"WEFT_UCX_DISABLE", "1"}};  // UCX comes first between hosts when built in
   for (bool own_hosts : {false, true}) {
+    opts.host_of = own_hosts ? one_host_per_rank("socket-test-host") : nullptr;
     auto status = run_ranks(3, [&](const RankCtx &ctx) {
-      if (own_hosts) pretend_own_host(ctx);
       weftComm_t comm;
       if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
         return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
@@ -239,8 +234,8 @@ TEST(SocketFailure, RankKilledMidStream) {
     opts.env = {{"WEFT_TRANSPORT", "socket"},
                 {"WEFT_TIMEOUT", std::to_string(timeout_s)},
                 {"WEFT_SLOT_BYTES", "4096"}};
+    if (v.own_hosts) opts.host_of = one_host_per_rank("socket-test-host");
     auto status = run_ranks(v.nranks, [&](const RankCtx &ctx) {
-      if (v.own_hosts) pretend_own_host(ctx);
       weftComm_t comm;
       if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
         return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));

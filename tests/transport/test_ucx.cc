@@ -39,11 +39,6 @@ const char *const kShm = "posix,sysv,cma,self";
 // Makes this rank look like it runs on a host of its own: shm cannot connect
 // it and no wait watches a peer's pid, so only UCX carries data and news of
 // failures, as between hosts.
-void pretend_own_host(const RankCtx &ctx) {
-  setenv("WEFT_HOSTID", ("ucx-test-host-" + std::to_string(ctx.rank)).c_str(), 1);
-  weft_params_reset();
-}
-
 struct UcxCase {
   int nranks;
   int slot_nbytes;  // small slots: many slots, batches and flushes per call
@@ -74,8 +69,8 @@ TEST_P(UcxAllReduce, EveryTypeOpCountPlacement) {
               {"WEFT_NSLOTS", std::to_string(c.nslots)},
               {"WEFT_ALGO", "^bulk"},  // the slots (collectives/algo/bulk.c has its own suite)
               {"WEFT_TIMEOUT", "60"}};
+  if (c.own_hosts) opts.host_of = one_host_per_rank("ucx-test-host");
   auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) {
-    if (c.own_hosts) pretend_own_host(ctx);
     weftComm_t comm;
     if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
       return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
@@ -132,8 +127,8 @@ TEST(UcxSelect, ChosenBetweenHostsBeforeSockets) {
   RunOptions opts;
   opts.env = {{"WEFT_TRANSPORT", ""}, {"UCX_TLS", kTcp}, {"WEFT_TIMEOUT", "30"}};  // "": unset
   for (bool own_hosts : {false, true}) {
+    opts.host_of = own_hosts ? one_host_per_rank("ucx-test-host") : nullptr;
     auto status = run_ranks(3, [&](const RankCtx &ctx) {
-      if (own_hosts) pretend_own_host(ctx);
       weftComm_t comm;
       if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
         return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
@@ -217,8 +212,8 @@ TEST(UcxFailure, RankKilledMidStream) {
                 {"WEFT_TIMEOUT", std::to_string(timeout_s)},
                 {"WEFT_ALGO", "^bulk"},
                 {"WEFT_SLOT_BYTES", "4096"}};
+    opts.host_of = one_host_per_rank("ucx-test-host");
     auto status = run_ranks(nranks, [&](const RankCtx &ctx) {
-      pretend_own_host(ctx);
       weftComm_t comm;
       if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
         return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
@@ -266,8 +261,8 @@ TEST(UcxLifecycle, DestroyLeavesUnreceivedSendBehind) {
                                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(done, MAP_FAILED);
   *done = 0;
+  opts.host_of = one_host_per_rank("ucx-test-host");
   auto status = run_ranks(2, [&](const RankCtx &ctx) {
-    pretend_own_host(ctx);
     weftComm_t comm;
     if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
       return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
