@@ -550,7 +550,10 @@ TEST(Torchrun, InitFromEnv) {
     int fd = mkstemp(out);
     ASSERT_GE(fd, 0);
     close(fd);
-    std::string cmd = "WEFT_TIMEOUT=30 timeout 180 " + torchrun + " --standalone --nproc-per-node " +
+    // the workers run the one test they are given: a sharded run's GTEST_* must not
+    // reach them (the sanitizer run shards its suites)
+    std::string cmd = "env -u GTEST_SHARD_INDEX -u GTEST_TOTAL_SHARDS -u GTEST_SHARD_STATUS_FILE "
+                      "WEFT_TIMEOUT=30 timeout 180 " + torchrun + " --standalone --nproc-per-node " +
                       std::to_string(nranks) + " --no-python " + self +
                       " --gtest_filter=Torchrun.DISABLED_Worker --gtest_also_run_disabled_tests"
                       " >" + out + " 2>&1";
