@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tests/collectives/coll_check.h"
+#include "tests/device/dev_ranks.h"
 #include "tests/device/ring_steps_dump.h"
 #include "weft.h"
 extern "C" {
@@ -23,41 +24,9 @@ using namespace weft_test;
 
 namespace {
 
-bool have_gpu() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return n > 0;
-}
-
-#define REQUIRE_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
-
 bool in_matrix(weftDataType_t t, weftRedOp_t op) {
   return std::string(WEFT_DEVICE_MATRIX) == "full" || t == weftFloat32 || op == weftSum;
 }
-
-// nranks ranks on GPU 0, each with a stream.
-struct Ranks {
-  std::vector<weftComm_t> comms;
-  std::vector<cudaStream_t> streams;
-  explicit Ranks(int n) : comms(n), streams(n) {
-    std::vector<int> devs(n, 0);
-    cudaSetDevice(0);
-    EXPECT_EQ(weftCommInitAll(comms.data(), n, devs.data()), weftSuccess)
-        << weftGetLastError(nullptr);
-    for (auto &s : streams) cudaStreamCreate(&s);
-  }
-  ~Ranks() {
-    for (auto &s : streams) cudaStreamDestroy(s);
-    for (auto c : comms) weftCommDestroy(c);
-  }
-  void sync() {
-    for (auto &s : streams) ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-  }
-};
 
 struct DevCase {
   int coll; // 0 allreduce, 1 allgather, 2 reducescatter, 3 broadcast, 4 reduce

@@ -15,40 +15,10 @@
 #include <vector>
 
 #include "harness.h"
+#include "tests/device/dev_ranks.h"
 #include "weft.h"
 
 namespace {
-
-bool have_gpu() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return n > 0;
-}
-
-#define REQUIRE_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
-
-struct Ranks {
-  std::vector<weftComm_t> comms;
-  std::vector<cudaStream_t> streams;
-  explicit Ranks(int n) : comms(n), streams(n) {
-    std::vector<int> devs(n, 0);
-    cudaSetDevice(0);
-    EXPECT_EQ(weftCommInitAll(comms.data(), n, devs.data()), weftSuccess)
-        << weftGetLastError(nullptr);
-    for (auto &s : streams) cudaStreamCreate(&s);
-  }
-  ~Ranks() {
-    for (auto &s : streams) cudaStreamDestroy(s);
-    for (auto c : comms) weftCommDestroy(c);
-  }
-  void sync() {
-    for (auto &s : streams) ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-  }
-};
 
 // A device buffer of nbytes (+ 64 poisoned bytes after it), filled from host.
 struct DevBuf {
@@ -87,6 +57,16 @@ void expect_tail_poisoned(const std::vector<char> &got, size_t from, const std::
     ASSERT_EQ((unsigned char)got[i], 0xa5u) << what << ": written past the end at " << i;
 }
 
+// Rank r's all-to-all output got: block q is block r of in[q], for every q.
+void expect_alltoall_blocks(const std::vector<char> &got, const std::vector<std::vector<char>> &in,
+                            int r, size_t block, const std::string &what) {
+  for (size_t q = 0; q < in.size(); q++)
+    expect_block(got, q * block,
+                 std::vector<char>(in[q].begin() + (long)(r * block),
+                                   in[q].begin() + (long)((r + 1) * block)),
+                 what + "rank " + std::to_string(r) + " block from " + std::to_string(q));
+}
+
 class DeviceAlltoAll : public testing::TestWithParam<std::tuple<int, size_t>> {};
 
 TEST_P(DeviceAlltoAll, EveryBlockArrives) {
@@ -112,11 +92,7 @@ TEST_P(DeviceAlltoAll, EveryBlockArrives) {
     ranks.sync();
     for (int r = 0; r < k; r++) {
       std::vector<char> got = recv[r]->get();
-      for (int q = 0; q < k; q++)
-        expect_block(got, (size_t)q * block,
-                     std::vector<char>(in[q].begin() + (long)(r * block),
-                                       in[q].begin() + (long)((r + 1) * block)),
-                     "rank " + std::to_string(r) + " block from " + std::to_string(q));
+      expect_alltoall_blocks(got, in, r, block, "");
       expect_tail_poisoned(got, block * k, "rank " + std::to_string(r));
     }
   }
@@ -245,14 +221,8 @@ TEST(DeviceP2pGraph, CapturedAlltoAllReplays) {
     }
     for (int r = 0; r < k; r++) ASSERT_EQ(cudaGraphLaunch(execs[r], ranks.streams[r]), cudaSuccess);
     ranks.sync();
-    for (int r = 0; r < k; r++) {
-      std::vector<char> got = recv[r]->get();
-      for (int q = 0; q < k; q++)
-        expect_block(got, (size_t)q * block,
-                     std::vector<char>(in[q].begin() + (long)(r * block),
-                                       in[q].begin() + (long)((r + 1) * block)),
-                     "replay " + std::to_string(rep) + " rank " + std::to_string(r));
-    }
+    for (int r = 0; r < k; r++)
+      expect_alltoall_blocks(recv[r]->get(), in, r, block, "replay " + std::to_string(rep) + " ");
   }
   for (int r = 0; r < k; r++) {
     cudaGraphExecDestroy(execs[r]);
