@@ -21,15 +21,22 @@ namespace {
 
 const int kNoGpu = 77;
 
-int run_rank(const RankCtx &ctx, size_t count) {
+// This rank on GPU 0: its comm and a stream. Returns 0, kNoGpu, or a failure
+// code.
+int open_rank(const RankCtx &ctx, weftComm_t *comm, cudaStream_t *stream) {
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) return kNoGpu;
   cudaSetDevice(0);
-  weftComm_t comm;
-  if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+  if (weftCommInitRank(comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
     return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+  cudaStreamCreate(stream);
+  return 0;
+}
+
+int run_rank(const RankCtx &ctx, size_t count) {
+  weftComm_t comm;
   cudaStream_t stream;
-  cudaStreamCreate(&stream);
+  if (int rc = open_rank(ctx, &comm, &stream)) return rc;
   int rc = 0;
   const weftDataType_t types[] = {weftFloat32, weftBfloat16, weftInt32, weftFloat8e4m3};
   for (weftDataType_t t : types) {
@@ -96,14 +103,9 @@ INSTANTIATE_TEST_SUITE_P(All, DeviceIpc,
 // rank receiving from the one before and sending to the one after with lone
 // calls (lanes connected with that neighbour only), then an all-to-all.
 int run_p2p_rank(const RankCtx &ctx, size_t count) {
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) return kNoGpu;
-  cudaSetDevice(0);
   weftComm_t comm;
-  if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
-    return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
   cudaStream_t stream;
-  cudaStreamCreate(&stream);
+  if (int rc = open_rank(ctx, &comm, &stream)) return rc;
   const int k = ctx.nranks, me = ctx.rank;
   const size_t nbytes = count * 4;
   std::vector<std::vector<uint8_t>> in(k);
@@ -154,14 +156,9 @@ TEST(DeviceIpcP2p, PipelineThenAlltoAllAcrossProcesses) {
 // WEFT_TIMEOUT, its stream completes, and the comm reports the error, naming
 // the rank; never a hang.
 int run_silent_peer(const RankCtx &ctx) {
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) return kNoGpu;
-  cudaSetDevice(0);
   weftComm_t comm;
-  if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
-    return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
   cudaStream_t stream;
-  cudaStreamCreate(&stream);
+  if (int rc = open_rank(ctx, &comm, &stream)) return rc;
   float *buf;
   cudaMalloc((void **)&buf, 4096 * sizeof(float));
   cudaMemset(buf, 0, 4096 * sizeof(float));
