@@ -225,7 +225,9 @@ static uint64_t *cma_words(struct weftComm *comm) {
 }
 
 static weftResult_t cma_barrier(struct weftComm *comm) {
-  uint64_t token = comm->seq, *tokens = cma_words(comm);
+  /* the exchange is the barrier; the token is not read (comm->seq would
+   * race with a caller enqueueing the next call) */
+  uint64_t token = (uint64_t)comm->rank, *tokens = cma_words(comm);
   return cma_alltoall_small(comm, &token, tokens, sizeof token);
 }
 
