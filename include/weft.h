@@ -347,8 +347,11 @@ weftResult_t weftMemAlloc(void **ptr, size_t nbytes);
  * all-reduce, all-gather and reduce-scatter; other buffers there go through
  * the kernel's cross-memory attach. Allocate such buffers once and reuse
  * them, as registered memory: a new one costs each peer an open and a
- * mapping on first use. The pages are MAP_SHARED: a child forked afterwards
- * shares them rather than getting a copy. */
+ * mapping on first use. A child forked afterwards gets the buffer as it gets
+ * malloc's memory: what it writes stays its own (the buffer is mapped again,
+ * copy-on-write, in the child, which no longer offers it to peers; until it
+ * writes a page it may still see the parent's later writes to that page).
+ * The child frees it with weftMemFree as usual. */
 weftResult_t weftMemAllocHost(void **ptr, size_t nbytes);
 /* Frees memory from weftMemAlloc or weftMemAllocHost; NULL is a no-op. */
 weftResult_t weftMemFree(void *ptr);

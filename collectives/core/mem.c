@@ -28,11 +28,11 @@
 #define MEM_HUGE_NBYTES (2u << 20)
 #define MEM_SHARED_MIN_NBYTES (64u << 10) /* smaller buffers are not worth an fd */
 
-/* The shareable allocations of this process. */
+/* The shareable allocations of this process, sorted by base. */
 struct mem_shared {
   void *base;
   size_t nbytes;
-  int fd;
+  int fd; /* -1 in a forked child: its own copy-on-write pages, not shareable */
   uint64_t id;
   uint64_t dev, ino;
 };
@@ -40,6 +40,43 @@ static pthread_mutex_t mem_shared_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mem_shared *mem_shared_list;
 static size_t mem_shared_count, mem_shared_cap;
 static uint64_t mem_shared_next_id = 1;
+static pthread_once_t mem_fork_once = PTHREAD_ONCE_INIT;
+
+/* The index of the last allocation whose base is at most p, or -1; under
+ * mem_shared_lock. A buffer lookup per collective stays cheap with
+ * thousands of allocations (a framework's every large tensor). */
+static ptrdiff_t mem_shared_floor(const void *p) {
+  size_t lo = 0, hi = mem_shared_count;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if ((const char *)mem_shared_list[mid].base <= (const char *)p)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return (ptrdiff_t)lo - 1;
+}
+
+/* A forked child gets memory from weftMemAllocHost as it gets malloc's: its
+ * writes stay its own. Each allocation is mapped again, privately, at the
+ * same address (the child reads the same pages until it writes one), and
+ * is no longer offered to peers: the file's pages are the parent's. */
+static void mem_fork_prepare(void) { pthread_mutex_lock(&mem_shared_lock); }
+static void mem_fork_parent(void) { pthread_mutex_unlock(&mem_shared_lock); }
+static void mem_fork_child(void) {
+  for (size_t i = 0; i < mem_shared_count; i++) {
+    struct mem_shared *m = &mem_shared_list[i];
+    if (m->fd < 0) continue;
+    /* on failure the child keeps the shared mapping, as before fork handling */
+    (void)mmap(m->base, m->nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, m->fd, 0);
+    close(m->fd);
+    m->fd = -1;
+  }
+  pthread_mutex_unlock(&mem_shared_lock);
+}
+static void mem_fork_register(void) {
+  (void)pthread_atfork(mem_fork_prepare, mem_fork_parent, mem_fork_child);
+}
 
 /* Maps nbytes (a multiple of align) of fd at an address aligned to align. */
 static void *mem_map_aligned(int fd, size_t nbytes, size_t align) {
@@ -62,9 +99,33 @@ static void *mem_map_aligned(int fd, size_t nbytes, size_t align) {
   return p;
 }
 
+/* Lists m in address order; 0 when the list cannot grow. */
+static int mem_shared_insert(const struct mem_shared *m) {
+  pthread_mutex_lock(&mem_shared_lock);
+  if (mem_shared_count == mem_shared_cap) {
+    size_t cap = mem_shared_cap ? 2 * mem_shared_cap : 16;
+    struct mem_shared *grown = realloc(mem_shared_list, cap * sizeof(*grown));
+    if (grown == NULL) {
+      pthread_mutex_unlock(&mem_shared_lock);
+      return 0;
+    }
+    mem_shared_list = grown;
+    mem_shared_cap = cap;
+  }
+  size_t at = (size_t)(mem_shared_floor(m->base) + 1);
+  memmove(&mem_shared_list[at + 1], &mem_shared_list[at],
+          (mem_shared_count - at) * sizeof(*mem_shared_list));
+  mem_shared_list[at] = *m;
+  mem_shared_list[at].id = mem_shared_next_id++;
+  mem_shared_count++;
+  pthread_mutex_unlock(&mem_shared_lock);
+  return 1;
+}
+
 /* A shareable allocation of rounded bytes; NULL where memfds are missing or
  * refused (the caller then takes private memory). */
 static void *mem_shared_alloc(size_t rounded, size_t align) {
+  pthread_once(&mem_fork_once, mem_fork_register);
   int fd = memfd_create("weft-mem", MFD_CLOEXEC);
   if (fd < 0) return NULL;
   struct stat st;
@@ -72,23 +133,9 @@ static void *mem_shared_alloc(size_t rounded, size_t align) {
   if (ftruncate(fd, (off_t)rounded) != 0 || fstat(fd, &st) != 0) goto close_fd;
   p = mem_map_aligned(fd, rounded, align);
   if (p == NULL) goto close_fd;
-  pthread_mutex_lock(&mem_shared_lock);
-  if (mem_shared_count == mem_shared_cap) {
-    size_t cap = mem_shared_cap ? 2 * mem_shared_cap : 16;
-    struct mem_shared *grown = realloc(mem_shared_list, cap * sizeof(*grown));
-    if (grown == NULL) {
-      pthread_mutex_unlock(&mem_shared_lock);
-      goto unmap;
-    }
-    mem_shared_list = grown;
-    mem_shared_cap = cap;
-  }
-  mem_shared_list[mem_shared_count++] = (struct mem_shared){
-      .base = p, .nbytes = rounded, .fd = fd, .id = mem_shared_next_id++, .dev = st.st_dev,
-      .ino = st.st_ino};
-  pthread_mutex_unlock(&mem_shared_lock);
-  return p;
-unmap:
+  const struct mem_shared m = {
+      .base = p, .nbytes = rounded, .fd = fd, .dev = st.st_dev, .ino = st.st_ino};
+  if (mem_shared_insert(&m)) return p;
   munmap(p, rounded);
 close_fd:
   close(fd);
@@ -98,17 +145,19 @@ close_fd:
 /* Unmaps and closes the shareable allocation at ptr; 0 when ptr is none. */
 static int mem_shared_free(void *ptr) {
   pthread_mutex_lock(&mem_shared_lock);
-  for (size_t i = 0; i < mem_shared_count; i++) {
-    if (mem_shared_list[i].base != ptr) continue;
-    struct mem_shared m = mem_shared_list[i];
-    mem_shared_list[i] = mem_shared_list[--mem_shared_count];
+  ptrdiff_t i = mem_shared_floor(ptr);
+  if (i < 0 || mem_shared_list[i].base != ptr) {
     pthread_mutex_unlock(&mem_shared_lock);
-    munmap(m.base, m.nbytes);
-    close(m.fd);
-    return 1;
+    return 0;
   }
+  struct mem_shared m = mem_shared_list[i];
+  memmove(&mem_shared_list[i], &mem_shared_list[i + 1],
+          (mem_shared_count - (size_t)i - 1) * sizeof(*mem_shared_list));
+  mem_shared_count--;
   pthread_mutex_unlock(&mem_shared_lock);
-  return 0;
+  munmap(m.base, m.nbytes);
+  if (m.fd >= 0) close(m.fd);
+  return 1;
 }
 
 void mem_shared_find(const void *ptr, size_t nbytes, struct mem_shared_ref *ref_out) {
@@ -116,17 +165,17 @@ void mem_shared_find(const void *ptr, size_t nbytes, struct mem_shared_ref *ref_
   ref_out->fd = -1;
   const char *p = ptr;
   pthread_mutex_lock(&mem_shared_lock);
-  for (size_t i = 0; i < mem_shared_count; i++) {
+  ptrdiff_t i = mem_shared_floor(ptr);
+  if (i >= 0) {
     const struct mem_shared *m = &mem_shared_list[i];
     const char *base = m->base;
-    if (p < base || p > base + m->nbytes || nbytes > (size_t)(base + m->nbytes - p)) continue;
-    *ref_out = (struct mem_shared_ref){.fd = m->fd,
-                                       .id = m->id,
-                                       .dev = m->dev,
-                                       .ino = m->ino,
-                                       .base = (uintptr_t)m->base,
-                                       .nbytes = m->nbytes};
-    break;
+    if (m->fd >= 0 && p <= base + m->nbytes && nbytes <= (size_t)(base + m->nbytes - p))
+      *ref_out = (struct mem_shared_ref){.fd = m->fd,
+                                         .id = m->id,
+                                         .dev = m->dev,
+                                         .ino = m->ino,
+                                         .base = (uintptr_t)m->base,
+                                         .nbytes = m->nbytes};
   }
   pthread_mutex_unlock(&mem_shared_lock);
 }

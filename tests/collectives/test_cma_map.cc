@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "coll_check.h"
 #include "harness.h"
 extern "C" {
@@ -195,6 +198,98 @@ TEST(MemAllocHost, SharesFrom64KiBAndForgetsFreedBuffers) {
     EXPECT_EQ(ref.fd, -1) << "freed buffer still listed, " << nbytes;
   }
   EXPECT_EQ(weftMemFree(nullptr), weftSuccess);
+}
+
+// The table of shareable allocations with many at once (a framework's every
+// large tensor): random sizes, each found from any range inside it and by
+// no range running past it, freed in random order while the rest stay
+// found; seeded.
+TEST(MemAllocHost, ManyBuffersFoundAndFreedInAnyOrder) {
+  Rng rng(20261127);
+  struct Buf {
+    char *p;
+    size_t nbytes;
+    uint64_t id;
+  };
+  std::vector<Buf> bufs(300);
+  for (Buf &b : bufs) {
+    b.nbytes = kMemSharedMinNbytes + rng.next() % (1u << 20);
+    void *p = nullptr;
+    ASSERT_EQ(weftMemAllocHost(&p, b.nbytes), weftSuccess);
+    b.p = static_cast<char *>(p);
+    mem_shared_ref ref;
+    mem_shared_find(b.p, b.nbytes, &ref);
+    ASSERT_GE(ref.fd, 0) << b.nbytes;
+    b.id = ref.id;
+  }
+  while (!bufs.empty()) {
+    for (const Buf &b : bufs) {
+      const size_t off = rng.next() % b.nbytes;
+      mem_shared_ref ref;
+      mem_shared_find(b.p + off, b.nbytes - off, &ref);
+      ASSERT_EQ(ref.id, b.id) << "offset " << off << " of " << b.nbytes;
+      ASSERT_EQ(ref.base, reinterpret_cast<uintptr_t>(b.p));
+      mem_shared_find(b.p + off, ref.nbytes - off + 1, &ref);
+      ASSERT_EQ(ref.fd, -1) << "a range past the end of " << b.nbytes;
+    }
+    const size_t victim = rng.next() % bufs.size();
+    ASSERT_EQ(weftMemFree(bufs[victim].p), weftSuccess);
+    mem_shared_ref ref;
+    mem_shared_find(bufs[victim].p, 1, &ref);
+    ASSERT_NE(ref.id, bufs[victim].id) << "a freed buffer is still listed";
+    bufs.erase(bufs.begin() + static_cast<ptrdiff_t>(victim));
+  }
+}
+
+// A forked child gets the buffers as it gets malloc's memory: it reads what
+// the parent wrote, its writes stay its own, it offers none of them to peers
+// (their pages are the parent's) and frees them; its own new buffers are
+// shareable. The parent's buffers are untouched and still shareable.
+TEST(MemAllocHost, ForkedChildWritesItsOwnCopy) {
+  const size_t sizes[] = {256u << 10, 3u << 20};
+  std::vector<unsigned char *> bufs;
+  for (size_t nbytes : sizes) {
+    void *p = nullptr;
+    ASSERT_EQ(weftMemAllocHost(&p, nbytes), weftSuccess);
+    memset(p, 0x5a, nbytes);
+    bufs.push_back(static_cast<unsigned char *>(p));
+  }
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int bad = 0;
+    for (size_t i = 0; i < bufs.size(); i++) {
+      mem_shared_ref ref;
+      mem_shared_find(bufs[i], sizes[i], &ref);
+      if (ref.fd != -1) bad |= 1;
+      for (size_t k = 0; k < sizes[i]; k += 4093)
+        if (bufs[i][k] != 0x5a) bad |= 2;
+      memset(bufs[i], 0xc3, sizes[i]);
+      if (bufs[i][sizes[i] - 1] != 0xc3) bad |= 4;
+    }
+    if (weftMemFree(bufs[0]) != weftSuccess) bad |= 8;
+    void *fresh = nullptr;
+    if (weftMemAllocHost(&fresh, 1u << 20) != weftSuccess) bad |= 16;
+    mem_shared_ref ref;
+    mem_shared_find(fresh, 1u << 20, &ref);
+    if (ref.fd < 0) bad |= 32;
+    _exit(bad);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "child: 1 offered an inherited buffer, 2 read the wrong bytes, 4 could not write, "
+         "8 could not free, 16/32 no shareable buffer of its own";
+  for (size_t i = 0; i < bufs.size(); i++) {
+    size_t wrong = 0;
+    for (size_t k = 0; k < sizes[i]; k++) wrong += bufs[i][k] != 0x5a;
+    EXPECT_EQ(wrong, 0u) << "bytes of the parent's " << sizes[i] << "-byte buffer the child changed";
+    mem_shared_ref ref;
+    mem_shared_find(bufs[i], sizes[i], &ref);
+    EXPECT_GE(ref.fd, 0) << "the parent's buffer is no longer shareable";
+    EXPECT_EQ(weftMemFree(bufs[i]), weftSuccess);
+  }
 }
 
 }  // namespace
