@@ -3,7 +3,7 @@ PyTorch and weft's shared library in a build directory.
 
     python tools/torch_weft/build.py [--weft-build build]
 
-One translation unit, compiled with g++ directly: torch's headers are heavy,
+Two translation units in one g++ command: torch's headers are heavy,
 and the torch wheel's own compile flags are all it needs. The extension finds
 libweft through an rpath to the build directory. Rebuilds only when the source,
 libweft or torch changed.
@@ -32,10 +32,11 @@ def main():
     libweft = os.path.join(weft_build, "libweft.so")
     if not os.path.exists(libweft):
         sys.exit(f"torch_weft: {libweft} not found: build weft first (ninja -C {weft_build})")
-    src = os.path.join(HERE, "csrc", "weft_backend.cpp")
+    srcs = [os.path.join(HERE, "csrc", f) for f in ("weft_backend.cpp", "weft_alloc.cpp")]
     out = os.path.join(HERE, "torch_weft", "_C" + sysconfig.get_config_var("EXT_SUFFIX"))
     stamp = out + ".stamp"
-    inputs = [src, os.path.join(REPO, "include", "weft.h"), os.path.realpath(libweft)]
+    inputs = srcs + [os.path.join(HERE, "csrc", "weft_alloc.h"),
+                     os.path.join(REPO, "include", "weft.h"), os.path.realpath(libweft)]
     key = f"{torch.__version__} {weft_build}"
     if (not args.force and os.path.exists(out) and os.path.exists(stamp)
             and open(stamp).read() == key
@@ -50,12 +51,12 @@ def main():
            "-I" + os.path.join(REPO, "include"),
            "-I" + sysconfig.get_paths()["include"]]
     cmd += ["-I" + p for p in cpp_extension.include_paths()]
-    cmd += [src, "-o", out + ".tmp"]
+    cmd += srcs + ["-o", out + ".tmp"]
     for p in cpp_extension.library_paths():
         cmd += ["-L" + p, "-Wl,-rpath," + p]
     cmd += ["-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python",
             "-L" + weft_build, "-Wl,-rpath," + weft_build, "-lweft"]
-    print("torch_weft: compiling", os.path.relpath(src, REPO), flush=True)
+    print("torch_weft: compiling", " ".join(os.path.relpath(s, REPO) for s in srcs), flush=True)
     subprocess.run(cmd, check=True)
     os.replace(out + ".tmp", out)
     with open(stamp, "w") as f:

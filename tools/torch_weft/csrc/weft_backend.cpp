@@ -27,6 +27,8 @@
 
 #include <weft.h>
 
+#include "weft_alloc.h"
+
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -1037,6 +1039,28 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("size"), py::arg("timeout_s"), py::arg("name") = "",
         py::call_guard<py::gil_scoped_release>(),
         "Joins this rank to a weft communicator whose unique id travels through store.");
+  m.def("install_allocator", &torch_weft::alloc_install, py::arg("min_bytes"),
+        py::arg("cache_bytes"),
+        "Makes CPU tensors of min_bytes and more weft's shareable memory (once).");
+  m.def("allocator_stats", []() {
+    const torch_weft::AllocStats s = torch_weft::alloc_stats();
+    py::dict d;
+    d["installed"] = s.installed;
+    d["min_bytes"] = s.min_bytes;
+    d["cache_bytes"] = s.cache_bytes;
+    d["live_blocks"] = s.live_blocks;
+    d["live_bytes"] = s.live_bytes;
+    d["cached_blocks"] = s.cached_blocks;
+    d["cached_bytes"] = s.cached_bytes;
+    d["reused"] = s.reused;
+    d["fresh"] = s.fresh;
+    d["declined"] = s.declined;
+    return d;
+  });
+  m.def("allocator_owns", [](const at::Tensor &t) {
+    return torch_weft::alloc_owns(t.data_ptr(), t.numel() * t.element_size());
+  }, "Whether the tensor's bytes lie in one block of weft's CPU allocator.");
+  m.def("allocator_empty_cache", &torch_weft::alloc_empty_cache);
   m.def("weft_version", []() {
     int v = 0;
     weftGetVersion(&v);

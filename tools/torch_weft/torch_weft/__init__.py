@@ -27,7 +27,37 @@ except ImportError as e:  # the extension is built by tools/setup.sh
         "`WEFT_SETUP_TORCH=1 tools/setup.sh` or `python tools/torch_weft/build.py` "
         f"({e})") from e
 
-__all__ = ["BACKEND", "version"]
+__all__ = ["BACKEND", "version", "allocator_stats", "empty_allocator_cache"]
+
+
+def _env_bytes(name, default):
+    text = os.environ.get(name, default).strip()
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+    try:
+        return int(text[:-1] if mult > 1 else text) * mult
+    except ValueError:
+        raise ValueError(f"torch_weft: {name}={text!r} is not a byte count "
+                         "(a number, optionally followed by K, M or G)") from None
+
+
+# CPU tensors of TORCH_WEFT_ALLOC_MIN_BYTES and more come from weft's shareable
+# host memory, which the ranks of one host copy directly (docs/pytorch.md);
+# TORCH_WEFT_ALLOC=0 leaves torch's allocator alone.
+if os.environ.get("TORCH_WEFT_ALLOC", "1") != "0":
+    _C.install_allocator(_env_bytes("TORCH_WEFT_ALLOC_MIN_BYTES", "64K"),
+                         _env_bytes("TORCH_WEFT_ALLOC_CACHE_BYTES", "1G"))
+
+
+def allocator_stats():
+    """What weft's CPU allocator holds: installed, min_bytes, cache_bytes,
+    live_blocks/live_bytes, cached_blocks/cached_bytes, and how many
+    allocations were reused from the cache, fresh, or declined by weft."""
+    return _C.allocator_stats()
+
+
+def empty_allocator_cache():
+    """Returns the freed blocks weft's CPU allocator keeps for reuse."""
+    _C.allocator_empty_cache()
 
 BACKEND = "weft"
 
