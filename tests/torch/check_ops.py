@@ -341,6 +341,19 @@ def main():
     if dist.get_rank() in members:
         run(sub, sub_gloo, f"sub{members}",
             dtypes=[torch.uint8, torch.int64, torch.bfloat16, torch.float32, torch.float8_e5m2])
+    # the same ranks split from the world group (weftCommSplit, no store
+    # rendezvous); with 3 ranks the middle one is in no group of the split
+    split = dist.split_group(split_ranks=[members])
+    if dist.get_rank() in members:
+        global checks
+        checks += 1
+        if dist.get_world_size(split) != len(members) or \
+                dist.get_rank(split) != members.index(dist.get_rank()):
+            failures.append(f"split_group: rank {dist.get_rank(split)} of "
+                            f"{dist.get_world_size(split)}")
+        run(split, sub_gloo, f"split{members}", dtypes=[torch.int32, torch.float32])
+    elif split is not dist.GroupMember.NON_GROUP_MEMBER:
+        failures.append("split_group gave a group to a rank outside it")
     dist.barrier()
     # every rank reports; rank 0 sums
     res = torch.tensor([len(failures), checks], dtype=torch.int64)

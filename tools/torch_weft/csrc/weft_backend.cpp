@@ -33,6 +33,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -271,12 +272,17 @@ class WeftBackend : public c10d::Backend {
                   bytes.size(), " bytes, expected ", sizeof id.internal);
       memcpy(id.internal, bytes.data(), sizeof id.internal);
     }
-    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
-    long long ms = timeout.count();
-    config.timeoutMs = ms <= 0 ? WEFT_CONFIG_UNDEF_INT : (int)std::min<long long>(ms, INT32_MAX);
     name_ = name.empty() ? std::string("torch") : name;
-    config.commName = name_.c_str();
+    weftConfig_t config = config_of(timeout, name_);
     check_init(weftCommInitRankConfig(&comm_, size, id, rank, &config), "weftCommInitRank");
+    worker_ = std::thread([this] { worker_loop(); });
+  }
+
+  // A backend over a communicator that split() made; it owns comm.
+  WeftBackend(weftComm_t comm, int rank, int size, std::chrono::milliseconds timeout,
+              const std::string &name)
+      : Backend(rank, size), timeout_(timeout), name_(name), comm_(comm),
+        queue_(std::make_shared<queue_state>()) {
     worker_ = std::thread([this] { worker_loop(); });
   }
 
@@ -287,6 +293,40 @@ class WeftBackend : public c10d::Backend {
     return c10::make_intrusive<Options>("weft", timeout_);
   }
   bool supportsCoalescing() const override { return true; }
+  bool supportsSplitting() const override { return true; }
+
+  // A group of some of this group's ranks, as ncclCommSplit makes one: every
+  // rank of this group calls it (split_group), in the order of its other
+  // operations; a rank outside `ranks` takes part and gets nullptr. The
+  // communicator comes from weftCommSplit over this one: no store traffic,
+  // no new rendezvous. The color is the group's smallest rank, which no
+  // other group of the same split has; the new rank is the position in
+  // `ranks`, as torch numbers the new group.
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store> &,
+                                          const std::vector<int> &ranks,
+                                          const c10::intrusive_ptr<Options> &opts) override {
+    TORCH_CHECK(!coalescing_, "weft: split inside a coalescing block");
+    TORCH_CHECK(!ranks.empty(), "weft: split: no ranks");
+    for (int r : ranks)
+      TORCH_CHECK(r >= 0 && r < size_, "weft: split: rank ", r, " is not a rank of this group of ",
+                  size_);
+    auto me = std::find(ranks.begin(), ranks.end(), rank_);
+    const bool member = me != ranks.end();
+    const int color = member ? *std::min_element(ranks.begin(), ranks.end()) : WEFT_SPLIT_NOCOLOR;
+    const int key = member ? (int)(me - ranks.begin()) : 0;
+    const std::chrono::milliseconds timeout = opts ? opts->timeout : timeout_;
+    const std::string name = opts && !opts->group_name.empty() ? opts->group_name : name_;
+    weftConfig_t config = config_of(timeout, name);
+    weftComm_t child = nullptr;
+    op_step s;
+    s.issue = [&]() { return weftCommSplit(comm_, color, key, &child, &config); };
+    std::vector<op_step> steps;
+    steps.push_back(std::move(s));
+    submit("split", c10d::OpType::UNKNOWN, std::move(steps), {}, false)->wait();
+    if (!member) return nullptr;
+    return c10::make_intrusive<WeftBackend>(child, key, (int)ranks.size(), timeout, name);
+  }
+
   uint64_t getSequenceNumberForGroup() override { return seq_; }
   void setTimeout(std::chrono::milliseconds timeout) override {
     TORCH_WARN_ONCE("weft: the timeout of a process group is fixed when its communicator ",
@@ -975,6 +1015,15 @@ class WeftBackend : public c10d::Backend {
     C10_THROW_ERROR(DistBackendError,
                     c10::str("weft: ", name, " failed on rank ", rank_, " of ", size_, ": ",
                              weftGetErrorString(res), ": ", detail));
+  }
+
+  // The communicator's settings: the group's timeout and name.
+  static weftConfig_t config_of(std::chrono::milliseconds timeout, const std::string &name) {
+    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+    long long ms = timeout.count();
+    config.timeoutMs = ms <= 0 ? WEFT_CONFIG_UNDEF_INT : (int)std::min<long long>(ms, INT32_MAX);
+    config.commName = name.c_str();
+    return config;
   }
 
   void check_init(weftResult_t res, const char *call) {
