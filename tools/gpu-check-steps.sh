@@ -346,6 +346,26 @@ step_torch_ddp() {
   [ $rc = 0 ] || fail "exit $rc; $(cat "$LOGS/$STEP.key")"
 }
 
+# torch_weft's own backend on CUDA tensors (built by step torch_weft), no
+# preload: DDP against one process, then all_to_all_single, batch_isend_irecv
+# and FSDP2 with a divide factor.
+step_torch_weft_cuda() {
+  torch_has 'torch.cuda.is_available()' || skip "torch without CUDA in $PY"
+  "$PY" -c "import sys; sys.path.insert(0, '$ROOT/tools/torch_weft'); import torch_weft; \
+sys.exit(0 if torch_weft._C.cuda_built() else 1)" 2>/dev/null ||
+    skip "torch_weft not built, or built without CUDA (step torch_weft builds it)"
+  [ -f "$WORK/mps/up" ] && use_mps
+  local rc=0 script
+  for script in ddp_loss.py torch_cuda_ops.py; do
+    OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 "$PY" -m torch.distributed.run --standalone \
+      --nproc-per-node 2 "$ROOT/tests/nccl/$script" --backend weft 2>&1 |
+      tee -a "$LOGS/$STEP.out"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  done
+  key "$(grep -m1 -iE 'largest|differ' "$LOGS/$STEP.out" | cut -c1-40); $(grep -c '^ok ' "$LOGS/$STEP.out") ok, $(grep -c '^FAIL ' "$LOGS/$STEP.out") FAIL"
+  [ $rc = 0 ] || fail "$(cat "$LOGS/$STEP.key")"
+}
+
 step_torch_cuda_ops() {
   [ -f "$ROOT/tests/nccl/torch_cuda_ops.py" ] || skip "no tests/nccl/torch_cuda_ops.py"
   torch_cuda_run "$ROOT/tests/nccl/torch_cuda_ops.py"

@@ -1,4 +1,5 @@
-"""PyTorch DDP on whatever libnccl.so.2 is loaded, checked against one process.
+"""PyTorch DDP on whatever libnccl.so.2 is loaded (or, with --backend weft, on
+torch_weft's backend), checked against one process.
 
 Run with torchrun on one GPU machine; every rank uses cuda:0 unless
 --one-gpu-per-rank is given (weft lets several ranks share a GPU, NCCL does
@@ -46,6 +47,8 @@ def main():
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--rtol", type=float, default=1e-4)
     ap.add_argument("--one-gpu-per-rank", action="store_true")
+    ap.add_argument("--backend", default="nccl",
+                    help="weft: torch_weft's backend instead of a (preloaded) libnccl.so.2")
     args = ap.parse_args()
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -62,8 +65,12 @@ def main():
     # the reference: one process, whole batch
     ref = train(make_model(7).to(dev), xs, ys, args.steps, args.lr)
 
-    dist.init_process_group("nccl", device_id=dev)
-    if rank == 0:
+    if args.backend == "weft":
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                        "tools", "torch_weft"))
+        import torch_weft  # noqa: F401  (registers "weft")
+    dist.init_process_group(args.backend, device_id=dev)
+    if rank == 0 and args.backend == "nccl":
         print(f"nccl version seen by torch: {torch.cuda.nccl.version()}", flush=True)
     model = DDP(make_model(7).to(dev), device_ids=[dev.index])
     share = args.batch // world

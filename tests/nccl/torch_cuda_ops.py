@@ -14,7 +14,8 @@ Checks, each printed as "ok NAME" or "FAIL NAME: why":
                      the learning rate
 
 --device cpu --backend gloo --factor-scale 1 runs the same on the host, to
-try the script without a GPU. Exits 1 when a check fails.
+try the script without a GPU; --backend weft runs it on torch_weft's backend
+(no preload). Exits 1 when a check fails.
 """
 import argparse
 import os
@@ -123,8 +124,12 @@ def main():
         dev = torch.device("cuda", 0)
     else:
         dev = torch.device("cpu")
+    if args.backend == "weft":
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                        "tools", "torch_weft"))
+        import torch_weft  # noqa: F401  (registers "weft")
     dist.init_process_group(args.backend)
-    if dist.get_rank() == 0 and args.device == "cuda":
+    if dist.get_rank() == 0 and args.device == "cuda" and args.backend == "nccl":
         print(f"nccl version seen by torch: {torch.cuda.nccl.version()}", flush=True)
     checks = [("all_to_all_single", check_all_to_all), ("batch_isend_irecv", check_batch_p2p),
               ("fsdp2_divide", lambda d: check_fsdp2(d, args.factor_scale))]

@@ -5,6 +5,8 @@
 #   run.sh dead_peer N        N ranks of its own, one killed mid-training
 #   run.sh cuda_ops_cpu N     tests/nccl/torch_cuda_ops.py on the host over Gloo
 #                             (the GPU check's script, kept from rotting)
+#   run.sh cuda_ops_weft N    the same script on the weft backend, host tensors,
+#                             with FSDP2's divide factor as PREMUL_SUM
 # Without .venv-torch it skips (exit 77) and says why.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -22,6 +24,9 @@ case "$check" in
   cuda_ops_cpu)
     exec "$venv/bin/python" -m torch.distributed.run --standalone --nproc-per-node "$nranks" \
       "$root/tests/nccl/torch_cuda_ops.py" --device cpu --backend gloo --factor-scale 1 ;;
+  cuda_ops_weft)
+    exec "$venv/bin/python" -m torch.distributed.run --standalone --nproc-per-node "$nranks" \
+      "$root/tests/nccl/torch_cuda_ops.py" --device cpu --backend weft ;;
   dead_peer)
     exec "$venv/bin/python" "$root/tests/torch/check_dead_peer.py" "$nranks" ;;
   *)

@@ -3,7 +3,7 @@ PyTorch and weft's shared library in a build directory.
 
     python tools/torch_weft/build.py [--weft-build build]
 
-Two translation units in one g++ command: torch's headers are heavy,
+Three translation units in one g++ command: torch's headers are heavy,
 and the torch wheel's own compile flags are all it needs. The extension finds
 libweft through an rpath to the build directory. Rebuilds only when the source,
 libweft or torch changed.
@@ -16,6 +16,34 @@ import sysconfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def cuda_flags(torch):
+    """Compile and link flags for the CUDA part (csrc/weft_cuda.cpp), or []
+    when the installed torch has no CUDA or TORCH_WEFT_CUDA=0. CUDA's headers
+    and runtime come from the CUDA wheels torch installed (nvidia/cu*), else
+    from CUDA_HOME or /usr/local/cuda."""
+    if torch.version.cuda is None or os.environ.get("TORCH_WEFT_CUDA", "1") == "0":
+        return []
+    major = torch.version.cuda.split(".")[0]
+    site = os.path.dirname(os.path.dirname(torch.__file__))
+    roots = [os.path.join(site, "nvidia", f"cu{major}"), os.path.join(site, "nvidia", "cuda_runtime"),
+             os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"]
+    for root in roots:
+        inc = os.path.join(root, "include")
+        if not root or not os.path.exists(os.path.join(inc, "cuda_runtime_api.h")):
+            continue
+        for libdir in ("lib", "lib64"):
+            d = os.path.join(root, libdir)
+            libs = sorted(f for f in os.listdir(d) if f.startswith("libcudart.so")) \
+                if os.path.isdir(d) else []
+            if libs:
+                return ["-DTORCH_WEFT_CUDA", "-I" + inc, os.path.join(d, libs[0]),
+                        "-Wl,-rpath," + d, "-lc10_cuda"]
+    print(f"torch_weft: torch has CUDA {torch.version.cuda} but no CUDA headers and runtime "
+          f"were found (looked in {', '.join(r for r in roots if r)}): CPU tensors only",
+          flush=True)
+    return []
 
 
 def main():
@@ -32,12 +60,15 @@ def main():
     libweft = os.path.join(weft_build, "libweft.so")
     if not os.path.exists(libweft):
         sys.exit(f"torch_weft: {libweft} not found: build weft first (ninja -C {weft_build})")
-    srcs = [os.path.join(HERE, "csrc", f) for f in ("weft_backend.cpp", "weft_alloc.cpp")]
+    srcs = [os.path.join(HERE, "csrc", f)
+            for f in ("weft_backend.cpp", "weft_alloc.cpp", "weft_cuda.cpp")]
     out = os.path.join(HERE, "torch_weft", "_C" + sysconfig.get_config_var("EXT_SUFFIX"))
     stamp = out + ".stamp"
     inputs = srcs + [os.path.join(HERE, "csrc", "weft_alloc.h"),
+                     os.path.join(HERE, "csrc", "weft_cuda.h"),
                      os.path.join(REPO, "include", "weft.h"), os.path.realpath(libweft)]
-    key = f"{torch.__version__} {weft_build}"
+    cuda = cuda_flags(torch)
+    key = f"{torch.__version__} {weft_build} cuda={bool(cuda)}"
     if (not args.force and os.path.exists(out) and os.path.exists(stamp)
             and open(stamp).read() == key
             and all(os.path.getmtime(p) <= os.path.getmtime(out) for p in inputs)):
@@ -51,11 +82,13 @@ def main():
            "-I" + os.path.join(REPO, "include"),
            "-I" + sysconfig.get_paths()["include"]]
     cmd += ["-I" + p for p in cpp_extension.include_paths()]
+    cmd += [f for f in cuda if f.startswith(("-D", "-I"))]
     cmd += srcs + ["-o", out + ".tmp"]
     for p in cpp_extension.library_paths():
         cmd += ["-L" + p, "-Wl,-rpath," + p]
     cmd += ["-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python",
             "-L" + weft_build, "-Wl,-rpath," + weft_build, "-lweft"]
+    cmd += [f for f in cuda if not f.startswith(("-D", "-I"))]
     print("torch_weft: compiling", " ".join(os.path.relpath(s, REPO) for s in srcs), flush=True)
     subprocess.run(cmd, check=True)
     os.replace(out + ".tmp", out)

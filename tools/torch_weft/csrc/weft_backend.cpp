@@ -28,6 +28,7 @@
 #include <weft.h>
 
 #include "weft_alloc.h"
+#include "weft_cuda.h"
 
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -35,6 +36,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -182,12 +184,33 @@ class WeftWork : public c10d::Work {
       future_->markCompleted(c10::IValue(outputs_));
   }
 
+  // Called once the operation is enqueued on a CUDA stream: the future is
+  // complete for users on the GPU at once (they order themselves after the
+  // operation); the Work completes when the GPU passes mark, or fails when
+  // async_error reports the communicator's failure, or after timeout.
+  void complete_on_gpu(std::shared_ptr<GpuMark> mark, c10::intrusive_ptr<c10::ivalue::Future> fut,
+                       std::function<std::exception_ptr()> async_error,
+                       std::chrono::milliseconds timeout) {
+    future_ = std::move(fut);
+    async_error_ = std::move(async_error);
+    gpu_timeout_ = timeout;
+    gpu_ = std::move(mark);
+  }
+
  private:
   void release_held();
+  bool poll_gpu();
+  void finish_once(std::exception_ptr exception) {
+    if (!finished_.exchange(true)) finish(exception);
+  }
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::shared_ptr<queue_state> queue_;
   bool held_; /* a send/recv that may still wait in the held list */
+  std::shared_ptr<GpuMark> gpu_; /* set for an operation on a CUDA stream */
+  std::function<std::exception_ptr()> async_error_;
+  std::chrono::milliseconds gpu_timeout_{0};
+  std::atomic<bool> finished_{false};
 };
 
 // One weft call (or several that belong together), split in two: issue runs
@@ -202,6 +225,8 @@ struct task {
   const char *name;
   std::vector<op_step> steps;
   std::vector<c10::intrusive_ptr<WeftWork>> works;
+  int device = -1;         /* CUDA device of its tensors; -1: host memory */
+  void *stream = nullptr;  /* the CUDA stream it ran on */
 };
 
 // The queue between callers and the worker thread, shared with the Work
@@ -213,6 +238,10 @@ struct queue_state {
   task held{"send/recv", {}, {}}; /* sends and receives not yet released */
   bool stop = false;
   bool busy = false; /* a task is running, on the worker or on a caller's thread */
+  /* for GPU Works asking for the communicator's asynchronous error: NULL once
+   * the group shuts down or aborts */
+  weftComm_t comm = nullptr;
+  bool aborted = false;
 
   void push(task t) {
     std::lock_guard<std::mutex> lk(mu);
@@ -236,13 +265,50 @@ void WeftWork::release_held() {
   if (held_) queue_->release_held();
 }
 
+// For an operation on a CUDA stream: whether it is done (or failed), and
+// the Work finished if so.
+bool WeftWork::poll_gpu() {
+  if (Work::isCompleted()) return true;
+  if (gpu_->done()) {
+    finish_once(nullptr);
+    return true;
+  }
+  if (std::exception_ptr e = async_error_()) {
+    finish_once(e);
+    return true;
+  }
+  return false;
+}
+
 bool WeftWork::isCompleted() {
   release_held();
+  if (gpu_) poll_gpu();
   return Work::isCompleted();
 }
 
+// On a CUDA stream, waits on the host until the GPU is past the operation
+// (so that a failure raises here) and orders the caller's current stream
+// after it.
 bool WeftWork::wait(std::chrono::milliseconds timeout) {
   release_held();
+  if (gpu_) {
+    const auto limit = timeout == kNoTimeout ? gpu_timeout_ : timeout;
+    const auto start = std::chrono::steady_clock::now();
+    while (!poll_gpu()) {
+      if (limit.count() > 0 && std::chrono::steady_clock::now() - start > limit) {
+        try {
+          C10_THROW_ERROR(DistBackendError,
+                          c10::str("weft: ", opTypeToString(opType_), " on rank ", rank_,
+                                   ": the GPU has not finished it after ", limit.count(), " ms"));
+        } catch (...) {
+          finish_once(std::current_exception());
+        }
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    if (exception() == nullptr) gpu_->stream_wait();
+  }
   return Work::wait(timeout);
 }
 
@@ -275,6 +341,7 @@ class WeftBackend : public c10d::Backend {
     name_ = name.empty() ? std::string("torch") : name;
     weftConfig_t config = config_of(timeout, name_);
     check_init(weftCommInitRankConfig(&comm_, size, id, rank, &config), "weftCommInitRank");
+    queue_->comm = comm_;
     worker_ = std::thread([this] { worker_loop(); });
   }
 
@@ -283,6 +350,7 @@ class WeftBackend : public c10d::Backend {
               const std::string &name)
       : Backend(rank, size), timeout_(timeout), name_(name), comm_(comm),
         queue_(std::make_shared<queue_state>()) {
+    queue_->comm = comm_;
     worker_ = std::thread([this] { worker_loop(); });
   }
 
@@ -342,7 +410,7 @@ class WeftBackend : public c10d::Backend {
     int root = (int)opts.rootRank;
     op_step s = inplace_step(t, [this, root](const at::Tensor &buf) {
       flat_buf b = bytes_of(buf);
-      return weftBroadcast(b.ptr, b.ptr, b.count, b.dtype, root, comm_, nullptr);
+      return weftBroadcast(b.ptr, b.ptr, b.count, b.dtype, root, comm_, stream_);
     });
     return submit("broadcast", c10d::OpType::BROADCAST, {s}, {t}, opts.asyncOp);
   }
@@ -375,7 +443,7 @@ class WeftBackend : public c10d::Backend {
     if (p.kind == red_plan::native) {
       s = inplace_step(t, [this, root, p](const at::Tensor &buf) {
         flat_buf b = elems_of(buf, "reduce");
-        return weftReduce(b.ptr, b.ptr, b.count, b.dtype, p.op, root, comm_, nullptr);
+        return weftReduce(b.ptr, b.ptr, b.count, b.dtype, p.op, root, comm_, stream_);
       });
     } else {
       // the root's result of the all-reduce is the reduction; others keep theirs
@@ -480,6 +548,7 @@ class WeftBackend : public c10d::Backend {
     check_cpu(input, "all_to_all_single");
     TORCH_CHECK(input.scalar_type() == output.scalar_type(),
                 "weft: all_to_all_single: input and output dtypes differ");
+    check_device(input, device_of(output), "all_to_all_single");
     std::vector<int64_t> in_off, in_len, out_off, out_len;
     split_layout(input, input_splits, "input", &in_off, &in_len);
     split_layout(output, output_splits, "output", &out_off, &out_len);
@@ -492,7 +561,7 @@ class WeftBackend : public c10d::Backend {
     s.issue = [this, in, out, in_off, in_len, out_off, out_len, esize, even]() {
       if (even)
         return weftAlltoAll(in.data_ptr(), out.data_ptr(), (size_t)in_len[0] * esize,
-                            weftUint8, comm_, nullptr);
+                            weftUint8, comm_, stream_);
       // a group of sends and receives; empty blocks are skipped on both sides
       char *src = (char *)in.data_ptr();
       char *dst = (char *)out.data_ptr();
@@ -501,10 +570,10 @@ class WeftBackend : public c10d::Backend {
       for (int p = 0; p < size_ && res == weftSuccess; p++) {
         if (in_len[p] > 0)
           res = weftSend(src + in_off[p] * esize, (size_t)in_len[p] * esize, weftUint8, p,
-                         comm_, nullptr);
+                         comm_, stream_);
         if (res == weftSuccess && out_len[p] > 0)
           res = weftRecv(dst + out_off[p] * esize, (size_t)out_len[p] * esize, weftUint8, p,
-                         comm_, nullptr);
+                         comm_, stream_);
       }
       weftResult_t end = weftGroupEnd();
       return res != weftSuccess ? res : end;
@@ -523,6 +592,7 @@ class WeftBackend : public c10d::Backend {
     for (int p = 0; p < size_; p++) {
       check_cpu(inputs[p], "all_to_all");
       check_cpu(outputs[p], "all_to_all");
+      check_device(inputs[p], device_of(outputs[0]), "all_to_all");
       ins.push_back(inputs[p].contiguous());
       outs.push_back(outputs[p].is_contiguous()
                          ? outputs[p]
@@ -534,9 +604,9 @@ class WeftBackend : public c10d::Backend {
       if (res != weftSuccess) return res;
       for (int p = 0; p < size_ && res == weftSuccess; p++) {
         if (ins[p].nbytes() > 0)
-          res = weftSend(ins[p].data_ptr(), ins[p].nbytes(), weftUint8, p, comm_, nullptr);
+          res = weftSend(ins[p].data_ptr(), ins[p].nbytes(), weftUint8, p, comm_, stream_);
         if (res == weftSuccess && outs[p].nbytes() > 0)
-          res = weftRecv(outs[p].data_ptr(), outs[p].nbytes(), weftUint8, p, comm_, nullptr);
+          res = weftRecv(outs[p].data_ptr(), outs[p].nbytes(), weftUint8, p, comm_, stream_);
       }
       weftResult_t end = weftGroupEnd();
       return res != weftSuccess ? res : end;
@@ -571,14 +641,14 @@ class WeftBackend : public c10d::Backend {
     s.issue = [this, in, stage, root]() {
       flat_buf b = bytes_of(in);
       return weftGather(b.ptr, stage.defined() ? stage.data_ptr() : nullptr, b.count, b.dtype,
-                        root, comm_, nullptr);
+                        root, comm_, stream_);
     };
     if (is_root)
       s.finish = [outs, stage]() {
         auto parts = stage.chunk((int64_t)outs.size());
         for (size_t r = 0; r < outs.size(); r++) outs[r].copy_(parts[r].view_as(outs[r]));
       };
-    return submit("gather", c10d::OpType::GATHER, {s}, outs, opts.asyncOp);
+    return submit("gather", c10d::OpType::GATHER, {s}, outs, opts.asyncOp, in);
   }
 
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor> &outputs,
@@ -602,7 +672,7 @@ class WeftBackend : public c10d::Backend {
     op_step s = inplace_step(out, [this, stage, root](const at::Tensor &buf) {
       flat_buf b = bytes_of(buf);
       return weftScatter(stage.defined() ? stage.data_ptr() : nullptr, b.ptr, b.count, b.dtype,
-                         root, comm_, nullptr);
+                         root, comm_, stream_);
     });
     return submit("scatter", c10d::OpType::SCATTER, {s}, {out}, opts.asyncOp);
   }
@@ -614,7 +684,7 @@ class WeftBackend : public c10d::Backend {
     op_step s;
     s.issue = [this, t, dst]() {
       flat_buf b = bytes_of(t);
-      return weftSend(b.ptr, b.count, b.dtype, dst, comm_, nullptr);
+      return weftSend(b.ptr, b.count, b.dtype, dst, comm_, stream_);
     };
     return submit_p2p("send", c10d::OpType::SEND, s, {t});
   }
@@ -625,7 +695,7 @@ class WeftBackend : public c10d::Backend {
     check_peer(src, "recv");
     op_step s = inplace_step(t, [this, src](const at::Tensor &buf) {
       flat_buf b = bytes_of(buf);
-      return weftRecv(b.ptr, b.count, b.dtype, src, comm_, nullptr);
+      return weftRecv(b.ptr, b.count, b.dtype, src, comm_, stream_);
     });
     return submit_p2p("recv", c10d::OpType::RECV, s, {t});
   }
@@ -638,7 +708,7 @@ class WeftBackend : public c10d::Backend {
     at::Tensor t = at::zeros({1}, at::kByte);
     op_step s;
     s.issue = [this, t]() {
-      return weftAllReduce(t.data_ptr(), t.data_ptr(), 1, weftUint8, weftSum, comm_, nullptr);
+      return weftAllReduce(t.data_ptr(), t.data_ptr(), 1, weftUint8, weftSum, comm_, stream_);
     };
     return submit("barrier", c10d::OpType::BARRIER, {s}, {}, opts.asyncOp);
   }
@@ -674,9 +744,22 @@ class WeftBackend : public c10d::Backend {
 
   void check_cpu(const at::Tensor &t, const char *opname) const {
     TORCH_CHECK(t.defined(), "weft: ", opname, ": undefined tensor");
-    TORCH_CHECK(t.device().is_cpu(), "weft: ", opname, ": tensors on ", t.device(),
-                " are not supported by this build of torch_weft (CPU tensors only)");
+    TORCH_CHECK(t.device().is_cpu() || (t.device().is_cuda() && cuda_built()), "weft: ", opname,
+                ": tensors on ", t.device(), " are not supported by this build of torch_weft (",
+                cuda_built() ? "CPU and CUDA" : "CPU", " tensors only)");
     TORCH_CHECK(!t.is_sparse(), "weft: ", opname, ": sparse tensors are not supported");
+  }
+
+  // The CUDA device of t, or -1 for host memory (and no tensor).
+  static int device_of(const at::Tensor &t) {
+    return t.defined() && t.device().is_cuda() ? (int)t.get_device() : -1;
+  }
+
+  // Every tensor of an operation lies where its first does.
+  static void check_device(const at::Tensor &t, int device, const char *opname) {
+    TORCH_CHECK(device_of(t) == device, "weft: ", opname, ": tensors on ", t.device(), " and on ",
+                device < 0 ? std::string("cpu") : "cuda:" + std::to_string(device),
+                " in one operation");
   }
 
   at::Tensor single(std::vector<at::Tensor> &tensors, const char *opname) const {
@@ -702,6 +785,7 @@ class WeftBackend : public c10d::Backend {
                 " tensors, got ", list.size());
     for (auto &t : list) {
       check_cpu(t, opname);
+      check_device(t, device_of(like), opname);
       TORCH_CHECK(t.numel() == like.numel() && t.scalar_type() == like.scalar_type(), "weft: ",
                   opname, ": every tensor of the list must have ", like.numel(), " elements of ",
                   like.scalar_type(), ", got ", t.numel(), " of ", t.scalar_type());
@@ -759,7 +843,7 @@ class WeftBackend : public c10d::Backend {
       op_step s;
       s.issue = [this, in, all]() {
         flat_buf b = bytes_of(in);
-        return weftAllGather(b.ptr, all.data_ptr(), b.count, b.dtype, comm_, nullptr);
+        return weftAllGather(b.ptr, all.data_ptr(), b.count, b.dtype, comm_, stream_);
       };
       auto bit = p.bit_op;
       s.finish = [t, all, bit]() {
@@ -777,7 +861,7 @@ class WeftBackend : public c10d::Backend {
     weftRedOp_t op = p.op;
     return inplace_step(t, [this, op, opname](const at::Tensor &buf) {
       flat_buf b = elems_of(buf, opname);
-      return weftAllReduce(b.ptr, b.ptr, b.count, b.dtype, op, comm_, nullptr);
+      return weftAllReduce(b.ptr, b.ptr, b.count, b.dtype, op, comm_, stream_);
     });
   }
 
@@ -797,10 +881,10 @@ class WeftBackend : public c10d::Backend {
                                                   weftScalarHostImmediate, comm_);
       if (res != weftSuccess) return res;
       if (recvcount < 0) {
-        res = weftAllReduce(b.ptr, b.ptr, b.count, b.dtype, op, comm_, nullptr);
+        res = weftAllReduce(b.ptr, b.ptr, b.count, b.dtype, op, comm_, stream_);
       } else {
         flat_buf src = elems_of(in, opname);
-        res = weftReduceScatter(src.ptr, b.ptr, b.count, b.dtype, op, comm_, nullptr);
+        res = weftReduceScatter(src.ptr, b.ptr, b.count, b.dtype, op, comm_, stream_);
       }
       weftRedOpDestroy(op, comm_);
       return res;
@@ -814,7 +898,7 @@ class WeftBackend : public c10d::Backend {
     op_step s;
     s.issue = [this, in, stage]() {
       flat_buf b = bytes_of(in);
-      return weftAllGather(b.ptr, stage.data_ptr(), b.count, b.dtype, comm_, nullptr);
+      return weftAllGather(b.ptr, stage.data_ptr(), b.count, b.dtype, comm_, stream_);
     };
     s.finish = [outs, stage]() {
       auto parts = stage.chunk((int64_t)outs.size());
@@ -828,13 +912,14 @@ class WeftBackend : public c10d::Backend {
     check_cpu(input, "all_gather_into_tensor");
     TORCH_CHECK(input.scalar_type() == output.scalar_type(),
                 "weft: all_gather_into_tensor: input and output dtypes differ");
+    check_device(input, device_of(output), "all_gather_into_tensor");
     TORCH_CHECK(output.numel() == input.numel() * size_, "weft: all_gather_into_tensor: ",
                 "the output has ", output.numel(), " elements, expected ", size_, " x ",
                 input.numel());
     at::Tensor in = input.contiguous();
     return inplace_step(output, [this, in](const at::Tensor &buf) {
       flat_buf b = bytes_of(in);
-      return weftAllGather(b.ptr, buf.data_ptr(), b.count, b.dtype, comm_, nullptr);
+      return weftAllGather(b.ptr, buf.data_ptr(), b.count, b.dtype, comm_, stream_);
     });
   }
 
@@ -842,6 +927,7 @@ class WeftBackend : public c10d::Backend {
                               const ReduceOp &rop) {
     TORCH_CHECK(input.scalar_type() == out.scalar_type(),
                 "weft: reduce_scatter: input and output dtypes differ");
+    check_device(input, device_of(out), "reduce_scatter");
     TORCH_CHECK(input.numel() == out.numel() * size_, "weft: reduce_scatter: the input has ",
                 input.numel(), " elements, expected ", size_, " x ", out.numel());
     red_plan p = red_plan_of(rop, out.scalar_type(), "reduce_scatter");
@@ -863,7 +949,7 @@ class WeftBackend : public c10d::Backend {
     return inplace_step(out, [this, in, op](const at::Tensor &buf) {
       flat_buf src = elems_of(in, "reduce_scatter");
       flat_buf b = elems_of(buf, "reduce_scatter");
-      return weftReduceScatter(src.ptr, b.ptr, b.count, b.dtype, op, comm_, nullptr);
+      return weftReduceScatter(src.ptr, b.ptr, b.count, b.dtype, op, comm_, stream_);
     });
   }
 
@@ -878,23 +964,38 @@ class WeftBackend : public c10d::Backend {
   // runs on the calling thread instead, once everything queued before it
   // has run: the caller waits for it anyway, and a hand-off to the worker
   // would only add a thread switch to its latency.
+  // An operation on CUDA tensors always runs on the caller's thread (its
+  // kernels are enqueued on the caller's stream; the call does not wait for
+  // them), once the host work queued before it has run.
   c10::intrusive_ptr<c10d::Work> submit(const char *name, c10d::OpType type,
                                         std::vector<op_step> steps,
-                                        std::vector<at::Tensor> outputs, bool async_op) {
+                                        std::vector<at::Tensor> outputs, bool async_op,
+                                        const at::Tensor &on = at::Tensor()) {
     seq_++;
+    const int device = device_of(on.defined() ? on : outputs.empty() ? on : outputs[0]);
+    for (const auto &o : outputs) check_device(o, device, name);
     if (coalescing_) {
+      TORCH_CHECK(coalesced_.steps.empty() || coalesced_.device == device, "weft: ", name,
+                  ": a coalesced block mixes host and CUDA tensors (or two GPUs)");
+      coalesced_.device = device;
       for (auto &s : steps) coalesced_.steps.push_back(std::move(s));
       return coalesced_work_;
     }
     auto work = make_work(type, name, std::move(outputs), false);
-    task t{name, std::move(steps), {work}};
-    if (async_op) {
+    task t{name, std::move(steps), {work}, device};
+    if (async_op && device < 0) {
       enqueue(std::move(t));
       return work;
     }
+    run_here(t);
+    return work;
+  }
+
+  // Runs t on this thread once the queue is idle, and completes its Works.
+  void run_here(task &t) {
     {
       std::unique_lock<std::mutex> lk(queue_->mu);
-      TORCH_CHECK(!queue_->stop, "weft: ", name, " on a process group that was shut down");
+      TORCH_CHECK(!queue_->stop, "weft: ", t.name, " on a process group that was shut down");
       queue_->release_held_locked();
       queue_->cv.wait(lk, [this] { return queue_->tasks.empty() && !queue_->busy; });
       queue_->busy = true;
@@ -905,12 +1006,47 @@ class WeftBackend : public c10d::Backend {
       queue_->busy = false;
       queue_->cv.notify_all();
     }
-    work->complete(err);
-    return work;
+    complete(t, err);
+  }
+
+  // Completes t's Works: at once for host memory or a failure to enqueue,
+  // when the GPU is past the operation for CUDA tensors.
+  void complete(task &t, std::exception_ptr err) {
+    if (t.device < 0 || err) {
+      for (auto &w : t.works) w->complete(err);
+      return;
+    }
+    auto mark = gpu_mark(t.device, t.stream);
+    std::shared_ptr<queue_state> q = queue_;
+    const int rank = rank_, size = size_;
+    auto async_error = [q, rank, size]() -> std::exception_ptr {
+      std::lock_guard<std::mutex> lk(q->mu);
+      weftResult_t res = weftSuccess;
+      std::string why = "the process group was aborted";
+      if (!q->aborted) {
+        if (q->comm == nullptr || weftCommGetAsyncError(q->comm, &res) != weftSuccess ||
+            res == weftSuccess || res == weftInProgress)
+          return nullptr;
+        why = c10::str(weftGetErrorString(res), ": ", weftGetLastError(q->comm));
+      }
+      try {
+        C10_THROW_ERROR(DistBackendError, c10::str("weft: an operation on the GPU failed on rank ",
+                                                   rank, " of ", size, ": ", why));
+      } catch (...) {
+        return std::current_exception();
+      }
+    };
+    for (auto &w : t.works)
+      w->complete_on_gpu(mark, gpu_future(t.device, t.stream, w->result()), async_error,
+                         timeout_);
   }
 
   c10::intrusive_ptr<c10d::Work> submit_p2p(const char *name, c10d::OpType type, op_step step,
                                             std::vector<at::Tensor> outputs) {
+    // on a GPU a send waits for its receiver in the kernel, not on this
+    // thread: nothing to hold
+    if (coalescing_ || device_of(outputs[0]) >= 0)
+      return submit(name, type, {std::move(step)}, std::move(outputs), true);
     seq_++;
     if (coalescing_) {
       coalesced_.steps.push_back(std::move(step));
@@ -925,6 +1061,10 @@ class WeftBackend : public c10d::Backend {
   }
 
   void enqueue(task t) {
+    if (t.device >= 0) {
+      run_here(t);
+      return;
+    }
     {
       std::lock_guard<std::mutex> lk(queue_->mu);
       TORCH_CHECK(!queue_->stop, "weft: ", t.name, " on a process group that was shut down");
@@ -964,12 +1104,30 @@ class WeftBackend : public c10d::Backend {
         queue_->busy = false;
         queue_->cv.notify_all();
       }
-      for (auto &w : t.works) w->complete(err);
+      complete(t, err);
     }
   }
 
-  // Runs a task's steps, in one weft group when there are several.
+  // Runs a task's steps, in one weft group when there are several; a task
+  // on CUDA tensors on the caller's current stream of their device.
   std::exception_ptr run(task &t) {
+    if (t.device < 0) return run_steps(t);
+    std::exception_ptr err;
+    try {
+      on_cuda_stream(t.device, [&](void *stream) {
+        t.stream = stream;
+        stream_ = stream;
+        err = run_steps(t);
+        stream_ = nullptr;
+      });
+    } catch (...) {
+      stream_ = nullptr;
+      return std::current_exception();
+    }
+    return err;
+  }
+
+  std::exception_ptr run_steps(task &t) {
     try {
       {
         std::lock_guard<std::mutex> lk(comm_mu_);
@@ -1040,6 +1198,8 @@ class WeftBackend : public c10d::Backend {
       std::lock_guard<std::mutex> lk(queue_->mu);
       queue_->release_held_locked();
       queue_->stop = true;
+      queue_->comm = nullptr;
+      queue_->aborted = queue_->aborted || abort_comm;
       queue_->cv.notify_all();
     }
     if (comm_ != nullptr && abort_comm) {
@@ -1061,6 +1221,7 @@ class WeftBackend : public c10d::Backend {
   std::string name_;
   weftComm_t comm_ = nullptr;
   std::shared_ptr<queue_state> queue_;
+  weftStream_t stream_ = nullptr; /* the CUDA stream of the task running; NULL on host memory */
   std::thread worker_;
   std::mutex comm_mu_; /* guards aborted_ and in_call_ against abort() */
   bool aborted_ = false;
@@ -1110,6 +1271,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return torch_weft::alloc_owns(t.data_ptr(), t.numel() * t.element_size());
   }, "Whether the tensor's bytes lie in one block of weft's CPU allocator.");
   m.def("allocator_empty_cache", &torch_weft::alloc_empty_cache);
+  m.def("cuda_built", &torch_weft::cuda_built,
+        "Whether this build runs operations on CUDA tensors.");
   m.def("weft_version", []() {
     int v = 0;
     weftGetVersion(&v);

@@ -1,7 +1,7 @@
 """torch_weft: weft as a torch.distributed backend.
 
     import torch_weft                      # registers the backend "weft"
-    dist.init_process_group("weft")        # CPU tensors
+    dist.init_process_group("weft")        # CPU tensors, and CUDA tensors on a GPU
 
 Every process group (the default one, new_group, DeviceMesh groups) gets its
 own weft communicator; its unique id travels through the group's c10d Store,
@@ -73,5 +73,9 @@ def _create(opts, backend_options=None):
     return _C.create_backend(opts.store, opts.group_rank, opts.group_size, timeout, name)
 
 
+# CUDA tensors where this build has them and a GPU is visible: operations run
+# on the caller's current stream, as NCCL's do (docs/pytorch.md).
+_DEVICES = ["cpu"] + (["cuda"] if _C.cuda_built() and torch.cuda.is_available() else [])
+
 if BACKEND not in dist.Backend.backend_list:
-    dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu"])
+    dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=_DEVICES)
