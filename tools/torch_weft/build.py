@@ -3,12 +3,13 @@ PyTorch and weft's shared library in a build directory.
 
     python tools/torch_weft/build.py [--weft-build build]
 
-Three translation units in one g++ command: torch's headers are heavy,
+Every csrc/*.cpp compiled by g++ directly, one per core: torch's headers are heavy,
 and the torch wheel's own compile flags are all it needs. The extension finds
 libweft through an rpath to the build directory. Rebuilds only when the source,
 libweft or torch changed.
 """
 import argparse
+import concurrent.futures
 import os
 import subprocess
 import sys
@@ -60,13 +61,12 @@ def main():
     libweft = os.path.join(weft_build, "libweft.so")
     if not os.path.exists(libweft):
         sys.exit(f"torch_weft: {libweft} not found: build weft first (ninja -C {weft_build})")
-    srcs = [os.path.join(HERE, "csrc", f)
-            for f in ("weft_backend.cpp", "weft_alloc.cpp", "weft_cuda.cpp")]
+    csrc = os.path.join(HERE, "csrc")
+    srcs = sorted(os.path.join(csrc, f) for f in os.listdir(csrc) if f.endswith(".cpp"))
+    headers = sorted(os.path.join(csrc, f) for f in os.listdir(csrc) if f.endswith(".h"))
     out = os.path.join(HERE, "torch_weft", "_C" + sysconfig.get_config_var("EXT_SUFFIX"))
     stamp = out + ".stamp"
-    inputs = srcs + [os.path.join(HERE, "csrc", "weft_alloc.h"),
-                     os.path.join(HERE, "csrc", "weft_cuda.h"),
-                     os.path.join(REPO, "include", "weft.h"), os.path.realpath(libweft)]
+    inputs = srcs + headers + [os.path.join(REPO, "include", "weft.h"), os.path.realpath(libweft)]
     cuda = cuda_flags(torch)
     key = f"{torch.__version__} {weft_build} cuda={bool(cuda)}"
     if (not args.force and os.path.exists(out) and os.path.exists(stamp)
@@ -76,20 +76,30 @@ def main():
         return
 
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    cmd = ["g++", "-O2", "-g0", "-std=c++20", "-fPIC", "-shared", "-w",
-           f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-DTORCH_EXTENSION_NAME=_C",
-           "-DTORCH_API_INCLUDE_EXTENSION_H",
-           "-I" + os.path.join(REPO, "include"),
-           "-I" + sysconfig.get_paths()["include"]]
-    cmd += ["-I" + p for p in cpp_extension.include_paths()]
-    cmd += [f for f in cuda if f.startswith(("-D", "-I"))]
-    cmd += srcs + ["-o", out + ".tmp"]
+    compile_flags = ["g++", "-O2", "-g0", "-std=c++20", "-fPIC", "-w",
+                     f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-DTORCH_EXTENSION_NAME=_C",
+                     "-DTORCH_API_INCLUDE_EXTENSION_H",
+                     "-I" + os.path.join(REPO, "include"),
+                     "-I" + sysconfig.get_paths()["include"]]
+    compile_flags += ["-I" + p for p in cpp_extension.include_paths()]
+    compile_flags += [f for f in cuda if f.startswith(("-D", "-I"))]
+    objdir = out + ".objs"
+    os.makedirs(objdir, exist_ok=True)
+    objs = [os.path.join(objdir, os.path.basename(s) + ".o") for s in srcs]
+    print("torch_weft: compiling", " ".join(os.path.relpath(s, REPO) for s in srcs), flush=True)
+    # one compiler per core: each unit reads torch's heavy headers
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        runs = list(pool.map(lambda so: subprocess.run(compile_flags + ["-c", so[0], "-o", so[1]]),
+                             zip(srcs, objs)))
+    failed = [os.path.relpath(s, REPO) for s, r in zip(srcs, runs) if r.returncode != 0]
+    if failed:
+        sys.exit(f"torch_weft: compiling {', '.join(failed)} failed")
+    cmd = ["g++", "-shared"] + objs + ["-o", out + ".tmp"]
     for p in cpp_extension.library_paths():
         cmd += ["-L" + p, "-Wl,-rpath," + p]
     cmd += ["-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python",
             "-L" + weft_build, "-Wl,-rpath," + weft_build, "-lweft"]
     cmd += [f for f in cuda if not f.startswith(("-D", "-I"))]
-    print("torch_weft: compiling", " ".join(os.path.relpath(s, REPO) for s in srcs), flush=True)
     subprocess.run(cmd, check=True)
     os.replace(out + ".tmp", out)
     with open(stamp, "w") as f:

@@ -1,0 +1,249 @@
+// torch_weft: the c10d::Backend over weft (weft_backend.cpp: creation, the
+// queue and the worker; weft_collectives.cpp: the operations).
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <weft.h>
+
+#include "weft_types.h"
+#include "weft_work.h"
+
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace torch_weft {
+
+class WeftBackend : public c10d::Backend {
+ public:
+  WeftBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
+              std::chrono::milliseconds timeout, const std::string &name);
+
+  // A backend over a communicator that split() made; it owns comm.
+  WeftBackend(weftComm_t comm, int rank, int size, std::chrono::milliseconds timeout,
+              const std::string &name);
+
+  ~WeftBackend() override { shutdown(); }
+
+  const std::string getBackendName() const override { return "weft"; }
+  c10::intrusive_ptr<Options> getBackendOptions() override {
+    return c10::make_intrusive<Options>("weft", timeout_);
+  }
+  bool supportsCoalescing() const override { return true; }
+  bool supportsSplitting() const override { return true; }
+
+  // A group of some of this group's ranks, as ncclCommSplit makes one: every
+  // rank of this group calls it (split_group), in the order of its other
+  // operations; a rank outside `ranks` takes part and gets nullptr. The
+  // communicator comes from weftCommSplit over this one: no store traffic,
+  // no new rendezvous. The color is the group's smallest rank, which no
+  // other group of the same split has; the new rank is the position in
+  // `ranks`, as torch numbers the new group.
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store> &,
+                                          const std::vector<int> &ranks,
+                                          const c10::intrusive_ptr<Options> &opts) override;
+
+  uint64_t getSequenceNumberForGroup() override { return seq_; }
+  void setTimeout(std::chrono::milliseconds) override;
+
+  // --- collectives ---
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor> &tensors,
+                                           const c10d::BroadcastOptions &opts) override;
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor> &tensors,
+                                           const c10d::AllreduceOptions &opts) override;
+
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor> &tensors, const c10d::AllreduceCoalescedOptions &opts) override;
+
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor> &tensors,
+                                        const c10d::ReduceOptions &opts) override;
+
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                                           std::vector<at::Tensor> &inputs,
+                                           const c10d::AllgatherOptions &opts) override;
+
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>> &outputs, std::vector<at::Tensor> &inputs,
+      const c10d::AllgatherOptions &opts) override;
+
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
+                                                 const c10d::AllgatherOptions &opts) override;
+
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+      const c10d::AllgatherOptions &opts) override;
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor> &outputs,
+                                                std::vector<std::vector<at::Tensor>> &inputs,
+                                                const c10d::ReduceScatterOptions &opts) override;
+
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor &output, at::Tensor &input, const c10d::ReduceScatterOptions &opts) override;
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+      const c10d::ReduceScatterOptions &opts) override;
+
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor &output, at::Tensor &input,
+                                               std::vector<int64_t> &output_splits,
+                                               std::vector<int64_t> &input_splits,
+                                               const c10d::AllToAllOptions &opts) override;
+
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor> &outputs,
+                                          std::vector<at::Tensor> &inputs,
+                                          const c10d::AllToAllOptions &opts) override;
+
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &outputs,
+                                        std::vector<at::Tensor> &inputs,
+                                        const c10d::GatherOptions &opts) override;
+
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor> &outputs,
+                                         std::vector<std::vector<at::Tensor>> &inputs,
+                                         const c10d::ScatterOptions &opts) override;
+
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors, int dst,
+                                      int) override;
+
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int src,
+                                      int) override;
+
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &, int) override {
+    TORCH_CHECK(false, "weft: receiving from any source is not supported; name the source rank");
+  }
+
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &opts) override;
+
+  // --- coalescing: everything issued in between runs as one weft group ---
+
+  void startCoalescing() override;
+
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
+  // --- life cycle ---
+
+  void shutdown() override { stop_worker(false); }
+
+  void abort() override { stop_worker(true); }
+
+ private:
+  // --- argument checks ---
+
+  void check_cpu(const at::Tensor &t, const char *opname) const;
+
+  // The CUDA device of t, or -1 for host memory (and no tensor).
+  static int device_of(const at::Tensor &t) {
+    return t.defined() && t.device().is_cuda() ? (int)t.get_device() : -1;
+  }
+
+  // Every tensor of an operation lies where its first does.
+  static void check_device(const at::Tensor &t, int device, const char *opname);
+
+  at::Tensor single(std::vector<at::Tensor> &tensors, const char *opname) const;
+
+  void check_root(int64_t root, const char *opname) const;
+
+  void check_peer(int peer, const char *opname) const;
+
+  void check_list(const std::vector<at::Tensor> &list, const at::Tensor &like,
+                  const char *opname) const;
+
+  void split_layout(const at::Tensor &t, const std::vector<int64_t> &splits,
+                    const char *which, std::vector<int64_t> *off, std::vector<int64_t> *len);
+
+  // --- steps ---
+
+  // Runs call on a contiguous view of t: t itself, or a staging copy that
+  // is copied back afterwards.
+  op_step inplace_step(const at::Tensor &t, std::function<weftResult_t(const at::Tensor &)> call);
+
+  op_step allreduce_step(const at::Tensor &t, const ReduceOp &rop, const char *opname);
+
+  // A pre-multiplied sum (PREMUL_SUM): all-reduce (recvcount < 0) or
+  // reduce-scatter of `in` into `t`, with weft's pre-multiply op.
+  op_step premul_step(const at::Tensor &t, const red_plan &p, const char *opname,
+                      int64_t recvcount, at::Tensor in = at::Tensor());
+
+  op_step allgather_list_step(const std::vector<at::Tensor> &outs, const at::Tensor &input);
+
+  op_step allgather_base_step(at::Tensor &output, at::Tensor &input);
+
+  op_step reduce_scatter_step(const at::Tensor &out, const at::Tensor &input,
+                              const ReduceOp &rop);
+
+  // --- queueing ---
+
+  c10::intrusive_ptr<WeftWork> make_work(c10d::OpType type, const char *title,
+                                         std::vector<at::Tensor> outputs, bool held) {
+    return c10::make_intrusive<WeftWork>(rank_, type, title, std::move(outputs), queue_, held);
+  }
+
+  // Queues an operation for the worker; a blocking one (async_op false)
+  // runs on the calling thread instead, once everything queued before it
+  // has run: the caller waits for it anyway, and a hand-off to the worker
+  // would only add a thread switch to its latency.
+  // An operation on CUDA tensors always runs on the caller's thread (its
+  // kernels are enqueued on the caller's stream; the call does not wait for
+  // them), once the host work queued before it has run.
+  c10::intrusive_ptr<c10d::Work> submit(const char *name, c10d::OpType type,
+                                        std::vector<op_step> steps,
+                                        std::vector<at::Tensor> outputs, bool async_op,
+                                        const at::Tensor &on = at::Tensor());
+
+  // Runs t on this thread once the queue is idle, and completes its Works.
+  void run_here(task &t);
+
+  // Completes t's Works: at once for host memory or a failure to enqueue,
+  // when the GPU is past the operation for CUDA tensors.
+  void complete(task &t, std::exception_ptr err);
+
+  c10::intrusive_ptr<c10d::Work> submit_p2p(const char *name, c10d::OpType type, op_step step,
+                                            std::vector<at::Tensor> outputs);
+
+  void enqueue(task t);
+
+  // --- the worker ---
+
+  void worker_loop();
+
+  // Runs a task's steps, in one weft group when there are several; a task
+  // on CUDA tensors on the caller's current stream of their device.
+  std::exception_ptr run(task &t);
+
+  std::exception_ptr run_steps(task &t);
+
+  // Throws the DistBackendError for a failed weft call.
+  [[noreturn]] void fail(const char *name, weftResult_t res);
+
+  // The communicator's settings: the group's timeout and name.
+  static weftConfig_t config_of(std::chrono::milliseconds timeout, const std::string &name);
+
+  void check_init(weftResult_t res, const char *call);
+
+  // Stops the worker: after the queued work (shutdown) or at once, breaking
+  // the communicator so that a blocked operation returns (abort).
+  void stop_worker(bool abort_comm);
+
+  std::chrono::milliseconds timeout_;
+  std::string name_;
+  weftComm_t comm_ = nullptr;
+  std::shared_ptr<queue_state> queue_;
+  weftStream_t stream_ = nullptr; /* the CUDA stream of the task running; NULL on host memory */
+  std::thread worker_;
+  std::mutex comm_mu_; /* guards aborted_ and in_call_ against abort() */
+  bool aborted_ = false;
+  bool in_call_ = false;
+  uint64_t seq_ = 0;
+  bool coalescing_ = false;
+  task coalesced_{"coalesced", {}, {}};
+  c10::intrusive_ptr<WeftWork> coalesced_work_;
+};
+
+}  // namespace torch_weft

@@ -1,0 +1,537 @@
+// torch_weft: the backend's operations (weft_backend.h): each checks its
+// tensors, builds the weft calls as steps and submits them.
+#include "weft_backend.h"
+
+#include "weft_cuda.h"
+
+namespace torch_weft {
+
+c10::intrusive_ptr<c10d::Work> WeftBackend::broadcast(std::vector<at::Tensor> &tensors,
+                                                      const c10d::BroadcastOptions &opts) {
+  at::Tensor t = single(tensors, "broadcast");
+  check_root(opts.rootRank, "broadcast");
+  int root = (int)opts.rootRank;
+  op_step s = inplace_step(t, [this, root](const at::Tensor &buf) {
+    flat_buf b = bytes_of(buf);
+    return weftBroadcast(b.ptr, b.ptr, b.count, b.dtype, root, comm_, stream_);
+  });
+  return submit("broadcast", c10d::OpType::BROADCAST, {s}, {t}, opts.asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> WeftBackend::allreduce(std::vector<at::Tensor> &tensors,
+                                                      const c10d::AllreduceOptions &opts) {
+  at::Tensor t = single(tensors, "allreduce");
+  return submit("allreduce", c10d::OpType::ALLREDUCE,
+                {allreduce_step(t, opts.reduceOp, "allreduce")}, {t}, opts.asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> WeftBackend::allreduce_coalesced(
+    std::vector<at::Tensor> &tensors, const c10d::AllreduceCoalescedOptions &opts) {
+  std::vector<op_step> steps;
+  for (auto &t : tensors) {
+    check_cpu(t, "allreduce_coalesced");
+    steps.push_back(allreduce_step(t, opts.reduceOp, "allreduce_coalesced"));
+  }
+  return submit("allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, std::move(steps), tensors,
+                opts.asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> WeftBackend::reduce(std::vector<at::Tensor> &tensors,
+                                                   const c10d::ReduceOptions &opts) {
+  at::Tensor t = single(tensors, "reduce");
+  check_root(opts.rootRank, "reduce");
+  red_plan p = red_plan_of(opts.reduceOp, t.scalar_type(), "reduce");
+  int root = (int)opts.rootRank;
+  op_step s;
+  if (p.kind == red_plan::native) {
+    s = inplace_step(t, [this, root, p](const at::Tensor &buf) {
+      flat_buf b = elems_of(buf, "reduce");
+      return weftReduce(b.ptr, b.ptr, b.count, b.dtype, p.op, root, comm_, stream_);
+    });
+  } else {
+    // the root's result of the all-reduce is the reduction; others keep theirs
+    at::Tensor work = t.clone(at::MemoryFormat::Contiguous);
+    s = allreduce_step(work, opts.reduceOp, "reduce");
+    auto fin = s.finish;
+    bool is_root = rank_ == root;
+    s.finish = [fin, t, work, is_root]() {
+      if (fin) fin();
+      if (is_root) t.copy_(work);
+    };
+  }
+  return submit("reduce", c10d::OpType::REDUCE, {s}, {t}, opts.asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> WeftBackend::allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                                                      std::vector<at::Tensor> &inputs,
+                                                      const c10d::AllgatherOptions &opts) {
+  at::Tensor in = single(inputs, "allgather");
+  TORCH_CHECK(outputs.size() == 1, "weft: allgather takes one list of outputs");
+  check_list(outputs[0], in, "allgather");
+  return submit("allgather", c10d::OpType::ALLGATHER, {allgather_list_step(outputs[0], in)},
+                outputs[0], opts.asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> WeftBackend::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>> &outputs, std::vector<at::Tensor> &inputs,
+    const c10d::AllgatherOptions &opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "weft: allgather_coalesced: ", outputs.size(),
+              " output lists for ", inputs.size(), " inputs");
+  std::vector<op_step> steps;
+  std::vector<at::Tensor> flat_outputs;
+  for (size_t i = 0; i < inputs.size(); i++) {
+    check_cpu(inputs[i], "allgather_coalesced");
+    check_list(outputs[i], inputs[i], "allgather_coalesced");
+    steps.push_back(allgather_list_step(outputs[i], inputs[i]));
+    for (auto &o : outputs[i]) flat_outputs.push_back(o);
+  }
+  return submit("allgather_coalesced", c10d::OpType::ALLGATHER_COALESCED, std::move(steps),
+                flat_outputs, opts.asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> WeftBackend::_allgather_base(at::Tensor &output, at::Tensor &input,
+                                                            const c10d::AllgatherOptions &opts) {
+  return submit("all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE,
+                {allgather_base_step(output, input)}, {output}, opts.asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> WeftBackend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+    const c10d::AllgatherOptions &opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(),
+              "weft: allgather_into_tensor_coalesced: ", outputs.size(), " outputs for ",
+              inputs.size(), " inputs");
+  std::vector<op_step> steps;
+  for (size_t i = 0; i < inputs.size(); i++)
+    steps.push_back(allgather_base_step(outputs[i], inputs[i]));
+  return submit("allgather_into_tensor_coalesced", c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED,
+                std::move(steps), outputs, opts.asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> WeftBackend::reduce_scatter(
+    std::vector<at::Tensor> &outputs, std::vector<std::vector<at::Tensor>> &inputs,
+    const c10d::ReduceScatterOptions &opts) {
+  at::Tensor out = single(outputs, "reduce_scatter");
+  TORCH_CHECK(inputs.size() == 1, "weft: reduce_scatter takes one list of inputs");
+  check_list(inputs[0], out, "reduce_scatter");
+  std::vector<at::Tensor> flat;
+  for (auto &t : inputs[0]) flat.push_back(t.reshape({-1}));
+  at::Tensor in = at::cat(flat);
+  return submit("reduce_scatter", c10d::OpType::REDUCE_SCATTER,
+                {reduce_scatter_step(out, in, opts.reduceOp)}, {out}, opts.asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> WeftBackend::_reduce_scatter_base(
+    at::Tensor &output, at::Tensor &input, const c10d::ReduceScatterOptions &opts) {
+  check_cpu(output, "reduce_scatter_tensor");
+  check_cpu(input, "reduce_scatter_tensor");
+  return submit("reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE,
+                {reduce_scatter_step(output, input, opts.reduceOp)}, {output}, opts.asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> WeftBackend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+    const c10d::ReduceScatterOptions &opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(),
+              "weft: reduce_scatter_tensor_coalesced: ", outputs.size(), " outputs for ",
+              inputs.size(), " inputs");
+  std::vector<op_step> steps;
+  for (size_t i = 0; i < inputs.size(); i++) {
+    check_cpu(outputs[i], "reduce_scatter_tensor_coalesced");
+    check_cpu(inputs[i], "reduce_scatter_tensor_coalesced");
+    steps.push_back(reduce_scatter_step(outputs[i], inputs[i], opts.reduceOp));
+  }
+  return submit("reduce_scatter_tensor_coalesced", c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
+                std::move(steps), outputs, opts.asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> WeftBackend::alltoall_base(at::Tensor &output, at::Tensor &input,
+                                                          std::vector<int64_t> &output_splits,
+                                                          std::vector<int64_t> &input_splits,
+                                                          const c10d::AllToAllOptions &opts) {
+  check_cpu(output, "all_to_all_single");
+  check_cpu(input, "all_to_all_single");
+  TORCH_CHECK(input.scalar_type() == output.scalar_type(),
+              "weft: all_to_all_single: input and output dtypes differ");
+  check_device(input, device_of(output), "all_to_all_single");
+  std::vector<int64_t> in_off, in_len, out_off, out_len;
+  split_layout(input, input_splits, "input", &in_off, &in_len);
+  split_layout(output, output_splits, "output", &out_off, &out_len);
+  at::Tensor in = input.contiguous();
+  bool staged = !output.is_contiguous();
+  at::Tensor out = staged ? at::empty_like(output, at::MemoryFormat::Contiguous) : output;
+  size_t esize = (size_t)input.element_size();
+  op_step s;
+  bool even = input_splits.empty() && output_splits.empty();
+  s.issue = [this, in, out, in_off, in_len, out_off, out_len, esize, even]() {
+    if (even)
+      return weftAlltoAll(in.data_ptr(), out.data_ptr(), (size_t)in_len[0] * esize, weftUint8,
+                          comm_, stream_);
+    // a group of sends and receives; empty blocks are skipped on both sides
+    char *src = (char *)in.data_ptr();
+    char *dst = (char *)out.data_ptr();
+    weftResult_t res = weftGroupStart();
+    if (res != weftSuccess) return res;
+    for (int p = 0; p < size_ && res == weftSuccess; p++) {
+      if (in_len[p] > 0)
+        res = weftSend(src + in_off[p] * esize, (size_t)in_len[p] * esize, weftUint8, p, comm_,
+                       stream_);
+      if (res == weftSuccess && out_len[p] > 0)
+        res = weftRecv(dst + out_off[p] * esize, (size_t)out_len[p] * esize, weftUint8, p, comm_,
+                       stream_);
+    }
+    weftResult_t end = weftGroupEnd();
+    return res != weftSuccess ? res : end;
+  };
+  if (staged) s.finish = [output, out]() { output.copy_(out); };
+  return submit("all_to_all_single", c10d::OpType::ALLTOALL_BASE, {s}, {output}, opts.asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> WeftBackend::alltoall(std::vector<at::Tensor> &outputs,
+                                                     std::vector<at::Tensor> &inputs,
+                                                     const c10d::AllToAllOptions &opts) {
+  TORCH_CHECK((int)outputs.size() == size_ && (int)inputs.size() == size_,
+              "weft: all_to_all takes ", size_, " inputs and outputs, got ", inputs.size(), " and ",
+              outputs.size());
+  std::vector<at::Tensor> ins, outs;
+  for (int p = 0; p < size_; p++) {
+    check_cpu(inputs[p], "all_to_all");
+    check_cpu(outputs[p], "all_to_all");
+    check_device(inputs[p], device_of(outputs[0]), "all_to_all");
+    ins.push_back(inputs[p].contiguous());
+    outs.push_back(outputs[p].is_contiguous()
+                       ? outputs[p]
+                       : at::empty_like(outputs[p], at::MemoryFormat::Contiguous));
+  }
+  op_step s;
+  s.issue = [this, ins, outs]() {
+    weftResult_t res = weftGroupStart();
+    if (res != weftSuccess) return res;
+    for (int p = 0; p < size_ && res == weftSuccess; p++) {
+      if (ins[p].nbytes() > 0)
+        res = weftSend(ins[p].data_ptr(), ins[p].nbytes(), weftUint8, p, comm_, stream_);
+      if (res == weftSuccess && outs[p].nbytes() > 0)
+        res = weftRecv(outs[p].data_ptr(), outs[p].nbytes(), weftUint8, p, comm_, stream_);
+    }
+    weftResult_t end = weftGroupEnd();
+    return res != weftSuccess ? res : end;
+  };
+  std::vector<at::Tensor> user_outs = outputs;
+  s.finish = [user_outs, outs]() {
+    for (size_t p = 0; p < outs.size(); p++)
+      if (!outs[p].is_same(user_outs[p])) user_outs[p].copy_(outs[p]);
+  };
+  return submit("all_to_all", c10d::OpType::ALLTOALL, {s}, outputs, opts.asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> WeftBackend::gather(std::vector<std::vector<at::Tensor>> &outputs,
+                                                   std::vector<at::Tensor> &inputs,
+                                                   const c10d::GatherOptions &opts) {
+  at::Tensor in = single(inputs, "gather").contiguous();
+  check_root(opts.rootRank, "gather");
+  int root = (int)opts.rootRank;
+  bool is_root = rank_ == root;
+  std::vector<at::Tensor> outs;
+  if (is_root) {
+    TORCH_CHECK(outputs.size() == 1, "weft: gather takes one list of outputs on the root");
+    check_list(outputs[0], in, "gather");
+    outs = outputs[0];
+  } else {
+    TORCH_CHECK(outputs.empty() || outputs[0].empty(),
+                "weft: gather: only the root passes outputs");
+  }
+  at::Tensor stage =
+      is_root ? at::empty({(int64_t)size_ * in.numel()}, in.options()) : at::Tensor();
+  op_step s;
+  s.issue = [this, in, stage, root]() {
+    flat_buf b = bytes_of(in);
+    return weftGather(b.ptr, stage.defined() ? stage.data_ptr() : nullptr, b.count, b.dtype, root,
+                      comm_, stream_);
+  };
+  if (is_root)
+    s.finish = [outs, stage]() {
+      auto parts = stage.chunk((int64_t)outs.size());
+      for (size_t r = 0; r < outs.size(); r++) outs[r].copy_(parts[r].view_as(outs[r]));
+    };
+  return submit("gather", c10d::OpType::GATHER, {s}, outs, opts.asyncOp, in);
+}
+
+c10::intrusive_ptr<c10d::Work> WeftBackend::scatter(std::vector<at::Tensor> &outputs,
+                                                    std::vector<std::vector<at::Tensor>> &inputs,
+                                                    const c10d::ScatterOptions &opts) {
+  at::Tensor out = single(outputs, "scatter");
+  check_root(opts.rootRank, "scatter");
+  int root = (int)opts.rootRank;
+  bool is_root = rank_ == root;
+  at::Tensor stage;
+  if (is_root) {
+    TORCH_CHECK(inputs.size() == 1, "weft: scatter takes one list of inputs on the root");
+    check_list(inputs[0], out, "scatter");
+    std::vector<at::Tensor> flat;
+    for (auto &t : inputs[0]) flat.push_back(t.reshape({-1}));
+    stage = at::cat(flat);
+  } else {
+    TORCH_CHECK(inputs.empty() || inputs[0].empty(), "weft: scatter: only the root passes inputs");
+  }
+  op_step s = inplace_step(out, [this, stage, root](const at::Tensor &buf) {
+    flat_buf b = bytes_of(buf);
+    return weftScatter(stage.defined() ? stage.data_ptr() : nullptr, b.ptr, b.count, b.dtype, root,
+                       comm_, stream_);
+  });
+  return submit("scatter", c10d::OpType::SCATTER, {s}, {out}, opts.asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> WeftBackend::send(std::vector<at::Tensor> &tensors, int dst, int) {
+  at::Tensor t = single(tensors, "send").contiguous();
+  check_peer(dst, "send");
+  op_step s;
+  s.issue = [this, t, dst]() {
+    flat_buf b = bytes_of(t);
+    return weftSend(b.ptr, b.count, b.dtype, dst, comm_, stream_);
+  };
+  return submit_p2p("send", c10d::OpType::SEND, s, {t});
+}
+
+c10::intrusive_ptr<c10d::Work> WeftBackend::recv(std::vector<at::Tensor> &tensors, int src, int) {
+  at::Tensor t = single(tensors, "recv");
+  check_peer(src, "recv");
+  op_step s = inplace_step(t, [this, src](const at::Tensor &buf) {
+    flat_buf b = bytes_of(buf);
+    return weftRecv(b.ptr, b.count, b.dtype, src, comm_, stream_);
+  });
+  return submit_p2p("recv", c10d::OpType::RECV, s, {t});
+}
+
+c10::intrusive_ptr<c10d::Work> WeftBackend::barrier(const c10d::BarrierOptions &opts) {
+  at::Tensor t = at::zeros({1}, at::kByte);
+  op_step s;
+  s.issue = [this, t]() {
+    return weftAllReduce(t.data_ptr(), t.data_ptr(), 1, weftUint8, weftSum, comm_, stream_);
+  };
+  return submit("barrier", c10d::OpType::BARRIER, {s}, {}, opts.asyncOp);
+}
+
+void WeftBackend::startCoalescing() {
+  TORCH_CHECK(!coalescing_, "weft: startCoalescing called twice");
+  coalescing_ = true;
+  coalesced_ = task{"coalesced", {}, {}};
+  coalesced_work_ = make_work(c10d::OpType::COALESCED, "weft:coalesced", {}, false);
+  coalesced_.works.push_back(coalesced_work_);
+}
+
+c10::intrusive_ptr<c10d::Work> WeftBackend::endCoalescing() {
+  TORCH_CHECK(coalescing_, "weft: endCoalescing without startCoalescing");
+  coalescing_ = false;
+  auto work = coalesced_work_;
+  coalesced_work_.reset();
+  enqueue(std::move(coalesced_));
+  coalesced_ = task{"coalesced", {}, {}};
+  return work;
+}
+
+void WeftBackend::check_cpu(const at::Tensor &t, const char *opname) const {
+  TORCH_CHECK(t.defined(), "weft: ", opname, ": undefined tensor");
+  TORCH_CHECK(t.device().is_cpu() || (t.device().is_cuda() && cuda_built()), "weft: ", opname,
+              ": tensors on ", t.device(), " are not supported by this build of torch_weft (",
+              cuda_built() ? "CPU and CUDA" : "CPU", " tensors only)");
+  TORCH_CHECK(!t.is_sparse(), "weft: ", opname, ": sparse tensors are not supported");
+}
+
+void WeftBackend::check_device(const at::Tensor &t, int device, const char *opname) {
+  TORCH_CHECK(device_of(t) == device, "weft: ", opname, ": tensors on ", t.device(), " and on ",
+              device < 0 ? std::string("cpu") : "cuda:" + std::to_string(device),
+              " in one operation");
+}
+
+at::Tensor WeftBackend::single(std::vector<at::Tensor> &tensors, const char *opname) const {
+  TORCH_CHECK(tensors.size() == 1, "weft: ", opname, " takes one tensor per rank, got ",
+              tensors.size());
+  check_cpu(tensors[0], opname);
+  return tensors[0];
+}
+
+void WeftBackend::check_root(int64_t root, const char *opname) const {
+  TORCH_CHECK(root >= 0 && root < size_, "weft: ", opname, ": root ", root,
+              " is not a rank of this group of ", size_);
+}
+
+void WeftBackend::check_peer(int peer, const char *opname) const {
+  TORCH_CHECK(peer >= 0 && peer < size_, "weft: ", opname, ": peer ", peer,
+              " is not a rank of this group of ", size_);
+}
+
+void WeftBackend::check_list(const std::vector<at::Tensor> &list, const at::Tensor &like,
+                             const char *opname) const {
+  TORCH_CHECK((int)list.size() == size_, "weft: ", opname, " takes a list of ", size_,
+              " tensors, got ", list.size());
+  for (auto &t : list) {
+    check_cpu(t, opname);
+    check_device(t, device_of(like), opname);
+    TORCH_CHECK(t.numel() == like.numel() && t.scalar_type() == like.scalar_type(),
+                "weft: ", opname, ": every tensor of the list must have ", like.numel(),
+                " elements of ", like.scalar_type(), ", got ", t.numel(), " of ", t.scalar_type());
+  }
+}
+
+void WeftBackend::split_layout(const at::Tensor &t, const std::vector<int64_t> &splits,
+                               const char *which, std::vector<int64_t> *off,
+                               std::vector<int64_t> *len) {
+  int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+  int64_t row = rows == 0 ? 0 : t.numel() / rows;
+  if (splits.empty()) {
+    TORCH_CHECK(rows % size_ == 0, "weft: all_to_all_single: the ", which, " has ", rows,
+                " rows, not a multiple of the group's ", size_, " ranks");
+    for (int p = 0; p < size_; p++) {
+      off->push_back(p * (rows / size_) * row);
+      len->push_back((rows / size_) * row);
+    }
+    return;
+  }
+  TORCH_CHECK((int)splits.size() == size_, "weft: all_to_all_single: ", splits.size(), " ", which,
+              " splits for ", size_, " ranks");
+  int64_t at_row = 0;
+  for (int64_t s : splits) {
+    TORCH_CHECK(s >= 0, "weft: all_to_all_single: negative ", which, " split ", s);
+    off->push_back(at_row * row);
+    len->push_back(s * row);
+    at_row += s;
+  }
+  TORCH_CHECK(at_row == rows, "weft: all_to_all_single: the ", which, " splits add up to ", at_row,
+              " rows, the tensor has ", rows);
+}
+
+op_step WeftBackend::inplace_step(const at::Tensor &t,
+                                  std::function<weftResult_t(const at::Tensor &)> call) {
+  op_step s;
+  if (t.is_contiguous()) {
+    s.issue = [call, t]() { return call(t); };
+  } else {
+    at::Tensor stage = t.contiguous();
+    s.issue = [call, stage]() { return call(stage); };
+    s.finish = [t, stage]() { t.copy_(stage); };
+  }
+  return s;
+}
+
+op_step WeftBackend::allreduce_step(const at::Tensor &t, const ReduceOp &rop, const char *opname) {
+  red_plan p = red_plan_of(rop, t.scalar_type(), opname);
+  if (p.kind == red_plan::bitwise) {
+    // gather every rank's bits, then fold them locally
+    at::Tensor in = t.contiguous();
+    at::Tensor all = at::empty({(int64_t)size_, in.numel()}, in.options());
+    op_step s;
+    s.issue = [this, in, all]() {
+      flat_buf b = bytes_of(in);
+      return weftAllGather(b.ptr, all.data_ptr(), b.count, b.dtype, comm_, stream_);
+    };
+    auto bit = p.bit_op;
+    s.finish = [t, all, bit]() {
+      at::Tensor acc = all[0].clone();
+      for (int64_t r = 1; r < all.size(0); r++) {
+        if (bit == ReduceOp::BAND)
+          acc.bitwise_and_(all[r]);
+        else if (bit == ReduceOp::BOR)
+          acc.bitwise_or_(all[r]);
+        else
+          acc.bitwise_xor_(all[r]);
+      }
+      t.copy_(acc.view_as(t));
+    };
+    return s;
+  }
+  if (p.kind == red_plan::premul) return premul_step(t, p, opname, -1);
+  weftRedOp_t op = p.op;
+  return inplace_step(t, [this, op, opname](const at::Tensor &buf) {
+    flat_buf b = elems_of(buf, opname);
+    return weftAllReduce(b.ptr, b.ptr, b.count, b.dtype, op, comm_, stream_);
+  });
+}
+
+op_step WeftBackend::premul_step(const at::Tensor &t, const red_plan &p, const char *opname,
+                                 int64_t recvcount, at::Tensor in) {
+  at::ScalarType st = t.scalar_type();
+  at::ScalarType scalar_type = at::isComplexType(st) ? c10::toRealValueType(st) : st;
+  at::Tensor scalar = p.tensor_factor.defined()
+                          ? p.tensor_factor.to(at::kCPU, scalar_type).reshape({1}).clone()
+                          : at::full({1}, p.factor, at::TensorOptions().dtype(scalar_type));
+  auto body = [this, scalar, opname, recvcount, in](const at::Tensor &buf) {
+    flat_buf b = elems_of(buf, opname);
+    weftRedOp_t op;
+    weftResult_t res =
+        weftRedOpCreatePreMulSum(&op, scalar.data_ptr(), b.dtype, weftScalarHostImmediate, comm_);
+    if (res != weftSuccess) return res;
+    if (recvcount < 0) {
+      res = weftAllReduce(b.ptr, b.ptr, b.count, b.dtype, op, comm_, stream_);
+    } else {
+      flat_buf src = elems_of(in, opname);
+      res = weftReduceScatter(src.ptr, b.ptr, b.count, b.dtype, op, comm_, stream_);
+    }
+    weftRedOpDestroy(op, comm_);
+    return res;
+  };
+  return inplace_step(t, body);
+}
+
+op_step WeftBackend::allgather_list_step(const std::vector<at::Tensor> &outs,
+                                         const at::Tensor &input) {
+  at::Tensor in = input.contiguous();
+  at::Tensor stage = at::empty({(int64_t)size_ * in.numel()}, in.options());
+  op_step s;
+  s.issue = [this, in, stage]() {
+    flat_buf b = bytes_of(in);
+    return weftAllGather(b.ptr, stage.data_ptr(), b.count, b.dtype, comm_, stream_);
+  };
+  s.finish = [outs, stage]() {
+    auto parts = stage.chunk((int64_t)outs.size());
+    for (size_t r = 0; r < outs.size(); r++) outs[r].copy_(parts[r].view_as(outs[r]));
+  };
+  return s;
+}
+
+op_step WeftBackend::allgather_base_step(at::Tensor &output, at::Tensor &input) {
+  check_cpu(output, "all_gather_into_tensor");
+  check_cpu(input, "all_gather_into_tensor");
+  TORCH_CHECK(input.scalar_type() == output.scalar_type(),
+              "weft: all_gather_into_tensor: input and output dtypes differ");
+  check_device(input, device_of(output), "all_gather_into_tensor");
+  TORCH_CHECK(output.numel() == input.numel() * size_,
+              "weft: all_gather_into_tensor: ", "the output has ", output.numel(),
+              " elements, expected ", size_, " x ", input.numel());
+  at::Tensor in = input.contiguous();
+  return inplace_step(output, [this, in](const at::Tensor &buf) {
+    flat_buf b = bytes_of(in);
+    return weftAllGather(b.ptr, buf.data_ptr(), b.count, b.dtype, comm_, stream_);
+  });
+}
+
+op_step WeftBackend::reduce_scatter_step(const at::Tensor &out, const at::Tensor &input,
+                                         const ReduceOp &rop) {
+  TORCH_CHECK(input.scalar_type() == out.scalar_type(),
+              "weft: reduce_scatter: input and output dtypes differ");
+  check_device(input, device_of(out), "reduce_scatter");
+  TORCH_CHECK(input.numel() == out.numel() * size_, "weft: reduce_scatter: the input has ",
+              input.numel(), " elements, expected ", size_, " x ", out.numel());
+  red_plan p = red_plan_of(rop, out.scalar_type(), "reduce_scatter");
+  at::Tensor in = input.contiguous();
+  if (p.kind == red_plan::premul) return premul_step(out, p, "reduce_scatter", 0, in);
+  if (p.kind == red_plan::bitwise) {
+    // all-reduce a copy bitwise, keep this rank's block
+    at::Tensor whole = in.clone();
+    op_step s = allreduce_step(whole, rop, "reduce_scatter");
+    auto fin = s.finish;
+    int64_t n = out.numel(), r = rank_;
+    s.finish = [fin, whole, out, n, r]() {
+      fin();
+      out.copy_(whole.reshape({-1}).narrow(0, r * n, n).view_as(out));
+    };
+    return s;
+  }
+  weftRedOp_t op = p.op;
+  return inplace_step(out, [this, in, op](const at::Tensor &buf) {
+    flat_buf src = elems_of(in, "reduce_scatter");
+    flat_buf b = elems_of(buf, "reduce_scatter");
+    return weftReduceScatter(src.ptr, b.ptr, b.count, b.dtype, op, comm_, stream_);
+  });
+}
+
+}  // namespace torch_weft

@@ -1,0 +1,128 @@
+// torch_weft: the Work objects the backend returns and the queue between
+// the callers and the backend's worker thread.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <weft.h>
+
+#include "weft_cuda.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+
+namespace torch_weft {
+
+class WeftBackend;
+struct queue_state;
+
+class WeftWork : public c10d::Work {
+ public:
+  WeftWork(int rank, c10d::OpType type, const char *title, std::vector<at::Tensor> outputs,
+           std::shared_ptr<queue_state> q, bool held)
+      : Work(rank, type, title),
+        outputs_(std::move(outputs)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(
+            c10::ListType::create(c10::TensorType::get()))),
+        queue_(std::move(q)),
+        held_(held) {}
+
+  bool isCompleted() override;
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  void synchronize() override {}
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  std::vector<at::Tensor> result() override { return outputs_; }
+
+  // Called by the worker once the operation has run (exception: its failure).
+  void complete(std::exception_ptr exception) {
+    finish(exception);
+    if (exception)
+      future_->setError(exception);
+    else
+      future_->markCompleted(c10::IValue(outputs_));
+  }
+
+  // Called once the operation is enqueued on a CUDA stream: the future is
+  // complete for users on the GPU at once (they order themselves after the
+  // operation); the Work completes when the GPU passes mark, or fails when
+  // async_error reports the communicator's failure, or after timeout.
+  void complete_on_gpu(std::shared_ptr<GpuMark> mark, c10::intrusive_ptr<c10::ivalue::Future> fut,
+                       std::function<std::exception_ptr()> async_error,
+                       std::chrono::milliseconds timeout) {
+    future_ = std::move(fut);
+    async_error_ = std::move(async_error);
+    gpu_timeout_ = timeout;
+    gpu_ = std::move(mark);
+  }
+
+ private:
+  void release_held();
+  bool poll_gpu();
+  void finish_once(std::exception_ptr exception) {
+    if (!finished_.exchange(true)) finish(exception);
+  }
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::shared_ptr<queue_state> queue_;
+  bool held_; /* a send/recv that may still wait in the held list */
+  std::shared_ptr<GpuMark> gpu_; /* set for an operation on a CUDA stream */
+  std::function<std::exception_ptr()> async_error_;
+  std::chrono::milliseconds gpu_timeout_{0};
+  std::atomic<bool> finished_{false};
+};
+
+// One weft call (or several that belong together), split in two: issue runs
+// inside the weft group when the operation is coalesced with others, finish
+// runs after the group (copies out of staging buffers, local reductions).
+struct op_step {
+  std::function<weftResult_t()> issue;
+  std::function<void()> finish;
+};
+
+struct task {
+  const char *name;
+  std::vector<op_step> steps;
+  std::vector<c10::intrusive_ptr<WeftWork>> works;
+  int device = -1;         /* CUDA device of its tensors; -1: host memory */
+  void *stream = nullptr;  /* the CUDA stream it ran on */
+};
+
+// The queue between callers and the worker thread, shared with the Work
+// objects of held sends and receives so that waiting on one can release them.
+struct queue_state {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<task> tasks;
+  task held{"send/recv", {}, {}}; /* sends and receives not yet released */
+  bool stop = false;
+  bool busy = false; /* a task is running, on the worker or on a caller's thread */
+  /* for GPU Works asking for the communicator's asynchronous error: NULL once
+   * the group shuts down or aborts */
+  weftComm_t comm = nullptr;
+  bool aborted = false;
+
+  void push(task t) {
+    std::lock_guard<std::mutex> lk(mu);
+    release_held_locked();
+    tasks.push_back(std::move(t));
+    cv.notify_all();
+  }
+  void release_held() {
+    std::lock_guard<std::mutex> lk(mu);
+    release_held_locked();
+    cv.notify_all();
+  }
+  void release_held_locked() {
+    if (held.steps.empty()) return;
+    tasks.push_back(std::move(held));
+    held = task{"send/recv", {}, {}};
+  }
+};
+
+}  // namespace torch_weft
