@@ -132,6 +132,10 @@ void WeftBackend::run_here(task &t) {
     queue_->cv.wait(lk, [this] { return queue_->tasks.empty() && !queue_->busy; });
     queue_->busy = true;
   }
+  run_busy(t);
+}
+
+void WeftBackend::run_busy(task &t) {
   std::exception_ptr err = run(t);
   {
     std::lock_guard<std::mutex> lk(queue_->mu);
@@ -227,13 +231,7 @@ void WeftBackend::worker_loop() {
       queue_->tasks.pop_front();
       queue_->busy = true;
     }
-    std::exception_ptr err = run(t);
-    {
-      std::lock_guard<std::mutex> lk(queue_->mu);
-      queue_->busy = false;
-      queue_->cv.notify_all();
-    }
-    complete(t, err);
+    run_busy(t);
   }
 }
 

@@ -200,6 +200,10 @@ class WeftBackend : public c10d::Backend {
   // Runs t on this thread once the queue is idle, and completes its Works.
   void run_here(task &t);
 
+  // Runs t, which this thread marked busy; then frees the queue for the
+  // next task and completes t's Works.
+  void run_busy(task &t);
+
   // Completes t's Works: at once for host memory or a failure to enqueue,
   // when the GPU is past the operation for CUDA tensors.
   void complete(task &t, std::exception_ptr err);
