@@ -2,7 +2,8 @@
 
 - CPU tensors from TORCH_WEFT_ALLOC_MIN_BYTES (64 KiB) up come from weft's
   shareable memory, smaller ones from torch's allocator; views of them too;
-- a freed block serves the next tensor of its size; the cache keeps at most
+- a freed block serves the next tensor of its size class (not of the next
+  class up); the cache keeps at most
   TORCH_WEFT_ALLOC_CACHE_BYTES (set small here) and empties on request;
 - a forked child reads the parent's tensors and its writes stay its own;
 - peers map each other's tensors: after collectives on fresh tensors a rank
@@ -64,7 +65,17 @@ def check_cache():
     after = torch_weft.allocator_stats()
     check(b.data_ptr() == ptr and after["reused"] == before["reused"] + 1,
           f"a freed block was not reused: {before} -> {after}")
+    c = torch.empty(110_000)  # 440000 bytes: the same class (448 KiB) as 400000
+    check(c.data_ptr() != ptr, "one block served two live tensors")
     del b
+    d = torch.empty(110_000)
+    check(d.data_ptr() == ptr, "a block was not reused for a tensor of its size class")
+    del c, d
+    st = torch_weft.allocator_stats()
+    e = torch.empty(125_000)  # 500000 bytes: the next class up
+    check(torch_weft.allocator_stats()["fresh"] == st["fresh"] + 1,
+          "a block served a tensor larger than its class")
+    del e
     ts = [torch.empty(1 << 18) for _ in range(3)]  # 1 MiB each: the cache holds one
     del ts
     st = torch_weft.allocator_stats()

@@ -10,8 +10,8 @@
 // A new memfd costs system calls and its pages fault in on first touch, and
 // every peer maps a new allocation again; training loops free and allocate
 // tensors of the same sizes step after step. Freed blocks are therefore
-// kept by size and handed to the next tensor of that size (the peers' maps
-// of them stay valid), up to a cap; beyond it they go back to weft. Tensors
+// kept by size class and handed to the next tensor of that class (the peers'
+// maps of them stay valid), up to a cap; beyond it they go back to weft. Tensors
 // below min_bytes, and any that weft declines, come from the allocator this
 // one replaced.
 //
@@ -35,9 +35,17 @@ namespace {
 constexpr size_t kPage = 4096;
 constexpr size_t kHuge = 2u << 20; // weftMemAllocHost aligns from here on
 
+// The block size for a tensor of n bytes: size classes a quarter of a power
+// of two apart (at most a quarter more than asked), so that tensors of nearby
+// sizes, as variable shapes make them, share cached blocks; then weft's own
+// rounding (pages, 2 MiB from 2 MiB on).
 size_t round_block(size_t n) {
-  const size_t a = n >= kHuge ? kHuge : kPage;
-  return (n + a - 1) / a * a;
+  size_t pow2 = kPage;
+  while (pow2 <= n / 2) pow2 *= 2;
+  const size_t step = pow2 / 4 > kPage ? pow2 / 4 : kPage;
+  const size_t c = (n + step - 1) / step * step;
+  const size_t a = c >= kHuge ? kHuge : kPage;
+  return (c + a - 1) / a * a;
 }
 
 class WeftCpuAllocator final : public c10::Allocator {

@@ -20,7 +20,8 @@ struct AllocStats {
 // Makes the allocator torch's CPU allocator, unless another extension set
 // one with a higher priority (false); once: later calls change nothing and
 // return false. Tensors of min_bytes and more come from weft;
-// freed blocks of one size are kept for the next tensor of that size, up to
+// freed blocks are kept for the next tensor of their size class (classes
+// a quarter of a power of two apart), up to
 // cache_bytes in all.
 bool alloc_install(size_t min_bytes, size_t cache_bytes);
 
