@@ -23,7 +23,7 @@
  * heartbeat, a slot, a credit) for WEFT_TIMEOUT. The peer's proxy sends them
  * whatever its rank does, so silence means a dead host or a cut link, which
  * UCX's TCP transport learns of only when the kernel gives up on the
- * connection (minutes with data unacknowledged), and UCX's shared-memory
+ * connection (past a minute here, with data unacknowledged), and UCX's shared-memory
  * transports never.
  *
  * Tagged messages rather than ucp_put_nbx: on transports without registered
