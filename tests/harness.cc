@@ -48,19 +48,23 @@ static int child_main(int rank, int nranks, int id_fd_read, const std::vector<in
     }
     close(fd);
   }
+  // the only thread yet: rank 0 starts the bootstrap's root thread below
   for (const auto &kv : opts.env) setenv(kv.first.c_str(), kv.second.c_str(), 1);
+  for (const auto &name : opts.env_unset) unsetenv(name.c_str());
+  if (opts.env_of)
+    for (const auto &kv : opts.env_of(rank)) setenv(kv.first.c_str(), kv.second.c_str(), 1);
   if (opts.host_of) setenv("WEFT_HOSTID", opts.host_of(rank).c_str(), 1);
   weft_params_reset();
   if (!opts.allow_warnings) weft_log_set_sink(count_warnings, nullptr);
   RankCtx ctx{rank, nranks, {}};
-  if (rank == 0) {
+  if (opts.unique_id && rank == 0) {
     if (weftGetUniqueId(&ctx.id) != weftSuccess) {
       fprintf(stderr, "rank 0: weftGetUniqueId failed: %s\n", weftGetLastError(nullptr));
       return 1;
     }
     for (int fd : id_fds_write)
       if (write(fd, &ctx.id, sizeof ctx.id) != (ssize_t)sizeof ctx.id) return 1;
-  } else {
+  } else if (opts.unique_id) {
     size_t got = 0;
     while (got < sizeof ctx.id) {
       ssize_t n = read(id_fd_read, (char *)&ctx.id + got, sizeof ctx.id - got);
@@ -201,6 +205,18 @@ int count_threads_named(const char *prefix) {
   }
   closedir(d);
   return n;
+}
+
+bool env_set_alone(const char *name, const char *value) {
+  int nthreads = count_threads_named("");
+  if (nthreads != 1) {
+    fprintf(stderr, "setting %s with %d threads in the process: getenv may race it\n", name,
+            nthreads);
+    return false;
+  }
+  if (value != nullptr) setenv(name, value, 1);
+  else unsetenv(name);
+  return true;
 }
 
 void drop_ptrace_capability() {

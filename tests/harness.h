@@ -23,10 +23,21 @@ struct RankCtx {
 // A rank's body returns 0 on success; anything else is a failure code. It
 // runs in a forked child, after env (NAME, VALUE) pairs are set.
 using RankFn = std::function<int(const RankCtx &)>;
+using EnvList = std::vector<std::pair<std::string, std::string>>;
 
+// The environment is set in RunOptions, before the rank's process has a
+// second thread, never from a rank's body: rank 0's bootstrap root thread
+// (and, after init, proxy and worker threads) may call getenv meanwhile,
+// which setenv can pull the environment from under (a SIGSEGV in getenv).
 struct RunOptions {
   int timeout_s = 60;  // the watchdog: ranks still running then are killed
-  std::vector<std::pair<std::string, std::string>> env;
+  EnvList env;
+  std::vector<std::string> env_unset;  // names unset, after env is set
+  // one rank's own variables (set after env; unset: none)
+  std::function<EnvList(int rank)> env_of;
+  // false: no unique id (ctx.id zeroed), so that no rank process has a
+  // second thread before its body (tests that rendezvous by the environment)
+  bool unique_id = true;
   bool allow_warnings = false;  // otherwise a logged warning fails the rank
   // network namespace (a name under /var/run/netns) each rank enters first;
   // empty or missing entries stay in the test's namespace
@@ -70,6 +81,11 @@ double now_s();
 // Threads of this process whose name starts with prefix (proxy threads are
 // named), or -1 when /proc cannot be read.
 int count_threads_named(const char *prefix);
+
+// setenv (value non-NULL) or unsetenv for a process that has no other
+// thread: returns false, printing why and changing nothing, when it has.
+// For tests outside run_ranks; ranks set theirs in RunOptions.
+bool env_set_alone(const char *name, const char *value);
 
 // Gives up CAP_SYS_PTRACE in this process (root has it), so that ptrace
 // rules apply to its cross-memory reads of other ranks.

@@ -18,7 +18,6 @@
 extern "C" {
 #include "collectives/core/comm.h"
 #include "collectives/api/config.h"
-#include "collectives/core/params.h"
 #include "collectives/plan/topo_plan.h"
 }
 
@@ -111,26 +110,18 @@ int check_sendrecv(const RankCtx &ctx, weftComm_t comm, size_t count, uint64_t s
   return 0;
 }
 
-// WEFT_ALGO for the all-reduces that follow (every rank switches at the same
-// point, so they agree).
-void use_algo(const char *algo) {
-  setenv("WEFT_ALGO", algo, 1);
-  weft_params_reset();
-}
-
-class Scale : public testing::TestWithParam<ScaleCase> {};
-
-TEST_P(Scale, EveryCollectiveCorrect) {
-  const ScaleCase c = GetParam();
-  const uint64_t seed = test_seed();
+// One run of c's ranks, WEFT_ALGO=algo set before they start (a setenv in
+// their bodies would race their threads' getenv): init (its time printed),
+// the ring's host crossings, then all-reduces under algo, or with algo ""
+// (the tuner's choice) the gathers and send/recv.
+std::vector<int> run_phase(const ScaleCase &c, const char *algo, uint64_t seed) {
   const std::string job = std::to_string(getpid());
-  const double start = now_s();
   RunOptions opts;
   opts.timeout_s = 120;
-  opts.env = {{"WEFT_TIMEOUT", "60"}, {"WEFT_SLOT_BYTES", "8192"}};
+  opts.env = {{"WEFT_TIMEOUT", "60"}, {"WEFT_SLOT_BYTES", "8192"}, {"WEFT_ALGO", algo}};
   // hosts round-robin: the ring must regroup them
   opts.host_of = [&](int rank) { return "scale-" + job + "-" + std::to_string(rank % c.nhosts); };
-  auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) {
+  return run_ranks(c.nranks, [&](const RankCtx &ctx) {
     weftComm_t comm;
     const double t0 = now_s();
     CHECK_OK(weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank), "init: %s",
@@ -139,31 +130,42 @@ TEST_P(Scale, EveryCollectiveCorrect) {
     CHECK_OK(weftAllReduce(&init_s, &init_max, 1, weftFloat64, weftMax, comm, nullptr),
              "allreduce of init times: %s", weftGetLastError(comm));
     if (ctx.rank == 0)
-      printf("%d ranks on %d host(s): communicator init took %.3f s (slowest rank)\n",
-             ctx.nranks, c.nhosts, init_max);
+      printf("%d ranks on %d host(s), WEFT_ALGO=%s: init took %.3f s (slowest rank)\n",
+             ctx.nranks, c.nhosts, algo, init_max);
     // the ring regrouped the round-robin hosts: it crosses into each host once
     ring_crossings rc;
     ring_count_crossings(comm->peers, ctx.nranks, comm->channels[0].ring, &rc);
     if (rc.hosts != (c.nhosts > 1 ? c.nhosts : 0))
       return rank_fail(ctx, "ring crosses hosts %d times", rc.hosts);
-    for (const char *algo : {"ring", "tree"}) {
-      use_algo(algo);
+    if (algo[0] != '\0') {
       for (size_t count : {1, 777, 40000}) {
         int rc = check_allreduce(ctx, comm, weftFloat32, weftSum, count, count == 777, seed);
         if (rc == 0) rc = check_allreduce(ctx, comm, weftInt32, weftMax, count, false, seed + 1);
         if (rc != 0) return rank_fail(ctx, "allreduce with %s, count %zu", algo, count);
       }
+    } else {
+      for (size_t count : {1, 300, 1001}) {
+        if (check_gathers(ctx, comm, weftFloat32, count, seed + count) != 0) return 1;
+        if (check_sendrecv(ctx, comm, count, seed + count) != 0) return 1;
+      }
+      if (check_gathers(ctx, comm, weftBfloat16, 129, seed) != 0) return 1;
     }
-    use_algo("");
-    for (size_t count : {1, 300, 1001}) {
-      if (check_gathers(ctx, comm, weftFloat32, count, seed + count) != 0) return 1;
-      if (check_sendrecv(ctx, comm, count, seed + count) != 0) return 1;
-    }
-    if (check_gathers(ctx, comm, weftBfloat16, 129, seed) != 0) return 1;
     CHECK_OK(weftCommDestroy(comm), "destroy");
     return 0;
   }, opts);
-  for (int r = 0; r < c.nranks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+class Scale : public testing::TestWithParam<ScaleCase> {};
+
+TEST_P(Scale, EveryCollectiveCorrect) {
+  const ScaleCase c = GetParam();
+  const uint64_t seed = test_seed();
+  const double start = now_s();
+  for (const char *algo : {"ring", "tree", ""}) {
+    std::vector<int> status = run_phase(c, algo, seed);
+    for (int r = 0; r < c.nranks; r++)
+      EXPECT_EQ(status[r], 0) << "WEFT_ALGO=" << algo << " rank " << r;
+  }
   printf("%d ranks on %d host(s): whole run %.1f s\n", c.nranks, c.nhosts, now_s() - start);
 }
 

@@ -420,9 +420,8 @@ TEST(Check, MismatchInsideGroup) {
 // refuses a mismatch.
 TEST(Check, OffCostsNothing) {
   RunOptions opts = small_slots({{"WEFT_TIMEOUT", "5"}});
+  opts.env_unset = {"WEFT_CHECK"};  // even where the suite runs with it
   run_comm(2, opts, [](const RankCtx &ctx, weftComm_t comm) {
-    unsetenv("WEFT_CHECK");
-    weft_params_reset();
     if (ctx.rank == 0) {
       struct weft_plan plan;
       memset(&plan, 0, sizeof plan);

@@ -112,42 +112,45 @@ TEST(Threads, OversubscribedModeEndsWithItsComms) {
 
 // Each rank's own thread calls the collective: the first calls after a
 // parameter reset parse WEFT_ALGO and load parameters on every thread at once.
+// Each WEFT_ALGO is set in a process of its own before any thread starts
+// (this process's group workers could be reading the environment).
 TEST(Threads, TunerRulesFromConcurrentThreads) {
   const int n = 4;
-  const char *specs[] = {"ring", "tree", "^rd", "ring,rd", ""};
-  weftComm_t comms[n];
-  ASSERT_EQ(weftCommInitAll(comms, n, nullptr), weftSuccess) << weftGetLastError(nullptr);
-  const char *old = getenv("WEFT_ALGO");
-  std::string saved = old ? old : "";
-  for (const char *spec : specs) {
-    setenv("WEFT_ALGO", spec, 1);
-    weft_params_reset();  // no thread runs here: the threads below start after it
-    std::vector<std::vector<uint8_t>> inputs, outs(n);
-    const size_t count = 4099;
-    for (int r = 0; r < n; r++) {
-      inputs.push_back(make_input(weftFloat32, weftSum, count, test_seed() + r, r));
-      outs[r].assign(count * 4, 0xa5);
-    }
-    std::vector<std::thread> ranks;
-    std::vector<weftResult_t> res(n, weftInternalError);
-    for (int r = 0; r < n; r++)
-      ranks.emplace_back([&, r] {
-        for (int i = 0; i < 3 && (i == 0 || res[r] == weftSuccess); i++)
-          res[r] = weftAllReduce(inputs[r].data(), outs[r].data(), count, weftFloat32, weftSum,
-                                 comms[r], nullptr);
-      });
-    for (auto &t : ranks) t.join();
-    for (int r = 0; r < n; r++) {
-      ASSERT_EQ(res[r], weftSuccess) << "WEFT_ALGO=" << spec << " rank " << r;
-      std::string why;
-      EXPECT_TRUE(check_reduction(weftFloat32, weftSum, inputs, outs[r].data(), count, &why))
-          << "WEFT_ALGO=" << spec << " rank " << r << ": " << why;
-    }
+  for (const char *spec : {"ring", "tree", "^rd", "ring,rd", ""}) {
+    weft_test::RunOptions opts;
+    opts.env = {{"WEFT_ALGO", spec}};
+    auto status = weft_test::run_ranks(1, [&](const weft_test::RankCtx &ctx) {
+      weftComm_t comms[n];
+      FAIL_IF(weftCommInitAll(comms, n, nullptr) != weftSuccess, "init: %s",
+              weftGetLastError(nullptr));
+      weft_params_reset();  // no thread runs here: the threads below start after it
+      std::vector<std::vector<uint8_t>> inputs, outs(n);
+      const size_t count = 4099;
+      for (int r = 0; r < n; r++) {
+        inputs.push_back(make_input(weftFloat32, weftSum, count, test_seed() + r, r));
+        outs[r].assign(count * 4, 0xa5);
+      }
+      std::vector<std::thread> ranks;
+      std::vector<weftResult_t> res(n, weftInternalError);
+      for (int r = 0; r < n; r++)
+        ranks.emplace_back([&, r] {
+          for (int i = 0; i < 3 && (i == 0 || res[r] == weftSuccess); i++)
+            res[r] = weftAllReduce(inputs[r].data(), outs[r].data(), count, weftFloat32, weftSum,
+                                   comms[r], nullptr);
+        });
+      for (auto &t : ranks) t.join();
+      for (int r = 0; r < n; r++) {
+        FAIL_IF(res[r] != weftSuccess, "WEFT_ALGO=%s rank %d: %s", spec, r,
+                weftGetErrorString(res[r]));
+        std::string why;
+        FAIL_IF(!check_reduction(weftFloat32, weftSum, inputs, outs[r].data(), count, &why),
+                "WEFT_ALGO=%s rank %d: %s", spec, r, why.c_str());
+      }
+      for (auto c : comms) FAIL_IF(weftCommDestroy(c) != weftSuccess, "destroy");
+      return 0;
+    }, opts);
+    EXPECT_EQ(status[0], 0) << "WEFT_ALGO=" << spec;
   }
-  if (old) setenv("WEFT_ALGO", saved.c_str(), 1);
-  else unsetenv("WEFT_ALGO");
-  weft_params_reset();
-  for (auto c : comms) EXPECT_EQ(weftCommDestroy(c), weftSuccess);
 }
 
 // One thread reads the async error while the thread in a collective records

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "harness.h"
+
 extern "C" {
 #include "collectives/core/comm.h"
 #include "collectives/api/config.h"
@@ -60,8 +62,8 @@ weft_plan tune(const weftComm &comm, enum coll_kind coll, size_t count) {
 }
 
 TEST(TunerChoice, SmallUsesFewStepsLargeUsesRing) {
-  unsetenv("WEFT_ALGO");
-  unsetenv("WEFT_PROTO");
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_ALGO", nullptr));
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_PROTO", nullptr));
   weft_params_reset();
   FakeComm f(8, 4, 131072);
   weft_plan small = tune(f.c, COLL_ALLREDUCE, 2);
@@ -77,8 +79,8 @@ TEST(TunerChoice, SmallUsesFewStepsLargeUsesRing) {
 // The channels a plan gets are those its own estimate prices lowest: no
 // count the comm has would be estimated faster, for any collective and size.
 TEST(TunerChoice, ChannelsFollowTheModel) {
-  unsetenv("WEFT_ALGO");
-  unsetenv("WEFT_PROTO");
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_ALGO", nullptr));
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_PROTO", nullptr));
   weft_params_reset();
   const coll_kind colls[] = {COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCESCATTER, COLL_BROADCAST,
                              COLL_REDUCE};
@@ -103,14 +105,14 @@ TEST(TunerChoice, ChannelsFollowTheModel) {
 
 TEST(TunerChoice, EnvironmentRestricts) {
   FakeComm f(8, 1, 131072);
-  setenv("WEFT_ALGO", "ring", 1);
-  setenv("WEFT_PROTO", "simple", 1);
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_ALGO", "ring"));
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_PROTO", "simple"));
   weft_params_reset();
   weft_plan p = tune(f.c, COLL_ALLREDUCE, 2);
   EXPECT_EQ(p.algo, ALGO_RING);
   EXPECT_EQ(p.proto, PROTO_SIMPLE);
-  setenv("WEFT_ALGO", "allreduce:tree", 1);
-  setenv("WEFT_PROTO", "ll", 1);
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_ALGO", "allreduce:tree"));
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_PROTO", "ll"));
   weft_params_reset();
   p = tune(f.c, COLL_ALLREDUCE, 64 << 20);
   EXPECT_EQ(p.algo, ALGO_TREE);
@@ -118,8 +120,8 @@ TEST(TunerChoice, EnvironmentRestricts) {
   // a collective whose allowed list has nothing it implements falls back to ring
   p = tune(f.c, COLL_BROADCAST, 1000);
   EXPECT_EQ(p.algo, ALGO_RING);
-  unsetenv("WEFT_ALGO");
-  unsetenv("WEFT_PROTO");
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_ALGO", nullptr));
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_PROTO", nullptr));
   weft_params_reset();
 }
 
@@ -129,8 +131,8 @@ TEST(TunerChoice, EnvironmentRestricts) {
 // at the network's bandwidth, which is the slower stage. On one host the
 // device figures are the host's.
 TEST(TunerChoice, DeviceBuffersAcrossHosts) {
-  unsetenv("WEFT_ALGO");
-  unsetenv("WEFT_PROTO");
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_ALGO", nullptr));
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_PROTO", nullptr));
   weft_params_reset();
   for (int nranks : {2, 3, 8}) {
     FakeComm net(nranks, 2, 131072);
@@ -161,7 +163,8 @@ TEST(TunerChoice, DeviceBuffersAcrossHosts) {
                 plan_estimate_us(&local.c, &on_one_host_dev));
     }
   }
-  setenv("WEFT_PROTO", "ll", 1);  // LL only: a device plan across hosts still runs SIMPLE
+  // LL only: a device plan across hosts still runs SIMPLE
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_PROTO", "ll"));
   weft_params_reset();
   FakeComm net(4, 1, 131072);
   net.c.network = 1;
@@ -174,7 +177,7 @@ TEST(TunerChoice, DeviceBuffersAcrossHosts) {
   plan_tune(&net.c, &dev);
   EXPECT_EQ(dev.proto, PROTO_SIMPLE);
   EXPECT_EQ(tune(net.c, COLL_ALLGATHER, 4).proto, PROTO_LL) << "host buffers follow WEFT_PROTO";
-  unsetenv("WEFT_PROTO");
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_PROTO", nullptr));
   weft_params_reset();
 }
 

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "harness.h"
+
 #include "weft.h"
 #include "weft_build_config.h"
 extern "C" {
@@ -29,14 +31,15 @@ weft_plan plan_of(coll_kind coll, weftDataType_t t, weftRedOp_t op) {
   return p;
 }
 
-// Sets WEFT_ALGO for one test (unset after), with the parameter cache reset.
+// Sets WEFT_ALGO for one test (unset after), with the parameter cache reset;
+// the process has no other thread (env_set_alone).
 struct AlgoEnv {
   explicit AlgoEnv(const char *v) {
-    setenv("WEFT_ALGO", v, 1);
+    EXPECT_TRUE(weft_test::env_set_alone("WEFT_ALGO", v));
     weft_params_reset();
   }
   ~AlgoEnv() {
-    unsetenv("WEFT_ALGO");
+    EXPECT_TRUE(weft_test::env_set_alone("WEFT_ALGO", nullptr));
     weft_params_reset();
   }
 };

@@ -4,8 +4,12 @@
 // itself), and a host thread playing the kernel's slot protocol (dev_emu.h)
 // moves random data of odd sizes through them, every byte checked and
 // nothing written past a message. Then a rank whose kernel gives up poisons
-// its FIFOs and its neighbours' emulated kernels see the poison word.
+// its FIFOs and its neighbours' emulated kernels see the poison word; an
+// end whose set-up never completed sweeps the segments dead ranks left.
 #include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <string>
 #include <vector>
@@ -15,6 +19,7 @@
 
 extern "C" {
 #include "transport/bootstrap.h"
+#include "transport/shm/shm_segment.h"
 #include "transport/cuda_ipc/cuda_fifo.h"
 #include "transport/host_fifo/host_fifo.h"
 #include "transport/status.h"
@@ -205,6 +210,47 @@ TEST(HostFifoFailure, GivingUpPoisonsTheNeighboursFifos) {
     return bootstrap_barrier(ring.bs) == weftSuccess ? 0 : rank_fail(ctx, "barrier");
   });
   for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+// A receiving end whose set-up never completes (its peers died) closes by
+// sweeping the segments that dead processes created and nobody attached, as
+// shm does: here a process that died right after its recv_setup. This
+// process made its first segment before that death, so the sweep at a
+// process's first segment is not what removes it.
+TEST(HostFifoFailure, UnfinishedSetUpSweepsWhatDeadRanksLeft) {
+  RunOptions opts;
+  opts.unique_id = false;  // no other thread: this rank forks
+  auto status = run_ranks(1, [&](const RankCtx &ctx) {
+    const weft_transport *t = &host_fifo_transport;
+    weft_conn mine;
+    conn_blob blob;
+    Ring::shape(&mine, 1, 2, 4096);
+    FAIL_IF(t->recv_setup(&mine, &blob) != weftSuccess, "recv_setup: %s", weft_error_text());
+    int p[2];
+    FAIL_IF(pipe(p) != 0, "pipe: %m");
+    pid_t dead = fork();
+    if (dead == 0) {  // sets up its end and dies without closing it
+      weft_conn c;
+      conn_blob b;
+      Ring::shape(&c, 0, 2, 4096);
+      if (t->recv_setup(&c, &b) != weftSuccess) _exit(1);
+      _exit(write(p[1], b.data, SHM_NAME_BYTES) == SHM_NAME_BYTES ? 0 : 1);
+    }
+    char name[SHM_NAME_BYTES] = {0};
+    bool got = read(p[0], name, sizeof name) == (ssize_t)sizeof name;
+    int ws = 0;
+    waitpid(dead, &ws, 0);
+    close(p[0]);
+    close(p[1]);
+    FAIL_IF(!got || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0, "the dying process failed");
+    name[SHM_NAME_BYTES - 1] = '\0';
+    const std::string path = std::string("/dev/shm") + name;
+    FAIL_IF(access(path.c_str(), F_OK) != 0, "%s: not left behind by its dead creator", name);
+    t->close(&mine);  // recv_connect never came
+    FAIL_IF(access(path.c_str(), F_OK) == 0, "%s is still there after the close", name);
+    return 0;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
 }
 
 }  // namespace

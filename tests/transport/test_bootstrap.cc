@@ -48,13 +48,9 @@ int sum_two_and_destroy(const RankCtx &ctx, weftComm_t comm, const char *what) {
   return 0;
 }
 
-// Each rank sets its launcher's variables, joins, and checks an all-reduce
-// of rank numbers.
-int join_and_check(const RankCtx &ctx, const std::vector<std::pair<std::string, std::string>> &vars) {
-  for (const auto &kv : vars) setenv(kv.first.c_str(), kv.second.c_str(), 1);
-  weftComm_t comm;
-  if (weftCommInitFromEnv(&comm, nullptr) != weftSuccess)
-    return rank_fail(ctx, "init from env: %s", weftGetLastError(nullptr));
+// Checks comm's rank and size against ctx and an all-reduce of rank
+// numbers; destroys comm.
+int check_and_destroy(const RankCtx &ctx, weftComm_t comm) {
   int rank = -1, nranks = -1;
   weftCommUserRank(comm, &rank);
   weftCommCount(comm, &nranks);
@@ -66,6 +62,15 @@ int join_and_check(const RankCtx &ctx, const std::vector<std::pair<std::string, 
   if (sum != (int64_t)nranks * (nranks + 1) / 2) return rank_fail(ctx, "sum %lld", (long long)sum);
   weftCommDestroy(comm);
   return 0;
+}
+
+// Joins by the launcher's variables (set in RunOptions before the process
+// had a thread) and checks the communicator.
+int join_and_check(const RankCtx &ctx) {
+  weftComm_t comm;
+  if (weftCommInitFromEnv(&comm, nullptr) != weftSuccess)
+    return rank_fail(ctx, "init from env: %s", weftGetLastError(nullptr));
+  return check_and_destroy(ctx, comm);
 }
 
 struct Launcher {
@@ -82,18 +87,16 @@ TEST_P(FromEnv, JoinsAndReduces) {
   const int port = free_port();
   RunOptions opts;
   opts.timeout_s = 60;
-  opts.env = {{"WEFT_TIMEOUT", "20"}};
-  auto status = run_ranks(nranks, [&](const RankCtx &ctx) {
-    std::vector<std::pair<std::string, std::string>> vars = {
-        {l.rank_var, std::to_string(ctx.rank)}, {l.size_var, std::to_string(ctx.nranks)}};
-    if (l.torch_address) {
-      vars.push_back({"MASTER_ADDR", "127.0.0.1"});
-      vars.push_back({"MASTER_PORT", std::to_string(port)});
-    } else {
-      vars.push_back({"WEFT_COMM_ID", "127.0.0.1:" + std::to_string(port)});
-    }
-    return join_and_check(ctx, vars);
-  }, opts);
+  opts.unique_id = false;
+  opts.env = {{"WEFT_TIMEOUT", "20"}, {l.size_var, std::to_string(nranks)}};
+  if (l.torch_address) {
+    opts.env.push_back({"MASTER_ADDR", "127.0.0.1"});
+    opts.env.push_back({"MASTER_PORT", std::to_string(port)});
+  } else {
+    opts.env.push_back({"WEFT_COMM_ID", "127.0.0.1:" + std::to_string(port)});
+  }
+  opts.env_of = [&](int rank) { return EnvList{{l.rank_var, std::to_string(rank)}}; };
+  auto status = run_ranks(nranks, join_and_check, opts);
   for (int r = 0; r < nranks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
 
@@ -106,8 +109,16 @@ INSTANTIATE_TEST_SUITE_P(Launchers, FromEnv,
                          [](const testing::TestParamInfo<Launcher> &i) { return std::string(i.param.name); });
 
 // The unique id travels as hex in WEFT_UNIQUE_ID (how weftrun hands it out).
+// Rank 0 holds the id's root thread and joins by the id itself; ranks 1 and
+// 2, whose processes have no other thread until they join, set the variable.
 TEST(FromEnvUniqueId, HexId) {
-  auto status = run_ranks(2, [](const RankCtx &ctx) {
+  auto status = run_ranks(3, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (ctx.rank == 0) {
+      if (weftCommInitRank(&comm, ctx.nranks, ctx.id, 0) != weftSuccess)
+        return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+      return check_and_destroy(ctx, comm);
+    }
     static const char *hex = "0123456789abcdef";
     std::string s;
     for (size_t i = 0; i < sizeof ctx.id.internal; i++) {
@@ -115,12 +126,12 @@ TEST(FromEnvUniqueId, HexId) {
       s += hex[b >> 4];
       s += hex[b & 15];
     }
-    return join_and_check(ctx, {{"WEFT_RANK", std::to_string(ctx.rank)},
-                                {"WEFT_NRANKS", "2"},
-                                {"WEFT_UNIQUE_ID", s}});
+    FAIL_IF(!env_set_alone("WEFT_RANK", std::to_string(ctx.rank).c_str()) ||
+                !env_set_alone("WEFT_NRANKS", "3") || !env_set_alone("WEFT_UNIQUE_ID", s.c_str()),
+            "setting the launcher's variables");
+    return join_and_check(ctx);
   });
-  EXPECT_EQ(status[0], 0);
-  EXPECT_EQ(status[1], 0);
+  for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
 
 // Different WEFT_SECRETs: the ranks cannot form a job.
@@ -128,12 +139,14 @@ TEST(FromEnvSecret, DifferentSecretsAreRefused) {
   const int port = free_port();
   RunOptions opts;
   opts.allow_warnings = true;
-  opts.env = {{"WEFT_TIMEOUT", "3"}};
+  opts.unique_id = false;
+  opts.env = {{"WEFT_TIMEOUT", "3"}, {"WEFT_NRANKS", "2"},
+              {"WEFT_COMM_ID", "127.0.0.1:" + std::to_string(port)}};
+  opts.env_of = [](int rank) {
+    return EnvList{{"WEFT_RANK", std::to_string(rank)},
+                   {"WEFT_SECRET", rank == 0 ? "alpha" : "beta"}};
+  };
   auto status = run_ranks(2, [&](const RankCtx &ctx) {
-    setenv("WEFT_RANK", std::to_string(ctx.rank).c_str(), 1);
-    setenv("WEFT_NRANKS", "2", 1);
-    setenv("WEFT_COMM_ID", ("127.0.0.1:" + std::to_string(port)).c_str(), 1);
-    setenv("WEFT_SECRET", ctx.rank == 0 ? "alpha" : "beta", 1);
     weftComm_t comm;
     weftResult_t res = weftCommInitFromEnv(&comm, nullptr);
     return res == weftSuccess ? rank_fail(ctx, "joined with a wrong secret") : 0;
@@ -142,28 +155,29 @@ TEST(FromEnvSecret, DifferentSecretsAreRefused) {
   EXPECT_EQ(status[1], 0);
 }
 
+// The variables change between the calls: the process has no other thread
+// (no unique id, so no root thread; env_set_alone checks).
 TEST(FromEnvErrors, BadVariables) {
   RunOptions opts;
+  opts.unique_id = false;
   auto status = run_ranks(1, [](const RankCtx &ctx) {
     weftComm_t comm;
-    setenv("WEFT_RANK", "3", 1);
-    setenv("WEFT_NRANKS", "2", 1);
+    FAIL_IF(!env_set_alone("WEFT_RANK", "3") || !env_set_alone("WEFT_NRANKS", "2"), "setenv");
     if (weftCommInitFromEnv(&comm, nullptr) != weftInvalidArgument)
       return rank_fail(ctx, "rank >= size accepted");
-    setenv("WEFT_RANK", "1", 1);
-    unsetenv("WEFT_UNIQUE_ID");
-    unsetenv("WEFT_COMM_ID");
-    unsetenv("MASTER_ADDR");
+    FAIL_IF(!env_set_alone("WEFT_RANK", "1") || !env_set_alone("WEFT_UNIQUE_ID", nullptr) ||
+                !env_set_alone("WEFT_COMM_ID", nullptr) || !env_set_alone("MASTER_ADDR", nullptr),
+            "setenv");
     if (weftCommInitFromEnv(&comm, nullptr) != weftInvalidArgument ||
         std::string(weftGetLastError(nullptr)).find("no rendezvous address") == std::string::npos)
       return rank_fail(ctx, "missing address accepted: %s", weftGetLastError(nullptr));
-    setenv("WEFT_COMM_ID", "nocolon", 1);
+    FAIL_IF(!env_set_alone("WEFT_COMM_ID", "nocolon"), "setenv");
     if (weftCommInitFromEnv(&comm, nullptr) != weftInvalidArgument)
       return rank_fail(ctx, "bad WEFT_COMM_ID accepted");
     // no launcher at all: a job of one
-    unsetenv("WEFT_RANK");
-    unsetenv("WEFT_NRANKS");
-    unsetenv("WEFT_COMM_ID");
+    FAIL_IF(!env_set_alone("WEFT_RANK", nullptr) || !env_set_alone("WEFT_NRANKS", nullptr) ||
+                !env_set_alone("WEFT_COMM_ID", nullptr),
+            "setenv");
     if (weftCommInitFromEnv(&comm, nullptr) != weftSuccess)
       return rank_fail(ctx, "single rank: %s", weftGetLastError(nullptr));
     int n = 0;
@@ -404,10 +418,11 @@ TEST(FromEnvBind, LoopbackRendezvousListensOnLoopback) {
   const int port = free_port();
   const std::string outside = non_loopback_ipv4();
   RunOptions opts;
+  opts.unique_id = false;
   opts.env = {{"WEFT_TIMEOUT", "20"}, {"WEFT_NRANKS", "2"},
               {"WEFT_COMM_ID", "127.0.0.1:" + std::to_string(port)}};
+  opts.env_of = [](int rank) { return EnvList{{"WEFT_RANK", std::to_string(rank)}}; };
   auto status = run_ranks(2, [&](const RankCtx &ctx) {
-    setenv("WEFT_RANK", std::to_string(ctx.rank).c_str(), 1);
     if (ctx.rank == 0 && !outside.empty()) {
       // the root is up before rank 1 can join; it must not answer outside loopback
       struct bootstrap_env env;

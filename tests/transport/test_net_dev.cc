@@ -508,9 +508,6 @@ TEST_P(NetDevNetns, LinkCutGivesEveryRankAnError) {
 }
 
 TEST_P(NetDevNetns, LinkCutPoisonsTheKernelsFifo) {
-  if (GetParam() == "ucx")
-    GTEST_SKIP() << "ucx: weft sets no UCX keepalive or peer error handling yet, so a cut "
-                    "link reaches the proxy only when UCX itself gives up (a minute here)";
   link_cut_case(GetParam(), false, netns_options(kLinkCutTimeoutS));
 }
 

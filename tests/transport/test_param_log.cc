@@ -1,10 +1,14 @@
 // Environment parameters and logging.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include "harness.h"
 
 extern "C" {
 #include "collectives/api/config.h"
@@ -25,40 +29,57 @@ struct weft_param *const test_tables[] = {test_params, NULL};
 std::vector<std::pair<int, std::string>> captured;
 void capture(int level, const char *line, void *) { captured.push_back({level, line}); }
 
+// Tests change the environment only where no other thread may be reading it:
+// with a second thread alive, env_set_alone refuses and changes nothing.
+TEST(Param, EnvSetAloneRefusesWhileAnotherThreadRuns) {
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_TEST_STR", "before"));
+  std::atomic<bool> go{false};
+  std::thread other([&] {
+    while (!go) std::this_thread::yield();
+  });
+  bool refused = !weft_test::env_set_alone("WEFT_TEST_STR", "during");
+  go = true;
+  other.join();
+  EXPECT_TRUE(refused);
+  EXPECT_STREQ(getenv("WEFT_TEST_STR"), "before");
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_TEST_STR", nullptr));
+  EXPECT_EQ(getenv("WEFT_TEST_STR"), nullptr);
+}
+
 TEST(Param, DefaultsSuffixesAndCache) {
-  unsetenv("WEFT_TEST_INT");
-  unsetenv("WEFT_TEST_STR");
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_TEST_INT", nullptr));
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_TEST_STR", nullptr));
   param_tables_reset(test_tables);
   EXPECT_EQ(param_int(&test_params[0]), 64 * 1024);
   EXPECT_EQ(param_str(&test_params[1]), nullptr);
-  setenv("WEFT_TEST_INT", "3M", 1);
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_TEST_INT", "3M"));
   EXPECT_EQ(param_int(&test_params[0]), 64 * 1024) << "cached after the first read";
   param_tables_reset(test_tables);
   EXPECT_EQ(param_int(&test_params[0]), 3 * 1024 * 1024);
-  setenv("WEFT_TEST_INT", "0x10", 1);
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_TEST_INT", "0x10"));
   param_tables_reset(test_tables);
   EXPECT_EQ(param_int(&test_params[0]), 16);
-  unsetenv("WEFT_TEST_INT");
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_TEST_INT", nullptr));
 }
 
 TEST(Param, GarbageFallsBackToDefaultWithWarning) {
   captured.clear();
   weft_log_set_sink(capture, nullptr);
-  setenv("WEFT_TEST_INT", "12parsecs", 1);
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_TEST_INT", "12parsecs"));
   param_tables_reset(test_tables);
   EXPECT_EQ(param_int(&test_params[0]), 64 * 1024);
   weft_log_set_sink(nullptr, nullptr);
   ASSERT_EQ(captured.size(), 1u);
   EXPECT_EQ(captured[0].first, LOG_WARN);
   EXPECT_NE(captured[0].second.find("WEFT_TEST_INT=12parsecs"), std::string::npos);
-  unsetenv("WEFT_TEST_INT");
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_TEST_INT", nullptr));
 }
 
 TEST(Log, LevelsSubsystemsAndPrefix) {
   captured.clear();
   weft_log_set_sink(capture, nullptr);
-  setenv("WEFT_DEBUG", "INFO", 1);
-  setenv("WEFT_DEBUG_SUBSYS", "^NET", 1);
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_DEBUG", "INFO"));
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_DEBUG_SUBSYS", "^NET"));
   weft_params_reset();
   WEFT_INFO(LOG_SHM, "shm says %d", 1);
   WEFT_INFO(LOG_NET, "net says %d", 2);  // excluded
@@ -69,13 +90,13 @@ TEST(Log, LevelsSubsystemsAndPrefix) {
       << captured[0].second;
   EXPECT_NE(captured[0].second.find(":" + std::to_string(getpid()) + ":"), std::string::npos);
   EXPECT_NE(captured[1].second.find("WARN COLL coll warns"), std::string::npos);
-  setenv("WEFT_DEBUG", "NONE", 1);
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_DEBUG", "NONE"));
   weft_params_reset();
   WEFT_WARN(LOG_COLL, "silenced");
   EXPECT_EQ(captured.size(), 2u);
   weft_log_set_sink(nullptr, nullptr);
-  unsetenv("WEFT_DEBUG");
-  unsetenv("WEFT_DEBUG_SUBSYS");
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_DEBUG", nullptr));
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_DEBUG_SUBSYS", nullptr));
   weft_params_reset();
 }
 

@@ -97,12 +97,14 @@ TEST_P(SetupKill, OthersErrorWithinASecondAndNoSegmentLeaks) {
     opts.timeout_s = 60;
     opts.env = {{"WEFT_TIMEOUT", "10"}};
     if (kp.transport != nullptr) opts.env.push_back({"WEFT_TRANSPORT", kp.transport});
+    // the victim traces what it does: the kill comes at a marker's line
+    opts.env_of = [&](int rank) {
+      return rank == victim ? EnvList{{"WEFT_DEBUG", "TRACE"},
+                                      {"WEFT_DEBUG_SUBSYS", "INIT,BOOTSTRAP,SHM,NET"}}
+                            : EnvList{};
+    };
     auto status = run_ranks(nranks, [&](const RankCtx &ctx) {
       if (ctx.rank == victim) {
-        setenv("WEFT_DEBUG", "TRACE", 1);
-        setenv("WEFT_DEBUG_SUBSYS", "INIT,BOOTSTRAP,SHM,NET", 1);
-        weft_params_reset();
-        __atomic_store_n(&weft_log_level_now, -1, __ATOMIC_RELEASE);
         weft_log_set_sink(kill_at_marker, nullptr);
         if (!kp.after_init || kp.at_the_end) kill_marker = kp.marker;
       }

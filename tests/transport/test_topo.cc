@@ -354,14 +354,9 @@ TEST_F(Dgx, WeftTopoPrintsPairsRingsAndTrees) {
   EXPECT_EQ(res, weftInvalidArgument);
 }
 
-// A real communicator planned on the DGX file: 8 in-process ranks given the
-// GPUs in scattered order (weftCommInitAll's device list), WEFT_TOPO_FILE
-// set. Peer info carries the file's places, the ring follows the switches,
-// and all-reduces over that ring and the trees are correct.
-TEST_F(Dgx, CommunicatorFollowsTopologyFile) {
-  weft_test::RunOptions opts;
-  opts.timeout_s = 60;
-  opts.env = {{"WEFT_TOPO_FILE", path}, {"WEFT_SLOT_BYTES", "4096"}};
+// The ranks of Dgx.CommunicatorFollowsTopologyFile under one WEFT_ALGO, set in
+// opts: rank 0's exit status.
+int dgx_ranks(const char *algo, const weft_test::RunOptions &opts) {
   auto status = weft_test::run_ranks(1, [&](const weft_test::RankCtx &ctx) {
     const int scattered[8] = {0, 2, 4, 6, 1, 3, 5, 7};
     weftComm_t comms[8];
@@ -379,37 +374,47 @@ TEST_F(Dgx, CommunicatorFollowsTopologyFile) {
     ring_count_crossings(c0->peers, 8, c0->channels[0].ring, &rc);
     if (rc.switches != 4)
       return weft_test::rank_fail(ctx, "ring crosses switches %d times", rc.switches);
-    // every rank's all-reduce, from its own thread, over ring and tree
+    // every rank's all-reduce, from its own thread, under algo
     struct Arg {
       weftComm_t comm;
       int rank;
       int rc;
     } args[8];
-    for (const char *algo : {"ring", "tree"}) {
-      setenv("WEFT_ALGO", algo, 1);
-      weft_params_reset();
-      pthread_t tids[8];
-      for (int r = 0; r < 8; r++) {
-        args[r] = {comms[r], r, 0};
-        pthread_create(&tids[r], nullptr, [](void *p) -> void * {
-          Arg *a = (Arg *)p;
-          weft_test::RankCtx me{a->rank, 8, {}};
-          for (size_t count : {1, 1000, 20001})
-            if (a->rc == 0)
-              a->rc = weft_test::check_allreduce(me, a->comm, weftFloat32, weftSum, count,
-                                                 false, 7);
-          return nullptr;
-        }, &args[r]);
-      }
-      for (int r = 0; r < 8; r++) pthread_join(tids[r], nullptr);
-      for (int r = 0; r < 8; r++)
-        if (args[r].rc != 0)
-          return weft_test::rank_fail(ctx, "all-reduce (%s) on rank %d", algo, r);
+    pthread_t tids[8];
+    for (int r = 0; r < 8; r++) {
+      args[r] = {comms[r], r, 0};
+      pthread_create(&tids[r], nullptr, [](void *p) -> void * {
+        Arg *a = (Arg *)p;
+        weft_test::RankCtx me{a->rank, 8, {}};
+        for (size_t count : {1, 1000, 20001})
+          if (a->rc == 0)
+            a->rc = weft_test::check_allreduce(me, a->comm, weftFloat32, weftSum, count,
+                                               false, 7);
+        return nullptr;
+      }, &args[r]);
     }
+    for (int r = 0; r < 8; r++) pthread_join(tids[r], nullptr);
+    for (int r = 0; r < 8; r++)
+      if (args[r].rc != 0)
+        return weft_test::rank_fail(ctx, "all-reduce (%s) on rank %d", algo, r);
     for (int r = 0; r < 8; r++) weftCommDestroy(comms[r]);
     return 0;
   }, opts);
-  EXPECT_EQ(status[0], 0);
+  return status[0];
+}
+
+// A real communicator planned on the DGX file: 8 in-process ranks given the
+// GPUs in scattered order (weftCommInitAll's device list), WEFT_TOPO_FILE
+// set. Peer info carries the file's places, the ring follows the switches,
+// and all-reduces over that ring and the trees are correct.
+TEST_F(Dgx, CommunicatorFollowsTopologyFile) {
+  // WEFT_ALGO for a process of its own, set before any thread starts
+  for (const char *algo : {"ring", "tree"}) {
+    weft_test::RunOptions opts;
+    opts.timeout_s = 60;
+    opts.env = {{"WEFT_TOPO_FILE", path}, {"WEFT_SLOT_BYTES", "4096"}, {"WEFT_ALGO", algo}};
+    EXPECT_EQ(dgx_ranks(algo, opts), 0) << "WEFT_ALGO=" << algo;
+  }
 }
 
 // The live machine: some NUMA node, the rank's node found, and memory placed
@@ -431,7 +436,7 @@ TEST(TopoLive, LoadsThisMachineAndPlacesMemory) {
   EXPECT_EQ(topo_gpu(t, t->ngpus), -1);
   topo_free(t);
 
-  unsetenv("WEFT_TOPO_NUMA");
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_TOPO_NUMA", nullptr));
   weft_params_reset();
   const int node = topo_place_node();
   ASSERT_GE(node, 0);
@@ -446,7 +451,7 @@ TEST(TopoLive, LoadsThisMachineAndPlacesMemory) {
   EXPECT_TRUE(mask[node / 64] & (1ul << (node % 64)));
   munmap(mem, nbytes);
 
-  setenv("WEFT_TOPO_NUMA", "off", 1);
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_TOPO_NUMA", "off"));
   weft_params_reset();
   EXPECT_EQ(topo_place_node(), -1);
   mem = mmap(nullptr, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -454,7 +459,7 @@ TEST(TopoLive, LoadsThisMachineAndPlacesMemory) {
   ASSERT_EQ(syscall(SYS_get_mempolicy, &mode, mask, 64 * 16, mem, kMpolFAddr), 0);
   EXPECT_EQ(mode, kMpolDefault);
   munmap(mem, nbytes);
-  unsetenv("WEFT_TOPO_NUMA");
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_TOPO_NUMA", nullptr));
   weft_params_reset();
 }
 

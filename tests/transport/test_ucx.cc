@@ -1,7 +1,8 @@
 // The UCX transport (forced with WEFT_TRANSPORT=ucx, or chosen between hosts):
 // all-reduce over UCX's TCP and shared-memory transports against a reference,
 // small slots and batches, selection, bad settings, a peer killed mid-stream,
-// and nothing left behind by init/destroy cycles. Skipped in builds without UCX.
+// idle connections kept alive by the heartbeats, and nothing left behind by
+// init/destroy cycles. Skipped in builds without UCX.
 #include <gtest/gtest.h>
 
 #include <dirent.h>
@@ -241,6 +242,39 @@ TEST(UcxFailure, RankKilledMidStream) {
     }, opts);
     for (int r = 0; r < nranks - 1; r++) EXPECT_EQ(status[r], 0) << nranks << " ranks, rank " << r;
     EXPECT_EQ(status[nranks - 1], 128 + SIGKILL);
+  }
+}
+
+// Every rank leaves the communicator idle for three times WEFT_TIMEOUT
+// between all-reduces: the proxies' heartbeats keep each connection alive
+// (silence that long would fail it), and the all-reduces after are correct.
+TEST(UcxLiveness, IdleLongerThanTheTimeoutIsNotADeadPeer) {
+  SKIP_WITHOUT_UCX();
+  const int timeout_s = 1;
+  const uint64_t seed = test_seed();
+  for (const char *tls : {kTcp, kShm}) {
+    for (int nranks : {2, 3}) {
+      RunOptions opts;
+      opts.timeout_s = 60;
+      opts.env = {{"WEFT_TRANSPORT", "ucx"}, {"UCX_TLS", tls},
+                  {"WEFT_TIMEOUT", std::to_string(timeout_s)}, {"WEFT_SLOT_BYTES", "4096"}};
+      opts.host_of = one_host_per_rank("ucx-idle-host");
+      auto status = run_ranks(nranks, [&](const RankCtx &ctx) {
+        weftComm_t comm;
+        if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+          return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+        for (int round = 0; round < 2; round++) {
+          if (check_allreduce(ctx, comm, weftFloat32, weftSum, 5001, false, seed + round) != 0)
+            return rank_fail(ctx, "all-reduce %d (after %d s idle)", round,
+                             round * 3 * timeout_s);
+          if (round == 0) sleep(3 * timeout_s);
+        }
+        return weftCommDestroy(comm) == weftSuccess ? 0 : rank_fail(ctx, "destroy");
+      }, opts);
+      for (int r = 0; r < nranks; r++)
+        EXPECT_EQ(status[r], 0) << (tls == kTcp ? "tcp" : "shm") << ", " << nranks
+                                << " ranks, rank " << r;
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "../cuda_ipc/cuda_fifo.h"
 #include "../param.h"
@@ -81,15 +82,21 @@ static weftResult_t host_fifo_send_connect(struct weft_conn *conn, const struct 
 }
 
 static weftResult_t host_fifo_recv_connect(struct weft_conn *conn) {
-  (void)conn;
+  struct host_fifo_end *end = conn->priv;
+  shm_unlink(end->seg.name); /* normally already gone: the sender unlinks on attach */
+  end->seg.owner = 0;
   return weftSuccess;
 }
 
+/* As shm's close: a set-up that never completed may be one whose peers died
+ * holding segments nobody attached; whoever notices unlinks them. */
 static void host_fifo_close(struct weft_conn *conn) {
   struct host_fifo_end *end = conn->priv;
   if (end != NULL) {
+    int unfinished = end->seg.owner;
     end->mem->unmap(end->seg.base);
     shm_segment_close(&end->seg);
+    if (unfinished) shm_segment_sweep();
     free(end);
   }
   conn->priv = NULL;

@@ -19,6 +19,7 @@
 #define UCX_SLEEP_MIN_NS 20000ull   /* the first sleep once idle; later ones grow ... */
 #define UCX_SLEEP_MAX_NS 1000000ull /* ... up to this */
 #define UCX_PROGRESS_MAX 64         /* worker progress calls per pass, at most */
+#define UCX_BEATS_PER_TIMEOUT 4     /* heartbeats each end sends per WEFT_TIMEOUT */
 
 /* The proxy's mutex guards the state below as well as the worker. */
 static struct proxy ucx_proxy = PROXY_INITIALIZER(&ucx_net_ops);
@@ -28,6 +29,8 @@ static struct {
   struct ucx_worker w;
   struct ucx_conn *retired; /* closed ends whose peer may still write */
   struct bulk_peer *bulk_peers;
+  uint64_t now_ns;     /* the clock at the start of the pass */
+  uint64_t silence_ns; /* WEFT_TIMEOUT: a peer unheard that long is down (0: never) */
 } ucx;
 
 /* A peer worker's endpoint for bulk transfers (ucx_bulk_ep). */
@@ -78,18 +81,21 @@ weftResult_t ucx_error(ucs_status_t status, const char *what, ...) {
 
 /* --- one connection end --------------------------------------------------- */
 
-static const uint32_t poison_word = 1u; /* what a poison message carries */
+static const uint32_t ctrl_payload = 1u; /* what a poison or heartbeat message carries */
 
-/* A poison message for the peer's rank (best effort). */
-static void ucx_notify_fail(struct proxy_conn *pc) {
-  struct ucx_conn *c = (struct ucx_conn *)pc;
+/* A poison or heartbeat message (word: UCX_CTRL_*) for the peer (best effort). */
+static void conn_send_ctrl(struct ucx_conn *c, uint32_t word) {
   if (c->ep != NULL && c->ep_status == UCS_OK) {
     ucp_request_param_t param = {.op_attr_mask = 0};
-    unsigned kind = pc->is_send ? UCX_TAG_POISON_TO_RECEIVER : UCX_TAG_POISON_TO_SENDER;
-    ucs_status_ptr_t req = ucp_tag_send_nbx(c->ep, &poison_word, sizeof poison_word,
-                                            ucx_tag(c->token, kind, 0), &param);
+    unsigned kind = c->pc.is_send ? UCX_TAG_POISON_TO_RECEIVER : UCX_TAG_POISON_TO_SENDER;
+    ucs_status_ptr_t req = ucp_tag_send_nbx(c->ep, &ctrl_payload, sizeof ctrl_payload,
+                                            ucx_tag(c->token, kind, word), &param);
     if (UCS_PTR_IS_PTR(req)) ucp_request_free(req); /* released once done */
   }
+}
+
+static void ucx_notify_fail(struct proxy_conn *pc) {
+  conn_send_ctrl((struct ucx_conn *)pc, UCX_CTRL_POISON);
 }
 
 /* Marks the connection failed (proxy_conn_fail), with UCX's words for status. */
@@ -97,7 +103,7 @@ static void conn_fail(struct ucx_conn *c, const char *why, ucs_status_t status) 
   proxy_conn_fail(&c->pc, why, status != UCS_OK ? ucs_status_string(status) : NULL);
 }
 
-/* Posts the receive for the peer's poison message. */
+/* Posts the receive for the peer's poison or heartbeat message. */
 static int conn_post_poison_recv(struct ucx_conn *c) {
   unsigned kind = c->pc.is_send ? UCX_TAG_POISON_TO_SENDER : UCX_TAG_POISON_TO_RECEIVER;
   ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL};
@@ -126,6 +132,7 @@ static int conn_credit_progress(struct ucx_conn *c) {
         conn_fail(c, "receiving credits failed", st);
         return 1;
       }
+      c->heard_ns = ucx.now_ns;
       if (c->credit_buf > c->credit_step) {
         c->credit_step = c->credit_buf;
         moved = 1;
@@ -213,6 +220,7 @@ static int conn_recv_complete(struct ucx_conn *c) {
       return 1;
     }
     proxy_conn_slot_set_used(&c->pc, c->done_step, used);
+    c->heard_ns = ucx.now_ns;
     c->done_step++;
     moved = 1;
   }
@@ -270,6 +278,38 @@ static int conn_recv_progress(struct ucx_conn *c) {
   return moved;
 }
 
+/* Takes in the peer's heartbeats; returns 1 once the peer's poison came. */
+static int conn_ctrl_progress(struct ucx_conn *c) {
+  while (ucp_request_check_status(c->poison_req) != UCS_INPROGRESS) {
+    ucp_tag_recv_info_t info;
+    ucs_status_t st = ucp_tag_recv_request_test(c->poison_req, &info);
+    if (st != UCS_OK || (uint32_t)info.sender_tag != UCX_CTRL_ALIVE) return 1;
+    ucp_request_free(c->poison_req);
+    c->poison_req = NULL;
+    c->heard_ns = ucx.now_ns;
+    if (conn_post_poison_recv(c) != 0) return 0; /* failed already */
+  }
+  return 0;
+}
+
+/* Sends the heartbeat when due; fails c when the peer has been silent for
+ * WEFT_TIMEOUT. Returns whether c failed. */
+static int conn_liveness(struct ucx_conn *c) {
+  if (ucx.silence_ns == 0) return 0;
+  if (c->heard_ns == 0) c->heard_ns = c->beat_ns = ucx.now_ns; /* just registered */
+  if (ucx.now_ns >= c->beat_ns) {
+    conn_send_ctrl(c, UCX_CTRL_ALIVE);
+    c->beat_ns = ucx.now_ns + ucx.silence_ns / UCX_BEATS_PER_TIMEOUT;
+  }
+  if (ucx.now_ns - c->heard_ns < ucx.silence_ns) return 0;
+  c->peer_gone = 1;
+  char why[96];
+  snprintf(why, sizeof why, "nothing heard from the peer for %.1f s (WEFT_TIMEOUT)",
+           (double)(ucx.now_ns - c->heard_ns) / 1e9);
+  conn_fail(c, why, UCS_OK);
+  return 1;
+}
+
 /* One pass over a connection end. Returns whether anything happened. */
 static int ucx_progress(struct proxy_conn *pc) {
   struct ucx_conn *c = (struct ucx_conn *)pc;
@@ -283,11 +323,12 @@ static int ucx_progress(struct proxy_conn *pc) {
     conn_fail(c, "the peer is unreachable", c->ep_status);
     return 1;
   }
-  if (ucp_request_check_status(c->poison_req) != UCS_INPROGRESS) {
+  if (conn_ctrl_progress(c)) {
     c->peer_gone = 1;
     conn_fail(c, "the peer failed or aborted", UCS_OK);
     return 1;
   }
+  if (c->pc.failed || conn_liveness(c)) return 1;
   return moved; /* the core checks the local poison */
 }
 
@@ -300,6 +341,7 @@ static void ucx_unlock(void) { proxy_unlock(&ucx_proxy); }
 /* Under the proxy's mutex, once per pass: the worker's progress. */
 static int ucx_pass(struct proxy *p) {
   (void)p;
+  ucx.now_ns = clock_ns();
   int moved = 0;
   for (int i = 0; i < UCX_PROGRESS_MAX && ucp_worker_progress(ucx.w.worker) != 0; i++)
     moved = 1;
@@ -465,6 +507,8 @@ weftResult_t ucx_worker_get(size_t slot_nbytes, struct ucx_worker **worker_out) 
       goto unlock;
     }
     ucx.pid = getpid();
+    uint64_t timeout_ns = wait_default_timeout_ns();
+    ucx.silence_ns = timeout_ns < UINT64_MAX / 4 ? timeout_ns : 0; /* 0: no timeout set */
     WEFT_INFO(LOG_NET, "ucx worker created");
   }
   ucx.nrefs++;

@@ -16,7 +16,15 @@
  * sits one byte past the slot, so bulk transfers still use it): with one,
  * large slots go by UCX's rendezvous, zero-copy from slot to slot. The tag carries the
  * connection's token and the slot's used word; other kinds of tag carry
- * credits and poison.
+ * credits, poison and heartbeats.
+ *
+ * Liveness: each end sends its peer a heartbeat every quarter of WEFT_TIMEOUT
+ * and fails the connection once it has heard nothing from the peer (a
+ * heartbeat, a slot, a credit) for WEFT_TIMEOUT. The peer's proxy sends them
+ * whatever its rank does, so silence means a dead host or a cut link, which
+ * UCX's TCP transport learns of only when the kernel gives up on the
+ * connection (past a minute here, with data unacknowledged), and UCX's shared-memory
+ * transports never.
  *
  * Tagged messages rather than ucp_put_nbx: on transports without registered
  * memory (TCP) UCX 1.13 emulates puts with active messages, whose target-side
@@ -47,10 +55,12 @@ enum { UCX_P_DISABLE, UCX_P_EAGER };
 #define UCX_TAG_MATCH_MASK 0xffffffff00000000ull
 enum {
   UCX_TAG_DATA = 0,
-  UCX_TAG_POISON_TO_RECEIVER = 1,
-  UCX_TAG_POISON_TO_SENDER = 2,
+  UCX_TAG_POISON_TO_RECEIVER = 1, /* sender to receiver: UCX_CTRL_* in the used word */
+  UCX_TAG_POISON_TO_SENDER = 2,   /* receiver to sender: UCX_CTRL_* in the used word */
   UCX_TAG_CREDIT = 3, /* receiver to sender: its head */
 };
+/* What a POISON_TO_* tag carries in place of the used word. */
+enum { UCX_CTRL_POISON = 0, UCX_CTRL_ALIVE = 1 };
 
 static inline uint64_t ucx_tag(uint64_t token, unsigned kind, uint32_t used) {
   return token << UCX_TAG_TOKEN_SHIFT | (uint64_t)kind << UCX_TAG_KIND_SHIFT | used;
@@ -75,8 +85,10 @@ struct ucx_conn {
   uint64_t credit_step;
   uint64_t credit_buf;          /* the credit message's buffer, either way */
   ucs_status_ptr_t credit_req;  /* sender: the posted receive; receiver: the send */
-  ucs_status_ptr_t poison_req;           /* the posted receive for the peer's poison */
+  ucs_status_ptr_t poison_req; /* the posted receive for the peer's poison or heartbeat */
   uint32_t poison_in;                    /* its buffer */
+  uint64_t heard_ns; /* when the peer was last heard from (0: not yet registered) */
+  uint64_t beat_ns;  /* when this end's next heartbeat is due */
   ucs_status_t ep_status; /* set by the endpoint's error callback */
   int peer_gone;          /* the peer failed, aborted or cannot be reached */
   struct ucx_conn *retired_next; /* among the retired */
