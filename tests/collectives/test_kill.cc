@@ -207,7 +207,7 @@ void run_trial(const Trial &t, Outcome *out) {
   kill(pids[t.victim], SIGKILL);
   waitpid(pids[t.victim], nullptr, 0);
   // survivors: error within 1 s; anything running at kHangS is a hang
-  std::vector<int> done(t.nranks, 0);
+  std::vector<int> done(t.nranks, 0), how(t.nranks, 0);
   done[t.victim] = 1;
   int left = t.nranks - 1;
   char line[512];
@@ -215,7 +215,7 @@ void run_trial(const Trial &t, Outcome *out) {
     int ws;
     pid_t p = waitpid(-1, &ws, WNOHANG);
     for (int r = 0; p > 0 && r < t.nranks; r++)
-      if (pids[r] == p && !done[r]) done[r] = 1, left--;
+      if (pids[r] == p && !done[r]) done[r] = 1, how[r] = ws, left--;
     if (p > 0) continue;
     if ((double)(mono_ns() - kill_ns) / 1e9 > kHangS) {
       for (int r = 0; r < t.nranks; r++)
@@ -244,8 +244,13 @@ void run_trial(const Trial &t, Outcome *out) {
       snprintf(line, sizeof line, "    rank %d WRONG DATA: %s\n", r, st->error);
     } else if (st->result != 1) {
       out->no_error++;
-      snprintf(line, sizeof line, "    rank %d returned NO ERROR (result %d, %d calls)\n", r,
-               st->result, st->calls_ok);
+      char ended[64];
+      if (WIFSIGNALED(how[r]))
+        snprintf(ended, sizeof ended, "killed by signal %d", WTERMSIG(how[r]));
+      else
+        snprintf(ended, sizeof ended, "exit status %d", WEXITSTATUS(how[r]));
+      snprintf(line, sizeof line, "    rank %d returned NO ERROR (result %d, %d calls, %s, step %d)\n",
+               r, st->result, st->calls_ok, ended, st->step);
     } else {
       out->latencies.push_back(after);
       out->worst_s = std::max(out->worst_s, after);
