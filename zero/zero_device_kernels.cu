@@ -135,3 +135,59 @@ extern "C" int zero_kern_device_count(void) {
 }
 
 extern "C" const char *zero_kern_error(int err) { return cudaGetErrorString((cudaError_t)err); }
+
+// Memory, copies, streams and events of a device context (zero_ops.h's
+// device side). Zeroing and copies wait for their stream, so that they are
+// complete on return as the host's are.
+extern "C" int zero_kern_malloc(void **ptr_out, size_t nbytes) {
+  return (int)cudaMalloc(ptr_out, nbytes > 0 ? nbytes : 1);
+}
+
+extern "C" int zero_kern_free(void *ptr) { return (int)cudaFree(ptr); }
+
+extern "C" int zero_kern_memset(void *ptr, size_t nbytes, void *stream) {
+  cudaError_t err = cudaMemsetAsync(ptr, 0, nbytes, (cudaStream_t)stream);
+  if (err == cudaSuccess) err = cudaStreamSynchronize((cudaStream_t)stream);
+  return (int)err;
+}
+
+extern "C" int zero_kern_copy(void *dst, const void *src, size_t nbytes, void *stream) {
+  cudaError_t err = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, (cudaStream_t)stream);
+  if (err == cudaSuccess) err = cudaStreamSynchronize((cudaStream_t)stream);
+  return (int)err;
+}
+
+extern "C" int zero_kern_sync(void *stream) {
+  return (int)cudaStreamSynchronize((cudaStream_t)stream);
+}
+
+extern "C" int zero_kern_event_create(void **event_out) {
+  cudaEvent_t ev;
+  cudaError_t err = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  if (err == cudaSuccess) *event_out = (void *)ev;
+  return (int)err;
+}
+
+extern "C" int zero_kern_event_destroy(void *event) {
+  return (int)cudaEventDestroy((cudaEvent_t)event);
+}
+
+extern "C" int zero_kern_event_record(void *event, void *stream) {
+  return (int)cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream);
+}
+
+extern "C" int zero_kern_event_sync(void *event) {
+  return (int)cudaEventSynchronize((cudaEvent_t)event);
+}
+
+// 0 done, 1 not yet, else -(the error)
+extern "C" int zero_kern_event_query(void *event) {
+  cudaError_t err = cudaEventQuery((cudaEvent_t)event);
+  if (err == cudaSuccess) return 0;
+  if (err == cudaErrorNotReady) return 1;
+  return -(int)err;
+}
+
+extern "C" int zero_kern_current_device(int *device_out) {
+  return (int)cudaGetDevice(device_out);
+}
