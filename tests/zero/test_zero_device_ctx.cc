@@ -1,0 +1,417 @@
+// ZeRO contexts in device memory (weftZeroConfig_t.memory =
+// weftZeroDeviceMemory). Everywhere: the device choice is refused with
+// weftInvalidUsage and a message when weft_zero has no CUDA or the machine
+// no GPU, before anything is allocated. On a GPU: 1-4 ranks in processes
+// sharing GPU 0 train the same model on a host context and on a device
+// context, stages 0-3 x fp32/bf16/fp16 x AdamW/SGD, and the parameters
+// after 10 steps agree within the host tests' bounds; the memory reports
+// are equal and follow the formulas; checkpoints pass from device to host
+// contexts and back at other rank counts and stages, bit for bit. The
+// parent process never touches CUDA (a forked rank could not use it then):
+// each rank looks for a GPU itself and the test skips when none has one.
+#include <gtest/gtest.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "weft_zero.h"
+#if ZERO_TEST_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+using namespace weft_test;
+
+namespace {
+
+// Returns call's failure, as zero/'s own WEFT_TRY.
+#define RES_TRY(call)                                 \
+  do {                                                \
+    weftResult_t res_ = (call);                       \
+    if (res_ != weftSuccess) return res_;             \
+  } while (0)
+
+const int kNoGpu = 77;
+const int kHasGpu = 78;
+
+int init(const RankCtx &ctx, weftComm_t *comm) {
+  if (weftCommInitRank(comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+    return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+  return 0;
+}
+
+// Whether this process sees a CUDA device, asked apart from weft_zero.
+bool gpu_here() {
+#if ZERO_TEST_CUDA
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+#else
+  return false;
+#endif
+}
+
+// The refusal, in a rank of its own: without a GPU (or CUDA), creating a
+// device context is weftInvalidUsage saying why, the output untouched; with
+// one it works (kHasGpu). An unknown memory kind is weftInvalidArgument.
+int refusal_rank(const RankCtx &ctx) {
+  const bool gpu = gpu_here();
+  weftComm_t comm;
+  TRY_RC(init(ctx, &comm));
+  weftZeroConfig_t cfg;
+  weftZeroConfigDefaults(&cfg);
+  FAIL_IF(cfg.memory != weftZeroHostMemory, "the default memory is %d, not host", cfg.memory);
+  cfg.memory = (weftZeroMemoryKind_t)7;
+  weftZero_t zero = (weftZero_t)&cfg;  // a sentinel: a refusal leaves it
+  weftResult_t res = weftZeroCreate(&zero, comm, &cfg);
+  FAIL_IF(res != weftInvalidArgument || zero != (weftZero_t)&cfg ||
+              strstr(weftZeroLastError(), "not host (0) or device (1)") == nullptr,
+          "memory 7: %d, %s", res, weftZeroLastError());
+  cfg.memory = weftZeroDeviceMemory;
+  res = weftZeroCreate(&zero, comm, &cfg);
+  if (res == weftSuccess) {
+    weftZeroDestroy(zero);
+    weftCommDestroy(comm);
+    FAIL_IF(!gpu, "a device context was made without a GPU or CUDA");
+    return kHasGpu;
+  }
+  FAIL_IF(gpu, "a GPU is here, but the device context was refused: %s", weftZeroLastError());
+  const char *why = weftZeroLastError();
+  FAIL_IF(res != weftInvalidUsage || zero != (weftZero_t)&cfg, "device memory: %d, %s", res, why);
+  FAIL_IF(strstr(why, ZERO_TEST_CUDA ? "no CUDA device is visible" : "built without CUDA") ==
+              nullptr,
+          "the refusal does not say why: %s", why);
+  weftCommDestroy(comm);
+  return 0;
+}
+
+TEST(ZeroDeviceCtx, RefusedWithoutCudaOrAGpu) {
+  for (int n : {1, 2}) {
+    auto status = run_ranks(n, refusal_rank);
+    if (status[0] == kHasGpu) GTEST_SKIP() << "a GPU is here: device contexts are not refused";
+    for (int r = 0; r < n; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " of " << n;
+  }
+}
+
+#if ZERO_TEST_CUDA
+
+// The model: three layers of odd sizes (padding on every rank count), the
+// gradient of each element pulling it towards a target, plus a term that
+// differs by rank and step so that the reductions matter.
+const size_t kParams[] = {37, 1, 129, 6, 1001};
+const int kLayerOf[] = {0, 0, 1, 1, 2};
+const int kParamsN = 5, kLayers = 3;
+
+struct Case {
+  int stage;
+  weftDataType_t type;
+  weftZeroOptimizer_t opt;
+};
+
+std::string case_text(const Case &c) {
+  const char *t = c.type == weftFloat32 ? "fp32" : c.type == weftBfloat16 ? "bf16" : "fp16";
+  return "stage " + std::to_string(c.stage) + " " + t + " " +
+         (c.opt == weftZeroAdamW ? "adamw" : "sgd");
+}
+
+// Reads and writes context memory from the host: plain copies for a host
+// context, cudaMemcpy for a device one.
+struct Access {
+  bool dev;
+  void get(void *dst, const void *src, size_t nbytes) const {
+    if (dev) cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToHost);
+    else memcpy(dst, src, nbytes);
+  }
+  void put(void *dst, const void *src, size_t nbytes) const {
+    if (dev) cudaMemcpy(dst, src, nbytes, cudaMemcpyHostToDevice);
+    else memcpy(dst, src, nbytes);
+  }
+  weftResult_t wait(weftEvent_t ev) const {
+    if (!dev) return weftEventSynchronize(ev);
+    return cudaEventSynchronize((cudaEvent_t)ev) == cudaSuccess ? weftSuccess
+                                                               : weftUnhandledCudaError;
+  }
+};
+
+struct Run {
+  std::vector<float> params;
+  weftZeroMemory_t mem;
+  long steps;
+};
+
+weftZeroConfig_t case_config(const Case &c, bool dev) {
+  weftZeroConfig_t cfg;
+  weftZeroConfigDefaults(&cfg);
+  cfg.stage = c.stage;
+  cfg.paramType = c.type;
+  cfg.reduceType = c.type == weftFloat16 ? weftFloat32 : c.type;  // both paths of a copy
+  cfg.optimizer = c.opt;
+  cfg.lr = c.opt == weftZeroAdamW ? 1e-2 : 5e-2;
+  cfg.weightDecay = 0.01;
+  cfg.maxGradNorm = 0.5;
+  cfg.bucketBytes = 512;  // several stage 0 buckets; stage 2-3 buckets wait
+  cfg.memory = dev ? weftZeroDeviceMemory : weftZeroHostMemory;
+  return cfg;
+}
+
+// This step's gradient of one parameter (times the loss scale) from its values.
+void case_grad(const float *w, size_t n, int p, int step, int rank, double scale, float *g) {
+  for (size_t i = 0; i < n; i++) {
+    double target = 0.3 * cos(0.11 * (double)(i + 17 * p));
+    double noise = 0.02 * sin((double)i + 7.0 * step + 13.0 * rank + p);
+    g[i] = (float)(((w[i] - target) * (1.0 + 0.1 * rank) + noise) * scale);
+  }
+}
+
+// One step: gather each layer, compute the gradients from its values, then
+// add them (last layer first) and mark each layer ready.
+weftResult_t case_step(weftZero_t zero, const Access &a, const Case &c, int rank, int step,
+                       const int *ids, void *stream) {
+  std::vector<std::vector<float>> grads(kParamsN);
+  size_t ts = weftTypeSize(c.type);
+  double scale = weftZeroLossScale(zero);
+  for (int l = 0; l < kLayers; l++) {
+    weftEvent_t ev;
+    RES_TRY(weftZeroGather(zero, l, stream, &ev));
+    RES_TRY(a.wait(ev));
+    for (int p = 0; p < kParamsN; p++) {
+      if (kLayerOf[p] != l) continue;
+      void *ptr;
+      RES_TRY(weftZeroParam(zero, ids[p], &ptr));
+      std::vector<char> raw(kParams[p] * ts);
+      std::vector<float> w(kParams[p]);
+      a.get(raw.data(), ptr, raw.size());
+      weftZeroToFloat(raw.data(), c.type, w.data(), kParams[p]);
+      grads[p].resize(kParams[p]);
+      case_grad(w.data(), kParams[p], p, step, rank, scale, grads[p].data());
+    }
+    RES_TRY(weftZeroRelease(zero, l));
+  }
+  for (int l = kLayers - 1; l >= 0; l--) {
+    for (int p = 0; p < kParamsN; p++) {
+      if (kLayerOf[p] != l) continue;
+      void *ptr;
+      RES_TRY(weftZeroGrad(zero, ids[p], &ptr));
+      std::vector<char> raw(kParams[p] * ts);
+      a.get(raw.data(), ptr, raw.size());
+      weftZeroAccumulate(raw.data(), c.type, grads[p].data(), kParams[p]);
+      a.put(ptr, raw.data(), raw.size());
+    }
+    RES_TRY(weftZeroGradReady(zero, l, stream));
+  }
+  return weftZeroStep(zero, stream, nullptr);
+}
+
+// Trains the model for steps (after loading load_dir when given), then reads
+// the parameters and the memory report and saves to save_dir when given.
+weftResult_t case_train(weftComm_t comm, void *stream, bool dev, const Case &c, int steps,
+                        Run *out, const char *load_dir = nullptr,
+                        const char *save_dir = nullptr) {
+  weftZeroConfig_t cfg = case_config(c, dev);
+  Access a{dev};
+  int rank;
+  weftCommUserRank(comm, &rank);
+  weftZero_t zero;
+  RES_TRY(weftZeroCreate(&zero, comm, &cfg));
+  int ids[kParamsN];
+  size_t psi = 0;
+  weftResult_t res = weftSuccess;
+  for (int p = 0; p < kParamsN && res == weftSuccess; p++) {
+    std::vector<float> init(kParams[p]);
+    for (size_t i = 0; i < kParams[p]; i++) init[i] = (float)(0.5 * sin(0.37 * (double)i + p));
+    res = weftZeroAddParam(zero, kLayerOf[p], kParams[p], init.data(), &ids[p]);
+    psi += kParams[p];
+  }
+  if (res == weftSuccess) res = weftZeroFinalize(zero);
+  if (res == weftSuccess && load_dir != nullptr) res = weftZeroLoad(zero, load_dir, stream);
+  for (long s = weftZeroStepCount(zero); res == weftSuccess && s < steps; s++)
+    res = case_step(zero, a, c, rank, (int)s, ids, stream);
+  out->params.assign(psi, NAN);
+  if (res == weftSuccess) res = weftZeroGetParams(zero, out->params.data(), stream);
+  if (res == weftSuccess) res = weftZeroMemoryReport(zero, &out->mem);
+  out->steps = weftZeroStepCount(zero);
+  if (res == weftSuccess && save_dir != nullptr) res = weftZeroSave(zero, save_dir, stream);
+  weftResult_t destroyed = weftZeroDestroy(zero);
+  return res != weftSuccess ? res : destroyed;
+}
+
+double rel_diff(const std::vector<float> &a, const std::vector<float> &b) {
+  double diff = 0, mag = 0;
+  for (size_t i = 0; i < a.size(); i++) {
+    diff = fmax(diff, fabs((double)a[i] - b[i]));
+    if (isnan(a[i]) != isnan(b[i])) diff = INFINITY;
+    mag = fmax(mag, fabs((double)a[i]));
+  }
+  return diff / fmax(mag, 1e-30);
+}
+
+// The host tests' bounds (tests/zero/test_zero_train.cc, docs/zero.md).
+double case_tolerance(const Case &c, const std::vector<float> &ref, int steps) {
+  if (c.type == weftFloat32) return 1e-6;
+  if (c.type == weftFloat16) return 1e-3;  // reduced in fp32
+  if (c.opt == weftZeroSgdMomentum) return 1e-2;
+  double mag = 0;
+  for (float v : ref) mag = fmax(mag, fabs(v));
+  return 2 * 1e-2 * steps / mag;  // bf16 reduced in bf16, AdamW: 2 lr steps absolute
+}
+
+// This rank on GPU 0: a host communicator, a device one split from it, and
+// a host and a CUDA stream. Returns 0, kNoGpu or a failure.
+struct RankGpu {
+  weftComm_t host = nullptr, dev = nullptr;
+  weftStream_t hstream = nullptr;
+  cudaStream_t dstream = nullptr;
+  int open(const RankCtx &ctx) {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) return kNoGpu;
+    cudaSetDevice(0);
+    TRY_RC(init(ctx, &host));
+    FAIL_IF(weftCommSplit(host, 0, ctx.rank, &dev, nullptr) != weftSuccess, "split: %s",
+            weftGetLastError(host));
+    FAIL_IF(weftStreamCreate(&hstream) != weftSuccess, "host stream");
+    FAIL_IF(cudaStreamCreate(&dstream) != cudaSuccess, "CUDA stream");
+    return 0;
+  }
+  ~RankGpu() {
+    if (hstream != nullptr) weftStreamDestroy(hstream);
+    if (dstream != nullptr) cudaStreamDestroy(dstream);
+    if (dev != nullptr) weftCommDestroy(dev);
+    if (host != nullptr) weftCommDestroy(host);
+  }
+};
+
+bool same_memory(const weftZeroMemory_t &a, const weftZeroMemory_t &b) {
+  return a.psi == b.psi && a.psiPadded == b.psiPadded && a.params == b.params &&
+         a.grads == b.grads && a.optimizer == b.optimizer && a.bucketsPeak == b.bucketsPeak &&
+         a.gatheredPeak == b.gatheredPeak;
+}
+
+// Every case of one rank count: the device context against the host one.
+int match_rank(const RankCtx &ctx) {
+  RankGpu g;
+  TRY_RC(g.open(ctx));
+  const int steps = 10;
+  for (int stage = 0; stage <= 3; stage++)
+    for (weftDataType_t t : {weftFloat32, weftBfloat16, weftFloat16})
+      for (weftZeroOptimizer_t opt : {weftZeroAdamW, weftZeroSgdMomentum}) {
+        Case c{stage, t, opt};
+        Run h, d;
+        FAIL_IF(case_train(g.host, g.hstream, false, c, steps, &h) != weftSuccess,
+                "%s, host: %s", case_text(c).c_str(), weftZeroLastError());
+        FAIL_IF(case_train(g.dev, g.dstream, true, c, steps, &d) != weftSuccess,
+                "%s, device: %s", case_text(c).c_str(), weftZeroLastError());
+        double diff = rel_diff(h.params, d.params), tol = case_tolerance(c, h.params, steps);
+        FAIL_IF(!(diff <= tol), "%s: device differs from host by %.3g (bound %.3g)",
+                case_text(c).c_str(), diff, tol);
+        size_t formula =
+            weftZeroMemoryFormula(stage, d.mem.psiPadded, ctx.nranks, t, opt);
+        FAIL_IF(d.mem.params + d.mem.grads + d.mem.optimizer != formula,
+                "%s: device holds %zu + %zu + %zu bytes, the formula says %zu",
+                case_text(c).c_str(), d.mem.params, d.mem.grads, d.mem.optimizer, formula);
+        FAIL_IF(!same_memory(h.mem, d.mem), "%s: the device report differs from the host's",
+                case_text(c).c_str());
+      }
+  return 0;
+}
+
+class ZeroDeviceCtxMatch : public testing::TestWithParam<int> {};
+
+TEST_P(ZeroDeviceCtxMatch, TenStepsMatchTheHost) {
+  RunOptions opts;
+  opts.timeout_s = 170;
+  opts.env = {{"WEFT_TIMEOUT", "30"}};
+  auto status = run_ranks(GetParam(), match_rank, opts);
+  if (status[0] == kNoGpu) GTEST_SKIP() << "no CUDA device";
+  for (size_t r = 0; r < status.size(); r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ZeroDeviceCtxMatch, testing::Values(1, 2, 3, 4),
+                         [](const testing::TestParamInfo<int> &i) {
+                           return std::to_string(i.param) + "ranks";
+                         });
+
+// A checkpoint's side: trains (or only loads, with steps 0) on a host or
+// device context, then writes the parameters to dir/params-<tag>.bin from
+// rank 0.
+struct CkptSide {
+  bool dev;
+  Case c;
+  int steps;
+  const char *load, *save, *tag;
+};
+
+int ckpt_rank(const RankCtx &ctx, const CkptSide &s, const std::string &dir) {
+  RankGpu g;
+  TRY_RC(g.open(ctx));
+  Run r;
+  std::string load = s.load ? dir + "/" + s.load : "", save = s.save ? dir + "/" + s.save : "";
+  weftResult_t res = case_train(s.dev ? g.dev : g.host, s.dev ? (void *)g.dstream : g.hstream,
+                                s.dev, s.c, s.steps, &r, s.load ? load.c_str() : nullptr,
+                                s.save ? save.c_str() : nullptr);
+  FAIL_IF(res != weftSuccess, "%s: %s", case_text(s.c).c_str(), weftZeroLastError());
+  if (ctx.rank != 0) return 0;
+  FILE *f = fopen((dir + "/params-" + s.tag + ".bin").c_str(), "wb");
+  FAIL_IF(f == nullptr, "cannot write params");
+  fwrite(&r.steps, sizeof r.steps, 1, f);
+  fwrite(r.params.data(), sizeof(float), r.params.size(), f);
+  fclose(f);
+  return 0;
+}
+
+std::vector<char> slurp(const std::string &path) {
+  std::vector<char> v;
+  FILE *f = fopen(path.c_str(), "rb");
+  if (f == nullptr) return v;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) v.insert(v.end(), buf, buf + n);
+  fclose(f);
+  return v;
+}
+
+// Saved by one side at one rank count, loaded by the other at another: the
+// loaded parameters and step count equal the saved ones bit for bit.
+void ckpt_across(int n_save, const CkptSide &save, int n_load, const CkptSide &load) {
+  char templ[] = "/tmp/weft-zero-devckpt-XXXXXX";
+  ASSERT_NE(mkdtemp(templ), nullptr);
+  std::string dir = templ;
+  RunOptions opts;
+  opts.timeout_s = 120;
+  auto st = run_ranks(n_save, [&](const RankCtx &ctx) { return ckpt_rank(ctx, save, dir); }, opts);
+  if (st[0] == kNoGpu) {
+    rmdir(templ);
+    GTEST_SKIP() << "no CUDA device";
+  }
+  for (int r = 0; r < n_save; r++) ASSERT_EQ(st[r], 0) << "saving, rank " << r;
+  st = run_ranks(n_load, [&](const RankCtx &ctx) { return ckpt_rank(ctx, load, dir); }, opts);
+  for (int r = 0; r < n_load; r++) ASSERT_EQ(st[r], 0) << "loading, rank " << r;
+  std::vector<char> a = slurp(dir + "/params-" + save.tag + ".bin");
+  std::vector<char> b = slurp(dir + "/params-" + load.tag + ".bin");
+  ASSERT_GT(a.size(), sizeof(long));
+  EXPECT_EQ(a, b) << "the loaded parameters or step differ from the saved ones";
+  std::string rm = "rm -rf '" + dir + "'";
+  EXPECT_EQ(system(rm.c_str()), 0);
+}
+
+TEST(ZeroDeviceCtxCkpt, DeviceStage3On3RanksLoadsIntoHostStage1On2) {
+  ckpt_across(3, {true, {3, weftFloat32, weftZeroAdamW}, 4, nullptr, "ck", "saved"}, 2,
+              {false, {1, weftFloat32, weftZeroAdamW}, 0, "ck", nullptr, "loaded"});
+}
+
+TEST(ZeroDeviceCtxCkpt, HostStage2On2RanksLoadsIntoDeviceStage0On4) {
+  ckpt_across(2, {false, {2, weftBfloat16, weftZeroSgdMomentum}, 3, nullptr, "ck", "saved"}, 4,
+              {true, {0, weftBfloat16, weftZeroSgdMomentum}, 0, "ck", nullptr, "loaded"});
+}
+
+TEST(ZeroDeviceCtxCkpt, DeviceStage1On4RanksLoadsIntoDeviceStage3On1) {
+  ckpt_across(4, {true, {1, weftFloat16, weftZeroAdamW}, 5, nullptr, "ck", "saved"}, 1,
+              {true, {3, weftFloat16, weftZeroAdamW}, 0, "ck", nullptr, "loaded"});
+}
+
+#endif
+
+}  // namespace
