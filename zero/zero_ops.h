@@ -55,6 +55,9 @@ struct zero_ops {
 
 extern const struct zero_ops zero_ops_host;
 extern const struct zero_ops zero_ops_device;
+/* Tests: host memory taken through every branch that only device contexts
+ * take (device = 1), so that machines without a GPU run them. */
+extern const struct zero_ops zero_ops_host_staged;
 
 /* Whether a device context can be made here: weftSuccess, or
  * weftInvalidUsage saying why (built without CUDA, no device visible). */

@@ -103,23 +103,19 @@ static weftResult_t host_sgd(float *p, float *m, const float *g, size_t count, f
   return weftSuccess;
 }
 
-const struct zero_ops zero_ops_host = {
-    .name = "host",
-    .device = 0,
-    .alloc = host_alloc,
-    .free = host_free,
-    .zero = host_zero,
-    .copy = host_copy,
-    .sync = host_sync,
-    .event_create = host_event_create,
-    .event_destroy = host_event_destroy,
-    .event_record = host_event_record,
-    .event_sync = host_event_sync,
-    .event_done = host_event_done,
-    .load_scaled = host_load_scaled,
-    .to_float = host_to_float,
-    .store = host_store,
-    .scale = host_scale,
-    .adamw = host_adamw,
-    .sgd = host_sgd,
-};
+/* The functions of both host tables. */
+#define ZERO_HOST_FUNCTIONS                                                     \
+  .alloc = host_alloc, .free = host_free, .zero = host_zero, .copy = host_copy, \
+  .sync = host_sync, .event_create = host_event_create,                         \
+  .event_destroy = host_event_destroy, .event_record = host_event_record,       \
+  .event_sync = host_event_sync, .event_done = host_event_done,                 \
+  .load_scaled = host_load_scaled, .to_float = host_to_float,                   \
+  .store = host_store, .scale = host_scale, .adamw = host_adamw, .sgd = host_sgd
+
+const struct zero_ops zero_ops_host = {.name = "host", .device = 0, ZERO_HOST_FUNCTIONS};
+
+/* Host memory through the device path's branches (the optimizer state and
+ * step statistics staged through copies, gather events recorded on the NULL
+ * stream): lets machines without a GPU run that logic. */
+const struct zero_ops zero_ops_host_staged = {.name = "host-staged", .device = 1,
+                                              ZERO_HOST_FUNCTIONS};
