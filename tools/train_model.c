@@ -2,6 +2,7 @@
  * against a fixed random teacher on generated inputs. Each linear layer
  * (weights, then biases) is one ZeRO layer. */
 #include "train_model.h"
+#include "train_device.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -49,7 +50,65 @@ struct model {
   float *delta, *delta_prev, *wf, *bf, *gw, *gb;
   float *target;
   int batch;                    /* samples per rank per micro-step */
+  int dev;                      /* the context is in device memory; stream is a CUDA stream */
+  double *dscalars;             /* device: host values' collectives go through here */
+  unsigned char *raw;           /* device: a layer's values in paramType, copied out */
 };
+
+/* n values of paramType at src (the context's memory) as fp32 into out. */
+static weftResult_t ctx_to_float(struct model *m, const void *src, float *out, size_t n) {
+  if (!m->dev) return weftZeroToFloat(src, m->o->dtype, out, n);
+  weftResult_t res = train_dev_copy(m->raw, src, n * weftTypeSize(m->o->dtype));
+  return res == weftSuccess ? weftZeroToFloat(m->raw, m->o->dtype, out, n) : res;
+}
+
+/* Adds n fp32 values into the context's gradients at dst. */
+static weftResult_t ctx_accumulate(struct model *m, void *dst, const float *g, size_t n) {
+  if (!m->dev) return weftZeroAccumulate(dst, m->o->dtype, g, n);
+  size_t nbytes = n * weftTypeSize(m->o->dtype);
+  weftResult_t res = train_dev_copy(m->raw, dst, nbytes);
+  if (res == weftSuccess) res = weftZeroAccumulate(m->raw, m->o->dtype, g, n);
+  if (res == weftSuccess) res = train_dev_copy(dst, m->raw, nbytes);
+  return res;
+}
+
+static weftResult_t ctx_wait(struct model *m, weftEvent_t ev) {
+  return m->dev ? train_dev_wait_event(ev) : weftEventSynchronize(ev);
+}
+
+/* all[q*n + i] = rank q's mine[i], complete on return: on the host stream,
+ * or through device memory on the CUDA stream (host buffers do not go on a
+ * CUDA stream). */
+static weftResult_t gather_doubles(struct model *m, weftComm_t comm, const double *mine,
+                                   double *all, size_t n, int nranks) {
+  if (!m->dev) {
+    weftResult_t res = weftAllGather(mine, all, n, weftFloat64, comm, m->stream);
+    return res == weftSuccess ? weftStreamSynchronize(m->stream) : res;
+  }
+  double *dall = m->dscalars + n;
+  weftResult_t res = train_dev_copy(m->dscalars, mine, n * sizeof *mine);
+  if (res == weftSuccess) res = weftAllGather(m->dscalars, dall, n, weftFloat64, comm, m->stream);
+  if (res == weftSuccess) res = train_dev_copy(all, dall, n * (size_t)nranks * sizeof *all);
+  return res;
+}
+
+/* The loss's sum over ranks, queued before the step (start) and read after
+ * it (end): waited for by its own event on the host; on a GPU the copy back
+ * waits for the stream. */
+static weftResult_t loss_reduce_start(struct model *m, weftComm_t comm, double *loss) {
+  weftResult_t res;
+  if (!m->dev) {
+    res = weftAllReduce(loss, loss, 1, weftFloat64, weftSum, comm, m->stream);
+    return res == weftSuccess ? weftEventRecord(m->loss_ev, m->stream) : res;
+  }
+  res = train_dev_copy(m->dscalars, loss, sizeof *loss);
+  if (res != weftSuccess) return res;
+  return weftAllReduce(m->dscalars, m->dscalars, 1, weftFloat64, weftSum, comm, m->stream);
+}
+
+static weftResult_t loss_reduce_end(struct model *m, double *loss) {
+  return m->dev ? train_dev_copy(loss, m->dscalars, sizeof *loss) : weftEventSynchronize(m->loss_ev);
+}
 
 /* Sample idx of the stream of data: inputs and the teacher's outputs. */
 static void sample_make(const struct model *m, uint64_t idx, float *x, float *y) {
@@ -68,15 +127,14 @@ static weftResult_t layer_weights(struct model *m, int l) {
   const struct train_opts *o = m->o;
   weftEvent_t ready;
   weftResult_t res = weftZeroGather(m->zero, l, m->stream, &ready);
-  if (res == weftSuccess) res = weftEventSynchronize(ready);
+  if (res == weftSuccess) res = ctx_wait(m, ready);
   void *w = NULL, *b = NULL;
   if (res == weftSuccess) res = weftZeroParam(m->zero, m->pw[l], &w);
   if (res == weftSuccess) res = weftZeroParam(m->zero, m->pb[l], &b);
   if (res != weftSuccess) return res;
   int in = o->widths[l], out = o->widths[l + 1];
-  weftZeroToFloat(w, o->dtype, m->wf, (size_t)in * out);
-  weftZeroToFloat(b, o->dtype, m->bf, (size_t)out);
-  return weftSuccess;
+  res = ctx_to_float(m, w, m->wf, (size_t)in * out);
+  return res == weftSuccess ? ctx_to_float(m, b, m->bf, (size_t)out) : res;
 }
 
 static weftResult_t forward(struct model *m, int n) {
@@ -125,8 +183,9 @@ static weftResult_t backward(struct model *m, int n, float scale) {
     if ((res = weftZeroGrad(m->zero, m->pw[l], &gw)) != weftSuccess ||
         (res = weftZeroGrad(m->zero, m->pb[l], &gb)) != weftSuccess)
       return res;
-    weftZeroAccumulate(gw, o->dtype, m->gw, (size_t)in * out);
-    weftZeroAccumulate(gb, o->dtype, m->gb, (size_t)out);
+    if ((res = ctx_accumulate(m, gw, m->gw, (size_t)in * out)) != weftSuccess ||
+        (res = ctx_accumulate(m, gb, m->gb, (size_t)out)) != weftSuccess)
+      return res;
     if (l > 0) {
       for (int s = 0; s < n; s++)
         for (int i = 0; i < in; i++) {
@@ -154,8 +213,8 @@ static void report_memory(struct model *m, weftComm_t comm, int rank, int nranks
                     (double)(r.params + r.grads + r.optimizer)};
   double *all = calloc((size_t)nranks * 6, sizeof *all);
   if (all == NULL) return;
-  if (weftAllGather(mine, all, 6, weftFloat64, comm, m->stream) == weftSuccess &&
-      weftStreamSynchronize(m->stream) == weftSuccess && rank == 0 && o->log != NULL) {
+  if (gather_doubles(m, comm, mine, all, 6, nranks) == weftSuccess && rank == 0 &&
+      o->log != NULL) {
     size_t formula = weftZeroMemoryFormula(o->stage, r.psiPadded, nranks, o->dtype, o->optimizer);
     fprintf(o->log,
             "# memory per rank in bytes: psi %zu, padded %zu; ZeRO formula for stage %d: %zu\n",
@@ -185,6 +244,7 @@ static weftResult_t model_setup(struct model *m, weftComm_t comm) {
   cfg.gatherBoundBytes = o->gather_bound;
   cfg.prefetchLayers = o->prefetch;
   cfg.bucketBytes = 4096; /* small buckets, so that even this model has several */
+  cfg.memory = m->dev ? weftZeroDeviceMemory : weftZeroHostMemory;
   weftResult_t res = weftZeroCreate(&m->zero, comm, &cfg);
   if (res != weftSuccess) return res;
   int in0 = o->widths[0], maxw = 0;
@@ -217,9 +277,10 @@ static weftResult_t model_setup(struct model *m, weftComm_t comm) {
   m->gw = malloc((size_t)maxw * maxw * sizeof(float));
   m->gb = malloc((size_t)maxw * sizeof(float));
   m->target = malloc(nb * outw * sizeof(float));
+  m->raw = malloc((size_t)maxw * maxw * sizeof(float));
   int missing = m->teacher == NULL || m->delta == NULL || m->delta_prev == NULL ||
                 m->wf == NULL || m->bf == NULL || m->gw == NULL || m->gb == NULL ||
-                m->target == NULL;
+                m->target == NULL || m->raw == NULL;
   for (int l = 0; l <= o->nlayers; l++) missing |= m->act[l] == NULL;
   if (res == weftSuccess && missing) {
     fprintf(stderr, "weft-train: out of memory\n");
@@ -239,6 +300,28 @@ static void model_free(struct model *m) {
   free(m->gw);
   free(m->gb);
   free(m->target);
+  free(m->raw);
+  if (m->dev) {
+    train_dev_free(m->dscalars);
+    train_dev_close(m->stream);
+  } else if (m->stream != NULL) {
+    weftStreamDestroy(m->stream);
+  }
+  if (m->loss_ev != NULL) weftEventDestroy(m->loss_ev);
+}
+
+/* The stream (host, or CUDA on the rank's GPU), the loss's event and, on a
+ * GPU, the device buffer of host values' collectives. */
+static weftResult_t model_open(struct model *m, int nranks) {
+  weftResult_t res;
+  if (m->dev) {
+    res = train_dev_open(m->o->local_rank, &m->stream);
+    if (res == weftSuccess)
+      res = train_dev_alloc((void **)&m->dscalars, 6 * ((size_t)nranks + 1) * sizeof(double));
+  } else {
+    res = weftStreamCreate(&m->stream);
+  }
+  return res == weftSuccess ? weftEventCreate(&m->loss_ev) : res;
 }
 
 weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train_result *out) {
@@ -256,14 +339,9 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
   memset(&m, 0, sizeof m);
   m.o = o;
   m.batch = o->global_batch / (o->accum * nranks);
-  weftResult_t res = weftStreamCreate(&m.stream);
-  if (res != weftSuccess) return res;
-  res = weftEventCreate(&m.loss_ev);
-  if (res != weftSuccess) {
-    weftStreamDestroy(m.stream);
-    return res;
-  }
-  res = model_setup(&m, comm);
+  m.dev = o->device;
+  weftResult_t res = model_open(&m, nranks);
+  if (res == weftSuccess) res = model_setup(&m, comm);
   if (res == weftSuccess && o->resume != NULL) res = weftZeroLoad(m.zero, o->resume, m.stream);
   int in = o->widths[0], outw = o->widths[o->nlayers];
   long first = res == weftSuccess ? weftZeroStepCount(m.zero) : 0;
@@ -301,10 +379,9 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
      * own event: nothing after the step waits for the parameter gathers it
      * leaves in flight (stages 1-2), which the next forward overlaps */
     weftZeroStepInfo_t info;
-    if (res == weftSuccess) res = weftAllReduce(&loss, &loss, 1, weftFloat64, weftSum, comm, m.stream);
-    if (res == weftSuccess) res = weftEventRecord(m.loss_ev, m.stream);
+    if (res == weftSuccess) res = loss_reduce_start(&m, comm, &loss);
     if (res == weftSuccess) res = weftZeroStep(m.zero, m.stream, &info);
-    if (res == weftSuccess) res = weftEventSynchronize(m.loss_ev);
+    if (res == weftSuccess) res = loss_reduce_end(&m, &loss);
     if (res != weftSuccess) break;
     loss /= (double)nranks * o->accum;
     if (step == first) out->first_loss = loss;
@@ -328,7 +405,5 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
   }
   if (res == weftSuccess && o->save != NULL) res = weftZeroSave(m.zero, o->save, m.stream);
   model_free(&m);
-  weftEventDestroy(m.loss_ev);
-  weftStreamDestroy(m.stream);
   return res;
 }
