@@ -54,7 +54,9 @@ typedef enum { weftZeroAdamW = 0, weftZeroSgdMomentum = 1 } weftZeroOptimizer_t;
  * or cudaStreamWaitEvent, not weftEventSynchronize). The step's conversions,
  * norm, clipping and update run as kernels on the stream named, its
  * collectives as weft's on device buffers on that stream; a trainer's
- * writes to gradients must be ordered before weftZeroGradReady's stream.
+ * writes to gradients must be ordered before weftZeroGradReady's stream
+ * (weftZeroToFloat, weftZeroFromFloat and weftZeroAccumulate take host
+ * memory: a trainer converts device buffers with kernels of its own).
  * weftZeroGetParams fills a host array; checkpoints are the same files as a
  * host context's (staged through host memory), loadable by either kind.
  * weftZeroCreate refuses it with weftInvalidUsage when weft_zero was built
