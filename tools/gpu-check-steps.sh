@@ -143,9 +143,9 @@ step_zero_device() {
   [ $bad = 0 ]
 }
 
-# weft-train with its ZeRO state on the GPU (the MLP's arithmetic on the
-# host) against the same run on the host: the final lines' params-l2 within
-# 1e-6 relative (the norm's sums differ in order).
+# weft-train's MLP and ZeRO state on the GPU against the same run on the
+# host: the final lines' params-l2 within 1e-6 relative (the norm's sums
+# differ in order, tanhf in its last bit).
 step_weft_train_device() {
   need_exe "$B/tools/weft-train"
   need_exe "$B/tools/weftrun"

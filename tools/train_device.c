@@ -1,5 +1,6 @@
 /* weft-train's CUDA side: see train_device.h. */
 #include "train_device.h"
+#include "train_model_int.h"
 
 #include <stdio.h>
 
@@ -51,6 +52,10 @@ void train_dev_free(void *ptr) {
   if (ptr != NULL) cudaFree(ptr);
 }
 
+weftResult_t train_dev_launched(int err, const char *what) {
+  return dev_check((cudaError_t)err, what);
+}
+
 #else
 
 static weftResult_t dev_none(void) {
@@ -81,5 +86,25 @@ weftResult_t train_dev_alloc(void **ptr_out, size_t nbytes) {
   return dev_none();
 }
 void train_dev_free(void *ptr) { (void)ptr; }
+weftResult_t train_dev_launched(int err, const char *what) {
+  (void)err;
+  (void)what;
+  return dev_none();
+}
+
+/* No GPU side without CUDA: train_dev_open refuses before any is used. */
+weftResult_t dev_model_alloc(struct model *m, int maxw) {
+  (void)m, (void)maxw;
+  return dev_none();
+}
+void dev_model_free(struct model *m) { (void)m; }
+weftResult_t dev_forward(struct model *m, int n) {
+  (void)m, (void)n;
+  return dev_none();
+}
+weftResult_t dev_backward(struct model *m, int n, float scale) {
+  (void)m, (void)n, (void)scale;
+  return dev_none();
+}
 
 #endif

@@ -25,6 +25,22 @@ weftResult_t train_dev_wait_event(void *event); /* a cudaEvent_t */
 weftResult_t train_dev_sync(void *stream);
 weftResult_t train_dev_alloc(void **ptr_out, size_t nbytes);
 void train_dev_free(void *ptr);
+/* err from a train_kern_* launcher: weftSuccess, or a message on stderr
+ * and weftUnhandledCudaError. */
+weftResult_t train_dev_launched(int err, const char *what);
+
+/* The MLP's kernels (train_kernels.cu), queued on stream; each returns 0
+ * or a cudaError_t. kind: 0 fp32, 1 bf16, 2 fp16. */
+int train_kern_to_float(const void *src, int kind, float *dst, size_t count, void *stream);
+int train_kern_accumulate(void *dst, int kind, const float *src, size_t count, void *stream);
+int train_kern_linear(const float *w, const float *b, const float *x, float *y, int n, int in,
+                      int out, int use_tanh, void *stream);
+int train_kern_out_delta(const float *y, const float *t, float *d, size_t count, float denom,
+                         void *stream);
+int train_kern_grad(const float *d, const float *x, float *gw, float *gb, int n, int in, int out,
+                    float scale, void *stream);
+int train_kern_back_delta(const float *d, const float *w, const float *x, float *dp, int n, int in,
+                          int out, void *stream);
 
 #ifdef __cplusplus
 }

@@ -3,6 +3,7 @@
  * (weights, then biases) is one ZeRO layer. */
 #include "train_model.h"
 #include "train_device.h"
+#include "train_model_int.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -37,43 +38,6 @@ static uint64_t mix64(uint64_t z) {
 /* Uniform in [-1, 1) from a counter. */
 static float uniform_at(uint64_t seed, uint64_t i) {
   return (float)((double)(mix64(seed ^ mix64(i)) >> 11) * 0x1.0p-52 - 1.0);
-}
-
-struct model {
-  const struct train_opts *o;
-  weftZero_t zero;
-  weftStream_t stream;
-  weftEvent_t loss_ev;          /* the step's loss all-reduce */
-  int pw[TRAIN_MAX_LAYERS], pb[TRAIN_MAX_LAYERS];
-  float *teacher;               /* outputs x inputs */
-  float *act[TRAIN_MAX_LAYERS + 1];
-  float *delta, *delta_prev, *wf, *bf, *gw, *gb;
-  float *target;
-  int batch;                    /* samples per rank per micro-step */
-  int dev;                      /* the context is in device memory; stream is a CUDA stream */
-  double *dscalars;             /* device: host values' collectives go through here */
-  unsigned char *raw;           /* device: a layer's values in paramType, copied out */
-};
-
-/* n values of paramType at src (the context's memory) as fp32 into out. */
-static weftResult_t ctx_to_float(struct model *m, const void *src, float *out, size_t n) {
-  if (!m->dev) return weftZeroToFloat(src, m->o->dtype, out, n);
-  weftResult_t res = train_dev_copy(m->raw, src, n * weftTypeSize(m->o->dtype));
-  return res == weftSuccess ? weftZeroToFloat(m->raw, m->o->dtype, out, n) : res;
-}
-
-/* Adds n fp32 values into the context's gradients at dst. */
-static weftResult_t ctx_accumulate(struct model *m, void *dst, const float *g, size_t n) {
-  if (!m->dev) return weftZeroAccumulate(dst, m->o->dtype, g, n);
-  size_t nbytes = n * weftTypeSize(m->o->dtype);
-  weftResult_t res = train_dev_copy(m->raw, dst, nbytes);
-  if (res == weftSuccess) res = weftZeroAccumulate(m->raw, m->o->dtype, g, n);
-  if (res == weftSuccess) res = train_dev_copy(dst, m->raw, nbytes);
-  return res;
-}
-
-static weftResult_t ctx_wait(struct model *m, weftEvent_t ev) {
-  return m->dev ? train_dev_wait_event(ev) : weftEventSynchronize(ev);
 }
 
 /* all[q*n + i] = rank q's mine[i], complete on return: on the host stream,
@@ -127,14 +91,15 @@ static weftResult_t layer_weights(struct model *m, int l) {
   const struct train_opts *o = m->o;
   weftEvent_t ready;
   weftResult_t res = weftZeroGather(m->zero, l, m->stream, &ready);
-  if (res == weftSuccess) res = ctx_wait(m, ready);
+  if (res == weftSuccess) res = weftEventSynchronize(ready);
   void *w = NULL, *b = NULL;
   if (res == weftSuccess) res = weftZeroParam(m->zero, m->pw[l], &w);
   if (res == weftSuccess) res = weftZeroParam(m->zero, m->pb[l], &b);
   if (res != weftSuccess) return res;
   int in = o->widths[l], out = o->widths[l + 1];
-  res = ctx_to_float(m, w, m->wf, (size_t)in * out);
-  return res == weftSuccess ? ctx_to_float(m, b, m->bf, (size_t)out) : res;
+  weftZeroToFloat(w, o->dtype, m->wf, (size_t)in * out);
+  weftZeroToFloat(b, o->dtype, m->bf, (size_t)out);
+  return weftSuccess;
 }
 
 static weftResult_t forward(struct model *m, int n) {
@@ -183,9 +148,8 @@ static weftResult_t backward(struct model *m, int n, float scale) {
     if ((res = weftZeroGrad(m->zero, m->pw[l], &gw)) != weftSuccess ||
         (res = weftZeroGrad(m->zero, m->pb[l], &gb)) != weftSuccess)
       return res;
-    if ((res = ctx_accumulate(m, gw, m->gw, (size_t)in * out)) != weftSuccess ||
-        (res = ctx_accumulate(m, gb, m->gb, (size_t)out)) != weftSuccess)
-      return res;
+    weftZeroAccumulate(gw, o->dtype, m->gw, (size_t)in * out);
+    weftZeroAccumulate(gb, o->dtype, m->gb, (size_t)out);
     if (l > 0) {
       for (int s = 0; s < n; s++)
         for (int i = 0; i < in; i++) {
@@ -277,15 +241,15 @@ static weftResult_t model_setup(struct model *m, weftComm_t comm) {
   m->gw = malloc((size_t)maxw * maxw * sizeof(float));
   m->gb = malloc((size_t)maxw * sizeof(float));
   m->target = malloc(nb * outw * sizeof(float));
-  m->raw = malloc((size_t)maxw * maxw * sizeof(float));
   int missing = m->teacher == NULL || m->delta == NULL || m->delta_prev == NULL ||
                 m->wf == NULL || m->bf == NULL || m->gw == NULL || m->gb == NULL ||
-                m->target == NULL || m->raw == NULL;
+                m->target == NULL;
   for (int l = 0; l <= o->nlayers; l++) missing |= m->act[l] == NULL;
   if (res == weftSuccess && missing) {
     fprintf(stderr, "weft-train: out of memory\n");
     res = weftSystemError;
   }
+  if (res == weftSuccess && m->dev) res = dev_model_alloc(m, maxw);
   return res;
 }
 
@@ -300,8 +264,8 @@ static void model_free(struct model *m) {
   free(m->gw);
   free(m->gb);
   free(m->target);
-  free(m->raw);
   if (m->dev) {
+    dev_model_free(m);
     train_dev_free(m->dscalars);
     train_dev_close(m->stream);
   } else if (m->stream != NULL) {
@@ -364,7 +328,7 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
                       (uint64_t)rank * m.batch;
       for (int s = 0; s < m.batch; s++)
         sample_make(&m, base + s, m.act[0] + (size_t)s * in, m.target + (size_t)s * outw);
-      res = forward(&m, m.batch);
+      res = m.dev ? dev_forward(&m, m.batch) : forward(&m, m.batch);
       if (res != weftSuccess) break;
       double l = 0;
       const float *y = m.act[o->nlayers];
@@ -373,7 +337,8 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
         l += d * d;
       }
       loss += l / (m.batch * outw);
-      res = backward(&m, m.batch, (float)weftZeroLossScale(m.zero));
+      float scale = (float)weftZeroLossScale(m.zero);
+      res = m.dev ? dev_backward(&m, m.batch, scale) : backward(&m, m.batch, scale);
     }
     /* the loss's all-reduce is queued before the step and waited for by its
      * own event: nothing after the step waits for the parameter gathers it

@@ -32,8 +32,8 @@ static void usage(FILE *f) {
           "  --resume DIR       continue from the checkpoint in DIR\n"
           "  --layers N         linear layers, 1 to 8 (default 3)\n"
           "  --width N          width of every hidden layer (default 37, 29)\n"
-          "  --device D         host (default) or cuda: the ZeRO state on the rank's GPU\n"
-          "                     (GPU local rank %% GPUs); the MLP's arithmetic stays on the host\n"
+          "  --device D         host (default) or cuda: the MLP and its ZeRO state on the\n"
+          "                     rank's GPU (GPU local rank %% GPUs)\n"
           "  --quiet            print the final line only\n");
 }
 
