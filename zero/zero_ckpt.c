@@ -427,7 +427,7 @@ weftResult_t weftZeroLoad(weftZero_t z, const char *dir, weftStream_t stream) {
   }
   /* every rank found it sound: only now does the state change */
   res = zero_release_all(z);
-  if (res == weftSuccess) res = zero_grads_reset(z);
+  if (res == weftSuccess) res = zero_grads_reset(z, stream);
   if (res == weftSuccess) res = ckpt_read_shards(z, ver, &m);
   ckpt_manifest_free(&m);
   WEFT_TRY(ckpt_agree(z, res, stream, "loading the checkpoint"));

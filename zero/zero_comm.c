@@ -86,7 +86,7 @@ weftResult_t weftZeroGradReady(weftZero_t z, int layer, weftStream_t stream) {
   return weftSuccess;
 }
 
-weftResult_t zero_grads_reset(struct weftZero *z) {
+weftResult_t zero_grads_reset(struct weftZero *z, weftStream_t stream) {
   for (int i = 0; i < z->nlayers; i++) {
     struct zero_layer *l = &z->layers[i];
     (void)z->ops->event_sync(l->red_ev); /* the step reported failures already */
@@ -104,7 +104,7 @@ weftResult_t zero_grads_reset(struct weftZero *z) {
     bk->pending = bk->last_layer - bk->first_layer + 1;
   }
   if (z->grads_full == NULL) return weftSuccess;
-  return z->ops->zero(z->grads_full, z->psi_padded * z->param_size, NULL);
+  return z->ops->zero(z->grads_full, z->psi_padded * z->param_size, stream);
 }
 
 /* Stage 3: queues one layer's all-gather into a new buffer. */

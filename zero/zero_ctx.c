@@ -324,7 +324,7 @@ weftResult_t weftZeroDestroy(weftZero_t z) {
   weftResult_t res = weftSuccess;
   if (z->finalized) {
     res = zero_release_all(z);
-    weftResult_t reset = zero_grads_reset(z);
+    weftResult_t reset = zero_grads_reset(z, NULL);
     if (res == weftSuccess) res = reset;
   }
   const struct zero_ops *ops = z->ops;

@@ -136,8 +136,9 @@ weftResult_t zero_publish_params(struct weftZero *z, weftStream_t stream);
 /* Stages 1-2: waits for the layer's gather queued by the last publication. */
 weftResult_t zero_gather_wait(struct weftZero *z, struct zero_layer *l);
 
-/* Frees this step's gradient buckets and copies, zeroes the gradients. */
-weftResult_t zero_grads_reset(struct weftZero *z);
+/* Frees this step's gradient buckets and copies, zeroes the gradients (on
+ * stream, complete on return). */
+weftResult_t zero_grads_reset(struct weftZero *z, weftStream_t stream);
 
 /* Stages 2-3: frees the buckets of finished reductions. */
 void zero_buckets_reclaim(struct weftZero *z);

@@ -111,7 +111,7 @@ weftResult_t weftZeroStep(weftZero_t z, weftStream_t stream, weftZeroStepInfo_t 
   WEFT_TRY_GOTO(zero_apply(z, g, &out, stream), res, free_grads);
   z->ops->free(g);
   z->step++;
-  WEFT_TRY(zero_grads_reset(z));
+  WEFT_TRY(zero_grads_reset(z, stream));
   if (!out.skipped) WEFT_TRY(zero_publish_params(z, stream));
   if (info != NULL) *info = out;
   return weftSuccess;
