@@ -104,6 +104,39 @@ TEST(ZeroDeviceCtx, RefusedWithoutCudaOrAGpu) {
   }
 }
 
+// The device table's CUDA failures, without a GPU (a rank of its own): each
+// is an error code with what was being done and the runtime's text, never a
+// crash; a build without CUDA says it has none.
+int device_ops_rank(const RankCtx &ctx) {
+  if (gpu_here()) return kHasGpu;
+  const weftResult_t want = ZERO_TEST_CUDA ? weftUnhandledCudaError : weftInvalidUsage;
+  const struct zero_ops *ops = &zero_ops_device;
+  void *p = (void *)&ctx;  // a sentinel: a failed allocation leaves it
+  weftResult_t res = ops->alloc(&p, 64);
+  FAIL_IF(res != want || p != (void *)&ctx, "alloc: %d", res);
+  FAIL_IF(ZERO_TEST_CUDA && strstr(weftZeroLastError(), "allocating 64 bytes of device memory: ") ==
+                                nullptr,
+          "alloc's message: %s", weftZeroLastError());
+  weftEvent_t ev = nullptr;
+  res = ops->event_create(&ev);
+  FAIL_IF(res != want || ev != nullptr, "event create: %d", res);
+  FAIL_IF(ZERO_TEST_CUDA && strstr(weftZeroLastError(), "creating a CUDA event: ") == nullptr,
+          "event's message: %s", weftZeroLastError());
+  res = ops->sync(nullptr, nullptr, "finishing the reductions");
+  FAIL_IF(res != want || strstr(weftZeroLastError(), "finishing the reductions: ") == nullptr,
+          "sync: %d, %s", res, weftZeroLastError());
+  float f = 0;
+  res = ops->store(&f, weftFloat32, &f, 1, nullptr);
+  FAIL_IF(res == weftSuccess, "a kernel launched without a GPU");
+  return 0;
+}
+
+TEST(ZeroDeviceCtx, DeviceTableFailuresAreErrorsWithText) {
+  auto status = run_ranks(1, device_ops_rank);
+  if (status[0] == kHasGpu) GTEST_SKIP() << "a GPU is here: these calls succeed";
+  EXPECT_EQ(status[0], 0);
+}
+
 // The model: three layers of odd sizes (padding on every rank count), the
 // gradient of each element pulling it towards a target, plus a term that
 // differs by rank and step so that the reductions matter.
