@@ -38,6 +38,31 @@ typedef struct weftZero *weftZero_t;
 
 typedef enum { weftZeroAdamW = 0, weftZeroSgdMomentum = 1 } weftZeroOptimizer_t;
 
+/* Where a context's parameters, gradients, buckets, gathered layers, fp32
+ * master shard and moments live.
+ *
+ * weftZeroHostMemory (the default): host memory; streams are weft host
+ * streams (weftStreamCreate) or NULL, events weft events.
+ *
+ * weftZeroDeviceMemory: device memory (cudaMalloc) on the CUDA device that
+ * is current on the thread calling weftZeroCreate, which must be comm's
+ * device (weftCommCuDevice) when comm has one; call everything else from
+ * threads with that device current. weftZeroParam and weftZeroGrad then
+ * give device pointers; every weftStream_t argument is a cudaStream_t
+ * (NULL: the legacy default stream) and the events weftZeroGather and
+ * weftZeroGatherEvent give are cudaEvent_t (wait with cudaEventSynchronize
+ * or cudaStreamWaitEvent, not weftEventSynchronize). The step's conversions,
+ * norm, clipping and update run as kernels on the stream named, its
+ * collectives as weft's on device buffers on that stream; a trainer's
+ * writes to gradients must be ordered before weftZeroGradReady's stream
+ * (weftZeroToFloat, weftZeroFromFloat and weftZeroAccumulate take host
+ * memory: a trainer converts device buffers with kernels of its own).
+ * weftZeroGetParams fills a host array; checkpoints are the same files as a
+ * host context's (staged through host memory), loadable by either kind.
+ * weftZeroCreate refuses it with weftInvalidUsage when weft_zero was built
+ * without CUDA or no CUDA device is visible, before allocating anything. */
+typedef enum { weftZeroHostMemory = 0, weftZeroDeviceMemory = 1 } weftZeroMemoryKind_t;
+
 typedef struct {
   int stage;                 /* 0, 1, 2 or 3 */
   weftDataType_t paramType;  /* weftFloat32, weftBfloat16 or weftFloat16 */
@@ -58,11 +83,12 @@ typedef struct {
   int lossScaleWindow;      /* steps without overflow before the scale doubles */
   int allowNonFinite;       /* weftZeroLoad takes NaN and infinite values from a
                                checkpoint; 0 (default): such a checkpoint is refused */
+  weftZeroMemoryKind_t memory; /* host (default) or device memory, see above */
 } weftZeroConfig_t;
 
 /* Defaults: stage 0, fp32, AdamW (lr 1e-3, betas 0.9/0.999, eps 1e-8, decay
  * 0), no clipping, 1 micro-step, 4 MiB buckets, no gather bound, prefetch 1,
- * loss scale 65536 with a window of 100 (used for fp16 only). */
+ * loss scale 65536 with a window of 100 (used for fp16 only), host memory. */
 void weftZeroConfigDefaults(weftZeroConfig_t *config);
 
 /* The shard of a rank, as a pure function: elements [offset, offset + count)
@@ -161,8 +187,10 @@ double weftZeroLossScale(weftZero_t zero);
 /* weftZeroStep calls so far (skipped steps included); restored by weftZeroLoad. */
 long weftZeroStepCount(weftZero_t zero);
 
-/* Bytes this rank holds, by category, counted where they are allocated.
- * params + grads + optimizer follow the ZeRO formulas (weftZeroMemoryFormula)
+/* Bytes this rank holds, by category, counted where they are allocated (in
+ * device memory for a device context; 16 bytes of step statistics and the
+ * step's temporary fp32 gradient of the owned range are not counted, on
+ * either kind). params + grads + optimizer follow the ZeRO formulas (weftZeroMemoryFormula)
  * for psiPadded parameters and N ranks; buckets and gathered are the
  * temporary buffers held now (peak: the most at once). */
 typedef struct {

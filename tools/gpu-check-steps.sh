@@ -53,7 +53,7 @@ step_configure() {
 # What the later steps run: the libraries (every kernel is in libweft), the
 # device suites, the tools. The host suites are CI's; WEFT_GPU_CHECK_BUILD_ALL=1
 # builds them too.
-GPU_TARGETS='^(libweft\.so\.[0-9.]+|libnccl\.so\.[0-9.]+|tests/device/test_device(_ipc|_p2p)?|tests/(zero/)?test_zero_(math_)?device[a-z_]*|tools/[a-z_]+_perf|tools/weftrun)$'
+GPU_TARGETS='^(libweft\.so\.[0-9.]+|libnccl\.so\.[0-9.]+|tests/device/test_device(_ipc|_p2p)?|tests/(zero/)?test_zero_(math_)?device[a-z_]*|tools/[a-z_]+_perf|tools/weftrun|tools/weft-train)$'
 
 step_build() {
   [ -f "$B/build.ninja" ] || fail "not configured"
@@ -141,6 +141,24 @@ step_zero_device() {
   [ $ran -gt 0 ] || skip "no test_zero_device* in this build (issue 22)"
   key "$keys"
   [ $bad = 0 ]
+}
+
+# weft-train's MLP and ZeRO state on the GPU against the same run on the
+# host: the final lines' params-l2 within 1e-6 relative (the norm's sums
+# differ in order, tanhf in its last bit).
+step_weft_train_device() {
+  need_exe "$B/tools/weft-train"
+  need_exe "$B/tools/weftrun"
+  local host dev
+  host=$(timeout 60 "$B/tools/weftrun" -n 4 "$B/tools/weft-train" --zero-stage 3 --quiet 2>&1 |
+    tail -1)
+  dev=$(timeout 60 "$B/tools/weftrun" -n 4 "$B/tools/weft-train" --device cuda --zero-stage 3 \
+    --quiet 2>&1) || fail "exit $?: $(echo "$dev" | tail -2 | tr '\n' ' ')"
+  dev=$(echo "$dev" | tail -1)
+  awk -v a="$host" -v b="$dev" 'BEGIN{split(a,x," "); split(b,y," "); d=x[6]-y[6]; if (d<0) d=-d;
+       exit !(x[2] == "final" && y[2] == "final" && d <= 1e-6 * x[6])}' ||
+    fail "device: $dev; host: $host"
+  key "device: $dev; host params-l2 $(echo "$host" | awk '{print $6}')"
 }
 
 # ---------------------------------------------------------------- sanitizers

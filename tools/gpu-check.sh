@@ -45,7 +45,8 @@ device|240|gpu|20.2|device suite: every collective x datatype x op, 2-4 ranks on
 device_ipc|120|gpu|20.2|ranks in processes (cuda_ipc); a silent peer ends in a timeout error
 device_p2p|120|gpu|20.2|send/recv groups on device memory: pipelines, all-to-all, gather, scatter
 zero_math_device|60|gpu|22.2|zero_math.h kernels against the host, bit for bit
-zero_device|180|gpu|22.2|device ZeRO suites (zero_device*), when built
+zero_device|180|gpu|22.2|device ZeRO suites (zero_device*): kernels; device contexts vs host, checkpoints
+weft_train_device|90|gpu|22.3|weft-train --device cuda --zero-stage 3, 4 ranks: final line vs the host run
 memcheck|120|gpu|20.2|compute-sanitizer memcheck on a small device sample
 racecheck|150|gpu|20.2|compute-sanitizer racecheck on a small device sample
 synccheck|120|gpu|20.2|compute-sanitizer synccheck on a small device sample

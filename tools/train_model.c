@@ -2,6 +2,8 @@
  * against a fixed random teacher on generated inputs. Each linear layer
  * (weights, then biases) is one ZeRO layer. */
 #include "train_model.h"
+#include "train_device.h"
+#include "train_model_int.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -38,18 +40,39 @@ static float uniform_at(uint64_t seed, uint64_t i) {
   return (float)((double)(mix64(seed ^ mix64(i)) >> 11) * 0x1.0p-52 - 1.0);
 }
 
-struct model {
-  const struct train_opts *o;
-  weftZero_t zero;
-  weftStream_t stream;
-  weftEvent_t loss_ev;          /* the step's loss all-reduce */
-  int pw[TRAIN_MAX_LAYERS], pb[TRAIN_MAX_LAYERS];
-  float *teacher;               /* outputs x inputs */
-  float *act[TRAIN_MAX_LAYERS + 1];
-  float *delta, *delta_prev, *wf, *bf, *gw, *gb;
-  float *target;
-  int batch;                    /* samples per rank per micro-step */
-};
+/* all[q*n + i] = rank q's mine[i], complete on return: on the host stream,
+ * or through device memory on the CUDA stream (host buffers do not go on a
+ * CUDA stream). */
+static weftResult_t gather_doubles(struct model *m, weftComm_t comm, const double *mine,
+                                   double *all, size_t n, int nranks) {
+  if (!m->dev) {
+    weftResult_t res = weftAllGather(mine, all, n, weftFloat64, comm, m->stream);
+    return res == weftSuccess ? weftStreamSynchronize(m->stream) : res;
+  }
+  double *dall = m->dscalars + n;
+  weftResult_t res = train_dev_copy(m->dscalars, mine, n * sizeof *mine);
+  if (res == weftSuccess) res = weftAllGather(m->dscalars, dall, n, weftFloat64, comm, m->stream);
+  if (res == weftSuccess) res = train_dev_copy(all, dall, n * (size_t)nranks * sizeof *all);
+  return res;
+}
+
+/* The loss's sum over ranks, queued before the step (start) and read after
+ * it (end): waited for by its own event on the host; on a GPU the copy back
+ * waits for the stream. */
+static weftResult_t loss_reduce_start(struct model *m, weftComm_t comm, double *loss) {
+  weftResult_t res;
+  if (!m->dev) {
+    res = weftAllReduce(loss, loss, 1, weftFloat64, weftSum, comm, m->stream);
+    return res == weftSuccess ? weftEventRecord(m->loss_ev, m->stream) : res;
+  }
+  res = train_dev_copy(m->dscalars, loss, sizeof *loss);
+  if (res != weftSuccess) return res;
+  return weftAllReduce(m->dscalars, m->dscalars, 1, weftFloat64, weftSum, comm, m->stream);
+}
+
+static weftResult_t loss_reduce_end(struct model *m, double *loss) {
+  return m->dev ? train_dev_copy(loss, m->dscalars, sizeof *loss) : weftEventSynchronize(m->loss_ev);
+}
 
 /* Sample idx of the stream of data: inputs and the teacher's outputs. */
 static void sample_make(const struct model *m, uint64_t idx, float *x, float *y) {
@@ -154,8 +177,8 @@ static void report_memory(struct model *m, weftComm_t comm, int rank, int nranks
                     (double)(r.params + r.grads + r.optimizer)};
   double *all = calloc((size_t)nranks * 6, sizeof *all);
   if (all == NULL) return;
-  if (weftAllGather(mine, all, 6, weftFloat64, comm, m->stream) == weftSuccess &&
-      weftStreamSynchronize(m->stream) == weftSuccess && rank == 0 && o->log != NULL) {
+  if (gather_doubles(m, comm, mine, all, 6, nranks) == weftSuccess && rank == 0 &&
+      o->log != NULL) {
     size_t formula = weftZeroMemoryFormula(o->stage, r.psiPadded, nranks, o->dtype, o->optimizer);
     fprintf(o->log,
             "# memory per rank in bytes: psi %zu, padded %zu; ZeRO formula for stage %d: %zu\n",
@@ -185,6 +208,7 @@ static weftResult_t model_setup(struct model *m, weftComm_t comm) {
   cfg.gatherBoundBytes = o->gather_bound;
   cfg.prefetchLayers = o->prefetch;
   cfg.bucketBytes = 4096; /* small buckets, so that even this model has several */
+  cfg.memory = m->dev ? weftZeroDeviceMemory : weftZeroHostMemory;
   weftResult_t res = weftZeroCreate(&m->zero, comm, &cfg);
   if (res != weftSuccess) return res;
   int in0 = o->widths[0], maxw = 0;
@@ -225,6 +249,7 @@ static weftResult_t model_setup(struct model *m, weftComm_t comm) {
     fprintf(stderr, "weft-train: out of memory\n");
     res = weftSystemError;
   }
+  if (res == weftSuccess && m->dev) res = dev_model_alloc(m, maxw);
   return res;
 }
 
@@ -239,6 +264,28 @@ static void model_free(struct model *m) {
   free(m->gw);
   free(m->gb);
   free(m->target);
+  if (m->dev) {
+    dev_model_free(m);
+    train_dev_free(m->dscalars);
+    train_dev_close(m->stream);
+  } else if (m->stream != NULL) {
+    weftStreamDestroy(m->stream);
+  }
+  if (m->loss_ev != NULL) weftEventDestroy(m->loss_ev);
+}
+
+/* The stream (host, or CUDA on the rank's GPU), the loss's event and, on a
+ * GPU, the device buffer of host values' collectives. */
+static weftResult_t model_open(struct model *m, int nranks) {
+  weftResult_t res;
+  if (m->dev) {
+    res = train_dev_open(m->o->local_rank, &m->stream);
+    if (res == weftSuccess)
+      res = train_dev_alloc((void **)&m->dscalars, 6 * ((size_t)nranks + 1) * sizeof(double));
+  } else {
+    res = weftStreamCreate(&m->stream);
+  }
+  return res == weftSuccess ? weftEventCreate(&m->loss_ev) : res;
 }
 
 weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train_result *out) {
@@ -256,14 +303,9 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
   memset(&m, 0, sizeof m);
   m.o = o;
   m.batch = o->global_batch / (o->accum * nranks);
-  weftResult_t res = weftStreamCreate(&m.stream);
-  if (res != weftSuccess) return res;
-  res = weftEventCreate(&m.loss_ev);
-  if (res != weftSuccess) {
-    weftStreamDestroy(m.stream);
-    return res;
-  }
-  res = model_setup(&m, comm);
+  m.dev = o->device;
+  weftResult_t res = model_open(&m, nranks);
+  if (res == weftSuccess) res = model_setup(&m, comm);
   if (res == weftSuccess && o->resume != NULL) res = weftZeroLoad(m.zero, o->resume, m.stream);
   int in = o->widths[0], outw = o->widths[o->nlayers];
   long first = res == weftSuccess ? weftZeroStepCount(m.zero) : 0;
@@ -286,7 +328,7 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
                       (uint64_t)rank * m.batch;
       for (int s = 0; s < m.batch; s++)
         sample_make(&m, base + s, m.act[0] + (size_t)s * in, m.target + (size_t)s * outw);
-      res = forward(&m, m.batch);
+      res = m.dev ? dev_forward(&m, m.batch) : forward(&m, m.batch);
       if (res != weftSuccess) break;
       double l = 0;
       const float *y = m.act[o->nlayers];
@@ -295,16 +337,16 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
         l += d * d;
       }
       loss += l / (m.batch * outw);
-      res = backward(&m, m.batch, (float)weftZeroLossScale(m.zero));
+      float scale = (float)weftZeroLossScale(m.zero);
+      res = m.dev ? dev_backward(&m, m.batch, scale) : backward(&m, m.batch, scale);
     }
     /* the loss's all-reduce is queued before the step and waited for by its
      * own event: nothing after the step waits for the parameter gathers it
      * leaves in flight (stages 1-2), which the next forward overlaps */
     weftZeroStepInfo_t info;
-    if (res == weftSuccess) res = weftAllReduce(&loss, &loss, 1, weftFloat64, weftSum, comm, m.stream);
-    if (res == weftSuccess) res = weftEventRecord(m.loss_ev, m.stream);
+    if (res == weftSuccess) res = loss_reduce_start(&m, comm, &loss);
     if (res == weftSuccess) res = weftZeroStep(m.zero, m.stream, &info);
-    if (res == weftSuccess) res = weftEventSynchronize(m.loss_ev);
+    if (res == weftSuccess) res = loss_reduce_end(&m, &loss);
     if (res != weftSuccess) break;
     loss /= (double)nranks * o->accum;
     if (step == first) out->first_loss = loss;
@@ -328,7 +370,5 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
   }
   if (res == weftSuccess && o->save != NULL) res = weftZeroSave(m.zero, o->save, m.stream);
   model_free(&m);
-  weftEventDestroy(m.loss_ev);
-  weftStreamDestroy(m.stream);
   return res;
 }

@@ -33,6 +33,8 @@ struct train_opts {
   const char *save;     /* checkpoint directory written after the last step */
   const char *resume;   /* checkpoint directory loaded before the first step */
   FILE *log;            /* rank 0 prints loss per step and the memory table here; may be NULL */
+  int device;           /* 1: the MLP and its ZeRO context on a GPU (--device cuda) */
+  int local_rank;       /* device: the rank uses GPU local_rank % (visible GPUs) */
 };
 
 /* Defaults: stage 0, 10 steps, seed 1, fp32, AdamW lr 1e-2, 1 micro-step,

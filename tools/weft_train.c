@@ -32,6 +32,8 @@ static void usage(FILE *f) {
           "  --resume DIR       continue from the checkpoint in DIR\n"
           "  --layers N         linear layers, 1 to 8 (default 3)\n"
           "  --width N          width of every hidden layer (default 37, 29)\n"
+          "  --device D         host (default) or cuda: the MLP and its ZeRO state on the\n"
+          "                     rank's GPU (GPU local rank %% GPUs)\n"
           "  --quiet            print the final line only\n");
 }
 
@@ -58,6 +60,7 @@ int main(int argc, char **argv) {
       {"save", required_argument, NULL, 'w'},       {"resume", required_argument, NULL, 'R'},
       {"layers", required_argument, NULL, 'L'},   {"width", required_argument, NULL, 'W'},
       {"quiet", no_argument, NULL, 'q'},            {"help", no_argument, NULL, 'h'},
+      {"device", required_argument, NULL, 'D'},
       {NULL, 0, NULL, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -97,6 +100,13 @@ int main(int argc, char **argv) {
     case 'L': layers = atoi(optarg); break;
     case 'W': width = atoi(optarg); break;
     case 'q': o.log = NULL; break;
+    case 'D':
+      if (strcmp(optarg, "host") != 0 && strcmp(optarg, "cuda") != 0) {
+        fprintf(stderr, "weft-train: --device %s: host or cuda\n", optarg);
+        return 2;
+      }
+      o.device = strcmp(optarg, "cuda") == 0;
+      break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
@@ -120,6 +130,8 @@ int main(int argc, char **argv) {
     o.nlayers = layers;
   }
 
+  const char *local = getenv("WEFT_LOCAL_RANK");
+  o.local_rank = local != NULL ? atoi(local) : 0;
   weftComm_t comm;
   if (weftCommInitFromEnv(&comm, NULL) != weftSuccess) {
     fprintf(stderr, "weft-train: joining the job failed: %s\n", weftGetLastError(NULL));
@@ -131,8 +143,9 @@ int main(int argc, char **argv) {
   weftResult_t res = train_run(comm, &o, &r);
   if (res != weftSuccess) {
     const char *text = weftZeroLastError();
-    fprintf(stderr, "weft-train: rank %d: %s: %s\n", rank, weftGetErrorString(res),
-            text[0] != '\0' ? text : weftGetLastError(NULL));
+    if (text[0] == '\0') text = weftGetLastError(NULL);
+    fprintf(stderr, "weft-train: rank %d: %s%s%s\n", rank, weftGetErrorString(res),
+            text[0] != '\0' ? ": " : "", text);
     weftCommAbort(comm);
     return 1;
   }

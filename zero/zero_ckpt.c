@@ -100,14 +100,14 @@ static void ckpt_manifest_of(const struct weftZero *z, struct ckpt_manifest *m) 
 }
 
 /* This rank's file: a header, then for each layer its range's master
- * weights, then moments. The payload's size and CRC go to *_out. */
-static weftResult_t ckpt_write_shard(struct weftZero *z, const char *path,
-                                     const struct ckpt_manifest *m, uint64_t *nbytes_out,
-                                     uint32_t *crc_out) {
+ * weights, then moments, from src (host memory). The payload's size and CRC
+ * go to *_out. */
+static weftResult_t ckpt_write_shard_from(struct weftZero *z, float *const src[3],
+                                          const char *path, const struct ckpt_manifest *m,
+                                          uint64_t *nbytes_out, uint32_t *crc_out) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return zero_fail(weftSystemError, "cannot create %s: %s", path, strerror(errno));
   int arrays = zero_optim_arrays(z->cfg.optimizer);
-  float *src[3] = {z->master, z->moment1, z->moment2};
   int crash = crash_rank() == z->rank;
   size_t total = 0, written = 0;
   uint64_t nbytes = 0;
@@ -144,6 +144,18 @@ close_fd: {
   close(fd);
   return zero_fail(weftSystemError, "writing %s: %s", path, strerror(err));
 }
+}
+
+/* The same from the context's state, staged through host memory when it is
+ * on a device. */
+static weftResult_t ckpt_write_shard(struct weftZero *z, const char *path,
+                                     const struct ckpt_manifest *m, uint64_t *nbytes_out,
+                                     uint32_t *crc_out) {
+  float *src[3];
+  WEFT_TRY(zero_state_get(z, src));
+  weftResult_t res = ckpt_write_shard_from(z, src, path, m, nbytes_out, crc_out);
+  zero_state_free(z, src);
+  return res;
 }
 
 static weftResult_t ckpt_write_manifest(const struct ckpt_manifest *m, const char *path) {
@@ -250,8 +262,7 @@ weftResult_t weftZeroSave(weftZero_t z, const char *dir, weftStream_t stream) {
   if (z == NULL || dir == NULL) return zero_fail(weftInvalidArgument, "NULL argument");
   if (!z->finalized) return zero_fail(weftInvalidUsage, "call weftZeroFinalize first");
   if (strlen(dir) > PATH_MAX - 64) return zero_fail(weftInvalidArgument, "path too long");
-  if (stream != NULL)
-    WEFT_TRY(zero_weft(z, weftStreamSynchronize(stream), "synchronizing the stream"));
+  WEFT_TRY(z->ops->sync(stream, z->comm, "synchronizing the stream"));
   char name[64], tmp[PATH_MAX], path[PATH_MAX + 64];
   snprintf(name, sizeof name, "step-%ld", z->step);
   snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, name);
@@ -328,10 +339,9 @@ static int ckpt_takes_from(const struct weftZero *z, const struct ckpt_manifest 
 
 /* Fills this rank's owned range of every layer from the saved shards (which
  * were checked). */
-static weftResult_t ckpt_read_shards(struct weftZero *z, const char *ver,
-                                     const struct ckpt_manifest *m) {
+static weftResult_t ckpt_read_shards_into(struct weftZero *z, float *const dst[3],
+                                          const char *ver, const struct ckpt_manifest *m) {
   int arrays = zero_optim_arrays(z->cfg.optimizer);
-  float *dst[3] = {z->master, z->moment1, z->moment2};
   char path[PATH_MAX + 64];
   for (int q = 0; q < m->nranks; q++) {
     if (!ckpt_takes_from(z, m, q)) continue;
@@ -356,6 +366,18 @@ static weftResult_t ckpt_read_shards(struct weftZero *z, const char *ver,
     close(fd);
   }
   return weftSuccess;
+}
+
+/* The same into the context's state, staged through host memory when it is
+ * on a device. */
+static weftResult_t ckpt_read_shards(struct weftZero *z, const char *ver,
+                                     const struct ckpt_manifest *m) {
+  float *dst[3];
+  WEFT_TRY(zero_state_get(z, dst));
+  weftResult_t res = ckpt_read_shards_into(z, dst, ver, m);
+  if (res == weftSuccess) res = zero_state_put(z, dst);
+  zero_state_free(z, dst);
+  return res;
 }
 
 /* The version LATEST names (ver_out, PATH_MAX bytes), its manifest checked. */
@@ -394,8 +416,7 @@ weftResult_t weftZeroLoad(weftZero_t z, const char *dir, weftStream_t stream) {
   if (z == NULL || dir == NULL) return zero_fail(weftInvalidArgument, "NULL argument");
   if (!z->finalized) return zero_fail(weftInvalidUsage, "call weftZeroFinalize first");
   if (strlen(dir) > PATH_MAX - 64) return zero_fail(weftInvalidArgument, "path too long");
-  if (stream != NULL)
-    WEFT_TRY(zero_weft(z, weftStreamSynchronize(stream), "synchronizing the stream"));
+  WEFT_TRY(z->ops->sync(stream, z->comm, "synchronizing the stream"));
   char ver[PATH_MAX];
   struct ckpt_manifest m;
   weftResult_t mine = ckpt_check_local(z, dir, ver, &m);
@@ -406,10 +427,8 @@ weftResult_t weftZeroLoad(weftZero_t z, const char *dir, weftStream_t stream) {
   }
   /* every rank found it sound: only now does the state change */
   res = zero_release_all(z);
-  if (res == weftSuccess) {
-    zero_grads_reset(z);
-    res = ckpt_read_shards(z, ver, &m);
-  }
+  if (res == weftSuccess) res = zero_grads_reset(z, stream);
+  if (res == weftSuccess) res = ckpt_read_shards(z, ver, &m);
   ckpt_manifest_free(&m);
   WEFT_TRY(ckpt_agree(z, res, stream, "loading the checkpoint"));
   z->step = m.step;

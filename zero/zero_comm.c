@@ -6,14 +6,12 @@
 
 #include "zero_internal.h"
 
-/* A reduceType copy of n gradients at src (paramType), for reductions in a
- * wider type. Counted as a bucket. */
-static void *zero_red_copy(struct weftZero *z, const void *src, size_t n) {
-  void *copy = zero_alloc(z, ZERO_MEM_BUCKETS, n * z->red_size);
-  if (copy == NULL) return NULL;
-  for (size_t i = 0; i < n; i++)
-    zero_store(copy, z->cfg.reduceType, i, zero_load(src, z->cfg.paramType, i));
-  return copy;
+/* A reduceType (fp32: the only wider one) copy of n gradients at src
+ * (paramType), for reductions in a wider type. Counted as a bucket. */
+static weftResult_t zero_red_copy(struct weftZero *z, const void *src, size_t n,
+                                  weftStream_t stream, void **copy_out) {
+  WEFT_TRY(zero_alloc(z, ZERO_MEM_BUCKETS, n * z->red_size, copy_out));
+  return z->ops->to_float(src, z->cfg.paramType, *copy_out, n, z->stats, stream);
 }
 
 /* Stage 0: the bucket's in-place all-reduce (sum; step divides). */
@@ -22,15 +20,13 @@ static weftResult_t zero_bucket_reduce(struct weftZero *z, struct zero_bucket *b
   void *grads = (char *)z->grads_full + b->flat_offset * z->param_size;
   void *buf = grads;
   if (z->cfg.reduceType != z->cfg.paramType) {
-    b->red_copy = zero_red_copy(z, grads, b->count);
-    if (b->red_copy == NULL) return zero_fail(weftSystemError, "out of memory");
+    WEFT_TRY(zero_red_copy(z, grads, b->count, stream, &b->red_copy));
     buf = b->red_copy;
   }
   WEFT_TRY(zero_weft(
       z, weftAllReduce(buf, buf, b->count, z->cfg.reduceType, weftSum, z->comm, stream),
       "all-reducing a gradient bucket"));
-  WEFT_TRY(zero_weft(z, weftEventRecord(b->ev, stream), "recording a bucket event"));
-  return weftSuccess;
+  return z->ops->event_record(b->ev, stream);
 }
 
 /* Stages 1-3: the layer's reduce-scatter, into the full buffer's own slice
@@ -40,14 +36,12 @@ static weftResult_t zero_layer_reduce(struct weftZero *z, struct zero_layer *l,
   void *grads = z->cfg.stage == 1 ? (char *)z->grads_full + l->flat_offset * z->param_size
                                   : l->grad_bucket;
   if (grads == NULL) { /* no gradient was asked for: a layer of zeros */
-    l->grad_bucket = zero_alloc(z, ZERO_MEM_BUCKETS, l->padded * z->param_size);
-    if (l->grad_bucket == NULL) return zero_fail(weftSystemError, "out of memory");
+    WEFT_TRY(zero_alloc(z, ZERO_MEM_BUCKETS, l->padded * z->param_size, &l->grad_bucket));
     grads = l->grad_bucket;
   }
   void *send = grads;
   if (z->cfg.reduceType != z->cfg.paramType) {
-    l->red_copy = zero_red_copy(z, grads, l->padded);
-    if (l->red_copy == NULL) return zero_fail(weftSystemError, "out of memory");
+    WEFT_TRY(zero_red_copy(z, grads, l->padded, stream, &l->red_copy));
     send = l->red_copy;
   }
   void *recv = z->cfg.stage == 1 ? (char *)send + (size_t)z->rank * l->shard * z->red_size
@@ -55,8 +49,7 @@ static weftResult_t zero_layer_reduce(struct weftZero *z, struct zero_layer *l,
   WEFT_TRY(zero_weft(
       z, weftReduceScatter(send, recv, l->shard, z->cfg.reduceType, weftSum, z->comm, stream),
       "reduce-scattering a layer's gradients"));
-  WEFT_TRY(zero_weft(z, weftEventRecord(l->red_ev, stream), "recording a reduction event"));
-  return weftSuccess;
+  return z->ops->event_record(l->red_ev, stream);
 }
 
 /* Stages 2-3: gives back the buckets of reductions that have finished. */
@@ -64,7 +57,7 @@ void zero_buckets_reclaim(struct weftZero *z) {
   if (z->cfg.stage < 2) return;
   for (int i = 0; i < z->nlayers; i++) {
     struct zero_layer *l = &z->layers[i];
-    if (!l->reduced || l->grad_bucket == NULL || weftEventQuery(l->red_ev) != weftSuccess)
+    if (!l->reduced || l->grad_bucket == NULL || !z->ops->event_done(l->red_ev))
       continue;
     zero_free(z, ZERO_MEM_BUCKETS, l->grad_bucket, l->padded * z->param_size);
     zero_free(z, ZERO_MEM_BUCKETS, l->red_copy, l->padded * z->red_size);
@@ -93,10 +86,10 @@ weftResult_t weftZeroGradReady(weftZero_t z, int layer, weftStream_t stream) {
   return weftSuccess;
 }
 
-void zero_grads_reset(struct weftZero *z) {
+weftResult_t zero_grads_reset(struct weftZero *z, weftStream_t stream) {
   for (int i = 0; i < z->nlayers; i++) {
     struct zero_layer *l = &z->layers[i];
-    weftEventSynchronize(l->red_ev);
+    (void)z->ops->event_sync(l->red_ev); /* the step reported failures already */
     zero_free(z, ZERO_MEM_BUCKETS, l->grad_bucket, l->padded * z->param_size);
     zero_free(z, ZERO_MEM_BUCKETS, l->red_copy, l->padded * z->red_size);
     l->grad_bucket = NULL;
@@ -105,27 +98,26 @@ void zero_grads_reset(struct weftZero *z) {
   }
   for (int b = 0; b < z->nbuckets; b++) {
     struct zero_bucket *bk = &z->buckets[b];
-    weftEventSynchronize(bk->ev);
+    (void)z->ops->event_sync(bk->ev);
     zero_free(z, ZERO_MEM_BUCKETS, bk->red_copy, bk->count * z->red_size);
     bk->red_copy = NULL;
     bk->pending = bk->last_layer - bk->first_layer + 1;
   }
-  if (z->grads_full != NULL) memset(z->grads_full, 0, z->psi_padded * z->param_size);
+  if (z->grads_full == NULL) return weftSuccess;
+  return z->ops->zero(z->grads_full, z->psi_padded * z->param_size, stream);
 }
 
 /* Stage 3: queues one layer's all-gather into a new buffer. */
 static weftResult_t zero_gather_one(struct weftZero *z, int layer, weftStream_t stream) {
   struct zero_layer *l = &z->layers[layer];
   size_t nbytes = l->padded * z->param_size;
-  l->gathered = zero_alloc(z, ZERO_MEM_GATHERED, nbytes);
-  if (l->gathered == NULL) return zero_fail(weftSystemError, "out of memory");
+  WEFT_TRY(zero_alloc(z, ZERO_MEM_GATHERED, nbytes, &l->gathered));
   l->gather_state = ZERO_GATHERING;
   const void *shard = (char *)z->params_shard + l->shard_offset * z->param_size;
   WEFT_TRY(zero_weft(
       z, weftAllGather(shard, l->gathered, l->shard, z->cfg.paramType, z->comm, stream),
       "all-gathering a layer's parameters"));
-  WEFT_TRY(zero_weft(z, weftEventRecord(l->gather_ev, stream), "recording a gather event"));
-  return weftSuccess;
+  return z->ops->event_record(l->gather_ev, stream);
 }
 
 static int zero_gather_fits(const struct weftZero *z, int layer) {
@@ -189,7 +181,7 @@ weftResult_t weftZeroRelease(weftZero_t z, int layer) {
   struct zero_layer *l = &z->layers[layer];
   if (z->cfg.stage < 3 || l->gather_state == ZERO_RELEASED) return weftSuccess;
   /* the all-gather may still be writing the buffer */
-  WEFT_TRY(zero_weft(z, weftEventSynchronize(l->gather_ev), "waiting for a gather"));
+  WEFT_TRY(z->ops->event_sync(l->gather_ev));
   zero_free(z, ZERO_MEM_GATHERED, l->gathered, l->padded * z->param_size);
   l->gathered = NULL;
   l->gather_state = ZERO_RELEASED;
@@ -198,7 +190,7 @@ weftResult_t weftZeroRelease(weftZero_t z, int layer) {
 
 weftResult_t zero_gather_wait(struct weftZero *z, struct zero_layer *l) {
   if (!l->gather_pending) return weftSuccess;
-  WEFT_TRY(zero_weft(z, weftEventSynchronize(l->gather_ev), "waiting for a parameter gather"));
+  WEFT_TRY(z->ops->event_sync(l->gather_ev));
   l->gather_pending = 0;
   return weftSuccess;
 }
@@ -211,12 +203,24 @@ weftResult_t zero_release_all(struct weftZero *z) {
   return weftSuccess;
 }
 
-weftResult_t zero_allreduce_sum(struct weftZero *z, double *vals, size_t n, weftStream_t stream) {
+weftResult_t zero_allreduce_sum_ctx(struct weftZero *z, double *vals, size_t n,
+                                    weftStream_t stream) {
   WEFT_TRY(zero_weft(z, weftAllReduce(vals, vals, n, weftFloat64, weftSum, z->comm, stream),
                      "all-reducing step statistics"));
-  if (stream != NULL)
-    WEFT_TRY(zero_weft(z, weftStreamSynchronize(stream), "synchronizing the stream"));
-  return weftSuccess;
+  return z->ops->sync(stream, z->comm, "synchronizing the stream");
+}
+
+weftResult_t zero_allreduce_sum(struct weftZero *z, double *vals, size_t n, weftStream_t stream) {
+  if (!z->ops->device) return zero_allreduce_sum_ctx(z, vals, n, stream);
+  double *buf;
+  WEFT_TRY(z->ops->alloc((void **)&buf, n * sizeof *buf));
+  weftResult_t res;
+  WEFT_TRY_GOTO(z->ops->copy(buf, vals, n * sizeof *buf, stream), res, free_buf);
+  WEFT_TRY_GOTO(zero_allreduce_sum_ctx(z, buf, n, stream), res, free_buf);
+  res = z->ops->copy(vals, buf, n * sizeof *buf, stream);
+free_buf:
+  z->ops->free(buf);
+  return res;
 }
 
 weftResult_t zero_publish_params(struct weftZero *z, weftStream_t stream) {
@@ -229,15 +233,15 @@ weftResult_t zero_publish_params(struct weftZero *z, weftStream_t stream) {
     void *dst = stage == 3
                     ? (char *)z->params_shard + l->shard_offset * z->param_size
                     : (char *)z->params_full + (l->flat_offset + l->own_offset) * z->param_size;
-    for (size_t k = 0; k < l->own_count; k++) zero_store(dst, z->cfg.paramType, k, master[k]);
+    WEFT_TRY(z->ops->store(master, z->cfg.paramType, dst, l->own_count, stream));
     if (stage != 1 && stage != 2) continue;
     /* queued in layer order, so the first layers arrive first; the next
      * forward waits for each layer's event as it reaches it */
     void *full = (char *)z->params_full + l->flat_offset * z->param_size;
     WEFT_TRY(zero_weft(z, weftAllGather(dst, full, l->shard, z->cfg.paramType, z->comm, stream),
                        "all-gathering updated parameters"));
-    if (stream == NULL) continue; /* complete already */
-    WEFT_TRY(zero_weft(z, weftEventRecord(l->gather_ev, stream), "recording a gather event"));
+    if (stream == NULL && !z->ops->device) continue; /* complete already */
+    WEFT_TRY(z->ops->event_record(l->gather_ev, stream));
     l->gather_pending = 1;
   }
   return weftSuccess;

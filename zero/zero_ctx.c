@@ -27,6 +27,20 @@ void weftZeroConfigDefaults(weftZeroConfig_t *config) {
   config->lossScaleWindow = 100;
 }
 
+/* A device context: CUDA usable here, and the current device comm's. */
+static weftResult_t zero_ctx_device_check(weftComm_t comm) {
+  WEFT_TRY(zero_dev_usable());
+  int comm_dev = -1, cur = -1;
+  if (weftCommCuDevice(comm, &comm_dev) != weftSuccess)
+    return zero_fail(weftInvalidArgument, "comm is not a usable communicator");
+  WEFT_TRY(zero_dev_current(&cur));
+  if (comm_dev >= 0 && comm_dev != cur)
+    return zero_fail(weftInvalidUsage,
+                     "device memory: the current CUDA device is %d, the communicator's is %d",
+                     cur, comm_dev);
+  return weftSuccess;
+}
+
 weftResult_t weftZeroCreate(weftZero_t *zero, weftComm_t comm, const weftZeroConfig_t *config) {
   if (zero == NULL || comm == NULL || config == NULL)
     return zero_fail(weftInvalidArgument, "zero, comm and config must not be NULL");
@@ -45,10 +59,14 @@ weftResult_t weftZeroCreate(weftZero_t *zero, weftComm_t comm, const weftZeroCon
     return zero_fail(weftInvalidArgument, "prefetchLayers %d is negative", c->prefetchLayers);
   if (!(c->lr >= 0) || !(c->lossScale > 0))
     return zero_fail(weftInvalidArgument, "lr must be >= 0 and lossScale > 0");
+  if (c->memory != weftZeroHostMemory && c->memory != weftZeroDeviceMemory)
+    return zero_fail(weftInvalidArgument, "memory %d is not host (0) or device (1)", c->memory);
+  if (c->memory == weftZeroDeviceMemory) WEFT_TRY(zero_ctx_device_check(comm));
   struct weftZero *z = calloc(1, sizeof *z);
   if (z == NULL) return zero_fail(weftSystemError, "out of memory");
   z->comm = comm;
   z->cfg = *c;
+  z->ops = c->memory == weftZeroDeviceMemory ? &zero_ops_device : &zero_ops_host;
   if (weftCommUserRank(comm, &z->rank) != weftSuccess ||
       weftCommCount(comm, &z->nranks) != weftSuccess) {
     free(z);
@@ -136,9 +154,45 @@ static weftResult_t zero_buckets_plan(struct weftZero *z) {
   z->nbuckets = nb;
   for (int b = 0; b < nb; b++) {
     z->buckets[b].pending = z->buckets[b].last_layer - z->buckets[b].first_layer + 1;
-    if (weftEventCreate(&z->buckets[b].ev) != weftSuccess)
-      return zero_fail(weftSystemError, "creating an event");
+    WEFT_TRY(z->ops->event_create(&z->buckets[b].ev));
   }
+  return weftSuccess;
+}
+
+/* The buffers the formulas count, and the step's statistics. */
+static weftResult_t zero_ctx_alloc(struct weftZero *z) {
+  int stage = z->cfg.stage;
+  size_t ps = z->param_size, own = z->own_total * sizeof(float);
+  if (stage < 3) WEFT_TRY(zero_alloc(z, ZERO_MEM_PARAMS, z->psi_padded * ps, &z->params_full));
+  else WEFT_TRY(zero_alloc(z, ZERO_MEM_PARAMS, z->shard_total * ps, &z->params_shard));
+  if (stage < 2) WEFT_TRY(zero_alloc(z, ZERO_MEM_GRADS, z->psi_padded * ps, &z->grads_full));
+  else WEFT_TRY(zero_alloc(z, ZERO_MEM_GRADS, z->shard_total * z->red_size, &z->grad_shard));
+  WEFT_TRY(zero_alloc(z, ZERO_MEM_OPTIM, own, (void **)&z->master));
+  WEFT_TRY(zero_alloc(z, ZERO_MEM_OPTIM, own, (void **)&z->moment1));
+  if (z->cfg.optimizer == weftZeroAdamW)
+    WEFT_TRY(zero_alloc(z, ZERO_MEM_OPTIM, own, (void **)&z->moment2));
+  return z->ops->alloc((void **)&z->stats, 2 * sizeof(double));
+}
+
+/* Master weights: the owned range of the initial values (padding stays 0),
+ * put together in host memory and copied in. */
+static weftResult_t zero_master_init(struct weftZero *z) {
+  float *host[3];
+  WEFT_TRY(zero_state_get(z, host));
+  size_t src = 0;
+  for (int i = 0; i < z->nlayers; i++) {
+    struct zero_layer *l = &z->layers[i];
+    for (size_t k = 0; k < l->own_count; k++) {
+      size_t e = l->own_offset + k;
+      if (e < l->count) host[0][l->master_offset + k] = z->init[src + e];
+    }
+    src += l->count;
+  }
+  weftResult_t res = zero_state_put(z, host);
+  zero_state_free(z, host);
+  if (res != weftSuccess) return res;
+  free(z->init);
+  z->init = NULL;
   return weftSuccess;
 }
 
@@ -160,40 +214,18 @@ weftResult_t weftZeroFinalize(weftZero_t z) {
     flat += l->padded;
     shard += l->shard;
     own += l->own_count;
-    if (weftEventCreate(&l->gather_ev) != weftSuccess || weftEventCreate(&l->red_ev) != weftSuccess)
-      return zero_fail(weftSystemError, "creating an event");
+    WEFT_TRY(z->ops->event_create(&l->gather_ev));
+    WEFT_TRY(z->ops->event_create(&l->red_ev));
   }
   z->psi_padded = flat;
   z->shard_total = shard;
   z->own_total = own;
-  size_t ps = z->param_size;
-  if (stage < 3) z->params_full = zero_alloc(z, ZERO_MEM_PARAMS, flat * ps);
-  else z->params_shard = zero_alloc(z, ZERO_MEM_PARAMS, shard * ps);
-  if (stage < 2) z->grads_full = zero_alloc(z, ZERO_MEM_GRADS, flat * ps);
-  else z->grad_shard = zero_alloc(z, ZERO_MEM_GRADS, shard * z->red_size);
-  z->master = zero_alloc(z, ZERO_MEM_OPTIM, own * sizeof(float));
-  z->moment1 = zero_alloc(z, ZERO_MEM_OPTIM, own * sizeof(float));
-  if (z->cfg.optimizer == weftZeroAdamW)
-    z->moment2 = zero_alloc(z, ZERO_MEM_OPTIM, own * sizeof(float));
-  if ((stage < 3 ? z->params_full : z->params_shard) == NULL ||
-      (stage < 2 ? z->grads_full : z->grad_shard) == NULL || z->master == NULL ||
-      z->moment1 == NULL || (z->cfg.optimizer == weftZeroAdamW && z->moment2 == NULL))
-    return zero_fail(weftSystemError, "out of memory for %zu parameters", z->psi);
+  WEFT_TRY(zero_ctx_alloc(z));
   if (stage == 0) WEFT_TRY(zero_buckets_plan(z));
-  /* master weights: the owned range of the initial values (padding stays 0) */
-  size_t src = 0;
-  for (int i = 0; i < z->nlayers; i++) {
-    struct zero_layer *l = &z->layers[i];
-    for (size_t k = 0; k < l->own_count; k++) {
-      size_t e = l->own_offset + k;
-      if (e < l->count) z->master[l->master_offset + k] = z->init[src + e];
-    }
-    src += l->count;
-  }
-  free(z->init);
-  z->init = NULL;
+  WEFT_TRY(zero_master_init(z));
   z->finalized = 1;
-  return zero_publish_params(z, NULL);
+  WEFT_TRY(zero_publish_params(z, NULL));
+  return z->ops->sync(NULL, z->comm, "publishing the initial parameters");
 }
 
 weftResult_t weftZeroParam(weftZero_t z, int param, void **ptr_out) {
@@ -208,7 +240,7 @@ weftResult_t weftZeroParam(weftZero_t z, int param, void **ptr_out) {
     *ptr_out = (char *)z->params_full + (l->flat_offset + p->offset) * z->param_size;
     return weftSuccess;
   }
-  if (l->gather_state != ZERO_GATHERING || weftEventQuery(l->gather_ev) != weftSuccess)
+  if (l->gather_state != ZERO_GATHERING || !z->ops->event_done(l->gather_ev))
     return zero_fail(weftInvalidUsage,
                      "layer %d is not gathered, or its gather's event was not waited for",
                      p->layer);
@@ -239,12 +271,10 @@ weftResult_t weftZeroGrad(weftZero_t z, int param, void **ptr_out) {
                                  z->mem[ZERO_MEM_BUCKETS] + nbytes > z->cfg.bucketBytes;
          i--) {
       if (!z->layers[i].reduced || z->layers[i].grad_bucket == NULL) continue;
-      if (weftEventSynchronize(z->layers[i].red_ev) != weftSuccess)
-        return zero_fail(weftInternalError, "waiting for a reduction");
+      WEFT_TRY(z->ops->event_sync(z->layers[i].red_ev));
       zero_buckets_reclaim(z);
     }
-    l->grad_bucket = zero_alloc(z, ZERO_MEM_BUCKETS, l->padded * z->param_size);
-    if (l->grad_bucket == NULL) return zero_fail(weftSystemError, "out of memory");
+    WEFT_TRY(zero_alloc(z, ZERO_MEM_BUCKETS, l->padded * z->param_size, &l->grad_bucket));
   }
   *ptr_out = (char *)l->grad_bucket + p->offset * z->param_size;
   return weftSuccess;
@@ -294,21 +324,18 @@ weftResult_t weftZeroDestroy(weftZero_t z) {
   weftResult_t res = weftSuccess;
   if (z->finalized) {
     res = zero_release_all(z);
-    zero_grads_reset(z);
+    weftResult_t reset = zero_grads_reset(z, NULL);
+    if (res == weftSuccess) res = reset;
   }
+  const struct zero_ops *ops = z->ops;
   for (int i = 0; i < z->nlayers; i++) {
-    if (z->layers[i].gather_ev != NULL) weftEventDestroy(z->layers[i].gather_ev);
-    if (z->layers[i].red_ev != NULL) weftEventDestroy(z->layers[i].red_ev);
+    ops->event_destroy(z->layers[i].gather_ev);
+    ops->event_destroy(z->layers[i].red_ev);
   }
-  for (int b = 0; b < z->nbuckets; b++)
-    if (z->buckets[b].ev != NULL) weftEventDestroy(z->buckets[b].ev);
-  free(z->params_full);
-  free(z->params_shard);
-  free(z->grads_full);
-  free(z->grad_shard);
-  free(z->master);
-  free(z->moment1);
-  free(z->moment2);
+  for (int b = 0; b < z->nbuckets; b++) ops->event_destroy(z->buckets[b].ev);
+  void *bufs[] = {z->params_full, z->params_shard, z->grads_full, z->grad_shard,
+                  z->master,      z->moment1,      z->moment2,    z->stats};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ops->free(bufs[i]);
   free(z->buckets);
   free(z->layers);
   free(z->params);

@@ -53,6 +53,17 @@ int zero_kern_adamw(float *p, float *m, float *v, const float *g, size_t count,
 int zero_kern_sgd(float *p, float *m, const float *g, size_t count, float mu, float lr, float wd,
                   void *stream);
 int zero_kern_device_count(void);
+int zero_kern_malloc(void **ptr_out, size_t nbytes);
+int zero_kern_free(void *ptr);
+int zero_kern_memset(void *ptr, size_t nbytes, void *stream);   /* waits for stream */
+int zero_kern_copy(void *dst, const void *src, size_t nbytes, void *stream); /* waits */
+int zero_kern_sync(void *stream);
+int zero_kern_event_create(void **event_out);
+int zero_kern_event_destroy(void *event);
+int zero_kern_event_record(void *event, void *stream);
+int zero_kern_event_sync(void *event);
+int zero_kern_event_query(void *event); /* 0 done, 1 not yet, else -(the error) */
+int zero_kern_current_device(int *device_out);
 const char *zero_kern_error(int err);
 
 #ifdef __cplusplus

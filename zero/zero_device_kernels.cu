@@ -83,6 +83,10 @@ __global__ void sgd_kernel(float *p, float *m, const float *g, size_t count, flo
 }
 
 // A launch's error: the launch itself (bad configuration, no device).
+// before_launch clears an earlier call's error that is not sticky (one
+// that was returned to its caller already), so that it is not taken for
+// the launch's.
+void before_launch() { (void)cudaGetLastError(); }
 int launched() { return (int)cudaGetLastError(); }
 
 }  // namespace
@@ -90,6 +94,7 @@ int launched() { return (int)cudaGetLastError(); }
 extern "C" int zero_kern_load_scaled(const void *src, int kind, float *dst, size_t count,
                                      double scale, double *stats, void *stream) {
   if (count == 0) return 0;
+  before_launch();
   load_scaled_kernel<<<blocks_for(count), kThreads, 0, (cudaStream_t)stream>>>(src, kind, dst,
                                                                                 count, scale, stats);
   return launched();
@@ -97,6 +102,7 @@ extern "C" int zero_kern_load_scaled(const void *src, int kind, float *dst, size
 
 extern "C" int zero_kern_store(const float *src, int kind, void *dst, size_t count, void *stream) {
   if (count == 0) return 0;
+  before_launch();
   store_kernel<<<blocks_for(count), kThreads, 0, (cudaStream_t)stream>>>(src, kind, dst, count);
   return launched();
 }
@@ -104,6 +110,7 @@ extern "C" int zero_kern_store(const float *src, int kind, void *dst, size_t cou
 extern "C" int zero_kern_accumulate(void *dst, int kind, const float *src, size_t count,
                                     void *stream) {
   if (count == 0) return 0;
+  before_launch();
   accumulate_kernel<<<blocks_for(count), kThreads, 0, (cudaStream_t)stream>>>(dst, kind, src,
                                                                                count);
   return launched();
@@ -111,6 +118,7 @@ extern "C" int zero_kern_accumulate(void *dst, int kind, const float *src, size_
 
 extern "C" int zero_kern_scale(float *g, size_t count, float factor, void *stream) {
   if (count == 0) return 0;
+  before_launch();
   scale_kernel<<<blocks_for(count), kThreads, 0, (cudaStream_t)stream>>>(g, count, factor);
   return launched();
 }
@@ -118,6 +126,7 @@ extern "C" int zero_kern_scale(float *g, size_t count, float factor, void *strea
 extern "C" int zero_kern_adamw(float *p, float *m, float *v, const float *g, size_t count,
                                const struct zero_adamw_coef *coef, void *stream) {
   if (count == 0) return 0;
+  before_launch();
   adamw_kernel<<<blocks_for(count), kThreads, 0, (cudaStream_t)stream>>>(p, m, v, g, count, *coef);
   return launched();
 }
@@ -125,13 +134,72 @@ extern "C" int zero_kern_adamw(float *p, float *m, float *v, const float *g, siz
 extern "C" int zero_kern_sgd(float *p, float *m, const float *g, size_t count, float mu, float lr,
                              float wd, void *stream) {
   if (count == 0) return 0;
+  before_launch();
   sgd_kernel<<<blocks_for(count), kThreads, 0, (cudaStream_t)stream>>>(p, m, g, count, mu, lr, wd);
   return launched();
 }
 
 extern "C" int zero_kern_device_count(void) {
   int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+  if (cudaGetDeviceCount(&n) == cudaSuccess) return n;
+  (void)cudaGetLastError(); /* answered: no device */
+  return 0;
 }
 
 extern "C" const char *zero_kern_error(int err) { return cudaGetErrorString((cudaError_t)err); }
+
+// Memory, copies, streams and events of a device context (zero_ops.h's
+// device side). Zeroing and copies wait for their stream, so that they are
+// complete on return as the host's are.
+extern "C" int zero_kern_malloc(void **ptr_out, size_t nbytes) {
+  return (int)cudaMalloc(ptr_out, nbytes > 0 ? nbytes : 1);
+}
+
+extern "C" int zero_kern_free(void *ptr) { return (int)cudaFree(ptr); }
+
+extern "C" int zero_kern_memset(void *ptr, size_t nbytes, void *stream) {
+  cudaError_t err = cudaMemsetAsync(ptr, 0, nbytes, (cudaStream_t)stream);
+  if (err == cudaSuccess) err = cudaStreamSynchronize((cudaStream_t)stream);
+  return (int)err;
+}
+
+extern "C" int zero_kern_copy(void *dst, const void *src, size_t nbytes, void *stream) {
+  cudaError_t err = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, (cudaStream_t)stream);
+  if (err == cudaSuccess) err = cudaStreamSynchronize((cudaStream_t)stream);
+  return (int)err;
+}
+
+extern "C" int zero_kern_sync(void *stream) {
+  return (int)cudaStreamSynchronize((cudaStream_t)stream);
+}
+
+extern "C" int zero_kern_event_create(void **event_out) {
+  cudaEvent_t ev;
+  cudaError_t err = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  if (err == cudaSuccess) *event_out = (void *)ev;
+  return (int)err;
+}
+
+extern "C" int zero_kern_event_destroy(void *event) {
+  return (int)cudaEventDestroy((cudaEvent_t)event);
+}
+
+extern "C" int zero_kern_event_record(void *event, void *stream) {
+  return (int)cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream);
+}
+
+extern "C" int zero_kern_event_sync(void *event) {
+  return (int)cudaEventSynchronize((cudaEvent_t)event);
+}
+
+// 0 done, 1 not yet, else -(the error)
+extern "C" int zero_kern_event_query(void *event) {
+  cudaError_t err = cudaEventQuery((cudaEvent_t)event);
+  if (err == cudaSuccess) return 0;
+  if (err == cudaErrorNotReady) return 1;
+  return -(int)err;
+}
+
+extern "C" int zero_kern_current_device(int *device_out) {
+  return (int)cudaGetDevice(device_out);
+}

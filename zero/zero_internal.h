@@ -7,6 +7,7 @@
 
 #include "weft.h"
 #include "weft_zero.h"
+#include "zero_ops.h"
 
 /* Errors, as the library's own (transport/status.h): a function that fails
  * records the text weftZeroLastError shows (zero_fail) and returns the code;
@@ -85,6 +86,8 @@ struct zero_bucket {
 
 struct weftZero {
   weftComm_t comm;
+  const struct zero_ops *ops; /* host or device memory: every buffer goes through it */
+  double *stats;     /* the step's non-finite count and sum of squares (context memory) */
   int rank, nranks;
   weftZeroConfig_t cfg;
   size_t param_size; /* bytes of paramType */
@@ -117,8 +120,9 @@ struct weftZero {
   size_t mem_peak[ZERO_MEM_NUM];
 };
 
-/* Allocation by category (zeroed, zero_mem.c); the report counts from these. */
-void *zero_alloc(struct weftZero *z, enum zero_mem cat, size_t nbytes);
+/* Allocation by category through z->ops (zeroed, zero_mem.c); the report
+ * counts from these. */
+weftResult_t zero_alloc(struct weftZero *z, enum zero_mem cat, size_t nbytes, void **ptr_out);
 void zero_free(struct weftZero *z, enum zero_mem cat, void *ptr, size_t nbytes);
 
 /* Optimizer arrays per element: master and moments. */
@@ -132,8 +136,9 @@ weftResult_t zero_publish_params(struct weftZero *z, weftStream_t stream);
 /* Stages 1-2: waits for the layer's gather queued by the last publication. */
 weftResult_t zero_gather_wait(struct weftZero *z, struct zero_layer *l);
 
-/* Frees this step's gradient buckets and copies, zeroes the gradients. */
-void zero_grads_reset(struct weftZero *z);
+/* Frees this step's gradient buckets and copies, zeroes the gradients (on
+ * stream, complete on return). */
+weftResult_t zero_grads_reset(struct weftZero *z, weftStream_t stream);
 
 /* Stages 2-3: frees the buckets of finished reductions. */
 void zero_buckets_reclaim(struct weftZero *z);
@@ -142,7 +147,19 @@ void zero_buckets_reclaim(struct weftZero *z);
  * gathers in flight. */
 weftResult_t zero_release_all(struct weftZero *z);
 
-/* Sums n doubles over ranks on stream; complete on return. */
+/* Sums n doubles (host memory) over ranks on stream, through context
+ * memory; complete on return. */
 weftResult_t zero_allreduce_sum(struct weftZero *z, double *vals, size_t n, weftStream_t stream);
+/* The same on n doubles of context memory. */
+weftResult_t zero_allreduce_sum_ctx(struct weftZero *z, double *vals, size_t n,
+                                    weftStream_t stream);
+
+/* The optimizer state (master, moment1, moment2) in host memory: the
+ * arrays themselves in a host context, copies in a device one
+ * (zero_mem.c). zero_state_put writes copies back; zero_state_free frees
+ * them (nothing for a host context). */
+weftResult_t zero_state_get(struct weftZero *z, float *host_out[3]);
+weftResult_t zero_state_put(struct weftZero *z, float *host[3]);
+void zero_state_free(struct weftZero *z, float *host[3]);
 
 #endif

@@ -1,5 +1,6 @@
-/* Allocation by memory category: what weftZeroMemoryReport counts. A leaf:
- * calls nothing else in zero/. */
+/* Allocation by memory category, through the context's ops (host or device
+ * memory): what weftZeroMemoryReport counts. A leaf: calls nothing else in
+ * zero/ but the ops. */
 #include <stdlib.h>
 
 #include "zero_internal.h"
@@ -8,16 +9,53 @@ int zero_optim_arrays(weftZeroOptimizer_t optimizer) {
   return optimizer == weftZeroAdamW ? 3 : 2;
 }
 
-void *zero_alloc(struct weftZero *z, enum zero_mem cat, size_t nbytes) {
-  void *p = calloc(1, nbytes > 0 ? nbytes : 1);
-  if (p == NULL) return NULL;
+weftResult_t zero_alloc(struct weftZero *z, enum zero_mem cat, size_t nbytes, void **ptr_out) {
+  void *p = NULL;
+  WEFT_TRY(z->ops->alloc(&p, nbytes));
   z->mem[cat] += nbytes;
   if (z->mem[cat] > z->mem_peak[cat]) z->mem_peak[cat] = z->mem[cat];
-  return p;
+  *ptr_out = p;
+  return weftSuccess;
 }
 
 void zero_free(struct weftZero *z, enum zero_mem cat, void *ptr, size_t nbytes) {
   if (ptr == NULL) return;
   z->mem[cat] -= nbytes;
-  free(ptr);
+  z->ops->free(ptr);
+}
+
+weftResult_t zero_state_get(struct weftZero *z, float *host_out[3]) {
+  float *arrays[3] = {z->master, z->moment1, z->moment2};
+  for (int a = 0; a < 3; a++) host_out[a] = z->ops->device ? NULL : arrays[a];
+  if (!z->ops->device) return weftSuccess;
+  size_t nbytes = z->own_total * sizeof(float);
+  for (int a = 0; a < 3 && arrays[a] != NULL; a++) {
+    host_out[a] = malloc(nbytes > 0 ? nbytes : 1);
+    if (host_out[a] == NULL) {
+      zero_state_free(z, host_out);
+      return zero_fail(weftSystemError, "out of memory for a host copy of %zu bytes", nbytes);
+    }
+    weftResult_t res = z->ops->copy(host_out[a], arrays[a], nbytes, NULL);
+    if (res != weftSuccess) {
+      zero_state_free(z, host_out);
+      return res;
+    }
+  }
+  return weftSuccess;
+}
+
+weftResult_t zero_state_put(struct weftZero *z, float *host[3]) {
+  if (!z->ops->device) return weftSuccess;
+  float *arrays[3] = {z->master, z->moment1, z->moment2};
+  for (int a = 0; a < 3 && arrays[a] != NULL; a++)
+    WEFT_TRY(z->ops->copy(arrays[a], host[a], z->own_total * sizeof(float), NULL));
+  return weftSuccess;
+}
+
+void zero_state_free(struct weftZero *z, float *host[3]) {
+  if (!z->ops->device) return;
+  for (int a = 0; a < 3; a++) {
+    free(host[a]);
+    host[a] = NULL;
+  }
 }

@@ -28,21 +28,66 @@ static const void *zero_owned_grads(const struct weftZero *z, const struct zero_
   return (const char *)z->grad_shard + l->shard_offset * z->red_size;
 }
 
-static void zero_update(struct weftZero *z, const float *g, size_t n, size_t at) {
+/* The optimizer on the owned range: coefficients from the configuration and
+ * the update count, in double, then the kernel or loop of z->ops. */
+static weftResult_t zero_update(struct weftZero *z, const float *g, weftStream_t stream) {
   const weftZeroConfig_t *c = &z->cfg;
-  float *p = z->master + at, *m = z->moment1 + at;
+  size_t n = z->own_total;
   if (c->optimizer == weftZeroAdamW) {
-    float *v = z->moment2 + at;
     double bc1 = 1.0 - pow(c->beta1, (double)z->updates);
     double bc2 = 1.0 - pow(c->beta2, (double)z->updates);
     struct zero_adamw_coef k = {(float)c->beta1, (float)c->beta2, (float)(c->lr / bc1),
                                 (float)(c->lr * c->weightDecay), (float)(1.0 / sqrt(bc2)),
                                 (float)c->eps};
-    for (size_t i = 0; i < n; i++) zero_adamw_elem(&p[i], &m[i], &v[i], g[i], &k);
-  } else {
-    float mu = (float)c->momentum, lr = (float)c->lr, wd = (float)c->weightDecay;
-    for (size_t i = 0; i < n; i++) zero_sgd_elem(&p[i], &m[i], g[i], mu, lr, wd);
+    return z->ops->adamw(z->master, z->moment1, z->moment2, g, n, &k, stream);
   }
+  return z->ops->sgd(z->master, z->moment1, g, n, (float)c->momentum, (float)c->lr,
+                     (float)c->weightDecay, stream);
+}
+
+/* The averaged gradient of the owned range in fp32 into g, and the step's
+ * statistics agreed across ranks into stats: the non-finite count and the
+ * sum of squares (the global norm's square). */
+static weftResult_t zero_grads_load(struct weftZero *z, float *g, double stats[2],
+                                    weftStream_t stream) {
+  double scale = 1.0 / ((double)z->nranks * z->cfg.accumSteps * z->loss_scale);
+  WEFT_TRY(z->ops->zero(z->stats, 2 * sizeof(double), stream));
+  for (int i = 0; i < z->nlayers; i++) {
+    const struct zero_layer *l = &z->layers[i];
+    weftDataType_t type;
+    const void *src = zero_owned_grads(z, l, &type);
+    WEFT_TRY(z->ops->load_scaled(src, type, g + l->master_offset, l->own_count, scale, z->stats,
+                                 stream));
+  }
+  /* stage 0: every rank holds the whole gradient, rank 0 speaks for all */
+  if (z->cfg.stage == 0 && z->rank != 0)
+    WEFT_TRY(z->ops->zero(z->stats, 2 * sizeof(double), stream));
+  WEFT_TRY(zero_allreduce_sum_ctx(z, z->stats, 2, stream));
+  return z->ops->copy(stats, z->stats, 2 * sizeof(double), stream);
+}
+
+/* Skips an overflowed step or clips and updates; the loss scale follows. */
+static weftResult_t zero_apply(struct weftZero *z, float *g, weftZeroStepInfo_t *out,
+                               weftStream_t stream) {
+  if (out->skipped) {
+    if (z->cfg.paramType == weftFloat16) {
+      z->loss_scale /= 2;
+      z->good_steps = 0;
+    }
+    return weftSuccess;
+  }
+  if (z->cfg.maxGradNorm > 0 && out->gradNorm > z->cfg.maxGradNorm) {
+    float clip = (float)(z->cfg.maxGradNorm / (out->gradNorm + 1e-6));
+    WEFT_TRY(z->ops->scale(g, z->own_total, clip, stream));
+  }
+  z->updates++;
+  WEFT_TRY(zero_update(z, g, stream));
+  if (z->cfg.paramType == weftFloat16 && ++z->good_steps >= z->cfg.lossScaleWindow) {
+    z->loss_scale *= 2;
+    z->good_steps = 0;
+  }
+  /* g is freed next: the update must have read it */
+  return z->ops->sync(stream, z->comm, "updating the shard");
 }
 
 weftResult_t weftZeroStep(weftZero_t z, weftStream_t stream, weftZeroStepInfo_t *info) {
@@ -53,59 +98,40 @@ weftResult_t weftZeroStep(weftZero_t z, weftStream_t stream, weftZeroStepInfo_t 
       return zero_fail(weftInvalidUsage,
                        "layer %d's gradients were not marked ready (with sync on) before the step",
                        i);
-  if (stream != NULL)
-    WEFT_TRY(zero_weft(z, weftStreamSynchronize(stream), "finishing the reductions"));
+  WEFT_TRY(z->ops->sync(stream, z->comm, "finishing the reductions"));
   /* gathered stage 3 layers would go stale: drop them */
   WEFT_TRY(zero_release_all(z));
 
-  /* the averaged gradient of the owned range, in fp32 */
-  float *g = malloc((z->own_total > 0 ? z->own_total : 1) * sizeof *g);
-  if (g == NULL) return zero_fail(weftSystemError, "out of memory");
-  double scale = 1.0 / ((double)z->nranks * z->cfg.accumSteps * z->loss_scale);
-  double sumsq = 0, nonfinite = 0;
-  for (int i = 0; i < z->nlayers; i++) {
-    const struct zero_layer *l = &z->layers[i];
-    weftDataType_t type;
-    const void *src = zero_owned_grads(z, l, &type);
-    float *dst = g + l->master_offset;
-    for (size_t k = 0; k < l->own_count; k++) {
-      float v = (float)(zero_load(src, type, k) * scale);
-      if (!isfinite(v)) nonfinite += 1;
-      dst[k] = v;
-      sumsq += (double)v * v;
-    }
-  }
-  /* stage 0: every rank holds the whole gradient, rank 0 speaks for all */
-  double stats[2] = {nonfinite, z->cfg.stage == 0 && z->rank != 0 ? 0.0 : sumsq};
-  if (z->cfg.stage == 0 && z->rank != 0) stats[0] = 0;
+  float *g;
+  WEFT_TRY(z->ops->alloc((void **)&g, z->own_total * sizeof *g));
+  double stats[2];
   weftResult_t res;
-  WEFT_TRY_GOTO(zero_allreduce_sum(z, stats, 2, stream), res, free_grads);
+  WEFT_TRY_GOTO(zero_grads_load(z, g, stats, stream), res, free_grads);
   weftZeroStepInfo_t out = {sqrt(stats[1]), z->loss_scale, stats[0] > 0};
-  if (out.skipped) {
-    if (z->cfg.paramType == weftFloat16) {
-      z->loss_scale /= 2;
-      z->good_steps = 0;
-    }
-  } else {
-    if (z->cfg.maxGradNorm > 0 && out.gradNorm > z->cfg.maxGradNorm) {
-      float clip = (float)(z->cfg.maxGradNorm / (out.gradNorm + 1e-6));
-      for (size_t k = 0; k < z->own_total; k++) g[k] *= clip;
-    }
-    z->updates++;
-    zero_update(z, g, z->own_total, 0);
-    if (z->cfg.paramType == weftFloat16 && ++z->good_steps >= z->cfg.lossScaleWindow) {
-      z->loss_scale *= 2;
-      z->good_steps = 0;
-    }
-  }
-  free(g);
+  WEFT_TRY_GOTO(zero_apply(z, g, &out, stream), res, free_grads);
+  z->ops->free(g);
   z->step++;
-  zero_grads_reset(z);
+  WEFT_TRY(zero_grads_reset(z, stream));
   if (!out.skipped) WEFT_TRY(zero_publish_params(z, stream));
   if (info != NULL) *info = out;
   return weftSuccess;
 free_grads:
-  free(g);
+  z->ops->free(g);
+  return res;
+}
+
+/* Layer l's full fp32 master weights into out (host), through context memory. */
+static weftResult_t zero_layer_params(struct weftZero *z, const struct zero_layer *l, float *out,
+                                      weftStream_t stream) {
+  const float *mine = z->master + l->master_offset;
+  if (z->cfg.stage == 0) return z->ops->copy(out, mine, l->count * sizeof *out, stream);
+  float *full;
+  WEFT_TRY(z->ops->alloc((void **)&full, l->padded * sizeof *full));
+  weftResult_t res = weftAllGather(mine, full, l->shard, weftFloat32, z->comm, stream);
+  if (res != weftSuccess) res = zero_fail_weft(res, z->comm, "all-gathering master weights");
+  if (res == weftSuccess) res = z->ops->sync(stream, z->comm, "all-gathering master weights");
+  if (res == weftSuccess) res = z->ops->copy(out, full, l->count * sizeof *out, stream);
+  z->ops->free(full);
   return res;
 }
 
@@ -114,23 +140,8 @@ weftResult_t weftZeroGetParams(weftZero_t z, float *out, weftStream_t stream) {
   if (!z->finalized) return zero_fail(weftInvalidUsage, "call weftZeroFinalize first");
   size_t at = 0;
   for (int i = 0; i < z->nlayers; i++) {
-    const struct zero_layer *l = &z->layers[i];
-    if (z->cfg.stage == 0) {
-      memcpy(out + at, z->master + l->master_offset, l->count * sizeof *out);
-    } else {
-      float *full = malloc(l->padded * sizeof *full);
-      if (full == NULL) return zero_fail(weftSystemError, "out of memory");
-      weftResult_t res = weftAllGather(z->master + l->master_offset, full, l->shard, weftFloat32,
-                                       z->comm, stream);
-      if (res == weftSuccess && stream != NULL) res = weftStreamSynchronize(stream);
-      if (res != weftSuccess) {
-        free(full);
-        return zero_fail_weft(res, z->comm, "all-gathering master weights");
-      }
-      memcpy(out + at, full, l->count * sizeof *out);
-      free(full);
-    }
-    at += l->count;
+    WEFT_TRY(zero_layer_params(z, &z->layers[i], out + at, stream));
+    at += z->layers[i].count;
   }
   return weftSuccess;
 }

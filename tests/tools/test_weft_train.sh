@@ -67,6 +67,25 @@ check "consolidate refuses a random shard ($(cat "$work/err"))" $?
 [ $? -eq 1 ]; check "consolidate of a missing checkpoint fails" $?
 "$tools/weft-train" --zero-stage 7 >/dev/null 2>&1
 [ $? -eq 2 ]; check "bad stage refused" $?
+# --device cuda: without a GPU (or CUDA) the ranks refuse with a message;
+# with one, the final line is the host run's within float tolerance
+"$tools/weft-train" --device gpu >/dev/null 2>&1
+[ $? -eq 2 ]; check "--device gpu refused" $?
+host=$(timeout 60 "$weftrun" -n 2 "$tools/weft-train" --zero-stage 3 --quiet 2>&1 | tail -1)
+out=$(timeout 120 "$weftrun" -n 2 "$tools/weft-train" --device cuda --zero-stage 3 --quiet 2>&1)
+rc=$?
+if [ $rc -ne 0 ]; then
+  echo "$out"
+  # the first rank to refuse ends the job: the other may not get to say it
+  echo "$out" | grep -qE 'weft-train: --device cuda: (no CUDA device is visible|weft-train was built without CUDA)' &&
+    ! echo "$out" | grep -q 'final loss'
+  check "--device cuda without a GPU: refused, saying why" $?
+else
+  got=$(echo "$out" | tail -1)
+  awk -v a="$host" -v b="$got" 'BEGIN{split(a,x," "); split(b,y," "); d=x[6]-y[6]; if (d<0) d=-d;
+       exit !(y[2] == "final" && d <= 1e-6 * x[6])}'
+  check "--device cuda matches the host run ($got; host $host)" $?
+fi
 # docs/zero.md's complete example is tools/zero_example.c, and it runs
 awk '/^```c$/{n++; if (n==2) {on=1; next}} on && /^```$/{exit} on' "$src/docs/zero.md" \
   | diff -q - "$src/tools/zero_example.c" >/dev/null

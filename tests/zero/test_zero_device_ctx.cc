@@ -1,0 +1,528 @@
+// ZeRO contexts in device memory (weftZeroConfig_t.memory =
+// weftZeroDeviceMemory). Everywhere: the device choice is refused with
+// weftInvalidUsage and a message when weft_zero has no CUDA or the machine
+// no GPU, before anything is allocated; and host contexts that take every
+// branch of the device path (zero_ops_host_staged: state and statistics
+// staged through copies) match plain host contexts bit for bit, and pass
+// checkpoints to them and back. On a GPU: 1-4 ranks in processes
+// sharing GPU 0 train the same model on a host context and on a device
+// context, stages 0-3 x fp32/bf16/fp16 x AdamW/SGD, and the parameters
+// after 10 steps agree within the host tests' bounds; the memory reports
+// are equal and follow the formulas; checkpoints pass from device to host
+// contexts and back at other rank counts and stages, bit for bit. The
+// parent process never touches CUDA (a forked rank could not use it then):
+// each rank looks for a GPU itself and the test skips when none has one.
+#include <gtest/gtest.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "weft_zero.h"
+extern "C" {
+#include "zero/zero_internal.h"  // zero_ops_host_staged
+}
+#if ZERO_TEST_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+using namespace weft_test;
+
+namespace {
+
+// Returns call's failure, as zero/'s own WEFT_TRY.
+#define RES_TRY(call)                                 \
+  do {                                                \
+    weftResult_t res_ = (call);                       \
+    if (res_ != weftSuccess) return res_;             \
+  } while (0)
+
+const int kNoGpu = 77;
+const int kHasGpu = 78;
+
+int init(const RankCtx &ctx, weftComm_t *comm) {
+  if (weftCommInitRank(comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+    return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+  return 0;
+}
+
+// Whether this process sees a CUDA device, asked apart from weft_zero.
+bool gpu_here() {
+#if ZERO_TEST_CUDA
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+#else
+  return false;
+#endif
+}
+
+// The refusal, in a rank of its own: without a GPU (or CUDA), creating a
+// device context is weftInvalidUsage saying why, the output untouched; with
+// one it works (kHasGpu). An unknown memory kind is weftInvalidArgument.
+int refusal_rank(const RankCtx &ctx) {
+  const bool gpu = gpu_here();
+  weftComm_t comm;
+  TRY_RC(init(ctx, &comm));
+  weftZeroConfig_t cfg;
+  weftZeroConfigDefaults(&cfg);
+  FAIL_IF(cfg.memory != weftZeroHostMemory, "the default memory is %d, not host", cfg.memory);
+  cfg.memory = (weftZeroMemoryKind_t)7;
+  weftZero_t zero = (weftZero_t)&cfg;  // a sentinel: a refusal leaves it
+  weftResult_t res = weftZeroCreate(&zero, comm, &cfg);
+  FAIL_IF(res != weftInvalidArgument || zero != (weftZero_t)&cfg ||
+              strstr(weftZeroLastError(), "not host (0) or device (1)") == nullptr,
+          "memory 7: %d, %s", res, weftZeroLastError());
+  cfg.memory = weftZeroDeviceMemory;
+  res = weftZeroCreate(&zero, comm, &cfg);
+  if (res == weftSuccess) {
+    weftZeroDestroy(zero);
+    weftCommDestroy(comm);
+    FAIL_IF(!gpu, "a device context was made without a GPU or CUDA");
+    return kHasGpu;
+  }
+  FAIL_IF(gpu, "a GPU is here, but the device context was refused: %s", weftZeroLastError());
+  const char *why = weftZeroLastError();
+  FAIL_IF(res != weftInvalidUsage || zero != (weftZero_t)&cfg, "device memory: %d, %s", res, why);
+  FAIL_IF(strstr(why, ZERO_TEST_CUDA ? "no CUDA device is visible" : "built without CUDA") ==
+              nullptr,
+          "the refusal does not say why: %s", why);
+  weftCommDestroy(comm);
+  return 0;
+}
+
+TEST(ZeroDeviceCtx, RefusedWithoutCudaOrAGpu) {
+  for (int n : {1, 2}) {
+    auto status = run_ranks(n, refusal_rank);
+    if (status[0] == kHasGpu) GTEST_SKIP() << "a GPU is here: device contexts are not refused";
+    for (int r = 0; r < n; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " of " << n;
+  }
+}
+
+// The device table's CUDA failures, without a GPU (a rank of its own): each
+// is an error code with what was being done and the runtime's text, never a
+// crash; a build without CUDA says it has none.
+int device_ops_rank(const RankCtx &ctx) {
+  if (gpu_here()) return kHasGpu;
+  const weftResult_t want = ZERO_TEST_CUDA ? weftUnhandledCudaError : weftInvalidUsage;
+  const struct zero_ops *ops = &zero_ops_device;
+  void *p = (void *)&ctx;  // a sentinel: a failed allocation leaves it
+  weftResult_t res = ops->alloc(&p, 64);
+  FAIL_IF(res != want || p != (void *)&ctx, "alloc: %d", res);
+  FAIL_IF(ZERO_TEST_CUDA && strstr(weftZeroLastError(), "allocating 64 bytes of device memory: ") ==
+                                nullptr,
+          "alloc's message: %s", weftZeroLastError());
+  weftEvent_t ev = nullptr;
+  res = ops->event_create(&ev);
+  FAIL_IF(res != want || ev != nullptr, "event create: %d", res);
+  FAIL_IF(ZERO_TEST_CUDA && strstr(weftZeroLastError(), "creating a CUDA event: ") == nullptr,
+          "event's message: %s", weftZeroLastError());
+  res = ops->sync(nullptr, nullptr, "finishing the reductions");
+  FAIL_IF(res != want || strstr(weftZeroLastError(), "finishing the reductions: ") == nullptr,
+          "sync: %d, %s", res, weftZeroLastError());
+  float f = 0;
+  res = ops->store(&f, weftFloat32, &f, 1, nullptr);
+  FAIL_IF(res == weftSuccess, "a kernel launched without a GPU");
+  return 0;
+}
+
+TEST(ZeroDeviceCtx, DeviceTableFailuresAreErrorsWithText) {
+  auto status = run_ranks(1, device_ops_rank);
+  if (status[0] == kHasGpu) GTEST_SKIP() << "a GPU is here: these calls succeed";
+  EXPECT_EQ(status[0], 0);
+}
+
+// The model: three layers of odd sizes (padding on every rank count), the
+// gradient of each element pulling it towards a target, plus a term that
+// differs by rank and step so that the reductions matter.
+const size_t kParams[] = {37, 1, 129, 6, 1001};
+const int kLayerOf[] = {0, 0, 1, 1, 2};
+const int kParamsN = 5, kLayers = 3;
+
+// Where a context's state lives: host memory, host memory through the
+// device path's branches, or a GPU.
+enum Kind { kHost, kStaged, kDevice };
+const char *kind_name(Kind k) { return k == kHost ? "host" : k == kStaged ? "staged" : "device"; }
+
+struct Case {
+  int stage;
+  weftDataType_t type;
+  weftZeroOptimizer_t opt;
+};
+
+std::string case_text(const Case &c) {
+  const char *t = c.type == weftFloat32 ? "fp32" : c.type == weftBfloat16 ? "bf16" : "fp16";
+  return "stage " + std::to_string(c.stage) + " " + t + " " +
+         (c.opt == weftZeroAdamW ? "adamw" : "sgd");
+}
+
+// Reads and writes context memory from the host: plain copies, or
+// cudaMemcpy for a device context.
+struct Access {
+  bool dev;
+  void get(void *dst, const void *src, size_t nbytes) const {
+#if ZERO_TEST_CUDA
+    if (dev) {
+      cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToHost);
+      return;
+    }
+#endif
+    memcpy(dst, src, nbytes);
+  }
+  void put(void *dst, const void *src, size_t nbytes) const {
+#if ZERO_TEST_CUDA
+    if (dev) {
+      cudaMemcpy(dst, src, nbytes, cudaMemcpyHostToDevice);
+      return;
+    }
+#endif
+    memcpy(dst, src, nbytes);
+  }
+  weftResult_t wait(weftEvent_t ev) const {
+#if ZERO_TEST_CUDA
+    if (dev)
+      return cudaEventSynchronize((cudaEvent_t)ev) == cudaSuccess ? weftSuccess
+                                                                 : weftUnhandledCudaError;
+#endif
+    return weftEventSynchronize(ev);
+  }
+};
+
+struct Run {
+  std::vector<float> params;
+  weftZeroMemory_t mem;
+  long steps;
+};
+
+weftZeroConfig_t case_config(const Case &c, Kind kind) {
+  weftZeroConfig_t cfg;
+  weftZeroConfigDefaults(&cfg);
+  cfg.stage = c.stage;
+  cfg.paramType = c.type;
+  cfg.reduceType = c.type == weftFloat16 ? weftFloat32 : c.type;  // both paths of a copy
+  cfg.optimizer = c.opt;
+  cfg.lr = c.opt == weftZeroAdamW ? 1e-2 : 5e-2;
+  cfg.weightDecay = 0.01;
+  cfg.maxGradNorm = 0.5;
+  cfg.bucketBytes = 512;  // several stage 0 buckets; stage 2-3 buckets wait
+  cfg.memory = kind == kDevice ? weftZeroDeviceMemory : weftZeroHostMemory;
+  return cfg;
+}
+
+// This step's gradient of one parameter (times the loss scale) from its values.
+void case_grad(const float *w, size_t n, int p, int step, int rank, double scale, float *g) {
+  for (size_t i = 0; i < n; i++) {
+    double target = 0.3 * cos(0.11 * (double)(i + 17 * p));
+    double noise = 0.02 * sin((double)i + 7.0 * step + 13.0 * rank + p);
+    g[i] = (float)(((w[i] - target) * (1.0 + 0.1 * rank) + noise) * scale);
+  }
+}
+
+// One step: gather each layer, compute the gradients from its values, then
+// add them (last layer first) and mark each layer ready.
+weftResult_t case_step(weftZero_t zero, const Access &a, const Case &c, int rank, int step,
+                       const int *ids, void *stream) {
+  std::vector<std::vector<float>> grads(kParamsN);
+  size_t ts = weftTypeSize(c.type);
+  double scale = weftZeroLossScale(zero);
+  for (int l = 0; l < kLayers; l++) {
+    weftEvent_t ev;
+    RES_TRY(weftZeroGather(zero, l, stream, &ev));
+    RES_TRY(a.wait(ev));
+    for (int p = 0; p < kParamsN; p++) {
+      if (kLayerOf[p] != l) continue;
+      void *ptr;
+      RES_TRY(weftZeroParam(zero, ids[p], &ptr));
+      std::vector<char> raw(kParams[p] * ts);
+      std::vector<float> w(kParams[p]);
+      a.get(raw.data(), ptr, raw.size());
+      weftZeroToFloat(raw.data(), c.type, w.data(), kParams[p]);
+      grads[p].resize(kParams[p]);
+      case_grad(w.data(), kParams[p], p, step, rank, scale, grads[p].data());
+    }
+    RES_TRY(weftZeroRelease(zero, l));
+  }
+  for (int l = kLayers - 1; l >= 0; l--) {
+    for (int p = 0; p < kParamsN; p++) {
+      if (kLayerOf[p] != l) continue;
+      void *ptr;
+      RES_TRY(weftZeroGrad(zero, ids[p], &ptr));
+      std::vector<char> raw(kParams[p] * ts);
+      a.get(raw.data(), ptr, raw.size());
+      weftZeroAccumulate(raw.data(), c.type, grads[p].data(), kParams[p]);
+      a.put(ptr, raw.data(), raw.size());
+    }
+    RES_TRY(weftZeroGradReady(zero, l, stream));
+  }
+  return weftZeroStep(zero, stream, nullptr);
+}
+
+// Trains the model for steps (after loading load_dir when given), then reads
+// the parameters and the memory report and saves to save_dir when given.
+weftResult_t case_train(weftComm_t comm, void *stream, Kind kind, const Case &c, int steps,
+                        Run *out, const char *load_dir = nullptr,
+                        const char *save_dir = nullptr) {
+  weftZeroConfig_t cfg = case_config(c, kind);
+  Access a{kind == kDevice};
+  int rank;
+  weftCommUserRank(comm, &rank);
+  weftZero_t zero;
+  RES_TRY(weftZeroCreate(&zero, comm, &cfg));
+  if (kind == kStaged) zero->ops = &zero_ops_host_staged;
+  int ids[kParamsN];
+  size_t psi = 0;
+  weftResult_t res = weftSuccess;
+  for (int p = 0; p < kParamsN && res == weftSuccess; p++) {
+    std::vector<float> init(kParams[p]);
+    for (size_t i = 0; i < kParams[p]; i++) init[i] = (float)(0.5 * sin(0.37 * (double)i + p));
+    res = weftZeroAddParam(zero, kLayerOf[p], kParams[p], init.data(), &ids[p]);
+    psi += kParams[p];
+  }
+  if (res == weftSuccess) res = weftZeroFinalize(zero);
+  if (res == weftSuccess && load_dir != nullptr) res = weftZeroLoad(zero, load_dir, stream);
+  for (long s = weftZeroStepCount(zero); res == weftSuccess && s < steps; s++)
+    res = case_step(zero, a, c, rank, (int)s, ids, stream);
+  out->params.assign(psi, NAN);
+  if (res == weftSuccess) res = weftZeroGetParams(zero, out->params.data(), stream);
+  if (res == weftSuccess) res = weftZeroMemoryReport(zero, &out->mem);
+  out->steps = weftZeroStepCount(zero);
+  if (res == weftSuccess && save_dir != nullptr) res = weftZeroSave(zero, save_dir, stream);
+  weftResult_t destroyed = weftZeroDestroy(zero);
+  return res != weftSuccess ? res : destroyed;
+}
+
+double rel_diff(const std::vector<float> &a, const std::vector<float> &b) {
+  double diff = 0, mag = 0;
+  for (size_t i = 0; i < a.size(); i++) {
+    diff = fmax(diff, fabs((double)a[i] - b[i]));
+    if (isnan(a[i]) != isnan(b[i])) diff = INFINITY;
+    mag = fmax(mag, fabs((double)a[i]));
+  }
+  return diff / fmax(mag, 1e-30);
+}
+
+// Staged host contexts run the same arithmetic on the same data: bit for
+// bit. Device contexts: the host tests' bounds (tests/zero/test_zero_train.cc,
+// docs/zero.md), as the norm's sum of squares is added in another order.
+double case_tolerance(Kind kind, const Case &c, const std::vector<float> &ref, int steps) {
+  if (kind == kStaged) return 0;
+  if (c.type == weftFloat32) return 1e-6;
+  if (c.type == weftFloat16) return 1e-3;  // reduced in fp32
+  if (c.opt == weftZeroSgdMomentum) return 1e-2;
+  double mag = 0;
+  for (float v : ref) mag = fmax(mag, fabs(v));
+  return 2 * 1e-2 * steps / mag;  // bf16 reduced in bf16, AdamW: 2 lr steps absolute
+}
+
+// This rank's communicators and streams: a host communicator and stream;
+// with a GPU (device kinds), GPU 0, a device communicator split from the
+// host one and a CUDA stream. open returns 0, kNoGpu or a failure.
+struct RankEnv {
+  weftComm_t host = nullptr, dev = nullptr;
+  weftStream_t hstream = nullptr;
+  void *dstream = nullptr;
+  int open(const RankCtx &ctx, bool gpu) {
+#if ZERO_TEST_CUDA
+    int ndev = 0;
+    if (gpu && (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0)) return kNoGpu;
+    if (gpu) cudaSetDevice(0);
+#else
+    if (gpu) return kNoGpu;
+#endif
+    TRY_RC(init(ctx, &host));
+    FAIL_IF(weftStreamCreate(&hstream) != weftSuccess, "host stream");
+    if (!gpu) return 0;
+    FAIL_IF(weftCommSplit(host, 0, ctx.rank, &dev, nullptr) != weftSuccess, "split: %s",
+            weftGetLastError(host));
+#if ZERO_TEST_CUDA
+    FAIL_IF(cudaStreamCreate((cudaStream_t *)&dstream) != cudaSuccess, "CUDA stream");
+#endif
+    return 0;
+  }
+  weftComm_t comm(Kind k) const { return k == kDevice ? dev : host; }
+  void *stream(Kind k) const { return k == kDevice ? dstream : hstream; }
+  ~RankEnv() {
+    if (hstream != nullptr) weftStreamDestroy(hstream);
+#if ZERO_TEST_CUDA
+    if (dstream != nullptr) cudaStreamDestroy((cudaStream_t)dstream);
+#endif
+    if (dev != nullptr) weftCommDestroy(dev);
+    if (host != nullptr) weftCommDestroy(host);
+  }
+};
+
+// The report's fixed parts and stage 3's gathered peak (prefetch and release
+// decide it, alike on both); the buckets' peak depends on when reductions
+// finish, so it may differ.
+bool same_memory(const weftZeroMemory_t &a, const weftZeroMemory_t &b) {
+  return a.psi == b.psi && a.psiPadded == b.psiPadded && a.params == b.params &&
+         a.grads == b.grads && a.optimizer == b.optimizer && a.gatheredPeak == b.gatheredPeak;
+}
+
+// Every case on one rank count: a context of kind against a host one.
+int match_rank(const RankCtx &ctx, Kind kind) {
+  RankEnv e;
+  TRY_RC(e.open(ctx, kind == kDevice));
+  const int steps = 10;
+  for (int stage = 0; stage <= 3; stage++)
+    for (weftDataType_t t : {weftFloat32, weftBfloat16, weftFloat16})
+      for (weftZeroOptimizer_t opt : {weftZeroAdamW, weftZeroSgdMomentum}) {
+        Case c{stage, t, opt};
+        std::string what = case_text(c) + ", " + kind_name(kind);
+        Run h, d;
+        FAIL_IF(case_train(e.host, e.hstream, kHost, c, steps, &h) != weftSuccess,
+                "%s: host: %s", what.c_str(), weftZeroLastError());
+        FAIL_IF(case_train(e.comm(kind), e.stream(kind), kind, c, steps, &d) != weftSuccess,
+                "%s: %s", what.c_str(), weftZeroLastError());
+        double diff = rel_diff(h.params, d.params), tol = case_tolerance(kind, c, h.params, steps);
+        FAIL_IF(!(diff <= tol), "%s: differs from host by %.3g (bound %.3g)", what.c_str(), diff,
+                tol);
+        FAIL_IF(h.steps != steps || d.steps != steps, "%s: %ld and %ld steps", what.c_str(),
+                h.steps, d.steps);
+        // the formulas count gradient shards in paramType: fp16 reduces in fp32 here
+        size_t formula = weftZeroMemoryFormula(stage, d.mem.psiPadded, ctx.nranks, t, opt);
+        FAIL_IF(case_config(c, kind).reduceType == t &&
+                    d.mem.params + d.mem.grads + d.mem.optimizer != formula,
+                "%s: holds %zu + %zu + %zu bytes, the formula says %zu", what.c_str(),
+                d.mem.params, d.mem.grads, d.mem.optimizer, formula);
+        FAIL_IF(!same_memory(h.mem, d.mem), "%s: the report differs from the host's",
+                what.c_str());
+      }
+  return 0;
+}
+
+struct MatchCase {
+  Kind kind;
+  int nranks;
+};
+
+class ZeroDeviceCtxMatch : public testing::TestWithParam<MatchCase> {};
+
+TEST_P(ZeroDeviceCtxMatch, TenStepsMatchTheHost) {
+  MatchCase m = GetParam();
+  RunOptions opts;
+  opts.timeout_s = 170;
+  opts.env = {{"WEFT_TIMEOUT", "30"}};
+  auto status = run_ranks(m.nranks, [m](const RankCtx &ctx) { return match_rank(ctx, m.kind); },
+                          opts);
+  if (status[0] == kNoGpu) GTEST_SKIP() << "no CUDA device";
+  for (size_t r = 0; r < status.size(); r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, ZeroDeviceCtxMatch,
+                         testing::Values(MatchCase{kStaged, 1}, MatchCase{kStaged, 2},
+                                         MatchCase{kStaged, 3}, MatchCase{kStaged, 4},
+                                         MatchCase{kDevice, 1}, MatchCase{kDevice, 2},
+                                         MatchCase{kDevice, 3}, MatchCase{kDevice, 4}),
+                         [](const testing::TestParamInfo<MatchCase> &i) {
+                           return std::string(kind_name(i.param.kind)) + "_" +
+                                  std::to_string(i.param.nranks) + "ranks";
+                         });
+
+// A checkpoint's side: trains (or only loads, with steps 0) on a context of
+// a kind, then writes the step count and parameters to dir/params-<tag>.bin
+// from rank 0.
+struct CkptSide {
+  Kind kind;
+  Case c;
+  int steps;
+  const char *load, *save, *tag;
+};
+
+int ckpt_rank(const RankCtx &ctx, const CkptSide &s, bool gpu, const std::string &dir) {
+  RankEnv e;
+  TRY_RC(e.open(ctx, gpu));
+  Run r;
+  std::string load = s.load ? dir + "/" + s.load : "", save = s.save ? dir + "/" + s.save : "";
+  weftResult_t res = case_train(e.comm(s.kind), e.stream(s.kind), s.kind, s.c, s.steps, &r,
+                                s.load ? load.c_str() : nullptr, s.save ? save.c_str() : nullptr);
+  FAIL_IF(res != weftSuccess, "%s, %s: %s", case_text(s.c).c_str(), kind_name(s.kind),
+          weftZeroLastError());
+  if (ctx.rank != 0) return 0;
+  FILE *f = fopen((dir + "/params-" + s.tag + ".bin").c_str(), "wb");
+  FAIL_IF(f == nullptr, "cannot write params");
+  fwrite(&r.steps, sizeof r.steps, 1, f);
+  fwrite(r.params.data(), sizeof(float), r.params.size(), f);
+  fclose(f);
+  return 0;
+}
+
+std::vector<char> slurp(const std::string &path) {
+  std::vector<char> v;
+  FILE *f = fopen(path.c_str(), "rb");
+  if (f == nullptr) return v;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) v.insert(v.end(), buf, buf + n);
+  fclose(f);
+  return v;
+}
+
+// Saved by one side at one rank count, loaded by the other at another: the
+// loaded parameters and step count equal the saved ones bit for bit.
+void ckpt_across(int n_save, const CkptSide &save, int n_load, const CkptSide &load) {
+  bool gpu = save.kind == kDevice || load.kind == kDevice;
+  char templ[] = "/tmp/weft-zero-devckpt-XXXXXX";
+  ASSERT_NE(mkdtemp(templ), nullptr);
+  std::string dir = templ;
+  RunOptions opts;
+  opts.timeout_s = 120;
+  auto st = run_ranks(
+      n_save, [&](const RankCtx &ctx) { return ckpt_rank(ctx, save, gpu, dir); }, opts);
+  if (st[0] == kNoGpu) {
+    rmdir(templ);
+    GTEST_SKIP() << "no CUDA device";
+  }
+  for (int r = 0; r < n_save; r++) ASSERT_EQ(st[r], 0) << "saving, rank " << r;
+  st = run_ranks(
+      n_load, [&](const RankCtx &ctx) { return ckpt_rank(ctx, load, gpu, dir); }, opts);
+  for (int r = 0; r < n_load; r++) ASSERT_EQ(st[r], 0) << "loading, rank " << r;
+  std::vector<char> a = slurp(dir + "/params-" + save.tag + ".bin");
+  std::vector<char> b = slurp(dir + "/params-" + load.tag + ".bin");
+  ASSERT_EQ(a.size(), sizeof(long) + 1174 * sizeof(float));
+  EXPECT_EQ(a, b) << "the loaded parameters or step differ from the saved ones";
+  std::string rm = "rm -rf '" + dir + "'";
+  EXPECT_EQ(system(rm.c_str()), 0);
+}
+
+// Each test passes a checkpoint one way between two kinds, at other rank
+// counts, stages, types and optimizers.
+struct CkptCase {
+  const char *name;
+  int n_save;
+  CkptSide save;
+  int n_load;
+  CkptSide load;
+};
+
+const Case kS3f32{3, weftFloat32, weftZeroAdamW}, kS1f32{1, weftFloat32, weftZeroAdamW};
+const Case kS2bf16{2, weftBfloat16, weftZeroSgdMomentum}, kS0bf16{0, weftBfloat16, weftZeroSgdMomentum};
+const Case kS1fp16{1, weftFloat16, weftZeroAdamW}, kS3fp16{3, weftFloat16, weftZeroAdamW};
+
+class ZeroDeviceCtxCkpt : public testing::TestWithParam<CkptCase> {};
+
+TEST_P(ZeroDeviceCtxCkpt, LoadsBitForBit) {
+  const CkptCase &c = GetParam();
+  ckpt_across(c.n_save, c.save, c.n_load, c.load);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ways, ZeroDeviceCtxCkpt,
+    testing::Values(
+        CkptCase{"staged_s3_3_to_host_s1_2", 3, {kStaged, kS3f32, 4, nullptr, "ck", "a"}, 2,
+                 {kHost, kS1f32, 0, "ck", nullptr, "b"}},
+        CkptCase{"host_s2_2_to_staged_s0_4", 2, {kHost, kS2bf16, 3, nullptr, "ck", "a"}, 4,
+                 {kStaged, kS0bf16, 0, "ck", nullptr, "b"}},
+        CkptCase{"device_s3_3_to_host_s1_2", 3, {kDevice, kS3f32, 4, nullptr, "ck", "a"}, 2,
+                 {kHost, kS1f32, 0, "ck", nullptr, "b"}},
+        CkptCase{"host_s2_2_to_device_s0_4", 2, {kHost, kS2bf16, 3, nullptr, "ck", "a"}, 4,
+                 {kDevice, kS0bf16, 0, "ck", nullptr, "b"}},
+        CkptCase{"device_s1_4_to_device_s3_1", 4, {kDevice, kS1fp16, 5, nullptr, "ck", "a"}, 1,
+                 {kDevice, kS3fp16, 0, "ck", nullptr, "b"}}),
+    [](const testing::TestParamInfo<CkptCase> &i) { return std::string(i.param.name); });
+
+}  // namespace

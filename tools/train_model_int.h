@@ -1,0 +1,39 @@
+/* The model's state, shared by train_model.c (the host's loops and the
+ * training loop) and train_model_dev.c (the same on the GPU). */
+#ifndef WEFT_TRAIN_MODEL_INT_H
+#define WEFT_TRAIN_MODEL_INT_H
+
+#include "train_model.h"
+
+/* --device cuda: the model's arrays on the GPU, as the host's below */
+struct model_dev {
+  float *act[TRAIN_MAX_LAYERS + 1];
+  float *delta, *delta_prev, *wf, *bf, *gw, *gb;
+  float *target;
+};
+
+struct model {
+  const struct train_opts *o;
+  weftZero_t zero;
+  weftStream_t stream;
+  weftEvent_t loss_ev;          /* the step's loss all-reduce */
+  int pw[TRAIN_MAX_LAYERS], pb[TRAIN_MAX_LAYERS];
+  float *teacher;               /* outputs x inputs */
+  float *act[TRAIN_MAX_LAYERS + 1];
+  float *delta, *delta_prev, *wf, *bf, *gw, *gb;
+  float *target;
+  int batch;                    /* samples per rank per micro-step */
+  int dev;                      /* the context is in device memory; stream is a CUDA stream */
+  double *dscalars;             /* device: host values' collectives go through here */
+  struct model_dev d;           /* device: the arrays the kernels use */
+};
+
+/* The GPU's side of the model (train_model_dev.c): its arrays, a forward
+ * that leaves the outputs in the host's act[nlayers] too, and a backward
+ * from the host's target; both queue their kernels on m->stream. */
+weftResult_t dev_model_alloc(struct model *m, int maxw);
+void dev_model_free(struct model *m);
+weftResult_t dev_forward(struct model *m, int n);
+weftResult_t dev_backward(struct model *m, int n, float scale);
+
+#endif

@@ -1,0 +1,121 @@
+/* The host side of zero_ops.h: heap buffers, weft host streams and events,
+ * and zero_math.h's arithmetic in plain loops, on the calling thread. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zero_internal.h"
+
+static weftResult_t host_alloc(void **ptr_out, size_t nbytes) {
+  void *p = calloc(1, nbytes > 0 ? nbytes : 1);
+  if (p == NULL) return zero_fail(weftSystemError, "out of memory for %zu bytes", nbytes);
+  *ptr_out = p;
+  return weftSuccess;
+}
+
+static void host_free(void *ptr) { free(ptr); }
+
+static weftResult_t host_zero(void *ptr, size_t nbytes, weftStream_t stream) {
+  (void)stream;
+  if (nbytes > 0) memset(ptr, 0, nbytes);
+  return weftSuccess;
+}
+
+static weftResult_t host_copy(void *dst, const void *src, size_t nbytes, weftStream_t stream) {
+  (void)stream;
+  if (nbytes > 0) memcpy(dst, src, nbytes);
+  return weftSuccess;
+}
+
+static weftResult_t host_sync(weftStream_t stream, weftComm_t comm, const char *what) {
+  if (stream == NULL) return weftSuccess;
+  weftResult_t res = weftStreamSynchronize(stream);
+  return res == weftSuccess ? res : zero_fail_weft(res, comm, what);
+}
+
+static weftResult_t host_event_create(weftEvent_t *event_out) {
+  weftResult_t res = weftEventCreate(event_out);
+  return res == weftSuccess ? res : zero_fail_weft(res, NULL, "creating an event");
+}
+
+static void host_event_destroy(weftEvent_t event) {
+  if (event != NULL) weftEventDestroy(event);
+}
+
+static weftResult_t host_event_record(weftEvent_t event, weftStream_t stream) {
+  weftResult_t res = weftEventRecord(event, stream);
+  return res == weftSuccess ? res : zero_fail_weft(res, NULL, "recording an event");
+}
+
+static weftResult_t host_event_sync(weftEvent_t event) {
+  weftResult_t res = weftEventSynchronize(event);
+  return res == weftSuccess ? res : zero_fail_weft(res, NULL, "waiting for an event");
+}
+
+static int host_event_done(weftEvent_t event) { return weftEventQuery(event) == weftSuccess; }
+
+/* The step's order of sums: one running sum over the layers' elements. */
+static weftResult_t host_load_scaled(const void *src, weftDataType_t type, float *dst,
+                                     size_t count, double scale, double *stats,
+                                     weftStream_t stream) {
+  (void)stream;
+  for (size_t k = 0; k < count; k++) {
+    float v = (float)(zero_load(src, type, k) * scale);
+    if (!isfinite(v)) stats[0] += 1;
+    dst[k] = v;
+    stats[1] += (double)v * v;
+  }
+  return weftSuccess;
+}
+
+static weftResult_t host_to_float(const void *src, weftDataType_t type, float *dst, size_t count,
+                                  double *scratch, weftStream_t stream) {
+  (void)scratch;
+  (void)stream;
+  for (size_t k = 0; k < count; k++) dst[k] = zero_load(src, type, k);
+  return weftSuccess;
+}
+
+static weftResult_t host_store(const float *src, weftDataType_t type, void *dst, size_t count,
+                               weftStream_t stream) {
+  (void)stream;
+  for (size_t k = 0; k < count; k++) zero_store(dst, type, k, src[k]);
+  return weftSuccess;
+}
+
+static weftResult_t host_scale(float *g, size_t count, float factor, weftStream_t stream) {
+  (void)stream;
+  for (size_t k = 0; k < count; k++) g[k] *= factor;
+  return weftSuccess;
+}
+
+static weftResult_t host_adamw(float *p, float *m, float *v, const float *g, size_t count,
+                               const struct zero_adamw_coef *coef, weftStream_t stream) {
+  (void)stream;
+  for (size_t i = 0; i < count; i++) zero_adamw_elem(&p[i], &m[i], &v[i], g[i], coef);
+  return weftSuccess;
+}
+
+static weftResult_t host_sgd(float *p, float *m, const float *g, size_t count, float mu, float lr,
+                             float wd, weftStream_t stream) {
+  (void)stream;
+  for (size_t i = 0; i < count; i++) zero_sgd_elem(&p[i], &m[i], g[i], mu, lr, wd);
+  return weftSuccess;
+}
+
+/* The functions of both host tables. */
+#define ZERO_HOST_FUNCTIONS                                                     \
+  .alloc = host_alloc, .free = host_free, .zero = host_zero, .copy = host_copy, \
+  .sync = host_sync, .event_create = host_event_create,                         \
+  .event_destroy = host_event_destroy, .event_record = host_event_record,       \
+  .event_sync = host_event_sync, .event_done = host_event_done,                 \
+  .load_scaled = host_load_scaled, .to_float = host_to_float,                   \
+  .store = host_store, .scale = host_scale, .adamw = host_adamw, .sgd = host_sgd
+
+const struct zero_ops zero_ops_host = {.name = "host", .device = 0, ZERO_HOST_FUNCTIONS};
+
+/* Host memory through the device path's branches (the optimizer state and
+ * step statistics staged through copies, gather events recorded on the NULL
+ * stream): lets machines without a GPU run that logic. */
+const struct zero_ops zero_ops_host_staged = {.name = "host-staged", .device = 1,
+                                              ZERO_HOST_FUNCTIONS};
