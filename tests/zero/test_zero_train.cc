@@ -150,6 +150,9 @@ INSTANTIATE_TEST_SUITE_P(Zero, ZeroStages, testing::ValuesIn(stage_cases()), cas
 TEST(ZeroStageZero, RanksMatchOneRankOnGlobalBatch) {
   for (auto opt : {weftZeroSgdMomentum, weftZeroAdamW}) {
     for (int n : {2, 3, 4}) {
+      RunOptions opts;  // no launcher: rank 0's solo comm is of its process alone
+      opts.env_unset = {"WEFT_RANK", "WEFT_NRANKS", "RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
+                        "SLURM_PROCID"};
       auto status = run_ranks(n, [opt](const RankCtx &ctx) {
         train_opts o;
         train_opts_defaults(&o);
@@ -158,9 +161,6 @@ TEST(ZeroStageZero, RanksMatchOneRankOnGlobalBatch) {
         o.seed = test_seed();
         std::vector<float> single, multi, accum;
         if (ctx.rank == 0) {  // one rank, the whole batch
-          for (const char *v : {"WEFT_RANK", "WEFT_NRANKS", "RANK", "WORLD_SIZE",
-                                "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"})
-            unsetenv(v);  // no launcher: a communicator of this process alone
           weftComm_t solo;
           if (weftCommInitFromEnv(&solo, nullptr) != weftSuccess)
             return rank_fail(ctx, "one-rank comm: %s", weftGetLastError(nullptr));
@@ -184,7 +184,7 @@ TEST(ZeroStageZero, RanksMatchOneRankOnGlobalBatch) {
         }
         weftCommDestroy(comm);
         return 0;
-      });
+      }, opts);
       for (size_t r = 0; r < status.size(); r++) EXPECT_EQ(status[r], 0) << n << " ranks, rank " << r;
     }
   }
