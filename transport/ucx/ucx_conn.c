@@ -168,8 +168,18 @@ static void ucx_ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status) {
   __atomic_store_n(&uc->ep_status, status, __ATOMIC_RELEASE);
 }
 
-/* Connects an endpoint to the peer that msg describes. */
-static weftResult_t ucx_conn_attach(struct ucx_conn *uc, const struct ucx_msg *msg) {
+/* Connects an endpoint to the peer that msg describes; peer_pid (0: on
+ * another host) is checked first. A peer that sent its half of the set-up
+ * and then died is refused here rather than connected to: UCX 1.13 aborts
+ * the process on an assertion when an endpoint's wire-up meets a peer that
+ * is gone (its pending wire-up request is purged: ucp_request.c "got REQ
+ * message", tcp_ep.c "CTX_TYPE_TX"). The check narrows that window to the
+ * endpoint's creation; on another host it stays UCX's. */
+static weftResult_t ucx_conn_attach(struct ucx_conn *uc, const struct ucx_msg *msg,
+                                    pid_t peer_pid) {
+  if (peer_pid > 0 && pid_gone(peer_pid, 1))
+    return weft_error_set(weftRemoteError, "rank %d (pid %d) died during the connection's set-up",
+                          uc->pc.peer_rank, (int)peer_pid);
   if (msg->magic != UCX_MSG_MAGIC || msg->token != uc->token)
     return weft_error_set(weftInternalError, "a ucx set-up message that is not for this connection");
   WEFT_TRY(transport_check_fifo(uc->pc.peer_rank, uc->pc.nslots, uc->pc.slot_nbytes, msg->fifo_nbytes));
@@ -256,7 +266,7 @@ static weftResult_t ucx_send_connect(struct weft_conn *conn, const struct conn_b
   uc->token = b.token;
   WEFT_TRY_GOTO(bootstrap_recv(conn->bs, conn->peer_rank, TAG_UCX_RECEIVER, msg, sizeof *msg),
                 res, close_conn);
-  WEFT_TRY_GOTO(ucx_conn_attach(uc, msg), res, close_conn);
+  WEFT_TRY_GOTO(ucx_conn_attach(uc, msg, conn->peer_pid), res, close_conn);
   WEFT_TRY_GOTO(ucx_msg_fill(uc, msg), res, close_conn);
   WEFT_TRY_GOTO(bootstrap_send(conn->bs, conn->peer_rank, TAG_UCX_SENDER, msg, sizeof *msg), res,
                 close_conn);
@@ -280,7 +290,7 @@ static weftResult_t ucx_recv_connect(struct weft_conn *conn) {
   /* the sender sent its half before the barrier (or the ack): it is queued */
   WEFT_TRY_GOTO(bootstrap_recv(conn->bs, conn->peer_rank, TAG_UCX_SENDER, msg, sizeof *msg), res,
                 close_conn);
-  WEFT_TRY_GOTO(ucx_conn_attach(uc, msg), res, close_conn);
+  WEFT_TRY_GOTO(ucx_conn_attach(uc, msg, conn->peer_pid), res, close_conn);
   WEFT_TRY_GOTO(ucx_proxy_add(uc), res, close_conn);
   free(msg);
   return weftSuccess;
