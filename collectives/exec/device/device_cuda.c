@@ -259,14 +259,12 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
   }
   res = cuda_check(cudaMalloc((void **)&d->rings_d, sizeof *rings * (size_t)nch * n), "rings");
   if (res == weftSuccess)
-    res = cuda_check(cudaMemcpy(d->rings_d, rings, sizeof *rings * (size_t)nch * n,
-                                cudaMemcpyHostToDevice), "rings");
+    res = cuda_fifo_copy(d->rings_d, rings, sizeof *rings * (size_t)nch * n, "rings");
   free(rings);
   WEFT_TRY(res);
   for (int c = 0; c < nch; c++) host[c].ring = d->rings_d + (size_t)c * n;
   CUDA_TRY(cudaMalloc((void **)&d->channels_d, sizeof host[0] * (size_t)nch), "channels");
-  CUDA_TRY(cudaMemcpy(d->channels_d, host, sizeof host[0] * (size_t)nch, cudaMemcpyHostToDevice),
-           "channels");
+  WEFT_TRY(cuda_fifo_copy(d->channels_d, host, sizeof host[0] * (size_t)nch, "channels"));
   return weftSuccess;
 }
 

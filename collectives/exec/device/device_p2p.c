@@ -39,7 +39,7 @@ static weftResult_t p2p_alloc(struct weftComm *comm, struct device_p2p *p) {
   if (p->send == NULL || p->recv == NULL || p->known == NULL)
     return weft_error_set(weftSystemError, "out of memory");
   CUDA_TRY(cudaMalloc((void **)&p->lanes_d, n * sizeof *p->lanes_d), "p2p lanes");
-  CUDA_TRY(cudaMemset(p->lanes_d, 0, n * sizeof *p->lanes_d), "p2p lanes");
+  WEFT_TRY(cuda_fifo_copy(p->lanes_d, NULL, n * sizeof *p->lanes_d, "p2p lanes"));
   /* every rank's blocks must run at once: share the SMs among ranks that may
    * share this GPU (all of them, at worst) */
   int sms = 1;
@@ -75,8 +75,7 @@ static weftResult_t lanes_publish(struct device_p2p *p, int peer, int send) {
   for (int l = 0; l < P2P_NLANES; l++)
     x[l] = device_hop_fifo(send ? &p->send[peer][l] : &p->recv[peer][l]);
   void *at = send ? (void *)p->lanes_d[peer].send : (void *)p->lanes_d[peer].recv;
-  CUDA_TRY(cudaMemcpy(at, x, sizeof x, cudaMemcpyHostToDevice), "p2p lanes");
-  return weftSuccess;
+  return cuda_fifo_copy(at, x, sizeof x, "p2p lanes");
 }
 
 /* Per pair: the receiver sets up its lanes and sends the blobs; the sender
