@@ -191,6 +191,47 @@ TEST(DeviceGraph, CapturedAllReduceReplays) {
   }
 }
 
+// A comm's first collective inside a capture (global mode, blocking
+// streams): set-up allocates and copies on a stream of its own, so the
+// capture survives, and the graph replays with the right sums.
+TEST(DeviceGraph, FirstCallConnectsInsideCapture) {
+  REQUIRE_GPU();
+  const int k = 2;
+  const size_t n = 70001;
+  Ranks ranks(k);
+  std::vector<float *> buf(k);
+  for (int r = 0; r < k; r++) ASSERT_EQ(cudaMalloc((void **)&buf[r], n * sizeof(float)), cudaSuccess);
+  std::vector<cudaGraph_t> graphs(k);
+  for (int r = 0; r < k; r++)
+    ASSERT_EQ(cudaStreamBeginCapture(ranks.streams[r], cudaStreamCaptureModeGlobal), cudaSuccess);
+  ASSERT_EQ(weftGroupStart(), weftSuccess);
+  for (int r = 0; r < k; r++)
+    ASSERT_EQ(weftAllReduce(buf[r], buf[r], n, weftFloat32, weftSum, ranks.comms[r], ranks.streams[r]),
+              weftSuccess);
+  EXPECT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+  for (int r = 0; r < k; r++) {
+    cudaError_t e = cudaStreamEndCapture(ranks.streams[r], &graphs[r]);
+    ASSERT_EQ(e, cudaSuccess) << "rank " << r << ": " << cudaGetErrorString(e);
+  }
+  std::vector<cudaGraphExec_t> execs(k);
+  for (int r = 0; r < k; r++) ASSERT_EQ(cudaGraphInstantiate(&execs[r], graphs[r], 0), cudaSuccess);
+  std::vector<std::vector<float>> in(k, std::vector<float>(n));
+  for (int r = 0; r < k; r++) {
+    for (size_t i = 0; i < n; i++) in[r][i] = (float)((i * 3 + (size_t)r * 17) % 89);
+    ASSERT_EQ(cudaMemcpy(buf[r], in[r].data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  for (int r = 0; r < k; r++) ASSERT_EQ(cudaGraphLaunch(execs[r], ranks.streams[r]), cudaSuccess);
+  ranks.sync();
+  for (int r = 0; r < k; r++) {
+    std::vector<float> out(n);
+    ASSERT_EQ(cudaMemcpy(out.data(), buf[r], n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    for (size_t i = 0; i < n; i++) ASSERT_EQ(out[i], in[0][i] + in[1][i]) << "rank " << r << " i " << i;
+    cudaGraphExecDestroy(execs[r]);
+    cudaGraphDestroy(graphs[r]);
+    cudaFree(buf[r]);
+  }
+}
+
 // Sets WEFT_* variables for one test and puts back what was there after,
 // forgetting the cached values both times (the device and wait tables).
 struct ScopedEnv {
