@@ -200,6 +200,10 @@ struct dev_prims {
 
   // Thread 0 waits until the sender's next slot is free and, for SIMPLE,
   // the receiver's next slot is full; the block then agrees on the outcome.
+  // Acquire: thread 0's fence after the loads of head and tail, then the
+  // barrier, order what the peer did before it published them (its reads
+  // of the slot we fill, its stores to the slot we drain) before every
+  // thread's accesses to the slots.
   __device__ bool wait(bool do_recv, bool do_send) {
     __shared__ int failed;
     if (threadIdx.x == 0) {
@@ -218,21 +222,24 @@ struct dev_prims {
             failed = 1;
             break;
           }
+      __threadfence_system();
     }
     __syncthreads();
     bool ok = failed == 0;
-    // acquire: what the peer stored before its tail is seen by every thread
-    __threadfence_system();
-    __syncthreads();
+    __syncthreads(); // every thread has read failed before thread 0 resets it
     return ok;
   }
 
   // Publishes the slot sent (SIMPLE: tail) and returns the credit of the one
-  // received (head), once every thread's stores are visible.
+  // received (head). Release: the barrier orders every thread's stores to
+  // (and loads of) the slots before thread 0's fence, which makes them
+  // visible system-wide before the counters; a fence by each thread before
+  // the barrier would order its own accesses only before its own later
+  // stores, not before thread 0's.
   __device__ void post(bool do_recv, bool do_send) {
-    __threadfence_system();
     __syncthreads();
     if (threadIdx.x == 0) {
+      __threadfence_system();
       if (do_send && PROTO == DEV_PROTO_SIMPLE) dev_st_volatile_u64(&send.ctrl->tail, send.step + 1);
       if (do_recv) dev_st_volatile_u64(&recv.ctrl->head, recv.step + 1);
     }
