@@ -36,14 +36,24 @@ static weftResult_t p2p_alloc(struct weftComm *comm, struct device_p2p *p) {
   p->send = calloc(n, sizeof *p->send);
   p->recv = calloc(n, sizeof *p->recv);
   p->known = calloc(n, 1);
-  if (p->send == NULL || p->recv == NULL || p->known == NULL)
-    return weft_error_set(weftSystemError, "out of memory");
-  CUDA_TRY(cudaMalloc((void **)&p->lanes_d, n * sizeof *p->lanes_d), "p2p lanes");
-  WEFT_TRY(cuda_fifo_copy(p->lanes_d, NULL, n * sizeof *p->lanes_d, "p2p lanes"));
+  weftResult_t res = p->send == NULL || p->recv == NULL || p->known == NULL
+                         ? weft_error_set(weftSystemError, "out of memory")
+                         : weftSuccess;
+  if (res == weftSuccess)
+    res = device_cuda_check(cudaMalloc((void **)&p->lanes_d, n * sizeof *p->lanes_d),
+                            "p2p lanes");
+  if (res == weftSuccess)
+    res = cuda_fifo_copy(p->lanes_d, NULL, n * sizeof *p->lanes_d, "p2p lanes");
   /* every rank's blocks must run at once: share the SMs among ranks that may
    * share this GPU (all of them, at worst) */
   int sms = 1;
-  CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, comm->cuda_dev), "SMs");
+  if (res == weftSuccess)
+    res = device_cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
+                                                   comm->cuda_dev), "SMs");
+  if (res != weftSuccess) { /* nothing half made stays: the next call starts afresh */
+    device_p2p_free(p, comm->nranks);
+    return res;
+  }
   int cap = sms / comm->nranks > 0 ? sms / comm->nranks : 1;
   p->max_blocks = device_nchannels(DEV_MAX_CHANNELS, WEFT_CONFIG_UNDEF_INT, comm->cfg_max_channels,
                                    cap);
@@ -76,6 +86,18 @@ static weftResult_t lanes_publish(struct device_p2p *p, int peer, int send) {
     x[l] = device_hop_fifo(send ? &p->send[peer][l] : &p->recv[peer][l]);
   void *at = send ? (void *)p->lanes_d[peer].send : (void *)p->lanes_d[peer].recv;
   return cuda_fifo_copy(at, x, sizeof x, "p2p lanes");
+}
+
+/* Closes peer's lanes in one direction after a connection failed part way
+ * (lane 0 up, lane 1 not; the peer gone before its ack): the next group
+ * connects them afresh instead of taking them for connected while the
+ * kernels' table has none of them. */
+static void lanes_close(struct device_p2p *p, int peer, int send) {
+  for (int l = 0; l < P2P_NLANES; l++) {
+    struct weft_conn *c = send ? &p->send[peer][l] : &p->recv[peer][l];
+    if (c->transport != NULL) c->transport->close(c);
+    memset(c, 0, sizeof *c);
+  }
 }
 
 /* Per pair: the receiver sets up its lanes and sends the blobs; the sender
@@ -137,6 +159,10 @@ weftResult_t device_p2p_connect(struct weftComm *comm, struct device_comm *d,
   for (int r = 0; r < n; r++) want[r] = want_send[r] | want_recv[r];
   weftResult_t res = p2p_exchange_info(comm, p, want);
   if (res == weftSuccess) res = p2p_connect_lanes(comm, p, want_send, want_recv);
+  for (int r = 0; r < n && res != weftSuccess; r++) {
+    if (want_send[r]) lanes_close(p, r, 1);
+    if (want_recv[r]) lanes_close(p, r, 0);
+  }
   free(want);
   return res;
 }
@@ -187,6 +213,12 @@ weftResult_t device_p2p_launch(struct weftComm *comm, struct device_comm *d,
   static struct dev_p2p_work zero;
   struct dev_p2p_work w = zero;
   WEFT_TRY(p2p_work_fill(comm, plans, nops, &w, stream));
+  for (int i = 0; i < w.nops; i++) {
+    const struct p2p_op *o = &w.ops[i];
+    if (!o->self && (o->send ? d->p2p.send : d->p2p.recv)[o->peer][0].transport == NULL)
+      return weft_error_set(weftInternalError, "rank %d: device lanes %s rank %d are not "
+                            "connected", comm->rank, o->send ? "to" : "from", o->peer);
+  }
   int npairs = p2p_assign_pairs(w.ops, w.nops);
   if (npairs == 0) return weftSuccess;
   w.peers = d->p2p.lanes_d;
