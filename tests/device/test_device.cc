@@ -416,4 +416,26 @@ TEST(DevicePreMulSum, ScalarByValueAndInDeviceMemory) {
       }
 }
 
+// A pre-multiply sum on one rank is refused in place as out of place: the
+// in-place call once returned success with the buffer left unscaled.
+TEST(DevicePreMulSum, OneRankIsRefusedInPlaceToo) {
+  REQUIRE_GPU();
+  Ranks ranks(1);
+  float s = 0.5f, *buf = nullptr, *out = nullptr;
+  ASSERT_EQ(cudaMalloc((void **)&buf, 64 * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc((void **)&out, 64 * sizeof(float)), cudaSuccess);
+  weftRedOp_t op;
+  ASSERT_EQ(weftRedOpCreatePreMulSum(&op, &s, weftFloat32, weftScalarHostImmediate, ranks.comms[0]),
+            weftSuccess);
+  for (float *dst : {buf, out}) {
+    EXPECT_EQ(weftAllReduce(buf, dst, 64, weftFloat32, op, ranks.comms[0], ranks.streams[0]),
+              weftInvalidUsage) << (dst == buf ? "in place" : "out of place");
+    EXPECT_NE(std::string(weftGetLastError(ranks.comms[0])).find("2 ranks or more"), std::string::npos)
+        << weftGetLastError(ranks.comms[0]);
+  }
+  weftRedOpDestroy(op, ranks.comms[0]);
+  cudaFree(buf);
+  cudaFree(out);
+}
+
 }  // namespace

@@ -45,13 +45,15 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
                                 const struct weft_plan *plan, cudaStream_t stream) {
   if (comm->nranks == 1) { /* every collective is a copy (avg divides by one) */
     size_t nbytes = plan->count * weftTypeSize(plan->datatype);
-    if (plan->recvbuf == plan->sendbuf) return weftSuccess;
     if (device_op_index(plan->op) == DEV_OP_PREMULSUM) {
-      /* the copy scales: the ring kernel with one rank would not; refuse plainly */
+      /* the result is the input scaled, which a copy is not (nor, in place,
+       * nothing at all); the ring kernel with one rank would not scale
+       * either: refuse plainly */
       return weft_error_set(weftInvalidUsage,
                             "%s on device memory: a pre-multiply op needs 2 ranks or more",
                             coll_kind_name(plan->coll));
     }
+    if (plan->recvbuf == plan->sendbuf) return weftSuccess;
     return device_cuda_check(cudaMemcpyAsync(plan->recvbuf, plan->sendbuf, nbytes,
                                              cudaMemcpyDeviceToDevice, stream), "copy");
   }
