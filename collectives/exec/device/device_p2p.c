@@ -83,7 +83,7 @@ static weftResult_t lanes_publish(struct device_p2p *p, int peer, int send) {
   struct dev_fifo x[P2P_NLANES];
   memset(x, 0, sizeof x);
   for (int l = 0; l < P2P_NLANES; l++)
-    x[l] = device_hop_fifo(send ? &p->send[peer][l] : &p->recv[peer][l]);
+    WEFT_TRY(device_hop_fifo(send ? &p->send[peer][l] : &p->recv[peer][l], &x[l]));
   void *at = send ? (void *)p->lanes_d[peer].send : (void *)p->lanes_d[peer].recv;
   return cuda_fifo_copy(at, x, sizeof x, "p2p lanes");
 }
