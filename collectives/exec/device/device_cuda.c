@@ -116,6 +116,20 @@ static void device_comm_wait(struct device_comm *d) {
   cudaGetLastError();
 }
 
+/* Drops the streams whose last launch of the comm is done, so that a
+ * comm used on many streams rarely has to wait for its oldest one (a wait
+ * that, with several ranks driven by one thread, may wait for a rank this
+ * thread has yet to launch). */
+static void device_work_prune(struct device_comm *d) {
+  int kept = 0;
+  for (int i = 0; i < d->nwork; i++) {
+    if (cudaEventQuery(d->work[i].done) == cudaSuccess) cudaEventDestroy(d->work[i].done);
+    else d->work[kept++] = d->work[i];
+  }
+  d->nwork = kept;
+  cudaGetLastError(); /* cudaErrorNotReady */
+}
+
 void device_comm_note_launch(struct device_comm *d, cudaStream_t stream) {
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
@@ -124,6 +138,10 @@ void device_comm_note_launch(struct device_comm *d, cudaStream_t stream) {
   }
   int i = 0;
   while (i < d->nwork && d->work[i].stream != stream) i++;
+  if (i == DEV_MAX_STREAMS) { /* forget streams whose work is done */
+    device_work_prune(d);
+    i = d->nwork;
+  }
   if (i == DEV_MAX_STREAMS) { /* reuse the oldest, once it is done */
     cudaEventSynchronize(d->work[0].done);
     cudaEventDestroy(d->work[0].done);
