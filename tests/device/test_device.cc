@@ -17,6 +17,7 @@
 #include "tests/device/ring_steps_dump.h"
 #include "weft.h"
 extern "C" {
+#include "collectives/core/params.h"
 #include "transport/param.h"
 }
 
@@ -252,10 +253,56 @@ struct ScopedEnv {
     reset();
   }
   static void reset() {
-    struct weft_param *const tables[] = {cuda_params, wait_params, NULL};
+    struct weft_param *const tables[] = {cuda_params, wait_params, coll_params, NULL};
     param_tables_reset(tables);
   }
 };
+
+// Torch tensors may be views at any element offset: buffers that are not
+// 16-byte aligned take the kernels' element-wise path (SIMPLE) and partial
+// LL words, with the same sums and nothing written outside the view.
+TEST(DeviceAlignment, ViewsAtAnyElementOffset) {
+  REQUIRE_GPU();
+  const int k = 2;
+  const uint32_t poison = 0xa5a5a5a5u;
+  for (const char *proto : {"simple", "ll"}) {
+    ScopedEnv env({{"WEFT_PROTO", proto}});
+    Ranks ranks(k);
+    for (size_t off : {1ul, 3ul})
+      for (size_t n : {1ul, 7ul, 70001ul}) {
+        SCOPED_TRACE(std::string(proto) + " offset " + std::to_string(off) + " n " + std::to_string(n));
+        const size_t total = 2 * n + 2 * off + 16, at_out = n + 2 * off + 1; // out: offset off + 1
+        std::vector<float *> base(k);
+        std::vector<std::vector<float>> in(k, std::vector<float>(n));
+        for (int r = 0; r < k; r++) {
+          ASSERT_EQ(cudaMalloc((void **)&base[r], total * sizeof(float)), cudaSuccess);
+          ASSERT_EQ(cudaMemset(base[r], 0xa5, total * sizeof(float)), cudaSuccess);
+          for (size_t i = 0; i < n; i++) in[r][i] = (float)((i * 5 + (size_t)r * 11) % 97);
+          ASSERT_EQ(cudaMemcpy(base[r] + off, in[r].data(), n * sizeof(float), cudaMemcpyHostToDevice),
+                    cudaSuccess);
+        }
+        ASSERT_EQ(weftGroupStart(), weftSuccess);
+        for (int r = 0; r < k; r++)
+          ASSERT_EQ(weftAllReduce(base[r] + off, base[r] + at_out, n, weftFloat32, weftSum,
+                                  ranks.comms[r], ranks.streams[r]), weftSuccess);
+        ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+        ranks.sync();
+        for (int r = 0; r < k; r++) {
+          std::vector<float> h(total);
+          ASSERT_EQ(cudaMemcpy(h.data(), base[r], total * sizeof(float), cudaMemcpyDeviceToHost),
+                    cudaSuccess);
+          for (size_t i = 0; i < n; i++)
+            ASSERT_EQ(h[at_out + i], in[0][i] + in[1][i]) << "rank " << r << " element " << i;
+          for (size_t i = at_out + n; i < total; i++) {
+            uint32_t bits;
+            memcpy(&bits, &h[i], sizeof bits);
+            ASSERT_EQ(bits, poison) << "rank " << r << ": written past the view at " << i;
+          }
+          cudaFree(base[r]);
+        }
+      }
+  }
+}
 
 // A ring's blocks wait on each other, so every rank's blocks must be on the
 // GPU at once. Sixteen ranks asking for 64 channels each (1024 blocks, more
