@@ -136,10 +136,14 @@ static weftResult_t comm_connect_relaxed(struct weftComm *comm,
 weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan, void *stream) {
   const struct weft_plan *const plans[1] = {plan};
   weftResult_t res = device_plan_check(plan);
-  if (res == weftSuccess) res = device_op_begin(comm);
-  if (res == weftSuccess) res = comm_connect_relaxed(comm, plans, 1);
-  device_op_end(comm);
-  if (res == weftSuccess) res = comm_launch(comm, plans, 1, (cudaStream_t)stream);
+  if (res == weftSuccess) {
+    /* held from connection to launch: an abort on another thread waits for
+     * both (and a refusal above began nothing, so it ends nothing) */
+    res = device_op_begin(comm);
+    if (res == weftSuccess) res = comm_connect_relaxed(comm, plans, 1);
+    if (res == weftSuccess) res = comm_launch(comm, plans, 1, (cudaStream_t)stream);
+    device_op_end(comm);
+  }
   if (res != weftSuccess)
     snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
   return res;
@@ -210,9 +214,14 @@ weftResult_t device_enqueue_group(struct weftComm *const *comms,
   for (size_t k = 0; k < nparts && res == weftSuccess; k++)
     for (size_t i = 0; i < parts[k].n && res == weftSuccess; i++)
       res = device_plan_check(parts[k].plans[i]);
+  /* every comm of the group held from connection to launch, as above */
+  size_t held = 0;
+  for (; res == weftSuccess && held < nparts; held++)
+    __atomic_add_fetch(&parts[held].comm->active, 1, __ATOMIC_SEQ_CST);
   if (res == weftSuccess) res = connect_parts(parts, nparts);
   for (size_t k = 0; k < nparts && res == weftSuccess; k++)
     res = comm_launch(parts[k].comm, parts[k].plans, parts[k].n, parts[k].stream);
+  for (size_t k = 0; k < held; k++) device_op_end(parts[k].comm);
   if (cur >= 0) cudaSetDevice(cur);
   free(parts);
   free(sorted);
