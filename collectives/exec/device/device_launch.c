@@ -95,7 +95,9 @@ static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *c
     else if (plans[i]->count > 0) res = ring_launch(comm, d, plans[i], stream);
   }
   if (res == weftSuccess && np2p > 0) res = device_p2p_launch(comm, d, plans, n, stream);
-  if (res == weftSuccess) device_comm_note_launch(d, stream);
+  /* recorded even when a later launch failed: the earlier ones still use
+   * the FIFOs that destroy frees once they are done */
+  if (d != NULL && prev >= 0) device_comm_note_launch(d, stream);
   if (prev >= 0 && prev != comm->cuda_dev) cudaSetDevice(prev);
   device_op_end(comm);
   return res;
