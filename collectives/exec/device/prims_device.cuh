@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "collectives/exec/device/dev_types.h"
+#include "collectives/exec/device/ll_line.h"
 #include "collectives/reduce/reduce_ops.h"
 #include "collectives/algo/ring_steps.h"
 
@@ -347,7 +348,7 @@ struct dev_prims {
     const size_t nbytes = n * sizeof(T);
     size_t nlines = (nbytes + DEV_LL_LINE_DATA_NBYTES - 1) / DEV_LL_LINE_DATA_NBYTES;
     if (nlines == 0) nlines = 1;
-    const uint32_t recv_flag = (uint32_t)(recv.step + 1), send_flag = (uint32_t)(send.step + 1);
+    const uint32_t recv_flag = ll_flag(recv.step), send_flag = ll_flag(send.step);
     const uint4 *in = do_recv ? slot_of<const uint4>(recv) : NULL;
     uint4 *out = do_send ? slot_of<uint4>(send) : NULL;
     const uint64_t start = dev_clock_ns();
@@ -362,7 +363,7 @@ struct dev_prims {
         uint32_t spins = 0;
         for (;;) {
           line = dev_ld_volatile_line(in + l);
-          if (line.y == recv_flag && line.w == recv_flag) break;
+          if (ll_line_ready(reinterpret_cast<const uint32_t *>(&line), recv_flag)) break;
           if (dev_watch_expired(watch, start, &spins, &recv)) {
             failed = 1; // the block's other threads see it below
             gave_up = true;
@@ -370,7 +371,7 @@ struct dev_prims {
           }
         }
         if (gave_up) break;
-        x.w = (uint64_t)line.x | (uint64_t)line.z << 32;
+        x.w = ll_line_data(reinterpret_cast<const uint32_t *>(&line));
       } else {
         x.w = ll_load(src, l * 8, nbytes);
       }
@@ -388,9 +389,11 @@ struct dev_prims {
         for (int e = 0; e < (int)(8 / sizeof(T)); e++) x.e[e] = R::div(x.e[e], div);
       }
       if (dst != NULL && l * 8 < nbytes) ll_store(dst, l * 8, nbytes, x.w);
-      if (out != NULL)
-        dev_st_volatile_line(out + l, make_uint4((uint32_t)x.w, send_flag, (uint32_t)(x.w >> 32),
-                                                 send_flag));
+      if (out != NULL) {
+        uint4 line;
+        ll_line_pack(x.w, send_flag, reinterpret_cast<uint32_t *>(&line));
+        dev_st_volatile_line(out + l, line);
+      }
     }
     __syncthreads();
     bool ok = failed == 0;
