@@ -88,8 +88,8 @@ static weftResult_t lanes_publish(struct device_p2p *p, int peer, int send) {
   return cuda_fifo_copy(at, x, sizeof x, "p2p lanes");
 }
 
-/* Closes peer's lanes in one direction after a connection failed part way
- * (lane 0 up, lane 1 not; the peer gone before its ack): the next group
+/* Closes peer's lanes in one direction after their connection failed
+ * (lane 0 up, lane 1 not; the peer refused or gone): the next group
  * connects them afresh instead of taking them for connected while the
  * kernels' table has none of them. */
 static void lanes_close(struct device_p2p *p, int peer, int send) {
@@ -100,46 +100,87 @@ static void lanes_close(struct device_p2p *p, int peer, int send) {
   }
 }
 
-/* Per pair: the receiver sets up its lanes and sends the blobs; the sender
- * attaches and acks. Messages never wait for the peer, so any order works. */
-static weftResult_t p2p_connect_lanes(struct weftComm *comm, struct device_p2p *p,
-                                      const char *want_send, const char *want_recv) {
-  struct conn_blob b[P2P_NLANES];
+/* Receiver: sets up the lanes from each peer of want_recv and sends it the
+ * blobs; once a set-up failed, the later peers get a refusal, so no sender
+ * waits for blobs that never come. Returns the first failure. */
+static weftResult_t lanes_offer(struct weftComm *comm, struct device_p2p *p,
+                                const char *want_recv) {
+  weftResult_t first = weftSuccess;
   for (int r = 0; r < comm->nranks; r++) {
     if (!want_recv[r]) continue;
-    weftResult_t res = weftSuccess;
+    struct conn_blob b[P2P_NLANES];
+    memset(b, 0, sizeof b);
+    weftResult_t res = first;
     for (int l = 0; l < P2P_NLANES && res == weftSuccess; l++)
       res = device_hop_recv_setup(comm, comm->cuda_dev, &p->recv[r][l], r, DEV_PROTO_SIMPLE,
                                   &b[l]);
     if (res != weftSuccess) b[0].transport = -2; /* tell the peer */
     weftResult_t sent = bootstrap_send(comm->bs, r, TAG_DEV_BLOB, b, sizeof b);
-    WEFT_TRY(res);
-    WEFT_TRY(sent);
+    if (first == weftSuccess) first = res != weftSuccess ? res : sent;
   }
+  return first;
+}
+
+/* Sender: attaches to the lanes each peer of want_send offers, publishes
+ * them, and answers 1, or closes what it made and answers 0, so that the
+ * receiver knows at once. Returns the first failure. */
+static weftResult_t lanes_attach(struct weftComm *comm, struct device_p2p *p,
+                                 const char *want_send) {
+  weftResult_t first = weftSuccess;
   for (int r = 0; r < comm->nranks; r++) {
     if (!want_send[r]) continue;
-    WEFT_TRY(bootstrap_recv(comm->bs, r, TAG_DEV_BLOB, b, sizeof b));
-    for (int l = 0; l < P2P_NLANES; l++) {
-      if (b[l].transport < 0 || b[0].transport < 0)
-        return weft_error_set(weftRemoteError,
-                              "rank %d could not set up its device lanes from rank %d", r,
-                              comm->rank);
-      WEFT_TRY(device_hop_send_connect(comm, &p->send[r][l], r, DEV_PROTO_SIMPLE, &b[l]));
-    }
-    uint32_t ack = 1;
-    WEFT_TRY(bootstrap_send(comm->bs, r, TAG_DEV_ACK, &ack, sizeof ack));
+    struct conn_blob b[P2P_NLANES];
+    weftResult_t res = bootstrap_recv(comm->bs, r, TAG_DEV_BLOB, b, sizeof b);
+    if (res == weftSuccess && b[0].transport < 0)
+      res = weft_error_set(weftRemoteError,
+                           "rank %d could not set up its device lanes from rank %d", r,
+                           comm->rank);
+    for (int l = 0; l < P2P_NLANES && res == weftSuccess; l++)
+      res = device_hop_send_connect(comm, &p->send[r][l], r, DEV_PROTO_SIMPLE, &b[l]);
+    if (res == weftSuccess) res = lanes_publish(p, r, 1);
+    if (res != weftSuccess) lanes_close(p, r, 1);
+    uint32_t ack = res == weftSuccess;
+    weftResult_t sent = bootstrap_send(comm->bs, r, TAG_DEV_ACK, &ack, sizeof ack);
+    if (first == weftSuccess) first = res != weftSuccess ? res : sent;
   }
+  return first;
+}
+
+/* Receiver: each peer's answer; lanes the peer attached to are completed
+ * and published, the others closed (the next group offers them again).
+ * Returns the first failure. */
+static weftResult_t lanes_complete(struct weftComm *comm, struct device_p2p *p,
+                                   const char *want_recv) {
+  weftResult_t first = weftSuccess;
   for (int r = 0; r < comm->nranks; r++) {
     if (!want_recv[r]) continue;
-    uint32_t ack;
-    WEFT_TRY(bootstrap_recv(comm->bs, r, TAG_DEV_ACK, &ack, sizeof ack));
-    for (int l = 0; l < P2P_NLANES; l++) WEFT_TRY(device_hop_recv_connect(&p->recv[r][l]));
+    uint32_t ack = 0;
+    weftResult_t res = bootstrap_recv(comm->bs, r, TAG_DEV_ACK, &ack, sizeof ack);
+    const int offered = p->recv[r][P2P_NLANES - 1].transport != NULL;
+    if (res == weftSuccess && offered && ack != 1)
+      res = weft_error_set(weftRemoteError,
+                           "rank %d could not attach to its device lanes to rank %d", r,
+                           comm->rank);
+    for (int l = 0; l < P2P_NLANES && res == weftSuccess && offered; l++)
+      res = device_hop_recv_connect(&p->recv[r][l]);
+    if (res == weftSuccess && offered) res = lanes_publish(p, r, 0);
+    if (res != weftSuccess || !offered) lanes_close(p, r, 0);
+    if (first == weftSuccess) first = res;
   }
-  for (int r = 0; r < comm->nranks; r++) {
-    if (want_send[r]) WEFT_TRY(lanes_publish(p, r, 1));
-    if (want_recv[r]) WEFT_TRY(lanes_publish(p, r, 0));
-  }
-  return weftSuccess;
+  return first;
+}
+
+/* Per pair: the receiver sets up its lanes and sends the blobs; the sender
+ * attaches and answers. Messages never wait for the peer, so any order
+ * works; a failure on one pair is answered on every pair of the call, so no
+ * peer is left waiting for the timeout. */
+static weftResult_t p2p_connect_lanes(struct weftComm *comm, struct device_p2p *p,
+                                      const char *want_send, const char *want_recv) {
+  weftResult_t offered = lanes_offer(comm, p, want_recv);
+  weftResult_t attached = lanes_attach(comm, p, want_send);
+  weftResult_t completed = lanes_complete(comm, p, want_recv);
+  if (offered != weftSuccess) return offered;
+  return attached != weftSuccess ? attached : completed;
 }
 
 weftResult_t device_p2p_connect(struct weftComm *comm, struct device_comm *d,
@@ -159,10 +200,6 @@ weftResult_t device_p2p_connect(struct weftComm *comm, struct device_comm *d,
   for (int r = 0; r < n; r++) want[r] = want_send[r] | want_recv[r];
   weftResult_t res = p2p_exchange_info(comm, p, want);
   if (res == weftSuccess) res = p2p_connect_lanes(comm, p, want_send, want_recv);
-  for (int r = 0; r < n && res != weftSuccess; r++) {
-    if (want_send[r]) lanes_close(p, r, 1);
-    if (want_recv[r]) lanes_close(p, r, 0);
-  }
   free(want);
   return res;
 }
