@@ -100,20 +100,22 @@ step_perf_flags() {
 
 # ---------------------------------------------------------------- device suites
 
+# A device suite's gtest binary. A kernel that hangs gives up after
+# WEFT_TIMEOUT without progress (default 600 s, beyond the step's limit):
+# 30 s makes a hang one failed test with the kernel's reason, and the rest
+# of the suite still runs. Tests that need another timeout set their own.
+device_suite() { # binary [args...]
+  need_exe "$1"
+  WEFT_TIMEOUT="${WEFT_TIMEOUT:-30}" run_gtest "$@"
+}
+
 step_device() {
-  need_exe "$B/tests/device/test_device"
-  run_gtest "$B/tests/device/test_device" --gtest_filter="${WEFT_GPU_CHECK_DEVICE_FILTER:-*}"
+  device_suite "$B/tests/device/test_device" --gtest_filter="${WEFT_GPU_CHECK_DEVICE_FILTER:-*}"
 }
 
-step_device_p2p() {
-  need_exe "$B/tests/device/test_device_p2p"
-  run_gtest "$B/tests/device/test_device_p2p"
-}
+step_device_p2p() { device_suite "$B/tests/device/test_device_p2p"; }
 
-step_device_ipc() {
-  need_exe "$B/tests/device/test_device_ipc"
-  run_gtest "$B/tests/device/test_device_ipc"
-}
+step_device_ipc() { device_suite "$B/tests/device/test_device_ipc"; }
 
 step_device_ipc_mps() {
   use_mps

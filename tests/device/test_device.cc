@@ -17,6 +17,7 @@
 #include "tests/device/ring_steps_dump.h"
 #include "weft.h"
 extern "C" {
+#include "collectives/core/params.h"
 #include "transport/param.h"
 }
 
@@ -191,6 +192,47 @@ TEST(DeviceGraph, CapturedAllReduceReplays) {
   }
 }
 
+// A comm's first collective inside a capture (global mode, blocking
+// streams): set-up allocates and copies on a stream of its own, so the
+// capture survives, and the graph replays with the right sums.
+TEST(DeviceGraph, FirstCallConnectsInsideCapture) {
+  REQUIRE_GPU();
+  const int k = 2;
+  const size_t n = 70001;
+  Ranks ranks(k);
+  std::vector<float *> buf(k);
+  for (int r = 0; r < k; r++) ASSERT_EQ(cudaMalloc((void **)&buf[r], n * sizeof(float)), cudaSuccess);
+  std::vector<cudaGraph_t> graphs(k);
+  for (int r = 0; r < k; r++)
+    ASSERT_EQ(cudaStreamBeginCapture(ranks.streams[r], cudaStreamCaptureModeGlobal), cudaSuccess);
+  ASSERT_EQ(weftGroupStart(), weftSuccess);
+  for (int r = 0; r < k; r++)
+    ASSERT_EQ(weftAllReduce(buf[r], buf[r], n, weftFloat32, weftSum, ranks.comms[r], ranks.streams[r]),
+              weftSuccess);
+  EXPECT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+  for (int r = 0; r < k; r++) {
+    cudaError_t e = cudaStreamEndCapture(ranks.streams[r], &graphs[r]);
+    ASSERT_EQ(e, cudaSuccess) << "rank " << r << ": " << cudaGetErrorString(e);
+  }
+  std::vector<cudaGraphExec_t> execs(k);
+  for (int r = 0; r < k; r++) ASSERT_EQ(cudaGraphInstantiate(&execs[r], graphs[r], 0), cudaSuccess);
+  std::vector<std::vector<float>> in(k, std::vector<float>(n));
+  for (int r = 0; r < k; r++) {
+    for (size_t i = 0; i < n; i++) in[r][i] = (float)((i * 3 + (size_t)r * 17) % 89);
+    ASSERT_EQ(cudaMemcpy(buf[r], in[r].data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  for (int r = 0; r < k; r++) ASSERT_EQ(cudaGraphLaunch(execs[r], ranks.streams[r]), cudaSuccess);
+  ranks.sync();
+  for (int r = 0; r < k; r++) {
+    std::vector<float> out(n);
+    ASSERT_EQ(cudaMemcpy(out.data(), buf[r], n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    for (size_t i = 0; i < n; i++) ASSERT_EQ(out[i], in[0][i] + in[1][i]) << "rank " << r << " i " << i;
+    cudaGraphExecDestroy(execs[r]);
+    cudaGraphDestroy(graphs[r]);
+    cudaFree(buf[r]);
+  }
+}
+
 // Sets WEFT_* variables for one test and puts back what was there after,
 // forgetting the cached values both times (the device and wait tables).
 struct ScopedEnv {
@@ -211,10 +253,56 @@ struct ScopedEnv {
     reset();
   }
   static void reset() {
-    struct weft_param *const tables[] = {cuda_params, wait_params, NULL};
+    struct weft_param *const tables[] = {cuda_params, wait_params, coll_params, NULL};
     param_tables_reset(tables);
   }
 };
+
+// Torch tensors may be views at any element offset: buffers that are not
+// 16-byte aligned take the kernels' element-wise path (SIMPLE) and partial
+// LL words, with the same sums and nothing written outside the view.
+TEST(DeviceAlignment, ViewsAtAnyElementOffset) {
+  REQUIRE_GPU();
+  const int k = 2;
+  const uint32_t poison = 0xa5a5a5a5u;
+  for (const char *proto : {"simple", "ll"}) {
+    ScopedEnv env({{"WEFT_PROTO", proto}});
+    Ranks ranks(k);
+    for (size_t off : {1ul, 3ul})
+      for (size_t n : {1ul, 7ul, 70001ul}) {
+        SCOPED_TRACE(std::string(proto) + " offset " + std::to_string(off) + " n " + std::to_string(n));
+        const size_t total = 2 * n + 2 * off + 16, at_out = n + 2 * off + 1; // out: offset off + 1
+        std::vector<float *> base(k);
+        std::vector<std::vector<float>> in(k, std::vector<float>(n));
+        for (int r = 0; r < k; r++) {
+          ASSERT_EQ(cudaMalloc((void **)&base[r], total * sizeof(float)), cudaSuccess);
+          ASSERT_EQ(cudaMemset(base[r], 0xa5, total * sizeof(float)), cudaSuccess);
+          for (size_t i = 0; i < n; i++) in[r][i] = (float)((i * 5 + (size_t)r * 11) % 97);
+          ASSERT_EQ(cudaMemcpy(base[r] + off, in[r].data(), n * sizeof(float), cudaMemcpyHostToDevice),
+                    cudaSuccess);
+        }
+        ASSERT_EQ(weftGroupStart(), weftSuccess);
+        for (int r = 0; r < k; r++)
+          ASSERT_EQ(weftAllReduce(base[r] + off, base[r] + at_out, n, weftFloat32, weftSum,
+                                  ranks.comms[r], ranks.streams[r]), weftSuccess);
+        ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+        ranks.sync();
+        for (int r = 0; r < k; r++) {
+          std::vector<float> h(total);
+          ASSERT_EQ(cudaMemcpy(h.data(), base[r], total * sizeof(float), cudaMemcpyDeviceToHost),
+                    cudaSuccess);
+          for (size_t i = 0; i < n; i++)
+            ASSERT_EQ(h[at_out + i], in[0][i] + in[1][i]) << "rank " << r << " element " << i;
+          for (size_t i = at_out + n; i < total; i++) {
+            uint32_t bits;
+            memcpy(&bits, &h[i], sizeof bits);
+            ASSERT_EQ(bits, poison) << "rank " << r << ": written past the view at " << i;
+          }
+          cudaFree(base[r]);
+        }
+      }
+  }
+}
 
 // A ring's blocks wait on each other, so every rank's blocks must be on the
 // GPU at once. Sixteen ranks asking for 64 channels each (1024 blocks, more
@@ -373,6 +461,28 @@ TEST(DevicePreMulSum, ScalarByValueAndInDeviceMemory) {
           cudaFree(scal[r]);
         }
       }
+}
+
+// A pre-multiply sum on one rank is refused in place as out of place: the
+// in-place call once returned success with the buffer left unscaled.
+TEST(DevicePreMulSum, OneRankIsRefusedInPlaceToo) {
+  REQUIRE_GPU();
+  Ranks ranks(1);
+  float s = 0.5f, *buf = nullptr, *out = nullptr;
+  ASSERT_EQ(cudaMalloc((void **)&buf, 64 * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc((void **)&out, 64 * sizeof(float)), cudaSuccess);
+  weftRedOp_t op;
+  ASSERT_EQ(weftRedOpCreatePreMulSum(&op, &s, weftFloat32, weftScalarHostImmediate, ranks.comms[0]),
+            weftSuccess);
+  for (float *dst : {buf, out}) {
+    EXPECT_EQ(weftAllReduce(buf, dst, 64, weftFloat32, op, ranks.comms[0], ranks.streams[0]),
+              weftInvalidUsage) << (dst == buf ? "in place" : "out of place");
+    EXPECT_NE(std::string(weftGetLastError(ranks.comms[0])).find("2 ranks or more"), std::string::npos)
+        << weftGetLastError(ranks.comms[0]);
+  }
+  weftRedOpDestroy(op, ranks.comms[0]);
+  cudaFree(buf);
+  cudaFree(out);
 }
 
 }  // namespace

@@ -102,6 +102,39 @@ INSTANTIATE_TEST_SUITE_P(Sizes, DeviceAlltoAll,
                          testing::Combine(testing::Values(2, 3, 4),
                                           testing::Values(0ul, 1ul, 1000ul, 70001ul, 300001ul)));
 
+// Messages from and into views at odd byte offsets (not 16-byte aligned:
+// the byte-wise copy path), one slot and several, both ways at once: every
+// byte arrives and nothing is written past the view.
+TEST(DeviceSendRecv, ViewsAtOddByteOffsets) {
+  REQUIRE_GPU();
+  Ranks ranks(2);
+  for (size_t n : {1ul, 17ul, 300001ul}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    std::vector<std::vector<char>> in = {random_bytes(n + 3, n), random_bytes(n + 3, n + 1)};
+    std::vector<std::unique_ptr<DevBuf>> src, dst;
+    for (int r = 0; r < 2; r++) {
+      src.emplace_back(new DevBuf(n + 3, &in[r]));
+      dst.emplace_back(new DevBuf(n + 5, nullptr));
+    }
+    ASSERT_EQ(weftGroupStart(), weftSuccess);
+    for (int r = 0; r < 2; r++) {
+      ASSERT_EQ(weftRecv(dst[r]->d + 5, n, weftUint8, 1 - r, ranks.comms[r], ranks.streams[r]),
+                weftSuccess);
+      ASSERT_EQ(weftSend(src[r]->d + 3, n, weftUint8, 1 - r, ranks.comms[r], ranks.streams[r]),
+                weftSuccess);
+    }
+    ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+    ranks.sync();
+    for (int r = 0; r < 2; r++) {
+      std::vector<char> got = dst[r]->get();
+      std::vector<char> want(in[1 - r].begin() + 3, in[1 - r].end());
+      expect_block(got, 5, want, "rank " + std::to_string(r));
+      expect_tail_poisoned(got, 5 + n, "rank " + std::to_string(r));
+      for (size_t i = 0; i < 5; i++) ASSERT_EQ((unsigned char)got[i], 0xa5u) << "before the view";
+    }
+  }
+}
+
 // Several messages of random uneven sizes from every rank to every other (and
 // itself), posted in a shuffled order in one group: each arrives whole, in
 // its pair's posting order.

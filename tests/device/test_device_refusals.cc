@@ -87,6 +87,23 @@ TEST(DeviceRefusals, RingAmongOthersOrPerCollective) {
   }
 }
 
+// A refused device call leaves the comm idle: it once ended an operation
+// it had not begun, and the comm then counted as in use for ever (destroy
+// refused it as busy, abort would have waited without end).
+TEST(DeviceRefusals, RefusalLeavesTheCommIdle) {
+  AlgoEnv env("tree");
+  weftUniqueId id;
+  ASSERT_EQ(weftGetUniqueId(&id), weftSuccess);
+  weftComm_t comm;
+  ASSERT_EQ(weftCommInitRank(&comm, 1, id, 0), weftSuccess) << weftGetLastError(nullptr);
+  weft_plan p = plan_of(COLL_ALLREDUCE, weftFloat32, weftSum);
+  for (int i = 0; i < 3; i++) EXPECT_EQ(device_enqueue(comm, &p, nullptr), weftInvalidUsage);
+  EXPECT_NE(std::string(weftGetLastError(comm)).find("WEFT_ALGO=tree"), std::string::npos)
+      << weftGetLastError(comm);
+  EXPECT_EQ(__atomic_load_n(&comm->active, __ATOMIC_ACQUIRE), 0u);
+  EXPECT_EQ(weftCommDestroy(comm), weftSuccess) << weftGetLastError(nullptr);
+}
+
 TEST(DeviceRefusals, OpOutsideTheBuiltMatrixNamesTheOption) {
   const bool small = std::string(weft_dev_matrix) == "small";
   weftResult_t res;

@@ -33,6 +33,14 @@ static inline void *cuda_fifo_ctrl(const struct weft_conn *conn) {
 /* Shared by both transports: allocate and describe the receiver's region, and
  * free whatever an end holds. */
 weftResult_t cuda_fifo_recv_setup(struct weft_conn *conn, struct conn_blob *blob_out);
+/* Copies nbytes from host memory src to device memory dst (src NULL: zeroes
+ * dst) on a non-blocking stream of its own and waits for it. Set-up uses it
+ * instead of cudaMemcpy/cudaMemset, whose legacy default stream waits for
+ * every blocking stream of the device: kernels of other ranks of this
+ * process that wait for this rank (a deadlock until the timeout), and a
+ * stream being captured into a graph (the capture fails). Blocks the
+ * calling thread; "what" names the copy in the error message. */
+weftResult_t cuda_fifo_copy(void *dst, const void *src, size_t nbytes, const char *what);
 weftResult_t cuda_fifo_recv_connect(struct weft_conn *conn);
 void cuda_fifo_close(struct weft_conn *conn);
 

@@ -23,6 +23,17 @@ static weftResult_t cuda_fail(cudaError_t err, const char *what) {
   return weft_error_set(weftSystemError, "cuda_ipc: %s: %s", what, cudaGetErrorString(err));
 }
 
+weftResult_t cuda_fifo_copy(void *dst, const void *src, size_t nbytes, const char *what) {
+  cudaStream_t s;
+  cudaError_t err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (err != cudaSuccess) return cuda_fail(err, what);
+  if (src != NULL) err = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, s);
+  else err = cudaMemsetAsync(dst, 0, nbytes, s);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(s);
+  cudaStreamDestroy(s);
+  return err == cudaSuccess ? weftSuccess : cuda_fail(err, what);
+}
+
 weftResult_t cuda_fifo_recv_setup(struct weft_conn *conn, struct conn_blob *blob_out) {
   struct cuda_fifo_priv *priv = calloc(1, sizeof *priv);
   if (priv == NULL) return weft_error_set(weftSystemError, "cuda_ipc: out of memory");
@@ -34,12 +45,14 @@ weftResult_t cuda_fifo_recv_setup(struct weft_conn *conn, struct conn_blob *blob
     free(priv);
     return cuda_fail(err, "allocating a FIFO");
   }
-  /* zeroed: counters at 0 and LL flags that match no step */
-  err = cudaMemset(priv->base, 0, nbytes);
-  if (err != cudaSuccess) {
+  /* zeroed before any peer can see it: counters at 0 and LL flags that
+   * match no step */
+  weftResult_t res = cuda_fifo_copy(priv->base, NULL, nbytes, "clearing a FIFO");
+  if (res != weftSuccess) {
     cudaFree(priv->base);
+    cudaGetLastError();
     free(priv);
-    return cuda_fail(err, "clearing a FIFO");
+    return res;
   }
   priv->owned = 1;
   conn->priv = priv;

@@ -116,6 +116,20 @@ static void device_comm_wait(struct device_comm *d) {
   cudaGetLastError();
 }
 
+/* Drops the streams whose last launch of the comm is done, so that a
+ * comm used on many streams rarely has to wait for its oldest one (a wait
+ * that, with several ranks driven by one thread, may wait for a rank this
+ * thread has yet to launch). */
+static void device_work_prune(struct device_comm *d) {
+  int kept = 0;
+  for (int i = 0; i < d->nwork; i++) {
+    if (cudaEventQuery(d->work[i].done) == cudaSuccess) cudaEventDestroy(d->work[i].done);
+    else d->work[kept++] = d->work[i];
+  }
+  d->nwork = kept;
+  cudaGetLastError(); /* cudaErrorNotReady */
+}
+
 void device_comm_note_launch(struct device_comm *d, cudaStream_t stream) {
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
@@ -124,6 +138,10 @@ void device_comm_note_launch(struct device_comm *d, cudaStream_t stream) {
   }
   int i = 0;
   while (i < d->nwork && d->work[i].stream != stream) i++;
+  if (i == DEV_MAX_STREAMS) { /* forget streams whose work is done */
+    device_work_prune(d);
+    i = d->nwork;
+  }
   if (i == DEV_MAX_STREAMS) { /* reuse the oldest, once it is done */
     cudaEventSynchronize(d->work[0].done);
     cudaEventDestroy(d->work[0].done);
@@ -172,6 +190,37 @@ void device_comm_free(struct weftComm *comm) {
   if (prev >= 0) cudaSetDevice(prev);
   free(d);
   comm->device = NULL;
+}
+
+/* Writes the comm's channels (rings, FIFOs at step 0) where the kernels
+ * read them. */
+static weftResult_t device_channels_publish(struct weftComm *comm, struct device_comm *d) {
+  const int n = comm->nranks, nch = d->nchannels;
+  const struct weft_channel *ch = &comm->channels[0];
+  struct dev_channel host[DEV_MAX_CHANNELS];
+  int *rings = calloc((size_t)nch * (size_t)n, sizeof *rings);
+  if (rings == NULL) return weft_error_set(weftSystemError, "out of memory");
+  memset(host, 0, sizeof host);
+  weftResult_t res = weftSuccess;
+  for (int c = 0; c < nch; c++) {
+    memcpy(rings + (size_t)c * n, ch->ring, sizeof *rings * (size_t)n);
+    host[c].ring_pos = ch->ring_pos;
+    host[c].nranks = n;
+    for (int p = 0; p < DEV_NPROTOS && n > 1 && res == weftSuccess; p++) {
+      res = device_hop_fifo(&d->send[c][p], &host[c].send[p]);
+      if (res == weftSuccess) res = device_hop_fifo(&d->recv[c][p], &host[c].recv[p]);
+    }
+  }
+  if (res == weftSuccess)
+    res = cuda_check(cudaMalloc((void **)&d->rings_d, sizeof *rings * (size_t)nch * n), "rings");
+  if (res == weftSuccess)
+    res = cuda_fifo_copy(d->rings_d, rings, sizeof *rings * (size_t)nch * n, "rings");
+  free(rings);
+  WEFT_TRY(res);
+  for (int c = 0; c < nch; c++) host[c].ring = d->rings_d + (size_t)c * n;
+  CUDA_TRY(cudaMalloc((void **)&d->channels_d, sizeof host[0] * (size_t)nch), "channels");
+  WEFT_TRY(cuda_fifo_copy(d->channels_d, host, sizeof host[0] * (size_t)nch, "channels"));
+  return weftSuccess;
 }
 
 /* Sets up every device connection of comm (collective over its ranks). */
@@ -242,32 +291,7 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
       for (int p = 0; p < DEV_NPROTOS; p++) WEFT_TRY(device_hop_recv_connect(&d->recv[c][p]));
   }
 
-  /* the channels as the kernels read them */
-  struct dev_channel host[DEV_MAX_CHANNELS];
-  int *rings = calloc((size_t)nch * (size_t)n, sizeof *rings);
-  if (rings == NULL) return weft_error_set(weftSystemError, "out of memory");
-  memset(host, 0, sizeof host);
-  for (int c = 0; c < nch; c++) {
-    memcpy(rings + (size_t)c * n, ch->ring, sizeof *rings * (size_t)n);
-    host[c].ring_pos = ch->ring_pos;
-    host[c].nranks = n;
-    if (n > 1)
-      for (int p = 0; p < DEV_NPROTOS; p++) {
-        host[c].send[p] = device_hop_fifo(&d->send[c][p]);
-        host[c].recv[p] = device_hop_fifo(&d->recv[c][p]);
-      }
-  }
-  res = cuda_check(cudaMalloc((void **)&d->rings_d, sizeof *rings * (size_t)nch * n), "rings");
-  if (res == weftSuccess)
-    res = cuda_check(cudaMemcpy(d->rings_d, rings, sizeof *rings * (size_t)nch * n,
-                                cudaMemcpyHostToDevice), "rings");
-  free(rings);
-  WEFT_TRY(res);
-  for (int c = 0; c < nch; c++) host[c].ring = d->rings_d + (size_t)c * n;
-  CUDA_TRY(cudaMalloc((void **)&d->channels_d, sizeof host[0] * (size_t)nch), "channels");
-  CUDA_TRY(cudaMemcpy(d->channels_d, host, sizeof host[0] * (size_t)nch, cudaMemcpyHostToDevice),
-           "channels");
-  return weftSuccess;
+  return device_channels_publish(comm, d);
 }
 
 /* The comm's device state (the flags the kernels share with the host),

@@ -93,18 +93,24 @@ weftResult_t device_hop_recv_connect(struct weft_conn *c) {
   return c->transport != NULL ? c->transport->recv_connect(c) : weftSuccess;
 }
 
-struct dev_fifo device_hop_fifo(const struct weft_conn *c) {
-  if (c->transport == NULL || (c->transport->caps & TRANSPORT_CAP_DEVICE_MEMORY))
-    return device_fifo_of(c);
+weftResult_t device_hop_fifo(const struct weft_conn *c, struct dev_fifo *fifo_out) {
+  if (c->transport == NULL || c->slots == NULL)
+    return weft_error_set(weftInternalError, "rank %d: a device connection that is not set up",
+                          c->peer_rank);
+  if (c->transport->caps & TRANSPORT_CAP_DEVICE_MEMORY) {
+    *fifo_out = device_fifo_of(c);
+    return weftSuccess;
+  }
   struct net_dev_fifo nf;
+  WEFT_TRY(net_dev_conn_fifo(c, &nf));
   struct dev_fifo f;
   memset(&f, 0, sizeof f);
-  if (net_dev_conn_fifo(c, &nf) != weftSuccess) return f;
   f.ctrl = nf.ctrl;
   f.slots = nf.slots;
   f.nslots = nf.nslots;
   f.slot_nbytes = (uint32_t)nf.slot_nbytes;
-  return f;
+  *fifo_out = f;
+  return weftSuccess;
 }
 
 int device_comm_crosses_hosts(const struct weftComm *comm) {

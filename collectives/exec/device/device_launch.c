@@ -45,13 +45,15 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
                                 const struct weft_plan *plan, cudaStream_t stream) {
   if (comm->nranks == 1) { /* every collective is a copy (avg divides by one) */
     size_t nbytes = plan->count * weftTypeSize(plan->datatype);
-    if (plan->recvbuf == plan->sendbuf) return weftSuccess;
     if (device_op_index(plan->op) == DEV_OP_PREMULSUM) {
-      /* the copy scales: the ring kernel with one rank would not; refuse plainly */
+      /* the result is the input scaled, which a copy is not (nor, in place,
+       * nothing at all); the ring kernel with one rank would not scale
+       * either: refuse plainly */
       return weft_error_set(weftInvalidUsage,
                             "%s on device memory: a pre-multiply op needs 2 ranks or more",
                             coll_kind_name(plan->coll));
     }
+    if (plan->recvbuf == plan->sendbuf) return weftSuccess;
     return device_cuda_check(cudaMemcpyAsync(plan->recvbuf, plan->sendbuf, nbytes,
                                              cudaMemcpyDeviceToDevice, stream), "copy");
   }
@@ -93,7 +95,9 @@ static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *c
     else if (plans[i]->count > 0) res = ring_launch(comm, d, plans[i], stream);
   }
   if (res == weftSuccess && np2p > 0) res = device_p2p_launch(comm, d, plans, n, stream);
-  if (res == weftSuccess) device_comm_note_launch(d, stream);
+  /* recorded even when a later launch failed: the earlier ones still use
+   * the FIFOs that destroy frees once they are done */
+  if (d != NULL && prev >= 0) device_comm_note_launch(d, stream);
   if (prev >= 0 && prev != comm->cuda_dev) cudaSetDevice(prev);
   device_op_end(comm);
   return res;
@@ -134,10 +138,14 @@ static weftResult_t comm_connect_relaxed(struct weftComm *comm,
 weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan, void *stream) {
   const struct weft_plan *const plans[1] = {plan};
   weftResult_t res = device_plan_check(plan);
-  if (res == weftSuccess) res = device_op_begin(comm);
-  if (res == weftSuccess) res = comm_connect_relaxed(comm, plans, 1);
-  device_op_end(comm);
-  if (res == weftSuccess) res = comm_launch(comm, plans, 1, (cudaStream_t)stream);
+  if (res == weftSuccess) {
+    /* held from connection to launch: an abort on another thread waits for
+     * both (and a refusal above began nothing, so it ends nothing) */
+    res = device_op_begin(comm);
+    if (res == weftSuccess) res = comm_connect_relaxed(comm, plans, 1);
+    if (res == weftSuccess) res = comm_launch(comm, plans, 1, (cudaStream_t)stream);
+    device_op_end(comm);
+  }
   if (res != weftSuccess)
     snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
   return res;
@@ -208,9 +216,14 @@ weftResult_t device_enqueue_group(struct weftComm *const *comms,
   for (size_t k = 0; k < nparts && res == weftSuccess; k++)
     for (size_t i = 0; i < parts[k].n && res == weftSuccess; i++)
       res = device_plan_check(parts[k].plans[i]);
+  /* every comm of the group held from connection to launch, as above */
+  size_t held = 0;
+  for (; res == weftSuccess && held < nparts; held++)
+    __atomic_add_fetch(&parts[held].comm->active, 1, __ATOMIC_SEQ_CST);
   if (res == weftSuccess) res = connect_parts(parts, nparts);
   for (size_t k = 0; k < nparts && res == weftSuccess; k++)
     res = comm_launch(parts[k].comm, parts[k].plans, parts[k].n, parts[k].stream);
+  for (size_t k = 0; k < held; k++) device_op_end(parts[k].comm);
   if (cur >= 0) cudaSetDevice(cur);
   free(parts);
   free(sorted);

@@ -36,14 +36,24 @@ static weftResult_t p2p_alloc(struct weftComm *comm, struct device_p2p *p) {
   p->send = calloc(n, sizeof *p->send);
   p->recv = calloc(n, sizeof *p->recv);
   p->known = calloc(n, 1);
-  if (p->send == NULL || p->recv == NULL || p->known == NULL)
-    return weft_error_set(weftSystemError, "out of memory");
-  CUDA_TRY(cudaMalloc((void **)&p->lanes_d, n * sizeof *p->lanes_d), "p2p lanes");
-  CUDA_TRY(cudaMemset(p->lanes_d, 0, n * sizeof *p->lanes_d), "p2p lanes");
+  weftResult_t res = p->send == NULL || p->recv == NULL || p->known == NULL
+                         ? weft_error_set(weftSystemError, "out of memory")
+                         : weftSuccess;
+  if (res == weftSuccess)
+    res = device_cuda_check(cudaMalloc((void **)&p->lanes_d, n * sizeof *p->lanes_d),
+                            "p2p lanes");
+  if (res == weftSuccess)
+    res = cuda_fifo_copy(p->lanes_d, NULL, n * sizeof *p->lanes_d, "p2p lanes");
   /* every rank's blocks must run at once: share the SMs among ranks that may
    * share this GPU (all of them, at worst) */
   int sms = 1;
-  CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, comm->cuda_dev), "SMs");
+  if (res == weftSuccess)
+    res = device_cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
+                                                   comm->cuda_dev), "SMs");
+  if (res != weftSuccess) { /* nothing half made stays: the next call starts afresh */
+    device_p2p_free(p, comm->nranks);
+    return res;
+  }
   int cap = sms / comm->nranks > 0 ? sms / comm->nranks : 1;
   p->max_blocks = device_nchannels(DEV_MAX_CHANNELS, WEFT_CONFIG_UNDEF_INT, comm->cfg_max_channels,
                                    cap);
@@ -73,52 +83,104 @@ static weftResult_t lanes_publish(struct device_p2p *p, int peer, int send) {
   struct dev_fifo x[P2P_NLANES];
   memset(x, 0, sizeof x);
   for (int l = 0; l < P2P_NLANES; l++)
-    x[l] = device_hop_fifo(send ? &p->send[peer][l] : &p->recv[peer][l]);
+    WEFT_TRY(device_hop_fifo(send ? &p->send[peer][l] : &p->recv[peer][l], &x[l]));
   void *at = send ? (void *)p->lanes_d[peer].send : (void *)p->lanes_d[peer].recv;
-  CUDA_TRY(cudaMemcpy(at, x, sizeof x, cudaMemcpyHostToDevice), "p2p lanes");
-  return weftSuccess;
+  return cuda_fifo_copy(at, x, sizeof x, "p2p lanes");
 }
 
-/* Per pair: the receiver sets up its lanes and sends the blobs; the sender
- * attaches and acks. Messages never wait for the peer, so any order works. */
-static weftResult_t p2p_connect_lanes(struct weftComm *comm, struct device_p2p *p,
-                                      const char *want_send, const char *want_recv) {
-  struct conn_blob b[P2P_NLANES];
+/* Closes peer's lanes in one direction after their connection failed
+ * (lane 0 up, lane 1 not; the peer refused or gone): the next group
+ * connects them afresh instead of taking them for connected while the
+ * kernels' table has none of them. */
+static void lanes_close(struct device_p2p *p, int peer, int send) {
+  for (int l = 0; l < P2P_NLANES; l++) {
+    struct weft_conn *c = send ? &p->send[peer][l] : &p->recv[peer][l];
+    if (c->transport != NULL) c->transport->close(c);
+    memset(c, 0, sizeof *c);
+  }
+}
+
+/* Receiver: sets up the lanes from each peer of want_recv and sends it the
+ * blobs; once a set-up failed, the later peers get a refusal, so no sender
+ * waits for blobs that never come. Returns the first failure. */
+static weftResult_t lanes_offer(struct weftComm *comm, struct device_p2p *p,
+                                const char *want_recv) {
+  weftResult_t first = weftSuccess;
   for (int r = 0; r < comm->nranks; r++) {
     if (!want_recv[r]) continue;
-    weftResult_t res = weftSuccess;
+    struct conn_blob b[P2P_NLANES];
+    memset(b, 0, sizeof b);
+    weftResult_t res = first;
     for (int l = 0; l < P2P_NLANES && res == weftSuccess; l++)
       res = device_hop_recv_setup(comm, comm->cuda_dev, &p->recv[r][l], r, DEV_PROTO_SIMPLE,
                                   &b[l]);
     if (res != weftSuccess) b[0].transport = -2; /* tell the peer */
     weftResult_t sent = bootstrap_send(comm->bs, r, TAG_DEV_BLOB, b, sizeof b);
-    WEFT_TRY(res);
-    WEFT_TRY(sent);
+    if (first == weftSuccess) first = res != weftSuccess ? res : sent;
   }
+  return first;
+}
+
+/* Sender: attaches to the lanes each peer of want_send offers, publishes
+ * them, and answers 1, or closes what it made and answers 0, so that the
+ * receiver knows at once. Returns the first failure. */
+static weftResult_t lanes_attach(struct weftComm *comm, struct device_p2p *p,
+                                 const char *want_send) {
+  weftResult_t first = weftSuccess;
   for (int r = 0; r < comm->nranks; r++) {
     if (!want_send[r]) continue;
-    WEFT_TRY(bootstrap_recv(comm->bs, r, TAG_DEV_BLOB, b, sizeof b));
-    for (int l = 0; l < P2P_NLANES; l++) {
-      if (b[l].transport < 0 || b[0].transport < 0)
-        return weft_error_set(weftRemoteError,
-                              "rank %d could not set up its device lanes from rank %d", r,
-                              comm->rank);
-      WEFT_TRY(device_hop_send_connect(comm, &p->send[r][l], r, DEV_PROTO_SIMPLE, &b[l]));
-    }
-    uint32_t ack = 1;
-    WEFT_TRY(bootstrap_send(comm->bs, r, TAG_DEV_ACK, &ack, sizeof ack));
+    struct conn_blob b[P2P_NLANES];
+    weftResult_t res = bootstrap_recv(comm->bs, r, TAG_DEV_BLOB, b, sizeof b);
+    if (res == weftSuccess && b[0].transport < 0)
+      res = weft_error_set(weftRemoteError,
+                           "rank %d could not set up its device lanes from rank %d", r,
+                           comm->rank);
+    for (int l = 0; l < P2P_NLANES && res == weftSuccess; l++)
+      res = device_hop_send_connect(comm, &p->send[r][l], r, DEV_PROTO_SIMPLE, &b[l]);
+    if (res == weftSuccess) res = lanes_publish(p, r, 1);
+    if (res != weftSuccess) lanes_close(p, r, 1);
+    uint32_t ack = res == weftSuccess;
+    weftResult_t sent = bootstrap_send(comm->bs, r, TAG_DEV_ACK, &ack, sizeof ack);
+    if (first == weftSuccess) first = res != weftSuccess ? res : sent;
   }
+  return first;
+}
+
+/* Receiver: each peer's answer; lanes the peer attached to are completed
+ * and published, the others closed (the next group offers them again).
+ * Returns the first failure. */
+static weftResult_t lanes_complete(struct weftComm *comm, struct device_p2p *p,
+                                   const char *want_recv) {
+  weftResult_t first = weftSuccess;
   for (int r = 0; r < comm->nranks; r++) {
     if (!want_recv[r]) continue;
-    uint32_t ack;
-    WEFT_TRY(bootstrap_recv(comm->bs, r, TAG_DEV_ACK, &ack, sizeof ack));
-    for (int l = 0; l < P2P_NLANES; l++) WEFT_TRY(device_hop_recv_connect(&p->recv[r][l]));
+    uint32_t ack = 0;
+    weftResult_t res = bootstrap_recv(comm->bs, r, TAG_DEV_ACK, &ack, sizeof ack);
+    const int offered = p->recv[r][P2P_NLANES - 1].transport != NULL;
+    if (res == weftSuccess && offered && ack != 1)
+      res = weft_error_set(weftRemoteError,
+                           "rank %d could not attach to its device lanes to rank %d", r,
+                           comm->rank);
+    for (int l = 0; l < P2P_NLANES && res == weftSuccess && offered; l++)
+      res = device_hop_recv_connect(&p->recv[r][l]);
+    if (res == weftSuccess && offered) res = lanes_publish(p, r, 0);
+    if (res != weftSuccess || !offered) lanes_close(p, r, 0);
+    if (first == weftSuccess) first = res;
   }
-  for (int r = 0; r < comm->nranks; r++) {
-    if (want_send[r]) WEFT_TRY(lanes_publish(p, r, 1));
-    if (want_recv[r]) WEFT_TRY(lanes_publish(p, r, 0));
-  }
-  return weftSuccess;
+  return first;
+}
+
+/* Per pair: the receiver sets up its lanes and sends the blobs; the sender
+ * attaches and answers. Messages never wait for the peer, so any order
+ * works; a failure on one pair is answered on every pair of the call, so no
+ * peer is left waiting for the timeout. */
+static weftResult_t p2p_connect_lanes(struct weftComm *comm, struct device_p2p *p,
+                                      const char *want_send, const char *want_recv) {
+  weftResult_t offered = lanes_offer(comm, p, want_recv);
+  weftResult_t attached = lanes_attach(comm, p, want_send);
+  weftResult_t completed = lanes_complete(comm, p, want_recv);
+  if (offered != weftSuccess) return offered;
+  return attached != weftSuccess ? attached : completed;
 }
 
 weftResult_t device_p2p_connect(struct weftComm *comm, struct device_comm *d,
@@ -188,6 +250,12 @@ weftResult_t device_p2p_launch(struct weftComm *comm, struct device_comm *d,
   static struct dev_p2p_work zero;
   struct dev_p2p_work w = zero;
   WEFT_TRY(p2p_work_fill(comm, plans, nops, &w, stream));
+  for (int i = 0; i < w.nops; i++) {
+    const struct p2p_op *o = &w.ops[i];
+    if (!o->self && (o->send ? d->p2p.send : d->p2p.recv)[o->peer][0].transport == NULL)
+      return weft_error_set(weftInternalError, "rank %d: device lanes %s rank %d are not "
+                            "connected", comm->rank, o->send ? "to" : "from", o->peer);
+  }
   int npairs = p2p_assign_pairs(w.ops, w.nops);
   if (npairs == 0) return weftSuccess;
   w.peers = d->p2p.lanes_d;

@@ -96,8 +96,10 @@ weftResult_t device_hop_recv_setup(struct weftComm *comm, int dev, struct weft_c
 weftResult_t device_hop_send_connect(struct weftComm *comm, struct weft_conn *c, int to,
                                      int proto, const struct conn_blob *b);
 weftResult_t device_hop_recv_connect(struct weft_conn *c);
-/* The kernels' view of a connected hop (step 0), whatever its transport. */
-struct dev_fifo device_hop_fifo(const struct weft_conn *c);
+/* The kernels' view of a connected hop (step 0), whatever its transport;
+ * weftInternalError for a hop that is not set up (a kernel handed a NULL
+ * FIFO would fault). */
+weftResult_t device_hop_fifo(const struct weft_conn *c, struct dev_fifo *fifo_out);
 /* Whether the comm's ranks are on more than one host: its rings then cross
  * a network, which carries SIMPLE slots only (every rank decides alike). */
 int device_comm_crosses_hosts(const struct weftComm *comm);

@@ -94,17 +94,20 @@ extern "C" __global__ void __launch_bounds__(DEV_NTHREADS) weft_p2p_kernel(dev_p
         char *buf = static_cast<char *>(w.bufs[blk.op[cur]]) + off;
         in = o.send ? buf : slot;
         out = o.send ? slot : buf;
+        // acquire: what the peer did before the tail (head) we saw, before
+        // the block touches the slot (the barrier below passes it on)
+        __threadfence_system();
       }
     }
     __syncthreads();
     if (cur < 0) return;
-    // acquire: what the peer stored before its tail is seen by every thread
-    __threadfence_system();
     dev_reduce_copy<dev_copy_bytes>(reinterpret_cast<const uint8_t *>(in), NULL,
                                     reinterpret_cast<uint8_t *>(out), NULL, size, 1);
-    __threadfence_system();
     __syncthreads();
     if (threadIdx.x == 0) {
+      // release: every thread's accesses to the slot (ordered before this by
+      // the barrier) are visible system-wide before the counter moves
+      __threadfence_system();
       const p2p_op &o = w.ops[blk.op[cur]];
       dev_fifo *f = p2p_lane(w, o, blk.lane[cur]);
       dev_st_volatile_u64(o.send ? &f->ctrl->tail : &f->ctrl->head, f->step + 1);

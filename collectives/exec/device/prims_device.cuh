@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "collectives/exec/device/dev_types.h"
+#include "collectives/exec/device/ll_line.h"
 #include "collectives/reduce/reduce_ops.h"
 #include "collectives/algo/ring_steps.h"
 
@@ -200,6 +201,10 @@ struct dev_prims {
 
   // Thread 0 waits until the sender's next slot is free and, for SIMPLE,
   // the receiver's next slot is full; the block then agrees on the outcome.
+  // Acquire: thread 0's fence after the loads of head and tail, then the
+  // barrier, order what the peer did before it published them (its reads
+  // of the slot we fill, its stores to the slot we drain) before every
+  // thread's accesses to the slots.
   __device__ bool wait(bool do_recv, bool do_send) {
     __shared__ int failed;
     if (threadIdx.x == 0) {
@@ -218,21 +223,24 @@ struct dev_prims {
             failed = 1;
             break;
           }
+      __threadfence_system();
     }
     __syncthreads();
     bool ok = failed == 0;
-    // acquire: what the peer stored before its tail is seen by every thread
-    __threadfence_system();
-    __syncthreads();
+    __syncthreads(); // every thread has read failed before thread 0 resets it
     return ok;
   }
 
   // Publishes the slot sent (SIMPLE: tail) and returns the credit of the one
-  // received (head), once every thread's stores are visible.
+  // received (head). Release: the barrier orders every thread's stores to
+  // (and loads of) the slots before thread 0's fence, which makes them
+  // visible system-wide before the counters; a fence by each thread before
+  // the barrier would order its own accesses only before its own later
+  // stores, not before thread 0's.
   __device__ void post(bool do_recv, bool do_send) {
-    __threadfence_system();
     __syncthreads();
     if (threadIdx.x == 0) {
+      __threadfence_system();
       if (do_send && PROTO == DEV_PROTO_SIMPLE) dev_st_volatile_u64(&send.ctrl->tail, send.step + 1);
       if (do_recv) dev_st_volatile_u64(&recv.ctrl->head, recv.step + 1);
     }
@@ -340,7 +348,7 @@ struct dev_prims {
     const size_t nbytes = n * sizeof(T);
     size_t nlines = (nbytes + DEV_LL_LINE_DATA_NBYTES - 1) / DEV_LL_LINE_DATA_NBYTES;
     if (nlines == 0) nlines = 1;
-    const uint32_t recv_flag = (uint32_t)(recv.step + 1), send_flag = (uint32_t)(send.step + 1);
+    const uint32_t recv_flag = ll_flag(recv.step), send_flag = ll_flag(send.step);
     const uint4 *in = do_recv ? slot_of<const uint4>(recv) : NULL;
     uint4 *out = do_send ? slot_of<uint4>(send) : NULL;
     const uint64_t start = dev_clock_ns();
@@ -355,7 +363,7 @@ struct dev_prims {
         uint32_t spins = 0;
         for (;;) {
           line = dev_ld_volatile_line(in + l);
-          if (line.y == recv_flag && line.w == recv_flag) break;
+          if (ll_line_ready(reinterpret_cast<const uint32_t *>(&line), recv_flag)) break;
           if (dev_watch_expired(watch, start, &spins, &recv)) {
             failed = 1; // the block's other threads see it below
             gave_up = true;
@@ -363,7 +371,7 @@ struct dev_prims {
           }
         }
         if (gave_up) break;
-        x.w = (uint64_t)line.x | (uint64_t)line.z << 32;
+        x.w = ll_line_data(reinterpret_cast<const uint32_t *>(&line));
       } else {
         x.w = ll_load(src, l * 8, nbytes);
       }
@@ -381,9 +389,11 @@ struct dev_prims {
         for (int e = 0; e < (int)(8 / sizeof(T)); e++) x.e[e] = R::div(x.e[e], div);
       }
       if (dst != NULL && l * 8 < nbytes) ll_store(dst, l * 8, nbytes, x.w);
-      if (out != NULL)
-        dev_st_volatile_line(out + l, make_uint4((uint32_t)x.w, send_flag, (uint32_t)(x.w >> 32),
-                                                 send_flag));
+      if (out != NULL) {
+        uint4 line;
+        ll_line_pack(x.w, send_flag, reinterpret_cast<uint32_t *>(&line));
+        dev_st_volatile_line(out + l, line);
+      }
     }
     __syncthreads();
     bool ok = failed == 0;
