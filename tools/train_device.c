@@ -1,6 +1,5 @@
 /* weft-train's CUDA side: see train_device.h. */
 #include "train_device.h"
-#include "train_model_int.h"
 
 #include <stdio.h>
 
@@ -89,21 +88,6 @@ void train_dev_free(void *ptr) { (void)ptr; }
 weftResult_t train_dev_launched(int err, const char *what) {
   (void)err;
   (void)what;
-  return dev_none();
-}
-
-/* No GPU side without CUDA: train_dev_open refuses before any is used. */
-weftResult_t dev_model_alloc(struct model *m, int maxw) {
-  (void)m, (void)maxw;
-  return dev_none();
-}
-void dev_model_free(struct model *m) { (void)m; }
-weftResult_t dev_forward(struct model *m, int n) {
-  (void)m, (void)n;
-  return dev_none();
-}
-weftResult_t dev_backward(struct model *m, int n, float scale) {
-  (void)m, (void)n, (void)scale;
   return dev_none();
 }
 

@@ -8,6 +8,8 @@
 #include "train_device.h"
 #include "train_model_int.h"
 
+#ifdef TRAIN_CUDA
+
 static int dev_kind(weftDataType_t t) {
   return t == weftBfloat16 ? 1 : t == weftFloat16 ? 2 : 0;
 }
@@ -123,3 +125,22 @@ weftResult_t dev_backward(struct model *m, int n, float scale) {
   }
   return res;
 }
+
+#else
+
+/* No GPU side without CUDA: train_dev_open refuses before any is used. */
+weftResult_t dev_model_alloc(struct model *m, int maxw) {
+  (void)m, (void)maxw;
+  return weftInvalidUsage;
+}
+void dev_model_free(struct model *m) { (void)m; }
+weftResult_t dev_forward(struct model *m, int n) {
+  (void)m, (void)n;
+  return weftInvalidUsage;
+}
+weftResult_t dev_backward(struct model *m, int n, float scale) {
+  (void)m, (void)n, (void)scale;
+  return weftInvalidUsage;
+}
+
+#endif

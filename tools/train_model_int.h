@@ -3,7 +3,9 @@
 #ifndef WEFT_TRAIN_MODEL_INT_H
 #define WEFT_TRAIN_MODEL_INT_H
 
-#include "train_model.h"
+#include "train_opts.h"
+#include "weft.h"
+#include "weft_zero.h"
 
 /* --device cuda: the model's arrays on the GPU, as the host's below */
 struct model_dev {
