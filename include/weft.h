@@ -351,7 +351,9 @@ weftResult_t weftMemAlloc(void **ptr, size_t nbytes);
  * malloc's memory: what it writes stays its own (the buffer is mapped again,
  * copy-on-write, in the child, which no longer offers it to peers; until it
  * writes a page it may still see the parent's later writes to that page).
- * The child frees it with weftMemFree as usual. */
+ * The child frees it with weftMemFree as usual. Each shareable buffer keeps a
+ * file descriptor open; they take at most half of RLIMIT_NOFILE, and past
+ * that weftMemAllocHost returns private memory. */
 weftResult_t weftMemAllocHost(void **ptr, size_t nbytes);
 /* Frees memory from weftMemAlloc or weftMemAllocHost; NULL is a no-op. */
 weftResult_t weftMemFree(void *ptr);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -99,6 +100,27 @@ static void *mem_map_aligned(int fd, size_t nbytes, size_t align) {
   return p;
 }
 
+/* Whether another shareable allocation may take a file descriptor: each
+ * keeps one open (peers open it through /proc), and a framework that puts
+ * every large tensor here could otherwise exhaust the process's descriptors
+ * (RLIMIT_NOFILE, often 1024) and make its own opens and sockets fail. Half
+ * the soft limit goes to shareable allocations at most; past it they are
+ * private memory, which collectives reach through the kernel instead. */
+static int mem_shared_fd_room(void) {
+  struct rlimit lim;
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return 1;
+  pthread_mutex_lock(&mem_shared_lock);
+  const size_t open_fds = mem_shared_count;
+  pthread_mutex_unlock(&mem_shared_lock);
+  if (open_fds < (size_t)lim.rlim_cur / 2) return 1;
+  static int said;
+  if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+    WEFT_INFO(LOG_INIT, "%zu shareable buffers hold half of this process's %llu file descriptors: "
+              "further buffers are private memory", open_fds,
+              (unsigned long long)lim.rlim_cur);
+  return 0;
+}
+
 /* Lists m in address order; 0 when the list cannot grow. */
 static int mem_shared_insert(const struct mem_shared *m) {
   pthread_mutex_lock(&mem_shared_lock);
@@ -126,6 +148,7 @@ static int mem_shared_insert(const struct mem_shared *m) {
  * refused (the caller then takes private memory). */
 static void *mem_shared_alloc(size_t rounded, size_t align) {
   pthread_once(&mem_fork_once, mem_fork_register);
+  if (!mem_shared_fd_room()) return NULL;
   int fd = memfd_create("weft-mem", MFD_CLOEXEC);
   if (fd < 0) return NULL;
   struct stat st;

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -290,6 +292,45 @@ TEST(MemAllocHost, ForkedChildWritesItsOwnCopy) {
     EXPECT_GE(ref.fd, 0) << "the parent's buffer is no longer shareable";
     EXPECT_EQ(weftMemFree(bufs[i]), weftSuccess);
   }
+}
+
+// Shareable buffers keep a file descriptor each: they take at most half of
+// the process's descriptors (RLIMIT_NOFILE), and past that a buffer is
+// private memory, so that the process's own opens still work. In a child
+// with a limit of 64.
+TEST(MemAllocHost, SharesAtMostHalfTheFileDescriptors) {
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    struct rlimit lim = {64, 64};
+    if (setrlimit(RLIMIT_NOFILE, &lim) != 0) _exit(1);
+    int shared = 0, bad = 0;
+    std::vector<void *> bufs;
+    for (int i = 0; i < 80; i++) {
+      void *p = nullptr;
+      if (weftMemAllocHost(&p, 64u << 10) != weftSuccess) {
+        bad |= 2;
+        break;
+      }
+      memset(p, 0x11, 64u << 10);
+      bufs.push_back(p);
+      mem_shared_ref ref;
+      mem_shared_find(p, 64u << 10, &ref);
+      shared += ref.fd >= 0;
+    }
+    if (shared == 0 || shared > 32) bad |= 4;
+    int fd = open("/dev/null", O_RDONLY);
+    if (fd < 0) bad |= 8;
+    else close(fd);
+    for (void *p : bufs) weftMemFree(p);
+    _exit(bad);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "child: 1 setrlimit failed, 2 an allocation failed, "
+                                       "4 no buffer or more than 32 shareable, 8 no descriptor "
+                                       "left for open()";
 }
 
 }  // namespace
