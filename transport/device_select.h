@@ -32,8 +32,8 @@ struct device_hop_env {
   int p2p_disabled;      /* WEFT_P2P_DISABLE */
   int cuda_ipc_disabled; /* WEFT_CUDA_IPC_DISABLE */
   int host_fifo_disabled; /* WEFT_DEVICE_HOST_FIFO_DISABLE */
-  /* the receiver's GPU can reach the sender's memory (the same GPU, or
-   * cudaDeviceCanAccessPeer) */
+  /* the sender's GPU can reach the receiver's memory, where the FIFO lies
+   * (the same GPU, or cudaDeviceCanAccessPeer from the sender's GPU) */
   int peer_access;
   /* index in weft_transports of the network transport between the two
    * hosts (transport_select), or -1 where none is enabled */

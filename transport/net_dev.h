@@ -9,8 +9,8 @@
  * credit back through head, exactly as between two hosts' ranks.
  *
  * Failure: the proxy poisons the connection (ctrl->poison) as on the host
- * path; the host side of the device executor watches net_dev_conn_failed
- * and raises the kernels' abort flag. Only the SIMPLE protocol crosses
+ * path; the kernels read that poison word in the mapped FIFO and give up,
+ * as they do for a poisoned cuda_ipc or host_fifo connection. Only the SIMPLE protocol crosses
  * hosts (LL lines carry their flags inside the slot, which the proxy cannot
  * tell complete).
  *
@@ -54,7 +54,7 @@ struct net_dev_fifo {
 weftResult_t net_dev_conn_fifo(const struct weft_conn *conn, struct net_dev_fifo *fifo_out);
 
 /* Whether the proxy gave up on conn (the peer died, the link went down, the
- * local rank aborted): the device executor then raises its abort flag. */
+ * local rank aborted): the host's view of the poison the kernels see. */
 int net_dev_conn_failed(const struct weft_conn *conn);
 
 #if WEFT_HAVE_CUDA
