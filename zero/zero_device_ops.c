@@ -110,36 +110,13 @@ static weftResult_t dev_event_sync(weftEvent_t event) {
 /* An error counts as done: the wait that follows reports it. */
 static int dev_event_done(weftEvent_t event) { return zero_kern_event_query(event) != 1; }
 
-static weftResult_t dev_load_scaled(const void *src, weftDataType_t type, float *dst,
-                                    size_t count, double scale, double *stats,
-                                    weftStream_t stream) {
-  return zero_dev_load_scaled(src, type, dst, count, scale, stats, stream);
-}
-
 static weftResult_t dev_to_float(const void *src, weftDataType_t type, float *dst, size_t count,
                                  double *scratch, weftStream_t stream) {
   return zero_dev_load_scaled(src, type, dst, count, 1.0, scratch, stream);
 }
 
-static weftResult_t dev_store(const float *src, weftDataType_t type, void *dst, size_t count,
-                              weftStream_t stream) {
-  return zero_dev_store(src, type, dst, count, stream);
-}
-
-static weftResult_t dev_scale(float *g, size_t count, float factor, weftStream_t stream) {
-  return zero_dev_scale(g, count, factor, stream);
-}
-
-static weftResult_t dev_adamw(float *p, float *m, float *v, const float *g, size_t count,
-                              const struct zero_adamw_coef *coef, weftStream_t stream) {
-  return zero_dev_adamw(p, m, v, g, count, coef, stream);
-}
-
-static weftResult_t dev_sgd(float *p, float *m, const float *g, size_t count, float mu, float lr,
-                            float wd, weftStream_t stream) {
-  return zero_dev_sgd(p, m, g, count, mu, lr, wd, stream);
-}
-
+/* The math entries are zero_device.h's checked launchers themselves: their
+ * signatures are the table's (a stream is a void * in both). */
 const struct zero_ops zero_ops_device = {
     .name = "device",
     .device = 1,
@@ -153,12 +130,12 @@ const struct zero_ops zero_ops_device = {
     .event_record = dev_event_record,
     .event_sync = dev_event_sync,
     .event_done = dev_event_done,
-    .load_scaled = dev_load_scaled,
+    .load_scaled = zero_dev_load_scaled,
     .to_float = dev_to_float,
-    .store = dev_store,
-    .scale = dev_scale,
-    .adamw = dev_adamw,
-    .sgd = dev_sgd,
+    .store = zero_dev_store,
+    .scale = zero_dev_scale,
+    .adamw = zero_dev_adamw,
+    .sgd = zero_dev_sgd,
 };
 
 weftResult_t zero_dev_current(int *device_out) {
