@@ -88,15 +88,11 @@ static weftResult_t host_fifo_recv_connect(struct weft_conn *conn) {
   return weftSuccess;
 }
 
-/* As shm's close: a set-up that never completed may be one whose peers died
- * holding segments nobody attached; whoever notices unlinks them. */
 static void host_fifo_close(struct weft_conn *conn) {
   struct host_fifo_end *end = conn->priv;
   if (end != NULL) {
-    int unfinished = end->seg.owner;
     end->mem->unmap(end->seg.base);
-    shm_segment_close(&end->seg);
-    if (unfinished) shm_segment_sweep();
+    shm_segment_close_conn(&end->seg);
     free(end);
   }
   conn->priv = NULL;

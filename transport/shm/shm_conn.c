@@ -80,11 +80,7 @@ static weftResult_t shm_recv_connect(struct weft_conn *conn) {
 static void shm_close(struct weft_conn *conn) {
   struct shm_segment *seg = conn->priv;
   if (seg == NULL) return;
-  /* a set-up that never completed: a peer may have died holding segments
-   * nobody attached; whoever notices unlinks them */
-  int unfinished = seg->owner;
-  shm_segment_close(seg);
-  if (unfinished) shm_segment_sweep();
+  shm_segment_close_conn(seg);
   free(seg);
   conn->priv = NULL;
   conn->ctrl = NULL;

@@ -153,3 +153,9 @@ void shm_segment_close(struct shm_segment *seg) {
   if (seg->owner) shm_unlink(seg->name); /* ENOENT once the attacher unlinked it */
   seg->base = NULL;
 }
+
+void shm_segment_close_conn(struct shm_segment *seg) {
+  const int unfinished = seg->owner;
+  shm_segment_close(seg);
+  if (unfinished) shm_segment_sweep();
+}

@@ -21,6 +21,10 @@ weftResult_t shm_segment_create(size_t nbytes, struct shm_segment *seg_out);
 /* Maps the segment and unlinks its name. */
 weftResult_t shm_segment_attach(const char *name, size_t nbytes, struct shm_segment *seg_out);
 void shm_segment_close(struct shm_segment *seg);
+/* Closes a connection's segment. One this end still owns is a set-up that
+ * never completed, where a peer may have died holding segments nobody
+ * attached: whoever notices sweeps them (shm_segment_sweep). */
+void shm_segment_close_conn(struct shm_segment *seg);
 /* Unlinks the segments of this user and pid namespace whose creator died
  * before anyone attached them; returns how many. */
 int shm_segment_sweep(void);
