@@ -136,7 +136,8 @@ class WeftBackend : public c10d::Backend {
  private:
   // --- argument checks ---
 
-  void check_cpu(const at::Tensor &t, const char *opname) const;
+  // A defined, dense tensor on the CPU (or CUDA, where this build has it).
+  void check_tensor(const at::Tensor &t, const char *opname) const;
 
   // The CUDA device of t, or -1 for host memory (and no tensor).
   static int device_of(const at::Tensor &t) {

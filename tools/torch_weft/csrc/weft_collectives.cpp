@@ -29,7 +29,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::allreduce_coalesced(
     std::vector<at::Tensor> &tensors, const c10d::AllreduceCoalescedOptions &opts) {
   std::vector<op_step> steps;
   for (auto &t : tensors) {
-    check_cpu(t, "allreduce_coalesced");
+    check_tensor(t, "allreduce_coalesced");
     steps.push_back(allreduce_step(t, opts.reduceOp, "allreduce_coalesced"));
   }
   return submit("allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, std::move(steps), tensors,
@@ -80,7 +80,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::allgather_coalesced(
   std::vector<op_step> steps;
   std::vector<at::Tensor> flat_outputs;
   for (size_t i = 0; i < inputs.size(); i++) {
-    check_cpu(inputs[i], "allgather_coalesced");
+    check_tensor(inputs[i], "allgather_coalesced");
     check_list(outputs[i], inputs[i], "allgather_coalesced");
     steps.push_back(allgather_list_step(outputs[i], inputs[i]));
     for (auto &o : outputs[i]) flat_outputs.push_back(o);
@@ -123,8 +123,8 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::reduce_scatter(
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::_reduce_scatter_base(
     at::Tensor &output, at::Tensor &input, const c10d::ReduceScatterOptions &opts) {
-  check_cpu(output, "reduce_scatter_tensor");
-  check_cpu(input, "reduce_scatter_tensor");
+  check_tensor(output, "reduce_scatter_tensor");
+  check_tensor(input, "reduce_scatter_tensor");
   return submit("reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE,
                 {reduce_scatter_step(output, input, opts.reduceOp)}, {output}, opts.asyncOp);
 }
@@ -137,8 +137,8 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::reduce_scatter_tensor_coalesced(
               inputs.size(), " inputs");
   std::vector<op_step> steps;
   for (size_t i = 0; i < inputs.size(); i++) {
-    check_cpu(outputs[i], "reduce_scatter_tensor_coalesced");
-    check_cpu(inputs[i], "reduce_scatter_tensor_coalesced");
+    check_tensor(outputs[i], "reduce_scatter_tensor_coalesced");
+    check_tensor(inputs[i], "reduce_scatter_tensor_coalesced");
     steps.push_back(reduce_scatter_step(outputs[i], inputs[i], opts.reduceOp));
   }
   return submit("reduce_scatter_tensor_coalesced", c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
@@ -149,8 +149,8 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::alltoall_base(at::Tensor &output, at
                                                           std::vector<int64_t> &output_splits,
                                                           std::vector<int64_t> &input_splits,
                                                           const c10d::AllToAllOptions &opts) {
-  check_cpu(output, "all_to_all_single");
-  check_cpu(input, "all_to_all_single");
+  check_tensor(output, "all_to_all_single");
+  check_tensor(input, "all_to_all_single");
   TORCH_CHECK(input.scalar_type() == output.scalar_type(),
               "weft: all_to_all_single: input and output dtypes differ");
   check_device(input, device_of(output), "all_to_all_single");
@@ -195,8 +195,8 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::alltoall(std::vector<at::Tensor> &ou
               outputs.size());
   std::vector<at::Tensor> ins, outs;
   for (int p = 0; p < size_; p++) {
-    check_cpu(inputs[p], "all_to_all");
-    check_cpu(outputs[p], "all_to_all");
+    check_tensor(inputs[p], "all_to_all");
+    check_tensor(outputs[p], "all_to_all");
     check_device(inputs[p], device_of(outputs[0]), "all_to_all");
     ins.push_back(inputs[p].contiguous());
     outs.push_back(outputs[p].is_contiguous()
@@ -329,7 +329,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::endCoalescing() {
   return work;
 }
 
-void WeftBackend::check_cpu(const at::Tensor &t, const char *opname) const {
+void WeftBackend::check_tensor(const at::Tensor &t, const char *opname) const {
   TORCH_CHECK(t.defined(), "weft: ", opname, ": undefined tensor");
   TORCH_CHECK(t.device().is_cpu() || (t.device().is_cuda() && cuda_built()), "weft: ", opname,
               ": tensors on ", t.device(), " are not supported by this build of torch_weft (",
@@ -346,7 +346,7 @@ void WeftBackend::check_device(const at::Tensor &t, int device, const char *opna
 at::Tensor WeftBackend::single(std::vector<at::Tensor> &tensors, const char *opname) const {
   TORCH_CHECK(tensors.size() == 1, "weft: ", opname, " takes one tensor per rank, got ",
               tensors.size());
-  check_cpu(tensors[0], opname);
+  check_tensor(tensors[0], opname);
   return tensors[0];
 }
 
@@ -365,7 +365,7 @@ void WeftBackend::check_list(const std::vector<at::Tensor> &list, const at::Tens
   TORCH_CHECK((int)list.size() == size_, "weft: ", opname, " takes a list of ", size_,
               " tensors, got ", list.size());
   for (auto &t : list) {
-    check_cpu(t, opname);
+    check_tensor(t, opname);
     check_device(t, device_of(like), opname);
     TORCH_CHECK(t.numel() == like.numel() && t.scalar_type() == like.scalar_type(),
                 "weft: ", opname, ": every tensor of the list must have ", like.numel(),
@@ -489,8 +489,8 @@ op_step WeftBackend::allgather_list_step(const std::vector<at::Tensor> &outs,
 }
 
 op_step WeftBackend::allgather_base_step(at::Tensor &output, at::Tensor &input) {
-  check_cpu(output, "all_gather_into_tensor");
-  check_cpu(input, "all_gather_into_tensor");
+  check_tensor(output, "all_gather_into_tensor");
+  check_tensor(input, "all_gather_into_tensor");
   TORCH_CHECK(input.scalar_type() == output.scalar_type(),
               "weft: all_gather_into_tensor: input and output dtypes differ");
   check_device(input, device_of(output), "all_gather_into_tensor");
