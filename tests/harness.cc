@@ -114,17 +114,17 @@ std::vector<int> run_ranks(int nranks, const RankFn &fn, const RunOptions &opts)
   clock_gettime(CLOCK_MONOTONIC, &start);
   int left = nranks;
   while (left > 0) {
-    int ws;
-    pid_t pid = waitpid(-1, &ws, WNOHANG);
-    if (pid > 0) {
-      for (int r = 0; r < nranks; r++)
-        if (pids[r] == pid) {
-          status[r] = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-          pids[r] = -1;
-          left--;
-        }
-      continue;
+    /* only the ranks: a test's other children (a link cutter) are its own to reap */
+    int reaped = 0;
+    for (int r = 0; r < nranks; r++) {
+      int ws;
+      if (pids[r] <= 0 || waitpid(pids[r], &ws, WNOHANG) != pids[r]) continue;
+      status[r] = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+      pids[r] = -1;
+      left--;
+      reaped = 1;
     }
+    if (reaped) continue;
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     if (now.tv_sec - start.tv_sec > opts.timeout_s) {

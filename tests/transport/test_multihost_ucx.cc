@@ -137,8 +137,8 @@ TEST_F(ThreeHosts, LinkDownGivesEveryRankAnError) {
     weftCommAbort(comm);
     return 0;
   }, options(timeout_s));
-  int cut_status;
-  waitpid(cutter, &cut_status, 0);
+  int cut_status = 0;
+  ASSERT_EQ(waitpid(cutter, &cut_status, 0), cutter);
   ASSERT_TRUE(WIFEXITED(cut_status) && WEXITSTATUS(cut_status) == 0) << "could not take the link down";
   for (int r = 0; r < kRanks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
