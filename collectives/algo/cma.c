@@ -62,8 +62,9 @@ struct weft_param cma_params[] = {
      "1: single-copy collectives map peers' weftMemAllocHost buffers and copy in user space; "
      "0: always copy through cross-memory attach", 0, 0, NULL},
     {"WEFT_CMA_STREAM_NBYTES", PARAM_INT, "0",
-     "size of each rank's output from which single-copy collectives write past the caches "
-     "(streaming stores) into mapped buffers; 0: the last-level cache's size / ranks", 0, 0,
+     "size of each rank's output from which single-copy collectives and groups of sends and "
+     "receives between ranks of one host write past the caches (streaming stores); 0: the "
+     "last-level cache's size / ranks", 0, 0,
      NULL},
     PARAM_END,
 };
@@ -282,11 +283,9 @@ static size_t cma_l3_nbytes(void) {
   return nbytes;
 }
 
-/* From what size of each rank's output a call's copies go past the caches:
- * where all ranks' outputs no longer fit in the last-level cache together
- * (measured on 2 ranks, 32 MiB L3: plain copies 2-3x faster at 4 MiB,
- * streaming ones faster from 16 MiB). */
-static size_t cma_stream_min_nbytes(int nranks) {
+/* Measured on 2 ranks, 32 MiB L3: plain copies 2-3x faster at 4 MiB,
+ * streaming ones faster from 16 MiB. */
+size_t cma_stream_min_nbytes(int nranks) {
   int64_t v = param_int(&cma_params[2]);
   return v > 0 ? (size_t)v : cma_l3_nbytes() / (size_t)nranks;
 }

@@ -8,6 +8,8 @@
 
 #include "../../transport/status.h"
 #include "../../transport/wait.h"
+#include "../reduce/reduce_host.h"
+#include "cma.h"
 #include "p2p.h"
 #include "p2p_cma.h"
 
@@ -139,6 +141,7 @@ struct p2p_state {
   int finished;
   int after; /* the op before it on the same peer and direction, or -1 */
   int offer; /* a send the receiver copies (p2p_cma.c): 1 to offer, 2 offered */
+  int stream; /* a receive whose single copies bypass the caches */
   uint64_t offer_step;
   weftResult_t err; /* why progress returned -1 */
 };
@@ -189,7 +192,8 @@ static int recv_progress(struct weftComm *comm, struct weft_conn *c, struct p2p_
     uint32_t used = c->ctrl->slot_used_nbytes[c->step % c->nslots];
     if (used & P2P_CMA_SLOT_OFFER) { /* the sender offers its buffer */
       int copied = 0;
-      st->err = p2p_cma_take(comm, c, st->op->recvbuf, st->nbytes, st->done_nbytes, &copied);
+      st->err = p2p_cma_take(comm, c, st->op->recvbuf, st->nbytes, st->done_nbytes, st->stream,
+                             &copied);
       if (st->err != weftSuccess) return -1;
       st->finished = copied;
       if (copied) st->done_nbytes = st->nbytes;
@@ -232,7 +236,13 @@ static weftResult_t p2p_self(struct weftComm *comm, struct p2p_state *st, size_t
     if (st[r].nbytes != st[s].nbytes)
       return weft_error_set(weftInvalidUsage, "send to self of %zu bytes, recv of %zu bytes",
                             st[s].nbytes, st[r].nbytes);
-    if (st[s].nbytes > 0) memmove(st[r].op->recvbuf, st[s].op->sendbuf, st[s].nbytes);
+    const char *from = st[s].op->sendbuf;
+    char *to = st[r].op->recvbuf;
+    size_t nbytes = st[s].nbytes;
+    if (nbytes > 0 && st[r].stream && (from + nbytes <= to || to + nbytes <= from))
+      copy_host_stream(to, from, nbytes);
+    else if (nbytes > 0)
+      memmove(to, from, nbytes);
     st[s].finished = st[r].finished = 1;
     r++;
   }
@@ -286,6 +296,14 @@ weftResult_t p2p_run(struct weftComm *comm, const struct weft_plan *const *ops, 
         break;
       }
   }
+  /* a group that receives more than the caches hold (all ranks together,
+   * as the single-copy collectives judge it) writes past them: the data is
+   * not read back from cache anyway, and the stores skip reading each line */
+  size_t recv_nbytes = 0;
+  for (size_t i = 0; i < nops; i++)
+    if (!plan_is_send(ops[i])) recv_nbytes += st[i].nbytes;
+  const int stream = recv_nbytes >= cma_stream_min_nbytes(comm->nranks);
+  for (size_t i = 0; i < nops; i++) st[i].stream = stream && !plan_is_send(ops[i]);
   weftResult_t res = p2p_self(comm, st, nops);
   if (res == weftSuccess) res = p2p_offers_mark(comm, st, nops);
   struct weft_wait w;

@@ -32,6 +32,7 @@
 
 #include "../../transport/status.h"
 #include "../core/mem.h"
+#include "../reduce/reduce_host.h"
 
 struct weft_param p2p_cma_params[] = {
     {"WEFT_P2P_CMA_MIN_NBYTES", PARAM_INT, "64K",
@@ -164,15 +165,18 @@ static weftResult_t p2p_cma_read(const struct weft_conn *c, void *dst, uint64_t 
 }
 
 /* Copies the offered message into dst: from the sender's allocation
- * mapped here where it has one, else through the kernel. */
+ * mapped here where it has one (past the caches with stream set), else
+ * through the kernel. */
 static weftResult_t p2p_cma_copy(struct weftComm *comm, const struct weft_conn *c,
-                                 const struct p2p_cma_slot *slot, void *dst, int *refused) {
+                                 const struct p2p_cma_slot *slot, void *dst, int stream,
+                                 int *refused) {
   const struct mem_shared_ref *ref = &slot->ref;
   if (ref->fd >= 0 && slot->addr >= ref->base && slot->nbytes <= ref->nbytes &&
       slot->addr - ref->base <= ref->nbytes - slot->nbytes) {
     const char *base = mem_peer_map(comm, c->peer_rank, ref);
     if (base != NULL) {
-      memcpy(dst, base + (slot->addr - ref->base), slot->nbytes);
+      if (stream) copy_host_stream(dst, base + (slot->addr - ref->base), slot->nbytes);
+      else memcpy(dst, base + (slot->addr - ref->base), slot->nbytes);
       return weftSuccess;
     }
   }
@@ -180,7 +184,7 @@ static weftResult_t p2p_cma_copy(struct weftComm *comm, const struct weft_conn *
 }
 
 weftResult_t p2p_cma_take(struct weftComm *comm, struct weft_conn *c, void *dst, size_t nbytes,
-                          size_t done_nbytes, int *copied_out) {
+                          size_t done_nbytes, int stream, int *copied_out) {
   struct p2p_cma_slot *slot = slot_at(c, c->step);
   weftResult_t res = weftSuccess;
   int refused = 0;
@@ -196,7 +200,7 @@ weftResult_t p2p_cma_take(struct weftComm *comm, struct weft_conn *c, void *dst,
                          "datatype)",
                          c->peer_rank, (unsigned long long)slot->nbytes, nbytes);
   } else {
-    res = p2p_cma_copy(comm, c, slot, dst, &refused);
+    res = p2p_cma_copy(comm, c, slot, dst, stream, &refused);
     /* a sender that failed (a timeout, an abort) poisons the connection before
      * its caller may reuse the buffer: a copy that ends after that is void */
     if (res == weftSuccess && __atomic_load_n(&c->ctrl->poison, __ATOMIC_ACQUIRE) != 0)

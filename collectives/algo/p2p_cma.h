@@ -39,12 +39,13 @@ weftResult_t p2p_cma_answer(struct weftComm *comm, struct weft_conn *c, uint64_t
                             size_t nbytes, int *copied_out);
 
 /* Takes the offer in c's current slot into dst (nbytes expected, of which
- * done_nbytes already arrived) and frees the slot: weftSuccess with
+ * done_nbytes already arrived; stream: copy past the caches where the
+ * sender's buffer is mapped here) and frees the slot: weftSuccess with
  * *copied_out 1 when the message is in dst, 0 when this rank may not read
  * the sender (its slots follow); weftInvalidUsage when the sizes differ, or
  * the error of a failed copy; the sender learns either. */
 weftResult_t p2p_cma_take(struct weftComm *comm, struct weft_conn *c, void *dst, size_t nbytes,
-                          size_t done_nbytes, int *copied_out);
+                          size_t done_nbytes, int stream, int *copied_out);
 
 /* How many messages comm's sends had copied by their receivers, and its
  * receives copied from their senders (what tests check). Only the comm's

@@ -154,6 +154,7 @@ int alltoall_check(const RankCtx &ctx, weftComm_t comm, weftDataType_t t, size_t
 struct Case {
   int nranks;
   const char *transport;  // nullptr: shared memory, single-copy
+  bool stream = false;    // WEFT_CMA_STREAM_NBYTES=1: every group's copies bypass the caches
 };
 
 class P2PCma : public testing::TestWithParam<Case> {};
@@ -173,23 +174,30 @@ TEST_P(P2PCma, AllToAllEveryTypeEvenAndUneven) {
       const size_t count = (kFifoNbytes + 1000) / weftTypeSize(dt) + (size_t)t;  // odd sizes
       TRY_RC(alltoall_check(ctx, comm, dt, count, seed + 100 + (uint64_t)t, single_copy, false));
     }
-    // inputs peers map (weftMemAllocHost, from 64 KiB): copied with memcpy
+    // inputs peers map (weftMemAllocHost, from 64 KiB): copied with memcpy,
+    // or streaming stores where the group's receives exceed the caches
     const size_t count = kMemSharedMinNbytes / 4 / (size_t)ctx.nranks + 4099;
     TRY_RC(alltoall_check(ctx, comm, weftFloat32, count, seed + 200, single_copy, true));
     FAIL_IF(single_copy != (mem_peer_map_count((weftComm *)comm) > 0),
             "%d of the peers' buffers mapped", mem_peer_map_count((weftComm *)comm));
     weftCommDestroy(comm);
     return 0;
-  }, options(c.transport));
+  }, [&] {
+    RunOptions o = options(c.transport);
+    if (c.stream) o.env.push_back({"WEFT_CMA_STREAM_NBYTES", "1"});
+    return o;
+  }());
   for (int r = 0; r < c.nranks; r++) EXPECT_EQ(status[r], 0) << c.nranks << " ranks, rank " << r;
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, P2PCma,
                          testing::Values(Case{2, nullptr}, Case{3, nullptr}, Case{4, nullptr},
-                                         Case{5, nullptr}, Case{3, "socket"}),
+                                         Case{5, nullptr}, Case{3, "socket"},
+                                         Case{2, nullptr, true}, Case{3, nullptr, true}),
                          [](const testing::TestParamInfo<Case> &info) {
                            return std::to_string(info.param.nranks) + "ranks_" +
-                                  (info.param.transport ? info.param.transport : "shm");
+                                  (info.param.transport ? info.param.transport : "shm") +
+                                  (info.param.stream ? "_stream" : "");
                          });
 
 // --- sizes that differ, and senders that may not be read -------------------
