@@ -51,6 +51,7 @@
 #include "../exec/host/prims_peer.h"
 #include "../reduce/reduce_host.h"
 #include "algo.h"
+#include "copy_stream.h"
 
 struct weft_param cma_params[] = {
     {"WEFT_CMA_MIN_NBYTES", PARAM_INT, "64K",
@@ -61,16 +62,10 @@ struct weft_param cma_params[] = {
     {"WEFT_CMA_MAP", PARAM_INT, "1",
      "1: single-copy collectives map peers' weftMemAllocHost buffers and copy in user space; "
      "0: always copy through cross-memory attach", 0, 0, NULL},
-    {"WEFT_CMA_STREAM_NBYTES", PARAM_INT, "0",
-     "size of each rank's output from which single-copy collectives and groups of sends and "
-     "receives between ranks of one host write past the caches (streaming stores); 0: the "
-     "last-level cache's size / ranks", 0, 0,
-     NULL},
     PARAM_END,
 };
 
 #define CMA_PIECE_NBYTES (256 * 1024) /* reduce in pieces that stay in cache */
-#define CMA_L3_DEFAULT_NBYTES (32u << 20) /* where sysfs does not say */
 
 /* What one rank tells the others about a call. */
 struct cma_desc {
@@ -256,40 +251,6 @@ static void cma_views(struct weftComm *comm, const struct weft_plan *plan,
   }
 }
 
-/* The last-level cache's size, from sysfs (sysconf's figure can be the
- * whole package's on a virtual machine). */
-static size_t cma_l3_nbytes(void) {
-  static size_t cached; /* threads of several comms may race here: both find the same */
-  size_t known = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-  if (known != 0) return known;
-  size_t nbytes = CMA_L3_DEFAULT_NBYTES;
-  for (int i = 0; i < 8; i++) {
-    char path[96];
-    int level = 0;
-    unsigned long kib = 0;
-    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) break;
-    int ok = fscanf(f, "%d", &level) == 1;
-    fclose(f);
-    if (!ok || level != 3) continue;
-    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
-    if ((f = fopen(path, "r")) == NULL) break;
-    if (fscanf(f, "%luK", &kib) == 1 && kib > 0) nbytes = (size_t)kib << 10;
-    fclose(f);
-    break;
-  }
-  __atomic_store_n(&cached, nbytes, __ATOMIC_RELAXED);
-  return nbytes;
-}
-
-/* Measured on 2 ranks, 32 MiB L3: plain copies 2-3x faster at 4 MiB,
- * streaming ones faster from 16 MiB. */
-size_t cma_stream_min_nbytes(int nranks) {
-  int64_t v = param_int(&cma_params[2]);
-  return v > 0 ? (size_t)v : cma_l3_nbytes() / (size_t)nranks;
-}
-
 /* Copies nbytes, past the caches with stream set. */
 static void cma_copy(void *dst, const void *src, size_t nbytes, int stream) {
   if (stream) copy_host_stream(dst, src, nbytes);
@@ -470,7 +431,7 @@ weftResult_t cma_run(struct weftComm *comm, const struct weft_plan *plan) {
   cma_views(comm, plan, descs, views);
   const size_t esize = weftTypeSize(plan->datatype);
   /* outputs larger than the caches are written past them */
-  const int stream = recv_nbytes >= cma_stream_min_nbytes(n);
+  const int stream = recv_nbytes >= copy_stream_min_nbytes(n);
   char *recv = plan->recvbuf;
   switch (plan->coll) {
     case COLL_ALLGATHER: {

@@ -20,11 +20,6 @@ int cma_possible(const struct weftComm *comm);
 int cma_comm_usable(const struct weftComm *comm);
 /* WEFT_CMA_MIN_NBYTES: the smallest size (all ranks' bytes) worth it. */
 size_t cma_min_nbytes(void);
-/* From what size of each rank's output a call's copies between ranks of one
- * host bypass the caches (streaming stores): where all nranks ranks' outputs
- * together no longer fit in the last-level cache (WEFT_CMA_STREAM_NBYTES
- * overrides). Single-copy collectives and point-to-point groups use it. */
-size_t cma_stream_min_nbytes(int nranks);
 
 /* Runs plan (all-reduce, all-gather or reduce-scatter) single-copy; falls
  * back to the ring when the first call's probe finds that ranks may not read

@@ -9,7 +9,7 @@
 #include "../../transport/status.h"
 #include "../../transport/wait.h"
 #include "../reduce/reduce_host.h"
-#include "cma.h"
+#include "copy_stream.h"
 #include "p2p.h"
 #include "p2p_cma.h"
 
@@ -302,7 +302,7 @@ weftResult_t p2p_run(struct weftComm *comm, const struct weft_plan *const *ops, 
   size_t recv_nbytes = 0;
   for (size_t i = 0; i < nops; i++)
     if (!plan_is_send(ops[i])) recv_nbytes += st[i].nbytes;
-  const int stream = recv_nbytes >= cma_stream_min_nbytes(comm->nranks);
+  const int stream = recv_nbytes >= copy_stream_min_nbytes(comm->nranks);
   for (size_t i = 0; i < nops; i++) st[i].stream = stream && !plan_is_send(ops[i]);
   weftResult_t res = p2p_self(comm, st, nops);
   if (res == weftSuccess) res = p2p_offers_mark(comm, st, nops);
