@@ -137,6 +137,55 @@ TEST(ZeroDeviceCtx, DeviceTableFailuresAreErrorsWithText) {
   EXPECT_EQ(status[0], 0);
 }
 
+// Stage 3's weftZeroParam while the gather's event is pending (a host table
+// whose events never complete): refused where the trainer must wait on the
+// host, handed out where a stream can wait (the device table's
+// stream_waits), so that kernels queued after cudaStreamWaitEvent read it.
+int param_pending_rank(const RankCtx &ctx) {
+  weftComm_t comm;
+  TRY_RC(init(ctx, &comm));
+  weftZeroConfig_t cfg;
+  weftZeroConfigDefaults(&cfg);
+  cfg.stage = 3;
+  weftZero_t z;
+  FAIL_IF(weftZeroCreate(&z, comm, &cfg) != weftSuccess, "create: %s", weftZeroLastError());
+  std::vector<float> init(29);
+  for (size_t i = 0; i < init.size(); i++) init[i] = 0.25f * (float)i - 3.0f;
+  int id;
+  FAIL_IF(weftZeroAddParam(z, 0, init.size(), init.data(), &id) != weftSuccess ||
+              weftZeroFinalize(z) != weftSuccess,
+          "register: %s", weftZeroLastError());
+  static struct zero_ops pending;
+  pending = zero_ops_host;
+  pending.event_done = [](weftEvent_t) { return 0; };
+  z->ops = &pending;
+  FAIL_IF(weftZeroGather(z, 0, nullptr, nullptr) != weftSuccess, "gather: %s",
+          weftZeroLastError());
+  void *p = nullptr;
+  pending.stream_waits = 0;
+  FAIL_IF(weftZeroParam(z, id, &p) != weftInvalidUsage ||
+              strstr(weftZeroLastError(), "gather event was not waited for") == nullptr,
+          "handed out before the event on the host: %s", weftZeroLastError());
+  pending.stream_waits = 1;
+  FAIL_IF(weftZeroParam(z, id, &p) != weftSuccess, "refused: %s", weftZeroLastError());
+  FAIL_IF(memcmp(p, init.data(), init.size() * sizeof(float)) != 0, "not the layer's values");
+  FAIL_IF(weftZeroRelease(z, 0) != weftSuccess, "release: %s", weftZeroLastError());
+  FAIL_IF(weftZeroParam(z, id, &p) != weftInvalidUsage ||
+              strstr(weftZeroLastError(), "is not gathered") == nullptr,
+          "a released layer handed out: %s", weftZeroLastError());
+  z->ops = &zero_ops_host;
+  FAIL_IF(weftZeroDestroy(z) != weftSuccess, "destroy: %s", weftZeroLastError());
+  weftCommDestroy(comm);
+  return 0;
+}
+
+TEST(ZeroDeviceCtx, StreamWaitsGetStage3ParamsBeforeTheEvent) {
+  for (int n : {1, 2, 3}) {
+    auto status = run_ranks(n, param_pending_rank);
+    for (int r = 0; r < n; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " of " << n;
+  }
+}
+
 // The model: three layers of odd sizes (padding on every rank count), the
 // gradient of each element pulling it towards a target, plus a term that
 // differs by rank and step so that the reductions matter.
