@@ -345,11 +345,15 @@ weftResult_t case_train(weftComm_t comm, void *stream, Kind kind, const Case &c,
   return res != weftSuccess ? res : destroyed;
 }
 
+// The largest difference relative to a's largest magnitude; infinite when
+// the sizes differ or either holds a NaN or an infinity (the model's
+// parameters stay finite, and a NaN on both sides must not compare equal).
 double rel_diff(const std::vector<float> &a, const std::vector<float> &b) {
+  if (a.size() != b.size() || a.empty()) return INFINITY;
   double diff = 0, mag = 0;
   for (size_t i = 0; i < a.size(); i++) {
+    if (!isfinite(a[i]) || !isfinite(b[i])) return INFINITY;
     diff = fmax(diff, fabs((double)a[i] - b[i]));
-    if (isnan(a[i]) != isnan(b[i])) diff = INFINITY;
     mag = fmax(mag, fabs((double)a[i]));
   }
   return diff / fmax(mag, 1e-30);
