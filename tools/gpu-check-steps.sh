@@ -172,7 +172,22 @@ step_weft_train_device() {
   awk -v a="$host" -v b="$dev" 'BEGIN{split(a,x," "); split(b,y," "); d=x[6]-y[6]; if (d<0) d=-d;
        exit !(x[2] == "final" && y[2] == "final" && d <= 1e-6 * x[6])}' ||
     fail "device: $dev; host: $host"
-  key "$mps; device: $dev; host params-l2 $(echo "$host" | awk '{print $6}')"
+  key "$mps; device: $dev; host params-l2 $(echo "$host" | awk '{print $6}'); $(train_device_ms)"
+}
+
+# Issue 22.3's figure, reported and not judged here: ms per step of stages 0
+# and 3 on the GPU, 4 ranks, default sizes (tools/train_ab.sh, the build
+# against itself: two runs of 30 steps per stage, start-up left out).
+train_device_ms() {
+  ROUNDS=1 NRANKS=4 STAGES="0 3" STEPS=30 timeout 50 "$ROOT/tools/train_ab.sh" "$B" "$B/" \
+    --device cuda >"$LOGS/$STEP.ms" 2>&1
+  awk '/^stage [0-9]/ { n = 0; s = 0
+         for (i = 1; i < NF; i++) if ($i == "median") { s += $(i + 1); n++ }
+         ms[$2] = s / n }
+       END { if (ms[0] > 0 && ms[3] > 0)
+               printf "stage 3 %.3g / stage 0 %.3g ms per step = %.2f (bound 1.3)", ms[3], ms[0],
+                      ms[3] / ms[0]
+             else printf "no time per step (see %s.ms)", step }' step="$STEP" "$LOGS/$STEP.ms"
 }
 
 # ---------------------------------------------------------------- sanitizers

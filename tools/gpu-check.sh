@@ -55,7 +55,7 @@ perf_ar_mps|90|gpu|20.3|all_reduce_device_perf, 2 and 4 processes under MPS
 device_ipc_mps|120|gpu|20.2|device_ipc under MPS
 zero_math_device|60|gpu|22.2|zero_math.h kernels against the host, bit for bit
 zero_device|180|gpu|22.2|device ZeRO suites (zero_device*) under MPS: kernels; device contexts vs host, checkpoints
-weft_train_device|90|gpu|22.3|weft-train --device cuda --zero-stage 3, 4 ranks under MPS: final line vs the host run
+weft_train_device|150|gpu|22.3|weft-train --device cuda --zero-stage 3, 4 ranks under MPS: final line vs the host run; ms per step, stage 3 / stage 0
 perf_sendrecv|110|gpu|20.3|sendrecv_perf -M cuda, 2/4/8 processes
 perf_alltoall|110|gpu|20.3|alltoall_perf -M cuda, 2/4/8 processes
 perf_all_gather|110|gpu|20.2|all_gather_perf -M cuda, 2/4/8 processes, 8 B..128 MiB
