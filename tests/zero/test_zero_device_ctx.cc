@@ -211,32 +211,38 @@ std::string case_text(const Case &c) {
 }
 
 // Reads and writes context memory from the host: plain copies, or
-// cudaMemcpy for a device context.
+// cudaMemcpy for a device context, whose failure (an earlier kernel's
+// fault, say) is printed with the runtime's text and returned.
 struct Access {
   bool dev;
-  void get(void *dst, const void *src, size_t nbytes) const {
+  weftResult_t copy(void *dst, const void *src, size_t nbytes, bool to_dev) const {
 #if ZERO_TEST_CUDA
     if (dev) {
-      cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToHost);
-      return;
+      cudaError_t err =
+          cudaMemcpy(dst, src, nbytes, to_dev ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+      if (err == cudaSuccess) return weftSuccess;
+      fprintf(stderr, "cudaMemcpy of %zu bytes: %s\n", nbytes, cudaGetErrorString(err));
+      return weftUnhandledCudaError;
     }
 #endif
+    (void)to_dev;
     memcpy(dst, src, nbytes);
+    return weftSuccess;
   }
-  void put(void *dst, const void *src, size_t nbytes) const {
-#if ZERO_TEST_CUDA
-    if (dev) {
-      cudaMemcpy(dst, src, nbytes, cudaMemcpyHostToDevice);
-      return;
-    }
-#endif
-    memcpy(dst, src, nbytes);
+  weftResult_t get(void *dst, const void *src, size_t nbytes) const {
+    return copy(dst, src, nbytes, false);
+  }
+  weftResult_t put(void *dst, const void *src, size_t nbytes) const {
+    return copy(dst, src, nbytes, true);
   }
   weftResult_t wait(weftEvent_t ev) const {
 #if ZERO_TEST_CUDA
-    if (dev)
-      return cudaEventSynchronize((cudaEvent_t)ev) == cudaSuccess ? weftSuccess
-                                                                 : weftUnhandledCudaError;
+    if (dev) {
+      cudaError_t err = cudaEventSynchronize((cudaEvent_t)ev);
+      if (err == cudaSuccess) return weftSuccess;
+      fprintf(stderr, "waiting for a gather: %s\n", cudaGetErrorString(err));
+      return weftUnhandledCudaError;
+    }
 #endif
     return weftEventSynchronize(ev);
   }
@@ -289,7 +295,7 @@ weftResult_t case_step(weftZero_t zero, const Access &a, const Case &c, int rank
       RES_TRY(weftZeroParam(zero, ids[p], &ptr));
       std::vector<char> raw(kParams[p] * ts);
       std::vector<float> w(kParams[p]);
-      a.get(raw.data(), ptr, raw.size());
+      RES_TRY(a.get(raw.data(), ptr, raw.size()));
       weftZeroToFloat(raw.data(), c.type, w.data(), kParams[p]);
       grads[p].resize(kParams[p]);
       case_grad(w.data(), kParams[p], p, step, rank, scale, grads[p].data());
@@ -302,9 +308,9 @@ weftResult_t case_step(weftZero_t zero, const Access &a, const Case &c, int rank
       void *ptr;
       RES_TRY(weftZeroGrad(zero, ids[p], &ptr));
       std::vector<char> raw(kParams[p] * ts);
-      a.get(raw.data(), ptr, raw.size());
+      RES_TRY(a.get(raw.data(), ptr, raw.size()));
       weftZeroAccumulate(raw.data(), c.type, grads[p].data(), kParams[p]);
-      a.put(ptr, raw.data(), raw.size());
+      RES_TRY(a.put(ptr, raw.data(), raw.size()));
     }
     RES_TRY(weftZeroGradReady(zero, l, stream));
   }
