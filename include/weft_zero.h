@@ -51,7 +51,10 @@ typedef enum { weftZeroAdamW = 0, weftZeroSgdMomentum = 1 } weftZeroOptimizer_t;
  * give device pointers; every weftStream_t argument is a cudaStream_t
  * (NULL: the legacy default stream) and the events weftZeroGather and
  * weftZeroGatherEvent give are cudaEvent_t (wait with cudaEventSynchronize
- * or cudaStreamWaitEvent, not weftEventSynchronize). The step's conversions,
+ * or cudaStreamWaitEvent, not weftEventSynchronize; stage 3's weftZeroParam
+ * then hands out a gathered layer's pointer before its event completes, for
+ * kernels queued after cudaStreamWaitEvent, or on the gather's stream, to
+ * read). The step's conversions,
  * norm, clipping and update run as kernels on the stream named, its
  * collectives as weft's on device buffers on that stream; a trainer's
  * writes to gradients must be ordered before weftZeroGradReady's stream
@@ -121,7 +124,8 @@ weftResult_t weftZeroAddParam(weftZero_t zero, int layer, size_t count, const fl
 weftResult_t weftZeroFinalize(weftZero_t zero);
 
 /* The parameter's values (paramType). Stage 3: only while its layer is
- * gathered and after the gather's event; else weftInvalidUsage. Stages 1-2:
+ * gathered and (host memory) after the gather's event; else
+ * weftInvalidUsage. Stages 1-2:
  * waits for the layer's all-gather from the last weftZeroStep if it is still
  * in flight; a pointer kept across a step is readable once that gather's
  * event (weftZeroGather, weftZeroGatherEvent) has completed. */

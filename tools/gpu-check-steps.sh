@@ -131,17 +131,29 @@ step_zero_math_device() {
   key "bit for bit"
 }
 
+# Without MPS, ranks in processes sharing the GPU advance once per context
+# switch (docs/cuda.md: 40 ms per all-reduce with 4 processes on an H100),
+# and a ZeRO step makes a dozen collectives: the steps below run after
+# mps_start and use its daemon when it is up; zero_mps_note says which.
+zero_mps_note() {
+  if [ -f "$WORK/mps/up" ]; then echo "MPS"; else echo "no MPS: slow, run mps_start first"; fi
+}
+
 # Every test binary named test_zero_device* under tests/ (issue 22's suites).
 step_zero_device() {
-  local t ran=0 bad=0 keys=""
+  local t ran=0 bad=0 keys="" mps
+  mps=$(zero_mps_note)
+  [ -f "$WORK/mps/up" ] && use_mps
   for t in "$B"/tests/test_zero_device* "$B"/tests/zero/test_zero_device*; do
     [ -f "$t" ] && [ -x "$t" ] || continue
     ran=$((ran + 1))
-    STEP="zero_device.$(basename "$t")" run_gtest "$t" || bad=$((bad + 1))
+    # a hung collective: an error after 30 s without progress, as device_suite
+    STEP="zero_device.$(basename "$t")" WEFT_TIMEOUT="${WEFT_TIMEOUT:-30}" run_gtest "$t" ||
+      bad=$((bad + 1))
     keys="$keys $(basename "$t"): $(cat "$LOGS/zero_device.$(basename "$t").key" 2>/dev/null);"
   done
   [ $ran -gt 0 ] || skip "no test_zero_device* in this build (issue 22)"
-  key "$keys"
+  key "$mps;$keys"
   [ $bad = 0 ]
 }
 
@@ -151,7 +163,9 @@ step_zero_device() {
 step_weft_train_device() {
   need_exe "$B/tools/weft-train"
   need_exe "$B/tools/weftrun"
-  local host dev
+  local host dev mps
+  mps=$(zero_mps_note)
+  [ -f "$WORK/mps/up" ] && use_mps
   host=$(timeout 60 "$B/tools/weftrun" -n 4 "$B/tools/weft-train" --zero-stage 3 --quiet 2>&1 |
     tail -1)
   dev=$(timeout 60 "$B/tools/weftrun" -n 4 "$B/tools/weft-train" --device cuda --zero-stage 3 \
@@ -160,7 +174,22 @@ step_weft_train_device() {
   awk -v a="$host" -v b="$dev" 'BEGIN{split(a,x," "); split(b,y," "); d=x[6]-y[6]; if (d<0) d=-d;
        exit !(x[2] == "final" && y[2] == "final" && d <= 1e-6 * x[6])}' ||
     fail "device: $dev; host: $host"
-  key "device: $dev; host params-l2 $(echo "$host" | awk '{print $6}')"
+  key "$mps; device: $dev; host params-l2 $(echo "$host" | awk '{print $6}'); $(train_device_ms)"
+}
+
+# Issue 22.3's figure, reported and not judged here: ms per step of stages 0
+# and 3 on the GPU, 4 ranks, default sizes (tools/train_ab.sh, the build
+# against itself: two runs of 30 steps per stage, start-up left out).
+train_device_ms() {
+  ROUNDS=1 NRANKS=4 STAGES="0 3" STEPS=30 timeout 50 "$ROOT/tools/train_ab.sh" "$B" "$B/" \
+    --device cuda >"$LOGS/$STEP.ms" 2>&1
+  awk '/^stage [0-9]/ { n = 0; s = 0
+         for (i = 1; i < NF; i++) if ($i == "median") { s += $(i + 1); n++ }
+         ms[$2] = s / n }
+       END { if (ms[0] > 0 && ms[3] > 0)
+               printf "stage 3 %.3g / stage 0 %.3g ms per step = %.2f (bound 1.3)", ms[3], ms[0],
+                      ms[3] / ms[0]
+             else printf "no time per step (see %s.ms)", step }' step="$STEP" "$LOGS/$STEP.ms"
 }
 
 # ---------------------------------------------------------------- sanitizers

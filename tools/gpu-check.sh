@@ -44,9 +44,6 @@ perf_flags|60|-|20.1|perf tools take -d, -o, -c with -M cuda; all_reduce_device_
 device|240|gpu|20.2|device suite: every collective x datatype x op, 2-4 ranks on the GPU, graphs
 device_ipc|120|gpu|20.2|ranks in processes (cuda_ipc); a silent peer ends in a timeout error
 device_p2p|120|gpu|20.2|send/recv groups on device memory: pipelines, all-to-all, gather, scatter
-zero_math_device|60|gpu|22.2|zero_math.h kernels against the host, bit for bit
-zero_device|180|gpu|22.2|device ZeRO suites (zero_device*): kernels; device contexts vs host, checkpoints
-weft_train_device|90|gpu|22.3|weft-train --device cuda --zero-stage 3, 4 ranks: final line vs the host run
 memcheck|120|gpu|20.2|compute-sanitizer memcheck on a small device sample
 racecheck|150|gpu|20.2|compute-sanitizer racecheck on a small device sample
 synccheck|120|gpu|20.2|compute-sanitizer synccheck on a small device sample
@@ -56,6 +53,9 @@ perf_ar_g8|90|gpu|20.3|all_reduce_device_perf -g 8
 mps_start|30|gpu|20.2|MPS daemon, private pipe directory, for the multi-process steps
 perf_ar_mps|90|gpu|20.3|all_reduce_device_perf, 2 and 4 processes under MPS
 device_ipc_mps|120|gpu|20.2|device_ipc under MPS
+zero_math_device|60|gpu|22.2|zero_math.h kernels against the host, bit for bit
+zero_device|180|gpu|22.2|device ZeRO suites (zero_device*) under MPS: kernels; device contexts vs host, checkpoints
+weft_train_device|150|gpu|22.3|weft-train --device cuda --zero-stage 3, 4 ranks under MPS: final line vs the host run; ms per step, stage 3 / stage 0
 perf_sendrecv|110|gpu|20.3|sendrecv_perf -M cuda, 2/4/8 processes
 perf_alltoall|110|gpu|20.3|alltoall_perf -M cuda, 2/4/8 processes
 perf_all_gather|110|gpu|20.2|all_gather_perf -M cuda, 2/4/8 processes, 8 B..128 MiB

@@ -65,12 +65,12 @@ __global__ void grad_kernel(const float *d, const float *x, float *gw, float *gb
   if (k < (size_t)out * in) {
     size_t j = k / in, i = k % in;
     float acc = 0;
-    for (int s = 0; s < n; s++) acc += (d[s * out + j] * scale) * x[s * in + i];
+    for (size_t s = 0; s < (size_t)n; s++) acc += (d[s * out + j] * scale) * x[s * in + i];
     gw[k] = acc;
   } else {
     size_t j = k - (size_t)out * in;
     float acc = 0;
-    for (int s = 0; s < n; s++) acc += d[s * out + j] * scale;
+    for (size_t s = 0; s < (size_t)n; s++) acc += d[s * out + j] * scale;
     gb[j] = acc;
   }
 }
@@ -81,7 +81,7 @@ __global__ void back_delta_kernel(const float *d, const float *w, const float *x
   THREAD_INDEX(k, (size_t)n * in);
   size_t s = k / in, i = k % in;
   float acc = 0;
-  for (int j = 0; j < out; j++) acc += d[s * out + j] * w[j * in + i];
+  for (size_t j = 0; j < (size_t)out; j++) acc += d[s * out + j] * w[j * in + i];
   float a = x[k];
   dp[k] = acc * (1.0f - a * a);
 }

@@ -56,8 +56,10 @@ static weftResult_t dev_layer_weights(struct model *m, int l) {
   return res;
 }
 
-/* Stage 3 frees the gathered layer: the kernels that read it finish first. */
+/* Stage 3 frees the gathered layer: the kernels that read it finish first
+ * (the other stages release nothing, and need not wait). */
 static weftResult_t dev_release(struct model *m, int l) {
+  if (m->o->stage < 3) return weftSuccess;
   weftResult_t res = train_dev_sync(m->stream);
   return res == weftSuccess ? weftZeroRelease(m->zero, l) : res;
 }

@@ -240,10 +240,10 @@ weftResult_t weftZeroParam(weftZero_t z, int param, void **ptr_out) {
     *ptr_out = (char *)z->params_full + (l->flat_offset + p->offset) * z->param_size;
     return weftSuccess;
   }
-  if (l->gather_state != ZERO_GATHERING || !z->ops->event_done(l->gather_ev))
-    return zero_fail(weftInvalidUsage,
-                     "layer %d is not gathered, or its gather's event was not waited for",
-                     p->layer);
+  if (l->gather_state != ZERO_GATHERING)
+    return zero_fail(weftInvalidUsage, "layer %d is not gathered", p->layer);
+  if (!z->ops->stream_waits && !z->ops->event_done(l->gather_ev))
+    return zero_fail(weftInvalidUsage, "layer %d's gather event was not waited for", p->layer);
   *ptr_out = (char *)l->gathered + p->offset * z->param_size;
   return weftSuccess;
 }

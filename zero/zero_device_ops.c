@@ -120,6 +120,7 @@ static weftResult_t dev_to_float(const void *src, weftDataType_t type, float *ds
 const struct zero_ops zero_ops_device = {
     .name = "device",
     .device = 1,
+    .stream_waits = 1,
     .alloc = dev_alloc,
     .free = dev_free,
     .zero = dev_zero,

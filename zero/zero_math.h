@@ -4,7 +4,8 @@
  * flush-to-zero mode or on conversion instructions) and the AdamW and SGD
  * with momentum updates of one element. Compiles as C11, C++ and CUDA (host
  * and device). A device build matches the host's updates bit for bit only
- * without fused multiply-adds (nvcc -fmad=false), as the host compiles them.
+ * without fused multiply-adds on either side (nvcc -fmad=false, and
+ * -ffp-contract=off for the host compilers, zero/meson.build).
  * fp16 and bf16 values travel as their bit patterns (uint16_t). */
 #ifndef WEFT_ZERO_MATH_H
 #define WEFT_ZERO_MATH_H

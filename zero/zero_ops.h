@@ -23,6 +23,10 @@
 struct zero_ops {
   const char *name; /* "host" or "device" */
   int device;       /* 1: buffers are device memory */
+  /* 1: a trainer may order its work after an event on a stream of its own
+   * (cudaStreamWaitEvent) instead of waiting on the host, so a stage 3
+   * parameter is handed out while its gather's event is still pending */
+  int stream_waits;
   /* memory: zeroed on return; free takes NULL */
   weftResult_t (*alloc)(void **ptr_out, size_t nbytes);
   void (*free)(void *ptr);

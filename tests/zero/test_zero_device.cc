@@ -1,11 +1,13 @@
 // The device side of ZeRO (zero/zero_device.h). Everywhere: arguments are
 // checked before any CUDA call (bad types, NULL buffers), and a build
 // without CUDA refuses with a message. On a GPU: every kernel against the
-// host's arithmetic on random data of odd sizes, bit for bit (the norm's
-// sum of squares, summed in another order, within 1e-12 relative).
+// host's arithmetic on random data of odd sizes, bit for bit but for NaN
+// payloads (the norm's sum of squares, summed in another order, within
+// 1e-12 relative). Outputs start poisoned, so a kernel that never ran fails.
 #include <gtest/gtest.h>
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include <string>
@@ -23,6 +25,75 @@ extern "C" {
 namespace {
 
 std::string last_error() { return weftZeroLastError(); }
+
+// Element i of a buffer of type t is a NaN.
+bool is_nan_at(const void *buf, weftDataType_t t, size_t i) {
+  if (t == weftFloat32) return isnan(((const float *)buf)[i]);
+  uint16_t h = ((const uint16_t *)buf)[i];
+  return t == weftBfloat16 ? (h & 0x7fff) > 0x7f80 : (h & 0x7fff) > 0x7c00;
+}
+
+// n elements of type t equal bit for bit, NaNs aside: arithmetic on a NaN
+// gives the GPU's canonical NaN (0x7fffffff), the host's keeps the
+// operand's payload (0x7fc00000), and either is the same NaN to the step.
+// The first difference, or n.
+size_t first_difference(const void *got, const void *want, weftDataType_t t, size_t n) {
+  size_t ts = t == weftFloat32 ? 4 : 2;
+  for (size_t i = 0; i < n; i++) {
+    if (memcmp((const char *)got + i * ts, (const char *)want + i * ts, ts) == 0) continue;
+    if (!is_nan_at(got, t, i) || !is_nan_at(want, t, i)) return i;
+  }
+  return n;
+}
+
+// The comparison itself: payloads of NaNs aside, every bit counts.
+TEST(ZeroDeviceCompare, NanPayloadsAsideEveryBitCounts) {
+  const uint32_t f[] = {0x3f800000u, 0x7fc00000u, 0xffc00001u};
+  uint32_t g[] = {0x3f800000u, 0x7fffffffu, 0x7fc00000u};
+  EXPECT_EQ(first_difference(g, f, weftFloat32, 3), 3u);
+  g[0] = 0x3f800001u;  // one ulp
+  EXPECT_EQ(first_difference(g, f, weftFloat32, 3), 0u);
+  g[0] = 0x7f800000u;  // infinity is no NaN
+  EXPECT_EQ(first_difference(g, f, weftFloat32, 3), 0u);
+  const uint16_t h[] = {0x3c00, 0x7fc1, 0x7fc0};  // NaNs in fp16 and bf16 alike
+  uint16_t k[] = {0x3c00, 0x7fff, 0x7fff};
+  EXPECT_EQ(first_difference(k, h, weftFloat16, 3), 3u);
+  EXPECT_EQ(first_difference(k, h, weftBfloat16, 3), 3u);
+  k[1] = 0x7e00;  // fp16's NaN, a number in bf16
+  EXPECT_EQ(first_difference(k, h, weftFloat16, 3), 3u);
+  EXPECT_EQ(first_difference(k, h, weftBfloat16, 3), 1u);
+  k[1] = 0x7fff;
+  k[0] = 0x3c01;
+  EXPECT_EQ(first_difference(k, h, weftFloat16, 3), 0u);
+  EXPECT_EQ(first_difference(k, h, weftBfloat16, 3), 0u);
+  k[0] = 0x3c00;
+  k[2] = 0x7c00;  // fp16 infinity against a NaN
+  EXPECT_EQ(first_difference(k, h, weftFloat16, 3), 2u);
+  k[2] = 0x7f80;  // bf16 infinity against a NaN
+  EXPECT_EQ(first_difference(k, h, weftBfloat16, 3), 2u);
+}
+
+// Every entry of the three tables is set: a NULL one would be called on the
+// first step that reaches it (on a GPU only, for the device table).
+TEST(ZeroOpsTables, EveryEntryIsSet) {
+  for (const struct zero_ops *o : {&zero_ops_host, &zero_ops_host_staged, &zero_ops_device}) {
+    SCOPED_TRACE(o->name);
+    const void *entries[] = {
+        (const void *)o->alloc,        (const void *)o->free,         (const void *)o->zero,
+        (const void *)o->copy,         (const void *)o->sync,         (const void *)o->event_create,
+        (const void *)o->event_destroy, (const void *)o->event_record, (const void *)o->event_sync,
+        (const void *)o->event_done,   (const void *)o->load_scaled,  (const void *)o->to_float,
+        (const void *)o->store,        (const void *)o->scale,        (const void *)o->adamw,
+        (const void *)o->sgd};
+    // the table is the name, the device flag and these pointers, nothing else
+    EXPECT_LE(sizeof(struct zero_ops), sizeof(const char *) + sizeof(void *) + sizeof entries);
+    for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++)
+      EXPECT_NE(entries[i], nullptr) << "entry " << i;
+  }
+  EXPECT_EQ(zero_ops_host.device, 0);
+  EXPECT_EQ(zero_ops_host_staged.device, 1);
+  EXPECT_EQ(zero_ops_device.device, 1);
+}
 
 #if ZERO_TEST_CUDA
 
@@ -63,23 +134,26 @@ std::vector<float> random_floats(size_t n, uint64_t seed) {
 struct Dev {
   void *p = nullptr;
   size_t nbytes;
-  explicit Dev(size_t n) : nbytes(n) { EXPECT_EQ(cudaMalloc(&p, n ? n : 1), cudaSuccess); }
+  // poisoned (all bits set: NaN in every type) until a kernel writes it
+  explicit Dev(size_t n) : nbytes(n) {
+    EXPECT_EQ(cudaMalloc(&p, n ? n : 1), cudaSuccess);
+    EXPECT_EQ(cudaMemset(p, 0xff, n ? n : 1), cudaSuccess);
+  }
   template <typename T>
   explicit Dev(const std::vector<T> &h) : Dev(h.size() * sizeof(T)) {
-    cudaMemcpy(p, h.data(), nbytes, cudaMemcpyHostToDevice);
+    EXPECT_EQ(cudaMemcpy(p, h.data(), nbytes, cudaMemcpyHostToDevice), cudaSuccess);
   }
   ~Dev() { cudaFree(p); }
   template <typename T>
   std::vector<T> get(size_t n) {
     std::vector<T> h(n);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
+    EXPECT_EQ(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
     return h;
   }
   float *f() { return (float *)p; }
 };
 
-bool same_bits(const void *a, const void *b, size_t nbytes) { return memcmp(a, b, nbytes) == 0; }
 
 class ZeroDeviceKernels : public testing::TestWithParam<size_t> {
  protected:
@@ -103,16 +177,13 @@ TEST_P(ZeroDeviceKernels, StoreAndAccumulateMatchTheHost) {
     ASSERT_EQ(zero_dev_store(da.f(), t, dst.p, n, nullptr), weftSuccess) << last_error();
     ASSERT_EQ(zero_dev_accumulate(dst.p, t, db.f(), n, nullptr), weftSuccess) << last_error();
     std::vector<char> got = dst.get<char>(want.size());
-    EXPECT_TRUE(same_bits(got.data(), want.data(), want.size())) << "type " << t << ", n " << n;
+    EXPECT_EQ(first_difference(got.data(), want.data(), t, n), n) << "type " << t;
   }
 }
 
-// Loading reduced gradients of each type with the step's scale, and the
-// non-finite count and sum of squares the global norm is made of.
-TEST_P(ZeroDeviceKernels, LoadScaledMatchesTheHostStep) {
-  size_t n = GetParam();
+// One load of a of each type, against the host's loop.
+void load_scaled_check(size_t n, const std::vector<float> &a, double want_nonfinite) {
   const double scale = 1.0 / (3.0 * 7.0);
-  std::vector<float> a = random_floats(n, 3);
   for (weftDataType_t t : kTypes) {
     std::vector<char> src(n * type_size(t));
     for (size_t i = 0; i < n; i++) zero_store(src.data(), t, i, a[i]);
@@ -129,11 +200,29 @@ TEST_P(ZeroDeviceKernels, LoadScaledMatchesTheHostStep) {
               weftSuccess) << last_error();
     std::vector<float> got = dst.get<float>(n);
     std::vector<double> stats = dstats.get<double>(2);
-    EXPECT_TRUE(same_bits(got.data(), want.data(), n * sizeof(float))) << "type " << t;
+    EXPECT_EQ(first_difference(got.data(), want.data(), weftFloat32, n), n) << "type " << t;
+    EXPECT_EQ(nonfinite, want_nonfinite) << "type " << t;
     EXPECT_EQ(stats[0], 5.0 + nonfinite);
-    if (isfinite(sumsq)) EXPECT_NEAR(stats[1], 0.25 + sumsq, 1e-12 * (0.25 + sumsq));
-    else EXPECT_FALSE(isfinite(stats[1]));
+    if (want_nonfinite == 0) {
+      ASSERT_TRUE(isfinite(sumsq));
+      EXPECT_NEAR(stats[1], 0.25 + sumsq, 1e-12 * (0.25 + sumsq)) << "type " << t;
+    } else {
+      EXPECT_FALSE(isfinite(stats[1])) << "type " << t;
+    }
   }
+}
+
+// Loading reduced gradients of each type with the step's scale, and the
+// non-finite count and sum of squares the global norm is made of: on data
+// with a NaN and an infinity planted (the count; the sum is not finite),
+// and on finite data, where the sum must be the host's.
+TEST_P(ZeroDeviceKernels, LoadScaledMatchesTheHostStep) {
+  size_t n = GetParam();
+  std::vector<float> a = random_floats(n, 3), finite = a;
+  for (float &v : finite)
+    if (!isfinite(v)) v = 0.375f;
+  load_scaled_check(n, a, n > 3 ? 2 : 0);
+  load_scaled_check(n, finite, 0);
 }
 
 // Three AdamW updates and three SGD updates (with a clip between), as the
@@ -159,9 +248,10 @@ TEST_P(ZeroDeviceKernels, OptimizerUpdatesMatchTheHost) {
     ASSERT_EQ(zero_dev_sgd(dp.f(), dm.f(), dg.f(), n, 0.9f, 0.01f, 1e-4f, nullptr), weftSuccess)
         << last_error();
   }
-  EXPECT_TRUE(same_bits(dp.get<float>(n).data(), p.data(), n * sizeof(float)));
-  EXPECT_TRUE(same_bits(dm.get<float>(n).data(), m.data(), n * sizeof(float)));
-  EXPECT_TRUE(same_bits(dv.get<float>(n).data(), v.data(), n * sizeof(float)));
+  // p has a NaN and an infinity planted (which AdamW's decay makes a NaN)
+  EXPECT_EQ(first_difference(dp.get<float>(n).data(), p.data(), weftFloat32, n), n);
+  EXPECT_EQ(first_difference(dm.get<float>(n).data(), m.data(), weftFloat32, n), n);
+  EXPECT_EQ(first_difference(dv.get<float>(n).data(), v.data(), weftFloat32, n), n);
 }
 
 // one element, one block, several blocks, and more than the grid covers at once

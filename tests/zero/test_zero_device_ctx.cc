@@ -137,6 +137,55 @@ TEST(ZeroDeviceCtx, DeviceTableFailuresAreErrorsWithText) {
   EXPECT_EQ(status[0], 0);
 }
 
+// Stage 3's weftZeroParam while the gather's event is pending (a host table
+// whose events never complete): refused where the trainer must wait on the
+// host, handed out where a stream can wait (the device table's
+// stream_waits), so that kernels queued after cudaStreamWaitEvent read it.
+int param_pending_rank(const RankCtx &ctx) {
+  weftComm_t comm;
+  TRY_RC(init(ctx, &comm));
+  weftZeroConfig_t cfg;
+  weftZeroConfigDefaults(&cfg);
+  cfg.stage = 3;
+  weftZero_t z;
+  FAIL_IF(weftZeroCreate(&z, comm, &cfg) != weftSuccess, "create: %s", weftZeroLastError());
+  std::vector<float> init(29);
+  for (size_t i = 0; i < init.size(); i++) init[i] = 0.25f * (float)i - 3.0f;
+  int id;
+  FAIL_IF(weftZeroAddParam(z, 0, init.size(), init.data(), &id) != weftSuccess ||
+              weftZeroFinalize(z) != weftSuccess,
+          "register: %s", weftZeroLastError());
+  static struct zero_ops pending;
+  pending = zero_ops_host;
+  pending.event_done = [](weftEvent_t) { return 0; };
+  z->ops = &pending;
+  FAIL_IF(weftZeroGather(z, 0, nullptr, nullptr) != weftSuccess, "gather: %s",
+          weftZeroLastError());
+  void *p = nullptr;
+  pending.stream_waits = 0;
+  FAIL_IF(weftZeroParam(z, id, &p) != weftInvalidUsage ||
+              strstr(weftZeroLastError(), "gather event was not waited for") == nullptr,
+          "handed out before the event on the host: %s", weftZeroLastError());
+  pending.stream_waits = 1;
+  FAIL_IF(weftZeroParam(z, id, &p) != weftSuccess, "refused: %s", weftZeroLastError());
+  FAIL_IF(memcmp(p, init.data(), init.size() * sizeof(float)) != 0, "not the layer's values");
+  FAIL_IF(weftZeroRelease(z, 0) != weftSuccess, "release: %s", weftZeroLastError());
+  FAIL_IF(weftZeroParam(z, id, &p) != weftInvalidUsage ||
+              strstr(weftZeroLastError(), "is not gathered") == nullptr,
+          "a released layer handed out: %s", weftZeroLastError());
+  z->ops = &zero_ops_host;
+  FAIL_IF(weftZeroDestroy(z) != weftSuccess, "destroy: %s", weftZeroLastError());
+  weftCommDestroy(comm);
+  return 0;
+}
+
+TEST(ZeroDeviceCtx, StreamWaitsGetStage3ParamsBeforeTheEvent) {
+  for (int n : {1, 2, 3}) {
+    auto status = run_ranks(n, param_pending_rank);
+    for (int r = 0; r < n; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " of " << n;
+  }
+}
+
 // The model: three layers of odd sizes (padding on every rank count), the
 // gradient of each element pulling it towards a target, plus a term that
 // differs by rank and step so that the reductions matter.
@@ -162,32 +211,38 @@ std::string case_text(const Case &c) {
 }
 
 // Reads and writes context memory from the host: plain copies, or
-// cudaMemcpy for a device context.
+// cudaMemcpy for a device context, whose failure (an earlier kernel's
+// fault, say) is printed with the runtime's text and returned.
 struct Access {
   bool dev;
-  void get(void *dst, const void *src, size_t nbytes) const {
+  weftResult_t copy(void *dst, const void *src, size_t nbytes, bool to_dev) const {
 #if ZERO_TEST_CUDA
     if (dev) {
-      cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToHost);
-      return;
+      cudaError_t err =
+          cudaMemcpy(dst, src, nbytes, to_dev ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+      if (err == cudaSuccess) return weftSuccess;
+      fprintf(stderr, "cudaMemcpy of %zu bytes: %s\n", nbytes, cudaGetErrorString(err));
+      return weftUnhandledCudaError;
     }
 #endif
+    (void)to_dev;
     memcpy(dst, src, nbytes);
+    return weftSuccess;
   }
-  void put(void *dst, const void *src, size_t nbytes) const {
-#if ZERO_TEST_CUDA
-    if (dev) {
-      cudaMemcpy(dst, src, nbytes, cudaMemcpyHostToDevice);
-      return;
-    }
-#endif
-    memcpy(dst, src, nbytes);
+  weftResult_t get(void *dst, const void *src, size_t nbytes) const {
+    return copy(dst, src, nbytes, false);
+  }
+  weftResult_t put(void *dst, const void *src, size_t nbytes) const {
+    return copy(dst, src, nbytes, true);
   }
   weftResult_t wait(weftEvent_t ev) const {
 #if ZERO_TEST_CUDA
-    if (dev)
-      return cudaEventSynchronize((cudaEvent_t)ev) == cudaSuccess ? weftSuccess
-                                                                 : weftUnhandledCudaError;
+    if (dev) {
+      cudaError_t err = cudaEventSynchronize((cudaEvent_t)ev);
+      if (err == cudaSuccess) return weftSuccess;
+      fprintf(stderr, "waiting for a gather: %s\n", cudaGetErrorString(err));
+      return weftUnhandledCudaError;
+    }
 #endif
     return weftEventSynchronize(ev);
   }
@@ -240,7 +295,7 @@ weftResult_t case_step(weftZero_t zero, const Access &a, const Case &c, int rank
       RES_TRY(weftZeroParam(zero, ids[p], &ptr));
       std::vector<char> raw(kParams[p] * ts);
       std::vector<float> w(kParams[p]);
-      a.get(raw.data(), ptr, raw.size());
+      RES_TRY(a.get(raw.data(), ptr, raw.size()));
       weftZeroToFloat(raw.data(), c.type, w.data(), kParams[p]);
       grads[p].resize(kParams[p]);
       case_grad(w.data(), kParams[p], p, step, rank, scale, grads[p].data());
@@ -253,9 +308,9 @@ weftResult_t case_step(weftZero_t zero, const Access &a, const Case &c, int rank
       void *ptr;
       RES_TRY(weftZeroGrad(zero, ids[p], &ptr));
       std::vector<char> raw(kParams[p] * ts);
-      a.get(raw.data(), ptr, raw.size());
+      RES_TRY(a.get(raw.data(), ptr, raw.size()));
       weftZeroAccumulate(raw.data(), c.type, grads[p].data(), kParams[p]);
-      a.put(ptr, raw.data(), raw.size());
+      RES_TRY(a.put(ptr, raw.data(), raw.size()));
     }
     RES_TRY(weftZeroGradReady(zero, l, stream));
   }
@@ -296,11 +351,15 @@ weftResult_t case_train(weftComm_t comm, void *stream, Kind kind, const Case &c,
   return res != weftSuccess ? res : destroyed;
 }
 
+// The largest difference relative to a's largest magnitude; infinite when
+// the sizes differ or either holds a NaN or an infinity (the model's
+// parameters stay finite, and a NaN on both sides must not compare equal).
 double rel_diff(const std::vector<float> &a, const std::vector<float> &b) {
+  if (a.size() != b.size() || a.empty()) return INFINITY;
   double diff = 0, mag = 0;
   for (size_t i = 0; i < a.size(); i++) {
+    if (!isfinite(a[i]) || !isfinite(b[i])) return INFINITY;
     diff = fmax(diff, fabs((double)a[i] - b[i]));
-    if (isnan(a[i]) != isnan(b[i])) diff = INFINITY;
     mag = fmax(mag, fabs((double)a[i]));
   }
   return diff / fmax(mag, 1e-30);

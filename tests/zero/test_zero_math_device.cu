@@ -61,7 +61,10 @@ template <typename T>
 T *to_device(const std::vector<T> &h) {
   T *d = nullptr;
   if (cudaMalloc(&d, h.size() * sizeof(T)) != cudaSuccess) return nullptr;
-  cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
+  if (cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice) != cudaSuccess) {
+    cudaFree(d);
+    return nullptr;
+  }
   return d;
 }
 
@@ -109,6 +112,7 @@ int check_conversions(uint64_t seed) {
   CUDA_OK(cudaMemset(d_bb, 0xff, n * 4));
   CUDA_OK(cudaMemset(d_fb, 0xff, n * 4));
   convert_kernel<<<(unsigned)((n + 255) / 256), 256>>>(d_bf, d_fp, d_bb, d_fb, d_src, n);
+  CUDA_OK(cudaGetLastError()); /* the launch: no kernel image for this GPU, ... */
   CUDA_OK(cudaDeviceSynchronize());
   std::vector<uint16_t> g_bf(n), g_fp(n);
   std::vector<float> g_bb(n), g_fb(n);
@@ -148,8 +152,10 @@ int check_optimizers(uint64_t seed) {
                                 (float)(lr * 0.01), (float)(1.0 / sqrt(1 - pow(b2, t))), 1e-8f};
     for (size_t i = 0; i < n; i++) zero_adamw_elem(&hp[i], &hm[i], &hv[i], g[i], &c);
     adamw_kernel<<<blocks, 256>>>(dp, dm, dv, dg, n, c);
+    CUDA_OK(cudaGetLastError());
     for (size_t i = 0; i < n; i++) zero_sgd_elem(&sp[i], &sm[i], g[i], 0.9f, 0.05f, 1e-4f);
     sgd_kernel<<<blocks, 256>>>(sdp, sdm, dg, n, 0.9f, 0.05f, 1e-4f);
+    CUDA_OK(cudaGetLastError());
   }
   CUDA_OK(cudaDeviceSynchronize());
   std::vector<float> gp(n), gm(n), gv(n), gsp(n), gsm(n);
