@@ -252,6 +252,31 @@ std::exception_ptr WeftBackend::run(task &t) {
   return err;
 }
 
+weftResult_t WeftBackend::issue_steps(task &t) {
+  weftResult_t res = weftSuccess;
+  std::exception_ptr thrown;
+  const bool grouped = t.steps.size() > 1;
+  if (grouped) res = weftGroupStart();
+  for (auto &s : t.steps) {
+    if (res != weftSuccess || thrown) break;
+    if (!s.issue) continue;
+    try {
+      res = s.issue();
+    } catch (...) {
+      thrown = std::current_exception();
+    }
+  }
+  // a group left open would take in every later call of this thread
+  if (grouped) {
+    weftResult_t end = weftGroupEnd();
+    if (res == weftSuccess) res = end;
+  }
+  for (auto &s : t.steps)
+    if (s.release) s.release();
+  if (thrown) std::rethrow_exception(thrown);
+  return res;
+}
+
 std::exception_ptr WeftBackend::run_steps(task &t) {
   try {
     {
@@ -259,17 +284,7 @@ std::exception_ptr WeftBackend::run_steps(task &t) {
       TORCH_CHECK(!aborted_, "weft: ", t.name, ": the process group was aborted");
       in_call_ = true;
     }
-    weftResult_t res = weftSuccess;
-    bool grouped = t.steps.size() > 1;
-    if (grouped) res = weftGroupStart();
-    for (auto &s : t.steps) {
-      if (res != weftSuccess) break;
-      if (s.issue) res = s.issue();
-    }
-    if (grouped) {
-      weftResult_t end = weftGroupEnd();
-      if (res == weftSuccess) res = end;
-    }
+    weftResult_t res = issue_steps(t);
     if (res != weftSuccess) fail(t.name, res);
     {
       std::lock_guard<std::mutex> lk(comm_mu_);
@@ -349,7 +364,15 @@ static c10::intrusive_ptr<c10d::Backend> create_backend(
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::module_::import("torch.distributed");
   py::class_<torch_weft::WeftBackend, c10d::Backend, c10::intrusive_ptr<torch_weft::WeftBackend>>(
-      m, "WeftBackend");
+      m, "WeftBackend")
+      // torch calls this on the ranks left out of new_group(ranks) when the
+      // default group has a bound device (init_process_group(device_id=...)),
+      // as NCCL splits its communicator there; the members of a weft group
+      // rendezvous through the store, so the others have nothing to do
+      .def(
+          "perform_nocolor_split", [](torch_weft::WeftBackend &, const at::Device &) {},
+          py::arg("device"),
+          "Nothing: a weft group is made by its members alone (new_group on a bound device).");
   m.def("create_backend", &torch_weft::create_backend, py::arg("store"), py::arg("rank"),
         py::arg("size"), py::arg("timeout_s"), py::arg("name") = "",
         py::call_guard<py::gil_scoped_release>(),

@@ -224,6 +224,10 @@ class WeftBackend : public c10d::Backend {
 
   std::exception_ptr run_steps(task &t);
 
+  // Issues t's steps (in one weft group when there are several, which is
+  // ended even when a step throws) and runs their releases.
+  weftResult_t issue_steps(task &t);
+
   // Throws the DistBackendError for a failed weft call.
   [[noreturn]] void fail(const char *name, weftResult_t res);
 

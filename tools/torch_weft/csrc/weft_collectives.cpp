@@ -4,6 +4,8 @@
 
 #include "weft_cuda.h"
 
+#include <optional>
+
 namespace torch_weft {
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::broadcast(std::vector<at::Tensor> &tensors,
@@ -451,25 +453,41 @@ op_step WeftBackend::premul_step(const at::Tensor &t, const red_plan &p, const c
                                  int64_t recvcount, at::Tensor in) {
   at::ScalarType st = t.scalar_type();
   at::ScalarType scalar_type = at::isComplexType(st) ? c10::toRealValueType(st) : st;
+  // the factor rounded to the tensor's type, as weft multiplies by it; a
+  // tensor factor (on the GPU, say) is read here, ordered after the
+  // caller's current stream
   at::Tensor scalar = p.tensor_factor.defined()
                           ? p.tensor_factor.to(at::kCPU, scalar_type).reshape({1}).clone()
                           : at::full({1}, p.factor, at::TensorOptions().dtype(scalar_type));
-  auto body = [this, scalar, opname, recvcount, in](const at::Tensor &buf) {
+  if (size_ == 1) {
+    // one rank: the sum is this rank's input scaled, done here (weft's
+    // device path refuses a pre-multiply op on one rank)
+    elems_of(t, opname);
+    op_step s;
+    const double factor = scalar.to(at::kDouble).item<double>();
+    s.finish = [t, in, factor]() { t.copy_(at::mul(in.defined() ? in.view_as(t) : t, factor)); };
+    return s;
+  }
+  // weft looks the op up when the call runs, which inside a group is at
+  // weftGroupEnd: it is destroyed by the step's release, not after the call
+  auto op = std::make_shared<std::optional<weftRedOp_t>>();
+  auto body = [this, scalar, opname, recvcount, in, op](const at::Tensor &buf) {
     flat_buf b = elems_of(buf, opname);
-    weftRedOp_t op;
+    weftRedOp_t made;
     weftResult_t res =
-        weftRedOpCreatePreMulSum(&op, scalar.data_ptr(), b.dtype, weftScalarHostImmediate, comm_);
+        weftRedOpCreatePreMulSum(&made, scalar.data_ptr(), b.dtype, weftScalarHostImmediate, comm_);
     if (res != weftSuccess) return res;
-    if (recvcount < 0) {
-      res = weftAllReduce(b.ptr, b.ptr, b.count, b.dtype, op, comm_, stream_);
-    } else {
-      flat_buf src = elems_of(in, opname);
-      res = weftReduceScatter(src.ptr, b.ptr, b.count, b.dtype, op, comm_, stream_);
-    }
-    weftRedOpDestroy(op, comm_);
-    return res;
+    *op = made;
+    if (recvcount < 0) return weftAllReduce(b.ptr, b.ptr, b.count, b.dtype, made, comm_, stream_);
+    flat_buf src = elems_of(in, opname);
+    return weftReduceScatter(src.ptr, b.ptr, b.count, b.dtype, made, comm_, stream_);
   };
-  return inplace_step(t, body);
+  op_step s = inplace_step(t, body);
+  s.release = [this, op]() {
+    if (op->has_value()) weftRedOpDestroy(**op, comm_);
+    op->reset();
+  };
+  return s;
 }
 
 op_step WeftBackend::allgather_list_step(const std::vector<at::Tensor> &outs,

@@ -1,0 +1,154 @@
+"""torch.distributed paths of the "weft" backend that its CUDA runs take too,
+checked on host tensors: a group made while the default group has a bound
+device (init_process_group(device_id=...), as tests/nccl/ddp_loss.py does),
+PREMUL_SUM inside a coalesced block (FSDP2's divide factor), PREMUL_SUM on a
+one-rank group (weft's device path refuses it: the backend scales locally),
+and a coalesced block whose second operation fails (the weft group must be
+closed, or every later call of the thread would be taken into it). Run under
+torchrun (2 or 3 ranks); exits non-zero with the failing checks listed.
+"""
+import os
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "torch_weft"))
+import torch_weft  # noqa: E402,F401
+
+failures = []
+checks = 0
+
+
+def check(name, got, want, tol=1e-6):
+    global checks
+    checks += 1
+    if got.shape != want.shape:
+        failures.append(f"{name}: shape {tuple(got.shape)} != {tuple(want.shape)}")
+    elif not torch.allclose(got.double(), want.double(), rtol=tol, atol=tol):
+        bad = ((got.double() - want.double()).abs() > tol).nonzero()
+        first = bad[0].tolist() if bad.numel() else "?"
+        failures.append(f"{name}: {bad.shape[0]} elements off, first at {first}: "
+                        f"{got.flatten()[0].item()} vs {want.flatten()[0].item()}")
+
+
+def rank_data(rank, n, dtype=torch.float64, tag=0):
+    g = torch.Generator().manual_seed(7919 * (rank + 1) + tag)
+    return torch.randn(n, generator=g, dtype=torch.float64).to(dtype)
+
+
+def premul_sum(n, world, factor, dtype, tag):
+    """What a PREMUL_SUM of every rank's rank_data gives."""
+    return sum(rank_data(r, n, dtype, tag).double() * factor for r in range(world))
+
+
+def check_bound_new_group():
+    """Ranks outside new_group(ranks) get perform_nocolor_split from torch when
+    the default group has a bound device; members get a working group."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    members = [0, world - 1]
+    sub = dist.new_group(members)
+    t = rank_data(r, 11, tag=1)
+    if r in members:
+        dist.all_reduce(t, group=sub)
+        check("bound: new_group all_reduce", t,
+              sum(rank_data(m, 11, tag=1) for m in members))
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    check("bound: world all_reduce after new_group", t, torch.full((3,), float(world)))
+
+
+def check_premul_coalesced():
+    r, world = dist.get_rank(), dist.get_world_size()
+    sizes = [5, 1001, 3]
+    for dtype, tol in ((torch.float32, 1e-5), (torch.float64, 1e-12)):
+        ts = [rank_data(r, n, dtype, tag=10 + i) for i, n in enumerate(sizes)]
+        with dist._coalescing_manager(async_ops=True) as cm:
+            for t in ts:
+                dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.375))
+        cm.wait()
+        for i, (t, n) in enumerate(zip(ts, sizes)):
+            check(f"premul all_reduce coalesced {dtype} [{i}]", t,
+                  premul_sum(n, world, 0.375, dtype, 10 + i), tol)
+        ins = [rank_data(r, n * world, dtype, tag=20 + i) for i, n in enumerate(sizes)]
+        outs = [torch.full((n,), float("nan"), dtype=dtype) for n in sizes]
+        with dist._coalescing_manager():
+            for o, x in zip(outs, ins):
+                dist.reduce_scatter_tensor(o, x, op=dist._make_nccl_premul_sum(0.25))
+        for i, (o, n) in enumerate(zip(outs, sizes)):
+            full = premul_sum(n * world, world, 0.25, dtype, 20 + i)
+            check(f"premul reduce_scatter coalesced {dtype} [{i}]", o,
+                  full[r * n:(r + 1) * n], tol)
+
+
+def check_premul_one_rank():
+    """PREMUL_SUM on one rank is the input scaled (in place, out of place,
+    a tensor factor, a non-contiguous view)."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    groups = [dist.new_group([p]) for p in range(world)]  # every rank makes every group
+    me = groups[r]
+    x = rank_data(r, 33, torch.float32, tag=30)
+    t = x.clone()
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5), group=me)
+    check("premul one rank all_reduce", t, x * 0.5)
+    t = x.clone()
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum(torch.tensor([0.125])), group=me)
+    check("premul one rank all_reduce tensor factor", t, x * 0.125)
+    m = rank_data(r, 48, torch.float32, tag=31).reshape(6, 8)
+    v = m.clone().t()
+    dist.all_reduce(v, op=dist._make_nccl_premul_sum(3.0), group=me)
+    check("premul one rank all_reduce strided", v, m.t() * 3.0)
+    out = torch.full((33,), float("nan"))
+    dist.reduce_scatter_tensor(out, x, op=dist._make_nccl_premul_sum(0.75), group=me)
+    check("premul one rank reduce_scatter", out, x * 0.75)
+    h = rank_data(r, 9, torch.float16, tag=32)
+    hh = h.clone()
+    dist.all_reduce(hh, op=dist._make_nccl_premul_sum(0.1), group=me)
+    check("premul one rank float16", hh, (h.float() * torch.tensor(0.1).half().float()).half(),
+          2e-3)
+
+
+def check_failed_coalesced_block():
+    """A coalesced block whose second all-reduce is refused raises, and the
+    group works afterwards."""
+    global checks
+    world = dist.get_world_size()
+    checks += 1
+    try:
+        with dist._coalescing_manager():
+            dist.all_reduce(torch.ones(4))
+            dist.all_reduce(torch.ones(4, dtype=torch.int16))
+        failures.append("coalesced block with an int16 all_reduce: no exception")
+    except Exception as e:  # noqa: BLE001
+        if "not supported for reductions" not in str(e):
+            failures.append(f"coalesced int16: message {str(e)[:200]!r}")
+    for i in range(2):
+        t = rank_data(dist.get_rank(), 17, tag=40 + i)
+        dist.all_reduce(t)
+        check(f"all_reduce {i} after a failed coalesced block", t,
+              sum(rank_data(p, 17, tag=40 + i) for p in range(world)))
+
+
+def main():
+    dist.init_process_group("weft", timeout=timedelta(seconds=120),
+                            device_id=torch.device("cpu", 0))
+    for fn in (check_bound_new_group, check_premul_coalesced, check_premul_one_rank,
+               check_failed_coalesced_block):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001  (a raise is a failed check; the next runs)
+            failures.append(f"{fn.__name__}: {type(e).__name__}: {str(e)[:300]}")
+    res = torch.tensor([len(failures), checks], dtype=torch.int64)
+    dist.all_reduce(res)
+    for f in failures[:40]:
+        print(f"rank {dist.get_rank()}: FAIL {f}", flush=True)
+    if dist.get_rank() == 0:
+        print(f"check_api: {dist.get_world_size()} ranks, {int(res[1])} checks, "
+              f"{int(res[0])} failures", flush=True)
+    dist.destroy_process_group()
+    sys.exit(1 if res[0] else 0)
+
+
+if __name__ == "__main__":
+    main()
