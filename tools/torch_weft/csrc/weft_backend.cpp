@@ -103,19 +103,28 @@ void WeftBackend::setTimeout(std::chrono::milliseconds) {
 c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpType type,
                                                    std::vector<op_step> steps,
                                                    std::vector<at::Tensor> outputs, bool async_op,
-                                                   const at::Tensor &on) {
+                                                   std::vector<at::Tensor> inputs) {
   seq_++;
-  const int device = device_of(on.defined() ? on : outputs.empty() ? on : outputs[0]);
+  const int device = !inputs.empty()    ? device_of(inputs[0])
+                     : !outputs.empty() ? device_of(outputs[0])
+                                        : -1;
   for (const auto &o : outputs) check_device(o, device, name);
+  for (const auto &i : inputs) check_device(i, device, name);
+  std::vector<at::Tensor> tensors;
+  if (device >= 0) {
+    tensors = std::move(inputs);
+    tensors.insert(tensors.end(), outputs.begin(), outputs.end());
+  }
   if (coalescing_) {
     TORCH_CHECK(coalesced_.steps.empty() || coalesced_.device == device, "weft: ", name,
                 ": a coalesced block mixes host and CUDA tensors (or two GPUs)");
     coalesced_.device = device;
     for (auto &s : steps) coalesced_.steps.push_back(std::move(s));
+    for (auto &x : tensors) coalesced_.tensors.push_back(std::move(x));
     return coalesced_work_;
   }
   auto work = make_work(type, name, std::move(outputs), false);
-  task t{name, std::move(steps), {work}, device};
+  task t{name, std::move(steps), {work}, device, nullptr, std::move(tensors)};
   if (async_op && device < 0) {
     enqueue(std::move(t));
     return work;
@@ -150,6 +159,7 @@ void WeftBackend::complete(task &t, std::exception_ptr err) {
     for (auto &w : t.works) w->complete(err);
     return;
   }
+  gpu_hold(t.device, t.stream, t.tensors);
   auto mark = gpu_mark(t.device, t.stream);
   std::shared_ptr<queue_state> q = queue_;
   const int rank = rank_, size = size_;
@@ -182,10 +192,6 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit_p2p(const char *name, c10d::O
   if (coalescing_ || device_of(outputs[0]) >= 0)
     return submit(name, type, {std::move(step)}, std::move(outputs), true);
   seq_++;
-  if (coalescing_) {
-    coalesced_.steps.push_back(std::move(step));
-    return coalesced_work_;
-  }
   auto work = make_work(type, name, std::move(outputs), true);
   std::lock_guard<std::mutex> lk(queue_->mu);
   TORCH_CHECK(!queue_->stop, "weft: ", name, " on a process group that was shut down");

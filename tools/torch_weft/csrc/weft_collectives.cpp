@@ -71,7 +71,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::allgather(std::vector<std::vector<at
   TORCH_CHECK(outputs.size() == 1, "weft: allgather takes one list of outputs");
   check_list(outputs[0], in, "allgather");
   return submit("allgather", c10d::OpType::ALLGATHER, {allgather_list_step(outputs[0], in)},
-                outputs[0], opts.asyncOp);
+                outputs[0], opts.asyncOp, {in});
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::allgather_coalesced(
@@ -88,13 +88,13 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::allgather_coalesced(
     for (auto &o : outputs[i]) flat_outputs.push_back(o);
   }
   return submit("allgather_coalesced", c10d::OpType::ALLGATHER_COALESCED, std::move(steps),
-                flat_outputs, opts.asyncOp);
+                flat_outputs, opts.asyncOp, inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::_allgather_base(at::Tensor &output, at::Tensor &input,
                                                             const c10d::AllgatherOptions &opts) {
   return submit("all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE,
-                {allgather_base_step(output, input)}, {output}, opts.asyncOp);
+                {allgather_base_step(output, input)}, {output}, opts.asyncOp, {input});
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::allgather_into_tensor_coalesced(
@@ -107,7 +107,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::allgather_into_tensor_coalesced(
   for (size_t i = 0; i < inputs.size(); i++)
     steps.push_back(allgather_base_step(outputs[i], inputs[i]));
   return submit("allgather_into_tensor_coalesced", c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED,
-                std::move(steps), outputs, opts.asyncOp);
+                std::move(steps), outputs, opts.asyncOp, inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::reduce_scatter(
@@ -120,7 +120,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::reduce_scatter(
   for (auto &t : inputs[0]) flat.push_back(t.reshape({-1}));
   at::Tensor in = at::cat(flat);
   return submit("reduce_scatter", c10d::OpType::REDUCE_SCATTER,
-                {reduce_scatter_step(out, in, opts.reduceOp)}, {out}, opts.asyncOp);
+                {reduce_scatter_step(out, in, opts.reduceOp)}, {out}, opts.asyncOp, inputs[0]);
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::_reduce_scatter_base(
@@ -128,7 +128,8 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::_reduce_scatter_base(
   check_tensor(output, "reduce_scatter_tensor");
   check_tensor(input, "reduce_scatter_tensor");
   return submit("reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE,
-                {reduce_scatter_step(output, input, opts.reduceOp)}, {output}, opts.asyncOp);
+                {reduce_scatter_step(output, input, opts.reduceOp)}, {output}, opts.asyncOp,
+                {input});
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::reduce_scatter_tensor_coalesced(
@@ -144,7 +145,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::reduce_scatter_tensor_coalesced(
     steps.push_back(reduce_scatter_step(outputs[i], inputs[i], opts.reduceOp));
   }
   return submit("reduce_scatter_tensor_coalesced", c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
-                std::move(steps), outputs, opts.asyncOp);
+                std::move(steps), outputs, opts.asyncOp, inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::alltoall_base(at::Tensor &output, at::Tensor &input,
@@ -186,7 +187,8 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::alltoall_base(at::Tensor &output, at
     return res != weftSuccess ? res : end;
   };
   if (staged) s.finish = [output, out]() { output.copy_(out); };
-  return submit("all_to_all_single", c10d::OpType::ALLTOALL_BASE, {s}, {output}, opts.asyncOp);
+  return submit("all_to_all_single", c10d::OpType::ALLTOALL_BASE, {s}, {output}, opts.asyncOp,
+                {input});
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::alltoall(std::vector<at::Tensor> &outputs,
@@ -223,7 +225,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::alltoall(std::vector<at::Tensor> &ou
     for (size_t p = 0; p < outs.size(); p++)
       if (!outs[p].is_same(user_outs[p])) user_outs[p].copy_(outs[p]);
   };
-  return submit("all_to_all", c10d::OpType::ALLTOALL, {s}, outputs, opts.asyncOp);
+  return submit("all_to_all", c10d::OpType::ALLTOALL, {s}, outputs, opts.asyncOp, inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::gather(std::vector<std::vector<at::Tensor>> &outputs,
@@ -255,7 +257,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::gather(std::vector<std::vector<at::T
       auto parts = stage.chunk((int64_t)outs.size());
       for (size_t r = 0; r < outs.size(); r++) outs[r].copy_(parts[r].view_as(outs[r]));
     };
-  return submit("gather", c10d::OpType::GATHER, {s}, outs, opts.asyncOp, in);
+  return submit("gather", c10d::OpType::GATHER, {s}, outs, opts.asyncOp, inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::scatter(std::vector<at::Tensor> &outputs,
@@ -280,7 +282,8 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::scatter(std::vector<at::Tensor> &out
     return weftScatter(stage.defined() ? stage.data_ptr() : nullptr, b.ptr, b.count, b.dtype, root,
                        comm_, stream_);
   });
-  return submit("scatter", c10d::OpType::SCATTER, {s}, {out}, opts.asyncOp);
+  return submit("scatter", c10d::OpType::SCATTER, {s}, {out}, opts.asyncOp,
+                is_root ? inputs[0] : std::vector<at::Tensor>{});
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::send(std::vector<at::Tensor> &tensors, int dst, int) {

@@ -95,6 +95,9 @@ struct task {
   std::vector<c10::intrusive_ptr<WeftWork>> works;
   int device = -1;         /* CUDA device of its tensors; -1: host memory */
   void *stream = nullptr;  /* the CUDA stream it ran on */
+  /* the caller's tensors it reads and writes: on a GPU, their memory is not
+   * reused until the stream is past the operation (record_stream) */
+  std::vector<at::Tensor> tensors;
 };
 
 // The queue between callers and the worker thread, shared with the Work
