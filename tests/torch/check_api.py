@@ -6,7 +6,13 @@ one-rank group (weft's device path refuses it: the backend scales locally),
 and a coalesced block whose second operation fails (the weft group must be
 closed, or every later call of the thread would be taken into it). Run under
 torchrun (2 or 3 ranks); exits non-zero with the failing checks listed.
+
+--device cuda (tools/gpu-check.sh, step torch_weft_cuda) runs the same on
+cuda:0, which every rank shares, and adds what only a GPU shows: operations on
+a side stream (an empty tensor among them), wait() and get_future().then()
+ordering the current stream after an operation on another stream.
 """
+import argparse
 import os
 import sys
 from datetime import timedelta
@@ -24,6 +30,7 @@ checks = 0
 def check(name, got, want, tol=1e-6):
     global checks
     checks += 1
+    got, want = got.cpu(), want.cpu()
     if got.shape != want.shape:
         failures.append(f"{name}: shape {tuple(got.shape)} != {tuple(want.shape)}")
     elif not torch.allclose(got.double(), want.double(), rtol=tol, atol=tol):
@@ -33,14 +40,18 @@ def check(name, got, want, tol=1e-6):
                         f"{got.flatten()[0].item()} vs {want.flatten()[0].item()}")
 
 
-def rank_data(rank, n, dtype=torch.float64, tag=0):
+DEV = torch.device("cpu")
+
+
+def rank_data(rank, n, dtype=torch.float64, tag=0, dev=None):
+    """rank's random data on DEV (on the host with dev="cpu", for references)."""
     g = torch.Generator().manual_seed(7919 * (rank + 1) + tag)
-    return torch.randn(n, generator=g, dtype=torch.float64).to(dtype)
+    return torch.randn(n, generator=g, dtype=torch.float64).to(dtype).to(dev or DEV)
 
 
 def premul_sum(n, world, factor, dtype, tag):
     """What a PREMUL_SUM of every rank's rank_data gives."""
-    return sum(rank_data(r, n, dtype, tag).double() * factor for r in range(world))
+    return sum(rank_data(r, n, dtype, tag, "cpu").double() * factor for r in range(world))
 
 
 def check_bound_new_group():
@@ -54,7 +65,7 @@ def check_bound_new_group():
         dist.all_reduce(t, group=sub)
         check("bound: new_group all_reduce", t,
               sum(rank_data(m, 11, tag=1) for m in members))
-    t = torch.ones(3)
+    t = torch.ones(3, device=DEV)
     dist.all_reduce(t)
     check("bound: world all_reduce after new_group", t, torch.full((3,), float(world)))
 
@@ -72,7 +83,7 @@ def check_premul_coalesced():
             check(f"premul all_reduce coalesced {dtype} [{i}]", t,
                   premul_sum(n, world, 0.375, dtype, 10 + i), tol)
         ins = [rank_data(r, n * world, dtype, tag=20 + i) for i, n in enumerate(sizes)]
-        outs = [torch.full((n,), float("nan"), dtype=dtype) for n in sizes]
+        outs = [torch.full((n,), float("nan"), dtype=dtype, device=DEV) for n in sizes]
         with dist._coalescing_manager():
             for o, x in zip(outs, ins):
                 dist.reduce_scatter_tensor(o, x, op=dist._make_nccl_premul_sum(0.25))
@@ -93,13 +104,14 @@ def check_premul_one_rank():
     dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5), group=me)
     check("premul one rank all_reduce", t, x * 0.5)
     t = x.clone()
-    dist.all_reduce(t, op=dist._make_nccl_premul_sum(torch.tensor([0.125])), group=me)
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum(torch.tensor([0.125], device=DEV)),
+                    group=me)
     check("premul one rank all_reduce tensor factor", t, x * 0.125)
     m = rank_data(r, 48, torch.float32, tag=31).reshape(6, 8)
     v = m.clone().t()
     dist.all_reduce(v, op=dist._make_nccl_premul_sum(3.0), group=me)
     check("premul one rank all_reduce strided", v, m.t() * 3.0)
-    out = torch.full((33,), float("nan"))
+    out = torch.full((33,), float("nan"), device=DEV)
     dist.reduce_scatter_tensor(out, x, op=dist._make_nccl_premul_sum(0.75), group=me)
     check("premul one rank reduce_scatter", out, x * 0.75)
     h = rank_data(r, 9, torch.float16, tag=32)
@@ -117,8 +129,8 @@ def check_failed_coalesced_block():
     checks += 1
     try:
         with dist._coalescing_manager():
-            dist.all_reduce(torch.ones(4))
-            dist.all_reduce(torch.ones(4, dtype=torch.int16))
+            dist.all_reduce(torch.ones(4, device=DEV))
+            dist.all_reduce(torch.ones(4, dtype=torch.int16, device=DEV))
         failures.append("coalesced block with an int16 all_reduce: no exception")
     except Exception as e:  # noqa: BLE001
         if "not supported for reductions" not in str(e):
@@ -130,21 +142,61 @@ def check_failed_coalesced_block():
               sum(rank_data(p, 17, tag=40 + i) for p in range(world)))
 
 
+def check_cuda_streams():
+    """Operations on a side stream read what that stream produced; wait() and
+    a future's then() order the current stream after them; an empty tensor
+    is no error and leaves the group working."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    main_stream, side = torch.cuda.current_stream(), torch.cuda.Stream()
+    side.wait_stream(main_stream)
+    with torch.cuda.stream(side):
+        x = rank_data(r, 1 << 20, torch.float32, tag=50) * 2  # made on side
+        dist.all_reduce(x)
+        dist.all_reduce(torch.empty(0, device=DEV))
+        y = rank_data(r, 1 << 20, torch.float32, tag=51)
+        work = dist.all_reduce(y, async_op=True)
+    work.wait()  # the current (main) stream waits for the all-reduce on side
+    want = sum(rank_data(p, 1 << 20, torch.float32, 51, "cpu") for p in range(world))
+    check("side stream: wait() orders the current stream", y, want, 1e-4)
+    main_stream.wait_stream(side)
+    check("side stream all_reduce", x,
+          sum(rank_data(p, 1 << 20, torch.float32, 50, "cpu") * 2 for p in range(world)), 1e-4)
+    with torch.cuda.stream(side):
+        z = rank_data(r, 4099, torch.float32, tag=52)
+        fut = dist.all_reduce(z, async_op=True).get_future()
+    doubled = fut.then(lambda f: f.value()[0] * 2).wait()
+    check("future then() after a side-stream all_reduce", doubled,
+          2 * sum(rank_data(p, 4099, torch.float32, 52, "cpu") for p in range(world)), 1e-4)
+    t = torch.ones(5, device=DEV)
+    dist.all_reduce(t)
+    check("all_reduce after an empty one", t, torch.full((5,), float(world)))
+
+
 def main():
-    dist.init_process_group("weft", timeout=timedelta(seconds=120),
-                            device_id=torch.device("cpu", 0))
-    for fn in (check_bound_new_group, check_premul_coalesced, check_premul_one_rank,
-               check_failed_coalesced_block):
+    global DEV
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    args = ap.parse_args()
+    DEV = torch.device(args.device, 0)
+    if args.device == "cuda":
+        torch.cuda.set_device(DEV)
+    dist.init_process_group("weft", timeout=timedelta(seconds=60), device_id=DEV)
+    fns = [check_bound_new_group, check_premul_coalesced, check_premul_one_rank,
+           check_failed_coalesced_block]
+    if args.device == "cuda":
+        fns.append(check_cuda_streams)
+    for fn in fns:
         try:
             fn()
         except Exception as e:  # noqa: BLE001  (a raise is a failed check; the next runs)
             failures.append(f"{fn.__name__}: {type(e).__name__}: {str(e)[:300]}")
-    res = torch.tensor([len(failures), checks], dtype=torch.int64)
+    res = torch.tensor([len(failures), checks], dtype=torch.int64, device=DEV)
     dist.all_reduce(res)
+    res = res.cpu()
     for f in failures[:40]:
         print(f"rank {dist.get_rank()}: FAIL {f}", flush=True)
     if dist.get_rank() == 0:
-        print(f"check_api: {dist.get_world_size()} ranks, {int(res[1])} checks, "
+        print(f"check_api: {dist.get_world_size()} ranks on {DEV}, {int(res[1])} checks, "
               f"{int(res[0])} failures", flush=True)
     dist.destroy_process_group()
     sys.exit(1 if res[0] else 0)
