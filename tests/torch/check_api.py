@@ -10,7 +10,8 @@ torchrun (2 or 3 ranks); exits non-zero with the failing checks listed.
 --device cuda (tools/gpu-check.sh, step torch_weft_cuda) runs the same on
 cuda:0, which every rank shares, and adds what only a GPU shows: operations on
 a side stream (an empty tensor among them), wait() and get_future().then()
-ordering the current stream after an operation on another stream.
+ordering the current stream after an operation on another stream, and the
+object collectives on a "cuda:weft" group, which torch stages on the GPU.
 """
 import argparse
 import os
@@ -172,6 +173,31 @@ def check_cuda_streams():
     check("all_reduce after an empty one", t, torch.full((5,), float(world)))
 
 
+def check_cuda_objects():
+    """Object collectives on a group of CUDA tensors only, which torch stages
+    on the GPU (sizes and pickles as CUDA byte tensors), then a barrier."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    g = dist.new_group(backend="cuda:weft")
+    objs = [None] * world
+    dist.all_gather_object(objs, {"rank": r, "pad": "x" * (1000 * r + 1)}, group=g)
+    check("cuda objects: all_gather_object", torch.tensor([o["rank"] for o in objs]),
+          torch.arange(world))
+    lst = [{"k": 42}, "s" * 3000] if r == 0 else [None, None]
+    dist.broadcast_object_list(lst, src=0, group=g)
+    check("cuda objects: broadcast_object_list", torch.tensor([lst[0]["k"], len(lst[1])]),
+          torch.tensor([42, 3000]))
+    gathered = [None] * world if r == 0 else None
+    dist.gather_object(r * 5, gathered, dst=0, group=g)
+    if r == 0:
+        check("cuda objects: gather_object", torch.tensor(gathered), torch.arange(world) * 5)
+    out = [None]
+    dist.scatter_object_list(out, [p * 3 for p in range(world)] if r == 0 else None, src=0,
+                             group=g)
+    check("cuda objects: scatter_object_list", torch.tensor([out[0]]), torch.tensor([r * 3]))
+    dist.barrier(group=g)
+    dist.barrier()
+
+
 def main():
     global DEV
     ap = argparse.ArgumentParser()
@@ -184,7 +210,7 @@ def main():
     fns = [check_bound_new_group, check_premul_coalesced, check_premul_one_rank,
            check_failed_coalesced_block]
     if args.device == "cuda":
-        fns.append(check_cuda_streams)
+        fns += [check_cuda_streams, check_cuda_objects]
     for fn in fns:
         try:
             fn()
