@@ -143,6 +143,22 @@ def check_failed_coalesced_block():
               sum(rank_data(p, 17, tag=40 + i) for p in range(world)))
 
 
+def check_queued_strided():
+    """An async operation on a strided view, queued behind an async
+    operation on its base, sees what that one wrote (the staging copy of a
+    non-contiguous tensor is made when the operation runs)."""
+    world = dist.get_world_size()
+    for i in range(5):
+        x = rank_data(dist.get_rank(), 64 * 64, torch.float64, tag=60 + i).reshape(64, 64)
+        w1 = dist.all_reduce(x, async_op=True)
+        w2 = dist.all_reduce(x.t(), async_op=True)
+        w1.wait()
+        w2.wait()
+        once = sum(rank_data(p, 64 * 64, torch.float64, 60 + i, "cpu") for p in range(world))
+        check(f"strided all_reduce queued behind its base's [{i}]", x,
+              once.reshape(64, 64) * world, 1e-9)
+
+
 def check_cuda_streams():
     """Operations on a side stream read what that stream produced; wait() and
     a future's then() order the current stream after them; an empty tensor
@@ -208,7 +224,7 @@ def main():
         torch.cuda.set_device(DEV)
     dist.init_process_group("weft", timeout=timedelta(seconds=60), device_id=DEV)
     fns = [check_bound_new_group, check_premul_coalesced, check_premul_one_rank,
-           check_failed_coalesced_block]
+           check_failed_coalesced_block, check_queued_strided]
     if args.device == "cuda":
         fns += [check_cuda_streams, check_cuda_objects]
     for fn in fns:

@@ -411,9 +411,17 @@ op_step WeftBackend::inplace_step(const at::Tensor &t,
   if (t.is_contiguous()) {
     s.issue = [call, t]() { return call(t); };
   } else {
-    at::Tensor stage = t.contiguous();
-    s.issue = [call, stage]() { return call(stage); };
-    s.finish = [t, stage]() { t.copy_(stage); };
+    // the copy is made when the operation runs, not when it is queued: an
+    // earlier queued operation may still write t (on a GPU both are on the
+    // caller's stream, in order, either way)
+    auto stage = std::make_shared<at::Tensor>();
+    s.issue = [call, t, stage]() {
+      *stage = t.contiguous();
+      return call(*stage);
+    };
+    s.finish = [t, stage]() {
+      if (stage->defined()) t.copy_(*stage);
+    };
   }
   return s;
 }
