@@ -157,6 +157,30 @@ def check_queued_strided():
         once = sum(rank_data(p, 64 * 64, torch.float64, 60 + i, "cpu") for p in range(world))
         check(f"strided all_reduce queued behind its base's [{i}]", x,
               once.reshape(64, 64) * world, 1e-9)
+    # strided inputs of all_gather_into_tensor, reduce_scatter_tensor and
+    # all_to_all_single, each queued behind an all-reduce of their base
+    r, rows = dist.get_rank(), 4 * world
+    base = rank_data(r, rows * rows, torch.float64, tag=70).reshape(rows, rows)
+    summed = sum(rank_data(p, rows * rows, torch.float64, 70, "cpu")
+                 for p in range(world)).reshape(rows, rows)
+    gathered = torch.full((world * rows * rows,), float("nan"), dtype=torch.float64, device=DEV)
+    scattered = torch.full((rows * rows // world,), float("nan"), dtype=torch.float64, device=DEV)
+    swapped = torch.full((rows, rows), float("nan"), dtype=torch.float64, device=DEV)
+    works = [dist.all_reduce(base, async_op=True),
+             dist.all_gather_into_tensor(gathered, base.t(), async_op=True),
+             dist.all_reduce(base, async_op=True),
+             dist.reduce_scatter_tensor(scattered, base.t(), async_op=True),
+             dist.all_to_all_single(swapped, base.t(), async_op=True)]
+    for w in works:
+        w.wait()
+    want = summed.t().contiguous().flatten()
+    check("strided all_gather_into_tensor queued", gathered, torch.cat([want] * world), 1e-9)
+    full = summed.t().contiguous().flatten() * world * world
+    n = rows * rows // world
+    check("strided reduce_scatter_tensor queued", scattered, full[r * n:(r + 1) * n], 1e-9)
+    block = rows // world  # every rank's rows are the same sum here
+    want = (summed.t() * world).contiguous()[r * block:(r + 1) * block].repeat(world, 1)
+    check("strided all_to_all_single queued", swapped, want, 1e-9)
 
 
 def check_cuda_streams():

@@ -8,6 +8,23 @@
 
 namespace torch_weft {
 
+namespace {
+
+// What an operation reads of a caller's tensor: the tensor, or a contiguous
+// copy of it made when the operation runs (get() in a step's issue), not
+// when it is queued, since an operation queued before may still write it.
+// Copies of a run_input share the copy, which lives as long as the step.
+struct run_input {
+  at::Tensor src;
+  std::shared_ptr<at::Tensor> made = std::make_shared<at::Tensor>();
+  const at::Tensor &get() const {
+    if (!made->defined()) *made = src.contiguous();
+    return *made;
+  }
+};
+
+}  // namespace
+
 c10::intrusive_ptr<c10d::Work> WeftBackend::broadcast(std::vector<at::Tensor> &tensors,
                                                       const c10d::BroadcastOptions &opts) {
   at::Tensor t = single(tensors, "broadcast");
@@ -160,7 +177,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::alltoall_base(at::Tensor &output, at
   std::vector<int64_t> in_off, in_len, out_off, out_len;
   split_layout(input, input_splits, "input", &in_off, &in_len);
   split_layout(output, output_splits, "output", &out_off, &out_len);
-  at::Tensor in = input.contiguous();
+  run_input in{input};
   bool staged = !output.is_contiguous();
   at::Tensor out = staged ? at::empty_like(output, at::MemoryFormat::Contiguous) : output;
   size_t esize = (size_t)input.element_size();
@@ -168,10 +185,10 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::alltoall_base(at::Tensor &output, at
   bool even = input_splits.empty() && output_splits.empty();
   s.issue = [this, in, out, in_off, in_len, out_off, out_len, esize, even]() {
     if (even)
-      return weftAlltoAll(in.data_ptr(), out.data_ptr(), (size_t)in_len[0] * esize, weftUint8,
-                          comm_, stream_);
+      return weftAlltoAll(in.get().data_ptr(), out.data_ptr(), (size_t)in_len[0] * esize,
+                          weftUint8, comm_, stream_);
     // a group of sends and receives; empty blocks are skipped on both sides
-    char *src = (char *)in.data_ptr();
+    char *src = (char *)in.get().data_ptr();
     char *dst = (char *)out.data_ptr();
     weftResult_t res = weftGroupStart();
     if (res != weftSuccess) return res;
@@ -231,24 +248,24 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::alltoall(std::vector<at::Tensor> &ou
 c10::intrusive_ptr<c10d::Work> WeftBackend::gather(std::vector<std::vector<at::Tensor>> &outputs,
                                                    std::vector<at::Tensor> &inputs,
                                                    const c10d::GatherOptions &opts) {
-  at::Tensor in = single(inputs, "gather").contiguous();
+  run_input in{single(inputs, "gather")};
   check_root(opts.rootRank, "gather");
   int root = (int)opts.rootRank;
   bool is_root = rank_ == root;
   std::vector<at::Tensor> outs;
   if (is_root) {
     TORCH_CHECK(outputs.size() == 1, "weft: gather takes one list of outputs on the root");
-    check_list(outputs[0], in, "gather");
+    check_list(outputs[0], in.src, "gather");
     outs = outputs[0];
   } else {
     TORCH_CHECK(outputs.empty() || outputs[0].empty(),
                 "weft: gather: only the root passes outputs");
   }
   at::Tensor stage =
-      is_root ? at::empty({(int64_t)size_ * in.numel()}, in.options()) : at::Tensor();
+      is_root ? at::empty({(int64_t)size_ * in.src.numel()}, in.src.options()) : at::Tensor();
   op_step s;
   s.issue = [this, in, stage, root]() {
-    flat_buf b = bytes_of(in);
+    flat_buf b = bytes_of(in.get());
     return weftGather(b.ptr, stage.defined() ? stage.data_ptr() : nullptr, b.count, b.dtype, root,
                       comm_, stream_);
   };
@@ -503,11 +520,11 @@ op_step WeftBackend::premul_step(const at::Tensor &t, const red_plan &p, const c
 
 op_step WeftBackend::allgather_list_step(const std::vector<at::Tensor> &outs,
                                          const at::Tensor &input) {
-  at::Tensor in = input.contiguous();
-  at::Tensor stage = at::empty({(int64_t)size_ * in.numel()}, in.options());
+  run_input in{input};
+  at::Tensor stage = at::empty({(int64_t)size_ * input.numel()}, input.options());
   op_step s;
   s.issue = [this, in, stage]() {
-    flat_buf b = bytes_of(in);
+    flat_buf b = bytes_of(in.get());
     return weftAllGather(b.ptr, stage.data_ptr(), b.count, b.dtype, comm_, stream_);
   };
   s.finish = [outs, stage]() {
@@ -526,9 +543,9 @@ op_step WeftBackend::allgather_base_step(at::Tensor &output, at::Tensor &input) 
   TORCH_CHECK(output.numel() == input.numel() * size_,
               "weft: all_gather_into_tensor: ", "the output has ", output.numel(),
               " elements, expected ", size_, " x ", input.numel());
-  at::Tensor in = input.contiguous();
+  run_input in{input};
   return inplace_step(output, [this, in](const at::Tensor &buf) {
-    flat_buf b = bytes_of(in);
+    flat_buf b = bytes_of(in.get());
     return weftAllGather(b.ptr, buf.data_ptr(), b.count, b.dtype, comm_, stream_);
   });
 }
@@ -541,11 +558,11 @@ op_step WeftBackend::reduce_scatter_step(const at::Tensor &out, const at::Tensor
   TORCH_CHECK(input.numel() == out.numel() * size_, "weft: reduce_scatter: the input has ",
               input.numel(), " elements, expected ", size_, " x ", out.numel());
   red_plan p = red_plan_of(rop, out.scalar_type(), "reduce_scatter");
-  at::Tensor in = input.contiguous();
-  if (p.kind == red_plan::premul) return premul_step(out, p, "reduce_scatter", 0, in);
+  if (p.kind == red_plan::premul)
+    return premul_step(out, p, "reduce_scatter", 0, input.contiguous());
   if (p.kind == red_plan::bitwise) {
     // all-reduce a copy bitwise, keep this rank's block
-    at::Tensor whole = in.clone();
+    at::Tensor whole = input.clone(at::MemoryFormat::Contiguous);
     op_step s = allreduce_step(whole, rop, "reduce_scatter");
     auto fin = s.finish;
     int64_t n = out.numel(), r = rank_;
@@ -556,8 +573,9 @@ op_step WeftBackend::reduce_scatter_step(const at::Tensor &out, const at::Tensor
     return s;
   }
   weftRedOp_t op = p.op;
+  run_input in{input};
   return inplace_step(out, [this, in, op](const at::Tensor &buf) {
-    flat_buf src = elems_of(in, "reduce_scatter");
+    flat_buf src = elems_of(in.get(), "reduce_scatter");
     flat_buf b = elems_of(buf, "reduce_scatter");
     return weftReduceScatter(src.ptr, b.ptr, b.count, b.dtype, op, comm_, stream_);
   });
