@@ -396,8 +396,10 @@ step_torch_ddp() {
 }
 
 # torch_weft's own backend on CUDA tensors (built by step torch_weft), no
-# preload: DDP against one process, then all_to_all_single, batch_isend_irecv
-# and FSDP2 with a divide factor.
+# preload: DDP against one process; all_to_all_single, batch_isend_irecv
+# and FSDP2 with a divide factor; then check_api on cuda:0 (coalesced and
+# one-rank PREMUL_SUM, a failed coalesced block, groups under a bound device,
+# side streams, an empty tensor).
 step_torch_weft_cuda() {
   torch_has 'torch.cuda.is_available()' || skip "torch without CUDA in $PY"
   "$PY" -c "import sys; sys.path.insert(0, '$ROOT/tools/torch_weft'); import torch_weft; \
@@ -405,13 +407,15 @@ sys.exit(0 if torch_weft._C.cuda_built() else 1)" 2>/dev/null ||
     skip "torch_weft not built, or built without CUDA (step torch_weft builds it)"
   [ -f "$WORK/mps/up" ] && use_mps
   local rc=0 script
-  for script in ddp_loss.py torch_cuda_ops.py; do
+  for script in "nccl/ddp_loss.py --backend weft" "nccl/torch_cuda_ops.py --backend weft" \
+    "torch/check_api.py --device cuda"; do
+    # shellcheck disable=SC2086 # the script and its arguments
     OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 "$PY" -m torch.distributed.run --standalone \
-      --nproc-per-node 2 "$ROOT/tests/nccl/$script" --backend weft 2>&1 |
+      --nproc-per-node 2 "$ROOT/tests/"$script 2>&1 |
       tee -a "$LOGS/$STEP.out"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   done
-  key "$(grep -m1 -iE 'largest|differ' "$LOGS/$STEP.out" | cut -c1-40); $(grep -c '^ok ' "$LOGS/$STEP.out") ok, $(grep -c '^FAIL ' "$LOGS/$STEP.out") FAIL"
+  key "$(grep -m1 -iE 'largest|differ' "$LOGS/$STEP.out" | cut -c1-40); $(grep -m1 -oE 'check_api: .*failures' "$LOGS/$STEP.out" | cut -c12-); $(grep -c '^ok ' "$LOGS/$STEP.out") ok, $(grep -cE '^FAIL |: FAIL ' "$LOGS/$STEP.out") FAIL"
   [ $rc = 0 ] || fail "$(cat "$LOGS/$STEP.key")"
 }
 

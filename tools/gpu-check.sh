@@ -67,7 +67,7 @@ torch_preload|60|gpu|20.4|torch imports with libnccl.so.2 preloaded and sees wef
 torch_ddp|120|gpu|20.4|DDP on cuda:0, 2 ranks, through libnccl.so.2, against one process
 torch_cuda_ops|180|gpu|20.4|all_to_all_single, batch_isend_irecv, FSDP2 divide factor on CUDA
 torch_weft|180|-|20.4|tools/torch_weft built against the local torch; check_ops on 2 ranks
-torch_weft_cuda|240|gpu|19.6|the weft backend on CUDA tensors: DDP, all-to-all, p2p, FSDP2 vs one process
+torch_weft_cuda|240|gpu|19.6|the weft backend on CUDA tensors: check_api, DDP, all-to-all, p2p, FSDP2 vs one process
 '
 
 step_names() { echo "$STEPS" | awk -F'|' 'NF >= 5 {print $1}'; }

@@ -15,6 +15,7 @@ largest difference, and every rank exits 1 when they differ.
 import argparse
 import os
 import sys
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -49,6 +50,9 @@ def main():
     ap.add_argument("--one-gpu-per-rank", action="store_true")
     ap.add_argument("--backend", default="nccl",
                     help="weft: torch_weft's backend instead of a (preloaded) libnccl.so.2")
+    ap.add_argument("--timeout", type=float, default=90,
+                    help="the process group's timeout, s: a hang becomes an error naming the "
+                         "rank within it (torch's default for non-NCCL backends is 30 min)")
     args = ap.parse_args()
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -69,7 +73,7 @@ def main():
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                         "tools", "torch_weft"))
         import torch_weft  # noqa: F401  (registers "weft")
-    dist.init_process_group(args.backend, device_id=dev)
+    dist.init_process_group(args.backend, device_id=dev, timeout=timedelta(seconds=args.timeout))
     if rank == 0 and args.backend == "nccl":
         print(f"nccl version seen by torch: {torch.cuda.nccl.version()}", flush=True)
     model = DDP(make_model(7).to(dev), device_ids=[dev.index])

@@ -20,6 +20,7 @@ try the script without a GPU; --backend weft runs it on torch_weft's backend
 import argparse
 import os
 import sys
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -118,6 +119,9 @@ def main():
     ap.add_argument("--factor-scale", type=float, default=2.0,
                     help="divide factor = world size x this; 1 makes torch average instead "
                          "of PreMulSum (Gloo has no PreMulSum)")
+    ap.add_argument("--timeout", type=float, default=90,
+                    help="the process group's timeout, s: a hang becomes an error naming the "
+                         "rank within it (torch's default for non-NCCL backends is 30 min)")
     args = ap.parse_args()
     if args.device == "cuda":
         torch.cuda.set_device(0)
@@ -128,7 +132,7 @@ def main():
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                         "tools", "torch_weft"))
         import torch_weft  # noqa: F401  (registers "weft")
-    dist.init_process_group(args.backend)
+    dist.init_process_group(args.backend, timeout=timedelta(seconds=args.timeout))
     if dist.get_rank() == 0 and args.device == "cuda" and args.backend == "nccl":
         print(f"nccl version seen by torch: {torch.cuda.nccl.version()}", flush=True)
     checks = [("all_to_all_single", check_all_to_all), ("batch_isend_irecv", check_batch_p2p),

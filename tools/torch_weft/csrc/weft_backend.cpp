@@ -103,19 +103,34 @@ void WeftBackend::setTimeout(std::chrono::milliseconds) {
 c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpType type,
                                                    std::vector<op_step> steps,
                                                    std::vector<at::Tensor> outputs, bool async_op,
-                                                   const at::Tensor &on) {
+                                                   std::vector<at::Tensor> inputs) {
   seq_++;
-  const int device = device_of(on.defined() ? on : outputs.empty() ? on : outputs[0]);
+  const int device = !inputs.empty()    ? device_of(inputs[0])
+                     : !outputs.empty() ? device_of(outputs[0])
+                                        : -1;
   for (const auto &o : outputs) check_device(o, device, name);
+  for (const auto &i : inputs) check_device(i, device, name);
+  std::vector<at::Tensor> tensors;
+  if (device >= 0) {
+    tensors = std::move(inputs);
+    tensors.insert(tensors.end(), outputs.begin(), outputs.end());
+    // nothing to move on any rank (counts agree across ranks): no weft call,
+    // whose empty tensors' NULL pointers weft would take for host memory on
+    // a CUDA stream, which it refuses, breaking the communicator
+    if (!tensors.empty() && std::all_of(tensors.begin(), tensors.end(),
+                                        [](const at::Tensor &x) { return x.nbytes() == 0; }))
+      for (auto &s : steps) s.issue = nullptr;
+  }
   if (coalescing_) {
     TORCH_CHECK(coalesced_.steps.empty() || coalesced_.device == device, "weft: ", name,
                 ": a coalesced block mixes host and CUDA tensors (or two GPUs)");
     coalesced_.device = device;
     for (auto &s : steps) coalesced_.steps.push_back(std::move(s));
+    for (auto &x : tensors) coalesced_.tensors.push_back(std::move(x));
     return coalesced_work_;
   }
   auto work = make_work(type, name, std::move(outputs), false);
-  task t{name, std::move(steps), {work}, device};
+  task t{name, std::move(steps), {work}, device, nullptr, std::move(tensors)};
   if (async_op && device < 0) {
     enqueue(std::move(t));
     return work;
@@ -150,6 +165,7 @@ void WeftBackend::complete(task &t, std::exception_ptr err) {
     for (auto &w : t.works) w->complete(err);
     return;
   }
+  gpu_hold(t.device, t.stream, t.tensors);
   auto mark = gpu_mark(t.device, t.stream);
   std::shared_ptr<queue_state> q = queue_;
   const int rank = rank_, size = size_;
@@ -182,10 +198,6 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit_p2p(const char *name, c10d::O
   if (coalescing_ || device_of(outputs[0]) >= 0)
     return submit(name, type, {std::move(step)}, std::move(outputs), true);
   seq_++;
-  if (coalescing_) {
-    coalesced_.steps.push_back(std::move(step));
-    return coalesced_work_;
-  }
   auto work = make_work(type, name, std::move(outputs), true);
   std::lock_guard<std::mutex> lk(queue_->mu);
   TORCH_CHECK(!queue_->stop, "weft: ", name, " on a process group that was shut down");
@@ -252,6 +264,31 @@ std::exception_ptr WeftBackend::run(task &t) {
   return err;
 }
 
+weftResult_t WeftBackend::issue_steps(task &t) {
+  weftResult_t res = weftSuccess;
+  std::exception_ptr thrown;
+  const bool grouped = t.steps.size() > 1;
+  if (grouped) res = weftGroupStart();
+  for (auto &s : t.steps) {
+    if (res != weftSuccess || thrown) break;
+    if (!s.issue) continue;
+    try {
+      res = s.issue();
+    } catch (...) {
+      thrown = std::current_exception();
+    }
+  }
+  // a group left open would take in every later call of this thread
+  if (grouped) {
+    weftResult_t end = weftGroupEnd();
+    if (res == weftSuccess) res = end;
+  }
+  for (auto &s : t.steps)
+    if (s.release) s.release();
+  if (thrown) std::rethrow_exception(thrown);
+  return res;
+}
+
 std::exception_ptr WeftBackend::run_steps(task &t) {
   try {
     {
@@ -259,17 +296,7 @@ std::exception_ptr WeftBackend::run_steps(task &t) {
       TORCH_CHECK(!aborted_, "weft: ", t.name, ": the process group was aborted");
       in_call_ = true;
     }
-    weftResult_t res = weftSuccess;
-    bool grouped = t.steps.size() > 1;
-    if (grouped) res = weftGroupStart();
-    for (auto &s : t.steps) {
-      if (res != weftSuccess) break;
-      if (s.issue) res = s.issue();
-    }
-    if (grouped) {
-      weftResult_t end = weftGroupEnd();
-      if (res == weftSuccess) res = end;
-    }
+    weftResult_t res = issue_steps(t);
     if (res != weftSuccess) fail(t.name, res);
     {
       std::lock_guard<std::mutex> lk(comm_mu_);
@@ -349,7 +376,15 @@ static c10::intrusive_ptr<c10d::Backend> create_backend(
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::module_::import("torch.distributed");
   py::class_<torch_weft::WeftBackend, c10d::Backend, c10::intrusive_ptr<torch_weft::WeftBackend>>(
-      m, "WeftBackend");
+      m, "WeftBackend")
+      // torch calls this on the ranks left out of new_group(ranks) when the
+      // default group has a bound device (init_process_group(device_id=...)),
+      // as NCCL splits its communicator there; the members of a weft group
+      // rendezvous through the store, so the others have nothing to do
+      .def(
+          "perform_nocolor_split", [](torch_weft::WeftBackend &, const at::Device &) {},
+          py::arg("device"),
+          "Nothing: a weft group is made by its members alone (new_group on a bound device).");
   m.def("create_backend", &torch_weft::create_backend, py::arg("store"), py::arg("rank"),
         py::arg("size"), py::arg("timeout_s"), py::arg("name") = "",
         py::call_guard<py::gil_scoped_release>(),

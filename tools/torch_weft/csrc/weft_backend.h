@@ -192,11 +192,13 @@ class WeftBackend : public c10d::Backend {
   // would only add a thread switch to its latency.
   // An operation on CUDA tensors always runs on the caller's thread (its
   // kernels are enqueued on the caller's stream; the call does not wait for
-  // them), once the host work queued before it has run.
+  // them), once the host work queued before it has run. inputs are the
+  // caller's tensors it reads (outputs: those it writes); the first of
+  // inputs, else of outputs, says where the operation runs.
   c10::intrusive_ptr<c10d::Work> submit(const char *name, c10d::OpType type,
                                         std::vector<op_step> steps,
                                         std::vector<at::Tensor> outputs, bool async_op,
-                                        const at::Tensor &on = at::Tensor());
+                                        std::vector<at::Tensor> inputs = {});
 
   // Runs t on this thread once the queue is idle, and completes its Works.
   void run_here(task &t);
@@ -223,6 +225,10 @@ class WeftBackend : public c10d::Backend {
   std::exception_ptr run(task &t);
 
   std::exception_ptr run_steps(task &t);
+
+  // Issues t's steps (in one weft group when there are several, which is
+  // ended even when a step throws) and runs their releases.
+  weftResult_t issue_steps(task &t);
 
   // Throws the DistBackendError for a failed weft call.
   [[noreturn]] void fail(const char *name, weftResult_t res);

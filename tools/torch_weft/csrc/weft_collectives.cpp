@@ -4,7 +4,26 @@
 
 #include "weft_cuda.h"
 
+#include <optional>
+
 namespace torch_weft {
+
+namespace {
+
+// What an operation reads of a caller's tensor: the tensor, or a contiguous
+// copy of it made when the operation runs (get() in a step's issue), not
+// when it is queued, since an operation queued before may still write it.
+// Copies of a run_input share the copy, which lives as long as the step.
+struct run_input {
+  at::Tensor src;
+  std::shared_ptr<at::Tensor> made = std::make_shared<at::Tensor>();
+  const at::Tensor &get() const {
+    if (!made->defined()) *made = src.contiguous();
+    return *made;
+  }
+};
+
+}  // namespace
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::broadcast(std::vector<at::Tensor> &tensors,
                                                       const c10d::BroadcastOptions &opts) {
@@ -69,7 +88,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::allgather(std::vector<std::vector<at
   TORCH_CHECK(outputs.size() == 1, "weft: allgather takes one list of outputs");
   check_list(outputs[0], in, "allgather");
   return submit("allgather", c10d::OpType::ALLGATHER, {allgather_list_step(outputs[0], in)},
-                outputs[0], opts.asyncOp);
+                outputs[0], opts.asyncOp, {in});
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::allgather_coalesced(
@@ -86,13 +105,13 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::allgather_coalesced(
     for (auto &o : outputs[i]) flat_outputs.push_back(o);
   }
   return submit("allgather_coalesced", c10d::OpType::ALLGATHER_COALESCED, std::move(steps),
-                flat_outputs, opts.asyncOp);
+                flat_outputs, opts.asyncOp, inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::_allgather_base(at::Tensor &output, at::Tensor &input,
                                                             const c10d::AllgatherOptions &opts) {
   return submit("all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE,
-                {allgather_base_step(output, input)}, {output}, opts.asyncOp);
+                {allgather_base_step(output, input)}, {output}, opts.asyncOp, {input});
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::allgather_into_tensor_coalesced(
@@ -105,7 +124,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::allgather_into_tensor_coalesced(
   for (size_t i = 0; i < inputs.size(); i++)
     steps.push_back(allgather_base_step(outputs[i], inputs[i]));
   return submit("allgather_into_tensor_coalesced", c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED,
-                std::move(steps), outputs, opts.asyncOp);
+                std::move(steps), outputs, opts.asyncOp, inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::reduce_scatter(
@@ -118,7 +137,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::reduce_scatter(
   for (auto &t : inputs[0]) flat.push_back(t.reshape({-1}));
   at::Tensor in = at::cat(flat);
   return submit("reduce_scatter", c10d::OpType::REDUCE_SCATTER,
-                {reduce_scatter_step(out, in, opts.reduceOp)}, {out}, opts.asyncOp);
+                {reduce_scatter_step(out, in, opts.reduceOp)}, {out}, opts.asyncOp, inputs[0]);
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::_reduce_scatter_base(
@@ -126,7 +145,8 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::_reduce_scatter_base(
   check_tensor(output, "reduce_scatter_tensor");
   check_tensor(input, "reduce_scatter_tensor");
   return submit("reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE,
-                {reduce_scatter_step(output, input, opts.reduceOp)}, {output}, opts.asyncOp);
+                {reduce_scatter_step(output, input, opts.reduceOp)}, {output}, opts.asyncOp,
+                {input});
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::reduce_scatter_tensor_coalesced(
@@ -142,7 +162,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::reduce_scatter_tensor_coalesced(
     steps.push_back(reduce_scatter_step(outputs[i], inputs[i], opts.reduceOp));
   }
   return submit("reduce_scatter_tensor_coalesced", c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
-                std::move(steps), outputs, opts.asyncOp);
+                std::move(steps), outputs, opts.asyncOp, inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::alltoall_base(at::Tensor &output, at::Tensor &input,
@@ -157,7 +177,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::alltoall_base(at::Tensor &output, at
   std::vector<int64_t> in_off, in_len, out_off, out_len;
   split_layout(input, input_splits, "input", &in_off, &in_len);
   split_layout(output, output_splits, "output", &out_off, &out_len);
-  at::Tensor in = input.contiguous();
+  run_input in{input};
   bool staged = !output.is_contiguous();
   at::Tensor out = staged ? at::empty_like(output, at::MemoryFormat::Contiguous) : output;
   size_t esize = (size_t)input.element_size();
@@ -165,10 +185,10 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::alltoall_base(at::Tensor &output, at
   bool even = input_splits.empty() && output_splits.empty();
   s.issue = [this, in, out, in_off, in_len, out_off, out_len, esize, even]() {
     if (even)
-      return weftAlltoAll(in.data_ptr(), out.data_ptr(), (size_t)in_len[0] * esize, weftUint8,
-                          comm_, stream_);
+      return weftAlltoAll(in.get().data_ptr(), out.data_ptr(), (size_t)in_len[0] * esize,
+                          weftUint8, comm_, stream_);
     // a group of sends and receives; empty blocks are skipped on both sides
-    char *src = (char *)in.data_ptr();
+    char *src = (char *)in.get().data_ptr();
     char *dst = (char *)out.data_ptr();
     weftResult_t res = weftGroupStart();
     if (res != weftSuccess) return res;
@@ -184,7 +204,8 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::alltoall_base(at::Tensor &output, at
     return res != weftSuccess ? res : end;
   };
   if (staged) s.finish = [output, out]() { output.copy_(out); };
-  return submit("all_to_all_single", c10d::OpType::ALLTOALL_BASE, {s}, {output}, opts.asyncOp);
+  return submit("all_to_all_single", c10d::OpType::ALLTOALL_BASE, {s}, {output}, opts.asyncOp,
+                {input});
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::alltoall(std::vector<at::Tensor> &outputs,
@@ -221,30 +242,30 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::alltoall(std::vector<at::Tensor> &ou
     for (size_t p = 0; p < outs.size(); p++)
       if (!outs[p].is_same(user_outs[p])) user_outs[p].copy_(outs[p]);
   };
-  return submit("all_to_all", c10d::OpType::ALLTOALL, {s}, outputs, opts.asyncOp);
+  return submit("all_to_all", c10d::OpType::ALLTOALL, {s}, outputs, opts.asyncOp, inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::gather(std::vector<std::vector<at::Tensor>> &outputs,
                                                    std::vector<at::Tensor> &inputs,
                                                    const c10d::GatherOptions &opts) {
-  at::Tensor in = single(inputs, "gather").contiguous();
+  run_input in{single(inputs, "gather")};
   check_root(opts.rootRank, "gather");
   int root = (int)opts.rootRank;
   bool is_root = rank_ == root;
   std::vector<at::Tensor> outs;
   if (is_root) {
     TORCH_CHECK(outputs.size() == 1, "weft: gather takes one list of outputs on the root");
-    check_list(outputs[0], in, "gather");
+    check_list(outputs[0], in.src, "gather");
     outs = outputs[0];
   } else {
     TORCH_CHECK(outputs.empty() || outputs[0].empty(),
                 "weft: gather: only the root passes outputs");
   }
   at::Tensor stage =
-      is_root ? at::empty({(int64_t)size_ * in.numel()}, in.options()) : at::Tensor();
+      is_root ? at::empty({(int64_t)size_ * in.src.numel()}, in.src.options()) : at::Tensor();
   op_step s;
   s.issue = [this, in, stage, root]() {
-    flat_buf b = bytes_of(in);
+    flat_buf b = bytes_of(in.get());
     return weftGather(b.ptr, stage.defined() ? stage.data_ptr() : nullptr, b.count, b.dtype, root,
                       comm_, stream_);
   };
@@ -253,7 +274,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::gather(std::vector<std::vector<at::T
       auto parts = stage.chunk((int64_t)outs.size());
       for (size_t r = 0; r < outs.size(); r++) outs[r].copy_(parts[r].view_as(outs[r]));
     };
-  return submit("gather", c10d::OpType::GATHER, {s}, outs, opts.asyncOp, in);
+  return submit("gather", c10d::OpType::GATHER, {s}, outs, opts.asyncOp, inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::scatter(std::vector<at::Tensor> &outputs,
@@ -278,7 +299,8 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::scatter(std::vector<at::Tensor> &out
     return weftScatter(stage.defined() ? stage.data_ptr() : nullptr, b.ptr, b.count, b.dtype, root,
                        comm_, stream_);
   });
-  return submit("scatter", c10d::OpType::SCATTER, {s}, {out}, opts.asyncOp);
+  return submit("scatter", c10d::OpType::SCATTER, {s}, {out}, opts.asyncOp,
+                is_root ? inputs[0] : std::vector<at::Tensor>{});
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::send(std::vector<at::Tensor> &tensors, int dst, int) {
@@ -406,9 +428,17 @@ op_step WeftBackend::inplace_step(const at::Tensor &t,
   if (t.is_contiguous()) {
     s.issue = [call, t]() { return call(t); };
   } else {
-    at::Tensor stage = t.contiguous();
-    s.issue = [call, stage]() { return call(stage); };
-    s.finish = [t, stage]() { t.copy_(stage); };
+    // the copy is made when the operation runs, not when it is queued: an
+    // earlier queued operation may still write t (on a GPU both are on the
+    // caller's stream, in order, either way)
+    auto stage = std::make_shared<at::Tensor>();
+    s.issue = [call, t, stage]() {
+      *stage = t.contiguous();
+      return call(*stage);
+    };
+    s.finish = [t, stage]() {
+      if (stage->defined()) t.copy_(*stage);
+    };
   }
   return s;
 }
@@ -451,34 +481,50 @@ op_step WeftBackend::premul_step(const at::Tensor &t, const red_plan &p, const c
                                  int64_t recvcount, at::Tensor in) {
   at::ScalarType st = t.scalar_type();
   at::ScalarType scalar_type = at::isComplexType(st) ? c10::toRealValueType(st) : st;
+  // the factor rounded to the tensor's type, as weft multiplies by it; a
+  // tensor factor (on the GPU, say) is read here, ordered after the
+  // caller's current stream
   at::Tensor scalar = p.tensor_factor.defined()
                           ? p.tensor_factor.to(at::kCPU, scalar_type).reshape({1}).clone()
                           : at::full({1}, p.factor, at::TensorOptions().dtype(scalar_type));
-  auto body = [this, scalar, opname, recvcount, in](const at::Tensor &buf) {
+  if (size_ == 1) {
+    // one rank: the sum is this rank's input scaled, done here (weft's
+    // device path refuses a pre-multiply op on one rank)
+    elems_of(t, opname);
+    op_step s;
+    const double factor = scalar.to(at::kDouble).item<double>();
+    s.finish = [t, in, factor]() { t.copy_(at::mul(in.defined() ? in.view_as(t) : t, factor)); };
+    return s;
+  }
+  // weft looks the op up when the call runs, which inside a group is at
+  // weftGroupEnd: it is destroyed by the step's release, not after the call
+  auto op = std::make_shared<std::optional<weftRedOp_t>>();
+  auto body = [this, scalar, opname, recvcount, in, op](const at::Tensor &buf) {
     flat_buf b = elems_of(buf, opname);
-    weftRedOp_t op;
+    weftRedOp_t made;
     weftResult_t res =
-        weftRedOpCreatePreMulSum(&op, scalar.data_ptr(), b.dtype, weftScalarHostImmediate, comm_);
+        weftRedOpCreatePreMulSum(&made, scalar.data_ptr(), b.dtype, weftScalarHostImmediate, comm_);
     if (res != weftSuccess) return res;
-    if (recvcount < 0) {
-      res = weftAllReduce(b.ptr, b.ptr, b.count, b.dtype, op, comm_, stream_);
-    } else {
-      flat_buf src = elems_of(in, opname);
-      res = weftReduceScatter(src.ptr, b.ptr, b.count, b.dtype, op, comm_, stream_);
-    }
-    weftRedOpDestroy(op, comm_);
-    return res;
+    *op = made;
+    if (recvcount < 0) return weftAllReduce(b.ptr, b.ptr, b.count, b.dtype, made, comm_, stream_);
+    flat_buf src = elems_of(in, opname);
+    return weftReduceScatter(src.ptr, b.ptr, b.count, b.dtype, made, comm_, stream_);
   };
-  return inplace_step(t, body);
+  op_step s = inplace_step(t, body);
+  s.release = [this, op]() {
+    if (op->has_value()) weftRedOpDestroy(**op, comm_);
+    op->reset();
+  };
+  return s;
 }
 
 op_step WeftBackend::allgather_list_step(const std::vector<at::Tensor> &outs,
                                          const at::Tensor &input) {
-  at::Tensor in = input.contiguous();
-  at::Tensor stage = at::empty({(int64_t)size_ * in.numel()}, in.options());
+  run_input in{input};
+  at::Tensor stage = at::empty({(int64_t)size_ * input.numel()}, input.options());
   op_step s;
   s.issue = [this, in, stage]() {
-    flat_buf b = bytes_of(in);
+    flat_buf b = bytes_of(in.get());
     return weftAllGather(b.ptr, stage.data_ptr(), b.count, b.dtype, comm_, stream_);
   };
   s.finish = [outs, stage]() {
@@ -497,9 +543,9 @@ op_step WeftBackend::allgather_base_step(at::Tensor &output, at::Tensor &input) 
   TORCH_CHECK(output.numel() == input.numel() * size_,
               "weft: all_gather_into_tensor: ", "the output has ", output.numel(),
               " elements, expected ", size_, " x ", input.numel());
-  at::Tensor in = input.contiguous();
+  run_input in{input};
   return inplace_step(output, [this, in](const at::Tensor &buf) {
-    flat_buf b = bytes_of(in);
+    flat_buf b = bytes_of(in.get());
     return weftAllGather(b.ptr, buf.data_ptr(), b.count, b.dtype, comm_, stream_);
   });
 }
@@ -512,11 +558,11 @@ op_step WeftBackend::reduce_scatter_step(const at::Tensor &out, const at::Tensor
   TORCH_CHECK(input.numel() == out.numel() * size_, "weft: reduce_scatter: the input has ",
               input.numel(), " elements, expected ", size_, " x ", out.numel());
   red_plan p = red_plan_of(rop, out.scalar_type(), "reduce_scatter");
-  at::Tensor in = input.contiguous();
-  if (p.kind == red_plan::premul) return premul_step(out, p, "reduce_scatter", 0, in);
+  if (p.kind == red_plan::premul)
+    return premul_step(out, p, "reduce_scatter", 0, input.contiguous());
   if (p.kind == red_plan::bitwise) {
     // all-reduce a copy bitwise, keep this rank's block
-    at::Tensor whole = in.clone();
+    at::Tensor whole = input.clone(at::MemoryFormat::Contiguous);
     op_step s = allreduce_step(whole, rop, "reduce_scatter");
     auto fin = s.finish;
     int64_t n = out.numel(), r = rank_;
@@ -527,8 +573,9 @@ op_step WeftBackend::reduce_scatter_step(const at::Tensor &out, const at::Tensor
     return s;
   }
   weftRedOp_t op = p.op;
+  run_input in{input};
   return inplace_step(out, [this, in, op](const at::Tensor &buf) {
-    flat_buf src = elems_of(in, "reduce_scatter");
+    flat_buf src = elems_of(in.get(), "reduce_scatter");
     flat_buf b = elems_of(buf, "reduce_scatter");
     return weftReduceScatter(src.ptr, b.ptr, b.count, b.dtype, op, comm_, stream_);
   });

@@ -2,6 +2,7 @@
 #include "weft_cuda.h"
 
 #ifdef TORCH_WEFT_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
@@ -24,9 +25,12 @@ class CudaMark final : public GpuMark {
     cuda_check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate");
     cuda_check(cudaEventRecord(event_, (cudaStream_t)stream), "cudaEventRecord");
   }
+  // Never throws (a Work dropped at exit, when CUDA may be unloading, would
+  // end the process): no guard, which throws on a CUDA error; an event needs
+  // no current device to be destroyed, and errors are dropped.
   ~CudaMark() override {
-    c10::cuda::CUDAGuard guard((c10::DeviceIndex)device_);
-    cudaEventDestroy(event_);
+    if (event_ != nullptr && cudaEventDestroy(event_) != cudaSuccess)
+      (void)cudaGetLastError(); // ours: not to be reported by torch's next check
   }
   bool done() override {
     c10::cuda::CUDAGuard guard((c10::DeviceIndex)device_);
@@ -58,6 +62,15 @@ void on_cuda_stream(int device, const std::function<void(void *stream)> &body) {
   body(c10::cuda::getCurrentCUDAStream((c10::DeviceIndex)device).stream());
 }
 
+void gpu_hold(int device, void *stream, const std::vector<at::Tensor> &tensors) {
+  const c10::cuda::CUDAStream s =
+      c10::cuda::getStreamFromExternal((cudaStream_t)stream, (c10::DeviceIndex)device);
+  // a no-op for memory allocated on s itself, or not by the caching allocator
+  for (const auto &t : tensors)
+    if (t.defined() && t.is_cuda() && t.has_storage())
+      c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), s);
+}
+
 std::shared_ptr<GpuMark> gpu_mark(int device, void *stream) {
   return std::make_shared<CudaMark>(device, stream);
 }
@@ -83,6 +96,7 @@ bool cuda_built() { return false; }
 }
 
 void on_cuda_stream(int, const std::function<void(void *)> &) { no_cuda(); }
+void gpu_hold(int, void *, const std::vector<at::Tensor> &) { no_cuda(); }
 std::shared_ptr<GpuMark> gpu_mark(int, void *) { no_cuda(); }
 c10::intrusive_ptr<c10::ivalue::Future> gpu_future(int, void *, const std::vector<at::Tensor> &) {
   no_cuda();

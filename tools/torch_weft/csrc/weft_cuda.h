@@ -34,6 +34,12 @@ class GpuMark {
   virtual void stream_wait() = 0;
 };
 
+// Keeps the caching allocator from giving the memory of tensors (on device)
+// to other work before stream is past its current point, as record_stream
+// does: for tensors the caller made on another stream and drops after the
+// call returns.
+void gpu_hold(int device, void *stream, const std::vector<at::Tensor> &tensors);
+
 // Marks the current point of stream on device.
 std::shared_ptr<GpuMark> gpu_mark(int device, void *stream);
 

@@ -80,9 +80,13 @@ class WeftWork : public c10d::Work {
 // One weft call (or several that belong together), split in two: issue runs
 // inside the weft group when the operation is coalesced with others, finish
 // runs after the group (copies out of staging buffers, local reductions).
+// release runs once the group has ended, whether it succeeded or not: what
+// issue made that weft reads until then (a pre-multiply op is looked up when
+// the group launches, not when the call is recorded).
 struct op_step {
   std::function<weftResult_t()> issue;
   std::function<void()> finish;
+  std::function<void()> release;
 };
 
 struct task {
@@ -91,6 +95,9 @@ struct task {
   std::vector<c10::intrusive_ptr<WeftWork>> works;
   int device = -1;         /* CUDA device of its tensors; -1: host memory */
   void *stream = nullptr;  /* the CUDA stream it ran on */
+  /* the caller's tensors it reads and writes: on a GPU, their memory is not
+   * reused until the stream is past the operation (record_stream) */
+  std::vector<at::Tensor> tensors;
 };
 
 // The queue between callers and the worker thread, shared with the Work

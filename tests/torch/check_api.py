@@ -1,0 +1,272 @@
+"""torch.distributed paths of the "weft" backend that its CUDA runs take too,
+checked on host tensors: a group made while the default group has a bound
+device (init_process_group(device_id=...), as tests/nccl/ddp_loss.py does),
+PREMUL_SUM inside a coalesced block (FSDP2's divide factor), PREMUL_SUM on a
+one-rank group (weft's device path refuses it: the backend scales locally),
+and a coalesced block whose second operation fails (the weft group must be
+closed, or every later call of the thread would be taken into it). Run under
+torchrun (2 or 3 ranks); exits non-zero with the failing checks listed.
+
+--device cuda (tools/gpu-check.sh, step torch_weft_cuda) runs the same on
+cuda:0, which every rank shares, and adds what only a GPU shows: operations on
+a side stream (an empty tensor among them), wait() and get_future().then()
+ordering the current stream after an operation on another stream, and the
+object collectives on a "cuda:weft" group, which torch stages on the GPU.
+"""
+import argparse
+import os
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "torch_weft"))
+import torch_weft  # noqa: E402,F401
+
+failures = []
+checks = 0
+
+
+def check(name, got, want, tol=1e-6):
+    global checks
+    checks += 1
+    got, want = got.cpu(), want.cpu()
+    if got.shape != want.shape:
+        failures.append(f"{name}: shape {tuple(got.shape)} != {tuple(want.shape)}")
+    elif not torch.allclose(got.double(), want.double(), rtol=tol, atol=tol):
+        bad = ((got.double() - want.double()).abs() > tol).nonzero()
+        first = bad[0].tolist() if bad.numel() else "?"
+        failures.append(f"{name}: {bad.shape[0]} elements off, first at {first}: "
+                        f"{got.flatten()[0].item()} vs {want.flatten()[0].item()}")
+
+
+DEV = torch.device("cpu")
+
+
+def rank_data(rank, n, dtype=torch.float64, tag=0, dev=None):
+    """rank's random data on DEV (on the host with dev="cpu", for references)."""
+    g = torch.Generator().manual_seed(7919 * (rank + 1) + tag)
+    return torch.randn(n, generator=g, dtype=torch.float64).to(dtype).to(dev or DEV)
+
+
+def premul_sum(n, world, factor, dtype, tag):
+    """What a PREMUL_SUM of every rank's rank_data gives."""
+    return sum(rank_data(r, n, dtype, tag, "cpu").double() * factor for r in range(world))
+
+
+def check_bound_new_group():
+    """Ranks outside new_group(ranks) get perform_nocolor_split from torch when
+    the default group has a bound device; members get a working group."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    members = [0, world - 1]
+    sub = dist.new_group(members)
+    t = rank_data(r, 11, tag=1)
+    if r in members:
+        dist.all_reduce(t, group=sub)
+        check("bound: new_group all_reduce", t,
+              sum(rank_data(m, 11, tag=1) for m in members))
+    t = torch.ones(3, device=DEV)
+    dist.all_reduce(t)
+    check("bound: world all_reduce after new_group", t, torch.full((3,), float(world)))
+
+
+def check_premul_coalesced():
+    r, world = dist.get_rank(), dist.get_world_size()
+    sizes = [5, 1001, 3]
+    for dtype, tol in ((torch.float32, 1e-5), (torch.float64, 1e-12)):
+        ts = [rank_data(r, n, dtype, tag=10 + i) for i, n in enumerate(sizes)]
+        with dist._coalescing_manager(async_ops=True) as cm:
+            for t in ts:
+                dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.375))
+        cm.wait()
+        for i, (t, n) in enumerate(zip(ts, sizes)):
+            check(f"premul all_reduce coalesced {dtype} [{i}]", t,
+                  premul_sum(n, world, 0.375, dtype, 10 + i), tol)
+        ins = [rank_data(r, n * world, dtype, tag=20 + i) for i, n in enumerate(sizes)]
+        outs = [torch.full((n,), float("nan"), dtype=dtype, device=DEV) for n in sizes]
+        with dist._coalescing_manager():
+            for o, x in zip(outs, ins):
+                dist.reduce_scatter_tensor(o, x, op=dist._make_nccl_premul_sum(0.25))
+        for i, (o, n) in enumerate(zip(outs, sizes)):
+            full = premul_sum(n * world, world, 0.25, dtype, 20 + i)
+            check(f"premul reduce_scatter coalesced {dtype} [{i}]", o,
+                  full[r * n:(r + 1) * n], tol)
+
+
+def check_premul_one_rank():
+    """PREMUL_SUM on one rank is the input scaled (in place, out of place,
+    a tensor factor, a non-contiguous view)."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    groups = [dist.new_group([p]) for p in range(world)]  # every rank makes every group
+    me = groups[r]
+    x = rank_data(r, 33, torch.float32, tag=30)
+    t = x.clone()
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5), group=me)
+    check("premul one rank all_reduce", t, x * 0.5)
+    t = x.clone()
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum(torch.tensor([0.125], device=DEV)),
+                    group=me)
+    check("premul one rank all_reduce tensor factor", t, x * 0.125)
+    m = rank_data(r, 48, torch.float32, tag=31).reshape(6, 8)
+    v = m.clone().t()
+    dist.all_reduce(v, op=dist._make_nccl_premul_sum(3.0), group=me)
+    check("premul one rank all_reduce strided", v, m.t() * 3.0)
+    out = torch.full((33,), float("nan"), device=DEV)
+    dist.reduce_scatter_tensor(out, x, op=dist._make_nccl_premul_sum(0.75), group=me)
+    check("premul one rank reduce_scatter", out, x * 0.75)
+    h = rank_data(r, 9, torch.float16, tag=32)
+    hh = h.clone()
+    dist.all_reduce(hh, op=dist._make_nccl_premul_sum(0.1), group=me)
+    check("premul one rank float16", hh, (h.float() * torch.tensor(0.1).half().float()).half(),
+          2e-3)
+
+
+def check_failed_coalesced_block():
+    """A coalesced block whose second all-reduce is refused raises, and the
+    group works afterwards."""
+    global checks
+    world = dist.get_world_size()
+    checks += 1
+    try:
+        with dist._coalescing_manager():
+            dist.all_reduce(torch.ones(4, device=DEV))
+            dist.all_reduce(torch.ones(4, dtype=torch.int16, device=DEV))
+        failures.append("coalesced block with an int16 all_reduce: no exception")
+    except Exception as e:  # noqa: BLE001
+        if "not supported for reductions" not in str(e):
+            failures.append(f"coalesced int16: message {str(e)[:200]!r}")
+    for i in range(2):
+        t = rank_data(dist.get_rank(), 17, tag=40 + i)
+        dist.all_reduce(t)
+        check(f"all_reduce {i} after a failed coalesced block", t,
+              sum(rank_data(p, 17, tag=40 + i) for p in range(world)))
+
+
+def check_queued_strided():
+    """An async operation on a strided view, queued behind an async
+    operation on its base, sees what that one wrote (the staging copy of a
+    non-contiguous tensor is made when the operation runs)."""
+    world = dist.get_world_size()
+    for i in range(5):
+        x = rank_data(dist.get_rank(), 64 * 64, torch.float64, tag=60 + i).reshape(64, 64)
+        w1 = dist.all_reduce(x, async_op=True)
+        w2 = dist.all_reduce(x.t(), async_op=True)
+        w1.wait()
+        w2.wait()
+        once = sum(rank_data(p, 64 * 64, torch.float64, 60 + i, "cpu") for p in range(world))
+        check(f"strided all_reduce queued behind its base's [{i}]", x,
+              once.reshape(64, 64) * world, 1e-9)
+    # strided inputs of all_gather_into_tensor, reduce_scatter_tensor and
+    # all_to_all_single, each queued behind an all-reduce of their base
+    r, rows = dist.get_rank(), 4 * world
+    base = rank_data(r, rows * rows, torch.float64, tag=70).reshape(rows, rows)
+    summed = sum(rank_data(p, rows * rows, torch.float64, 70, "cpu")
+                 for p in range(world)).reshape(rows, rows)
+    gathered = torch.full((world * rows * rows,), float("nan"), dtype=torch.float64, device=DEV)
+    scattered = torch.full((rows * rows // world,), float("nan"), dtype=torch.float64, device=DEV)
+    swapped = torch.full((rows, rows), float("nan"), dtype=torch.float64, device=DEV)
+    works = [dist.all_reduce(base, async_op=True),
+             dist.all_gather_into_tensor(gathered, base.t(), async_op=True),
+             dist.all_reduce(base, async_op=True),
+             dist.reduce_scatter_tensor(scattered, base.t(), async_op=True),
+             dist.all_to_all_single(swapped, base.t(), async_op=True)]
+    for w in works:
+        w.wait()
+    want = summed.t().contiguous().flatten()
+    check("strided all_gather_into_tensor queued", gathered, torch.cat([want] * world), 1e-9)
+    full = summed.t().contiguous().flatten() * world * world
+    n = rows * rows // world
+    check("strided reduce_scatter_tensor queued", scattered, full[r * n:(r + 1) * n], 1e-9)
+    block = rows // world  # every rank's rows are the same sum here
+    want = (summed.t() * world).contiguous()[r * block:(r + 1) * block].repeat(world, 1)
+    check("strided all_to_all_single queued", swapped, want, 1e-9)
+
+
+def check_cuda_streams():
+    """Operations on a side stream read what that stream produced; wait() and
+    a future's then() order the current stream after them; an empty tensor
+    is no error and leaves the group working."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    main_stream, side = torch.cuda.current_stream(), torch.cuda.Stream()
+    side.wait_stream(main_stream)
+    with torch.cuda.stream(side):
+        x = rank_data(r, 1 << 20, torch.float32, tag=50) * 2  # made on side
+        dist.all_reduce(x)
+        dist.all_reduce(torch.empty(0, device=DEV))
+        y = rank_data(r, 1 << 20, torch.float32, tag=51)
+        work = dist.all_reduce(y, async_op=True)
+    work.wait()  # the current (main) stream waits for the all-reduce on side
+    want = sum(rank_data(p, 1 << 20, torch.float32, 51, "cpu") for p in range(world))
+    check("side stream: wait() orders the current stream", y, want, 1e-4)
+    main_stream.wait_stream(side)
+    check("side stream all_reduce", x,
+          sum(rank_data(p, 1 << 20, torch.float32, 50, "cpu") * 2 for p in range(world)), 1e-4)
+    with torch.cuda.stream(side):
+        z = rank_data(r, 4099, torch.float32, tag=52)
+        fut = dist.all_reduce(z, async_op=True).get_future()
+    doubled = fut.then(lambda f: f.value()[0] * 2).wait()
+    check("future then() after a side-stream all_reduce", doubled,
+          2 * sum(rank_data(p, 4099, torch.float32, 52, "cpu") for p in range(world)), 1e-4)
+    t = torch.ones(5, device=DEV)
+    dist.all_reduce(t)
+    check("all_reduce after an empty one", t, torch.full((5,), float(world)))
+
+
+def check_cuda_objects():
+    """Object collectives on a group of CUDA tensors only, which torch stages
+    on the GPU (sizes and pickles as CUDA byte tensors), then a barrier."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    g = dist.new_group(backend="cuda:weft")
+    objs = [None] * world
+    dist.all_gather_object(objs, {"rank": r, "pad": "x" * (1000 * r + 1)}, group=g)
+    check("cuda objects: all_gather_object", torch.tensor([o["rank"] for o in objs]),
+          torch.arange(world))
+    lst = [{"k": 42}, "s" * 3000] if r == 0 else [None, None]
+    dist.broadcast_object_list(lst, src=0, group=g)
+    check("cuda objects: broadcast_object_list", torch.tensor([lst[0]["k"], len(lst[1])]),
+          torch.tensor([42, 3000]))
+    gathered = [None] * world if r == 0 else None
+    dist.gather_object(r * 5, gathered, dst=0, group=g)
+    if r == 0:
+        check("cuda objects: gather_object", torch.tensor(gathered), torch.arange(world) * 5)
+    out = [None]
+    dist.scatter_object_list(out, [p * 3 for p in range(world)] if r == 0 else None, src=0,
+                             group=g)
+    check("cuda objects: scatter_object_list", torch.tensor([out[0]]), torch.tensor([r * 3]))
+    dist.barrier(group=g)
+    dist.barrier()
+
+
+def main():
+    global DEV
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    args = ap.parse_args()
+    DEV = torch.device(args.device, 0)
+    if args.device == "cuda":
+        torch.cuda.set_device(DEV)
+    dist.init_process_group("weft", timeout=timedelta(seconds=60), device_id=DEV)
+    fns = [check_bound_new_group, check_premul_coalesced, check_premul_one_rank,
+           check_failed_coalesced_block, check_queued_strided]
+    if args.device == "cuda":
+        fns += [check_cuda_streams, check_cuda_objects]
+    for fn in fns:
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001  (a raise is a failed check; the next runs)
+            failures.append(f"{fn.__name__}: {type(e).__name__}: {str(e)[:300]}")
+    res = torch.tensor([len(failures), checks], dtype=torch.int64, device=DEV)
+    dist.all_reduce(res)
+    res = res.cpu()
+    for f in failures[:40]:
+        print(f"rank {dist.get_rank()}: FAIL {f}", flush=True)
+    if dist.get_rank() == 0:
+        print(f"check_api: {dist.get_world_size()} ranks on {DEV}, {int(res[1])} checks, "
+              f"{int(res[0])} failures", flush=True)
+    dist.destroy_process_group()
+    sys.exit(1 if res[0] else 0)
+
+
+if __name__ == "__main__":
+    main()
