@@ -74,7 +74,11 @@ weftResult_t redop_check(struct weftComm *comm, weftRedOp_t op, weftDataType_t d
 weftResult_t redop_premul(struct weftComm *comm, weftRedOp_t op, weftDataType_t datatype,
                           const void *src, size_t count, void **scaled_out) {
   struct weft_redop *r = redop_slot(comm, op);
-  if (r == NULL) return weft_error_set(weftInternalError, "user op %d vanished", (int)op);
+  if (r == NULL)
+    return weft_error_set(weftInvalidUsage,
+                          "reduction op %d was destroyed before the call ran (destroy an op "
+                          "after weftGroupEnd, and after the streams that use it are done)",
+                          (int)op);
   size_t esize = weftTypeSize(datatype);
   char *scaled = malloc(count * esize + 1);
   char scalars[SCALE_BATCH * 8];

@@ -78,6 +78,34 @@ TEST(PreMulSum, PerRankScalarsEveryResidence) {
   }
 }
 
+// An op destroyed inside the group that uses it, before weftGroupEnd runs
+// the call: the group fails with weftInvalidUsage saying so on every rank,
+// not a reduction with a scale that is gone.
+TEST(PreMulSum, DestroyedBeforeItsGroupRunsIsAnError) {
+  auto status = run_ranks(2, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init");
+    float scalar = 3, send[1000], out[1000];
+    for (int i = 0; i < 1000; i++) send[i] = (float)i, out[i] = -1;
+    weftRedOp_t op;
+    FAIL_IF(weftRedOpCreatePreMulSum(&op, &scalar, weftFloat32, weftScalarHostImmediate, comm) !=
+                weftSuccess, "create");
+    FAIL_IF(weftGroupStart() != weftSuccess, "group start");
+    FAIL_IF(weftAllReduce(send, out, 1000, weftFloat32, op, comm, nullptr) != weftSuccess,
+            "allreduce queued: %s", weftGetLastError(comm));
+    FAIL_IF(weftRedOpDestroy(op, comm) != weftSuccess, "destroy");
+    weftResult_t res = weftGroupEnd();
+    const std::string msg = weftGetLastError(comm);
+    FAIL_IF(res != weftInvalidUsage, "group end gave %d (%s), want weftInvalidUsage", (int)res,
+            msg.c_str());
+    FAIL_IF(msg.find("destroyed before") == std::string::npos, "message: %s", msg.c_str());
+    weftCommDestroy(comm);
+    return 0;
+  });
+  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
 TEST(PreMulSum, BadArguments) {
   weftUniqueId id;
   ASSERT_EQ(weftGetUniqueId(&id), weftSuccess);

@@ -29,16 +29,22 @@ static void device_op_end(struct weftComm *comm) {
   __atomic_sub_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
 }
 
-/* The pre-multiply sum's scalar, as the kernel reads it. */
-static void premul_scalar(struct weftComm *comm, const struct weft_plan *plan,
-                          struct dev_work *w) {
-  if (device_op_index(plan->op) != DEV_OP_PREMULSUM) return;
+/* The pre-multiply sum's scalar, as the kernel reads it; an op destroyed
+ * between the call and its group's launch is an error, not a zero scale. */
+static weftResult_t premul_scalar(struct weftComm *comm, const struct weft_plan *plan,
+                                  struct dev_work *w) {
+  if (device_op_index(plan->op) != DEV_OP_PREMULSUM) return weftSuccess;
   for (int i = 0; i < WEFT_MAX_REDOPS; i++) {
     const struct weft_redop *r = &comm->redops[i];
     if (!r->in_use || (int)plan->op != weftNumOps + i) continue;
     w->scalar_ptr = r->scalar_ptr;
     memcpy(&w->scalar_bits, r->scalar, sizeof r->scalar);
+    return weftSuccess;
   }
+  return weft_error_set(weftInvalidUsage,
+                        "%s on device memory: reduction op %d was destroyed before its group "
+                        "was launched (destroy an op after weftGroupEnd)",
+                        coll_kind_name(plan->coll), (int)plan->op);
 }
 
 static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
@@ -72,7 +78,7 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
       .nchannels = nch, .divisor = plan->op == weftAvg ? comm->nranks : 1, .proto = proto,
       .elem_nbytes = (uint32_t)weftTypeSize(plan->datatype),
       .abort_flag = d->flags_d, .error = d->flags_d + 1, .timeout_ns = comm->timeout_ns};
-  premul_scalar(comm, plan, &w);
+  WEFT_TRY(premul_scalar(comm, plan, &w));
   void *args[] = {&w};
   dim3 grid = {(unsigned)nch, 1, 1}, block = {DEV_NTHREADS, 1, 1};
   return device_cuda_check(cudaLaunchKernel(fn, grid, block, args, 0, stream),
