@@ -101,6 +101,15 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
   if (res == weftSuccess && stream != NULL && !plan->on_device) {
     res = stream_lookup(stream, &hs);
     alone = res != weftSuccess;
+    if (res != weftSuccess && plan->count == 0 && !plan_is_p2p(plan) && device_built()) {
+      /* a collective of no elements moves nothing and launches nothing (as
+       * on device memory): on a stream that is not weft's, which in a CUDA
+       * build may be a CUDA stream with NULL buffers (empty tensors), it is
+       * done, not a broken communicator */
+      weft_error_clear();
+      comm->seq++; /* as every call of the comm counts */
+      return weftSuccess;
+    }
   }
   if (res != weftSuccess) {
     /* the peers would wait for this rank until the timeout: break the comm,

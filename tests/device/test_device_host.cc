@@ -336,6 +336,26 @@ TEST(DeviceErrors, ForeignStreamWithHostMemorySaysWhy) {
   EXPECT_EQ(weftCommDestroy(comm), weftSuccess);
 }
 
+// A collective of no elements with NULL buffers on a stream that is not
+// weft's (an empty tensor on a CUDA stream): in a CUDA build it moves nothing
+// and succeeds, and the comm goes on working; without CUDA the stream is
+// refused as above. Sends and receives are not shortened so.
+TEST(DeviceErrors, EmptyCollectiveOnForeignStream) {
+  weftComm_t comm;
+  ASSERT_EQ(weftCommInitAll(&comm, 1, nullptr), weftSuccess);
+  int fake_stream;
+  const weftResult_t want = WEFT_HAVE_CUDA ? weftSuccess : weftInvalidArgument;
+  EXPECT_EQ(weftAllReduce(nullptr, nullptr, 0, weftFloat32, weftSum, comm, &fake_stream), want)
+      << weftGetLastError(comm);
+  EXPECT_EQ(weftAllGather(nullptr, nullptr, 0, weftBfloat16, comm, &fake_stream), want);
+  EXPECT_EQ(weftBroadcast(nullptr, nullptr, 0, weftInt8, 0, comm, &fake_stream), want);
+  EXPECT_EQ(weftSend(nullptr, 0, weftFloat32, 0, comm, &fake_stream), weftInvalidArgument);
+  float x[3] = {1, 2, 3};
+  EXPECT_EQ(weftAllReduce(x, x, 3, weftFloat32, weftSum, comm, nullptr), weftSuccess)
+      << weftGetLastError(comm);
+  EXPECT_EQ(weftCommDestroy(comm), weftSuccess);
+}
+
 // No CUDA context on this thread: weftMemAlloc gives host memory, usable at once.
 TEST(DeviceErrors, MemAllocWithoutContextIsHostMemory) {
   void *p = nullptr;
