@@ -315,6 +315,13 @@ TEST(ZeroPrefetch, Stage12GatherOverlapsNextForward) {
                                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     ASSERT_NE(in_flight_total, MAP_FAILED);
     *in_flight_total = 0;
+    // gathers by the ring in 4 KiB slots: each slot waits for the peer's
+    // stream thread, so a gather takes longer the busier the machine is, as
+    // does a rank's look after its step (single-copy gathers take one copy,
+    // however loaded: with 2 ranks, all 6 of them finished before either
+    // rank looked in a loaded full run)
+    RunOptions opts;
+    opts.env = {{"WEFT_ALGO", "ring"}, {"WEFT_SLOT_BYTES", "4096"}};
     auto status = run_ranks(c.nranks, [c, in_flight_total](const RankCtx &ctx) {
       weftComm_t comm;
       if (int rc = init(ctx, &comm)) return rc;
@@ -407,8 +414,9 @@ TEST(ZeroPrefetch, Stage12GatherOverlapsNextForward) {
       weftStreamDestroy(stream);
       weftCommDestroy(comm);
       return 0;
-    });
+    }, opts);
     for (int s : status) EXPECT_EQ(s, 0);
+    printf("stage %d, %d ranks: %d gathers seen in flight\n", c.stage, c.nranks, *in_flight_total);
     EXPECT_GT(*in_flight_total, 0) << "no rank ever saw a parameter gather in flight after a step";
     munmap(in_flight_total, sizeof(int));
   }
