@@ -283,8 +283,10 @@ static weftResult_t sock_connect_impl(const union weft_sockaddr *addr, uint64_t 
       return weft_error_errno(weftRemoteError, "connect to %s (its process has gone)",
                               sock_addr_str(addr, buf, sizeof buf));
     }
+    /* a reset before the connection is made (a listener whose backlog
+     * overflowed while many ranks connect at once) sent nothing: try again */
     if (err != ECONNREFUSED && err != EINTR && err != ETIMEDOUT && err != EAGAIN &&
-        err != ENETUNREACH && err != EHOSTUNREACH) {
+        err != ENETUNREACH && err != EHOSTUNREACH && err != ECONNRESET) {
       errno = err;
       return weft_error_errno(weftSystemError, "connect to %s",
                               sock_addr_str(addr, buf, sizeof buf));
