@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "torch_weft"))
 import torch_weft  # noqa: E402,F401
+import teardown  # noqa: E402  (beside this script)
 
 failures = []
 checks = 0
@@ -265,7 +266,7 @@ def main():
         print(f"check_api: {dist.get_world_size()} ranks on {DEV}, {int(res[1])} checks, "
               f"{int(res[0])} failures", flush=True)
     dist.destroy_process_group()
-    sys.exit(1 if res[0] else 0)
+    teardown.leave(1 if res[0] else 0)  # Gloo groups: see teardown.py
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "torch_weft"))
 import torch_weft  # noqa: E402,F401
+import teardown  # noqa: E402  (beside this script)
 
 VOCAB, DIM, SEQ, BATCH, STEPS = 64, 32, 12, 4, 4
 
@@ -148,7 +149,7 @@ def main():
         print(f"check_train: {dist.get_world_size()} ranks, "
               f"{'all variants match Gloo' if res.item() == 0 else 'FAILED'}", flush=True)
     dist.destroy_process_group()
-    sys.exit(1 if res.item() else 0)
+    teardown.leave(1 if res.item() else 0)  # Gloo groups: see teardown.py
 
 
 if __name__ == "__main__":

@@ -168,7 +168,13 @@ def main():
     except (KeyError, ValueError, IndexError):
         ap.error("--sizes: comma-separated sizes such as 64K,4M")
     if args.rank:
-        return run_rank(args)
+        run_rank(args)
+        # without interpreter finalization: Gloo's worker threads may still
+        # free finished work then, and a tensor's decref in them aborts the
+        # process (std::terminate) after the figures are in
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     for n in [int(x) for x in args.nranks.split(",")]:
         print(f"{n} ranks (weft and Gloo alternating, {args.rounds} rounds, median):", flush=True)
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
