@@ -431,13 +431,10 @@ op_step WeftBackend::inplace_step(const at::Tensor &t,
     // the copy is made when the operation runs, not when it is queued: an
     // earlier queued operation may still write t (on a GPU both are on the
     // caller's stream, in order, either way)
-    auto stage = std::make_shared<at::Tensor>();
-    s.issue = [call, t, stage]() {
-      *stage = t.contiguous();
-      return call(*stage);
-    };
+    run_input stage{t};
+    s.issue = [call, stage]() { return call(stage.get()); };
     s.finish = [t, stage]() {
-      if (stage->defined()) t.copy_(*stage);
+      if (stage.made->defined()) t.copy_(*stage.made);
     };
   }
   return s;
