@@ -198,11 +198,13 @@ def run(group, gloo, tag, dtypes=INTS + FLOATS + FP8):
             dist.all_to_all_single(got, x, out_splits, in_splits, group=group)
             check(f"{tag} all_to_all_single uneven x{rows} {dtype}", got, want.view(dtype))
         ins = [rand(dtype, 5, seed + 23 + p) for p in range(n)]
-        want = [torch.empty(5, dtype=torch.uint8 if dtype in FP8 else dtype) for _ in range(n)]
-        dist.all_to_all(want, [t.view(torch.uint8) if dtype in FP8 else t for t in ins], group=gloo)
+        # the reference through all_to_all_single: Gloo has no list all_to_all before torch 2.12
+        want = torch.empty(5 * n, dtype=torch.uint8 if dtype in FP8 else dtype)
+        dist.all_to_all_single(want, torch.cat([t.view(torch.uint8) if dtype in FP8 else t
+                                                for t in ins]), group=gloo)
         got = [torch.zeros(5, dtype=dtype) for _ in range(n)]
         dist.all_to_all(got, ins, group=group)
-        check(f"{tag} all_to_all list {dtype}", torch.cat(got), torch.cat(want).view(dtype))
+        check(f"{tag} all_to_all list {dtype}", torch.cat(got), want.view(dtype))
 
     # gather and scatter, every root
     for root in range(n):
@@ -344,8 +346,17 @@ def main():
             dtypes=[torch.uint8, torch.int64, torch.bfloat16, torch.float32, torch.float8_e5m2])
     # the same ranks split from the world group (weftCommSplit, no store
     # rendezvous); with 3 ranks the middle one is in no group of the split
-    split = dist.split_group(split_ranks=[members])
-    if dist.get_rank() in members:
+    try:
+        split = dist.split_group(split_ranks=[members])
+    except RuntimeError as e:  # torch 2.11 splits only a group bound to an accelerator
+        if "No device associated" not in str(e):
+            raise
+        print(f"rank {dist.get_rank()}: split_group skipped on torch {torch.__version__}: {e}",
+              flush=True)
+        split = None
+    if split is None:
+        pass
+    elif dist.get_rank() in members:
         global checks
         checks += 1
         if dist.get_world_size(split) != len(members) or \

@@ -123,7 +123,8 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::allgather_into_tensor_coalesced(
   std::vector<op_step> steps;
   for (size_t i = 0; i < inputs.size(); i++)
     steps.push_back(allgather_base_step(outputs[i], inputs[i]));
-  return submit("allgather_into_tensor_coalesced", c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED,
+  return submit("allgather_into_tensor_coalesced",
+                coalesced_op_types<c10d::OpType>::allgather_into_tensor,
                 std::move(steps), outputs, opts.asyncOp, inputs);
 }
 
@@ -161,7 +162,8 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::reduce_scatter_tensor_coalesced(
     check_tensor(inputs[i], "reduce_scatter_tensor_coalesced");
     steps.push_back(reduce_scatter_step(outputs[i], inputs[i], opts.reduceOp));
   }
-  return submit("reduce_scatter_tensor_coalesced", c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
+  return submit("reduce_scatter_tensor_coalesced",
+                coalesced_op_types<c10d::OpType>::reduce_scatter_tensor,
                 std::move(steps), outputs, opts.asyncOp, inputs);
 }
 

@@ -57,7 +57,8 @@ red_plan red_plan_of(const ReduceOp &rop, at::ScalarType t, const char *opname) 
     case ReduceOp::MAX: p.op = weftMax; break;
     case ReduceOp::PREMUL_SUM: {
       p.kind = red_plan::premul;
-      auto *sup = dynamic_cast<c10d::PreMulSumSupplement *>(rop.supplement_.get());
+      // the name torch 2.11 gives it; later releases keep it as an alias
+      auto *sup = dynamic_cast<c10d::NCCLPreMulSumSupplement *>(rop.supplement_.get());
       TORCH_CHECK(sup != nullptr, "weft: ", opname, ": PREMUL_SUM without its factor");
       if (sup->tensor_factor.defined())
         p.tensor_factor = sup->tensor_factor;

@@ -6,6 +6,8 @@
 
 #include <weft.h>
 
+#include <type_traits>
+
 namespace torch_weft {
 
 using c10d::ReduceOp;
@@ -27,6 +29,20 @@ struct red_plan {
   ReduceOp::RedOpType bit_op = ReduceOp::BAND;
   double factor = 1.0;
   at::Tensor tensor_factor;
+};
+
+// The OpType of the coalesced tensor collectives: their own where torch has
+// them, COALESCED in torch releases that have not (2.11 among them).
+template <typename O, typename = void>
+struct coalesced_op_types {
+  static constexpr O allgather_into_tensor = O::COALESCED;
+  static constexpr O reduce_scatter_tensor = O::COALESCED;
+};
+template <typename O>
+struct coalesced_op_types<O, std::void_t<decltype(O::ALLGATHER_INTO_TENSOR_COALESCED),
+                                         decltype(O::REDUCE_SCATTER_TENSOR_COALESCED)>> {
+  static constexpr O allgather_into_tensor = O::ALLGATHER_INTO_TENSOR_COALESCED;
+  static constexpr O reduce_scatter_tensor = O::REDUCE_SCATTER_TENSOR_COALESCED;
 };
 
 // The weft datatype of a tensor for arithmetic, or false when weft has none.
