@@ -17,19 +17,19 @@ fi
 
 step_gtest() {
   [ "$GTEST_BUILD" = 1 ] || skip "the machine's own GoogleTest"
-  [ -f "$ROOT/.gpu-deps/googletest/CMakeLists.txt" ] ||
+  [ -f "$DEPS/googletest/CMakeLists.txt" ] ||
     fail "no .gpu-deps/googletest: run tools/gpu-check.sh --prepare and carry .gpu-deps"
   if [ -f "$GTEST_PREFIX/lib/pkgconfig/gtest_main.pc" ]; then
     key "built before in ${GTEST_PREFIX#"$ROOT"/}"
     return 0
   fi
-  cmake -S "$ROOT/.gpu-deps/googletest" -B "$WORK/gtest-build" -G Ninja \
+  cmake -S "$DEPS/googletest" -B "$WORK/gtest-build" -G Ninja \
     -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF -DINSTALL_GTEST=ON \
     -DCMAKE_INSTALL_PREFIX="$GTEST_PREFIX" -DCMAKE_INSTALL_LIBDIR=lib \
     -DCMAKE_POSITION_INDEPENDENT_CODE=ON || fail "cmake configure failed"
   cmake --build "$WORK/gtest-build" -j "$(nproc)" || fail "cmake build failed"
   cmake --install "$WORK/gtest-build" || fail "cmake install failed"
-  key "GoogleTest $(grep -o 'GOOGLETEST_VERSION [0-9.]*' "$ROOT/.gpu-deps/googletest/CMakeLists.txt" |
+  key "GoogleTest $(grep -o 'GOOGLETEST_VERSION [0-9.]*' "$DEPS/googletest/CMakeLists.txt" |
     cut -d' ' -f2) in ${GTEST_PREFIX#"$ROOT"/}"
 }
 
@@ -38,7 +38,8 @@ step_configure() {
   command -v nvcc >/dev/null || cuda=auto
   opts=(-Dbuildtype=release "-Dcuda=$cuda" -Ddevice_archs=90
         "-Ddevice_matrix=${WEFT_GPU_CHECK_MATRIX:-full}"
-        -Dhwloc=disabled -Ducx=disabled -Dibverbs=disabled)
+        -Dhwloc=disabled "-Ducx=$([ "${UCX_FROM:-none}" = none ] && echo disabled || echo enabled)"
+        -Dibverbs=disabled)
   if [ -f "$B/build.ninja" ]; then
     meson configure "$B" "${opts[@]}" || fail "meson configure failed"
   else
@@ -47,7 +48,7 @@ step_configure() {
   local gt
   gt=$(grep -m1 -i 'Run-time dependency gtest' "$B/meson-logs/meson-log.txt" | cut -c1-50)
   [ "$GTEST_BUILD" = 1 ] && gt="gtest from ${GTEST_PREFIX#"$ROOT"/}"
-  key "cuda $cuda, matrix ${WEFT_GPU_CHECK_MATRIX:-full}, sm_90; meson $(meson --version); ${gt:-gtest ?}"
+  key "cuda $cuda, matrix ${WEFT_GPU_CHECK_MATRIX:-full}, sm_90; meson $(meson --version); ${gt:-gtest ?}; UCX ${UCX_FROM:-none}"
 }
 
 # What the later steps run: the libraries (every kernel is in libweft), the
@@ -347,8 +348,11 @@ net_hosts() { # transport
 step_net_socket() { net_hosts socket; }
 step_net_ucx() {
   grep -q 'WEFT_HAVE_UCX 1' "$B/weft_build_config.h" 2>/dev/null ||
-    skip "built without UCX (the GPU machine has none)"
+    skip "built without UCX (none on the machine, none carried: gpu-check.sh --prepare)"
+  local ucp
+  ucp=$(ldd "$B/libweft.so" | awk '$1 ~ /^libucp/ {print $3}')
   net_hosts ucx
+  key "$(cat "$LOGS/$STEP.key"); UCX ${UCX_FROM:-?}: $ucp"
 }
 
 # ---------------------------------------------------------------- PyTorch

@@ -5,7 +5,8 @@
 # checks, then prints one table: step, result, seconds, key figure.
 #
 #   tools/gpu-check.sh --prepare     on a machine with the sources at hand:
-#                                    fills .gpu-deps/ (GoogleTest) to carry
+#                                    fills .gpu-deps/ (GoogleTest's source, this
+#                                    machine's UCX) to carry
 #   tools/gpu-check.sh --list        the steps, their limits and issues; builds nothing
 #   tools/gpu-check.sh [--only a,b]  runs every step (or those named), from the repo root
 #
@@ -20,6 +21,9 @@
 #   WEFT_GPU_CHECK_BUILD_DIR       another meson build directory (default WORK/build)
 #   WEFT_GPU_CHECK_BUILD_GTEST=1   build GoogleTest from .gpu-deps even when the
 #                                  machine has one
+#   WEFT_GPU_CHECK_CARRIED_UCX=1   use the UCX in .gpu-deps even when the machine
+#                                  has one
+#   WEFT_GPU_CHECK_DEPS=.gpu-deps  what is carried (--prepare fills it)
 #   WEFT_GPU_CHECK_MATRIX=full     device_matrix (full or small)
 #   WEFT_GPU_CHECK_DEVICE_FILTER   gtest filter of the device step (default: every test)
 #   WEFT_GPU_CHECK_PYTHON          python with torch (default
@@ -33,12 +37,12 @@ set -uo pipefail
 
 SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
 ROOT="$(cd "$(dirname "$SELF")/.." && pwd)"
-DEPS="$ROOT/.gpu-deps"
+export DEPS="${WEFT_GPU_CHECK_DEPS:-$ROOT/.gpu-deps}"
 
 # name | limit (s) | needs (- or gpu) | issue item | what it checks
 STEPS='
 gtest|180|-|20|GoogleTest built from .gpu-deps with cmake when the machine has none
-configure|120|-|20|meson: release, CUDA on, device_archs=90, the matrix, no hwloc/UCX
+configure|120|-|20|meson: release, CUDA on, device_archs=90, the matrix, no hwloc, UCX if found or carried
 build|420|-|20.1|ninja on every core: every CUDA part compiles
 perf_flags|60|-|20.1|perf tools take -d, -o, -c with -M cuda; all_reduce_device_perf too
 device|240|gpu|20.2|device suite: every collective x datatype x op, 2-4 ranks on the GPU, graphs
@@ -62,7 +66,7 @@ perf_all_gather|110|gpu|20.2|all_gather_perf -M cuda, 2/4/8 processes, 8 B..128 
 perf_reduce_scatter|110|gpu|20.2|reduce_scatter_perf -M cuda, 2/4/8 processes
 perf_types|120|gpu|20.2|all_reduce_perf -M cuda -d all -o all, 3 processes, odd sizes
 net_socket|120|gpu|21.3|device all-reduce/all-gather across 2 emulated hosts over sockets
-net_ucx|120|gpu|21.3|the same over UCX (needs a UCX build)
+net_ucx|120|gpu|21.3|the same over UCX (carried in .gpu-deps where the machine has none)
 torch_preload|60|gpu|20.4|torch imports with libnccl.so.2 preloaded and sees weft
 torch_ddp|120|gpu|20.4|DDP on cuda:0, 2 ranks, through libnccl.so.2, against one process
 torch_cuda_ops|180|gpu|20.4|all_to_all_single, batch_isend_irecv, FSDP2 divide factor on CUDA
@@ -105,8 +109,41 @@ prepare() {
   [ -n "$tmp" ] && rm -rf "$tmp"
   local version
   version=$(grep -o 'GOOGLETEST_VERSION [0-9.]*' "$DEPS/googletest/CMakeLists.txt" | cut -d' ' -f2)
-  echo "gpu-check: .gpu-deps/googletest (GoogleTest $version) ready"
+  echo "gpu-check: $DEPS/googletest (GoogleTest $version) ready"
+  prepare_ucx || return 1
   echo "gpu-check: carry .gpu-deps: $(du -sh "$DEPS" | cut -f1) in all (the limit is 64 MiB with the tree)"
+}
+
+# This machine's UCX into .gpu-deps/ucx for step net_ucx (the GPU machine has
+# none): its libraries and transport modules (lib/, lib/ucx/, where libucs
+# looks for them), libnuma, headers, its pkg-config files with the prefix
+# left to fill in where they land, and pkgconf for a machine without
+# pkg-config. Built for an older glibc than the GPU machine's, so they load.
+prepare_ucx() {
+  local d="$DEPS/ucx" libdir incdir pc lib
+  if ! libdir=$(pkg-config --variable=libdir ucx 2>/dev/null); then
+    echo "gpu-check: no UCX here (pkg-config ucx): step net_ucx will skip on the GPU machine"
+    return 0
+  fi
+  incdir=$(pkg-config --variable=includedir ucx)
+  rm -rf "$d"
+  mkdir -p "$d/lib/ucx" "$d/lib/pkgconfig" "$d/include" "$d/bin"
+  cp -a "$libdir"/lib{ucp,uct,ucs,ucm}.so* "$d/lib/" || return 1
+  # the shared-memory module only: the GPU machine has no InfiniBand stack
+  cp -a "$libdir"/ucx/libuct_cma.so* "$d/lib/ucx/" 2>/dev/null
+  (cd "$incdir" && cp -a ucp uct ucs ucm "$d/include/") || return 1
+  for pc in "$libdir"/pkgconfig/ucx*.pc; do
+    sed -e 's|^prefix *=.*|prefix = @UCX_PREFIX@|' -e 's|^libdir *=.*|libdir = ${prefix}/lib|' \
+      -e 's|^includedir *=.*|includedir = ${prefix}/include|' "$pc" >"$d/lib/pkgconfig/${pc##*/}"
+  done
+  if command -v pkgconf >/dev/null; then
+    cp -L "$(command -v pkgconf)" "$d/bin/pkgconf"
+  fi
+  for lib in $(ldd "$libdir/libucs.so.0" "$d/bin/pkgconf" 2>/dev/null |
+               awk '/=> \// {print $3}' | grep -E '/lib(numa|pkgconf)\.so' | sort -u); do
+    cp -L "$lib" "$d/lib/"
+  done
+  echo "gpu-check: $d (UCX $(pkg-config --modversion ucx), $(du -sh "$d" | cut -f1)) ready"
 }
 
 # ---------------------------------------------------------------- --list
@@ -212,11 +249,34 @@ setup_gtest_env() {
   export GTEST_BUILD
 }
 
+# The carried UCX (--prepare) where the machine has none, or where told to
+# (WEFT_GPU_CHECK_CARRIED_UCX=1): its .pc files with their prefix filled in,
+# first on PKG_CONFIG_PATH; its libraries first on LD_LIBRARY_PATH for every
+# step; the carried pkgconf where the machine has no pkg-config. UCX_FROM
+# says which UCX the build will find (configure, net_ucx).
+setup_ucx_env() {
+  local d="$DEPS/ucx" pc
+  UCX_FROM=none
+  if pkg-config --exists ucx 2>/dev/null; then UCX_FROM=system; fi
+  if [ -d "$d/lib/pkgconfig" ] &&
+     { [ "$UCX_FROM" = none ] || [ "${WEFT_GPU_CHECK_CARRIED_UCX:-0}" = 1 ]; }; then
+    mkdir -p "$WORK/ucx-pc"
+    for pc in "$d"/lib/pkgconfig/*.pc; do
+      sed "s|@UCX_PREFIX@|$d|" "$pc" >"$WORK/ucx-pc/${pc##*/}"
+    done
+    export PKG_CONFIG_PATH="$WORK/ucx-pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+    export LD_LIBRARY_PATH="$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    command -v pkg-config >/dev/null || [ ! -x "$d/bin/pkgconf" ] || export PKG_CONFIG="$d/bin/pkgconf"
+    UCX_FROM=carried
+  fi
+  export UCX_FROM
+}
+
 # WEFT_GPU_CHECK_HOST_PERF=1 without a GPU: the multi-process perf steps run
 # on host memory (gpu-check-steps.sh's PERF_MEM), the other GPU steps skip.
 host_perf_step() { # name
   [ "${WEFT_GPU_CHECK_HOST_PERF:-0}" = 1 ] &&
-    [[ "$1" =~ ^(perf_(sendrecv|alltoall|all_gather|reduce_scatter|types)|net_socket)$ ]]
+    [[ "$1" =~ ^(perf_(sendrecv|alltoall|all_gather|reduce_scatter|types)|net_(socket|ucx))$ ]]
 }
 
 # One step under its limit: pass, fail, skip, timeout, or "no time" when the
@@ -296,6 +356,7 @@ main_run() { # selected steps...
   : >"$LOGS/table"
   setup_path
   setup_gtest_env
+  setup_ucx_env
   export PY GPU=0
   PY=$(pick_python)
   has_gpu && GPU=1

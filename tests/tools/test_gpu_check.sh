@@ -52,24 +52,54 @@ for args in "--nosuch" "--only" "--only nosuchstep" "--step nosuchstep"; do
     bad "$args: exit $rc, $(head -1 "$work/out")"
   fi
 done
+# --prepare fills the carried directory: GoogleTest's source and, where this
+# machine has UCX, its libraries, modules, headers and pkg-config files
+ucx_here=0
+pkg-config --exists ucx 2>/dev/null && ucx_here=1
+WEFT_GPU_CHECK_DEPS="$work/deps" timeout 60 bash "$script" --prepare >"$work/prep" 2>&1
+rc=$?
+cat "$work/prep"
+[ $rc = 0 ] && [ -f "$work/deps/googletest/CMakeLists.txt" ] && ok "--prepare: GoogleTest" ||
+  bad "--prepare exit $rc or no googletest"
+if [ $ucx_here = 1 ]; then
+  for f in lib/libucp.so.0 lib/libucs.so.0 lib/libuct.so.0 lib/libucm.so.0 lib/libnuma.so.1 \
+           include/ucp/api/ucp.h lib/pkgconfig/ucx.pc; do
+    [ -e "$work/deps/ucx/$f" ] || bad "--prepare: no ucx/$f"
+  done
+  grep -q '^prefix = @UCX_PREFIX@' "$work/deps/ucx/lib/pkgconfig/ucx.pc" &&
+    ok "--prepare: UCX with its prefix to fill in" || bad "ucx.pc keeps this machine's prefix"
+fi
+
 # the plumbing on host memory: each step passes or skips as it should, the
-# table comes last, and $OUT gets the summary and the logs
+# table comes last, and $OUT gets the summary and the logs; net_ucx runs on
+# the carried UCX (its libraries first on LD_LIBRARY_PATH), as on a GPU
+# machine without one
 if [ -n "$build" ]; then
   steps=perf_sendrecv,perf_alltoall,perf_types,net_socket,device,perf_ar_g2
+  npass=4
+  if [ $ucx_here = 1 ] && grep -q 'WEFT_HAVE_UCX 1' "$build/weft_build_config.h" 2>/dev/null; then
+    steps=$steps,net_ucx npass=5
+  fi
   WEFT_GPU_CHECK_WORK="$work/w" WEFT_GPU_CHECK_BUILD_DIR="$build" WEFT_GPU_CHECK_NO_GPU=1 \
-    WEFT_GPU_CHECK_HOST_PERF=1 OUT="$work/outdir" timeout 240 bash "$script" --only $steps \
-    >"$work/run" 2>&1
+    WEFT_GPU_CHECK_HOST_PERF=1 WEFT_GPU_CHECK_DEPS="$work/deps" WEFT_GPU_CHECK_CARRIED_UCX=1 \
+    OUT="$work/outdir" timeout 240 bash "$script" --only $steps >"$work/run" 2>&1
   rc=$?
   tail -12 "$work/run"
   [ $rc = 0 ] && ok "host-memory run exits 0" || bad "host-memory run exit $rc"
-  for s in perf_sendrecv perf_alltoall perf_types net_socket; do
+  checks="perf_sendrecv perf_alltoall perf_types net_socket"
+  [ $npass = 5 ] && checks="$checks net_ucx"
+  for s in $checks; do
     grep -qE "^\| $s +\| pass +\| +[0-9]+ \| .*[1-9][0-9]* rows, 0 wrong" "$work/run" ||
       bad "$s did not pass with rows and 0 wrong"
   done
+  if [ $npass = 5 ]; then
+    grep -qE "^\| net_ucx .*UCX carried: $work/deps/ucx/lib/libucp\.so" "$work/run" &&
+      ok "net_ucx ran on the carried UCX" || bad "net_ucx did not load the carried UCX"
+  fi
   for s in device perf_ar_g2; do
     grep -qE "^\| $s +\| skip +\| +0 \| no GPU" "$work/run" || bad "$s did not skip for no GPU"
   done
-  [ "$(tail -1 "$work/run" | grep -c '4 passed, 2 skipped, 0 failed')" = 1 ] &&
+  [ "$(tail -1 "$work/run" | grep -c "$npass passed, 2 skipped, 0 failed")" = 1 ] &&
     ok "the table comes last" || bad "last line: $(tail -1 "$work/run")"
   for f in summary.txt perf.txt logs.tar.gz; do
     [ -s "$work/outdir/$f" ] || bad "no \$OUT/$f"
