@@ -346,6 +346,33 @@ net_hosts() { # transport
 }
 
 step_net_socket() { net_hosts socket; }
+
+# Issue 21.4: device all-reduce between 2 emulated hosts over loopback TCP
+# (sockets), against host memory over the same transport in the same run:
+# out-of-place busbw of each from 16 MiB (PERF_MAX / 8) to 64 MiB, and the
+# smallest device / host ratio. Reported against the 90 % bound, not judged.
+step_net_bw() {
+  use_mps
+  local mem out lo=$((PERF_MAX / 8)) hi=$((PERF_MAX / 2))
+  for mem in dev host; do
+    out="$LOGS/$STEP.$mem.out"
+    WEFT_TRANSPORT=socket timeout 40 "$B/tools/weftrun" -n 2 sh -c \
+      'WEFT_HOSTID=gpu-check-host-$WEFT_RANK exec "$@"' sh "$B/tools/all_reduce_perf" \
+      -M "$([ $mem = dev ] && echo $PERF_MEM || echo host)" -T 30 -b $lo -e $hi -f 2 -n 10 -w 2 \
+      >"$out" 2>&1
+    local rc=$?
+    cat "$out"
+    [ $rc = 0 ] && coll_key "$out" >/dev/null || fail "$mem: exit $rc; $(coll_key "$out")"
+  done
+  key "$(awk 'function size(b) { return sprintf("%g MiB", b / 1048576) }
+    { sub(/^\[0\] */, "") }
+    /^ *[0-9]+ +[0-9]+ / { if (FILENAME ~ /dev.out$/) d[$1] = $8; else h[$1] = $8 }
+    END { min = -1
+      for (b in d) if (h[b] > 0) { r = d[b] / h[b]; if (min < 0 || r < min) { min = r; at = b } }
+      if (min < 0) { print "no rows to compare"; exit }
+      printf "busbw device/host, socket, 2 hosts: lowest %.0f%% at %s (%.2f / %.2f GB/s); 21.4 asks >= 90%%",
+             100 * min, size(at), d[at], h[at] }' "$LOGS/$STEP.dev.out" "$LOGS/$STEP.host.out")"
+}
 step_net_ucx() {
   grep -q 'WEFT_HAVE_UCX 1' "$B/weft_build_config.h" 2>/dev/null ||
     skip "built without UCX (none on the machine, none carried: gpu-check.sh --prepare)"

@@ -67,6 +67,7 @@ perf_reduce_scatter|110|gpu|20.2|reduce_scatter_perf -M cuda, 2/4/8 processes
 perf_types|120|gpu|20.2|all_reduce_perf -M cuda -d all -o all, 3 processes, odd sizes
 net_socket|120|gpu|21.3|device all-reduce/all-gather across 2 emulated hosts over sockets
 net_ucx|120|gpu|21.3|the same over UCX (carried in .gpu-deps where the machine has none)
+net_bw|90|gpu|21.4|device all-reduce busbw over sockets between 2 emulated hosts, 16-64 MiB, against host memory
 torch_preload|60|gpu|20.4|torch imports with libnccl.so.2 preloaded and sees weft
 torch_ddp|120|gpu|20.4|DDP on cuda:0, 2 ranks, through libnccl.so.2, against one process
 torch_cuda_ops|180|gpu|20.4|all_to_all_single, batch_isend_irecv, FSDP2 divide factor on CUDA
@@ -276,7 +277,7 @@ setup_ucx_env() {
 # on host memory (gpu-check-steps.sh's PERF_MEM), the other GPU steps skip.
 host_perf_step() { # name
   [ "${WEFT_GPU_CHECK_HOST_PERF:-0}" = 1 ] &&
-    [[ "$1" =~ ^(perf_(sendrecv|alltoall|all_gather|reduce_scatter|types)|net_(socket|ucx))$ ]]
+    [[ "$1" =~ ^(perf_(sendrecv|alltoall|all_gather|reduce_scatter|types)|net_(socket|ucx|bw))$ ]]
 }
 
 # One step under its limit: pass, fail, skip, timeout, or "no time" when the
