@@ -107,11 +107,11 @@ weftResult_t zero_grads_reset(struct weftZero *z, weftStream_t stream) {
   return z->ops->zero(z->grads_full, z->psi_padded * z->param_size, stream);
 }
 
-/* Stage 3: queues one layer's all-gather into a new buffer. */
+/* Stage 3: queues one layer's all-gather into a buffer of the pool. */
 static weftResult_t zero_gather_one(struct weftZero *z, int layer, weftStream_t stream) {
   struct zero_layer *l = &z->layers[layer];
-  size_t nbytes = l->padded * z->param_size;
-  WEFT_TRY(zero_alloc(z, ZERO_MEM_GATHERED, nbytes, &l->gathered));
+  WEFT_TRY(zero_pool_take(z, l->padded * z->param_size, stream, &l->gbuf));
+  l->gathered = z->gbufs[l->gbuf].ptr;
   l->gather_state = ZERO_GATHERING;
   const void *shard = (char *)z->params_shard + l->shard_offset * z->param_size;
   WEFT_TRY(zero_weft(
@@ -121,9 +121,7 @@ static weftResult_t zero_gather_one(struct weftZero *z, int layer, weftStream_t 
 }
 
 static int zero_gather_fits(const struct weftZero *z, int layer) {
-  size_t nbytes = z->layers[layer].padded * z->param_size;
-  return z->cfg.gatherBoundBytes == 0 ||
-         z->mem[ZERO_MEM_GATHERED] + nbytes <= z->cfg.gatherBoundBytes;
+  return zero_pool_fits(z, z->layers[layer].padded * z->param_size);
 }
 
 weftResult_t weftZeroGather(weftZero_t z, int layer, weftStream_t stream, weftEvent_t *ready_out) {
@@ -141,8 +139,8 @@ weftResult_t weftZeroGather(weftZero_t z, int layer, weftStream_t stream, weftEv
   if (l->gather_state == ZERO_RELEASED) {
     if (!zero_gather_fits(z, layer))
       return zero_fail(weftInvalidUsage,
-                       "gathering layer %d (%zu bytes) would hold %zu bytes, over the bound of "
-                       "%zu: release layers first",
+                       "gathering layer %d (%zu bytes) would hold %zu bytes of gathered layers, "
+                       "over the bound of %zu: release layers first",
                        layer, l->padded * z->param_size,
                        z->mem[ZERO_MEM_GATHERED] + l->padded * z->param_size,
                        z->cfg.gatherBoundBytes);
@@ -174,18 +172,43 @@ weftResult_t weftZeroGatherEvent(weftZero_t z, int layer, weftEvent_t *event_out
   return weftSuccess;
 }
 
-weftResult_t weftZeroRelease(weftZero_t z, int layer) {
-  if (z == NULL) return zero_fail(weftInvalidArgument, "zero is NULL");
-  if (layer < 0 || layer >= z->nlayers)
-    return zero_fail(weftInvalidArgument, "layer %d does not exist", layer);
-  struct zero_layer *l = &z->layers[layer];
-  if (z->cfg.stage < 3 || l->gather_state == ZERO_RELEASED) return weftSuccess;
-  /* the all-gather may still be writing the buffer */
-  WEFT_TRY(z->ops->event_sync(l->gather_ev));
-  zero_free(z, ZERO_MEM_GATHERED, l->gathered, l->padded * z->param_size);
+/* Gives the layer's buffer back to the pool, with a release on stream when
+ * ordered. */
+static weftResult_t zero_layer_drop(struct weftZero *z, struct zero_layer *l, weftStream_t stream,
+                                    int ordered) {
+  WEFT_TRY(zero_pool_put(z, l->gbuf, stream, ordered));
+  l->gbuf = -1;
   l->gathered = NULL;
   l->gather_state = ZERO_RELEASED;
   return weftSuccess;
+}
+
+static weftResult_t zero_release_check(weftZero_t z, int layer) {
+  if (z == NULL) return zero_fail(weftInvalidArgument, "zero is NULL");
+  if (layer < 0 || layer >= z->nlayers)
+    return zero_fail(weftInvalidArgument, "layer %d does not exist", layer);
+  return weftSuccess;
+}
+
+weftResult_t weftZeroRelease(weftZero_t z, int layer) {
+  WEFT_TRY(zero_release_check(z, layer));
+  struct zero_layer *l = &z->layers[layer];
+  if (z->cfg.stage < 3 || l->gather_state == ZERO_RELEASED) return weftSuccess;
+  /* the all-gather may still be writing the buffer, and on a device a
+   * caller's kernels on any stream may still read it: the next gather
+   * into it may start once both are done */
+  WEFT_TRY(z->ops->event_sync(l->gather_ev));
+  WEFT_TRY(z->ops->quiesce());
+  return zero_layer_drop(z, l, NULL, 0);
+}
+
+weftResult_t weftZeroReleaseOn(weftZero_t z, int layer, weftStream_t stream) {
+  WEFT_TRY(zero_release_check(z, layer));
+  struct zero_layer *l = &z->layers[layer];
+  if (z->cfg.stage < 3 || l->gather_state == ZERO_RELEASED) return weftSuccess;
+  /* the release follows the gather too, for a layer stream never waited for */
+  WEFT_TRY(z->ops->stream_wait(stream, l->gather_ev));
+  return zero_layer_drop(z, l, stream, 1);
 }
 
 weftResult_t zero_gather_wait(struct weftZero *z, struct zero_layer *l) {
@@ -196,10 +219,20 @@ weftResult_t zero_gather_wait(struct weftZero *z, struct zero_layer *l) {
 }
 
 weftResult_t zero_release_all(struct weftZero *z) {
+  int held = 0;
   for (int i = 0; i < z->nlayers; i++) {
-    WEFT_TRY(zero_gather_wait(z, &z->layers[i]));
-    WEFT_TRY(weftZeroRelease(z, i));
+    struct zero_layer *l = &z->layers[i];
+    WEFT_TRY(zero_gather_wait(z, l));
+    if (l->gather_state == ZERO_RELEASED) continue;
+    WEFT_TRY(z->ops->event_sync(l->gather_ev));
+    held = 1;
   }
+  if (!held) return weftSuccess;
+  /* as weftZeroRelease, once for all the layers still held */
+  WEFT_TRY(z->ops->quiesce());
+  for (int i = 0; i < z->nlayers; i++)
+    if (z->layers[i].gather_state != ZERO_RELEASED)
+      WEFT_TRY(zero_layer_drop(z, &z->layers[i], NULL, 0));
   return weftSuccess;
 }
 

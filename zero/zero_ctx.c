@@ -214,6 +214,7 @@ weftResult_t weftZeroFinalize(weftZero_t z) {
     flat += l->padded;
     shard += l->shard;
     own += l->own_count;
+    l->gbuf = -1;
     WEFT_TRY(z->ops->event_create(&l->gather_ev));
     WEFT_TRY(z->ops->event_create(&l->red_ev));
   }
@@ -316,6 +317,8 @@ weftResult_t weftZeroMemoryReport(weftZero_t z, weftZeroMemory_t *r) {
   r->bucketsPeak = z->mem_peak[ZERO_MEM_BUCKETS];
   r->gathered = z->mem[ZERO_MEM_GATHERED];
   r->gatheredPeak = z->mem_peak[ZERO_MEM_GATHERED];
+  r->gatheredIdle = z->gathered_idle;
+  r->gatheredAllocs = z->gathered_allocs;
   return weftSuccess;
 }
 
@@ -332,6 +335,8 @@ weftResult_t weftZeroDestroy(weftZero_t z) {
     ops->event_destroy(z->layers[i].gather_ev);
     ops->event_destroy(z->layers[i].red_ev);
   }
+  weftResult_t pool = zero_pool_destroy(z);
+  if (res == weftSuccess) res = pool;
   for (int b = 0; b < z->nbuckets; b++) ops->event_destroy(z->buckets[b].ev);
   void *bufs[] = {z->params_full, z->params_shard, z->grads_full, z->grad_shard,
                   z->master,      z->moment1,      z->moment2,    z->stats};

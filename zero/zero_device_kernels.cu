@@ -200,6 +200,12 @@ extern "C" int zero_kern_event_query(void *event) {
   return -(int)err;
 }
 
+extern "C" int zero_kern_stream_wait(void *stream, void *event) {
+  return (int)cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0);
+}
+
+extern "C" int zero_kern_device_sync(void) { return (int)cudaDeviceSynchronize(); }
+
 extern "C" int zero_kern_current_device(int *device_out) {
   return (int)cudaGetDevice(device_out);
 }

@@ -63,7 +63,8 @@ struct zero_layer {
   size_t master_offset; /* of the owned range in master and moments */
   /* stage 3 */
   int gather_state;
-  void *gathered;
+  void *gathered;        /* the buffer of the gather pool the layer holds */
+  int gbuf;              /* its index in the pool; -1: none */
   weftEvent_t gather_ev; /* stage 3: the last gather; stages 1-2: the step's all-gather */
   int gather_pending;    /* stages 1-2: the step's all-gather was queued on a stream and
                             not yet waited for here */
@@ -82,6 +83,15 @@ struct zero_bucket {
   int pending;         /* layers not yet marked ready */
   void *red_copy;      /* reduceType copy when it differs */
   weftEvent_t ev;
+};
+
+/* Stage 3: a buffer of the gather pool (zero_pool.c). */
+struct zero_gbuf {
+  void *ptr;             /* NULL: a free slot */
+  size_t nbytes;
+  weftEvent_t release_ev; /* weftZeroReleaseOn's, on the last user's stream */
+  int in_use;            /* a gathered layer holds it */
+  int ordered;           /* release_ev was recorded: a taker's stream waits for it */
 };
 
 struct weftZero {
@@ -118,12 +128,27 @@ struct weftZero {
   int gather_dir;
   size_t mem[ZERO_MEM_NUM];
   size_t mem_peak[ZERO_MEM_NUM];
+  struct zero_gbuf *gbufs; /* stage 3's gather pool */
+  int ngbufs, gbufs_cap;
+  size_t gathered_idle;    /* bytes of idle pool buffers */
+  size_t gathered_allocs;  /* pool buffers allocated so far */
 };
 
 /* Allocation by category through z->ops (zeroed, zero_mem.c); the report
  * counts from these. */
 weftResult_t zero_alloc(struct weftZero *z, enum zero_mem cat, size_t nbytes, void **ptr_out);
 void zero_free(struct weftZero *z, enum zero_mem cat, void *ptr, size_t nbytes);
+
+/* Stage 3's gather pool (zero_pool.c). fits: a buffer of nbytes can be had
+ * within gatherBoundBytes (an idle one, or a new one beside those in use).
+ * take: a buffer for nbytes, stream ordered after its last user's release;
+ * put: gives it back, with a release recorded on stream when ordered;
+ * destroy: frees every buffer (waiting for ordered releases). */
+int zero_pool_fits(const struct weftZero *z, size_t nbytes);
+weftResult_t zero_pool_take(struct weftZero *z, size_t nbytes, weftStream_t stream,
+                            int *buf_out);
+weftResult_t zero_pool_put(struct weftZero *z, int buf, weftStream_t stream, int ordered);
+weftResult_t zero_pool_destroy(struct weftZero *z);
 
 /* Optimizer arrays per element: master and moments. */
 int zero_optim_arrays(weftZeroOptimizer_t optimizer);

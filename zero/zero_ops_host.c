@@ -54,6 +54,13 @@ static weftResult_t host_event_sync(weftEvent_t event) {
 
 static int host_event_done(weftEvent_t event) { return weftEventQuery(event) == weftSuccess; }
 
+static weftResult_t host_stream_wait(weftStream_t stream, weftEvent_t event) {
+  weftResult_t res = weftStreamWaitEvent(stream, event);
+  return res == weftSuccess ? res : zero_fail_weft(res, NULL, "ordering a stream after an event");
+}
+
+static weftResult_t host_quiesce(void) { return weftSuccess; }
+
 /* The step's order of sums: one running sum over the layers' elements. */
 static weftResult_t host_load_scaled(const void *src, weftDataType_t type, float *dst,
                                      size_t count, double scale, double *stats,
@@ -109,6 +116,7 @@ static weftResult_t host_sgd(float *p, float *m, const float *g, size_t count, f
   .sync = host_sync, .event_create = host_event_create,                         \
   .event_destroy = host_event_destroy, .event_record = host_event_record,       \
   .event_sync = host_event_sync, .event_done = host_event_done,                 \
+  .stream_wait = host_stream_wait, .quiesce = host_quiesce,                     \
   .load_scaled = host_load_scaled, .to_float = host_to_float,                   \
   .store = host_store, .scale = host_scale, .adamw = host_adamw, .sgd = host_sgd
 

@@ -131,6 +131,17 @@ TEST(ZeroMemory, FollowsTheFormulas) {
         weftZeroMemoryReport(z, &r);
         if (r.gathered != 0 || r.gatheredPeak != gathered)
           return rank_fail(ctx, "after release %zu held, peak %zu", r.gathered, r.gatheredPeak);
+        // stage 3: the two buffers stay in the gather pool, counted apart
+        if (r.gatheredIdle != gathered || r.gatheredAllocs != (stage == 3 ? 2u : 0u))
+          return rank_fail(ctx, "stage %d: %zu idle, %zu allocated", stage, r.gatheredIdle,
+                           r.gatheredAllocs);
+        // gathered again: the same buffers, nothing allocated
+        weftZeroGather(z, 0, nullptr, &ev);
+        weftZeroMemoryReport(z, &r);
+        if (r.gathered != gathered || r.gatheredIdle != 0 ||
+            r.gatheredAllocs != (stage == 3 ? 2u : 0u) || r.gatheredPeak != gathered)
+          return rank_fail(ctx, "stage %d regathered: %zu held, %zu idle, %zu allocated", stage,
+                           r.gathered, r.gatheredIdle, r.gatheredAllocs);
         weftZeroDestroy(z);
       }
       weftCommDestroy(comm);
