@@ -113,6 +113,7 @@ static weftResult_t zero_gather_one(struct weftZero *z, int layer, weftStream_t 
   WEFT_TRY(zero_pool_take(z, l->padded * z->param_size, stream, &l->gbuf));
   l->gathered = z->gbufs[l->gbuf].ptr;
   l->gather_state = ZERO_GATHERING;
+  l->gather_stream = stream;
   const void *shard = (char *)z->params_shard + l->shard_offset * z->param_size;
   WEFT_TRY(zero_weft(
       z, weftAllGather(shard, l->gathered, l->shard, z->cfg.paramType, z->comm, stream),
@@ -207,7 +208,7 @@ weftResult_t weftZeroReleaseOn(weftZero_t z, int layer, weftStream_t stream) {
   struct zero_layer *l = &z->layers[layer];
   if (z->cfg.stage < 3 || l->gather_state == ZERO_RELEASED) return weftSuccess;
   /* the release follows the gather too, for a layer stream never waited for */
-  WEFT_TRY(z->ops->stream_wait(stream, l->gather_ev));
+  if (!zero_same_stream(z, l->gather_stream, stream)) WEFT_TRY(z->ops->stream_wait(stream, l->gather_ev));
   return zero_layer_drop(z, l, stream, 1);
 }
 

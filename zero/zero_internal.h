@@ -66,6 +66,7 @@ struct zero_layer {
   void *gathered;        /* the buffer of the gather pool the layer holds */
   int gbuf;              /* its index in the pool; -1: none */
   weftEvent_t gather_ev; /* stage 3: the last gather; stages 1-2: the step's all-gather */
+  weftStream_t gather_stream; /* stage 3: the stream of the last gather */
   int gather_pending;    /* stages 1-2: the step's all-gather was queued on a stream and
                             not yet waited for here */
   /* gradients of this step */
@@ -90,6 +91,7 @@ struct zero_gbuf {
   void *ptr;             /* NULL: a free slot */
   size_t nbytes;
   weftEvent_t release_ev; /* weftZeroReleaseOn's, on the last user's stream */
+  weftStream_t release_stream; /* that stream: a taker on it needs no wait */
   int in_use;            /* a gathered layer holds it */
   int ordered;           /* release_ev was recorded: a taker's stream waits for it */
 };
@@ -145,6 +147,11 @@ void zero_free(struct weftZero *z, enum zero_mem cat, void *ptr, size_t nbytes);
  * put: gives it back, with a release recorded on stream when ordered;
  * destroy: frees every buffer (waiting for ordered releases). */
 int zero_pool_fits(const struct weftZero *z, size_t nbytes);
+/* Work queued on a is ordered before what is queued on b: the same host
+ * stream (a host stream waits for its work before it is destroyed, so its
+ * handle names one queue; a CUDA stream's may be reused while work it had
+ * is still running, so device contexts always wait on an event). */
+int zero_same_stream(const struct weftZero *z, weftStream_t a, weftStream_t b);
 weftResult_t zero_pool_take(struct weftZero *z, size_t nbytes, weftStream_t stream,
                             int *buf_out);
 weftResult_t zero_pool_put(struct weftZero *z, int buf, weftStream_t stream, int ordered);

@@ -49,6 +49,10 @@ static weftResult_t pool_drop(struct weftZero *z, int i) {
   return res;
 }
 
+int zero_same_stream(const struct weftZero *z, weftStream_t a, weftStream_t b) {
+  return a == b && !z->ops->device;
+}
+
 int zero_pool_fits(const struct weftZero *z, size_t nbytes) {
   return pool_best_idle(z, nbytes) >= 0 || z->cfg.gatherBoundBytes == 0 ||
          z->mem[ZERO_MEM_GATHERED] + nbytes <= z->cfg.gatherBoundBytes;
@@ -100,7 +104,8 @@ weftResult_t zero_pool_take(struct weftZero *z, size_t nbytes, weftStream_t stre
   if (i < 0) return pool_grow(z, nbytes, buf_out);
   struct zero_gbuf *b = &z->gbufs[i];
   /* the last user's work on its stream comes before this gather's writes */
-  if (b->ordered) WEFT_TRY(z->ops->stream_wait(stream, b->release_ev));
+  if (b->ordered && !zero_same_stream(z, b->release_stream, stream))
+    WEFT_TRY(z->ops->stream_wait(stream, b->release_ev));
   b->ordered = 0;
   b->in_use = 1;
   z->gathered_idle -= b->nbytes;
@@ -115,6 +120,7 @@ weftResult_t zero_pool_put(struct weftZero *z, int buf, weftStream_t stream, int
   struct zero_gbuf *b = &z->gbufs[buf];
   if (ordered) WEFT_TRY(z->ops->event_record(b->release_ev, stream));
   b->ordered = ordered;
+  b->release_stream = stream;
   b->in_use = 0;
   z->mem[ZERO_MEM_GATHERED] -= b->nbytes;
   z->gathered_idle += b->nbytes;
