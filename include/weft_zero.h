@@ -214,7 +214,12 @@ long weftZeroStepCount(weftZero_t zero);
  * step's temporary fp32 gradient of the owned range are not counted, on
  * either kind). params + grads + optimizer follow the ZeRO formulas (weftZeroMemoryFormula)
  * for psiPadded parameters and N ranks; buckets and gathered are the
- * temporary buffers held now (peak: the most at once). */
+ * temporary buffers held now (peak: the most at once). Temporary buffers
+ * given back are kept in a pool of the context for the next taker (the
+ * smallest idle one that fits), counted apart as idle: all of a step's
+ * allocations happen in the first step, and a pool never holds more than
+ * its peak (gathered + gatheredIdle <= gatheredPeak, the same for
+ * buckets). weftZeroDestroy frees them. */
 typedef struct {
   size_t psi;             /* parameters, unpadded */
   size_t psiPadded;       /* parameters, each layer padded to a multiple of N */
@@ -225,9 +230,10 @@ typedef struct {
   size_t bucketsPeak;
   size_t gathered;        /* stage 3 gathered layers held now (their pool buffers' bytes) */
   size_t gatheredPeak;    /* the most held at once */
-  size_t gatheredIdle;    /* pool buffers no layer holds, kept for the next gathers:
-                             gathered + gatheredIdle <= gatheredPeak (<= gatherBoundBytes) */
-  size_t gatheredAllocs;  /* pool buffers allocated so far */
+  size_t gatheredIdle;    /* gather pool buffers no layer holds */
+  size_t gatheredAllocs;  /* gather pool buffers allocated so far */
+  size_t bucketsIdle;     /* bucket pool buffers no layer holds */
+  size_t bucketsAllocs;   /* bucket pool buffers allocated so far */
 } weftZeroMemory_t;
 weftResult_t weftZeroMemoryReport(weftZero_t zero, weftZeroMemory_t *report);
 /* The formula alone: bytes of params + grads + optimizer for psi parameters

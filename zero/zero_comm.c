@@ -10,7 +10,7 @@
  * (paramType), for reductions in a wider type. Counted as a bucket. */
 static weftResult_t zero_red_copy(struct weftZero *z, const void *src, size_t n,
                                   weftStream_t stream, void **copy_out) {
-  WEFT_TRY(zero_alloc(z, ZERO_MEM_BUCKETS, n * z->red_size, copy_out));
+  WEFT_TRY(zero_pool_take(z, &z->bucket_pool, n * z->red_size, stream, copy_out));
   return z->ops->to_float(src, z->cfg.paramType, *copy_out, n, z->stats, stream);
 }
 
@@ -36,7 +36,7 @@ static weftResult_t zero_layer_reduce(struct weftZero *z, struct zero_layer *l,
   void *grads = z->cfg.stage == 1 ? (char *)z->grads_full + l->flat_offset * z->param_size
                                   : l->grad_bucket;
   if (grads == NULL) { /* no gradient was asked for: a layer of zeros */
-    WEFT_TRY(zero_alloc(z, ZERO_MEM_BUCKETS, l->padded * z->param_size, &l->grad_bucket));
+    WEFT_TRY(zero_bucket_take(z, l->padded * z->param_size, &l->grad_bucket));
     grads = l->grad_bucket;
   }
   void *send = grads;
@@ -52,18 +52,36 @@ static weftResult_t zero_layer_reduce(struct weftZero *z, struct zero_layer *l,
   return z->ops->event_record(l->red_ev, stream);
 }
 
+weftResult_t zero_bucket_take(struct weftZero *z, size_t nbytes, void **ptr_out) {
+  size_t allocs = z->bucket_pool.allocs;
+  void *p;
+  WEFT_TRY(zero_pool_take(z, &z->bucket_pool, nbytes, NULL, &p));
+  /* a reused buffer: its reduction is over (given back unordered); on a
+   * device the zeroing waits for its own stream only */
+  if (z->bucket_pool.allocs == allocs) WEFT_TRY(z->ops->zero(p, nbytes, z->zero_stream));
+  *ptr_out = p;
+  return weftSuccess;
+}
+
+/* Gives the layer's gradient buffers back (their reduction is over). */
+static weftResult_t zero_layer_buckets_give(struct weftZero *z, struct zero_layer *l) {
+  WEFT_TRY(zero_pool_give(z, &z->bucket_pool, l->grad_bucket, NULL, 0));
+  l->grad_bucket = NULL;
+  WEFT_TRY(zero_pool_give(z, &z->bucket_pool, l->red_copy, NULL, 0));
+  l->red_copy = NULL;
+  return weftSuccess;
+}
+
 /* Stages 2-3: gives back the buckets of reductions that have finished. */
-void zero_buckets_reclaim(struct weftZero *z) {
-  if (z->cfg.stage < 2) return;
+weftResult_t zero_buckets_reclaim(struct weftZero *z) {
+  if (z->cfg.stage < 2) return weftSuccess;
   for (int i = 0; i < z->nlayers; i++) {
     struct zero_layer *l = &z->layers[i];
     if (!l->reduced || l->grad_bucket == NULL || !z->ops->event_done(l->red_ev))
       continue;
-    zero_free(z, ZERO_MEM_BUCKETS, l->grad_bucket, l->padded * z->param_size);
-    zero_free(z, ZERO_MEM_BUCKETS, l->red_copy, l->padded * z->red_size);
-    l->grad_bucket = NULL;
-    l->red_copy = NULL;
+    WEFT_TRY(zero_layer_buckets_give(z, l));
   }
+  return weftSuccess;
 }
 
 weftResult_t weftZeroGradReady(weftZero_t z, int layer, weftStream_t stream) {
@@ -82,24 +100,20 @@ weftResult_t weftZeroGradReady(weftZero_t z, int layer, weftStream_t stream) {
     return weftSuccess;
   }
   WEFT_TRY(zero_layer_reduce(z, l, stream));
-  zero_buckets_reclaim(z);
-  return weftSuccess;
+  return zero_buckets_reclaim(z);
 }
 
 weftResult_t zero_grads_reset(struct weftZero *z, weftStream_t stream) {
   for (int i = 0; i < z->nlayers; i++) {
     struct zero_layer *l = &z->layers[i];
     (void)z->ops->event_sync(l->red_ev); /* the step reported failures already */
-    zero_free(z, ZERO_MEM_BUCKETS, l->grad_bucket, l->padded * z->param_size);
-    zero_free(z, ZERO_MEM_BUCKETS, l->red_copy, l->padded * z->red_size);
-    l->grad_bucket = NULL;
-    l->red_copy = NULL;
+    WEFT_TRY(zero_layer_buckets_give(z, l));
     l->reduced = 0;
   }
   for (int b = 0; b < z->nbuckets; b++) {
     struct zero_bucket *bk = &z->buckets[b];
     (void)z->ops->event_sync(bk->ev);
-    zero_free(z, ZERO_MEM_BUCKETS, bk->red_copy, bk->count * z->red_size);
+    WEFT_TRY(zero_pool_give(z, &z->bucket_pool, bk->red_copy, NULL, 0));
     bk->red_copy = NULL;
     bk->pending = bk->last_layer - bk->first_layer + 1;
   }
@@ -107,11 +121,10 @@ weftResult_t zero_grads_reset(struct weftZero *z, weftStream_t stream) {
   return z->ops->zero(z->grads_full, z->psi_padded * z->param_size, stream);
 }
 
-/* Stage 3: queues one layer's all-gather into a buffer of the pool. */
+/* Stage 3: queues one layer's all-gather into a buffer of the gather pool. */
 static weftResult_t zero_gather_one(struct weftZero *z, int layer, weftStream_t stream) {
   struct zero_layer *l = &z->layers[layer];
-  WEFT_TRY(zero_pool_take(z, l->padded * z->param_size, stream, &l->gbuf));
-  l->gathered = z->gbufs[l->gbuf].ptr;
+  WEFT_TRY(zero_pool_take(z, &z->gather_pool, l->padded * z->param_size, stream, &l->gathered));
   l->gather_state = ZERO_GATHERING;
   l->gather_stream = stream;
   const void *shard = (char *)z->params_shard + l->shard_offset * z->param_size;
@@ -122,7 +135,8 @@ static weftResult_t zero_gather_one(struct weftZero *z, int layer, weftStream_t 
 }
 
 static int zero_gather_fits(const struct weftZero *z, int layer) {
-  return zero_pool_fits(z, z->layers[layer].padded * z->param_size);
+  return zero_pool_fits(z, &z->gather_pool, z->cfg.gatherBoundBytes,
+                        z->layers[layer].padded * z->param_size);
 }
 
 weftResult_t weftZeroGather(weftZero_t z, int layer, weftStream_t stream, weftEvent_t *ready_out) {
@@ -177,8 +191,7 @@ weftResult_t weftZeroGatherEvent(weftZero_t z, int layer, weftEvent_t *event_out
  * ordered. */
 static weftResult_t zero_layer_drop(struct weftZero *z, struct zero_layer *l, weftStream_t stream,
                                     int ordered) {
-  WEFT_TRY(zero_pool_put(z, l->gbuf, stream, ordered));
-  l->gbuf = -1;
+  WEFT_TRY(zero_pool_give(z, &z->gather_pool, l->gathered, stream, ordered));
   l->gathered = NULL;
   l->gather_state = ZERO_RELEASED;
   return weftSuccess;

@@ -63,8 +63,7 @@ struct zero_layer {
   size_t master_offset; /* of the owned range in master and moments */
   /* stage 3 */
   int gather_state;
-  void *gathered;        /* the buffer of the gather pool the layer holds */
-  int gbuf;              /* its index in the pool; -1: none */
+  void *gathered;        /* a buffer of the gather pool */
   weftEvent_t gather_ev; /* stage 3: the last gather; stages 1-2: the step's all-gather */
   weftStream_t gather_stream; /* stage 3: the stream of the last gather */
   int gather_pending;    /* stages 1-2: the step's all-gather was queued on a stream and
@@ -86,14 +85,23 @@ struct zero_bucket {
   weftEvent_t ev;
 };
 
-/* Stage 3: a buffer of the gather pool (zero_pool.c). */
-struct zero_gbuf {
+/* A buffer of a pool (zero_pool.c). */
+struct zero_pbuf {
   void *ptr;             /* NULL: a free slot */
   size_t nbytes;
-  weftEvent_t release_ev; /* weftZeroReleaseOn's, on the last user's stream */
-  weftStream_t release_stream; /* that stream: a taker on it needs no wait */
-  int in_use;            /* a gathered layer holds it */
+  weftEvent_t release_ev; /* a release ordered on the last user's stream */
+  weftStream_t release_stream; /* that stream */
+  int in_use;
   int ordered;           /* release_ev was recorded: a taker's stream waits for it */
+};
+
+/* Temporary buffers kept for reuse: in use, counted in mem[cat]. */
+struct zero_pool {
+  struct zero_pbuf *bufs;
+  int n, cap;
+  enum zero_mem cat;
+  size_t idle;   /* bytes of idle buffers */
+  size_t allocs; /* buffers allocated so far */
 };
 
 struct weftZero {
@@ -130,10 +138,10 @@ struct weftZero {
   int gather_dir;
   size_t mem[ZERO_MEM_NUM];
   size_t mem_peak[ZERO_MEM_NUM];
-  struct zero_gbuf *gbufs; /* stage 3's gather pool */
-  int ngbufs, gbufs_cap;
-  size_t gathered_idle;    /* bytes of idle pool buffers */
-  size_t gathered_allocs;  /* pool buffers allocated so far */
+  struct zero_pool gather_pool; /* stage 3's gathered layers */
+  struct zero_pool bucket_pool; /* gradient buckets and reduce-type copies */
+  weftStream_t zero_stream;     /* a device context's own stream, for zeroing a reused
+                                   bucket (NULL on the host, whose zeroing is immediate) */
 };
 
 /* Allocation by category through z->ops (zeroed, zero_mem.c); the report
@@ -141,21 +149,27 @@ struct weftZero {
 weftResult_t zero_alloc(struct weftZero *z, enum zero_mem cat, size_t nbytes, void **ptr_out);
 void zero_free(struct weftZero *z, enum zero_mem cat, void *ptr, size_t nbytes);
 
-/* Stage 3's gather pool (zero_pool.c). fits: a buffer of nbytes can be had
- * within gatherBoundBytes (an idle one, or a new one beside those in use).
- * take: a buffer for nbytes, stream ordered after its last user's release;
- * put: gives it back, with a release recorded on stream when ordered;
- * destroy: frees every buffer (waiting for ordered releases). */
-int zero_pool_fits(const struct weftZero *z, size_t nbytes);
+/* Buffer pools (zero_pool.c). fits: nbytes can be had within bound (0:
+ * none): an idle buffer, or a new one beside those in use. take: a buffer
+ * of at least nbytes (new ones zeroed), stream ordered after its last
+ * user's release; give: back to the pool (ptr NULL: nothing), with a
+ * release recorded on stream when ordered; destroy: frees every buffer
+ * (waiting for ordered releases). */
+int zero_pool_fits(const struct weftZero *z, const struct zero_pool *p, size_t bound,
+                   size_t nbytes);
+weftResult_t zero_pool_take(struct weftZero *z, struct zero_pool *p, size_t nbytes,
+                            weftStream_t stream, void **ptr_out);
+weftResult_t zero_pool_give(struct weftZero *z, struct zero_pool *p, void *ptr,
+                            weftStream_t stream, int ordered);
+weftResult_t zero_pool_destroy(struct weftZero *z, struct zero_pool *p);
 /* Work queued on a is ordered before what is queued on b: the same host
  * stream (a host stream waits for its work before it is destroyed, so its
  * handle names one queue; a CUDA stream's may be reused while work it had
  * is still running, so device contexts always wait on an event). */
 int zero_same_stream(const struct weftZero *z, weftStream_t a, weftStream_t b);
-weftResult_t zero_pool_take(struct weftZero *z, size_t nbytes, weftStream_t stream,
-                            int *buf_out);
-weftResult_t zero_pool_put(struct weftZero *z, int buf, weftStream_t stream, int ordered);
-weftResult_t zero_pool_destroy(struct weftZero *z);
+
+/* Stages 1-3: a zeroed gradient buffer of nbytes from the bucket pool. */
+weftResult_t zero_bucket_take(struct weftZero *z, size_t nbytes, void **ptr_out);
 
 /* Optimizer arrays per element: master and moments. */
 int zero_optim_arrays(weftZeroOptimizer_t optimizer);
@@ -168,12 +182,12 @@ weftResult_t zero_publish_params(struct weftZero *z, weftStream_t stream);
 /* Stages 1-2: waits for the layer's gather queued by the last publication. */
 weftResult_t zero_gather_wait(struct weftZero *z, struct zero_layer *l);
 
-/* Frees this step's gradient buckets and copies, zeroes the gradients (on
- * stream, complete on return). */
+/* Gives back this step's gradient buckets and copies, zeroes the gradients
+ * (on stream, complete on return). */
 weftResult_t zero_grads_reset(struct weftZero *z, weftStream_t stream);
 
-/* Stages 2-3: frees the buckets of finished reductions. */
-void zero_buckets_reclaim(struct weftZero *z);
+/* Stages 2-3: gives back the buckets of finished reductions. */
+weftResult_t zero_buckets_reclaim(struct weftZero *z);
 
 /* Stage 3: drops every gathered layer; stages 1-2: waits for the parameter
  * gathers in flight. */

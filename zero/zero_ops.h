@@ -48,6 +48,9 @@ struct zero_ops {
    * release that cannot know the caller's streams (nothing on the host,
    * whose callers compute on their own thread) */
   weftResult_t (*quiesce)(void);
+  /* a stream of the context's own (NULL where work is immediate: host) */
+  weftResult_t (*stream_create)(weftStream_t *stream_out);
+  void (*stream_destroy)(weftStream_t stream);
   /* the math of zero_math.h: dst = (fp32)(src * scale) with stats[0] +=
    * non-finite results, stats[1] += their squares; to_float without stats
    * (scratch: 2 doubles of context memory the device path may write) */

@@ -1,49 +1,50 @@
-/* Stage 3's gathered buffers: a pool per context, so that a layer gathered
- * again, or another of a size that fits, reuses a buffer a released layer
- * gave back instead of allocating (on a GPU a cudaFree waits for the whole
- * device).
+/* Pools of temporary buffers, two per context: stage 3's gathered layers
+ * and the gradient buckets with their reduce-type copies. A buffer given
+ * back is kept for the next taker instead of being freed, so that a step
+ * allocates nothing once the first has run (on a GPU a cudaMalloc costs
+ * time and a cudaFree waits for the whole device).
  *
- * A gather takes the smallest idle buffer that holds its layer, else
- * allocates one of the layer's size, first freeing idle buffers (largest
+ * A taker gets the smallest idle buffer that holds its bytes, else a new
+ * buffer of its size, for which idle buffers are freed first (largest
  * first) so that the pool never holds more than the most it had in use at
- * once, nor more than gatherBoundBytes. A buffer given back by
- * weftZeroReleaseOn carries an event recorded on the caller's stream: the
- * gather that takes it next orders its stream after that event (without
- * blocking), and freeing it waits for it. In use, the bytes count as
- * ZERO_MEM_GATHERED (the report's gathered); idle, as gathered_idle. */
+ * once. A buffer given back ordered carries an event recorded on the last
+ * user's stream: the next taker orders its own stream after it (without
+ * blocking), and freeing it waits for it. In use, the bytes count in the
+ * pool's memory category (the report's gathered or buckets); idle, in
+ * pool->idle. */
 #include <stdlib.h>
 
 #include "zero_internal.h"
 
 /* The smallest idle buffer of at least nbytes, or -1. */
-static int pool_best_idle(const struct weftZero *z, size_t nbytes) {
+static int pool_best_idle(const struct zero_pool *p, size_t nbytes) {
   int best = -1;
-  for (int i = 0; i < z->ngbufs; i++) {
-    const struct zero_gbuf *b = &z->gbufs[i];
+  for (int i = 0; i < p->n; i++) {
+    const struct zero_pbuf *b = &p->bufs[i];
     if (b->in_use || b->ptr == NULL || b->nbytes < nbytes) continue;
-    if (best < 0 || b->nbytes < z->gbufs[best].nbytes) best = i;
+    if (best < 0 || b->nbytes < p->bufs[best].nbytes) best = i;
   }
   return best;
 }
 
-static int pool_largest_idle(const struct weftZero *z) {
+static int pool_largest_idle(const struct zero_pool *p) {
   int big = -1;
-  for (int i = 0; i < z->ngbufs; i++) {
-    const struct zero_gbuf *b = &z->gbufs[i];
+  for (int i = 0; i < p->n; i++) {
+    const struct zero_pbuf *b = &p->bufs[i];
     if (b->in_use || b->ptr == NULL) continue;
-    if (big < 0 || b->nbytes > z->gbufs[big].nbytes) big = i;
+    if (big < 0 || b->nbytes > p->bufs[big].nbytes) big = i;
   }
   return big;
 }
 
 /* Frees idle buffer i once its last user's stream has passed its release
  * (a failed wait is returned; the buffer is freed all the same). */
-static weftResult_t pool_drop(struct weftZero *z, int i) {
-  struct zero_gbuf *b = &z->gbufs[i];
+static weftResult_t pool_drop(struct weftZero *z, struct zero_pool *p, int i) {
+  struct zero_pbuf *b = &p->bufs[i];
   weftResult_t res = b->ordered ? z->ops->event_sync(b->release_ev) : weftSuccess;
   b->ordered = 0;
   z->ops->free(b->ptr);
-  z->gathered_idle -= b->nbytes;
+  p->idle -= b->nbytes;
   b->ptr = NULL;
   b->nbytes = 0;
   return res;
@@ -53,93 +54,98 @@ int zero_same_stream(const struct weftZero *z, weftStream_t a, weftStream_t b) {
   return a == b && !z->ops->device;
 }
 
-int zero_pool_fits(const struct weftZero *z, size_t nbytes) {
-  return pool_best_idle(z, nbytes) >= 0 || z->cfg.gatherBoundBytes == 0 ||
-         z->mem[ZERO_MEM_GATHERED] + nbytes <= z->cfg.gatherBoundBytes;
+int zero_pool_fits(const struct weftZero *z, const struct zero_pool *p, size_t bound,
+                   size_t nbytes) {
+  return pool_best_idle(p, nbytes) >= 0 || bound == 0 || z->mem[p->cat] + nbytes <= bound;
 }
 
 /* A slot for a new buffer: a freed one, or a new one with its event. */
-static weftResult_t pool_slot(struct weftZero *z, int *slot_out) {
-  for (int i = 0; i < z->ngbufs; i++)
-    if (z->gbufs[i].ptr == NULL) {
+static weftResult_t pool_slot(struct weftZero *z, struct zero_pool *p, int *slot_out) {
+  for (int i = 0; i < p->n; i++)
+    if (p->bufs[i].ptr == NULL) {
       *slot_out = i;
       return weftSuccess;
     }
-  if (z->ngbufs == z->gbufs_cap) {
-    int cap = z->gbufs_cap > 0 ? 2 * z->gbufs_cap : 4;
-    struct zero_gbuf *grown = realloc(z->gbufs, (size_t)cap * sizeof *grown);
-    if (grown == NULL) return zero_fail(weftSystemError, "out of memory for the gather pool");
-    z->gbufs = grown;
-    z->gbufs_cap = cap;
+  if (p->n == p->cap) {
+    int cap = p->cap > 0 ? 2 * p->cap : 4;
+    struct zero_pbuf *grown = realloc(p->bufs, (size_t)cap * sizeof *grown);
+    if (grown == NULL) return zero_fail(weftSystemError, "out of memory for a buffer pool");
+    p->bufs = grown;
+    p->cap = cap;
   }
-  struct zero_gbuf *b = &z->gbufs[z->ngbufs];
-  *b = (struct zero_gbuf){0};
+  struct zero_pbuf *b = &p->bufs[p->n];
+  *b = (struct zero_pbuf){0};
   WEFT_TRY(z->ops->event_create(&b->release_ev));
-  *slot_out = z->ngbufs++;
+  *slot_out = p->n++;
   return weftSuccess;
 }
 
-/* A new buffer of nbytes, idle ones freed first so that the pool stays
- * within the most it had in use at once (this gather's need included). */
-static weftResult_t pool_grow(struct weftZero *z, size_t nbytes, int *buf_out) {
-  size_t in_use = z->mem[ZERO_MEM_GATHERED], peak = z->mem_peak[ZERO_MEM_GATHERED];
+/* A new buffer of nbytes (zeroed), idle ones freed first so that the pool
+ * stays within the most it had in use at once (this need included). */
+static weftResult_t pool_grow(struct weftZero *z, struct zero_pool *p, size_t nbytes,
+                              void **ptr_out) {
+  size_t in_use = z->mem[p->cat], peak = z->mem_peak[p->cat];
   size_t limit = in_use + nbytes > peak ? in_use + nbytes : peak;
   int big;
-  while (in_use + z->gathered_idle + nbytes > limit && (big = pool_largest_idle(z)) >= 0)
-    WEFT_TRY(pool_drop(z, big));
+  while (in_use + p->idle + nbytes > limit && (big = pool_largest_idle(p)) >= 0)
+    WEFT_TRY(pool_drop(z, p, big));
   int i = -1;
-  WEFT_TRY(pool_slot(z, &i));
-  struct zero_gbuf *b = &z->gbufs[i];
-  WEFT_TRY(zero_alloc(z, ZERO_MEM_GATHERED, nbytes, &b->ptr));
+  WEFT_TRY(pool_slot(z, p, &i));
+  struct zero_pbuf *b = &p->bufs[i];
+  WEFT_TRY(zero_alloc(z, p->cat, nbytes, &b->ptr));
   b->nbytes = nbytes;
   b->in_use = 1;
-  z->gathered_allocs++;
-  *buf_out = i;
+  p->allocs++;
+  *ptr_out = b->ptr;
   return weftSuccess;
 }
 
-weftResult_t zero_pool_take(struct weftZero *z, size_t nbytes, weftStream_t stream,
-                            int *buf_out) {
-  int i = pool_best_idle(z, nbytes);
-  if (i < 0) return pool_grow(z, nbytes, buf_out);
-  struct zero_gbuf *b = &z->gbufs[i];
-  /* the last user's work on its stream comes before this gather's writes */
+weftResult_t zero_pool_take(struct weftZero *z, struct zero_pool *p, size_t nbytes,
+                            weftStream_t stream, void **ptr_out) {
+  int i = pool_best_idle(p, nbytes);
+  if (i < 0) return pool_grow(z, p, nbytes, ptr_out);
+  struct zero_pbuf *b = &p->bufs[i];
+  /* the last user's work on its stream comes before this taker's */
   if (b->ordered && !zero_same_stream(z, b->release_stream, stream))
     WEFT_TRY(z->ops->stream_wait(stream, b->release_ev));
   b->ordered = 0;
   b->in_use = 1;
-  z->gathered_idle -= b->nbytes;
-  z->mem[ZERO_MEM_GATHERED] += b->nbytes;
-  if (z->mem[ZERO_MEM_GATHERED] > z->mem_peak[ZERO_MEM_GATHERED])
-    z->mem_peak[ZERO_MEM_GATHERED] = z->mem[ZERO_MEM_GATHERED];
-  *buf_out = i;
+  p->idle -= b->nbytes;
+  z->mem[p->cat] += b->nbytes;
+  if (z->mem[p->cat] > z->mem_peak[p->cat]) z->mem_peak[p->cat] = z->mem[p->cat];
+  *ptr_out = b->ptr;
   return weftSuccess;
 }
 
-weftResult_t zero_pool_put(struct weftZero *z, int buf, weftStream_t stream, int ordered) {
-  struct zero_gbuf *b = &z->gbufs[buf];
+weftResult_t zero_pool_give(struct weftZero *z, struct zero_pool *p, void *ptr,
+                            weftStream_t stream, int ordered) {
+  if (ptr == NULL) return weftSuccess;
+  int i = 0;
+  while (i < p->n && p->bufs[i].ptr != ptr) i++;
+  if (i == p->n || !p->bufs[i].in_use)
+    return zero_fail(weftInternalError, "a buffer given back to a pool that did not lend it");
+  struct zero_pbuf *b = &p->bufs[i];
   if (ordered) WEFT_TRY(z->ops->event_record(b->release_ev, stream));
   b->ordered = ordered;
   b->release_stream = stream;
   b->in_use = 0;
-  z->mem[ZERO_MEM_GATHERED] -= b->nbytes;
-  z->gathered_idle += b->nbytes;
+  z->mem[p->cat] -= b->nbytes;
+  p->idle += b->nbytes;
   return weftSuccess;
 }
 
-weftResult_t zero_pool_destroy(struct weftZero *z) {
+weftResult_t zero_pool_destroy(struct weftZero *z, struct zero_pool *p) {
   weftResult_t res = weftSuccess;
-  for (int i = 0; i < z->ngbufs; i++) {
-    struct zero_gbuf *b = &z->gbufs[i];
+  for (int i = 0; i < p->n; i++) {
+    struct zero_pbuf *b = &p->bufs[i];
     if (b->ptr != NULL) {
-      if (b->in_use) zero_pool_put(z, i, NULL, 0); /* a release that failed */
-      weftResult_t r = pool_drop(z, i);
+      if (b->in_use) zero_pool_give(z, p, b->ptr, NULL, 0); /* a release that failed */
+      weftResult_t r = pool_drop(z, p, i);
       if (res == weftSuccess) res = r;
     }
     z->ops->event_destroy(b->release_ev);
   }
-  free(z->gbufs);
-  z->gbufs = NULL;
-  z->ngbufs = z->gbufs_cap = 0;
+  free(p->bufs);
+  *p = (struct zero_pool){.cat = p->cat};
   return res;
 }

@@ -117,7 +117,9 @@ TEST(ZeroMemory, FollowsTheFormulas) {
         weftZeroGrad(z, 2, &g);
         weftZeroMemoryReport(z, &r);
         size_t bucket = stage >= 2 ? weftZeroPadded(77, ctx.nranks) * 2 : 0;
-        if (r.buckets != bucket) return rank_fail(ctx, "bucket %zu, want %zu", r.buckets, bucket);
+        if (r.buckets != bucket || r.bucketsIdle != 0 || r.bucketsAllocs != (bucket ? 1u : 0u))
+          return rank_fail(ctx, "bucket %zu (idle %zu, %zu allocated), want %zu", r.buckets,
+                           r.bucketsIdle, r.bucketsAllocs, bucket);
         weftEvent_t ev;
         if (weftZeroGather(z, 0, nullptr, &ev) != weftSuccess)
           return rank_fail(ctx, "gather: %s", weftZeroLastError());

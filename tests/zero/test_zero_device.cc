@@ -83,6 +83,7 @@ TEST(ZeroOpsTables, EveryEntryIsSet) {
         (const void *)o->copy,         (const void *)o->sync,         (const void *)o->event_create,
         (const void *)o->event_destroy, (const void *)o->event_record, (const void *)o->event_sync,
         (const void *)o->event_done,   (const void *)o->stream_wait,  (const void *)o->quiesce,
+        (const void *)o->stream_create, (const void *)o->stream_destroy,
         (const void *)o->load_scaled,  (const void *)o->to_float,     (const void *)o->store,
         (const void *)o->scale,        (const void *)o->adamw,        (const void *)o->sgd};
     // the table is the name, the device flag and these pointers, nothing else
