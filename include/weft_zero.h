@@ -210,9 +210,8 @@ double weftZeroLossScale(weftZero_t zero);
 long weftZeroStepCount(weftZero_t zero);
 
 /* Bytes this rank holds, by category, counted where they are allocated (in
- * device memory for a device context; 16 bytes of step statistics and the
- * step's temporary fp32 gradient of the owned range are not counted, on
- * either kind). params + grads + optimizer follow the ZeRO formulas (weftZeroMemoryFormula)
+ * device memory for a device context; 16 bytes of step statistics are not
+ * counted, on either kind). params + grads + optimizer follow the ZeRO formulas (weftZeroMemoryFormula)
  * for psiPadded parameters and N ranks; buckets and gathered are the
  * temporary buffers held now (peak: the most at once). Temporary buffers
  * given back are kept in a pool of the context for the next taker (the
@@ -226,7 +225,8 @@ typedef struct {
   size_t params;          /* parameter buffers (paramType): Psi, or Psi/N at stage 3 */
   size_t grads;           /* gradient buffers: Psi, or Psi/N at stages 2-3 */
   size_t optimizer;       /* fp32 master + moments: K*Psi, or K*Psi/N at stages 1-3 */
-  size_t buckets;         /* stage 2-3 layer gradients and reduce-type copies held now */
+  size_t buckets;         /* stage 2-3 layer gradients, reduce-type copies and, during
+                             weftZeroStep, its fp32 gradient of the owned range held now */
   size_t bucketsPeak;
   size_t gathered;        /* stage 3 gathered layers held now (their pool buffers' bytes) */
   size_t gatheredPeak;    /* the most held at once */
