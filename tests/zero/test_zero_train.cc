@@ -624,6 +624,14 @@ int pool_bound_rank(const RankCtx &ctx) {
                 strstr(weftZeroLastError(), "does not exist") == nullptr,
             "layer %d: %s", bad, weftZeroLastError());
   FAIL_IF(weftZeroReleaseOn(z, 4, nullptr) != weftSuccess, "a layer not gathered");
+  // not a stream: refused, the layer still held
+  weftResult_t bad = weftZeroReleaseOn(z, 2, (weftStream_t)&r);
+  FAIL_IF(bad != weftInvalidArgument || strstr(weftZeroLastError(), "not a weft host stream") ==
+                                            nullptr,
+          "a bad stream: %d, %s", bad, weftZeroLastError());
+  weftZeroMemoryReport(z, &r);
+  FAIL_IF(r.gathered != big + small || weftZeroParam(z, 2, &p) != weftSuccess,
+          "a refused release gave the layer back");
   FAIL_IF(weftZeroReleaseOn(z, 0, nullptr) != weftSuccess ||
               weftZeroReleaseOn(z, 0, nullptr) != weftSuccess,
           "released twice");
