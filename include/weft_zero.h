@@ -215,10 +215,12 @@ long weftZeroStepCount(weftZero_t zero);
  * for psiPadded parameters and N ranks; buckets and gathered are the
  * temporary buffers held now (peak: the most at once). Temporary buffers
  * given back are kept in a pool of the context for the next taker (the
- * smallest idle one that fits), counted apart as idle: all of a step's
- * allocations happen in the first step, and a pool never holds more than
- * its peak (gathered + gatheredIdle <= gatheredPeak, the same for
- * buckets). weftZeroDestroy frees them. */
+ * smallest idle one that fits), counted apart as idle, so that steps after
+ * the first allocate nothing (stage 3 gathers) or little (buckets, which
+ * come back as reductions finish: at most one a layer in all while they
+ * fit in bucketBytes). gathered + gatheredIdle <= gatheredPeak; buckets +
+ * bucketsIdle <= the larger of bucketsPeak and bucketBytes, plus the
+ * step's gradient. weftZeroDestroy frees them. */
 typedef struct {
   size_t psi;             /* parameters, unpadded */
   size_t psiPadded;       /* parameters, each layer padded to a multiple of N */

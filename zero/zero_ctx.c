@@ -68,7 +68,8 @@ weftResult_t weftZeroCreate(weftZero_t *zero, weftComm_t comm, const weftZeroCon
   z->cfg = *c;
   z->ops = c->memory == weftZeroDeviceMemory ? &zero_ops_device : &zero_ops_host;
   z->gather_pool.cat = ZERO_MEM_GATHERED;
-  z->bucket_pool.cat = ZERO_MEM_BUCKETS;
+  z->bucket_pool.cat = z->step_pool.cat = ZERO_MEM_BUCKETS;
+  z->bucket_pool.keep = c->bucketBytes;
   if (weftCommUserRank(comm, &z->rank) != weftSuccess ||
       weftCommCount(comm, &z->nranks) != weftSuccess) {
     free(z);
@@ -321,8 +322,8 @@ weftResult_t weftZeroMemoryReport(weftZero_t z, weftZeroMemory_t *r) {
   r->gatheredPeak = z->mem_peak[ZERO_MEM_GATHERED];
   r->gatheredIdle = z->gather_pool.idle;
   r->gatheredAllocs = z->gather_pool.allocs;
-  r->bucketsIdle = z->bucket_pool.idle;
-  r->bucketsAllocs = z->bucket_pool.allocs;
+  r->bucketsIdle = z->bucket_pool.idle + z->step_pool.idle;
+  r->bucketsAllocs = z->bucket_pool.allocs + z->step_pool.allocs;
   return weftSuccess;
 }
 
@@ -340,8 +341,9 @@ weftResult_t weftZeroDestroy(weftZero_t z) {
     ops->event_destroy(z->layers[i].red_ev);
   }
   weftResult_t pools[] = {zero_pool_destroy(z, &z->gather_pool),
-                          zero_pool_destroy(z, &z->bucket_pool)};
-  for (int i = 0; i < 2; i++)
+                          zero_pool_destroy(z, &z->bucket_pool),
+                          zero_pool_destroy(z, &z->step_pool)};
+  for (int i = 0; i < 3; i++)
     if (res == weftSuccess) res = pools[i];
   ops->stream_destroy(z->zero_stream);
   for (int b = 0; b < z->nbuckets; b++) ops->event_destroy(z->buckets[b].ev);

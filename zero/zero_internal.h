@@ -100,6 +100,7 @@ struct zero_pool {
   struct zero_pbuf *bufs;
   int n, cap;
   enum zero_mem cat;
+  size_t keep;   /* held and idle may reach this even past the peak in use */
   size_t idle;   /* bytes of idle buffers */
   size_t allocs; /* buffers allocated so far */
 };
@@ -140,6 +141,7 @@ struct weftZero {
   size_t mem_peak[ZERO_MEM_NUM];
   struct zero_pool gather_pool; /* stage 3's gathered layers */
   struct zero_pool bucket_pool; /* gradient buckets and reduce-type copies */
+  struct zero_pool step_pool;   /* the step's fp32 gradient (one buffer, counted as buckets) */
   weftStream_t zero_stream;     /* a device context's own stream, for zeroing a reused
                                    bucket (NULL on the host, whose zeroing is immediate) */
 };

@@ -7,7 +7,9 @@
  * A taker gets the smallest idle buffer that holds its bytes, else a new
  * buffer of its size, for which idle buffers are freed first (largest
  * first) so that the pool never holds more than the most it had in use at
- * once. A buffer given back ordered carries an event recorded on the last
+ * once, or than its keep (the buckets' budget, bucketBytes: which buckets
+ * are held at once depends on when reductions finish, and a pool held to
+ * the peak alone would free and allocate again). A buffer given back ordered carries an event recorded on the last
  * user's stream: the next taker orders its own stream after it (without
  * blocking), and freeing it waits for it. In use, the bytes count in the
  * pool's memory category (the report's gathered or buckets); idle, in
@@ -81,11 +83,13 @@ static weftResult_t pool_slot(struct weftZero *z, struct zero_pool *p, int *slot
 }
 
 /* A new buffer of nbytes (zeroed), idle ones freed first so that the pool
- * stays within the most it had in use at once (this need included). */
+ * stays within the most it had in use at once (this need included), or
+ * within keep. */
 static weftResult_t pool_grow(struct weftZero *z, struct zero_pool *p, size_t nbytes,
                               void **ptr_out) {
   size_t in_use = z->mem[p->cat], peak = z->mem_peak[p->cat];
   size_t limit = in_use + nbytes > peak ? in_use + nbytes : peak;
+  if (limit < p->keep) limit = p->keep;
   int big;
   while (in_use + p->idle + nbytes > limit && (big = pool_largest_idle(p)) >= 0)
     WEFT_TRY(pool_drop(z, p, big));

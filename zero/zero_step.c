@@ -103,17 +103,17 @@ weftResult_t weftZeroStep(weftZero_t z, weftStream_t stream, weftZeroStepInfo_t 
   /* gathered stage 3 layers would go stale: drop them */
   WEFT_TRY(zero_release_all(z));
 
-  /* the fp32 gradient of the owned range: a bucket, from the pool (its
-   * last user's reduction is over; a new one would cost a cudaMalloc and
-   * a cudaFree, which waits for the whole device, every step) */
+  /* the fp32 gradient of the owned range, counted as a bucket: the same
+   * buffer every step (a new one would cost a cudaMalloc and a cudaFree,
+   * which waits for the whole device, every step) */
   float *g;
-  WEFT_TRY(zero_pool_take(z, &z->bucket_pool, z->own_total * sizeof *g, stream, (void **)&g));
+  WEFT_TRY(zero_pool_take(z, &z->step_pool, z->own_total * sizeof *g, stream, (void **)&g));
   double stats[2];
   weftResult_t res;
   WEFT_TRY_GOTO(zero_grads_load(z, g, stats, stream), res, give_grads);
   weftZeroStepInfo_t out = {sqrt(stats[1]), z->loss_scale, stats[0] > 0};
   WEFT_TRY_GOTO(zero_apply(z, g, &out, stream), res, give_grads);
-  WEFT_TRY(zero_pool_give(z, &z->bucket_pool, g, NULL, 0));
+  WEFT_TRY(zero_pool_give(z, &z->step_pool, g, NULL, 0));
   z->step++;
   WEFT_TRY(zero_grads_reset(z, stream));
   if (!out.skipped) WEFT_TRY(zero_publish_params(z, stream));
@@ -126,7 +126,7 @@ give_grads:
     char why[512];
     snprintf(why, sizeof why, "%s", weftZeroLastError());
     if (z->ops->sync(stream, z->comm, "a failed step") == weftSuccess)
-      (void)zero_pool_give(z, &z->bucket_pool, g, NULL, 0);
+      (void)zero_pool_give(z, &z->step_pool, g, NULL, 0);
     return zero_fail(res, "%s", why);
   }
 }

@@ -371,6 +371,7 @@ TEST(ZeroCheckpoint, CrashDuringSaveKeepsPrevious) {
 // Stage 3's gather pool over steps. One parameter per layer, of four sizes
 // (a gather may take a larger idle buffer), odd so that every rank count pads.
 const std::vector<size_t> kPoolLayers = {301, 1000, 57, 1000, 300};
+const size_t kPoolBucketBytes = 16 << 10;  // every layer's gradient at once
 
 struct PoolCase {
   int prefetch;
@@ -417,12 +418,16 @@ int pool_check(const RankCtx &ctx, weftZero_t z, size_t bound, int step, size_t 
     return rank_fail(ctx, "step %d: %zu gathered buffers allocated, %zu after the first step",
                      step, r.gatheredAllocs, *allocs);
   // buckets come back as their reductions finish, so how many are held at
-  // once, and so allocated, depends on timing (measured: 2-6 over the four
-  // steps); without the pool it is one a layer and step (20)
-  if (r.bucketsAllocs == 0 || r.bucketsAllocs > 2 * kPoolLayers.size())
+  // once depends on timing; but under bucketBytes no idle one is freed, and
+  // one is allocated only while all as large are held: at most one a layer,
+  // plus the step's gradient (without the pools: one a layer and step, 20)
+  if (r.bucketsAllocs == 0 || r.bucketsAllocs > kPoolLayers.size() + 1)
     return rank_fail(ctx, "step %d: %zu bucket buffers allocated", step, r.bucketsAllocs);
+  // buckets: within the peak or the budget, plus the step's gradient
+  size_t own = 0;
+  for (size_t count : kPoolLayers) own += weftZeroPadded(count, ctx.nranks) / ctx.nranks * 4;
   if (r.gathered + r.gatheredIdle > r.gatheredPeak || (bound && r.gatheredPeak > bound) ||
-      r.buckets + r.bucketsIdle > r.bucketsPeak)
+      r.buckets + r.bucketsIdle > std::max(r.bucketsPeak, kPoolBucketBytes) + own)
     return rank_fail(ctx, "step %d: %zu held + %zu idle, peak %zu, bound %zu; buckets %zu + %zu, "
                      "peak %zu", step, r.gathered, r.gatheredIdle, r.gatheredPeak, bound,
                      r.buckets, r.bucketsIdle, r.bucketsPeak);
@@ -438,6 +443,7 @@ int pool_train(const RankCtx &ctx, weftComm_t comm, int stage, const PoolCase &c
   weftZeroConfigDefaults(&cfg);
   cfg.stage = stage;
   cfg.prefetchLayers = c.prefetch;
+  cfg.bucketBytes = kPoolBucketBytes;
   size_t f = sizeof(float);
   cfg.gatherBoundBytes = c.bound ? 2 * weftZeroPadded(1000, ctx.nranks) * f : 0;
   weftZero_t z;
