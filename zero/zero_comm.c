@@ -221,7 +221,8 @@ weftResult_t weftZeroReleaseOn(weftZero_t z, int layer, weftStream_t stream) {
   struct zero_layer *l = &z->layers[layer];
   if (z->cfg.stage < 3 || l->gather_state == ZERO_RELEASED) return weftSuccess;
   /* the release follows the gather too, for a layer stream never waited for */
-  if (!zero_same_stream(z, l->gather_stream, stream)) WEFT_TRY(z->ops->stream_wait(stream, l->gather_ev));
+  if (!zero_same_stream(z, l->gather_stream, stream))
+    WEFT_TRY(z->ops->stream_wait(stream, l->gather_ev));
   return zero_layer_drop(z, l, stream, 1);
 }
 

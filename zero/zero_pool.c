@@ -1,19 +1,19 @@
-/* Pools of temporary buffers, two per context: stage 3's gathered layers
- * and the gradient buckets with their reduce-type copies. A buffer given
- * back is kept for the next taker instead of being freed, so that a step
- * allocates nothing once the first has run (on a GPU a cudaMalloc costs
- * time and a cudaFree waits for the whole device).
+/* Pools of temporary buffers: stage 3's gathered layers, the gradient
+ * buckets with their reduce-type copies, and the step's fp32 gradient. A
+ * buffer given back is kept for the next taker instead of being freed, so
+ * that a step allocates nothing once the first has run (on a GPU a
+ * cudaMalloc costs time and a cudaFree waits for the whole device).
  *
  * A taker gets the smallest idle buffer that holds its bytes, else a new
  * buffer of its size, for which idle buffers are freed first (largest
  * first) so that the pool never holds more than the most it had in use at
  * once, or than its keep (the buckets' budget, bucketBytes: which buckets
  * are held at once depends on when reductions finish, and a pool held to
- * the peak alone would free and allocate again). A buffer given back ordered carries an event recorded on the last
- * user's stream: the next taker orders its own stream after it (without
- * blocking), and freeing it waits for it. In use, the bytes count in the
- * pool's memory category (the report's gathered or buckets); idle, in
- * pool->idle. */
+ * the peak alone would free and allocate again). A buffer given back
+ * ordered carries an event recorded on the last user's stream: the next
+ * taker orders its own stream after it (without blocking), and freeing it
+ * waits for it. In use, the bytes count in the pool's memory category (the
+ * report's gathered or buckets); idle, in pool->idle. */
 #include <stdlib.h>
 
 #include "zero_internal.h"
