@@ -80,7 +80,8 @@ typedef struct {
   size_t bucketBytes;       /* stage 0: gradients are all-reduced in buckets of about this
                                size; stages 2-3: a new layer gradient buffer past it first
                                waits for earlier reductions to finish and frees their buffers */
-  size_t gatherBoundBytes;  /* stage 3: gathered layers never exceed this; 0 = no bound */
+  size_t gatherBoundBytes;  /* stage 3: gathered buffers, held or idle in the pool, never
+                               exceed this; 0 = no bound */
   int prefetchLayers;       /* stage 3: layers gathered ahead of the one asked for */
   double lossScale;         /* initial loss scale; dynamic for fp16, fixed 1 otherwise */
   int lossScaleWindow;      /* steps without overflow before the scale doubles */
@@ -154,9 +155,26 @@ weftResult_t weftZeroGather(weftZero_t zero, int layer, weftStream_t stream,
 /* The event of the layer's last gather, prefetched or asked for (complete
  * when none is in flight). Does not queue anything. */
 weftResult_t weftZeroGatherEvent(weftZero_t zero, int layer, weftEvent_t *event_out);
-/* Stage 3: frees the layer's gathered parameters (waits for its gather if it
- * is still in flight). Other stages: nothing. */
+/* Stage 3: gives the layer's gathered parameters back; a later gather of
+ * any layer may write them. The buffer returns to the context's pool of
+ * gathered buffers, and a gather of a layer it holds takes it again (the
+ * smallest idle one that fits) instead of allocating: after the first step
+ * a trainer's gathers allocate nothing (weftZeroMemory_t gatheredAllocs).
+ * Safe for any caller: it waits for the layer's gather if it is still in
+ * flight and, in a device context, for all work on the device (a caller's
+ * kernels on any stream may still read the layer; the cudaFree this
+ * replaced waited as much). Other stages: nothing. Blocks. */
 weftResult_t weftZeroRelease(weftZero_t zero, int layer);
+/* Stage 3: weftZeroRelease ordered on a stream, without blocking: the work
+ * queued on stream so far (and the layer's gather) is the last use of its
+ * parameters. An event is recorded on stream, and the gather that next
+ * takes the buffer orders its own stream after it (cudaStreamWaitEvent,
+ * weftStreamWaitEvent); freeing the buffer waits for it. stream: as for
+ * weftZeroGather (NULL: on the host, waits for the layer's gather, as the
+ * NULL stream completes everything). Nothing may read the layer's
+ * parameters from work queued after the call, on any stream. Other stages
+ * and a layer not gathered: nothing. Not collective. */
+weftResult_t weftZeroReleaseOn(weftZero_t zero, int layer, weftStream_t stream);
 
 /* Micro-steps before the last of a step pass sync = 0: their gradients stay
  * in the gradient buffers and accumulate. Default 1. */
@@ -192,21 +210,32 @@ double weftZeroLossScale(weftZero_t zero);
 long weftZeroStepCount(weftZero_t zero);
 
 /* Bytes this rank holds, by category, counted where they are allocated (in
- * device memory for a device context; 16 bytes of step statistics and the
- * step's temporary fp32 gradient of the owned range are not counted, on
- * either kind). params + grads + optimizer follow the ZeRO formulas (weftZeroMemoryFormula)
+ * device memory for a device context; 16 bytes of step statistics are not
+ * counted, on either kind). params + grads + optimizer follow the ZeRO formulas (weftZeroMemoryFormula)
  * for psiPadded parameters and N ranks; buckets and gathered are the
- * temporary buffers held now (peak: the most at once). */
+ * temporary buffers held now (peak: the most at once). Temporary buffers
+ * given back are kept in a pool of the context for the next taker (the
+ * smallest idle one that fits), counted apart as idle, so that steps after
+ * the first allocate nothing (stage 3 gathers) or little (buckets, which
+ * come back as reductions finish: at most one a layer in all while they
+ * fit in bucketBytes). gathered + gatheredIdle <= gatheredPeak; buckets +
+ * bucketsIdle <= the larger of bucketsPeak and bucketBytes, plus the
+ * step's gradient. weftZeroDestroy frees them. */
 typedef struct {
   size_t psi;             /* parameters, unpadded */
   size_t psiPadded;       /* parameters, each layer padded to a multiple of N */
   size_t params;          /* parameter buffers (paramType): Psi, or Psi/N at stage 3 */
   size_t grads;           /* gradient buffers: Psi, or Psi/N at stages 2-3 */
   size_t optimizer;       /* fp32 master + moments: K*Psi, or K*Psi/N at stages 1-3 */
-  size_t buckets;         /* stage 2-3 layer gradients and reduce-type copies held now */
+  size_t buckets;         /* stage 2-3 layer gradients, reduce-type copies and, during
+                             weftZeroStep, its fp32 gradient of the owned range held now */
   size_t bucketsPeak;
-  size_t gathered;        /* stage 3 gathered layers held now */
-  size_t gatheredPeak;
+  size_t gathered;        /* stage 3 gathered layers held now (their pool buffers' bytes) */
+  size_t gatheredPeak;    /* the most held at once */
+  size_t gatheredIdle;    /* gather pool buffers no layer holds */
+  size_t gatheredAllocs;  /* gather pool buffers allocated so far */
+  size_t bucketsIdle;     /* bucket pool buffers no layer holds */
+  size_t bucketsAllocs;   /* bucket pool buffers allocated so far */
 } weftZeroMemory_t;
 weftResult_t weftZeroMemoryReport(weftZero_t zero, weftZeroMemory_t *report);
 /* The formula alone: bytes of params + grads + optimizer for psi parameters

@@ -117,7 +117,7 @@ static weftResult_t forward(struct model *m, int n) {
         y[j] = last ? acc : tanhf(acc);
       }
     }
-    if (!last && (res = weftZeroRelease(m->zero, l)) != weftSuccess) return res;
+    if (!last && (res = weftZeroReleaseOn(m->zero, l, m->stream)) != weftSuccess) return res;
   }
   return weftSuccess;
 }
@@ -162,7 +162,7 @@ static weftResult_t backward(struct model *m, int n, float scale) {
       m->delta = m->delta_prev;
       m->delta_prev = t;
     }
-    if ((res = weftZeroRelease(m->zero, l)) != weftSuccess) return res;
+    if ((res = weftZeroReleaseOn(m->zero, l, m->stream)) != weftSuccess) return res;
     if ((res = weftZeroGradReady(m->zero, l, m->stream)) != weftSuccess) return res;
   }
   return weftSuccess;

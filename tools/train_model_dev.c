@@ -36,12 +36,12 @@ void dev_model_free(struct model *m) {
 }
 
 /* The layer's parameters, gathered (stage 3) and converted to fp32 into the
- * device's wf and bf. */
+ * device's wf and bf. The gather is queued on the model's stream, so the
+ * kernels queued after it read the layer once it is in place: nothing waits
+ * on the host (a device context hands out the pointer before the event). */
 static weftResult_t dev_layer_weights(struct model *m, int l) {
   const struct train_opts *o = m->o;
-  weftEvent_t ready;
-  weftResult_t res = weftZeroGather(m->zero, l, m->stream, &ready);
-  if (res == weftSuccess) res = train_dev_wait_event(ready);
+  weftResult_t res = weftZeroGather(m->zero, l, m->stream, NULL);
   void *w = NULL, *b = NULL;
   if (res == weftSuccess) res = weftZeroParam(m->zero, m->pw[l], &w);
   if (res == weftSuccess) res = weftZeroParam(m->zero, m->pb[l], &b);
@@ -56,12 +56,11 @@ static weftResult_t dev_layer_weights(struct model *m, int l) {
   return res;
 }
 
-/* Stage 3 frees the gathered layer: the kernels that read it finish first
- * (the other stages release nothing, and need not wait). */
+/* Stage 3 gives the gathered layer back, ordered after the kernels queued
+ * on the model's stream so far (the last to read it): nothing blocks, and
+ * the gather that reuses its buffer waits for them on its own stream. */
 static weftResult_t dev_release(struct model *m, int l) {
-  if (m->o->stage < 3) return weftSuccess;
-  weftResult_t res = train_dev_sync(m->stream);
-  return res == weftSuccess ? weftZeroRelease(m->zero, l) : res;
+  return weftZeroReleaseOn(m->zero, l, m->stream);
 }
 
 weftResult_t dev_forward(struct model *m, int n) {

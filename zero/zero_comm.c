@@ -10,7 +10,7 @@
  * (paramType), for reductions in a wider type. Counted as a bucket. */
 static weftResult_t zero_red_copy(struct weftZero *z, const void *src, size_t n,
                                   weftStream_t stream, void **copy_out) {
-  WEFT_TRY(zero_alloc(z, ZERO_MEM_BUCKETS, n * z->red_size, copy_out));
+  WEFT_TRY(zero_pool_take(z, &z->bucket_pool, n * z->red_size, stream, copy_out));
   return z->ops->to_float(src, z->cfg.paramType, *copy_out, n, z->stats, stream);
 }
 
@@ -36,7 +36,7 @@ static weftResult_t zero_layer_reduce(struct weftZero *z, struct zero_layer *l,
   void *grads = z->cfg.stage == 1 ? (char *)z->grads_full + l->flat_offset * z->param_size
                                   : l->grad_bucket;
   if (grads == NULL) { /* no gradient was asked for: a layer of zeros */
-    WEFT_TRY(zero_alloc(z, ZERO_MEM_BUCKETS, l->padded * z->param_size, &l->grad_bucket));
+    WEFT_TRY(zero_bucket_take(z, l->padded * z->param_size, &l->grad_bucket));
     grads = l->grad_bucket;
   }
   void *send = grads;
@@ -52,18 +52,36 @@ static weftResult_t zero_layer_reduce(struct weftZero *z, struct zero_layer *l,
   return z->ops->event_record(l->red_ev, stream);
 }
 
+weftResult_t zero_bucket_take(struct weftZero *z, size_t nbytes, void **ptr_out) {
+  size_t allocs = z->bucket_pool.allocs;
+  void *p;
+  WEFT_TRY(zero_pool_take(z, &z->bucket_pool, nbytes, NULL, &p));
+  /* a reused buffer: its reduction is over (given back unordered); on a
+   * device the zeroing waits for its own stream only */
+  if (z->bucket_pool.allocs == allocs) WEFT_TRY(z->ops->zero(p, nbytes, z->zero_stream));
+  *ptr_out = p;
+  return weftSuccess;
+}
+
+/* Gives the layer's gradient buffers back (their reduction is over). */
+static weftResult_t zero_layer_buckets_give(struct weftZero *z, struct zero_layer *l) {
+  WEFT_TRY(zero_pool_give(z, &z->bucket_pool, l->grad_bucket, NULL, 0));
+  l->grad_bucket = NULL;
+  WEFT_TRY(zero_pool_give(z, &z->bucket_pool, l->red_copy, NULL, 0));
+  l->red_copy = NULL;
+  return weftSuccess;
+}
+
 /* Stages 2-3: gives back the buckets of reductions that have finished. */
-void zero_buckets_reclaim(struct weftZero *z) {
-  if (z->cfg.stage < 2) return;
+weftResult_t zero_buckets_reclaim(struct weftZero *z) {
+  if (z->cfg.stage < 2) return weftSuccess;
   for (int i = 0; i < z->nlayers; i++) {
     struct zero_layer *l = &z->layers[i];
     if (!l->reduced || l->grad_bucket == NULL || !z->ops->event_done(l->red_ev))
       continue;
-    zero_free(z, ZERO_MEM_BUCKETS, l->grad_bucket, l->padded * z->param_size);
-    zero_free(z, ZERO_MEM_BUCKETS, l->red_copy, l->padded * z->red_size);
-    l->grad_bucket = NULL;
-    l->red_copy = NULL;
+    WEFT_TRY(zero_layer_buckets_give(z, l));
   }
+  return weftSuccess;
 }
 
 weftResult_t weftZeroGradReady(weftZero_t z, int layer, weftStream_t stream) {
@@ -82,24 +100,20 @@ weftResult_t weftZeroGradReady(weftZero_t z, int layer, weftStream_t stream) {
     return weftSuccess;
   }
   WEFT_TRY(zero_layer_reduce(z, l, stream));
-  zero_buckets_reclaim(z);
-  return weftSuccess;
+  return zero_buckets_reclaim(z);
 }
 
 weftResult_t zero_grads_reset(struct weftZero *z, weftStream_t stream) {
   for (int i = 0; i < z->nlayers; i++) {
     struct zero_layer *l = &z->layers[i];
     (void)z->ops->event_sync(l->red_ev); /* the step reported failures already */
-    zero_free(z, ZERO_MEM_BUCKETS, l->grad_bucket, l->padded * z->param_size);
-    zero_free(z, ZERO_MEM_BUCKETS, l->red_copy, l->padded * z->red_size);
-    l->grad_bucket = NULL;
-    l->red_copy = NULL;
+    WEFT_TRY(zero_layer_buckets_give(z, l));
     l->reduced = 0;
   }
   for (int b = 0; b < z->nbuckets; b++) {
     struct zero_bucket *bk = &z->buckets[b];
     (void)z->ops->event_sync(bk->ev);
-    zero_free(z, ZERO_MEM_BUCKETS, bk->red_copy, bk->count * z->red_size);
+    WEFT_TRY(zero_pool_give(z, &z->bucket_pool, bk->red_copy, NULL, 0));
     bk->red_copy = NULL;
     bk->pending = bk->last_layer - bk->first_layer + 1;
   }
@@ -107,12 +121,12 @@ weftResult_t zero_grads_reset(struct weftZero *z, weftStream_t stream) {
   return z->ops->zero(z->grads_full, z->psi_padded * z->param_size, stream);
 }
 
-/* Stage 3: queues one layer's all-gather into a new buffer. */
+/* Stage 3: queues one layer's all-gather into a buffer of the gather pool. */
 static weftResult_t zero_gather_one(struct weftZero *z, int layer, weftStream_t stream) {
   struct zero_layer *l = &z->layers[layer];
-  size_t nbytes = l->padded * z->param_size;
-  WEFT_TRY(zero_alloc(z, ZERO_MEM_GATHERED, nbytes, &l->gathered));
+  WEFT_TRY(zero_pool_take(z, &z->gather_pool, l->padded * z->param_size, stream, &l->gathered));
   l->gather_state = ZERO_GATHERING;
+  l->gather_stream = stream;
   const void *shard = (char *)z->params_shard + l->shard_offset * z->param_size;
   WEFT_TRY(zero_weft(
       z, weftAllGather(shard, l->gathered, l->shard, z->cfg.paramType, z->comm, stream),
@@ -121,9 +135,8 @@ static weftResult_t zero_gather_one(struct weftZero *z, int layer, weftStream_t 
 }
 
 static int zero_gather_fits(const struct weftZero *z, int layer) {
-  size_t nbytes = z->layers[layer].padded * z->param_size;
-  return z->cfg.gatherBoundBytes == 0 ||
-         z->mem[ZERO_MEM_GATHERED] + nbytes <= z->cfg.gatherBoundBytes;
+  return zero_pool_fits(z, &z->gather_pool, z->cfg.gatherBoundBytes,
+                        z->layers[layer].padded * z->param_size);
 }
 
 weftResult_t weftZeroGather(weftZero_t z, int layer, weftStream_t stream, weftEvent_t *ready_out) {
@@ -141,8 +154,8 @@ weftResult_t weftZeroGather(weftZero_t z, int layer, weftStream_t stream, weftEv
   if (l->gather_state == ZERO_RELEASED) {
     if (!zero_gather_fits(z, layer))
       return zero_fail(weftInvalidUsage,
-                       "gathering layer %d (%zu bytes) would hold %zu bytes, over the bound of "
-                       "%zu: release layers first",
+                       "gathering layer %d (%zu bytes) would hold %zu bytes of gathered layers, "
+                       "over the bound of %zu: release layers first",
                        layer, l->padded * z->param_size,
                        z->mem[ZERO_MEM_GATHERED] + l->padded * z->param_size,
                        z->cfg.gatherBoundBytes);
@@ -174,18 +187,43 @@ weftResult_t weftZeroGatherEvent(weftZero_t z, int layer, weftEvent_t *event_out
   return weftSuccess;
 }
 
-weftResult_t weftZeroRelease(weftZero_t z, int layer) {
-  if (z == NULL) return zero_fail(weftInvalidArgument, "zero is NULL");
-  if (layer < 0 || layer >= z->nlayers)
-    return zero_fail(weftInvalidArgument, "layer %d does not exist", layer);
-  struct zero_layer *l = &z->layers[layer];
-  if (z->cfg.stage < 3 || l->gather_state == ZERO_RELEASED) return weftSuccess;
-  /* the all-gather may still be writing the buffer */
-  WEFT_TRY(z->ops->event_sync(l->gather_ev));
-  zero_free(z, ZERO_MEM_GATHERED, l->gathered, l->padded * z->param_size);
+/* Gives the layer's buffer back to the pool, with a release on stream when
+ * ordered. */
+static weftResult_t zero_layer_drop(struct weftZero *z, struct zero_layer *l, weftStream_t stream,
+                                    int ordered) {
+  WEFT_TRY(zero_pool_give(z, &z->gather_pool, l->gathered, stream, ordered));
   l->gathered = NULL;
   l->gather_state = ZERO_RELEASED;
   return weftSuccess;
+}
+
+static weftResult_t zero_release_check(weftZero_t z, int layer) {
+  if (z == NULL) return zero_fail(weftInvalidArgument, "zero is NULL");
+  if (layer < 0 || layer >= z->nlayers)
+    return zero_fail(weftInvalidArgument, "layer %d does not exist", layer);
+  return weftSuccess;
+}
+
+weftResult_t weftZeroRelease(weftZero_t z, int layer) {
+  WEFT_TRY(zero_release_check(z, layer));
+  struct zero_layer *l = &z->layers[layer];
+  if (z->cfg.stage < 3 || l->gather_state == ZERO_RELEASED) return weftSuccess;
+  /* the all-gather may still be writing the buffer, and on a device a
+   * caller's kernels on any stream may still read it: the next gather
+   * into it may start once both are done */
+  WEFT_TRY(z->ops->event_sync(l->gather_ev));
+  WEFT_TRY(z->ops->quiesce());
+  return zero_layer_drop(z, l, NULL, 0);
+}
+
+weftResult_t weftZeroReleaseOn(weftZero_t z, int layer, weftStream_t stream) {
+  WEFT_TRY(zero_release_check(z, layer));
+  struct zero_layer *l = &z->layers[layer];
+  if (z->cfg.stage < 3 || l->gather_state == ZERO_RELEASED) return weftSuccess;
+  /* the release follows the gather too, for a layer stream never waited for */
+  if (!zero_same_stream(z, l->gather_stream, stream))
+    WEFT_TRY(z->ops->stream_wait(stream, l->gather_ev));
+  return zero_layer_drop(z, l, stream, 1);
 }
 
 weftResult_t zero_gather_wait(struct weftZero *z, struct zero_layer *l) {
@@ -196,10 +234,20 @@ weftResult_t zero_gather_wait(struct weftZero *z, struct zero_layer *l) {
 }
 
 weftResult_t zero_release_all(struct weftZero *z) {
+  int held = 0;
   for (int i = 0; i < z->nlayers; i++) {
-    WEFT_TRY(zero_gather_wait(z, &z->layers[i]));
-    WEFT_TRY(weftZeroRelease(z, i));
+    struct zero_layer *l = &z->layers[i];
+    WEFT_TRY(zero_gather_wait(z, l));
+    if (l->gather_state == ZERO_RELEASED) continue;
+    WEFT_TRY(z->ops->event_sync(l->gather_ev));
+    held = 1;
   }
+  if (!held) return weftSuccess;
+  /* as weftZeroRelease, once for all the layers still held */
+  WEFT_TRY(z->ops->quiesce());
+  for (int i = 0; i < z->nlayers; i++)
+    if (z->layers[i].gather_state != ZERO_RELEASED)
+      WEFT_TRY(zero_layer_drop(z, &z->layers[i], NULL, 0));
   return weftSuccess;
 }
 

@@ -67,6 +67,9 @@ weftResult_t weftZeroCreate(weftZero_t *zero, weftComm_t comm, const weftZeroCon
   z->comm = comm;
   z->cfg = *c;
   z->ops = c->memory == weftZeroDeviceMemory ? &zero_ops_device : &zero_ops_host;
+  z->gather_pool.cat = ZERO_MEM_GATHERED;
+  z->bucket_pool.cat = z->step_pool.cat = ZERO_MEM_BUCKETS;
+  z->bucket_pool.keep = c->bucketBytes;
   if (weftCommUserRank(comm, &z->rank) != weftSuccess ||
       weftCommCount(comm, &z->nranks) != weftSuccess) {
     free(z);
@@ -220,6 +223,7 @@ weftResult_t weftZeroFinalize(weftZero_t z) {
   z->psi_padded = flat;
   z->shard_total = shard;
   z->own_total = own;
+  WEFT_TRY(z->ops->stream_create(&z->zero_stream));
   WEFT_TRY(zero_ctx_alloc(z));
   if (stage == 0) WEFT_TRY(zero_buckets_plan(z));
   WEFT_TRY(zero_master_init(z));
@@ -272,9 +276,9 @@ weftResult_t weftZeroGrad(weftZero_t z, int param, void **ptr_out) {
          i--) {
       if (!z->layers[i].reduced || z->layers[i].grad_bucket == NULL) continue;
       WEFT_TRY(z->ops->event_sync(z->layers[i].red_ev));
-      zero_buckets_reclaim(z);
+      WEFT_TRY(zero_buckets_reclaim(z));
     }
-    WEFT_TRY(zero_alloc(z, ZERO_MEM_BUCKETS, l->padded * z->param_size, &l->grad_bucket));
+    WEFT_TRY(zero_bucket_take(z, l->padded * z->param_size, &l->grad_bucket));
   }
   *ptr_out = (char *)l->grad_bucket + p->offset * z->param_size;
   return weftSuccess;
@@ -316,6 +320,10 @@ weftResult_t weftZeroMemoryReport(weftZero_t z, weftZeroMemory_t *r) {
   r->bucketsPeak = z->mem_peak[ZERO_MEM_BUCKETS];
   r->gathered = z->mem[ZERO_MEM_GATHERED];
   r->gatheredPeak = z->mem_peak[ZERO_MEM_GATHERED];
+  r->gatheredIdle = z->gather_pool.idle;
+  r->gatheredAllocs = z->gather_pool.allocs;
+  r->bucketsIdle = z->bucket_pool.idle + z->step_pool.idle;
+  r->bucketsAllocs = z->bucket_pool.allocs + z->step_pool.allocs;
   return weftSuccess;
 }
 
@@ -332,6 +340,12 @@ weftResult_t weftZeroDestroy(weftZero_t z) {
     ops->event_destroy(z->layers[i].gather_ev);
     ops->event_destroy(z->layers[i].red_ev);
   }
+  weftResult_t pools[] = {zero_pool_destroy(z, &z->gather_pool),
+                          zero_pool_destroy(z, &z->bucket_pool),
+                          zero_pool_destroy(z, &z->step_pool)};
+  for (int i = 0; i < 3; i++)
+    if (res == weftSuccess) res = pools[i];
+  ops->stream_destroy(z->zero_stream);
   for (int b = 0; b < z->nbuckets; b++) ops->event_destroy(z->buckets[b].ev);
   void *bufs[] = {z->params_full, z->params_shard, z->grads_full, z->grad_shard,
                   z->master,      z->moment1,      z->moment2,    z->stats};

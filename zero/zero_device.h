@@ -63,6 +63,10 @@ int zero_kern_event_destroy(void *event);
 int zero_kern_event_record(void *event, void *stream);
 int zero_kern_event_sync(void *event);
 int zero_kern_event_query(void *event); /* 0 done, 1 not yet, else -(the error) */
+int zero_kern_stream_wait(void *stream, void *event); /* does not block */
+int zero_kern_device_sync(void);                      /* the whole device */
+int zero_kern_stream_create(void **stream_out);       /* non-blocking */
+int zero_kern_stream_destroy(void *stream);
 int zero_kern_current_device(int *device_out);
 const char *zero_kern_error(int err);
 

@@ -200,6 +200,24 @@ extern "C" int zero_kern_event_query(void *event) {
   return -(int)err;
 }
 
+extern "C" int zero_kern_stream_wait(void *stream, void *event) {
+  return (int)cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0);
+}
+
+extern "C" int zero_kern_device_sync(void) { return (int)cudaDeviceSynchronize(); }
+
+// A stream that does not wait for the legacy default stream, nor it for this
+extern "C" int zero_kern_stream_create(void **stream_out) {
+  cudaStream_t s;
+  cudaError_t err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (err == cudaSuccess) *stream_out = (void *)s;
+  return (int)err;
+}
+
+extern "C" int zero_kern_stream_destroy(void *stream) {
+  return (int)cudaStreamDestroy((cudaStream_t)stream);
+}
+
 extern "C" int zero_kern_current_device(int *device_out) {
   return (int)cudaGetDevice(device_out);
 }

@@ -28,6 +28,10 @@ int zero_kern_event_destroy(void *e) { (void)e; return 0; }
 int zero_kern_event_record(void *e, void *s) { (void)e, (void)s; return ZERO_NO_CUDA_ERR; }
 int zero_kern_event_sync(void *e) { (void)e; return ZERO_NO_CUDA_ERR; }
 int zero_kern_event_query(void *e) { (void)e; return -ZERO_NO_CUDA_ERR; }
+int zero_kern_stream_wait(void *s, void *e) { (void)s, (void)e; return ZERO_NO_CUDA_ERR; }
+int zero_kern_device_sync(void) { return ZERO_NO_CUDA_ERR; }
+int zero_kern_stream_create(void **s) { (void)s; return ZERO_NO_CUDA_ERR; }
+int zero_kern_stream_destroy(void *s) { (void)s; return 0; }
 int zero_kern_current_device(int *d) { (void)d; return ZERO_NO_CUDA_ERR; }
 #endif
 
@@ -110,6 +114,22 @@ static weftResult_t dev_event_sync(weftEvent_t event) {
 /* An error counts as done: the wait that follows reports it. */
 static int dev_event_done(weftEvent_t event) { return zero_kern_event_query(event) != 1; }
 
+static weftResult_t dev_stream_wait(weftStream_t stream, weftEvent_t event) {
+  return dev_cuda("ordering a CUDA stream after an event", zero_kern_stream_wait(stream, event));
+}
+
+static weftResult_t dev_quiesce(void) {
+  return dev_cuda("waiting for the device", zero_kern_device_sync());
+}
+
+static weftResult_t dev_stream_create(weftStream_t *stream_out) {
+  return dev_cuda("creating a CUDA stream", zero_kern_stream_create(stream_out));
+}
+
+static void dev_stream_destroy(weftStream_t stream) {
+  if (stream != NULL) (void)zero_kern_stream_destroy(stream);
+}
+
 static weftResult_t dev_to_float(const void *src, weftDataType_t type, float *dst, size_t count,
                                  double *scratch, weftStream_t stream) {
   return zero_dev_load_scaled(src, type, dst, count, 1.0, scratch, stream);
@@ -131,6 +151,10 @@ const struct zero_ops zero_ops_device = {
     .event_record = dev_event_record,
     .event_sync = dev_event_sync,
     .event_done = dev_event_done,
+    .stream_wait = dev_stream_wait,
+    .quiesce = dev_quiesce,
+    .stream_create = dev_stream_create,
+    .stream_destroy = dev_stream_destroy,
     .load_scaled = zero_dev_load_scaled,
     .to_float = dev_to_float,
     .store = zero_dev_store,

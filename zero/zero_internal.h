@@ -63,8 +63,9 @@ struct zero_layer {
   size_t master_offset; /* of the owned range in master and moments */
   /* stage 3 */
   int gather_state;
-  void *gathered;
+  void *gathered;        /* a buffer of the gather pool */
   weftEvent_t gather_ev; /* stage 3: the last gather; stages 1-2: the step's all-gather */
+  weftStream_t gather_stream; /* stage 3: the stream of the last gather */
   int gather_pending;    /* stages 1-2: the step's all-gather was queued on a stream and
                             not yet waited for here */
   /* gradients of this step */
@@ -82,6 +83,26 @@ struct zero_bucket {
   int pending;         /* layers not yet marked ready */
   void *red_copy;      /* reduceType copy when it differs */
   weftEvent_t ev;
+};
+
+/* A buffer of a pool (zero_pool.c). */
+struct zero_pbuf {
+  void *ptr;             /* NULL: a free slot */
+  size_t nbytes;
+  weftEvent_t release_ev; /* a release ordered on the last user's stream */
+  weftStream_t release_stream; /* that stream */
+  int in_use;
+  int ordered;           /* release_ev was recorded: a taker's stream waits for it */
+};
+
+/* Temporary buffers kept for reuse: in use, counted in mem[cat]. */
+struct zero_pool {
+  struct zero_pbuf *bufs;
+  int n, cap;
+  enum zero_mem cat;
+  size_t keep;   /* held and idle may reach this even past the peak in use */
+  size_t idle;   /* bytes of idle buffers */
+  size_t allocs; /* buffers allocated so far */
 };
 
 struct weftZero {
@@ -118,12 +139,39 @@ struct weftZero {
   int gather_dir;
   size_t mem[ZERO_MEM_NUM];
   size_t mem_peak[ZERO_MEM_NUM];
+  struct zero_pool gather_pool; /* stage 3's gathered layers */
+  struct zero_pool bucket_pool; /* gradient buckets and reduce-type copies */
+  struct zero_pool step_pool;   /* the step's fp32 gradient (one buffer, counted as buckets) */
+  weftStream_t zero_stream;     /* a device context's own stream, for zeroing a reused
+                                   bucket (NULL on the host, whose zeroing is immediate) */
 };
 
 /* Allocation by category through z->ops (zeroed, zero_mem.c); the report
  * counts from these. */
 weftResult_t zero_alloc(struct weftZero *z, enum zero_mem cat, size_t nbytes, void **ptr_out);
 void zero_free(struct weftZero *z, enum zero_mem cat, void *ptr, size_t nbytes);
+
+/* Buffer pools (zero_pool.c). fits: nbytes can be had within bound (0:
+ * none): an idle buffer, or a new one beside those in use. take: a buffer
+ * of at least nbytes (new ones zeroed), stream ordered after its last
+ * user's release; give: back to the pool (ptr NULL: nothing), with a
+ * release recorded on stream when ordered; destroy: frees every buffer
+ * (waiting for ordered releases). */
+int zero_pool_fits(const struct weftZero *z, const struct zero_pool *p, size_t bound,
+                   size_t nbytes);
+weftResult_t zero_pool_take(struct weftZero *z, struct zero_pool *p, size_t nbytes,
+                            weftStream_t stream, void **ptr_out);
+weftResult_t zero_pool_give(struct weftZero *z, struct zero_pool *p, void *ptr,
+                            weftStream_t stream, int ordered);
+weftResult_t zero_pool_destroy(struct weftZero *z, struct zero_pool *p);
+/* Work queued on a is ordered before what is queued on b: the same host
+ * stream (a host stream waits for its work before it is destroyed, so its
+ * handle names one queue; a CUDA stream's may be reused while work it had
+ * is still running, so device contexts always wait on an event). */
+int zero_same_stream(const struct weftZero *z, weftStream_t a, weftStream_t b);
+
+/* Stages 1-3: a zeroed gradient buffer of nbytes from the bucket pool. */
+weftResult_t zero_bucket_take(struct weftZero *z, size_t nbytes, void **ptr_out);
 
 /* Optimizer arrays per element: master and moments. */
 int zero_optim_arrays(weftZeroOptimizer_t optimizer);
@@ -136,12 +184,12 @@ weftResult_t zero_publish_params(struct weftZero *z, weftStream_t stream);
 /* Stages 1-2: waits for the layer's gather queued by the last publication. */
 weftResult_t zero_gather_wait(struct weftZero *z, struct zero_layer *l);
 
-/* Frees this step's gradient buckets and copies, zeroes the gradients (on
- * stream, complete on return). */
+/* Gives back this step's gradient buckets and copies, zeroes the gradients
+ * (on stream, complete on return). */
 weftResult_t zero_grads_reset(struct weftZero *z, weftStream_t stream);
 
-/* Stages 2-3: frees the buckets of finished reductions. */
-void zero_buckets_reclaim(struct weftZero *z);
+/* Stages 2-3: gives back the buckets of finished reductions. */
+weftResult_t zero_buckets_reclaim(struct weftZero *z);
 
 /* Stage 3: drops every gathered layer; stages 1-2: waits for the parameter
  * gathers in flight. */

@@ -41,6 +41,16 @@ struct zero_ops {
   weftResult_t (*event_record)(weftEvent_t event, weftStream_t stream);
   weftResult_t (*event_sync)(weftEvent_t event);
   int (*event_done)(weftEvent_t event); /* 1: the last record was reached */
+  /* work queued on stream later starts once event's last record is reached;
+   * does not block (but on the host's NULL stream) */
+  weftResult_t (*stream_wait)(weftStream_t stream, weftEvent_t event);
+  /* waits for all work queued on the context's device by anyone: a
+   * release that cannot know the caller's streams (nothing on the host,
+   * whose callers compute on their own thread) */
+  weftResult_t (*quiesce)(void);
+  /* a stream of the context's own (NULL where work is immediate: host) */
+  weftResult_t (*stream_create)(weftStream_t *stream_out);
+  void (*stream_destroy)(weftStream_t stream);
   /* the math of zero_math.h: dst = (fp32)(src * scale) with stats[0] +=
    * non-finite results, stats[1] += their squares; to_float without stats
    * (scratch: 2 doubles of context memory the device path may write) */

@@ -54,6 +54,21 @@ static weftResult_t host_event_sync(weftEvent_t event) {
 
 static int host_event_done(weftEvent_t event) { return weftEventQuery(event) == weftSuccess; }
 
+static weftResult_t host_stream_wait(weftStream_t stream, weftEvent_t event) {
+  weftResult_t res = weftStreamWaitEvent(stream, event);
+  return res == weftSuccess ? res : zero_fail_weft(res, NULL, "ordering a stream after an event");
+}
+
+static weftResult_t host_quiesce(void) { return weftSuccess; }
+
+/* host zeroing and copies run at once on the calling thread: no stream */
+static weftResult_t host_stream_create(weftStream_t *stream_out) {
+  *stream_out = NULL;
+  return weftSuccess;
+}
+
+static void host_stream_destroy(weftStream_t stream) { (void)stream; }
+
 /* The step's order of sums: one running sum over the layers' elements. */
 static weftResult_t host_load_scaled(const void *src, weftDataType_t type, float *dst,
                                      size_t count, double scale, double *stats,
@@ -109,6 +124,8 @@ static weftResult_t host_sgd(float *p, float *m, const float *g, size_t count, f
   .sync = host_sync, .event_create = host_event_create,                         \
   .event_destroy = host_event_destroy, .event_record = host_event_record,       \
   .event_sync = host_event_sync, .event_done = host_event_done,                 \
+  .stream_wait = host_stream_wait, .quiesce = host_quiesce,                     \
+  .stream_create = host_stream_create, .stream_destroy = host_stream_destroy,   \
   .load_scaled = host_load_scaled, .to_float = host_to_float,                   \
   .store = host_store, .scale = host_scale, .adamw = host_adamw, .sgd = host_sgd
 

@@ -2,6 +2,7 @@
  * overflow and the global gradient norm, clip, update fp32 master weights
  * (AdamW or SGD with momentum), publish parameters, reset gradients. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,7 +87,7 @@ static weftResult_t zero_apply(struct weftZero *z, float *g, weftZeroStepInfo_t 
     z->loss_scale *= 2;
     z->good_steps = 0;
   }
-  /* g is freed next: the update must have read it */
+  /* the step is complete on return, and g goes back to the pool next */
   return z->ops->sync(stream, z->comm, "updating the shard");
 }
 
@@ -102,22 +103,32 @@ weftResult_t weftZeroStep(weftZero_t z, weftStream_t stream, weftZeroStepInfo_t 
   /* gathered stage 3 layers would go stale: drop them */
   WEFT_TRY(zero_release_all(z));
 
+  /* the fp32 gradient of the owned range, counted as a bucket: the same
+   * buffer every step (a new one would cost a cudaMalloc and a cudaFree,
+   * which waits for the whole device, every step) */
   float *g;
-  WEFT_TRY(z->ops->alloc((void **)&g, z->own_total * sizeof *g));
+  WEFT_TRY(zero_pool_take(z, &z->step_pool, z->own_total * sizeof *g, stream, (void **)&g));
   double stats[2];
   weftResult_t res;
-  WEFT_TRY_GOTO(zero_grads_load(z, g, stats, stream), res, free_grads);
+  WEFT_TRY_GOTO(zero_grads_load(z, g, stats, stream), res, give_grads);
   weftZeroStepInfo_t out = {sqrt(stats[1]), z->loss_scale, stats[0] > 0};
-  WEFT_TRY_GOTO(zero_apply(z, g, &out, stream), res, free_grads);
-  z->ops->free(g);
+  WEFT_TRY_GOTO(zero_apply(z, g, &out, stream), res, give_grads);
+  WEFT_TRY(zero_pool_give(z, &z->step_pool, g, NULL, 0));
   z->step++;
   WEFT_TRY(zero_grads_reset(z, stream));
   if (!out.skipped) WEFT_TRY(zero_publish_params(z, stream));
   if (info != NULL) *info = out;
   return weftSuccess;
-free_grads:
-  z->ops->free(g);
-  return res;
+give_grads:
+  /* back to the pool once nothing reads it (else held until destroy), the
+   * failure's text kept */
+  {
+    char why[512];
+    snprintf(why, sizeof why, "%s", weftZeroLastError());
+    if (z->ops->sync(stream, z->comm, "a failed step") == weftSuccess)
+      (void)zero_pool_give(z, &z->step_pool, g, NULL, 0);
+    return zero_fail(res, "%s", why);
+  }
 }
 
 /* Layer l's full fp32 master weights into out (host), through context memory. */

@@ -117,7 +117,9 @@ TEST(ZeroMemory, FollowsTheFormulas) {
         weftZeroGrad(z, 2, &g);
         weftZeroMemoryReport(z, &r);
         size_t bucket = stage >= 2 ? weftZeroPadded(77, ctx.nranks) * 2 : 0;
-        if (r.buckets != bucket) return rank_fail(ctx, "bucket %zu, want %zu", r.buckets, bucket);
+        if (r.buckets != bucket || r.bucketsIdle != 0 || r.bucketsAllocs != (bucket ? 1u : 0u))
+          return rank_fail(ctx, "bucket %zu (idle %zu, %zu allocated), want %zu", r.buckets,
+                           r.bucketsIdle, r.bucketsAllocs, bucket);
         weftEvent_t ev;
         if (weftZeroGather(z, 0, nullptr, &ev) != weftSuccess)
           return rank_fail(ctx, "gather: %s", weftZeroLastError());
@@ -131,6 +133,17 @@ TEST(ZeroMemory, FollowsTheFormulas) {
         weftZeroMemoryReport(z, &r);
         if (r.gathered != 0 || r.gatheredPeak != gathered)
           return rank_fail(ctx, "after release %zu held, peak %zu", r.gathered, r.gatheredPeak);
+        // stage 3: the two buffers stay in the gather pool, counted apart
+        if (r.gatheredIdle != gathered || r.gatheredAllocs != (stage == 3 ? 2u : 0u))
+          return rank_fail(ctx, "stage %d: %zu idle, %zu allocated", stage, r.gatheredIdle,
+                           r.gatheredAllocs);
+        // gathered again: the same buffers, nothing allocated
+        weftZeroGather(z, 0, nullptr, &ev);
+        weftZeroMemoryReport(z, &r);
+        if (r.gathered != gathered || r.gatheredIdle != 0 ||
+            r.gatheredAllocs != (stage == 3 ? 2u : 0u) || r.gatheredPeak != gathered)
+          return rank_fail(ctx, "stage %d regathered: %zu held, %zu idle, %zu allocated", stage,
+                           r.gathered, r.gatheredIdle, r.gatheredAllocs);
         weftZeroDestroy(z);
       }
       weftCommDestroy(comm);

@@ -82,9 +82,10 @@ TEST(ZeroOpsTables, EveryEntryIsSet) {
         (const void *)o->alloc,        (const void *)o->free,         (const void *)o->zero,
         (const void *)o->copy,         (const void *)o->sync,         (const void *)o->event_create,
         (const void *)o->event_destroy, (const void *)o->event_record, (const void *)o->event_sync,
-        (const void *)o->event_done,   (const void *)o->load_scaled,  (const void *)o->to_float,
-        (const void *)o->store,        (const void *)o->scale,        (const void *)o->adamw,
-        (const void *)o->sgd};
+        (const void *)o->event_done,   (const void *)o->stream_wait,  (const void *)o->quiesce,
+        (const void *)o->stream_create, (const void *)o->stream_destroy,
+        (const void *)o->load_scaled,  (const void *)o->to_float,     (const void *)o->store,
+        (const void *)o->scale,        (const void *)o->adamw,        (const void *)o->sgd};
     // the table is the name, the device flag and these pointers, nothing else
     EXPECT_LE(sizeof(struct zero_ops), sizeof(const char *) + sizeof(void *) + sizeof entries);
     for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++)

@@ -186,6 +186,90 @@ TEST(ZeroDeviceCtx, StreamWaitsGetStage3ParamsBeforeTheEvent) {
   }
 }
 
+// On a GPU: weftZeroReleaseOn with the compute on a stream of its own. Each
+// round gathers four layers of one size on the gather stream; the compute
+// stream waits for each layer's event, copies the layer out behind a large
+// copy that keeps it busy, and releases the layer on itself, so that the
+// prefetched gather of layer l+2 takes layer l's buffer while the compute
+// stream may still be reading it. Every copy holds its layer's values, and
+// after the first round no gather allocates.
+int release_on_device_rank(const RankCtx &ctx) {
+#if ZERO_TEST_CUDA
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) return kNoGpu;
+  cudaSetDevice(0);
+  weftComm_t comm;
+  TRY_RC(init(ctx, &comm));
+  weftZeroConfig_t cfg;
+  weftZeroConfigDefaults(&cfg);
+  cfg.stage = 3;
+  cfg.memory = weftZeroDeviceMemory;
+  weftZero_t z;
+  FAIL_IF(weftZeroCreate(&z, comm, &cfg) != weftSuccess, "create: %s", weftZeroLastError());
+  const int L = 4;
+  const size_t n = 4099, busy = 512u << 20;
+  std::vector<float> vals(L * n);
+  for (size_t i = 0; i < vals.size(); i++) vals[i] = (float)i;
+  int id;
+  for (int l = 0; l < L; l++)
+    FAIL_IF(weftZeroAddParam(z, l, n, vals.data() + l * n, &id) != weftSuccess, "add");
+  FAIL_IF(weftZeroFinalize(z) != weftSuccess, "finalize: %s", weftZeroLastError());
+  cudaStream_t gs, cs;
+  void *busy_a, *busy_b;
+  float *out;
+  FAIL_IF(cudaStreamCreateWithFlags(&gs, cudaStreamNonBlocking) != cudaSuccess ||
+              cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking) != cudaSuccess ||
+              cudaMalloc(&busy_a, busy) != cudaSuccess || cudaMalloc(&busy_b, busy) != cudaSuccess ||
+              cudaMallocHost((void **)&out, vals.size() * sizeof(float)) != cudaSuccess,
+          "CUDA set-up");
+  size_t allocs = 0;
+  for (int round = 0; round < 3; round++) {
+    memset(out, 0xff, vals.size() * sizeof(float));
+    for (int l = 0; l < L; l++) {
+      weftEvent_t ev;
+      void *p;
+      FAIL_IF(weftZeroGather(z, l, gs, &ev) != weftSuccess ||
+                  cudaStreamWaitEvent(cs, (cudaEvent_t)ev, 0) != cudaSuccess ||
+                  weftZeroParam(z, l, &p) != weftSuccess,
+              "gather %d: %s", l, weftZeroLastError());
+      FAIL_IF(cudaMemcpyAsync(busy_b, busy_a, busy, cudaMemcpyDeviceToDevice, cs) != cudaSuccess ||
+                  cudaMemcpyAsync(out + l * n, p, n * sizeof(float), cudaMemcpyDeviceToHost,
+                                  cs) != cudaSuccess,
+              "copies");
+      FAIL_IF(weftZeroReleaseOn(z, l, cs) != weftSuccess, "release: %s", weftZeroLastError());
+    }
+    FAIL_IF(cudaStreamSynchronize(cs) != cudaSuccess || cudaStreamSynchronize(gs) != cudaSuccess,
+            "sync");
+    FAIL_IF(memcmp(out, vals.data(), vals.size() * sizeof(float)) != 0,
+            "round %d: a layer read on the compute stream was overwritten", round);
+    weftZeroMemory_t r;
+    weftZeroMemoryReport(z, &r);
+    if (round == 0) allocs = r.gatheredAllocs;
+    FAIL_IF(r.gatheredAllocs != allocs || allocs > 2, "round %d: %zu allocated, %zu at first",
+            round, r.gatheredAllocs, allocs);
+  }
+  FAIL_IF(weftZeroDestroy(z) != weftSuccess, "destroy: %s", weftZeroLastError());
+  cudaFreeHost(out);
+  cudaFree(busy_a);
+  cudaFree(busy_b);
+  cudaStreamDestroy(gs);
+  cudaStreamDestroy(cs);
+  weftCommDestroy(comm);
+  return 0;
+#else
+  (void)ctx;
+  return kNoGpu;
+#endif
+}
+
+TEST(ZeroDeviceCtx, ReleaseOnOrdersGathersAfterAComputeStream) {
+  for (int n : {1, 2}) {
+    auto status = run_ranks(n, release_on_device_rank);
+    if (status[0] == kNoGpu) GTEST_SKIP() << "no CUDA device";
+    for (int r = 0; r < n; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " of " << n;
+  }
+}
+
 // The model: three layers of odd sizes (padding on every rank count), the
 // gradient of each element pulling it towards a target, plus a term that
 // differs by rank and step so that the reductions matter.

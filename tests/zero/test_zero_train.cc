@@ -1,6 +1,7 @@
 // ZeRO end to end on real ranks: the trainer's MLP under every stage, rank
 // count, optimizer and dtype; checkpoints across rank counts and stages; a
-// rank dying during a save.
+// rank dying during a save; stage 3's pool of gathered buffers over steps
+// and its stream-ordered release.
 #include <gtest/gtest.h>
 
 #include <math.h>
@@ -15,6 +16,7 @@
 
 #include "harness.h"
 #include "train_model.h"
+#include "weft_zero.h"
 
 using namespace weft_test;
 
@@ -364,6 +366,294 @@ TEST(ZeroCheckpoint, CrashDuringSaveKeepsPrevious) {
   for (int s : status) EXPECT_EQ(s, 0);
   std::string cmd = "rm -rf " + dir;
   EXPECT_EQ(system(cmd.c_str()), 0);
+}
+
+// Stage 3's gather pool over steps. One parameter per layer, of four sizes
+// (a gather may take a larger idle buffer), odd so that every rank count pads.
+const std::vector<size_t> kPoolLayers = {301, 1000, 57, 1000, 300};
+const size_t kPoolBucketBytes = 16 << 10;  // every layer's gradient at once
+
+struct PoolCase {
+  int prefetch;
+  bool bound;    // gatherBoundBytes: the largest layer plus the second largest
+  bool ordered;  // weftZeroReleaseOn on the stream, else weftZeroRelease
+};
+
+// A gradient that depends on the parameter, the rank and the step.
+float pool_grad(float p, size_t i, int rank, int step) {
+  return p - 0.01f * (float)(i % 7) + 0.003f * (float)(rank + 1) * (float)(step + 1);
+}
+
+// Reads layer l after its gather, checks it against the parameters want, and
+// poisons it (stage 3: the buffer goes back to the pool) so that a later
+// gather into the buffer that does not overwrite it shows.
+int pool_read(const RankCtx &ctx, weftZero_t z, int stage, int l, const float *want,
+              weftStream_t s, bool poison) {
+  weftEvent_t ev;
+  if (weftZeroGather(z, l, s, &ev) != weftSuccess || weftEventSynchronize(ev) != weftSuccess)
+    return rank_fail(ctx, "gather %d: %s", l, weftZeroLastError());
+  void *p;
+  if (weftZeroParam(z, l, &p) != weftSuccess)
+    return rank_fail(ctx, "param %d: %s", l, weftZeroLastError());
+  for (size_t i = 0; i < kPoolLayers[l]; i++)
+    if (memcmp((float *)p + i, want + i, sizeof(float)) != 0)
+      return rank_fail(ctx, "stage %d: layer %d gathered %g at %zu where the parameter is %g",
+                       stage, l, ((float *)p)[i], i, want[i]);
+  if (poison && stage == 3) memset(p, 0xff, kPoolLayers[l] * sizeof(float));  // NaN
+  return 0;
+}
+
+int pool_release(const RankCtx &ctx, weftZero_t z, int l, const PoolCase &c, weftStream_t s) {
+  weftResult_t res = c.ordered ? weftZeroReleaseOn(z, l, s) : weftZeroRelease(z, l);
+  return res == weftSuccess ? 0 : rank_fail(ctx, "release %d: %s", l, weftZeroLastError());
+}
+
+// The pools' report after a step: nothing allocated after the first, never
+// more than the peak, nor the bound.
+int pool_check(const RankCtx &ctx, weftZero_t z, size_t bound, int step, size_t *allocs) {
+  weftZeroMemory_t r;
+  weftZeroMemoryReport(z, &r);
+  if (step == 0) *allocs = r.gatheredAllocs;
+  if (r.gatheredAllocs != *allocs || *allocs == 0)
+    return rank_fail(ctx, "step %d: %zu gathered buffers allocated, %zu after the first step",
+                     step, r.gatheredAllocs, *allocs);
+  // buckets come back as their reductions finish, so how many are held at
+  // once depends on timing; but under bucketBytes no idle one is freed, and
+  // one is allocated only while all as large are held: at most one a layer,
+  // plus the step's gradient (without the pools: one a layer and step, 20)
+  if (r.bucketsAllocs == 0 || r.bucketsAllocs > kPoolLayers.size() + 1)
+    return rank_fail(ctx, "step %d: %zu bucket buffers allocated", step, r.bucketsAllocs);
+  // buckets: within the peak or the budget, plus the step's gradient
+  size_t own = 0;
+  for (size_t count : kPoolLayers) own += weftZeroPadded(count, ctx.nranks) / ctx.nranks * 4;
+  if (r.gathered + r.gatheredIdle > r.gatheredPeak || (bound && r.gatheredPeak > bound) ||
+      r.buckets + r.bucketsIdle > std::max(r.bucketsPeak, kPoolBucketBytes) + own)
+    return rank_fail(ctx, "step %d: %zu held + %zu idle, peak %zu, bound %zu; buckets %zu + %zu, "
+                     "peak %zu", step, r.gathered, r.gatheredIdle, r.gatheredPeak, bound,
+                     r.buckets, r.bucketsIdle, r.bucketsPeak);
+  return 0;
+}
+
+// Four steps of forward (gather, read, release but the last layer) and
+// backward (gather, read, gradient, release, reduce) on stream s; the
+// parameters after them into out.
+int pool_train(const RankCtx &ctx, weftComm_t comm, int stage, const PoolCase &c, weftStream_t s,
+               std::vector<float> *out) {
+  weftZeroConfig_t cfg;
+  weftZeroConfigDefaults(&cfg);
+  cfg.stage = stage;
+  cfg.prefetchLayers = c.prefetch;
+  cfg.bucketBytes = kPoolBucketBytes;
+  size_t f = sizeof(float);
+  cfg.gatherBoundBytes = c.bound ? 2 * weftZeroPadded(1000, ctx.nranks) * f : 0;
+  weftZero_t z;
+  if (weftZeroCreate(&z, comm, &cfg) != weftSuccess) return rank_fail(ctx, "create");
+  Rng rng(test_seed() + 5);
+  const int L = (int)kPoolLayers.size();
+  for (int l = 0; l < L; l++) {
+    std::vector<float> init(kPoolLayers[l]);
+    for (float &v : init) v = (float)(rng.uniform() - 0.5);
+    int id;
+    if (weftZeroAddParam(z, l, init.size(), init.data(), &id) != weftSuccess)
+      return rank_fail(ctx, "add: %s", weftZeroLastError());
+  }
+  if (weftZeroFinalize(z) != weftSuccess) return rank_fail(ctx, "finalize");
+  out->resize(1000 + 1000 + 301 + 300 + 57);
+  size_t allocs = 0;
+  for (int step = 0; step < 4; step++) {
+    std::vector<const float *> at(L);
+    weftZeroGetParams(z, out->data(), s);
+    for (int l = 0, off = 0; l < L; off += (int)kPoolLayers[l++]) at[l] = out->data() + off;
+    for (int l = 0; l < L; l++) {
+      TRY_RC(pool_read(ctx, z, stage, l, at[l], s, l < L - 1));
+      if (l < L - 1) TRY_RC(pool_release(ctx, z, l, c, s));
+    }
+    for (int l = L - 1; l >= 0; l--) {
+      TRY_RC(pool_read(ctx, z, stage, l, at[l], s, true));
+      std::vector<float> g(kPoolLayers[l]);
+      for (size_t i = 0; i < g.size(); i++) g[i] = pool_grad(at[l][i], i, ctx.rank, step);
+      void *gp;
+      if (weftZeroGrad(z, l, &gp) != weftSuccess) return rank_fail(ctx, "grad");
+      weftZeroAccumulate(gp, weftFloat32, g.data(), g.size());
+      TRY_RC(pool_release(ctx, z, l, c, s));
+      if (weftZeroGradReady(z, l, s) != weftSuccess) return rank_fail(ctx, "ready");
+    }
+    if (weftZeroStep(z, s, nullptr) != weftSuccess)
+      return rank_fail(ctx, "step: %s", weftZeroLastError());
+    if (stage == 3) TRY_RC(pool_check(ctx, z, cfg.gatherBoundBytes, step, &allocs));
+  }
+  weftZeroGetParams(z, out->data(), s);
+  if (weftZeroDestroy(z) != weftSuccess) return rank_fail(ctx, "destroy");
+  return 0;
+}
+
+// Every gathered layer equals the parameters though each buffer was
+// poisoned before it went back; the parameters after four steps equal stage
+// 1's bit for bit (the same reductions and updates, parameters kept
+// whole); after the first step no gather allocates.
+TEST(ZeroGatherPool, ReusesBuffersAcrossSteps) {
+  std::vector<PoolCase> cases;
+  for (int prefetch : {0, 1, 2})
+    for (bool bound : {false, true})
+      for (bool ordered : {true, false}) cases.push_back({prefetch, bound, ordered});
+  for (int n : {1, 2, 3}) {
+    auto status = run_ranks(n, [&cases](const RankCtx &ctx) {
+      weftComm_t comm;
+      TRY_RC(init(ctx, &comm));
+      weftStream_t s;
+      weftStreamCreate(&s);
+      std::vector<float> ref, got;
+      TRY_RC(pool_train(ctx, comm, 1, cases[0], s, &ref));
+      for (const PoolCase &c : cases) {
+        TRY_RC(pool_train(ctx, comm, 3, c, s, &got));
+        if (memcmp(got.data(), ref.data(), ref.size() * sizeof(float)) != 0)
+          return rank_fail(ctx, "prefetch %d bound %d ordered %d: stage 3 differs from stage 1",
+                           c.prefetch, c.bound, c.ordered);
+      }
+      weftStreamDestroy(s);
+      weftCommDestroy(comm);
+      return 0;
+    });
+    for (size_t r = 0; r < status.size(); r++) EXPECT_EQ(status[r], 0) << n << " ranks, rank " << r;
+  }
+}
+
+// A stage 3 context of kPoolLayers (prefetch 0), for the pool's unit tests.
+int pool_ctx(const RankCtx &ctx, weftComm_t comm, size_t bound, weftZero_t *z,
+             std::vector<std::vector<float>> *values) {
+  weftZeroConfig_t cfg;
+  weftZeroConfigDefaults(&cfg);
+  cfg.stage = 3;
+  cfg.prefetchLayers = 0;
+  cfg.gatherBoundBytes = bound;
+  if (weftZeroCreate(z, comm, &cfg) != weftSuccess) return rank_fail(ctx, "create");
+  values->clear();
+  for (size_t l = 0; l < kPoolLayers.size(); l++) {
+    values->emplace_back(kPoolLayers[l]);
+    for (size_t i = 0; i < kPoolLayers[l]; i++) (*values)[l][i] = (float)(l * 10000 + i);
+    int id;
+    if (weftZeroAddParam(*z, (int)l, kPoolLayers[l], (*values)[l].data(), &id) != weftSuccess)
+      return rank_fail(ctx, "add: %s", weftZeroLastError());
+  }
+  return weftZeroFinalize(*z) == weftSuccess ? 0 : rank_fail(ctx, "finalize");
+}
+
+// weftZeroReleaseOn orders the gather that next takes the buffer after the
+// work queued on the release's stream. Rank 0 queues a read of layer 1 on a
+// stream of its own (an all-reduce on a second communicator, which cannot
+// run before rank 1 joins it 300 ms later), releases the layer on that
+// stream, and gathers layer 3, of the same size, at once: into layer 1's
+// buffer. The read must still see layer 1.
+int release_on_rank(const RankCtx &ctx) {
+  weftComm_t comm, comm2;
+  TRY_RC(init(ctx, &comm));
+  FAIL_IF(weftCommSplit(comm, 0, ctx.rank, &comm2, nullptr) != weftSuccess, "split");
+  weftZero_t z;
+  std::vector<std::vector<float>> v;
+  TRY_RC(pool_ctx(ctx, comm, 0, &z, &v));
+  weftStream_t gs, cs;
+  weftStreamCreate(&gs);
+  weftStreamCreate(&cs);
+  weftEvent_t ev;
+  void *p1, *p3;
+  FAIL_IF(weftZeroGather(z, 1, gs, &ev) != weftSuccess || weftEventSynchronize(ev) != weftSuccess ||
+              weftZeroParam(z, 1, &p1) != weftSuccess,
+          "gather 1: %s", weftZeroLastError());
+  size_t n = kPoolLayers[1];
+  std::vector<float> sum(n, -1.0f);
+  if (ctx.rank == 0)
+    FAIL_IF(weftAllReduce(p1, sum.data(), n, weftFloat32, weftSum, comm2, cs) != weftSuccess,
+            "read");
+  FAIL_IF(weftZeroReleaseOn(z, 1, cs) != weftSuccess, "release: %s", weftZeroLastError());
+  FAIL_IF(weftZeroGather(z, 3, gs, &ev) != weftSuccess, "gather 3: %s", weftZeroLastError());
+  if (ctx.rank == 1) {
+    usleep(300000);
+    FAIL_IF(weftAllReduce(v[1].data(), sum.data(), n, weftFloat32, weftSum, comm2, cs) !=
+                weftSuccess,
+            "read");
+  }
+  FAIL_IF(weftStreamSynchronize(cs) != weftSuccess || weftEventSynchronize(ev) != weftSuccess,
+          "sync");
+  FAIL_IF(weftZeroParam(z, 3, &p3) != weftSuccess || p3 != p1, "layer 3 not in layer 1's buffer");
+  FAIL_IF(memcmp(p3, v[3].data(), n * sizeof(float)) != 0, "layer 3 gathered wrong values");
+  for (size_t i = 0; i < n; i++)
+    FAIL_IF(sum[i] != 2 * v[1][i], "element %zu read %g, want %g: the gather overwrote the "
+            "layer before the work on the release's stream read it", i, sum[i], 2 * v[1][i]);
+  weftZeroDestroy(z);
+  weftStreamDestroy(gs);
+  weftStreamDestroy(cs);
+  weftCommDestroy(comm2);
+  weftCommDestroy(comm);
+  return 0;
+}
+
+TEST(ZeroGatherPool, ReleaseOnOrdersTheNextGather) {
+  auto status = run_ranks(2, release_on_rank);
+  for (size_t r = 0; r < status.size(); r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+// Under a bound with layers of several sizes: a gather takes the smallest
+// idle buffer that holds it, one that would need more than the bound is
+// refused with the numbers, and weftZeroReleaseOn's bad arguments.
+int pool_bound_rank(const RankCtx &ctx) {
+  weftComm_t comm;
+  TRY_RC(init(ctx, &comm));
+  size_t f = sizeof(float), big = weftZeroPadded(1000, ctx.nranks) * f;
+  size_t small = weftZeroPadded(57, ctx.nranks) * f;
+  weftZero_t z;
+  std::vector<std::vector<float>> v;
+  TRY_RC(pool_ctx(ctx, comm, big + small, &z, &v));
+  weftEvent_t ev;
+  FAIL_IF(weftZeroGather(z, 1, nullptr, &ev) != weftSuccess, "gather 1");
+  FAIL_IF(weftZeroGather(z, 2, nullptr, &ev) != weftSuccess, "gather 2");
+  weftResult_t res = weftZeroGather(z, 0, nullptr, &ev);
+  char want[160];
+  snprintf(want, sizeof want, "would hold %zu bytes of gathered layers, over the bound of %zu",
+           big + small + weftZeroPadded(301, ctx.nranks) * f, big + small);
+  FAIL_IF(res != weftInvalidUsage || strstr(weftZeroLastError(), want) == nullptr,
+          "over the bound: %d, %s", res, weftZeroLastError());
+  FAIL_IF(weftZeroReleaseOn(z, 1, nullptr) != weftSuccess, "release 1");
+  FAIL_IF(weftZeroGather(z, 0, nullptr, &ev) != weftSuccess, "gather 0 into 1's buffer: %s",
+          weftZeroLastError());
+  void *p;
+  FAIL_IF(weftZeroParam(z, 0, &p) != weftSuccess ||
+              memcmp(p, v[0].data(), v[0].size() * f) != 0,
+          "layer 0 in a larger buffer");
+  weftZeroMemory_t r;
+  weftZeroMemoryReport(z, &r);
+  FAIL_IF(r.gathered != big + small || r.gatheredIdle != 0 || r.gatheredAllocs != 2,
+          "held %zu, idle %zu, %zu allocated", r.gathered, r.gatheredIdle, r.gatheredAllocs);
+  // bad arguments; a layer not gathered, or twice released, is nothing
+  FAIL_IF(weftZeroReleaseOn(nullptr, 0, nullptr) != weftInvalidArgument, "NULL context");
+  for (int bad : {-1, (int)kPoolLayers.size()})
+    FAIL_IF(weftZeroReleaseOn(z, bad, nullptr) != weftInvalidArgument ||
+                strstr(weftZeroLastError(), "does not exist") == nullptr,
+            "layer %d: %s", bad, weftZeroLastError());
+  FAIL_IF(weftZeroReleaseOn(z, 4, nullptr) != weftSuccess, "a layer not gathered");
+  // not a stream: refused, the layer still held
+  weftResult_t bad = weftZeroReleaseOn(z, 2, (weftStream_t)&r);
+  FAIL_IF(bad != weftInvalidArgument || strstr(weftZeroLastError(), "not a weft host stream") ==
+                                            nullptr,
+          "a bad stream: %d, %s", bad, weftZeroLastError());
+  weftZeroMemoryReport(z, &r);
+  FAIL_IF(r.gathered != big + small || weftZeroParam(z, 2, &p) != weftSuccess,
+          "a refused release gave the layer back");
+  FAIL_IF(weftZeroReleaseOn(z, 0, nullptr) != weftSuccess ||
+              weftZeroReleaseOn(z, 0, nullptr) != weftSuccess,
+          "released twice");
+  weftZeroMemoryReport(z, &r);
+  FAIL_IF(r.gathered != small || r.gatheredIdle != big, "held %zu, idle %zu", r.gathered,
+          r.gatheredIdle);
+  FAIL_IF(weftZeroDestroy(z) != weftSuccess, "destroy: %s", weftZeroLastError());
+  weftCommDestroy(comm);
+  return 0;
+}
+
+TEST(ZeroGatherPool, BoundAndBadArguments) {
+  for (int n : {1, 2, 3}) {
+    auto status = run_ranks(n, pool_bound_rank);
+    for (size_t r = 0; r < status.size(); r++) EXPECT_EQ(status[r], 0) << n << " ranks, rank " << r;
+  }
 }
 
 }  // namespace
