@@ -35,10 +35,6 @@ weftResult_t train_dev_copy(void *dst, const void *src, size_t nbytes) {
   return dev_check(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault), "copying");
 }
 
-weftResult_t train_dev_wait_event(void *event) {
-  return dev_check(cudaEventSynchronize((cudaEvent_t)event), "waiting for a gather");
-}
-
 weftResult_t train_dev_sync(void *stream) {
   return dev_check(cudaStreamSynchronize((cudaStream_t)stream), "synchronizing the stream");
 }
@@ -70,10 +66,6 @@ weftResult_t train_dev_open(int local_rank, void **stream_out) {
 void train_dev_close(void *stream) { (void)stream; }
 weftResult_t train_dev_copy(void *dst, const void *src, size_t nbytes) {
   (void)dst, (void)src, (void)nbytes;
-  return dev_none();
-}
-weftResult_t train_dev_wait_event(void *event) {
-  (void)event;
   return dev_none();
 }
 weftResult_t train_dev_sync(void *stream) {

@@ -21,7 +21,6 @@ void train_dev_close(void *stream);
 /* Copies nbytes between any two of host and device memory; complete on
  * return (ordered after the device's earlier work, as cudaMemcpy is). */
 weftResult_t train_dev_copy(void *dst, const void *src, size_t nbytes);
-weftResult_t train_dev_wait_event(void *event); /* a cudaEvent_t */
 weftResult_t train_dev_sync(void *stream);
 weftResult_t train_dev_alloc(void **ptr_out, size_t nbytes);
 void train_dev_free(void *ptr);
