@@ -295,6 +295,23 @@ def check_queued_lists():
                   src.chunk(world)[r].double() * 0.5 * world)
 
 
+def check_list_aliasing():
+    """reduce_scatter and scatter writing one of the tensors of their input
+    list: this rank's (weft runs it in place) or another's (the list is
+    read through a copy)."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    for k, which in ((r, "own"), ((r + 1) % world, "another")):
+        parts = list(rank_data(r, world * 5, tag=90).chunk(world))
+        dist.reduce_scatter(parts[k], parts)
+        want = sum(rank_data(p, world * 5, torch.float64, 90, "cpu") for p in range(world))
+        check(f"reduce_scatter into the list's {which} block", parts[k], want.chunk(world)[r], 1e-9)
+        parts = list(rank_data(r, world * 5, tag=91).chunk(world))
+        out = parts[k] if r == 0 else torch.full((5,), float("nan"), dtype=torch.float64, device=DEV)
+        dist.scatter(out, parts if r == 0 else None, src=0)
+        check(f"scatter into the root's list ({which} block)", out,
+              rank_data(0, world * 5, torch.float64, 91, "cpu").chunk(world)[r])
+
+
 def check_empty_p2p():
     """Sends and receives of empty tensors (on a GPU their data may be NULL)
     go to weft, which does nothing for them: batch_isend_irecv mixing them
@@ -394,7 +411,7 @@ def main():
     dist.init_process_group("weft", timeout=timedelta(seconds=60), device_id=DEV)
     fns = [check_bound_new_group, check_premul_coalesced, check_premul_one_rank,
            check_failed_coalesced_block, check_queued_strided, check_queued_lists,
-           check_empty_p2p]
+           check_list_aliasing, check_empty_p2p]
     if args.device == "cuda":
         fns += [check_cuda_streams, check_cuda_objects]
     for fn in fns:
