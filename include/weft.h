@@ -275,7 +275,10 @@ weftResult_t weftRedOpDestroy(weftRedOp_t op, weftComm_t comm);
  * together, so any order of calls completes; messages between two ranks keep
  * their order. Outside a group a send returns once its data is queued (it may
  * wait for the receiver when the data exceeds the connection's buffer). A
- * rank may send to itself inside a group (a copy). */
+ * rank may send to itself inside a group (a copy). A send or receive of no
+ * elements does nothing: on any stream (a CUDA stream too, in a CUDA build),
+ * with any buffer, NULL included; elements with a NULL buffer are
+ * weftInvalidArgument. */
 weftResult_t weftSend(const void *sendbuff, size_t count, weftDataType_t datatype, int peer,
                       weftComm_t comm, weftStream_t stream);
 /* Receives count elements from peer. A message of another size is an error

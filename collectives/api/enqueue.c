@@ -90,18 +90,38 @@ static weftResult_t plan_check(struct weftComm *comm, const struct weft_plan *pl
   return weftSuccess;
 }
 
+/* Whether plan, checked, is a send or receive of no elements on a stream this
+ * build can take: it moves nothing, so it does nothing, whatever its buffer
+ * (NULL, or one past the end of a device tensor) and its stream (a CUDA
+ * stream, NULL or a host stream). Decided by the count alone, which both
+ * ends of a pair share, and before any CUDA call: a peer whose empty buffer
+ * is NULL and one whose empty buffer is device memory agree, and the pair's
+ * other messages keep their order. A build without CUDA takes no stream
+ * but its own. */
+static int p2p_is_empty(const struct weft_plan *plan, weftStream_t stream) {
+  if (!plan_is_p2p(plan) || plan->count != 0) return 0;
+  struct host_stream *hs;
+  if (stream == NULL || device_built() || stream_lookup(stream, &hs) == weftSuccess) return 1;
+  weft_error_clear();
+  return 0;
+}
+
 static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
                                  weftStream_t stream) {
   weft_error_clear();
   int alone = 0;
   weftResult_t res = plan_check(comm, plan, &alone);
+  if (res == weftSuccess && p2p_is_empty(plan, stream)) {
+    comm->seq++; /* as every call of the comm counts */
+    return weftSuccess;
+  }
   struct host_stream *hs = NULL;
   /* device memory: stream is the caller's CUDA stream */
   plan->on_device = res == weftSuccess && device_plan_on_device(plan);
   if (res == weftSuccess && stream != NULL && !plan->on_device) {
     res = stream_lookup(stream, &hs);
     alone = res != weftSuccess;
-    if (res != weftSuccess && plan->count == 0 && !plan_is_p2p(plan) && device_built()) {
+    if (res != weftSuccess && plan->count == 0 && device_built()) {
       /* a collective of no elements moves nothing and launches nothing (as
        * on device memory): on a stream that is not weft's, which in a CUDA
        * build may be a CUDA stream with NULL buffers (empty tensors), it is

@@ -9,6 +9,7 @@
 
 #include "coll_check.h"
 #include "harness.h"
+#include "weft_build_config.h"
 
 using namespace weft_test;
 
@@ -160,6 +161,202 @@ TEST(P2P, BadArguments) {
   EXPECT_EQ(weftAlltoAll(x, x + 1, 2, weftFloat32, comm, nullptr), weftInvalidArgument);
   // a send to self outside a group has no receive to pair with
   EXPECT_EQ(weftSend(x, 4, weftFloat32, 0, comm, nullptr), weftInvalidUsage);
+  EXPECT_EQ(weftSend(x, 0, weftFloat32, 0, comm, nullptr), weftSuccess);  // nothing to pair
+  EXPECT_EQ(weftCommDestroy(comm), weftSuccess);
+}
+
+// A stream weft does not know, as a CUDA stream is to it (never used: an
+// empty send or receive does nothing).
+weftStream_t foreign_stream() {
+  static int token;
+  return (weftStream_t)&token;
+}
+
+// Whether this build takes streams other than its own (CUDA streams).
+constexpr bool kCudaBuild =
+#ifdef WEFT_HAVE_CUDA
+    true;
+#else
+    false;
+#endif
+
+// The buffer of an empty message: NULL, one past the end of the rank's
+// buffer, its guard, or an address that faults if touched.
+void *empty_ptr(uint64_t pick, std::vector<uint8_t> &buf) {
+  switch (pick % 4) {
+    case 0: return nullptr;
+    case 1: return buf.data() + buf.size();
+    case 2: return buf.data() + buf.size() - 8;
+    default: return (void *)(uintptr_t)16;
+  }
+}
+
+// The stream of an empty message: the group's, none, the comm's host stream,
+// or, in a CUDA build, a stream weft does not know.
+weftStream_t empty_stream(uint64_t pick, weftStream_t group_stream, weftStream_t hs) {
+  switch (pick % 4) {
+    case 0: return group_stream;
+    case 1: return nullptr;
+    case 2: return hs;
+    default: return kCudaBuild ? foreign_stream() : group_stream;
+  }
+}
+
+constexpr int kMsgs = 5;  // messages per ordered pair and round
+
+// Elements of message k from `from` to `to` in round r: empty ones often.
+size_t empty_mix_count(uint64_t seed, int r, int from, int to, int k) {
+  static const size_t counts[] = {0, 0, 1, 3, 700};
+  Rng rng(seed * 31u + (uint64_t)r * 7919u + (uint64_t)from * 131u + (uint64_t)to * 17u + (uint64_t)k);
+  return counts[rng.next() % 5];
+}
+
+// One round: every rank sends kMsgs messages to every rank (itself too) and
+// receives as many, in one group in a random order that keeps each pair's
+// posting order; the empty ones name any pointer and any stream. Checks
+// every message, in order, and the poisoned guard after them.
+int empty_mix_round(const RankCtx &ctx, weftComm_t comm, uint64_t seed, int round,
+                    weftStream_t group_stream, weftStream_t hs) {
+  const int n = ctx.nranks, me = ctx.rank;
+  const size_t guard = 64;
+  std::vector<std::vector<uint8_t>> out(n), in(n);
+  std::vector<std::vector<size_t>> out_off(n), in_off(n);
+  for (int p = 0; p < n; p++) {
+    size_t so = 0, ro = 0;
+    for (int k = 0; k < kMsgs; k++) {
+      out_off[p].push_back(so);
+      in_off[p].push_back(ro);
+      so += empty_mix_count(seed, round, me, p, k) * 4;
+      ro += empty_mix_count(seed, round, p, me, k) * 4;
+    }
+    out[p].resize(so + guard);
+    for (int k = 0; k < kMsgs; k++) {
+      std::vector<uint8_t> m = message(me, p, round * 100 + k, empty_mix_count(seed, round, me, p, k) * 4);
+      std::copy(m.begin(), m.end(), out[p].begin() + (ptrdiff_t)out_off[p][k]);
+    }
+    in[p].assign(ro + guard, 0xa5);
+  }
+  std::vector<int> tokens;  // 2p: the next send to p; 2p+1: the next receive from p
+  for (int p = 0; p < n; p++)
+    for (int k = 0; k < kMsgs; k++) tokens.insert(tokens.end(), {2 * p, 2 * p + 1});
+  std::mt19937_64 shuffle(seed + (uint64_t)me * 977u + (uint64_t)round);
+  std::shuffle(tokens.begin(), tokens.end(), shuffle);
+  Rng pick(seed + (uint64_t)me * 13u + (uint64_t)round);
+  std::vector<int> next(2 * n, 0);
+  FAIL_IF(weftGroupStart() != weftSuccess, "group start");
+  for (int tok : tokens) {
+    const int p = tok / 2, k = next[tok]++;
+    const bool send = tok % 2 == 0;
+    const size_t count = send ? empty_mix_count(seed, round, me, p, k) : empty_mix_count(seed, round, p, me, k);
+    std::vector<uint8_t> &buf = send ? out[p] : in[p];
+    void *ptr = buf.data() + (send ? out_off[p][k] : in_off[p][k]);
+    weftStream_t stream = group_stream;
+    if (count == 0) {
+      ptr = empty_ptr(pick.next(), buf);
+      stream = empty_stream(pick.next(), group_stream, hs);
+    }
+    weftResult_t res = send ? weftSend(ptr, count, weftFloat32, p, comm, stream)
+                            : weftRecv(ptr, count, weftFloat32, p, comm, stream);
+    FAIL_IF(res != weftSuccess, "round %d: %s %zu elements %s rank %d: %s", round,
+            send ? "send of" : "receive of", count, send ? "to" : "from", p, weftGetLastError(comm));
+  }
+  FAIL_IF(weftGroupEnd() != weftSuccess, "round %d: group: %s", round, weftGetLastError(comm));
+  FAIL_IF(group_stream != nullptr && weftStreamSynchronize(group_stream) != weftSuccess,
+          "round %d: stream: %s", round, weftGetLastError(nullptr));
+  for (int p = 0; p < n; p++) {
+    for (int k = 0; k < kMsgs; k++) {
+      const size_t nbytes = empty_mix_count(seed, round, p, me, k) * 4;
+      FAIL_IF(memcmp(in[p].data() + in_off[p][k], message(p, me, round * 100 + k, nbytes).data(),
+                     nbytes) != 0,
+              "round %d: message %d from rank %d (%zu bytes) wrong", round, k, p, nbytes);
+    }
+    for (size_t i = in[p].size() - guard; i < in[p].size(); i++)
+      FAIL_IF(in[p][i] != 0xa5, "round %d: guard byte after rank %d's messages written", round, p);
+  }
+  return 0;
+}
+
+// Sends and receives of no elements, mixed with others in groups on 2-4
+// ranks: whatever their buffer (NULL, past the end, an address that faults)
+// and stream (a CUDA stream in a CUDA build, a host stream, none), they
+// succeed and move nothing, and the pairs' other messages keep their order.
+TEST(P2P, EmptyMessagesMixedInGroups) {
+  const uint64_t seed = test_seed();
+  for (int nranks : {2, 3, 4}) {
+    auto status = run_ranks(nranks, [&](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (int rc = init(ctx, &comm)) return rc;
+      weftStream_t hs;
+      FAIL_IF(weftStreamCreate(&hs) != weftSuccess, "stream create");
+      for (int round = 0; round < 4; round++)
+        if (int rc = empty_mix_round(ctx, comm, seed, round, round % 2 ? hs : nullptr, hs)) return rc;
+      // the collectives made of sends and receives, with nothing to move
+      weftStream_t s = kCudaBuild ? foreign_stream() : nullptr;
+      FAIL_IF(weftAlltoAll(nullptr, nullptr, 0, weftFloat32, comm, s) != weftSuccess ||
+                  weftGather(nullptr, nullptr, 0, weftInt8, ctx.nranks - 1, comm, s) != weftSuccess ||
+                  weftScatter(nullptr, nullptr, 0, weftFloat64, 0, comm, hs) != weftSuccess,
+              "empty all-to-all, gather or scatter: %s", weftGetLastError(comm));
+      FAIL_IF(empty_mix_round(ctx, comm, seed, 4, nullptr, hs) != 0, "after the empty collectives");
+      weftStreamDestroy(hs);
+      weftCommDestroy(comm);
+      return 0;
+    }, small_slots());
+    for (int r = 0; r < nranks; r++) EXPECT_EQ(status[r], 0) << nranks << " ranks, rank " << r;
+  }
+}
+
+// Outside a group, the two ends of an empty message may name different
+// buffers and streams (an empty CUDA tensor's NULL on one rank, device
+// memory and a CUDA stream on the other): both do nothing, and the next
+// message between them is the next one sent.
+TEST(P2P, EmptyMessageEndsMayDiffer) {
+  auto status = run_ranks(2, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (int rc = init(ctx, &comm)) return rc;
+    std::vector<uint8_t> buf(4096, 0xa5);
+    const std::vector<uint8_t> m = message(0, 1, 7, 1000);
+    weftStream_t other = kCudaBuild ? foreign_stream() : nullptr;
+    for (int i = 0; i < 3; i++) {
+      weftResult_t res =
+          ctx.rank == 0 ? weftSend(nullptr, 0, weftInt32, 1, comm, nullptr)
+                        : weftRecv(buf.data() + buf.size(), 0, weftInt32, 0, comm, other);
+      FAIL_IF(res != weftSuccess, "empty message %d: %s", i, weftGetLastError(comm));
+      // to itself, outside a group: nothing to pair with, nothing to move
+      FAIL_IF(weftSend(nullptr, 0, weftInt32, ctx.rank, comm, other) != weftSuccess,
+              "empty send to self: %s", weftGetLastError(comm));
+    }
+    weftResult_t res = ctx.rank == 0 ? weftSend(m.data(), m.size(), weftUint8, 1, comm, nullptr)
+                                     : weftRecv(buf.data(), m.size(), weftUint8, 0, comm, nullptr);
+    FAIL_IF(res != weftSuccess, "message: %s", weftGetLastError(comm));
+    FAIL_IF(ctx.rank == 1 && memcmp(buf.data(), m.data(), m.size()) != 0, "the message is wrong");
+    for (size_t i = m.size(); ctx.rank == 1 && i < buf.size(); i++)
+      FAIL_IF(buf[i] != 0xa5, "byte %zu past the message written", i);
+    weftCommDestroy(comm);
+    return 0;
+  }, small_slots());
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
+// A NULL buffer with elements to move is refused, in and out of a group,
+// with a message naming the buffer and the count; a build without CUDA
+// refuses a stream it does not know even for an empty message.
+TEST(P2P, NullBufferWithElementsIsAnError) {
+  weftUniqueId id;
+  ASSERT_EQ(weftGetUniqueId(&id), weftSuccess);
+  weftComm_t comm;
+  ASSERT_EQ(weftCommInitRank(&comm, 1, id, 0), weftSuccess);
+  EXPECT_EQ(weftSend(nullptr, 3, weftFloat32, 0, comm, nullptr), weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError(comm)).find("sendbuff is NULL with count 3"),
+            std::string::npos) << weftGetLastError(comm);
+  ASSERT_EQ(weftGroupStart(), weftSuccess);
+  EXPECT_EQ(weftRecv(nullptr, 0, weftFloat32, 0, comm, nullptr), weftSuccess);
+  EXPECT_EQ(weftRecv(nullptr, 5, weftFloat32, 0, comm, nullptr), weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError(comm)).find("recvbuff is NULL with count 5"),
+            std::string::npos) << weftGetLastError(comm);
+  EXPECT_EQ(weftGroupEnd(), weftInvalidArgument);
+  EXPECT_EQ(weftSend(nullptr, 0, weftFloat32, 0, comm, foreign_stream()),
+            kCudaBuild ? weftSuccess : weftInvalidArgument);
   EXPECT_EQ(weftCommDestroy(comm), weftSuccess);
 }
 

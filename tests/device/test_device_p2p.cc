@@ -3,7 +3,8 @@
 // 2 to 4 ranks sharing GPU 0 in one process (CommInitAll, the p2p
 // transport), every byte checked against what was sent into poisoned
 // buffers, messages between a pair arriving in posting order, lanes carrying
-// on from one launch to the next, and a captured all-to-all replayed.
+// on from one launch to the next, messages of no elements (NULL buffers)
+// among them, and a captured all-to-all replayed.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
@@ -181,6 +182,74 @@ TEST(DeviceSendRecv, UnevenBatchesKeepPairOrder) {
       std::vector<char> got = m.dst->get();
       expect_block(got, 0, m.data, what);
       expect_tail_poisoned(got, m.data.size(), what);
+    }
+  }
+}
+
+// Messages of no elements between others of every pair, in one group and
+// alone, with the buffers an empty tensor gives (NULL, or one past the end
+// of the message before it on the same buffer): they succeed and move
+// nothing, the others arrive whole and in order, nothing past them written.
+TEST(DeviceSendRecv, EmptyMessagesAnyPointerMixedIn) {
+  REQUIRE_GPU();
+  for (int k : {2, 3, 4}) {
+    SCOPED_TRACE(std::to_string(k) + " ranks");
+    Ranks ranks(k);
+    weft_test::Rng rng(31 + k);
+    struct Pair {
+      int from, to;
+      std::vector<char> a, b;  // the two messages with data
+      std::unique_ptr<DevBuf> src, dst;
+    };
+    std::vector<Pair> pairs;
+    for (int x = 0; x < k; x++)
+      for (int y = 0; y < k; y++) {
+        Pair p{x, y, random_bytes(1 + rng.next() % 5000, rng.next()),
+               random_bytes(1 + rng.next() % (600u << 10), rng.next()), nullptr, nullptr};
+        std::vector<char> both(p.a);
+        both.insert(both.end(), p.b.begin(), p.b.end());
+        p.src.reset(new DevBuf(both.size(), &both));
+        p.dst.reset(new DevBuf(both.size(), nullptr));
+        pairs.push_back(std::move(p));
+      }
+    // per pair: empty (NULL), a, empty (just past a), b, empty (just past b)
+    auto post = [&](int r, bool send) {
+      for (auto &p : pairs) {
+        if ((send ? p.from : p.to) != r) continue;
+        char *buf = send ? p.src->d : p.dst->d;
+        const int peer = send ? p.to : p.from;
+        const size_t na = p.a.size(), nb = p.b.size();
+        char *ptrs[] = {nullptr, buf, buf + na, buf + na, buf + na + nb};
+        const size_t counts[] = {0, na, 0, nb, 0};
+        for (int m = 0; m < 5; m++) {
+          weftResult_t res = send ? weftSend(ptrs[m], counts[m], weftUint8, peer, ranks.comms[r],
+                                             ranks.streams[r])
+                                  : weftRecv(ptrs[m], counts[m], weftUint8, peer, ranks.comms[r],
+                                             ranks.streams[r]);
+          ASSERT_EQ(res, weftSuccess) << weftGetLastError(ranks.comms[r]);
+        }
+      }
+    };
+    ASSERT_EQ(weftGroupStart(), weftSuccess);
+    for (int r = 0; r < k; r++) {
+      post(r, false);
+      post(r, true);
+    }
+    ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+    // alone, outside a group, on the caller's stream and the legacy one
+    for (int r = 0; r < k; r++) {
+      ASSERT_EQ(weftSend(nullptr, 0, weftFloat32, (r + 1) % k, ranks.comms[r], ranks.streams[r]),
+                weftSuccess) << weftGetLastError(ranks.comms[r]);
+      ASSERT_EQ(weftRecv(nullptr, 0, weftFloat32, (r + k - 1) % k, ranks.comms[r], nullptr),
+                weftSuccess) << weftGetLastError(ranks.comms[r]);
+    }
+    ranks.sync();
+    for (auto &p : pairs) {
+      std::string what = std::to_string(p.from) + "->" + std::to_string(p.to);
+      std::vector<char> got = p.dst->get();
+      expect_block(got, 0, p.a, what + " first");
+      expect_block(got, p.a.size(), p.b, what + " second");
+      expect_tail_poisoned(got, p.a.size() + p.b.size(), what);
     }
   }
 }

@@ -420,7 +420,9 @@ static void test_groups(ncclComm_t comm) {
   free(ag);
   free(ag_in);
 
-  /* all-to-all from sends and receives in one group, a rank sending to itself too */
+  /* all-to-all from sends and receives in one group, a rank sending to itself
+   * too, each pair's messages between ones of no elements (all_to_all_single's
+   * zero splits: NULL, or the end of a block, which must stay unwritten) */
   const size_t per = 777;
   const ncclDataType_t t64 = ncclInt64;
   void *out = buf_alloc(per * (size_t)g_nranks, t64), *in = buf_alloc(per * (size_t)g_nranks, t64);
@@ -428,8 +430,11 @@ static void test_groups(ncclComm_t comm) {
     for (size_t i = 0; i < per; i++) elem_set(out, t64, (size_t)p * per + i, g_rank * 1000000 + p * 1000 + (double)i);
   NCCL_OK(ncclGroupStart());
   for (int p = 0; p < g_nranks; p++) {
+    NCCL_OK(ncclSend(NULL, 0, t64, p, comm, NULL));
     NCCL_OK(ncclSend((char *)out + (size_t)p * per * 8, per, t64, p, comm, NULL));
     NCCL_OK(ncclRecv((char *)in + (size_t)p * per * 8, per, t64, p, comm, NULL));
+    NCCL_OK(ncclRecv((char *)in + (size_t)(p + 1) * per * 8, 0, t64, p, comm, NULL));
+    NCCL_OK(ncclRecv(NULL, 0, t64, p, comm, NULL));
   }
   NCCL_OK(ncclGroupEnd());
   for (int p = 0; p < g_nranks; p++)

@@ -3,8 +3,10 @@ checked on host tensors: a group made while the default group has a bound
 device (init_process_group(device_id=...), as tests/nccl/ddp_loss.py does),
 PREMUL_SUM inside a coalesced block (FSDP2's divide factor), PREMUL_SUM on a
 one-rank group (weft's device path refuses it: the backend scales locally),
-and a coalesced block whose second operation fails (the weft group must be
-closed, or every later call of the thread would be taken into it). Run under
+a coalesced block whose second operation fails (the weft group must be
+closed, or every later call of the thread would be taken into it), and
+operations that copy or flatten their inputs, queued behind one that writes
+them, reading them when they run. Run under
 torchrun (2 or 3 ranks); exits non-zero with the failing checks listed.
 
 --device cuda (tools/gpu-check.sh, step torch_weft_cuda) runs the same on
@@ -16,6 +18,7 @@ object collectives on a "cuda:weft" group, which torch stages on the GPU.
 import argparse
 import os
 import sys
+import time
 from datetime import timedelta
 
 import torch
@@ -184,6 +187,164 @@ def check_queued_strided():
     check("strided all_to_all_single queued", swapped, want, 1e-9)
 
 
+INTS = [torch.int8, torch.uint8, torch.int32, torch.int64]
+FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+FP8 = [torch.float8_e4m3fn, torch.float8_e5m2]
+
+
+def small_ints(rank, n, dtype, tag, dev=None):
+    """rank's small whole numbers (exact in every dtype, sums of 3 ranks too)."""
+    g = torch.Generator().manual_seed(104729 * (rank + 1) + tag)
+    lo = 0 if dtype == torch.uint8 else -4
+    return torch.randint(lo, 5, (n,), generator=g).to(dtype).to(dev or DEV)
+
+
+def behind_broadcast(dtype, n, tag, op):
+    """Queues a broadcast of the last rank's data into this rank's tensor,
+    then op(tensor) -> (works, results): the last rank joins late, so on the
+    others the broadcast is still pending when op is queued, and op must read
+    the tensor when it runs. Returns (results, the broadcast data)."""
+    r, src = dist.get_rank(), dist.get_world_size() - 1
+    base = small_ints(r, n, dtype, tag)
+    if r == src:
+        time.sleep(0.03)
+    works = [dist.broadcast(base, src=src, async_op=True)]
+    more, results = op(base)
+    for w in works + more:
+        w.wait()
+    return results, small_ints(src, n, dtype, tag, "cpu")
+
+
+def check_queued_lists():
+    """Operations that flatten or copy their inputs (reduce_scatter and
+    scatter lists, all_to_all lists, send, pre-multiplied and bitwise
+    reduce-scatters) queued behind a broadcast writing those inputs see what
+    it wrote: the copies are made when they run. Lists lying in one piece
+    (chunks of one tensor) and lists that do not (reversed, strided)."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    n = 7
+    for i, dtype in enumerate(INTS + FLOATS + FP8):
+        name, tag = str(dtype).replace("torch.", ""), 200 + 20 * i
+
+        def a2a(base):
+            outs = [torch.full((n,), 9, dtype=dtype, device=DEV) for _ in range(world)]
+            ins = list(base.reshape(world * n, 2)[:, 1].chunk(world))  # strided
+            return [dist.all_to_all(outs, ins, async_op=True)], outs
+        got, want = behind_broadcast(dtype, 2 * world * n, tag, a2a)
+        mine = want.reshape(world * n, 2)[:, 1].chunk(world)[r]
+        for p in range(world):
+            check(f"queued all_to_all strided list {name} from {p}", got[p], mine)
+
+        for order in ("chunks", "reversed"):
+            def sc(base):
+                out = torch.full((n,), 9, dtype=dtype, device=DEV)
+                parts = list(base.chunk(world))
+                parts = parts if order == "chunks" else parts[::-1]
+                return [dist.scatter(out, parts if r == 0 else None, src=0, async_op=True)], out
+            got, want = behind_broadcast(dtype, world * n, tag + 1, sc)
+            k = r if order == "chunks" else world - 1 - r
+            check(f"queued scatter list ({order}) {name}", got, want.chunk(world)[k])
+
+        def sendrecv(base):
+            buf = torch.full((n,), 9, dtype=dtype, device=DEV)
+            if r == 0:
+                return [dist.isend(base.reshape(n, 2)[:, 0], dst=1)], buf
+            return ([dist.irecv(buf, src=0)] if r == 1 else []), buf
+        got, want = behind_broadcast(dtype, 2 * n, tag + 2, sendrecv)
+        if r == 1:
+            check(f"queued send strided {name}", got, want.reshape(n, 2)[:, 0])
+        if dtype in FP8:
+            continue
+
+        for order in ("chunks", "reversed"):
+            def rs(base):
+                out = torch.full((n,), 9, dtype=dtype, device=DEV)
+                parts = list(base.chunk(world))
+                parts = parts if order == "chunks" else parts[::-1]
+                return [dist.reduce_scatter(out, parts, async_op=True)], out
+            got, want = behind_broadcast(dtype, world * n, tag + 3, rs)
+            k = r if order == "chunks" else world - 1 - r
+            check(f"queued reduce_scatter list ({order}) {name}", got,
+                  want.chunk(world)[k].double() * world)
+
+        if dtype in INTS:  # identical inputs: AND and OR give them back
+            for op, lst in ((dist.ReduceOp.BAND, True), (dist.ReduceOp.BOR, False)):
+                def bit(base):
+                    out = torch.full((n,), 9, dtype=dtype, device=DEV)
+                    if lst:
+                        return [dist.reduce_scatter(out, list(base.chunk(world)), op=op,
+                                                    async_op=True)], out
+                    return [dist.reduce_scatter_tensor(out, base, op=op, async_op=True)], out
+                got, want = behind_broadcast(dtype, world * n, tag + 4, bit)
+                check(f"queued {op} reduce_scatter {'list' if lst else 'tensor'} {name}", got,
+                      want.chunk(world)[r])
+            continue
+
+        for lst in (True, False):
+            def pre(base):
+                out = torch.full((n,), 9, dtype=dtype, device=DEV)
+                op = dist._make_nccl_premul_sum(0.5)
+                if lst:
+                    return [dist.reduce_scatter(out, list(base[:world * n].chunk(world)),
+                                                op=op, async_op=True)], out
+                strided = base.reshape(world * n, 2)[:, 1]
+                return [dist.reduce_scatter_tensor(out, strided, op=op, async_op=True)], out
+            got, want = behind_broadcast(dtype, 2 * world * n, tag + 5, pre)
+            src = want[:world * n] if lst else want.reshape(world * n, 2)[:, 1]
+            check(f"queued premul reduce_scatter {'list' if lst else 'strided'} {name}", got,
+                  src.chunk(world)[r].double() * 0.5 * world)
+
+
+def check_list_aliasing():
+    """reduce_scatter and scatter writing one of the tensors of their input
+    list: this rank's (weft runs it in place) or another's (the list is
+    read through a copy)."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    for k, which in ((r, "own"), ((r + 1) % world, "another")):
+        parts = list(rank_data(r, world * 5, tag=90).chunk(world))
+        dist.reduce_scatter(parts[k], parts)
+        want = sum(rank_data(p, world * 5, torch.float64, 90, "cpu") for p in range(world))
+        check(f"reduce_scatter into the list's {which} block", parts[k], want.chunk(world)[r], 1e-9)
+        parts = list(rank_data(r, world * 5, tag=91).chunk(world))
+        out = parts[k] if r == 0 else torch.full((5,), float("nan"), dtype=torch.float64, device=DEV)
+        dist.scatter(out, parts if r == 0 else None, src=0)
+        check(f"scatter into the root's list ({which} block)", out,
+              rank_data(0, world * 5, torch.float64, 91, "cpu").chunk(world)[r])
+
+
+def check_empty_p2p():
+    """Sends and receives of empty tensors (on a GPU their data may be NULL)
+    go to weft, which does nothing for them: batch_isend_irecv mixing them
+    with others, all_to_all_single with zero splits to some peers, and one
+    with nothing at all; the group works afterwards."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    nxt, prev = (r + 1) % world, (r - 1) % world
+    a = rank_data(r, 33, torch.float32, tag=80)
+    got = torch.full((33,), float("nan"), device=DEV)
+    empty = [torch.empty(0, device=DEV) for _ in range(4)]
+    ops = [dist.P2POp(dist.isend, empty[0], nxt), dist.P2POp(dist.isend, a, nxt),
+           dist.P2POp(dist.isend, empty[1], nxt), dist.P2POp(dist.irecv, empty[2], prev),
+           dist.P2POp(dist.irecv, got, prev), dist.P2POp(dist.irecv, empty[3], prev)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    check("empty isend/irecv among others", got, rank_data(prev, 33, torch.float32, 80, "cpu"))
+    rows = [(r + p) % 3 for p in range(world)]  # what r sends p, and gets from p
+    inp = rank_data(r, 4 * sum(rows), torch.float32, tag=81).reshape(-1, 4)
+    out = torch.full((sum(rows), 4), float("nan"), device=DEV)
+    dist.all_to_all_single(out, inp, rows, rows)
+    at = 0
+    for p in range(world):
+        theirs = rank_data(p, 4 * sum((p + q) % 3 for q in range(world)), torch.float32, 81, "cpu")
+        start = sum((p + q) % 3 for q in range(r))
+        check(f"all_to_all_single zero splits: from {p}", out[at:at + rows[p]],
+              theirs.reshape(-1, 4)[start:start + rows[p]])
+        at += rows[p]
+    dist.all_to_all_single(torch.empty(0, device=DEV), torch.empty(0, device=DEV))
+    t = torch.ones(5, device=DEV)
+    dist.all_reduce(t)
+    check("all_reduce after empty sends and receives", t, torch.full((5,), float(world)))
+
+
 def check_cuda_streams():
     """Operations on a side stream read what that stream produced; wait() and
     a future's then() order the current stream after them; an empty tensor
@@ -256,7 +417,8 @@ def main():
               f"torch {torch.__version__} ({e})", flush=True)
         dist.init_process_group("weft", timeout=timedelta(seconds=60))
     fns = [check_bound_new_group, check_premul_coalesced, check_premul_one_rank,
-           check_failed_coalesced_block, check_queued_strided]
+           check_failed_coalesced_block, check_queued_strided, check_queued_lists,
+           check_list_aliasing, check_empty_p2p]
     if args.device == "cuda":
         fns += [check_cuda_streams, check_cuda_objects]
     for fn in fns:

@@ -8,7 +8,8 @@ free port); each makes a default "weft" group and a Gloo group of the same
 ranks. Then, per operation and size, rounds alternate weft and Gloo; a
 round's time is the slowest rank's, and the table shows the median round.
 Sizes are nccl-tests' (the larger buffer: all_gather's output,
-reduce_scatter's input), float32 CPU tensors. Last, step times of DDP and
+reduce_scatter's input), float32 CPU tensors; --ops also takes reduce_scatter
+and all_to_all, the list forms (each list the chunks of one tensor). Last, step times of DDP and
 FSDP2 on a small transformer, alternating the same way.
 """
 import argparse
@@ -21,6 +22,8 @@ import time
 from datetime import timedelta
 
 OPS = ["all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single"]
+# on request (--ops): the list forms, their tensors the chunks of one
+LIST_OPS = ["reduce_scatter", "all_to_all"]
 SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 
 
@@ -56,7 +59,14 @@ def run_rank(args):
         if op == "reduce_scatter_tensor":
             inp, out = torch.ones(count // n * n), torch.empty(count // n)
             return lambda: dist.reduce_scatter_tensor(out, inp, group=group)
+        if op == "reduce_scatter":
+            inp, out = torch.ones(count // n * n), torch.empty(count // n)
+            parts = list(inp.chunk(n))
+            return lambda: dist.reduce_scatter(out, parts, group=group)
         inp, out = torch.ones(count // n * n), torch.empty(count // n * n)
+        if op == "all_to_all":
+            ins, outs = list(inp.chunk(n)), list(out.chunk(n))
+            return lambda: dist.all_to_all(outs, ins, group=group)
         return lambda: dist.all_to_all_single(out, inp, group=group)
 
     rows = []
@@ -154,14 +164,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--train-only", action="store_true", help="only the DDP/FSDP2 step times")
     ap.add_argument("--no-train", action="store_true", help="only the collectives")
-    ap.add_argument("--ops", default=",".join(OPS), help="comma-separated, of " + ",".join(OPS))
+    ap.add_argument("--ops", default=",".join(OPS),
+                    help="comma-separated, of " + ",".join(OPS + LIST_OPS))
     ap.add_argument("--sizes", default=",".join(fmt_size(b).replace(" ", "")[:-2] for b in SIZES),
                     help="comma-separated sizes such as 64K,4M")
     ap.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.ops = args.ops.split(",")
-    if any(op not in OPS for op in args.ops):
-        ap.error(f"--ops: each of {','.join(OPS)}")
+    if any(op not in OPS + LIST_OPS for op in args.ops):
+        ap.error(f"--ops: each of {','.join(OPS + LIST_OPS)}")
     units = {"K": 1 << 10, "M": 1 << 20}
     try:
         args.sizes = [int(x[:-1]) * units[x[-1].upper()] for x in args.sizes.split(",")]

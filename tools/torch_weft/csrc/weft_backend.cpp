@@ -114,13 +114,6 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpTyp
   if (device >= 0) {
     tensors = std::move(inputs);
     tensors.insert(tensors.end(), outputs.begin(), outputs.end());
-    // nothing to move on any rank (counts agree across ranks): no weft call.
-    // weft returns at once from a collective of no elements on a CUDA stream,
-    // but takes a send's or receive's NULL pointer for host memory there,
-    // which it refuses, breaking the communicator
-    if (!tensors.empty() && std::all_of(tensors.begin(), tensors.end(),
-                                        [](const at::Tensor &x) { return x.nbytes() == 0; }))
-      for (auto &s : steps) s.issue = nullptr;
   }
   if (coalescing_) {
     TORCH_CHECK(coalesced_.steps.empty() || coalesced_.device == device, "weft: ", name,

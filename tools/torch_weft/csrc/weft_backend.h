@@ -13,12 +13,39 @@
 #include "weft_work.h"
 
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 namespace torch_weft {
+
+// What an operation reads of a caller's tensor, or of a list of them taken
+// one after another as one flat tensor: the tensor itself (a list already so
+// in one storage: a view of it), or a contiguous copy (a concatenation) made
+// when the operation runs (get() in a step's issue), not when it is queued,
+// since an operation queued before may still write the tensors. Copies of a
+// run_input share what it made, which lives as long as the step.
+struct run_input {
+  explicit run_input(at::Tensor t) : src(std::move(t)) {}
+  // A list; writes, which the operation writes, may be the list's block own
+  // (weft's in place), but anywhere else in its storage it makes a copy.
+  run_input(const std::vector<at::Tensor> &list, const at::Tensor &writes, int own);
+
+  at::Tensor src;                /* the tensor, or the list's view; undefined for a list */
+  std::vector<at::Tensor> list;  /* a list not lying in one piece, concatenated by get() */
+  std::shared_ptr<at::Tensor> made = std::make_shared<at::Tensor>();
+
+  // The input as the operation reads it: contiguous, and flat for a list.
+  const at::Tensor &get() const;
+  // Writes the input into dst (contiguous, as many elements) in one copy.
+  void copy_to(const at::Tensor &dst) const;
+  bool defined() const { return src.defined() || !list.empty(); }
+  // One tensor of the input, for its dtype and device.
+  const at::Tensor &like() const { return list.empty() ? src : list[0]; }
+  int64_t numel() const;
+};
 
 class WeftBackend : public c10d::Backend {
  public:
@@ -170,14 +197,13 @@ class WeftBackend : public c10d::Backend {
   // A pre-multiplied sum (PREMUL_SUM): all-reduce (recvcount < 0) or
   // reduce-scatter of `in` into `t`, with weft's pre-multiply op.
   op_step premul_step(const at::Tensor &t, const red_plan &p, const char *opname,
-                      int64_t recvcount, at::Tensor in = at::Tensor());
+                      int64_t recvcount, const run_input &in = run_input(at::Tensor()));
 
   op_step allgather_list_step(const std::vector<at::Tensor> &outs, const at::Tensor &input);
 
   op_step allgather_base_step(at::Tensor &output, at::Tensor &input);
 
-  op_step reduce_scatter_step(const at::Tensor &out, const at::Tensor &input,
-                              const ReduceOp &rop);
+  op_step reduce_scatter_step(const at::Tensor &out, const run_input &in, const ReduceOp &rop);
 
   // --- queueing ---
 

@@ -10,20 +10,58 @@ namespace torch_weft {
 
 namespace {
 
-// What an operation reads of a caller's tensor: the tensor, or a contiguous
-// copy of it made when the operation runs (get() in a step's issue), not
-// when it is queued, since an operation queued before may still write it.
-// Copies of a run_input share the copy, which lives as long as the step.
-struct run_input {
-  at::Tensor src;
-  std::shared_ptr<at::Tensor> made = std::make_shared<at::Tensor>();
-  const at::Tensor &get() const {
-    if (!made->defined()) *made = src.contiguous();
-    return *made;
+// The list as one flat tensor without a copy: a view of their storage when
+// they are contiguous and lie one after another in it; else undefined.
+at::Tensor adjacent_view(const std::vector<at::Tensor> &list) {
+  const at::Tensor &first = list[0];
+  int64_t total = 0;
+  for (const auto &t : list) {
+    if (!t.is_contiguous() || t.scalar_type() != first.scalar_type() ||
+        t.storage().unsafeGetStorageImpl() != first.storage().unsafeGetStorageImpl() ||
+        t.storage_offset() != first.storage_offset() + total)
+      return at::Tensor();
+    total += t.numel();
   }
-};
+  return at::empty({0}, first.options()).set_(first.storage(), first.storage_offset(), {total}, {1});
+}
+
+std::vector<at::Tensor> flat_parts(const std::vector<at::Tensor> &list) {
+  std::vector<at::Tensor> parts;
+  for (const auto &t : list) parts.push_back(t.reshape({-1}));
+  return parts;
+}
 
 }  // namespace
+
+run_input::run_input(const std::vector<at::Tensor> &l, const at::Tensor &writes, int own) {
+  if (!l.empty()) src = adjacent_view(l);
+  const bool shared = src.defined() && writes.defined() &&
+                      writes.storage().unsafeGetStorageImpl() == src.storage().unsafeGetStorageImpl();
+  if (shared && !(writes.is_contiguous() && writes.data_ptr() == l[own].data_ptr() &&
+                  writes.numel() == l[own].numel()))
+    src = at::Tensor();
+  if (!src.defined()) list = l;
+}
+
+const at::Tensor &run_input::get() const {
+  if (!made->defined()) *made = list.empty() ? src.contiguous() : at::cat(flat_parts(list));
+  return *made;
+}
+
+void run_input::copy_to(const at::Tensor &dst) const {
+  if (list.empty()) {
+    dst.view(src.sizes()).copy_(src);
+    return;
+  }
+  at::Tensor flat = dst.view({-1});
+  at::cat_out(flat, flat_parts(list));
+}
+
+int64_t run_input::numel() const {
+  int64_t n = src.defined() ? src.numel() : 0;
+  for (const auto &t : list) n += t.numel();
+  return n;
+}
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::broadcast(std::vector<at::Tensor> &tensors,
                                                       const c10d::BroadcastOptions &opts) {
@@ -68,9 +106,14 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::reduce(std::vector<at::Tensor> &tens
       return weftReduce(b.ptr, b.ptr, b.count, b.dtype, p.op, root, comm_, stream_);
     });
   } else {
-    // the root's result of the all-reduce is the reduction; others keep theirs
-    at::Tensor work = t.clone(at::MemoryFormat::Contiguous);
+    // the root's result of the all-reduce is the reduction; others keep
+    // theirs. t is read when the operation runs
+    at::Tensor work = at::empty_like(t, at::MemoryFormat::Contiguous);
     s = allreduce_step(work, opts.reduceOp, "reduce");
+    s.issue = [issue = s.issue, work, t]() {
+      work.copy_(t);
+      return issue ? issue() : weftSuccess; /* one rank's pre-multiply: none */
+    };
     auto fin = s.finish;
     bool is_root = rank_ == root;
     s.finish = [fin, t, work, is_root]() {
@@ -134,11 +177,9 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::reduce_scatter(
   at::Tensor out = single(outputs, "reduce_scatter");
   TORCH_CHECK(inputs.size() == 1, "weft: reduce_scatter takes one list of inputs");
   check_list(inputs[0], out, "reduce_scatter");
-  std::vector<at::Tensor> flat;
-  for (auto &t : inputs[0]) flat.push_back(t.reshape({-1}));
-  at::Tensor in = at::cat(flat);
   return submit("reduce_scatter", c10d::OpType::REDUCE_SCATTER,
-                {reduce_scatter_step(out, in, opts.reduceOp)}, {out}, opts.asyncOp, inputs[0]);
+                {reduce_scatter_step(out, run_input(inputs[0], out, rank_), opts.reduceOp)}, {out},
+                opts.asyncOp, inputs[0]);
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::_reduce_scatter_base(
@@ -146,8 +187,8 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::_reduce_scatter_base(
   check_tensor(output, "reduce_scatter_tensor");
   check_tensor(input, "reduce_scatter_tensor");
   return submit("reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE,
-                {reduce_scatter_step(output, input, opts.reduceOp)}, {output}, opts.asyncOp,
-                {input});
+                {reduce_scatter_step(output, run_input(input), opts.reduceOp)}, {output},
+                opts.asyncOp, {input});
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::reduce_scatter_tensor_coalesced(
@@ -160,7 +201,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::reduce_scatter_tensor_coalesced(
   for (size_t i = 0; i < inputs.size(); i++) {
     check_tensor(outputs[i], "reduce_scatter_tensor_coalesced");
     check_tensor(inputs[i], "reduce_scatter_tensor_coalesced");
-    steps.push_back(reduce_scatter_step(outputs[i], inputs[i], opts.reduceOp));
+    steps.push_back(reduce_scatter_step(outputs[i], run_input(inputs[i]), opts.reduceOp));
   }
   return submit("reduce_scatter_tensor_coalesced",
                 coalesced_op_types<c10d::OpType>::reduce_scatter_tensor,
@@ -216,12 +257,13 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::alltoall(std::vector<at::Tensor> &ou
   TORCH_CHECK((int)outputs.size() == size_ && (int)inputs.size() == size_,
               "weft: all_to_all takes ", size_, " inputs and outputs, got ", inputs.size(), " and ",
               outputs.size());
-  std::vector<at::Tensor> ins, outs;
+  std::vector<run_input> ins;
+  std::vector<at::Tensor> outs;
   for (int p = 0; p < size_; p++) {
     check_tensor(inputs[p], "all_to_all");
     check_tensor(outputs[p], "all_to_all");
     check_device(inputs[p], device_of(outputs[0]), "all_to_all");
-    ins.push_back(inputs[p].contiguous());
+    ins.emplace_back(inputs[p]);
     outs.push_back(outputs[p].is_contiguous()
                        ? outputs[p]
                        : at::empty_like(outputs[p], at::MemoryFormat::Contiguous));
@@ -231,8 +273,8 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::alltoall(std::vector<at::Tensor> &ou
     weftResult_t res = weftGroupStart();
     if (res != weftSuccess) return res;
     for (int p = 0; p < size_ && res == weftSuccess; p++) {
-      if (ins[p].nbytes() > 0)
-        res = weftSend(ins[p].data_ptr(), ins[p].nbytes(), weftUint8, p, comm_, stream_);
+      const at::Tensor &in = ins[p].get();
+      if (in.nbytes() > 0) res = weftSend(in.data_ptr(), in.nbytes(), weftUint8, p, comm_, stream_);
       if (res == weftSuccess && outs[p].nbytes() > 0)
         res = weftRecv(outs[p].data_ptr(), outs[p].nbytes(), weftUint8, p, comm_, stream_);
     }
@@ -286,31 +328,30 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::scatter(std::vector<at::Tensor> &out
   check_root(opts.rootRank, "scatter");
   int root = (int)opts.rootRank;
   bool is_root = rank_ == root;
-  at::Tensor stage;
+  run_input stage{at::Tensor()};
   if (is_root) {
     TORCH_CHECK(inputs.size() == 1, "weft: scatter takes one list of inputs on the root");
     check_list(inputs[0], out, "scatter");
-    std::vector<at::Tensor> flat;
-    for (auto &t : inputs[0]) flat.push_back(t.reshape({-1}));
-    stage = at::cat(flat);
+    stage = run_input(inputs[0], out, rank_);
   } else {
     TORCH_CHECK(inputs.empty() || inputs[0].empty(), "weft: scatter: only the root passes inputs");
   }
   op_step s = inplace_step(out, [this, stage, root](const at::Tensor &buf) {
     flat_buf b = bytes_of(buf);
-    return weftScatter(stage.defined() ? stage.data_ptr() : nullptr, b.ptr, b.count, b.dtype, root,
-                       comm_, stream_);
+    return weftScatter(stage.defined() ? stage.get().data_ptr() : nullptr, b.ptr, b.count, b.dtype,
+                       root, comm_, stream_);
   });
   return submit("scatter", c10d::OpType::SCATTER, {s}, {out}, opts.asyncOp,
                 is_root ? inputs[0] : std::vector<at::Tensor>{});
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::send(std::vector<at::Tensor> &tensors, int dst, int) {
-  at::Tensor t = single(tensors, "send").contiguous();
+  at::Tensor t = single(tensors, "send");
   check_peer(dst, "send");
+  run_input in{t};
   op_step s;
-  s.issue = [this, t, dst]() {
-    flat_buf b = bytes_of(t);
+  s.issue = [this, in, dst]() {
+    flat_buf b = bytes_of(in.get());
     return weftSend(b.ptr, b.count, b.dtype, dst, comm_, stream_);
   };
   return submit_p2p("send", c10d::OpType::SEND, s, {t});
@@ -446,11 +487,11 @@ op_step WeftBackend::allreduce_step(const at::Tensor &t, const ReduceOp &rop, co
   red_plan p = red_plan_of(rop, t.scalar_type(), opname);
   if (p.kind == red_plan::bitwise) {
     // gather every rank's bits, then fold them locally
-    at::Tensor in = t.contiguous();
-    at::Tensor all = at::empty({(int64_t)size_, in.numel()}, in.options());
+    run_input in{t};
+    at::Tensor all = at::empty({(int64_t)size_, t.numel()}, t.options());
     op_step s;
     s.issue = [this, in, all]() {
-      flat_buf b = bytes_of(in);
+      flat_buf b = bytes_of(in.get());
       return weftAllGather(b.ptr, all.data_ptr(), b.count, b.dtype, comm_, stream_);
     };
     auto bit = p.bit_op;
@@ -477,7 +518,7 @@ op_step WeftBackend::allreduce_step(const at::Tensor &t, const ReduceOp &rop, co
 }
 
 op_step WeftBackend::premul_step(const at::Tensor &t, const red_plan &p, const char *opname,
-                                 int64_t recvcount, at::Tensor in) {
+                                 int64_t recvcount, const run_input &in) {
   at::ScalarType st = t.scalar_type();
   at::ScalarType scalar_type = at::isComplexType(st) ? c10::toRealValueType(st) : st;
   // the factor rounded to the tensor's type, as weft multiplies by it; a
@@ -492,7 +533,9 @@ op_step WeftBackend::premul_step(const at::Tensor &t, const red_plan &p, const c
     elems_of(t, opname);
     op_step s;
     const double factor = scalar.to(at::kDouble).item<double>();
-    s.finish = [t, in, factor]() { t.copy_(at::mul(in.defined() ? in.view_as(t) : t, factor)); };
+    s.finish = [t, in, factor]() {
+      t.copy_(at::mul(in.defined() ? in.get().view_as(t) : t, factor));
+    };
     return s;
   }
   // weft looks the op up when the call runs, which inside a group is at
@@ -506,7 +549,7 @@ op_step WeftBackend::premul_step(const at::Tensor &t, const red_plan &p, const c
     if (res != weftSuccess) return res;
     *op = made;
     if (recvcount < 0) return weftAllReduce(b.ptr, b.ptr, b.count, b.dtype, made, comm_, stream_);
-    flat_buf src = elems_of(in, opname);
+    flat_buf src = elems_of(in.get(), opname);
     return weftReduceScatter(src.ptr, b.ptr, b.count, b.dtype, made, comm_, stream_);
   };
   op_step s = inplace_step(t, body);
@@ -549,20 +592,24 @@ op_step WeftBackend::allgather_base_step(at::Tensor &output, at::Tensor &input) 
   });
 }
 
-op_step WeftBackend::reduce_scatter_step(const at::Tensor &out, const at::Tensor &input,
+op_step WeftBackend::reduce_scatter_step(const at::Tensor &out, const run_input &in,
                                          const ReduceOp &rop) {
-  TORCH_CHECK(input.scalar_type() == out.scalar_type(),
+  TORCH_CHECK(in.like().scalar_type() == out.scalar_type(),
               "weft: reduce_scatter: input and output dtypes differ");
-  check_device(input, device_of(out), "reduce_scatter");
-  TORCH_CHECK(input.numel() == out.numel() * size_, "weft: reduce_scatter: the input has ",
-              input.numel(), " elements, expected ", size_, " x ", out.numel());
+  check_device(in.like(), device_of(out), "reduce_scatter");
+  TORCH_CHECK(in.numel() == out.numel() * size_, "weft: reduce_scatter: the input has ",
+              in.numel(), " elements, expected ", size_, " x ", out.numel());
   red_plan p = red_plan_of(rop, out.scalar_type(), "reduce_scatter");
-  if (p.kind == red_plan::premul)
-    return premul_step(out, p, "reduce_scatter", 0, input.contiguous());
+  if (p.kind == red_plan::premul) return premul_step(out, p, "reduce_scatter", 0, in);
   if (p.kind == red_plan::bitwise) {
-    // all-reduce a copy bitwise, keep this rank's block
-    at::Tensor whole = input.clone(at::MemoryFormat::Contiguous);
+    // all-reduce a copy bitwise (made when the operation runs), keep this
+    // rank's block
+    at::Tensor whole = at::empty({in.numel()}, out.options());
     op_step s = allreduce_step(whole, rop, "reduce_scatter");
+    s.issue = [issue = s.issue, whole, in]() {
+      in.copy_to(whole);
+      return issue();
+    };
     auto fin = s.finish;
     int64_t n = out.numel(), r = rank_;
     s.finish = [fin, whole, out, n, r]() {
@@ -572,7 +619,6 @@ op_step WeftBackend::reduce_scatter_step(const at::Tensor &out, const at::Tensor
     return s;
   }
   weftRedOp_t op = p.op;
-  run_input in{input};
   return inplace_step(out, [this, in, op](const at::Tensor &buf) {
     flat_buf src = elems_of(in.get(), "reduce_scatter");
     flat_buf b = elems_of(buf, "reduce_scatter");
