@@ -9,7 +9,10 @@
  * with several devices runs to hundreds of bytes); the blob carries a token
  * that ties the two together and names the connection's tags. The sender
  * connects an endpoint and sends its own address back, so that either end
- * can tell the other it failed, and learns when the other is gone. */
+ * can tell the other it failed, and learns when the other is gone. The
+ * receiver connects its endpoint after the barrier and then says hello over
+ * it; a rank's set-up ends only once every receiver of its send ends has
+ * (set-up order, below). */
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +113,7 @@ static weftResult_t ucx_conn_alloc(struct weft_conn *conn, int is_send, struct u
   uc->pc.ops = &ucx_net_ops;
   uc->pc.is_send = is_send;
   uc->pc.peer_rank = conn->peer_rank;
+  uc->peer_pid = conn->peer_pid;
   conn->priv = uc; /* from here on, close() undoes it all */
   WEFT_TRY(proxy_fifo_alloc(&uc->pc, conn->nslots, conn->slot_nbytes, conn->fifo_mem));
   ucp_mem_map_params_t mp = {
@@ -221,6 +225,92 @@ static weftResult_t ucx_conn_attach(struct ucx_conn *uc, const struct ucx_msg *m
   return weftSuccess;
 }
 
+/* --- set-up order -----------------------------------------------------------
+ * UCX 1.13 over TCP ends the process (tcp_ep.c "!(ep->flags &
+ * UCT_TCP_EP_FLAG_CTX_TYPE_TX)") when this worker makes an endpoint to a
+ * peer that had already connected to it and has died since: the new
+ * endpoint takes over the socket the peer opened, its connection request
+ * fails, the reconnection is refused at once (on one host), and UCX marks
+ * the endpoint for destruction before giving it out; the worker's next
+ * progress asserts. A receiver makes its endpoint after the barrier, its
+ * sender before it, so a sender that finished its set-up and died at once
+ * could meet a receiver still making its endpoint. Hence the order: each
+ * receiver says hello once its endpoint exists (ucx_conn_hello), and a
+ * rank's last UCX receive end of a bootstrap to attach waits, before its
+ * set-up returns, until every send end of that bootstrap has heard its
+ * receiver. No rank leaves its set-up while a peer may still make an
+ * endpoint to it; a peer that dies during the wait is an error of the
+ * set-up (its pid on this host, a failed endpoint, WEFT_TIMEOUT). */
+
+static struct ucx_conn *setup_ends; /* not yet attached (receivers) or heard (senders) */
+
+static void setup_track(struct ucx_conn *uc, const void *key) {
+  ucx_enter();
+  uc->setup_key = key;
+  uc->setup_next = setup_ends;
+  setup_ends = uc;
+  ucx_leave();
+}
+
+static void setup_untrack(struct ucx_conn *uc) {
+  ucx_enter();
+  for (struct ucx_conn **link = &setup_ends; *link != NULL; link = &(*link)->setup_next) {
+    if (*link == uc) {
+      *link = uc->setup_next;
+      break;
+    }
+  }
+  uc->setup_key = NULL;
+  uc->setup_next = NULL;
+  ucx_leave();
+}
+
+/* A send end of key still waiting for its receiver's hello, once no receive
+ * end of key is left to attach (NULL while one is, or when none waits). */
+static struct ucx_conn *setup_unheard_send(const void *key) {
+  struct ucx_conn *send = NULL;
+  ucx_enter();
+  for (struct ucx_conn *uc = setup_ends; uc != NULL; uc = uc->setup_next) {
+    if (uc->setup_key != key) continue;
+    if (!uc->pc.is_send) {
+      send = NULL;
+      break;
+    }
+    send = uc;
+  }
+  ucx_leave();
+  return send;
+}
+
+/* Waits until the receiver of the send end uc has said hello. */
+static weftResult_t setup_wait_hello(struct ucx_conn *uc) {
+  struct weft_wait w;
+  wait_begin(&w, wait_default_timeout_ns(), NULL, NULL, uc->peer_pid, uc->pc.peer_rank,
+             "hear from");
+  for (;;) {
+    if (__atomic_load_n(&uc->peer_heard, __ATOMIC_ACQUIRE)) return weftSuccess;
+    if (__atomic_load_n(&uc->pc.failed, __ATOMIC_ACQUIRE))
+      return weft_error_set(weftRemoteError,
+                            "rank %d failed or went away before its end of the connection was "
+                            "made",
+                            uc->pc.peer_rank);
+    weftResult_t res = wait_poll(&w);
+    if (res != weftInProgress) return res;
+  }
+}
+
+/* The last receive end of key attached: waits for every send end's hello. */
+static weftResult_t setup_wait_senders(const void *key) {
+  for (struct ucx_conn *uc; (uc = setup_unheard_send(key)) != NULL;) {
+    weftResult_t res = setup_wait_hello(uc);
+    setup_untrack(uc);
+    if (res != weftSuccess)
+      return ucx_error_peer(res, "waiting for the receiver's endpoint, connection to",
+                            uc->pc.peer_rank);
+  }
+  return weftSuccess;
+}
+
 static weftResult_t ucx_recv_setup(struct weft_conn *conn, struct conn_blob *blob_out) {
   struct ucx_conn *uc;
   weftResult_t res;
@@ -243,6 +333,7 @@ static weftResult_t ucx_recv_setup(struct weft_conn *conn, struct conn_blob *blo
   free(msg);
   if (res != weftSuccess) goto close_conn;
   memcpy(blob_out->data, &b, sizeof b);
+  setup_track(uc, conn->bs);
   ucx_note_local_peer(conn, uc);
   WEFT_INFO(LOG_NET, "ucx connection from rank %d: FIFO of %zu bytes registered",
             conn->peer_rank, uc->pc.fifo_nbytes);
@@ -272,6 +363,7 @@ static weftResult_t ucx_send_connect(struct weft_conn *conn, const struct conn_b
                 close_conn);
   WEFT_TRY_GOTO(ucx_proxy_add(uc), res, close_conn);
   free(msg);
+  setup_track(uc, conn->bs); /* until the receiver's hello (set-up order) */
   ucx_note_local_peer(conn, uc);
   WEFT_INFO(LOG_NET, "ucx connection to rank %d: endpoint created", conn->peer_rank);
   return weftSuccess;
@@ -293,7 +385,9 @@ static weftResult_t ucx_recv_connect(struct weft_conn *conn) {
   WEFT_TRY_GOTO(ucx_conn_attach(uc, msg, conn->peer_pid), res, close_conn);
   WEFT_TRY_GOTO(ucx_proxy_add(uc), res, close_conn);
   free(msg);
-  return weftSuccess;
+  ucx_conn_hello(uc);
+  setup_untrack(uc);
+  return setup_wait_senders(conn->bs);
 close_conn:
   free(msg);
   res = ucx_error_peer(res, "connecting from", conn->peer_rank);
@@ -336,6 +430,7 @@ static void ucx_ep_close(struct ucx_conn *uc) {
 static void ucx_close(struct weft_conn *conn) {
   struct ucx_conn *uc = conn->priv;
   if (uc == NULL) return;
+  setup_untrack(uc);
   if (uc->pc.proxy != NULL) {
     /* a sender waits until UCX has taken every filled slot (the endpoint's
      * flush then delivers them); credits play no part: the rank filled only

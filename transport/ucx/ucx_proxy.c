@@ -133,6 +133,7 @@ static int conn_credit_progress(struct ucx_conn *c) {
         return 1;
       }
       c->heard_ns = ucx.now_ns;
+      __atomic_store_n(&c->peer_heard, 1, __ATOMIC_RELEASE);
       if (c->credit_buf > c->credit_step) {
         c->credit_step = c->credit_buf;
         moved = 1;
@@ -287,6 +288,7 @@ static int conn_ctrl_progress(struct ucx_conn *c) {
     ucp_request_free(c->poison_req);
     c->poison_req = NULL;
     c->heard_ns = ucx.now_ns;
+    __atomic_store_n(&c->peer_heard, 1, __ATOMIC_RELEASE);
     if (conn_post_poison_recv(c) != 0) return 0; /* failed already */
   }
   return 0;
@@ -368,6 +370,12 @@ weftResult_t ucx_proxy_add(struct ucx_conn *conn) {
   if (res == weftSuccess) proxy_add_locked(&ucx_proxy, &conn->pc);
   ucx_unlock();
   return res;
+}
+
+void ucx_conn_hello(struct ucx_conn *conn) {
+  ucx_lock();
+  conn_send_ctrl(conn, UCX_CTRL_ALIVE);
+  ucx_unlock();
 }
 
 void ucx_proxy_remove(struct ucx_conn *conn) {

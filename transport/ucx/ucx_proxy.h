@@ -34,6 +34,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <ucp/api/ucp.h>
 
 #include "../../include/weft.h"
@@ -91,6 +92,10 @@ struct ucx_conn {
   uint64_t beat_ns;  /* when this end's next heartbeat is due */
   ucs_status_t ep_status; /* set by the endpoint's error callback */
   int peer_gone;          /* the peer failed, aborted or cannot be reached */
+  int peer_heard;         /* sender: a message from the receiver came (its hello) */
+  pid_t peer_pid;         /* the peer's process on this host, or 0 */
+  const void *setup_key;  /* while set up: the bootstrap the end belongs to */
+  struct ucx_conn *setup_next; /* among the ends still being set up (ucx_conn.c) */
   struct ucx_conn *retired_next; /* among the retired */
   void (*free_fn)(struct ucx_conn *);
 };
@@ -117,6 +122,11 @@ extern const struct proxy_net_ops ucx_net_ops;
 
 /* Hands conn to the proxy thread (started if none runs). Does not block. */
 weftResult_t ucx_proxy_add(struct ucx_conn *conn);
+
+/* Receiver, once its endpoint exists: tells the sender (a heartbeat that
+ * sets the sender's peer_heard), so that the sender's set-up can wait until
+ * this end needs nothing more of it. Does not block. */
+void ucx_conn_hello(struct ucx_conn *conn);
 
 /* Takes conn back: on return the proxy thread no longer touches it. */
 void ucx_proxy_remove(struct ucx_conn *conn);
