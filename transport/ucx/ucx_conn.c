@@ -10,9 +10,9 @@
  * that ties the two together and names the connection's tags. The sender
  * connects an endpoint and sends its own address back, so that either end
  * can tell the other it failed, and learns when the other is gone. The
- * receiver connects its endpoint after the barrier and then says hello over
- * it; a rank's set-up ends only once every receiver of its send ends has
- * (set-up order, below). */
+ * receiver connects its endpoint after the barrier; a rank's set-up then
+ * ends only once each of its connections is wired up at both ends (set-up
+ * order, below). */
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,7 +206,7 @@ static weftResult_t ucx_conn_attach(struct ucx_conn *uc, const struct ucx_msg *m
     ucx_leave();
     return res;
   }
-  if (uc->pc.is_send) uc->bulk_ep = bulk_ep;
+  uc->bulk_ep = bulk_ep; /* sends: sender only; either end flushes it at set-up */
   ucs_status_t st = ucp_ep_create(uc->worker, &ep_params, &uc->ep);
   if (st == UCS_ERR_UNREACHABLE) {
     /* UCX's shared-memory transports cannot report a dead peer: without it,
@@ -226,23 +226,29 @@ static weftResult_t ucx_conn_attach(struct ucx_conn *uc, const struct ucx_msg *m
 }
 
 /* --- set-up order -----------------------------------------------------------
- * UCX 1.13 over TCP ends the process (tcp_ep.c "!(ep->flags &
- * UCT_TCP_EP_FLAG_CTX_TYPE_TX)") when this worker makes an endpoint to a
- * peer that had already connected to it and has died since: the new
- * endpoint takes over the socket the peer opened, its connection request
- * fails, the reconnection is refused at once (on one host), and UCX marks
- * the endpoint for destruction before giving it out; the worker's next
- * progress asserts. A receiver makes its endpoint after the barrier, its
- * sender before it, so a sender that finished its set-up and died at once
- * could meet a receiver still making its endpoint. Hence the order: each
- * receiver says hello once its endpoint exists (ucx_conn_hello), and a
- * rank's last UCX receive end of a bootstrap to attach waits, before its
- * set-up returns, until every send end of that bootstrap has heard its
- * receiver. No rank leaves its set-up while a peer may still make an
- * endpoint to it; a peer that dies during the wait is an error of the
- * set-up (its pid on this host, a failed endpoint, WEFT_TIMEOUT). */
+ * UCX 1.13 over TCP ends the process on assertions (tcp_ep.c "!(ep->flags &
+ * UCT_TCP_EP_FLAG_CTX_TYPE_TX)", tcp_cm.c "conn_state == ...ACCEPTING") when
+ * a peer dies while the two workers' TCP connections are still being wired
+ * up: e.g. this worker makes an endpoint to a peer that had already
+ * connected to it and has died since (the new endpoint takes over the socket
+ * the peer opened, its connection request fails, the reconnection is refused
+ * at once on one host, and UCX marks the endpoint for destruction before it
+ * hands it out). A receiver makes its endpoint after the barrier, its sender
+ * before it, so without an order a sender could finish its set-up and die
+ * while its receiver was still making its endpoint. Hence:
+ *  1. each receive end, once attached, flushes its endpoints (their wire-up
+ *     is then complete) and tells its sender it is ready (UCX_CTRL_READY);
+ *  2. a rank's last receive end of a bootstrap to attach then waits, for
+ *     each send end of that bootstrap, for its receiver's ready, flushes the
+ *     send end's endpoints and tells the receiver it is ready in turn;
+ *  3. then for every receive end's ready from its sender.
+ * Step 1 waits for nobody's step 2 or 3, step 2 only for step 1s, so no rank
+ * waits for itself. When set-up returns anywhere, every connection of that
+ * rank is wired up at both ends and no peer will make an endpoint to it. A
+ * peer that dies during the waits is a set-up error (its pid on this host,
+ * a failed endpoint, WEFT_TIMEOUT). */
 
-static struct ucx_conn *setup_ends; /* not yet attached (receivers) or heard (senders) */
+static struct ucx_conn *setup_ends; /* ends whose set-up is not done yet */
 
 static void setup_track(struct ucx_conn *uc, const void *key) {
   ucx_enter();
@@ -265,48 +271,85 @@ static void setup_untrack(struct ucx_conn *uc) {
   ucx_leave();
 }
 
-/* A send end of key still waiting for its receiver's hello, once no receive
- * end of key is left to attach (NULL while one is, or when none waits). */
-static struct ucx_conn *setup_unheard_send(const void *key) {
-  struct ucx_conn *send = NULL;
+/* An end of key still tracked, of the kind asked for (a receive end: only
+ * an attached one). Sets *unattached when a receive end of key is not
+ * attached yet. */
+static struct ucx_conn *setup_find(const void *key, int is_send, int *unattached) {
+  struct ucx_conn *found = NULL;
+  *unattached = 0;
   ucx_enter();
   for (struct ucx_conn *uc = setup_ends; uc != NULL; uc = uc->setup_next) {
     if (uc->setup_key != key) continue;
-    if (!uc->pc.is_send) {
-      send = NULL;
-      break;
-    }
-    send = uc;
+    if (!uc->pc.is_send && uc->ep == NULL) *unattached = 1;
+    else if (uc->pc.is_send == is_send) found = uc;
   }
   ucx_leave();
-  return send;
+  return found;
 }
 
-/* Waits until the receiver of the send end uc has said hello. */
-static weftResult_t setup_wait_hello(struct ucx_conn *uc) {
+/* Waits until the peer of uc says it is ready, or its endpoint's request req
+ * (if not NULL) completes; then frees req. */
+static weftResult_t setup_wait(struct ucx_conn *uc, ucs_status_ptr_t req, const char *what) {
   struct weft_wait w;
-  wait_begin(&w, wait_default_timeout_ns(), NULL, NULL, uc->peer_pid, uc->pc.peer_rank,
-             "hear from");
-  for (;;) {
-    if (__atomic_load_n(&uc->peer_heard, __ATOMIC_ACQUIRE)) return weftSuccess;
-    if (__atomic_load_n(&uc->pc.failed, __ATOMIC_ACQUIRE))
-      return weft_error_set(weftRemoteError,
-                            "rank %d failed or went away before its end of the connection was "
-                            "made",
-                            uc->pc.peer_rank);
-    weftResult_t res = wait_poll(&w);
-    if (res != weftInProgress) return res;
+  wait_begin(&w, wait_default_timeout_ns(), NULL, NULL, uc->peer_pid, uc->pc.peer_rank, what);
+  weftResult_t res = weftInProgress;
+  ucs_status_t st = UCS_OK;
+  while (res == weftInProgress) {
+    if (req != NULL) {
+      ucx_worker_progress_once();
+      st = ucp_request_check_status(req);
+      if (st != UCS_INPROGRESS) break;
+    } else if (__atomic_load_n(&uc->peer_ready, __ATOMIC_ACQUIRE)) {
+      break;
+    }
+    if (__atomic_load_n(&uc->ep_status, __ATOMIC_ACQUIRE) != UCS_OK ||
+        __atomic_load_n(&uc->pc.failed, __ATOMIC_ACQUIRE))
+      res = weft_error_set(weftRemoteError, "rank %d failed or went away", uc->pc.peer_rank);
+    else
+      res = wait_poll(&w);
   }
+  if (req != NULL) {
+    ucx_enter();
+    ucp_request_free(req); /* released by UCX once done, if it is not */
+    ucx_leave();
+    if (res == weftInProgress && st != UCS_OK) return ucx_error(st, "flushing a UCX endpoint");
+  }
+  return res == weftInProgress ? weftSuccess : res;
 }
 
-/* The last receive end of key attached: waits for every send end's hello. */
-static weftResult_t setup_wait_senders(const void *key) {
-  for (struct ucx_conn *uc; (uc = setup_unheard_send(key)) != NULL;) {
-    weftResult_t res = setup_wait_hello(uc);
-    setup_untrack(uc);
-    if (res != weftSuccess)
-      return ucx_error_peer(res, "waiting for the receiver's endpoint, connection to",
-                            uc->pc.peer_rank);
+/* Completes the wire-up of ep (an endpoint of uc): flushes it and waits. */
+static weftResult_t setup_flush(struct ucx_conn *uc, ucp_ep_h ep) {
+  ucp_request_param_t param = {.op_attr_mask = 0};
+  ucx_enter();
+  ucs_status_ptr_t req = ucp_ep_flush_nbx(ep, &param);
+  ucx_leave();
+  if (UCS_PTR_IS_ERR(req)) return ucx_error(UCS_PTR_STATUS(req), "flushing a UCX endpoint");
+  return req == NULL ? weftSuccess : setup_wait(uc, req, "connect to");
+}
+
+/* Step 1 (or the send end's half of step 2): flushes uc's endpoints, then
+ * tells the peer that this end is ready. */
+static weftResult_t setup_end_ready(struct ucx_conn *uc) {
+  if (uc->bulk_ep != NULL) WEFT_TRY(setup_flush(uc, uc->bulk_ep));
+  WEFT_TRY(setup_flush(uc, uc->ep));
+  ucx_conn_ready(uc);
+  return weftSuccess;
+}
+
+/* Steps 2 and 3 for key, once its last receive end has attached. */
+static weftResult_t setup_finish(const void *key) {
+  int unattached;
+  for (int is_send = 1; is_send >= 0; is_send--) {
+    for (struct ucx_conn *uc; (uc = setup_find(key, is_send, &unattached)) != NULL;) {
+      if (unattached) return weftSuccess; /* the last receive end to attach finishes */
+      weftResult_t res = setup_wait(uc, NULL, "hear set-up done from");
+      if (res == weftSuccess && is_send) res = setup_end_ready(uc);
+      setup_untrack(uc);
+      if (res != weftSuccess)
+        return ucx_error_peer(res, is_send ? "finishing the set-up of the connection to"
+                                           : "finishing the set-up of the connection from",
+                              uc->pc.peer_rank);
+    }
   }
   return weftSuccess;
 }
@@ -363,7 +406,7 @@ static weftResult_t ucx_send_connect(struct weft_conn *conn, const struct conn_b
                 close_conn);
   WEFT_TRY_GOTO(ucx_proxy_add(uc), res, close_conn);
   free(msg);
-  setup_track(uc, conn->bs); /* until the receiver's hello (set-up order) */
+  setup_track(uc, conn->bs); /* until set-up is done at both ends (set-up order) */
   ucx_note_local_peer(conn, uc);
   WEFT_INFO(LOG_NET, "ucx connection to rank %d: endpoint created", conn->peer_rank);
   return weftSuccess;
@@ -384,10 +427,9 @@ static weftResult_t ucx_recv_connect(struct weft_conn *conn) {
                 close_conn);
   WEFT_TRY_GOTO(ucx_conn_attach(uc, msg, conn->peer_pid), res, close_conn);
   WEFT_TRY_GOTO(ucx_proxy_add(uc), res, close_conn);
+  WEFT_TRY_GOTO(setup_end_ready(uc), res, close_conn);
   free(msg);
-  ucx_conn_hello(uc);
-  setup_untrack(uc);
-  return setup_wait_senders(conn->bs);
+  return setup_finish(conn->bs);
 close_conn:
   free(msg);
   res = ucx_error_peer(res, "connecting from", conn->peer_rank);

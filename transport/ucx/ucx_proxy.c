@@ -133,7 +133,6 @@ static int conn_credit_progress(struct ucx_conn *c) {
         return 1;
       }
       c->heard_ns = ucx.now_ns;
-      __atomic_store_n(&c->peer_heard, 1, __ATOMIC_RELEASE);
       if (c->credit_buf > c->credit_step) {
         c->credit_step = c->credit_buf;
         moved = 1;
@@ -284,11 +283,12 @@ static int conn_ctrl_progress(struct ucx_conn *c) {
   while (ucp_request_check_status(c->poison_req) != UCS_INPROGRESS) {
     ucp_tag_recv_info_t info;
     ucs_status_t st = ucp_tag_recv_request_test(c->poison_req, &info);
-    if (st != UCS_OK || (uint32_t)info.sender_tag != UCX_CTRL_ALIVE) return 1;
+    uint32_t word = (uint32_t)info.sender_tag;
+    if (st != UCS_OK || (word != UCX_CTRL_ALIVE && word != UCX_CTRL_READY)) return 1;
     ucp_request_free(c->poison_req);
     c->poison_req = NULL;
     c->heard_ns = ucx.now_ns;
-    __atomic_store_n(&c->peer_heard, 1, __ATOMIC_RELEASE);
+    if (word == UCX_CTRL_READY) __atomic_store_n(&c->peer_ready, 1, __ATOMIC_RELEASE);
     if (conn_post_poison_recv(c) != 0) return 0; /* failed already */
   }
   return 0;
@@ -372,9 +372,9 @@ weftResult_t ucx_proxy_add(struct ucx_conn *conn) {
   return res;
 }
 
-void ucx_conn_hello(struct ucx_conn *conn) {
+void ucx_conn_ready(struct ucx_conn *conn) {
   ucx_lock();
-  conn_send_ctrl(conn, UCX_CTRL_ALIVE);
+  conn_send_ctrl(conn, UCX_CTRL_READY);
   ucx_unlock();
 }
 
