@@ -11,8 +11,7 @@
  * connects an endpoint and sends its own address back, so that either end
  * can tell the other it failed, and learns when the other is gone. The
  * receiver connects its endpoint after the barrier; a rank's set-up then
- * ends only once each of its connections is wired up at both ends (set-up
- * order, below). */
+ * ends only once its connections are wired up (set-up order, below). */
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,16 +236,17 @@ static weftResult_t ucx_conn_attach(struct ucx_conn *uc, const struct ucx_msg *m
  * before it, so without an order a sender could finish its set-up and die
  * while its receiver was still making its endpoint. Hence:
  *  1. each receive end, once attached, flushes its endpoints (their wire-up
- *     is then complete) and tells its sender it is ready (UCX_CTRL_READY);
+ *     is then complete: the sender has taken in its connection requests)
+ *     and tells its sender so (UCX_CTRL_READY);
  *  2. a rank's last receive end of a bootstrap to attach then waits, for
- *     each send end of that bootstrap, for its receiver's ready, flushes the
- *     send end's endpoints and tells the receiver it is ready in turn;
- *  3. then for every receive end's ready from its sender.
- * Step 1 waits for nobody's step 2 or 3, step 2 only for step 1s, so no rank
- * waits for itself. When set-up returns anywhere, every connection of that
- * rank is wired up at both ends and no peer will make an endpoint to it. A
- * peer that dies during the waits is a set-up error (its pid on this host,
- * a failed endpoint, WEFT_TIMEOUT). */
+ *     each send end of that bootstrap, for its receiver's ready and flushes
+ *     the send end's endpoints (the receiver has taken in their requests).
+ * Step 1 waits for no rank's step 2, so no rank waits for itself. When
+ * set-up returns, no peer will make an endpoint to this rank and each peer
+ * has taken in every connection request this rank sent it. A peer that dies
+ * during the waits is a set-up error (its pid on this host, a failed
+ * endpoint, WEFT_TIMEOUT). A rank without a UCX receive end (its receive
+ * ends use shared memory, or point-to-point sends only) skips step 2. */
 
 static struct ucx_conn *setup_ends; /* ends whose set-up is not done yet */
 
@@ -271,20 +271,21 @@ static void setup_untrack(struct ucx_conn *uc) {
   ucx_leave();
 }
 
-/* An end of key still tracked, of the kind asked for (a receive end: only
- * an attached one). Sets *unattached when a receive end of key is not
- * attached yet. */
-static struct ucx_conn *setup_find(const void *key, int is_send, int *unattached) {
-  struct ucx_conn *found = NULL;
-  *unattached = 0;
+/* A send end of key still tracked, once no receive end of key is left to
+ * attach (NULL while one is, or when none is tracked). */
+static struct ucx_conn *setup_send_end(const void *key) {
+  struct ucx_conn *send = NULL;
   ucx_enter();
   for (struct ucx_conn *uc = setup_ends; uc != NULL; uc = uc->setup_next) {
     if (uc->setup_key != key) continue;
-    if (!uc->pc.is_send && uc->ep == NULL) *unattached = 1;
-    else if (uc->pc.is_send == is_send) found = uc;
+    if (!uc->pc.is_send) {
+      send = NULL;
+      break;
+    }
+    send = uc;
   }
   ucx_leave();
-  return found;
+  return send;
 }
 
 /* Waits until the peer of uc says it is ready, or its endpoint's request req
@@ -327,29 +328,20 @@ static weftResult_t setup_flush(struct ucx_conn *uc, ucp_ep_h ep) {
   return req == NULL ? weftSuccess : setup_wait(uc, req, "connect to");
 }
 
-/* Step 1 (or the send end's half of step 2): flushes uc's endpoints, then
- * tells the peer that this end is ready. */
-static weftResult_t setup_end_ready(struct ucx_conn *uc) {
+/* Completes the wire-up of uc's endpoints (flushes them). */
+static weftResult_t setup_flush_ends(struct ucx_conn *uc) {
   if (uc->bulk_ep != NULL) WEFT_TRY(setup_flush(uc, uc->bulk_ep));
-  WEFT_TRY(setup_flush(uc, uc->ep));
-  ucx_conn_ready(uc);
-  return weftSuccess;
+  return setup_flush(uc, uc->ep);
 }
 
-/* Steps 2 and 3 for key, once its last receive end has attached. */
+/* Step 2 for key, once its last receive end has attached. */
 static weftResult_t setup_finish(const void *key) {
-  int unattached;
-  for (int is_send = 1; is_send >= 0; is_send--) {
-    for (struct ucx_conn *uc; (uc = setup_find(key, is_send, &unattached)) != NULL;) {
-      if (unattached) return weftSuccess; /* the last receive end to attach finishes */
-      weftResult_t res = setup_wait(uc, NULL, "hear set-up done from");
-      if (res == weftSuccess && is_send) res = setup_end_ready(uc);
-      setup_untrack(uc);
-      if (res != weftSuccess)
-        return ucx_error_peer(res, is_send ? "finishing the set-up of the connection to"
-                                           : "finishing the set-up of the connection from",
-                              uc->pc.peer_rank);
-    }
+  for (struct ucx_conn *uc; (uc = setup_send_end(key)) != NULL;) {
+    weftResult_t res = setup_wait(uc, NULL, "hear set-up done from");
+    if (res == weftSuccess) res = setup_flush_ends(uc);
+    setup_untrack(uc);
+    if (res != weftSuccess)
+      return ucx_error_peer(res, "finishing the set-up of the connection to", uc->pc.peer_rank);
   }
   return weftSuccess;
 }
@@ -406,7 +398,7 @@ static weftResult_t ucx_send_connect(struct weft_conn *conn, const struct conn_b
                 close_conn);
   WEFT_TRY_GOTO(ucx_proxy_add(uc), res, close_conn);
   free(msg);
-  setup_track(uc, conn->bs); /* until set-up is done at both ends (set-up order) */
+  setup_track(uc, conn->bs); /* until set-up order's step 2 */
   ucx_note_local_peer(conn, uc);
   WEFT_INFO(LOG_NET, "ucx connection to rank %d: endpoint created", conn->peer_rank);
   return weftSuccess;
@@ -427,7 +419,9 @@ static weftResult_t ucx_recv_connect(struct weft_conn *conn) {
                 close_conn);
   WEFT_TRY_GOTO(ucx_conn_attach(uc, msg, conn->peer_pid), res, close_conn);
   WEFT_TRY_GOTO(ucx_proxy_add(uc), res, close_conn);
-  WEFT_TRY_GOTO(setup_end_ready(uc), res, close_conn);
+  WEFT_TRY_GOTO(setup_flush_ends(uc), res, close_conn); /* step 1 */
+  ucx_conn_ready(uc);
+  setup_untrack(uc);
   free(msg);
   return setup_finish(conn->bs);
 close_conn:
