@@ -205,7 +205,7 @@ static weftResult_t ucx_conn_attach(struct ucx_conn *uc, const struct ucx_msg *m
     ucx_leave();
     return res;
   }
-  uc->bulk_ep = bulk_ep; /* sends: sender only; either end flushes it at set-up */
+  uc->bulk_ep = bulk_ep; /* sends: sender only; the receiver flushes it at set-up */
   ucs_status_t st = ucp_ep_create(uc->worker, &ep_params, &uc->ep);
   if (st == UCS_ERR_UNREACHABLE) {
     /* UCX's shared-memory transports cannot report a dead peer: without it,
@@ -240,7 +240,9 @@ static weftResult_t ucx_conn_attach(struct ucx_conn *uc, const struct ucx_msg *m
  *     and tells its sender so (UCX_CTRL_READY);
  *  2. a rank's last receive end of a bootstrap to attach then waits, for
  *     each send end of that bootstrap, for its receiver's ready and flushes
- *     the send end's endpoints (the receiver has taken in their requests).
+ *     the send end's endpoint (the receiver has taken in its requests; not
+ *     the bulk endpoint, whose flush UCX logs as an error when the receiver,
+ *     done with its set-up, has left).
  * Step 1 waits for no rank's step 2, so no rank waits for itself. When
  * set-up returns, no peer will make an endpoint to this rank and each peer
  * has taken in every connection request this rank sent it. A peer that dies
@@ -331,9 +333,7 @@ static void setup_flush(struct ucx_conn *uc, ucp_ep_h ep) {
 static weftResult_t setup_finish(const void *key) {
   for (struct ucx_conn *uc; (uc = setup_send_end(key)) != NULL;) {
     weftResult_t res = setup_wait(uc, NULL, "hear set-up done from");
-    /* not the bulk endpoint: without peer failure handling UCX logs an
-     * error for a flush that a receiver done with its set-up leaves behind */
-    if (res == weftSuccess) setup_flush(uc, uc->ep);
+    if (res == weftSuccess) setup_flush(uc, uc->ep); /* not the bulk one (above) */
     setup_untrack(uc);
     if (res != weftSuccess)
       return ucx_error_peer(res, "finishing the set-up of the connection to", uc->pc.peer_rank);
