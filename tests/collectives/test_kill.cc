@@ -284,8 +284,8 @@ void run_trial(const Trial &t, Outcome *out) {
 }
 
 // WEFT_KILL_TRANSPORT (shm, socket, ucx), WEFT_KILL_PHASE (a phase's name)
-// and WEFT_KILL_NRANKS keep only the trials of that shape (the draws stay
-// those of the seed, so a trial's seed still repeats it).
+// and WEFT_KILL_NRANKS keep only the trials of that shape; the draws stay
+// the run seed's, so the same WEFT_KILL_SEED and shape repeat the same trials.
 bool shape_wanted(const Trial &t) {
   const char *transport = getenv("WEFT_KILL_TRANSPORT");
   const char *phase = getenv("WEFT_KILL_PHASE");
