@@ -9,7 +9,9 @@
  * with several devices runs to hundreds of bytes); the blob carries a token
  * that ties the two together and names the connection's tags. The sender
  * connects an endpoint and sends its own address back, so that either end
- * can tell the other it failed, and learns when the other is gone. */
+ * can tell the other it failed, and learns when the other is gone. The
+ * receiver connects its endpoint after the barrier; a rank's set-up then
+ * ends only once its connections are wired up (set-up order, below). */
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +112,7 @@ static weftResult_t ucx_conn_alloc(struct weft_conn *conn, int is_send, struct u
   uc->pc.ops = &ucx_net_ops;
   uc->pc.is_send = is_send;
   uc->pc.peer_rank = conn->peer_rank;
+  uc->peer_pid = conn->peer_pid;
   conn->priv = uc; /* from here on, close() undoes it all */
   WEFT_TRY(proxy_fifo_alloc(&uc->pc, conn->nslots, conn->slot_nbytes, conn->fifo_mem));
   ucp_mem_map_params_t mp = {
@@ -202,7 +205,7 @@ static weftResult_t ucx_conn_attach(struct ucx_conn *uc, const struct ucx_msg *m
     ucx_leave();
     return res;
   }
-  if (uc->pc.is_send) uc->bulk_ep = bulk_ep;
+  uc->bulk_ep = bulk_ep; /* sends: sender only; the receiver flushes it at set-up */
   ucs_status_t st = ucp_ep_create(uc->worker, &ep_params, &uc->ep);
   if (st == UCS_ERR_UNREACHABLE) {
     /* UCX's shared-memory transports cannot report a dead peer: without it,
@@ -217,6 +220,123 @@ static weftResult_t ucx_conn_attach(struct ucx_conn *uc, const struct ucx_msg *m
   if (st != UCS_OK) {
     uc->ep = NULL;
     return ucx_error(st, "creating a UCX endpoint");
+  }
+  return weftSuccess;
+}
+
+/* --- set-up order -----------------------------------------------------------
+ * UCX 1.13 over TCP ends the process on assertions (tcp_ep.c "!(ep->flags &
+ * UCT_TCP_EP_FLAG_CTX_TYPE_TX)", tcp_cm.c "conn_state == ...ACCEPTING") when
+ * a peer dies while the two workers' TCP connections are still being wired
+ * up: e.g. this worker makes an endpoint to a peer that had already
+ * connected to it and has died since (the new endpoint takes over the socket
+ * the peer opened, its connection request fails, the reconnection is refused
+ * at once on one host, and UCX marks the endpoint for destruction before it
+ * hands it out). A receiver makes its endpoint after the barrier, its sender
+ * before it, so without an order a sender could finish its set-up and die
+ * while its receiver was still making its endpoint. Hence:
+ *  1. each receive end, once attached, flushes its endpoints (their wire-up
+ *     is then complete: the sender has taken in its connection requests)
+ *     and tells its sender so (UCX_CTRL_READY);
+ *  2. a rank's last receive end of a bootstrap to attach then waits, for
+ *     each send end of that bootstrap, for its receiver's ready and flushes
+ *     the send end's endpoint (the receiver has taken in its requests; not
+ *     the bulk endpoint, whose flush UCX logs as an error when the receiver,
+ *     done with its set-up, has left).
+ * Step 1 waits for no rank's step 2, so no rank waits for itself. When
+ * set-up returns, no peer will make an endpoint to this rank and each peer
+ * has taken in every connection request this rank sent it. A peer that dies
+ * during the waits is a set-up error (its pid on this host, a failed
+ * endpoint, WEFT_TIMEOUT). A rank without a UCX receive end (its receive
+ * ends use shared memory, or point-to-point sends only) skips step 2. */
+
+static struct ucx_conn *setup_ends; /* ends whose set-up is not done yet */
+
+static void setup_track(struct ucx_conn *uc, const void *key) {
+  ucx_enter();
+  uc->setup_key = key;
+  uc->setup_next = setup_ends;
+  setup_ends = uc;
+  ucx_leave();
+}
+
+static void setup_untrack(struct ucx_conn *uc) {
+  ucx_enter();
+  for (struct ucx_conn **link = &setup_ends; *link != NULL; link = &(*link)->setup_next) {
+    if (*link == uc) {
+      *link = uc->setup_next;
+      break;
+    }
+  }
+  uc->setup_key = NULL;
+  uc->setup_next = NULL;
+  ucx_leave();
+}
+
+/* A send end of key still tracked, once no receive end of key is left to
+ * attach (NULL while one is, or when none is tracked). */
+static struct ucx_conn *setup_send_end(const void *key) {
+  struct ucx_conn *send = NULL;
+  ucx_enter();
+  for (struct ucx_conn *uc = setup_ends; uc != NULL; uc = uc->setup_next) {
+    if (uc->setup_key != key) continue;
+    if (!uc->pc.is_send) {
+      send = NULL;
+      break;
+    }
+    send = uc;
+  }
+  ucx_leave();
+  return send;
+}
+
+/* Waits until the peer of uc says it is ready (req NULL), or until the
+ * endpoint request req completes. A peer that fails first (its endpoint, its
+ * pid, WEFT_TIMEOUT) ends the wait with an error. */
+static weftResult_t setup_wait(struct ucx_conn *uc, ucs_status_ptr_t req, const char *what) {
+  struct weft_wait w;
+  wait_begin(&w, wait_default_timeout_ns(), NULL, NULL, uc->peer_pid, uc->pc.peer_rank, what);
+  for (;;) {
+    if (req != NULL) {
+      ucx_worker_progress_once();
+      if (ucp_request_check_status(req) != UCS_INPROGRESS) return weftSuccess;
+    } else if (__atomic_load_n(&uc->peer_ready, __ATOMIC_ACQUIRE)) {
+      return weftSuccess;
+    }
+    if (__atomic_load_n(&uc->ep_status, __ATOMIC_ACQUIRE) != UCS_OK ||
+        __atomic_load_n(&uc->pc.failed, __ATOMIC_ACQUIRE))
+      return weft_error_set(weftRemoteError, "rank %d failed or went away", uc->pc.peer_rank);
+    weftResult_t res = wait_poll(&w);
+    if (res != weftInProgress) return res;
+  }
+}
+
+/* Completes the wire-up of ep (an endpoint of uc): flushes it and waits.
+ * Never fails the set-up: a peer that finished its own set-up may leave at
+ * once (a flush then ends in an error), and one that failed has poisoned
+ * the connection, which its first use reports. */
+static void setup_flush(struct ucx_conn *uc, ucp_ep_h ep) {
+  ucp_request_param_t param = {.op_attr_mask = 0};
+  ucx_enter();
+  ucs_status_ptr_t req = ucp_ep_flush_nbx(ep, &param);
+  ucx_leave();
+  if (!UCS_PTR_IS_PTR(req)) return;
+  if (setup_wait(uc, req, "connect to") != weftSuccess)
+    WEFT_INFO(LOG_NET, "ucx connection %s rank %d: endpoint not flushed: %s",
+              uc->pc.is_send ? "to" : "from", uc->pc.peer_rank, weft_error_text());
+  ucx_enter();
+  ucp_request_free(req); /* released by UCX once done, if it is not */
+  ucx_leave();
+}
+
+/* Step 2 for key, once its last receive end has attached. */
+static weftResult_t setup_finish(const void *key) {
+  for (struct ucx_conn *uc; (uc = setup_send_end(key)) != NULL;) {
+    weftResult_t res = setup_wait(uc, NULL, "hear set-up done from");
+    if (res == weftSuccess) setup_flush(uc, uc->ep); /* not the bulk one (above) */
+    setup_untrack(uc);
+    if (res != weftSuccess)
+      return ucx_error_peer(res, "finishing the set-up of the connection to", uc->pc.peer_rank);
   }
   return weftSuccess;
 }
@@ -243,6 +363,7 @@ static weftResult_t ucx_recv_setup(struct weft_conn *conn, struct conn_blob *blo
   free(msg);
   if (res != weftSuccess) goto close_conn;
   memcpy(blob_out->data, &b, sizeof b);
+  setup_track(uc, conn->bs);
   ucx_note_local_peer(conn, uc);
   WEFT_INFO(LOG_NET, "ucx connection from rank %d: FIFO of %zu bytes registered",
             conn->peer_rank, uc->pc.fifo_nbytes);
@@ -272,6 +393,7 @@ static weftResult_t ucx_send_connect(struct weft_conn *conn, const struct conn_b
                 close_conn);
   WEFT_TRY_GOTO(ucx_proxy_add(uc), res, close_conn);
   free(msg);
+  setup_track(uc, conn->bs); /* until set-up order's step 2 */
   ucx_note_local_peer(conn, uc);
   WEFT_INFO(LOG_NET, "ucx connection to rank %d: endpoint created", conn->peer_rank);
   return weftSuccess;
@@ -292,8 +414,12 @@ static weftResult_t ucx_recv_connect(struct weft_conn *conn) {
                 close_conn);
   WEFT_TRY_GOTO(ucx_conn_attach(uc, msg, conn->peer_pid), res, close_conn);
   WEFT_TRY_GOTO(ucx_proxy_add(uc), res, close_conn);
+  setup_flush(uc, uc->bulk_ep); /* step 1 */
+  setup_flush(uc, uc->ep);
+  ucx_conn_ready(uc);
+  setup_untrack(uc);
   free(msg);
-  return weftSuccess;
+  return setup_finish(conn->bs);
 close_conn:
   free(msg);
   res = ucx_error_peer(res, "connecting from", conn->peer_rank);
@@ -336,6 +462,7 @@ static void ucx_ep_close(struct ucx_conn *uc) {
 static void ucx_close(struct weft_conn *conn) {
   struct ucx_conn *uc = conn->priv;
   if (uc == NULL) return;
+  setup_untrack(uc);
   if (uc->pc.proxy != NULL) {
     /* a sender waits until UCX has taken every filled slot (the endpoint's
      * flush then delivers them); credits play no part: the rank filled only

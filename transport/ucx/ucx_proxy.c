@@ -283,10 +283,12 @@ static int conn_ctrl_progress(struct ucx_conn *c) {
   while (ucp_request_check_status(c->poison_req) != UCS_INPROGRESS) {
     ucp_tag_recv_info_t info;
     ucs_status_t st = ucp_tag_recv_request_test(c->poison_req, &info);
-    if (st != UCS_OK || (uint32_t)info.sender_tag != UCX_CTRL_ALIVE) return 1;
+    uint32_t word = (uint32_t)info.sender_tag;
+    if (st != UCS_OK || (word != UCX_CTRL_ALIVE && word != UCX_CTRL_READY)) return 1;
     ucp_request_free(c->poison_req);
     c->poison_req = NULL;
     c->heard_ns = ucx.now_ns;
+    if (word == UCX_CTRL_READY) __atomic_store_n(&c->peer_ready, 1, __ATOMIC_RELEASE);
     if (conn_post_poison_recv(c) != 0) return 0; /* failed already */
   }
   return 0;
@@ -368,6 +370,12 @@ weftResult_t ucx_proxy_add(struct ucx_conn *conn) {
   if (res == weftSuccess) proxy_add_locked(&ucx_proxy, &conn->pc);
   ucx_unlock();
   return res;
+}
+
+void ucx_conn_ready(struct ucx_conn *conn) {
+  ucx_lock();
+  conn_send_ctrl(conn, UCX_CTRL_READY);
+  ucx_unlock();
 }
 
 void ucx_proxy_remove(struct ucx_conn *conn) {

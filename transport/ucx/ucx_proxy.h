@@ -34,6 +34,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <ucp/api/ucp.h>
 
 #include "../../include/weft.h"
@@ -60,7 +61,7 @@ enum {
   UCX_TAG_CREDIT = 3, /* receiver to sender: its head */
 };
 /* What a POISON_TO_* tag carries in place of the used word. */
-enum { UCX_CTRL_POISON = 0, UCX_CTRL_ALIVE = 1 };
+enum { UCX_CTRL_POISON = 0, UCX_CTRL_ALIVE = 1, UCX_CTRL_READY = 2 /* set-up done (ucx_conn.c) */ };
 
 static inline uint64_t ucx_tag(uint64_t token, unsigned kind, uint32_t used) {
   return token << UCX_TAG_TOKEN_SHIFT | (uint64_t)kind << UCX_TAG_KIND_SHIFT | used;
@@ -76,7 +77,7 @@ struct ucx_conn {
   int oversubscribed_hold; /* taken for a peer on this host (wait_oversubscribed_hold) */
   ucp_mem_h memh;     /* the local FIFO's registration */
   ucp_ep_h ep;        /* to the peer: data (sender), poison (either) */
-  ucp_ep_h bulk_ep;   /* sender: bulk transfers (ucx_bulk_ep: the worker's, not this end's) */
+  ucp_ep_h bulk_ep;   /* to the peer's worker (ucx_bulk_ep: shared); sends: sender only */
   /* owned by the proxy once registered */
   uint64_t posted_step; /* sender: slots sent; receiver: receives posted */
   uint64_t done_step;   /* sender: sends done with the slot; receiver: slots arrived */
@@ -91,6 +92,10 @@ struct ucx_conn {
   uint64_t beat_ns;  /* when this end's next heartbeat is due */
   ucs_status_t ep_status; /* set by the endpoint's error callback */
   int peer_gone;          /* the peer failed, aborted or cannot be reached */
+  int peer_ready;         /* the peer's UCX_CTRL_READY came (set-up order, ucx_conn.c) */
+  pid_t peer_pid;         /* the peer's process on this host, or 0 */
+  const void *setup_key;  /* while set up: the bootstrap the end belongs to */
+  struct ucx_conn *setup_next; /* among the ends still being set up (ucx_conn.c) */
   struct ucx_conn *retired_next; /* among the retired */
   void (*free_fn)(struct ucx_conn *);
 };
@@ -117,6 +122,10 @@ extern const struct proxy_net_ops ucx_net_ops;
 
 /* Hands conn to the proxy thread (started if none runs). Does not block. */
 weftResult_t ucx_proxy_add(struct ucx_conn *conn);
+
+/* Tells the peer that this end's set-up is done (UCX_CTRL_READY: a
+ * heartbeat that also sets the peer end's peer_ready). Does not block. */
+void ucx_conn_ready(struct ucx_conn *conn);
 
 /* Takes conn back: on return the proxy thread no longer touches it. */
 void ucx_proxy_remove(struct ucx_conn *conn);
