@@ -160,10 +160,12 @@ weftResult_t weftZeroGatherEvent(weftZero_t zero, int layer, weftEvent_t *event_
  * gathered buffers, and a gather of a layer it holds takes it again (the
  * smallest idle one that fits) instead of allocating: after the first step
  * a trainer's gathers allocate nothing (weftZeroMemory_t gatheredAllocs).
- * Safe for any caller: it waits for the layer's gather if it is still in
- * flight and, in a device context, for all work on the device (a caller's
- * kernels on any stream may still read the layer; the cudaFree this
- * replaced waited as much). Other stages: nothing. Blocks. */
+ * It waits for the layer's gather if it is still in flight and, in a
+ * device context, for all work on the device (a caller's kernels on any
+ * stream may still read the layer; the cudaFree this replaced waited as
+ * much). In a host context it does not wait for weft calls the caller
+ * queued on host streams that read the layer: finish them first, or use
+ * weftZeroReleaseOn on their stream. Other stages: nothing. Blocks. */
 weftResult_t weftZeroRelease(weftZero_t zero, int layer);
 /* Stage 3: weftZeroRelease ordered on a stream, without blocking: the work
  * queued on stream so far (and the layer's gather) is the last use of its

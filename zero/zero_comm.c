@@ -128,9 +128,18 @@ static weftResult_t zero_gather_one(struct weftZero *z, int layer, weftStream_t 
   l->gather_state = ZERO_GATHERING;
   l->gather_stream = stream;
   const void *shard = (char *)z->params_shard + l->shard_offset * z->param_size;
-  WEFT_TRY(zero_weft(
+  weftResult_t res = zero_weft(
       z, weftAllGather(shard, l->gathered, l->shard, z->cfg.paramType, z->comm, stream),
-      "all-gathering a layer's parameters"));
+      "all-gathering a layer's parameters");
+  if (res != weftSuccess) {
+    /* refused, or over (the NULL stream): nothing writes the buffer now.
+     * Held, the layer would hand out what the buffer had before (another
+     * layer's parameters) and a second gather would not run */
+    (void)zero_pool_give(z, &z->gather_pool, l->gathered, NULL, 0);
+    l->gathered = NULL;
+    l->gather_state = ZERO_RELEASED;
+    return res;
+  }
   return z->ops->event_record(l->gather_ev, stream);
 }
 

@@ -617,4 +617,46 @@ TEST(ZeroErrors, MisuseIsRefused) {
   for (int s : status) EXPECT_EQ(s, 0);
 }
 
+
+// A stage 3 gather that weft refuses (a stream that is not weft's) leaves
+// the layer released, its pool buffer idle: weftZeroParam refuses it, and a
+// second gather writes the layer's own values into the buffer instead of
+// handing out what the buffer held before (another layer's parameters).
+TEST(ZeroErrors, RefusedGatherLeavesTheLayerReleased) {
+  auto status = run_ranks(1, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (int rc = init(ctx, &comm)) return rc;
+    weftZeroConfig_t cfg;
+    weftZeroConfigDefaults(&cfg);
+    cfg.stage = 3;
+    cfg.prefetchLayers = 0;
+    weftZero_t z;
+    std::vector<int> ids;
+    std::vector<float> vals;
+    if (int rc = make_ctx(ctx, comm, cfg, {{77}, {77}}, &z, &ids, &vals)) return rc;
+    void *p;
+    if (weftZeroGather(z, 0, nullptr, nullptr) != weftSuccess ||
+        weftZeroRelease(z, 0) != weftSuccess)
+      return rank_fail(ctx, "layer 0: %s", weftZeroLastError());
+    int not_a_stream = 0;
+    if (weftZeroGather(z, 1, (weftStream_t)&not_a_stream, nullptr) != weftInvalidArgument)
+      return rank_fail(ctx, "a gather on a bad stream: %s", weftZeroLastError());
+    if (weftZeroParam(z, ids[1], &p) != weftInvalidUsage)
+      return rank_fail(ctx, "the refused layer's parameters handed out");
+    weftZeroMemory_t r;
+    weftZeroMemoryReport(z, &r);
+    if (r.gathered != 0 || r.gatheredIdle != 77 * sizeof(float))
+      return rank_fail(ctx, "held %zu, idle %zu", r.gathered, r.gatheredIdle);
+    if (weftZeroGather(z, 1, nullptr, nullptr) != weftSuccess ||
+        weftZeroParam(z, ids[1], &p) != weftSuccess)
+      return rank_fail(ctx, "gather again: %s", weftZeroLastError());
+    if (memcmp(p, vals.data() + 77, 77 * sizeof(float)) != 0)
+      return rank_fail(ctx, "layer 1 holds another layer's values");
+    if (weftZeroDestroy(z) != weftSuccess) return rank_fail(ctx, "destroy");
+    weftCommDestroy(comm);
+    return 0;
+  });
+  for (int s : status) EXPECT_EQ(s, 0);
+}
+
 }  // namespace
