@@ -268,6 +268,12 @@ step_mps_start() {
   key "daemon up, pipe in ${WORK#"$ROOT"/}/mps"
 }
 
+step_mps_stop() {
+  [ -f "$WORK/mps/up" ] || skip "MPS was not started"
+  mps_stop
+  key "daemon stopped"
+}
+
 step_perf_ar_mps() {
   use_mps
   local bad=0

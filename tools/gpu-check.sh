@@ -40,6 +40,10 @@ ROOT="$(cd "$(dirname "$SELF")/.." && pwd)"
 export DEPS="${WEFT_GPU_CHECK_DEPS:-$ROOT/.gpu-deps}"
 
 # name | limit (s) | needs (- or gpu) | issue item | what it checks
+# In this order so that one run reaches every issue's checks before the
+# slow ones: the device suites and one perf step, then under MPS the ZeRO,
+# emulated-host and PyTorch steps and the multi-process perf steps, then
+# without MPS the larger single-process perf steps and the sanitizers.
 STEPS='
 gtest|180|-|20|GoogleTest built from .gpu-deps with cmake when the machine has none
 configure|120|-|20|meson: release, CUDA on, device_archs=90, the matrix, no hwloc, UCX if found or carried
@@ -48,23 +52,11 @@ perf_flags|60|-|20.1|perf tools take -d, -o, -c with -M cuda; all_reduce_device_
 device|240|gpu|20.2|device suite: every collective x datatype x op, 2-4 ranks on the GPU, graphs
 device_ipc|120|gpu|20.2|ranks in processes (cuda_ipc); a silent peer ends in a timeout error
 device_p2p|120|gpu|20.2|send/recv groups on device memory: pipelines, all-to-all, gather, scatter
-memcheck|120|gpu|20.2|compute-sanitizer memcheck on a small device sample
-racecheck|150|gpu|20.2|compute-sanitizer racecheck on a small device sample
-synccheck|120|gpu|20.2|compute-sanitizer synccheck on a small device sample
 perf_ar_g2|60|gpu|20.3|all_reduce_device_perf -g 2, 8 B..128 MiB: latency and busbw
-perf_ar_g4|60|gpu|20.3|all_reduce_device_perf -g 4: memory traffic against twice the copy
-perf_ar_g8|90|gpu|20.3|all_reduce_device_perf -g 8
 mps_start|30|gpu|20.2|MPS daemon, private pipe directory, for the multi-process steps
-perf_ar_mps|90|gpu|20.3|all_reduce_device_perf, 2 and 4 processes under MPS
-device_ipc_mps|120|gpu|20.2|device_ipc under MPS
 zero_math_device|60|gpu|22.2|zero_math.h kernels against the host, bit for bit
 zero_device|180|gpu|22.2|device ZeRO suites (zero_device*) under MPS: kernels; device contexts vs host, checkpoints
 weft_train_device|150|gpu|22.3|weft-train --device cuda --zero-stage 3, 4 ranks under MPS: final line vs the host run; ms per step, stage 3 / stage 0
-perf_sendrecv|110|gpu|20.3|sendrecv_perf -M cuda, 2/4/8 processes
-perf_alltoall|110|gpu|20.3|alltoall_perf -M cuda, 2/4/8 processes
-perf_all_gather|110|gpu|20.2|all_gather_perf -M cuda, 2/4/8 processes, 8 B..128 MiB
-perf_reduce_scatter|110|gpu|20.2|reduce_scatter_perf -M cuda, 2/4/8 processes
-perf_types|120|gpu|20.2|all_reduce_perf -M cuda -d all -o all, 3 processes, odd sizes
 net_socket|120|gpu|21.3|device all-reduce/all-gather across 2 emulated hosts over sockets
 net_ucx|120|gpu|21.3|the same over UCX (carried in .gpu-deps where the machine has none)
 net_bw|90|gpu|21.4|device all-reduce busbw over sockets between 2 emulated hosts, 16-64 MiB, against host memory
@@ -73,6 +65,19 @@ torch_ddp|120|gpu|20.4|DDP on cuda:0, 2 ranks, through libnccl.so.2, against one
 torch_cuda_ops|180|gpu|20.4|all_to_all_single, batch_isend_irecv, FSDP2 divide factor on CUDA
 torch_weft|180|-|20.4|tools/torch_weft built against the local torch; check_ops on 2 ranks
 torch_weft_cuda|240|gpu|19.6|the weft backend on CUDA tensors: check_api, DDP, all-to-all, p2p, FSDP2 vs one process
+perf_ar_mps|90|gpu|20.3|all_reduce_device_perf, 2 and 4 processes under MPS
+device_ipc_mps|120|gpu|20.2|device_ipc under MPS
+perf_sendrecv|110|gpu|20.3|sendrecv_perf -M cuda, 2/4/8 processes
+perf_alltoall|110|gpu|20.3|alltoall_perf -M cuda, 2/4/8 processes
+perf_all_gather|110|gpu|20.2|all_gather_perf -M cuda, 2/4/8 processes, 8 B..128 MiB
+perf_reduce_scatter|110|gpu|20.2|reduce_scatter_perf -M cuda, 2/4/8 processes
+perf_types|120|gpu|20.2|all_reduce_perf -M cuda -d all -o all, 3 processes, odd sizes
+mps_stop|20|gpu|20.2|stops the MPS daemon: the single-process steps after it run without
+perf_ar_g4|60|gpu|20.3|all_reduce_device_perf -g 4: memory traffic against twice the copy
+perf_ar_g8|90|gpu|20.3|all_reduce_device_perf -g 8
+memcheck|120|gpu|20.2|compute-sanitizer memcheck on a small device sample
+racecheck|150|gpu|20.2|compute-sanitizer racecheck on a small device sample
+synccheck|120|gpu|20.2|compute-sanitizer synccheck on a small device sample
 '
 
 step_names() { echo "$STEPS" | awk -F'|' 'NF >= 5 {print $1}'; }
