@@ -173,12 +173,7 @@ weftStream_t foreign_stream() {
 }
 
 // Whether this build takes streams other than its own (CUDA streams).
-constexpr bool kCudaBuild =
-#ifdef WEFT_HAVE_CUDA
-    true;
-#else
-    false;
-#endif
+constexpr bool kCudaBuild = WEFT_HAVE_CUDA;  // weft_build_config.h: 0 or 1
 
 // The buffer of an empty message: NULL, one past the end of the rank's
 // buffer, its guard, or an address that faults if touched.
