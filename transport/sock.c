@@ -343,20 +343,23 @@ void sock_hellos_close(struct sock_hellos *hs) {
 }
 
 /* The connection to let go when no more fit: the oldest that has sent
- * nothing yet, -1 when every one has bytes waiting. A connection with bytes
- * in may carry a peer's whole message (the sender has closed already), so it
- * is never dropped unread: the rest wait in the listener's backlog. */
-static int sock_hellos_victim(const struct sock_hellos *hs) {
+ * nothing yet for SOCK_HELLO_GRACE_NS, -1 when there is none. A connection
+ * with bytes in may carry a peer's whole message (the sender has closed
+ * already), so it is never dropped unread; a younger idle one may be a peer
+ * about to write. The rest wait in the listener's backlog. */
+static int sock_hellos_victim(const struct sock_hellos *hs, uint64_t now) {
   for (int i = 0; i < hs->n; i++) {
     int avail = 0;
-    if (hs->v[i].got == 0 && ioctl(hs->v[i].fd, FIONREAD, &avail) == 0 && avail == 0) return i;
+    if (hs->v[i].got == 0 && now - hs->v[i].accepted_ns >= SOCK_HELLO_GRACE_NS &&
+        ioctl(hs->v[i].fd, FIONREAD, &avail) == 0 && avail == 0)
+      return i;
   }
   return -1;
 }
 
 /* Whether the listener may be accepted from: room, or an idle one to drop. */
-static int sock_hellos_room(const struct sock_hellos *hs) {
-  return hs->n < SOCK_HELLOS_MAX || sock_hellos_victim(hs) >= 0;
+static int sock_hellos_room(const struct sock_hellos *hs, uint64_t now) {
+  return hs->n < SOCK_HELLOS_MAX || sock_hellos_victim(hs, now) >= 0;
 }
 
 /* Accepts the connections waiting on the listener while there is room. */
@@ -364,7 +367,7 @@ static weftResult_t sock_hellos_accept(struct sock_hellos *hs, int listen_fd,
                                        uint64_t hello_timeout_ns) {
   for (;;) {
     if (hs->n == SOCK_HELLOS_MAX) {
-      int victim = sock_hellos_victim(hs);
+      int victim = sock_hellos_victim(hs, clock_ns());
       if (victim < 0) return weftSuccess;
       sock_hellos_drop(hs, victim, "too many unproven connections");
     }
@@ -384,7 +387,8 @@ static weftResult_t sock_hellos_accept(struct sock_hellos *hs, int listen_fd,
     sock_tune(fd);
     struct sock_hello *h = &hs->v[hs->n++];
     h->fd = fd;
-    h->deadline_ns = clock_ns() + hello_timeout_ns;
+    h->accepted_ns = clock_ns();
+    h->deadline_ns = h->accepted_ns + hello_timeout_ns;
     h->got = 0;
   }
 }
@@ -426,9 +430,12 @@ weftResult_t sock_hellos_next(struct sock_hellos *hs, int listen_fd, uint64_t he
     uint64_t ms = (wake - now) / 1000000 + 1;
     if (watch != NULL && ms > SOCK_SLICE_MS) ms = SOCK_SLICE_MS;
     if (ms > 1000) ms = 1000;
+    /* full: look again soon, when an idle one may have outlived its grace */
+    if (hs->n == SOCK_HELLOS_MAX && ms > 100) ms = 100;
     struct pollfd p[SOCK_HELLOS_MAX + 1];
-    /* full of connections with bytes in: they are read before more come */
-    p[0] = (struct pollfd){.fd = sock_hellos_room(hs) ? listen_fd : -1, .events = POLLIN};
+    /* full of connections with bytes in or young ones: they are read (or
+     * age) before more come */
+    p[0] = (struct pollfd){.fd = sock_hellos_room(hs, now) ? listen_fd : -1, .events = POLLIN};
     for (int i = 0; i < hs->n; i++) p[i + 1] = (struct pollfd){.fd = hs->v[i].fd, .events = POLLIN};
     int npoll = hs->n + 1;
     int rc = poll(p, (nfds_t)npoll, (int)ms);

@@ -55,8 +55,14 @@ weftResult_t sock_accept(int listen_fd, uint64_t deadline_ns, struct weft_wait *
  * delays another; each must complete its hello before its own deadline. */
 #define SOCK_HELLO_MAX_NBYTES 512
 #define SOCK_HELLOS_MAX 64 /* unproven connections kept; the oldest idle one goes first */
+/* An idle connection younger than this is not let go to make room: it may
+ * be a peer between its connect and its first write, descheduled on a
+ * loaded machine (it would see a reset); those after it wait in the
+ * listener's backlog meanwhile. */
+#define SOCK_HELLO_GRACE_NS 1000000000ull
 struct sock_hello {
   int fd;
+  uint64_t accepted_ns;
   uint64_t deadline_ns;
   size_t got;
   uint8_t buf[SOCK_HELLO_MAX_NBYTES];

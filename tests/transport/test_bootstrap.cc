@@ -19,6 +19,8 @@
 extern "C" {
 #include "collectives/core/comm.h"
 #include "transport/bootstrap.h"
+#include "transport/sock.h"
+#include "transport/wait.h"
 }
 
 using namespace weft_test;
@@ -394,6 +396,85 @@ TEST(Listener, IdleConnectionsDoNotBreakP2pSetup) {
     return 0;
   }, opts);
   for (int r = 0; r < nranks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+// A listener's unproven connections, served as bootstrap's listeners are:
+// SOCK_HELLOS_MAX idle connections taken in, then one more that writes its
+// 8-byte hello at once. hellos_fill leaves hs full and *lfd listening.
+size_t eight_bytes(const uint8_t *, size_t, void *) { return 8; }
+
+struct HelloServe {
+  int fd = -1;
+  uint8_t buf[SOCK_HELLO_MAX_NBYTES];
+  size_t got = 0;
+};
+
+weftResult_t hellos_serve(struct sock_hellos *hs, int lfd, double seconds, HelloServe *out) {
+  return sock_hellos_next(hs, lfd, 20000000000ull, eight_bytes, nullptr,
+                          clock_ns() + (uint64_t)(seconds * 1e9), nullptr, &out->fd, out->buf,
+                          &out->got);
+}
+
+void hellos_fill(struct sock_hellos *hs, int *lfd, union weft_sockaddr *bound,
+                 std::vector<int> *idle) {
+  union weft_sockaddr any;
+  ASSERT_EQ(sock_resolve("127.0.0.1", 0, &any), weftSuccess);
+  ASSERT_EQ(sock_listen(&any, lfd, bound), weftSuccess);
+  for (int i = 0; i < SOCK_HELLOS_MAX; i++) {
+    int fd = silent_connection(*bound);
+    ASSERT_GE(fd, 0);
+    idle->push_back(fd);
+  }
+  HelloServe none;
+  ASSERT_EQ(hellos_serve(hs, *lfd, 0.3, &none), weftInProgress);
+  ASSERT_EQ(hs->n, SOCK_HELLOS_MAX);
+}
+
+// Idle connections that have just connected may be peers between their
+// connect and their first write (a loaded machine deschedules them): a full
+// listener lets none of them go for the one more that comes; it waits in the
+// backlog, and an idle one's hello is taken when it writes (a reset here
+// failed a 32-rank set-up in a loaded run). Past SOCK_HELLO_GRACE_NS the
+// oldest idle one goes, so strangers cannot hold the listener.
+TEST(Listener, FullListenerKeepsYoungIdleConnections) {
+  struct sock_hellos *hs = (struct sock_hellos *)calloc(1, sizeof *hs);
+  int lfd = -1;
+  union weft_sockaddr bound;
+  std::vector<int> idle;
+  hellos_fill(hs, &lfd, &bound, &idle);
+  int late = silent_connection(bound);
+  ASSERT_GE(late, 0);
+  ASSERT_EQ(write(late, "latelate", 8), 8);
+  HelloServe got;
+  EXPECT_EQ(hellos_serve(hs, lfd, 0.3, &got), weftInProgress)
+      << "a young idle connection was let go for a later one";
+  ASSERT_EQ(write(idle[0], "first!!!", 8), 8);
+  ASSERT_EQ(hellos_serve(hs, lfd, 2, &got), weftSuccess);
+  EXPECT_EQ(std::string((char *)got.buf, got.got), "first!!!");
+  close(got.fd);
+  sock_hellos_close(hs);
+  close(lfd);
+  for (int fd : idle) close(fd);
+  close(late);
+  idle.clear();
+
+  memset(hs, 0, sizeof *hs);
+  hellos_fill(hs, &lfd, &bound, &idle);
+  usleep(SOCK_HELLO_GRACE_NS / 1000 + 100000);
+  late = silent_connection(bound);
+  ASSERT_GE(late, 0);
+  ASSERT_EQ(write(late, "latelate", 8), 8);
+  ASSERT_EQ(hellos_serve(hs, lfd, 2, &got), weftSuccess);
+  EXPECT_EQ(std::string((char *)got.buf, got.got), "latelate");
+  close(got.fd);
+  bool closed;
+  bytes_received(idle[0], 0.5, &closed);
+  EXPECT_TRUE(closed) << "the oldest idle connection, past its grace, was kept";
+  sock_hellos_close(hs);
+  close(lfd);
+  for (int fd : idle) close(fd);
+  close(late);
+  free(hs);
 }
 
 // A non-loopback IPv4 address of this host, or "" when it has none.
