@@ -214,6 +214,21 @@ TEST(ZeroLossScale, OverflowOnOneRankSkipsEverywhere) {
   for (int s : status) EXPECT_EQ(s, 0);
 }
 
+// The next forward's ask for layer k of L on stream (ready: its event), and
+// a look at layer k+1's prefetched gather (next: its event, NULL after the
+// last layer), counted in *in_flight_seen while it is still running.
+static int gather_and_peek(const RankCtx &ctx, weftZero_t z, int k, int L, weftStream_t stream,
+                           weftEvent_t *ready, weftEvent_t *next, int *in_flight_seen) {
+  *next = nullptr;
+  if (weftZeroGather(z, k, stream, ready) != weftSuccess)
+    return rank_fail(ctx, "gather %d: %s", k, weftZeroLastError());
+  if (k + 1 < L) {
+    weftZeroGatherEvent(z, k + 1, next);
+    if (weftEventQuery(*next) == weftInProgress) ++*in_flight_seen;
+  }
+  return 0;
+}
+
 // Stage 3 with prefetch: while layer k computes, the gather of layer k+1 is
 // already queued and finishes without another call; gathered bytes never
 // pass the bound, and the gathered values are the parameters.
@@ -239,13 +254,8 @@ TEST(ZeroPrefetch, NextLayerGathersDuringCompute) {
     weftStreamCreate(&stream);
     int in_flight_seen = 0;
     for (int k = 0; k < L; k++) {
-      weftEvent_t ready, next = nullptr;
-      if (weftZeroGather(z, k, stream, &ready) != weftSuccess)
-        return rank_fail(ctx, "gather %d: %s", k, weftZeroLastError());
-      if (k + 1 < L) {
-        weftZeroGatherEvent(z, k + 1, &next);
-        if (weftEventQuery(next) == weftInProgress) in_flight_seen++;
-      }
+      weftEvent_t ready, next;
+      if (int rc = gather_and_peek(ctx, z, k, L, stream, &ready, &next, &in_flight_seen)) return rc;
       weftEventSynchronize(ready);
       weftZeroMemory_t r;
       weftZeroMemoryReport(z, &r);
@@ -379,13 +389,9 @@ static void run_gather_overlap(const GatherOverlapCase &c, int *in_flight_total)
         if (weftEventQuery(ev) == weftInProgress) in_flight_seen++;
       }
       for (int k = 0; k < L; k++) {  // the next forward
-        weftEvent_t ready, next = nullptr;
-        if (weftZeroGather(z, k, stream, &ready) != weftSuccess)
-          return rank_fail(ctx, "gather %d: %s", k, weftZeroLastError());
-        if (k + 1 < L) {
-          weftZeroGatherEvent(z, k + 1, &next);
-          if (weftEventQuery(next) == weftInProgress) in_flight_seen++;
-        }
+        weftEvent_t ready, next;
+        if (int rc = gather_and_peek(ctx, z, k, L, stream, &ready, &next, &in_flight_seen))
+          return rc;
         if (weftEventSynchronize(ready) != weftSuccess)
           return rank_fail(ctx, "layer %d's gather failed: %s", k, weftGetLastError(nullptr));
         void *p;
