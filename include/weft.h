@@ -263,7 +263,10 @@ weftResult_t weftReduce(const void *sendbuff, void *recvbuff, size_t count,
 
 /* Makes a reduction op for comm: each rank's input times *scalar (of
  * datatype, in that type's arithmetic), then summed. Use it with datatype
- * only; destroy it with weftRedOpDestroy. Ops are values >= weftNumOps. */
+ * only; destroy it with weftRedOpDestroy, which may come as soon as the last
+ * call given the op returns (inside a group too: each call keeps the scalar
+ * it was given, or with weftScalarDevice the pointer, read when it runs).
+ * Ops are values >= weftNumOps. */
 weftResult_t weftRedOpCreatePreMulSum(weftRedOp_t *op, void *scalar, weftDataType_t datatype,
                                       weftScalarResidence_t residence, weftComm_t comm);
 weftResult_t weftRedOpDestroy(weftRedOp_t op, weftComm_t comm);

@@ -319,6 +319,21 @@ run_step() { # name
   printf 'gpu-check: %-20s %-7s %4ss  %s\n' "$n" "$result" "$secs" "$keytext"
   if [ "$result" = fail ] || [ "$result" = timeout ]; then
     tail -n 10 "$LOGS/$n.log" | sed 's/^/    | /'
+    mps_restart "$n"
+  fi
+}
+
+# After a failed step under MPS: a client that died with kernels in flight
+# can leave the daemon refusing new clients ("CUDA-capable device(s) is/are
+# busy or unavailable"), which would fail the next steps for no reason of
+# their own. A fresh daemon for them.
+mps_restart() { # failed step
+  [ -f "$WORK/mps/up" ] || return 0
+  mps_stop
+  if STEP=mps_start timeout -k 5 30 bash "$SELF" --step mps_start >>"$LOGS/mps_restart.log" 2>&1; then
+    echo "gpu-check: MPS restarted after $1 failed"
+  else
+    echo "gpu-check: MPS did not restart after $1 failed (mps_restart.log); later steps run without"
   fi
 }
 

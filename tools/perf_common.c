@@ -212,14 +212,23 @@ struct perf_run {
   char *staging;           /* host copy to fill and check cuda buffers; NULL for host */
 };
 
-/* n operations, then waits for them when they were queued on a stream. */
+/* n operations, then waits for them: on the stream they were queued on, and
+ * on the device, whose kernels run after the calls return. */
 static weftResult_t run_ops(const struct perf_run *p, const char *src, char *dst, size_t count,
                             weftDataType_t t, weftRedOp_t op, int n) {
   for (int i = 0; i < n; i++) {
     weftResult_t res = p->coll->run(src, dst, count, t, op, p->o->root, p->comm, p->stream);
     if (res != weftSuccess) return res;
   }
-  return p->stream != NULL ? weftStreamSynchronize(p->stream) : weftSuccess;
+  if (p->stream != NULL) {
+    weftResult_t res = weftStreamSynchronize(p->stream);
+    if (res != weftSuccess) return res;
+  }
+  if (perf_mem_sync(p->o->mem_kind) != 0) {
+    fprintf(stderr, "rank %d: waiting for the device failed\n", p->rank);
+    return weftSystemError;
+  }
+  return weftSuccess;
 }
 
 /* Writes this rank's inputs into src (a buffer of the run's memory kind). */

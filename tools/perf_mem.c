@@ -95,3 +95,12 @@ int perf_mem_fill(enum perf_mem_kind kind, void *dst, int byte, size_t nbytes) {
   return -1;
 #endif
 }
+
+int perf_mem_sync(enum perf_mem_kind kind) {
+  if (kind == PERF_MEM_HOST) return 0;
+#ifdef WEFT_PERF_CUDA
+  return cudaDeviceSynchronize() == cudaSuccess ? 0 : -1;
+#else
+  return -1;
+#endif
+}

@@ -22,4 +22,8 @@ int perf_mem_upload(enum perf_mem_kind kind, void *dst, const void *host_src, si
 int perf_mem_download(enum perf_mem_kind kind, void *host_dst, const void *src, size_t nbytes);
 int perf_mem_fill(enum perf_mem_kind kind, void *dst, int byte, size_t nbytes);
 
+/* Waits for the device's queued work (CUDA memory: the collectives run on the
+ * device, after the call returns); 0 on success. */
+int perf_mem_sync(enum perf_mem_kind kind);
+
 #endif

@@ -111,6 +111,7 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
   weft_error_clear();
   int alone = 0;
   weftResult_t res = plan_check(comm, plan, &alone);
+  if (res == weftSuccess && coll_has_op(plan->coll)) redop_capture(comm, plan);
   if (res == weftSuccess && p2p_is_empty(plan, stream)) {
     comm->seq++; /* as every call of the comm counts */
     return weftSuccess;

@@ -47,6 +47,10 @@ struct weft_plan {
   enum coll_proto proto;
   int nchannels;
   int on_device; /* buffers in CUDA device memory: the device executor runs it */
+  /* a pre-multiply op's scalar as the call saw it (redop_capture): the op
+   * may be destroyed once the call returns, as NCCL allows */
+  char premul_scalar[8];     /* the value, for weftScalarHostImmediate */
+  const void *premul_ptr;    /* read when the op runs, for weftScalarDevice */
 };
 
 const char *coll_kind_name(enum coll_kind coll);

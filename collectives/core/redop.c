@@ -71,19 +71,21 @@ weftResult_t redop_check(struct weftComm *comm, weftRedOp_t op, weftDataType_t d
   return weftSuccess;
 }
 
-weftResult_t redop_premul(struct weftComm *comm, weftRedOp_t op, weftDataType_t datatype,
-                          const void *src, size_t count, void **scaled_out) {
-  struct weft_redop *r = redop_slot(comm, op);
-  if (r == NULL)
-    return weft_error_set(weftInvalidUsage,
-                          "reduction op %d was destroyed before the call ran (destroy an op "
-                          "after weftGroupEnd, and after the streams that use it are done)",
-                          (int)op);
+void redop_capture(const struct weftComm *comm, struct weft_plan *plan) {
+  int i = (int)plan->op - weftNumOps;
+  if (i < 0 || i >= WEFT_MAX_REDOPS || !comm->redops[i].in_use) return;
+  memcpy(plan->premul_scalar, comm->redops[i].scalar, sizeof plan->premul_scalar);
+  plan->premul_ptr = comm->redops[i].scalar_ptr;
+}
+
+weftResult_t redop_premul(const struct weft_plan *plan, const void *src, size_t count,
+                          void **scaled_out) {
+  const weftDataType_t datatype = plan->datatype;
   size_t esize = weftTypeSize(datatype);
   char *scaled = malloc(count * esize + 1);
   char scalars[SCALE_BATCH * 8];
   if (scaled == NULL) return weft_error_set(weftSystemError, "out of memory for a pre-scaled input");
-  const void *scalar = r->scalar_ptr != NULL ? r->scalar_ptr : r->scalar;
+  const void *scalar = plan->premul_ptr != NULL ? plan->premul_ptr : plan->premul_scalar;
   for (int i = 0; i < SCALE_BATCH; i++) memcpy(scalars + i * esize, scalar, esize);
   weft_reduce_fn prod = reduce_host_fn(datatype, weftProd);
   for (size_t i = 0; i < count; i += SCALE_BATCH) {

@@ -4,10 +4,12 @@
 
 #include "plan.h"
 
-/* Whether op may reduce datatype on comm, and
- * the input scaled by a pre-multiply op's scalar, in a buffer to free. */
+/* Whether op may reduce datatype on comm; a pre-multiply op's scalar copied
+ * into the plan at the call (redop_check passed); and the plan's input
+ * scaled by that scalar, in a buffer to free. */
 weftResult_t redop_check(struct weftComm *comm, weftRedOp_t op, weftDataType_t datatype);
-weftResult_t redop_premul(struct weftComm *comm, weftRedOp_t op, weftDataType_t datatype,
-                          const void *src, size_t count, void **scaled_out);
+void redop_capture(const struct weftComm *comm, struct weft_plan *plan);
+weftResult_t redop_premul(const struct weft_plan *plan, const void *src, size_t count,
+                          void **scaled_out);
 
 #endif

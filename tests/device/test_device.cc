@@ -463,6 +463,49 @@ TEST(DevicePreMulSum, ScalarByValueAndInDeviceMemory) {
       }
 }
 
+// An op destroyed once its call returns, its slot taken at once by an op of
+// another scale, inside the group that launches both (PyTorch destroys each
+// op right after its call): each all-reduce scales by its own op.
+TEST(DevicePreMulSum, DestroyedOnceItsCallReturnsStillScales) {
+  REQUIRE_GPU();
+  const int k = 2;
+  const size_t n = 4099;
+  const float scales[2] = {3, 5};
+  Ranks ranks(k);
+  std::vector<std::vector<float *>> out(2, std::vector<float *>(k, nullptr));
+  std::vector<float *> in(k, nullptr);
+  for (int r = 0; r < k; r++) {
+    std::vector<float> h(n);
+    for (size_t i = 0; i < n; i++) h[i] = (float)(i % 97) + (float)r;
+    ASSERT_EQ(cudaMalloc((void **)&in[r], n * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(in[r], h.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    for (int j = 0; j < 2; j++) ASSERT_EQ(cudaMalloc((void **)&out[j][r], n * sizeof(float)), cudaSuccess);
+  }
+  ASSERT_EQ(weftGroupStart(), weftSuccess);
+  for (int j = 0; j < 2; j++)
+    for (int r = 0; r < k; r++) {
+      weftRedOp_t op;
+      float s = scales[j];
+      ASSERT_EQ(weftRedOpCreatePreMulSum(&op, &s, weftFloat32, weftScalarHostImmediate,
+                                         ranks.comms[r]), weftSuccess);
+      ASSERT_EQ(weftAllReduce(in[r], out[j][r], n, weftFloat32, op, ranks.comms[r],
+                              ranks.streams[r]), weftSuccess) << weftGetLastError(ranks.comms[r]);
+      ASSERT_EQ(weftRedOpDestroy(op, ranks.comms[r]), weftSuccess);
+    }
+  ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+  ranks.sync();
+  for (int j = 0; j < 2; j++)
+    for (int r = 0; r < k; r++) {
+      std::vector<float> got(n);
+      cudaMemcpy(got.data(), out[j][r], n * sizeof(float), cudaMemcpyDeviceToHost);
+      for (size_t i = 0; i < n; i++)
+        ASSERT_EQ(got[i], scales[j] * (float)(i % 97) + scales[j] * ((float)(i % 97) + 1))
+            << "op " << j << " rank " << r << " element " << i;
+      cudaFree(out[j][r]);
+    }
+  for (int r = 0; r < k; r++) cudaFree(in[r]);
+}
+
 // A pre-multiply sum on one rank is refused in place as out of place: the
 // in-place call once returned success with the buffer left unscaled.
 TEST(DevicePreMulSum, OneRankIsRefusedInPlaceToo) {

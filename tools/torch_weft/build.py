@@ -32,7 +32,10 @@ def cuda_flags(torch):
              os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"]
     for root in roots:
         inc = os.path.join(root, "include")
-        if not root or not os.path.exists(os.path.join(inc, "cuda_runtime_api.h")):
+        # cuda_runtime.h includes crt/host_config.h, which some runtime
+        # wheels lack (their headers come with the nvcc wheel): the whole set or the next root
+        if not root or not all(os.path.exists(os.path.join(inc, h))
+                               for h in ("cuda_runtime_api.h", "crt/host_config.h")):
             continue
         for libdir in ("lib", "lib64"):
             d = os.path.join(root, libdir)

@@ -29,22 +29,12 @@ static void device_op_end(struct weftComm *comm) {
   __atomic_sub_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
 }
 
-/* The pre-multiply sum's scalar, as the kernel reads it; an op destroyed
- * between the call and its group's launch is an error, not a zero scale. */
-static weftResult_t premul_scalar(struct weftComm *comm, const struct weft_plan *plan,
-                                  struct dev_work *w) {
-  if (device_op_index(plan->op) != DEV_OP_PREMULSUM) return weftSuccess;
-  for (int i = 0; i < WEFT_MAX_REDOPS; i++) {
-    const struct weft_redop *r = &comm->redops[i];
-    if (!r->in_use || (int)plan->op != weftNumOps + i) continue;
-    w->scalar_ptr = r->scalar_ptr;
-    memcpy(&w->scalar_bits, r->scalar, sizeof r->scalar);
-    return weftSuccess;
-  }
-  return weft_error_set(weftInvalidUsage,
-                        "%s on device memory: reduction op %d was destroyed before its group "
-                        "was launched (destroy an op after weftGroupEnd)",
-                        coll_kind_name(plan->coll), (int)plan->op);
+/* The pre-multiply sum's scalar, as the kernel reads it: as the call saw
+ * the op (redop_capture), which may have been destroyed since. */
+static void premul_scalar(const struct weft_plan *plan, struct dev_work *w) {
+  if (device_op_index(plan->op) != DEV_OP_PREMULSUM) return;
+  w->scalar_ptr = plan->premul_ptr;
+  memcpy(&w->scalar_bits, plan->premul_scalar, sizeof plan->premul_scalar);
 }
 
 static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
@@ -78,7 +68,7 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
       .nchannels = nch, .divisor = plan->op == weftAvg ? comm->nranks : 1, .proto = proto,
       .elem_nbytes = (uint32_t)weftTypeSize(plan->datatype),
       .abort_flag = d->flags_d, .error = d->flags_d + 1, .timeout_ns = comm->timeout_ns};
-  WEFT_TRY(premul_scalar(comm, plan, &w));
+  premul_scalar(plan, &w);
   void *args[] = {&w};
   dim3 grid = {(unsigned)nch, 1, 1}, block = {DEV_NTHREADS, 1, 1};
   return device_cuda_check(cudaLaunchKernel(fn, grid, block, args, 0, stream),
@@ -123,6 +113,28 @@ static weftResult_t comm_connect(struct weftComm *comm, const struct weft_plan *
   if (ring) WEFT_TRY(device_ring_get(comm, &d));
   if (p2p) WEFT_TRY(device_p2p_connect(comm, d, plans, n));
   return weftSuccess;
+}
+
+/* Whether comm_connect has nothing left to do for plans[0..n): the ring is
+ * up when a collective needs it, and every named peer's lanes are (read
+ * without the comm's lock: only this rank's calling thread connects). */
+static int comm_connected(const struct weftComm *comm, const struct weft_plan *const *plans,
+                          size_t n) {
+  const struct device_comm *d = comm->device;
+  if (d == NULL) return 0;
+  for (size_t i = 0; i < n; i++) {
+    const struct weft_plan *pl = plans[i];
+    if (plan_is_p2p(pl)) {
+      if (pl->root == comm->rank) continue;
+      if (d->p2p.send == NULL) return 0;
+      const struct weft_conn *c =
+          pl->coll == COLL_SEND ? &d->p2p.send[pl->root][0] : &d->p2p.recv[pl->root][0];
+      if (c->transport == NULL) return 0;
+    } else if (pl->count > 0 && comm->nranks > 1 && !d->ring_ready) {
+      return 0;
+    }
+  }
+  return 1;
 }
 
 /* comm_connect with a capturing stream of this thread let be: set-up
@@ -181,6 +193,9 @@ static void *connect_main(void *p) {
 /* Connects the group's comms, each on a thread of its own: connecting is
  * collective, and one caller may drive several ranks. */
 static weftResult_t connect_parts(struct comm_part *parts, size_t nparts) {
+  size_t todo = 0; /* a thread costs tens of microseconds: none once connected */
+  for (size_t i = 0; i < nparts; i++) todo += !comm_connected(parts[i].comm, parts[i].plans, parts[i].n);
+  if (todo == 0) return weftSuccess;
   pthread_t *tids = calloc(nparts ? nparts : 1, sizeof *tids);
   if (tids == NULL) return weft_error_set(weftSystemError, "out of memory");
   weftResult_t res = weftSuccess;
@@ -231,6 +246,9 @@ weftResult_t device_enqueue_group(struct weftComm *const *comms,
     res = comm_launch(parts[k].comm, parts[k].plans, parts[k].n, parts[k].stream);
   for (size_t k = 0; k < held; k++) device_op_end(parts[k].comm);
   if (cur >= 0) cudaSetDevice(cur);
+  for (size_t k = 0; k < nparts && res != weftSuccess; k++) /* weftGetLastError(comm) */
+    snprintf(parts[k].comm->last_error, sizeof parts[k].comm->last_error, "%s",
+             weft_error_text());
   free(parts);
   free(sorted);
   return res;

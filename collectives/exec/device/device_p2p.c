@@ -64,6 +64,7 @@ static weftResult_t p2p_alloc(struct weftComm *comm, struct device_p2p *p) {
 static weftResult_t p2p_exchange_info(struct weftComm *comm, struct device_p2p *p,
                                       const char *want) {
   int32_t mine = comm->cuda_dev;
+  comm->peers[comm->rank].cuda_dev = mine; /* the hop's receiver or sender: this rank */
   for (int r = 0; r < comm->nranks; r++)
     if (want[r] && !p->known[r]) WEFT_TRY(bootstrap_send(comm->bs, r, TAG_DEV_INFO, &mine, 4));
   for (int r = 0; r < comm->nranks; r++) {

@@ -25,7 +25,7 @@ static weftResult_t run_premul(struct weftComm *comm, const struct weft_plan *pl
   if (plan->coll == COLL_REDUCESCATTER) count *= (size_t)comm->nranks;
   struct weft_plan sum = *plan;
   void *scaled;
-  WEFT_TRY(redop_premul(comm, plan->op, plan->datatype, plan->sendbuf, count, &scaled));
+  WEFT_TRY(redop_premul(plan, plan->sendbuf, count, &scaled));
   sum.sendbuf = scaled;
   sum.op = weftSum;
   weftResult_t res = plan_run_host(comm, &sum);
