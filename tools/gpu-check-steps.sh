@@ -333,22 +333,35 @@ step_perf_types() {
 
 # ---------------------------------------------------------------- emulated hosts
 
-# Two ranks on the one GPU, each its own emulated host (WEFT_HOSTID), so no
-# cuda_ipc between them: the device path must cross over the network.
+# Ranks on the one GPU, each its own emulated host (WEFT_HOSTID), so no
+# cuda_ipc between them: the device path must cross over the network. Every
+# collective and send/recv/all-to-all on 2 ranks, all-reduce on 3 too (a ring
+# with a hop that is not the pair's); the key: all-reduce's figures, then the
+# other tools' rows and wrong values.
+NET_TOOLS='all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter'
 net_hosts() { # transport
   use_mps
-  local tool keys="" bad=0 out
-  for tool in all_reduce all_gather; do
-    out="$LOGS/$STEP.$tool.out"
-    WEFT_TRANSPORT="$1" timeout 55 "$B/tools/weftrun" -n 2 sh -c \
-      'WEFT_HOSTID=gpu-check-host-$WEFT_RANK exec "$@"' sh "$B/tools/${tool}_perf" \
-      -M $PERF_MEM -T 20 -b 8 -e $((PERF_MAX / 8)) -f 16 -n 5 -w 1 >"$out" 2>&1 || bad=1
-    cat "$out"
-    keys="$keys$tool: $(coll_key "$out"; grep -m1 -o 'no device transport[^;]*' "$out" | cut -c1-60); "
-    coll_key "$out" >/dev/null || bad=1
+  local tool k keys="" bad=0 out rows=0 wrong=0 failed=""
+  for tool in $NET_TOOLS; do
+    for k in 2 3; do
+      [ $k = 3 ] && [ $tool != all_reduce ] && continue
+      out="$LOGS/$STEP.$tool.$k.out"
+      WEFT_TRANSPORT="$1" timeout 55 "$B/tools/weftrun" -n $k sh -c \
+        'WEFT_HOSTID=gpu-check-host-$WEFT_RANK exec "$@"' sh "$B/tools/${tool}_perf" \
+        -M $PERF_MEM -T 20 -b 8 -e $((PERF_MAX / 8)) -f 16 -n 5 -w 1 >"$out" 2>&1 || bad=1
+      cat "$out"
+      coll_key "$out" >/dev/null || { bad=1; failed="$failed $tool/$k"; }
+      if [ $tool = all_reduce ]; then
+        keys="${keys}all_reduce $k ranks: $(coll_key "$out"; grep -m1 -o 'no device transport[^;]*' "$out" | cut -c1-60); "
+      else
+        rows=$((rows + $(coll_key "$out" | awk '{print $1}')))
+        wrong=$((wrong + $(coll_key "$out" | awk '{print $3}')))
+      fi
+    done
   done
-  key "${keys%; }"
-  [ $bad = 0 ] || fail "${keys%; }"
+  keys="${keys}8 other tools: $rows rows, $wrong wrong${failed:+; failed:$failed}"
+  key "$keys"
+  [ $bad = 0 ] || fail "$keys"
 }
 
 step_net_socket() { net_hosts socket; }

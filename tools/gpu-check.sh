@@ -57,8 +57,8 @@ mps_start|30|gpu|20.2|MPS daemon, private pipe directory, for the multi-process 
 zero_math_device|60|gpu|22.2|zero_math.h kernels against the host, bit for bit
 zero_device|180|gpu|22.2|device ZeRO suites (zero_device*) under MPS: kernels; device contexts vs host, checkpoints
 weft_train_device|150|gpu|22.3|weft-train --device cuda --zero-stage 3, 4 ranks under MPS: final line vs the host run; ms per step, stage 3 / stage 0
-net_socket|120|gpu|21.3|device all-reduce/all-gather across 2 emulated hosts over sockets
-net_ucx|120|gpu|21.3|the same over UCX (carried in .gpu-deps where the machine has none)
+net_socket|150|gpu|21.3|every device collective, send/recv, all-to-all between 2 emulated hosts over sockets (all-reduce on 3 too)
+net_ucx|180|gpu|21.3|the same over UCX (carried in .gpu-deps where the machine has none)
 net_bw|90|gpu|21.4|device all-reduce busbw over sockets between 2 emulated hosts, 16-64 MiB, against host memory
 torch_preload|60|gpu|20.4|torch imports with libnccl.so.2 preloaded and sees weft
 torch_ddp|120|gpu|20.4|DDP on cuda:0, 2 ranks, through libnccl.so.2, against one process

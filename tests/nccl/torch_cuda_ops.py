@@ -9,6 +9,9 @@ Checks, each printed as "ok NAME" or "FAIL NAME: why":
   all_to_all_single  uneven splits, random float32 rows, every rank's input
                      rebuilt from its seed
   batch_isend_irecv  a ring shift plus a send to every peer, several sizes
+  premul_*           reduce_scatter_tensor and all_reduce with PREMUL_SUM, the
+                     factor a double (NCCL's host scalar) and a one-element tensor
+                     (a device scalar); a failure says the ratio to the right sum
   fsdp2_divide       fully_shard with set_gradient_divide_factor(2 x world) (NCCL's
                      PreMulSum) trains like one process on the whole batch at half
                      the learning rate
@@ -75,6 +78,31 @@ def check_batch_p2p(dev):
         report(f"batch_isend_irecv_{count}", not bad, f"wrong data from ranks {bad}")
 
 
+def check_premul(dev):
+    """PREMUL_SUM directly, as FSDP2 asks for it: each rank's input times the
+    factor, summed. The inputs are small integers, so the sums are exact."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    count = 4099
+    base = lambda q: (torch.arange(count * n, dtype=torch.float32) % 13) + q  # noqa: E731
+    whole = sum(base(q) for q in range(n))
+    for kind in ("double", "tensor"):
+        factor = 0.25 if kind == "double" else torch.tensor(0.25, device=dev)
+        op = dist._make_nccl_premul_sum(factor)
+        out = torch.full((count,), float("nan"), device=dev)
+        dist.reduce_scatter_tensor(out, base(r).to(dev), op=op)
+        want = whole[r * count:(r + 1) * count] * 0.25
+        got = out.cpu()
+        ratio = (got.sum() / want.sum()).item()
+        report(f"premul_{kind}_reduce_scatter", torch.equal(got, want),
+               f"max diff {(got - want).abs().max().item()}, sum ratio {ratio:.4g}")
+        buf = base(r).to(dev)
+        dist.all_reduce(buf, op=op)
+        got = buf.cpu()
+        ratio = (got.sum() / (whole * 0.25).sum()).item()
+        report(f"premul_{kind}_all_reduce", torch.equal(got, whole * 0.25),
+               f"max diff {(got - whole * 0.25).abs().max().item()}, sum ratio {ratio:.4g}")
+
+
 def make_model(dev):
     torch.manual_seed(7)
     return nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 1)).to(dev)
@@ -135,8 +163,10 @@ def main():
     dist.init_process_group(args.backend, timeout=timedelta(seconds=args.timeout))
     if dist.get_rank() == 0 and args.device == "cuda" and args.backend == "nccl":
         print(f"nccl version seen by torch: {torch.cuda.nccl.version()}", flush=True)
-    checks = [("all_to_all_single", check_all_to_all), ("batch_isend_irecv", check_batch_p2p),
-              ("fsdp2_divide", lambda d: check_fsdp2(d, args.factor_scale))]
+    checks = [("all_to_all_single", check_all_to_all), ("batch_isend_irecv", check_batch_p2p)]
+    if args.backend != "gloo":  # Gloo has no PreMulSum
+        checks.append(("premul", check_premul))
+    checks.append(("fsdp2_divide", lambda d: check_fsdp2(d, args.factor_scale)))
     for name, check in checks:
         try:
             check(dev)
