@@ -105,6 +105,11 @@ weftResult_t net_dev_conn_fifo(const struct weft_conn *conn, struct net_dev_fifo
   return weftSuccess;
 }
 
+void net_dev_conn_kick(const struct weft_conn *conn) {
+  const struct proxy_conn *pc = net_dev_proxy_conn(conn);
+  if (pc != NULL && pc->proxy != NULL) proxy_kick(pc->proxy, NET_DEV_KICK_NS);
+}
+
 int net_dev_conn_failed(const struct weft_conn *conn) {
   const struct proxy_conn *pc = net_dev_proxy_conn(conn);
   return pc == NULL || __atomic_load_n(&pc->ctrl->poison, __ATOMIC_ACQUIRE) != 0;

@@ -53,6 +53,11 @@ struct net_dev_fifo {
  * net_dev_fifo_mem. */
 weftResult_t net_dev_conn_fifo(const struct weft_conn *conn, struct net_dev_fifo *fifo_out);
 
+/* A device kernel is about to use conn (a network connection; others are
+ * left alone): its proxy polls without sleeping for NET_DEV_KICK_NS. */
+#define NET_DEV_KICK_NS 10000000ull
+void net_dev_conn_kick(const struct weft_conn *conn);
+
 /* Whether the proxy gave up on conn (the peer died, the link went down, the
  * local rank aborted): the host's view of the poison the kernels see. */
 int net_dev_conn_failed(const struct weft_conn *conn);

@@ -161,6 +161,13 @@ static void proxy_wake(struct proxy *p) {
     one = 0; /* counter full: awake anyway */
 }
 
+void proxy_kick(struct proxy *p, uint64_t for_ns) {
+  uint64_t now = clock_ns(), until = __atomic_load_n(&p->busy_until_ns, __ATOMIC_RELAXED);
+  if (until >= now + for_ns / 2) return;
+  __atomic_store_n(&p->busy_until_ns, now + for_ns, __ATOMIC_RELAXED);
+  proxy_wake(p);
+}
+
 /* Under the mutex: the poll set for the next sleep (the wake eventfd first,
  * then each connection's descriptors). Returns its size. */
 static int proxy_poll_set(struct proxy *p) {
@@ -199,6 +206,7 @@ static void proxy_sleep(struct proxy *p, int npfds, uint64_t gen, uint64_t idle_
   if (timeout_ns < p->ops->sleep_min_ns) timeout_ns = p->ops->sleep_min_ns;
   if (timeout_ns > p->ops->sleep_max_ns) timeout_ns = p->ops->sleep_max_ns;
   struct timespec ts = {(time_t)(timeout_ns / 1000000000ull), (long)(timeout_ns % 1000000000ull)};
+  __atomic_add_fetch(&p->sleeps, 1, __ATOMIC_RELAXED);
   if (ppoll(p->pfds, (nfds_t)npfds, &ts, NULL) <= 0) return;
   if (p->pfds[0].revents & POLLIN) {
     uint64_t count;
@@ -248,7 +256,8 @@ static void *proxy_main(void *arg) {
     int moved = proxy_pass(p);
     uint64_t now = moved ? 0 : clock_ns();
     if (!moved && idle_since == 0) idle_since = now;
-    int sleep = !moved && now - idle_since >= PROXY_SPIN_NS;
+    int sleep = !moved && now - idle_since >= PROXY_SPIN_NS &&
+                now >= __atomic_load_n(&p->busy_until_ns, __ATOMIC_RELAXED);
     int npfds = sleep ? proxy_poll_set(p) : 0;
     uint64_t gen = p->gen;
     pthread_mutex_unlock(&p->mutex);

@@ -127,6 +127,8 @@ struct proxy {
   int drivers;        /* ranks' threads making the passes (proxy_drive_begin) */
   uint32_t waiters;   /* threads waiting for the mutex: the thread lets them in */
   uint64_t gen;       /* bumped at each removal: stale poll results are dropped */
+  uint64_t busy_until_ns; /* no sleep before this (proxy_kick) */
+  uint64_t sleeps;        /* times the thread went to sleep (read by tests) */
   struct proxy_conn *conns;
   /* the thread's poll set */
   struct pollfd *pfds;
@@ -244,5 +246,12 @@ int proxy_pass(struct proxy *p);
  * alone. Calls nest across threads. */
 void proxy_drive_begin(struct proxy *p);
 void proxy_drive_end(struct proxy *p);
+
+/* Keeps p's thread polling, not sleeping, for the next for_ns, and wakes it
+ * if it sleeps: for slots that a GPU kernel fills in mapped memory, which
+ * tells the host nothing (the ranks' threads wake it when they post). Cheap
+ * to repeat: no system call while the thread is kept busy for at least half
+ * of for_ns already. */
+void proxy_kick(struct proxy *p, uint64_t for_ns);
 
 #endif

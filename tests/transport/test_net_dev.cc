@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -30,6 +31,8 @@ extern "C" {
 #include "transport/bootstrap.h"
 #include "transport/log.h"
 #include "transport/param.h"
+#include "transport/proxy.h"
+#include "transport/wait.h"
 #include "transport/status.h"
 #include "transport/transport.h"
 #include "weft_build_config.h"
@@ -251,6 +254,91 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Values(ExchangeCase{"socket", 2, 4, 4096}, ExchangeCase{"socket", 3, 2, 1000},
                     ExchangeCase{"ucx", 2, 3, 4096}, ExchangeCase{"ucx", 3, 4, 1000}),
     case_name);
+
+// A GPU kernel fills a network FIFO's slots without telling the host, and an
+// idle proxy sleeps between polls (up to 2 ms for sockets, 1 ms for UCX), so
+// the device executor kicks the proxies of a comm's network connections
+// before each launch (net_dev_conn_kick). A kicked proxy does not sleep until
+// its window ends, then sleeps again. Printed, not judged: a one-slot
+// ping-pong after each idle spell, kicked and not.
+class NetDevKick : public testing::TestWithParam<const char *> {};
+
+uint64_t sleeps_of(proxy *p) { return __atomic_load_n(&p->sleeps, __ATOMIC_RELAXED); }
+
+TEST_P(NetDevKick, KickedProxyPollsWithoutSleeping) {
+  const char *tname = GetParam();
+  if (transport_named(tname) == nullptr) GTEST_SKIP() << tname << " not built in";
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    Rank rk;
+    if (int rc = rk.connect(ctx, tname, 4, 4096)) return rc;
+    proxy *p = static_cast<proxy_conn *>(rk.send[0].priv)->proxy;
+    if (p == nullptr) return rank_fail(ctx, "the connection has no proxy thread");
+    weft_conn none;
+    memset(&none, 0, sizeof none);
+    net_dev_conn_kick(&none);  // no network connection: nothing to kick
+    usleep(100000);            // idle: the thread sleeps, a little longer each time
+    uint64_t s0 = sleeps_of(p);
+    proxy_kick(p, 2000000000ull);
+    usleep(300000);
+    uint64_t s1 = sleeps_of(p);
+    if (s1 - s0 > 1)  // one may have begun as the kick came; the kick ends it
+      return rank_fail(ctx, "kicked for 2 s, the thread slept %llu times in 0.3 s",
+                       (unsigned long long)(s1 - s0));
+    usleep(2000000);
+    if (sleeps_of(p) == s1) return rank_fail(ctx, "the thread never slept after its window");
+    uint64_t now = clock_ns();
+    net_dev_conn_kick(&rk.recv[1]);
+    proxy *q = static_cast<proxy_conn *>(rk.recv[1].priv)->proxy;
+    if (__atomic_load_n(&q->busy_until_ns, __ATOMIC_RELAXED) < now + NET_DEV_KICK_NS / 2)
+      return rank_fail(ctx, "net_dev_conn_kick set no window");
+
+    // rank 0 sends 8 bytes forward, rank 1 sends them back
+    net_dev_fifo v[4];
+    if (net_dev_conn_fifo(&rk.send[0], &v[0]) != weftSuccess ||
+        net_dev_conn_fifo(&rk.recv[0], &v[1]) != weftSuccess ||
+        net_dev_conn_fifo(&rk.send[1], &v[2]) != weftSuccess ||
+        net_dev_conn_fifo(&rk.recv[1], &v[3]) != weftSuccess)
+      return rank_fail(ctx, "fifo view: %s", weft_error_text());
+    std::vector<EmuFifo> f(v, v + 4);
+    auto failed = [&] { return rk.any_failed(); };
+    double median_us[2];
+    for (int kick = 0; kick < 2; kick++) {
+      std::vector<double> us;
+      for (int i = 0; i < 15; i++) {
+        if (bootstrap_barrier(rk.bs) != weftSuccess) return rank_fail(ctx, "barrier");
+        usleep(20000);
+        if (kick)
+          for (weft_conn *c : {&rk.send[0], &rk.recv[0], &rk.send[1], &rk.recv[1]})
+            net_dev_conn_kick(c);
+        uint64_t word = 0x5eed0000ull + (uint64_t)(kick * 100 + i), got = 0, t0 = clock_ns();
+        std::vector<EmuMsg> out{EmuMsg{&f[ctx.rank == 0 ? 0 : 2], true, (char *)&word, 8}};
+        std::vector<EmuMsg> in{EmuMsg{&f[ctx.rank == 0 ? 3 : 1], false, (char *)&got, 8}};
+        EmuResult r = ctx.rank == 0 ? emu_kernel_run(out, failed, 20000000000ull) : EMU_OK;
+        if (r == EMU_OK) r = emu_kernel_run(in, failed, 20000000000ull);
+        if (r == EMU_OK && ctx.rank == 1) {
+          word = got;
+          r = emu_kernel_run(out, failed, 20000000000ull);
+        }
+        if (r != EMU_OK) return rank_fail(ctx, "round %d: emulated kernel gave up (%d)", i, (int)r);
+        if (got != word) return rank_fail(ctx, "round %d: got %llx", i, (unsigned long long)got);
+        us.push_back((double)(clock_ns() - t0) / 1e3);
+      }
+      std::sort(us.begin(), us.end());
+      median_us[kick] = us[us.size() / 2];
+    }
+    if (ctx.rank == 0)
+      printf("%s, 2 emulated hosts: one-slot ping-pong after 20 ms idle, median of 15: "
+             "%.1f us, %.1f us kicked\n", tname, median_us[0], median_us[1]);
+    if (bootstrap_barrier(rk.bs) != weftSuccess) return rank_fail(ctx, "barrier");
+    return 0;
+  }, options(tname, 30, true));
+  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(NetDev, NetDevKick, testing::Values("socket", "ucx"),
+                         [](const testing::TestParamInfo<const char *> &i) {
+                           return std::string(i.param);
+                         });
 
 class NetDevFailure : public testing::TestWithParam<ExchangeCase> {};
 

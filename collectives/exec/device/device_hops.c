@@ -113,6 +113,21 @@ weftResult_t device_hop_fifo(const struct weft_conn *c, struct dev_fifo *fifo_ou
   return weftSuccess;
 }
 
+void device_net_kick(const struct weftComm *comm, const struct device_comm *d) {
+  if (d->ring_ready)
+    for (int c = 0; c < d->nchannels; c++)
+      for (int p = 0; p < DEV_NPROTOS; p++) {
+        net_dev_conn_kick(&d->send[c][p]);
+        net_dev_conn_kick(&d->recv[c][p]);
+      }
+  if (d->p2p.send != NULL)
+    for (int r = 0; r < comm->nranks; r++)
+      for (int l = 0; l < P2P_NLANES; l++) {
+        net_dev_conn_kick(&d->p2p.send[r][l]);
+        net_dev_conn_kick(&d->p2p.recv[r][l]);
+      }
+}
+
 int device_comm_crosses_hosts(const struct weftComm *comm) {
   for (int i = 1; i < comm->nranks; i++)
     if (comm->peers[i].host_hash != comm->peers[0].host_hash) return 1;

@@ -103,6 +103,10 @@ weftResult_t device_hop_fifo(const struct weft_conn *c, struct dev_fifo *fifo_ou
 /* Whether the comm's ranks are on more than one host: its rings then cross
  * a network, which carries SIMPLE slots only (every rank decides alike). */
 int device_comm_crosses_hosts(const struct weftComm *comm);
+/* Before a launch on a comm that crosses hosts: the proxies of its network
+ * connections poll without sleeping a while (net_dev_conn_kick), since the
+ * kernels fill slots without telling the host. */
+void device_net_kick(const struct weftComm *comm, const struct device_comm *d);
 
 /* Point-to-point (device_p2p.c): connects the peers that plans[0..nops)
  * name and are not yet connected (pairwise, with those peers only). */
