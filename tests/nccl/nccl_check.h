@@ -8,7 +8,8 @@
 
 #include "nccl.h"
 
-static int g_rank, g_nranks, g_failures;
+/* defined by each program */
+extern int g_rank, g_nranks, g_failures;
 
 #define FAIL(...)                                                              \
   do {                                                                         \

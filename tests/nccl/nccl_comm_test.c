@@ -15,6 +15,8 @@
 
 #include "nccl_check.h"
 
+int g_rank, g_nranks, g_failures;
+
 /* The call returns want and the last error (comm's, or the thread's when
  * comm is NULL) contains text. */
 #define EXPECT_ERR(call, want, comm, text)                                     \
