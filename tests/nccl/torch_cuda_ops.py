@@ -9,6 +9,8 @@ Checks, each printed as "ok NAME" or "FAIL NAME: why":
   all_to_all_single  uneven splits, random float32 rows, every rank's input
                      rebuilt from its seed
   batch_isend_irecv  a ring shift plus a send to every peer, several sizes
+  fsdp2_avg          the same with the factor equal to the world size (torch's AVG, no
+                     PreMulSum): whether a difference is FSDP2's collectives or the factor
   premul_*           reduce_scatter_tensor and all_reduce with PREMUL_SUM, the
                      factor a double (NCCL's host scalar) and a one-element tensor
                      (a device scalar); a failure says the ratio to the right sum
@@ -116,7 +118,7 @@ def train(model, xs, ys, steps, lr):
         opt.step()
 
 
-def check_fsdp2(dev, scale, steps=5):
+def check_fsdp2(dev, scale, steps=5, name="fsdp2_divide"):
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
     r, n = dist.get_rank(), dist.get_world_size()
@@ -137,7 +139,7 @@ def check_fsdp2(dev, scale, steps=5):
     train(model, xs[8 * r:8 * (r + 1)].to(dev), ys[8 * r:8 * (r + 1)].to(dev), steps, 0.05)
     diff = max((p.full_tensor() - q).abs().max().item()
                for p, q in zip(model.parameters(), ref.parameters()))
-    report("fsdp2_divide", diff <= 1e-5, f"parameters differ by {diff} from one process")
+    report(name, diff <= 1e-5, f"parameters differ by {diff} from one process")
 
 
 def main():
@@ -166,6 +168,8 @@ def main():
     checks = [("all_to_all_single", check_all_to_all), ("batch_isend_irecv", check_batch_p2p)]
     if args.backend != "gloo":  # Gloo has no PreMulSum
         checks.append(("premul", check_premul))
+    if args.factor_scale != 1:  # the divide factor equal to the world size: torch's AVG
+        checks.append(("fsdp2_avg", lambda d: check_fsdp2(d, 1.0, name="fsdp2_avg")))
     checks.append(("fsdp2_divide", lambda d: check_fsdp2(d, args.factor_scale)))
     for name, check in checks:
         try:
