@@ -126,8 +126,8 @@ static int comm_connected(const struct weftComm *comm, const struct weft_plan *c
   for (size_t i = 0; i < n; i++) {
     const struct weft_plan *pl = plans[i];
     if (plan_is_p2p(pl)) {
+      if (d->p2p.send == NULL) return 0; /* the lanes' tables, self-copies too */
       if (pl->root == comm->rank) continue;
-      if (d->p2p.send == NULL) return 0;
       const struct weft_conn *c =
           pl->coll == COLL_SEND ? &d->p2p.send[pl->root][0] : &d->p2p.recv[pl->root][0];
       if (c->transport == NULL) return 0;
