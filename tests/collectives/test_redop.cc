@@ -88,7 +88,8 @@ TEST(PreMulSum, DestroyedOnceItsCallReturnsStillScales) {
     if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
       return rank_fail(ctx, "init");
     const float scales[2] = {3, 5};
-    std::vector<float> send(1000), out[2] = {std::vector<float>(1000, -1), std::vector<float>(1000, -1)};
+    std::vector<float> send(1000);
+    std::vector<float> out[2] = {std::vector<float>(1000, -1), std::vector<float>(1000, -1)};
     for (int i = 0; i < 1000; i++) send[i] = (float)(i % 97) + ctx.rank;
     FAIL_IF(weftGroupStart() != weftSuccess, "group start");
     weftRedOp_t ops[2];
@@ -96,7 +97,8 @@ TEST(PreMulSum, DestroyedOnceItsCallReturnsStillScales) {
       float scalar = scales[k]; /* immediate: read by create, gone after */
       FAIL_IF(weftRedOpCreatePreMulSum(&ops[k], &scalar, weftFloat32, weftScalarHostImmediate,
                                        comm) != weftSuccess, "create %d", k);
-      FAIL_IF(weftAllReduce(send.data(), out[k].data(), 1000, weftFloat32, ops[k], comm, nullptr) != weftSuccess,
+      FAIL_IF(weftAllReduce(send.data(), out[k].data(), 1000, weftFloat32, ops[k], comm,
+                            nullptr) != weftSuccess,
               "allreduce %d queued: %s", k, weftGetLastError(comm));
       FAIL_IF(weftRedOpDestroy(ops[k], comm) != weftSuccess, "destroy %d", k);
     }

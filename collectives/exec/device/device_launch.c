@@ -195,7 +195,8 @@ static void *connect_main(void *p) {
  * collective, and one caller may drive several ranks. */
 static weftResult_t connect_parts(struct comm_part *parts, size_t nparts) {
   size_t todo = 0; /* a thread costs tens of microseconds: none once connected */
-  for (size_t i = 0; i < nparts; i++) todo += !comm_connected(parts[i].comm, parts[i].plans, parts[i].n);
+  for (size_t i = 0; i < nparts; i++)
+    todo += !comm_connected(parts[i].comm, parts[i].plans, parts[i].n);
   if (todo == 0) return weftSuccess;
   pthread_t *tids = calloc(nparts ? nparts : 1, sizeof *tids);
   if (tids == NULL) return weft_error_set(weftSystemError, "out of memory");

@@ -538,8 +538,8 @@ op_step WeftBackend::premul_step(const at::Tensor &t, const red_plan &p, const c
     };
     return s;
   }
-  // weft looks the op up when the call runs, which inside a group is at
-  // weftGroupEnd: it is destroyed by the step's release, not after the call
+  // weft keeps the op's scalar from the call on (it could go once the call
+  // returns); the step's release destroys it
   auto op = std::make_shared<std::optional<weftRedOp_t>>();
   auto body = [this, scalar, opname, recvcount, in, op](const at::Tensor &buf) {
     flat_buf b = elems_of(buf, opname);
