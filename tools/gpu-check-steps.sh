@@ -319,6 +319,29 @@ step_perf_reduce_scatter() { perf_coll reduce_scatter 2 4 8; }
 step_perf_sendrecv() { perf_coll sendrecv 2 4 8; }
 step_perf_alltoall() { perf_coll alltoall 2 4 8; }
 
+# Device send/recv bandwidth against the lanes per peer (WEFT_P2P_LANES, the
+# same on every rank): sendrecv_perf, 2 processes under MPS, 1 MiB to
+# 128 MiB, and alltoall_perf with 4, for each lane count; the key gives the
+# largest size's busbw of each, so that the default can be chosen by it.
+step_perf_p2p_lanes() {
+  use_mps
+  need_exe "$B/tools/sendrecv_perf"
+  local lanes tool k keys="" bad=0 out
+  for lanes in 1 2 4 8; do
+    for tool in sendrecv alltoall; do
+      k=$([ $tool = sendrecv ] && echo 2 || echo 4)
+      out="$LOGS/$STEP.$tool.$lanes.out"
+      WEFT_P2P_LANES=$lanes timeout 30 "$B/tools/weftrun" -n $k "$B/tools/${tool}_perf" \
+        -M $PERF_MEM -T 20 -b 1M -e $PERF_MAX -f 8 -n 10 -w 2 >"$out" 2>&1 || bad=1
+      cat "$out"
+      coll_key "$out" >/dev/null || bad=1
+      keys="$keys$tool/$k $lanes lanes: $(coll_key "$out" | sed 's/.*, //'); "
+    done
+  done
+  key "${keys%; }"
+  [ $bad = 0 ] || fail "${keys%; }"
+}
+
 step_perf_types() {
   use_mps
   need_exe "$B/tools/all_reduce_perf"

@@ -69,6 +69,7 @@ perf_ar_mps|90|gpu|20.3|all_reduce_device_perf, 2 and 4 processes under MPS
 device_ipc_mps|120|gpu|20.2|device_ipc under MPS
 perf_sendrecv|110|gpu|20.3|sendrecv_perf -M cuda, 2/4/8 processes
 perf_alltoall|110|gpu|20.3|alltoall_perf -M cuda, 2/4/8 processes
+perf_p2p_lanes|90|gpu|20.3|sendrecv (2) and alltoall (4 processes) busbw at WEFT_P2P_LANES 1, 2, 4, 8
 perf_all_gather|110|gpu|20.2|all_gather_perf -M cuda, 2/4/8 processes, 8 B..128 MiB
 perf_reduce_scatter|110|gpu|20.2|reduce_scatter_perf -M cuda, 2/4/8 processes
 perf_types|120|gpu|20.2|all_reduce_perf -M cuda -d all -o all, 3 processes, odd sizes
@@ -282,7 +283,7 @@ setup_ucx_env() {
 # on host memory (gpu-check-steps.sh's PERF_MEM), the other GPU steps skip.
 host_perf_step() { # name
   [ "${WEFT_GPU_CHECK_HOST_PERF:-0}" = 1 ] &&
-    [[ "$1" =~ ^(perf_(sendrecv|alltoall|all_gather|reduce_scatter|types)|net_(socket|ucx|bw))$ ]]
+    [[ "$1" =~ ^(perf_(sendrecv|alltoall|all_gather|reduce_scatter|types|p2p_lanes)|net_(socket|ucx|bw))$ ]]
 }
 
 # One step under its limit: pass, fail, skip, timeout, or "no time" when the

@@ -2,8 +2,9 @@
  * and for the host's tests of it.
  *
  * A group's sends and receives on one comm run as one kernel. Between two
- * ranks, each direction has P2P_NLANES FIFOs (lanes). A message is cut into
- * chunks of one slot; chunk j travels on lane j % P2P_NLANES. Both ends know
+ * ranks, each direction has nlanes FIFOs (lanes; WEFT_P2P_LANES, the same on
+ * every rank of a comm). A message is cut into chunks of one slot; chunk j
+ * travels on lane j % nlanes. Both ends know
  * the message's size and its place among the messages of that pair and
  * direction, so they agree on every chunk's lane without talking, and since
  * each lane is a FIFO that both ends walk in posting order, messages between
@@ -11,7 +12,7 @@
  *
  * Which kernel block drives which lane is the sender's or receiver's own
  * affair: the (peer, direction) pairs of the launch are numbered in order of
- * first use, and lane l of pair q goes to block (q * P2P_NLANES + l) % nblocks.
+ * first use, and lane l of pair q goes to block (q * nlanes + l) % nblocks.
  * A block owns every item (message, lane) on its lanes, keeps them in
  * posting order per lane, and moves one chunk at a time on whichever of its
  * lanes is ready, so no order of sends and receives can deadlock as long as
@@ -34,9 +35,10 @@
 #define P2P_HD static inline
 #endif
 
-#define P2P_NLANES 2     /* FIFOs per peer and direction */
-#define P2P_MAX_OPS 128  /* sends and receives of one comm in one launch */
-#define P2P_MAX_ITEMS (P2P_MAX_OPS * P2P_NLANES)
+#define P2P_MAX_LANES 8     /* FIFOs per peer and direction, at most */
+#define P2P_DEFAULT_LANES 2 /* ... unless WEFT_P2P_LANES says otherwise */
+#define P2P_MAX_OPS 128     /* sends and receives of one comm in one launch */
+#define P2P_MAX_ITEMS (P2P_MAX_OPS * P2P_MAX_LANES)
 
 /* One send or receive of a launch, as the kernel reads it. */
 struct p2p_op {
@@ -52,16 +54,17 @@ P2P_HD uint64_t p2p_nchunks(uint64_t nbytes, uint64_t chunk_nbytes) {
   return (nbytes + chunk_nbytes - 1) / chunk_nbytes;
 }
 
-/* Chunks of a message that travel on lane l. */
-P2P_HD uint64_t p2p_lane_nchunks(uint64_t nbytes, uint64_t chunk_nbytes, int lane) {
+/* Chunks of a message that travel on lane l of nlanes. */
+P2P_HD uint64_t p2p_lane_nchunks(uint64_t nbytes, uint64_t chunk_nbytes, int lane, int nlanes) {
   uint64_t n = p2p_nchunks(nbytes, chunk_nbytes);
-  return n > (uint64_t)lane ? (n - (uint64_t)lane + P2P_NLANES - 1) / P2P_NLANES : 0;
+  return n > (uint64_t)lane ? (n - (uint64_t)lane + (uint64_t)nlanes - 1) / (uint64_t)nlanes : 0;
 }
 
-/* The k-th chunk on lane l: its byte offset in the message and its size. */
-P2P_HD void p2p_lane_chunk(uint64_t nbytes, uint64_t chunk_nbytes, int lane, uint64_t k,
-                           uint64_t *offset, uint64_t *size) {
-  uint64_t off = ((uint64_t)lane + k * P2P_NLANES) * chunk_nbytes;
+/* The k-th chunk on lane l of nlanes: its byte offset in the message and its
+ * size. */
+P2P_HD void p2p_lane_chunk(uint64_t nbytes, uint64_t chunk_nbytes, int lane, int nlanes,
+                           uint64_t k, uint64_t *offset, uint64_t *size) {
+  uint64_t off = ((uint64_t)lane + k * (uint64_t)nlanes) * chunk_nbytes;
   *offset = off;
   *size = nbytes - off < chunk_nbytes ? nbytes - off : chunk_nbytes;
 }
@@ -81,20 +84,21 @@ P2P_HD int p2p_assign_pairs(struct p2p_op *ops, int nops) {
   return npairs;
 }
 
-/* Blocks a launch with npairs pairs uses, at most max_blocks. */
-P2P_HD int p2p_nblocks(int npairs, int max_blocks) {
-  int want = npairs * P2P_NLANES;
+/* Blocks a launch with npairs pairs of nlanes lanes uses, at most max_blocks. */
+P2P_HD int p2p_nblocks(int npairs, int nlanes, int max_blocks) {
+  int want = npairs * nlanes;
   return want < max_blocks ? (want > 0 ? want : 1) : max_blocks;
 }
 
 /* The block that drives lane l of pair q. */
-P2P_HD int p2p_block_of(int pair, int lane, int nblocks) {
-  return (pair * P2P_NLANES + lane) % nblocks;
+P2P_HD int p2p_block_of(int pair, int lane, int nlanes, int nblocks) {
+  return (pair * nlanes + lane) % nblocks;
 }
 
 /* One block's share of a launch: its items (message, lane) in posting order
  * and the chunks each has moved. */
 struct p2p_block {
+  int nlanes;
   int nitems;
   uint16_t op[P2P_MAX_ITEMS];
   uint8_t lane[P2P_MAX_ITEMS];
@@ -103,13 +107,14 @@ struct p2p_block {
 };
 
 P2P_HD void p2p_block_init(struct p2p_block *blk, const struct p2p_op *ops, int nops,
-                           uint64_t chunk_nbytes, int nblocks, int b) {
+                           uint64_t chunk_nbytes, int nlanes, int nblocks, int b) {
+  blk->nlanes = nlanes;
   blk->nitems = 0;
   blk->next = 0;
   for (int i = 0; i < nops; i++)
-    for (int l = 0; l < P2P_NLANES; l++) {
-      if (ops[i].self || p2p_lane_nchunks(ops[i].nbytes, chunk_nbytes, l) == 0) continue;
-      if (p2p_block_of(ops[i].pair, l, nblocks) != b) continue;
+    for (int l = 0; l < nlanes; l++) {
+      if (ops[i].self || p2p_lane_nchunks(ops[i].nbytes, chunk_nbytes, l, nlanes) == 0) continue;
+      if (p2p_block_of(ops[i].pair, l, nlanes, nblocks) != b) continue;
       blk->op[blk->nitems] = (uint16_t)i;
       blk->lane[blk->nitems] = (uint8_t)l;
       blk->done[blk->nitems] = 0;
@@ -119,7 +124,8 @@ P2P_HD void p2p_block_init(struct p2p_block *blk, const struct p2p_op *ops, int 
 
 P2P_HD int p2p_item_finished(const struct p2p_block *blk, const struct p2p_op *ops,
                              uint64_t chunk_nbytes, int k) {
-  return blk->done[k] >= p2p_lane_nchunks(ops[blk->op[k]].nbytes, chunk_nbytes, blk->lane[k]);
+  return blk->done[k] >=
+         p2p_lane_nchunks(ops[blk->op[k]].nbytes, chunk_nbytes, blk->lane[k], blk->nlanes);
 }
 
 /* Whether item k may move now: unfinished, and every earlier item on its

@@ -38,14 +38,15 @@ inline uint64_t p2p_emu_now_ns() {
 // the receiving end (each with its own step, as in device memory).
 struct P2pEmuNet {
   int nranks;
+  int nlanes; // per pair and direction, as WEFT_P2P_LANES
   uint32_t nslots;
   uint32_t slot_nbytes;
   std::vector<std::unique_ptr<char[]>> mem;
   std::vector<dev_fifo> send_end, recv_end; // [a][b][lane]
 
-  P2pEmuNet(int n, uint32_t slots, uint32_t slot_bytes)
-      : nranks(n), nslots(slots), slot_nbytes(slot_bytes) {
-    size_t nf = (size_t)n * n * P2P_NLANES;
+  P2pEmuNet(int n, uint32_t slots, uint32_t slot_bytes, int lanes = P2P_DEFAULT_LANES)
+      : nranks(n), nlanes(lanes), nslots(slots), slot_nbytes(slot_bytes) {
+    size_t nf = (size_t)n * n * lanes;
     send_end.resize(nf);
     recv_end.resize(nf);
     for (size_t f = 0; f < nf; f++) {
@@ -56,7 +57,7 @@ struct P2pEmuNet {
     }
   }
   size_t index(int from, int to, int lane) const {
-    return ((size_t)from * nranks + to) * P2P_NLANES + lane;
+    return ((size_t)from * nranks + to) * nlanes + lane;
   }
   // rank's end of the lane that op uses
   dev_fifo *end(int rank, const p2p_op &op, int lane) {
@@ -84,7 +85,7 @@ inline P2pEmuBlockOut p2p_emu_block(P2pEmuNet &net, int rank, const std::vector<
   auto blk = std::make_unique<p2p_block>();
   const uint64_t chunk = net.slot_nbytes;
   const int nops = (int)ops.size();
-  p2p_block_init(blk.get(), ops.data(), nops, chunk, nblocks, b);
+  p2p_block_init(blk.get(), ops.data(), nops, chunk, net.nlanes, nblocks, b);
   uint64_t last = p2p_emu_now_ns();
   for (uint32_t spins = 1; !p2p_block_finished(blk.get(), ops.data(), chunk); spins++) {
     bool moved = false, poisoned = false;
@@ -98,7 +99,7 @@ inline P2pEmuBlockOut p2p_emu_block(P2pEmuNet &net, int rank, const std::vector<
         break;
       }
       uint64_t off, size;
-      p2p_lane_chunk(o.nbytes, chunk, blk->lane[k], blk->done[k], &off, &size);
+      p2p_lane_chunk(o.nbytes, chunk, blk->lane[k], net.nlanes, blk->done[k], &off, &size);
       char *slot = f->slots + (f->step % f->nslots) * f->slot_nbytes;
       if (o.send) {
         if (f->step - __atomic_load_n(&f->ctrl->head, __ATOMIC_ACQUIRE) >= f->nslots) continue;

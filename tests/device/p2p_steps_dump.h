@@ -20,13 +20,13 @@ struct p2p_move {
   uint64_t chunk;
 };
 
-size_t p2p_steps_dump_c(const struct p2p_op *ops, int nops, uint64_t chunk_nbytes, int nblocks,
-                        int b, struct p2p_move *out, size_t max);
+size_t p2p_steps_dump_c(const struct p2p_op *ops, int nops, uint64_t chunk_nbytes, int nlanes,
+                        int nblocks, int b, struct p2p_move *out, size_t max);
 size_t p2p_steps_dump_nvcc_host(const struct p2p_op *ops, int nops, uint64_t chunk_nbytes,
-                                int nblocks, int b, struct p2p_move *out, size_t max);
+                                int nlanes, int nblocks, int b, struct p2p_move *out, size_t max);
 // -1 without a usable GPU, else the count as above.
 long p2p_steps_dump_nvcc_device(const struct p2p_op *ops, int nops, uint64_t chunk_nbytes,
-                                int nblocks, int b, struct p2p_move *out, size_t max);
+                                int nlanes, int nblocks, int b, struct p2p_move *out, size_t max);
 
 #ifdef __cplusplus
 }

@@ -1,9 +1,9 @@
 // The body of every p2p_steps_dump_*: one compile per compiler (P2P_DUMP_FN
 // marks it host, or host and device, code).
 static size_t P2P_DUMP_FN(const struct p2p_op *ops, int nops, uint64_t chunk_nbytes,
-                          int nblocks, int b, struct p2p_block *blk, struct p2p_move *out,
-                          size_t max) {
-  p2p_block_init(blk, ops, nops, chunk_nbytes, nblocks, b);
+                          int nlanes, int nblocks, int b, struct p2p_block *blk,
+                          struct p2p_move *out, size_t max) {
+  p2p_block_init(blk, ops, nops, chunk_nbytes, nlanes, nblocks, b);
   size_t n = 0;
   while (!p2p_block_finished(blk, ops, chunk_nbytes)) {
     int k = -1;

@@ -8,21 +8,21 @@
 #include "p2p_steps_dump_body.h"
 
 extern "C" size_t p2p_steps_dump_nvcc_host(const struct p2p_op *ops, int nops,
-                                           uint64_t chunk_nbytes, int nblocks, int b,
+                                           uint64_t chunk_nbytes, int nlanes, int nblocks, int b,
                                            struct p2p_move *out, size_t max) {
   static struct p2p_block blk; /* large for a stack */
-  return dump(ops, nops, chunk_nbytes, nblocks, b, &blk, out, max);
+  return dump(ops, nops, chunk_nbytes, nlanes, nblocks, b, &blk, out, max);
 }
 
 __global__ void p2p_dump_kernel(const struct p2p_op *ops, int nops, uint64_t chunk_nbytes,
-                                int nblocks, int b, struct p2p_move *out, size_t max,
-                                size_t *n_out) {
+                                int nlanes, int nblocks, int b, struct p2p_move *out,
+                                size_t max, size_t *n_out) {
   __shared__ struct p2p_block blk;
-  *n_out = dump(ops, nops, chunk_nbytes, nblocks, b, &blk, out, max);
+  *n_out = dump(ops, nops, chunk_nbytes, nlanes, nblocks, b, &blk, out, max);
 }
 
 extern "C" long p2p_steps_dump_nvcc_device(const struct p2p_op *ops, int nops,
-                                           uint64_t chunk_nbytes, int nblocks, int b,
+                                           uint64_t chunk_nbytes, int nlanes, int nblocks, int b,
                                            struct p2p_move *out, size_t max) {
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -37,7 +37,7 @@ extern "C" long p2p_steps_dump_nvcc_device(const struct p2p_op *ops, int nops,
       cudaMalloc(&out_d, sizeof(*out) * (max ? max : 1)) == cudaSuccess &&
       cudaMalloc(&n_d, sizeof(size_t)) == cudaSuccess &&
       cudaMemcpy(ops_d, ops, sizeof(*ops) * nops, cudaMemcpyHostToDevice) == cudaSuccess) {
-    p2p_dump_kernel<<<1, 1>>>(ops_d, nops, chunk_nbytes, nblocks, b, out_d, max, n_d);
+    p2p_dump_kernel<<<1, 1>>>(ops_d, nops, chunk_nbytes, nlanes, nblocks, b, out_d, max, n_d);
     if (cudaMemcpy(&n, n_d, sizeof n, cudaMemcpyDeviceToHost) == cudaSuccess &&
         cudaMemcpy(out, out_d, sizeof(*out) * (n < max ? n : max), cudaMemcpyDeviceToHost) ==
             cudaSuccess)

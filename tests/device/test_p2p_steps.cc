@@ -128,7 +128,7 @@ std::vector<int> run_launches(P2pEmuNet &net, std::vector<RankLaunch> &L, int ma
   std::vector<int> results(L.size() * (size_t)max_blocks, weft_test::P2P_EMU_OK);
   for (size_t r = 0; r < L.size(); r++) {
     copy_self(L[r]);
-    int nblocks = p2p_nblocks(L[r].npairs, max_blocks);
+    int nblocks = p2p_nblocks(L[r].npairs, net.nlanes, max_blocks);
     for (int b = 0; b < nblocks; b++)
       threads.emplace_back([&, r, b, nblocks] {
         results[r * max_blocks + b] =
@@ -146,8 +146,12 @@ class P2pSchedule : public testing::TestWithParam<int> {};
 TEST_P(P2pSchedule, RandomGroupsMoveEveryByteInOrder) {
   const int n = GetParam();
   const Shape shapes[] = {{1, 16, 1}, {2, 64, 2}, {4, 24, 3}, {4, 64, 64}};
-  for (const Shape &s : shapes) {
-    P2pEmuNet net(n, s.nslots, s.slot_nbytes);
+  for (int si = 0; si < 4; si++) {
+    const Shape &s = shapes[si];
+    // lanes per pair: over the rank counts 1-8, every shape meets several
+    // counts and every count from 1 to P2P_MAX_LANES comes up
+    const int nlanes = (n + si) % P2P_MAX_LANES + 1;
+    P2pEmuNet net(n, s.nslots, s.slot_nbytes, nlanes);
     for (uint64_t seed = 0; seed < 4; seed++) {
   Rng rng(1000 + seed * 7919 + (uint64_t)n * 31 + s.slot_nbytes);
     // several launches: lanes carry on from the steps the last one reached
@@ -156,7 +160,7 @@ TEST_P(P2pSchedule, RandomGroupsMoveEveryByteInOrder) {
       std::vector<RankLaunch> L = make_launches(n, round, rng, s.slot_nbytes, &total);
       SCOPED_TRACE("nslots " + std::to_string(s.nslots) + " slot " +
                    std::to_string(s.slot_nbytes) + " blocks " + std::to_string(s.max_blocks) +
-                   " round " + std::to_string(round));
+                   " lanes " + std::to_string(nlanes) + " round " + std::to_string(round));
       std::vector<int> res = run_launches(net, L, s.max_blocks, nullptr, 20000000000ull);
       for (int x : res) ASSERT_EQ(x, weft_test::P2P_EMU_OK);
       check_received(L, round);
@@ -172,23 +176,26 @@ INSTANTIATE_TEST_SUITE_P(Ranks, P2pSchedule, testing::Range(1, 9),
                          });
 
 // Both ends of a pair agree on the chunks of each lane, and the lanes cover
-// the message exactly once, for every size up to a few chunks.
+// the message exactly once, for every size up to a few chunks and every
+// number of lanes.
 TEST(P2pSteps, LanesCoverEachMessageOnce) {
-  for (uint64_t chunk : {1ull, 7ull, 64ull})
-    for (uint64_t nb = 0; nb < 6 * chunk + 3; nb++) {
-      std::vector<int> seen(nb, 0);
-      uint64_t chunks = 0;
-      for (int l = 0; l < P2P_NLANES; l++)
-        for (uint64_t k = 0; k < p2p_lane_nchunks(nb, chunk, l); k++, chunks++) {
-          uint64_t off, size;
-          p2p_lane_chunk(nb, chunk, l, k, &off, &size);
-          ASSERT_GT(size, 0u);
-          ASSERT_LE(off + size, nb);
-          for (uint64_t i = off; i < off + size; i++) seen[i]++;
-        }
-      ASSERT_EQ(chunks, p2p_nchunks(nb, chunk));
-      for (uint64_t i = 0; i < nb; i++) ASSERT_EQ(seen[i], 1) << nb << " bytes, byte " << i;
-    }
+  for (int nlanes = 1; nlanes <= P2P_MAX_LANES; nlanes++)
+    for (uint64_t chunk : {1ull, 7ull, 64ull})
+      for (uint64_t nb = 0; nb < 10 * chunk + 3; nb++) {
+        std::vector<int> seen(nb, 0);
+        uint64_t chunks = 0;
+        for (int l = 0; l < nlanes; l++)
+          for (uint64_t k = 0; k < p2p_lane_nchunks(nb, chunk, l, nlanes); k++, chunks++) {
+            uint64_t off, size;
+            p2p_lane_chunk(nb, chunk, l, nlanes, k, &off, &size);
+            ASSERT_GT(size, 0u);
+            ASSERT_LE(off + size, nb);
+            for (uint64_t i = off; i < off + size; i++) seen[i]++;
+          }
+        ASSERT_EQ(chunks, p2p_nchunks(nb, chunk));
+        for (uint64_t i = 0; i < nb; i++)
+          ASSERT_EQ(seen[i], 1) << nb << " bytes, byte " << i << ", " << nlanes << " lanes";
+      }
 }
 
 // Pairs are numbered in order of first use; self ops get none; blocks are
@@ -202,9 +209,13 @@ TEST(P2pSteps, PairsAndBlocks) {
   EXPECT_EQ(ops[3].pair, 0);
   EXPECT_EQ(ops[4].pair, 2);
   EXPECT_EQ(p2p_self_match(ops.data(), (int)ops.size(), 2), 5);
-  EXPECT_EQ(p2p_nblocks(3, 64), 3 * P2P_NLANES);
-  EXPECT_EQ(p2p_nblocks(3, 4), 4);
-  EXPECT_EQ(p2p_nblocks(0, 4), 1);
+  EXPECT_EQ(p2p_nblocks(3, 2, 64), 6);
+  EXPECT_EQ(p2p_nblocks(3, 8, 64), 24);
+  EXPECT_EQ(p2p_nblocks(3, 8, 20), 20);
+  EXPECT_EQ(p2p_nblocks(3, 2, 4), 4);
+  EXPECT_EQ(p2p_nblocks(0, 2, 4), 1);
+  EXPECT_EQ(p2p_block_of(2, 1, 8, 64), 17);
+  EXPECT_EQ(p2p_block_of(2, 1, 8, 5), 2);
 }
 
 // Every block's order of moves, with every lane always ready: each lane's
@@ -214,24 +225,29 @@ TEST(P2pSteps, PairsAndBlocks) {
 TEST(P2pSteps, BlockOrderAndNvccCompileAgree) {
   for (int n : {2, 3, 5, 8})
     for (int max_blocks : {1, 2, 5, 64}) {
+      // every lane count from 1 to 8 over these 16 cases
+      const int nlanes = (n + max_blocks) % P2P_MAX_LANES + 1;
+      SCOPED_TRACE(std::to_string(n) + " ranks, " + std::to_string(max_blocks) + " blocks, " +
+                   std::to_string(nlanes) + " lanes");
       Rng rng(4242 + (uint64_t)n * 13 + (uint64_t)max_blocks);
       size_t total;
       std::vector<RankLaunch> L = make_launches(n, 0, rng, 48, &total);
       for (int r = 0; r < n; r++) {
         const RankLaunch &x = L[r];
         const int nops = (int)x.ops.size();
-        const int nblocks = p2p_nblocks(x.npairs, max_blocks);
+        const int nblocks = p2p_nblocks(x.npairs, nlanes, max_blocks);
         uint64_t want_chunks = 0;
         for (const p2p_op &o : x.ops) want_chunks += o.self ? 0 : p2p_nchunks(o.nbytes, 48);
         uint64_t moved = 0;
         for (int b = 0; b < nblocks; b++) {
           std::vector<p2p_move> c(P2P_MAX_ITEMS * 64), h(c.size()), d(c.size());
-          size_t nc = p2p_steps_dump_c(x.ops.data(), nops, 48, nblocks, b, c.data(), c.size());
+          size_t nc =
+              p2p_steps_dump_c(x.ops.data(), nops, 48, nlanes, nblocks, b, c.data(), c.size());
           ASSERT_NE(nc, (size_t)-1) << "a block with unfinished items and none eligible";
           ASSERT_LE(nc, c.size());
           moved += nc;
           // per (op, lane): chunks 0, 1, ...; per lane: an op only after the earlier ones
-          std::vector<std::vector<uint64_t>> next(nops, std::vector<uint64_t>(P2P_NLANES, 0));
+          std::vector<std::vector<uint64_t>> next(nops, std::vector<uint64_t>(nlanes, 0));
           for (size_t i = 0; i < nc; i++) {
             const p2p_move &m = c[i];
             ASSERT_EQ(m.chunk, next[m.op][m.lane]++) << "move " << i;
@@ -239,16 +255,16 @@ TEST(P2pSteps, BlockOrderAndNvccCompileAgree) {
               if (x.ops[e].peer != x.ops[m.op].peer || x.ops[e].send != x.ops[m.op].send ||
                   x.ops[e].self)
                 continue;
-              ASSERT_EQ(next[e][m.lane], p2p_lane_nchunks(x.ops[e].nbytes, 48, m.lane))
+              ASSERT_EQ(next[e][m.lane], p2p_lane_nchunks(x.ops[e].nbytes, 48, m.lane, nlanes))
                   << "op " << m.op << " overtook op " << e << " on lane " << m.lane;
             }
           }
 #if WEFT_HAVE_CUDA
-          size_t nh = p2p_steps_dump_nvcc_host(x.ops.data(), nops, 48, nblocks, b, h.data(),
-                                               h.size());
+          size_t nh = p2p_steps_dump_nvcc_host(x.ops.data(), nops, 48, nlanes, nblocks, b,
+                                               h.data(), h.size());
           ASSERT_EQ(nh, nc);
-          long nd = p2p_steps_dump_nvcc_device(x.ops.data(), nops, 48, nblocks, b, d.data(),
-                                               d.size());
+          long nd = p2p_steps_dump_nvcc_device(x.ops.data(), nops, 48, nlanes, nblocks, b,
+                                               d.data(), d.size());
           if (nd >= 0) {
             ASSERT_EQ((size_t)nd, nc);
           }
@@ -291,7 +307,7 @@ TEST(P2pPoison, StoppedRankPoisonsItsLanesAndLaterLaunchesReturnAtOnce) {
   const uint64_t timeout = 300000000ull; // 0.3 s
   uint64_t t0 = weft_test::p2p_emu_now_ns();
   for (int r = 0; r < n; r++) {
-    int nblocks = p2p_nblocks(L[r].npairs, 2);
+    int nblocks = p2p_nblocks(L[r].npairs, net.nlanes, 2);
     for (int b = 0; b < nblocks; b++)
       threads.emplace_back([&, r, b, nblocks] {
         // rank 0 is aborted after its blocks moved 3 chunks each
@@ -304,14 +320,14 @@ TEST(P2pPoison, StoppedRankPoisonsItsLanesAndLaterLaunchesReturnAtOnce) {
   }
   for (auto &t : threads) t.join();
   uint64_t took = weft_test::p2p_emu_now_ns() - t0;
-  for (int b = 0; b < p2p_nblocks(L[0].npairs, 2); b++) EXPECT_EQ(res[b], weft_test::P2P_EMU_ABORTED);
+  for (int b = 0; b < p2p_nblocks(L[0].npairs, net.nlanes, 2); b++) EXPECT_EQ(res[b], weft_test::P2P_EMU_ABORTED);
   for (int r = 1; r < n; r++)
-    for (int b = 0; b < p2p_nblocks(L[r].npairs, 2); b++)
+    for (int b = 0; b < p2p_nblocks(L[r].npairs, net.nlanes, 2); b++)
       EXPECT_NE(res[r * 8 + b], weft_test::P2P_EMU_OK) << "rank " << r << " block " << b;
   EXPECT_LT(took, 4 * timeout) << "peers gave up late";
   // every lane touching rank 0 is poisoned, and keeps its reached steps
   for (int p = 1; p < n; p++)
-    for (int l = 0; l < P2P_NLANES; l++) {
+    for (int l = 0; l < net.nlanes; l++) {
       EXPECT_NE(net.send_end[net.index(0, p, l)].ctrl->poison, 0u);
       EXPECT_NE(net.send_end[net.index(p, 0, l)].ctrl->poison, 0u);
     }

@@ -75,10 +75,10 @@ fi
 # the carried UCX (its libraries first on LD_LIBRARY_PATH), as on a GPU
 # machine without one
 if [ -n "$build" ]; then
-  steps=perf_sendrecv,perf_alltoall,perf_types,net_socket,net_bw,device,perf_ar_g2
-  npass=5
+  steps=perf_sendrecv,perf_alltoall,perf_p2p_lanes,perf_types,net_socket,net_bw,device,perf_ar_g2
+  npass=6
   if [ $ucx_here = 1 ] && grep -q 'WEFT_HAVE_UCX 1' "$build/weft_build_config.h" 2>/dev/null; then
-    steps=$steps,net_ucx npass=6
+    steps=$steps,net_ucx npass=7
   fi
   WEFT_GPU_CHECK_WORK="$work/w" WEFT_GPU_CHECK_BUILD_DIR="$build" WEFT_GPU_CHECK_NO_GPU=1 \
     WEFT_GPU_CHECK_HOST_PERF=1 WEFT_GPU_CHECK_DEPS="$work/deps" WEFT_GPU_CHECK_CARRIED_UCX=1 \
@@ -87,14 +87,16 @@ if [ -n "$build" ]; then
   tail -12 "$work/run"
   [ $rc = 0 ] && ok "host-memory run exits 0" || bad "host-memory run exit $rc"
   checks="perf_sendrecv perf_alltoall perf_types net_socket"
-  [ $npass = 6 ] && checks="$checks net_ucx"
+  [ $npass = 7 ] && checks="$checks net_ucx"
   for s in $checks; do
     grep -qE "^\| $s +\| pass +\| +[0-9]+ \| .*[1-9][0-9]* rows, 0 wrong" "$work/run" ||
       bad "$s did not pass with rows and 0 wrong"
   done
   grep -qE "^\| net_bw +\| pass +\| +[0-9]+ \| busbw device/host, socket, 2 hosts: lowest [0-9]+%" \
     "$work/run" && ok "net_bw compares the two memories" || bad "net_bw gave no ratio"
-  if [ $npass = 6 ]; then
+  grep -qE "^\| perf_p2p_lanes +\| pass .*alltoall/4 8 lanes: [0-9.]+ [KM]i?B [0-9.]+ GB/s" \
+    "$work/run" && ok "perf_p2p_lanes reports each lane count" || bad "perf_p2p_lanes gave no figures"
+  if [ $npass = 7 ]; then
     grep -qE "^\| net_ucx .*UCX carried: $work/deps/ucx/lib/libucp\.so" "$work/run" &&
       ok "net_ucx ran on the carried UCX" || bad "net_ucx did not load the carried UCX"
   fi

@@ -88,8 +88,8 @@ struct dev_work {
 /* The point-to-point lanes to and from one peer (device memory, one entry
  * per peer; the steps carry on from launch to launch). */
 struct dev_p2p_lanes {
-  struct dev_fifo send[P2P_NLANES];
-  struct dev_fifo recv[P2P_NLANES];
+  struct dev_fifo send[P2P_MAX_LANES];
+  struct dev_fifo recv[P2P_MAX_LANES];
 };
 
 /* One launch of point-to-point: a group's sends and receives on one comm,
@@ -104,6 +104,7 @@ struct dev_p2p_work {
   uint64_t chunk_nbytes;       /* a slot */
   int nops;
   int nblocks;
+  int nlanes;                  /* lanes per peer and direction (the comm's) */
   struct p2p_op ops[P2P_MAX_OPS];
   void *bufs[P2P_MAX_OPS];
 };

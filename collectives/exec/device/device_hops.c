@@ -122,7 +122,7 @@ void device_net_kick(const struct weftComm *comm, const struct device_comm *d) {
       }
   if (d->p2p.send != NULL)
     for (int r = 0; r < comm->nranks; r++)
-      for (int l = 0; l < P2P_NLANES; l++) {
+      for (int l = 0; l < d->p2p.nlanes; l++) {
         net_dev_conn_kick(&d->p2p.send[r][l]);
         net_dev_conn_kick(&d->p2p.recv[r][l]);
       }

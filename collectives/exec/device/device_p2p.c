@@ -1,5 +1,5 @@
 /* Point-to-point on device memory: the host side of the p2p kernel
- * (kernels_p2p.cu). Lanes (P2P_NLANES FIFOs per peer and direction, SIMPLE
+ * (kernels_p2p.cu). Lanes (WEFT_P2P_LANES FIFOs per peer and direction, SIMPLE
  * slots) are connected per peer on first use, with that peer only, over the
  * device transports (p2p, cuda_ipc, host_fifo; a peer on another host over
  * the network: device_hops.c); a group's sends and receives on a comm
@@ -9,6 +9,7 @@
 
 #include "../../../transport/bootstrap.h"
 #include "../../../transport/cuda_ipc/cuda_fifo.h"
+#include "../../../transport/param.h"
 #include "device_priv.h"
 
 enum { TAG_DEV_INFO = 0x70320101u, TAG_DEV_BLOB = 0x70320102u, TAG_DEV_ACK = 0x70320103u };
@@ -18,7 +19,7 @@ void weft_p2p_kernel(struct dev_p2p_work w);
 
 void device_p2p_free(struct device_p2p *p, int nranks) {
   for (int r = 0; p->send != NULL && p->recv != NULL && r < nranks; r++)
-    for (int l = 0; l < P2P_NLANES; l++) {
+    for (int l = 0; l < P2P_MAX_LANES; l++) {
       if (p->send[r][l].transport) p->send[r][l].transport->close(&p->send[r][l]);
       if (p->recv[r][l].transport) p->recv[r][l].transport->close(&p->recv[r][l]);
     }
@@ -32,6 +33,10 @@ void device_p2p_free(struct device_p2p *p, int nranks) {
 
 static weftResult_t p2p_alloc(struct weftComm *comm, struct device_p2p *p) {
   if (p->send != NULL) return weftSuccess;
+  const int64_t nlanes = param_int(&cuda_params[DEVICE_P_P2P_LANES]);
+  if (nlanes < 1 || nlanes > P2P_MAX_LANES)
+    return weft_error_set(weftInvalidArgument, "WEFT_P2P_LANES=%lld: must be 1 to %d",
+                          (long long)nlanes, P2P_MAX_LANES);
   const size_t n = (size_t)comm->nranks;
   p->send = calloc(n, sizeof *p->send);
   p->recv = calloc(n, sizeof *p->recv);
@@ -54,36 +59,46 @@ static weftResult_t p2p_alloc(struct weftComm *comm, struct device_p2p *p) {
     device_p2p_free(p, comm->nranks);
     return res;
   }
+  p->nlanes = (int)nlanes;
   int cap = sms / comm->nranks > 0 ? sms / comm->nranks : 1;
   p->max_blocks = device_nchannels(DEV_MAX_CHANNELS, WEFT_CONFIG_UNDEF_INT, comm->cfg_max_channels,
                                    cap);
   return weftSuccess;
 }
 
-/* Peers learn each other's GPU (the transports choose by it). */
+/* Peers learn each other's GPU (the transports choose by it) and check
+ * that they cut messages into as many lanes (WEFT_P2P_LANES): a pair that
+ * did not would wait on lanes the other never fills. */
 static weftResult_t p2p_exchange_info(struct weftComm *comm, struct device_p2p *p,
                                       const char *want) {
-  int32_t mine = comm->cuda_dev;
-  comm->peers[comm->rank].cuda_dev = mine; /* the hop's receiver or sender: this rank */
+  int32_t mine[2] = {comm->cuda_dev, p->nlanes};
+  comm->peers[comm->rank].cuda_dev = mine[0]; /* the hop's receiver or sender: this rank */
   for (int r = 0; r < comm->nranks; r++)
-    if (want[r] && !p->known[r]) WEFT_TRY(bootstrap_send(comm->bs, r, TAG_DEV_INFO, &mine, 4));
+    if (want[r] && !p->known[r])
+      WEFT_TRY(bootstrap_send(comm->bs, r, TAG_DEV_INFO, mine, sizeof mine));
+  weftResult_t res = weftSuccess;
   for (int r = 0; r < comm->nranks; r++) {
     if (!want[r] || p->known[r]) continue;
-    int32_t dev;
-    WEFT_TRY(bootstrap_recv(comm->bs, r, TAG_DEV_INFO, &dev, 4));
-    comm->peers[r].cuda_dev = dev;
-    p->known[r] = 1;
+    int32_t theirs[2];
+    WEFT_TRY(bootstrap_recv(comm->bs, r, TAG_DEV_INFO, theirs, sizeof theirs));
+    comm->peers[r].cuda_dev = theirs[0];
+    if (theirs[1] != p->nlanes && res == weftSuccess)
+      res = weft_error_set(weftInvalidUsage,
+                           "WEFT_P2P_LANES differs between ranks: rank %d has %d, rank %d has "
+                           "%d (set it alike on every rank)", r, theirs[1], comm->rank,
+                           p->nlanes);
+    else p->known[r] = 1;
   }
-  return weftSuccess;
+  return res;
 }
 
 /* Copies the newly connected direction of peer's lanes (steps 0) to the
  * kernels' table; the other direction's steps, which kernels may have
  * advanced, are left alone. */
 static weftResult_t lanes_publish(struct device_p2p *p, int peer, int send) {
-  struct dev_fifo x[P2P_NLANES];
+  struct dev_fifo x[P2P_MAX_LANES];
   memset(x, 0, sizeof x);
-  for (int l = 0; l < P2P_NLANES; l++)
+  for (int l = 0; l < p->nlanes; l++)
     WEFT_TRY(device_hop_fifo(send ? &p->send[peer][l] : &p->recv[peer][l], &x[l]));
   void *at = send ? (void *)p->lanes_d[peer].send : (void *)p->lanes_d[peer].recv;
   return cuda_fifo_copy(at, x, sizeof x, "p2p lanes");
@@ -94,7 +109,7 @@ static weftResult_t lanes_publish(struct device_p2p *p, int peer, int send) {
  * connects them afresh instead of taking them for connected while the
  * kernels' table has none of them. */
 static void lanes_close(struct device_p2p *p, int peer, int send) {
-  for (int l = 0; l < P2P_NLANES; l++) {
+  for (int l = 0; l < P2P_MAX_LANES; l++) {
     struct weft_conn *c = send ? &p->send[peer][l] : &p->recv[peer][l];
     if (c->transport != NULL) c->transport->close(c);
     memset(c, 0, sizeof *c);
@@ -109,10 +124,10 @@ static weftResult_t lanes_offer(struct weftComm *comm, struct device_p2p *p,
   weftResult_t first = weftSuccess;
   for (int r = 0; r < comm->nranks; r++) {
     if (!want_recv[r]) continue;
-    struct conn_blob b[P2P_NLANES];
+    struct conn_blob b[P2P_MAX_LANES];
     memset(b, 0, sizeof b);
     weftResult_t res = first;
-    for (int l = 0; l < P2P_NLANES && res == weftSuccess; l++)
+    for (int l = 0; l < p->nlanes && res == weftSuccess; l++)
       res = device_hop_recv_setup(comm, comm->cuda_dev, &p->recv[r][l], r, DEV_PROTO_SIMPLE,
                                   &b[l]);
     if (res != weftSuccess) b[0].transport = -2; /* tell the peer */
@@ -130,13 +145,13 @@ static weftResult_t lanes_attach(struct weftComm *comm, struct device_p2p *p,
   weftResult_t first = weftSuccess;
   for (int r = 0; r < comm->nranks; r++) {
     if (!want_send[r]) continue;
-    struct conn_blob b[P2P_NLANES];
+    struct conn_blob b[P2P_MAX_LANES];
     weftResult_t res = bootstrap_recv(comm->bs, r, TAG_DEV_BLOB, b, sizeof b);
     if (res == weftSuccess && b[0].transport < 0)
       res = weft_error_set(weftRemoteError,
                            "rank %d could not set up its device lanes from rank %d", r,
                            comm->rank);
-    for (int l = 0; l < P2P_NLANES && res == weftSuccess; l++)
+    for (int l = 0; l < p->nlanes && res == weftSuccess; l++)
       res = device_hop_send_connect(comm, &p->send[r][l], r, DEV_PROTO_SIMPLE, &b[l]);
     if (res == weftSuccess) res = lanes_publish(p, r, 1);
     if (res != weftSuccess) lanes_close(p, r, 1);
@@ -157,12 +172,12 @@ static weftResult_t lanes_complete(struct weftComm *comm, struct device_p2p *p,
     if (!want_recv[r]) continue;
     uint32_t ack = 0;
     weftResult_t res = bootstrap_recv(comm->bs, r, TAG_DEV_ACK, &ack, sizeof ack);
-    const int offered = p->recv[r][P2P_NLANES - 1].transport != NULL;
+    const int offered = p->recv[r][p->nlanes - 1].transport != NULL;
     if (res == weftSuccess && offered && ack != 1)
       res = weft_error_set(weftRemoteError,
                            "rank %d could not attach to its device lanes to rank %d", r,
                            comm->rank);
-    for (int l = 0; l < P2P_NLANES && res == weftSuccess && offered; l++)
+    for (int l = 0; l < p->nlanes && res == weftSuccess && offered; l++)
       res = device_hop_recv_connect(&p->recv[r][l]);
     if (res == weftSuccess && offered) res = lanes_publish(p, r, 0);
     if (res != weftSuccess || !offered) lanes_close(p, r, 0);
@@ -265,7 +280,8 @@ weftResult_t device_p2p_launch(struct weftComm *comm, struct device_comm *d,
   w.stopped = (uint64_t *)(d->flags_d + 4);
   w.timeout_ns = comm->timeout_ns;
   w.chunk_nbytes = DEV_SIMPLE_SLOT_NBYTES;
-  w.nblocks = p2p_nblocks(npairs, d->p2p.max_blocks);
+  w.nlanes = d->p2p.nlanes;
+  w.nblocks = p2p_nblocks(npairs, w.nlanes, d->p2p.max_blocks);
   void *args[] = {&w};
   dim3 grid = {(unsigned)w.nblocks, 1, 1}, block = {DEV_NTHREADS, 1, 1};
   return device_cuda_check(cudaLaunchKernel((const void *)weft_p2p_kernel, grid, block, args, 0,

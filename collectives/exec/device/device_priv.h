@@ -16,6 +16,7 @@
 
 #define DEV_NTHREADS 512 /* prims_device.cuh */
 #define DEV_NSLOTS 4
+#define DEVICE_P_P2P_LANES 5 /* cuda_params[] (param.h): WEFT_P2P_LANES */
 #define DEV_SIMPLE_SLOT_NBYTES (256u << 10)
 #define DEV_LL_SLOT_NBYTES (16u << 10)
 /* streams whose last launch of a comm is tracked (destroy waits for them) */
@@ -26,11 +27,12 @@
 
 /* A comm's point-to-point lanes (connected per peer on first use). */
 struct device_p2p {
-  struct weft_conn (*send)[P2P_NLANES]; /* [nranks] */
-  struct weft_conn (*recv)[P2P_NLANES]; /* [nranks] */
+  struct weft_conn (*send)[P2P_MAX_LANES]; /* [nranks] */
+  struct weft_conn (*recv)[P2P_MAX_LANES]; /* [nranks] */
   char *known;                          /* [nranks]: the peer's GPU was exchanged */
   struct dev_p2p_lanes *lanes_d;        /* [nranks], device memory */
   int max_blocks;
+  int nlanes; /* of P2P_MAX_LANES: WEFT_P2P_LANES, agreed with each peer */
 };
 
 struct device_comm {

@@ -79,7 +79,8 @@ extern "C" __global__ void __launch_bounds__(DEV_NTHREADS) weft_p2p_kernel(dev_p
   __shared__ char *in;
   __shared__ char *out;
   __shared__ uint64_t size;
-  if (threadIdx.x == 0) p2p_block_init(&blk, w.ops, w.nops, w.chunk_nbytes, w.nblocks, blockIdx.x);
+  if (threadIdx.x == 0)
+    p2p_block_init(&blk, w.ops, w.nops, w.chunk_nbytes, w.nlanes, w.nblocks, blockIdx.x);
   for (;;) {
     if (threadIdx.x == 0) {
       uint32_t why = 0;
@@ -89,7 +90,8 @@ extern "C" __global__ void __launch_bounds__(DEV_NTHREADS) weft_p2p_kernel(dev_p
         const p2p_op &o = w.ops[blk.op[cur]];
         dev_fifo *f = p2p_lane(w, o, blk.lane[cur]);
         uint64_t off;
-        p2p_lane_chunk(o.nbytes, w.chunk_nbytes, blk.lane[cur], blk.done[cur], &off, &size);
+        p2p_lane_chunk(o.nbytes, w.chunk_nbytes, blk.lane[cur], w.nlanes, blk.done[cur], &off,
+                       &size);
         char *slot = f->slots + (f->step % f->nslots) * f->slot_nbytes;
         char *buf = static_cast<char *>(w.bufs[blk.op[cur]]) + off;
         in = o.send ? buf : slot;
