@@ -161,11 +161,19 @@ static void proxy_wake(struct proxy *p) {
     one = 0; /* counter full: awake anyway */
 }
 
-void proxy_kick(struct proxy *p, uint64_t for_ns) {
-  uint64_t now = clock_ns(), until = __atomic_load_n(&p->busy_until_ns, __ATOMIC_RELAXED);
+void proxy_kick_at(struct proxy *p, uint64_t now, uint64_t for_ns) {
+  uint64_t until = __atomic_load_n(&p->busy_until_ns, __ATOMIC_RELAXED);
   if (until >= now + for_ns / 2) return;
-  __atomic_store_n(&p->busy_until_ns, now + for_ns, __ATOMIC_RELAXED);
-  proxy_wake(p);
+  __atomic_store_n(&p->busy_until_ns, now + for_ns, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&p->sleeping, __ATOMIC_SEQ_CST)) proxy_wake(p); /* a system call */
+}
+
+void proxy_kick(struct proxy *p, uint64_t for_ns) { proxy_kick_at(p, clock_ns(), for_ns); }
+
+void proxy_conn_kick(struct weft_conn *conn, uint64_t now_ns) {
+  const struct proxy_conn *pc = conn->priv;
+  uint64_t for_ns = wait_proxy_kick_ns();
+  if (pc != NULL && pc->proxy != NULL && for_ns > 0) proxy_kick_at(pc->proxy, now_ns, for_ns);
 }
 
 /* Under the mutex: the poll set for the next sleep (the wake eventfd first,
@@ -206,8 +214,17 @@ static void proxy_sleep(struct proxy *p, int npfds, uint64_t gen, uint64_t idle_
   if (timeout_ns < p->ops->sleep_min_ns) timeout_ns = p->ops->sleep_min_ns;
   if (timeout_ns > p->ops->sleep_max_ns) timeout_ns = p->ops->sleep_max_ns;
   struct timespec ts = {(time_t)(timeout_ns / 1000000000ull), (long)(timeout_ns % 1000000000ull)};
+  /* with proxy_kick_at: either the kicker sees sleeping and wakes the
+   * thread, or the thread sees the kicker's window and stays up */
+  __atomic_store_n(&p->sleeping, 1, __ATOMIC_SEQ_CST);
+  if (clock_ns() < __atomic_load_n(&p->busy_until_ns, __ATOMIC_SEQ_CST)) {
+    __atomic_store_n(&p->sleeping, 0, __ATOMIC_RELAXED);
+    return;
+  }
   __atomic_add_fetch(&p->sleeps, 1, __ATOMIC_RELAXED);
-  if (ppoll(p->pfds, (nfds_t)npfds, &ts, NULL) <= 0) return;
+  int ready = ppoll(p->pfds, (nfds_t)npfds, &ts, NULL);
+  __atomic_store_n(&p->sleeping, 0, __ATOMIC_RELAXED);
+  if (ready <= 0) return;
   if (p->pfds[0].revents & POLLIN) {
     uint64_t count;
     if (read(p->wake_fd, &count, sizeof count) < 0) count = 0; /* drained already */

@@ -128,6 +128,7 @@ struct proxy {
   uint32_t waiters;   /* threads waiting for the mutex: the thread lets them in */
   uint64_t gen;       /* bumped at each removal: stale poll results are dropped */
   uint64_t busy_until_ns; /* no sleep before this (proxy_kick) */
+  uint32_t sleeping;      /* in ppoll, or about to be */
   uint64_t sleeps;        /* times the thread went to sleep (read by tests) */
   struct proxy_conn *conns;
   /* the thread's poll set */
@@ -248,10 +249,19 @@ void proxy_drive_begin(struct proxy *p);
 void proxy_drive_end(struct proxy *p);
 
 /* Keeps p's thread polling, not sleeping, for the next for_ns, and wakes it
- * if it sleeps: for slots that a GPU kernel fills in mapped memory, which
- * tells the host nothing (the ranks' threads wake it when they post). Cheap
- * to repeat: no system call while the thread is kept busy for at least half
+ * if it sleeps: a rank begins an operation (host ranks post slots in
+ * memory, which wakes nothing), or a GPU kernel is about to fill slots in
+ * mapped memory. Cheap to repeat: a system call only to wake a sleeping
+ * thread, and nothing at all while the thread is kept busy for at least half
  * of for_ns already. */
 void proxy_kick(struct proxy *p, uint64_t for_ns);
+void proxy_kick_at(struct proxy *p, uint64_t now_ns, uint64_t for_ns);
+
+/* The network transports' kick (struct weft_transport): conn->priv begins
+ * with its struct proxy_conn; the thread polls for WEFT_PROXY_KICK_US
+ * (100 us, as after any work), which covers a small operation, while a
+ * longer one keeps it busy moving slots. */
+struct weft_conn;
+void proxy_conn_kick(struct weft_conn *conn, uint64_t now_ns);
 
 #endif

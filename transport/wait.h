@@ -35,6 +35,8 @@ int pid_gone(pid_t pid, int exiting_counts);
 
 /* Default per-wait timeout from WEFT_TIMEOUT, in nanoseconds. */
 uint64_t wait_default_timeout_ns(void);
+/* WEFT_PROXY_KICK_US in nanoseconds (0: proxies are not kicked). */
+uint64_t wait_proxy_kick_ns(void);
 
 void wait_begin(struct weft_wait *w, uint64_t timeout_ns, const volatile uint32_t *abort_local,
                 const volatile uint32_t *abort_remote, pid_t peer_pid, int peer_rank,

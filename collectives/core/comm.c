@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "../../transport/status.h"
+#include "../../transport/wait.h"
 #include "comm.h"
 
 /* This process's id, cached (getpid is a system call) and renewed in a
@@ -33,6 +34,24 @@ weftResult_t comm_check(const struct weftComm *comm) {
                           "may not use it: create a communicator here",
                           (const void *)comm, (int)comm->pid, (int)comm_self_pid());
   return weftSuccess;
+}
+
+static void conn_kick(struct weft_conn *c, uint64_t *now) {
+  if (c->transport == NULL || c->transport->kick == NULL) return;
+  if (*now == 0) *now = clock_ns();
+  c->transport->kick(c, *now);
+}
+
+void comm_kick_conns(struct weftComm *comm) {
+  uint64_t now = 0; /* read once, by the first connection that kicks */
+  for (int c = 0; c < comm->nchannels; c++) {
+    conn_kick(&comm->channels[c].send, &now);
+    conn_kick(&comm->channels[c].recv, &now);
+  }
+  for (int r = 0; comm->p2p_send != NULL && r < comm->nranks; r++) {
+    conn_kick(&comm->p2p_send[r], &now);
+    conn_kick(&comm->p2p_recv[r], &now);
+  }
 }
 
 void comm_poison_conns(struct weftComm *comm) {

@@ -124,6 +124,11 @@ void comm_states_destroy(struct weftComm *comm);
 uint64_t comm_states_scratch_nbytes(const struct weftComm *comm);
 void comm_states_scratch_release(struct weftComm *comm);
 
+/* A host operation on comm begins: the threads that move its network
+ * connections' slots poll without sleeping a while (struct weft_transport's
+ * kick), or a peer's first slot after an idle spell waits for their sleep. */
+void comm_kick_conns(struct weftComm *comm);
+
 /* Poisons comm's channel and point-to-point connections only: operations in
  * flight here and on the peers end, the bootstrap stays usable (a revoke,
  * which every rank does and which later splits and shrinks build on). */

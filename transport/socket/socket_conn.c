@@ -308,4 +308,5 @@ const struct weft_transport socket_transport = {
     .send_connect = socket_send_connect,
     .recv_connect = socket_recv_connect,
     .close = socket_close,
+    .kick = proxy_conn_kick,
 };

@@ -583,6 +583,7 @@ const struct weft_transport ucx_transport = {
     .send_connect = ucx_send_connect,
     .recv_connect = ucx_recv_connect,
     .close = ucx_close,
+    .kick = proxy_conn_kick,
     .bulk = {.post = ucx_bulk_post,
              .test = ucx_bulk_test,
              .progress = ucx_bulk_progress,

@@ -23,6 +23,7 @@ static weftResult_t op_begin(struct weftComm *comm) {
   if (comm_async_error(comm) != weftSuccess)
     return weft_error_set(comm_async_error(comm), "communicator is broken by an earlier error: %s",
                           comm->last_error);
+  comm_kick_conns(comm);
   return weftSuccess;
 }
 
