@@ -1,6 +1,7 @@
 // The socket transport (TCP, forced with WEFT_TRANSPORT=socket or chosen
 // between hosts): all-reduce over it against a reference, small slots and
-// several sockets per connection, a peer killed mid-stream, and no threads or
+// several sockets per connection, an idle proxy that costs no core and is
+// kicked by the next operation, a peer killed mid-stream, and no threads or
 // file descriptors left behind by many init/destroy cycles.
 #include <gtest/gtest.h>
 
@@ -22,7 +23,10 @@
 
 extern "C" {
 #include "collectives/api/config.h"
+#include "collectives/core/comm.h"
 #include "collectives/core/params.h"
+#include "transport/proxy.h"
+#include "transport/wait.h"
 }
 
 using namespace weft_test;
@@ -196,6 +200,46 @@ TEST(SocketProxy, IdleCostsNoCore) {
   }, opts);
   EXPECT_EQ(status[0], 0);
   EXPECT_EQ(status[1], 0);
+}
+
+// The proxy that sleeps while its connection idles is kicked when the next
+// operation begins (WEFT_PROXY_KICK_US): its window starts at that call, so
+// the rank's first slots do not wait out the sleep (docs/perf.md has the
+// times). With WEFT_PROXY_KICK_US=0 nothing kicks it.
+TEST(SocketProxy, AnOperationKicksTheSleepingProxy) {
+  for (const char *kick_us : {"100", "0"}) {
+    RunOptions opts;
+    opts.env = {{"WEFT_TRANSPORT", "socket"}, {"WEFT_TIMEOUT", "30"},
+                {"WEFT_PROXY_KICK_US", kick_us}};
+    auto status = run_ranks(2, [&](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+        return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+      int rc = check_allreduce(ctx, comm, weftFloat32, weftSum, 1001, false, 7);
+      const weft_conn &c = comm->channels[0].send;
+      if (rc == 0 && (c.transport == nullptr || std::string(c.transport->name) != "socket"))
+        rc = rank_fail(ctx, "the ring does not go over a socket");
+      proxy *p = rc == 0 ? static_cast<const proxy_conn *>(c.priv)->proxy : nullptr;
+      if (rc == 0) {
+        usleep(100000);  // idle: the proxy sleeps
+        uint64_t sleeps0 = __atomic_load_n(&p->sleeps, __ATOMIC_RELAXED);
+        uint64_t before = clock_ns();
+        usleep(20000);
+        if (__atomic_load_n(&p->sleeps, __ATOMIC_RELAXED) == sleeps0)
+          rc = rank_fail(ctx, "the idle proxy did not sleep");
+        if (rc == 0) rc = check_allreduce(ctx, comm, weftInt32, weftMax, 7, true, 8);
+        uint64_t until = __atomic_load_n(&p->busy_until_ns, __ATOMIC_RELAXED);
+        bool kicked = until >= before + 100000;
+        if (rc == 0 && kicked != (std::string(kick_us) != "0"))
+          rc = rank_fail(ctx, "WEFT_PROXY_KICK_US=%s: the proxy's window ends %lld us after the "
+                         "call began", kick_us, (long long)(until - before) / 1000);
+      }
+      weftCommDestroy(comm);
+      return rc;
+    }, opts);
+    EXPECT_EQ(status[0], 0) << "WEFT_PROXY_KICK_US=" << kick_us;
+    EXPECT_EQ(status[1], 0) << "WEFT_PROXY_KICK_US=" << kick_us;
+  }
 }
 
 struct Call {
