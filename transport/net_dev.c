@@ -106,6 +106,7 @@ weftResult_t net_dev_conn_fifo(const struct weft_conn *conn, struct net_dev_fifo
 }
 
 void net_dev_conn_kick(const struct weft_conn *conn) {
+  if (conn->transport == NULL || conn->transport->kick == NULL) return; /* no proxy: at once */
   const struct proxy_conn *pc = net_dev_proxy_conn(conn);
   if (pc != NULL && pc->proxy != NULL) proxy_kick(pc->proxy, NET_DEV_KICK_NS);
 }
