@@ -161,7 +161,8 @@ weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan,
     /* held from connection to launch: an abort on another thread waits for
      * both (and a refusal above began nothing, so it ends nothing) */
     res = device_op_begin(comm);
-    if (res == weftSuccess) res = comm_connect_relaxed(comm, plans, 1);
+    if (res == weftSuccess && !comm_connected(comm, plans, 1))
+      res = comm_connect_relaxed(comm, plans, 1); /* three CUDA calls saved once connected */
     if (res == weftSuccess) res = comm_launch(comm, plans, 1, (cudaStream_t)stream);
     device_op_end(comm);
   }
