@@ -9,6 +9,7 @@
 #include "log.h"
 #include "param.h"
 #include "status.h"
+#include "wait.h"
 
 static weftResult_t net_dev_host_alloc(size_t nbytes, void **host_out, void **dev_out) {
   void *p = NULL;
@@ -106,9 +107,9 @@ weftResult_t net_dev_conn_fifo(const struct weft_conn *conn, struct net_dev_fifo
 }
 
 void net_dev_conn_kick(const struct weft_conn *conn) {
-  if (conn->transport == NULL || conn->transport->kick == NULL) return; /* no proxy: at once */
-  const struct proxy_conn *pc = net_dev_proxy_conn(conn);
-  if (pc != NULL && pc->proxy != NULL) proxy_kick(pc->proxy, NET_DEV_KICK_NS);
+  /* a transport with a kick is a network one, moved by a proxy */
+  if (conn->transport != NULL && conn->transport->kick != NULL)
+    proxy_conn_kick_for(conn, clock_ns(), NET_DEV_KICK_NS);
 }
 
 int net_dev_conn_failed(const struct weft_conn *conn) {

@@ -170,10 +170,13 @@ void proxy_kick_at(struct proxy *p, uint64_t now, uint64_t for_ns) {
 
 void proxy_kick(struct proxy *p, uint64_t for_ns) { proxy_kick_at(p, clock_ns(), for_ns); }
 
-void proxy_conn_kick(struct weft_conn *conn, uint64_t now_ns) {
+void proxy_conn_kick_for(const struct weft_conn *conn, uint64_t now_ns, uint64_t for_ns) {
   const struct proxy_conn *pc = conn->priv;
-  uint64_t for_ns = wait_proxy_kick_ns();
   if (pc != NULL && pc->proxy != NULL && for_ns > 0) proxy_kick_at(pc->proxy, now_ns, for_ns);
+}
+
+void proxy_conn_kick(const struct weft_conn *conn, uint64_t now_ns) {
+  proxy_conn_kick_for(conn, now_ns, wait_proxy_kick_ns());
 }
 
 /* Under the mutex: the poll set for the next sleep (the wake eventfd first,

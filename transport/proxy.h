@@ -262,6 +262,8 @@ void proxy_kick_at(struct proxy *p, uint64_t now_ns, uint64_t for_ns);
  * (100 us, as after any work), which covers a small operation, while a
  * longer one keeps it busy moving slots. */
 struct weft_conn;
-void proxy_conn_kick(struct weft_conn *conn, uint64_t now_ns);
+void proxy_conn_kick(const struct weft_conn *conn, uint64_t now_ns);
+/* The same for for_ns (a device launch's longer window, net_dev.c). */
+void proxy_conn_kick_for(const struct weft_conn *conn, uint64_t now_ns, uint64_t for_ns);
 
 #endif

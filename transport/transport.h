@@ -90,7 +90,7 @@ struct weft_transport {
   /* Optional (transports whose slots a thread of their own moves): a rank is
    * about to use conn, so that thread polls without sleeping a while and is
    * woken if it sleeps; now_ns is clock_ns(). Cheap while it is kept busy. */
-  void (*kick)(struct weft_conn *conn, uint64_t now_ns);
+  void (*kick)(const struct weft_conn *conn, uint64_t now_ns);
   /* Optional (network transports): whole buffers moved outside the slots,
    * straight from the sender's memory into the receiver's. The transport
    * keeps referring to buf until the request completes. */
