@@ -15,14 +15,26 @@
  * Several processes that share one GPU take turns on it (each has its own
  * context) unless MPS runs; ranks of one process share a context and their
  * kernels run side by side.
+ *
+ * enq(us) is the host's time per call to enqueue the timed calls (the
+ * wall-clock time of the loop, without waiting for the GPU): where it comes
+ * near time(us), the GPU waits for the host's launches rather than the
+ * kernels taking that long.
  */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "weft.h"
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
 
 static size_t parse_size(const char *s) {
   char *end;
@@ -153,9 +165,9 @@ int main(int argc, char **argv) {
     printf("# all-reduce float32 sum on device memory, %d ranks (%d in this process), "
            "%d GPU(s)\n"
            "# device-to-device copy at %zu B: %.1f GB/s\n"
-           "# %10s  %12s  %9s  %8s  %8s  %6s\n",
+           "# %10s  %12s  %9s  %8s  %8s  %6s  %7s\n",
            nranks, g, ndev, max_nbytes, copy, "size(B)", "count", "time(us)", "algbw",
-           "busbw", "#wrong");
+           "busbw", "#wrong", "enq(us)");
   float *host = malloc(max_nbytes);
   int failed = host == NULL;
   for (size_t nbytes = min_nbytes; nbytes <= max_nbytes && !failed;
@@ -166,7 +178,10 @@ int main(int argc, char **argv) {
       for (size_t i = 0; i < count; i++) host[i] = (float)((i + (size_t)lr[l].rank * 3) % 17);
       CUDA_OK(cudaMemcpy(lr[l].send, host, count * sizeof(float), cudaMemcpyHostToDevice));
     }
+    double enq0 = 0, enq1 = 0;
     for (int i = 0; i < warmup + iters + 1 && !failed; i++) {
+      if (i == warmup) enq0 = now_us();
+      if (i == warmup + iters) enq1 = now_us();
       failed = g > 1 && weftGroupStart() != weftSuccess;
       for (int l = 0; l < g && !failed; l++) {
         if (i == warmup) cudaEventRecord(lr[l].e0, lr[l].stream);
@@ -193,8 +208,8 @@ int main(int argc, char **argv) {
     }
     double algbw = (double)count * sizeof(float) / (us * 1e-6) / 1e9;
     if (lr[0].rank == 0 && !failed)
-      printf("  %10zu  %12zu  %9.2f  %8.2f  %8.2f  %6lld\n", count * sizeof(float), count, us,
-             algbw, algbw * 2.0 * (nranks - 1) / nranks, wrong);
+      printf("  %10zu  %12zu  %9.2f  %8.2f  %8.2f  %6lld  %7.2f\n", count * sizeof(float), count,
+             us, algbw, algbw * 2.0 * (nranks - 1) / nranks, wrong, (enq1 - enq0) / iters);
     if (wrong) failed = 1;
   }
   if (failed) fprintf(stderr, "rank %d: failed: %s\n", lr[0].rank, weftGetLastError(comms[0]));

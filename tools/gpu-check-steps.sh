@@ -220,17 +220,18 @@ step_synccheck() { sanitize synccheck "$SANITIZE_AR"; }
 
 # ---------------------------------------------------------------- perf
 
-# all_reduce_device_perf's table: the 8 B time, the 128 MiB busbw, and the
-# GPU's memory traffic against twice the copy figure (docs/cuda.md).
+# all_reduce_device_perf's table: the 8 B time (and the host's enqueue time
+# per call beside it), the 128 MiB busbw, and the GPU's memory traffic
+# against twice the copy figure (docs/cuda.md).
 ar_key() { # log nranks
   awk -v k="$2" '
     /device-to-device copy/ { copy = $(NF - 1) }
     { sub(/^\[0\] */, "") }
-    /^ *[0-9]+ +[0-9]+ / { if (!first) { first = 1; lat = $3 } last = $1; bw = $5; wrong += $6 }
+    /^ *[0-9]+ +[0-9]+ / { if (!first) { first = 1; lat = $3; enq = $7 } last = $1; bw = $5; wrong += $6 }
     END {
       t = k * bw * (k / (k - 1) + 2)
-      printf "8 B %.1f us; %d MiB %.1f GB/s busbw, traffic %.0f%% of 2x copy (%.0f GB/s); %d wrong",
-             lat, last / 1048576, bw, copy ? 100 * t / (2 * copy) : 0, copy, wrong
+      printf "8 B %.1f us (enqueue %.1f); %d MiB %.1f GB/s busbw, traffic %.0f%% of 2x copy (%.0f GB/s); %d wrong",
+             lat, enq, last / 1048576, bw, copy ? 100 * t / (2 * copy) : 0, copy, wrong
     }' "$1"
 }
 
@@ -250,6 +251,44 @@ perf_ar() { # k g|mps
 step_perf_ar_g2() { perf_ar 2 g || fail "exit $?"; key "$(cut -d' ' -f2- "$LOGS/$STEP.keys")"; }
 step_perf_ar_g4() { perf_ar 4 g || fail "exit $?"; key "$(cut -d' ' -f2- "$LOGS/$STEP.keys")"; }
 step_perf_ar_g8() { perf_ar 8 g || fail "exit $?"; key "$(cut -d' ' -f2- "$LOGS/$STEP.keys")"; }
+
+# The device tuner's model (collectives/plan/tuner.c, tuner_dev_cost) in
+# figures: all_reduce_device_perf -g k, 8 B..4 MiB, once under
+# WEFT_PROTO=simple and once under ll, side by side; the key gives each
+# protocol's 8 B time and the first size from which SIMPLE is ahead. A
+# floor first: one rank (each call a copy), the launch and timing alone.
+proto_rows() { # simple.out ll.out: size, simple us, ll us, wrong
+  awk 'FNR == 1 { f++ } { sub(/^\[0\] */, "") }
+       /^ *[0-9]+ +[0-9]+ / { t[f, $1] = $3; w += $6; if (f == 1) s[++n] = $1 }
+       END { for (i = 1; i <= n; i++) printf "%s %s %s %d\n", s[i], t[1, s[i]], t[2, s[i]], w }' "$1" "$2"
+}
+proto_cmp() { # k
+  local k="$1" p
+  for p in simple ll; do
+    WEFT_PROTO=$p "$B/tools/all_reduce_device_perf" -g "$k" -b 8 -e 4M -f 2 -n 50 -w 10 \
+      >"$LOGS/$STEP.$k.$p.out" 2>&1 || { cat "$LOGS/$STEP.$k.$p.out"; return 1; }
+  done
+  echo "# $k ranks: size(B) simple(us) ll(us)"
+  proto_rows "$LOGS/$STEP.$k.simple.out" "$LOGS/$STEP.$k.ll.out" | tee "$LOGS/$STEP.$k.rows"
+  awk -v k="$k" '{ if (NR == 1) { s8 = $2; l8 = $3 } if (!from && $2 < $3) from = $1; w = $4 }
+    END { printf "%d ranks: 8 B simple %s us, ll %s us; simple ahead from %s B; %d wrong", k, s8,
+                 l8, from ? from : "never", w; exit w > 0 }' "$LOGS/$STEP.$k.rows"
+}
+step_perf_proto() {
+  need_exe "$B/tools/all_reduce_device_perf"
+  "$B/tools/all_reduce_device_perf" -g 1 -b 8 -e 8 -n 50 -w 10 >"$LOGS/$STEP.floor.out" 2>&1 ||
+    fail "one rank: $(tail -1 "$LOGS/$STEP.floor.out")"
+  local floor keys bad=0 k
+  floor=$(awk '/^ *[0-9]+ +[0-9]+ / { print $3 " us (enqueue " $7 ")"; exit }' "$LOGS/$STEP.floor.out")
+  keys="floor (1 rank, a copy) $floor"
+  for k in 2 4; do
+    proto_cmp "$k" >"$LOGS/$STEP.$k.log" 2>&1 || bad=1
+    cat "$LOGS/$STEP.$k.log"
+    keys="$keys; $(tail -1 "$LOGS/$STEP.$k.log")"
+  done
+  key "$keys"
+  [ $bad = 0 ] || fail "$keys"
+}
 
 step_mps_start() {
   command -v nvidia-cuda-mps-control >/dev/null || skip "no nvidia-cuda-mps-control"

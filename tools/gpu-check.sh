@@ -53,6 +53,7 @@ device|240|gpu|20.2|device suite: every collective x datatype x op, 2-4 ranks on
 device_ipc|120|gpu|20.2|ranks in processes (cuda_ipc); a silent peer ends in a timeout error
 device_p2p|120|gpu|20.2|send/recv groups on device memory: pipelines, all-to-all, gather, scatter
 perf_ar_g2|60|gpu|20.3|all_reduce_device_perf -g 2, 8 B..128 MiB: latency and busbw
+perf_proto|60|gpu|20.3|the device tuner model: -g 2 and -g 4 under WEFT_PROTO=simple and ll, 8 B..4 MiB, and a 1-rank floor
 mps_start|30|gpu|20.2|MPS daemon, private pipe directory, for the multi-process steps
 zero_math_device|60|gpu|22.2|zero_math.h kernels against the host, bit for bit
 zero_device|180|gpu|22.2|device ZeRO suites (zero_device*) under MPS: kernels; device contexts vs host, checkpoints

@@ -146,8 +146,29 @@ static const struct {
 #define TUNER_DEV_PCIE_LAT_US 1.5
 #define TUNER_DEV_PCIE_BYTES_PER_US 20000
 
+/* Device buffers on one host (docs/cuda.md, "Tuner"): the device ring's
+ * kernels, per dependent step and for the payload (bytes, as the model
+ * counts them, over time: busbw). SIMPLE from all_reduce_device_perf on an
+ * H200, 2 ranks under MPS: 11.3 us at 8 B over 2 steps, 347 GB/s busbw at
+ * 128 MiB. LL: a step waits on the lines themselves (no tail to poll, no
+ * fences), so half SIMPLE's latency, and it moves 8 payload bytes per
+ * 16-byte line from fewer threads; both LL figures are estimates that
+ * gpu-check's perf_proto step measures (WEFT_PROTO=simple against ll). */
+static const struct {
+  double lat_us;
+  double bytes_per_us;
+} tuner_dev_cost[PROTO_NUM] = {
+    [PROTO_SIMPLE] = {5.6, 347000},
+    [PROTO_LL] = {2.8, 12000},
+};
+
 static void tuner_cost_get(const struct weftComm *comm, enum coll_proto proto, int on_device,
                            double *lat_out, double *bw_out) {
+  if (on_device && !comm->network) {
+    *lat_out = tuner_dev_cost[proto].lat_us;
+    *bw_out = tuner_dev_cost[proto].bytes_per_us;
+    return;
+  }
   double lat = tuner_cost[proto].lat_us, bw = tuner_cost[proto].bytes_per_us;
   if (comm->network) lat *= TUNER_NET_LAT_FACTOR, bw /= TUNER_NET_BW_DIVISOR;
   if (comm->network && on_device) {
@@ -236,6 +257,15 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
   double best = -1;
   plan->algo = ALGO_RING;
   plan->proto = PROTO_SIMPLE;
+  if (plan->on_device) { /* the ring is the device executor's one algorithm */
+    for (int p = 0; p < PROTO_NUM; p++) {
+      if (!r->proto[plan->coll][p] || !tuner_proto_runs(comm, plan, (enum coll_proto)p)) continue;
+      double t = model_us(comm, plan, ALGO_RING, (enum coll_proto)p, nbytes, 1);
+      if (best < 0 || t < best) best = t, plan->proto = (enum coll_proto)p;
+    }
+    plan->nchannels = 1; /* the launch spreads the ring over the comm's device channels */
+    return;
+  }
   if (tuner_pick_whole(comm, plan, r, nbytes, ALGO_CMA)) {
     plan->algo = ALGO_CMA;
     plan->nchannels = 1;

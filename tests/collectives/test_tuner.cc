@@ -128,8 +128,7 @@ TEST(TunerChoice, EnvironmentRestricts) {
 // Device buffers on a ring that crosses hosts: SIMPLE only (the executor
 // cannot carry LL over a network), each step dearer by two PCIe crossings
 // (the slot staged through pinned host memory), and large messages priced
-// at the network's bandwidth, which is the slower stage. On one host the
-// device figures are the host's.
+// at the network's bandwidth, which is the slower stage.
 TEST(TunerChoice, DeviceBuffersAcrossHosts) {
   ASSERT_TRUE(weft_test::env_set_alone("WEFT_ALGO", nullptr));
   ASSERT_TRUE(weft_test::env_set_alone("WEFT_PROTO", nullptr));
@@ -137,7 +136,6 @@ TEST(TunerChoice, DeviceBuffersAcrossHosts) {
   for (int nranks : {2, 3, 8}) {
     FakeComm net(nranks, 2, 131072);
     net.c.network = 1;
-    FakeComm local(nranks, 2, 131072);
     for (size_t count : {size_t{2}, size_t{1000}, size_t{16} << 20}) {
       weft_plan host = tune(net.c, COLL_ALLREDUCE, count);
       weft_plan dev;
@@ -156,11 +154,6 @@ TEST(TunerChoice, DeviceBuffersAcrossHosts) {
       if (count >= (size_t{16} << 20)) {
         EXPECT_LT(d, h * 1.01) << "large messages: the network is the slower stage";
       }
-      weft_plan on_one_host = tune(local.c, COLL_ALLREDUCE, count);
-      weft_plan on_one_host_dev = on_one_host;
-      on_one_host_dev.on_device = 1;
-      EXPECT_EQ(plan_estimate_us(&local.c, &on_one_host),
-                plan_estimate_us(&local.c, &on_one_host_dev));
     }
   }
   // LL only: a device plan across hosts still runs SIMPLE
@@ -177,6 +170,61 @@ TEST(TunerChoice, DeviceBuffersAcrossHosts) {
   plan_tune(&net.c, &dev);
   EXPECT_EQ(dev.proto, PROTO_SIMPLE);
   EXPECT_EQ(tune(net.c, COLL_ALLGATHER, 4).proto, PROTO_LL) << "host buffers follow WEFT_PROTO";
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_PROTO", nullptr));
+  weft_params_reset();
+}
+
+weft_plan tune_device(const weftComm &comm, enum coll_kind coll, size_t count) {
+  weft_plan p;
+  memset(&p, 0, sizeof p);
+  p.coll = coll;
+  p.count = count;
+  p.datatype = weftFloat32;
+  p.op = weftSum;
+  p.root = coll == COLL_BROADCAST || coll == COLL_REDUCE ? 0 : -1;
+  p.on_device = 1;
+  plan_tune(&comm, &p);
+  return p;
+}
+
+// Device buffers on one host have a model of their own (the device
+// kernels'): always the ring, whatever the host would run (cma, bulk, tree,
+// rd have no device executor); LL for small messages, where a step that
+// waits on the lines themselves is cheaper, SIMPLE from some size on and
+// for every larger one; WEFT_PROTO still decides.
+TEST(TunerChoice, DeviceBuffersOnOneHost) {
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_ALGO", nullptr));
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_PROTO", nullptr));
+  weft_params_reset();
+  const coll_kind colls[] = {COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCESCATTER, COLL_BROADCAST,
+                             COLL_REDUCE};
+  for (int nranks : {2, 3, 8}) {
+    FakeComm local(nranks, 2, 131072);
+    for (coll_kind coll : colls) {
+      SCOPED_TRACE(std::to_string(nranks) + " ranks, collective " + std::to_string(coll));
+      EXPECT_EQ(tune_device(local.c, coll, 2).proto, PROTO_LL);
+      EXPECT_EQ(tune_device(local.c, coll, size_t{16} << 20).proto, PROTO_SIMPLE);
+      bool simple = false;
+      for (size_t count = 1; count <= (size_t{64} << 20); count *= 2) {
+        weft_plan p = tune_device(local.c, coll, count);
+        EXPECT_EQ(p.algo, ALGO_RING) << count;
+        if (simple) {
+          EXPECT_EQ(p.proto, PROTO_SIMPLE) << "LL again at " << count;
+        }
+        simple = p.proto == PROTO_SIMPLE;
+      }
+    }
+    // where the host goes off the ring (tree, rd, cma, bulk), device buffers stay on it
+    for (size_t count : {size_t{2}, size_t{1} << 20, size_t{64} << 20})
+      EXPECT_EQ(tune_device(local.c, COLL_ALLREDUCE, count).algo, ALGO_RING) << count;
+  }
+  FakeComm two(2, 2, 131072);
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_PROTO", "simple"));
+  weft_params_reset();
+  EXPECT_EQ(tune_device(two.c, COLL_ALLREDUCE, 2).proto, PROTO_SIMPLE);
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_PROTO", "ll"));
+  weft_params_reset();
+  EXPECT_EQ(tune_device(two.c, COLL_ALLREDUCE, size_t{16} << 20).proto, PROTO_LL);
   ASSERT_TRUE(weft_test::env_set_alone("WEFT_PROTO", nullptr));
   weft_params_reset();
 }

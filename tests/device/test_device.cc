@@ -53,13 +53,10 @@ std::vector<DevCase> dev_cases() {
   return v;
 }
 
-class DeviceColl : public testing::TestWithParam<DevCase> {};
-
-// One collective of every datatype and op on device memory, checked exactly
-// (integers, copies) or within the reduction's tolerance (floats).
-TEST_P(DeviceColl, EveryDatatypeAndOp) {
-  REQUIRE_GPU();
-  const DevCase c = GetParam();
+// One collective of every datatype (those types_ok takes) and op on device
+// memory, checked exactly (integers, copies) or within the reduction's
+// tolerance (floats).
+void run_dev_case(const DevCase &c, bool (*types_ok)(weftDataType_t)) {
   const int k = c.nranks;
   const int root = k - 1;
   Ranks ranks(k);
@@ -68,7 +65,7 @@ TEST_P(DeviceColl, EveryDatatypeAndOp) {
     for (int oi = 0; oi < (reduces ? weftNumOps : 1); oi++) {
       auto t = (weftDataType_t)ti;
       auto op = (weftRedOp_t)oi;
-      if (!in_matrix(t, op)) continue;
+      if (!in_matrix(t, op) || !types_ok(t)) continue;
       SCOPED_TRACE(std::string(type_name(t)) + " " + op_name(op));
       const size_t es = weftTypeSize(t), n = c.count;
       const size_t send_n = c.coll == 2 ? n * k : n, recv_n = c.coll == 1 ? n * k : n;
@@ -134,6 +131,17 @@ TEST_P(DeviceColl, EveryDatatypeAndOp) {
         }
       }
     }
+}
+
+bool every_type(weftDataType_t) { return true; }
+
+class DeviceColl : public testing::TestWithParam<DevCase> {};
+
+// The tuner's protocol for each size (LL for the small ones, SIMPLE for the
+// large), every datatype and op.
+TEST_P(DeviceColl, EveryDatatypeAndOp) {
+  REQUIRE_GPU();
+  run_dev_case(GetParam(), every_type);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, DeviceColl, testing::ValuesIn(dev_cases()), dev_case_name);
@@ -257,6 +265,29 @@ struct ScopedEnv {
     param_tables_reset(tables);
   }
 };
+
+bool float_and_int8(weftDataType_t t) { return t == weftFloat32 || t == weftInt8; }
+
+// GPUs without peer access connect through FIFOs in pinned host memory
+// (host_fifo); forced here on one GPU by turning the p2p transport off.
+// Every collective with both protocols, over 16-byte lines and bulk slots
+// that cross the bus twice: float32 with every op, int8 with sum, sizes of
+// one element to several slots, in and out of place.
+TEST(DeviceHostFifo, EveryCollectiveBothProtocols) {
+  REQUIRE_GPU();
+  for (const char *proto : {"simple", "ll"}) {
+    ScopedEnv env({{"WEFT_P2P_DISABLE", "1"}, {"WEFT_PROTO", proto}, {"WEFT_TIMEOUT", "30"}});
+    for (int coll = 0; coll < 5; coll++)
+      for (int k : {2, 3})
+        for (size_t n : {1ul, 70001ul}) {
+          const DevCase c = {coll, k, n, coll % 2 == 0};
+          SCOPED_TRACE(std::string(proto) + " " + kColl[coll] + " k" + std::to_string(k) + " n" +
+                       std::to_string(n));
+          run_dev_case(c, float_and_int8);
+          if (HasFatalFailure()) return;
+        }
+  }
+}
 
 // Torch tensors may be views at any element offset: buffers that are not
 // 16-byte aligned take the kernels' element-wise path (SIMPLE) and partial

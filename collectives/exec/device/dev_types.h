@@ -13,6 +13,12 @@
  * so an LL FIFO only ever holds LL lines and its flags can be trusted. */
 enum dev_proto { DEV_PROTO_SIMPLE = 0, DEV_PROTO_LL = 1, DEV_NPROTOS = 2 };
 
+/* Threads of a kernel block, at most (a small launch takes fewer), and the
+ * 16-byte vectors each thread has in flight in a copy loop (one load at a
+ * time leaves HBM idle). */
+#define DEV_NTHREADS 512
+#define DEV_UNROLL 4
+
 /* The kernel table's ops: weftRedOp_t's sum to avg, then every
  * weftRedOpCreatePreMulSum op (sum of inputs times the op's scalar). */
 enum { DEV_OP_PREMULSUM = 5, DEV_NOPS = 6 };

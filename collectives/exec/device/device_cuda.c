@@ -26,9 +26,6 @@
 extern const void *const (*const weft_dev_kernels[weftNumTypes])[DEV_NPROTOS];
 extern const char weft_dev_matrix[];
 
-/* a launch uses one channel (block) per this many bytes, up to the comm's */
-#define DEV_CHANNEL_NBYTES (64u << 10)
-
 _Static_assert(sizeof(struct dev_fifo_ctrl) <= CUDA_FIFO_CTRL_NBYTES, "ctrl fits");
 _Static_assert(offsetof(struct dev_fifo_ctrl, poison) == DEV_FIFO_POISON_OFFSET,
                "poison where struct conn_ctrl has it");

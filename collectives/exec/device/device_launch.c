@@ -14,8 +14,24 @@
 /* Written by gen_kernels.py (device_check.c says what is missing). */
 extern const void *const (*const weft_dev_kernels[weftNumTypes])[DEV_NPROTOS];
 
-/* a launch uses one channel (block) per this many bytes, up to the comm's */
+/* A launch uses one channel (block) per this many bytes, up to the comm's:
+ * SIMPLE blocks copy 16-byte vectors, LL blocks move a line of 8 payload
+ * bytes per thread and wait on each line's flags, so an LL channel takes a
+ * smaller share. */
 #define DEV_CHANNEL_NBYTES (64u << 10)
+#define DEV_LL_CHANNEL_NBYTES (16u << 10)
+
+/* Threads per block: enough for a channel's share of nbytes in one pass of
+ * the copy loop (SIMPLE: DEV_UNROLL vectors a thread; LL: one line), from
+ * one warp up to DEV_NTHREADS, so that a small message's block has fewer
+ * warps to gather at every barrier of every step. */
+static unsigned launch_nthreads(size_t nbytes, int nch, int proto) {
+  size_t per_thread = proto == DEV_PROTO_LL ? DEV_LL_LINE_DATA_NBYTES : 16u * DEV_UNROLL;
+  size_t share = (nbytes + (size_t)nch - 1) / (size_t)nch;
+  size_t want = (share + per_thread - 1) / per_thread;
+  want = (want + 31) / 32 * 32;
+  return want < 32 ? 32u : want > DEV_NTHREADS ? DEV_NTHREADS : (unsigned)want;
+}
 
 /* Marks comm busy, as the host executor's operations do; fails when it was
  * aborted or broken. */
@@ -60,7 +76,8 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
   /* enough blocks to keep the GPU busy, each with a worthwhile share; every
    * rank computes the same number from the same call */
   size_t nbytes = plan->count * weftTypeSize(plan->datatype);
-  size_t want = (nbytes + DEV_CHANNEL_NBYTES - 1) / DEV_CHANNEL_NBYTES;
+  size_t per_ch = proto == DEV_PROTO_LL ? DEV_LL_CHANNEL_NBYTES : DEV_CHANNEL_NBYTES;
+  size_t want = (nbytes + per_ch - 1) / per_ch;
   int nch = want < (size_t)d->nchannels ? (int)(want ? want : 1) : d->nchannels;
   struct dev_work w = {
       .channels = d->channels_d, .sendbuf = plan->sendbuf, .recvbuf = plan->recvbuf,
@@ -70,7 +87,7 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
       .abort_flag = d->flags_d, .error = d->flags_d + 1, .timeout_ns = comm->timeout_ns};
   premul_scalar(plan, &w);
   void *args[] = {&w};
-  dim3 grid = {(unsigned)nch, 1, 1}, block = {DEV_NTHREADS, 1, 1};
+  dim3 grid = {(unsigned)nch, 1, 1}, block = {launch_nthreads(nbytes, nch, proto), 1, 1};
   return device_cuda_check(cudaLaunchKernel(fn, grid, block, args, 0, stream),
                            "launching a kernel");
 }

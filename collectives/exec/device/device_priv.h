@@ -14,7 +14,6 @@
 #include "dev_types.h"
 #include "device.h"
 
-#define DEV_NTHREADS 512 /* prims_device.cuh */
 #define DEV_NSLOTS 4
 #define DEVICE_P_P2P_LANES 5 /* cuda_params[] (param.h): WEFT_P2P_LANES */
 #define DEV_SIMPLE_SLOT_NBYTES (256u << 10)

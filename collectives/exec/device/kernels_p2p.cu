@@ -2,8 +2,8 @@
 // one comm. Block b drives the lanes collectives/algo/p2p_steps.h gives it;
 // thread 0 picks a ready lane (round robin over the block's items, posting
 // order kept per lane), the block copies one chunk through the lane's slot,
-// and thread 0 publishes it (tail for a send, head for a receive), as the
-// ring kernels' SIMPLE protocol does. A block that gives up (abort, timeout,
+// and thread 0 publishes it (tail for a send, head for a receive), with the
+// ring kernels' SIMPLE fences. A block that gives up (abort, timeout,
 // poison) poisons every lane it drives and records where it stopped; the
 // steps it reached stay in device memory, so nothing runs on stale counters.
 #include "collectives/exec/device/prims_device.cuh"
@@ -98,7 +98,7 @@ extern "C" __global__ void __launch_bounds__(DEV_NTHREADS) weft_p2p_kernel(dev_p
         out = o.send ? slot : buf;
         // acquire: what the peer did before the tail (head) we saw, before
         // the block touches the slot (the barrier below passes it on)
-        __threadfence_system();
+        dev_fence_acq_rel_sys();
       }
     }
     __syncthreads();
@@ -109,7 +109,7 @@ extern "C" __global__ void __launch_bounds__(DEV_NTHREADS) weft_p2p_kernel(dev_p
     if (threadIdx.x == 0) {
       // release: every thread's accesses to the slot (ordered before this by
       // the barrier) are visible system-wide before the counter moves
-      __threadfence_system();
+      dev_fence_acq_rel_sys();
       const p2p_op &o = w.ops[blk.op[cur]];
       dev_fifo *f = p2p_lane(w, o, blk.lane[cur]);
       dev_st_volatile_u64(o.send ? &f->ctrl->tail : &f->ctrl->head, f->step + 1);

@@ -17,7 +17,6 @@
 #include "collectives/reduce/reduce_ops.h"
 #include "collectives/algo/ring_steps.h"
 
-#define DEV_NTHREADS 512
 // spins between looks at the abort flag and the clock
 #define DEV_SPINS_PER_CHECK 1024
 
@@ -32,8 +31,7 @@ union dev_vec {
 // d0[i] = a[i] (op b[i]) (/ divisor), d1[i] the same when d1 != NULL; by
 // 16-byte loads and stores when every pointer allows it, element by element
 // otherwise and for the tail. All threads of the block take part; each thread
-// has DEV_UNROLL vectors in flight (one load at a time leaves HBM idle).
-#define DEV_UNROLL 4
+// has DEV_UNROLL vectors in flight (dev_types.h).
 // The pre-multiply sum's scaling of the input that comes from this rank's
 // buffer: none, a (a send of src) or b (src reduced into what arrived).
 enum { DEV_SCALE_NONE = 0, DEV_SCALE_A = 1, DEV_SCALE_B = 2 };
@@ -139,6 +137,22 @@ __device__ __forceinline__ void dev_st_volatile_line(uint4 *p, uint4 v) {
                : "memory");
 }
 
+// Acquire and release at system scope (a peer GPU's memory, mapped host
+// memory): fence.acq_rel is what the PTX memory model asks of a release
+// pattern (fence, then the relaxed store of a counter) and of an acquire
+// pattern (the relaxed load that saw the counter, then the fence).
+// __threadfence_system() is fence.sc.sys, which also orders the fence
+// against every other sc fence in the system: nothing here needs that, and
+// it costs more on every step.
+__device__ __forceinline__ void dev_fence_acq_rel_sys() {
+  asm volatile("fence.acq_rel.sys;" ::: "memory");
+}
+__device__ __forceinline__ uint64_t dev_ld_acquire_u64(const uint64_t *p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // Why a block stops: the host's abort flag, or no progress for timeout_ns.
 struct dev_watch {
   volatile uint32_t *abort_flag;
@@ -180,6 +194,13 @@ struct dev_prims {
   dev_watch watch;
   int divisor;
   T scalar; // the pre-multiply sum's (R::premul)
+  // Thread 0's last look at the peer's counters: the send FIFO's head (its
+  // credits) and the receive FIFO's tail. Counters only grow, so a value
+  // seen once stays true: a step the cache already allows needs no load
+  // across the link, and no fence (the one after the load that saw it
+  // orders this step's accesses too).
+  uint64_t head_seen;
+  uint64_t tail_seen;
 
   __device__ void init(dev_channel *ch, const dev_watch &w, int div, T s) {
     chan = ch;
@@ -190,6 +211,8 @@ struct dev_prims {
     watch = w;
     divisor = div;
     scalar = s;
+    head_seen = 0;
+    tail_seen = 0;
   }
 
   // Elements one slot carries.
@@ -200,47 +223,66 @@ struct dev_prims {
   }
 
   // Thread 0 waits until the sender's next slot is free and, for SIMPLE,
-  // the receiver's next slot is full; the block then agrees on the outcome.
-  // Acquire: thread 0's fence after the loads of head and tail, then the
-  // barrier, order what the peer did before it published them (its reads
-  // of the slot we fill, its stores to the slot we drain) before every
-  // thread's accesses to the slots.
+  // the receiver's next slot is full; the block then agrees on the outcome
+  // (one barrier, which also holds every thread until the slots are ready).
+  // SIMPLE acquires: thread 0's fence after the loads that saw head and
+  // tail, then the barrier, order what the peer did before it published
+  // them (its reads of the slot we fill, its stores to the slot we drain)
+  // before every thread's accesses to the slots. LL needs no fence: the
+  // lines carry their own flags, and the credit is an acquire load. An LL
+  // step that only receives has nothing to wait for here at all.
   __device__ bool wait(bool do_recv, bool do_send) {
-    __shared__ int failed;
+    if (PROTO == DEV_PROTO_LL && !do_send) return true; // uniform over the block
+    int failed = 0;
     if (threadIdx.x == 0) {
-      failed = 0;
-      uint64_t start = dev_clock_ns();
+      uint64_t start = 0;
       uint32_t spins = 0;
-      if (do_send)
-        while (send.step - dev_ld_volatile_u64(&send.ctrl->head) >= send.nslots)
+      bool looked = false;
+      if (do_send && send.step - head_seen >= send.nslots) {
+        start = dev_clock_ns();
+        looked = true;
+        for (;;) {
+          head_seen = PROTO == DEV_PROTO_LL ? dev_ld_acquire_u64(&send.ctrl->head)
+                                            : dev_ld_volatile_u64(&send.ctrl->head);
+          if (send.step - head_seen < send.nslots) break;
           if (dev_watch_expired(watch, start, &spins, &send, do_recv ? &recv : NULL)) {
             failed = 1;
             break;
           }
-      if (PROTO == DEV_PROTO_SIMPLE && do_recv && !failed)
-        while (dev_ld_volatile_u64(&recv.ctrl->tail) <= recv.step)
+        }
+      }
+      if (PROTO == DEV_PROTO_SIMPLE && do_recv && !failed && tail_seen <= recv.step) {
+        if (!looked) start = dev_clock_ns();
+        looked = true;
+        for (;;) {
+          tail_seen = dev_ld_volatile_u64(&recv.ctrl->tail);
+          if (tail_seen > recv.step) break;
           if (dev_watch_expired(watch, start, &spins, &recv, do_send ? &send : NULL)) {
             failed = 1;
             break;
           }
-      __threadfence_system();
+        }
+      }
+      if (PROTO == DEV_PROTO_SIMPLE && looked) dev_fence_acq_rel_sys();
     }
-    __syncthreads();
-    bool ok = failed == 0;
-    __syncthreads(); // every thread has read failed before thread 0 resets it
-    return ok;
+    return __syncthreads_or(failed) == 0;
   }
 
   // Publishes the slot sent (SIMPLE: tail) and returns the credit of the one
-  // received (head). Release: the barrier orders every thread's stores to
-  // (and loads of) the slots before thread 0's fence, which makes them
-  // visible system-wide before the counters; a fence by each thread before
-  // the barrier would order its own accesses only before its own later
-  // stores, not before thread 0's.
+  // received (head). SIMPLE releases: the barrier orders every thread's
+  // stores to (and loads of) the slots before thread 0's fence, which makes
+  // them visible system-wide before the counters; a fence by each thread
+  // before the barrier would order its own accesses only before its own
+  // later stores, not before thread 0's. LL publishes no tail (the lines
+  // carry their flags), and its credit needs neither barrier nor fence:
+  // ll_move ends with a barrier after every thread's loads of the slot
+  // have returned the lines they waited for, and a load that has returned
+  // its value cannot be overtaken by the sender's later stores, which wait
+  // for this head.
   __device__ void post(bool do_recv, bool do_send) {
-    __syncthreads();
+    if (PROTO == DEV_PROTO_SIMPLE) __syncthreads();
     if (threadIdx.x == 0) {
-      __threadfence_system();
+      if (PROTO == DEV_PROTO_SIMPLE) dev_fence_acq_rel_sys();
       if (do_send && PROTO == DEV_PROTO_SIMPLE) dev_st_volatile_u64(&send.ctrl->tail, send.step + 1);
       if (do_recv) dev_st_volatile_u64(&recv.ctrl->head, recv.step + 1);
     }
@@ -274,18 +316,14 @@ struct dev_prims {
   // Whether a FIFO of the channel is poisoned (an earlier kernel gave up):
   // then this one returns at once, before it moves anything. Block-wide.
   __device__ bool poisoned() {
-    __shared__ int any;
+    int any = 0;
     if (threadIdx.x == 0) {
-      any = 0;
       for (int p = 0; p < DEV_NPROTOS; p++)
         any |= dev_fifo_poisoned(chan->send[p]) || dev_fifo_poisoned(chan->recv[p]);
       if (any && *(volatile uint32_t *)watch.error == 0)
         *(volatile uint32_t *)watch.error = DEV_GAVE_UP_POISON;
     }
-    __syncthreads();
-    bool p = any != 0;
-    __syncthreads();
-    return p;
+    return __syncthreads_or(any) != 0;
   }
 
   // The block gave up: poison every FIFO of the channel, so the peers and
@@ -342,9 +380,6 @@ struct dev_prims {
   // moves one line, so the steps stay in lockstep.
   __device__ bool ll_move(bool do_recv, bool do_send, const T *src, const T *b, T *dst, size_t n,
                           int div, const dev_scale<R> &sc) {
-    __shared__ int failed;
-    if (threadIdx.x == 0) failed = 0;
-    __syncthreads();
     const size_t nbytes = n * sizeof(T);
     size_t nlines = (nbytes + DEV_LL_LINE_DATA_NBYTES - 1) / DEV_LL_LINE_DATA_NBYTES;
     if (nlines == 0) nlines = 1;
@@ -365,8 +400,7 @@ struct dev_prims {
           line = dev_ld_volatile_line(in + l);
           if (ll_line_ready(reinterpret_cast<const uint32_t *>(&line), recv_flag)) break;
           if (dev_watch_expired(watch, start, &spins, &recv)) {
-            failed = 1; // the block's other threads see it below
-            gave_up = true;
+            gave_up = true; // the block's other threads learn it below
             break;
           }
         }
@@ -395,10 +429,9 @@ struct dev_prims {
         dev_st_volatile_line(out + l, line);
       }
     }
-    __syncthreads();
-    bool ok = failed == 0;
-    __syncthreads();
-    return ok;
+    // one barrier: the block agrees, and every thread's loads of the slot
+    // are done before post() returns its credit
+    return __syncthreads_or(gave_up) == 0;
   }
 };
 
