@@ -56,6 +56,10 @@ struct dev_fifo {
   uint32_t slot_nbytes;
   uint64_t step;        /* the next slot this end fills or drains; kept in
                            device memory between launches */
+  uint64_t seen;        /* the peer's counter as a kernel last saw it (a send
+                           FIFO's head, a receive FIFO's tail), kept beside
+                           step: a launch whose slots it already allows reads
+                           nothing across the link to start */
 };
 
 /* One channel of a device communicator: a ring with a FIFO pair per protocol

@@ -195,10 +195,11 @@ struct dev_prims {
   int divisor;
   T scalar; // the pre-multiply sum's (R::premul)
   // Thread 0's last look at the peer's counters: the send FIFO's head (its
-  // credits) and the receive FIFO's tail. Counters only grow, so a value
-  // seen once stays true: a step the cache already allows needs no load
-  // across the link, and no fence (the one after the load that saw it
-  // orders this step's accesses too).
+  // credits) and the receive FIFO's tail, carried from launch to launch in
+  // the FIFOs' seen. Counters only grow, so a value seen once stays true: a
+  // step the cache already allows needs no load across the link, and no
+  // fence (the one after the load that saw it orders this step's accesses
+  // too, and a launch follows the previous one on the stream).
   uint64_t head_seen;
   uint64_t tail_seen;
 
@@ -211,8 +212,8 @@ struct dev_prims {
     watch = w;
     divisor = div;
     scalar = s;
-    head_seen = 0;
-    tail_seen = 0;
+    head_seen = send.seen;
+    tail_seen = recv.seen;
   }
 
   // Elements one slot carries.
@@ -341,11 +342,14 @@ struct dev_prims {
     finish();
   }
 
-  // Writes the advanced steps back for the next launch on the stream.
+  // Writes the advanced steps (and what thread 0 saw of the peer's
+  // counters) back for the next launch on the stream.
   __device__ void finish() {
     if (threadIdx.x == 0) {
       send_home->step = send.step;
       recv_home->step = recv.step;
+      send_home->seen = head_seen;
+      recv_home->seen = tail_seen;
     }
   }
 
