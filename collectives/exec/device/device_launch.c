@@ -93,9 +93,12 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
 }
 
 /* Runs plans[0..n) of one comm on stream: the collectives in call order,
- * then the sends and receives together as one kernel. Connected beforehand. */
+ * then the sends and receives together as one kernel. Connected beforehand.
+ * Records the launch for destroy and abort (device_comm_note_launch) when
+ * note is set; a group records its comms' launches after all of them, so
+ * that the bookkeeping does not hold back the next rank's kernel. */
 static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *const *plans,
-                                size_t n, cudaStream_t stream) {
+                                size_t n, cudaStream_t stream, int note) {
   weftResult_t res = device_op_begin(comm);
   int prev = -1;
   if (res == weftSuccess) res = device_cuda_check(cudaGetDevice(&prev), "current device");
@@ -111,7 +114,7 @@ static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *c
   if (res == weftSuccess && np2p > 0) res = device_p2p_launch(comm, d, plans, n, stream);
   /* recorded even when a later launch failed: the earlier ones still use
    * the FIFOs that destroy frees once they are done */
-  if (d != NULL && prev >= 0) device_comm_note_launch(d, stream);
+  if (note && d != NULL && prev >= 0) device_comm_note_launch(d, stream);
   if (prev >= 0 && prev != comm->cuda_dev) cudaSetDevice(prev);
   device_op_end(comm);
   return res;
@@ -180,7 +183,7 @@ weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan,
     res = device_op_begin(comm);
     if (res == weftSuccess && !comm_connected(comm, plans, 1))
       res = comm_connect_relaxed(comm, plans, 1); /* three CUDA calls saved once connected */
-    if (res == weftSuccess) res = comm_launch(comm, plans, 1, (cudaStream_t)stream);
+    if (res == weftSuccess) res = comm_launch(comm, plans, 1, (cudaStream_t)stream, 1);
     device_op_end(comm);
   }
   if (res != weftSuccess)
@@ -262,8 +265,17 @@ weftResult_t device_enqueue_group(struct weftComm *const *comms,
   for (; res == weftSuccess && held < nparts; held++)
     __atomic_add_fetch(&parts[held].comm->active, 1, __ATOMIC_SEQ_CST);
   if (res == weftSuccess) res = connect_parts(parts, nparts);
-  for (size_t k = 0; k < nparts && res == weftSuccess; k++)
-    res = comm_launch(parts[k].comm, parts[k].plans, parts[k].n, parts[k].stream);
+  size_t launched = 0; /* parts that reached their launch, failed or not */
+  for (; launched < nparts && res == weftSuccess; launched++)
+    res = comm_launch(parts[launched].comm, parts[launched].plans, parts[launched].n,
+                      parts[launched].stream, 0);
+  /* every comm that launched anything (held, so not freed under us) */
+  for (size_t k = 0; k < launched; k++) {
+    struct device_comm *d = parts[k].comm->device;
+    if (d == NULL) continue;
+    if (cudaSetDevice(d->dev) == cudaSuccess) device_comm_note_launch(d, parts[k].stream);
+    cudaGetLastError();
+  }
   for (size_t k = 0; k < held; k++) device_op_end(parts[k].comm);
   if (cur >= 0) cudaSetDevice(cur);
   for (size_t k = 0; k < nparts && res != weftSuccess; k++) /* weftGetLastError(comm) */
