@@ -11,7 +11,7 @@ struct weft_param cuda_params[] = {
     {"WEFT_DEVICE_NCHANNELS", PARAM_INT, "32",
      "channels (kernel blocks, each a ring with its own device FIFOs) of a comm's device "
      "collectives, 1 to 64, at most the GPU's SMs over the ranks sharing it; a launch uses "
-     "one per 64 KiB", 0, 0, NULL},
+     "one per 64 KiB (LL: per 16 KiB)", 0, 0, NULL},
     {"WEFT_NET_GDR", PARAM_INT, "-1",
      "device FIFOs to other hosts in GPU memory moved by UCX directly (GPUDirect RDMA): -1 "
      "auto, 0 off (pinned host memory), 1 required", 0, 0, NULL},
