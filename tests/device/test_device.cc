@@ -266,6 +266,51 @@ struct ScopedEnv {
   }
 };
 
+// One comm used on two streams, as a caller may (PyTorch's streams, a side
+// stream for one bucket): each launch continues the FIFO steps the comm's
+// previous one left, so it must follow that launch whatever the stream.
+// Large all-reduces alternate between the streams with nothing ordering the
+// streams but weft; every result is checked.
+TEST(DeviceStreams, OneCommOnTwoStreamsKeepsItsOrder) {
+  REQUIRE_GPU();
+  ScopedEnv env({{"WEFT_TIMEOUT", "20"}});
+  const int k = 2, rounds = 6;
+  const size_t n = 1 << 20;
+  Ranks ranks(k);
+  std::vector<cudaStream_t> side(k);
+  std::vector<std::vector<float *>> buf(k, std::vector<float *>(rounds));
+  std::vector<std::vector<float>> in(k, std::vector<float>(n));
+  for (int r = 0; r < k; r++) {
+    ASSERT_EQ(cudaStreamCreateWithFlags(&side[r], cudaStreamNonBlocking), cudaSuccess);
+    for (size_t i = 0; i < n; i++) in[r][i] = (float)((i * 7 + (size_t)r * 29) % 113);
+    for (int j = 0; j < rounds; j++) {
+      ASSERT_EQ(cudaMalloc((void **)&buf[r][j], n * sizeof(float)), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(buf[r][j], in[r].data(), n * sizeof(float), cudaMemcpyHostToDevice),
+                cudaSuccess);
+    }
+  }
+  for (int j = 0; j < rounds; j++) {
+    ASSERT_EQ(weftGroupStart(), weftSuccess);
+    for (int r = 0; r < k; r++)
+      ASSERT_EQ(weftAllReduce(buf[r][j], buf[r][j], n, weftFloat32, weftSum, ranks.comms[r],
+                              j % 2 == 0 ? ranks.streams[r] : side[r]),
+                weftSuccess);
+    ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+  }
+  ranks.sync();
+  for (int r = 0; r < k; r++) ASSERT_EQ(cudaStreamSynchronize(side[r]), cudaSuccess);
+  for (int r = 0; r < k; r++)
+    for (int j = 0; j < rounds; j++) {
+      std::vector<float> out(n);
+      ASSERT_EQ(cudaMemcpy(out.data(), buf[r][j], n * sizeof(float), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      for (size_t i = 0; i < n; i++)
+        ASSERT_EQ(out[i], in[0][i] + in[1][i]) << "rank " << r << " round " << j << " i " << i;
+      cudaFree(buf[r][j]);
+    }
+  for (int r = 0; r < k; r++) cudaStreamDestroy(side[r]);
+}
+
 bool float_and_int8(weftDataType_t t) { return t == weftFloat32 || t == weftInt8; }
 
 // GPUs without peer access connect through FIFOs in pinned host memory

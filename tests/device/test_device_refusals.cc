@@ -148,6 +148,23 @@ TEST(DeviceChannels, ConfigBoundsThenResidency) {
   EXPECT_EQ(device_nchannels(32, U, U, 0), 1);
 }
 
+// Ranks whose settings ask for different device channel counts agree on
+// the fewest (a ring needs the same channels and shares on every rank),
+// and the residency cap still applies on top.
+TEST(DeviceChannels, RanksAgreeOnTheFewestAsked) {
+  std::vector<device_gpu_ident> ids(3);
+  for (auto &g : ids) memset(&g, 0, sizeof g);
+  const int asks[3] = {32, 8, 64};
+  for (int r = 0; r < 3; r++) ids[r].want_channels = asks[r];
+  EXPECT_EQ(device_nchannels_agreed(ids.data(), 3, 66), 8);
+  EXPECT_EQ(device_nchannels_agreed(ids.data(), 3, 5), 5) << "the cap below every ask";
+  ids[1].want_channels = 40;
+  EXPECT_EQ(device_nchannels_agreed(ids.data(), 3, 66), 32);
+  EXPECT_EQ(device_nchannels_agreed(ids.data(), 3, 0), 1) << "never no channel";
+  for (auto &g : ids) g.want_channels = device_nchannels(32, 40, WEFT_CONFIG_UNDEF_INT, DEV_MAX_CHANNELS);
+  EXPECT_EQ(device_nchannels_agreed(ids.data(), 3, 132), 40) << "minCTAs above the default";
+}
+
 // A config's bounds above the host's 16 rings still make a comm (its host
 // rings clamped), and reach the device executor whole.
 TEST(DeviceChannels, CommKeepsTheConfigsBounds) {

@@ -39,9 +39,14 @@ struct device_gpu_ident {
   uint8_t uuid[16];
   int32_t dev; /* this process's number for it */
   int32_t sms;
+  int32_t want_channels; /* device_nchannels of its own settings, without the cap */
 };
 /* How many of the n ranks share the GPU that most of them share (1 or more). */
 int device_busiest_gpu(const struct device_gpu_ident *ids, int n);
+/* The channels every rank of the comm uses: the fewest any rank wants (ranks
+ * whose WEFT_DEVICE_NCHANNELS or config bounds differ still agree, since a
+ * ring needs the same channels and shares on every rank), at most cap. */
+int device_nchannels_agreed(const struct device_gpu_ident *ids, int n, int cap);
 
 /* Enqueues plan's kernel on the CUDA stream and returns (NCCL's stream
  * semantics): the result is there once the stream reaches that point. The

@@ -23,3 +23,10 @@ int device_busiest_gpu(const struct device_gpu_ident *ids, int n) {
   }
   return most;
 }
+
+int device_nchannels_agreed(const struct device_gpu_ident *ids, int n, int cap) {
+  int fewest = DEV_MAX_CHANNELS;
+  for (int i = 0; i < n; i++)
+    if (ids[i].want_channels < fewest) fewest = ids[i].want_channels;
+  return device_nchannels(fewest, WEFT_CONFIG_UNDEF_INT, WEFT_CONFIG_UNDEF_INT, cap);
+}

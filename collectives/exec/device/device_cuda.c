@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include "../../../transport/cuda_ipc/cuda_fifo.h"
+#include "../../../transport/log.h"
 #include "../../../transport/param.h"
 #include "../../../transport/status.h"
 #include "device.h"
@@ -156,6 +157,22 @@ void device_comm_note_launch(struct device_comm *d, cudaStream_t stream) {
   }
   cudaEventRecord(d->work[i].done, stream);
   cudaGetLastError();
+  d->last_stream = stream;
+  d->has_last = 1;
+}
+
+weftResult_t device_comm_follow(struct device_comm *d, cudaStream_t stream) {
+  if (!d->has_last || d->last_stream == stream) return weftSuccess;
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
+    cudaGetLastError();
+    return weftSuccess;
+  }
+  for (int i = 0; i < d->nwork; i++)
+    if (d->work[i].stream == d->last_stream)
+      return device_cuda_check(cudaStreamWaitEvent(stream, d->work[i].done, 0),
+                               "ordering after the comm's launch on another stream");
+  return weftSuccess; /* that launch is done and forgotten */
 }
 
 static void device_ring_close(struct device_comm *d) {
@@ -239,8 +256,10 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
   memcpy(info[comm->rank].uuid, prop.uuid.bytes, sizeof info->uuid);
   info[comm->rank].dev = d->dev;
   info[comm->rank].sms = prop.multiProcessorCount;
+  info[comm->rank].want_channels = device_nchannels((int)nch64, comm->cfg_min_channels,
+                                                    comm->cfg_max_channels, DEV_MAX_CHANNELS);
   weftResult_t res = bootstrap_allgather(comm->bs, info, sizeof *info);
-  int nch = (int)nch64;
+  int nch = 1;
   if (res == weftSuccess) {
     /* A ring's blocks wait on each other, so every rank's blocks must be on
      * their GPU at once. Counting one block per SM (what any kernel that
@@ -252,7 +271,11 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
     }
     int most = device_busiest_gpu(info, n);
     int cap = fewest_sms / most > 0 ? fewest_sms / most : 1;
-    nch = device_nchannels(nch, comm->cfg_min_channels, comm->cfg_max_channels, cap);
+    nch = device_nchannels_agreed(info, n, cap);
+    if (nch < info[comm->rank].want_channels)
+      WEFT_INFO(LOG_INIT, "rank %d: %d device channels of the %d asked (the GPU's SMs over the "
+                "ranks sharing it, or another rank's settings)", comm->rank, nch,
+                info[comm->rank].want_channels);
   }
   free(info);
   WEFT_TRY(res);

@@ -105,6 +105,7 @@ static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *c
   if (res == weftSuccess && prev != comm->cuda_dev)
     res = device_cuda_check(cudaSetDevice(comm->cuda_dev), "setting the device");
   struct device_comm *d = comm->device;
+  if (res == weftSuccess && d != NULL) res = device_comm_follow(d, stream);
   if (res == weftSuccess && d != NULL && device_comm_crosses_hosts(comm)) device_net_kick(comm, d);
   size_t np2p = 0;
   for (size_t i = 0; i < n && res == weftSuccess; i++) {

@@ -50,6 +50,8 @@ struct device_comm {
     cudaEvent_t done; /* recorded after the comm's last launch on stream */
   } work[DEV_MAX_STREAMS];
   int nwork;
+  cudaStream_t last_stream; /* of the comm's latest recorded launch */
+  int has_last;
 };
 
 /* The comm's device state, made on first use (local); and with its ring
@@ -59,6 +61,12 @@ weftResult_t device_ring_get(struct weftComm *comm, struct device_comm **out);
 /* Records that the comm launched on stream (outside graph capture), so that
  * destroy and abort wait for that work and no other. */
 void device_comm_note_launch(struct device_comm *d, cudaStream_t stream);
+/* Makes stream wait for the comm's latest launch when that was on another
+ * stream: a comm's kernels carry on each other's FIFO steps, so they must
+ * run one after another whatever streams the caller uses (as NCCL orders a
+ * communicator's operations). A capturing stream is left alone: a graph's
+ * order is its owner's. */
+weftResult_t device_comm_follow(struct device_comm *d, cudaStream_t stream);
 
 /* The kernel table's op for a weftRedOp_t (device_check.c). */
 int device_op_index(weftRedOp_t op);

@@ -316,11 +316,13 @@ struct dev_prims {
 
   // Whether a FIFO of the channel is poisoned (an earlier kernel gave up):
   // then this one returns at once, before it moves anything. Block-wide.
+  // The loads are or'ed without short-circuit, so that all of them are in
+  // flight at once rather than each waiting for the one before.
   __device__ bool poisoned() {
     int any = 0;
     if (threadIdx.x == 0) {
       for (int p = 0; p < DEV_NPROTOS; p++)
-        any |= dev_fifo_poisoned(chan->send[p]) || dev_fifo_poisoned(chan->recv[p]);
+        any |= (int)dev_fifo_poisoned(chan->send[p]) | (int)dev_fifo_poisoned(chan->recv[p]);
       if (any && *(volatile uint32_t *)watch.error == 0)
         *(volatile uint32_t *)watch.error = DEV_GAVE_UP_POISON;
     }
