@@ -584,6 +584,43 @@ TEST(DevicePreMulSum, DestroyedOnceItsCallReturnsStillScales) {
 
 // A pre-multiply sum on one rank is refused in place as out of place: the
 // in-place call once returned success with the buffer left unscaled.
+// A scalar in device memory (weftScalarDevice) with host buffers: the
+// host executor runs the call and cannot read the scalar, so the call is
+// refused with a message (it read the device pointer on the host, and
+// crashed); the same op on device buffers still works.
+TEST(DevicePreMulSum, DeviceScalarWithHostBuffersIsRefused) {
+  REQUIRE_GPU();
+  const int k = 2;
+  const size_t n = 64;
+  Ranks ranks(k);
+  float *scalar_d = nullptr;
+  const float half = 0.5f;
+  ASSERT_EQ(cudaMalloc((void **)&scalar_d, sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(scalar_d, &half, sizeof half, cudaMemcpyHostToDevice), cudaSuccess);
+  std::vector<std::vector<float>> host(k, std::vector<float>(n, 1.0f));
+  std::vector<weftRedOp_t> ops(k);
+  for (int r = 0; r < k; r++) {
+    ASSERT_EQ(weftRedOpCreatePreMulSum(&ops[r], scalar_d, weftFloat32, weftScalarDevice,
+                                       ranks.comms[r]),
+              weftSuccess);
+    // refused before anything starts, so one rank alone returns (the
+    // refusal breaks its comm, so that no peer waits for it: a later rank
+    // may hear of that first)
+    weftResult_t res = weftAllReduce(host[r].data(), host[r].data(), n, weftFloat32, ops[r],
+                                     ranks.comms[r], nullptr);
+    if (r == 0) {
+      EXPECT_EQ(res, weftInvalidUsage);
+      std::string why = weftGetLastError(ranks.comms[r]);
+      EXPECT_NE(why.find("weftScalarDevice"), std::string::npos) << why;
+    } else {
+      EXPECT_NE(res, weftSuccess) << "rank " << r;
+    }
+    EXPECT_EQ(host[r][0], 1.0f) << "rank " << r << ": the buffer is left as it was";
+  }
+  for (int r = 0; r < k; r++) weftRedOpDestroy(ops[r], ranks.comms[r]);
+  cudaFree(scalar_d);
+}
+
 TEST(DevicePreMulSum, OneRankIsRefusedInPlaceToo) {
   REQUIRE_GPU();
   Ranks ranks(1);

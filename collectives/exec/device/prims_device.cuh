@@ -242,14 +242,18 @@ struct dev_prims {
       if (do_send && send.step - head_seen >= send.nslots) {
         start = dev_clock_ns();
         looked = true;
-        for (;;) {
+        // LL: the load that lets the step go is an acquire; the spin
+        // between looks is volatile, since each acquire load also
+        // invalidates the SM's L1 (CCTL.IVALL), which other blocks use
+        while (!failed) {
           head_seen = PROTO == DEV_PROTO_LL ? dev_ld_acquire_u64(&send.ctrl->head)
                                             : dev_ld_volatile_u64(&send.ctrl->head);
           if (send.step - head_seen < send.nslots) break;
-          if (dev_watch_expired(watch, start, &spins, &send, do_recv ? &recv : NULL)) {
-            failed = 1;
-            break;
-          }
+          while (send.step - dev_ld_volatile_u64(&send.ctrl->head) >= send.nslots)
+            if (dev_watch_expired(watch, start, &spins, &send, do_recv ? &recv : NULL)) {
+              failed = 1;
+              break;
+            }
         }
       }
       if (PROTO == DEV_PROTO_SIMPLE && do_recv && !failed && tail_seen <= recv.step) {
