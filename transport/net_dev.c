@@ -112,6 +112,11 @@ void net_dev_conn_kick(const struct weft_conn *conn) {
     proxy_conn_kick_for(conn, clock_ns(), NET_DEV_KICK_NS);
 }
 
+void net_dev_conn_expect(const struct weft_conn *conn, uint64_t nslots) {
+  if (conn->transport != NULL && conn->transport->kick != NULL)
+    proxy_conn_expect(conn, nslots, clock_ns());
+}
+
 int net_dev_conn_failed(const struct weft_conn *conn) {
   const struct proxy_conn *pc = net_dev_proxy_conn(conn);
   return pc == NULL || __atomic_load_n(&pc->ctrl->poison, __ATOMIC_ACQUIRE) != 0;

@@ -175,6 +175,29 @@ void proxy_conn_kick_for(const struct weft_conn *conn, uint64_t now_ns, uint64_t
   if (pc != NULL && pc->proxy != NULL && for_ns > 0) proxy_kick_at(pc->proxy, now_ns, for_ns);
 }
 
+void proxy_conn_expect(const struct weft_conn *conn, uint64_t nslots, uint64_t now_ns) {
+  struct proxy_conn *pc = conn->priv;
+  if (pc == NULL || !pc->is_send || nslots == 0) return;
+  __atomic_store_n(&pc->expect_ns, now_ns, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&pc->expect_tail, nslots, __ATOMIC_SEQ_CST);
+  /* a sleeping thread wakes, then stays up on the expectation */
+  if (pc->proxy != NULL) proxy_kick_at(pc->proxy, now_ns, PROXY_SPIN_NS);
+}
+
+/* Under the mutex: whether a sender's tail lags what its rank announced
+ * (proxy_conn_expect), so the thread must not sleep. */
+static int proxy_owed(const struct proxy *p, uint64_t now) {
+  for (const struct proxy_conn *c = p->conns; c != NULL; c = c->next) {
+    if (!c->is_send || c->failed) continue;
+    uint64_t want = __atomic_load_n(&c->expect_tail, __ATOMIC_SEQ_CST);
+    if (want == 0 || proxy_conn_tail(c) >= want) continue;
+    if (__atomic_load_n(&c->ctrl->poison, __ATOMIC_RELAXED) != 0) continue; /* a kernel gave up */
+    if (now - __atomic_load_n(&c->expect_ns, __ATOMIC_RELAXED) > PROXY_EXPECT_MAX_NS) continue;
+    return 1;
+  }
+  return 0;
+}
+
 void proxy_conn_kick(const struct weft_conn *conn, uint64_t now_ns) {
   proxy_conn_kick_for(conn, now_ns, wait_proxy_kick_ns());
 }
@@ -277,7 +300,8 @@ static void *proxy_main(void *arg) {
     uint64_t now = moved ? 0 : clock_ns();
     if (!moved && idle_since == 0) idle_since = now;
     int sleep = !moved && now - idle_since >= PROXY_SPIN_NS &&
-                now >= __atomic_load_n(&p->busy_until_ns, __ATOMIC_RELAXED);
+                now >= __atomic_load_n(&p->busy_until_ns, __ATOMIC_RELAXED) &&
+                !proxy_owed(p, now);
     int npfds = sleep ? proxy_poll_set(p) : 0;
     uint64_t gen = p->gen;
     pthread_mutex_unlock(&p->mutex);

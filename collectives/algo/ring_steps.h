@@ -222,6 +222,18 @@ RING_HD void ring_step_at(const struct ring_geom *g, const int *ring, size_t bas
   }
 }
 
+/* Channel c's share of a call of total elements over nchannels: contiguous,
+ * 64-byte aligned; count 0 for channels past the end (they do not run). The
+ * host executor and the kernels cut alike. */
+RING_HD void ring_channel_share(size_t total, int nchannels, size_t elem_nbytes, int c,
+                                size_t *offset, size_t *count) {
+  size_t align = 64 / elem_nbytes;
+  size_t share = (total + (size_t)nchannels - 1) / (size_t)nchannels;
+  share = (share + align - 1) / align * align;
+  *offset = (size_t)c * share;
+  *count = *offset >= total ? 0 : (total - *offset < share ? total - *offset : share);
+}
+
 /* Sets g up for channel share [offset, offset + count) of a call. */
 RING_HD void ring_geom_init(struct ring_geom *g, int coll, int nranks, int pos, int root_pos,
                             size_t total_count, size_t offset, size_t count, size_t slot_count,
@@ -235,6 +247,22 @@ RING_HD void ring_geom_init(struct ring_geom *g, int coll, int nranks, int pos, 
   g->count = count;
   g->slot_count = slot_count;
   g->align_count = 64 / elem_nbytes;
+}
+
+/* The slots a channel sends to its next rank in one call (g as set up for
+ * its share, count > 0): the steps of every loop whose primitive sends.
+ * The proxy of a network hop is told this many are coming. */
+RING_HD size_t ring_channel_nsends(const struct ring_geom *g, const int *ring) {
+  const size_t loop = ring_loop_nelems(g);
+  const int nsteps = ring_loop_nsteps(g);
+  size_t n = 0;
+  for (size_t base = 0; base < g->count; base += loop)
+    for (int s = 0; s < nsteps; s++) {
+      struct ring_step st;
+      ring_step_at(g, ring, base, s, &st);
+      n += st.prim != PRIM_RECV && st.prim != PRIM_RECV_REDUCE_COPY;
+    }
+  return n;
 }
 
 #endif

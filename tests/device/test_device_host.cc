@@ -110,11 +110,22 @@ TEST_P(RingSteps, SimulatedRingComputesTheCollective) {
   for (int r = 0; r < k; r++)
     for (size_t i = 0; i < send_n; i++) send[r].push_back((int64_t)(rng.next() % 1000) - 500);
 
-  for (auto [off, cnt] : channel_shares(n, c.nchannels)) {
+  const auto shares = channel_shares(n, c.nchannels);
+  for (int ch = 0; ch < c.nchannels; ch++) { // the executors' cut is this one
+    size_t off, cnt;
+    ring_channel_share(n, c.nchannels, 8, ch, &off, &cnt);
+    if ((size_t)ch < shares.size()) {
+      EXPECT_EQ(off, shares[ch].first) << "channel " << ch;
+      EXPECT_EQ(cnt, shares[ch].second) << "channel " << ch;
+    } else {
+      EXPECT_EQ(cnt, 0u) << "channel " << ch << " past the end";
+    }
+  }
+  for (auto [off, cnt] : shares) {
     std::vector<std::vector<ring_step>> steps(k);
     for (int r = 0; r < k; r++) steps[r] = steps_of(geom_for(c, ring, r, off, cnt), ring);
     std::vector<std::deque<std::vector<int64_t>>> fifo(k); // into each rank
-    std::vector<size_t> next_step(k, 0);
+    std::vector<size_t> next_step(k, 0), sent(k, 0);
     bool progress = true;
     while (progress) {
       progress = false;
@@ -140,6 +151,7 @@ TEST_P(RingSteps, SimulatedRingComputesTheCollective) {
           if (sends) {
             int pos = (int)(std::find(ring.begin(), ring.end(), r) - ring.begin());
             fifo[ring[(pos + 1) % k]].push_back(val);
+            sent[r]++;
           }
           next_step[r]++;
           progress = true;
@@ -149,6 +161,9 @@ TEST_P(RingSteps, SimulatedRingComputesTheCollective) {
     for (int r = 0; r < k; r++) {
       ASSERT_EQ(next_step[r], steps[r].size()) << "rank " << r << " is stuck: the ring deadlocks";
       ASSERT_TRUE(fifo[r].empty()) << "rank " << r << " left slots unread";
+      // what a network hop's proxy is told to expect (device_net_expect_ring)
+      const ring_geom g = geom_for(c, ring, r, off, cnt);
+      EXPECT_EQ(ring_channel_nsends(&g, ring.data()), sent[r]) << "rank " << r;
     }
   }
 

@@ -335,6 +335,58 @@ TEST_P(NetDevKick, KickedProxyPollsWithoutSleeping) {
   for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
 
+// A kernel may start long after its launch (queued behind other work on its
+// stream), past any kick's window: its proxy would be asleep, up to its
+// longest sleep, when the first slot is filled. The launch announces the
+// slots its kernel fills (net_dev_conn_expect), and the proxy does not sleep
+// until they were filled, however late, then sleeps again once idle.
+TEST_P(NetDevKick, AnnouncedSlotsKeepTheProxyUpUntilFilled) {
+  const char *tname = GetParam();
+  if (transport_named(tname) == nullptr) GTEST_SKIP() << tname << " not built in";
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    Rank rk;
+    if (int rc = rk.connect(ctx, tname, 4, 4096)) return rc;
+    net_dev_fifo v;
+    weft_conn *mine = ctx.rank == 0 ? &rk.send[0] : &rk.recv[0];
+    if (net_dev_conn_fifo(mine, &v) != weftSuccess)
+      return rank_fail(ctx, "fifo view: %s", weft_error_text());
+    EmuFifo f(v);
+    auto failed = [&] { return rk.any_failed(); };
+    uint64_t word = 0xfeed5eedull, got = 0;
+    if (ctx.rank == 1) {  // receives what the late kernel sends
+      std::vector<EmuMsg> in{EmuMsg{&f, false, (char *)&got, 8}};
+      if (EmuResult r = emu_kernel_run(in, failed, 20000000000ull))
+        return rank_fail(ctx, "emulated kernel gave up (%d)", (int)r);
+      if (got != word) return rank_fail(ctx, "got %llx", (unsigned long long)got);
+      return bootstrap_barrier(rk.bs) == weftSuccess ? 0 : rank_fail(ctx, "barrier");
+    }
+    proxy *p = static_cast<proxy_conn *>(rk.send[0].priv)->proxy;
+    if (p == nullptr) return rank_fail(ctx, "the connection has no proxy thread");
+    weft_conn none;
+    memset(&none, 0, sizeof none);
+    net_dev_conn_expect(&none, 1);  // no network connection: nothing to announce
+    usleep(100000);                 // idle: the thread sleeps
+    net_dev_conn_expect(&rk.send[0], 1);
+    uint64_t s0 = sleeps_of(p);
+    usleep(2 * NET_DEV_KICK_NS / 1000 + 200000);  // the kernel starts late
+    uint64_t s1 = sleeps_of(p);
+    if (s1 - s0 > 1)  // one may have begun as the announcement came; it wakes the thread
+      return rank_fail(ctx, "a slot was announced, and the thread slept %llu times before it "
+                       "came", (unsigned long long)(s1 - s0));
+    uint64_t t0 = clock_ns();
+    std::vector<EmuMsg> out{EmuMsg{&f, true, (char *)&word, 8}};
+    if (EmuResult r = emu_kernel_run(out, failed, 20000000000ull))
+      return rank_fail(ctx, "emulated kernel gave up (%d)", (int)r);
+    if (bootstrap_barrier(rk.bs) != weftSuccess) return rank_fail(ctx, "barrier");
+    printf("%s: one announced slot filled %d ms after its launch reached the peer in %.1f us\n",
+           tname, (int)(2 * NET_DEV_KICK_NS / 1000000 + 200), (double)(clock_ns() - t0) / 1e3);
+    usleep(300000);
+    if (sleeps_of(p) == s1) return rank_fail(ctx, "the thread never slept once the slot went");
+    return 0;
+  }, options(tname, 30, true));
+  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
 INSTANTIATE_TEST_SUITE_P(NetDev, NetDevKick, testing::Values("socket", "ucx"),
                          [](const testing::TestParamInfo<const char *> &i) {
                            return std::string(i.param);

@@ -10,6 +10,7 @@
 #include "../../../transport/net_dev.h"
 #include "../../../transport/param.h"
 #include "../../../transport/topo.h"
+#include "../../algo/ring_steps.h"
 #include "device_priv.h"
 
 /* Whether the GPU of sender (a peer of comm) can reach this rank's GPU
@@ -126,6 +127,30 @@ void device_net_kick(const struct weftComm *comm, const struct device_comm *d) {
         net_dev_conn_kick(&d->p2p.send[r][l]);
         net_dev_conn_kick(&d->p2p.recv[r][l]);
       }
+}
+
+void device_net_expect_ring(const struct weftComm *comm, const struct device_comm *d,
+                            const struct weft_plan *plan, int nch) {
+  const struct weft_channel *ch = &comm->channels[0]; /* every device channel's ring */
+  const size_t esize = weftTypeSize(plan->datatype);
+  int root_pos = -1;
+  if (plan->coll == COLL_BROADCAST || plan->coll == COLL_REDUCE)
+    for (int i = 0; i < comm->nranks; i++)
+      if (ch->ring[i] == plan->root) root_pos = i;
+  for (int c = 0; c < nch; c++) {
+    const struct weft_conn *conn = &d->send[c][DEV_PROTO_SIMPLE];
+    struct dev_fifo f;
+    if (conn->transport == NULL || conn->transport->kick == NULL ||
+        device_hop_fifo(conn, &f) != weftSuccess)
+      continue; /* not a network hop */
+    size_t offset, count;
+    ring_channel_share(plan->count, nch, esize, c, &offset, &count);
+    if (count == 0) continue; /* the channel's block returns at once */
+    struct ring_geom g; /* as the kernel sets it up */
+    ring_geom_init(&g, (int)plan->coll, comm->nranks, ch->ring_pos, root_pos, plan->count, offset,
+                   count, f.slot_nbytes / esize, esize);
+    net_dev_conn_expect(conn, ring_channel_nsends(&g, ch->ring));
+  }
 }
 
 int device_comm_crosses_hosts(const struct weftComm *comm) {

@@ -54,7 +54,7 @@ static void premul_scalar(const struct weft_plan *plan, struct dev_work *w) {
 }
 
 static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
-                                const struct weft_plan *plan, cudaStream_t stream) {
+                                const struct weft_plan *plan, cudaStream_t stream, int announce) {
   if (comm->nranks == 1) { /* every collective is a copy (avg divides by one) */
     size_t nbytes = plan->count * weftTypeSize(plan->datatype);
     if (device_op_index(plan->op) == DEV_OP_PREMULSUM) {
@@ -88,8 +88,23 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
   premul_scalar(plan, &w);
   void *args[] = {&w};
   dim3 grid = {(unsigned)nch, 1, 1}, block = {launch_nthreads(nbytes, nch, proto), 1, 1};
-  return device_cuda_check(cudaLaunchKernel(fn, grid, block, args, 0, stream),
-                           "launching a kernel");
+  WEFT_TRY(device_cuda_check(cudaLaunchKernel(fn, grid, block, args, 0, stream),
+                             "launching a kernel"));
+  if (announce) device_net_expect_ring(comm, d, plan, nch);
+  return weftSuccess;
+}
+
+/* Whether a launch on stream runs as it is (not recorded into a graph, whose
+ * replays nobody announces) on a comm whose rings cross hosts: then its
+ * network proxies are told what comes. */
+static int launch_announces(const struct weftComm *comm, cudaStream_t stream) {
+  if (!device_comm_crosses_hosts(comm)) return 0;
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return cap == cudaStreamCaptureStatusNone;
 }
 
 /* Runs plans[0..n) of one comm on stream: the collectives in call order,
@@ -107,12 +122,13 @@ static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *c
   struct device_comm *d = comm->device;
   if (res == weftSuccess && d != NULL) res = device_comm_follow(d, stream);
   if (res == weftSuccess && d != NULL && device_comm_crosses_hosts(comm)) device_net_kick(comm, d);
+  const int announce = res == weftSuccess && d != NULL && launch_announces(comm, stream);
   size_t np2p = 0;
   for (size_t i = 0; i < n && res == weftSuccess; i++) {
     if (plan_is_p2p(plans[i])) np2p++;
-    else if (plans[i]->count > 0) res = ring_launch(comm, d, plans[i], stream);
+    else if (plans[i]->count > 0) res = ring_launch(comm, d, plans[i], stream, announce);
   }
-  if (res == weftSuccess && np2p > 0) res = device_p2p_launch(comm, d, plans, n, stream);
+  if (res == weftSuccess && np2p > 0) res = device_p2p_launch(comm, d, plans, n, stream, announce);
   /* recorded even when a later launch failed: the earlier ones still use
    * the FIFOs that destroy frees once they are done */
   if (note && d != NULL && prev >= 0) device_comm_note_launch(d, stream);

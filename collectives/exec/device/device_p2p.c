@@ -10,6 +10,7 @@
 #include "../../../transport/bootstrap.h"
 #include "../../../transport/cuda_ipc/cuda_fifo.h"
 #include "../../../transport/param.h"
+#include "../../../transport/net_dev.h"
 #include "device_priv.h"
 
 enum { TAG_DEV_INFO = 0x70320101u, TAG_DEV_BLOB = 0x70320102u, TAG_DEV_ACK = 0x70320103u };
@@ -262,7 +263,7 @@ static weftResult_t p2p_work_fill(struct weftComm *comm, const struct weft_plan 
 
 weftResult_t device_p2p_launch(struct weftComm *comm, struct device_comm *d,
                                const struct weft_plan *const *plans, size_t nops,
-                               cudaStream_t stream) {
+                               cudaStream_t stream, int announce) {
   static struct dev_p2p_work zero;
   struct dev_p2p_work w = zero;
   WEFT_TRY(p2p_work_fill(comm, plans, nops, &w, stream));
@@ -284,6 +285,14 @@ weftResult_t device_p2p_launch(struct weftComm *comm, struct device_comm *d,
   w.nblocks = p2p_nblocks(npairs, w.nlanes, d->p2p.max_blocks);
   void *args[] = {&w};
   dim3 grid = {(unsigned)w.nblocks, 1, 1}, block = {DEV_NTHREADS, 1, 1};
-  return device_cuda_check(cudaLaunchKernel((const void *)weft_p2p_kernel, grid, block, args, 0,
-                                            stream), "launching the p2p kernel");
+  WEFT_TRY(device_cuda_check(cudaLaunchKernel((const void *)weft_p2p_kernel, grid, block, args,
+                                              0, stream), "launching the p2p kernel"));
+  for (int i = 0; announce && i < w.nops; i++) {
+    const struct p2p_op *o = &w.ops[i];
+    if (!o->send || o->self) continue;
+    for (int l = 0; l < w.nlanes; l++) /* net_dev_conn_expect leaves other lanes alone */
+      net_dev_conn_expect(&d->p2p.send[o->peer][l],
+                          p2p_lane_nchunks(o->nbytes, w.chunk_nbytes, l, w.nlanes));
+  }
+  return weftSuccess;
 }

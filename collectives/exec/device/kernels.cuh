@@ -7,16 +7,6 @@
 
 #include "collectives/exec/device/prims_device.cuh"
 
-// The channel's share: contiguous, 64-byte aligned, as the host executor's.
-__device__ __forceinline__ void dev_channel_share(const dev_work &w, size_t esize, size_t *offset,
-                                                  size_t *count) {
-  size_t align = 64 / esize;
-  size_t share = (w.count + (size_t)w.nchannels - 1) / (size_t)w.nchannels;
-  share = (share + align - 1) / align * align;
-  *offset = (size_t)blockIdx.x * share;
-  *count = *offset >= w.count ? 0 : (w.count - *offset < share ? w.count - *offset : share);
-}
-
 // The pre-multiply sum's scalar: read now from device memory
 // (weftScalarDevice), or the value the host passed.
 template <class T>
@@ -32,7 +22,7 @@ __global__ void __launch_bounds__(DEV_NTHREADS) weft_ring_kernel(dev_work w) {
   typedef typename R::T T;
   dev_channel *ch = &w.channels[blockIdx.x];
   size_t offset, count;
-  dev_channel_share(w, sizeof(T), &offset, &count);
+  ring_channel_share(w.count, w.nchannels, sizeof(T), blockIdx.x, &offset, &count);
   if (count == 0) return; // as the host: channels past the end do not run
   int root_pos = -1;
   if (w.coll == RING_BROADCAST || w.coll == RING_REDUCE)

@@ -8,6 +8,7 @@
 #include "../../algo/bulk.h"
 #include "../../algo/cma.h"
 #include "../../algo/p2p.h"
+#include "../../algo/ring_steps.h"
 #include "../../core/plan.h"
 #include "../../core/redop.h"
 #include "../../reduce/reduce_host.h"
@@ -45,13 +46,10 @@ weftResult_t plan_run_host(struct weftComm *comm, const struct weft_plan *plan) 
   if (plan->algo == ALGO_BULK) return bulk_run(comm, plan);
   /* each channel takes a contiguous, 64-byte aligned share */
   size_t esize = weftTypeSize(plan->datatype);
-  size_t align = 64 / esize;
-  size_t share = (plan->count + (size_t)plan->nchannels - 1) / (size_t)plan->nchannels;
-  share = (share + align - 1) / align * align;
   for (int c = 0; c < plan->nchannels; c++) {
-    size_t offset = (size_t)c * share;
-    if (offset >= plan->count) break;
-    size_t count = plan->count - offset < share ? plan->count - offset : share;
+    size_t offset, count;
+    ring_channel_share(plan->count, plan->nchannels, esize, c, &offset, &count);
+    if (count == 0) break;
     algo_fn fn = ring_run;
     if (plan->coll == COLL_ALLREDUCE && plan->algo == ALGO_TREE) fn = tree_allreduce;
     if (plan->coll == COLL_ALLREDUCE && plan->algo == ALGO_RD) fn = rd_allreduce;
