@@ -50,21 +50,34 @@ struct FakeComm {
   }
 };
 
-weft_plan tune(const weftComm &comm, enum coll_kind coll, size_t count) {
+// A float32 sum of count elements as plan_tune plans it, on host buffers
+// or device buffers.
+weft_plan tune(const weftComm &comm, enum coll_kind coll, size_t count, bool on_device = false) {
   weft_plan p;
   memset(&p, 0, sizeof p);
   p.coll = coll;
   p.count = count;
   p.datatype = weftFloat32;
   p.op = weftSum;
+  p.root = coll == COLL_BROADCAST || coll == COLL_REDUCE ? 0 : -1;
+  p.on_device = on_device;
   plan_tune(&comm, &p);
   return p;
 }
 
-TEST(TunerChoice, SmallUsesFewStepsLargeUsesRing) {
+// Every ring collective.
+const coll_kind kColls[] = {COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCESCATTER, COLL_BROADCAST,
+                            COLL_REDUCE};
+
+// WEFT_ALGO and WEFT_PROTO unset: the tuner chooses freely.
+void tuner_env_clear() {
   ASSERT_TRUE(weft_test::env_set_alone("WEFT_ALGO", nullptr));
   ASSERT_TRUE(weft_test::env_set_alone("WEFT_PROTO", nullptr));
   weft_params_reset();
+}
+
+TEST(TunerChoice, SmallUsesFewStepsLargeUsesRing) {
+  tuner_env_clear();
   FakeComm f(8, 4, 131072);
   weft_plan small = tune(f.c, COLL_ALLREDUCE, 2);
   EXPECT_NE(small.algo, ALGO_RING) << "8 B on 8 ranks should not take 14 ring steps";
@@ -79,14 +92,10 @@ TEST(TunerChoice, SmallUsesFewStepsLargeUsesRing) {
 // The channels a plan gets are those its own estimate prices lowest: no
 // count the comm has would be estimated faster, for any collective and size.
 TEST(TunerChoice, ChannelsFollowTheModel) {
-  ASSERT_TRUE(weft_test::env_set_alone("WEFT_ALGO", nullptr));
-  ASSERT_TRUE(weft_test::env_set_alone("WEFT_PROTO", nullptr));
-  weft_params_reset();
-  const coll_kind colls[] = {COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCESCATTER, COLL_BROADCAST,
-                             COLL_REDUCE};
+  tuner_env_clear();
   for (int nranks : {2, 3, 8}) {
     FakeComm f(nranks, 4, 4096);
-    for (coll_kind coll : colls)
+    for (coll_kind coll : kColls)
       for (size_t count : {size_t{1}, size_t{4099}, size_t{1} << 16, size_t{16} << 20}) {
         weft_plan p = tune(f.c, coll, count);
         ASSERT_GE(p.nchannels, 1);
@@ -130,23 +139,14 @@ TEST(TunerChoice, EnvironmentRestricts) {
 // (the slot staged through pinned host memory), and large messages priced
 // at the network's bandwidth, which is the slower stage.
 TEST(TunerChoice, DeviceBuffersAcrossHosts) {
-  ASSERT_TRUE(weft_test::env_set_alone("WEFT_ALGO", nullptr));
-  ASSERT_TRUE(weft_test::env_set_alone("WEFT_PROTO", nullptr));
-  weft_params_reset();
+  tuner_env_clear();
   for (int nranks : {2, 3, 8}) {
     FakeComm net(nranks, 2, 131072);
     net.c.network = 1;
     for (size_t count : {size_t{2}, size_t{1000}, size_t{16} << 20}) {
       weft_plan host = tune(net.c, COLL_ALLREDUCE, count);
-      weft_plan dev;
-      memset(&dev, 0, sizeof dev);
-      dev.coll = COLL_ALLREDUCE;
-      dev.count = count;
-      dev.datatype = weftFloat32;
-      dev.op = weftSum;
-      dev.on_device = 1;
-      plan_tune(&net.c, &dev);
-      EXPECT_EQ(dev.proto, PROTO_SIMPLE) << nranks << " ranks, count " << count;
+      EXPECT_EQ(tune(net.c, COLL_ALLREDUCE, count, true).proto, PROTO_SIMPLE)
+          << nranks << " ranks, count " << count;
       weft_plan same = host;  // the host's plan, priced for device buffers
       same.on_device = 1;
       const double h = plan_estimate_us(&net.c, &host), d = plan_estimate_us(&net.c, &same);
@@ -161,30 +161,10 @@ TEST(TunerChoice, DeviceBuffersAcrossHosts) {
   weft_params_reset();
   FakeComm net(4, 1, 131072);
   net.c.network = 1;
-  weft_plan dev;
-  memset(&dev, 0, sizeof dev);
-  dev.coll = COLL_ALLGATHER;
-  dev.count = 4;
-  dev.datatype = weftFloat32;
-  dev.on_device = 1;
-  plan_tune(&net.c, &dev);
-  EXPECT_EQ(dev.proto, PROTO_SIMPLE);
+  EXPECT_EQ(tune(net.c, COLL_ALLGATHER, 4, true).proto, PROTO_SIMPLE);
   EXPECT_EQ(tune(net.c, COLL_ALLGATHER, 4).proto, PROTO_LL) << "host buffers follow WEFT_PROTO";
   ASSERT_TRUE(weft_test::env_set_alone("WEFT_PROTO", nullptr));
   weft_params_reset();
-}
-
-weft_plan tune_device(const weftComm &comm, enum coll_kind coll, size_t count) {
-  weft_plan p;
-  memset(&p, 0, sizeof p);
-  p.coll = coll;
-  p.count = count;
-  p.datatype = weftFloat32;
-  p.op = weftSum;
-  p.root = coll == COLL_BROADCAST || coll == COLL_REDUCE ? 0 : -1;
-  p.on_device = 1;
-  plan_tune(&comm, &p);
-  return p;
 }
 
 // Device buffers on one host have a model of their own (the device
@@ -193,20 +173,16 @@ weft_plan tune_device(const weftComm &comm, enum coll_kind coll, size_t count) {
 // waits on the lines themselves is cheaper, SIMPLE from some size on and
 // for every larger one; WEFT_PROTO still decides.
 TEST(TunerChoice, DeviceBuffersOnOneHost) {
-  ASSERT_TRUE(weft_test::env_set_alone("WEFT_ALGO", nullptr));
-  ASSERT_TRUE(weft_test::env_set_alone("WEFT_PROTO", nullptr));
-  weft_params_reset();
-  const coll_kind colls[] = {COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCESCATTER, COLL_BROADCAST,
-                             COLL_REDUCE};
+  tuner_env_clear();
   for (int nranks : {2, 3, 8}) {
     FakeComm local(nranks, 2, 131072);
-    for (coll_kind coll : colls) {
+    for (coll_kind coll : kColls) {
       SCOPED_TRACE(std::to_string(nranks) + " ranks, collective " + std::to_string(coll));
-      EXPECT_EQ(tune_device(local.c, coll, 2).proto, PROTO_LL);
-      EXPECT_EQ(tune_device(local.c, coll, size_t{16} << 20).proto, PROTO_SIMPLE);
+      EXPECT_EQ(tune(local.c, coll, 2, true).proto, PROTO_LL);
+      EXPECT_EQ(tune(local.c, coll, size_t{16} << 20, true).proto, PROTO_SIMPLE);
       bool simple = false;
       for (size_t count = 1; count <= (size_t{64} << 20); count *= 2) {
-        weft_plan p = tune_device(local.c, coll, count);
+        weft_plan p = tune(local.c, coll, count, true);
         EXPECT_EQ(p.algo, ALGO_RING) << count;
         if (simple) {
           EXPECT_EQ(p.proto, PROTO_SIMPLE) << "LL again at " << count;
@@ -216,15 +192,15 @@ TEST(TunerChoice, DeviceBuffersOnOneHost) {
     }
     // where the host goes off the ring (tree, rd, cma, bulk), device buffers stay on it
     for (size_t count : {size_t{2}, size_t{1} << 20, size_t{64} << 20})
-      EXPECT_EQ(tune_device(local.c, COLL_ALLREDUCE, count).algo, ALGO_RING) << count;
+      EXPECT_EQ(tune(local.c, COLL_ALLREDUCE, count, true).algo, ALGO_RING) << count;
   }
   FakeComm two(2, 2, 131072);
   ASSERT_TRUE(weft_test::env_set_alone("WEFT_PROTO", "simple"));
   weft_params_reset();
-  EXPECT_EQ(tune_device(two.c, COLL_ALLREDUCE, 2).proto, PROTO_SIMPLE);
+  EXPECT_EQ(tune(two.c, COLL_ALLREDUCE, 2, true).proto, PROTO_SIMPLE);
   ASSERT_TRUE(weft_test::env_set_alone("WEFT_PROTO", "ll"));
   weft_params_reset();
-  EXPECT_EQ(tune_device(two.c, COLL_ALLREDUCE, size_t{16} << 20).proto, PROTO_LL);
+  EXPECT_EQ(tune(two.c, COLL_ALLREDUCE, size_t{16} << 20, true).proto, PROTO_LL);
   ASSERT_TRUE(weft_test::env_set_alone("WEFT_PROTO", nullptr));
   weft_params_reset();
 }
