@@ -22,15 +22,10 @@ extern const void *const (*const weft_dev_kernels[weftNumTypes])[DEV_NPROTOS];
 #define DEV_LL_CHANNEL_NBYTES (16u << 10)
 
 /* Threads per block: enough for a channel's share of nbytes in one pass of
- * the copy loop (SIMPLE: DEV_UNROLL vectors a thread; LL: one line), from
- * one warp up to DEV_NTHREADS, so that a small message's block has fewer
- * warps to gather at every barrier of every step. */
+ * the copy loop (SIMPLE: DEV_UNROLL vectors a thread; LL: one line). */
 static unsigned launch_nthreads(size_t nbytes, int nch, int proto) {
   size_t per_thread = proto == DEV_PROTO_LL ? DEV_LL_LINE_DATA_NBYTES : 16u * DEV_UNROLL;
-  size_t share = (nbytes + (size_t)nch - 1) / (size_t)nch;
-  size_t want = (share + per_thread - 1) / per_thread;
-  want = (want + 31) / 32 * 32;
-  return want < 32 ? 32u : want > DEV_NTHREADS ? DEV_NTHREADS : (unsigned)want;
+  return device_block_threads((nbytes + (size_t)nch - 1) / (size_t)nch, per_thread);
 }
 
 /* Marks comm busy, as the host executor's operations do; fails when it was

@@ -283,8 +283,14 @@ weftResult_t device_p2p_launch(struct weftComm *comm, struct device_comm *d,
   w.chunk_nbytes = DEV_SIMPLE_SLOT_NBYTES;
   w.nlanes = d->p2p.nlanes;
   w.nblocks = p2p_nblocks(npairs, w.nlanes, d->p2p.max_blocks);
+  /* threads for the largest chunk, in one pass of the copy loop */
+  uint64_t largest = 0;
+  for (int i = 0; i < w.nops; i++)
+    if (!w.ops[i].self && w.ops[i].nbytes > largest) largest = w.ops[i].nbytes;
+  if (largest > w.chunk_nbytes) largest = w.chunk_nbytes;
   void *args[] = {&w};
-  dim3 grid = {(unsigned)w.nblocks, 1, 1}, block = {DEV_NTHREADS, 1, 1};
+  dim3 grid = {(unsigned)w.nblocks, 1, 1},
+       block = {device_block_threads(largest, 16u * DEV_UNROLL), 1, 1};
   WEFT_TRY(device_cuda_check(cudaLaunchKernel((const void *)weft_p2p_kernel, grid, block, args,
                                               0, stream), "launching the p2p kernel"));
   for (int i = 0; announce && i < w.nops; i++) {

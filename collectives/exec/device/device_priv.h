@@ -68,6 +68,15 @@ void device_comm_note_launch(struct device_comm *d, cudaStream_t stream);
  * order is its owner's. */
 weftResult_t device_comm_follow(struct device_comm *d, cudaStream_t stream);
 
+/* Threads of a block that moves nbytes at a time, per_thread bytes a
+ * thread in one pass of its copy loop: from one warp up to DEV_NTHREADS, so
+ * that a small message's block gathers few warps at each barrier. */
+static inline unsigned device_block_threads(uint64_t nbytes, uint64_t per_thread) {
+  uint64_t want = (nbytes + per_thread - 1) / per_thread;
+  want = (want + 31) / 32 * 32;
+  return want < 32 ? 32u : want > DEV_NTHREADS ? DEV_NTHREADS : (unsigned)want;
+}
+
 /* The kernel table's op for a weftRedOp_t (device_check.c). */
 int device_op_index(weftRedOp_t op);
 
