@@ -321,7 +321,9 @@ bool float_and_int8(weftDataType_t t) { return t == weftFloat32 || t == weftInt8
 TEST(DeviceHostFifo, EveryCollectiveBothProtocols) {
   REQUIRE_GPU();
   for (const char *proto : {"simple", "ll"}) {
-    ScopedEnv env({{"WEFT_P2P_DISABLE", "1"}, {"WEFT_PROTO", proto}, {"WEFT_TIMEOUT", "30"}});
+    // 4 channels: each comm pins 4 x 2 x 1 MiB of FIFOs rather than 32 x 2 x 1 MiB
+    ScopedEnv env({{"WEFT_P2P_DISABLE", "1"}, {"WEFT_PROTO", proto}, {"WEFT_TIMEOUT", "30"},
+                   {"WEFT_DEVICE_NCHANNELS", "4"}});
     for (int coll = 0; coll < 5; coll++)
       for (int k : {2, 3})
         for (size_t n : {1ul, 70001ul}) {
