@@ -208,7 +208,14 @@ int count_threads_named(const char *prefix) {
 }
 
 bool env_set_alone(const char *name, const char *value) {
+  // a thread on its way out (the bootstrap root's, detached, ends once it
+  // has told every rank of the others, which a loaded machine may delay
+  // past the comm's init) is given up to 2 s to go
   int nthreads = count_threads_named("");
+  for (int i = 0; i < 200 && nthreads != 1; i++) {
+    usleep(10000);
+    nthreads = count_threads_named("");
+  }
   if (nthreads != 1) {
     fprintf(stderr, "setting %s with %d threads in the process: getenv may race it\n", name,
             nthreads);

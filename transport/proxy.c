@@ -175,24 +175,36 @@ void proxy_conn_kick_for(const struct weft_conn *conn, uint64_t now_ns, uint64_t
   if (pc != NULL && pc->proxy != NULL && for_ns > 0) proxy_kick_at(pc->proxy, now_ns, for_ns);
 }
 
+/* What the rank has done of an end's slots: filled (sender), drained (receiver). */
+static uint64_t proxy_conn_done(const struct proxy_conn *c) {
+  return c->is_send ? proxy_conn_tail(c) : proxy_conn_head(c);
+}
+
 void proxy_conn_expect(const struct weft_conn *conn, uint64_t nslots, uint64_t now_ns) {
   struct proxy_conn *pc = conn->priv;
-  if (pc == NULL || !pc->is_send || nslots == 0) return;
+  if (pc == NULL || nslots == 0) return;
   __atomic_store_n(&pc->expect_ns, now_ns, __ATOMIC_RELAXED);
-  __atomic_add_fetch(&pc->expect_tail, nslots, __ATOMIC_SEQ_CST);
+  /* only this rank's calling thread announces, but the CAS keeps it exact */
+  uint64_t old = __atomic_load_n(&pc->expect, __ATOMIC_RELAXED), want;
+  do {
+    uint64_t done = proxy_conn_done(pc);
+    want = (old > done ? old : done) + nslots;
+  } while (!__atomic_compare_exchange_n(&pc->expect, &old, want, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_RELAXED));
   /* a sleeping thread wakes, then stays up on the expectation */
   if (pc->proxy != NULL) proxy_kick_at(pc->proxy, now_ns, PROXY_SPIN_NS);
 }
 
-/* Under the mutex: whether a sender's tail lags what its rank announced
+/* Under the mutex: whether an end's counter lags what its rank announced
  * (proxy_conn_expect), so the thread must not sleep. */
 static int proxy_owed(const struct proxy *p, uint64_t now) {
   for (const struct proxy_conn *c = p->conns; c != NULL; c = c->next) {
-    if (!c->is_send || c->failed) continue;
-    uint64_t want = __atomic_load_n(&c->expect_tail, __ATOMIC_SEQ_CST);
-    if (want == 0 || proxy_conn_tail(c) >= want) continue;
+    if (c->failed) continue;
+    uint64_t want = __atomic_load_n(&c->expect, __ATOMIC_SEQ_CST);
+    if (want == 0 || proxy_conn_done(c) >= want) continue;
     if (__atomic_load_n(&c->ctrl->poison, __ATOMIC_RELAXED) != 0) continue; /* a kernel gave up */
-    if (now - __atomic_load_n(&c->expect_ns, __ATOMIC_RELAXED) > PROXY_EXPECT_MAX_NS) continue;
+    uint64_t at = __atomic_load_n(&c->expect_ns, __ATOMIC_RELAXED);
+    if (now > at && now - at > PROXY_EXPECT_MAX_NS) continue;
     return 1;
   }
   return 0;

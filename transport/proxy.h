@@ -106,11 +106,11 @@ struct proxy_conn {
   const struct proxy_fifo_mem *mem; /* NULL: private pages */
   void *fifo_dev;   /* the FIFO's device address (mem only) */
   int whole_slots;  /* the slots carry no used word: each moves whole */
-  /* sender: the tail the rank is known to reach (proxy_conn_expect: device
-   * kernels launched, whose slots nothing announces); the thread does not
-   * sleep while the tail lags it, for up to PROXY_EXPECT_MAX_NS after the
-   * last announcement */
-  uint64_t expect_tail;
+  /* the tail (sender) or head (receiver) the rank is known to reach
+   * (proxy_conn_expect: device kernels launched, which fill and drain slots
+   * without telling anyone); the thread does not sleep while the counter
+   * lags it, for up to PROXY_EXPECT_MAX_NS after the last announcement */
+  uint64_t expect;
   uint64_t expect_ns;
   /* owned by the proxy while registered */
   uint64_t sent_step; /* sender: slots the network no longer needs (proxy_conn_drain) */
@@ -272,12 +272,15 @@ void proxy_conn_kick(const struct weft_conn *conn, uint64_t now_ns);
 /* The same for for_ns (a device launch's longer window, net_dev.c). */
 void proxy_conn_kick_for(const struct weft_conn *conn, uint64_t now_ns, uint64_t for_ns);
 
-/* A sender whose slots the proxy cannot see coming (a device kernel fills
- * them in mapped memory, and nothing wakes a sleeping thread): the rank will
- * fill nslots more than announced before. The thread polls without sleeping
- * until the tail reaches what was announced, however late the kernel runs,
- * unless the connection is poisoned or PROXY_EXPECT_MAX_NS pass without a
- * new announcement. conn->priv begins with a struct proxy_conn. */
+/* An end whose slots the proxy cannot see coming (a device kernel fills or
+ * drains them in mapped memory, and nothing wakes a sleeping thread): the
+ * rank will fill (sender: tail) or drain (receiver: head) nslots more. The
+ * thread polls without sleeping until the counter reaches the announced
+ * value, however late the kernel runs, unless the connection is poisoned or
+ * PROXY_EXPECT_MAX_NS pass without a new announcement. The count starts
+ * from the counter as it is when above what was announced (slots nobody
+ * announced: a graph's replays), so an announcement never asks for more
+ * than the rank will do. conn->priv begins with a struct proxy_conn. */
 #define PROXY_EXPECT_MAX_NS 60000000000ull
 void proxy_conn_expect(const struct weft_conn *conn, uint64_t nslots, uint64_t now_ns);
 

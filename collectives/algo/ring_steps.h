@@ -249,20 +249,24 @@ RING_HD void ring_geom_init(struct ring_geom *g, int coll, int nranks, int pos, 
   g->align_count = 64 / elem_nbytes;
 }
 
-/* The slots a channel sends to its next rank in one call (g as set up for
- * its share, count > 0): the steps of every loop whose primitive sends.
- * The proxy of a network hop is told this many are coming. */
-RING_HD size_t ring_channel_nsends(const struct ring_geom *g, const int *ring) {
+/* The slots a channel sends to its next rank and receives from its previous
+ * one in one call (g as set up for its share, count > 0). Every loop runs
+ * the same primitives (they depend on the step, the position and the root,
+ * not on the loop), so: the loops times one loop's sends and receives. The
+ * proxies of network hops are told this many are coming. */
+RING_HD void ring_channel_nslots(const struct ring_geom *g, const int *ring, size_t *nsends,
+                                 size_t *nrecvs) {
   const size_t loop = ring_loop_nelems(g);
-  const int nsteps = ring_loop_nsteps(g);
-  size_t n = 0;
-  for (size_t base = 0; base < g->count; base += loop)
-    for (int s = 0; s < nsteps; s++) {
-      struct ring_step st;
-      ring_step_at(g, ring, base, s, &st);
-      n += st.prim != PRIM_RECV && st.prim != PRIM_RECV_REDUCE_COPY;
-    }
-  return n;
+  const size_t nloops = (g->count + loop - 1) / loop;
+  size_t sends = 0, recvs = 0;
+  for (int s = 0; s < ring_loop_nsteps(g); s++) {
+    struct ring_step st;
+    ring_step_at(g, ring, 0, s, &st);
+    sends += st.prim != PRIM_RECV && st.prim != PRIM_RECV_REDUCE_COPY;
+    recvs += st.prim >= PRIM_RECV;
+  }
+  *nsends = nloops * sends;
+  *nrecvs = nloops * recvs;
 }
 
 #endif

@@ -119,13 +119,16 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
   struct host_stream *hs = NULL;
   /* device memory: stream is the caller's CUDA stream */
   plan->on_device = res == weftSuccess && device_plan_on_device(plan);
-  if (res == weftSuccess && !plan->on_device && plan->premul_ptr != NULL &&
-      device_ptr_on_device(plan->premul_ptr)) /* the host executor would read it */
+  if (res == weftSuccess && !plan->on_device && plan->count > 0 && plan->premul_device_only) {
+    /* the host executor would read it; the peers may not refuse alike (their
+     * buffers or ops may differ), so the comm breaks for them below */
     res = weft_error_set(weftInvalidUsage,
                          "%s: pre-multiply op %d keeps its scalar in device memory "
                          "(weftScalarDevice), which host-memory buffers cannot use: make "
                          "the op with weftScalarHostImmediate, or use device buffers",
                          coll_kind_name(plan->coll), (int)plan->op);
+    alone = 1;
+  }
   if (res == weftSuccess && stream != NULL && !plan->on_device) {
     res = stream_lookup(stream, &hs);
     alone = res != weftSuccess;

@@ -18,6 +18,7 @@ struct weft_redop {
   weftDataType_t datatype;
   char scalar[8];         /* the value, for weftScalarHostImmediate */
   const void *scalar_ptr; /* read when the op runs, for weftScalarDevice */
+  int scalar_device_only; /* scalar_ptr is device memory, which the host cannot read */
 };
 #define COMM_MAGIC 0x776566742d636f6dull /* "weft-com" */
 

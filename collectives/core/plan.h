@@ -51,6 +51,7 @@ struct weft_plan {
    * may be destroyed once the call returns, as NCCL allows */
   char premul_scalar[8];     /* the value, for weftScalarHostImmediate */
   const void *premul_ptr;    /* read when the op runs, for weftScalarDevice */
+  int premul_device_only;    /* premul_ptr is device memory, which the host cannot read */
 };
 
 const char *coll_kind_name(enum coll_kind coll);

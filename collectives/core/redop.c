@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../../transport/status.h"
+#include "../exec/device/device.h"
 #include "plan.h"
 #include "../reduce/reduce_host.h"
 #include "redop.h"
@@ -41,6 +42,9 @@ weftResult_t weftRedOpCreatePreMulSum(weftRedOp_t *op, void *scalar, weftDataTyp
     /* immediate: the value now; otherwise the pointer, read when an op runs */
     if (residence == weftScalarHostImmediate) memcpy(r->scalar, scalar, esize);
     else r->scalar_ptr = scalar;
+    /* asked now, by the thread that made the scalar (a later caller's thread
+     * may have no CUDA context to ask with) */
+    r->scalar_device_only = residence == weftScalarDevice && device_ptr_device_only(scalar);
     *op = (weftRedOp_t)(weftNumOps + i);
     return weftSuccess;
   }
@@ -76,6 +80,7 @@ void redop_capture(const struct weftComm *comm, struct weft_plan *plan) {
   if (i < 0 || i >= WEFT_MAX_REDOPS || !comm->redops[i].in_use) return;
   memcpy(plan->premul_scalar, comm->redops[i].scalar, sizeof plan->premul_scalar);
   plan->premul_ptr = comm->redops[i].scalar_ptr;
+  plan->premul_device_only = comm->redops[i].scalar_device_only;
 }
 
 weftResult_t redop_premul(const struct weft_plan *plan, const void *src, size_t count,

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstring>
+#include <unistd.h>
 #include <optional>
 #include <string>
 #include <vector>
@@ -269,8 +270,11 @@ struct ScopedEnv {
 // One comm used on two streams, as a caller may (PyTorch's streams, a side
 // stream for one bucket): each launch continues the FIFO steps the comm's
 // previous one left, so it must follow that launch whatever the stream.
-// Large all-reduces alternate between the streams with nothing ordering the
-// streams but weft; every result is checked.
+// Rank 0's main stream is held up 20 ms (a host function) before each even
+// round, so that its next round, on the side stream, would run first if
+// nothing ordered it: it would then meet rank 1's earlier round, whose
+// inputs differ, or run beside rank 0's own round on the same counters.
+// Every result is checked.
 TEST(DeviceStreams, OneCommOnTwoStreamsKeepsItsOrder) {
   REQUIRE_GPU();
   ScopedEnv env({{"WEFT_TIMEOUT", "20"}});
@@ -279,17 +283,22 @@ TEST(DeviceStreams, OneCommOnTwoStreamsKeepsItsOrder) {
   Ranks ranks(k);
   std::vector<cudaStream_t> side(k);
   std::vector<std::vector<float *>> buf(k, std::vector<float *>(rounds));
-  std::vector<std::vector<float>> in(k, std::vector<float>(n));
+  auto input = [](int r, int j, size_t i) { return (float)((i * 7 + (size_t)r * 29) % 113 + j * 1000); };
+  std::vector<float> h(n);
   for (int r = 0; r < k; r++) {
     ASSERT_EQ(cudaStreamCreateWithFlags(&side[r], cudaStreamNonBlocking), cudaSuccess);
-    for (size_t i = 0; i < n; i++) in[r][i] = (float)((i * 7 + (size_t)r * 29) % 113);
     for (int j = 0; j < rounds; j++) {
+      for (size_t i = 0; i < n; i++) h[i] = input(r, j, i);
       ASSERT_EQ(cudaMalloc((void **)&buf[r][j], n * sizeof(float)), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(buf[r][j], in[r].data(), n * sizeof(float), cudaMemcpyHostToDevice),
+      ASSERT_EQ(cudaMemcpy(buf[r][j], h.data(), n * sizeof(float), cudaMemcpyHostToDevice),
                 cudaSuccess);
     }
   }
   for (int j = 0; j < rounds; j++) {
+    if (j % 2 == 0) {
+      ASSERT_EQ(cudaLaunchHostFunc(ranks.streams[0], [](void *) { usleep(20000); }, nullptr),
+                cudaSuccess);
+    }
     ASSERT_EQ(weftGroupStart(), weftSuccess);
     for (int r = 0; r < k; r++)
       ASSERT_EQ(weftAllReduce(buf[r][j], buf[r][j], n, weftFloat32, weftSum, ranks.comms[r],
@@ -301,11 +310,10 @@ TEST(DeviceStreams, OneCommOnTwoStreamsKeepsItsOrder) {
   for (int r = 0; r < k; r++) ASSERT_EQ(cudaStreamSynchronize(side[r]), cudaSuccess);
   for (int r = 0; r < k; r++)
     for (int j = 0; j < rounds; j++) {
-      std::vector<float> out(n);
-      ASSERT_EQ(cudaMemcpy(out.data(), buf[r][j], n * sizeof(float), cudaMemcpyDeviceToHost),
+      ASSERT_EQ(cudaMemcpy(h.data(), buf[r][j], n * sizeof(float), cudaMemcpyDeviceToHost),
                 cudaSuccess);
       for (size_t i = 0; i < n; i++)
-        ASSERT_EQ(out[i], in[0][i] + in[1][i]) << "rank " << r << " round " << j << " i " << i;
+        ASSERT_EQ(h[i], input(0, j, i) + input(1, j, i)) << "rank " << r << " round " << j << " i " << i;
       cudaFree(buf[r][j]);
     }
   for (int r = 0; r < k; r++) cudaStreamDestroy(side[r]);
@@ -607,7 +615,7 @@ TEST(DevicePreMulSum, DeviceScalarWithHostBuffersIsRefused) {
               weftSuccess);
     // refused before anything starts, so one rank alone returns (the
     // refusal breaks its comm, so that no peer waits for it: a later rank
-    // may hear of that first)
+    // may hear of that before its own refusal)
     weftResult_t res = weftAllReduce(host[r].data(), host[r].data(), n, weftFloat32, ops[r],
                                      ranks.comms[r], nullptr);
     if (r == 0) {

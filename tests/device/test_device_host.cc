@@ -125,7 +125,7 @@ TEST_P(RingSteps, SimulatedRingComputesTheCollective) {
     std::vector<std::vector<ring_step>> steps(k);
     for (int r = 0; r < k; r++) steps[r] = steps_of(geom_for(c, ring, r, off, cnt), ring);
     std::vector<std::deque<std::vector<int64_t>>> fifo(k); // into each rank
-    std::vector<size_t> next_step(k, 0), sent(k, 0);
+    std::vector<size_t> next_step(k, 0), sent(k, 0), received(k, 0);
     bool progress = true;
     while (progress) {
       progress = false;
@@ -141,6 +141,7 @@ TEST_P(RingSteps, SimulatedRingComputesTheCollective) {
                 << "rank " << r << " step " << next_step[r] << " receives a slot of another size";
             val = fifo[r].front();
             fifo[r].pop_front();
+            received[r]++;
           }
           for (size_t i = 0; i < st.count; i++) {
             int64_t s = ring_prim_has_src(st.prim) ? send[r].at(st.src_elem + i) : 0;
@@ -163,7 +164,10 @@ TEST_P(RingSteps, SimulatedRingComputesTheCollective) {
       ASSERT_TRUE(fifo[r].empty()) << "rank " << r << " left slots unread";
       // what a network hop's proxy is told to expect (device_net_expect_ring)
       const ring_geom g = geom_for(c, ring, r, off, cnt);
-      EXPECT_EQ(ring_channel_nsends(&g, ring.data()), sent[r]) << "rank " << r;
+      size_t nsends = 0, nrecvs = 0;
+      ring_channel_nslots(&g, ring.data(), &nsends, &nrecvs);
+      EXPECT_EQ(nsends, sent[r]) << "rank " << r;
+      EXPECT_EQ(nrecvs, received[r]) << "rank " << r;
     }
   }
 

@@ -76,5 +76,8 @@ weftResult_t device_mem_alloc(void **ptr, size_t nbytes, int *on_device_out);
 int device_mem_free(void *ptr);
 /* Whether ptr is CUDA device memory. */
 int device_ptr_on_device(const void *ptr);
+/* Whether ptr is device memory proper (cudaMalloc), which the host cannot
+ * read; managed and host memory are not. 0 without CUDA. */
+int device_ptr_device_only(const void *ptr);
 
 #endif

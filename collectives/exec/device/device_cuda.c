@@ -71,6 +71,16 @@ int device_ptr_on_device(const void *ptr) {
   return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
 }
 
+int device_ptr_device_only(const void *ptr) {
+  if (ptr == NULL || !ctx_current()) return 0;
+  struct cudaPointerAttributes attr;
+  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return attr.type == cudaMemoryTypeDevice;
+}
+
 int device_plan_on_device(const struct weft_plan *plan) {
   return device_ptr_on_device(plan->recvbuf != NULL ? plan->recvbuf : plan->sendbuf);
 }
@@ -162,7 +172,9 @@ void device_comm_note_launch(struct device_comm *d, cudaStream_t stream) {
 }
 
 weftResult_t device_comm_follow(struct device_comm *d, cudaStream_t stream) {
-  if (!d->has_last || d->last_stream == stream) return weftSuccess;
+  /* cudaStreamPerThread is one handle for a stream of each thread */
+  if (!d->has_last || (d->last_stream == stream && stream != cudaStreamPerThread))
+    return weftSuccess;
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
     cudaGetLastError();
@@ -240,10 +252,10 @@ static weftResult_t device_channels_publish(struct weftComm *comm, struct device
 /* Sets up every device connection of comm (collective over its ranks). */
 static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d) {
   const int n = comm->nranks;
+  /* a value out of range is refused after the exchange below, on every rank
+   * (refusing before it would leave the peers waiting in it) */
   int64_t nch64 = param_int(&cuda_params[2]);
-  if (nch64 < 1 || nch64 > DEV_MAX_CHANNELS)
-    return weft_error_set(weftInvalidArgument, "WEFT_DEVICE_NCHANNELS=%lld: must be 1 to %d",
-                          (long long)nch64, DEV_MAX_CHANNELS);
+  const int nch_bad = nch64 < 1 || nch64 > DEV_MAX_CHANNELS;
   /* every device channel follows the comm's ring order (channel 0's) */
   const struct weft_channel *ch = &comm->channels[0];
   /* ranks learn each other's devices (the transports choose by them) and how
@@ -256,10 +268,18 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
   memcpy(info[comm->rank].uuid, prop.uuid.bytes, sizeof info->uuid);
   info[comm->rank].dev = d->dev;
   info[comm->rank].sms = prop.multiProcessorCount;
-  info[comm->rank].want_channels = device_nchannels((int)nch64, comm->cfg_min_channels,
-                                                    comm->cfg_max_channels, DEV_MAX_CHANNELS);
+  info[comm->rank].want_channels =
+      nch_bad ? -1 : device_nchannels((int)nch64, comm->cfg_min_channels,
+                                      comm->cfg_max_channels, DEV_MAX_CHANNELS);
   weftResult_t res = bootstrap_allgather(comm->bs, info, sizeof *info);
   int nch = 1;
+  if (res == weftSuccess && nch_bad)
+    res = weft_error_set(weftInvalidArgument, "WEFT_DEVICE_NCHANNELS=%lld: must be 1 to %d",
+                         (long long)nch64, DEV_MAX_CHANNELS);
+  for (int i = 0; i < n && res == weftSuccess; i++)
+    if (info[i].want_channels < 0)
+      res = weft_error_set(weftInvalidArgument, "rank %d's WEFT_DEVICE_NCHANNELS is not 1 to %d",
+                           i, DEV_MAX_CHANNELS);
   if (res == weftSuccess) {
     /* A ring's blocks wait on each other, so every rank's blocks must be on
      * their GPU at once. Counting one block per SM (what any kernel that

@@ -138,18 +138,23 @@ void device_net_expect_ring(const struct weftComm *comm, const struct device_com
     for (int i = 0; i < comm->nranks; i++)
       if (ch->ring[i] == plan->root) root_pos = i;
   for (int c = 0; c < nch; c++) {
-    const struct weft_conn *conn = &d->send[c][DEV_PROTO_SIMPLE];
-    struct dev_fifo f;
-    if (conn->transport == NULL || conn->transport->kick == NULL ||
-        device_hop_fifo(conn, &f) != weftSuccess)
-      continue; /* not a network hop */
+    const struct weft_conn *send = &d->send[c][DEV_PROTO_SIMPLE];
+    const struct weft_conn *recv = &d->recv[c][DEV_PROTO_SIMPLE];
+    struct dev_fifo f; /* the kernel's slot size is its send FIFO's */
+    if ((send->transport == NULL || send->transport->kick == NULL) &&
+        (recv->transport == NULL || recv->transport->kick == NULL))
+      continue; /* neither hop is a network one */
+    if (device_hop_fifo(send, &f) != weftSuccess) continue;
     size_t offset, count;
     ring_channel_share(plan->count, nch, esize, c, &offset, &count);
     if (count == 0) continue; /* the channel's block returns at once */
     struct ring_geom g; /* as the kernel sets it up */
     ring_geom_init(&g, (int)plan->coll, comm->nranks, ch->ring_pos, root_pos, plan->count, offset,
                    count, f.slot_nbytes / esize, esize);
-    net_dev_conn_expect(conn, ring_channel_nsends(&g, ch->ring));
+    size_t nsends, nrecvs;
+    ring_channel_nslots(&g, ch->ring, &nsends, &nrecvs);
+    net_dev_conn_expect(send, nsends); /* each leaves a hop that is not a network one alone */
+    net_dev_conn_expect(recv, nrecvs);
   }
 }
 

@@ -106,9 +106,11 @@ static int launch_announces(const struct weftComm *comm, cudaStream_t stream) {
  * then the sends and receives together as one kernel. Connected beforehand.
  * Records the launch for destroy and abort (device_comm_note_launch) when
  * note is set; a group records its comms' launches after all of them, so
- * that the bookkeeping does not hold back the next rank's kernel. */
+ * that the bookkeeping does not hold back the next rank's kernel, and
+ * records those whose *began_out says they may have launched something
+ * (ordered after the comm's previous launch). */
 static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *const *plans,
-                                size_t n, cudaStream_t stream, int note) {
+                                size_t n, cudaStream_t stream, int note, int *began_out) {
   weftResult_t res = device_op_begin(comm);
   int prev = -1;
   if (res == weftSuccess) res = device_cuda_check(cudaGetDevice(&prev), "current device");
@@ -116,6 +118,8 @@ static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *c
     res = device_cuda_check(cudaSetDevice(comm->cuda_dev), "setting the device");
   struct device_comm *d = comm->device;
   if (res == weftSuccess && d != NULL) res = device_comm_follow(d, stream);
+  const int began = res == weftSuccess; /* otherwise nothing was launched */
+  if (began_out != NULL) *began_out = began;
   if (res == weftSuccess && d != NULL && device_comm_crosses_hosts(comm)) device_net_kick(comm, d);
   const int announce = res == weftSuccess && d != NULL && launch_announces(comm, stream);
   size_t np2p = 0;
@@ -126,7 +130,7 @@ static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *c
   if (res == weftSuccess && np2p > 0) res = device_p2p_launch(comm, d, plans, n, stream, announce);
   /* recorded even when a later launch failed: the earlier ones still use
    * the FIFOs that destroy frees once they are done */
-  if (note && d != NULL && prev >= 0) device_comm_note_launch(d, stream);
+  if (note && began && d != NULL && prev >= 0) device_comm_note_launch(d, stream);
   if (prev >= 0 && prev != comm->cuda_dev) cudaSetDevice(prev);
   device_op_end(comm);
   return res;
@@ -195,7 +199,7 @@ weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan,
     res = device_op_begin(comm);
     if (res == weftSuccess && !comm_connected(comm, plans, 1))
       res = comm_connect_relaxed(comm, plans, 1); /* three CUDA calls saved once connected */
-    if (res == weftSuccess) res = comm_launch(comm, plans, 1, (cudaStream_t)stream, 1);
+    if (res == weftSuccess) res = comm_launch(comm, plans, 1, (cudaStream_t)stream, 1, NULL);
     device_op_end(comm);
   }
   if (res != weftSuccess)
@@ -210,6 +214,7 @@ struct comm_part {
   size_t n;
   cudaStream_t stream;
   weftResult_t res;
+  int began; /* comm_launch may have launched something */
   char error[512];
 };
 
@@ -280,11 +285,11 @@ weftResult_t device_enqueue_group(struct weftComm *const *comms,
   size_t launched = 0; /* parts that reached their launch, failed or not */
   for (; launched < nparts && res == weftSuccess; launched++)
     res = comm_launch(parts[launched].comm, parts[launched].plans, parts[launched].n,
-                      parts[launched].stream, 0);
+                      parts[launched].stream, 0, &parts[launched].began);
   /* every comm that launched anything (held, so not freed under us) */
   for (size_t k = 0; k < launched; k++) {
     struct device_comm *d = parts[k].comm->device;
-    if (d == NULL) continue;
+    if (d == NULL || !parts[k].began) continue;
     if (cudaSetDevice(d->dev) == cudaSuccess) device_comm_note_launch(d, parts[k].stream);
     cudaGetLastError();
   }

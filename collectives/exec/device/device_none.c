@@ -60,3 +60,8 @@ int device_ptr_on_device(const void *ptr) {
   (void)ptr;
   return 0;
 }
+
+int device_ptr_device_only(const void *ptr) {
+  (void)ptr;
+  return 0;
+}

@@ -295,9 +295,9 @@ weftResult_t device_p2p_launch(struct weftComm *comm, struct device_comm *d,
                                               0, stream), "launching the p2p kernel"));
   for (int i = 0; announce && i < w.nops; i++) {
     const struct p2p_op *o = &w.ops[i];
-    if (!o->send || o->self) continue;
+    if (o->self) continue;
     for (int l = 0; l < w.nlanes; l++) /* net_dev_conn_expect leaves other lanes alone */
-      net_dev_conn_expect(&d->p2p.send[o->peer][l],
+      net_dev_conn_expect(o->send ? &d->p2p.send[o->peer][l] : &d->p2p.recv[o->peer][l],
                           p2p_lane_nchunks(o->nbytes, w.chunk_nbytes, l, w.nlanes));
   }
   return weftSuccess;

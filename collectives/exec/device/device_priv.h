@@ -126,10 +126,10 @@ int device_comm_crosses_hosts(const struct weftComm *comm);
  * kernels fill slots without telling the host. */
 void device_net_kick(const struct weftComm *comm, const struct device_comm *d);
 /* After a ring kernel of plan launched on nch channels (outside graph
- * capture, on a comm that crosses hosts): tells the proxy of each channel
- * whose send hop is a network connection how many slots the kernel will
- * fill (net_dev_conn_expect), so that it polls until they come, however
- * late the kernel starts. */
+ * capture, on a comm that crosses hosts): tells the proxy of each network
+ * hop how many slots the kernel will fill (send) or drain (receive)
+ * (net_dev_conn_expect), so that it polls until they are, however late the
+ * kernel starts. */
 void device_net_expect_ring(const struct weftComm *comm, const struct device_comm *d,
                             const struct weft_plan *plan, int nch);
 
@@ -140,7 +140,7 @@ weftResult_t device_p2p_connect(struct weftComm *comm, struct device_comm *d,
 /* Enqueues the sends and receives among plans[0..nops) as one kernel on
  * stream (the copies to self before it). Connected beforehand. announce:
  * the launch runs as it is (not captured) on a comm that crosses hosts: the
- * proxies of the network lanes it sends on learn how many slots come
+ * proxies of its network lanes learn how many slots it fills or drains
  * (net_dev_conn_expect). */
 weftResult_t device_p2p_launch(struct weftComm *comm, struct device_comm *d,
                                const struct weft_plan *const *plans, size_t nops,

@@ -32,7 +32,10 @@ __global__ void __launch_bounds__(DEV_NTHREADS) weft_ring_kernel(dev_work w) {
   dev_prims<R, PROTO> p;
   dev_watch watch = {w.abort_flag, w.timeout_ns, w.error};
   p.init(ch, watch, w.divisor, dev_premul_scalar<T>(w));
-  if (p.poisoned()) return; // an earlier kernel gave up here: the counters are not to be trusted
+  if (p.poisoned()) { // an earlier kernel gave up here: the counters are not to be trusted
+    p.give_up();        // the rest of the channel learns it too (a network hop's proxy as well)
+    return;
+  }
   struct ring_geom g;
   ring_geom_init(&g, w.coll, ch->nranks, ch->ring_pos, root_pos, w.count, offset, count,
                  p.slot_count(), sizeof(T));
