@@ -61,25 +61,24 @@ static int ctx_current(void) {
   return ctx_get_current != NULL && ctx_get_current(&ctx) == CUDA_SUCCESS && ctx != NULL;
 }
 
-int device_ptr_on_device(const void *ptr) {
-  if (ptr == NULL || !ctx_current()) return 0;
+/* What CUDA says ptr is (cudaMemoryTypeUnregistered when it cannot say, or
+ * when this thread has no context to ask with). */
+static enum cudaMemoryType ptr_type(const void *ptr) {
+  if (ptr == NULL || !ctx_current()) return cudaMemoryTypeUnregistered;
   struct cudaPointerAttributes attr;
   if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
     cudaGetLastError();
-    return 0;
+    return cudaMemoryTypeUnregistered;
   }
-  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+  return attr.type;
 }
 
-int device_ptr_device_only(const void *ptr) {
-  if (ptr == NULL || !ctx_current()) return 0;
-  struct cudaPointerAttributes attr;
-  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return attr.type == cudaMemoryTypeDevice;
+int device_ptr_on_device(const void *ptr) {
+  enum cudaMemoryType t = ptr_type(ptr);
+  return t == cudaMemoryTypeDevice || t == cudaMemoryTypeManaged;
 }
+
+int device_ptr_device_only(const void *ptr) { return ptr_type(ptr) == cudaMemoryTypeDevice; }
 
 int device_plan_on_device(const struct weft_plan *plan) {
   return device_ptr_on_device(plan->recvbuf != NULL ? plan->recvbuf : plan->sendbuf);
