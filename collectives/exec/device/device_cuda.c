@@ -346,6 +346,7 @@ weftResult_t device_comm_get(struct weftComm *comm, struct device_comm **out) {
   struct device_comm *d = calloc(1, sizeof *d);
   if (d == NULL) return weft_error_set(weftSystemError, "out of memory");
   d->dev = comm->cuda_dev;
+  d->crosses_hosts = device_comm_crosses_hosts(comm); /* the peers' hosts are fixed at init */
   comm->device = d;
   weftResult_t res = cuda_check(cudaHostAlloc((void **)&d->flags_h, DEV_FLAGS_NBYTES,
                                               cudaHostAllocMapped), "allocating the abort flag");

@@ -65,8 +65,7 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
                                              cudaMemcpyDeviceToDevice, stream), "copy");
   }
   /* LL lines carry their flags in the slot, which no network proxy sees whole */
-  int proto = plan->proto == PROTO_LL && !device_comm_crosses_hosts(comm) ? DEV_PROTO_LL
-                                                                          : DEV_PROTO_SIMPLE;
+  int proto = plan->proto == PROTO_LL && !d->crosses_hosts ? DEV_PROTO_LL : DEV_PROTO_SIMPLE;
   const void *fn = weft_dev_kernels[plan->datatype][device_op_index(plan->op)][proto];
   /* enough blocks to keep the GPU busy, each with a worthwhile share; every
    * rank computes the same number from the same call */
@@ -92,8 +91,8 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
 /* Whether a launch on stream runs as it is (not recorded into a graph, whose
  * replays nobody announces) on a comm whose rings cross hosts: then its
  * network proxies are told what comes. */
-static int launch_announces(const struct weftComm *comm, cudaStream_t stream) {
-  if (!device_comm_crosses_hosts(comm)) return 0;
+static int launch_announces(const struct device_comm *d, cudaStream_t stream) {
+  if (!d->crosses_hosts) return 0;
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess) {
     cudaGetLastError();
@@ -120,8 +119,8 @@ static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *c
   if (res == weftSuccess && d != NULL) res = device_comm_follow(d, stream);
   const int began = res == weftSuccess; /* otherwise nothing was launched */
   if (began_out != NULL) *began_out = began;
-  if (res == weftSuccess && d != NULL && device_comm_crosses_hosts(comm)) device_net_kick(comm, d);
-  const int announce = res == weftSuccess && d != NULL && launch_announces(comm, stream);
+  if (res == weftSuccess && d != NULL && d->crosses_hosts) device_net_kick(comm, d);
+  const int announce = res == weftSuccess && d != NULL && launch_announces(d, stream);
   size_t np2p = 0;
   for (size_t i = 0; i < n && res == weftSuccess; i++) {
     if (plan_is_p2p(plans[i])) np2p++;

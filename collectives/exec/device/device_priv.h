@@ -37,6 +37,7 @@ struct device_p2p {
 struct device_comm {
   int dev;
   int ring_ready; /* the ring channels below are connected */
+  int crosses_hosts; /* device_comm_crosses_hosts, asked once when made */
   int nchannels;
   struct weft_conn send[DEV_MAX_CHANNELS][DEV_NPROTOS];
   struct weft_conn recv[DEV_MAX_CHANNELS][DEV_NPROTOS];
