@@ -148,18 +148,18 @@ static const struct {
 
 /* Device buffers on one host (docs/cuda.md, "Tuner"): the device ring's
  * kernels, per dependent step and for the payload (bytes, as the model
- * counts them, over time: busbw). SIMPLE from all_reduce_device_perf on an
- * H200, 2 ranks under MPS: 11.3 us at 8 B over 2 steps, 347 GB/s busbw at
- * 128 MiB. LL: a step waits on the lines themselves (no tail to poll, no
- * fences), so half SIMPLE's latency, and it moves 8 payload bytes per
- * 16-byte line from fewer threads; both LL figures are estimates that
- * gpu-check's perf_proto step measures (WEFT_PROTO=simple against ll). */
+ * counts them, over time: busbw). Measured with all_reduce_device_perf on an
+ * H200 (gpu-check of 2026-11-27). SIMPLE: 33.5 us at 8 B for 4 ranks (6
+ * steps) and 347 GB/s busbw at 128 MiB. LL: 13.5 us at 8 B for 4 ranks
+ * under MPS (6 steps), and 2 to 4 MiB added 24 us for 2 ranks and 39 us for
+ * 4 (about 80-90 GB/s of busbw); 100 GB/s puts the change to SIMPLE where
+ * perf_proto saw it, near 1 MiB for 2 ranks and 1.5-2 MiB for 4. */
 static const struct {
   double lat_us;
   double bytes_per_us;
 } tuner_dev_cost[PROTO_NUM] = {
     [PROTO_SIMPLE] = {5.6, 347000},
-    [PROTO_LL] = {2.8, 12000},
+    [PROTO_LL] = {2.25, 100000},
 };
 
 static void tuner_cost_get(const struct weftComm *comm, enum coll_proto proto, int on_device,
