@@ -8,10 +8,11 @@ struct weft_param cuda_params[] = {
      "1 disables the cuda_ipc transport (device FIFOs of other processes)", 0, 0, NULL},
     {"WEFT_P2P_DISABLE", PARAM_INT, "0",
      "1 disables the p2p transport (device FIFOs of GPUs in this process)", 0, 0, NULL},
-    {"WEFT_DEVICE_NCHANNELS", PARAM_INT, "32",
+    {"WEFT_DEVICE_NCHANNELS", PARAM_INT, NULL,
      "channels (kernel blocks, each a ring with its own device FIFOs) of a comm's device "
-     "collectives, 1 to 64, at most the GPU's SMs over the ranks sharing it; a launch uses "
-     "one per 64 KiB (LL: per 16 KiB)", 0, 0, NULL},
+     "collectives, 1 to 64; unset: 32, at most one block per SM of the GPU over the ranks "
+     "sharing it; set: at most the blocks its SMs hold at once over those ranks; a launch "
+     "uses one per 64 KiB (LL: per 16 KiB)", 0, 0, NULL},
     {"WEFT_NET_GDR", PARAM_INT, "-1",
      "device FIFOs to other hosts in GPU memory moved by UCX directly (GPUDirect RDMA): -1 "
      "auto, 0 off (pinned host memory), 1 required", 0, 0, NULL},

@@ -31,6 +31,8 @@ weftResult_t device_plan_check(const struct weft_plan *plan);
  * cap, the blocks sure to be resident at once (which wins over minChannels). */
 int device_nchannels(int want, int cfg_min, int cfg_max, int cap);
 #define DEV_MAX_CHANNELS 64
+/* Without WEFT_DEVICE_NCHANNELS: at most one block per SM of the GPU (above). */
+#define DEV_DEFAULT_CHANNELS 32
 
 /* What ranks tell each other of their GPU at connection. A GPU is known by
  * its UUID: the device number is per process (CUDA_VISIBLE_DEVICES), so two
@@ -39,6 +41,8 @@ struct device_gpu_ident {
   uint8_t uuid[16];
   int32_t dev; /* this process's number for it */
   int32_t sms;
+  int32_t blocks_per_sm; /* ring kernel blocks one SM holds at once: 1 unless the rank
+                            set its channel count itself (then the kernels' occupancy) */
   int32_t want_channels; /* device_nchannels of its own settings, without the cap */
 };
 /* How many of the n ranks share the GPU that most of them share (1 or more). */

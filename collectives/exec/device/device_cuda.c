@@ -113,6 +113,28 @@ int device_mem_free(void *ptr) {
 
 /* --- connecting ---------------------------------------------------------- */
 
+/* The ring kernel blocks of DEV_NTHREADS threads that one SM of the current
+ * device holds at once: the fewest over the kernels this build has (their
+ * registers differ by datatype and op), at least 1. */
+static int ring_blocks_per_sm(void) {
+  int fewest = 0;
+  for (int t = 0; t < weftNumTypes; t++)
+    for (int o = 0; o < DEV_NOPS; o++)
+      for (int p = 0; p < DEV_NPROTOS; p++) {
+        const void *fn = weft_dev_kernels[t][o][p];
+        int nb = 0;
+        if (fn == NULL) continue;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, fn, DEV_NTHREADS, 0) !=
+            cudaSuccess) {
+          cudaGetLastError();
+          return 1;
+        }
+        if (fewest == 0 || nb < fewest) fewest = nb;
+      }
+  return fewest > 0 ? fewest : 1;
+}
+
+
 /* Waits for the comm's own work (its launches' events), never the device's. */
 static void device_comm_wait(struct device_comm *d) {
   for (int i = 0; i < d->nwork; i++) {
@@ -254,7 +276,8 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
   /* a value out of range is refused after the exchange below, on every rank
    * (refusing before it would leave the peers waiting in it) */
   int64_t nch64 = param_int(&cuda_params[2]);
-  const int nch_bad = nch64 < 1 || nch64 > DEV_MAX_CHANNELS;
+  const int nch_set = param_str(&cuda_params[2]) != NULL;
+  const int nch_bad = nch_set && (nch64 < 1 || nch64 > DEV_MAX_CHANNELS);
   /* every device channel follows the comm's ring order (channel 0's) */
   const struct weft_channel *ch = &comm->channels[0];
   /* ranks learn each other's devices (the transports choose by them) and how
@@ -267,9 +290,11 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
   memcpy(info[comm->rank].uuid, prop.uuid.bytes, sizeof info->uuid);
   info[comm->rank].dev = d->dev;
   info[comm->rank].sms = prop.multiProcessorCount;
+  info[comm->rank].blocks_per_sm = nch_set ? ring_blocks_per_sm() : 1;
   info[comm->rank].want_channels =
-      nch_bad ? -1 : device_nchannels((int)nch64, comm->cfg_min_channels,
-                                      comm->cfg_max_channels, DEV_MAX_CHANNELS);
+      nch_bad ? -1 : device_nchannels(nch_set ? (int)nch64 : DEV_DEFAULT_CHANNELS,
+                                      comm->cfg_min_channels, comm->cfg_max_channels,
+                                      DEV_MAX_CHANNELS);
   weftResult_t res = bootstrap_allgather(comm->bs, info, sizeof *info);
   int nch = 1;
   if (res == weftSuccess && nch_bad)
@@ -281,15 +306,18 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
                            i, DEV_MAX_CHANNELS);
   if (res == weftSuccess) {
     /* A ring's blocks wait on each other, so every rank's blocks must be on
-     * their GPU at once. Counting one block per SM (what any kernel that
-     * launches is sure of), the ranks sharing the busiest GPU share its SMs. */
-    int fewest_sms = prop.multiProcessorCount;
+     * their GPU at once. By default a rank counts one block per SM (what any
+     * kernel that launches is sure of, leaving the rest of each SM to the
+     * compute the collectives overlap with); a rank that sets its channel
+     * count counts as many as its ring kernels' occupancy allows. The ranks
+     * sharing the busiest GPU share what the fewest-holding GPU holds. */
+    int fewest = prop.multiProcessorCount * info[comm->rank].blocks_per_sm;
     for (int i = 0; i < n; i++) {
-      if (info[i].sms < fewest_sms) fewest_sms = info[i].sms;
+      if (info[i].sms * info[i].blocks_per_sm < fewest) fewest = info[i].sms * info[i].blocks_per_sm;
       comm->peers[i].cuda_dev = info[i].dev;
     }
     int most = device_busiest_gpu(info, n);
-    int cap = fewest_sms / most > 0 ? fewest_sms / most : 1;
+    int cap = fewest / most > 0 ? fewest / most : 1;
     nch = device_nchannels_agreed(info, n, cap);
     if (nch < info[comm->rank].want_channels)
       WEFT_INFO(LOG_INIT, "rank %d: %d device channels of the %d asked (the GPU's SMs over the "

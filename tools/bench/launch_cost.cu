@@ -1,0 +1,185 @@
+/* What the CUDA calls on a device collective's enqueue path cost the host,
+ * each alone, on this GPU (docs/cuda.md, "Where the enqueue goes"): the
+ * host time per call, averaged over many calls, and, for kernels, the GPU's
+ * time per back-to-back launch. Launches are timed in batches with the
+ * stream drained between them, so that a full launch queue never blocks a
+ * timed call.
+ *
+ *   nvcc -O2 -o launch_cost tools/bench/launch_cost.cu -lcuda
+ *   ./launch_cost [CALLS=20000]
+ *
+ * Under MPS (a daemon running) the same binary measures an MPS client. */
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct arg64 {
+  void *p[8];
+};
+
+__global__ void empty_kernel(void) {}
+__global__ void arg_kernel(arg64 a) {
+  if (a.p[0] == (void *)1 && threadIdx.x == 0) *(int *)a.p[1] = 1;
+}
+
+static double now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
+}
+
+#define OK(x)                                                             \
+  do {                                                                    \
+    cudaError_t e_ = (x);                                                 \
+    if (e_ != cudaSuccess) {                                              \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x,           \
+              cudaGetErrorString(e_));                                    \
+      exit(1);                                                            \
+    }                                                                     \
+  } while (0)
+
+static cudaStream_t s;
+static int calls = 20000;
+enum { BATCH = 256 };
+
+/* Host microseconds per call of body(i), BATCH calls at a time, the stream
+ * drained (untimed) between batches when drain is set. */
+template <typename F>
+static double per_call(F body, bool drain) {
+  for (int i = 0; i < BATCH; i++) body(i); /* warm */
+  OK(cudaStreamSynchronize(s));
+  double total = 0;
+  for (int done = 0; done < calls; done += BATCH) {
+    double t0 = now_us();
+    for (int i = 0; i < BATCH; i++) body(done + i);
+    total += now_us() - t0;
+    if (drain) OK(cudaStreamSynchronize(s));
+  }
+  OK(cudaStreamSynchronize(s));
+  return total / ((calls + BATCH - 1) / BATCH * BATCH);
+}
+
+/* GPU microseconds per kernel of BATCH launched back to back (events). */
+template <typename F>
+static double gpu_per_launch(F launch) {
+  cudaEvent_t e0, e1;
+  OK(cudaEventCreate(&e0));
+  OK(cudaEventCreate(&e1));
+  for (int i = 0; i < BATCH; i++) launch(i);
+  OK(cudaEventRecord(e0, s));
+  for (int i = 0; i < BATCH; i++) launch(i);
+  OK(cudaEventRecord(e1, s));
+  OK(cudaEventSynchronize(e1));
+  float ms = 0;
+  OK(cudaEventElapsedTime(&ms, e0, e1));
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return ms * 1e3 / BATCH;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1) calls = atoi(argv[1]);
+  if (calls < BATCH) calls = BATCH;
+  OK(cudaSetDevice(0));
+  OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  void *dbuf, *dbuf2;
+  OK(cudaMalloc(&dbuf, 1 << 20));
+  OK(cudaMalloc(&dbuf2, 1 << 20));
+  void *hbuf = malloc(1 << 20);
+  void *pinned;
+  OK(cudaMallocHost(&pinned, 1 << 20));
+  cudaEvent_t ev;
+  OK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  cudaFunction_t fn_empty, fn_arg;
+  OK(cudaGetFuncBySymbol(&fn_empty, (const void *)empty_kernel));
+  OK(cudaGetFuncBySymbol(&fn_arg, (const void *)arg_kernel));
+  arg64 a;
+  memset(&a, 0, sizeof a);
+  a.p[1] = dbuf;
+  void *args[] = {&a};
+  cudaDeviceProp prop;
+  OK(cudaGetDeviceProperties(&prop, 0));
+  printf("# %s, %d SMs; %d calls a figure, host us per call\n", prop.name,
+         prop.multiProcessorCount, calls);
+
+  struct row {
+    const char *name;
+    double us;
+  };
+  row rows[32];
+  int n = 0;
+  rows[n++] = {"cudaLaunchKernel empty <<<1,32>>>", per_call([&](int) {
+                 cudaLaunchKernel((const void *)empty_kernel, dim3(1), dim3(32), nullptr, 0, s);
+               }, true)};
+  rows[n++] = {"cudaLaunchKernel 64 B arg <<<1,512>>>", per_call([&](int) {
+                 cudaLaunchKernel((const void *)arg_kernel, dim3(1), dim3(512), args, 0, s);
+               }, true)};
+  rows[n++] = {"cudaLaunchKernel 64 B arg <<<32,512>>>", per_call([&](int) {
+                 cudaLaunchKernel((const void *)arg_kernel, dim3(32), dim3(512), args, 0, s);
+               }, true)};
+  rows[n++] = {"cuLaunchKernel 64 B arg <<<1,512>>>", per_call([&](int) {
+                 cuLaunchKernel((CUfunction)fn_arg, 1, 1, 1, 512, 1, 1, 0, (CUstream)s, args,
+                                nullptr);
+               }, true)};
+  rows[n++] = {"cudaEventRecord", per_call([&](int) { cudaEventRecord(ev, s); }, false)};
+  rows[n++] = {"cudaLaunchKernel + cudaEventRecord", per_call([&](int) {
+                 cudaLaunchKernel((const void *)arg_kernel, dim3(1), dim3(512), args, 0, s);
+                 cudaEventRecord(ev, s);
+               }, true)};
+  rows[n++] = {"cudaStreamWaitEvent", per_call([&](int) { cudaStreamWaitEvent(s, ev, 0); },
+                                               false)};
+  rows[n++] = {"cudaStreamIsCapturing", per_call([&](int) {
+                 cudaStreamCaptureStatus c;
+                 cudaStreamIsCapturing(s, &c);
+               }, false)};
+  rows[n++] = {"cudaEventQuery (done)", per_call([&](int) { cudaEventQuery(ev); }, false)};
+  rows[n++] = {"cudaPointerGetAttributes device", per_call([&](int i) {
+                 cudaPointerAttributes at;
+                 cudaPointerGetAttributes(&at, (char *)dbuf + (i & 1023));
+               }, false)};
+  rows[n++] = {"cudaPointerGetAttributes malloc", per_call([&](int i) {
+                 cudaPointerAttributes at;
+                 cudaPointerGetAttributes(&at, (char *)hbuf + (i & 1023));
+               }, false)};
+  rows[n++] = {"cudaPointerGetAttributes pinned", per_call([&](int i) {
+                 cudaPointerAttributes at;
+                 cudaPointerGetAttributes(&at, (char *)pinned + (i & 1023));
+               }, false)};
+  rows[n++] = {"cuPointerGetAttribute MEMORY_TYPE device", per_call([&](int i) {
+                 unsigned t = 0;
+                 cuPointerGetAttribute(&t, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                       (CUdeviceptr)((char *)dbuf + (i & 1023)));
+               }, false)};
+  rows[n++] = {"cudaGetDevice", per_call([&](int) {
+                 int d;
+                 cudaGetDevice(&d);
+               }, false)};
+  rows[n++] = {"cudaSetDevice (same)", per_call([&](int) { cudaSetDevice(0); }, false)};
+  rows[n++] = {"cuCtxGetCurrent", per_call([&](int) {
+                 CUcontext c;
+                 cuCtxGetCurrent(&c);
+               }, false)};
+  rows[n++] = {"cudaGetLastError", per_call([&](int) { cudaGetLastError(); }, false)};
+  rows[n++] = {"cudaMemcpyAsync D2D 8 B", per_call([&](int) {
+                 cudaMemcpyAsync(dbuf2, dbuf, 8, cudaMemcpyDeviceToDevice, s);
+               }, true)};
+  cudaGetLastError();
+  for (int i = 0; i < n; i++) printf("  %-44s %8.3f\n", rows[i].name, rows[i].us);
+
+  printf("# GPU us per kernel, %d launched back to back\n", (int)BATCH);
+  printf("  %-44s %8.3f\n", "empty <<<1,32>>>", gpu_per_launch([&](int) {
+           cudaLaunchKernel((const void *)empty_kernel, dim3(1), dim3(32), nullptr, 0, s);
+         }));
+  printf("  %-44s %8.3f\n", "64 B arg <<<32,512>>>", gpu_per_launch([&](int) {
+           cudaLaunchKernel((const void *)arg_kernel, dim3(32), dim3(512), args, 0, s);
+         }));
+  printf("  %-44s %8.3f\n", "memcpy D2D 8 B", gpu_per_launch([&](int) {
+           cudaMemcpyAsync(dbuf2, dbuf, 8, cudaMemcpyDeviceToDevice, s);
+         }));
+  OK(cudaGetLastError());
+  return 0;
+}
