@@ -290,6 +290,45 @@ step_perf_proto() {
   [ $bad = 0 ] || fail "$keys"
 }
 
+# What each CUDA call on the device enqueue path costs the host, alone
+# (tools/bench/launch_cost.cu, built here with nvcc): the figures to hold
+# all_reduce_device_perf's enq(us) against. perf_launch_mps runs the same as
+# an MPS client.
+launch_cost() {
+  command -v nvcc >/dev/null || skip "no nvcc"
+  local exe="$WORK/launch_cost"
+  [ -x "$exe" ] || nvcc -O2 -arch=native -o "$exe" "$ROOT/tools/bench/launch_cost.cu" \
+    -L"$(dirname "$(command -v nvcc)")/../lib64/stubs" -lcuda ||
+    fail "nvcc launch_cost.cu failed"
+  "$exe" 20000 | tee "$LOGS/$STEP.out"
+  [ "${PIPESTATUS[0]}" = 0 ] || fail "launch_cost failed"
+  key "$(awk -F'\t' '$1 ~ /64 B arg <<<1,512>>>|^ *cudaEventRecord *$|IsCapturing|Attributes device|D2D|GPU empty/ {
+      sub(/^ +/, "", $1); sub(/ +$/, "", $1); sub(/^ +/, "", $2); printf "%s%s %s", sep, $1, $2; sep = "; " }' \
+      "$LOGS/$STEP.out") (us)"
+}
+step_perf_launch() { launch_cost; }
+step_perf_launch_mps() {
+  use_mps
+  launch_cost
+}
+
+# Device channels against 128 MiB busbw (issue 20.3's 4-rank traffic): -g 4
+# and -g 2 at WEFT_DEVICE_NCHANNELS 32, 48 and 64 (a set count may use the
+# SMs' occupancy, docs/cuda.md), 32 to 128 MiB.
+step_perf_channels() {
+  need_exe "$B/tools/all_reduce_device_perf"
+  local k nch out keys=""
+  for k in 4 2; do
+    for nch in 32 48 64; do
+      out="$LOGS/$STEP.$k.$nch.out"
+      WEFT_DEVICE_NCHANNELS=$nch "$B/tools/all_reduce_device_perf" -g "$k" -b 32M -e $MIB128 -f 4 \
+        -n 20 -w 5 >"$out" 2>&1 || fail "-g $k, $nch channels: $(tail -1 "$out")"
+      keys="$keys${keys:+; }$k ranks $nch ch: $(ar_key "$out" "$k" | sed 's/^8 B [^;]*; //')"
+    done
+  done
+  key "$keys"
+}
+
 step_mps_start() {
   command -v nvidia-cuda-mps-control >/dev/null || skip "no nvidia-cuda-mps-control"
   mkdir -p "$WORK/mps/pipe" "$WORK/mps/log"
@@ -427,6 +466,26 @@ net_hosts() { # transport
 }
 
 step_net_socket() { net_hosts socket; }
+
+# Where a small device all-reduce between 2 emulated hosts spends its time
+# over UCX: 8 B to 32 KiB, device memory with UCX's own choice of transports
+# and with UCX_TLS=tcp, and host memory, each under MPS; the key gives each
+# one's 8 B time.
+step_net_ucx_diag() {
+  grep -q 'WEFT_HAVE_UCX 1' "$B/weft_build_config.h" 2>/dev/null || skip "built without UCX"
+  use_mps
+  local v out keys="" mem tls
+  for v in dev dev-tcp host; do
+    mem=$([ $v = host ] && echo host || echo "$PERF_MEM")
+    tls=$([ $v = dev-tcp ] && echo tcp || echo "")
+    out="$LOGS/$STEP.$v.out"
+    UCX_TLS=$tls WEFT_TRANSPORT=ucx timeout 40 "$B/tools/weftrun" -n 2 sh -c \
+      '[ -n "$UCX_TLS" ] || unset UCX_TLS; WEFT_HOSTID=gpu-check-host-$WEFT_RANK exec "$@"' sh \
+      "$B/tools/all_reduce_perf" -M "$mem" -T 20 -b 8 -e 32K -f 64 -n 5 -w 1 >"$out" 2>&1
+    keys="$keys${keys:+; }$v: $(coll_key "$out" | sed 's/, 32 KiB.*//')"
+  done
+  key "$keys"
+}
 
 # Issue 21.4: device all-reduce between 2 emulated hosts over loopback TCP
 # (sockets), against host memory over the same transport in the same run:

@@ -54,12 +54,16 @@ device_ipc|120|gpu|20.2|ranks in processes (cuda_ipc); a silent peer ends in a t
 device_p2p|120|gpu|20.2|send/recv groups on device memory: pipelines, all-to-all, gather, scatter
 perf_ar_g2|60|gpu|20.3|all_reduce_device_perf -g 2, 8 B..128 MiB: latency and busbw
 perf_proto|60|gpu|20.3|the device tuner model: -g 2 and -g 4 under WEFT_PROTO=simple and ll, 8 B..4 MiB, and a 1-rank floor
+perf_launch|40|gpu|20.3|host time of each CUDA call on the enqueue path (tools/bench/launch_cost.cu)
+perf_channels|60|gpu|20.3|all_reduce_device_perf -g 4 and -g 2, 32-128 MiB, at WEFT_DEVICE_NCHANNELS 32, 48, 64
 mps_start|30|gpu|20.2|MPS daemon, private pipe directory, for the multi-process steps
+perf_launch_mps|30|gpu|20.3|the same as an MPS client
 zero_math_device|60|gpu|22.2|zero_math.h kernels against the host, bit for bit
 zero_device|180|gpu|22.2|device ZeRO suites (zero_device*) under MPS: kernels; device contexts vs host, checkpoints
 weft_train_device|150|gpu|22.3|weft-train --device cuda --zero-stage 3, 4 ranks under MPS: final line vs the host run; ms per step, stage 3 / stage 0
 net_socket|150|gpu|21.3|every device collective, send/recv, all-to-all between 2 emulated hosts over sockets (all-reduce on 3 too)
 net_ucx|180|gpu|21.3|the same over UCX (carried in .gpu-deps where the machine has none)
+net_ucx_diag|60|gpu|21.3|8 B-32 KiB all-reduce over UCX between 2 emulated hosts: device memory (transports as UCX picks, then UCX_TLS=tcp) and host memory
 net_bw|90|gpu|21.4|device all-reduce busbw over sockets between 2 emulated hosts, 16-64 MiB, against host memory
 torch_preload|60|gpu|20.4|torch imports with libnccl.so.2 preloaded and sees weft
 torch_ddp|120|gpu|20.4|DDP on cuda:0, 2 ranks, through libnccl.so.2, against one process

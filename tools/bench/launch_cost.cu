@@ -5,7 +5,8 @@
  * stream drained between them, so that a full launch queue never blocks a
  * timed call.
  *
- *   nvcc -O2 -o launch_cost tools/bench/launch_cost.cu -lcuda
+ *   nvcc -O2 -arch=native -o launch_cost tools/bench/launch_cost.cu \
+ *     -L/usr/local/cuda/lib64/stubs -lcuda
  *   ./launch_cost [CALLS=20000]
  *
  * Under MPS (a daemon running) the same binary measures an MPS client. */
@@ -168,16 +169,16 @@ int main(int argc, char **argv) {
                  cudaMemcpyAsync(dbuf2, dbuf, 8, cudaMemcpyDeviceToDevice, s);
                }, true)};
   cudaGetLastError();
-  for (int i = 0; i < n; i++) printf("  %-44s %8.3f\n", rows[i].name, rows[i].us);
+  for (int i = 0; i < n; i++) printf("  %-44s\t%8.3f\n", rows[i].name, rows[i].us);
 
   printf("# GPU us per kernel, %d launched back to back\n", (int)BATCH);
-  printf("  %-44s %8.3f\n", "empty <<<1,32>>>", gpu_per_launch([&](int) {
+  printf("  %-44s\t%8.3f\n", "GPU empty <<<1,32>>>", gpu_per_launch([&](int) {
            cudaLaunchKernel((const void *)empty_kernel, dim3(1), dim3(32), nullptr, 0, s);
          }));
-  printf("  %-44s %8.3f\n", "64 B arg <<<32,512>>>", gpu_per_launch([&](int) {
+  printf("  %-44s\t%8.3f\n", "GPU 64 B arg <<<32,512>>>", gpu_per_launch([&](int) {
            cudaLaunchKernel((const void *)arg_kernel, dim3(32), dim3(512), args, 0, s);
          }));
-  printf("  %-44s %8.3f\n", "memcpy D2D 8 B", gpu_per_launch([&](int) {
+  printf("  %-44s\t%8.3f\n", "GPU memcpy D2D 8 B", gpu_per_launch([&](int) {
            cudaMemcpyAsync(dbuf2, dbuf, 8, cudaMemcpyDeviceToDevice, s);
          }));
   OK(cudaGetLastError());

@@ -20,7 +20,7 @@ struct weft_param cuda_params[] = {
      "1 disables the host_fifo transport (device FIFOs in pinned host memory shared by the "
      "processes of one host, where GPUs lack peer access or p2p/cuda_ipc are disabled)", 0, 0,
      NULL},
-    {"WEFT_P2P_LANES", PARAM_INT, "2",
+    {"WEFT_P2P_LANES", PARAM_INT, "4",
      "FIFOs (lanes) per peer and direction of device send/recv, 1 to 8, alike on every rank: "
      "a message's slots take turns on them and each lane is one kernel block's work at a "
      "time; each costs 1 MiB of the receiver's memory per peer", 0, 0, NULL},
