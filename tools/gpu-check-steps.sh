@@ -38,7 +38,7 @@ step_configure() {
   command -v nvcc >/dev/null || cuda=auto
   opts=(-Dbuildtype=release "-Dcuda=$cuda" -Ddevice_archs=90
         "-Ddevice_matrix=${WEFT_GPU_CHECK_MATRIX:-full}"
-        -Dhwloc=disabled "-Ducx=$([ "${UCX_FROM:-none}" = none ] && echo disabled || echo enabled)"
+        -Dhwloc=disabled "-Ducx=$([ "${GPU_CHECK_UCX_FROM:-none}" = none ] && echo disabled || echo enabled)"
         -Dibverbs=disabled)
   if [ -f "$B/build.ninja" ]; then
     meson configure "$B" "${opts[@]}" || fail "meson configure failed"
@@ -48,7 +48,7 @@ step_configure() {
   local gt
   gt=$(grep -m1 -i 'Run-time dependency gtest' "$B/meson-logs/meson-log.txt" | cut -c1-50)
   [ "$GTEST_BUILD" = 1 ] && gt="gtest from ${GTEST_PREFIX#"$ROOT"/}"
-  key "cuda $cuda, matrix ${WEFT_GPU_CHECK_MATRIX:-full}, sm_90; meson $(meson --version); ${gt:-gtest ?}; UCX ${UCX_FROM:-none}"
+  key "cuda $cuda, matrix ${WEFT_GPU_CHECK_MATRIX:-full}, sm_90; meson $(meson --version); ${gt:-gtest ?}; UCX ${GPU_CHECK_UCX_FROM:-none}"
 }
 
 # What the later steps run: the libraries (every kernel is in libweft), the
@@ -519,7 +519,7 @@ step_net_ucx() {
   local ucp
   ucp=$(ldd "$B/libweft.so" | awk '$1 ~ /^libucp/ {print $3}')
   net_hosts ucx
-  key "$(cat "$LOGS/$STEP.key"); UCX ${UCX_FROM:-?}: $ucp"
+  key "$(cat "$LOGS/$STEP.key"); UCX ${GPU_CHECK_UCX_FROM:-?}: $ucp"
 }
 
 # ---------------------------------------------------------------- PyTorch

@@ -264,14 +264,14 @@ setup_gtest_env() {
 # The carried UCX (--prepare) where the machine has none, or where told to
 # (WEFT_GPU_CHECK_CARRIED_UCX=1): its .pc files with their prefix filled in,
 # first on PKG_CONFIG_PATH; its libraries first on LD_LIBRARY_PATH for every
-# step; the carried pkgconf where the machine has no pkg-config. UCX_FROM
+# step; the carried pkgconf where the machine has no pkg-config. GPU_CHECK_UCX_FROM
 # says which UCX the build will find (configure, net_ucx).
 setup_ucx_env() {
   local d="$DEPS/ucx" pc
-  UCX_FROM=none
-  if pkg-config --exists ucx 2>/dev/null; then UCX_FROM=system; fi
+  GPU_CHECK_UCX_FROM=none
+  if pkg-config --exists ucx 2>/dev/null; then GPU_CHECK_UCX_FROM=system; fi
   if [ -d "$d/lib/pkgconfig" ] &&
-     { [ "$UCX_FROM" = none ] || [ "${WEFT_GPU_CHECK_CARRIED_UCX:-0}" = 1 ]; }; then
+     { [ "$GPU_CHECK_UCX_FROM" = none ] || [ "${WEFT_GPU_CHECK_CARRIED_UCX:-0}" = 1 ]; }; then
     mkdir -p "$WORK/ucx-pc"
     for pc in "$d"/lib/pkgconfig/*.pc; do
       sed "s|@UCX_PREFIX@|$d|" "$pc" >"$WORK/ucx-pc/${pc##*/}"
@@ -279,9 +279,9 @@ setup_ucx_env() {
     export PKG_CONFIG_PATH="$WORK/ucx-pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
     export LD_LIBRARY_PATH="$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     command -v pkg-config >/dev/null || [ ! -x "$d/bin/pkgconf" ] || export PKG_CONFIG="$d/bin/pkgconf"
-    UCX_FROM=carried
+    GPU_CHECK_UCX_FROM=carried
   fi
-  export UCX_FROM
+  export GPU_CHECK_UCX_FROM
 }
 
 # WEFT_GPU_CHECK_HOST_PERF=1 without a GPU: the multi-process perf steps run
