@@ -470,7 +470,8 @@ step_net_socket() { net_hosts socket; }
 # Where a small device all-reduce between 2 emulated hosts spends its time
 # over UCX: 8 B to 32 KiB, device memory with UCX's own choice of transports
 # and with UCX_TLS=tcp, and host memory, each under MPS; the key gives each
-# one's 8 B time.
+# one's 8 B time. The NET log of each process (its proxy's passes and sleeps
+# at the end) goes to $STEP.VARIANT.PID.net.
 step_net_ucx_diag() {
   grep -q 'WEFT_HAVE_UCX 1' "$B/weft_build_config.h" 2>/dev/null || skip "built without UCX"
   use_mps
@@ -479,7 +480,8 @@ step_net_ucx_diag() {
     mem=$([ $v = host ] && echo host || echo "$PERF_MEM")
     tls=$([ $v = dev-tcp ] && echo tcp || echo "")
     out="$LOGS/$STEP.$v.out"
-    UCX_TLS=$tls WEFT_TRANSPORT=ucx timeout 40 "$B/tools/weftrun" -n 2 sh -c \
+    UCX_TLS=$tls WEFT_TRANSPORT=ucx WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=NET \
+      WEFT_DEBUG_FILE="$LOGS/$STEP.$v.%p.net" timeout 40 "$B/tools/weftrun" -n 2 sh -c \
       '[ -n "$UCX_TLS" ] || unset UCX_TLS; WEFT_HOSTID=gpu-check-host-$WEFT_RANK exec "$@"' sh \
       "$B/tools/all_reduce_perf" -M "$mem" -T 20 -b 8 -e 32K -f 64 -n 5 -w 1 >"$out" 2>&1
     keys="$keys${keys:+; }$v: $(coll_key "$out" | sed 's/, 32 KiB.*//')"

@@ -297,7 +297,7 @@ static void proxy_thread_bind(const struct proxy_net_ops *ops) {
 static void *proxy_main(void *arg) {
   struct proxy *p = arg;
   proxy_thread_bind(p->ops);
-  uint64_t idle_since = 0;
+  uint64_t idle_since = 0, passes = 0, moved_passes = 0;
   for (;;) {
     pthread_mutex_lock(&p->mutex);
     while (p->drivers > 0 && !p->stop) {
@@ -309,6 +309,8 @@ static void *proxy_main(void *arg) {
       break;
     }
     int moved = proxy_pass(p);
+    passes++;
+    moved_passes += moved != 0;
     uint64_t now = moved ? 0 : clock_ns();
     if (!moved && idle_since == 0) idle_since = now;
     int sleep = !moved && now - idle_since >= PROXY_SPIN_NS &&
@@ -325,7 +327,9 @@ static void *proxy_main(void *arg) {
     if (!sleep) sched_yield(); /* gives the core to ranks */
     else proxy_sleep(p, npfds, gen, now - idle_since);
   }
-  WEFT_INFO(LOG_NET, "%s proxy thread %d stops", p->ops->name, p->index);
+  WEFT_INFO(LOG_NET, "%s proxy thread %d stops after %llu passes (%llu moved something), %llu sleeps",
+            p->ops->name, p->index, (unsigned long long)passes, (unsigned long long)moved_passes,
+            (unsigned long long)__atomic_load_n(&p->sleeps, __ATOMIC_RELAXED));
   return NULL;
 }
 
