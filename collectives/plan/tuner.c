@@ -151,15 +151,15 @@ static const struct {
  * counts them, over time: busbw). Measured with all_reduce_device_perf on an
  * H200 (gpu-check of 2026-11-27). SIMPLE: 33.5 us at 8 B for 4 ranks (6
  * steps) and 347 GB/s busbw at 128 MiB. LL: 13.5 us at 8 B for 4 ranks
- * under MPS (6 steps), and 2 to 4 MiB added 24 us for 2 ranks and 39 us for
- * 4 (about 80-90 GB/s of busbw); 100 GB/s puts the change to SIMPLE where
- * perf_proto saw it, near 1 MiB for 2 ranks and 1.5-2 MiB for 4. */
+ * under MPS (6 steps); at 2 and 4 MiB, 92 GB/s for 2 ranks and 98-127 GB/s
+ * for 4 beyond that. 110 GB/s puts the change to SIMPLE where perf_proto
+ * saw it: near 1 MiB for 2 ranks, between 2 and 4 MiB for 4. */
 static const struct {
   double lat_us;
   double bytes_per_us;
 } tuner_dev_cost[PROTO_NUM] = {
     [PROTO_SIMPLE] = {5.6, 347000},
-    [PROTO_LL] = {2.25, 100000},
+    [PROTO_LL] = {2.25, 110000},
 };
 
 static void tuner_cost_get(const struct weftComm *comm, enum coll_proto proto, int on_device,
