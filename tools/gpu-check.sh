@@ -344,7 +344,12 @@ mps_restart() { # failed step
 }
 
 print_table() {
-  echo "weft gpu-check $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
+  # a tree copied onto the machine may differ from the commit its .git names
+  local commit dirty=""
+  commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')
+  [ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null | head -1)" ] &&
+    dirty=" with changes to tracked files"
+  echo "weft gpu-check $(date -u '+%Y-%m-%d %H:%M UTC'), commit $commit$dirty"
   echo "machine: $MACHINE"
   echo
   printf '| %-20s | %-7s | %5s | %s\n' step result s "key figure"

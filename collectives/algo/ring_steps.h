@@ -28,7 +28,10 @@ enum ring_coll {
   RING_REDUCESCATTER,
   RING_BROADCAST,
   RING_REDUCE,
-  RING_NCOLLS
+  RING_NCOLLS,
+  /* Not a collective of its own: all-reduce of two ranks in one exchange
+   * (below), which the device executor runs for small LL all-reduces. */
+  RING_ALLREDUCE_PAIR = 8
 };
 
 /* The primitives a step can be (exec/host/prims.h describes each, and the
@@ -86,6 +89,7 @@ RING_HD size_t ring_loop_nelems(const struct ring_geom *g) {
 RING_HD int ring_loop_nsteps(const struct ring_geom *g) {
   switch (g->coll) {
     case RING_ALLREDUCE: return 2 * g->nranks - 1;
+    case RING_ALLREDUCE_PAIR: return 2;
     case RING_ALLGATHER: return g->nranks;
     case RING_REDUCESCATTER: return g->nranks;
     default: return 1;
@@ -131,6 +135,24 @@ RING_HD void ring_allreduce_step(const struct ring_geom *g, size_t base, int s,
   st->count = off >= g->count ? 0 : ring_min(g->count - off, chunk);
   st->src_elem = g->offset + off;
   st->dst_elem = g->offset + off;
+}
+
+/* --- all-reduce of a pair ---------------------------------------------------
+ * Two ranks, each the other's next and previous: one exchange instead of the
+ * ring's two dependent ones (reduce-scatter, then all-gather), the same bytes
+ * sent. Per piece of a slot:
+ *   step 0:  send our input's piece (pre-multiplied, as every send of src);
+ *   step 1:  recv-reduce-copy: the peer's piece op ours, into the output (avg
+ *            divides here).
+ * Each rank reduces the same two values, in the other order; every op is
+ * commutative (reduce_ops.h), so both ranks hold the same result, bit for bit
+ * but for which NaN's payload a max or min of two NaNs keeps. */
+RING_HD void ring_allreduce_pair_step(const struct ring_geom *g, size_t base, int s,
+                                      struct ring_step *st) {
+  st->prim = s == 0 ? PRIM_SEND : PRIM_RECV_REDUCE_COPY;
+  st->count = ring_min(g->count - base, g->slot_count);
+  st->src_elem = g->offset + base;
+  st->dst_elem = g->offset + base;
 }
 
 /* --- all-gather -----------------------------------------------------------
@@ -215,6 +237,7 @@ RING_HD void ring_step_at(const struct ring_geom *g, const int *ring, size_t bas
                           struct ring_step *st) {
   switch (g->coll) {
     case RING_ALLREDUCE: ring_allreduce_step(g, base, s, st); break;
+    case RING_ALLREDUCE_PAIR: ring_allreduce_pair_step(g, base, s, st); break;
     case RING_ALLGATHER: ring_allgather_step(g, base, s, st, ring); break;
     case RING_REDUCESCATTER: ring_reducescatter_step(g, base, s, st, ring); break;
     case RING_BROADCAST: ring_broadcast_step(g, base, st); break;

@@ -485,6 +485,20 @@ TEST(DeviceSteps, KernelComputesTheHostSteps) {
         ASSERT_EQ(got[i].count, want[i].count);
       }
     }
+  // two ranks' all-reduce in one exchange, which the device alone runs
+  const int pair[2] = {1, 0};
+  for (int pos = 0; pos < 2; pos++) {
+    ring_geom g;
+    ring_geom_init(&g, RING_ALLREDUCE_PAIR, 2, pos, -1, 1000, 64, 500, 24, 4);
+    std::vector<ring_step> want(4096), got(4096);
+    size_t n = ring_steps_dump_c(&g, pair, want.data(), want.size());
+    ASSERT_EQ(n, 2u * ((500 + 23) / 24));
+    ASSERT_EQ(ring_steps_dump_nvcc_device(&g, pair, got.data(), got.size()), (long)n);
+    for (size_t i = 0; i < n; i++) {
+      ASSERT_EQ(got[i].prim, want[i].prim);
+      ASSERT_EQ(got[i].count, want[i].count);
+    }
+  }
 }
 
 // Pre-multiply sum on device memory: each rank's input times the op's

@@ -29,13 +29,16 @@ struct SimCase {
   int root;
 };
 
-const char *const kCollNames[] = {"allreduce", "allgather", "reducescatter", "broadcast",
-                                  "reduce"};
+const char *coll_name(int coll) {
+  static const char *const names[] = {"allreduce", "allgather", "reducescatter", "broadcast",
+                                      "reduce"};
+  return coll == RING_ALLREDUCE_PAIR ? "allreducepair" : names[coll];
+}
 
 std::string case_name(const testing::TestParamInfo<SimCase> &info) {
   const SimCase &c = info.param;
   char buf[128];
-  snprintf(buf, sizeof buf, "%s_k%d_n%zu_slot%zu_ch%d_root%d", kCollNames[c.coll], c.nranks,
+  snprintf(buf, sizeof buf, "%s_k%d_n%zu_slot%zu_ch%d_root%d", coll_name(c.coll), c.nranks,
            c.count, c.slot_count, c.nchannels, c.root);
   return buf;
 }
@@ -47,6 +50,10 @@ std::vector<SimCase> sim_cases() {
       for (size_t count : {1ul, 13ul, 64ul, 1000ul})
         for (size_t slot : {8ul, 64ul})
           for (int nch : {1, 3}) v.push_back({coll, k, count, slot, nch, k > 2 ? 1 : k - 1});
+  // the device's all-reduce of two ranks in one exchange
+  for (size_t count : {1ul, 13ul, 64ul, 1000ul})
+    for (size_t slot : {8ul, 64ul})
+      for (int nch : {1, 3}) v.push_back({RING_ALLREDUCE_PAIR, 2, count, slot, nch, 1});
   return v;
 }
 
@@ -176,6 +183,7 @@ TEST_P(RingSteps, SimulatedRingComputesTheCollective) {
       int64_t want = poison;
       switch (c.coll) {
         case RING_ALLREDUCE:
+        case RING_ALLREDUCE_PAIR:
           want = 0;
           for (int q = 0; q < k; q++) want += send[q][i];
           break;
@@ -239,6 +247,11 @@ TEST(RingStepsShape, LoopLengths) {
     ring_geom_init(&g, RING_BROADCAST, k, 0, 0, 100, 0, 100, 8, 4);
     EXPECT_EQ(ring_loop_nsteps(&g), 1);
   }
+  // two ranks in one exchange: a send and a receive per slot, half the ring's
+  // dependent steps (its loop: send, recv-reduce-copy-send, recv over 2 slots)
+  ring_geom_init(&g, RING_ALLREDUCE_PAIR, 2, 0, -1, 100, 0, 100, 8, 4);
+  EXPECT_EQ(ring_loop_nsteps(&g), 2);
+  EXPECT_EQ(ring_loop_nelems(&g), 8u);
 }
 
 // --- the generated matrix -------------------------------------------------
