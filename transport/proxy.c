@@ -281,16 +281,20 @@ static void proxy_sleep(struct proxy *p, int npfds, uint64_t gen, uint64_t idle_
 
 /* A rank pinned to one CPU (weftrun --bind-to core) would share it with its
  * proxy: where the network says so, the proxy may run on any CPU the kernel
- * allows this process; then on those of the rank's NUMA node where the
- * topology knows them. */
-static void proxy_thread_bind(const struct proxy_net_ops *ops) {
+ * allows this process. */
+static void proxy_thread_unpin(void) {
   cpu_set_t set;
-  if (ops->unpin && sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) == 1) {
-    long ncpus = sysconf(_SC_NPROCESSORS_CONF);
-    CPU_ZERO(&set);
-    for (long cpu = 0; cpu < ncpus && cpu < CPU_SETSIZE; cpu++) CPU_SET(cpu, &set);
-    pthread_setaffinity_np(pthread_self(), sizeof set, &set); /* best effort */
-  }
+  if (sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) != 1) return;
+  long ncpus = sysconf(_SC_NPROCESSORS_CONF);
+  CPU_ZERO(&set);
+  for (long cpu = 0; cpu < ncpus && cpu < CPU_SETSIZE; cpu++) CPU_SET(cpu, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set); /* best effort */
+}
+
+/* At the thread's start: unpinned where the network says so, then on the
+ * CPUs of the rank's NUMA node where the topology knows them. */
+static void proxy_thread_bind(const struct proxy_net_ops *ops) {
+  if (ops->unpin) proxy_thread_unpin();
   topo_thread_place();
 }
 
@@ -298,8 +302,20 @@ static void *proxy_main(void *arg) {
   struct proxy *p = arg;
   proxy_thread_bind(p->ops);
   uint64_t idle_since = 0, passes = 0, moved_passes = 0;
+  int unpinned = p->ops->unpin;
   for (;;) {
     pthread_mutex_lock(&p->mutex);
+    if (!unpinned && p->device_conns > 0) {
+      /* a GPU fills these FIFOs while its rank's thread waits on the GPU
+       * (spinning, as CUDA's synchronizations do by default), never driving
+       * the proxy: on that thread's one CPU the proxy would run only when
+       * the scheduler takes the CPU from it, milliseconds apart */
+      unpinned = 1;
+      proxy_thread_unpin();
+      topo_thread_place();
+      WEFT_INFO(LOG_NET, "%s proxy thread %d: device FIFOs, off its rank's CPU", p->ops->name,
+                p->index);
+    }
     while (p->drivers > 0 && !p->stop) {
       pthread_cond_wait(&p->undriven, &p->mutex);
       idle_since = 0;
@@ -404,6 +420,7 @@ void proxy_add_locked(struct proxy *p, struct proxy_conn *c) {
   c->next = p->conns;
   p->conns = c;
   p->nconns++;
+  p->device_conns += c->mem != NULL;
   proxy_wake(p);
 }
 
@@ -415,6 +432,7 @@ void proxy_remove_locked(struct proxy_conn *c) {
     proxy_conn_progress(c); /* a last pass: an abort may have come just now */
     *link = c->next;
     p->nconns--;
+    p->device_conns -= c->mem != NULL;
     p->gen++;
     break;
   }

@@ -70,7 +70,8 @@ struct proxy_net_ops {
   /* 1: where the rank is pinned to one CPU, its proxy may run on any CPU of
    * the process; 0: it shares the rank's (a rank that waits by driving the
    * proxy's passes itself, as UCX's bulk calls do, and weftrun's binding of
-   * UCX ranks to a core each, keep the pair on one core) */
+   * UCX ranks to a core each, keep the pair on one core) until the proxy
+   * serves a device's FIFOs, which no rank's thread drives */
   int unpin;
   /* Moves what it can of c's slots, publishing credits and arrivals with
    * proxy_conn_publish_*; checks the peer's liveness and calls
@@ -130,6 +131,8 @@ struct proxy {
   pthread_t tid;
   int wake_fd; /* an eventfd: interrupts the thread's sleep */
   int nconns;
+  int device_conns;   /* of them, FIFOs a device fills (proxy_fifo_mem): the thread
+                         leaves its rank's one CPU (proxy_net_ops.unpin) */
   int drivers;        /* ranks' threads making the passes (proxy_drive_begin) */
   uint32_t waiters;   /* threads waiting for the mutex: the thread lets them in */
   uint64_t gen;       /* bumped at each removal: stale poll results are dropped */

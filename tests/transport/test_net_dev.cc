@@ -10,6 +10,7 @@
 // checked.
 #include <gtest/gtest.h>
 
+#include <dirent.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -94,7 +95,10 @@ struct Rank {
   // Joins the job and connects both rings, as the channels do: receive ends,
   // blobs all-gathered, send ends, barrier, receive ends connected; then a
   // barrier.
-  int connect(const RankCtx &ctx, const std::string &tname, uint32_t nslots, size_t slot_nbytes) {
+  // device_fifos false: host FIFOs (a host-memory connection), which no
+  // emulated kernel can use.
+  int connect(const RankCtx &ctx, const std::string &tname, uint32_t nslots, size_t slot_nbytes,
+              bool device_fifos = true) {
     t = transport_named(tname);
     if (t == nullptr) return rank_fail(ctx, "no transport %s", tname.c_str());
     bootstrap_id id;
@@ -110,8 +114,8 @@ struct Rank {
       return rank_fail(ctx, "bootstrap: %s", weft_error_text());
     if (peers[0].host_hash == peers[ctx.nranks - 1].host_hash)
       return rank_fail(ctx, "ranks share a host: the emulated hosts did not take");
-    const proxy_fifo_mem *mem;
-    if (net_dev_fifo_mem(1, &mem) != weftSuccess)
+    const proxy_fifo_mem *mem = nullptr;
+    if (device_fifos && net_dev_fifo_mem(1, &mem) != weftSuccess)
       return rank_fail(ctx, "fifo memory: %s", weft_error_text());
     std::vector<conn_blob> blobs((size_t)ctx.nranks * kDirs);
     for (uint32_t d = 0; d < kDirs; d++) {
@@ -395,6 +399,83 @@ TEST_P(NetDevKick, AnnouncedSlotsKeepTheProxyUpUntilDone) {
 }
 
 INSTANTIATE_TEST_SUITE_P(NetDev, NetDevKick, testing::Values("socket", "ucx"),
+                         [](const testing::TestParamInfo<const char *> &i) {
+                           return std::string(i.param);
+                         });
+
+// A GPU fills a device network FIFO while its rank's thread waits on the GPU
+// (spinning, as CUDA's synchronizations do by default) and never drives the
+// proxy. Pinned with its rank to one CPU, as weftrun pins UCX ranks, the
+// proxy ran only when the scheduler took that CPU from the spinner: about
+// 11 ms a ring step on a GPU machine. Each rank here is pinned to a CPU of
+// its own before it connects (the proxy thread starts pinned there too):
+// with device FIFOs the proxy leaves that CPU; with host FIFOs only a UCX
+// proxy stays (a UCX rank drives its passes itself while it waits). (The
+// time itself shows on a machine with CPUs to spare, not on two.)
+class NetDevProxyCpu : public testing::TestWithParam<const char *> {};
+
+// The fewest CPUs any thread of this process whose name starts with prefix
+// may run on; -1 when there is no such thread.
+int thread_ncpus(const char *prefix) {
+  DIR *d = opendir("/proc/self/task");
+  if (d == nullptr) return -1;
+  int n = -1;
+  while (struct dirent *e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::string comm;
+    FILE *f = fopen(("/proc/self/task/" + std::string(e->d_name) + "/comm").c_str(), "r");
+    if (f == nullptr) continue;
+    char buf[64] = {0};
+    if (fgets(buf, sizeof buf, f) != nullptr) comm = std::string(buf, strcspn(buf, "\n"));
+    fclose(f);
+    cpu_set_t set;
+    if (comm.rfind(prefix, 0) == 0 && sched_getaffinity(atoi(e->d_name), sizeof set, &set) == 0 &&
+        (n < 0 || CPU_COUNT(&set) < n))
+      n = CPU_COUNT(&set);
+  }
+  closedir(d);
+  return n;
+}
+
+TEST_P(NetDevProxyCpu, DeviceFifosTakeTheProxyOffTheRanksCpu) {
+  const char *tname = GetParam();
+  if (transport_named(tname) == nullptr) GTEST_SKIP() << tname << " not built in";
+  cpu_set_t mine;
+  ASSERT_EQ(sched_getaffinity(0, sizeof mine, &mine), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &mine)) cpus.push_back(c);
+  if (cpus.size() < 2) GTEST_SKIP() << "one CPU: nowhere for the proxy to go";
+  const std::string thread = "weft-" + std::string(tname).substr(0, 4) + "-"; // its proxies
+  for (bool device : {true, false}) {
+    SCOPED_TRACE(device ? "device FIFOs" : "host FIFOs");
+    auto status = run_ranks(2, [&](const RankCtx &ctx) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpus[(size_t)ctx.rank % cpus.size()], &one);
+      if (sched_setaffinity(0, sizeof one, &one) != 0) return rank_fail(ctx, "pinning the rank");
+      Rank rk;
+      if (int rc = rk.connect(ctx, tname, 4, 4096, device)) return rc;
+      const bool stays = !device && std::string(tname) == "ucx";
+      int n = -1;
+      // the thread moves on its next pass; one that stays is watched for 0.2 s
+      for (int i = 0; i < (stays ? 20 : 200); i++) {
+        n = thread_ncpus(thread.c_str());
+        if (n < 0) return rank_fail(ctx, "no thread named %s*", thread.c_str());
+        if (n > 1 && !stays) break;
+        usleep(10000);
+      }
+      if (stays && n != 1) return rank_fail(ctx, "host FIFOs: the proxy left the rank's CPU");
+      if (!stays && n < 2)
+        return rank_fail(ctx, "the proxy of %s FIFOs shares the rank's one CPU",
+                         device ? "device" : "host");
+      return bootstrap_barrier(rk.bs) == weftSuccess ? 0 : 1;
+    }, options(tname, 30, true));
+    for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(NetDev, NetDevProxyCpu, testing::Values("socket", "ucx"),
                          [](const testing::TestParamInfo<const char *> &i) {
                            return std::string(i.param);
                          });
