@@ -407,6 +407,7 @@ void proxy_forget(struct proxy *p) {
   p->running = 0;
   p->stop = 0;
   p->nconns = 0;
+  p->device_conns = 0;
   p->drivers = 0;
   p->conns = NULL;
   p->pfds = NULL; /* the parent's allocations: left alone */

@@ -146,6 +146,15 @@ TEST_P(DeviceColl, EveryDatatypeAndOp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, DeviceColl, testing::ValuesIn(dev_cases()), dev_case_name);
+// Two ranks' all-reduce in one exchange (RING_ALLREDUCE_PAIR, LL up to 64 KiB)
+// over several channels and at its bound: 12289 elements are 12 to 48 KiB
+// below 8-byte types (1 to 3 LL channels, neither whole slots nor whole
+// lines), 16384 float32 are 64 KiB exactly (4 channels); 8-byte types take
+// the ring at both.
+INSTANTIATE_TEST_SUITE_P(Pair, DeviceColl,
+                         testing::Values(DevCase{0, 2, 12289, false}, DevCase{0, 2, 12289, true},
+                                         DevCase{0, 2, 16384, false}, DevCase{0, 2, 16384, true}),
+                         dev_case_name);
 
 // A group of all-reduces captured into one CUDA graph per rank, replayed with
 // new inputs: each replay reduces what the buffers hold then.
@@ -508,7 +517,7 @@ TEST(DevicePreMulSum, ScalarByValueAndInDeviceMemory) {
   REQUIRE_GPU();
   for (int k : {2, 3})
     for (bool on_device : {false, true})
-      for (size_t n : {7ul, 100003ul}) {
+      for (size_t n : {7ul, 12289ul, 100003ul}) { // 12289: a pair over 3 channels
         SCOPED_TRACE("k " + std::to_string(k) + (on_device ? " device scalar" : " host scalar") +
                      " n " + std::to_string(n));
         Ranks ranks(k);

@@ -410,8 +410,10 @@ INSTANTIATE_TEST_SUITE_P(NetDev, NetDevKick, testing::Values("socket", "ucx"),
 // 11 ms a ring step on a GPU machine. Each rank here is pinned to a CPU of
 // its own before it connects (the proxy thread starts pinned there too):
 // with device FIFOs the proxy leaves that CPU; with host FIFOs only a UCX
-// proxy stays (a UCX rank drives its passes itself while it waits). (The
-// time itself shows on a machine with CPUs to spare, not on two.)
+// proxy stays (a UCX rank drives its passes itself while it waits). The
+// socket proxy leaves a one-CPU rank whatever it serves; UCX's is the case
+// the rule decides. (The time itself shows on a machine with CPUs to spare,
+// not on two.)
 class NetDevProxyCpu : public testing::TestWithParam<const char *> {};
 
 // The fewest CPUs any thread of this process whose name starts with prefix

@@ -113,10 +113,24 @@ int device_mem_free(void *ptr) {
 
 /* --- connecting ---------------------------------------------------------- */
 
-/* The ring kernel blocks of DEV_NTHREADS threads that one SM of the current
- * device holds at once: the fewest over the kernels this build has (their
- * registers differ by datatype and op), at least 1. */
-static int ring_blocks_per_sm(void) {
+#define DEV_MAX_GPUS 64 /* devices whose occupancy is remembered */
+
+/* The ring kernel blocks of DEV_NTHREADS threads that one SM of device dev
+ * (the current one) holds at once: the fewest over the kernels this build
+ * has (their registers differ by datatype and op), at least 1. Asked once
+ * per device: asking loads every kernel of the matrix. */
+static int ring_blocks_per_sm_of(void);
+static int ring_blocks_per_sm(int dev) {
+  static int known[DEV_MAX_GPUS]; /* 0: not asked yet */
+  if (dev < 0 || dev >= DEV_MAX_GPUS) return ring_blocks_per_sm_of();
+  int n = __atomic_load_n(&known[dev], __ATOMIC_ACQUIRE);
+  if (n == 0) {
+    n = ring_blocks_per_sm_of();
+    __atomic_store_n(&known[dev], n, __ATOMIC_RELEASE);
+  }
+  return n;
+}
+static int ring_blocks_per_sm_of(void) {
   int fewest = 0;
   for (int t = 0; t < weftNumTypes; t++)
     for (int o = 0; o < DEV_NOPS; o++)
@@ -290,7 +304,7 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
   memcpy(info[comm->rank].uuid, prop.uuid.bytes, sizeof info->uuid);
   info[comm->rank].dev = d->dev;
   info[comm->rank].sms = prop.multiProcessorCount;
-  info[comm->rank].blocks_per_sm = nch_set ? ring_blocks_per_sm() : 1;
+  info[comm->rank].blocks_per_sm = nch_set ? ring_blocks_per_sm(d->dev) : 1;
   info[comm->rank].want_channels =
       nch_bad ? -1 : device_nchannels(nch_set ? (int)nch64 : DEV_DEFAULT_CHANNELS,
                                       comm->cfg_min_channels, comm->cfg_max_channels,
