@@ -178,12 +178,14 @@ struct ExchangeCase {
   int nranks;
   uint32_t nslots;
   size_t slot_nbytes;
+  int nsocks = 0; // WEFT_SOCKET_NSOCKS when set: 8 makes the proxy poll its idle sockets at once
 };
 
 std::string case_name(const testing::TestParamInfo<ExchangeCase> &info) {
   const ExchangeCase &c = info.param;
   return std::string(c.transport) + "_hosts" + std::to_string(c.nranks) + "_slot" +
-         std::to_string(c.slot_nbytes) + "x" + std::to_string(c.nslots);
+         std::to_string(c.slot_nbytes) + "x" + std::to_string(c.nslots) +
+         (c.nsocks ? "_socks" + std::to_string(c.nsocks) : "");
 }
 
 // With own_hosts, every rank is an emulated host of its own.
@@ -193,6 +195,12 @@ RunOptions options(const char *transport, int timeout_s, bool own_hosts = false)
   o.timeout_s = 120;
   o.env = {{"WEFT_TIMEOUT", std::to_string(timeout_s)}};
   if (std::string(transport) == "ucx") o.env.push_back({"UCX_TLS", "tcp"});
+  return o;
+}
+
+RunOptions exchange_options(const ExchangeCase &c) {
+  RunOptions o = options(c.transport, 30, true);
+  if (c.nsocks > 0) o.env.push_back({"WEFT_SOCKET_NSOCKS", std::to_string(c.nsocks)});
   return o;
 }
 
@@ -249,14 +257,15 @@ TEST_P(NetDevExchange, RandomOddSizesBothDirections) {
     if (rk.any_failed()) return rank_fail(ctx, "a connection failed during the exchange");
     if (bootstrap_barrier(rk.bs) != weftSuccess) return rank_fail(ctx, "barrier");
     return 0;
-  }, options(c.transport, 30, true));
+  }, exchange_options(c));
   for (int r = 0; r < c.nranks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
 
 INSTANTIATE_TEST_SUITE_P(
     NetDev, NetDevExchange,
     testing::Values(ExchangeCase{"socket", 2, 4, 4096}, ExchangeCase{"socket", 3, 2, 1000},
-                    ExchangeCase{"ucx", 2, 3, 4096}, ExchangeCase{"ucx", 3, 4, 1000}),
+                    ExchangeCase{"socket", 3, 3, 1000, 8}, ExchangeCase{"ucx", 2, 3, 4096},
+                    ExchangeCase{"ucx", 3, 4, 1000}),
     case_name);
 
 // A GPU kernel fills a network FIFO's slots without telling the host, and an

@@ -77,7 +77,10 @@ static weftResult_t socket_conn_alloc(struct weft_conn *conn, int is_send, int n
   sc->nsocks = nsocks;
   sc->listen_fd = -1;
   sc->setup_pid = conn->peer_pid;
-  for (int s = 0; s < SOCKET_MAX_SOCKS; s++) sc->streams[s].fd = -1;
+  for (int s = 0; s < SOCKET_MAX_SOCKS; s++) {
+    sc->streams[s].fd = -1;
+    sc->streams[s].readable = 1;
+  }
   weftResult_t res = proxy_fifo_alloc(&sc->pc, conn->nslots, conn->slot_nbytes, conn->fifo_mem);
   if (res != weftSuccess) {
     free(sc);

@@ -36,6 +36,8 @@ struct socket_stream {
   uint64_t step;    /* the slot this socket sends or receives now */
   size_t done;      /* bytes of header + part moved for that slot */
   int eof;          /* receiver: the peer closed this socket between slots */
+  int readable;     /* receiver: worth a recv (its last one found bytes, or the
+                       pass's look said so): an idle socket costs no call */
   struct socket_part_hdr hdr;
 };
 
