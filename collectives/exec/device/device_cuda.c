@@ -267,7 +267,7 @@ static weftResult_t device_channels_publish(struct weftComm *comm, struct device
     memcpy(rings + (size_t)c * n, ch->ring, sizeof *rings * (size_t)n);
     host[c].ring_pos = ch->ring_pos;
     host[c].nranks = n;
-    for (int p = 0; p < DEV_NPROTOS && n > 1 && res == weftSuccess; p++) {
+    for (int p = 0; p < device_ring_nprotos(d) && n > 1 && res == weftSuccess; p++) {
       res = device_hop_fifo(&d->send[c][p], &host[c].send[p]);
       if (res == weftSuccess) res = device_hop_fifo(&d->recv[c][p], &host[c].recv[p]);
     }
@@ -350,8 +350,9 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
     weftResult_t local = weftSuccess;
     char why[512] = "";
     int prev = ch->ring[(ch->ring_pos + n - 1) % n], next = ch->ring[(ch->ring_pos + 1) % n];
+    const int np = device_ring_nprotos(d); /* alike on every rank */
     for (int c = 0; c < nch && local == weftSuccess; c++)
-      for (int p = 0; p < DEV_NPROTOS && local == weftSuccess; p++)
+      for (int p = 0; p < np && local == weftSuccess; p++)
         local = device_hop_recv_setup(comm, d->dev, &d->recv[c][p], prev, p,
                                       &mine[c * DEV_NPROTOS + p]);
     if (local != weftSuccess) {
@@ -361,7 +362,7 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
     res = bootstrap_allgather(comm->bs, blobs, sizeof *blobs * per_rank);
     if (res == weftSuccess && local != weftSuccess) res = weft_error_set(local, "%s", why);
     for (int c = 0; c < nch && res == weftSuccess; c++)
-      for (int p = 0; p < DEV_NPROTOS && res == weftSuccess; p++)
+      for (int p = 0; p < np && res == weftSuccess; p++)
         res = device_hop_send_connect(
             comm, &d->send[c][p], next, p,
             &blobs[(size_t)next * per_rank + (size_t)c * DEV_NPROTOS + p]);
@@ -369,7 +370,7 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
     WEFT_TRY(res);
     WEFT_TRY(bootstrap_barrier(comm->bs));
     for (int c = 0; c < nch; c++)
-      for (int p = 0; p < DEV_NPROTOS; p++) WEFT_TRY(device_hop_recv_connect(&d->recv[c][p]));
+      for (int p = 0; p < np; p++) WEFT_TRY(device_hop_recv_connect(&d->recv[c][p]));
   }
 
   return device_channels_publish(comm, d);

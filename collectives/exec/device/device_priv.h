@@ -122,6 +122,14 @@ weftResult_t device_hop_fifo(const struct weft_conn *c, struct dev_fifo *fifo_ou
 /* Whether the comm's ranks are on more than one host: its rings then cross
  * a network, which carries SIMPLE slots only (every rank decides alike). */
 int device_comm_crosses_hosts(const struct weftComm *comm);
+
+/* The protocols whose FIFOs the comm's ring connects: a ring that crosses
+ * hosts runs SIMPLE only (a network proxy cannot see an LL slot complete),
+ * so it connects no LL FIFOs (network connections and pinned memory that
+ * nothing would use); theirs stay zero, which the kernels take as absent. */
+static inline int device_ring_nprotos(const struct device_comm *d) {
+  return d->crosses_hosts ? DEV_PROTO_SIMPLE + 1 : DEV_NPROTOS;
+}
 /* Before a launch on a comm that crosses hosts: the proxies of its network
  * connections poll without sleeping a while (net_dev_conn_kick), since the
  * kernels fill slots without telling the host. */
