@@ -268,7 +268,12 @@ static int socket_pass(struct proxy *p) {
     for (int i = 0; i < n; i++) look->streams[i]->readable = 1;
     return 0;
   }
-  if (poll(look->pfds, (nfds_t)n, 0) <= 0) return 0;
+  int ready = poll(look->pfds, (nfds_t)n, 0);
+  if (ready < 0) { /* no look (memory, descriptor limit): a recv each, as below the bound */
+    for (int i = 0; i < n; i++) look->streams[i]->readable = 1;
+    return 0;
+  }
+  if (ready == 0) return 0;
   for (int i = 0; i < n; i++)
     if (look->pfds[i].revents != 0) look->streams[i]->readable = 1; /* data, EOF or error */
   return 0;
