@@ -192,19 +192,24 @@ double now_s() {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-int count_threads_named(const char *prefix) {
-  int n = 0;
+bool threads_named(const char *prefix, std::vector<pid_t> *tids) {
+  tids->clear();
   DIR *d = opendir("/proc/self/task");
-  if (d == nullptr) return -1;
+  if (d == nullptr) return false;
   while (dirent *e = readdir(d)) {
     if (e->d_name[0] == '.') continue;
     std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/comm");
     std::string name;
     std::getline(f, name);
-    if (name.rfind(prefix, 0) == 0) n++;
+    if (name.rfind(prefix, 0) == 0) tids->push_back((pid_t)atoi(e->d_name));
   }
   closedir(d);
-  return n;
+  return true;
+}
+
+int count_threads_named(const char *prefix) {
+  std::vector<pid_t> tids;
+  return threads_named(prefix, &tids) ? (int)tids.size() : -1;
 }
 
 bool env_set_alone(const char *name, const char *value) {

@@ -3,6 +3,8 @@
 #ifndef WEFT_TESTS_HARNESS_H
 #define WEFT_TESTS_HARNESS_H
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -78,8 +80,10 @@ uint64_t test_seed();
 // Monotonic clock, in seconds.
 double now_s();
 
-// Threads of this process whose name starts with prefix (proxy threads are
-// named), or -1 when /proc cannot be read.
+// The ids of this process's threads whose name starts with prefix (proxy
+// threads are named); false when /proc cannot be read.
+bool threads_named(const char *prefix, std::vector<pid_t> *tids);
+// How many there are, or -1 when /proc cannot be read.
 int count_threads_named(const char *prefix);
 
 // setenv (value non-NULL) or unsetenv for a process that has no other

@@ -58,9 +58,10 @@ weftResult_t net_dev_conn_fifo(const struct weft_conn *conn, struct net_dev_fifo
 #define NET_DEV_KICK_NS 10000000ull
 void net_dev_conn_kick(const struct weft_conn *conn);
 
-/* A launched kernel will fill nslots slots of conn (a network connection's
- * sending end; others are left alone): its proxy polls until they are
- * filled, however late the kernel starts (proxy_conn_expect). */
+/* A launched kernel will fill (sending end) or drain (receiving end)
+ * nslots slots of conn, a network connection (others are left alone): its
+ * proxy polls until it has, however late the kernel starts
+ * (proxy_conn_expect). */
 void net_dev_conn_expect(const struct weft_conn *conn, uint64_t nslots);
 
 /* Whether the proxy gave up on conn (the peer died, the link went down, the

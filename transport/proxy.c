@@ -291,16 +291,16 @@ static void proxy_thread_unpin(void) {
   pthread_setaffinity_np(pthread_self(), sizeof set, &set); /* best effort */
 }
 
-/* At the thread's start: unpinned where the network says so, then on the
- * CPUs of the rank's NUMA node where the topology knows them. */
-static void proxy_thread_bind(const struct proxy_net_ops *ops) {
-  if (ops->unpin) proxy_thread_unpin();
+/* Unpinned when asked (at the start, where the network says so), then on
+ * the CPUs of the rank's NUMA node where the topology knows them. */
+static void proxy_thread_bind(int unpin) {
+  if (unpin) proxy_thread_unpin();
   topo_thread_place();
 }
 
 static void *proxy_main(void *arg) {
   struct proxy *p = arg;
-  proxy_thread_bind(p->ops);
+  proxy_thread_bind(p->ops->unpin);
   uint64_t idle_since = 0, passes = 0, moved_passes = 0;
   int unpinned = p->ops->unpin;
   for (;;) {
@@ -311,8 +311,7 @@ static void *proxy_main(void *arg) {
        * the proxy: on that thread's one CPU the proxy would run only when
        * the scheduler takes the CPU from it, milliseconds apart */
       unpinned = 1;
-      proxy_thread_unpin();
-      topo_thread_place();
+      proxy_thread_bind(1);
       WEFT_INFO(LOG_NET, "%s proxy thread %d: device FIFOs, off its rank's CPU", p->ops->name,
                 p->index);
     }

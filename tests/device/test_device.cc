@@ -615,8 +615,6 @@ TEST(DevicePreMulSum, DestroyedOnceItsCallReturnsStillScales) {
   for (int r = 0; r < k; r++) cudaFree(in[r]);
 }
 
-// A pre-multiply sum on one rank is refused in place as out of place: the
-// in-place call once returned success with the buffer left unscaled.
 // A scalar in device memory (weftScalarDevice) with host buffers: the
 // host executor runs the call and cannot read the scalar, so the call is
 // refused with a message (it read the device pointer on the host, and
@@ -654,6 +652,8 @@ TEST(DevicePreMulSum, DeviceScalarWithHostBuffersIsRefused) {
   cudaFree(scalar_d);
 }
 
+// A pre-multiply sum on one rank is refused in place as out of place: the
+// in-place call once returned success with the buffer left unscaled.
 TEST(DevicePreMulSum, OneRankIsRefusedInPlaceToo) {
   REQUIRE_GPU();
   Ranks ranks(1);

@@ -221,6 +221,16 @@ TEST(DeviceChannels, BusiestGpuCountsByIdentityNotNumber) {
                                           ident(6, 1)};
   EXPECT_EQ(device_busiest_gpu(shared.data(), 5), 3);
   EXPECT_EQ(device_busiest_gpu(shared.data(), 1), 1);
+  // the channels each rank may have: the fewest-holding GPU over the busiest
+  for (auto &x : shared) x.blocks_per_sm = 1;
+  EXPECT_EQ(device_channel_cap(shared.data(), 5), 44) << "132 SMs over 3 ranks";
+  shared[1].blocks_per_sm = 4; // a rank that set its channels counts occupancy
+  shared[4].blocks_per_sm = 4;
+  EXPECT_EQ(device_channel_cap(shared.data(), 5), 44) << "the fewest-holding GPU decides";
+  for (auto &x : shared) x.blocks_per_sm = 2;
+  EXPECT_EQ(device_channel_cap(shared.data(), 5), 88);
+  shared[0].sms = 2;
+  EXPECT_EQ(device_channel_cap(shared.data(), 5), 1) << "never no channel";
 }
 #else
 TEST(DeviceRefusals, WithoutCudaEveryDevicePlanSaysSo) {

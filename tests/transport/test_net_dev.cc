@@ -10,7 +10,6 @@
 // checked.
 #include <gtest/gtest.h>
 
-#include <dirent.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -52,6 +51,9 @@ static_assert(offsetof(dev_fifo_ctrl, tail) == offsetof(conn_ctrl, tail), "tail 
 static_assert(offsetof(dev_fifo_ctrl, head) == offsetof(conn_ctrl, head), "head offset");
 
 const uint32_t kDirs = 2;  // the ring forward and backward: both directions of every pair
+
+// A test named by its transport.
+std::string transport_param(const testing::TestParamInfo<const char *> &i) { return i.param; }
 
 const weft_transport *transport_named(const std::string &name) {
 #if WEFT_HAVE_UCX
@@ -407,10 +409,7 @@ TEST_P(NetDevKick, AnnouncedSlotsKeepTheProxyUpUntilDone) {
   for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
 
-INSTANTIATE_TEST_SUITE_P(NetDev, NetDevKick, testing::Values("socket", "ucx"),
-                         [](const testing::TestParamInfo<const char *> &i) {
-                           return std::string(i.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(NetDev, NetDevKick, testing::Values("socket", "ucx"), transport_param);
 
 // A GPU fills a device network FIFO while its rank's thread waits on the GPU
 // (spinning, as CUDA's synchronizations do by default) and never drives the
@@ -428,23 +427,13 @@ class NetDevProxyCpu : public testing::TestWithParam<const char *> {};
 // The fewest CPUs any thread of this process whose name starts with prefix
 // may run on; -1 when there is no such thread.
 int thread_ncpus(const char *prefix) {
-  DIR *d = opendir("/proc/self/task");
-  if (d == nullptr) return -1;
+  std::vector<pid_t> tids;
   int n = -1;
-  while (struct dirent *e = readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    std::string comm;
-    FILE *f = fopen(("/proc/self/task/" + std::string(e->d_name) + "/comm").c_str(), "r");
-    if (f == nullptr) continue;
-    char buf[64] = {0};
-    if (fgets(buf, sizeof buf, f) != nullptr) comm = std::string(buf, strcspn(buf, "\n"));
-    fclose(f);
-    cpu_set_t set;
-    if (comm.rfind(prefix, 0) == 0 && sched_getaffinity(atoi(e->d_name), sizeof set, &set) == 0 &&
-        (n < 0 || CPU_COUNT(&set) < n))
+  cpu_set_t set;
+  if (!threads_named(prefix, &tids)) return -1;
+  for (pid_t tid : tids)
+    if (sched_getaffinity(tid, sizeof set, &set) == 0 && (n < 0 || CPU_COUNT(&set) < n))
       n = CPU_COUNT(&set);
-  }
-  closedir(d);
   return n;
 }
 
@@ -487,9 +476,7 @@ TEST_P(NetDevProxyCpu, DeviceFifosTakeTheProxyOffTheRanksCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(NetDev, NetDevProxyCpu, testing::Values("socket", "ucx"),
-                         [](const testing::TestParamInfo<const char *> &i) {
-                           return std::string(i.param);
-                         });
+                         transport_param);
 
 class NetDevFailure : public testing::TestWithParam<ExchangeCase> {};
 

@@ -47,6 +47,14 @@ struct device_gpu_ident {
 };
 /* How many of the n ranks share the GPU that most of them share (1 or more). */
 int device_busiest_gpu(const struct device_gpu_ident *ids, int n);
+/* A ring's blocks wait on each other, so every rank's blocks must be on
+ * their GPU at once: the channels each rank may have, the blocks the
+ * fewest-holding GPU holds at once (its SMs times blocks_per_sm) over the
+ * ranks sharing the busiest GPU, at least 1. By default a rank counts one
+ * block per SM (what any kernel that launches is sure of, leaving the rest
+ * of each SM to the compute the collectives overlap with); a rank that sets
+ * its channel count counts as many as its ring kernels' occupancy allows. */
+int device_channel_cap(const struct device_gpu_ident *ids, int n);
 /* The channels every rank of the comm uses: the fewest any rank wants (ranks
  * whose WEFT_DEVICE_NCHANNELS or config bounds differ still agree, since a
  * ring needs the same channels and shares on every rank), at most cap. */

@@ -30,3 +30,13 @@ int device_nchannels_agreed(const struct device_gpu_ident *ids, int n, int cap) 
     if (ids[i].want_channels < fewest) fewest = ids[i].want_channels;
   return device_nchannels(fewest, WEFT_CONFIG_UNDEF_INT, WEFT_CONFIG_UNDEF_INT, cap);
 }
+
+int device_channel_cap(const struct device_gpu_ident *ids, int n) {
+  int fewest = 0; /* blocks the fewest-holding GPU holds at once */
+  for (int i = 0; i < n; i++) {
+    int holds = ids[i].sms * ids[i].blocks_per_sm;
+    if (i == 0 || holds < fewest) fewest = holds;
+  }
+  int cap = fewest / device_busiest_gpu(ids, n);
+  return cap > 0 ? cap : 1;
+}

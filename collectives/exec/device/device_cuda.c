@@ -113,23 +113,9 @@ int device_mem_free(void *ptr) {
 
 /* --- connecting ---------------------------------------------------------- */
 
-#define DEV_MAX_GPUS 64 /* devices whose occupancy is remembered */
-
-/* The ring kernel blocks of DEV_NTHREADS threads that one SM of device dev
- * (the current one) holds at once: the fewest over the kernels this build
- * has (their registers differ by datatype and op), at least 1. Asked once
- * per device: asking loads every kernel of the matrix. */
-static int ring_blocks_per_sm_of(void);
-static int ring_blocks_per_sm(int dev) {
-  static int known[DEV_MAX_GPUS]; /* 0: not asked yet */
-  if (dev < 0 || dev >= DEV_MAX_GPUS) return ring_blocks_per_sm_of();
-  int n = __atomic_load_n(&known[dev], __ATOMIC_ACQUIRE);
-  if (n == 0) {
-    n = ring_blocks_per_sm_of();
-    __atomic_store_n(&known[dev], n, __ATOMIC_RELEASE);
-  }
-  return n;
-}
+/* The ring kernel blocks of DEV_NTHREADS threads that one SM of the current
+ * device holds at once: the fewest over the kernels this build has (their
+ * registers differ by datatype and op), at least 1. */
 static int ring_blocks_per_sm_of(void) {
   int fewest = 0;
   for (int t = 0; t < weftNumTypes; t++)
@@ -148,6 +134,19 @@ static int ring_blocks_per_sm_of(void) {
   return fewest > 0 ? fewest : 1;
 }
 
+/* The same for device dev (the current one), asked once per device: asking
+ * loads every kernel of the matrix. */
+#define DEV_MAX_GPUS 64 /* devices whose answer is remembered */
+static int ring_blocks_per_sm(int dev) {
+  static int known[DEV_MAX_GPUS]; /* 0: not asked yet */
+  if (dev < 0 || dev >= DEV_MAX_GPUS) return ring_blocks_per_sm_of();
+  int n = __atomic_load_n(&known[dev], __ATOMIC_ACQUIRE);
+  if (n == 0) {
+    n = ring_blocks_per_sm_of();
+    __atomic_store_n(&known[dev], n, __ATOMIC_RELEASE);
+  }
+  return n;
+}
 
 /* Waits for the comm's own work (its launches' events), never the device's. */
 static void device_comm_wait(struct device_comm *d) {
@@ -319,19 +318,8 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
       res = weft_error_set(weftInvalidArgument, "rank %d's WEFT_DEVICE_NCHANNELS is not 1 to %d",
                            i, DEV_MAX_CHANNELS);
   if (res == weftSuccess) {
-    /* A ring's blocks wait on each other, so every rank's blocks must be on
-     * their GPU at once. By default a rank counts one block per SM (what any
-     * kernel that launches is sure of, leaving the rest of each SM to the
-     * compute the collectives overlap with); a rank that sets its channel
-     * count counts as many as its ring kernels' occupancy allows. The ranks
-     * sharing the busiest GPU share what the fewest-holding GPU holds. */
-    int fewest = prop.multiProcessorCount * info[comm->rank].blocks_per_sm;
-    for (int i = 0; i < n; i++) {
-      if (info[i].sms * info[i].blocks_per_sm < fewest) fewest = info[i].sms * info[i].blocks_per_sm;
-      comm->peers[i].cuda_dev = info[i].dev;
-    }
-    int most = device_busiest_gpu(info, n);
-    int cap = fewest / most > 0 ? fewest / most : 1;
+    for (int i = 0; i < n; i++) comm->peers[i].cuda_dev = info[i].dev;
+    int cap = device_channel_cap(info, n);
     nch = device_nchannels_agreed(info, n, cap);
     if (nch < info[comm->rank].want_channels)
       WEFT_INFO(LOG_INIT, "rank %d: %d device channels of the %d asked (the GPU's SMs over the "
