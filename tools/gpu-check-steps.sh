@@ -331,6 +331,22 @@ step_perf_channels() {
   key "$keys"
 }
 
+# the loops a ring channel runs together: 1 puts every hand-over between
+# ranks on the critical path, 2 (the default) and 3 overlap it
+step_perf_interleave() {
+  need_exe "$B/tools/all_reduce_device_perf"
+  local k il out keys=""
+  for k in 4 2; do
+    for il in 1 2 3; do
+      out="$LOGS/$STEP.$k.$il.out"
+      WEFT_DEVICE_RING_INTERLEAVE=$il "$B/tools/all_reduce_device_perf" -g "$k" -b 32M \
+        -e $MIB128 -f 4 -n 20 -w 5 >"$out" 2>&1 || fail "-g $k, interleave $il: $(tail -1 "$out")"
+      keys="$keys${keys:+; }$k ranks il $il: $(ar_key "$out" "$k" | sed 's/^8 B [^;]*; //')"
+    done
+  done
+  key "$keys"
+}
+
 step_mps_start() {
   command -v nvidia-cuda-mps-control >/dev/null || skip "no nvidia-cuda-mps-control"
   mkdir -p "$WORK/mps/pipe" "$WORK/mps/log"

@@ -56,6 +56,7 @@ perf_ar_g2|60|gpu|20.3|all_reduce_device_perf -g 2, 8 B..128 MiB: latency and bu
 perf_proto|60|gpu|20.3|the device tuner model: -g 2 and -g 4 under WEFT_PROTO=simple and ll, 8 B..4 MiB, and a 1-rank floor
 perf_launch|40|gpu|20.3|host time of each CUDA call on the enqueue path (tools/bench/launch_cost.cu)
 perf_channels|60|gpu|20.3|all_reduce_device_perf -g 4 and -g 2, 32-128 MiB, at WEFT_DEVICE_NCHANNELS 32, 48, 64
+perf_interleave|60|gpu|20.3|all_reduce_device_perf -g 4 and -g 2, 32-128 MiB, at WEFT_DEVICE_RING_INTERLEAVE 1, 2, 3
 mps_start|30|gpu|20.2|MPS daemon, private pipe directory, for the multi-process steps
 perf_launch_mps|30|gpu|20.3|the same as an MPS client
 zero_math_device|60|gpu|22.2|zero_math.h kernels against the host, bit for bit

@@ -245,6 +245,40 @@ RING_HD void ring_step_at(const struct ring_geom *g, const int *ring, size_t bas
   }
 }
 
+/* The order a channel runs its loops' steps in. Around a ring, step s of a
+ * loop waits for the previous rank's step s - 1 of that loop, which that
+ * rank ran just before its own step s: one loop at a time, every step
+ * waits for a hand-over (the previous rank publishing its slot, this rank
+ * seeing it) that nothing overlaps. Taking `interleave` loops together,
+ * step s of each before step s + 1 of any, leaves interleave - 1 steps of
+ * other loops between a hand-over and the step that waits for it. Every
+ * rank of a channel must take the same interleave, since it orders the
+ * slots of each FIFO. 1 is one loop after another (the host executor's
+ * order). Returns the channel's steps in all; ring_step_order gives the
+ * loop (its base) and step of the i-th. */
+/* The most loops a channel may take together over FIFOs of nslots slots
+ * (2 or more, as every ring needs): one fewer. With as many loops as slots,
+ * every rank can fill its next rank's FIFO with the first steps of the
+ * loops while waiting for its own, around the ring: a deadlock (device_host
+ * simulates it). */
+RING_HD int ring_interleave_max(int nslots) { return nslots > 2 ? nslots - 1 : 1; }
+
+RING_HD size_t ring_nsteps_total(const struct ring_geom *g) {
+  const size_t loop = ring_loop_nelems(g);
+  return (g->count + loop - 1) / loop * (size_t)ring_loop_nsteps(g);
+}
+RING_HD void ring_step_order(const struct ring_geom *g, int interleave, size_t i, size_t *base,
+                             int *s) {
+  const size_t loop = ring_loop_nelems(g), nloops = (g->count + loop - 1) / loop;
+  const size_t nsteps = (size_t)ring_loop_nsteps(g);
+  const size_t depth = interleave > 1 ? (size_t)interleave : 1;
+  const size_t first = i / (depth * nsteps) * depth; /* the group's first loop */
+  const size_t together = nloops - first < depth ? nloops - first : depth;
+  const size_t r = i - first * nsteps; /* within the group */
+  *s = (int)(r / together);
+  *base = (first + r % together) * loop;
+}
+
 /* Channel c's share of a call of total elements over nchannels: contiguous,
  * 64-byte aligned; count 0 for channels past the end (they do not run). The
  * host executor and the kernels cut alike. */

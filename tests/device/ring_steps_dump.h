@@ -1,7 +1,8 @@
 // Step sequences of ring_steps.h as each compiler built them: the host C
 // compiler (what the host executor runs), nvcc's host pass, and nvcc's device
-// pass (run by a one-thread kernel). Each writes up to max steps and returns
-// how many the channel's share takes.
+// pass (run by a one-thread kernel). Each writes up to max steps, in the
+// order of `interleave` loops at a time (ring_step_order), and returns how
+// many the channel's share takes.
 #ifndef WEFT_TESTS_RING_STEPS_DUMP_H
 #define WEFT_TESTS_RING_STEPS_DUMP_H
 
@@ -14,12 +15,12 @@ extern "C" {
 #endif
 
 size_t ring_steps_dump_c(const struct ring_geom *g, const int *ring, struct ring_step *out,
-                         size_t max);
+                         size_t max, int interleave);
 size_t ring_steps_dump_nvcc_host(const struct ring_geom *g, const int *ring,
-                                 struct ring_step *out, size_t max);
+                                 struct ring_step *out, size_t max, int interleave);
 // -1 without a usable GPU, else the count as above.
 long ring_steps_dump_nvcc_device(const struct ring_geom *g, const int *ring,
-                                 struct ring_step *out, size_t max);
+                                 struct ring_step *out, size_t max, int interleave);
 
 #ifdef __cplusplus
 }

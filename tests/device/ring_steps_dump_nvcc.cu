@@ -5,26 +5,30 @@
 #include "ring_steps_dump.h"
 
 __host__ __device__ static size_t dump(const struct ring_geom *g, const int *ring,
-                                       struct ring_step *out, size_t max) {
+                                       struct ring_step *out, size_t max, int interleave) {
   size_t n = 0;
-  for (size_t base = 0; base < g->count; base += ring_loop_nelems(g))
-    for (int s = 0; s < ring_loop_nsteps(g); s++, n++)
-      if (n < max) ring_step_at(g, ring, base, s, &out[n]);
-  return n;
+  const size_t total = ring_nsteps_total(g);
+  for (; n < total && n < max; n++) {
+    size_t base;
+    int s;
+    ring_step_order(g, interleave, n, &base, &s);
+    ring_step_at(g, ring, base, s, &out[n]);
+  }
+  return total;
 }
 
 extern "C" size_t ring_steps_dump_nvcc_host(const struct ring_geom *g, const int *ring,
-                                            struct ring_step *out, size_t max) {
-  return dump(g, ring, out, max);
+                                            struct ring_step *out, size_t max, int interleave) {
+  return dump(g, ring, out, max, interleave);
 }
 
 __global__ void dump_kernel(struct ring_geom g, const int *ring, struct ring_step *out,
-                            size_t max, size_t *n_out) {
-  *n_out = dump(&g, ring, out, max);
+                            size_t max, int interleave, size_t *n_out) {
+  *n_out = dump(&g, ring, out, max, interleave);
 }
 
 extern "C" long ring_steps_dump_nvcc_device(const struct ring_geom *g, const int *ring,
-                                           struct ring_step *out, size_t max) {
+                                           struct ring_step *out, size_t max, int interleave) {
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     cudaGetLastError();
@@ -38,7 +42,7 @@ extern "C" long ring_steps_dump_nvcc_device(const struct ring_geom *g, const int
       cudaMalloc(&out_d, sizeof(*out) * (max ? max : 1)) == cudaSuccess &&
       cudaMalloc(&n_d, sizeof(size_t)) == cudaSuccess &&
       cudaMemcpy(ring_d, ring, sizeof(int) * g->nranks, cudaMemcpyHostToDevice) == cudaSuccess) {
-    dump_kernel<<<1, 1>>>(*g, ring_d, out_d, max, n_d);
+    dump_kernel<<<1, 1>>>(*g, ring_d, out_d, max, interleave, n_d);
     if (cudaMemcpy(&n, n_d, sizeof n, cudaMemcpyDeviceToHost) == cudaSuccess &&
         cudaMemcpy(out, out_d, sizeof(*out) * (n < max ? n : max), cudaMemcpyDeviceToHost) ==
             cudaSuccess)

@@ -440,12 +440,20 @@ TEST(DeviceChannels, RanksSharingAGpuShareItsSMs) {
   }
 }
 
-// WEFT_DEVICE_NCHANNELS outside 1..64 fails the first device collective with
-// weftInvalidArgument naming the variable and its range.
+// WEFT_DEVICE_NCHANNELS outside 1..64 and WEFT_DEVICE_RING_INTERLEAVE
+// outside 1..3 fail the first device collective with weftInvalidArgument
+// naming the variable and its range.
 TEST(DeviceChannels, OutOfRangeIsRefused) {
   REQUIRE_GPU();
-  for (const char *bad : {"0", "65"}) {
-    ScopedEnv env({{"WEFT_DEVICE_NCHANNELS", bad}});
+  const struct {
+    const char *var, *bad, *range;
+  } cases[] = {{"WEFT_DEVICE_NCHANNELS", "0", "1 to 64"},
+               {"WEFT_DEVICE_NCHANNELS", "65", "1 to 64"},
+               {"WEFT_DEVICE_RING_INTERLEAVE", "0", "1 to 3"},
+               {"WEFT_DEVICE_RING_INTERLEAVE", "4", "1 to 3"}};
+  for (const auto &c : cases) {
+    const std::string bad = c.bad;
+    ScopedEnv env({{c.var, c.bad}});
     Ranks ranks(2);
     float *buf[2];
     for (auto &p : buf) ASSERT_EQ(cudaMalloc((void **)&p, 1024 * sizeof(float)), cudaSuccess);
@@ -455,12 +463,34 @@ TEST(DeviceChannels, OutOfRangeIsRefused) {
                               ranks.streams[r]),
                 weftSuccess);
     EXPECT_EQ(weftGroupEnd(), weftInvalidArgument) << bad;
-    EXPECT_NE(std::string(weftGetLastError(nullptr)).find("WEFT_DEVICE_NCHANNELS=" + std::string(bad) +
-                                                          ": must be 1 to 64"),
+    EXPECT_NE(std::string(weftGetLastError(nullptr))
+                  .find(std::string(c.var) + "=" + bad + ": must be " + c.range),
               std::string::npos)
         << weftGetLastError(nullptr);
     for (auto p : buf) cudaFree(p);
   }
+}
+
+// Each channel takes WEFT_DEVICE_RING_INTERLEAVE loops together (2 unless
+// set, which every other test runs): 1 and 3 give the same results, with
+// both protocols, on shares of several loops (2 channels; SIMPLE's loop of
+// an all-reduce is k slots of 256 KiB, LL's k of 8 KiB), the last one short.
+TEST(DeviceInterleave, EveryOrderGivesTheCollective) {
+  REQUIRE_GPU();
+  for (const char *il : {"1", "3"})
+    for (const char *proto : {"simple", "ll"}) {
+      ScopedEnv env({{"WEFT_DEVICE_RING_INTERLEAVE", il}, {"WEFT_PROTO", proto},
+                     {"WEFT_DEVICE_NCHANNELS", "2"}});
+      const size_t n = std::string(proto) == "ll" ? 20011 : 1250011;
+      for (int coll = 0; coll < 5; coll++)
+        for (int k : {2, 4}) {
+          const DevCase c = {coll, k, n, coll % 2 == 1};
+          SCOPED_TRACE(std::string("interleave ") + il + " " + proto + " " + kColl[coll] + " k" +
+                       std::to_string(k));
+          run_dev_case(c, float_and_int8);
+          if (HasFatalFailure()) return;
+        }
+    }
 }
 
 // The enqueue returns before the kernel has run: the stream holds the work.
@@ -477,37 +507,45 @@ TEST(DeviceStream, CallEnqueuesAndReturns) {
   for (auto p : d) EXPECT_EQ(weftMemFree(p), weftSuccess);
 }
 
-// The device pass of ring_steps.h gives the host executor's steps.
+// The device pass of ring_steps.h gives the host executor's steps, in
+// every order the kernels take them (one loop at a time, or interleaved).
+void expect_device_steps(const ring_geom &g, const int *ring, int interleave) {
+  std::vector<ring_step> want(4096), got(4096);
+  size_t n = ring_steps_dump_c(&g, ring, want.data(), want.size(), interleave);
+  ASSERT_LE(n, want.size());
+  ASSERT_EQ(ring_steps_dump_nvcc_device(&g, ring, got.data(), got.size(), interleave), (long)n);
+  for (size_t i = 0; i < n; i++) {
+    ASSERT_EQ(got[i].prim, want[i].prim) << "step " << i;
+    ASSERT_EQ(got[i].count, want[i].count) << "step " << i;
+    if (ring_prim_has_src(want[i].prim)) {
+      ASSERT_EQ(got[i].src_elem, want[i].src_elem) << "step " << i;
+    }
+    if (ring_prim_has_dst(want[i].prim)) {
+      ASSERT_EQ(got[i].dst_elem, want[i].dst_elem) << "step " << i;
+    }
+  }
+}
+
 TEST(DeviceSteps, KernelComputesTheHostSteps) {
   REQUIRE_GPU();
   const int ring[5] = {3, 0, 4, 1, 2};
-  for (int coll = 0; coll < RING_NCOLLS; coll++)
-    for (int pos = 0; pos < 5; pos++) {
-      ring_geom g;
-      ring_geom_init(&g, coll, 5, pos, 2, 1000, 64, 500, 24, 4);
-      std::vector<ring_step> want(4096), got(4096);
-      size_t n = ring_steps_dump_c(&g, ring, want.data(), want.size());
-      ASSERT_LE(n, want.size());
-      ASSERT_EQ(ring_steps_dump_nvcc_device(&g, ring, got.data(), got.size()), (long)n);
-      for (size_t i = 0; i < n; i++) {
-        ASSERT_EQ(got[i].prim, want[i].prim);
-        ASSERT_EQ(got[i].count, want[i].count);
+  for (int il : {1, 2, 3})
+    for (int coll = 0; coll < RING_NCOLLS; coll++)
+      for (int pos = 0; pos < 5; pos++) {
+        ring_geom g;
+        ring_geom_init(&g, coll, 5, pos, 2, 1000, 64, 500, 24, 4);
+        SCOPED_TRACE("interleave " + std::to_string(il) + " coll " + std::to_string(coll));
+        expect_device_steps(g, ring, il);
       }
-    }
   // two ranks' all-reduce in one exchange, which the device alone runs
   const int pair[2] = {1, 0};
-  for (int pos = 0; pos < 2; pos++) {
-    ring_geom g;
-    ring_geom_init(&g, RING_ALLREDUCE_PAIR, 2, pos, -1, 1000, 64, 500, 24, 4);
-    std::vector<ring_step> want(4096), got(4096);
-    size_t n = ring_steps_dump_c(&g, pair, want.data(), want.size());
-    ASSERT_EQ(n, 2u * ((500 + 23) / 24));
-    ASSERT_EQ(ring_steps_dump_nvcc_device(&g, pair, got.data(), got.size()), (long)n);
-    for (size_t i = 0; i < n; i++) {
-      ASSERT_EQ(got[i].prim, want[i].prim);
-      ASSERT_EQ(got[i].count, want[i].count);
+  for (int il : {1, 2})
+    for (int pos = 0; pos < 2; pos++) {
+      ring_geom g;
+      ring_geom_init(&g, RING_ALLREDUCE_PAIR, 2, pos, -1, 1000, 64, 500, 24, 4);
+      EXPECT_EQ(ring_nsteps_total(&g), 2u * ((500 + 23) / 24));
+      expect_device_steps(g, pair, il);
     }
-  }
 }
 
 // Pre-multiply sum on device memory: each rank's input times the op's

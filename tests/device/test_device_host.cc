@@ -27,6 +27,7 @@ struct SimCase {
   size_t slot_count; // elements per slot
   int nchannels;
   int root;
+  int interleave; // loops a channel takes together (ring_step_order)
 };
 
 const char *coll_name(int coll) {
@@ -38,8 +39,8 @@ const char *coll_name(int coll) {
 std::string case_name(const testing::TestParamInfo<SimCase> &info) {
   const SimCase &c = info.param;
   char buf[128];
-  snprintf(buf, sizeof buf, "%s_k%d_n%zu_slot%zu_ch%d_root%d", coll_name(c.coll), c.nranks,
-           c.count, c.slot_count, c.nchannels, c.root);
+  snprintf(buf, sizeof buf, "%s_k%d_n%zu_slot%zu_ch%d_root%d_il%d", coll_name(c.coll),
+           c.nranks, c.count, c.slot_count, c.nchannels, c.root, c.interleave);
   return buf;
 }
 
@@ -49,11 +50,14 @@ std::vector<SimCase> sim_cases() {
     for (int k : {2, 3, 4, 7})
       for (size_t count : {1ul, 13ul, 64ul, 1000ul})
         for (size_t slot : {8ul, 64ul})
-          for (int nch : {1, 3}) v.push_back({coll, k, count, slot, nch, k > 2 ? 1 : k - 1});
+          for (int nch : {1, 3})
+            for (int il : {1, 2, 3})
+              v.push_back({coll, k, count, slot, nch, k > 2 ? 1 : k - 1, il});
   // the device's all-reduce of two ranks in one exchange
   for (size_t count : {1ul, 13ul, 64ul, 1000ul})
     for (size_t slot : {8ul, 64ul})
-      for (int nch : {1, 3}) v.push_back({RING_ALLREDUCE_PAIR, 2, count, slot, nch, 1});
+      for (int nch : {1, 3})
+        for (int il : {1, 2, 3}) v.push_back({RING_ALLREDUCE_PAIR, 2, count, slot, nch, 1, il});
   return v;
 }
 
@@ -80,10 +84,13 @@ std::vector<std::pair<size_t, size_t>> channel_shares(size_t count, int nch) {
   return v;
 }
 
+int pos_of(const std::vector<int> &ring, int rank) {
+  return (int)(std::find(ring.begin(), ring.end(), rank) - ring.begin());
+}
+
 ring_geom geom_for(const SimCase &c, const std::vector<int> &ring, int rank, size_t off,
                    size_t cnt) {
-  int pos = (int)(std::find(ring.begin(), ring.end(), rank) - ring.begin());
-  int root_pos = (int)(std::find(ring.begin(), ring.end(), c.root) - ring.begin());
+  int pos = pos_of(ring, rank), root_pos = pos_of(ring, c.root);
   bool rooted = c.coll == RING_BROADCAST || c.coll == RING_REDUCE;
   ring_geom g;
   ring_geom_init(&g, c.coll, c.nranks, pos, rooted ? root_pos : -1, c.count, off, cnt,
@@ -91,31 +98,98 @@ ring_geom geom_for(const SimCase &c, const std::vector<int> &ring, int rank, siz
   return g;
 }
 
-std::vector<ring_step> steps_of(const ring_geom &g, const std::vector<int> &ring) {
-  size_t n = ring_steps_dump_c(&g, ring.data(), nullptr, 0);
+std::vector<ring_step> steps_of(const ring_geom &g, const std::vector<int> &ring,
+                                int interleave) {
+  size_t n = ring_steps_dump_c(&g, ring.data(), nullptr, 0, interleave);
   std::vector<ring_step> v(n);
-  ring_steps_dump_c(&g, ring.data(), v.data(), n);
+  ring_steps_dump_c(&g, ring.data(), v.data(), n, interleave);
   return v;
+}
+
+// One channel share run on a simulated ring: a FIFO of `slots` slots into
+// each rank (a step that sends waits for room, as the kernels wait for
+// credit), int64 sums. What each rank ran, sent and received; a rank whose
+// next_step falls short of its steps was stuck (the ring deadlocked).
+struct SimChannel {
+  std::vector<std::vector<ring_step>> steps;
+  std::vector<size_t> next_step, sent, received;
+  std::vector<std::deque<std::vector<int64_t>>> fifo; // into each rank
+};
+
+void sim_channel(const SimCase &c, const std::vector<int> &ring, size_t off, size_t cnt,
+                 size_t slots, const std::vector<std::vector<int64_t>> &send,
+                 std::vector<std::vector<int64_t>> &recv, SimChannel *sc) {
+  const int k = c.nranks;
+  sc->steps.assign(k, {});
+  for (int r = 0; r < k; r++)
+    sc->steps[r] = steps_of(geom_for(c, ring, r, off, cnt), ring, c.interleave);
+  sc->fifo.assign(k, {});
+  sc->next_step.assign(k, 0);
+  sc->sent.assign(k, 0);
+  sc->received.assign(k, 0);
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int r = 0; r < k; r++) {
+      while (sc->next_step[r] < sc->steps[r].size()) {
+        const ring_step &st = sc->steps[r][sc->next_step[r]];
+        const bool recvs = st.prim >= PRIM_RECV;
+        const bool sends = st.prim != PRIM_RECV && st.prim != PRIM_RECV_REDUCE_COPY;
+        const int next = ring[(pos_of(ring, r) + 1) % k];
+        if (recvs && sc->fifo[r].empty()) break;
+        if (sends && sc->fifo[next].size() >= slots) break; // no credit
+        std::vector<int64_t> val(st.count);
+        if (recvs) {
+          ASSERT_EQ(sc->fifo[r].front().size(), st.count)
+              << "rank " << r << " step " << sc->next_step[r]
+              << " receives a slot of another size";
+          val = sc->fifo[r].front();
+          sc->fifo[r].pop_front();
+          sc->received[r]++;
+        }
+        for (size_t i = 0; i < st.count; i++) {
+          int64_t s = ring_prim_has_src(st.prim) ? send[r].at(st.src_elem + i) : 0;
+          val[i] = recvs ? val[i] + s : s;
+        }
+        if (ring_prim_has_dst(st.prim))
+          for (size_t i = 0; i < st.count; i++) recv[r].at(st.dst_elem + i) = val[i];
+        if (sends) {
+          sc->fifo[next].push_back(val);
+          sc->sent[r]++;
+        }
+        sc->next_step[r]++;
+        progress = true;
+      }
+    }
+  }
+}
+
+std::vector<std::vector<int64_t>> sim_inputs(const SimCase &c) {
+  const size_t send_n = c.coll == RING_REDUCESCATTER ? c.count * c.nranks : c.count;
+  std::vector<std::vector<int64_t>> send(c.nranks);
+  weft_test::Rng rng(99);
+  for (int r = 0; r < c.nranks; r++)
+    for (size_t i = 0; i < send_n; i++) send[r].push_back((int64_t)(rng.next() % 1000) - 500);
+  return send;
 }
 
 class RingSteps : public testing::TestWithParam<SimCase> {};
 
-// Runs every rank's steps on a simulated ring (one FIFO of slots into each
-// rank, unbounded) with int64 sums, and compares with the collective's
-// definition. A step that receives a slot of another size, or a ring that
-// stops with steps left, fails.
+// Runs every rank's steps on the simulated ring, with as few slots per FIFO
+// as the interleave allows (ring_interleave_max), and compares with the
+// collective's definition. A step that receives a slot of another size, or
+// a ring that stops with steps left, fails.
 TEST_P(RingSteps, SimulatedRingComputesTheCollective) {
   const SimCase c = GetParam();
   const int k = c.nranks;
   const std::vector<int> ring = shuffled_ring(k, 1234 + k);
   const size_t n = c.count;
-  const size_t send_n = c.coll == RING_REDUCESCATTER ? n * k : n;
   const size_t recv_n = c.coll == RING_ALLGATHER ? n * k : n;
   const int64_t poison = -777777;
-  std::vector<std::vector<int64_t>> send(k), recv(k, std::vector<int64_t>(recv_n, poison));
-  weft_test::Rng rng(99);
-  for (int r = 0; r < k; r++)
-    for (size_t i = 0; i < send_n; i++) send[r].push_back((int64_t)(rng.next() % 1000) - 500);
+  const std::vector<std::vector<int64_t>> send = sim_inputs(c);
+  std::vector<std::vector<int64_t>> recv(k, std::vector<int64_t>(recv_n, poison));
+  size_t slots = 2; // a ring needs two (each step waits for its slot in and its slot out)
+  while (ring_interleave_max((int)slots) < c.interleave) slots++;
 
   const auto shares = channel_shares(n, c.nchannels);
   for (int ch = 0; ch < c.nchannels; ch++) { // the executors' cut is this one
@@ -129,52 +203,19 @@ TEST_P(RingSteps, SimulatedRingComputesTheCollective) {
     }
   }
   for (auto [off, cnt] : shares) {
-    std::vector<std::vector<ring_step>> steps(k);
-    for (int r = 0; r < k; r++) steps[r] = steps_of(geom_for(c, ring, r, off, cnt), ring);
-    std::vector<std::deque<std::vector<int64_t>>> fifo(k); // into each rank
-    std::vector<size_t> next_step(k, 0), sent(k, 0), received(k, 0);
-    bool progress = true;
-    while (progress) {
-      progress = false;
-      for (int r = 0; r < k; r++) {
-        while (next_step[r] < steps[r].size()) {
-          const ring_step &st = steps[r][next_step[r]];
-          const bool recvs = st.prim >= PRIM_RECV;
-          const bool sends = st.prim != PRIM_RECV && st.prim != PRIM_RECV_REDUCE_COPY;
-          if (recvs && fifo[r].empty()) break;
-          std::vector<int64_t> val(st.count);
-          if (recvs) {
-            ASSERT_EQ(fifo[r].front().size(), st.count)
-                << "rank " << r << " step " << next_step[r] << " receives a slot of another size";
-            val = fifo[r].front();
-            fifo[r].pop_front();
-            received[r]++;
-          }
-          for (size_t i = 0; i < st.count; i++) {
-            int64_t s = ring_prim_has_src(st.prim) ? send[r].at(st.src_elem + i) : 0;
-            val[i] = recvs ? val[i] + s : s;
-          }
-          if (ring_prim_has_dst(st.prim))
-            for (size_t i = 0; i < st.count; i++) recv[r].at(st.dst_elem + i) = val[i];
-          if (sends) {
-            int pos = (int)(std::find(ring.begin(), ring.end(), r) - ring.begin());
-            fifo[ring[(pos + 1) % k]].push_back(val);
-            sent[r]++;
-          }
-          next_step[r]++;
-          progress = true;
-        }
-      }
-    }
+    SimChannel sc;
+    sim_channel(c, ring, off, cnt, slots, send, recv, &sc);
+    if (HasFatalFailure()) return;
     for (int r = 0; r < k; r++) {
-      ASSERT_EQ(next_step[r], steps[r].size()) << "rank " << r << " is stuck: the ring deadlocks";
-      ASSERT_TRUE(fifo[r].empty()) << "rank " << r << " left slots unread";
+      ASSERT_EQ(sc.next_step[r], sc.steps[r].size())
+          << "rank " << r << " is stuck: the ring deadlocks with " << slots << " slots";
+      ASSERT_TRUE(sc.fifo[r].empty()) << "rank " << r << " left slots unread";
       // what a network hop's proxy is told to expect (device_net_expect_ring)
       const ring_geom g = geom_for(c, ring, r, off, cnt);
       size_t nsends = 0, nrecvs = 0;
       ring_channel_nslots(&g, ring.data(), &nsends, &nrecvs);
-      EXPECT_EQ(nsends, sent[r]) << "rank " << r;
-      EXPECT_EQ(nrecvs, received[r]) << "rank " << r;
+      EXPECT_EQ(nsends, sc.sent[r]) << "rank " << r;
+      EXPECT_EQ(nrecvs, sc.received[r]) << "rank " << r;
     }
   }
 
@@ -215,9 +256,10 @@ TEST_P(RingSteps, NvccCompileGivesTheSameSteps) {
   for (int r = 0; r < c.nranks; r++)
     for (auto [off, cnt] : channel_shares(c.count, c.nchannels)) {
       ring_geom g = geom_for(c, ring, r, off, cnt);
-      std::vector<ring_step> want = steps_of(g, ring);
+      std::vector<ring_step> want = steps_of(g, ring, c.interleave);
       std::vector<ring_step> got(want.size() + 1);
-      size_t n = ring_steps_dump_nvcc_host(&g, ring.data(), got.data(), got.size());
+      size_t n =
+          ring_steps_dump_nvcc_host(&g, ring.data(), got.data(), got.size(), c.interleave);
       ASSERT_EQ(n, want.size());
       for (size_t i = 0; i < n; i++) {
         ASSERT_EQ(got[i].prim, want[i].prim) << "step " << i;
@@ -234,6 +276,27 @@ TEST_P(RingSteps, NvccCompileGivesTheSameSteps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, RingSteps, testing::ValuesIn(sim_cases()), case_name);
+
+// ring_interleave_max is the most a FIFO's slots allow: one loop more in
+// flight and every rank fills its next rank's FIFO while its own waits on
+// the rank before, around the ring.
+TEST(RingInterleave, OneLoopMoreThanTheSlotsAllowDeadlocks) {
+  for (int coll : {RING_ALLREDUCE, RING_ALLGATHER, RING_REDUCESCATTER})
+    for (int slots : {2, 3, 4}) {
+      const SimCase c = {coll, 4, 1000, 8, 1, 1, ring_interleave_max(slots) + 1};
+      const std::vector<int> ring = shuffled_ring(c.nranks, 5);
+      const auto send = sim_inputs(c);
+      std::vector<std::vector<int64_t>> recv(
+          c.nranks, std::vector<int64_t>(coll == RING_ALLGATHER ? c.count * c.nranks : c.count));
+      SimChannel sc;
+      sim_channel(c, ring, 0, c.count, slots, send, recv, &sc);
+      ASSERT_FALSE(HasFatalFailure());
+      bool stuck = false;
+      for (int r = 0; r < c.nranks; r++) stuck |= sc.next_step[r] < sc.steps[r].size();
+      EXPECT_TRUE(stuck) << coll_name(coll) << ": interleave " << c.interleave << " on " << slots
+                         << " slots ran through";
+    }
+}
 
 // Steps per loop: NCCL's textbook counts.
 TEST(RingStepsShape, LoopLengths) {

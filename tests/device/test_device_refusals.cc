@@ -16,6 +16,8 @@ extern "C" {
 #include "collectives/api/config.h"
 #include "collectives/core/comm.h"
 #include "transport/status.h"
+#include "collectives/algo/ring_steps.h"
+#include "collectives/exec/device/dev_types.h"
 #include "collectives/exec/device/device.h"
 }
 
@@ -163,6 +165,23 @@ TEST(DeviceChannels, RanksAgreeOnTheFewestAsked) {
   EXPECT_EQ(device_nchannels_agreed(ids.data(), 3, 0), 1) << "never no channel";
   for (auto &g : ids) g.want_channels = device_nchannels(32, 40, WEFT_CONFIG_UNDEF_INT, DEV_MAX_CHANNELS);
   EXPECT_EQ(device_nchannels_agreed(ids.data(), 3, 132), 40) << "minCTAs above the default";
+}
+
+// Ranks whose WEFT_DEVICE_RING_INTERLEAVE differs agree on the fewest (it
+// orders every FIFO's slots), never above what the FIFOs' slots allow.
+TEST(DeviceChannels, RanksAgreeOnTheFewestLoopsTogether) {
+  std::vector<device_gpu_ident> ids(3);
+  for (auto &g : ids) memset(&g, 0, sizeof g);
+  const int asks[3] = {3, 2, 3};
+  for (int r = 0; r < 3; r++) ids[r].want_interleave = asks[r];
+  EXPECT_EQ(device_interleave_agreed(ids.data(), 3), 2);
+  ids[1].want_interleave = 3;
+  EXPECT_EQ(device_interleave_agreed(ids.data(), 3), 3);
+  EXPECT_EQ(ring_interleave_max(DEV_NSLOTS), 3) << "4 slots, one loop fewer";
+  ids[0].want_interleave = 1;
+  EXPECT_EQ(device_interleave_agreed(ids.data(), 3), 1);
+  for (auto &g : ids) g.want_interleave = 9; // refused before, capped all the same
+  EXPECT_EQ(device_interleave_agreed(ids.data(), 3), ring_interleave_max(DEV_NSLOTS));
 }
 
 // A config's bounds above the host's 16 rings still make a comm (its host

@@ -19,6 +19,9 @@ enum dev_proto { DEV_PROTO_SIMPLE = 0, DEV_PROTO_LL = 1, DEV_NPROTOS = 2 };
 #define DEV_NTHREADS 512
 #define DEV_UNROLL 4
 
+/* Slots of every device FIFO (the host_fifo and network hops' too). */
+#define DEV_NSLOTS 4
+
 /* The kernel table's ops: weftRedOp_t's sum to avg, then every
  * weftRedOpCreatePreMulSum op (sum of inputs times the op's scalar). */
 enum { DEV_OP_PREMULSUM = 5, DEV_NOPS = 6 };
@@ -83,6 +86,7 @@ struct dev_work {
   int coll;            /* enum ring_coll */
   int root;            /* broadcast and reduce, else -1 */
   int nchannels;
+  int interleave;      /* loops a channel runs together (ring_step_order) */
   int divisor;         /* nranks for avg, else 1 */
   int proto;           /* enum dev_proto */
   uint32_t elem_nbytes;

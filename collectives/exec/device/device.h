@@ -44,6 +44,7 @@ struct device_gpu_ident {
   int32_t blocks_per_sm; /* ring kernel blocks one SM holds at once: 1 unless the rank
                             set its channel count itself (then the kernels' occupancy) */
   int32_t want_channels; /* device_nchannels of its own settings, without the cap */
+  int32_t want_interleave; /* its WEFT_DEVICE_RING_INTERLEAVE, -1 when out of range */
 };
 /* How many of the n ranks share the GPU that most of them share (1 or more). */
 int device_busiest_gpu(const struct device_gpu_ident *ids, int n);
@@ -59,6 +60,11 @@ int device_channel_cap(const struct device_gpu_ident *ids, int n);
  * whose WEFT_DEVICE_NCHANNELS or config bounds differ still agree, since a
  * ring needs the same channels and shares on every rank), at most cap. */
 int device_nchannels_agreed(const struct device_gpu_ident *ids, int n, int cap);
+/* The loops a ring channel runs together (ring_step_order): the fewest any
+ * rank wants, since the order fixes which slot of a FIFO carries what, and
+ * at most ring_interleave_max of the device FIFOs' slots; 1 when a rank
+ * wants none. */
+int device_interleave_agreed(const struct device_gpu_ident *ids, int n);
 
 /* Enqueues plan's kernel on the CUDA stream and returns (NCCL's stream
  * semantics): the result is there once the stream reaches that point. The

@@ -3,6 +3,8 @@
  * (device_host). CUDA builds only. */
 #include <string.h>
 
+#include "../../algo/ring_steps.h"
+#include "dev_types.h"
 #include "device.h"
 
 int device_nchannels(int want, int cfg_min, int cfg_max, int cap) {
@@ -29,6 +31,13 @@ int device_nchannels_agreed(const struct device_gpu_ident *ids, int n, int cap) 
   for (int i = 0; i < n; i++)
     if (ids[i].want_channels < fewest) fewest = ids[i].want_channels;
   return device_nchannels(fewest, WEFT_CONFIG_UNDEF_INT, WEFT_CONFIG_UNDEF_INT, cap);
+}
+
+int device_interleave_agreed(const struct device_gpu_ident *ids, int n) {
+  int fewest = ring_interleave_max(DEV_NSLOTS);
+  for (int i = 0; i < n; i++)
+    if (ids[i].want_interleave < fewest) fewest = ids[i].want_interleave;
+  return fewest > 1 ? fewest : 1;
 }
 
 int device_channel_cap(const struct device_gpu_ident *ids, int n) {

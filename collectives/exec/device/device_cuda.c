@@ -291,6 +291,9 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
   int64_t nch64 = param_int(&cuda_params[2]);
   const int nch_set = param_str(&cuda_params[2]) != NULL;
   const int nch_bad = nch_set && (nch64 < 1 || nch64 > DEV_MAX_CHANNELS);
+  const int64_t il64 = param_int(&cuda_params[DEVICE_P_INTERLEAVE]);
+  const int il_max = ring_interleave_max(DEV_NSLOTS);
+  const int il_bad = il64 < 1 || il64 > il_max;
   /* every device channel follows the comm's ring order (channel 0's) */
   const struct weft_channel *ch = &comm->channels[0];
   /* ranks learn each other's devices (the transports choose by them) and how
@@ -308,19 +311,27 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
       nch_bad ? -1 : device_nchannels(nch_set ? (int)nch64 : DEV_DEFAULT_CHANNELS,
                                       comm->cfg_min_channels, comm->cfg_max_channels,
                                       DEV_MAX_CHANNELS);
+  info[comm->rank].want_interleave = il_bad ? -1 : (int32_t)il64;
   weftResult_t res = bootstrap_allgather(comm->bs, info, sizeof *info);
   int nch = 1;
   if (res == weftSuccess && nch_bad)
     res = weft_error_set(weftInvalidArgument, "WEFT_DEVICE_NCHANNELS=%lld: must be 1 to %d",
                          (long long)nch64, DEV_MAX_CHANNELS);
+  if (res == weftSuccess && il_bad)
+    res = weft_error_set(weftInvalidArgument, "WEFT_DEVICE_RING_INTERLEAVE=%lld: must be 1 to %d",
+                         (long long)il64, il_max);
   for (int i = 0; i < n && res == weftSuccess; i++)
     if (info[i].want_channels < 0)
       res = weft_error_set(weftInvalidArgument, "rank %d's WEFT_DEVICE_NCHANNELS is not 1 to %d",
                            i, DEV_MAX_CHANNELS);
+    else if (info[i].want_interleave < 0)
+      res = weft_error_set(weftInvalidArgument,
+                           "rank %d's WEFT_DEVICE_RING_INTERLEAVE is not 1 to %d", i, il_max);
   if (res == weftSuccess) {
     for (int i = 0; i < n; i++) comm->peers[i].cuda_dev = info[i].dev;
     int cap = device_channel_cap(info, n);
     nch = device_nchannels_agreed(info, n, cap);
+    d->interleave = device_interleave_agreed(info, n);
     if (nch < info[comm->rank].want_channels)
       WEFT_INFO(LOG_INIT, "rank %d: %d device channels of the %d asked (the GPU's SMs over the "
                 "ranks sharing it, or another rank's settings)", comm->rank, nch,

@@ -14,8 +14,8 @@
 #include "dev_types.h"
 #include "device.h"
 
-#define DEV_NSLOTS 4
 #define DEVICE_P_P2P_LANES 5 /* cuda_params[] (param.h): WEFT_P2P_LANES */
+#define DEVICE_P_INTERLEAVE 6 /* cuda_params[]: WEFT_DEVICE_RING_INTERLEAVE */
 #define DEV_SIMPLE_SLOT_NBYTES (256u << 10)
 #define DEV_LL_SLOT_NBYTES (16u << 10)
 /* streams whose last launch of a comm is tracked (destroy waits for them) */
@@ -39,6 +39,7 @@ struct device_comm {
   int ring_ready; /* the ring channels below are connected */
   int crosses_hosts; /* device_comm_crosses_hosts, asked once when made */
   int nchannels;
+  int interleave; /* loops a ring channel runs together, agreed by the ranks */
   struct weft_conn send[DEV_MAX_CHANNELS][DEV_NPROTOS];
   struct weft_conn recv[DEV_MAX_CHANNELS][DEV_NPROTOS];
   struct dev_channel *channels_d; /* [nchannels] */

@@ -41,19 +41,21 @@ __global__ void __launch_bounds__(DEV_NTHREADS) weft_ring_kernel(dev_work w) {
                  p.slot_count(), sizeof(T));
   const T *src = static_cast<const T *>(w.sendbuf);
   T *dst = static_cast<T *>(w.recvbuf);
-  const int nsteps = ring_loop_nsteps(&g);
-  const size_t loop_nelems = ring_loop_nelems(&g);
-  for (size_t base = 0; base < count; base += loop_nelems)
-    for (int s = 0; s < nsteps; s++) {
-      struct ring_step st;
-      ring_step_at(&g, ch->ring, base, s, &st);
-      const T *sp = ring_prim_has_src(st.prim) ? src + st.src_elem : NULL;
-      T *dp = ring_prim_has_dst(st.prim) ? dst + st.dst_elem : NULL;
-      if (!p.run(st.prim, sp, dp, st.count)) { // error says why; the host reports it
-        p.give_up();
-        return;
-      }
+  // w.interleave loops at a time, step by step, as every rank of the ring
+  const size_t nsteps = ring_nsteps_total(&g);
+  for (size_t i = 0; i < nsteps; i++) {
+    size_t base;
+    int s;
+    ring_step_order(&g, w.interleave, i, &base, &s);
+    struct ring_step st;
+    ring_step_at(&g, ch->ring, base, s, &st);
+    const T *sp = ring_prim_has_src(st.prim) ? src + st.src_elem : NULL;
+    T *dp = ring_prim_has_dst(st.prim) ? dst + st.dst_elem : NULL;
+    if (!p.run(st.prim, sp, dp, st.count)) { // error says why; the host reports it
+      p.give_up();
+      return;
     }
+  }
   p.finish();
 }
 
