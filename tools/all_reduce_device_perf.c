@@ -16,6 +16,10 @@
  * context) unless MPS runs; ranks of one process share a context and their
  * kernels run side by side.
  *
+ * Each size runs its warm-up calls (-w, at least one), waits for them on
+ * every local stream (the last completes only once every rank has joined
+ * it, so the ranks start the timed calls together), then times -n calls.
+ *
  * enq(us) is the host's time per call to enqueue the timed calls (the
  * wall-clock time of the loop, without waiting for the GPU): where it comes
  * near time(us), the GPU waits for the host's launches rather than the
@@ -91,6 +95,22 @@ struct local_rank {
   cudaStream_t stream;
   cudaEvent_t e0, e1;
 };
+
+/* One all-reduce of count floats on every local rank (a group when there
+ * are several). */
+static weftResult_t all_reduce_all(const struct local_rank *lr, weftComm_t *comms, int g,
+                                   size_t count) {
+  if (g > 1 && weftGroupStart() != weftSuccess) return weftInternalError;
+  weftResult_t res = weftSuccess;
+  for (int l = 0; l < g && res == weftSuccess; l++)
+    res = weftAllReduce(lr[l].send, lr[l].recv, count, weftFloat32, weftSum, comms[l],
+                        lr[l].stream);
+  if (g > 1) {
+    weftResult_t end = weftGroupEnd();
+    if (res == weftSuccess) res = end;
+  }
+  return res;
+}
 
 int main(int argc, char **argv) {
   size_t min_nbytes = 8, max_nbytes = 256u << 20;
@@ -178,19 +198,19 @@ int main(int argc, char **argv) {
       for (size_t i = 0; i < count; i++) host[i] = (float)((i + (size_t)lr[l].rank * 3) % 17);
       CUDA_OK(cudaMemcpy(lr[l].send, host, count * sizeof(float), cudaMemcpyHostToDevice));
     }
-    double enq0 = 0, enq1 = 0;
-    for (int i = 0; i < warmup + iters + 1 && !failed; i++) {
-      if (i == warmup) enq0 = now_us();
-      if (i == warmup + iters) enq1 = now_us();
-      failed = g > 1 && weftGroupStart() != weftSuccess;
-      for (int l = 0; l < g && !failed; l++) {
-        if (i == warmup) cudaEventRecord(lr[l].e0, lr[l].stream);
-        if (i == warmup + iters) cudaEventRecord(lr[l].e1, lr[l].stream);
-        failed = weftAllReduce(lr[l].send, lr[l].recv, count, weftFloat32, weftSum, comms[l],
-                               lr[l].stream) != weftSuccess;
-      }
-      if (g > 1 && weftGroupEnd() != weftSuccess) failed = 1;
-    }
+    /* the warm-up (at least one call), then every local stream drained: the
+     * last warm-up call completes only once every rank has joined it, so
+     * the timed calls start together rather than the first size's timing
+     * holding the other processes' start-up */
+    for (int i = 0; i < (warmup > 0 ? warmup : 1) && !failed; i++)
+      failed = all_reduce_all(lr, comms, g, count) != weftSuccess;
+    for (int l = 0; l < g && !failed; l++) CUDA_OK(cudaStreamSynchronize(lr[l].stream));
+    double enq0 = now_us();
+    for (int l = 0; l < g; l++) cudaEventRecord(lr[l].e0, lr[l].stream);
+    for (int i = 0; i < iters && !failed; i++)
+      failed = all_reduce_all(lr, comms, g, count) != weftSuccess;
+    double enq1 = now_us();
+    for (int l = 0; l < g; l++) cudaEventRecord(lr[l].e1, lr[l].stream);
     double us = 0; /* the slowest local rank's time per call */
     long long wrong = 0;
     for (int l = 0; l < g; l++) {

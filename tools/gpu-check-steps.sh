@@ -223,9 +223,11 @@ step_synccheck() { sanitize synccheck "$SANITIZE_AR"; }
 # all_reduce_device_perf's table: the 8 B time (and the host's enqueue time
 # per call beside it), the 128 MiB busbw, and the GPU's memory traffic
 # against twice the copy figure (docs/cuda.md).
-ar_key() { # log nranks
-  awk -v k="$2" '
-    /device-to-device copy/ { copy = $(NF - 1) }
+# k processes under MPS each measure the copy while the others copy too:
+# the GPU's copy figure is then k times rank 0's (copies = k)
+ar_key() { # log nranks [copies]
+  awk -v k="$2" -v copies="${3:-1}" '
+    /device-to-device copy/ { copy = $(NF - 1) * copies }
     { sub(/^\[0\] */, "") }
     /^ *[0-9]+ +[0-9]+ / { if (!first) { first = 1; lat = $3; enq = $7 } last = $1; bw = $5; wrong += $6 }
     END {
@@ -244,7 +246,8 @@ perf_ar() { # k g|mps
   "${launch[@]}" "$B/tools/all_reduce_device_perf" "${args[@]}" -b 8 -e $MIB128 -f 4 -n 20 -w 5 \
     2>&1 | tee "$LOGS/$STEP.$k.out"
   local rc=${PIPESTATUS[0]}
-  echo "$k: $(ar_key "$LOGS/$STEP.$k.out" "$k")" >>"$LOGS/$STEP.keys"
+  echo "$k: $(ar_key "$LOGS/$STEP.$k.out" "$k" "$([ "$2" = g ] && echo 1 || echo "$k")")" \
+    >>"$LOGS/$STEP.keys"
   return "$rc"
 }
 

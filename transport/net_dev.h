@@ -4,8 +4,9 @@
  * pinned host memory mapped for the device (cudaHostAlloc) in a CUDA
  * build, plain page-aligned memory in the host emulation. Its ctrl page is
  * laid out so that the kernels read it as their struct dev_fifo_ctrl (tail
- * at byte 0, head at byte 64); the kernel fills a slot and advances tail,
- * the proxy moves the whole slot to the peer host's FIFO and hands the
+ * at byte 0, head at byte 64); the kernel fills a slot, records the bytes
+ * it put there (slot_used_nbytes, as the host's prims do) and advances
+ * tail, the proxy moves those bytes to the peer host's FIFO and hands the
  * credit back through head, exactly as between two hosts' ranks.
  *
  * Failure: the proxy poisons the connection (ctrl->poison) as on the host
@@ -44,6 +45,9 @@ weftResult_t net_dev_fifo_mem(int emulated, const struct proxy_fifo_mem **mem_ou
  * addresses). */
 struct net_dev_fifo {
   void *ctrl;   /* read as struct dev_fifo_ctrl */
+  uint32_t *used; /* the ctrl page's slot_used_nbytes: the sending kernel writes
+                     each slot's bytes there before its tail, and the proxy
+                     moves those bytes only */
   char *slots;  /* nslots * slot_nbytes */
   uint32_t nslots;
   size_t slot_nbytes;

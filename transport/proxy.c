@@ -39,7 +39,6 @@ weftResult_t proxy_fifo_alloc(struct proxy_conn *c, uint32_t nslots, size_t slot
     WEFT_TRY(mem->alloc(nbytes, &host, &dev));
     c->mem = mem;
     c->fifo_dev = dev;
-    c->whole_slots = 1;
     c->fifo = host;
     c->fifo_nbytes = nbytes;
     c->nslots = nslots;
@@ -72,10 +71,6 @@ void proxy_fifo_free(struct proxy_conn *c) {
 }
 
 int proxy_conn_slot_used(struct proxy_conn *c, uint64_t step, uint32_t *used_out) {
-  if (c->whole_slots) {
-    *used_out = (uint32_t)c->slot_nbytes;
-    return 0;
-  }
   uint32_t used = c->ctrl->slot_used_nbytes[step % c->nslots];
   if ((used & PROXY_USED_NBYTES_MASK) > c->slot_nbytes) {
     proxy_conn_fail(c, "a slot claims more bytes than it holds", NULL);

@@ -45,8 +45,8 @@ struct proxy_conn;
 /* Where a FIFO lives when not in private pages: memory a device reaches as
  * well (pinned and mapped: net_dev.h). The ctrl page then doubles as the
  * kernels' struct dev_fifo_ctrl (tail at byte 0, head at byte 64, as in
- * struct conn_ctrl), and since kernels record no used word, every slot
- * moves whole. */
+ * struct conn_ctrl), and the kernels record each slot's used bytes in its
+ * slot_used_nbytes as the host's prims do. */
 struct proxy_fifo_mem {
   const char *name;
   /* nbytes of zeroed memory, page-aligned: its address here and the
@@ -106,7 +106,6 @@ struct proxy_conn {
   size_t fifo_nbytes;
   const struct proxy_fifo_mem *mem; /* NULL: private pages */
   void *fifo_dev;   /* the FIFO's device address (mem only) */
-  int whole_slots;  /* the slots carry no used word: each moves whole */
   /* the tail (sender) or head (receiver) the rank is known to reach
    * (proxy_conn_expect: device kernels launched, which fill and drain slots
    * without telling anyone); the thread does not sleep while the counter
@@ -166,7 +165,7 @@ struct proxy_pool {
 
 /* Allocates c's FIFO (ctrl page, then nslots slots of slot_nbytes): zeroed,
  * page-aligned; in private pages on the rank's NUMA node, or from mem
- * (non-NULL: a device FIFO, whole slots). */
+ * (non-NULL: a device FIFO). */
 weftResult_t proxy_fifo_alloc(struct proxy_conn *c, uint32_t nslots, size_t slot_nbytes,
                               const struct proxy_fifo_mem *mem);
 void proxy_fifo_free(struct proxy_conn *c);

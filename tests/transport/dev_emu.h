@@ -3,9 +3,12 @@
 // network connections, with the same layout (struct dev_fifo_ctrl: tail at
 // byte 0, head at byte 64; then the slots) and the same order of loads and
 // stores: a sender waits for a free slot (step - head < nslots), fills it and
-// publishes tail = step + 1; a receiver waits for tail > step, drains the slot
-// and returns the credit head = step + 1. A message of nbytes takes
-// ceil(nbytes / slot_nbytes) slots, and at least one.
+// publishes tail = step + 1 (on a network FIFO, after writing the bytes the
+// slot carries in its used word); a receiver waits for tail > step, drains the
+// slot and returns the credit head = step + 1. A message of nbytes takes
+// ceil(nbytes / slot_nbytes) slots, and at least one. A sender fills the rest
+// of each slot with kEmuSlotFiller, which no receiver may get: the proxy
+// moves the used bytes only.
 //
 // Like the kernel, it gives up when the abort flag is raised (here by the
 // emulated host executor: some connection's proxy poisoned it), when the
@@ -33,13 +36,14 @@ namespace weft_test {
 // The kernel's view of one FIFO end (struct dev_fifo).
 struct EmuFifo {
   dev_fifo_ctrl *ctrl;
+  uint32_t *used; // the slots' used words (network FIFOs), else null
   char *slots;
   uint32_t nslots;
   size_t slot_nbytes;
   uint64_t step = 0;
 
   explicit EmuFifo(const net_dev_fifo &f)
-      : ctrl(static_cast<dev_fifo_ctrl *>(f.ctrl)), slots(f.slots), nslots(f.nslots),
+      : ctrl(static_cast<dev_fifo_ctrl *>(f.ctrl)), used(f.used), slots(f.slots), nslots(f.nslots),
         slot_nbytes(f.slot_nbytes) {}
   char *slot() const { return slots + (step % nslots) * slot_nbytes; }
 };
@@ -58,7 +62,27 @@ struct EmuMsg {
   bool finished() const { return started && done >= nbytes; }
 };
 
-enum EmuResult { EMU_OK = 0, EMU_ABORTED = 1, EMU_TIMED_OUT = 2, EMU_POISONED = 3 };
+const char kEmuSlotFiller = 0x5a;
+
+// EMU_WHOLE_SLOT: a network FIFO's received slot holds the sender's filler
+// right past its bytes, so the proxy moved the whole slot.
+enum EmuResult {
+  EMU_OK = 0,
+  EMU_ABORTED = 1,
+  EMU_TIMED_OUT = 2,
+  EMU_POISONED = 3,
+  EMU_WHOLE_SLOT = 4
+};
+
+// Whether the bytes right past a received slot's chunk are all the sender's
+// filler (at most 64 of them looked at).
+inline bool emu_filler_follows(const char *slot, size_t chunk, size_t slot_nbytes) {
+  size_t n = slot_nbytes - chunk < 64 ? slot_nbytes - chunk : 64;
+  if (n == 0) return false;
+  for (size_t i = 0; i < n; i++)
+    if (slot[chunk + i] != kEmuSlotFiller) return false;
+  return true;
+}
 
 inline uint64_t emu_now_ns() {
   timespec ts;
@@ -82,10 +106,14 @@ inline EmuResult emu_kernel_run(std::vector<EmuMsg> &msgs, const std::function<b
       if (m.send) {
         if (f.step - __atomic_load_n(&f.ctrl->head, __ATOMIC_ACQUIRE) >= f.nslots) continue;
         memcpy(f.slot(), m.buf + m.done, chunk);
+        memset(f.slot() + chunk, kEmuSlotFiller, f.slot_nbytes - chunk);
+        if (f.used != nullptr) f.used[f.step % f.nslots] = (uint32_t)chunk;
         __atomic_store_n(&f.ctrl->tail, f.step + 1, __ATOMIC_RELEASE);
       } else {
         if (__atomic_load_n(&f.ctrl->tail, __ATOMIC_ACQUIRE) <= f.step) continue;
         memcpy(m.buf + m.done, f.slot(), chunk);
+        if (f.used != nullptr && emu_filler_follows(f.slot(), chunk, f.slot_nbytes))
+          return EMU_WHOLE_SLOT;
         __atomic_store_n(&f.ctrl->head, f.step + 1, __ATOMIC_RELEASE);
       }
       f.step++;

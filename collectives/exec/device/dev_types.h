@@ -63,6 +63,11 @@ struct dev_fifo {
                            FIFO's head, a receive FIFO's tail), kept beside
                            step: a launch whose slots it already allows reads
                            nothing across the link to start */
+  uint32_t *used;       /* a network FIFO's sending end: [nslots], the bytes
+                           each slot carries, written before tail passes it,
+                           so that its proxy moves those and not the whole
+                           slot (struct conn_ctrl's slot_used_nbytes); NULL
+                           where the peer reads the slot in place */
 };
 
 /* One channel of a device communicator: a ring with a FIFO pair per protocol

@@ -284,9 +284,13 @@ struct dev_prims {
   // have returned the lines they waited for, and a load that has returned
   // its value cannot be overtaken by the sender's later stores, which wait
   // for this head.
-  __device__ void post(bool do_recv, bool do_send) {
+  // A SIMPLE slot sent to a network FIFO says how many bytes it carries
+  // (nbytes), before the fence that publishes it with the tail.
+  __device__ void post(bool do_recv, bool do_send, uint32_t nbytes) {
     if (PROTO == DEV_PROTO_SIMPLE) __syncthreads();
     if (threadIdx.x == 0) {
+      if (PROTO == DEV_PROTO_SIMPLE && do_send && send.used != NULL)
+        send.used[send.step % send.nslots] = nbytes;
       if (PROTO == DEV_PROTO_SIMPLE) dev_fence_acq_rel_sys();
       if (do_send && PROTO == DEV_PROTO_SIMPLE) dev_st_volatile_u64(&send.ctrl->tail, send.step + 1);
       if (do_recv) dev_st_volatile_u64(&recv.ctrl->head, recv.step + 1);
@@ -314,7 +318,7 @@ struct dev_prims {
     } else if (!ll_move(do_recv, do_send, src, b, dst, n, final ? divisor : 1, sc)) {
       return false;
     }
-    post(do_recv, do_send);
+    post(do_recv, do_send, (uint32_t)(n * sizeof(T)));
     return true;
   }
 
