@@ -373,11 +373,24 @@ step_mps_stop() {
   key "daemon stopped"
 }
 
+# 20 calls a size leave a few microseconds of the processes' start in each
+# small call's time: the latency over 2000 calls (after 500), 8 B
+perf_ar_latency() { # k
+  local out="$LOGS/$STEP.lat.$1.out"
+  "$B/tools/weftrun" -n "$1" "$B/tools/all_reduce_device_perf" -b 8 -e 8 -n 2000 -w 500 \
+    >"$out" 2>&1 || return 1
+  awk '{ sub(/^\[0\] */, "") } /^ *8 +2 / { printf "%.2f us (enqueue %.2f)", $3, $7 }' "$out"
+}
+
 step_perf_ar_mps() {
   use_mps
-  local bad=0
+  local bad=0 k lat
   perf_ar 2 mps || bad=1
   perf_ar 4 mps || bad=1
+  for k in 2 4; do
+    lat=$(perf_ar_latency "$k") || { bad=1; lat="failed"; }
+    echo "$k: 8 B over 2000 calls $lat" >>"$LOGS/$STEP.keys"
+  done
   key "$(paste -sd";" "$LOGS/$STEP.keys" | sed "s/;/; /g")"
   [ $bad = 0 ] || fail "$(cat "$LOGS/$STEP.key")"
 }
