@@ -179,6 +179,14 @@ int main(int argc, char **argv) {
     CUDA_OK(cudaEventCreate(&l->e0));
     CUDA_OK(cudaEventCreate(&l->e1));
   }
+  /* one all-reduce waited for: every rank of the job copies below at about
+   * the same time, so that processes sharing a GPU measure its copy shared
+   * among them (gpu-check counts k of them under MPS) */
+  if (all_reduce_all(lr, comms, g, 1) != weftSuccess) {
+    fprintf(stderr, "all_reduce_device_perf: %s\n", weftGetLastError(comms[0]));
+    return 1;
+  }
+  for (int i = 0; i < g; i++) CUDA_OK(cudaStreamSynchronize(lr[i].stream));
   CUDA_OK(cudaSetDevice(lr[0].dev));
   double copy = copy_gbps(lr[0].send, lr[0].recv, max_nbytes, lr[0].stream);
   if (lr[0].rank == 0)

@@ -389,6 +389,7 @@ step_perf_ar_mps() {
   perf_ar 4 mps || bad=1
   for k in 2 4; do
     lat=$(perf_ar_latency "$k") || { bad=1; lat="failed"; }
+    [ -n "$lat" ] || { bad=1; lat="no 8 B row"; }
     echo "$k: 8 B over 2000 calls $lat" >>"$LOGS/$STEP.keys"
   done
   key "$(paste -sd";" "$LOGS/$STEP.keys" | sed "s/;/; /g")"

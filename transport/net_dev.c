@@ -101,7 +101,8 @@ weftResult_t net_dev_conn_fifo(const struct weft_conn *conn, struct net_dev_fifo
                           "rank %d: a network connection whose FIFO the device cannot reach",
                           conn->peer_rank);
   fifo_out->ctrl = pc->fifo_dev;
-  fifo_out->used = (uint32_t *)((char *)pc->fifo_dev + offsetof(struct conn_ctrl, slot_used_nbytes));
+  fifo_out->used_nbytes =
+      (uint32_t *)((char *)pc->fifo_dev + offsetof(struct conn_ctrl, slot_used_nbytes));
   fifo_out->slots = (char *)pc->fifo_dev + PROXY_CTRL_NBYTES;
   fifo_out->nslots = pc->nslots;
   fifo_out->slot_nbytes = pc->slot_nbytes;

@@ -45,9 +45,11 @@ weftResult_t net_dev_fifo_mem(int emulated, const struct proxy_fifo_mem **mem_ou
  * addresses). */
 struct net_dev_fifo {
   void *ctrl;   /* read as struct dev_fifo_ctrl */
-  uint32_t *used; /* the ctrl page's slot_used_nbytes: the sending kernel writes
-                     each slot's bytes there before its tail, and the proxy
-                     moves those bytes only */
+  uint32_t *used_nbytes; /* the ctrl page's slot_used_nbytes: the sending
+                           kernel writes each slot's bytes there before its
+                           tail, and the proxy moves those bytes only (so
+                           every kernel that fills a network FIFO must:
+                           SIMPLE's do; LL never crosses hosts) */
   char *slots;  /* nslots * slot_nbytes */
   uint32_t nslots;
   size_t slot_nbytes;

@@ -245,6 +245,19 @@ RING_HD void ring_step_at(const struct ring_geom *g, const int *ring, size_t bas
   }
 }
 
+/* The most loops a channel may take together over FIFOs of nslots slots
+ * (2 or more, as every ring needs): one fewer. With as many loops as slots,
+ * every rank can fill its next rank's FIFO with the first steps of the
+ * loops while waiting for its own, around the ring: a deadlock (device_host
+ * simulates it). */
+RING_HD int ring_interleave_max(int nslots) { return nslots > 2 ? nslots - 1 : 1; }
+
+/* A channel's steps in all: its loops times a loop's steps. */
+RING_HD size_t ring_nsteps_total(const struct ring_geom *g) {
+  const size_t loop = ring_loop_nelems(g);
+  return (g->count + loop - 1) / loop * (size_t)ring_loop_nsteps(g);
+}
+
 /* The order a channel runs its loops' steps in. Around a ring, step s of a
  * loop waits for the previous rank's step s - 1 of that loop, which that
  * rank ran just before its own step s: one loop at a time, every step
@@ -253,30 +266,43 @@ RING_HD void ring_step_at(const struct ring_geom *g, const int *ring, size_t bas
  * step s of each before step s + 1 of any, leaves interleave - 1 steps of
  * other loops between a hand-over and the step that waits for it. Every
  * rank of a channel must take the same interleave, since it orders the
- * slots of each FIFO. 1 is one loop after another (the host executor's
- * order). Returns the channel's steps in all; ring_step_order gives the
- * loop (its base) and step of the i-th. */
-/* The most loops a channel may take together over FIFOs of nslots slots
- * (2 or more, as every ring needs): one fewer. With as many loops as slots,
- * every rank can fill its next rank's FIFO with the first steps of the
- * loops while waiting for its own, around the ring: a deadlock (device_host
- * simulates it). */
-RING_HD int ring_interleave_max(int nslots) { return nslots > 2 ? nslots - 1 : 1; }
+ * slots of each FIFO; 1 is one loop after another (the host executor's
+ * order). An iterator, so that a kernel's step costs no division:
+ *   ring_iter_init(&o, g, interleave);
+ *   while (ring_iter_next(&o, &base, &s)) ... ring_step_at(g, ring, base, s, ...) */
+struct ring_iter {
+  size_t loop_nelems, nloops;
+  size_t first;    /* the group's first loop */
+  size_t together; /* loops in the group: interleave, or fewer at the end */
+  size_t j;        /* the next loop within the group */
+  int s, nsteps;   /* the group's step now, and a loop's steps */
+  int depth;       /* interleave, at least 1 */
+};
 
-RING_HD size_t ring_nsteps_total(const struct ring_geom *g) {
-  const size_t loop = ring_loop_nelems(g);
-  return (g->count + loop - 1) / loop * (size_t)ring_loop_nsteps(g);
+RING_HD void ring_iter_init(struct ring_iter *o, const struct ring_geom *g, int interleave) {
+  o->loop_nelems = ring_loop_nelems(g);
+  o->nloops = (g->count + o->loop_nelems - 1) / o->loop_nelems;
+  o->depth = interleave > 1 ? interleave : 1;
+  o->first = 0;
+  o->together = o->nloops < (size_t)o->depth ? o->nloops : (size_t)o->depth;
+  o->j = 0;
+  o->s = 0;
+  o->nsteps = ring_loop_nsteps(g);
 }
-RING_HD void ring_step_order(const struct ring_geom *g, int interleave, size_t i, size_t *base,
-                             int *s) {
-  const size_t loop = ring_loop_nelems(g), nloops = (g->count + loop - 1) / loop;
-  const size_t nsteps = (size_t)ring_loop_nsteps(g);
-  const size_t depth = interleave > 1 ? (size_t)interleave : 1;
-  const size_t first = i / (depth * nsteps) * depth; /* the group's first loop */
-  const size_t together = nloops - first < depth ? nloops - first : depth;
-  const size_t r = i - first * nsteps; /* within the group */
-  *s = (int)(r / together);
-  *base = (first + r % together) * loop;
+
+/* The next step's loop (by its first element) and step; 0 when the
+ * channel's steps are done. */
+RING_HD int ring_iter_next(struct ring_iter *o, size_t *base_out, int *s_out) {
+  if (o->first >= o->nloops) return 0;
+  *base_out = (o->first + o->j) * o->loop_nelems;
+  *s_out = o->s;
+  if (++o->j < o->together) return 1;
+  o->j = 0;
+  if (++o->s < o->nsteps) return 1;
+  o->s = 0;
+  o->first += o->together;
+  o->together = o->nloops - o->first < (size_t)o->depth ? o->nloops - o->first : (size_t)o->depth;
+  return 1;
 }
 
 /* Channel c's share of a call of total elements over nchannels: contiguous,

@@ -1,7 +1,7 @@
 // Step sequences of ring_steps.h as each compiler built them: the host C
 // compiler (what the host executor runs), nvcc's host pass, and nvcc's device
 // pass (run by a one-thread kernel). Each writes up to max steps, in the
-// order of `interleave` loops at a time (ring_step_order), and returns how
+// order of `interleave` loops at a time (struct ring_iter), and returns how
 // many the channel's share takes.
 #ifndef WEFT_TESTS_RING_STEPS_DUMP_H
 #define WEFT_TESTS_RING_STEPS_DUMP_H

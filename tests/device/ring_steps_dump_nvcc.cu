@@ -6,15 +6,13 @@
 
 __host__ __device__ static size_t dump(const struct ring_geom *g, const int *ring,
                                        struct ring_step *out, size_t max, int interleave) {
-  size_t n = 0;
-  const size_t total = ring_nsteps_total(g);
-  for (; n < total && n < max; n++) {
-    size_t base;
-    int s;
-    ring_step_order(g, interleave, n, &base, &s);
-    ring_step_at(g, ring, base, s, &out[n]);
-  }
-  return total;
+  struct ring_iter o;
+  ring_iter_init(&o, g, interleave);
+  size_t n = 0, base;
+  int s;
+  for (; ring_iter_next(&o, &base, &s); n++)
+    if (n < max) ring_step_at(g, ring, base, s, &out[n]);
+  return n;
 }
 
 extern "C" size_t ring_steps_dump_nvcc_host(const struct ring_geom *g, const int *ring,

@@ -19,6 +19,7 @@
 #include "weft.h"
 extern "C" {
 #include "collectives/core/params.h"
+#include "collectives/exec/device/device.h"
 #include "transport/param.h"
 }
 
@@ -481,6 +482,21 @@ TEST(DeviceInterleave, EveryOrderGivesTheCollective) {
     for (const char *proto : {"simple", "ll"}) {
       ScopedEnv env({{"WEFT_DEVICE_RING_INTERLEAVE", il}, {"WEFT_PROTO", proto},
                      {"WEFT_DEVICE_NCHANNELS", "2"}});
+      { // the comms take the value (what the kernels are launched with)
+        Ranks ranks(2);
+        float *buf[2];
+        for (auto &p : buf) ASSERT_EQ(cudaMalloc((void **)&p, 64 * sizeof(float)), cudaSuccess);
+        ASSERT_EQ(weftGroupStart(), weftSuccess);
+        for (int r = 0; r < 2; r++)
+          ASSERT_EQ(weftAllReduce(buf[r], buf[r], 64, weftFloat32, weftSum, ranks.comms[r],
+                                  ranks.streams[r]),
+                    weftSuccess);
+        ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+        ranks.sync();
+        for (int r = 0; r < 2; r++)
+          EXPECT_EQ(device_comm_interleave(ranks.comms[r]), atoi(il)) << "rank " << r;
+        for (auto p : buf) cudaFree(p);
+      }
       const size_t n = std::string(proto) == "ll" ? 20011 : 1250011;
       for (int coll = 0; coll < 5; coll++)
         for (int k : {2, 4}) {
@@ -539,7 +555,7 @@ TEST(DeviceSteps, KernelComputesTheHostSteps) {
       }
   // two ranks' all-reduce in one exchange, which the device alone runs
   const int pair[2] = {1, 0};
-  for (int il : {1, 2})
+  for (int il : {1, 2, 3})
     for (int pos = 0; pos < 2; pos++) {
       ring_geom g;
       ring_geom_init(&g, RING_ALLREDUCE_PAIR, 2, pos, -1, 1000, 64, 500, 24, 4);

@@ -27,7 +27,7 @@ struct SimCase {
   size_t slot_count; // elements per slot
   int nchannels;
   int root;
-  int interleave; // loops a channel takes together (ring_step_order)
+  int interleave; // loops a channel takes together (struct ring_iter)
 };
 
 const char *coll_name(int coll) {
@@ -315,6 +315,30 @@ TEST(RingStepsShape, LoopLengths) {
   ring_geom_init(&g, RING_ALLREDUCE_PAIR, 2, 0, -1, 100, 0, 100, 8, 4);
   EXPECT_EQ(ring_loop_nsteps(&g), 2);
   EXPECT_EQ(ring_loop_nelems(&g), 8u);
+}
+
+// Loops taken together: step s of each loop of a group before step s + 1 of
+// any; the last group holds the loops left; every step once.
+TEST(RingStepsShape, InterleavedOrder) {
+  ring_geom g;
+  ring_geom_init(&g, RING_ALLGATHER, 3, 0, -1, 100, 0, 5 * 8 - 3, 8, 4); // 5 loops of 3 steps
+  for (int il : {1, 2, 3, 7}) {
+    std::vector<std::pair<size_t, int>> want; // (loop, step)
+    for (int first = 0; first < 5; first += il)
+      for (int s = 0; s < 3; s++)
+        for (int l = first; l < std::min(first + il, 5); l++) want.push_back({(size_t)l, s});
+    struct ring_iter o;
+    ring_iter_init(&o, &g, il);
+    std::vector<std::pair<size_t, int>> got;
+    size_t base;
+    int s;
+    while (ring_iter_next(&o, &base, &s) && got.size() <= want.size()) {
+      EXPECT_EQ(base % 8, 0u);
+      got.push_back({base / 8, s});
+    }
+    EXPECT_EQ(got, want) << "interleave " << il;
+    EXPECT_EQ(ring_nsteps_total(&g), want.size());
+  }
 }
 
 // --- the generated matrix -------------------------------------------------

@@ -96,7 +96,7 @@ struct Ring {
   static net_dev_fifo view(const weft_conn &c) {
     net_dev_fifo f;
     f.ctrl = cuda_fifo_ctrl(&c);
-    f.used = nullptr; // the kernel reads the slot in place: no sizes
+    f.used_nbytes = nullptr; // the kernel reads the slot in place: no sizes
     f.slots = c.slots;
     f.nslots = c.nslots;
     f.slot_nbytes = c.slot_nbytes;

@@ -36,14 +36,15 @@ namespace weft_test {
 // The kernel's view of one FIFO end (struct dev_fifo).
 struct EmuFifo {
   dev_fifo_ctrl *ctrl;
-  uint32_t *used; // the slots' used words (network FIFOs), else null
+  uint32_t *used_nbytes; // the slots' used words (network FIFOs), else null
   char *slots;
   uint32_t nslots;
   size_t slot_nbytes;
   uint64_t step = 0;
 
   explicit EmuFifo(const net_dev_fifo &f)
-      : ctrl(static_cast<dev_fifo_ctrl *>(f.ctrl)), used(f.used), slots(f.slots), nslots(f.nslots),
+      : ctrl(static_cast<dev_fifo_ctrl *>(f.ctrl)), used_nbytes(f.used_nbytes), slots(f.slots),
+        nslots(f.nslots),
         slot_nbytes(f.slot_nbytes) {}
   char *slot() const { return slots + (step % nslots) * slot_nbytes; }
 };
@@ -107,12 +108,12 @@ inline EmuResult emu_kernel_run(std::vector<EmuMsg> &msgs, const std::function<b
         if (f.step - __atomic_load_n(&f.ctrl->head, __ATOMIC_ACQUIRE) >= f.nslots) continue;
         memcpy(f.slot(), m.buf + m.done, chunk);
         memset(f.slot() + chunk, kEmuSlotFiller, f.slot_nbytes - chunk);
-        if (f.used != nullptr) f.used[f.step % f.nslots] = (uint32_t)chunk;
+        if (f.used_nbytes != nullptr) f.used_nbytes[f.step % f.nslots] = (uint32_t)chunk;
         __atomic_store_n(&f.ctrl->tail, f.step + 1, __ATOMIC_RELEASE);
       } else {
         if (__atomic_load_n(&f.ctrl->tail, __ATOMIC_ACQUIRE) <= f.step) continue;
         memcpy(m.buf + m.done, f.slot(), chunk);
-        if (f.used != nullptr && emu_filler_follows(f.slot(), chunk, f.slot_nbytes))
+        if (f.used_nbytes != nullptr && emu_filler_follows(f.slot(), chunk, f.slot_nbytes))
           return EMU_WHOLE_SLOT;
         __atomic_store_n(&f.ctrl->head, f.step + 1, __ATOMIC_RELEASE);
       }

@@ -24,10 +24,11 @@ struct weft_param cuda_params[] = {
      "FIFOs (lanes) per peer and direction of device send/recv, 1 to 8, alike on every rank: "
      "a message's slots take turns on them and each lane is one kernel block's work at a "
      "time; each costs 1 MiB of the receiver's memory per peer", 0, 0, NULL},
+    /* 1 to 3: ring_interleave_max of the device FIFOs' DEV_NSLOTS (4) */
     {"WEFT_DEVICE_RING_INTERLEAVE", PARAM_INT, "2",
-     "loops of a device ring collective each channel runs together, 1 to 3 (ranks that differ "
-     "take the fewest): step s of each before step s + 1 of any, so that a step's wait for "
-     "the previous rank overlaps the other loops' steps; 1 runs one loop after another", 0, 0,
-     NULL},
+     "loops of a device ring collective (an all-reduce's loop: one slot per rank; the other "
+     "collectives': one slot) each channel runs together, 1 to 3 (ranks that differ take the "
+     "fewest): step s of each before step s + 1 of any, so that a step's wait for the previous "
+     "rank overlaps the other loops' steps; 1 runs one loop after another", 0, 0, NULL},
     PARAM_END,
 };

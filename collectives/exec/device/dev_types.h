@@ -63,11 +63,12 @@ struct dev_fifo {
                            FIFO's head, a receive FIFO's tail), kept beside
                            step: a launch whose slots it already allows reads
                            nothing across the link to start */
-  uint32_t *used;       /* a network FIFO's sending end: [nslots], the bytes
-                           each slot carries, written before tail passes it,
-                           so that its proxy moves those and not the whole
-                           slot (struct conn_ctrl's slot_used_nbytes); NULL
-                           where the peer reads the slot in place */
+  uint32_t *used_nbytes; /* both ends of a network FIFO: [nslots], the bytes
+                           each slot carries (struct conn_ctrl's
+                           slot_used_nbytes), written by the sending kernel
+                           before tail passes the slot, so that the proxy
+                           moves those and not the whole slot; NULL where
+                           the peer reads the slot in place */
 };
 
 /* One channel of a device communicator: a ring with a FIFO pair per protocol
@@ -91,7 +92,7 @@ struct dev_work {
   int coll;            /* enum ring_coll */
   int root;            /* broadcast and reduce, else -1 */
   int nchannels;
-  int interleave;      /* loops a channel runs together (ring_step_order) */
+  int interleave;      /* loops a channel runs together (struct ring_iter) */
   int divisor;         /* nranks for avg, else 1 */
   int proto;           /* enum dev_proto */
   uint32_t elem_nbytes;

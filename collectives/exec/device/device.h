@@ -60,7 +60,7 @@ int device_channel_cap(const struct device_gpu_ident *ids, int n);
  * whose WEFT_DEVICE_NCHANNELS or config bounds differ still agree, since a
  * ring needs the same channels and shares on every rank), at most cap. */
 int device_nchannels_agreed(const struct device_gpu_ident *ids, int n, int cap);
-/* The loops a ring channel runs together (ring_step_order): the fewest any
+/* The loops a ring channel runs together (struct ring_iter): the fewest any
  * rank wants, since the order fixes which slot of a FIFO carries what, and
  * at most ring_interleave_max of the device FIFOs' slots; 1 when a rank
  * wants none. */
@@ -85,6 +85,9 @@ void device_comm_abort(struct weftComm *comm);
 weftResult_t device_comm_error(struct weftComm *comm);
 /* Releases comm's device channels (after its streams are done with them). */
 void device_comm_free(struct weftComm *comm);
+/* The loops a channel of comm's device rings runs together, as its ranks
+ * agreed when its device channels connected; 0 before (or without CUDA). */
+int device_comm_interleave(const struct weftComm *comm);
 
 /* weftMemAlloc/Free: device memory when a CUDA context is current on this
  * thread (on_device_out says which); host memory otherwise. */

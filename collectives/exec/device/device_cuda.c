@@ -332,6 +332,10 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
     int cap = device_channel_cap(info, n);
     nch = device_nchannels_agreed(info, n, cap);
     d->interleave = device_interleave_agreed(info, n);
+    if (d->interleave < info[comm->rank].want_interleave)
+      WEFT_INFO(LOG_INIT, "rank %d: %d device ring loops together of the %d asked (another "
+                "rank's WEFT_DEVICE_RING_INTERLEAVE)", comm->rank, d->interleave,
+                info[comm->rank].want_interleave);
     if (nch < info[comm->rank].want_channels)
       WEFT_INFO(LOG_INIT, "rank %d: %d device channels of the %d asked (the GPU's SMs over the "
                 "ranks sharing it, or another rank's settings)", comm->rank, nch,
@@ -418,6 +422,11 @@ weftResult_t device_ring_get(struct weftComm *comm, struct device_comm **out) {
   }
   *out = d;
   return weftSuccess;
+}
+
+int device_comm_interleave(const struct weftComm *comm) {
+  const struct device_comm *d = comm->device;
+  return d != NULL && d->ring_ready ? d->interleave : 0;
 }
 
 void device_comm_abort(struct weftComm *comm) {

@@ -107,7 +107,7 @@ weftResult_t device_hop_fifo(const struct weft_conn *c, struct dev_fifo *fifo_ou
   struct dev_fifo f;
   memset(&f, 0, sizeof f);
   f.ctrl = nf.ctrl;
-  f.used = nf.used;
+  f.used_nbytes = nf.used_nbytes;
   f.slots = nf.slots;
   f.nslots = nf.nslots;
   f.slot_nbytes = (uint32_t)nf.slot_nbytes;

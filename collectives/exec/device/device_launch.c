@@ -86,7 +86,8 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
   struct dev_work w = {
       .channels = d->channels_d, .sendbuf = plan->sendbuf, .recvbuf = plan->recvbuf,
       .count = plan->count, .coll = coll, .root = plan->root,
-      .nchannels = nch, .interleave = d->interleave, .divisor = plan->op == weftAvg ? comm->nranks : 1, .proto = proto,
+      .nchannels = nch, .interleave = d->interleave,
+      .divisor = plan->op == weftAvg ? comm->nranks : 1, .proto = proto,
       .elem_nbytes = (uint32_t)weftTypeSize(plan->datatype),
       .abort_flag = d->flags_d, .error = d->flags_d + 1, .timeout_ns = comm->timeout_ns};
   premul_scalar(plan, &w);

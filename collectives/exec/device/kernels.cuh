@@ -42,11 +42,11 @@ __global__ void __launch_bounds__(DEV_NTHREADS) weft_ring_kernel(dev_work w) {
   const T *src = static_cast<const T *>(w.sendbuf);
   T *dst = static_cast<T *>(w.recvbuf);
   // w.interleave loops at a time, step by step, as every rank of the ring
-  const size_t nsteps = ring_nsteps_total(&g);
-  for (size_t i = 0; i < nsteps; i++) {
-    size_t base;
-    int s;
-    ring_step_order(&g, w.interleave, i, &base, &s);
+  struct ring_iter order;
+  ring_iter_init(&order, &g, w.interleave);
+  size_t base;
+  int s;
+  while (ring_iter_next(&order, &base, &s)) {
     struct ring_step st;
     ring_step_at(&g, ch->ring, base, s, &st);
     const T *sp = ring_prim_has_src(st.prim) ? src + st.src_elem : NULL;

@@ -108,10 +108,11 @@ extern "C" __global__ void __launch_bounds__(DEV_NTHREADS) weft_p2p_kernel(dev_p
     __syncthreads();
     if (threadIdx.x == 0) {
       // release: every thread's accesses to the slot (ordered before this by
-      // the barrier) are visible system-wide before the counter moves
+      // the barrier), and a network FIFO's used word for it, are visible
+      // system-wide before the counter moves
       const p2p_op &o = w.ops[blk.op[cur]];
       dev_fifo *f = p2p_lane(w, o, blk.lane[cur]);
-      if (o.send && f->used != NULL) f->used[f->step % f->nslots] = (uint32_t)size; // network
+      if (o.send && f->used_nbytes != NULL) f->used_nbytes[f->step % f->nslots] = (uint32_t)size;
       dev_fence_acq_rel_sys();
       dev_st_volatile_u64(o.send ? &f->ctrl->tail : &f->ctrl->head, f->step + 1);
       f->step++;

@@ -285,12 +285,14 @@ struct dev_prims {
   // its value cannot be overtaken by the sender's later stores, which wait
   // for this head.
   // A SIMPLE slot sent to a network FIFO says how many bytes it carries
-  // (nbytes), before the fence that publishes it with the tail.
+  // (nbytes), before the fence that publishes it with the tail: its proxy
+  // moves those only. LL writes no such word, and never crosses hosts
+  // (device_launch.c); an LL that did would need it.
   __device__ void post(bool do_recv, bool do_send, uint32_t nbytes) {
     if (PROTO == DEV_PROTO_SIMPLE) __syncthreads();
     if (threadIdx.x == 0) {
-      if (PROTO == DEV_PROTO_SIMPLE && do_send && send.used != NULL)
-        send.used[send.step % send.nslots] = nbytes;
+      if (PROTO == DEV_PROTO_SIMPLE && do_send && send.used_nbytes != NULL)
+        send.used_nbytes[send.step % send.nslots] = nbytes;
       if (PROTO == DEV_PROTO_SIMPLE) dev_fence_acq_rel_sys();
       if (do_send && PROTO == DEV_PROTO_SIMPLE) dev_st_volatile_u64(&send.ctrl->tail, send.step + 1);
       if (do_recv) dev_st_volatile_u64(&recv.ctrl->head, recv.step + 1);
@@ -322,15 +324,17 @@ struct dev_prims {
     return true;
   }
 
-  // Whether a FIFO of the channel is poisoned (an earlier kernel gave up):
-  // then this one returns at once, before it moves anything. Block-wide.
-  // The loads are or'ed without short-circuit, so that all of them are in
-  // flight at once rather than each waiting for the one before.
+  // Whether a FIFO this launch uses is poisoned (an earlier kernel gave
+  // up): then this one returns at once, before it moves anything.
+  // Block-wide. A block that gives up poisons every protocol's FIFOs of its
+  // channel (give_up), and a network proxy poisons the SIMPLE ones, the
+  // only ones crossing hosts: this protocol's pair tells, from the copies
+  // init() already holds, without loading the other protocol's. Or'ed
+  // without short-circuit, so that both loads are in flight at once.
   __device__ bool poisoned() {
     int any = 0;
     if (threadIdx.x == 0) {
-      for (int p = 0; p < DEV_NPROTOS; p++)
-        any |= (int)dev_fifo_poisoned(chan->send[p]) | (int)dev_fifo_poisoned(chan->recv[p]);
+      any = (int)dev_fifo_poisoned(send) | (int)dev_fifo_poisoned(recv);
       if (any && *(volatile uint32_t *)watch.error == 0)
         *(volatile uint32_t *)watch.error = DEV_GAVE_UP_POISON;
     }
