@@ -317,38 +317,30 @@ step_perf_launch_mps() {
   launch_cost
 }
 
-# Device channels against 128 MiB busbw (issue 20.3's 4-rank traffic): -g 4
-# and -g 2 at WEFT_DEVICE_NCHANNELS 32, 48 and 64 (a set count may use the
-# SMs' occupancy, docs/cuda.md), 32 to 128 MiB.
-step_perf_channels() {
+# all_reduce_device_perf -g 4 and -g 2, 32 to 128 MiB, at each value of one
+# variable: each run's 128 MiB busbw and traffic in the key
+sweep_ar() { # variable label value...
   need_exe "$B/tools/all_reduce_device_perf"
-  local k nch out keys=""
+  local var="$1" label="$2" k v out keys=""
+  shift 2
   for k in 4 2; do
-    for nch in 32 48 64; do
-      out="$LOGS/$STEP.$k.$nch.out"
-      WEFT_DEVICE_NCHANNELS=$nch "$B/tools/all_reduce_device_perf" -g "$k" -b 32M -e $MIB128 -f 4 \
-        -n 20 -w 5 >"$out" 2>&1 || fail "-g $k, $nch channels: $(tail -1 "$out")"
-      keys="$keys${keys:+; }$k ranks $nch ch: $(ar_key "$out" "$k" | sed 's/^8 B [^;]*; //')"
+    for v in "$@"; do
+      out="$LOGS/$STEP.$k.$v.out"
+      env "$var=$v" "$B/tools/all_reduce_device_perf" -g "$k" -b 32M -e $MIB128 -f 4 -n 20 -w 5 \
+        >"$out" 2>&1 || fail "-g $k, $var=$v: $(tail -1 "$out")"
+      keys="$keys${keys:+; }$k ranks $label $v: $(ar_key "$out" "$k" | sed 's/^8 B [^;]*; //')"
     done
   done
   key "$keys"
 }
 
-# the loops a ring channel runs together: 1 puts every hand-over between
-# ranks on the critical path, 2 (the default) and 3 overlap it
-step_perf_interleave() {
-  need_exe "$B/tools/all_reduce_device_perf"
-  local k il out keys=""
-  for k in 4 2; do
-    for il in 1 2 3; do
-      out="$LOGS/$STEP.$k.$il.out"
-      WEFT_DEVICE_RING_INTERLEAVE=$il "$B/tools/all_reduce_device_perf" -g "$k" -b 32M \
-        -e $MIB128 -f 4 -n 20 -w 5 >"$out" 2>&1 || fail "-g $k, interleave $il: $(tail -1 "$out")"
-      keys="$keys${keys:+; }$k ranks il $il: $(ar_key "$out" "$k" | sed 's/^8 B [^;]*; //')"
-    done
-  done
-  key "$keys"
-}
+# Device channels against 128 MiB busbw (issue 20.3's 4-rank traffic): a set
+# count may use the SMs' occupancy (docs/cuda.md).
+step_perf_channels() { sweep_ar WEFT_DEVICE_NCHANNELS ch 32 48 64; }
+
+# The loops a ring channel runs together: 1 puts every hand-over between
+# ranks on the critical path, 2 (the default) and 3 overlap it.
+step_perf_interleave() { sweep_ar WEFT_DEVICE_RING_INTERLEAVE il 1 2 3; }
 
 step_mps_start() {
   command -v nvidia-cuda-mps-control >/dev/null || skip "no nvidia-cuda-mps-control"

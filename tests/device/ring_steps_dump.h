@@ -10,6 +10,20 @@
 
 #include "collectives/algo/ring_steps.h"
 
+// The steps of one channel in ring_iter's order, written up to max; returns
+// how many there are. Compiled by whichever compiler includes it (the C
+// and nvcc dumps below each run their own compile of it).
+RING_HD size_t ring_steps_collect(const struct ring_geom *g, const int *ring,
+                                  struct ring_step *out, size_t max, int interleave) {
+  struct ring_iter it;
+  ring_iter_init(&it, g, interleave);
+  size_t n = 0, base;
+  int s;
+  for (; ring_iter_next(&it, &base, &s); n++)
+    if (n < max) ring_step_at(g, ring, base, s, &out[n]);
+  return n;
+}
+
 #ifdef __cplusplus
 extern "C" {
 #endif

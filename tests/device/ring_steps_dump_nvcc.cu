@@ -4,25 +4,14 @@
 
 #include "ring_steps_dump.h"
 
-__host__ __device__ static size_t dump(const struct ring_geom *g, const int *ring,
-                                       struct ring_step *out, size_t max, int interleave) {
-  struct ring_iter o;
-  ring_iter_init(&o, g, interleave);
-  size_t n = 0, base;
-  int s;
-  for (; ring_iter_next(&o, &base, &s); n++)
-    if (n < max) ring_step_at(g, ring, base, s, &out[n]);
-  return n;
-}
-
 extern "C" size_t ring_steps_dump_nvcc_host(const struct ring_geom *g, const int *ring,
                                             struct ring_step *out, size_t max, int interleave) {
-  return dump(g, ring, out, max, interleave);
+  return ring_steps_collect(g, ring, out, max, interleave);
 }
 
 __global__ void dump_kernel(struct ring_geom g, const int *ring, struct ring_step *out,
                             size_t max, int interleave, size_t *n_out) {
-  *n_out = dump(&g, ring, out, max, interleave);
+  *n_out = ring_steps_collect(&g, ring, out, max, interleave);
 }
 
 extern "C" long ring_steps_dump_nvcc_device(const struct ring_geom *g, const int *ring,
