@@ -411,6 +411,9 @@ struct dev_prims {
         uint64_t w;
         T e[8 / sizeof(T)];
       } x, y;
+      // our own input first: its load is under way while the peer's line
+      // is awaited, rather than after it came
+      if (b != NULL) y.w = ll_load(b, l * 8, nbytes);
       if (do_recv) {
         uint4 line;
         uint32_t spins = 0;
@@ -432,7 +435,6 @@ struct dev_prims {
         for (int e = 0; e < (int)(8 / sizeof(T)); e++) x.e[e] = sc.a(x.e[e]);
       }
       if (b != NULL) {
-        y.w = ll_load(b, l * 8, nbytes);
 #pragma unroll
         for (int e = 0; e < (int)(8 / sizeof(T)); e++) x.e[e] = R::op(x.e[e], sc.b(y.e[e]));
       }
