@@ -49,7 +49,7 @@ static int gdr_logged;
 
 /* Reads WEFT_NET_GDR and says (once) where the FIFOs go. */
 static weftResult_t net_dev_gdr_check(const char *where) {
-  int64_t gdr = param_int(&cuda_params[NET_DEV_P_GDR]);
+  int64_t gdr = param_int(&cuda_params[CUDA_P_NET_GDR]);
   if (gdr < -1 || gdr > 1)
     return weft_error_set(weftInvalidArgument, "WEFT_NET_GDR=%lld: must be -1 (auto), 0 or 1",
                           (long long)gdr);

@@ -29,7 +29,6 @@
 #include "transport.h"
 #include "weft_build_config.h"
 
-#define NET_DEV_P_GDR 3 /* cuda_params[] (param.h): WEFT_NET_GDR */
 
 /* Plain zeroed page-aligned host memory; the device address is the host's:
  * the host emulation of the kernels' side. */

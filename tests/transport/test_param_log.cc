@@ -113,4 +113,18 @@ TEST(Param, ConfigPrintListsEveryTable) {
       EXPECT_NE(s.find(p->name), std::string::npos) << p->name;
 }
 
+// The device path's table is indexed by enum cuda_param: every index names
+// its entry (a hole would end the table early, hiding the rest from
+// weftConfigPrint), and the table ends right after the last.
+TEST(Param, DeviceTableHasEveryIndexedEntry) {
+  const char *const names[CUDA_P_NUM] = {
+      "WEFT_CUDA_IPC_DISABLE", "WEFT_P2P_DISABLE", "WEFT_DEVICE_NCHANNELS", "WEFT_NET_GDR",
+      "WEFT_DEVICE_HOST_FIFO_DISABLE", "WEFT_P2P_LANES", "WEFT_DEVICE_RING_INTERLEAVE"};
+  for (int i = 0; i < CUDA_P_NUM; i++) {
+    ASSERT_NE(cuda_params[i].name, nullptr) << "entry " << i;
+    EXPECT_STREQ(cuda_params[i].name, names[i]) << "entry " << i;
+  }
+  EXPECT_EQ(cuda_params[CUDA_P_NUM].name, nullptr);
+}
+
 }  // namespace

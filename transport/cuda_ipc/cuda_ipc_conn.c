@@ -86,7 +86,7 @@ void cuda_fifo_close(struct weft_conn *conn) {
   conn->slots = NULL;
 }
 
-static int cuda_ipc_disabled(void) { return param_int(&cuda_params[0]) != 0; }
+static int cuda_ipc_disabled(void) { return param_int(&cuda_params[CUDA_P_IPC_DISABLE]) != 0; }
 
 /* Other processes of this host with a GPU. */
 static int cuda_ipc_can_connect(const struct peer_info *sender, const struct peer_info *receiver) {

@@ -4,31 +4,31 @@
 #include "../param.h"
 
 struct weft_param cuda_params[] = {
-    {"WEFT_CUDA_IPC_DISABLE", PARAM_INT, "0",
+    [CUDA_P_IPC_DISABLE] = {"WEFT_CUDA_IPC_DISABLE", PARAM_INT, "0",
      "1 disables the cuda_ipc transport (device FIFOs of other processes)", 0, 0, NULL},
-    {"WEFT_P2P_DISABLE", PARAM_INT, "0",
+    [CUDA_P_P2P_DISABLE] = {"WEFT_P2P_DISABLE", PARAM_INT, "0",
      "1 disables the p2p transport (device FIFOs of GPUs in this process)", 0, 0, NULL},
-    {"WEFT_DEVICE_NCHANNELS", PARAM_INT, NULL,
+    [CUDA_P_DEVICE_NCHANNELS] = {"WEFT_DEVICE_NCHANNELS", PARAM_INT, NULL,
      "channels (kernel blocks, each a ring with its own device FIFOs) of a comm's device "
      "collectives, 1 to 64; unset: 32, at most one block per SM of the GPU over the ranks "
      "sharing it; set: at most the blocks its SMs hold at once over those ranks; a launch "
      "uses one per 64 KiB (LL: per 16 KiB)", 0, 0, NULL},
-    {"WEFT_NET_GDR", PARAM_INT, "-1",
+    [CUDA_P_NET_GDR] = {"WEFT_NET_GDR", PARAM_INT, "-1",
      "device FIFOs to other hosts in GPU memory moved by UCX directly (GPUDirect RDMA): -1 "
      "auto, 0 off (pinned host memory), 1 required", 0, 0, NULL},
-    {"WEFT_DEVICE_HOST_FIFO_DISABLE", PARAM_INT, "0",
+    [CUDA_P_HOST_FIFO_DISABLE] = {"WEFT_DEVICE_HOST_FIFO_DISABLE", PARAM_INT, "0",
      "1 disables the host_fifo transport (device FIFOs in pinned host memory shared by the "
      "processes of one host, where GPUs lack peer access or p2p/cuda_ipc are disabled)", 0, 0,
      NULL},
-    {"WEFT_P2P_LANES", PARAM_INT, "4",
+    [CUDA_P_P2P_LANES] = {"WEFT_P2P_LANES", PARAM_INT, "4",
      "FIFOs (lanes) per peer and direction of device send/recv, 1 to 8, alike on every rank: "
      "a message's slots take turns on them and each lane is one kernel block's work at a "
      "time; each costs 1 MiB of the receiver's memory per peer", 0, 0, NULL},
     /* 1 to 3: ring_interleave_max of the device FIFOs' DEV_NSLOTS (4) */
-    {"WEFT_DEVICE_RING_INTERLEAVE", PARAM_INT, "2",
+    [CUDA_P_RING_INTERLEAVE] = {"WEFT_DEVICE_RING_INTERLEAVE", PARAM_INT, "2",
      "loops of a device ring collective (an all-reduce's loop: one slot per rank; the other "
      "collectives': one slot) each channel runs together, 1 to 3 (ranks that differ take the "
      "fewest): step s of each before step s + 1 of any, so that a step's wait for the previous "
      "rank overlaps the other loops' steps; 1 runs one loop after another", 0, 0, NULL},
-    PARAM_END,
+    [CUDA_P_NUM] = PARAM_END,
 };

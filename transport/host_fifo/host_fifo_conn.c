@@ -11,8 +11,6 @@
 #include "../shm/shm_segment.h"
 #include "../status.h"
 
-#define HOST_FIFO_P_DISABLE 4 /* cuda_params[]: WEFT_DEVICE_HOST_FIFO_DISABLE */
-
 struct host_fifo_blob {
   char name[SHM_NAME_BYTES];
   uint64_t nbytes;
@@ -26,7 +24,7 @@ struct host_fifo_end {
 };
 
 static int host_fifo_disabled(void) {
-  return param_int(&cuda_params[HOST_FIFO_P_DISABLE]) != 0;
+  return param_int(&cuda_params[CUDA_P_HOST_FIFO_DISABLE]) != 0;
 }
 
 static int host_fifo_can_connect(const struct peer_info *sender, const struct peer_info *receiver) {

@@ -11,7 +11,7 @@
 #include "../param.h"
 #include "../status.h"
 
-static int p2p_disabled(void) { return param_int(&cuda_params[1]) != 0; }
+static int p2p_disabled(void) { return param_int(&cuda_params[CUDA_P_P2P_DISABLE]) != 0; }
 
 static int p2p_can_connect(const struct peer_info *sender, const struct peer_info *receiver) {
   return sender->host_hash == receiver->host_hash && sender->pid == receiver->pid &&

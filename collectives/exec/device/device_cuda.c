@@ -288,10 +288,10 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
   const int n = comm->nranks;
   /* a value out of range is refused after the exchange below, on every rank
    * (refusing before it would leave the peers waiting in it) */
-  int64_t nch64 = param_int(&cuda_params[2]);
-  const int nch_set = param_str(&cuda_params[2]) != NULL;
+  int64_t nch64 = param_int(&cuda_params[CUDA_P_DEVICE_NCHANNELS]);
+  const int nch_set = param_str(&cuda_params[CUDA_P_DEVICE_NCHANNELS]) != NULL;
   const int nch_bad = nch_set && (nch64 < 1 || nch64 > DEV_MAX_CHANNELS);
-  const int64_t il64 = param_int(&cuda_params[DEVICE_P_INTERLEAVE]);
+  const int64_t il64 = param_int(&cuda_params[CUDA_P_RING_INTERLEAVE]);
   const int il_max = ring_interleave_max(DEV_NSLOTS);
   const int il_bad = il64 < 1 || il64 > il_max;
   /* every device channel follows the comm's ring order (channel 0's) */

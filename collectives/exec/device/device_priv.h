@@ -14,8 +14,6 @@
 #include "dev_types.h"
 #include "device.h"
 
-#define DEVICE_P_P2P_LANES 5 /* cuda_params[] (param.h): WEFT_P2P_LANES */
-#define DEVICE_P_INTERLEAVE 6 /* cuda_params[]: WEFT_DEVICE_RING_INTERLEAVE */
 #define DEV_SIMPLE_SLOT_NBYTES (256u << 10)
 #define DEV_LL_SLOT_NBYTES (16u << 10)
 /* streams whose last launch of a comm is tracked (destroy waits for them) */
