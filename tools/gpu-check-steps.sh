@@ -367,11 +367,28 @@ step_mps_stop() {
 
 # 20 calls a size leave a few microseconds of the processes' start in each
 # small call's time: the latency over 2000 calls (after 500), 8 B
-perf_ar_latency() { # k
-  local out="$LOGS/$STEP.lat.$1.out"
+perf_ar_latency() { # k [tag of the log]
+  local out="$LOGS/$STEP.lat.$1${2:+.$2}.out"
   "$B/tools/weftrun" -n "$1" "$B/tools/all_reduce_device_perf" -b 8 -e 8 -n 2000 -w 500 \
     >"$out" 2>&1 || return 1
   awk '{ sub(/^\[0\] */, "") } /^ *8 +2 / { printf "%.2f us (enqueue %.2f)", $3, $7 }' "$out"
+}
+
+# Programmatic dependent launch (WEFT_DEVICE_PDL) against none: the 8 B
+# latency over 2000 calls of 2 and 4 processes under MPS, alternating.
+step_perf_pdl() {
+  use_mps
+  need_exe "$B/tools/all_reduce_device_perf"
+  local k pdl lat keys=""
+  for k in 2 4; do
+    for pdl in 0 1 0 1; do
+      lat=$(WEFT_DEVICE_PDL=$pdl perf_ar_latency "$k" "pdl$pdl") ||
+        fail "$k processes, WEFT_DEVICE_PDL=$pdl"
+      [ -n "$lat" ] || fail "$k processes, WEFT_DEVICE_PDL=$pdl: no 8 B row"
+      keys="$keys${keys:+; }$k pdl $pdl: ${lat%% (*}"
+    done
+  done
+  key "$keys"
 }
 
 step_perf_ar_mps() {

@@ -72,6 +72,7 @@ torch_cuda_ops|180|gpu|20.4|all_to_all_single, batch_isend_irecv, FSDP2 divide f
 torch_weft|180|-|20.4|tools/torch_weft built against the local torch; check_ops on 2 ranks
 torch_weft_cuda|240|gpu|19.6|the weft backend on CUDA tensors: check_api, DDP, all-to-all, p2p, FSDP2 vs one process
 perf_ar_mps|90|gpu|20.3|all_reduce_device_perf, 2 and 4 processes under MPS, and their 8 B latency over 2000 calls
+perf_pdl|60|gpu|20.3|8 B all-reduce latency over 2000 calls, 2 and 4 processes under MPS, at WEFT_DEVICE_PDL 0 and 1 alternating
 device_ipc_mps|120|gpu|20.2|device_ipc under MPS
 perf_sendrecv|110|gpu|20.3|sendrecv_perf -M cuda, 2/4/8 processes
 perf_alltoall|110|gpu|20.3|alltoall_perf -M cuda, 2/4/8 processes

@@ -38,6 +38,7 @@ enum cuda_param {
   CUDA_P_HOST_FIFO_DISABLE,
   CUDA_P_P2P_LANES,
   CUDA_P_RING_INTERLEAVE,
+  CUDA_P_PDL,
   CUDA_P_NUM
 };
 

@@ -509,6 +509,50 @@ TEST(DeviceInterleave, EveryOrderGivesTheCollective) {
     }
 }
 
+// WEFT_DEVICE_PDL: small all-reduces back to back, each on the one before's
+// result in place, so a kernel launched to overlap its predecessor must
+// still read what that one wrote (the pair's exchange for 2 ranks, the LL
+// ring for 3). Values stay exact in float: (r + 1 + i % 5) summed, then
+// times k a call.
+TEST(DevicePdl, ChainedSmallCallsReadTheirPredecessorsResults) {
+  REQUIRE_GPU();
+  ScopedEnv env({{"WEFT_DEVICE_PDL", "1"}});
+  const int rounds = 12;
+  for (int k : {2, 3})
+    for (size_t n : {2ul, 1000ul}) {
+      SCOPED_TRACE("k" + std::to_string(k) + " n" + std::to_string(n));
+      Ranks ranks(k);
+      std::vector<float *> buf(k);
+      for (int r = 0; r < k; r++) {
+        std::vector<float> h(n);
+        for (size_t i = 0; i < n; i++) h[i] = (float)(r + 1 + (int)(i % 5));
+        ASSERT_EQ(cudaMalloc((void **)&buf[r], n * sizeof(float)), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(buf[r], h.data(), n * sizeof(float), cudaMemcpyHostToDevice),
+                  cudaSuccess);
+      }
+      for (int round = 0; round < rounds; round++) {
+        ASSERT_EQ(weftGroupStart(), weftSuccess);
+        for (int r = 0; r < k; r++)
+          ASSERT_EQ(weftAllReduce(buf[r], buf[r], n, weftFloat32, weftSum, ranks.comms[r],
+                                  ranks.streams[r]),
+                    weftSuccess);
+        ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+      }
+      ranks.sync();
+      for (int r = 0; r < k; r++) {
+        std::vector<float> h(n);
+        ASSERT_EQ(cudaMemcpy(h.data(), buf[r], n * sizeof(float), cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        for (size_t i = 0; i < n; i++) {
+          double want = k * (k + 1) / 2.0 + k * (double)(i % 5);
+          for (int round = 1; round < rounds; round++) want *= k;
+          ASSERT_EQ(h[i], (float)want) << "rank " << r << " element " << i;
+        }
+        cudaFree(buf[r]);
+      }
+    }
+}
+
 // The enqueue returns before the kernel has run: the stream holds the work.
 TEST(DeviceStream, CallEnqueuesAndReturns) {
   REQUIRE_GPU();

@@ -312,6 +312,8 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
                                       comm->cfg_min_channels, comm->cfg_max_channels,
                                       DEV_MAX_CHANNELS);
   info[comm->rank].want_interleave = il_bad ? -1 : (int32_t)il64;
+  /* this rank's launches only: nothing the peers need to agree on */
+  d->pdl = param_int(&cuda_params[CUDA_P_PDL]) != 0 && prop.major >= 9;
   weftResult_t res = bootstrap_allgather(comm->bs, info, sizeof *info);
   int nch = 1;
   if (res == weftSuccess && nch_bad)

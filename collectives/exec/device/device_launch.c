@@ -27,6 +27,13 @@ extern const void *const (*const weft_dev_kernels[weftNumTypes])[DEV_NPROTOS];
  * ones: the same bytes, half the waits, where a small call is all waits. */
 #define DEV_PAIR_MAX_NBYTES (64u << 10)
 
+/* Launches of at most this many channels may use programmatic dependent
+ * launch (WEFT_DEVICE_PDL): a kernel so launched is resident while it waits
+ * for the previous one, and a ring's blocks must all be resident at once on
+ * every rank, which the channel cap counts one kernel a rank for
+ * (device_channel_cap); a block more a rank stays inside its margin. */
+#define DEV_PDL_MAX_CHANNELS 1
+
 /* Threads per block: enough for a channel's share of nbytes in one pass of
  * the copy loop (SIMPLE: DEV_UNROLL vectors a thread; LL: one line). */
 static unsigned launch_nthreads(size_t nbytes, int nch, int proto) {
@@ -52,6 +59,42 @@ static void premul_scalar(const struct weft_plan *plan, struct dev_work *w) {
   if (device_op_index(plan->op) != DEV_OP_PREMULSUM) return;
   w->scalar_ptr = plan->premul_ptr;
   memcpy(&w->scalar_bits, plan->premul_scalar, sizeof plan->premul_scalar);
+}
+
+/* Whether a launch of nch channels on stream goes with programmatic
+ * dependent launch: asked for, small, on a stream of its own (not the
+ * legacy default one) that no graph is capturing. */
+static int launch_pdl(const struct device_comm *d, int nch, cudaStream_t stream) {
+  if (!d->pdl || nch > DEV_PDL_MAX_CHANNELS || stream == NULL) return 0;
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return cap == cudaStreamCaptureStatusNone;
+}
+
+/* The ring kernel fn on grid x block; the kernels wait for the stream's
+ * previous kernel themselves (griddepcontrol.wait, kernels.cuh) before
+ * they read anything, so a programmatic launch may overlap it. */
+static weftResult_t ring_kernel_launch(const struct device_comm *d, const void *fn, dim3 grid,
+                                       dim3 block, void **args, cudaStream_t stream) {
+  if (!launch_pdl(d, (int)grid.x, stream))
+    return device_cuda_check(cudaLaunchKernel(fn, grid, block, args, 0, stream),
+                             "launching a kernel");
+  cudaLaunchAttribute attr;
+  memset(&attr, 0, sizeof attr);
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.stream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return device_cuda_check(cudaLaunchKernelExC(&cfg, fn, args),
+                           "launching a kernel (programmatic dependent launch)");
 }
 
 static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
@@ -93,8 +136,7 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
   premul_scalar(plan, &w);
   void *args[] = {&w};
   dim3 grid = {(unsigned)nch, 1, 1}, block = {launch_nthreads(nbytes, nch, proto), 1, 1};
-  WEFT_TRY(device_cuda_check(cudaLaunchKernel(fn, grid, block, args, 0, stream),
-                             "launching a kernel"));
+  WEFT_TRY(ring_kernel_launch(d, fn, grid, block, args, stream));
   if (announce) device_net_expect_ring(comm, d, plan, nch);
   return weftSuccess;
 }

@@ -38,6 +38,7 @@ struct device_comm {
   int crosses_hosts; /* device_comm_crosses_hosts, asked once when made */
   int nchannels;
   int interleave; /* loops a ring channel runs together, agreed by the ranks */
+  int pdl;        /* WEFT_DEVICE_PDL on a GPU that has it (compute capability 9.0) */
   struct weft_conn send[DEV_MAX_CHANNELS][DEV_NPROTOS];
   struct weft_conn recv[DEV_MAX_CHANNELS][DEV_NPROTOS];
   struct dev_channel *channels_d; /* [nchannels] */
