@@ -93,6 +93,8 @@ struct dev_work {
   int root;            /* broadcast and reduce, else -1 */
   int nchannels;
   int interleave;      /* loops a channel runs together (struct ring_iter) */
+  int pdl;             /* launched to overlap the stream's previous kernel
+                          (WEFT_DEVICE_PDL): wait for it first */
   int divisor;         /* nranks for avg, else 1 */
   int proto;           /* enum dev_proto */
   uint32_t elem_nbytes;

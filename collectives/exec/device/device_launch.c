@@ -74,12 +74,13 @@ static int launch_pdl(const struct device_comm *d, int nch, cudaStream_t stream)
   return cap == cudaStreamCaptureStatusNone;
 }
 
-/* The ring kernel fn on grid x block; the kernels wait for the stream's
- * previous kernel themselves (griddepcontrol.wait, kernels.cuh) before
- * they read anything, so a programmatic launch may overlap it. */
-static weftResult_t ring_kernel_launch(const struct device_comm *d, const void *fn, dim3 grid,
-                                       dim3 block, void **args, cudaStream_t stream) {
-  if (!launch_pdl(d, (int)grid.x, stream))
+/* The ring kernel fn on grid x block; with pdl, launched to overlap the
+ * stream's previous kernel, which the kernel then waits for itself
+ * (dev_work.pdl: griddepcontrol.wait, kernels.cuh) before it reads
+ * anything. */
+static weftResult_t ring_kernel_launch(int pdl, const void *fn, dim3 grid, dim3 block,
+                                       void **args, cudaStream_t stream) {
+  if (!pdl)
     return device_cuda_check(cudaLaunchKernel(fn, grid, block, args, 0, stream),
                              "launching a kernel");
   cudaLaunchAttribute attr;
@@ -129,14 +130,14 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
   struct dev_work w = {
       .channels = d->channels_d, .sendbuf = plan->sendbuf, .recvbuf = plan->recvbuf,
       .count = plan->count, .coll = coll, .root = plan->root,
-      .nchannels = nch, .interleave = d->interleave,
+      .nchannels = nch, .interleave = d->interleave, .pdl = launch_pdl(d, nch, stream),
       .divisor = plan->op == weftAvg ? comm->nranks : 1, .proto = proto,
       .elem_nbytes = (uint32_t)weftTypeSize(plan->datatype),
       .abort_flag = d->flags_d, .error = d->flags_d + 1, .timeout_ns = comm->timeout_ns};
   premul_scalar(plan, &w);
   void *args[] = {&w};
   dim3 grid = {(unsigned)nch, 1, 1}, block = {launch_nthreads(nbytes, nch, proto), 1, 1};
-  WEFT_TRY(ring_kernel_launch(d, fn, grid, block, args, stream));
+  WEFT_TRY(ring_kernel_launch(w.pdl, fn, grid, block, args, stream));
   if (announce) device_net_expect_ring(comm, d, plan, nch);
   return weftSuccess;
 }

@@ -17,22 +17,24 @@ __device__ __forceinline__ T dev_premul_scalar(const dev_work &w) {
   return s;
 }
 
-// Waits for the stream's previous kernel (its memory visible) where this
-// one was launched to overlap it (WEFT_DEVICE_PDL), at once otherwise; then
-// lets the stream's next such launch be scheduled while this one runs (it
-// waits likewise). Waiting first keeps at most two kernels of a stream
-// resident. Hopper and later; earlier GPUs never overlap launches.
-__device__ __forceinline__ void dev_launch_order() {
+// A kernel launched to overlap the stream's previous one (WEFT_DEVICE_PDL)
+// waits for it (done, its memory visible), then lets the stream's next such
+// launch be scheduled while it runs (that one waits likewise); waiting
+// first keeps at most two kernels of a stream resident. Hopper and later;
+// the host launches no other kernel so.
+__device__ __forceinline__ void dev_launch_order(const dev_work &w) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if (w.pdl) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  }
 #endif
 }
 
 template <class R, int PROTO>
 __global__ void __launch_bounds__(DEV_NTHREADS) weft_ring_kernel(dev_work w) {
   typedef typename R::T T;
-  dev_launch_order(); // before anything an earlier kernel may have written
+  dev_launch_order(w); // before anything an earlier kernel may have written
   dev_channel *ch = &w.channels[blockIdx.x];
   size_t offset, count;
   ring_channel_share(w.count, w.nchannels, sizeof(T), blockIdx.x, &offset, &count);
