@@ -512,45 +512,69 @@ TEST(DeviceInterleave, EveryOrderGivesTheCollective) {
 // WEFT_DEVICE_PDL: small all-reduces back to back, each on the one before's
 // result in place, so a kernel launched to overlap its predecessor must
 // still read what that one wrote (the pair's exchange for 2 ranks, the LL
-// ring for 3). Values stay exact in float: (r + 1 + i % 5) summed, then
-// times k a call.
+// ring for 3); on one stream, and alternating between two streams (the
+// comm orders them by events; rank 0's main stream held 20 ms before each
+// of its rounds there). Values stay exact in float: (r + 1 + i % 5)
+// summed, then times k a call. The launches must have gone out so.
+void run_pdl_chain(int k, size_t n, bool two_streams) {
+  const int rounds = 12;
+  Ranks ranks(k);
+  std::vector<cudaStream_t> side(k);
+  std::vector<float *> buf(k);
+  for (int r = 0; r < k; r++) {
+    ASSERT_EQ(cudaStreamCreateWithFlags(&side[r], cudaStreamNonBlocking), cudaSuccess);
+    std::vector<float> h(n);
+    for (size_t i = 0; i < n; i++) h[i] = (float)(r + 1 + (int)(i % 5));
+    ASSERT_EQ(cudaMalloc((void **)&buf[r], n * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(buf[r], h.data(), n * sizeof(float), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  for (int round = 0; round < rounds; round++) {
+    const bool on_side = two_streams && round % 2 == 1;
+    if (two_streams && !on_side) {
+      ASSERT_EQ(cudaLaunchHostFunc(ranks.streams[0], [](void *) { usleep(20000); }, nullptr),
+                cudaSuccess);
+    }
+    ASSERT_EQ(weftGroupStart(), weftSuccess);
+    for (int r = 0; r < k; r++)
+      ASSERT_EQ(weftAllReduce(buf[r], buf[r], n, weftFloat32, weftSum, ranks.comms[r],
+                              on_side ? side[r] : ranks.streams[r]),
+                weftSuccess);
+    ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+  }
+  ranks.sync();
+  for (int r = 0; r < k; r++) {
+    ASSERT_EQ(cudaStreamSynchronize(side[r]), cudaSuccess);
+    EXPECT_GE(device_comm_pdl_launches(ranks.comms[r]), (uint64_t)(two_streams ? 1 : rounds))
+        << "rank " << r << ": no launch went out with programmatic dependent launch";
+    std::vector<float> h(n);
+    ASSERT_EQ(cudaMemcpy(h.data(), buf[r], n * sizeof(float), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    for (size_t i = 0; i < n; i++) {
+      double want = k * (k + 1) / 2.0 + k * (double)(i % 5);
+      for (int round = 1; round < rounds; round++) want *= k;
+      ASSERT_EQ(h[i], (float)want) << "rank " << r << " element " << i;
+    }
+    cudaFree(buf[r]);
+    cudaStreamDestroy(side[r]);
+  }
+}
+
 TEST(DevicePdl, ChainedSmallCallsReadTheirPredecessorsResults) {
   REQUIRE_GPU();
-  ScopedEnv env({{"WEFT_DEVICE_PDL", "1"}});
-  const int rounds = 12;
-  for (int k : {2, 3})
-    for (size_t n : {2ul, 1000ul}) {
-      SCOPED_TRACE("k" + std::to_string(k) + " n" + std::to_string(n));
-      Ranks ranks(k);
-      std::vector<float *> buf(k);
-      for (int r = 0; r < k; r++) {
-        std::vector<float> h(n);
-        for (size_t i = 0; i < n; i++) h[i] = (float)(r + 1 + (int)(i % 5));
-        ASSERT_EQ(cudaMalloc((void **)&buf[r], n * sizeof(float)), cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(buf[r], h.data(), n * sizeof(float), cudaMemcpyHostToDevice),
-                  cudaSuccess);
+  cudaDeviceProp prop;
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  if (prop.major < 9) GTEST_SKIP() << "compute capability " << prop.major << "." << prop.minor
+                                   << ": no programmatic dependent launch (9.0 and later)";
+  ScopedEnv env({{"WEFT_DEVICE_PDL", "1"}, {"WEFT_TIMEOUT", "20"}});
+  for (bool two_streams : {false, true})
+    for (int k : {2, 3})
+      for (size_t n : {2ul, 1000ul}) {
+        SCOPED_TRACE("k" + std::to_string(k) + " n" + std::to_string(n) +
+                     (two_streams ? " two streams" : " one stream"));
+        run_pdl_chain(k, n, two_streams);
+        if (HasFatalFailure()) return;
       }
-      for (int round = 0; round < rounds; round++) {
-        ASSERT_EQ(weftGroupStart(), weftSuccess);
-        for (int r = 0; r < k; r++)
-          ASSERT_EQ(weftAllReduce(buf[r], buf[r], n, weftFloat32, weftSum, ranks.comms[r],
-                                  ranks.streams[r]),
-                    weftSuccess);
-        ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
-      }
-      ranks.sync();
-      for (int r = 0; r < k; r++) {
-        std::vector<float> h(n);
-        ASSERT_EQ(cudaMemcpy(h.data(), buf[r], n * sizeof(float), cudaMemcpyDeviceToHost),
-                  cudaSuccess);
-        for (size_t i = 0; i < n; i++) {
-          double want = k * (k + 1) / 2.0 + k * (double)(i % 5);
-          for (int round = 1; round < rounds; round++) want *= k;
-          ASSERT_EQ(h[i], (float)want) << "rank " << r << " element " << i;
-        }
-        cudaFree(buf[r]);
-      }
-    }
 }
 
 // The enqueue returns before the kernel has run: the stream holds the work.

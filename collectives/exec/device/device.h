@@ -88,6 +88,9 @@ void device_comm_free(struct weftComm *comm);
 /* The loops a channel of comm's device rings runs together, as its ranks
  * agreed when its device channels connected; 0 before (or without CUDA). */
 int device_comm_interleave(const struct weftComm *comm);
+/* The ring launches of comm that went out with programmatic dependent
+ * launch (WEFT_DEVICE_PDL); 0 without CUDA. */
+uint64_t device_comm_pdl_launches(const struct weftComm *comm);
 
 /* weftMemAlloc/Free: device memory when a CUDA context is current on this
  * thread (on_device_out says which); host memory otherwise. */

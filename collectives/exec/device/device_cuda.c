@@ -134,6 +134,22 @@ static int ring_blocks_per_sm_of(void) {
   return fewest > 0 ? fewest : 1;
 }
 
+/* Whether the current device runs ring kernels that wait for a predecessor
+ * they were launched to overlap: compute capability 9.0 and kernels built
+ * from PTX for it (a build for sm_80 alone, JIT-compiled on a Hopper,
+ * leaves the wait out: kernels.cuh). Asked of one kernel: the matrix is
+ * built alike. */
+static int ring_kernels_wait_for_pdl(const struct cudaDeviceProp *prop) {
+  if (prop->major < 9) return 0;
+  const void *fn = weft_dev_kernels[weftFloat32][0][DEV_PROTO_LL];
+  struct cudaFuncAttributes attr;
+  if (fn == NULL || cudaFuncGetAttributes(&attr, fn) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return attr.ptxVersion >= 90 && attr.binaryVersion >= 90;
+}
+
 /* The same for device dev (the current one), asked once per device: asking
  * loads every kernel of the matrix. */
 #define DEV_MAX_GPUS 64 /* devices whose answer is remembered */
@@ -313,7 +329,7 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
                                       DEV_MAX_CHANNELS);
   info[comm->rank].want_interleave = il_bad ? -1 : (int32_t)il64;
   /* this rank's launches only: nothing the peers need to agree on */
-  d->pdl = param_int(&cuda_params[CUDA_P_PDL]) != 0 && prop.major >= 9;
+  d->pdl = param_int(&cuda_params[CUDA_P_PDL]) != 0 && ring_kernels_wait_for_pdl(&prop);
   weftResult_t res = bootstrap_allgather(comm->bs, info, sizeof *info);
   int nch = 1;
   if (res == weftSuccess && nch_bad)
@@ -424,6 +440,11 @@ weftResult_t device_ring_get(struct weftComm *comm, struct device_comm **out) {
   }
   *out = d;
   return weftSuccess;
+}
+
+uint64_t device_comm_pdl_launches(const struct weftComm *comm) {
+  const struct device_comm *d = comm->device;
+  return d != NULL ? d->pdl_launches : 0;
 }
 
 int device_comm_interleave(const struct weftComm *comm) {

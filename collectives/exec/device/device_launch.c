@@ -30,8 +30,8 @@ extern const void *const (*const weft_dev_kernels[weftNumTypes])[DEV_NPROTOS];
 /* Launches of at most this many channels may use programmatic dependent
  * launch (WEFT_DEVICE_PDL): a kernel so launched is resident while it waits
  * for the previous one, and a ring's blocks must all be resident at once on
- * every rank, which the channel cap counts one kernel a rank for
- * (device_channel_cap); a block more a rank stays inside its margin. */
+ * every rank. One channel keeps that to two blocks a rank, which only ranks
+ * sharing a GPU beyond half its resident blocks could run short of. */
 #define DEV_PDL_MAX_CHANNELS 1
 
 /* Threads per block: enough for a channel's share of nbytes in one pass of
@@ -65,7 +65,8 @@ static void premul_scalar(const struct weft_plan *plan, struct dev_work *w) {
  * dependent launch: asked for, small, on a stream of its own (not the
  * legacy default one) that no graph is capturing. */
 static int launch_pdl(const struct device_comm *d, int nch, cudaStream_t stream) {
-  if (!d->pdl || nch > DEV_PDL_MAX_CHANNELS || stream == NULL) return 0;
+  if (!d->pdl || nch > DEV_PDL_MAX_CHANNELS || stream == NULL || stream == cudaStreamLegacy)
+    return 0;
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess) {
     cudaGetLastError();
@@ -74,15 +75,9 @@ static int launch_pdl(const struct device_comm *d, int nch, cudaStream_t stream)
   return cap == cudaStreamCaptureStatusNone;
 }
 
-/* The ring kernel fn on grid x block; with pdl, launched to overlap the
- * stream's previous kernel, which the kernel then waits for itself
- * (dev_work.pdl: griddepcontrol.wait, kernels.cuh) before it reads
- * anything. */
-static weftResult_t ring_kernel_launch(int pdl, const void *fn, dim3 grid, dim3 block,
-                                       void **args, cudaStream_t stream) {
-  if (!pdl)
-    return device_cuda_check(cudaLaunchKernel(fn, grid, block, args, 0, stream),
-                             "launching a kernel");
+/* fn launched with programmatic stream serialization allowed. */
+static cudaError_t ring_kernel_launch_pdl(const void *fn, dim3 grid, dim3 block, void **args,
+                                          cudaStream_t stream) {
   cudaLaunchAttribute attr;
   memset(&attr, 0, sizeof attr);
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -94,8 +89,32 @@ static weftResult_t ring_kernel_launch(int pdl, const void *fn, dim3 grid, dim3 
   cfg.stream = stream;
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
-  return device_cuda_check(cudaLaunchKernelExC(&cfg, fn, args),
-                           "launching a kernel (programmatic dependent launch)");
+  return cudaLaunchKernelExC(&cfg, fn, args);
+}
+
+/* The ring kernel fn of w on grid x block; with w->pdl, launched to overlap
+ * the stream's previous kernel, which the kernel then waits for itself
+ * (griddepcontrol.wait, kernels.cuh) before it reads anything. A launch so
+ * that the driver refuses goes out plainly instead, and the comm stops
+ * asking (the peers have launched theirs: failing here would leave them
+ * waiting out the timeout). */
+static weftResult_t ring_kernel_launch(struct device_comm *d, struct dev_work *w, const void *fn,
+                                       dim3 grid, dim3 block, cudaStream_t stream) {
+  void *args[] = {w};
+  if (w->pdl) {
+    cudaError_t err = ring_kernel_launch_pdl(fn, grid, block, args, stream);
+    if (err == cudaSuccess) {
+      d->pdl_launches++;
+      return weftSuccess;
+    }
+    cudaGetLastError();
+    WEFT_WARN(LOG_INIT, "programmatic dependent launch refused (%s): WEFT_DEVICE_PDL off for "
+              "this communicator", cudaGetErrorString(err));
+    d->pdl = 0;
+    w->pdl = 0;
+  }
+  return device_cuda_check(cudaLaunchKernel(fn, grid, block, args, 0, stream),
+                           "launching a kernel");
 }
 
 static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
@@ -135,9 +154,8 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
       .elem_nbytes = (uint32_t)weftTypeSize(plan->datatype),
       .abort_flag = d->flags_d, .error = d->flags_d + 1, .timeout_ns = comm->timeout_ns};
   premul_scalar(plan, &w);
-  void *args[] = {&w};
   dim3 grid = {(unsigned)nch, 1, 1}, block = {launch_nthreads(nbytes, nch, proto), 1, 1};
-  WEFT_TRY(ring_kernel_launch(w.pdl, fn, grid, block, args, stream));
+  WEFT_TRY(ring_kernel_launch(d, &w, fn, grid, block, stream));
   if (announce) device_net_expect_ring(comm, d, plan, nch);
   return weftSuccess;
 }

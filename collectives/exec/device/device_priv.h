@@ -38,7 +38,8 @@ struct device_comm {
   int crosses_hosts; /* device_comm_crosses_hosts, asked once when made */
   int nchannels;
   int interleave; /* loops a ring channel runs together, agreed by the ranks */
-  int pdl;        /* WEFT_DEVICE_PDL on a GPU that has it (compute capability 9.0) */
+  int pdl;        /* WEFT_DEVICE_PDL, where the GPU and the kernels' build have it */
+  uint64_t pdl_launches; /* launches that went out so (device_comm_pdl_launches) */
   struct weft_conn send[DEV_MAX_CHANNELS][DEV_NPROTOS];
   struct weft_conn recv[DEV_MAX_CHANNELS][DEV_NPROTOS];
   struct dev_channel *channels_d; /* [nchannels] */

@@ -18,23 +18,29 @@ __device__ __forceinline__ T dev_premul_scalar(const dev_work &w) {
 }
 
 // A kernel launched to overlap the stream's previous one (WEFT_DEVICE_PDL)
-// waits for it (done, its memory visible), then lets the stream's next such
-// launch be scheduled while it runs (that one waits likewise); waiting
-// first keeps at most two kernels of a stream resident. Hopper and later;
-// the host launches no other kernel so.
-__device__ __forceinline__ void dev_launch_order(const dev_work &w) {
+// waits for it (done, its memory visible) before it reads anything. Hopper
+// and later; the host launches so only where the build has this
+// (ring_kernels_wait_for_pdl).
+__device__ __forceinline__ void dev_pdl_wait(const dev_work &w) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (w.pdl) {
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  }
+  if (w.pdl) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// ...and once its steps are done, lets the stream's next kernel be
+// scheduled while it finishes. Not sooner: a next kernel of another
+// library, a whole grid waiting for this one, could fill the SMs before a
+// peer's ring kernel (ranks sharing the GPU) is resident, which this one
+// would then wait for forever; with every step done it waits for no one.
+__device__ __forceinline__ void dev_pdl_release(const dev_work &w) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (w.pdl) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 
 template <class R, int PROTO>
 __global__ void __launch_bounds__(DEV_NTHREADS) weft_ring_kernel(dev_work w) {
   typedef typename R::T T;
-  dev_launch_order(w); // before anything an earlier kernel may have written
+  dev_pdl_wait(w); // before anything an earlier kernel may have written
   dev_channel *ch = &w.channels[blockIdx.x];
   size_t offset, count;
   ring_channel_share(w.count, w.nchannels, sizeof(T), blockIdx.x, &offset, &count);
@@ -71,6 +77,7 @@ __global__ void __launch_bounds__(DEV_NTHREADS) weft_ring_kernel(dev_work w) {
       return;
     }
   }
+  dev_pdl_release(w);
   p.finish();
 }
 
