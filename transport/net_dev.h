@@ -29,7 +29,6 @@
 #include "transport.h"
 #include "weft_build_config.h"
 
-
 /* Plain zeroed page-aligned host memory; the device address is the host's:
  * the host emulation of the kernels' side. */
 extern const struct proxy_fifo_mem net_dev_mem_host;

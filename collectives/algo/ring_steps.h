@@ -250,7 +250,7 @@ RING_HD void ring_step_at(const struct ring_geom *g, const int *ring, size_t bas
  * every rank can fill its next rank's FIFO with the first steps of the
  * loops while waiting for its own, around the ring: a deadlock (device_host
  * simulates it). */
-RING_HD int ring_interleave_max(int nslots) { return nslots > 2 ? nslots - 1 : 1; }
+RING_HD int ring_interleave_max(int nslots) { return nslots > 1 ? nslots - 1 : 1; }
 
 /* A channel's steps in all: its loops times a loop's steps. */
 RING_HD size_t ring_nsteps_total(const struct ring_geom *g) {

@@ -134,6 +134,20 @@ static int ring_blocks_per_sm_of(void) {
   return fewest > 0 ? fewest : 1;
 }
 
+/* The same for device dev (the current one), asked once per device: asking
+ * loads every kernel of the matrix. */
+#define DEV_MAX_GPUS 64 /* devices whose answer is remembered */
+static int ring_blocks_per_sm(int dev) {
+  static int known[DEV_MAX_GPUS]; /* 0: not asked yet */
+  if (dev < 0 || dev >= DEV_MAX_GPUS) return ring_blocks_per_sm_of();
+  int n = __atomic_load_n(&known[dev], __ATOMIC_ACQUIRE);
+  if (n == 0) {
+    n = ring_blocks_per_sm_of();
+    __atomic_store_n(&known[dev], n, __ATOMIC_RELEASE);
+  }
+  return n;
+}
+
 /* Whether the current device runs ring kernels that wait for a predecessor
  * they were launched to overlap: compute capability 9.0 and kernels built
  * from PTX for it (a build for sm_80 alone, JIT-compiled on a Hopper,
@@ -148,20 +162,6 @@ static int ring_kernels_wait_for_pdl(const struct cudaDeviceProp *prop) {
     return 0;
   }
   return attr.ptxVersion >= 90 && attr.binaryVersion >= 90;
-}
-
-/* The same for device dev (the current one), asked once per device: asking
- * loads every kernel of the matrix. */
-#define DEV_MAX_GPUS 64 /* devices whose answer is remembered */
-static int ring_blocks_per_sm(int dev) {
-  static int known[DEV_MAX_GPUS]; /* 0: not asked yet */
-  if (dev < 0 || dev >= DEV_MAX_GPUS) return ring_blocks_per_sm_of();
-  int n = __atomic_load_n(&known[dev], __ATOMIC_ACQUIRE);
-  if (n == 0) {
-    n = ring_blocks_per_sm_of();
-    __atomic_store_n(&known[dev], n, __ATOMIC_RELEASE);
-  }
-  return n;
 }
 
 /* Waits for the comm's own work (its launches' events), never the device's. */
@@ -189,11 +189,7 @@ static void device_work_prune(struct device_comm *d) {
 }
 
 void device_comm_note_launch(struct device_comm *d, cudaStream_t stream) {
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
-    cudaGetLastError(); /* a graph's launches are its owner's to wait for */
-    return;
-  }
+  if (!device_stream_uncaptured(stream)) return; /* a graph's launches are its owner's */
   int i = 0;
   while (i < d->nwork && d->work[i].stream != stream) i++;
   if (i == DEV_MAX_STREAMS) { /* forget streams whose work is done */
@@ -225,11 +221,7 @@ weftResult_t device_comm_follow(struct device_comm *d, cudaStream_t stream) {
   /* cudaStreamPerThread is one handle for a stream of each thread */
   if (!d->has_last || (d->last_stream == stream && stream != cudaStreamPerThread))
     return weftSuccess;
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
-    cudaGetLastError();
-    return weftSuccess;
-  }
+  if (!device_stream_uncaptured(stream)) return weftSuccess;
   for (int i = 0; i < d->nwork; i++)
     if (d->work[i].stream == d->last_stream)
       return device_cuda_check(cudaStreamWaitEvent(stream, d->work[i].done, 0),

@@ -65,14 +65,8 @@ static void premul_scalar(const struct weft_plan *plan, struct dev_work *w) {
  * dependent launch: asked for, small, on a stream of its own (not the
  * legacy default one) that no graph is capturing. */
 static int launch_pdl(const struct device_comm *d, int nch, cudaStream_t stream) {
-  if (!d->pdl || nch > DEV_PDL_MAX_CHANNELS || stream == NULL || stream == cudaStreamLegacy)
-    return 0;
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return cap == cudaStreamCaptureStatusNone;
+  return d->pdl && nch <= DEV_PDL_MAX_CHANNELS && stream != NULL && stream != cudaStreamLegacy &&
+         device_stream_uncaptured(stream);
 }
 
 /* fn launched with programmatic stream serialization allowed. */
@@ -164,13 +158,7 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
  * replays nobody announces) on a comm whose rings cross hosts: then its
  * network proxies are told what comes. */
 static int launch_announces(const struct device_comm *d, cudaStream_t stream) {
-  if (!d->crosses_hosts) return 0;
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return cap == cudaStreamCaptureStatusNone;
+  return d->crosses_hosts && device_stream_uncaptured(stream);
 }
 
 /* Runs plans[0..n) of one comm on stream: the collectives in call order,

@@ -89,6 +89,17 @@ static inline weftResult_t device_cuda_check(cudaError_t err, const char *what) 
 }
 #define CUDA_TRY(call, what) WEFT_TRY(device_cuda_check((call), (what)))
 
+/* Whether stream is surely not being captured into a graph (a failed
+ * question counts as captured, and is cleared). */
+static inline int device_stream_uncaptured(cudaStream_t stream) {
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return cap == cudaStreamCaptureStatusNone;
+}
+
 /* A device connection's shape before set-up. */
 static inline void device_conn_shape(struct weft_conn *c, struct weftComm *comm, int peer,
                                      int proto) {
