@@ -126,6 +126,12 @@ int main(int argc, char **argv) {
                  cuLaunchKernel((CUfunction)fn_arg, 1, 1, 1, 512, 1, 1, 0, (CUstream)s, args,
                                 nullptr);
                }, true)};
+  cudaKernel_t k_arg;
+  OK(cudaGetKernel(&k_arg, (const void *)arg_kernel));
+  rows[n++] = {"cuLaunchKernel of a cudaGetKernel handle", per_call([&](int) {
+                 cuLaunchKernel((CUfunction)k_arg, 1, 1, 1, 512, 1, 1, 0, (CUstream)s, args,
+                                nullptr);
+               }, true)};
   rows[n++] = {"cudaEventRecord", per_call([&](int) { cudaEventRecord(ev, s); }, false)};
   rows[n++] = {"cudaLaunchKernel + cudaEventRecord", per_call([&](int) {
                  cudaLaunchKernel((const void *)arg_kernel, dim3(1), dim3(512), args, 0, s);

@@ -69,46 +69,34 @@ static int launch_pdl(const struct device_comm *d, int nch, cudaStream_t stream)
          device_stream_uncaptured(stream);
 }
 
-/* fn launched with programmatic stream serialization allowed. */
-static cudaError_t ring_kernel_launch_pdl(const void *fn, dim3 grid, dim3 block, void **args,
-                                          cudaStream_t stream) {
-  cudaLaunchAttribute attr;
-  memset(&attr, 0, sizeof attr);
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.stream = stream;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelExC(&cfg, fn, args);
-}
+/* The ring kernels' handles for device_kernel_launch, as weft_dev_kernels. */
+static cudaKernel_t ring_handles[weftNumTypes][DEV_NOPS][DEV_NPROTOS];
 
-/* The ring kernel fn of w on grid x block; with w->pdl, launched to overlap
- * the stream's previous kernel, which the kernel then waits for itself
- * (griddepcontrol.wait, kernels.cuh) before it reads anything. A launch so
- * that the driver refuses goes out plainly instead, and the comm stops
- * asking (the peers have launched theirs: failing here would leave them
- * waiting out the timeout). */
-static weftResult_t ring_kernel_launch(struct device_comm *d, struct dev_work *w, const void *fn,
+/* The ring kernel of w (the table's [type][op][proto]) on grid x block;
+ * with w->pdl, launched to overlap the stream's previous kernel, which the
+ * kernel then waits for itself (griddepcontrol.wait, kernels.cuh) before it
+ * reads anything. A launch so that the driver refuses goes out plainly
+ * instead, and the comm stops asking (the peers have launched theirs:
+ * failing here would leave them waiting out the timeout). */
+static weftResult_t ring_kernel_launch(struct device_comm *d, struct dev_work *w, int type, int op,
                                        dim3 grid, dim3 block, cudaStream_t stream) {
+  const void *fn = weft_dev_kernels[type][op][w->proto];
+  cudaKernel_t *handle = &ring_handles[type][op][w->proto];
   void *args[] = {w};
   if (w->pdl) {
-    cudaError_t err = ring_kernel_launch_pdl(fn, grid, block, args, stream);
-    if (err == cudaSuccess) {
+    const char *why = device_kernel_launch(fn, handle, grid, block, args, stream, 1);
+    if (why == NULL) {
       d->pdl_launches++;
       return weftSuccess;
     }
-    cudaGetLastError();
     WEFT_WARN(LOG_INIT, "programmatic dependent launch refused (%s): WEFT_DEVICE_PDL off for "
-              "this communicator", cudaGetErrorString(err));
+              "this communicator", why);
     d->pdl = 0;
     w->pdl = 0;
   }
-  return device_cuda_check(cudaLaunchKernel(fn, grid, block, args, 0, stream),
-                           "launching a kernel");
+  const char *why = device_kernel_launch(fn, handle, grid, block, args, stream, 0);
+  if (why == NULL) return weftSuccess;
+  return weft_error_set(weftSystemError, "cuda: launching a kernel: %s", why);
 }
 
 static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
@@ -129,7 +117,6 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
   }
   /* LL lines carry their flags in the slot, which no network proxy sees whole */
   int proto = plan->proto == PROTO_LL && !d->crosses_hosts ? DEV_PROTO_LL : DEV_PROTO_SIMPLE;
-  const void *fn = weft_dev_kernels[plan->datatype][device_op_index(plan->op)][proto];
   /* enough blocks to keep the GPU busy, each with a worthwhile share; every
    * rank computes the same number from the same call */
   size_t nbytes = plan->count * weftTypeSize(plan->datatype);
@@ -149,7 +136,8 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
       .abort_flag = d->flags_d, .error = d->flags_d + 1, .timeout_ns = comm->timeout_ns};
   premul_scalar(plan, &w);
   dim3 grid = {(unsigned)nch, 1, 1}, block = {launch_nthreads(nbytes, nch, proto), 1, 1};
-  WEFT_TRY(ring_kernel_launch(d, &w, fn, grid, block, stream));
+  WEFT_TRY(ring_kernel_launch(d, &w, (int)plan->datatype, device_op_index(plan->op), grid, block,
+                              stream));
   if (announce) device_net_expect_ring(comm, d, plan, nch);
   return weftSuccess;
 }

@@ -291,8 +291,10 @@ weftResult_t device_p2p_launch(struct weftComm *comm, struct device_comm *d,
   void *args[] = {&w};
   dim3 grid = {(unsigned)w.nblocks, 1, 1},
        block = {device_block_threads(largest, 16u * DEV_UNROLL), 1, 1};
-  WEFT_TRY(device_cuda_check(cudaLaunchKernel((const void *)weft_p2p_kernel, grid, block, args,
-                                              0, stream), "launching the p2p kernel"));
+  static cudaKernel_t handle;
+  const char *why =
+      device_kernel_launch((const void *)weft_p2p_kernel, &handle, grid, block, args, stream, 0);
+  if (why != NULL) return weft_error_set(weftSystemError, "cuda: launching the p2p kernel: %s", why);
   for (int i = 0; announce && i < w.nops; i++) {
     const struct p2p_op *o = &w.ops[i];
     if (o->self) continue;

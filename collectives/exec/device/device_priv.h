@@ -89,6 +89,14 @@ static inline weftResult_t device_cuda_check(cudaError_t err, const char *what) 
 }
 #define CUDA_TRY(call, what) WEFT_TRY(device_cuda_check((call), (what)))
 
+/* Launches kernel fn (its host stub) of grid x block on stream through the
+ * driver's entry, with programmatic stream serialization allowed when pdl
+ * is set; *handle caches the kernel's handle (zero before the first launch,
+ * a static of the caller's per kernel). NULL, or what went wrong (nothing
+ * is left in the runtime's last error). */
+const char *device_kernel_launch(const void *fn, cudaKernel_t *handle, dim3 grid, dim3 block,
+                                 void **args, cudaStream_t stream, int pdl);
+
 /* Whether stream is surely not being captured into a graph (a failed
  * question counts as captured, and is cleared). */
 static inline int device_stream_uncaptured(cudaStream_t stream) {
