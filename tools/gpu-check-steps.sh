@@ -307,7 +307,7 @@ launch_cost() {
     fail "nvcc launch_cost.cu failed"
   "$exe" 20000 | tee "$LOGS/$STEP.out"
   [ "${PIPESTATUS[0]}" = 0 ] || fail "launch_cost failed"
-  key "$(awk -F'\t' '$1 ~ /64 B arg <<<1,512>>>|^ *cudaEventRecord *$|IsCapturing|Attributes device|D2D|GPU empty/ {
+  key "$(awk -F'\t' '$1 ~ /64 B arg <<<1,512>>>|cudaGetKernel handle|^ *cudaEventRecord *$|IsCapturing|Attributes device|D2D|GPU empty/ {
       sub(/^ +/, "", $1); sub(/ +$/, "", $1); sub(/^ +/, "", $2); printf "%s%s %s", sep, $1, $2; sep = "; " }' \
       "$LOGS/$STEP.out") (us)"
 }
