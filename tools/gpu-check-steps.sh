@@ -293,10 +293,11 @@ step_perf_proto() {
   [ $bad = 0 ] || fail "$keys"
 }
 
-# What each CUDA call on the device enqueue path costs the host, alone
-# (tools/bench/launch_cost.cu, built here with nvcc): the figures to hold
-# all_reduce_device_perf's enq(us) against. perf_launch_mps runs the same as
-# an MPS client.
+# What each CUDA call on the device enqueue path costs the host, alone, and
+# the GPU's time per back-to-back kernel, with an event after each and with
+# programmatic dependent launch (tools/bench/launch_cost.cu, built here with
+# nvcc): the figures to hold all_reduce_device_perf's enq(us) and time
+# against. perf_launch_mps runs the same as an MPS client.
 launch_cost() {
   command -v nvcc >/dev/null || skip "no nvcc"
   local exe="$WORK/launch_cost"
@@ -307,7 +308,7 @@ launch_cost() {
     fail "nvcc launch_cost.cu failed"
   "$exe" 20000 | tee "$LOGS/$STEP.out"
   [ "${PIPESTATUS[0]}" = 0 ] || fail "launch_cost failed"
-  key "$(awk -F'\t' '$1 ~ /64 B arg <<<1,512>>>|cudaGetKernel handle|^ *cudaEventRecord *$|IsCapturing|Attributes device|D2D|GPU empty/ {
+  key "$(awk -F'\t' '$1 ~ /64 B arg <<<1,512>>>|cudaGetKernel handle|^ *cudaEventRecord *$|IsCapturing|Attributes device|D2D|GPU empty|GPU PDL/ {
       sub(/^ +/, "", $1); sub(/ +$/, "", $1); sub(/^ +/, "", $2); printf "%s%s %s", sep, $1, $2; sep = "; " }' \
       "$LOGS/$STEP.out") (us)"
 }

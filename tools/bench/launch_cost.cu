@@ -1,9 +1,11 @@
 /* What the CUDA calls on a device collective's enqueue path cost the host,
  * each alone, on this GPU (docs/cuda.md, "Where the enqueue goes"): the
  * host time per call, averaged over many calls, and, for kernels, the GPU's
- * time per back-to-back launch. Launches are timed in batches with the
- * stream drained between them, so that a full launch queue never blocks a
- * timed call.
+ * time per back-to-back launch (queued behind a gate kernel, so that the
+ * host's pace is not what is timed), with and without an event recorded
+ * after each, and with programmatic dependent launch. Host calls are timed
+ * in batches with the stream drained between them, so that a full launch
+ * queue never blocks a timed call.
  *
  *   nvcc -O2 -arch=native -o launch_cost tools/bench/launch_cost.cu \
  *     -L/usr/local/cuda/lib64/stubs -lcuda
@@ -13,6 +15,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,22 +67,56 @@ static double per_call(F body, bool drain) {
   return total / ((calls + BATCH - 1) / BATCH * BATCH);
 }
 
-/* GPU microseconds per kernel of BATCH launched back to back (events). */
+/* Holds the stream until the host sets *open (mapped host memory), or for
+ * at most a second, so that the launches queued behind it run back to
+ * back at the GPU's pace, not the host's. */
+__global__ void gate_kernel(const volatile int *open) {
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (*open == 0 && t - t0 < 1000000000ull);
+}
+
+/* A kernel launched to overlap its predecessor (programmatic dependent
+ * launch): waits for it, then lets the next one be scheduled. */
+__global__ void pdl_kernel(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+static int *gate_h, *gate_d;
+
+/* GPU microseconds per kernel of BATCH launched back to back: queued behind
+ * a gate, timed by events from the gate's end to the last one's; negative
+ * when the host could not queue them all while the gate held (a full
+ * launch queue waits for the GPU). */
 template <typename F>
 static double gpu_per_launch(F launch) {
   cudaEvent_t e0, e1;
   OK(cudaEventCreate(&e0));
   OK(cudaEventCreate(&e1));
-  for (int i = 0; i < BATCH; i++) launch(i);
+  for (int i = 0; i < BATCH; i++) launch(i); /* warm */
+  OK(cudaStreamSynchronize(s));
+  *(volatile int *)gate_h = 0;
+  gate_kernel<<<1, 1, 0, s>>>(gate_d);
   OK(cudaEventRecord(e0, s));
+  double t0 = now_us();
   for (int i = 0; i < BATCH; i++) launch(i);
   OK(cudaEventRecord(e1, s));
+  bool held = cudaEventQuery(e0) == cudaErrorNotReady;
+  double queued_us = now_us() - t0;
+  __sync_synchronize();
+  *(volatile int *)gate_h = 1;
   OK(cudaEventSynchronize(e1));
+  cudaGetLastError(); /* the query's cudaErrorNotReady */
   float ms = 0;
   OK(cudaEventElapsedTime(&ms, e0, e1));
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
-  return ms * 1e3 / BATCH;
+  return held && queued_us < 9e5 ? ms * 1e3 / BATCH : -1;
 }
 
 int main(int argc, char **argv) {
@@ -177,16 +214,48 @@ int main(int argc, char **argv) {
   cudaGetLastError();
   for (int i = 0; i < n; i++) printf("  %-44s\t%8.3f\n", rows[i].name, rows[i].us);
 
-  printf("# GPU us per kernel, %d launched back to back\n", (int)BATCH);
-  printf("  %-44s\t%8.3f\n", "GPU empty <<<1,32>>>", gpu_per_launch([&](int) {
-           cudaLaunchKernel((const void *)empty_kernel, dim3(1), dim3(32), nullptr, 0, s);
-         }));
-  printf("  %-44s\t%8.3f\n", "GPU 64 B arg <<<32,512>>>", gpu_per_launch([&](int) {
-           cudaLaunchKernel((const void *)arg_kernel, dim3(32), dim3(512), args, 0, s);
-         }));
-  printf("  %-44s\t%8.3f\n", "GPU memcpy D2D 8 B", gpu_per_launch([&](int) {
-           cudaMemcpyAsync(dbuf2, dbuf, 8, cudaMemcpyDeviceToDevice, s);
-         }));
+  printf("# GPU us per kernel, %d launched back to back behind a gate\n", (int)BATCH);
+  OK(cudaHostAlloc(&gate_h, sizeof(int), cudaHostAllocMapped));
+  OK(cudaHostGetDevicePointer(&gate_d, gate_h, 0));
+  cudaLaunchAttribute pdl_attr;
+  memset(&pdl_attr, 0, sizeof pdl_attr);
+  pdl_attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl_attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t pdl_cfg;
+  memset(&pdl_cfg, 0, sizeof pdl_cfg);
+  pdl_cfg.gridDim = dim3(1);
+  pdl_cfg.blockDim = dim3(32);
+  pdl_cfg.stream = s;
+  pdl_cfg.attrs = &pdl_attr;
+  pdl_cfg.numAttrs = 1;
+  struct {
+    const char *name;
+    double us;
+  } gpu[] = {
+      {"GPU empty <<<1,32>>>", gpu_per_launch([&](int) {
+         cudaLaunchKernel((const void *)empty_kernel, dim3(1), dim3(32), nullptr, 0, s);
+       })},
+      {"GPU empty, each + cudaEventRecord", gpu_per_launch([&](int) {
+         cudaLaunchKernel((const void *)empty_kernel, dim3(1), dim3(32), nullptr, 0, s);
+         cudaEventRecord(ev, s);
+       })},
+      {"GPU PDL <<<1,32>>> (griddepcontrol)", gpu_per_launch([&](int) {
+         cudaLaunchKernelExC(&pdl_cfg, (const void *)pdl_kernel, nullptr);
+       })},
+      {"GPU PDL, each + cudaEventRecord", gpu_per_launch([&](int) {
+         cudaLaunchKernelExC(&pdl_cfg, (const void *)pdl_kernel, nullptr);
+         cudaEventRecord(ev, s);
+       })},
+      {"GPU 64 B arg <<<32,512>>>", gpu_per_launch([&](int) {
+         cudaLaunchKernel((const void *)arg_kernel, dim3(32), dim3(512), args, 0, s);
+       })},
+      {"GPU memcpy D2D 8 B", gpu_per_launch([&](int) {
+         cudaMemcpyAsync(dbuf2, dbuf, 8, cudaMemcpyDeviceToDevice, s);
+       })},
+  };
+  for (const auto &g : gpu)
+    if (g.us < 0) printf("  %-44s\t%8s\n", g.name, "n/a");
+    else printf("  %-44s\t%8.3f\n", g.name, g.us);
   OK(cudaGetLastError());
   return 0;
 }
