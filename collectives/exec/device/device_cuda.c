@@ -5,14 +5,12 @@
  * cuda_ipc (other process) or host_fifo (no peer access) transport, or as a
  * device network connection to a neighbour on another host (device_hops.c). Launching then takes only stream-ordered calls:
  * enqueue and return, and graph capture records the kernel. */
-#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include "../../../transport/cuda_ipc/cuda_fifo.h"
@@ -39,125 +37,10 @@ int device_built(void) { return 1; }
 
 /* --- where memory lives ------------------------------------------------- */
 
-typedef CUresult (*ctx_get_current_fn)(CUcontext *);
-typedef CUresult (*launch_kernel_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                     unsigned, unsigned, CUstream, void **, void **);
-typedef CUresult (*launch_kernel_ex_fn)(const CUlaunchConfig *, CUfunction, void **, void **);
-typedef CUresult (*error_string_fn)(CUresult, const char **);
-
-/* Driver entry points, found through the runtime (no link to libcuda):
- * cuCtxGetCurrent, and the launches, which take a quarter microsecond less
- * of the host's time than cudaLaunchKernel's (docs/cuda.md, "Where the
- * enqueue goes"). NULL where the driver has none. */
-static struct {
-  ctx_get_current_fn ctx_get_current;
-  launch_kernel_fn launch;
-  launch_kernel_ex_fn launch_ex;
-  error_string_fn error_string;
-} drv;
-static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
-
-static void *drv_entry(const char *name) {
-  void *fn = NULL;
-  enum cudaDriverEntryPointQueryResult q;
-  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-      q != cudaDriverEntryPointSuccess)
-    fn = NULL;
-  cudaGetLastError();
-  return fn;
-}
-
-static void drv_lookup(void) {
-  drv.ctx_get_current = (ctx_get_current_fn)drv_entry("cuCtxGetCurrent");
-  drv.error_string = (error_string_fn)drv_entry("cuGetErrorString");
-  /* both launches or neither, with something to name their errors by */
-  drv.launch = (launch_kernel_fn)drv_entry("cuLaunchKernel");
-  drv.launch_ex = (launch_kernel_ex_fn)drv_entry("cuLaunchKernelEx");
-  if (drv.launch == NULL || drv.launch_ex == NULL || drv.error_string == NULL) {
-    drv.launch = NULL;
-    drv.launch_ex = NULL;
-  }
-}
-
-/* Whether this thread has a CUDA context: without one, no buffer it holds can
- * be device memory it allocated, and asking would create a context. */
-static int ctx_current(void) {
-  pthread_once(&drv_once, drv_lookup);
-  CUcontext ctx = NULL;
-  return drv.ctx_get_current != NULL && drv.ctx_get_current(&ctx) == CUDA_SUCCESS && ctx != NULL;
-}
-
-/* A kernel handle that says: launch through the runtime (the driver's
- * entry or the kernel's handle is not at hand). */
-#define RUNTIME_LAUNCH ((cudaKernel_t)(uintptr_t)1)
-
-/* The launch through the runtime; NULL or what went wrong. */
-static const char *runtime_launch(const void *fn, dim3 grid, dim3 block, void **args,
-                                  cudaStream_t stream, const cudaLaunchAttribute *attr) {
-  cudaError_t err;
-  if (attr != NULL) {
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.stream = stream;
-    cfg.attrs = (cudaLaunchAttribute *)attr;
-    cfg.numAttrs = 1;
-    err = cudaLaunchKernelExC(&cfg, fn, args);
-  } else {
-    err = cudaLaunchKernel(fn, grid, block, args, 0, stream);
-  }
-  if (err == cudaSuccess) return NULL;
-  cudaGetLastError();
-  return cudaGetErrorString(err);
-}
-
-const char *device_kernel_launch(const void *fn, cudaKernel_t *handle, dim3 grid, dim3 block,
-                                 void **args, cudaStream_t stream, int pdl) {
-  pthread_once(&drv_once, drv_lookup);
-  cudaLaunchAttribute rt_attr;
-  memset(&rt_attr, 0, sizeof rt_attr);
-  rt_attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  rt_attr.val.programmaticStreamSerializationAllowed = 1;
-  cudaKernel_t k = __atomic_load_n(handle, __ATOMIC_ACQUIRE);
-  if (k == NULL) { /* asked once: the handle, or RUNTIME_LAUNCH */
-    if (drv.launch == NULL || cudaGetKernel(&k, fn) != cudaSuccess || k == NULL)
-      k = RUNTIME_LAUNCH;
-    cudaGetLastError();
-    __atomic_store_n(handle, k, __ATOMIC_RELEASE);
-  }
-  if (k == RUNTIME_LAUNCH)
-    return runtime_launch(fn, grid, block, args, stream, pdl ? &rt_attr : NULL);
-  /* a CUkernel launches in the stream's context (the current one for the
-   * NULL stream), as a CUfunction */
-  CUresult r;
-  if (pdl) {
-    CUlaunchAttribute attr;
-    memset(&attr, 0, sizeof attr);
-    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
-    CUlaunchConfig cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDimX = grid.x, cfg.gridDimY = grid.y, cfg.gridDimZ = grid.z;
-    cfg.blockDimX = block.x, cfg.blockDimY = block.y, cfg.blockDimZ = block.z;
-    cfg.hStream = (CUstream)stream;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    r = drv.launch_ex(&cfg, (CUfunction)k, args, NULL);
-  } else {
-    r = drv.launch((CUfunction)k, grid.x, grid.y, grid.z, block.x, block.y, block.z, 0,
-                   (CUstream)stream, args, NULL);
-  }
-  if (r == CUDA_SUCCESS) return NULL;
-  const char *why = NULL;
-  if (drv.error_string(r, &why) != CUDA_SUCCESS || why == NULL) why = "unknown driver error";
-  return why;
-}
-
 /* What CUDA says ptr is (cudaMemoryTypeUnregistered when it cannot say, or
  * when this thread has no context to ask with). */
 static enum cudaMemoryType ptr_type(const void *ptr) {
-  if (ptr == NULL || !ctx_current()) return cudaMemoryTypeUnregistered;
+  if (ptr == NULL || !device_ctx_current()) return cudaMemoryTypeUnregistered;
   struct cudaPointerAttributes attr;
   if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
     cudaGetLastError();
@@ -191,7 +74,7 @@ weftResult_t device_check_ordinal(int dev) {
 
 weftResult_t device_mem_alloc(void **ptr, size_t nbytes, int *on_device_out) {
   *on_device_out = 0;
-  if (!ctx_current()) return weftSuccess;
+  if (!device_ctx_current()) return weftSuccess;
   CUDA_TRY(cudaMalloc(ptr, nbytes), "MemAlloc");
   *on_device_out = 1;
   return weftSuccess;
@@ -320,6 +203,19 @@ weftResult_t device_comm_follow(struct device_comm *d, cudaStream_t stream) {
       return device_cuda_check(cudaStreamWaitEvent(stream, d->work[i].done, 0),
                                "ordering after the comm's launch on another stream");
   return weftSuccess; /* that launch is done and forgotten */
+}
+
+weftResult_t device_comm_stream_check(struct device_comm *d, cudaStream_t stream) {
+  /* the NULL, legacy and per-thread streams are the current device's, which
+   * the launch has made the comm's */
+  if ((uintptr_t)stream <= 2 || stream == d->stream_checked) return weftSuccess;
+  int dev = -1;
+  CUDA_TRY(cudaStreamGetDevice(stream, &dev), "the stream's device");
+  if (dev != d->dev)
+    return weft_error_set(weftInvalidArgument, "a stream of CUDA device %d given to a "
+                          "communicator of device %d", dev, d->dev);
+  d->stream_checked = stream;
+  return weftSuccess;
 }
 
 static void device_ring_close(struct device_comm *d) {

@@ -164,6 +164,7 @@ static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *c
   if (res == weftSuccess && prev != comm->cuda_dev)
     res = device_cuda_check(cudaSetDevice(comm->cuda_dev), "setting the device");
   struct device_comm *d = comm->device;
+  if (res == weftSuccess && d != NULL) res = device_comm_stream_check(d, stream);
   if (res == weftSuccess && d != NULL) res = device_comm_follow(d, stream);
   const int began = res == weftSuccess; /* otherwise nothing was launched */
   if (began_out != NULL) *began_out = began;

@@ -54,6 +54,7 @@ struct device_comm {
   int nwork;
   cudaStream_t last_stream; /* of the comm's latest recorded launch */
   int has_last;
+  cudaStream_t stream_checked; /* the last stream found on the comm's device */
 };
 
 /* The comm's device state, made on first use (local); and with its ring
@@ -69,6 +70,10 @@ void device_comm_note_launch(struct device_comm *d, cudaStream_t stream);
  * communicator's operations). A capturing stream is left alone: a graph's
  * order is its owner's. */
 weftResult_t device_comm_follow(struct device_comm *d, cudaStream_t stream);
+/* Refuses a stream of another device than the comm's (a kernel launched
+ * through the driver runs in its stream's context: device_kernel_launch);
+ * asked again only when the stream changes. */
+weftResult_t device_comm_stream_check(struct device_comm *d, cudaStream_t stream);
 
 /* Threads of a block that moves nbytes at a time, per_thread bytes a
  * thread in one pass of its copy loop: from one warp up to DEV_NTHREADS, so
@@ -88,6 +93,11 @@ static inline weftResult_t device_cuda_check(cudaError_t err, const char *what) 
   return weft_error_set(weftSystemError, "cuda: %s: %s", what, cudaGetErrorString(err));
 }
 #define CUDA_TRY(call, what) WEFT_TRY(device_cuda_check((call), (what)))
+
+/* Whether this thread has a CUDA context (device_driver.c): without one, no
+ * buffer it holds can be device memory it allocated, and asking would
+ * create a context. */
+int device_ctx_current(void);
 
 /* Launches kernel fn (its host stub) of grid x block on stream through the
  * driver's entry, with programmatic stream serialization allowed when pdl
