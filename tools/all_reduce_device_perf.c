@@ -24,6 +24,11 @@
  * wall-clock time of the loop, without waiting for the GPU): where it comes
  * near time(us), the GPU waits for the host's launches rather than the
  * kernels taking that long.
+ *
+ * -G N (as nccl-tests' -G): the -n calls of each size are captured into a
+ * CUDA graph, which is launched N times; the time is per call, over the N
+ * launches, and without the host's launch of each kernel in it. One rank a
+ * process (-g 1).
  */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -112,11 +117,69 @@ static weftResult_t all_reduce_all(const struct local_rank *lr, weftComm_t *comm
   return res;
 }
 
+/* The -n calls of count floats (iters), each of them or, with graphs > 0,
+ * captured once into a graph on lr[0]'s stream and launched graphs times
+ * (g is 1), after a launch of it as warm-up. Returns 0, or 1 after saying
+ * why; *us_out is the slowest local rank's GPU time per call, *enq_us_out
+ * the host's. */
+static int timed_calls(struct local_rank *lr, weftComm_t *comms, int g, size_t count, int iters,
+                       int graphs, double *us_out, double *enq_us_out) {
+  cudaGraphExec_t exec = NULL;
+  if (graphs > 0) {
+    cudaGraph_t graph = NULL;
+    CUDA_OK(cudaStreamBeginCapture(lr[0].stream, cudaStreamCaptureModeGlobal));
+    weftResult_t res = weftSuccess;
+    for (int i = 0; i < iters && res == weftSuccess; i++)
+      res = all_reduce_all(lr, comms, g, count);
+    cudaError_t end = cudaStreamEndCapture(lr[0].stream, &graph);
+    if (res != weftSuccess) {
+      fprintf(stderr, "all_reduce_device_perf: captured call: %s\n", weftGetLastError(comms[0]));
+      if (graph != NULL) cudaGraphDestroy(graph);
+      return 1;
+    }
+    CUDA_OK(end);
+    cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_OK(inst);
+    CUDA_OK(cudaGraphLaunch(exec, lr[0].stream));
+    CUDA_OK(cudaStreamSynchronize(lr[0].stream));
+  }
+  int failed = 0;
+  double enq0 = now_us();
+  for (int l = 0; l < g; l++) cudaEventRecord(lr[l].e0, lr[l].stream);
+  if (graphs > 0) {
+    for (int i = 0; i < graphs && !failed; i++)
+      failed = cudaGraphLaunch(exec, lr[0].stream) != cudaSuccess;
+  } else {
+    for (int i = 0; i < iters && !failed; i++)
+      failed = all_reduce_all(lr, comms, g, count) != weftSuccess;
+  }
+  double enq1 = now_us();
+  for (int l = 0; l < g; l++) cudaEventRecord(lr[l].e1, lr[l].stream);
+  const int ncalls = graphs > 0 ? graphs * iters : iters;
+  double us = 0;
+  for (int l = 0; l < g; l++) {
+    CUDA_OK(cudaStreamSynchronize(lr[l].stream));
+    float ms = 0;
+    cudaEventElapsedTime(&ms, lr[l].e0, lr[l].e1);
+    if (ms * 1e3 / ncalls > us) us = ms * 1e3 / ncalls;
+  }
+  if (exec != NULL) cudaGraphExecDestroy(exec);
+  if (failed) {
+    fprintf(stderr, "all_reduce_device_perf: %s\n",
+            graphs > 0 ? "cudaGraphLaunch failed" : weftGetLastError(comms[0]));
+    return 1;
+  }
+  *us_out = us;
+  *enq_us_out = (enq1 - enq0) / ncalls;
+  return 0;
+}
+
 int main(int argc, char **argv) {
   size_t min_nbytes = 8, max_nbytes = 256u << 20;
   double factor = 4;
-  int iters = 20, warmup = 5, check = 1, g = 1, opt;
-  while ((opt = getopt(argc, argv, "b:e:f:n:w:c:g:d:o:")) != -1) {
+  int iters = 20, warmup = 5, check = 1, g = 1, graphs = 0, opt;
+  while ((opt = getopt(argc, argv, "b:e:f:n:w:c:g:G:d:o:")) != -1) {
     switch (opt) {
       case 'b': min_nbytes = parse_size(optarg); break;
       case 'e': max_nbytes = parse_size(optarg); break;
@@ -125,6 +188,7 @@ int main(int argc, char **argv) {
       case 'w': warmup = atoi(optarg); break;
       case 'c': check = atoi(optarg); break;
       case 'g': g = atoi(optarg); break;
+      case 'G': graphs = atoi(optarg); break;
       case 'd':
         if (only_value("-d", optarg, "float", "float32")) return 2;
         break;
@@ -134,7 +198,7 @@ int main(int argc, char **argv) {
       default:
         fprintf(stderr,
                 "usage: %s [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] "
-                "[-g ranks in this process] [-d float] [-o sum]\n",
+                "[-g ranks in this process] [-G graph launches] [-d float] [-o sum]\n",
                 argv[0]);
         return 2;
     }
@@ -142,6 +206,11 @@ int main(int argc, char **argv) {
   if (g < 1 || g > MAX_LOCAL || (g > 1 && getenv("WEFT_NRANKS") != NULL)) {
     fprintf(stderr, "all_reduce_device_perf: -g takes 1 to %d, and more than 1 only without "
                     "weftrun\n", MAX_LOCAL);
+    return 2;
+  }
+  if (graphs < 0 || (graphs > 0 && g > 1) || iters < 1) {
+    fprintf(stderr, "all_reduce_device_perf: -n takes 1 or more; -G takes 0 or more, and more "
+                    "than 0 only with -g 1\n");
     return 2;
   }
   int ndev = 0;
@@ -189,6 +258,9 @@ int main(int argc, char **argv) {
   for (int i = 0; i < g; i++) CUDA_OK(cudaStreamSynchronize(lr[i].stream));
   CUDA_OK(cudaSetDevice(lr[0].dev));
   double copy = copy_gbps(lr[0].send, lr[0].recv, max_nbytes, lr[0].stream);
+  if (lr[0].rank == 0 && graphs > 0)
+    printf("# each size's %d calls captured into a CUDA graph, launched %d times\n", iters,
+           graphs);
   if (lr[0].rank == 0)
     printf("# all-reduce float32 sum on device memory, %d ranks (%d in this process), "
            "%d GPU(s)\n"
@@ -213,19 +285,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < (warmup > 0 ? warmup : 1) && !failed; i++)
       failed = all_reduce_all(lr, comms, g, count) != weftSuccess;
     for (int l = 0; l < g && !failed; l++) CUDA_OK(cudaStreamSynchronize(lr[l].stream));
-    double enq0 = now_us();
-    for (int l = 0; l < g; l++) cudaEventRecord(lr[l].e0, lr[l].stream);
-    for (int i = 0; i < iters && !failed; i++)
-      failed = all_reduce_all(lr, comms, g, count) != weftSuccess;
-    double enq1 = now_us();
-    for (int l = 0; l < g; l++) cudaEventRecord(lr[l].e1, lr[l].stream);
-    double us = 0; /* the slowest local rank's time per call */
+    double us = 0, enq_us = 0;
+    if (!failed) failed = timed_calls(lr, comms, g, count, iters, graphs, &us, &enq_us);
     long long wrong = 0;
     for (int l = 0; l < g; l++) {
-      CUDA_OK(cudaStreamSynchronize(lr[l].stream));
-      float ms = 0;
-      cudaEventElapsedTime(&ms, lr[l].e0, lr[l].e1);
-      if (ms * 1e3 / iters > us) us = ms * 1e3 / iters;
       if (!check || failed) continue;
       CUDA_OK(cudaMemcpy(host, lr[l].recv, count * sizeof(float), cudaMemcpyDeviceToHost));
       for (size_t i = 0; i < count; i++) {
@@ -237,7 +300,7 @@ int main(int argc, char **argv) {
     double algbw = (double)count * sizeof(float) / (us * 1e-6) / 1e9;
     if (lr[0].rank == 0 && !failed)
       printf("  %10zu  %12zu  %9.2f  %8.2f  %8.2f  %6lld  %7.2f\n", count * sizeof(float), count,
-             us, algbw, algbw * 2.0 * (nranks - 1) / nranks, wrong, (enq1 - enq0) / iters);
+             us, algbw, algbw * 2.0 * (nranks - 1) / nranks, wrong, enq_us);
     if (wrong) failed = 1;
   }
   if (failed) fprintf(stderr, "rank %d: failed: %s\n", lr[0].rank, weftGetLastError(comms[0]));

@@ -368,9 +368,11 @@ step_mps_stop() {
 
 # 20 calls a size leave a few microseconds of the processes' start in each
 # small call's time: the latency over 2000 calls (after 500), 8 B
-perf_ar_latency() { # k [tag of the log]
-  local out="$LOGS/$STEP.lat.$1${2:+.$2}.out"
-  "$B/tools/weftrun" -n "$1" "$B/tools/all_reduce_device_perf" -b 8 -e 8 -n 2000 -w 500 \
+perf_ar_latency() { # k [tag of the log [all_reduce_device_perf's flags, for -n 2000]]
+  local out="$LOGS/$STEP.lat.$1${2:+.$2}.out" k="$1"
+  shift $(($# < 2 ? $# : 2))
+  [ $# -gt 0 ] || set -- -n 2000
+  "$B/tools/weftrun" -n "$k" "$B/tools/all_reduce_device_perf" -b 8 -e 8 -w 500 "$@" \
     >"$out" 2>&1 || return 1
   awk '{ sub(/^\[0\] */, "") } /^ *8 +2 / { printf "%.2f us (enqueue %.2f)", $3, $7 }' "$out"
 }
@@ -401,6 +403,11 @@ step_perf_ar_mps() {
     lat=$(perf_ar_latency "$k") || { bad=1; lat="failed"; }
     [ -n "$lat" ] || { bad=1; lat="no 8 B row"; }
     echo "$k: 8 B over 2000 calls $lat" >>"$LOGS/$STEP.keys"
+    # the same calls captured into a CUDA graph of 100, launched 20 times:
+    # the kernels' time without the host's launch of each
+    lat=$(perf_ar_latency "$k" graph -n 100 -G 20) || { bad=1; lat="failed"; }
+    [ -n "$lat" ] || { bad=1; lat="no 8 B row"; }
+    echo "$k: in CUDA graphs $lat" >>"$LOGS/$STEP.keys"
   done
   key "$(paste -sd";" "$LOGS/$STEP.keys" | sed "s/;/; /g")"
   [ $bad = 0 ] || fail "$(cat "$LOGS/$STEP.key")"

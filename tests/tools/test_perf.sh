@@ -136,6 +136,25 @@ if [ -x "$dev_perf" ]; then
   else
     bad device_perf_flags "exit $rc: $(tail -2 "$tmp/devflags")"
   fi
+  # -G (graph launches) as nccl-tests' -G: taken with one rank a process,
+  # refused with -g 2 or below 0
+  timeout 60 "$dev_perf" -G 2 -b 8 -e 64 -n 2 -w 0 >"$tmp/devgraph" 2>&1
+  rc=$?
+  if [ "$rc" = 0 ] || { [ "$rc" = 1 ] && grep -q "no CUDA device" "$tmp/devgraph"; }; then
+    ok device_perf_graph_flag
+  else
+    bad device_perf_graph_flag "exit $rc: $(tail -2 "$tmp/devgraph")"
+  fi
+  for case in "with_g2:-G 2 -g 2" "negative:-G -1"; do
+    # shellcheck disable=SC2086
+    "$dev_perf" ${case#*:} -b 8 -e 8 >"$tmp/devrefuse" 2>&1
+    rc=$?
+    if [ "$rc" = 2 ] && grep -q "more than 0 only with -g 1" "$tmp/devrefuse"; then
+      ok "device_perf_refuses_G_${case%%:*}"
+    else
+      bad "device_perf_refuses_G_${case%%:*}" "exit $rc: $(head -1 "$tmp/devrefuse")"
+    fi
+  done
   for flag in "-d half" "-o max"; do
     # shellcheck disable=SC2086
     "$dev_perf" $flag -b 8 -e 8 >"$tmp/devrefuse" 2>&1
