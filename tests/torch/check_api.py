@@ -6,7 +6,8 @@ one-rank group (weft's device path refuses it: the backend scales locally),
 a coalesced block whose second operation fails (the weft group must be
 closed, or every later call of the thread would be taken into it), and
 operations that copy or flatten their inputs, queued behind one that writes
-them, reading them when they run. Run under
+them, reading them when they run; blocking calls inside a coalescing block, and
+all_to_all_single refusing an output of another size than its input. Run under
 torchrun (2 or 3 ranks); exits non-zero with the failing checks listed.
 
 --device cuda (tools/gpu-check.sh, step torch_weft_cuda) runs the same on
@@ -145,6 +146,44 @@ def check_failed_coalesced_block():
         dist.all_reduce(t)
         check(f"all_reduce {i} after a failed coalesced block", t,
               sum(rank_data(p, 17, tag=40 + i) for p in range(world)))
+
+
+def check_blocking_in_coalesced_block():
+    """Blocking broadcasts inside a _coalescing_manager block, which torch
+    waits on at once, run when the block ends, as NCCL's do: the block ends
+    (waiting inside it waited forever) and their results are right."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    a, b = rank_data(rank, 13, tag=60), rank_data(rank, 7, tag=61)
+    with dist._coalescing_manager(device=DEV):
+        dist.broadcast(a, 0)
+        dist.broadcast(b, world - 1)
+    check("broadcast from rank 0 in a coalesced block", a, rank_data(0, 13, tag=60))
+    check(f"broadcast from rank {world - 1} in a coalesced block", b,
+          rank_data(world - 1, 7, tag=61))
+
+
+def check_a2a_single_sizes():
+    """all_to_all_single without splits refuses an output of another size
+    than its input, and writes nothing past the output it was given (it
+    wrote a smaller output's whole input's worth)."""
+    global checks
+    world, rank = dist.get_world_size(), dist.get_rank()
+    buf = torch.full((4 * world,), -7.0, dtype=torch.float64, device=DEV)
+    inp = rank_data(rank, 4 * world, tag=62)
+    checks += 1
+    try:
+        dist.all_to_all_single(buf[:2 * world], inp)
+        failures.append("all_to_all_single, output half the input: no exception")
+    except Exception as e:  # noqa: BLE001
+        if "must be equal" not in str(e):
+            failures.append(f"all_to_all_single size mismatch: message {str(e)[:200]!r}")
+    check("all_to_all_single refused: the buffer untouched", buf,
+          torch.full((4 * world,), -7.0, dtype=torch.float64))
+    out = torch.empty(4 * world, dtype=torch.float64, device=DEV)
+    dist.all_to_all_single(out, inp)
+    want = torch.cat([rank_data(p, 4 * world, tag=62, dev="cpu")[4 * rank:4 * rank + 4]
+                      for p in range(world)])
+    check("all_to_all_single after a refused one", out, want)
 
 
 def check_queued_strided():
@@ -417,7 +456,8 @@ def main():
               f"torch {torch.__version__} ({e})", flush=True)
         dist.init_process_group("weft", timeout=timedelta(seconds=60))
     fns = [check_bound_new_group, check_premul_coalesced, check_premul_one_rank,
-           check_failed_coalesced_block, check_queued_strided, check_queued_lists,
+           check_failed_coalesced_block, check_blocking_in_coalesced_block,
+           check_a2a_single_sizes, check_queued_strided, check_queued_lists,
            check_list_aliasing, check_empty_p2p]
     if args.device == "cuda":
         fns += [check_cuda_streams, check_cuda_objects]

@@ -277,8 +277,15 @@ weftResult_t WeftBackend::issue_steps(task &t) {
     weftResult_t end = weftGroupEnd();
     if (res == weftSuccess) res = end;
   }
-  for (auto &s : t.steps)
-    if (s.release) s.release();
+  {
+    // abort() frees the communicator, the ops made on it with it, once no
+    // call is in it: releases hold comm_mu_ (which abort() takes to say it
+    // aborts) and are left out after an abort
+    std::lock_guard<std::mutex> lk(comm_mu_);
+    if (!aborted_)
+      for (auto &s : t.steps)
+        if (s.release) s.release();
+  }
   if (thrown) std::rethrow_exception(thrown);
   return res;
 }
@@ -288,20 +295,13 @@ std::exception_ptr WeftBackend::run_steps(task &t) {
     {
       std::lock_guard<std::mutex> lk(comm_mu_);
       TORCH_CHECK(!aborted_, "weft: ", t.name, ": the process group was aborted");
-      in_call_ = true;
     }
     weftResult_t res = issue_steps(t);
     if (res != weftSuccess) fail(t.name, res);
-    {
-      std::lock_guard<std::mutex> lk(comm_mu_);
-      in_call_ = false;
-    }
     for (auto &s : t.steps)
       if (s.finish) s.finish();
     return nullptr;
   } catch (...) {
-    std::lock_guard<std::mutex> lk(comm_mu_);
-    in_call_ = false;
     return std::current_exception();
   }
 }
@@ -312,7 +312,6 @@ std::exception_ptr WeftBackend::run_steps(task &t) {
     std::lock_guard<std::mutex> lk(comm_mu_);
     detail = aborted_ ? std::string("the process group was aborted")
                       : std::string(weftGetLastError(comm_));
-    in_call_ = false;
   }
   if (detail.empty()) detail = weftGetLastError(nullptr);
   C10_THROW_ERROR(DistBackendError, c10::str("weft: ", name, " failed on rank ", rank_, " of ",

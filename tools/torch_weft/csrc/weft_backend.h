@@ -274,9 +274,8 @@ class WeftBackend : public c10d::Backend {
   std::shared_ptr<queue_state> queue_;
   weftStream_t stream_ = nullptr; /* the CUDA stream of the task running; NULL on host memory */
   std::thread worker_;
-  std::mutex comm_mu_; /* guards aborted_ and in_call_ against abort() */
+  std::mutex comm_mu_; /* guards aborted_ against abort() */
   bool aborted_ = false;
-  bool in_call_ = false;
   uint64_t seq_ = 0;
   bool coalescing_ = false;
   task coalesced_{"coalesced", {}, {}};

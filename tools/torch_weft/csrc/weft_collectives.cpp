@@ -217,6 +217,13 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::alltoall_base(at::Tensor &output, at
   TORCH_CHECK(input.scalar_type() == output.scalar_type(),
               "weft: all_to_all_single: input and output dtypes differ");
   check_device(input, device_of(output), "all_to_all_single");
+  // without splits every rank's block is the same size on both sides: the
+  // output holds exactly what the input sends (a smaller one would be
+  // written past its end)
+  TORCH_CHECK(!input_splits.empty() || !output_splits.empty() ||
+                  input.numel() == output.numel(),
+              "weft: all_to_all_single without splits: the input has ", input.numel(),
+              " elements and the output ", output.numel(), "; they must be equal");
   std::vector<int64_t> in_off, in_len, out_off, out_len;
   split_layout(input, input_splits, "input", &in_off, &in_len);
   split_layout(output, output_splits, "output", &out_off, &out_len);
@@ -368,6 +375,11 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::recv(std::vector<at::Tensor> &tensor
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::barrier(const c10d::BarrierOptions &opts) {
+  // on a GPU, as NCCL's: what this rank queued on the device's current
+  // stream is done when the barrier is passed (torch names the device from
+  // device_ids, the group's bound device or the current accelerator)
+  if (cuda_built() && opts.device.has_value() && opts.device->is_cuda())
+    gpu_stream_sync(opts.device->has_index() ? opts.device->index() : -1);
   at::Tensor t = at::zeros({1}, at::kByte);
   op_step s;
   s.issue = [this, t]() {
@@ -381,6 +393,7 @@ void WeftBackend::startCoalescing() {
   coalescing_ = true;
   coalesced_ = task{"coalesced", {}, {}};
   coalesced_work_ = make_work(c10d::OpType::COALESCED, "weft:coalesced", {}, false);
+  coalesced_work_->set_block_open(true);
   coalesced_.works.push_back(coalesced_work_);
 }
 
@@ -388,6 +401,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::endCoalescing() {
   TORCH_CHECK(coalescing_, "weft: endCoalescing without startCoalescing");
   coalescing_ = false;
   auto work = coalesced_work_;
+  work->set_block_open(false);
   coalesced_work_.reset();
   enqueue(std::move(coalesced_));
   coalesced_ = task{"coalesced", {}, {}};

@@ -23,6 +23,9 @@ class CudaMark final : public GpuMark {
   CudaMark(int device, void *stream) : device_(device) {
     c10::cuda::CUDAGuard guard((c10::DeviceIndex)device);
     cuda_check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate");
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    cuda_check(cudaStreamIsCapturing((cudaStream_t)stream, &capture), "cudaStreamIsCapturing");
+    captured_ = capture != cudaStreamCaptureStatusNone;
     cuda_check(cudaEventRecord(event_, (cudaStream_t)stream), "cudaEventRecord");
   }
   // Never throws (a Work dropped at exit, when CUDA may be unloading, would
@@ -42,6 +45,7 @@ class CudaMark final : public GpuMark {
     cuda_check(err, "cudaEventQuery");
     return true;
   }
+  bool captured() const override { return captured_; }
   void stream_wait() override {
     c10::cuda::CUDAGuard guard((c10::DeviceIndex)device_);
     cudaStream_t cur = c10::cuda::getCurrentCUDAStream((c10::DeviceIndex)device_).stream();
@@ -51,6 +55,7 @@ class CudaMark final : public GpuMark {
  private:
   int device_;
   cudaEvent_t event_ = nullptr;
+  bool captured_ = false;
 };
 
 }  // namespace
@@ -69,6 +74,13 @@ void gpu_hold(int device, void *stream, const std::vector<at::Tensor> &tensors) 
   for (const auto &t : tensors)
     if (t.defined() && t.is_cuda() && t.has_storage())
       c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), s);
+}
+
+void gpu_stream_sync(int device) {
+  if (device < 0) device = c10::cuda::current_device();
+  c10::cuda::CUDAGuard guard((c10::DeviceIndex)device);
+  cuda_check(cudaStreamSynchronize(c10::cuda::getCurrentCUDAStream((c10::DeviceIndex)device)),
+             "cudaStreamSynchronize");
 }
 
 std::shared_ptr<GpuMark> gpu_mark(int device, void *stream) {
@@ -97,6 +109,7 @@ bool cuda_built() { return false; }
 
 void on_cuda_stream(int, const std::function<void(void *)> &) { no_cuda(); }
 void gpu_hold(int, void *, const std::vector<at::Tensor> &) { no_cuda(); }
+void gpu_stream_sync(int) { no_cuda(); }
 std::shared_ptr<GpuMark> gpu_mark(int, void *) { no_cuda(); }
 c10::intrusive_ptr<c10::ivalue::Future> gpu_future(int, void *, const std::vector<at::Tensor> &) {
   no_cuda();

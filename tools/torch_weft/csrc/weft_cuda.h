@@ -30,6 +30,10 @@ class GpuMark {
  public:
   virtual ~GpuMark() = default;
   virtual bool done() = 0;
+  // Recorded while a graph captured the stream: the GPU passes it when the
+  // graph runs, and nothing may ask before (an event query would break the
+  // capture); done() is not to be called.
+  virtual bool captured() const = 0;
   // The caller's current stream of the mark's device waits for the mark.
   virtual void stream_wait() = 0;
 };
@@ -39,6 +43,10 @@ class GpuMark {
 // does: for tensors the caller made on another stream and drops after the
 // call returns.
 void gpu_hold(int device, void *stream, const std::vector<at::Tensor> &tensors);
+
+// Waits on the host until device's current stream (-1: the current
+// device's) is past what it holds.
+void gpu_stream_sync(int device);
 
 // Marks the current point of stream on device.
 std::shared_ptr<GpuMark> gpu_mark(int device, void *stream);

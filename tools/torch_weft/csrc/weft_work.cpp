@@ -1,6 +1,8 @@
 // torch_weft: Work objects (weft_work.h).
 #include "weft_work.h"
 
+#include <cstdlib>
+#include <cstring>
 #include <thread>
 
 namespace torch_weft {
@@ -10,31 +12,67 @@ void WeftWork::release_held() {
 }
 
 // For an operation on a CUDA stream: whether it is done (or failed), and
-// the Work finished if so.
+// the Work finished if so. A kernel that gives up (a peer's timeout, an
+// abort) returns like one that succeeded, as do the kernels queued behind
+// it: the GPU passing the operation says nothing of how it went, so the
+// communicator's error is asked either way (an error found after an
+// operation that did succeed fails it too, as a watchdog would).
 bool WeftWork::poll_gpu() {
   if (Work::isCompleted()) return true;
-  if (gpu_->done()) {
-    finish_once(nullptr);
-    return true;
-  }
+  const bool done = gpu_->done();
   if (std::exception_ptr e = async_error_()) {
     finish_once(e);
     return true;
   }
-  return false;
+  if (done) finish_once(nullptr);
+  return done;
 }
 
 bool WeftWork::isCompleted() {
   release_held();
-  if (gpu_) poll_gpu();
+  if (gpu_ && !gpu_->captured()) poll_gpu();
   return Work::isCompleted();
 }
 
-// On a CUDA stream, waits on the host until the GPU is past the operation
-// (so that a failure raises here) and orders the caller's current stream
-// after it.
+// TORCH_WEFT_BLOCKING_WAIT=1: wait() on a CUDA operation blocks the host
+// until the GPU is past it (as TORCH_NCCL_BLOCKING_WAIT=1 does NCCL's).
+static bool blocking_wait() {
+  static const bool on = [] {
+    const char *v = std::getenv("TORCH_WEFT_BLOCKING_WAIT");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
+// On a CUDA stream, orders the caller's current stream after the operation
+// and returns, as NCCL's wait() does, so that the host queues what follows
+// while the GPU communicates (FSDP2's blocking all-gathers and
+// reduce-scatters, say); a failure already known raises here, a later one
+// at the next operation (weft refuses it) or at is_completed(). With
+// blocking_wait(), waits on the host until the GPU is past it (so that a
+// failure raises here) first.
 bool WeftWork::wait(std::chrono::milliseconds timeout) {
+  // an operation inside a coalescing block that is still open (a blocking
+  // call there waits on the block's Work) runs when the block ends: waiting
+  // for it now would wait forever, so the wait returns, as NCCL's does
+  // there; the Work the block's end returns waits for all of it
+  if (block_open_) return true;
   release_held();
+  if (gpu_ && gpu_->captured()) {
+    // recorded into a graph being captured: it runs when the graph does, so
+    // the caller's stream is ordered after it and nothing is waited for on
+    // the host (the capture forbids asking), as NCCL's wait does there
+    gpu_->stream_wait();
+    return true;
+  }
+  if (gpu_ && !blocking_wait()) {
+    poll_gpu(); // one look: an error the communicator has reported raises below
+    if (exception() == nullptr) {
+      gpu_->stream_wait();
+      if (!Work::isCompleted()) return true;
+    }
+    return Work::wait(timeout);
+  }
   if (gpu_) {
     const auto limit = timeout == kNoTimeout ? gpu_timeout_ : timeout;
     const auto start = std::chrono::steady_clock::now();

@@ -33,6 +33,10 @@ class WeftWork : public c10d::Work {
         queue_(std::move(q)),
         held_(held) {}
 
+  // For the Work of a coalescing block: whether the block is still open
+  // (its operations run when it ends).
+  void set_block_open(bool open) { block_open_ = open; }
+
   bool isCompleted() override;
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   void synchronize() override {}
@@ -75,6 +79,7 @@ class WeftWork : public c10d::Work {
   std::function<std::exception_ptr()> async_error_;
   std::chrono::milliseconds gpu_timeout_{0};
   std::atomic<bool> finished_{false};
+  std::atomic<bool> block_open_{false};
 };
 
 // One weft call (or several that belong together), split in two: issue runs
