@@ -125,44 +125,32 @@ elif [ "$rc" = 2 ] && grep -qE "without CUDA|no CUDA device" "$tmp/cuda"; then o
 else bad cuda_memory "exit $rc: $(tail -3 "$tmp/cuda")"; fi
 
 # all_reduce_device_perf (CUDA builds) takes -d float -o sum -c as the others
-# do: it runs, or stops at the device, never at the flags; another datatype
-# or op is refused with exit 2, naming the tool that runs it
+# do, and -G (graph launches, as nccl-tests' -G): it runs, or stops at the
+# device, never at the flags; another datatype or op is refused with exit 2,
+# naming the tool that runs it, and so is -G with -g 2 or below 0
 dev_perf="$tools/all_reduce_device_perf"
 if [ -x "$dev_perf" ]; then
-  timeout 60 "$dev_perf" -d float -o sum -c 1 -b 8 -e 64 -n 1 -w 0 >"$tmp/devflags" 2>&1
-  rc=$?
-  if [ "$rc" = 0 ] || { [ "$rc" = 1 ] && grep -q "no CUDA device" "$tmp/devflags"; }; then
-    ok device_perf_flags
-  else
-    bad device_perf_flags "exit $rc: $(tail -2 "$tmp/devflags")"
-  fi
-  # -G (graph launches) as nccl-tests' -G: taken with one rank a process,
-  # refused with -g 2 or below 0
-  timeout 60 "$dev_perf" -G 2 -b 8 -e 64 -n 2 -w 0 >"$tmp/devgraph" 2>&1
-  rc=$?
-  if [ "$rc" = 0 ] || { [ "$rc" = 1 ] && grep -q "no CUDA device" "$tmp/devgraph"; }; then
-    ok device_perf_graph_flag
-  else
-    bad device_perf_graph_flag "exit $rc: $(tail -2 "$tmp/devgraph")"
-  fi
-  for case in "with_g2:-G 2 -g 2" "negative:-G -1"; do
+  for case in "flags:-d float -o sum -c 1 -n 1" "graph_flag:-G 2 -n 2"; do
     # shellcheck disable=SC2086
-    "$dev_perf" ${case#*:} -b 8 -e 8 >"$tmp/devrefuse" 2>&1
+    timeout 60 "$dev_perf" ${case#*:} -b 8 -e 64 -w 0 >"$tmp/devrun" 2>&1
     rc=$?
-    if [ "$rc" = 2 ] && grep -q "more than 0 only with -g 1" "$tmp/devrefuse"; then
-      ok "device_perf_refuses_G_${case%%:*}"
+    if [ "$rc" = 0 ] || { [ "$rc" = 1 ] && grep -q "no CUDA device" "$tmp/devrun"; }; then
+      ok "device_perf_${case%%:*}"
     else
-      bad "device_perf_refuses_G_${case%%:*}" "exit $rc: $(head -1 "$tmp/devrefuse")"
+      bad "device_perf_${case%%:*}" "exit $rc: $(tail -2 "$tmp/devrun")"
     fi
   done
-  for flag in "-d half" "-o max"; do
+  for case in "d half:-d half:all_reduce_perf -M cuda -d half" \
+    "o max:-o max:all_reduce_perf -M cuda -o max" \
+    "G_with_g2:-G 2 -g 2:more than 0 only with -g 1" "G_negative:-G -1:more than 0 only with -g 1"; do
+    IFS=: read -r name flags want <<<"$case"
     # shellcheck disable=SC2086
-    "$dev_perf" $flag -b 8 -e 8 >"$tmp/devrefuse" 2>&1
+    "$dev_perf" $flags -b 8 -e 8 >"$tmp/devrefuse" 2>&1
     rc=$?
-    if [ "$rc" = 2 ] && grep -q "all_reduce_perf -M cuda $flag" "$tmp/devrefuse"; then
-      ok "device_perf_refuses_${flag#-}"
+    if [ "$rc" = 2 ] && grep -q -- "$want" "$tmp/devrefuse"; then
+      ok "device_perf_refuses_$name"
     else
-      bad "device_perf_refuses_${flag#-}" "exit $rc: $(head -1 "$tmp/devrefuse")"
+      bad "device_perf_refuses_$name" "exit $rc: $(head -1 "$tmp/devrefuse")"
     fi
   done
 else
