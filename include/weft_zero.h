@@ -126,10 +126,10 @@ weftResult_t weftZeroFinalize(weftZero_t zero);
 
 /* The parameter's values (paramType). Stage 3: only while its layer is
  * gathered and (host memory) after the gather's event; else
- * weftInvalidUsage. Stages 1-2:
- * waits for the layer's all-gather from the last weftZeroStep if it is still
- * in flight; a pointer kept across a step is readable once that gather's
- * event (weftZeroGather, weftZeroGatherEvent) has completed. */
+ * weftInvalidUsage. Stages 0-2: waits for the layer's write-back (stages
+ * 1-2: and its all-gather) from the last weftZeroStep or weftZeroLoad if it
+ * is still in flight; a pointer kept across a step is readable once the
+ * layer's gather event (weftZeroGather, weftZeroGatherEvent) has completed. */
 weftResult_t weftZeroParam(weftZero_t zero, int param, void **ptr_out);
 
 /* The parameter's gradient buffer (paramType, zero at the start of a step):
@@ -142,13 +142,15 @@ weftResult_t weftZeroGrad(weftZero_t zero, int param, void **ptr_out);
 /* Stage 3: queues the all-gather of layer on stream, and of up to
  * prefetchLayers more in the direction of travel (upward; downward from the
  * last layer or after a lower layer), as gatherBoundBytes allows; asking for
- * a layer that does not fit is weftInvalidUsage. *ready_out (may be NULL) is
- * an event that completes when the layer's parameters are in place;
- * synchronize it before weftZeroParam. Stages 1-2: queues nothing; the event
- * is that of the layer's all-gather queued by the last weftZeroStep, so the
- * next forward waits for each layer as it reaches it while the later layers
- * still arrive. Stage 0 (and stages 1-2 before the first step or after a
- * step on the NULL stream): the event is complete. Does not block.
+ * a layer that does not fit is weftInvalidUsage; a gather on another stream
+ * than the last step's first waits (on the stream) for that step's
+ * write-back of the layer's shard. *ready_out (may be NULL) is an event that
+ * completes when the layer's parameters are in place; synchronize it before
+ * weftZeroParam. Stages 0-2: queues nothing; the event is that of the
+ * layer's write-back (stages 1-2: and its all-gather) queued by the last
+ * weftZeroStep or weftZeroLoad, so the next forward waits for each layer as
+ * it reaches it while the later layers still arrive; it is complete before
+ * the first step and after a step on the NULL stream. Does not block.
  * Collective. */
 weftResult_t weftZeroGather(weftZero_t zero, int layer, weftStream_t stream,
                             weftEvent_t *ready_out);
@@ -192,18 +194,20 @@ weftResult_t weftZeroGradReady(weftZero_t zero, int layer, weftStream_t stream);
 typedef struct {
   double gradNorm;  /* global norm of the averaged gradient, before clipping */
   double lossScale; /* the scale the step used */
-  int skipped;      /* 1: an overflow on some rank; no update, the scale halves */
+  int skipped;      /* 1: an overflow on some rank: no update (fp16: the scale halves) */
 } weftZeroStepInfo_t;
 
 /* Finishes the reductions, clips by global norm (across shards), updates the
  * owned shard (AdamW or SGD with momentum, fp32), writes parameters back
  * and zeroes the gradients. Stage 3 drops gathered layers, which would be
- * stale. Stages 1-2 queue the all-gather of the updated parameters on
- * stream, one per layer in layer order with a gather event each, and return
- * with them in flight: they overlap the next forward, which waits for each
- * layer's event (weftZeroGather) before reading it. Everything else is
- * complete when it returns (blocks); with the NULL stream everything is.
- * info may be NULL. Collective. */
+ * stale. The write-back is queued on stream layer by layer (a kernel in a
+ * device context; done at once in a host one), stages 1-2 queue the
+ * all-gather of the updated parameters after it, and each layer's gather
+ * event is recorded after both, at every stage: the step returns with them
+ * in flight, to overlap the next forward, which waits for each layer's
+ * event (weftZeroGather, or weftZeroParam at stages 0-2) before reading it.
+ * Everything else is complete when it returns (blocks); with the NULL
+ * stream everything is. info may be NULL. Collective. */
 weftResult_t weftZeroStep(weftZero_t zero, weftStream_t stream, weftZeroStepInfo_t *info);
 
 /* The factor the trainer multiplies its loss by (1 unless fp16). */

@@ -228,8 +228,7 @@ weftResult_t weftZeroFinalize(weftZero_t z) {
   if (stage == 0) WEFT_TRY(zero_buckets_plan(z));
   WEFT_TRY(zero_master_init(z));
   z->finalized = 1;
-  WEFT_TRY(zero_publish_params(z, NULL));
-  return z->ops->sync(NULL, z->comm, "publishing the initial parameters");
+  return zero_publish_params(z, NULL); /* complete on return */
 }
 
 weftResult_t weftZeroParam(weftZero_t z, int param, void **ptr_out) {
@@ -240,7 +239,7 @@ weftResult_t weftZeroParam(weftZero_t z, int param, void **ptr_out) {
   const struct zero_param *p = &z->params[param];
   struct zero_layer *l = &z->layers[p->layer];
   if (z->cfg.stage < 3) {
-    WEFT_TRY(zero_gather_wait(z, l)); /* stages 1-2: the last step's gather */
+    WEFT_TRY(zero_gather_wait(z, l)); /* the last step's write-back and gather */
     *ptr_out = (char *)z->params_full + (l->flat_offset + p->offset) * z->param_size;
     return weftSuccess;
   }

@@ -64,10 +64,11 @@ struct zero_layer {
   /* stage 3 */
   int gather_state;
   void *gathered;        /* a buffer of the gather pool */
-  weftEvent_t gather_ev; /* stage 3: the last gather; stages 1-2: the step's all-gather */
-  weftStream_t gather_stream; /* stage 3: the stream of the last gather */
-  int gather_pending;    /* stages 1-2: the step's all-gather was queued on a stream and
-                            not yet waited for here */
+  weftEvent_t gather_ev; /* the last gather (stage 3), or the last write-back of the
+                            layer's parameters (with stages 1-2 their all-gather) */
+  weftStream_t gather_stream; /* the stream gather_ev was last recorded on */
+  int gather_pending;    /* the last write-back (and stages 1-2 all-gather) was queued on
+                            gather_stream and not yet waited for here */
   /* gradients of this step */
   void *grad_bucket;   /* stages 2-3: the layer's gradients (paramType, padded) */
   void *red_copy;      /* stages 1-3: a reduceType copy when it differs from paramType */
@@ -176,12 +177,14 @@ weftResult_t zero_bucket_take(struct weftZero *z, size_t nbytes, void **ptr_out)
 /* Optimizer arrays per element: master and moments. */
 int zero_optim_arrays(weftZeroOptimizer_t optimizer);
 
-/* Owned fp32 master -> parameters of every rank. Stages 1-2: one all-gather
- * per layer queued on stream, with the layer's gather event recorded (in
- * flight on return; complete with a NULL stream). Collective for stages 1-2. */
+/* Owned fp32 master -> parameters of every rank: each layer's write-back
+ * (and at stages 1-2 its all-gather) queued on stream with the layer's
+ * gather event recorded after it, in flight on return; with the NULL stream
+ * complete on return. Collective for stages 1-2. */
 weftResult_t zero_publish_params(struct weftZero *z, weftStream_t stream);
 
-/* Stages 1-2: waits for the layer's gather queued by the last publication. */
+/* Waits for the layer's write-back (and gather) queued by the last
+ * publication. */
 weftResult_t zero_gather_wait(struct weftZero *z, struct zero_layer *l);
 
 /* Gives back this step's gradient buckets and copies, zeroes the gradients
@@ -191,8 +194,8 @@ weftResult_t zero_grads_reset(struct weftZero *z, weftStream_t stream);
 /* Stages 2-3: gives back the buckets of finished reductions. */
 weftResult_t zero_buckets_reclaim(struct weftZero *z);
 
-/* Stage 3: drops every gathered layer; stages 1-2: waits for the parameter
- * gathers in flight. */
+/* Waits for the parameter write-backs and gathers in flight; stage 3: drops
+ * every gathered layer. */
 weftResult_t zero_release_all(struct weftZero *z);
 
 /* Sums n doubles (host memory) over ranks on stream, through context
