@@ -265,7 +265,12 @@ weftResult_t weftZeroGetParams(weftZero_t zero, float *out, weftStream_t stream)
  * lengths, finite values unless config allowNonFinite): a checkpoint that
  * fails anywhere is weftInvalidUsage on every rank (weftRemoteError where
  * another rank found the fault) with the reason in weftZeroLastError, and
- * the context is left as it was. Both collective. */
+ * the context is left as it was. Each rank then reads its ranges into host
+ * copies of its state; a read that fails on any rank fails the load on
+ * every rank (weftSystemError, or weftRemoteError) and leaves every context
+ * as it was too. Only then are the state, the gradients (zeroed) and the
+ * counters replaced, and the parameters written back as by a step. Both
+ * collective. */
 weftResult_t weftZeroSave(weftZero_t zero, const char *dir, weftStream_t stream);
 weftResult_t weftZeroLoad(weftZero_t zero, const char *dir, weftStream_t stream);
 

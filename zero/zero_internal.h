@@ -212,5 +212,11 @@ weftResult_t zero_allreduce_sum_ctx(struct weftZero *z, double *vals, size_t n,
 weftResult_t zero_state_get(struct weftZero *z, float *host_out[3]);
 weftResult_t zero_state_put(struct weftZero *z, float *host[3]);
 void zero_state_free(struct weftZero *z, float *host[3]);
+/* Host copies of the state on either kind of context (NULL where an array
+ * is absent), written back by zero_state_install, freed by
+ * zero_state_copy_free. */
+weftResult_t zero_state_copy(struct weftZero *z, float *host_out[3]);
+weftResult_t zero_state_install(struct weftZero *z, float *host[3]);
+void zero_state_copy_free(float *host[3]);
 
 #endif
