@@ -423,6 +423,24 @@ TEST_P(ZeroDeviceKernels, LoadScaledMatchesTheHostStep) {
 
 // Three AdamW updates and three SGD updates (with a clip between), as the
 // host's zero_update applies them.
+// A launch returns its own status and leaves an error the caller has
+// pending in place (an invalid device asked for, not yet read): clearing it
+// before the launch, as cudaGetLastError did, lost it.
+TEST_P(ZeroDeviceKernels, LaunchLeavesTheCallersPendingError) {
+  const size_t n = GetParam();
+  std::vector<float> h = random_floats(n, 11);
+  Dev g(h);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(count + 5), cudaErrorInvalidDevice);
+  EXPECT_EQ(zero_dev_scale(g.f(), n, 2.0f, nullptr), weftSuccess) << last_error();
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidDevice);
+  std::vector<float> got = g.get<float>(n);
+  for (size_t i = 0; i < n; i++) h[i] *= 2.0f;
+  EXPECT_EQ(first_difference(got.data(), h.data(), weftFloat32, n), n);
+}
+
 TEST_P(ZeroDeviceKernels, OptimizerUpdatesMatchTheHost) {
   size_t n = GetParam();
   std::vector<float> p = random_floats(n, 4), g = random_floats(n, 5);
