@@ -440,7 +440,7 @@ weftResult_t weftZeroLoad(weftZero_t z, const char *dir, weftStream_t stream) {
   z->step = m.step;
   z->updates = m.updates;
   z->good_steps = m.good_steps;
-  z->loss_scale = z->cfg.paramType == weftFloat16 ? m.loss_scale : 1.0;
+  z->loss_scale = z->cfg.paramType == weftFloat16 ? zero_loss_scale_clamp(m.loss_scale) : 1.0;
   memcpy(z->run_id, m.run, sizeof z->run_id);
   z->has_run_id = 1;
   return zero_publish_params(z, stream);

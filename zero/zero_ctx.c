@@ -59,6 +59,10 @@ weftResult_t weftZeroCreate(weftZero_t *zero, weftComm_t comm, const weftZeroCon
     return zero_fail(weftInvalidArgument, "prefetchLayers %d is negative", c->prefetchLayers);
   if (!(c->lr >= 0) || !(c->lossScale > 0))
     return zero_fail(weftInvalidArgument, "lr must be >= 0 and lossScale > 0");
+  if (c->paramType == weftFloat16 &&
+      !(c->lossScale >= ZERO_LOSS_SCALE_MIN && c->lossScale <= ZERO_LOSS_SCALE_MAX))
+    return zero_fail(weftInvalidArgument, "lossScale %g: fp16's scale is within [1, 2^24]",
+                     c->lossScale);
   if (c->memory != weftZeroHostMemory && c->memory != weftZeroDeviceMemory)
     return zero_fail(weftInvalidArgument, "memory %d is not host (0) or device (1)", c->memory);
   if (c->memory == weftZeroDeviceMemory) WEFT_TRY(zero_ctx_device_check(comm));

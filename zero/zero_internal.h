@@ -174,6 +174,13 @@ int zero_same_stream(const struct weftZero *z, weftStream_t a, weftStream_t b);
 /* Stages 1-3: a zeroed gradient buffer of nbytes from the bucket pool. */
 weftResult_t zero_bucket_take(struct weftZero *z, size_t nbytes, void **ptr_out);
 
+/* fp16's dynamic loss scale stays within [1, 2^24], the range mixed-precision
+ * loss scalers commonly keep: persistent overflows would halve it to 0,
+ * clean steps double it to infinity. clamp brings a scale into it. */
+#define ZERO_LOSS_SCALE_MIN 1.0
+#define ZERO_LOSS_SCALE_MAX 16777216.0
+double zero_loss_scale_clamp(double scale);
+
 /* Optimizer arrays per element: master and moments. */
 int zero_optim_arrays(weftZeroOptimizer_t optimizer);
 
