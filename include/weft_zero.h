@@ -123,7 +123,9 @@ weftResult_t weftZeroAddParam(weftZero_t zero, int layer, size_t count, const fl
                               int *param_out);
 
 /* Ends registration and allocates buffers. After it, stage 0-2 parameters
- * are readable; stage 3 ones after weftZeroGather. */
+ * are readable; stage 3 ones after weftZeroGather. Called once: a second
+ * call is weftInvalidUsage, after a failed one too (weftZeroDestroy frees
+ * what the failed call made). */
 weftResult_t weftZeroFinalize(weftZero_t zero);
 
 /* The parameter's values (paramType). Stage 3: only while its layer is

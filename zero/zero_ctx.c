@@ -206,7 +206,11 @@ static weftResult_t zero_master_init(struct weftZero *z) {
 weftResult_t weftZeroFinalize(weftZero_t z) {
   if (z == NULL) return zero_fail(weftInvalidArgument, "zero is NULL");
   if (z->finalized) return zero_fail(weftInvalidUsage, "weftZeroFinalize called twice");
+  if (z->finalize_tried)
+    return zero_fail(weftInvalidUsage,
+                     "an earlier weftZeroFinalize failed: destroy the context and create a new one");
   if (z->nparams == 0) return zero_fail(weftInvalidUsage, "no parameters were added");
+  z->finalize_tried = 1;
   int stage = z->cfg.stage;
   size_t flat = 0, shard = 0, own = 0;
   for (int i = 0; i < z->nlayers; i++) {

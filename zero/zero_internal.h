@@ -115,6 +115,8 @@ struct weftZero {
   size_t param_size; /* bytes of paramType */
   size_t red_size;   /* bytes of reduceType */
   int finalized;
+  int finalize_tried; /* weftZeroFinalize ran: a second call is refused (a failed one
+                         leaves its partial state to weftZeroDestroy) */
   struct zero_param *params;
   size_t nparams, params_cap;
   struct zero_layer *layers;

@@ -5,7 +5,8 @@
 // payloads (the norm's sum of squares, summed in another order, within
 // 1e-12 relative). Outputs start poisoned, so a kernel that never ran fails.
 // Everywhere, on one rank: the step's contract on a host table whose
-// write-back is queued as a kernel is (done only once something waits).
+// write-back is queued as a kernel is (done only once something waits);
+// a failed weftZeroFinalize refused a second time, nothing leaked.
 #include <gtest/gtest.h>
 
 #include <float.h>
@@ -285,6 +286,65 @@ TEST(ZeroStepContract, QueuedWriteBackIsWaitedForOrFollowedByEvents) {
   }
   weftStreamDestroy(s1);
   weftStreamDestroy(s2);
+  weftCommDestroy(comm);
+}
+
+// A table that counts what it creates and frees, and fails its third
+// allocation once.
+int c_live_events = 0, c_live_bufs = 0, c_allocs = 0;
+struct zero_ops counting_ops() {
+  struct zero_ops o = zero_ops_host;
+  o.alloc = [](void **p, size_t n) {
+    if (++c_allocs == 3) return zero_fail(weftSystemError, "out of memory (a test)");
+    weftResult_t res = zero_ops_host.alloc(p, n);
+    c_live_bufs += res == weftSuccess;
+    return res;
+  };
+  o.free = [](void *p) {
+    c_live_bufs -= p != nullptr;
+    zero_ops_host.free(p);
+  };
+  o.event_create = [](weftEvent_t *e) {
+    weftResult_t res = zero_ops_host.event_create(e);
+    c_live_events += res == weftSuccess;
+    return res;
+  };
+  o.event_destroy = [](weftEvent_t e) {
+    c_live_events -= e != nullptr;
+    zero_ops_host.event_destroy(e);
+  };
+  return o;
+}
+
+// A failed weftZeroFinalize cannot be called again (it made events and
+// buffers over the first call's): the second is refused saying so, and
+// destroy frees what the first made, at every stage.
+TEST(ZeroFinalize, AfterAFailureIsRefusedAndDestroyFreesAll) {
+  weftComm_t comm = comm_of_one();
+  ASSERT_NE(comm, nullptr) << weftGetLastError(nullptr);
+  for (int stage = 0; stage < 4; stage++) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    static struct zero_ops ops = counting_ops();
+    c_live_events = c_live_bufs = c_allocs = 0;
+    weftZeroConfig_t cfg;
+    weftZeroConfigDefaults(&cfg);
+    cfg.stage = stage;
+    weftZero_t z;
+    ASSERT_EQ(weftZeroCreate(&z, comm, &cfg), weftSuccess);
+    z->ops = &ops;
+    float init[5] = {1, 2, 3, 4, 5};
+    int id;
+    ASSERT_EQ(weftZeroAddParam(z, 0, 5, init, &id), weftSuccess);
+    ASSERT_EQ(weftZeroAddParam(z, 1, 3, init, &id), weftSuccess);
+    EXPECT_EQ(weftZeroFinalize(z), weftSystemError);
+    EXPECT_GT(c_live_events, 0);
+    EXPECT_EQ(weftZeroFinalize(z), weftInvalidUsage);
+    EXPECT_NE(last_error().find("an earlier weftZeroFinalize failed"), std::string::npos)
+        << last_error();
+    EXPECT_EQ(weftZeroDestroy(z), weftSuccess) << last_error();
+    EXPECT_EQ(c_live_events, 0) << "events left";
+    EXPECT_EQ(c_live_bufs, 0) << "buffers left";
+  }
   weftCommDestroy(comm);
 }
 
