@@ -83,9 +83,11 @@ typedef struct {
   size_t gatherBoundBytes;  /* stage 3: gathered buffers, held or idle in the pool, never
                                exceed this; 0 = no bound */
   int prefetchLayers;       /* stage 3: layers gathered ahead of the one asked for */
-  double lossScale;         /* initial loss scale; dynamic for fp16 (within [1, 2^24]: an
-                               overflow halves it, down to 1; lossScaleWindow clean steps
-                               double it, up to 2^24), fixed 1 otherwise */
+  double lossScale;         /* initial loss scale; dynamic for fp16 (within [1, 2^24],
+                               else weftZeroCreate refuses it: an overflow halves it, down
+                               to 1; lossScaleWindow clean steps double it, up to 2^24; a
+                               loaded checkpoint's is brought into the range), fixed 1
+                               otherwise */
   int lossScaleWindow;      /* steps without overflow before the scale doubles */
   int allowNonFinite;       /* weftZeroLoad takes NaN and infinite values from a
                                checkpoint; 0 (default): such a checkpoint is refused */
