@@ -209,11 +209,12 @@ typedef struct {
  * stale. The write-back is queued on stream layer by layer (a kernel in a
  * device context; done at once in a host one), stages 1-2 queue the
  * all-gather of the updated parameters after it, and each layer's gather
- * event is recorded after both, at every stage: the step returns with them
- * in flight, to overlap the next forward, which waits for each layer's
- * event (weftZeroGather, or weftZeroParam at stages 0-2) before reading it.
- * Everything else is complete when it returns (blocks); with the NULL
- * stream everything is. info may be NULL. Collective. */
+ * event is recorded after what was queued for it (in a device context at
+ * every stage; in a host one after stages 1-2's all-gather): the step
+ * returns with them in flight, to overlap the next forward, which waits for
+ * each layer's event (weftZeroGather, or weftZeroParam at stages 0-2) before
+ * reading it. Everything else is complete when it returns (blocks); with
+ * the NULL stream everything is. info may be NULL. Collective. */
 weftResult_t weftZeroStep(weftZero_t zero, weftStream_t stream, weftZeroStepInfo_t *info);
 
 /* The factor the trainer multiplies its loss by (1 unless fp16). */

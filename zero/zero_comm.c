@@ -303,9 +303,12 @@ weftResult_t zero_publish_params(struct weftZero *z, weftStream_t stream) {
       WEFT_TRY(zero_weft(z, weftAllGather(dst, full, l->shard, z->cfg.paramType, z->comm, stream),
                          "all-gathering updated parameters"));
     }
-    if (stream == NULL) continue; /* waited for below */
-    /* at every stage the layer's event follows its write (a kernel on a
-     * device), so that work on another stream may wait for it */
+    /* the NULL stream is waited for below; on the host a write-back is
+     * done already, and only stages 1-2's all-gather is in flight */
+    if (stream == NULL || (!z->ops->device && stage != 1 && stage != 2)) continue;
+    /* the layer's event follows what is queued for it (on a device, at
+     * every stage: the write-back is a kernel), so that work on another
+     * stream may wait for it */
     WEFT_TRY(z->ops->event_record(l->gather_ev, stream));
     l->gather_stream = stream;
     l->gather_pending = 1;
