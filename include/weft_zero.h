@@ -156,7 +156,8 @@ weftResult_t weftZeroGrad(weftZero_t zero, int param, void **ptr_out);
  * layer's write-back (stages 1-2: and its all-gather) queued by the last
  * weftZeroStep or weftZeroLoad, so the next forward waits for each layer as
  * it reaches it while the later layers still arrive; it is complete before
- * the first step and after a step on the NULL stream. Does not block.
+ * the first step, after a step on the NULL stream, and at stage 0 in a host
+ * context (whose write-back is done at once). Does not block.
  * Collective. */
 weftResult_t weftZeroGather(weftZero_t zero, int layer, weftStream_t stream,
                             weftEvent_t *ready_out);

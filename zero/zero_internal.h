@@ -188,8 +188,9 @@ int zero_optim_arrays(weftZeroOptimizer_t optimizer);
 
 /* Owned fp32 master -> parameters of every rank: each layer's write-back
  * (and at stages 1-2 its all-gather) queued on stream with the layer's
- * gather event recorded after it, in flight on return; with the NULL stream
- * complete on return. Collective for stages 1-2. */
+ * gather event recorded after it, in flight on return (a host context's
+ * write-back is done at once: stages 0 and 3 record nothing); with the NULL
+ * stream complete on return. Collective for stages 1-2. */
 weftResult_t zero_publish_params(struct weftZero *z, weftStream_t stream);
 
 /* Waits for the layer's write-back (and gather) queued by the last
