@@ -4,9 +4,9 @@
 // host's arithmetic on random data of odd sizes, bit for bit but for NaN
 // payloads (the norm's sum of squares, summed in another order, within
 // 1e-12 relative). Outputs start poisoned, so a kernel that never ran fails.
-// Everywhere, on one rank: the step's contract on a host table whose
-// write-back is queued as a kernel is (done only once something waits);
-// a failed weftZeroFinalize refused a second time, nothing leaked.
+// Everywhere: the step's contract on a host table whose write-back is
+// queued as a kernel is (done only once something waits), 1-3 ranks as
+// threads; a failed weftZeroFinalize refused a second time, nothing leaked.
 #include <gtest/gtest.h>
 
 #include <float.h>
@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "weft_zero.h"
@@ -117,9 +118,10 @@ struct QueuedEvent {
   weftStream_t stream;
   size_t upto;  // stores queued before the record
 };
-std::vector<QueuedStore> q_stores;
-bool q_null_waited = true;  // nothing queued on the NULL stream since its last sync
-bool q_step_left_null = false;  // the last step returned with work queued there
+// per rank: each runs in a thread of its own
+thread_local std::vector<QueuedStore> q_stores;
+thread_local bool q_null_waited = true;  // nothing queued on the NULL stream since its sync
+thread_local bool q_step_left_null = false;  // the last step returned with work queued there
 
 void q_run(weftStream_t stream, size_t upto) {
   for (size_t i = 0; i < upto && i < q_stores.size(); i++) {
@@ -254,15 +256,16 @@ weftResult_t contract_step(weftZero_t z, const std::vector<int> &ids, int step,
 // (stages 0-2) and a stage 3 gather on another stream see the new values.
 // Every stage reads what a host context reads, bit for bit (stages 1-2 with
 // the write-back done at once: their all-gather, weft's own, reads it).
-TEST(ZeroStepContract, QueuedWriteBackIsWaitedForOrFollowedByEvents) {
-  weftComm_t comm = comm_of_one();
-  ASSERT_NE(comm, nullptr) << weftGetLastError(nullptr);
+void contract_rank(int nranks, int rank, weftUniqueId id) {
+  weftComm_t comm;
+  ASSERT_EQ(weftCommInitRank(&comm, nranks, id, rank), weftSuccess) << weftGetLastError(nullptr);
   weftStream_t s1, s2;
   ASSERT_EQ(weftStreamCreate(&s1), weftSuccess);
   ASSERT_EQ(weftStreamCreate(&s2), weftSuccess);
   for (int stage = 0; stage < 4; stage++) {
     for (bool on_stream : {false, true}) {
-      SCOPED_TRACE("stage " + std::to_string(stage) + (on_stream ? ", a stream" : ", NULL"));
+      SCOPED_TRACE("rank " + std::to_string(rank) + " of " + std::to_string(nranks) + ", stage " +
+                   std::to_string(stage) + (on_stream ? ", a stream" : ", NULL"));
       struct zero_ops ops = queued_ops();
       if (stage == 1 || stage == 2) ops.store = zero_ops_host.store;
       weftStream_t st = on_stream ? s1 : nullptr, gs = on_stream ? s2 : nullptr;
@@ -287,6 +290,16 @@ TEST(ZeroStepContract, QueuedWriteBackIsWaitedForOrFollowedByEvents) {
   weftStreamDestroy(s1);
   weftStreamDestroy(s2);
   weftCommDestroy(comm);
+}
+
+TEST(ZeroStepContract, QueuedWriteBackIsWaitedForOrFollowedByEvents) {
+  for (int n : {1, 2, 3}) {
+    weftUniqueId id;
+    ASSERT_EQ(weftGetUniqueId(&id), weftSuccess);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < n; r++) ranks.emplace_back(contract_rank, n, r, id);
+    for (std::thread &t : ranks) t.join();
+  }
 }
 
 // A table that counts what it creates and frees, and fails its third
