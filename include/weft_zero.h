@@ -83,7 +83,11 @@ typedef struct {
   size_t gatherBoundBytes;  /* stage 3: gathered buffers, held or idle in the pool, never
                                exceed this; 0 = no bound */
   int prefetchLayers;       /* stage 3: layers gathered ahead of the one asked for */
-  double lossScale;         /* initial loss scale; dynamic for fp16, fixed 1 otherwise */
+  double lossScale;         /* initial loss scale; dynamic for fp16 (within [1, 2^24],
+                               else weftZeroCreate refuses it: an overflow halves it, down
+                               to 1; lossScaleWindow clean steps double it, up to 2^24; a
+                               loaded checkpoint's is brought into the range), fixed 1
+                               otherwise */
   int lossScaleWindow;      /* steps without overflow before the scale doubles */
   int allowNonFinite;       /* weftZeroLoad takes NaN and infinite values from a
                                checkpoint; 0 (default): such a checkpoint is refused */
@@ -121,15 +125,17 @@ weftResult_t weftZeroAddParam(weftZero_t zero, int layer, size_t count, const fl
                               int *param_out);
 
 /* Ends registration and allocates buffers. After it, stage 0-2 parameters
- * are readable; stage 3 ones after weftZeroGather. */
+ * are readable; stage 3 ones after weftZeroGather. Called once: a second
+ * call is weftInvalidUsage, after a failed one too (weftZeroDestroy frees
+ * what the failed call made). */
 weftResult_t weftZeroFinalize(weftZero_t zero);
 
 /* The parameter's values (paramType). Stage 3: only while its layer is
  * gathered and (host memory) after the gather's event; else
- * weftInvalidUsage. Stages 1-2:
- * waits for the layer's all-gather from the last weftZeroStep if it is still
- * in flight; a pointer kept across a step is readable once that gather's
- * event (weftZeroGather, weftZeroGatherEvent) has completed. */
+ * weftInvalidUsage. Stages 0-2: waits for the layer's write-back (stages
+ * 1-2: and its all-gather) from the last weftZeroStep or weftZeroLoad if it
+ * is still in flight; a pointer kept across a step is readable once the
+ * layer's gather event (weftZeroGather, weftZeroGatherEvent) has completed. */
 weftResult_t weftZeroParam(weftZero_t zero, int param, void **ptr_out);
 
 /* The parameter's gradient buffer (paramType, zero at the start of a step):
@@ -142,13 +148,16 @@ weftResult_t weftZeroGrad(weftZero_t zero, int param, void **ptr_out);
 /* Stage 3: queues the all-gather of layer on stream, and of up to
  * prefetchLayers more in the direction of travel (upward; downward from the
  * last layer or after a lower layer), as gatherBoundBytes allows; asking for
- * a layer that does not fit is weftInvalidUsage. *ready_out (may be NULL) is
- * an event that completes when the layer's parameters are in place;
- * synchronize it before weftZeroParam. Stages 1-2: queues nothing; the event
- * is that of the layer's all-gather queued by the last weftZeroStep, so the
- * next forward waits for each layer as it reaches it while the later layers
- * still arrive. Stage 0 (and stages 1-2 before the first step or after a
- * step on the NULL stream): the event is complete. Does not block.
+ * a layer that does not fit is weftInvalidUsage; a gather on another stream
+ * than the last step's first waits (on the stream) for that step's
+ * write-back of the layer's shard. *ready_out (may be NULL) is an event that
+ * completes when the layer's parameters are in place; synchronize it before
+ * weftZeroParam. Stages 0-2: queues nothing; the event is that of the
+ * layer's write-back (stages 1-2: and its all-gather) queued by the last
+ * weftZeroStep or weftZeroLoad, so the next forward waits for each layer as
+ * it reaches it while the later layers still arrive; it is complete before
+ * the first step, after a step on the NULL stream, and at stage 0 in a host
+ * context (whose write-back is done at once). Does not block.
  * Collective. */
 weftResult_t weftZeroGather(weftZero_t zero, int layer, weftStream_t stream,
                             weftEvent_t *ready_out);
@@ -192,18 +201,21 @@ weftResult_t weftZeroGradReady(weftZero_t zero, int layer, weftStream_t stream);
 typedef struct {
   double gradNorm;  /* global norm of the averaged gradient, before clipping */
   double lossScale; /* the scale the step used */
-  int skipped;      /* 1: an overflow on some rank; no update, the scale halves */
+  int skipped;      /* 1: an overflow on some rank: no update (fp16: the scale halves) */
 } weftZeroStepInfo_t;
 
 /* Finishes the reductions, clips by global norm (across shards), updates the
  * owned shard (AdamW or SGD with momentum, fp32), writes parameters back
  * and zeroes the gradients. Stage 3 drops gathered layers, which would be
- * stale. Stages 1-2 queue the all-gather of the updated parameters on
- * stream, one per layer in layer order with a gather event each, and return
- * with them in flight: they overlap the next forward, which waits for each
- * layer's event (weftZeroGather) before reading it. Everything else is
- * complete when it returns (blocks); with the NULL stream everything is.
- * info may be NULL. Collective. */
+ * stale. The write-back is queued on stream layer by layer (a kernel in a
+ * device context; done at once in a host one), stages 1-2 queue the
+ * all-gather of the updated parameters after it, and each layer's gather
+ * event is recorded after what was queued for it (in a device context at
+ * every stage; in a host one after stages 1-2's all-gather): the step
+ * returns with them in flight, to overlap the next forward, which waits for
+ * each layer's event (weftZeroGather, or weftZeroParam at stages 0-2) before
+ * reading it. Everything else is complete when it returns (blocks); with
+ * the NULL stream everything is. info may be NULL. Collective. */
 weftResult_t weftZeroStep(weftZero_t zero, weftStream_t stream, weftZeroStepInfo_t *info);
 
 /* The factor the trainer multiplies its loss by (1 unless fp16). */
@@ -261,7 +273,12 @@ weftResult_t weftZeroGetParams(weftZero_t zero, float *out, weftStream_t stream)
  * lengths, finite values unless config allowNonFinite): a checkpoint that
  * fails anywhere is weftInvalidUsage on every rank (weftRemoteError where
  * another rank found the fault) with the reason in weftZeroLastError, and
- * the context is left as it was. Both collective. */
+ * the context is left as it was. Each rank then reads its ranges into host
+ * copies of its state; a read that fails on any rank fails the load on
+ * every rank (weftSystemError, or weftRemoteError) and leaves every context
+ * as it was too. Only then are the state, the gradients (zeroed) and the
+ * counters replaced, and the parameters written back as by a step. Both
+ * collective. */
 weftResult_t weftZeroSave(weftZero_t zero, const char *dir, weftStream_t stream);
 weftResult_t weftZeroLoad(weftZero_t zero, const char *dir, weftStream_t stream);
 

@@ -6,6 +6,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <utility>
+
 #include "train_device.h"
 
 namespace {
@@ -86,17 +88,23 @@ __global__ void back_delta_kernel(const float *d, const float *w, const float *x
   dp[k] = acc * (1.0f - a * a);
 }
 
-int launched() { return (int)cudaGetLastError(); }
+// One thread per element of total on stream, returning the launch's own
+// status from cudaLaunchKernel: an error the caller left pending is neither
+// cleared nor taken for the launch's (cudaGetLastError around a <<<>>>
+// launch does both).
+template <typename... Param, typename... Arg>
+int launch(void (*kernel)(Param...), size_t total, void *stream, Arg &&...args) {
+  if (total == 0) return 0;
+  return [&](Param... param) {
+    void *argv[] = {(void *)&param...};
+    return (int)cudaLaunchKernel((const void *)kernel, dim3(blocks_for(total)), dim3(kThreads),
+                                 argv, 0, (cudaStream_t)stream);
+  }(std::forward<Arg>(args)...);
+}
 
 }  // namespace
 
-#define LAUNCH(total, kernel, ...)                                                   \
-  do {                                                                               \
-    if ((total) == 0) return 0;                                                      \
-    (void)cudaGetLastError();                                                        \
-    kernel<<<blocks_for(total), kThreads, 0, (cudaStream_t)stream>>>(__VA_ARGS__);   \
-    return launched();                                                               \
-  } while (0)
+#define LAUNCH(total, kernel, ...) return launch(kernel, total, stream, __VA_ARGS__)
 
 extern "C" int train_kern_to_float(const void *src, int kind, float *dst, size_t count,
                                    void *stream) {

@@ -368,18 +368,6 @@ static weftResult_t ckpt_read_shards_into(struct weftZero *z, float *const dst[3
   return weftSuccess;
 }
 
-/* The same into the context's state, staged through host memory when it is
- * on a device. */
-static weftResult_t ckpt_read_shards(struct weftZero *z, const char *ver,
-                                     const struct ckpt_manifest *m) {
-  float *dst[3];
-  WEFT_TRY(zero_state_get(z, dst));
-  weftResult_t res = ckpt_read_shards_into(z, dst, ver, m);
-  if (res == weftSuccess) res = zero_state_put(z, dst);
-  zero_state_free(z, dst);
-  return res;
-}
-
 /* The version LATEST names (ver_out, PATH_MAX bytes), its manifest checked. */
 static weftResult_t ckpt_open_latest(const char *dir, char *ver_out, struct ckpt_manifest *m) {
   long step;
@@ -412,6 +400,28 @@ static weftResult_t ckpt_check_local(struct weftZero *z, const char *dir, char *
   return res;
 }
 
+/* Reads this rank's ranges of a checked checkpoint into host copies of its
+ * state; only once every rank has read them does the state change (m is
+ * freed, its counters kept). */
+static weftResult_t ckpt_read_and_install(struct weftZero *z, const char *ver,
+                                          struct ckpt_manifest *m, weftStream_t stream) {
+  float *staged[3];
+  weftResult_t res = zero_state_copy(z, staged);
+  if (res == weftSuccess) res = ckpt_read_shards_into(z, staged, ver, m);
+  ckpt_manifest_free(m);
+  res = ckpt_agree(z, res, stream, "reading the checkpoint");
+  if (res != weftSuccess) {
+    zero_state_copy_free(staged);
+    return res;
+  }
+  res = zero_release_all(z);
+  if (res == weftSuccess) res = zero_grads_reset(z, stream);
+  if (res == weftSuccess) res = zero_state_install(z, staged);
+  zero_state_copy_free(staged);
+  /* a failure past the agreement (a device copy) leaves the state unknown */
+  return ckpt_agree(z, res, stream, "installing the checkpoint");
+}
+
 weftResult_t weftZeroLoad(weftZero_t z, const char *dir, weftStream_t stream) {
   if (z == NULL || dir == NULL) return zero_fail(weftInvalidArgument, "NULL argument");
   if (!z->finalized) return zero_fail(weftInvalidUsage, "call weftZeroFinalize first");
@@ -425,16 +435,12 @@ weftResult_t weftZeroLoad(weftZero_t z, const char *dir, weftStream_t stream) {
     if (mine == weftSuccess) ckpt_manifest_free(&m);
     return res;
   }
-  /* every rank found it sound: only now does the state change */
-  res = zero_release_all(z);
-  if (res == weftSuccess) res = zero_grads_reset(z, stream);
-  if (res == weftSuccess) res = ckpt_read_shards(z, ver, &m);
-  ckpt_manifest_free(&m);
-  WEFT_TRY(ckpt_agree(z, res, stream, "loading the checkpoint"));
+  /* every rank found it sound */
+  WEFT_TRY(ckpt_read_and_install(z, ver, &m, stream));
   z->step = m.step;
   z->updates = m.updates;
   z->good_steps = m.good_steps;
-  z->loss_scale = z->cfg.paramType == weftFloat16 ? m.loss_scale : 1.0;
+  z->loss_scale = z->cfg.paramType == weftFloat16 ? zero_loss_scale_clamp(m.loss_scale) : 1.0;
   memcpy(z->run_id, m.run, sizeof z->run_id);
   z->has_run_id = 1;
   return zero_publish_params(z, stream);

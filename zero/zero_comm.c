@@ -125,6 +125,10 @@ weftResult_t zero_grads_reset(struct weftZero *z, weftStream_t stream) {
 static weftResult_t zero_gather_one(struct weftZero *z, int layer, weftStream_t stream) {
   struct zero_layer *l = &z->layers[layer];
   WEFT_TRY(zero_pool_take(z, &z->gather_pool, l->padded * z->param_size, stream, &l->gathered));
+  /* the step's write-back of the shard, queued on another stream maybe */
+  if (l->gather_pending && !zero_same_stream(z, l->gather_stream, stream))
+    WEFT_TRY(z->ops->stream_wait(stream, l->gather_ev));
+  l->gather_pending = 0;
   l->gather_state = ZERO_GATHERING;
   l->gather_stream = stream;
   const void *shard = (char *)z->params_shard + l->shard_offset * z->param_size;
@@ -155,8 +159,9 @@ weftResult_t weftZeroGather(weftZero_t z, int layer, weftStream_t stream, weftEv
     return zero_fail(weftInvalidArgument, "layer %d does not exist", layer);
   struct zero_layer *l = &z->layers[layer];
   if (z->cfg.stage < 3) {
-    /* stages 1-2: the last step's gather of the layer (complete when none
-     * was recorded: stage 0, before the first step, or a NULL stream) */
+    /* stages 0-2: the last step's write-back of the layer (stages 1-2: and
+     * its all-gather); complete before the first step and after one on the
+     * NULL stream */
     if (ready_out != NULL) *ready_out = l->gather_ev;
     return weftSuccess;
   }
@@ -291,15 +296,24 @@ weftResult_t zero_publish_params(struct weftZero *z, weftStream_t stream) {
                     ? (char *)z->params_shard + l->shard_offset * z->param_size
                     : (char *)z->params_full + (l->flat_offset + l->own_offset) * z->param_size;
     WEFT_TRY(z->ops->store(master, z->cfg.paramType, dst, l->own_count, stream));
-    if (stage != 1 && stage != 2) continue;
-    /* queued in layer order, so the first layers arrive first; the next
-     * forward waits for each layer's event as it reaches it */
-    void *full = (char *)z->params_full + l->flat_offset * z->param_size;
-    WEFT_TRY(zero_weft(z, weftAllGather(dst, full, l->shard, z->cfg.paramType, z->comm, stream),
-                       "all-gathering updated parameters"));
-    if (stream == NULL && !z->ops->device) continue; /* complete already */
+    if (stage == 1 || stage == 2) {
+      /* queued in layer order, so the first layers arrive first; the next
+       * forward waits for each layer's event as it reaches it */
+      void *full = (char *)z->params_full + l->flat_offset * z->param_size;
+      WEFT_TRY(zero_weft(z, weftAllGather(dst, full, l->shard, z->cfg.paramType, z->comm, stream),
+                         "all-gathering updated parameters"));
+    }
+    /* the NULL stream is waited for below; on the host a write-back is
+     * done already, and only stages 1-2's all-gather is in flight */
+    if (stream == NULL || (!z->ops->device && stage != 1 && stage != 2)) continue;
+    /* the layer's event follows what is queued for it (on a device, at
+     * every stage: the write-back is a kernel), so that work on another
+     * stream may wait for it */
     WEFT_TRY(z->ops->event_record(l->gather_ev, stream));
+    l->gather_stream = stream;
     l->gather_pending = 1;
   }
-  return weftSuccess;
+  if (stream != NULL) return weftSuccess;
+  /* the NULL stream: everything is complete on return */
+  return z->ops->sync(NULL, z->comm, "writing the parameters back");
 }

@@ -59,6 +59,10 @@ weftResult_t weftZeroCreate(weftZero_t *zero, weftComm_t comm, const weftZeroCon
     return zero_fail(weftInvalidArgument, "prefetchLayers %d is negative", c->prefetchLayers);
   if (!(c->lr >= 0) || !(c->lossScale > 0))
     return zero_fail(weftInvalidArgument, "lr must be >= 0 and lossScale > 0");
+  if (c->paramType == weftFloat16 &&
+      !(c->lossScale >= ZERO_LOSS_SCALE_MIN && c->lossScale <= ZERO_LOSS_SCALE_MAX))
+    return zero_fail(weftInvalidArgument, "lossScale %g: fp16's scale is within [1, 2^24]",
+                     c->lossScale);
   if (c->memory != weftZeroHostMemory && c->memory != weftZeroDeviceMemory)
     return zero_fail(weftInvalidArgument, "memory %d is not host (0) or device (1)", c->memory);
   if (c->memory == weftZeroDeviceMemory) WEFT_TRY(zero_ctx_device_check(comm));
@@ -202,7 +206,11 @@ static weftResult_t zero_master_init(struct weftZero *z) {
 weftResult_t weftZeroFinalize(weftZero_t z) {
   if (z == NULL) return zero_fail(weftInvalidArgument, "zero is NULL");
   if (z->finalized) return zero_fail(weftInvalidUsage, "weftZeroFinalize called twice");
+  if (z->finalize_tried)
+    return zero_fail(weftInvalidUsage,
+                     "an earlier weftZeroFinalize failed: destroy the context and create a new one");
   if (z->nparams == 0) return zero_fail(weftInvalidUsage, "no parameters were added");
+  z->finalize_tried = 1;
   int stage = z->cfg.stage;
   size_t flat = 0, shard = 0, own = 0;
   for (int i = 0; i < z->nlayers; i++) {
@@ -228,8 +236,7 @@ weftResult_t weftZeroFinalize(weftZero_t z) {
   if (stage == 0) WEFT_TRY(zero_buckets_plan(z));
   WEFT_TRY(zero_master_init(z));
   z->finalized = 1;
-  WEFT_TRY(zero_publish_params(z, NULL));
-  return z->ops->sync(NULL, z->comm, "publishing the initial parameters");
+  return zero_publish_params(z, NULL); /* complete on return */
 }
 
 weftResult_t weftZeroParam(weftZero_t z, int param, void **ptr_out) {
@@ -240,7 +247,7 @@ weftResult_t weftZeroParam(weftZero_t z, int param, void **ptr_out) {
   const struct zero_param *p = &z->params[param];
   struct zero_layer *l = &z->layers[p->layer];
   if (z->cfg.stage < 3) {
-    WEFT_TRY(zero_gather_wait(z, l)); /* stages 1-2: the last step's gather */
+    WEFT_TRY(zero_gather_wait(z, l)); /* the last step's write-back and gather */
     *ptr_out = (char *)z->params_full + (l->flat_offset + p->offset) * z->param_size;
     return weftSuccess;
   }

@@ -3,6 +3,8 @@
 // caller's stream. Built with -fmad=false so that results equal the host's.
 #include <cuda_runtime.h>
 
+#include <utility>
+
 #include "zero_device.h"
 #include "zero_math.h"
 
@@ -82,61 +84,48 @@ __global__ void sgd_kernel(float *p, float *m, const float *g, size_t count, flo
   GRID_STRIDE(i, count) zero_sgd_elem(&p[i], &m[i], g[i], mu, lr, wd);
 }
 
-// A launch's error: the launch itself (bad configuration, no device).
-// before_launch clears an earlier call's error that is not sticky (one
-// that was returned to its caller already), so that it is not taken for
-// the launch's.
-void before_launch() { (void)cudaGetLastError(); }
-int launched() { return (int)cudaGetLastError(); }
+// One launch of kernel over count elements on stream, returning the
+// launch's own status (bad configuration, no device) from cudaLaunchKernel:
+// an error the caller left pending is neither cleared nor taken for the
+// launch's, as cudaGetLastError around a <<<>>> launch would do.
+template <typename... Param, typename... Arg>
+int launch(void (*kernel)(Param...), size_t count, void *stream, Arg &&...args) {
+  if (count == 0) return 0;
+  return [&](Param... param) {
+    void *argv[] = {(void *)&param...};
+    return (int)cudaLaunchKernel((const void *)kernel, dim3(blocks_for(count)), dim3(kThreads),
+                                 argv, 0, (cudaStream_t)stream);
+  }(std::forward<Arg>(args)...);
+}
 
 }  // namespace
 
 extern "C" int zero_kern_load_scaled(const void *src, int kind, float *dst, size_t count,
                                      double scale, double *stats, void *stream) {
-  if (count == 0) return 0;
-  before_launch();
-  load_scaled_kernel<<<blocks_for(count), kThreads, 0, (cudaStream_t)stream>>>(src, kind, dst,
-                                                                                count, scale, stats);
-  return launched();
+  return launch(load_scaled_kernel, count, stream, src, kind, dst, count, scale, stats);
 }
 
 extern "C" int zero_kern_store(const float *src, int kind, void *dst, size_t count, void *stream) {
-  if (count == 0) return 0;
-  before_launch();
-  store_kernel<<<blocks_for(count), kThreads, 0, (cudaStream_t)stream>>>(src, kind, dst, count);
-  return launched();
+  return launch(store_kernel, count, stream, src, kind, dst, count);
 }
 
 extern "C" int zero_kern_accumulate(void *dst, int kind, const float *src, size_t count,
                                     void *stream) {
-  if (count == 0) return 0;
-  before_launch();
-  accumulate_kernel<<<blocks_for(count), kThreads, 0, (cudaStream_t)stream>>>(dst, kind, src,
-                                                                               count);
-  return launched();
+  return launch(accumulate_kernel, count, stream, dst, kind, src, count);
 }
 
 extern "C" int zero_kern_scale(float *g, size_t count, float factor, void *stream) {
-  if (count == 0) return 0;
-  before_launch();
-  scale_kernel<<<blocks_for(count), kThreads, 0, (cudaStream_t)stream>>>(g, count, factor);
-  return launched();
+  return launch(scale_kernel, count, stream, g, count, factor);
 }
 
 extern "C" int zero_kern_adamw(float *p, float *m, float *v, const float *g, size_t count,
                                const struct zero_adamw_coef *coef, void *stream) {
-  if (count == 0) return 0;
-  before_launch();
-  adamw_kernel<<<blocks_for(count), kThreads, 0, (cudaStream_t)stream>>>(p, m, v, g, count, *coef);
-  return launched();
+  return launch(adamw_kernel, count, stream, p, m, v, g, count, *coef);
 }
 
 extern "C" int zero_kern_sgd(float *p, float *m, const float *g, size_t count, float mu, float lr,
                              float wd, void *stream) {
-  if (count == 0) return 0;
-  before_launch();
-  sgd_kernel<<<blocks_for(count), kThreads, 0, (cudaStream_t)stream>>>(p, m, g, count, mu, lr, wd);
-  return launched();
+  return launch(sgd_kernel, count, stream, p, m, g, count, mu, lr, wd);
 }
 
 extern "C" int zero_kern_device_count(void) {

@@ -64,10 +64,11 @@ struct zero_layer {
   /* stage 3 */
   int gather_state;
   void *gathered;        /* a buffer of the gather pool */
-  weftEvent_t gather_ev; /* stage 3: the last gather; stages 1-2: the step's all-gather */
-  weftStream_t gather_stream; /* stage 3: the stream of the last gather */
-  int gather_pending;    /* stages 1-2: the step's all-gather was queued on a stream and
-                            not yet waited for here */
+  weftEvent_t gather_ev; /* the last gather (stage 3), or the last write-back of the
+                            layer's parameters (with stages 1-2 their all-gather) */
+  weftStream_t gather_stream; /* the stream gather_ev was last recorded on */
+  int gather_pending;    /* the last write-back (and stages 1-2 all-gather) was queued on
+                            gather_stream and not yet waited for here */
   /* gradients of this step */
   void *grad_bucket;   /* stages 2-3: the layer's gradients (paramType, padded) */
   void *red_copy;      /* stages 1-3: a reduceType copy when it differs from paramType */
@@ -114,6 +115,8 @@ struct weftZero {
   size_t param_size; /* bytes of paramType */
   size_t red_size;   /* bytes of reduceType */
   int finalized;
+  int finalize_tried; /* weftZeroFinalize ran: a second call is refused (a failed one
+                         leaves its partial state to weftZeroDestroy) */
   struct zero_param *params;
   size_t nparams, params_cap;
   struct zero_layer *layers;
@@ -173,15 +176,25 @@ int zero_same_stream(const struct weftZero *z, weftStream_t a, weftStream_t b);
 /* Stages 1-3: a zeroed gradient buffer of nbytes from the bucket pool. */
 weftResult_t zero_bucket_take(struct weftZero *z, size_t nbytes, void **ptr_out);
 
+/* fp16's dynamic loss scale stays within [1, 2^24], the range mixed-precision
+ * loss scalers commonly keep: persistent overflows would halve it to 0,
+ * clean steps double it to infinity. clamp brings a scale into it. */
+#define ZERO_LOSS_SCALE_MIN 1.0
+#define ZERO_LOSS_SCALE_MAX 16777216.0
+double zero_loss_scale_clamp(double scale);
+
 /* Optimizer arrays per element: master and moments. */
 int zero_optim_arrays(weftZeroOptimizer_t optimizer);
 
-/* Owned fp32 master -> parameters of every rank. Stages 1-2: one all-gather
- * per layer queued on stream, with the layer's gather event recorded (in
- * flight on return; complete with a NULL stream). Collective for stages 1-2. */
+/* Owned fp32 master -> parameters of every rank: each layer's write-back
+ * (and at stages 1-2 its all-gather) queued on stream with the layer's
+ * gather event recorded after it, in flight on return (a host context's
+ * write-back is done at once: stages 0 and 3 record nothing); with the NULL
+ * stream complete on return. Collective for stages 1-2. */
 weftResult_t zero_publish_params(struct weftZero *z, weftStream_t stream);
 
-/* Stages 1-2: waits for the layer's gather queued by the last publication. */
+/* Waits for the layer's write-back (and gather) queued by the last
+ * publication. */
 weftResult_t zero_gather_wait(struct weftZero *z, struct zero_layer *l);
 
 /* Gives back this step's gradient buckets and copies, zeroes the gradients
@@ -191,8 +204,8 @@ weftResult_t zero_grads_reset(struct weftZero *z, weftStream_t stream);
 /* Stages 2-3: gives back the buckets of finished reductions. */
 weftResult_t zero_buckets_reclaim(struct weftZero *z);
 
-/* Stage 3: drops every gathered layer; stages 1-2: waits for the parameter
- * gathers in flight. */
+/* Waits for the parameter write-backs and gathers in flight; stage 3: drops
+ * every gathered layer. */
 weftResult_t zero_release_all(struct weftZero *z);
 
 /* Sums n doubles (host memory) over ranks on stream, through context
@@ -209,5 +222,11 @@ weftResult_t zero_allreduce_sum_ctx(struct weftZero *z, double *vals, size_t n,
 weftResult_t zero_state_get(struct weftZero *z, float *host_out[3]);
 weftResult_t zero_state_put(struct weftZero *z, float *host[3]);
 void zero_state_free(struct weftZero *z, float *host[3]);
+/* Host copies of the state on either kind of context (NULL where an array
+ * is absent), written back by zero_state_install, freed by
+ * zero_state_copy_free. */
+weftResult_t zero_state_copy(struct weftZero *z, float *host_out[3]);
+weftResult_t zero_state_install(struct weftZero *z, float *host[3]);
+void zero_state_copy_free(float *host[3]);
 
 #endif

@@ -24,38 +24,51 @@ void zero_free(struct weftZero *z, enum zero_mem cat, void *ptr, size_t nbytes) 
   z->ops->free(ptr);
 }
 
-weftResult_t zero_state_get(struct weftZero *z, float *host_out[3]) {
+weftResult_t zero_state_copy(struct weftZero *z, float *host_out[3]) {
   float *arrays[3] = {z->master, z->moment1, z->moment2};
-  for (int a = 0; a < 3; a++) host_out[a] = z->ops->device ? NULL : arrays[a];
-  if (!z->ops->device) return weftSuccess;
   size_t nbytes = z->own_total * sizeof(float);
+  for (int a = 0; a < 3; a++) host_out[a] = NULL;
   for (int a = 0; a < 3 && arrays[a] != NULL; a++) {
     host_out[a] = malloc(nbytes > 0 ? nbytes : 1);
     if (host_out[a] == NULL) {
-      zero_state_free(z, host_out);
+      zero_state_copy_free(host_out);
       return zero_fail(weftSystemError, "out of memory for a host copy of %zu bytes", nbytes);
     }
     weftResult_t res = z->ops->copy(host_out[a], arrays[a], nbytes, NULL);
     if (res != weftSuccess) {
-      zero_state_free(z, host_out);
+      zero_state_copy_free(host_out);
       return res;
     }
   }
   return weftSuccess;
 }
 
-weftResult_t zero_state_put(struct weftZero *z, float *host[3]) {
-  if (!z->ops->device) return weftSuccess;
+weftResult_t zero_state_install(struct weftZero *z, float *host[3]) {
   float *arrays[3] = {z->master, z->moment1, z->moment2};
   for (int a = 0; a < 3 && arrays[a] != NULL; a++)
     WEFT_TRY(z->ops->copy(arrays[a], host[a], z->own_total * sizeof(float), NULL));
   return weftSuccess;
 }
 
-void zero_state_free(struct weftZero *z, float *host[3]) {
-  if (!z->ops->device) return;
+void zero_state_copy_free(float *host[3]) {
   for (int a = 0; a < 3; a++) {
     free(host[a]);
     host[a] = NULL;
   }
+}
+
+weftResult_t zero_state_get(struct weftZero *z, float *host_out[3]) {
+  if (z->ops->device) return zero_state_copy(z, host_out);
+  host_out[0] = z->master;
+  host_out[1] = z->moment1;
+  host_out[2] = z->moment2;
+  return weftSuccess;
+}
+
+weftResult_t zero_state_put(struct weftZero *z, float *host[3]) {
+  return z->ops->device ? zero_state_install(z, host) : weftSuccess;
+}
+
+void zero_state_free(struct weftZero *z, float *host[3]) {
+  if (z->ops->device) zero_state_copy_free(host);
 }

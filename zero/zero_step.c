@@ -67,12 +67,18 @@ static weftResult_t zero_grads_load(struct weftZero *z, float *g, double stats[2
   return z->ops->copy(stats, z->stats, 2 * sizeof(double), stream);
 }
 
+double zero_loss_scale_clamp(double scale) {
+  return scale < ZERO_LOSS_SCALE_MIN ? ZERO_LOSS_SCALE_MIN
+         : scale > ZERO_LOSS_SCALE_MAX ? ZERO_LOSS_SCALE_MAX
+                                       : scale;
+}
+
 /* Skips an overflowed step or clips and updates; the loss scale follows. */
 static weftResult_t zero_apply(struct weftZero *z, float *g, weftZeroStepInfo_t *out,
                                weftStream_t stream) {
   if (out->skipped) {
     if (z->cfg.paramType == weftFloat16) {
-      z->loss_scale /= 2;
+      z->loss_scale = zero_loss_scale_clamp(z->loss_scale / 2);
       z->good_steps = 0;
     }
     return weftSuccess;
@@ -84,7 +90,7 @@ static weftResult_t zero_apply(struct weftZero *z, float *g, weftZeroStepInfo_t 
   z->updates++;
   WEFT_TRY(zero_update(z, g, stream));
   if (z->cfg.paramType == weftFloat16 && ++z->good_steps >= z->cfg.lossScaleWindow) {
-    z->loss_scale *= 2;
+    z->loss_scale = zero_loss_scale_clamp(z->loss_scale * 2);
     z->good_steps = 0;
   }
   /* the step is complete on return, and g goes back to the pool next */

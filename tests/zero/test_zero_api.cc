@@ -154,12 +154,21 @@ TEST(ZeroMemory, FollowsTheFormulas) {
 }
 
 // fp16: one rank's overflow skips the step on every rank and halves the
-// scale everywhere; clean steps update, and the scale doubles after a window.
+// scale everywhere; clean steps update, and the scale doubles after a window,
+// within [1, 2^24] (gradients of base * scale, which stay finite).
+struct ScaleCase {
+  double base;
+  std::vector<double> scales;  // before each step; step 0 overflows
+};
+const ScaleCase kScaleCases[] = {{0.01, {1024, 512, 512, 1024, 1024, 2048}},
+                                 {0.01, {1, 1, 1, 2, 2, 4}},
+                                 {1e-6, {1 << 24, 1 << 23, 1 << 23, 1 << 24, 1 << 24, 1 << 24}}};
 TEST(ZeroLossScale, OverflowOnOneRankSkipsEverywhere) {
   auto status = run_ranks(3, [](const RankCtx &ctx) {
     weftComm_t comm;
     if (int rc = init(ctx, &comm)) return rc;
-    for (int stage = 0; stage <= 3; stage++) {
+    for (int stage = 0; stage <= 3; stage++)
+      for (const ScaleCase &sc : kScaleCases) {
       weftZeroConfig_t cfg;
       weftZeroConfigDefaults(&cfg);
       cfg.stage = stage;
@@ -167,19 +176,18 @@ TEST(ZeroLossScale, OverflowOnOneRankSkipsEverywhere) {
       cfg.reduceType = weftFloat32;
       cfg.optimizer = weftZeroSgdMomentum;
       cfg.lr = 0.1;
-      cfg.lossScale = 1024;
+      cfg.lossScale = sc.scales[0];
       cfg.lossScaleWindow = 2;
       weftZero_t z;
       std::vector<int> ids;
       std::vector<float> init_vals;
       if (int rc = make_ctx(ctx, comm, cfg, {{100}, {31}}, &z, &ids, &init_vals)) return rc;
       std::vector<float> before(init_vals.size()), after(init_vals.size());
-      const double scales[] = {1024, 512, 512, 1024};
-      for (int step = 0; step < 4; step++) {
+      for (size_t step = 0; step < sc.scales.size(); step++) {
         double scale = weftZeroLossScale(z);
-        if (scale != scales[step])
-          return rank_fail(ctx, "stage %d step %d: scale %g, want %g", stage, step, scale,
-                           scales[step]);
+        if (scale != sc.scales[step])
+          return rank_fail(ctx, "stage %d step %zu: scale %g, want %g", stage, step, scale,
+                           sc.scales[step]);
         weftZeroGetParams(z, before.data(), nullptr);
         for (int l = 1; l >= 0; l--) {
           weftEvent_t ev;
@@ -187,7 +195,7 @@ TEST(ZeroLossScale, OverflowOnOneRankSkipsEverywhere) {
           void *g;
           weftZeroGrad(z, ids[l], &g);
           size_t n = l == 0 ? 100 : 31;
-          std::vector<float> grad(n, (float)(0.01 * (ctx.rank + 1) * scale));
+          std::vector<float> grad(n, (float)(sc.base * (ctx.rank + 1) * scale));
           if (step == 0 && ctx.rank == 1 && l == 1) grad[7] = INFINITY;  // only here
           weftZeroAccumulate(g, weftFloat16, grad.data(), n);
           weftZeroRelease(z, l);
@@ -199,12 +207,12 @@ TEST(ZeroLossScale, OverflowOnOneRankSkipsEverywhere) {
         weftZeroGetParams(z, after.data(), nullptr);
         bool moved = before != after;
         if (info.skipped != (step == 0) || moved == (step == 0))
-          return rank_fail(ctx, "stage %d step %d: skipped %d, parameters moved %d", stage, step,
-                           info.skipped, moved);
-        // averaged gradient 0.02 per element: p -= lr * momentum buffer
-        if (step == 1 && fabs(after[0] - (before[0] - 0.1f * 0.02f)) > 1e-6)
+          return rank_fail(ctx, "stage %d step %zu: skipped %d, parameters moved %d", stage,
+                           step, info.skipped, moved);
+        // averaged gradient 2 base per element: p -= lr * momentum buffer
+        if (step == 1 && fabs(after[0] - (before[0] - 0.2 * sc.base)) > 1e-6)
           return rank_fail(ctx, "stage %d: update %g, want %g", stage, after[0] - before[0],
-                           -0.002);
+                           -0.2 * sc.base);
       }
       weftZeroDestroy(z);
     }
@@ -602,7 +610,12 @@ TEST(ZeroErrors, MisuseIsRefused) {
     cfg.reduceType = weftFloat16;
     if (weftZeroCreate(&z, comm, &cfg) != weftInvalidArgument)
       return rank_fail(ctx, "bf16 reduced in fp16 accepted");
-    cfg.reduceType = weftBfloat16;
+    cfg.paramType = cfg.reduceType = weftFloat16;
+    for (double bad : {0.5, 33554432.0, (double)INFINITY})
+      if (cfg.lossScale = bad, weftZeroCreate(&z, comm, &cfg) != weftInvalidArgument)
+        return rank_fail(ctx, "fp16 loss scale %g accepted", bad);
+    cfg.lossScale = 65536;
+    cfg.paramType = cfg.reduceType = weftBfloat16;
     if (weftZeroCreate(&z, comm, &cfg) != weftSuccess) return rank_fail(ctx, "create");
     float init[10] = {0};
     int id;

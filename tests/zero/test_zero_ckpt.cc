@@ -3,6 +3,7 @@
 // loaded on 2 ranks at stage 2 and consolidated. Each damage is refused on
 // every rank with a message that names it, and a refused load leaves the
 // context's parameters as they were; the intact checkpoint loads bit for bit.
+// A read failing on one rank after the checks leaves every context as it was.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -21,6 +22,9 @@
 
 #include "harness.h"
 #include "weft_zero.h"
+extern "C" {
+#include "zero/zero_internal.h"  // zero_ops_host, to fail one rank's read
+}
 
 extern "C" uint32_t zero_crc32c(uint32_t crc, const void *buf, size_t nbytes);
 extern "C" uint32_t zero_crc32c_sw(uint32_t crc, const void *buf, size_t nbytes);
@@ -614,6 +618,81 @@ TEST_F(ZeroCkptDamage, RandomDamageIsRefusedOrHarmless) {
 TEST_F(ZeroCkptDamage, MissingShard) {
   ASSERT_EQ(unlink(shard(2).c_str()), 0);
   expect_refused("cannot open");
+}
+
+// A read that fails on one rank after every rank checked the checkpoint:
+// that rank's first copy of the load (a table with the device path's
+// copies) truncates its own shard, which no other rank reads. Every rank
+// fails, and every context is as it was: gradients accumulated before the
+// attempt and the state give the step that follows without it, bit for bit.
+std::string truncate_path;
+weftResult_t copy_truncating(void *dst, const void *src, size_t n, weftStream_t s) {
+  if (!truncate_path.empty() && truncate(truncate_path.c_str(), 100) == 0) truncate_path.clear();
+  return zero_ops_host.copy(dst, src, n, s);
+}
+
+std::string failed_load_run(int nranks, int stage, bool attempt, const std::string &dir) {
+  std::string out = dir + (attempt ? ".tried" : ".plain");
+  auto status = run_ranks(nranks, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    weftZero_t z;
+    if (int rc = init(ctx, &comm)) return rc;
+    if (int rc = make_ctx(ctx, comm, stage, 0, 99, &z)) return rc;
+    if (int rc = train_two_steps(ctx, z, 99)) return rc;
+    FAIL_IF(weftZeroSave(z, dir.c_str(), nullptr) != weftSuccess, "save: %s", weftZeroLastError());
+    if (int rc = train_two_steps(ctx, z, 5)) return rc;
+    for (size_t l = 0; l < kLayers.size(); l++) {  // a gradient waiting for the next step
+      void *g;
+      std::vector<float> grad(kLayers[l], 0.125f * (float)(l + 1));
+      FAIL_IF(weftZeroGrad(z, (int)l, &g) != weftSuccess, "grad: %s", weftZeroLastError());
+      weftZeroAccumulate(g, weftFloat32, grad.data(), grad.size());
+    }
+    static struct zero_ops hooked = zero_ops_host;
+    hooked.device = 1;
+    hooked.copy = copy_truncating;
+    if (const int last = ctx.nranks - 1; attempt) {
+      char path[64];
+      snprintf(path, sizeof path, "/step-2/rank-%05d.bin", ctx.rank);
+      if (ctx.rank == last) truncate_path = dir + path, z->ops = &hooked;
+      weftResult_t res = weftZeroLoad(z, dir.c_str(), nullptr);
+      z->ops = &zero_ops_host;
+      FAIL_IF(ctx.rank == last && (res != weftSystemError || !truncate_path.empty() ||
+                                   strstr(weftZeroLastError(), "short or unreadable") == nullptr),
+              "the failing rank: %d, %s", res, weftZeroLastError());
+      FAIL_IF(ctx.rank != last && res != weftRemoteError, "load: %d, %s", res,
+              weftZeroLastError());
+    }
+    for (size_t l = 0; l < kLayers.size(); l++)
+      FAIL_IF(weftZeroGradReady(z, (int)l, nullptr) != weftSuccess, "ready: %s",
+              weftZeroLastError());
+    std::vector<float> p(psi());
+    FAIL_IF(weftZeroStep(z, nullptr, nullptr) != weftSuccess ||
+                weftZeroGetParams(z, p.data(), nullptr) != weftSuccess,
+            "step: %s", weftZeroLastError());
+    spit(out + "." + std::to_string(ctx.rank), std::string((char *)p.data(), p.size() * 4));
+    weftZeroDestroy(z);
+    weftCommDestroy(comm);
+    return 0;
+  });
+  std::string all;
+  for (int r = 0; r < nranks; r++) {
+    EXPECT_EQ(status[r], 0) << "rank " << r;
+    all += slurp(out + "." + std::to_string(r));
+    unlink((out + "." + std::to_string(r)).c_str());
+  }
+  sh("rm -rf " + dir);
+  return all;
+}
+TEST(ZeroCkptFailedRead, EveryRankKeepsItsContext) {
+  for (int n : {2, 3})
+    for (int stage : {1, 3}) {
+      SCOPED_TRACE(std::to_string(n) + " ranks, stage " + std::to_string(stage));
+      std::string dir = temp_dir("failed-read");
+      std::string want = failed_load_run(n, stage, false, dir);
+      std::string got = failed_load_run(n, stage, true, dir);
+      EXPECT_EQ(want.size(), n * psi() * sizeof(float));
+      EXPECT_TRUE(got == want) << "a failed load changed a context";
+    }
 }
 
 }  // namespace

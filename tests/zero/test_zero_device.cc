@@ -4,6 +4,9 @@
 // host's arithmetic on random data of odd sizes, bit for bit but for NaN
 // payloads (the norm's sum of squares, summed in another order, within
 // 1e-12 relative). Outputs start poisoned, so a kernel that never ran fails.
+// Everywhere: the step's contract on a host table whose write-back is
+// queued as a kernel is (done only once something waits), 1-3 ranks as
+// threads; a failed weftZeroFinalize refused a second time, nothing leaked.
 #include <gtest/gtest.h>
 
 #include <float.h>
@@ -12,6 +15,7 @@
 #include <string.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "weft_zero.h"
@@ -95,6 +99,266 @@ TEST(ZeroOpsTables, EveryEntryIsSet) {
   EXPECT_EQ(zero_ops_host.device, 0);
   EXPECT_EQ(zero_ops_host_staged.device, 1);
   EXPECT_EQ(zero_ops_device.device, 1);
+}
+
+// A host table whose write-back of parameters (store) is queued, as a kernel
+// is on a CUDA stream: it happens once something waits for its stream (a
+// sync, an event recorded after it, the device), never by itself. Events
+// wrap weft's and remember how many stores of their stream they follow.
+struct QueuedStore {
+  const float *src;
+  weftDataType_t type;
+  void *dst;
+  size_t count;
+  weftStream_t stream;
+  bool done;
+};
+struct QueuedEvent {
+  weftEvent_t real;
+  weftStream_t stream;
+  size_t upto;  // stores queued before the record
+};
+// per rank: each runs in a thread of its own
+thread_local std::vector<QueuedStore> q_stores;
+thread_local bool q_null_waited = true;  // nothing queued on the NULL stream since its sync
+thread_local bool q_step_left_null = false;  // the last step returned with work queued there
+
+void q_run(weftStream_t stream, size_t upto) {
+  for (size_t i = 0; i < upto && i < q_stores.size(); i++) {
+    QueuedStore &w = q_stores[i];
+    if (w.done || w.stream != stream) continue;
+    for (size_t k = 0; k < w.count; k++) zero_store(w.dst, w.type, k, w.src[k]);
+    w.done = true;
+  }
+}
+void q_run_all(weftStream_t stream) { q_run(stream, q_stores.size()); }
+
+struct zero_ops queued_ops() {
+  struct zero_ops o = zero_ops_host;
+  o.name = "queued";
+  o.device = 1;
+  o.stream_waits = 1;
+  o.store = [](const float *src, weftDataType_t type, void *dst, size_t count, weftStream_t s) {
+    q_stores.push_back({src, type, dst, count, s, false});
+    if (s == nullptr) q_null_waited = false;
+    return weftSuccess;
+  };
+  o.sync = [](weftStream_t s, weftComm_t comm, const char *what) {
+    q_run_all(s);
+    if (s == nullptr) q_null_waited = true;
+    return zero_ops_host.sync(s, comm, what);
+  };
+  o.event_create = [](weftEvent_t *out) {
+    auto *e = new QueuedEvent{nullptr, nullptr, 0};
+    *out = (weftEvent_t)e;
+    return zero_ops_host.event_create(&e->real);
+  };
+  o.event_destroy = [](weftEvent_t ev) {
+    auto *e = (QueuedEvent *)ev;
+    if (e != nullptr) zero_ops_host.event_destroy(e->real);
+    delete e;
+  };
+  o.event_record = [](weftEvent_t ev, weftStream_t s) {
+    auto *e = (QueuedEvent *)ev;
+    *e = {e->real, s, q_stores.size()};
+    if (s == nullptr) q_null_waited = false;
+    return zero_ops_host.event_record(e->real, s);
+  };
+  o.event_sync = [](weftEvent_t ev) {
+    auto *e = (QueuedEvent *)ev;
+    q_run(e->stream, e->upto);
+    return zero_ops_host.event_sync(e->real);
+  };
+  o.event_done = [](weftEvent_t ev) {
+    auto *e = (QueuedEvent *)ev;
+    for (size_t i = 0; i < e->upto; i++)
+      if (q_stores[i].stream == e->stream && !q_stores[i].done) return 0;
+    return zero_ops_host.event_done(e->real);
+  };
+  o.stream_wait = [](weftStream_t s, weftEvent_t ev) {  // waits early: allowed
+    auto *e = (QueuedEvent *)ev;
+    q_run(e->stream, e->upto);
+    return zero_ops_host.stream_wait(s, e->real);
+  };
+  o.quiesce = []() {
+    for (QueuedStore &w : q_stores) q_run_all(w.stream);
+    return weftSuccess;
+  };
+  return o;
+}
+
+// One rank's communicator, in this process.
+weftComm_t comm_of_one() {
+  weftUniqueId id;
+  weftComm_t comm = nullptr;
+  if (weftGetUniqueId(&id) != weftSuccess || weftCommInitRank(&comm, 1, id, 0) != weftSuccess)
+    return nullptr;
+  return comm;
+}
+
+// Three layers of odd sizes; 3 steps with gradients that depend on the step.
+const size_t kLayerSizes[] = {7, 130, 33};
+
+weftZero_t contract_model(weftComm_t comm, int stage, const struct zero_ops *ops,
+                          std::vector<int> *ids) {
+  weftZeroConfig_t cfg;
+  weftZeroConfigDefaults(&cfg);
+  cfg.stage = stage;
+  cfg.paramType = weftBfloat16;
+  weftZero_t z = nullptr;
+  if (weftZeroCreate(&z, comm, &cfg) != weftSuccess) return nullptr;
+  if (ops != nullptr) z->ops = ops;
+  for (int l = 0; l < 3; l++) {
+    std::vector<float> init(kLayerSizes[l]);
+    for (size_t i = 0; i < init.size(); i++) init[i] = 0.01f * (float)i - 0.3f * (float)l;
+    int id;
+    if (weftZeroAddParam(z, l, init.size(), init.data(), &id) != weftSuccess) return nullptr;
+    ids->push_back(id);
+  }
+  return weftZeroFinalize(z) == weftSuccess ? z : nullptr;
+}
+
+// A step, then the parameters as a trainer reads them: stages 0-2 through
+// weftZeroParam, stage 3 gathered on gather_stream after waiting for the
+// gather's event (as cudaEventSynchronize). Appends them to out.
+weftResult_t contract_step(weftZero_t z, const std::vector<int> &ids, int step,
+                           weftStream_t stream, weftStream_t gather_stream,
+                           std::vector<uint16_t> *out) {
+  for (int l = 2; l >= 0; l--) {
+    void *g;
+    std::vector<float> grad(kLayerSizes[l]);
+    for (size_t i = 0; i < grad.size(); i++) grad[i] = sinf((float)(step * 131 + l * 17 + (int)i));
+    if (weftZeroGrad(z, ids[l], &g) != weftSuccess ||
+        weftZeroAccumulate(g, weftBfloat16, grad.data(), grad.size()) != weftSuccess ||
+        weftZeroGradReady(z, l, stream) != weftSuccess)
+      return weftInternalError;
+  }
+  weftResult_t res = weftZeroStep(z, stream, nullptr);
+  q_step_left_null = !q_null_waited;
+  for (int l = 0; l < 3 && res == weftSuccess; l++) {
+    void *p = nullptr;
+    weftEvent_t ev;
+    if (z->cfg.stage == 3) {
+      res = weftZeroGather(z, l, gather_stream, &ev);
+      if (res == weftSuccess) res = z->ops->event_sync(ev);
+    }
+    if (res == weftSuccess) res = weftZeroParam(z, ids[l], &p);
+    if (res != weftSuccess) break;
+    out->insert(out->end(), (uint16_t *)p, (uint16_t *)p + kLayerSizes[l]);
+    if (z->cfg.stage == 3) res = weftZeroRelease(z, l);
+  }
+  return res;
+}
+
+// weftZeroStep's contract where the write-back is queued (a device's
+// kernel): with the NULL stream nothing is left queued on return; on a
+// stream, each layer's event follows its write-back, so that weftZeroParam
+// (stages 0-2) and a stage 3 gather on another stream see the new values.
+// Every stage reads what a host context reads, bit for bit (stages 1-2 with
+// the write-back done at once: their all-gather, weft's own, reads it).
+void contract_rank(int nranks, int rank, weftUniqueId id) {
+  weftComm_t comm;
+  ASSERT_EQ(weftCommInitRank(&comm, nranks, id, rank), weftSuccess) << weftGetLastError(nullptr);
+  weftStream_t s1, s2;
+  ASSERT_EQ(weftStreamCreate(&s1), weftSuccess);
+  ASSERT_EQ(weftStreamCreate(&s2), weftSuccess);
+  for (int stage = 0; stage < 4; stage++) {
+    for (bool on_stream : {false, true}) {
+      SCOPED_TRACE("rank " + std::to_string(rank) + " of " + std::to_string(nranks) + ", stage " +
+                   std::to_string(stage) + (on_stream ? ", a stream" : ", NULL"));
+      struct zero_ops ops = queued_ops();
+      if (stage == 1 || stage == 2) ops.store = zero_ops_host.store;
+      weftStream_t st = on_stream ? s1 : nullptr, gs = on_stream ? s2 : nullptr;
+      std::vector<int> ids_h, ids_q;
+      std::vector<uint16_t> want, got;
+      weftZero_t h = contract_model(comm, stage, nullptr, &ids_h);
+      ASSERT_NE(h, nullptr) << last_error();
+      for (int step = 0; step < 3; step++)
+        ASSERT_EQ(contract_step(h, ids_h, step, st, gs, &want), weftSuccess) << last_error();
+      ASSERT_EQ(weftZeroDestroy(h), weftSuccess);
+      q_stores.clear();
+      weftZero_t q = contract_model(comm, stage, &ops, &ids_q);
+      ASSERT_NE(q, nullptr) << last_error();
+      for (int step = 0; step < 3; step++) {
+        ASSERT_EQ(contract_step(q, ids_q, step, st, gs, &got), weftSuccess) << last_error();
+        EXPECT_FALSE(q_step_left_null) << "step " << step << " left work queued";
+      }
+      EXPECT_TRUE(got == want) << "parameters read before their write-back";
+      EXPECT_EQ(weftZeroDestroy(q), weftSuccess) << last_error();
+    }
+  }
+  weftStreamDestroy(s1);
+  weftStreamDestroy(s2);
+  weftCommDestroy(comm);
+}
+
+TEST(ZeroStepContract, QueuedWriteBackIsWaitedForOrFollowedByEvents) {
+  for (int n : {1, 2, 3}) {
+    weftUniqueId id;
+    ASSERT_EQ(weftGetUniqueId(&id), weftSuccess);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < n; r++) ranks.emplace_back(contract_rank, n, r, id);
+    for (std::thread &t : ranks) t.join();
+  }
+}
+
+// A table that counts what it creates and frees, and fails its third
+// allocation once.
+int c_live_events = 0, c_live_bufs = 0, c_allocs = 0;
+struct zero_ops counting_ops() {
+  struct zero_ops o = zero_ops_host;
+  o.alloc = [](void **p, size_t n) {
+    if (++c_allocs == 3) return zero_fail(weftSystemError, "out of memory (a test)");
+    weftResult_t res = zero_ops_host.alloc(p, n);
+    c_live_bufs += res == weftSuccess;
+    return res;
+  };
+  o.free = [](void *p) {
+    c_live_bufs -= p != nullptr;
+    zero_ops_host.free(p);
+  };
+  o.event_create = [](weftEvent_t *e) {
+    weftResult_t res = zero_ops_host.event_create(e);
+    c_live_events += res == weftSuccess;
+    return res;
+  };
+  o.event_destroy = [](weftEvent_t e) {
+    c_live_events -= e != nullptr;
+    zero_ops_host.event_destroy(e);
+  };
+  return o;
+}
+
+// A failed weftZeroFinalize cannot be called again (it made events and
+// buffers over the first call's): the second is refused saying so, and
+// destroy frees what the first made, at every stage.
+TEST(ZeroFinalize, AfterAFailureIsRefusedAndDestroyFreesAll) {
+  weftComm_t comm = comm_of_one();
+  ASSERT_NE(comm, nullptr) << weftGetLastError(nullptr);
+  for (int stage = 0; stage < 4; stage++) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    static struct zero_ops ops = counting_ops();
+    c_live_events = c_live_bufs = c_allocs = 0;
+    weftZeroConfig_t cfg;
+    weftZeroConfigDefaults(&cfg);
+    cfg.stage = stage;
+    weftZero_t z;
+    ASSERT_EQ(weftZeroCreate(&z, comm, &cfg), weftSuccess);
+    z->ops = &ops;
+    float init[5] = {1, 2, 3, 4, 5};
+    int id;
+    ASSERT_EQ(weftZeroAddParam(z, 0, 5, init, &id), weftSuccess);
+    ASSERT_EQ(weftZeroAddParam(z, 1, 3, init, &id), weftSuccess);
+    EXPECT_EQ(weftZeroFinalize(z), weftSystemError);
+    EXPECT_GT(c_live_events, 0);
+    EXPECT_EQ(weftZeroFinalize(z), weftInvalidUsage);
+    EXPECT_NE(last_error().find("an earlier weftZeroFinalize failed"), std::string::npos)
+        << last_error();
+    EXPECT_EQ(weftZeroDestroy(z), weftSuccess) << last_error();
+    EXPECT_EQ(c_live_events, 0) << "events left";
+    EXPECT_EQ(c_live_bufs, 0) << "buffers left";
+  }
+  weftCommDestroy(comm);
 }
 
 #if ZERO_TEST_CUDA
@@ -232,6 +496,24 @@ TEST_P(ZeroDeviceKernels, LoadScaledMatchesTheHostStep) {
 
 // Three AdamW updates and three SGD updates (with a clip between), as the
 // host's zero_update applies them.
+// A launch returns its own status and leaves an error the caller has
+// pending in place (an invalid device asked for, not yet read): clearing it
+// before the launch, as cudaGetLastError did, lost it.
+TEST_P(ZeroDeviceKernels, LaunchLeavesTheCallersPendingError) {
+  const size_t n = GetParam();
+  std::vector<float> h = random_floats(n, 11);
+  Dev g(h);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(count + 5), cudaErrorInvalidDevice);
+  EXPECT_EQ(zero_dev_scale(g.f(), n, 2.0f, nullptr), weftSuccess) << last_error();
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidDevice);
+  std::vector<float> got = g.get<float>(n);
+  for (size_t i = 0; i < n; i++) h[i] *= 2.0f;
+  EXPECT_EQ(first_difference(got.data(), h.data(), weftFloat32, n), n);
+}
+
 TEST_P(ZeroDeviceKernels, OptimizerUpdatesMatchTheHost) {
   size_t n = GetParam();
   std::vector<float> p = random_floats(n, 4), g = random_floats(n, 5);

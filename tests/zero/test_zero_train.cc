@@ -14,6 +14,10 @@
 #include <string>
 #include <vector>
 
+#if __has_include(<cuda_runtime_api.h>)
+#include <cuda_runtime_api.h>
+#endif
+
 #include "harness.h"
 #include "train_model.h"
 #include "weft_zero.h"
@@ -655,5 +659,39 @@ TEST(ZeroGatherPool, BoundAndBadArguments) {
     for (size_t r = 0; r < status.size(); r++) EXPECT_EQ(status[r], 0) << n << " ranks, rank " << r;
   }
 }
+
+#if __has_include(<cuda_runtime_api.h>)
+// weft-train's kernels (tools/train_kernels.cu), where the build has them: a
+// launch returns its own status and leaves an error the caller has pending
+// in place. In a rank of its own: this process forks ranks, which could not
+// use CUDA after the parent had.
+extern "C" int train_kern_to_float(const void *, int, float *, size_t, void *)
+    __attribute__((weak));
+TEST(TrainKernels, LaunchLeavesTheCallersPendingError) {
+  const int kNoGpu = 77;
+  auto status = run_ranks(1, [&](const RankCtx &ctx) {
+    int n = 0;
+    if (train_kern_to_float == nullptr || cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
+      return kNoGpu;
+    std::vector<float> h(1001), back(h.size());
+    for (size_t i = 0; i < h.size(); i++) h[i] = 0.5f * (float)i - 7.0f;
+    float *src = nullptr, *dst = nullptr;
+    FAIL_IF(cudaMalloc((void **)&src, 4 * h.size()) != cudaSuccess ||
+                cudaMalloc((void **)&dst, 4 * h.size()) != cudaSuccess ||
+                cudaMemcpy(src, h.data(), 4 * h.size(), cudaMemcpyDefault) != cudaSuccess,
+            "device buffers");
+    FAIL_IF(cudaSetDevice(n + 5) != cudaErrorInvalidDevice, "no error to leave pending");
+    FAIL_IF(train_kern_to_float(src, 0, dst, h.size(), nullptr) != 0, "the launch failed");
+    FAIL_IF(cudaGetLastError() != cudaErrorInvalidDevice, "the pending error was cleared");
+    FAIL_IF(cudaMemcpy(back.data(), dst, 4 * h.size(), cudaMemcpyDefault) != cudaSuccess ||
+                back != h,
+            "the kernel did not copy");
+    cudaFree(src), cudaFree(dst);
+    return 0;
+  });
+  if (status[0] == kNoGpu) GTEST_SKIP() << "no CUDA device, or no kernels in this build";
+  EXPECT_EQ(status[0], 0);
+}
+#endif
 
 }  // namespace
