@@ -628,11 +628,16 @@ step_torch_ddp() {
 # and FSDP2 with a divide factor; then check_api on cuda:0 (coalesced and
 # one-rank PREMUL_SUM, a failed coalesced block, groups under a bound device,
 # side streams, an empty tensor).
-step_torch_weft_cuda() {
+# Skips unless torch has CUDA and tools/torch_weft was built with it.
+need_torch_weft_cuda() {
   torch_has 'torch.cuda.is_available()' || skip "torch without CUDA in $PY"
   "$PY" -c "import sys; sys.path.insert(0, '$ROOT/tools/torch_weft'); import torch_weft; \
 sys.exit(0 if torch_weft._C.cuda_built() else 1)" 2>/dev/null ||
     skip "torch_weft not built, or built without CUDA (step torch_weft builds it)"
+}
+
+step_torch_weft_cuda() {
+  need_torch_weft_cuda
   [ -f "$WORK/mps/up" ] && use_mps
   local rc=0 script
   for script in "nccl/ddp_loss.py --backend weft" "nccl/torch_cuda_ops.py --backend weft" \
@@ -645,6 +650,20 @@ sys.exit(0 if torch_weft._C.cuda_built() else 1)" 2>/dev/null ||
   done
   key "$(grep -m1 -iE 'largest|differ' "$LOGS/$STEP.out" | cut -c1-40); $(grep -m1 -oE 'check_api: .*failures' "$LOGS/$STEP.out" | cut -c12-); $(grep -c '^ok ' "$LOGS/$STEP.out") ok, $(grep -cE '^FAIL |: FAIL ' "$LOGS/$STEP.out") FAIL"
   [ $rc = 0 ] || fail "$(cat "$LOGS/$STEP.key")"
+}
+
+# A rank SIGKILLed in the middle of DDP on CUDA tensors (the weft backend):
+# the other raises DistBackendError naming it within the timeout. Without
+# MPS: a client killed with kernels in flight can leave the daemon refusing
+# the next clients.
+step_torch_dead_peer_cuda() {
+  need_torch_weft_cuda
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 "$PY" "$ROOT/tests/torch/check_dead_peer.py" 2 \
+    --device cuda 2>&1 | tee "$LOGS/$STEP.out"
+  local rc=${PIPESTATUS[0]}
+  key "$(grep -m1 -oE 'rank 0: [a-zA-Z]+: [^:]*' "$LOGS/$STEP.out"); $(grep -m1 -oE 'exit codes [^;]*' "$LOGS/$STEP.out")"
+  [ "$rc" = 0 ] || fail "$(cat "$LOGS/$STEP.key")"
 }
 
 step_torch_cuda_ops() {

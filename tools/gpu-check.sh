@@ -86,6 +86,7 @@ perf_ar_g8|90|gpu|20.3|all_reduce_device_perf -g 8
 memcheck|120|gpu|20.2|compute-sanitizer memcheck on a small device sample
 racecheck|150|gpu|20.2|compute-sanitizer racecheck on a small device sample
 synccheck|120|gpu|20.2|compute-sanitizer synccheck on a small device sample
+torch_dead_peer_cuda|120|gpu|19.6|the weft backend: a rank SIGKILLed mid-DDP on CUDA tensors, the other raises DistBackendError within the timeout (no MPS)
 '
 
 step_names() { echo "$STEPS" | awk -F'|' 'NF >= 5 {print $1}'; }
