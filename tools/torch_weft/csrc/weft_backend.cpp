@@ -351,6 +351,13 @@ void WeftBackend::stop_worker(bool abort_comm) {
   }
   if (worker_.joinable()) worker_.join();
   if (comm_ != nullptr && !abort_comm) {
+    // wait() on CUDA does not block the host: a failure of the last
+    // operations is said here, where nothing else would say it
+    weftResult_t async = weftSuccess;
+    if (weftCommGetAsyncError(comm_, &async) == weftSuccess && async != weftSuccess &&
+        async != weftInProgress)
+      TORCH_WARN("weft: process group shut down after a failed operation on rank ", rank_,
+                 " of ", size_, ": ", weftGetErrorString(async), ": ", weftGetLastError(comm_));
     weftCommFinalize(comm_);
     weftCommDestroy(comm_);
   }

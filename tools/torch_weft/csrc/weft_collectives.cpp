@@ -375,16 +375,21 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::recv(std::vector<at::Tensor> &tensor
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::barrier(const c10d::BarrierOptions &opts) {
-  // on a GPU, as NCCL's: what this rank queued on the device's current
-  // stream is done when the barrier is passed (torch names the device from
-  // device_ids, the group's bound device or the current accelerator)
-  if (cuda_built() && opts.device.has_value() && opts.device->is_cuda())
-    gpu_stream_sync(opts.device->has_index() ? opts.device->index() : -1);
   at::Tensor t = at::zeros({1}, at::kByte);
   op_step s;
   s.issue = [this, t]() {
     return weftAllReduce(t.data_ptr(), t.data_ptr(), 1, weftUint8, weftSum, comm_, stream_);
   };
+  // on a CUDA device (torch names one from device_ids or the group's bound
+  // device), as NCCL's: once every rank has joined, what this rank queued
+  // on the caller's current stream is done when the barrier is passed.
+  // Not before joining: a send queued there may wait for a peer's receive
+  // that the peer makes after its barrier.
+  if (cuda_built() && opts.device.has_value() && opts.device->is_cuda()) {
+    const int device = opts.device->has_index() ? opts.device->index() : -1;
+    void *stream = gpu_current_stream(device);
+    s.finish = [device, stream]() { gpu_stream_sync(device, stream); };
+  }
   return submit("barrier", c10d::OpType::BARRIER, {s}, {}, opts.asyncOp);
 }
 

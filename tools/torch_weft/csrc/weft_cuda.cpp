@@ -76,11 +76,15 @@ void gpu_hold(int device, void *stream, const std::vector<at::Tensor> &tensors) 
       c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), s);
 }
 
-void gpu_stream_sync(int device) {
+void *gpu_current_stream(int device) {
+  if (device < 0) device = c10::cuda::current_device();
+  return c10::cuda::getCurrentCUDAStream((c10::DeviceIndex)device).stream();
+}
+
+void gpu_stream_sync(int device, void *stream) {
   if (device < 0) device = c10::cuda::current_device();
   c10::cuda::CUDAGuard guard((c10::DeviceIndex)device);
-  cuda_check(cudaStreamSynchronize(c10::cuda::getCurrentCUDAStream((c10::DeviceIndex)device)),
-             "cudaStreamSynchronize");
+  cuda_check(cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize");
 }
 
 std::shared_ptr<GpuMark> gpu_mark(int device, void *stream) {
@@ -109,7 +113,8 @@ bool cuda_built() { return false; }
 
 void on_cuda_stream(int, const std::function<void(void *)> &) { no_cuda(); }
 void gpu_hold(int, void *, const std::vector<at::Tensor> &) { no_cuda(); }
-void gpu_stream_sync(int) { no_cuda(); }
+void *gpu_current_stream(int) { no_cuda(); }
+void gpu_stream_sync(int, void *) { no_cuda(); }
 std::shared_ptr<GpuMark> gpu_mark(int, void *) { no_cuda(); }
 c10::intrusive_ptr<c10::ivalue::Future> gpu_future(int, void *, const std::vector<at::Tensor> &) {
   no_cuda();

@@ -44,9 +44,12 @@ class GpuMark {
 // call returns.
 void gpu_hold(int device, void *stream, const std::vector<at::Tensor> &tensors);
 
-// Waits on the host until device's current stream (-1: the current
-// device's) is past what it holds.
-void gpu_stream_sync(int device);
+// The calling thread's current stream of device (-1: the current device).
+void *gpu_current_stream(int device);
+
+// Waits on the host until stream of device (-1: the current device) is past
+// what it holds.
+void gpu_stream_sync(int device, void *stream);
 
 // Marks the current point of stream on device.
 std::shared_ptr<GpuMark> gpu_mark(int device, void *stream);

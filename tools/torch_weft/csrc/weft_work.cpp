@@ -48,9 +48,10 @@ static bool blocking_wait() {
 // and returns, as NCCL's wait() does, so that the host queues what follows
 // while the GPU communicates (FSDP2's blocking all-gathers and
 // reduce-scatters, say); a failure already known raises here, a later one
-// at the next operation (weft refuses it) or at is_completed(). With
-// blocking_wait(), waits on the host until the GPU is past it (so that a
-// failure raises here) first.
+// at the next operation (weft refuses it), at is_completed() or, after the
+// last, as a warning at shutdown. With blocking_wait(), or a timeout given,
+// waits on the host until the GPU is past it (so that a failure raises
+// here) first.
 bool WeftWork::wait(std::chrono::milliseconds timeout) {
   // an operation inside a coalescing block that is still open (a blocking
   // call there waits on the block's Work) runs when the block ends: waiting
@@ -65,7 +66,7 @@ bool WeftWork::wait(std::chrono::milliseconds timeout) {
     gpu_->stream_wait();
     return true;
   }
-  if (gpu_ && !blocking_wait()) {
+  if (gpu_ && !blocking_wait() && timeout == kNoTimeout) {
     poll_gpu(); // one look: an error the communicator has reported raises below
     if (exception() == nullptr) {
       gpu_->stream_wait();
