@@ -95,11 +95,15 @@ __global__ void back_delta_kernel(const float *d, const float *w, const float *x
 template <typename... Param, typename... Arg>
 int launch(void (*kernel)(Param...), size_t total, void *stream, Arg &&...args) {
   if (total == 0) return 0;
-  return [&](Param... param) {
+  const bool pending = cudaPeekAtLastError() != cudaSuccess;
+  const cudaError_t err = [&](Param... param) {
     void *argv[] = {(void *)&param...};
-    return (int)cudaLaunchKernel((const void *)kernel, dim3(blocks_for(total)), dim3(kThreads),
-                                 argv, 0, (cudaStream_t)stream);
+    return cudaLaunchKernel((const void *)kernel, dim3(blocks_for(total)), dim3(kThreads), argv, 0,
+                            (cudaStream_t)stream);
   }(std::forward<Arg>(args)...);
+  // the launch's own error is returned, not left for the caller's next look
+  if (err != cudaSuccess && !pending) (void)cudaGetLastError();
+  return (int)err;
 }
 
 }  // namespace

@@ -93,6 +93,9 @@ weftResult_t weftZeroAddParam(weftZero_t z, int layer, size_t count, const float
                               int *param_out) {
   if (z == NULL || param_out == NULL) return zero_fail(weftInvalidArgument, "NULL argument");
   if (z->finalized) return zero_fail(weftInvalidUsage, "parameters are added before weftZeroFinalize");
+  if (z->finalize_tried)
+    return zero_fail(weftInvalidUsage,
+                     "an earlier weftZeroFinalize failed: destroy the context and create a new one");
   if (count == 0 || init == NULL)
     return zero_fail(weftInvalidArgument, "a parameter needs count > 0 and initial values");
   if (layer < 0 || layer < z->nlayers - 1 || layer > z->nlayers)

@@ -91,11 +91,15 @@ __global__ void sgd_kernel(float *p, float *m, const float *g, size_t count, flo
 template <typename... Param, typename... Arg>
 int launch(void (*kernel)(Param...), size_t count, void *stream, Arg &&...args) {
   if (count == 0) return 0;
-  return [&](Param... param) {
+  const bool pending = cudaPeekAtLastError() != cudaSuccess;
+  const cudaError_t err = [&](Param... param) {
     void *argv[] = {(void *)&param...};
-    return (int)cudaLaunchKernel((const void *)kernel, dim3(blocks_for(count)), dim3(kThreads),
-                                 argv, 0, (cudaStream_t)stream);
+    return cudaLaunchKernel((const void *)kernel, dim3(blocks_for(count)), dim3(kThreads), argv, 0,
+                            (cudaStream_t)stream);
   }(std::forward<Arg>(args)...);
+  // the launch's own error is returned, not left for the caller's next look
+  if (err != cudaSuccess && !pending) (void)cudaGetLastError();
+  return (int)err;
 }
 
 }  // namespace
@@ -129,9 +133,10 @@ extern "C" int zero_kern_sgd(float *p, float *m, const float *g, size_t count, f
 }
 
 extern "C" int zero_kern_device_count(void) {
+  const bool pending = cudaPeekAtLastError() != cudaSuccess;
   int n = 0;
   if (cudaGetDeviceCount(&n) == cudaSuccess) return n;
-  (void)cudaGetLastError(); /* answered: no device */
+  if (!pending) (void)cudaGetLastError(); /* answered: no device (a caller's error stays) */
   return 0;
 }
 

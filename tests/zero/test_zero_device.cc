@@ -330,8 +330,9 @@ struct zero_ops counting_ops() {
 }
 
 // A failed weftZeroFinalize cannot be called again (it made events and
-// buffers over the first call's): the second is refused saying so, and
-// destroy frees what the first made, at every stage.
+// buffers over the first call's): the second is refused saying so, and so
+// is a parameter added then; destroy frees what the first made, at every
+// stage.
 TEST(ZeroFinalize, AfterAFailureIsRefusedAndDestroyFreesAll) {
   weftComm_t comm = comm_of_one();
   ASSERT_NE(comm, nullptr) << weftGetLastError(nullptr);
@@ -352,6 +353,9 @@ TEST(ZeroFinalize, AfterAFailureIsRefusedAndDestroyFreesAll) {
     EXPECT_EQ(weftZeroFinalize(z), weftSystemError);
     EXPECT_GT(c_live_events, 0);
     EXPECT_EQ(weftZeroFinalize(z), weftInvalidUsage);
+    EXPECT_NE(last_error().find("an earlier weftZeroFinalize failed"), std::string::npos)
+        << last_error();
+    EXPECT_EQ(weftZeroAddParam(z, 1, 3, init, &id), weftInvalidUsage);
     EXPECT_NE(last_error().find("an earlier weftZeroFinalize failed"), std::string::npos)
         << last_error();
     EXPECT_EQ(weftZeroDestroy(z), weftSuccess) << last_error();
@@ -494,8 +498,6 @@ TEST_P(ZeroDeviceKernels, LoadScaledMatchesTheHostStep) {
   load_scaled_check(n, finite, 0);
 }
 
-// Three AdamW updates and three SGD updates (with a clip between), as the
-// host's zero_update applies them.
 // A launch returns its own status and leaves an error the caller has
 // pending in place (an invalid device asked for, not yet read): clearing it
 // before the launch, as cudaGetLastError did, lost it.
@@ -514,6 +516,8 @@ TEST_P(ZeroDeviceKernels, LaunchLeavesTheCallersPendingError) {
   EXPECT_EQ(first_difference(got.data(), h.data(), weftFloat32, n), n);
 }
 
+// Three AdamW updates and three SGD updates (with a clip between), as the
+// host's zero_update applies them.
 TEST_P(ZeroDeviceKernels, OptimizerUpdatesMatchTheHost) {
   size_t n = GetParam();
   std::vector<float> p = random_floats(n, 4), g = random_floats(n, 5);
