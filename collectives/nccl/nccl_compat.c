@@ -427,7 +427,13 @@ NCCL_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, siz
 }
 NCCL_PROFILING_ALIAS(ncclCommRegister);
 
+/* A NULL handle (NCCL hands one out where registration is off) is nothing
+ * to deregister, as NCCL's. */
 NCCL_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle) {
+  if (handle == NULL) {
+    weft_error_clear();
+    return comm == NULL ? RES(weft_error_set(weftInvalidArgument, "comm is NULL")) : ncclSuccess;
+  }
   return RES(weftCommDeregister(COMM(comm), handle));
 }
 NCCL_PROFILING_ALIAS(ncclCommDeregister);

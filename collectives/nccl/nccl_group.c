@@ -144,6 +144,8 @@ NCCL_PROFILING_ALIAS(ncclGroupEnd);
 
 NCCL_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo) {
   weft_error_clear();
+  /* an inner end leaves simInfo alone, as NCCL's: the outermost estimates */
+  if (group_depth > 1) return group_end(1, NULL);
   if (simInfo != NULL && (simInfo->magic != NCCL_SIM_INFO_MAGIC ||
                           simInfo->size < offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float))) {
     /* the group still ends, as NCCL's does, so that the caller is not left in one */

@@ -76,14 +76,16 @@ TYPED_GETTER(U16, uint16_t, 0, UINT16_MAX);
 TYPED_GETTER(U32, uint32_t, 0, UINT32_MAX);
 TYPED_GETTER(U64, uint64_t, 0, UINT64_MAX);
 
-/* The value as text: the thread's buffer, valid until its next call. */
-static const char *param_text(struct weft_param *p) {
-  static _Thread_local char buf[4096];
+/* The value as text, in buf: each function that hands it out has a
+ * thread's buffer of its own, valid until that function's next call (as
+ * NCCL says of ncclParamGetStr's). */
+#define PARAM_TEXT_NBYTES 4096
+static const char *param_text(struct weft_param *p, char *buf) {
   if (p->type == PARAM_INT) {
-    snprintf(buf, sizeof buf, "%lld", (long long)param_int(p));
+    snprintf(buf, PARAM_TEXT_NBYTES, "%lld", (long long)param_int(p));
   } else {
     const char *v = param_str(p);
-    snprintf(buf, sizeof buf, "%s", v != NULL ? v : "");
+    snprintf(buf, PARAM_TEXT_NBYTES, "%s", v != NULL ? v : "");
   }
   return buf;
 }
@@ -98,7 +100,8 @@ NCCL_EXPORT ncclResult_t ncclParamGetStr(ncclParamHandle_t h, const char **out) 
     return RES(weft_error_set(weftInvalidArgument,
                               "ncclParamGetStr: %s is an integer (ncclParamGetI64 reads it)",
                               p->name));
-  *out = param_text(p);
+  static _Thread_local char buf[PARAM_TEXT_NBYTES];
+  *out = param_text(p, buf);
   return ncclSuccess;
 }
 NCCL_PROFILING_ALIAS(ncclParamGetStr);
@@ -117,7 +120,8 @@ NCCL_EXPORT ncclResult_t ncclParamGet(ncclParamHandle_t h, void *out, int maxLen
   if (p->type == PARAM_INT) {
     v = param_int(p);
   } else {
-    src = param_text(p);
+    static _Thread_local char buf[PARAM_TEXT_NBYTES];
+    src = param_text(p, buf);
     n = strlen(src) + 1;
   }
   if (maxLen < 0 || (size_t)maxLen < n)
@@ -140,7 +144,8 @@ NCCL_EXPORT ncclResult_t ncclParamGetParameter(const char *key, const char **val
   struct weft_param *p = param_find(key);
   if (p == NULL)
     return RES(weft_error_set(weftInvalidArgument, "ncclParamGetParameter: no parameter '%s'", key));
-  *value = param_text(p);
+  static _Thread_local char buf[PARAM_TEXT_NBYTES];
+  *value = param_text(p, buf);
   *valueLen = (int)strlen(*value);
   return ncclSuccess;
 }

@@ -349,6 +349,8 @@ static void test_windows_and_refusals(ncclComm_t comm, ncclComm_t other) {
   EXPECT(async == ncclSuccess, "refused calls left async error %d", (int)async);
   NCCL_OK(ncclCommWindowDeregister(comm, win));
   EXPECT_ERR(ncclCommWindowDeregister(comm, NULL), ncclInvalidArgument, NULL, "window");
+  /* a NULL registration handle is nothing to deregister, as NCCL's */
+  NCCL_OK(ncclCommDeregister(comm, NULL));
   NCCL_OK(ncclMemFree(buf));
 
   /* teams: the world, and an LSA team of this rank alone */
@@ -397,8 +399,12 @@ static void test_params(void) {
   EXPECT(str != NULL && strcmp(str, "simple") == 0, "NCCL_PROTO read as '%s'", str ? str : "(null)");
   EXPECT_ERR(ncclParamGetI64(h, &i64), ncclInvalidArgument, NULL, "string");
   int vlen = 0;
-  NCCL_OK(ncclParamGetParameter("WEFT_SLOT_BYTES", &str, &vlen));
-  EXPECT(strcmp(str, "131072") == 0 && vlen == 6, "WEFT_SLOT_BYTES as text: '%s' (%d)", str, vlen);
+  const char *text = NULL;
+  NCCL_OK(ncclParamGetParameter("WEFT_SLOT_BYTES", &text, &vlen));
+  EXPECT(strcmp(text, "131072") == 0 && vlen == 6, "WEFT_SLOT_BYTES as text: '%s' (%d)", text, vlen);
+  /* ncclParamGetStr's text is valid until its own next call, whatever else
+   * is asked between (they shared one buffer) */
+  EXPECT(strcmp(str, "simple") == 0, "NCCL_PROTO's text after another call: '%s'", str);
   EXPECT_ERR(ncclParamGetParameter("NCCL_NO_SUCH_THING", &str, &vlen), ncclInvalidArgument, NULL,
              "NCCL_NO_SUCH_THING");
   EXPECT(str == NULL && vlen == 0, "an unknown key left a value");

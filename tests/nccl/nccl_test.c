@@ -312,6 +312,19 @@ static void test_groups(ncclComm_t comm) {
       FAIL("ncclGroupSimulateEnd ran the all-reduce");
       break;
     }
+  /* nested: the inner end leaves simInfo alone (nothing checked, nothing
+   * written), as NCCL's; the outermost estimates */
+  ncclSimInfo_t inner = {0}, outer = NCCL_SIM_INFO_INITIALIZER;
+  inner.estimatedTime = -3.0f;
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclAllReduce(sim, sim, count, ncclFloat32, ncclSum, comm, NULL));
+  NCCL_OK(ncclGroupSimulateEnd(&inner));
+  EXPECT(inner.estimatedTime == -3.0f, "an inner ncclGroupSimulateEnd wrote %g",
+         (double)inner.estimatedTime);
+  NCCL_OK(ncclGroupSimulateEnd(&outer));
+  EXPECT(outer.estimatedTime > 0, "nested ncclGroupSimulateEnd: estimate %g us",
+         (double)outer.estimatedTime);
   ncclSimInfo_t bad = NCCL_SIM_INFO_INITIALIZER;
   bad.magic = 0;
   NCCL_OK(ncclGroupStart());
