@@ -426,6 +426,26 @@ static int hex_digit(char c) {
                                         : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
+/* A rank whose split config is bad (an uninitialised ncclConfig_t) still
+ * takes part, so every rank's ncclCommSplit fails at once rather than the
+ * others waiting out the timeout (60 s); the bad rank says why. */
+static void test_split_bad_config(ncclComm_t world) {
+  ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
+  bad.magic = 0;
+  ncclComm_t child = NULL;
+  double t0 = now_s();
+  ncclResult_t res = ncclCommSplit(world, 0, g_rank, &child, g_rank == 0 ? &bad : NULL);
+  double s = now_s() - t0;
+  EXPECT(res != ncclSuccess, "a split with one rank's bad config succeeded");
+  EXPECT(child == NULL, "a failed split left a communicator");
+  EXPECT(s < 10.0, "the failed split took %.1f s", s);
+  if (g_rank == 0)
+    EXPECT(strstr(ncclGetLastError(world), "NCCL_CONFIG_INITIALIZER") != NULL ||
+               strstr(ncclGetLastError(world), "config") != NULL,
+           "the bad rank's error: '%s'", ncclGetLastError(world));
+  expect_sum(world, identity, 1000, "world after a split refused for a bad config");
+}
+
 int main(void) {
   const char *rank_s = getenv("WEFT_RANK"), *size_s = getenv("WEFT_NRANKS");
   const char *hex = getenv("WEFT_UNIQUE_ID");
@@ -449,6 +469,7 @@ int main(void) {
   NCCL_OK(ncclCommSplit(world, 0, g_rank, &other, NULL));
 
   test_params();
+  test_split_bad_config(world);
   test_windows_and_refusals(world, other);
   test_suspend(world);
   test_grow(world);
