@@ -21,6 +21,7 @@
 #include "../../transport/param.h"
 #include "../../transport/status.h"
 #include "../core/comm.h"
+#include "../exec/device/device.h"
 #include "nccl_shim.h"
 
 /* --- The ABI: NCCL's values are weft's ------------------------------------ */
@@ -241,7 +242,12 @@ ncclResult_t nccl_config_read(const ncclConfig_t *user, weftConfig_t *cfg,
 
 /* --- Memory ---------------------------------------------------------------- */
 
+/* NCCL's is device memory of the current device, whose context it makes
+ * current if need be; weftMemAlloc's is device memory where the thread has
+ * a context, so the context is made first where there is a device (host
+ * memory on a machine without one). */
 NCCL_EXPORT ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
+  device_ctx_make();
   return RES(weftMemAlloc(ptr, size));
 }
 NCCL_PROFILING_ALIAS(ncclMemAlloc);
@@ -305,7 +311,10 @@ static ncclResult_t init_rank_config(ncclComm_t *comm, int nranks, ncclUniqueId 
   if (nccl_group_active()) return nccl_defer_init(comm, nranks, commId, rank, cfgp);
   weftUniqueId id;
   memcpy(&id, &commId, sizeof id);
-  return RES(weftCommInitRankConfig((weftComm_t *)comm, nranks, id, rank, cfgp));
+  const int dev = device_current();
+  res = RES(weftCommInitRankConfig((weftComm_t *)comm, nranks, id, rank, cfgp));
+  if (res == ncclSuccess) nccl_bind_device(COMM(*comm), dev);
+  return res;
 }
 
 NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId,
@@ -333,9 +342,19 @@ NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nrank
 }
 NCCL_PROFILING_ALIAS(ncclCommInitRankScalable);
 
+/* Without devlist NCCL takes the first ndev CUDA devices; weft's ranks stay
+ * on the host where the process sees fewer (a machine without GPUs). */
 NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist) {
   version_banner(0);
-  return RES(weftCommInitAll((weftComm_t *)comm, ndev, devlist));
+  int *first = NULL;
+  if (devlist == NULL && ndev > 0 && device_count() >= ndev) {
+    first = malloc((size_t)ndev * sizeof *first);
+    if (first == NULL) return RES(weft_error_set(weftSystemError, "out of memory"));
+    for (int i = 0; i < ndev; i++) first[i] = i;
+  }
+  ncclResult_t res = RES(weftCommInitAll((weftComm_t *)comm, ndev, first ? first : devlist));
+  free(first);
+  return res;
 }
 NCCL_PROFILING_ALIAS(ncclCommInitAll);
 

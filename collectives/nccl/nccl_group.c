@@ -11,6 +11,8 @@
 #include <string.h>
 
 #include "../../transport/status.h"
+#include "../core/comm.h"
+#include "../exec/device/device.h"
 #include "nccl_shim.h"
 
 struct deferred {
@@ -19,6 +21,7 @@ struct deferred {
   /* init */
   int nranks, rank;
   ncclUniqueId id;
+  int dev; /* the CUDA device current at the call (nccl_bind_device) */
   /* split */
   ncclComm_t parent;
   int color, key;
@@ -64,7 +67,8 @@ static ncclResult_t defer(const struct deferred *d, const weftConfig_t *cfg) {
 
 ncclResult_t nccl_defer_init(ncclComm_t *out, int nranks, ncclUniqueId id, int rank,
                              const weftConfig_t *cfg) {
-  struct deferred d = {.out = out, .nranks = nranks, .rank = rank, .id = id};
+  struct deferred d = {.out = out, .nranks = nranks, .rank = rank, .id = id,
+                       .dev = device_current()};
   return defer(&d, cfg);
 }
 
@@ -72,6 +76,10 @@ ncclResult_t nccl_defer_split(ncclComm_t parent, int color, int key, ncclComm_t 
                               const weftConfig_t *cfg) {
   struct deferred d = {.is_split = 1, .out = out, .parent = parent, .color = color, .key = key};
   return defer(&d, cfg);
+}
+
+void nccl_bind_device(weftComm_t comm, int dev) {
+  if (comm != NULL && dev >= 0 && comm->cuda_dev < 0) comm->cuda_dev = dev;
 }
 
 static void *deferred_main(void *arg) {
@@ -83,6 +91,7 @@ static void *deferred_main(void *arg) {
     weftUniqueId id;
     memcpy(&id, &d->id, sizeof id);
     d->res = weftCommInitRankConfig(&d->comm, d->nranks, id, d->rank, cfg);
+    if (d->res == weftSuccess) nccl_bind_device(d->comm, d->dev);
   }
   if (d->res != weftSuccess) snprintf(d->error, sizeof d->error, "%s", weft_error_text());
   return NULL;

@@ -24,9 +24,17 @@ int nccl_group_active(void);
 /* Inside a group, communicator creation is recorded and runs at the
  * outermost ncclGroupEnd, every recorded one at once: so one thread can
  * create the communicators of several ranks of the same clique. cfg may be
- * NULL. *out is written when the group ends. */
+ * NULL. *out is written when the group ends. An init takes the CUDA device
+ * current at its call (nccl_bind_device). */
 ncclResult_t nccl_defer_init(ncclComm_t *out, int nranks, ncclUniqueId id, int rank,
                              const weftConfig_t *cfg);
+
+/* NCCL ties a communicator to the CUDA device current when it is made ("set
+ * before calling ncclCommInitRank"), where weft's own init takes it at the
+ * first device operation: a new comm gets dev, the device current at the
+ * init call (device_current: -1 where that thread had no CUDA context, a
+ * host program, which keeps weft's way). */
+void nccl_bind_device(weftComm_t comm, int dev);
 ncclResult_t nccl_defer_split(ncclComm_t parent, int color, int key, ncclComm_t *out,
                               const weftConfig_t *cfg);
 

@@ -104,4 +104,14 @@ int device_ptr_on_device(const void *ptr);
  * read; managed and host memory are not. 0 without CUDA. */
 int device_ptr_device_only(const void *ptr);
 
+/* The calling thread's current CUDA device where it has a CUDA context,
+ * else -1 (asking makes no context). -1 without CUDA. */
+int device_current(void);
+/* CUDA devices this process sees; 0 without CUDA or a driver. */
+int device_count(void);
+/* Makes the primary context of the thread's current device current where
+ * there is a device (what NCCL's calls that use "the current device" do
+ * first); nothing without one. */
+void device_ctx_make(void);
+
 #endif

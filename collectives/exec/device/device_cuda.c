@@ -56,6 +56,32 @@ int device_ptr_on_device(const void *ptr) {
 
 int device_ptr_device_only(const void *ptr) { return ptr_type(ptr) == cudaMemoryTypeDevice; }
 
+int device_current(void) {
+  int dev = -1;
+  if (!device_ctx_current()) return -1;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return dev;
+}
+
+int device_count(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError(); /* no driver, no device: none */
+    return 0;
+  }
+  return n;
+}
+
+void device_ctx_make(void) {
+  int dev = 0;
+  if (device_count() == 0 || cudaGetDevice(&dev) != cudaSuccess ||
+      cudaSetDevice(dev) != cudaSuccess) /* cudaSetDevice makes the primary context current */
+    cudaGetLastError();
+}
+
 int device_plan_on_device(const struct weft_plan *plan) {
   return device_ptr_on_device(plan->recvbuf != NULL ? plan->recvbuf : plan->sendbuf);
 }
