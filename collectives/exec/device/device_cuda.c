@@ -233,8 +233,11 @@ weftResult_t device_comm_follow(struct device_comm *d, cudaStream_t stream) {
 
 weftResult_t device_comm_stream_check(struct device_comm *d, cudaStream_t stream) {
   /* the NULL, legacy and per-thread streams are the current device's, which
-   * the launch has made the comm's */
+   * the launch has made the comm's; a stream being captured cannot be asked
+   * (a global-mode capture refuses the question and is broken by it): it is
+   * checked at its first use outside a capture */
   if ((uintptr_t)stream <= 2 || stream == d->stream_checked) return weftSuccess;
+  if (!device_stream_uncaptured(stream)) return weftSuccess;
   int dev = -1;
   CUDA_TRY(cudaStreamGetDevice(stream, &dev), "the stream's device");
   if (dev != d->dev)

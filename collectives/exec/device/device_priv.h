@@ -72,7 +72,8 @@ void device_comm_note_launch(struct device_comm *d, cudaStream_t stream);
 weftResult_t device_comm_follow(struct device_comm *d, cudaStream_t stream);
 /* Refuses a stream of another device than the comm's (a kernel launched
  * through the driver runs in its stream's context: device_kernel_launch);
- * asked again only when the stream changes. */
+ * asked again only when the stream changes, and not while a graph captures
+ * it (the question would break a global-mode capture). */
 weftResult_t device_comm_stream_check(struct device_comm *d, cudaStream_t stream);
 
 /* Threads of a block that moves nbytes at a time, per_thread bytes a
