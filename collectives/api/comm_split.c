@@ -132,6 +132,9 @@ free_all:
   return res;
 }
 
+static weftResult_t split_with(weftComm_t comm, int color, int key, weftComm_t *newcomm,
+                               weftConfig_t *config, weftResult_t res);
+
 weftResult_t weftCommSplit(weftComm_t comm, int color, int key, weftComm_t *newcomm,
                            weftConfig_t *config) {
   weft_error_clear();
@@ -149,6 +152,18 @@ weftResult_t weftCommSplit(weftComm_t comm, int color, int key, weftComm_t *newc
   } else if (comm_config_read(config, &checked) != weftSuccess) {
     res = split_error_wrap(weftInvalidArgument, "config");
   }
+  return split_with(comm, color, key, newcomm, config, res);
+}
+
+weftResult_t comm_split_refused(weftComm_t comm, int key, weftResult_t refused) {
+  WEFT_TRY(comm_check(comm));
+  return split_with(comm, WEFT_SPLIT_NOCOLOR, key, NULL, NULL, refused);
+}
+
+/* The split after this rank's argument checks (res: their outcome, the
+ * thread's error text saying why when it failed). */
+static weftResult_t split_with(weftComm_t comm, int color, int key, weftComm_t *newcomm,
+                               weftConfig_t *config, weftResult_t res) {
   if (res != weftSuccess && (comm->finalized || comm->nranks == 1)) {
     snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
     return res;

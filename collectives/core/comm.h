@@ -93,6 +93,11 @@ struct weftComm {
 weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_id *id, int rank,
                        const weftConfig_t *config, int cuda_dev);
 
+/* weftCommSplit on a rank that refuses it (refused, the thread's error text
+ * saying why, as a caller's own checks found it): the rank takes part,
+ * marked failed, so that every rank fails at once; returns refused. */
+weftResult_t comm_split_refused(weftComm_t comm, int key, weftResult_t refused);
+
 /* Reads config (NULL: the defaults) into cfg, honouring the caller's size
  * for older layouts; weftInvalidArgument when it is not a weftConfig_t. */
 weftResult_t comm_config_read(const weftConfig_t *config, weftConfig_t *cfg);

@@ -10,7 +10,6 @@
  * The build links weft in statically and exports only nccl* and pnccl*. */
 #include <arpa/inet.h>
 #include <ctype.h>
-#include <limits.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -380,29 +379,16 @@ NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
 }
 NCCL_PROFILING_ALIAS(ncclCommAbort);
 
-/* A split this rank refuses (its config, error res): weft's split has a rank
- * with bad arguments take part, marked failed, so that the others learn at
- * once that no split happens rather than wait for it until the timeout; a
- * color it refuses does that, and the config's error is what returns (and
- * what ncclGetLastError says). */
-static ncclResult_t split_refused(ncclComm_t comm, int key, ncclComm_t *newcomm,
-                                  ncclResult_t res) {
-  char why[1024];
-  snprintf(why, sizeof why, "%s", weft_error_text());
-  weftComm_t none = NULL;
-  (void)weftCommSplit(COMM(comm), INT_MIN, key, &none, NULL);
-  if (newcomm != NULL) *newcomm = NULL;
-  if (comm != NULL) snprintf(COMM(comm)->last_error, sizeof COMM(comm)->last_error, "%s", why);
-  return RES(weft_error_set((weftResult_t)res, "%s", why));
-}
-
 NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
                                        ncclConfig_t *config) {
   weft_error_clear();
   weftConfig_t cfg, *cfgp;
   ncclResult_t res = nccl_config_read(config, &cfg, &cfgp);
-  if (res != ncclSuccess && !nccl_group_active()) return split_refused(comm, key, newcomm, res);
-  if (res != ncclSuccess) return res;
+  if (res != ncclSuccess) {
+    /* the peers learn of it at once (outside a group, where their splits run now) */
+    if (newcomm != NULL) *newcomm = NULL;
+    return nccl_group_active() ? res : RES(comm_split_refused(COMM(comm), key, (weftResult_t)res));
+  }
   if (nccl_group_active()) return nccl_defer_split(comm, color, key, newcomm, cfgp);
   return RES(weftCommSplit(COMM(comm), color, key, (weftComm_t *)newcomm, cfgp));
 }
