@@ -83,6 +83,14 @@ struct dev_channel {
   const int *ring; /* [nranks], device memory */
 };
 
+/* How a launch tells its comm that it ended (launch_done.h). */
+struct dev_done {
+  uint64_t *ended; /* the comm's mapped host words, [block]: the number of the
+                      last launch whose block of that index ended; NULL:
+                      report nothing (a launch captured into a graph) */
+  uint64_t seq;    /* this launch's number */
+};
+
 /* One launch: a ring collective over every channel, one block per channel. */
 struct dev_work {
   struct dev_channel *channels; /* [nchannels], device memory */
@@ -105,6 +113,7 @@ struct dev_work {
    * from scalar_ptr (device memory, weftScalarDevice) or else scalar_bits */
   const void *scalar_ptr;
   uint64_t scalar_bits;
+  struct dev_done done;
 };
 
 /* The point-to-point lanes to and from one peer (device memory, one entry
@@ -127,6 +136,7 @@ struct dev_p2p_work {
   int nops;
   int nblocks;
   int nlanes;                  /* lanes per peer and direction (the comm's) */
+  struct dev_done done;
   struct p2p_op ops[P2P_MAX_OPS];
   void *bufs[P2P_MAX_OPS];
 };

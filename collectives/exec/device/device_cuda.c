@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda_runtime_api.h>
 
@@ -37,15 +38,51 @@ int device_built(void) { return 1; }
 
 /* --- where memory lives ------------------------------------------------- */
 
+/* The device (and managed) allocations this thread found last, newest
+ * first, each as the driver gives its range, with the context it was found
+ * in: a buffer inside one is that memory without asking again, which is
+ * most calls of a training loop (a pointer query takes 0.17 us of the
+ * host's time a call: docs/cuda.md, "Where the enqueue goes"). Under
+ * unified addressing the driver reserves the addresses of device memory
+ * for the context's life, so a freed range comes back as device memory
+ * only, never as a host buffer; weftMemFree drops what it frees. */
+#define KNOWN_RANGES 8
+struct known_range {
+  uintptr_t base;
+  size_t nbytes; /* 0: an empty entry */
+  void *ctx;
+  enum cudaMemoryType type;
+};
+static __thread struct known_range known[KNOWN_RANGES];
+
+static void known_add(const void *ptr, void *ctx, enum cudaMemoryType type) {
+  struct known_range r = {.ctx = ctx, .type = type};
+  if (!device_mem_range(ptr, &r.base, &r.nbytes)) return;
+  memmove(&known[1], &known[0], sizeof known[0] * (KNOWN_RANGES - 1));
+  known[0] = r;
+}
+
+static void known_forget(const void *ptr) {
+  for (int i = 0; i < KNOWN_RANGES; i++)
+    if (known[i].nbytes != 0 && (uintptr_t)ptr - known[i].base < known[i].nbytes)
+      known[i].nbytes = 0;
+}
+
 /* What CUDA says ptr is (cudaMemoryTypeUnregistered when it cannot say, or
  * when this thread has no context to ask with). */
 static enum cudaMemoryType ptr_type(const void *ptr) {
-  if (ptr == NULL || !device_ctx_current()) return cudaMemoryTypeUnregistered;
+  void *ctx = ptr == NULL ? NULL : device_ctx_handle();
+  if (ctx == NULL) return cudaMemoryTypeUnregistered;
+  for (int i = 0; i < KNOWN_RANGES; i++)
+    if (known[i].ctx == ctx && (uintptr_t)ptr - known[i].base < known[i].nbytes)
+      return known[i].type;
   struct cudaPointerAttributes attr;
   if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
     cudaGetLastError();
     return cudaMemoryTypeUnregistered;
   }
+  if (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged)
+    known_add(ptr, ctx, attr.type);
   return attr.type;
 }
 
@@ -108,6 +145,7 @@ weftResult_t device_mem_alloc(void **ptr, size_t nbytes, int *on_device_out) {
 
 int device_mem_free(void *ptr) {
   if (!device_ptr_on_device(ptr)) return 0;
+  known_forget(ptr); /* this thread's; another's keeps device addresses (above) */
   cudaFree(ptr);
   cudaGetLastError();
   return 1;
@@ -166,69 +204,28 @@ static int ring_kernels_wait_for_pdl(const struct cudaDeviceProp *prop) {
   return attr.ptxVersion >= 90 && attr.binaryVersion >= 90;
 }
 
-/* Waits for the comm's own work (its launches' events), never the device's. */
+/* Waits for the comm's own kernels to end (launch_done.h), never for other
+ * work of the device or its streams. Stops early where the context is
+ * broken (a kernel fault: nothing will end, and nothing runs any more). */
 static void device_comm_wait(struct device_comm *d) {
-  for (int i = 0; i < d->nwork; i++) {
-    cudaEventSynchronize(d->work[i].done);
-    cudaEventDestroy(d->work[i].done);
-  }
-  d->nwork = 0;
-  cudaGetLastError();
-}
-
-/* Drops the streams whose last launch of the comm is done, so that a
- * comm used on many streams rarely has to wait for its oldest one (a wait
- * that, with several ranks driven by one thread, may wait for a rank this
- * thread has yet to launch). */
-static void device_work_prune(struct device_comm *d) {
-  int kept = 0;
-  for (int i = 0; i < d->nwork; i++) {
-    if (cudaEventQuery(d->work[i].done) == cudaSuccess) cudaEventDestroy(d->work[i].done);
-    else d->work[kept++] = d->work[i];
-  }
-  d->nwork = kept;
-  cudaGetLastError(); /* cudaErrorNotReady */
-}
-
-void device_comm_note_launch(struct device_comm *d, cudaStream_t stream) {
-  if (!device_stream_uncaptured(stream)) return; /* a graph's launches are its owner's */
-  int i = 0;
-  while (i < d->nwork && d->work[i].stream != stream) i++;
-  if (i == DEV_MAX_STREAMS) { /* forget streams whose work is done */
-    device_work_prune(d);
-    i = d->nwork;
-  }
-  if (i == DEV_MAX_STREAMS) { /* reuse the oldest, once it is done */
-    cudaEventSynchronize(d->work[0].done);
-    cudaEventDestroy(d->work[0].done);
-    memmove(&d->work[0], &d->work[1], sizeof d->work[0] * (DEV_MAX_STREAMS - 1));
-    i = --d->nwork;
-  }
-  if (i == d->nwork) {
-    if (cudaEventCreateWithFlags(&d->work[i].done, cudaEventDisableTiming) != cudaSuccess) {
+  const uint64_t *ended = device_ended_h(d);
+  long ns = 2000;
+  for (int polls = 0; !launch_done_ended(&d->done, ended); polls++) {
+    if (polls % 64 == 63) {
+      /* a query of a stream of this thread (not the legacy one, which
+       * would break another thread's graph capture) says the sticky error */
+      cudaError_t err = cudaStreamQuery(cudaStreamPerThread);
       cudaGetLastError();
-      cudaStreamSynchronize(stream); /* no event: wait now rather than lose track */
-      return;
+      if (err != cudaSuccess && err != cudaErrorNotReady) {
+        WEFT_WARN(LOG_INIT, "device comm: not waiting for its kernels: %s",
+                  cudaGetErrorString(err));
+        break;
+      }
     }
-    d->work[i].stream = stream;
-    d->nwork++;
+    struct timespec ts = {0, ns};
+    nanosleep(&ts, NULL);
+    if (ns < 1000000) ns *= 2;
   }
-  cudaEventRecord(d->work[i].done, stream);
-  cudaGetLastError();
-  d->last_stream = stream;
-  d->has_last = 1;
-}
-
-weftResult_t device_comm_follow(struct device_comm *d, cudaStream_t stream) {
-  /* cudaStreamPerThread is one handle for a stream of each thread */
-  if (!d->has_last || (d->last_stream == stream && stream != cudaStreamPerThread))
-    return weftSuccess;
-  if (!device_stream_uncaptured(stream)) return weftSuccess;
-  for (int i = 0; i < d->nwork; i++)
-    if (d->work[i].stream == d->last_stream)
-      return device_cuda_check(cudaStreamWaitEvent(stream, d->work[i].done, 0),
-                               "ordering after the comm's launch on another stream");
-  return weftSuccess; /* that launch is done and forgotten */
 }
 
 weftResult_t device_comm_stream_check(struct device_comm *d, cudaStream_t stream) {

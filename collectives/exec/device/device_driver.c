@@ -1,5 +1,6 @@
 /* Driver entry points, found through the runtime (no link to libcuda):
- * whether this thread has a context, and the kernel launches. */
+ * whether this thread has a context, an allocation's range, and the kernel
+ * launches. */
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -19,6 +20,7 @@ static struct {
   PFN_cuLaunchKernel_v4000 launch;
   PFN_cuLaunchKernelEx_v11060 launch_ex;
   PFN_cuGetErrorString_v6000 error_string;
+  PFN_cuMemGetAddressRange_v3020 mem_range;
 } drv;
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
 
@@ -35,6 +37,7 @@ static void *drv_entry(const char *name) {
 static void drv_lookup(void) {
   drv.ctx_get_current = (PFN_cuCtxGetCurrent_v4000)drv_entry("cuCtxGetCurrent");
   drv.error_string = (PFN_cuGetErrorString_v6000)drv_entry("cuGetErrorString");
+  drv.mem_range = (PFN_cuMemGetAddressRange_v3020)drv_entry("cuMemGetAddressRange");
   drv.launch = (PFN_cuLaunchKernel_v4000)drv_entry("cuLaunchKernel");
   drv.launch_ex = (PFN_cuLaunchKernelEx_v11060)drv_entry("cuLaunchKernelEx");
   if (drv.launch == NULL || drv.launch_ex == NULL || drv.error_string == NULL) {
@@ -43,10 +46,24 @@ static void drv_lookup(void) {
   }
 }
 
-int device_ctx_current(void) {
+void *device_ctx_handle(void) {
   pthread_once(&drv_once, drv_lookup);
   CUcontext ctx = NULL;
-  return drv.ctx_get_current != NULL && drv.ctx_get_current(&ctx) == CUDA_SUCCESS && ctx != NULL;
+  if (drv.ctx_get_current == NULL || drv.ctx_get_current(&ctx) != CUDA_SUCCESS) return NULL;
+  return ctx;
+}
+
+int device_ctx_current(void) { return device_ctx_handle() != NULL; }
+
+int device_mem_range(const void *ptr, uintptr_t *base_out, size_t *nbytes_out) {
+  pthread_once(&drv_once, drv_lookup);
+  CUdeviceptr base = 0;
+  size_t n = 0;
+  if (drv.mem_range == NULL) return 0;
+  if (drv.mem_range(&base, &n, (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS || n == 0) return 0;
+  *base_out = (uintptr_t)base;
+  *nbytes_out = n;
+  return 1;
 }
 
 /* A kernel handle that says: launch through the runtime (the driver's

@@ -63,10 +63,11 @@ static void premul_scalar(const struct weft_plan *plan, struct dev_work *w) {
 
 /* Whether a launch of nch channels on stream goes with programmatic
  * dependent launch: asked for, small, on a stream of its own (not the
- * legacy default one) that no graph is capturing. */
-static int launch_pdl(const struct device_comm *d, int nch, cudaStream_t stream) {
+ * legacy default one) that no graph is capturing (captured: what
+ * device_stream_uncaptured said of it, once a call). */
+static int launch_pdl(const struct device_comm *d, int nch, cudaStream_t stream, int captured) {
   return d->pdl && nch <= DEV_PDL_MAX_CHANNELS && stream != NULL && stream != cudaStreamLegacy &&
-         device_stream_uncaptured(stream);
+         !captured;
 }
 
 /* The ring kernels' handles for device_kernel_launch, as weft_dev_kernels. */
@@ -100,7 +101,8 @@ static weftResult_t ring_kernel_launch(struct device_comm *d, struct dev_work *w
 }
 
 static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
-                                const struct weft_plan *plan, cudaStream_t stream, int announce) {
+                                const struct weft_plan *plan, cudaStream_t stream, int captured,
+                                int announce) {
   if (comm->nranks == 1) { /* every collective is a copy (avg divides by one) */
     size_t nbytes = plan->count * weftTypeSize(plan->datatype);
     if (device_op_index(plan->op) == DEV_OP_PREMULSUM) {
@@ -130,34 +132,56 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
   struct dev_work w = {
       .channels = d->channels_d, .sendbuf = plan->sendbuf, .recvbuf = plan->recvbuf,
       .count = plan->count, .coll = coll, .root = plan->root,
-      .nchannels = nch, .interleave = d->interleave, .pdl = launch_pdl(d, nch, stream),
+      .nchannels = nch, .interleave = d->interleave, .pdl = launch_pdl(d, nch, stream, captured),
       .divisor = plan->op == weftAvg ? comm->nranks : 1, .proto = proto,
       .elem_nbytes = (uint32_t)weftTypeSize(plan->datatype),
       .abort_flag = d->flags_d, .error = d->flags_d + 1, .timeout_ns = comm->timeout_ns};
   premul_scalar(plan, &w);
+  device_done_fill(d, captured, &w.done);
   dim3 grid = {(unsigned)nch, 1, 1}, block = {launch_nthreads(nbytes, nch, proto), 1, 1};
   WEFT_TRY(ring_kernel_launch(d, &w, (int)plan->datatype, device_op_index(plan->op), grid, block,
                               stream));
+  device_done_commit(d, &w.done, stream, nch);
   if (announce) device_net_expect_ring(comm, d, plan, nch);
   return weftSuccess;
 }
 
-/* Whether a launch on stream runs as it is (not recorded into a graph, whose
- * replays nobody announces) on a comm whose rings cross hosts: then its
- * network proxies are told what comes. */
-static int launch_announces(const struct device_comm *d, cudaStream_t stream) {
-  return d->crosses_hosts && device_stream_uncaptured(stream);
+/* Written by nvcc (kernels_gate.cu). */
+void weft_done_gate(const uint64_t *ended, uint64_t seq, int nblocks,
+                    volatile uint32_t *abort_flag, uint32_t *error);
+static cudaKernel_t gate_handle;
+
+/* Where the comm's last launch went to another stream than this call's and
+ * has not ended, the gate that holds stream until it has (launch_done.h):
+ * the comm's kernels carry on each other's FIFO steps, so they run one
+ * after another whatever streams the caller uses (as NCCL orders a
+ * communicator's operations). */
+static weftResult_t comm_gate(struct device_comm *d, cudaStream_t stream, int captured) {
+  if (!launch_done_gated(&d->done, device_ended_h(d), (uintptr_t)stream,
+                         device_stream_thread(stream), captured))
+    return weftSuccess;
+  const uint64_t *ended = device_ended_d(d);
+  uint64_t seq = d->done.seq;
+  int nblocks = d->done.nblocks;
+  uint32_t *abort_flag = d->flags_d, *error = d->flags_d + 1;
+  void *args[] = {&ended, &seq, &nblocks, &abort_flag, &error};
+  dim3 grid = {1, 1, 1}, block = {32, 1, 1};
+  const char *why =
+      device_kernel_launch((const void *)weft_done_gate, &gate_handle, grid, block, args, stream, 0);
+  if (why == NULL) return weftSuccess;
+  return weft_error_set(weftSystemError, "cuda: ordering after the comm's launch on another "
+                        "stream: %s", why);
 }
 
 /* Runs plans[0..n) of one comm on stream: the collectives in call order,
  * then the sends and receives together as one kernel. Connected beforehand.
- * Records the launch for destroy and abort (device_comm_note_launch) when
- * note is set; a group records its comms' launches after all of them, so
- * that the bookkeeping does not hold back the next rank's kernel, and
- * records those whose *began_out says they may have launched something
- * (ordered after the comm's previous launch). */
+ * Each kernel is counted for destroy and abort as it goes out
+ * (device_done_commit). Asks once whether a graph captures stream: a launch
+ * recorded into a graph neither goes behind a gate nor is counted, and, on
+ * a comm whose rings cross hosts, is not announced to the network proxies
+ * (nobody announces its replays). */
 static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *const *plans,
-                                size_t n, cudaStream_t stream, int note, int *began_out) {
+                                size_t n, cudaStream_t stream) {
   weftResult_t res = device_op_begin(comm);
   int prev = -1;
   if (res == weftSuccess) res = device_cuda_check(cudaGetDevice(&prev), "current device");
@@ -165,20 +189,17 @@ static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *c
     res = device_cuda_check(cudaSetDevice(comm->cuda_dev), "setting the device");
   struct device_comm *d = comm->device;
   if (res == weftSuccess && d != NULL) res = device_comm_stream_check(d, stream);
-  if (res == weftSuccess && d != NULL) res = device_comm_follow(d, stream);
-  const int began = res == weftSuccess; /* otherwise nothing was launched */
-  if (began_out != NULL) *began_out = began;
+  const int captured = res == weftSuccess && !device_stream_uncaptured(stream);
+  if (res == weftSuccess && d != NULL) res = comm_gate(d, stream, captured);
   if (res == weftSuccess && d != NULL && d->crosses_hosts) device_net_kick(comm, d);
-  const int announce = res == weftSuccess && d != NULL && launch_announces(d, stream);
+  const int announce = res == weftSuccess && d != NULL && d->crosses_hosts && !captured;
   size_t np2p = 0;
   for (size_t i = 0; i < n && res == weftSuccess; i++) {
     if (plan_is_p2p(plans[i])) np2p++;
-    else if (plans[i]->count > 0) res = ring_launch(comm, d, plans[i], stream, announce);
+    else if (plans[i]->count > 0) res = ring_launch(comm, d, plans[i], stream, captured, announce);
   }
-  if (res == weftSuccess && np2p > 0) res = device_p2p_launch(comm, d, plans, n, stream, announce);
-  /* recorded even when a later launch failed: the earlier ones still use
-   * the FIFOs that destroy frees once they are done */
-  if (note && began && d != NULL && prev >= 0) device_comm_note_launch(d, stream);
+  if (res == weftSuccess && np2p > 0)
+    res = device_p2p_launch(comm, d, plans, n, stream, captured, announce);
   if (prev >= 0 && prev != comm->cuda_dev) cudaSetDevice(prev);
   device_op_end(comm);
   return res;
@@ -247,7 +268,7 @@ weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan,
     res = device_op_begin(comm);
     if (res == weftSuccess && !comm_connected(comm, plans, 1))
       res = comm_connect_relaxed(comm, plans, 1); /* three CUDA calls saved once connected */
-    if (res == weftSuccess) res = comm_launch(comm, plans, 1, (cudaStream_t)stream, 1, NULL);
+    if (res == weftSuccess) res = comm_launch(comm, plans, 1, (cudaStream_t)stream);
     device_op_end(comm);
   }
   if (res != weftSuccess)
@@ -262,7 +283,6 @@ struct comm_part {
   size_t n;
   cudaStream_t stream;
   weftResult_t res;
-  int began; /* comm_launch may have launched something */
   char error[512];
 };
 
@@ -330,17 +350,8 @@ weftResult_t device_enqueue_group(struct weftComm *const *comms,
   for (; res == weftSuccess && held < nparts; held++)
     __atomic_add_fetch(&parts[held].comm->active, 1, __ATOMIC_SEQ_CST);
   if (res == weftSuccess) res = connect_parts(parts, nparts);
-  size_t launched = 0; /* parts that reached their launch, failed or not */
-  for (; launched < nparts && res == weftSuccess; launched++)
-    res = comm_launch(parts[launched].comm, parts[launched].plans, parts[launched].n,
-                      parts[launched].stream, 0, &parts[launched].began);
-  /* every comm that launched anything (held, so not freed under us) */
-  for (size_t k = 0; k < launched; k++) {
-    struct device_comm *d = parts[k].comm->device;
-    if (d == NULL || !parts[k].began) continue;
-    if (cudaSetDevice(d->dev) == cudaSuccess) device_comm_note_launch(d, parts[k].stream);
-    cudaGetLastError();
-  }
+  for (size_t k = 0; k < nparts && res == weftSuccess; k++)
+    res = comm_launch(parts[k].comm, parts[k].plans, parts[k].n, parts[k].stream);
   for (size_t k = 0; k < held; k++) device_op_end(parts[k].comm);
   if (cur >= 0) cudaSetDevice(cur);
   for (size_t k = 0; k < nparts && res != weftSuccess; k++) /* weftGetLastError(comm) */

@@ -263,7 +263,7 @@ static weftResult_t p2p_work_fill(struct weftComm *comm, const struct weft_plan 
 
 weftResult_t device_p2p_launch(struct weftComm *comm, struct device_comm *d,
                                const struct weft_plan *const *plans, size_t nops,
-                               cudaStream_t stream, int announce) {
+                               cudaStream_t stream, int captured, int announce) {
   static struct dev_p2p_work zero;
   struct dev_p2p_work w = zero;
   WEFT_TRY(p2p_work_fill(comm, plans, nops, &w, stream));
@@ -291,10 +291,12 @@ weftResult_t device_p2p_launch(struct weftComm *comm, struct device_comm *d,
   void *args[] = {&w};
   dim3 grid = {(unsigned)w.nblocks, 1, 1},
        block = {device_block_threads(largest, 16u * DEV_UNROLL), 1, 1};
+  device_done_fill(d, captured, &w.done);
   static cudaKernel_t handle;
   const char *why =
       device_kernel_launch((const void *)weft_p2p_kernel, &handle, grid, block, args, stream, 0);
   if (why != NULL) return weft_error_set(weftSystemError, "cuda: launching the p2p kernel: %s", why);
+  device_done_commit(d, &w.done, stream, w.nblocks);
   for (int i = 0; announce && i < w.nops; i++) {
     const struct p2p_op *o = &w.ops[i];
     if (o->self) continue;

@@ -3,6 +3,7 @@
 #ifndef WEFT_DEVICE_PRIV_H
 #define WEFT_DEVICE_PRIV_H
 
+#include <pthread.h>
 #include <string.h>
 
 #include <cuda_runtime_api.h>
@@ -13,14 +14,16 @@
 #include "../../core/plan.h"
 #include "dev_types.h"
 #include "device.h"
+#include "launch_done.h"
 
 #define DEV_SIMPLE_SLOT_NBYTES (256u << 10)
 #define DEV_LL_SLOT_NBYTES (16u << 10)
-/* streams whose last launch of a comm is tracked (destroy waits for them) */
-#define DEV_MAX_STREAMS 8
 /* mapped host memory the kernels report to: uint32 [0] abort, [1] error
- * (enum dev_give_up); uint64 [2], [3] where a p2p block stopped */
-#define DEV_FLAGS_NBYTES 32
+ * (enum dev_give_up); uint64 [2], [3] where a p2p block stopped; from byte
+ * DEV_ENDED_OFFSET, uint64 [DEV_MAX_CHANNELS]: the launch each block index
+ * last ended (launch_done.h; a launch has at most that many blocks) */
+#define DEV_ENDED_OFFSET 32
+#define DEV_FLAGS_NBYTES (DEV_ENDED_OFFSET + 8 * DEV_MAX_CHANNELS)
 
 /* A comm's point-to-point lanes (connected per peer on first use). */
 struct device_p2p {
@@ -47,13 +50,7 @@ struct device_comm {
   uint32_t *flags_h;              /* DEV_FLAGS_NBYTES of mapped host memory */
   uint32_t *flags_d;
   struct device_p2p p2p;
-  struct {
-    cudaStream_t stream;
-    cudaEvent_t done; /* recorded after the comm's last launch on stream */
-  } work[DEV_MAX_STREAMS];
-  int nwork;
-  cudaStream_t last_stream; /* of the comm's latest recorded launch */
-  int has_last;
+  struct launch_done done; /* the launches made, which destroy and abort wait for */
   cudaStream_t stream_checked; /* the last stream found on the comm's device */
 };
 
@@ -61,15 +58,27 @@ struct device_comm {
  * channels connected (collective over the comm's ranks, on first use). */
 weftResult_t device_comm_get(struct weftComm *comm, struct device_comm **out);
 weftResult_t device_ring_get(struct weftComm *comm, struct device_comm **out);
-/* Records that the comm launched on stream (outside graph capture), so that
- * destroy and abort wait for that work and no other. */
-void device_comm_note_launch(struct device_comm *d, cudaStream_t stream);
-/* Makes stream wait for the comm's latest launch when that was on another
- * stream: a comm's kernels carry on each other's FIFO steps, so they must
- * run one after another whatever streams the caller uses (as NCCL orders a
- * communicator's operations). A capturing stream is left alone: a graph's
- * order is its owner's. */
-weftResult_t device_comm_follow(struct device_comm *d, cudaStream_t stream);
+/* The comm's ended words (launch_done.h), as the host reads them and as
+ * its kernels write them. */
+static inline uint64_t *device_ended_h(const struct device_comm *d) {
+  return (uint64_t *)((char *)d->flags_h + DEV_ENDED_OFFSET);
+}
+static inline uint64_t *device_ended_d(const struct device_comm *d) {
+  return (uint64_t *)((char *)d->flags_d + DEV_ENDED_OFFSET);
+}
+/* A kernel launch's dev_done, filled before it goes out, and counted once
+ * it did (launch_done.h): destroy and abort wait for what was counted. */
+static inline void device_done_fill(const struct device_comm *d, int captured,
+                                    struct dev_done *out) {
+  launch_done_fill(&d->done, device_ended_d(d), captured, out);
+}
+static inline uintptr_t device_stream_thread(cudaStream_t stream) {
+  return stream == cudaStreamPerThread ? (uintptr_t)pthread_self() : 0;
+}
+static inline void device_done_commit(struct device_comm *d, const struct dev_done *done,
+                                      cudaStream_t stream, int nblocks) {
+  launch_done_commit(&d->done, done, (uintptr_t)stream, device_stream_thread(stream), nblocks);
+}
 /* Refuses a stream of another device than the comm's (a kernel launched
  * through the driver runs in its stream's context: device_kernel_launch);
  * asked again only when the stream changes, and not while a graph captures
@@ -99,6 +108,11 @@ static inline weftResult_t device_cuda_check(cudaError_t err, const char *what) 
  * buffer it holds can be device memory it allocated, and asking would
  * create a context. */
 int device_ctx_current(void);
+/* This thread's current context (NULL without one), as a key. */
+void *device_ctx_handle(void);
+/* The allocation ptr lies in, as the driver has it: 1 and its first byte
+ * and size, or 0 where the driver cannot say. */
+int device_mem_range(const void *ptr, uintptr_t *base_out, size_t *nbytes_out);
 
 /* Launches kernel fn (its host stub) of grid x block on stream through the
  * driver's entry, with programmatic stream serialization allowed when pdl
@@ -178,13 +192,14 @@ void device_net_expect_ring(const struct weftComm *comm, const struct device_com
 weftResult_t device_p2p_connect(struct weftComm *comm, struct device_comm *d,
                                 const struct weft_plan *const *plans, size_t nops);
 /* Enqueues the sends and receives among plans[0..nops) as one kernel on
- * stream (the copies to self before it). Connected beforehand. announce:
+ * stream (the copies to self before it). Connected beforehand. captured: a
+ * graph captures stream (device_done_fill). announce:
  * the launch runs as it is (not captured) on a comm that crosses hosts: the
  * proxies of its network lanes learn how many slots it fills or drains
  * (net_dev_conn_expect). */
 weftResult_t device_p2p_launch(struct weftComm *comm, struct device_comm *d,
                                const struct weft_plan *const *plans, size_t nops,
-                               cudaStream_t stream, int announce);
+                               cudaStream_t stream, int captured, int announce);
 /* Closes the lanes and frees them (after the comm's kernels are done). */
 void device_p2p_free(struct device_p2p *p, int nranks);
 

@@ -37,10 +37,10 @@ __device__ __forceinline__ void dev_pdl_release(const dev_work &w) {
 #endif
 }
 
+// One block's share of the launch.
 template <class R, int PROTO>
-__global__ void __launch_bounds__(DEV_NTHREADS) weft_ring_kernel(dev_work w) {
+__device__ __forceinline__ void ring_kernel_run(const dev_work &w) {
   typedef typename R::T T;
-  dev_pdl_wait(w); // before anything an earlier kernel may have written
   dev_channel *ch = &w.channels[blockIdx.x];
   size_t offset, count;
   ring_channel_share(w.count, w.nchannels, sizeof(T), blockIdx.x, &offset, &count);
@@ -79,6 +79,13 @@ __global__ void __launch_bounds__(DEV_NTHREADS) weft_ring_kernel(dev_work w) {
   }
   dev_pdl_release(w);
   p.finish();
+}
+
+template <class R, int PROTO>
+__global__ void __launch_bounds__(DEV_NTHREADS) weft_ring_kernel(dev_work w) {
+  dev_pdl_wait(w); // before anything an earlier kernel may have written
+  ring_kernel_run<R, PROTO>(w);
+  dev_done_report(w.done);
 }
 
 #endif

@@ -73,7 +73,8 @@ __device__ void p2p_give_up(const dev_p2p_work &w, const p2p_block &blk, uint32_
   __threadfence_system();
 }
 
-extern "C" __global__ void __launch_bounds__(DEV_NTHREADS) weft_p2p_kernel(dev_p2p_work w) {
+// One block's share of the launch.
+__device__ __forceinline__ void p2p_kernel_run(const dev_p2p_work &w) {
   __shared__ p2p_block blk;
   __shared__ int cur;
   __shared__ char *in;
@@ -121,4 +122,9 @@ extern "C" __global__ void __launch_bounds__(DEV_NTHREADS) weft_p2p_kernel(dev_p
     }
     __syncthreads();
   }
+}
+
+extern "C" __global__ void __launch_bounds__(DEV_NTHREADS) weft_p2p_kernel(dev_p2p_work w) {
+  p2p_kernel_run(w);
+  dev_done_report(w.done);
 }

@@ -181,6 +181,20 @@ __device__ __forceinline__ bool dev_watch_expired(const dev_watch &w, uint64_t s
   return why != 0;
 }
 
+// --- a launch's end, as its comm counts it (launch_done.h) -----------------
+
+// Once every thread of the block is done, however the block ended: its
+// word of the ended array gets the launch's number (released after the
+// block's accesses, which the barrier passes to thread 0).
+__device__ __forceinline__ void dev_done_report(const dev_done &d) {
+  if (d.ended == NULL) return;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    dev_fence_acq_rel_sys();
+    dev_st_volatile_u64(&d.ended[blockIdx.x], d.seq);
+  }
+}
+
 // --- one block's primitives on one channel ----------------------------------
 
 template <class R, int PROTO>
