@@ -120,6 +120,11 @@ static const struct tuner_rules *tuner_rules_get(struct tuner_rules *fallback) {
   return r;
 }
 
+int tuner_algo_allowed(enum coll_kind coll, enum coll_algo algo) {
+  struct tuner_rules fallback;
+  return tuner_rules_get(&fallback)->algo[coll][algo];
+}
+
 /* The cost model (docs/design.md, "Tuner"), in microseconds. One set of
  * constants, measured on shared memory with 2 ranks (all-gather, all-reduce,
  * reduce-scatter at 8-64 B, 20000 iterations: LL never ahead of SIMPLE,

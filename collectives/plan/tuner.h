@@ -13,6 +13,9 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan);
 /* The cost model's time for a tuned plan, in microseconds (weftGroupSimulateEnd). */
 double plan_estimate_us(const struct weftComm *comm, const struct weft_plan *plan);
 const char *tuner_algo_name(int algo);
+/* Whether WEFT_ALGO, as now set, leaves algo to coll (parsed once per
+ * value, as plan_tune's rules). */
+int tuner_algo_allowed(enum coll_kind coll, enum coll_algo algo);
 const char *tuner_proto_name(int proto);
 /* Parses a WEFT_ALGO/WEFT_PROTO list into allowed[collective][name index];
  * returns -1 when it met an unknown name (those are ignored). */

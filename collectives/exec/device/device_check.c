@@ -20,14 +20,11 @@ static const char *const dtype_names[weftNumTypes] = {
     "float16", "float32", "float64", "bfloat16", "float8e4m3", "float8e5m2"};
 static const char *const op_names[DEV_NOPS] = {"sum", "prod", "max", "min", "avg", "premulsum"};
 
-/* Whether WEFT_ALGO leaves the ring to coll (device collectives run it only). */
+/* Whether WEFT_ALGO leaves the ring to coll (device collectives run it
+ * only): the tuner's rules, parsed once per value. */
 static int ring_allowed(enum coll_kind coll, const char **text_out) {
-  const char *names[ALGO_NUM];
-  for (int a = 0; a < ALGO_NUM; a++) names[a] = tuner_algo_name(a);
-  uint8_t allowed[COLL_NUM_RING][8];
   *text_out = param_str(&coll_params[P_ALGO]);
-  tuner_parse(*text_out, names, ALGO_NUM, allowed);
-  return allowed[coll][ALGO_RING];
+  return tuner_algo_allowed(coll, ALGO_RING);
 }
 
 int device_op_index(weftRedOp_t op) {
