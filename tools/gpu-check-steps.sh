@@ -308,14 +308,29 @@ launch_cost() {
     fail "nvcc launch_cost.cu failed"
   "$exe" 20000 | tee "$LOGS/$STEP.out"
   [ "${PIPESTATUS[0]}" = 0 ] || fail "launch_cost failed"
-  key "$(awk -F'\t' '$1 ~ /64 B arg <<<1,512>>>|cudaGetKernel handle|^ *cudaEventRecord *$|IsCapturing|Attributes device|D2D|GPU empty|GPU PDL/ {
+  key "$(awk -F'\t' '$1 ~ /64 B arg <<<1,512>>>|cudaGetKernel handle|weft.s calls|^ *cudaEventRecord *$|IsCapturing|Attributes device|D2D|GPU empty|GPU PDL/ {
       sub(/^ +/, "", $1); sub(/ +$/, "", $1); sub(/^ +/, "", $2); printf "%s%s %s", sep, $1, $2; sep = "; " }' \
       "$LOGS/$STEP.out") (us)"
 }
 step_perf_launch() { launch_cost; }
+# As an MPS client, then two clients at once (host rows only), as two ranks
+# sharing the GPU launch: what the launches of one cost while the other's go
 step_perf_launch_mps() {
   use_mps
   launch_cost
+  local exe="$WORK/launch_cost" one two k
+  "$exe" 20000 host >"$LOGS/$STEP.pair0.out" 2>&1 &
+  one=$!
+  "$exe" 20000 host >"$LOGS/$STEP.pair1.out" 2>&1 &
+  two=$!
+  wait "$one" || fail "launch_cost, the first of two clients, failed"
+  wait "$two" || fail "launch_cost, the second of two clients, failed"
+  k="$(cat "$LOGS/$STEP.key"); two clients at once:"
+  for f in "$LOGS/$STEP.pair0.out" "$LOGS/$STEP.pair1.out"; do
+    k="$k $(awk -F'\t' '$1 ~ /64 B arg <<<1,512>>>|weft.s calls|^ *cudaEventRecord *$/ {
+        sub(/^ +/, "", $2); printf "%s%s", sep, $2; sep = "/" }' "$f")"
+  done
+  key "$k (cudaLaunchKernel/cuLaunchKernel/weft's calls/cudaEventRecord, each client)"
 }
 
 # all_reduce_device_perf -g 4 and -g 2, 32 to 128 MiB, at each value of one

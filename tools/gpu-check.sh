@@ -58,7 +58,7 @@ perf_launch|40|gpu|20.3|host time of each CUDA call on the enqueue path (tools/b
 perf_channels|60|gpu|20.3|all_reduce_device_perf -g 4 and -g 2, 32-128 MiB, at WEFT_DEVICE_NCHANNELS 32, 48, 64
 perf_interleave|60|gpu|20.3|all_reduce_device_perf -g 4 and -g 2, 32-128 MiB, at WEFT_DEVICE_RING_INTERLEAVE 1, 2, 3
 mps_start|30|gpu|20.2|MPS daemon, private pipe directory, for the multi-process steps
-perf_launch_mps|30|gpu|20.3|the same as an MPS client
+perf_launch_mps|30|gpu|20.3|the same as an MPS client, then two clients at once (host rows)
 zero_math_device|60|gpu|22.2|zero_math.h kernels against the host, bit for bit
 zero_device|180|gpu|22.2|device ZeRO suites (zero_device*) under MPS: kernels; device contexts vs host, checkpoints
 weft_train_device|150|gpu|22.3|weft-train --device cuda --zero-stage 3, 4 ranks under MPS: final line vs the host run; ms per step, stage 3 / stage 0

@@ -9,9 +9,11 @@
  *
  *   nvcc -O2 -arch=native -o launch_cost tools/bench/launch_cost.cu \
  *     -L/usr/local/cuda/lib64/stubs -lcuda
- *   ./launch_cost [CALLS=20000]
+ *   ./launch_cost [CALLS=20000] [host]
  *
- * Under MPS (a daemon running) the same binary measures an MPS client. */
+ * Under MPS (a daemon running) the same binary measures an MPS client;
+ * "host" leaves the GPU rows out, for two clients timed at once (gpu-check's
+ * perf_launch_mps). */
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -24,9 +26,15 @@
 struct arg64 {
   void *p[8];
 };
+struct arg160 { /* a ring launch's parameters (struct dev_work) are about this size */
+  void *p[20];
+};
 
 __global__ void empty_kernel(void) {}
 __global__ void arg_kernel(arg64 a) {
+  if (a.p[0] == (void *)1 && threadIdx.x == 0) *(int *)a.p[1] = 1;
+}
+__global__ void arg160_kernel(arg160 a) {
   if (a.p[0] == (void *)1 && threadIdx.x == 0) *(int *)a.p[1] = 1;
 }
 
@@ -121,6 +129,7 @@ static double gpu_per_launch(F launch) {
 
 int main(int argc, char **argv) {
   if (argc > 1) calls = atoi(argv[1]);
+  const bool host_only = argc > 2 && strcmp(argv[2], "host") == 0;
   if (calls < BATCH) calls = BATCH;
   OK(cudaSetDevice(0));
   OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -169,6 +178,24 @@ int main(int argc, char **argv) {
                  cuLaunchKernel((CUfunction)k_arg, 1, 1, 1, 512, 1, 1, 0, (CUstream)s, args,
                                 nullptr);
                }, true)};
+  /* what the host calls of CUDA for a device all-reduce once its buffers are
+   * known (collectives/exec/device/device_launch.c): the context, the
+   * device, whether a graph captures the stream, the kernel */
+  arg160 a160;
+  memset(&a160, 0, sizeof a160);
+  void *args160[] = {&a160};
+  cudaKernel_t k_arg160;
+  OK(cudaGetKernel(&k_arg160, (const void *)arg160_kernel));
+  rows[n++] = {"weft's calls: ctx, device, capture, 160 B launch", per_call([&](int) {
+                 CUcontext c;
+                 cuCtxGetCurrent(&c);
+                 int d;
+                 cudaGetDevice(&d);
+                 cudaStreamCaptureStatus cs;
+                 cudaStreamIsCapturing(s, &cs);
+                 cuLaunchKernel((CUfunction)k_arg160, 1, 1, 1, 512, 1, 1, 0, (CUstream)s,
+                                args160, nullptr);
+               }, true)};
   rows[n++] = {"cudaEventRecord", per_call([&](int) { cudaEventRecord(ev, s); }, false)};
   rows[n++] = {"cudaLaunchKernel + cudaEventRecord", per_call([&](int) {
                  cudaLaunchKernel((const void *)arg_kernel, dim3(1), dim3(512), args, 0, s);
@@ -212,7 +239,8 @@ int main(int argc, char **argv) {
                  cudaMemcpyAsync(dbuf2, dbuf, 8, cudaMemcpyDeviceToDevice, s);
                }, true)};
   cudaGetLastError();
-  for (int i = 0; i < n; i++) printf("  %-44s\t%8.3f\n", rows[i].name, rows[i].us);
+  for (int i = 0; i < n; i++) printf("  %-48s\t%8.3f\n", rows[i].name, rows[i].us);
+  if (host_only) return 0;
 
   printf("# GPU us per kernel, %d launched back to back behind a gate\n", (int)BATCH);
   OK(cudaHostAlloc(&gate_h, sizeof(int), cudaHostAllocMapped));
@@ -254,8 +282,8 @@ int main(int argc, char **argv) {
        })},
   };
   for (const auto &g : gpu)
-    if (g.us < 0) printf("  %-44s\t%8s\n", g.name, "n/a");
-    else printf("  %-44s\t%8.3f\n", g.name, g.us);
+    if (g.us < 0) printf("  %-48s\t%8s\n", g.name, "n/a");
+    else printf("  %-48s\t%8.3f\n", g.name, g.us);
   OK(cudaGetLastError());
   return 0;
 }
