@@ -194,6 +194,16 @@ weftResult_t weftCommDestroy(weftComm_t comm);
  * blocked in comm. */
 weftResult_t weftCommAbort(weftComm_t comm);
 
+/* Revokes comm (revokeFlags must be 0): any thread waiting in one of comm's
+ * operations returns an error promptly, peers waiting on this rank see an
+ * error (and revoke in turn), and every later operation on comm is refused
+ * with weftInvalidUsage. Unlike weftCommAbort, comm stays valid: it can be
+ * split, shrunk, destroyed or aborted. Returns once no thread is in one of
+ * comm's operations. Safe to call from any thread while another is blocked
+ * in comm, so a caller may revoke, wait for its own threads to leave, then
+ * free comm. */
+weftResult_t weftCommRevoke(weftComm_t comm, int revokeFlags);
+
 /* Writes the comm's asynchronous error: weftSuccess, or the error that broke
  * it (a dead peer, a timeout, an abort). */
 weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t *asyncError);

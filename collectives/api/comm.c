@@ -289,19 +289,49 @@ weftResult_t weftCommDestroy(weftComm_t comm) {
   return weftSuccess;
 }
 
-weftResult_t weftCommAbort(weftComm_t comm) {
-  WEFT_TRY(comm_check(comm));
-  __atomic_store_n(&comm->abort_flag, 1u, __ATOMIC_RELEASE);
-  device_comm_abort(comm);
-  comm_poison(comm);
-  /* threads in an operation see the flag within microseconds, and queued
-   * stream work fails at once; wait for both */
+/* Once the abort flag is up: threads in an operation see it within
+ * microseconds, and queued stream work fails at once; waits for both. */
+static void comm_wait_quiet(struct weftComm *comm) {
   while (__atomic_load_n(&comm->active, __ATOMIC_ACQUIRE) != 0 ||
          __atomic_load_n(&comm->pending, __ATOMIC_ACQUIRE) != 0) {
     struct timespec ts = {0, 100000};
     nanosleep(&ts, NULL);
   }
+}
+
+weftResult_t weftCommAbort(weftComm_t comm) {
+  WEFT_TRY(comm_check(comm));
+  __atomic_store_n(&comm->abort_flag, 1u, __ATOMIC_RELEASE);
+  device_comm_abort(comm);
+  comm_poison(comm);
+  comm_wait_quiet(comm);
   comm_free(comm);
+  return weftSuccess;
+}
+
+/* As an abort that keeps the communicator: the abort flag stops this rank's
+ * waits, poisoned connections stop the peers' (they fail with an error and
+ * revoke in turn), and once nothing runs the flag is lowered again so that
+ * the bootstrap serves split and shrink. The errors the revocation caused
+ * are its purpose, not the communicator's state: the async error is
+ * cleared. Device kernels keep the abort word (device_comm_abort): the
+ * comm launches nothing more. */
+weftResult_t weftCommRevoke(weftComm_t comm, int revokeFlags) {
+  WEFT_TRY(comm_check(comm));
+  if (revokeFlags != 0)
+    return weft_error_set(weftInvalidArgument, "weftCommRevoke: flags 0x%x (only 0 is valid)",
+                          revokeFlags);
+  __atomic_store_n(&comm->revoked, 1u, __ATOMIC_SEQ_CST); /* before the flag: see plan_check */
+  __atomic_store_n(&comm->abort_flag, 1u, __ATOMIC_SEQ_CST);
+  device_comm_abort(comm);
+  comm_poison_conns(comm); /* every rank revokes: the bootstrap stays for split and shrink */
+  comm_wait_quiet(comm);
+  /* what failed inside the revoke (an operation cut short here or on a
+   * peer) is over for the bootstrap too: split and shrink use it next */
+  bootstrap_revoke(comm->bs);
+  __atomic_store_n(&comm->abort_flag, 0u, __ATOMIC_RELEASE);
+  __atomic_store_n(&comm->async_error, weftSuccess, __ATOMIC_RELEASE);
+  WEFT_INFO(LOG_INIT, "comm %p rank %d revoked", (void *)comm, comm->rank);
   return weftSuccess;
 }
 

@@ -50,6 +50,10 @@ static weftResult_t plan_check(struct weftComm *comm, const struct weft_plan *pl
     return weft_error_set(weftInvalidArgument, "%s: peer %d out of range [0, %d)", name,
                           plan->root, comm->nranks);
   if (comm->finalized) return weft_error_set(weftInvalidUsage, "%s: comm was finalized", name);
+  if (__atomic_load_n(&comm->revoked, __ATOMIC_SEQ_CST))
+    return weft_error_set(weftInvalidUsage,
+                          "%s: comm was revoked (weftCommRevoke): it can be split, shrunk, "
+                          "destroyed or aborted, nothing else", name);
   if (plan->count == 0) return weftSuccess;
 
   /* which buffers this rank touches, and how large they are */

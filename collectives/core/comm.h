@@ -74,6 +74,7 @@ struct weftComm {
   uint64_t seq;                 /* collectives issued */
   uint64_t check_seq;           /* collectives run through WEFT_CHECK's comparison */
   volatile uint32_t abort_flag; /* set by weftCommAbort */
+  uint32_t revoked;             /* weftCommRevoke: operations are refused */
   uint32_t active;              /* threads inside an operation on this comm */
   uint32_t pending;             /* host-stream items naming this comm, not yet run */
   weftResult_t async_error;     /* read and set from any thread: comm_async_error(_set) */

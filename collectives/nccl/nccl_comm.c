@@ -18,26 +18,13 @@
 #define COMM(c) ((weftComm_t)(c))
 
 
-static void wait_quiet(struct weftComm *c) {
-  while (__atomic_load_n(&c->active, __ATOMIC_ACQUIRE) != 0 ||
-         __atomic_load_n(&c->pending, __ATOMIC_ACQUIRE) != 0) {
-    struct timespec ts = {0, 100000};
-    nanosleep(&ts, NULL);
-  }
-}
-
 /* --- Revoke ------------------------------------------------------------------ */
 
-/* As an abort that keeps the communicator: the abort flag stops this rank's
- * waits, poisoned connections stop the peers' (they fail with an error and
- * revoke in turn), and once nothing runs the flag is lowered again so that
- * the bootstrap serves split and shrink. The errors the revocation caused
- * are its purpose, not the communicator's state: the async error is
- * cleared. */
+/* weftCommRevoke, with the revocation marked for the NCCL calls that
+ * weft's communicator does not refuse itself. */
 NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   weft_error_clear();
-  struct weftComm *c = COMM(comm);
-  weftResult_t res = comm_check(c);
+  weftResult_t res = comm_check(COMM(comm));
   if (res != weftSuccess) return RES(res);
   if (revokeFlags != NCCL_REVOKE_DEFAULT)
     return RES(weft_error_set(weftInvalidArgument,
@@ -45,17 +32,7 @@ NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
                               revokeFlags));
   if (nccl_comm_mark(comm, NCCL_MARK_REVOKED, 1) < 0)
     return RES(weft_error_set(weftSystemError, "ncclCommRevoke: out of memory"));
-  __atomic_store_n(&c->abort_flag, 1u, __ATOMIC_RELEASE);
-  if (c->device != NULL) device_comm_abort(c);
-  comm_poison_conns(c); /* every rank revokes: the bootstrap stays for split and shrink */
-  wait_quiet(c);
-  /* what failed inside the revoke (an operation cut short here or on a
-   * peer) is over for the bootstrap too: split and shrink use it next */
-  bootstrap_revoke(c->bs);
-  __atomic_store_n(&c->abort_flag, 0u, __ATOMIC_RELEASE);
-  __atomic_store_n(&c->async_error, weftSuccess, __ATOMIC_RELEASE);
-  WEFT_INFO(LOG_INIT, "comm %p rank %d revoked", (void *)c, c->rank);
-  return ncclSuccess;
+  return RES(weftCommRevoke(COMM(comm), 0));
 }
 NCCL_PROFILING_ALIAS(ncclCommRevoke);
 

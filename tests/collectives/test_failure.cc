@@ -170,6 +170,70 @@ int allreduce_works(const RankCtx &ctx, weftComm_t comm, size_t count, const cha
   return 0;
 }
 
+// weftCommRevoke from another thread ends a call waiting on a late peer, as
+// an abort does, but keeps the comm: later operations are refused at once
+// with a message (the comm is not freed under a thread that was about to
+// call), bad flags are refused, and once every rank has revoked, the comm
+// still splits into a working one and is destroyed.
+TEST(Failure, RevokeFromAnotherThreadKeepsTheComm) {
+  RunOptions opts;
+  opts.timeout_s = 60;
+  opts.env = {{"WEFT_TIMEOUT", "30"}};
+  auto status = run_ranks(2, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    std::vector<float> buf(4096, 1.0f);
+    TRY_RC(allreduce_works(ctx, comm, 4096, "before the revoke"));
+    if (ctx.rank == 0) {
+      Call call{comm, &buf, false, weftSuccess, 0};
+      pthread_t tid;
+      pthread_create(&tid, nullptr, allreduce_thread, &call);
+      usleep(300000); // the thread is now waiting for rank 1
+      double t0 = now_s();
+      FAIL_IF(weftCommRevoke(comm, 0) != weftSuccess, "revoke: %s", weftGetLastError(comm));
+      pthread_join(tid, nullptr);
+      FAIL_IF(call.res == weftSuccess, "the revoked call succeeded");
+      FAIL_IF(now_s() - t0 > 2, "revoke took %.2f s", now_s() - t0);
+    } else {
+      usleep(1000000); // join late: rank 0 has revoked by now
+      double t0 = now_s();
+      weftResult_t res = weftSuccess;
+      for (int i = 0; i < 2 && res == weftSuccess; i++)
+        res = weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, comm,
+                            nullptr);
+      FAIL_IF(res == weftSuccess, "the peer's calls succeeded after a revoke");
+      FAIL_IF(now_s() - t0 > 5, "the peer noticed the revoke only after %.1f s", now_s() - t0);
+      FAIL_IF(weftCommRevoke(comm, 0) != weftSuccess, "revoke: %s", weftGetLastError(comm));
+    }
+    // refused at once, with the reason; a second revoke is harmless
+    double t0 = now_s();
+    FAIL_IF(weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, comm,
+                          nullptr) != weftInvalidUsage, "an all-reduce after the revoke was not "
+            "refused");
+    FAIL_IF(!contains(weftGetLastError(comm), "revoked"), "refusal says: %s",
+            weftGetLastError(comm));
+    FAIL_IF(weftSend(buf.data(), 1, weftFloat32, 1 - ctx.rank, comm, nullptr) !=
+                weftInvalidUsage, "a send after the revoke was not refused");
+    FAIL_IF(now_s() - t0 > 1, "refusals took %.2f s", now_s() - t0);
+    FAIL_IF(weftCommRevoke(comm, 4) != weftInvalidArgument, "revoke flags 4 accepted");
+    FAIL_IF(weftCommRevoke(comm, 0) != weftSuccess, "a second revoke: %s", weftGetLastError(comm));
+    weftResult_t async = weftInternalError;
+    FAIL_IF(weftCommGetAsyncError(comm, &async) != weftSuccess || async != weftSuccess,
+            "async error after the revoke: %s", weftGetErrorString(async));
+    // the comm still splits, and the new one works
+    weftComm_t child = nullptr;
+    FAIL_IF(weftCommSplit(comm, 0, ctx.rank, &child, nullptr) != weftSuccess || child == nullptr,
+            "split after the revoke: %s", weftGetLastError(comm));
+    TRY_RC(allreduce_works(ctx, child, 1000, "on the split of a revoked comm"));
+    FAIL_IF(weftCommDestroy(child) != weftSuccess, "destroy child: %s", weftGetLastError(child));
+    FAIL_IF(weftCommDestroy(comm) != weftSuccess, "destroy: %s", weftGetLastError(comm));
+    return 0;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
 // One rank's own buffer is bad (a NULL input on a broadcast's root, a NULL
 // output on one rank of an all-reduce): that rank gets weftInvalidArgument
 // at once and its comm breaks, so the others, already waiting in the
