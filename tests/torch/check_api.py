@@ -7,7 +7,8 @@ a coalesced block whose second operation fails (the weft group must be
 closed, or every later call of the thread would be taken into it), and
 operations that copy or flatten their inputs, queued behind one that writes
 them, reading them when they run; blocking calls inside a coalescing block, and
-all_to_all_single refusing an output of another size than its input. Run under
+all_to_all_single refusing an output of another size than its input; and,
+last, abort() of a group from another thread while its operations wait. Run under
 torchrun (2 or 3 ranks); exits non-zero with the failing checks listed.
 
 --device cuda (tools/gpu-check.sh, step torch_weft_cuda) runs the same on
@@ -439,6 +440,58 @@ def check_cuda_objects():
     dist.barrier()
 
 
+def check_abort_from_another_thread():
+    """abort() of a group from another thread while its operations wait for
+    late ranks (one in weft, the rest queued behind it): every one of them
+    raises within seconds and nothing crashes; the late ranks' operations
+    then raise too, and the default group still works (host tensors: on a
+    GPU the late ranks' kernels report only at a later call)."""
+    import threading
+    r, world = dist.get_rank(), dist.get_world_size()
+    sub = dist.new_group(list(range(world)))
+    t = torch.ones(1024, device=DEV)
+    dist.all_reduce(t, group=sub)  # connected
+    check("abort: the group works first", t, torch.full((1024,), float(world)))
+    if r == 0:
+        works = [dist.all_reduce(torch.ones(1024, device=DEV), group=sub, async_op=True)
+                 for _ in range(4)]
+        time.sleep(0.5)  # the first waits in weft for the late ranks by now
+        t0 = time.monotonic()
+        aborter = threading.Thread(target=dist.distributed_c10d._abort_process_group,
+                                   args=(sub,))
+        aborter.start()
+        raised = 0
+        for w in works:
+            try:
+                w.wait()
+            except Exception:  # noqa: BLE001  (DistBackendError or the aborted group's)
+                raised += 1
+        aborter.join()
+        took = time.monotonic() - t0
+        check("abort: every waiting operation raised", torch.tensor([raised]),
+              torch.tensor([len(works)]))
+        check(f"abort: raised within 5 s (took {took:.2f} s)", torch.tensor([float(took < 5)]),
+              torch.tensor([1.0]))
+    else:
+        time.sleep(1.5)  # late: rank 0 has aborted by now
+        t0 = time.monotonic()
+        raised = 0
+        try:
+            for _ in range(3):
+                dist.all_reduce(torch.ones(1024, device=DEV), group=sub)
+        except Exception:  # noqa: BLE001
+            raised = 1
+        took = time.monotonic() - t0
+        check("abort: the late rank's operation raised", torch.tensor([raised]),
+              torch.tensor([1]))
+        check(f"abort: the late rank raised within 10 s (took {took:.2f} s)",
+              torch.tensor([float(took < 10)]), torch.tensor([1.0]))
+        dist.distributed_c10d._abort_process_group(sub)
+    t = torch.ones(5, device=DEV)
+    dist.all_reduce(t)
+    check("abort: the default group works after", t, torch.full((5,), float(world)))
+
+
 def main():
     global DEV
     ap = argparse.ArgumentParser()
@@ -461,6 +514,8 @@ def main():
            check_list_aliasing, check_empty_p2p]
     if args.device == "cuda":
         fns += [check_cuda_streams, check_cuda_objects]
+    else:
+        fns += [check_abort_from_another_thread]  # last: it aborts a group
     for fn in fns:
         try:
             fn()

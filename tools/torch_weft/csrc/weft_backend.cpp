@@ -295,8 +295,22 @@ std::exception_ptr WeftBackend::run_steps(task &t) {
     {
       std::lock_guard<std::mutex> lk(comm_mu_);
       TORCH_CHECK(!aborted_, "weft: ", t.name, ": the process group was aborted");
+      inflight_++;
     }
-    weftResult_t res = issue_steps(t);
+    // counted from the check to the return from weft: abort() frees the
+    // communicator only once no thread is there (stop_worker)
+    struct leave {
+      WeftBackend *b;
+      ~leave() {
+        std::lock_guard<std::mutex> lk(b->comm_mu_);
+        if (--b->inflight_ == 0) b->inflight_cv_.notify_all();
+      }
+    };
+    weftResult_t res;
+    {
+      leave left{this};
+      res = issue_steps(t);
+    }
     if (res != weftSuccess) fail(t.name, res);
     for (auto &s : t.steps)
       if (s.finish) s.finish();
@@ -343,10 +357,18 @@ void WeftBackend::stop_worker(bool abort_comm) {
     queue_->cv.notify_all();
   }
   if (comm_ != nullptr && abort_comm) {
-    std::lock_guard<std::mutex> lk(comm_mu_);
-    aborted_ = true;
-  }
-  if (comm_ != nullptr && abort_comm) {
+    {
+      std::lock_guard<std::mutex> lk(comm_mu_);
+      aborted_ = true;
+    }
+    // A thread may have passed its check of aborted_ and not yet be in weft:
+    // the revoke ends what runs in the communicator and refuses what comes,
+    // keeping it valid until every such thread has left; then it is freed.
+    weftCommRevoke(comm_, 0);
+    {
+      std::unique_lock<std::mutex> lk(comm_mu_);
+      inflight_cv_.wait(lk, [this] { return inflight_ == 0; });
+    }
     weftCommAbort(comm_);
   }
   if (worker_.joinable()) worker_.join();

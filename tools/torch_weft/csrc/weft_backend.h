@@ -13,6 +13,7 @@
 #include "weft_work.h"
 
 #include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -274,8 +275,10 @@ class WeftBackend : public c10d::Backend {
   std::shared_ptr<queue_state> queue_;
   weftStream_t stream_ = nullptr; /* the CUDA stream of the task running; NULL on host memory */
   std::thread worker_;
-  std::mutex comm_mu_; /* guards aborted_ against abort() */
+  std::mutex comm_mu_; /* guards aborted_ and inflight_ against abort() */
   bool aborted_ = false;
+  int inflight_ = 0; /* threads between their check of aborted_ and leaving weft */
+  std::condition_variable inflight_cv_;
   uint64_t seq_ = 0;
   bool coalescing_ = false;
   task coalesced_{"coalesced", {}, {}};
