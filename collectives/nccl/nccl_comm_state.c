@@ -65,14 +65,29 @@ ncclResult_t nccl_comm_usable(ncclComm_t comm, const char *fn) {
   return (ncclResult_t)res;
 }
 
-void nccl_comm_forget(ncclComm_t comm) {
+struct comm_state *nccl_comm_take(ncclComm_t comm) {
+  struct comm_state *taken = NULL;
   pthread_mutex_lock(&states_lock);
   struct comm_state *s = state_find(comm, 0);
-  if (s != NULL) {
+  if (s != NULL && (taken = malloc(sizeof *taken)) != NULL) {
+    *taken = *s;
     state_update_blocked(s->revoked || s->suspended, 0);
     *s = states[--nstates];
   }
   pthread_mutex_unlock(&states_lock);
+  return taken;
+}
+
+void nccl_comm_give_back(struct comm_state *taken) {
+  if (taken == NULL) return;
+  pthread_mutex_lock(&states_lock);
+  struct comm_state *s = state_find(taken->comm, 1);
+  if (s != NULL) {
+    *s = *taken;
+    state_update_blocked(0, s->revoked || s->suspended);
+  }
+  pthread_mutex_unlock(&states_lock);
+  free(taken);
 }
 
 int nccl_comm_mark(ncclComm_t comm, enum nccl_mark which, int value) {

@@ -365,16 +365,20 @@ NCCL_PROFILING_ALIAS(ncclCommFinalize);
 NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   /* NCCL accepts a NULL communicator here */
   if (comm == NULL) return ncclSuccess;
+  struct comm_state *taken = nccl_comm_take(comm);
   ncclResult_t res = RES(weftCommDestroy(COMM(comm)));
-  if (res == ncclSuccess) nccl_comm_forget(comm);
+  if (res == ncclSuccess) free(taken);
+  else nccl_comm_give_back(taken);
   return res;
 }
 NCCL_PROFILING_ALIAS(ncclCommDestroy);
 
 NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess;
+  struct comm_state *taken = nccl_comm_take(comm);
   ncclResult_t res = RES(weftCommAbort(COMM(comm)));
-  if (res == ncclSuccess) nccl_comm_forget(comm);
+  if (res == ncclSuccess) free(taken);
+  else nccl_comm_give_back(taken);
   return res;
 }
 NCCL_PROFILING_ALIAS(ncclCommAbort);

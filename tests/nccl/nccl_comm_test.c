@@ -138,6 +138,29 @@ static void test_revoke(ncclComm_t world) {
   expect_sum(world, identity, 100, "world after revoking another comm");
 }
 
+/* A destroy refused (a thread is in an operation on the comm) keeps what
+ * the shim holds for it: rank 0's grow id is still pending after. */
+static void test_refused_destroy(ncclComm_t world) {
+  ncclComm_t c = NULL;
+  NCCL_OK(ncclCommSplit(world, 0, g_rank, &c, NULL));
+  if (g_rank == 0) {
+    ncclUniqueId id, second;
+    NCCL_OK(ncclCommGetUniqueId(c, &id));
+    struct inflight f = {c, ncclSuccess, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, lonely_allreduce, &f);
+    struct timespec wait = {0, 200 * 1000 * 1000};
+    nanosleep(&wait, NULL);
+    EXPECT_ERR(ncclCommDestroy(c), ncclInvalidUsage, NULL, "in use");
+    EXPECT_ERR(ncclCommGetUniqueId(c, &second), ncclInvalidUsage, NULL, "not been used");
+    NCCL_OK(ncclCommRevoke(c, NCCL_REVOKE_DEFAULT)); /* ends the lonely call */
+    pthread_join(t, NULL);
+  }
+  /* the others leave c alone until then (a destroy would end the call) */
+  expect_sum(world, identity, 50, "world after a refused destroy");
+  NCCL_OK(ncclCommDestroy(c));
+}
+
 /* A rank dies (exits without a word); the others' next operation fails
  * within the timeout, and they revoke, shrink it out and go on. Runs last:
  * the dead rank does not come back. */
@@ -474,6 +497,7 @@ int main(void) {
   test_suspend(world);
   test_grow(world);
   test_revoke(world);
+  test_refused_destroy(world);
   test_dead_peer(world); /* the last rank ends here */
 
   NCCL_OK(ncclCommDestroy(other));
