@@ -39,6 +39,7 @@ enum cuda_param {
   CUDA_P_P2P_LANES,
   CUDA_P_RING_INTERLEAVE,
   CUDA_P_PDL,
+  CUDA_P_PTR_CACHE,
   CUDA_P_NUM
 };
 

@@ -80,10 +80,13 @@ class Stream {
         l = queue_.front();
         queue_.pop_front();
       }
-      if (l.gate) { // kernels_gate.cu
+      if (l.gate) { // kernels_gate.cu; a gate that would wait for ever fails the test
+        const auto give_up = Clock::now() + std::chrono::seconds(20);
         for (int i = 0; i < l.gate_nblocks; i++)
-          while (__atomic_load_n(&ended_[i], __ATOMIC_ACQUIRE) < l.gate_seq)
+          while (__atomic_load_n(&ended_[i], __ATOMIC_ACQUIRE) < l.gate_seq &&
+                 Clock::now() < give_up)
             std::this_thread::yield();
+        if (Clock::now() >= give_up) stuck_gates_.fetch_add(1);
         continue;
       }
       std::vector<std::thread> blocks;
@@ -104,6 +107,11 @@ class Stream {
 
   uint64_t *ended_;
   std::vector<Record> *records_;
+
+ public:
+  std::atomic<int> stuck_gates_{0};
+
+ private:
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Launch> queue_;
@@ -170,6 +178,7 @@ TEST(LaunchDone, LaunchesEndInOrderAcrossStreamsAndEndedMeansEnded) {
     while (!launch_done_ended(&t, ended) && Clock::now() < give_up)
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     ASSERT_TRUE(launch_done_ended(&t, ended));
+    for (auto &st : streams) EXPECT_EQ(st->stuck_gates_.load(), 0) << "a gate waited for ever";
     for (int k = 0; k < kLaunches; k++) {
       if (!captured[k]) {
         EXPECT_EQ(records[k].ended.load(), launches[k].nblocks) << "launch " << k;
@@ -195,6 +204,7 @@ TEST(LaunchDone, LaunchesEndInOrderAcrossStreamsAndEndedMeansEnded) {
   std::printf("%llu counted launches, %d stream switches, %d gates, %d polls said not yet\n",
               (unsigned long long)counted, switches, gates, false_while_running);
   EXPECT_GT(gates, 0);
+  EXPECT_GT(false_while_running, 0); // the polls met running launches, so they checked something
 }
 
 // When a call goes behind a gate: another stream (or the per-thread stream

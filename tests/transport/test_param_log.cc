@@ -120,7 +120,7 @@ TEST(Param, DeviceTableHasEveryIndexedEntry) {
   const char *const names[CUDA_P_NUM] = {
       "WEFT_CUDA_IPC_DISABLE", "WEFT_P2P_DISABLE", "WEFT_DEVICE_NCHANNELS", "WEFT_NET_GDR",
       "WEFT_DEVICE_HOST_FIFO_DISABLE", "WEFT_P2P_LANES", "WEFT_DEVICE_RING_INTERLEAVE",
-      "WEFT_DEVICE_PDL"};
+      "WEFT_DEVICE_PDL", "WEFT_DEVICE_PTR_CACHE"};
   for (int i = 0; i < CUDA_P_NUM; i++) {
     ASSERT_NE(cuda_params[i].name, nullptr) << "entry " << i;
     EXPECT_STREQ(cuda_params[i].name, names[i]) << "entry " << i;

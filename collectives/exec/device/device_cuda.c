@@ -28,6 +28,7 @@ extern const void *const (*const weft_dev_kernels[weftNumTypes])[DEV_NPROTOS];
 extern const char weft_dev_matrix[];
 
 _Static_assert(sizeof(struct dev_fifo_ctrl) <= CUDA_FIFO_CTRL_NBYTES, "ctrl fits");
+_Static_assert(DEV_FLAGS_NBYTES <= DEV_FLAGS_PAGE_NBYTES, "the flags fit their page");
 _Static_assert(offsetof(struct dev_fifo_ctrl, poison) == DEV_FIFO_POISON_OFFSET,
                "poison where struct conn_ctrl has it");
 _Static_assert(sizeof(struct dev_p2p_work) <= 4096, "p2p work fits the kernel parameters");
@@ -43,45 +44,47 @@ int device_built(void) { return 1; }
  * in: a buffer inside one is that memory without asking again, which is
  * most calls of a training loop (a pointer query takes 0.17 us of the
  * host's time a call: docs/cuda.md, "Where the enqueue goes"). Under
- * unified addressing the driver reserves the addresses of device memory
- * for the context's life, so a freed range comes back as device memory
- * only, never as a host buffer; weftMemFree drops what it frees. */
+ * unified addressing the driver keeps a freed device range's addresses for
+ * device memory, so an entry stays true while its context lives (its id,
+ * never reused in the process); every thread's entries are dropped when
+ * weftMemFree frees device memory, and WEFT_DEVICE_PTR_CACHE=0 asks every
+ * time (for allocators that hand freed device addresses back to the host). */
 #define KNOWN_RANGES 8
 struct known_range {
   uintptr_t base;
   size_t nbytes; /* 0: an empty entry */
-  void *ctx;
+  uint64_t ctx;  /* device_ctx_key */
+  uint64_t gen;  /* known_gen when found */
   enum cudaMemoryType type;
 };
 static __thread struct known_range known[KNOWN_RANGES];
+static uint64_t known_gen; /* device frees through weftMemFree so far */
 
-static void known_add(const void *ptr, void *ctx, enum cudaMemoryType type) {
-  struct known_range r = {.ctx = ctx, .type = type};
+static void known_add(const void *ptr, uint64_t ctx, enum cudaMemoryType type) {
+  struct known_range r = {.ctx = ctx, .type = type,
+                          .gen = __atomic_load_n(&known_gen, __ATOMIC_ACQUIRE)};
   if (!device_mem_range(ptr, &r.base, &r.nbytes)) return;
   memmove(&known[1], &known[0], sizeof known[0] * (KNOWN_RANGES - 1));
   known[0] = r;
 }
 
-static void known_forget(const void *ptr) {
-  for (int i = 0; i < KNOWN_RANGES; i++)
-    if (known[i].nbytes != 0 && (uintptr_t)ptr - known[i].base < known[i].nbytes)
-      known[i].nbytes = 0;
-}
-
 /* What CUDA says ptr is (cudaMemoryTypeUnregistered when it cannot say, or
  * when this thread has no context to ask with). */
 static enum cudaMemoryType ptr_type(const void *ptr) {
-  void *ctx = ptr == NULL ? NULL : device_ctx_handle();
-  if (ctx == NULL) return cudaMemoryTypeUnregistered;
-  for (int i = 0; i < KNOWN_RANGES; i++)
-    if (known[i].ctx == ctx && (uintptr_t)ptr - known[i].base < known[i].nbytes)
+  const uint64_t ctx = ptr == NULL ? 0 : device_ctx_key();
+  if (ptr == NULL || (ctx == 0 && !device_ctx_current())) return cudaMemoryTypeUnregistered;
+  const int cache = ctx != 0 && param_int(&cuda_params[CUDA_P_PTR_CACHE]) != 0;
+  const uint64_t gen = __atomic_load_n(&known_gen, __ATOMIC_ACQUIRE);
+  for (int i = 0; cache && i < KNOWN_RANGES; i++)
+    if (known[i].ctx == ctx && known[i].gen == gen &&
+        (uintptr_t)ptr - known[i].base < known[i].nbytes)
       return known[i].type;
   struct cudaPointerAttributes attr;
   if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
     cudaGetLastError();
     return cudaMemoryTypeUnregistered;
   }
-  if (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged)
+  if (cache && (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged))
     known_add(ptr, ctx, attr.type);
   return attr.type;
 }
@@ -145,7 +148,7 @@ weftResult_t device_mem_alloc(void **ptr, size_t nbytes, int *on_device_out) {
 
 int device_mem_free(void *ptr) {
   if (!device_ptr_on_device(ptr)) return 0;
-  known_forget(ptr); /* this thread's; another's keeps device addresses (above) */
+  __atomic_add_fetch(&known_gen, 1, __ATOMIC_ACQ_REL); /* every thread's entries (above) */
   cudaFree(ptr);
   cudaGetLastError();
   return 1;
@@ -205,27 +208,44 @@ static int ring_kernels_wait_for_pdl(const struct cudaDeviceProp *prop) {
 }
 
 /* Waits for the comm's own kernels to end (launch_done.h), never for other
- * work of the device or its streams. Stops early where the context is
- * broken (a kernel fault: nothing will end, and nothing runs any more). */
-static void device_comm_wait(struct device_comm *d) {
+ * work of the device or its streams (the frees that follow may: cudaFree
+ * waits for the whole device). Not at all where the flags are no longer
+ * mapped (the context was reset, or the runtime is unloading: nothing of
+ * the comm runs), and no longer where the context is broken (a kernel
+ * fault: nothing will end). Returns 0 where the words stayed still for the
+ * comm's timeout with a launch not ended (which its kernels' own timeouts
+ * rule out): its memory may still be in use. */
+static int device_comm_wait(struct device_comm *d, uint64_t timeout_ns) {
   const uint64_t *ended = device_ended_h(d);
+  struct cudaPointerAttributes attr;
+  cudaError_t err = cudaPointerGetAttributes(&attr, ended);
+  cudaGetLastError();
+  if (err != cudaSuccess || attr.type != cudaMemoryTypeHost) return 1;
   long ns = 2000;
+  uint64_t seen = 0, still_ns = 0;
   for (int polls = 0; !launch_done_ended(&d->done, ended); polls++) {
+    uint64_t now_seen = 0;
+    for (int b = 0; b < d->done.nblocks; b++)
+      now_seen += __atomic_load_n(&ended[b], __ATOMIC_ACQUIRE);
+    still_ns = now_seen == seen ? still_ns + (uint64_t)ns : 0;
+    seen = now_seen;
     if (polls % 64 == 63) {
       /* a query of a stream of this thread (not the legacy one, which
        * would break another thread's graph capture) says the sticky error */
-      cudaError_t err = cudaStreamQuery(cudaStreamPerThread);
+      err = cudaStreamQuery(cudaStreamPerThread);
       cudaGetLastError();
       if (err != cudaSuccess && err != cudaErrorNotReady) {
         WEFT_WARN(LOG_INIT, "device comm: not waiting for its kernels: %s",
                   cudaGetErrorString(err));
-        break;
+        return 1;
       }
     }
+    if (timeout_ns != 0 && still_ns > timeout_ns) return 0;
     struct timespec ts = {0, ns};
     nanosleep(&ts, NULL);
     if (ns < 1000000) ns *= 2;
   }
+  return 1;
 }
 
 weftResult_t device_comm_stream_check(struct device_comm *d, cudaStream_t stream) {
@@ -265,10 +285,18 @@ void device_comm_free(struct weftComm *comm) {
   int prev = -1;
   cudaGetDevice(&prev);
   cudaSetDevice(d->dev);
-  device_comm_wait(d); /* this comm's kernels may still use the FIFOs */
-  device_ring_close(d);
-  device_p2p_free(&d->p2p, comm->nranks);
-  cudaFreeHost(d->flags_h);
+  /* the FIFOs, and the words the kernels report in, may be in use until then */
+  if (d->flags_h == NULL || device_comm_wait(d, comm->timeout_ns)) {
+    device_ring_close(d);
+    device_p2p_free(&d->p2p, comm->nranks);
+    if (d->flags_h != NULL) {
+      cudaHostUnregister(d->flags_h);
+      free(d->flags_h);
+    }
+  } else {
+    WEFT_WARN(LOG_INIT, "device comm of rank %d: launch %llu not ended after the timeout; its "
+              "device memory stays allocated", comm->rank, (unsigned long long)d->done.seq);
+  }
   cudaGetLastError();
   if (prev >= 0) cudaSetDevice(prev);
   free(d);
@@ -419,13 +447,22 @@ weftResult_t device_comm_get(struct weftComm *comm, struct device_comm **out) {
   d->dev = comm->cuda_dev;
   d->crosses_hosts = device_comm_crosses_hosts(comm); /* the peers' hosts are fixed at init */
   comm->device = d;
-  weftResult_t res = cuda_check(cudaHostAlloc((void **)&d->flags_h, DEV_FLAGS_NBYTES,
-                                              cudaHostAllocMapped), "allocating the abort flag");
+  /* host pages the process owns, registered: they outlive a reset context,
+   * which destroy may meet (device_comm_wait) */
+  void *flags = NULL;
+  weftResult_t res = posix_memalign(&flags, 4096, DEV_FLAGS_PAGE_NBYTES) == 0
+                         ? weftSuccess
+                         : weft_error_set(weftSystemError, "out of memory");
   if (res == weftSuccess) {
-    memset(d->flags_h, 0, DEV_FLAGS_NBYTES);
+    memset(flags, 0, DEV_FLAGS_PAGE_NBYTES);
+    res = cuda_check(cudaHostRegister(flags, DEV_FLAGS_PAGE_NBYTES, cudaHostRegisterMapped),
+                     "registering the abort flag");
+    if (res != weftSuccess) free(flags);
+    else d->flags_h = flags;
+  }
+  if (res == weftSuccess)
     res = cuda_check(cudaHostGetDevicePointer((void **)&d->flags_d, d->flags_h, 0),
                      "mapping the abort flag");
-  }
   if (res != weftSuccess) {
     device_comm_free(comm);
     return res;

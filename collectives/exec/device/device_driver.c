@@ -1,6 +1,6 @@
 /* Driver entry points, found through the runtime (no link to libcuda):
  * whether this thread has a context, an allocation's range, and the kernel
- * launches. */
+ * launches; and the per-thread stream's caller. */
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -17,6 +17,7 @@
  * (docs/cuda.md, "Where the enqueue goes"). */
 static struct {
   PFN_cuCtxGetCurrent_v4000 ctx_get_current;
+  PFN_cuCtxGetId_v12000 ctx_get_id;
   PFN_cuLaunchKernel_v4000 launch;
   PFN_cuLaunchKernelEx_v11060 launch_ex;
   PFN_cuGetErrorString_v6000 error_string;
@@ -36,6 +37,7 @@ static void *drv_entry(const char *name) {
 
 static void drv_lookup(void) {
   drv.ctx_get_current = (PFN_cuCtxGetCurrent_v4000)drv_entry("cuCtxGetCurrent");
+  drv.ctx_get_id = (PFN_cuCtxGetId_v12000)drv_entry("cuCtxGetId");
   drv.error_string = (PFN_cuGetErrorString_v6000)drv_entry("cuGetErrorString");
   drv.mem_range = (PFN_cuMemGetAddressRange_v3020)drv_entry("cuMemGetAddressRange");
   drv.launch = (PFN_cuLaunchKernel_v4000)drv_entry("cuLaunchKernel");
@@ -46,14 +48,22 @@ static void drv_lookup(void) {
   }
 }
 
-void *device_ctx_handle(void) {
+static CUcontext ctx_current(void) {
   pthread_once(&drv_once, drv_lookup);
   CUcontext ctx = NULL;
   if (drv.ctx_get_current == NULL || drv.ctx_get_current(&ctx) != CUDA_SUCCESS) return NULL;
   return ctx;
 }
 
-int device_ctx_current(void) { return device_ctx_handle() != NULL; }
+int device_ctx_current(void) { return ctx_current() != NULL; }
+
+uint64_t device_ctx_key(void) {
+  CUcontext ctx = ctx_current();
+  if (ctx == NULL) return 0;
+  unsigned long long id = 0;
+  if (drv.ctx_get_id == NULL || drv.ctx_get_id(ctx, &id) != CUDA_SUCCESS) return 0;
+  return (uint64_t)id + 1;
+}
 
 int device_mem_range(const void *ptr, uintptr_t *base_out, size_t *nbytes_out) {
   pthread_once(&drv_once, drv_lookup);
@@ -138,4 +148,12 @@ const char *device_kernel_launch(const void *fn, cudaKernel_t *handle, dim3 grid
   }
   if (k == RUNTIME_LAUNCH) return runtime_launch(fn, grid, block, args, stream, pdl);
   return driver_launch(k, grid, block, args, stream, pdl);
+}
+
+uintptr_t device_stream_thread(cudaStream_t stream) {
+  static uint64_t last;
+  static __thread uintptr_t id;
+  if (stream != cudaStreamPerThread) return 0;
+  if (id == 0) id = (uintptr_t)__atomic_add_fetch(&last, 1, __ATOMIC_RELAXED);
+  return id;
 }

@@ -141,14 +141,13 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
   dim3 grid = {(unsigned)nch, 1, 1}, block = {launch_nthreads(nbytes, nch, proto), 1, 1};
   WEFT_TRY(ring_kernel_launch(d, &w, (int)plan->datatype, device_op_index(plan->op), grid, block,
                               stream));
-  device_done_commit(d, &w.done, stream, nch);
+  device_done_commit(d, &w.done, stream, device_stream_thread(stream), nch);
   if (announce) device_net_expect_ring(comm, d, plan, nch);
   return weftSuccess;
 }
 
 /* Written by nvcc (kernels_gate.cu). */
-void weft_done_gate(const uint64_t *ended, uint64_t seq, int nblocks,
-                    volatile uint32_t *abort_flag, uint32_t *error);
+void weft_done_gate(const uint64_t *ended, uint64_t seq, int nblocks);
 static cudaKernel_t gate_handle;
 
 /* Where the comm's last launch went to another stream than this call's and
@@ -163,8 +162,7 @@ static weftResult_t comm_gate(struct device_comm *d, cudaStream_t stream, int ca
   const uint64_t *ended = device_ended_d(d);
   uint64_t seq = d->done.seq;
   int nblocks = d->done.nblocks;
-  uint32_t *abort_flag = d->flags_d, *error = d->flags_d + 1;
-  void *args[] = {&ended, &seq, &nblocks, &abort_flag, &error};
+  void *args[] = {&ended, &seq, &nblocks};
   dim3 grid = {1, 1, 1}, block = {32, 1, 1};
   const char *why =
       device_kernel_launch((const void *)weft_done_gate, &gate_handle, grid, block, args, stream, 0);

@@ -3,7 +3,6 @@
 #ifndef WEFT_DEVICE_PRIV_H
 #define WEFT_DEVICE_PRIV_H
 
-#include <pthread.h>
 #include <string.h>
 
 #include <cuda_runtime_api.h>
@@ -24,6 +23,7 @@
  * last ended (launch_done.h; a launch has at most that many blocks) */
 #define DEV_ENDED_OFFSET 32
 #define DEV_FLAGS_NBYTES (DEV_ENDED_OFFSET + 8 * DEV_MAX_CHANNELS)
+#define DEV_FLAGS_PAGE_NBYTES 4096 /* what is allocated for them: a page */
 
 /* A comm's point-to-point lanes (connected per peer on first use). */
 struct device_p2p {
@@ -72,12 +72,13 @@ static inline void device_done_fill(const struct device_comm *d, int captured,
                                     struct dev_done *out) {
   launch_done_fill(&d->done, device_ended_d(d), captured, out);
 }
-static inline uintptr_t device_stream_thread(cudaStream_t stream) {
-  return stream == cudaStreamPerThread ? (uintptr_t)pthread_self() : 0;
-}
+/* For the per-thread stream, the calling thread, as a number no other
+ * thread of the process ever gets (a pthread_t is reused once its thread
+ * ends); 0 for every other stream (device_driver.c). */
+uintptr_t device_stream_thread(cudaStream_t stream);
 static inline void device_done_commit(struct device_comm *d, const struct dev_done *done,
-                                      cudaStream_t stream, int nblocks) {
-  launch_done_commit(&d->done, done, (uintptr_t)stream, device_stream_thread(stream), nblocks);
+                                      cudaStream_t stream, uintptr_t thread, int nblocks) {
+  launch_done_commit(&d->done, done, (uintptr_t)stream, thread, nblocks);
 }
 /* Refuses a stream of another device than the comm's (a kernel launched
  * through the driver runs in its stream's context: device_kernel_launch);
@@ -108,8 +109,10 @@ static inline weftResult_t device_cuda_check(cudaError_t err, const char *what) 
  * buffer it holds can be device memory it allocated, and asking would
  * create a context. */
 int device_ctx_current(void);
-/* This thread's current context (NULL without one), as a key. */
-void *device_ctx_handle(void);
+/* This thread's current context as a number no other context of the
+ * process gets (cuCtxGetId, plus one); 0 without a context, or where the
+ * driver has no ids. */
+uint64_t device_ctx_key(void);
 /* The allocation ptr lies in, as the driver has it: 1 and its first byte
  * and size, or 0 where the driver cannot say. */
 int device_mem_range(const void *ptr, uintptr_t *base_out, size_t *nbytes_out);

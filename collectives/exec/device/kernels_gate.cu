@@ -5,19 +5,16 @@
 // without an event recorded after every launch. One warp takes almost no
 // room beside the kernels it waits for, which may themselves wait for a
 // peer rank's kernel to become resident on the same GPU. Like a stream
-// waiting on an event, it has no timeout of its own (the launch it waits
-// for has one); an abort opens it, and the kernels behind it then see the
-// abort themselves.
+// waiting on an event, it waits for that launch's end and nothing else: it
+// has no timeout of its own (the launch it waits for has one, and an abort
+// ends it), and it never opens early, which would let the comm's kernels
+// overlap and their reports go out of order.
 #include "collectives/exec/device/prims_device.cuh"
 
-extern "C" __global__ void weft_done_gate(const uint64_t *ended, uint64_t seq, int nblocks,
-                                          volatile uint32_t *abort_flag, uint32_t *error) {
+extern "C" __global__ void weft_done_gate(const uint64_t *ended, uint64_t seq, int nblocks) {
   if (threadIdx.x != 0) return;
-  const dev_watch watch = {abort_flag, 0, error};
-  const uint64_t start = dev_clock_ns();
-  uint32_t spins = 0;
   for (int b = 0; b < nblocks; b++)
-    while (dev_ld_volatile_u64(&ended[b]) < seq)
-      if (dev_watch_expired(watch, start, &spins)) return;
+    while (dev_ld_volatile_u64(&ended[b]) < seq) {
+    }
   dev_fence_acq_rel_sys(); // acquire: what those blocks wrote, before the stream goes on
 }
