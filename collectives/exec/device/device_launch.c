@@ -164,8 +164,8 @@ static weftResult_t comm_gate(struct device_comm *d, cudaStream_t stream, int ca
   int nblocks = d->done.nblocks;
   void *args[] = {&ended, &seq, &nblocks};
   dim3 grid = {1, 1, 1}, block = {32, 1, 1};
-  const char *why =
-      device_kernel_launch((const void *)weft_done_gate, &gate_handle, grid, block, args, stream, 0);
+  const void *gate = (const void *)weft_done_gate;
+  const char *why = device_kernel_launch(gate, &gate_handle, grid, block, args, stream, 0);
   if (why == NULL) return weftSuccess;
   return weft_error_set(weftSystemError, "cuda: ordering after the comm's launch on another "
                         "stream: %s", why);
