@@ -114,6 +114,15 @@ step_device() {
   device_suite "$B/tests/device/test_device" --gtest_filter="${WEFT_GPU_CHECK_DEVICE_FILTER:-*}"
 }
 
+# The small-message tests again with programmatic dependent launch on (a
+# launch of one channel overlaps the stream's previous kernel), before it
+# may become the default: every collective at 1 and 1000 elements, chained
+# calls, two streams, graphs.
+step_device_pdl() {
+  WEFT_DEVICE_PDL=1 device_suite "$B/tests/device/test_device" \
+    --gtest_filter='*DeviceColl*n1_*:*DeviceColl*n1000_*:DevicePdl*:DeviceStreams*:DeviceGraph*'
+}
+
 step_device_p2p() { device_suite "$B/tests/device/test_device_p2p"; }
 
 step_device_ipc() { device_suite "$B/tests/device/test_device_ipc"; }
