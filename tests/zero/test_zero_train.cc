@@ -14,7 +14,8 @@
 #include <string>
 #include <vector>
 
-#if __has_include(<cuda_runtime_api.h>)
+#include "weft_build_config.h"
+#if WEFT_HAVE_CUDA /* the header alone is not enough: the runtime is linked in CUDA builds only */
 #include <cuda_runtime_api.h>
 #endif
 
@@ -660,7 +661,7 @@ TEST(ZeroGatherPool, BoundAndBadArguments) {
   }
 }
 
-#if __has_include(<cuda_runtime_api.h>)
+#if WEFT_HAVE_CUDA
 // weft-train's kernels (tools/train_kernels.cu), where the build has them: a
 // launch returns its own status and leaves an error the caller has pending
 // in place. In a rank of its own: this process forks ranks, which could not
