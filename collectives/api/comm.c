@@ -292,8 +292,10 @@ weftResult_t weftCommDestroy(weftComm_t comm) {
 /* Once the abort flag is up: threads in an operation see it within
  * microseconds, and queued stream work fails at once; waits for both. */
 static void comm_wait_quiet(struct weftComm *comm) {
-  while (__atomic_load_n(&comm->active, __ATOMIC_ACQUIRE) != 0 ||
-         __atomic_load_n(&comm->pending, __ATOMIC_ACQUIRE) != 0) {
+  /* seq_cst, as op_begin's mark and its look at the flag: one of the two
+   * sides sees the other */
+  while (__atomic_load_n(&comm->active, __ATOMIC_SEQ_CST) != 0 ||
+         __atomic_load_n(&comm->pending, __ATOMIC_SEQ_CST) != 0) {
     struct timespec ts = {0, 100000};
     nanosleep(&ts, NULL);
   }
@@ -301,7 +303,7 @@ static void comm_wait_quiet(struct weftComm *comm) {
 
 weftResult_t weftCommAbort(weftComm_t comm) {
   WEFT_TRY(comm_check(comm));
-  __atomic_store_n(&comm->abort_flag, 1u, __ATOMIC_RELEASE);
+  __atomic_store_n(&comm->abort_flag, 1u, __ATOMIC_SEQ_CST);
   device_comm_abort(comm);
   comm_poison(comm);
   comm_wait_quiet(comm);
@@ -321,7 +323,15 @@ weftResult_t weftCommRevoke(weftComm_t comm, int revokeFlags) {
   if (revokeFlags != 0)
     return weft_error_set(weftInvalidArgument, "weftCommRevoke: flags 0x%x (only 0 is valid)",
                           revokeFlags);
-  __atomic_store_n(&comm->revoked, 1u, __ATOMIC_SEQ_CST); /* before the flag: see plan_check */
+  /* before the flag: an operation marks the comm active, then asks revoked
+   * (op_begin, device_op_begin), so it either is waited for below or
+   * refuses itself. Once: a second revoke (another thread, or the same
+   * again) only waits, as a second bootstrap revoke would leave this rank a
+   * generation ahead of its peers. */
+  if (__atomic_exchange_n(&comm->revoked, 1u, __ATOMIC_SEQ_CST)) {
+    comm_wait_quiet(comm);
+    return weftSuccess;
+  }
   __atomic_store_n(&comm->abort_flag, 1u, __ATOMIC_SEQ_CST);
   device_comm_abort(comm);
   comm_poison_conns(comm); /* every rank revokes: the bootstrap stays for split and shrink */

@@ -234,6 +234,51 @@ TEST(Failure, RevokeFromAnotherThreadKeepsTheComm) {
   EXPECT_EQ(status[1], 0);
 }
 
+// Operations checked before a revoke and run after it (recorded in a group,
+// on every rank) are refused when they start, and break nothing: the async
+// error stays clear and the comm still splits. They used to run with the
+// abort flag lowered again, fail on the poisoned connections and break the
+// comm's bootstrap, so that the split failed on every rank.
+TEST(Failure, RevokeRefusesWhatAGroupRecordedBeforeIt) {
+  RunOptions opts;
+  opts.timeout_s = 60;
+  opts.env = {{"WEFT_TIMEOUT", "30"}};
+  for (int nranks : {2, 3}) {
+    auto status = run_ranks(nranks, [](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+        return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+      TRY_RC(allreduce_works(ctx, comm, 1000, "before the revoke"));
+      std::vector<float> buf(4096, 1.0f);
+      FAIL_IF(weftGroupStart() != weftSuccess, "group start");
+      FAIL_IF(weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, comm,
+                            nullptr) != weftSuccess, "recording: %s", weftGetLastError(comm));
+      FAIL_IF(weftSend(buf.data(), 16, weftFloat32, (ctx.rank + 1) % ctx.nranks, comm, nullptr) !=
+                  weftSuccess, "recording a send: %s", weftGetLastError(comm));
+      FAIL_IF(weftRecv(buf.data() + 16, 16, weftFloat32, (ctx.rank + ctx.nranks - 1) % ctx.nranks,
+                       comm, nullptr) != weftSuccess, "recording a receive: %s",
+              weftGetLastError(comm));
+      FAIL_IF(weftCommRevoke(comm, 0) != weftSuccess, "revoke: %s", weftGetLastError(comm));
+      double t0 = now_s();
+      weftResult_t end = weftGroupEnd();
+      FAIL_IF(end != weftInvalidUsage, "the group after the revoke gave %s",
+              weftGetErrorString(end));
+      FAIL_IF(now_s() - t0 > 2, "the refused group took %.2f s", now_s() - t0);
+      weftResult_t async = weftInternalError;
+      FAIL_IF(weftCommGetAsyncError(comm, &async) != weftSuccess || async != weftSuccess,
+              "async error after the refused group: %s", weftGetErrorString(async));
+      weftComm_t child = nullptr;
+      FAIL_IF(weftCommSplit(comm, 0, ctx.rank, &child, nullptr) != weftSuccess || child == nullptr,
+              "split after the refused group: %s", weftGetLastError(comm));
+      TRY_RC(allreduce_works(ctx, child, 1000, "on the split"));
+      FAIL_IF(weftCommDestroy(child) != weftSuccess, "destroy child");
+      FAIL_IF(weftCommDestroy(comm) != weftSuccess, "destroy: %s", weftGetLastError(comm));
+      return 0;
+    }, opts);
+    for (int r = 0; r < nranks; r++) EXPECT_EQ(status[r], 0) << nranks << " ranks, rank " << r;
+  }
+}
+
 // One rank's own buffer is bad (a NULL input on a broadcast's root, a NULL
 // output on one rank of an all-reduce): that rank gets weftInvalidArgument
 // at once and its comm breaks, so the others, already waiting in the

@@ -457,8 +457,13 @@ def check_abort_from_another_thread():
                  for _ in range(4)]
         time.sleep(0.5)  # the first waits in weft for the late ranks by now
         t0 = time.monotonic()
+        # two aborts at once, from threads of their own (the backend's, then
+        # torch's of the group): one frees the communicator, after the other
+        backend = sub._get_backend(DEV)
         aborter = threading.Thread(target=dist.distributed_c10d._abort_process_group,
                                    args=(sub,))
+        second = threading.Thread(target=backend.abort)
+        second.start()
         aborter.start()
         raised = 0
         for w in works:
@@ -467,6 +472,7 @@ def check_abort_from_another_thread():
             except Exception:  # noqa: BLE001  (DistBackendError or the aborted group's)
                 raised += 1
         aborter.join()
+        second.join()
         took = time.monotonic() - t0
         check("abort: every waiting operation raised", torch.tensor([raised]),
               torch.tensor([len(works)]))

@@ -15,9 +15,14 @@
 #include "run.h"
 #include "launch.h"
 
-/* Marks the comm busy, so that an abort waits; fails if it is unusable. */
+/* Marks the comm busy, so that an abort or a revoke waits; fails if it is
+ * unusable. Revoked is asked again here, after the mark (an operation
+ * checked before weftCommRevoke, recorded in a group or queued on a host
+ * stream, runs after it, when the abort flag is down again). */
 static weftResult_t op_begin(struct weftComm *comm) {
   __atomic_add_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&comm->revoked, __ATOMIC_SEQ_CST))
+    return weft_error_set(weftInvalidUsage, "communicator was revoked (weftCommRevoke)");
   if (__atomic_load_n(&comm->abort_flag, __ATOMIC_SEQ_CST))
     return weft_error_set(weftRemoteError, "communicator was aborted");
   if (comm_async_error(comm) != weftSuccess)
@@ -27,8 +32,11 @@ static weftResult_t op_begin(struct weftComm *comm) {
   return weftSuccess;
 }
 
+/* A failure breaks the comm, unless it was revoked: what the revocation cut
+ * short or refused is its purpose, not the comm's state. */
 static weftResult_t op_end(struct weftComm *comm, weftResult_t res) {
-  if (res != weftSuccess) comm_fail(comm, res);
+  if (res != weftSuccess && !__atomic_load_n(&comm->revoked, __ATOMIC_SEQ_CST))
+    comm_fail(comm, res);
   __atomic_sub_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
   return res;
 }

@@ -356,34 +356,61 @@ void WeftBackend::stop_worker(bool abort_comm) {
     queue_->aborted = queue_->aborted || abort_comm;
     queue_->cv.notify_all();
   }
-  if (comm_ != nullptr && abort_comm) {
-    {
-      std::lock_guard<std::mutex> lk(comm_mu_);
-      aborted_ = true;
-    }
-    // A thread may have passed its check of aborted_ and not yet be in weft:
-    // the revoke ends what runs in the communicator and refuses what comes,
-    // keeping it valid until every such thread has left; then it is freed.
-    weftCommRevoke(comm_, 0);
-    {
-      std::unique_lock<std::mutex> lk(comm_mu_);
-      inflight_cv_.wait(lk, [this] { return inflight_ == 0; });
-    }
-    weftCommAbort(comm_);
+  // The first caller (shutdown, abort, the destructor's shutdown) stops the
+  // worker and frees the communicator. An abort that comes meanwhile
+  // revokes it, so that what the first one waits for ends now, and the
+  // first one frees it only after that revoke; every later caller returns
+  // once the first one is done.
+  weftComm_t comm = nullptr;
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lk(comm_mu_);
+    if (abort_comm) aborted_ = true;
+    comm = comm_;
+    first = !stopping_;
+    stopping_ = true;
+    if (!first && comm != nullptr && abort_comm) revoking_++;
   }
+  if (!first) {
+    std::unique_lock<std::mutex> lk(comm_mu_);
+    if (comm != nullptr && abort_comm) {
+      lk.unlock();
+      weftCommRevoke(comm, 0);
+      lk.lock();
+      revoking_--;
+      inflight_cv_.notify_all();
+    }
+    inflight_cv_.wait(lk, [this] { return stopped_; });
+    return;
+  }
+  // A thread may have passed its check of aborted_ and not yet be in weft:
+  // the revoke ends what runs in the communicator and refuses what comes,
+  // keeping it valid until every such thread has left; then it is freed.
+  if (comm != nullptr && abort_comm) weftCommRevoke(comm, 0);
   if (worker_.joinable()) worker_.join();
-  if (comm_ != nullptr && !abort_comm) {
+  bool aborted = false;
+  {
+    std::unique_lock<std::mutex> lk(comm_mu_);
+    inflight_cv_.wait(lk, [this] { return inflight_ == 0 && revoking_ == 0; });
+    comm_ = nullptr;
+    aborted = aborted_;
+  }
+  if (comm != nullptr && aborted) {
+    weftCommAbort(comm);
+  } else if (comm != nullptr) {
     // wait() on CUDA does not block the host: a failure of the last
     // operations is said here, where nothing else would say it
     weftResult_t async = weftSuccess;
-    if (weftCommGetAsyncError(comm_, &async) == weftSuccess && async != weftSuccess &&
+    if (weftCommGetAsyncError(comm, &async) == weftSuccess && async != weftSuccess &&
         async != weftInProgress)
       TORCH_WARN("weft: process group shut down after a failed operation on rank ", rank_,
-                 " of ", size_, ": ", weftGetErrorString(async), ": ", weftGetLastError(comm_));
-    weftCommFinalize(comm_);
-    weftCommDestroy(comm_);
+                 " of ", size_, ": ", weftGetErrorString(async), ": ", weftGetLastError(comm));
+    weftCommFinalize(comm);
+    weftCommDestroy(comm);
   }
-  comm_ = nullptr;
+  std::lock_guard<std::mutex> lk(comm_mu_);
+  stopped_ = true;
+  inflight_cv_.notify_all();
 }
 
 static c10::intrusive_ptr<c10d::Backend> create_backend(

@@ -275,10 +275,13 @@ class WeftBackend : public c10d::Backend {
   std::shared_ptr<queue_state> queue_;
   weftStream_t stream_ = nullptr; /* the CUDA stream of the task running; NULL on host memory */
   std::thread worker_;
-  std::mutex comm_mu_; /* guards aborted_ and inflight_ against abort() */
+  std::mutex comm_mu_; /* guards aborted_, inflight_ and stop_worker's state */
   bool aborted_ = false;
   int inflight_ = 0; /* threads between their check of aborted_ and leaving weft */
-  std::condition_variable inflight_cv_;
+  bool stopping_ = false; /* stop_worker's first caller has begun, */
+  bool stopped_ = false;  /* and is done */
+  int revoking_ = 0;      /* later aborts revoking the communicator meanwhile */
+  std::condition_variable inflight_cv_; /* inflight_, revoking_, stopped_ */
   uint64_t seq_ = 0;
   bool coalescing_ = false;
   task coalesced_{"coalesced", {}, {}};
