@@ -16,6 +16,7 @@
 
 struct comm_state {
   ncclComm_t comm;
+  int closing; /* its comm is being freed: only nccl_comm_close_end sees it */
   int revoked;
   int suspended;
   int grow_id_pending; /* grow_id was made and no grow has consumed it */
@@ -31,7 +32,7 @@ static uint32_t nblocked; /* communicators revoked or suspended */
  * with states_lock held. */
 static struct comm_state *state_find(ncclComm_t comm, int create) {
   for (int i = 0; i < nstates; i++)
-    if (states[i].comm == comm) return &states[i];
+    if (states[i].comm == comm && !states[i].closing) return &states[i];
   if (!create) return NULL;
   if (nstates == states_cap) {
     int cap = states_cap ? 2 * states_cap : 8;
@@ -65,29 +66,32 @@ ncclResult_t nccl_comm_usable(ncclComm_t comm, const char *fn) {
   return (ncclResult_t)res;
 }
 
-struct comm_state *nccl_comm_take(ncclComm_t comm) {
-  struct comm_state *taken = NULL;
+void nccl_comm_close_begin(ncclComm_t comm) {
   pthread_mutex_lock(&states_lock);
   struct comm_state *s = state_find(comm, 0);
-  if (s != NULL && (taken = malloc(sizeof *taken)) != NULL) {
-    *taken = *s;
+  if (s != NULL) {
     state_update_blocked(s->revoked || s->suspended, 0);
-    *s = states[--nstates];
+    s->closing = 1;
   }
   pthread_mutex_unlock(&states_lock);
-  return taken;
 }
 
-void nccl_comm_give_back(struct comm_state *taken) {
-  if (taken == NULL) return;
+void nccl_comm_close_end(ncclComm_t comm, int freed) {
   pthread_mutex_lock(&states_lock);
-  struct comm_state *s = state_find(taken->comm, 1);
-  if (s != NULL) {
-    *s = *taken;
-    state_update_blocked(0, s->revoked || s->suspended);
+  for (int i = 0; i < nstates; i++) {
+    struct comm_state *s = &states[i];
+    if (s->comm != comm || !s->closing) continue;
+    if (freed) {
+      *s = states[--nstates];
+    } else if (state_find(comm, 0) == NULL) { /* back as it was */
+      s->closing = 0;
+      state_update_blocked(0, s->revoked || s->suspended);
+    } else { /* marked meanwhile (a caller's race): the newer entry stays */
+      *s = states[--nstates];
+    }
+    break;
   }
   pthread_mutex_unlock(&states_lock);
-  free(taken);
 }
 
 int nccl_comm_mark(ncclComm_t comm, enum nccl_mark which, int value) {

@@ -365,20 +365,18 @@ NCCL_PROFILING_ALIAS(ncclCommFinalize);
 NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   /* NCCL accepts a NULL communicator here */
   if (comm == NULL) return ncclSuccess;
-  struct comm_state *taken = nccl_comm_take(comm);
+  nccl_comm_close_begin(comm);
   ncclResult_t res = RES(weftCommDestroy(COMM(comm)));
-  if (res == ncclSuccess) free(taken);
-  else nccl_comm_give_back(taken);
+  nccl_comm_close_end(comm, res == ncclSuccess);
   return res;
 }
 NCCL_PROFILING_ALIAS(ncclCommDestroy);
 
 NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess;
-  struct comm_state *taken = nccl_comm_take(comm);
+  nccl_comm_close_begin(comm);
   ncclResult_t res = RES(weftCommAbort(COMM(comm)));
-  if (res == ncclSuccess) free(taken);
-  else nccl_comm_give_back(taken);
+  nccl_comm_close_end(comm, res == ncclSuccess);
   return res;
 }
 NCCL_PROFILING_ALIAS(ncclCommAbort);

@@ -50,12 +50,12 @@ const char *nccl_env_alias(const char *nccl_name);
  * comm's last error, while it is revoked or suspended (nccl_comm_state.c). Costs
  * one atomic load while no communicator is either. */
 ncclResult_t nccl_comm_usable(ncclComm_t comm, const char *fn);
-/* Takes out what nccl_comm_state.c keeps about comm before comm is freed
- * (after the free, another communicator could get the same address and its
- * entry be dropped instead), and puts it back where the free was refused. */
-struct comm_state;
-struct comm_state *nccl_comm_take(ncclComm_t comm);
-void nccl_comm_give_back(struct comm_state *taken);
+/* Around the free of comm: what nccl_comm_state.c keeps about it is set
+ * aside before (from then on, a communicator made at the same address gets
+ * an entry of its own), and dropped after, or put back where the free was
+ * refused (freed 0). */
+void nccl_comm_close_begin(ncclComm_t comm);
+void nccl_comm_close_end(ncclComm_t comm, int freed);
 
 enum nccl_mark { NCCL_MARK_REVOKED, NCCL_MARK_SUSPENDED };
 /* Sets comm's mark to value; returns the previous value, or -1 when out of
