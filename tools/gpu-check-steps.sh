@@ -116,11 +116,11 @@ step_device() {
 
 # The small-message tests again with programmatic dependent launch on (a
 # launch of one channel overlaps the stream's previous kernel), before it
-# may become the default: every collective at 1 and 1000 elements, chained
-# calls, two streams, graphs.
+# may become the default: every collective at 1 element on 2 ranks (the
+# pair kernel) and 1000 on 3, chained calls, two streams, graphs.
 step_device_pdl() {
   WEFT_DEVICE_PDL=1 device_suite "$B/tests/device/test_device" \
-    --gtest_filter='*DeviceColl*n1_*:*DeviceColl*n1000_*:DevicePdl*:DeviceStreams*:DeviceGraph*'
+    --gtest_filter='*DeviceColl*_k2_n1_*:*DeviceColl*_k3_n1000_*:DevicePdl*:DeviceStreams*:DeviceGraph*'
 }
 
 step_device_p2p() { device_suite "$B/tests/device/test_device_p2p"; }
