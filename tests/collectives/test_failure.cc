@@ -170,6 +170,17 @@ int allreduce_works(const RankCtx &ctx, weftComm_t comm, size_t count, const cha
   return 0;
 }
 
+// A revoked comm still splits, the new comm works, and both are destroyed.
+int split_works_then_destroy(const RankCtx &ctx, weftComm_t comm, const char *when) {
+  weftComm_t child = nullptr;
+  FAIL_IF(weftCommSplit(comm, 0, ctx.rank, &child, nullptr) != weftSuccess || child == nullptr,
+          "split %s: %s", when, weftGetLastError(comm));
+  TRY_RC(allreduce_works(ctx, child, 1000, "on the split of a revoked comm"));
+  FAIL_IF(weftCommDestroy(child) != weftSuccess, "destroy child: %s", weftGetLastError(child));
+  FAIL_IF(weftCommDestroy(comm) != weftSuccess, "destroy: %s", weftGetLastError(comm));
+  return 0;
+}
+
 // weftCommRevoke from another thread ends a call waiting on a late peer, as
 // an abort does, but keeps the comm: later operations are refused at once
 // with a message (the comm is not freed under a thread that was about to
@@ -221,14 +232,7 @@ TEST(Failure, RevokeFromAnotherThreadKeepsTheComm) {
     weftResult_t async = weftInternalError;
     FAIL_IF(weftCommGetAsyncError(comm, &async) != weftSuccess || async != weftSuccess,
             "async error after the revoke: %s", weftGetErrorString(async));
-    // the comm still splits, and the new one works
-    weftComm_t child = nullptr;
-    FAIL_IF(weftCommSplit(comm, 0, ctx.rank, &child, nullptr) != weftSuccess || child == nullptr,
-            "split after the revoke: %s", weftGetLastError(comm));
-    TRY_RC(allreduce_works(ctx, child, 1000, "on the split of a revoked comm"));
-    FAIL_IF(weftCommDestroy(child) != weftSuccess, "destroy child: %s", weftGetLastError(child));
-    FAIL_IF(weftCommDestroy(comm) != weftSuccess, "destroy: %s", weftGetLastError(comm));
-    return 0;
+    return split_works_then_destroy(ctx, comm, "after the revoke");
   }, opts);
   EXPECT_EQ(status[0], 0);
   EXPECT_EQ(status[1], 0);
@@ -267,13 +271,7 @@ TEST(Failure, RevokeRefusesWhatAGroupRecordedBeforeIt) {
       weftResult_t async = weftInternalError;
       FAIL_IF(weftCommGetAsyncError(comm, &async) != weftSuccess || async != weftSuccess,
               "async error after the refused group: %s", weftGetErrorString(async));
-      weftComm_t child = nullptr;
-      FAIL_IF(weftCommSplit(comm, 0, ctx.rank, &child, nullptr) != weftSuccess || child == nullptr,
-              "split after the refused group: %s", weftGetLastError(comm));
-      TRY_RC(allreduce_works(ctx, child, 1000, "on the split"));
-      FAIL_IF(weftCommDestroy(child) != weftSuccess, "destroy child");
-      FAIL_IF(weftCommDestroy(comm) != weftSuccess, "destroy: %s", weftGetLastError(comm));
-      return 0;
+      return split_works_then_destroy(ctx, comm, "after the refused group");
     }, opts);
     for (int r = 0; r < nranks; r++) EXPECT_EQ(status[r], 0) << nranks << " ranks, rank " << r;
   }
