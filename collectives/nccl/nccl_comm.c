@@ -1,8 +1,8 @@
 /* NCCL 2.30's communicator life cycle over weft: revoke, suspend and resume,
  * memory statistics, and grow (ncclCommGetUniqueId + ncclCommGrow).
  *
- * What weft's communicator does not keep itself (revoked, suspended, an
- * unconsumed grow id) lives in nccl_comm_state.c. */
+ * What weft's communicator does not keep itself (suspended, an unconsumed
+ * grow id) lives in nccl_comm_state.c. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -20,8 +20,7 @@
 
 /* --- Revoke ------------------------------------------------------------------ */
 
-/* weftCommRevoke, with the revocation marked for the NCCL calls that
- * weft's communicator does not refuse itself. */
+/* weftCommRevoke, with NCCL's flags. */
 NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   weft_error_clear();
   weftResult_t res = comm_check(COMM(comm));
@@ -30,8 +29,6 @@ NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
     return RES(weft_error_set(weftInvalidArgument,
                               "ncclCommRevoke: flags 0x%x (only NCCL_REVOKE_DEFAULT, 0, is valid)",
                               revokeFlags));
-  if (nccl_comm_mark(comm, NCCL_MARK_REVOKED, 1) < 0)
-    return RES(weft_error_set(weftSystemError, "ncclCommRevoke: out of memory"));
   return RES(weftCommRevoke(COMM(comm), 0));
 }
 NCCL_PROFILING_ALIAS(ncclCommRevoke);
@@ -49,13 +46,13 @@ NCCL_EXPORT ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags) {
     return RES(weft_error_set(weftInvalidArgument,
                               "ncclCommSuspend: unknown flags 0x%x (NCCL_SUSPEND_MEM is 0x%x)",
                               flags, NCCL_SUSPEND_MEM));
-  int old = nccl_comm_mark(comm, NCCL_MARK_SUSPENDED, 1);
+  int old = nccl_comm_mark_suspended(comm, 1);
   if (old < 0) return RES(weft_error_set(weftSystemError, "ncclCommSuspend: out of memory"));
   if (old) return RES(weft_error_set(weftInvalidUsage, "ncclCommSuspend: already suspended"));
   /* marked first, so that no new operation starts while we look */
   if (__atomic_load_n(&c->active, __ATOMIC_ACQUIRE) != 0 ||
       __atomic_load_n(&c->pending, __ATOMIC_ACQUIRE) != 0) {
-    nccl_comm_mark(comm, NCCL_MARK_SUSPENDED, 0);
+    nccl_comm_mark_suspended(comm, 0);
     return RES(weft_error_set(weftInvalidUsage,
                               "ncclCommSuspend: operations are still running or queued on a "
                               "stream; synchronize first"));
@@ -74,7 +71,7 @@ NCCL_EXPORT ncclResult_t ncclCommResume(ncclComm_t comm) {
   weft_error_clear();
   weftResult_t res = comm_check(COMM(comm));
   if (res != weftSuccess) return RES(res);
-  int old = nccl_comm_mark(comm, NCCL_MARK_SUSPENDED, 0);
+  int old = nccl_comm_mark_suspended(comm, 0);
   if (old <= 0)
     return RES(weft_error_set(weftInvalidUsage, "ncclCommResume: communicator is not suspended"));
   return ncclSuccess;

@@ -1,7 +1,8 @@
-/* What weft's communicator does not keep itself for the NCCL API (revoked,
- * suspended, an unconsumed grow id): a small table keyed by communicator.
+/* What weft's communicator does not keep itself for the NCCL API
+ * (suspended, an unconsumed grow id): a small table keyed by communicator.
  * Operations ask nccl_comm_usable before they start; while no communicator
- * is revoked or suspended that is one atomic load. */
+ * is suspended that is one atomic load, and one more of the comm's own
+ * revoked flag (weftCommRevoke). */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,7 +18,6 @@
 struct comm_state {
   ncclComm_t comm;
   int closing; /* its comm is being freed: only nccl_comm_close_end sees it */
-  int revoked;
   int suspended;
   int grow_id_pending; /* grow_id was made and no grow has consumed it */
   ncclUniqueId grow_id;
@@ -26,7 +26,7 @@ struct comm_state {
 static pthread_mutex_t states_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct comm_state *states;
 static int nstates, states_cap;
-static uint32_t nblocked; /* communicators revoked or suspended */
+static uint32_t nblocked; /* communicators suspended */
 
 /* comm's entry, made when create is set (NULL when out of memory). Called
  * with states_lock held. */
@@ -53,15 +53,20 @@ static void state_update_blocked(int was, int is) {
 }
 
 ncclResult_t nccl_comm_usable(ncclComm_t comm, const char *fn) {
-  if (__atomic_load_n(&nblocked, __ATOMIC_SEQ_CST) == 0) return ncclSuccess;
-  pthread_mutex_lock(&states_lock);
-  struct comm_state *s = state_find(comm, 0);
-  const int revoked = s != NULL && s->revoked, suspended = s != NULL && s->suspended;
-  pthread_mutex_unlock(&states_lock);
+  struct weftComm *c = COMM(comm);
+  /* a comm that is not live is weft's call to refuse, with its own words */
+  const int revoked = c != NULL && c->magic == COMM_MAGIC &&
+                      __atomic_load_n(&c->revoked, __ATOMIC_SEQ_CST) != 0;
+  int suspended = 0;
+  if (!revoked && __atomic_load_n(&nblocked, __ATOMIC_SEQ_CST) != 0) {
+    pthread_mutex_lock(&states_lock);
+    struct comm_state *s = state_find(comm, 0);
+    suspended = s != NULL && s->suspended;
+    pthread_mutex_unlock(&states_lock);
+  }
   if (!revoked && !suspended) return ncclSuccess;
   weftResult_t res = weft_error_set(weftInvalidUsage, "%s: communicator is %s", fn,
                                     revoked ? "revoked" : "suspended (ncclCommResume it first)");
-  struct weftComm *c = COMM(comm);
   snprintf(c->last_error, sizeof c->last_error, "%s", weft_error_text());
   return (ncclResult_t)res;
 }
@@ -70,7 +75,7 @@ void nccl_comm_close_begin(ncclComm_t comm) {
   pthread_mutex_lock(&states_lock);
   struct comm_state *s = state_find(comm, 0);
   if (s != NULL) {
-    state_update_blocked(s->revoked || s->suspended, 0);
+    state_update_blocked(s->suspended, 0);
     s->closing = 1;
   }
   pthread_mutex_unlock(&states_lock);
@@ -85,7 +90,7 @@ void nccl_comm_close_end(ncclComm_t comm, int freed) {
       *s = states[--nstates];
     } else if (state_find(comm, 0) == NULL) { /* back as it was */
       s->closing = 0;
-      state_update_blocked(0, s->revoked || s->suspended);
+      state_update_blocked(0, s->suspended);
     } else { /* marked meanwhile (a caller's race): the newer entry stays */
       *s = states[--nstates];
     }
@@ -94,16 +99,14 @@ void nccl_comm_close_end(ncclComm_t comm, int freed) {
   pthread_mutex_unlock(&states_lock);
 }
 
-int nccl_comm_mark(ncclComm_t comm, enum nccl_mark which, int value) {
+int nccl_comm_mark_suspended(ncclComm_t comm, int value) {
   pthread_mutex_lock(&states_lock);
   struct comm_state *s = state_find(comm, value);
   int old = s == NULL && !value ? 0 : -1;
   if (s != NULL) {
-    int *field = which == NCCL_MARK_REVOKED ? &s->revoked : &s->suspended;
-    int was = s->revoked || s->suspended;
-    old = *field;
-    *field = value;
-    state_update_blocked(was, s->revoked || s->suspended);
+    old = s->suspended;
+    s->suspended = value;
+    state_update_blocked(old, value);
   }
   pthread_mutex_unlock(&states_lock);
   return old;

@@ -57,10 +57,9 @@ ncclResult_t nccl_comm_usable(ncclComm_t comm, const char *fn);
 void nccl_comm_close_begin(ncclComm_t comm);
 void nccl_comm_close_end(ncclComm_t comm, int freed);
 
-enum nccl_mark { NCCL_MARK_REVOKED, NCCL_MARK_SUSPENDED };
-/* Sets comm's mark to value; returns the previous value, or -1 when out of
- * memory. */
-int nccl_comm_mark(ncclComm_t comm, enum nccl_mark which, int value);
+/* Sets comm's suspended mark to value; returns the previous value, or -1
+ * when out of memory. */
+int nccl_comm_mark_suspended(ncclComm_t comm, int value);
 /* Whether comm is suspended. */
 int nccl_comm_suspended(ncclComm_t comm);
 /* A grow id for comm (ncclCommGetUniqueId): weftInvalidUsage while the last
