@@ -54,6 +54,9 @@ static weftResult_t plan_check(struct weftComm *comm, const struct weft_plan *pl
     return weft_error_set(weftInvalidUsage,
                           "%s: comm was revoked (weftCommRevoke): it can be split, shrunk, "
                           "destroyed or aborted, nothing else", name);
+  if (comm_suspended(comm))
+    return weft_error_set(weftInvalidUsage, "%s: communicator is suspended: resume it first",
+                          name);
   if (plan->count == 0) return weftSuccess;
 
   /* which buffers this rank touches, and how large they are */

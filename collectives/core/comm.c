@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include "../../transport/log.h"
 #include "../../transport/status.h"
 #include "../../transport/wait.h"
 #include "comm.h"
@@ -131,4 +132,32 @@ void comm_states_scratch_release(struct weftComm *comm) {
   for (int i = 0; i < comm->nstates; i++)
     if (comm->states[i].ops->scratch_release != NULL)
       comm->states[i].ops->scratch_release(comm->states[i].state);
+}
+
+weftResult_t comm_suspend(struct weftComm *comm, int release_scratch, const char *fn) {
+  /* the mark first, seq_cst as the operations' mark and their look at it */
+  if (__atomic_exchange_n(&comm->suspended, 1u, __ATOMIC_SEQ_CST))
+    return weft_error_set(weftInvalidUsage, "%s: already suspended", fn);
+  if (__atomic_load_n(&comm->active, __ATOMIC_SEQ_CST) != 0 ||
+      __atomic_load_n(&comm->pending, __ATOMIC_SEQ_CST) != 0) {
+    __atomic_store_n(&comm->suspended, 0u, __ATOMIC_SEQ_CST);
+    return weft_error_set(weftInvalidUsage,
+                          "%s: operations are still running or queued on a stream; "
+                          "synchronize first", fn);
+  }
+  if (release_scratch) {
+    uint64_t n = comm_states_scratch_nbytes(comm);
+    comm_states_scratch_release(comm);
+    WEFT_INFO(LOG_INIT, "comm %p rank %d suspended, %llu scratch bytes freed", (void *)comm,
+              comm->rank, (unsigned long long)n);
+  }
+  return weftSuccess;
+}
+
+int comm_resume(struct weftComm *comm) {
+  return (int)__atomic_exchange_n(&comm->suspended, 0u, __ATOMIC_SEQ_CST);
+}
+
+int comm_suspended(const struct weftComm *comm) {
+  return __atomic_load_n(&comm->suspended, __ATOMIC_SEQ_CST) != 0;
 }

@@ -75,6 +75,7 @@ struct weftComm {
   uint64_t check_seq;           /* collectives run through WEFT_CHECK's comparison */
   volatile uint32_t abort_flag; /* set by weftCommAbort */
   uint32_t revoked;             /* weftCommRevoke: operations are refused */
+  uint32_t suspended;           /* comm_suspend: operations are refused until comm_resume */
   uint32_t active;              /* threads inside an operation on this comm */
   uint32_t pending;             /* host-stream items naming this comm, not yet run */
   weftResult_t async_error;     /* read and set from any thread: comm_async_error(_set) */
@@ -130,6 +131,19 @@ void comm_states_destroy(struct weftComm *comm);
 /* Bytes of scratch the modules hold, and their release (NCCL_SUSPEND_MEM). */
 uint64_t comm_states_scratch_nbytes(const struct weftComm *comm);
 void comm_states_scratch_release(struct weftComm *comm);
+
+/* Suspends comm (ncclCommSuspend): refused (weftInvalidUsage, the text
+ * naming fn) while an operation runs or is queued on a stream, or when it
+ * is suspended already; otherwise operations are refused until comm_resume,
+ * and with release_scratch the modules' scratch is freed. An operation
+ * marks the comm active before it asks `suspended` (op_begin,
+ * device_op_begin), so one checked before the suspension either holds it
+ * off or refuses itself. */
+weftResult_t comm_suspend(struct weftComm *comm, int release_scratch, const char *fn);
+/* Ends comm's suspension; 0 when it was not suspended. */
+int comm_resume(struct weftComm *comm);
+/* Whether comm is suspended. */
+int comm_suspended(const struct weftComm *comm);
 
 /* A host operation on comm begins: the threads that move its network
  * connections' slots poll without sleeping a while (struct weft_transport's

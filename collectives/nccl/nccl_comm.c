@@ -1,10 +1,11 @@
 /* NCCL 2.30's communicator life cycle over weft: revoke, suspend and resume,
  * memory statistics, and grow (ncclCommGetUniqueId + ncclCommGrow).
  *
- * What weft's communicator does not keep itself (suspended, an unconsumed
- * grow id) lives in nccl_comm_state.c. */
+ * What weft's communicator does not keep itself (an unconsumed grow id)
+ * lives in nccl_comm_state.c. */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -35,8 +36,22 @@ NCCL_PROFILING_ALIAS(ncclCommRevoke);
 
 /* --- Suspend and resume ------------------------------------------------------ */
 
-/* Bytes of scratch the communicator holds for itself: what NCCL_SUSPEND_MEM
- * releases (the collectives allocate them again on first use). */
+ncclResult_t nccl_comm_usable(ncclComm_t comm, const char *fn) {
+  struct weftComm *c = COMM(comm);
+  /* a comm that is not live is weft's call to refuse, with its own words */
+  if (c == NULL || c->magic != COMM_MAGIC) return ncclSuccess;
+  const int revoked = __atomic_load_n(&c->revoked, __ATOMIC_SEQ_CST) != 0;
+  if (!revoked && !comm_suspended(c)) return ncclSuccess;
+  weftResult_t res = weft_error_set(weftInvalidUsage, "%s: communicator is %s", fn,
+                                    revoked ? "revoked" : "suspended (ncclCommResume it first)");
+  snprintf(c->last_error, sizeof c->last_error, "%s", weft_error_text());
+  return (ncclResult_t)res;
+}
+
+/* NCCL_SUSPEND_MEM releases the scratch the communicator holds for itself
+ * (the collectives allocate it again on first use). weft keeps the mark
+ * (comm_suspend): an operation that passed nccl_comm_usable before it still
+ * refuses itself once it starts. */
 NCCL_EXPORT ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags) {
   weft_error_clear();
   struct weftComm *c = COMM(comm);
@@ -46,24 +61,7 @@ NCCL_EXPORT ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags) {
     return RES(weft_error_set(weftInvalidArgument,
                               "ncclCommSuspend: unknown flags 0x%x (NCCL_SUSPEND_MEM is 0x%x)",
                               flags, NCCL_SUSPEND_MEM));
-  int old = nccl_comm_mark_suspended(comm, 1);
-  if (old < 0) return RES(weft_error_set(weftSystemError, "ncclCommSuspend: out of memory"));
-  if (old) return RES(weft_error_set(weftInvalidUsage, "ncclCommSuspend: already suspended"));
-  /* marked first, so that no new operation starts while we look */
-  if (__atomic_load_n(&c->active, __ATOMIC_ACQUIRE) != 0 ||
-      __atomic_load_n(&c->pending, __ATOMIC_ACQUIRE) != 0) {
-    nccl_comm_mark_suspended(comm, 0);
-    return RES(weft_error_set(weftInvalidUsage,
-                              "ncclCommSuspend: operations are still running or queued on a "
-                              "stream; synchronize first"));
-  }
-  if (flags & NCCL_SUSPEND_MEM) {
-    uint64_t n = comm_states_scratch_nbytes(c);
-    comm_states_scratch_release(c);
-    WEFT_INFO(LOG_INIT, "comm %p rank %d suspended, %llu scratch bytes freed", (void *)c, c->rank,
-              (unsigned long long)n);
-  }
-  return ncclSuccess;
+  return RES(comm_suspend(c, (flags & NCCL_SUSPEND_MEM) != 0, "ncclCommSuspend"));
 }
 NCCL_PROFILING_ALIAS(ncclCommSuspend);
 
@@ -71,8 +69,7 @@ NCCL_EXPORT ncclResult_t ncclCommResume(ncclComm_t comm) {
   weft_error_clear();
   weftResult_t res = comm_check(COMM(comm));
   if (res != weftSuccess) return RES(res);
-  int old = nccl_comm_mark_suspended(comm, 0);
-  if (old <= 0)
+  if (!comm_resume(COMM(comm)))
     return RES(weft_error_set(weftInvalidUsage, "ncclCommResume: communicator is not suspended"));
   return ncclSuccess;
 }
@@ -95,10 +92,9 @@ NCCL_EXPORT ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t sta
   case ncclStatGpuMemPersist:
     *value = 0;
     return ncclSuccess;
-  case ncclStatGpuMemSuspended: {
-    *value = nccl_comm_suspended(comm);
+  case ncclStatGpuMemSuspended:
+    *value = (uint64_t)comm_suspended(c);
     return ncclSuccess;
-  }
   }
   return RES(weft_error_set(weftInvalidArgument, "ncclCommMemStats: unknown statistic %d",
                             (int)stat));

@@ -1,24 +1,15 @@
-/* What weft's communicator does not keep itself for the NCCL API
- * (suspended, an unconsumed grow id): a small table keyed by communicator.
- * Operations ask nccl_comm_usable before they start; while no communicator
- * is suspended that is one atomic load, and one more of the comm's own
- * revoked flag (weftCommRevoke). */
+/* What weft's communicator does not keep itself for the NCCL API (an
+ * unconsumed grow id): a small table keyed by communicator. */
 #include <pthread.h>
-#include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../transport/status.h"
-#include "../core/comm.h"
 #include "nccl_shim.h"
-
-#define COMM(c) ((weftComm_t)(c))
 
 struct comm_state {
   ncclComm_t comm;
   int closing; /* its comm is being freed: only nccl_comm_close_end sees it */
-  int suspended;
   int grow_id_pending; /* grow_id was made and no grow has consumed it */
   ncclUniqueId grow_id;
 };
@@ -26,7 +17,6 @@ struct comm_state {
 static pthread_mutex_t states_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct comm_state *states;
 static int nstates, states_cap;
-static uint32_t nblocked; /* communicators suspended */
 
 /* comm's entry, made when create is set (NULL when out of memory). Called
  * with states_lock held. */
@@ -47,37 +37,10 @@ static struct comm_state *state_find(ncclComm_t comm, int create) {
   return s;
 }
 
-static void state_update_blocked(int was, int is) {
-  if (was && !is) __atomic_sub_fetch(&nblocked, 1, __ATOMIC_SEQ_CST);
-  if (!was && is) __atomic_add_fetch(&nblocked, 1, __ATOMIC_SEQ_CST);
-}
-
-ncclResult_t nccl_comm_usable(ncclComm_t comm, const char *fn) {
-  struct weftComm *c = COMM(comm);
-  /* a comm that is not live is weft's call to refuse, with its own words */
-  const int revoked = c != NULL && c->magic == COMM_MAGIC &&
-                      __atomic_load_n(&c->revoked, __ATOMIC_SEQ_CST) != 0;
-  int suspended = 0;
-  if (!revoked && __atomic_load_n(&nblocked, __ATOMIC_SEQ_CST) != 0) {
-    pthread_mutex_lock(&states_lock);
-    struct comm_state *s = state_find(comm, 0);
-    suspended = s != NULL && s->suspended;
-    pthread_mutex_unlock(&states_lock);
-  }
-  if (!revoked && !suspended) return ncclSuccess;
-  weftResult_t res = weft_error_set(weftInvalidUsage, "%s: communicator is %s", fn,
-                                    revoked ? "revoked" : "suspended (ncclCommResume it first)");
-  snprintf(c->last_error, sizeof c->last_error, "%s", weft_error_text());
-  return (ncclResult_t)res;
-}
-
 void nccl_comm_close_begin(ncclComm_t comm) {
   pthread_mutex_lock(&states_lock);
   struct comm_state *s = state_find(comm, 0);
-  if (s != NULL) {
-    state_update_blocked(s->suspended, 0);
-    s->closing = 1;
-  }
+  if (s != NULL) s->closing = 1;
   pthread_mutex_unlock(&states_lock);
 }
 
@@ -90,34 +53,12 @@ void nccl_comm_close_end(ncclComm_t comm, int freed) {
       *s = states[--nstates];
     } else if (state_find(comm, 0) == NULL) { /* back as it was */
       s->closing = 0;
-      state_update_blocked(0, s->suspended);
     } else { /* marked meanwhile (a caller's race): the newer entry stays */
       *s = states[--nstates];
     }
     break;
   }
   pthread_mutex_unlock(&states_lock);
-}
-
-int nccl_comm_mark_suspended(ncclComm_t comm, int value) {
-  pthread_mutex_lock(&states_lock);
-  struct comm_state *s = state_find(comm, value);
-  int old = s == NULL && !value ? 0 : -1;
-  if (s != NULL) {
-    old = s->suspended;
-    s->suspended = value;
-    state_update_blocked(old, value);
-  }
-  pthread_mutex_unlock(&states_lock);
-  return old;
-}
-
-int nccl_comm_suspended(ncclComm_t comm) {
-  pthread_mutex_lock(&states_lock);
-  struct comm_state *s = state_find(comm, 0);
-  int suspended = s != NULL && s->suspended;
-  pthread_mutex_unlock(&states_lock);
-  return suspended;
 }
 
 weftResult_t nccl_comm_grow_id_make(ncclComm_t comm, ncclUniqueId *uniqueId) {

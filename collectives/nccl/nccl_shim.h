@@ -47,8 +47,7 @@ ncclResult_t nccl_config_read(const ncclConfig_t *user, weftConfig_t *cfg,
 const char *nccl_env_alias(const char *nccl_name);
 
 /* Whether operations may start on comm: ncclInvalidUsage, with the reason as
- * comm's last error, while it is revoked or suspended (nccl_comm_state.c). Costs
- * one atomic load while no communicator is either. */
+ * comm's last error, while it is revoked or suspended (nccl_comm.c). */
 ncclResult_t nccl_comm_usable(ncclComm_t comm, const char *fn);
 /* Around the free of comm: what nccl_comm_state.c keeps about it is set
  * aside before (from then on, a communicator made at the same address gets
@@ -57,11 +56,6 @@ ncclResult_t nccl_comm_usable(ncclComm_t comm, const char *fn);
 void nccl_comm_close_begin(ncclComm_t comm);
 void nccl_comm_close_end(ncclComm_t comm, int freed);
 
-/* Sets comm's suspended mark to value; returns the previous value, or -1
- * when out of memory. */
-int nccl_comm_mark_suspended(ncclComm_t comm, int value);
-/* Whether comm is suspended. */
-int nccl_comm_suspended(ncclComm_t comm);
 /* A grow id for comm (ncclCommGetUniqueId): weftInvalidUsage while the last
  * one is unconsumed. */
 weftResult_t nccl_comm_grow_id_make(ncclComm_t comm, ncclUniqueId *uniqueId);

@@ -221,6 +221,17 @@ static void expect_stats_add_up(ncclComm_t comm, const char *when) {
          (unsigned long long)total, (unsigned long long)susp, (unsigned long long)persist);
 }
 
+struct suspender {
+  ncclComm_t comm;
+  ncclResult_t res;
+};
+
+static void *suspend_thread(void *arg) {
+  struct suspender *s = arg;
+  s->res = ncclCommSuspend(s->comm, NCCL_SUSPEND_MEM);
+  return NULL;
+}
+
 static void test_suspend(ncclComm_t world) {
   ncclComm_t comm = NULL;
   NCCL_OK(ncclCommSplit(world, 0, g_rank, &comm, NULL));
@@ -252,6 +263,23 @@ static void test_suspend(ncclComm_t world) {
   expect_sum(comm, identity, big, "after resuming");
   expect_stats_add_up(comm, "resumed");
 
+  /* an all-reduce recorded in a group before another thread suspends the
+   * communicator runs after the suspension: it refuses itself when it
+   * starts, touching neither the buffer nor the freed scratch */
+  int64_t y = 7;
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclAllReduce(&y, &y, 1, ncclInt64, ncclSum, comm, NULL));
+  struct suspender sus = {comm, ncclInternalError};
+  pthread_t th;
+  EXPECT(pthread_create(&th, NULL, suspend_thread, &sus) == 0, "pthread_create");
+  pthread_join(th, NULL);
+  EXPECT(sus.res == ncclSuccess, "ncclCommSuspend from another thread gave %d", (int)sus.res);
+  EXPECT_ERR(ncclGroupEnd(), ncclInvalidUsage, NULL, "suspended");
+  EXPECT(y == 7, "an all-reduce recorded before the suspension changed the buffer to %lld",
+         (long long)y);
+  NCCL_OK(ncclCommResume(comm));
+  expect_sum(comm, identity, big, "after a refused group");
+
   /* a suspension without NCCL_SUSPEND_MEM refuses operations too */
   NCCL_OK(ncclCommSuspend(comm, 0));
   EXPECT_ERR(ncclAllReduce(&x, &x, 1, ncclInt64, ncclSum, comm, NULL), ncclInvalidUsage, comm,
@@ -263,6 +291,29 @@ static void test_suspend(ncclComm_t world) {
   NCCL_OK(ncclCommDestroy(comm));
   if (g_rank == 0) printf("nccl_comm_test: %llu scratch bytes released by a suspension\n",
                           (unsigned long long)before);
+}
+
+/* --- Last error ------------------------------------------------------------------ */
+
+static void *failing_thread(void *arg) {
+  (void)arg;
+  ncclGetVersion(NULL);
+  return NULL;
+}
+
+/* ncclGetLastError(NULL) on a thread whose last call did not fail gives the
+ * process's last failure, as NCCL's one text does (a watchdog thread asking
+ * about another thread's failure); after the thread's own failure, that. */
+static void test_last_error_any_thread(ncclComm_t world) {
+  pthread_t th;
+  EXPECT(pthread_create(&th, NULL, failing_thread, NULL) == 0, "pthread_create");
+  pthread_join(th, NULL);
+  int v = 0;
+  NCCL_OK(ncclGetVersion(&v));
+  const char *e = ncclGetLastError(NULL);
+  EXPECT(e != NULL && strstr(e, "version is NULL") != NULL,
+         "another thread's failure not in ncclGetLastError(NULL): '%s'", e ? e : "(null)");
+  EXPECT_ERR(ncclCommSuspend(world, 0x4), ncclInvalidArgument, NULL, "unknown flags");
 }
 
 /* --- Grow ------------------------------------------------------------------------ */
@@ -495,6 +546,7 @@ int main(void) {
   test_split_bad_config(world);
   test_windows_and_refusals(world, other);
   test_suspend(world);
+  test_last_error_any_thread(world);
   test_grow(world);
   test_revoke(world);
   test_refused_destroy(world);

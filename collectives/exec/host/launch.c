@@ -15,14 +15,17 @@
 #include "run.h"
 #include "launch.h"
 
-/* Marks the comm busy, so that an abort or a revoke waits; fails if it is
- * unusable. Revoked is asked again here, after the mark (an operation
- * checked before weftCommRevoke, recorded in a group or queued on a host
- * stream, runs after it, when the abort flag is down again). */
+/* Marks the comm busy, so that an abort, a revoke or a suspension waits or
+ * refuses; fails if it is unusable. Revoked and suspended are asked again
+ * here, after the mark (an operation checked before weftCommRevoke or
+ * comm_suspend, recorded in a group or queued on a host stream, runs after
+ * it: when the abort flag is down again, or the scratch was freed). */
 static weftResult_t op_begin(struct weftComm *comm) {
   __atomic_add_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
   if (__atomic_load_n(&comm->revoked, __ATOMIC_SEQ_CST))
     return weft_error_set(weftInvalidUsage, "communicator was revoked (weftCommRevoke)");
+  if (comm_suspended(comm))
+    return weft_error_set(weftInvalidUsage, "communicator is suspended: resume it first");
   if (__atomic_load_n(&comm->abort_flag, __ATOMIC_SEQ_CST))
     return weft_error_set(weftRemoteError, "communicator was aborted");
   if (comm_async_error(comm) != weftSuccess)
