@@ -7,6 +7,20 @@
 
 static _Thread_local char error_text[1024];
 
+/* The last error text any thread set, for weft_error_text_process: a copy
+ * under a spin flag held for a memcpy. Bounded spins on both sides, so a
+ * fork that caught the flag held costs the child one text, not a hang. */
+static char process_text[sizeof error_text];
+static int process_text_busy;
+static _Thread_local char process_copy[sizeof error_text];
+
+static int process_text_lock(void) {
+  for (int i = 0; i < 100000; i++)
+    if (!__atomic_exchange_n(&process_text_busy, 1, __ATOMIC_ACQUIRE)) return 1;
+  return 0;
+}
+static void process_text_unlock(void) { __atomic_store_n(&process_text_busy, 0, __ATOMIC_RELEASE); }
+
 /* Formats into a scratch buffer first: callers may pass the current text as
  * an argument ("...: %s", weft_error_text()) to add context to it. */
 static weftResult_t error_vset(weftResult_t code, int errnum, const char *fmt, va_list ap) {
@@ -15,6 +29,10 @@ static weftResult_t error_vset(weftResult_t code, int errnum, const char *fmt, v
   if (errnum != 0 && o >= 0 && o < (int)sizeof text)
     snprintf(text + o, sizeof text - o, ": %s", strerror(errnum));
   memcpy(error_text, text, sizeof text);
+  if (process_text_lock()) {
+    memcpy(process_text, text, sizeof text);
+    process_text_unlock();
+  }
   WEFT_INFO(LOG_ALL, "error %s: %s", weftGetErrorString(code), error_text);
   return code;
 }
@@ -37,6 +55,15 @@ weftResult_t weft_error_errno(weftResult_t code, const char *fmt, ...) {
 }
 
 const char *weft_error_text(void) { return error_text; }
+
+const char *weft_error_text_process(void) {
+  process_copy[0] = '\0';
+  if (process_text_lock()) {
+    memcpy(process_copy, process_text, sizeof process_copy);
+    process_text_unlock();
+  }
+  return process_copy;
+}
 
 void weft_error_clear(void) { error_text[0] = '\0'; }
 

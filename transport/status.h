@@ -14,6 +14,9 @@ weftResult_t weft_error_errno(weftResult_t code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* The calling thread's last error text ("" if none). */
 const char *weft_error_text(void);
+/* The last error text any thread of the process set ("" if none), copied
+ * for the calling thread: valid until its next call here. */
+const char *weft_error_text_process(void);
 void weft_error_clear(void);
 
 /* Logs "-> <code's text>" at file:line at WEFT_DEBUG=TRACE: a frame of the

@@ -421,7 +421,13 @@ NCCL_EXPORT const char *ncclGetErrorString(ncclResult_t result) {
 }
 NCCL_PROFILING_ALIAS(ncclGetErrorString);
 
-NCCL_EXPORT const char *ncclGetLastError(ncclComm_t comm) { return weftGetLastError(COMM(comm)); }
+/* comm's last failure; for NULL the thread's, or where the thread's last
+ * call did not fail, the process's last (NCCL keeps one text for the
+ * process: a watchdog thread asks it about another thread's failure). */
+NCCL_EXPORT const char *ncclGetLastError(ncclComm_t comm) {
+  if (comm == NULL && weft_error_text()[0] == '\0') return weft_error_text_process();
+  return weftGetLastError(COMM(comm));
+}
 NCCL_PROFILING_ALIAS(ncclGetLastError);
 
 NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
