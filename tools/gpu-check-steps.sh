@@ -609,15 +609,36 @@ torch_has() { # python expression that must be true
   "$PY" -c "import sys, torch; sys.exit(0 if ($1) else 1)" 2>/dev/null
 }
 
-step_torch_weft() {
+# The extension's build, on its own: step torch_weft runs it, or waits for
+# the run gpu-check.sh started in the background after step build.
+step_torch_weft_build() {
   torch_has True || skip "no torch in $PY"
   local pyinc
   pyinc=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
   [ -f "$pyinc/Python.h" ] || skip "no $pyinc/Python.h to build the extension against"
   "$PY" "$ROOT/tools/torch_weft/build.py" --weft-build "$B" || fail "build.py failed"
+}
+
+step_torch_weft() {
+  local bg="$WORK/torch_weft_build" rc
+  if [ -f "$bg.pid" ]; then
+    echo "torch_weft: the build started in the background (log: torch_weft_build.log)"
+    while [ ! -f "$bg.rc" ] && kill -0 "$(cat "$bg.pid")" 2>/dev/null; do sleep 1; done
+    rc=$(cat "$bg.rc" 2>/dev/null || echo gone)
+    cat "$LOGS/torch_weft_build.log" 2>/dev/null
+    case $rc in
+      0) ;;
+      77) skip "$(cat "$LOGS/torch_weft_build.key" 2>/dev/null)" ;;
+      *) fail "build.py failed in the background (exit $rc)" ;;
+    esac
+  else
+    (step_torch_weft_build)
+    rc=$?
+    [ $rc = 0 ] || exit $rc
+  fi
   OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 "$PY" -m torch.distributed.run --standalone \
     --nproc-per-node 2 "$ROOT/tests/torch/check_ops.py" 2>&1 | tee "$LOGS/$STEP.out"
-  local rc=${PIPESTATUS[0]}
+  rc=${PIPESTATUS[0]}
   key "torch $("$PY" -c 'import torch; print(torch.__version__)'); $(grep -m1 -iE 'checks|passed|fail' "$LOGS/$STEP.out" | cut -c1-60)"
   [ $rc = 0 ] || fail "$(cat "$LOGS/$STEP.key")"
 }

@@ -41,9 +41,12 @@ export DEPS="${WEFT_GPU_CHECK_DEPS:-$ROOT/.gpu-deps}"
 
 # name | limit (s) | needs (- or gpu) | issue item | what it checks
 # In this order so that one run reaches every issue's checks before the
-# slow ones: the device suites and one perf step, then under MPS the ZeRO,
-# emulated-host and PyTorch steps and the multi-process perf steps, then
-# without MPS the larger single-process perf steps and the sanitizers.
+# slow ones: the device suites, the single-process 2- and 4-rank perf steps
+# and the sanitizers, then under MPS the 8 B latency steps, the ZeRO,
+# emulated-host and PyTorch steps and the other multi-process perf steps,
+# then without MPS the 8-rank perf step and the dead-peer check. The
+# PyTorch extension (step torch_weft) builds on the CPU in the background
+# from the end of step build on.
 STEPS='
 gtest|180|-|20|GoogleTest built from .gpu-deps with cmake when the machine has none
 configure|120|-|20|meson: release, CUDA on, device_archs=90, the matrix, no hwloc, UCX if found or carried
@@ -54,12 +57,18 @@ device_pdl|90|gpu|20.3|the device suite small messages, chained calls, two strea
 device_ipc|120|gpu|20.2|ranks in processes (cuda_ipc); a silent peer ends in a timeout error
 device_p2p|120|gpu|20.2|send/recv groups on device memory: pipelines, all-to-all, gather, scatter
 perf_ar_g2|60|gpu|20.3|all_reduce_device_perf -g 2, 8 B..128 MiB: latency and busbw
+perf_ar_g4|60|gpu|20.3|all_reduce_device_perf -g 4: memory traffic against twice the copy
+memcheck|120|gpu|20.2|compute-sanitizer memcheck on a small device sample
+racecheck|150|gpu|20.2|compute-sanitizer racecheck on a small device sample
+synccheck|120|gpu|20.2|compute-sanitizer synccheck on a small device sample
 perf_proto|60|gpu|20.3|the device tuner model: -g 2 and -g 4 under WEFT_PROTO=simple and ll, 8 B..4 MiB, and a 1-rank floor
 perf_launch|40|gpu|20.3|host time of each CUDA call on the enqueue path (tools/bench/launch_cost.cu)
 perf_channels|60|gpu|20.3|all_reduce_device_perf -g 4 and -g 2, 32-128 MiB, at WEFT_DEVICE_NCHANNELS 32, 48, 64
 perf_interleave|60|gpu|20.3|all_reduce_device_perf -g 4 and -g 2, 32-128 MiB, at WEFT_DEVICE_RING_INTERLEAVE 1, 2, 3
 mps_start|30|gpu|20.2|MPS daemon, private pipe directory, for the multi-process steps
 perf_launch_mps|30|gpu|20.3|the same as an MPS client, then two clients at once (host rows)
+perf_ar_mps|90|gpu|20.3|all_reduce_device_perf, 2 and 4 processes under MPS, and their 8 B latency over 2000 calls
+perf_pdl|60|gpu|20.3|8 B all-reduce latency over 2000 calls, 2 and 4 processes under MPS, at WEFT_DEVICE_PDL 0 and 1 alternating
 zero_math_device|60|gpu|22.2|zero_math.h kernels against the host, bit for bit
 zero_device|180|gpu|22.2|device ZeRO suites (zero_device*) under MPS: kernels; device contexts vs host, checkpoints
 weft_train_device|150|gpu|22.3|weft-train --device cuda --zero-stage 3, 4 ranks under MPS: final line vs the host run; ms per step, stage 3 / stage 0
@@ -72,8 +81,6 @@ torch_ddp|120|gpu|20.4|DDP on cuda:0, 2 ranks, through libnccl.so.2, against one
 torch_cuda_ops|180|gpu|20.4|all_to_all_single, batch_isend_irecv, FSDP2 divide factor on CUDA
 torch_weft|180|-|20.4|tools/torch_weft built against the local torch; check_ops on 2 ranks
 torch_weft_cuda|240|gpu|19.6|the weft backend on CUDA tensors: check_api, DDP, all-to-all, p2p, FSDP2 vs one process
-perf_ar_mps|90|gpu|20.3|all_reduce_device_perf, 2 and 4 processes under MPS, and their 8 B latency over 2000 calls
-perf_pdl|60|gpu|20.3|8 B all-reduce latency over 2000 calls, 2 and 4 processes under MPS, at WEFT_DEVICE_PDL 0 and 1 alternating
 device_ipc_mps|120|gpu|20.2|device_ipc under MPS
 perf_sendrecv|110|gpu|20.3|sendrecv_perf -M cuda, 2/4/8 processes
 perf_alltoall|110|gpu|20.3|alltoall_perf -M cuda, 2/4/8 processes
@@ -82,11 +89,7 @@ perf_all_gather|110|gpu|20.2|all_gather_perf -M cuda, 2/4/8 processes, 8 B..128 
 perf_reduce_scatter|110|gpu|20.2|reduce_scatter_perf -M cuda, 2/4/8 processes
 perf_types|120|gpu|20.2|all_reduce_perf -M cuda -d all -o all, 3 processes, odd sizes
 mps_stop|20|gpu|20.2|stops the MPS daemon: the single-process steps after it run without
-perf_ar_g4|60|gpu|20.3|all_reduce_device_perf -g 4: memory traffic against twice the copy
 perf_ar_g8|90|gpu|20.3|all_reduce_device_perf -g 8
-memcheck|120|gpu|20.2|compute-sanitizer memcheck on a small device sample
-racecheck|150|gpu|20.2|compute-sanitizer racecheck on a small device sample
-synccheck|120|gpu|20.2|compute-sanitizer synccheck on a small device sample
 torch_dead_peer_cuda|120|gpu|19.6|the weft backend: a rank SIGKILLed mid-DDP on CUDA tensors, the other raises DistBackendError within the timeout (no MPS)
 '
 
@@ -200,6 +203,8 @@ run_gtest() { # binary [args...]
   local log="$LOGS/$STEP.gtest"
   "$@" 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
+  echo "slowest tests (ms):"
+  sed -nE 's/^\[ +OK \] (.*) \(([0-9]+) ms\)$/\2 \1/p' "$log" | sort -rn | head -8
   key "$(gtest_key "$log")"
   if grep -q '\[  SKIPPED \]' "$log" && ! grep -q '\[  PASSED  \] [1-9]' "$log"; then
     skip "every test skipped: $(grep -m1 -A1 ': Skipped$' "$log" | tail -1 | cut -c1-60)"
@@ -382,6 +387,38 @@ save_out() {
   tar czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null
 }
 
+# Step torch_weft's build (CPU only, about 40 s) in the background while the
+# GPU steps run: started once libweft is built (after step build, or at the
+# start when the build is carried), when torch_weft is among the steps.
+torch_weft_prebuild() { # selected steps...
+  [[ " $* " == *" torch_weft "* ]] || return 0
+  [ -f "$WORK/torch_weft_build.pid" ] && return 0
+  [ -f "$B/libweft.so" ] || return 0
+  rm -f "$WORK/torch_weft_build.rc"
+  (STEP=torch_weft_build bash "$SELF" --step torch_weft_build >"$LOGS/torch_weft_build.log" 2>&1
+   echo $? >"$WORK/torch_weft_build.rc") </dev/null >/dev/null 2>&1 &
+  echo $! >"$WORK/torch_weft_build.pid"
+}
+
+# At the end: a background build the run did not wait for (its step was
+# left out for lack of time) is stopped.
+kill_tree() { # pid
+  local c
+  for c in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$c"; done
+  kill "$1" 2>/dev/null
+}
+torch_weft_prebuild_stop() {
+  local pid
+  pid=$(cat "$WORK/torch_weft_build.pid" 2>/dev/null) || return 0
+  [ -f "$WORK/torch_weft_build.rc" ] || kill_tree "$pid"
+  return 0
+}
+
+at_exit() {
+  torch_weft_prebuild_stop
+  mps_stop
+}
+
 main_run() { # selected steps...
   START=$(date +%s)
   DEADLINE=$((START + ${WEFT_GPU_CHECK_BUDGET:-560}))
@@ -398,9 +435,14 @@ main_run() { # selected steps...
   has_gpu && GPU=1
   MACHINE=$(describe_machine)
   echo "gpu-check: $MACHINE; budget ${WEFT_GPU_CHECK_BUDGET:-560} s; logs in $LOGS"
-  trap mps_stop EXIT
+  trap at_exit EXIT
   local n
-  for n in "$@"; do run_step "$n"; done
+  rm -f "$WORK"/torch_weft_build.*
+  [[ " $* " == *" build "* ]] || torch_weft_prebuild "$@"
+  for n in "$@"; do
+    run_step "$n"
+    [ "$n" = build ] && torch_weft_prebuild "$@"
+  done
   mps_stop
   print_table >"$LOGS/summary.txt"
   save_out
