@@ -8,7 +8,8 @@ closed, or every later call of the thread would be taken into it), and
 operations that copy or flatten their inputs, queued behind one that writes
 them, reading them when they run; blocking calls inside a coalescing block, and
 all_to_all_single refusing an output of another size than its input; and,
-last, abort() of a group from another thread while its operations wait. Run under
+last, abort() of a group from a Work's callback (on the backend's worker
+thread) and from another thread while its operations wait. Run under
 torchrun (2 or 3 ranks); exits non-zero with the failing checks listed.
 
 --device cuda (tools/gpu-check.sh, step torch_weft_cuda) runs the same on
@@ -20,6 +21,7 @@ object collectives on a "cuda:weft" group, which torch stages on the GPU.
 import argparse
 import os
 import sys
+import threading
 import time
 from datetime import timedelta
 
@@ -498,6 +500,63 @@ def check_abort_from_another_thread():
     check("abort: the default group works after", t, torch.full((5,), float(world)))
 
 
+def check_abort_from_a_callback():
+    """abort() of a group from a Work's callback, which the backend's worker
+    thread runs: no self-join, the callback returns, an operation queued
+    behind the one it completes raises instead of hanging, later ones raise,
+    and the default group still works."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    sub = dist.new_group(list(range(world)))
+    t = torch.ones(64, device=DEV)
+    dist.all_reduce(t, group=sub)  # connected
+    backend = sub._get_backend(DEV)
+    if r == 0:
+        # the first waits for the late ranks, so that its callback is in
+        # place before it completes (on the worker); the second queues behind
+        first = dist.all_reduce(torch.ones(64, device=DEV), group=sub, async_op=True)
+        second = dist.all_reduce(torch.ones(64, device=DEV), group=sub, async_op=True)
+        on_worker = []
+
+        def abort_it(fut):
+            on_worker.append(threading.current_thread() is not threading.main_thread())
+            backend.abort()
+            return 7
+        chained = first.get_future().then(abort_it)
+        t0 = time.monotonic()
+        got = chained.wait()
+        check("callback abort: the callback returned", torch.tensor([float(got == 7)]),
+              torch.tensor([1.0]))
+        check("callback abort: it ran on the worker thread",
+              torch.tensor([float(bool(on_worker) and on_worker[0])]), torch.tensor([1.0]))
+        raised = 0
+        try:
+            second.wait()
+        except Exception:  # noqa: BLE001
+            raised = 1
+        check("callback abort: the queued operation raised", torch.tensor([raised]),
+              torch.tensor([1]))
+        check(f"callback abort: within 10 s (took {time.monotonic() - t0:.2f} s)",
+              torch.tensor([float(time.monotonic() - t0 < 10)]), torch.tensor([1.0]))
+        raised = 0
+        try:
+            dist.all_reduce(torch.ones(4, device=DEV), group=sub)
+        except Exception:  # noqa: BLE001
+            raised = 1
+        check("callback abort: a later operation raised", torch.tensor([raised]),
+              torch.tensor([1]))
+    else:
+        time.sleep(1.0)  # late: rank 0's callback is in place by now
+        try:
+            dist.all_reduce(torch.ones(64, device=DEV), group=sub)
+            dist.all_reduce(torch.ones(64, device=DEV), group=sub)
+        except Exception:  # noqa: BLE001  (rank 0 aborted under the second)
+            pass
+        backend.abort()
+    t = torch.ones(5, device=DEV)
+    dist.all_reduce(t)
+    check("callback abort: the default group works after", t, torch.full((5,), float(world)))
+
+
 def main():
     global DEV
     ap = argparse.ArgumentParser()
@@ -521,7 +580,8 @@ def main():
     if args.device == "cuda":
         fns += [check_cuda_streams, check_cuda_objects]
     else:
-        fns += [check_abort_from_another_thread]  # last: it aborts a group
+        fns += [check_abort_from_a_callback,  # last: they abort groups
+                check_abort_from_another_thread]
     for fn in fns:
         try:
             fn()

@@ -225,19 +225,22 @@ void WeftBackend::worker_loop() {
     if (errno == 0)
       setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), std::min(cur + nice_inc, 19));
   }
+  // the queue is held here: a task's callbacks may stop the group and drop
+  // the backend (stop_worker, worker_detached)
+  std::shared_ptr<queue_state> q = queue_;
   for (;;) {
     task t;
     {
-      std::unique_lock<std::mutex> lk(queue_->mu);
-      queue_->cv.wait(lk, [this] {
-        return (queue_->stop && !queue_->busy) || (!queue_->tasks.empty() && !queue_->busy);
-      });
-      if (queue_->tasks.empty()) return; /* stopped and drained */
-      t = std::move(queue_->tasks.front());
-      queue_->tasks.pop_front();
-      queue_->busy = true;
+      std::unique_lock<std::mutex> lk(q->mu);
+      q->cv.wait(lk, [&q] { return (q->stop && !q->busy) || (!q->tasks.empty() && !q->busy); });
+      if (q->tasks.empty()) return; /* stopped and drained */
+      t = std::move(q->tasks.front());
+      q->tasks.pop_front();
+      q->busy = true;
     }
     run_busy(t);
+    std::lock_guard<std::mutex> lk(q->mu);
+    if (q->worker_detached) return;
   }
 }
 
@@ -361,8 +364,14 @@ void WeftBackend::stop_worker(bool abort_comm) {
   // revokes it, so that what the first one waits for ends now, and the
   // first one frees it only after that revoke; every later caller returns
   // once the first one is done.
+  //
+  // On the worker thread itself (a Work's callback aborts the group, or
+  // drops the last reference to it) there is no joining: the worker is
+  // detached and returns once its task is done; a later caller there does
+  // not wait for the first, which may be joining this very thread.
   weftComm_t comm = nullptr;
   bool first = false;
+  const bool on_worker = worker_.joinable() && worker_.get_id() == std::this_thread::get_id();
   {
     std::lock_guard<std::mutex> lk(comm_mu_);
     if (abort_comm) aborted_ = true;
@@ -380,14 +389,35 @@ void WeftBackend::stop_worker(bool abort_comm) {
       revoking_--;
       inflight_cv_.notify_all();
     }
-    inflight_cv_.wait(lk, [this] { return stopped_; });
+    if (!on_worker) inflight_cv_.wait(lk, [this] { return stopped_; });
     return;
   }
   // A thread may have passed its check of aborted_ and not yet be in weft:
   // the revoke ends what runs in the communicator and refuses what comes,
   // keeping it valid until every such thread has left; then it is freed.
   if (comm != nullptr && abort_comm) weftCommRevoke(comm, 0);
-  if (worker_.joinable()) worker_.join();
+  if (on_worker) {
+    // what is still queued behind the task whose callback stopped the group
+    // fails here, as the worker would have failed it
+    std::deque<task> left;
+    {
+      std::lock_guard<std::mutex> lk(queue_->mu);
+      queue_->worker_detached = true;
+      left.swap(queue_->tasks);
+    }
+    worker_.detach();
+    std::exception_ptr err;
+    try {
+      C10_THROW_ERROR(DistBackendError,
+                      c10::str("weft: the process group was ", abort_comm ? "aborted" : "shut down",
+                               " before this operation ran"));
+    } catch (...) {
+      err = std::current_exception();
+    }
+    for (auto &t : left) complete(t, err);
+  } else if (worker_.joinable()) {
+    worker_.join();
+  }
   bool aborted = false;
   {
     std::unique_lock<std::mutex> lk(comm_mu_);

@@ -118,6 +118,10 @@ struct queue_state {
    * the group shuts down or aborts */
   weftComm_t comm = nullptr;
   bool aborted = false;
+  /* the group was stopped from the worker thread itself (a Work's
+   * callback): the worker returns once that task is done, touching nothing
+   * of the backend, which may be gone by then */
+  bool worker_detached = false;
 
   void push(task t) {
     std::lock_guard<std::mutex> lk(mu);
