@@ -402,10 +402,20 @@ torch_weft_prebuild() { # selected steps...
 
 # At the end: a background build the run did not wait for (its step was
 # left out for lack of time) is stopped.
-kill_tree() { # pid
+tree_pids() { # pid: it and its descendants
   local c
-  for c in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$c"; done
-  kill "$1" 2>/dev/null
+  echo "$1"
+  for c in $(pgrep -P "$1" 2>/dev/null); do tree_pids "$c"; done
+}
+# Stopped first, so that none starts another process meanwhile.
+kill_tree() { # pid
+  local pids
+  pids=$(tree_pids "$1")
+  # shellcheck disable=SC2086 # a list of pids
+  kill -STOP $pids 2>/dev/null
+  # shellcheck disable=SC2086
+  kill -KILL $pids 2>/dev/null
+  return 0
 }
 torch_weft_prebuild_stop() {
   local pid

@@ -111,4 +111,22 @@ if [ -n "$build" ]; then
   tar tzf "$work/outdir/logs.tar.gz" | grep -q 'perf_types.log' && ok "\$OUT has the logs" ||
     bad "logs.tar.gz lacks perf_types.log"
 fi
+# step torch_weft waits for the extension's build that the run started in
+# the background (libweft being built already), where torch is at hand
+py="$(cd "$(dirname "$script")/.." && pwd)/.venv-torch/bin/python"
+if [ -n "$build" ] && [ -x "$py" ] && "$py" -c 'import torch' 2>/dev/null; then
+  WEFT_GPU_CHECK_WORK="$work/t" WEFT_GPU_CHECK_BUILD_DIR="$build" WEFT_GPU_CHECK_NO_GPU=1 \
+    WEFT_GPU_CHECK_PYTHON="$py" timeout 300 bash "$script" --only perf_flags,torch_weft \
+    >"$work/trun" 2>&1
+  rc=$?
+  tail -4 "$work/trun"
+  if [ $rc = 0 ] && grep -qE '^\| torch_weft +\| pass ' "$work/trun" &&
+    grep -q 'the build started in the background' "$work/t/logs/torch_weft.log"; then
+    ok "torch_weft took the background build"
+  else
+    bad "torch_weft with the background build: exit $rc"
+  fi
+else
+  echo "skip: torch_weft's background build (no .venv-torch with torch)"
+fi
 exit $fail
