@@ -5,7 +5,6 @@
  * lives in nccl_comm_state.c. */
 #include <pthread.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -35,18 +34,6 @@ NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
 NCCL_PROFILING_ALIAS(ncclCommRevoke);
 
 /* --- Suspend and resume ------------------------------------------------------ */
-
-ncclResult_t nccl_comm_usable(ncclComm_t comm, const char *fn) {
-  struct weftComm *c = COMM(comm);
-  /* a comm that is not live is weft's call to refuse, with its own words */
-  if (c == NULL || c->magic != COMM_MAGIC) return ncclSuccess;
-  const int revoked = __atomic_load_n(&c->revoked, __ATOMIC_SEQ_CST) != 0;
-  if (!revoked && !comm_suspended(c)) return ncclSuccess;
-  weftResult_t res = weft_error_set(weftInvalidUsage, "%s: communicator is %s", fn,
-                                    revoked ? "revoked" : "suspended (ncclCommResume it first)");
-  snprintf(c->last_error, sizeof c->last_error, "%s", weft_error_text());
-  return (ncclResult_t)res;
-}
 
 /* NCCL_SUSPEND_MEM releases the scratch the communicator holds for itself
  * (the collectives allocate it again on first use). weft keeps the mark

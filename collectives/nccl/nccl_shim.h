@@ -47,7 +47,7 @@ ncclResult_t nccl_config_read(const ncclConfig_t *user, weftConfig_t *cfg,
 const char *nccl_env_alias(const char *nccl_name);
 
 /* Whether operations may start on comm: ncclInvalidUsage, with the reason as
- * comm's last error, while it is revoked or suspended (nccl_comm.c). */
+ * comm's last error, while it is revoked or suspended (nccl_comm_state.c). */
 ncclResult_t nccl_comm_usable(ncclComm_t comm, const char *fn);
 /* Around the free of comm: what nccl_comm_state.c keeps about it is set
  * aside before (from then on, a communicator made at the same address gets
