@@ -4,22 +4,36 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static _Thread_local char error_text[1024];
 
-/* The last error text any thread set, for weft_error_text_process: a copy
- * under a spin flag held for a memcpy. Bounded spins on both sides, so a
- * fork that caught the flag held costs the child one text, not a hang. */
+/* The last failure returned to a caller on any thread (weft_error_publish),
+ * for weft_error_text_process: a copy under a spin flag held for a memcpy,
+ * the flag holding the holder's pid. A flag held in a parent when it forked
+ * is taken over by the child (another pid); bounded spins otherwise. */
 static char process_text[sizeof error_text];
-static int process_text_busy;
+static int process_text_owner;
 static _Thread_local char process_copy[sizeof error_text];
 
 static int process_text_lock(void) {
-  for (int i = 0; i < 100000; i++)
-    if (!__atomic_exchange_n(&process_text_busy, 1, __ATOMIC_ACQUIRE)) return 1;
+  const int me = (int)getpid();
+  for (int i = 0; i < 100000; i++) {
+    int holder = __atomic_load_n(&process_text_owner, __ATOMIC_RELAXED);
+    if (holder != 0 && holder != me) { /* a parent's, inherited across fork */
+      if (__atomic_compare_exchange_n(&process_text_owner, &holder, me, 0, __ATOMIC_ACQUIRE,
+                                      __ATOMIC_RELAXED))
+        return 1;
+      continue;
+    }
+    int free_ = 0;
+    if (holder == 0 && __atomic_compare_exchange_n(&process_text_owner, &free_, me, 0,
+                                                   __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+      return 1;
+  }
   return 0;
 }
-static void process_text_unlock(void) { __atomic_store_n(&process_text_busy, 0, __ATOMIC_RELEASE); }
+static void process_text_unlock(void) { __atomic_store_n(&process_text_owner, 0, __ATOMIC_RELEASE); }
 
 /* Formats into a scratch buffer first: callers may pass the current text as
  * an argument ("...: %s", weft_error_text()) to add context to it. */
@@ -29,10 +43,6 @@ static weftResult_t error_vset(weftResult_t code, int errnum, const char *fmt, v
   if (errnum != 0 && o >= 0 && o < (int)sizeof text)
     snprintf(text + o, sizeof text - o, ": %s", strerror(errnum));
   memcpy(error_text, text, sizeof text);
-  if (process_text_lock()) {
-    memcpy(process_text, text, sizeof text);
-    process_text_unlock();
-  }
   WEFT_INFO(LOG_ALL, "error %s: %s", weftGetErrorString(code), error_text);
   return code;
 }
@@ -55,6 +65,12 @@ weftResult_t weft_error_errno(weftResult_t code, const char *fmt, ...) {
 }
 
 const char *weft_error_text(void) { return error_text; }
+
+void weft_error_publish(const char *text) {
+  if (text == NULL || text[0] == '\0' || !process_text_lock()) return;
+  snprintf(process_text, sizeof process_text, "%s", text);
+  process_text_unlock();
+}
 
 const char *weft_error_text_process(void) {
   process_copy[0] = '\0';

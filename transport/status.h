@@ -14,8 +14,11 @@ weftResult_t weft_error_errno(weftResult_t code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* The calling thread's last error text ("" if none). */
 const char *weft_error_text(void);
-/* The last error text any thread of the process set ("" if none), copied
- * for the calling thread: valid until its next call here. */
+/* Records text as the process's last failure returned to a caller (an
+ * error set and then recovered from is not one). */
+void weft_error_publish(const char *text);
+/* The process's last failure on any thread ("" if none), copied for the
+ * calling thread: valid until its next call here. */
 const char *weft_error_text_process(void);
 void weft_error_clear(void);
 

@@ -279,8 +279,18 @@ static void comm_free(struct weftComm *comm) {
   if (failed) bootstrap_sweep_dead(); /* a peer that died may have left names behind */
 }
 
+/* Until no thread is inside weftCommRevoke on comm (a watchdog's revoke
+ * while the caller destroys or aborts after the failure it caused). */
+static void comm_wait_revokes(struct weftComm *comm) {
+  while (__atomic_load_n(&comm->revoking, __ATOMIC_SEQ_CST) != 0) {
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 weftResult_t weftCommDestroy(weftComm_t comm) {
   WEFT_TRY(comm_check(comm));
+  comm_wait_revokes(comm);
   comm_drain(comm);
   if (__atomic_load_n(&comm->active, __ATOMIC_ACQUIRE) != 0)
     return weft_error_set(weftInvalidUsage,
@@ -307,6 +317,7 @@ weftResult_t weftCommAbort(weftComm_t comm) {
   device_comm_abort(comm);
   comm_poison(comm);
   comm_wait_quiet(comm);
+  comm_wait_revokes(comm);
   comm_free(comm);
   return weftSuccess;
 }
@@ -323,13 +334,21 @@ weftResult_t weftCommRevoke(weftComm_t comm, int revokeFlags) {
   if (revokeFlags != 0)
     return weft_error_set(weftInvalidArgument, "weftCommRevoke: flags 0x%x (only 0 is valid)",
                           revokeFlags);
+  /* counted first: destroy and abort wait until no revoke is in here */
+  __atomic_add_fetch(&comm->revoking, 1, __ATOMIC_SEQ_CST);
   /* before the flag: an operation marks the comm active, then asks revoked
    * (op_begin, device_op_begin), so it either is waited for below or
    * refuses itself. Once: a second revoke (another thread, or the same
-   * again) only waits, as a second bootstrap revoke would leave this rank a
-   * generation ahead of its peers. */
-  if (__atomic_exchange_n(&comm->revoked, 1u, __ATOMIC_SEQ_CST)) {
-    comm_wait_quiet(comm);
+   * again) waits until the first is done (revoked 2), as a second bootstrap
+   * revoke would leave this rank a generation ahead of its peers. */
+  uint32_t none = 0;
+  if (!__atomic_compare_exchange_n(&comm->revoked, &none, 1u, 0, __ATOMIC_SEQ_CST,
+                                   __ATOMIC_SEQ_CST)) {
+    while (__atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE) != 2u) {
+      struct timespec ts = {0, 100000};
+      nanosleep(&ts, NULL);
+    }
+    __atomic_sub_fetch(&comm->revoking, 1, __ATOMIC_SEQ_CST);
     return weftSuccess;
   }
   __atomic_store_n(&comm->abort_flag, 1u, __ATOMIC_SEQ_CST);
@@ -339,16 +358,24 @@ weftResult_t weftCommRevoke(weftComm_t comm, int revokeFlags) {
   /* what failed inside the revoke (an operation cut short here or on a
    * peer) is over for the bootstrap too: split and shrink use it next */
   bootstrap_revoke(comm->bs);
-  __atomic_store_n(&comm->abort_flag, 0u, __ATOMIC_RELEASE);
-  __atomic_store_n(&comm->async_error, weftSuccess, __ATOMIC_RELEASE);
+  /* the error cleared before the flag comes down: a split that sees the
+   * flag down sees a comm without error */
+  __atomic_store_n(&comm->async_error, weftSuccess, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&comm->abort_flag, 0u, __ATOMIC_SEQ_CST);
   WEFT_INFO(LOG_INIT, "comm %p rank %d revoked", (void *)comm, comm->rank);
+  __atomic_store_n(&comm->revoked, 2u, __ATOMIC_RELEASE);
+  __atomic_sub_fetch(&comm->revoking, 1, __ATOMIC_SEQ_CST);
   return weftSuccess;
 }
 
 weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t *asyncError) {
   WEFT_TRY(comm_check(comm));
   if (asyncError == NULL) return weft_error_set(weftInvalidArgument, "asyncError is NULL");
-  if (comm_async_error(comm) == weftSuccess && device_comm_error(comm) != weftSuccess)
+  /* a revoked comm's kernels stopped because of the revoke: that is its
+   * purpose, not an error to report (nor to poison the bootstrap with,
+   * which shrink and split still use) */
+  if (!__atomic_load_n(&comm->revoked, __ATOMIC_SEQ_CST) &&
+      comm_async_error(comm) == weftSuccess && device_comm_error(comm) != weftSuccess)
     comm_fail(comm, device_comm_error(comm));
   *asyncError = comm_async_error(comm);
   return weftSuccess;

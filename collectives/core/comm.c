@@ -3,6 +3,7 @@
  * table. It calls nothing else of collectives/. */
 #include <pthread.h>
 #include <stdio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../../transport/log.h"
@@ -134,13 +135,20 @@ void comm_states_scratch_release(struct weftComm *comm) {
       comm->states[i].ops->scratch_release(comm->states[i].state);
 }
 
+/* suspended: 0, or 1 once suspended; 2 while comm_suspend decides, which
+ * an operation that marked the comm active waits out (comm_suspend_settled)
+ * instead of refusing on a suspension that may yet fail. */
+enum { SUSPEND_NONE = 0, SUSPEND_DONE = 1, SUSPEND_DECIDING = 2 };
+
 weftResult_t comm_suspend(struct weftComm *comm, int release_scratch, const char *fn) {
   /* the mark first, seq_cst as the operations' mark and their look at it */
-  if (__atomic_exchange_n(&comm->suspended, 1u, __ATOMIC_SEQ_CST))
+  uint32_t none = SUSPEND_NONE;
+  if (!__atomic_compare_exchange_n(&comm->suspended, &none, SUSPEND_DECIDING, 0,
+                                   __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
     return weft_error_set(weftInvalidUsage, "%s: already suspended", fn);
   if (__atomic_load_n(&comm->active, __ATOMIC_SEQ_CST) != 0 ||
       __atomic_load_n(&comm->pending, __ATOMIC_SEQ_CST) != 0) {
-    __atomic_store_n(&comm->suspended, 0u, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&comm->suspended, SUSPEND_NONE, __ATOMIC_SEQ_CST);
     return weft_error_set(weftInvalidUsage,
                           "%s: operations are still running or queued on a stream; "
                           "synchronize first", fn);
@@ -151,13 +159,25 @@ weftResult_t comm_suspend(struct weftComm *comm, int release_scratch, const char
     WEFT_INFO(LOG_INIT, "comm %p rank %d suspended, %llu scratch bytes freed", (void *)comm,
               comm->rank, (unsigned long long)n);
   }
+  __atomic_store_n(&comm->suspended, SUSPEND_DONE, __ATOMIC_SEQ_CST);
   return weftSuccess;
 }
 
 int comm_resume(struct weftComm *comm) {
-  return (int)__atomic_exchange_n(&comm->suspended, 0u, __ATOMIC_SEQ_CST);
+  uint32_t done = SUSPEND_DONE;
+  return __atomic_compare_exchange_n(&comm->suspended, &done, SUSPEND_NONE, 0, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_SEQ_CST);
 }
 
 int comm_suspended(const struct weftComm *comm) {
-  return __atomic_load_n(&comm->suspended, __ATOMIC_SEQ_CST) != 0;
+  return __atomic_load_n(&comm->suspended, __ATOMIC_SEQ_CST) == SUSPEND_DONE;
+}
+
+int comm_suspend_settled(const struct weftComm *comm) {
+  uint32_t v;
+  while ((v = __atomic_load_n(&comm->suspended, __ATOMIC_SEQ_CST)) == SUSPEND_DECIDING) {
+    struct timespec ts = {0, 1000};
+    nanosleep(&ts, NULL);
+  }
+  return v == SUSPEND_DONE;
 }

@@ -74,8 +74,11 @@ struct weftComm {
   uint64_t seq;                 /* collectives issued */
   uint64_t check_seq;           /* collectives run through WEFT_CHECK's comparison */
   volatile uint32_t abort_flag; /* set by weftCommAbort */
-  uint32_t revoked;             /* weftCommRevoke: operations are refused */
-  uint32_t suspended;           /* comm_suspend: operations are refused until comm_resume */
+  uint32_t revoked;             /* weftCommRevoke: operations are refused (1 while the
+                                   first revoke runs, 2 once it is done) */
+  uint32_t revoking;            /* threads inside weftCommRevoke: destroy and abort wait */
+  uint32_t suspended;           /* comm_suspend: operations are refused until comm_resume
+                                   (1; 2 while comm_suspend decides) */
   uint32_t active;              /* threads inside an operation on this comm */
   uint32_t pending;             /* host-stream items naming this comm, not yet run */
   weftResult_t async_error;     /* read and set from any thread: comm_async_error(_set) */
@@ -142,8 +145,12 @@ void comm_states_scratch_release(struct weftComm *comm);
 weftResult_t comm_suspend(struct weftComm *comm, int release_scratch, const char *fn);
 /* Ends comm's suspension; 0 when it was not suspended. */
 int comm_resume(struct weftComm *comm);
-/* Whether comm is suspended. */
+/* Whether comm is suspended (a suspension still being decided is not). */
 int comm_suspended(const struct weftComm *comm);
+/* For an operation that has marked comm active: whether comm is suspended,
+ * once a suspension being decided is decided (it then fails: the mark is
+ * seen). */
+int comm_suspend_settled(const struct weftComm *comm);
 
 /* A host operation on comm begins: the threads that move its network
  * connections' slots poll without sleeping a while (struct weft_transport's

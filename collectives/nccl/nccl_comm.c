@@ -178,9 +178,16 @@ NCCL_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUni
   }
   weftUniqueId id;
   memset(&id, 0, sizeof id);
-  res = grow_existing(c, nRanks, uniqueId, &id);
+  /* the parent is in use until the grown comm exists (its name and timeout
+   * are read there): an abort from another thread waits, as for a split */
+  __atomic_add_fetch(&c->active, 1, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&c->abort_flag, __ATOMIC_SEQ_CST))
+    res = weft_error_set(weftRemoteError, "ncclCommGrow: communicator was aborted");
+  else
+    res = grow_existing(c, nRanks, uniqueId, &id);
   if (res == weftSuccess) res = weftCommInitRankConfig((weftComm_t *)newcomm, nRanks, id, c->rank, cfgp);
   if (res != weftSuccess) snprintf(c->last_error, sizeof c->last_error, "%s", weft_error_text());
+  __atomic_sub_fetch(&c->active, 1, __ATOMIC_SEQ_CST);
   return RES(res);
 }
 NCCL_PROFILING_ALIAS(ncclCommGrow);

@@ -422,8 +422,9 @@ NCCL_EXPORT const char *ncclGetErrorString(ncclResult_t result) {
 NCCL_PROFILING_ALIAS(ncclGetErrorString);
 
 /* comm's last failure; for NULL the thread's, or where the thread's last
- * call did not fail, the process's last (NCCL keeps one text for the
- * process: a watchdog thread asks it about another thread's failure). */
+ * call did not fail, the last failure an NCCL call returned on any thread
+ * or an async error reported (NCCL keeps one text for the process: a
+ * watchdog thread asks it about another thread's failure). */
 NCCL_EXPORT const char *ncclGetLastError(ncclComm_t comm) {
   if (comm == NULL && weft_error_text()[0] == '\0') return weft_error_text_process();
   return weftGetLastError(COMM(comm));
@@ -431,7 +432,12 @@ NCCL_EXPORT const char *ncclGetLastError(ncclComm_t comm) {
 NCCL_PROFILING_ALIAS(ncclGetLastError);
 
 NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
-  return RES(weftCommGetAsyncError(COMM(comm), (weftResult_t *)asyncError));
+  ncclResult_t res = RES(weftCommGetAsyncError(COMM(comm), (weftResult_t *)asyncError));
+  /* the comm's failure, reported here, is the process's last for a
+   * watchdog's ncclGetLastError(NULL) */
+  if (res == ncclSuccess && *asyncError != ncclSuccess && *asyncError != ncclInProgress)
+    weft_error_publish(weftGetLastError(COMM(comm)));
+  return res;
 }
 NCCL_PROFILING_ALIAS(ncclCommGetAsyncError);
 

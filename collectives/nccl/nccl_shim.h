@@ -8,6 +8,7 @@
 
 #include "../../include/nccl.h"
 #include "../../include/weft.h"
+#include "../../transport/status.h"
 
 /* As in NCCL, nccl<name> is weak so that a profiling library may define its
  * own and call the real one as pnccl<name>, the same function under a
@@ -16,7 +17,13 @@
 #define NCCL_PROFILING_ALIAS(name) \
   extern __typeof__(name) p##name __attribute__((alias(#name), visibility("default")))
 
-#define RES(r) ((ncclResult_t)(r))
+/* An NCCL call's result: a failure's text becomes the process's last
+ * (ncclGetLastError(NULL) on a thread of its own). */
+static inline ncclResult_t nccl_res(weftResult_t r) {
+  if (r != weftSuccess && r != weftInProgress) weft_error_publish(weft_error_text());
+  return (ncclResult_t)r;
+}
+#define RES(r) nccl_res(r)
 
 /* Whether the calling thread is between ncclGroupStart and ncclGroupEnd. */
 int nccl_group_active(void);

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.h"
@@ -274,6 +275,93 @@ TEST(Failure, RevokeRefusesWhatAGroupRecordedBeforeIt) {
       return split_works_then_destroy(ctx, comm, "after the refused group");
     }, opts);
     for (int r = 0; r < nranks; r++) EXPECT_EQ(status[r], 0) << nranks << " ranks, rank " << r;
+  }
+}
+
+struct RevokeRace {
+  weftComm_t comm;
+  int first_back = 0;       // set by the first revoke to return
+  weftResult_t shrunk = weftInternalError;
+  char why[256] = "";
+};
+
+// Revokes; the first thread back shrinks rank 1 out at once, as a watchdog's
+// recovery does.
+void *revoke_then_shrink(void *p) {
+  RevokeRace *r = (RevokeRace *)p;
+  weftCommRevoke(r->comm, 0);
+  if (__atomic_exchange_n(&r->first_back, 1, __ATOMIC_SEQ_CST) == 0) {
+    int exclude = 1;
+    weftComm_t child = nullptr;
+    r->shrunk = weftCommShrink(r->comm, &exclude, 1, &child, nullptr);
+    if (r->shrunk != weftSuccess) snprintf(r->why, sizeof r->why, "%s", weftGetLastError(r->comm));
+    else weftCommDestroy(child);
+  }
+  return nullptr;
+}
+
+// Two threads revoke a comm at once while a call waits on it: neither
+// returns before the revoke is done, so a shrink right after the first one
+// back works. The second used to return while the abort flag was still up
+// ("communicator was aborted"). Rank 1 of the pair never calls.
+TEST(Failure, TwoRevokesAtOnceBothWaitForTheRevoke) {
+  for (int trial = 0; trial < 20; trial++) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    weftComm_t comms[2];
+    ASSERT_EQ(weftCommInitAll(comms, 2, nullptr), weftSuccess) << weftGetLastError(nullptr);
+    std::vector<float> buf(1024, 1.0f);
+    Call call{comms[0], &buf, false, weftSuccess, 0};
+    RevokeRace race{comms[0]};
+    pthread_t waiting, a, b;
+    pthread_create(&waiting, nullptr, allreduce_thread, &call);
+    usleep(2000);
+    pthread_create(&a, nullptr, revoke_then_shrink, &race);
+    pthread_create(&b, nullptr, revoke_then_shrink, &race);
+    pthread_join(a, nullptr);
+    pthread_join(b, nullptr);
+    pthread_join(waiting, nullptr);
+    EXPECT_EQ(race.shrunk, weftSuccess) << "shrink right after a revoke returned: " << race.why;
+    EXPECT_EQ(weftCommDestroy(comms[0]), weftSuccess) << weftGetLastError(comms[0]);
+    weftCommAbort(comms[1]);
+    if (HasFailure()) break;
+  }
+}
+
+struct Watchdog {
+  weftComm_t comm;
+  weftResult_t res = weftInternalError;
+};
+
+void *revoke_thread(void *p) {
+  Watchdog *w = (Watchdog *)p;
+  w->res = weftCommRevoke(w->comm, 0);
+  return nullptr;
+}
+
+// A watchdog thread revokes the comm a call waits on; the caller, its call
+// failed, destroys the comm at once. Destroy waits for the revoke still in
+// progress instead of freeing the comm under it (a use after free that the
+// sanitizer builds catch).
+TEST(Failure, DestroyRightAfterARevokeWaitsForIt) {
+  for (int trial = 0; trial < 5; trial++) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    weftComm_t comms[2];
+    ASSERT_EQ(weftCommInitAll(comms, 2, nullptr), weftSuccess) << weftGetLastError(nullptr);
+    std::vector<float> buf(1024, 1.0f);
+    Watchdog dog{comms[0]};
+    pthread_t tid;
+    std::thread caller([&] {
+      usleep(1000);
+      pthread_create(&tid, nullptr, revoke_thread, &dog);
+    });
+    weftResult_t res = weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum,
+                                     comms[0], nullptr);
+    caller.join();
+    EXPECT_NE(res, weftSuccess) << "the revoked all-reduce succeeded";
+    EXPECT_EQ(weftCommDestroy(comms[0]), weftSuccess) << weftGetLastError(comms[0]);
+    pthread_join(tid, nullptr);
+    EXPECT_EQ(dog.res, weftSuccess);
+    weftCommAbort(comms[1]);
   }
 }
 

@@ -47,7 +47,7 @@ static weftResult_t device_op_begin(struct weftComm *comm) {
   __atomic_add_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
   if (__atomic_load_n(&comm->revoked, __ATOMIC_SEQ_CST)) /* checked before it, run after */
     return weft_error_set(weftInvalidUsage, "communicator was revoked (weftCommRevoke)");
-  if (comm_suspended(comm))
+  if (comm_suspend_settled(comm))
     return weft_error_set(weftInvalidUsage, "communicator is suspended: resume it first");
   if (__atomic_load_n(&comm->abort_flag, __ATOMIC_SEQ_CST))
     return weft_error_set(weftRemoteError, "communicator was aborted");
@@ -271,10 +271,13 @@ weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan,
     if (res == weftSuccess && !comm_connected(comm, plans, 1))
       res = comm_connect_relaxed(comm, plans, 1); /* three CUDA calls saved once connected */
     if (res == weftSuccess) res = comm_launch(comm, plans, 1, (cudaStream_t)stream);
+    /* while still held: an abort waiting for it frees the comm after */
+    if (res != weftSuccess)
+      snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
     device_op_end(comm);
-  }
-  if (res != weftSuccess)
+  } else {
     snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+  }
   return res;
 }
 
@@ -292,9 +295,11 @@ static void *connect_main(void *p) {
   struct comm_part *a = p;
   a->res = device_cuda_check(cudaSetDevice(a->comm->cuda_dev >= 0 ? a->comm->cuda_dev : 0),
                              "device");
-  if (a->res == weftSuccess) a->res = device_op_begin(a->comm);
-  if (a->res == weftSuccess) a->res = comm_connect_relaxed(a->comm, a->plans, a->n);
-  device_op_end(a->comm);
+  if (a->res == weftSuccess) {
+    a->res = device_op_begin(a->comm);
+    if (a->res == weftSuccess) a->res = comm_connect_relaxed(a->comm, a->plans, a->n);
+    device_op_end(a->comm); /* ends only what it began */
+  }
   if (a->res != weftSuccess) snprintf(a->error, sizeof a->error, "%s", weft_error_text());
   return NULL;
 }
@@ -354,11 +359,13 @@ weftResult_t device_enqueue_group(struct weftComm *const *comms,
   if (res == weftSuccess) res = connect_parts(parts, nparts);
   for (size_t k = 0; k < nparts && res == weftSuccess; k++)
     res = comm_launch(parts[k].comm, parts[k].plans, parts[k].n, parts[k].stream);
-  for (size_t k = 0; k < held; k++) device_op_end(parts[k].comm);
-  if (cur >= 0) cudaSetDevice(cur);
-  for (size_t k = 0; k < nparts && res != weftSuccess; k++) /* weftGetLastError(comm) */
+  /* weftGetLastError(comm), written while the comms are held (an abort
+   * waiting for them frees them after) */
+  for (size_t k = 0; k < nparts && res != weftSuccess; k++)
     snprintf(parts[k].comm->last_error, sizeof parts[k].comm->last_error, "%s",
              weft_error_text());
+  for (size_t k = 0; k < held; k++) device_op_end(parts[k].comm);
+  if (cur >= 0) cudaSetDevice(cur);
   free(parts);
   free(sorted);
   return res;

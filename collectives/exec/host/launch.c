@@ -24,7 +24,7 @@ static weftResult_t op_begin(struct weftComm *comm) {
   __atomic_add_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
   if (__atomic_load_n(&comm->revoked, __ATOMIC_SEQ_CST))
     return weft_error_set(weftInvalidUsage, "communicator was revoked (weftCommRevoke)");
-  if (comm_suspended(comm))
+  if (comm_suspend_settled(comm))
     return weft_error_set(weftInvalidUsage, "communicator is suspended: resume it first");
   if (__atomic_load_n(&comm->abort_flag, __ATOMIC_SEQ_CST))
     return weft_error_set(weftRemoteError, "communicator was aborted");
