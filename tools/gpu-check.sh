@@ -389,38 +389,35 @@ save_out() {
 
 # Step torch_weft's build (CPU only, about 40 s) in the background while the
 # GPU steps run: started once libweft is built (after step build, or at the
-# start when the build is carried), when torch_weft is among the steps.
+# start when the build is carried), when torch_weft is among the steps. It
+# runs in a session of its own (setsid), so that what is left of it at the
+# end is stopped whole; its exit status lands in torch_weft_build.rc whole
+# (written aside, then renamed).
 torch_weft_prebuild() { # selected steps...
   [[ " $* " == *" torch_weft "* ]] || return 0
   [ -f "$WORK/torch_weft_build.pid" ] && return 0
   [ -f "$B/libweft.so" ] || return 0
+  command -v setsid >/dev/null || return 0 # step torch_weft builds it then
   rm -f "$WORK/torch_weft_build.rc"
-  (STEP=torch_weft_build bash "$SELF" --step torch_weft_build >"$LOGS/torch_weft_build.log" 2>&1
-   echo $? >"$WORK/torch_weft_build.rc") </dev/null >/dev/null 2>&1 &
+  # shellcheck disable=SC2016 # expanded by the inner shell
+  STEP=torch_weft_build setsid bash -c '
+    bash "$1" --step torch_weft_build >"$2" 2>&1
+    echo $? >"$3.tmp" && mv "$3.tmp" "$3"' _ "$SELF" "$LOGS/torch_weft_build.log" \
+    "$WORK/torch_weft_build.rc" </dev/null >/dev/null 2>&1 &
   echo $! >"$WORK/torch_weft_build.pid"
 }
 
 # At the end: a background build the run did not wait for (its step was
-# left out for lack of time) is stopped.
-tree_pids() { # pid: it and its descendants
-  local c
-  echo "$1"
-  for c in $(pgrep -P "$1" 2>/dev/null); do tree_pids "$c"; done
-}
-# Stopped first, so that none starts another process meanwhile.
-kill_tree() { # pid
-  local pids
-  pids=$(tree_pids "$1")
-  # shellcheck disable=SC2086 # a list of pids
-  kill -STOP $pids 2>/dev/null
-  # shellcheck disable=SC2086
-  kill -KILL $pids 2>/dev/null
-  return 0
-}
+# left out for lack of time) is stopped, its whole session: stopped first,
+# so that none of it starts another process meanwhile.
 torch_weft_prebuild_stop() {
   local pid
   pid=$(cat "$WORK/torch_weft_build.pid" 2>/dev/null) || return 0
-  [ -f "$WORK/torch_weft_build.rc" ] || kill_tree "$pid"
+  if [ ! -f "$WORK/torch_weft_build.rc" ]; then
+    kill -STOP -- "-$pid" 2>/dev/null
+    kill -KILL -- "-$pid" 2>/dev/null
+  fi
+  rm -f "$WORK/torch_weft_build.pid"
   return 0
 }
 

@@ -112,9 +112,13 @@ if [ -n "$build" ]; then
     bad "logs.tar.gz lacks perf_types.log"
 fi
 # step torch_weft waits for the extension's build that the run started in
-# the background (libweft being built already), where torch is at hand
-py="$(cd "$(dirname "$script")/.." && pwd)/.venv-torch/bin/python"
-if [ -n "$build" ] && [ -x "$py" ] && "$py" -c 'import torch' 2>/dev/null; then
+# the background (libweft being built already), where torch is at hand. The
+# extension is built in the tree, against the build directory: only the
+# checkout's own build, which the torch suites use too.
+repo="$(cd "$(dirname "$script")/.." && pwd)"
+py="$repo/.venv-torch/bin/python"
+if [ -n "$build" ] && [ "$(realpath "$build")" = "$(realpath "$repo/build" 2>/dev/null)" ] &&
+  [ -x "$py" ] && "$py" -c 'import torch' 2>/dev/null; then
   WEFT_GPU_CHECK_WORK="$work/t" WEFT_GPU_CHECK_BUILD_DIR="$build" WEFT_GPU_CHECK_NO_GPU=1 \
     WEFT_GPU_CHECK_PYTHON="$py" timeout 300 bash "$script" --only perf_flags,torch_weft \
     >"$work/trun" 2>&1
@@ -127,6 +131,6 @@ if [ -n "$build" ] && [ -x "$py" ] && "$py" -c 'import torch' 2>/dev/null; then
     bad "torch_weft with the background build: exit $rc"
   fi
 else
-  echo "skip: torch_weft's background build (no .venv-torch with torch)"
+  echo "skip: torch_weft's background build (needs .venv-torch with torch, and the checkout's build)"
 fi
 exit $fail
