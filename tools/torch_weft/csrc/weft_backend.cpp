@@ -57,6 +57,7 @@ WeftBackend::WeftBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank,
   check_init(weftCommInitRankConfig(&comm_, size, id, rank, &config), "weftCommInitRank");
   queue_->comm = comm_;
   worker_ = std::thread([this] { worker_loop(); });
+  worker_id_ = worker_.get_id();
 }
 
 WeftBackend::WeftBackend(weftComm_t comm, int rank, int size, std::chrono::milliseconds timeout,
@@ -68,6 +69,7 @@ WeftBackend::WeftBackend(weftComm_t comm, int rank, int size, std::chrono::milli
       queue_(std::make_shared<queue_state>()) {
   queue_->comm = comm_;
   worker_ = std::thread([this] { worker_loop(); });
+  worker_id_ = worker_.get_id();
 }
 
 c10::intrusive_ptr<c10d::Backend> WeftBackend::split(const c10::intrusive_ptr<c10d::Store> &,
@@ -205,11 +207,8 @@ void WeftBackend::enqueue(task t) {
     run_here(t);
     return;
   }
-  {
-    std::lock_guard<std::mutex> lk(queue_->mu);
-    TORCH_CHECK(!queue_->stop, "weft: ", t.name, " on a process group that was shut down");
-  }
-  queue_->push(std::move(t));
+  const char *name = t.name; /* a literal */
+  TORCH_CHECK(queue_->push(std::move(t)), "weft: ", name, " on a process group that was shut down");
 }
 
 void WeftBackend::worker_loop() {
@@ -371,7 +370,7 @@ void WeftBackend::stop_worker(bool abort_comm) {
   // not wait for the first, which may be joining this very thread.
   weftComm_t comm = nullptr;
   bool first = false;
-  const bool on_worker = worker_.joinable() && worker_.get_id() == std::this_thread::get_id();
+  const bool on_worker = worker_id_ == std::this_thread::get_id();
   {
     std::lock_guard<std::mutex> lk(comm_mu_);
     if (abort_comm) aborted_ = true;

@@ -275,6 +275,7 @@ class WeftBackend : public c10d::Backend {
   std::shared_ptr<queue_state> queue_;
   weftStream_t stream_ = nullptr; /* the CUDA stream of the task running; NULL on host memory */
   std::thread worker_;
+  std::thread::id worker_id_; /* set once at construction: read by stop_worker on any thread */
   std::mutex comm_mu_; /* guards aborted_, inflight_ and stop_worker's state */
   bool aborted_ = false;
   int inflight_ = 0; /* threads between their check of aborted_ and leaving weft */

@@ -123,11 +123,15 @@ struct queue_state {
    * of the backend, which may be gone by then */
   bool worker_detached = false;
 
-  void push(task t) {
+  // false, queuing nothing, once the group is stopping: checked under the
+  // lock that the stop takes, so no task lands behind the last one run
+  bool push(task t) {
     std::lock_guard<std::mutex> lk(mu);
+    if (stop) return false;
     release_held_locked();
     tasks.push_back(std::move(t));
     cv.notify_all();
+    return true;
   }
   void release_held() {
     std::lock_guard<std::mutex> lk(mu);
