@@ -201,7 +201,9 @@ weftResult_t weftCommAbort(weftComm_t comm);
  * split, shrunk, destroyed or aborted. Returns once no thread is in one of
  * comm's operations. Safe to call from any thread while another is blocked
  * in comm, so a caller may revoke, wait for its own threads to leave, then
- * free comm. */
+ * free comm. A second revoke (from another thread too) returns once the
+ * first is done; weftCommDestroy and weftCommAbort called while a revoke
+ * runs on another thread wait for it. */
 weftResult_t weftCommRevoke(weftComm_t comm, int revokeFlags);
 
 /* Writes the comm's asynchronous error: weftSuccess, or the error that broke
