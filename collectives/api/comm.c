@@ -260,7 +260,7 @@ static void comm_drain(struct weftComm *comm) {
 weftResult_t weftCommFinalize(weftComm_t comm) {
   WEFT_TRY(comm_check(comm));
   comm_drain(comm);
-  comm->finalized = 1;
+  __atomic_store_n(&comm->finalized, 1, __ATOMIC_RELEASE);
   return comm_async_error(comm);
 }
 

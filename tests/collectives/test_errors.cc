@@ -104,7 +104,16 @@ TEST_F(Errors, NullOutputsOfQueries) {
 
 TEST_F(Errors, FinalizedCommRefusesWork) {
   float x[4] = {0};
+  // recorded in a group before the finalize, run after it: refused when it
+  // starts, the buffer untouched
+  float y[4] = {1, 2, 3, 4}, z[4] = {9, 9, 9, 9};
+  ASSERT_EQ(weftGroupStart(), weftSuccess);
+  EXPECT_EQ(weftAllReduce(y, z, 4, weftFloat32, weftSum, comm, nullptr), weftSuccess);
   EXPECT_EQ(weftCommFinalize(comm), weftSuccess);
+  EXPECT_EQ(weftGroupEnd(), weftInvalidUsage);
+  EXPECT_NE(std::string(weftGetLastError(nullptr)).find("finalized"), std::string::npos)
+      << weftGetLastError(nullptr);
+  EXPECT_EQ(z[0], 9.0f);
   EXPECT_EQ(weftAllReduce(x, x, 4, weftFloat32, weftSum, comm, nullptr), weftInvalidUsage);
 }
 

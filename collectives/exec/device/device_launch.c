@@ -49,6 +49,8 @@ static weftResult_t device_op_begin(struct weftComm *comm) {
     return weft_error_set(weftInvalidUsage, "communicator was revoked (weftCommRevoke)");
   if (comm_suspend_settled(comm))
     return weft_error_set(weftInvalidUsage, "communicator is suspended: resume it first");
+  if (__atomic_load_n(&comm->finalized, __ATOMIC_ACQUIRE)) /* recorded before, run after */
+    return weft_error_set(weftInvalidUsage, "communicator was finalized");
   if (__atomic_load_n(&comm->abort_flag, __ATOMIC_SEQ_CST))
     return weft_error_set(weftRemoteError, "communicator was aborted");
   return device_comm_error(comm);
