@@ -22,6 +22,22 @@ static int coll_has_op(enum coll_kind c) {
   return c == COLL_ALLREDUCE || c == COLL_REDUCESCATTER || c == COLL_REDUCE;
 }
 
+/* Which of plan's buffers this rank touches: a non-root broadcast reads no
+ * input, a non-root reduce writes no output, a send has no output and a
+ * receive no input. */
+static void plan_uses(const struct weftComm *comm, const struct weft_plan *plan, int *uses_send,
+                      int *uses_recv) {
+  *uses_send = 1;
+  *uses_recv = 1;
+  switch (plan->coll) {
+    case COLL_SEND: *uses_recv = 0; break;
+    case COLL_RECV: *uses_send = 0; break;
+    case COLL_BROADCAST: *uses_send = comm->rank == plan->root; break;
+    case COLL_REDUCE: *uses_recv = comm->rank == plan->root; break;
+    default: break;
+  }
+}
+
 /* Checks plan's arguments. The count, datatype, op and root are the same on
  * every rank of a correct program, so a bad one is bad everywhere (and
  * ranks that differ are WEFT_CHECK's to find); the buffers are this rank's
@@ -63,14 +79,8 @@ static weftResult_t plan_check(struct weftComm *comm, const struct weft_plan *pl
   size_t send_nbytes = plan->count * esize, recv_nbytes = plan->count * esize;
   if (c == COLL_ALLGATHER) recv_nbytes *= n;
   if (c == COLL_REDUCESCATTER) send_nbytes *= n;
-  int uses_send = 1, uses_recv = 1;
-  switch (c) {
-    case COLL_SEND: uses_recv = 0; break;
-    case COLL_RECV: uses_send = 0; break;
-    case COLL_BROADCAST: uses_send = comm->rank == plan->root; break;
-    case COLL_REDUCE: uses_recv = comm->rank == plan->root; break;
-    default: break;
-  }
+  int uses_send, uses_recv;
+  plan_uses(comm, plan, &uses_send, &uses_recv);
   *alone_out = 1;
   if (uses_send && plan->sendbuf == NULL)
     return weft_error_set(weftInvalidArgument, "%s: sendbuff is NULL with count %zu", name,
@@ -124,8 +134,23 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
     return weftSuccess;
   }
   struct host_stream *hs = NULL;
-  /* device memory: stream is the caller's CUDA stream */
-  plan->on_device = res == weftSuccess && device_plan_on_device(plan);
+  /* device memory: stream is the caller's CUDA stream. The buffers this
+   * rank touches are all device memory or all host memory: either executor
+   * would fault on the other kind. */
+  int where = 0;
+  if (res == weftSuccess) {
+    int uses_send, uses_recv;
+    plan_uses(comm, plan, &uses_send, &uses_recv);
+    where = device_plan_on_device(plan, uses_send, uses_recv);
+  }
+  if (where < 0) {
+    res = weft_error_set(weftInvalidArgument,
+                         "%s: sendbuff and recvbuff are in different memories (one is CUDA "
+                         "device memory, the other host memory): both must be one or the other",
+                         coll_kind_name(plan->coll));
+    alone = 1;
+  }
+  plan->on_device = where > 0;
   if (res == weftSuccess && !plan->on_device && plan->count > 0 && plan->premul_device_only) {
     /* the host executor would read it; the peers may not refuse alike (their
      * buffers or ops may differ), so the comm breaks for them below */

@@ -411,6 +411,112 @@ TEST(DeviceStreams, DestroyWaitsForItsOwnKernels) {
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
+// A stream destroyed while the comm's launch on it runs, and a new one made
+// at once, which CUDA tends to give the same handle: the comm still sees a
+// switch of streams (it keys streams by id, not handle) and puts the next
+// call behind a gate. Rank 0's destroyed stream is held up 30 ms first, so
+// that without the gate the next call would run beside the first on the
+// same FIFO steps. Both rounds' results are checked.
+TEST(DeviceStreams, ANewStreamWithAnOldHandleIsStillAnotherStream) {
+  REQUIRE_GPU();
+  ScopedEnv env({{"WEFT_TIMEOUT", "20"}});
+  const int k = 2;
+  const size_t n = 4 << 20;
+  Ranks ranks(k);
+  auto input = [](int r, int j, size_t i) { return (float)((i * 11 + (size_t)r * 17) % 101 + j * 500); };
+  std::vector<std::vector<float *>> buf(k, std::vector<float *>(2));
+  std::vector<float> h(n);
+  for (int r = 0; r < k; r++)
+    for (int j = 0; j < 2; j++) {
+      for (size_t i = 0; i < n; i++) h[i] = input(r, j, i);
+      ASSERT_EQ(cudaMalloc((void **)&buf[r][j], n * sizeof(float)), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(buf[r][j], h.data(), n * sizeof(float), cudaMemcpyHostToDevice),
+                cudaSuccess);
+    }
+  std::vector<cudaStream_t> a(k), b(k);
+  for (int r = 0; r < k; r++)
+    ASSERT_EQ(cudaStreamCreateWithFlags(&a[r], cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaLaunchHostFunc(a[0], [](void *) { usleep(30000); }, nullptr), cudaSuccess);
+  ASSERT_EQ(weftGroupStart(), weftSuccess);
+  for (int r = 0; r < k; r++)
+    ASSERT_EQ(weftAllReduce(buf[r][0], buf[r][0], n, weftFloat32, weftSum, ranks.comms[r], a[r]),
+              weftSuccess);
+  ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+  int reused = 0;
+  for (int r = 0; r < k; r++) {
+    ASSERT_EQ(cudaStreamDestroy(a[r]), cudaSuccess); // its work goes on
+    ASSERT_EQ(cudaStreamCreateWithFlags(&b[r], cudaStreamNonBlocking), cudaSuccess);
+    reused += b[r] == a[r];
+  }
+  printf("new streams with a destroyed one's handle: %d of %d\n", reused, k);
+  ASSERT_EQ(weftGroupStart(), weftSuccess);
+  for (int r = 0; r < k; r++)
+    ASSERT_EQ(weftAllReduce(buf[r][1], buf[r][1], n, weftFloat32, weftSum, ranks.comms[r], b[r]),
+              weftSuccess);
+  ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+  for (int r = 0; r < k; r++) ASSERT_EQ(cudaStreamSynchronize(b[r]), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (int r = 0; r < k; r++)
+    for (int j = 0; j < 2; j++) {
+      ASSERT_EQ(cudaMemcpy(h.data(), buf[r][j], n * sizeof(float), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      for (size_t i = 0; i < n; i++)
+        ASSERT_EQ(h[i], input(0, j, i) + input(1, j, i)) << "rank " << r << " round " << j << " i " << i;
+      cudaFree(buf[r][j]);
+    }
+  for (int r = 0; r < k; r++) cudaStreamDestroy(b[r]);
+}
+
+// The buffers a rank touches must all be device memory or all host memory:
+// a device input with a host output (and the reverse) is refused with an
+// error that says so, before either executor touches them; a non-root
+// reduce, which writes no output, runs on the device whatever its unused
+// output pointer is.
+TEST(DeviceRefusals, MixedDeviceAndHostBuffers) {
+  REQUIRE_GPU();
+  ScopedEnv env({{"WEFT_TIMEOUT", "20"}});
+  const int k = 2;
+  const size_t n = 1000;
+  std::vector<float *> d(k);
+  std::vector<std::vector<float>> host(k, std::vector<float>(n, -1.0f));
+  for (int r = 0; r < k; r++) {
+    ASSERT_EQ(cudaMalloc((void **)&d[r], n * sizeof(float)), cudaSuccess);
+    std::vector<float> h(n, (float)(r + 1));
+    ASSERT_EQ(cudaMemcpy(d[r], h.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  for (bool device_input : {true, false}) {
+    Ranks ranks(k);
+    ASSERT_EQ(weftGroupStart(), weftSuccess);
+    for (int r = 0; r < k; r++) {
+      const void *in = device_input ? (const void *)d[r] : (const void *)host[r].data();
+      void *out = device_input ? (void *)host[r].data() : (void *)d[r];
+      EXPECT_EQ(weftAllReduce(in, out, n, weftFloat32, weftSum, ranks.comms[r], ranks.streams[r]),
+                weftInvalidArgument);
+      EXPECT_NE(std::string(weftGetLastError(ranks.comms[r])).find("different memories"),
+                std::string::npos)
+          << weftGetLastError(ranks.comms[r]);
+    }
+    weftGroupEnd();
+    for (int r = 0; r < k; r++) EXPECT_EQ(host[r][0], -1.0f) << "a refused call wrote its output";
+  }
+  // reduce to rank 1: rank 0 passes a host pointer it never writes
+  Ranks ranks(k);
+  float unused = -2.0f;
+  ASSERT_EQ(weftGroupStart(), weftSuccess);
+  for (int r = 0; r < k; r++)
+    ASSERT_EQ(weftReduce(d[r], r == 1 ? (void *)d[r] : (void *)&unused, n, weftFloat32, weftSum, 1,
+                         ranks.comms[r], ranks.streams[r]),
+              weftSuccess)
+        << weftGetLastError(ranks.comms[r]);
+  ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+  ranks.sync();
+  std::vector<float> h(n);
+  ASSERT_EQ(cudaMemcpy(h.data(), d[1], n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (size_t i = 0; i < n; i++) ASSERT_EQ(h[i], 3.0f) << "i " << i;
+  EXPECT_EQ(unused, -2.0f);
+  for (int r = 0; r < k; r++) cudaFree(d[r]);
+}
+
 bool float_and_int8(weftDataType_t t) { return t == weftFloat32 || t == weftInt8; }
 
 // GPUs without peer access connect through FIFOs in pinned host memory

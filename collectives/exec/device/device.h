@@ -11,10 +11,11 @@
 /* Whether this build has the device executor. */
 int device_built(void);
 
-/* Whether the plan's buffers are CUDA device memory, so that the device
- * executor runs it (and stream is a cudaStream_t). Host memory, or no CUDA
- * context on this thread, says no. Does not block. */
-int device_plan_on_device(const struct weft_plan *plan);
+/* Whether the buffers of plan this rank touches (uses_send, uses_recv) are
+ * CUDA device memory, so that the device executor runs it (and stream is a
+ * cudaStream_t): 1; host memory, or no CUDA context on this thread: 0; one
+ * of each: -1. Does not block. */
+int device_plan_on_device(const struct weft_plan *plan, int uses_send, int uses_recv);
 
 /* Checks a CUDA device ordinal (CommInitAll's devlist); weftInvalidUsage when
  * it names no device or the build has no CUDA. */

@@ -122,8 +122,17 @@ void device_ctx_make(void) {
     cudaGetLastError();
 }
 
-int device_plan_on_device(const struct weft_plan *plan) {
-  return device_ptr_on_device(plan->recvbuf != NULL ? plan->recvbuf : plan->sendbuf);
+int device_plan_on_device(const struct weft_plan *plan, int uses_send, int uses_recv) {
+  const void *first = uses_recv ? plan->recvbuf : NULL, *second = uses_send ? plan->sendbuf : NULL;
+  if (first == NULL) {
+    first = second;
+    second = NULL;
+  }
+  if (first == NULL) /* nothing touched (no elements): as the buffers say */
+    first = plan->recvbuf != NULL ? plan->recvbuf : plan->sendbuf;
+  const int on = device_ptr_on_device(first);
+  if (second == NULL || second == first) return on;
+  return device_ptr_on_device(second) == on ? on : -1;
 }
 
 weftResult_t device_check_ordinal(int dev) {
@@ -248,19 +257,19 @@ static int device_comm_wait(struct device_comm *d, uint64_t timeout_ns) {
   return 1;
 }
 
-weftResult_t device_comm_stream_check(struct device_comm *d, cudaStream_t stream) {
+weftResult_t device_comm_stream_check(struct device_comm *d, cudaStream_t stream, uint64_t key) {
   /* the NULL, legacy and per-thread streams are the current device's, which
-   * the launch has made the comm's; a stream being captured cannot be asked
-   * (a global-mode capture refuses the question and is broken by it): it is
-   * checked at its first use outside a capture */
-  if ((uintptr_t)stream <= 2 || stream == d->stream_checked) return weftSuccess;
-  if (!device_stream_uncaptured(stream)) return weftSuccess;
+   * the launch has made the comm's. A stream being captured is not asked
+   * (a global-mode capture refuses the question and is broken by it): the
+   * caller checks it at its first use outside a capture. Known by its key,
+   * not its handle, which a new stream may have on another device. */
+  if (key <= 2 || key == d->stream_checked) return weftSuccess;
   int dev = -1;
   CUDA_TRY(cudaStreamGetDevice(stream, &dev), "the stream's device");
   if (dev != d->dev)
     return weft_error_set(weftInvalidArgument, "a stream of CUDA device %d given to a "
                           "communicator of device %d", dev, d->dev);
-  d->stream_checked = stream;
+  d->stream_checked = key;
   return weftSuccess;
 }
 
@@ -282,8 +291,8 @@ static void device_ring_close(struct device_comm *d) {
 void device_comm_free(struct weftComm *comm) {
   struct device_comm *d = comm->device;
   if (d == NULL) return;
-  int prev = -1;
-  cudaGetDevice(&prev);
+  struct device_ctx_saved prev; /* a thread without a context (a collector's) keeps none */
+  device_ctx_save(&prev);
   cudaSetDevice(d->dev);
   /* the FIFOs, and the words the kernels report in, may be in use until then */
   if (d->flags_h == NULL || device_comm_wait(d, comm->timeout_ns)) {
@@ -298,7 +307,7 @@ void device_comm_free(struct weftComm *comm) {
               "device memory stays allocated", comm->rank, (unsigned long long)d->done.seq);
   }
   cudaGetLastError();
-  if (prev >= 0) cudaSetDevice(prev);
+  device_ctx_restore(&prev);
   free(d);
   comm->device = NULL;
 }

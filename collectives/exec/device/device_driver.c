@@ -1,6 +1,7 @@
 /* Driver entry points, found through the runtime (no link to libcuda):
  * whether this thread has a context, an allocation's range, and the kernel
- * launches; and the per-thread stream's caller. */
+ * launches; and what tells a call's stream from the others (its id, and
+ * the per-thread stream's caller). */
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -17,6 +18,7 @@
  * (docs/cuda.md, "Where the enqueue goes"). */
 static struct {
   PFN_cuCtxGetCurrent_v4000 ctx_get_current;
+  PFN_cuCtxSetCurrent_v4000 ctx_set_current;
   PFN_cuCtxGetId_v12000 ctx_get_id;
   PFN_cuLaunchKernel_v4000 launch;
   PFN_cuLaunchKernelEx_v11060 launch_ex;
@@ -37,6 +39,7 @@ static void *drv_entry(const char *name) {
 
 static void drv_lookup(void) {
   drv.ctx_get_current = (PFN_cuCtxGetCurrent_v4000)drv_entry("cuCtxGetCurrent");
+  drv.ctx_set_current = (PFN_cuCtxSetCurrent_v4000)drv_entry("cuCtxSetCurrent");
   drv.ctx_get_id = (PFN_cuCtxGetId_v12000)drv_entry("cuCtxGetId");
   drv.error_string = (PFN_cuGetErrorString_v6000)drv_entry("cuGetErrorString");
   drv.mem_range = (PFN_cuMemGetAddressRange_v3020)drv_entry("cuMemGetAddressRange");
@@ -56,6 +59,23 @@ static CUcontext ctx_current(void) {
 }
 
 int device_ctx_current(void) { return ctx_current() != NULL; }
+
+void device_ctx_save(struct device_ctx_saved *s) {
+  s->ctx = ctx_current();
+  s->dev = -1;
+  if (s->ctx != NULL && cudaGetDevice(&s->dev) != cudaSuccess) {
+    cudaGetLastError();
+    s->dev = -1;
+  }
+}
+
+void device_ctx_restore(const struct device_ctx_saved *s) {
+  if (drv.ctx_set_current != NULL) { /* NULL too: the thread had none */
+    drv.ctx_set_current((CUcontext)s->ctx);
+    return;
+  }
+  if (s->dev >= 0 && cudaSetDevice(s->dev) != cudaSuccess) cudaGetLastError();
+}
 
 uint64_t device_ctx_key(void) {
   CUcontext ctx = ctx_current();
@@ -148,6 +168,16 @@ const char *device_kernel_launch(const void *fn, cudaKernel_t *handle, dim3 grid
   }
   if (k == RUNTIME_LAUNCH) return runtime_launch(fn, grid, block, args, stream, pdl);
   return driver_launch(k, grid, block, args, stream, pdl);
+}
+
+uint64_t device_stream_key(cudaStream_t stream) {
+  if ((uintptr_t)stream <= 2) return (uintptr_t)stream;
+  unsigned long long id = 0;
+  if (cudaStreamGetId(stream, &id) != cudaSuccess) { /* the handle, apart from every id */
+    cudaGetLastError();
+    return (uint64_t)(uintptr_t)stream | (1ull << 63);
+  }
+  return (uint64_t)id + 3;
 }
 
 uintptr_t device_stream_thread(cudaStream_t stream) {

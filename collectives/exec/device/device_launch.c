@@ -147,7 +147,7 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
   dim3 grid = {(unsigned)nch, 1, 1}, block = {launch_nthreads(nbytes, nch, proto), 1, 1};
   WEFT_TRY(ring_kernel_launch(d, &w, (int)plan->datatype, device_op_index(plan->op), grid, block,
                               stream));
-  device_done_commit(d, &w.done, stream, device_stream_thread(stream), nch);
+  device_done_commit(d, &w.done, nch);
   if (announce) device_net_expect_ring(comm, d, plan, nch);
   return weftSuccess;
 }
@@ -162,8 +162,8 @@ static cudaKernel_t gate_handle;
  * after another whatever streams the caller uses (as NCCL orders a
  * communicator's operations). */
 static weftResult_t comm_gate(struct device_comm *d, cudaStream_t stream, int captured) {
-  if (!launch_done_gated(&d->done, device_ended_h(d), (uintptr_t)stream,
-                         device_stream_thread(stream), captured))
+  if (!launch_done_gated(&d->done, device_ended_h(d), (uintptr_t)d->call_stream, d->call_thread,
+                         captured))
     return weftSuccess;
   const uint64_t *ended = device_ended_d(d);
   uint64_t seq = d->done.seq;
@@ -192,8 +192,14 @@ static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *c
   if (res == weftSuccess && prev != comm->cuda_dev)
     res = device_cuda_check(cudaSetDevice(comm->cuda_dev), "setting the device");
   struct device_comm *d = comm->device;
-  if (res == weftSuccess && d != NULL) res = device_comm_stream_check(d, stream);
   const int captured = res == weftSuccess && !device_stream_uncaptured(stream);
+  /* what the launches are counted on, and compared with, below: a stream
+   * a graph captures is neither asked nor counted */
+  if (res == weftSuccess && d != NULL && !captured) {
+    d->call_stream = device_stream_key(stream);
+    d->call_thread = device_stream_thread(stream);
+    res = device_comm_stream_check(d, stream, d->call_stream);
+  }
   if (res == weftSuccess && d != NULL) res = comm_gate(d, stream, captured);
   if (res == weftSuccess && d != NULL && d->crosses_hosts) device_net_kick(comm, d);
   const int announce = res == weftSuccess && d != NULL && d->crosses_hosts && !captured;

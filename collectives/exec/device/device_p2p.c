@@ -296,7 +296,7 @@ weftResult_t device_p2p_launch(struct weftComm *comm, struct device_comm *d,
   const char *why =
       device_kernel_launch((const void *)weft_p2p_kernel, &handle, grid, block, args, stream, 0);
   if (why != NULL) return weft_error_set(weftSystemError, "cuda: launching the p2p kernel: %s", why);
-  device_done_commit(d, &w.done, stream, device_stream_thread(stream), w.nblocks);
+  device_done_commit(d, &w.done, w.nblocks);
   for (int i = 0; announce && i < w.nops; i++) {
     const struct p2p_op *o = &w.ops[i];
     if (o->self) continue;

@@ -51,7 +51,11 @@ struct device_comm {
   uint32_t *flags_d;
   struct device_p2p p2p;
   struct launch_done done; /* the launches made, which destroy and abort wait for */
-  cudaStream_t stream_checked; /* the last stream found on the comm's device */
+  uint64_t stream_checked; /* the key of the last stream found on the comm's device */
+  /* the stream of the call being launched, as its launches are counted:
+   * device_stream_key's key and device_stream_thread's thread (comm_launch) */
+  uint64_t call_stream;
+  uintptr_t call_thread;
 };
 
 /* The comm's device state, made on first use (local); and with its ring
@@ -76,15 +80,22 @@ static inline void device_done_fill(const struct device_comm *d, int captured,
  * thread of the process ever gets (a pthread_t is reused once its thread
  * ends); 0 for every other stream (device_driver.c). */
 uintptr_t device_stream_thread(cudaStream_t stream);
+/* A key for stream that no other stream of the process ever has: a made
+ * stream's unique id (cudaStreamGetId; a destroyed stream's handle comes
+ * back for the next one made), 3 and up; the NULL, legacy and per-thread
+ * handles (0, 1, 2), which are never destroyed, as they are. Not to be
+ * asked of a stream a graph captures. */
+uint64_t device_stream_key(cudaStream_t stream);
+/* Counts a launch on the call's stream (d->call_stream, d->call_thread). */
 static inline void device_done_commit(struct device_comm *d, const struct dev_done *done,
-                                      cudaStream_t stream, uintptr_t thread, int nblocks) {
-  launch_done_commit(&d->done, done, (uintptr_t)stream, thread, nblocks);
+                                      int nblocks) {
+  launch_done_commit(&d->done, done, (uintptr_t)d->call_stream, d->call_thread, nblocks);
 }
 /* Refuses a stream of another device than the comm's (a kernel launched
  * through the driver runs in its stream's context: device_kernel_launch);
  * asked again only when the stream changes, and not while a graph captures
  * it (the question would break a global-mode capture). */
-weftResult_t device_comm_stream_check(struct device_comm *d, cudaStream_t stream);
+weftResult_t device_comm_stream_check(struct device_comm *d, cudaStream_t stream, uint64_t key);
 
 /* Threads of a block that moves nbytes at a time, per_thread bytes a
  * thread in one pass of its copy loop: from one warp up to DEV_NTHREADS, so
@@ -109,6 +120,16 @@ static inline weftResult_t device_cuda_check(cudaError_t err, const char *what) 
  * buffer it holds can be device memory it allocated, and asking would
  * create a context. */
 int device_ctx_current(void);
+/* The thread's current CUDA context, saved before a call that sets the
+ * device and put back after: as it was, none included (cudaSetDevice back
+ * to the device cudaGetDevice said would make device 0's context on a
+ * thread that had none). */
+struct device_ctx_saved {
+  void *ctx; /* CUcontext; NULL: none */
+  int dev;   /* its device, for a driver without cuCtxSetCurrent */
+};
+void device_ctx_save(struct device_ctx_saved *s);
+void device_ctx_restore(const struct device_ctx_saved *s);
 /* This thread's current context as a number no other context of the
  * process gets (cuCtxGetId, plus one); 0 without a context, or where the
  * driver has no ids. */
