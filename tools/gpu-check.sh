@@ -53,7 +53,7 @@ configure|120|-|20|meson: release, CUDA on, device_archs=90, the matrix, no hwlo
 build|420|-|20.1|ninja on every core: every CUDA part compiles
 perf_flags|60|-|20.1|perf tools take -d, -o, -c with -M cuda; all_reduce_device_perf too
 device|240|gpu|20.2|device suite: every collective x datatype x op, 2-4 ranks on the GPU, graphs
-device_pdl|90|gpu|20.3|the device suite small messages, chained calls, two streams and graphs with WEFT_DEVICE_PDL=1
+device_plain|90|gpu|20.3|the device suite small messages, chained calls, two streams and graphs with WEFT_DEVICE_PDL=0 (no overlapped launches)
 device_ipc|120|gpu|20.2|ranks in processes (cuda_ipc); a silent peer ends in a timeout error
 device_p2p|120|gpu|20.2|send/recv groups on device memory: pipelines, all-to-all, gather, scatter
 perf_ar_g2|60|gpu|20.3|all_reduce_device_perf -g 2, 8 B..128 MiB: latency and busbw

@@ -30,12 +30,12 @@ struct weft_param cuda_params[] = {
      "collectives': one slot) each channel runs together, 1 to 3 (ranks that differ take the "
      "fewest): step s of each before step s + 1 of any, so that a step's wait for the previous "
      "rank overlaps the other loops' steps; 1 runs one loop after another", 0, 0, NULL},
-    [CUDA_P_PDL] = {"WEFT_DEVICE_PDL", PARAM_INT, "0",
+    [CUDA_P_PDL] = {"WEFT_DEVICE_PDL", PARAM_INT, "1",
      "1 launches a device ring collective of one channel (a small message) with programmatic "
      "dependent launch on GPUs of compute capability 9.0 and later: the GPU schedules its "
      "kernel while the stream's previous kernel still runs, and the kernel waits for that one "
-     "before it reads anything; not while the stream is captured into a graph; 0 off", 0, 0,
-     NULL},
+     "before it reads anything; not while the stream is captured into a graph; 0 launches "
+     "every kernel after the stream's previous one", 0, 0, NULL},
     [CUDA_P_PTR_CACHE] = {"WEFT_DEVICE_PTR_CACHE", PARAM_INT, "1",
      "1 remembers, per thread, the ranges of the last device allocations a call's buffers lay "
      "in, so that later calls on them skip the pointer query (a sixth of a microsecond); 0 "
