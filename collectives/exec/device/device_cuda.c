@@ -131,7 +131,7 @@ int device_plan_on_device(const struct weft_plan *plan, int uses_send, int uses_
   if (first == NULL) /* nothing touched (no elements): as the buffers say */
     first = plan->recvbuf != NULL ? plan->recvbuf : plan->sendbuf;
   const int on = device_ptr_on_device(first);
-  if (second == NULL || second == first) return on;
+  if (second == NULL || second == first || plan->count == 0) return on; /* none touched */
   return device_ptr_on_device(second) == on ? on : -1;
 }
 
