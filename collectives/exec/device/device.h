@@ -46,6 +46,9 @@ struct device_gpu_ident {
                             set its channel count itself (then the kernels' occupancy) */
   int32_t want_channels; /* device_nchannels of its own settings, without the cap */
   int32_t want_interleave; /* its WEFT_DEVICE_RING_INTERLEAVE, -1 when out of range */
+  int64_t bus_id;          /* its PCI address as topo.h's bus_id (-1: unknown): a
+                              peer in another process whose GPU has none yet learns
+                              whether the two GPUs reach each other (device_hops.c) */
 };
 /* How many of the n ranks share the GPU that most of them share (1 or more). */
 int device_busiest_gpu(const struct device_gpu_ident *ids, int n);

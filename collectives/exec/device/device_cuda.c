@@ -122,6 +122,17 @@ void device_ctx_make(void) {
     cudaGetLastError();
 }
 
+int64_t device_bus_id(int dev) {
+  int domain = 0, bus = 0, slot = 0;
+  if (cudaDeviceGetAttribute(&domain, cudaDevAttrPciDomainId, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bus, cudaDevAttrPciBusId, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&slot, cudaDevAttrPciDeviceId, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return (int64_t)domain << 20 | (int64_t)bus << 12 | (int64_t)slot << 4;
+}
+
 int device_plan_on_device(const struct weft_plan *plan, int uses_send, int uses_recv) {
   const void *first = uses_recv ? plan->recvbuf : NULL, *second = uses_send ? plan->sendbuf : NULL;
   if (first == NULL) {
@@ -372,6 +383,7 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
                                       comm->cfg_min_channels, comm->cfg_max_channels,
                                       DEV_MAX_CHANNELS);
   info[comm->rank].want_interleave = il_bad ? -1 : (int32_t)il64;
+  info[comm->rank].bus_id = device_bus_id(d->dev);
   /* this rank's launches only: nothing the peers need to agree on */
   d->pdl = param_int(&cuda_params[CUDA_P_PDL]) != 0 && ring_kernels_wait_for_pdl(&prop);
   weftResult_t res = bootstrap_allgather(comm->bs, info, sizeof *info);
@@ -390,7 +402,10 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
       res = weft_error_set(weftInvalidArgument,
                            "rank %d's WEFT_DEVICE_RING_INTERLEAVE is not 1 to %d", i, il_max);
   if (res == weftSuccess) {
-    for (int i = 0; i < n; i++) comm->peers[i].cuda_dev = info[i].dev;
+    for (int i = 0; i < n; i++) {
+      comm->peers[i].cuda_dev = info[i].dev;
+      if (comm->peers[i].bus_id < 0) comm->peers[i].bus_id = info[i].bus_id;
+    }
     int cap = device_channel_cap(info, n);
     nch = device_nchannels_agreed(info, n, cap);
     d->interleave = device_interleave_agreed(info, n);

@@ -72,21 +72,24 @@ static weftResult_t p2p_alloc(struct weftComm *comm, struct device_p2p *p) {
  * did not would wait on lanes the other never fills. */
 static weftResult_t p2p_exchange_info(struct weftComm *comm, struct device_p2p *p,
                                       const char *want) {
-  int32_t mine[2] = {comm->cuda_dev, p->nlanes};
-  comm->peers[comm->rank].cuda_dev = mine[0]; /* the hop's receiver or sender: this rank */
+  /* its device, lanes and GPU's PCI address (whether two processes' GPUs
+   * reach each other: device_hops.c) */
+  int64_t mine[3] = {comm->cuda_dev, p->nlanes, device_bus_id(comm->cuda_dev)};
+  comm->peers[comm->rank].cuda_dev = (int)mine[0]; /* the hop's receiver or sender: this rank */
   for (int r = 0; r < comm->nranks; r++)
     if (want[r] && !p->known[r])
       WEFT_TRY(bootstrap_send(comm->bs, r, TAG_DEV_INFO, mine, sizeof mine));
   weftResult_t res = weftSuccess;
   for (int r = 0; r < comm->nranks; r++) {
     if (!want[r] || p->known[r]) continue;
-    int32_t theirs[2];
+    int64_t theirs[3];
     WEFT_TRY(bootstrap_recv(comm->bs, r, TAG_DEV_INFO, theirs, sizeof theirs));
-    comm->peers[r].cuda_dev = theirs[0];
+    comm->peers[r].cuda_dev = (int)theirs[0];
+    if (comm->peers[r].bus_id < 0) comm->peers[r].bus_id = theirs[2];
     if (theirs[1] != p->nlanes && res == weftSuccess)
       res = weft_error_set(weftInvalidUsage,
                            "WEFT_P2P_LANES differs between ranks: rank %d has %d, rank %d has "
-                           "%d (set it alike on every rank)", r, theirs[1], comm->rank,
+                           "%d (set it alike on every rank)", r, (int)theirs[1], comm->rank,
                            p->nlanes);
     else p->known[r] = 1;
   }

@@ -120,6 +120,9 @@ static inline weftResult_t device_cuda_check(cudaError_t err, const char *what) 
  * buffer it holds can be device memory it allocated, and asking would
  * create a context. */
 int device_ctx_current(void);
+/* CUDA device dev's PCI address as topo.h's bus_id (function 0); -1 when
+ * CUDA cannot say. */
+int64_t device_bus_id(int dev);
 /* The thread's current CUDA context, saved before a call that sets the
  * device and put back after: as it was, none included (cudaSetDevice back
  * to the device cudaGetDevice said would make device 0's context on a
