@@ -122,17 +122,6 @@ void device_ctx_make(void) {
     cudaGetLastError();
 }
 
-int64_t device_bus_id(int dev) {
-  int domain = 0, bus = 0, slot = 0;
-  if (cudaDeviceGetAttribute(&domain, cudaDevAttrPciDomainId, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&bus, cudaDevAttrPciBusId, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&slot, cudaDevAttrPciDeviceId, dev) != cudaSuccess) {
-    cudaGetLastError();
-    return -1;
-  }
-  return (int64_t)domain << 20 | (int64_t)bus << 12 | (int64_t)slot << 4;
-}
-
 int device_plan_on_device(const struct weft_plan *plan, int uses_send, int uses_recv) {
   const void *first = uses_recv ? plan->recvbuf : NULL, *second = uses_send ? plan->sendbuf : NULL;
   if (first == NULL) {

@@ -1,7 +1,7 @@
 /* Driver entry points, found through the runtime (no link to libcuda):
  * whether this thread has a context, an allocation's range, and the kernel
- * launches; and what tells a call's stream from the others (its id, and
- * the per-thread stream's caller). */
+ * launches; what tells a call's stream from the others (its id, and the
+ * per-thread stream's caller); and a GPU's PCI address. */
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -168,6 +168,17 @@ const char *device_kernel_launch(const void *fn, cudaKernel_t *handle, dim3 grid
   }
   if (k == RUNTIME_LAUNCH) return runtime_launch(fn, grid, block, args, stream, pdl);
   return driver_launch(k, grid, block, args, stream, pdl);
+}
+
+int64_t device_bus_id(int dev) {
+  int domain = 0, bus = 0, slot = 0;
+  if (cudaDeviceGetAttribute(&domain, cudaDevAttrPciDomainId, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bus, cudaDevAttrPciBusId, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&slot, cudaDevAttrPciDeviceId, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return (int64_t)domain << 20 | (int64_t)bus << 12 | (int64_t)slot << 4;
 }
 
 uint64_t device_stream_key(cudaStream_t stream) {
