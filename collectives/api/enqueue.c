@@ -146,7 +146,8 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
   if (where < 0) {
     res = weft_error_set(weftInvalidArgument,
                          "%s: sendbuff and recvbuff are in different memories (one is CUDA "
-                         "device memory, the other host memory): both must be one or the other",
+                         "device memory, the other pageable host memory): use device, "
+                         "managed or pinned memory for both, or host memory for both",
                          coll_kind_name(plan->coll));
     alone = 1;
   }

@@ -465,11 +465,14 @@ TEST(DeviceStreams, ANewStreamWithAnOldHandleIsStillAnotherStream) {
       cudaFree(buf[r][j]);
     }
   for (int r = 0; r < k; r++) cudaStreamDestroy(b[r]);
+  if (reused == 0) GTEST_SKIP() << "CUDA gave the new streams new handles: both rounds right, "
+                                   "but the reused handle this test is for did not happen";
 }
 
-// The buffers a rank touches must all be device memory or all host memory:
-// a device input with a host output (and the reverse) is refused with an
-// error that says so, before either executor touches them; a non-root
+// Device memory beside pageable host memory, which neither executor
+// reaches: a device input with a pageable output (and the reverse) is
+// refused with an error that says so, before either executor touches them;
+// pinned host memory beside device memory runs on the device; a non-root
 // reduce, which writes no output, runs on the device whatever its unused
 // output pointer is.
 TEST(DeviceRefusals, MixedDeviceAndHostBuffers) {
@@ -498,6 +501,33 @@ TEST(DeviceRefusals, MixedDeviceAndHostBuffers) {
     }
     weftGroupEnd();
     for (int r = 0; r < k; r++) EXPECT_EQ(host[r][0], -1.0f) << "a refused call wrote its output";
+  }
+  {
+    // pinned host input, device output: the kernels read the input
+    Ranks pinned_ranks(k);
+    std::vector<float *> pin(k), out(k);
+    for (int r = 0; r < k; r++) {
+      ASSERT_EQ(cudaMallocHost((void **)&pin[r], n * sizeof(float)), cudaSuccess);
+      for (size_t i = 0; i < n; i++) pin[r][i] = (float)(10 * (r + 1));
+      ASSERT_EQ(cudaMalloc((void **)&out[r], n * sizeof(float)), cudaSuccess);
+    }
+    ASSERT_EQ(weftGroupStart(), weftSuccess);
+    for (int r = 0; r < k; r++)
+      ASSERT_EQ(weftAllReduce(pin[r], out[r], n, weftFloat32, weftSum, pinned_ranks.comms[r],
+                              pinned_ranks.streams[r]),
+                weftSuccess)
+          << weftGetLastError(pinned_ranks.comms[r]);
+    ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+    pinned_ranks.sync();
+    for (int r = 0; r < k; r++) {
+      std::vector<float> h(n);
+      ASSERT_EQ(cudaMemcpy(h.data(), out[r], n * sizeof(float), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      EXPECT_EQ(h[0], 30.0f);
+      EXPECT_EQ(h[n - 1], 30.0f);
+      cudaFreeHost(pin[r]);
+      cudaFree(out[r]);
+    }
   }
   // reduce to rank 1: rank 0 passes a host pointer it never writes
   Ranks ranks(k);

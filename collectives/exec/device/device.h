@@ -13,8 +13,10 @@ int device_built(void);
 
 /* Whether the buffers of plan this rank touches (uses_send, uses_recv) are
  * CUDA device memory, so that the device executor runs it (and stream is a
- * cudaStream_t): 1; host memory, or no CUDA context on this thread: 0; one
- * of each: -1. Does not block. */
+ * cudaStream_t): 1, also with pinned or managed memory beside device
+ * memory; host memory, or no CUDA context on this thread, or managed
+ * memory beside pageable memory: 0; device-only memory beside pageable
+ * memory, which neither executor reaches: -1. Does not block. */
 int device_plan_on_device(const struct weft_plan *plan, int uses_send, int uses_recv);
 
 /* Checks a CUDA device ordinal (CommInitAll's devlist); weftInvalidUsage when

@@ -130,9 +130,19 @@ int device_plan_on_device(const struct weft_plan *plan, int uses_send, int uses_
   }
   if (first == NULL) /* nothing touched (no elements): as the buffers say */
     first = plan->recvbuf != NULL ? plan->recvbuf : plan->sendbuf;
-  const int on = device_ptr_on_device(first);
-  if (second == NULL || second == first || plan->count == 0) return on; /* none touched */
-  return device_ptr_on_device(second) == on ? on : -1;
+  if (second == NULL || second == first || plan->count == 0) /* one buffer, or none touched */
+    return device_ptr_on_device(first);
+  /* device memory runs on the device, with pinned or managed memory beside
+   * it (kernels reach both); managed with pageable memory on the host
+   * (which reaches both); device-only memory with pageable memory nowhere */
+  const enum cudaMemoryType a = ptr_type(first), b = ptr_type(second);
+  const int a_dev = a == cudaMemoryTypeDevice || a == cudaMemoryTypeManaged;
+  const int b_dev = b == cudaMemoryTypeDevice || b == cudaMemoryTypeManaged;
+  if (!a_dev && !b_dev) return 0;
+  const int a_pageable = a == cudaMemoryTypeUnregistered, b_pageable = b == cudaMemoryTypeUnregistered;
+  if (!a_pageable && !b_pageable) return 1;
+  if (a == cudaMemoryTypeDevice || b == cudaMemoryTypeDevice) return -1;
+  return 0;
 }
 
 weftResult_t device_check_ordinal(int dev) {
@@ -391,9 +401,9 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
       res = weft_error_set(weftInvalidArgument,
                            "rank %d's WEFT_DEVICE_RING_INTERLEAVE is not 1 to %d", i, il_max);
   if (res == weftSuccess) {
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++) { /* what CUDA says wins over a guess from the device number */
       comm->peers[i].cuda_dev = info[i].dev;
-      if (comm->peers[i].bus_id < 0) comm->peers[i].bus_id = info[i].bus_id;
+      if (info[i].bus_id >= 0) comm->peers[i].bus_id = info[i].bus_id;
     }
     int cap = device_channel_cap(info, n);
     nch = device_nchannels_agreed(info, n, cap);

@@ -85,7 +85,7 @@ static weftResult_t p2p_exchange_info(struct weftComm *comm, struct device_p2p *
     int64_t theirs[3];
     WEFT_TRY(bootstrap_recv(comm->bs, r, TAG_DEV_INFO, theirs, sizeof theirs));
     comm->peers[r].cuda_dev = (int)theirs[0];
-    if (comm->peers[r].bus_id < 0) comm->peers[r].bus_id = theirs[2];
+    if (theirs[2] >= 0) comm->peers[r].bus_id = theirs[2]; /* CUDA's, over a guess */
     if (theirs[1] != p->nlanes && res == weftSuccess)
       res = weft_error_set(weftInvalidUsage,
                            "WEFT_P2P_LANES differs between ranks: rank %d has %d, rank %d has "
