@@ -249,12 +249,17 @@ free_args:
   return res;
 }
 
+/* The pause between two looks of the waits below at another thread's
+ * progress (a host stream's items, operations leaving, a revoke). */
+static void comm_nap(void) {
+  struct timespec ts = {0, 100000};
+  nanosleep(&ts, NULL);
+}
+
 /* Waits until no host stream holds work for comm. */
 static void comm_drain(struct weftComm *comm) {
-  while (__atomic_load_n(&comm->pending, __ATOMIC_ACQUIRE) != 0) {
-    struct timespec ts = {0, 100000};
-    nanosleep(&ts, NULL);
-  }
+  while (__atomic_load_n(&comm->pending, __ATOMIC_ACQUIRE) != 0)
+    comm_nap();
 }
 
 weftResult_t weftCommFinalize(weftComm_t comm) {
@@ -282,10 +287,8 @@ static void comm_free(struct weftComm *comm) {
 /* Until no thread is inside weftCommRevoke on comm (a watchdog's revoke
  * while the caller destroys or aborts after the failure it caused). */
 static void comm_wait_revokes(struct weftComm *comm) {
-  while (__atomic_load_n(&comm->revoking, __ATOMIC_SEQ_CST) != 0) {
-    struct timespec ts = {0, 100000};
-    nanosleep(&ts, NULL);
-  }
+  while (__atomic_load_n(&comm->revoking, __ATOMIC_SEQ_CST) != 0)
+    comm_nap();
 }
 
 weftResult_t weftCommDestroy(weftComm_t comm) {
@@ -305,10 +308,8 @@ static void comm_wait_quiet(struct weftComm *comm) {
   /* seq_cst, as op_begin's mark and its look at the flag: one of the two
    * sides sees the other */
   while (__atomic_load_n(&comm->active, __ATOMIC_SEQ_CST) != 0 ||
-         __atomic_load_n(&comm->pending, __ATOMIC_SEQ_CST) != 0) {
-    struct timespec ts = {0, 100000};
-    nanosleep(&ts, NULL);
-  }
+         __atomic_load_n(&comm->pending, __ATOMIC_SEQ_CST) != 0)
+    comm_nap();
 }
 
 weftResult_t weftCommAbort(weftComm_t comm) {
@@ -344,10 +345,8 @@ weftResult_t weftCommRevoke(weftComm_t comm, int revokeFlags) {
   uint32_t none = 0;
   if (!__atomic_compare_exchange_n(&comm->revoked, &none, 1u, 0, __ATOMIC_SEQ_CST,
                                    __ATOMIC_SEQ_CST)) {
-    while (__atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE) != 2u) {
-      struct timespec ts = {0, 100000};
-      nanosleep(&ts, NULL);
-    }
+    while (__atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE) != 2u)
+      comm_nap();
     __atomic_sub_fetch(&comm->revoking, 1, __ATOMIC_SEQ_CST);
     return weftSuccess;
   }
