@@ -42,10 +42,12 @@ static void plan_uses(const struct weftComm *comm, const struct weft_plan *plan,
  * every rank of a correct program, so a bad one is bad everywhere (and
  * ranks that differ are WEFT_CHECK's to find); the buffers are this rank's
  * own, so a bad one may leave the peers waiting in the collective:
- * *alone_out says so. */
+ * *alone_out says so. uses_out[0..1]: whether this rank touches the input
+ * and the output (plan_uses; both for a call of no elements). */
 static weftResult_t plan_check(struct weftComm *comm, const struct weft_plan *plan,
-                               int *alone_out) {
+                               int *alone_out, int uses_out[2]) {
   *alone_out = 0;
+  uses_out[0] = uses_out[1] = 1;
   WEFT_TRY(comm_check(comm));
   const char *name = coll_kind_name(plan->coll);
   const size_t esize = weftTypeSize(plan->datatype);
@@ -79,8 +81,8 @@ static weftResult_t plan_check(struct weftComm *comm, const struct weft_plan *pl
   size_t send_nbytes = plan->count * esize, recv_nbytes = plan->count * esize;
   if (c == COLL_ALLGATHER) recv_nbytes *= n;
   if (c == COLL_REDUCESCATTER) send_nbytes *= n;
-  int uses_send, uses_recv;
-  plan_uses(comm, plan, &uses_send, &uses_recv);
+  plan_uses(comm, plan, &uses_out[0], &uses_out[1]);
+  const int uses_send = uses_out[0], uses_recv = uses_out[1];
   *alone_out = 1;
   if (uses_send && plan->sendbuf == NULL)
     return weft_error_set(weftInvalidArgument, "%s: sendbuff is NULL with count %zu", name,
@@ -126,8 +128,8 @@ static int p2p_is_empty(const struct weft_plan *plan, weftStream_t stream) {
 static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
                                  weftStream_t stream) {
   weft_error_clear();
-  int alone = 0;
-  weftResult_t res = plan_check(comm, plan, &alone);
+  int alone = 0, uses[2];
+  weftResult_t res = plan_check(comm, plan, &alone, uses);
   if (res == weftSuccess && coll_has_op(plan->coll)) redop_capture(comm, plan);
   if (res == weftSuccess && p2p_is_empty(plan, stream)) {
     comm->seq++; /* as every call of the comm counts */
@@ -137,12 +139,7 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
   /* device memory: stream is the caller's CUDA stream. The buffers this
    * rank touches are all device memory or all host memory: either executor
    * would fault on the other kind. */
-  int where = 0;
-  if (res == weftSuccess) {
-    int uses_send, uses_recv;
-    plan_uses(comm, plan, &uses_send, &uses_recv);
-    where = device_plan_on_device(plan, uses_send, uses_recv);
-  }
+  const int where = res == weftSuccess ? device_plan_on_device(plan, uses[0], uses[1]) : 0;
   if (where < 0) {
     res = weft_error_set(weftInvalidArgument,
                          "%s: sendbuff and recvbuff are in different memories (one is CUDA "
