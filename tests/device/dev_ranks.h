@@ -1,5 +1,6 @@
-// The device suites' fixture: whether there is a GPU, and n ranks sharing
-// GPU 0 in one process (weftCommInitAll), a CUDA stream each.
+// The device suites' fixture: whether there is a GPU, n ranks sharing GPU 0
+// in one process (weftCommInitAll), a CUDA stream each; and WEFT_* settings
+// for one test (ScopedEnv).
 #ifndef WEFT_TESTS_DEV_RANKS_H
 #define WEFT_TESTS_DEV_RANKS_H
 
@@ -7,9 +8,18 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "weft.h"
+extern "C" {
+#include "collectives/core/params.h"
+#include "transport/param.h"
+}
 
 // Whether this process sees a CUDA device.
 inline bool have_gpu() {
@@ -40,6 +50,31 @@ struct Ranks {
   }
   void sync() {
     for (auto &s : streams) ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  }
+};
+
+// Sets WEFT_* variables for one test and puts back what was there after,
+// forgetting the cached values both times (the device and wait tables).
+struct ScopedEnv {
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved; // name, old value
+  ScopedEnv(std::initializer_list<std::pair<const char *, const char *>> vars) {
+    for (auto &[name, value] : vars) {
+      const char *old = getenv(name);
+      saved.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
+      setenv(name, value, 1);
+    }
+    reset();
+  }
+  ~ScopedEnv() {
+    for (auto &[name, old] : saved) {
+      if (old) setenv(name.c_str(), old->c_str(), 1);
+      else unsetenv(name.c_str());
+    }
+    reset();
+  }
+  static void reset() {
+    struct weft_param *const tables[] = {cuda_params, wait_params, coll_params, NULL};
+    param_tables_reset(tables);
   }
 };
 
