@@ -169,11 +169,10 @@ int comm_resume(struct weftComm *comm) {
                                      __ATOMIC_SEQ_CST);
 }
 
-int comm_suspended(const struct weftComm *comm) {
-  return __atomic_load_n(&comm->suspended, __ATOMIC_SEQ_CST) == SUSPEND_DONE;
-}
-
-int comm_suspend_settled(const struct weftComm *comm) {
+/* For an operation that has marked comm active: whether comm is suspended,
+ * once a suspension being decided is decided (it then fails: the mark is
+ * seen). */
+static int comm_suspend_settled(const struct weftComm *comm) {
   uint32_t v;
   while ((v = __atomic_load_n(&comm->suspended, __ATOMIC_SEQ_CST)) == SUSPEND_DECIDING) {
     struct timespec ts = {0, 1000};
@@ -181,3 +180,21 @@ int comm_suspend_settled(const struct weftComm *comm) {
   }
   return v == SUSPEND_DONE;
 }
+
+weftResult_t comm_op_mark(struct weftComm *comm) {
+  __atomic_add_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&comm->revoked, __ATOMIC_SEQ_CST))
+    return weft_error_set(weftInvalidUsage, "communicator was revoked (weftCommRevoke)");
+  if (comm_suspend_settled(comm))
+    return weft_error_set(weftInvalidUsage, "communicator is suspended: resume it first");
+  if (__atomic_load_n(&comm->finalized, __ATOMIC_ACQUIRE))
+    return weft_error_set(weftInvalidUsage, "communicator was finalized");
+  if (__atomic_load_n(&comm->abort_flag, __ATOMIC_SEQ_CST))
+    return weft_error_set(weftRemoteError, "communicator was aborted");
+  return weftSuccess;
+}
+
+int comm_suspended(const struct weftComm *comm) {
+  return __atomic_load_n(&comm->suspended, __ATOMIC_SEQ_CST) == SUSPEND_DONE;
+}
+

@@ -145,12 +145,15 @@ void comm_states_scratch_release(struct weftComm *comm);
 weftResult_t comm_suspend(struct weftComm *comm, int release_scratch, const char *fn);
 /* Ends comm's suspension; 0 when it was not suspended. */
 int comm_resume(struct weftComm *comm);
+/* An operation begins on comm (the host and device executors alike): marks
+ * it active, so that an abort, a revoke or a suspension waits for it or is
+ * refused, then asks whether comm is revoked, suspended, finalized or
+ * aborted, after the mark (an operation checked before one of those,
+ * recorded in a group or queued on a host stream, runs after it). The mark
+ * stays either way: the caller ends it (active--) whatever this returns. */
+weftResult_t comm_op_mark(struct weftComm *comm);
 /* Whether comm is suspended (a suspension still being decided is not). */
 int comm_suspended(const struct weftComm *comm);
-/* For an operation that has marked comm active: whether comm is suspended,
- * once a suspension being decided is decided (it then fails: the mark is
- * seen). */
-int comm_suspend_settled(const struct weftComm *comm);
 
 /* A host operation on comm begins: the threads that move its network
  * connections' slots poll without sleeping a while (struct weft_transport's

@@ -44,15 +44,7 @@ static unsigned launch_nthreads(size_t nbytes, int nch, int proto) {
 /* Marks comm busy, as the host executor's operations do; fails when it was
  * revoked, suspended, aborted or broken. */
 static weftResult_t device_op_begin(struct weftComm *comm) {
-  __atomic_add_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
-  if (__atomic_load_n(&comm->revoked, __ATOMIC_SEQ_CST)) /* checked before it, run after */
-    return weft_error_set(weftInvalidUsage, "communicator was revoked (weftCommRevoke)");
-  if (comm_suspend_settled(comm))
-    return weft_error_set(weftInvalidUsage, "communicator is suspended: resume it first");
-  if (__atomic_load_n(&comm->finalized, __ATOMIC_ACQUIRE)) /* recorded before, run after */
-    return weft_error_set(weftInvalidUsage, "communicator was finalized");
-  if (__atomic_load_n(&comm->abort_flag, __ATOMIC_SEQ_CST))
-    return weft_error_set(weftRemoteError, "communicator was aborted");
+  WEFT_TRY(comm_op_mark(comm));
   return device_comm_error(comm);
 }
 static void device_op_end(struct weftComm *comm) {

@@ -15,21 +15,9 @@
 #include "run.h"
 #include "launch.h"
 
-/* Marks the comm busy, so that an abort, a revoke or a suspension waits or
- * refuses; fails if it is unusable. Revoked and suspended are asked again
- * here, after the mark (an operation checked before weftCommRevoke or
- * comm_suspend, recorded in a group or queued on a host stream, runs after
- * it: when the abort flag is down again, or the scratch was freed). */
+/* Marks the comm busy (comm_op_mark); fails if it is unusable. */
 static weftResult_t op_begin(struct weftComm *comm) {
-  __atomic_add_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
-  if (__atomic_load_n(&comm->revoked, __ATOMIC_SEQ_CST))
-    return weft_error_set(weftInvalidUsage, "communicator was revoked (weftCommRevoke)");
-  if (comm_suspend_settled(comm))
-    return weft_error_set(weftInvalidUsage, "communicator is suspended: resume it first");
-  if (__atomic_load_n(&comm->finalized, __ATOMIC_ACQUIRE)) /* recorded before, run after */
-    return weft_error_set(weftInvalidUsage, "communicator was finalized");
-  if (__atomic_load_n(&comm->abort_flag, __ATOMIC_SEQ_CST))
-    return weft_error_set(weftRemoteError, "communicator was aborted");
+  WEFT_TRY(comm_op_mark(comm));
   if (comm_async_error(comm) != weftSuccess)
     return weft_error_set(comm_async_error(comm), "communicator is broken by an earlier error: %s",
                           comm->last_error);
