@@ -20,7 +20,7 @@
 extern "C" {
 #include "collectives/api/config.h"
 #include "collectives/core/params.h"
-#include "transport/log.h"
+#include "transport/base/log.h"
 }
 
 namespace weft_test {

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Checks the layering inside each layer: no loop of files in collectives/,
 transport/, zero/ or tools/ (each program's files, tools/bench's programs
-aside), and no transport name compared in collectives/.
+aside), and no transport name compared in collectives/. Inside transport/,
+base/ uses nothing else, bootstrap/ and topology/ use base/ only; outside
+transport/, the bootstrap and the topology are reached through their interface
+headers only (SUBLAYER_INTERFACES).
 
 A module is a source file and its header (collectives/algo/cma.c and .h are one
 module, "algo/cma"). Module A depends on module B when a file of A includes a
@@ -212,6 +215,45 @@ def name_compares(files):
     return found
 
 
+# transport/'s folders and what each may use besides itself (the rest of
+# transport/ may use all of them).
+SUBLAYERS = {'base': (), 'bootstrap': ('base',), 'topology': ('base',)}
+# The headers through which the layers above reach the bootstrap and the
+# topology: the bootstrap's (ring, messages, ids, launcher environments) and
+# the topology's (the machine's tree, placement).
+SUBLAYER_INTERFACES = ('transport/bootstrap/bootstrap.h', 'transport/topology/topo.h')
+
+
+def sublayer_breaks(edges):
+    """Dependencies of transport/'s base, bootstrap and topology folders that
+    leave what they may use: (module, dependency, why)."""
+    out = []
+    for mod in sorted(edges):
+        top = mod.split('/')[0]
+        if top not in SUBLAYERS or '/' not in mod:
+            continue
+        allowed = (top,) + SUBLAYERS[top]
+        for dep, why in sorted(edges[mod].items()):
+            if dep.split('/')[0] not in allowed or '/' not in dep:
+                out.append((mod, dep, why))
+    return out
+
+
+def interface_breaks(root, layer, files):
+    """Files of layer/ that include a header of transport/bootstrap/ or
+    transport/topology/ other than SUBLAYER_INTERFACES: (file, header)."""
+    out = []
+    base = os.path.join(root, layer)
+    for rel, text in sorted(files.items()):
+        here = os.path.dirname(os.path.join(base, rel))
+        for m in INC_RE.finditer(text):
+            target = os.path.relpath(os.path.normpath(os.path.join(here, m.group(1))), root)
+            if (target.startswith(('transport/bootstrap/', 'transport/topology/')) and
+                    target not in SUBLAYER_INTERFACES):
+                out.append((rel, target))
+    return out
+
+
 def check(root, graph=False, quiet=False, layer='collectives'):
     """0 when layer/ under root is clean, else 1 (and what is wrong)."""
     coll, files = scan(root, layer)
@@ -230,6 +272,15 @@ def check(root, graph=False, quiet=False, layer='collectives'):
         say('loop of %d modules: %s' % (len(comp), ' '.join(comp)))
         for a, b in zip(loop, loop[1:]):
             say('  %s -> %s: %s' % (a, b, edges[a][b]))
+    if layer == 'transport':
+        for mod, dep, why in sublayer_breaks(edges):
+            bad = 1
+            say('transport/%s uses transport/%s: %s' % (mod, dep, why))
+    else:
+        for rel, target in interface_breaks(root, layer, files):
+            bad = 1
+            say('%s/%s includes %s: the bootstrap and the topology are reached through %s'
+                % (layer, rel, target, ' and '.join(SUBLAYER_INTERFACES)))
     names_checked = layer == 'collectives'
     for rel, what in name_compares(files) if names_checked else ():
         bad = 1
@@ -271,6 +322,27 @@ def self_test():
                            'int b_run(const struct t *t) { return strcmp(t->name, "shm"); }\n'})
         if check(tmp, quiet=True) == 0:
             return 'a transport name compared passed'
+        write(SELF_TEST)
+        write({'algo/b.c': '#include "../../transport/bootstrap/ring.h"\n'
+                           'int b_run(void) { return 0; }\n'})
+        if check(tmp, quiet=True) == 0:
+            return 'a bootstrap header outside its interface passed'
+        for rel, text in {'base/s.h': 'int s_get(void);\n',
+                          'base/s.c': '#include "s.h"\nint s_get(void) { return 0; }\n',
+                          'topology/t.c': '#include "../base/s.h"\n'
+                                          'int t_get(void) { return s_get(); }\n'}.items():
+            path = os.path.join(tmp, 'transport', rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, 'w') as f:
+                f.write(text)
+        if check(tmp, quiet=True, layer='transport') != 0:
+            return 'topology/ using base/ failed'
+        with open(os.path.join(tmp, 'transport', 'topology', 't.c'), 'w') as f:
+            f.write('int t_get(void) { return 1; }\n')
+        with open(os.path.join(tmp, 'transport', 'base', 's.c'), 'w') as f:
+            f.write('#include "s.h"\nint t_get(void);\nint s_get(void) { return t_get(); }\n')
+        if check(tmp, quiet=True, layer='transport') == 0:
+            return 'base/ using topology/ passed'
     return None
 
 

@@ -17,7 +17,7 @@
 
 #include <stddef.h>
 
-#include "bootstrap.h"
+#include "bootstrap/bootstrap.h"
 
 enum device_hop {
   DEVICE_HOP_NONE = -1,

@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
-#include "param.h"
-#include "status.h"
-#include "wait.h"
+#include "base/log.h"
+#include "base/param.h"
+#include "base/status.h"
+#include "base/wait.h"
 
 static weftResult_t net_dev_host_alloc(size_t nbytes, void **host_out, void **dev_out) {
   void *p = NULL;

@@ -4,7 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "status.h"
+#include "base/status.h"
 #include "net_dev.h"
 
 static weftResult_t net_dev_cuda_alloc(size_t nbytes, void **host_out, void **dev_out) {

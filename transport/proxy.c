@@ -16,10 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "status.h"
-#include "topo.h"
-#include "wait.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "topology/topo.h"
+#include "base/wait.h"
 
 #define PROXY_SPIN_NS 100000ull /* idle time spent spinning before sleeping */
 #define PROXY_DRAIN_POLL_NS 50000 /* proxy_conn_drain's nap between looks */

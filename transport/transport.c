@@ -2,8 +2,8 @@
 
 #include <string.h>
 
-#include "param.h"
-#include "status.h"
+#include "base/param.h"
+#include "base/status.h"
 #include "weft_build_config.h"
 
 struct weft_param transport_params[] = {

@@ -13,7 +13,7 @@
 #include <sys/types.h>
 
 #include "../include/weft.h"
-#include "bootstrap.h"
+#include "bootstrap/bootstrap.h"
 
 #define CONN_BLOB_BYTES 256
 

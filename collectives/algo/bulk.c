@@ -38,9 +38,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../transport/log.h"
-#include "../../transport/status.h"
-#include "../../transport/wait.h"
+#include "../../transport/base/log.h"
+#include "../../transport/base/status.h"
+#include "../../transport/base/wait.h"
 #include "bulk.h"
 #include "../core/plan.h"
 #include "../reduce/reduce_host.h"

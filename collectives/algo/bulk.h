@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "../../transport/param.h"
+#include "../../transport/base/param.h"
 #include "../core/comm.h"
 
 struct weft_plan;

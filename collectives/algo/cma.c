@@ -42,8 +42,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "../../transport/status.h"
-#include "../../transport/wait.h"
+#include "../../transport/base/status.h"
+#include "../../transport/base/wait.h"
 #include "../core/check.h"
 #include "cma.h"
 #include "../core/mem.h"

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "../../transport/param.h"
+#include "../../transport/base/param.h"
 
 extern struct weft_param copy_stream_params[];
 

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../transport/status.h"
-#include "../../transport/wait.h"
+#include "../../transport/base/status.h"
+#include "../../transport/base/wait.h"
 #include "../reduce/reduce_host.h"
 #include "copy_stream.h"
 #include "p2p.h"

@@ -30,7 +30,7 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#include "../../transport/status.h"
+#include "../../transport/base/status.h"
 #include "../core/mem.h"
 #include "../reduce/reduce_host.h"
 

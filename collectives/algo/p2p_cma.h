@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../transport/param.h"
+#include "../../transport/base/param.h"
 #include "../core/comm.h"
 
 extern struct weft_param p2p_cma_params[];

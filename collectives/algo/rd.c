@@ -17,7 +17,7 @@
  * (peer_recv_signed_wait). */
 #include <string.h>
 
-#include "../../transport/status.h"
+#include "../../transport/base/status.h"
 #include "../core/check.h"
 #include "../core/plan.h"
 #include "../exec/host/prims_peer.h"

@@ -1,6 +1,6 @@
 /* The host executor of the ring algorithms: runs the step sequences of
  * ring_steps.h (shared with the CUDA kernels) with the host primitives. */
-#include "../../transport/status.h"
+#include "../../transport/base/status.h"
 #include "../core/check.h"
 #include "../core/plan.h"
 #include "../exec/host/prims.h"

@@ -25,7 +25,7 @@
  * alternate at every key. */
 #include <string.h>
 
-#include "../../transport/status.h"
+#include "../../transport/base/status.h"
 #include "../core/plan.h"
 #include "../exec/host/prims_peer.h"
 #include "../reduce/reduce_host.h"

@@ -12,9 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../transport/status.h"
-#include "../../transport/topo.h"
-#include "../../transport/wait.h"
+#include "../../transport/base/status.h"
+#include "../../transport/topology/topo.h"
+#include "../../transport/base/wait.h"
 #include "../exec/device/device.h"
 #include "../algo/p2p.h"
 #include "../core/params.h"

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../transport/status.h"
+#include "../../transport/base/status.h"
 #include "../core/comm.h"
 
 enum { TAG_SHRINK_ID = 0x73680001u };

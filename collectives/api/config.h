@@ -2,7 +2,7 @@
 #ifndef WEFT_CONFIG_H
 #define WEFT_CONFIG_H
 
-#include "../../transport/param.h"
+#include "../../transport/base/param.h"
 
 /* Every table of every module, NULL-terminated, in layer order. */
 extern struct weft_param *const weft_param_tables[];

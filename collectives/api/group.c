@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../transport/status.h"
+#include "../../transport/base/status.h"
 #include "../exec/device/device.h"
 #include "../algo/p2p.h"
 #include "../exec/host/launch.h"

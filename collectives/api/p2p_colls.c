@@ -2,7 +2,7 @@
  * the point-to-point executor's ordering and deadlock freedom. */
 #include <stdint.h>
 
-#include "../../transport/status.h"
+#include "../../transport/base/status.h"
 #include "../core/plan.h"
 
 /* Checks what the group's own calls do not: the comm, the type, the root. */

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../transport/status.h"
+#include "../../transport/base/status.h"
 #include "../exec/device/device.h"
 
 #define STREAM_MAGIC 0x73747265616d2121ull

@@ -6,7 +6,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "../../transport/status.h"
+#include "../../transport/base/status.h"
 #include "stream.h"
 
 #define EVENT_MAGIC 0x6576656e74212121ull

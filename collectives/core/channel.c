@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../transport/status.h"
+#include "../../transport/base/status.h"
 #include "comm.h"
 
 /* Whether rank a comes before rank b (both of one host) in the ring: by

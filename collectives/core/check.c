@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../transport/status.h"
+#include "../../transport/base/status.h"
 #include "check.h"
 #include "params.h"
 #include "plan.h"

@@ -6,9 +6,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../transport/log.h"
-#include "../../transport/status.h"
-#include "../../transport/wait.h"
+#include "../../transport/base/log.h"
+#include "../../transport/base/status.h"
+#include "../../transport/base/wait.h"
 #include "comm.h"
 
 /* This process's id, cached (getpid is a system call) and renewed in a

@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #include "../../include/weft.h"
-#include "../../transport/bootstrap.h"
+#include "../../transport/bootstrap/bootstrap.h"
 #include "../../transport/transport.h"
 #include "tree_links.h"
 

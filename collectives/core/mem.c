@@ -19,8 +19,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../transport/log.h"
-#include "../../transport/status.h"
+#include "../../transport/base/log.h"
+#include "../../transport/base/status.h"
 #include "comm.h"
 #include "../exec/device/device.h"
 #include "mem.h"

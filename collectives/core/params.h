@@ -3,7 +3,7 @@
 #ifndef WEFT_COLL_PARAMS_H
 #define WEFT_COLL_PARAMS_H
 
-#include "../../transport/param.h"
+#include "../../transport/base/param.h"
 
 extern struct weft_param coll_params[];
 enum coll_param {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../transport/status.h"
+#include "../../transport/base/status.h"
 #include "../exec/device/device.h"
 #include "plan.h"
 #include "../reduce/reduce_host.h"

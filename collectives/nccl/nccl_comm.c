@@ -9,8 +9,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "../../transport/log.h"
-#include "../../transport/status.h"
+#include "../../transport/base/log.h"
+#include "../../transport/base/status.h"
 #include "../core/comm.h"
 #include "../exec/device/device.h"
 #include "nccl_shim.h"

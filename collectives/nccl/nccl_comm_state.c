@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../transport/status.h"
+#include "../../transport/base/status.h"
 #include "../core/comm.h"
 #include "nccl_shim.h"
 

@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../transport/bootstrap.h"
-#include "../../transport/log.h"
-#include "../../transport/param.h"
-#include "../../transport/status.h"
+#include "../../transport/bootstrap/bootstrap.h"
+#include "../../transport/base/log.h"
+#include "../../transport/base/param.h"
+#include "../../transport/base/status.h"
 #include "../core/comm.h"
 #include "../exec/device/device.h"
 #include "nccl_shim.h"

@@ -9,7 +9,7 @@
  * answered. */
 #include <stdio.h>
 
-#include "../../transport/status.h"
+#include "../../transport/base/status.h"
 #include "../core/comm.h"
 #include "nccl_shim.h"
 

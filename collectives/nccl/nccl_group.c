@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../transport/status.h"
+#include "../../transport/base/status.h"
 #include "../core/comm.h"
 #include "../exec/device/device.h"
 #include "nccl_shim.h"

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../transport/status.h"
+#include "../../transport/base/status.h"
 #include "nccl_shim.h"
 #include "../api/config.h"
 #include "../core/params.h"

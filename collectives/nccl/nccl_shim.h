@@ -8,7 +8,7 @@
 
 #include "../../include/nccl.h"
 #include "../../include/weft.h"
-#include "../../transport/status.h"
+#include "../../transport/base/status.h"
 
 /* As in NCCL, nccl<name> is weak so that a profiling library may define its
  * own and call the real one as pnccl<name>, the same function under a

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../transport/status.h"
+#include "../../transport/base/status.h"
 #include "../../transport/transport.h"
 #include "../core/comm.h"
 #include "../core/tree_links.h"

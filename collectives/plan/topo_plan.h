@@ -5,8 +5,8 @@
 #ifndef WEFT_TOPO_PLAN_H
 #define WEFT_TOPO_PLAN_H
 
-#include "../../transport/bootstrap.h"
-#include "../../transport/topo.h"
+#include "../../transport/bootstrap/bootstrap.h"
+#include "../../transport/topology/topo.h"
 
 /* The most ranks a plan takes: ring order and trees cost O(nranks^2). */
 #define TOPO_PLAN_MAX_RANKS 16384

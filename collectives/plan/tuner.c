@@ -10,7 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "../../transport/status.h"
+#include "../../transport/base/status.h"
 #include "../algo/bulk.h"
 #include "../algo/cma.h"
 #include "../core/params.h"

@@ -8,7 +8,7 @@
 #include "harness.h"
 
 extern "C" {
-#include "transport/bootstrap.h"
+#include "transport/bootstrap/bootstrap.h"
 }
 
 using namespace weft_test;

@@ -18,7 +18,7 @@
 extern "C" {
 #include "collectives/api/config.h"
 #include "collectives/core/params.h"
-#include "transport/wait.h"
+#include "transport/base/wait.h"
 }
 
 namespace {

@@ -18,7 +18,7 @@
 #include "weft.h"
 extern "C" {
 #include "collectives/core/params.h"
-#include "transport/param.h"
+#include "transport/base/param.h"
 }
 
 // Whether this process sees a CUDA device.

@@ -24,7 +24,7 @@
 extern "C" {
 #include "collectives/core/params.h"
 #include "collectives/exec/device/device.h"
-#include "transport/param.h"
+#include "transport/base/param.h"
 }
 
 using namespace weft_test;

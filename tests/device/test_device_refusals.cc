@@ -15,7 +15,7 @@
 extern "C" {
 #include "collectives/api/config.h"
 #include "collectives/core/comm.h"
-#include "transport/status.h"
+#include "transport/base/status.h"
 #include "collectives/algo/ring_steps.h"
 #include "collectives/exec/device/dev_types.h"
 #include "collectives/exec/device/device.h"

@@ -18,11 +18,11 @@
 #include "transport/dev_emu.h"
 
 extern "C" {
-#include "transport/bootstrap.h"
-#include "transport/shm/shm_segment.h"
+#include "transport/bootstrap/bootstrap.h"
+#include "transport/base/shm_segment.h"
 #include "transport/cuda_ipc/cuda_fifo.h"
 #include "transport/host_fifo/host_fifo.h"
-#include "transport/status.h"
+#include "transport/base/status.h"
 }
 
 using namespace weft_test;

@@ -14,10 +14,10 @@
 #include <unistd.h>
 
 #include "fuzz.h"
-#include "transport/bootstrap.h"
-#include "transport/sock.h"
-#include "transport/status.h"
-#include "transport/wait.h"
+#include "transport/bootstrap/bootstrap.h"
+#include "transport/base/sock.h"
+#include "transport/base/status.h"
+#include "transport/base/wait.h"
 
 const char *const fuzz_target_name = "bootstrap";
 

@@ -11,7 +11,7 @@
 #include "collectives/core/plan.h"
 #include "collectives/plan/tuner.h"
 #include "fuzz.h"
-#include "transport/bootstrap.h"
+#include "transport/bootstrap/bootstrap.h"
 
 const char *const fuzz_target_name = "params";
 

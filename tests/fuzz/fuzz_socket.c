@@ -12,10 +12,10 @@
 #include <unistd.h>
 
 #include "fuzz.h"
-#include "transport/sock.h"
-#include "transport/status.h"
+#include "transport/base/sock.h"
+#include "transport/base/status.h"
 #include "transport/transport.h"
-#include "transport/wait.h"
+#include "transport/base/wait.h"
 
 const char *const fuzz_target_name = "socket";
 

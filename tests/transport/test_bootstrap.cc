@@ -18,9 +18,9 @@
 
 extern "C" {
 #include "collectives/core/comm.h"
-#include "transport/bootstrap.h"
-#include "transport/sock.h"
-#include "transport/wait.h"
+#include "transport/bootstrap/bootstrap.h"
+#include "transport/base/sock.h"
+#include "transport/base/wait.h"
 }
 
 using namespace weft_test;

@@ -28,12 +28,12 @@
 
 extern "C" {
 #include "collectives/api/config.h"
-#include "transport/bootstrap.h"
-#include "transport/log.h"
-#include "transport/param.h"
+#include "transport/bootstrap/bootstrap.h"
+#include "transport/base/log.h"
+#include "transport/base/param.h"
 #include "transport/proxy.h"
-#include "transport/wait.h"
-#include "transport/status.h"
+#include "transport/base/wait.h"
+#include "transport/base/status.h"
 #include "transport/transport.h"
 #include "weft_build_config.h"
 extern const struct weft_transport socket_transport;

@@ -13,8 +13,8 @@
 extern "C" {
 #include "collectives/api/config.h"
 #include "collectives/core/params.h"
-#include "transport/log.h"
-#include "transport/param.h"
+#include "transport/base/log.h"
+#include "transport/base/param.h"
 }
 
 namespace {

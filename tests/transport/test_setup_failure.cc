@@ -21,9 +21,9 @@
 extern "C" {
 #include "collectives/api/config.h"
 #include "collectives/core/params.h"
-#include "transport/log.h"
-#include "transport/sock.h"
-#include "transport/wait.h"
+#include "transport/base/log.h"
+#include "transport/base/sock.h"
+#include "transport/base/wait.h"
 }
 
 using namespace weft_test;

@@ -11,7 +11,7 @@
 #include "harness.h"
 
 extern "C" {
-#include "transport/shm/shm_segment.h"
+#include "transport/base/shm_segment.h"
 }
 
 using namespace weft_test;
@@ -34,7 +34,7 @@ int segments_of(pid_t pid) {
 
 TEST(ShmSegment, PrivateAndUnlinkedOnAttach) {
   shm_segment seg;
-  ASSERT_EQ(shm_segment_create(1 << 16, &seg), weftSuccess);
+  ASSERT_EQ(shm_segment_create(1 << 16, NULL, &seg), weftSuccess);
   struct stat st;
   ASSERT_EQ(stat(dev_shm_path(seg.name).c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
@@ -52,7 +52,7 @@ TEST(ShmSegment, PrivateAndUnlinkedOnAttach) {
 
 TEST(ShmSegment, OwnerUnlinksWhenNobodyAttached) {
   shm_segment seg;
-  ASSERT_EQ(shm_segment_create(4096, &seg), weftSuccess);
+  ASSERT_EQ(shm_segment_create(4096, NULL, &seg), weftSuccess);
   std::string path = dev_shm_path(seg.name);
   ASSERT_EQ(access(path.c_str(), F_OK), 0);
   shm_segment_close(&seg);
@@ -63,7 +63,7 @@ TEST(ShmSegment, AttachErrors) {
   shm_segment seg;
   EXPECT_EQ(shm_segment_attach("/weft-does-not-exist", 4096, &seg), weftSystemError);
   shm_segment small;
-  ASSERT_EQ(shm_segment_create(4096, &small), weftSuccess);
+  ASSERT_EQ(shm_segment_create(4096, NULL, &small), weftSuccess);
   EXPECT_EQ(shm_segment_attach(small.name, 1 << 20, &seg), weftInternalError);
   shm_segment_close(&small);
 }

@@ -26,7 +26,7 @@ extern "C" {
 #include "collectives/core/comm.h"
 #include "collectives/core/params.h"
 #include "transport/proxy.h"
-#include "transport/wait.h"
+#include "transport/base/wait.h"
 }
 
 using namespace weft_test;

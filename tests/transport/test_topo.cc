@@ -24,8 +24,8 @@ extern "C" {
 #include "collectives/core/params.h"
 #include "collectives/plan/topo_plan.h"
 #include "collectives/core/tree_links.h"
-#include "transport/status.h"
-#include "transport/topo.h"
+#include "transport/base/status.h"
+#include "transport/topology/topo.h"
 }
 #include "collectives/coll_check.h"
 #include "harness.h"

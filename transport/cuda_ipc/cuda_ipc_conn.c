@@ -7,8 +7,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "../param.h"
-#include "../status.h"
+#include "../base/param.h"
+#include "../base/status.h"
 #include "cuda_fifo.h"
 
 /* A device end's own state: the region it allocated or mapped. */

@@ -1,7 +1,7 @@
 /* Environment of the device path (the cuda_ipc and p2p transports and the
  * device channels). Built in every build, so that weft-info lists them; they
  * matter only with CUDA. */
-#include "../param.h"
+#include "../base/param.h"
 
 struct weft_param cuda_params[] = {
     [CUDA_P_IPC_DISABLE] = {"WEFT_CUDA_IPC_DISABLE", PARAM_INT, "0",

@@ -6,10 +6,11 @@
 #include <sys/mman.h>
 
 #include "../cuda_ipc/cuda_fifo.h"
-#include "../param.h"
+#include "../base/param.h"
 #include "../proxy.h"
-#include "../shm/shm_segment.h"
-#include "../status.h"
+#include "../base/shm_segment.h"
+#include "../topology/topo.h"
+#include "../base/status.h"
 
 struct host_fifo_blob {
   char name[SHM_NAME_BYTES];
@@ -58,7 +59,7 @@ static weftResult_t host_fifo_attach(struct weft_conn *conn, struct shm_segment 
 static weftResult_t host_fifo_recv_setup(struct weft_conn *conn, struct conn_blob *blob_out) {
   size_t nbytes = CUDA_FIFO_CTRL_NBYTES + (size_t)conn->nslots * conn->slot_nbytes;
   struct shm_segment seg;
-  WEFT_TRY(shm_segment_create(nbytes, &seg));
+  WEFT_TRY(shm_segment_create(nbytes, topo_mem_place, &seg));
   memset(seg.base, 0, CUDA_FIFO_CTRL_NBYTES);
   struct host_fifo_blob b;
   memset(&b, 0, sizeof b);

@@ -8,8 +8,8 @@
 #include <cuda_runtime_api.h>
 
 #include "../cuda_ipc/cuda_fifo.h"
-#include "../param.h"
-#include "../status.h"
+#include "../base/param.h"
+#include "../base/status.h"
 
 static int p2p_disabled(void) { return param_int(&cuda_params[CUDA_P_P2P_DISABLE]) != 0; }
 

@@ -5,10 +5,11 @@
 #include <sys/mman.h>
 #include <string.h>
 
-#include "../param.h"
-#include "../status.h"
+#include "../base/param.h"
+#include "../base/status.h"
 #include "../transport.h"
-#include "shm_segment.h"
+#include "../base/shm_segment.h"
+#include "../topology/topo.h"
 
 struct weft_param shm_params[] = {
     {"WEFT_SHM_DISABLE", PARAM_INT, "0", "1 disables the shared-memory transport", 0, 0, NULL},
@@ -49,7 +50,7 @@ static weftResult_t shm_recv_setup(struct weft_conn *conn, struct conn_blob *blo
   static_assert(sizeof(struct conn_ctrl) <= SHM_CTRL_NBYTES, "ctrl fits its page");
   size_t nbytes = SHM_CTRL_NBYTES + (size_t)conn->nslots * conn->slot_nbytes;
   struct shm_segment seg;
-  WEFT_TRY(shm_segment_create(nbytes, &seg));
+  WEFT_TRY(shm_segment_create(nbytes, topo_mem_place, &seg));
   memset(seg.base, 0, sizeof(struct conn_ctrl));
   struct shm_blob b;
   memset(&b, 0, sizeof b);

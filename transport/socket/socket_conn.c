@@ -13,11 +13,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../param.h"
-#include "../sock.h"
-#include "../status.h"
+#include "../base/param.h"
+#include "../base/sock.h"
+#include "../base/status.h"
 #include "../transport.h"
-#include "../wait.h"
+#include "../base/wait.h"
 #include "socket_proxy.h"
 
 struct weft_param socket_params[] = {

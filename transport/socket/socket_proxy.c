@@ -11,8 +11,8 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#include "../param.h"
-#include "../status.h"
+#include "../base/param.h"
+#include "../base/status.h"
 
 #define SOCKET_SLEEP_MIN_NS 50000ull   /* the first sleep once idle; later ones grow ... */
 #define SOCKET_SLEEP_MAX_NS 2000000ull /* ... up to this */

@@ -14,7 +14,7 @@
 #include <sys/types.h>
 
 #include "../../include/weft.h"
-#include "../param.h"
+#include "../base/param.h"
 #include "../proxy.h"
 #include "../transport.h"
 

@@ -18,10 +18,10 @@
 #include <sys/random.h>
 #include <time.h>
 
-#include "../param.h"
-#include "../status.h"
+#include "../base/param.h"
+#include "../base/status.h"
 #include "../transport.h"
-#include "../wait.h"
+#include "../base/wait.h"
 #include "ucx_proxy.h"
 
 struct weft_param ucx_params[] = {

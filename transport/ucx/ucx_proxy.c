@@ -13,8 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../status.h"
-#include "../wait.h"
+#include "../base/status.h"
+#include "../base/wait.h"
 
 #define UCX_SLEEP_MIN_NS 20000ull   /* the first sleep once idle; later ones grow ... */
 #define UCX_SLEEP_MAX_NS 1000000ull /* ... up to this */

@@ -38,7 +38,7 @@
 #include <ucp/api/ucp.h>
 
 #include "../../include/weft.h"
-#include "../param.h"
+#include "../base/param.h"
 #include "../proxy.h"
 #include "../transport.h"
 

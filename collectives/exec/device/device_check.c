@@ -3,8 +3,8 @@
  * tests every refusal (device_host). CUDA builds only. */
 #include <stdio.h>
 
-#include "../../../transport/param.h"
-#include "../../../transport/status.h"
+#include "../../../transport/base/param.h"
+#include "../../../transport/base/status.h"
 #include "../../core/params.h"
 #include "../../plan/tuner.h"
 #include "dev_types.h"

@@ -15,9 +15,9 @@
 #include <cuda_runtime_api.h>
 
 #include "../../../transport/cuda_ipc/cuda_fifo.h"
-#include "../../../transport/log.h"
-#include "../../../transport/param.h"
-#include "../../../transport/status.h"
+#include "../../../transport/base/log.h"
+#include "../../../transport/base/param.h"
+#include "../../../transport/base/status.h"
 #include "device.h"
 #include "device_priv.h"
 #include "../../algo/ring_steps.h"

@@ -8,8 +8,8 @@
 
 #include "../../../transport/device_select.h"
 #include "../../../transport/net_dev.h"
-#include "../../../transport/param.h"
-#include "../../../transport/topo.h"
+#include "../../../transport/base/param.h"
+#include "../../../transport/topology/topo.h"
 #include "../../algo/ring_steps.h"
 #include "device_priv.h"
 

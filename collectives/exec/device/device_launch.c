@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../../transport/status.h"
+#include "../../../transport/base/status.h"
 #include "device.h"
 #include "device_priv.h"
 #include "../../algo/ring_steps.h"

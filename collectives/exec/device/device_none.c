@@ -1,6 +1,6 @@
 /* The device executor of a build without CUDA: no buffer is device memory,
  * and whatever asks for a GPU gets a clear error. */
-#include "../../../transport/status.h"
+#include "../../../transport/base/status.h"
 #include "device.h"
 
 int device_built(void) { return 0; }

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../../transport/bootstrap.h"
+#include "../../../transport/bootstrap/bootstrap.h"
 #include "../../../transport/cuda_ipc/cuda_fifo.h"
-#include "../../../transport/param.h"
+#include "../../../transport/base/param.h"
 #include "../../../transport/net_dev.h"
 #include "device_priv.h"
 

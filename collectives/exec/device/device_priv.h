@@ -8,7 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include "../../../transport/cuda_ipc/cuda_fifo.h"
-#include "../../../transport/status.h"
+#include "../../../transport/base/status.h"
 #include "../../../transport/transport.h"
 #include "../../core/plan.h"
 #include "dev_types.h"

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../../transport/status.h"
+#include "../../../transport/base/status.h"
 #include "../../algo/p2p.h"
 #include "../../core/check.h"
 #include "run.h"

@@ -3,8 +3,8 @@
  * protocol). prims_step hands calls set up for LL to prims_ll.c. */
 #include <string.h>
 
-#include "../../../transport/status.h"
-#include "../../../transport/wait.h"
+#include "../../../transport/base/status.h"
+#include "../../../transport/base/wait.h"
 #include "../../core/check.h"
 #include "prims.h"
 #include "prims_ll.h"

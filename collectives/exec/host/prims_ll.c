@@ -37,9 +37,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../../../transport/status.h"
+#include "../../../transport/base/status.h"
 #include "../../../transport/transport.h"
-#include "../../../transport/wait.h"
+#include "../../../transport/base/wait.h"
 #include "prims_ll.h"
 
 /* Payload bytes per stage of the forwarding primitives: whole words and

@@ -3,8 +3,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../../../transport/status.h"
-#include "../../../transport/wait.h"
+#include "../../../transport/base/status.h"
+#include "../../../transport/base/wait.h"
 #include "../../core/check.h"
 #include "../../algo/p2p.h"
 #include "../../core/plan.h"

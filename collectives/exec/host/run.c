@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../../transport/status.h"
+#include "../../../transport/base/status.h"
 #include "../../algo/algo.h"
 #include "../../algo/bulk.h"
 #include "../../algo/cma.h"

@@ -12,9 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../status.h"
-#include "../wait.h"
-#include "../topo.h"
+#include "status.h"
+#include "wait.h"
 
 /* Names are "/weft-<pid>-<tag><random>": the creator's pid, and a tag of
  * its pid namespace (8 hex digits) followed by 8 random ones. A segment whose
@@ -86,7 +85,8 @@ int shm_marker_find_dead(const uint32_t *keys, int nkeys) {
   return nkeys > 0 && shm_unlink_dead(keys, nkeys, &which) > 0 ? which : -1;
 }
 
-weftResult_t shm_segment_create(size_t nbytes, struct shm_segment *seg_out) {
+weftResult_t shm_segment_create(size_t nbytes, shm_segment_place_fn place,
+                                struct shm_segment *seg_out) {
   static int swept_once; /* the first segment of a process sweeps what dead ones left */
   if (!__atomic_exchange_n(&swept_once, 1, __ATOMIC_RELAXED)) shm_segment_sweep();
   struct shm_segment seg = {.nbytes = nbytes, .owner = 1};
@@ -102,8 +102,8 @@ weftResult_t shm_segment_create(size_t nbytes, struct shm_segment *seg_out) {
     res = weft_error_errno(weftSystemError, "mmap %s", seg.name);
     goto unlink_name;
   }
-  /* the receiver's NUMA node (it reads the slots), set before the pages exist */
-  topo_mem_place(seg.base, nbytes);
+  /* where the caller wants the pages (a NUMA node), said before they exist */
+  if (place != NULL) place(seg.base, nbytes);
   /* posix_fallocate reserves the pages now, so a full /dev/shm is an error
    * here instead of a SIGBUS later */
   int rc = posix_fallocate(fd, 0, (off_t)nbytes);

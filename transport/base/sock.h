@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "../include/weft.h"
+#include "../../include/weft.h"
 
 union weft_sockaddr {
   struct sockaddr sa;

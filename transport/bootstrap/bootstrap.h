@@ -8,9 +8,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "../include/weft.h"
-#include "peer_info.h"
-#include "sock.h"
+#include "../../include/weft.h"
+#include "../base/peer_info.h"
+#include "../base/sock.h"
 
 #define BOOTSTRAP_SECRET_BYTES 32
 

@@ -17,7 +17,11 @@ struct shm_segment {
   int owner; /* created here: unlink on close if nobody attached */
 };
 
-weftResult_t shm_segment_create(size_t nbytes, struct shm_segment *seg_out);
+/* Places a new segment's memory (NUMA) before its pages are allocated. */
+typedef void (*shm_segment_place_fn)(void *addr, size_t nbytes);
+/* Creates a segment; place (may be NULL) runs before its pages exist. */
+weftResult_t shm_segment_create(size_t nbytes, shm_segment_place_fn place,
+                                struct shm_segment *seg_out);
 /* Maps the segment and unlinks its name. */
 weftResult_t shm_segment_attach(const char *name, size_t nbytes, struct shm_segment *seg_out);
 void shm_segment_close(struct shm_segment *seg);

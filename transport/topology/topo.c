@@ -9,8 +9,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "param.h"
-#include "status.h"
+#include "../base/param.h"
+#include "../base/status.h"
 #include "weft_build_config.h"
 
 #if WEFT_HAVE_HWLOC

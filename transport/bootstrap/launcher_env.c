@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
-#include "status.h"
-#include "wait.h"
+#include "../base/status.h"
+#include "../base/wait.h"
 
 #define BOOTSTRAP_MAGIC 0x77667462u
 

@@ -6,7 +6,7 @@
 #define WEFT_LOG_H
 
 #include <stdarg.h>
-#include "../include/weft.h"
+#include "../../include/weft.h"
 
 enum weft_log_level { LOG_NONE = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_TRACE = 3 };
 

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "../include/weft.h"
+#include "../../include/weft.h"
 
 struct weft_wait {
   uint64_t start_ns;

@@ -15,8 +15,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../include/weft.h"
-#include "peer_info.h"
+#include "../../include/weft.h"
+#include "../base/peer_info.h"
 
 #define TOPO_MAX_NUMA 64
 #define TOPO_MAX_DEVS 128

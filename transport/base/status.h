@@ -2,7 +2,7 @@
 #ifndef WEFT_STATUS_H
 #define WEFT_STATUS_H
 
-#include "../include/weft.h"
+#include "../../include/weft.h"
 #include "log.h"
 
 /* Records the thread's last error text and returns code. The text is what

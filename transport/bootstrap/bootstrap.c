@@ -12,10 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "param.h"
-#include "shm/shm_segment.h"
-#include "status.h"
-#include "wait.h"
+#include "../base/param.h"
+#include "../base/shm_segment.h"
+#include "../base/status.h"
+#include "../base/wait.h"
 
 struct weft_param bootstrap_params[] = {
     {"WEFT_SOCKET_IFNAME", PARAM_STR, NULL,
