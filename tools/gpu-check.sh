@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU acceptance in one command (docs/cuda.md, "GPU check"): builds weft
+# The GPU acceptance in one command (docs/gpu-check.md): builds weft
 # with CUDA, runs the device suites, compute-sanitizer on a sample, the
 # device perf tools with 2, 4 and 8 ranks sharing the GPU, and the PyTorch
 # checks, then prints one table: step, result, seconds, key figure.

@@ -1,5 +1,5 @@
 /* What the CUDA calls on a device collective's enqueue path cost the host,
- * each alone, on this GPU (docs/cuda.md, "Where the enqueue goes"): the
+ * each alone, on this GPU (gpu-check's perf_launch: docs/gpu-check.md): the
  * host time per call, averaged over many calls, and, for kernels, the GPU's
  * time per back-to-back launch (queued behind a gate kernel, so that the
  * host's pace is not what is timed), with and without an event recorded
