@@ -17,7 +17,7 @@
 #endif
 
 struct weft_param *const weft_param_tables[] = {
-    log_params,       wait_params, bootstrap_params, transport_params, shm_params,
+    log_params,       wait_params, bootstrap_params, sock_params, transport_params, shm_params,
     socket_params, UCX_PARAMS coll_params, topo_params, cuda_params, cma_params, bulk_params,
     p2p_cma_params, copy_stream_params, NULL,
 };

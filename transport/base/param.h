@@ -21,6 +21,7 @@ void param_tables_print(struct weft_param *const *tables, FILE *out);
 /* The transport layer's tables (log, bootstrap, shm, waits). */
 extern struct weft_param log_params[];
 extern struct weft_param bootstrap_params[];
+extern struct weft_param sock_params[];
 extern struct weft_param shm_params[];
 extern struct weft_param cuda_params[]; /* the device path's, indexed by enum cuda_param */
 extern struct weft_param socket_params[];

@@ -18,8 +18,13 @@
 #include "status.h"
 #include "wait.h"
 
-extern struct weft_param bootstrap_params[];
-#define P_IFNAME 0 /* index of WEFT_SOCKET_IFNAME in bootstrap_params */
+struct weft_param sock_params[] = {
+    {"WEFT_SOCKET_IFNAME", PARAM_STR, NULL,
+     "interface (name prefix) for bootstrap and socket traffic; default: first non-loopback", 0,
+     0, NULL},
+    PARAM_END,
+};
+enum { P_IFNAME };
 
 const char *sock_addr_str(const union weft_sockaddr *addr, char *buf, size_t nbytes) {
   char ip[INET6_ADDRSTRLEN] = "?";
@@ -58,7 +63,7 @@ weftResult_t sock_resolve(const char *host, int port, union weft_sockaddr *addr_
 }
 
 weftResult_t sock_local_addr(union weft_sockaddr *addr_out) {
-  const char *want = param_str(&bootstrap_params[P_IFNAME]);
+  const char *want = param_str(&sock_params[P_IFNAME]);
   struct ifaddrs *ifs = NULL;
   if (getifaddrs(&ifs) != 0) return weft_error_errno(weftSystemError, "getifaddrs");
   union weft_sockaddr found;
@@ -100,7 +105,7 @@ int sock_addr_is_loopback(const union weft_sockaddr *addr) {
 }
 
 weftResult_t sock_local_addr_to(const union weft_sockaddr *peer, union weft_sockaddr *addr_out) {
-  if (param_str(&bootstrap_params[P_IFNAME]) != NULL) return sock_local_addr(addr_out);
+  if (param_str(&sock_params[P_IFNAME]) != NULL) return sock_local_addr(addr_out);
   /* a datagram socket "connected" to the peer sends nothing, but the kernel
    * picks the route and so the local address */
   int fd = socket(peer->sa.sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);

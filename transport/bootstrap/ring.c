@@ -1,0 +1,257 @@
+/* Joining a job (the root's admission and table) and the ring of sockets
+ * that gives the ranks allgather and barrier. */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../base/status.h"
+#include "wire.h"
+
+void bootstrap_set_abort(struct bootstrap *bs, const volatile uint32_t *abort) { bs->abort = abort; }
+
+static const char *root_reply_text(uint32_t code) {
+  switch (code) {
+    case ROOT_BAD_NRANKS: return "nranks differs from the other ranks'";
+    case ROOT_BAD_RANK: return "rank out of range";
+    case ROOT_DUP_RANK: return "another process already joined with this rank";
+    default: return "unknown reason";
+  }
+}
+
+/* Accepts the ring connection from prev, keeping any point-to-point message
+ * from a rank that finished joining first for bootstrap_recv. */
+static weftResult_t ring_accept_prev(struct bootstrap *bs, int prev, uint64_t deadline,
+                                     int *fd_out) {
+  struct weft_wait w;
+  bootstrap_watch(bs, prev, deadline - clock_ns(), "accept the bootstrap ring from", &w);
+  int fd = -1;
+  while (fd < 0) {
+    weftResult_t res = bootstrap_listener_serve(bs, deadline, &w, prev, &fd);
+    if (res == weftInProgress && clock_ns() >= deadline)
+      return weft_error_set(weftRemoteError, "timed out waiting for rank %d to join the ring",
+                            prev);
+    if (res != weftSuccess && res != weftInProgress) return res;
+  }
+  *fd_out = fd;
+  return weftSuccess;
+}
+
+/* Reads the root's answers: admission, then the outcome and the table. */
+static weftResult_t root_wait_table(int root_fd, const struct bootstrap_id *id, int rank,
+                                    int nranks, uint64_t deadline, struct peer_info *peers_out) {
+  char abuf[64];
+  const char *root = sock_addr_str(&id->root, abuf, sizeof abuf);
+  uint32_t code;
+  weftResult_t res = sock_recv_all(root_fd, &code, sizeof code, deadline);
+  if (res != weftSuccess && clock_ns() < deadline)
+    return weft_error_set(weftInvalidArgument,
+                          "bootstrap root at %s closed the connection without admitting rank %d "
+                          "(%s): the unique id's secret is not the root's (an id or WEFT_SECRET "
+                          "of another job: a wrong secret gets no answer), or the root has gone",
+                          root, rank, weft_error_text());
+  if (res != weftSuccess)
+    return weft_error_set(res, "bootstrap root at %s did not answer rank %d: %s", root, rank,
+                          weft_error_text());
+  if (code != ROOT_OK)
+    return weft_error_set(weftInvalidArgument, "bootstrap root at %s refused rank %d of %d: %s",
+                          root, rank, nranks, root_reply_text(code));
+  WEFT_TRACE(LOG_BOOTSTRAP, "rank %d: admitted by the root at %s", rank, root);
+  uint32_t outcome;
+  res = sock_recv_all(root_fd, &outcome, sizeof outcome, deadline);
+  if (res == weftSuccess && outcome == ROOT_RANK_LEFT) {
+    int32_t left = -1;
+    sock_recv_all(root_fd, &left, sizeof left, clock_ns() + HELLO_TIMEOUT_NS);
+    return weft_error_set(weftRemoteError,
+                          "rank %d left (failed or died) before all %d ranks joined at %s",
+                          (int)left, nranks, root);
+  }
+  if (res == weftSuccess && outcome != ROOT_ALL_JOINED)
+    res = weft_error_set(weftRemoteError, "the root gave up (not every rank joined in time)");
+  if (res == weftSuccess)
+    res = sock_recv_all(root_fd, peers_out, sizeof *peers_out * (size_t)nranks, deadline);
+  if (res != weftSuccess)
+    return weft_error_set(res, "waiting for all %d ranks to join at %s: %s", nranks, root,
+                          weft_error_text());
+  return weftSuccess;
+}
+
+weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,
+                            const struct peer_info *self, uint64_t timeout_ns,
+                            struct bootstrap **bs_out, struct peer_info *peers_out) {
+  if (id->magic != BOOTSTRAP_MAGIC)
+    return weft_error_set(weftInvalidArgument, "unique id is not a weft id (bad magic)");
+  uint64_t deadline = clock_ns() + timeout_ns;
+  weftResult_t res;
+  struct bootstrap *bs = calloc(1, sizeof *bs);
+  if (bs == NULL) return weft_error_set(weftSystemError, "out of memory");
+  bs->rank = rank;
+  bs->nranks = nranks;
+  bs->fd_next = bs->fd_prev = bs->listen_fd = -1;
+  bs->timeout_ns = timeout_ns;
+  memcpy(bs->secret, id->secret, sizeof bs->secret);
+
+  /* our listener, on the interface that reaches the root (loopback when the
+   * root is on loopback) */
+  union weft_sockaddr listen_addr;
+  int root_fd = -1;
+  WEFT_TRY_GOTO(sock_local_addr_to(&id->root, &listen_addr), res, free_bs);
+  WEFT_TRY_GOTO(sock_listen(&listen_addr, &bs->listen_fd, &listen_addr), res, free_bs);
+
+  struct hello h;
+  memset(&h, 0, sizeof h);
+  h.magic = BOOTSTRAP_MAGIC;
+  h.version = BOOTSTRAP_VERSION;
+  memcpy(h.secret, id->secret, sizeof h.secret);
+  h.rank = rank;
+  h.nranks = nranks;
+  h.info = *self;
+  h.info.listen_addr = listen_addr;
+  WEFT_TRACE(LOG_BOOTSTRAP, "rank %d of %d: joining the root", rank, nranks);
+  /* a root at a fixed address may not be up yet (rank 0 starts it): refused
+   * is retried; any other root was up before its id existed */
+  if (id->flags & BOOTSTRAP_ID_ROOT_LATE)
+    res = sock_connect(&id->root, deadline, &root_fd);
+  else
+    res = sock_connect_peer(&id->root, deadline, NULL, &root_fd);
+  if (res != weftSuccess) {
+    char abuf[64];
+    res = weft_error_set(res, "bootstrap root at %s: %s%s", sock_addr_str(&id->root, abuf, sizeof abuf),
+                         weft_error_text(),
+                         id->flags & BOOTSTRAP_ID_ROOT_LATE
+                             ? ""
+                             : " (the process that made the unique id has exited, or the id is "
+                               "not this job's)");
+    goto free_bs;
+  }
+  WEFT_TRY_GOTO(sock_send_all(root_fd, &h, sizeof h, deadline), res, close_root);
+  WEFT_TRY_GOTO(root_wait_table(root_fd, id, rank, nranks, deadline, peers_out), res, close_root);
+  sock_close_reset(root_fd); /* all read; the root closes its end in order */
+  root_fd = -1;
+
+  bs->addrs = malloc(sizeof *bs->addrs * (size_t)nranks);
+  bs->pids = calloc((size_t)nranks, sizeof *bs->pids);
+  if (bs->addrs == NULL || bs->pids == NULL) {
+    res = weft_error_set(weftSystemError, "out of memory");
+    goto free_bs;
+  }
+  for (int r = 0; r < nranks; r++) {
+    bs->addrs[r] = peers_out[r].listen_addr;
+    if (r != rank && peers_out[r].host_hash == self->host_hash) bs->pids[r] = peers_out[r].pid;
+  }
+  WEFT_TRACE(LOG_BOOTSTRAP, "rank %d: all %d ranks joined", rank, nranks);
+
+  if (nranks > 1) {
+    int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+    struct ring_hello rh = {.magic = BOOTSTRAP_MAGIC, .rank = rank};
+    memcpy(rh.secret, id->secret, sizeof rh.secret);
+    struct weft_wait w;
+    bootstrap_watch(bs, next, timeout_ns, "connect the bootstrap ring to", &w);
+    WEFT_TRY_GOTO(sock_connect_peer(&bs->addrs[next], deadline, &w, &bs->fd_next), res,
+                  free_bs);
+    WEFT_TRY_GOTO(sock_send_all(bs->fd_next, &rh, sizeof rh, deadline), res, free_bs);
+    WEFT_TRY_GOTO(ring_accept_prev(bs, prev, deadline, &bs->fd_prev), res, free_bs);
+  }
+  WEFT_TRACE(LOG_BOOTSTRAP, "rank %d: bootstrap ring ready", rank);
+  *bs_out = bs;
+  return weftSuccess;
+
+close_root:
+  sock_close_reset(root_fd);
+free_bs:
+  if (res == weftRemoteError || res == weftSystemError)
+    res = weft_error_set(res, "bootstrap of rank %d of %d: %s", rank, nranks, weft_error_text());
+  bootstrap_close(bs);
+  return res;
+}
+
+/* Sends sbuf to fd_out while receiving rbuf from fd_in, so that neither side
+ * blocks on a full socket buffer. */
+static weftResult_t sock_exchange(struct bootstrap *bs, const char *sbuf, char *rbuf,
+                                  size_t nbytes, uint64_t deadline) {
+  int fd_out = bs->fd_next, fd_in = bs->fd_prev;
+  size_t sent = 0, got = 0;
+  while (sent < nbytes || got < nbytes) {
+    /* the listener too: a rank that failed says so there */
+    struct pollfd p[3] = {{.fd = sent < nbytes ? fd_out : -1, .events = POLLOUT},
+                          {.fd = got < nbytes ? fd_in : -1, .events = POLLIN},
+                          {.fd = bs->listen_fd, .events = POLLIN}};
+    uint64_t now = clock_ns();
+    if (now >= deadline) return weft_error_set(weftRemoteError, "bootstrap exchange timed out");
+    if (bs->abort != NULL && *bs->abort)
+      return weft_error_set(weftRemoteError, "communicator aborted during a bootstrap exchange");
+    uint64_t ms = (deadline - now) / 1000000 + 1;
+    int rc = poll(p, bs->hellos.n > 0 ? 2 : 3, ms > 100 ? 100 : (int)ms);
+    if (rc < 0 && errno != EINTR) return weft_error_errno(weftSystemError, "poll");
+    /* a rank's failure counts once the ring stalls: what it (and the rest)
+     * sent before failing completes the exchange first */
+    int failed = rc == 0 ? bootstrap_msg_failed_rank(bs, -1) : -1;
+    if (failed >= 0)
+      return weft_error_set(weftRemoteError, "rank %d failed during a bootstrap exchange", failed);
+    if (bs->hellos.n > 0 || (rc > 0 && (p[2].revents & POLLIN))) {
+      /* take what is ready there without waiting */
+      weftResult_t res = bootstrap_listener_serve(bs, clock_ns() + 1000000ull, NULL, -1, NULL);
+      if (res != weftSuccess && res != weftInProgress) return res;
+    }
+    if (rc <= 0) continue;
+    if (p[0].revents & (POLLOUT | POLLERR | POLLHUP)) {
+      ssize_t n = send(fd_out, sbuf + sent, nbytes - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) sent += (size_t)n;
+      else if (n < 0 && errno != EAGAIN && errno != EINTR)
+        return weft_error_errno(weftRemoteError, "bootstrap send to next rank");
+    }
+    if (p[1].revents & (POLLIN | POLLERR | POLLHUP)) {
+      ssize_t n = recv(fd_in, rbuf + got, nbytes - got, MSG_DONTWAIT);
+      if (n > 0) got += (size_t)n;
+      else if (n == 0) return weft_error_set(weftRemoteError, "previous rank closed the bootstrap ring");
+      else if (errno != EAGAIN && errno != EINTR)
+        return weft_error_errno(weftRemoteError, "bootstrap receive from previous rank");
+    }
+  }
+  return weftSuccess;
+}
+
+weftResult_t bootstrap_allgather(struct bootstrap *bs, void *data, size_t nbytes) {
+  int n = bs->nranks, r = bs->rank;
+  char *d = data;
+  uint64_t deadline = clock_ns() + bs->timeout_ns;
+  for (int s = 0; s < n - 1; s++) {
+    int send_block = (r - s + n) % n, recv_block = (r - s - 1 + n) % n;
+    weftResult_t res = sock_exchange(bs, d + (size_t)send_block * nbytes,
+                                     d + (size_t)recv_block * nbytes, nbytes, deadline);
+    if (res != weftSuccess)
+      return weft_error_set(res, "bootstrap allgather on rank %d: %s", r, weft_error_text());
+  }
+  return weftSuccess;
+}
+
+weftResult_t bootstrap_barrier(struct bootstrap *bs) {
+  char *tmp = calloc((size_t)bs->nranks, 1);
+  if (tmp == NULL) return weft_error_set(weftSystemError, "out of memory");
+  weftResult_t res = bootstrap_allgather(bs, tmp, 1);
+  free(tmp);
+  return res;
+}
+
+void bootstrap_close(struct bootstrap *bs) {
+  if (bs == NULL) return;
+  /* data only flows from prev to this rank, and every exchange of ours is
+   * complete: the reading end resets, the writing end closes in order */
+  if (bs->fd_next >= 0) close(bs->fd_next);
+  if (bs->fd_prev >= 0) sock_close_reset(bs->fd_prev);
+  if (bs->listen_fd >= 0) close(bs->listen_fd);
+  sock_hellos_close(&bs->hellos);
+  while (bs->unexpected != NULL) {
+    struct bs_msg *m = bs->unexpected;
+    bs->unexpected = m->next;
+    free(m);
+  }
+  free(bs->addrs);
+  free(bs->pids);
+  free(bs);
+}
+
+const union weft_sockaddr *bootstrap_listen_addr(const struct bootstrap *bs) {
+  return &bs->addrs[bs->rank];
+}
