@@ -11,6 +11,7 @@
 #include "base/param.h"
 #include "base/status.h"
 #include "base/wait.h"
+#include "cuda_ipc/cuda_params.h"
 
 static weftResult_t net_dev_host_alloc(size_t nbytes, void **host_out, void **dev_out) {
   void *p = NULL;
@@ -49,7 +50,7 @@ static int gdr_logged;
 
 /* Reads WEFT_NET_GDR and says (once) where the FIFOs go. */
 static weftResult_t net_dev_gdr_check(const char *where) {
-  int64_t gdr = param_int(&cuda_params[CUDA_P_NET_GDR]);
+  int64_t gdr = param_int(&cuda_transport_params[CUDA_P_NET_GDR]);
   if (gdr < -1 || gdr > 1)
     return weft_error_set(weftInvalidArgument, "WEFT_NET_GDR=%lld: must be -1 (auto), 0 or 1",
                           (long long)gdr);

@@ -1,5 +1,8 @@
+/* The one registry of transports, host and device memory alike, and the
+ * one function that chooses among them by asking each transport. */
 #include "transport.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "base/param.h"
@@ -18,9 +21,26 @@ extern const struct weft_transport socket_transport;
 #if WEFT_HAVE_UCX
 extern const struct weft_transport ucx_transport;
 #endif
+#if WEFT_HAVE_CUDA
+extern const struct weft_transport peer_access_transport;
+extern const struct weft_transport cuda_ipc_transport;
+extern const struct weft_transport host_fifo_transport;
+#endif
 
+/* The order is the preference. Each transport's can_connect says which
+ * memory and which pairs of ranks it serves: shm carries host memory on one
+ * host; the device transports carry a kernel's FIFO on one host (GPUs of one
+ * process with peer access, then other processes' GPUs with peer access,
+ * then pinned host memory both map); the networks carry host memory to any
+ * rank and device memory to other hosts (as device network connections,
+ * net_dev.h). */
 const struct weft_transport *const weft_transports[] = {
     &shm_transport,
+#if WEFT_HAVE_CUDA
+    &peer_access_transport,
+    &cuda_ipc_transport,
+    &host_fifo_transport,
+#endif
 #if WEFT_HAVE_UCX
     &ucx_transport, /* between hosts, before sockets */
 #endif
@@ -28,14 +48,46 @@ const struct weft_transport *const weft_transports[] = {
     NULL,
 };
 
-int transport_select(const struct peer_info *sender, const struct peer_info *receiver) {
+int transport_refuse(char *why, size_t why_nbytes, const char *fmt, ...) {
+  if (why_nbytes > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, why_nbytes, fmt, ap);
+    va_end(ap);
+  }
+  return 0;
+}
+
+/* Appends "name: reason; " to the message being built in why. */
+static void why_append(char *why, size_t why_nbytes, size_t *len, const char *name,
+                       const char *reason) {
+  if (*len >= why_nbytes) return;
+  int n = snprintf(why + *len, why_nbytes - *len, "%s%s: %s", *len > 0 ? "; " : "", name, reason);
+  if (n > 0) *len += (size_t)n;
+}
+
+int transport_select(const struct peer_info *sender, const struct peer_info *receiver,
+                     const struct transport_need *need, char *why, size_t why_nbytes) {
   const char *only = param_str(&transport_params[P_TRANSPORT]);
+  char reasons[512] = "", reason[160];
+  size_t len = 0;
   for (int i = 0; weft_transports[i] != NULL; i++) {
     const struct weft_transport *t = weft_transports[i];
-    if (only != NULL && strcmp(only, t->name) != 0) continue;
-    if (t->disabled != NULL && t->disabled()) continue;
-    if (t->can_connect(sender, receiver)) return i;
+    reason[0] = '\0';
+    /* WEFT_TRANSPORT names the transports of host memory and the networks */
+    if (only != NULL && !(t->caps & TRANSPORT_CAP_DEVICE_MEMORY) && strcmp(only, t->name) != 0) {
+      snprintf(reason, sizeof reason, "WEFT_TRANSPORT=%s", only);
+    } else if (t->disabled != NULL && t->disabled()) {
+      snprintf(reason, sizeof reason, "disabled (%s=1)", t->disable_env);
+    } else if (t->can_connect(sender, receiver, need, reason, sizeof reason)) {
+      return i;
+    }
+    why_append(reasons, sizeof reasons, &len, t->name, reason[0] ? reason : "cannot");
   }
+  if (why_nbytes > 0)
+    snprintf(why, why_nbytes, "no transport connects rank %d to rank %d (%s memory): %s",
+             sender->rank, receiver->rank, need->mem == TRANSPORT_MEM_DEVICE ? "device" : "host",
+             reasons);
   return -1;
 }
 

@@ -7,6 +7,7 @@
 #define WEFT_TRANSPORT_H
 
 #include <assert.h>
+#include <stdarg.h>
 #include <stdalign.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -69,15 +70,34 @@ enum transport_cap {
   TRANSPORT_CAP_PROGRESS_ALL = 1u << 1,
   /* The FIFO is GPU memory that device kernels load and store. */
   TRANSPORT_CAP_DEVICE_MEMORY = 1u << 2,
+  /* A device kernel's FIFO in pinned host memory that the kernels of both
+   * ranks map (struct weft_conn's fifo_mem). */
+  TRANSPORT_CAP_PINNED_FIFO = 1u << 3,
+};
+
+/* What a connection is asked to carry, beside its two ends. */
+enum transport_mem {
+  TRANSPORT_MEM_HOST,   /* the host executor's FIFO (host buffers) */
+  TRANSPORT_MEM_DEVICE, /* a device kernel's FIFO (device buffers) */
+};
+struct transport_need {
+  enum transport_mem mem;
+  /* device memory on one host: the sender's GPU reaches the memory of the
+   * receiver's GPU (one GPU, or peer access between the two) */
+  int peer_access;
 };
 
 struct weft_transport {
   const char *name;
   unsigned caps; /* enum transport_cap */
-  /* Whether the environment turned this transport off (WEFT_<NAME>_DISABLE). */
+  /* The variable that turns this transport off, for messages. */
+  const char *disable_env;
+  /* Whether the environment turned this transport off (disable_env). */
   int (*disabled)(void);
-  /* Whether this transport can carry data from sender to receiver. */
-  int (*can_connect)(const struct peer_info *sender, const struct peer_info *receiver);
+  /* Whether this transport can carry data from sender to receiver as need
+   * asks; where it cannot, a short reason in why (when why_nbytes > 0). */
+  int (*can_connect)(const struct peer_info *sender, const struct peer_info *receiver,
+                     const struct transport_need *need, char *why, size_t why_nbytes);
   /* Receiver: allocates the FIFO (conn->nslots and slot_nbytes are set) and
    * describes it in blob. Does not block. */
   weftResult_t (*recv_setup)(struct weft_conn *conn, struct conn_blob *blob_out);
@@ -116,16 +136,21 @@ struct weft_transport {
   } bulk;
 };
 
-/* Every transport, in order of preference. NULL-terminated. */
+/* Every transport, host and device memory alike, in order of preference
+ * (transport.c). NULL-terminated. A blob's transport indexes it. */
 extern const struct weft_transport *const weft_transports[];
 
-/* The transports of device connections (builds with CUDA), in order of
- * preference; NULL-terminated. A device blob's transport indexes it. */
-extern const struct weft_transport *const weft_device_transports[];
+/* The index in weft_transports of the first transport that is not disabled
+ * (its own setting, or WEFT_TRANSPORT naming another) and whose can_connect
+ * carries what need asks from sender to receiver; else -1, with a message
+ * that names both ranks and why each transport cannot in why (why_nbytes > 0). */
+int transport_select(const struct peer_info *sender, const struct peer_info *receiver,
+                     const struct transport_need *need, char *why, size_t why_nbytes);
 
-/* The index in weft_transports of the first transport that connects sender
- * to receiver and is not disabled by environment, or -1. */
-int transport_select(const struct peer_info *sender, const struct peer_info *receiver);
+/* A transport's reason for can_connect's why: formats into why when there
+ * is room, and returns 0 (cannot connect). */
+int transport_refuse(char *why, size_t why_nbytes, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Checks that the peer's FIFO (peer_fifo_nbytes of slots) has this end's
  * shape: every transport refuses ranks whose WEFT_NSLOTS/WEFT_SLOT_BYTES differ. */

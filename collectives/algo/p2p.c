@@ -65,7 +65,8 @@ static weftResult_t p2p_connect_wanted(struct weftComm *comm, char *want_send, c
     struct conn_blob blob;
     memset(&blob, 0, sizeof blob);
     conn_prepare(comm, c, p);
-    blob.transport = transport_select(&comm->peers[p], &comm->peers[comm->rank]);
+    const struct transport_need need = {.mem = TRANSPORT_MEM_HOST};
+    blob.transport = transport_select(&comm->peers[p], &comm->peers[comm->rank], &need, NULL, 0);
     if (blob.transport >= 0) {
       res = weft_transports[blob.transport]->recv_setup(c, &blob);
       if (res == weftSuccess) c->transport = weft_transports[blob.transport];

@@ -8,6 +8,8 @@
 #include "../algo/copy_stream.h"
 #include "../algo/p2p_cma.h"
 #include "../core/params.h"
+#include "../exec/device/device_params.h"
+#include "../../transport/cuda_ipc/cuda_params.h"
 #include "weft_build_config.h"
 
 #if WEFT_HAVE_UCX
@@ -18,7 +20,7 @@
 
 struct weft_param *const weft_param_tables[] = {
     log_params,       wait_params, bootstrap_params, sock_params, transport_params, shm_params,
-    socket_params, UCX_PARAMS coll_params, topo_params, cuda_params, cma_params, bulk_params,
+    socket_params, UCX_PARAMS coll_params, topo_params, cuda_transport_params, device_params, cma_params, bulk_params,
     p2p_cma_params, copy_stream_params, NULL,
 };
 

@@ -112,13 +112,14 @@ weftResult_t channels_connect(struct weftComm *comm, uint32_t nslots, size_t slo
     struct weft_channel *ch = &comm->channels[c];
     int prev = ch->ring[(ch->ring_pos + n - 1) % n];
     conn_init(&ch->recv, comm, prev, nslots, slot_nbytes);
-    int t = transport_select(&comm->peers[prev], &comm->peers[comm->rank]);
+    const struct transport_need need = {.mem = TRANSPORT_MEM_HOST};
+    char refused[768];
+    int t = transport_select(&comm->peers[prev], &comm->peers[comm->rank], &need, refused,
+                             sizeof refused);
     mine[c].transport = t;
     if (t < 0) {
-      local = weft_error_set(weftSystemError,
-                             "no transport connects rank %d (host %s) to rank %d (host %s)",
-                             prev, comm->peers[prev].hostname, comm->rank,
-                             comm->peers[comm->rank].hostname);
+      local = weft_error_set(weftSystemError, "%s (host %s to host %s)", refused,
+                             comm->peers[prev].hostname, comm->peers[comm->rank].hostname);
     } else {
       ch->recv.transport = weft_transports[t];
       local = ch->recv.transport->recv_setup(&ch->recv, &mine[c]);

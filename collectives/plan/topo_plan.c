@@ -75,6 +75,9 @@ static void plan_print_ranks(const struct topo *topo, const struct peer_info *pe
   }
 }
 
+/* the ring and the matrix show the transports of host memory */
+static const struct transport_need host_need = {.mem = TRANSPORT_MEM_HOST};
+
 static void plan_print_transports(const struct peer_info *peers, int n, FILE *out) {
   int ntransports = 0;
   while (weft_transports[ntransports] != NULL) ntransports++;
@@ -86,7 +89,7 @@ static void plan_print_transports(const struct peer_info *peers, int n, FILE *ou
     for (int s = 0; s < n; s++)
       for (int r = 0; r < n; r++) {
         if (s == r) continue;
-        int t = transport_select(&peers[s], &peers[r]);
+        int t = transport_select(&peers[s], &peers[r], &host_need, NULL, 0);
         if (t < 0 || t >= 16) none++;
         else count[t]++;
       }
@@ -101,7 +104,7 @@ static void plan_print_transports(const struct peer_info *peers, int n, FILE *ou
   for (int s = 0; s < n; s++) {
     fprintf(out, "  %3d ", s);
     for (int r = 0; r < n; r++) {
-      int t = s == r ? -2 : transport_select(&peers[s], &peers[r]);
+      int t = s == r ? -2 : transport_select(&peers[s], &peers[r], &host_need, NULL, 0);
       fputc(t == -2 ? '.' : t < 0 ? '-' : '0' + t % 10, out);
     }
     fputc('\n', out);
@@ -118,10 +121,11 @@ static void plan_print_ring(const struct peer_info *peers, int n, const int *rin
   ring_count_crossings(peers, n, ring, &c);
   fprintf(out, "\n  crossings: %d between hosts, %d between NUMA nodes, %d between PCI switches\n",
           c.hosts, c.numa, c.switches);
-  int t = n > 1 ? transport_select(&peers[ring[0]], &peers[ring[1 % n]]) : -1;
+  int t = n > 1 ? transport_select(&peers[ring[0]], &peers[ring[1 % n]], &host_need, NULL, 0)
+                : -1;
   for (int i = 0; i < n && n > 1; i++) {
     int s = ring[i], r = ring[(i + 1) % n];
-    int tt = transport_select(&peers[s], &peers[r]);
+    int tt = transport_select(&peers[s], &peers[r], &host_need, NULL, 0);
     if (i == 0 || tt != t || peers[s].host_hash != peers[r].host_hash)
       fprintf(out, "  hop %d -> %d: %s\n", s, r, tt >= 0 ? weft_transports[tt]->name : "none");
     t = tt;

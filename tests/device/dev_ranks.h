@@ -19,6 +19,8 @@
 extern "C" {
 #include "collectives/core/params.h"
 #include "transport/base/param.h"
+#include "transport/cuda_ipc/cuda_params.h"
+#include "collectives/exec/device/device_params.h"
 }
 
 // Whether this process sees a CUDA device.
@@ -73,7 +75,8 @@ struct ScopedEnv {
     reset();
   }
   static void reset() {
-    struct weft_param *const tables[] = {cuda_params, wait_params, coll_params, NULL};
+    struct weft_param *const tables[] = {cuda_transport_params, device_params, wait_params,
+                                         coll_params, NULL};
     param_tables_reset(tables);
   }
 };

@@ -1,15 +1,19 @@
-// Which transport each hop of a device ring gets (transport/device_select.h):
-// ranks spread over 1 to 3 emulated hosts, one or several processes per host,
-// with p2p / cuda_ipc / host_fifo allowed or not and GPUs with or without
-// peer access. Every hop is checked against the rule written out here, and
-// an impossible hop's message names both ranks and why.
+// Which transport each hop of a device ring gets (transport_select with
+// device memory, over the one registry of transports): ranks spread over 1 to
+// 3 emulated hosts, one or several processes per host, with peer_access /
+// cuda_ipc / host_fifo / the networks allowed or not and GPUs with or without
+// peer access. Every hop is checked against the rule written out here, and an
+// impossible hop's message names both ranks and why.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 extern "C" {
-#include "transport/device_select.h"
+#include "transport/cuda_ipc/cuda_params.h"
+#include "transport/transport.h"
+#include "weft_build_config.h"
 }
 
 namespace {
@@ -30,17 +34,77 @@ peer_info rank_info(const Layout &l, int r) {
   return p;
 }
 
+// What the environment turns off, set for one scope.
+struct Disabled {
+  bool peer_access = false, cuda_ipc = false, host_fifo = false, networks = false;
+};
+
+void reset_tables() {
+  struct weft_param *const tables[] = {cuda_transport_params, socket_params,
+#if WEFT_HAVE_UCX
+                                       ucx_params,
+#endif
+                                       transport_params, NULL};
+  param_tables_reset(tables);
+}
+
+class ScopedDisabled {
+ public:
+  explicit ScopedDisabled(const Disabled &d) {
+    set("WEFT_P2P_DISABLE", d.peer_access);
+    set("WEFT_CUDA_IPC_DISABLE", d.cuda_ipc);
+    set("WEFT_DEVICE_HOST_FIFO_DISABLE", d.host_fifo);
+    set("WEFT_SOCKET_DISABLE", d.networks);
+    set("WEFT_UCX_DISABLE", d.networks);
+    reset_tables();
+  }
+  ~ScopedDisabled() {
+    for (const char *n : {"WEFT_P2P_DISABLE", "WEFT_CUDA_IPC_DISABLE",
+                          "WEFT_DEVICE_HOST_FIFO_DISABLE", "WEFT_SOCKET_DISABLE",
+                          "WEFT_UCX_DISABLE"})
+      unsetenv(n);
+    reset_tables();
+  }
+
+ private:
+  static void set(const char *name, bool on) {
+    if (on) setenv(name, "1", 1);
+    else unsetenv(name);
+  }
+};
+
+// The kind of hop a transport makes for device memory.
+enum Hop { PEER_ACCESS, CUDA_IPC, HOST_FIFO, NET, NONE };
+const char *hop_name(Hop h) {
+  static const char *names[] = {"peer_access", "cuda_ipc", "host_fifo", "net", "none"};
+  return names[h];
+}
+
+Hop hop_of(int t) {
+  if (t < 0) return NONE;
+  const weft_transport *tr = weft_transports[t];
+  if (!(tr->caps & TRANSPORT_CAP_DEVICE_MEMORY)) return NET;
+  std::string n = tr->name;
+  return n == "peer_access" ? PEER_ACCESS : n == "cuda_ipc" ? CUDA_IPC : HOST_FIFO;
+}
+
+int choose(const peer_info &s, const peer_info &r, int peer_access, std::string *why) {
+  transport_need need = {};
+  need.mem = TRANSPORT_MEM_DEVICE;
+  need.peer_access = peer_access;
+  char buf[1024] = "";
+  int t = transport_select(&s, &r, &need, buf, sizeof buf);
+  if (why != nullptr) *why = buf;
+  return t;
+}
+
 // the ring r -> r+1: the hop into r+1 from r, as its receiver decides
-std::vector<device_hop> ring_hops(const Layout &l, const device_hop_env &env_same,
-                                  int net_index) {
-  std::vector<device_hop> out;
+std::vector<Hop> ring_hops(const Layout &l, int peer_access) {
+  std::vector<Hop> out;
   int n = (int)l.host.size();
   for (int r = 0; r < n; r++) {
     peer_info s = rank_info(l, r), t = rank_info(l, (r + 1) % n);
-    device_hop_env env = env_same;
-    env.net = s.host_hash != t.host_hash ? net_index : -1;
-    char why[256] = "";
-    out.push_back(device_hop_choose(&s, &t, &env, why, sizeof why));
+    out.push_back(hop_of(choose(s, t, s.host_hash == t.host_hash ? peer_access : 0, nullptr)));
   }
   return out;
 }
@@ -53,80 +117,116 @@ const Layout kLayouts[] = {
     {"3 hosts, one process each with 2 GPUs", {0, 0, 1, 1, 2, 2}, {0, 0, 1, 1, 2, 2}},
 };
 
-device_hop expected(const Layout &l, int s, int r, const device_hop_env &env, int net) {
-  if (l.host[s] != l.host[r]) return net >= 0 ? DEVICE_HOP_NET : DEVICE_HOP_NONE;
-  if (env.peer_access && l.proc[s] == l.proc[r] && !env.p2p_disabled) return DEVICE_HOP_P2P;
-  if (env.peer_access && l.proc[s] != l.proc[r] && !env.cuda_ipc_disabled)
-    return DEVICE_HOP_CUDA_IPC;
-  return env.host_fifo_disabled ? DEVICE_HOP_NONE : DEVICE_HOP_HOST_FIFO;
+Hop expected(const Layout &l, int s, int r, const Disabled &d, int peer_access) {
+  if (l.host[s] != l.host[r]) return d.networks ? NONE : NET;
+  if (peer_access && l.proc[s] == l.proc[r] && !d.peer_access) return PEER_ACCESS;
+  if (peer_access && l.proc[s] != l.proc[r] && !d.cuda_ipc) return CUDA_IPC;
+  return d.host_fifo ? NONE : HOST_FIFO;
 }
 
+#if WEFT_HAVE_CUDA
+#define REQUIRE_DEVICE_TRANSPORTS()
+#else
+#define REQUIRE_DEVICE_TRANSPORTS() GTEST_SKIP() << "built without CUDA: no device transports"
+#endif
+
 TEST(DeviceSelect, EveryHopOfEveryLayoutAndSetting) {
-  int checked = 0, by_kind[4] = {0, 0, 0, 0};
+  REQUIRE_DEVICE_TRANSPORTS();
+  int checked = 0, by_kind[5] = {0, 0, 0, 0, 0};
   for (const Layout &l : kLayouts)
-    for (int mask = 0; mask < 16; mask++)
-      for (int net : {1, -1}) {
-        device_hop_env env = {};
-        env.p2p_disabled = mask & 1;
-        env.cuda_ipc_disabled = (mask >> 1) & 1;
-        env.host_fifo_disabled = (mask >> 2) & 1;
-        env.peer_access = !((mask >> 3) & 1);
-        std::vector<device_hop> hops = ring_hops(l, env, net);
-        int n = (int)l.host.size();
-        for (int r = 0; r < n; r++) {
-          device_hop want = expected(l, r, (r + 1) % n, env, net);
-          ASSERT_EQ(hops[r], want) << l.name << " mask " << mask << " net " << net << " hop "
-                                   << r << "->" << (r + 1) % n;
-          if (want != DEVICE_HOP_NONE) by_kind[want]++;
-          checked++;
-        }
+    for (int mask = 0; mask < 32; mask++) {
+      Disabled d;
+      d.peer_access = mask & 1;
+      d.cuda_ipc = (mask >> 1) & 1;
+      d.host_fifo = (mask >> 2) & 1;
+      d.networks = (mask >> 4) & 1;
+      int peer_access = !((mask >> 3) & 1);
+      ScopedDisabled env(d);
+      std::vector<Hop> hops = ring_hops(l, peer_access);
+      int n = (int)l.host.size();
+      for (int r = 0; r < n; r++) {
+        Hop want = expected(l, r, (r + 1) % n, d, peer_access);
+        ASSERT_EQ(hop_name(hops[r]), std::string(hop_name(want)))
+            << l.name << " mask " << mask << " hop " << r << "->" << (r + 1) % n;
+        by_kind[want]++;
+        checked++;
       }
+    }
   EXPECT_GT(checked, 100);
-  for (int k = 0; k < 4; k++) EXPECT_GT(by_kind[k], 0) << device_hop_name((device_hop)k);
+  for (int k = 0; k < 5; k++) EXPECT_GT(by_kind[k], 0) << hop_name((Hop)k);
 }
 
 TEST(DeviceSelect, TwoHostsWithCudaIpcOnAndOff) {
+  REQUIRE_DEVICE_TRANSPORTS();
   const Layout &l = kLayouts[2];  // ranks 0,1 on host 0; 2,3 on host 1
-  device_hop_env on = {};
-  on.peer_access = 1;
-  std::vector<device_hop> a = ring_hops(l, on, 2);
-  EXPECT_EQ(a, (std::vector<device_hop>{DEVICE_HOP_CUDA_IPC, DEVICE_HOP_NET,
-                                        DEVICE_HOP_CUDA_IPC, DEVICE_HOP_NET}));
-  device_hop_env off = on;
-  off.cuda_ipc_disabled = 1;
-  std::vector<device_hop> b = ring_hops(l, off, 2);
-  EXPECT_EQ(b, (std::vector<device_hop>{DEVICE_HOP_HOST_FIFO, DEVICE_HOP_NET,
-                                        DEVICE_HOP_HOST_FIFO, DEVICE_HOP_NET}));
+  {
+    ScopedDisabled env(Disabled{});
+    EXPECT_EQ(ring_hops(l, 1), (std::vector<Hop>{CUDA_IPC, NET, CUDA_IPC, NET}));
+  }
+  Disabled off;
+  off.cuda_ipc = true;
+  ScopedDisabled env(off);
+  EXPECT_EQ(ring_hops(l, 1), (std::vector<Hop>{HOST_FIFO, NET, HOST_FIFO, NET}));
 }
 
-std::string refusal(peer_info s, peer_info r, device_hop_env env) {
-  char why[256] = "";
-  EXPECT_EQ(device_hop_choose(&s, &r, &env, why, sizeof why), DEVICE_HOP_NONE);
+// Host memory never takes a device transport, and device memory on one host
+// never takes a network.
+TEST(DeviceSelect, EachMemoryKeepsToItsTransports) {
+  REQUIRE_DEVICE_TRANSPORTS();
+  ScopedDisabled env(Disabled{});
+  const Layout &l = kLayouts[2];
+  transport_need host = {};
+  host.mem = TRANSPORT_MEM_HOST;
+  peer_info a = rank_info(l, 0), b = rank_info(l, 1), c = rank_info(l, 2);
+  int t = transport_select(&a, &b, &host, nullptr, 0);
+  ASSERT_GE(t, 0);
+  EXPECT_STREQ(weft_transports[t]->name, "shm");
+  t = transport_select(&a, &c, &host, nullptr, 0);
+  ASSERT_GE(t, 0);
+  EXPECT_FALSE(weft_transports[t]->caps & TRANSPORT_CAP_DEVICE_MEMORY);
+  Disabled no_fifo;
+  no_fifo.host_fifo = true;
+  no_fifo.cuda_ipc = true;
+  ScopedDisabled env2(no_fifo);
+  std::string why;
+  EXPECT_EQ(choose(a, b, 1, &why), -1) << "a network on one host for device memory";
+  EXPECT_NE(why.find("device memory between hosts only"), std::string::npos) << why;
+}
+
+std::string refusal(const peer_info &s, const peer_info &r, int peer_access) {
+  std::string why;
+  EXPECT_EQ(choose(s, r, peer_access, &why), -1);
   return why;
 }
 
 TEST(DeviceSelect, ImpossibleHopsNameBothRanksAndWhy) {
+  REQUIRE_DEVICE_TRANSPORTS();
   const Layout &l = kLayouts[3];
-  device_hop_env env = {};
-  env.net = -1;
-  std::string m = refusal(rank_info(l, 2), rank_info(l, 3), env);
-  EXPECT_NE(m.find("rank 2 to rank 3"), std::string::npos) << m;
-  EXPECT_NE(m.find("different hosts"), std::string::npos) << m;
-
-  env.host_fifo_disabled = 1;  // no peer access either
-  m = refusal(rank_info(l, 0), rank_info(l, 1), env);
-  EXPECT_NE(m.find("rank 0 to rank 1"), std::string::npos) << m;
-  EXPECT_NE(m.find("without peer access"), std::string::npos) << m;
-  EXPECT_NE(m.find("WEFT_DEVICE_HOST_FIFO_DISABLE"), std::string::npos) << m;
-
-  env.peer_access = 1;
-  env.cuda_ipc_disabled = 1;
-  m = refusal(rank_info(l, 1), rank_info(l, 2), env);
+  Disabled d;
+  d.networks = true;
+  {
+    ScopedDisabled env(d);
+    std::string m = refusal(rank_info(l, 2), rank_info(l, 3), 0);
+    EXPECT_NE(m.find("rank 2 to rank 3"), std::string::npos) << m;
+    EXPECT_NE(m.find("different hosts"), std::string::npos) << m;
+    EXPECT_NE(m.find("WEFT_SOCKET_DISABLE=1"), std::string::npos) << m;
+  }
+  d.host_fifo = true;  // no peer access either
+  {
+    ScopedDisabled env(d);
+    std::string m = refusal(rank_info(l, 0), rank_info(l, 1), 0);
+    EXPECT_NE(m.find("rank 0 to rank 1"), std::string::npos) << m;
+    EXPECT_NE(m.find("without peer access"), std::string::npos) << m;
+    EXPECT_NE(m.find("WEFT_DEVICE_HOST_FIFO_DISABLE"), std::string::npos) << m;
+  }
+  d.cuda_ipc = true;
+  ScopedDisabled env(d);
+  std::string m = refusal(rank_info(l, 1), rank_info(l, 2), 1);
   EXPECT_NE(m.find("WEFT_CUDA_IPC_DISABLE=1"), std::string::npos) << m;
 
   peer_info cpu = rank_info(l, 4);
   cpu.cuda_dev = -1;
-  m = refusal(cpu, rank_info(l, 5), env);
+  m = refusal(cpu, rank_info(l, 5), 1);
   EXPECT_NE(m.find("rank 4 to rank 5"), std::string::npos) << m;
   EXPECT_NE(m.find("sender has no GPU"), std::string::npos) << m;
 }

@@ -68,8 +68,11 @@ struct Ring {
     if (bootstrap_init(&id, ctx.rank, ctx.nranks, &self, 30000000000ull, &bs, peers.data()) !=
         weftSuccess)
       return rank_fail(ctx, "bootstrap: %s", weft_error_text());
-    if (!t->can_connect(&peers[(ctx.rank + 1) % ctx.nranks], &self))
-      return rank_fail(ctx, "host_fifo cannot connect ranks of one host");
+    transport_need need = {};
+    need.mem = TRANSPORT_MEM_DEVICE;
+    char why[160] = "";
+    if (!t->can_connect(&peers[(ctx.rank + 1) % ctx.nranks], &self, &need, why, sizeof why))
+      return rank_fail(ctx, "host_fifo cannot connect ranks of one host: %s", why);
     std::vector<conn_blob> blobs((size_t)ctx.nranks * kDirs);
     for (int d = 0; d < kDirs; d++) {
       shape(&recv[d], neighbour(ctx, d, -1), nslots, slot_nbytes);

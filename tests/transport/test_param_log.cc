@@ -15,6 +15,8 @@ extern "C" {
 #include "collectives/core/params.h"
 #include "transport/base/log.h"
 #include "transport/base/param.h"
+#include "transport/cuda_ipc/cuda_params.h"
+#include "collectives/exec/device/device_params.h"
 }
 
 namespace {
@@ -113,19 +115,27 @@ TEST(Param, ConfigPrintListsEveryTable) {
       EXPECT_NE(s.find(p->name), std::string::npos) << p->name;
 }
 
-// The device path's table is indexed by enum cuda_param: every index names
-// its entry (a hole would end the table early, hiding the rest from
-// weftConfigPrint), and the table ends right after the last.
-TEST(Param, DeviceTableHasEveryIndexedEntry) {
-  const char *const names[CUDA_P_NUM] = {
-      "WEFT_CUDA_IPC_DISABLE", "WEFT_P2P_DISABLE", "WEFT_DEVICE_NCHANNELS", "WEFT_NET_GDR",
-      "WEFT_DEVICE_HOST_FIFO_DISABLE", "WEFT_P2P_LANES", "WEFT_DEVICE_RING_INTERLEAVE",
-      "WEFT_DEVICE_PDL", "WEFT_DEVICE_PTR_CACHE"};
+// The device transports' and the device executor's tables are indexed by
+// enums: every index names its entry (a hole would end the table early,
+// hiding the rest from weftConfigPrint), and each table ends right after
+// its last.
+TEST(Param, DeviceTablesHaveEveryIndexedEntry) {
+  const char *const transport_names[CUDA_P_NUM] = {
+      "WEFT_CUDA_IPC_DISABLE", "WEFT_P2P_DISABLE", "WEFT_NET_GDR",
+      "WEFT_DEVICE_HOST_FIFO_DISABLE"};
   for (int i = 0; i < CUDA_P_NUM; i++) {
-    ASSERT_NE(cuda_params[i].name, nullptr) << "entry " << i;
-    EXPECT_STREQ(cuda_params[i].name, names[i]) << "entry " << i;
+    ASSERT_NE(cuda_transport_params[i].name, nullptr) << "entry " << i;
+    EXPECT_STREQ(cuda_transport_params[i].name, transport_names[i]) << "entry " << i;
   }
-  EXPECT_EQ(cuda_params[CUDA_P_NUM].name, nullptr);
+  EXPECT_EQ(cuda_transport_params[CUDA_P_NUM].name, nullptr);
+  const char *const executor_names[DEVICE_P_NUM] = {
+      "WEFT_DEVICE_NCHANNELS", "WEFT_P2P_LANES", "WEFT_DEVICE_RING_INTERLEAVE",
+      "WEFT_DEVICE_PDL", "WEFT_DEVICE_PTR_CACHE"};
+  for (int i = 0; i < DEVICE_P_NUM; i++) {
+    ASSERT_NE(device_params[i].name, nullptr) << "entry " << i;
+    EXPECT_STREQ(device_params[i].name, executor_names[i]) << "entry " << i;
+  }
+  EXPECT_EQ(device_params[DEVICE_P_NUM].name, nullptr);
 }
 
 }  // namespace

@@ -23,25 +23,11 @@ extern struct weft_param log_params[];
 extern struct weft_param bootstrap_params[];
 extern struct weft_param sock_params[];
 extern struct weft_param shm_params[];
-extern struct weft_param cuda_params[]; /* the device path's, indexed by enum cuda_param */
 extern struct weft_param socket_params[];
 extern struct weft_param ucx_params[]; /* builds with UCX only */
 extern struct weft_param wait_params[];
 extern struct weft_param transport_params[];
 extern struct weft_param topo_params[];
 
-/* The entries of cuda_params (transport/cuda_ipc/cuda_params.c). */
-enum cuda_param {
-  CUDA_P_IPC_DISABLE,
-  CUDA_P_P2P_DISABLE,
-  CUDA_P_DEVICE_NCHANNELS,
-  CUDA_P_NET_GDR,
-  CUDA_P_HOST_FIFO_DISABLE,
-  CUDA_P_P2P_LANES,
-  CUDA_P_RING_INTERLEAVE,
-  CUDA_P_PDL,
-  CUDA_P_PTR_CACHE,
-  CUDA_P_NUM
-};
 
 #endif

@@ -45,6 +45,6 @@ weftResult_t cuda_fifo_recv_connect(struct weft_conn *conn);
 void cuda_fifo_close(struct weft_conn *conn);
 
 extern const struct weft_transport cuda_ipc_transport;
-extern const struct weft_transport p2p_transport;
+extern const struct weft_transport peer_access_transport;
 
 #endif

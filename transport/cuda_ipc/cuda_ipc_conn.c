@@ -10,6 +10,7 @@
 #include "../base/param.h"
 #include "../base/status.h"
 #include "cuda_fifo.h"
+#include "cuda_params.h"
 
 /* A device end's own state: the region it allocated or mapped. */
 struct cuda_fifo_priv {
@@ -61,7 +62,7 @@ weftResult_t cuda_fifo_recv_setup(struct weft_conn *conn, struct conn_blob *blob
   cudaIpcMemHandle_t handle;
   err = cudaIpcGetMemHandle(&handle, priv->base);
   if (err == cudaSuccess) memcpy(b.ipc_handle, &handle, sizeof handle);
-  else cudaGetLastError(); /* p2p in one process needs no handle */
+  else cudaGetLastError(); /* peer_access in one process needs no handle */
   b.pid = (int32_t)getpid();
   cudaGetDevice(&b.cuda_dev);
   b.base = (uint64_t)(uintptr_t)priv->base;
@@ -86,12 +87,23 @@ void cuda_fifo_close(struct weft_conn *conn) {
   conn->slots = NULL;
 }
 
-static int cuda_ipc_disabled(void) { return param_int(&cuda_params[CUDA_P_IPC_DISABLE]) != 0; }
+static int cuda_ipc_disabled(void) { return param_int(&cuda_transport_params[CUDA_P_IPC_DISABLE]) != 0; }
 
-/* Other processes of this host with a GPU. */
-static int cuda_ipc_can_connect(const struct peer_info *sender, const struct peer_info *receiver) {
-  return sender->host_hash == receiver->host_hash && sender->pid != receiver->pid &&
-         sender->cuda_dev >= 0 && receiver->cuda_dev >= 0;
+/* GPUs of other processes of this host that reach each other's memory. */
+static int cuda_ipc_can_connect(const struct peer_info *sender, const struct peer_info *receiver,
+                                const struct transport_need *need, char *why,
+                                size_t why_nbytes) {
+  if (need->mem != TRANSPORT_MEM_DEVICE)
+    return transport_refuse(why, why_nbytes, "device memory only");
+  if (sender->cuda_dev < 0 || receiver->cuda_dev < 0)
+    return transport_refuse(why, why_nbytes, "the %s has no GPU",
+                            sender->cuda_dev < 0 ? "sender" : "receiver");
+  if (sender->host_hash != receiver->host_hash)
+    return transport_refuse(why, why_nbytes, "the ranks are on different hosts");
+  if (sender->pid == receiver->pid)
+    return transport_refuse(why, why_nbytes, "the ranks are in one process");
+  if (!need->peer_access) return transport_refuse(why, why_nbytes, "GPUs without peer access");
+  return 1;
 }
 
 static weftResult_t cuda_ipc_send_connect(struct weft_conn *conn, const struct conn_blob *blob) {
@@ -116,6 +128,7 @@ static weftResult_t cuda_ipc_send_connect(struct weft_conn *conn, const struct c
 const struct weft_transport cuda_ipc_transport = {
     .name = "cuda_ipc",
     .caps = TRANSPORT_CAP_DEVICE_MEMORY,
+    .disable_env = "WEFT_CUDA_IPC_DISABLE",
     .disabled = cuda_ipc_disabled,
     .can_connect = cuda_ipc_can_connect,
     .recv_setup = cuda_fifo_recv_setup,

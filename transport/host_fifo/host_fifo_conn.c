@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 
 #include "../cuda_ipc/cuda_fifo.h"
+#include "../cuda_ipc/cuda_params.h"
 #include "../base/param.h"
 #include "../proxy.h"
 #include "../base/shm_segment.h"
@@ -25,12 +26,21 @@ struct host_fifo_end {
 };
 
 static int host_fifo_disabled(void) {
-  return param_int(&cuda_params[CUDA_P_HOST_FIFO_DISABLE]) != 0;
+  return param_int(&cuda_transport_params[CUDA_P_HOST_FIFO_DISABLE]) != 0;
 }
 
-static int host_fifo_can_connect(const struct peer_info *sender, const struct peer_info *receiver) {
-  return sender->host_hash == receiver->host_hash && sender->cuda_dev >= 0 &&
-         receiver->cuda_dev >= 0;
+/* GPUs of this host, whether or not they reach each other. */
+static int host_fifo_can_connect(const struct peer_info *sender, const struct peer_info *receiver,
+                                 const struct transport_need *need, char *why,
+                                 size_t why_nbytes) {
+  if (need->mem != TRANSPORT_MEM_DEVICE)
+    return transport_refuse(why, why_nbytes, "device memory only");
+  if (sender->cuda_dev < 0 || receiver->cuda_dev < 0)
+    return transport_refuse(why, why_nbytes, "the %s has no GPU",
+                            sender->cuda_dev < 0 ? "sender" : "receiver");
+  if (sender->host_hash != receiver->host_hash)
+    return transport_refuse(why, why_nbytes, "the ranks are on different hosts");
+  return 1;
 }
 
 /* Maps seg for the device and makes it conn's FIFO; closes seg on failure. */
@@ -101,7 +111,8 @@ static void host_fifo_close(struct weft_conn *conn) {
 
 const struct weft_transport host_fifo_transport = {
     .name = "host_fifo",
-    .caps = TRANSPORT_CAP_DEVICE_MEMORY,
+    .caps = TRANSPORT_CAP_DEVICE_MEMORY | TRANSPORT_CAP_PINNED_FIFO,
+    .disable_env = "WEFT_DEVICE_HOST_FIFO_DISABLE",
     .disabled = host_fifo_disabled,
     .can_connect = host_fifo_can_connect,
     .recv_setup = host_fifo_recv_setup,

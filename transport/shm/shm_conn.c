@@ -28,8 +28,14 @@ static_assert(sizeof(struct shm_blob) <= sizeof(((struct conn_blob *)0)->data),
 
 static int shm_disabled(void) { return param_int(&shm_params[P_DISABLE]) != 0; }
 
-static int shm_can_connect(const struct peer_info *sender, const struct peer_info *receiver) {
-  return sender->host_hash == receiver->host_hash;
+/* Host memory of ranks that share it. */
+static int shm_can_connect(const struct peer_info *sender, const struct peer_info *receiver,
+                           const struct transport_need *need, char *why, size_t why_nbytes) {
+  if (need->mem != TRANSPORT_MEM_HOST)
+    return transport_refuse(why, why_nbytes, "host memory only");
+  if (sender->host_hash != receiver->host_hash)
+    return transport_refuse(why, why_nbytes, "the ranks are on different hosts");
+  return 1;
 }
 
 static weftResult_t shm_attach_conn(struct weft_conn *conn, struct shm_segment *seg) {
@@ -91,6 +97,7 @@ static void shm_close(struct weft_conn *conn) {
 const struct weft_transport shm_transport = {
     .name = "shm",
     .caps = TRANSPORT_CAP_HOST_MEMORY,
+    .disable_env = "WEFT_SHM_DISABLE",
     .disabled = shm_disabled,
     .can_connect = shm_can_connect,
     .recv_setup = shm_recv_setup,

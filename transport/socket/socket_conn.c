@@ -58,10 +58,13 @@ static int socket_disabled(void) {
   return param_int(&socket_params[SOCKET_P_DISABLE]) != 0;
 }
 
-/* TCP reaches any host. */
-static int socket_can_connect(const struct peer_info *sender, const struct peer_info *receiver) {
-  (void)sender;
-  (void)receiver;
+/* TCP reaches any host: host memory anywhere, a device kernel's FIFO on
+ * another host (a device network connection; one host's GPUs use the
+ * device transports). */
+static int socket_can_connect(const struct peer_info *sender, const struct peer_info *receiver,
+                              const struct transport_need *need, char *why, size_t why_nbytes) {
+  if (need->mem == TRANSPORT_MEM_DEVICE && sender->host_hash == receiver->host_hash)
+    return transport_refuse(why, why_nbytes, "device memory between hosts only");
   return 1;
 }
 
@@ -305,6 +308,7 @@ static void socket_close(struct weft_conn *conn) {
 
 const struct weft_transport socket_transport = {
     .name = "socket",
+    .disable_env = "WEFT_SOCKET_DISABLE",
     .disabled = socket_disabled,
     .can_connect = socket_can_connect,
     .recv_setup = socket_recv_setup,

@@ -62,10 +62,13 @@ static void ucx_close(struct weft_conn *conn);
 
 static int ucx_disabled(void) { return param_int(&ucx_params[UCX_P_DISABLE]) != 0; }
 
-/* UCX reaches any host (and this one, when forced). */
-static int ucx_can_connect(const struct peer_info *sender, const struct peer_info *receiver) {
-  (void)sender;
-  (void)receiver;
+/* UCX reaches any host (and this one, when forced): host memory anywhere,
+ * a device kernel's FIFO on another host (a device network connection; one
+ * host's GPUs use the device transports). */
+static int ucx_can_connect(const struct peer_info *sender, const struct peer_info *receiver,
+                           const struct transport_need *need, char *why, size_t why_nbytes) {
+  if (need->mem == TRANSPORT_MEM_DEVICE && sender->host_hash == receiver->host_hash)
+    return transport_refuse(why, why_nbytes, "device memory between hosts only");
   return 1;
 }
 
@@ -577,6 +580,7 @@ static void ucx_bulk_cancel(struct weft_conn *conn, struct weft_bulk_req *req) {
 const struct weft_transport ucx_transport = {
     .name = "ucx",
     .caps = TRANSPORT_CAP_PROGRESS_ALL,
+    .disable_env = "WEFT_UCX_DISABLE",
     .disabled = ucx_disabled,
     .can_connect = ucx_can_connect,
     .recv_setup = ucx_recv_setup,

@@ -19,6 +19,7 @@
 #include "../../../transport/base/param.h"
 #include "../../../transport/base/status.h"
 #include "device.h"
+#include "device_params.h"
 #include "device_priv.h"
 #include "../../algo/ring_steps.h"
 
@@ -73,7 +74,7 @@ static void known_add(const void *ptr, uint64_t ctx, enum cudaMemoryType type) {
 static enum cudaMemoryType ptr_type(const void *ptr) {
   const uint64_t ctx = ptr == NULL ? 0 : device_ctx_key();
   if (ptr == NULL || (ctx == 0 && !device_ctx_current())) return cudaMemoryTypeUnregistered;
-  const int cache = ctx != 0 && param_int(&cuda_params[CUDA_P_PTR_CACHE]) != 0;
+  const int cache = ctx != 0 && param_int(&device_params[DEVICE_P_PTR_CACHE]) != 0;
   const uint64_t gen = __atomic_load_n(&known_gen, __ATOMIC_ACQUIRE);
   for (int i = 0; cache && i < KNOWN_RANGES; i++)
     if (known[i].ctx == ctx && known[i].gen == gen &&
@@ -358,10 +359,10 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
   const int n = comm->nranks;
   /* a value out of range is refused after the exchange below, on every rank
    * (refusing before it would leave the peers waiting in it) */
-  int64_t nch64 = param_int(&cuda_params[CUDA_P_DEVICE_NCHANNELS]);
-  const int nch_set = param_str(&cuda_params[CUDA_P_DEVICE_NCHANNELS]) != NULL;
+  int64_t nch64 = param_int(&device_params[DEVICE_P_NCHANNELS]);
+  const int nch_set = param_str(&device_params[DEVICE_P_NCHANNELS]) != NULL;
   const int nch_bad = nch_set && (nch64 < 1 || nch64 > DEV_MAX_CHANNELS);
-  const int64_t il64 = param_int(&cuda_params[CUDA_P_RING_INTERLEAVE]);
+  const int64_t il64 = param_int(&device_params[DEVICE_P_RING_INTERLEAVE]);
   const int il_max = ring_interleave_max(DEV_NSLOTS);
   const int il_bad = il64 < 1 || il64 > il_max;
   /* every device channel follows the comm's ring order (channel 0's) */
@@ -384,7 +385,7 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
   info[comm->rank].want_interleave = il_bad ? -1 : (int32_t)il64;
   info[comm->rank].bus_id = device_bus_id(d->dev);
   /* this rank's launches only: nothing the peers need to agree on */
-  d->pdl = param_int(&cuda_params[CUDA_P_PDL]) != 0 && ring_kernels_wait_for_pdl(&prop);
+  d->pdl = param_int(&device_params[DEVICE_P_PDL]) != 0 && ring_kernels_wait_for_pdl(&prop);
   weftResult_t res = bootstrap_allgather(comm->bs, info, sizeof *info);
   int nch = 1;
   if (res == weftSuccess && nch_bad)

@@ -1,12 +1,11 @@
 /* One device connection (a ring hop or a point-to-point lane) from its
  * transport's choice to the kernels' view of its FIFO. The choice is
- * device_hop_choose (transport/device_select.h, tested on the host); here it
- * meets CUDA: peer access between the GPUs, the FIFO memory of network and
- * host_fifo connections. CUDA builds only. */
+ * transport_select's, for device memory (tested on the host); here it meets
+ * CUDA: peer access between the GPUs, the FIFO memory of network and
+ * pinned-FIFO connections. CUDA builds only. */
 #include <stdio.h>
 #include <string.h>
 
-#include "../../../transport/device_select.h"
 #include "../../../transport/net_dev.h"
 #include "../../../transport/base/param.h"
 #include "../../../transport/topology/topo.h"
@@ -34,34 +33,31 @@ static int hop_peer_access(const struct weftComm *comm, int dev, const struct pe
 
 static weftResult_t hop_choose(struct weftComm *comm, int dev, int from, struct conn_blob *b) {
   const struct peer_info *s = &comm->peers[from], *r = &comm->peers[comm->rank];
-  struct device_hop_env env = {
-      .p2p_disabled = weft_device_transports[DEVICE_HOP_P2P]->disabled(),
-      .cuda_ipc_disabled = weft_device_transports[DEVICE_HOP_CUDA_IPC]->disabled(),
-      .host_fifo_disabled = weft_device_transports[DEVICE_HOP_HOST_FIFO]->disabled(),
-      .peer_access = s->host_hash == r->host_hash ? hop_peer_access(comm, dev, s) : 0,
-      .net = s->host_hash != r->host_hash ? transport_select(s, r) : -1};
-  if (env.net >= 0 && (weft_transports[env.net]->caps & TRANSPORT_CAP_HOST_MEMORY)) env.net = -1;
-  char why[256];
-  enum device_hop hop = device_hop_choose(s, r, &env, why, sizeof why);
-  if (hop == DEVICE_HOP_NONE) return weft_error_set(weftSystemError, "%s", why);
-  b->transport = hop == DEVICE_HOP_NET ? DEVICE_BLOB_NET + env.net : (int32_t)hop;
+  const struct transport_need need = {
+      .mem = TRANSPORT_MEM_DEVICE,
+      .peer_access = s->host_hash == r->host_hash ? hop_peer_access(comm, dev, s) : 0};
+  char why[768];
+  int t = transport_select(s, r, &need, why, sizeof why);
+  if (t < 0) return weft_error_set(weftSystemError, "%s", why);
+  b->transport = t;
   return weftSuccess;
 }
 
 /* The transport a blob names, or NULL. */
 static const struct weft_transport *hop_transport(int32_t t) {
-  if (t >= DEVICE_BLOB_NET) return weft_transports[t - DEVICE_BLOB_NET];
-  return t >= 0 && t <= DEVICE_HOP_HOST_FIFO ? weft_device_transports[t] : NULL;
+  int n = 0;
+  while (weft_transports[n] != NULL) n++;
+  return t >= 0 && t < n ? weft_transports[t] : NULL;
 }
 
-/* Network and host_fifo connections keep their FIFO in memory the device
+/* Network and pinned-FIFO connections keep their FIFO in memory the device
  * maps (fifo_mem); the others in device memory. */
 static weftResult_t hop_shape(struct weftComm *comm, struct weft_conn *c, int peer, int proto,
-                              int32_t t) {
+                              const struct weft_transport *t) {
   device_conn_shape(c, comm, peer, proto);
   c->bs = comm->bs;
-  if (t == DEVICE_HOP_HOST_FIFO) c->fifo_mem = &net_dev_mem_cuda;
-  if (t >= DEVICE_BLOB_NET) WEFT_TRY(net_dev_fifo_mem(0, &c->fifo_mem));
+  if (t->caps & TRANSPORT_CAP_PINNED_FIFO) c->fifo_mem = &net_dev_mem_cuda;
+  if (!(t->caps & TRANSPORT_CAP_DEVICE_MEMORY)) WEFT_TRY(net_dev_fifo_mem(0, &c->fifo_mem));
   return weftSuccess;
 }
 
@@ -71,7 +67,7 @@ weftResult_t device_hop_recv_setup(struct weftComm *comm, int dev, struct weft_c
   b->transport = -1;
   WEFT_TRY(hop_choose(comm, dev, from, b));
   const struct weft_transport *tr = hop_transport(b->transport);
-  WEFT_TRY(hop_shape(comm, c, from, proto, b->transport));
+  WEFT_TRY(hop_shape(comm, c, from, proto, tr));
   WEFT_TRY(tr->recv_setup(c, b));
   c->transport = tr;
   return weftSuccess;
@@ -84,7 +80,7 @@ weftResult_t device_hop_send_connect(struct weftComm *comm, struct weft_conn *c,
     return weft_error_set(weftRemoteError,
                           "rank %d could not set up its device connection from rank %d", to,
                           comm->rank);
-  WEFT_TRY(hop_shape(comm, c, to, proto, b->transport));
+  WEFT_TRY(hop_shape(comm, c, to, proto, tr));
   WEFT_TRY(tr->send_connect(c, b));
   c->transport = tr;
   return weftSuccess;

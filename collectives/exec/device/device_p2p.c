@@ -11,6 +11,7 @@
 #include "../../../transport/cuda_ipc/cuda_fifo.h"
 #include "../../../transport/base/param.h"
 #include "../../../transport/net_dev.h"
+#include "device_params.h"
 #include "device_priv.h"
 
 enum { TAG_DEV_INFO = 0x70320101u, TAG_DEV_BLOB = 0x70320102u, TAG_DEV_ACK = 0x70320103u };
@@ -34,7 +35,7 @@ void device_p2p_free(struct device_p2p *p, int nranks) {
 
 static weftResult_t p2p_alloc(struct weftComm *comm, struct device_p2p *p) {
   if (p->send != NULL) return weftSuccess;
-  const int64_t nlanes = param_int(&cuda_params[CUDA_P_P2P_LANES]);
+  const int64_t nlanes = param_int(&device_params[DEVICE_P_SENDRECV_LANES]);
   if (nlanes < 1 || nlanes > P2P_MAX_LANES)
     return weft_error_set(weftInvalidArgument, "WEFT_P2P_LANES=%lld: must be 1 to %d",
                           (long long)nlanes, P2P_MAX_LANES);

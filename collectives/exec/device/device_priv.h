@@ -178,7 +178,7 @@ static inline struct dev_fifo device_fifo_of(const struct weft_conn *c) {
 }
 
 /* One device connection (device_hops.c). The receiver picks the hop's
- * transport (device_select.h: p2p, cuda_ipc, host_fifo, or the network to
+ * transport (transport_select: peer_access, cuda_ipc, host_fifo, or the network to
  * another host), sets up its FIFO and describes it in b; the sender
  * attaches to what b describes; the receiver then completes it once every
  * sender has attached. None blocks. */
