@@ -2,7 +2,7 @@
 // waits' oversubscribed mode ends with the last communicator that needed it,
 // the tuner's rules and the parameters load safely from concurrent threads,
 // and the async error is read while another thread records it. The
-// ThreadSanitizer build runs this suite (tools/sanitize.sh).
+// ThreadSanitizer build runs this suite (tools/scripts/sanitize.sh).
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <sched.h>

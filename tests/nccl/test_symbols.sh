@@ -41,7 +41,7 @@ echo "$(echo "$exported" | wc -l) symbols exported, NCCL 2.30's $(names "$api" |
 
 # PyTorch's needs, from its library
 if [ -z "$torch_python" ] || [ ! -x "$torch_python" ]; then
-  echo "PyTorch not checked: no ${torch_python:-.venv-torch/bin/python} (WEFT_SETUP_TORCH=1 tools/setup.sh makes it)"
+  echo "PyTorch not checked: no ${torch_python:-.venv-torch/bin/python} (WEFT_SETUP_TORCH=1 tools/scripts/setup.sh makes it)"
 else
   torch_dir=$("$torch_python" -c 'import importlib.util, os; print(os.path.dirname(importlib.util.find_spec("torch").origin))')
   cuda_lib=$torch_dir/lib/libtorch_cuda.so

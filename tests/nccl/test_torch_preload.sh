@@ -12,7 +12,7 @@ lib=$(realpath "$1") python=$2
 export LC_ALL=C
 
 if [ ! -x "$python" ]; then
-  echo "SKIP: no $python (WEFT_SETUP_TORCH=1 tools/setup.sh creates .venv-torch)"
+  echo "SKIP: no $python (WEFT_SETUP_TORCH=1 tools/scripts/setup.sh creates .venv-torch)"
   exit 77
 fi
 torch_dir=$("$python" -c 'import importlib.util, os; print(os.path.dirname(importlib.util.find_spec("torch").origin))')

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/gpu-check.sh still parses and knows its steps: --list prints every
+# tools/scripts/gpu-check.sh still parses and knows its steps: --list prints every
 # step with a function behind it and builds nothing; bad arguments are
 # refused with exit 2 and a message. With a build directory, the
 # multi-process perf steps run on host memory (WEFT_GPU_CHECK_HOST_PERF=1)
@@ -115,7 +115,7 @@ fi
 # the background (libweft being built already), where torch is at hand. The
 # extension is built in the tree, against the build directory: only the
 # checkout's own build, which the torch suites use too.
-repo="$(cd "$(dirname "$script")/.." && pwd)"
+repo="$(cd "$(dirname "$script")/../.." && pwd)"
 py="$repo/.venv-torch/bin/python"
 if [ -n "$build" ] && [ "$(realpath "$build")" = "$(realpath "$repo/build" 2>/dev/null)" ] &&
   [ -x "$py" ] && "$py" -c 'import torch' 2>/dev/null; then

@@ -176,7 +176,7 @@ else
 fi
 
 # the plot tool: two runs (a table and a JSON file) overlaid in one SVG
-if python3 "$(dirname "$0")/../../tools/perf_plot.py" -o "$tmp/plot.svg" table="$tmp/flags" \
+if python3 "$(dirname "$0")/../../tools/perf/perf_plot.py" -o "$tmp/plot.svg" table="$tmp/flags" \
     "$tmp/run.json" >"$tmp/plot.log" 2>&1 &&
    python3 - "$tmp/plot.svg" <<'PY'
 import sys, xml.dom.minidom

@@ -86,10 +86,10 @@ else
        exit !(y[2] == "final" && d <= 1e-6 * x[6])}'
   check "--device cuda matches the host run ($got; host $host)" $?
 fi
-# docs/zero.md's complete example is tools/zero_example.c, and it runs
+# docs/zero.md's complete example is tools/train/zero_example.c, and it runs
 awk '/^```c$/{n++; if (n==2) {on=1; next}} on && /^```$/{exit} on' "$src/docs/zero.md" \
-  | diff -q - "$src/tools/zero_example.c" >/dev/null
-check "docs/zero.md shows tools/zero_example.c verbatim" $?
+  | diff -q - "$src/tools/train/zero_example.c" >/dev/null
+check "docs/zero.md shows tools/train/zero_example.c verbatim" $?
 out=$(cd "$work" && timeout 60 "$weftrun" -n 3 "$tools/zero-example" 2 2>&1)
 check "zero-example runs" $?
 echo "$out" | awk '/ w0 /{w=$3; b=$7; found=1} END{d1=w-0.1; d2=b-0.5; if(d1<0)d1=-d1; if(d2<0)d2=-d2;

@@ -12,7 +12,7 @@ last, abort() of a group from a Work's callback (on the backend's worker
 thread) and from another thread while its operations wait. Run under
 torchrun (2 or 3 ranks); exits non-zero with the failing checks listed.
 
---device cuda (tools/gpu-check.sh, step torch_weft_cuda) runs the same on
+--device cuda (tools/scripts/gpu-check.sh, step torch_weft_cuda) runs the same on
 cuda:0, which every rank shares, and adds what only a GPU shows: operations on
 a side stream (an empty tensor among them), wait() and get_future().then()
 ordering the current stream after an operation on another stream, and the

@@ -4,7 +4,7 @@ within the process group's timeout, and none hangs.
 
     python check_dead_peer.py [nranks] [--device cuda]
 
-With --device cuda (tools/gpu-check.sh, step torch_dead_peer_cuda) the model and
+With --device cuda (tools/scripts/gpu-check.sh, step torch_dead_peer_cuda) the model and
 its data are on cuda:0, which every rank shares: the survivors' kernels wait for
 the dead rank until the timeout, and the error reaches the training loop through
 the next operation weft refuses (wait() on CUDA does not block the host).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs one check of the PyTorch backend (tools/torch_weft) with the checkout's
-# .venv-torch (made by WEFT_SETUP_TORCH=1 tools/setup.sh):
+# .venv-torch (made by WEFT_SETUP_TORCH=1 tools/scripts/setup.sh):
 #   run.sh ops N | train N | alloc N | api N   under torchrun with N ranks
 #   run.sh dead_peer N        N ranks of its own, one killed mid-training
 #   run.sh cuda_ops_cpu N     tests/nccl/torch_cuda_ops.py on the host over Gloo
@@ -12,7 +12,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 venv="$root/.venv-torch"
 if [ ! -x "$venv/bin/python" ]; then
-  echo "SKIP: no $venv (WEFT_SETUP_TORCH=1 tools/setup.sh creates it with torch 2.15.0)"
+  echo "SKIP: no $venv (WEFT_SETUP_TORCH=1 tools/scripts/setup.sh creates it with torch 2.15.0)"
   exit 77
 fi
 export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1

@@ -634,7 +634,7 @@ TEST(Torchrun, InitFromEnv) {
   const std::string torchrun = std::string(WEFT_SOURCE_ROOT) + "/.venv-torch/bin/torchrun";
   if (access(torchrun.c_str(), X_OK) != 0)
     GTEST_SKIP() << "no torchrun at " << torchrun
-                 << " (WEFT_SETUP_TORCH=1 tools/setup.sh creates .venv-torch)";
+                 << " (WEFT_SETUP_TORCH=1 tools/scripts/setup.sh creates .venv-torch)";
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   ASSERT_GT(n, 0);

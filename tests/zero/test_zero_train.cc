@@ -662,7 +662,7 @@ TEST(ZeroGatherPool, BoundAndBadArguments) {
 }
 
 #if WEFT_HAVE_CUDA
-// weft-train's kernels (tools/train_kernels.cu), where the build has them: a
+// weft-train's kernels (tools/train/train_kernels.cu), where the build has them: a
 // launch returns its own status and leaves an error the caller has pending
 // in place. In a rank of its own: this process forks ranks, which could not
 // use CUDA after the parent had.

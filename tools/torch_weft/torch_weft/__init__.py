@@ -21,10 +21,10 @@ import torch.distributed as dist  # noqa: E402
 
 try:
     from . import _C
-except ImportError as e:  # the extension is built by tools/setup.sh
+except ImportError as e:  # the extension is built by tools/scripts/setup.sh
     raise ImportError(
         "torch_weft: the C++ extension is not built; run "
-        "`WEFT_SETUP_TORCH=1 tools/setup.sh` or `python tools/torch_weft/build.py` "
+        "`WEFT_SETUP_TORCH=1 tools/scripts/setup.sh` or `python tools/torch_weft/build.py` "
         f"({e})") from e
 
 __all__ = ["BACKEND", "version", "allocator_stats", "empty_allocator_cache"]

@@ -3,13 +3,13 @@
 # it in ./build. Safe to run again: it installs only what is missing and
 # rebuilds only what changed.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 packages=(gcc g++ meson ninja-build pkg-config libgtest-dev)
 packages+=(libucx-dev)
 packages+=(libhwloc-dev) # topology (NUMA, PCI tree, GPUs, NICs)
 packages+=(iproute2) # network namespaces for the multi-host and port-churn tests
-# the perf tools' tests, tools/perf_plot.py and tools/bench/compare.py
+# the perf tools' tests, tools/perf/perf_plot.py and tools/bench/compare.py
 packages+=(python3)
 # compare.py's baselines (Open MPI, Gloo): WEFT_SETUP_BASELINES=1 installs them too
 if [ "${WEFT_SETUP_BASELINES:-0}" = 1 ]; then

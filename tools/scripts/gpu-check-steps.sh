@@ -1,4 +1,4 @@
-# The steps of tools/gpu-check.sh (sourced by it; each runs in a process of
+# The steps of tools/scripts/gpu-check.sh (sourced by it; each runs in a process of
 # its own, from the repo root, with B the build directory, LOGS the log
 # directory, WORK the work directory, PY the python and GPU 0 or 1).
 # A step returns 0 on success, ends through skip or fail, and leaves its key
@@ -18,7 +18,7 @@ fi
 step_gtest() {
   [ "$GTEST_BUILD" = 1 ] || skip "the machine's own GoogleTest"
   [ -f "$DEPS/googletest/CMakeLists.txt" ] ||
-    fail "no .gpu-deps/googletest: run tools/gpu-check.sh --prepare and carry .gpu-deps"
+    fail "no .gpu-deps/googletest: run tools/scripts/gpu-check.sh --prepare and carry .gpu-deps"
   if [ -f "$GTEST_PREFIX/lib/pkgconfig/gtest_main.pc" ]; then
     key "built before in ${GTEST_PREFIX#"$ROOT"/}"
     return 0
@@ -189,10 +189,10 @@ step_weft_train_device() {
 }
 
 # Issue 22.3's figure, reported and not judged here: ms per step of stages 0
-# and 3 on the GPU, 4 ranks, default sizes (tools/train_ab.sh, the build
+# and 3 on the GPU, 4 ranks, default sizes (tools/train/train_ab.sh, the build
 # against itself: two runs of 30 steps per stage, start-up left out).
 train_device_ms() {
-  ROUNDS=1 NRANKS=4 STAGES="0 3" STEPS=30 timeout 50 "$ROOT/tools/train_ab.sh" "$B" "$B/" \
+  ROUNDS=1 NRANKS=4 STAGES="0 3" STEPS=30 timeout 50 "$ROOT/tools/train/train_ab.sh" "$B" "$B/" \
     --device cuda >"$LOGS/$STEP.ms" 2>&1
   awk '/^stage [0-9]/ { n = 0; s = 0
          for (i = 1; i < NF; i++) if ($i == "median") { s += $(i + 1); n++ }

@@ -2,7 +2,7 @@
 # weft-train's time per step, build A against build B, in alternating rounds
 # (A, B, A, B, ...) so that a shared machine's load falls on both alike.
 #
-#   tools/train_ab.sh BUILD_A BUILD_B [weft-train flags...]
+#   tools/train/train_ab.sh BUILD_A BUILD_B [weft-train flags...]
 #
 # Per round, build and stage: one run of STEPS steps, rank 0's "step N" lines
 # timestamped as they arrive (line-buffered through stdbuf); the time per

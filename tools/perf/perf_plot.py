@@ -7,8 +7,8 @@ mpi_coll_bench), or the JSON files written with -J. Writes an SVG image with
 no dependency beyond Python 3; a .png output name uses matplotlib when it is
 installed.
 
-    tools/perf_plot.py -o busbw.svg weft=run1.txt mpi=ompi.txt run2.json
-    tools/perf_plot.py --column in --metric time -o time.svg run.txt
+    tools/perf/perf_plot.py -o busbw.svg weft=run1.txt mpi=ompi.txt run2.json
+    tools/perf/perf_plot.py --column in --metric time -o time.svg run.txt
 
 Each input is FILE or LABEL=FILE. A file holding several tables (one per
 collective, datatype or op) gives one series per table.

@@ -371,7 +371,7 @@ def self_test():
 
 def main(argv):
     root = next((a for a in argv[1:] if not a.startswith('--')),
-                os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+                os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
     broken = self_test()
     if broken:
         print('check_layers: self-test: ' + broken)

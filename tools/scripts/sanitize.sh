@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sanitizer runs (CI runs this after tools/test.sh; see docs/sanitizers.md):
+# Sanitizer runs (CI runs this after tools/scripts/test.sh; see docs/sanitizers.md):
 #  1. AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/): a seeded
 #     sample of the GoogleTest suites (every WEFT_SANITIZE_SUITES-th suite,
 #     and of those one shard of WEFT_SANITIZE_SHARDS, both chosen by the
@@ -8,14 +8,14 @@
 #  2. ThreadSanitizer (build-tsan/): the suites where threads share weft's
 #     state (several ranks in one process, groups over several comms, host
 #     streams, abort from another thread).
-# Usage: tools/sanitize.sh [asan|tsan]...   (default: both)
+# Usage: tools/scripts/sanitize.sh [asan|tsan]...   (default: both)
 # Environment: WEFT_SANITIZE_SEED (default: the time; printed, so a run can
 # be repeated), WEFT_SANITIZE_SUITES (default 3; 1 takes every suite),
 # WEFT_SANITIZE_SHARDS (default 2; 1 runs every test of the suites taken),
 # WEFT_FUZZ_SECONDS (default 10 per target).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-tools/setup.sh # the packages the plain build needs (gcc brings the sanitizers)
+cd "$(dirname "$0")/../.."
+tools/scripts/setup.sh # the packages the plain build needs (gcc brings the sanitizers)
 
 seed="${WEFT_SANITIZE_SEED:-$(date +%s)}"
 suite_groups="${WEFT_SANITIZE_SUITES:-3}"
@@ -26,7 +26,7 @@ fuzz_s="${WEFT_FUZZ_SECONDS:-10}"
 jobs="${WEFT_SANITIZE_JOBS:-2}"
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(asan tsan)
-supp="$PWD/tools/sanitize"
+supp="$PWD/tools/scripts/sanitize"
 common=(-Dcuda=disabled -Dnccl=false -Dbuildtype=debugoptimized -Doptimization=1 -Db_lundef=false)
 # UBSan's nonnull-attribute check is off: the suites pass an empty vector's
 # data() (NULL) with a length of 0 to memcpy/memcmp in their count-0 cases,

@@ -4,11 +4,11 @@
 # device perf tools with 2, 4 and 8 ranks sharing the GPU, and the PyTorch
 # checks, then prints one table: step, result, seconds, key figure.
 #
-#   tools/gpu-check.sh --prepare     on a machine with the sources at hand:
+#   tools/scripts/gpu-check.sh --prepare     on a machine with the sources at hand:
 #                                    fills .gpu-deps/ (GoogleTest's source, this
 #                                    machine's UCX) to carry
-#   tools/gpu-check.sh --list        the steps, their limits and issues; builds nothing
-#   tools/gpu-check.sh [--only a,b]  runs every step (or those named), from the repo root
+#   tools/scripts/gpu-check.sh --list        the steps, their limits and issues; builds nothing
+#   tools/scripts/gpu-check.sh [--only a,b]  runs every step (or those named), from the repo root
 #
 # Every step runs under its own time limit, cut to what is left of the whole
 # budget; a step that fails does not stop the others. Without a GPU the GPU
@@ -36,7 +36,7 @@
 set -uo pipefail
 
 SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
-ROOT="$(cd "$(dirname "$SELF")/.." && pwd)"
+ROOT="$(cd "$(dirname "$SELF")/../.." && pwd)"
 export DEPS="${WEFT_GPU_CHECK_DEPS:-$ROOT/.gpu-deps}"
 
 # name | limit (s) | needs (- or gpu) | issue item | what it checks
@@ -98,7 +98,7 @@ step_field() { echo "$STEPS" | awk -F'|' -v n="$1" -v f="$2" '$1 == n {print $f}
 
 die_usage() {
   echo "gpu-check: $1" >&2
-  echo "usage: tools/gpu-check.sh [--prepare | --list | --only STEP[,STEP...]]" >&2
+  echo "usage: tools/scripts/gpu-check.sh [--prepare | --list | --only STEP[,STEP...]]" >&2
   exit 2
 }
 
@@ -225,8 +225,8 @@ mps_stop() {
   rm -f "$WORK/mps/up"
 }
 
-# shellcheck source=tools/gpu-check-steps.sh
-. "$ROOT/tools/gpu-check-steps.sh"
+# shellcheck source=tools/scripts/gpu-check-steps.sh
+. "$ROOT/tools/scripts/gpu-check-steps.sh"
 
 # ---------------------------------------------------------------- the run
 
