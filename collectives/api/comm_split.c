@@ -141,7 +141,8 @@ static weftResult_t split_with(weftComm_t comm, int color, int key, weftComm_t *
  * why. */
 static weftResult_t split_state_check(struct weftComm *comm) {
   weftResult_t res = comm_op_begin(comm, COMM_OP_REBUILD, "CommSplit");
-  if (res != weftSuccess) snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+  if (res != weftSuccess)
+    snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
   return res;
 }
 

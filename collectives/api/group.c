@@ -73,7 +73,8 @@ static _Thread_local struct deferred *deferred;
 static _Thread_local size_t ndeferred, deferred_cap;
 
 static weftResult_t defer(const struct deferred *d, const weftConfig_t *cfg) {
-  if (d->out == NULL) return weft_error_set(weftInvalidArgument, "the communicator pointer is NULL");
+  if (d->out == NULL)
+    return weft_error_set(weftInvalidArgument, "the communicator pointer is NULL");
   if (ndeferred == deferred_cap) {
     size_t cap = deferred_cap ? 2 * deferred_cap : 8;
     struct deferred *p = realloc(deferred, cap * sizeof *p);
