@@ -1,6 +1,6 @@
 /* Communicator life cycle: init (from an id, a launcher or in-process),
  * finalize, destroy, abort, and the queries. */
-#include "../core/comm.h"
+#include "comm.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -17,6 +17,7 @@
 #include "../../transport/base/wait.h"
 #include "../exec/device/device.h"
 #include "../algo/p2p.h"
+#include "../core/channel.h"
 #include "../core/params.h"
 
 weftResult_t weftGetVersion(int *version) {
@@ -141,6 +142,7 @@ static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
   WEFT_TRY_GOTO(channels_connect(comm, (uint32_t)nslots, (size_t)slot_nbytes), res,
                 close_channels);
   comm->pid = comm_self_pid();
+  comm_life_ready(comm);
   comm->magic = COMM_MAGIC;
   WEFT_INFO(LOG_INIT, "comm %p rank %d/%d ready: %d channel(s), %lld slots of %lld bytes",
             (void *)comm, rank, nranks, nchannels, (long long)nslots, (long long)slot_nbytes);
@@ -265,13 +267,13 @@ static void comm_drain(struct weftComm *comm) {
 weftResult_t weftCommFinalize(weftComm_t comm) {
   WEFT_TRY(comm_check(comm));
   comm_drain(comm);
-  __atomic_store_n(&comm->finalized, 1, __ATOMIC_RELEASE);
+  comm_life_finalize(comm);
   return comm_async_error(comm);
 }
 
 static void comm_free(struct weftComm *comm) {
-  const int failed = comm_async_error(comm) != weftSuccess ||
-                     __atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE) != 0;
+  const int failed =
+      comm_async_error(comm) != weftSuccess || comm_life(comm) == COMM_ABORTED;
   comm->magic = 0;
   device_comm_free(comm);
   channels_close(comm);
@@ -305,8 +307,8 @@ weftResult_t weftCommDestroy(weftComm_t comm) {
 /* Once the abort flag is up: threads in an operation see it within
  * microseconds, and queued stream work fails at once; waits for both. */
 static void comm_wait_quiet(struct weftComm *comm) {
-  /* seq_cst, as op_begin's mark and its look at the flag: one of the two
-   * sides sees the other */
+  /* seq_cst, as comm_op_begin's hold and its look at the state: one of the
+   * two sides sees the other */
   while (__atomic_load_n(&comm->active, __ATOMIC_SEQ_CST) != 0 ||
          __atomic_load_n(&comm->pending, __ATOMIC_SEQ_CST) != 0)
     comm_nap();
@@ -314,7 +316,7 @@ static void comm_wait_quiet(struct weftComm *comm) {
 
 weftResult_t weftCommAbort(weftComm_t comm) {
   WEFT_TRY(comm_check(comm));
-  __atomic_store_n(&comm->abort_flag, 1u, __ATOMIC_SEQ_CST);
+  comm_life_abort(comm);
   device_comm_abort(comm);
   comm_poison(comm);
   comm_wait_quiet(comm);
@@ -337,20 +339,16 @@ weftResult_t weftCommRevoke(weftComm_t comm, int revokeFlags) {
                           revokeFlags);
   /* counted first: destroy and abort wait until no revoke is in here */
   __atomic_add_fetch(&comm->revoking, 1, __ATOMIC_SEQ_CST);
-  /* before the flag: an operation marks the comm active, then asks revoked
-   * (op_begin, device_op_begin), so it either is waited for below or
+  /* REVOKING, and the abort flag up: an operation holds the comm, then
+   * asks its state (comm_op_begin), so it either is waited for below or
    * refuses itself. Once: a second revoke (another thread, or the same
-   * again) waits until the first is done (revoked 2), as a second bootstrap
-   * revoke would leave this rank a generation ahead of its peers. */
-  uint32_t none = 0;
-  if (!__atomic_compare_exchange_n(&comm->revoked, &none, 1u, 0, __ATOMIC_SEQ_CST,
-                                   __ATOMIC_SEQ_CST)) {
-    while (__atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE) != 2u)
-      comm_nap();
+   * again) waits until the first is done, as a second bootstrap revoke
+   * would leave this rank a generation ahead of its peers. */
+  enum comm_life from;
+  if (!comm_life_revoke_begin(comm, &from)) {
     __atomic_sub_fetch(&comm->revoking, 1, __ATOMIC_SEQ_CST);
     return weftSuccess;
   }
-  __atomic_store_n(&comm->abort_flag, 1u, __ATOMIC_SEQ_CST);
   device_comm_abort(comm);
   comm_poison_conns(comm); /* every rank revokes: the bootstrap stays for split and shrink */
   comm_wait_quiet(comm);
@@ -358,11 +356,10 @@ weftResult_t weftCommRevoke(weftComm_t comm, int revokeFlags) {
    * peer) is over for the bootstrap too: split and shrink use it next */
   bootstrap_revoke(comm->bs);
   /* the error cleared before the flag comes down: a split that sees the
-   * flag down sees a comm without error */
+   * comm revoked sees it without error */
   __atomic_store_n(&comm->async_error, weftSuccess, __ATOMIC_SEQ_CST);
-  __atomic_store_n(&comm->abort_flag, 0u, __ATOMIC_SEQ_CST);
+  comm_life_revoke_end(comm, from);
   WEFT_INFO(LOG_INIT, "comm %p rank %d revoked", (void *)comm, comm->rank);
-  __atomic_store_n(&comm->revoked, 2u, __ATOMIC_RELEASE);
   __atomic_sub_fetch(&comm->revoking, 1, __ATOMIC_SEQ_CST);
   return weftSuccess;
 }
@@ -373,8 +370,8 @@ weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t *asyncError) {
   /* a revoked comm's kernels stopped because of the revoke: that is its
    * purpose, not an error to report (nor to poison the bootstrap with,
    * which shrink and split still use) */
-  if (!__atomic_load_n(&comm->revoked, __ATOMIC_SEQ_CST) &&
-      comm_async_error(comm) == weftSuccess && device_comm_error(comm) != weftSuccess)
+  if (!comm_life_revoked(comm) && comm_async_error(comm) == weftSuccess &&
+      device_comm_error(comm) != weftSuccess)
     comm_fail(comm, device_comm_error(comm));
   *asyncError = comm_async_error(comm);
   return weftSuccess;

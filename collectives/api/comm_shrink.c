@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "../../transport/base/status.h"
-#include "../core/comm.h"
+#include "comm.h"
 
 enum { TAG_SHRINK_ID = 0x73680001u };
 
@@ -125,10 +125,9 @@ weftResult_t weftCommShrink(weftComm_t comm, const int *excludeRanks, int nexclu
     res = weft_error_set(weftInvalidArgument, "CommShrink: newcomm is NULL");
   else if (excluded == NULL)
     res = weft_error_set(weftSystemError, "CommShrink: out of memory");
-  else if (comm->finalized)
-    res = weft_error_set(weftInvalidUsage, "CommShrink: comm was finalized");
-  else
-    res = shrink_excluded(comm, excludeRanks, nexclude, excluded);
+  else /* a finalized comm shrinks no more */
+    res = comm_op_begin(comm, COMM_OP_REBUILD, "CommShrink");
+  if (res == weftSuccess) res = shrink_excluded(comm, excludeRanks, nexclude, excluded);
   if (res != weftSuccess) {
     snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
     free(excluded);
@@ -136,14 +135,11 @@ weftResult_t weftCommShrink(weftComm_t comm, const int *excludeRanks, int nexclu
   }
 
   /* an abort of the parent waits while we use its bootstrap */
-  __atomic_add_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
   int newrank = 0, newsize = 0;
   struct bootstrap_id id;
   weftComm_t child = NULL;
-  if (__atomic_load_n(&comm->abort_flag, __ATOMIC_SEQ_CST))
-    res = weft_error_set(weftRemoteError, "CommShrink: communicator was aborted");
-  else
-    res = shrink_exchange(comm, excluded, &newrank, &newsize, &id);
+  res = comm_op_begin(comm, COMM_OP_REBUILD | COMM_OP_HOLD, "CommShrink");
+  if (res == weftSuccess) res = shrink_exchange(comm, excluded, &newrank, &newsize, &id);
   if (res == weftSuccess) {
     weftConfig_t inherited;
     if (config == NULL) shrink_config_inherit(comm, &inherited);
@@ -160,7 +156,7 @@ weftResult_t weftCommShrink(weftComm_t comm, const int *excludeRanks, int nexclu
   }
   if (res != weftSuccess) snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
   const int oldrank = comm->rank;
-  __atomic_sub_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
+  comm_op_end(comm);
   free(excluded);
   if (res != weftSuccess) return res;
   WEFT_INFO(LOG_INIT, "shrank rank %d (%d excluded) into comm %p as rank %d of %d", oldrank,

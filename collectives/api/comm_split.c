@@ -20,7 +20,8 @@
 #include <string.h>
 
 #include "../../transport/base/status.h"
-#include "../core/comm.h"
+#include "comm.h"
+#include "comm_split.h"
 
 struct split_entry {
   int32_t color;
@@ -135,20 +136,29 @@ free_all:
 static weftResult_t split_with(weftComm_t comm, int color, int key, weftComm_t *newcomm,
                                weftConfig_t *config, weftResult_t res);
 
+/* Whether comm's state lets it split (comm_op_begin): where it does not (a
+ * finalized comm), this rank takes part in nothing, its last error saying
+ * why. */
+static weftResult_t split_state_check(struct weftComm *comm) {
+  weftResult_t res = comm_op_begin(comm, COMM_OP_REBUILD, "CommSplit");
+  if (res != weftSuccess)
+    snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+  return res;
+}
+
 weftResult_t weftCommSplit(weftComm_t comm, int color, int key, weftComm_t *newcomm,
                            weftConfig_t *config) {
   weft_error_clear();
   WEFT_TRY(comm_check(comm));
   weftResult_t res = weftSuccess;
   weftConfig_t checked;
+  WEFT_TRY(split_state_check(comm));
   if (newcomm == NULL) {
     res = weft_error_set(weftInvalidArgument, "CommSplit: newcomm is NULL");
   } else if (color < WEFT_SPLIT_NOCOLOR) {
     res = weft_error_set(weftInvalidArgument,
                          "CommSplit: color %d is negative (only WEFT_SPLIT_NOCOLOR, -1, is)",
                          color);
-  } else if (comm->finalized) {
-    res = weft_error_set(weftInvalidUsage, "CommSplit: comm was finalized");
   } else if (comm_config_read(config, &checked) != weftSuccess) {
     res = split_error_wrap(weftInvalidArgument, "config");
   }
@@ -157,6 +167,10 @@ weftResult_t weftCommSplit(weftComm_t comm, int color, int key, weftComm_t *newc
 
 weftResult_t comm_split_refused(weftComm_t comm, int key, weftResult_t refused) {
   WEFT_TRY(comm_check(comm));
+  char why[1024];
+  snprintf(why, sizeof why, "%s", weft_error_text());
+  if (split_state_check(comm) != weftSuccess) return refused;
+  weft_error_set(refused, "%s", why);
   return split_with(comm, WEFT_SPLIT_NOCOLOR, key, NULL, NULL, refused);
 }
 
@@ -164,7 +178,7 @@ weftResult_t comm_split_refused(weftComm_t comm, int key, weftResult_t refused) 
  * thread's error text saying why when it failed). */
 static weftResult_t split_with(weftComm_t comm, int color, int key, weftComm_t *newcomm,
                                weftConfig_t *config, weftResult_t res) {
-  if (res != weftSuccess && (comm->finalized || comm->nranks == 1)) {
+  if (res != weftSuccess && comm->nranks == 1) {
     snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
     return res;
   }
@@ -172,14 +186,14 @@ static weftResult_t split_with(weftComm_t comm, int color, int key, weftComm_t *
   char refusal[1024] = "";
   if (refused != weftSuccess) snprintf(refusal, sizeof refusal, "%s", weft_error_text());
 
-  /* the parent is in use until the child exists: an abort waits for us (see
-   * op_run), so that nothing here reads a freed parent */
-  __atomic_add_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
+  /* the parent is held until the child exists: an abort waits for us, so
+   * that nothing here reads a freed parent */
   int newrank = 0, newsize = 0;
   struct bootstrap_id id;
   weftComm_t child = NULL;
-  if (__atomic_load_n(&comm->abort_flag, __ATOMIC_SEQ_CST)) {
-    res = weft_error_set(weftRemoteError, "CommSplit: communicator was aborted");
+  res = comm_op_begin(comm, COMM_OP_REBUILD | COMM_OP_HOLD, "CommSplit");
+  if (res != weftSuccess) {
+    /* refused before the exchange, as the peers are by the same state */
   } else if (comm_async_error(comm) != weftSuccess) {
     res = weft_error_set(comm_async_error(comm),
                          "CommSplit: communicator is broken by an earlier error: %s",
@@ -210,7 +224,7 @@ static weftResult_t split_with(weftComm_t comm, int color, int key, weftComm_t *
     snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
   }
   const int oldrank = comm->rank;
-  __atomic_sub_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
+  comm_op_end(comm);
   if (res != weftSuccess) return res;
   if (child != NULL)
     WEFT_INFO(LOG_INIT, "split rank %d (color %d, key %d) into comm %p as rank %d of %d",

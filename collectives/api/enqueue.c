@@ -7,6 +7,7 @@
 
 #include "../../transport/base/status.h"
 #include "../exec/device/device.h"
+#include "group.h"
 #include "stream.h"
 #include "../plan/tuner.h"
 #include "../core/redop.h"
@@ -67,14 +68,9 @@ static weftResult_t plan_check(struct weftComm *comm, const struct weft_plan *pl
   if (plan_is_p2p(plan) && (plan->root < 0 || plan->root >= comm->nranks))
     return weft_error_set(weftInvalidArgument, "%s: peer %d out of range [0, %d)", name,
                           plan->root, comm->nranks);
-  if (comm->finalized) return weft_error_set(weftInvalidUsage, "%s: comm was finalized", name);
-  if (__atomic_load_n(&comm->revoked, __ATOMIC_SEQ_CST))
-    return weft_error_set(weftInvalidUsage,
-                          "%s: comm was revoked (weftCommRevoke): it can be split, shrunk, "
-                          "destroyed or aborted, nothing else", name);
-  if (comm_suspended(comm))
-    return weft_error_set(weftInvalidUsage, "%s: communicator is suspended: resume it first",
-                          name);
+  /* asked only: the call may run later (a group, a host stream), and begins
+   * again with a hold when it runs */
+  WEFT_TRY(comm_op_begin(comm, 0, name));
   if (plan->count == 0) return weftSuccess;
 
   /* which buffers this rank touches, and how large they are */
@@ -184,7 +180,7 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
   }
   plan_tune(comm, plan);
   comm->seq++;
-  if (group_active()) return group_record(comm, plan, stream);
+  if (group_depth_get() > 0) return group_record(comm, plan, stream);
   if (plan->on_device) return device_enqueue(comm, plan, stream);
   struct group_op op = {.comm = comm, .plan = *plan, .stream = stream};
   if (hs != NULL) return stream_enqueue(hs, &op, 1);

@@ -1,6 +1,13 @@
 /* Groups: weftGroupStart/End record operations and launch them together,
  * now on the calling thread (and a kept worker thread per further
- * communicator) or later on a host stream's worker. */
+ * communicator) or later on a host stream's worker.
+ *
+ * A group also records communicator creation (group_defer_init/split, for
+ * the NCCL drop-in): NCCL lets one thread create the communicators of
+ * several ranks (one per GPU) between ncclGroupStart and ncclGroupEnd.
+ * weft's init and split block until every rank has joined, so inside a
+ * group they are recorded, and the outermost end runs all recorded ones at
+ * once, a thread each, before it launches the group's operations. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -11,6 +18,7 @@
 #include "../exec/device/device.h"
 #include "../algo/p2p.h"
 #include "../exec/host/launch.h"
+#include "group.h"
 #include "stream.h"
 #include "../plan/tuner.h"
 
@@ -19,7 +27,7 @@ static _Thread_local struct group_op *group_ops;
 static _Thread_local size_t group_nops, group_cap;
 static _Thread_local weftResult_t group_error; /* first failure while recording */
 
-int group_active(void) { return group_depth > 0; }
+int group_depth_get(void) { return group_depth; }
 
 void group_fail(weftResult_t res) {
   if (group_depth > 0 && group_error == weftSuccess) group_error = res;
@@ -36,6 +44,110 @@ weftResult_t group_record(struct weftComm *comm, const struct weft_plan *plan,
   }
   group_ops[group_nops++] = (struct group_op){.comm = comm, .plan = *plan, .stream = stream};
   return weftSuccess;
+}
+
+/* --- communicator creation in a group ------------------------------------- */
+
+struct deferred {
+  int is_split;
+  weftComm_t *out;
+  /* init */
+  int nranks, rank;
+  weftUniqueId id;
+  int dev; /* the CUDA device current at the call (comm_device_bind) */
+  /* split */
+  weftComm_t parent;
+  int color, key;
+  /* the config, with its name copied: the caller's string may be gone */
+  int has_cfg;
+  weftConfig_t cfg;
+  char name[64];
+  /* result */
+  weftComm_t comm;
+  weftResult_t res;
+  char error[1024];
+  pthread_t tid;
+};
+
+static _Thread_local struct deferred *deferred;
+static _Thread_local size_t ndeferred, deferred_cap;
+
+static weftResult_t defer(const struct deferred *d, const weftConfig_t *cfg) {
+  if (d->out == NULL)
+    return weft_error_set(weftInvalidArgument, "the communicator pointer is NULL");
+  if (ndeferred == deferred_cap) {
+    size_t cap = deferred_cap ? 2 * deferred_cap : 8;
+    struct deferred *p = realloc(deferred, cap * sizeof *p);
+    if (p == NULL) return weft_error_set(weftSystemError, "out of memory");
+    deferred = p;
+    deferred_cap = cap;
+  }
+  struct deferred *slot = &deferred[ndeferred++];
+  *slot = *d;
+  if (cfg != NULL) {
+    slot->has_cfg = 1;
+    slot->cfg = *cfg;
+    if (cfg->commName != NULL) {
+      snprintf(slot->name, sizeof slot->name, "%s", cfg->commName);
+      slot->cfg.commName = slot->name;
+    }
+  }
+  return weftSuccess;
+}
+
+weftResult_t group_defer_init(weftComm_t *out, int nranks, const weftUniqueId *id, int rank,
+                              const weftConfig_t *cfg) {
+  struct deferred d = {.out = out, .nranks = nranks, .rank = rank, .id = *id,
+                       .dev = device_current()};
+  return defer(&d, cfg);
+}
+
+weftResult_t group_defer_split(weftComm_t parent, int color, int key, weftComm_t *out,
+                               const weftConfig_t *cfg) {
+  struct deferred d = {.is_split = 1, .out = out, .parent = parent, .color = color, .key = key};
+  return defer(&d, cfg);
+}
+
+static void *deferred_main(void *arg) {
+  struct deferred *d = arg;
+  weftConfig_t *cfg = d->has_cfg ? &d->cfg : NULL;
+  if (d->is_split) {
+    d->res = weftCommSplit(d->parent, d->color, d->key, &d->comm, cfg);
+  } else {
+    d->res = weftCommInitRankConfig(&d->comm, d->nranks, d->id, d->rank, cfg);
+    if (d->res == weftSuccess) comm_device_bind(d->comm, d->dev);
+  }
+  if (d->res != weftSuccess) snprintf(d->error, sizeof d->error, "%s", weft_error_text());
+  return NULL;
+}
+
+/* Runs every recorded creation, each on a thread of its own (the first on
+ * the caller's), and writes the communicators. Returns the first failure. */
+static weftResult_t deferred_run(void) {
+  struct deferred *ds = deferred;
+  size_t n = ndeferred;
+  deferred = NULL;
+  ndeferred = deferred_cap = 0;
+  /* the copies moved with realloc: point the names at their own buffers */
+  for (size_t i = 0; i < n; i++)
+    if (ds[i].has_cfg && ds[i].cfg.commName != NULL) ds[i].cfg.commName = ds[i].name;
+  weftResult_t res = weftSuccess;
+  size_t started = 1;
+  for (; started < n; started++)
+    if (pthread_create(&ds[started].tid, NULL, deferred_main, &ds[started]) != 0) {
+      res = weft_error_errno(weftSystemError, "starting a thread for a grouped init");
+      break;
+    }
+  if (n > 0 && res == weftSuccess) deferred_main(&ds[0]);
+  for (size_t i = 1; i < started; i++) pthread_join(ds[i].tid, NULL);
+  for (size_t i = 0; i < n; i++) {
+    if (res == weftSuccess && i < started && ds[i].res != weftSuccess)
+      res = weft_error_set(ds[i].res, "%s in a group: %s", ds[i].is_split ? "split" : "init",
+                           ds[i].error);
+    *ds[i].out = ds[i].res == weftSuccess ? ds[i].comm : NULL;
+  }
+  free(ds);
+  return res;
 }
 
 /* --- the public calls ---------------------------------------------------- */
@@ -103,10 +215,20 @@ static weftResult_t group_dispatch(const struct group_op *ops, size_t nops) {
   return res;
 }
 
+/* The outermost end's first step: the recorded creations. Their failure,
+ * with its text, is the end's result once the operations have run too. */
+static weftResult_t group_end_creations(char *why, size_t why_nbytes) {
+  weftResult_t created = deferred_run();
+  if (created != weftSuccess) snprintf(why, why_nbytes, "%s", weft_error_text());
+  return created;
+}
+
 weftResult_t weftGroupEnd(void) {
   if (group_depth == 0)
     return weft_error_set(weftInvalidUsage, "weftGroupEnd without weftGroupStart");
   if (--group_depth > 0) return weftSuccess;
+  char why[1024];
+  const weftResult_t created = group_end_creations(why, sizeof why);
   struct group_op *ops = group_ops;
   size_t nops = group_nops;
   group_ops = NULL;
@@ -114,6 +236,7 @@ weftResult_t weftGroupEnd(void) {
   weftResult_t res = group_error;
   if (res == weftSuccess) res = group_dispatch(ops, nops);
   free(ops);
+  if (created != weftSuccess) return weft_error_set(created, "%s", why);
   return res;
 }
 
@@ -121,6 +244,8 @@ weftResult_t weftGroupSimulateEnd(float *estimatedUs) {
   if (group_depth == 0)
     return weft_error_set(weftInvalidUsage, "weftGroupSimulateEnd without weftGroupStart");
   if (--group_depth > 0) return weftSuccess;
+  char why[1024];
+  const weftResult_t created = group_end_creations(why, sizeof why);
   /* one comm's operations run one after another, comms side by side */
   double longest = 0;
   for (size_t i = 0; i < group_nops; i++) {
@@ -136,6 +261,7 @@ weftResult_t weftGroupSimulateEnd(float *estimatedUs) {
   free(group_ops);
   group_ops = NULL;
   group_nops = group_cap = 0;
+  if (created != weftSuccess) return weft_error_set(created, "%s", why);
   weftResult_t res = group_error;
   if (res == weftSuccess && estimatedUs != NULL) *estimatedUs = (float)longest;
   return res;

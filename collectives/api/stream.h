@@ -6,13 +6,6 @@
 #include "../core/plan.h"
 #include "../exec/host/launch.h"
 
-/* Recording inside weftGroupStart/End (collectives/api/group.c). */
-int group_active(void);
-/* Remembers the first failure while recording, for weftGroupEnd to return. */
-void group_fail(weftResult_t res);
-weftResult_t group_record(struct weftComm *comm, const struct weft_plan *plan,
-                          weftStream_t stream);
-
 struct host_stream;
 
 /* The host stream behind a weftStream_t, or an error when it is not one. */

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "../../transport/base/status.h"
-#include "comm.h"
+#include "channel.h"
 
 /* Whether rank a comes before rank b (both of one host) in the ring: by
  * package, NUMA node, host bridge, PCI switch, bus, then rank. Ranks behind

@@ -135,20 +135,54 @@ void comm_states_scratch_release(struct weftComm *comm) {
       comm->states[i].ops->scratch_release(comm->states[i].state);
 }
 
-/* suspended: 0, or 1 once suspended; 2 while comm_suspend decides, which
- * an operation that marked the comm active waits out (comm_suspend_settled)
- * instead of refusing on a suspension that may yet fail. */
-enum { SUSPEND_NONE = 0, SUSPEND_DONE = 1, SUSPEND_DECIDING = 2 };
+/* --- The life cycle (comm.h's table) ------------------------------------------ */
 
-weftResult_t comm_suspend(struct weftComm *comm, int release_scratch, const char *fn) {
-  /* the mark first, seq_cst as the operations' mark and their look at it */
-  uint32_t none = SUSPEND_NONE;
-  if (!__atomic_compare_exchange_n(&comm->suspended, &none, SUSPEND_DECIDING, 0,
-                                   __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-    return weft_error_set(weftInvalidUsage, "%s: already suspended", fn);
+const char *comm_life_name(enum comm_life life) {
+  static const char *const names[] = {
+      [COMM_INITIALIZING] = "initializing", [COMM_READY] = "ready",
+      [COMM_SUSPENDING] = "suspending",     [COMM_SUSPENDED] = "suspended",
+      [COMM_REVOKING] = "revoking",         [COMM_REVOKED] = "revoked",
+      [COMM_FINALIZED] = "finalized",       [COMM_ABORTED] = "aborted"};
+  return (unsigned)life < sizeof names / sizeof names[0] ? names[life] : "unknown";
+}
+
+/* from -> to, if comm is in from; seq_cst, as the holds and their looks at
+ * the state: of an operation and a transition, one sees the other. */
+static int life_move(struct weftComm *comm, enum comm_life from, enum comm_life to) {
+  uint32_t expected = from;
+  return __atomic_compare_exchange_n(&comm->life, &expected, (uint32_t)to, 0, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_SEQ_CST);
+}
+
+/* The pause between two looks at a transition that another thread is
+ * deciding (a suspension: microseconds; a revoke: up to the operations it
+ * stops). */
+static void life_pause(long ns) {
+  struct timespec ts = {0, ns};
+  nanosleep(&ts, NULL);
+}
+
+/* comm's state once no suspension or revoke is being decided. */
+static enum comm_life life_settled(const struct weftComm *comm) {
+  enum comm_life v;
+  while ((v = comm_life(comm)) == COMM_SUSPENDING || v == COMM_REVOKING)
+    life_pause(v == COMM_SUSPENDING ? 1000 : 100000);
+  return v;
+}
+
+void comm_life_ready(struct weftComm *comm) { life_move(comm, COMM_INITIALIZING, COMM_READY); }
+
+weftResult_t comm_life_suspend(struct weftComm *comm, int release_scratch, const char *fn) {
+  /* the state first, then the holds: an operation holds, then asks */
+  if (!life_move(comm, COMM_READY, COMM_SUSPENDING)) {
+    enum comm_life v = comm_life(comm);
+    if (v == COMM_SUSPENDING || v == COMM_SUSPENDED)
+      return weft_error_set(weftInvalidUsage, "%s: already suspended", fn);
+    return weft_error_set(weftInvalidUsage, "%s: communicator is %s", fn, comm_life_name(v));
+  }
   if (__atomic_load_n(&comm->active, __ATOMIC_SEQ_CST) != 0 ||
       __atomic_load_n(&comm->pending, __ATOMIC_SEQ_CST) != 0) {
-    __atomic_store_n(&comm->suspended, SUSPEND_NONE, __ATOMIC_SEQ_CST);
+    life_move(comm, COMM_SUSPENDING, COMM_READY);
     return weft_error_set(weftInvalidUsage,
                           "%s: operations are still running or queued on a stream; "
                           "synchronize first", fn);
@@ -159,42 +193,89 @@ weftResult_t comm_suspend(struct weftComm *comm, int release_scratch, const char
     WEFT_INFO(LOG_INIT, "comm %p rank %d suspended, %llu scratch bytes freed", (void *)comm,
               comm->rank, (unsigned long long)n);
   }
-  __atomic_store_n(&comm->suspended, SUSPEND_DONE, __ATOMIC_SEQ_CST);
+  life_move(comm, COMM_SUSPENDING, COMM_SUSPENDED);
   return weftSuccess;
 }
 
-int comm_resume(struct weftComm *comm) {
-  uint32_t done = SUSPEND_DONE;
-  return __atomic_compare_exchange_n(&comm->suspended, &done, SUSPEND_NONE, 0, __ATOMIC_SEQ_CST,
-                                     __ATOMIC_SEQ_CST);
+int comm_life_resume(struct weftComm *comm) {
+  return life_move(comm, COMM_SUSPENDED, COMM_READY);
 }
 
-/* For an operation that has marked comm active: whether comm is suspended,
- * once a suspension being decided is decided (it then fails: the mark is
- * seen). */
-static int comm_suspend_settled(const struct weftComm *comm) {
-  uint32_t v;
-  while ((v = __atomic_load_n(&comm->suspended, __ATOMIC_SEQ_CST)) == SUSPEND_DECIDING) {
-    struct timespec ts = {0, 1000};
-    nanosleep(&ts, NULL);
+int comm_life_revoke_begin(struct weftComm *comm, enum comm_life *from_out) {
+  for (;;) {
+    enum comm_life v = life_settled(comm);
+    if (v != COMM_READY && v != COMM_SUSPENDED && v != COMM_FINALIZED) return 0;
+    if (life_move(comm, v, COMM_REVOKING)) {
+      __atomic_store_n(&comm->abort_flag, 1u, __ATOMIC_SEQ_CST);
+      *from_out = v;
+      return 1;
+    }
   }
-  return v == SUSPEND_DONE;
 }
 
-weftResult_t comm_op_mark(struct weftComm *comm) {
-  __atomic_add_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
-  if (__atomic_load_n(&comm->revoked, __ATOMIC_SEQ_CST))
-    return weft_error_set(weftInvalidUsage, "communicator was revoked (weftCommRevoke)");
-  if (comm_suspend_settled(comm))
-    return weft_error_set(weftInvalidUsage, "communicator is suspended: resume it first");
-  if (__atomic_load_n(&comm->finalized, __ATOMIC_ACQUIRE))
-    return weft_error_set(weftInvalidUsage, "communicator was finalized");
-  if (__atomic_load_n(&comm->abort_flag, __ATOMIC_SEQ_CST))
-    return weft_error_set(weftRemoteError, "communicator was aborted");
-  return weftSuccess;
+void comm_life_revoke_end(struct weftComm *comm, enum comm_life from) {
+  __atomic_store_n(&comm->abort_flag, 0u, __ATOMIC_SEQ_CST);
+  if (!life_move(comm, COMM_REVOKING, from == COMM_FINALIZED ? COMM_FINALIZED : COMM_REVOKED))
+    __atomic_store_n(&comm->abort_flag, 1u, __ATOMIC_SEQ_CST); /* aborted meanwhile */
 }
 
-int comm_suspended(const struct weftComm *comm) {
-  return __atomic_load_n(&comm->suspended, __ATOMIC_SEQ_CST) == SUSPEND_DONE;
+void comm_life_finalize(struct weftComm *comm) {
+  for (;;) {
+    enum comm_life v = life_settled(comm);
+    if (v == COMM_FINALIZED || v == COMM_ABORTED || life_move(comm, v, COMM_FINALIZED)) return;
+  }
 }
 
+void comm_life_abort(struct weftComm *comm) {
+  __atomic_store_n(&comm->life, (uint32_t)COMM_ABORTED, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&comm->abort_flag, 1u, __ATOMIC_SEQ_CST);
+}
+
+int comm_life_revoked(const struct weftComm *comm) {
+  enum comm_life v = comm_life(comm);
+  return v == COMM_REVOKING || v == COMM_REVOKED;
+}
+
+weftResult_t comm_op_begin(struct weftComm *comm, int flags, const char *fn) {
+  const int rebuild = (flags & COMM_OP_REBUILD) != 0;
+  enum comm_life v;
+  if (flags & COMM_OP_HOLD) {
+    __atomic_add_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
+    /* a suspension being decided sees the hold and fails: wait for it */
+    while ((v = comm_life(comm)) == COMM_SUSPENDING) life_pause(1000);
+  } else {
+    v = comm_life(comm);
+  }
+  const char *sep = fn != NULL ? ": " : "";
+  if (fn == NULL) fn = "";
+  switch (v) {
+    case COMM_READY:
+      return weftSuccess;
+    case COMM_SUSPENDING: /* only asked: the hold, when it runs, settles it */
+    case COMM_SUSPENDED:
+      if (rebuild || v == COMM_SUSPENDING) return weftSuccess;
+      return weft_error_set(weftInvalidUsage, "%s%scommunicator is suspended: resume it first",
+                            fn, sep);
+    case COMM_REVOKED:
+      if (rebuild) return weftSuccess;
+      /* fall through */
+    case COMM_REVOKING:
+      if (rebuild)
+        return weft_error_set(weftRemoteError,
+                              "%s%scommunicator is being revoked on another thread", fn, sep);
+      return weft_error_set(weftInvalidUsage,
+                            "%s%scommunicator was revoked (weftCommRevoke): it can be split, "
+                            "shrunk, destroyed or aborted, nothing else", fn, sep);
+    case COMM_FINALIZED:
+      return weft_error_set(weftInvalidUsage, "%s%scommunicator was finalized", fn, sep);
+    case COMM_ABORTED:
+      return weft_error_set(weftRemoteError, "%s%scommunicator was aborted", fn, sep);
+    case COMM_INITIALIZING:
+      break;
+  }
+  return weft_error_set(weftInvalidUsage, "%s%scommunicator is %s", fn, sep, comm_life_name(v));
+}
+
+void comm_device_bind(struct weftComm *comm, int dev) {
+  if (comm != NULL && dev >= 0 && comm->cuda_dev < 0) comm->cuda_dev = dev;
+}

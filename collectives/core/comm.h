@@ -51,6 +51,37 @@ struct weft_channel {
   struct weft_conn recv; /* from the previous rank in the ring */
 };
 
+/* A communicator's life cycle: one state in comm->life, changed only by the
+ * comm_life_* transitions below (atomic compare-exchanges), read with
+ * comm_life. Whether an operation may start is comm_op_begin's to say.
+ *
+ *   from                         to            by
+ *   INITIALIZING                 READY         comm_init, once connected
+ *   READY                        SUSPENDING    comm_life_suspend (deciding)
+ *   SUSPENDING                   SUSPENDED     comm_life_suspend: nothing runs or is queued
+ *   SUSPENDING                   READY         comm_life_suspend: something does (refused)
+ *   SUSPENDED                    READY         comm_life_resume
+ *   READY, SUSPENDED, FINALIZED  REVOKING      comm_life_revoke_begin (the first revoke)
+ *   REVOKING                     REVOKED       comm_life_revoke_end
+ *   REVOKING                     FINALIZED     comm_life_revoke_end, the revoke of a finalized comm
+ *   READY, SUSPENDED, REVOKED    FINALIZED     comm_life_finalize
+ *   any                          ABORTED       comm_life_abort (weftCommAbort, then freed)
+ *
+ * A transition out of SUSPENDING or REVOKING waits until that one is
+ * decided. Collectives, sends and receives start in READY only; split and
+ * shrink, which use the bootstrap alone, also on a SUSPENDED or REVOKED
+ * comm; destroy and abort in any state. */
+enum comm_life {
+  COMM_INITIALIZING = 0, /* being connected (calloc's zero) */
+  COMM_READY,            /* operations run */
+  COMM_SUSPENDING,       /* a suspension is being decided */
+  COMM_SUSPENDED,        /* operations are refused until resumed (ncclCommSuspend) */
+  COMM_REVOKING,         /* weftCommRevoke is stopping what runs */
+  COMM_REVOKED,          /* operations are refused; split, shrink, destroy and abort remain */
+  COMM_FINALIZED,        /* weftCommFinalize: operations are refused; destroy and abort remain */
+  COMM_ABORTED,          /* weftCommAbort: being freed */
+};
+
 struct weftComm {
   uint64_t magic;
   int rank;
@@ -73,53 +104,26 @@ struct weftComm {
   uint64_t timeout_ns;
   uint64_t seq;                 /* collectives issued */
   uint64_t check_seq;           /* collectives run through WEFT_CHECK's comparison */
-  volatile uint32_t abort_flag; /* set by weftCommAbort */
-  uint32_t revoked;             /* weftCommRevoke: operations are refused (1 while the
-                                   first revoke runs, 2 once it is done) */
+  uint32_t life;                /* enum comm_life: changed only by comm_life_* below */
+  /* The word this rank's waits poll (transport/base/wait.h, the bootstrap,
+   * the device executor's copy): not a state but the signal to stop, up
+   * while the comm is ABORTED and while it is REVOKING. */
+  volatile uint32_t abort_flag;
+  /* Counters, not states: what a transition waits out. */
   uint32_t revoking;            /* threads inside weftCommRevoke: destroy and abort wait */
-  uint32_t suspended;           /* comm_suspend: operations are refused until comm_resume
-                                   (1; 2 while comm_suspend decides) */
-  uint32_t active;              /* threads inside an operation on this comm */
+  uint32_t active;              /* threads inside an operation (comm_op_begin's hold) */
   uint32_t pending;             /* host-stream items naming this comm, not yet run */
-  weftResult_t async_error;     /* read and set from any thread: comm_async_error(_set) */
+  /* A result, not a state: the first failure, kept until a revoke clears
+   * it; read and set from any thread (comm_async_error(_set)). */
+  weftResult_t async_error;
   int oversubscribed_hold;      /* holds the waits' oversubscribed mode (transport/wait.h) */
   struct weft_redop redops[WEFT_MAX_REDOPS];
-  int finalized;
   char last_error[1024];
   void *device; /* the device executor's state (device_cuda.c), NULL until used */
   struct comm_state_slot states[COMM_MAX_STATES]; /* modules' own state (comm_state_get) */
   int nstates;
   pid_t pid;                    /* the process that created it: a forked child may not use it */
 };
-
-/* Joins rank `rank` of `nranks` to the communicator of id and connects it
- * (collective over the ranks holding id). config may be NULL; cuda_dev is -1
- * for a host rank. Blocks until connected or the timeout passes. */
-weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_id *id, int rank,
-                       const weftConfig_t *config, int cuda_dev);
-
-/* weftCommSplit on a rank that refuses it (refused, the thread's error text
- * saying why, as a caller's own checks found it): the rank takes part,
- * marked failed, so that every rank fails at once; returns refused. */
-weftResult_t comm_split_refused(weftComm_t comm, int key, weftResult_t refused);
-
-/* Reads config (NULL: the defaults) into cfg, honouring the caller's size
- * for older layouts; weftInvalidArgument when it is not a weftConfig_t. */
-weftResult_t comm_config_read(const weftConfig_t *config, weftConfig_t *cfg);
-
-/* The ring order: ranks of one host adjacent, hosts by their lowest rank. */
-void ring_order(const struct peer_info *peers, int nranks, int *ring_out);
-
-/* Rank's links in the two trees over peers: hierarchical across hosts
- * (tree_hier_links over the ring order); every rank's too in all_out[nranks]
- * unless NULL. Returns the depth of the deepest rank in either tree, the
- * same on every rank, or -1 when out of memory. */
-int comm_trees(const struct peer_info *peers, int nranks, int rank, struct tree_links trees[2],
-               struct tree_links (*all_out)[2]);
-
-/* Connects every channel's ring (collective over the bootstrap). */
-weftResult_t channels_connect(struct weftComm *comm, uint32_t nslots, size_t slot_nbytes);
-void channels_close(struct weftComm *comm);
 
 /* This process's id (renewed in a forked child). */
 pid_t comm_self_pid(void);
@@ -135,25 +139,78 @@ void comm_states_destroy(struct weftComm *comm);
 uint64_t comm_states_scratch_nbytes(const struct weftComm *comm);
 void comm_states_scratch_release(struct weftComm *comm);
 
+/* comm's state now (any thread). */
+static inline enum comm_life comm_life(const struct weftComm *comm) {
+  return (enum comm_life)__atomic_load_n(&comm->life, __ATOMIC_SEQ_CST);
+}
+/* The name of a state, for messages and logs. */
+const char *comm_life_name(enum comm_life life);
+
+/* INITIALIZING -> READY: comm_init has connected comm. */
+void comm_life_ready(struct weftComm *comm);
+
 /* Suspends comm (ncclCommSuspend): refused (weftInvalidUsage, the text
- * naming fn) while an operation runs or is queued on a stream, or when it
- * is suspended already; otherwise operations are refused until comm_resume,
+ * naming fn) while an operation runs or is queued on a stream, or when comm
+ * is not READY; otherwise operations are refused until comm_life_resume,
  * and with release_scratch the modules' scratch is freed. An operation
- * marks the comm active before it asks `suspended` (op_begin,
- * device_op_begin), so one checked before the suspension either holds it
- * off or refuses itself. */
-weftResult_t comm_suspend(struct weftComm *comm, int release_scratch, const char *fn);
-/* Ends comm's suspension; 0 when it was not suspended. */
-int comm_resume(struct weftComm *comm);
-/* An operation begins on comm (the host and device executors alike): marks
- * it active, so that an abort, a revoke or a suspension waits for it or is
- * refused, then asks whether comm is revoked, suspended, finalized or
- * aborted, after the mark (an operation checked before one of those,
- * recorded in a group or queued on a host stream, runs after it). The mark
- * stays either way: the caller ends it (active--) whatever this returns. */
-weftResult_t comm_op_mark(struct weftComm *comm);
-/* Whether comm is suspended (a suspension still being decided is not). */
-int comm_suspended(const struct weftComm *comm);
+ * holds the comm before it asks its state (comm_op_begin), so one that
+ * asked before the suspension either holds it off or refuses itself. */
+weftResult_t comm_life_suspend(struct weftComm *comm, int release_scratch, const char *fn);
+/* SUSPENDED -> READY; 0 when comm was not suspended. */
+int comm_life_resume(struct weftComm *comm);
+
+/* Starts weftCommRevoke: 1 when this thread revokes (comm is REVOKING now,
+ * its abort flag up; *from_out is the state it left), 0 when another revoke has run or runs
+ * (waited for: comm is revoked once this returns). */
+int comm_life_revoke_begin(struct weftComm *comm, enum comm_life *from_out);
+/* Ends the revoke comm_life_revoke_begin started from `from`: REVOKED, or
+ * FINALIZED again for a finalized comm; the abort flag comes down first
+ * (the bootstrap serves split and shrink next) unless comm was aborted
+ * meanwhile. */
+void comm_life_revoke_end(struct weftComm *comm, enum comm_life from);
+
+/* weftCommFinalize's transition (after the streams drained): -> FINALIZED,
+ * once a suspension or a revoke being decided is. */
+void comm_life_finalize(struct weftComm *comm);
+
+/* Any state -> ABORTED, and the abort flag up: every wait of this rank on
+ * comm ends, and nothing starts on it again. */
+void comm_life_abort(struct weftComm *comm);
+
+/* comm_op_begin's flags. */
+enum {
+  /* Hold comm first (active++): an abort, a revoke or a suspension waits for
+   * the hold or is refused. The hold stays whatever comm_op_begin returns:
+   * the caller ends it with comm_op_end. Without it comm_op_begin only asks,
+   * for a call recorded in a group or queued on a host stream, which begins
+   * again when it runs. */
+  COMM_OP_HOLD = 1,
+  /* Split and shrink: they use comm's bootstrap only, so a SUSPENDED or
+   * REVOKED comm may; a REVOKING one may not yet (its bootstrap is
+   * stopped). */
+  COMM_OP_REBUILD = 2,
+};
+
+/* The one answer to whether an operation may start on comm (the
+ * collectives' calls, the host and device executors, split, shrink, the
+ * NCCL drop-in): weftSuccess, or the refusal with the thread's error text
+ * saying why, prefixed with fn unless NULL (weftInvalidUsage; weftRemoteError
+ * for an aborted comm). With COMM_OP_HOLD the state is asked after the hold,
+ * waiting out a suspension being decided (it then fails: the hold is
+ * seen). */
+weftResult_t comm_op_begin(struct weftComm *comm, int flags, const char *fn);
+/* Ends comm_op_begin's hold. */
+static inline void comm_op_end(struct weftComm *comm) {
+  __atomic_sub_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Whether a failure on comm is a revoke's doing (REVOKING or REVOKED): not
+ * the comm's error, which the revoke clears. */
+int comm_life_revoked(const struct weftComm *comm);
+
+/* NCCL ties a communicator to the CUDA device current at its creation:
+ * comm takes dev (>= 0) unless it has one. */
+void comm_device_bind(struct weftComm *comm, int dev);
 
 /* A host operation on comm begins: the threads that move its network
  * connections' slots poll without sleeping a while (struct weft_transport's

@@ -1,17 +1,10 @@
 /* What weft's communicator does not keep itself for the NCCL API (an
- * unconsumed grow id): a small table keyed by communicator; and whether
- * operations may start on a communicator (revoked and suspended are weft's
- * own marks). */
+ * unconsumed grow id): a small table keyed by communicator. */
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../transport/base/status.h"
-#include "../core/comm.h"
 #include "nccl_shim.h"
-
-#define COMM(c) ((weftComm_t)(c))
 
 struct comm_state {
   ncclComm_t comm;
@@ -41,18 +34,6 @@ static struct comm_state *state_find(ncclComm_t comm, int create) {
   memset(s, 0, sizeof *s);
   s->comm = comm;
   return s;
-}
-
-ncclResult_t nccl_comm_usable(ncclComm_t comm, const char *fn) {
-  struct weftComm *c = COMM(comm);
-  /* a comm that is not live is weft's call to refuse, with its own words */
-  if (c == NULL || c->magic != COMM_MAGIC) return ncclSuccess;
-  const int revoked = __atomic_load_n(&c->revoked, __ATOMIC_SEQ_CST) != 0;
-  if (!revoked && !comm_suspended(c)) return ncclSuccess;
-  weftResult_t res = weft_error_set(weftInvalidUsage, "%s: communicator is %s", fn,
-                                    revoked ? "revoked" : "suspended (ncclCommResume it first)");
-  snprintf(c->last_error, sizeof c->last_error, "%s", weft_error_text());
-  return (ncclResult_t)res;
 }
 
 void nccl_comm_close_begin(ncclComm_t comm) {

@@ -8,19 +8,12 @@
  *     copied to the WEFT_* ones when the library loads (env_import);
  *   - every nccl* symbol has a pnccl* alias, as NCCL exports for profilers.
  * The build links weft in statically and exports only nccl* and pnccl*. */
-#include <arpa/inet.h>
 #include <ctype.h>
-#include <netinet/in.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../transport/bootstrap/bootstrap.h"
-#include "../../transport/base/log.h"
-#include "../../transport/base/param.h"
-#include "../../transport/base/status.h"
-#include "../core/comm.h"
-#include "../exec/device/device.h"
 #include "nccl_shim.h"
 
 /* --- The ABI: NCCL's values are weft's ------------------------------------ */
@@ -64,11 +57,12 @@ _Static_assert(sizeof(ncclDataType_t) == sizeof(weftDataType_t), "datatype sizes
 
 #define COMM(c) ((weftComm_t)(c))
 #define STREAM(s) ((weftStream_t)(s))
-/* Operations refuse to start on a revoked or suspended communicator. */
+/* Operations refuse to start on a revoked, suspended or finalized
+ * communicator, before their arguments are looked at (compat_comm_usable). */
 #define USABLE(comm, fn)                                                       \
   do {                                                                         \
-    ncclResult_t usable_ = nccl_comm_usable(comm, fn);                         \
-    if (usable_ != ncclSuccess) return usable_;                                \
+    weftResult_t usable_ = compat_comm_usable(COMM(comm), fn);                 \
+    if (usable_ != weftSuccess) return (ncclResult_t)usable_;                  \
   } while (0)
 
 /* --- Environment: NCCL_* to WEFT_* ----------------------------------------- */
@@ -173,9 +167,8 @@ static void version_banner(int rank) {
 }
 
 NCCL_EXPORT void ncclResetDebugInit(void) {
-  static struct weft_param *const tables[] = {log_params, NULL};
   env_import();
-  param_tables_reset(tables);
+  compat_log_settings_reset();
 }
 NCCL_PROFILING_ALIAS(ncclResetDebugInit);
 
@@ -246,7 +239,7 @@ ncclResult_t nccl_config_read(const ncclConfig_t *user, weftConfig_t *cfg,
  * a context, so the context is made first where there is a device (host
  * memory on a machine without one). */
 NCCL_EXPORT ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
-  device_ctx_make();
+  compat_device_ctx_make();
   return RES(weftMemAlloc(ptr, size));
 }
 NCCL_PROFILING_ALIAS(ncclMemAlloc);
@@ -267,32 +260,28 @@ NCCL_PROFILING_ALIAS(ncclGetVersion);
 /* With NCCL_COMM_ID=host:port every process computes the same id without
  * talking to the others, and rank 0 serves the rendezvous on that address
  * when it joins (comm_id_root_start), as NCCL does. */
-static ncclResult_t comm_id_from_env(int *set_p, struct bootstrap_id *id_out) {
+static ncclResult_t comm_id_from_env(int *set_p, weftUniqueId *id_out) {
   const char *fixed = getenv("NCCL_COMM_ID");
   *set_p = fixed != NULL && *fixed != '\0';
-  return *set_p ? RES(bootstrap_id_from_hostport(fixed, "NCCL_COMM_ID", id_out)) : ncclSuccess;
+  return *set_p ? RES(compat_id_from_hostport(fixed, "NCCL_COMM_ID", id_out)) : ncclSuccess;
 }
 
 static ncclResult_t comm_id_root_start(int rank, const ncclUniqueId *commId) {
   int set;
-  struct bootstrap_id id;
+  weftUniqueId id;
   ncclResult_t res = comm_id_from_env(&set, &id);
   if (res != ncclSuccess || !set || rank != 0 || memcmp(&id, commId, sizeof id) != 0) return res;
-  union weft_sockaddr any = id.root;
-  if (any.sa.sa_family == AF_INET) any.in.sin_addr.s_addr = htonl(INADDR_ANY);
-  else any.in6.sin6_addr = in6addr_any;
-  return RES(bootstrap_root_start(&any, id.secret, NULL));
+  return RES(compat_id_root_start(&id));
 }
 
 NCCL_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId) {
   weft_error_clear();
   if (uniqueId == NULL) return RES(weft_error_set(weftInvalidArgument, "uniqueId is NULL"));
   int set;
-  struct bootstrap_id id;
+  weftUniqueId id;
   ncclResult_t res = comm_id_from_env(&set, &id);
   if (res != ncclSuccess) return res;
   if (!set) return RES(weftGetUniqueId((weftUniqueId *)uniqueId));
-  memset(uniqueId, 0, sizeof *uniqueId);
   memcpy(uniqueId, &id, sizeof id);
   return ncclSuccess;
 }
@@ -307,13 +296,9 @@ static ncclResult_t init_rank_config(ncclComm_t *comm, int nranks, ncclUniqueId 
   version_banner(rank);
   res = comm_id_root_start(rank, &commId);
   if (res != ncclSuccess) return res;
-  if (nccl_group_active()) return nccl_defer_init(comm, nranks, commId, rank, cfgp);
   weftUniqueId id;
   memcpy(&id, &commId, sizeof id);
-  const int dev = device_current();
-  res = RES(weftCommInitRankConfig((weftComm_t *)comm, nranks, id, rank, cfgp));
-  if (res == ncclSuccess) nccl_bind_device(COMM(*comm), dev);
-  return res;
+  return RES(compat_comm_init((weftComm_t *)comm, nranks, &id, rank, cfgp));
 }
 
 NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId,
@@ -346,7 +331,7 @@ NCCL_PROFILING_ALIAS(ncclCommInitRankScalable);
 NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist) {
   version_banner(0);
   int *first = NULL;
-  if (devlist == NULL && ndev > 0 && device_count() >= ndev) {
+  if (devlist == NULL && ndev > 0 && compat_device_count() >= ndev) {
     first = malloc((size_t)ndev * sizeof *first);
     if (first == NULL) return RES(weft_error_set(weftSystemError, "out of memory"));
     for (int i = 0; i < ndev; i++) first[i] = i;
@@ -389,10 +374,11 @@ NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
   if (res != ncclSuccess) {
     /* the peers learn of it at once (outside a group, where their splits run now) */
     if (newcomm != NULL) *newcomm = NULL;
-    return nccl_group_active() ? res : RES(comm_split_refused(COMM(comm), key, (weftResult_t)res));
+    return compat_group_depth() > 0
+               ? res
+               : RES(compat_comm_split_refused(COMM(comm), key, (weftResult_t)res));
   }
-  if (nccl_group_active()) return nccl_defer_split(comm, color, key, newcomm, cfgp);
-  return RES(weftCommSplit(COMM(comm), color, key, (weftComm_t *)newcomm, cfgp));
+  return RES(compat_comm_split(COMM(comm), color, key, (weftComm_t *)newcomm, cfgp));
 }
 NCCL_PROFILING_ALIAS(ncclCommSplit);
 
@@ -507,7 +493,7 @@ ncclComm_t nccl_window_comm(ncclWindow_t win) {
 }
 
 static ncclResult_t window_check(ncclComm_t comm, ncclWindow_t win, const char *fn) {
-  weftResult_t res = comm_check(COMM(comm));
+  weftResult_t res = compat_comm_check(COMM(comm));
   if (res != weftSuccess) return RES(res);
   if (nccl_window_comm(win) != comm)
     return RES(weft_error_set(weftInvalidArgument,
@@ -554,6 +540,38 @@ NCCL_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   return RES(weftRedOpDestroy((weftRedOp_t)op, COMM(comm)));
 }
 NCCL_PROFILING_ALIAS(ncclRedOpDestroy);
+
+/* --- Groups ---------------------------------------------------------------- */
+
+/* weft's group: one per thread for both APIs. Inside it, ncclCommInitRank
+ * and ncclCommSplit are recorded (compat_comm_init, compat_comm_split) and
+ * run at the outermost end, before the group's operations. */
+NCCL_EXPORT ncclResult_t ncclGroupStart(void) { return RES(weftGroupStart()); }
+NCCL_PROFILING_ALIAS(ncclGroupStart);
+
+NCCL_EXPORT ncclResult_t ncclGroupEnd(void) {
+  weft_error_clear();
+  return RES(weftGroupEnd());
+}
+NCCL_PROFILING_ALIAS(ncclGroupEnd);
+
+NCCL_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo) {
+  weft_error_clear();
+  /* an inner end leaves simInfo alone, as NCCL's: the outermost estimates */
+  if (compat_group_depth() > 1) return RES(weftGroupSimulateEnd(NULL));
+  if (simInfo != NULL && (simInfo->magic != NCCL_SIM_INFO_MAGIC ||
+                          simInfo->size < offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float))) {
+    /* the group still ends, as NCCL's does, so that the caller is not left in one */
+    weftGroupSimulateEnd(NULL);
+    return RES(weft_error_set(weftInvalidArgument,
+                              "ncclSimInfo_t was not initialised with NCCL_SIM_INFO_INITIALIZER"));
+  }
+  float us = 0;
+  ncclResult_t res = RES(weftGroupSimulateEnd(&us));
+  if (res == ncclSuccess && simInfo != NULL) simInfo->estimatedTime = us;
+  return res;
+}
+NCCL_PROFILING_ALIAS(ncclGroupSimulateEnd);
 
 /* --- Collectives and point-to-point ---------------------------------------- */
 

@@ -7,17 +7,11 @@
  * leave the communicator as it was (PyTorch links them and falls back when
  * they fail). Teams are arithmetic over what weft does have, so they are
  * answered. */
-#include <stdio.h>
-
-#include "../../transport/base/status.h"
-#include "../core/comm.h"
 #include "nccl_shim.h"
 
 static ncclResult_t refused(ncclComm_t comm, const char *fn, const char *what) {
   weftResult_t res = weft_error_set(weftInvalidUsage, "%s: %s is not supported by weft", fn, what);
-  struct weftComm *c = (struct weftComm *)comm;
-  if (c != NULL && c->magic == COMM_MAGIC)
-    snprintf(c->last_error, sizeof c->last_error, "%s", weft_error_text());
+  compat_comm_error_keep((weftComm_t)comm);
   return (ncclResult_t)res;
 }
 
@@ -154,27 +148,31 @@ NCCL_PROFILING_ALIAS(ncclWaitSignal);
 /* The world is every rank; no peer's memory is mapped here, so the
  * load/store-accessible team is this rank alone and the rail team (one rank
  * per LSA team) the world again. */
-static int team_comm(ncclComm_t comm, const char *fn, struct weftComm **c_out) {
+/* comm's size and this rank's place in it, or 0 (the thread's error text
+ * saying why) when comm is not a live communicator. */
+struct team_comm {
+  int nranks, rank;
+};
+static int team_comm(ncclComm_t comm, const char *fn, struct team_comm *c_out) {
   weft_error_clear();
-  struct weftComm *c = (struct weftComm *)comm;
-  if (comm_check(c) != weftSuccess) {
+  if (weftCommCount((weftComm_t)comm, &c_out->nranks) != weftSuccess ||
+      weftCommUserRank((weftComm_t)comm, &c_out->rank) != weftSuccess) {
     weft_error_set(weftInvalidArgument, "%s: not a live communicator", fn);
     return 0;
   }
-  *c_out = c;
   return 1;
 }
 
 NCCL_EXPORT ncclTeam_t ncclTeamWorld(ncclComm_t comm) {
-  struct weftComm *c;
+  struct team_comm c;
   ncclTeam_t t = {0, 0, 0};
-  if (team_comm(comm, "ncclTeamWorld", &c)) t = (ncclTeam_t){c->nranks, c->rank, 1};
+  if (team_comm(comm, "ncclTeamWorld", &c)) t = (ncclTeam_t){c.nranks, c.rank, 1};
   return t;
 }
 NCCL_PROFILING_ALIAS(ncclTeamWorld);
 
 NCCL_EXPORT ncclTeam_t ncclTeamLsa(ncclComm_t comm) {
-  struct weftComm *c;
+  struct team_comm c;
   ncclTeam_t t = {0, 0, 0};
   if (team_comm(comm, "ncclTeamLsa", &c)) t = (ncclTeam_t){1, 0, 1};
   return t;
@@ -182,25 +180,25 @@ NCCL_EXPORT ncclTeam_t ncclTeamLsa(ncclComm_t comm) {
 NCCL_PROFILING_ALIAS(ncclTeamLsa);
 
 NCCL_EXPORT ncclTeam_t ncclTeamRail(ncclComm_t comm) {
-  struct weftComm *c;
+  struct team_comm c;
   ncclTeam_t t = {0, 0, 0};
-  if (team_comm(comm, "ncclTeamRail", &c)) t = (ncclTeam_t){c->nranks, c->rank, 1};
+  if (team_comm(comm, "ncclTeamRail", &c)) t = (ncclTeam_t){c.nranks, c.rank, 1};
   return t;
 }
 NCCL_PROFILING_ALIAS(ncclTeamRail);
 
 /* rank `rank` of team, as a world rank (-1 when outside the world) */
 NCCL_EXPORT int ncclTeamRankToWorld(ncclComm_t comm, ncclTeam_t team, int rank) {
-  struct weftComm *c;
+  struct team_comm c;
   if (!team_comm(comm, "ncclTeamRankToWorld", &c)) return -1;
-  long w = c->rank + (long)(rank - team.rank) * team.stride;
-  return w >= 0 && w < c->nranks ? (int)w : -1;
+  long w = c.rank + (long)(rank - team.rank) * team.stride;
+  return w >= 0 && w < c.nranks ? (int)w : -1;
 }
 NCCL_PROFILING_ALIAS(ncclTeamRankToWorld);
 
 /* rank `rank` of team, as a rank of this rank's LSA team (itself alone) */
 NCCL_EXPORT int ncclTeamRankToLsa(ncclComm_t comm, ncclTeam_t team, int rank) {
-  struct weftComm *c;
+  struct team_comm c;
   if (!team_comm(comm, "ncclTeamRankToLsa", &c)) return -1;
   long l = (long)(rank - team.rank) * team.stride;
   return l == 0 ? 0 : -1;

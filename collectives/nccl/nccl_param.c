@@ -9,20 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../transport/base/status.h"
 #include "nccl_shim.h"
-#include "../api/config.h"
-#include "../core/params.h"
 
 #define PARAM(h) ((struct weft_param *)(h))
 
 static struct weft_param *param_find(const char *key) {
   const char *name = nccl_env_alias(key);
-  if (name == NULL) name = key;
-  for (struct weft_param *const *t = weft_param_tables; *t != NULL; t++)
-    for (struct weft_param *p = *t; p->name != NULL; p++)
-      if (strcmp(p->name, name) == 0) return p;
-  return NULL;
+  return compat_param_find(name != NULL ? name : key);
 }
 
 NCCL_EXPORT ncclResult_t ncclParamBind(ncclParamHandle_t *out, const char *key) {
@@ -45,13 +38,13 @@ static ncclResult_t param_get_int(ncclParamHandle_t h, const char *fn, int64_t l
   weft_error_clear();
   struct weft_param *p = PARAM(h);
   if (p == NULL) return RES(weft_error_set(weftInvalidArgument, "%s: handle is NULL", fn));
-  if (p->type != PARAM_INT)
+  if (compat_param_is_text(p))
     return RES(weft_error_set(weftInvalidArgument, "%s: %s is a string (ncclParamGetStr reads it)",
-                              fn, p->name));
-  int64_t v = param_int(p);
+                              fn, compat_param_name(p)));
+  int64_t v = compat_param_int(p);
   if (v < lo || (v >= 0 && (uint64_t)v > hi))
-    return RES(weft_error_set(weftInvalidArgument, "%s: %s = %lld does not fit", fn, p->name,
-                              (long long)v));
+    return RES(weft_error_set(weftInvalidArgument, "%s: %s = %lld does not fit", fn,
+                              compat_param_name(p), (long long)v));
   *value_out = v;
   return ncclSuccess;
 }
@@ -81,10 +74,10 @@ TYPED_GETTER(U64, uint64_t, 0, UINT64_MAX);
  * NCCL says of ncclParamGetStr's). */
 #define PARAM_TEXT_NBYTES 4096
 static const char *param_text(struct weft_param *p, char *buf) {
-  if (p->type == PARAM_INT) {
-    snprintf(buf, PARAM_TEXT_NBYTES, "%lld", (long long)param_int(p));
+  if (!compat_param_is_text(p)) {
+    snprintf(buf, PARAM_TEXT_NBYTES, "%lld", (long long)compat_param_int(p));
   } else {
-    const char *v = param_str(p);
+    const char *v = compat_param_text(p);
     snprintf(buf, PARAM_TEXT_NBYTES, "%s", v != NULL ? v : "");
   }
   return buf;
@@ -96,10 +89,10 @@ NCCL_EXPORT ncclResult_t ncclParamGetStr(ncclParamHandle_t h, const char **out) 
   if (p == NULL || out == NULL)
     return RES(weft_error_set(weftInvalidArgument, "ncclParamGetStr: %s is NULL",
                               p == NULL ? "handle" : "out"));
-  if (p->type != PARAM_STR)
+  if (!compat_param_is_text(p))
     return RES(weft_error_set(weftInvalidArgument,
                               "ncclParamGetStr: %s is an integer (ncclParamGetI64 reads it)",
-                              p->name));
+                              compat_param_name(p)));
   static _Thread_local char buf[PARAM_TEXT_NBYTES];
   *out = param_text(p, buf);
   return ncclSuccess;
@@ -117,8 +110,8 @@ NCCL_EXPORT ncclResult_t ncclParamGet(ncclParamHandle_t h, void *out, int maxLen
   int64_t v = 0;
   const void *src = &v;
   size_t n = sizeof v;
-  if (p->type == PARAM_INT) {
-    v = param_int(p);
+  if (!compat_param_is_text(p)) {
+    v = compat_param_int(p);
   } else {
     static _Thread_local char buf[PARAM_TEXT_NBYTES];
     src = param_text(p, buf);
@@ -126,7 +119,7 @@ NCCL_EXPORT ncclResult_t ncclParamGet(ncclParamHandle_t h, void *out, int maxLen
   }
   if (maxLen < 0 || (size_t)maxLen < n)
     return RES(weft_error_set(weftInvalidArgument, "ncclParamGet: %s needs %zu bytes, maxLen is %d",
-                              p->name, n, maxLen));
+                              compat_param_name(p), n, maxLen));
   memcpy(out, src, n);
   *len = (int)n;
   return ncclSuccess;
@@ -160,15 +153,12 @@ NCCL_EXPORT ncclResult_t ncclParamGetAllParameterKeys(const char ***table, int *
     return RES(weft_error_set(weftInvalidArgument, "ncclParamGetAllParameterKeys: %s is NULL",
                               table == NULL ? "table" : "tableLen"));
   int n = 0;
-  for (struct weft_param *const *t = weft_param_tables; *t != NULL; t++)
-    for (struct weft_param *p = *t; p->name != NULL; p++) n++;
+  while (compat_param_at(n) != NULL) n++;
   const char **k = realloc(keys, (size_t)(n > 0 ? n : 1) * sizeof *k);
   if (k == NULL)
     return RES(weft_error_set(weftSystemError, "ncclParamGetAllParameterKeys: out of memory"));
   keys = k;
-  n = 0;
-  for (struct weft_param *const *t = weft_param_tables; *t != NULL; t++)
-    for (struct weft_param *p = *t; p->name != NULL; p++) keys[n++] = p->name;
+  for (int i = 0; i < n; i++) keys[i] = compat_param_name(compat_param_at(i));
   *table = keys;
   *tableLen = n;
   return ncclSuccess;

@@ -1,6 +1,8 @@
-/* What the files of libnccl.so.2 share: nccl_compat.c (the core API),
- * nccl_group.c (groups), nccl_comm.c (revoke, suspend, grow), nccl_param.c
- * (parameters), nccl_device.c (the device API's host side). */
+/* What the files of libnccl.so.2 share: nccl_compat.c (the core API and
+ * groups), nccl_comm.c (revoke, suspend, grow), nccl_comm_state.c (what the
+ * NCCL API keeps per communicator), nccl_param.c (parameters), nccl_device.c
+ * (the device API's host side). They use include/weft.h and, for what it
+ * does not offer, api/compat.h alone. */
 #ifndef WEFT_NCCL_SHIM_H
 #define WEFT_NCCL_SHIM_H
 
@@ -8,7 +10,7 @@
 
 #include "../../include/nccl.h"
 #include "../../include/weft.h"
-#include "../../transport/base/status.h"
+#include "../api/compat.h"
 
 /* As in NCCL, nccl<name> is weak so that a profiling library may define its
  * own and call the real one as pnccl<name>, the same function under a
@@ -25,26 +27,6 @@ static inline ncclResult_t nccl_res(weftResult_t r) {
 }
 #define RES(r) nccl_res(r)
 
-/* Whether the calling thread is between ncclGroupStart and ncclGroupEnd. */
-int nccl_group_active(void);
-
-/* Inside a group, communicator creation is recorded and runs at the
- * outermost ncclGroupEnd, every recorded one at once: so one thread can
- * create the communicators of several ranks of the same clique. cfg may be
- * NULL. *out is written when the group ends. An init takes the CUDA device
- * current at its call (nccl_bind_device). */
-ncclResult_t nccl_defer_init(ncclComm_t *out, int nranks, ncclUniqueId id, int rank,
-                             const weftConfig_t *cfg);
-
-/* NCCL ties a communicator to the CUDA device current when it is made ("set
- * before calling ncclCommInitRank"), where weft's own init takes it at the
- * first device operation: a new comm gets dev, the device current at the
- * init call (device_current: -1 where that thread had no CUDA context, a
- * host program, which keeps weft's way). */
-void nccl_bind_device(weftComm_t comm, int dev);
-ncclResult_t nccl_defer_split(ncclComm_t parent, int color, int key, ncclComm_t *out,
-                              const weftConfig_t *cfg);
-
 /* Reads an ncclConfig_t of any 2.x layout into cfg; *cfg_out_p is cfg, or
  * NULL when user is NULL. */
 ncclResult_t nccl_config_read(const ncclConfig_t *user, weftConfig_t *cfg,
@@ -53,9 +35,6 @@ ncclResult_t nccl_config_read(const ncclConfig_t *user, weftConfig_t *cfg,
 /* The WEFT_* variable an NCCL_* one is copied to at load, or NULL. */
 const char *nccl_env_alias(const char *nccl_name);
 
-/* Whether operations may start on comm: ncclInvalidUsage, with the reason as
- * comm's last error, while it is revoked or suspended (nccl_comm_state.c). */
-ncclResult_t nccl_comm_usable(ncclComm_t comm, const char *fn);
 /* Around the free of comm: what nccl_comm_state.c keeps about it is set
  * aside before (from then on, a communicator made at the same address gets
  * an entry of its own), and dropped after, or put back where the free was

@@ -8,6 +8,7 @@
 
 #include "../../transport/base/status.h"
 #include "../../transport/transport.h"
+#include "../core/channel.h"
 #include "../core/comm.h"
 #include "../core/tree_links.h"
 

@@ -7,6 +7,7 @@
 #include "harness.h"
 
 extern "C" {
+#include "collectives/core/channel.h"
 #include "collectives/core/comm.h"
 #include "collectives/api/config.h"
 #include "collectives/core/params.h"

@@ -201,9 +201,9 @@ TEST(DeviceChannels, CommKeepsTheConfigsBounds) {
   EXPECT_EQ(weftCommDestroy(comm), weftSuccess);
 }
 
-// A device operation holds the comm active and checks the abort flag after
-// taking its hold, before any CUDA call: an abort on another thread either
-// sees the hold and waits, or the operation sees the flag and stops.
+// A device operation holds the comm active and asks its state after taking
+// its hold, before any CUDA call: an abort on another thread either sees the
+// hold and waits, or the operation sees the comm aborted and stops.
 TEST(DeviceActive, AbortedCommRefusedBeforeCudaAndHoldReleased) {
   weftComm_t comm;
   ASSERT_EQ(weftCommInitAll(&comm, 1, nullptr), weftSuccess);
@@ -211,7 +211,7 @@ TEST(DeviceActive, AbortedCommRefusedBeforeCudaAndHoldReleased) {
   float x[4] = {1, 2, 3, 4};
   p.sendbuf = x;
   p.recvbuf = x;
-  __atomic_store_n(&comm->abort_flag, 1u, __ATOMIC_RELEASE);
+  comm_life_abort(comm);
   weft_error_clear();
   EXPECT_EQ(device_enqueue(comm, &p, nullptr), weftRemoteError);
   EXPECT_NE(std::string(weft_error_text()).find("aborted"), std::string::npos)

@@ -19,6 +19,7 @@
 #include <vector>
 
 extern "C" {
+#include "collectives/core/channel.h"
 #include "collectives/core/comm.h"
 #include "collectives/api/config.h"
 #include "collectives/core/params.h"

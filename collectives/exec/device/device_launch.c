@@ -41,15 +41,14 @@ static unsigned launch_nthreads(size_t nbytes, int nch, int proto) {
   return device_block_threads((nbytes + (size_t)nch - 1) / (size_t)nch, per_thread);
 }
 
-/* Marks comm busy, as the host executor's operations do; fails when it was
- * revoked, suspended, aborted or broken. */
+/* Holds comm, as the host executor's operations do (comm_op_begin); fails
+ * when it was revoked, suspended, finalized, aborted or broken. The hold
+ * stays either way: device_op_end ends it. */
 static weftResult_t device_op_begin(struct weftComm *comm) {
-  WEFT_TRY(comm_op_mark(comm));
+  WEFT_TRY(comm_op_begin(comm, COMM_OP_HOLD, NULL));
   return device_comm_error(comm);
 }
-static void device_op_end(struct weftComm *comm) {
-  __atomic_sub_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
-}
+static void device_op_end(struct weftComm *comm) { comm_op_end(comm); }
 
 /* The pre-multiply sum's scalar, as the kernel reads it: as the call saw
  * the op (redop_capture), which may have been destroyed since. */
@@ -354,8 +353,8 @@ weftResult_t device_enqueue_group(struct weftComm *const *comms,
       res = device_plan_check(parts[k].plans[i]);
   /* every comm of the group held from connection to launch, as above */
   size_t held = 0;
-  for (; res == weftSuccess && held < nparts; held++)
-    __atomic_add_fetch(&parts[held].comm->active, 1, __ATOMIC_SEQ_CST);
+  while (res == weftSuccess && held < nparts)
+    res = comm_op_begin(parts[held++].comm, COMM_OP_HOLD, NULL);
   if (res == weftSuccess) res = connect_parts(parts, nparts);
   for (size_t k = 0; k < nparts && res == weftSuccess; k++)
     res = comm_launch(parts[k].comm, parts[k].plans, parts[k].n, parts[k].stream);

@@ -15,9 +15,9 @@
 #include "run.h"
 #include "launch.h"
 
-/* Marks the comm busy (comm_op_mark); fails if it is unusable. */
+/* Holds the comm (comm_op_begin); fails if it is unusable or broken. */
 static weftResult_t op_begin(struct weftComm *comm) {
-  WEFT_TRY(comm_op_mark(comm));
+  WEFT_TRY(comm_op_begin(comm, COMM_OP_HOLD, NULL));
   if (comm_async_error(comm) != weftSuccess)
     return weft_error_set(comm_async_error(comm), "communicator is broken by an earlier error: %s",
                           comm->last_error);
@@ -28,9 +28,8 @@ static weftResult_t op_begin(struct weftComm *comm) {
 /* A failure breaks the comm, unless it was revoked: what the revocation cut
  * short or refused is its purpose, not the comm's state. */
 static weftResult_t op_end(struct weftComm *comm, weftResult_t res) {
-  if (res != weftSuccess && !__atomic_load_n(&comm->revoked, __ATOMIC_SEQ_CST))
-    comm_fail(comm, res);
-  __atomic_sub_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
+  if (res != weftSuccess && !comm_life_revoked(comm)) comm_fail(comm, res);
+  comm_op_end(comm);
   return res;
 }
 

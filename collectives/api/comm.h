@@ -1,0 +1,18 @@
+/* Communicator creation (api/comm.c): what split and shrink build their
+ * children with, besides the public weftCommInit* calls. */
+#ifndef WEFT_API_COMM_H
+#define WEFT_API_COMM_H
+
+#include "../core/comm.h"
+
+/* Joins rank `rank` of `nranks` to the communicator of id and connects it
+ * (collective over the ranks holding id). config may be NULL; cuda_dev is -1
+ * for a host rank. Blocks until connected or the timeout passes. */
+weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_id *id, int rank,
+                       const weftConfig_t *config, int cuda_dev);
+
+/* Reads config (NULL: the defaults) into cfg, honouring the caller's size
+ * for older layouts; weftInvalidArgument when it is not a weftConfig_t. */
+weftResult_t comm_config_read(const weftConfig_t *config, weftConfig_t *cfg);
+
+#endif

@@ -1,0 +1,29 @@
+/* Groups (api/group.c): weftGroupStart/End record operations and launch them
+ * together at the outermost end. One thread-local group serves every API
+ * over weft: weft's own calls and the NCCL drop-in's. */
+#ifndef WEFT_GROUP_H
+#define WEFT_GROUP_H
+
+#include "../core/plan.h"
+
+/* How many group starts are open on the calling thread (0: none). */
+int group_depth_get(void);
+/* Remembers the first failure while recording, for weftGroupEnd to return. */
+void group_fail(weftResult_t res);
+/* Records plan, checked and tuned, to run at the outermost weftGroupEnd. */
+weftResult_t group_record(struct weftComm *comm, const struct weft_plan *plan,
+                          weftStream_t stream);
+
+/* Communicator creation inside a group (the NCCL drop-in's init and split,
+ * which one thread may call for several ranks of one clique): recorded, and
+ * run at the outermost end, every recorded one at once, a thread each,
+ * before the group's operations; *out is written then (NULL where it
+ * failed, and the end returns the first failure). cfg may be NULL; it is
+ * copied, its name too. An init is bound to the CUDA device current at this
+ * call (comm_device_bind). Outside a group the caller creates at once. */
+weftResult_t group_defer_init(weftComm_t *out, int nranks, const weftUniqueId *id, int rank,
+                              const weftConfig_t *cfg);
+weftResult_t group_defer_split(weftComm_t parent, int color, int key, weftComm_t *out,
+                               const weftConfig_t *cfg);
+
+#endif
