@@ -23,7 +23,7 @@ RANDOM=$seed
 # every stage once, on rank counts 1, 2, 4 and one drawn, in a drawn order;
 # then one more drawn pair with gradient accumulation
 stages=$(printf '%s\n' 0 1 2 3 | awk -v s=$seed 'BEGIN{srand(s)} {print rand(), $0}' | sort -n | cut -d' ' -f2)
-counts=(1 2 4 $(( (RANDOM % 3 == 2) ? 4 : RANDOM % 3 + 1 )))
+counts=(1 2 4 $(( 1 << (RANDOM % 3) )))
 runs=()
 i=0
 for s in $stages; do runs+=("$s ${counts[$i]} 1"); i=$((i + 1)); done

@@ -23,7 +23,7 @@ static void usage(FILE *f) {
           "                     mid (6, 6, 384, 256), gpt2 (12, 12, 768, 1024): GPT-2-shaped\n"
           "                     transformers on bytes (vocabulary 256); mlp: the MLP\n"
           "  --zero-stage N     0 (all-reduce), 1, 2 or 3 (default 0)\n"
-          "  --steps N          total steps (default 10; transformers 40)\n"
+          "  --steps N          total steps (default 10; transformers 60)\n"
           "  --stop-at N        stop after step N (the schedule still spans --steps)\n"
           "  --seed N           data and initialisation seed (default 1)\n"
           "  --dtype T          fp32, bf16 or fp16 parameters and gradients (default fp32)\n"
@@ -177,10 +177,14 @@ int main(int argc, char **argv) {
       return 2;
     }
     o.model = TRAIN_MODEL_GPT;
-    if (!steps_set) o.steps = 40;
+    if (!steps_set) o.steps = 60;
     if (!lr_set) o.lr = 3e-3;
     if (!clip_set) o.clip = 1.0;
     if (!sched_set) o.cosine = 1;
+    if (o.device) {
+      fprintf(stderr, "weft-train: --device cuda trains the MLP only (--model mlp)\n");
+      return 2;
+    }
   }
   if (warmup < 0) warmup = o.steps / 10 > 0 ? o.steps / 10 : 1;
   o.warmup = warmup;
