@@ -220,6 +220,9 @@ weftResult_t weftZeroStep(weftZero_t zero, weftStream_t stream, weftZeroStepInfo
 
 /* The factor the trainer multiplies its loss by (1 unless fp16). */
 double weftZeroLossScale(weftZero_t zero);
+/* The learning rate of the next weftZeroSteps (a schedule sets it before
+ * each step; every rank alike). Not collective; not saved in checkpoints. */
+weftResult_t weftZeroSetLr(weftZero_t zero, double lr);
 /* weftZeroStep calls so far (skipped steps included); restored by weftZeroLoad. */
 long weftZeroStepCount(weftZero_t zero);
 

@@ -303,6 +303,13 @@ weftResult_t weftZeroSetSync(weftZero_t z, int sync) {
 double weftZeroLossScale(weftZero_t z) { return z != NULL ? z->loss_scale : 1.0; }
 long weftZeroStepCount(weftZero_t z) { return z != NULL ? z->step : 0; }
 
+weftResult_t weftZeroSetLr(weftZero_t z, double lr) {
+  if (z == NULL) return zero_fail(weftInvalidArgument, "zero is NULL");
+  if (!(lr >= 0)) return zero_fail(weftInvalidArgument, "lr must be >= 0");
+  z->cfg.lr = lr;
+  return weftSuccess;
+}
+
 size_t weftZeroMemoryFormula(int stage, size_t psi, int nranks, weftDataType_t paramType,
                              weftZeroOptimizer_t optimizer) {
   if (nranks <= 0) return 0;

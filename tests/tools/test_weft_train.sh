@@ -1,5 +1,5 @@
 #!/bin/bash
-# weft-train under weftrun: falling loss, the memory table, the final line;
+# weft-train's MLP (--model mlp) under weftrun: falling loss, the memory table, the final line;
 # a checkpoint saved on 4 ranks resumes on 2 and consolidates.
 # usage: test_weft_train.sh WEFTRUN TOOLS_DIR SOURCE_DIR
 set -u
@@ -14,8 +14,8 @@ check() { # name, condition result
   if [ "$2" -ne 0 ]; then echo "FAIL: $1"; fail=1; else echo "ok: $1"; fi
 }
 
-# README's showcase
-out=$(timeout 60 "$weftrun" -n 4 "$tools/weft-train" --zero-stage 3 2>&1)
+# the MLP at stage 3
+out=$(timeout 60 "$weftrun" -n 4 "$tools/weft-train" --model mlp --zero-stage 3 2>&1)
 rc=$?
 echo "$out"
 check "weft-train exits 0" $rc
@@ -33,19 +33,19 @@ echo "$out" | tail -1 | grep -qE '^\[0\] final loss [0-9.e+-]+ params-l2 [0-9.e+
 check "final line last" $?
 
 # stages agree through the command line too (fp32, 3 ranks)
-ref=$(timeout 60 "$weftrun" -n 3 "$tools/weft-train" --zero-stage 0 --quiet 2>&1 | tail -1)
+ref=$(timeout 60 "$weftrun" -n 3 "$tools/weft-train" --model mlp --zero-stage 0 --quiet 2>&1 | tail -1)
 for s in 1 2 3; do
-  got=$(timeout 60 "$weftrun" -n 3 "$tools/weft-train" --zero-stage $s --quiet 2>&1 | tail -1)
+  got=$(timeout 60 "$weftrun" -n 3 "$tools/weft-train" --model mlp --zero-stage $s --quiet 2>&1 | tail -1)
   awk -v a="$ref" -v b="$got" 'BEGIN{split(a,x," "); split(b,y," "); d=x[6]-y[6]; if (d<0) d=-d;
        exit !(d <= 1e-6 * x[6])}'
   check "stage $s params-l2 matches stage 0 ($got)" $?
 done
 
 # save on 4 ranks at stage 3, resume on 2 at stage 1, consolidate
-timeout 60 "$weftrun" -n 4 "$tools/weft-train" --zero-stage 3 --steps 4 --save "$work/ckpt" --quiet >/dev/null 2>&1
+timeout 60 "$weftrun" -n 4 "$tools/weft-train" --model mlp --zero-stage 3 --steps 4 --save "$work/ckpt" --quiet >/dev/null 2>&1
 check "save" $?
 [ -f "$work/ckpt/LATEST" ] && grep -qx "step-4" "$work/ckpt/LATEST"; check "LATEST names step-4" $?
-out=$(timeout 60 "$weftrun" -n 2 "$tools/weft-train" --zero-stage 1 --steps 8 --resume "$work/ckpt" 2>&1)
+out=$(timeout 60 "$weftrun" -n 2 "$tools/weft-train" --model mlp --zero-stage 1 --steps 8 --resume "$work/ckpt" 2>&1)
 check "resume" $?
 echo "$out" | grep -q "from step 4"; check "resumed from step 4" $?
 "$tools/weft-zero-consolidate" "$work/ckpt" "$work/full.bin"; check "consolidate" $?
@@ -65,14 +65,14 @@ cp "$work/full.bin" "$work/full.before"
 check "consolidate refuses a random shard ($(cat "$work/err"))" $?
 "$tools/weft-zero-consolidate" "$work/none" "$work/x.bin" 2>/dev/null
 [ $? -eq 1 ]; check "consolidate of a missing checkpoint fails" $?
-"$tools/weft-train" --zero-stage 7 >/dev/null 2>&1
+"$tools/weft-train" --model mlp --zero-stage 7 >/dev/null 2>&1
 [ $? -eq 2 ]; check "bad stage refused" $?
 # --device cuda: without a GPU (or CUDA) the ranks refuse with a message;
 # with one, the final line is the host run's within float tolerance
-"$tools/weft-train" --device gpu >/dev/null 2>&1
+"$tools/weft-train" --model mlp --device gpu >/dev/null 2>&1
 [ $? -eq 2 ]; check "--device gpu refused" $?
-host=$(timeout 60 "$weftrun" -n 2 "$tools/weft-train" --zero-stage 3 --quiet 2>&1 | tail -1)
-out=$(timeout 120 "$weftrun" -n 2 "$tools/weft-train" --device cuda --zero-stage 3 --quiet 2>&1)
+host=$(timeout 60 "$weftrun" -n 2 "$tools/weft-train" --model mlp --zero-stage 3 --quiet 2>&1 | tail -1)
+out=$(timeout 120 "$weftrun" -n 2 "$tools/weft-train" --model mlp --device cuda --zero-stage 3 --quiet 2>&1)
 rc=$?
 if [ $rc -ne 0 ]; then
   echo "$out"

@@ -177,9 +177,9 @@ step_weft_train_device() {
   local host dev mps
   mps=$(zero_mps_note)
   [ -f "$WORK/mps/up" ] && use_mps
-  host=$(timeout 60 "$B/tools/weftrun" -n 4 "$B/tools/weft-train" --zero-stage 3 --quiet 2>&1 |
+  host=$(timeout 60 "$B/tools/weftrun" -n 4 "$B/tools/weft-train" --model mlp --zero-stage 3 --quiet 2>&1 |
     tail -1)
-  dev=$(timeout 60 "$B/tools/weftrun" -n 4 "$B/tools/weft-train" --device cuda --zero-stage 3 \
+  dev=$(timeout 60 "$B/tools/weftrun" -n 4 "$B/tools/weft-train" --model mlp --device cuda --zero-stage 3 \
     --quiet 2>&1) || fail "exit $?: $(echo "$dev" | tail -2 | tr '\n' ' ')"
   dev=$(echo "$dev" | tail -1)
   awk -v a="$host" -v b="$dev" 'BEGIN{split(a,x," "); split(b,y," "); d=x[6]-y[6]; if (d<0) d=-d;

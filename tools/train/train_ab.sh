@@ -20,14 +20,16 @@ shift 2
 rounds=${ROUNDS:-5} nranks=${NRANKS:-2} stages=${STAGES:-1 2} steps=${STEPS:-12}
 
 step_ms() { # build, stage, flags...: ms per step of one run
-  local build=$1 stage=$2 first= last= n=0 line
+  local build=$1 stage=$2 first= last= n=0 line model=()
   shift 2
+  # builds with --model train a transformer by default: the MLP unless the flags say
+  "$build/tools/weft-train" --help | grep -q -- --model && model=(--model mlp)
   while IFS= read -r line; do
     case $line in
       *"] step "*) last=$EPOCHREALTIME; [ -z "$first" ] && first=$last; n=$((n + 1)) ;;
     esac
   done < <("$build/tools/weftrun" -n "$nranks" stdbuf -oL "$build/tools/weft-train" \
-             --zero-stage "$stage" --steps "$steps" "$@" 2>&1)
+             "${model[@]}" --zero-stage "$stage" --steps "$steps" "$@" 2>&1)
   if [ "$n" -lt 2 ]; then
     echo "weft-train printed $n step lines (build $build, stage $stage)" >&2
     exit 1

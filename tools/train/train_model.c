@@ -3,6 +3,7 @@
  * (weights, then biases) is one ZeRO layer. */
 #include "train_model.h"
 #include "train_device.h"
+#include "train_gpt.h"
 #include "train_model_int.h"
 
 #include <math.h>
@@ -26,6 +27,12 @@ void train_opts_defaults(struct train_opts *o) {
   int widths[] = {12, 37, 29, 3}; /* layers of 481, 1102 and 90 parameters */
   memcpy(o->widths, widths, sizeof widths);
   o->prefetch = 1;
+  o->model = TRAIN_MODEL_MLP;
+  o->val_every = 20;
+  o->val_batches = 2;
+  o->sample_len = 96;
+  o->temperature = 0.8;
+  o->min_lr_frac = 0.1;
 }
 
 static uint64_t mix64(uint64_t z) {
@@ -168,7 +175,7 @@ static weftResult_t backward(struct model *m, int n, float scale) {
   return weftSuccess;
 }
 
-static void report_memory(struct model *m, weftComm_t comm, int rank, int nranks) {
+void train_report_memory(struct model *m, weftComm_t comm, int rank, int nranks) {
   const struct train_opts *o = m->o;
   weftZeroMemory_t r;
   weftZeroMemoryReport(m->zero, &r);
@@ -289,6 +296,7 @@ static weftResult_t model_open(struct model *m, int nranks) {
 }
 
 weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train_result *out) {
+  if (o->model == TRAIN_MODEL_GPT) return train_gpt_run(comm, o, out);
   int rank, nranks;
   memset(out, 0, sizeof *out);
   weftCommUserRank(comm, &rank);
@@ -320,7 +328,8 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
             o->global_batch, o->accum, first);
   }
   double loss = 0; /* outlives the loop: its all-reduce may be queued when a step fails */
-  for (long step = first; step < o->steps && res == weftSuccess; step++) {
+  long last = o->stop_at > 0 && o->stop_at < o->steps ? o->stop_at : o->steps;
+  for (long step = first; step < last && res == weftSuccess; step++) {
     loss = 0;
     for (int micro = 0; micro < o->accum && res == weftSuccess; micro++) {
       weftZeroSetSync(m.zero, micro == o->accum - 1);
@@ -358,7 +367,7 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
   if (res == weftSuccess) {
     out->steps_done = weftZeroStepCount(m.zero);
     weftZeroMemoryReport(m.zero, &out->memory);
-    report_memory(&m, comm, rank, nranks);
+    train_report_memory(&m, comm, rank, nranks);
     out->nparams = out->memory.psi;
     out->params = malloc(out->nparams * sizeof *out->params);
     res = out->params == NULL ? weftSystemError : weftZeroGetParams(m.zero, out->params, m.stream);

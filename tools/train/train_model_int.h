@@ -38,4 +38,8 @@ void dev_model_free(struct model *m);
 weftResult_t dev_forward(struct model *m, int n);
 weftResult_t dev_backward(struct model *m, int n, float scale);
 
+/* Rank 0 prints the memory table of every rank (the report's bytes and the
+ * ZeRO formula) to o->log. Collective. */
+void train_report_memory(struct model *m, weftComm_t comm, int rank, int nranks);
+
 #endif

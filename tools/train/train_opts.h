@@ -11,9 +11,18 @@
 
 #define TRAIN_MAX_LAYERS 8
 
+/* --model: the MLP, or a GPT-2-shaped transformer (train_gpt.h) */
+enum train_model_kind { TRAIN_MODEL_MLP = 0, TRAIN_MODEL_GPT = 1 };
+
+/* The transformer's shape: blocks, heads, channels, context, vocabulary. */
+struct train_gpt_shape {
+  int layers, heads, channels, context, vocab;
+};
+
 struct train_opts {
   int stage;
   int steps;            /* total steps; a resumed run continues up to it */
+  int stop_at;          /* > 0: stop after this step (the schedule still spans steps) */
   unsigned long seed;
   weftDataType_t dtype;
   weftDataType_t reduce_type;
@@ -31,6 +40,21 @@ struct train_opts {
   FILE *log;            /* rank 0 prints loss per step and the memory table here; may be NULL */
   int device;           /* 1: the MLP and its ZeRO context on a GPU (--device cuda) */
   int local_rank;       /* device: the rank uses GPU local_rank % (visible GPUs) */
+  /* the transformer (model TRAIN_MODEL_GPT) */
+  enum train_model_kind model;
+  struct train_gpt_shape gpt;
+  int seq;              /* tokens per sequence, <= gpt.context */
+  const char *data;     /* text file; NULL: the files of /usr/share/common-licenses */
+  const char *tokens;   /* token file written once from data; NULL: one in $TMPDIR */
+  int val_every;        /* validation loss every N steps (0: never), over val_batches */
+  int val_batches;
+  int sample_len;       /* bytes generated at the end (0: none) */
+  double temperature;   /* of the sample; 0: greedy */
+  int cosine;           /* learning rate: warm-up then cosine down to lr * min_lr_frac */
+  int warmup;
+  double min_lr_frac;
+  const char *dump_init;    /* rank 0 writes the parameters before the first step here */
+  const char *dump_batches; /* rank 0 writes every micro-step's global batch here */
 };
 
 #endif

@@ -1,5 +1,6 @@
-/* weft-train: trains a small MLP with ZeRO stage 0-3 on ranks started by
- * weftrun (or any launcher weftCommInitFromEnv knows).
+/* weft-train: trains a GPT-2-shaped transformer (--model tiny, mid, gpt2)
+ * on text, or a small MLP (--model mlp), with ZeRO stage 0-3 on ranks
+ * started by weftrun (or any launcher weftCommInitFromEnv knows).
  *
  *   weftrun -n 4 weft-train --zero-stage 3 --steps 20 --dtype bf16
  *
@@ -11,30 +12,53 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train_data.h"
+#include "train_gpt.h"
 #include "train_model.h"
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: weft-train [options]\n"
+          "  --model M          tiny (default: 5 layers, 4 heads, 128 channels, context 64),\n"
+          "                     mid (6, 6, 384, 256), gpt2 (12, 12, 768, 1024): GPT-2-shaped\n"
+          "                     transformers on bytes (vocabulary 256); mlp: the MLP\n"
           "  --zero-stage N     0 (all-reduce), 1, 2 or 3 (default 0)\n"
-          "  --steps N          total steps (default 10)\n"
+          "  --steps N          total steps (default 10; transformers 60)\n"
+          "  --stop-at N        stop after step N (the schedule still spans --steps)\n"
           "  --seed N           data and initialisation seed (default 1)\n"
           "  --dtype T          fp32, bf16 or fp16 parameters and gradients (default fp32)\n"
           "  --reduce-dtype T   reduce gradients in T: the parameter type or fp32\n"
           "  --optimizer O      adamw or sgd (SGD with momentum 0.9) (default adamw)\n"
-          "  --lr X             learning rate (default 0.01)\n"
-          "  --clip X           clip gradients to this global norm (default off)\n"
+          "  --lr X             learning rate, the peak of the schedule (default 0.01;\n"
+          "                     transformers 0.003)\n"
+          "  --lr-schedule S    const or cosine (default const; transformers cosine)\n"
+          "  --warmup N         cosine: steps of linear warm-up (default steps / 10)\n"
+          "  --min-lr X         cosine: the last step's rate, a fraction of --lr (default 0.1)\n"
+          "  --clip X           clip gradients to this global norm (default off; transformers 1)\n"
           "  --accum N          micro-steps per step (default 1)\n"
-          "  --batch N          global batch per step (default 24)\n"
+          "  --batch N          global batch per step: samples, or sequences (default 24)\n"
           "  --gather-bound B   stage 3: bytes of gathered layers at most\n"
           "  --prefetch N       stage 3: layers gathered ahead (default 1)\n"
           "  --save DIR         write a sharded checkpoint after the last step\n"
           "  --resume DIR       continue from the checkpoint in DIR\n"
+          "transformers:\n"
+          "  --seq N            tokens per sequence (default: the context)\n"
+          "  --data FILE        text to train on (default: the files of %s)\n"
+          "  --tokens FILE      its token file, written once (default: in $TMPDIR)\n"
+          "  --val-every N      validation loss every N steps (default 20; 0: never)\n"
+          "  --val-batches N    global batches of held-out text per validation (default 2)\n"
+          "  --sample N         bytes generated at the end (default 96)\n"
+          "  --temperature X    of the sample; 0: greedy (default 0.8)\n"
+          "  --dump-init FILE   write the parameters before the first step (as\n"
+          "                     weft-zero-consolidate does)\n"
+          "  --dump-batches FILE write every micro-step's global batch of token windows\n"
+          "the MLP:\n"
           "  --layers N         linear layers, 1 to 8 (default 3)\n"
           "  --width N          width of every hidden layer (default 37, 29)\n"
           "  --device D         host (default) or cuda: the MLP and its ZeRO state on the\n"
           "                     rank's GPU (GPU local rank %% GPUs)\n"
-          "  --quiet            print the final line only\n");
+          "  --quiet            print the final line only\n",
+          TRAIN_DATA_DEFAULT_DIR);
 }
 
 static int parse_dtype(const char *s, weftDataType_t *out) {
@@ -50,6 +74,8 @@ int main(int argc, char **argv) {
   train_opts_defaults(&o);
   o.log = stdout;
   int reduce_set = 0, layers = 0, width = 0;
+  int steps_set = 0, lr_set = 0, clip_set = 0, sched_set = 0, warmup = -1;
+  const char *model = "tiny";
   static const struct option longopts[] = {
       {"zero-stage", required_argument, NULL, 'z'}, {"steps", required_argument, NULL, 's'},
       {"seed", required_argument, NULL, 'S'},       {"dtype", required_argument, NULL, 'd'},
@@ -61,12 +87,19 @@ int main(int argc, char **argv) {
       {"layers", required_argument, NULL, 'L'},   {"width", required_argument, NULL, 'W'},
       {"quiet", no_argument, NULL, 'q'},            {"help", no_argument, NULL, 'h'},
       {"device", required_argument, NULL, 'D'},
+      {"model", required_argument, NULL, 'm'},      {"seq", required_argument, NULL, 'T'},
+      {"data", required_argument, NULL, 'f'},       {"tokens", required_argument, NULL, 'k'},
+      {"val-every", required_argument, NULL, 'v'},  {"val-batches", required_argument, NULL, 'V'},
+      {"sample", required_argument, NULL, 'n'},     {"temperature", required_argument, NULL, 't'},
+      {"lr-schedule", required_argument, NULL, 'x'}, {"warmup", required_argument, NULL, 'u'},
+      {"min-lr", required_argument, NULL, 'y'},     {"dump-init", required_argument, NULL, 'i'},
+      {"dump-batches", required_argument, NULL, 'j'}, {"stop-at", required_argument, NULL, 'e'},
       {NULL, 0, NULL, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
     switch (c) {
     case 'z': o.stage = atoi(optarg); break;
-    case 's': o.steps = atoi(optarg); break;
+    case 's': o.steps = atoi(optarg); steps_set = 1; break;
     case 'S': o.seed = strtoul(optarg, NULL, 10); break;
     case 'd':
       if (parse_dtype(optarg, &o.dtype) != 0) {
@@ -89,8 +122,8 @@ int main(int argc, char **argv) {
         return 2;
       }
       break;
-    case 'l': o.lr = atof(optarg); break;
-    case 'c': o.clip = atof(optarg); break;
+    case 'l': o.lr = atof(optarg); lr_set = 1; break;
+    case 'c': o.clip = atof(optarg); clip_set = 1; break;
     case 'a': o.accum = atoi(optarg); break;
     case 'b': o.global_batch = atoi(optarg); break;
     case 'g': o.gather_bound = strtoull(optarg, NULL, 10); break;
@@ -107,6 +140,27 @@ int main(int argc, char **argv) {
       }
       o.device = strcmp(optarg, "cuda") == 0;
       break;
+    case 'm': model = optarg; break;
+    case 'T': o.seq = atoi(optarg); break;
+    case 'f': o.data = optarg; break;
+    case 'k': o.tokens = optarg; break;
+    case 'v': o.val_every = atoi(optarg); break;
+    case 'V': o.val_batches = atoi(optarg); break;
+    case 'n': o.sample_len = atoi(optarg); break;
+    case 't': o.temperature = atof(optarg); break;
+    case 'u': warmup = atoi(optarg); break;
+    case 'y': o.min_lr_frac = atof(optarg); break;
+    case 'i': o.dump_init = optarg; break;
+    case 'j': o.dump_batches = optarg; break;
+    case 'e': o.stop_at = atoi(optarg); break;
+    case 'x':
+      if (strcmp(optarg, "const") != 0 && strcmp(optarg, "cosine") != 0) {
+        fprintf(stderr, "weft-train: --lr-schedule %s: const or cosine\n", optarg);
+        return 2;
+      }
+      o.cosine = strcmp(optarg, "cosine") == 0;
+      sched_set = 1;
+      break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
@@ -117,6 +171,23 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (!reduce_set) o.reduce_type = o.dtype;
+  if (strcmp(model, "mlp") != 0) {
+    if (train_gpt_shape_named(model, &o.gpt) != 0) {
+      fprintf(stderr, "weft-train: --model %s: tiny, mid, gpt2 or mlp\n", model);
+      return 2;
+    }
+    o.model = TRAIN_MODEL_GPT;
+    if (!steps_set) o.steps = 60;
+    if (!lr_set) o.lr = 3e-3;
+    if (!clip_set) o.clip = 1.0;
+    if (!sched_set) o.cosine = 1;
+    if (o.device) {
+      fprintf(stderr, "weft-train: --device cuda trains the MLP only (--model mlp)\n");
+      return 2;
+    }
+  }
+  if (warmup < 0) warmup = o.steps / 10 > 0 ? o.steps / 10 : 1;
+  o.warmup = warmup;
   if (layers != 0 || width != 0) {
     if (layers == 0) layers = o.nlayers;
     if (layers < 1 || layers > TRAIN_MAX_LAYERS || width < 0) {

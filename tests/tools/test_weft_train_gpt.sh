@@ -1,0 +1,67 @@
+#!/bin/bash
+# weft-train's transformer under weftrun: README's run (tiny, 4 ranks, stage
+# 3) trains, validates, prints the memory table and a sample; a checkpoint
+# saved on 4 ranks at stage 3 mid-run resumes on 2 ranks at stage 1 with the
+# losses of an uninterrupted run (fp32, 1e-5 relative); bf16 trains.
+# usage: test_weft_train_gpt.sh WEFTRUN TOOLS_DIR
+set -u
+weftrun=$1
+tools=$2
+fail=0
+work=$(mktemp -d /tmp/weft_train_gpt_XXXXXX)
+trap 'rm -rf "$work"' EXIT
+export TMPDIR=$work # the token file too
+
+check() { # name, condition result
+  if [ "$2" -ne 0 ]; then echo "FAIL: $1"; fail=1; else echo "ok: $1"; fi
+}
+
+# README's showcase, shortened
+out=$(timeout 300 "$weftrun" -n 4 "$tools/weft-train" --zero-stage 3 --steps 20 --val-every 10 --sample 32 2>&1)
+check "weft-train exits 0" $?
+echo "$out"
+losses=$(echo "$out" | awk '/ step +[0-9]+ loss /{print $5}')
+first=$(echo "$losses" | head -1)
+last=$(echo "$losses" | tail -1)
+[ "$(echo "$losses" | wc -l)" -eq 20 ]; check "twenty steps printed" $?
+awk -v a="$first" -v b="$last" 'BEGIN{exit !(a > 5.3 && a < 5.8 && b < a - 1.5)}'
+check "loss starts near ln 256 and falls ($first -> $last)" $?
+[ "$(echo "$out" | grep -cE '^\[0\] val +(10|20) loss [0-9.]+$')" -eq 2 ]; check "validation at steps 10 and 20" $?
+echo "$out" | grep -qE ' step +20 loss .* tok/s '; check "tokens/s per step" $?
+for r in 0 1 2 3; do
+  echo "$out" | grep -qE "^\[0\] +$r +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+$"
+  check "memory row for rank $r" $?
+done
+echo "$out" | grep -qE '^\[0\] # peak RSS per rank \(MiB\):( [0-9]+){4}$'; check "peak RSS per rank" $?
+echo "$out" | grep -q '# sample (temperature'; check "a sample" $?
+echo "$out" | tail -1 | grep -qE '^\[0\] final loss [0-9.e+-]+ params-l2 [0-9.e+-]+ params-sum [0-9.e+-]+$'
+check "final line last" $?
+
+# stage 3 on 4 ranks stopped at step 6 and saved; resumed on 2 ranks at
+# stage 1 up to 12: the losses of a run without the stop
+args=(--steps 12 --seq 32 --batch 8 --sample 0 --val-every 0)
+full=$(timeout 300 "$weftrun" -n 4 "$tools/weft-train" "${args[@]}" --zero-stage 3 2>&1)
+check "uninterrupted run" $?
+timeout 300 "$weftrun" -n 4 "$tools/weft-train" "${args[@]}" --zero-stage 3 --stop-at 6 \
+  --save "$work/ckpt" --quiet >/dev/null 2>&1
+check "save at step 6" $?
+resumed=$(timeout 300 "$weftrun" -n 2 "$tools/weft-train" "${args[@]}" --zero-stage 1 \
+  --resume "$work/ckpt" 2>&1)
+check "resume on 2 ranks at stage 1" $?
+echo "$resumed" | grep -q "from step 6"; check "resumed from step 6" $?
+paste <(echo "$full" | awk '/ step +[0-9]+ loss /{if ($3 > 6) print $3, $5}') \
+      <(echo "$resumed" | awk '/ step +[0-9]+ loss /{print $3, $5}') |
+  awk '{n++; d=$2-$4; if (d<0) d=-d; printf "  step %s: %s %s\n", $1, $2, $4;
+        if ($1 != $3 || d > 1e-5 * $2) bad=1} END{exit !(n == 6 && !bad)}'
+check "steps 7-12 resumed equal the uninterrupted run within 1e-5" $?
+
+# bf16 parameters and gradients, fp32 master weights
+out=$(timeout 300 "$weftrun" -n 2 "$tools/weft-train" --zero-stage 2 --dtype bf16 --steps 8 \
+      --seq 32 --batch 8 --sample 0 --val-every 0 2>&1)
+check "bf16 run" $?
+echo "$out" | awk '/ step +[0-9]+ loss /{l[++n]=$5} END{exit !(n == 8 && l[8] < l[1] - 0.5)}'
+check "bf16 loss falls" $?
+
+"$tools/weft-train" --model gpt3 >/dev/null 2>&1
+[ $? -eq 2 ]; check "unknown model refused" $?
+exit $fail

@@ -1,0 +1,39 @@
+/* Matrix products of weft-train's transformer: row-major C = alpha op(A)
+ * op(B) + beta C through OpenBLAS's cblas_sgemm (TRAIN_OPENBLAS), else a
+ * plain loop of the same meaning, so the trainer builds without it. */
+#ifndef WEFT_TRAIN_BLAS_H
+#define WEFT_TRAIN_BLAS_H
+
+#ifdef TRAIN_OPENBLAS
+#include <cblas.h>
+#endif
+
+/* ta, tb: 0 as stored, 1 transposed. op(A) is m x k, op(B) k x n, C m x n. */
+static inline void train_sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *a,
+                               int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+#ifdef TRAIN_OPENBLAS
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
+              n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#else
+  for (int i = 0; i < m; i++) {
+    float *ci = c + (long)i * ldc;
+    for (int j = 0; j < n; j++) ci[j] = beta == 0.0f ? 0.0f : beta * ci[j];
+    for (int p = 0; p < k; p++) {
+      float av = alpha * (ta ? a[(long)p * lda + i] : a[(long)i * lda + p]);
+      if (tb)
+        for (int j = 0; j < n; j++) ci[j] += av * b[(long)j * ldb + p];
+      else
+        for (int j = 0; j < n; j++) ci[j] += av * b[(long)p * ldb + j];
+    }
+  }
+#endif
+}
+
+/* One thread per rank: ranks share the machine's cores. */
+static inline void train_blas_threads_one(void) {
+#ifdef TRAIN_OPENBLAS
+  openblas_set_num_threads(1);
+#endif
+}
+
+#endif
