@@ -19,6 +19,7 @@
 extern "C" {
 #include "collectives/core/params.h"
 #include "transport/base/param.h"
+#include "transport/base/wait.h"
 }
 
 // Whether this process sees a CUDA device.

@@ -18,8 +18,16 @@
 #include "status.h"
 #include "wait.h"
 
-extern struct weft_param bootstrap_params[];
-#define P_IFNAME 0 /* index of WEFT_SOCKET_IFNAME in bootstrap_params */
+struct weft_param sock_params[] = {
+    {.name = "WEFT_SOCKET_IFNAME", .type = PARAM_STR,
+     .doc = "interface (name prefix) that every bootstrap and socket-transport listener binds. "
+            "Unset: a unique id's root (`weftGetUniqueId`) listens on the first non-loopback "
+            "interface, and each rank's listeners on the interface its route to that root "
+            "leaves by (loopback when the root is on loopback). `weftrun` sets it to the "
+            "loopback interface"},
+    PARAM_END,
+};
+enum { P_IFNAME };
 
 const char *sock_addr_str(const union weft_sockaddr *addr, char *buf, size_t nbytes) {
   char ip[INET6_ADDRSTRLEN] = "?";
@@ -58,7 +66,7 @@ weftResult_t sock_resolve(const char *host, int port, union weft_sockaddr *addr_
 }
 
 weftResult_t sock_local_addr(union weft_sockaddr *addr_out) {
-  const char *want = param_str(&bootstrap_params[P_IFNAME]);
+  const char *want = param_str(&sock_params[P_IFNAME]);
   struct ifaddrs *ifs = NULL;
   if (getifaddrs(&ifs) != 0) return weft_error_errno(weftSystemError, "getifaddrs");
   union weft_sockaddr found;
@@ -100,7 +108,7 @@ int sock_addr_is_loopback(const union weft_sockaddr *addr) {
 }
 
 weftResult_t sock_local_addr_to(const union weft_sockaddr *peer, union weft_sockaddr *addr_out) {
-  if (param_str(&bootstrap_params[P_IFNAME]) != NULL) return sock_local_addr(addr_out);
+  if (param_str(&sock_params[P_IFNAME]) != NULL) return sock_local_addr(addr_out);
   /* a datagram socket "connected" to the peer sends nothing, but the kernel
    * picks the route and so the local address */
   int fd = socket(peer->sa.sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);

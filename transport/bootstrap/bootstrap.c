@@ -18,14 +18,12 @@
 #include "../base/wait.h"
 
 struct weft_param bootstrap_params[] = {
-    {"WEFT_SOCKET_IFNAME", PARAM_STR, NULL,
-     "interface (name prefix) for bootstrap and socket traffic; default: first non-loopback", 0,
-     0, NULL},
-    {"WEFT_HOSTID", PARAM_STR, NULL,
-     "overrides the host identity (ranks with equal ids share memory)", 0, 0, NULL},
+    {.name = "WEFT_HOSTID", .type = PARAM_STR,
+     .doc = "the host identity, instead of the host name, boot id and network namespace: "
+            "ranks with equal ids are taken to share memory"},
     PARAM_END,
 };
-enum { P_IFNAME, P_HOSTID };
+enum { P_HOSTID };
 
 #define BOOTSTRAP_MAGIC 0x77667462u /* "wftb" */
 #define BOOTSTRAP_VERSION 2u

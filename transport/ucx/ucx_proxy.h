@@ -42,7 +42,8 @@
 #include "../proxy.h"
 #include "../transport.h"
 
-/* ucx_params[] (param.h), defined in ucx_conn.c */
+/* The UCX transport's settings (ucx_conn.c). */
+extern struct weft_param ucx_params[];
 enum { UCX_P_DISABLE, UCX_P_EAGER };
 
 /* Tags: token (30 bits) | kind (2 bits) | the slot's used word (32 bits).
