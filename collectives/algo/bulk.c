@@ -318,10 +318,12 @@ static const struct comm_state_ops bulk_comm_ops = {
     .scratch_release = bulk_comm_scratch_release,
 };
 
+#ifdef WEFT_TEST_HOOKS
 uint64_t bulk_comm_calls(const struct weftComm *comm) {
   const struct bulk_comm *b = comm_state_get(comm, &bulk_comm_ops);
   return b != NULL ? b->calls : 0;
 }
+#endif
 
 /* comm's bulk state, made on first use. */
 static weftResult_t bulk_comm_get(struct weftComm *comm, struct bulk_comm **out) {

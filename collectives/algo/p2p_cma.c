@@ -91,11 +91,13 @@ static struct p2p_cma_comm *p2p_cma_state(struct weftComm *comm) {
   return s;
 }
 
+#ifdef WEFT_TEST_HOOKS
 void p2p_cma_counts(const struct weftComm *comm, uint64_t *sent_out, uint64_t *received_out) {
   const struct p2p_cma_comm *s = comm_state_get(comm, &p2p_cma_comm_ops);
   *sent_out = s != NULL ? s->sent : 0;
   *received_out = s != NULL ? s->received : 0;
 }
+#endif
 
 static struct p2p_cma_slot *slot_at(const struct weft_conn *c, uint64_t step) {
   return (struct p2p_cma_slot *)(c->slots + (step % c->nslots) * c->slot_nbytes);
