@@ -15,25 +15,20 @@
 #include "../../transport/socket/socket_proxy.h"
 #include "../../transport/topology/topo.h"
 #include "../../transport/transport.h"
+#include "../../transport/ucx/ucx_params.h"
 #include "../algo/bulk.h"
 #include "../algo/cma.h"
 #include "../algo/copy_stream.h"
 #include "../algo/p2p_cma.h"
 #include "../core/params.h"
-#include "weft_build_config.h"
-
-#if WEFT_HAVE_UCX
-#include "../../transport/ucx/ucx_proxy.h"
-#define UCX_PARAMS ucx_params,
-#else
-#define UCX_PARAMS
-#endif
 
 struct weft_param *const weft_param_tables[] = {
-    log_params,    wait_params, sock_params,  bootstrap_params, launcher_params,
-    transport_params, shm_params, socket_params, UCX_PARAMS coll_params, topo_params,
-    cuda_params,   cma_params,  bulk_params,  p2p_cma_params,   copy_stream_params,
-    NULL,
+    /* transport/: base, bootstrap, transports, topology, the device path */
+    log_params, wait_params, sock_params, bootstrap_params, launcher_params, transport_params,
+    shm_params, socket_params, ucx_params,
+    /* collectives/ */
+    coll_params, topo_params, cuda_params, cma_params, bulk_params, p2p_cma_params,
+    copy_stream_params, NULL,
 };
 
 void weft_params_reset(void) { param_tables_reset(weft_param_tables); }

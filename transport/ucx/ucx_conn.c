@@ -24,20 +24,6 @@
 #include "../base/wait.h"
 #include "ucx_proxy.h"
 
-struct weft_param ucx_params[] = {
-    [UCX_P_DISABLE] = {.name = "WEFT_UCX_DISABLE", .type = PARAM_INT, .default_str = "0",
-     .doc = "`1` disables the UCX transport (builds with UCX), which is preferred over sockets "
-            "between hosts; `WEFT_TRANSPORT=ucx` forces it. UCX's own variables (`UCX_TLS`, "
-            "`UCX_NET_DEVICES`, ...) pass through to UCX",
-     .see = "ucx.md"},
-    [UCX_P_EAGER] = {.name = "WEFT_UCX_EAGER", .type = PARAM_INT, .default_str = "-1",
-     .doc = "`1`: UCX sends weft's slots eagerly (`RNDV_THRESH` one byte past "
-            "`WEFT_SLOT_BYTES`; bulk messages above it go by rendezvous); `0`: UCX's own "
-            "rendezvous threshold; `-1`: eager unless an RDMA device is present or "
-            "`UCX_RNDV_THRESH` is set",
-     .see = "ucx.md"},
-    PARAM_END,
-};
 
 #define UCX_MSG_MAGIC 0x7765667455435831ull /* "weftUCX1" */
 #define UCX_MSG_DATA_NBYTES 8192            /* a worker address */

@@ -41,10 +41,8 @@
 #include "../base/param.h"
 #include "../proxy.h"
 #include "../transport.h"
+#include "ucx_params.h"
 
-/* The UCX transport's settings (ucx_conn.c). */
-extern struct weft_param ucx_params[];
-enum { UCX_P_DISABLE, UCX_P_EAGER };
 
 /* Tags: token (30 bits) | kind (2 bits) | the slot's used word (32 bits).
  * A connection's token has 29 random bits; bulk transfers (whole buffers
