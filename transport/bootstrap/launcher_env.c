@@ -134,15 +134,16 @@ static weftResult_t env_address(union weft_sockaddr *addr_out, int *found) {
   char host[256];
   int port = -1;
   const char *comm_id = param_env_str(&launcher_params[L_COMM_ID]);
+  const char *master_addr = env_str("MASTER_ADDR"), *master_port = env_str("MASTER_PORT");
   *found = 0;
   if (comm_id != NULL) {
     WEFT_TRY(hostport_split(comm_id, "WEFT_COMM_ID", host, sizeof host, &port));
-  } else if (getenv("MASTER_ADDR") != NULL && getenv("MASTER_PORT") != NULL) {
-    snprintf(host, sizeof host, "%s", getenv("MASTER_ADDR"));
+  } else if (master_addr != NULL && master_port != NULL) {
+    snprintf(host, sizeof host, "%s", master_addr);
     int64_t v;
-    if (env_parse_int(getenv("MASTER_PORT"), 1, 65535, &v) != 0)
+    if (env_parse_int(master_port, 1, 65535, &v) != 0)
       return weft_error_set(weftInvalidArgument, "MASTER_PORT=%s: must be a port, 1 to 65535",
-                            getenv("MASTER_PORT"));
+                            master_port);
     port = (int)v;
   } else {
     return weftSuccess;
