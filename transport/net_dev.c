@@ -121,7 +121,9 @@ void net_dev_conn_expect(const struct weft_conn *conn, uint64_t nslots) {
     proxy_conn_expect(conn, nslots, clock_ns());
 }
 
+#ifdef WEFT_TEST_HOOKS
 int net_dev_conn_failed(const struct weft_conn *conn) {
   const struct proxy_conn *pc = net_dev_proxy_conn(conn);
   return pc == NULL || __atomic_load_n(&pc->ctrl->poison, __ATOMIC_ACQUIRE) != 0;
 }
+#endif

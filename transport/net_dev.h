@@ -68,9 +68,12 @@ void net_dev_conn_kick(const struct weft_conn *conn);
  * (proxy_conn_expect). */
 void net_dev_conn_expect(const struct weft_conn *conn, uint64_t nslots);
 
-/* Whether the proxy gave up on conn (the peer died, the link went down, the
- * local rank aborted): the host's view of the poison the kernels see. */
+#ifdef WEFT_TEST_HOOKS
+/* The suites' build only: whether the proxy gave up on conn (the peer died,
+ * the link went down, the local rank aborted), the host's view of the
+ * poison the kernels see. */
 int net_dev_conn_failed(const struct weft_conn *conn);
+#endif
 
 #if WEFT_HAVE_CUDA
 /* cudaHostAlloc'd with cudaHostAllocMapped (net_dev_cuda.c). */

@@ -10,8 +10,8 @@
 #include "weft_build_config.h"
 
 struct weft_param transport_params[] = {
-    {"WEFT_TRANSPORT", PARAM_STR, NULL,
-     "use only this transport (shm, ucx, socket); connections it cannot make fail", 0, 0, NULL},
+    {.name = "WEFT_TRANSPORT", .type = PARAM_STR,
+     .doc = "use only this transport (`shm`, `ucx`, `socket`); connections it cannot make fail"},
     PARAM_END,
 };
 enum { P_TRANSPORT };

@@ -14,7 +14,13 @@
 #include <sys/types.h>
 
 #include "../include/weft.h"
+#include "base/param_load.h"
 #include "bootstrap/bootstrap.h"
+
+/* The transports' choice (WEFT_TRANSPORT, transport.c) and the shared-memory
+ * transport's settings (shm/shm_conn.c). */
+extern struct weft_param transport_params[];
+extern struct weft_param shm_params[];
 
 #define CONN_BLOB_BYTES 256
 

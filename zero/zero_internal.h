@@ -152,7 +152,6 @@ struct weftZero {
 /* Allocation by category through z->ops (zeroed, zero_mem.c); the report
  * counts from these. */
 weftResult_t zero_alloc(struct weftZero *z, enum zero_mem cat, size_t nbytes, void **ptr_out);
-void zero_free(struct weftZero *z, enum zero_mem cat, void *ptr, size_t nbytes);
 
 /* Buffer pools (zero_pool.c). fits: nbytes can be had within bound (0:
  * none): an idle buffer, or a new one beside those in use. take: a buffer

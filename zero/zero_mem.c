@@ -18,12 +18,6 @@ weftResult_t zero_alloc(struct weftZero *z, enum zero_mem cat, size_t nbytes, vo
   return weftSuccess;
 }
 
-void zero_free(struct weftZero *z, enum zero_mem cat, void *ptr, size_t nbytes) {
-  if (ptr == NULL) return;
-  z->mem[cat] -= nbytes;
-  z->ops->free(ptr);
-}
-
 weftResult_t zero_state_copy(struct weftZero *z, float *host_out[3]) {
   float *arrays[3] = {z->master, z->moment1, z->moment2};
   size_t nbytes = z->own_total * sizeof(float);

@@ -45,21 +45,6 @@
 #include "../core/plan.h"
 #include "../reduce/reduce_host.h"
 
-struct weft_param bulk_params[] = {
-    {"WEFT_BULK_MIN_NBYTES", PARAM_INT, "0",
-     "smallest all-reduce, all-gather or reduce-scatter (bytes, all ranks) that the tuner "
-     "runs as bulk transfers where the transport has them (UCX); 0: every size; larger than "
-     "any size turns it off",
-     0, 0, NULL},
-    {"WEFT_BULK_CHUNK_NBYTES", PARAM_INT, "1M",
-     "bytes per message of a bulk collective (more where a block would need over 16384)", 0,
-     0, NULL},
-    {"WEFT_BULK_WINDOW", PARAM_INT, "2", "chunks of a bulk collective in flight at once", 0, 0,
-     NULL},
-    PARAM_END,
-};
-enum { BULK_P_MIN, BULK_P_CHUNK, BULK_P_WINDOW };
-
 /* The message id: call (8 bits) | step (10 bits) | chunk (14 bits). */
 #define BULK_MAX_STEPS (1 << 10)
 #define BULK_MAX_CHUNKS (1 << 14)
@@ -67,6 +52,25 @@ enum { BULK_P_MIN, BULK_P_CHUNK, BULK_P_WINDOW };
 #define BULK_IDLE_PASSES 16 /* progress passes between the wait's checks */
 #define BULK_DOWN_GRACE_NS 200000000ull /* a peer down, nothing coming in: give up */
 #define BULK_CANCEL_WAIT_NS 200000000ull /* for the transport to let go after a cancel */
+
+enum { BULK_P_MIN, BULK_P_CHUNK, BULK_P_WINDOW };
+struct weft_param bulk_params[] = {
+    [BULK_P_MIN] = {.name = "WEFT_BULK_MIN_NBYTES", .type = PARAM_INT, .default_str = "0",
+     .doc = "smallest all-reduce, all-gather or reduce-scatter (bytes over all ranks) that runs "
+            "as bulk transfers where the rings' transport has them (UCX): the rank posts "
+            "chunk-sized messages straight from and into the user's buffers instead of going "
+            "through slots and the proxy; 0: every size; larger than any size turns it off. "
+            "`WEFT_ALGO` calls it `bulk` (`^bulk` turns it off)",
+     .see = "ucx.md"},
+    [BULK_P_CHUNK] = {.name = "WEFT_BULK_CHUNK_NBYTES", .type = PARAM_INT, .default_str = "1M",
+     .doc = "bytes per message of a bulk collective (more where a block would need over 16384 "
+            "chunks)"},
+    [BULK_P_WINDOW] = {.name = "WEFT_BULK_WINDOW", .type = PARAM_INT, .default_str = "2",
+     .min = 1, .max = BULK_MAX_WINDOW, .out_of_range = PARAM_RANGE_CLAMP,
+     .doc = "chunks of a bulk collective in flight at once; a value out of the range takes its "
+            "nearest end"},
+    PARAM_END,
+};
 
 static uint32_t bulk_id(uint64_t call, int step, size_t chunk) {
   return (uint32_t)(call & 0xff) << 24 | (uint32_t)step << 14 | (uint32_t)chunk;
@@ -314,10 +318,12 @@ static const struct comm_state_ops bulk_comm_ops = {
     .scratch_release = bulk_comm_scratch_release,
 };
 
+#ifdef WEFT_TEST_HOOKS
 uint64_t bulk_comm_calls(const struct weftComm *comm) {
   const struct bulk_comm *b = comm_state_get(comm, &bulk_comm_ops);
   return b != NULL ? b->calls : 0;
 }
+#endif
 
 /* comm's bulk state, made on first use. */
 static weftResult_t bulk_comm_get(struct weftComm *comm, struct bulk_comm **out) {
@@ -538,8 +544,7 @@ weftResult_t bulk_run(struct weftComm *comm, const struct weft_plan *plan) {
   if (s.nch == 0 || g->nsteps >= BULK_MAX_STEPS)
     return weft_error_set(weftInternalError, "bulk collective on a comm without bulk transfers");
   if (plan->nchannels > 0 && plan->nchannels < s.nch) s.nch = plan->nchannels;
-  int64_t want = param_int(&bulk_params[BULK_P_WINDOW]);
-  int window = want < 1 ? 1 : want > BULK_MAX_WINDOW ? BULK_MAX_WINDOW : (int)want;
+  int window = (int)param_int(&bulk_params[BULK_P_WINDOW]); /* clamped to 1..BULK_MAX_WINDOW */
   if ((size_t)window > g->nchunks) window = (int)g->nchunks;
   if (g->reduce_steps > 0 && !exchange_into_output(g, plan))
     WEFT_TRY(bulk_scratch(b, 2 * (size_t)window * g->chunk_count * g->esize));

@@ -16,8 +16,10 @@ extern struct weft_param bulk_params[];
 /* Whether comm's rings can run bulk: every channel's connections, both ways,
  * have a transport with bulk transfers, and the ring fits the tags. */
 int bulk_possible(const struct weftComm *comm);
-/* How many bulk collectives comm has run. */
+#ifdef WEFT_TEST_HOOKS
+/* The suites' build only: how many bulk collectives comm has run. */
 uint64_t bulk_comm_calls(const struct weftComm *comm);
+#endif
 /* WEFT_BULK_MIN_NBYTES: the smallest size (all ranks' bytes) worth it. */
 size_t bulk_min_nbytes(void);
 

@@ -54,14 +54,20 @@
 #include "copy_stream.h"
 
 struct weft_param cma_params[] = {
-    {"WEFT_CMA_MIN_NBYTES", PARAM_INT, "64K",
-     "smallest all-reduce, all-gather or reduce-scatter (bytes, all ranks) that the tuner "
-     "runs single-copy (peers' buffers mapped, or cross-memory attach); larger than any size "
-     "turns it off",
-     0, 0, NULL},
-    {"WEFT_CMA_MAP", PARAM_INT, "1",
-     "1: single-copy collectives map peers' weftMemAllocHost buffers and copy in user space; "
-     "0: always copy through cross-memory attach", 0, 0, NULL},
+    {.name = "WEFT_CMA_MIN_NBYTES", .type = PARAM_INT, .default_str = "64K",
+     .doc = "smallest all-reduce, all-gather or reduce-scatter (bytes over all ranks) that runs "
+            "single-copy: ranks on one host, connected over shared memory, read and write each "
+            "other's buffers directly, through a mapping of the peer's buffer when it came from "
+            "`weftMemAllocHost` (64 KiB and up), else with cross-memory attach "
+            "(`process_vm_readv`). The first such call checks that the kernel allows it (ptrace "
+            "rules, containers); if any rank may not be read, every rank keeps to the ring. "
+            "`WEFT_ALGO` calls it `cma` (`WEFT_ALGO=^cma` turns it off; `WEFT_ALGO=cma` uses it "
+            "at every size); larger than any size turns it off"},
+    {.name = "WEFT_CMA_MAP", .type = PARAM_INT, .default_str = "1",
+     .doc = "1: single-copy collectives map peers' `weftMemAllocHost` buffers (opened through "
+            "`/proc/<pid>/fd`, once per communicator) and copy in user space; where a buffer "
+            "cannot be opened, that communicator copies through the kernel from then on (an "
+            "info line says why). 0: always cross-memory attach"},
     PARAM_END,
 };
 

@@ -6,10 +6,10 @@
 #include <stdio.h>
 
 struct weft_param copy_stream_params[] = {
-    {"WEFT_CMA_STREAM_NBYTES", PARAM_INT, "0",
-     "size of each rank's output from which single-copy collectives and groups of sends and "
-     "receives between ranks of one host write past the caches (streaming stores); 0: the "
-     "last-level cache's size / ranks", 0, 0, NULL},
+    {.name = "WEFT_CMA_STREAM_NBYTES", .type = PARAM_INT, .default_str = "0",
+     .doc = "size of each rank's output from which single-copy collectives, and groups of sends "
+            "and receives between ranks of one host (all-to-all), write with streaming stores "
+            "(past the caches); 0: the last-level cache's size (sysfs) divided by the ranks"},
     PARAM_END,
 };
 

@@ -35,10 +35,16 @@
 #include "../reduce/reduce_host.h"
 
 struct weft_param p2p_cma_params[] = {
-    {"WEFT_P2P_CMA_MIN_NBYTES", PARAM_INT, "64K",
-     "smallest send (bytes) that a receiver on the same host copies straight from the "
-     "sender's buffer instead of through the FIFO; larger than any size turns it off",
-     0, 0, NULL},
+    {.name = "WEFT_P2P_CMA_MIN_NBYTES", .type = PARAM_INT, .default_str = "64K",
+     .doc = "smallest send (bytes) that the receiver copies straight from the sender's buffer "
+            "when both ranks are on one host and connected over shared memory: the send puts "
+            "one slot in the FIFO saying where the message lies, and the receiver copies it "
+            "with `memcpy` from a mapping of a `weftMemAllocHost` buffer, else with "
+            "`process_vm_readv` (one copy instead of two). Only sends that wait for their "
+            "receiver anyway take it: larger than the FIFO (`WEFT_NSLOTS` x `WEFT_SLOT_BYTES`), "
+            "or in a group that also receives from that peer, as every all-to-all does. Where "
+            "the kernel does not let the receiver read the sender, the message goes through "
+            "the FIFO and the communicator stops offering. Larger than any size turns it off"},
     PARAM_END,
 };
 
@@ -85,11 +91,13 @@ static struct p2p_cma_comm *p2p_cma_state(struct weftComm *comm) {
   return s;
 }
 
+#ifdef WEFT_TEST_HOOKS
 void p2p_cma_counts(const struct weftComm *comm, uint64_t *sent_out, uint64_t *received_out) {
   const struct p2p_cma_comm *s = comm_state_get(comm, &p2p_cma_comm_ops);
   *sent_out = s != NULL ? s->sent : 0;
   *received_out = s != NULL ? s->received : 0;
 }
+#endif
 
 static struct p2p_cma_slot *slot_at(const struct weft_conn *c, uint64_t step) {
   return (struct p2p_cma_slot *)(c->slots + (step % c->nslots) * c->slot_nbytes);

@@ -47,9 +47,11 @@ weftResult_t p2p_cma_answer(struct weftComm *comm, struct weft_conn *c, uint64_t
 weftResult_t p2p_cma_take(struct weftComm *comm, struct weft_conn *c, void *dst, size_t nbytes,
                           size_t done_nbytes, int stream, int *copied_out);
 
-/* How many messages comm's sends had copied by their receivers, and its
- * receives copied from their senders (what tests check). Only the comm's
+#ifdef WEFT_TEST_HOOKS
+/* The suites' build only: how many messages comm's sends had copied by their
+ * receivers, and its receives copied from their senders. Only the comm's
  * own thread may ask while it runs calls. */
 void p2p_cma_counts(const struct weftComm *comm, uint64_t *sent_out, uint64_t *received_out);
+#endif
 
 #endif

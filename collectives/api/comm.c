@@ -74,11 +74,9 @@ static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
                                      const weftConfig_t *config, int cuda_dev) {
   weftConfig_t cfg;
   WEFT_TRY(comm_config_read(config, &cfg));
-  int64_t nslots = param_int(&coll_params[P_NSLOTS]);
+  int64_t nslots;
+  WEFT_TRY(param_int_checked(&coll_params[P_NSLOTS], &nslots));
   int64_t slot_nbytes = param_int(&coll_params[P_SLOT_BYTES]);
-  if (nslots < 2 || nslots > CONN_MAX_SLOTS)
-    return weft_error_set(weftInvalidArgument, "WEFT_NSLOTS=%lld: must be 2 to %d",
-                          (long long)nslots, CONN_MAX_SLOTS);
   if (slot_nbytes < 64 || slot_nbytes % 64 != 0 || slot_nbytes > (1 << 26))
     return weft_error_set(weftInvalidArgument,
                           "WEFT_SLOT_BYTES=%lld: must be a multiple of 64 up to 64M",

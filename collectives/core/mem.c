@@ -235,10 +235,12 @@ static void mem_comm_destroy(void *state) {
 
 static const struct comm_state_ops mem_comm_ops = {.name = "mem", .destroy = mem_comm_destroy};
 
+#ifdef WEFT_TEST_HOOKS
 int mem_peer_map_count(const struct weftComm *comm) {
   const struct mem_comm *mc = comm_state_get(comm, &mem_comm_ops);
   return mc != NULL ? mc->nmaps : 0;
 }
+#endif
 
 void *mem_peer_map(struct weftComm *comm, int peer, const struct mem_shared_ref *ref) {
   if (ref->fd < 0) return NULL;

@@ -33,8 +33,10 @@ void mem_shared_find(const void *ptr, size_t nbytes, struct mem_shared_ref *ref_
  * mapped: the caller copies through the kernel instead. */
 void *mem_peer_map(struct weftComm *comm, int peer, const struct mem_shared_ref *ref);
 
-/* How many peers' allocations comm holds mapped; comm unmaps them when it
- * is freed. */
+#ifdef WEFT_TEST_HOOKS
+/* The suites' build only: how many peers' allocations comm holds mapped
+ * (comm unmaps them when it is freed). */
 int mem_peer_map_count(const struct weftComm *comm);
+#endif
 
 #endif

@@ -28,9 +28,6 @@ static int algo_exists(enum coll_kind coll, enum coll_algo algo) {
 }
 
 const char *tuner_algo_name(int algo) { return algo >= 0 && algo < ALGO_NUM ? algo_names[algo] : "?"; }
-const char *tuner_proto_name(int proto) {
-  return proto >= 0 && proto < PROTO_NUM ? proto_names[proto] : "?";
-}
 
 static int name_index(const char *name, size_t len, const char *const *names, int n) {
   for (int i = 0; i < n; i++)

@@ -16,7 +16,6 @@ const char *tuner_algo_name(int algo);
 /* Whether WEFT_ALGO, as now set, leaves algo to coll (parsed once per
  * value, as plan_tune's rules). */
 int tuner_algo_allowed(enum coll_kind coll, enum coll_algo algo);
-const char *tuner_proto_name(int proto);
 /* Parses a WEFT_ALGO/WEFT_PROTO list into allowed[collective][name index];
  * returns -1 when it met an unknown name (those are ignored). */
 int tuner_parse(const char *spec, const char *const *names, int nnames,

@@ -21,6 +21,7 @@ extern "C" {
 #include "transport/base/param.h"
 #include "transport/cuda_ipc/cuda_params.h"
 #include "collectives/exec/device/device_params.h"
+#include "transport/base/wait.h"
 }
 
 // Whether this process sees a CUDA device.

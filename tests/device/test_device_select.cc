@@ -12,6 +12,8 @@
 
 extern "C" {
 #include "transport/cuda_ipc/cuda_params.h"
+#include "transport/socket/socket_proxy.h"
+#include "transport/ucx/ucx_params.h"
 #include "transport/transport.h"
 #include "weft_build_config.h"
 }
@@ -40,10 +42,7 @@ struct Disabled {
 };
 
 void reset_tables() {
-  struct weft_param *const tables[] = {cuda_transport_params, socket_params,
-#if WEFT_HAVE_UCX
-                                       ucx_params,
-#endif
+  struct weft_param *const tables[] = {cuda_transport_params, socket_params, ucx_params,
                                        transport_params, NULL};
   param_tables_reset(tables);
 }

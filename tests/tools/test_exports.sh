@@ -62,6 +62,20 @@ check_lib() { # library, header
 check_lib "$libweft" "$weft_h"
 check_lib "$libzero" "$zero_h"
 
+# The test hooks (-DWEFT_TEST_HOOKS) are in the suites' static variants only,
+# not in any object of the libraries that ship, local symbols included.
+hooks='bulk_comm_calls|p2p_cma_counts|mem_peer_map_count|net_dev_conn_failed|zero_test_save_crash_rank'
+for lib in "$libweft" "$libzero" "$build/libweft.a" "$build/zero/libweft_zero.a" "$build/libnccl.so.2"; do
+  [ -e "$lib" ] || continue
+  found=$(nm -A "$lib" 2>/dev/null | grep -E " ($hooks)\$")
+  if [ -n "$found" ]; then
+    echo "FAIL: $(basename "$lib") holds test hooks:"; echo "$found" | sed 's/^/  /'
+    fail=1
+  else
+    echo "ok: $(basename "$lib") holds no test hook"
+  fi
+done
+
 # A program linked against both shared libraries (no static copy of weft).
 libs=$(ldd "$example") # (grep -q on a pipe would stop ldd early: pipefail)
 if grep -q 'libweft\.so' <<<"$libs" && grep -q 'libweft_zero\.so' <<<"$libs"; then

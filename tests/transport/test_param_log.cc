@@ -17,6 +17,7 @@ extern "C" {
 #include "transport/base/param.h"
 #include "transport/cuda_ipc/cuda_params.h"
 #include "collectives/exec/device/device_params.h"
+#include "transport/bootstrap/bootstrap.h"
 }
 
 namespace {
@@ -27,6 +28,15 @@ struct weft_param test_params[] = {
     PARAM_END,
 };
 struct weft_param *const test_tables[] = {test_params, NULL};
+
+struct weft_param ranged_params[] = {
+    {.name = "WEFT_TEST_REFUSED", .type = PARAM_INT, .default_str = "4", .doc = "1 to 8",
+     .min = 1, .max = 8},
+    {.name = "WEFT_TEST_CLAMPED", .type = PARAM_INT, .default_str = "4", .doc = "1 to 8",
+     .min = 1, .max = 8, .out_of_range = PARAM_RANGE_CLAMP},
+    PARAM_END,
+};
+struct weft_param *const ranged_tables[] = {ranged_params, NULL};
 
 std::vector<std::pair<int, std::string>> captured;
 void capture(int level, const char *line, void *) { captured.push_back({level, line}); }
@@ -75,6 +85,48 @@ TEST(Param, GarbageFallsBackToDefaultWithWarning) {
   EXPECT_EQ(captured[0].first, LOG_WARN);
   EXPECT_NE(captured[0].second.find("WEFT_TEST_INT=12parsecs"), std::string::npos);
   ASSERT_TRUE(weft_test::env_set_alone("WEFT_TEST_INT", nullptr));
+}
+
+// A value out of an entry's range is refused by param_int_checked, naming
+// the range, or takes the range's nearest end; one in range passes.
+TEST(Param, RangesRefuseOrClamp) {
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_TEST_REFUSED", "9"));
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_TEST_CLAMPED", "9"));
+  param_tables_reset(ranged_tables);
+  int64_t v = -1;
+  EXPECT_EQ(param_int_checked(&ranged_params[0], &v), weftInvalidArgument);
+  EXPECT_EQ(v, -1);
+  EXPECT_NE(std::string(weft_error_text()).find("WEFT_TEST_REFUSED=9: must be 1 to 8"),
+            std::string::npos)
+      << weft_error_text();
+  EXPECT_EQ(param_int(&ranged_params[1]), 8);
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_TEST_REFUSED", "8"));
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_TEST_CLAMPED", "-3"));
+  param_tables_reset(ranged_tables);
+  EXPECT_EQ(param_int_checked(&ranged_params[0], &v), weftSuccess);
+  EXPECT_EQ(v, 8);
+  EXPECT_EQ(param_int(&ranged_params[1]), 1);
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_TEST_REFUSED", nullptr));
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_TEST_CLAMPED", nullptr));
+}
+
+// torchrun's MASTER_PORT is parsed whole and range-checked: a clear error,
+// never a port made of its leading digits.
+TEST(Launcher, MasterPortIsRangeChecked) {
+  for (const char *port : {"70000", "0", "29500x", "port"}) {
+    ASSERT_TRUE(weft_test::env_set_alone("RANK", "0"));
+    ASSERT_TRUE(weft_test::env_set_alone("WORLD_SIZE", "2"));
+    ASSERT_TRUE(weft_test::env_set_alone("MASTER_ADDR", "127.0.0.1"));
+    ASSERT_TRUE(weft_test::env_set_alone("MASTER_PORT", port));
+    struct bootstrap_env env;
+    EXPECT_EQ(bootstrap_env_read(&env), weftInvalidArgument) << port;
+    EXPECT_NE(std::string(weft_error_text()).find(std::string("MASTER_PORT=") + port +
+                                                  ": must be a port, 1 to 65535"),
+              std::string::npos)
+        << weft_error_text();
+  }
+  for (const char *var : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"})
+    ASSERT_TRUE(weft_test::env_set_alone(var, nullptr));
 }
 
 TEST(Log, LevelsSubsystemsAndPrefix) {

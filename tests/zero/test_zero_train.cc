@@ -22,6 +22,7 @@
 #include "harness.h"
 #include "train_model.h"
 #include "weft_zero.h"
+#include "zero/zero_test_hooks.h"
 
 using namespace weft_test;
 
@@ -331,7 +332,8 @@ TEST(ZeroCheckpoint, CrashDuringSaveKeepsPrevious) {
   for (int s : status) ASSERT_EQ(s, 0);
 
   RunOptions crash;
-  crash.env = {{"WEFT_ZERO_SAVE_CRASH_RANK", "1"}, {"WEFT_TIMEOUT", "5"}};
+  crash.env = {{"WEFT_TIMEOUT", "5"}};
+  zero_test_save_crash_rank = 1;  // the ranks fork from here
   crash.allow_warnings = true;  // the dead peer is reported
   status = run_ranks(3, [&](const RankCtx &ctx) {
     weftComm_t comm;
@@ -347,6 +349,7 @@ TEST(ZeroCheckpoint, CrashDuringSaveKeepsPrevious) {
     weftCommAbort(comm);
     return 0;
   }, crash);
+  zero_test_save_crash_rank = -1;
   EXPECT_EQ(status[0], 0);
   EXPECT_EQ(status[1], 3) << "rank 1 should have exited in the middle of its shard";
   EXPECT_EQ(status[2], 0);

@@ -27,7 +27,8 @@ int train_gpt_shape_named(const char *name, struct train_gpt_shape *out);
 /* Parameters of a shape. */
 size_t train_gpt_param_count(const struct train_gpt_shape *s);
 
-/* train_run for o->model TRAIN_MODEL_GPT. */
+/* What train_run is for the MLP, for o->model TRAIN_MODEL_GPT (weft-train
+ * picks one by the model). */
 weftResult_t train_gpt_run(weftComm_t comm, const struct train_opts *o, struct train_result *res);
 
 #ifdef __cplusplus

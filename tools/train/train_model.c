@@ -3,7 +3,6 @@
  * (weights, then biases) is one ZeRO layer. */
 #include "train_model.h"
 #include "train_device.h"
-#include "train_gpt.h"
 #include "train_model_int.h"
 
 #include <math.h>
@@ -296,7 +295,6 @@ static weftResult_t model_open(struct model *m, int nranks) {
 }
 
 weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train_result *out) {
-  if (o->model == TRAIN_MODEL_GPT) return train_gpt_run(comm, o, out);
   int rank, nranks;
   memset(out, 0, sizeof *out);
   weftCommUserRank(comm, &rank);

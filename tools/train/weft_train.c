@@ -211,7 +211,8 @@ int main(int argc, char **argv) {
   int rank;
   weftCommUserRank(comm, &rank);
   struct train_result r;
-  weftResult_t res = train_run(comm, &o, &r);
+  weftResult_t res = o.model == TRAIN_MODEL_GPT ? train_gpt_run(comm, &o, &r)
+                                                 : train_run(comm, &o, &r);
   if (res != weftSuccess) {
     const char *text = weftZeroLastError();
     if (text[0] == '\0') text = weftGetLastError(NULL);

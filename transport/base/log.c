@@ -11,11 +11,14 @@
 #include "param_load.h"
 
 struct weft_param log_params[] = {
-    {"WEFT_DEBUG", PARAM_STR, "WARN", "log level: NONE, WARN, INFO or TRACE", 0, 0, NULL},
-    {"WEFT_DEBUG_SUBSYS", PARAM_STR, "ALL",
-     "subsystems to log: INIT,BOOTSTRAP,SHM,NET,COLL,ALL; ^ excludes", 0, 0, NULL},
-    {"WEFT_DEBUG_FILE", PARAM_STR, NULL, "log file instead of stderr (%h host, %p pid)", 0, 0,
-     NULL},
+    {.name = "WEFT_DEBUG", .type = PARAM_STR, .default_str = "WARN",
+     .doc = "log level: `NONE`, `WARN`, `INFO` or `TRACE` (TRACE adds file:line and a frame "
+            "per propagated error)"},
+    {.name = "WEFT_DEBUG_SUBSYS", .type = PARAM_STR, .default_str = "ALL",
+     .doc = "subsystems to log: `INIT,BOOTSTRAP,SHM,NET,COLL,ALL`; a leading `^` excludes the "
+            "list"},
+    {.name = "WEFT_DEBUG_FILE", .type = PARAM_STR,
+     .doc = "log file instead of stderr; `%h` becomes the host name, `%p` the pid"},
     PARAM_END,
 };
 enum { P_DEBUG, P_SUBSYS, P_FILE };

@@ -7,6 +7,10 @@
 
 #include <stdarg.h>
 #include "../../include/weft.h"
+#include "param_load.h"
+
+/* The log's settings: WEFT_DEBUG, WEFT_DEBUG_SUBSYS, WEFT_DEBUG_FILE. */
+extern struct weft_param log_params[];
 
 enum weft_log_level { LOG_NONE = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_TRACE = 3 };
 

@@ -1,6 +1,8 @@
 /* Environment parameters: each module declares one table of WEFT_* variables
- * (name, type, default, one-line doc). A value is read once, on first use,
- * and cached; param_tables_reset() forgets the cache (tests). */
+ * (name, type, default, range, one-line doc) in its own header, and the
+ * library's one ordered list of tables (collectives/api/config.c) names
+ * every table. A value is read once, on first use, and cached;
+ * param_tables_reset() forgets the cache (tests). */
 #ifndef WEFT_PARAM_H
 #define WEFT_PARAM_H
 
@@ -8,26 +10,32 @@
 #include <stdio.h>
 
 #include "param_load.h"
+#include "status.h"
 
 /* Cached values; an ignored value is warned about once. */
 int64_t param_int(struct weft_param *p);
 /* NULL when unset and without default. */
 const char *param_str(struct weft_param *p);
+/* param_int, refused when out of p's range (PARAM_RANGE_ERROR): returns
+ * weftInvalidArgument and the message "NAME=VALUE: must be MIN to MAX". */
+weftResult_t param_int_checked(struct weft_param *p, int64_t *value_out);
+
+/* For variables that may change between calls of one process (a launcher's):
+ * the environment's value now, uncached, the default ignored. NULL when
+ * unset or empty. */
+const char *param_env_str(const struct weft_param *p);
+/* As param_env_str, a decimal integer in p's range: 1 and *value_out set, 0
+ * when unset or empty, -1 when it is not such an integer. */
+int param_env_int(const struct weft_param *p, int64_t *value_out);
+
 /* Forgets cached values of every param in the NULL-terminated list of tables. */
 void param_tables_reset(struct weft_param *const *tables);
 /* Prints name, value, default and doc of each param. */
 void param_tables_print(struct weft_param *const *tables, FILE *out);
+/* Prints one markdown table of every param: name, default, range, doc (and
+ * a link to its page of docs/). The values are not read. */
+void param_tables_markdown(struct weft_param *const *tables, FILE *out);
 
-/* The transport layer's tables (log, bootstrap, shm, waits). */
-extern struct weft_param log_params[];
-extern struct weft_param bootstrap_params[];
-extern struct weft_param sock_params[];
-extern struct weft_param shm_params[];
-extern struct weft_param socket_params[];
-extern struct weft_param ucx_params[]; /* builds with UCX only */
-extern struct weft_param wait_params[];
-extern struct weft_param transport_params[];
-extern struct weft_param topo_params[];
 
 
 #endif

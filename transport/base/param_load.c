@@ -8,9 +8,7 @@
 
 #include "param_load.h"
 
-/* Parses an integer with an optional K/M/G suffix (powers of 1024); a value
- * that does not fit 64 bits once scaled is not an integer. */
-static int parse_int(const char *s, int64_t *out) {
+int param_parse_int(const char *s, int64_t *out) {
   char *end = NULL;
   errno = 0;
   long long v = strtoll(s, &end, 0);
@@ -43,10 +41,12 @@ const char *param_load(struct weft_param *p) {
   int ignored = 0;
   p->sval = text;
   p->ival = 0;
-  if (p->type == PARAM_INT && text != NULL && parse_int(text, &p->ival) != 0) {
+  if (p->type == PARAM_INT && text != NULL && param_parse_int(text, &p->ival) != 0) {
     ignored = env == text;
-    if (p->default_str != NULL) parse_int(p->default_str, &p->ival);
+    if (p->default_str != NULL) param_parse_int(p->default_str, &p->ival);
     p->sval = p->default_str;
+  } else if (text != NULL && param_has_range(p) && p->out_of_range == PARAM_RANGE_CLAMP) {
+    p->ival = p->ival < p->min ? p->min : p->ival > p->max ? p->max : p->ival;
   }
   __atomic_store_n(&p->loaded, 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&param_mutex);

@@ -8,18 +8,42 @@
 
 enum param_type { PARAM_INT, PARAM_STR };
 
+/* What a PARAM_INT value outside [min, max] becomes. A value that is not an
+ * integer at all is warned about and the default taken, whatever this says. */
+enum param_out_of_range {
+  PARAM_RANGE_ERROR, /* kept as it is; param_int_checked refuses it, naming the range */
+  PARAM_RANGE_CLAMP, /* the nearest end of the range, silently */
+};
+
+/* The first seven fields are positional (name, type, default, doc and the
+ * cache); tables name the rest, e.g.
+ *   {.name = "WEFT_NSLOTS", .type = PARAM_INT, .default_str = "8", .min = 2,
+ *    .max = 64, .doc = "FIFO slots per connection"} */
 struct weft_param {
   const char *name;        /* full variable name, e.g. "WEFT_TIMEOUT" */
   enum param_type type;
   const char *default_str; /* default as text (NULL: unset) */
-  const char *doc;
+  const char *doc;         /* what it means; markdown's backticks allowed */
   /* cache, filled on first read */
   int loaded;
   int64_t ival;
   const char *sval;
+  /* PARAM_INT: the values accepted, min to max; min == max == 0: any */
+  int64_t min, max;
+  enum param_out_of_range out_of_range;
+  const char *see; /* a page of docs/ that says more (e.g. "cuda.md"), or NULL */
 };
 
 #define PARAM_END {NULL, PARAM_INT, NULL, NULL, 0, 0, NULL}
+
+/* 1 when p has a range (min..max). */
+static inline int param_has_range(const struct weft_param *p) {
+  return p->type == PARAM_INT && (p->min != 0 || p->max != 0);
+}
+
+/* Parses an integer with an optional K/M/G suffix (powers of 1024): 0, or -1
+ * when s is not one or does not fit 64 bits once scaled. */
+int param_parse_int(const char *s, int64_t *out);
 
 /* Fills p's cache from the environment on first use; logs nothing, so that
  * log.c can read its own parameters with it. Returns the environment's text

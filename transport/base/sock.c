@@ -19,9 +19,12 @@
 #include "wait.h"
 
 struct weft_param sock_params[] = {
-    {"WEFT_SOCKET_IFNAME", PARAM_STR, NULL,
-     "interface (name prefix) for bootstrap and socket traffic; default: first non-loopback", 0,
-     0, NULL},
+    {.name = "WEFT_SOCKET_IFNAME", .type = PARAM_STR,
+     .doc = "interface (name prefix) that every bootstrap and socket-transport listener binds. "
+            "Unset: a unique id's root (`weftGetUniqueId`) listens on the first non-loopback "
+            "interface, and each rank's listeners on the interface its route to that root "
+            "leaves by (loopback when the root is on loopback). `weftrun` sets it to the "
+            "loopback interface"},
     PARAM_END,
 };
 enum { P_IFNAME };

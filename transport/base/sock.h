@@ -9,6 +9,10 @@
 #include <sys/socket.h>
 
 #include "../../include/weft.h"
+#include "param_load.h"
+
+/* The sockets' settings: WEFT_SOCKET_IFNAME. */
+extern struct weft_param sock_params[];
 
 union weft_sockaddr {
   struct sockaddr sa;

@@ -12,20 +12,24 @@
 #include "param.h"
 #include "status.h"
 
+enum { P_TIMEOUT, P_SPIN_NS, P_PROXY_KICK_US };
+
 struct weft_param wait_params[] = {
-    {"WEFT_TIMEOUT", PARAM_INT, "600",
-     "seconds any wait (peer data, credits, bootstrap) may take before it is an error", 0, 0,
-     NULL},
-    {"WEFT_SPIN_NS", PARAM_INT, "200000",
-     "nanoseconds a wait spins before it starts yielding the core", 0, 0, NULL},
-    {"WEFT_PROXY_KICK_US", PARAM_INT, "100",
-     "microseconds a network proxy thread polls without sleeping once a rank begins an "
-     "operation on one of its connections (it is woken if it sleeps); more keeps a core "
-     "busy longer for lower latency; 0: no kick, and an idle proxy notices new slots "
-     "after its sleep (up to 1 ms for UCX, 2 ms for sockets)", 0, 0, NULL},
+    [P_TIMEOUT] = {.name = "WEFT_TIMEOUT", .type = PARAM_INT, .default_str = "600",
+     .doc = "seconds any wait (peer data, credits, bootstrap) may last before it is an error; "
+            "0 waits forever"},
+    [P_SPIN_NS] = {.name = "WEFT_SPIN_NS", .type = PARAM_INT, .default_str = "200000",
+     .doc = "nanoseconds a wait spins before it yields the core (ignored when local ranks "
+            "outnumber cores: then waits yield at once)"},
+    [P_PROXY_KICK_US] = {.name = "WEFT_PROXY_KICK_US", .type = PARAM_INT, .default_str = "100",
+     .doc = "microseconds a network proxy thread (socket, UCX) polls without sleeping once a "
+            "rank begins an operation on one of its connections; a sleeping one is woken. More "
+            "keeps a core busy longer for lower latency; `0` turns the kick off, and an idle "
+            "proxy then notices new slots only after its sleep (up to 1 ms for UCX, 2 ms for "
+            "sockets)",
+     .see = "perf.md"},
     PARAM_END,
 };
-enum { P_TIMEOUT, P_SPIN_NS, P_PROXY_KICK_US };
 
 uint64_t wait_proxy_kick_ns(void) {
   int64_t us = param_int(&wait_params[P_PROXY_KICK_US]);

@@ -9,6 +9,10 @@
 #include <sys/types.h>
 
 #include "../../include/weft.h"
+#include "param_load.h"
+
+/* The waits' settings: WEFT_TIMEOUT, WEFT_SPIN_NS, WEFT_PROXY_KICK_US. */
+extern struct weft_param wait_params[];
 
 struct weft_wait {
   uint64_t start_ns;

@@ -10,7 +10,13 @@
 
 #include "../../include/weft.h"
 #include "../base/peer_info.h"
+#include "../base/param_load.h"
 #include "../base/sock.h"
+
+/* The bootstrap's settings (WEFT_HOSTID), and the launcher variables of
+ * weft's own that weftCommInitFromEnv reads (launcher_env.c). */
+extern struct weft_param bootstrap_params[];
+extern struct weft_param launcher_params[];
 
 #define BOOTSTRAP_SECRET_BYTES 32
 

@@ -11,8 +11,9 @@
 #include "wire.h"
 
 struct weft_param bootstrap_params[] = {
-    {"WEFT_HOSTID", PARAM_STR, NULL,
-     "overrides the host identity (ranks with equal ids share memory)", 0, 0, NULL},
+    {.name = "WEFT_HOSTID", .type = PARAM_STR,
+     .doc = "the host identity, instead of the host name, boot id and network namespace: "
+            "ranks with equal ids are taken to share memory"},
     PARAM_END,
 };
 enum { P_HOSTID };

@@ -8,19 +8,59 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
+#include "../base/env.h"
+#include "../base/param.h"
 #include "../base/status.h"
 #include "../base/wait.h"
 
 #define BOOTSTRAP_MAGIC 0x77667462u
+#define LAUNCHER_MAX_RANKS (1 << 24)
 
-static int env_int(const char *name, int *out) {
-  const char *s = getenv(name);
-  if (s == NULL || *s == '\0') return 0;
-  char *end = NULL;
-  long v = strtol(s, &end, 10);
-  if (*end != '\0' || v < 0 || v > 1 << 24) return -1;
-  *out = (int)v;
-  return 1;
+/* Read at each weftCommInitFromEnv (a process may change them between
+ * calls), so never cached: param_env_str and param_env_int. */
+enum { L_RANK, L_NRANKS, L_UNIQUE_ID, L_COMM_ID, L_SECRET };
+struct weft_param launcher_params[] = {
+    [L_RANK] = {.name = "WEFT_RANK", .type = PARAM_INT, .min = 0, .max = LAUNCHER_MAX_RANKS,
+     .doc = "this process's rank, for `weftCommInitFromEnv` (set by `weftrun`; with "
+            "`WEFT_NRANKS`)"},
+    [L_NRANKS] = {.name = "WEFT_NRANKS", .type = PARAM_INT, .min = 0, .max = LAUNCHER_MAX_RANKS,
+     .doc = "the job's number of ranks, for `weftCommInitFromEnv` (set by `weftrun`; with "
+            "`WEFT_RANK`)"},
+    [L_UNIQUE_ID] = {.name = "WEFT_UNIQUE_ID", .type = PARAM_STR,
+     .doc = "the job's unique id in hex (`weftrun` serves it): the rendezvous of "
+            "`weftCommInitFromEnv`, before any address"},
+    [L_COMM_ID] = {.name = "WEFT_COMM_ID", .type = PARAM_STR,
+     .doc = "`host:port` where rank 0 serves the rendezvous of `weftCommInitFromEnv`, before "
+            "`MASTER_ADDR`/`MASTER_PORT` (and instead of torchrun's store)"},
+    [L_SECRET] = {.name = "WEFT_SECRET", .type = PARAM_STR,
+     .doc = "a random value shared by the ranks of a job, from which the secret of a "
+            "rendezvous at a fixed address is made; without it, a process that guesses the "
+            "launcher's job identity can join the job"},
+    PARAM_END,
+};
+
+/* name's entry above when it is one of weft's own variables, else NULL. */
+static const struct weft_param *launcher_own(const char *name) {
+  for (const struct weft_param *p = launcher_params; p->name != NULL; p++)
+    if (strcmp(p->name, name) == 0) return p;
+  return NULL;
+}
+
+/* A launcher's rank or size variable: 0 unset, 1 *out set, -1 not a number
+ * of ranks. */
+static int launcher_int(const char *name, int *out) {
+  const struct weft_param *own = launcher_own(name);
+  int64_t v = 0;
+  int r = own != NULL ? param_env_int(own, &v) : env_int(name, 0, LAUNCHER_MAX_RANKS, &v);
+  if (r == 1) *out = (int)v;
+  return r;
+}
+
+/* A launcher's variable as text, for messages ("" when unset). */
+static const char *launcher_text(const char *name) {
+  const struct weft_param *own = launcher_own(name);
+  const char *v = own != NULL ? param_env_str(own) : env_str(name);
+  return v != NULL ? v : "";
 }
 
 static int hex_val(char c) {
@@ -63,25 +103,29 @@ static const char *secret_text(void) {
   static const char *const job_vars[] = {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID",
                                          "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"};
   static _Thread_local char text[768];
-  const char *secret = getenv("WEFT_SECRET");
+  const char *secret = param_env_str(&launcher_params[L_SECRET]);
   int o = snprintf(text, sizeof text, "%s", secret != NULL ? secret : "weft-open");
   for (size_t i = 0; i < sizeof job_vars / sizeof job_vars[0]; i++) {
-    const char *v = getenv(job_vars[i]);
+    const char *v = env_str(job_vars[i]);
     if (v != NULL && o >= 0 && (size_t)o < sizeof text)
       o += snprintf(text + o, sizeof text - (size_t)o, "|%s=%s", job_vars[i], v);
   }
   return text;
 }
 
-/* Splits "host:port" (what names the variable it came from). */
+/* Splits "host:port", the port 1 to 65535 (what names the variable it came
+ * from). */
 static weftResult_t hostport_split(const char *text, const char *what, char *host, size_t n,
                                    int *port_out) {
   const char *colon = strrchr(text, ':');
   if (colon == NULL || colon == text || (size_t)(colon - text) >= n)
     return weft_error_set(weftInvalidArgument, "%s=%s: expected host:port", what, text);
+  int64_t port;
+  if (env_parse_int(colon + 1, 1, 65535, &port) != 0)
+    return weft_error_set(weftInvalidArgument, "%s=%s: the port must be 1 to 65535", what, text);
   memcpy(host, text, (size_t)(colon - text));
   host[colon - text] = '\0';
-  *port_out = atoi(colon + 1);
+  *port_out = (int)port;
   return weftSuccess;
 }
 
@@ -89,18 +133,21 @@ static weftResult_t hostport_split(const char *text, const char *what, char *hos
 static weftResult_t env_address(union weft_sockaddr *addr_out, int *found) {
   char host[256];
   int port = -1;
-  const char *comm_id = getenv("WEFT_COMM_ID");
+  const char *comm_id = param_env_str(&launcher_params[L_COMM_ID]);
+  const char *master_addr = env_str("MASTER_ADDR"), *master_port = env_str("MASTER_PORT");
   *found = 0;
-  if (comm_id != NULL && *comm_id) {
+  if (comm_id != NULL) {
     WEFT_TRY(hostport_split(comm_id, "WEFT_COMM_ID", host, sizeof host, &port));
-  } else if (getenv("MASTER_ADDR") != NULL && getenv("MASTER_PORT") != NULL) {
-    snprintf(host, sizeof host, "%s", getenv("MASTER_ADDR"));
-    port = atoi(getenv("MASTER_PORT"));
+  } else if (master_addr != NULL && master_port != NULL) {
+    snprintf(host, sizeof host, "%s", master_addr);
+    int64_t v;
+    if (env_parse_int(master_port, 1, 65535, &v) != 0)
+      return weft_error_set(weftInvalidArgument, "MASTER_PORT=%s: must be a port, 1 to 65535",
+                            master_port);
+    port = (int)v;
   } else {
     return weftSuccess;
   }
-  if (port <= 0 || port > 65535)
-    return weft_error_set(weftInvalidArgument, "rendezvous port %d out of range", port);
   /* strip brackets of an IPv6 literal */
   if (host[0] == '[') {
     size_t n = strlen(host);
@@ -124,12 +171,12 @@ weftResult_t bootstrap_env_read(struct bootstrap_env *env_out) {
       {"slurm", "SLURM_PROCID", "SLURM_NTASKS"},
   };
   for (size_t i = 0; i < sizeof launchers / sizeof launchers[0] && !e.found; i++) {
-    int r = env_int(launchers[i].rank, &e.rank), n = env_int(launchers[i].size, &e.nranks);
+    int r = launcher_int(launchers[i].rank, &e.rank), n = launcher_int(launchers[i].size, &e.nranks);
     if (r == 0 && n == 0) continue;
     if (r != 1 || n != 1 || e.nranks < 1 || e.rank >= e.nranks)
       return weft_error_set(weftInvalidArgument, "%s=%s %s=%s: not a valid rank and size",
-                            launchers[i].rank, getenv(launchers[i].rank) ? getenv(launchers[i].rank) : "",
-                            launchers[i].size, getenv(launchers[i].size) ? getenv(launchers[i].size) : "");
+                            launchers[i].rank, launcher_text(launchers[i].rank),
+                            launchers[i].size, launcher_text(launchers[i].size));
     e.found = 1;
     e.source = launchers[i].source;
   }
@@ -138,8 +185,8 @@ weftResult_t bootstrap_env_read(struct bootstrap_env *env_out) {
     *env_out = e;
     return weftSuccess;
   }
-  const char *hex = getenv("WEFT_UNIQUE_ID");
-  if (hex != NULL && *hex) {
+  const char *hex = param_env_str(&launcher_params[L_UNIQUE_ID]);
+  if (hex != NULL) {
     WEFT_TRY(bootstrap_id_from_hex(hex, &e.id));
     *env_out = e;
     return weftSuccess;
@@ -147,9 +194,9 @@ weftResult_t bootstrap_env_read(struct bootstrap_env *env_out) {
   int have_addr = 0;
   WEFT_TRY(env_address(&e.id.root, &have_addr));
   /* torchrun's agent holds MASTER_PORT with its store: the id goes through it */
-  const char *agent_store = getenv("TORCHELASTIC_USE_AGENT_STORE");
-  const char *comm_id = getenv("WEFT_COMM_ID");
-  if (have_addr && strcmp(e.source, "torchrun") == 0 && (comm_id == NULL || *comm_id == '\0') &&
+  const char *agent_store = env_str("TORCHELASTIC_USE_AGENT_STORE");
+  const char *comm_id = param_env_str(&launcher_params[L_COMM_ID]);
+  if (have_addr && strcmp(e.source, "torchrun") == 0 && comm_id == NULL &&
       agent_store != NULL && strcasecmp(agent_store, "true") == 0) {
     e.use_store = 1;
     e.store_addr = e.id.root;
@@ -184,8 +231,6 @@ weftResult_t bootstrap_id_from_hostport(const char *hostport, const char *what,
   char host[256];
   int port = -1;
   WEFT_TRY(hostport_split(hostport, what, host, sizeof host, &port));
-  if (port <= 0 || port > 65535)
-    return weft_error_set(weftInvalidArgument, "%s=%s: port out of range", what, hostport);
   if (host[0] == '[') { /* an IPv6 literal */
     size_t n = strlen(host);
     if (n > 1 && host[n - 1] == ']') host[n - 1] = '\0';
@@ -291,7 +336,7 @@ static weftResult_t store_get(int fd, const char *key, void *value, size_t n, ui
 static weftResult_t store_exchange_id(struct bootstrap_env *env) {
   static int calls;
   int seq = __atomic_fetch_add(&calls, 1, __ATOMIC_RELAXED);
-  const char *restart = getenv("TORCHELASTIC_RESTART_COUNT");
+  const char *restart = env_str("TORCHELASTIC_RESTART_COUNT");
   char key[160], abuf[64];
   snprintf(key, sizeof key, "weft/%s/%d/unique_id", restart != NULL ? restart : "0", seq);
   uint64_t deadline = clock_ns() + wait_default_timeout_ns();

@@ -12,7 +12,8 @@
 #include "../topology/topo.h"
 
 struct weft_param shm_params[] = {
-    {"WEFT_SHM_DISABLE", PARAM_INT, "0", "1 disables the shared-memory transport", 0, 0, NULL},
+    {.name = "WEFT_SHM_DISABLE", .type = PARAM_INT, .default_str = "0",
+     .doc = "`1` disables the shared-memory transport"},
     PARAM_END,
 };
 enum { P_DISABLE };

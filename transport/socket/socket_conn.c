@@ -21,13 +21,16 @@
 #include "socket_proxy.h"
 
 struct weft_param socket_params[] = {
-    [SOCKET_P_DISABLE] = {"WEFT_SOCKET_DISABLE", PARAM_INT, "0",
-                          "1 disables the socket (TCP) transport", 0, 0, NULL},
-    [SOCKET_P_NSOCKS] = {"WEFT_SOCKET_NSOCKS", PARAM_INT, "2",
-                         "TCP sockets per socket-transport connection, 1 to 8", 0, 0, NULL},
-    [SOCKET_P_NTHREADS] = {"WEFT_SOCKET_NTHREADS", PARAM_INT, "1",
-                           "proxy threads per process moving socket-transport data, 1 to 16", 0,
-                           0, NULL},
+    [SOCKET_P_DISABLE] = {.name = "WEFT_SOCKET_DISABLE", .type = PARAM_INT, .default_str = "0",
+     .doc = "`1` disables the socket (TCP) transport, used between hosts or when forced with "
+            "`WEFT_TRANSPORT=socket`"},
+    [SOCKET_P_NSOCKS] = {.name = "WEFT_SOCKET_NSOCKS", .type = PARAM_INT, .default_str = "2",
+     .min = 1, .max = SOCKET_MAX_SOCKS,
+     .doc = "TCP sockets per socket-transport connection; each slot is split across them"},
+    [SOCKET_P_NTHREADS] = {.name = "WEFT_SOCKET_NTHREADS", .type = PARAM_INT,
+     .default_str = "1", .min = 1, .max = SOCKET_MAX_THREADS,
+     .doc = "proxy threads per process that move socket-transport data; connections are "
+            "spread over them"},
     PARAM_END,
 };
 
@@ -132,15 +135,10 @@ static weftResult_t socket_error_peer(weftResult_t res, const char *what, int pe
 }
 
 static weftResult_t socket_recv_setup(struct weft_conn *conn, struct conn_blob *blob_out) {
-  int64_t nsocks = param_int(&socket_params[SOCKET_P_NSOCKS]);
-  int64_t nthreads = param_int(&socket_params[SOCKET_P_NTHREADS]);
-  if (nsocks < 1 || nsocks > SOCKET_MAX_SOCKS)
-    return weft_error_set(weftInvalidArgument, "WEFT_SOCKET_NSOCKS=%lld: must be 1 to %d",
-                          (long long)nsocks, SOCKET_MAX_SOCKS);
+  int64_t nsocks, nthreads;
+  WEFT_TRY(param_int_checked(&socket_params[SOCKET_P_NSOCKS], &nsocks));
   /* checked here too so that every rank fails before the exchange, not half-way */
-  if (nthreads < 1 || nthreads > SOCKET_MAX_THREADS)
-    return weft_error_set(weftInvalidArgument, "WEFT_SOCKET_NTHREADS=%lld: must be 1 to %d",
-                          (long long)nthreads, SOCKET_MAX_THREADS);
+  WEFT_TRY(param_int_checked(&socket_params[SOCKET_P_NTHREADS], &nthreads));
   struct socket_conn *sc;
   WEFT_TRY(socket_conn_alloc(conn, 0, (int)nsocks, &sc));
   weftResult_t res;

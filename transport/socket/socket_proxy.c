@@ -293,10 +293,8 @@ const struct proxy_net_ops socket_net_ops = {
 };
 
 weftResult_t socket_proxy_add(struct socket_conn *conn) {
-  int64_t nthreads = param_int(&socket_params[SOCKET_P_NTHREADS]);
-  if (nthreads < 1 || nthreads > SOCKET_MAX_THREADS)
-    return weft_error_set(weftInvalidArgument, "WEFT_SOCKET_NTHREADS=%lld: must be 1 to %d",
-                          (long long)nthreads, SOCKET_MAX_THREADS);
+  int64_t nthreads;
+  WEFT_TRY(param_int_checked(&socket_params[SOCKET_P_NTHREADS], &nthreads));
   conn->pc.npoll = conn->nsocks;
   return proxy_pool_add(&socket_pool, &conn->pc, (int)nthreads);
 }

@@ -21,7 +21,8 @@
 #define SOCKET_MAX_SOCKS 8
 #define SOCKET_MAX_THREADS PROXY_MAX_THREADS
 
-/* socket_params[] (param.h), defined in socket_conn.c */
+/* The socket transport's settings (socket_conn.c). */
+extern struct weft_param socket_params[];
 enum { SOCKET_P_DISABLE, SOCKET_P_NSOCKS, SOCKET_P_NTHREADS };
 
 struct socket_part_hdr {

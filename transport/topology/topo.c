@@ -18,12 +18,13 @@
 #endif
 
 struct weft_param topo_params[] = {
-    {"WEFT_TOPO_FILE", PARAM_STR, NULL,
-     "hwloc XML file read instead of the machine's topology (plans another machine)", 0, 0,
-     NULL},
-    {"WEFT_TOPO_NUMA", PARAM_STR, "auto",
-     "NUMA node for FIFOs and proxy threads: auto (the rank's), off, or a node number", 0, 0,
-     NULL},
+    {.name = "WEFT_TOPO_FILE", .type = PARAM_STR,
+     .doc = "an hwloc XML file (`lstopo --of xml`) read instead of this machine's topology: "
+            "rings, trees and NIC choices follow it; needs weft built with hwloc",
+     .see = "topology.md"},
+    {.name = "WEFT_TOPO_NUMA", .type = PARAM_STR, .default_str = "auto",
+     .doc = "where FIFOs and proxy threads go: `auto` the rank's NUMA node (its GPU's, else the "
+            "one its CPUs are on), `off` no placement, or a NUMA node number"},
     PARAM_END,
 };
 enum { P_FILE, P_NUMA };

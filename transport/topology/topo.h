@@ -16,7 +16,11 @@
 #include <stdio.h>
 
 #include "../../include/weft.h"
+#include "../base/param_load.h"
 #include "../base/peer_info.h"
+
+/* The topology's settings: WEFT_TOPO_FILE, WEFT_TOPO_NUMA. */
+extern struct weft_param topo_params[];
 
 #define TOPO_MAX_NUMA 64
 #define TOPO_MAX_DEVS 128

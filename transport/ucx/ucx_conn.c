@@ -24,16 +24,6 @@
 #include "../base/wait.h"
 #include "ucx_proxy.h"
 
-struct weft_param ucx_params[] = {
-    [UCX_P_DISABLE] = {"WEFT_UCX_DISABLE", PARAM_INT, "0", "1 disables the UCX transport", 0, 0,
-                       NULL},
-    [UCX_P_EAGER] = {"WEFT_UCX_EAGER", PARAM_INT, "-1",
-                     "1: slots go eagerly (UCX_RNDV_THRESH one byte past WEFT_SLOT_BYTES, so "
-                     "bulk transfers still go by rendezvous), 0: UCX's own threshold, -1: "
-                     "eager unless an RDMA device is present or UCX_RNDV_THRESH is set",
-                     0, 0, NULL},
-    PARAM_END,
-};
 
 #define UCX_MSG_MAGIC 0x7765667455435831ull /* "weftUCX1" */
 #define UCX_MSG_DATA_NBYTES 8192            /* a worker address */

@@ -41,9 +41,8 @@
 #include "../base/param.h"
 #include "../proxy.h"
 #include "../transport.h"
+#include "ucx_params.h"
 
-/* ucx_params[] (param.h), defined in ucx_conn.c */
-enum { UCX_P_DISABLE, UCX_P_EAGER };
 
 /* Tags: token (30 bits) | kind (2 bits) | the slot's used word (32 bits).
  * A connection's token has 29 random bits; bulk transfers (whole buffers
