@@ -151,7 +151,7 @@ int cma_possible(const struct weftComm *comm) {
 static weftResult_t cma_copy_error(struct weftComm *comm, int peer, const char *what,
                                    size_t nbytes, int err) {
   const pid_t pid = comm->peers[peer].pid;
-  const struct conn_ctrl *in = comm->p2p_recv[peer].ctrl, *out = comm->p2p_send[peer].ctrl;
+  const struct conn_ctrl *in = comm->recv_conns[peer].ctrl, *out = comm->send_conns[peer].ctrl;
   const int failed = (in != NULL && __atomic_load_n(&in->poison, __ATOMIC_ACQUIRE) != 0) ||
                      (out != NULL && __atomic_load_n(&out->poison, __ATOMIC_ACQUIRE) != 0);
   if (err == ESRCH || failed || pid_gone(pid, 1))
@@ -204,11 +204,11 @@ static weftResult_t cma_alltoall_small(struct weftComm *comm, const void *msg, v
   const int n = comm->nranks, rank = comm->rank;
   for (int j = 1; j < n; j++) {
     int peer = (rank + j) % n;
-    WEFT_TRY(peer_send(comm, &comm->p2p_send[peer], msg, nbytes));
+    WEFT_TRY(peer_send(comm, &comm->send_conns[peer], msg, nbytes));
   }
   for (int j = 1; j < n; j++) {
     int peer = (rank - j + n) % n;
-    WEFT_TRY(peer_recv(comm, &comm->p2p_recv[peer], (char *)msgs + (size_t)peer * nbytes,
+    WEFT_TRY(peer_recv(comm, &comm->recv_conns[peer], (char *)msgs + (size_t)peer * nbytes,
                        nbytes));
   }
   return weftSuccess;
@@ -339,14 +339,14 @@ static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *pla
    * rank in another algorithm, which its signature names */
   for (int j = 1; j < n; j++) {
     int peer = (rank + j) % n;
-    WEFT_TRY(peer_send(comm, &comm->p2p_send[peer], &self, sizeof self));
+    WEFT_TRY(peer_send(comm, &comm->send_conns[peer], &self, sizeof self));
   }
   for (int j = 1; j < n; j++) {
     int peer = (rank - j + n) % n;
     const char *in;
-    WEFT_TRY(peer_recv_signed_wait(comm, &comm->p2p_recv[peer], sizeof self, &self.sig, 0, &in));
+    WEFT_TRY(peer_recv_signed_wait(comm, &comm->recv_conns[peer], sizeof self, &self.sig, 0, &in));
     memcpy(&descs[peer], in, sizeof self);
-    peer_recv_done(&comm->p2p_recv[peer]);
+    peer_recv_done(&comm->recv_conns[peer]);
   }
   descs[rank] = self;
   WEFT_TRY(cma_descs_check(comm, descs, send_nbytes, recv_nbytes));

@@ -61,7 +61,7 @@ static weftResult_t rd_exchange(struct weftComm *comm, weft_reduce_fn reduce, si
                                 int partner, const char *acc, char *dst, size_t n, int divisor,
                                 const struct check_sig_packed *sig) {
   const size_t nbytes = n * esize;
-  struct weft_conn *to = &comm->p2p_send[partner], *from = &comm->p2p_recv[partner];
+  struct weft_conn *to = &comm->send_conns[partner], *from = &comm->recv_conns[partner];
   const char *in;
   WEFT_TRY(rd_send(comm, to, acc, nbytes, sig));
   WEFT_TRY(rd_recv_wait(comm, from, nbytes, sig, &in));
@@ -112,8 +112,8 @@ weftResult_t rd_allreduce(struct weftComm *comm, struct weft_channel *ch,
     if (rank >= pow2) {
       /* an extra rank: hand in the input, get the result back */
       const char *in;
-      struct weft_conn *from = &comm->p2p_recv[rank - pow2];
-      WEFT_TRY(rd_send(comm, &comm->p2p_send[rank - pow2], acc, nbytes, sig));
+      struct weft_conn *from = &comm->recv_conns[rank - pow2];
+      WEFT_TRY(rd_send(comm, &comm->send_conns[rank - pow2], acc, nbytes, sig));
       WEFT_TRY(rd_recv_wait(comm, from, nbytes, sig, &in));
       memcpy(out, in, nbytes);
       peer_recv_done(from);
@@ -123,7 +123,7 @@ weftResult_t rd_allreduce(struct weftComm *comm, struct weft_channel *ch,
     /* fold: the extra rank's input (the higher rank's) into ours */
     if (rank < extra) {
       const char *in;
-      struct weft_conn *from = &comm->p2p_recv[rank + pow2];
+      struct weft_conn *from = &comm->recv_conns[rank + pow2];
       WEFT_TRY(rd_recv_wait(comm, from, nbytes, sig, &in));
       reduce(out, NULL, acc, in, n, 1);
       peer_recv_done(from);
@@ -137,7 +137,7 @@ weftResult_t rd_allreduce(struct weftComm *comm, struct weft_channel *ch,
       acc = out;
     }
     /* unfold: the result to the extra rank */
-    if (rank < extra) WEFT_TRY(rd_send(comm, &comm->p2p_send[rank + pow2], out, nbytes, sig));
+    if (rank < extra) WEFT_TRY(rd_send(comm, &comm->send_conns[rank + pow2], out, nbytes, sig));
     base += n;
   }
   return weftSuccess;

@@ -6,7 +6,7 @@
 #include "../algo/bulk.h"
 #include "../algo/cma.h"
 #include "../algo/copy_stream.h"
-#include "../algo/p2p_cma.h"
+#include "../algo/sendrecv_cma.h"
 #include "../core/params.h"
 #include "weft_build_config.h"
 
@@ -19,7 +19,7 @@
 struct weft_param *const weft_param_tables[] = {
     log_params,       wait_params, bootstrap_params, transport_params, shm_params,
     socket_params, UCX_PARAMS coll_params, topo_params, cuda_params, cma_params, bulk_params,
-    p2p_cma_params, copy_stream_params, NULL,
+    sendrecv_cma_params, copy_stream_params, NULL,
 };
 
 void weft_params_reset(void) { param_tables_reset(weft_param_tables); }

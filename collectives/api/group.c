@@ -9,7 +9,7 @@
 
 #include "../../transport/base/status.h"
 #include "../exec/device/device.h"
-#include "../algo/p2p.h"
+#include "../algo/sendrecv.h"
 #include "../exec/host/launch.h"
 #include "stream.h"
 #include "../plan/tuner.h"

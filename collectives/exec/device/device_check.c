@@ -33,7 +33,7 @@ int device_op_index(weftRedOp_t op) {
 
 weftResult_t device_plan_check(const struct weft_plan *plan) {
   const char *name = coll_kind_name(plan->coll);
-  if (plan_is_p2p(plan)) return weftSuccess; /* bytes: every datatype */
+  if (plan_is_sendrecv(plan)) return weftSuccess; /* bytes: every datatype */
   const char *algo;
   if (!ring_allowed(plan->coll, &algo))
     return weft_error_set(weftInvalidUsage,

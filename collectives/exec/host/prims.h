@@ -54,7 +54,7 @@ struct prims {
 
 /* In slot_used_nbytes: the slot's last 16 bytes are the sender's signature
  * of the call (struct check_sig_packed), after the data. Bits 0-26 count the bytes,
- * the signature included; LL and p2p own bits 30 and 31. */
+ * the signature included; LL and send/recv own bits 30 and 31. */
 #define PRIMS_USED_SIGNED 0x20000000u
 
 /* Sets p up for one algorithm call on channel ch with the plan's protocol. */

@@ -6,7 +6,7 @@
 #include "../../../transport/base/status.h"
 #include "../../../transport/base/wait.h"
 #include "../../core/check.h"
-#include "../../algo/p2p.h"
+#include "../../algo/sendrecv.h"
 #include "../../core/plan.h"
 #include "prims_ll.h"
 #include "prims_peer.h"
@@ -14,9 +14,9 @@
 weftResult_t peer_connect(struct weftComm *comm, const int *peers, int npeers) {
   int missing = 0;
   for (int i = 0; i < npeers; i++)
-    missing |= comm->p2p_send[peers[i]].transport == NULL ||
-               comm->p2p_recv[peers[i]].transport == NULL;
-  return missing ? p2p_connect_peers(comm, peers, npeers, peers, npeers) : weftSuccess;
+    missing |= comm->send_conns[peers[i]].transport == NULL ||
+               comm->recv_conns[peers[i]].transport == NULL;
+  return missing ? sendrecv_connect_peers(comm, peers, npeers, peers, npeers) : weftSuccess;
 }
 
 static char *conn_slot(const struct weft_conn *c) {

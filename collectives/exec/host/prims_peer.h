@@ -1,6 +1,6 @@
 /* Primitives on any one connection, for algorithms that talk to several peers
  * (trees, recursive doubling) over the point-to-point connections
- * comm->p2p_send[peer] / comm->p2p_recv[peer]. A step is split in two halves
+ * comm->send_conns[peer] / comm->recv_conns[peer]. A step is split in two halves
  * so that an algorithm can hold slots of several connections at once: wait
  * for a slot, fill or read it in place, then post it.
  *   peer_send_wait / peer_send_post   next free slot to the peer (a credit)

@@ -1,43 +1,43 @@
-// p2p_steps.h compiled by nvcc: the host pass, and the device pass run by a
-// one-thread kernel, as the p2p kernel's thread 0 runs it.
+// sendrecv_steps.h compiled by nvcc: the host pass, and the device pass run by a
+// one-thread kernel, as the send/recv kernel's thread 0 runs it.
 #include <cuda_runtime_api.h>
 
-#include "p2p_steps_dump.h"
+#include "sendrecv_steps_dump.h"
 
-#define P2P_DUMP_FN __host__ __device__ dump
-#include "p2p_steps_dump_body.h"
+#define SENDRECV_DUMP_FN __host__ __device__ dump
+#include "sendrecv_steps_dump_body.h"
 
-extern "C" size_t p2p_steps_dump_nvcc_host(const struct p2p_op *ops, int nops,
+extern "C" size_t sendrecv_steps_dump_nvcc_host(const struct sendrecv_op *ops, int nops,
                                            uint64_t chunk_nbytes, int nlanes, int nblocks, int b,
-                                           struct p2p_move *out, size_t max) {
-  static struct p2p_block blk; /* large for a stack */
+                                           struct sendrecv_move *out, size_t max) {
+  static struct sendrecv_block blk; /* large for a stack */
   return dump(ops, nops, chunk_nbytes, nlanes, nblocks, b, &blk, out, max);
 }
 
-__global__ void p2p_dump_kernel(const struct p2p_op *ops, int nops, uint64_t chunk_nbytes,
-                                int nlanes, int nblocks, int b, struct p2p_move *out,
+__global__ void sendrecv_dump_kernel(const struct sendrecv_op *ops, int nops, uint64_t chunk_nbytes,
+                                int nlanes, int nblocks, int b, struct sendrecv_move *out,
                                 size_t max, size_t *n_out) {
-  __shared__ struct p2p_block blk;
+  __shared__ struct sendrecv_block blk;
   *n_out = dump(ops, nops, chunk_nbytes, nlanes, nblocks, b, &blk, out, max);
 }
 
-extern "C" long p2p_steps_dump_nvcc_device(const struct p2p_op *ops, int nops,
+extern "C" long sendrecv_steps_dump_nvcc_device(const struct sendrecv_op *ops, int nops,
                                            uint64_t chunk_nbytes, int nlanes, int nblocks, int b,
-                                           struct p2p_move *out, size_t max) {
+                                           struct sendrecv_move *out, size_t max) {
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     cudaGetLastError();
     return -1;
   }
-  struct p2p_op *ops_d = NULL;
-  struct p2p_move *out_d = NULL;
+  struct sendrecv_op *ops_d = NULL;
+  struct sendrecv_move *out_d = NULL;
   size_t *n_d = NULL, n = 0;
   long res = -1;
   if (cudaMalloc(&ops_d, sizeof(*ops) * (nops ? nops : 1)) == cudaSuccess &&
       cudaMalloc(&out_d, sizeof(*out) * (max ? max : 1)) == cudaSuccess &&
       cudaMalloc(&n_d, sizeof(size_t)) == cudaSuccess &&
       cudaMemcpy(ops_d, ops, sizeof(*ops) * nops, cudaMemcpyHostToDevice) == cudaSuccess) {
-    p2p_dump_kernel<<<1, 1>>>(ops_d, nops, chunk_nbytes, nlanes, nblocks, b, out_d, max, n_d);
+    sendrecv_dump_kernel<<<1, 1>>>(ops_d, nops, chunk_nbytes, nlanes, nblocks, b, out_d, max, n_d);
     if (cudaMemcpy(&n, n_d, sizeof n, cudaMemcpyDeviceToHost) == cudaSuccess &&
         cudaMemcpy(out, out_d, sizeof(*out) * (n < max ? n : max), cudaMemcpyDeviceToHost) ==
             cudaSuccess)
