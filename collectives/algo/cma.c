@@ -44,7 +44,7 @@
 
 #include "../../transport/base/status.h"
 #include "../../transport/base/wait.h"
-#include "../core/check.h"
+#include "../core/signature.h"
 #include "cma.h"
 #include "../core/mem.h"
 #include "../core/plan.h"
@@ -75,9 +75,9 @@ struct cma_desc {
   uint64_t recv_nbytes; /* bytes from recv_addr that peers may write */
   uint64_t probe_addr;  /* a word holding CMA_PROBE_VALUE */
   struct mem_shared_ref send_ref, recv_ref; /* fd -1 where not mappable */
-  struct check_sig_packed sig; /* the call as this rank made it: last, as in every signed slot */
+  struct signature_packed sig; /* the call as this rank made it: last, as in every signed slot */
 };
-_Static_assert(offsetof(struct cma_desc, sig) + sizeof(struct check_sig_packed) ==
+_Static_assert(offsetof(struct cma_desc, sig) + sizeof(struct signature_packed) ==
                    sizeof(struct cma_desc),
                "a descriptor ends with its signature, as every signed slot does");
 
@@ -263,9 +263,9 @@ static void cma_copy(void *dst, const void *src, size_t nbytes, int stream) {
 static weftResult_t cma_descs_check(const struct weftComm *comm, const struct cma_desc *descs,
                                     size_t send_nbytes, size_t recv_nbytes) {
   const int n = comm->nranks;
-  struct check_sig sigs[n];
-  for (int r = 0; r < n; r++) check_sig_unpack(&sigs[r], &descs[r].sig);
-  if (check_compare(sigs, n, "ranks disagree on a collective") != weftSuccess) {
+  struct signature sigs[n];
+  for (int r = 0; r < n; r++) signature_unpack(&sigs[r], &descs[r].sig);
+  if (signature_compare(sigs, n, "ranks disagree on a collective") != weftSuccess) {
     char cause[768];
     snprintf(cause, sizeof cause, "%s", weft_error_text()); /* the text is overwritten next */
     return weft_error_set(weftInvalidUsage,
@@ -329,7 +329,7 @@ static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *pla
                           .recv_addr = (uintptr_t)plan->recvbuf,
                           .recv_nbytes = recv_nbytes,
                           .probe_addr = (uintptr_t)&cma_probe_word};
-  check_sig_pack(&self.sig, plan);
+  signature_pack(&self.sig, plan);
   self.send_ref.fd = self.recv_ref.fd = -1;
   if (param_int(&cma_params[1]) != 0) {
     mem_shared_find(plan->sendbuf, send_nbytes, &self.send_ref);

@@ -103,7 +103,7 @@ static weftResult_t sendrecv_connect_wanted(struct weftComm *comm, char *want_se
 }
 
 weftResult_t sendrecv_connect_peers(struct weftComm *comm, const int *send_peers, int nsend,
-                               const int *recv_peers, int nrecv) {
+                                    const int *recv_peers, int nrecv) {
   char *want_send = calloc((size_t)comm->nranks, 1), *want_recv = calloc((size_t)comm->nranks, 1);
   weftResult_t res;
   if (want_send == NULL || want_recv == NULL) {
@@ -120,7 +120,7 @@ weftResult_t sendrecv_connect_peers(struct weftComm *comm, const int *send_peers
 
 /* Connects what the sends and receives of ops need. */
 static weftResult_t sendrecv_connect(struct weftComm *comm, const struct weft_plan *const *ops,
-                                size_t nops) {
+                                     size_t nops) {
   char *want_send = calloc((size_t)comm->nranks, 1), *want_recv = calloc((size_t)comm->nranks, 1);
   weftResult_t res;
   if (want_send == NULL || want_recv == NULL) {
@@ -193,7 +193,7 @@ static int recv_progress(struct weftComm *comm, struct weft_conn *c, struct send
     if (used & SENDRECV_CMA_SLOT_OFFER) { /* the sender offers its buffer */
       int copied = 0;
       st->err = sendrecv_cma_take(comm, c, st->op->recvbuf, st->nbytes, st->done_nbytes, st->stream,
-                             &copied);
+                                  &copied);
       if (st->err != weftSuccess) return -1;
       st->finished = copied;
       if (copied) st->done_nbytes = st->nbytes;

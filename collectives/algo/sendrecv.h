@@ -16,7 +16,7 @@ void sendrecv_conns_close(struct weftComm *comm);
  * recv_peers, where not connected yet. Collective among the peers named:
  * each pair must both ask for their connection (collectives/algo/sendrecv.c). */
 weftResult_t sendrecv_connect_peers(struct weftComm *comm, const int *send_peers, int nsend,
-                               const int *recv_peers, int nrecv);
+                                    const int *recv_peers, int nrecv);
 
 /* Runs the sends and receives of one group together (collectives/algo/sendrecv.c). */
 weftResult_t sendrecv_run(struct weftComm *comm, const struct weft_plan *const *ops, size_t nops);

@@ -96,7 +96,7 @@ static struct sendrecv_cma_slot *slot_at(const struct weft_conn *c, uint64_t ste
 }
 
 int sendrecv_cma_wanted(const struct weftComm *comm, const struct weft_conn *c, size_t nbytes,
-                   int paired) {
+                        int paired) {
   int64_t min = param_int(&sendrecv_cma_params[0]);
   if (nbytes == 0 || (int64_t)nbytes < min || c->peer_pid == 0 || c->transport == NULL) return 0;
   if ((c->transport->caps & TRANSPORT_CAP_HOST_MEMORY) == 0) return 0;
@@ -116,7 +116,7 @@ int sendrecv_cma_offer(struct weft_conn *c, const void *buf, size_t nbytes, uint
 }
 
 weftResult_t sendrecv_cma_answer(struct weftComm *comm, struct weft_conn *c, uint64_t step,
-                            size_t nbytes, int *copied_out) {
+                                 size_t nbytes, int *copied_out) {
   if (__atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE) <= step) return weftInProgress;
   const struct sendrecv_cma_slot *slot = slot_at(c, step);
   struct sendrecv_cma_comm *state;
@@ -143,7 +143,7 @@ weftResult_t sendrecv_cma_answer(struct weftComm *comm, struct weft_conn *c, uin
 /* Copies the sender's nbytes at addr into dst through the kernel. Sets
  * *refused when the kernel does not let this process read the sender. */
 static weftResult_t sendrecv_cma_read(const struct weft_conn *c, void *dst, uint64_t addr,
-                                 size_t nbytes, int *refused) {
+                                      size_t nbytes, int *refused) {
   size_t done = 0;
   while (done < nbytes) {
     struct iovec local = {.iov_base = (char *)dst + done, .iov_len = nbytes - done};
@@ -168,8 +168,8 @@ static weftResult_t sendrecv_cma_read(const struct weft_conn *c, void *dst, uint
  * mapped here where it has one (past the caches with stream set), else
  * through the kernel. */
 static weftResult_t sendrecv_cma_copy(struct weftComm *comm, const struct weft_conn *c,
-                                 const struct sendrecv_cma_slot *slot, void *dst, int stream,
-                                 int *refused) {
+                                      const struct sendrecv_cma_slot *slot, void *dst, int stream,
+                                      int *refused) {
   const struct mem_shared_ref *ref = &slot->ref;
   if (ref->fd >= 0 && slot->addr >= ref->base && slot->nbytes <= ref->nbytes &&
       slot->addr - ref->base <= ref->nbytes - slot->nbytes) {
@@ -184,7 +184,7 @@ static weftResult_t sendrecv_cma_copy(struct weftComm *comm, const struct weft_c
 }
 
 weftResult_t sendrecv_cma_take(struct weftComm *comm, struct weft_conn *c, void *dst, size_t nbytes,
-                          size_t done_nbytes, int stream, int *copied_out) {
+                               size_t done_nbytes, int stream, int *copied_out) {
   struct sendrecv_cma_slot *slot = slot_at(c, c->step);
   weftResult_t res = weftSuccess;
   int refused = 0;

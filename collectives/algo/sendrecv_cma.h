@@ -24,7 +24,7 @@ extern struct weft_param sendrecv_cma_params[];
  * FIFO, or paired is set (its group also receives from that peer, as an
  * all-to-all does), so no order of calls that works without it can hang. */
 int sendrecv_cma_wanted(const struct weftComm *comm, const struct weft_conn *c, size_t nbytes,
-                   int paired);
+                        int paired);
 
 /* Puts an offer of buf (nbytes) in c's next slot if one is free: 1 when it
  * did (*step_out: the slot's step), 0 when the FIFO is full. */
@@ -36,7 +36,7 @@ int sendrecv_cma_offer(struct weft_conn *c, const void *buf, size_t nbytes, uint
  * then goes through the FIFO, and comm offers no more); an error (on both
  * ends) when the receiver expected another size or could not read it. */
 weftResult_t sendrecv_cma_answer(struct weftComm *comm, struct weft_conn *c, uint64_t step,
-                            size_t nbytes, int *copied_out);
+                                 size_t nbytes, int *copied_out);
 
 /* Takes the offer in c's current slot into dst (nbytes expected, of which
  * done_nbytes already arrived; stream: copy past the caches where the
@@ -45,7 +45,7 @@ weftResult_t sendrecv_cma_answer(struct weftComm *comm, struct weft_conn *c, uin
  * the sender (its slots follow); weftInvalidUsage when the sizes differ, or
  * the error of a failed copy; the sender learns either. */
 weftResult_t sendrecv_cma_take(struct weftComm *comm, struct weft_conn *c, void *dst, size_t nbytes,
-                          size_t done_nbytes, int stream, int *copied_out);
+                               size_t done_nbytes, int stream, int *copied_out);
 
 /* How many messages comm's sends had copied by their receivers, and its
  * receives copied from their senders (what tests check). Only the comm's

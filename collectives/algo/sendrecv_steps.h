@@ -63,7 +63,7 @@ SENDRECV_HD uint64_t sendrecv_lane_nchunks(uint64_t nbytes, uint64_t chunk_nbyte
 /* The k-th chunk on lane l of nlanes: its byte offset in the message and its
  * size. */
 SENDRECV_HD void sendrecv_lane_chunk(uint64_t nbytes, uint64_t chunk_nbytes, int lane, int nlanes,
-                           uint64_t k, uint64_t *offset, uint64_t *size) {
+                                     uint64_t k, uint64_t *offset, uint64_t *size) {
   uint64_t off = ((uint64_t)lane + k * (uint64_t)nlanes) * chunk_nbytes;
   *offset = off;
   *size = nbytes - off < chunk_nbytes ? nbytes - off : chunk_nbytes;
@@ -107,7 +107,7 @@ struct sendrecv_block {
 };
 
 SENDRECV_HD void sendrecv_block_init(struct sendrecv_block *blk, const struct sendrecv_op *ops, int nops,
-                           uint64_t chunk_nbytes, int nlanes, int nblocks, int b) {
+                                     uint64_t chunk_nbytes, int nlanes, int nblocks, int b) {
   blk->nlanes = nlanes;
   blk->nitems = 0;
   blk->next = 0;
@@ -123,7 +123,7 @@ SENDRECV_HD void sendrecv_block_init(struct sendrecv_block *blk, const struct se
 }
 
 SENDRECV_HD int sendrecv_item_finished(const struct sendrecv_block *blk, const struct sendrecv_op *ops,
-                             uint64_t chunk_nbytes, int k) {
+                                       uint64_t chunk_nbytes, int k) {
   return blk->done[k] >=
          sendrecv_lane_nchunks(ops[blk->op[k]].nbytes, chunk_nbytes, blk->lane[k], blk->nlanes);
 }
@@ -132,7 +132,7 @@ SENDRECV_HD int sendrecv_item_finished(const struct sendrecv_block *blk, const s
  * lane (same peer, direction and lane) finished, so a lane carries its
  * messages in posting order. */
 SENDRECV_HD int sendrecv_item_eligible(const struct sendrecv_block *blk, const struct sendrecv_op *ops,
-                             uint64_t chunk_nbytes, int k) {
+                                       uint64_t chunk_nbytes, int k) {
   if (sendrecv_item_finished(blk, ops, chunk_nbytes, k)) return 0;
   const struct sendrecv_op *o = &ops[blk->op[k]];
   for (int j = 0; j < k; j++) {
@@ -146,7 +146,7 @@ SENDRECV_HD int sendrecv_item_eligible(const struct sendrecv_block *blk, const s
 
 /* Whether every item of the block is finished. */
 SENDRECV_HD int sendrecv_block_finished(const struct sendrecv_block *blk, const struct sendrecv_op *ops,
-                              uint64_t chunk_nbytes) {
+                                        uint64_t chunk_nbytes) {
   for (int k = 0; k < blk->nitems; k++)
     if (!sendrecv_item_finished(blk, ops, chunk_nbytes, k)) return 0;
   return 1;

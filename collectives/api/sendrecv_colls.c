@@ -7,7 +7,7 @@
 
 /* Checks what the group's own calls do not: the comm, the type, the root. */
 static weftResult_t sendrecv_coll_check(const char *name, weftComm_t comm, size_t count,
-                                   weftDataType_t datatype, int root) {
+                                        weftDataType_t datatype, int root) {
   weft_error_clear();
   WEFT_TRY(comm_check(comm));
   if (weftTypeSize(datatype) == 0)

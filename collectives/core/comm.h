@@ -72,7 +72,7 @@ struct weftComm {
   struct weft_conn *recv_conns; /* [nranks]: from each peer */
   uint64_t timeout_ns;
   uint64_t seq;                 /* collectives issued */
-  uint64_t check_seq;           /* collectives run through WEFT_CHECK's comparison */
+  uint64_t signature_seq;       /* collectives run through WEFT_CHECK's comparison */
   volatile uint32_t abort_flag; /* set by weftCommAbort */
   uint32_t revoked;             /* weftCommRevoke: operations are refused (1 while the
                                    first revoke runs, 2 once it is done) */

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "coll_check.h"
+#include "coll_ref.h"
 #include "harness.h"
 extern "C" {
 #include "collectives/algo/cma.h"

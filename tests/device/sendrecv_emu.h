@@ -77,10 +77,10 @@ struct SendrecvEmuBlockOut {
 
 // Runs block b of rank's launch (ops with bufs[i] the message's buffer).
 // after_chunk, if set, is called after each chunk a send moves.
-inline SendrecvEmuBlockOut sendrecv_emu_block(SendrecvEmuNet &net, int rank, const std::vector<sendrecv_op> &ops,
-                                    const std::vector<char *> &bufs, int nblocks, int b,
-                                    const std::atomic<int> *abort_flag, uint64_t timeout_ns,
-                                    const std::function<void(uint64_t)> &after_chunk = nullptr) {
+inline SendrecvEmuBlockOut sendrecv_emu_block(
+    SendrecvEmuNet &net, int rank, const std::vector<sendrecv_op> &ops,
+    const std::vector<char *> &bufs, int nblocks, int b, const std::atomic<int> *abort_flag,
+    uint64_t timeout_ns, const std::function<void(uint64_t)> &after_chunk = nullptr) {
   SendrecvEmuBlockOut out;
   auto blk = std::make_unique<sendrecv_block>();
   const uint64_t chunk = net.slot_nbytes;

@@ -20,13 +20,16 @@ struct sendrecv_move {
   uint64_t chunk;
 };
 
-size_t sendrecv_steps_dump_c(const struct sendrecv_op *ops, int nops, uint64_t chunk_nbytes, int nlanes,
-                        int nblocks, int b, struct sendrecv_move *out, size_t max);
-size_t sendrecv_steps_dump_nvcc_host(const struct sendrecv_op *ops, int nops, uint64_t chunk_nbytes,
-                                int nlanes, int nblocks, int b, struct sendrecv_move *out, size_t max);
+size_t sendrecv_steps_dump_c(const struct sendrecv_op *ops, int nops, uint64_t chunk_nbytes,
+                             int nlanes, int nblocks, int b, struct sendrecv_move *out,
+                             size_t max);
+size_t sendrecv_steps_dump_nvcc_host(const struct sendrecv_op *ops, int nops,
+                                     uint64_t chunk_nbytes, int nlanes, int nblocks, int b,
+                                     struct sendrecv_move *out, size_t max);
 // -1 without a usable GPU, else the count as above.
-long sendrecv_steps_dump_nvcc_device(const struct sendrecv_op *ops, int nops, uint64_t chunk_nbytes,
-                                int nlanes, int nblocks, int b, struct sendrecv_move *out, size_t max);
+long sendrecv_steps_dump_nvcc_device(const struct sendrecv_op *ops, int nops,
+                                     uint64_t chunk_nbytes, int nlanes, int nblocks, int b,
+                                     struct sendrecv_move *out, size_t max);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,8 @@
 // The body of every sendrecv_steps_dump_*: one compile per compiler (SENDRECV_DUMP_FN
 // marks it host, or host and device, code).
 static size_t SENDRECV_DUMP_FN(const struct sendrecv_op *ops, int nops, uint64_t chunk_nbytes,
-                          int nlanes, int nblocks, int b, struct sendrecv_block *blk,
-                          struct sendrecv_move *out, size_t max) {
+                               int nlanes, int nblocks, int b, struct sendrecv_block *blk,
+                               struct sendrecv_move *out, size_t max) {
   sendrecv_block_init(blk, ops, nops, chunk_nbytes, nlanes, nblocks, b);
   size_t n = 0;
   while (!sendrecv_block_finished(blk, ops, chunk_nbytes)) {

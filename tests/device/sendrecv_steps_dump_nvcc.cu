@@ -8,22 +8,22 @@
 #include "sendrecv_steps_dump_body.h"
 
 extern "C" size_t sendrecv_steps_dump_nvcc_host(const struct sendrecv_op *ops, int nops,
-                                           uint64_t chunk_nbytes, int nlanes, int nblocks, int b,
-                                           struct sendrecv_move *out, size_t max) {
+                                                uint64_t chunk_nbytes, int nlanes, int nblocks,
+                                                int b, struct sendrecv_move *out, size_t max) {
   static struct sendrecv_block blk; /* large for a stack */
   return dump(ops, nops, chunk_nbytes, nlanes, nblocks, b, &blk, out, max);
 }
 
 __global__ void sendrecv_dump_kernel(const struct sendrecv_op *ops, int nops, uint64_t chunk_nbytes,
-                                int nlanes, int nblocks, int b, struct sendrecv_move *out,
-                                size_t max, size_t *n_out) {
+                                     int nlanes, int nblocks, int b, struct sendrecv_move *out,
+                                     size_t max, size_t *n_out) {
   __shared__ struct sendrecv_block blk;
   *n_out = dump(ops, nops, chunk_nbytes, nlanes, nblocks, b, &blk, out, max);
 }
 
 extern "C" long sendrecv_steps_dump_nvcc_device(const struct sendrecv_op *ops, int nops,
-                                           uint64_t chunk_nbytes, int nlanes, int nblocks, int b,
-                                           struct sendrecv_move *out, size_t max) {
+                                                uint64_t chunk_nbytes, int nlanes, int nblocks,
+                                                int b, struct sendrecv_move *out, size_t max) {
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     cudaGetLastError();

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/collectives/coll_check.h"
+#include "tests/collectives/coll_ref.h"
 
 using namespace weft_test;
 

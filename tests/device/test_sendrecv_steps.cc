@@ -133,7 +133,7 @@ std::vector<int> run_launches(SendrecvEmuNet &net, std::vector<RankLaunch> &L, i
       threads.emplace_back([&, r, b, nblocks] {
         results[r * max_blocks + b] =
             weft_test::sendrecv_emu_block(net, (int)r, L[r].ops, L[r].ptrs, nblocks, b, abort_flag,
-                                     timeout_ns)
+                                          timeout_ns)
                 .result;
       });
   }
@@ -261,10 +261,10 @@ TEST(SendrecvSteps, BlockOrderAndNvccCompileAgree) {
           }
 #if WEFT_HAVE_CUDA
           size_t nh = sendrecv_steps_dump_nvcc_host(x.ops.data(), nops, 48, nlanes, nblocks, b,
-                                               h.data(), h.size());
+                                                    h.data(), h.size());
           ASSERT_EQ(nh, nc);
           long nd = sendrecv_steps_dump_nvcc_device(x.ops.data(), nops, 48, nlanes, nblocks, b,
-                                               d.data(), d.size());
+                                                    d.data(), d.size());
           if (nd >= 0) {
             ASSERT_EQ((size_t)nd, nc);
           }
@@ -313,9 +313,10 @@ TEST(SendrecvPoison, StoppedRankPoisonsItsLanesAndLaterLaunchesReturnAtOnce) {
         // rank 0 is aborted after its blocks moved 3 chunks each
         std::function<void(uint64_t)> hook;
         if (r == 0) hook = [&](uint64_t chunks) { if (chunks >= 3) stop_rank0 = 1; };
-        res[r * 8 + b] = weft_test::sendrecv_emu_block(net, r, L[r].ops, L[r].ptrs, nblocks, b,
-                                                  r == 0 ? &stop_rank0 : nullptr, timeout, hook)
-                             .result;
+        res[r * 8 + b] =
+            weft_test::sendrecv_emu_block(net, r, L[r].ops, L[r].ptrs, nblocks, b,
+                                          r == 0 ? &stop_rank0 : nullptr, timeout, hook)
+                .result;
       });
   }
   for (auto &t : threads) t.join();

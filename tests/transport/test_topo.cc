@@ -27,7 +27,7 @@ extern "C" {
 #include "transport/base/status.h"
 #include "transport/topology/topo.h"
 }
-#include "collectives/coll_check.h"
+#include "collectives/coll_ref.h"
 #include "harness.h"
 #include "weft_build_config.h"
 

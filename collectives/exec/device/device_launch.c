@@ -12,7 +12,7 @@
 #include "device_priv.h"
 #include "../../algo/ring_steps.h"
 
-/* Written by gen_kernels.py (device_check.c says what is missing). */
+/* Written by gen_kernels.py (device_refuse.c says what is missing). */
 extern const void *const (*const weft_dev_kernels[weftNumTypes])[DEV_NPROTOS];
 
 /* A launch uses one channel (block) per this many bytes, up to the comm's:
@@ -263,7 +263,7 @@ static weftResult_t comm_connect_relaxed(struct weftComm *comm,
 
 weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan, void *stream) {
   const struct weft_plan *const plans[1] = {plan};
-  weftResult_t res = device_plan_check(plan);
+  weftResult_t res = device_plan_refusal(plan);
   if (res == weftSuccess) {
     /* held from connection to launch: an abort on another thread waits for
      * both (and a refusal above began nothing, so it ends nothing) */
@@ -351,7 +351,7 @@ weftResult_t device_enqueue_group(struct weftComm *const *comms,
   }
   for (size_t k = 0; k < nparts && res == weftSuccess; k++)
     for (size_t i = 0; i < parts[k].n && res == weftSuccess; i++)
-      res = device_plan_check(parts[k].plans[i]);
+      res = device_plan_refusal(parts[k].plans[i]);
   /* every comm of the group held from connection to launch, as above */
   size_t held = 0;
   for (; res == weftSuccess && held < nparts; held++)

@@ -106,7 +106,7 @@ static inline unsigned device_block_threads(uint64_t nbytes, uint64_t per_thread
   return want < 32 ? 32u : want > DEV_NTHREADS ? DEV_NTHREADS : (unsigned)want;
 }
 
-/* The kernel table's op for a weftRedOp_t (device_check.c). */
+/* The kernel table's op for a weftRedOp_t (device_refuse.c). */
 int device_op_index(weftRedOp_t op);
 
 static inline weftResult_t device_cuda_check(cudaError_t err, const char *what) {
@@ -217,7 +217,7 @@ void device_net_expect_ring(const struct weftComm *comm, const struct device_com
 /* Point-to-point (device_sendrecv.c): connects the peers that plans[0..nops)
  * name and are not yet connected (pairwise, with those peers only). */
 weftResult_t device_sendrecv_connect(struct weftComm *comm, struct device_comm *d,
-                                const struct weft_plan *const *plans, size_t nops);
+                                     const struct weft_plan *const *plans, size_t nops);
 /* Enqueues the sends and receives among plans[0..nops) as one kernel on
  * stream (the copies to self before it). Connected beforehand. captured: a
  * graph captures stream (device_done_fill). announce:
@@ -225,8 +225,8 @@ weftResult_t device_sendrecv_connect(struct weftComm *comm, struct device_comm *
  * proxies of its network lanes learn how many slots it fills or drains
  * (net_dev_conn_expect). */
 weftResult_t device_sendrecv_launch(struct weftComm *comm, struct device_comm *d,
-                               const struct weft_plan *const *plans, size_t nops,
-                               cudaStream_t stream, int captured, int announce);
+                                    const struct weft_plan *const *plans, size_t nops,
+                                    cudaStream_t stream, int captured, int announce);
 /* Closes the lanes and frees them (after the comm's kernels are done). */
 void device_sendrecv_free(struct device_sendrecv *p, int nranks);
 

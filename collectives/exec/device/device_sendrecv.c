@@ -71,7 +71,7 @@ static weftResult_t sendrecv_alloc(struct weftComm *comm, struct device_sendrecv
  * that they cut messages into as many lanes (WEFT_P2P_LANES): a pair that
  * did not would wait on lanes the other never fills. */
 static weftResult_t sendrecv_exchange_info(struct weftComm *comm, struct device_sendrecv *p,
-                                      const char *want) {
+                                           const char *want) {
   /* its device, lanes and GPU's PCI address (whether two processes' GPUs
    * reach each other: device_hops.c) */
   int64_t mine[3] = {comm->cuda_dev, p->nlanes, device_bus_id(comm->cuda_dev)};
@@ -195,7 +195,7 @@ static weftResult_t lanes_complete(struct weftComm *comm, struct device_sendrecv
  * works; a failure on one pair is answered on every pair of the call, so no
  * peer is left waiting for the timeout. */
 static weftResult_t sendrecv_connect_lanes(struct weftComm *comm, struct device_sendrecv *p,
-                                      const char *want_send, const char *want_recv) {
+                                           const char *want_send, const char *want_recv) {
   weftResult_t offered = lanes_offer(comm, p, want_recv);
   weftResult_t attached = lanes_attach(comm, p, want_send);
   weftResult_t completed = lanes_complete(comm, p, want_recv);
@@ -204,7 +204,7 @@ static weftResult_t sendrecv_connect_lanes(struct weftComm *comm, struct device_
 }
 
 weftResult_t device_sendrecv_connect(struct weftComm *comm, struct device_comm *d,
-                                const struct weft_plan *const *plans, size_t nops) {
+                                     const struct weft_plan *const *plans, size_t nops) {
   const int n = comm->nranks;
   struct device_sendrecv *p = &d->sendrecv;
   WEFT_TRY(sendrecv_alloc(comm, p));
@@ -225,8 +225,9 @@ weftResult_t device_sendrecv_connect(struct weftComm *comm, struct device_comm *
 }
 
 /* The launch's ops from plans; copies to self are enqueued here. */
-static weftResult_t sendrecv_work_fill(struct weftComm *comm, const struct weft_plan *const *plans,
-                                  size_t nops, struct dev_sendrecv_work *w, cudaStream_t stream) {
+static weftResult_t sendrecv_work_fill(struct weftComm *comm,
+                                       const struct weft_plan *const *plans, size_t nops,
+                                       struct dev_sendrecv_work *w, cudaStream_t stream) {
   w->nops = 0;
   for (size_t i = 0; i < nops; i++) {
     const struct weft_plan *pl = plans[i];
@@ -265,8 +266,8 @@ static weftResult_t sendrecv_work_fill(struct weftComm *comm, const struct weft_
 }
 
 weftResult_t device_sendrecv_launch(struct weftComm *comm, struct device_comm *d,
-                               const struct weft_plan *const *plans, size_t nops,
-                               cudaStream_t stream, int captured, int announce) {
+                                    const struct weft_plan *const *plans, size_t nops,
+                                    cudaStream_t stream, int captured, int announce) {
   static struct dev_sendrecv_work zero;
   struct dev_sendrecv_work w = zero;
   WEFT_TRY(sendrecv_work_fill(comm, plans, nops, &w, stream));

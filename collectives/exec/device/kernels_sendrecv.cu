@@ -92,7 +92,7 @@ __device__ __forceinline__ void sendrecv_kernel_run(const dev_sendrecv_work &w) 
         dev_fifo *f = sendrecv_lane(w, o, blk.lane[cur]);
         uint64_t off;
         sendrecv_lane_chunk(o.nbytes, w.chunk_nbytes, blk.lane[cur], w.nlanes, blk.done[cur], &off,
-                       &size);
+                            &size);
         char *slot = f->slots + (f->step % f->nslots) * f->slot_nbytes;
         char *buf = static_cast<char *>(w.bufs[blk.op[cur]]) + off;
         in = o.send ? buf : slot;

@@ -11,7 +11,7 @@
 
 #include "../../../transport/base/status.h"
 #include "../../algo/sendrecv.h"
-#include "../../core/check.h"
+#include "../../core/signature.h"
 #include "run.h"
 #include "launch.h"
 
@@ -36,13 +36,13 @@ static weftResult_t op_end(struct weftComm *comm, weftResult_t res) {
 
 static weftResult_t op_run_collective(struct weftComm *comm, const struct weft_plan *plan) {
   weftResult_t res = op_begin(comm);
-  if (res == weftSuccess) res = check_signatures(comm, plan);
+  if (res == weftSuccess) res = signature_agree(comm, plan);
   if (res == weftSuccess) res = plan_run_host(comm, plan);
   return op_end(comm, res);
 }
 
 static weftResult_t op_run_sendrecv(struct weftComm *comm, const struct weft_plan *const *ops,
-                               size_t nops) {
+                                    size_t nops) {
   weftResult_t res = op_begin(comm);
   if (res == weftSuccess) res = sendrecv_run(comm, ops, nops);
   return op_end(comm, res);

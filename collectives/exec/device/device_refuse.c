@@ -31,7 +31,7 @@ int device_op_index(weftRedOp_t op) {
   return (int)op >= 0 && op < weftNumOps ? (int)op : DEV_OP_PREMULSUM;
 }
 
-weftResult_t device_plan_check(const struct weft_plan *plan) {
+weftResult_t device_plan_refusal(const struct weft_plan *plan) {
   const char *name = coll_kind_name(plan->coll);
   if (plan_is_sendrecv(plan)) return weftSuccess; /* bytes: every datatype */
   const char *algo;
