@@ -265,7 +265,7 @@ step_perf_ar_g2() { perf_ar 2 g || fail "exit $?"; key "$(cut -d' ' -f2- "$LOGS/
 step_perf_ar_g4() { perf_ar 4 g || fail "exit $?"; key "$(cut -d' ' -f2- "$LOGS/$STEP.keys")"; }
 step_perf_ar_g8() { perf_ar 8 g || fail "exit $?"; key "$(cut -d' ' -f2- "$LOGS/$STEP.keys")"; }
 
-# The device tuner's model (collectives/plan/tuner.c, tuner_dev_cost) in
+# The device tuner's model (collectives/tune/tuner.c, tuner_dev_cost) in
 # figures: all_reduce_device_perf -g k, 8 B..4 MiB, once under
 # WEFT_PROTO=simple and once under ll, side by side; the key gives each
 # protocol's 8 B time and the first size from which SIMPLE is ahead. A

@@ -8,7 +8,7 @@
 #include "../../transport/base/status.h"
 #include "../exec/device/device.h"
 #include "stream.h"
-#include "../plan/tuner.h"
+#include "../tune/tuner.h"
 #include "../core/redop.h"
 
 /* --- argument checks --------------------------------------------------- */

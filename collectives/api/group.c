@@ -12,7 +12,7 @@
 #include "../algo/sendrecv.h"
 #include "../exec/host/launch.h"
 #include "stream.h"
-#include "../plan/tuner.h"
+#include "../tune/tuner.h"
 
 static _Thread_local int group_depth;
 static _Thread_local struct group_op *group_ops;

@@ -19,7 +19,7 @@ extern "C" {
 #include "collectives/algo/cma.h"
 #include "collectives/core/comm.h"
 #include "collectives/core/plan.h"
-#include "collectives/plan/tuner.h"
+#include "collectives/tune/tuner.h"
 }
 
 using namespace weft_test;

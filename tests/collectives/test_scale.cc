@@ -18,7 +18,7 @@
 extern "C" {
 #include "collectives/core/comm.h"
 #include "collectives/api/config.h"
-#include "collectives/plan/topo_plan.h"
+#include "collectives/tune/topo_plan.h"
 }
 
 using namespace weft_test;

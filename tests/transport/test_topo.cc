@@ -22,7 +22,7 @@ extern "C" {
 #include "collectives/core/comm.h"
 #include "collectives/api/config.h"
 #include "collectives/core/params.h"
-#include "collectives/plan/topo_plan.h"
+#include "collectives/tune/topo_plan.h"
 #include "collectives/core/tree_links.h"
 #include "transport/base/status.h"
 #include "transport/topology/topo.h"

@@ -6,7 +6,7 @@
 #include "../../../transport/base/param.h"
 #include "../../../transport/base/status.h"
 #include "../../core/params.h"
-#include "../../plan/tuner.h"
+#include "../../tune/tuner.h"
 #include "dev_types.h"
 #include "device.h"
 
