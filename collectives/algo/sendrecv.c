@@ -52,7 +52,8 @@ static int plan_is_send(const struct weft_plan *op) { return op->coll == COLL_SE
  * that are not connected yet. Per pair: the receiver sets up its FIFO and
  * sends the blob; the sender attaches and acks; the receiver finishes.
  * Messages never wait for the peer, so any order works. */
-static weftResult_t sendrecv_connect_wanted(struct weftComm *comm, char *want_send, char *want_recv) {
+static weftResult_t sendrecv_connect_wanted(struct weftComm *comm, char *want_send,
+                                            char *want_recv) {
   const int n = comm->nranks;
   weftResult_t res = weftSuccess;
   for (int p = 0; p < n; p++) {
@@ -148,7 +149,8 @@ struct sendrecv_state {
 
 /* Offers st's message, then waits for the answer: how many slots moved, or
  * -1. A refused offer leaves the message to the FIFO. */
-static int send_offer_progress(struct weftComm *comm, struct weft_conn *c, struct sendrecv_state *st) {
+static int send_offer_progress(struct weftComm *comm, struct weft_conn *c,
+                               struct sendrecv_state *st) {
   if (st->offer == 1) {
     if (!sendrecv_cma_offer(c, st->op->sendbuf, st->nbytes, &st->offer_step)) return 0;
     st->offer = 2;
@@ -267,7 +269,8 @@ static weftResult_t offers_settle(struct weftComm *comm, struct sendrecv_state *
 /* Marks the sends that the receiver copies from the sender's buffer
  * (sendrecv_cma_wanted): a send is paired when the group also receives from its
  * peer. */
-static weftResult_t sendrecv_offers_mark(struct weftComm *comm, struct sendrecv_state *st, size_t nops) {
+static weftResult_t sendrecv_offers_mark(struct weftComm *comm, struct sendrecv_state *st,
+                                         size_t nops) {
   char *recv_from = calloc((size_t)comm->nranks, 1);
   if (recv_from == NULL) return weft_error_set(weftSystemError, "out of memory");
   for (size_t i = 0; i < nops; i++)
@@ -275,7 +278,8 @@ static weftResult_t sendrecv_offers_mark(struct weftComm *comm, struct sendrecv_
   for (size_t i = 0; i < nops; i++) {
     int peer = st[i].op->root;
     if (plan_is_send(st[i].op) && !st[i].finished)
-      st[i].offer = sendrecv_cma_wanted(comm, &comm->send_conns[peer], st[i].nbytes, recv_from[peer]);
+      st[i].offer =
+          sendrecv_cma_wanted(comm, &comm->send_conns[peer], st[i].nbytes, recv_from[peer]);
   }
   free(recv_from);
   return weftSuccess;

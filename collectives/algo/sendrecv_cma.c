@@ -44,7 +44,13 @@ struct weft_param sendrecv_cma_params[] = {
 
 #define SENDRECV_CMA_MAGIC 0x7032702d636d6121ull /* eight ASCII bytes that mark an offer */
 
-enum sendrecv_cma_answer { ANSWER_NONE, ANSWER_COPIED, ANSWER_REFUSED, ANSWER_MISMATCH, ANSWER_FAILED };
+enum sendrecv_cma_answer {
+  ANSWER_NONE,
+  ANSWER_COPIED,
+  ANSWER_REFUSED,
+  ANSWER_MISMATCH,
+  ANSWER_FAILED
+};
 
 /* The offer, in a slot: written by the sender, answered by the receiver. */
 struct sendrecv_cma_slot {
@@ -107,7 +113,8 @@ int sendrecv_cma_wanted(const struct weftComm *comm, const struct weft_conn *c, 
 int sendrecv_cma_offer(struct weft_conn *c, const void *buf, size_t nbytes, uint64_t *step_out) {
   if (c->step - __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE) >= c->nslots) return 0;
   struct sendrecv_cma_slot *slot = slot_at(c, c->step);
-  *slot = (struct sendrecv_cma_slot){.magic = SENDRECV_CMA_MAGIC, .addr = (uintptr_t)buf, .nbytes = nbytes};
+  *slot = (struct sendrecv_cma_slot){
+      .magic = SENDRECV_CMA_MAGIC, .addr = (uintptr_t)buf, .nbytes = nbytes};
   mem_shared_find(buf, nbytes, &slot->ref);
   c->ctrl->slot_used_nbytes[c->step % c->nslots] = sizeof *slot | SENDRECV_CMA_SLOT_OFFER;
   *step_out = c->step++;

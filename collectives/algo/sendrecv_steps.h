@@ -55,7 +55,8 @@ SENDRECV_HD uint64_t sendrecv_nchunks(uint64_t nbytes, uint64_t chunk_nbytes) {
 }
 
 /* Chunks of a message that travel on lane l of nlanes. */
-SENDRECV_HD uint64_t sendrecv_lane_nchunks(uint64_t nbytes, uint64_t chunk_nbytes, int lane, int nlanes) {
+SENDRECV_HD uint64_t sendrecv_lane_nchunks(uint64_t nbytes, uint64_t chunk_nbytes, int lane,
+                                           int nlanes) {
   uint64_t n = sendrecv_nchunks(nbytes, chunk_nbytes);
   return n > (uint64_t)lane ? (n - (uint64_t)lane + (uint64_t)nlanes - 1) / (uint64_t)nlanes : 0;
 }
@@ -106,14 +107,16 @@ struct sendrecv_block {
   int next; /* where the round-robin search starts */
 };
 
-SENDRECV_HD void sendrecv_block_init(struct sendrecv_block *blk, const struct sendrecv_op *ops, int nops,
-                                     uint64_t chunk_nbytes, int nlanes, int nblocks, int b) {
+SENDRECV_HD void sendrecv_block_init(struct sendrecv_block *blk, const struct sendrecv_op *ops,
+                                     int nops, uint64_t chunk_nbytes, int nlanes, int nblocks,
+                                     int b) {
   blk->nlanes = nlanes;
   blk->nitems = 0;
   blk->next = 0;
   for (int i = 0; i < nops; i++)
     for (int l = 0; l < nlanes; l++) {
-      if (ops[i].self || sendrecv_lane_nchunks(ops[i].nbytes, chunk_nbytes, l, nlanes) == 0) continue;
+      if (ops[i].self || sendrecv_lane_nchunks(ops[i].nbytes, chunk_nbytes, l, nlanes) == 0)
+        continue;
       if (sendrecv_block_of(ops[i].pair, l, nlanes, nblocks) != b) continue;
       blk->op[blk->nitems] = (uint16_t)i;
       blk->lane[blk->nitems] = (uint8_t)l;
@@ -122,8 +125,9 @@ SENDRECV_HD void sendrecv_block_init(struct sendrecv_block *blk, const struct se
     }
 }
 
-SENDRECV_HD int sendrecv_item_finished(const struct sendrecv_block *blk, const struct sendrecv_op *ops,
-                                       uint64_t chunk_nbytes, int k) {
+SENDRECV_HD int sendrecv_item_finished(const struct sendrecv_block *blk,
+                                       const struct sendrecv_op *ops, uint64_t chunk_nbytes,
+                                       int k) {
   return blk->done[k] >=
          sendrecv_lane_nchunks(ops[blk->op[k]].nbytes, chunk_nbytes, blk->lane[k], blk->nlanes);
 }
@@ -131,8 +135,9 @@ SENDRECV_HD int sendrecv_item_finished(const struct sendrecv_block *blk, const s
 /* Whether item k may move now: unfinished, and every earlier item on its
  * lane (same peer, direction and lane) finished, so a lane carries its
  * messages in posting order. */
-SENDRECV_HD int sendrecv_item_eligible(const struct sendrecv_block *blk, const struct sendrecv_op *ops,
-                                       uint64_t chunk_nbytes, int k) {
+SENDRECV_HD int sendrecv_item_eligible(const struct sendrecv_block *blk,
+                                       const struct sendrecv_op *ops, uint64_t chunk_nbytes,
+                                       int k) {
   if (sendrecv_item_finished(blk, ops, chunk_nbytes, k)) return 0;
   const struct sendrecv_op *o = &ops[blk->op[k]];
   for (int j = 0; j < k; j++) {
@@ -145,8 +150,8 @@ SENDRECV_HD int sendrecv_item_eligible(const struct sendrecv_block *blk, const s
 }
 
 /* Whether every item of the block is finished. */
-SENDRECV_HD int sendrecv_block_finished(const struct sendrecv_block *blk, const struct sendrecv_op *ops,
-                                        uint64_t chunk_nbytes) {
+SENDRECV_HD int sendrecv_block_finished(const struct sendrecv_block *blk,
+                                        const struct sendrecv_op *ops, uint64_t chunk_nbytes) {
   for (int k = 0; k < blk->nitems; k++)
     if (!sendrecv_item_finished(blk, ops, chunk_nbytes, k)) return 0;
   return 1;

@@ -146,7 +146,8 @@ TEST(DeviceIpcSendrecv, PipelineThenAlltoAllAcrossProcesses) {
     RunOptions opts;
     opts.timeout_s = 120;
     opts.env = {{"WEFT_TIMEOUT", "30"}};
-    auto status = run_ranks(k, [&](const RankCtx &ctx) { return run_sendrecv_rank(ctx, 70001); }, opts);
+    auto status =
+        run_ranks(k, [&](const RankCtx &ctx) { return run_sendrecv_rank(ctx, 70001); }, opts);
     if (status[0] == kNoGpu) GTEST_SKIP() << "no CUDA device";
     for (int r = 0; r < k; r++) EXPECT_EQ(status[r], 0) << "k " << k << " rank " << r;
   }

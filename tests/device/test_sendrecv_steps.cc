@@ -237,7 +237,8 @@ TEST(SendrecvSteps, BlockOrderAndNvccCompileAgree) {
         const int nops = (int)x.ops.size();
         const int nblocks = sendrecv_nblocks(x.npairs, nlanes, max_blocks);
         uint64_t want_chunks = 0;
-        for (const sendrecv_op &o : x.ops) want_chunks += o.self ? 0 : sendrecv_nchunks(o.nbytes, 48);
+        for (const sendrecv_op &o : x.ops)
+          want_chunks += o.self ? 0 : sendrecv_nchunks(o.nbytes, 48);
         uint64_t moved = 0;
         for (int b = 0; b < nblocks; b++) {
           std::vector<sendrecv_move> c(SENDRECV_MAX_ITEMS * 64), h(c.size()), d(c.size());
@@ -321,7 +322,8 @@ TEST(SendrecvPoison, StoppedRankPoisonsItsLanesAndLaterLaunchesReturnAtOnce) {
   }
   for (auto &t : threads) t.join();
   uint64_t took = weft_test::sendrecv_emu_now_ns() - t0;
-  for (int b = 0; b < sendrecv_nblocks(L[0].npairs, net.nlanes, 2); b++) EXPECT_EQ(res[b], weft_test::SENDRECV_EMU_ABORTED);
+  for (int b = 0; b < sendrecv_nblocks(L[0].npairs, net.nlanes, 2); b++)
+    EXPECT_EQ(res[b], weft_test::SENDRECV_EMU_ABORTED);
   for (int r = 1; r < n; r++)
     for (int b = 0; b < sendrecv_nblocks(L[r].npairs, net.nlanes, 2); b++)
       EXPECT_NE(res[r * 8 + b], weft_test::SENDRECV_EMU_OK) << "rank " << r << " block " << b;

@@ -31,7 +31,8 @@ _Static_assert(sizeof(struct dev_fifo_ctrl) <= CUDA_FIFO_CTRL_NBYTES, "ctrl fits
 _Static_assert(DEV_FLAGS_NBYTES <= DEV_FLAGS_PAGE_NBYTES, "the flags fit their page");
 _Static_assert(offsetof(struct dev_fifo_ctrl, poison) == DEV_FIFO_POISON_OFFSET,
                "poison where struct conn_ctrl has it");
-_Static_assert(sizeof(struct dev_sendrecv_work) <= 4096, "send/recv work fits the kernel parameters");
+_Static_assert(sizeof(struct dev_sendrecv_work) <= 4096,
+               "send/recv work fits the kernel parameters");
 
 #define cuda_check device_cuda_check
 

@@ -297,9 +297,10 @@ weftResult_t device_sendrecv_launch(struct weftComm *comm, struct device_comm *d
        block = {device_block_threads(largest, 16u * DEV_UNROLL), 1, 1};
   device_done_fill(d, captured, &w.done);
   static cudaKernel_t handle;
-  const char *why =
-      device_kernel_launch((const void *)weft_sendrecv_kernel, &handle, grid, block, args, stream, 0);
-  if (why != NULL) return weft_error_set(weftSystemError, "cuda: launching the send/recv kernel: %s", why);
+  const char *why = device_kernel_launch((const void *)weft_sendrecv_kernel, &handle, grid, block,
+                                         args, stream, 0);
+  if (why != NULL)
+    return weft_error_set(weftSystemError, "cuda: launching the send/recv kernel: %s", why);
   device_done_commit(d, &w.done, w.nblocks);
   for (int i = 0; announce && i < w.nops; i++) {
     const struct sendrecv_op *o = &w.ops[i];

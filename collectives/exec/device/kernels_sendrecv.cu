@@ -19,7 +19,8 @@ struct dev_copy_bytes {
 
 enum { PICK_DONE = -1, PICK_GAVE_UP = -2 };
 
-__device__ __forceinline__ dev_fifo *sendrecv_lane(const dev_sendrecv_work &w, const sendrecv_op &o, int lane) {
+__device__ __forceinline__ dev_fifo *sendrecv_lane(const dev_sendrecv_work &w, const sendrecv_op &o,
+                                                   int lane) {
   return o.send ? &w.peers[o.peer].send[lane] : &w.peers[o.peer].recv[lane];
 }
 
@@ -54,7 +55,8 @@ __device__ int sendrecv_pick(const dev_sendrecv_work &w, sendrecv_block &blk, ui
 }
 
 // Thread 0, giving up: poison the block's lanes and say where it stopped.
-__device__ void sendrecv_give_up(const dev_sendrecv_work &w, const sendrecv_block &blk, uint32_t why) {
+__device__ void sendrecv_give_up(const dev_sendrecv_work &w, const sendrecv_block &blk,
+                                 uint32_t why) {
   if (*(volatile uint32_t *)w.error == 0) *(volatile uint32_t *)w.error = why;
   __threadfence_system(); // our reason is recorded before a peer can see the poison
   for (int k = 0; k < blk.nitems; k++)
@@ -124,7 +126,8 @@ __device__ __forceinline__ void sendrecv_kernel_run(const dev_sendrecv_work &w) 
   }
 }
 
-extern "C" __global__ void __launch_bounds__(DEV_NTHREADS) weft_sendrecv_kernel(dev_sendrecv_work w) {
+extern "C" __global__ void __launch_bounds__(DEV_NTHREADS)
+    weft_sendrecv_kernel(dev_sendrecv_work w) {
   sendrecv_kernel_run(w);
   dev_done_report(w.done);
 }

@@ -68,7 +68,8 @@ static void batch_run(struct comm_batch *b) {
     if (plan_is_sendrecv(&b->all[i].plan)) sendrecv[nsendrecv++] = &b->all[i].plan;
     else b->res = op_run_collective(b->comm, &b->all[i].plan);
   }
-  if (b->res == weftSuccess && nsendrecv > 0) b->res = op_run_sendrecv(b->comm, sendrecv, nsendrecv);
+  if (b->res == weftSuccess && nsendrecv > 0)
+    b->res = op_run_sendrecv(b->comm, sendrecv, nsendrecv);
   if (b->res != weftSuccess) snprintf(b->error, sizeof b->error, "%s", weft_error_text());
   free(sendrecv);
 }
@@ -149,7 +150,8 @@ static weftResult_t pool_hand_over(struct comm_batch *b) {
 
 weftResult_t group_launch(const struct group_op *ops, size_t nops) {
   /* one collective, the common case: run it here, without the batches */
-  if (nops == 1 && !plan_is_sendrecv(&ops[0].plan)) return op_run_collective(ops[0].comm, &ops[0].plan);
+  if (nops == 1 && !plan_is_sendrecv(&ops[0].plan))
+    return op_run_collective(ops[0].comm, &ops[0].plan);
   size_t nbatches = 0;
   struct comm_batch *batches = calloc(nops ? nops : 1, sizeof *batches);
   if (batches == NULL) return weft_error_set(weftSystemError, "out of memory");

@@ -76,7 +76,8 @@ __attribute__((noinline, cold)) static weftResult_t signed_slot_mismatch(struct 
  * one 128-bit comparison. Looking there spares a read of slot_used_nbytes
  * (a cache line the sender wrote); only a mismatch reads it, to find where
  * the sender put its signature, if anywhere. */
-static inline weftResult_t slot_signature_compare(struct prims *p, const char *slot, size_t nbytes) {
+static inline weftResult_t slot_signature_compare(struct prims *p, const char *slot,
+                                                  size_t nbytes) {
   if (!sig_fits(nbytes) || signature_packed_same(slot + nbytes, p->sig)) return weftSuccess;
   return signed_slot_mismatch(p, slot, nbytes);
 }
