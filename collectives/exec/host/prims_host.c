@@ -71,7 +71,7 @@ __attribute__((noinline, cold)) static weftResult_t signed_slot_mismatch(struct 
   return comm_fail_alone(comm, weftInvalidUsage);
 }
 
-/* Checks the signature after the data of the previous rank's first slot of
+/* Compares the signature after the data of the previous rank's first slot of
  * the call, which holds nbytes of data when both ranks make the same call:
  * one 128-bit comparison. Looking there spares a read of slot_used_nbytes
  * (a cache line the sender wrote); only a mismatch reads it, to find where
