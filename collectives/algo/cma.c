@@ -44,7 +44,7 @@
 
 #include "../../transport/base/status.h"
 #include "../../transport/base/wait.h"
-#include "../core/check.h"
+#include "../core/signature.h"
 #include "cma.h"
 #include "../core/mem.h"
 #include "../core/plan.h"
@@ -81,9 +81,9 @@ struct cma_desc {
   uint64_t recv_nbytes; /* bytes from recv_addr that peers may write */
   uint64_t probe_addr;  /* a word holding CMA_PROBE_VALUE */
   struct mem_shared_ref send_ref, recv_ref; /* fd -1 where not mappable */
-  struct check_sig_packed sig; /* the call as this rank made it: last, as in every signed slot */
+  struct signature_packed sig; /* the call as this rank made it: last, as in every signed slot */
 };
-_Static_assert(offsetof(struct cma_desc, sig) + sizeof(struct check_sig_packed) ==
+_Static_assert(offsetof(struct cma_desc, sig) + sizeof(struct signature_packed) ==
                    sizeof(struct cma_desc),
                "a descriptor ends with its signature, as every signed slot does");
 
@@ -157,7 +157,7 @@ int cma_possible(const struct weftComm *comm) {
 static weftResult_t cma_copy_error(struct weftComm *comm, int peer, const char *what,
                                    size_t nbytes, int err) {
   const pid_t pid = comm->peers[peer].pid;
-  const struct conn_ctrl *in = comm->p2p_recv[peer].ctrl, *out = comm->p2p_send[peer].ctrl;
+  const struct conn_ctrl *in = comm->recv_conns[peer].ctrl, *out = comm->send_conns[peer].ctrl;
   const int failed = (in != NULL && __atomic_load_n(&in->poison, __ATOMIC_ACQUIRE) != 0) ||
                      (out != NULL && __atomic_load_n(&out->poison, __ATOMIC_ACQUIRE) != 0);
   if (err == ESRCH || failed || pid_gone(pid, 1))
@@ -210,11 +210,11 @@ static weftResult_t cma_alltoall_small(struct weftComm *comm, const void *msg, v
   const int n = comm->nranks, rank = comm->rank;
   for (int j = 1; j < n; j++) {
     int peer = (rank + j) % n;
-    WEFT_TRY(peer_send(comm, &comm->p2p_send[peer], msg, nbytes));
+    WEFT_TRY(peer_send(comm, &comm->send_conns[peer], msg, nbytes));
   }
   for (int j = 1; j < n; j++) {
     int peer = (rank - j + n) % n;
-    WEFT_TRY(peer_recv(comm, &comm->p2p_recv[peer], (char *)msgs + (size_t)peer * nbytes,
+    WEFT_TRY(peer_recv(comm, &comm->recv_conns[peer], (char *)msgs + (size_t)peer * nbytes,
                        nbytes));
   }
   return weftSuccess;
@@ -269,9 +269,9 @@ static void cma_copy(void *dst, const void *src, size_t nbytes, int stream) {
 static weftResult_t cma_descs_check(const struct weftComm *comm, const struct cma_desc *descs,
                                     size_t send_nbytes, size_t recv_nbytes) {
   const int n = comm->nranks;
-  struct check_sig sigs[n];
-  for (int r = 0; r < n; r++) check_sig_unpack(&sigs[r], &descs[r].sig);
-  if (check_compare(sigs, n, "ranks disagree on a collective") != weftSuccess) {
+  struct signature sigs[n];
+  for (int r = 0; r < n; r++) signature_unpack(&sigs[r], &descs[r].sig);
+  if (signature_compare(sigs, n, "ranks disagree on a collective") != weftSuccess) {
     char cause[768];
     snprintf(cause, sizeof cause, "%s", weft_error_text()); /* the text is overwritten next */
     return weft_error_set(weftInvalidUsage,
@@ -335,7 +335,7 @@ static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *pla
                           .recv_addr = (uintptr_t)plan->recvbuf,
                           .recv_nbytes = recv_nbytes,
                           .probe_addr = (uintptr_t)&cma_probe_word};
-  check_sig_pack(&self.sig, plan);
+  signature_pack(&self.sig, plan);
   self.send_ref.fd = self.recv_ref.fd = -1;
   if (param_int(&cma_params[1]) != 0) {
     mem_shared_find(plan->sendbuf, send_nbytes, &self.send_ref);
@@ -345,14 +345,14 @@ static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *pla
    * rank in another algorithm, which its signature names */
   for (int j = 1; j < n; j++) {
     int peer = (rank + j) % n;
-    WEFT_TRY(peer_send(comm, &comm->p2p_send[peer], &self, sizeof self));
+    WEFT_TRY(peer_send(comm, &comm->send_conns[peer], &self, sizeof self));
   }
   for (int j = 1; j < n; j++) {
     int peer = (rank - j + n) % n;
     const char *in;
-    WEFT_TRY(peer_recv_signed_wait(comm, &comm->p2p_recv[peer], sizeof self, &self.sig, 0, &in));
+    WEFT_TRY(peer_recv_signed_wait(comm, &comm->recv_conns[peer], sizeof self, &self.sig, 0, &in));
     memcpy(&descs[peer], in, sizeof self);
-    peer_recv_done(&comm->p2p_recv[peer]);
+    peer_recv_done(&comm->recv_conns[peer]);
   }
   descs[rank] = self;
   WEFT_TRY(cma_descs_check(comm, descs, send_nbytes, recv_nbytes));

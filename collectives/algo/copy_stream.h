@@ -1,6 +1,6 @@
 /* When copies between ranks of one host bypass the caches (streaming
  * stores, copy_host_stream): the single-copy collectives (cma.c) and groups
- * of sends and receives (p2p.c) judge it alike. */
+ * of sends and receives (sendrecv.c) judge it alike. */
 #ifndef WEFT_COPY_STREAM_H
 #define WEFT_COPY_STREAM_H
 

@@ -11,14 +11,14 @@
  * divides for avg.
  *
  * The first piece is smaller by a signature of the call (16 bytes, struct
- * check_sig_packed), which each of its slots carries after the data, in the
+ * signature_packed), which each of its slots carries after the data, in the
  * data's cache line where the piece is small: every rank checks its
  * partners' call against its own as the data arrives, at no extra step
  * (peer_recv_signed_wait). */
 #include <string.h>
 
 #include "../../transport/base/status.h"
-#include "../core/check.h"
+#include "../core/signature.h"
 #include "../core/plan.h"
 #include "../exec/host/prims_peer.h"
 #include "../reduce/reduce_host.h"
@@ -39,7 +39,7 @@ static weftResult_t rd_connect(struct weftComm *comm, int pow2) {
 
 /* One slot of nbytes from src to conn, followed by sig unless NULL. */
 static weftResult_t rd_send(struct weftComm *comm, struct weft_conn *conn, const void *src,
-                            size_t nbytes, const struct check_sig_packed *sig) {
+                            size_t nbytes, const struct signature_packed *sig) {
   char *out;
   WEFT_TRY(peer_send_wait(comm, conn, &out));
   memcpy(out, src, nbytes);
@@ -51,7 +51,7 @@ static weftResult_t rd_send(struct weftComm *comm, struct weft_conn *conn, const
 /* Waits for a slot of nbytes from conn, followed by the sender's signature
  * (checked against sig) unless sig is NULL. */
 static weftResult_t rd_recv_wait(struct weftComm *comm, struct weft_conn *conn, size_t nbytes,
-                                 const struct check_sig_packed *sig, const char **in_out) {
+                                 const struct signature_packed *sig, const char **in_out) {
   if (sig == NULL) return peer_recv_wait(comm, conn, nbytes, in_out);
   return peer_recv_signed_wait(comm, conn, nbytes + sizeof *sig, sig, 1, in_out);
 }
@@ -59,9 +59,9 @@ static weftResult_t rd_recv_wait(struct weftComm *comm, struct weft_conn *conn, 
 /* One exchange with partner: sends acc, then dst = low op high. */
 static weftResult_t rd_exchange(struct weftComm *comm, weft_reduce_fn reduce, size_t esize,
                                 int partner, const char *acc, char *dst, size_t n, int divisor,
-                                const struct check_sig_packed *sig) {
+                                const struct signature_packed *sig) {
   const size_t nbytes = n * esize;
-  struct weft_conn *to = &comm->p2p_send[partner], *from = &comm->p2p_recv[partner];
+  struct weft_conn *to = &comm->send_conns[partner], *from = &comm->recv_conns[partner];
   const char *in;
   WEFT_TRY(rd_send(comm, to, acc, nbytes, sig));
   WEFT_TRY(rd_recv_wait(comm, from, nbytes, sig, &in));
@@ -90,14 +90,14 @@ weftResult_t rd_allreduce(struct weftComm *comm, struct weft_channel *ch,
   const int extra = comm->nranks - pow2;
   WEFT_TRY(rd_connect(comm, pow2));
 
-  struct check_sig_packed signature;
-  check_sig_pack(&signature, plan);
+  struct signature_packed signature;
+  signature_pack(&signature, plan);
   /* the first piece leaves room for the signature, and the next ones start
    * 64-byte aligned where the slot allows; a call that fits in one piece (the
    * small ones this algorithm is for) needs no division */
   const size_t first_room = comm->slot_nbytes - (WEFT_SLOT_SIGNATURE ? sizeof signature : 0);
   for (size_t base = 0; base < count;) {
-    const struct check_sig_packed *sig = WEFT_SLOT_SIGNATURE && base == 0 ? &signature : NULL;
+    const struct signature_packed *sig = WEFT_SLOT_SIGNATURE && base == 0 ? &signature : NULL;
     size_t n = count - base;
     if (n * esize > (sig != NULL ? first_room : comm->slot_nbytes)) {
       n = comm->slot_nbytes / esize;
@@ -112,8 +112,8 @@ weftResult_t rd_allreduce(struct weftComm *comm, struct weft_channel *ch,
     if (rank >= pow2) {
       /* an extra rank: hand in the input, get the result back */
       const char *in;
-      struct weft_conn *from = &comm->p2p_recv[rank - pow2];
-      WEFT_TRY(rd_send(comm, &comm->p2p_send[rank - pow2], acc, nbytes, sig));
+      struct weft_conn *from = &comm->recv_conns[rank - pow2];
+      WEFT_TRY(rd_send(comm, &comm->send_conns[rank - pow2], acc, nbytes, sig));
       WEFT_TRY(rd_recv_wait(comm, from, nbytes, sig, &in));
       memcpy(out, in, nbytes);
       peer_recv_done(from);
@@ -123,7 +123,7 @@ weftResult_t rd_allreduce(struct weftComm *comm, struct weft_channel *ch,
     /* fold: the extra rank's input (the higher rank's) into ours */
     if (rank < extra) {
       const char *in;
-      struct weft_conn *from = &comm->p2p_recv[rank + pow2];
+      struct weft_conn *from = &comm->recv_conns[rank + pow2];
       WEFT_TRY(rd_recv_wait(comm, from, nbytes, sig, &in));
       reduce(out, NULL, acc, in, n, 1);
       peer_recv_done(from);
@@ -137,7 +137,7 @@ weftResult_t rd_allreduce(struct weftComm *comm, struct weft_channel *ch,
       acc = out;
     }
     /* unfold: the result to the extra rank */
-    if (rank < extra) WEFT_TRY(rd_send(comm, &comm->p2p_send[rank + pow2], out, nbytes, sig));
+    if (rank < extra) WEFT_TRY(rd_send(comm, &comm->send_conns[rank + pow2], out, nbytes, sig));
     base += n;
   }
   return weftSuccess;

@@ -1,7 +1,7 @@
 /* The host executor of the ring algorithms: runs the step sequences of
  * ring_steps.h (shared with the CUDA kernels) with the host primitives. */
 #include "../../transport/base/status.h"
-#include "../core/check.h"
+#include "../core/signature.h"
 #include "../core/plan.h"
 #include "../exec/host/prims.h"
 #include "ring_steps.h"
@@ -46,8 +46,8 @@ weftResult_t ring_run(struct weftComm *comm, struct weft_channel *ch, const stru
   int reduces = plan->coll == COLL_ALLREDUCE || plan->coll == COLL_REDUCESCATTER ||
                 plan->coll == COLL_REDUCE;
   prims_init(&p, comm, ch, plan->datatype, reduces ? plan->op : weftSum, plan->proto);
-  struct check_sig_packed sig; /* rides after the data of the first slot (prims_sign) */
-  check_sig_pack(&sig, plan);
+  struct signature_packed sig; /* rides after the data of the first slot (prims_sign) */
+  signature_pack(&sig, plan);
   if (WEFT_SLOT_SIGNATURE) prims_sign(&p, &sig);
   int rooted = plan->coll == COLL_BROADCAST || plan->coll == COLL_REDUCE;
   struct ring_geom g;

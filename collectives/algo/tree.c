@@ -67,10 +67,10 @@ static weftResult_t tree_up(struct tree_run *r, const struct tree_half *h, long 
   const char *in[TREE_MAX_CHILDREN];
   char *out;
   for (int c = 0; c < l->nchildren; c++)
-    WEFT_TRY(peer_recv_wait(comm, &comm->p2p_recv[l->child[c]], nbytes, &in[c]));
+    WEFT_TRY(peer_recv_wait(comm, &comm->recv_conns[l->child[c]], nbytes, &in[c]));
   int divisor = 1;
   if (l->parent != TREE_NONE) {
-    WEFT_TRY(peer_send_wait(comm, &comm->p2p_send[l->parent], &out));
+    WEFT_TRY(peer_send_wait(comm, &comm->send_conns[l->parent], &out));
   } else {
     out = r->dst + first * esize; /* the root: the result */
     divisor = r->divisor;
@@ -79,8 +79,8 @@ static weftResult_t tree_up(struct tree_run *r, const struct tree_half *h, long 
   if (l->nchildren == 0) memcpy(out, own, nbytes);
   for (int c = 0; c < l->nchildren; c++) /* the last reduction divides */
     r->reduce(out, NULL, c == 0 ? own : out, in[c], n, c == l->nchildren - 1 ? divisor : 1);
-  if (l->parent != TREE_NONE) peer_send_post(&comm->p2p_send[l->parent], nbytes);
-  for (int c = 0; c < l->nchildren; c++) peer_recv_done(&comm->p2p_recv[l->child[c]]);
+  if (l->parent != TREE_NONE) peer_send_post(&comm->send_conns[l->parent], nbytes);
+  for (int c = 0; c < l->nchildren; c++) peer_recv_done(&comm->recv_conns[l->child[c]]);
   return weftSuccess;
 }
 
@@ -94,15 +94,15 @@ static weftResult_t tree_down(struct tree_run *r, const struct tree_half *h, lon
   char *mine = r->dst + first * r->elem_nbytes, *out[TREE_MAX_CHILDREN];
   const char *in = mine;
   if (l->parent != TREE_NONE)
-    WEFT_TRY(peer_recv_wait(comm, &comm->p2p_recv[l->parent], nbytes, &in));
+    WEFT_TRY(peer_recv_wait(comm, &comm->recv_conns[l->parent], nbytes, &in));
   for (int c = 0; c < l->nchildren; c++)
-    WEFT_TRY(peer_send_wait(comm, &comm->p2p_send[l->child[c]], &out[c]));
+    WEFT_TRY(peer_send_wait(comm, &comm->send_conns[l->child[c]], &out[c]));
   if (in != mine) memcpy(mine, in, nbytes);
   for (int c = 0; c < l->nchildren; c++) {
     memcpy(out[c], mine, nbytes);
-    peer_send_post(&comm->p2p_send[l->child[c]], nbytes);
+    peer_send_post(&comm->send_conns[l->child[c]], nbytes);
   }
-  if (l->parent != TREE_NONE) peer_recv_done(&comm->p2p_recv[l->parent]);
+  if (l->parent != TREE_NONE) peer_recv_done(&comm->recv_conns[l->parent]);
   return weftSuccess;
 }
 

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "../../transport/base/status.h"
-#include "comm.h"
+#include "comm_lifecycle.h"
 
 enum { TAG_SHRINK_ID = 0x73680001u };
 

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "../../transport/base/status.h"
-#include "comm.h"
+#include "comm_lifecycle.h"
 #include "comm_split.h"
 
 struct split_entry {

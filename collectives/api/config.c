@@ -20,7 +20,7 @@
 #include "../algo/bulk.h"
 #include "../algo/cma.h"
 #include "../algo/copy_stream.h"
-#include "../algo/p2p_cma.h"
+#include "../algo/sendrecv_cma.h"
 #include "../core/params.h"
 #include "../exec/device/device_params.h"
 
@@ -29,7 +29,7 @@ struct weft_param *const weft_param_tables[] = {
     log_params, wait_params, sock_params, bootstrap_params, launcher_params, transport_params,
     shm_params, socket_params, ucx_params, cuda_transport_params,
     /* collectives/ */
-    coll_params, topo_params, device_params, cma_params, bulk_params, p2p_cma_params,
+    coll_params, topo_params, device_params, cma_params, bulk_params, sendrecv_cma_params,
     copy_stream_params, NULL,
 };
 

@@ -9,7 +9,7 @@
 #include "../exec/device/device.h"
 #include "group.h"
 #include "stream.h"
-#include "../plan/tuner.h"
+#include "../tune/tuner.h"
 #include "../core/redop.h"
 
 /* --- argument checks --------------------------------------------------- */
@@ -65,7 +65,7 @@ static weftResult_t plan_check(struct weftComm *comm, const struct weft_plan *pl
   if (rooted && (plan->root < 0 || plan->root >= comm->nranks))
     return weft_error_set(weftInvalidArgument, "%s: root %d out of range [0, %d)", name,
                           plan->root, comm->nranks);
-  if (plan_is_p2p(plan) && (plan->root < 0 || plan->root >= comm->nranks))
+  if (plan_is_sendrecv(plan) && (plan->root < 0 || plan->root >= comm->nranks))
     return weft_error_set(weftInvalidArgument, "%s: peer %d out of range [0, %d)", name,
                           plan->root, comm->nranks);
   /* asked only: the call may run later (a group, a host stream), and begins
@@ -113,8 +113,8 @@ static weftResult_t plan_check(struct weftComm *comm, const struct weft_plan *pl
  * is NULL and one whose empty buffer is device memory agree, and the pair's
  * other messages keep their order. A build without CUDA takes no stream
  * but its own. */
-static int p2p_is_empty(const struct weft_plan *plan, weftStream_t stream) {
-  if (!plan_is_p2p(plan) || plan->count != 0) return 0;
+static int sendrecv_is_empty(const struct weft_plan *plan, weftStream_t stream) {
+  if (!plan_is_sendrecv(plan) || plan->count != 0) return 0;
   struct host_stream *hs;
   if (stream == NULL || device_built() || stream_lookup(stream, &hs) == weftSuccess) return 1;
   weft_error_clear();
@@ -127,7 +127,7 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
   int alone = 0, uses[2];
   weftResult_t res = plan_check(comm, plan, &alone, uses);
   if (res == weftSuccess && coll_has_op(plan->coll)) redop_capture(comm, plan);
-  if (res == weftSuccess && p2p_is_empty(plan, stream)) {
+  if (res == weftSuccess && sendrecv_is_empty(plan, stream)) {
     comm->seq++; /* as every call of the comm counts */
     return weftSuccess;
   }

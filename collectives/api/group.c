@@ -16,11 +16,11 @@
 
 #include "../../transport/base/status.h"
 #include "../exec/device/device.h"
-#include "../algo/p2p.h"
+#include "../algo/sendrecv.h"
 #include "../exec/host/launch.h"
 #include "group.h"
 #include "stream.h"
-#include "../plan/tuner.h"
+#include "../tune/tuner.h"
 
 static _Thread_local int group_depth;
 static _Thread_local struct group_op *group_ops;

@@ -50,9 +50,9 @@ void comm_kick_conns(struct weftComm *comm) {
     conn_kick(&comm->channels[c].send, &now);
     conn_kick(&comm->channels[c].recv, &now);
   }
-  for (int r = 0; comm->p2p_send != NULL && r < comm->nranks; r++) {
-    conn_kick(&comm->p2p_send[r], &now);
-    conn_kick(&comm->p2p_recv[r], &now);
+  for (int r = 0; comm->send_conns != NULL && r < comm->nranks; r++) {
+    conn_kick(&comm->send_conns[r], &now);
+    conn_kick(&comm->recv_conns[r], &now);
   }
 }
 
@@ -61,9 +61,9 @@ void comm_poison_conns(struct weftComm *comm) {
     conn_poison(&comm->channels[c].send);
     conn_poison(&comm->channels[c].recv);
   }
-  for (int r = 0; comm->p2p_send != NULL && r < comm->nranks; r++) {
-    conn_poison(&comm->p2p_send[r]);
-    conn_poison(&comm->p2p_recv[r]);
+  for (int r = 0; comm->send_conns != NULL && r < comm->nranks; r++) {
+    conn_poison(&comm->send_conns[r]);
+    conn_poison(&comm->recv_conns[r]);
   }
 }
 

@@ -99,11 +99,11 @@ struct weftComm {
   int tree_depth;               /* the deepest rank's depth in either tree */
   uint32_t nslots;              /* FIFO shape of every connection */
   size_t slot_nbytes;
-  struct weft_conn *p2p_send;   /* [nranks]: to each peer, connected on first use */
-  struct weft_conn *p2p_recv;   /* [nranks]: from each peer */
+  struct weft_conn *send_conns; /* [nranks]: to each peer, connected on first use */
+  struct weft_conn *recv_conns; /* [nranks]: from each peer */
   uint64_t timeout_ns;
   uint64_t seq;                 /* collectives issued */
-  uint64_t check_seq;           /* collectives run through WEFT_CHECK's comparison */
+  uint64_t signature_seq;       /* collectives run through WEFT_CHECK's comparison */
   uint32_t life;                /* enum comm_life: changed only by comm_life_* below */
   /* The word this rank's waits poll (transport/base/wait.h, the bootstrap,
    * the device executor's copy): not a state but the signal to stop, up

@@ -56,7 +56,7 @@ struct weft_plan {
 
 const char *coll_kind_name(enum coll_kind coll);
 
-static inline int plan_is_p2p(const struct weft_plan *plan) {
+static inline int plan_is_sendrecv(const struct weft_plan *plan) {
   return plan->coll == COLL_SEND || plan->coll == COLL_RECV;
 }
 

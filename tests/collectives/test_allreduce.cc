@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "coll_check.h"
+#include "coll_ref.h"
 #include "harness.h"
 
 using namespace weft_test;

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "coll_check.h"
+#include "coll_ref.h"
 #include "harness.h"
 #include "weft_build_config.h"
 extern "C" {

@@ -13,13 +13,13 @@
 #include <string>
 #include <vector>
 
-#include "coll_check.h"
+#include "coll_ref.h"
 #include "harness.h"
 extern "C" {
 #include "collectives/algo/cma.h"
 #include "collectives/core/comm.h"
 #include "collectives/core/plan.h"
-#include "collectives/plan/tuner.h"
+#include "collectives/tune/tuner.h"
 }
 
 using namespace weft_test;

@@ -15,7 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "coll_check.h"
+#include "coll_ref.h"
 #include "harness.h"
 extern "C" {
 #include "collectives/core/comm.h"

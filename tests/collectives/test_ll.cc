@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "coll_check.h"
+#include "coll_ref.h"
 #include "harness.h"
 
 extern "C" {

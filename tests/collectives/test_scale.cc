@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "coll_check.h"
+#include "coll_ref.h"
 #include "harness.h"
 
 extern "C" {
 #include "collectives/core/comm.h"
 #include "collectives/api/config.h"
-#include "collectives/plan/topo_plan.h"
+#include "collectives/tune/topo_plan.h"
 }
 
 using namespace weft_test;

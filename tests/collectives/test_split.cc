@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "harness.h"
-#include "split_check.h"
+#include "split_signature.h"
 
 extern "C" {
 #include "collectives/api/config.h"
-#include "collectives/core/check.h"
+#include "collectives/core/signature.h"
 #include "collectives/core/params.h"
 #include "collectives/core/plan.h"
 }

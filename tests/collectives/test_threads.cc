@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/collectives/coll_check.h"
+#include "tests/collectives/coll_ref.h"
 #include "tests/harness.h"
 
 extern "C" {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "coll_check.h"
+#include "coll_ref.h"
 #include "harness.h"
 
 extern "C" {
@@ -183,7 +183,7 @@ TEST_P(TreeRdAllReduce, EveryTypeOpCountPlacement) {
     if (run_algo(comm, c.tree, weftFloat32, weftSum, nullptr, nullptr, 0) != weftSuccess)
       rc = rank_fail(ctx, "count 0: %s", weftGetLastError(comm));
     for (int r = 0; r < ctx.nranks && rc == 0; r++)
-      if (comm->p2p_send[r].transport != nullptr || comm->p2p_recv[r].transport != nullptr)
+      if (comm->send_conns[r].transport != nullptr || comm->recv_conns[r].transport != nullptr)
         rc = rank_fail(ctx, "count 0 connected to rank %d", r);
     const size_t counts[] = {0, 1, 3, 1009, 4099};
     for (int t = 0; t < weftNumTypes && rc == 0; t++)

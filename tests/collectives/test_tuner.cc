@@ -12,7 +12,7 @@ extern "C" {
 #include "collectives/api/config.h"
 #include "collectives/core/params.h"
 #include "collectives/core/plan.h"
-#include "collectives/plan/tuner.h"
+#include "collectives/tune/tuner.h"
 }
 
 namespace {

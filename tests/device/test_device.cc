@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/collectives/coll_check.h"
+#include "tests/collectives/coll_ref.h"
 #include "tests/device/dev_ranks.h"
 #include "tests/device/ring_steps_dump.h"
 #include "weft.h"

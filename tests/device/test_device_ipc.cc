@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/collectives/coll_check.h"
+#include "tests/collectives/coll_ref.h"
 
 using namespace weft_test;
 
@@ -102,7 +102,7 @@ INSTANTIATE_TEST_SUITE_P(All, DeviceIpc,
 // Point-to-point across processes (cuda_ipc lanes): first a pipeline, each
 // rank receiving from the one before and sending to the one after with lone
 // calls (lanes connected with that neighbour only), then an all-to-all.
-int run_p2p_rank(const RankCtx &ctx, size_t count) {
+int run_sendrecv_rank(const RankCtx &ctx, size_t count) {
   weftComm_t comm;
   cudaStream_t stream;
   if (int rc = open_rank(ctx, &comm, &stream)) return rc;
@@ -141,12 +141,13 @@ int run_p2p_rank(const RankCtx &ctx, size_t count) {
   return rc;
 }
 
-TEST(DeviceIpcP2p, PipelineThenAlltoAllAcrossProcesses) {
+TEST(DeviceIpcSendrecv, PipelineThenAlltoAllAcrossProcesses) {
   for (int k : {2, 3}) {
     RunOptions opts;
     opts.timeout_s = 120;
     opts.env = {{"WEFT_TIMEOUT", "30"}};
-    auto status = run_ranks(k, [&](const RankCtx &ctx) { return run_p2p_rank(ctx, 70001); }, opts);
+    auto status =
+        run_ranks(k, [&](const RankCtx &ctx) { return run_sendrecv_rank(ctx, 70001); }, opts);
     if (status[0] == kNoGpu) GTEST_SKIP() << "no CUDA device";
     for (int r = 0; r < k; r++) EXPECT_EQ(status[r], 0) << "k " << k << " rank " << r;
   }

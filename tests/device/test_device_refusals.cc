@@ -1,6 +1,6 @@
 // What the device executor refuses, checked without a GPU: the decision is
 // made from the plan, WEFT_ALGO and the build's kernel table before any CUDA
-// call (collectives/exec/device/device_check.c), so device_plan_check runs
+// call (collectives/exec/device/device_refuse.c), so device_plan_refusal runs
 // here as it runs in front of every launch.
 #include <gtest/gtest.h>
 
@@ -48,7 +48,7 @@ struct AlgoEnv {
 
 std::string check_text(const weft_plan &p, weftResult_t *res) {
   weft_error_clear();
-  *res = device_plan_check(&p);
+  *res = device_plan_refusal(&p);
   return *res == weftSuccess ? "" : weft_error_text();
 }
 
@@ -64,14 +64,14 @@ TEST(DeviceRefusals, TreeIsRefusedWithAMessageNotIgnored) {
   EXPECT_NE(text.find("ring"), std::string::npos) << text;
   // sends and receives have no algorithm to choose
   weft_plan send = plan_of(COLL_SEND, weftInt8, weftSum);
-  EXPECT_EQ(device_plan_check(&send), weftSuccess) << weft_error_text();
+  EXPECT_EQ(device_plan_refusal(&send), weftSuccess) << weft_error_text();
 }
 
 TEST(DeviceRefusals, RingAmongOthersOrPerCollective) {
   {
     AlgoEnv env("ring,tree");
     weft_plan p = plan_of(COLL_ALLREDUCE, weftFloat32, weftSum);
-    EXPECT_EQ(device_plan_check(&p), weftSuccess) << weft_error_text();
+    EXPECT_EQ(device_plan_refusal(&p), weftSuccess) << weft_error_text();
   }
   {
     AlgoEnv env("allreduce:tree");
@@ -79,7 +79,7 @@ TEST(DeviceRefusals, RingAmongOthersOrPerCollective) {
     check_text(plan_of(COLL_ALLREDUCE, weftFloat32, weftSum), &res);
     EXPECT_EQ(res, weftInvalidUsage);
     weft_plan ag = plan_of(COLL_ALLGATHER, weftFloat32, weftSum);
-    EXPECT_EQ(device_plan_check(&ag), weftSuccess) << weft_error_text();
+    EXPECT_EQ(device_plan_refusal(&ag), weftSuccess) << weft_error_text();
   }
   {
     AlgoEnv env("^ring");

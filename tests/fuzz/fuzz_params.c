@@ -9,7 +9,7 @@
 #include "collectives/api/config.h"
 #include "collectives/core/params.h"
 #include "collectives/core/plan.h"
-#include "collectives/plan/tuner.h"
+#include "collectives/tune/tuner.h"
 #include "fuzz.h"
 #include "transport/bootstrap/bootstrap.h"
 

@@ -64,7 +64,7 @@ check_lib "$libzero" "$zero_h"
 
 # The test hooks (-DWEFT_TEST_HOOKS) are in the suites' static variants only,
 # not in any object of the libraries that ship, local symbols included.
-hooks='bulk_comm_calls|p2p_cma_counts|mem_peer_map_count|net_dev_conn_failed|zero_test_save_crash_rank'
+hooks='bulk_comm_calls|sendrecv_cma_counts|mem_peer_map_count|net_dev_conn_failed|zero_test_save_crash_rank'
 for lib in "$libweft" "$libzero" "$build/libweft.a" "$build/zero/libweft_zero.a" "$build/libnccl.so.2"; do
   [ -e "$lib" ] || continue
   found=$(nm -A "$lib" 2>/dev/null | grep -E " ($hooks)\$")

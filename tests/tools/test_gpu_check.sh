@@ -75,7 +75,7 @@ fi
 # the carried UCX (its libraries first on LD_LIBRARY_PATH), as on a GPU
 # machine without one
 if [ -n "$build" ]; then
-  steps=perf_sendrecv,perf_alltoall,perf_p2p_lanes,perf_types,net_socket,net_bw,device,perf_ar_g2
+  steps=perf_sendrecv,perf_alltoall,perf_sendrecv_lanes,perf_types,net_socket,net_bw,device,perf_ar_g2
   npass=6
   if [ $ucx_here = 1 ] && grep -q 'WEFT_HAVE_UCX 1' "$build/weft_build_config.h" 2>/dev/null; then
     steps=$steps,net_ucx npass=7
@@ -94,8 +94,8 @@ if [ -n "$build" ]; then
   done
   grep -qE "^\| net_bw +\| pass +\| +[0-9]+ \| busbw device/host, socket, 2 hosts: lowest [0-9]+%" \
     "$work/run" && ok "net_bw compares the two memories" || bad "net_bw gave no ratio"
-  grep -qE "^\| perf_p2p_lanes +\| pass .*alltoall/4 8 lanes: [0-9.]+ [KM]i?B [0-9.]+ GB/s" \
-    "$work/run" && ok "perf_p2p_lanes reports each lane count" || bad "perf_p2p_lanes gave no figures"
+  grep -qE "^\| perf_sendrecv_lanes +\| pass .*alltoall/4 8 lanes: [0-9.]+ [KM]i?B [0-9.]+ GB/s" \
+    "$work/run" && ok "perf_sendrecv_lanes reports each lane count" || bad "perf_sendrecv_lanes gave no figures"
   if [ $npass = 7 ]; then
     grep -qE "^\| net_ucx .*UCX carried: $work/deps/ucx/lib/libucp\.so" "$work/run" &&
       ok "net_ucx ran on the carried UCX" || bad "net_ucx did not load the carried UCX"

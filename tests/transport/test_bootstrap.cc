@@ -17,7 +17,7 @@
 #include "harness.h"
 
 extern "C" {
-#include "collectives/api/comm.h"
+#include "collectives/api/comm_lifecycle.h"
 #include "transport/bootstrap/bootstrap.h"
 #include "transport/base/sock.h"
 #include "transport/base/wait.h"

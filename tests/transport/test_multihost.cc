@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/coll_check.h"
+#include "collectives/coll_ref.h"
 #include "harness.h"
 
 using namespace weft_test;

@@ -23,12 +23,12 @@ extern "C" {
 #include "collectives/core/comm.h"
 #include "collectives/api/config.h"
 #include "collectives/core/params.h"
-#include "collectives/plan/topo_plan.h"
+#include "collectives/tune/topo_plan.h"
 #include "collectives/core/tree_links.h"
 #include "transport/base/status.h"
 #include "transport/topology/topo.h"
 }
-#include "collectives/coll_check.h"
+#include "collectives/coll_ref.h"
 #include "harness.h"
 #include "weft_build_config.h"
 

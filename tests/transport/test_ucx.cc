@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/coll_check.h"
+#include "collectives/coll_ref.h"
 #include "harness.h"
 #include "weft_build_config.h"
 

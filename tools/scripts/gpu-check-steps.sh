@@ -54,7 +54,7 @@ step_configure() {
 # What the later steps run: the libraries (every kernel is in libweft), the
 # device suites, the tools. The host suites are CI's; WEFT_GPU_CHECK_BUILD_ALL=1
 # builds them too.
-GPU_TARGETS='^(libweft\.so\.[0-9.]+|libnccl\.so\.[0-9.]+|tests/device/test_device(_ipc|_p2p)?|tests/(zero/)?test_zero_(math_)?device[a-z_]*|tools/[a-z_]+_perf|tools/weftrun|tools/weft-train)$'
+GPU_TARGETS='^(libweft\.so\.[0-9.]+|libnccl\.so\.[0-9.]+|tests/device/test_device(_ipc|_sendrecv)?|tests/(zero/)?test_zero_(math_)?device[a-z_]*|tools/[a-z_]+_perf|tools/weftrun|tools/weft-train)$'
 
 step_build() {
   [ -f "$B/build.ninja" ] || fail "not configured"
@@ -124,7 +124,7 @@ step_device_plain() {
     --gtest_filter='*DeviceColl*_k2_n1_*:*DeviceColl*_k3_n1000_*:DevicePdl*:DeviceStreams*:DeviceGraph*'
 }
 
-step_device_p2p() { device_suite "$B/tests/device/test_device_p2p"; }
+step_device_sendrecv() { device_suite "$B/tests/device/test_device_sendrecv"; }
 
 step_device_ipc() { device_suite "$B/tests/device/test_device_ipc"; }
 
@@ -265,7 +265,7 @@ step_perf_ar_g2() { perf_ar 2 g || fail "exit $?"; key "$(cut -d' ' -f2- "$LOGS/
 step_perf_ar_g4() { perf_ar 4 g || fail "exit $?"; key "$(cut -d' ' -f2- "$LOGS/$STEP.keys")"; }
 step_perf_ar_g8() { perf_ar 8 g || fail "exit $?"; key "$(cut -d' ' -f2- "$LOGS/$STEP.keys")"; }
 
-# The device tuner's model (collectives/plan/tuner.c, tuner_dev_cost) in
+# The device tuner's model (collectives/tune/tuner.c, tuner_dev_cost) in
 # figures: all_reduce_device_perf -g k, 8 B..4 MiB, once under
 # WEFT_PROTO=simple and once under ll, side by side; the key gives each
 # protocol's 8 B time and the first size from which SIMPLE is ahead. A
@@ -478,7 +478,7 @@ step_perf_alltoall() { perf_coll alltoall 2 4 8; }
 # same on every rank): sendrecv_perf, 2 processes under MPS, 1 MiB to
 # 128 MiB, and alltoall_perf with 4, for each lane count; the key gives the
 # largest size's busbw of each, so that the default can be chosen by it.
-step_perf_p2p_lanes() {
+step_perf_sendrecv_lanes() {
   use_mps
   need_exe "$B/tools/sendrecv_perf"
   local lanes tool k keys="" bad=0 out

@@ -55,7 +55,7 @@ perf_flags|60|-|20.1|perf tools take -d, -o, -c with -M cuda; all_reduce_device_
 device|240|gpu|20.2|device suite: every collective x datatype x op, 2-4 ranks on the GPU, graphs
 device_plain|90|gpu|20.3|the device suite small messages, chained calls, two streams and graphs with WEFT_DEVICE_PDL=0 (no overlapped launches)
 device_ipc|120|gpu|20.2|ranks in processes (cuda_ipc); a silent peer ends in a timeout error
-device_p2p|120|gpu|20.2|send/recv groups on device memory: pipelines, all-to-all, gather, scatter
+device_sendrecv|120|gpu|20.2|send/recv groups on device memory: pipelines, all-to-all, gather, scatter
 perf_ar_g2|60|gpu|20.3|all_reduce_device_perf -g 2, 8 B..128 MiB: latency and busbw
 perf_ar_g4|60|gpu|20.3|all_reduce_device_perf -g 4: memory traffic against twice the copy
 memcheck|120|gpu|20.2|compute-sanitizer memcheck on a small device sample
@@ -84,7 +84,7 @@ torch_weft_cuda|240|gpu|19.6|the weft backend on CUDA tensors: check_api, DDP, a
 device_ipc_mps|120|gpu|20.2|device_ipc under MPS
 perf_sendrecv|110|gpu|20.3|sendrecv_perf -M cuda, 2/4/8 processes
 perf_alltoall|110|gpu|20.3|alltoall_perf -M cuda, 2/4/8 processes
-perf_p2p_lanes|90|gpu|20.3|sendrecv (2) and alltoall (4 processes) busbw at WEFT_P2P_LANES 1, 2, 4, 8
+perf_sendrecv_lanes|90|gpu|20.3|sendrecv (2) and alltoall (4 processes) busbw at WEFT_P2P_LANES 1, 2, 4, 8
 perf_all_gather|110|gpu|20.2|all_gather_perf -M cuda, 2/4/8 processes, 8 B..128 MiB
 perf_reduce_scatter|110|gpu|20.2|reduce_scatter_perf -M cuda, 2/4/8 processes
 perf_types|120|gpu|20.2|all_reduce_perf -M cuda -d all -o all, 3 processes, odd sizes
@@ -297,7 +297,7 @@ setup_ucx_env() {
 # on host memory (gpu-check-steps.sh's PERF_MEM), the other GPU steps skip.
 host_perf_step() { # name
   [ "${WEFT_GPU_CHECK_HOST_PERF:-0}" = 1 ] &&
-    [[ "$1" =~ ^(perf_(sendrecv|alltoall|all_gather|reduce_scatter|types|p2p_lanes)|net_(socket|ucx|bw))$ ]]
+    [[ "$1" =~ ^(perf_(sendrecv|alltoall|all_gather|reduce_scatter|types|sendrecv_lanes)|net_(socket|ucx|bw))$ ]]
 }
 
 # One step under its limit: pass, fail, skip, timeout, or "no time" when the

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../algo/p2p_steps.h"
+#include "../../algo/sendrecv_steps.h"
 
 /* Protocols of the device FIFOs. Each connection has one FIFO per protocol,
  * so an LL FIFO only ever holds LL lines and its flags can be trusted. */
@@ -118,15 +118,15 @@ struct dev_work {
 
 /* The point-to-point lanes to and from one peer (device memory, one entry
  * per peer; the steps carry on from launch to launch). */
-struct dev_p2p_lanes {
-  struct dev_fifo send[P2P_MAX_LANES];
-  struct dev_fifo recv[P2P_MAX_LANES];
+struct dev_sendrecv_lanes {
+  struct dev_fifo send[SENDRECV_MAX_LANES];
+  struct dev_fifo recv[SENDRECV_MAX_LANES];
 };
 
 /* One launch of point-to-point: a group's sends and receives on one comm,
- * scheduled by p2p_steps.h. Passed by value (kernel parameters: under 4 KiB). */
-struct dev_p2p_work {
-  struct dev_p2p_lanes *peers; /* [nranks], device memory */
+ * scheduled by sendrecv_steps.h. Passed by value (kernel parameters: under 4 KiB). */
+struct dev_sendrecv_work {
+  struct dev_sendrecv_lanes *peers; /* [nranks], device memory */
   volatile uint32_t *abort_flag;
   uint32_t *error;             /* as dev_work's */
   uint64_t *stopped;           /* mapped host memory: [0] op + 1, [1] chunks done, where a
@@ -137,8 +137,8 @@ struct dev_p2p_work {
   int nblocks;
   int nlanes;                  /* lanes per peer and direction (the comm's) */
   struct dev_done done;
-  struct p2p_op ops[P2P_MAX_OPS];
-  void *bufs[P2P_MAX_OPS];
+  struct sendrecv_op ops[SENDRECV_MAX_OPS];
+  void *bufs[SENDRECV_MAX_OPS];
 };
 
 #endif

@@ -23,10 +23,10 @@ int device_plan_on_device(const struct weft_plan *plan, int uses_send, int uses_
  * it names no device or the build has no CUDA. */
 weftResult_t device_check_ordinal(int dev);
 
-/* Whether the device executor can run plan: weftInvalidUsage with a message
+/* The device executor's refusal of plan: weftInvalidUsage with a message
  * when WEFT_ALGO excludes the ring or the build's matrix lacks the
- * (datatype, op). Decided without any CUDA call. */
-weftResult_t device_plan_check(const struct weft_plan *plan);
+ * (datatype, op), else weftSuccess. Decided without any CUDA call. */
+weftResult_t device_plan_refusal(const struct weft_plan *plan);
 
 /* A comm's device channels: WEFT_DEVICE_NCHANNELS (want) within
  * weftConfig_t's minChannels/maxChannels (ncclConfig_t's minCTAs/maxCTAs;

@@ -32,7 +32,8 @@ _Static_assert(sizeof(struct dev_fifo_ctrl) <= CUDA_FIFO_CTRL_NBYTES, "ctrl fits
 _Static_assert(DEV_FLAGS_NBYTES <= DEV_FLAGS_PAGE_NBYTES, "the flags fit their page");
 _Static_assert(offsetof(struct dev_fifo_ctrl, poison) == DEV_FIFO_POISON_OFFSET,
                "poison where struct conn_ctrl has it");
-_Static_assert(sizeof(struct dev_p2p_work) <= 4096, "p2p work fits the kernel parameters");
+_Static_assert(sizeof(struct dev_sendrecv_work) <= 4096,
+               "send/recv work fits the kernel parameters");
 
 #define cuda_check device_cuda_check
 
@@ -308,7 +309,7 @@ void device_comm_free(struct weftComm *comm) {
   /* the FIFOs, and the words the kernels report in, may be in use until then */
   if (d->flags_h == NULL || device_comm_wait(d, comm->timeout_ns)) {
     device_ring_close(d);
-    device_p2p_free(&d->p2p, comm->nranks);
+    device_sendrecv_free(&d->sendrecv, comm->nranks);
     if (d->flags_h != NULL) {
       cudaHostUnregister(d->flags_h);
       free(d->flags_h);

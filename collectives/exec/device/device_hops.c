@@ -118,11 +118,11 @@ void device_net_kick(const struct weftComm *comm, const struct device_comm *d) {
         net_dev_conn_kick(&d->send[c][p]);
         net_dev_conn_kick(&d->recv[c][p]);
       }
-  if (d->p2p.send != NULL)
+  if (d->sendrecv.send != NULL)
     for (int r = 0; r < comm->nranks; r++)
-      for (int l = 0; l < d->p2p.nlanes; l++) {
-        net_dev_conn_kick(&d->p2p.send[r][l]);
-        net_dev_conn_kick(&d->p2p.recv[r][l]);
+      for (int l = 0; l < d->sendrecv.nlanes; l++) {
+        net_dev_conn_kick(&d->sendrecv.send[r][l]);
+        net_dev_conn_kick(&d->sendrecv.recv[r][l]);
       }
 }
 

@@ -1,6 +1,6 @@
 /* Launching on device memory: a ring collective as one kernel of the
- * datatype x op matrix, a group's sends and receives on a comm as one p2p
- * kernel (device_p2p.c). Every launch holds the comm active (an abort on
+ * datatype x op matrix, a group's sends and receives on a comm as one send/recv
+ * kernel (device_sendrecv.c). Every launch holds the comm active (an abort on
  * another thread waits for it) and is recorded, so that destroy and abort
  * wait for this comm's work only. */
 #include <pthread.h>
@@ -12,7 +12,7 @@
 #include "device_priv.h"
 #include "../../algo/ring_steps.h"
 
-/* Written by gen_kernels.py (device_check.c says what is missing). */
+/* Written by gen_kernels.py (device_refuse.c says what is missing). */
 extern const void *const (*const weft_dev_kernels[weftNumTypes])[DEV_NPROTOS];
 
 /* A launch uses one channel (block) per this many bytes, up to the comm's:
@@ -194,13 +194,13 @@ static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *c
   if (res == weftSuccess && d != NULL) res = comm_gate(d, stream, captured);
   if (res == weftSuccess && d != NULL && d->crosses_hosts) device_net_kick(comm, d);
   const int announce = res == weftSuccess && d != NULL && d->crosses_hosts && !captured;
-  size_t np2p = 0;
+  size_t nsendrecv = 0;
   for (size_t i = 0; i < n && res == weftSuccess; i++) {
-    if (plan_is_p2p(plans[i])) np2p++;
+    if (plan_is_sendrecv(plans[i])) nsendrecv++;
     else if (plans[i]->count > 0) res = ring_launch(comm, d, plans[i], stream, captured, announce);
   }
-  if (res == weftSuccess && np2p > 0)
-    res = device_p2p_launch(comm, d, plans, n, stream, captured, announce);
+  if (res == weftSuccess && nsendrecv > 0)
+    res = device_sendrecv_launch(comm, d, plans, n, stream, captured, announce);
   if (prev >= 0 && prev != comm->cuda_dev) cudaSetDevice(prev);
   device_op_end(comm);
   return res;
@@ -212,13 +212,13 @@ static weftResult_t comm_connect(struct weftComm *comm, const struct weft_plan *
                                  size_t n) {
   struct device_comm *d;
   WEFT_TRY(device_comm_get(comm, &d));
-  int ring = 0, p2p = 0;
+  int ring = 0, sendrecv = 0;
   for (size_t i = 0; i < n; i++) {
-    if (plan_is_p2p(plans[i])) p2p = 1;
+    if (plan_is_sendrecv(plans[i])) sendrecv = 1;
     else ring |= plans[i]->count > 0 && comm->nranks > 1;
   }
   if (ring) WEFT_TRY(device_ring_get(comm, &d));
-  if (p2p) WEFT_TRY(device_p2p_connect(comm, d, plans, n));
+  if (sendrecv) WEFT_TRY(device_sendrecv_connect(comm, d, plans, n));
   return weftSuccess;
 }
 
@@ -231,11 +231,11 @@ static int comm_connected(const struct weftComm *comm, const struct weft_plan *c
   if (d == NULL) return 0;
   for (size_t i = 0; i < n; i++) {
     const struct weft_plan *pl = plans[i];
-    if (plan_is_p2p(pl)) {
-      if (d->p2p.send == NULL) return 0; /* the lanes' tables, self-copies too */
+    if (plan_is_sendrecv(pl)) {
+      if (d->sendrecv.send == NULL) return 0; /* the lanes' tables, self-copies too */
       if (pl->root == comm->rank) continue;
       const struct weft_conn *c =
-          pl->coll == COLL_SEND ? &d->p2p.send[pl->root][0] : &d->p2p.recv[pl->root][0];
+          pl->coll == COLL_SEND ? &d->sendrecv.send[pl->root][0] : &d->sendrecv.recv[pl->root][0];
       if (c->transport == NULL) return 0;
     } else if (pl->count > 0 && comm->nranks > 1 && !d->ring_ready) {
       return 0;
@@ -262,7 +262,7 @@ static weftResult_t comm_connect_relaxed(struct weftComm *comm,
 
 weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan, void *stream) {
   const struct weft_plan *const plans[1] = {plan};
-  weftResult_t res = device_plan_check(plan);
+  weftResult_t res = device_plan_refusal(plan);
   if (res == weftSuccess) {
     /* held from connection to launch: an abort on another thread waits for
      * both (and a refusal above began nothing, so it ends nothing) */
@@ -350,7 +350,7 @@ weftResult_t device_enqueue_group(struct weftComm *const *comms,
   }
   for (size_t k = 0; k < nparts && res == weftSuccess; k++)
     for (size_t i = 0; i < parts[k].n && res == weftSuccess; i++)
-      res = device_plan_check(parts[k].plans[i]);
+      res = device_plan_refusal(parts[k].plans[i]);
   /* every comm of the group held from connection to launch, as above */
   size_t held = 0;
   while (res == weftSuccess && held < nparts)

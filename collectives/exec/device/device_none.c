@@ -19,7 +19,7 @@ weftResult_t device_check_ordinal(int dev) {
                         dev);
 }
 
-weftResult_t device_plan_check(const struct weft_plan *plan) {
+weftResult_t device_plan_refusal(const struct weft_plan *plan) {
   return weft_error_set(weftInvalidUsage, "%s on device memory: weft was built without CUDA",
                         coll_kind_name(plan->coll));
 }

@@ -1,4 +1,4 @@
-/* What the device executor's host files (device_cuda.c, device_p2p.c) share:
+/* What the device executor's host files (device_cuda.c, device_sendrecv.c) share:
  * a comm's device state and the CUDA error conversion. CUDA builds only. */
 #ifndef WEFT_DEVICE_PRIV_H
 #define WEFT_DEVICE_PRIV_H
@@ -18,7 +18,7 @@
 #define DEV_SIMPLE_SLOT_NBYTES (256u << 10)
 #define DEV_LL_SLOT_NBYTES (16u << 10)
 /* mapped host memory the kernels report to: uint32 [0] abort, [1] error
- * (enum dev_give_up); uint64 [2], [3] where a p2p block stopped; from byte
+ * (enum dev_give_up); uint64 [2], [3] where a send/recv block stopped; from byte
  * DEV_ENDED_OFFSET, uint64 [DEV_MAX_CHANNELS]: the launch each block index
  * last ended (launch_done.h; a launch has at most that many blocks) */
 #define DEV_ENDED_OFFSET 32
@@ -26,13 +26,13 @@
 #define DEV_FLAGS_PAGE_NBYTES 4096 /* what is allocated for them: a page */
 
 /* A comm's point-to-point lanes (connected per peer on first use). */
-struct device_p2p {
-  struct weft_conn (*send)[P2P_MAX_LANES]; /* [nranks] */
-  struct weft_conn (*recv)[P2P_MAX_LANES]; /* [nranks] */
+struct device_sendrecv {
+  struct weft_conn (*send)[SENDRECV_MAX_LANES]; /* [nranks] */
+  struct weft_conn (*recv)[SENDRECV_MAX_LANES]; /* [nranks] */
   char *known;                          /* [nranks]: the peer's GPU was exchanged */
-  struct dev_p2p_lanes *lanes_d;        /* [nranks], device memory */
+  struct dev_sendrecv_lanes *lanes_d;        /* [nranks], device memory */
   int max_blocks;
-  int nlanes; /* of P2P_MAX_LANES: WEFT_P2P_LANES, agreed with each peer */
+  int nlanes; /* of SENDRECV_MAX_LANES: WEFT_P2P_LANES, agreed with each peer */
 };
 
 struct device_comm {
@@ -49,7 +49,7 @@ struct device_comm {
   int *rings_d;                   /* [nchannels][nranks] */
   uint32_t *flags_h;              /* DEV_FLAGS_NBYTES of mapped host memory */
   uint32_t *flags_d;
-  struct device_p2p p2p;
+  struct device_sendrecv sendrecv;
   struct launch_done done; /* the launches made, which destroy and abort wait for */
   uint64_t stream_checked; /* the key of the last stream found on the comm's device */
   /* the stream of the call being launched, as its launches are counted:
@@ -106,7 +106,7 @@ static inline unsigned device_block_threads(uint64_t nbytes, uint64_t per_thread
   return want < 32 ? 32u : want > DEV_NTHREADS ? DEV_NTHREADS : (unsigned)want;
 }
 
-/* The kernel table's op for a weftRedOp_t (device_check.c). */
+/* The kernel table's op for a weftRedOp_t (device_refuse.c). */
 int device_op_index(weftRedOp_t op);
 
 static inline weftResult_t device_cuda_check(cudaError_t err, const char *what) {
@@ -214,20 +214,20 @@ void device_net_kick(const struct weftComm *comm, const struct device_comm *d);
 void device_net_expect_ring(const struct weftComm *comm, const struct device_comm *d,
                             const struct weft_plan *plan, int nch);
 
-/* Point-to-point (device_p2p.c): connects the peers that plans[0..nops)
+/* Point-to-point (device_sendrecv.c): connects the peers that plans[0..nops)
  * name and are not yet connected (pairwise, with those peers only). */
-weftResult_t device_p2p_connect(struct weftComm *comm, struct device_comm *d,
-                                const struct weft_plan *const *plans, size_t nops);
+weftResult_t device_sendrecv_connect(struct weftComm *comm, struct device_comm *d,
+                                     const struct weft_plan *const *plans, size_t nops);
 /* Enqueues the sends and receives among plans[0..nops) as one kernel on
  * stream (the copies to self before it). Connected beforehand. captured: a
  * graph captures stream (device_done_fill). announce:
  * the launch runs as it is (not captured) on a comm that crosses hosts: the
  * proxies of its network lanes learn how many slots it fills or drains
  * (net_dev_conn_expect). */
-weftResult_t device_p2p_launch(struct weftComm *comm, struct device_comm *d,
-                               const struct weft_plan *const *plans, size_t nops,
-                               cudaStream_t stream, int captured, int announce);
+weftResult_t device_sendrecv_launch(struct weftComm *comm, struct device_comm *d,
+                                    const struct weft_plan *const *plans, size_t nops,
+                                    cudaStream_t stream, int captured, int announce);
 /* Closes the lanes and frees them (after the comm's kernels are done). */
-void device_p2p_free(struct device_p2p *p, int nranks);
+void device_sendrecv_free(struct device_sendrecv *p, int nranks);
 
 #endif

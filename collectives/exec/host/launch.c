@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "../../../transport/base/status.h"
-#include "../../algo/p2p.h"
-#include "../../core/check.h"
+#include "../../algo/sendrecv.h"
+#include "../../core/signature.h"
 #include "run.h"
 #include "launch.h"
 
@@ -35,15 +35,15 @@ static weftResult_t op_end(struct weftComm *comm, weftResult_t res) {
 
 static weftResult_t op_run_collective(struct weftComm *comm, const struct weft_plan *plan) {
   weftResult_t res = op_begin(comm);
-  if (res == weftSuccess) res = check_signatures(comm, plan);
+  if (res == weftSuccess) res = signature_agree(comm, plan);
   if (res == weftSuccess) res = plan_run_host(comm, plan);
   return op_end(comm, res);
 }
 
-static weftResult_t op_run_p2p(struct weftComm *comm, const struct weft_plan *const *ops,
-                               size_t nops) {
+static weftResult_t op_run_sendrecv(struct weftComm *comm, const struct weft_plan *const *ops,
+                                    size_t nops) {
   weftResult_t res = op_begin(comm);
-  if (res == weftSuccess) res = p2p_run(comm, ops, nops);
+  if (res == weftSuccess) res = sendrecv_run(comm, ops, nops);
   return op_end(comm, res);
 }
 
@@ -59,17 +59,18 @@ struct comm_batch {
 
 /* Collectives run in call order; then all sends and receives together. */
 static void batch_run(struct comm_batch *b) {
-  const struct weft_plan **p2p = malloc(sizeof *p2p * (b->nall ? b->nall : 1));
-  size_t np2p = 0;
-  b->res = p2p ? weftSuccess : weft_error_set(weftSystemError, "out of memory");
+  const struct weft_plan **sendrecv = malloc(sizeof *sendrecv * (b->nall ? b->nall : 1));
+  size_t nsendrecv = 0;
+  b->res = sendrecv ? weftSuccess : weft_error_set(weftSystemError, "out of memory");
   for (size_t i = 0; i < b->nall && b->res == weftSuccess; i++) {
     if (b->all[i].comm != b->comm) continue;
-    if (plan_is_p2p(&b->all[i].plan)) p2p[np2p++] = &b->all[i].plan;
+    if (plan_is_sendrecv(&b->all[i].plan)) sendrecv[nsendrecv++] = &b->all[i].plan;
     else b->res = op_run_collective(b->comm, &b->all[i].plan);
   }
-  if (b->res == weftSuccess && np2p > 0) b->res = op_run_p2p(b->comm, p2p, np2p);
+  if (b->res == weftSuccess && nsendrecv > 0)
+    b->res = op_run_sendrecv(b->comm, sendrecv, nsendrecv);
   if (b->res != weftSuccess) snprintf(b->error, sizeof b->error, "%s", weft_error_text());
-  free(p2p);
+  free(sendrecv);
 }
 
 /* Worker threads for the batches beyond the caller's own: started when a
@@ -148,7 +149,8 @@ static weftResult_t pool_hand_over(struct comm_batch *b) {
 
 weftResult_t group_launch(const struct group_op *ops, size_t nops) {
   /* one collective, the common case: run it here, without the batches */
-  if (nops == 1 && !plan_is_p2p(&ops[0].plan)) return op_run_collective(ops[0].comm, &ops[0].plan);
+  if (nops == 1 && !plan_is_sendrecv(&ops[0].plan))
+    return op_run_collective(ops[0].comm, &ops[0].plan);
   size_t nbatches = 0;
   struct comm_batch *batches = calloc(nops ? nops : 1, sizeof *batches);
   if (batches == NULL) return weft_error_set(weftSystemError, "out of memory");

@@ -37,7 +37,7 @@
 #include "../../core/plan.h"
 #include "../../reduce/reduce_host.h"
 
-struct check_sig_packed;
+struct signature_packed;
 
 struct prims {
   struct weftComm *comm;
@@ -47,14 +47,14 @@ struct prims {
   size_t elem_nbytes;
   int divisor; /* applied by the final reduction (avg); 1 otherwise */
   enum coll_proto proto;
-  const struct check_sig_packed *sig; /* the call's signature (prims_sign), or NULL */
+  const struct signature_packed *sig; /* the call's signature (prims_sign), or NULL */
   int sig_send;                /* the next slot sent carries sig, where it has room */
   int sig_recv;                /* the next slot received is checked for a signature */
 };
 
 /* In slot_used_nbytes: the slot's last 16 bytes are the sender's signature
- * of the call (struct check_sig_packed), after the data. Bits 0-26 count the bytes,
- * the signature included; LL and p2p own bits 30 and 31. */
+ * of the call (struct signature_packed), after the data. Bits 0-26 count the bytes,
+ * the signature included; LL and send/recv own bits 30 and 31. */
 #define PRIMS_USED_SIGNED 0x20000000u
 
 /* Sets p up for one algorithm call on channel ch with the plan's protocol. */
@@ -68,7 +68,7 @@ void prims_init(struct prims *p, struct weftComm *comm, struct weft_channel *ch,
  * weftInvalidUsage naming both ranks, and breaks the comm (comm_fail_alone)
  * so that no rank waits on steps that no longer pair up. sig must live until
  * the call ends. */
-void prims_sign(struct prims *p, const struct check_sig_packed *sig);
+void prims_sign(struct prims *p, const struct signature_packed *sig);
 
 /* prims_step's flags (the table above). */
 enum prims_flag {

@@ -5,7 +5,7 @@
 
 #include "../../../transport/base/status.h"
 #include "../../../transport/base/wait.h"
-#include "../../core/check.h"
+#include "../../core/signature.h"
 #include "prims.h"
 #include "prims_ll.h"
 
@@ -22,7 +22,7 @@ void prims_init(struct prims *p, struct weftComm *comm, struct weft_channel *ch,
   p->sig_send = p->sig_recv = 0;
 }
 
-void prims_sign(struct prims *p, const struct check_sig_packed *sig) {
+void prims_sign(struct prims *p, const struct signature_packed *sig) {
   if (p->proto != PROTO_SIMPLE) return;
   p->sig = sig;
   p->sig_send = p->send != NULL;
@@ -34,10 +34,10 @@ void prims_sign(struct prims *p, const struct check_sig_packed *sig) {
  * receiver no line more (slots start 64-byte aligned). */
 static int sig_fits(size_t nbytes) {
   const size_t tail = nbytes % 64;
-  return tail != 0 && 64 - tail >= sizeof(struct check_sig_packed);
+  return tail != 0 && 64 - tail >= sizeof(struct signature_packed);
 }
 
-/* A mismatch found by check_signed_slot: names it where the sender's slot
+/* A mismatch found by slot_signature_compare: names it where the sender's slot
  * carries a signature, and breaks the comm. */
 __attribute__((noinline, cold)) static weftResult_t signed_slot_mismatch(struct prims *p,
                                                                          const char *slot,
@@ -46,19 +46,19 @@ __attribute__((noinline, cold)) static weftResult_t signed_slot_mismatch(struct 
   struct weftComm *comm = p->comm;
   const uint32_t used = c->ctrl->slot_used_nbytes[c->step % c->nslots];
   const size_t used_nbytes = used & PRIMS_USED_NBYTES_MASK;
-  struct check_sig_packed theirs_packed;
+  struct signature_packed theirs_packed;
   memset(&theirs_packed, 0, sizeof theirs_packed);
   if ((used & PRIMS_USED_SIGNED) && used_nbytes >= sizeof theirs_packed &&
       used_nbytes <= c->slot_nbytes)
     memcpy(&theirs_packed, slot + used_nbytes - sizeof theirs_packed, sizeof theirs_packed);
-  struct check_sig mine, theirs;
-  check_sig_unpack(&mine, p->sig);
-  check_sig_unpack(&theirs, &theirs_packed);
-  if (theirs.magic == CHECK_SIG_MAGIC) {
+  struct signature mine, theirs;
+  signature_unpack(&mine, p->sig);
+  signature_unpack(&theirs, &theirs_packed);
+  if (theirs.magic == SIGNATURE_MAGIC) {
     const int lower = c->peer_rank < comm->rank;
-    const struct check_sig pair[2] = {lower ? theirs : mine, lower ? mine : theirs};
+    const struct signature pair[2] = {lower ? theirs : mine, lower ? mine : theirs};
     const int ranks[2] = {lower ? c->peer_rank : comm->rank, lower ? comm->rank : c->peer_rank};
-    if (check_compare_ranks(pair, ranks, 2, "ranks disagree on a collective") != weftSuccess)
+    if (signature_compare_ranks(pair, ranks, 2, "ranks disagree on a collective") != weftSuccess)
       return comm_fail_alone(comm, weftInvalidUsage);
   }
   weft_error_set(weftInvalidUsage,
@@ -71,13 +71,14 @@ __attribute__((noinline, cold)) static weftResult_t signed_slot_mismatch(struct 
   return comm_fail_alone(comm, weftInvalidUsage);
 }
 
-/* Checks the signature after the data of the previous rank's first slot of
+/* Compares the signature after the data of the previous rank's first slot of
  * the call, which holds nbytes of data when both ranks make the same call:
  * one 128-bit comparison. Looking there spares a read of slot_used_nbytes
  * (a cache line the sender wrote); only a mismatch reads it, to find where
  * the sender put its signature, if anywhere. */
-static inline weftResult_t check_signed_slot(struct prims *p, const char *slot, size_t nbytes) {
-  if (!sig_fits(nbytes) || check_sig_packed_same(slot + nbytes, p->sig)) return weftSuccess;
+static inline weftResult_t slot_signature_compare(struct prims *p, const char *slot,
+                                                  size_t nbytes) {
+  if (!sig_fits(nbytes) || signature_packed_same(slot + nbytes, p->sig)) return weftSuccess;
   return signed_slot_mismatch(p, slot, nbytes);
 }
 
@@ -97,7 +98,7 @@ static weftResult_t wait_filled(struct prims *p, size_t nbytes, char **slot_out)
   *slot_out = c->slots + (c->step % c->nslots) * c->slot_nbytes;
   if (p->sig_recv) {
     p->sig_recv = 0;
-    return check_signed_slot(p, *slot_out, nbytes);
+    return slot_signature_compare(p, *slot_out, nbytes);
   }
   return weftSuccess;
 }

@@ -8,7 +8,7 @@
 #include "prims.h"
 
 /* In slot_used_nbytes: the slot was filled by LL; the low bits count its
- * bytes (8 per word, flags included). Bit 31 is p2p's, bits 0-26 the bytes. */
+ * bytes (8 per word, flags included). Bit 31 is send/recv's, bits 0-26 the bytes. */
 #define PRIMS_LL_USED_MARK 0x40000000u
 #define PRIMS_USED_NBYTES_MASK 0x07ffffffu
 

@@ -5,8 +5,8 @@
 
 #include "../../../transport/base/status.h"
 #include "../../../transport/base/wait.h"
-#include "../../core/check.h"
-#include "../../algo/p2p.h"
+#include "../../core/signature.h"
+#include "../../algo/sendrecv.h"
 #include "../../core/plan.h"
 #include "prims_ll.h"
 #include "prims_peer.h"
@@ -14,9 +14,9 @@
 weftResult_t peer_connect(struct weftComm *comm, const int *peers, int npeers) {
   int missing = 0;
   for (int i = 0; i < npeers; i++)
-    missing |= comm->p2p_send[peers[i]].transport == NULL ||
-               comm->p2p_recv[peers[i]].transport == NULL;
-  return missing ? p2p_connect_peers(comm, peers, npeers, peers, npeers) : weftSuccess;
+    missing |= comm->send_conns[peers[i]].transport == NULL ||
+               comm->recv_conns[peers[i]].transport == NULL;
+  return missing ? sendrecv_connect_peers(comm, peers, npeers, peers, npeers) : weftSuccess;
 }
 
 static char *conn_slot(const struct weft_conn *c) {
@@ -75,24 +75,24 @@ weftResult_t peer_recv_wait(struct weftComm *comm, struct weft_conn *conn, size_
 __attribute__((noinline, cold)) static weftResult_t
 peer_recv_signed_mismatch(struct weftComm *comm, struct weft_conn *conn, const char *slot,
                           uint32_t used, size_t nbytes,
-                          const struct check_sig_packed *mine_packed) {
+                          const struct signature_packed *mine_packed) {
   const size_t used_nbytes = used & PRIMS_USED_NBYTES_MASK;
-  struct check_sig_packed theirs_packed;
+  struct signature_packed theirs_packed;
   memset(&theirs_packed, 0, sizeof theirs_packed);
   if (used_nbytes >= sizeof theirs_packed && used_nbytes <= conn->slot_nbytes)
     memcpy(&theirs_packed, slot + used_nbytes - sizeof theirs_packed, sizeof theirs_packed);
-  struct check_sig mine, theirs;
-  check_sig_unpack(&mine, mine_packed);
-  check_sig_unpack(&theirs, &theirs_packed);
+  struct signature mine, theirs;
+  signature_unpack(&mine, mine_packed);
+  signature_unpack(&theirs, &theirs_packed);
   weftResult_t res = weftInvalidUsage;
-  if (theirs.magic == CHECK_SIG_MAGIC) {
+  if (theirs.magic == SIGNATURE_MAGIC) {
     const int lower = conn->peer_rank < comm->rank;
-    const struct check_sig pair[2] = {lower ? theirs : mine, lower ? mine : theirs};
+    const struct signature pair[2] = {lower ? theirs : mine, lower ? mine : theirs};
     const int ranks[2] = {lower ? conn->peer_rank : comm->rank,
                           lower ? comm->rank : conn->peer_rank};
-    res = check_compare_ranks(pair, ranks, 2, "ranks disagree on a collective");
+    res = signature_compare_ranks(pair, ranks, 2, "ranks disagree on a collective");
   }
-  if (res == weftSuccess || theirs.magic != CHECK_SIG_MAGIC)
+  if (res == weftSuccess || theirs.magic != SIGNATURE_MAGIC)
     weft_error_set(weftInvalidUsage,
                    "%s: rank %d sent %zu bytes where %zu were expected: it is in another call "
                    "on this communicator (do all ranks make the same collectives in the same "
@@ -104,7 +104,7 @@ peer_recv_signed_mismatch(struct weftComm *comm, struct weft_conn *conn, const c
 }
 
 weftResult_t peer_recv_signed_wait(struct weftComm *comm, struct weft_conn *conn, size_t nbytes,
-                                   const struct check_sig_packed *mine, int compare,
+                                   const struct signature_packed *mine, int compare,
                                    const char **slot_out) {
   WEFT_TRY(peer_recv_ready(comm, conn));
   const char *slot = conn_slot(conn);
@@ -114,7 +114,7 @@ weftResult_t peer_recv_signed_wait(struct weftComm *comm, struct weft_conn *conn
    * rather than one after the other */
   const uint32_t used = conn->ctrl->slot_used_nbytes[conn->step % conn->nslots];
   if ((used & PRIMS_USED_NBYTES_MASK) == nbytes &&
-      (!compare || check_sig_packed_same(slot + nbytes - sizeof *mine, mine))) {
+      (!compare || signature_packed_same(slot + nbytes - sizeof *mine, mine))) {
     *slot_out = slot;
     return weftSuccess;
   }

@@ -1,6 +1,6 @@
 /* Primitives on any one connection, for algorithms that talk to several peers
  * (trees, recursive doubling) over the point-to-point connections
- * comm->p2p_send[peer] / comm->p2p_recv[peer]. A step is split in two halves
+ * comm->send_conns[peer] / comm->recv_conns[peer]. A step is split in two halves
  * so that an algorithm can hold slots of several connections at once: wait
  * for a slot, fill or read it in place, then post it.
  *   peer_send_wait / peer_send_post   next free slot to the peer (a credit)
@@ -32,16 +32,16 @@ void peer_send_post(struct weft_conn *conn, size_t nbytes);
  * (the ranks disagree on count or datatype). Blocks (bounded). */
 weftResult_t peer_recv_wait(struct weftComm *comm, struct weft_conn *conn, size_t nbytes,
                             const char **slot_out);
-struct check_sig_packed;
+struct signature_packed;
 /* As peer_recv_wait for a slot that ends with the sender's signature of the
- * call (struct check_sig_packed, the last 16 of its nbytes; mine is this
+ * call (struct signature_packed, the last 16 of its nbytes; mine is this
  * rank's): where the slot's size differs, or with compare set its
  * signature, the ranks are in different calls; then returns
  * weftInvalidUsage with a message naming both ranks and what differs, and
  * breaks the comm (comm_fail_alone), so that no rank waits on steps that no
  * longer pair up. */
 weftResult_t peer_recv_signed_wait(struct weftComm *comm, struct weft_conn *conn, size_t nbytes,
-                                   const struct check_sig_packed *mine, int compare,
+                                   const struct signature_packed *mine, int compare,
                                    const char **slot_out);
 
 /* Returns the slot from peer_recv_wait to the sender (a credit). */

@@ -7,7 +7,7 @@
 #include "../../algo/algo.h"
 #include "../../algo/bulk.h"
 #include "../../algo/cma.h"
-#include "../../algo/p2p.h"
+#include "../../algo/sendrecv.h"
 #include "../../algo/ring_steps.h"
 #include "../../core/plan.h"
 #include "../../core/redop.h"
@@ -35,7 +35,7 @@ static weftResult_t run_premul(struct weftComm *comm, const struct weft_plan *pl
 }
 
 weftResult_t plan_run_host(struct weftComm *comm, const struct weft_plan *plan) {
-  if (plan_is_p2p(plan)) return p2p_run(comm, &plan, 1);
+  if (plan_is_sendrecv(plan)) return sendrecv_run(comm, &plan, 1);
   if (plan->count == 0) return weftSuccess;
   if ((int)plan->op >= weftNumOps) return run_premul(comm, plan);
   if (comm->nranks == 1) {

@@ -10,11 +10,11 @@
 #include <string.h>
 
 #include "../../transport/base/status.h"
-#include "check.h"
+#include "signature.h"
 #include "params.h"
 #include "plan.h"
 
-enum check_field { F_COLL, F_SEQ, F_COUNT, F_DATATYPE, F_OP, F_ROOT, F_NUM };
+enum signature_field { F_COLL, F_SEQ, F_COUNT, F_DATATYPE, F_OP, F_ROOT, F_NUM };
 static const char *const field_names[F_NUM] = {"collective", "sequence number", "count",
                                                "datatype", "op", "root"};
 
@@ -32,7 +32,7 @@ static const char *op_name(int32_t op) {
 
 /* The collectives whose signatures must match on every rank; sends and
  * receives differ between peers by design. */
-static int coll_is_checked(enum coll_kind c) {
+static int coll_is_compared(enum coll_kind c) {
   switch (c) {
     case COLL_ALLREDUCE: case COLL_ALLGATHER: case COLL_REDUCESCATTER:
     case COLL_BROADCAST: case COLL_REDUCE: return 1;
@@ -46,7 +46,7 @@ static int coll_has_op(int32_t c) {
 
 static int coll_has_root(int32_t c) { return c == COLL_BROADCAST || c == COLL_REDUCE; }
 
-static uint64_t field_value(const struct check_sig *s, enum check_field f) {
+static uint64_t field_value(const struct signature *s, enum signature_field f) {
   switch (f) {
     case F_COLL: return (uint64_t)(int64_t)s->coll;
     case F_SEQ: return s->seq;
@@ -58,7 +58,7 @@ static uint64_t field_value(const struct check_sig *s, enum check_field f) {
   }
 }
 
-static void field_format(const struct check_sig *s, enum check_field f, char *buf, size_t n) {
+static void field_format(const struct signature *s, enum signature_field f, char *buf, size_t n) {
   switch (f) {
     case F_COLL: snprintf(buf, n, "%s", coll_kind_name((enum coll_kind)s->coll)); break;
     case F_SEQ: snprintf(buf, n, "%" PRIu64, s->seq); break;
@@ -95,8 +95,8 @@ static void text_add(struct text *t, const char *fmt, ...) {
 /* Appends "rank 3 has X" or "ranks 0-2,5 have X" for each group of ranks that
  * share a value of f, in the order of each group's lowest rank. sigs[i] is
  * rank ranks[i]'s (ranks NULL: rank i's). */
-static void describe_field(struct text *t, const struct check_sig *sigs, const int *ranks,
-                           int nranks, enum check_field f, int *seen) {
+static void describe_field(struct text *t, const struct signature *sigs, const int *ranks,
+                           int nranks, enum signature_field f, int *seen) {
   memset(seen, 0, sizeof *seen * (size_t)nranks);
   const char *sep = "";
   for (int r = 0; r < nranks; r++) {
@@ -127,22 +127,22 @@ static void describe_field(struct text *t, const struct check_sig *sigs, const i
   }
 }
 
-static int field_differs(const struct check_sig *sigs, int nranks, enum check_field f) {
+static int field_differs(const struct signature *sigs, int nranks, enum signature_field f) {
   for (int r = 1; r < nranks; r++)
     if (field_value(&sigs[r], f) != field_value(&sigs[0], f)) return 1;
   return 0;
 }
 
-weftResult_t check_compare_ranks(const struct check_sig *sigs, const int *ranks, int nranks,
-                                 const char *who) {
+weftResult_t signature_compare_ranks(const struct signature *sigs, const int *ranks, int nranks,
+                                     const char *who) {
   int first = 0; /* the lowest rank that sent a signature names the call */
-  while (first < nranks - 1 && sigs[first].magic != CHECK_SIG_MAGIC) first++;
+  while (first < nranks - 1 && sigs[first].magic != SIGNATURE_MAGIC) first++;
   const char *name = coll_kind_name((enum coll_kind)sigs[first].coll);
   const uint64_t seq = sigs[first].seq;
   char number[32] = "";
   if (seq != 0) snprintf(number, sizeof number, " #%" PRIu64, seq);
   for (int r = 0; r < nranks; r++)
-    if (sigs[r].magic != CHECK_SIG_MAGIC)
+    if (sigs[r].magic != SIGNATURE_MAGIC)
       return weft_error_set(weftInvalidUsage,
                             "%s: %s%s: rank %d sent no signature: it is in another call on this "
                             "communicator (or WEFT_CHECK differs)",
@@ -163,9 +163,9 @@ weftResult_t check_compare_ranks(const struct check_sig *sigs, const int *ranks,
     for (int f = F_SEQ; f < F_NUM; f++) {
       if (f == F_OP && !coll_has_op(sigs[0].coll)) continue;
       if (f == F_ROOT && !coll_has_root(sigs[0].coll)) continue;
-      if (!field_differs(sigs, nranks, (enum check_field)f)) continue;
+      if (!field_differs(sigs, nranks, (enum signature_field)f)) continue;
       text_add(&t, "%s%s differs: ", sep, field_names[f]);
-      describe_field(&t, sigs, ranks, nranks, (enum check_field)f, seen);
+      describe_field(&t, sigs, ranks, nranks, (enum signature_field)f, seen);
       sep = "; ";
       res = weftInvalidUsage;
     }
@@ -175,38 +175,38 @@ weftResult_t check_compare_ranks(const struct check_sig *sigs, const int *ranks,
   return res;
 }
 
-weftResult_t check_compare(const struct check_sig *sigs, int nranks, const char *who) {
-  return check_compare_ranks(sigs, NULL, nranks, who);
+weftResult_t signature_compare(const struct signature *sigs, int nranks, const char *who) {
+  return signature_compare_ranks(sigs, NULL, nranks, who);
 }
 
-void check_sig_init(struct check_sig *sig, const struct weft_plan *plan, uint64_t seq) {
-  *sig = (struct check_sig){.magic = CHECK_SIG_MAGIC, .coll = (int32_t)plan->coll, .seq = seq,
+void signature_init(struct signature *sig, const struct weft_plan *plan, uint64_t seq) {
+  *sig = (struct signature){.magic = SIGNATURE_MAGIC, .coll = (int32_t)plan->coll, .seq = seq,
                             .count = (uint64_t)plan->count, .datatype = (int32_t)plan->datatype,
                             .op = (int32_t)plan->op, .root = (int32_t)plan->root};
 }
 
-void check_sig_pack(struct check_sig_packed *out, const struct weft_plan *plan) {
-  *out = (struct check_sig_packed){.count = (uint64_t)plan->count, .root = (int32_t)plan->root,
+void signature_pack(struct signature_packed *out, const struct weft_plan *plan) {
+  *out = (struct signature_packed){.count = (uint64_t)plan->count, .root = (int32_t)plan->root,
                                    .coll = (uint8_t)plan->coll,
                                    .datatype = (uint8_t)plan->datatype,
-                                   .op = (uint8_t)plan->op, .magic = CHECK_SIG_PACKED_MAGIC};
+                                   .op = (uint8_t)plan->op, .magic = SIGNATURE_PACKED_MAGIC};
 }
 
-void check_sig_unpack(struct check_sig *out, const struct check_sig_packed *in) {
-  *out = (struct check_sig){
-      .magic = in->magic == CHECK_SIG_PACKED_MAGIC ? CHECK_SIG_MAGIC : 0, .coll = in->coll,
+void signature_unpack(struct signature *out, const struct signature_packed *in) {
+  *out = (struct signature){
+      .magic = in->magic == SIGNATURE_PACKED_MAGIC ? SIGNATURE_MAGIC : 0, .coll = in->coll,
       .count = in->count, .datatype = in->datatype, .op = in->op, .root = in->root};
 }
 
-weftResult_t check_signatures(struct weftComm *comm, const struct weft_plan *plan) {
-  if (param_int(&coll_params[P_CHECK]) == 0 || !coll_is_checked(plan->coll)) return weftSuccess;
-  const uint64_t seq = ++comm->check_seq;
+weftResult_t signature_agree(struct weftComm *comm, const struct weft_plan *plan) {
+  if (param_int(&coll_params[P_CHECK]) == 0 || !coll_is_compared(plan->coll)) return weftSuccess;
+  const uint64_t seq = ++comm->signature_seq;
   if (comm->nranks == 1) return weftSuccess;
   const int n = comm->nranks;
   const char *name = coll_kind_name(plan->coll);
-  struct check_sig *sigs = calloc((size_t)n, sizeof *sigs);
+  struct signature *sigs = calloc((size_t)n, sizeof *sigs);
   if (sigs == NULL) return weft_error_set(weftSystemError, "WEFT_CHECK: out of memory");
-  check_sig_init(&sigs[comm->rank], plan, seq);
+  signature_init(&sigs[comm->rank], plan, seq);
   weftResult_t res = bootstrap_allgather(comm->bs, sigs, sizeof *sigs);
   if (res != weftSuccess) {
     char cause[768];
@@ -214,7 +214,7 @@ weftResult_t check_signatures(struct weftComm *comm, const struct weft_plan *pla
     weft_error_set(res, "WEFT_CHECK: %s #%" PRIu64 ": exchanging signatures: %s", name, seq,
                    cause);
   } else {
-    res = check_compare(sigs, n, "WEFT_CHECK");
+    res = signature_compare(sigs, n, "WEFT_CHECK");
   }
   free(sigs);
   return res;

@@ -1,10 +1,10 @@
 /* Single-copy sends and receives between ranks of one host
- * (collectives/algo/p2p_cma.c): the sender offers its buffer in one FIFO
+ * (collectives/algo/sendrecv_cma.c): the sender offers its buffer in one FIFO
  * slot and the receiver copies the message straight out of it. Used by the
- * point-to-point executor (collectives/algo/p2p.c), so all-to-all (even,
+ * point-to-point executor (collectives/algo/sendrecv.c), so all-to-all (even,
  * uneven, vector) and grouped sends and receives all take it. */
-#ifndef WEFT_P2P_CMA_H
-#define WEFT_P2P_CMA_H
+#ifndef WEFT_SENDRECV_CMA_H
+#define WEFT_SENDRECV_CMA_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -12,10 +12,10 @@
 #include "../../transport/base/param.h"
 #include "../core/comm.h"
 
-extern struct weft_param p2p_cma_params[];
+extern struct weft_param sendrecv_cma_params[];
 
 /* In a slot's slot_used_nbytes: the slot holds an offer, not data. */
-#define P2P_CMA_SLOT_OFFER 0x40000000u
+#define SENDRECV_CMA_SLOT_OFFER 0x40000000u
 
 /* Whether a send of nbytes over c should be offered for the receiver to
  * copy: c reaches a peer on this host through memory both load and store,
@@ -23,20 +23,20 @@ extern struct weft_param p2p_cma_params[];
  * refused, and the send waits for its receiver anyway: it does not fit the
  * FIFO, or paired is set (its group also receives from that peer, as an
  * all-to-all does), so no order of calls that works without it can hang. */
-int p2p_cma_wanted(const struct weftComm *comm, const struct weft_conn *c, size_t nbytes,
-                   int paired);
+int sendrecv_cma_wanted(const struct weftComm *comm, const struct weft_conn *c, size_t nbytes,
+                        int paired);
 
 /* Puts an offer of buf (nbytes) in c's next slot if one is free: 1 when it
  * did (*step_out: the slot's step), 0 when the FIFO is full. */
-int p2p_cma_offer(struct weft_conn *c, const void *buf, size_t nbytes, uint64_t *step_out);
+int sendrecv_cma_offer(struct weft_conn *c, const void *buf, size_t nbytes, uint64_t *step_out);
 
-/* How the receiver answered the offer at step (p2p_cma_offer's), nbytes
+/* How the receiver answered the offer at step (sendrecv_cma_offer's), nbytes
  * long: weftInProgress while it has not; weftSuccess with *copied_out 1 when
  * it copied the message, 0 when it may not read this process (the message
  * then goes through the FIFO, and comm offers no more); an error (on both
  * ends) when the receiver expected another size or could not read it. */
-weftResult_t p2p_cma_answer(struct weftComm *comm, struct weft_conn *c, uint64_t step,
-                            size_t nbytes, int *copied_out);
+weftResult_t sendrecv_cma_answer(struct weftComm *comm, struct weft_conn *c, uint64_t step,
+                                 size_t nbytes, int *copied_out);
 
 /* Takes the offer in c's current slot into dst (nbytes expected, of which
  * done_nbytes already arrived; stream: copy past the caches where the
@@ -44,14 +44,14 @@ weftResult_t p2p_cma_answer(struct weftComm *comm, struct weft_conn *c, uint64_t
  * *copied_out 1 when the message is in dst, 0 when this rank may not read
  * the sender (its slots follow); weftInvalidUsage when the sizes differ, or
  * the error of a failed copy; the sender learns either. */
-weftResult_t p2p_cma_take(struct weftComm *comm, struct weft_conn *c, void *dst, size_t nbytes,
-                          size_t done_nbytes, int stream, int *copied_out);
+weftResult_t sendrecv_cma_take(struct weftComm *comm, struct weft_conn *c, void *dst, size_t nbytes,
+                               size_t done_nbytes, int stream, int *copied_out);
 
 #ifdef WEFT_TEST_HOOKS
 /* The suites' build only: how many messages comm's sends had copied by their
  * receivers, and its receives copied from their senders. Only the comm's
  * own thread may ask while it runs calls. */
-void p2p_cma_counts(const struct weftComm *comm, uint64_t *sent_out, uint64_t *received_out);
+void sendrecv_cma_counts(const struct weftComm *comm, uint64_t *sent_out, uint64_t *received_out);
 #endif
 
 #endif

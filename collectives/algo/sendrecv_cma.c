@@ -22,8 +22,8 @@
  * than it expects, nor reads a sender whose connection is poisoned (it may
  * have given up on the send and reused its buffer). A send that is offered completes only once its receiver
  * took it, so offers are made only where the send waits for its receiver
- * anyway (see p2p_cma_wanted). */
-#include "p2p_cma.h"
+ * anyway (see sendrecv_cma_wanted). */
+#include "sendrecv_cma.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -34,7 +34,7 @@
 #include "../core/mem.h"
 #include "../reduce/reduce_host.h"
 
-struct weft_param p2p_cma_params[] = {
+struct weft_param sendrecv_cma_params[] = {
     {.name = "WEFT_P2P_CMA_MIN_NBYTES", .type = PARAM_INT, .default_str = "64K",
      .doc = "smallest send (bytes) that the receiver copies straight from the sender's buffer "
             "when both ranks are on one host and connected over shared memory: the send puts "
@@ -48,43 +48,49 @@ struct weft_param p2p_cma_params[] = {
     PARAM_END,
 };
 
-#define P2P_CMA_MAGIC 0x7032702d636d6121ull /* "p2p-cma!" */
+#define SENDRECV_CMA_MAGIC 0x7032702d636d6121ull /* eight ASCII bytes that mark an offer */
 
-enum p2p_cma_answer { ANSWER_NONE, ANSWER_COPIED, ANSWER_REFUSED, ANSWER_MISMATCH, ANSWER_FAILED };
+enum sendrecv_cma_answer {
+  ANSWER_NONE,
+  ANSWER_COPIED,
+  ANSWER_REFUSED,
+  ANSWER_MISMATCH,
+  ANSWER_FAILED
+};
 
 /* The offer, in a slot: written by the sender, answered by the receiver. */
-struct p2p_cma_slot {
+struct sendrecv_cma_slot {
   uint64_t magic;
   uint64_t addr;   /* the message in the sender's process */
   uint64_t nbytes; /* its length: the receiver reads no more */
   struct mem_shared_ref ref; /* the allocation holding it (fd -1: not mappable) */
-  uint64_t answer;      /* enum p2p_cma_answer, written before head moves past the slot */
+  uint64_t answer;      /* enum sendrecv_cma_answer, written before head moves past the slot */
   uint64_t want_nbytes; /* with ANSWER_MISMATCH: what the receiver expected */
 };
 
-/* What p2p_cma keeps per communicator (comm_state_get). */
-struct p2p_cma_comm {
+/* What sendrecv_cma keeps per communicator (comm_state_get). */
+struct sendrecv_cma_comm {
   int refused; /* a receiver could not read a sender: no more offers */
   uint64_t sent, received; /* messages copied single-copy, as sender and receiver */
 };
 
-static const struct comm_state_ops p2p_cma_comm_ops = {
-    .name = "p2p_cma",
+static const struct comm_state_ops sendrecv_cma_comm_ops = {
+    .name = "sendrecv_cma",
     .destroy = free,
 };
 
-static int p2p_cma_refused(const struct weftComm *comm) {
-  const struct p2p_cma_comm *s = comm_state_get(comm, &p2p_cma_comm_ops);
+static int sendrecv_cma_refused(const struct weftComm *comm) {
+  const struct sendrecv_cma_comm *s = comm_state_get(comm, &sendrecv_cma_comm_ops);
   return s != NULL && s->refused;
 }
 
 /* comm's state, made on first use; NULL when it cannot be (then a refusal
  * is not remembered, which only costs offers refused again, and the counts
  * stay 0). */
-static struct p2p_cma_comm *p2p_cma_state(struct weftComm *comm) {
-  struct p2p_cma_comm *s = comm_state_get(comm, &p2p_cma_comm_ops);
+static struct sendrecv_cma_comm *sendrecv_cma_state(struct weftComm *comm) {
+  struct sendrecv_cma_comm *s = comm_state_get(comm, &sendrecv_cma_comm_ops);
   if (s == NULL && (s = calloc(1, sizeof *s)) != NULL &&
-      comm_state_set(comm, &p2p_cma_comm_ops, s) != weftSuccess) {
+      comm_state_set(comm, &sendrecv_cma_comm_ops, s) != weftSuccess) {
     free(s);
     s = NULL;
   }
@@ -92,49 +98,50 @@ static struct p2p_cma_comm *p2p_cma_state(struct weftComm *comm) {
 }
 
 #ifdef WEFT_TEST_HOOKS
-void p2p_cma_counts(const struct weftComm *comm, uint64_t *sent_out, uint64_t *received_out) {
-  const struct p2p_cma_comm *s = comm_state_get(comm, &p2p_cma_comm_ops);
+void sendrecv_cma_counts(const struct weftComm *comm, uint64_t *sent_out, uint64_t *received_out) {
+  const struct sendrecv_cma_comm *s = comm_state_get(comm, &sendrecv_cma_comm_ops);
   *sent_out = s != NULL ? s->sent : 0;
   *received_out = s != NULL ? s->received : 0;
 }
 #endif
 
-static struct p2p_cma_slot *slot_at(const struct weft_conn *c, uint64_t step) {
-  return (struct p2p_cma_slot *)(c->slots + (step % c->nslots) * c->slot_nbytes);
+static struct sendrecv_cma_slot *slot_at(const struct weft_conn *c, uint64_t step) {
+  return (struct sendrecv_cma_slot *)(c->slots + (step % c->nslots) * c->slot_nbytes);
 }
 
-int p2p_cma_wanted(const struct weftComm *comm, const struct weft_conn *c, size_t nbytes,
-                   int paired) {
-  int64_t min = param_int(&p2p_cma_params[0]);
+int sendrecv_cma_wanted(const struct weftComm *comm, const struct weft_conn *c, size_t nbytes,
+                        int paired) {
+  int64_t min = param_int(&sendrecv_cma_params[0]);
   if (nbytes == 0 || (int64_t)nbytes < min || c->peer_pid == 0 || c->transport == NULL) return 0;
   if ((c->transport->caps & TRANSPORT_CAP_HOST_MEMORY) == 0) return 0;
-  if (c->slot_nbytes < sizeof(struct p2p_cma_slot) || p2p_cma_refused(comm)) return 0;
+  if (c->slot_nbytes < sizeof(struct sendrecv_cma_slot) || sendrecv_cma_refused(comm)) return 0;
   return paired || nbytes > (size_t)c->nslots * c->slot_nbytes;
 }
 
-int p2p_cma_offer(struct weft_conn *c, const void *buf, size_t nbytes, uint64_t *step_out) {
+int sendrecv_cma_offer(struct weft_conn *c, const void *buf, size_t nbytes, uint64_t *step_out) {
   if (c->step - __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE) >= c->nslots) return 0;
-  struct p2p_cma_slot *slot = slot_at(c, c->step);
-  *slot = (struct p2p_cma_slot){.magic = P2P_CMA_MAGIC, .addr = (uintptr_t)buf, .nbytes = nbytes};
+  struct sendrecv_cma_slot *slot = slot_at(c, c->step);
+  *slot = (struct sendrecv_cma_slot){
+      .magic = SENDRECV_CMA_MAGIC, .addr = (uintptr_t)buf, .nbytes = nbytes};
   mem_shared_find(buf, nbytes, &slot->ref);
-  c->ctrl->slot_used_nbytes[c->step % c->nslots] = sizeof *slot | P2P_CMA_SLOT_OFFER;
+  c->ctrl->slot_used_nbytes[c->step % c->nslots] = sizeof *slot | SENDRECV_CMA_SLOT_OFFER;
   *step_out = c->step++;
   __atomic_store_n(&c->ctrl->tail, c->step, __ATOMIC_RELEASE);
   return 1;
 }
 
-weftResult_t p2p_cma_answer(struct weftComm *comm, struct weft_conn *c, uint64_t step,
-                            size_t nbytes, int *copied_out) {
+weftResult_t sendrecv_cma_answer(struct weftComm *comm, struct weft_conn *c, uint64_t step,
+                                 size_t nbytes, int *copied_out) {
   if (__atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE) <= step) return weftInProgress;
-  const struct p2p_cma_slot *slot = slot_at(c, step);
-  struct p2p_cma_comm *state;
+  const struct sendrecv_cma_slot *slot = slot_at(c, step);
+  struct sendrecv_cma_comm *state;
   switch (slot->answer) {
     case ANSWER_COPIED:
-      if ((state = p2p_cma_state(comm)) != NULL) state->sent++;
+      if ((state = sendrecv_cma_state(comm)) != NULL) state->sent++;
       *copied_out = 1;
       return weftSuccess;
     case ANSWER_REFUSED:
-      if ((state = p2p_cma_state(comm)) != NULL) state->refused = 1;
+      if ((state = sendrecv_cma_state(comm)) != NULL) state->refused = 1;
       *copied_out = 0;
       return weftSuccess;
     case ANSWER_MISMATCH:
@@ -150,8 +157,8 @@ weftResult_t p2p_cma_answer(struct weftComm *comm, struct weft_conn *c, uint64_t
 
 /* Copies the sender's nbytes at addr into dst through the kernel. Sets
  * *refused when the kernel does not let this process read the sender. */
-static weftResult_t p2p_cma_read(const struct weft_conn *c, void *dst, uint64_t addr,
-                                 size_t nbytes, int *refused) {
+static weftResult_t sendrecv_cma_read(const struct weft_conn *c, void *dst, uint64_t addr,
+                                      size_t nbytes, int *refused) {
   size_t done = 0;
   while (done < nbytes) {
     struct iovec local = {.iov_base = (char *)dst + done, .iov_len = nbytes - done};
@@ -175,9 +182,9 @@ static weftResult_t p2p_cma_read(const struct weft_conn *c, void *dst, uint64_t 
 /* Copies the offered message into dst: from the sender's allocation
  * mapped here where it has one (past the caches with stream set), else
  * through the kernel. */
-static weftResult_t p2p_cma_copy(struct weftComm *comm, const struct weft_conn *c,
-                                 const struct p2p_cma_slot *slot, void *dst, int stream,
-                                 int *refused) {
+static weftResult_t sendrecv_cma_copy(struct weftComm *comm, const struct weft_conn *c,
+                                      const struct sendrecv_cma_slot *slot, void *dst, int stream,
+                                      int *refused) {
   const struct mem_shared_ref *ref = &slot->ref;
   if (ref->fd >= 0 && slot->addr >= ref->base && slot->nbytes <= ref->nbytes &&
       slot->addr - ref->base <= ref->nbytes - slot->nbytes) {
@@ -188,15 +195,15 @@ static weftResult_t p2p_cma_copy(struct weftComm *comm, const struct weft_conn *
       return weftSuccess;
     }
   }
-  return p2p_cma_read(c, dst, slot->addr, slot->nbytes, refused);
+  return sendrecv_cma_read(c, dst, slot->addr, slot->nbytes, refused);
 }
 
-weftResult_t p2p_cma_take(struct weftComm *comm, struct weft_conn *c, void *dst, size_t nbytes,
-                          size_t done_nbytes, int stream, int *copied_out) {
-  struct p2p_cma_slot *slot = slot_at(c, c->step);
+weftResult_t sendrecv_cma_take(struct weftComm *comm, struct weft_conn *c, void *dst, size_t nbytes,
+                               size_t done_nbytes, int stream, int *copied_out) {
+  struct sendrecv_cma_slot *slot = slot_at(c, c->step);
   weftResult_t res = weftSuccess;
   int refused = 0;
-  if (slot->magic != P2P_CMA_MAGIC) {
+  if (slot->magic != SENDRECV_CMA_MAGIC) {
     slot->answer = ANSWER_FAILED;
     res = weft_error_set(weftInternalError, "recv from rank %d: a malformed offer", c->peer_rank);
   } else if (slot->nbytes != nbytes || done_nbytes != 0) {
@@ -208,7 +215,7 @@ weftResult_t p2p_cma_take(struct weftComm *comm, struct weft_conn *c, void *dst,
                          "datatype)",
                          c->peer_rank, (unsigned long long)slot->nbytes, nbytes);
   } else {
-    res = p2p_cma_copy(comm, c, slot, dst, stream, &refused);
+    res = sendrecv_cma_copy(comm, c, slot, dst, stream, &refused);
     /* a sender that failed (a timeout, an abort) poisons the connection before
      * its caller may reuse the buffer: a copy that ends after that is void */
     if (res == weftSuccess && __atomic_load_n(&c->ctrl->poison, __ATOMIC_ACQUIRE) != 0)
@@ -219,7 +226,7 @@ weftResult_t p2p_cma_take(struct weftComm *comm, struct weft_conn *c, void *dst,
   c->step++;
   __atomic_store_n(&c->ctrl->head, c->step, __ATOMIC_RELEASE);
   *copied_out = res == weftSuccess && !refused;
-  struct p2p_cma_comm *state = *copied_out ? p2p_cma_state(comm) : NULL;
+  struct sendrecv_cma_comm *state = *copied_out ? sendrecv_cma_state(comm) : NULL;
   if (state != NULL) state->received++;
   return res;
 }

@@ -250,7 +250,7 @@ static int tuner_pick_whole(const struct weftComm *comm, const struct weft_plan 
 }
 
 void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
-  if (plan_is_p2p(plan)) return;
+  if (plan_is_sendrecv(plan)) return;
   struct tuner_rules fallback;
   const struct tuner_rules *r = tuner_rules_get(&fallback);
   size_t nbytes = plan->count * weftTypeSize(plan->datatype);
@@ -295,7 +295,7 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
 
 double plan_estimate_us(const struct weftComm *comm, const struct weft_plan *plan) {
   size_t nbytes = plan->count * weftTypeSize(plan->datatype);
-  if (plan_is_p2p(plan)) { /* one step of the simple protocol */
+  if (plan_is_sendrecv(plan)) { /* one step of the simple protocol */
     double lat, bw;
     tuner_cost_get(comm, PROTO_SIMPLE, plan->on_device, &lat, &bw);
     return lat + (double)nbytes / bw;

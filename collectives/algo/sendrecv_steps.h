@@ -20,28 +20,28 @@
  *
  * A message of 0 bytes moves nothing. Sends and receives to this rank itself
  * do not use FIFOs: the k-th send to self is copied into the k-th receive
- * from self (p2p_self_match).
+ * from self (sendrecv_self_match).
  *
  * Compiles as C11, C++ and CUDA (host and device). */
-#ifndef WEFT_P2P_STEPS_H
-#define WEFT_P2P_STEPS_H
+#ifndef WEFT_SENDRECV_STEPS_H
+#define WEFT_SENDRECV_STEPS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #if defined(__CUDACC__)
-#define P2P_HD static __host__ __device__ __forceinline__
+#define SENDRECV_HD static __host__ __device__ __forceinline__
 #else
-#define P2P_HD static inline
+#define SENDRECV_HD static inline
 #endif
 
-#define P2P_MAX_LANES 8     /* FIFOs per peer and direction, at most */
-#define P2P_DEFAULT_LANES 2 /* ... unless WEFT_P2P_LANES says otherwise */
-#define P2P_MAX_OPS 128     /* sends and receives of one comm in one launch */
-#define P2P_MAX_ITEMS (P2P_MAX_OPS * P2P_MAX_LANES)
+#define SENDRECV_MAX_LANES 8     /* FIFOs per peer and direction, at most */
+#define SENDRECV_DEFAULT_LANES 2 /* ... unless WEFT_P2P_LANES says otherwise */
+#define SENDRECV_MAX_OPS 128     /* sends and receives of one comm in one launch */
+#define SENDRECV_MAX_ITEMS (SENDRECV_MAX_OPS * SENDRECV_MAX_LANES)
 
 /* One send or receive of a launch, as the kernel reads it. */
-struct p2p_op {
+struct sendrecv_op {
   uint64_t nbytes;
   int32_t peer;
   uint8_t send;  /* 1: send to peer, 0: receive from peer */
@@ -50,20 +50,21 @@ struct p2p_op {
 };
 
 /* Chunks of a message (0 for 0 bytes). */
-P2P_HD uint64_t p2p_nchunks(uint64_t nbytes, uint64_t chunk_nbytes) {
+SENDRECV_HD uint64_t sendrecv_nchunks(uint64_t nbytes, uint64_t chunk_nbytes) {
   return (nbytes + chunk_nbytes - 1) / chunk_nbytes;
 }
 
 /* Chunks of a message that travel on lane l of nlanes. */
-P2P_HD uint64_t p2p_lane_nchunks(uint64_t nbytes, uint64_t chunk_nbytes, int lane, int nlanes) {
-  uint64_t n = p2p_nchunks(nbytes, chunk_nbytes);
+SENDRECV_HD uint64_t sendrecv_lane_nchunks(uint64_t nbytes, uint64_t chunk_nbytes, int lane,
+                                           int nlanes) {
+  uint64_t n = sendrecv_nchunks(nbytes, chunk_nbytes);
   return n > (uint64_t)lane ? (n - (uint64_t)lane + (uint64_t)nlanes - 1) / (uint64_t)nlanes : 0;
 }
 
 /* The k-th chunk on lane l of nlanes: its byte offset in the message and its
  * size. */
-P2P_HD void p2p_lane_chunk(uint64_t nbytes, uint64_t chunk_nbytes, int lane, int nlanes,
-                           uint64_t k, uint64_t *offset, uint64_t *size) {
+SENDRECV_HD void sendrecv_lane_chunk(uint64_t nbytes, uint64_t chunk_nbytes, int lane, int nlanes,
+                                     uint64_t k, uint64_t *offset, uint64_t *size) {
   uint64_t off = ((uint64_t)lane + k * (uint64_t)nlanes) * chunk_nbytes;
   *offset = off;
   *size = nbytes - off < chunk_nbytes ? nbytes - off : chunk_nbytes;
@@ -71,7 +72,7 @@ P2P_HD void p2p_lane_chunk(uint64_t nbytes, uint64_t chunk_nbytes, int lane, int
 
 /* Numbers the (peer, direction) pairs of ops in order of first use (self ops
  * get none) and returns how many there are. Host side, before the launch. */
-P2P_HD int p2p_assign_pairs(struct p2p_op *ops, int nops) {
+SENDRECV_HD int sendrecv_assign_pairs(struct sendrecv_op *ops, int nops) {
   int npairs = 0;
   for (int i = 0; i < nops; i++) {
     if (ops[i].self) continue;
@@ -85,36 +86,38 @@ P2P_HD int p2p_assign_pairs(struct p2p_op *ops, int nops) {
 }
 
 /* Blocks a launch with npairs pairs of nlanes lanes uses, at most max_blocks. */
-P2P_HD int p2p_nblocks(int npairs, int nlanes, int max_blocks) {
+SENDRECV_HD int sendrecv_nblocks(int npairs, int nlanes, int max_blocks) {
   int want = npairs * nlanes;
   return want < max_blocks ? (want > 0 ? want : 1) : max_blocks;
 }
 
 /* The block that drives lane l of pair q. */
-P2P_HD int p2p_block_of(int pair, int lane, int nlanes, int nblocks) {
+SENDRECV_HD int sendrecv_block_of(int pair, int lane, int nlanes, int nblocks) {
   return (pair * nlanes + lane) % nblocks;
 }
 
 /* One block's share of a launch: its items (message, lane) in posting order
  * and the chunks each has moved. */
-struct p2p_block {
+struct sendrecv_block {
   int nlanes;
   int nitems;
-  uint16_t op[P2P_MAX_ITEMS];
-  uint8_t lane[P2P_MAX_ITEMS];
-  uint32_t done[P2P_MAX_ITEMS];
+  uint16_t op[SENDRECV_MAX_ITEMS];
+  uint8_t lane[SENDRECV_MAX_ITEMS];
+  uint32_t done[SENDRECV_MAX_ITEMS];
   int next; /* where the round-robin search starts */
 };
 
-P2P_HD void p2p_block_init(struct p2p_block *blk, const struct p2p_op *ops, int nops,
-                           uint64_t chunk_nbytes, int nlanes, int nblocks, int b) {
+SENDRECV_HD void sendrecv_block_init(struct sendrecv_block *blk, const struct sendrecv_op *ops,
+                                     int nops, uint64_t chunk_nbytes, int nlanes, int nblocks,
+                                     int b) {
   blk->nlanes = nlanes;
   blk->nitems = 0;
   blk->next = 0;
   for (int i = 0; i < nops; i++)
     for (int l = 0; l < nlanes; l++) {
-      if (ops[i].self || p2p_lane_nchunks(ops[i].nbytes, chunk_nbytes, l, nlanes) == 0) continue;
-      if (p2p_block_of(ops[i].pair, l, nlanes, nblocks) != b) continue;
+      if (ops[i].self || sendrecv_lane_nchunks(ops[i].nbytes, chunk_nbytes, l, nlanes) == 0)
+        continue;
+      if (sendrecv_block_of(ops[i].pair, l, nlanes, nblocks) != b) continue;
       blk->op[blk->nitems] = (uint16_t)i;
       blk->lane[blk->nitems] = (uint8_t)l;
       blk->done[blk->nitems] = 0;
@@ -122,39 +125,41 @@ P2P_HD void p2p_block_init(struct p2p_block *blk, const struct p2p_op *ops, int 
     }
 }
 
-P2P_HD int p2p_item_finished(const struct p2p_block *blk, const struct p2p_op *ops,
-                             uint64_t chunk_nbytes, int k) {
+SENDRECV_HD int sendrecv_item_finished(const struct sendrecv_block *blk,
+                                       const struct sendrecv_op *ops, uint64_t chunk_nbytes,
+                                       int k) {
   return blk->done[k] >=
-         p2p_lane_nchunks(ops[blk->op[k]].nbytes, chunk_nbytes, blk->lane[k], blk->nlanes);
+         sendrecv_lane_nchunks(ops[blk->op[k]].nbytes, chunk_nbytes, blk->lane[k], blk->nlanes);
 }
 
 /* Whether item k may move now: unfinished, and every earlier item on its
  * lane (same peer, direction and lane) finished, so a lane carries its
  * messages in posting order. */
-P2P_HD int p2p_item_eligible(const struct p2p_block *blk, const struct p2p_op *ops,
-                             uint64_t chunk_nbytes, int k) {
-  if (p2p_item_finished(blk, ops, chunk_nbytes, k)) return 0;
-  const struct p2p_op *o = &ops[blk->op[k]];
+SENDRECV_HD int sendrecv_item_eligible(const struct sendrecv_block *blk,
+                                       const struct sendrecv_op *ops, uint64_t chunk_nbytes,
+                                       int k) {
+  if (sendrecv_item_finished(blk, ops, chunk_nbytes, k)) return 0;
+  const struct sendrecv_op *o = &ops[blk->op[k]];
   for (int j = 0; j < k; j++) {
-    const struct p2p_op *e = &ops[blk->op[j]];
+    const struct sendrecv_op *e = &ops[blk->op[j]];
     if (blk->lane[j] == blk->lane[k] && e->peer == o->peer && e->send == o->send &&
-        !p2p_item_finished(blk, ops, chunk_nbytes, j))
+        !sendrecv_item_finished(blk, ops, chunk_nbytes, j))
       return 0;
   }
   return 1;
 }
 
 /* Whether every item of the block is finished. */
-P2P_HD int p2p_block_finished(const struct p2p_block *blk, const struct p2p_op *ops,
-                              uint64_t chunk_nbytes) {
+SENDRECV_HD int sendrecv_block_finished(const struct sendrecv_block *blk,
+                                        const struct sendrecv_op *ops, uint64_t chunk_nbytes) {
   for (int k = 0; k < blk->nitems; k++)
-    if (!p2p_item_finished(blk, ops, chunk_nbytes, k)) return 0;
+    if (!sendrecv_item_finished(blk, ops, chunk_nbytes, k)) return 0;
   return 1;
 }
 
 /* The index of the receive from self that the send ops[i] (to self) fills:
  * the k-th send to self goes to the k-th receive from self. -1 if none. */
-P2P_HD int p2p_self_match(const struct p2p_op *ops, int nops, int i) {
+SENDRECV_HD int sendrecv_self_match(const struct sendrecv_op *ops, int nops, int i) {
   int k = 0;
   for (int j = 0; j < i; j++) k += ops[j].self && ops[j].send;
   for (int j = 0; j < nops; j++)

@@ -1,7 +1,7 @@
 // Reference results for collective tests: inputs drawn per (seed, rank), a
 // double-precision (or exact wrapping-integer) reference, and tolerances.
-#ifndef WEFT_TESTS_COLL_CHECK_H
-#define WEFT_TESTS_COLL_CHECK_H
+#ifndef WEFT_TESTS_COLL_REF_H
+#define WEFT_TESTS_COLL_REF_H
 
 #include <cstddef>
 #include <cstdint>

@@ -1,5 +1,5 @@
 // The point-to-point kernel: one launch runs a group's sends and receives on
-// one comm. Block b drives the lanes collectives/algo/p2p_steps.h gives it;
+// one comm. Block b drives the lanes collectives/algo/sendrecv_steps.h gives it;
 // thread 0 picks a ready lane (round robin over the block's items, posting
 // order kept per lane), the block copies one chunk through the lane's slot,
 // and thread 0 publishes it (tail for a send, head for a receive), with the
@@ -19,32 +19,33 @@ struct dev_copy_bytes {
 
 enum { PICK_DONE = -1, PICK_GAVE_UP = -2 };
 
-__device__ __forceinline__ dev_fifo *p2p_lane(const dev_p2p_work &w, const p2p_op &o, int lane) {
+__device__ __forceinline__ dev_fifo *sendrecv_lane(const dev_sendrecv_work &w, const sendrecv_op &o,
+                                                   int lane) {
   return o.send ? &w.peers[o.peer].send[lane] : &w.peers[o.peer].recv[lane];
 }
 
-__device__ __forceinline__ bool p2p_lane_ready(const dev_fifo *f, bool send) {
+__device__ __forceinline__ bool sendrecv_lane_ready(const dev_fifo *f, bool send) {
   return send ? f->step - dev_ld_volatile_u64(&f->ctrl->head) < f->nslots
               : dev_ld_volatile_u64(&f->ctrl->tail) > f->step;
 }
 
 // Thread 0: the block's next item to move, waiting until one is ready.
 // Sets *why when it gives up.
-__device__ int p2p_pick(const dev_p2p_work &w, p2p_block &blk, uint32_t *why) {
+__device__ int sendrecv_pick(const dev_sendrecv_work &w, sendrecv_block &blk, uint32_t *why) {
   const dev_watch watch = {w.abort_flag, w.timeout_ns, w.error};
   uint64_t start = dev_clock_ns();
   for (uint32_t spins = 0;;) {
-    if (p2p_block_finished(&blk, w.ops, w.chunk_nbytes)) return PICK_DONE;
+    if (sendrecv_block_finished(&blk, w.ops, w.chunk_nbytes)) return PICK_DONE;
     for (int t = 0; t < blk.nitems; t++) {
       int k = (blk.next + t) % blk.nitems;
-      if (!p2p_item_eligible(&blk, w.ops, w.chunk_nbytes, k)) continue;
-      const p2p_op &o = w.ops[blk.op[k]];
-      dev_fifo *f = p2p_lane(w, o, blk.lane[k]);
+      if (!sendrecv_item_eligible(&blk, w.ops, w.chunk_nbytes, k)) continue;
+      const sendrecv_op &o = w.ops[blk.op[k]];
+      dev_fifo *f = sendrecv_lane(w, o, blk.lane[k]);
       if (*(volatile uint32_t *)&f->ctrl->poison != 0) {
         *why = DEV_GAVE_UP_POISON;
         return PICK_GAVE_UP;
       }
-      if (p2p_lane_ready(f, o.send)) return k;
+      if (sendrecv_lane_ready(f, o.send)) return k;
     }
     if (dev_watch_expired(watch, start, &spins)) {
       *why = *w.error;
@@ -54,16 +55,17 @@ __device__ int p2p_pick(const dev_p2p_work &w, p2p_block &blk, uint32_t *why) {
 }
 
 // Thread 0, giving up: poison the block's lanes and say where it stopped.
-__device__ void p2p_give_up(const dev_p2p_work &w, const p2p_block &blk, uint32_t why) {
+__device__ void sendrecv_give_up(const dev_sendrecv_work &w, const sendrecv_block &blk,
+                                 uint32_t why) {
   if (*(volatile uint32_t *)w.error == 0) *(volatile uint32_t *)w.error = why;
   __threadfence_system(); // our reason is recorded before a peer can see the poison
   for (int k = 0; k < blk.nitems; k++)
-    *(volatile uint32_t *)&p2p_lane(w, w.ops[blk.op[k]], blk.lane[k])->ctrl->poison = why;
+    *(volatile uint32_t *)&sendrecv_lane(w, w.ops[blk.op[k]], blk.lane[k])->ctrl->poison = why;
   // the first unfinished item (blocks racing here each leave a true answer;
   // mapped host memory, so plain stores rather than atomics)
   volatile uint64_t *stopped = w.stopped;
   for (int k = 0; k < blk.nitems; k++)
-    if (!p2p_item_finished(&blk, w.ops, w.chunk_nbytes, k)) {
+    if (!sendrecv_item_finished(&blk, w.ops, w.chunk_nbytes, k)) {
       if (stopped[0] == 0) {
         stopped[1] = blk.done[k];
         stopped[0] = (uint64_t)blk.op[k] + 1;
@@ -74,25 +76,25 @@ __device__ void p2p_give_up(const dev_p2p_work &w, const p2p_block &blk, uint32_
 }
 
 // One block's share of the launch.
-__device__ __forceinline__ void p2p_kernel_run(const dev_p2p_work &w) {
-  __shared__ p2p_block blk;
+__device__ __forceinline__ void sendrecv_kernel_run(const dev_sendrecv_work &w) {
+  __shared__ sendrecv_block blk;
   __shared__ int cur;
   __shared__ char *in;
   __shared__ char *out;
   __shared__ uint64_t size;
   if (threadIdx.x == 0)
-    p2p_block_init(&blk, w.ops, w.nops, w.chunk_nbytes, w.nlanes, w.nblocks, blockIdx.x);
+    sendrecv_block_init(&blk, w.ops, w.nops, w.chunk_nbytes, w.nlanes, w.nblocks, blockIdx.x);
   for (;;) {
     if (threadIdx.x == 0) {
       uint32_t why = 0;
-      cur = p2p_pick(w, blk, &why);
-      if (cur == PICK_GAVE_UP) p2p_give_up(w, blk, why);
+      cur = sendrecv_pick(w, blk, &why);
+      if (cur == PICK_GAVE_UP) sendrecv_give_up(w, blk, why);
       if (cur >= 0) {
-        const p2p_op &o = w.ops[blk.op[cur]];
-        dev_fifo *f = p2p_lane(w, o, blk.lane[cur]);
+        const sendrecv_op &o = w.ops[blk.op[cur]];
+        dev_fifo *f = sendrecv_lane(w, o, blk.lane[cur]);
         uint64_t off;
-        p2p_lane_chunk(o.nbytes, w.chunk_nbytes, blk.lane[cur], w.nlanes, blk.done[cur], &off,
-                       &size);
+        sendrecv_lane_chunk(o.nbytes, w.chunk_nbytes, blk.lane[cur], w.nlanes, blk.done[cur], &off,
+                            &size);
         char *slot = f->slots + (f->step % f->nslots) * f->slot_nbytes;
         char *buf = static_cast<char *>(w.bufs[blk.op[cur]]) + off;
         in = o.send ? buf : slot;
@@ -111,8 +113,8 @@ __device__ __forceinline__ void p2p_kernel_run(const dev_p2p_work &w) {
       // release: every thread's accesses to the slot (ordered before this by
       // the barrier), and a network FIFO's used word for it, are visible
       // system-wide before the counter moves
-      const p2p_op &o = w.ops[blk.op[cur]];
-      dev_fifo *f = p2p_lane(w, o, blk.lane[cur]);
+      const sendrecv_op &o = w.ops[blk.op[cur]];
+      dev_fifo *f = sendrecv_lane(w, o, blk.lane[cur]);
       if (o.send && f->used_nbytes != NULL) f->used_nbytes[f->step % f->nslots] = (uint32_t)size;
       dev_fence_acq_rel_sys();
       dev_st_volatile_u64(o.send ? &f->ctrl->tail : &f->ctrl->head, f->step + 1);
@@ -124,7 +126,8 @@ __device__ __forceinline__ void p2p_kernel_run(const dev_p2p_work &w) {
   }
 }
 
-extern "C" __global__ void __launch_bounds__(DEV_NTHREADS) weft_p2p_kernel(dev_p2p_work w) {
-  p2p_kernel_run(w);
+extern "C" __global__ void __launch_bounds__(DEV_NTHREADS)
+    weft_sendrecv_kernel(dev_sendrecv_work w) {
+  sendrecv_kernel_run(w);
   dev_done_report(w.done);
 }

@@ -288,7 +288,7 @@ TEST(DeviceGatherScatter, RootGetsAndGivesEveryBlock) {
 }
 
 // An all-to-all captured in a graph per rank and replayed with new inputs.
-TEST(DeviceP2pGraph, CapturedAlltoAllReplays) {
+TEST(DeviceSendrecvGraph, CapturedAlltoAllReplays) {
   REQUIRE_GPU();
   const int k = 3;
   const size_t count = 40001, block = count * 4;

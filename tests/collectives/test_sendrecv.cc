@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "coll_check.h"
+#include "coll_ref.h"
 #include "harness.h"
 #include "weft_build_config.h"
 
@@ -44,7 +44,7 @@ int init(const RankCtx &ctx, weftComm_t *comm) {
 
 // 8 ranks: every rank sends to and receives from every rank (itself too) in a
 // random order inside one group, with messages far larger than the FIFOs.
-TEST(P2P, AllToAllRandomOrderInGroup) {
+TEST(Sendrecv, AllToAllRandomOrderInGroup) {
   const uint64_t seed = test_seed();
   for (int nranks : {2, 5, 8}) {
     auto status = run_ranks(nranks, [&](const RankCtx &ctx) {
@@ -84,7 +84,7 @@ TEST(P2P, AllToAllRandomOrderInGroup) {
 
 // Several messages to one peer in a group arrive in order; outside a group a
 // send larger than the FIFO completes once the peer receives.
-TEST(P2P, OrderPerPeerAndBlockingCalls) {
+TEST(Sendrecv, OrderPerPeerAndBlockingCalls) {
   auto status = run_ranks(2, [](const RankCtx &ctx) {
     weftComm_t comm;
     if (int rc = init(ctx, &comm)) return rc;
@@ -125,7 +125,7 @@ TEST(P2P, OrderPerPeerAndBlockingCalls) {
 }
 
 // A receive whose count differs from the send is an error, not junk.
-TEST(P2P, SizeMismatchIsAnError) {
+TEST(Sendrecv, SizeMismatchIsAnError) {
   for (size_t recv_count : {100, 5000}) {
     auto status = run_ranks(2, [&](const RankCtx &ctx) {
       weftComm_t comm;
@@ -147,7 +147,7 @@ TEST(P2P, SizeMismatchIsAnError) {
   }
 }
 
-TEST(P2P, BadArguments) {
+TEST(Sendrecv, BadArguments) {
   weftUniqueId id;
   ASSERT_EQ(weftGetUniqueId(&id), weftSuccess);
   weftComm_t comm;
@@ -275,7 +275,7 @@ int empty_mix_round(const RankCtx &ctx, weftComm_t comm, uint64_t seed, int roun
 // ranks: whatever their buffer (NULL, past the end, an address that faults)
 // and stream (a CUDA stream in a CUDA build, a host stream, none), they
 // succeed and move nothing, and the pairs' other messages keep their order.
-TEST(P2P, EmptyMessagesMixedInGroups) {
+TEST(Sendrecv, EmptyMessagesMixedInGroups) {
   const uint64_t seed = test_seed();
   for (int nranks : {2, 3, 4}) {
     auto status = run_ranks(nranks, [&](const RankCtx &ctx) {
@@ -304,7 +304,7 @@ TEST(P2P, EmptyMessagesMixedInGroups) {
 // buffers and streams (an empty CUDA tensor's NULL on one rank, device
 // memory and a CUDA stream on the other): both do nothing, and the next
 // message between them is the next one sent.
-TEST(P2P, EmptyMessageEndsMayDiffer) {
+TEST(Sendrecv, EmptyMessageEndsMayDiffer) {
   auto status = run_ranks(2, [](const RankCtx &ctx) {
     weftComm_t comm;
     if (int rc = init(ctx, &comm)) return rc;
@@ -336,7 +336,7 @@ TEST(P2P, EmptyMessageEndsMayDiffer) {
 // A NULL buffer with elements to move is refused, in and out of a group,
 // with a message naming the buffer and the count; a build without CUDA
 // refuses a stream it does not know even for an empty message.
-TEST(P2P, NullBufferWithElementsIsAnError) {
+TEST(Sendrecv, NullBufferWithElementsIsAnError) {
   weftUniqueId id;
   ASSERT_EQ(weftGetUniqueId(&id), weftSuccess);
   weftComm_t comm;
@@ -356,7 +356,7 @@ TEST(P2P, NullBufferWithElementsIsAnError) {
 }
 
 // AlltoAll, Gather and Scatter entry points, every datatype, moving roots.
-TEST(P2P, AlltoAllGatherScatter) {
+TEST(Sendrecv, AlltoAllGatherScatter) {
   const uint64_t seed = test_seed();
   for (int nranks : {1, 3, 4}) {
     auto status = run_ranks(nranks, [&](const RankCtx &ctx) {

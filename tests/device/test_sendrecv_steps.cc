@@ -1,7 +1,7 @@
-// The device point-to-point schedule (collectives/algo/p2p_steps.h) on the
+// The device point-to-point schedule (collectives/algo/sendrecv_steps.h) on the
 // host: every rank count from 1 to 8, random groups of sends and receives of
 // random uneven sizes in random posting order, run through real FIFOs by the
-// host emulation of the kernel (p2p_emu.h), one thread per kernel block, and
+// host emulation of the kernel (sendrecv_emu.h), one thread per kernel block, and
 // every received byte checked against what was sent, with nothing written
 // past a message. Then the poison protocol: a rank that stops mid-stream.
 #include <gtest/gtest.h>
@@ -13,13 +13,13 @@
 #include <vector>
 
 #include "harness.h"
-#include "tests/device/p2p_emu.h"
-#include "tests/device/p2p_steps_dump.h"
+#include "tests/device/sendrecv_emu.h"
+#include "tests/device/sendrecv_steps_dump.h"
 #include "weft_build_config.h"
 
 namespace {
 
-using weft_test::P2pEmuNet;
+using weft_test::SendrecvEmuNet;
 using weft_test::Rng;
 
 constexpr char kPoison = (char)0xA5;
@@ -27,7 +27,7 @@ constexpr size_t kGuard = 16;
 
 // One rank's launch: its ops in posting order and their buffers.
 struct RankLaunch {
-  std::vector<p2p_op> ops;
+  std::vector<sendrecv_op> ops;
   std::vector<std::vector<char>> bufs; // each message + kGuard poisoned bytes
   std::vector<char *> ptrs;
   int npairs = 0;
@@ -49,7 +49,7 @@ std::vector<RankLaunch> make_launches(int n, int round, Rng &rng, uint32_t slot_
   for (int a = 0; a < n; a++)
     for (int b = 0; b < n; b++) {
       int m = (int)(rng.next() % 3); // 0 to 2 messages per pair
-      for (int i = 0; i < m && nmsgs < (size_t)P2P_MAX_OPS / 2; i++, nmsgs++) {
+      for (int i = 0; i < m && nmsgs < (size_t)SENDRECV_MAX_OPS / 2; i++, nmsgs++) {
         uint64_t r = rng.next() % 8;
         uint64_t nb = r == 0 ? 0 : r == 1 ? 1 : rng.next() % (slot_nbytes * 7 + 3);
         sizes[a][b].push_back(nb);
@@ -70,7 +70,7 @@ std::vector<RankLaunch> make_launches(int n, int round, Rng &rng, uint32_t slot_
     for (auto [p, send] : order) {
       int m = send ? sent[p]++ : got[p]++;
       uint64_t nb = send ? sizes[r][p][m] : sizes[p][r][m];
-      p2p_op op = {nb, p, (uint8_t)send, (uint8_t)(p == r), 0};
+      sendrecv_op op = {nb, p, (uint8_t)send, (uint8_t)(p == r), 0};
       x.ops.push_back(op);
       std::vector<char> buf(nb + kGuard, kPoison);
       if (send)
@@ -79,7 +79,7 @@ std::vector<RankLaunch> make_launches(int n, int round, Rng &rng, uint32_t slot_
       total += nb;
     }
     for (auto &b : x.bufs) x.ptrs.push_back(b.data());
-    x.npairs = p2p_assign_pairs(x.ops.data(), (int)x.ops.size());
+    x.npairs = sendrecv_assign_pairs(x.ops.data(), (int)x.ops.size());
   }
   *total_out = total;
   return L;
@@ -89,7 +89,7 @@ std::vector<RankLaunch> make_launches(int n, int round, Rng &rng, uint32_t slot_
 void copy_self(RankLaunch &x) {
   for (int i = 0; i < (int)x.ops.size(); i++) {
     if (!x.ops[i].self || !x.ops[i].send) continue;
-    int j = p2p_self_match(x.ops.data(), (int)x.ops.size(), i);
+    int j = sendrecv_self_match(x.ops.data(), (int)x.ops.size(), i);
     ASSERT_GE(j, 0);
     ASSERT_EQ(x.ops[j].nbytes, x.ops[i].nbytes);
     memcpy(x.ptrs[j], x.ptrs[i], x.ops[i].nbytes);
@@ -101,7 +101,7 @@ void check_received(const std::vector<RankLaunch> &L, int round) {
   for (int r = 0; r < n; r++) {
     std::vector<int> got(n, 0);
     for (size_t i = 0; i < L[r].ops.size(); i++) {
-      const p2p_op &o = L[r].ops[i];
+      const sendrecv_op &o = L[r].ops[i];
       if (o.send) continue;
       int m = got[o.peer]++;
       const std::vector<char> &b = L[r].bufs[i];
@@ -122,18 +122,18 @@ struct Shape {
 };
 
 // Runs every rank's launch, one thread per block; returns the blocks' results.
-std::vector<int> run_launches(P2pEmuNet &net, std::vector<RankLaunch> &L, int max_blocks,
+std::vector<int> run_launches(SendrecvEmuNet &net, std::vector<RankLaunch> &L, int max_blocks,
                               const std::atomic<int> *abort_flag, uint64_t timeout_ns) {
   std::vector<std::thread> threads;
-  std::vector<int> results(L.size() * (size_t)max_blocks, weft_test::P2P_EMU_OK);
+  std::vector<int> results(L.size() * (size_t)max_blocks, weft_test::SENDRECV_EMU_OK);
   for (size_t r = 0; r < L.size(); r++) {
     copy_self(L[r]);
-    int nblocks = p2p_nblocks(L[r].npairs, net.nlanes, max_blocks);
+    int nblocks = sendrecv_nblocks(L[r].npairs, net.nlanes, max_blocks);
     for (int b = 0; b < nblocks; b++)
       threads.emplace_back([&, r, b, nblocks] {
         results[r * max_blocks + b] =
-            weft_test::p2p_emu_block(net, (int)r, L[r].ops, L[r].ptrs, nblocks, b, abort_flag,
-                                     timeout_ns)
+            weft_test::sendrecv_emu_block(net, (int)r, L[r].ops, L[r].ptrs, nblocks, b, abort_flag,
+                                          timeout_ns)
                 .result;
       });
   }
@@ -141,17 +141,17 @@ std::vector<int> run_launches(P2pEmuNet &net, std::vector<RankLaunch> &L, int ma
   return results;
 }
 
-class P2pSchedule : public testing::TestWithParam<int> {};
+class SendrecvSchedule : public testing::TestWithParam<int> {};
 
-TEST_P(P2pSchedule, RandomGroupsMoveEveryByteInOrder) {
+TEST_P(SendrecvSchedule, RandomGroupsMoveEveryByteInOrder) {
   const int n = GetParam();
   const Shape shapes[] = {{1, 16, 1}, {2, 64, 2}, {4, 24, 3}, {4, 64, 64}};
   for (int si = 0; si < 4; si++) {
     const Shape &s = shapes[si];
     // lanes per pair: over the rank counts 1-8, every shape meets several
-    // counts and every count from 1 to P2P_MAX_LANES comes up
-    const int nlanes = (n + si) % P2P_MAX_LANES + 1;
-    P2pEmuNet net(n, s.nslots, s.slot_nbytes, nlanes);
+    // counts and every count from 1 to SENDRECV_MAX_LANES comes up
+    const int nlanes = (n + si) % SENDRECV_MAX_LANES + 1;
+    SendrecvEmuNet net(n, s.nslots, s.slot_nbytes, nlanes);
     for (uint64_t seed = 0; seed < 4; seed++) {
   Rng rng(1000 + seed * 7919 + (uint64_t)n * 31 + s.slot_nbytes);
     // several launches: lanes carry on from the steps the last one reached
@@ -162,7 +162,7 @@ TEST_P(P2pSchedule, RandomGroupsMoveEveryByteInOrder) {
                    std::to_string(s.slot_nbytes) + " blocks " + std::to_string(s.max_blocks) +
                    " lanes " + std::to_string(nlanes) + " round " + std::to_string(round));
       std::vector<int> res = run_launches(net, L, s.max_blocks, nullptr, 20000000000ull);
-      for (int x : res) ASSERT_EQ(x, weft_test::P2P_EMU_OK);
+      for (int x : res) ASSERT_EQ(x, weft_test::SENDRECV_EMU_OK);
       check_received(L, round);
       if (HasFatalFailure()) return;
     }
@@ -170,7 +170,7 @@ TEST_P(P2pSchedule, RandomGroupsMoveEveryByteInOrder) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, P2pSchedule, testing::Range(1, 9),
+INSTANTIATE_TEST_SUITE_P(Ranks, SendrecvSchedule, testing::Range(1, 9),
                          [](const testing::TestParamInfo<int> &i) {
                            return "k" + std::to_string(i.param);
                          });
@@ -178,21 +178,21 @@ INSTANTIATE_TEST_SUITE_P(Ranks, P2pSchedule, testing::Range(1, 9),
 // Both ends of a pair agree on the chunks of each lane, and the lanes cover
 // the message exactly once, for every size up to a few chunks and every
 // number of lanes.
-TEST(P2pSteps, LanesCoverEachMessageOnce) {
-  for (int nlanes = 1; nlanes <= P2P_MAX_LANES; nlanes++)
+TEST(SendrecvSteps, LanesCoverEachMessageOnce) {
+  for (int nlanes = 1; nlanes <= SENDRECV_MAX_LANES; nlanes++)
     for (uint64_t chunk : {1ull, 7ull, 64ull})
       for (uint64_t nb = 0; nb < 10 * chunk + 3; nb++) {
         std::vector<int> seen(nb, 0);
         uint64_t chunks = 0;
         for (int l = 0; l < nlanes; l++)
-          for (uint64_t k = 0; k < p2p_lane_nchunks(nb, chunk, l, nlanes); k++, chunks++) {
+          for (uint64_t k = 0; k < sendrecv_lane_nchunks(nb, chunk, l, nlanes); k++, chunks++) {
             uint64_t off, size;
-            p2p_lane_chunk(nb, chunk, l, nlanes, k, &off, &size);
+            sendrecv_lane_chunk(nb, chunk, l, nlanes, k, &off, &size);
             ASSERT_GT(size, 0u);
             ASSERT_LE(off + size, nb);
             for (uint64_t i = off; i < off + size; i++) seen[i]++;
           }
-        ASSERT_EQ(chunks, p2p_nchunks(nb, chunk));
+        ASSERT_EQ(chunks, sendrecv_nchunks(nb, chunk));
         for (uint64_t i = 0; i < nb; i++)
           ASSERT_EQ(seen[i], 1) << nb << " bytes, byte " << i << ", " << nlanes << " lanes";
       }
@@ -200,33 +200,33 @@ TEST(P2pSteps, LanesCoverEachMessageOnce) {
 
 // Pairs are numbered in order of first use; self ops get none; blocks are
 // shared out among the pairs' lanes.
-TEST(P2pSteps, PairsAndBlocks) {
-  std::vector<p2p_op> ops = {{8, 3, 1, 0, 0}, {8, 1, 0, 0, 0}, {8, 0, 1, 1, 0},
+TEST(SendrecvSteps, PairsAndBlocks) {
+  std::vector<sendrecv_op> ops = {{8, 3, 1, 0, 0}, {8, 1, 0, 0, 0}, {8, 0, 1, 1, 0},
                              {8, 3, 1, 0, 0}, {8, 3, 0, 0, 0}, {8, 0, 0, 1, 0}};
-  EXPECT_EQ(p2p_assign_pairs(ops.data(), (int)ops.size()), 3);
+  EXPECT_EQ(sendrecv_assign_pairs(ops.data(), (int)ops.size()), 3);
   EXPECT_EQ(ops[0].pair, 0);
   EXPECT_EQ(ops[1].pair, 1);
   EXPECT_EQ(ops[3].pair, 0);
   EXPECT_EQ(ops[4].pair, 2);
-  EXPECT_EQ(p2p_self_match(ops.data(), (int)ops.size(), 2), 5);
-  EXPECT_EQ(p2p_nblocks(3, 2, 64), 6);
-  EXPECT_EQ(p2p_nblocks(3, 8, 64), 24);
-  EXPECT_EQ(p2p_nblocks(3, 8, 20), 20);
-  EXPECT_EQ(p2p_nblocks(3, 2, 4), 4);
-  EXPECT_EQ(p2p_nblocks(0, 2, 4), 1);
-  EXPECT_EQ(p2p_block_of(2, 1, 8, 64), 17);
-  EXPECT_EQ(p2p_block_of(2, 1, 8, 5), 2);
+  EXPECT_EQ(sendrecv_self_match(ops.data(), (int)ops.size(), 2), 5);
+  EXPECT_EQ(sendrecv_nblocks(3, 2, 64), 6);
+  EXPECT_EQ(sendrecv_nblocks(3, 8, 64), 24);
+  EXPECT_EQ(sendrecv_nblocks(3, 8, 20), 20);
+  EXPECT_EQ(sendrecv_nblocks(3, 2, 4), 4);
+  EXPECT_EQ(sendrecv_nblocks(0, 2, 4), 1);
+  EXPECT_EQ(sendrecv_block_of(2, 1, 8, 64), 17);
+  EXPECT_EQ(sendrecv_block_of(2, 1, 8, 5), 2);
 }
 
 // Every block's order of moves, with every lane always ready: each lane's
 // chunks in order, a lane's messages in posting order, every chunk of the
 // launch moved by exactly one block; and nvcc's compiles (host pass; device
 // pass with a GPU) give the host C compile's order, move for move.
-TEST(P2pSteps, BlockOrderAndNvccCompileAgree) {
+TEST(SendrecvSteps, BlockOrderAndNvccCompileAgree) {
   for (int n : {2, 3, 5, 8})
     for (int max_blocks : {1, 2, 5, 64}) {
       // every lane count from 1 to 8 over these 16 cases
-      const int nlanes = (n + max_blocks) % P2P_MAX_LANES + 1;
+      const int nlanes = (n + max_blocks) % SENDRECV_MAX_LANES + 1;
       SCOPED_TRACE(std::to_string(n) + " ranks, " + std::to_string(max_blocks) + " blocks, " +
                    std::to_string(nlanes) + " lanes");
       Rng rng(4242 + (uint64_t)n * 13 + (uint64_t)max_blocks);
@@ -235,36 +235,37 @@ TEST(P2pSteps, BlockOrderAndNvccCompileAgree) {
       for (int r = 0; r < n; r++) {
         const RankLaunch &x = L[r];
         const int nops = (int)x.ops.size();
-        const int nblocks = p2p_nblocks(x.npairs, nlanes, max_blocks);
+        const int nblocks = sendrecv_nblocks(x.npairs, nlanes, max_blocks);
         uint64_t want_chunks = 0;
-        for (const p2p_op &o : x.ops) want_chunks += o.self ? 0 : p2p_nchunks(o.nbytes, 48);
+        for (const sendrecv_op &o : x.ops)
+          want_chunks += o.self ? 0 : sendrecv_nchunks(o.nbytes, 48);
         uint64_t moved = 0;
         for (int b = 0; b < nblocks; b++) {
-          std::vector<p2p_move> c(P2P_MAX_ITEMS * 64), h(c.size()), d(c.size());
+          std::vector<sendrecv_move> c(SENDRECV_MAX_ITEMS * 64), h(c.size()), d(c.size());
           size_t nc =
-              p2p_steps_dump_c(x.ops.data(), nops, 48, nlanes, nblocks, b, c.data(), c.size());
+              sendrecv_steps_dump_c(x.ops.data(), nops, 48, nlanes, nblocks, b, c.data(), c.size());
           ASSERT_NE(nc, (size_t)-1) << "a block with unfinished items and none eligible";
           ASSERT_LE(nc, c.size());
           moved += nc;
           // per (op, lane): chunks 0, 1, ...; per lane: an op only after the earlier ones
           std::vector<std::vector<uint64_t>> next(nops, std::vector<uint64_t>(nlanes, 0));
           for (size_t i = 0; i < nc; i++) {
-            const p2p_move &m = c[i];
+            const sendrecv_move &m = c[i];
             ASSERT_EQ(m.chunk, next[m.op][m.lane]++) << "move " << i;
             for (int e = 0; e < m.op; e++) {
               if (x.ops[e].peer != x.ops[m.op].peer || x.ops[e].send != x.ops[m.op].send ||
                   x.ops[e].self)
                 continue;
-              ASSERT_EQ(next[e][m.lane], p2p_lane_nchunks(x.ops[e].nbytes, 48, m.lane, nlanes))
+              ASSERT_EQ(next[e][m.lane], sendrecv_lane_nchunks(x.ops[e].nbytes, 48, m.lane, nlanes))
                   << "op " << m.op << " overtook op " << e << " on lane " << m.lane;
             }
           }
 #if WEFT_HAVE_CUDA
-          size_t nh = p2p_steps_dump_nvcc_host(x.ops.data(), nops, 48, nlanes, nblocks, b,
-                                               h.data(), h.size());
+          size_t nh = sendrecv_steps_dump_nvcc_host(x.ops.data(), nops, 48, nlanes, nblocks, b,
+                                                    h.data(), h.size());
           ASSERT_EQ(nh, nc);
-          long nd = p2p_steps_dump_nvcc_device(x.ops.data(), nops, 48, nlanes, nblocks, b,
-                                               d.data(), d.size());
+          long nd = sendrecv_steps_dump_nvcc_device(x.ops.data(), nops, 48, nlanes, nblocks, b,
+                                                    d.data(), d.size());
           if (nd >= 0) {
             ASSERT_EQ((size_t)nd, nc);
           }
@@ -287,9 +288,9 @@ TEST(P2pSteps, BlockOrderAndNvccCompileAgree) {
 // A rank that stops after a few chunks: its peers' blocks give up, the ones
 // waiting on it by timeout or poison, and every lane the stopped rank's
 // blocks drove is poisoned, so a later launch on those lanes returns at once.
-TEST(P2pPoison, StoppedRankPoisonsItsLanesAndLaterLaunchesReturnAtOnce) {
+TEST(SendrecvPoison, StoppedRankPoisonsItsLanesAndLaterLaunchesReturnAtOnce) {
   const int n = 3;
-  P2pEmuNet net(n, 2, 32);
+  SendrecvEmuNet net(n, 2, 32);
   std::vector<RankLaunch> L(n);
   for (int r = 0; r < n; r++) {
     for (int p = 0; p < n; p++) {
@@ -299,31 +300,33 @@ TEST(P2pPoison, StoppedRankPoisonsItsLanesAndLaterLaunchesReturnAtOnce) {
     }
     for (auto &o : L[r].ops) L[r].bufs.emplace_back(o.nbytes + kGuard, kPoison);
     for (auto &b : L[r].bufs) L[r].ptrs.push_back(b.data());
-    L[r].npairs = p2p_assign_pairs(L[r].ops.data(), (int)L[r].ops.size());
+    L[r].npairs = sendrecv_assign_pairs(L[r].ops.data(), (int)L[r].ops.size());
   }
   std::atomic<int> stop_rank0{0};
   std::vector<std::thread> threads;
   std::vector<int> res(n * 8, -1);
   const uint64_t timeout = 300000000ull; // 0.3 s
-  uint64_t t0 = weft_test::p2p_emu_now_ns();
+  uint64_t t0 = weft_test::sendrecv_emu_now_ns();
   for (int r = 0; r < n; r++) {
-    int nblocks = p2p_nblocks(L[r].npairs, net.nlanes, 2);
+    int nblocks = sendrecv_nblocks(L[r].npairs, net.nlanes, 2);
     for (int b = 0; b < nblocks; b++)
       threads.emplace_back([&, r, b, nblocks] {
         // rank 0 is aborted after its blocks moved 3 chunks each
         std::function<void(uint64_t)> hook;
         if (r == 0) hook = [&](uint64_t chunks) { if (chunks >= 3) stop_rank0 = 1; };
-        res[r * 8 + b] = weft_test::p2p_emu_block(net, r, L[r].ops, L[r].ptrs, nblocks, b,
-                                                  r == 0 ? &stop_rank0 : nullptr, timeout, hook)
-                             .result;
+        res[r * 8 + b] =
+            weft_test::sendrecv_emu_block(net, r, L[r].ops, L[r].ptrs, nblocks, b,
+                                          r == 0 ? &stop_rank0 : nullptr, timeout, hook)
+                .result;
       });
   }
   for (auto &t : threads) t.join();
-  uint64_t took = weft_test::p2p_emu_now_ns() - t0;
-  for (int b = 0; b < p2p_nblocks(L[0].npairs, net.nlanes, 2); b++) EXPECT_EQ(res[b], weft_test::P2P_EMU_ABORTED);
+  uint64_t took = weft_test::sendrecv_emu_now_ns() - t0;
+  for (int b = 0; b < sendrecv_nblocks(L[0].npairs, net.nlanes, 2); b++)
+    EXPECT_EQ(res[b], weft_test::SENDRECV_EMU_ABORTED);
   for (int r = 1; r < n; r++)
-    for (int b = 0; b < p2p_nblocks(L[r].npairs, net.nlanes, 2); b++)
-      EXPECT_NE(res[r * 8 + b], weft_test::P2P_EMU_OK) << "rank " << r << " block " << b;
+    for (int b = 0; b < sendrecv_nblocks(L[r].npairs, net.nlanes, 2); b++)
+      EXPECT_NE(res[r * 8 + b], weft_test::SENDRECV_EMU_OK) << "rank " << r << " block " << b;
   EXPECT_LT(took, 4 * timeout) << "peers gave up late";
   // every lane touching rank 0 is poisoned, and keeps its reached steps
   for (int p = 1; p < n; p++)
@@ -333,14 +336,14 @@ TEST(P2pPoison, StoppedRankPoisonsItsLanesAndLaterLaunchesReturnAtOnce) {
     }
   // a later launch of rank 1 to rank 0 returns at once, poisoned, without
   // waiting out the timeout
-  std::vector<p2p_op> again = {{64, 0, 1, 0, 0}};
-  p2p_assign_pairs(again.data(), 1);
+  std::vector<sendrecv_op> again = {{64, 0, 1, 0, 0}};
+  sendrecv_assign_pairs(again.data(), 1);
   std::vector<char> buf(64, 1);
   std::vector<char *> ptrs = {buf.data()};
-  uint64_t t1 = weft_test::p2p_emu_now_ns();
-  auto out = weft_test::p2p_emu_block(net, 1, again, ptrs, 1, 0, nullptr, 10 * timeout);
-  uint64_t waited = weft_test::p2p_emu_now_ns() - t1;
-  EXPECT_EQ(out.result, weft_test::P2P_EMU_POISONED);
+  uint64_t t1 = weft_test::sendrecv_emu_now_ns();
+  auto out = weft_test::sendrecv_emu_block(net, 1, again, ptrs, 1, 0, nullptr, 10 * timeout);
+  uint64_t waited = weft_test::sendrecv_emu_now_ns() - t1;
+  EXPECT_EQ(out.result, weft_test::SENDRECV_EMU_POISONED);
   EXPECT_EQ(out.chunks, 0u);
   EXPECT_LT(waited, timeout);
 }

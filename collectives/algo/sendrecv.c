@@ -10,30 +10,30 @@
 #include "../../transport/base/wait.h"
 #include "../reduce/reduce_host.h"
 #include "copy_stream.h"
-#include "p2p.h"
-#include "p2p_cma.h"
+#include "sendrecv.h"
+#include "sendrecv_cma.h"
 
 #define SLOT_LAST 0x80000000u /* in slot_used_nbytes: the message ends here */
 
 enum { TAG_BLOB = 0x70320001u, TAG_ACK = 0x70320002u };
 
-weftResult_t p2p_conns_alloc(struct weftComm *comm) {
-  comm->p2p_send = calloc((size_t)comm->nranks, sizeof *comm->p2p_send);
-  comm->p2p_recv = calloc((size_t)comm->nranks, sizeof *comm->p2p_recv);
-  if (comm->p2p_send == NULL || comm->p2p_recv == NULL)
+weftResult_t sendrecv_conns_alloc(struct weftComm *comm) {
+  comm->send_conns = calloc((size_t)comm->nranks, sizeof *comm->send_conns);
+  comm->recv_conns = calloc((size_t)comm->nranks, sizeof *comm->recv_conns);
+  if (comm->send_conns == NULL || comm->recv_conns == NULL)
     return weft_error_set(weftSystemError, "out of memory");
   return weftSuccess;
 }
 
-void p2p_conns_close(struct weftComm *comm) {
-  for (int r = 0; comm->p2p_send != NULL && r < comm->nranks; r++) {
-    struct weft_conn *s = &comm->p2p_send[r], *v = &comm->p2p_recv[r];
+void sendrecv_conns_close(struct weftComm *comm) {
+  for (int r = 0; comm->send_conns != NULL && r < comm->nranks; r++) {
+    struct weft_conn *s = &comm->send_conns[r], *v = &comm->recv_conns[r];
     if (s->transport != NULL) s->transport->close(s);
     if (v->transport != NULL) v->transport->close(v);
   }
-  free(comm->p2p_send);
-  free(comm->p2p_recv);
-  comm->p2p_send = comm->p2p_recv = NULL;
+  free(comm->send_conns);
+  free(comm->recv_conns);
+  comm->send_conns = comm->recv_conns = NULL;
 }
 
 static void conn_prepare(struct weftComm *comm, struct weft_conn *c, int peer) {
@@ -52,16 +52,17 @@ static int plan_is_send(const struct weft_plan *op) { return op->coll == COLL_SE
  * that are not connected yet. Per pair: the receiver sets up its FIFO and
  * sends the blob; the sender attaches and acks; the receiver finishes.
  * Messages never wait for the peer, so any order works. */
-static weftResult_t p2p_connect_wanted(struct weftComm *comm, char *want_send, char *want_recv) {
+static weftResult_t sendrecv_connect_wanted(struct weftComm *comm, char *want_send,
+                                            char *want_recv) {
   const int n = comm->nranks;
   weftResult_t res = weftSuccess;
   for (int p = 0; p < n; p++) {
-    want_send[p] &= p != comm->rank && comm->p2p_send[p].transport == NULL;
-    want_recv[p] &= p != comm->rank && comm->p2p_recv[p].transport == NULL;
+    want_send[p] &= p != comm->rank && comm->send_conns[p].transport == NULL;
+    want_recv[p] &= p != comm->rank && comm->recv_conns[p].transport == NULL;
   }
   for (int p = 0; p < n; p++) {
     if (!want_recv[p]) continue;
-    struct weft_conn *c = &comm->p2p_recv[p];
+    struct weft_conn *c = &comm->recv_conns[p];
     struct conn_blob blob;
     memset(&blob, 0, sizeof blob);
     conn_prepare(comm, c, p);
@@ -81,7 +82,7 @@ static weftResult_t p2p_connect_wanted(struct weftComm *comm, char *want_send, c
   }
   for (int p = 0; p < n; p++) {
     if (!want_send[p]) continue;
-    struct weft_conn *c = &comm->p2p_send[p];
+    struct weft_conn *c = &comm->send_conns[p];
     struct conn_blob blob;
     WEFT_TRY(bootstrap_recv(comm->bs, p, TAG_BLOB, &blob, sizeof blob));
     if (blob.transport < 0 || weft_transports[blob.transport] == NULL)
@@ -98,13 +99,13 @@ static weftResult_t p2p_connect_wanted(struct weftComm *comm, char *want_send, c
     if (!want_recv[p]) continue;
     uint32_t ack;
     WEFT_TRY(bootstrap_recv(comm->bs, p, TAG_ACK, &ack, sizeof ack));
-    WEFT_TRY(comm->p2p_recv[p].transport->recv_connect(&comm->p2p_recv[p]));
+    WEFT_TRY(comm->recv_conns[p].transport->recv_connect(&comm->recv_conns[p]));
   }
   return weftSuccess;
 }
 
-weftResult_t p2p_connect_peers(struct weftComm *comm, const int *send_peers, int nsend,
-                               const int *recv_peers, int nrecv) {
+weftResult_t sendrecv_connect_peers(struct weftComm *comm, const int *send_peers, int nsend,
+                                    const int *recv_peers, int nrecv) {
   char *want_send = calloc((size_t)comm->nranks, 1), *want_recv = calloc((size_t)comm->nranks, 1);
   weftResult_t res;
   if (want_send == NULL || want_recv == NULL) {
@@ -112,7 +113,7 @@ weftResult_t p2p_connect_peers(struct weftComm *comm, const int *send_peers, int
   } else {
     for (int i = 0; i < nsend; i++) want_send[send_peers[i]] = 1;
     for (int i = 0; i < nrecv; i++) want_recv[recv_peers[i]] = 1;
-    res = p2p_connect_wanted(comm, want_send, want_recv);
+    res = sendrecv_connect_wanted(comm, want_send, want_recv);
   }
   free(want_send);
   free(want_recv);
@@ -120,28 +121,28 @@ weftResult_t p2p_connect_peers(struct weftComm *comm, const int *send_peers, int
 }
 
 /* Connects what the sends and receives of ops need. */
-static weftResult_t p2p_connect(struct weftComm *comm, const struct weft_plan *const *ops,
-                                size_t nops) {
+static weftResult_t sendrecv_connect(struct weftComm *comm, const struct weft_plan *const *ops,
+                                     size_t nops) {
   char *want_send = calloc((size_t)comm->nranks, 1), *want_recv = calloc((size_t)comm->nranks, 1);
   weftResult_t res;
   if (want_send == NULL || want_recv == NULL) {
     res = weft_error_set(weftSystemError, "out of memory");
   } else {
     for (size_t i = 0; i < nops; i++) (plan_is_send(ops[i]) ? want_send : want_recv)[ops[i]->root] = 1;
-    res = p2p_connect_wanted(comm, want_send, want_recv);
+    res = sendrecv_connect_wanted(comm, want_send, want_recv);
   }
   free(want_send);
   free(want_recv);
   return res;
 }
 
-struct p2p_state {
+struct sendrecv_state {
   const struct weft_plan *op;
   size_t nbytes;
   size_t done_nbytes;
   int finished;
   int after; /* the op before it on the same peer and direction, or -1 */
-  int offer; /* a send the receiver copies (p2p_cma.c): 1 to offer, 2 offered */
+  int offer; /* a send the receiver copies (sendrecv_cma.c): 1 to offer, 2 offered */
   int stream; /* a receive whose single copies bypass the caches */
   uint64_t offer_step;
   weftResult_t err; /* why progress returned -1 */
@@ -149,14 +150,15 @@ struct p2p_state {
 
 /* Offers st's message, then waits for the answer: how many slots moved, or
  * -1. A refused offer leaves the message to the FIFO. */
-static int send_offer_progress(struct weftComm *comm, struct weft_conn *c, struct p2p_state *st) {
+static int send_offer_progress(struct weftComm *comm, struct weft_conn *c,
+                               struct sendrecv_state *st) {
   if (st->offer == 1) {
-    if (!p2p_cma_offer(c, st->op->sendbuf, st->nbytes, &st->offer_step)) return 0;
+    if (!sendrecv_cma_offer(c, st->op->sendbuf, st->nbytes, &st->offer_step)) return 0;
     st->offer = 2;
     return 1;
   }
   int copied = 0;
-  weftResult_t res = p2p_cma_answer(comm, c, st->offer_step, st->nbytes, &copied);
+  weftResult_t res = sendrecv_cma_answer(comm, c, st->offer_step, st->nbytes, &copied);
   if (res == weftInProgress) return 0;
   if (res != weftSuccess) {
     st->err = res;
@@ -169,7 +171,7 @@ static int send_offer_progress(struct weftComm *comm, struct weft_conn *c, struc
 }
 
 /* Moves as many slots as the FIFO allows; returns how many moved, or -1. */
-static int send_progress(struct weftComm *comm, struct weft_conn *c, struct p2p_state *st) {
+static int send_progress(struct weftComm *comm, struct weft_conn *c, struct sendrecv_state *st) {
   if (st->offer) return send_offer_progress(comm, c, st);
   int moved = 0;
   while (!st->finished && c->step - __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE) < c->nslots) {
@@ -187,14 +189,14 @@ static int send_progress(struct weftComm *comm, struct weft_conn *c, struct p2p_
   return moved;
 }
 
-static int recv_progress(struct weftComm *comm, struct weft_conn *c, struct p2p_state *st) {
+static int recv_progress(struct weftComm *comm, struct weft_conn *c, struct sendrecv_state *st) {
   int moved = 0;
   while (!st->finished && __atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) > c->step) {
     uint32_t used = c->ctrl->slot_used_nbytes[c->step % c->nslots];
-    if (used & P2P_CMA_SLOT_OFFER) { /* the sender offers its buffer */
+    if (used & SENDRECV_CMA_SLOT_OFFER) { /* the sender offers its buffer */
       int copied = 0;
-      st->err = p2p_cma_take(comm, c, st->op->recvbuf, st->nbytes, st->done_nbytes, st->stream,
-                             &copied);
+      st->err = sendrecv_cma_take(comm, c, st->op->recvbuf, st->nbytes, st->done_nbytes, st->stream,
+                                  &copied);
       if (st->err != weftSuccess) return -1;
       st->finished = copied;
       if (copied) st->done_nbytes = st->nbytes;
@@ -227,7 +229,7 @@ static int recv_progress(struct weftComm *comm, struct weft_conn *c, struct p2p_
 }
 
 /* Sends and receives to this rank itself pair up in order, as copies. */
-static weftResult_t p2p_self(struct weftComm *comm, struct p2p_state *st, size_t nops) {
+static weftResult_t sendrecv_self(struct weftComm *comm, struct sendrecv_state *st, size_t nops) {
   size_t r = 0;
   for (size_t s = 0; s < nops; s++) {
     if (st[s].op->root != comm->rank || !plan_is_send(st[s].op)) continue;
@@ -255,20 +257,21 @@ static weftResult_t p2p_self(struct weftComm *comm, struct p2p_state *st, size_t
 
 /* A wait that ended with res: a receiver that refused an offer (another
  * size) also poisons its connections, so the answer is what to report. */
-static weftResult_t offers_settle(struct weftComm *comm, struct p2p_state *st, size_t nops,
+static weftResult_t offers_settle(struct weftComm *comm, struct sendrecv_state *st, size_t nops,
                                   weftResult_t res) {
   for (size_t i = 0; i < nops; i++) {
     if (st[i].offer != 2) continue;
-    struct weft_conn *c = &comm->p2p_send[st[i].op->root];
+    struct weft_conn *c = &comm->send_conns[st[i].op->root];
     if (send_offer_progress(comm, c, &st[i]) < 0) return st[i].err;
   }
   return res;
 }
 
 /* Marks the sends that the receiver copies from the sender's buffer
- * (p2p_cma_wanted): a send is paired when the group also receives from its
+ * (sendrecv_cma_wanted): a send is paired when the group also receives from its
  * peer. */
-static weftResult_t p2p_offers_mark(struct weftComm *comm, struct p2p_state *st, size_t nops) {
+static weftResult_t sendrecv_offers_mark(struct weftComm *comm, struct sendrecv_state *st,
+                                         size_t nops) {
   char *recv_from = calloc((size_t)comm->nranks, 1);
   if (recv_from == NULL) return weft_error_set(weftSystemError, "out of memory");
   for (size_t i = 0; i < nops; i++)
@@ -276,18 +279,19 @@ static weftResult_t p2p_offers_mark(struct weftComm *comm, struct p2p_state *st,
   for (size_t i = 0; i < nops; i++) {
     int peer = st[i].op->root;
     if (plan_is_send(st[i].op) && !st[i].finished)
-      st[i].offer = p2p_cma_wanted(comm, &comm->p2p_send[peer], st[i].nbytes, recv_from[peer]);
+      st[i].offer =
+          sendrecv_cma_wanted(comm, &comm->send_conns[peer], st[i].nbytes, recv_from[peer]);
   }
   free(recv_from);
   return weftSuccess;
 }
 
-weftResult_t p2p_run(struct weftComm *comm, const struct weft_plan *const *ops, size_t nops) {
-  WEFT_TRY(p2p_connect(comm, ops, nops));
-  struct p2p_state *st = calloc(nops ? nops : 1, sizeof *st);
+weftResult_t sendrecv_run(struct weftComm *comm, const struct weft_plan *const *ops, size_t nops) {
+  WEFT_TRY(sendrecv_connect(comm, ops, nops));
+  struct sendrecv_state *st = calloc(nops ? nops : 1, sizeof *st);
   if (st == NULL) return weft_error_set(weftSystemError, "out of memory");
   for (size_t i = 0; i < nops; i++) {
-    st[i] = (struct p2p_state){.op = ops[i],
+    st[i] = (struct sendrecv_state){.op = ops[i],
                                .nbytes = ops[i]->count * weftTypeSize(ops[i]->datatype),
                                .after = -1,
                                .err = weftInvalidUsage};
@@ -305,20 +309,20 @@ weftResult_t p2p_run(struct weftComm *comm, const struct weft_plan *const *ops, 
     if (!plan_is_send(ops[i])) recv_nbytes += st[i].nbytes;
   const int stream = recv_nbytes >= copy_stream_min_nbytes(comm->nranks);
   for (size_t i = 0; i < nops; i++) st[i].stream = stream && !plan_is_send(ops[i]);
-  weftResult_t res = p2p_self(comm, st, nops);
-  if (res == weftSuccess) res = p2p_offers_mark(comm, st, nops);
+  weftResult_t res = sendrecv_self(comm, st, nops);
+  if (res == weftSuccess) res = sendrecv_offers_mark(comm, st, nops);
   struct weft_wait w;
   int waiting = 0;
   size_t left = 0;
   for (size_t i = 0; i < nops; i++) left += !st[i].finished;
   while (res == weftSuccess && left > 0) {
     int moved = 0;
-    struct p2p_state *blocked = NULL;
+    struct sendrecv_state *blocked = NULL;
     for (size_t i = 0; i < nops; i++) {
-      struct p2p_state *s = &st[i];
+      struct sendrecv_state *s = &st[i];
       if (s->finished || (s->after >= 0 && !st[s->after].finished)) continue;
       int peer = s->op->root, send = plan_is_send(s->op);
-      struct weft_conn *c = send ? &comm->p2p_send[peer] : &comm->p2p_recv[peer];
+      struct weft_conn *c = send ? &comm->send_conns[peer] : &comm->recv_conns[peer];
       int m = send ? send_progress(comm, c, s) : recv_progress(comm, c, s);
       if (m < 0) {
         res = s->err;
@@ -341,7 +345,7 @@ weftResult_t p2p_run(struct weftComm *comm, const struct weft_plan *const *ops, 
     }
     if (!waiting) {
       int peer = blocked->op->root, send = plan_is_send(blocked->op);
-      struct weft_conn *c = send ? &comm->p2p_send[peer] : &comm->p2p_recv[peer];
+      struct weft_conn *c = send ? &comm->send_conns[peer] : &comm->recv_conns[peer];
       wait_begin(&w, comm->timeout_ns, &comm->abort_flag, &c->ctrl->poison, c->peer_pid, peer,
                  send ? "send to" : "receive from");
       waiting = 1;

@@ -1,10 +1,10 @@
 /* A collective's signature: what every rank of a call must agree on. WEFT_CHECK=1
- * allgathers it before each collective (collectives/core/check.c). The always-on
- * check carries it, packed in 16 bytes, in the first message a path sends
+ * allgathers it before each collective (collectives/core/signature.c). The always-on
+ * comparison carries it, packed in 16 bytes, in the first message a path sends
  * anyway: the single-copy path's address exchange (collectives/algo/cma.c), and
  * the first slots of recursive doubling and the ring. */
-#ifndef WEFT_CHECK_H
-#define WEFT_CHECK_H
+#ifndef WEFT_SIGNATURE_H
+#define WEFT_SIGNATURE_H
 
 #include <assert.h>
 #include <stdint.h>
@@ -17,34 +17,34 @@
 
 struct weft_plan;
 
-#define CHECK_SIG_MAGIC 0x77636b73u /* "wcks" */
+#define SIGNATURE_MAGIC 0x77636b73u /* "wcks" */
 
 /* 1: recursive doubling and the ring carry the signature in their first
- * slots (the always-on check). 0 only to measure what that costs: they then
+ * slots (the always-on comparison). 0 only to measure what that costs: they then
  * carry none, and a mismatch there goes unseen without WEFT_CHECK=1
  * (meson setup -Dc_args=-DWEFT_SLOT_SIGNATURE=0 -Dtests=false). The
- * single-copy path's check (sizes included) is never compiled out. */
+ * single-copy path's comparison (sizes included) is never compiled out. */
 #ifndef WEFT_SLOT_SIGNATURE
 #define WEFT_SLOT_SIGNATURE 1
 #endif
 
 /* Fixed size and no padding, so that it travels as bytes. */
-struct check_sig {
+struct signature {
   uint32_t magic;
   int32_t coll;
-  uint64_t seq; /* the call's number among those checked on the comm, from 1; 0: not counted */
+  uint64_t seq; /* the call's number among those compared on the comm, from 1; 0: not counted */
   uint64_t count;
   int32_t datatype;
   int32_t op;
   int32_t root;
   int32_t reserved;
 };
-static_assert(sizeof(struct check_sig) == 40, "check_sig must have no hidden padding");
+static_assert(sizeof(struct signature) == 40, "signature must have no hidden padding");
 
 /* The signature of plan's call, numbered seq. */
-void check_sig_init(struct check_sig *sig, const struct weft_plan *plan, uint64_t seq);
+void signature_init(struct signature *sig, const struct weft_plan *plan, uint64_t seq);
 
-#define CHECK_SIG_PACKED_MAGIC 0xa5u
+#define SIGNATURE_PACKED_MAGIC 0xa5u
 
 /* The signature as a message carries it: 16 bytes, stored with the data it
  * follows and compared with one 128-bit comparison. Every field is whole (an
@@ -52,25 +52,25 @@ void check_sig_init(struct check_sig *sig, const struct weft_plan *plan, uint64_
  * of weftRedOpCreatePreMulSum runs as a sum, so no algorithm sees an op at
  * or above weftNumOps); no sequence number. The magic byte tells a
  * signature from data only when naming a mismatch. */
-struct check_sig_packed {
+struct signature_packed {
   uint64_t count;
   int32_t root;
   uint8_t coll;
   uint8_t datatype;
   uint8_t op;
-  uint8_t magic; /* CHECK_SIG_PACKED_MAGIC */
+  uint8_t magic; /* SIGNATURE_PACKED_MAGIC */
 };
-static_assert(sizeof(struct check_sig_packed) == 16, "check_sig_packed is one 128-bit word");
+static_assert(sizeof(struct signature_packed) == 16, "signature_packed is one 128-bit word");
 static_assert(weftNumTypes <= 256 && weftNumOps <= 256, "datatype and op fit a byte");
 
 /* The packed signature of plan's call. */
-void check_sig_pack(struct check_sig_packed *out, const struct weft_plan *plan);
-/* The full form of a packed signature (seq 0), for check_compare_ranks; magic
- * is CHECK_SIG_MAGIC only where the packed one's is CHECK_SIG_PACKED_MAGIC. */
-void check_sig_unpack(struct check_sig *out, const struct check_sig_packed *in);
+void signature_pack(struct signature_packed *out, const struct weft_plan *plan);
+/* The full form of a packed signature (seq 0), for signature_compare_ranks; magic
+ * is SIGNATURE_MAGIC only where the packed one's is SIGNATURE_PACKED_MAGIC. */
+void signature_unpack(struct signature *out, const struct signature_packed *in);
 
 /* Whether the 16 bytes at theirs (any alignment) are the signature mine. */
-static inline int check_sig_packed_same(const void *theirs, const struct check_sig_packed *mine) {
+static inline int signature_packed_same(const void *theirs, const struct signature_packed *mine) {
 #if defined(__SSE2__)
   const __m128i a = _mm_loadu_si128((const __m128i *)theirs);
   const __m128i b = _mm_loadu_si128((const __m128i *)(const void *)mine);
@@ -87,10 +87,10 @@ static inline int check_sig_packed_same(const void *theirs, const struct check_s
  * rank). On a mismatch returns weftInvalidUsage with a text that starts with
  * who and names the ranks and the fields that differ, the same text on every
  * rank; the op and root count only for collectives that have them. */
-weftResult_t check_compare(const struct check_sig *sigs, int nranks, const char *who);
+weftResult_t signature_compare(const struct signature *sigs, int nranks, const char *who);
 /* The same for signatures of some ranks only: sigs[i] is rank ranks[i]'s. */
-weftResult_t check_compare_ranks(const struct check_sig *sigs, const int *ranks, int nranks,
-                                 const char *who);
+weftResult_t signature_compare_ranks(const struct signature *sigs, const int *ranks, int nranks,
+                                     const char *who);
 
 struct weftComm;
 /* WEFT_CHECK=1: allgathers plan's signature (collective, count, datatype, op,
@@ -99,6 +99,6 @@ struct weftComm;
  * not all match. Blocks until every rank has called it
  * or the timeout. Otherwise, and for sends and receives, returns weftSuccess
  * at once, with no traffic. */
-weftResult_t check_signatures(struct weftComm *comm, const struct weft_plan *plan);
+weftResult_t signature_agree(struct weftComm *comm, const struct weft_plan *plan);
 
 #endif

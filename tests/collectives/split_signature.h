@@ -1,4 +1,4 @@
-// What the weftCommSplit and WEFT_CHECK tests (test_split.cc, test_check.cc)
+// What the weftCommSplit and WEFT_CHECK tests (test_split.cc, test_signature.cc)
 // share: the options of their communicators, a runner, and checks that a
 // communicator has the shape and computes what its members say.
 #pragma once

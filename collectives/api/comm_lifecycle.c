@@ -1,6 +1,6 @@
 /* Communicator life cycle: init (from an id, a launcher or in-process),
  * finalize, destroy, abort, and the queries. */
-#include "comm.h"
+#include "comm_lifecycle.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -16,7 +16,7 @@
 #include "../../transport/topology/topo.h"
 #include "../../transport/base/wait.h"
 #include "../exec/device/device.h"
-#include "../algo/p2p.h"
+#include "../algo/sendrecv.h"
 #include "../core/channel.h"
 #include "../core/params.h"
 
@@ -109,7 +109,7 @@ static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
   comm->peers = peers;
   comm->nslots = (uint32_t)nslots;
   comm->slot_nbytes = (size_t)slot_nbytes;
-  WEFT_TRY_GOTO(p2p_conns_alloc(comm), res, free_comm);
+  WEFT_TRY_GOTO(sendrecv_conns_alloc(comm), res, free_comm);
   comm->timeout_ns = cfg.timeoutMs != WEFT_CONFIG_UNDEF_INT && cfg.timeoutMs > 0
                          ? (uint64_t)cfg.timeoutMs * 1000000ull
                          : wait_default_timeout_ns();
@@ -153,7 +153,7 @@ close_channels:
   if (comm->oversubscribed_hold) wait_oversubscribed_release();
   bootstrap_close(comm->bs);
 free_comm:
-  if (comm != NULL) p2p_conns_close(comm);
+  if (comm != NULL) sendrecv_conns_close(comm);
   free(peers);
   free(comm);
   return res;
@@ -275,7 +275,7 @@ static void comm_free(struct weftComm *comm) {
   comm->magic = 0;
   device_comm_free(comm);
   channels_close(comm);
-  p2p_conns_close(comm);
+  sendrecv_conns_close(comm);
   if (comm->oversubscribed_hold) wait_oversubscribed_release();
   bootstrap_close(comm->bs);
   free(comm->peers);

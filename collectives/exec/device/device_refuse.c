@@ -6,7 +6,7 @@
 #include "../../../transport/base/param.h"
 #include "../../../transport/base/status.h"
 #include "../../core/params.h"
-#include "../../plan/tuner.h"
+#include "../../tune/tuner.h"
 #include "dev_types.h"
 #include "device.h"
 
@@ -31,9 +31,9 @@ int device_op_index(weftRedOp_t op) {
   return (int)op >= 0 && op < weftNumOps ? (int)op : DEV_OP_PREMULSUM;
 }
 
-weftResult_t device_plan_check(const struct weft_plan *plan) {
+weftResult_t device_plan_refusal(const struct weft_plan *plan) {
   const char *name = coll_kind_name(plan->coll);
-  if (plan_is_p2p(plan)) return weftSuccess; /* bytes: every datatype */
+  if (plan_is_sendrecv(plan)) return weftSuccess; /* bytes: every datatype */
   const char *algo;
   if (!ring_allowed(plan->coll, &algo))
     return weft_error_set(weftInvalidUsage,

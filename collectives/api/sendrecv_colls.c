@@ -6,8 +6,8 @@
 #include "../core/plan.h"
 
 /* Checks what the group's own calls do not: the comm, the type, the root. */
-static weftResult_t p2p_coll_check(const char *name, weftComm_t comm, size_t count,
-                                   weftDataType_t datatype, int root) {
+static weftResult_t sendrecv_coll_check(const char *name, weftComm_t comm, size_t count,
+                                        weftDataType_t datatype, int root) {
   weft_error_clear();
   WEFT_TRY(comm_check(comm));
   if (weftTypeSize(datatype) == 0)
@@ -28,7 +28,7 @@ static weftResult_t group_close(weftResult_t res) {
 
 weftResult_t weftAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
                           weftDataType_t datatype, weftComm_t comm, weftStream_t stream) {
-  WEFT_TRY(p2p_coll_check("AlltoAll", comm, count, datatype, -1));
+  WEFT_TRY(sendrecv_coll_check("AlltoAll", comm, count, datatype, -1));
   size_t nbytes = count * weftTypeSize(datatype) * (size_t)comm->nranks;
   uintptr_t s = (uintptr_t)sendbuff, r = (uintptr_t)recvbuff;
   if (count > 0 && sendbuff != NULL && recvbuff != NULL && s < r + nbytes && r < s + nbytes)
@@ -44,7 +44,7 @@ weftResult_t weftAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
 
 weftResult_t weftGather(const void *sendbuff, void *recvbuff, size_t count,
                         weftDataType_t datatype, int root, weftComm_t comm, weftStream_t stream) {
-  WEFT_TRY(p2p_coll_check("Gather", comm, count, datatype, root < 0 ? -2 : root));
+  WEFT_TRY(sendrecv_coll_check("Gather", comm, count, datatype, root < 0 ? -2 : root));
   size_t block = count * weftTypeSize(datatype);
   weftResult_t res = weftGroupStart();
   if (res == weftSuccess) res = weftSend(sendbuff, count, datatype, root, comm, stream);
@@ -55,7 +55,7 @@ weftResult_t weftGather(const void *sendbuff, void *recvbuff, size_t count,
 
 weftResult_t weftScatter(const void *sendbuff, void *recvbuff, size_t count,
                          weftDataType_t datatype, int root, weftComm_t comm, weftStream_t stream) {
-  WEFT_TRY(p2p_coll_check("Scatter", comm, count, datatype, root < 0 ? -2 : root));
+  WEFT_TRY(sendrecv_coll_check("Scatter", comm, count, datatype, root < 0 ? -2 : root));
   size_t block = count * weftTypeSize(datatype);
   weftResult_t res = weftGroupStart();
   for (int p = 0; comm->rank == root && p < comm->nranks && res == weftSuccess; p++)

@@ -1,4 +1,4 @@
-#include "coll_check.h"
+#include "coll_ref.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 /* The tuner: a cost model of the comm and the call picks algorithm, protocol
- * and channels (collectives/plan/tuner.c; the model: docs/design.md). */
+ * and channels (collectives/tune/tuner.c; the model: docs/design.md). */
 #ifndef WEFT_TUNER_H
 #define WEFT_TUNER_H
 

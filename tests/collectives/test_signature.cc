@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "harness.h"
-#include "split_check.h"
+#include "split_signature.h"
 
 extern "C" {
 #include "collectives/api/config.h"
-#include "collectives/core/check.h"
+#include "collectives/core/signature.h"
 #include "collectives/core/params.h"
 #include "collectives/core/plan.h"
 }
@@ -180,7 +180,7 @@ TEST(Check, OffCostsNothing) {
       plan.root = -1;
       struct timespec t0, t1;
       clock_gettime(CLOCK_MONOTONIC, &t0);
-      weftResult_t res = check_signatures(comm, &plan);
+      weftResult_t res = signature_agree(comm, &plan);
       clock_gettime(CLOCK_MONOTONIC, &t1);
       double s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
       FAIL_IF(res != weftSuccess || s > 1.0, "check without WEFT_CHECK: %s after %.2f s",
@@ -216,16 +216,16 @@ TEST(AlwaysOnCheck, PackedSignatureKeepsEveryField) {
   base.datatype = weftBfloat16;
   base.op = weftMin;
   base.root = 70000;
-  struct check_sig_packed mine;
-  check_sig_pack(&mine, &base);
-  EXPECT_TRUE(check_sig_packed_same(&mine, &mine));
+  struct signature_packed mine;
+  signature_pack(&mine, &base);
+  EXPECT_TRUE(signature_packed_same(&mine, &mine));
   // at an odd address too, as after 3 bytes of int8 data
   alignas(16) unsigned char slot[40];
   memcpy(slot + 3, &mine, sizeof mine);
-  EXPECT_TRUE(check_sig_packed_same(slot + 3, &mine));
-  struct check_sig full;
-  check_sig_unpack(&full, &mine);
-  EXPECT_EQ(full.magic, CHECK_SIG_MAGIC);
+  EXPECT_TRUE(signature_packed_same(slot + 3, &mine));
+  struct signature full;
+  signature_unpack(&full, &mine);
+  EXPECT_EQ(full.magic, SIGNATURE_MAGIC);
   EXPECT_EQ(full.coll, COLL_REDUCE);
   EXPECT_EQ(full.count, 0x0123456789abcdefull);
   EXPECT_EQ(full.datatype, weftBfloat16);
@@ -259,14 +259,14 @@ TEST(AlwaysOnCheck, PackedSignatureKeepsEveryField) {
     if (o != weftMin) odd.push_back({"op " + std::to_string(o), p});
   }
   for (auto &[what, p] : odd) {
-    struct check_sig_packed theirs;
-    check_sig_pack(&theirs, &p);
-    EXPECT_FALSE(check_sig_packed_same(&theirs, &mine)) << what;
+    struct signature_packed theirs;
+    signature_pack(&theirs, &p);
+    EXPECT_FALSE(signature_packed_same(&theirs, &mine)) << what;
   }
   // bytes that are no signature unpack as none (the message then says so)
   memset(slot, 0x5a, sizeof slot);
-  check_sig_unpack(&full, (const struct check_sig_packed *)(void *)slot);
-  EXPECT_NE(full.magic, CHECK_SIG_MAGIC);
+  signature_unpack(&full, (const struct signature_packed *)(void *)slot);
+  EXPECT_NE(full.magic, SIGNATURE_MAGIC);
 }
 
 // One rank's all-reduce differs from the others'. Recursive doubling carries

@@ -1,4 +1,4 @@
-// Single-copy sends and receives (collectives/algo/p2p_cma.c) over forked
+// Single-copy sends and receives (collectives/algo/sendrecv_cma.c) over forked
 // ranks: all-to-all with uneven splits (empty blocks, odd sizes) and even
 // ones, every datatype, 2 to 5 ranks, over shared memory (receivers copy from
 // the senders' buffers: counted) and over sockets (through the FIFOs: never
@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "coll_check.h"
+#include "coll_ref.h"
 #include "harness.h"
 extern "C" {
-#include "collectives/algo/p2p_cma.h"
+#include "collectives/algo/sendrecv_cma.h"
 #include "collectives/core/comm.h"
 #include "collectives/core/mem.h"
 }
@@ -44,7 +44,7 @@ struct Counts {
 
 Counts counts(weftComm_t comm) {
   Counts c;
-  p2p_cma_counts((const weftComm *)comm, &c.sent, &c.received);
+  sendrecv_cma_counts((const weftComm *)comm, &c.sent, &c.received);
   return c;
 }
 
@@ -157,9 +157,9 @@ struct Case {
   bool stream = false;    // WEFT_CMA_STREAM_NBYTES=1: every group's copies bypass the caches
 };
 
-class P2PCma : public testing::TestWithParam<Case> {};
+class SendrecvCma : public testing::TestWithParam<Case> {};
 
-TEST_P(P2PCma, AllToAllEveryTypeEvenAndUneven) {
+TEST_P(SendrecvCma, AllToAllEveryTypeEvenAndUneven) {
   const Case c = GetParam();
   const uint64_t seed = test_seed();
   auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) {
@@ -190,7 +190,7 @@ TEST_P(P2PCma, AllToAllEveryTypeEvenAndUneven) {
   for (int r = 0; r < c.nranks; r++) EXPECT_EQ(status[r], 0) << c.nranks << " ranks, rank " << r;
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, P2PCma,
+INSTANTIATE_TEST_SUITE_P(Transports, SendrecvCma,
                          testing::Values(Case{2, nullptr}, Case{3, nullptr}, Case{4, nullptr},
                                          Case{5, nullptr}, Case{3, "socket"},
                                          Case{2, nullptr, true}, Case{3, nullptr, true}),
@@ -229,7 +229,7 @@ int mismatch_exchange(const RankCtx &ctx, weftComm_t comm, size_t recv_count,
 // the same call or its next one, also without waiting for the timeout (rank 1
 // lingers before it aborts, so rank 0 learns it from the poisoned
 // connections, not from the abort).
-TEST(P2PCmaMismatch, FailsOnBothRanksNothingWritten) {
+TEST(SendrecvCmaMismatch, FailsOnBothRanksNothingWritten) {
   for (bool single_copy : {true, false}) {
     for (size_t recv_count : {10000, 50000}) {
       RunOptions opts = options(nullptr);
@@ -275,7 +275,7 @@ TEST(P2PCmaMismatch, FailsOnBothRanksNothingWritten) {
 // A rank that may not be read (not dumpable, readers without CAP_SYS_PTRACE):
 // its offers are refused, its messages go through the FIFO and it offers no
 // more; the results are right.
-TEST(P2PCmaFallback, UnreadableSenderUsesTheFifo) {
+TEST(SendrecvCmaFallback, UnreadableSenderUsesTheFifo) {
   const uint64_t seed = test_seed();
   auto status = run_ranks(3, [&](const RankCtx &ctx) {
     drop_ptrace_capability();

@@ -1,4 +1,4 @@
-/* Communicator creation (api/comm.c): what split and shrink build their
+/* Communicator creation (api/comm_lifecycle.c): what split and shrink build their
  * children with, besides the public weftCommInit* calls. */
 #ifndef WEFT_API_COMM_H
 #define WEFT_API_COMM_H
