@@ -9,6 +9,7 @@ package again and installs it, as it does without the entry point.
 TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns the autoload off.
 """
 import sys
+import warnings
 
 # true while register() imports the package: torch_weft/__init__.py then
 # registers the backend without installing the allocator
@@ -22,6 +23,11 @@ def register():
     registering = True
     try:
         import torch_weft  # noqa: F401  registers "weft"
+    except ImportError as e:
+        # built for another torch than this one: `import torch` still works,
+        # and the warning says why "weft" is not there
+        warnings.warn(f"the weft backend of torch.distributed is not registered: {e}", stacklevel=2)
+        return
     finally:
         registering = False
     # The backend stays registered and the extension loaded (torch_weft._C);
