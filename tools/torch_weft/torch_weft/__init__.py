@@ -9,6 +9,7 @@ so no port beyond the store's is needed. The group's timeout is the
 communicator's: a dead or silent peer raises DistBackendError naming it.
 """
 import os
+import sys
 
 # A rank's communication thread waits on its peers while its training thread
 # computes; weft's waits spin for WEFT_SPIN_NS before yielding the core, which
@@ -21,11 +22,12 @@ import torch.distributed as dist  # noqa: E402
 
 try:
     from . import _C
-except ImportError as e:  # the extension is built by tools/scripts/setup.sh
+except ImportError as e:  # pip install . builds it, or tools/scripts/setup.sh in the tree
     raise ImportError(
-        "torch_weft: the C++ extension is not built; run "
+        "torch_weft: the C++ extension is not built or does not load into this torch "
+        f"({torch.__version__}); `pip install .` in weft's checkout builds the package, "
         "`WEFT_SETUP_TORCH=1 tools/scripts/setup.sh` or `python tools/torch_weft/build.py` "
-        f"({e})") from e
+        f"the extension in the tree ({e})") from e
 
 __all__ = ["BACKEND", "version", "allocator_stats", "empty_allocator_cache"]
 
@@ -42,8 +44,11 @@ def _env_bytes(name, default):
 
 # CPU tensors of TORCH_WEFT_ALLOC_MIN_BYTES and more come from weft's shareable
 # host memory, which the ranks of one host copy directly (docs/pytorch.md);
-# TORCH_WEFT_ALLOC=0 leaves torch's allocator alone.
-if os.environ.get("TORCH_WEFT_ALLOC", "1") != "0":
+# TORCH_WEFT_ALLOC=0 leaves torch's allocator alone, and so does torch's
+# autoload of the installed package at `import torch`, which only registers the
+# backend (_torch_weft_autoload.py): the program's own `import torch_weft` installs it.
+_autoload = sys.modules.get("_torch_weft_autoload")
+if os.environ.get("TORCH_WEFT_ALLOC", "1") != "0" and not getattr(_autoload, "registering", False):
     _C.install_allocator(_env_bytes("TORCH_WEFT_ALLOC_MIN_BYTES", "64K"),
                          _env_bytes("TORCH_WEFT_ALLOC_CACHE_BYTES", "1G"))
 
