@@ -218,22 +218,6 @@ static double model_us(const struct weftComm *comm, const struct weft_plan *plan
   return (nchannels > 1 ? nchannels : 1) * steps * lat + bytes / bw;
 }
 
-/* The channel count the model prices lowest for the chosen ring plan, among
- * the comm's channels (the fewest where several tie). The host executor runs
- * them one after another, so each more repeats the steps' latency and the
- * answer is one; WEFT_NCHANNELS sets up more rings for bulk's chunks. */
-static int tuner_pick_channels(const struct weftComm *comm, const struct weft_plan *plan,
-                               size_t nbytes) {
-  if (plan->algo != ALGO_RING) return 1;
-  int best_nch = 1;
-  double best = model_us(comm, plan, plan->algo, plan->proto, nbytes, 1);
-  for (int nch = 2; nch <= comm->nchannels; nch++) {
-    double t = model_us(comm, plan, plan->algo, plan->proto, nbytes, nch);
-    if (t < best) best = t, best_nch = nch;
-  }
-  return best_nch;
-}
-
 /* Single copy (cma) for large all-reduce, all-gather and reduce-scatter on
  * one host, from WEFT_CMA_MIN_NBYTES up, and bulk transfers over transports
  * that have them, from WEFT_BULK_MIN_NBYTES up; either at any size where
@@ -290,7 +274,7 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
       }
     }
   }
-  plan->nchannels = tuner_pick_channels(comm, plan, nbytes);
+  plan->nchannels = 1; /* the host executor runs a pipeline on one channel */
 }
 
 double plan_estimate_us(const struct weftComm *comm, const struct weft_plan *plan) {

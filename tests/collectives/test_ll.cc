@@ -52,13 +52,10 @@ const size_t kCounts[] = {1, 3, 1009, 4099};  // count 0 never reaches the algor
 const uint8_t kPoison = 0xa5;
 
 // Runs one collective the way the host executor does, but with the protocol
-// given: a ring algorithm on channel 0 for the whole buffer, or with
-// nchannels > 1 the host executor's split into that many channels' shares
-// (the tuner gives ring plans one channel). A failure marks the comm failed
-// (as the enqueue path does), so that peers stop waiting.
+// given: a ring algorithm on channel 0 for the whole buffer. A failure marks
+// the comm failed (as the enqueue path does), so that peers stop waiting.
 weftResult_t run_ring(weftComm_t comm, coll_kind coll, const void *send, void *recv, size_t count,
-                      weftDataType_t t, weftRedOp_t op, int root, coll_proto proto,
-                      int nchannels = 1) {
+                      weftDataType_t t, weftRedOp_t op, int root, coll_proto proto) {
   weft_plan plan = {};
   plan.coll = coll;
   plan.sendbuf = send;
@@ -69,8 +66,8 @@ weftResult_t run_ring(weftComm_t comm, coll_kind coll, const void *send, void *r
   plan.root = root;
   plan.algo = ALGO_RING;
   plan.proto = proto;
-  plan.nchannels = nchannels;
-  weftResult_t res = comm->nranks == 1 || nchannels > 1  // a ring needs two ranks
+  plan.nchannels = 1;
+  weftResult_t res = comm->nranks == 1  // a ring needs two ranks
                          ? plan_run_host(comm, &plan)
                          : ring_run(comm, &comm->channels[0], &plan, 0, count);
   if (res != weftSuccess) comm_fail(comm, res);
@@ -82,7 +79,6 @@ struct Ctx {
   weftComm_t comm;
   uint64_t seed;
   coll_proto proto;
-  int nchannels = 1;  // run_ring's
 };
 
 const char *placement(bool in_place) { return in_place ? "in-place" : "out-of-place"; }
@@ -105,7 +101,7 @@ int check_allreduce(const Ctx &x, weftDataType_t t, weftRedOp_t op, size_t count
   if (in_place) memcpy(out.data(), send.data(), block);
   const void *src = in_place ? out.data() : send.data();
   weftResult_t res =
-      run_ring(x.comm, COLL_ALLREDUCE, src, out.data(), count, t, op, 0, x.proto, x.nchannels);
+      run_ring(x.comm, COLL_ALLREDUCE, src, out.data(), count, t, op, 0, x.proto);
   FAIL_IF_RANK(x.rank, res != weftSuccess, "%s allreduce %s %s %zu: %s", proto_name(x.proto),
                type_name(t), op_name(op), count, weftGetLastError(x.comm));
   std::string why;
@@ -126,7 +122,7 @@ int check_allgather(const Ctx &x, weftDataType_t t, size_t count, bool in_place)
   if (in_place) memcpy(out.data() + me * block, in[me].data(), block);
   const void *src = in_place ? out.data() + me * block : in[me].data();
   weftResult_t res =
-      run_ring(x.comm, COLL_ALLGATHER, src, out.data(), count, t, weftSum, 0, x.proto, x.nchannels);
+      run_ring(x.comm, COLL_ALLGATHER, src, out.data(), count, t, weftSum, 0, x.proto);
   FAIL_IF_RANK(x.rank, res != weftSuccess, "%s allgather %s %zu: %s", proto_name(x.proto),
                type_name(t), count, weftGetLastError(x.comm));
   for (int r = 0; r < n; r++)
@@ -147,7 +143,7 @@ int check_reducescatter(const Ctx &x, weftDataType_t t, weftRedOp_t op, size_t c
   std::vector<uint8_t> out(block + 64, kPoison);
   void *dst = in_place ? send.data() + me * block : out.data();
   weftResult_t res =
-      run_ring(x.comm, COLL_REDUCESCATTER, send.data(), dst, count, t, op, 0, x.proto, x.nchannels);
+      run_ring(x.comm, COLL_REDUCESCATTER, send.data(), dst, count, t, op, 0, x.proto);
   FAIL_IF_RANK(x.rank, res != weftSuccess, "%s reducescatter %s %s %zu: %s", proto_name(x.proto),
                type_name(t), op_name(op), count, weftGetLastError(x.comm));
   std::vector<std::vector<uint8_t>> mine;  // every rank's block for us
@@ -176,7 +172,7 @@ int check_broadcast(const Ctx &x, weftDataType_t t, size_t count, int root, bool
     src = out.data();
   }
   weftResult_t res =
-      run_ring(x.comm, COLL_BROADCAST, src, out.data(), count, t, weftSum, root, x.proto, x.nchannels);
+      run_ring(x.comm, COLL_BROADCAST, src, out.data(), count, t, weftSum, root, x.proto);
   FAIL_IF_RANK(x.rank, res != weftSuccess, "%s broadcast %s %zu root %d: %s", proto_name(x.proto),
                type_name(t), count, root, weftGetLastError(x.comm));
   FAIL_IF_RANK(x.rank, memcmp(out.data(), data.data(), block) != 0,
@@ -196,7 +192,7 @@ int check_reduce(const Ctx &x, weftDataType_t t, weftRedOp_t op, size_t count, i
   if (in_place) memcpy(out.data(), in[me].data(), block);
   const void *src = in_place ? out.data() : in[me].data();
   void *dst = me == root || in_place ? out.data() : nullptr;  // non-roots pass no output
-  weftResult_t res = run_ring(x.comm, COLL_REDUCE, src, dst, count, t, op, root, x.proto, x.nchannels);
+  weftResult_t res = run_ring(x.comm, COLL_REDUCE, src, dst, count, t, op, root, x.proto);
   FAIL_IF_RANK(x.rank, res != weftSuccess, "%s reduce %s %s %zu root %d: %s", proto_name(x.proto),
                type_name(t), op_name(op), count, root, weftGetLastError(x.comm));
   if (me == root) {
@@ -213,12 +209,11 @@ int check_reduce(const Ctx &x, weftDataType_t t, weftRedOp_t op, size_t count, i
 
 // Runs body on every rank of a fresh communicator shaped by the case.
 void run_case(const LLCase &c, const std::function<int(const RankCtx &, weftComm_t)> &body,
-              int timeout_s = 300, int nchannels = 1) {
+              int timeout_s = 300) {
   RunOptions opts;
   opts.timeout_s = timeout_s;
   opts.env = {{"WEFT_SLOT_BYTES", std::to_string(c.slot_nbytes)},
               {"WEFT_NSLOTS", std::to_string(c.nslots)},
-              {"WEFT_NCHANNELS", std::to_string(nchannels)},
               {"WEFT_TRANSPORT", c.transport},
               {"WEFT_TIMEOUT", "60"}};
   auto status = run_ranks(c.nranks, [&](const RankCtx &rank) {
@@ -276,36 +271,6 @@ TEST(PrimsStep, FlagsThatAreNoStepAreRefused) {
     EXPECT_EQ(prims_step(&p, flags, buf, buf, 1), weftInternalError) << "flags " << flags;
     EXPECT_NE(strstr(weftGetLastError(nullptr), "no such step"), nullptr)
         << weftGetLastError(nullptr);
-  }
-}
-
-// Plans of 2 and 3 channels through the host executor's split (each channel
-// a ring over its 64-byte aligned share, one after another), both protocols,
-// every collective, over odd counts that leave the last channel a short share
-// or none: the tuner gives ring plans one channel, so only this reaches the
-// split.
-TEST(LLChannels, SeveralChannelsBothProtocols) {
-  const uint64_t seed = test_seed();
-  for (int nranks : {2, 3}) {
-    const LLCase c{nranks, 256, 2, "shm"};
-    run_case(c, [&](const RankCtx &rank, weftComm_t comm) {
-      const weftDataType_t types[] = {weftFloat32, weftInt8, weftBfloat16, weftFloat64};
-      for (coll_proto proto : {PROTO_SIMPLE, PROTO_LL})
-        for (int nch : {2, 3}) {
-          Ctx x{rank, comm, seed + (uint64_t)(proto * 10 + nch), proto, nch};
-          for (const weftDataType_t t : types)
-            for (size_t count : {size_t{1}, size_t{17}, size_t{1009}, size_t{4099}})
-              for (int ip = 0; ip < 2; ip++) {
-                const int root = (int)(count + (size_t)ip) % nranks;
-                if (int rc = check_allreduce(x, t, weftSum, count, ip)) return rc;
-                if (int rc = check_allgather(x, t, count, ip)) return rc;
-                if (int rc = check_reducescatter(x, t, weftMax, count, ip)) return rc;
-                if (int rc = check_broadcast(x, t, count, root, ip)) return rc;
-                if (int rc = check_reduce(x, t, weftAvg, count, root, ip)) return rc;
-              }
-        }
-      return 0;
-    }, 300, 3);
   }
 }
 

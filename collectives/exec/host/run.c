@@ -44,16 +44,10 @@ weftResult_t plan_run_host(struct weftComm *comm, const struct weft_plan *plan) 
   }
   if (plan->algo == ALGO_CMA) return cma_run(comm, plan);
   if (plan->algo == ALGO_BULK) return bulk_run(comm, plan);
-  /* each channel takes a contiguous, 64-byte aligned share */
-  size_t esize = weftTypeSize(plan->datatype);
-  for (int c = 0; c < plan->nchannels; c++) {
-    size_t offset, count;
-    ring_channel_share(plan->count, plan->nchannels, esize, c, &offset, &count);
-    if (count == 0) break;
-    algo_fn fn = ring_run;
-    if (plan->coll == COLL_ALLREDUCE && plan->algo == ALGO_TREE) fn = tree_allreduce;
-    if (plan->coll == COLL_ALLREDUCE && plan->algo == ALGO_RD) fn = rd_allreduce;
-    WEFT_TRY(fn(comm, &comm->channels[c], plan, offset, count));
-  }
-  return weftSuccess;
+  /* a pipelined algorithm over the whole buffer on channel 0 (the other
+   * channels' connections carry bulk's chunks) */
+  algo_fn fn = ring_run;
+  if (plan->coll == COLL_ALLREDUCE && plan->algo == ALGO_TREE) fn = tree_allreduce;
+  if (plan->coll == COLL_ALLREDUCE && plan->algo == ALGO_RD) fn = rd_allreduce;
+  return fn(comm, &comm->channels[0], plan, 0, plan->count);
 }
