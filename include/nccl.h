@@ -1,10 +1,10 @@
 /*
- * nccl.h for weft's libnccl.so.2: the NCCL 2.30 API, implemented over weft.
+ * nccl.h for weft's libnccl.so.2: the NCCL 2.32 API, implemented over weft.
  *
  * Programs written for NCCL compile against this header and run on weft, or
  * keep their NCCL build and load weft's libnccl.so.2 in its place: the types,
- * enum values, struct layouts and symbol names are NCCL 2.30's, so the ABI is
- * the same. ncclGetVersion reports 23007 (NCCL 2.30.7).
+ * enum values, struct layouts and symbol names are NCCL 2.32's, so the ABI is
+ * the same. ncclGetVersion reports 23203 (NCCL 2.32.3).
  *
  * Buffers may be host memory (no GPU needed): pass a NULL stream and the call
  * completes before it returns. docs/nccl.md says what differs from NCCL.
@@ -29,18 +29,19 @@
 #endif
 #ifndef NCCL_WEFT_HAVE_CUDA_RUNTIME
 typedef struct CUstream_st *cudaStream_t;
+typedef struct CUevent_st *cudaEvent_t;
 #endif
 
 #define NCCL_MAJOR 2
-#define NCCL_MINOR 30
-#define NCCL_PATCH 7
+#define NCCL_MINOR 32
+#define NCCL_PATCH 3
 #define NCCL_SUFFIX ""
 
 /* Up to 2.8 the code was X*1000 + Y*100 + Z; from 2.9 on, X*10000 + Y*100 + Z. */
 #define NCCL_VERSION(X, Y, Z)                                                  \
   (((X) <= 2 && (Y) <= 8) ? (X) * 1000 + (Y) * 100 + (Z)                       \
                           : (X) * 10000 + (Y) * 100 + (Z))
-#define NCCL_VERSION_CODE 23007
+#define NCCL_VERSION_CODE 23203
 
 #ifdef __cplusplus
 extern "C" {
@@ -81,6 +82,8 @@ typedef enum {
 #define NCCL_WIN_DEFAULT 0x00
 #define NCCL_WIN_COLL_SYMMETRIC 0x01
 #define NCCL_WIN_STRICT_ORDERING 0x02
+#define NCCL_WIN_GIN_ONLY 0x04    /* from 2.31: register for GIN only */
+#define NCCL_WIN_CFT_COUNTED 0x08 /* from 2.31: CFT counted endpoints */
 #define NCCL_WIN_REQUIRED_ALIGNMENT 4096
 
 /* ncclConfig_t.CTAPolicy values */
@@ -98,12 +101,30 @@ typedef enum {
 /* ncclCommSuspend flags */
 #define NCCL_SUSPEND_MEM 0x01 /* release the communicator's scratch memory */
 
+/* ncclConfig_t.hostCftMode (from 2.31): host-side CFT endpoints. */
+typedef enum {
+  ncclHostCftDefault = NCCL_CONFIG_UNDEF_INT,
+  ncclHostCftEnable = 1,
+  ncclHostCftDisable = 2,
+  ncclHostCftFallback = 3
+} ncclHostCftMode_t;
+
+/* ncclConfig_t.nvlsHostMode (from 2.32): NVLS parts a communicator leaves
+ * out; the component flags combine. */
+typedef enum {
+  ncclNvlsHostModeDefault = NCCL_CONFIG_UNDEF_INT,
+  ncclNvlsHostModeEnable = 0,
+  ncclNvlsHostModeDisableTransport = 1 << 0,
+  ncclNvlsHostModeDisableSymmetricMultimem = 1 << 1,
+  ncclNvlsHostModeDisable = INT_MAX
+} ncclNvlsHostMode_t;
+
 /* Communicator configuration. Initialise with NCCL_CONFIG_INITIALIZER, then
  * set fields. size, magic and version say which layout the caller compiled:
  * the library reads only the first `size` bytes, and fields newer than
  * `version` take their defaults. weft uses blocking, minCTAs and maxCTAs (as
  * its channel bounds) and commName; the others are accepted and ignored. */
-typedef struct ncclConfig_v23000 {
+typedef struct ncclConfig_v23100 {
   size_t size;
   unsigned int magic;
   unsigned int version;
@@ -125,6 +146,11 @@ typedef struct ncclConfig_v23000 {
   int numRmaCtx;
   int maxP2pPeers;         /* from 2.30 */
   int graphStreamOrdering;
+  int launchOrderImplicit; /* from 2.31 */
+  int numRmaSig;
+  int rmaEagerInit;
+  int hostCftMode;         /* ncclHostCftMode_t */
+  int nvlsHostMode;        /* from 2.32: ncclNvlsHostMode_t */
 } ncclConfig_t;
 
 #define NCCL_CONFIG_MAGIC NCCL_API_MAGIC
@@ -150,7 +176,87 @@ typedef struct ncclConfig_v23000 {
     NCCL_CONFIG_UNDEF_INT,                   /* graphUsageMode */              \
     NCCL_CONFIG_UNDEF_INT,                   /* numRmaCtx */                   \
     NCCL_CONFIG_UNDEF_INT,                   /* maxP2pPeers */                 \
-    NCCL_CONFIG_UNDEF_INT                    /* graphStreamOrdering */         \
+    NCCL_CONFIG_UNDEF_INT,                   /* graphStreamOrdering */         \
+    NCCL_CONFIG_UNDEF_INT,                   /* launchOrderImplicit */         \
+    NCCL_CONFIG_UNDEF_INT,                   /* numRmaSig */                   \
+    NCCL_CONFIG_UNDEF_INT,                   /* rmaEagerInit */                \
+    NCCL_CONFIG_UNDEF_INT,                   /* hostCftMode */                 \
+    NCCL_CONFIG_UNDEF_INT                    /* nvlsHostMode */                \
+  }
+
+/* One vendor option, keyed by (vendorId, optionId); options chain through
+ * next (no cycles, no duplicate keys) and hang off ncclCollConfig_t.ext.
+ * NCCL ignores them all, and so does weft. */
+typedef struct ncclConfigExt {
+  struct ncclConfigExt *next;
+  struct {
+    int vendorId; /* non-zero, below 2^24 */
+    int optionId;
+  } key;
+  union {
+    int i;
+    const char *s;
+    void *raw;
+  } val;
+} ncclConfigExt_t;
+
+/* Per-call configuration of the nccl*Config collectives (from 2.31).
+ * Initialise with NCCL_COLLCONFIG_INITIALIZER, set the same on every rank;
+ * the struct only grows at its end, and size/version say which layout the
+ * caller compiled. A NULL config is the plain call. docs/nccl.md says which
+ * fields weft honours. */
+typedef struct ncclCollConfig_v23200 {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  ncclConfigExt_t *ext;
+  int minCTAs;
+  int maxCTAs;
+  int nvlsCTAs;
+  int cgaClusterSize;
+  const char *algSelection; /* NULL or "" is automatic */
+  int forceAlgSelection;    /* 1: a selection that cannot be met is an error */
+  int CTAPolicy;            /* NCCL_CTA_POLICY_*; unset: the communicator's */
+  uint64_t userProfilerTag; /* for profilers; values with the top bit set are NCCL's */
+  cudaEvent_t launchCompletionEvent; /* from 2.32 */
+} ncclCollConfig_t;
+
+#define NCCL_COLLCONFIG_INITIALIZER                                            \
+  {                                                                            \
+    sizeof(ncclCollConfig_t),                /* size */                        \
+    NCCL_API_MAGIC,                          /* magic */                       \
+    NCCL_VERSION_CODE,                       /* version */                     \
+    NCCL_CONFIG_UNDEF_PTR,                   /* ext */                         \
+    NCCL_CONFIG_UNDEF_INT,                   /* minCTAs */                     \
+    NCCL_CONFIG_UNDEF_INT,                   /* maxCTAs */                     \
+    NCCL_CONFIG_UNDEF_INT,                   /* nvlsCTAs */                    \
+    NCCL_CONFIG_UNDEF_INT,                   /* cgaClusterSize */              \
+    NCCL_CONFIG_UNDEF_PTR,                   /* algSelection */                \
+    1,                                       /* forceAlgSelection */           \
+    NCCL_CONFIG_UNDEF_INT,                   /* CTAPolicy */                   \
+    0,                                       /* userProfilerTag */             \
+    NCCL_CONFIG_UNDEF_PTR                    /* launchCompletionEvent */       \
+  }
+
+/* ncclSetEncryption's configuration (from 2.32): TLS with a pre-shared key
+ * (NUL-terminated, at least 32 bytes) on the library's TCP sockets. */
+#define NCCL_ENCRYPTION_MODE_NONE 0
+#define NCCL_ENCRYPTION_MODE_PSK 1
+typedef struct ncclEncryptionConfig {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int mode;
+  const char *psk;
+} ncclEncryptionConfig_t;
+
+#define NCCL_ENCRYPTION_CONFIG_INITIALIZER                                     \
+  {                                                                            \
+    sizeof(ncclEncryptionConfig_t),          /* size */                        \
+    NCCL_API_MAGIC,                          /* magic */                       \
+    NCCL_VERSION_CODE,                       /* version */                     \
+    NCCL_ENCRYPTION_MODE_NONE,               /* mode */                        \
+    NCCL_CONFIG_UNDEF_PTR                    /* psk */                         \
   }
 
 /* Filled by ncclGroupSimulateEnd: the cost model's estimate, in
@@ -244,6 +350,15 @@ typedef struct ncclTeam {
 typedef struct ncclMultimemHandle {
   void *mcBasePtr;
 } ncclMultimemHandle_t;
+/* CFT (compute fabric transport, from 2.31): a logical endpoint's id, and
+ * which ranks ncclTeamCft's team holds. */
+typedef uint32_t ncclCftLeId;
+typedef ncclCftLeId ncclCftLeId_t;
+typedef enum {
+  NCCL_CFT_TEAM_FLAT = 0,
+  NCCL_CFT_TEAM_HIER_MULTIMEM = 1,
+  NCCL_CFT_TEAM_HIER_LSA = 2
+} ncclCftTeamMode_t;
 
 /* The declarations come in pairs, nccl* and pnccl*. */
 #define NCCL_WEFT_API(ret, name, args) ret name args; ret p##name args
@@ -258,6 +373,10 @@ NCCL_WEFT_API(ncclResult_t, ncclGetVersion, (int *version));
 /* Starts a rendezvous service in this process, which must live until every
  * rank has joined. Send the id to the other ranks. */
 NCCL_WEFT_API(ncclResult_t, ncclGetUniqueId, (ncclUniqueId *uniqueId));
+/* Process-wide TLS on the library's sockets: weft's are plaintext (peers
+ * prove the id's secret), so NCCL_ENCRYPTION_MODE_NONE succeeds and
+ * NCCL_ENCRYPTION_MODE_PSK returns ncclInvalidUsage. */
+NCCL_WEFT_API(ncclResult_t, ncclSetEncryption, (const ncclEncryptionConfig_t *config));
 NCCL_WEFT_API(ncclResult_t, ncclCommInitRankConfig,
               (ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
                ncclConfig_t *config));
@@ -310,6 +429,9 @@ NCCL_WEFT_API(const char *, ncclGetLastError, (ncclComm_t comm));
 /* Reads NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE again (NCCL 2.30
  * deprecates it; it stays exported). */
 NCCL_WEFT_API(void, ncclResetDebugInit, (void));
+/* The same, under the name NCCL 2.32 exports for its own tests; it has no
+ * pnccl twin. */
+void ncclResetDebugInitInternal(void);
 NCCL_WEFT_API(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t *asyncError));
 
 /* --- Communicator queries and registration --------------------------------- */
@@ -367,6 +489,36 @@ NCCL_WEFT_API(ncclResult_t, ncclGather,
 NCCL_WEFT_API(ncclResult_t, ncclScatter,
               (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                int root, ncclComm_t comm, cudaStream_t stream));
+
+/* Each collective with a trailing per-call configuration (from 2.31); a NULL
+ * config is the plain call. */
+NCCL_WEFT_API(ncclResult_t, ncclAllReduceConfig,
+              (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream,
+               const ncclCollConfig_t *config));
+NCCL_WEFT_API(ncclResult_t, ncclBroadcastConfig,
+              (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+               int root, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config));
+NCCL_WEFT_API(ncclResult_t, ncclReduceConfig,
+              (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+               ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream,
+               const ncclCollConfig_t *config));
+NCCL_WEFT_API(ncclResult_t, ncclAllGatherConfig,
+              (const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
+               ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config));
+NCCL_WEFT_API(ncclResult_t, ncclReduceScatterConfig,
+              (const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype,
+               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream,
+               const ncclCollConfig_t *config));
+NCCL_WEFT_API(ncclResult_t, ncclAlltoAllConfig,
+              (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+               ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config));
+NCCL_WEFT_API(ncclResult_t, ncclGatherConfig,
+              (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+               int root, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config));
+NCCL_WEFT_API(ncclResult_t, ncclScatterConfig,
+              (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+               int root, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config));
 
 /* --- Point-to-point -------------------------------------------------------- */
 NCCL_WEFT_API(ncclResult_t, ncclSend,
@@ -461,6 +613,24 @@ NCCL_WEFT_API(ncclTeam_t, ncclTeamLsa, (ncclComm_t comm));
 NCCL_WEFT_API(ncclTeam_t, ncclTeamRail, (ncclComm_t comm));
 NCCL_WEFT_API(int, ncclTeamRankToWorld, (ncclComm_t comm, ncclTeam_t team, int rank));
 NCCL_WEFT_API(int, ncclTeamRankToLsa, (ncclComm_t comm, ncclTeam_t team, int rank));
+/* CFT (from 2.31): weft has no fabric endpoints. The teams are empty (0
+ * ranks) and the endpoint queries return ncclInvalidArgument, as NCCL's do
+ * on a communicator without CFT; each leaves a message naming itself. */
+#ifdef __cplusplus /* C++ callers may leave out the mode, as with NCCL */
+ncclTeam_t ncclTeamCft(ncclComm_t comm, ncclCftTeamMode_t mode = NCCL_CFT_TEAM_FLAT);
+ncclTeam_t pncclTeamCft(ncclComm_t comm, ncclCftTeamMode_t mode = NCCL_CFT_TEAM_FLAT);
+#else
+NCCL_WEFT_API(ncclTeam_t, ncclTeamCft, (ncclComm_t comm, ncclCftTeamMode_t mode));
+#endif
+NCCL_WEFT_API(ncclTeam_t, ncclTeamCftMultimem, (ncclComm_t comm));
+NCCL_WEFT_API(ncclResult_t, ncclGetMultimemDeviceLeInfo,
+              (ncclWindow_t window, size_t offset, ncclCftLeId *leId, size_t *leOffset));
+NCCL_WEFT_API(ncclResult_t, ncclGetCftDeviceLeInfo,
+              (ncclWindow_t window, size_t offset, int peerCft, ncclTeam_t cftTeam,
+               ncclCftLeId *leId, size_t *leOffset));
+NCCL_WEFT_API(ncclResult_t, ncclGetPeerDeviceLeInfo,
+              (ncclWindow_t window, size_t offset, int peerWorld, ncclCftLeId *leId,
+               size_t *leOffset));
 
 #undef NCCL_WEFT_API
 

@@ -172,11 +172,16 @@ NCCL_EXPORT void ncclResetDebugInit(void) {
 }
 NCCL_PROFILING_ALIAS(ncclResetDebugInit);
 
+/* NCCL 2.32 exports it, strong and without a pnccl twin. */
+__attribute__((visibility("default"))) void ncclResetDebugInitInternal(void) {
+  ncclResetDebugInit();
+}
+
 /* --- Configuration --------------------------------------------------------- */
 
 /* Reads an ncclConfig_t of any 2.x layout into weft's config: only the
  * caller's `size` bytes, and fields newer than its `version` take their
- * defaults (weft reads none of the fields 2.28 to 2.30 added). */
+ * defaults (weft reads none of the fields 2.28 to 2.32 added). */
 ncclResult_t nccl_config_read(const ncclConfig_t *user, weftConfig_t *cfg,
                               weftConfig_t **cfg_out_p) {
   *cfg_out_p = NULL;
@@ -231,6 +236,39 @@ ncclResult_t nccl_config_read(const ncclConfig_t *user, weftConfig_t *cfg,
   *cfg_out_p = cfg;
   return ncclSuccess;
 }
+
+/* --- Encryption ------------------------------------------------------------ */
+
+/* Checked as NCCL checks it; then mode NONE is what weft's sockets are, and
+ * PSK is refused: weft has no TLS, and a job that asked for encryption must
+ * not run in the clear. */
+NCCL_EXPORT ncclResult_t ncclSetEncryption(const ncclEncryptionConfig_t *config) {
+  ncclEncryptionConfig_t c = NCCL_ENCRYPTION_CONFIG_INITIALIZER;
+  if (config != NULL) {
+    if (config->magic != NCCL_API_MAGIC)
+      return RES(weft_error_set(weftInvalidArgument,
+                                "ncclSetEncryption: config was not initialised with "
+                                "NCCL_ENCRYPTION_CONFIG_INITIALIZER (magic 0x%x)",
+                                config->magic));
+    memcpy(&c, config, config->size < sizeof c ? config->size : sizeof c);
+  }
+  switch (c.mode) {
+  case NCCL_ENCRYPTION_MODE_NONE:
+    return ncclSuccess;
+  case NCCL_ENCRYPTION_MODE_PSK:
+    if (c.psk == NULL || strlen(c.psk) < 32)
+      return RES(weft_error_set(weftInvalidArgument,
+                                "ncclSetEncryption: NCCL_ENCRYPTION_MODE_PSK needs a psk of at "
+                                "least 32 bytes"));
+    return RES(weft_error_set(weftInvalidUsage,
+                              "ncclSetEncryption: TLS encryption of sockets is not supported by "
+                              "weft"));
+  default:
+    return RES(weft_error_set(weftInvalidArgument,
+                              "ncclSetEncryption: mode %d is not an encryption mode", c.mode));
+  }
+}
+NCCL_PROFILING_ALIAS(ncclSetEncryption);
 
 /* --- Memory ---------------------------------------------------------------- */
 

@@ -204,3 +204,52 @@ NCCL_EXPORT int ncclTeamRankToLsa(ncclComm_t comm, ncclTeam_t team, int rank) {
   return l == 0 ? 0 : -1;
 }
 NCCL_PROFILING_ALIAS(ncclTeamRankToLsa);
+
+/* --- CFT (compute fabric transport) --------------------------------------- */
+/* weft has no fabric logical endpoints: the teams are empty and the
+ * endpoint queries fail as NCCL's do where a communicator has no CFT
+ * (ncclInvalidArgument), each with a message that names it. */
+#define CFT "compute fabric transport (CFT)"
+
+static ncclResult_t cft_refused(ncclComm_t comm, const char *fn) {
+  weftResult_t res = weft_error_set(weftInvalidArgument, "%s: %s is not supported by weft", fn, CFT);
+  compat_comm_error_keep((weftComm_t)comm);
+  return (ncclResult_t)res;
+}
+
+NCCL_EXPORT ncclTeam_t ncclTeamCft(ncclComm_t comm, ncclCftTeamMode_t mode) {
+  (void)mode;
+  ncclTeam_t none = {0, 0, 0};
+  cft_refused(comm, "ncclTeamCft");
+  return none;
+}
+NCCL_PROFILING_ALIAS(ncclTeamCft);
+
+NCCL_EXPORT ncclTeam_t ncclTeamCftMultimem(ncclComm_t comm) {
+  ncclTeam_t none = {0, 0, 0};
+  cft_refused(comm, "ncclTeamCftMultimem");
+  return none;
+}
+NCCL_PROFILING_ALIAS(ncclTeamCftMultimem);
+
+NCCL_EXPORT ncclResult_t ncclGetMultimemDeviceLeInfo(ncclWindow_t window, size_t offset,
+                                                     ncclCftLeId *leId, size_t *leOffset) {
+  (void)offset, (void)leId, (void)leOffset;
+  return cft_refused(nccl_window_comm(window), "ncclGetMultimemDeviceLeInfo");
+}
+NCCL_PROFILING_ALIAS(ncclGetMultimemDeviceLeInfo);
+
+NCCL_EXPORT ncclResult_t ncclGetCftDeviceLeInfo(ncclWindow_t window, size_t offset, int peerCft,
+                                                ncclTeam_t cftTeam, ncclCftLeId *leId,
+                                                size_t *leOffset) {
+  (void)offset, (void)peerCft, (void)cftTeam, (void)leId, (void)leOffset;
+  return cft_refused(nccl_window_comm(window), "ncclGetCftDeviceLeInfo");
+}
+NCCL_PROFILING_ALIAS(ncclGetCftDeviceLeInfo);
+
+NCCL_EXPORT ncclResult_t ncclGetPeerDeviceLeInfo(ncclWindow_t window, size_t offset, int peerWorld,
+                                                 ncclCftLeId *leId, size_t *leOffset) {
+  (void)offset, (void)peerWorld, (void)leId, (void)leOffset;
+  return cft_refused(nccl_window_comm(window), "ncclGetPeerDeviceLeInfo");
+}
+NCCL_PROFILING_ALIAS(ncclGetPeerDeviceLeInfo);

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# libnccl.so.2 must export every NCCL 2.30 function and its pnccl* alias and
-# nothing else, and every nccl* function that the installed PyTorch's
-# libtorch_cuda.so leaves undefined (read off it with nm, not listed here).
-#   test_symbols.sh LIBNCCL NCCL_SYMBOLS [TORCH_PYTHON]
+# libnccl.so.2 must export every NCCL 2.32 function and its pnccl* alias (but
+# for those the list marks `alone`) and nothing else, nccl.h must declare
+# each of them, and libnccl.so.2 must export every nccl* function that the
+# installed PyTorch's libtorch_cuda.so leaves undefined (read off it with
+# nm, not listed here).
+#   test_symbols.sh LIBNCCL NCCL_SYMBOLS [TORCH_PYTHON [NCCL_H]]
 # Without TORCH_PYTHON (.venv-torch/bin/python) the PyTorch part is skipped,
 # and says so.
 set -euo pipefail
-lib=$1 api=$2 torch_python=${3:-}
+lib=$1 api=$2 torch_python=${3:-} header=${4:-}
 fail=0
 export LC_ALL=C
 
@@ -19,7 +21,8 @@ fi
 # defined dynamic symbols, without the linker's own section markers
 exported=$(nm -D --defined-only "$lib" | awk '{print $3}' | grep -v -E '^(_init|_fini|_edata|_end|__bss_start)$' | sort -u)
 names() { grep -v -E '^\s*(#|$)' "$1" | awk '{print $1}'; }
-expected=$( { names "$api"; names "$api" | sed 's/^/p/'; } | sort -u)
+alone() { grep -v -E '^\s*(#|$)' "$1" | awk '$2 == "alone" {print $1}'; }
+expected=$( { names "$api"; comm -23 <(names "$api" | sort -u) <(alone "$api" | sort -u) | sed 's/^/p/'; } | sort -u)
 
 missing=$(comm -13 <(echo "$exported") <(echo "$expected"))
 extra=$(comm -23 <(echo "$exported") <(echo "$expected"))
@@ -32,12 +35,28 @@ if [ -n "$extra" ]; then
   fail=1
 fi
 # as NCCL's: nccl* weak (a profiler may override them), pnccl* strong
-wrong=$(nm -D --defined-only "$lib" | awk '($3 ~ /^nccl/ && $2 != "W") || ($3 ~ /^pnccl/ && $2 != "T") {print $2, $3}')
+alone_list=" $(alone "$api" | tr '\n' ' ')"
+wrong=$(nm -D --defined-only "$lib" | awk -v alone="$alone_list" '
+  index(alone, " " $3 " ") { if ($2 != "T") print $2, $3; next }
+  ($3 ~ /^nccl/ && $2 != "W") || ($3 ~ /^pnccl/ && $2 != "T") {print $2, $3}')
 if [ -n "$wrong" ]; then
-  echo "want nccl* weak (W) and pnccl* strong (T):"; echo "$wrong" | sed 's/^/  /'
+  echo "want nccl* weak (W), pnccl* and those marked alone strong (T):"; echo "$wrong" | sed 's/^/  /'
   fail=1
 fi
-echo "$(echo "$exported" | wc -l) symbols exported, NCCL 2.30's $(names "$api" | wc -l) functions and their pnccl* aliases"
+echo "$(echo "$exported" | wc -l) symbols exported, NCCL 2.32's $(names "$api" | wc -l) functions and their pnccl* aliases"
+
+# the header declares every function of the list, as a function
+if [ -n "$header" ]; then
+  undeclared=$(names "$api" | while read -r f; do
+    grep -q -E "(\b$f *\(|, $f,)" "$header" || echo "$f"
+  done)
+  if [ -n "$undeclared" ]; then
+    echo "exported but not declared in $header:"; echo "$undeclared" | sed 's/^/  /'
+    fail=1
+  else
+    echo "nccl.h declares all $(names "$api" | wc -l) of them"
+  fi
+fi
 
 # PyTorch's needs, from its library
 if [ -z "$torch_python" ] || [ ! -x "$torch_python" ]; then
@@ -60,7 +79,7 @@ else
       fail=1
     fi
     if [ -n "$not_api" ]; then
-      echo "needed by PyTorch but not in NCCL 2.30's list (nccl_symbols.txt is out of date):"
+      echo "needed by PyTorch but not in NCCL 2.32's list (nccl_symbols.txt is out of date):"
       echo "$not_api" | sed 's/^/  /'
       fail=1
     fi
