@@ -1,5 +1,5 @@
 /* Compiled (not run) by test_header.sh as C, C++ and CUDA: nccl.h alone
- * must compile without warnings and carry NCCL 2.30's ABI. */
+ * must compile without warnings and carry NCCL 2.32's ABI. */
 #include "nccl.h"
 
 #if defined(__cplusplus)
@@ -17,7 +17,7 @@
 #endif
 
 /* versions */
-ABI(NCCL_VERSION_CODE == 23007);
+ABI(NCCL_VERSION_CODE == 23203);
 ABI(NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH) == NCCL_VERSION_CODE);
 ABI(NCCL_VERSION(2, 8, 4) == 2804); /* the old encoding below 2.9 */
 ABI(NCCL_VERSION(2, 19, 3) == 21903);
@@ -44,7 +44,22 @@ ABI(offsetof(ncclConfig_t, commName) == offsetof(ncclConfig_t, trafficClass) + s
 ABI(offsetof(ncclConfig_t, nvlsCTAs) == offsetof(ncclConfig_t, collnetEnable) + 3 * sizeof(int));
 ABI(offsetof(ncclConfig_t, graphStreamOrdering) ==
     offsetof(ncclConfig_t, nvlsCTAs) + 6 * sizeof(int));
-ABI(sizeof(void *) != 8 || sizeof(ncclConfig_t) == 96);
+ABI(offsetof(ncclConfig_t, nvlsHostMode) ==
+    offsetof(ncclConfig_t, graphStreamOrdering) + 5 * sizeof(int));
+ABI(sizeof(void *) != 8 || sizeof(ncclConfig_t) == 120);
+ABI(sizeof(void *) != 8 || sizeof(ncclCollConfig_t) == 72);
+ABI(sizeof(void *) != 8 || offsetof(ncclCollConfig_t, algSelection) == 40);
+ABI(sizeof(void *) != 8 || offsetof(ncclCollConfig_t, userProfilerTag) == 56);
+ABI(sizeof(void *) != 8 || sizeof(ncclEncryptionConfig_t) == 32);
+ABI(sizeof(void *) != 8 || sizeof(ncclConfigExt_t) == 24);
+ABI(sizeof(ncclCftLeId) == 4 && NCCL_CFT_TEAM_FLAT == 0 && NCCL_CFT_TEAM_HIER_MULTIMEM == 1 &&
+    NCCL_CFT_TEAM_HIER_LSA == 2);
+ABI(ncclHostCftDefault == INT_MIN && ncclHostCftEnable == 1 && ncclHostCftDisable == 2 &&
+    ncclHostCftFallback == 3);
+ABI(ncclNvlsHostModeDefault == INT_MIN && ncclNvlsHostModeEnable == 0 &&
+    ncclNvlsHostModeDisableTransport == 1 && ncclNvlsHostModeDisableSymmetricMultimem == 2 &&
+    ncclNvlsHostModeDisable == INT_MAX);
+ABI(NCCL_WIN_GIN_ONLY == 4 && NCCL_WIN_CFT_COUNTED == 8);
 ABI(sizeof(void *) != 8 || sizeof(ncclSimInfo_t) == 24);
 ABI(NCCL_SPLIT_NOCOLOR == -1 && NCCL_SHRINK_DEFAULT == 0 && NCCL_SHRINK_ABORT == 1);
 ABI(NCCL_WIN_DEFAULT == 0 && NCCL_WIN_COLL_SYMMETRIC == 1 && NCCL_WIN_STRICT_ORDERING == 2);
@@ -58,13 +73,20 @@ ABI(NCCL_CTA_POLICY_DEFAULT == 0 && NCCL_CTA_POLICY_EFFICIENCY == 1 && NCCL_CTA_
 /* the initializers fill size, magic, version and mark every field unset */
 static ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
 static ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+static ncclCollConfig_t coll_config = NCCL_COLLCONFIG_INITIALIZER;
+static ncclEncryptionConfig_t encryption = NCCL_ENCRYPTION_CONFIG_INITIALIZER;
 
 int config_is_default(void);
 int config_is_default(void) {
   return config.size == sizeof(ncclConfig_t) && config.magic == 0xcafebeef &&
          config.version == NCCL_VERSION_CODE && config.blocking == NCCL_CONFIG_UNDEF_INT &&
          config.nvlsCTAs == NCCL_CONFIG_UNDEF_INT && config.graphStreamOrdering == NCCL_CONFIG_UNDEF_INT &&
-         config.commName == NULL &&
+         config.commName == NULL && config.nvlsHostMode == NCCL_CONFIG_UNDEF_INT &&
+         coll_config.size == sizeof(ncclCollConfig_t) && coll_config.magic == NCCL_API_MAGIC &&
+         coll_config.forceAlgSelection == 1 && coll_config.userProfilerTag == 0 &&
+         coll_config.launchCompletionEvent == NULL && coll_config.algSelection == NULL &&
+         encryption.size == sizeof(ncclEncryptionConfig_t) &&
+         encryption.mode == NCCL_ENCRYPTION_MODE_NONE && encryption.psk == NULL &&
          sim.magic == 0x74685283 && sim.estimatedTime == NCCL_UNDEF_FLOAT;
 }
 
@@ -173,5 +195,38 @@ const struct api_table_230 *api_table_230_get(void) {
       ncclGetLsaMultimemDevicePointer, ncclGetMultimemDevicePointer, ncclTeamWorld,
       ncclTeamRankToWorld, ncclLLA2ACalcSlots
   };
+  return &t;
+}
+
+/* what 2.31 and 2.32 added, with their types */
+typedef ncclResult_t (*coll_config_red_t)(const void *, void *, size_t, ncclDataType_t,
+                                          ncclRedOp_t, ncclComm_t, cudaStream_t,
+                                          const ncclCollConfig_t *);
+typedef ncclResult_t (*coll_config_root_t)(const void *, void *, size_t, ncclDataType_t, int,
+                                           ncclComm_t, cudaStream_t, const ncclCollConfig_t *);
+typedef ncclResult_t (*coll_config_t)(const void *, void *, size_t, ncclDataType_t, ncclComm_t,
+                                      cudaStream_t, const ncclCollConfig_t *);
+struct api_table_232 {
+  coll_config_red_t all_reduce, reduce_scatter;
+  ncclResult_t (*reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, int,
+                         ncclComm_t, cudaStream_t, const ncclCollConfig_t *);
+  coll_config_root_t broadcast, gather, scatter;
+  coll_config_t all_gather, alltoall;
+  ncclResult_t (*set_encryption)(const ncclEncryptionConfig_t *);
+  ncclTeam_t (*team_cft)(ncclComm_t, ncclCftTeamMode_t);
+  ncclTeam_t (*team_cft_multimem)(ncclComm_t);
+  ncclResult_t (*multimem_le)(ncclWindow_t, size_t, ncclCftLeId *, size_t *);
+  ncclResult_t (*cft_le)(ncclWindow_t, size_t, int, ncclTeam_t, ncclCftLeId *, size_t *);
+  ncclResult_t (*peer_le)(ncclWindow_t, size_t, int, ncclCftLeId *, size_t *);
+  void (*reset_debug_internal)(void);
+};
+
+const struct api_table_232 *api_table_232_get(void);
+const struct api_table_232 *api_table_232_get(void) {
+  static const struct api_table_232 t = {
+      ncclAllReduceConfig, ncclReduceScatterConfig, ncclReduceConfig, ncclBroadcastConfig,
+      ncclGatherConfig, ncclScatterConfig, ncclAllGatherConfig, ncclAlltoAllConfig,
+      ncclSetEncryption, ncclTeamCft, ncclTeamCftMultimem, ncclGetMultimemDeviceLeInfo,
+      ncclGetCftDeviceLeInfo, ncclGetPeerDeviceLeInfo, ncclResetDebugInitInternal};
   return &t;
 }

@@ -578,7 +578,7 @@ int main(int argc, char **argv) {
 
   int version = 0;
   NCCL_OK(ncclGetVersion(&version));
-  EXPECT(version == NCCL_VERSION_CODE && version == 23007, "version %d", version);
+  EXPECT(version == NCCL_VERSION_CODE && version == 23203, "version %d", version);
   int pversion = 0;
   NCCL_OK(pncclGetVersion(&pversion));
   EXPECT(pversion == version, "pncclGetVersion gave %d", pversion);
