@@ -1,7 +1,8 @@
 /* What the files of libnccl.so.2 share: nccl_compat.c (the core API and
  * groups), nccl_comm.c (revoke, suspend, grow), nccl_comm_state.c (what the
  * NCCL API keeps per communicator), nccl_param.c (parameters), nccl_device.c
- * (the device API's host side). They use include/weft.h and, for what it
+ * (the device API's host side), nccl_coll_config.c (the nccl*Config
+ * collectives). They use include/weft.h and, for what it
  * does not offer, api/compat.h alone. */
 #ifndef WEFT_NCCL_SHIM_H
 #define WEFT_NCCL_SHIM_H
