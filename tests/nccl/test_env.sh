@@ -23,7 +23,7 @@ reject() { # reject WHAT PATTERN OUTPUT
 unset WEFT_DEBUG WEFT_DEBUG_SUBSYS WEFT_DEBUG_FILE
 
 out=$(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT "$weftrun" -n 2 "$prog" --quick 2>&1) || fail=1
-expect "NCCL_DEBUG=INFO prints the version" '^\[0\] NCCL version 2\.30\.7 \(weft ' "$out"
+expect "NCCL_DEBUG=INFO prints the version" '^\[0\] NCCL version 2\.32\.3 \(weft ' "$out"
 expect "NCCL_DEBUG=INFO gives weft INFO lines" 'weft INFO INIT' "$out"
 reject "NCCL_DEBUG_SUBSYS=INIT keeps other subsystems quiet" 'weft INFO (BOOTSTRAP|SHM|COLL)' "$out"
 
