@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A/B of all_reduce_perf on 2 ranks at 8 B, 64 KiB and 16 MiB: two builds
+# A/B of all_reduce_perf on 2 ranks (AB_NRANKS: others) at 8 B, 64 KiB and 16 MiB: two builds
 # (each a meson build folder with tools/weftrun and tools/all_reduce_perf),
 # run in alternating rounds (the order of the two swaps every round) so that
 # both see the same machine load; prints each build's median out-of-place
@@ -15,6 +15,7 @@ rounds=${3:-7}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 sizes=${AB_SIZES:-"8 65536 16777216"} # AB_SIZES: others
+nranks=${AB_NRANKS:-2}
 for r in $(seq 1 "$rounds"); do
   order="$a $b"
   [ $((r % 2)) -eq 0 ] && order="$b $a"
@@ -23,7 +24,7 @@ for r in $(seq 1 "$rounds"); do
     for s in $sizes; do
       iters=200
       [ "$s" -ge 16777216 ] && iters=20
-      t=$(timeout 120 "$build/tools/weftrun" -n 2 "$build/tools/all_reduce_perf" -b "$s" -e "$s" \
+      t=$(timeout 120 "$build/tools/weftrun" -n "$nranks" "$build/tools/all_reduce_perf" -b "$s" -e "$s" \
         -n "$iters" -w 5 -c 0 2>&1 | awk -v s="$s" '$1 == "[0]" && $2 == s { print $7 }')
       echo "${t:-NA}" >> "$out/$tag.$s" # a failed run keeps its round's line
     done
