@@ -6,8 +6,8 @@ Modes:
            name; weft is added to its "ddp", "subgroup" and "plugin" feature
            sets (DistTestCases.backend_feature), which it has.
   gloo     BACKEND=gloo, and every process group the suite makes over "gloo"
-           is a weft group (the "gloo" entry of torch's backend registry
-           creates weft's backend): the suite runs what it runs for Gloo.
+           is made over "weft" instead (torch then reports the groups' backend
+           as "weft"): the suite runs what it runs for Gloo.
   native   BACKEND=gloo with Gloo itself, for the counts to compare with.
 
     python tests/torch/distributed_suite.py --modes weft,gloo,native --world-sizes 2,3
@@ -63,12 +63,19 @@ def _patch_weft_features():
 
 
 def _patch_gloo_is_weft():
-    import torch_weft
-    import torch.distributed as dist
-    # the suite's groups over "gloo" (the default group, new_group with or
-    # without backend="gloo") come from this entry; the group keeps Gloo's
-    # name and backend type, its backend is weft's
-    dist.Backend._plugins["GLOO"] = dist.Backend._BackendPlugin(torch_weft._create_backend, True)
+    import torch_weft  # noqa: F401  registers "weft"
+    from torch.distributed import distributed_c10d as c10d
+    make_group = c10d._new_process_group_helper
+
+    # every group is made here (init_process_group, new_group with or
+    # without backend="gloo", new_subgroups): "gloo" becomes "weft", for
+    # every device of the group, and torch then calls the group's backend
+    # "weft" (dist.get_backend), as it would any backend's under its own name
+    def weft_for_gloo(group_size, group_rank, global_ranks, backend, *args, **kwargs):
+        backend = re.sub(r"\bgloo\b", "weft", str(backend))
+        return make_group(group_size, group_rank, global_ranks, backend, *args, **kwargs)
+
+    c10d._new_process_group_helper = weft_for_gloo
 
 
 def _patch(mode):
@@ -96,11 +103,16 @@ if os.environ.get("WEFT_SUITE_MODE"):
 
 
 def _first_line(err_text):
-    """The failing rank's exception line out of the suite's report."""
+    """The failing rank's exception line out of the suite's report (the
+    report's own first line only says which process exited)."""
     lines = [ln.strip() for ln in err_text.splitlines() if ln.strip()]
     exc = [ln for ln in lines
-           if re.match(r"^[\w.]+(Error|Exception|Exit|Interrupt|Failure)\b.*", ln)]
+           if re.match(r"^[\w.]+(Error|Exception|Exit|Interrupt|Failure)\b", ln)
+           and not re.match(r"^RuntimeError: Process \d+ (exited|terminated|timed out)", ln)]
     text = exc[0] if exc else (lines[-1] if lines else "")
+    at = lines.index(text) if text in lines else -1
+    if 0 <= at < len(lines) - 1 and text.endswith("!"):  # assertEqual's detail follows
+        text += " " + lines[at + 1]
     return text[:240]
 
 
