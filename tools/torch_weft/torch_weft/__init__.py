@@ -87,13 +87,13 @@ def _create(opts, backend_options=None):
         only_weft = set(config.get_device_backend_map().values()) == {BACKEND}
     except AttributeError:
         only_weft = False
-    made = opts.process_group
-    if not only_weft or made is None:
-        return backend
+    made = getattr(opts, "process_group", None)
+    if not only_weft or made is None or not hasattr(made, "get_group_store"):
+        return backend  # a torch without them: the group stays torch's
     pg = _C.WeftProcessGroup(made.get_group_store(), opts.group_rank, opts.group_size)
     kind = dist.ProcessGroup.BackendType.CUSTOM
     pg._set_default_backend(kind)
-    for device in _DEVICES:
+    for device in config.get_device_backend_map():
         pg._register_backend(torch.device(device), kind, backend)
     if made.bound_device_id is not None:
         pg.bound_device_id = made.bound_device_id
