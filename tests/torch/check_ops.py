@@ -248,15 +248,18 @@ def run(group, gloo, tag, dtypes=INTS + FLOATS + FP8):
         s = o.numel()
         check(f"{tag} reduce_scatter_tensor coalesced [{i}]", o,
               gloo_reduce_ref(t, R.SUM, gloo, n)[r * s:(r + 1) * s])
-    lists = [[torch.zeros(4) for _ in range(n)], [torch.zeros(9) for _ in range(n)]]
-    xs = [rand(torch.float32, 4, seed), rand(torch.float32, 9, seed + 1)]
+    # one output list per rank, each with one tensor per input (Gloo's layout)
+    xs = [rand(torch.float32, 4, seed), rand(torch.float32, 9, seed + 1),
+          rand(torch.float32, 1, seed + 2)]
+    lists = [[torch.zeros_like(x) for x in xs] for _ in range(n)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         dist.all_gather_coalesced(lists, xs, group=group)
     for i, x in enumerate(xs):
         w = [torch.zeros_like(x) for _ in range(n)]
         dist.all_gather(w, x, group=gloo)
-        check(f"{tag} all_gather_coalesced [{i}]", torch.cat(lists[i]), torch.cat(w))
+        check(f"{tag} all_gather_coalesced [{i}]", torch.cat([lst[i] for lst in lists]),
+              torch.cat(w))
 
     # point to point: blocking ring, crossing isend/irecv, batch_isend_irecv
     nxt, prv = (r + 1) % n, (r - 1) % n

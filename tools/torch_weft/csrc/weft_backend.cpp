@@ -21,6 +21,7 @@
 
 #include "weft_backend.h"
 
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/utils/pybind.h>
 
 #include "weft_alloc.h"
@@ -38,7 +39,11 @@ namespace torch_weft {
 
 WeftBackend::WeftBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
                          std::chrono::milliseconds timeout, const std::string &name)
-    : Backend(rank, size), timeout_(timeout), queue_(std::make_shared<queue_state>()) {
+    : Backend(rank, size),
+      timeout_(timeout),
+      store_(store),
+      received_(size, 0),
+      queue_(std::make_shared<queue_state>()) {
   // the unique id travels through the store: rank 0 makes it, others read it
   weftUniqueId id;
   const std::string key = "weft_unique_id";
@@ -61,10 +66,12 @@ WeftBackend::WeftBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank,
 }
 
 WeftBackend::WeftBackend(weftComm_t comm, int rank, int size, std::chrono::milliseconds timeout,
-                         const std::string &name)
+                         const std::string &name, c10::intrusive_ptr<c10d::Store> store)
     : Backend(rank, size),
       timeout_(timeout),
       name_(name),
+      store_(std::move(store)),
+      received_(size, 0),
       comm_(comm),
       queue_(std::make_shared<queue_state>()) {
   queue_->comm = comm_;
@@ -72,7 +79,7 @@ WeftBackend::WeftBackend(weftComm_t comm, int rank, int size, std::chrono::milli
   worker_id_ = worker_.get_id();
 }
 
-c10::intrusive_ptr<c10d::Backend> WeftBackend::split(const c10::intrusive_ptr<c10d::Store> &,
+c10::intrusive_ptr<c10d::Backend> WeftBackend::split(const c10::intrusive_ptr<c10d::Store> &store,
                                                      const std::vector<int> &ranks,
                                                      const c10::intrusive_ptr<Options> &opts) {
   TORCH_CHECK(!coalescing_, "weft: split inside a coalescing block");
@@ -94,7 +101,7 @@ c10::intrusive_ptr<c10d::Backend> WeftBackend::split(const c10::intrusive_ptr<c1
   steps.push_back(std::move(s));
   submit("split", c10d::OpType::UNKNOWN, std::move(steps), {}, false)->wait();
   if (!member) return nullptr;
-  return c10::make_intrusive<WeftBackend>(child, key, (int)ranks.size(), timeout, name);
+  return c10::make_intrusive<WeftBackend>(child, key, (int)ranks.size(), timeout, name, store);
 }
 
 void WeftBackend::setTimeout(std::chrono::milliseconds) {
@@ -330,8 +337,15 @@ std::exception_ptr WeftBackend::run_steps(task &t) {
                       : std::string(weftGetLastError(comm_));
   }
   if (detail.empty()) detail = weftGetLastError(nullptr);
-  C10_THROW_ERROR(DistBackendError, c10::str("weft: ", name, " failed on rank ", rank_, " of ",
-                                             size_, ": ", weftGetErrorString(res), ": ", detail));
+  // a peer silent past the group's timeout says so in torch's words, which
+  // callers match (" timeout ", as Gloo's " Timed out " and a closed
+  // connection's " closed ")
+  const std::string when = detail.find("timed out") != std::string::npos
+                               ? c10::str(" after the group's timeout (", timeout_.count(), " ms)")
+                               : std::string();
+  C10_THROW_ERROR(DistBackendError,
+                  c10::str("weft: ", name, " failed on rank ", rank_, " of ", size_, when, ": ",
+                           weftGetErrorString(res), ": ", detail));
 }
 
 weftConfig_t WeftBackend::config_of(std::chrono::milliseconds timeout, const std::string &name) {
@@ -417,6 +431,10 @@ void WeftBackend::stop_worker(bool abort_comm) {
   } else if (worker_.joinable()) {
     worker_.join();
   }
+  // the counts of the sends that ran go to the store before the group ends
+  // (after an abort they no longer matter)
+  if (abort_comm && announcer_) announcer_->drop();
+  announcer_.reset();
   bool aborted = false;
   {
     std::unique_lock<std::mutex> lk(comm_mu_);
@@ -442,6 +460,16 @@ void WeftBackend::stop_worker(bool abort_comm) {
   inflight_cv_.notify_all();
 }
 
+// The process group of a "weft" group: torch names the group's backend after
+// its type, "custom" for every backend registered through
+// Backend.register_backend, where DDP's logging data (backend_name) and
+// ProcessGroup.name() should say "weft". Otherwise torch's ProcessGroup.
+class WeftProcessGroup : public c10d::ProcessGroup {
+ public:
+  using c10d::ProcessGroup::ProcessGroup;
+  const std::string getBackendName() const override { return "weft"; }
+};
+
 static c10::intrusive_ptr<c10d::Backend> create_backend(
     const c10::intrusive_ptr<c10d::Store> &store, int rank, int size, double timeout_s,
     const std::string &name) {
@@ -463,6 +491,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "perform_nocolor_split", [](torch_weft::WeftBackend &, const at::Device &) {},
           py::arg("device"),
           "Nothing: a weft group is made by its members alone (new_group on a bound device).");
+  py::class_<torch_weft::WeftProcessGroup, c10d::ProcessGroup,
+             c10::intrusive_ptr<torch_weft::WeftProcessGroup>>(m, "WeftProcessGroup")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store> &store, int rank, int size) {
+             return c10::make_intrusive<torch_weft::WeftProcessGroup>(store, rank, size);
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"),
+           "A process group whose backend is named \"weft\" (DDP's logging data).");
   m.def("create_backend", &torch_weft::create_backend, py::arg("store"), py::arg("rank"),
         py::arg("size"), py::arg("timeout_s"), py::arg("name") = "",
         py::call_guard<py::gil_scoped_release>(),

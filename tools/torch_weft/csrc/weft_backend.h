@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -48,14 +49,41 @@ struct run_input {
   int64_t numel() const;
 };
 
+// Counts of sends on host memory per destination, added to the group's
+// store under p2p_announcer::key(dst, src) by a thread of its own, so that
+// the sender never waits for the store; for receives from any source.
+struct p2p_announcer {
+  p2p_announcer(c10::intrusive_ptr<c10d::Store> store, int rank);
+  // Adds what is pending, then stops.
+  ~p2p_announcer();
+  void add(int dst);
+  // Forgets what is pending.
+  void drop() {
+    std::lock_guard<std::mutex> lk(mu_);
+    pending_.clear();
+  }
+  static std::string key(int dst, int src);
+
+ private:
+  void loop();
+  c10::intrusive_ptr<c10d::Store> store_;
+  int rank_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<int, int64_t> pending_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 class WeftBackend : public c10d::Backend {
  public:
   WeftBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
               std::chrono::milliseconds timeout, const std::string &name);
 
-  // A backend over a communicator that split() made; it owns comm.
+  // A backend over a communicator that split() made; it owns comm. store
+  // is the new group's (monitored barriers, receives from any source).
   WeftBackend(weftComm_t comm, int rank, int size, std::chrono::milliseconds timeout,
-              const std::string &name);
+              const std::string &name, c10::intrusive_ptr<c10d::Store> store);
 
   ~WeftBackend() override { shutdown(); }
 
@@ -143,11 +171,23 @@ class WeftBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int src,
                                       int) override;
 
-  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &, int) override {
-    TORCH_CHECK(false, "weft: receiving from any source is not supported; name the source rank");
-  }
+  // A receive from whichever rank has sent to this one and not yet been
+  // received from (Gloo's recvAnysource), on host memory. weft's receives
+  // name their peer, so every send on host memory is also counted in the
+  // group's store, off the sending thread (p2p_announcer); the receiver
+  // reads the counts and receives from a rank whose count exceeds what it
+  // has received from it. Waits up to the group's timeout for a sender.
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &tensors,
+                                               int tag) override;
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &opts) override;
+
+  // Gloo's monitored barrier, through the group's store (not weft, so that
+  // a rank stuck in an operation of the group is still reported): ranks
+  // other than 0 check in and wait for rank 0's answer; rank 0 waits for
+  // each in rank order within the timeout and names the first that did not
+  // arrive (every one with wait_all_ranks), then answers them all.
+  void monitoredBarrier(const c10d::BarrierOptions &opts, bool wait_all_ranks) override;
 
   // --- coalescing: everything issued in between runs as one weft group ---
 
@@ -205,6 +245,13 @@ class WeftBackend : public c10d::Backend {
   op_step allgather_base_step(at::Tensor &output, at::Tensor &input);
 
   op_step reduce_scatter_step(const at::Tensor &out, const run_input &in, const ReduceOp &rop);
+
+  // A sparse COO all-reduce (SUM), as Gloo's: every rank's indices and
+  // values are gathered, summed and coalesced into t.
+  op_step sparse_allreduce_step(const at::Tensor &t);
+
+  // Counts a send on host memory to dst in the store (p2p_announcer).
+  void announce_send(int dst);
 
   // --- queueing ---
 
@@ -271,6 +318,10 @@ class WeftBackend : public c10d::Backend {
 
   std::chrono::milliseconds timeout_;
   std::string name_;
+  c10::intrusive_ptr<c10d::Store> store_; /* the group's: monitored barrier, any-source */
+  uint64_t monitored_seq_ = 0;
+  std::vector<int64_t> received_;  /* host receives issued per source rank */
+  std::unique_ptr<p2p_announcer> announcer_; /* made at the first host send */
   weftComm_t comm_ = nullptr;
   std::shared_ptr<queue_state> queue_;
   weftStream_t stream_ = nullptr; /* the CUDA stream of the task running; NULL on host memory */

@@ -77,6 +77,15 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::broadcast(std::vector<at::Tensor> &t
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::allreduce(std::vector<at::Tensor> &tensors,
                                                       const c10d::AllreduceOptions &opts) {
+  if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse()) {
+    at::Tensor t = tensors[0];
+    TORCH_CHECK(t.device().is_cpu(), "weft: allreduce: sparse tensors on the host only");
+    TORCH_CHECK(opts.reduceOp == c10d::ReduceOp::SUM,
+                "weft: allreduce: sparse tensors take SUM only");
+    TORCH_CHECK(!coalescing_, "weft: allreduce of a sparse tensor inside a coalescing block");
+    return submit("allreduce", c10d::OpType::ALLREDUCE, {sparse_allreduce_step(t)}, {t},
+                  opts.asyncOp);
+  }
   at::Tensor t = single(tensors, "allreduce");
   return submit("allreduce", c10d::OpType::ALLREDUCE,
                 {allreduce_step(t, opts.reduceOp, "allreduce")}, {t}, opts.asyncOp);
@@ -137,16 +146,23 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::allgather(std::vector<std::vector<at
 c10::intrusive_ptr<c10d::Work> WeftBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>> &outputs, std::vector<at::Tensor> &inputs,
     const c10d::AllgatherOptions &opts) {
-  TORCH_CHECK(outputs.size() == inputs.size(), "weft: allgather_coalesced: ", outputs.size(),
-              " output lists for ", inputs.size(), " inputs");
+  // as Gloo's: one list per rank, each with one tensor per input
+  TORCH_CHECK((int)outputs.size() == size_, "weft: allgather_coalesced takes ", size_,
+              " output lists (one per rank), got ", outputs.size());
+  for (int r = 0; r < size_; r++)
+    TORCH_CHECK(outputs[r].size() == inputs.size(), "weft: allgather_coalesced: output list ",
+                r, " has ", outputs[r].size(), " tensors for ", inputs.size(), " inputs");
   std::vector<op_step> steps;
   std::vector<at::Tensor> flat_outputs;
   for (size_t i = 0; i < inputs.size(); i++) {
     check_tensor(inputs[i], "allgather_coalesced");
-    check_list(outputs[i], inputs[i], "allgather_coalesced");
-    steps.push_back(allgather_list_step(outputs[i], inputs[i]));
-    for (auto &o : outputs[i]) flat_outputs.push_back(o);
+    std::vector<at::Tensor> per_rank;
+    for (int r = 0; r < size_; r++) per_rank.push_back(outputs[r][i]);
+    check_list(per_rank, inputs[i], "allgather_coalesced");
+    steps.push_back(allgather_list_step(per_rank, inputs[i]));
   }
+  for (auto &list : outputs)
+    for (auto &o : list) flat_outputs.push_back(o);
   return submit("allgather_coalesced", c10d::OpType::ALLGATHER_COALESCED, std::move(steps),
                 flat_outputs, opts.asyncOp, inputs);
 }
@@ -357,8 +373,10 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::send(std::vector<at::Tensor> &tensor
   check_peer(dst, "send");
   run_input in{t};
   op_step s;
-  s.issue = [this, in, dst]() {
+  const bool host = device_of(t) < 0;
+  s.issue = [this, in, dst, host]() {
     flat_buf b = bytes_of(in.get());
+    if (host) announce_send(dst); /* for a receive from any source */
     return weftSend(b.ptr, b.count, b.dtype, dst, comm_, stream_);
   };
   return submit_p2p("send", c10d::OpType::SEND, s, {t});
@@ -367,8 +385,10 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::send(std::vector<at::Tensor> &tensor
 c10::intrusive_ptr<c10d::Work> WeftBackend::recv(std::vector<at::Tensor> &tensors, int src, int) {
   at::Tensor t = single(tensors, "recv");
   check_peer(src, "recv");
-  op_step s = inplace_step(t, [this, src](const at::Tensor &buf) {
+  const bool host = device_of(t) < 0;
+  op_step s = inplace_step(t, [this, src, host](const at::Tensor &buf) {
     flat_buf b = bytes_of(buf);
+    if (host) received_[src]++; /* what a receive from any source compares */
     return weftRecv(b.ptr, b.count, b.dtype, src, comm_, stream_);
   });
   return submit_p2p("recv", c10d::OpType::RECV, s, {t});
@@ -609,6 +629,57 @@ op_step WeftBackend::allgather_base_step(at::Tensor &output, at::Tensor &input) 
     flat_buf b = bytes_of(in.get());
     return weftAllGather(b.ptr, buf.data_ptr(), b.count, b.dtype, comm_, stream_);
   });
+}
+
+op_step WeftBackend::sparse_allreduce_step(const at::Tensor &t) {
+  // three all-gathers, one after another outside any group: the number of
+  // entries of each rank, then indices and values padded to the largest
+  op_step s;
+  auto result = std::make_shared<at::Tensor>();
+  s.issue = [this, t, result]() {
+    at::Tensor in = t.coalesce();
+    at::Tensor idx = in._indices().contiguous();
+    at::Tensor val = in._values().contiguous();
+    const int64_t sparse_dim = idx.size(0);
+    at::Tensor nnz = at::full({1}, in._nnz(), at::kLong);
+    at::Tensor all_nnz = at::empty({(int64_t)size_}, at::kLong);
+    weftResult_t res =
+        weftAllGather(nnz.data_ptr(), all_nnz.data_ptr(), 1, weftInt64, comm_, stream_);
+    if (res != weftSuccess) return res;
+    const int64_t most = all_nnz.max().item<int64_t>();
+    std::vector<int64_t> val_shape = val.sizes().vec();
+    val_shape[0] = most;
+    at::Tensor idx_pad = at::zeros({sparse_dim, most}, idx.options());
+    at::Tensor val_pad = at::zeros(val_shape, val.options());
+    idx_pad.narrow(1, 0, in._nnz()).copy_(idx);
+    val_pad.narrow(0, 0, in._nnz()).copy_(val);
+    // indices go as one row of [sparse_dim x most] per rank
+    at::Tensor idx_t = idx_pad.t().contiguous();
+    at::Tensor all_idx = at::empty({(int64_t)size_, most, sparse_dim}, idx.options());
+    val_shape.insert(val_shape.begin(), (int64_t)size_);
+    at::Tensor all_val = at::empty(val_shape, val.options());
+    if (most > 0) { /* the same on every rank */
+      flat_buf bi = bytes_of(idx_t);
+      res = weftAllGather(bi.ptr, all_idx.data_ptr(), bi.count, bi.dtype, comm_, stream_);
+      if (res != weftSuccess) return res;
+      flat_buf bv = bytes_of(val_pad);
+      if (bv.count > 0)
+        res = weftAllGather(bv.ptr, all_val.data_ptr(), bv.count, bv.dtype, comm_, stream_);
+      if (res != weftSuccess) return res;
+    }
+    std::vector<at::Tensor> idx_parts, val_parts;
+    for (int r = 0; r < size_; r++) {
+      const int64_t k = all_nnz[r].item<int64_t>();
+      idx_parts.push_back(all_idx[r].narrow(0, 0, k).t());
+      val_parts.push_back(all_val[r].narrow(0, 0, k));
+    }
+    *result = at::sparse_coo_tensor(at::cat(idx_parts, 1), at::cat(val_parts, 0), t.sizes(),
+                                    t.options())
+                  .coalesce();
+    return weftSuccess;
+  };
+  s.finish = [t, result]() { t.copy_(*result); };
+  return s;
 }
 
 op_step WeftBackend::reduce_scatter_step(const at::Tensor &out, const run_input &in,

@@ -43,6 +43,14 @@ class WeftWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override { return outputs_; }
 
+  // The rank a receive from any source took its message from, once done.
+  int sourceRank() const override {
+    TORCH_CHECK(source_ != nullptr && *source_ >= 0,
+                "weft: sourceRank() is known for a completed receive from any source");
+    return *source_;
+  }
+  void set_source(std::shared_ptr<std::atomic<int>> source) { source_ = std::move(source); }
+
   // Called by the worker once the operation has run (exception: its failure).
   void complete(std::exception_ptr exception) {
     finish(exception);
@@ -80,6 +88,7 @@ class WeftWork : public c10d::Work {
   std::chrono::milliseconds gpu_timeout_{0};
   std::atomic<bool> finished_{false};
   std::atomic<bool> block_open_{false};
+  std::shared_ptr<std::atomic<int>> source_; /* a receive from any source: its sender */
 };
 
 // One weft call (or several that belong together), split in two: issue runs

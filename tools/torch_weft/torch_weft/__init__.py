@@ -72,10 +72,36 @@ def version():
     return _C.weft_version()
 
 
-def _create(opts, backend_options=None):
+def _create_backend(opts, backend_options=None):
     timeout = opts.timeout.total_seconds() if opts.timeout is not None else 1800.0
     name = opts.group_id or "torch"
     return _C.create_backend(opts.store, opts.group_rank, opts.group_size, timeout, name)
+
+
+def _create(opts, backend_options=None):
+    """The group of a "weft" backend: torch's ProcessGroup with weft's backend
+    for every device it takes, whose name is "weft" (torch calls the groups of
+    registered backends "custom", which DDP's logging data would show)."""
+    backend = _create_backend(opts, backend_options)
+    # only where weft is the group's backend for every device: torch takes a
+    # returned group as the whole group ("cpu:gloo,cuda:weft" keeps torch's,
+    # named "custom"); what the caller was asked for is in its frame
+    config = sys._getframe(1).f_locals.get("backend_config")
+    try:
+        only_weft = set(config.get_device_backend_map().values()) == {BACKEND}
+    except AttributeError:
+        only_weft = False
+    made = getattr(opts, "process_group", None)
+    if not only_weft or made is None or not hasattr(made, "get_group_store"):
+        return backend  # a torch without them: the group stays torch's
+    pg = _C.WeftProcessGroup(made.get_group_store(), opts.group_rank, opts.group_size)
+    kind = dist.ProcessGroup.BackendType.CUSTOM
+    pg._set_default_backend(kind)
+    for device in config.get_device_backend_map():
+        pg._register_backend(torch.device(device), kind, backend)
+    if made.bound_device_id is not None:
+        pg.bound_device_id = made.bound_device_id
+    return pg
 
 
 # CUDA tensors where this build has them and a GPU is visible: operations run

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# PyTorch's own distributed test suite (DistributedTest) over weft:
+# tests/torch/distributed_suite.py with the checkout's .venv-torch (made by
+# WEFT_SETUP_TORCH=1 tools/scripts/setup.sh), which also needs expecttest
+# (torch's test utilities import it; WEFT_TORCH_SUITE_DEPS=1 installs it).
+#   distributed_suite.sh            what CI runs: a seeded sample (the seed is
+#                                   printed; WEFT_SUITE_SEED sets it) under weft's
+#                                   name and as Gloo, 2 ranks; every test of
+#                                   the exception list and every test that
+#                                   once failed over weft is in it
+#   distributed_suite.sh ARGS...    the runner's arguments, e.g. the whole suite:
+#                                   --modes weft,gloo --world-sizes 2,3 --compare-native
+# Without .venv-torch or expecttest it skips (exit 77) and says why.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+venv="$root/.venv-torch"
+if [ ! -x "$venv/bin/python" ]; then
+  echo "SKIP: no $venv (WEFT_SETUP_TORCH=1 tools/scripts/setup.sh creates it with torch 2.15.0)"
+  exit 77
+fi
+if ! "$venv/bin/python" -c "import expecttest" 2>/dev/null; then
+  if [ "${WEFT_TORCH_SUITE_DEPS:-0}" = 1 ]; then
+    "$venv/bin/python" -m pip install -q expecttest
+  else
+    echo "SKIP: torch's test utilities need expecttest in $venv" \
+         "($venv/bin/pip install expecttest, or WEFT_TORCH_SUITE_DEPS=1)"
+    exit 77
+  fi
+fi
+export PYTHONPATH="$root/tools/torch_weft${PYTHONPATH:+:$PYTHONPATH}"
+export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
+if [ $# -eq 0 ]; then
+  # the tests that failed over weft before it did what Gloo does
+  always=test_all_gather_coalesced_simple,test_all_gather_coalesced_complex
+  always+=,test_all_gather_coalesced_full_group,test_all_gather_coalesced_with_empty
+  always+=,test_send_recv_any_source,test_send_recv_any_source_autograd_profiler
+  always+=,test_send_recv_any_source_torch_profiler,test_ddp_logging_data_cpu
+  always+=,test_monitored_barrier_gloo,test_monitored_barrier_gloo_subgroup
+  always+=,test_monitored_barrier_gloo_rank_0_timeout,test_sparse_all_reduce_sum
+  always+=,test_barrier_timeout_full_group,test_get_backend
+  set -- --modes weft,gloo --world-sizes 2 --sample 16 --always "$always" \
+    --seed "${WEFT_SUITE_SEED:-$RANDOM}"
+fi
+exec "$venv/bin/python" "$root/tests/torch/distributed_suite.py" "$@"
