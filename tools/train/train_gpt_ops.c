@@ -1,10 +1,86 @@
 /* The transformer's operations on the host (see train_gpt_ops.h). */
 #include "train_gpt_ops.h"
 
+/* Floating-point exceptions are not looked at: without trapping math, GCC
+ * if-converts the clamps of ops_expf and vectorises the loops that call it. */
+#pragma GCC optimize("no-trapping-math")
+
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "train_blas.h"
+
+/* Reductions in OPS_LANES independent partial sums, so that they vectorise
+ * without reassociation flags; the order differs from a serial loop only in
+ * rounding. */
+#define OPS_LANES 8
+
+static inline float ops_lanes_sum(const float *lanes) {
+  float s = 0;
+  for (int k = 0; k < OPS_LANES; k++) s += lanes[k];
+  return s;
+}
+
+static float ops_sum(const float *x, int n) {
+  float lanes[OPS_LANES] = {0};
+  int i = 0;
+  for (; i + OPS_LANES <= n; i += OPS_LANES)
+    for (int k = 0; k < OPS_LANES; k++) lanes[k] += x[i + k];
+  for (; i < n; i++) lanes[0] += x[i];
+  return ops_lanes_sum(lanes);
+}
+
+static float ops_dot(const float *x, const float *y, int n) {
+  float lanes[OPS_LANES] = {0};
+  int i = 0;
+  for (; i + OPS_LANES <= n; i += OPS_LANES)
+    for (int k = 0; k < OPS_LANES; k++) lanes[k] += x[i + k] * y[i + k];
+  for (; i < n; i++) lanes[0] += x[i] * y[i];
+  return ops_lanes_sum(lanes);
+}
+
+static float ops_max(const float *x, int n) {
+  float lanes[OPS_LANES];
+  for (int k = 0; k < OPS_LANES; k++) lanes[k] = x[0];
+  int i = 0;
+  for (; i + OPS_LANES <= n; i += OPS_LANES)
+    for (int k = 0; k < OPS_LANES; k++) lanes[k] = x[i + k] > lanes[k] ? x[i + k] : lanes[k];
+  for (; i < n; i++) lanes[0] = x[i] > lanes[0] ? x[i] : lanes[0];
+  float m = lanes[0];
+  for (int k = 1; k < OPS_LANES; k++) m = lanes[k] > m ? lanes[k] : m;
+  return m;
+}
+
+/* e^x in straight-line arithmetic that vectorises (Cephes' expf: x = n ln2
+ * + r, |r| <= ln2 / 2, a degree-6 polynomial for e^r, 2^n in the exponent
+ * bits), within 2 ulp of expf; x is clamped to [-87.3, 88.3], where 2^n stays
+ * a normal float. Its callers pass x <= 0. */
+static inline float ops_expf(float x) {
+  x = x < -87.3f ? -87.3f : x;
+  x = x > 88.3f ? 88.3f : x;
+  float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+  float r = x - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  union {
+    int32_t i;
+    float f;
+  } two_n = {.i = ((int32_t)n + 127) << 23};
+  return p * two_n.f;
+}
+
+/* x = e^(x - shift) in place; returns their sum */
+static float ops_exp_shift(float *x, int n, float shift) {
+  for (int i = 0; i < n; i++) x[i] = ops_expf(x[i] - shift);
+  return ops_sum(x, n);
+}
 
 void gpt_encoder_forward(float *out, const int *tok, const float *wte, const float *wpe, int B,
                          int T, int C) {
@@ -34,14 +110,14 @@ void gpt_layernorm_forward(float *out, float *mean, float *rstd, const float *x,
   for (int r = 0; r < n; r++) {
     const float *xr = x + (long)r * C;
     float *o = out + (long)r * C;
-    float m = 0;
-    for (int i = 0; i < C; i++) m += xr[i];
-    m /= C;
-    float v = 0;
-    for (int i = 0; i < C; i++) v += (xr[i] - m) * (xr[i] - m);
-    v /= C;
-    float s = 1.0f / sqrtf(v + 1e-5f);
-    for (int i = 0; i < C; i++) o[i] = (xr[i] - m) * s * w[i] + b[i];
+    float m = ops_sum(xr, C) / (float)C;
+    float lanes[OPS_LANES] = {0};
+    int i = 0;
+    for (; i + OPS_LANES <= C; i += OPS_LANES)
+      for (int k = 0; k < OPS_LANES; k++) lanes[k] += (xr[i + k] - m) * (xr[i + k] - m);
+    for (; i < C; i++) lanes[0] += (xr[i] - m) * (xr[i] - m);
+    float s = 1.0f / sqrtf(ops_lanes_sum(lanes) / (float)C + 1e-5f);
+    for (i = 0; i < C; i++) o[i] = (xr[i] - m) * s * w[i] + b[i];
     mean[r] = m;
     rstd[r] = s;
   }
@@ -54,15 +130,21 @@ void gpt_layernorm_backward(float *dx, float *dw, float *db, const float *dout, 
     float *dxr = dx + (long)r * C;
     float m = mean[r], s = rstd[r];
     /* the mean of dnorm and of dnorm * norm */
-    float dmean = 0, dnmean = 0;
-    for (int i = 0; i < C; i++) {
+    float lm[OPS_LANES] = {0}, ln[OPS_LANES] = {0};
+    int i = 0;
+    for (; i + OPS_LANES <= C; i += OPS_LANES)
+      for (int k = 0; k < OPS_LANES; k++) {
+        float norm = (xr[i + k] - m) * s, dnorm = w[i + k] * d[i + k];
+        lm[k] += dnorm;
+        ln[k] += dnorm * norm;
+      }
+    for (; i < C; i++) {
       float norm = (xr[i] - m) * s, dnorm = w[i] * d[i];
-      dmean += dnorm;
-      dnmean += dnorm * norm;
+      lm[0] += dnorm;
+      ln[0] += dnorm * norm;
     }
-    dmean /= C;
-    dnmean /= C;
-    for (int i = 0; i < C; i++) {
+    float dmean = ops_lanes_sum(lm) / (float)C, dnmean = ops_lanes_sum(ln) / (float)C;
+    for (i = 0; i < C; i++) {
       float norm = (xr[i] - m) * s, dnorm = w[i] * d[i];
       db[i] += d[i];
       dw[i] += norm * d[i];
@@ -92,28 +174,30 @@ void gpt_linear_backward(float *dx, float *dw, float *dbias, const float *dout, 
     }
 }
 
+/* Attention works on blocks of ATT_ROWS query rows: rows [i0, i1) see keys
+ * [0, i1) at most, so that the products skip the masked upper triangle but
+ * for the diagonal blocks, whose masked entries are zeros. */
+#define ATT_ROWS 32
+
 void gpt_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
   int hs = C / NH;
   float scale = 1.0f / sqrtf((float)hs);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++) {
       const float *q = qkv + (long)b * T * 3 * C + h * hs, *k = q + C, *v = q + 2 * C;
-      float *a = att + ((long)b * NH + h) * T * T;
-      train_sgemm(0, 1, T, T, hs, scale, q, 3 * C, k, 3 * C, 0.0f, a, T);
-      for (int i = 0; i < T; i++) { /* row i sees positions 0..i */
-        float *row = a + (long)i * T;
-        float mx = row[0];
-        for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
-        float sum = 0;
-        for (int j = 0; j <= i; j++) {
-          row[j] = expf(row[j] - mx);
-          sum += row[j];
+      float *a = att + ((long)b * NH + h) * T * T, *y = out + (long)b * T * C + h * hs;
+      for (int i0 = 0; i0 < T; i0 += ATT_ROWS) {
+        int i1 = i0 + ATT_ROWS < T ? i0 + ATT_ROWS : T, m = i1 - i0;
+        float *ab = a + (long)i0 * T;
+        train_sgemm(0, 1, m, i1, hs, scale, q + (long)i0 * 3 * C, 3 * C, k, 3 * C, 0.0f, ab, T);
+        for (int i = i0; i < i1; i++) { /* row i sees positions 0..i */
+          float *row = a + (long)i * T;
+          float inv = 1.0f / ops_exp_shift(row, i + 1, ops_max(row, i + 1));
+          for (int j = 0; j <= i; j++) row[j] *= inv;
+          for (int j = i + 1; j < i1; j++) row[j] = 0.0f;
         }
-        float inv = 1.0f / sum;
-        for (int j = 0; j <= i; j++) row[j] *= inv;
-        for (int j = i + 1; j < T; j++) row[j] = 0.0f;
+        train_sgemm(0, 0, m, hs, i1, 1.0f, ab, T, v, 3 * C, 0.0f, y + (long)i0 * C, C);
       }
-      train_sgemm(0, 0, T, hs, T, 1.0f, a, T, v, 3 * C, 0.0f, out + (long)b * T * C + h * hs, C);
     }
 }
 
@@ -121,6 +205,7 @@ void gpt_attention_backward(float *dqkv, const float *dout, const float *qkv, co
                             float *scratch, int B, int T, int C, int NH) {
   int hs = C / NH;
   float scale = 1.0f / sqrtf((float)hs);
+  int last = (T - 1) / ATT_ROWS * ATT_ROWS;
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++) {
       long base = (long)b * T * 3 * C + h * hs;
@@ -128,39 +213,49 @@ void gpt_attention_backward(float *dqkv, const float *dout, const float *qkv, co
       float *dq = dqkv + base, *dk = dq + C, *dv = dq + 2 * C;
       const float *a = att + ((long)b * NH + h) * T * T;
       const float *d = dout + (long)b * T * C + h * hs;
-      /* dv = att^T dout; datt = dout v^T */
-      train_sgemm(1, 0, T, hs, T, 1.0f, a, T, d, C, 0.0f, dv, 3 * C);
-      train_sgemm(0, 1, T, T, hs, 1.0f, d, C, v, 3 * C, 0.0f, scratch, T);
-      /* through the softmax: dpre = att * (datt - sum(att * datt)) */
-      for (int i = 0; i < T; i++) {
-        const float *ar = a + (long)i * T;
-        float *dr = scratch + (long)i * T;
-        float dot = 0;
-        for (int j = 0; j <= i; j++) dot += ar[j] * dr[j];
-        for (int j = 0; j <= i; j++) dr[j] = ar[j] * (dr[j] - dot);
-        for (int j = i + 1; j < T; j++) dr[j] = 0.0f;
+      /* from the last block, which writes dk and dv of every key, the others add */
+      for (int i0 = last; i0 >= 0; i0 -= ATT_ROWS) {
+        int i1 = i0 + ATT_ROWS < T ? i0 + ATT_ROWS : T, m = i1 - i0;
+        float beta = i0 == last ? 0.0f : 1.0f;
+        const float *ab = a + (long)i0 * T, *db = d + (long)i0 * C;
+        float *sb = scratch + (long)i0 * T;
+        /* dv = att^T dout; datt = dout v^T */
+        train_sgemm(1, 0, i1, hs, m, 1.0f, ab, T, db, C, beta, dv, 3 * C);
+        train_sgemm(0, 1, m, i1, hs, 1.0f, db, C, v, 3 * C, 0.0f, sb, T);
+        /* through the softmax: dpre = att * (datt - sum(att * datt)) */
+        for (int i = i0; i < i1; i++) {
+          const float *ar = a + (long)i * T;
+          float *dr = scratch + (long)i * T;
+          float dot = ops_dot(ar, dr, i + 1);
+          for (int j = 0; j <= i; j++) dr[j] = ar[j] * (dr[j] - dot);
+          for (int j = i + 1; j < i1; j++) dr[j] = 0.0f;
+        }
+        /* pre = scale q k^T: dq = scale dpre k, dk = scale dpre^T q */
+        train_sgemm(0, 0, m, hs, i1, scale, sb, T, k, 3 * C, 0.0f, dq + (long)i0 * 3 * C, 3 * C);
+        train_sgemm(1, 0, i1, hs, m, scale, sb, T, q + (long)i0 * 3 * C, 3 * C, beta, dk, 3 * C);
       }
-      /* pre = scale q k^T: dq = scale dpre k, dk = scale dpre^T q */
-      train_sgemm(0, 0, T, hs, T, scale, scratch, T, k, 3 * C, 0.0f, dq, 3 * C);
-      train_sgemm(1, 0, T, hs, T, scale, scratch, T, q, 3 * C, 0.0f, dk, 3 * C);
     }
 }
 
 #define GELU_S 0.7978845608028654f /* sqrt(2 / pi) */
 
+/* 0.5 x (1 + tanh(u)) = x sigmoid(2u) = x / (1 + e^-2u) */
 void gpt_gelu_forward(float *out, const float *x, long count) {
   for (long i = 0; i < count; i++) {
-    float u = GELU_S * (x[i] + 0.044715f * x[i] * x[i] * x[i]);
-    out[i] = 0.5f * x[i] * (1.0f + tanhf(u));
+    float xi = x[i], u = GELU_S * (xi + 0.044715f * xi * xi * xi);
+    float e = ops_expf(-2.0f * fabsf(u)); /* <= 1: sigmoid(2u) = 1 / (1 + e) or e / (1 + e) */
+    out[i] = xi * (u >= 0.0f ? 1.0f : e) / (1.0f + e);
   }
 }
 
+/* with s = sigmoid(2u): gelu' = s + 2 x s (1 - s) du/dx */
 void gpt_gelu_backward(float *d, const float *x, long count) {
   for (long i = 0; i < count; i++) {
     float xi = x[i], u = GELU_S * (xi + 0.044715f * xi * xi * xi);
-    float th = tanhf(u);
+    float e = ops_expf(-2.0f * fabsf(u));
+    float s = (u >= 0.0f ? 1.0f : e) / (1.0f + e);
     float du = GELU_S * (1.0f + 3.0f * 0.044715f * xi * xi);
-    d[i] *= 0.5f * (1.0f + th) + 0.5f * xi * (1.0f - th * th) * du;
+    d[i] *= s + 2.0f * xi * s * (1.0f - s) * du;
   }
 }
 
@@ -169,13 +264,8 @@ double gpt_softmax_xent_forward(float *logits, const int *targets, int n, int V)
   for (int r = 0; r < n; r++) {
     float *row = logits + (long)r * V;
     float target_logit = row[targets[r]];
-    float mx = row[0];
-    for (int j = 1; j < V; j++) mx = row[j] > mx ? row[j] : mx;
-    float sum = 0;
-    for (int j = 0; j < V; j++) {
-      row[j] = expf(row[j] - mx);
-      sum += row[j];
-    }
+    float mx = ops_max(row, V);
+    float sum = ops_exp_shift(row, V, mx);
     float inv = 1.0f / sum;
     for (int j = 0; j < V; j++) row[j] *= inv;
     loss += (double)mx + log((double)sum) - (double)target_logit;

@@ -32,7 +32,8 @@ void gpt_linear_backward(float *dx, float *dw, float *dbias, const float *dout, 
 /* Causal self-attention of qkv (B*T x 3C: q, k, v, heads side by side) into
  * out (B*T x C); att (B x NH x T x T) keeps the softmax. */
 void gpt_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-/* dqkv = the gradient of qkv (overwritten); scratch: T x T floats */
+/* dqkv = the gradient of qkv (overwritten); scratch: T x T floats. Both
+ * compute only the causal lower triangle, in blocks of rows. */
 void gpt_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
                             float *scratch, int B, int T, int C, int NH);
 
