@@ -339,7 +339,7 @@ def self_test():
         if check(tmp, quiet=True) == 0:
             return 'a transport name compared passed'
         write(SELF_TEST)
-        write({'algo/b.c': '#include "../../transport/bootstrap/ring.h"\n'
+        write({'algo/b.c': '#include "../../' + 'transport/bootstrap/ring.h"\n'
                            'int b_run(void) { return 0; }\n'})
         if check(tmp, quiet=True) == 0:
             return 'a bootstrap header outside its interface passed'

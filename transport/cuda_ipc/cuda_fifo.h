@@ -44,6 +44,22 @@ weftResult_t cuda_fifo_copy(void *dst, const void *src, size_t nbytes, const cha
 weftResult_t cuda_fifo_recv_connect(struct weft_conn *conn);
 void cuda_fifo_close(struct weft_conn *conn);
 
+/* What every device transport asks first: device memory, a GPU on both
+ * ends, one host; where not, the reason in why and 0. */
+static inline int cuda_fifo_can_connect(const struct peer_info *sender,
+                                        const struct peer_info *receiver,
+                                        const struct transport_need *need, char *why,
+                                        size_t why_nbytes) {
+  if (need->mem != TRANSPORT_MEM_DEVICE)
+    return transport_refuse(why, why_nbytes, "device memory only");
+  if (sender->cuda_dev < 0 || receiver->cuda_dev < 0)
+    return transport_refuse(why, why_nbytes, "the %s has no GPU",
+                            sender->cuda_dev < 0 ? "sender" : "receiver");
+  if (sender->host_hash != receiver->host_hash)
+    return transport_refuse(why, why_nbytes, "the ranks are on different hosts");
+  return 1;
+}
+
 extern const struct weft_transport cuda_ipc_transport;
 extern const struct weft_transport peer_access_transport;
 

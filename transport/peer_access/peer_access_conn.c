@@ -19,13 +19,7 @@ static int peer_access_can_connect(const struct peer_info *sender,
                                    const struct peer_info *receiver,
                                    const struct transport_need *need, char *why,
                                    size_t why_nbytes) {
-  if (need->mem != TRANSPORT_MEM_DEVICE)
-    return transport_refuse(why, why_nbytes, "device memory only");
-  if (sender->cuda_dev < 0 || receiver->cuda_dev < 0)
-    return transport_refuse(why, why_nbytes, "the %s has no GPU",
-                            sender->cuda_dev < 0 ? "sender" : "receiver");
-  if (sender->host_hash != receiver->host_hash)
-    return transport_refuse(why, why_nbytes, "the ranks are on different hosts");
+  if (!cuda_fifo_can_connect(sender, receiver, need, why, why_nbytes)) return 0;
   if (sender->pid != receiver->pid)
     return transport_refuse(why, why_nbytes, "the ranks are in different processes");
   if (!need->peer_access) return transport_refuse(why, why_nbytes, "GPUs without peer access");
