@@ -657,14 +657,7 @@ weftResult_t train_gpt_run(weftComm_t comm, const struct train_opts *o, struct t
   }
   if (res == weftSuccess && o->sample_len > 0) res = sample_text(&g);
   if (res == weftSuccess) {
-    out->nparams = out->memory.psi;
-    out->params = malloc(out->nparams * sizeof *out->params);
-    res = out->params == NULL ? weftSystemError : weftZeroGetParams(g.zero, out->params, g.stream);
-    for (size_t i = 0; i < out->nparams && res == weftSuccess; i++) {
-      out->l2 += (double)out->params[i] * out->params[i];
-      out->sum += out->params[i];
-    }
-    out->l2 = sqrt(out->l2);
+    res = train_result_params(g.zero, g.stream, out);
   }
   if (res == weftSuccess && o->save != NULL) res = weftZeroSave(g.zero, o->save, g.stream);
   gpt_free(&g);

@@ -174,6 +174,19 @@ static weftResult_t backward(struct model *m, int n, float scale) {
   return weftSuccess;
 }
 
+weftResult_t train_result_params(weftZero_t zero, weftStream_t stream, struct train_result *out) {
+  out->nparams = out->memory.psi;
+  out->params = malloc(out->nparams * sizeof *out->params);
+  weftResult_t res =
+      out->params == NULL ? weftSystemError : weftZeroGetParams(zero, out->params, stream);
+  for (size_t i = 0; i < out->nparams && res == weftSuccess; i++) {
+    out->l2 += (double)out->params[i] * out->params[i];
+    out->sum += out->params[i];
+  }
+  out->l2 = sqrt(out->l2);
+  return res;
+}
+
 void train_report_memory(struct model *m, weftComm_t comm, int rank, int nranks) {
   const struct train_opts *o = m->o;
   weftZeroMemory_t r;
@@ -366,14 +379,7 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
     out->steps_done = weftZeroStepCount(m.zero);
     weftZeroMemoryReport(m.zero, &out->memory);
     train_report_memory(&m, comm, rank, nranks);
-    out->nparams = out->memory.psi;
-    out->params = malloc(out->nparams * sizeof *out->params);
-    res = out->params == NULL ? weftSystemError : weftZeroGetParams(m.zero, out->params, m.stream);
-    for (size_t i = 0; i < out->nparams && res == weftSuccess; i++) {
-      out->l2 += (double)out->params[i] * out->params[i];
-      out->sum += out->params[i];
-    }
-    out->l2 = sqrt(out->l2);
+    res = train_result_params(m.zero, m.stream, out);
   }
   if (res == weftSuccess && o->save != NULL) res = weftZeroSave(m.zero, o->save, m.stream);
   model_free(&m);

@@ -34,4 +34,8 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
 #ifdef __cplusplus
 }
 #endif
+/* Fills out's params (every parameter, gathered; out->memory.psi of them),
+ * their L2 norm and sum: the final line both models print. Collective. */
+weftResult_t train_result_params(weftZero_t zero, weftStream_t stream, struct train_result *out);
+
 #endif
