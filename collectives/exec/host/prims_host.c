@@ -106,11 +106,11 @@ static weftResult_t wait_filled(struct prims *p, size_t nbytes, char **slot_out)
 /* Waits until the next slot of the sender's peer FIFO is free (a credit). */
 static weftResult_t wait_credit(struct prims *p, char **slot_out) {
   struct weft_conn *c = p->send;
-  if (c->step - __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE) >= c->nslots) {
+  if (!conn_send_ready(c)) {
     struct weft_wait w;
     wait_begin(&w, p->comm->timeout_ns, &p->comm->abort_flag, &c->ctrl->poison, c->peer_pid,
                c->peer_rank, "send to");
-    while (c->step - __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE) >= c->nslots) {
+    while (!conn_send_ready(c)) {
       weftResult_t res = wait_poll(&w);
       if (res != weftInProgress) return res;
     }

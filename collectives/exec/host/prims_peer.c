@@ -24,11 +24,11 @@ static char *conn_slot(const struct weft_conn *c) {
 }
 
 weftResult_t peer_send_wait(struct weftComm *comm, struct weft_conn *conn, char **slot_out) {
-  if (conn->step - __atomic_load_n(&conn->ctrl->head, __ATOMIC_ACQUIRE) >= conn->nslots) {
+  if (!conn_send_ready(conn)) {
     struct weft_wait w;
     wait_begin(&w, comm->timeout_ns, &comm->abort_flag, &conn->ctrl->poison, conn->peer_pid,
                conn->peer_rank, "send to");
-    while (conn->step - __atomic_load_n(&conn->ctrl->head, __ATOMIC_ACQUIRE) >= conn->nslots) {
+    while (!conn_send_ready(conn)) {
       weftResult_t res = wait_poll(&w);
       if (res != weftInProgress) return res;
     }
