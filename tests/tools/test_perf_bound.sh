@@ -37,9 +37,12 @@ if not heads or heads[0].split()[-4:] != ["time", "%", "time", "%"]:
     sys.exit("no bound columns in the header: %r" % heads)
 rt = re.search(r"cache-line round trip ([0-9.]+) us", text)
 cp = re.search(r"copy ([0-9.]+) GB/s read \+ written", text)
-if not rt or not cp:
-    sys.exit("the header lacks the round trip or the copy rate")
-rt, rw = float(rt.group(1)), float(cp.group(1))
+# on a busy machine the ping-pong may not finish: the header must say so,
+# and the bound is the copy's alone
+no_rt = re.search(r"#   no round trip: .*busy machine", text)
+if not (rt or no_rt) or not cp:
+    sys.exit("the header lacks the round trip (or why not) or the copy rate")
+rt, rw = float(rt.group(1)) if rt else 0.0, float(cp.group(1))
 rows = [l.split() for l in lines if re.match(r"\s+\d+\s+\d+\s", l)]
 if len(rows) < 4:
     sys.exit("%d rows" % len(rows))
@@ -68,11 +71,12 @@ for f in rows:
             if not plo - 0.05 <= pct <= phi + 0.05:
                 sys.exit("size %d: %.1f %% from %.3f / %.2f us, want %.2f-%.2f"
                          % (size, pct, b, t, plo, phi))
-if by != {"copy", "round_trip"}:
+if by != ({"copy", "round_trip"} if rt > 0 else {"copy"}):
     sys.exit("the sweep should reach both kinds of bound, got %s" % sorted(by))
 # the JSON: the same figures, and each percentage from its own time and bound
 bound = doc.get("bound") or {}
-if abs(bound.get("round_trip_us", -1) - rt) > 5e-4 or abs(bound.get("copy_rw_GBps", -1) - rw) > 5e-3:
+if (abs((bound.get("round_trip_us") or 0.0) - rt) > 5e-4
+        or abs(bound.get("copy_rw_GBps", -1) - rw) > 6e-3):
     sys.exit("JSON bound %r, header %.3f us %.2f GB/s" % (bound, rt, rw))
 for row in doc["rows"]:
     for side, key in enumerate(("out_of_place", "in_place")):
@@ -85,7 +89,8 @@ for row in doc["rows"]:
             sys.exit("JSON row %r" % r)
         if abs(r["bound_pct"] - 100 * r["bound_us"] / r["time_us"]) > 0.01 * r["bound_pct"] + 0.01:
             sys.exit("JSON %% %r" % r)
-print("%d rows, round trip %.3f us, copy %.2f GB/s" % (len(rows), rt, rw))
+print("%d rows, round trip %s, copy %.2f GB/s"
+      % (len(rows), "%.3f us" % rt if rt else "not measured", rw))
 EOF
   ); then
     ok "$name ($why)"
@@ -105,7 +110,8 @@ check sendrecv_2 sendrecv 2 4 -
 if timeout 60 "$weftrun" -n 2 "$tools/all_reduce_perf" -b 8 -e 8K -f 32 -B 0 -J "$tmp/off.json" \
     >"$tmp/off" 2>&1; then
   rows=$(grep -cE '^\[0\] +[0-9]+ ' "$tmp/off")
-  na=$(grep -E '^\[0\] +[0-9]+ ' "$tmp/off" | awk '$15 == "N/A" && $16 == "N/A" && $17 == "N/A" && $18 == "N/A"' | wc -l)
+  na=$(grep -E '^\[0\] +[0-9]+ ' "$tmp/off" |
+    awk '$15 == "N/A" && $16 == "N/A" && $17 == "N/A" && $18 == "N/A"' | wc -l)
   if [ "$rows" -ge 2 ] && [ "$na" = "$rows" ] && grep -q "Bound: not measured (-B 0)" "$tmp/off" &&
       grep -q '"bound": null' "$tmp/off.json" && grep -q '"bound_us": null' "$tmp/off.json"; then
     ok bound_off
