@@ -11,6 +11,7 @@
 #include "stream.h"
 #include "../tune/tuner.h"
 #include "../core/redop.h"
+#include "../core/trace.h"
 
 /* --- argument checks --------------------------------------------------- */
 
@@ -180,6 +181,7 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
   }
   plan_tune(comm, plan);
   comm->seq++;
+  if (!plan->on_device) plan->trace_id = trace_record(comm->trace, plan);
   if (group_depth_get() > 0) return group_record(comm, plan, stream);
   if (plan->on_device) return device_enqueue(comm, plan, stream);
   struct group_op op = {.comm = comm, .plan = *plan, .stream = stream};
