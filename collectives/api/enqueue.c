@@ -130,6 +130,7 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
   if (res == weftSuccess && coll_has_op(plan->coll)) redop_capture(comm, plan);
   if (res == weftSuccess && sendrecv_is_empty(plan, stream)) {
     comm->seq++; /* as every call of the comm counts */
+    trace_set_state(comm->trace, trace_record(comm->trace, plan), TRACE_COMPLETED, -1, res);
     return weftSuccess;
   }
   struct host_stream *hs = NULL;
@@ -166,6 +167,8 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
        * done, not a broken communicator */
       weft_error_clear();
       comm->seq++; /* as every call of the comm counts */
+      trace_set_state(comm->trace, trace_record(comm->trace, plan), TRACE_COMPLETED, -1,
+                      weftSuccess);
       return weftSuccess;
     }
   }
@@ -173,6 +176,8 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
     /* the peers would wait for this rank until the timeout: break the comm,
      * so that they fail now */
     if (comm != NULL && comm_check(comm) == weftSuccess) {
+      /* the call counts, refused, so that the numbers stay the peers' */
+      trace_set_state(comm->trace, trace_record(comm->trace, plan), TRACE_FAILED, -1, res);
       if (alone && comm->nranks > 1) comm_fail_alone(comm, res);
       else snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
     }

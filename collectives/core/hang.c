@@ -344,6 +344,7 @@ static weftResult_t watch_fn(void *arg, enum wait_event event, int peer, uint64_
     hw->waited_ns = waited_ns;
     return weftInProgress;
   }
+  if (waited_ns > hw->stalled_ns) hw->stalled_ns = waited_ns;
   if (waited_ns < WAITING_AFTER_NS) return weftInProgress;
   /* the call waiting on peer: a send's or a receive's with that peer, else the first */
   uint64_t id = hw->ids[0];
@@ -382,7 +383,7 @@ void hang_watch_begin(struct hang_watch *hw, struct weftComm *comm, const uint64
     return;
   }
   const int64_t ask_ms = param_int(&trace_params[P_HANG_ASK_MS]);
-  hw->next_ask_ns = ask_ms > 0 ? (uint64_t)ask_ms * 1000000ull : 0;
+  hw->next_ask_ns = hw->ask_after_ns = ask_ms > 0 ? (uint64_t)ask_ms * 1000000ull : 0;
   hw->outer = wait_watcher_set(&hw->watcher);
 }
 
@@ -402,8 +403,15 @@ weftResult_t hang_watch_end(struct hang_watch *hw, weftResult_t res) {
     if (hw->waited_ns > 0) snprintf(how, sizeof how, "timed out after %.1f s", (double)hw->waited_ns / 1e9);
     else snprintf(how, sizeof how, "failed");
     weftResult_t judged = ask_and_judge(comm, &c, how, 1000000000ull, text, sizeof text);
-    if (judged != weftSuccess) res = judged;
-    weft_error_set(res, "%s (rank %d: %s)", text, comm->rank, cause);
+    /* a mismatch found by asking, after a stall (this rank's, or a peer's
+     * that broke the comm about when this one would have asked), is this
+     * rank's refusal too; one a peer's data path saw at once stays the
+     * peer's failure here (its text says what) */
+    const int stalled = hw->asked || hw->waited_ns > 0 ||
+                        (hw->ask_after_ns > 0 && hw->stalled_ns * 2 >= hw->ask_after_ns);
+    if (judged != weftSuccess && stalled) res = judged;
+    if (res == weftInvalidUsage) weft_error_set(res, "%s", text);
+    else weft_error_set(res, "%s (rank %d: %s)", text, comm->rank, cause);
   }
   /* a mismatch found mid-call leaves data in the connections: the comm
    * breaks, and the peers still waiting fail at once (and find it too) */

@@ -57,6 +57,8 @@ struct hang_watch {
   const uint64_t *ids;
   size_t nids;
   uint64_t next_ask_ns; /* the stall after which peers are asked next; 0: never */
+  uint64_t ask_after_ns; /* WEFT_HANG_ASK_MS */
+  uint64_t stalled_ns;  /* the longest wait seen */
   uint64_t waited_ns;   /* the wait that timed out, or 0 */
   int asked;            /* a stall asked the peers */
 };

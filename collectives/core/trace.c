@@ -352,9 +352,9 @@ static void json_call(FILE *out, const struct trace_call *c) {
     fprintf(out, ", \"time_discovered_started_ns\": %" PRId64, c->t_started_ns);
   if (c->t_done_ns != 0)
     fprintf(out, ", \"time_discovered_completed_ns\": %" PRId64, c->t_done_ns);
-  if (c->algo >= 0 && c->algo < 5 && c->state != TRACE_SCHEDULED)
+  if (c->algo >= 0 && c->algo < 5 && c->t_started_ns != 0)
     fprintf(out, ", \"algorithm\": \"%s\"", algos[c->algo]);
-  if (c->proto >= 0 && c->proto < 2 && c->state != TRACE_SCHEDULED)
+  if (c->proto >= 0 && c->proto < 2 && c->t_started_ns != 0)
     fprintf(out, ", \"protocol\": \"%s\"", protos[c->proto]);
   if (c->state == TRACE_FAILED)
     fprintf(out, ", \"result\": \"%s\"", weftGetErrorString((weftResult_t)c->result));

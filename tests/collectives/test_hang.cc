@@ -172,3 +172,131 @@ TEST(Hang, SleepingRankNamed) { hang_test(false); }
 TEST(Hang, KilledRankNamed) { hang_test(true); }
 
 }  // namespace
+
+namespace {
+
+// Ranks that wait on each other in different collectives under one number
+// (the data paths cannot tell: no data moves): within about a second of
+// stalling each asks the others where they are, and every rank returns
+// weftInvalidUsage naming the ranks and the field, long before WEFT_TIMEOUT.
+struct MismatchCase {
+  const char *name;
+  int nranks;
+  const char *field;  // what the error must say differs
+  // rank's call: returns its result
+  weftResult_t (*call)(weftComm_t comm, int rank, std::vector<float> &buf);
+};
+
+weftResult_t root_mismatch(weftComm_t comm, int rank, std::vector<float> &buf) {
+  // rank 0 names root 1, the others root 0: every rank waits to receive
+  return weftBroadcast(buf.data(), buf.data(), buf.size(), weftFloat32, rank == 0 ? 1 : 0, comm,
+                       nullptr);
+}
+
+weftResult_t kind_mismatch(weftComm_t comm, int rank, std::vector<float> &buf) {
+  // the last rank broadcasts from rank 0 (it waits for all of rank 0's data),
+  // the others all-reduce (they wait for its share)
+  if (rank == 1)
+    return weftBroadcast(buf.data(), buf.data(), buf.size(), weftFloat32, 0, comm, nullptr);
+  return weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, comm, nullptr);
+}
+
+const MismatchCase kMismatches[] = {
+    {"root", 3, "root differs: rank 0 has 1, ranks 1,2 have 0", root_mismatch},
+    {"collective", 2, "collective differs", kind_mismatch},
+};
+
+TEST(Hang, MismatchFoundWithinASecond) {
+  for (const MismatchCase &mc : kMismatches) {
+    RunOptions opts;
+    opts.timeout_s = 60;
+    opts.env = {{"WEFT_TIMEOUT", "30"}};
+    auto status = run_ranks(mc.nranks, [&](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+        return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+      std::vector<float> buf(1 << 20, 1.0f);
+      // one that matches first: the mismatch is #2
+      if (weftAllReduce(buf.data(), buf.data(), 16, weftFloat32, weftSum, comm, nullptr) !=
+          weftSuccess)
+        return rank_fail(ctx, "all-reduce #1: %s", weftGetLastError(comm));
+      const double t0 = now_s();
+      weftResult_t res = mc.call(comm, ctx.rank, buf);
+      const double took = now_s() - t0;
+      const std::string msg = weftGetLastError(comm);
+      printf("%s mismatch, rank %d: %s after %.2f s: %s\n", mc.name, ctx.rank,
+             weftGetErrorString(res), took, msg.c_str());
+      FAIL_IF(res != weftInvalidUsage, "got %s, want weftInvalidUsage: %s",
+              weftGetErrorString(res), msg.c_str());
+      FAIL_IF(msg.find("#2") == std::string::npos || msg.find(mc.field) == std::string::npos,
+              "the error does not name #2 and '%s': %s", mc.field, msg.c_str());
+      // about a second of stall, then the answers; far from WEFT_TIMEOUT=30 (a
+      // loaded machine may add seconds: the bound is loose, the figure printed)
+      FAIL_IF(took > 10, "took %.2f s", took);
+      weftCommAbort(comm);
+      return 0;
+    }, opts);
+    for (int r = 0; r < mc.nranks; r++) EXPECT_EQ(status[r], 0) << mc.name << ", rank " << r;
+  }
+}
+
+// weftCommTraceDump: the calls with their numbers (collectives and
+// point-to-point apart), sizes, types, ops, roots, peers and states, in order.
+TEST(Hang, TraceDumpHoldsTheCalls) {
+  RunOptions opts;
+  opts.env = {{"WEFT_TRACE_ENTRIES", "8"}};
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    std::vector<int32_t> buf(64, ctx.rank);
+    std::vector<int32_t> out(128);
+    // 10 calls: the ring of 8 keeps the last 8 (record ids 3 to 10)
+    for (int i = 0; i < 6; i++)
+      FAIL_IF(weftAllReduce(buf.data(), buf.data(), 64, weftInt32, weftMax, comm, nullptr) !=
+                  weftSuccess, "all-reduce: %s", weftGetLastError(comm));
+    FAIL_IF(weftBroadcast(buf.data(), buf.data(), 5, weftInt32, 1, comm, nullptr) != weftSuccess,
+            "broadcast: %s", weftGetLastError(comm));
+    FAIL_IF(weftAllGather(buf.data(), out.data(), 64, weftInt32, comm, nullptr) != weftSuccess,
+            "all-gather: %s", weftGetLastError(comm));
+    weftGroupStart();
+    weftSend(buf.data(), 3, weftInt32, 1 - ctx.rank, comm, nullptr);
+    weftRecv(out.data(), 3, weftInt32, 1 - ctx.rank, comm, nullptr);
+    FAIL_IF(weftGroupEnd() != weftSuccess, "send/recv: %s", weftGetLastError(comm));
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/weft_trace_dump_%d_%d.json", (int)getppid(), ctx.rank);
+    FILE *f = fopen(path, "w");
+    FAIL_IF(f == nullptr, "cannot write %s", path);
+    weftResult_t res = weftCommTraceDump(comm, f);
+    fclose(f);
+    FAIL_IF(res != weftSuccess, "weftCommTraceDump: %s", weftGetLastError(nullptr));
+    const char *check =
+        "import json,sys\n"
+        "d=json.load(open(sys.argv[1]))\n"
+        "e=d[\"entries\"]\n"
+        "assert d[\"entries_max\"]==8 and d[\"reason\"]==\"request\", d\n"
+        "assert [x[\"record_id\"] for x in e]==list(range(3,11)), e\n"
+        "assert [x[\"collective_seq_id\"] for x in e]==[3,4,5,6,7,8,0,0], e\n"
+        "assert [x[\"p2p_seq_id\"] for x in e]==[0]*6+[1,2], e\n"
+        "assert all(x[\"state\"]==\"completed\" for x in e), e\n"
+        "assert e[0][\"profiling_name\"]==\"weft:all_reduce\" and e[0][\"op\"]==\"max\", e[0]\n"
+        "assert e[0][\"input_dtypes\"]==[\"int32\"] and e[0][\"output_sizes\"]==[[64]], e[0]\n"
+        "assert e[4][\"kind\"]==\"Broadcast\" and e[4][\"root\"]==1 and e[4][\"count\"]==5, e[4]\n"
+        "assert e[5][\"kind\"]==\"AllGather\" and e[5][\"output_sizes\"]==[[128]], e[5]\n"
+        "peer=1-d[\"rank\"]\n"
+        "assert e[6][\"kind\"]==\"Send\" and e[6][\"peer\"]==peer and e[6][\"output_sizes\"]==[], e[6]\n"
+        "assert e[7][\"kind\"]==\"Recv\" and e[7][\"peer\"]==peer and e[7][\"input_sizes\"]==[], e[7]\n"
+        "t=[(x[\"time_created_ns\"],x[\"time_discovered_started_ns\"],x[\"time_discovered_completed_ns\"]) for x in e]\n"
+        "assert all(a<=b<=c for a,b,c in t) and all(t[i][2]<=t[i+1][1] for i in range(5)), t\n";
+    int rc = python_check(path, check);
+    unlink(path);
+    if (rc < 0) printf("no python3: the dump's JSON is not checked\n");
+    FAIL_IF(rc > 0, "the dump does not hold the calls (see above)");
+    weftCommDestroy(comm);
+    return 0;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
+}  // namespace
