@@ -300,3 +300,52 @@ TEST(Hang, TraceDumpHoldsTheCalls) {
 }
 
 }  // namespace
+
+namespace {
+
+// WEFT_TRACE_SIGNAL: the signal makes every communicator of the process
+// dump its trace into WEFT_TRACE_DIR (from weft's thread), and the program
+// goes on.
+TEST(Hang, SignalDumps) {
+  const std::string dir = make_dir("hang_signal");
+  ASSERT_FALSE(dir.empty());
+  RunOptions opts;
+  opts.env = {{"WEFT_TRACE_DIR", dir}, {"WEFT_TRACE_SIGNAL", "USR1"}};
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    float x[8] = {1};
+    FAIL_IF(weftAllReduce(x, x, 8, weftFloat32, weftSum, comm, nullptr) != weftSuccess,
+            "all-reduce: %s", weftGetLastError(comm));
+    if (ctx.rank == 0) kill(getpid(), SIGUSR1);
+    // the dump is written by another thread: wait for it (bounded)
+    char path[512];
+    bool seen = false;
+    for (int i = 0; i < 500 && !seen; i++) {
+      for (const auto &f : dump_files(dir))
+        seen = seen || f.find("_rank0.json") != std::string::npos;
+      if (!seen) usleep(10000);
+    }
+    snprintf(path, sizeof path, "%s", dir.c_str());
+    FAIL_IF(ctx.rank == 0 && !seen, "no dump in %s after the signal", path);
+    FAIL_IF(weftAllReduce(x, x, 8, weftFloat32, weftSum, comm, nullptr) != weftSuccess,
+            "all-reduce after the signal: %s", weftGetLastError(comm));
+    weftCommDestroy(comm);
+    return 0;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+  auto files = dump_files(dir);
+  ASSERT_EQ(files.size(), 1u) << "only rank 0 had the signal";
+  int rc = python_check(files[0],
+                        "import json,sys\n"
+                        "d=json.load(open(sys.argv[1]))\n"
+                        "assert d[\"reason\"]==\"signal\" and d[\"rank\"]==0, d\n"
+                        "assert d[\"entries\"][0][\"state\"]==\"completed\", d\n");
+  if (rc < 0) printf("no python3: the dump's JSON is not checked\n");
+  EXPECT_LE(rc, 0) << files[0];
+  remove_dir(dir);
+}
+
+}  // namespace
