@@ -396,8 +396,8 @@ weftResult_t hang_watch_end(struct hang_watch *hw, weftResult_t res) {
   if (comm == NULL) return res;
   wait_watcher_set(hw->outer);
   struct trace_call c;
-  const int known = trace_get(comm->trace, hw->ids[0], &c);
-  if (res != weftSuccess && known && res_is_remote(res) && comm->nranks > 1) {
+  if (res != weftSuccess && res_is_remote(res) && comm->nranks > 1 &&
+      trace_get(comm->trace, hw->ids[0], &c)) {
     char cause[1024], how[64], text[2048];
     snprintf(cause, sizeof cause, "%s", weft_error_text());
     if (hw->waited_ns > 0) snprintf(how, sizeof how, "timed out after %.1f s", (double)hw->waited_ns / 1e9);

@@ -77,6 +77,29 @@ const char *kDumpCheck =
     "assert d[\"rank\"]==3 or (bad and bad[0][\"state\"]==\"failed\"), bad\n"
     "assert d[\"rank\"]!=3 or not bad, bad\n";
 
+// build/tools/weft-info, from this suite's build/tests/test_hang; "" when absent.
+std::string weft_info_path() {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return "";
+  self[n] = '\0';
+  std::string dir(self);
+  dir = dir.substr(0, dir.rfind('/'));
+  std::string tool = dir.substr(0, dir.rfind('/')) + "/tools/weft-info";
+  return access(tool.c_str(), X_OK) == 0 ? tool : "";
+}
+
+std::string run_output(const std::string &cmd) {
+  std::string out;
+  FILE *p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, got);
+  pclose(p);
+  return out;
+}
+
 std::string diagnose(const std::string &dir) {
   char *text = nullptr;
   size_t len = 0;
@@ -164,6 +187,16 @@ void hang_test(bool killed) {
         << verdict;
   }
   EXPECT_NE(verdict.find("ranks 0-2 wait on rank 3"), std::string::npos) << verdict;
+  // the tool prints the same (build/tools/weft-info, next to this suite's folder)
+  const std::string tool = weft_info_path();
+  if (tool.empty()) {
+    printf("no weft-info next to this suite: the tool itself is not run\n");
+  } else {
+    const std::string printed = run_output(tool + " --trace " + dir);
+    EXPECT_NE(printed.find(verdict.substr(0, verdict.find('\n', verdict.find('\n') + 1))),
+              std::string::npos)
+        << "weft-info --trace printed:\n" << printed;
+  }
   remove_dir(dir);
 }
 
