@@ -401,6 +401,8 @@ weftResult_t hang_watch_end(struct hang_watch *hw, weftResult_t res) {
     char cause[1024], how[64], text[2048];
     snprintf(cause, sizeof cause, "%s", weft_error_text());
     if (hw->waited_ns > 0) snprintf(how, sizeof how, "timed out after %.1f s", (double)hw->waited_ns / 1e9);
+    else if (hw->stalled_ns >= 1000000000ull)
+      snprintf(how, sizeof how, "failed after %.1f s", (double)hw->stalled_ns / 1e9);
     else snprintf(how, sizeof how, "failed");
     weftResult_t judged = ask_and_judge(comm, &c, how, 1000000000ull, text, sizeof text);
     /* a mismatch found by asking, after a stall (this rank's, or a peer's
