@@ -130,7 +130,7 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
   if (res == weftSuccess && coll_has_op(plan->coll)) redop_capture(comm, plan);
   if (res == weftSuccess && sendrecv_is_empty(plan, stream)) {
     comm->seq++; /* as every call of the comm counts */
-    trace_set_state(comm->trace, trace_record(comm->trace, plan), TRACE_COMPLETED, -1, res);
+    trace_set_state(comm->trace, trace_record(comm->trace, plan, 0), TRACE_COMPLETED, -1, res);
     return weftSuccess;
   }
   struct host_stream *hs = NULL;
@@ -167,7 +167,7 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
        * done, not a broken communicator */
       weft_error_clear();
       comm->seq++; /* as every call of the comm counts */
-      trace_set_state(comm->trace, trace_record(comm->trace, plan), TRACE_COMPLETED, -1,
+      trace_set_state(comm->trace, trace_record(comm->trace, plan, 0), TRACE_COMPLETED, -1,
                       weftSuccess);
       return weftSuccess;
     }
@@ -177,7 +177,7 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
      * so that they fail now */
     if (comm != NULL && comm_check(comm) == weftSuccess) {
       /* the call counts, refused, so that the numbers stay the peers' */
-      trace_set_state(comm->trace, trace_record(comm->trace, plan), TRACE_FAILED, -1, res);
+      trace_set_state(comm->trace, trace_record(comm->trace, plan, 0), TRACE_FAILED, -1, res);
       if (alone && comm->nranks > 1) comm_fail_alone(comm, res);
       else snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
     }
@@ -186,7 +186,8 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
   }
   plan_tune(comm, plan);
   comm->seq++;
-  if (!plan->on_device) plan->trace_id = trace_record(comm->trace, plan);
+  if (!plan->on_device)
+    plan->trace_id = trace_record(comm->trace, plan, group_depth_get() == 0 && hs == NULL);
   if (group_depth_get() > 0) return group_record(comm, plan, stream);
   if (plan->on_device) return device_enqueue(comm, plan, stream);
   struct group_op op = {.comm = comm, .plan = *plan, .stream = stream};

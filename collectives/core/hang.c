@@ -156,7 +156,7 @@ static weftResult_t verdict_mismatch(const struct trace_call *s, const struct ha
   return res;
 }
 
-weftResult_t hang_verdict(const struct trace_call *subject, int self, const char *how,
+weftResult_t hang_verdict(const struct trace_call *subject, const char *how,
                           const struct hang_view *views, int nranks, char *buf, size_t n) {
   weftResult_t mismatch = verdict_mismatch(subject, views, nranks);
   if (mismatch != weftSuccess) {
@@ -184,9 +184,11 @@ weftResult_t hang_verdict(const struct trace_call *subject, int self, const char
     }
     return weftSuccess;
   }
-  int *lists = malloc(sizeof *lists * (size_t)nranks * W_NUM);
+  /* the ranks in each place, then the missing ones */
+  int *lists = malloc(sizeof *lists * (size_t)nranks * (W_NUM + 1));
   int counts[W_NUM] = {0};
   if (lists == NULL) return weftSuccess;
+  int *missing = lists + (size_t)nranks * W_NUM, nmissing = 0;
   for (int r = 0; r < nranks; r++) {
     enum where_of w;
     view_find(&views[r], subject, &w);
@@ -225,7 +227,6 @@ weftResult_t hang_verdict(const struct trace_call *subject, int self, const char
     sep = "; ";
   }
   /* those that reached it */
-  int missing[nranks > 0 ? nranks : 1], nmissing = 0;
   for (int w = W_NEVER; w <= W_NO_DUMP; w++)
     for (int i = 0; i < counts[w]; i++) {
       if (w == W_PASSED) continue;
@@ -269,7 +270,6 @@ weftResult_t hang_verdict(const struct trace_call *subject, int self, const char
     text_ranks(&t, &lists[(size_t)W_PASSED * (size_t)nranks], counts[W_PASSED]);
     text_add(&t, " went past it");
   }
-  (void)self;
   free(lists);
   return weftSuccess;
 }
@@ -326,7 +326,7 @@ static weftResult_t ask_and_judge(struct weftComm *comm, const struct trace_call
                                     .ncalls = a->ncalls, .now_ns = a->now_ns};
     }
   }
-  res = hang_verdict(subject, comm->rank, how, views, nr, text, n);
+  res = hang_verdict(subject, how, views, nr, text, n);
 free_all:
   free(answers);
   free(got);
@@ -396,7 +396,9 @@ weftResult_t hang_watch_end(struct hang_watch *hw, weftResult_t res) {
   if (comm == NULL) return res;
   wait_watcher_set(hw->outer);
   struct trace_call c;
-  if (res != weftSuccess && res_is_remote(res) && comm->nranks > 1 &&
+  /* an abort or a revoke on this rank is no hang to explain */
+  const int stopped = __atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE) != 0;
+  if (res != weftSuccess && res_is_remote(res) && comm->nranks > 1 && !stopped &&
       trace_get(comm->trace, hw->ids[0], &c)) {
     char cause[1024], how[64], text[2048];
     snprintf(cause, sizeof cause, "%s", weft_error_text());
@@ -421,7 +423,7 @@ weftResult_t hang_watch_end(struct hang_watch *hw, weftResult_t res) {
   for (size_t i = 0; i < hw->nids; i++)
     trace_set_state(comm->trace, hw->ids[i], res == weftSuccess ? TRACE_COMPLETED : TRACE_FAILED,
                     -1, res);
-  if (res != weftSuccess && (res_is_remote(res) || hw->asked))
+  if (res != weftSuccess && !stopped && (res_is_remote(res) || hw->asked))
     trace_dump_to_dir(comm->trace, hw->waited_ns > 0 ? TRACE_ON_TIMEOUT : TRACE_ON_FAILURE,
                       weft_error_text());
   return res;

@@ -36,12 +36,12 @@ struct hang_view {
 };
 
 /* Writes into text (n bytes) what each rank of views[nranks] did about
- * subject, a call of rank self's: "AllReduce #12 (1024 float32 sum) <how>:
+ * subject, a call of one of them: "AllReduce #12 (1024 float32 sum) <how>:
  * rank 3 never called it (its last: AllReduce #11, completed 2.0 s ago);
  * ranks 0-2 wait on rank 3". Returns weftInvalidUsage, the error text
  * naming the ranks and the fields, when ranks that reached subject's number
  * made different collectives under it; else weftSuccess. */
-weftResult_t hang_verdict(const struct trace_call *subject, int self, const char *how,
+weftResult_t hang_verdict(const struct trace_call *subject, const char *how,
                           const struct hang_view *views, int nranks, char *text, size_t n);
 /* "AllReduce #12 (1024 float32 sum)" into buf. */
 void hang_call_name(const struct trace_call *c, char *buf, size_t n);

@@ -64,9 +64,13 @@ struct trace {
   struct trace *next; /* in the registry the signal dumps */
 };
 
+/* The calls' times come from the coarse clock (the kernel's tick, a few
+ * milliseconds, read without asking the hardware: a few nanoseconds, where
+ * the precise clock takes tens, a tenth of an 8-byte all-reduce); what they
+ * are for, how long ago a rank did what, needs no better. */
 int64_t trace_now_ns(void) {
   struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
+  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
@@ -205,29 +209,54 @@ void trace_destroy(struct trace *t) {
 
 int trace_rank(const struct trace *t) { return t != NULL ? t->rank : -1; }
 
-static void slot_write_begin(struct trace_slot *s) {
-  __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELAXED);
-  __atomic_thread_fence(__ATOMIC_RELEASE);
-}
+/* The call's words are stored and loaded one by one, atomically (relaxed):
+ * a reader racing the writer sees a mix, which the slot's gen tells it to
+ * copy again, and no word is ever torn. */
+#define CALL_WORDS (sizeof(struct trace_call) / sizeof(uint64_t))
+_Static_assert(sizeof(struct trace_call) % sizeof(uint64_t) == 0, "a call is whole words");
 
-static void slot_write_end(struct trace_slot *s) {
+static void slot_store(struct trace_slot *s, const struct trace_call *c) {
+  uint64_t w[CALL_WORDS];
+  memcpy(w, c, sizeof w);
+  uint64_t *dst = (uint64_t *)(void *)&s->call;
+  __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELAXED); /* odd: being written */
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  for (size_t i = 0; i < CALL_WORDS; i++) __atomic_store_n(&dst[i], w[i], __ATOMIC_RELAXED);
   __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELEASE);
 }
 
-uint64_t trace_record(struct trace *t, const struct weft_plan *plan) {
+/* A consistent copy of slot s: 1, or 0 when the writer kept changing it. */
+static int slot_read(const struct trace_slot *s, struct trace_call *out) {
+  const uint64_t *src = (const uint64_t *)(const void *)&s->call;
+  uint64_t w[CALL_WORDS];
+  for (int tries = 0; tries < 1000; tries++) {
+    const uint32_t g1 = __atomic_load_n(&s->gen, __ATOMIC_ACQUIRE);
+    if (g1 & 1u) continue;
+    for (size_t i = 0; i < CALL_WORDS; i++) w[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&s->gen, __ATOMIC_RELAXED) == g1) {
+      memcpy(out, w, sizeof w);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+uint64_t trace_record(struct trace *t, const struct weft_plan *plan, int starts_now) {
   if (t == NULL) return 0;
-  const uint64_t id = ++t->next_id;
+  const uint64_t id = t->next_id + 1;
   const int p2p = plan_is_sendrecv(plan);
-  struct trace_slot *s = &t->ring[id & t->mask];
-  slot_write_begin(s);
-  s->call = (struct trace_call){
+  const int64_t now = trace_now_ns();
+  const struct trace_call c = {
       .id = id, .seq = p2p ? ++t->p2p_seq : ++t->coll_seq, .count = plan->count,
-      .t_created_ns = trace_now_ns(), .coll = (int32_t)plan->coll,
+      .t_created_ns = now, .t_started_ns = starts_now ? now : 0, .coll = (int32_t)plan->coll,
       .datatype = (int32_t)plan->datatype, .op = (int32_t)plan->op,
       .root = (p2p || plan->coll == COLL_BROADCAST || plan->coll == COLL_REDUCE) ? plan->root : -1,
-      .state = TRACE_SCHEDULED, .waiting_on = -1, .algo = (int32_t)plan->algo,
+      .state = starts_now ? TRACE_STARTED : TRACE_SCHEDULED, .waiting_on = -1,
+      .algo = (int32_t)plan->algo,
       .proto = (int32_t)plan->proto, .nranks = t->nranks, .result = weftSuccess};
-  slot_write_end(s);
+  slot_store(&t->ring[id & t->mask], &c);
+  __atomic_store_n(&t->next_id, id, __ATOMIC_RELEASE); /* readers see it whole */
   return id;
 }
 
@@ -235,32 +264,26 @@ void trace_set_state(struct trace *t, uint64_t id, enum trace_state state, int p
                      weftResult_t result) {
   if (t == NULL || id == 0) return;
   struct trace_slot *s = &t->ring[id & t->mask];
-  if (s->call.id != id) return; /* overwritten: more calls were queued than the ring holds */
-  slot_write_begin(s);
-  s->call.state = state;
+  struct trace_call *c = &s->call;
+  /* overwritten: more calls were queued than the ring holds */
+  if (__atomic_load_n(&c->id, __ATOMIC_RELAXED) != id) return;
+  if (state == TRACE_STARTED && __atomic_load_n(&c->state, __ATOMIC_RELAXED) == TRACE_STARTED)
+    return; /* recorded as it started */
+  /* only the fields that change, each whole */
+  __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
   switch (state) {
-    case TRACE_STARTED: s->call.t_started_ns = trace_now_ns(); break;
-    case TRACE_WAITING: s->call.waiting_on = peer; break;
+    case TRACE_STARTED: __atomic_store_n(&c->t_started_ns, trace_now_ns(), __ATOMIC_RELAXED); break;
+    case TRACE_WAITING: __atomic_store_n(&c->waiting_on, peer, __ATOMIC_RELAXED); break;
     case TRACE_COMPLETED:
     case TRACE_FAILED:
-      s->call.t_done_ns = trace_now_ns();
-      s->call.result = result;
+      __atomic_store_n(&c->t_done_ns, trace_now_ns(), __ATOMIC_RELAXED);
+      __atomic_store_n(&c->result, (int32_t)result, __ATOMIC_RELAXED);
       break;
     default: break;
   }
-  slot_write_end(s);
-}
-
-/* A consistent copy of slot s: 1, or 0 when the writer kept changing it. */
-static int slot_read(const struct trace_slot *s, struct trace_call *out) {
-  for (int tries = 0; tries < 1000; tries++) {
-    const uint32_t g1 = __atomic_load_n(&s->gen, __ATOMIC_ACQUIRE);
-    if (g1 & 1u) continue;
-    memcpy(out, (const void *)&s->call, sizeof *out);
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    if (__atomic_load_n(&s->gen, __ATOMIC_RELAXED) == g1) return 1;
-  }
-  return 0;
+  __atomic_store_n(&c->state, (int32_t)state, __ATOMIC_RELAXED);
+  __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELEASE);
 }
 
 int trace_get(const struct trace *t, uint64_t id, struct trace_call *out) {

@@ -60,8 +60,9 @@ struct trace;
 struct trace *trace_create(int rank, int nranks, uint64_t job_hash, const char *name);
 void trace_destroy(struct trace *t);
 
-/* Records plan's call as scheduled: returns its id (0 without a trace). */
-uint64_t trace_record(struct trace *t, const struct weft_plan *plan);
+/* Records plan's call as scheduled, or as started when it starts_now (on
+ * the calling thread, at once): returns its id (0 without a trace). */
+uint64_t trace_record(struct trace *t, const struct weft_plan *plan, int starts_now);
 /* The call id enters state; `peer` is the rank it waits on for TRACE_WAITING,
  * result its result for TRACE_COMPLETED and TRACE_FAILED. */
 void trace_set_state(struct trace *t, uint64_t id, enum trace_state state, int peer,

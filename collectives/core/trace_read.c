@@ -231,10 +231,7 @@ static int dump_read(const char *path, struct dump *d) {
     len += got;
     if (len == cap) {
       char *g = realloc(buf, cap *= 2);
-      if (g == NULL) {
-        free(buf);
-        buf = NULL;
-      }
+      if (g == NULL) free(buf);
       buf = g;
     }
   }
@@ -320,7 +317,7 @@ static void judge_job(struct dump *dumps, int ndumps, const char *job, FILE *out
   } else {
     char text[4096];
     struct trace_call s = *subject;
-    hang_verdict(&s, -1, "did not complete", views, nranks, text, sizeof text);
+    hang_verdict(&s, "did not complete", views, nranks, text, sizeof text);
     fprintf(out, "  %s\n", text);
   }
   for (int r = 0; r < nranks; r++)
