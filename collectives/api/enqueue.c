@@ -186,12 +186,16 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
   }
   plan_tune(comm, plan);
   comm->seq++;
-  if (!plan->on_device)
-    plan->trace_id = trace_record(comm->trace, plan, group_depth_get() == 0 && hs == NULL);
-  if (group_depth_get() > 0) return group_record(comm, plan, stream);
+  const int in_group = group_depth_get() > 0;
+  /* host calls that run later (device ones run in kernels the trace does not see) */
+  if ((in_group || hs != NULL) && !plan->on_device)
+    plan->trace_id = trace_record(comm->trace, plan, 0);
+  if (in_group) return group_record(comm, plan, stream);
   if (plan->on_device) return device_enqueue(comm, plan, stream);
   struct group_op op = {.comm = comm, .plan = *plan, .stream = stream};
   if (hs != NULL) return stream_enqueue(hs, &op, 1);
+  /* the id set after the copy: set before, the copy would load it back at once */
+  op.plan.trace_id = trace_record(comm->trace, plan, 1);
   return group_launch(&op, 1);
 }
 

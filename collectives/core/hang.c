@@ -15,6 +15,7 @@
 #define WHERE_MAGIC 0x77686572u /* "wher" */
 #define WHERE_CALLS 10
 #define WAITING_AFTER_NS 100000000ull /* a wait this long marks its call as waiting */
+#define LONG_CALL_NBYTES 65536 /* a call this large may last a clock tick: its end is read */
 
 /* A rank's answer: its latest calls, oldest first. */
 struct where_answer {
@@ -373,17 +374,20 @@ static weftResult_t watch_fn(void *arg, enum wait_event event, int peer, uint64_
 }
 
 void hang_watch_begin(struct hang_watch *hw, struct weftComm *comm, const uint64_t *ids,
-                      size_t nids) {
-  for (size_t i = 0; i < nids; i++) trace_set_state(comm->trace, ids[i], TRACE_STARTED, -1, weftSuccess);
-  *hw = (struct hang_watch){.watcher = {.fn = watch_fn, .arg = hw}, .comm = comm, .ids = ids,
-                            .nids = nids};
-  if (comm->trace == NULL || nids == 0) {
-    hw->outer = NULL;
-    hw->comm = NULL; /* nothing to watch */
-    return;
-  }
-  const int64_t ask_ms = param_int(&trace_params[P_HANG_ASK_MS]);
-  hw->next_ask_ns = hw->ask_after_ns = ask_ms > 0 ? (uint64_t)ask_ms * 1000000ull : 0;
+                      size_t nids, size_t nbytes) {
+  hw->comm = NULL;
+  if (comm->trace == NULL || nids == 0) return; /* nothing to watch */
+  for (size_t i = 0; i < nids; i++)
+    trace_set_state(comm->trace, ids[i], TRACE_STARTED, -1, weftSuccess);
+  hw->watcher.fn = watch_fn;
+  hw->watcher.arg = hw;
+  hw->comm = comm;
+  hw->ids = ids;
+  hw->nids = nids;
+  hw->long_call = nbytes >= LONG_CALL_NBYTES;
+  hw->asked = 0;
+  hw->stalled_ns = hw->waited_ns = 0;
+  hw->next_ask_ns = hw->ask_after_ns = trace_ask_after_ns(comm->trace);
   hw->outer = wait_watcher_set(&hw->watcher);
 }
 
@@ -420,9 +424,10 @@ weftResult_t hang_watch_end(struct hang_watch *hw, weftResult_t res) {
   /* a mismatch found mid-call leaves data in the connections: the comm
    * breaks, and the peers still waiting fail at once (and find it too) */
   if (res == weftInvalidUsage && hw->asked) comm_fail_alone(comm, res);
-  for (size_t i = 0; i < hw->nids; i++)
-    trace_set_state(comm->trace, hw->ids[i], res == weftSuccess ? TRACE_COMPLETED : TRACE_FAILED,
-                    -1, res);
+  /* a short call that never stalled ends within the clock's resolution of
+   * its start */
+  const int read_clock = hw->long_call || hw->stalled_ns > 0 || res != weftSuccess;
+  for (size_t i = 0; i < hw->nids; i++) trace_done(comm->trace, hw->ids[i], res, read_clock);
   if (res != weftSuccess && !stopped && (res_is_remote(res) || hw->asked))
     trace_dump_to_dir(comm->trace, hw->waited_ns > 0 ? TRACE_ON_TIMEOUT : TRACE_ON_FAILURE,
                       weft_error_text());

@@ -61,6 +61,7 @@ struct hang_watch {
   uint64_t stalled_ns;  /* the longest wait seen */
   uint64_t waited_ns;   /* the wait that timed out, or 0 */
   int asked;            /* a stall asked the peers */
+  int long_call;        /* moves 64 KiB or more: its end is read from the clock */
 };
 
 /* The answer comm's rank gives peers that ask where it is: installed once
@@ -68,9 +69,10 @@ struct hang_watch {
 void hang_answer_install(struct weftComm *comm);
 void hang_answer_remove(struct weftComm *comm);
 
-/* Marks the calls started and watches the thread's waits. */
+/* Marks the calls started and watches the thread's waits; nbytes is what
+ * they move (this rank's input). */
 void hang_watch_begin(struct hang_watch *hw, struct weftComm *comm, const uint64_t *ids,
-                      size_t nids);
+                      size_t nids, size_t nbytes);
 /* Stops watching and marks the calls done with res. A remote failure (a
  * timeout, a peer that died or failed) of a collective gets the verdict as
  * its error text, and the trace is dumped (WEFT_TRACE_DIR); a mismatch the

@@ -60,6 +60,7 @@ struct trace {
   int rank;
   int nranks;
   uint64_t job_hash;
+  uint64_t ask_after_ns; /* WEFT_HANG_ASK_MS, read once */
   char name[64];
   struct trace *next; /* in the registry the signal dumps */
 };
@@ -185,6 +186,8 @@ struct trace *trace_create(int rank, int nranks, uint64_t job_hash, const char *
   t->rank = rank;
   t->nranks = nranks;
   t->job_hash = job_hash;
+  const int64_t ask_ms = param_int(&trace_params[P_HANG_ASK_MS]);
+  t->ask_after_ns = ask_ms > 0 ? (uint64_t)ask_ms * 1000000ull : 0;
   snprintf(t->name, sizeof t->name, "%s", name != NULL ? name : "");
   pthread_once(&signal_once, signal_install);
   pthread_mutex_lock(&registry_mutex);
@@ -209,21 +212,13 @@ void trace_destroy(struct trace *t) {
 
 int trace_rank(const struct trace *t) { return t != NULL ? t->rank : -1; }
 
-/* The call's words are stored and loaded one by one, atomically (relaxed):
- * a reader racing the writer sees a mix, which the slot's gen tells it to
- * copy again, and no word is ever torn. */
+uint64_t trace_ask_after_ns(const struct trace *t) { return t != NULL ? t->ask_after_ns : 0; }
+
+/* The call's fields are stored, and its words loaded, one by one and
+ * atomically (relaxed): a reader racing the writer sees a mix, which the
+ * slot's gen tells it to copy again, and no field is ever torn. */
 #define CALL_WORDS (sizeof(struct trace_call) / sizeof(uint64_t))
 _Static_assert(sizeof(struct trace_call) % sizeof(uint64_t) == 0, "a call is whole words");
-
-static void slot_store(struct trace_slot *s, const struct trace_call *c) {
-  uint64_t w[CALL_WORDS];
-  memcpy(w, c, sizeof w);
-  uint64_t *dst = (uint64_t *)(void *)&s->call;
-  __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELAXED); /* odd: being written */
-  __atomic_thread_fence(__ATOMIC_RELEASE);
-  for (size_t i = 0; i < CALL_WORDS; i++) __atomic_store_n(&dst[i], w[i], __ATOMIC_RELAXED);
-  __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELEASE);
-}
 
 /* A consistent copy of slot s: 1, or 0 when the writer kept changing it. */
 static int slot_read(const struct trace_slot *s, struct trace_call *out) {
@@ -242,20 +237,39 @@ static int slot_read(const struct trace_slot *s, struct trace_call *out) {
   return 0;
 }
 
+/* Stores field f of call c whole (relaxed): for the readers' seqlock. */
+#define CALL_SET(c, f, v) __atomic_store_n(&(c)->f, (v), __ATOMIC_RELAXED)
+
 uint64_t trace_record(struct trace *t, const struct weft_plan *plan, int starts_now) {
   if (t == NULL) return 0;
   const uint64_t id = t->next_id + 1;
   const int p2p = plan_is_sendrecv(plan);
   const int64_t now = trace_now_ns();
-  const struct trace_call c = {
-      .id = id, .seq = p2p ? ++t->p2p_seq : ++t->coll_seq, .count = plan->count,
-      .t_created_ns = now, .t_started_ns = starts_now ? now : 0, .coll = (int32_t)plan->coll,
-      .datatype = (int32_t)plan->datatype, .op = (int32_t)plan->op,
-      .root = (p2p || plan->coll == COLL_BROADCAST || plan->coll == COLL_REDUCE) ? plan->root : -1,
-      .state = starts_now ? TRACE_STARTED : TRACE_SCHEDULED, .waiting_on = -1,
-      .algo = (int32_t)plan->algo,
-      .proto = (int32_t)plan->proto, .nranks = t->nranks, .result = weftSuccess};
-  slot_store(&t->ring[id & t->mask], &c);
+  struct trace_slot *s = &t->ring[id & t->mask];
+  struct trace_call *c = &s->call;
+  /* field by field into the slot: a whole struct built first and copied
+   * would be stored and loaded back at once (stalls worth a tenth of an
+   * 8-byte all-reduce) */
+  __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELAXED); /* odd: being written */
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  CALL_SET(c, id, id);
+  CALL_SET(c, seq, p2p ? ++t->p2p_seq : ++t->coll_seq);
+  CALL_SET(c, count, (uint64_t)plan->count);
+  CALL_SET(c, t_created_ns, now);
+  CALL_SET(c, t_started_ns, starts_now ? now : 0);
+  CALL_SET(c, t_done_ns, 0);
+  CALL_SET(c, coll, (int32_t)plan->coll);
+  CALL_SET(c, datatype, (int32_t)plan->datatype);
+  CALL_SET(c, op, (int32_t)plan->op);
+  CALL_SET(c, root,
+           (p2p || plan->coll == COLL_BROADCAST || plan->coll == COLL_REDUCE) ? plan->root : -1);
+  CALL_SET(c, state, starts_now ? TRACE_STARTED : TRACE_SCHEDULED);
+  CALL_SET(c, waiting_on, -1);
+  CALL_SET(c, algo, (int32_t)plan->algo);
+  CALL_SET(c, proto, (int32_t)plan->proto);
+  CALL_SET(c, nranks, t->nranks);
+  CALL_SET(c, result, weftSuccess);
+  __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELEASE);
   __atomic_store_n(&t->next_id, id, __ATOMIC_RELEASE); /* readers see it whole */
   return id;
 }
@@ -283,6 +297,21 @@ void trace_set_state(struct trace *t, uint64_t id, enum trace_state state, int p
     default: break;
   }
   __atomic_store_n(&c->state, (int32_t)state, __ATOMIC_RELAXED);
+  __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELEASE);
+}
+
+void trace_done(struct trace *t, uint64_t id, weftResult_t result, int read_clock) {
+  if (t == NULL || id == 0) return;
+  struct trace_slot *s = &t->ring[id & t->mask];
+  struct trace_call *c = &s->call;
+  if (__atomic_load_n(&c->id, __ATOMIC_RELAXED) != id) return;
+  int64_t done = __atomic_load_n(&c->t_started_ns, __ATOMIC_RELAXED);
+  if (read_clock || done == 0) done = trace_now_ns();
+  __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  CALL_SET(c, t_done_ns, done);
+  CALL_SET(c, result, (int32_t)result);
+  CALL_SET(c, state, result == weftSuccess ? TRACE_COMPLETED : TRACE_FAILED);
   __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELEASE);
 }
 

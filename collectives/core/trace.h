@@ -67,11 +67,17 @@ uint64_t trace_record(struct trace *t, const struct weft_plan *plan, int starts_
  * result its result for TRACE_COMPLETED and TRACE_FAILED. */
 void trace_set_state(struct trace *t, uint64_t id, enum trace_state state, int peer,
                      weftResult_t result);
+/* Call id is done with result: completed, or failed. Its end is stamped
+ * with the clock when read_clock, else with its start: a call of a few
+ * microseconds (the clock's resolution is milliseconds) saves the read. */
+void trace_done(struct trace *t, uint64_t id, weftResult_t result, int read_clock);
 /* A copy of call id: 1, or 0 when it has left the ring. */
 int trace_get(const struct trace *t, uint64_t id, struct trace_call *out);
 /* The latest calls, newest last, at most max of them: how many. */
 int trace_latest(const struct trace *t, struct trace_call *out, int max);
 int trace_rank(const struct trace *t);
+/* WEFT_HANG_ASK_MS in nanoseconds as the trace was made (0: ask only at the timeout). */
+uint64_t trace_ask_after_ns(const struct trace *t);
 
 /* Why a dump was written: the JSON's "reason". */
 enum trace_reason { TRACE_ON_REQUEST, TRACE_ON_TIMEOUT, TRACE_ON_FAILURE, TRACE_ON_ABORT,

@@ -48,7 +48,7 @@ static weftResult_t op_run_collective(struct weftComm *comm, const struct weft_p
     return op_end(comm, res);
   }
   struct hang_watch hw;
-  hang_watch_begin(&hw, comm, &plan->trace_id, 1);
+  hang_watch_begin(&hw, comm, &plan->trace_id, 1, plan->count * weftTypeSize(plan->datatype));
   res = signature_agree(comm, plan);
   if (res == weftSuccess) res = plan_run_host(comm, plan);
   res = hang_watch_end(&hw, res);
@@ -58,15 +58,17 @@ static weftResult_t op_run_collective(struct weftComm *comm, const struct weft_p
 static weftResult_t op_run_sendrecv(struct weftComm *comm, const struct weft_plan *const *ops,
                                     size_t nops) {
   uint64_t ids_fixed[16], *ids = nops <= 16 ? ids_fixed : malloc(sizeof *ids * nops);
-  size_t nids = 0;
-  for (size_t i = 0; ids != NULL && i < nops; i++)
+  size_t nids = 0, nbytes = 0;
+  for (size_t i = 0; ids != NULL && i < nops; i++) {
     if (ops[i]->trace_id != 0) ids[nids++] = ops[i]->trace_id;
+    nbytes += ops[i]->count * weftTypeSize(ops[i]->datatype);
+  }
   weftResult_t res = op_begin(comm);
   if (res != weftSuccess) {
     op_refused(comm, ids, nids, res);
   } else {
     struct hang_watch hw;
-    hang_watch_begin(&hw, comm, ids, nids);
+    hang_watch_begin(&hw, comm, ids, nids, nbytes);
     res = sendrecv_run(comm, ops, nops);
     res = hang_watch_end(&hw, res);
   }
