@@ -278,9 +278,9 @@ static void comm_free(struct weftComm *comm) {
   const int failed =
       comm_async_error(comm) != weftSuccess || comm_life(comm) == COMM_ABORTED;
   comm->magic = 0;
-  /* peers that fail after this rank ask it where it was: it answers a
-   * little longer (hang.h) */
-  if (failed && comm->trace != NULL)
+  /* peers that fail after this rank ask it where it was: a comm that broke
+   * answers a little longer (hang.h); an abort of a working one does not */
+  if (comm_async_error(comm) != weftSuccess && comm->trace != NULL)
     bootstrap_query_linger(comm->bs, 2000000000ull,
                            comm->timeout_ns / 2 < 1000000000ull ? comm->timeout_ns / 2 : 1000000000ull);
   device_comm_free(comm);
