@@ -121,8 +121,8 @@ enum bootstrap_ask_outcome {
 void bootstrap_ask_all(struct bootstrap *bs, uint64_t timeout_ns, void *replies, size_t nbytes,
                        size_t *got, enum bootstrap_ask_outcome *outcome);
 /* Keeps answering, before a bootstrap of a failed job closes, until every
- * other rank whose process lives has asked within the last recent_ns, or
- * for max_ns: ranks that fail a little later than this one still learn
+ * other rank whose process lives has asked since bootstrap_poison told it
+ * of the failure (without one: within the last recent_ns), or for max_ns: ranks that fail a little later than this one still learn
  * where it was, instead of finding it gone. */
 void bootstrap_query_linger(struct bootstrap *bs, uint64_t recent_ns, uint64_t max_ns);
 /* A number that names the job (the same on every rank of it, different

@@ -121,7 +121,10 @@ void bootstrap_query_linger(struct bootstrap *bs, uint64_t recent_ns, uint64_t m
       if (r == bs->rank) continue;
       if (bs->pids != NULL && bs->pids[r] > 0 && pid_gone(bs->pids[r], 1)) continue;
       const uint64_t asked = __atomic_load_n(&bs->asked_ns[r], __ATOMIC_ACQUIRE);
-      waiting = asked == 0 || asked + recent_ns < now;
+      const uint64_t failed = __atomic_load_n(&bs->failed_ns, __ATOMIC_ACQUIRE);
+      /* asked since this rank told it of its failure (it learns of it then,
+       * and asks), or at least lately */
+      waiting = asked == 0 || (failed != 0 ? asked < failed : asked + recent_ns < now);
     }
     if (!waiting || now - start >= max_ns) return;
     struct timespec ts = {0, 5000000};

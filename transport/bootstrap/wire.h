@@ -105,6 +105,7 @@ struct bootstrap {
   pthread_t query_tid;
   union weft_sockaddr *query_addrs; /* every rank's query listener */
   uint64_t *asked_ns;             /* when each rank asked last (clock_ns), 0: never */
+  uint64_t failed_ns;             /* when bootstrap_poison told the peers, 0: never */
   pthread_mutex_t answer_mutex;   /* held while answer_fn runs and while it changes */
   bootstrap_answer_fn answer_fn;
   void *answer_arg;
