@@ -290,10 +290,6 @@ void hang_answer_install(struct weftComm *comm) {
   if (comm->trace != NULL && comm->bs != NULL) bootstrap_answer_set(comm->bs, where_answer_fn, comm);
 }
 
-void hang_answer_remove(struct weftComm *comm) {
-  if (comm->bs != NULL) bootstrap_answer_set(comm->bs, NULL, NULL);
-}
-
 /* Asks every peer where it is (this rank's own view from its trace) and
  * writes the verdict on subject into text: weftInvalidUsage for a mismatch,
  * else weftSuccess. Bounded by timeout_ns. */

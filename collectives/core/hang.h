@@ -65,9 +65,9 @@ struct hang_watch {
 };
 
 /* The answer comm's rank gives peers that ask where it is: installed once
- * comm->trace is made (comm_init), removed before it is freed. */
+ * comm->trace is made (comm_init); the bootstrap's query thread, which
+ * calls it, stops when the bootstrap closes, before the trace is freed. */
 void hang_answer_install(struct weftComm *comm);
-void hang_answer_remove(struct weftComm *comm);
 
 /* Marks the calls started and watches the thread's waits; nbytes is what
  * they move (this rank's input). */

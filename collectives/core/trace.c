@@ -210,8 +210,6 @@ void trace_destroy(struct trace *t) {
   free(t);
 }
 
-int trace_rank(const struct trace *t) { return t != NULL ? t->rank : -1; }
-
 uint64_t trace_ask_after_ns(const struct trace *t) { return t != NULL ? t->ask_after_ns : 0; }
 
 /* The call's fields are stored, and its words loaded, one by one and

@@ -75,7 +75,6 @@ void trace_done(struct trace *t, uint64_t id, weftResult_t result, int read_cloc
 int trace_get(const struct trace *t, uint64_t id, struct trace_call *out);
 /* The latest calls, newest last, at most max of them: how many. */
 int trace_latest(const struct trace *t, struct trace_call *out, int max);
-int trace_rank(const struct trace *t);
 /* WEFT_HANG_ASK_MS in nanoseconds as the trace was made (0: ask only at the timeout). */
 uint64_t trace_ask_after_ns(const struct trace *t);
 
