@@ -17,8 +17,8 @@ Modes:
 Each mode and world size runs in a process of its own (the suite reads
 BACKEND and WORLD_SIZE when it is imported), which spawns WORLD_SIZE ranks per
 test as the suite does; with --start fork it forks them instead, which spares
-each rank importing torch (a second or two a rank on an idle core, a minute
-under heavy load), and the suite's skips then cost nothing. The tests named in distributed_suite_exceptions.txt
+each rank importing torch again (tens of seconds a test on loaded cores, most
+of all for the many tests that only skip once their ranks are up). The tests named in distributed_suite_exceptions.txt
 (with the reason) are skipped in the modes it names, and nothing else.
 Prints passed, failed and skipped per mode and world size, and the first line
 of each failure; exits 1 when a test failed, except where --compare-native
