@@ -16,7 +16,9 @@ Modes:
 
 Each mode and world size runs in a process of its own (the suite reads
 BACKEND and WORLD_SIZE when it is imported), which spawns WORLD_SIZE ranks per
-test as the suite does. The tests named in distributed_suite_exceptions.txt
+test as the suite does; with --start fork it forks them instead, which spares
+each rank importing torch again (tens of seconds a test on loaded cores, most
+of all for the many tests that only skip once their ranks are up). The tests named in distributed_suite_exceptions.txt
 (with the reason) are skipped in the modes it names, and nothing else.
 Prints passed, failed and skipped per mode and world size, and the first line
 of each failure; exits 1 when a test failed, except where --compare-native
@@ -98,7 +100,12 @@ if os.environ.get("WEFT_SUITE_MODE"):
     class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
         def setUp(self):
             super().setUp()
-            self._spawn_processes()
+            if os.environ.get("WEFT_SUITE_START") == "fork":
+                # --start fork: the ranks are forked from this process, which
+                # has imported torch and the suite already
+                self._start_processes(torch.multiprocessing.get_context("fork").Process)
+            else:
+                self._spawn_processes()
             torch.backends.cudnn.flags(enabled=True, allow_tf32=False).__enter__()
 
 
@@ -171,11 +178,12 @@ def all_test_names():
     return out.split()
 
 
-def run_mode(mode, world_size, tests, log):
+def run_mode(mode, world_size, tests, log, start):
     with tempfile.TemporaryDirectory(prefix="weft-dist-suite-") as tmp:
         out = os.path.join(tmp, "results.json")
         env = dict(os.environ, WEFT_SUITE_MODE=mode, WORLD_SIZE=str(world_size),
-                   BACKEND="weft" if mode == "weft" else "gloo", TEMP_DIR=tmp)
+                   BACKEND="weft" if mode == "weft" else "gloo", TEMP_DIR=tmp,
+                   WEFT_SUITE_START=start)
         env.setdefault("OMP_NUM_THREADS", "1")
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--out", out]
         if tests is not None:
@@ -202,6 +210,10 @@ def main():
     p.add_argument("--compare-native", action="store_true",
                    help="run Gloo itself too; a test failing over weft fails the run only "
                         "where it passes over Gloo")
+    p.add_argument("--start", choices=("spawn", "fork"), default="spawn",
+                   help="how each test starts its ranks: spawn (a fresh interpreter per "
+                        "rank, as test_distributed_spawn.py) or fork (from the worker, "
+                        "which has imported torch: seconds less per test)")
     p.add_argument("--log", default=None, help="the ranks' output (default: a temp file)")
     p.add_argument("--json", default=None, help="write every result here")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -239,7 +251,7 @@ def main():
     for ws in sizes:
         for mode in modes:
             t0 = time.time()
-            res = run_mode(mode, ws, tests, log)
+            res = run_mode(mode, ws, tests, log, args.start)
             all_results[f"{mode}/{ws}"] = res
             count = {k: sum(1 for r in res if r[1] == k)
                      for k in ("passed", "failed", "skipped", "excluded")}

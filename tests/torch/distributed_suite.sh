@@ -5,7 +5,8 @@
 # (torch's test utilities import it; WEFT_TORCH_SUITE_DEPS=1 installs it).
 #   distributed_suite.sh            what CI runs: a seeded sample (the seed is
 #                                   printed; WEFT_SUITE_SEED sets it) under weft's
-#                                   name and as Gloo, 2 ranks; every test of
+#                                   name and as Gloo, 2 ranks spawned and 3
+#                                   ranks forked (--start fork); every test of
 #                                   the exception list and every test that
 #                                   once failed over weft is in it
 #   distributed_suite.sh ARGS...    the runner's arguments, e.g. the whole suite:
@@ -38,7 +39,14 @@ if [ $# -eq 0 ]; then
   always+=,test_monitored_barrier_gloo,test_monitored_barrier_gloo_subgroup
   always+=,test_monitored_barrier_gloo_rank_0_timeout,test_sparse_all_reduce_sum
   always+=,test_barrier_timeout_full_group,test_get_backend
-  set -- --modes weft,gloo --world-sizes 2 --sample 16 --always "$always" \
-    --seed "${WEFT_SUITE_SEED:-$RANDOM}"
+  # the same sample at 2 ranks spawned (as test_distributed_spawn.py runs
+  # it) and at 3 ranks forked (seconds per test where spawning takes tens)
+  sample=(--modes weft,gloo --sample 16 --always "$always" --seed "${WEFT_SUITE_SEED:-$RANDOM}")
+  rc=0
+  "$venv/bin/python" "$root/tests/torch/distributed_suite.py" "${sample[@]}" \
+    --world-sizes 2 || rc=$?
+  "$venv/bin/python" "$root/tests/torch/distributed_suite.py" "${sample[@]}" \
+    --world-sizes 3 --start fork || rc=$?
+  exit $rc
 fi
 exec "$venv/bin/python" "$root/tests/torch/distributed_suite.py" "$@"
