@@ -19,8 +19,11 @@ enum dev_proto { DEV_PROTO_SIMPLE = 0, DEV_PROTO_LL = 1, DEV_NPROTOS = 2 };
 #define DEV_NTHREADS 512
 #define DEV_UNROLL 4
 
-/* Slots of every device FIFO (the host_fifo and network hops' too). */
+/* Slots of every device FIFO (the host_fifo and network hops' too), and
+ * a slot's size per protocol. */
 #define DEV_NSLOTS 4
+#define DEV_SIMPLE_SLOT_NBYTES (256u << 10)
+#define DEV_LL_SLOT_NBYTES (16u << 10)
 
 /* The kernel table's ops: weftRedOp_t's sum to avg, then every
  * weftRedOpCreatePreMulSum op (sum of inputs times the op's scalar). */

@@ -15,8 +15,6 @@
 #include "device.h"
 #include "launch_done.h"
 
-#define DEV_SIMPLE_SLOT_NBYTES (256u << 10)
-#define DEV_LL_SLOT_NBYTES (16u << 10)
 /* mapped host memory the kernels report to: uint32 [0] abort, [1] error
  * (enum dev_give_up); uint64 [2], [3] where a send/recv block stopped; from byte
  * DEV_ENDED_OFFSET, uint64 [DEV_MAX_CHANNELS]: the launch each block index
