@@ -128,7 +128,7 @@ step_device_plain() {
 # leaves all-reduce the tree alone until their figures are measured):
 # the device suite's all-reduce cases through them.
 step_device_tree() {
-  WEFT_ALGO=tree device_suite "$B/tests/device/test_device" \
+  WEFT_ALGO=allreduce:tree device_suite "$B/tests/device/test_device" \
     --gtest_filter='All/DeviceColl.EveryDatatypeAndOp/AllReduce_*'
 }
 
@@ -235,9 +235,9 @@ sanitize() { # tool filter
 step_memcheck() { sanitize memcheck "$SANITIZE_FILTER"; }
 SANITIZE_TREE='All/DeviceColl.EveryDatatypeAndOp/AllReduce_k3_n1000_outofplace'
 step_tree_memcheck() {
-  WEFT_ALGO=tree sanitize memcheck "$SANITIZE_TREE:All/DeviceColl.EveryDatatypeAndOp/AllReduce_k2_n1000_inplace"
+  WEFT_ALGO=allreduce:tree sanitize memcheck "$SANITIZE_TREE:All/DeviceColl.EveryDatatypeAndOp/AllReduce_k2_n1000_inplace"
 }
-step_tree_racecheck() { WEFT_ALGO=tree sanitize racecheck "$SANITIZE_TREE"; }
+step_tree_racecheck() { WEFT_ALGO=allreduce:tree sanitize racecheck "$SANITIZE_TREE"; }
 step_racecheck() { sanitize racecheck "$SANITIZE_AR"; }
 step_synccheck() { sanitize synccheck "$SANITIZE_AR"; }
 
@@ -442,7 +442,7 @@ step_tree_types() {
   for k in 3 4 5 6 7 8; do
     for proto in ll simple; do
       out="$LOGS/$STEP.$k.$proto.out"
-      WEFT_ALGO=tree WEFT_PROTO=$proto timeout 60 "$B/tools/weftrun" -n $k \
+      WEFT_ALGO=allreduce:tree WEFT_PROTO=$proto timeout 60 "$B/tools/weftrun" -n $k \
         "$B/tools/all_reduce_perf" -M $PERF_MEM -T 30 -b 1 -e 1M -f 32 -d all -o all -n 1 -w 0 \
         >"$out" 2>&1 || bad=1
       coll_key "$out" >/dev/null || bad=1
@@ -462,7 +462,7 @@ step_perf_tree() {
   local k algo lat keys="" ring tree
   for k in 4 8; do
     for algo in ring tree ring tree; do
-      lat=$(WEFT_ALGO=$algo perf_ar_latency "$k" "$algo") || fail "$k processes, $algo"
+      lat=$(WEFT_ALGO=allreduce:$algo perf_ar_latency "$k" "$algo") || fail "$k processes, $algo"
       [ -n "$lat" ] || fail "$k processes, $algo: no 8 B row"
       eval "$algo=\${lat%% *}"
     done
