@@ -80,13 +80,15 @@ struct tree_geom {
  * peer[send_peer] (-1: none). A step with a source (ring_prim_has_src)
  * reads this rank's input (src_own: the send buffer) or the partial or
  * final result the receive buffer holds; its reduction divides (avg) when
- * divide is set. */
+ * divide is set. piece numbers the step's piece within its tree's part (0:
+ * the first message of the call on each of the tree's links). */
 struct tree_step {
   int prim;
   int recv_peer;
   int send_peer;
   int src_own;
   int divide;
+  size_t piece;
   size_t elem;
   size_t count;
 };
@@ -140,6 +142,7 @@ RING_HD int tree_down_nsteps(const struct tree_part *h) {
 RING_HD void tree_step_at(const struct tree_part *h, size_t piece_count, int up, size_t i, int j,
                           struct tree_step *st) {
   const int n = h->links.nchildren, root = h->links.parent == TREE_NONE;
+  st->piece = i;
   st->elem = h->first + i * piece_count;
   st->count = ring_min(piece_count, h->count - i * piece_count);
   st->recv_peer = -1;

@@ -401,6 +401,7 @@ TEST(TreeStepsShape, UpAndDownPerPlace) {
             own_reads++;
             EXPECT_EQ(j, 0) << "this rank's input read after the first step";
           }
+          EXPECT_EQ(st[j].piece, 0u);
           EXPECT_EQ(st[j].elem, 64u * (size_t)t);
           EXPECT_EQ(st[j].count, 64u);
         }
@@ -444,7 +445,8 @@ TEST(TreeStepsShape, PartsPerChannelCount) {
 #if WEFT_HAVE_CUDA
 bool same_step(const tree_step &a, const tree_step &b) {
   return a.prim == b.prim && a.recv_peer == b.recv_peer && a.send_peer == b.send_peer &&
-         a.src_own == b.src_own && a.divide == b.divide && a.elem == b.elem && a.count == b.count;
+         a.src_own == b.src_own && a.divide == b.divide && a.piece == b.piece && a.elem == b.elem &&
+         a.count == b.count;
 }
 #endif
 
