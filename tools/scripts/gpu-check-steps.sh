@@ -126,10 +126,16 @@ step_device_plain() {
 
 # The tree all-reduce's kernels (the tuner runs them only where WEFT_ALGO
 # leaves all-reduce the tree alone until their figures are measured):
-# the device suite's all-reduce cases through them.
+# the device suite's all-reduce cases through them; the comms' INFO line
+# of their tree channels shows that the tree ran.
 step_device_tree() {
-  WEFT_ALGO=allreduce:tree device_suite "$B/tests/device/test_device" \
-    --gtest_filter='All/DeviceColl.EveryDatatypeAndOp/AllReduce_*'
+  WEFT_ALGO=allreduce:tree WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=INIT device_suite \
+    "$B/tests/device/test_device" --gtest_filter='All/DeviceColl.EveryDatatypeAndOp/AllReduce_*'
+  local rc=$? trees
+  trees=$(grep -c 'device tree channels connected' "$LOGS/$STEP.gtest")
+  key "$(cat "$LOGS/$STEP.key"); $trees ranks connected tree channels"
+  [ "$trees" -gt 0 ] || fail "no rank connected tree channels: the ring ran"
+  return $rc
 }
 
 step_device_sendrecv() { device_suite "$B/tests/device/test_device_sendrecv"; }

@@ -117,6 +117,12 @@ static weftResult_t tree_connect(struct weftComm *comm, struct device_comm *d) {
   return res;
 }
 
+static int lists_npeers(const struct weftComm *comm) {
+  tree_peer_list mine;
+  tree_peers_of(comm, mine);
+  return mine[0];
+}
+
 weftResult_t device_tree_get(struct weftComm *comm, struct device_comm *d) {
   if (d->tree_ready) return weftSuccess;
   weftResult_t res = tree_connect(comm, d);
@@ -125,6 +131,8 @@ weftResult_t device_tree_get(struct weftComm *comm, struct device_comm *d) {
     return res;
   }
   d->tree_ready = 1;
+  WEFT_INFO(LOG_INIT, "rank %d: device tree channels connected: %d, to %d neighbours", comm->rank,
+            d->tree_nchannels, d->tree_nchannels > 0 ? lists_npeers(comm) : 0);
   return weftSuccess;
 }
 
