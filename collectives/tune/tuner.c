@@ -164,6 +164,23 @@ static const struct {
     [PROTO_LL] = {2.25, 110000},
 };
 
+/* The device tree all-reduce's kernels, likewise: none measured yet (0),
+ * so the tuner does not pick the tree on its own; WEFT_ALGO=tree (the ring
+ * excluded) runs it, which is how a GPU measures these figures. Once they
+ * are here, the model weighs the tree (2 * depth + 2 steps, each a slot's
+ * latency, twice the bytes) against the ring as on the host. */
+static const struct {
+  double lat_us;
+  double bytes_per_us;
+} tuner_dev_tree_cost[PROTO_NUM] = {
+    [PROTO_SIMPLE] = {0, 0},
+    [PROTO_LL] = {0, 0},
+};
+
+static int tuner_dev_tree_measured(enum coll_proto proto) {
+  return tuner_dev_tree_cost[proto].lat_us > 0 && tuner_dev_tree_cost[proto].bytes_per_us > 0;
+}
+
 static void tuner_cost_get(const struct weftComm *comm, enum coll_proto proto, int on_device,
                            double *lat_out, double *bw_out) {
   if (on_device && !comm->network) {
@@ -198,6 +215,10 @@ static double model_us(const struct weftComm *comm, const struct weft_plan *plan
   const enum coll_kind coll = plan->coll;
   double lat, bw;
   tuner_cost_get(comm, proto, plan->on_device, &lat, &bw);
+  if (plan->on_device && algo == ALGO_TREE && tuner_dev_tree_measured(proto)) {
+    lat = tuner_dev_tree_cost[proto].lat_us;
+    bw = tuner_dev_tree_cost[proto].bytes_per_us;
+  }
   double steps, bytes;
   int log2n = 0;
   while ((1 << log2n) < comm->nranks) log2n++;
@@ -268,13 +289,26 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
   double best = -1;
   plan->algo = ALGO_RING;
   plan->proto = PROTO_SIMPLE;
-  if (plan->on_device) { /* the ring is the device executor's one algorithm */
-    for (int p = 0; p < PROTO_NUM; p++) {
-      if (!r->proto[plan->coll][p] || !tuner_proto_runs(comm, plan, (enum coll_proto)p)) continue;
-      double t = model_us(comm, plan, ALGO_RING, (enum coll_proto)p, nbytes, 1);
-      if (best < 0 || t < best) best = t, plan->proto = (enum coll_proto)p;
-    }
-    plan->nchannels = 1; /* the launch spreads the ring over the comm's device channels */
+  if (plan->on_device) {
+    /* the ring, and for all-reduce on one host the tree: where its figures
+     * are measured, or WEFT_ALGO leaves it alone (tuner_dev_tree_cost) */
+    const int tree_runs = plan->coll == COLL_ALLREDUCE && !comm->network && comm->nranks > 1 &&
+                          r->algo[COLL_ALLREDUCE][ALGO_TREE];
+    const int ring_only = !r->algo[plan->coll][ALGO_RING] && tree_runs ? 0 : 1;
+    for (int a = ALGO_RING; a <= ALGO_TREE; a++)
+      for (int p = 0; p < PROTO_NUM; p++) {
+        if (!r->proto[plan->coll][p] || !tuner_proto_runs(comm, plan, (enum coll_proto)p)) continue;
+        if (a == ALGO_TREE && (!tree_runs || (ring_only && !tuner_dev_tree_measured(p))))
+          continue;
+        if (a == ALGO_RING && !ring_only) continue;
+        double t = model_us(comm, plan, (enum coll_algo)a, (enum coll_proto)p, nbytes, 1);
+        if (best < 0 || t < best) {
+          best = t;
+          plan->algo = (enum coll_algo)a;
+          plan->proto = (enum coll_proto)p;
+        }
+      }
+    plan->nchannels = 1; /* the launch spreads the ring or trees over the comm's channels */
     return;
   }
   if (tuner_pick_whole(comm, plan, r, nbytes, ALGO_CMA)) {

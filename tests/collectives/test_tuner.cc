@@ -168,6 +168,38 @@ TEST(TunerChoice, DeviceBuffersAcrossHosts) {
   weft_params_reset();
 }
 
+// The device tree all-reduce: never the tuner's own pick while its kernels'
+// figures are unmeasured; WEFT_ALGO that leaves all-reduce the tree alone
+// runs it on one host (LL small, SIMPLE large, as the ring), and nothing
+// else: other collectives and comms across hosts keep the ring.
+TEST(TunerChoice, DeviceTreeOnlyWhenAskedUntilMeasured) {
+  tuner_env_clear();
+  for (int nranks : {2, 4, 8}) {
+    FakeComm local(nranks, 2, 131072);
+    for (size_t count : {size_t{2}, size_t{1} << 14, size_t{64} << 20})
+      EXPECT_EQ(tune(local.c, COLL_ALLREDUCE, count, true).algo, ALGO_RING)
+          << nranks << " ranks, count " << count;
+  }
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_ALGO", "tree"));
+  weft_params_reset();
+  FakeComm local(8, 2, 131072);
+  weft_plan small = tune(local.c, COLL_ALLREDUCE, 2, true);
+  EXPECT_EQ(small.algo, ALGO_TREE);
+  EXPECT_EQ(small.proto, PROTO_LL);
+  weft_plan large = tune(local.c, COLL_ALLREDUCE, size_t{64} << 20, true);
+  EXPECT_EQ(large.algo, ALGO_TREE);
+  EXPECT_EQ(large.proto, PROTO_SIMPLE);
+  EXPECT_EQ(tune(local.c, COLL_ALLGATHER, 1000, true).algo, ALGO_RING);
+  FakeComm net(8, 2, 131072);
+  net.c.network = 1;
+  EXPECT_EQ(tune(net.c, COLL_ALLREDUCE, 2, true).algo, ALGO_RING);
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_ALGO", "ring,tree"));
+  weft_params_reset();
+  EXPECT_EQ(tune(local.c, COLL_ALLREDUCE, 2, true).algo, ALGO_RING) << "the ring still allowed";
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_ALGO", nullptr));
+  weft_params_reset();
+}
+
 // Device buffers on one host have a model of their own (the device
 // kernels'): always the ring, whatever the host would run (cma, bulk, tree,
 // rd have no device executor); LL for small messages, where a step that

@@ -55,12 +55,12 @@ std::string check_text(const weft_plan &p, weftResult_t *res) {
 #if WEFT_HAVE_CUDA
 extern "C" const char weft_dev_matrix[];
 
-TEST(DeviceRefusals, TreeIsRefusedWithAMessageNotIgnored) {
-  AlgoEnv env("tree");
+TEST(DeviceRefusals, HostOnlyAlgorithmIsRefusedWithAMessageNotIgnored) {
+  AlgoEnv env("rd");
   weftResult_t res;
   std::string text = check_text(plan_of(COLL_ALLREDUCE, weftFloat32, weftSum), &res);
   EXPECT_EQ(res, weftInvalidUsage);
-  EXPECT_NE(text.find("WEFT_ALGO=tree"), std::string::npos) << text;
+  EXPECT_NE(text.find("WEFT_ALGO=rd"), std::string::npos) << text;
   EXPECT_NE(text.find("ring"), std::string::npos) << text;
   // sends and receives have no algorithm to choose
   weft_plan send = plan_of(COLL_SEND, weftInt8, weftSum);
@@ -74,12 +74,22 @@ TEST(DeviceRefusals, RingAmongOthersOrPerCollective) {
     EXPECT_EQ(device_plan_refusal(&p), weftSuccess) << weft_error_text();
   }
   {
-    AlgoEnv env("allreduce:tree");
+    AlgoEnv env("allreduce:rd");
     weftResult_t res;
     check_text(plan_of(COLL_ALLREDUCE, weftFloat32, weftSum), &res);
     EXPECT_EQ(res, weftInvalidUsage);
     weft_plan ag = plan_of(COLL_ALLGATHER, weftFloat32, weftSum);
     EXPECT_EQ(device_plan_refusal(&ag), weftSuccess) << weft_error_text();
+  }
+  {
+    // all-reduce has the tree on device memory too; the other collectives do not
+    AlgoEnv env("tree");
+    weft_plan ar = plan_of(COLL_ALLREDUCE, weftFloat32, weftSum);
+    EXPECT_EQ(device_plan_refusal(&ar), weftSuccess) << weft_error_text();
+    weftResult_t res;
+    std::string text = check_text(plan_of(COLL_ALLGATHER, weftFloat32, weftSum), &res);
+    EXPECT_EQ(res, weftInvalidUsage);
+    EXPECT_NE(text.find("WEFT_ALGO=tree"), std::string::npos) << text;
   }
   {
     AlgoEnv env("^ring");
@@ -93,14 +103,14 @@ TEST(DeviceRefusals, RingAmongOthersOrPerCollective) {
 // it had not begun, and the comm then counted as in use for ever (destroy
 // refused it as busy, abort would have waited without end).
 TEST(DeviceRefusals, RefusalLeavesTheCommIdle) {
-  AlgoEnv env("tree");
+  AlgoEnv env("rd");
   weftUniqueId id;
   ASSERT_EQ(weftGetUniqueId(&id), weftSuccess);
   weftComm_t comm;
   ASSERT_EQ(weftCommInitRank(&comm, 1, id, 0), weftSuccess) << weftGetLastError(nullptr);
   weft_plan p = plan_of(COLL_ALLREDUCE, weftFloat32, weftSum);
   for (int i = 0; i < 3; i++) EXPECT_EQ(device_enqueue(comm, &p, nullptr), weftInvalidUsage);
-  EXPECT_NE(std::string(weftGetLastError(comm)).find("WEFT_ALGO=tree"), std::string::npos)
+  EXPECT_NE(std::string(weftGetLastError(comm)).find("WEFT_ALGO=rd"), std::string::npos)
       << weftGetLastError(comm);
   EXPECT_EQ(__atomic_load_n(&comm->active, __ATOMIC_ACQUIRE), 0u);
   EXPECT_EQ(weftCommDestroy(comm), weftSuccess) << weftGetLastError(nullptr);

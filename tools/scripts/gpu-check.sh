@@ -53,6 +53,7 @@ configure|120|-|20|meson: release, CUDA on, device_archs=90, the matrix, no hwlo
 build|420|-|20.1|ninja on every core: every CUDA part compiles
 perf_flags|60|-|20.1|perf tools take -d, -o, -c with -M cuda; all_reduce_device_perf too
 device|240|gpu|20.2|device suite: every collective x datatype x op, 2-4 ranks on the GPU, graphs
+device_tree|240|gpu|42.2|all-reduce cases of the device suite (2-4 ranks, every datatype and op of the matrix, 1 to 1M elements, in and out of place) with WEFT_ALGO=allreduce:tree: the tree kernels
 device_plain|90|gpu|20.3|the device suite small messages, chained calls, two streams and graphs with WEFT_DEVICE_PDL=0 (no overlapped launches)
 device_ipc|120|gpu|20.2|ranks in processes (cuda_ipc); a silent peer ends in a timeout error
 device_sendrecv|120|gpu|20.2|send/recv groups on device memory: pipelines, all-to-all, gather, scatter
@@ -61,6 +62,8 @@ perf_ar_g4|60|gpu|20.3|all_reduce_device_perf -g 4: memory traffic against twice
 memcheck|120|gpu|20.2|compute-sanitizer memcheck on a small device sample
 racecheck|150|gpu|20.2|compute-sanitizer racecheck on a small device sample
 synccheck|120|gpu|20.2|compute-sanitizer synccheck on a small device sample
+tree_memcheck|120|gpu|42.2|compute-sanitizer memcheck on the tree kernels: all-reduce of 1000 elements, every datatype and op, 2 and 3 ranks, WEFT_ALGO=allreduce:tree
+tree_racecheck|150|gpu|42.2|compute-sanitizer racecheck on the tree kernels: one all-reduce case, 3 ranks
 perf_proto|60|gpu|20.3|the device tuner model: -g 2 and -g 4 under WEFT_PROTO=simple and ll, 8 B..4 MiB, and a 1-rank floor
 perf_launch|40|gpu|20.3|host time of each CUDA call on the enqueue path (tools/bench/launch_cost.cu)
 perf_channels|60|gpu|20.3|all_reduce_device_perf -g 4 and -g 2, 32-128 MiB, at WEFT_DEVICE_NCHANNELS 32, 48, 64
@@ -68,6 +71,8 @@ perf_interleave|60|gpu|20.3|all_reduce_device_perf -g 4 and -g 2, 32-128 MiB, at
 mps_start|30|gpu|20.2|MPS daemon, private pipe directory, for the multi-process steps
 perf_launch_mps|30|gpu|20.3|the same as an MPS client, then two clients at once (host rows)
 perf_ar_mps|90|gpu|20.3|all_reduce_device_perf, 2 and 4 processes under MPS, and their 8 B latency over 2000 calls
+tree_types|420|gpu|42.2|tree all-reduce, 3 to 8 processes under MPS: all_reduce_perf -M cuda -d all -o all, 1 B..1 MiB, WEFT_PROTO ll and simple, WEFT_ALGO=allreduce:tree; 0 wrong
+perf_tree|120|gpu|42.2|8 B all-reduce over 2000 calls, 4 and 8 processes under MPS, tree against ring (goal: tree at most half the ring time at 8)
 perf_pdl|60|gpu|20.3|8 B all-reduce latency over 2000 calls, 2 and 4 processes under MPS, at WEFT_DEVICE_PDL 0 and 1 alternating
 zero_math_device|60|gpu|22.2|zero_math.h kernels against the host, bit for bit
 zero_device|180|gpu|22.2|device ZeRO suites (zero_device*) under MPS: kernels; device contexts vs host, checkpoints
@@ -297,7 +302,7 @@ setup_ucx_env() {
 # on host memory (gpu-check-steps.sh's PERF_MEM), the other GPU steps skip.
 host_perf_step() { # name
   [ "${WEFT_GPU_CHECK_HOST_PERF:-0}" = 1 ] &&
-    [[ "$1" =~ ^(perf_(sendrecv|alltoall|all_gather|reduce_scatter|types|sendrecv_lanes)|net_(socket|ucx|bw))$ ]]
+    [[ "$1" =~ ^(perf_(sendrecv|alltoall|all_gather|reduce_scatter|types|sendrecv_lanes)|tree_types|net_(socket|ucx|bw))$ ]]
 }
 
 # One step under its limit: pass, fail, skip, timeout, or "no time" when the

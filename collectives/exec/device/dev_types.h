@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "../../algo/sendrecv_steps.h"
+#include "../../algo/tree_steps.h"
 
 /* Protocols of the device FIFOs. Each connection has one FIFO per protocol,
  * so an LL FIFO only ever holds LL lines and its flags can be trusted. */
@@ -19,8 +20,11 @@ enum dev_proto { DEV_PROTO_SIMPLE = 0, DEV_PROTO_LL = 1, DEV_NPROTOS = 2 };
 #define DEV_NTHREADS 512
 #define DEV_UNROLL 4
 
-/* Slots of every device FIFO (the host_fifo and network hops' too). */
+/* Slots of every device FIFO (the host_fifo and network hops' too), and
+ * a slot's size per protocol. */
 #define DEV_NSLOTS 4
+#define DEV_SIMPLE_SLOT_NBYTES (256u << 10)
+#define DEV_LL_SLOT_NBYTES (16u << 10)
 
 /* The kernel table's ops: weftRedOp_t's sum to avg, then every
  * weftRedOpCreatePreMulSum op (sum of inputs times the op's scalar). */
@@ -83,6 +87,18 @@ struct dev_channel {
   const int *ring; /* [nranks], device memory */
 };
 
+/* One channel of a device communicator's trees: a FIFO pair per protocol
+ * with each neighbour this rank has in either tree (its parent and
+ * children). Device memory, made on the first tree launch; the steps carry
+ * on from launch to launch, as a ring channel's. */
+struct dev_tree_channel {
+  struct dev_fifo send[TREE_MAX_PEERS][DEV_NPROTOS];
+  struct dev_fifo recv[TREE_MAX_PEERS][DEV_NPROTOS];
+  int peer[TREE_MAX_PEERS];   /* the neighbours' ranks */
+  int npeers;
+  struct tree_links links[2]; /* this rank's place in tree 0 and tree 1 */
+};
+
 /* How a launch tells its comm that it ended (launch_done.h). */
 struct dev_done {
   uint64_t *ended; /* the comm's mapped host words, [block]: the number of the
@@ -91,9 +107,11 @@ struct dev_done {
   uint64_t seq;    /* this launch's number */
 };
 
-/* One launch: a ring collective over every channel, one block per channel. */
+/* One launch: a ring collective over every channel, one block per channel
+ * (or a tree all-reduce over the tree channels). */
 struct dev_work {
   struct dev_channel *channels; /* [nchannels], device memory */
+  struct dev_tree_channel *trees; /* [nchannels] of a tree launch, device memory */
   const void *sendbuf;
   void *recvbuf;
   size_t count;        /* the plan's count */

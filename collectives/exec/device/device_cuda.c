@@ -26,6 +26,7 @@
 /* Written by gen_kernels.py: [datatype][op][protocol], NULL outside the
  * matrix the build chose. */
 extern const void *const (*const weft_dev_kernels[weftNumTypes])[DEV_NPROTOS];
+extern const void *const (*const weft_dev_tree_kernels[weftNumTypes])[DEV_NPROTOS];
 extern const char weft_dev_matrix[];
 
 _Static_assert(sizeof(struct dev_fifo_ctrl) <= CUDA_FIFO_CTRL_NBYTES, "ctrl fits");
@@ -177,24 +178,25 @@ int device_mem_free(void *ptr) {
 
 /* --- connecting ---------------------------------------------------------- */
 
-/* The ring kernel blocks of DEV_NTHREADS threads that one SM of the current
- * device holds at once: the fewest over the kernels this build has (their
- * registers differ by datatype and op), at least 1. */
+/* The ring (and tree) kernel blocks of DEV_NTHREADS threads that one SM of
+ * the current device holds at once: the fewest over the kernels this build
+ * has (their registers differ by datatype and op), at least 1. */
 static int ring_blocks_per_sm_of(void) {
   int fewest = 0;
-  for (int t = 0; t < weftNumTypes; t++)
-    for (int o = 0; o < DEV_NOPS; o++)
-      for (int p = 0; p < DEV_NPROTOS; p++) {
-        const void *fn = weft_dev_kernels[t][o][p];
-        int nb = 0;
-        if (fn == NULL) continue;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, fn, DEV_NTHREADS, 0) !=
-            cudaSuccess) {
-          cudaGetLastError();
-          return 1;
+  for (int k = 0; k < 2; k++)
+    for (int t = 0; t < weftNumTypes; t++)
+      for (int o = 0; o < DEV_NOPS; o++)
+        for (int p = 0; p < DEV_NPROTOS; p++) {
+          const void *fn = (k == 0 ? weft_dev_kernels : weft_dev_tree_kernels)[t][o][p];
+          int nb = 0;
+          if (fn == NULL) continue;
+          if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, fn, DEV_NTHREADS, 0) !=
+              cudaSuccess) {
+            cudaGetLastError();
+            return 1;
+          }
+          if (fewest == 0 || nb < fewest) fewest = nb;
         }
-        if (fewest == 0 || nb < fewest) fewest = nb;
-      }
   return fewest > 0 ? fewest : 1;
 }
 
@@ -308,6 +310,7 @@ void device_comm_free(struct weftComm *comm) {
   cudaSetDevice(d->dev);
   /* the FIFOs, and the words the kernels report in, may be in use until then */
   if (d->flags_h == NULL || device_comm_wait(d, comm->timeout_ns)) {
+    device_tree_close(d);
     device_ring_close(d);
     device_sendrecv_free(&d->sendrecv, comm->nranks);
     if (d->flags_h != NULL) {

@@ -12,8 +12,10 @@
 #include "device_priv.h"
 #include "../../algo/ring_steps.h"
 
-/* Written by gen_kernels.py (device_refuse.c says what is missing). */
+/* Written by gen_kernels.py (device_refuse.c says what is missing): the
+ * ring kernels, and the tree all-reduce's. */
 extern const void *const (*const weft_dev_kernels[weftNumTypes])[DEV_NPROTOS];
+extern const void *const (*const weft_dev_tree_kernels[weftNumTypes])[DEV_NPROTOS];
 
 /* A launch uses one channel (block) per this many bytes, up to the comm's:
  * SIMPLE blocks copy 16-byte vectors, LL blocks move a line of 8 payload
@@ -67,10 +69,13 @@ static int launch_pdl(const struct device_comm *d, int nch, cudaStream_t stream,
          !captured;
 }
 
-/* The ring kernels' handles for device_kernel_launch, as weft_dev_kernels. */
+/* The kernels' handles for device_kernel_launch, as weft_dev_kernels and
+ * weft_dev_tree_kernels. */
 static cudaKernel_t ring_handles[weftNumTypes][DEV_NOPS][DEV_NPROTOS];
+static cudaKernel_t tree_handles[weftNumTypes][DEV_NOPS][DEV_NPROTOS];
 
-/* The ring kernel of w (the table's [type][op][proto]) on grid x block;
+/* The ring kernel of w (the table's [type][op][proto]; the tree's where w
+ * has tree channels) on grid x block;
  * with w->pdl, launched to overlap the stream's previous kernel, which the
  * kernel then waits for itself (griddepcontrol.wait, kernels.cuh) before it
  * reads anything. A launch so that the driver refuses goes out plainly
@@ -78,8 +83,8 @@ static cudaKernel_t ring_handles[weftNumTypes][DEV_NOPS][DEV_NPROTOS];
  * failing here would leave them waiting out the timeout). */
 static weftResult_t ring_kernel_launch(struct device_comm *d, struct dev_work *w, int type, int op,
                                        dim3 grid, dim3 block, cudaStream_t stream) {
-  const void *fn = weft_dev_kernels[type][op][w->proto];
-  cudaKernel_t *handle = &ring_handles[type][op][w->proto];
+  const void *fn = (w->trees ? weft_dev_tree_kernels : weft_dev_kernels)[type][op][w->proto];
+  cudaKernel_t *handle = &(w->trees ? tree_handles : ring_handles)[type][op][w->proto];
   void *args[] = {w};
   if (w->pdl) {
     const char *why = device_kernel_launch(fn, handle, grid, block, args, stream, 1);
@@ -123,11 +128,14 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
   size_t want = (nbytes + per_ch - 1) / per_ch;
   int nch = want < (size_t)d->nchannels ? (int)(want ? want : 1) : d->nchannels;
   int coll = (int)plan->coll;
-  if (plan->coll == COLL_ALLREDUCE && comm->nranks == 2 && proto == DEV_PROTO_LL &&
+  const int tree = device_plan_tree(comm, d, plan); /* connected beforehand (comm_connect) */
+  if (tree && nch > d->tree_nchannels) nch = d->tree_nchannels;
+  if (!tree && plan->coll == COLL_ALLREDUCE && comm->nranks == 2 && proto == DEV_PROTO_LL &&
       nbytes <= DEV_PAIR_MAX_NBYTES)
     coll = RING_ALLREDUCE_PAIR;
   struct dev_work w = {
-      .channels = d->channels_d, .sendbuf = plan->sendbuf, .recvbuf = plan->recvbuf,
+      .channels = d->channels_d, .trees = tree ? d->trees_d : NULL,
+      .sendbuf = plan->sendbuf, .recvbuf = plan->recvbuf,
       .count = plan->count, .coll = coll, .root = plan->root,
       .nchannels = nch, .interleave = d->interleave, .pdl = launch_pdl(d, nch, stream, captured),
       .divisor = plan->op == weftAvg ? comm->nranks : 1, .proto = proto,
@@ -139,7 +147,7 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
   WEFT_TRY(ring_kernel_launch(d, &w, (int)plan->datatype, device_op_index(plan->op), grid, block,
                               stream));
   device_done_commit(d, &w.done, nch);
-  if (announce) device_net_expect_ring(comm, d, plan, nch);
+  if (announce && !tree) device_net_expect_ring(comm, d, plan, nch); /* a tree crosses no host */
   return weftSuccess;
 }
 
@@ -212,12 +220,14 @@ static weftResult_t comm_connect(struct weftComm *comm, const struct weft_plan *
                                  size_t n) {
   struct device_comm *d;
   WEFT_TRY(device_comm_get(comm, &d));
-  int ring = 0, sendrecv = 0;
+  int ring = 0, sendrecv = 0, tree = 0;
   for (size_t i = 0; i < n; i++) {
     if (plan_is_sendrecv(plans[i])) sendrecv = 1;
     else ring |= plans[i]->count > 0 && comm->nranks > 1;
+    tree |= device_plan_tree(comm, d, plans[i]);
   }
   if (ring) WEFT_TRY(device_ring_get(comm, &d));
+  if (tree) WEFT_TRY(device_tree_get(comm, d));
   if (sendrecv) WEFT_TRY(device_sendrecv_connect(comm, d, plans, n));
   return weftSuccess;
 }
@@ -238,6 +248,8 @@ static int comm_connected(const struct weftComm *comm, const struct weft_plan *c
           pl->coll == COLL_SEND ? &d->sendrecv.send[pl->root][0] : &d->sendrecv.recv[pl->root][0];
       if (c->transport == NULL) return 0;
     } else if (pl->count > 0 && comm->nranks > 1 && !d->ring_ready) {
+      return 0;
+    } else if (device_plan_tree(comm, d, pl) && !d->tree_ready) {
       return 0;
     }
   }

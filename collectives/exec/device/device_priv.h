@@ -15,8 +15,6 @@
 #include "device.h"
 #include "launch_done.h"
 
-#define DEV_SIMPLE_SLOT_NBYTES (256u << 10)
-#define DEV_LL_SLOT_NBYTES (16u << 10)
 /* mapped host memory the kernels report to: uint32 [0] abort, [1] error
  * (enum dev_give_up); uint64 [2], [3] where a send/recv block stopped; from byte
  * DEV_ENDED_OFFSET, uint64 [DEV_MAX_CHANNELS]: the launch each block index
@@ -50,6 +48,12 @@ struct device_comm {
   uint32_t *flags_h;              /* DEV_FLAGS_NBYTES of mapped host memory */
   uint32_t *flags_d;
   struct device_sendrecv sendrecv;
+  /* the tree all-reduce's channels (device_tree.c), connected on first use */
+  int tree_ready;
+  int tree_nchannels;
+  struct weft_conn (*tree_send)[TREE_MAX_PEERS][DEV_NPROTOS]; /* [tree_nchannels] */
+  struct weft_conn (*tree_recv)[TREE_MAX_PEERS][DEV_NPROTOS];
+  struct dev_tree_channel *trees_d;                          /* [tree_nchannels] */
   struct launch_done done; /* the launches made, which destroy and abort wait for */
   uint64_t stream_checked; /* the key of the last stream found on the comm's device */
   /* the stream of the call being launched, as its launches are counted:
@@ -213,6 +217,24 @@ void device_net_kick(const struct weftComm *comm, const struct device_comm *d);
  * kernel starts. */
 void device_net_expect_ring(const struct weftComm *comm, const struct device_comm *d,
                             const struct weft_plan *plan, int nch);
+
+/* The tree all-reduce's channels: at most this many (each holds a FIFO pair
+ * per protocol with every neighbour in either tree: about 1 MiB a
+ * neighbour, a few neighbours a rank). */
+#define DEV_TREE_MAX_CHANNELS 8
+/* Whether plan runs as the tree all-reduce on device memory: the tuner
+ * chose the tree, on one host (the trees' device links are memory hops; a
+ * comm across hosts runs the ring). */
+static inline int device_plan_tree(const struct weftComm *comm, const struct device_comm *d,
+                                   const struct weft_plan *plan) {
+  return plan->coll == COLL_ALLREDUCE && plan->algo == ALGO_TREE && comm->nranks > 1 &&
+         plan->count > 0 && !d->crosses_hosts;
+}
+/* The comm's tree channels, connected (collective over the comm's ranks, on
+ * first use; the ring channels first, whose count they follow). */
+weftResult_t device_tree_get(struct weftComm *comm, struct device_comm *d);
+/* Closes the tree channels and frees them (after the comm's kernels are done). */
+void device_tree_close(struct device_comm *d);
 
 /* Point-to-point (device_sendrecv.c): connects the peers that plans[0..nops)
  * name and are not yet connected (pairwise, with those peers only). */

@@ -20,11 +20,12 @@ static const char *const dtype_names[weftNumTypes] = {
     "float16", "float32", "float64", "bfloat16", "float8e4m3", "float8e5m2"};
 static const char *const op_names[DEV_NOPS] = {"sum", "prod", "max", "min", "avg", "premulsum"};
 
-/* Whether WEFT_ALGO leaves the ring to coll (device collectives run it
- * only): the tuner's rules, parsed once per value. */
-static int ring_allowed(enum coll_kind coll, const char **text_out) {
+/* Whether WEFT_ALGO leaves coll an algorithm device memory has: the ring,
+ * or for all-reduce the tree (the tuner's rules, parsed once per value). */
+static int device_algo_allowed(enum coll_kind coll, const char **text_out) {
   *text_out = param_str(&coll_params[P_ALGO]);
-  return tuner_algo_allowed(coll, ALGO_RING);
+  return tuner_algo_allowed(coll, ALGO_RING) ||
+         (coll == COLL_ALLREDUCE && tuner_algo_allowed(coll, ALGO_TREE));
 }
 
 int device_op_index(weftRedOp_t op) {
@@ -35,11 +36,11 @@ weftResult_t device_plan_refusal(const struct weft_plan *plan) {
   const char *name = coll_kind_name(plan->coll);
   if (plan_is_sendrecv(plan)) return weftSuccess; /* bytes: every datatype */
   const char *algo;
-  if (!ring_allowed(plan->coll, &algo))
+  if (!device_algo_allowed(plan->coll, &algo))
     return weft_error_set(weftInvalidUsage,
                           "%s on device memory: WEFT_ALGO=%s excludes the ring, the only "
-                          "algorithm device collectives have (tree, rd, cma and bulk run on "
-                          "host memory only)", name, algo);
+                          "algorithm device collectives have but for all-reduce's tree (rd, "
+                          "cma and bulk run on host memory only)", name, algo);
   if ((unsigned)plan->datatype >= weftNumTypes)
     return weft_error_set(weftInvalidArgument, "%s: invalid datatype %d", name,
                           (int)plan->datatype);

@@ -1,10 +1,13 @@
 // The ring kernel: one block per channel runs the channel's share of a ring
 // collective, step by step as ring_steps.h says (the host executor runs the
-// same steps), with the device primitives of prims_device.cuh. Instantiated
-// for every (datatype, op, protocol) by the files gen_kernels.py writes.
+// same steps), with the device primitives of prims_device.cuh. The tree
+// kernel does the same for the tree all-reduce (tree_steps.h). Both are
+// instantiated for every (datatype, op, protocol) by the files
+// gen_kernels.py writes.
 #ifndef WEFT_KERNELS_CUH
 #define WEFT_KERNELS_CUH
 
+#include "collectives/algo/tree_steps.h"
 #include "collectives/exec/device/prims_device.cuh"
 
 // The pre-multiply sum's scalar: read now from device memory
@@ -85,6 +88,113 @@ template <class R, int PROTO>
 __global__ void __launch_bounds__(DEV_NTHREADS) weft_ring_kernel(dev_work w) {
   dev_pdl_wait(w); // before anything an earlier kernel may have written
   ring_kernel_run<R, PROTO>(w);
+  dev_done_report(w.done);
+}
+
+// --- the tree all-reduce -------------------------------------------------------
+
+// Where a tree block stopped: every FIFO of its channel poisoned (both
+// protocols), so its neighbours and later kernels stop at once. Thread 0.
+__device__ __forceinline__ void tree_poison(dev_tree_channel *tc, const dev_watch &watch) {
+  uint32_t why = *(volatile uint32_t *)watch.error;
+  __threadfence_system(); // our reason is recorded before a peer can see the poison
+  for (int i = 0; i < tc->npeers; i++)
+    for (int p = 0; p < DEV_NPROTOS; p++) {
+      if (tc->send[i][p].ctrl) *(volatile uint32_t *)&tc->send[i][p].ctrl->poison = why ? why : 1;
+      if (tc->recv[i][p].ctrl) *(volatile uint32_t *)&tc->recv[i][p].ctrl->poison = why ? why : 1;
+    }
+  __threadfence_system();
+}
+
+// One block's part of a tree all-reduce: channel blockIdx.x's tree part (both
+// trees when the launch has one channel), as tree_steps.h orders it. The
+// primitives are bound, step by step, to the FIFOs of the step's links; each
+// link's steps (and what thread 0 saw of its peer's counters) are kept here
+// between the steps that use it and written back for the next launch.
+template <class R, int PROTO>
+__device__ __forceinline__ void tree_kernel_run(const dev_work &w) {
+  typedef typename R::T T;
+  dev_tree_channel *tc = &w.trees[blockIdx.x];
+  const int np = tc->npeers;
+  dev_watch watch = {w.abort_flag, w.timeout_ns, w.error};
+  int any = 0;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < np; i++)
+      any |= (int)dev_fifo_poisoned(tc->send[i][PROTO]) | (int)dev_fifo_poisoned(tc->recv[i][PROTO]);
+    if (any && *(volatile uint32_t *)watch.error == 0)
+      *(volatile uint32_t *)watch.error = DEV_GAVE_UP_POISON;
+    if (any) tree_poison(tc, watch); // an earlier kernel gave up here
+  }
+  if (__syncthreads_or(any) != 0) return;
+
+  uint64_t send_step[TREE_MAX_PEERS], recv_step[TREE_MAX_PEERS];
+  uint64_t head_seen[TREE_MAX_PEERS], tail_seen[TREE_MAX_PEERS];
+  for (int i = 0; i < np; i++) {
+    send_step[i] = tc->send[i][PROTO].step;
+    recv_step[i] = tc->recv[i][PROTO].step;
+    head_seen[i] = tc->send[i][PROTO].seen;
+    tail_seen[i] = tc->recv[i][PROTO].seen;
+  }
+  dev_prims<R, PROTO> p;
+  p.init_fifos(&tc->send[0][PROTO], &tc->recv[0][PROTO], watch, w.divisor,
+               dev_premul_scalar<T>(w));
+  int bound_send = 0, bound_recv = 0;
+
+  struct tree_geom g;
+  tree_geom_init(&g, tc->links, w.nchannels, blockIdx.x, w.count, sizeof(T), p.slot_count());
+  int link[TREE_MAX_PEERS]; // the geometry's peer i is the channel's link link[i]
+  for (int i = 0; i < g.npeers; i++) {
+    link[i] = 0;
+    for (int j = 0; j < np; j++)
+      if (tc->peer[j] == g.peer[i]) link[i] = j;
+  }
+  const T *src = static_cast<const T *>(w.sendbuf);
+  T *dst = static_cast<T *>(w.recvbuf);
+  struct tree_iter order;
+  struct tree_step st;
+  bool ok = true;
+  tree_iter_init(&order, &g);
+  while (ok && tree_iter_next(&g, &order, &st)) {
+    if (st.send_peer >= 0 && link[st.send_peer] != bound_send) {
+      send_step[bound_send] = p.send.step;
+      head_seen[bound_send] = p.head_seen;
+      bound_send = link[st.send_peer];
+      p.send = tc->send[bound_send][PROTO];
+      p.send.step = send_step[bound_send];
+      p.head_seen = head_seen[bound_send];
+    }
+    if (st.recv_peer >= 0 && link[st.recv_peer] != bound_recv) {
+      recv_step[bound_recv] = p.recv.step;
+      tail_seen[bound_recv] = p.tail_seen;
+      bound_recv = link[st.recv_peer];
+      p.recv = tc->recv[bound_recv][PROTO];
+      p.recv.step = recv_step[bound_recv];
+      p.tail_seen = tail_seen[bound_recv];
+    }
+    const T *sp = ring_prim_has_src(st.prim) ? (st.src_own ? src : dst) + st.elem : NULL;
+    T *dp = ring_prim_has_dst(st.prim) ? dst + st.elem : NULL;
+    ok = p.run_step(st.prim, sp, dp, st.count, st.src_own != 0, st.divide != 0);
+  }
+  send_step[bound_send] = p.send.step;
+  head_seen[bound_send] = p.head_seen;
+  recv_step[bound_recv] = p.recv.step;
+  tail_seen[bound_recv] = p.tail_seen;
+  if (ok) dev_pdl_release(w);
+  if (threadIdx.x == 0) { // error says why a block gave up; the host reports it
+    if (!ok) tree_poison(tc, watch);
+    for (int i = 0; i < np; i++) {
+      tc->send[i][PROTO].step = send_step[i];
+      tc->recv[i][PROTO].step = recv_step[i];
+      tc->send[i][PROTO].seen = head_seen[i];
+      tc->recv[i][PROTO].seen = tail_seen[i];
+    }
+  }
+}
+
+template <class R, int PROTO>
+__global__ void __launch_bounds__(DEV_NTHREADS) weft_tree_kernel(dev_work w) {
+  dev_pdl_wait(w); // before anything an earlier kernel may have written
+  tree_kernel_run<R, PROTO>(w);
   dev_done_report(w.done);
 }
 

@@ -217,6 +217,23 @@ struct dev_prims {
   uint64_t head_seen;
   uint64_t tail_seen;
 
+  // Bound to FIFOs other than a ring channel's (a tree's links): home_send
+  // and home_recv as init takes a channel's; give_up() is then the
+  // caller's (it knows the FIFOs to poison).
+  __device__ void init_fifos(dev_fifo *home_send, dev_fifo *home_recv, const dev_watch &w, int div,
+                             T s) {
+    chan = NULL;
+    send_home = home_send;
+    recv_home = home_recv;
+    send = *send_home;
+    recv = *recv_home;
+    watch = w;
+    divisor = div;
+    scalar = s;
+    head_seen = send.seen;
+    tail_seen = recv.seen;
+  }
+
   __device__ void init(dev_channel *ch, const dev_watch &w, int div, T s) {
     chan = ch;
     send_home = &ch->send[PROTO];
@@ -318,14 +335,24 @@ struct dev_prims {
   // One step of a ring algorithm (enum ring_prim). Returns false when the
   // block gave up (abort or timeout).
   __device__ bool run(int prim, const T *src, T *dst, size_t n) {
+    const bool final = prim == PRIM_RECV_REDUCE_COPY_SEND || prim == PRIM_RECV_REDUCE_COPY;
+    return run_step(prim, src, dst, n, true, final);
+  }
+
+  // One step of any algorithm: src is this rank's input (own: scaled by a
+  // pre-multiply sum where it enters) or a result it holds already (a
+  // tree's partial result); divide: the step's reduction is the last (avg).
+  __device__ bool run_step(int prim, const T *src, T *dst, size_t n, bool own, bool divide) {
     const bool do_recv = prim >= PRIM_RECV;
     const bool do_send = prim != PRIM_RECV && prim != PRIM_RECV_REDUCE_COPY;
-    const bool final = prim == PRIM_RECV_REDUCE_COPY_SEND || prim == PRIM_RECV_REDUCE_COPY;
+    const bool final = divide;
     const T *b = do_recv && ring_prim_has_src(prim) ? src : NULL;
     if (!do_recv && dst == src) dst = NULL; // copy-send in place: nothing to copy
     if (!wait(do_recv, do_send)) return false;
     // what this rank's buffer adds is scaled once, where it enters
-    dev_scale<R> sc = {do_recv ? (b != NULL ? DEV_SCALE_B : DEV_SCALE_NONE) : DEV_SCALE_A,
+    dev_scale<R> sc = {!own      ? DEV_SCALE_NONE
+                       : do_recv ? (b != NULL ? DEV_SCALE_B : DEV_SCALE_NONE)
+                                 : DEV_SCALE_A,
                        scalar};
     if (PROTO == DEV_PROTO_SIMPLE) {
       const T *in = do_recv ? slot_of<const T>(recv) : src;
