@@ -96,6 +96,11 @@ weftResult_t bootstrap_send(struct bootstrap *bs, int peer, uint32_t tag, const 
                             size_t nbytes);
 weftResult_t bootstrap_recv(struct bootstrap *bs, int peer, uint32_t tag, void *data,
                             size_t nbytes);
+/* As bootstrap_recv, without waiting for the peer: takes what has arrived
+ * (looking at the listener for at most a millisecond), or returns
+ * weftInProgress. */
+weftResult_t bootstrap_try_recv(struct bootstrap *bs, int peer, uint32_t tag, void *data,
+                                size_t nbytes);
 void bootstrap_close(struct bootstrap *bs);
 /* Tells every other rank, once and best effort (a quarter second per rank at
  * most), that this rank failed: their bootstrap waits on it (messages,

@@ -15,8 +15,7 @@
 #include "run.h"
 #include "launch.h"
 
-/* Holds the comm (comm_op_begin); fails if it is unusable or broken. */
-static weftResult_t op_begin(struct weftComm *comm) {
+weftResult_t launch_op_begin(struct weftComm *comm) {
   WEFT_TRY(comm_op_begin(comm, COMM_OP_HOLD, NULL));
   if (comm_async_error(comm) != weftSuccess)
     return weft_error_set(comm_async_error(comm), "communicator is broken by an earlier error: %s",
@@ -25,26 +24,24 @@ static weftResult_t op_begin(struct weftComm *comm) {
   return weftSuccess;
 }
 
-/* A failure breaks the comm, unless it was revoked: what the revocation cut
- * short or refused is its purpose, not the comm's state. */
-static weftResult_t op_end(struct weftComm *comm, weftResult_t res) {
+weftResult_t launch_op_end(struct weftComm *comm, weftResult_t res) {
   if (res != weftSuccess && !comm_life_revoked(comm)) comm_fail(comm, res);
   comm_op_end(comm);
   return res;
 }
 
 static weftResult_t op_run_collective(struct weftComm *comm, const struct weft_plan *plan) {
-  weftResult_t res = op_begin(comm);
+  weftResult_t res = launch_op_begin(comm);
   if (res == weftSuccess) res = signature_agree(comm, plan);
   if (res == weftSuccess) res = plan_run_host(comm, plan);
-  return op_end(comm, res);
+  return launch_op_end(comm, res);
 }
 
 static weftResult_t op_run_sendrecv(struct weftComm *comm, const struct weft_plan *const *ops,
                                     size_t nops) {
-  weftResult_t res = op_begin(comm);
+  weftResult_t res = launch_op_begin(comm);
   if (res == weftSuccess) res = sendrecv_run(comm, ops, nops);
-  return op_end(comm, res);
+  return launch_op_end(comm, res);
 }
 
 /* The operations of one communicator in a launch, run by one thread. */
