@@ -146,7 +146,8 @@ static weftResult_t sendrecv_connect(struct weftComm *comm, const struct weft_pl
 }
 
 struct sendrecv_state {
-  const struct weft_plan *op;
+  const struct weft_plan *op; /* valid until finished (an executor's callers free it then) */
+  int peer, send;             /* op's, kept for the ops added after it finishes */
   size_t nbytes;
   size_t done_nbytes;
   int finished;
@@ -414,14 +415,15 @@ weftResult_t sendrecv_exec_add(struct sendrecv_exec *x, const struct weft_plan *
   const size_t first = x->nops;
   for (size_t i = 0; i < nops; i++) {
     st[i] = (struct sendrecv_state){.op = ops[i],
+                               .peer = ops[i]->root,
+                               .send = plan_is_send(ops[i]),
                                .nbytes = ops[i]->count * weftTypeSize(ops[i]->datatype),
                                .after = -1,
                                .err = weftInvalidUsage};
     /* after the op before it on the same peer and direction, in this call
      * or an earlier one */
     for (size_t j = first + i; j-- > 0;)
-      if (x->st[j].op->root == ops[i]->root &&
-          plan_is_send(x->st[j].op) == plan_is_send(ops[i])) {
+      if (x->st[j].peer == st[i].peer && x->st[j].send == st[i].send) {
         st[i].after = (int)j;
         break;
       }

@@ -168,13 +168,16 @@ static weftResult_t stream_run_sendrecv(struct host_stream *s, struct stream_ite
     else if (pushed != weftSuccess) res = pushed;
     else res = weftInProgress;
   }
+  /* the comm's state and error text first: the records that fire below
+   * wake callers who ask for them */
+  res = launch_op_end(comm, res);
   /* a failure ends every item taken: the records among them fire, as the
    * worker runs the hooks behind a failed item */
   taken_retire(&t, x, 1);
   free(t.items);
   free(t.ends);
   sendrecv_exec_free(x);
-  return launch_op_end(comm, res);
+  return res;
 }
 
 static void *stream_worker(void *arg) {

@@ -9,11 +9,12 @@
 // issued together (allreduce_coalesced, start/endCoalescing, a run of
 // sends and receives) run as one weft group.
 //
-// Sends and receives issued outside a coalescing block are held until
-// something needs them: a wait or completion query on one of them, a
-// collective issued after them, or the end of the backend. They then run as
-// one weft group, so that isend/irecv pairs that cross between two ranks
-// cannot deadlock on the single worker thread.
+// Sends and receives on host memory issued outside a coalescing block go,
+// in issue order, to a weft host stream of the group, where those queued
+// back to back advance together on the stream's thread: an isend starts at
+// once, and isend/irecv pairs that cross between two ranks do not
+// deadlock. An operation run on the worker (or a caller's thread) after
+// them waits for them first (p2p_drain), so issue order holds.
 //
 // Failures: weft reports a dead or silent peer (naming its rank) within the
 // communicator's timeout, which is the process group's timeout; the Work
@@ -132,7 +133,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpTyp
     for (auto &x : tensors) coalesced_.tensors.push_back(std::move(x));
     return coalesced_work_;
   }
-  auto work = make_work(type, name, std::move(outputs), false);
+  auto work = make_work(type, name, std::move(outputs));
   task t{name, std::move(steps), {work}, device, nullptr, std::move(tensors)};
   if (async_op && device < 0) {
     enqueue(std::move(t));
@@ -146,7 +147,6 @@ void WeftBackend::run_here(task &t) {
   {
     std::unique_lock<std::mutex> lk(queue_->mu);
     TORCH_CHECK(!queue_->stop, "weft: ", t.name, " on a process group that was shut down");
-    queue_->release_held_locked();
     queue_->cv.wait(lk, [this] { return queue_->tasks.empty() && !queue_->busy; });
     queue_->busy = true;
   }
@@ -197,15 +197,24 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit_p2p(const char *name, c10d::O
                                                        op_step step,
                                                        std::vector<at::Tensor> outputs) {
   // on a GPU a send waits for its receiver in the kernel, not on this
-  // thread: nothing to hold
+  // thread: it runs as other operations do
   if (coalescing_ || device_of(outputs[0]) >= 0)
     return submit(name, type, {std::move(step)}, std::move(outputs), true);
   seq_++;
-  auto work = make_work(type, name, std::move(outputs), true);
-  std::lock_guard<std::mutex> lk(queue_->mu);
-  TORCH_CHECK(!queue_->stop, "weft: ", name, " on a process group that was shut down");
-  queue_->held.steps.push_back(std::move(step));
-  queue_->held.works.push_back(work);
+  auto work = make_work(type, name, std::move(outputs));
+  task t{name, {std::move(step)}, {work}};
+  t.p2p = true;
+  // queued on the stream from here when nothing is queued before it (it
+  // does not wait for the peer), else by the worker in its turn
+  bool idle;
+  {
+    std::lock_guard<std::mutex> lk(queue_->mu);
+    TORCH_CHECK(!queue_->stop, "weft: ", name, " on a process group that was shut down");
+    idle = queue_->tasks.empty() && !queue_->busy;
+    if (idle) queue_->busy = true;
+  }
+  if (idle) run_busy(t);
+  else enqueue(std::move(t));
   return work;
 }
 
@@ -251,6 +260,8 @@ void WeftBackend::worker_loop() {
 }
 
 std::exception_ptr WeftBackend::run(task &t) {
+  if (t.p2p) return run_p2p(t);
+  p2p_drain();
   if (t.device < 0) return run_steps(t);
   std::exception_ptr err;
   try {
@@ -329,6 +340,87 @@ std::exception_ptr WeftBackend::run_steps(task &t) {
   }
 }
 
+std::exception_ptr WeftBackend::run_p2p(task &t) {
+  weftEvent_t done = nullptr;
+  try {
+    {
+      std::lock_guard<std::mutex> lk(comm_mu_);
+      TORCH_CHECK(!aborted_, "weft: ", t.name, ": the process group was aborted");
+      inflight_++;
+    }
+    struct leave {
+      WeftBackend *b;
+      ~leave() {
+        std::lock_guard<std::mutex> lk(b->comm_mu_);
+        if (--b->inflight_ == 0) b->inflight_cv_.notify_all();
+      }
+    };
+    weftResult_t res = weftSuccess;
+    {
+      leave left{this};
+      if (p2p_stream_ == nullptr) {
+        res = weftStreamCreate(&p2p_stream_);
+        if (res != weftSuccess) p2p_stream_ = nullptr;
+        if (res == weftSuccess) {
+          p2p_comm_->second = comm_;
+          std::shared_ptr<std::pair<std::mutex, weftComm_t>> c = p2p_comm_;
+          std::shared_ptr<queue_state> q = queue_;
+          const int rank = rank_, size = size_;
+          p2p_ = std::make_unique<p2p_lane>([c, q, rank, size]() -> std::exception_ptr {
+            std::string why;
+            {
+              std::lock_guard<std::mutex> lk(q->mu);
+              if (q->aborted) why = "the process group was aborted";
+            }
+            if (why.empty()) {
+              std::lock_guard<std::mutex> lk(c->first);
+              weftResult_t async = weftSuccess;
+              if (c->second == nullptr || weftCommGetAsyncError(c->second, &async) != weftSuccess ||
+                  async == weftSuccess || async == weftInProgress)
+                return nullptr;
+              why = c10::str(weftGetErrorString(async), ": ", weftGetLastError(c->second));
+            }
+            try {
+              C10_THROW_ERROR(DistBackendError, c10::str("weft: send/recv failed on rank ", rank,
+                                                         " of ", size, ": ", why));
+            } catch (...) {
+              return std::current_exception();
+            }
+          });
+        }
+      }
+      if (res == weftSuccess) res = weftEventCreate(&done);
+      if (res == weftSuccess) {
+        stream_ = p2p_stream_;
+        try {
+          res = issue_steps(t);
+        } catch (...) {
+          stream_ = nullptr;
+          throw;
+        }
+        stream_ = nullptr;
+      }
+      if (res == weftSuccess) res = weftEventRecord(done, p2p_stream_);
+    }
+    if (res != weftSuccess) fail(t.name, res);
+    p2p_queued_ = true;
+    p2p_->add(p2p_lane::entry{done, std::move(t.steps), std::move(t.works)});
+    t.works.clear(); /* the lane completes them */
+    return nullptr;
+  } catch (...) {
+    if (done != nullptr) weftEventDestroy(done);
+    return std::current_exception();
+  }
+}
+
+void WeftBackend::p2p_drain() {
+  if (!p2p_queued_) return;
+  // a failure there is the Works' to report (the lane); what runs next
+  // finds the communicator broken
+  weftStreamSynchronize(p2p_stream_);
+  p2p_queued_ = false;
+}
+
 [[noreturn]] void WeftBackend::fail(const char *name, weftResult_t res) {
   std::string detail;
   {
@@ -366,7 +458,6 @@ void WeftBackend::check_init(weftResult_t res, const char *call) {
 void WeftBackend::stop_worker(bool abort_comm) {
   {
     std::lock_guard<std::mutex> lk(queue_->mu);
-    queue_->release_held_locked();
     queue_->stop = true;
     queue_->comm = nullptr;
     queue_->aborted = queue_->aborted || abort_comm;
@@ -430,6 +521,16 @@ void WeftBackend::stop_worker(bool abort_comm) {
     for (auto &t : left) complete(t, err);
   } else if (worker_.joinable()) {
     worker_.join();
+  }
+  // the sends and receives queued on the stream run (after an abort, or a
+  // revoke, they fail at once), then the lane completes their Works
+  if (p2p_stream_ != nullptr) weftStreamDestroy(p2p_stream_);
+  p2p_stream_ = nullptr;
+  if (p2p_ && p2p_->on_thread()) p2p_.release()->detach();
+  p2p_.reset();
+  {
+    std::lock_guard<std::mutex> lk(p2p_comm_->first);
+    p2p_comm_->second = nullptr;
   }
   // the counts of the sends that ran go to the store before the group ends
   // (after an abort they no longer matter)

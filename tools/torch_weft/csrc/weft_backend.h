@@ -256,8 +256,8 @@ class WeftBackend : public c10d::Backend {
   // --- queueing ---
 
   c10::intrusive_ptr<WeftWork> make_work(c10d::OpType type, const char *title,
-                                         std::vector<at::Tensor> outputs, bool held) {
-    return c10::make_intrusive<WeftWork>(rank_, type, title, std::move(outputs), queue_, held);
+                                         std::vector<at::Tensor> outputs) {
+    return c10::make_intrusive<WeftWork>(rank_, type, title, std::move(outputs), queue_);
   }
 
   // Queues an operation for the worker; a blocking one (async_op false)
@@ -300,6 +300,15 @@ class WeftBackend : public c10d::Backend {
 
   std::exception_ptr run_steps(task &t);
 
+  // A send or receive on host memory (t.p2p): queued on the group's host
+  // stream for them, its Works completed by p2p_ once it is done. Does not
+  // wait for the peer.
+  std::exception_ptr run_p2p(task &t);
+
+  // Waits until the sends and receives queued on the host stream are done:
+  // what runs on this thread comes after them, in issue order.
+  void p2p_drain();
+
   // Issues t's steps (in one weft group when there are several, which is
   // ended even when a step throws) and runs their releases.
   weftResult_t issue_steps(task &t);
@@ -322,6 +331,15 @@ class WeftBackend : public c10d::Backend {
   uint64_t monitored_seq_ = 0;
   std::vector<int64_t> received_;  /* host receives issued per source rank */
   std::unique_ptr<p2p_announcer> announcer_; /* made at the first host send */
+  /* sends and receives on host memory: a weft host stream, made at the
+   * first, its lane, and whether it has work not yet drained; used by
+   * the thread that runs the group's tasks (queue_state::busy) */
+  weftStream_t p2p_stream_ = nullptr;
+  std::unique_ptr<p2p_lane> p2p_;
+  bool p2p_queued_ = false;
+  /* the communicator the lane asks for its error; NULL once it is freed */
+  std::shared_ptr<std::pair<std::mutex, weftComm_t>> p2p_comm_ =
+      std::make_shared<std::pair<std::mutex, weftComm_t>>();
   weftComm_t comm_ = nullptr;
   std::shared_ptr<queue_state> queue_;
   weftStream_t stream_ = nullptr; /* the CUDA stream of the task running; NULL on host memory */

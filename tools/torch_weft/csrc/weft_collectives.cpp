@@ -417,7 +417,7 @@ void WeftBackend::startCoalescing() {
   TORCH_CHECK(!coalescing_, "weft: startCoalescing called twice");
   coalescing_ = true;
   coalesced_ = task{"coalesced", {}, {}};
-  coalesced_work_ = make_work(c10d::OpType::COALESCED, "weft:coalesced", {}, false);
+  coalesced_work_ = make_work(c10d::OpType::COALESCED, "weft:coalesced", {});
   coalesced_work_->set_block_open(true);
   coalesced_.works.push_back(coalesced_work_);
 }

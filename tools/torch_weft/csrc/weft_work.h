@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 namespace torch_weft {
 
@@ -25,13 +26,12 @@ struct queue_state;
 class WeftWork : public c10d::Work {
  public:
   WeftWork(int rank, c10d::OpType type, const char *title, std::vector<at::Tensor> outputs,
-           std::shared_ptr<queue_state> q, bool held)
+           std::shared_ptr<queue_state> q)
       : Work(rank, type, title),
         outputs_(std::move(outputs)),
         future_(c10::make_intrusive<c10::ivalue::Future>(
             c10::ListType::create(c10::TensorType::get()))),
-        queue_(std::move(q)),
-        held_(held) {}
+        queue_(std::move(q)) {}
 
   // For the Work of a coalescing block: whether the block is still open
   // (its operations run when it ends).
@@ -74,7 +74,6 @@ class WeftWork : public c10d::Work {
   }
 
  private:
-  void release_held();
   bool poll_gpu();
   void finish_once(std::exception_ptr exception) {
     if (!finished_.exchange(true)) finish(exception);
@@ -82,7 +81,6 @@ class WeftWork : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::shared_ptr<queue_state> queue_;
-  bool held_; /* a send/recv that may still wait in the held list */
   std::shared_ptr<GpuMark> gpu_; /* set for an operation on a CUDA stream */
   std::function<std::exception_ptr()> async_error_;
   std::chrono::milliseconds gpu_timeout_{0};
@@ -112,15 +110,48 @@ struct task {
   /* the caller's tensors it reads and writes: on a GPU, their memory is not
    * reused until the stream is past the operation (record_stream) */
   std::vector<at::Tensor> tensors;
+  /* a send or receive on host memory outside a coalescing block: queued on
+   * the group's weft host stream for them (p2p_lane), not run here */
+  bool p2p = false;
 };
 
-// The queue between callers and the worker thread, shared with the Work
-// objects of held sends and receives so that waiting on one can release them.
+// Sends and receives on host memory run on a weft host stream of the group,
+// where those queued back to back advance together while the caller goes
+// on (weft.h, "Host streams"); an event recorded after each says when it is
+// done. This thread waits for the events in order, then finishes the
+// operations (copies out of staging buffers) and completes their Works.
+struct p2p_lane {
+  struct entry {
+    weftEvent_t done;
+    std::vector<op_step> steps;
+    std::vector<c10::intrusive_ptr<WeftWork>> works;
+  };
+  // error: the communicator's failure once an operation is done, or null
+  explicit p2p_lane(std::function<std::exception_ptr()> error);
+  // Finishes what was added, then stops.
+  ~p2p_lane();
+  void add(entry e);
+  bool on_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  // For a stop on the lane's own thread (a Work's callback ends the group):
+  // the lane finishes what was added, then frees itself.
+  void detach();
+
+ private:
+  void loop();
+  bool detached_ = false;
+  std::function<std::exception_ptr()> error_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<entry> entries_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// The queue between callers and the worker thread.
 struct queue_state {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<task> tasks;
-  task held{"send/recv", {}, {}}; /* sends and receives not yet released */
   bool stop = false;
   bool busy = false; /* a task is running, on the worker or on a caller's thread */
   /* for GPU Works asking for the communicator's asynchronous error: NULL once
@@ -137,20 +168,9 @@ struct queue_state {
   bool push(task t) {
     std::lock_guard<std::mutex> lk(mu);
     if (stop) return false;
-    release_held_locked();
     tasks.push_back(std::move(t));
     cv.notify_all();
     return true;
-  }
-  void release_held() {
-    std::lock_guard<std::mutex> lk(mu);
-    release_held_locked();
-    cv.notify_all();
-  }
-  void release_held_locked() {
-    if (held.steps.empty()) return;
-    tasks.push_back(std::move(held));
-    held = task{"send/recv", {}, {}};
   }
 };
 
