@@ -219,6 +219,11 @@ weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t *asyncError);
 weftResult_t weftCommShrink(weftComm_t comm, const int *excludeRanks, int nexclude,
                             weftComm_t *newcomm, weftConfig_t *config);
 
+/* weft extension: sets comm's per-wait timeout (as weftConfig_t's timeoutMs,
+ * > 0) for the waits that begin after the call; a wait already under way
+ * keeps the one it began with. Safe to call from any thread. */
+weftResult_t weftCommSetTimeout(weftComm_t comm, int timeoutMs);
+
 weftResult_t weftCommCount(const weftComm_t comm, int *count);
 weftResult_t weftCommUserRank(const weftComm_t comm, int *rank);
 /* The CUDA device of comm, or -1 for a communicator of host ranks. */

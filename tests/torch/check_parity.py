@@ -9,7 +9,7 @@ the same ranks where Gloo has it:
 - all_reduce of bool tensors with SUM and PRODUCT (NCCL maps them to MAX and
   MIN; Gloo's results are the same);
 - all_gather and reduce_scatter with lists of tensors of unequal sizes;
-- Work.get_duration(), set_timeout(), options through pg_options (name,
+- Work._get_duration(), set_timeout(), options through pg_options (name,
   timeout, channels), shrink_group, and the time estimate torch asks for.
 
 Run under torchrun (2 or 3 ranks); exits non-zero with the failing checks
@@ -117,7 +117,207 @@ def check_crossing(rng):
                 torch.zeros(1000, dtype=torch.int64))
 
 
+def trace(what):
+    if os.environ.get("WEFT_PARITY_TRACE"):
+        print(f"rank {dist.get_rank()}: {what}", flush=True)
+
+
+# --- parity with NCCL and Gloo ------------------------------------------------
+
+def check_bool(gloo, rng):
+    """bool all_reduce: SUM and PRODUCT as NCCL maps them (MAX, MIN), MIN and
+    MAX, against Gloo's results."""
+    r = dist.get_rank()
+    R = dist.ReduceOp
+    for op in [R.SUM, R.PRODUCT, R.MIN, R.MAX]:
+        for n in [1, 7, 1000, rng.randint(2, 5000)]:
+            g = torch.Generator().manual_seed(31 * n + r)
+            t = torch.rand(n, generator=g) < (0.8 if op == R.PRODUCT else 0.2)
+            ref = t.clone()
+            dist.all_reduce(t, op)
+            dist.all_reduce(ref, op, group=gloo)
+            check_equal(f"bool all_reduce {op} of {n}", t, ref)
+    # AVG has no meaning for bools (NCCL refuses it too)
+    global checks
+    checks += 1
+    try:
+        dist.all_reduce(torch.ones(3, dtype=torch.bool), R.AVG)
+        failures.append("bool AVG: no exception")
+    except Exception as e:  # noqa: BLE001
+        if "bool" not in str(e):
+            failures.append(f"bool AVG: message {str(e)[:200]!r}")
+
+
+def check_uneven(gloo, rng):
+    """all_gather and reduce_scatter with lists of tensors of unequal sizes
+    (empty ones among them), several dtypes and ops."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    R = dist.ReduceOp
+    for trial in range(4):
+        sizes = [rng.choice([0, 1, 7, rng.randint(1, 70000)]) for _ in range(world)]
+        if len(set(sizes)) == 1:
+            sizes[0] += 1
+        for dtype in [torch.int64, torch.float32, torch.bool, torch.bfloat16]:
+            outs = [torch.full((sizes[q],), 7, dtype=torch.int64).to(dtype) for q in range(world)]
+            dist.all_gather(outs, rank_ints(r, sizes[r], trial).to(dtype))
+            for q in range(world):
+                check_equal(f"uneven all_gather {sizes} {dtype} block {q}", outs[q],
+                            rank_ints(q, sizes[q], trial).to(dtype))
+        for op in [R.SUM, R.PRODUCT, R.MIN, R.MAX]:
+            ins = [rank_ints(r, sizes[q], 100 * trial + q) for q in range(world)]
+            out = torch.empty(sizes[r], dtype=torch.int64)
+            dist.reduce_scatter(out, ins, op)
+            each = torch.stack([rank_ints(q, sizes[r], 100 * trial + r) for q in range(world)])
+            want = {R.SUM: each.sum(0), R.PRODUCT: each.prod(0),
+                    R.MIN: each.min(0).values, R.MAX: each.max(0).values}[op]
+            check_equal(f"uneven reduce_scatter {sizes} {op}", out, want)
+        # floats with AVG, against Gloo's sum divided
+        ins = [rank_ints(r, sizes[q], 7 + q).double() for q in range(world)]
+        out = torch.empty(sizes[r], dtype=torch.float64)
+        dist.reduce_scatter(out, ins, R.AVG)
+        each = torch.stack([rank_ints(q, sizes[r], 7 + r).double() for q in range(world)])
+        check_equal(f"uneven reduce_scatter {sizes} AVG", out, each.sum(0) / world)
+    # a strided output, written through a staging copy
+    sizes = [3 + 2 * q for q in range(world)]
+    base = torch.zeros(2 * sizes[-1], dtype=torch.int64)
+    outs = [torch.empty(sizes[q], dtype=torch.int64) for q in range(world - 1)]
+    outs.append(base[::2])
+    dist.all_gather(outs, rank_ints(r, sizes[r], 9))
+    check_equal("uneven all_gather into a strided view", base[::2],
+                rank_ints(world - 1, sizes[-1], 9))
+    check_equal("uneven all_gather leaves the gaps", base[1::2], torch.zeros(sizes[-1],
+                                                                             dtype=torch.int64))
+    # this rank's block must fit its input
+    global checks
+    checks += 1
+    try:
+        bad = [torch.empty(sizes[q] + (1 if q == r else 0), dtype=torch.int64)
+               for q in range(world)]
+        dist.all_gather(bad, rank_ints(r, sizes[r], 9))
+        failures.append("uneven all_gather with this rank's block off: no exception")
+    except Exception as e:  # noqa: BLE001
+        if "this rank's output" not in str(e):
+            failures.append(f"uneven all_gather bad block: message {str(e)[:200]!r}")
+    dist.barrier()
+
+
+def check_duration():
+    """Work._get_duration() (torch's name for it): the time the operation took, in ms,
+    once it is done: an all-reduce rank 0 waits 0.3 s in for the last rank
+    lasts at least 0.25 s there."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    dist.barrier()
+    if r == world - 1:
+        time.sleep(0.3)
+    w = dist.all_reduce(torch.ones(1000), async_op=True)
+    w.wait()
+    d = w._get_duration()
+    check("get_duration is positive and below a minute", 0 < d < 60000, f"{d} ms")
+    if r == 0:
+        check("get_duration of an all-reduce waiting 0.3 s for a peer", d >= 250, f"{d} ms")
+    nxt, prv = (r + 1) % world, (r - 1) % world
+    s = dist.isend(torch.ones(10), nxt)
+    q = dist.irecv(torch.empty(10), prv)
+    s.wait()
+    q.wait()
+    check("get_duration of an isend", 0 <= s._get_duration() < 60000, f"{s._get_duration()} ms")
+
+
+def check_timeouts():
+    """set_timeout() and pg_options' timeout: a peer silent past it fails the
+    operation with the new timeout named (the group is broken after)."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    for how in ["set_timeout", "pg_options"]:
+        if how == "set_timeout":
+            g = dist.new_group(backend="weft", timeout=timedelta(seconds=120))
+            dist.set_timeout(timedelta(seconds=2), g)
+        else:
+            g = dist.new_group(backend="weft", pg_options=torch_weft.Options(
+                channels=2, name="parity-timeout", timeout=timedelta(seconds=2)))
+        t = torch.ones(8)
+        dist.all_reduce(t, group=g)
+        check_equal(f"{how}: all_reduce before", t, torch.full((8,), float(world)))
+        if r == world - 1:
+            time.sleep(5)  # silent past the 2 s timeout
+        else:
+            start = time.monotonic()
+            try:
+                trace(f"{how}: all_reduce on a group with a silent peer")
+                dist.all_reduce(t, group=g)
+                failures.append(f"{how}: no failure with a peer silent past 2 s")
+            except Exception as e:  # noqa: BLE001
+                took = time.monotonic() - start
+                # the first rank to give up says why; the others may hear of
+                # it from that rank before their own wait runs out
+                check(f"{how}: the failure names the 2 s timeout or the rank that gave up",
+                      "(2000 ms)" in str(e) or "failed or aborted" in str(e), str(e)[:300])
+                check(f"{how}: failed within the timeout and 2 s", took < 4.0, f"{took:.2f} s")
+        trace(f"{how}: barrier")
+        dist.barrier()
+        trace(f"{how}: destroy")
+        dist.destroy_process_group(g)
+        trace(f"{how}: destroyed")
+    # channels: 1 and 4 give the same sums; 0 is refused before any rendezvous
+    for channels in [1, 4]:
+        g = dist.new_group(backend="weft", pg_options=torch_weft.Options(channels=channels))
+        t = rank_ints(r, 100000, 3).double()
+        dist.all_reduce(t, group=g)
+        want = sum(rank_ints(q, 100000, 3).double() for q in range(world))
+        check_equal(f"pg_options channels={channels}: all_reduce", t, want)
+        dist.destroy_process_group(g)
+    global checks
+    checks += 1
+    try:
+        torch_weft.Options(channels=0)
+        failures.append("Options(channels=0): no exception")
+    except ValueError as e:
+        if "channels" not in str(e):
+            failures.append(f"Options(channels=0): message {str(e)[:200]!r}")
+
+
+def check_shrink():
+    """shrink_group: the ranks but the last make a group of their own
+    (weftCommShrink); the last rank does not take part."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    g = dist.new_group(backend="weft")
+    t = torch.ones(4)
+    dist.all_reduce(t, group=g)
+    if r < world - 1:
+        small = dist.shrink_group([world - 1], group=g)
+        check("shrink_group: the new group's size", small.size() == world - 1, str(small.size()))
+        t = rank_ints(r, 1000, 5)
+        dist.all_reduce(t, group=small)
+        check_equal("shrink_group: all_reduce on the shrunk group", t,
+                    sum(rank_ints(q, 1000, 5) for q in range(world - 1)))
+    dist.barrier()
+
+
+def check_estimate():
+    """dist._time_estimator(): what is issued inside is estimated, not run:
+    the tensors keep their values, and a larger all-reduce is estimated to
+    take longer."""
+    r = dist.get_rank()
+    est = {}
+    for n in [1 << 10, 1 << 22]:
+        t = torch.full((n,), float(r + 1))
+        with dist._time_estimator() as e:
+            dist.all_reduce(t)
+            dist.all_gather_into_tensor(torch.empty(n * dist.get_world_size()), t)
+        est[n] = e.estimated_time
+        check_equal(f"time estimate of {n}: the tensor is untouched", t,
+                    torch.full((n,), float(r + 1)))
+    check("time estimates are positive and grow with the size",
+          0 < est[1 << 10] < est[1 << 22], str(est))
+    t = torch.ones(5)
+    dist.all_reduce(t)
+    check_equal("all_reduce after a time estimate", t,
+                torch.full((5,), float(dist.get_world_size())))
+
+
 def main():
+    # the checks of timeouts leave broken groups behind: failures raise here
+    # instead of ending the process (the watchdog's default)
+    os.environ["TORCH_WEFT_ASYNC_ERROR_HANDLING"] = "0"
     dist.init_process_group("weft")
     r = dist.get_rank()
     gloo = dist.new_group(backend="gloo")
@@ -127,8 +327,16 @@ def main():
     if r == 0:
         print(f"check_parity: seed {seed} (WEFT_PARITY_SEED={seed} repeats it)", flush=True)
     rng = random.Random(seed)
-    fns = [lambda: check_isend_progress(), lambda: check_crossing(rng)]
+    fns = [lambda: check_isend_progress(), lambda: check_crossing(rng),
+           lambda: check_bool(gloo, rng), lambda: check_uneven(gloo, rng), check_duration,
+           check_estimate, check_timeouts,
+           check_shrink]  # last: the ranks that shrink name their later groups apart
+    only = os.environ.get("WEFT_PARITY_ONLY")  # a check's name, to run it alone
+    if only:
+        fns = [globals()[only]]
     for fn in fns:
+        if os.environ.get("WEFT_PARITY_TRACE"):
+            print(f"rank {r}: {fn}", flush=True)
         try:
             fn()
         except Exception as e:  # noqa: BLE001  (a raise is a failed check; the next runs)

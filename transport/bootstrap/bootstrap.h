@@ -102,6 +102,8 @@ weftResult_t bootstrap_recv(struct bootstrap *bs, int peer, uint32_t tag, void *
 weftResult_t bootstrap_try_recv(struct bootstrap *bs, int peer, uint32_t tag, void *data,
                                 size_t nbytes);
 void bootstrap_close(struct bootstrap *bs);
+/* The timeout of the waits that begin after the call. Thread-safe. */
+void bootstrap_timeout_set(struct bootstrap *bs, uint64_t timeout_ns);
 /* Tells every other rank, once and best effort (a quarter second per rank at
  * most), that this rank failed: their bootstrap waits on it (messages,
  * allgathers) end at once with an error instead of at the timeout. Safe

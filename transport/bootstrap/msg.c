@@ -86,6 +86,10 @@ weftResult_t bootstrap_try_recv(struct bootstrap *bs, int peer, uint32_t tag, vo
   return msg_take(bs, peer, tag, data, nbytes);
 }
 
+void bootstrap_timeout_set(struct bootstrap *bs, uint64_t timeout_ns) {
+  __atomic_store_n(&bs->timeout_ns, timeout_ns, __ATOMIC_RELAXED);
+}
+
 void bootstrap_poison(struct bootstrap *bs) {
   if (bs == NULL || __atomic_exchange_n(&bs->poisoned, 1u, __ATOMIC_ACQ_REL)) return;
   /* the caller's error is the one to report: a peer that is gone here

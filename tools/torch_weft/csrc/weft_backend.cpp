@@ -22,6 +22,7 @@
 
 #include "weft_backend.h"
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/utils/pybind.h>
 
@@ -39,9 +40,10 @@
 namespace torch_weft {
 
 WeftBackend::WeftBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
-                         std::chrono::milliseconds timeout, const std::string &name)
+                         std::chrono::milliseconds timeout, const std::string &name, int channels)
     : Backend(rank, size),
       timeout_(timeout),
+      channels_(channels),
       store_(store),
       received_(size, 0),
       queue_(std::make_shared<queue_state>()) {
@@ -59,7 +61,7 @@ WeftBackend::WeftBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank,
     memcpy(id.internal, bytes.data(), sizeof id.internal);
   }
   name_ = name.empty() ? std::string("torch") : name;
-  weftConfig_t config = config_of(timeout, name_);
+  weftConfig_t config = config_of(timeout, name_, channels);
   check_init(weftCommInitRankConfig(&comm_, size, id, rank, &config), "weftCommInitRank");
   queue_->comm = comm_;
   worker_ = std::thread([this] { worker_loop(); });
@@ -94,7 +96,7 @@ c10::intrusive_ptr<c10d::Backend> WeftBackend::split(const c10::intrusive_ptr<c1
   const int key = member ? (int)(me - ranks.begin()) : 0;
   const std::chrono::milliseconds timeout = opts ? opts->timeout : timeout_;
   const std::string name = opts && !opts->group_name.empty() ? opts->group_name : name_;
-  weftConfig_t config = config_of(timeout, name);
+  weftConfig_t config = config_of(timeout, name, channels_);
   weftComm_t child = nullptr;
   op_step s;
   s.issue = [&]() { return weftCommSplit(comm_, color, key, &child, &config); };
@@ -102,12 +104,105 @@ c10::intrusive_ptr<c10d::Backend> WeftBackend::split(const c10::intrusive_ptr<c1
   steps.push_back(std::move(s));
   submit("split", c10d::OpType::UNKNOWN, std::move(steps), {}, false)->wait();
   if (!member) return nullptr;
-  return c10::make_intrusive<WeftBackend>(child, key, (int)ranks.size(), timeout, name, store);
+  auto b = c10::make_intrusive<WeftBackend>(child, key, (int)ranks.size(), timeout, name, store);
+  b->channels_ = channels_;
+  return b;
 }
 
-void WeftBackend::setTimeout(std::chrono::milliseconds) {
-  TORCH_WARN_ONCE("weft: the timeout of a process group is fixed when its communicator ",
-                  "is created; keeping ", timeout_.count(), " ms");
+void WeftBackend::setTimeout(std::chrono::milliseconds timeout) {
+  TORCH_CHECK(timeout.count() > 0 && timeout.count() <= INT32_MAX, "weft: set_timeout: ",
+              timeout.count(), " ms is not a timeout (1 ms to 24 days)");
+  std::lock_guard<std::mutex> lk(comm_mu_);
+  TORCH_CHECK(!aborted_ && comm_ != nullptr, "weft: set_timeout on a process group that was ",
+              "aborted or shut down");
+  weftResult_t res = weftCommSetTimeout(comm_, (int)timeout.count());
+  TORCH_CHECK(res == weftSuccess, "weft: set_timeout: ", weftGetErrorString(res), ": ",
+              weftGetLastError(comm_));
+  timeout_ = timeout;
+}
+
+c10::intrusive_ptr<c10d::Backend> WeftBackend::shrink(const std::vector<int64_t> &ranks_to_exclude,
+                                                      int shrink_flags,
+                                                      const c10::intrusive_ptr<Options> &opts) {
+  TORCH_CHECK(!coalescing_, "weft: shrink inside a coalescing block");
+  std::vector<int> excluded;
+  for (int64_t r : ranks_to_exclude) {
+    TORCH_CHECK(r >= 0 && r < size_, "weft: shrink: rank ", r, " is not a rank of this group of ",
+                size_);
+    TORCH_CHECK(r != rank_, "weft: shrink: rank ", r, " excludes itself (excluded ranks do not ",
+                "call shrink_group)");
+    excluded.push_back((int)r);
+  }
+  const std::chrono::milliseconds timeout = opts ? opts->timeout : timeout_;
+  const std::string name = opts && !opts->group_name.empty() ? opts->group_name : name_;
+  if (shrink_flags & 1) {
+    // SHRINK_ABORT: what waits in this communicator (a dead peer's
+    // operation, say) ends now, and the queue drains at once
+    std::lock_guard<std::mutex> lk(comm_mu_);
+    if (!aborted_ && comm_ != nullptr) weftCommRevoke(comm_, 0);
+  }
+  weftConfig_t config = config_of(timeout, name, channels_);
+  weftComm_t child = nullptr;
+  op_step s;
+  s.issue = [&]() {
+    return weftCommShrink(comm_, excluded.data(), (int)excluded.size(), &child, &config);
+  };
+  std::vector<op_step> steps;
+  steps.push_back(std::move(s));
+  auto work = submit("shrink", c10d::OpType::UNKNOWN, std::move(steps), {}, false);
+  work->wait();
+  int rank = 0, size = 0;
+  weftCommUserRank(child, &rank);
+  weftCommCount(child, &size);
+  // the new group's keys (monitored barriers, receives from any source)
+  // apart from this one's
+  auto store = c10::make_intrusive<c10d::PrefixStore>(c10::str("weft_shrunk/", ++shrinks_),
+                                                      store_);
+  auto b = c10::make_intrusive<WeftBackend>(child, rank, size, timeout, name, store);
+  b->channels_ = channels_;
+  return b;
+}
+
+void WeftBackend::startTimeEstimate() {
+  TORCH_CHECK(!coalescing_, "weft: a time estimate inside a coalescing block");
+  startCoalescing();
+  estimating_ = true;
+}
+
+float WeftBackend::endTimeEstimate() {
+  TORCH_CHECK(coalescing_ && estimating_, "weft: endTimeEstimate without startTimeEstimate");
+  coalescing_ = false;
+  estimating_ = false;
+  auto work = coalesced_work_;
+  work->set_block_open(false);
+  coalesced_work_.reset();
+  task t = std::move(coalesced_);
+  coalesced_ = task{"coalesced", {}, {}};
+  TORCH_CHECK(t.device < 0, "weft: time estimates of operations on CUDA tensors are not ",
+              "supported (their streams)");
+  // recorded as a group that weftGroupSimulateEnd drops: nothing runs, so
+  // nothing waits for the queue; the Works of the block complete at once
+  float us = 0;
+  weftResult_t res = weftGroupStart();
+  std::exception_ptr thrown;
+  for (auto &s : t.steps) {
+    if (res != weftSuccess) break;
+    if (!s.issue) continue;
+    try {
+      res = s.issue();
+    } catch (...) {
+      thrown = std::current_exception();
+      break;
+    }
+  }
+  weftResult_t end = weftGroupSimulateEnd(&us);
+  if (res == weftSuccess) res = end;
+  for (auto &s : t.steps)
+    if (s.release) s.release();
+  for (auto &w : t.works) w->complete(nullptr);
+  if (thrown) std::rethrow_exception(thrown);
+  if (res != weftSuccess) fail("time estimate", res);
+  return us;
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpType type,
@@ -154,6 +249,7 @@ void WeftBackend::run_here(task &t) {
 }
 
 void WeftBackend::run_busy(task &t) {
+  for (auto &w : t.works) w->mark_started();
   std::exception_ptr err = run(t);
   {
     std::lock_guard<std::mutex> lk(queue_->mu);
@@ -440,8 +536,10 @@ void WeftBackend::p2p_drain() {
                            weftGetErrorString(res), ": ", detail));
 }
 
-weftConfig_t WeftBackend::config_of(std::chrono::milliseconds timeout, const std::string &name) {
+weftConfig_t WeftBackend::config_of(std::chrono::milliseconds timeout, const std::string &name,
+                                     int channels) {
   weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+  if (channels > 0) config.minChannels = config.maxChannels = channels;
   long long ms = timeout.count();
   config.timeoutMs = ms <= 0 ? WEFT_CONFIG_UNDEF_INT : (int)std::min<long long>(ms, INT32_MAX);
   config.commName = name.c_str();
@@ -573,9 +671,9 @@ class WeftProcessGroup : public c10d::ProcessGroup {
 
 static c10::intrusive_ptr<c10d::Backend> create_backend(
     const c10::intrusive_ptr<c10d::Store> &store, int rank, int size, double timeout_s,
-    const std::string &name) {
+    const std::string &name, int channels) {
   auto ms = std::chrono::milliseconds((long long)(timeout_s * 1000.0));
-  return c10::make_intrusive<WeftBackend>(store, rank, size, ms, name);
+  return c10::make_intrusive<WeftBackend>(store, rank, size, ms, name, channels);
 }
 
 }  // namespace torch_weft
@@ -600,7 +698,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("store"), py::arg("rank"), py::arg("size"),
            "A process group whose backend is named \"weft\" (DDP's logging data).");
   m.def("create_backend", &torch_weft::create_backend, py::arg("store"), py::arg("rank"),
-        py::arg("size"), py::arg("timeout_s"), py::arg("name") = "",
+        py::arg("size"), py::arg("timeout_s"), py::arg("name") = "", py::arg("channels") = 0,
         py::call_guard<py::gil_scoped_release>(),
         "Joins this rank to a weft communicator whose unique id travels through store.");
   m.def("install_allocator", &torch_weft::alloc_install, py::arg("min_bytes"),

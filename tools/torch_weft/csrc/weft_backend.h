@@ -77,8 +77,10 @@ struct p2p_announcer {
 
 class WeftBackend : public c10d::Backend {
  public:
+  // channels: the communicator's channels (weftConfig_t's minChannels and
+  // maxChannels), or 0 for weft's choice.
   WeftBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
-              std::chrono::milliseconds timeout, const std::string &name);
+              std::chrono::milliseconds timeout, const std::string &name, int channels = 0);
 
   // A backend over a communicator that split() made; it owns comm. store
   // is the new group's (monitored barriers, receives from any source).
@@ -106,7 +108,28 @@ class WeftBackend : public c10d::Backend {
                                           const c10::intrusive_ptr<Options> &opts) override;
 
   uint64_t getSequenceNumberForGroup() override { return seq_; }
-  void setTimeout(std::chrono::milliseconds) override;
+  // The group's timeout for what starts after the call: weft's waits
+  // (weftCommSetTimeout) and the deadlines of later operations.
+  void setTimeout(std::chrono::milliseconds timeout) override;
+  // Every operation is timed (Work.get_duration()); nothing to turn on.
+  void enableCollectivesTiming() override {}
+
+  // shrink_group: the remaining ranks (every one but ranks_to_exclude, which
+  // may be dead, calls it) make a communicator with weftCommShrink, which
+  // waits on no excluded rank. SHRINK_ABORT (flag 1) first revokes this
+  // group's communicator, so that what waits in it ends now; otherwise the
+  // shrink runs after the operations issued before it.
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t> &ranks_to_exclude,
+                                           int shrink_flags,
+                                           const c10::intrusive_ptr<Options> &opts) override;
+
+  // dist._time_estimator(): the operations issued in between are recorded
+  // and not run (as a coalescing block's), then weftGroupSimulateEnd gives
+  // the tuner's estimate of their time, in microseconds.
+  bool supportsTimeEstimation() const override { return true; }
+  void startTimeEstimate() override;
+  float endTimeEstimate() override;
 
   // --- collectives ---
 
@@ -221,8 +244,13 @@ class WeftBackend : public c10d::Backend {
 
   void check_peer(int peer, const char *opname) const;
 
+  // A list of one tensor per rank, each of like's dtype and device (and,
+  // when even, of like's number of elements).
   void check_list(const std::vector<at::Tensor> &list, const at::Tensor &like,
-                  const char *opname) const;
+                  const char *opname, bool even = true) const;
+
+  // Whether every tensor of list has like's number of elements.
+  static bool same_numel(const std::vector<at::Tensor> &list, const at::Tensor &like);
 
   void split_layout(const at::Tensor &t, const std::vector<int64_t> &splits,
                     const char *which, std::vector<int64_t> *off, std::vector<int64_t> *len);
@@ -317,7 +345,8 @@ class WeftBackend : public c10d::Backend {
   [[noreturn]] void fail(const char *name, weftResult_t res);
 
   // The communicator's settings: the group's timeout and name.
-  static weftConfig_t config_of(std::chrono::milliseconds timeout, const std::string &name);
+  static weftConfig_t config_of(std::chrono::milliseconds timeout, const std::string &name,
+                                int channels = 0);
 
   void check_init(weftResult_t res, const char *call);
 
@@ -354,6 +383,9 @@ class WeftBackend : public c10d::Backend {
   std::condition_variable inflight_cv_; /* inflight_, revoking_, stopped_ */
   uint64_t seq_ = 0;
   bool coalescing_ = false;
+  bool estimating_ = false; /* the coalescing block is a time estimate's */
+  int channels_ = 0;
+  int shrinks_ = 0; /* groups shrunk from this one: their store prefixes */
   task coalesced_{"coalesced", {}, {}};
   c10::intrusive_ptr<WeftWork> coalesced_work_;
 };

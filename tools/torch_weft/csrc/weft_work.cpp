@@ -149,4 +149,11 @@ bool WeftWork::wait(std::chrono::milliseconds timeout) {
 
 c10::intrusive_ptr<c10::ivalue::Future> WeftWork::getFuture() { return future_; }
 
+float WeftWork::getDuration() const {
+  const int64_t start = started_ns_.load(), end = ended_ns_.load();
+  TORCH_CHECK(end != 0 && start != 0, "weft: get_duration() is known once the work has ",
+              "completed (wait() for it first)");
+  return (float)(end - start) / 1e6f;
+}
+
 }  // namespace torch_weft

@@ -51,8 +51,23 @@ class WeftWork : public c10d::Work {
   }
   void set_source(std::shared_ptr<std::atomic<int>> source) { source_ = std::move(source); }
 
+  // The time from the operation's start to its end, in milliseconds, once
+  // it is complete (weft times every operation; NCCL only with timing on).
+  float getDuration() const override;
+  // Called when the operation starts to run (a send or receive: when it is
+  // queued on the host stream).
+  void mark_started() {
+    if (started_ns_.load() == 0) started_ns_ = now_ns();
+  }
+  static int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
   // Called by the worker once the operation has run (exception: its failure).
   void complete(std::exception_ptr exception) {
+    ended_ns_ = now_ns();
     finish(exception);
     if (exception)
       future_->setError(exception);
@@ -76,7 +91,10 @@ class WeftWork : public c10d::Work {
  private:
   bool poll_gpu();
   void finish_once(std::exception_ptr exception) {
-    if (!finished_.exchange(true)) finish(exception);
+    if (!finished_.exchange(true)) {
+      ended_ns_ = now_ns();
+      finish(exception);
+    }
   }
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
@@ -87,6 +105,7 @@ class WeftWork : public c10d::Work {
   std::atomic<bool> finished_{false};
   std::atomic<bool> block_open_{false};
   std::shared_ptr<std::atomic<int>> source_; /* a receive from any source: its sender */
+  std::atomic<int64_t> started_ns_{0}, ended_ns_{0};
 };
 
 // One weft call (or several that belong together), split in two: issue runs
