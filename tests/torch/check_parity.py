@@ -24,6 +24,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import ErrorType
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "torch_weft"))
 import torch_weft  # noqa: E402,F401
@@ -225,20 +226,24 @@ def check_duration():
 
 def check_timeouts():
     """set_timeout() and pg_options' timeout: a peer silent past it fails the
-    operation with the new timeout named (the group is broken after)."""
+    operation with the new timeout named (the group is broken after), and
+    the group's watchdog reports it through get_error()."""
     r, world = dist.get_rank(), dist.get_world_size()
-    for how in ["set_timeout", "pg_options"]:
+    # set_timeout shortens a group made with a long one; pg_options' timeout
+    # is the group's from its creation on (long enough for a loaded machine
+    # to make the group)
+    for how, secs in [("set_timeout", 2), ("pg_options", 5)]:
         if how == "set_timeout":
             g = dist.new_group(backend="weft", timeout=timedelta(seconds=120))
-            dist.set_timeout(timedelta(seconds=2), g)
+            dist.set_timeout(timedelta(seconds=secs), g)
         else:
             g = dist.new_group(backend="weft", pg_options=torch_weft.Options(
-                channels=2, name="parity-timeout", timeout=timedelta(seconds=2)))
+                channels=2, name="parity-timeout", timeout=timedelta(seconds=secs)))
         t = torch.ones(8)
         dist.all_reduce(t, group=g)
         check_equal(f"{how}: all_reduce before", t, torch.full((8,), float(world)))
         if r == world - 1:
-            time.sleep(5)  # silent past the 2 s timeout
+            time.sleep(secs + 3)  # silent past the timeout
         else:
             start = time.monotonic()
             try:
@@ -249,15 +254,30 @@ def check_timeouts():
                 took = time.monotonic() - start
                 # the first rank to give up says why; the others may hear of
                 # it from that rank before their own wait runs out
-                check(f"{how}: the failure names the 2 s timeout or the rank that gave up",
-                      "(2000 ms)" in str(e) or "failed or aborted" in str(e), str(e)[:300])
-                check(f"{how}: failed within the timeout and 2 s", took < 4.0, f"{took:.2f} s")
+                check(f"{how}: the failure names the {secs} s timeout or the rank that gave up",
+                      f"({secs * 1000} ms)" in str(e) or "failed or aborted" in str(e),
+                      str(e)[:300])
+                check(f"{how}: failed within the timeout and 2 s", took < secs + 2.0,
+                      f"{took:.2f} s")
         trace(f"{how}: barrier")
         dist.barrier()
+        # the watchdog (told to let the process go on) saw the failure
+        backend = g._get_backend(torch.device("cpu"))
+        for _ in range(50):
+            if backend.get_error() != ErrorType.SUCCESS:
+                break
+            time.sleep(0.1)
+        want = ([ErrorType.TIMEOUT, ErrorType.REMOTE_ERROR, ErrorType.COMM_ERROR]
+                if r != world - 1 else [ErrorType.SUCCESS, ErrorType.REMOTE_ERROR,
+                                        ErrorType.COMM_ERROR])
+        check(f"{how}: get_error()", backend.get_error() in want, str(backend.get_error()))
         trace(f"{how}: destroy")
         dist.destroy_process_group(g)
         trace(f"{how}: destroyed")
     # channels: 1 and 4 give the same sums; 0 is refused before any rendezvous
+    check("get_error() of a group that did not fail",
+          dist.group.WORLD._get_backend(torch.device("cpu")).get_error() == ErrorType.SUCCESS,
+          "")
     for channels in [1, 4]:
         g = dist.new_group(backend="weft", pg_options=torch_weft.Options(channels=channels))
         t = rank_ints(r, 100000, 3).double()

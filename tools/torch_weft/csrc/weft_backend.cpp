@@ -39,6 +39,16 @@
 
 namespace torch_weft {
 
+// TORCH_WEFT_ASYNC_ERROR_HANDLING: what the watchdog does with a failure
+// (weft_backend.h); 3 unless set to 0, 1 or 2.
+static int async_error_handling() {
+  const char *v = getenv("TORCH_WEFT_ASYNC_ERROR_HANDLING");
+  if (v == nullptr || *v == '\0') return 3;
+  TORCH_CHECK(strlen(v) == 1 && v[0] >= '0' && v[0] <= '3', "weft: ",
+              "TORCH_WEFT_ASYNC_ERROR_HANDLING=", v, " is not one of 0, 1, 2, 3");
+  return v[0] - '0';
+}
+
 WeftBackend::WeftBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
                          std::chrono::milliseconds timeout, const std::string &name, int channels)
     : Backend(rank, size),
@@ -64,8 +74,11 @@ WeftBackend::WeftBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank,
   weftConfig_t config = config_of(timeout, name_, channels);
   check_init(weftCommInitRankConfig(&comm_, size, id, rank, &config), "weftCommInitRank");
   queue_->comm = comm_;
+  p2p_comm_->second = comm_;
   worker_ = std::thread([this] { worker_loop(); });
   worker_id_ = worker_.get_id();
+  handling_ = async_error_handling();
+  watchdog_ = std::thread([this] { watchdog_loop(); });
 }
 
 WeftBackend::WeftBackend(weftComm_t comm, int rank, int size, std::chrono::milliseconds timeout,
@@ -78,8 +91,11 @@ WeftBackend::WeftBackend(weftComm_t comm, int rank, int size, std::chrono::milli
       comm_(comm),
       queue_(std::make_shared<queue_state>()) {
   queue_->comm = comm_;
+  p2p_comm_->second = comm_;
   worker_ = std::thread([this] { worker_loop(); });
   worker_id_ = worker_.get_id();
+  handling_ = async_error_handling();
+  watchdog_ = std::thread([this] { watchdog_loop(); });
 }
 
 c10::intrusive_ptr<c10d::Backend> WeftBackend::split(const c10::intrusive_ptr<c10d::Store> &store,
@@ -229,6 +245,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpTyp
     return coalesced_work_;
   }
   auto work = make_work(type, name, std::move(outputs));
+  watch(work, name);
   task t{name, std::move(steps), {work}, device, nullptr, std::move(tensors)};
   if (async_op && device < 0) {
     enqueue(std::move(t));
@@ -298,6 +315,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit_p2p(const char *name, c10d::O
     return submit(name, type, {std::move(step)}, std::move(outputs), true);
   seq_++;
   auto work = make_work(type, name, std::move(outputs));
+  watch(work, name);
   task t{name, {std::move(step)}, {work}};
   t.p2p = true;
   // queued on the stream from here when nothing is queued before it (it
@@ -458,7 +476,6 @@ std::exception_ptr WeftBackend::run_p2p(task &t) {
         res = weftStreamCreate(&p2p_stream_);
         if (res != weftSuccess) p2p_stream_ = nullptr;
         if (res == weftSuccess) {
-          p2p_comm_->second = comm_;
           std::shared_ptr<std::pair<std::mutex, weftComm_t>> c = p2p_comm_;
           std::shared_ptr<queue_state> q = queue_;
           const int rank = rank_, size = size_;
@@ -553,7 +570,138 @@ void WeftBackend::check_init(weftResult_t res, const char *call) {
                            weftGetErrorString(res), ": ", weftGetLastError(nullptr)));
 }
 
+void WeftBackend::watch(const c10::intrusive_ptr<WeftWork> &work, const char *name) {
+  std::lock_guard<std::mutex> lk(watch_mu_);
+  if (watch_stop_) return;
+  // done ones at the front go now rather than at the watchdog's next look
+  // (their Works hold the caller's tensors)
+  while (!watched_.empty() && watched_.front().work->isCompleted() &&
+         !watched_.front().work->exception())
+    watched_.pop_front();
+  watched_.push_back(watched{work, seq_, name, std::chrono::steady_clock::now() + timeout_});
+}
+
+void WeftBackend::watchdog_loop() {
+  using clock = std::chrono::steady_clock;
+  std::string last_failed; /* the last operation seen failing, and why */
+  for (;;) {
+    std::unique_lock<std::mutex> lk(watch_mu_);
+    watch_cv_.wait_for(lk, std::chrono::milliseconds(100), [this] { return watch_stop_; });
+    if (watch_stop_) return;
+    // what is done leaves (a failure is the Work's to raise; the
+    // communicator's error, below, is the watchdog's); the first past its
+    // deadline is a timeout
+    const auto now = clock::now();
+    std::string what;
+    c10d::ErrorType type = c10d::ErrorType::SUCCESS;
+    for (auto it = watched_.begin(); it != watched_.end();) {
+      if (it->work->captured()) {
+        it = watched_.erase(it);
+        continue;
+      }
+      if (it->work->isCompleted()) {
+        if (std::exception_ptr e = it->work->exception()) {
+          std::string why;
+          try {
+            std::rethrow_exception(e);
+          } catch (const std::exception &x) {
+            why = std::string(x.what()).substr(0, 600);
+          } catch (...) {
+          }
+          last_failed = c10::str(it->name, " (sequence number ", it->seq, ") failed: ", why);
+        }
+        it = watched_.erase(it);
+        continue;
+      }
+      if (now > it->deadline) {
+        what = c10::str(it->name, " (sequence number ", it->seq, ") timed out: not done ",
+                        timeout_.count(), " ms after it was issued");
+        type = c10d::ErrorType::TIMEOUT;
+        break;
+      }
+      ++it;
+    }
+    const std::string pending =
+        watched_.empty() ? std::string()
+                         : c10::str(watched_.front().name, " (sequence number ",
+                                    watched_.front().seq, ")");
+    lk.unlock();
+    if (type == c10d::ErrorType::SUCCESS) {
+      // a peer that died or gave up, or an operation that failed in weft,
+      // breaks the communicator
+      std::lock_guard<std::mutex> clk(p2p_comm_->first);
+      weftResult_t async = weftSuccess;
+      if (p2p_comm_->second != nullptr &&
+          weftCommGetAsyncError(p2p_comm_->second, &async) == weftSuccess &&
+          async != weftSuccess && async != weftInProgress) {
+        type = async == weftRemoteError ? c10d::ErrorType::REMOTE_ERROR
+                                        : c10d::ErrorType::COMM_ERROR;
+        if (!last_failed.empty())
+          what = last_failed;
+        else
+          what = c10::str(pending.empty() ? std::string("the communicator") : pending,
+                          " failed: ", weftGetErrorString(async), ": ",
+                          weftGetLastError(p2p_comm_->second));
+      }
+    }
+    if (type == c10d::ErrorType::SUCCESS) continue;
+    watchdog_fire(type, what);
+    return; /* once */
+  }
+}
+
+void WeftBackend::watchdog_fire(c10d::ErrorType type, const std::string &what) {
+  weftComm_t comm = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(comm_mu_);
+    if (stopping_ || aborted_) return; /* the group is being shut down or aborted */
+    error_type_ = (int)type;
+    if (handling_ != 0 && comm_ != nullptr) {
+      comm = comm_;
+      revoking_++; /* stop_worker frees it only once this revoke is done */
+    }
+  }
+  static const char *const action[] = {
+      "the process goes on (TORCH_WEFT_ASYNC_ERROR_HANDLING=0)",
+      "aborting the communicator and ending the process (TORCH_WEFT_ASYNC_ERROR_HANDLING=1)",
+      "aborting the communicator; the process goes on (TORCH_WEFT_ASYNC_ERROR_HANDLING=2)",
+      "aborting the communicator and ending the process (TORCH_WEFT_ASYNC_ERROR_HANDLING=3, "
+      "the default)"};
+  const std::string msg =
+      c10::str("weft watchdog: process group '", name_, "', rank ", rank_, " of ", size_, ": ",
+               what, "; ", action[handling_]);
+  if (handling_ == 0) {
+    TORCH_WARN(msg);
+    return;
+  }
+  fprintf(stderr, "[rank %d] %s\n", rank_, msg.c_str());
+  fflush(stderr);
+  // peers waiting on this rank fail now rather than at their own timeout,
+  // and what waits here returns
+  if (comm != nullptr) weftCommRevoke(comm, 0);
+  if (handling_ == 1 && comm != nullptr) weftCommAbort(comm);
+  if (handling_ == 1 || handling_ == 3) {
+    fflush(stdout);
+    std::_Exit(1);
+  }
+  std::lock_guard<std::mutex> lk(comm_mu_);
+  revoking_--;
+  inflight_cv_.notify_all();
+}
+
+void WeftBackend::watchdog_stop() {
+  {
+    std::lock_guard<std::mutex> lk(watch_mu_);
+    watch_stop_ = true;
+    watched_.clear();
+    watch_cv_.notify_all();
+  }
+  std::lock_guard<std::mutex> lk(watch_join_mu_);
+  if (watchdog_.joinable() && watchdog_.get_id() != std::this_thread::get_id()) watchdog_.join();
+}
+
 void WeftBackend::stop_worker(bool abort_comm) {
+  watchdog_stop();
   {
     std::lock_guard<std::mutex> lk(queue_->mu);
     queue_->stop = true;

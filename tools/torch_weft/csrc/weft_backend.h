@@ -13,7 +13,9 @@
 #include "weft_work.h"
 
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -218,6 +220,10 @@ class WeftBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
 
+  // The first failure the watchdog saw: TIMEOUT, COMM_ERROR (this rank's
+  // operation failed) or REMOTE_ERROR (a peer died or gave up), else SUCCESS.
+  c10d::ErrorType getError() override { return (c10d::ErrorType)error_type_.load(); }
+
   // --- life cycle ---
 
   void shutdown() override { stop_worker(false); }
@@ -318,6 +324,26 @@ class WeftBackend : public c10d::Backend {
 
   void enqueue(task t);
 
+  // --- the watchdog ---
+
+  // A thread per group that looks every 100 ms at the operations issued
+  // and not yet done, each with a deadline of the group's timeout from its
+  // issue, and at weft's asynchronous error (weftCommGetAsyncError). On
+  // an operation past its deadline, one that failed, or a communicator
+  // broken by a peer, it says which (group, rank, operation and sequence
+  // number) and handles it as TORCH_WEFT_ASYNC_ERROR_HANDLING says (read at
+  // the group's creation), as NCCL's watchdog does TORCH_NCCL_ASYNC_ERROR_HANDLING:
+  //   3 (default): revoke the communicator (peers waiting on this rank fail
+  //                now), then end the process;
+  //   1: revoke and free the communicator (weftCommAbort), then end the process;
+  //   2: revoke the communicator only: operations fail, the process goes on;
+  //   0: nothing but the message, as a warning (and getError()).
+  void watch(const c10::intrusive_ptr<WeftWork> &work, const char *name);
+  void watchdog_loop();
+  // Handles the first failure seen; false when the group is already stopping.
+  void watchdog_fire(c10d::ErrorType type, const std::string &what);
+  void watchdog_stop();
+
   // --- the worker ---
 
   void worker_loop();
@@ -382,6 +408,20 @@ class WeftBackend : public c10d::Backend {
   int revoking_ = 0;      /* later aborts revoking the communicator meanwhile */
   std::condition_variable inflight_cv_; /* inflight_, revoking_, stopped_ */
   uint64_t seq_ = 0;
+  struct watched {
+    c10::intrusive_ptr<WeftWork> work;
+    uint64_t seq;
+    const char *name; /* a literal */
+    std::chrono::steady_clock::time_point deadline;
+  };
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  std::deque<watched> watched_;
+  bool watch_stop_ = false;
+  std::thread watchdog_;
+  std::mutex watch_join_mu_; /* one stop joins it */
+  int handling_ = 3;
+  std::atomic<int> error_type_{0};
   bool coalescing_ = false;
   bool estimating_ = false; /* the coalescing block is a time estimate's */
   int channels_ = 0;

@@ -476,6 +476,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::endCoalescing() {
   auto work = coalesced_work_;
   work->set_block_open(false);
   coalesced_work_.reset();
+  if (!coalesced_.steps.empty()) watch(work, "coalesced");
   enqueue(std::move(coalesced_));
   coalesced_ = task{"coalesced", {}, {}};
   return work;

@@ -106,6 +106,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::recvAnysource(std::vector<at::Tensor
   seq_++;
   auto work = make_work(c10d::OpType::RECVANYSOURCE, "recv_anysource", {t});
   work->set_source(source);
+  watch(work, "recv_anysource");
   enqueue(task{"recv from any source", {std::move(s)}, {work}, -1, nullptr, {}});
   return work;
 }

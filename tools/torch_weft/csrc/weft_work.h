@@ -43,6 +43,10 @@ class WeftWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override { return outputs_; }
 
+  // Recorded into a CUDA graph being captured: it runs when the graph does,
+  // so nothing on the host waits for it (nor does the watchdog).
+  bool captured() const { return gpu_ && gpu_->captured(); }
+
   // The rank a receive from any source took its message from, once done.
   int sourceRank() const override {
     TORCH_CHECK(source_ != nullptr && *source_ >= 0,
