@@ -231,14 +231,12 @@ def check_timeouts():
     r, world = dist.get_rank(), dist.get_world_size()
     # set_timeout shortens a group made with a long one; pg_options' timeout
     # is the group's from its creation on (long enough for a loaded machine
-    # to make the group)
-    for how, secs in [("set_timeout", 2), ("pg_options", 5)]:
-        if how == "set_timeout":
-            g = dist.new_group(backend="weft", timeout=timedelta(seconds=120))
-            dist.set_timeout(timedelta(seconds=secs), g)
-        else:
-            g = dist.new_group(backend="weft", pg_options=torch_weft.Options(
-                channels=2, name="parity-timeout", timeout=timedelta(seconds=secs)))
+    # to make the group). Both are made before either breaks.
+    groups = {"set_timeout": (dist.new_group(backend="weft", timeout=timedelta(seconds=120)), 2),
+              "pg_options": (dist.new_group(backend="weft", pg_options=torch_weft.Options(
+                  channels=2, name="parity-timeout", timeout=timedelta(seconds=5))), 5)}
+    dist.set_timeout(timedelta(seconds=2), groups["set_timeout"][0])
+    for how, (g, secs) in groups.items():
         t = torch.ones(8)
         dist.all_reduce(t, group=g)
         check_equal(f"{how}: all_reduce before", t, torch.full((8,), float(world)))
@@ -249,7 +247,7 @@ def check_timeouts():
             try:
                 trace(f"{how}: all_reduce on a group with a silent peer")
                 dist.all_reduce(t, group=g)
-                failures.append(f"{how}: no failure with a peer silent past 2 s")
+                failures.append(f"{how}: no failure with a peer silent past {secs} s")
             except Exception as e:  # noqa: BLE001
                 took = time.monotonic() - start
                 # the first rank to give up says why; the others may hear of
@@ -263,14 +261,16 @@ def check_timeouts():
         dist.barrier()
         # the watchdog (told to let the process go on) saw the failure
         backend = g._get_backend(torch.device("cpu"))
-        for _ in range(50):
+        for _ in range(50 if r != world - 1 else 0):
             if backend.get_error() != ErrorType.SUCCESS:
                 break
             time.sleep(0.1)
+        dist.barrier()
         want = ([ErrorType.TIMEOUT, ErrorType.REMOTE_ERROR, ErrorType.COMM_ERROR]
                 if r != world - 1 else [ErrorType.SUCCESS, ErrorType.REMOTE_ERROR,
                                         ErrorType.COMM_ERROR])
         check(f"{how}: get_error()", backend.get_error() in want, str(backend.get_error()))
+    for how, (g, secs) in groups.items():
         trace(f"{how}: destroy")
         dist.destroy_process_group(g)
         trace(f"{how}: destroyed")
