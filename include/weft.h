@@ -219,6 +219,11 @@ weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t *asyncError);
 weftResult_t weftCommShrink(weftComm_t comm, const int *excludeRanks, int nexclude,
                             weftComm_t *newcomm, weftConfig_t *config);
 
+/* weft extension: sets comm's per-wait timeout (as weftConfig_t's timeoutMs,
+ * > 0) for the waits that begin after the call; a wait already under way
+ * keeps the one it began with. Safe to call from any thread. */
+weftResult_t weftCommSetTimeout(weftComm_t comm, int timeoutMs);
+
 weftResult_t weftCommCount(const weftComm_t comm, int *count);
 weftResult_t weftCommUserRank(const weftComm_t comm, int *rank);
 /* The CUDA device of comm, or -1 for a communicator of host ranks. */
@@ -320,7 +325,12 @@ weftResult_t weftScatter(const void *sendbuff, void *recvbuff, size_t count,
  * must stay valid and untouched until the stream is synchronized. A group
  * whose operations name a stream runs as one item of that stream; one
  * communicator's operations in a group must all name the same stream. Use one
- * stream per communicator when one thread drives several ranks. */
+ * stream per communicator when one thread drives several ranks.
+ * Sends and receives of one communicator queued back to back (with event
+ * records between them) advance together, as a group's do: a send queued
+ * while an earlier receive waits for its peer starts at once, and no order
+ * of them deadlocks; an event recorded among them is reached once everything
+ * queued before it is done. A collective or an event wait ends such a run. */
 weftResult_t weftStreamCreate(weftStream_t *stream);
 /* Blocks until everything queued on stream has run. Returns the first error
  * of those operations since the last synchronize (its text in

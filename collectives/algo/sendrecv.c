@@ -48,6 +48,43 @@ static void conn_prepare(struct weftComm *comm, struct weft_conn *c, int peer) {
 
 static int plan_is_send(const struct weft_plan *op) { return op->coll == COLL_SEND; }
 
+/* The receiver's half of a connection from peer: sets up its FIFO and
+ * sends the blob that the sender attaches with (send_conn_attach), which
+ * then acks. */
+static weftResult_t recv_conn_offer(struct weftComm *comm, int p) {
+  weftResult_t res = weftSuccess;
+  struct weft_conn *c = &comm->recv_conns[p];
+  struct conn_blob blob;
+  memset(&blob, 0, sizeof blob);
+  conn_prepare(comm, c, p);
+  const struct transport_need need = {.mem = TRANSPORT_MEM_HOST};
+  blob.transport = transport_select(&comm->peers[p], &comm->peers[comm->rank], &need, NULL, 0);
+  if (blob.transport >= 0) {
+    res = weft_transports[blob.transport]->recv_setup(c, &blob);
+    if (res == weftSuccess) c->transport = weft_transports[blob.transport];
+    else blob.transport = -2;
+  }
+  weftResult_t sent = bootstrap_send(comm->bs, p, TAG_BLOB, &blob, sizeof blob);
+  if (blob.transport == -1)
+    res = weft_error_set(weftSystemError, "no transport connects rank %d to rank %d", p,
+                         comm->rank);
+  if (res == weftSuccess) res = sent;
+  return res;
+}
+
+/* The sender's half: attaches to the receiver's FIFO from its blob, acks. */
+static weftResult_t send_conn_attach(struct weftComm *comm, int p, const struct conn_blob *blob) {
+  struct weft_conn *c = &comm->send_conns[p];
+  if (blob->transport < 0 || weft_transports[blob->transport] == NULL)
+    return weft_error_set(weftRemoteError, "rank %d could not set up its connection from rank %d",
+                          p, comm->rank);
+  conn_prepare(comm, c, p);
+  WEFT_TRY(weft_transports[blob->transport]->send_connect(c, blob));
+  c->transport = weft_transports[blob->transport];
+  uint32_t ack = 1;
+  return bootstrap_send(comm->bs, p, TAG_ACK, &ack, sizeof ack);
+}
+
 /* Connects to the peers marked in want_send / want_recv ([nranks] flags)
  * that are not connected yet. Per pair: the receiver sets up its FIFO and
  * sends the blob; the sender attaches and acks; the receiver finishes.
@@ -55,45 +92,17 @@ static int plan_is_send(const struct weft_plan *op) { return op->coll == COLL_SE
 static weftResult_t sendrecv_connect_wanted(struct weftComm *comm, char *want_send,
                                             char *want_recv) {
   const int n = comm->nranks;
-  weftResult_t res = weftSuccess;
   for (int p = 0; p < n; p++) {
     want_send[p] &= p != comm->rank && comm->send_conns[p].transport == NULL;
     want_recv[p] &= p != comm->rank && comm->recv_conns[p].transport == NULL;
   }
-  for (int p = 0; p < n; p++) {
-    if (!want_recv[p]) continue;
-    struct weft_conn *c = &comm->recv_conns[p];
-    struct conn_blob blob;
-    memset(&blob, 0, sizeof blob);
-    conn_prepare(comm, c, p);
-    const struct transport_need need = {.mem = TRANSPORT_MEM_HOST};
-    blob.transport = transport_select(&comm->peers[p], &comm->peers[comm->rank], &need, NULL, 0);
-    if (blob.transport >= 0) {
-      res = weft_transports[blob.transport]->recv_setup(c, &blob);
-      if (res == weftSuccess) c->transport = weft_transports[blob.transport];
-      else blob.transport = -2;
-    }
-    weftResult_t sent = bootstrap_send(comm->bs, p, TAG_BLOB, &blob, sizeof blob);
-    if (blob.transport == -1)
-      res = weft_error_set(weftSystemError, "no transport connects rank %d to rank %d", p,
-                           comm->rank);
-    if (res == weftSuccess) res = sent;
-    if (res != weftSuccess) return res;
-  }
+  for (int p = 0; p < n; p++)
+    if (want_recv[p]) WEFT_TRY(recv_conn_offer(comm, p));
   for (int p = 0; p < n; p++) {
     if (!want_send[p]) continue;
-    struct weft_conn *c = &comm->send_conns[p];
     struct conn_blob blob;
     WEFT_TRY(bootstrap_recv(comm->bs, p, TAG_BLOB, &blob, sizeof blob));
-    if (blob.transport < 0 || weft_transports[blob.transport] == NULL)
-      return weft_error_set(weftRemoteError,
-                            "rank %d could not set up its connection from rank %d", p,
-                            comm->rank);
-    conn_prepare(comm, c, p);
-    WEFT_TRY(weft_transports[blob.transport]->send_connect(c, &blob));
-    c->transport = weft_transports[blob.transport];
-    uint32_t ack = 1;
-    WEFT_TRY(bootstrap_send(comm->bs, p, TAG_ACK, &ack, sizeof ack));
+    WEFT_TRY(send_conn_attach(comm, p, &blob));
   }
   for (int p = 0; p < n; p++) {
     if (!want_recv[p]) continue;
@@ -137,7 +146,8 @@ static weftResult_t sendrecv_connect(struct weftComm *comm, const struct weft_pl
 }
 
 struct sendrecv_state {
-  const struct weft_plan *op;
+  const struct weft_plan *op; /* valid until finished (an executor's callers free it then) */
+  int peer, send;             /* op's, kept for the ops added after it finishes */
   size_t nbytes;
   size_t done_nbytes;
   int finished;
@@ -286,17 +296,134 @@ static weftResult_t sendrecv_offers_mark(struct weftComm *comm, struct sendrecv_
   return weftSuccess;
 }
 
-weftResult_t sendrecv_run(struct weftComm *comm, const struct weft_plan *const *ops, size_t nops) {
-  WEFT_TRY(sendrecv_connect(comm, ops, nops));
-  struct sendrecv_state *st = calloc(nops ? nops : 1, sizeof *st);
-  if (st == NULL) return weft_error_set(weftSystemError, "out of memory");
+/* The executor's state: every send and receive added and not yet freed. */
+/* A connection an executor is making without blocking: the sender waits
+ * for the receiver's blob, the receiver (its FIFO set up, its blob sent)
+ * for the sender's ack. */
+enum { CONN_READY = 0, CONN_WANT_BLOB = 1, CONN_WANT_ACK = 2 };
+
+struct sendrecv_exec {
+  struct weftComm *comm;
+  /* with lazy connects, each peer's connection state per direction */
+  int lazy;
+  char *send_state, *recv_state;
+  int connecting; /* connections not ready */
+  struct sendrecv_state *st;
+  size_t nops, cap;
+  size_t left;      /* ops not finished */
+  struct weft_wait w;
+  int waiting;      /* w is counting: nothing moved since it began */
+};
+
+weftResult_t sendrecv_exec_create(struct weftComm *comm, int lazy, struct sendrecv_exec **out) {
+  struct sendrecv_exec *x = calloc(1, sizeof *x);
+  if (x == NULL) return weft_error_set(weftSystemError, "out of memory");
+  x->comm = comm;
+  x->lazy = lazy;
+  if (lazy) {
+    x->send_state = calloc((size_t)comm->nranks, 1);
+    x->recv_state = calloc((size_t)comm->nranks, 1);
+    if (x->send_state == NULL || x->recv_state == NULL) {
+      sendrecv_exec_free(x);
+      return weft_error_set(weftSystemError, "out of memory");
+    }
+  }
+  *out = x;
+  return weftSuccess;
+}
+
+void sendrecv_exec_free(struct sendrecv_exec *x) {
+  if (x == NULL) return;
+  free(x->send_state);
+  free(x->recv_state);
+  free(x->st);
+  free(x);
+}
+
+/* Starts the connections ops need, without waiting for the peers. */
+static weftResult_t exec_connect_start(struct sendrecv_exec *x, const struct weft_plan *const *ops,
+                                       size_t nops) {
+  struct weftComm *comm = x->comm;
+  for (size_t i = 0; i < nops; i++) {
+    const int p = ops[i]->root;
+    if (p == comm->rank) continue;
+    if (plan_is_send(ops[i])) {
+      if (comm->send_conns[p].transport != NULL || x->send_state[p] != CONN_READY) continue;
+      x->send_state[p] = CONN_WANT_BLOB;
+      x->connecting++;
+    } else {
+      if (comm->recv_conns[p].transport != NULL || x->recv_state[p] != CONN_READY) continue;
+      WEFT_TRY(recv_conn_offer(comm, p));
+      x->recv_state[p] = CONN_WANT_ACK;
+      x->connecting++;
+    }
+  }
+  return weftSuccess;
+}
+
+/* Advances the connections being made; *moved counts those now ready. */
+static weftResult_t exec_connect_poll(struct sendrecv_exec *x, int *moved) {
+  struct weftComm *comm = x->comm;
+  for (int p = 0; p < comm->nranks && x->connecting > 0; p++) {
+    if (x->send_state[p] == CONN_WANT_BLOB) {
+      struct conn_blob blob;
+      weftResult_t res = bootstrap_try_recv(comm->bs, p, TAG_BLOB, &blob, sizeof blob);
+      if (res == weftSuccess) res = send_conn_attach(comm, p, &blob);
+      if (res == weftInProgress) continue;
+      if (res != weftSuccess) return res;
+      x->send_state[p] = CONN_READY;
+      x->connecting--;
+      (*moved)++;
+    }
+    if (x->recv_state[p] == CONN_WANT_ACK) {
+      uint32_t ack;
+      weftResult_t res = bootstrap_try_recv(comm->bs, p, TAG_ACK, &ack, sizeof ack);
+      if (res == weftSuccess) res = comm->recv_conns[p].transport->recv_connect(&comm->recv_conns[p]);
+      if (res == weftInProgress) continue;
+      if (res != weftSuccess) return res;
+      x->recv_state[p] = CONN_READY;
+      x->connecting--;
+      (*moved)++;
+    }
+  }
+  return weftSuccess;
+}
+
+/* Whether op's connection is ready to move data. */
+static int exec_conn_ready(const struct sendrecv_exec *x, const struct weft_plan *op) {
+  if (!x->lazy || op->root == x->comm->rank) return 1;
+  return (plan_is_send(op) ? x->send_state : x->recv_state)[op->root] == CONN_READY;
+}
+
+size_t sendrecv_exec_count(const struct sendrecv_exec *x) { return x->nops; }
+
+int sendrecv_exec_finished(const struct sendrecv_exec *x, size_t i) { return x->st[i].finished; }
+
+weftResult_t sendrecv_exec_add(struct sendrecv_exec *x, const struct weft_plan *const *ops,
+                               size_t nops) {
+  struct weftComm *comm = x->comm;
+  WEFT_TRY(x->lazy ? exec_connect_start(x, ops, nops) : sendrecv_connect(comm, ops, nops));
+  if (x->nops + nops > x->cap) {
+    size_t cap = x->cap ? x->cap : 16;
+    while (cap < x->nops + nops) cap *= 2;
+    struct sendrecv_state *st = realloc(x->st, cap * sizeof *st);
+    if (st == NULL) return weft_error_set(weftSystemError, "out of memory");
+    x->st = st;
+    x->cap = cap;
+  }
+  struct sendrecv_state *st = x->st + x->nops;
+  const size_t first = x->nops;
   for (size_t i = 0; i < nops; i++) {
     st[i] = (struct sendrecv_state){.op = ops[i],
+                               .peer = ops[i]->root,
+                               .send = plan_is_send(ops[i]),
                                .nbytes = ops[i]->count * weftTypeSize(ops[i]->datatype),
                                .after = -1,
                                .err = weftInvalidUsage};
-    for (size_t j = i; j-- > 0;)
-      if (ops[j]->root == ops[i]->root && plan_is_send(ops[j]) == plan_is_send(ops[i])) {
+    /* after the op before it on the same peer and direction, in this call
+     * or an earlier one */
+    for (size_t j = first + i; j-- > 0;)
+      if (x->st[j].peer == st[i].peer && x->st[j].send == st[i].send) {
         st[i].after = (int)j;
         break;
       }
@@ -309,50 +436,89 @@ weftResult_t sendrecv_run(struct weftComm *comm, const struct weft_plan *const *
     if (!plan_is_send(ops[i])) recv_nbytes += st[i].nbytes;
   const int stream = recv_nbytes >= copy_stream_min_nbytes(comm->nranks);
   for (size_t i = 0; i < nops; i++) st[i].stream = stream && !plan_is_send(ops[i]);
+  x->nops += nops;
   weftResult_t res = sendrecv_self(comm, st, nops);
-  if (res == weftSuccess) res = sendrecv_offers_mark(comm, st, nops);
-  struct weft_wait w;
-  int waiting = 0;
-  size_t left = 0;
-  for (size_t i = 0; i < nops; i++) left += !st[i].finished;
-  while (res == weftSuccess && left > 0) {
-    int moved = 0;
-    struct sendrecv_state *blocked = NULL;
-    for (size_t i = 0; i < nops; i++) {
-      struct sendrecv_state *s = &st[i];
-      if (s->finished || (s->after >= 0 && !st[s->after].finished)) continue;
-      int peer = s->op->root, send = plan_is_send(s->op);
-      struct weft_conn *c = send ? &comm->send_conns[peer] : &comm->recv_conns[peer];
-      int m = send ? send_progress(comm, c, s) : recv_progress(comm, c, s);
-      if (m < 0) {
-        res = s->err;
-        /* a peer that failed may have done so on one of this group's offers
-         * (another size): that answer, already in its slot, is the cause */
-        if (res == weftRemoteError) res = offers_settle(comm, st, nops, res);
-        /* the streams of this group's peers are out of step: they learn it now */
-        comm_async_error_set(comm, res);
-        comm_poison_conns(comm);
-        break;
-      }
-      moved += m;
-      left -= s->finished;
-      if (!s->finished && blocked == NULL) blocked = s;
+  /* an offer asks the connection, which a lazy executor may still be making */
+  if (res == weftSuccess && !x->lazy) res = sendrecv_offers_mark(comm, st, nops);
+  for (size_t i = 0; i < nops; i++) x->left += !st[i].finished;
+  return res;
+}
+
+weftResult_t sendrecv_exec_poll(struct sendrecv_exec *x) {
+  struct weftComm *comm = x->comm;
+  struct sendrecv_state *st = x->st;
+  const size_t nops = x->nops;
+  weftResult_t res = weftSuccess;
+  int moved = 0;
+  struct sendrecv_state *blocked = NULL;
+  if (x->connecting > 0) {
+    res = exec_connect_poll(x, &moved);
+    if (res != weftSuccess) {
+      comm_async_error_set(comm, res);
+      comm_poison_conns(comm);
+      return res;
     }
-    if (res != weftSuccess || left == 0) break;
-    if (moved > 0) {
-      waiting = 0;
+  }
+  for (size_t i = 0; i < nops && x->left > 0; i++) {
+    struct sendrecv_state *s = &st[i];
+    if (s->finished || (s->after >= 0 && !st[s->after].finished)) continue;
+    if (!exec_conn_ready(x, s->op)) {
+      if (blocked == NULL) blocked = s;
       continue;
     }
-    if (!waiting) {
-      int peer = blocked->op->root, send = plan_is_send(blocked->op);
-      struct weft_conn *c = send ? &comm->send_conns[peer] : &comm->recv_conns[peer];
-      wait_begin(&w, comm->timeout_ns, &comm->abort_flag, &c->ctrl->poison, c->peer_pid, peer,
-                 send ? "send to" : "receive from");
-      waiting = 1;
+    int peer = s->op->root, send = plan_is_send(s->op);
+    struct weft_conn *c = send ? &comm->send_conns[peer] : &comm->recv_conns[peer];
+    int m = send ? send_progress(comm, c, s) : recv_progress(comm, c, s);
+    if (m < 0) {
+      res = s->err;
+      /* a peer that failed may have done so on one of these offers (another
+       * size): that answer, already in its slot, is the cause */
+      if (res == weftRemoteError) res = offers_settle(comm, st, nops, res);
+      /* the streams of these ops' peers are out of step: they learn it now */
+      comm_async_error_set(comm, res);
+      comm_poison_conns(comm);
+      return res;
     }
-    weftResult_t wr = wait_poll(&w);
-    if (wr != weftInProgress) res = offers_settle(comm, st, nops, wr);
+    moved += m;
+    x->left -= s->finished;
+    if (!s->finished && blocked == NULL) blocked = s;
   }
-  free(st);
+  if (x->left == 0) {
+    x->waiting = 0;
+    return weftSuccess;
+  }
+  if (moved > 0) {
+    x->waiting = 0;
+    return weftInProgress;
+  }
+  if (!x->waiting) {
+    int peer = blocked->op->root, send = plan_is_send(blocked->op);
+    struct weft_conn *c = send ? &comm->send_conns[peer] : &comm->recv_conns[peer];
+    if (exec_conn_ready(x, blocked->op)) {
+      wait_begin(&x->w, comm->timeout_ns, &comm->abort_flag, &c->ctrl->poison, c->peer_pid, peer,
+                 send ? "send to" : "receive from");
+    } else {
+      const struct peer_info *me = &comm->peers[comm->rank], *p = &comm->peers[peer];
+      wait_begin(&x->w, comm->timeout_ns, &comm->abort_flag, NULL,
+                 p->host_hash == me->host_hash ? p->pid : 0, peer,
+                 send ? "connect to" : "accept a connection from");
+    }
+    x->waiting = 1;
+  }
+  weftResult_t wr = wait_poll(&x->w);
+  if (wr != weftInProgress) return offers_settle(comm, st, nops, wr);
+  return weftInProgress;
+}
+
+weftResult_t sendrecv_run(struct weftComm *comm, const struct weft_plan *const *ops, size_t nops) {
+  struct sendrecv_exec *x;
+  WEFT_TRY(sendrecv_exec_create(comm, 0, &x));
+  weftResult_t res = sendrecv_exec_add(x, ops, nops);
+  while (res == weftSuccess) {
+    res = sendrecv_exec_poll(x);
+    if (res == weftInProgress) res = weftSuccess;
+    else break;
+  }
+  sendrecv_exec_free(x);
   return res;
 }

@@ -387,6 +387,16 @@ weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t *asyncError) {
   return weftSuccess;
 }
 
+weftResult_t weftCommSetTimeout(weftComm_t comm, int timeoutMs) {
+  WEFT_TRY(comm_check(comm));
+  if (timeoutMs <= 0)
+    return weft_error_set(weftInvalidArgument, "timeoutMs %d: a timeout is positive", timeoutMs);
+  const uint64_t ns = (uint64_t)timeoutMs * 1000000ull;
+  __atomic_store_n(&comm->timeout_ns, ns, __ATOMIC_RELAXED);
+  if (comm->bs != NULL) bootstrap_timeout_set(comm->bs, ns);
+  return weftSuccess;
+}
+
 weftResult_t weftCommCount(const weftComm_t comm, int *count) {
   WEFT_TRY(comm_check(comm));
   if (count == NULL) return weft_error_set(weftInvalidArgument, "count is NULL");

@@ -1,6 +1,13 @@
 /* Host streams. Each stream has a worker thread and a FIFO of items; an item
  * is one group launch (one op, or a whole group). Communicators count the
- * items that name them, so that finalize, destroy and abort wait for them. */
+ * items that name them, so that finalize, destroy and abort wait for them.
+ *
+ * Sends and receives queued back to back on one communicator run as a
+ * group's do, all advancing together: an item of them keeps taking in the
+ * items of them queued behind it (and the event records among them) while
+ * it runs, so a send queued while an earlier receive waits for its peer
+ * starts at once, as MPI's and Gloo's nonblocking sends do, and no order of
+ * them deadlocks. A record taken in fires once everything before it is done. */
 #include "stream.h"
 
 #include <errno.h>
@@ -10,6 +17,8 @@
 #include <string.h>
 
 #include "../../transport/base/status.h"
+#include "../algo/sendrecv.h"
+#include "../core/trace.h"
 #include "../exec/device/device.h"
 
 #define STREAM_MAGIC 0x73747265616d2121ull
@@ -18,6 +27,7 @@ struct stream_item {
   struct stream_item *next;
   void (*hook)(void *arg); /* an item without ops runs this (events) */
   void *hook_arg;
+  int mark; /* the hook only marks a point: it never blocks */
   size_t nops;
   struct group_op ops[];
 };
@@ -59,6 +69,130 @@ static void item_pending(const struct stream_item *item, int delta) {
     __atomic_add_fetch(&item->ops[i].comm->pending, delta, __ATOMIC_SEQ_CST);
 }
 
+/* Whether item is sends and receives on comm's host memory only. */
+static int item_is_sendrecv(const struct stream_item *item, const struct weftComm *comm) {
+  if (item->hook != NULL || item->nops == 0) return 0;
+  for (size_t i = 0; i < item->nops; i++)
+    if (item->ops[i].comm != comm || !plan_is_sendrecv(&item->ops[i].plan) ||
+        item->ops[i].plan.on_device)
+      return 0;
+  return 1;
+}
+
+/* The items a run of sends and receives has taken, each with the count of
+ * ops added up to its end. */
+struct taken {
+  struct stream_item **items;
+  size_t *ends;
+  size_t n, cap, retired;
+};
+
+static weftResult_t taken_push(struct taken *t, struct stream_item *item, size_t end) {
+  if (t->n == t->cap) {
+    size_t cap = t->cap ? 2 * t->cap : 16;
+    struct stream_item **items = realloc(t->items, cap * sizeof *items);
+    if (items != NULL) t->items = items;
+    size_t *ends = items != NULL ? realloc(t->ends, cap * sizeof *ends) : NULL;
+    if (ends == NULL) return weft_error_set(weftSystemError, "out of memory");
+    t->ends = ends;
+    t->cap = cap;
+  }
+  t->items[t->n] = item;
+  t->ends[t->n++] = end;
+  return weftSuccess;
+}
+
+/* Retires, in order, the taken items whose ops and every op before are done
+ * (all of them when all is set): runs a record's hook, frees the item. */
+static void taken_retire(struct taken *t, const struct sendrecv_exec *x, int all,
+                         weftResult_t res) {
+  while (t->retired < t->n) {
+    const size_t begin = t->retired > 0 ? t->ends[t->retired - 1] : 0;
+    for (size_t i = begin; i < t->ends[t->retired] && !all; i++)
+      if (!sendrecv_exec_finished(x, i)) return;
+    struct stream_item *item = t->items[t->retired++];
+    /* the trace: done, or failed with the batch where it was not finished */
+    for (size_t i = 0; i < item->nops; i++) {
+      const int finished = x != NULL && begin + i < t->ends[t->retired - 1] &&
+                           sendrecv_exec_finished(x, begin + i);
+      trace_done(item->ops[i].comm->trace, item->ops[i].plan.trace_id,
+                 finished || res == weftSuccess ? weftSuccess : res, 1);
+    }
+    if (item->hook != NULL) item->hook(item->hook_arg);
+    item_pending(item, -1);
+    free(item);
+  }
+}
+
+/* Adds item's ops to x. */
+static weftResult_t exec_add_item(struct sendrecv_exec *x, const struct stream_item *item) {
+  const struct weft_plan **plans = malloc(item->nops * sizeof *plans);
+  if (plans == NULL) return weft_error_set(weftSystemError, "out of memory");
+  for (size_t i = 0; i < item->nops; i++) {
+    plans[i] = &item->ops[i].plan;
+    trace_set_state(item->ops[i].comm->trace, item->ops[i].plan.trace_id, TRACE_STARTED, -1,
+                    weftSuccess);
+  }
+  weftResult_t res = sendrecv_exec_add(x, plans, item->nops);
+  free(plans);
+  return res;
+}
+
+/* Runs first, an item of sends and receives, taking in the like items and
+ * the marks queued behind it until all it took is done; retires them all.
+ * Called without the stream's lock, which it takes to look at the queue. */
+static weftResult_t stream_run_sendrecv(struct host_stream *s, struct stream_item *first) {
+  struct weftComm *comm = first->ops[0].comm;
+  struct taken t = {0};
+  struct sendrecv_exec *x = NULL;
+  weftResult_t res = launch_op_begin(comm);
+  if (res == weftSuccess) res = sendrecv_exec_create(comm, 1, &x);
+  if (res == weftSuccess) res = exec_add_item(x, first);
+  weftResult_t pushed = taken_push(&t, first, x != NULL ? sendrecv_exec_count(x) : 0);
+  if (pushed != weftSuccess) {
+    /* nowhere to keep it: it ends here */
+    item_pending(first, -1);
+    free(first);
+    if (res == weftSuccess) res = pushed;
+  }
+  while (res == weftSuccess || res == weftInProgress) {
+    res = sendrecv_exec_poll(x);
+    taken_retire(&t, x, 0, weftSuccess);
+    if (res != weftSuccess && res != weftInProgress) break;
+    /* take in what was queued meanwhile */
+    struct stream_item *more = NULL;
+    pthread_mutex_lock(&s->lock);
+    if (s->head != NULL && (s->head->mark || item_is_sendrecv(s->head, comm))) {
+      more = s->head;
+      s->head = more->next;
+      if (s->head == NULL) s->tail = NULL;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (more == NULL && res == weftSuccess) break; /* all done, nothing queued */
+    if (more == NULL) continue;
+    weftResult_t added = more->nops > 0 ? exec_add_item(x, more) : weftSuccess;
+    pushed = taken_push(&t, more, sendrecv_exec_count(x));
+    if (pushed != weftSuccess) {
+      if (more->hook != NULL) more->hook(more->hook_arg);
+      item_pending(more, -1);
+      free(more);
+    }
+    if (added != weftSuccess) res = added;
+    else if (pushed != weftSuccess) res = pushed;
+    else res = weftInProgress;
+  }
+  /* the comm's state and error text first: the records that fire below
+   * wake callers who ask for them */
+  res = launch_op_end(comm, res);
+  /* a failure ends every item taken: the records among them fire, as the
+   * worker runs the hooks behind a failed item */
+  taken_retire(&t, x, 1, res);
+  free(t.items);
+  free(t.ends);
+  sendrecv_exec_free(x);
+  return res;
+}
+
 static void *stream_worker(void *arg) {
   struct host_stream *s = arg;
   pthread_mutex_lock(&s->lock);
@@ -71,15 +205,19 @@ static void *stream_worker(void *arg) {
     s->busy = 1;
     pthread_mutex_unlock(&s->lock);
     weftResult_t res = weftSuccess;
-    if (item->hook != NULL) item->hook(item->hook_arg);
+    const int sendrecv = item->nops > 0 && item_is_sendrecv(item, item->ops[0].comm);
+    if (sendrecv) res = stream_run_sendrecv(s, item); /* which retires item */
+    else if (item->hook != NULL) item->hook(item->hook_arg);
     else res = group_launch(item->ops, item->nops);
     pthread_mutex_lock(&s->lock);
     if (res != weftSuccess && s->error == weftSuccess) {
       s->error = res;
       snprintf(s->error_text, sizeof s->error_text, "%s", weft_error_text());
     }
-    item_pending(item, -1);
-    free(item);
+    if (!sendrecv) {
+      item_pending(item, -1);
+      free(item);
+    }
     s->busy = 0;
     pthread_cond_broadcast(&s->changed);
   }
@@ -87,14 +225,16 @@ static void *stream_worker(void *arg) {
   return NULL;
 }
 
-/* Appends one item: ops to launch, or (nops == 0) a hook to call. */
+/* Appends one item: ops to launch, or (nops == 0) a hook to call (mark: one
+ * that never blocks). */
 static weftResult_t stream_push(struct host_stream *s, const struct group_op *ops, size_t nops,
-                                void (*hook)(void *arg), void *arg) {
+                                void (*hook)(void *arg), void *arg, int mark) {
   struct stream_item *item = malloc(sizeof *item + nops * sizeof *ops);
   if (item == NULL) return weft_error_set(weftSystemError, "out of memory");
   item->next = NULL;
   item->hook = hook;
   item->hook_arg = arg;
+  item->mark = mark;
   item->nops = nops;
   if (nops > 0) memcpy(item->ops, ops, nops * sizeof *ops);
   item_pending(item, +1);
@@ -108,11 +248,12 @@ static weftResult_t stream_push(struct host_stream *s, const struct group_op *op
 }
 
 weftResult_t stream_enqueue(struct host_stream *s, const struct group_op *ops, size_t nops) {
-  return stream_push(s, ops, nops, NULL, NULL);
+  return stream_push(s, ops, nops, NULL, NULL, 0);
 }
 
-weftResult_t stream_enqueue_hook(struct host_stream *s, void (*hook)(void *arg), void *arg) {
-  return stream_push(s, NULL, 0, hook, arg);
+weftResult_t stream_enqueue_hook(struct host_stream *s, void (*hook)(void *arg), void *arg,
+                                 int mark) {
+  return stream_push(s, NULL, 0, hook, arg, mark);
 }
 
 weftResult_t weftStreamCreate(weftStream_t *stream) {

@@ -17,7 +17,11 @@ weftResult_t stream_enqueue(struct host_stream *s, const struct group_op *ops, s
 
 /* Queues a call of hook(arg) on the stream's worker, after everything queued
  * before (events: collectives/api/stream_event.c). The hook may block the stream
- * (a wait on an event); it owns arg. Does not block. */
-weftResult_t stream_enqueue_hook(struct host_stream *s, void (*hook)(void *arg), void *arg);
+ * (a wait on an event), unless mark says it never blocks (a record), which
+ * lets the sends and receives queued behind it start before it runs (the
+ * hook still runs once everything before it is done). It owns arg. Does not
+ * block. */
+weftResult_t stream_enqueue_hook(struct host_stream *s, void (*hook)(void *arg), void *arg,
+                                 int mark);
 
 #endif

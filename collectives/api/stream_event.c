@@ -61,12 +61,12 @@ static void event_wait_hook(void *arg) {
 }
 
 static weftResult_t event_mark_queue(struct host_stream *s, struct weft_event *ev, uint64_t gen,
-                                     void (*hook)(void *)) {
+                                     void (*hook)(void *), int mark_only) {
   struct event_mark *mark = malloc(sizeof *mark);
   if (mark == NULL) return weft_error_set(weftSystemError, "out of memory");
   mark->ev = ev;
   mark->gen = gen;
-  weftResult_t res = stream_enqueue_hook(s, hook, mark);
+  weftResult_t res = stream_enqueue_hook(s, hook, mark, mark_only);
   if (res != weftSuccess) free(mark);
   return res;
 }
@@ -96,7 +96,7 @@ weftResult_t weftEventRecord(weftEvent_t event, weftStream_t stream) {
     event_complete(ev, gen);
     return weftSuccess;
   }
-  weftResult_t res = event_mark_queue(s, ev, gen, event_record_hook);
+  weftResult_t res = event_mark_queue(s, ev, gen, event_record_hook, 1);
   if (res != weftSuccess) event_complete(ev, gen); /* never leave a waiter stuck */
   return res;
 }
@@ -137,7 +137,7 @@ weftResult_t weftStreamWaitEvent(weftStream_t stream, weftEvent_t event) {
   if (done) return weftSuccess;
   struct host_stream *s;
   WEFT_TRY(stream_lookup(stream, &s));
-  return event_mark_queue(s, ev, gen, event_wait_hook);
+  return event_mark_queue(s, ev, gen, event_wait_hook, 0);
 }
 
 weftResult_t weftEventDestroy(weftEvent_t event) {

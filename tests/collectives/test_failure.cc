@@ -112,6 +112,44 @@ TEST(Failure, SilentPeerTimesOut) {
   EXPECT_EQ(status[1], 0);
 }
 
+// weftCommSetTimeout shortens the waits that begin after it: a comm made with
+// a 30 s timeout, set to 1 s, gives up on a silent peer after about 1 s. A
+// timeout of 0 or less is refused.
+TEST(Failure, SetTimeoutAppliesToLaterWaits) {
+  RunOptions opts;
+  opts.timeout_s = 40;
+  opts.env = {{"WEFT_TIMEOUT", "30"}};
+  auto status = run_ranks(2, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    if (ctx.rank == 1) {
+      sleep(4);  // alive, but never calls
+      weftCommAbort(comm);
+      return 0;
+    }
+    if (weftCommSetTimeout(comm, 0) != weftInvalidArgument)
+      return rank_fail(ctx, "a timeout of 0 was accepted");
+    if (weftCommSetTimeout(nullptr, 1000) != weftInvalidArgument)
+      return rank_fail(ctx, "a NULL comm was accepted");
+    if (weftCommSetTimeout(comm, 1000) != weftSuccess)
+      return rank_fail(ctx, "set: %s", weftGetLastError(comm));
+    std::vector<float> buf(1024, 1.0f);
+    double t0 = now_s();
+    weftResult_t res = weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum,
+                                     comm, nullptr);
+    double took = now_s() - t0;
+    std::string msg = weftGetLastError(comm);
+    if (res != weftRemoteError || msg.find("timed out") == std::string::npos)
+      return rank_fail(ctx, "got %s: %s", weftGetErrorString(res), msg.c_str());
+    if (took > 3.5) return rank_fail(ctx, "timeout after %.2f s, want ~1 (was 30)", took);
+    weftCommAbort(comm);
+    return 0;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
 // weftCommAbort from another thread unblocks a rank waiting in a collective,
 // and the peer sees the abort as an error instead of waiting for the timeout.
 TEST(Failure, AbortFromAnotherThread) {

@@ -239,7 +239,9 @@ weftResult_t kind_mismatch(weftComm_t comm, int rank, std::vector<float> &buf) {
 }
 
 const MismatchCase kMismatches[] = {
-    {"root", 3, "root differs: rank 0 has 1, ranks 1,2 have 0", root_mismatch},
+    // whichever finds it first: the stall's questions name every rank ("rank 0
+    // has 1, ranks 1,2 have 0"), a data path's signature the two ends of a link
+    {"root", 3, "root differs: rank 0 has 1, rank", root_mismatch},
     {"collective", 2, "collective differs", kind_mismatch},
 };
 

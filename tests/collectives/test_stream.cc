@@ -169,4 +169,85 @@ TEST(HostStream, OneThreadManyRanks) {
   }
 }
 
+// Sends and receives queued one by one on a stream advance together: each
+// rank queues a send of more than a connection holds to the next rank, then
+// the receive from the previous one. Were they run one item after another,
+// every send would wait for a receive queued behind its peer's own send.
+// 2 and 3 ranks; an event after each operation.
+TEST(HostStream, SendsAndReceivesAdvanceTogether) {
+  for (int n : {2, 3}) {
+    RunOptions opts;
+    opts.env = {{"WEFT_TIMEOUT", "10"}};
+    auto status = run_ranks(n, [](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (int rc = init(ctx, &comm)) return rc;
+      weftStream_t stream;
+      weftEvent_t sent, received;
+      weftStreamCreate(&stream);
+      weftEventCreate(&sent);
+      weftEventCreate(&received);
+      const size_t count = (size_t)3 << 20; /* 12 MiB of int32 */
+      const int next = (ctx.rank + 1) % ctx.nranks, prev = (ctx.rank + ctx.nranks - 1) % ctx.nranks;
+      std::vector<int32_t> out(count), in(count, -1);
+      for (size_t i = 0; i < count; i++) out[i] = (int32_t)(ctx.rank * 1000003 + i);
+      if (weftSend(out.data(), count, weftInt32, next, comm, stream) != weftSuccess ||
+          weftEventRecord(sent, stream) != weftSuccess ||
+          weftRecv(in.data(), count, weftInt32, prev, comm, stream) != weftSuccess ||
+          weftEventRecord(received, stream) != weftSuccess)
+        return rank_fail(ctx, "enqueue: %s", weftGetLastError(comm));
+      if (weftEventSynchronize(received) != weftSuccess) return rank_fail(ctx, "event sync");
+      if (weftEventQuery(sent) != weftSuccess) return rank_fail(ctx, "the send's event is pending");
+      if (weftStreamSynchronize(stream) != weftSuccess)
+        return rank_fail(ctx, "sync: %s", weftGetLastError(nullptr));
+      for (size_t i = 0; i < count; i++)
+        if (in[i] != (int32_t)(prev * 1000003 + i))
+          return rank_fail(ctx, "in[%zu] = %d, want %d", i, in[i], (int32_t)(prev * 1000003 + i));
+      weftEventDestroy(sent);
+      weftEventDestroy(received);
+      weftStreamDestroy(stream);
+      weftCommDestroy(comm);
+      return 0;
+    }, opts);
+    for (int s : status) EXPECT_EQ(s, 0) << n << " ranks";
+  }
+}
+
+// A send queued behind a receive that waits starts at once: rank 0 queues a
+// receive from rank 1, then a send to it; rank 1 answers only once it has
+// the send (blocking calls). Then a collective queued behind them runs after
+// both, in order.
+TEST(HostStream, SendQueuedBehindWaitingReceive) {
+  RunOptions opts;
+  opts.env = {{"WEFT_TIMEOUT", "10"}};
+  auto status = run_ranks(2, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (int rc = init(ctx, &comm)) return rc;
+    std::vector<float> ask(1000, 1.0f + ctx.rank), answer(1000, -1), sum(100, 1.0f);
+    if (ctx.rank == 1) {
+      if (weftRecv(answer.data(), answer.size(), weftFloat32, 0, comm, nullptr) != weftSuccess ||
+          weftSend(ask.data(), ask.size(), weftFloat32, 0, comm, nullptr) != weftSuccess ||
+          weftAllReduce(sum.data(), sum.data(), sum.size(), weftFloat32, weftSum, comm,
+                        nullptr) != weftSuccess)
+        return rank_fail(ctx, "rank 1: %s", weftGetLastError(comm));
+      weftCommDestroy(comm);
+      return answer[0] == 1.0f ? 0 : rank_fail(ctx, "got %g, want 1", answer[0]);
+    }
+    weftStream_t stream;
+    weftStreamCreate(&stream);
+    if (weftRecv(answer.data(), answer.size(), weftFloat32, 1, comm, stream) != weftSuccess ||
+        weftSend(ask.data(), ask.size(), weftFloat32, 1, comm, stream) != weftSuccess ||
+        weftAllReduce(sum.data(), sum.data(), sum.size(), weftFloat32, weftSum, comm, stream) !=
+            weftSuccess)
+      return rank_fail(ctx, "enqueue: %s", weftGetLastError(comm));
+    if (weftStreamSynchronize(stream) != weftSuccess)
+      return rank_fail(ctx, "sync: %s", weftGetLastError(nullptr));
+    if (answer[0] != 2.0f || sum[0] != 2.0f)
+      return rank_fail(ctx, "answer %g (want 2), sum %g (want 2)", answer[0], sum[0]);
+    weftStreamDestroy(stream);
+    weftCommDestroy(comm);
+    return 0;
+  }, opts);
+  for (int s : status) EXPECT_EQ(s, 0);
+}
+
 }  // namespace

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs one check of the PyTorch backend (tools/torch_weft) with the checkout's
 # .venv-torch (made by WEFT_SETUP_TORCH=1 tools/scripts/setup.sh):
-#   run.sh ops N | train N | alloc N | api N   under torchrun with N ranks
+#   run.sh ops N | train N | alloc N | api N | parity N   under torchrun with N ranks
 #   run.sh dead_peer N        N ranks of its own, one killed mid-training
+#   run.sh watchdog N         the same; the survivors' watchdogs must end them
 #   run.sh cuda_ops_cpu N     tests/nccl/torch_cuda_ops.py on the host over Gloo
 #                             (the GPU check's script, kept from rotting)
 #   run.sh cuda_ops_weft N    the same script on the weft backend, host tensors,
@@ -18,7 +19,7 @@ fi
 export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
 check="$1" nranks="$2"
 case "$check" in
-  ops | train | alloc | api)
+  ops | train | alloc | api | parity)
     exec "$venv/bin/python" -m torch.distributed.run --standalone --nproc-per-node "$nranks" \
       "$root/tests/torch/check_$check.py" ;;
   cuda_ops_cpu)
@@ -29,6 +30,8 @@ case "$check" in
       "$root/tests/nccl/torch_cuda_ops.py" --device cpu --backend weft ;;
   dead_peer)
     exec "$venv/bin/python" "$root/tests/torch/check_dead_peer.py" "$nranks" ;;
+  watchdog)
+    exec "$venv/bin/python" "$root/tests/torch/check_dead_peer.py" "$nranks" --watchdog ;;
   *)
     echo "run.sh: unknown check $check" >&2
     exit 2 ;;

@@ -96,6 +96,11 @@ weftResult_t bootstrap_send(struct bootstrap *bs, int peer, uint32_t tag, const 
                             size_t nbytes);
 weftResult_t bootstrap_recv(struct bootstrap *bs, int peer, uint32_t tag, void *data,
                             size_t nbytes);
+/* As bootstrap_recv, without waiting for the peer: takes what has arrived
+ * (looking at the listener for at most a millisecond), or returns
+ * weftInProgress. */
+weftResult_t bootstrap_try_recv(struct bootstrap *bs, int peer, uint32_t tag, void *data,
+                                size_t nbytes);
 void bootstrap_close(struct bootstrap *bs);
 
 /* Questions a rank answers on a thread of its own (query.c), whatever its
@@ -130,6 +135,8 @@ void bootstrap_query_linger(struct bootstrap *bs, uint64_t recent_ns, uint64_t m
 uint64_t bootstrap_job_hash(const struct bootstrap *bs);
 /* Rank's process id where it shares this host, else 0. */
 pid_t bootstrap_peer_pid(const struct bootstrap *bs, int rank);
+/* The timeout of the waits that begin after the call. Thread-safe. */
+void bootstrap_timeout_set(struct bootstrap *bs, uint64_t timeout_ns);
 /* Tells every other rank, once and best effort (a quarter second per rank at
  * most), that this rank failed: their bootstrap waits on it (messages,
  * allgathers) end at once with an error instead of at the timeout. Safe

@@ -28,41 +28,66 @@ weftResult_t bootstrap_send(struct bootstrap *bs, int peer, uint32_t tag, const 
   return res;
 }
 
+/* Takes the first queued message from peer with tag into data: weftSuccess,
+ * weftInProgress when there is none, or the failure of a peer that failed. */
+static weftResult_t msg_take(struct bootstrap *bs, int peer, uint32_t tag, void *data,
+                             size_t nbytes) {
+  for (struct bs_msg **link = &bs->unexpected; *link != NULL; link = &(*link)->next) {
+    struct bs_msg *m = *link;
+    if (m->from != peer || m->tag != tag) continue;
+    *link = m->next;
+    weftResult_t res = weftSuccess;
+    if (m->nbytes != nbytes)
+      res = weft_error_set(weftInternalError,
+                           "bootstrap message from rank %d has %u bytes, expected %zu", peer,
+                           m->nbytes, nbytes);
+    else
+      memcpy(data, m->data, nbytes);
+    free(m);
+    return res;
+  }
+  if (bootstrap_msg_failed_rank(bs, peer) >= 0)
+    return weft_error_set(weftRemoteError,
+                          "rank %d failed (seen while waiting for a bootstrap message from it)",
+                          peer);
+  return weftInProgress;
+}
+
 weftResult_t bootstrap_recv(struct bootstrap *bs, int peer, uint32_t tag, void *data,
                             size_t nbytes) {
   uint64_t deadline = clock_ns() + bs->timeout_ns;
   struct weft_wait w;
   bootstrap_watch(bs, peer, bs->timeout_ns, "receive a bootstrap message from", &w);
-  struct bs_msg **link = &bs->unexpected;
   for (;;) {
-    for (; *link != NULL; link = &(*link)->next) {
-      struct bs_msg *m = *link;
-      if (m->from != peer || m->tag != tag) continue;
-      *link = m->next;
-      weftResult_t res = weftSuccess;
-      if (m->nbytes != nbytes)
-        res = weft_error_set(weftInternalError,
-                             "bootstrap message from rank %d has %u bytes, expected %zu", peer,
-                             m->nbytes, nbytes);
-      else
-        memcpy(data, m->data, nbytes);
-      free(m);
-      return res;
-    }
-    if (bootstrap_msg_failed_rank(bs, peer) >= 0)
-      return weft_error_set(weftRemoteError,
-                            "rank %d failed (seen while waiting for a bootstrap message from it)",
-                            peer);
-    /* the scan resumes at *link, where a newly queued message lands; in
-     * slices, so that a failure message is seen promptly */
+    weftResult_t res = msg_take(bs, peer, tag, data, nbytes);
+    if (res != weftInProgress) return res;
+    /* in slices, so that a failure message is seen promptly */
     uint64_t slice = clock_ns() + SERVE_SLICE_NS;
-    weftResult_t res = bootstrap_listener_serve(bs, slice < deadline ? slice : deadline, &w, -1, NULL);
+    res = bootstrap_listener_serve(bs, slice < deadline ? slice : deadline, &w, -1, NULL);
     if (res == weftInProgress && clock_ns() >= deadline)
       res = weft_error_set(weftRemoteError, "timed out");
     if (res != weftSuccess && res != weftInProgress)
       return weft_error_set(res, "waiting for a bootstrap message from rank %d: %s", peer,
                             weft_error_text());
   }
+}
+
+weftResult_t bootstrap_try_recv(struct bootstrap *bs, int peer, uint32_t tag, void *data,
+                                size_t nbytes) {
+  weftResult_t res = msg_take(bs, peer, tag, data, nbytes);
+  if (res != weftInProgress) return res;
+  /* what has arrived: a millisecond's look at the listener */
+  struct weft_wait w;
+  bootstrap_watch(bs, peer, bs->timeout_ns, "receive a bootstrap message from", &w);
+  res = bootstrap_listener_serve(bs, clock_ns() + 1000000, &w, -1, NULL);
+  if (res != weftSuccess && res != weftInProgress)
+    return weft_error_set(res, "waiting for a bootstrap message from rank %d: %s", peer,
+                          weft_error_text());
+  return msg_take(bs, peer, tag, data, nbytes);
+}
+
+void bootstrap_timeout_set(struct bootstrap *bs, uint64_t timeout_ns) {
+  __atomic_store_n(&bs->timeout_ns, timeout_ns, __ATOMIC_RELAXED);
 }
 
 void bootstrap_poison(struct bootstrap *bs) {

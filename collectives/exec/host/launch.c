@@ -17,8 +17,7 @@
 #include "run.h"
 #include "launch.h"
 
-/* Holds the comm (comm_op_begin); fails if it is unusable or broken. */
-static weftResult_t op_begin(struct weftComm *comm) {
+weftResult_t launch_op_begin(struct weftComm *comm) {
   WEFT_TRY(comm_op_begin(comm, COMM_OP_HOLD, NULL));
   if (comm_async_error(comm) != weftSuccess)
     return weft_error_set(comm_async_error(comm), "communicator is broken by an earlier error: %s",
@@ -27,9 +26,7 @@ static weftResult_t op_begin(struct weftComm *comm) {
   return weftSuccess;
 }
 
-/* A failure breaks the comm, unless it was revoked: what the revocation cut
- * short or refused is its purpose, not the comm's state. */
-static weftResult_t op_end(struct weftComm *comm, weftResult_t res) {
+weftResult_t launch_op_end(struct weftComm *comm, weftResult_t res) {
   if (res != weftSuccess && !comm_life_revoked(comm)) comm_fail(comm, res);
   comm_op_end(comm);
   return res;
@@ -42,17 +39,17 @@ static void op_refused(struct weftComm *comm, const uint64_t *ids, size_t nids,
 }
 
 static weftResult_t op_run_collective(struct weftComm *comm, const struct weft_plan *plan) {
-  weftResult_t res = op_begin(comm);
+  weftResult_t res = launch_op_begin(comm);
   if (res != weftSuccess) {
     op_refused(comm, &plan->trace_id, 1, res);
-    return op_end(comm, res);
+    return launch_op_end(comm, res);
   }
   struct hang_watch hw;
   hang_watch_begin(&hw, comm, &plan->trace_id, 1, plan->count * weftTypeSize(plan->datatype));
   res = signature_agree(comm, plan);
   if (res == weftSuccess) res = plan_run_host(comm, plan);
   res = hang_watch_end(&hw, res);
-  return op_end(comm, res);
+  return launch_op_end(comm, res);
 }
 
 static weftResult_t op_run_sendrecv(struct weftComm *comm, const struct weft_plan *const *ops,
@@ -63,7 +60,7 @@ static weftResult_t op_run_sendrecv(struct weftComm *comm, const struct weft_pla
     if (ops[i]->trace_id != 0) ids[nids++] = ops[i]->trace_id;
     nbytes += ops[i]->count * weftTypeSize(ops[i]->datatype);
   }
-  weftResult_t res = op_begin(comm);
+  weftResult_t res = launch_op_begin(comm);
   if (res != weftSuccess) {
     op_refused(comm, ids, nids, res);
   } else {
@@ -73,7 +70,7 @@ static weftResult_t op_run_sendrecv(struct weftComm *comm, const struct weft_pla
     res = hang_watch_end(&hw, res);
   }
   if (ids != ids_fixed) free(ids);
-  return op_end(comm, res);
+  return launch_op_end(comm, res);
 }
 
 /* The operations of one communicator in a launch, run by one thread. */

@@ -18,4 +18,11 @@ struct group_op {
  * together. Returns the first failure. */
 weftResult_t group_launch(const struct group_op *ops, size_t nops);
 
+/* What every host operation of comm does around its run: holds comm
+ * (comm_op_begin) and fails if it is unusable or broken; then releases it,
+ * a failure breaking comm unless comm was revoked (what the revocation cut
+ * short or refused is its purpose, not comm's state). Returns res. */
+weftResult_t launch_op_begin(struct weftComm *comm);
+weftResult_t launch_op_end(struct weftComm *comm, weftResult_t res);
+
 #endif

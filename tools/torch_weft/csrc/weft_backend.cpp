@@ -9,11 +9,12 @@
 // issued together (allreduce_coalesced, start/endCoalescing, a run of
 // sends and receives) run as one weft group.
 //
-// Sends and receives issued outside a coalescing block are held until
-// something needs them: a wait or completion query on one of them, a
-// collective issued after them, or the end of the backend. They then run as
-// one weft group, so that isend/irecv pairs that cross between two ranks
-// cannot deadlock on the single worker thread.
+// Sends and receives on host memory issued outside a coalescing block go,
+// in issue order, to a weft host stream of the group, where those queued
+// back to back advance together on the stream's thread: an isend starts at
+// once, and isend/irecv pairs that cross between two ranks do not
+// deadlock. An operation run on the worker (or a caller's thread) after
+// them waits for them first (p2p_drain), so issue order holds.
 //
 // Failures: weft reports a dead or silent peer (naming its rank) within the
 // communicator's timeout, which is the process group's timeout; the Work
@@ -21,6 +22,7 @@
 
 #include "weft_backend.h"
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/utils/pybind.h>
 
@@ -37,10 +39,21 @@
 
 namespace torch_weft {
 
+// TORCH_WEFT_ASYNC_ERROR_HANDLING: what the watchdog does with a failure
+// (weft_backend.h); 3 unless set to 0, 1 or 2.
+static int async_error_handling() {
+  const char *v = getenv("TORCH_WEFT_ASYNC_ERROR_HANDLING");
+  if (v == nullptr || *v == '\0') return 3;
+  TORCH_CHECK(strlen(v) == 1 && v[0] >= '0' && v[0] <= '3', "weft: ",
+              "TORCH_WEFT_ASYNC_ERROR_HANDLING=", v, " is not one of 0, 1, 2, 3");
+  return v[0] - '0';
+}
+
 WeftBackend::WeftBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
-                         std::chrono::milliseconds timeout, const std::string &name)
+                         std::chrono::milliseconds timeout, const std::string &name, int channels)
     : Backend(rank, size),
       timeout_(timeout),
+      channels_(channels),
       store_(store),
       received_(size, 0),
       queue_(std::make_shared<queue_state>()) {
@@ -58,11 +71,14 @@ WeftBackend::WeftBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank,
     memcpy(id.internal, bytes.data(), sizeof id.internal);
   }
   name_ = name.empty() ? std::string("torch") : name;
-  weftConfig_t config = config_of(timeout, name_);
+  weftConfig_t config = config_of(timeout, name_, channels);
   check_init(weftCommInitRankConfig(&comm_, size, id, rank, &config), "weftCommInitRank");
   queue_->comm = comm_;
+  p2p_comm_->second = comm_;
   worker_ = std::thread([this] { worker_loop(); });
   worker_id_ = worker_.get_id();
+  handling_ = async_error_handling();
+  watchdog_ = std::thread([this] { watchdog_loop(); });
 }
 
 WeftBackend::WeftBackend(weftComm_t comm, int rank, int size, std::chrono::milliseconds timeout,
@@ -75,8 +91,11 @@ WeftBackend::WeftBackend(weftComm_t comm, int rank, int size, std::chrono::milli
       comm_(comm),
       queue_(std::make_shared<queue_state>()) {
   queue_->comm = comm_;
+  p2p_comm_->second = comm_;
   worker_ = std::thread([this] { worker_loop(); });
   worker_id_ = worker_.get_id();
+  handling_ = async_error_handling();
+  watchdog_ = std::thread([this] { watchdog_loop(); });
 }
 
 c10::intrusive_ptr<c10d::Backend> WeftBackend::split(const c10::intrusive_ptr<c10d::Store> &store,
@@ -93,7 +112,7 @@ c10::intrusive_ptr<c10d::Backend> WeftBackend::split(const c10::intrusive_ptr<c1
   const int key = member ? (int)(me - ranks.begin()) : 0;
   const std::chrono::milliseconds timeout = opts ? opts->timeout : timeout_;
   const std::string name = opts && !opts->group_name.empty() ? opts->group_name : name_;
-  weftConfig_t config = config_of(timeout, name);
+  weftConfig_t config = config_of(timeout, name, channels_);
   weftComm_t child = nullptr;
   op_step s;
   s.issue = [&]() { return weftCommSplit(comm_, color, key, &child, &config); };
@@ -101,12 +120,105 @@ c10::intrusive_ptr<c10d::Backend> WeftBackend::split(const c10::intrusive_ptr<c1
   steps.push_back(std::move(s));
   submit("split", c10d::OpType::UNKNOWN, std::move(steps), {}, false)->wait();
   if (!member) return nullptr;
-  return c10::make_intrusive<WeftBackend>(child, key, (int)ranks.size(), timeout, name, store);
+  auto b = c10::make_intrusive<WeftBackend>(child, key, (int)ranks.size(), timeout, name, store);
+  b->channels_ = channels_;
+  return b;
 }
 
-void WeftBackend::setTimeout(std::chrono::milliseconds) {
-  TORCH_WARN_ONCE("weft: the timeout of a process group is fixed when its communicator ",
-                  "is created; keeping ", timeout_.count(), " ms");
+void WeftBackend::setTimeout(std::chrono::milliseconds timeout) {
+  TORCH_CHECK(timeout.count() > 0 && timeout.count() <= INT32_MAX, "weft: set_timeout: ",
+              timeout.count(), " ms is not a timeout (1 ms to 24 days)");
+  std::lock_guard<std::mutex> lk(comm_mu_);
+  TORCH_CHECK(!aborted_ && comm_ != nullptr, "weft: set_timeout on a process group that was ",
+              "aborted or shut down");
+  weftResult_t res = weftCommSetTimeout(comm_, (int)timeout.count());
+  TORCH_CHECK(res == weftSuccess, "weft: set_timeout: ", weftGetErrorString(res), ": ",
+              weftGetLastError(comm_));
+  timeout_ = timeout;
+}
+
+c10::intrusive_ptr<c10d::Backend> WeftBackend::shrink(const std::vector<int64_t> &ranks_to_exclude,
+                                                      int shrink_flags,
+                                                      const c10::intrusive_ptr<Options> &opts) {
+  TORCH_CHECK(!coalescing_, "weft: shrink inside a coalescing block");
+  std::vector<int> excluded;
+  for (int64_t r : ranks_to_exclude) {
+    TORCH_CHECK(r >= 0 && r < size_, "weft: shrink: rank ", r, " is not a rank of this group of ",
+                size_);
+    TORCH_CHECK(r != rank_, "weft: shrink: rank ", r, " excludes itself (excluded ranks do not ",
+                "call shrink_group)");
+    excluded.push_back((int)r);
+  }
+  const std::chrono::milliseconds timeout = opts ? opts->timeout : timeout_;
+  const std::string name = opts && !opts->group_name.empty() ? opts->group_name : name_;
+  if (shrink_flags & 1) {
+    // SHRINK_ABORT: what waits in this communicator (a dead peer's
+    // operation, say) ends now, and the queue drains at once
+    std::lock_guard<std::mutex> lk(comm_mu_);
+    if (!aborted_ && comm_ != nullptr) weftCommRevoke(comm_, 0);
+  }
+  weftConfig_t config = config_of(timeout, name, channels_);
+  weftComm_t child = nullptr;
+  op_step s;
+  s.issue = [&]() {
+    return weftCommShrink(comm_, excluded.data(), (int)excluded.size(), &child, &config);
+  };
+  std::vector<op_step> steps;
+  steps.push_back(std::move(s));
+  auto work = submit("shrink", c10d::OpType::UNKNOWN, std::move(steps), {}, false);
+  work->wait();
+  int rank = 0, size = 0;
+  weftCommUserRank(child, &rank);
+  weftCommCount(child, &size);
+  // the new group's keys (monitored barriers, receives from any source)
+  // apart from this one's
+  auto store = c10::make_intrusive<c10d::PrefixStore>(c10::str("weft_shrunk/", ++shrinks_),
+                                                      store_);
+  auto b = c10::make_intrusive<WeftBackend>(child, rank, size, timeout, name, store);
+  b->channels_ = channels_;
+  return b;
+}
+
+void WeftBackend::startTimeEstimate() {
+  TORCH_CHECK(!coalescing_, "weft: a time estimate inside a coalescing block");
+  startCoalescing();
+  estimating_ = true;
+}
+
+float WeftBackend::endTimeEstimate() {
+  TORCH_CHECK(coalescing_ && estimating_, "weft: endTimeEstimate without startTimeEstimate");
+  coalescing_ = false;
+  estimating_ = false;
+  auto work = coalesced_work_;
+  work->set_block_open(false);
+  coalesced_work_.reset();
+  task t = std::move(coalesced_);
+  coalesced_ = task{"coalesced", {}, {}};
+  TORCH_CHECK(t.device < 0, "weft: time estimates of operations on CUDA tensors are not ",
+              "supported (their streams)");
+  // recorded as a group that weftGroupSimulateEnd drops: nothing runs, so
+  // nothing waits for the queue; the Works of the block complete at once
+  float us = 0;
+  weftResult_t res = weftGroupStart();
+  std::exception_ptr thrown;
+  for (auto &s : t.steps) {
+    if (res != weftSuccess) break;
+    if (!s.issue) continue;
+    try {
+      res = s.issue();
+    } catch (...) {
+      thrown = std::current_exception();
+      break;
+    }
+  }
+  weftResult_t end = weftGroupSimulateEnd(&us);
+  if (res == weftSuccess) res = end;
+  for (auto &s : t.steps)
+    if (s.release) s.release();
+  for (auto &w : t.works) w->complete(nullptr);
+  if (thrown) std::rethrow_exception(thrown);
+  if (res != weftSuccess) fail("time estimate", res);
+  return us;
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpType type,
@@ -132,7 +244,8 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpTyp
     for (auto &x : tensors) coalesced_.tensors.push_back(std::move(x));
     return coalesced_work_;
   }
-  auto work = make_work(type, name, std::move(outputs), false);
+  auto work = make_work(type, name, std::move(outputs));
+  watch(work, name);
   task t{name, std::move(steps), {work}, device, nullptr, std::move(tensors)};
   if (async_op && device < 0) {
     enqueue(std::move(t));
@@ -146,7 +259,6 @@ void WeftBackend::run_here(task &t) {
   {
     std::unique_lock<std::mutex> lk(queue_->mu);
     TORCH_CHECK(!queue_->stop, "weft: ", t.name, " on a process group that was shut down");
-    queue_->release_held_locked();
     queue_->cv.wait(lk, [this] { return queue_->tasks.empty() && !queue_->busy; });
     queue_->busy = true;
   }
@@ -154,6 +266,7 @@ void WeftBackend::run_here(task &t) {
 }
 
 void WeftBackend::run_busy(task &t) {
+  for (auto &w : t.works) w->mark_started();
   std::exception_ptr err = run(t);
   {
     std::lock_guard<std::mutex> lk(queue_->mu);
@@ -197,15 +310,25 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit_p2p(const char *name, c10d::O
                                                        op_step step,
                                                        std::vector<at::Tensor> outputs) {
   // on a GPU a send waits for its receiver in the kernel, not on this
-  // thread: nothing to hold
+  // thread: it runs as other operations do
   if (coalescing_ || device_of(outputs[0]) >= 0)
     return submit(name, type, {std::move(step)}, std::move(outputs), true);
   seq_++;
-  auto work = make_work(type, name, std::move(outputs), true);
-  std::lock_guard<std::mutex> lk(queue_->mu);
-  TORCH_CHECK(!queue_->stop, "weft: ", name, " on a process group that was shut down");
-  queue_->held.steps.push_back(std::move(step));
-  queue_->held.works.push_back(work);
+  auto work = make_work(type, name, std::move(outputs));
+  watch(work, name);
+  task t{name, {std::move(step)}, {work}};
+  t.p2p = true;
+  // queued on the stream from here when nothing is queued before it (it
+  // does not wait for the peer), else by the worker in its turn
+  bool idle;
+  {
+    std::lock_guard<std::mutex> lk(queue_->mu);
+    TORCH_CHECK(!queue_->stop, "weft: ", name, " on a process group that was shut down");
+    idle = queue_->tasks.empty() && !queue_->busy;
+    if (idle) queue_->busy = true;
+  }
+  if (idle) run_busy(t);
+  else enqueue(std::move(t));
   return work;
 }
 
@@ -251,6 +374,8 @@ void WeftBackend::worker_loop() {
 }
 
 std::exception_ptr WeftBackend::run(task &t) {
+  if (t.p2p) return run_p2p(t);
+  p2p_drain();
   if (t.device < 0) return run_steps(t);
   std::exception_ptr err;
   try {
@@ -329,6 +454,86 @@ std::exception_ptr WeftBackend::run_steps(task &t) {
   }
 }
 
+std::exception_ptr WeftBackend::run_p2p(task &t) {
+  weftEvent_t done = nullptr;
+  try {
+    {
+      std::lock_guard<std::mutex> lk(comm_mu_);
+      TORCH_CHECK(!aborted_, "weft: ", t.name, ": the process group was aborted");
+      inflight_++;
+    }
+    struct leave {
+      WeftBackend *b;
+      ~leave() {
+        std::lock_guard<std::mutex> lk(b->comm_mu_);
+        if (--b->inflight_ == 0) b->inflight_cv_.notify_all();
+      }
+    };
+    weftResult_t res = weftSuccess;
+    {
+      leave left{this};
+      if (p2p_stream_ == nullptr) {
+        res = weftStreamCreate(&p2p_stream_);
+        if (res != weftSuccess) p2p_stream_ = nullptr;
+        if (res == weftSuccess) {
+          std::shared_ptr<std::pair<std::mutex, weftComm_t>> c = p2p_comm_;
+          std::shared_ptr<queue_state> q = queue_;
+          const int rank = rank_, size = size_;
+          p2p_ = std::make_unique<p2p_lane>([c, q, rank, size]() -> std::exception_ptr {
+            std::string why;
+            {
+              std::lock_guard<std::mutex> lk(q->mu);
+              if (q->aborted) why = "the process group was aborted";
+            }
+            if (why.empty()) {
+              std::lock_guard<std::mutex> lk(c->first);
+              weftResult_t async = weftSuccess;
+              if (c->second == nullptr || weftCommGetAsyncError(c->second, &async) != weftSuccess ||
+                  async == weftSuccess || async == weftInProgress)
+                return nullptr;
+              why = c10::str(weftGetErrorString(async), ": ", weftGetLastError(c->second));
+            }
+            try {
+              C10_THROW_ERROR(DistBackendError, c10::str("weft: send/recv failed on rank ", rank,
+                                                         " of ", size, ": ", why));
+            } catch (...) {
+              return std::current_exception();
+            }
+          });
+        }
+      }
+      if (res == weftSuccess) res = weftEventCreate(&done);
+      if (res == weftSuccess) {
+        stream_ = p2p_stream_;
+        try {
+          res = issue_steps(t);
+        } catch (...) {
+          stream_ = nullptr;
+          throw;
+        }
+        stream_ = nullptr;
+      }
+      if (res == weftSuccess) res = weftEventRecord(done, p2p_stream_);
+    }
+    if (res != weftSuccess) fail(t.name, res);
+    p2p_queued_ = true;
+    p2p_->add(p2p_lane::entry{done, std::move(t.steps), std::move(t.works)});
+    t.works.clear(); /* the lane completes them */
+    return nullptr;
+  } catch (...) {
+    if (done != nullptr) weftEventDestroy(done);
+    return std::current_exception();
+  }
+}
+
+void WeftBackend::p2p_drain() {
+  if (!p2p_queued_) return;
+  // a failure there is the Works' to report (the lane); what runs next
+  // finds the communicator broken
+  weftStreamSynchronize(p2p_stream_);
+  p2p_queued_ = false;
+}
+
 [[noreturn]] void WeftBackend::fail(const char *name, weftResult_t res) {
   std::string detail;
   {
@@ -348,8 +553,10 @@ std::exception_ptr WeftBackend::run_steps(task &t) {
                            weftGetErrorString(res), ": ", detail));
 }
 
-weftConfig_t WeftBackend::config_of(std::chrono::milliseconds timeout, const std::string &name) {
+weftConfig_t WeftBackend::config_of(std::chrono::milliseconds timeout, const std::string &name,
+                                     int channels) {
   weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+  if (channels > 0) config.minChannels = config.maxChannels = channels;
   long long ms = timeout.count();
   config.timeoutMs = ms <= 0 ? WEFT_CONFIG_UNDEF_INT : (int)std::min<long long>(ms, INT32_MAX);
   config.commName = name.c_str();
@@ -363,10 +570,140 @@ void WeftBackend::check_init(weftResult_t res, const char *call) {
                            weftGetErrorString(res), ": ", weftGetLastError(nullptr)));
 }
 
+void WeftBackend::watch(const c10::intrusive_ptr<WeftWork> &work, const char *name) {
+  std::lock_guard<std::mutex> lk(watch_mu_);
+  if (watch_stop_) return;
+  // done ones at the front go now rather than at the watchdog's next look
+  // (their Works hold the caller's tensors)
+  while (!watched_.empty() && watched_.front().work->isCompleted() &&
+         !watched_.front().work->exception())
+    watched_.pop_front();
+  watched_.push_back(watched{work, seq_, name, std::chrono::steady_clock::now() + timeout_});
+}
+
+void WeftBackend::watchdog_loop() {
+  using clock = std::chrono::steady_clock;
+  std::string last_failed; /* the last operation seen failing, and why */
+  for (;;) {
+    std::unique_lock<std::mutex> lk(watch_mu_);
+    watch_cv_.wait_for(lk, std::chrono::milliseconds(100), [this] { return watch_stop_; });
+    if (watch_stop_) return;
+    // what is done leaves (a failure is the Work's to raise; the
+    // communicator's error, below, is the watchdog's); the first past its
+    // deadline is a timeout
+    const auto now = clock::now();
+    std::string what;
+    c10d::ErrorType type = c10d::ErrorType::SUCCESS;
+    for (auto it = watched_.begin(); it != watched_.end();) {
+      if (it->work->captured()) {
+        it = watched_.erase(it);
+        continue;
+      }
+      if (it->work->isCompleted()) {
+        if (std::exception_ptr e = it->work->exception()) {
+          std::string why;
+          try {
+            std::rethrow_exception(e);
+          } catch (const std::exception &x) {
+            why = std::string(x.what()).substr(0, 600);
+          } catch (...) {
+          }
+          last_failed = c10::str(it->name, " (sequence number ", it->seq, ") failed: ", why);
+        }
+        it = watched_.erase(it);
+        continue;
+      }
+      if (now > it->deadline) {
+        what = c10::str(it->name, " (sequence number ", it->seq, ") timed out: not done ",
+                        timeout_.count(), " ms after it was issued");
+        type = c10d::ErrorType::TIMEOUT;
+        break;
+      }
+      ++it;
+    }
+    const std::string pending =
+        watched_.empty() ? std::string()
+                         : c10::str(watched_.front().name, " (sequence number ",
+                                    watched_.front().seq, ")");
+    lk.unlock();
+    if (type == c10d::ErrorType::SUCCESS) {
+      // a peer that died or gave up, or an operation that failed in weft,
+      // breaks the communicator
+      std::lock_guard<std::mutex> clk(p2p_comm_->first);
+      weftResult_t async = weftSuccess;
+      if (p2p_comm_->second != nullptr &&
+          weftCommGetAsyncError(p2p_comm_->second, &async) == weftSuccess &&
+          async != weftSuccess && async != weftInProgress) {
+        type = async == weftRemoteError ? c10d::ErrorType::REMOTE_ERROR
+                                        : c10d::ErrorType::COMM_ERROR;
+        if (!last_failed.empty())
+          what = last_failed;
+        else
+          what = c10::str(pending.empty() ? std::string("the communicator") : pending,
+                          " failed: ", weftGetErrorString(async), ": ",
+                          weftGetLastError(p2p_comm_->second));
+      }
+    }
+    if (type == c10d::ErrorType::SUCCESS) continue;
+    watchdog_fire(type, what);
+    return; /* once */
+  }
+}
+
+void WeftBackend::watchdog_fire(c10d::ErrorType type, const std::string &what) {
+  weftComm_t comm = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(comm_mu_);
+    if (stopping_ || aborted_) return; /* the group is being shut down or aborted */
+    error_type_ = (int)type;
+    if (handling_ != 0 && comm_ != nullptr) {
+      comm = comm_;
+      revoking_++; /* stop_worker frees it only once this revoke is done */
+    }
+  }
+  static const char *const action[] = {
+      "the process goes on (TORCH_WEFT_ASYNC_ERROR_HANDLING=0)",
+      "aborting the communicator and ending the process (TORCH_WEFT_ASYNC_ERROR_HANDLING=1)",
+      "aborting the communicator; the process goes on (TORCH_WEFT_ASYNC_ERROR_HANDLING=2)",
+      "aborting the communicator and ending the process (TORCH_WEFT_ASYNC_ERROR_HANDLING=3, "
+      "the default)"};
+  const std::string msg =
+      c10::str("weft watchdog: process group '", name_, "', rank ", rank_, " of ", size_, ": ",
+               what, "; ", action[handling_]);
+  if (handling_ == 0) {
+    TORCH_WARN(msg);
+    return;
+  }
+  fprintf(stderr, "[rank %d] %s\n", rank_, msg.c_str());
+  fflush(stderr);
+  // peers waiting on this rank fail now rather than at their own timeout,
+  // and what waits here returns
+  if (comm != nullptr) weftCommRevoke(comm, 0);
+  if (handling_ == 1 && comm != nullptr) weftCommAbort(comm);
+  if (handling_ == 1 || handling_ == 3) {
+    fflush(stdout);
+    std::_Exit(1);
+  }
+  std::lock_guard<std::mutex> lk(comm_mu_);
+  revoking_--;
+  inflight_cv_.notify_all();
+}
+
+void WeftBackend::watchdog_stop() {
+  {
+    std::lock_guard<std::mutex> lk(watch_mu_);
+    watch_stop_ = true;
+    watched_.clear();
+    watch_cv_.notify_all();
+  }
+  std::lock_guard<std::mutex> lk(watch_join_mu_);
+  if (watchdog_.joinable() && watchdog_.get_id() != std::this_thread::get_id()) watchdog_.join();
+}
+
 void WeftBackend::stop_worker(bool abort_comm) {
+  watchdog_stop();
   {
     std::lock_guard<std::mutex> lk(queue_->mu);
-    queue_->release_held_locked();
     queue_->stop = true;
     queue_->comm = nullptr;
     queue_->aborted = queue_->aborted || abort_comm;
@@ -431,6 +768,16 @@ void WeftBackend::stop_worker(bool abort_comm) {
   } else if (worker_.joinable()) {
     worker_.join();
   }
+  // the sends and receives queued on the stream run (after an abort, or a
+  // revoke, they fail at once), then the lane completes their Works
+  if (p2p_stream_ != nullptr) weftStreamDestroy(p2p_stream_);
+  p2p_stream_ = nullptr;
+  if (p2p_ && p2p_->on_thread()) p2p_.release()->detach();
+  p2p_.reset();
+  {
+    std::lock_guard<std::mutex> lk(p2p_comm_->first);
+    p2p_comm_->second = nullptr;
+  }
   // the counts of the sends that ran go to the store before the group ends
   // (after an abort they no longer matter)
   if (abort_comm && announcer_) announcer_->drop();
@@ -472,9 +819,9 @@ class WeftProcessGroup : public c10d::ProcessGroup {
 
 static c10::intrusive_ptr<c10d::Backend> create_backend(
     const c10::intrusive_ptr<c10d::Store> &store, int rank, int size, double timeout_s,
-    const std::string &name) {
+    const std::string &name, int channels) {
   auto ms = std::chrono::milliseconds((long long)(timeout_s * 1000.0));
-  return c10::make_intrusive<WeftBackend>(store, rank, size, ms, name);
+  return c10::make_intrusive<WeftBackend>(store, rank, size, ms, name, channels);
 }
 
 }  // namespace torch_weft
@@ -499,7 +846,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("store"), py::arg("rank"), py::arg("size"),
            "A process group whose backend is named \"weft\" (DDP's logging data).");
   m.def("create_backend", &torch_weft::create_backend, py::arg("store"), py::arg("rank"),
-        py::arg("size"), py::arg("timeout_s"), py::arg("name") = "",
+        py::arg("size"), py::arg("timeout_s"), py::arg("name") = "", py::arg("channels") = 0,
         py::call_guard<py::gil_scoped_release>(),
         "Joins this rank to a weft communicator whose unique id travels through store.");
   m.def("install_allocator", &torch_weft::alloc_install, py::arg("min_bytes"),

@@ -13,7 +13,9 @@
 #include "weft_work.h"
 
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -77,8 +79,10 @@ struct p2p_announcer {
 
 class WeftBackend : public c10d::Backend {
  public:
+  // channels: the communicator's channels (weftConfig_t's minChannels and
+  // maxChannels), or 0 for weft's choice.
   WeftBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
-              std::chrono::milliseconds timeout, const std::string &name);
+              std::chrono::milliseconds timeout, const std::string &name, int channels = 0);
 
   // A backend over a communicator that split() made; it owns comm. store
   // is the new group's (monitored barriers, receives from any source).
@@ -106,7 +110,28 @@ class WeftBackend : public c10d::Backend {
                                           const c10::intrusive_ptr<Options> &opts) override;
 
   uint64_t getSequenceNumberForGroup() override { return seq_; }
-  void setTimeout(std::chrono::milliseconds) override;
+  // The group's timeout for what starts after the call: weft's waits
+  // (weftCommSetTimeout) and the deadlines of later operations.
+  void setTimeout(std::chrono::milliseconds timeout) override;
+  // Every operation is timed (Work.get_duration()); nothing to turn on.
+  void enableCollectivesTiming() override {}
+
+  // shrink_group: the remaining ranks (every one but ranks_to_exclude, which
+  // may be dead, calls it) make a communicator with weftCommShrink, which
+  // waits on no excluded rank. SHRINK_ABORT (flag 1) first revokes this
+  // group's communicator, so that what waits in it ends now; otherwise the
+  // shrink runs after the operations issued before it.
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t> &ranks_to_exclude,
+                                           int shrink_flags,
+                                           const c10::intrusive_ptr<Options> &opts) override;
+
+  // dist._time_estimator(): the operations issued in between are recorded
+  // and not run (as a coalescing block's), then weftGroupSimulateEnd gives
+  // the tuner's estimate of their time, in microseconds.
+  bool supportsTimeEstimation() const override { return true; }
+  void startTimeEstimate() override;
+  float endTimeEstimate() override;
 
   // --- collectives ---
 
@@ -195,6 +220,10 @@ class WeftBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
 
+  // The first failure the watchdog saw: TIMEOUT, COMM_ERROR (this rank's
+  // operation failed) or REMOTE_ERROR (a peer died or gave up), else SUCCESS.
+  c10d::ErrorType getError() override { return (c10d::ErrorType)error_type_.load(); }
+
   // --- life cycle ---
 
   void shutdown() override { stop_worker(false); }
@@ -221,8 +250,13 @@ class WeftBackend : public c10d::Backend {
 
   void check_peer(int peer, const char *opname) const;
 
+  // A list of one tensor per rank, each of like's dtype and device (and,
+  // when even, of like's number of elements).
   void check_list(const std::vector<at::Tensor> &list, const at::Tensor &like,
-                  const char *opname) const;
+                  const char *opname, bool even = true) const;
+
+  // Whether every tensor of list has like's number of elements.
+  static bool same_numel(const std::vector<at::Tensor> &list, const at::Tensor &like);
 
   void split_layout(const at::Tensor &t, const std::vector<int64_t> &splits,
                     const char *which, std::vector<int64_t> *off, std::vector<int64_t> *len);
@@ -256,8 +290,8 @@ class WeftBackend : public c10d::Backend {
   // --- queueing ---
 
   c10::intrusive_ptr<WeftWork> make_work(c10d::OpType type, const char *title,
-                                         std::vector<at::Tensor> outputs, bool held) {
-    return c10::make_intrusive<WeftWork>(rank_, type, title, std::move(outputs), queue_, held);
+                                         std::vector<at::Tensor> outputs) {
+    return c10::make_intrusive<WeftWork>(rank_, type, title, std::move(outputs), queue_);
   }
 
   // Queues an operation for the worker; a blocking one (async_op false)
@@ -290,6 +324,26 @@ class WeftBackend : public c10d::Backend {
 
   void enqueue(task t);
 
+  // --- the watchdog ---
+
+  // A thread per group that looks every 100 ms at the operations issued
+  // and not yet done, each with a deadline of the group's timeout from its
+  // issue, and at weft's asynchronous error (weftCommGetAsyncError). On
+  // an operation past its deadline, one that failed, or a communicator
+  // broken by a peer, it says which (group, rank, operation and sequence
+  // number) and handles it as TORCH_WEFT_ASYNC_ERROR_HANDLING says (read at
+  // the group's creation), as NCCL's watchdog does TORCH_NCCL_ASYNC_ERROR_HANDLING:
+  //   3 (default): revoke the communicator (peers waiting on this rank fail
+  //                now), then end the process;
+  //   1: revoke and free the communicator (weftCommAbort), then end the process;
+  //   2: revoke the communicator only: operations fail, the process goes on;
+  //   0: nothing but the message, as a warning (and getError()).
+  void watch(const c10::intrusive_ptr<WeftWork> &work, const char *name);
+  void watchdog_loop();
+  // Handles the first failure seen; false when the group is already stopping.
+  void watchdog_fire(c10d::ErrorType type, const std::string &what);
+  void watchdog_stop();
+
   // --- the worker ---
 
   void worker_loop();
@@ -300,6 +354,15 @@ class WeftBackend : public c10d::Backend {
 
   std::exception_ptr run_steps(task &t);
 
+  // A send or receive on host memory (t.p2p): queued on the group's host
+  // stream for them, its Works completed by p2p_ once it is done. Does not
+  // wait for the peer.
+  std::exception_ptr run_p2p(task &t);
+
+  // Waits until the sends and receives queued on the host stream are done:
+  // what runs on this thread comes after them, in issue order.
+  void p2p_drain();
+
   // Issues t's steps (in one weft group when there are several, which is
   // ended even when a step throws) and runs their releases.
   weftResult_t issue_steps(task &t);
@@ -308,7 +371,8 @@ class WeftBackend : public c10d::Backend {
   [[noreturn]] void fail(const char *name, weftResult_t res);
 
   // The communicator's settings: the group's timeout and name.
-  static weftConfig_t config_of(std::chrono::milliseconds timeout, const std::string &name);
+  static weftConfig_t config_of(std::chrono::milliseconds timeout, const std::string &name,
+                                int channels = 0);
 
   void check_init(weftResult_t res, const char *call);
 
@@ -322,6 +386,15 @@ class WeftBackend : public c10d::Backend {
   uint64_t monitored_seq_ = 0;
   std::vector<int64_t> received_;  /* host receives issued per source rank */
   std::unique_ptr<p2p_announcer> announcer_; /* made at the first host send */
+  /* sends and receives on host memory: a weft host stream, made at the
+   * first, its lane, and whether it has work not yet drained; used by
+   * the thread that runs the group's tasks (queue_state::busy) */
+  weftStream_t p2p_stream_ = nullptr;
+  std::unique_ptr<p2p_lane> p2p_;
+  bool p2p_queued_ = false;
+  /* the communicator the lane asks for its error; NULL once it is freed */
+  std::shared_ptr<std::pair<std::mutex, weftComm_t>> p2p_comm_ =
+      std::make_shared<std::pair<std::mutex, weftComm_t>>();
   weftComm_t comm_ = nullptr;
   std::shared_ptr<queue_state> queue_;
   weftStream_t stream_ = nullptr; /* the CUDA stream of the task running; NULL on host memory */
@@ -335,7 +408,24 @@ class WeftBackend : public c10d::Backend {
   int revoking_ = 0;      /* later aborts revoking the communicator meanwhile */
   std::condition_variable inflight_cv_; /* inflight_, revoking_, stopped_ */
   uint64_t seq_ = 0;
+  struct watched {
+    c10::intrusive_ptr<WeftWork> work;
+    uint64_t seq;
+    const char *name; /* a literal */
+    std::chrono::steady_clock::time_point deadline;
+  };
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  std::deque<watched> watched_;
+  bool watch_stop_ = false;
+  std::thread watchdog_;
+  std::mutex watch_join_mu_; /* one stop joins it */
+  int handling_ = 3;
+  std::atomic<int> error_type_{0};
   bool coalescing_ = false;
+  bool estimating_ = false; /* the coalescing block is a time estimate's */
+  int channels_ = 0;
+  int shrinks_ = 0; /* groups shrunk from this one: their store prefixes */
   task coalesced_{"coalesced", {}, {}};
   c10::intrusive_ptr<WeftWork> coalesced_work_;
 };

@@ -138,6 +138,24 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::allgather(std::vector<std::vector<at
                                                       const c10d::AllgatherOptions &opts) {
   at::Tensor in = single(inputs, "allgather");
   TORCH_CHECK(outputs.size() == 1, "weft: allgather takes one list of outputs");
+  if (!same_numel(outputs[0], in)) {
+    // tensors of several sizes (NCCL's allgather_v): a broadcast from each rank
+    check_list(outputs[0], in, "allgather", false);
+    TORCH_CHECK(outputs[0][rank_].numel() == in.numel(), "weft: allgather: the input has ",
+                in.numel(), " elements and this rank's output ", outputs[0][rank_].numel());
+    std::vector<op_step> steps;
+    run_input src{in};
+    for (int r = 0; r < size_; r++) {
+      const bool mine = r == rank_;
+      steps.push_back(inplace_step(outputs[0][r], [this, src, r, mine](const at::Tensor &buf) {
+        flat_buf b = bytes_of(buf);
+        return weftBroadcast(mine ? src.get().data_ptr() : nullptr, b.ptr, b.count, b.dtype, r,
+                             comm_, stream_);
+      }));
+    }
+    return submit("allgather", c10d::OpType::ALLGATHER, std::move(steps), outputs[0],
+                  opts.asyncOp, {in});
+  }
   check_list(outputs[0], in, "allgather");
   return submit("allgather", c10d::OpType::ALLGATHER, {allgather_list_step(outputs[0], in)},
                 outputs[0], opts.asyncOp, {in});
@@ -192,6 +210,36 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::reduce_scatter(
     const c10d::ReduceScatterOptions &opts) {
   at::Tensor out = single(outputs, "reduce_scatter");
   TORCH_CHECK(inputs.size() == 1, "weft: reduce_scatter takes one list of inputs");
+  if (!same_numel(inputs[0], out)) {
+    // tensors of several sizes (NCCL's reduce_scatter_v): a reduce to each rank
+    check_list(inputs[0], out, "reduce_scatter", false);
+    TORCH_CHECK(inputs[0][rank_].numel() == out.numel(), "weft: reduce_scatter: the output has ",
+                out.numel(), " elements and this rank's input ", inputs[0][rank_].numel());
+    red_plan p = red_plan_of(opts.reduceOp, out.scalar_type(), "reduce_scatter");
+    TORCH_CHECK(p.kind == red_plan::native, "weft: reduce_scatter of tensors of several sizes ",
+                "takes SUM, AVG, PRODUCT, MIN or MAX");
+    std::vector<op_step> steps;
+    for (int r = 0; r < size_; r++) {
+      run_input src{inputs[0][r]};
+      const weftRedOp_t op = p.op;
+      if (r == rank_) {
+        steps.push_back(inplace_step(out, [this, src, r, op](const at::Tensor &buf) {
+          flat_buf in = elems_of(src.get(), "reduce_scatter");
+          flat_buf b = elems_of(buf, "reduce_scatter");
+          return weftReduce(in.ptr, b.ptr, b.count, b.dtype, op, r, comm_, stream_);
+        }));
+        continue;
+      }
+      op_step s;
+      s.issue = [this, src, r, op]() {
+        flat_buf in = elems_of(src.get(), "reduce_scatter");
+        return weftReduce(in.ptr, nullptr, in.count, in.dtype, op, r, comm_, stream_);
+      };
+      steps.push_back(std::move(s));
+    }
+    return submit("reduce_scatter", c10d::OpType::REDUCE_SCATTER, std::move(steps), {out},
+                  opts.asyncOp, inputs[0]);
+  }
   check_list(inputs[0], out, "reduce_scatter");
   return submit("reduce_scatter", c10d::OpType::REDUCE_SCATTER,
                 {reduce_scatter_step(out, run_input(inputs[0], out, rank_), opts.reduceOp)}, {out},
@@ -417,7 +465,7 @@ void WeftBackend::startCoalescing() {
   TORCH_CHECK(!coalescing_, "weft: startCoalescing called twice");
   coalescing_ = true;
   coalesced_ = task{"coalesced", {}, {}};
-  coalesced_work_ = make_work(c10d::OpType::COALESCED, "weft:coalesced", {}, false);
+  coalesced_work_ = make_work(c10d::OpType::COALESCED, "weft:coalesced", {});
   coalesced_work_->set_block_open(true);
   coalesced_.works.push_back(coalesced_work_);
 }
@@ -428,6 +476,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::endCoalescing() {
   auto work = coalesced_work_;
   work->set_block_open(false);
   coalesced_work_.reset();
+  if (!coalesced_.steps.empty()) watch(work, "coalesced");
   enqueue(std::move(coalesced_));
   coalesced_ = task{"coalesced", {}, {}};
   return work;
@@ -464,14 +513,23 @@ void WeftBackend::check_peer(int peer, const char *opname) const {
               " is not a rank of this group of ", size_);
 }
 
+bool WeftBackend::same_numel(const std::vector<at::Tensor> &list, const at::Tensor &like) {
+  for (auto &t : list)
+    if (t.defined() && t.numel() != like.numel()) return false;
+  return true;
+}
+
 void WeftBackend::check_list(const std::vector<at::Tensor> &list, const at::Tensor &like,
-                             const char *opname) const {
+                             const char *opname, bool even) const {
   TORCH_CHECK((int)list.size() == size_, "weft: ", opname, " takes a list of ", size_,
               " tensors, got ", list.size());
   for (auto &t : list) {
     check_tensor(t, opname);
     check_device(t, device_of(like), opname);
-    TORCH_CHECK(t.numel() == like.numel() && t.scalar_type() == like.scalar_type(),
+    TORCH_CHECK(t.scalar_type() == like.scalar_type(), "weft: ", opname,
+                ": every tensor of the list must be of ", like.scalar_type(), ", got ",
+                t.scalar_type());
+    TORCH_CHECK(!even || t.numel() == like.numel(),
                 "weft: ", opname, ": every tensor of the list must have ", like.numel(),
                 " elements of ", like.scalar_type(), ", got ", t.numel(), " of ", t.scalar_type());
   }

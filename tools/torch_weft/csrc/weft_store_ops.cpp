@@ -104,8 +104,9 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::recvAnysource(std::vector<at::Tensor
   // a task of its own, after the sends and receives held before it: it
   // waits for a sender, which must not hold up a group of other operations
   seq_++;
-  auto work = make_work(c10d::OpType::RECVANYSOURCE, "recv_anysource", {t}, false);
+  auto work = make_work(c10d::OpType::RECVANYSOURCE, "recv_anysource", {t});
   work->set_source(source);
+  watch(work, "recv_anysource");
   enqueue(task{"recv from any source", {std::move(s)}, {work}, -1, nullptr, {}});
   return work;
 }

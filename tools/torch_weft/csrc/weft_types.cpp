@@ -81,9 +81,15 @@ red_plan red_plan_of(const ReduceOp &rop, at::ScalarType t, const char *opname) 
     TORCH_CHECK(p.kind != red_plan::bitwise &&
                     (p.op == weftSum || p.op == weftAvg || p.kind == red_plan::premul),
                 "weft: ", opname, ": complex tensors support SUM, AVG and PREMUL_SUM only");
+  if (t == at::kBool && p.kind == red_plan::native) {
+    // as NCCL maps them: a sum of bools is their OR, a product their AND
+    // (Gloo's bool arithmetic gives the same)
+    if (p.op == weftSum) p.op = weftMax;
+    if (p.op == weftProd) p.op = weftMin;
+  }
   if (t == at::kBool)
     TORCH_CHECK(p.kind == red_plan::bitwise || p.op == weftMin || p.op == weftMax, "weft: ",
-                opname, ": bool tensors support MIN, MAX, BAND, BOR and BXOR only");
+                opname, ": bool tensors support SUM, PRODUCT, MIN, MAX, BAND, BOR and BXOR");
   return p;
 }
 

@@ -7,8 +7,62 @@
 
 namespace torch_weft {
 
-void WeftWork::release_held() {
-  if (held_) queue_->release_held();
+p2p_lane::p2p_lane(std::function<std::exception_ptr()> error)
+    : error_(std::move(error)), thread_([this] { loop(); }) {}
+
+p2p_lane::~p2p_lane() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void p2p_lane::detach() {
+  std::lock_guard<std::mutex> lk(mu_);
+  stop_ = true;
+  detached_ = true;
+  thread_.detach();
+}
+
+void p2p_lane::add(entry e) {
+  std::lock_guard<std::mutex> lk(mu_);
+  entries_.push_back(std::move(e));
+  cv_.notify_all();
+}
+
+void p2p_lane::loop() {
+  for (;;) {
+    entry e;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [this] { return stop_ || !entries_.empty(); });
+      if (entries_.empty()) { /* stopped and drained */
+        if (detached_) {
+          lk.unlock();
+          delete this;
+        }
+        return;
+      }
+      e = std::move(entries_.front());
+      entries_.pop_front();
+    }
+    // the stream reaches its events in order; an operation that fails
+    // (a dead peer, the timeout, an abort) is done too, failed
+    weftEventSynchronize(e.done);
+    weftEventDestroy(e.done);
+    std::exception_ptr err = error_();
+    if (!err) {
+      try {
+        for (auto &s : e.steps)
+          if (s.finish) s.finish();
+      } catch (...) {
+        err = std::current_exception();
+      }
+    }
+    for (auto &w : e.works) w->complete(err);
+  }
 }
 
 // For an operation on a CUDA stream: whether it is done (or failed), and
@@ -29,7 +83,6 @@ bool WeftWork::poll_gpu() {
 }
 
 bool WeftWork::isCompleted() {
-  release_held();
   if (gpu_ && !gpu_->captured()) poll_gpu();
   return Work::isCompleted();
 }
@@ -58,7 +111,6 @@ bool WeftWork::wait(std::chrono::milliseconds timeout) {
   // for it now would wait forever, so the wait returns, as NCCL's does
   // there; the Work the block's end returns waits for all of it
   if (block_open_) return true;
-  release_held();
   if (gpu_ && gpu_->captured()) {
     // recorded into a graph being captured: it runs when the graph does, so
     // the caller's stream is ordered after it and nothing is waited for on
@@ -95,9 +147,13 @@ bool WeftWork::wait(std::chrono::milliseconds timeout) {
   return Work::wait(timeout);
 }
 
-c10::intrusive_ptr<c10::ivalue::Future> WeftWork::getFuture() {
-  release_held();
-  return future_;
+c10::intrusive_ptr<c10::ivalue::Future> WeftWork::getFuture() { return future_; }
+
+float WeftWork::getDuration() const {
+  const int64_t start = started_ns_.load(), end = ended_ns_.load();
+  TORCH_CHECK(end != 0 && start != 0, "weft: get_duration() is known once the work has ",
+              "completed (wait() for it first)");
+  return (float)(end - start) / 1e6f;
 }
 
 }  // namespace torch_weft

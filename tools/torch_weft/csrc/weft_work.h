@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 namespace torch_weft {
 
@@ -25,13 +26,12 @@ struct queue_state;
 class WeftWork : public c10d::Work {
  public:
   WeftWork(int rank, c10d::OpType type, const char *title, std::vector<at::Tensor> outputs,
-           std::shared_ptr<queue_state> q, bool held)
+           std::shared_ptr<queue_state> q)
       : Work(rank, type, title),
         outputs_(std::move(outputs)),
         future_(c10::make_intrusive<c10::ivalue::Future>(
             c10::ListType::create(c10::TensorType::get()))),
-        queue_(std::move(q)),
-        held_(held) {}
+        queue_(std::move(q)) {}
 
   // For the Work of a coalescing block: whether the block is still open
   // (its operations run when it ends).
@@ -43,6 +43,10 @@ class WeftWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override { return outputs_; }
 
+  // Recorded into a CUDA graph being captured: it runs when the graph does,
+  // so nothing on the host waits for it (nor does the watchdog).
+  bool captured() const { return gpu_ && gpu_->captured(); }
+
   // The rank a receive from any source took its message from, once done.
   int sourceRank() const override {
     TORCH_CHECK(source_ != nullptr && *source_ >= 0,
@@ -51,8 +55,23 @@ class WeftWork : public c10d::Work {
   }
   void set_source(std::shared_ptr<std::atomic<int>> source) { source_ = std::move(source); }
 
+  // The time from the operation's start to its end, in milliseconds, once
+  // it is complete (weft times every operation; NCCL only with timing on).
+  float getDuration() const override;
+  // Called when the operation starts to run (a send or receive: when it is
+  // queued on the host stream).
+  void mark_started() {
+    if (started_ns_.load() == 0) started_ns_ = now_ns();
+  }
+  static int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
   // Called by the worker once the operation has run (exception: its failure).
   void complete(std::exception_ptr exception) {
+    ended_ns_ = now_ns();
     finish(exception);
     if (exception)
       future_->setError(exception);
@@ -74,21 +93,23 @@ class WeftWork : public c10d::Work {
   }
 
  private:
-  void release_held();
   bool poll_gpu();
   void finish_once(std::exception_ptr exception) {
-    if (!finished_.exchange(true)) finish(exception);
+    if (!finished_.exchange(true)) {
+      ended_ns_ = now_ns();
+      finish(exception);
+    }
   }
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::shared_ptr<queue_state> queue_;
-  bool held_; /* a send/recv that may still wait in the held list */
   std::shared_ptr<GpuMark> gpu_; /* set for an operation on a CUDA stream */
   std::function<std::exception_ptr()> async_error_;
   std::chrono::milliseconds gpu_timeout_{0};
   std::atomic<bool> finished_{false};
   std::atomic<bool> block_open_{false};
   std::shared_ptr<std::atomic<int>> source_; /* a receive from any source: its sender */
+  std::atomic<int64_t> started_ns_{0}, ended_ns_{0};
 };
 
 // One weft call (or several that belong together), split in two: issue runs
@@ -112,15 +133,48 @@ struct task {
   /* the caller's tensors it reads and writes: on a GPU, their memory is not
    * reused until the stream is past the operation (record_stream) */
   std::vector<at::Tensor> tensors;
+  /* a send or receive on host memory outside a coalescing block: queued on
+   * the group's weft host stream for them (p2p_lane), not run here */
+  bool p2p = false;
 };
 
-// The queue between callers and the worker thread, shared with the Work
-// objects of held sends and receives so that waiting on one can release them.
+// Sends and receives on host memory run on a weft host stream of the group,
+// where those queued back to back advance together while the caller goes
+// on (weft.h, "Host streams"); an event recorded after each says when it is
+// done. This thread waits for the events in order, then finishes the
+// operations (copies out of staging buffers) and completes their Works.
+struct p2p_lane {
+  struct entry {
+    weftEvent_t done;
+    std::vector<op_step> steps;
+    std::vector<c10::intrusive_ptr<WeftWork>> works;
+  };
+  // error: the communicator's failure once an operation is done, or null
+  explicit p2p_lane(std::function<std::exception_ptr()> error);
+  // Finishes what was added, then stops.
+  ~p2p_lane();
+  void add(entry e);
+  bool on_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  // For a stop on the lane's own thread (a Work's callback ends the group):
+  // the lane finishes what was added, then frees itself.
+  void detach();
+
+ private:
+  void loop();
+  bool detached_ = false;
+  std::function<std::exception_ptr()> error_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<entry> entries_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// The queue between callers and the worker thread.
 struct queue_state {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<task> tasks;
-  task held{"send/recv", {}, {}}; /* sends and receives not yet released */
   bool stop = false;
   bool busy = false; /* a task is running, on the worker or on a caller's thread */
   /* for GPU Works asking for the communicator's asynchronous error: NULL once
@@ -137,20 +191,9 @@ struct queue_state {
   bool push(task t) {
     std::lock_guard<std::mutex> lk(mu);
     if (stop) return false;
-    release_held_locked();
     tasks.push_back(std::move(t));
     cv.notify_all();
     return true;
-  }
-  void release_held() {
-    std::lock_guard<std::mutex> lk(mu);
-    release_held_locked();
-    cv.notify_all();
-  }
-  void release_held_locked() {
-    if (held.steps.empty()) return;
-    tasks.push_back(std::move(held));
-    held = task{"send/recv", {}, {}};
   }
 };
 

@@ -29,7 +29,7 @@ except ImportError as e:  # pip install . builds it, or tools/scripts/setup.sh i
         "`WEFT_SETUP_TORCH=1 tools/scripts/setup.sh` or `python tools/torch_weft/build.py` "
         f"the extension in the tree ({e})") from e
 
-__all__ = ["BACKEND", "version", "allocator_stats", "empty_allocator_cache"]
+__all__ = ["BACKEND", "Options", "version", "allocator_stats", "empty_allocator_cache"]
 
 
 def _env_bytes(name, default):
@@ -72,10 +72,48 @@ def version():
     return _C.weft_version()
 
 
+class Options:
+    """pg_options of a "weft" group (init_process_group, new_group, split_group):
+
+        dist.init_process_group("weft", pg_options=torch_weft.Options(channels=4))
+
+    channels: the communicator's channels (rings or trees run side by side;
+    host rings: 1 to 16), else weft's choice (WEFT_MIN_NCHANNELS and
+    WEFT_MAX_NCHANNELS); name: the communicator's name in weft's logs and
+    errors, else the group's; timeout (a timedelta): the group's timeout,
+    else the one given to the call (its default: 30 minutes)."""
+
+    def __init__(self, channels=None, name=None, timeout=None):
+        if channels is not None and (not isinstance(channels, int) or channels < 1):
+            raise ValueError(f"torch_weft.Options: channels={channels!r} is not a count "
+                             "of channels (an int from 1)")
+        if timeout is not None and not hasattr(timeout, "total_seconds"):
+            raise TypeError(f"torch_weft.Options: timeout={timeout!r} is not a timedelta")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"torch_weft.Options: name={name!r} is not a string")
+        self.channels = channels
+        self.name = name
+        self.timeout = timeout
+
+    def __repr__(self):
+        return (f"torch_weft.Options(channels={self.channels!r}, name={self.name!r}, "
+                f"timeout={self.timeout!r})")
+
+
 def _create_backend(opts, backend_options=None):
     timeout = opts.timeout.total_seconds() if opts.timeout is not None else 1800.0
     name = opts.group_id or "torch"
-    return _C.create_backend(opts.store, opts.group_rank, opts.group_size, timeout, name)
+    channels = 0
+    if backend_options is not None:
+        if not isinstance(backend_options, Options):
+            raise TypeError(f"weft: pg_options must be a torch_weft.Options, got "
+                            f"{type(backend_options).__name__}")
+        channels = backend_options.channels or 0
+        name = backend_options.name or name
+        if backend_options.timeout is not None:
+            timeout = backend_options.timeout.total_seconds()
+    return _C.create_backend(opts.store, opts.group_rank, opts.group_size, timeout, name,
+                             channels)
 
 
 def _create(opts, backend_options=None):

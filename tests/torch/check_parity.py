@@ -1,0 +1,376 @@
+"""What code written for ProcessGroupNCCL or ProcessGroupGloo relies on, over the
+"weft" backend, on host tensors, each against the same call on a Gloo group of
+the same ranks where Gloo has it:
+
+- an isend progresses on its own: the receiver gets it within a second while
+  the sender sleeps without calling torch.distributed; isends crossing
+  between ranks (more than a connection holds) complete, and an all-reduce
+  issued after sends and receives sees them done;
+- all_reduce of bool tensors with SUM and PRODUCT (NCCL maps them to MAX and
+  MIN; Gloo's results are the same);
+- all_gather and reduce_scatter with lists of tensors of unequal sizes;
+- Work._get_duration(), set_timeout(), options through pg_options (name,
+  timeout, channels), shrink_group, and the time estimate torch asks for.
+
+Run under torchrun (2 or 3 ranks); exits non-zero with the failing checks
+listed. The random sizes are seeded; the seed is printed (WEFT_PARITY_SEED
+repeats a run).
+"""
+import os
+import random
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import ErrorType
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "torch_weft"))
+import torch_weft  # noqa: E402,F401
+import teardown  # noqa: E402  (beside this script)
+
+failures = []
+checks = 0
+
+
+def check(name, ok, detail=""):
+    global checks
+    checks += 1
+    if not ok:
+        failures.append(f"{name}: {detail}")
+
+
+def check_equal(name, got, want):
+    global checks
+    checks += 1
+    if got.dtype != want.dtype or got.shape != want.shape or not torch.equal(got, want):
+        diff = "" if got.shape != want.shape else f", first values {got.flatten()[:4].tolist()} " \
+            f"vs {want.flatten()[:4].tolist()}"
+        failures.append(f"{name}: {got.dtype}{tuple(got.shape)} != {want.dtype}{tuple(want.shape)}"
+                        f"{diff}")
+
+
+def rank_ints(rank, n, tag, dtype=torch.int64):
+    g = torch.Generator().manual_seed(1009 * (rank + 1) + tag)
+    return torch.randint(-50, 50, (n,), generator=g).to(dtype)
+
+
+# --- point-to-point progress ----------------------------------------------------
+
+def check_isend_progress():
+    """The sender queues an isend (4 MiB, more than a connection holds) and
+    sleeps; the receiver must have it within a second."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    n = 1 << 20
+    dist.barrier()
+    if r == 0:
+        works = [dist.isend(rank_ints(0, n, 40 + p, torch.float32), p) for p in range(1, world)]
+        time.sleep(2.0)  # no torch.distributed call meanwhile
+        for w in works:
+            w.wait()
+    else:
+        t = torch.empty(n)
+        start = time.monotonic()
+        dist.recv(t, 0)
+        took = time.monotonic() - start
+        check("isend progress: the receive completes while the sender sleeps", took < 1.0,
+              f"took {took:.2f} s (the sender sleeps 2 s)")
+        check_equal("isend progress: data", t, rank_ints(0, n, 40 + r, torch.float32))
+    dist.barrier()
+
+
+def check_crossing(rng):
+    """Every rank isends to the next and the previous, then irecvs from both;
+    sizes from 1 element to more than a connection holds."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    nxt, prv = (r + 1) % world, (r - 1) % world
+    for n in [1, 1000, 3 << 20, rng.randint(1, 1 << 20)]:
+        works, ins = [], {}
+        for p in sorted({nxt, prv}):
+            works.append(dist.isend(rank_ints(r, n, 50 + p), p))
+        for p in sorted({nxt, prv}):
+            ins[p] = torch.empty(n, dtype=torch.int64)
+            works.append(dist.irecv(ins[p], p))
+        for w in works:
+            w.wait()
+        for p, t in ins.items():
+            check_equal(f"crossing isend/irecv of {n} from {p}", t, rank_ints(p, n, 50 + r))
+    # sends and receives, then an all-reduce that must come after them
+    n = 1 << 19
+    t = torch.empty(n, dtype=torch.int64)
+    s = dist.isend(rank_ints(r, n, 60), nxt)
+    q = dist.irecv(t, prv)
+    total = torch.ones(1)
+    dist.all_reduce(total)
+    check("all_reduce after isend/irecv", s.is_completed() and q.is_completed(),
+          "the sends and receives issued before it were not done when it returned")
+    check_equal("isend/irecv before an all_reduce", t, rank_ints(prv, n, 60))
+    # a strided tensor received in place (through a staging copy)
+    big = torch.zeros(2 * 1000, dtype=torch.int64)
+    view = big[::2]
+    s = dist.isend(rank_ints(r, 1000, 61), nxt)
+    q = dist.irecv(view, prv)
+    q.wait()
+    s.wait()
+    check_equal("irecv into a strided view", view, rank_ints(prv, 1000, 61))
+    check_equal("irecv into a strided view leaves the rest", big[1::2],
+                torch.zeros(1000, dtype=torch.int64))
+
+
+def trace(what):
+    if os.environ.get("WEFT_PARITY_TRACE"):
+        print(f"rank {dist.get_rank()}: {what}", flush=True)
+
+
+# --- parity with NCCL and Gloo ------------------------------------------------
+
+def check_bool(gloo, rng):
+    """bool all_reduce: SUM and PRODUCT as NCCL maps them (MAX, MIN), MIN and
+    MAX, against Gloo's results."""
+    r = dist.get_rank()
+    R = dist.ReduceOp
+    for op in [R.SUM, R.PRODUCT, R.MIN, R.MAX]:
+        for n in [1, 7, 1000, rng.randint(2, 5000)]:
+            g = torch.Generator().manual_seed(31 * n + r)
+            t = torch.rand(n, generator=g) < (0.8 if op == R.PRODUCT else 0.2)
+            ref = t.clone()
+            dist.all_reduce(t, op)
+            dist.all_reduce(ref, op, group=gloo)
+            check_equal(f"bool all_reduce {op} of {n}", t, ref)
+    # AVG has no meaning for bools (NCCL refuses it too)
+    global checks
+    checks += 1
+    try:
+        dist.all_reduce(torch.ones(3, dtype=torch.bool), R.AVG)
+        failures.append("bool AVG: no exception")
+    except Exception as e:  # noqa: BLE001
+        if "bool" not in str(e):
+            failures.append(f"bool AVG: message {str(e)[:200]!r}")
+
+
+def check_uneven(gloo, rng):
+    """all_gather and reduce_scatter with lists of tensors of unequal sizes
+    (empty ones among them), several dtypes and ops."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    R = dist.ReduceOp
+    for trial in range(4):
+        sizes = [rng.choice([0, 1, 7, rng.randint(1, 70000)]) for _ in range(world)]
+        if len(set(sizes)) == 1:
+            sizes[0] += 1
+        for dtype in [torch.int64, torch.float32, torch.bool, torch.bfloat16]:
+            outs = [torch.full((sizes[q],), 7, dtype=torch.int64).to(dtype) for q in range(world)]
+            dist.all_gather(outs, rank_ints(r, sizes[r], trial).to(dtype))
+            for q in range(world):
+                check_equal(f"uneven all_gather {sizes} {dtype} block {q}", outs[q],
+                            rank_ints(q, sizes[q], trial).to(dtype))
+        for op in [R.SUM, R.PRODUCT, R.MIN, R.MAX]:
+            ins = [rank_ints(r, sizes[q], 100 * trial + q) for q in range(world)]
+            out = torch.empty(sizes[r], dtype=torch.int64)
+            dist.reduce_scatter(out, ins, op)
+            each = torch.stack([rank_ints(q, sizes[r], 100 * trial + r) for q in range(world)])
+            want = {R.SUM: each.sum(0), R.PRODUCT: each.prod(0),
+                    R.MIN: each.min(0).values, R.MAX: each.max(0).values}[op]
+            check_equal(f"uneven reduce_scatter {sizes} {op}", out, want)
+        # floats with AVG, against Gloo's sum divided
+        ins = [rank_ints(r, sizes[q], 7 + q).double() for q in range(world)]
+        out = torch.empty(sizes[r], dtype=torch.float64)
+        dist.reduce_scatter(out, ins, R.AVG)
+        each = torch.stack([rank_ints(q, sizes[r], 7 + r).double() for q in range(world)])
+        check_equal(f"uneven reduce_scatter {sizes} AVG", out, each.sum(0) / world)
+    # a strided output, written through a staging copy
+    sizes = [3 + 2 * q for q in range(world)]
+    base = torch.zeros(2 * sizes[-1], dtype=torch.int64)
+    outs = [torch.empty(sizes[q], dtype=torch.int64) for q in range(world - 1)]
+    outs.append(base[::2])
+    dist.all_gather(outs, rank_ints(r, sizes[r], 9))
+    check_equal("uneven all_gather into a strided view", base[::2],
+                rank_ints(world - 1, sizes[-1], 9))
+    check_equal("uneven all_gather leaves the gaps", base[1::2], torch.zeros(sizes[-1],
+                                                                             dtype=torch.int64))
+    # this rank's block must fit its input
+    global checks
+    checks += 1
+    try:
+        bad = [torch.empty(sizes[q] + (1 if q == r else 0), dtype=torch.int64)
+               for q in range(world)]
+        dist.all_gather(bad, rank_ints(r, sizes[r], 9))
+        failures.append("uneven all_gather with this rank's block off: no exception")
+    except Exception as e:  # noqa: BLE001
+        if "this rank's output" not in str(e):
+            failures.append(f"uneven all_gather bad block: message {str(e)[:200]!r}")
+    dist.barrier()
+
+
+def check_duration():
+    """Work._get_duration() (torch's name for it): the time the operation took, in ms,
+    once it is done: an all-reduce rank 0 waits 0.3 s in for the last rank
+    lasts at least 0.25 s there."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    dist.barrier()
+    if r == world - 1:
+        time.sleep(0.3)
+    w = dist.all_reduce(torch.ones(1000), async_op=True)
+    w.wait()
+    d = w._get_duration()
+    check("get_duration is positive and below a minute", 0 < d < 60000, f"{d} ms")
+    if r == 0:
+        check("get_duration of an all-reduce waiting 0.3 s for a peer", d >= 250, f"{d} ms")
+    nxt, prv = (r + 1) % world, (r - 1) % world
+    s = dist.isend(torch.ones(10), nxt)
+    q = dist.irecv(torch.empty(10), prv)
+    s.wait()
+    q.wait()
+    check("get_duration of an isend", 0 <= s._get_duration() < 60000, f"{s._get_duration()} ms")
+
+
+def check_timeouts():
+    """set_timeout() and pg_options' timeout: a peer silent past it fails the
+    operation with the new timeout named (the group is broken after), and
+    the group's watchdog reports it through get_error()."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    # set_timeout shortens a group made with a long one; pg_options' timeout
+    # is the group's from its creation on (long enough for a loaded machine
+    # to make the group). Both are made before either breaks.
+    groups = {"set_timeout": (dist.new_group(backend="weft", timeout=timedelta(seconds=120)), 2),
+              "pg_options": (dist.new_group(backend="weft", pg_options=torch_weft.Options(
+                  channels=2, name="parity-timeout", timeout=timedelta(seconds=5))), 5)}
+    dist.set_timeout(timedelta(seconds=2), groups["set_timeout"][0])
+    for how, (g, secs) in groups.items():
+        t = torch.ones(8)
+        dist.all_reduce(t, group=g)
+        check_equal(f"{how}: all_reduce before", t, torch.full((8,), float(world)))
+        if r == world - 1:
+            time.sleep(secs + 3)  # silent past the timeout
+        else:
+            start = time.monotonic()
+            try:
+                trace(f"{how}: all_reduce on a group with a silent peer")
+                dist.all_reduce(t, group=g)
+                failures.append(f"{how}: no failure with a peer silent past {secs} s")
+            except Exception as e:  # noqa: BLE001
+                took = time.monotonic() - start
+                # the first rank to give up says why; the others may hear of
+                # it from that rank before their own wait runs out
+                check(f"{how}: the failure names the {secs} s timeout or the rank that gave up",
+                      f"({secs * 1000} ms)" in str(e) or "failed or aborted" in str(e),
+                      str(e)[:300])
+                check(f"{how}: failed within the timeout and 2 s", took < secs + 2.0,
+                      f"{took:.2f} s")
+        trace(f"{how}: barrier")
+        dist.barrier()
+        # the watchdog (told to let the process go on) saw the failure
+        backend = g._get_backend(torch.device("cpu"))
+        for _ in range(50 if r != world - 1 else 0):
+            if backend.get_error() != ErrorType.SUCCESS:
+                break
+            time.sleep(0.1)
+        dist.barrier()
+        want = ([ErrorType.TIMEOUT, ErrorType.REMOTE_ERROR, ErrorType.COMM_ERROR]
+                if r != world - 1 else [ErrorType.SUCCESS, ErrorType.REMOTE_ERROR,
+                                        ErrorType.COMM_ERROR])
+        check(f"{how}: get_error()", backend.get_error() in want, str(backend.get_error()))
+    for how, (g, secs) in groups.items():
+        trace(f"{how}: destroy")
+        dist.destroy_process_group(g)
+        trace(f"{how}: destroyed")
+    # channels: 1 and 4 give the same sums; 0 is refused before any rendezvous
+    check("get_error() of a group that did not fail",
+          dist.group.WORLD._get_backend(torch.device("cpu")).get_error() == ErrorType.SUCCESS,
+          "")
+    for channels in [1, 4]:
+        g = dist.new_group(backend="weft", pg_options=torch_weft.Options(channels=channels))
+        t = rank_ints(r, 100000, 3).double()
+        dist.all_reduce(t, group=g)
+        want = sum(rank_ints(q, 100000, 3).double() for q in range(world))
+        check_equal(f"pg_options channels={channels}: all_reduce", t, want)
+        dist.destroy_process_group(g)
+    global checks
+    checks += 1
+    try:
+        torch_weft.Options(channels=0)
+        failures.append("Options(channels=0): no exception")
+    except ValueError as e:
+        if "channels" not in str(e):
+            failures.append(f"Options(channels=0): message {str(e)[:200]!r}")
+
+
+def check_shrink():
+    """shrink_group: the ranks but the last make a group of their own
+    (weftCommShrink); the last rank does not take part."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    g = dist.new_group(backend="weft")
+    t = torch.ones(4)
+    dist.all_reduce(t, group=g)
+    if r < world - 1:
+        small = dist.shrink_group([world - 1], group=g)
+        check("shrink_group: the new group's size", small.size() == world - 1, str(small.size()))
+        t = rank_ints(r, 1000, 5)
+        dist.all_reduce(t, group=small)
+        check_equal("shrink_group: all_reduce on the shrunk group", t,
+                    sum(rank_ints(q, 1000, 5) for q in range(world - 1)))
+    dist.barrier()
+
+
+def check_estimate():
+    """dist._time_estimator(): what is issued inside is estimated, not run:
+    the tensors keep their values, and a larger all-reduce is estimated to
+    take longer."""
+    r = dist.get_rank()
+    est = {}
+    for n in [1 << 10, 1 << 22]:
+        t = torch.full((n,), float(r + 1))
+        with dist._time_estimator() as e:
+            dist.all_reduce(t)
+            dist.all_gather_into_tensor(torch.empty(n * dist.get_world_size()), t)
+        est[n] = e.estimated_time
+        check_equal(f"time estimate of {n}: the tensor is untouched", t,
+                    torch.full((n,), float(r + 1)))
+    check("time estimates are positive and grow with the size",
+          0 < est[1 << 10] < est[1 << 22], str(est))
+    t = torch.ones(5)
+    dist.all_reduce(t)
+    check_equal("all_reduce after a time estimate", t,
+                torch.full((5,), float(dist.get_world_size())))
+
+
+def main():
+    # the checks of timeouts leave broken groups behind: failures raise here
+    # instead of ending the process (the watchdog's default)
+    os.environ["TORCH_WEFT_ASYNC_ERROR_HANDLING"] = "0"
+    dist.init_process_group("weft")
+    r = dist.get_rank()
+    gloo = dist.new_group(backend="gloo")
+    seed = torch.tensor([int(os.environ.get("WEFT_PARITY_SEED", time.time_ns() % 100000))])
+    dist.broadcast(seed, 0, group=gloo)  # rank 0's
+    seed = int(seed)
+    if r == 0:
+        print(f"check_parity: seed {seed} (WEFT_PARITY_SEED={seed} repeats it)", flush=True)
+    rng = random.Random(seed)
+    fns = [lambda: check_isend_progress(), lambda: check_crossing(rng),
+           lambda: check_bool(gloo, rng), lambda: check_uneven(gloo, rng), check_duration,
+           check_estimate, check_timeouts,
+           check_shrink]  # last: the ranks that shrink name their later groups apart
+    only = os.environ.get("WEFT_PARITY_ONLY")  # a check's name, to run it alone
+    if only:
+        fns = [globals()[only]]
+    for fn in fns:
+        if os.environ.get("WEFT_PARITY_TRACE"):
+            print(f"rank {r}: {fn}", flush=True)
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001  (a raise is a failed check; the next runs)
+            failures.append(f"{type(e).__name__}: {str(e)[:300]}")
+    res = torch.tensor([len(failures), checks], dtype=torch.int64)
+    dist.all_reduce(res, group=gloo)
+    for f in failures[:40]:
+        print(f"rank {r}: FAIL {f}", flush=True)
+    if r == 0:
+        print(f"check_parity: {dist.get_world_size()} ranks, {int(res[1])} checks, "
+              f"{int(res[0])} failures", flush=True)
+    dist.destroy_process_group()
+    teardown.leave(1 if res[0] else 0)  # Gloo groups: see teardown.py
+
+
+if __name__ == "__main__":
+    main()
