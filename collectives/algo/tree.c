@@ -22,11 +22,19 @@
  * per connection). The earliest unfinished step of all ranks can therefore
  * always proceed. A rank at depth d runs up() about d pieces ahead of
  * down(), so pieces go down while later ones still go up, and the two trees
- * alternate at every key. */
+ * alternate at every key.
+ *
+ * Piece 0 of each tree carries the call's signature (16 bytes, struct
+ * signature_packed) after its data on every link, up and down; a piece
+ * leaves a cache line of its slot for it. Each receiver compares it with
+ * its own as the piece arrives (peer_recv_signed_wait), so every link of both
+ * trees checks the call at no extra message. */
 #include <string.h>
 
 #include "../../transport/base/status.h"
 #include "../core/plan.h"
+#include "../core/signature.h"
+#include "../exec/host/prims.h"
 #include "../exec/host/prims_peer.h"
 #include "../reduce/reduce_host.h"
 #include "../core/tree_links.h"
@@ -47,8 +55,27 @@ struct tree_run {
   int divisor; /* applied by the root's last reduction (avg); 1 otherwise */
   const char *src;
   char *dst;
-  size_t piece_count; /* elements per piece: a slot */
+  size_t piece_count; /* elements per piece: a slot, less room for the signature */
+  struct signature_packed sig;
 };
+
+/* Waits for piece i from conn: piece 0 ends in the sender's signature. */
+static weftResult_t tree_recv_wait(struct tree_run *r, struct weft_conn *conn, long i,
+                                   size_t nbytes, const char **in_out) {
+  if (WEFT_SLOT_SIGNATURE && i == 0)
+    return peer_recv_signed_wait(r->comm, conn, nbytes + sizeof r->sig, &r->sig, 1, in_out);
+  return peer_recv_wait(r->comm, conn, nbytes, in_out);
+}
+
+/* Posts piece i, of nbytes at out, to conn: piece 0 with the signature. */
+static void tree_send_post(struct tree_run *r, struct weft_conn *conn, char *out, long i,
+                           size_t nbytes) {
+  if (WEFT_SLOT_SIGNATURE && i == 0) {
+    memcpy(out + nbytes, &r->sig, sizeof r->sig);
+    nbytes += sizeof r->sig;
+  }
+  peer_send_post(conn, nbytes);
+}
 
 static size_t piece_len(const struct tree_run *r, const struct tree_half *h, long i,
                         size_t *first_out) {
@@ -67,7 +94,7 @@ static weftResult_t tree_up(struct tree_run *r, const struct tree_half *h, long 
   const char *in[TREE_MAX_CHILDREN];
   char *out;
   for (int c = 0; c < l->nchildren; c++)
-    WEFT_TRY(peer_recv_wait(comm, &comm->recv_conns[l->child[c]], nbytes, &in[c]));
+    WEFT_TRY(tree_recv_wait(r, &comm->recv_conns[l->child[c]], i, nbytes, &in[c]));
   int divisor = 1;
   if (l->parent != TREE_NONE) {
     WEFT_TRY(peer_send_wait(comm, &comm->send_conns[l->parent], &out));
@@ -79,7 +106,7 @@ static weftResult_t tree_up(struct tree_run *r, const struct tree_half *h, long 
   if (l->nchildren == 0) memcpy(out, own, nbytes);
   for (int c = 0; c < l->nchildren; c++) /* the last reduction divides */
     r->reduce(out, NULL, c == 0 ? own : out, in[c], n, c == l->nchildren - 1 ? divisor : 1);
-  if (l->parent != TREE_NONE) peer_send_post(&comm->send_conns[l->parent], nbytes);
+  if (l->parent != TREE_NONE) tree_send_post(r, &comm->send_conns[l->parent], out, i, nbytes);
   for (int c = 0; c < l->nchildren; c++) peer_recv_done(&comm->recv_conns[l->child[c]]);
   return weftSuccess;
 }
@@ -94,13 +121,13 @@ static weftResult_t tree_down(struct tree_run *r, const struct tree_half *h, lon
   char *mine = r->dst + first * r->elem_nbytes, *out[TREE_MAX_CHILDREN];
   const char *in = mine;
   if (l->parent != TREE_NONE)
-    WEFT_TRY(peer_recv_wait(comm, &comm->recv_conns[l->parent], nbytes, &in));
+    WEFT_TRY(tree_recv_wait(r, &comm->recv_conns[l->parent], i, nbytes, &in));
   for (int c = 0; c < l->nchildren; c++)
     WEFT_TRY(peer_send_wait(comm, &comm->send_conns[l->child[c]], &out[c]));
   if (in != mine) memcpy(mine, in, nbytes);
   for (int c = 0; c < l->nchildren; c++) {
     memcpy(out[c], mine, nbytes);
-    peer_send_post(&comm->send_conns[l->child[c]], nbytes);
+    tree_send_post(r, &comm->send_conns[l->child[c]], out[c], i, nbytes);
   }
   if (l->parent != TREE_NONE) peer_recv_done(&comm->recv_conns[l->parent]);
   return weftSuccess;
@@ -136,7 +163,8 @@ weftResult_t tree_allreduce(struct weftComm *comm, struct weft_channel *ch,
     if (r.dst != r.src) memcpy(r.dst, r.src, count * esize);
     return weftSuccess;
   }
-  r.piece_count = comm->slot_nbytes / esize;
+  r.piece_count = prims_slot_room(comm->slot_nbytes) / esize;
+  signature_pack(&r.sig, plan);
 
   /* set-up: each tree's half (the second starting 64-byte aligned), its
    * pieces, this rank's links */

@@ -23,18 +23,9 @@ void prims_init(struct prims *p, struct weftComm *comm, struct weft_channel *ch,
 }
 
 void prims_sign(struct prims *p, const struct signature_packed *sig) {
-  if (p->proto != PROTO_SIMPLE) return;
   p->sig = sig;
   p->sig_send = p->send != NULL;
   p->sig_recv = p->recv != NULL;
-}
-
-/* Whether a first slot holding nbytes of data carries the signature: where
- * it fits in the rest of the data's last cache line, so that it costs the
- * receiver no line more (slots start 64-byte aligned). */
-static int sig_fits(size_t nbytes) {
-  const size_t tail = nbytes % 64;
-  return tail != 0 && 64 - tail >= sizeof(struct signature_packed);
 }
 
 /* A mismatch found by slot_signature_compare: names it where the sender's slot
@@ -49,8 +40,10 @@ __attribute__((noinline, cold)) static weftResult_t signed_slot_mismatch(struct 
   struct signature_packed theirs_packed;
   memset(&theirs_packed, 0, sizeof theirs_packed);
   if ((used & PRIMS_USED_SIGNED) && used_nbytes >= sizeof theirs_packed &&
-      used_nbytes <= c->slot_nbytes)
+      used_nbytes <= c->slot_nbytes) {
     memcpy(&theirs_packed, slot + used_nbytes - sizeof theirs_packed, sizeof theirs_packed);
+    signature_packed_keyed(&theirs_packed, &theirs_packed, c->step); /* unmixed */
+  }
   struct signature mine, theirs;
   signature_unpack(&mine, p->sig);
   signature_unpack(&theirs, &theirs_packed);
@@ -63,8 +56,8 @@ __attribute__((noinline, cold)) static weftResult_t signed_slot_mismatch(struct 
   }
   weft_error_set(weftInvalidUsage,
                  "ranks disagree on a collective: %s: rank %d's first slot holds %zu bytes "
-                 "where rank %d expects %zu and a signature: it is in another call (count or "
-                 "datatype differ)",
+                 "where rank %d expects %zu and a signature: it is in another call (count, "
+                 "datatype, root or collective differ)",
                  coll_kind_name((enum coll_kind)mine.coll), c->peer_rank,
                  used_nbytes - ((used & PRIMS_USED_SIGNED) ? sizeof theirs_packed : 0),
                  comm->rank, nbytes);
@@ -78,7 +71,9 @@ __attribute__((noinline, cold)) static weftResult_t signed_slot_mismatch(struct 
  * the sender put its signature, if anywhere. */
 static inline weftResult_t slot_signature_compare(struct prims *p, const char *slot,
                                                   size_t nbytes) {
-  if (!sig_fits(nbytes) || signature_packed_same(slot + nbytes, p->sig)) return weftSuccess;
+  struct signature_packed keyed;
+  signature_packed_keyed(&keyed, p->sig, p->recv->step);
+  if (__builtin_expect(signature_packed_same(slot + nbytes, &keyed), 1)) return weftSuccess;
   return signed_slot_mismatch(p, slot, nbytes);
 }
 
@@ -122,12 +117,12 @@ static weftResult_t wait_credit(struct prims *p, char **slot_out) {
 static void post_filled(struct prims *p, size_t nbytes) {
   struct weft_conn *c = p->send;
   uint32_t used = (uint32_t)nbytes;
-  if (p->sig_send) { /* the call's first slot: its signature after the data, where it fits */
+  if (p->sig_send) { /* the call's first slot: its signature after the data */
+    struct signature_packed keyed;
+    signature_packed_keyed(&keyed, p->sig, c->step);
     p->sig_send = 0;
-    if (sig_fits(nbytes)) {
-      memcpy(c->slots + (c->step % c->nslots) * c->slot_nbytes + nbytes, p->sig, sizeof *p->sig);
-      used = (uint32_t)(nbytes + sizeof *p->sig) | PRIMS_USED_SIGNED;
-    }
+    memcpy(c->slots + (c->step % c->nslots) * c->slot_nbytes + nbytes, &keyed, sizeof keyed);
+    used = (uint32_t)(nbytes + sizeof keyed) | PRIMS_USED_SIGNED;
   }
   c->ctrl->slot_used_nbytes[c->step % c->nslots] = used;
   c->step++;
@@ -162,6 +157,22 @@ static weftResult_t simple_step(struct prims *p, unsigned flags, const void *src
   }
   if (flags & PRIMS_SEND) post_filled(p, nbytes);
   if (flags & PRIMS_RECV) post_drained(p->recv);
+  return weftSuccess;
+}
+
+weftResult_t prims_sign_alone(struct prims *p, unsigned flags) {
+  if (p->sig == NULL) return weftSuccess;
+  if (p->proto == PROTO_LL) return prims_ll_sign_alone(p, flags);
+  char *slot;
+  if (flags & PRIMS_SEND) {
+    p->sig_send = 1;
+    WEFT_TRY(wait_credit(p, &slot));
+    post_filled(p, 0);
+  } else {
+    p->sig_recv = 1;
+    WEFT_TRY(wait_filled(p, 0, &slot));
+    post_drained(p->recv);
+  }
   return weftSuccess;
 }
 
