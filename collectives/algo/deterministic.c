@@ -36,13 +36,6 @@
 #include "deterministic.h"
 #include "sendrecv.h"
 
-int det_applies(const struct weft_plan *plan) {
-  if (plan->coll != COLL_ALLREDUCE && plan->coll != COLL_REDUCESCATTER &&
-      plan->coll != COLL_REDUCE)
-    return 0;
-  return param_int(&coll_params[P_DETERMINISTIC]) != 0;
-}
-
 /* float16, bfloat16 and fp8: widened to float32 for the reduction. */
 static int det_widened(weftDataType_t t) {
   return t == weftFloat16 || t == weftBfloat16 || t == weftFloat8e4m3 || t == weftFloat8e5m2;

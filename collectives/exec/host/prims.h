@@ -49,8 +49,11 @@ struct prims {
   int divisor; /* applied by the final reduction (avg); 1 otherwise */
   enum coll_proto proto;
   const struct signature_packed *sig; /* the call's signature (prims_sign), or NULL */
-  int sig_send;                /* the next slot sent carries sig, where it has room */
-  int sig_recv;                /* the next slot received is checked for a signature */
+  int sig_send;                /* the next slot sent carries sig (SIMPLE: the first) ... */
+  int sig_send_data;           /* ... and the next one with data (SIMPLE) */
+  int sig_recv;                /* the next slot received with data is checked for it */
+  int sig_alone;               /* prims_sign_alone: a slot without data carries it */
+  uint64_t sig_recv_from;      /* the call's first step on recv (naming a mismatch) */
 };
 
 /* In slot_used_nbytes: the slot's last 16 bytes are the sender's signature
@@ -63,9 +66,13 @@ void prims_init(struct prims *p, struct weftComm *comm, struct weft_channel *ch,
                 weftDataType_t datatype, weftRedOp_t op, enum coll_proto proto);
 
 /* The first slot this call sends carries sig after its data (SIMPLE: the
- * raw bytes, mixed with the slot's step, signature_packed_keyed; LL: as
- * four more payload words), and the first it receives is checked against
- * sig likewise; prims_slot_count leaves the room. A mismatch is
+ * raw bytes, mixed with the slot's step, signature_packed_keyed; LL: as four
+ * more payload words), and the first it receives is checked against sig
+ * likewise; prims_slot_count leaves the room. SIMPLE checks the first slot
+ * with data instead, which the sender signs too, so that an empty first
+ * slot costs its receiver no cache line more; where the ranks' calls differ,
+ * the receiver looks where the sender put no signature (or another step's),
+ * refuses, and names the fields from the sender's first slot. A mismatch is
  * weftInvalidUsage naming both ranks and the fields that differ, and breaks
  * the comm (comm_fail_alone) so that no rank waits on steps that no longer
  * pair up. sig must live until the call ends. */
