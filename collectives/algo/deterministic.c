@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "../../transport/base/status.h"
+#include "../core/comm.h"
 #include "../core/params.h"
 #include "../core/plan.h"
 #include "../core/signature.h"
@@ -96,6 +97,59 @@ static void det_reduce(const struct weft_plan *plan, int n, void *dst, const voi
   const weft_reduce_fn reduce = reduce_host_fn(t, plan->op);
   for (int r = 1; r < n; r++)
     reduce(dst, NULL, r == 1 ? in[0] : dst, in[r], count, r == n - 1 ? divisor : 1);
+}
+
+/* The scratch of a communicator's calls, kept (comm_state_get): a 16 MiB
+ * call would otherwise fault its pages in anew each time. */
+struct det_comm {
+  void *scratch;
+  size_t nbytes;
+};
+
+static void det_scratch_release(void *state) {
+  struct det_comm *d = state;
+  free(d->scratch);
+  d->scratch = NULL;
+  d->nbytes = 0;
+}
+
+static uint64_t det_scratch_nbytes(const void *state) {
+  return ((const struct det_comm *)state)->nbytes;
+}
+
+static void det_comm_destroy(void *state) {
+  det_scratch_release(state);
+  free(state);
+}
+
+static const struct comm_state_ops det_comm_ops = {
+    .name = "deterministic",
+    .destroy = det_comm_destroy,
+    .scratch_nbytes = det_scratch_nbytes,
+    .scratch_release = det_scratch_release,
+};
+
+/* At least nbytes of the comm's scratch. */
+static weftResult_t det_scratch(struct weftComm *comm, size_t nbytes, char **out) {
+  struct det_comm *d = comm_state_get(comm, &det_comm_ops);
+  if (d == NULL) {
+    d = calloc(1, sizeof *d);
+    if (d == NULL) return weft_error_set(weftSystemError, "WEFT_DETERMINISTIC: out of memory");
+    weftResult_t res = comm_state_set(comm, &det_comm_ops, d);
+    if (res != weftSuccess) {
+      free(d);
+      return res;
+    }
+  }
+  if (d->nbytes < nbytes) {
+    det_scratch_release(d);
+    if (posix_memalign(&d->scratch, 4096, nbytes) != 0)
+      return weft_error_set(weftSystemError, "WEFT_DETERMINISTIC: cannot allocate %zu bytes",
+                            nbytes);
+    d->nbytes = nbytes;
+  }
+  *out = d->scratch;
+  return weftSuccess;
 }
 
 /* The arrays of one call, for n ranks. */
@@ -183,8 +237,8 @@ static weftResult_t det_run_with(struct weftComm *comm, const struct weft_plan *
   /* scratch: the other ranks' block `rank` and this rank's own (kept apart,
    * so that an in-place call does not reduce into an input it still reads);
    * a reduce's non-root ranks also put their reduced block there */
-  char *scratch = malloc((size_t)(n + 1) * (mine > 0 ? mine : 1) * esize);
-  if (scratch == NULL) return weft_error_set(weftSystemError, "WEFT_DETERMINISTIC: out of memory");
+  char *scratch = NULL;
+  WEFT_TRY(det_scratch(comm, (size_t)(n + 1) * (mine > 0 ? mine : 1) * esize, &scratch));
   const char *src = plan->sendbuf;
   size_t nops = 0;
   for (int j = 1; j < n; j++) {
@@ -222,6 +276,5 @@ static weftResult_t det_run_with(struct weftComm *comm, const struct weft_plan *
   }
 #undef OFF
 #undef LEN
-  free(scratch);
   return res;
 }
