@@ -402,6 +402,23 @@ void weftConfigPrint(FILE *out);
 #define WEFT_TOPO_ROUND_ROBIN 2
 weftResult_t weftTopoPrint(FILE *out, const char *xmlPath, int nranks, int nhosts, int flags);
 
+/* --- Diagnosis (docs/diagnosis.md) --------------------------------------- */
+
+/* weft extension: writes comm's trace, its last WEFT_TRACE_ENTRIES
+ * collectives, sends and receives with their sequence numbers, sizes, types,
+ * states and times, as JSON to out (NULL: stdout). Any thread, also while a
+ * call of comm runs. weftInvalidUsage when tracing is off
+ * (WEFT_TRACE_ENTRIES=0). */
+weftResult_t weftCommTraceDump(weftComm_t comm, FILE *out);
+
+/* weft extension (weft-info --trace): reads the traces the ranks of one or
+ * more jobs dumped into dir (WEFT_TRACE_DIR) and prints, per job, which
+ * collective did not complete, which ranks never called it and what each
+ * did last, which ranks left no trace: the verdict a timed-out rank's error
+ * gives. weftInvalidArgument when dir holds no trace. out may be NULL for
+ * stdout. */
+weftResult_t weftTraceDiagnose(const char *dir, FILE *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -49,6 +49,7 @@ struct weft_conn {
   uint32_t nslots;
   size_t slot_nbytes;
   uint64_t step;       /* the next slot number this end will fill or drain */
+  uint64_t head_seen;  /* sender: ctrl->head as last loaded (conn_send_ready) */
   int peer_rank;
   pid_t peer_pid;      /* watched while waiting, when the peer shares the host */
   const struct weft_transport *transport;
@@ -56,6 +57,18 @@ struct weft_conn {
   struct bootstrap *bs; /* the communicator's: transports may exchange set-up data */
   const struct proxy_fifo_mem *fifo_mem; /* network transports: FIFO memory (NULL: private) */
 };
+
+/* Whether the sender may fill the slot at c->step: the receiver has drained
+ * enough of the slots before it. ctrl->head is loaded only when the value seen
+ * last leaves no room: the receiver writes that line on every slot, and a
+ * load that misses holds back the stores after it (the slot's data and tail)
+ * until the line arrives, one cache-line transfer more before the receiver
+ * sees them. head only grows, so an old value errs on the safe side. */
+static inline int conn_send_ready(struct weft_conn *c) {
+  if (c->step - c->head_seen < c->nslots) return 1;
+  c->head_seen = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
+  return c->step - c->head_seen < c->nslots;
+}
 
 /* What the receiver sends the sender so it can attach: opaque per transport. */
 struct conn_blob {

@@ -441,14 +441,22 @@ weftResult_t cma_run(struct weftComm *comm, const struct weft_plan *plan) {
   char *recv = plan->recvbuf;
   switch (plan->coll) {
     case COLL_ALLGATHER: {
-      const size_t nbytes = plan->count * esize;
-      for (int j = 0; j < n; j++) {
-        int peer = (rank + j) % n;
-        char *block = recv + (size_t)peer * nbytes;
-        if (views[peer].send == block) continue; /* own block, in place */
-        WEFT_TRY(cma_range(peer, "send", 0, nbytes, descs[peer].send_nbytes));
-        if (views[peer].send) cma_copy(block, views[peer].send, nbytes, stream);
-        else WEFT_TRY(cma_read(comm, peer, block, descs[peer].send_addr, nbytes));
+      /* this rank's input goes to its block of every rank's output, a piece
+       * at a time: read from memory once, the piece is written n times from
+       * cache ((n + 1) x the gathered size through memory, all ranks
+       * together, where pulling every block would read each one n times) */
+      const size_t nbytes = plan->count * esize, at = (size_t)rank * nbytes;
+      const char *mine = plan->sendbuf;
+      for (size_t off = 0; off < nbytes; off += CMA_PIECE_NBYTES) {
+        const size_t m = nbytes - off < CMA_PIECE_NBYTES ? nbytes - off : CMA_PIECE_NBYTES;
+        for (int j = 0; j < n; j++) {
+          int peer = (rank + j) % n;
+          char *block = views[peer].recv ? views[peer].recv + at + off : NULL;
+          if (block == mine + off) continue; /* own block, in place */
+          WEFT_TRY(cma_range(peer, "receive", at + off, m, descs[peer].recv_nbytes));
+          if (block) cma_copy(block, mine + off, m, stream);
+          else WEFT_TRY(cma_write(comm, peer, descs[peer].recv_addr + at + off, mine + off, m));
+        }
       }
       return cma_barrier(comm);
     }

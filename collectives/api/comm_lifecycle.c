@@ -18,7 +18,9 @@
 #include "../exec/device/device.h"
 #include "../algo/sendrecv.h"
 #include "../core/channel.h"
+#include "../core/hang.h"
 #include "../core/params.h"
+#include "../core/trace.h"
 
 weftResult_t weftGetVersion(int *version) {
   if (version == NULL) return weft_error_set(weftInvalidArgument, "version is NULL");
@@ -126,6 +128,8 @@ static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
   WEFT_TRY_GOTO(bootstrap_init(id, rank, nranks, &self, comm->timeout_ns, &comm->bs, peers),
                 res, free_comm);
   bootstrap_set_abort(comm->bs, &comm->abort_flag);
+  comm->trace = trace_create(rank, nranks, bootstrap_job_hash(comm->bs), comm->name);
+  hang_answer_install(comm);
   /* oversubscribed: more ranks here than the CPUs they may run on together */
   int nlocal = 0;
   cpu_set_t local_cpus, one;
@@ -152,6 +156,7 @@ close_channels:
   channels_close(comm);
   if (comm->oversubscribed_hold) wait_oversubscribed_release();
   bootstrap_close(comm->bs);
+  trace_destroy(comm->trace);
 free_comm:
   if (comm != NULL) sendrecv_conns_close(comm);
   free(peers);
@@ -273,11 +278,17 @@ static void comm_free(struct weftComm *comm) {
   const int failed =
       comm_async_error(comm) != weftSuccess || comm_life(comm) == COMM_ABORTED;
   comm->magic = 0;
+  /* peers that fail after this rank ask it where it was: a comm that broke
+   * answers a little longer (hang.h); an abort of a working one does not */
+  if (comm_async_error(comm) != weftSuccess && comm->trace != NULL)
+    bootstrap_query_linger(comm->bs, 2000000000ull,
+                           comm->timeout_ns / 2 < 1000000000ull ? comm->timeout_ns / 2 : 1000000000ull);
   device_comm_free(comm);
   channels_close(comm);
   sendrecv_conns_close(comm);
   if (comm->oversubscribed_hold) wait_oversubscribed_release();
-  bootstrap_close(comm->bs);
+  bootstrap_close(comm->bs); /* its query thread, which reads the trace, first */
+  trace_destroy(comm->trace);
   free(comm->peers);
   comm_states_destroy(comm);
   free(comm);
@@ -319,6 +330,7 @@ weftResult_t weftCommAbort(weftComm_t comm) {
   comm_poison(comm);
   comm_wait_quiet(comm);
   comm_wait_revokes(comm);
+  trace_dump_to_dir(comm->trace, TRACE_ON_ABORT, comm->last_error);
   comm_free(comm);
   return weftSuccess;
 }

@@ -22,6 +22,7 @@
 #include "../algo/copy_stream.h"
 #include "../algo/sendrecv_cma.h"
 #include "../core/params.h"
+#include "../core/trace.h"
 #include "../exec/device/device_params.h"
 
 struct weft_param *const weft_param_tables[] = {
@@ -29,7 +30,7 @@ struct weft_param *const weft_param_tables[] = {
     log_params, wait_params, sock_params, bootstrap_params, launcher_params, transport_params,
     shm_params, socket_params, ucx_params, cuda_transport_params,
     /* collectives/ */
-    coll_params, topo_params, device_params, cma_params, bulk_params, sendrecv_cma_params,
+    coll_params, trace_params, topo_params, device_params, cma_params, bulk_params, sendrecv_cma_params,
     copy_stream_params, NULL,
 };
 

@@ -11,6 +11,7 @@
 #include "stream.h"
 #include "../tune/tuner.h"
 #include "../core/redop.h"
+#include "../core/trace.h"
 
 /* --- argument checks --------------------------------------------------- */
 
@@ -129,6 +130,7 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
   if (res == weftSuccess && coll_has_op(plan->coll)) redop_capture(comm, plan);
   if (res == weftSuccess && sendrecv_is_empty(plan, stream)) {
     comm->seq++; /* as every call of the comm counts */
+    trace_set_state(comm->trace, trace_record(comm->trace, plan, 0), TRACE_COMPLETED, -1, res);
     return weftSuccess;
   }
   struct host_stream *hs = NULL;
@@ -165,6 +167,8 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
        * done, not a broken communicator */
       weft_error_clear();
       comm->seq++; /* as every call of the comm counts */
+      trace_set_state(comm->trace, trace_record(comm->trace, plan, 0), TRACE_COMPLETED, -1,
+                      weftSuccess);
       return weftSuccess;
     }
   }
@@ -172,6 +176,8 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
     /* the peers would wait for this rank until the timeout: break the comm,
      * so that they fail now */
     if (comm != NULL && comm_check(comm) == weftSuccess) {
+      /* the call counts, refused, so that the numbers stay the peers' */
+      trace_set_state(comm->trace, trace_record(comm->trace, plan, 0), TRACE_FAILED, -1, res);
       if (alone && comm->nranks > 1) comm_fail_alone(comm, res);
       else snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
     }
@@ -180,10 +186,16 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
   }
   plan_tune(comm, plan);
   comm->seq++;
-  if (group_depth_get() > 0) return group_record(comm, plan, stream);
+  const int in_group = group_depth_get() > 0;
+  /* host calls that run later (device ones run in kernels the trace does not see) */
+  if ((in_group || hs != NULL) && !plan->on_device)
+    plan->trace_id = trace_record(comm->trace, plan, 0);
+  if (in_group) return group_record(comm, plan, stream);
   if (plan->on_device) return device_enqueue(comm, plan, stream);
   struct group_op op = {.comm = comm, .plan = *plan, .stream = stream};
   if (hs != NULL) return stream_enqueue(hs, &op, 1);
+  /* the id set after the copy: set before, the copy would load it back at once */
+  op.plan.trace_id = trace_record(comm->trace, plan, 1);
   return group_launch(&op, 1);
 }
 

@@ -9,6 +9,8 @@
 #include "../../transport/transport.h"
 #include "tree_links.h"
 
+struct trace;
+
 #define WEFT_MAX_CHANNELS 16
 #define WEFT_MAX_REDOPS 64
 
@@ -123,6 +125,7 @@ struct weftComm {
   struct comm_state_slot states[COMM_MAX_STATES]; /* modules' own state (comm_state_get) */
   int nstates;
   pid_t pid;                    /* the process that created it: a forked child may not use it */
+  struct trace *trace;          /* its last calls (trace.h); NULL when tracing is off */
 };
 
 /* This process's id (renewed in a forked child). */

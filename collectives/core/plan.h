@@ -5,6 +5,7 @@
 #define WEFT_PLAN_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "comm.h"
 
@@ -52,6 +53,7 @@ struct weft_plan {
   char premul_scalar[8];     /* the value, for weftScalarHostImmediate */
   const void *premul_ptr;    /* read when the op runs, for weftScalarDevice */
   int premul_device_only;    /* premul_ptr is device memory, which the host cannot read */
+  uint64_t trace_id;         /* the call in its comm's trace (trace.h), 0: none */
 };
 
 const char *coll_kind_name(enum coll_kind coll);

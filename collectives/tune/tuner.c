@@ -233,6 +233,31 @@ static int tuner_pick_whole(const struct weftComm *comm, const struct weft_plan 
   return nbytes >= (algo == ALGO_CMA ? cma_min_nbytes() : bulk_min_nbytes()) || others == 0;
 }
 
+/* The pipelined algorithm and protocol this thread picked last, and what it
+ * picked them for: a run of calls of one size skips the cost model's loop,
+ * a good part of a small call's time. The key holds every input of the
+ * loop (rule sets live as long as the process, so their address names
+ * them); per thread, so that no lock is taken and no thread reads a pick
+ * another thread is writing. */
+struct tuner_memo {
+  const struct weftComm *comm;
+  const struct tuner_rules *rules;
+  int nranks, tree_depth, network, on_device;
+  enum coll_kind coll;
+  size_t nbytes;
+  enum coll_algo algo;
+  enum coll_proto proto;
+};
+static __thread struct tuner_memo tuner_memo;
+
+static int tuner_memo_matches(const struct tuner_memo *m, const struct weftComm *comm,
+                              const struct tuner_rules *r, const struct weft_plan *plan,
+                              size_t nbytes) {
+  return m->comm == comm && m->rules == r && m->nbytes == nbytes && m->coll == plan->coll &&
+         m->on_device == plan->on_device && m->nranks == comm->nranks &&
+         m->tree_depth == comm->tree_depth && m->network == comm->network;
+}
+
 void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
   if (plan_is_sendrecv(plan)) return;
   struct tuner_rules fallback;
@@ -262,6 +287,13 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
     plan->nchannels = comm->nchannels; /* chunks spread over them */
     return;
   }
+  plan->nchannels = 1; /* the host executor runs a pipeline on one channel */
+  struct tuner_memo *m = &tuner_memo;
+  if (r != &fallback && tuner_memo_matches(m, comm, r, plan, nbytes)) {
+    plan->algo = m->algo;
+    plan->proto = m->proto;
+    return;
+  }
   for (int a = 0; a < ALGO_CMA; a++) { /* cma and bulk: not pipelines, not in the cost model */
     if (!algo_exists(plan->coll, (enum coll_algo)a) || !r->algo[plan->coll][a]) continue;
     for (int p = 0; p < PROTO_NUM; p++) {
@@ -274,7 +306,11 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
       }
     }
   }
-  plan->nchannels = 1; /* the host executor runs a pipeline on one channel */
+  if (r != &fallback)
+    *m = (struct tuner_memo){.comm = comm, .rules = r, .nranks = comm->nranks,
+                             .tree_depth = comm->tree_depth, .network = comm->network,
+                             .on_device = plan->on_device, .coll = plan->coll, .nbytes = nbytes,
+                             .algo = plan->algo, .proto = plan->proto};
 }
 
 double plan_estimate_us(const struct weftComm *comm, const struct weft_plan *plan) {

@@ -3,8 +3,15 @@ parameters weft-train wrote (--dump-init) and fed the batches it wrote
 (--dump-batches), with AdamW, clipping and the same learning-rate schedule.
 Prints `step N loss X` per step, as weft-train does.
 
+With --eval-step N it trains nothing: it prints `step N loss X`, the loss of
+step N's batch (every micro-step's, averaged) at the parameters in --init, in
+float64. Given the parameters weft-train held before step N (--stop-at N-1
+--save, then weft-zero-consolidate), X is what weft-train's step N should
+print, whatever rounding did to the parameters on the way there.
+
 usage: gpt2_ref.py --init FILE --batches FILE --layers L --heads H --channels C
                    --context T --steps N [--lr X --warmup N --min-lr X --clip X]
+                   [--eval-step N]
 """
 import argparse
 import math
@@ -76,7 +83,7 @@ def load_params(model, path):
     with torch.no_grad():
         for t in model.tensors():
             n = t.numel()
-            t.copy_(torch.from_numpy(flat[at:at + n].copy()).view_as(t))
+            t.copy_(torch.from_numpy(flat[at:at + n].copy()).view_as(t).to(t.dtype))
             at += n
     assert at == flat.size, f"{flat.size} values for {at} parameters"
 
@@ -110,12 +117,22 @@ def main():
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--min-lr", type=float, default=0.1)
     p.add_argument("--clip", type=float, default=1.0)
+    p.add_argument("--eval-step", type=int, default=0)
     a = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
+    if a.eval_step > 0:
+        torch.set_default_dtype(torch.float64)
     model = GPT(a.layers, a.heads, a.channels, a.context)
     load_params(model, a.init)
     first, accum, data = batches(a.batches)
+    if a.eval_step > 0:
+        i = a.eval_step - 1 - first
+        assert 0 <= i < data.shape[0] // accum, f"no batch for step {a.eval_step}"
+        with torch.no_grad():
+            total = sum(model(w[:, :-1], w[:, 1:]).item() for w in data[i * accum:(i + 1) * accum])
+        print(f"step {a.eval_step:4d} loss {total / accum:.6f}", flush=True)
+        return
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8,
                             weight_decay=0.0)
     for i in range(data.shape[0] // accum):

@@ -42,7 +42,8 @@ OMPI = {
     "tcp": ["--mca", "pml", "ob1", "--mca", "btl", "self,tcp"],
 }
 ROW = re.compile(r"^(?:\[\d+\])?\s+(\d+)\s+(\d+)\s+\S+\s+\S+\s+-?\d+\s+(\S+)\s+(\S+)\s+(\S+)\s+\S+"
-                 r"\s+(\S+)\s+(\S+)\s+(\S+)")
+                 r"\s+(\S+)\s+(\S+)\s+(\S+)\s+\S+(?:\s+\S+\s+(\S+)\s+\S+\s+(\S+))?")
+NAN6 = (float("nan"),) * 6
 
 
 def find_baselines(arg):
@@ -72,7 +73,8 @@ def build(src, out, want_gloo):
 
 
 def parse(text):
-    """{size: (oop_time, oop_busbw, ip_time, ip_busbw)} from one table."""
+    """{size: (oop_time, oop_busbw, ip_time, ip_busbw, oop_pct, ip_pct)} from one
+    table; the last two are the % of the bound weft's tools print (NaN elsewhere)."""
     rows = {}
     for line in text.splitlines():
         m = ROW.match(line)
@@ -85,7 +87,8 @@ def parse(text):
             except ValueError:
                 return float("nan")
         rows[int(m.group(1))] = (num(m.group(3)), num(m.group(5)), num(m.group(6)),
-                                 num(m.group(8)))
+                                 num(m.group(8)), num(m.group(9) or "nan"),
+                                 num(m.group(10) or "nan"))
     return rows
 
 
@@ -143,7 +146,7 @@ def record(results, key, rep, rows):
 def paired(results, coll, libs, size, col):
     """The median, min and max over repetitions of the best baseline's time in
     a repetition divided by weft's in the same repetition."""
-    nan = (float("nan"),) * 4
+    nan = NAN6
     ratios = []
     for rep, table in enumerate(results.get((coll, "weft"), [])):
         wt = table.get(size, nan)[col]
@@ -233,24 +236,28 @@ def main():
         for lib in libs:
             for s in sizes:
                 vals = [t[s] for t in results[(coll, lib)] if s in t]
-                med[(lib, s)] = tuple(median([v[k] for v in vals]) for k in range(4))
+                med[(lib, s)] = tuple(median([v[k] for v in vals]) for k in range(6))
         print(f"\n## {coll}: time (us) / busbw (GB/s); ratio = best baseline time / weft time "
               f"(= weft busbw / best busbw) of the medians; paired = the median of each "
-              f"repetition's ratio (min - max)")
+              f"repetition's ratio (min - max); bound % = weft's % of the bound its tool "
+              f"prints (median)")
         for col, name in ((0, "out-of-place"), (2, "in-place")):
-            head = f"| size (B) | " + " | ".join(libs) + " | ratio | paired |"
-            print(f"\n{name}\n\n{head}\n|" + "---|" * (len(libs) + 3))
+            head = f"| size (B) | " + " | ".join(libs) + " | ratio | paired | bound % |"
+            print(f"\n{name}\n\n{head}\n|" + "---|" * (len(libs) + 4))
             for s in sizes:
                 cells, best = [], float("inf")
                 for lib in libs:
-                    t, bw = med.get((lib, s), (float("nan"),) * 4)[col:col + 2]
+                    t, bw = med.get((lib, s), NAN6)[col:col + 2]
                     cells.append(f"{t:.2f} / {bw:.2f}" if t == t else "-")
                     if lib != "weft" and t == t:
                         best = min(best, t)
                 # busbw ratio from the times (the busbw columns are rounded)
-                wt = med.get(("weft", s), (float("nan"),) * 4)[col]
+                wt = med.get(("weft", s), NAN6)[col]
                 ratio = f"{best / wt:.2f}" if best < float("inf") and wt == wt and wt > 0 else "-"
-                print(f"| {s} | " + " | ".join(cells) + f" | {ratio} | {paired(results, coll, libs, s, col)} |")
+                pct = med.get(("weft", s), NAN6)[4 + col // 2]
+                pct = f"{pct:.1f}" if pct == pct else "-"
+                print(f"| {s} | " + " | ".join(cells) +
+                      f" | {ratio} | {paired(results, coll, libs, s, col)} | {pct} |")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-/* weft-info: the library's version and its environment parameters. */
+/* weft-info: the library's version, its environment parameters, and the
+ * verdict on the traces ranks dumped (--trace DIR). */
 #include <stdio.h>
 #include <string.h>
 
@@ -8,8 +9,21 @@ int main(int argc, char **argv) {
   int version = 0;
   weftGetVersion(&version);
   if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
-    printf("usage: weft-info [--config]\n"
-           "  prints the weft version; --config adds every WEFT_* variable with its value\n");
+    printf("usage: weft-info [--config | --trace DIR]\n"
+           "  prints the weft version; --config adds every WEFT_* variable with its value;\n"
+           "  --trace DIR reads the traces ranks dumped into DIR (WEFT_TRACE_DIR) and says,\n"
+           "  per job, which collective did not complete and which ranks never called it\n");
+    return 0;
+  }
+  if (argc > 1 && strcmp(argv[1], "--trace") == 0) {
+    if (argc != 3) {
+      fprintf(stderr, "weft-info: --trace takes a directory\n");
+      return 2;
+    }
+    if (weftTraceDiagnose(argv[2], stdout) != weftSuccess) {
+      fprintf(stderr, "weft-info: %s\n", weftGetLastError(NULL));
+      return 1;
+    }
     return 0;
   }
   printf("weft %d.%d.%d\n", version / 10000, version / 100 % 100, version % 100);

@@ -15,6 +15,36 @@ static double busbw_all_reduce(int nranks) { return nranks > 1 ? 2.0 * (nranks -
 static double busbw_ring(int nranks) { return nranks > 1 ? (double)(nranks - 1) / nranks : 0; }
 static double busbw_one(int nranks) { return nranks > 1 ? 1 : 0; }
 
+/* Memory traffic per byte of the size column, all ranks together: every
+ * input byte read once and every output byte written once, less what is
+ * already where it belongs in place. S is the size column. */
+
+/* every rank's S in, every rank's S out: 2nS */
+static double traffic_all_in_out(int nranks, int in_place) {
+  (void)in_place;
+  return 2.0 * nranks;
+}
+
+/* all-gather: the n blocks (S in all) read, n outputs of S written, of which
+ * each rank's own block is in place already: (n + 1)S, in place nS.
+ * Broadcast the same: the root's S read, n outputs written (the root's own
+ * only out of place). */
+static double traffic_gathered(int nranks, int in_place) {
+  return in_place ? nranks : nranks + 1.0;
+}
+
+/* reduce-scatter and reduce: n inputs of S read, S of results written: (n + 1)S */
+static double traffic_reduced(int nranks, int in_place) {
+  (void)in_place;
+  return nranks + 1.0;
+}
+
+/* gather and scatter: the root's S, read from or written to the others' blocks */
+static double traffic_rooted(int nranks, int in_place) {
+  (void)nranks, (void)in_place;
+  return 2.0;
+}
+
 /* Element counts for a size column of nbytes. */
 
 /* every rank sends and receives the whole column */
@@ -208,23 +238,32 @@ static void scatter_expect(size_t i, int rank, int nranks, size_t count,
 
 static const struct perf_coll perf_colls[] = {
     {.name = "all_reduce", .uses_op = 1, .busbw_factor = busbw_all_reduce,
-     .counts = counts_whole, .run = all_reduce_run, .expect = all_reduce_expect},
+     .traffic = traffic_all_in_out, .counts = counts_whole,
+     .run = all_reduce_run, .expect = all_reduce_expect},
     {.name = "all_gather", .busbw_factor = busbw_ring,
-     .counts = counts_gathered, .run = all_gather_run, .expect = all_gather_expect},
+     .traffic = traffic_gathered, .counts = counts_gathered,
+     .run = all_gather_run, .expect = all_gather_expect},
     {.name = "reduce_scatter", .uses_op = 1, .busbw_factor = busbw_ring,
-     .counts = counts_scattered, .run = reduce_scatter_run, .expect = reduce_scatter_expect},
+     .traffic = traffic_reduced, .counts = counts_scattered,
+     .run = reduce_scatter_run, .expect = reduce_scatter_expect},
     {.name = "broadcast", .uses_root = 1, .busbw_factor = busbw_one,
-     .counts = counts_whole, .run = broadcast_run, .expect = broadcast_expect},
+     .traffic = traffic_gathered, .counts = counts_whole,
+     .run = broadcast_run, .expect = broadcast_expect},
     {.name = "reduce", .uses_op = 1, .uses_root = 1, .busbw_factor = busbw_one,
-     .counts = counts_whole, .run = reduce_run, .expect = reduce_expect},
+     .traffic = traffic_reduced, .counts = counts_whole,
+     .run = reduce_run, .expect = reduce_expect},
     {.name = "sendrecv", .no_in_place = 1, .busbw_factor = busbw_one,
-     .counts = counts_whole, .run = sendrecv_run, .expect = sendrecv_expect},
+     .traffic = traffic_all_in_out, .counts = counts_whole,
+     .run = sendrecv_run, .expect = sendrecv_expect},
     {.name = "alltoall", .no_in_place = 1, .busbw_factor = busbw_ring,
-     .counts = counts_alltoall, .run = alltoall_run, .expect = alltoall_expect},
+     .traffic = traffic_all_in_out, .counts = counts_alltoall,
+     .run = alltoall_run, .expect = alltoall_expect},
     {.name = "gather", .uses_root = 1, .no_in_place = 1, .busbw_factor = busbw_ring,
-     .counts = counts_gathered, .run = gather_run, .expect = gather_expect},
+     .traffic = traffic_rooted, .counts = counts_gathered,
+     .run = gather_run, .expect = gather_expect},
     {.name = "scatter", .uses_root = 1, .no_in_place = 1, .busbw_factor = busbw_ring,
-     .counts = counts_scattered, .run = scatter_run, .expect = scatter_expect},
+     .traffic = traffic_rooted, .counts = counts_scattered,
+     .run = scatter_run, .expect = scatter_expect},
 };
 enum { PERF_NCOLLS = sizeof perf_colls / sizeof perf_colls[0] };
 

@@ -11,11 +11,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "perf_bound.h"
+
 struct perf_opts {
   size_t min_nbytes, max_nbytes, step_nbytes;
   double step_factor;
   int iters, warmup, agg_iters, check, average, root, timeout_s;
   int blocking, graph_iters, progress;
+  int bound; /* measure the machine's bound at start-up and print it */
   enum perf_mem_kind mem_kind;
   const char *json_path;
   int ntypes, nops;
@@ -102,6 +105,9 @@ static void usage(const char *prog, const struct perf_coll *coll) {
          "  -J, --json FILE         also write the results as JSON to FILE (rank 0)\n"
          "  -P, --progress 0/1      progress line on stderr (default: 1 when stderr is a\n"
          "                          terminal)\n"
+         "  -B, --bound 0/1         measure the machine's bound at start-up (a cache-line\n"
+         "                          round trip, a copy; under 0.5 s) and print the time\n"
+         "                          it allows and the %% reached (default 1)\n"
          "  -h, --help\n",
          prog, coll->name);
 }
@@ -117,17 +123,18 @@ static int opts_parse(int argc, char **argv, const struct perf_coll *coll, struc
       {"timeout", required_argument, 0, 'T'}, {"blocking", required_argument, 0, 'z'},
       {"cudagraph", required_argument, 0, 'G'}, {"memory", required_argument, 0, 'M'},
       {"json", required_argument, 0, 'J'}, {"progress", required_argument, 0, 'P'},
+      {"bound", required_argument, 0, 'B'},
       {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   *o = (struct perf_opts){.min_nbytes = 32 << 20, .max_nbytes = 32 << 20, .step_nbytes = 1 << 20,
                           .step_factor = 1, .iters = 20, .warmup = 5, .agg_iters = 1,
                           .check = 1, .average = 1, .root = 0, .timeout_s = 0,
                           .blocking = 1, .graph_iters = 0, .progress = isatty(STDERR_FILENO),
-                          .mem_kind = PERF_MEM_HOST, .json_path = NULL};
+                          .mem_kind = PERF_MEM_HOST, .json_path = NULL, .bound = 1};
   o->types[0] = weftFloat32;
   o->ntypes = 1;
   o->ops[0] = weftSum;
   o->nops = 1;
-  const char *shortopts = "b:e:i:f:n:w:m:c:d:o:r:a:T:z:G:M:J:P:h";
+  const char *shortopts = "b:e:i:f:n:w:m:c:d:o:r:a:T:z:G:M:J:P:B:h";
   int c;
   while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
     int bad = 0;
@@ -150,6 +157,7 @@ static int opts_parse(int argc, char **argv, const struct perf_coll *coll, struc
       case 'M': bad = perf_mem_parse(optarg, &o->mem_kind); break;
       case 'J': o->json_path = optarg; break;
       case 'P': o->progress = atoi(optarg); bad = o->progress < 0 || o->progress > 1; break;
+      case 'B': o->bound = atoi(optarg); bad = o->bound < 0 || o->bound > 1; break;
       case 'h': usage(argv[0], coll); exit(0);
       default: usage(argv[0], coll); return -1;
     }
@@ -199,6 +207,9 @@ static double across_ranks(weftComm_t comm, double v, int how, int nranks) {
 struct perf_result {
   double time_us, algbw, busbw;
   long long wrong;
+  double bound_us;  /* the least time the machine allows; NAN when not measured */
+  double bound_pct; /* bound_us / time_us, in percent */
+  int bound_by_copy; /* the memory traffic set the bound, not the round trip */
 };
 
 /* One rank's sweep: the options and where its buffers live. */
@@ -210,6 +221,7 @@ struct perf_run {
   int rank, nranks;
   char *sendbuf, *recvbuf; /* of o->mem_kind */
   char *staging;           /* host copy to fill and check cuda buffers; NULL for host */
+  const struct perf_bound *bound; /* NULL without one */
 };
 
 /* n operations, then waits for them: on the stream they were queued on, and
@@ -267,6 +279,13 @@ static int run_one(const struct perf_run *p, size_t nbytes, weftDataType_t t, we
   r->algbw = elapsed > 0 ? (double)nbytes / elapsed / 1e9 : 0;
   r->busbw = r->algbw * coll->busbw_factor(nranks);
   r->wrong = 0;
+  r->bound_us = r->bound_pct = NAN;
+  r->bound_by_copy = 0;
+  if (p->bound != NULL) {
+    const double traffic = coll->traffic(nranks, in_place) * (double)nbytes;
+    r->bound_us = perf_bound_us(p->bound, traffic, &r->bound_by_copy);
+    r->bound_pct = r->time_us > 0 ? 100.0 * r->bound_us / r->time_us : NAN;
+  }
   if (o->check) {
     /* one more run on fresh inputs into a poisoned output */
     if (perf_mem_fill(o->mem_kind, dst, 0xa5, recv_count * esize) != 0) return -1;
@@ -310,14 +329,40 @@ struct perf_row {
 static void json_result(FILE *f, const struct perf_result *r, int check) {
   fprintf(f, "{\"time_us\": %.3f, \"algbw_GBps\": %.4f, \"busbw_GBps\": %.4f, \"wrong\": ",
           r->time_us, r->algbw, r->busbw);
-  if (check) fprintf(f, "%lld}", r->wrong);
-  else fprintf(f, "null}");
+  if (check) fprintf(f, "%lld", r->wrong);
+  else fprintf(f, "null");
+  if (isnan(r->bound_us)) {
+    fprintf(f, ", \"bound_us\": null, \"bound_pct\": null, \"bound_by\": null}");
+    return;
+  }
+  /* the bound as busbw too: the busbw the row would have at the bound's time */
+  const double bound_busbw = r->time_us > 0 ? r->busbw * r->time_us / r->bound_us : 0;
+  fprintf(f, ", \"bound_us\": %.4f, \"bound_busbw_GBps\": %.4f, \"bound_pct\": %.2f, "
+             "\"bound_by\": \"%s\"}",
+          r->bound_us, bound_busbw, r->bound_pct, r->bound_by_copy ? "copy" : "round_trip");
+}
+
+/* The bound's figures, as an object. */
+static void json_bound(FILE *f, const struct perf_bound *b) {
+  if (b == NULL) {
+    fprintf(f, "null");
+    return;
+  }
+  fprintf(f, "{\"round_trip_us\": ");
+  if (b->have_round_trip)
+    fprintf(f, "%.4f, \"round_trip_cpus\": [%d, %d]", b->round_trip_us, b->cpus[0], b->cpus[1]);
+  else fprintf(f, "null");
+  fprintf(f, ", \"copy_rw_GBps\": ");
+  if (b->have_copy) fprintf(f, "%.3f, \"copy_nbytes\": %zu", b->copy_rw_GBps, b->copy_nbytes);
+  else fprintf(f, "null");
+  fprintf(f, ", \"why\": \"%s\", \"measure_s\": %.3f}", b->why, b->measure_s);
 }
 
 /* Writes the run as JSON: the settings, every row, and the footer's values. */
 static int json_write(const char *path, int argc, char **argv, const struct perf_coll *coll,
-                      const struct perf_opts *o, int nranks, const struct perf_row *rows,
-                      int nrows, long long wrong, double avg_busbw, int complete) {
+                      const struct perf_opts *o, int nranks, const struct perf_bound *bound,
+                      const struct perf_row *rows, int nrows, long long wrong, double avg_busbw,
+                      int complete) {
   FILE *f = fopen(path, "w");
   if (f == NULL) return -1;
   fprintf(f, "{\n  \"tool\": \"%s_perf\",\n  \"collective\": \"%s\",\n  \"command\": [", coll->name,
@@ -334,8 +379,10 @@ static int json_write(const char *path, int argc, char **argv, const struct perf
           perf_mem_name(o->mem_kind), o->blocking);
   fprintf(f, "  \"iters\": %d,\n  \"warmup_iters\": %d,\n  \"agg_iters\": %d,\n", o->iters,
           o->warmup, o->agg_iters);
-  fprintf(f, "  \"check\": %d,\n  \"complete\": %s,\n  \"rows\": [\n", o->check,
+  fprintf(f, "  \"check\": %d,\n  \"complete\": %s,\n  \"bound\": ", o->check,
           complete ? "true" : "false");
+  json_bound(f, bound);
+  fprintf(f, ",\n  \"rows\": [\n");
   for (int i = 0; i < nrows; i++) {
     const struct perf_row *r = &rows[i];
     fprintf(f, "    {\"size_bytes\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", "
@@ -353,7 +400,27 @@ static int json_write(const char *path, int argc, char **argv, const struct perf
   return fclose(f) == 0 ? 0 : -1;
 }
 
-static void print_header(const struct perf_opts *o, int nranks, const char *host) {
+/* The bound's figures, or why there are none, above the table. */
+static void print_bound(const struct perf_opts *o, const struct perf_bound *b, int nranks) {
+  if (b == NULL) {
+    printf("# Bound: not measured (%s)\n#\n",
+           !o->bound ? "-B 0" : "only for host memory");
+    return;
+  }
+  printf("# Bound: the larger of a cache-line round trip and the memory traffic at the copy "
+         "rate\n");
+  if (b->have_round_trip)
+    printf("#   cache-line round trip %.3f us (ranks 0 and 1 on CPUs %d and %d, ping-pong)\n",
+           b->round_trip_us, b->cpus[0], b->cpus[1]);
+  if (b->have_copy)
+    printf("#   copy %.2f GB/s read + written (%d ranks copying %zu MiB each at once)\n",
+           b->copy_rw_GBps, nranks, b->copy_nbytes >> 20);
+  if (b->why[0] != '\0') printf("#   %s\n", b->why);
+  printf("#   measured in %.2f s; -B 0 skips it\n#\n", b->measure_s);
+}
+
+static void print_header(const struct perf_opts *o, int nranks, const char *host,
+                         const struct perf_bound *bound) {
   printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d "
          "iters: %d agg iters: %d validation: %d graph: %d\n#\n",
          o->min_nbytes, o->max_nbytes, o->step_factor > 1 ? o->step_factor : (double)o->step_nbytes,
@@ -364,28 +431,40 @@ static void print_header(const struct perf_opts *o, int nranks, const char *host
   if (o->graph_iters > 0)
     printf("# -G %d ignored: operations run on the host executor, which has no CUDA graphs\n#\n",
            o->graph_iters);
-  printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place\n",
+  print_bound(o, bound, nranks);
+  printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place"
+         "           bound: out-of-place, in-place\n",
          "", "", "", "", "");
-  printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size",
-         "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
-         "busbw", "#wrong");
-  printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)",
-         "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+  static const char columns[] =
+      "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s  %8s  %6s  %8s  %6s\n";
+  printf(columns, "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
+         "time", "algbw", "busbw", "#wrong", "time", "%", "time", "%");
+  printf(columns, "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)",
+         "(GB/s)", "(GB/s)", "", "(us)", "", "(us)", "");
   fflush(stdout);
+}
+
+/* A side's bound columns: the time and the percentage, or N/A. */
+static void format_bound(char *buf, size_t len, const struct perf_result *r, int absent) {
+  if (absent || isnan(r->bound_us)) snprintf(buf, len, "  %8s  %6s", "N/A", "N/A");
+  else snprintf(buf, len, "  %8.3f  %6.1f", r->bound_us, r->bound_pct);
 }
 
 static void print_row(const struct perf_coll *coll, const struct perf_opts *o,
                       const struct perf_row *r) {
-  char root[16], in_place[64];
+  char root[16], in_place[64], bound_oop[32], bound_ip[32];
+  format_bound(bound_oop, sizeof bound_oop, &r->oop, 0);
+  format_bound(bound_ip, sizeof bound_ip, &r->ip, coll->no_in_place);
   snprintf(root, sizeof root, "%d", r->root);
   if (coll->no_in_place)
     snprintf(in_place, sizeof in_place, "  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A");
   else
     snprintf(in_place, sizeof in_place, "  %7.2f  %6.2f  %6.2f  %6lld", r->ip.time_us,
              r->ip.algbw, r->ip.busbw, o->check ? r->ip.wrong : -1LL);
-  printf("  %10zu  %12zu  %8s  %6s  %6s  %7.2f  %6.2f  %6.2f  %6lld%s\n", r->nbytes, r->count,
+  printf("  %10zu  %12zu  %8s  %6s  %6s  %7.2f  %6.2f  %6.2f  %6lld%s%s%s\n", r->nbytes, r->count,
          type_names[r->type], coll->uses_op ? op_names[r->op] : "none", root, r->oop.time_us,
-         r->oop.algbw, r->oop.busbw, o->check ? r->oop.wrong : -1LL, in_place);
+         r->oop.algbw, r->oop.busbw, o->check ? r->oop.wrong : -1LL, in_place, bound_oop,
+         bound_ip);
   fflush(stdout);
 }
 
@@ -422,7 +501,22 @@ int perf_main(int argc, char **argv, const struct perf_coll *coll) {
   int rank = run.rank, nranks = run.nranks;
   char host[64] = "";
   gethostname(host, sizeof host - 1);
-  if (rank == 0) print_header(&o, nranks, host);
+  /* the bound, before anything else runs: host memory only (a device
+   * collective's floor is the device's) */
+  struct perf_bound bound;
+  if (o.bound && o.mem_kind == PERF_MEM_HOST) {
+    res = perf_bound_measure(comm, &bound);
+    if (res != weftSuccess) {
+      fprintf(stderr, "%s: rank %d: measuring the bound: %s\n", argv[0], rank,
+              weftGetLastError(comm));
+      weftCommAbort(comm);
+      return 1;
+    }
+    run.bound = &bound;
+  }
+  if (rank == 0) {
+    print_header(&o, nranks, host, run.bound);
+  }
   /* let the launcher forward the header now rather than in the first timed
    * loop, where it would take a core from a spinning rank; then bring every
    * rank's connections and caches up before the first row's own warm-up */
@@ -505,7 +599,7 @@ int perf_main(int argc, char **argv, const struct perf_coll *coll) {
   }
   int json_failed = 0;
   if (rank == 0 && o.json_path != NULL && rows != NULL &&
-      json_write(o.json_path, argc, argv, coll, &o, nranks, rows,
+      json_write(o.json_path, argc, argv, coll, &o, nranks, run.bound, rows,
                  nrows < total_rows ? nrows : total_rows, total_wrong, avg_busbw, !failed) != 0) {
     fprintf(stderr, "%s: cannot write %s: %s\n", argv[0], o.json_path, strerror(errno));
     json_failed = 1;

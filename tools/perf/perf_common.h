@@ -15,6 +15,9 @@ struct perf_coll {
   int no_in_place;  /* in-place columns print N/A */
   /* bus bandwidth = algorithm bandwidth x factor (nccl-tests' formulas) */
   double (*busbw_factor)(int nranks);
+  /* the bytes all ranks together must read and write in memory, per byte of
+   * the size column: the bound's memory traffic (docs/perf.md) */
+  double (*traffic)(int nranks, int in_place);
   /* elements sent and received per rank for a size column of nbytes */
   void (*counts)(size_t nbytes, size_t elem_nbytes, int nranks, size_t *send_count,
                  size_t *recv_count, size_t *count);

@@ -13,6 +13,7 @@ struct peer_info {
   uint64_t host_hash; /* equal for ranks that share memory (same host, same namespaces) */
   char hostname[64];
   union weft_sockaddr listen_addr;
+  union weft_sockaddr query_addr; /* where its bootstrap answers questions (bootstrap_ask_all) */
   int32_t cuda_dev; /* -1 for a host rank */
   int32_t numa_node;
   int64_t bus_id;

@@ -91,6 +91,26 @@ uint64_t wait_default_timeout_ns(void) {
   return s > 0 ? (uint64_t)s * 1000000000ull : UINT64_MAX / 2;
 }
 
+static __thread const struct wait_watcher *thread_watcher;
+
+const struct wait_watcher *wait_watcher_set(const struct wait_watcher *w) {
+  const struct wait_watcher *old = thread_watcher;
+  thread_watcher = w;
+  return old;
+}
+
+/* Calls the thread's watcher, if any, with itself taken away meanwhile (a
+ * wait inside it does not call it again). */
+static weftResult_t watcher_call(const struct weft_wait *w, enum wait_event event,
+                                 uint64_t waited_ns) {
+  const struct wait_watcher *watcher = thread_watcher;
+  if (watcher == NULL) return weftInProgress;
+  thread_watcher = NULL;
+  weftResult_t res = watcher->fn(watcher->arg, event, w->peer_rank, waited_ns);
+  thread_watcher = watcher;
+  return res == weftSuccess ? weftInProgress : res;
+}
+
 void wait_begin(struct weft_wait *w, uint64_t timeout_ns, const volatile uint32_t *abort_local,
                 const volatile uint32_t *abort_remote, pid_t peer_pid, int peer_rank,
                 const char *what) {
@@ -132,15 +152,19 @@ weftResult_t wait_check(struct weft_wait *w) {
     return weftInProgress;
   }
   uint64_t waited = now - w->start_ns;
-  if (waited > w->timeout_ns)
+  if (waited > w->timeout_ns) {
+    watcher_call(w, WAIT_TIMED_OUT, waited);
     return weft_error_set(weftRemoteError, "timed out after %.1f s waiting to %s rank %d",
                           (double)waited / 1e9, w->what, w->peer_rank);
+  }
   if (now >= w->next_check_ns) {
     w->next_check_ns = now + 50000000ull;
     if (w->peer_pid > 0 && pid_gone(w->peer_pid, 0)) {
       w->peer_gone = 2;
       return weftInProgress;
     }
+    weftResult_t res = watcher_call(w, WAIT_STALLED, waited);
+    if (res != weftInProgress) return res;
   }
   /* back off: spin first, then yield, then sleep briefly */
   int over = oversubscribed();

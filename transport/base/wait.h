@@ -57,6 +57,24 @@ weftResult_t wait_check(struct weft_wait *w);
 int wait_oversubscribed_hold(int nlocal, int ncpus);
 void wait_oversubscribed_release(void);
 
+/* What a thread's slow waits tell the layer above them (collectives/core/hang.c:
+ * a collective that stalls): set per thread, called from wait_check only, never
+ * from the spinning fast path, and never while it runs (a wait inside it does
+ * not call it again). */
+enum wait_event {
+  WAIT_STALLED,   /* the wait has lasted waited_ns: called every 50 ms or so */
+  WAIT_TIMED_OUT, /* the wait has passed its timeout: its error follows */
+};
+struct wait_watcher {
+  /* weftInProgress (or weftSuccess) to go on; an error ends the wait with
+   * it (the watcher set the error text) */
+  weftResult_t (*fn)(void *arg, enum wait_event event, int peer_rank, uint64_t waited_ns);
+  void *arg;
+};
+/* Makes w (NULL: none) the calling thread's watcher; returns the one it
+ * replaces. w must live until it is replaced. */
+const struct wait_watcher *wait_watcher_set(const struct wait_watcher *w);
+
 /* Call once per spin iteration. Returns weftInProgress to keep waiting, or an
  * error (weftRemoteError with a message naming the peer) to give up. */
 static inline weftResult_t wait_poll(struct weft_wait *w) {

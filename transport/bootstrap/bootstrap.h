@@ -97,6 +97,39 @@ weftResult_t bootstrap_send(struct bootstrap *bs, int peer, uint32_t tag, const 
 weftResult_t bootstrap_recv(struct bootstrap *bs, int peer, uint32_t tag, void *data,
                             size_t nbytes);
 void bootstrap_close(struct bootstrap *bs);
+
+/* Questions a rank answers on a thread of its own (query.c), whatever its
+ * other threads do: the layer above asks every peer where it is when a wait
+ * stalls. An answer is at most QUERY_ANSWER_MAX_NBYTES. */
+#define QUERY_ANSWER_MAX_NBYTES 1024
+/* Writes this rank's answer (at most cap bytes) into reply and returns its
+ * length; runs on the query thread, so it must not block. */
+typedef size_t (*bootstrap_answer_fn)(void *arg, void *reply, size_t cap);
+/* Makes fn (NULL: none; the empty answer) what this rank answers with;
+ * returns once an answer in progress is done, so arg may be freed after a
+ * call with NULL. */
+void bootstrap_answer_set(struct bootstrap *bs, bootstrap_answer_fn fn, void *arg);
+enum bootstrap_ask_outcome {
+  BOOTSTRAP_ASK_ANSWERED, /* the answer is in */
+  BOOTSTRAP_ASK_GONE,     /* nothing listens: its process ended (or its comm was destroyed) */
+  BOOTSTRAP_ASK_SILENT,   /* no answer within the time: a host or a network in trouble */
+};
+/* Asks every other rank at once: replies holds nranks blocks of nbytes, rank
+ * r's answer lands in block r (got[r] bytes of it), outcome[r] says how it
+ * went (this rank's own entry: SILENT, untouched). Blocks for timeout_ns at
+ * most. Any thread; not against bootstrap_close. */
+void bootstrap_ask_all(struct bootstrap *bs, uint64_t timeout_ns, void *replies, size_t nbytes,
+                       size_t *got, enum bootstrap_ask_outcome *outcome);
+/* Keeps answering, before a bootstrap of a failed job closes, until every
+ * other rank whose process lives has asked since bootstrap_poison told it
+ * of the failure (without one: within the last recent_ns), or for max_ns: ranks that fail a little later than this one still learn
+ * where it was, instead of finding it gone. */
+void bootstrap_query_linger(struct bootstrap *bs, uint64_t recent_ns, uint64_t max_ns);
+/* A number that names the job (the same on every rank of it, different
+ * between jobs), and does not reveal its secret. */
+uint64_t bootstrap_job_hash(const struct bootstrap *bs);
+/* Rank's process id where it shares this host, else 0. */
+pid_t bootstrap_peer_pid(const struct bootstrap *bs, int rank);
 /* Tells every other rank, once and best effort (a quarter second per rank at
  * most), that this rank failed: their bootstrap waits on it (messages,
  * allgathers) end at once with an error instead of at the timeout. Safe

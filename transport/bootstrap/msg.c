@@ -67,6 +67,7 @@ weftResult_t bootstrap_recv(struct bootstrap *bs, int peer, uint32_t tag, void *
 
 void bootstrap_poison(struct bootstrap *bs) {
   if (bs == NULL || __atomic_exchange_n(&bs->poisoned, 1u, __ATOMIC_ACQ_REL)) return;
+  __atomic_store_n(&bs->failed_ns, clock_ns(), __ATOMIC_RELEASE); /* for bootstrap_query_linger */
   /* the caller's error is the one to report: a peer that is gone here
    * would overwrite its text */
   char *error = strdup(weft_error_text());

@@ -91,13 +91,16 @@ weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,
   bs->fd_next = bs->fd_prev = bs->listen_fd = -1;
   bs->timeout_ns = timeout_ns;
   memcpy(bs->secret, id->secret, sizeof bs->secret);
+  bootstrap_query_init(bs);
 
   /* our listener, on the interface that reaches the root (loopback when the
    * root is on loopback) */
   union weft_sockaddr listen_addr;
   int root_fd = -1;
   WEFT_TRY_GOTO(sock_local_addr_to(&id->root, &listen_addr), res, free_bs);
+  union weft_sockaddr query_addr = listen_addr;
   WEFT_TRY_GOTO(sock_listen(&listen_addr, &bs->listen_fd, &listen_addr), res, free_bs);
+  WEFT_TRY_GOTO(sock_listen(&query_addr, &bs->query_fd, &query_addr), res, free_bs);
 
   struct hello h;
   memset(&h, 0, sizeof h);
@@ -108,6 +111,7 @@ weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,
   h.nranks = nranks;
   h.info = *self;
   h.info.listen_addr = listen_addr;
+  h.info.query_addr = query_addr;
   WEFT_TRACE(LOG_BOOTSTRAP, "rank %d of %d: joining the root", rank, nranks);
   /* a root at a fixed address may not be up yet (rank 0 starts it): refused
    * is retried; any other root was up before its id existed */
@@ -132,12 +136,14 @@ weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,
 
   bs->addrs = malloc(sizeof *bs->addrs * (size_t)nranks);
   bs->pids = calloc((size_t)nranks, sizeof *bs->pids);
-  if (bs->addrs == NULL || bs->pids == NULL) {
+  bs->query_addrs = malloc(sizeof *bs->query_addrs * (size_t)nranks);
+  if (bs->addrs == NULL || bs->pids == NULL || bs->query_addrs == NULL) {
     res = weft_error_set(weftSystemError, "out of memory");
     goto free_bs;
   }
   for (int r = 0; r < nranks; r++) {
     bs->addrs[r] = peers_out[r].listen_addr;
+    bs->query_addrs[r] = peers_out[r].query_addr;
     if (r != rank && peers_out[r].host_hash == self->host_hash) bs->pids[r] = peers_out[r].pid;
   }
   WEFT_TRACE(LOG_BOOTSTRAP, "rank %d: all %d ranks joined", rank, nranks);
@@ -153,6 +159,7 @@ weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,
     WEFT_TRY_GOTO(sock_send_all(bs->fd_next, &rh, sizeof rh, deadline), res, free_bs);
     WEFT_TRY_GOTO(ring_accept_prev(bs, prev, deadline, &bs->fd_prev), res, free_bs);
   }
+  WEFT_TRY_GOTO(bootstrap_query_start(bs), res, free_bs);
   WEFT_TRACE(LOG_BOOTSTRAP, "rank %d: bootstrap ring ready", rank);
   *bs_out = bs;
   return weftSuccess;
@@ -236,6 +243,7 @@ weftResult_t bootstrap_barrier(struct bootstrap *bs) {
 
 void bootstrap_close(struct bootstrap *bs) {
   if (bs == NULL) return;
+  bootstrap_query_stop(bs);
   /* data only flows from prev to this rank, and every exchange of ours is
    * complete: the reading end resets, the writing end closes in order */
   if (bs->fd_next >= 0) close(bs->fd_next);

@@ -8,6 +8,7 @@
 #define WEFT_BOOTSTRAP_WIRE_H
 
 #include <assert.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -97,6 +98,17 @@ struct bootstrap {
   uint32_t epoch;                 /* bootstrap_revoke calls so far: failures of older ones
                                      are over */
   uint64_t timeout_ns;
+  /* query.c: the query listener and the thread that answers on it */
+  int query_fd;
+  int query_stop[2];              /* a byte written ends the thread */
+  int query_running;
+  pthread_t query_tid;
+  union weft_sockaddr *query_addrs; /* every rank's query listener */
+  uint64_t *asked_ns;             /* when each rank asked last (clock_ns), 0: never */
+  uint64_t failed_ns;             /* when bootstrap_poison told the peers, 0: never */
+  pthread_mutex_t answer_mutex;   /* held while answer_fn runs and while it changes */
+  bootstrap_answer_fn answer_fn;
+  void *answer_arg;
 };
 
 static inline int secret_equal(const uint8_t *a, const uint8_t *b) {
@@ -124,5 +136,12 @@ int bootstrap_msg_failed_rank(const struct bootstrap *bs, int peer);
  * shares the host, and the owner's abort flag. */
 void bootstrap_watch(const struct bootstrap *bs, int peer, uint64_t timeout_ns,
                      const char *what, struct weft_wait *w);
+
+/* query.c: a bootstrap's query state before anything can fail (calloc'd
+ * bs); its listener (on the interface addr names, port 0); the thread once
+ * the ranks joined; the thread stopped and everything closed (any state). */
+void bootstrap_query_init(struct bootstrap *bs);
+weftResult_t bootstrap_query_start(struct bootstrap *bs);
+void bootstrap_query_stop(struct bootstrap *bs);
 
 #endif

@@ -11,7 +11,9 @@
 
 #include "../../../transport/base/status.h"
 #include "../../algo/sendrecv.h"
+#include "../../core/hang.h"
 #include "../../core/signature.h"
+#include "../../core/trace.h"
 #include "run.h"
 #include "launch.h"
 
@@ -33,17 +35,44 @@ static weftResult_t op_end(struct weftComm *comm, weftResult_t res) {
   return res;
 }
 
+/* A call refused before it ran is failed in the trace. */
+static void op_refused(struct weftComm *comm, const uint64_t *ids, size_t nids,
+                       weftResult_t res) {
+  for (size_t i = 0; i < nids; i++) trace_set_state(comm->trace, ids[i], TRACE_FAILED, -1, res);
+}
+
 static weftResult_t op_run_collective(struct weftComm *comm, const struct weft_plan *plan) {
   weftResult_t res = op_begin(comm);
-  if (res == weftSuccess) res = signature_agree(comm, plan);
+  if (res != weftSuccess) {
+    op_refused(comm, &plan->trace_id, 1, res);
+    return op_end(comm, res);
+  }
+  struct hang_watch hw;
+  hang_watch_begin(&hw, comm, &plan->trace_id, 1, plan->count * weftTypeSize(plan->datatype));
+  res = signature_agree(comm, plan);
   if (res == weftSuccess) res = plan_run_host(comm, plan);
+  res = hang_watch_end(&hw, res);
   return op_end(comm, res);
 }
 
 static weftResult_t op_run_sendrecv(struct weftComm *comm, const struct weft_plan *const *ops,
                                     size_t nops) {
+  uint64_t ids_fixed[16], *ids = nops <= 16 ? ids_fixed : malloc(sizeof *ids * nops);
+  size_t nids = 0, nbytes = 0;
+  for (size_t i = 0; ids != NULL && i < nops; i++) {
+    if (ops[i]->trace_id != 0) ids[nids++] = ops[i]->trace_id;
+    nbytes += ops[i]->count * weftTypeSize(ops[i]->datatype);
+  }
   weftResult_t res = op_begin(comm);
-  if (res == weftSuccess) res = sendrecv_run(comm, ops, nops);
+  if (res != weftSuccess) {
+    op_refused(comm, ids, nids, res);
+  } else {
+    struct hang_watch hw;
+    hang_watch_begin(&hw, comm, ids, nids, nbytes);
+    res = sendrecv_run(comm, ops, nops);
+    res = hang_watch_end(&hw, res);
+  }
+  if (ids != ids_fixed) free(ids);
   return op_end(comm, res);
 }
 

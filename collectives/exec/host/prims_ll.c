@@ -83,11 +83,11 @@ struct ll_in {
 /* Waits for the credit of the next slot (as SIMPLE does) and starts it. */
 static weftResult_t ll_out_begin(struct prims *p, struct ll_out *o) {
   struct weft_conn *c = p->send;
-  if (c->step - __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE) >= c->nslots) {
+  if (!conn_send_ready(c)) {
     struct weft_wait w;
     wait_begin(&w, p->comm->timeout_ns, &p->comm->abort_flag, &c->ctrl->poison, c->peer_pid,
                c->peer_rank, "send to");
-    while (c->step - __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE) >= c->nslots) {
+    while (!conn_send_ready(c)) {
       weftResult_t res = wait_poll(&w);
       if (res != weftInProgress) return res;
     }

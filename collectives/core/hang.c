@@ -1,0 +1,431 @@
+/* Naming a hang (hang.h): the watcher of a call's waits, the answer a rank
+ * gives peers that ask where it is, and the verdict's text. */
+#include "hang.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../transport/base/param.h"
+#include "../../transport/base/status.h"
+#include "signature.h"
+
+#define WHERE_MAGIC 0x77686572u /* "wher" */
+#define WHERE_CALLS 10
+#define WAITING_AFTER_NS 100000000ull /* a wait this long marks its call as waiting */
+#define LONG_CALL_NBYTES 65536 /* a call this large may last a clock tick: its end is read */
+
+/* A rank's answer: its latest calls, oldest first. */
+struct where_answer {
+  uint32_t magic;
+  int32_t rank;
+  int64_t now_ns;
+  int32_t ncalls;
+  int32_t unused;
+  struct trace_call calls[WHERE_CALLS];
+};
+_Static_assert(sizeof(struct where_answer) <= QUERY_ANSWER_MAX_NBYTES, "an answer fits");
+
+/* --- text ----------------------------------------------------------------- */
+
+struct text {
+  char *buf;
+  size_t n, len;
+};
+
+static void text_add(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_add(struct text *t, const char *fmt, ...) {
+  if (t->n == 0 || t->len >= t->n - 1) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(t->buf + t->len, t->n - t->len, fmt, ap);
+  va_end(ap);
+  if (k < 0) return;
+  t->len = (size_t)k >= t->n - t->len ? t->n - 1 : t->len + (size_t)k;
+}
+
+/* "rank 3" or "ranks 0-2,5" */
+static void text_ranks(struct text *t, const int *ranks, int n) {
+  text_add(t, "%s ", n == 1 ? "rank" : "ranks");
+  const char *comma = "";
+  for (int i = 0; i < n; i++) {
+    int j = i;
+    while (j + 1 < n && ranks[j + 1] == ranks[j] + 1) j++;
+    if (j - i >= 2) text_add(t, "%s%d-%d", comma, ranks[i], ranks[j]);
+    else if (j == i + 1) text_add(t, "%s%d,%d", comma, ranks[i], ranks[j]);
+    else text_add(t, "%s%d", comma, ranks[i]);
+    comma = ",";
+    i = j;
+  }
+}
+
+static int is_p2p(const struct trace_call *c) { return c->coll == COLL_SEND || c->coll == COLL_RECV; }
+
+void hang_call_name(const struct trace_call *c, char *buf, size_t n) {
+  const char *kind = coll_kind_name((enum coll_kind)c->coll);
+  const char *type = trace_type_name(c->datatype);
+  switch (c->coll) {
+    case COLL_ALLREDUCE:
+    case COLL_REDUCESCATTER:
+      snprintf(buf, n, "%s #%" PRIu64 " (%" PRIu64 " %s %s)", kind, c->seq, c->count, type,
+               trace_op_name(c->op));
+      break;
+    case COLL_REDUCE:
+      snprintf(buf, n, "%s #%" PRIu64 " (%" PRIu64 " %s %s, root %d)", kind, c->seq, c->count,
+               type, trace_op_name(c->op), c->root);
+      break;
+    case COLL_BROADCAST:
+      snprintf(buf, n, "%s #%" PRIu64 " (%" PRIu64 " %s, root %d)", kind, c->seq, c->count, type,
+               c->root);
+      break;
+    case COLL_SEND:
+    case COLL_RECV:
+      snprintf(buf, n, "%s #%" PRIu64 " (%" PRIu64 " %s %s rank %d)", kind, c->seq, c->count,
+               type, c->coll == COLL_SEND ? "to" : "from", c->root);
+      break;
+    default: snprintf(buf, n, "%s #%" PRIu64 " (%" PRIu64 " %s)", kind, c->seq, c->count, type);
+  }
+}
+
+/* "AllReduce #11, completed 2.0 s ago" / "..., waiting on rank 2 for 3.1 s" */
+static void text_call_state(struct text *t, const struct trace_call *c, int64_t now_ns,
+                            const char *ago_word) {
+  text_add(t, "%s #%" PRIu64, coll_kind_name((enum coll_kind)c->coll), c->seq);
+  if (is_p2p(c)) text_add(t, " %s rank %d", c->coll == COLL_SEND ? "to" : "from", c->root);
+  const int64_t since = c->t_done_ns ? c->t_done_ns
+                        : c->t_started_ns ? c->t_started_ns : c->t_created_ns;
+  const double ago = since > 0 && now_ns > since ? (double)(now_ns - since) / 1e9 : 0.0;
+  switch (c->state) {
+    case TRACE_SCHEDULED: text_add(t, ", queued %.1f s %s, not started", ago, ago_word); break;
+    case TRACE_STARTED: text_add(t, ", started %.1f s %s", ago, ago_word); break;
+    case TRACE_WAITING:
+      text_add(t, ", started %.1f s %s, waiting on rank %d", ago, ago_word, c->waiting_on);
+      break;
+    case TRACE_COMPLETED: text_add(t, ", completed %.1f s %s", ago, ago_word); break;
+    default: text_add(t, ", failed %.1f s %s", ago, ago_word);
+  }
+}
+
+/* --- the verdict ---------------------------------------------------------- */
+
+enum where_of { W_IN, W_DONE, W_NEVER, W_PASSED, W_GONE, W_SILENT, W_NO_DUMP, W_NUM };
+
+/* Rank v's call under subject's number, or NULL; *where_out says where v is. */
+static const struct trace_call *view_find(const struct hang_view *v, const struct trace_call *s,
+                                          enum where_of *where_out) {
+  if (v->status != HANG_ANSWERED) {
+    *where_out = v->status == HANG_GONE ? W_GONE : v->status == HANG_SILENT ? W_SILENT : W_NO_DUMP;
+    return NULL;
+  }
+  uint64_t newest = 0;
+  for (int i = 0; i < v->ncalls; i++) {
+    const struct trace_call *c = &v->calls[i];
+    if (is_p2p(c) != is_p2p(s)) continue;
+    if (c->seq == s->seq) {
+      *where_out = c->state == TRACE_COMPLETED ? W_DONE : W_IN;
+      return c;
+    }
+    if (c->seq > newest) newest = c->seq;
+  }
+  *where_out = newest > s->seq ? W_PASSED : W_NEVER;
+  return NULL;
+}
+
+/* Ranks that reached subject's number under different collectives:
+ * weftInvalidUsage with signature_compare_ranks's text. */
+static weftResult_t verdict_mismatch(const struct trace_call *s, const struct hang_view *views,
+                                     int nranks) {
+  if (is_p2p(s)) return weftSuccess;
+  struct signature *sigs = calloc((size_t)nranks, sizeof *sigs);
+  int *ranks = calloc((size_t)nranks, sizeof *ranks);
+  weftResult_t res = weftSuccess;
+  int n = 0;
+  for (int r = 0; sigs != NULL && ranks != NULL && r < nranks; r++) {
+    enum where_of w;
+    const struct trace_call *c = view_find(&views[r], s, &w);
+    if (c == NULL) continue;
+    sigs[n] = (struct signature){.magic = SIGNATURE_MAGIC, .coll = c->coll, .seq = c->seq,
+                                 .count = c->count, .datatype = c->datatype, .op = c->op,
+                                 .root = c->root};
+    ranks[n++] = r;
+  }
+  if (n > 1) res = signature_compare_ranks(sigs, ranks, n, "ranks disagree on a collective");
+  free(sigs);
+  free(ranks);
+  return res;
+}
+
+weftResult_t hang_verdict(const struct trace_call *subject, const char *how,
+                          const struct hang_view *views, int nranks, char *buf, size_t n) {
+  weftResult_t mismatch = verdict_mismatch(subject, views, nranks);
+  if (mismatch != weftSuccess) {
+    snprintf(buf, n, "%s", weft_error_text());
+    return mismatch;
+  }
+  struct text t = {.buf = buf, .n = n, .len = 0};
+  if (n > 0) buf[0] = '\0';
+  char name[160];
+  hang_call_name(subject, name, sizeof name);
+  text_add(&t, "%s %s:", name, how);
+  if (is_p2p(subject)) {
+    /* point-to-point calls are numbered per rank: only the peer's state counts */
+    const int peer = subject->root;
+    const struct hang_view *v = peer >= 0 && peer < nranks ? &views[peer] : NULL;
+    if (v == NULL || v->status == HANG_SILENT) text_add(&t, " rank %d did not answer", peer);
+    else if (v->status == HANG_GONE) text_add(&t, " rank %d is dead (its process ended)", peer);
+    else if (v->status == HANG_NO_DUMP) text_add(&t, " rank %d left no trace", peer);
+    else if (v->ncalls == 0) text_add(&t, " rank %d has made no call", peer);
+    else {
+      const struct trace_call *last = &v->calls[v->ncalls - 1];
+      const int busy = last->state != TRACE_COMPLETED && last->state != TRACE_FAILED;
+      text_add(&t, " rank %d %s", peer, busy ? "is in " : "is idle, its last: ");
+      text_call_state(&t, last, v->now_ns, v->dumped ? "before its trace was written" : "ago");
+    }
+    return weftSuccess;
+  }
+  /* the ranks in each place, then the missing ones */
+  int *lists = malloc(sizeof *lists * (size_t)nranks * (W_NUM + 1));
+  int counts[W_NUM] = {0};
+  if (lists == NULL) return weftSuccess;
+  int *missing = lists + (size_t)nranks * W_NUM, nmissing = 0;
+  for (int r = 0; r < nranks; r++) {
+    enum where_of w;
+    view_find(&views[r], subject, &w);
+    lists[(size_t)w * (size_t)nranks + (size_t)counts[w]++] = r;
+  }
+  const char *sep = " ";
+  /* who is missing, and what each did last */
+  for (int i = 0; i < counts[W_NEVER]; i++) {
+    const int r = lists[(size_t)W_NEVER * (size_t)nranks + (size_t)i];
+    const struct hang_view *v = &views[r];
+    text_add(&t, "%srank %d never called it", sep, r);
+    if (v->ncalls == 0) {
+      text_add(&t, " (it has made no call on this communicator)");
+    } else {
+      const struct trace_call *last = &v->calls[v->ncalls - 1];
+      const int busy = last->state != TRACE_COMPLETED && last->state != TRACE_FAILED;
+      text_add(&t, busy ? " (it is in " : " (its last: ");
+      text_call_state(&t, last, v->now_ns, v->dumped ? "before its trace was written" : "ago");
+      text_add(&t, ")");
+    }
+    sep = "; ";
+  }
+  static const char *const missing_why[2][W_NUM] = {
+      {[W_GONE] = "%s is dead (its process ended, or it left the communicator)",
+       [W_SILENT] = "%s did not answer",
+       [W_NO_DUMP] = "%s left no trace (it died, or it could not write one)"},
+      {[W_GONE] = "%s are dead (their processes ended, or they left the communicator)",
+       [W_SILENT] = "%s did not answer",
+       [W_NO_DUMP] = "%s left no trace (they died, or they could not write one)"}};
+  for (int w = W_GONE; w <= W_NO_DUMP; w++) {
+    if (counts[w] == 0) continue;
+    struct text who = {.buf = (char[64]){0}, .n = 64, .len = 0};
+    text_ranks(&who, &lists[(size_t)w * (size_t)nranks], counts[w]);
+    text_add(&t, sep, "");
+    text_add(&t, missing_why[counts[w] > 1][w], who.buf);
+    sep = "; ";
+  }
+  /* those that reached it */
+  for (int w = W_NEVER; w <= W_NO_DUMP; w++)
+    for (int i = 0; i < counts[w]; i++) {
+      if (w == W_PASSED) continue;
+      missing[nmissing++] = lists[(size_t)w * (size_t)nranks + (size_t)i];
+    }
+  for (int a = 1; a < nmissing; a++) /* in rank order */
+    for (int b = a; b > 0 && missing[b - 1] > missing[b]; b--) {
+      int x = missing[b];
+      missing[b] = missing[b - 1];
+      missing[b - 1] = x;
+    }
+  if (counts[W_IN] > 0) {
+    text_add(&t, "%s", sep);
+    text_ranks(&t, &lists[(size_t)W_IN * (size_t)nranks], counts[W_IN]);
+    if (nmissing > 0) {
+      text_add(&t, " %s on ", counts[W_IN] == 1 ? "waits" : "wait");
+      text_ranks(&t, missing, nmissing);
+    } else {
+      text_add(&t, " %s in it", counts[W_IN] == 1 ? "is" : "are");
+      const char *open = " (";
+      for (int i = 0; i < counts[W_IN]; i++) {
+        const int r = lists[(size_t)W_IN * (size_t)nranks + (size_t)i];
+        enum where_of w;
+        const struct trace_call *c = view_find(&views[r], subject, &w);
+        if (c == NULL || c->waiting_on < 0) continue;
+        text_add(&t, "%srank %d waits on rank %d", open, r, c->waiting_on);
+        open = ", ";
+      }
+      if (*open == ',') text_add(&t, ")");
+    }
+    sep = "; ";
+  }
+  if (counts[W_DONE] > 0) {
+    text_add(&t, "%s", sep);
+    text_ranks(&t, &lists[(size_t)W_DONE * (size_t)nranks], counts[W_DONE]);
+    text_add(&t, " completed it");
+    sep = "; ";
+  }
+  if (counts[W_PASSED] > 0) {
+    text_add(&t, "%s", sep);
+    text_ranks(&t, &lists[(size_t)W_PASSED * (size_t)nranks], counts[W_PASSED]);
+    text_add(&t, " went past it");
+  }
+  free(lists);
+  return weftSuccess;
+}
+
+/* --- asking the peers ----------------------------------------------------- */
+
+static size_t where_answer_fn(void *arg, void *reply, size_t cap) {
+  const struct weftComm *comm = arg;
+  struct where_answer a = {.magic = WHERE_MAGIC, .rank = comm->rank, .now_ns = trace_now_ns()};
+  a.ncalls = trace_latest(comm->trace, a.calls, WHERE_CALLS);
+  if (sizeof a > cap) return 0;
+  memcpy(reply, &a, sizeof a);
+  return sizeof a;
+}
+
+void hang_answer_install(struct weftComm *comm) {
+  if (comm->trace != NULL && comm->bs != NULL) bootstrap_answer_set(comm->bs, where_answer_fn, comm);
+}
+
+/* Asks every peer where it is (this rank's own view from its trace) and
+ * writes the verdict on subject into text: weftInvalidUsage for a mismatch,
+ * else weftSuccess. Bounded by timeout_ns. */
+static weftResult_t ask_and_judge(struct weftComm *comm, const struct trace_call *subject,
+                                  const char *how, uint64_t timeout_ns, char *text, size_t n) {
+  const int nr = comm->nranks;
+  struct where_answer *answers = calloc((size_t)nr, sizeof *answers);
+  size_t *got = calloc((size_t)nr, sizeof *got);
+  enum bootstrap_ask_outcome *outcome = calloc((size_t)nr, sizeof *outcome);
+  struct hang_view *views = calloc((size_t)nr, sizeof *views);
+  weftResult_t res = weftSuccess;
+  if (answers == NULL || got == NULL || outcome == NULL || views == NULL) {
+    snprintf(text, n, "%s", "");
+    goto free_all;
+  }
+  bootstrap_ask_all(comm->bs, timeout_ns, answers, sizeof *answers, got, outcome);
+  for (int r = 0; r < nr; r++) {
+    struct where_answer *a = &answers[r];
+    if (r == comm->rank) {
+      a->ncalls = trace_latest(comm->trace, a->calls, WHERE_CALLS);
+      a->now_ns = trace_now_ns();
+      outcome[r] = BOOTSTRAP_ASK_ANSWERED;
+      got[r] = sizeof *a;
+      a->magic = WHERE_MAGIC;
+    }
+    views[r].status = HANG_SILENT;
+    if (outcome[r] == BOOTSTRAP_ASK_GONE) views[r].status = HANG_GONE;
+    if (outcome[r] == BOOTSTRAP_ASK_ANSWERED && got[r] == sizeof *a && a->magic == WHERE_MAGIC &&
+        a->ncalls >= 0 && a->ncalls <= WHERE_CALLS) {
+      views[r] = (struct hang_view){.status = HANG_ANSWERED, .calls = a->calls,
+                                    .ncalls = a->ncalls, .now_ns = a->now_ns};
+    }
+  }
+  res = hang_verdict(subject, how, views, nr, text, n);
+free_all:
+  free(answers);
+  free(got);
+  free(outcome);
+  free(views);
+  return res;
+}
+
+/* --- the watcher ---------------------------------------------------------- */
+
+static weftResult_t watch_fn(void *arg, enum wait_event event, int peer, uint64_t waited_ns) {
+  struct hang_watch *hw = arg;
+  struct weftComm *comm = hw->comm;
+  if (event == WAIT_TIMED_OUT) {
+    hw->waited_ns = waited_ns;
+    return weftInProgress;
+  }
+  if (waited_ns > hw->stalled_ns) hw->stalled_ns = waited_ns;
+  if (waited_ns < WAITING_AFTER_NS) return weftInProgress;
+  /* the call waiting on peer: a send's or a receive's with that peer, else the first */
+  uint64_t id = hw->ids[0];
+  for (size_t i = 0; i < hw->nids; i++) {
+    struct trace_call c;
+    if (trace_get(comm->trace, hw->ids[i], &c) && c.root == peer && is_p2p(&c)) id = hw->ids[i];
+  }
+  struct trace_call c;
+  if (!trace_get(comm->trace, id, &c)) return weftInProgress;
+  if (c.state != TRACE_WAITING || c.waiting_on != peer)
+    trace_set_state(comm->trace, id, TRACE_WAITING, peer, weftSuccess);
+  if (hw->next_ask_ns == 0 || waited_ns < hw->next_ask_ns || is_p2p(&c) || comm->nranks < 2)
+    return weftInProgress;
+  /* a long stall: is a peer in another collective under this number? */
+  hw->next_ask_ns = waited_ns * 2;
+  hw->asked = 1;
+  char text[1024];
+  c.state = TRACE_WAITING;
+  c.waiting_on = peer;
+  weftResult_t res = ask_and_judge(comm, &c, "stalls", 1000000000ull, text, sizeof text);
+  if (res == weftSuccess) {
+    WEFT_INFO(LOG_COLL, "rank %d: %s", comm->rank, text);
+    return weftInProgress;
+  }
+  return weft_error_set(res, "%s", text);
+}
+
+void hang_watch_begin(struct hang_watch *hw, struct weftComm *comm, const uint64_t *ids,
+                      size_t nids, size_t nbytes) {
+  hw->comm = NULL;
+  if (comm->trace == NULL || nids == 0) return; /* nothing to watch */
+  for (size_t i = 0; i < nids; i++)
+    trace_set_state(comm->trace, ids[i], TRACE_STARTED, -1, weftSuccess);
+  hw->watcher.fn = watch_fn;
+  hw->watcher.arg = hw;
+  hw->comm = comm;
+  hw->ids = ids;
+  hw->nids = nids;
+  hw->long_call = nbytes >= LONG_CALL_NBYTES;
+  hw->asked = 0;
+  hw->stalled_ns = hw->waited_ns = 0;
+  hw->next_ask_ns = hw->ask_after_ns = trace_ask_after_ns(comm->trace);
+  hw->outer = wait_watcher_set(&hw->watcher);
+}
+
+/* Whether res is the kind of failure a verdict explains: this rank waited
+ * on others that did not come, died or failed. */
+static int res_is_remote(weftResult_t res) { return res == weftRemoteError; }
+
+weftResult_t hang_watch_end(struct hang_watch *hw, weftResult_t res) {
+  struct weftComm *comm = hw->comm;
+  if (comm == NULL) return res;
+  wait_watcher_set(hw->outer);
+  struct trace_call c;
+  /* an abort or a revoke on this rank is no hang to explain */
+  const int stopped = __atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE) != 0;
+  if (res != weftSuccess && res_is_remote(res) && comm->nranks > 1 && !stopped &&
+      trace_get(comm->trace, hw->ids[0], &c)) {
+    char cause[1024], how[64], text[2048];
+    snprintf(cause, sizeof cause, "%s", weft_error_text());
+    if (hw->waited_ns > 0) snprintf(how, sizeof how, "timed out after %.1f s", (double)hw->waited_ns / 1e9);
+    else if (hw->stalled_ns >= 1000000000ull)
+      snprintf(how, sizeof how, "failed after %.1f s", (double)hw->stalled_ns / 1e9);
+    else snprintf(how, sizeof how, "failed");
+    weftResult_t judged = ask_and_judge(comm, &c, how, 1000000000ull, text, sizeof text);
+    /* a mismatch found by asking, after a stall (this rank's, or a peer's
+     * that broke the comm about when this one would have asked), is this
+     * rank's refusal too; one a peer's data path saw at once stays the
+     * peer's failure here (its text says what) */
+    const int stalled = hw->asked || hw->waited_ns > 0 ||
+                        (hw->ask_after_ns > 0 && hw->stalled_ns * 2 >= hw->ask_after_ns);
+    if (judged != weftSuccess && stalled) res = judged;
+    if (res == weftInvalidUsage) weft_error_set(res, "%s", text);
+    else weft_error_set(res, "%s (rank %d: %s)", text, comm->rank, cause);
+  }
+  /* a mismatch found mid-call leaves data in the connections: the comm
+   * breaks, and the peers still waiting fail at once (and find it too) */
+  if (res == weftInvalidUsage && hw->asked) comm_fail_alone(comm, res);
+  /* a short call that never stalled ends within the clock's resolution of
+   * its start */
+  const int read_clock = hw->long_call || hw->stalled_ns > 0 || res != weftSuccess;
+  for (size_t i = 0; i < hw->nids; i++) trace_done(comm->trace, hw->ids[i], res, read_clock);
+  if (res != weftSuccess && !stopped && (res_is_remote(res) || hw->asked))
+    trace_dump_to_dir(comm->trace, hw->waited_ns > 0 ? TRACE_ON_TIMEOUT : TRACE_ON_FAILURE,
+                      weft_error_text());
+  return res;
+}

@@ -1,0 +1,468 @@
+/* Each communicator's trace (trace.h): a ring of its last calls, written by
+ * the thread that makes them, read by any thread; and its dumps. */
+#include "trace.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../transport/base/param.h"
+#include "../../transport/base/status.h"
+
+struct weft_param trace_params[] = {
+    [P_TRACE_ENTRIES] = {.name = "WEFT_TRACE_ENTRIES", .type = PARAM_INT, .default_str = "256",
+     .min = 0, .max = 1 << 20, .out_of_range = PARAM_RANGE_CLAMP,
+     .doc = "calls (collectives, sends, receives) each communicator's trace keeps, rounded up "
+            "to a power of two; `0` keeps none: no trace, no dumps, and a timeout's error does "
+            "not say where the other ranks are",
+     .see = "diagnosis.md"},
+    [P_TRACE_DIR] = {.name = "WEFT_TRACE_DIR", .type = PARAM_STR,
+     .doc = "directory each rank writes its trace into as JSON "
+            "(`weft_trace_<job>_rank<R>.json`) when a call of a communicator times out or fails, "
+            "when it is aborted, and on `WEFT_TRACE_SIGNAL`; read them with "
+            "`weft-info --trace DIR`. Unset: no automatic dumps",
+     .see = "diagnosis.md"},
+    [P_TRACE_SIGNAL] = {.name = "WEFT_TRACE_SIGNAL", .type = PARAM_STR,
+     .doc = "a signal (`USR1`, `SIGUSR2` or a number) on which every communicator of the "
+            "process dumps its trace into `WEFT_TRACE_DIR` (from a thread of weft's, not the "
+            "handler); unset: weft installs no handler",
+     .see = "diagnosis.md"},
+    [P_HANG_ASK_MS] = {.name = "WEFT_HANG_ASK_MS", .type = PARAM_INT, .default_str = "1000",
+     .min = 0, .max = 3600000, .out_of_range = PARAM_RANGE_CLAMP,
+     .doc = "milliseconds a wait of a collective lasts before the rank asks its peers, over "
+            "the bootstrap, where they are (again after twice as long, and so on): a peer in "
+            "another collective under the same number is then `weftInvalidUsage` on every "
+            "waiting rank at once; `0` asks only once the timeout has passed",
+     .see = "diagnosis.md"},
+    PARAM_END,
+};
+
+/* A slot of the ring: gen is odd while the writer changes the call, so a
+ * reader that sees it odd, or changed across its copy, copies again. */
+struct trace_slot {
+  uint32_t gen;
+  uint32_t unused;
+  struct trace_call call;
+};
+
+struct trace {
+  struct trace_slot *ring;
+  uint64_t mask;     /* entries - 1 */
+  uint64_t next_id;  /* ids given so far */
+  uint64_t coll_seq; /* collectives numbered so far */
+  uint64_t p2p_seq;  /* sends and receives numbered so far */
+  int rank;
+  int nranks;
+  uint64_t job_hash;
+  uint64_t ask_after_ns; /* WEFT_HANG_ASK_MS, read once */
+  char name[64];
+  struct trace *next; /* in the registry the signal dumps */
+};
+
+/* The calls' times come from the coarse clock (the kernel's tick, a few
+ * milliseconds, read without asking the hardware: a few nanoseconds, where
+ * the precise clock takes tens, a tenth of an 8-byte all-reduce); what they
+ * are for, how long ago a rank did what, needs no better. */
+int64_t trace_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+const char *trace_state_name(enum trace_state s) {
+  static const char *const names[TRACE_NUM_STATES] = {"scheduled", "started", "waiting",
+                                                      "completed", "failed"};
+  return (unsigned)s < TRACE_NUM_STATES ? names[s] : "?";
+}
+
+const char *trace_type_name(int32_t t) {
+  static const char *const names[weftNumTypes] = {
+      "int8", "uint8", "int32", "uint32", "int64", "uint64", "float16",
+      "float32", "float64", "bfloat16", "float8e4m3", "float8e5m2"};
+  return t >= 0 && t < weftNumTypes ? names[t] : "?";
+}
+
+const char *trace_op_name(int32_t op) {
+  static const char *const names[weftNumOps] = {"sum", "prod", "max", "min", "avg"};
+  return op >= 0 && op < weftNumOps ? names[op] : "premulsum";
+}
+
+/* --- the registry a signal dumps ---------------------------------------- */
+
+static pthread_mutex_t registry_mutex = PTHREAD_MUTEX_INITIALIZER;
+static struct trace *registry;
+static int signal_pipe[2] = {-1, -1};
+
+/* The handler only writes a byte (async-signal-safe); the dumps are the
+ * signal thread's. */
+static void signal_handler(int sig) {
+  (void)sig;
+  const int saved = errno;
+  if (signal_pipe[1] >= 0) {
+    ssize_t n = write(signal_pipe[1], "s", 1);
+    (void)n;
+  }
+  errno = saved;
+}
+
+static void *signal_thread_main(void *arg) {
+  (void)arg;
+  pthread_setname_np(pthread_self(), "weft-trace");
+  for (;;) {
+    char c;
+    ssize_t n = read(signal_pipe[0], &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return NULL;
+    pthread_mutex_lock(&registry_mutex);
+    for (struct trace *t = registry; t != NULL; t = t->next)
+      trace_dump_to_dir(t, TRACE_ON_SIGNAL, NULL);
+    pthread_mutex_unlock(&registry_mutex);
+  }
+}
+
+static int signal_parse(const char *s) {
+  static const struct { const char *name; int sig; } names[] = {
+      {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"HUP", SIGHUP}, {"QUIT", SIGQUIT},
+      {"TERM", SIGTERM}, {"INT", SIGINT}, {"PWR", SIGPWR}, {"WINCH", SIGWINCH}};
+  if (strncmp(s, "SIG", 3) == 0) s += 3;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strcmp(s, names[i].name) == 0) return names[i].sig;
+  char *end;
+  long v = strtol(s, &end, 10);
+  return *s != '\0' && *end == '\0' && v > 0 && v < NSIG ? (int)v : -1;
+}
+
+/* Installs WEFT_TRACE_SIGNAL's handler and thread, once per process. */
+static void signal_install(void) {
+  const char *s = param_str(&trace_params[P_TRACE_SIGNAL]);
+  if (s == NULL || *s == '\0') return;
+  int sig = signal_parse(s);
+  if (sig < 0 || sig == SIGKILL || sig == SIGSTOP) {
+    WEFT_WARN(LOG_COLL, "WEFT_TRACE_SIGNAL=%s: not a signal weft can catch; no handler", s);
+    return;
+  }
+  if (pipe2(signal_pipe, O_CLOEXEC) != 0) {
+    WEFT_WARN(LOG_COLL, "WEFT_TRACE_SIGNAL: pipe: %m");
+    return;
+  }
+  fcntl(signal_pipe[1], F_SETFL, O_NONBLOCK); /* a full pipe drops the byte, never blocks */
+  pthread_t tid;
+  if (pthread_create(&tid, NULL, signal_thread_main, NULL) != 0) {
+    WEFT_WARN(LOG_COLL, "WEFT_TRACE_SIGNAL: starting its thread failed");
+    return;
+  }
+  pthread_detach(tid);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = signal_handler;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(sig, &sa, NULL);
+  WEFT_INFO(LOG_COLL, "signal %d dumps every communicator's trace", sig);
+}
+static pthread_once_t signal_once = PTHREAD_ONCE_INIT;
+
+/* --- the ring ------------------------------------------------------------- */
+
+struct trace *trace_create(int rank, int nranks, uint64_t job_hash, const char *name) {
+  int64_t want = param_int(&trace_params[P_TRACE_ENTRIES]);
+  if (want <= 0) return NULL;
+  uint64_t n = 1;
+  while ((int64_t)n < want) n <<= 1;
+  struct trace *t = calloc(1, sizeof *t);
+  if (t != NULL) t->ring = calloc(n, sizeof *t->ring);
+  if (t == NULL || t->ring == NULL) {
+    free(t);
+    WEFT_WARN(LOG_COLL, "no memory for a trace of %" PRIu64 " calls: tracing is off", n);
+    return NULL;
+  }
+  t->mask = n - 1;
+  t->rank = rank;
+  t->nranks = nranks;
+  t->job_hash = job_hash;
+  const int64_t ask_ms = param_int(&trace_params[P_HANG_ASK_MS]);
+  t->ask_after_ns = ask_ms > 0 ? (uint64_t)ask_ms * 1000000ull : 0;
+  snprintf(t->name, sizeof t->name, "%s", name != NULL ? name : "");
+  pthread_once(&signal_once, signal_install);
+  pthread_mutex_lock(&registry_mutex);
+  t->next = registry;
+  registry = t;
+  pthread_mutex_unlock(&registry_mutex);
+  return t;
+}
+
+void trace_destroy(struct trace *t) {
+  if (t == NULL) return;
+  pthread_mutex_lock(&registry_mutex);
+  for (struct trace **p = &registry; *p != NULL; p = &(*p)->next)
+    if (*p == t) {
+      *p = t->next;
+      break;
+    }
+  pthread_mutex_unlock(&registry_mutex);
+  free(t->ring);
+  free(t);
+}
+
+uint64_t trace_ask_after_ns(const struct trace *t) { return t != NULL ? t->ask_after_ns : 0; }
+
+/* The call's fields are stored, and its words loaded, one by one and
+ * atomically (relaxed): a reader racing the writer sees a mix, which the
+ * slot's gen tells it to copy again, and no field is ever torn. */
+#define CALL_WORDS (sizeof(struct trace_call) / sizeof(uint64_t))
+_Static_assert(sizeof(struct trace_call) % sizeof(uint64_t) == 0, "a call is whole words");
+
+/* A consistent copy of slot s: 1, or 0 when the writer kept changing it. */
+static int slot_read(const struct trace_slot *s, struct trace_call *out) {
+  const uint64_t *src = (const uint64_t *)(const void *)&s->call;
+  uint64_t w[CALL_WORDS];
+  for (int tries = 0; tries < 1000; tries++) {
+    const uint32_t g1 = __atomic_load_n(&s->gen, __ATOMIC_ACQUIRE);
+    if (g1 & 1u) continue;
+    for (size_t i = 0; i < CALL_WORDS; i++) w[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&s->gen, __ATOMIC_RELAXED) == g1) {
+      memcpy(out, w, sizeof w);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Stores field f of call c whole (relaxed): for the readers' seqlock. */
+#define CALL_SET(c, f, v) __atomic_store_n(&(c)->f, (v), __ATOMIC_RELAXED)
+
+uint64_t trace_record(struct trace *t, const struct weft_plan *plan, int starts_now) {
+  if (t == NULL) return 0;
+  const uint64_t id = t->next_id + 1;
+  const int p2p = plan_is_sendrecv(plan);
+  const int64_t now = trace_now_ns();
+  struct trace_slot *s = &t->ring[id & t->mask];
+  struct trace_call *c = &s->call;
+  /* field by field into the slot: a whole struct built first and copied
+   * would be stored and loaded back at once (stalls worth a tenth of an
+   * 8-byte all-reduce) */
+  __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELAXED); /* odd: being written */
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  CALL_SET(c, id, id);
+  CALL_SET(c, seq, p2p ? ++t->p2p_seq : ++t->coll_seq);
+  CALL_SET(c, count, (uint64_t)plan->count);
+  CALL_SET(c, t_created_ns, now);
+  CALL_SET(c, t_started_ns, starts_now ? now : 0);
+  CALL_SET(c, t_done_ns, 0);
+  CALL_SET(c, coll, (int32_t)plan->coll);
+  CALL_SET(c, datatype, (int32_t)plan->datatype);
+  CALL_SET(c, op, (int32_t)plan->op);
+  CALL_SET(c, root,
+           (p2p || plan->coll == COLL_BROADCAST || plan->coll == COLL_REDUCE) ? plan->root : -1);
+  CALL_SET(c, state, starts_now ? TRACE_STARTED : TRACE_SCHEDULED);
+  CALL_SET(c, waiting_on, -1);
+  CALL_SET(c, algo, (int32_t)plan->algo);
+  CALL_SET(c, proto, (int32_t)plan->proto);
+  CALL_SET(c, nranks, t->nranks);
+  CALL_SET(c, result, weftSuccess);
+  __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&t->next_id, id, __ATOMIC_RELEASE); /* readers see it whole */
+  return id;
+}
+
+void trace_set_state(struct trace *t, uint64_t id, enum trace_state state, int peer,
+                     weftResult_t result) {
+  if (t == NULL || id == 0) return;
+  struct trace_slot *s = &t->ring[id & t->mask];
+  struct trace_call *c = &s->call;
+  /* overwritten: more calls were queued than the ring holds */
+  if (__atomic_load_n(&c->id, __ATOMIC_RELAXED) != id) return;
+  if (state == TRACE_STARTED && __atomic_load_n(&c->state, __ATOMIC_RELAXED) == TRACE_STARTED)
+    return; /* recorded as it started */
+  /* only the fields that change, each whole */
+  __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  switch (state) {
+    case TRACE_STARTED: __atomic_store_n(&c->t_started_ns, trace_now_ns(), __ATOMIC_RELAXED); break;
+    case TRACE_WAITING: __atomic_store_n(&c->waiting_on, peer, __ATOMIC_RELAXED); break;
+    case TRACE_COMPLETED:
+    case TRACE_FAILED:
+      __atomic_store_n(&c->t_done_ns, trace_now_ns(), __ATOMIC_RELAXED);
+      __atomic_store_n(&c->result, (int32_t)result, __ATOMIC_RELAXED);
+      break;
+    default: break;
+  }
+  __atomic_store_n(&c->state, (int32_t)state, __ATOMIC_RELAXED);
+  __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELEASE);
+}
+
+void trace_done(struct trace *t, uint64_t id, weftResult_t result, int read_clock) {
+  if (t == NULL || id == 0) return;
+  struct trace_slot *s = &t->ring[id & t->mask];
+  struct trace_call *c = &s->call;
+  if (__atomic_load_n(&c->id, __ATOMIC_RELAXED) != id) return;
+  int64_t done = __atomic_load_n(&c->t_started_ns, __ATOMIC_RELAXED);
+  if (read_clock || done == 0) done = trace_now_ns();
+  __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  CALL_SET(c, t_done_ns, done);
+  CALL_SET(c, result, (int32_t)result);
+  CALL_SET(c, state, result == weftSuccess ? TRACE_COMPLETED : TRACE_FAILED);
+  __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELEASE);
+}
+
+int trace_get(const struct trace *t, uint64_t id, struct trace_call *out) {
+  if (t == NULL || id == 0) return 0;
+  return slot_read(&t->ring[id & t->mask], out) && out->id == id;
+}
+
+int trace_latest(const struct trace *t, struct trace_call *out, int max) {
+  if (t == NULL || max <= 0) return 0;
+  const uint64_t last = __atomic_load_n(&t->next_id, __ATOMIC_ACQUIRE);
+  uint64_t first = last > (uint64_t)max ? last - (uint64_t)max + 1 : 1;
+  if (last - first + 1 > t->mask + 1) first = last - t->mask;
+  int n = 0;
+  for (uint64_t id = first; id <= last && last > 0; id++)
+    if (trace_get(t, id, &out[n])) n++;
+  return n;
+}
+
+/* --- JSON ----------------------------------------------------------------- */
+
+static void json_string(FILE *out, const char *s) {
+  fputc('"', out);
+  for (; *s != '\0'; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') fprintf(out, "\\%c", c);
+    else if (c == '\n') fputs("\\n", out);
+    else if (c < 0x20) fprintf(out, "\\u%04x", c);
+    else fputc(c, out);
+  }
+  fputc('"', out);
+}
+
+static const char *profiling_name(int32_t coll) {
+  static const char *const names[COLL_NUM] = {"weft:all_reduce", "weft:all_gather",
+                                              "weft:reduce_scatter", "weft:broadcast",
+                                              "weft:reduce", "weft:send", "weft:recv"};
+  return coll >= 0 && coll < COLL_NUM ? names[coll] : "weft:?";
+}
+
+static const char *reason_name(enum trace_reason r) {
+  switch (r) {
+    case TRACE_ON_TIMEOUT: return "timeout";
+    case TRACE_ON_FAILURE: return "failure";
+    case TRACE_ON_ABORT: return "abort";
+    case TRACE_ON_SIGNAL: return "signal";
+    default: return "request";
+  }
+}
+
+/* The element counts of the call's input and output ([] when it has none). */
+static void call_sizes(const struct trace_call *c, uint64_t *in, uint64_t *out) {
+  const uint64_t n = (uint64_t)(c->nranks > 0 ? c->nranks : 1);
+  *in = *out = c->count;
+  if (c->coll == COLL_ALLGATHER) *out = c->count * n;
+  if (c->coll == COLL_REDUCESCATTER) *in = c->count * n;
+  if (c->coll == COLL_SEND) *out = UINT64_MAX;
+  if (c->coll == COLL_RECV) *in = UINT64_MAX;
+}
+
+static void json_sizes(FILE *out, const char *key, uint64_t n, int32_t datatype,
+                       const char *types_key) {
+  if (n == UINT64_MAX) fprintf(out, ", \"%s\": [], \"%s\": []", key, types_key);
+  else fprintf(out, ", \"%s\": [[%" PRIu64 "]], \"%s\": [\"%s\"]", key, n, types_key,
+               trace_type_name(datatype));
+}
+
+static void json_call(FILE *out, const struct trace_call *c) {
+  static const char *const algos[] = {"ring", "tree", "rd", "cma", "bulk"};
+  static const char *const protos[] = {"simple", "ll"};
+  const int p2p = c->coll == COLL_SEND || c->coll == COLL_RECV;
+  fprintf(out, "    {\"record_id\": %" PRIu64 ", \"collective_seq_id\": %" PRIu64
+               ", \"p2p_seq_id\": %" PRIu64 ", \"profiling_name\": \"%s\", \"kind\": \"%s\"",
+          c->id, p2p ? 0 : c->seq, p2p ? c->seq : 0, profiling_name(c->coll),
+          coll_kind_name((enum coll_kind)c->coll));
+  uint64_t in, outn;
+  call_sizes(c, &in, &outn);
+  json_sizes(out, "input_sizes", in, c->datatype, "input_dtypes");
+  json_sizes(out, "output_sizes", outn, c->datatype, "output_dtypes");
+  fprintf(out, ", \"count\": %" PRIu64 ", \"datatype\": \"%s\"", c->count,
+          trace_type_name(c->datatype));
+  if (c->coll == COLL_ALLREDUCE || c->coll == COLL_REDUCESCATTER || c->coll == COLL_REDUCE)
+    fprintf(out, ", \"op\": \"%s\"", trace_op_name(c->op));
+  if (c->coll == COLL_BROADCAST || c->coll == COLL_REDUCE) fprintf(out, ", \"root\": %d", c->root);
+  if (p2p) fprintf(out, ", \"peer\": %d", c->root);
+  fprintf(out, ", \"state\": \"%s\"", trace_state_name((enum trace_state)c->state));
+  if (c->waiting_on >= 0) fprintf(out, ", \"waiting_on\": %d", c->waiting_on);
+  fprintf(out, ", \"time_created_ns\": %" PRId64, c->t_created_ns);
+  if (c->t_started_ns != 0)
+    fprintf(out, ", \"time_discovered_started_ns\": %" PRId64, c->t_started_ns);
+  if (c->t_done_ns != 0)
+    fprintf(out, ", \"time_discovered_completed_ns\": %" PRId64, c->t_done_ns);
+  if (c->algo >= 0 && c->algo < 5 && c->t_started_ns != 0)
+    fprintf(out, ", \"algorithm\": \"%s\"", algos[c->algo]);
+  if (c->proto >= 0 && c->proto < 2 && c->t_started_ns != 0)
+    fprintf(out, ", \"protocol\": \"%s\"", protos[c->proto]);
+  if (c->state == TRACE_FAILED)
+    fprintf(out, ", \"result\": \"%s\"", weftGetErrorString((weftResult_t)c->result));
+  fputs("}", out);
+}
+
+weftResult_t trace_dump(const struct trace *t, FILE *out, enum trace_reason reason,
+                        const char *error) {
+  if (t == NULL)
+    return weft_error_set(weftInvalidUsage, "the trace is off (WEFT_TRACE_ENTRIES=0)");
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  const int version = WEFT_VERSION_CODE;
+  fprintf(out, "{\n  \"version\": \"1\", \"library\": \"weft %d.%d.%d\",\n", version / 10000,
+          version / 100 % 100, version % 100);
+  fprintf(out, "  \"job\": \"%016" PRIx64 "\", \"comm_name\": ", t->job_hash);
+  json_string(out, t->name);
+  fprintf(out, ", \"rank\": %d, \"nranks\": %d, \"pid\": %d, \"hostname\": ", t->rank, t->nranks,
+          (int)getpid());
+  json_string(out, host);
+  fprintf(out, ",\n  \"reason\": \"%s\", \"dump_time_ns\": %" PRId64 ", \"entries_max\": %" PRIu64,
+          reason_name(reason), trace_now_ns(), t->mask + 1);
+  if (error != NULL && *error != '\0') {
+    fputs(", \"error\": ", out);
+    json_string(out, error);
+  }
+  fputs(",\n  \"entries\": [\n", out);
+  const uint64_t last = __atomic_load_n(&t->next_id, __ATOMIC_ACQUIRE);
+  const uint64_t first = last > t->mask ? last - t->mask : 1;
+  const char *sep = "";
+  for (uint64_t id = first; id <= last && last > 0; id++) {
+    struct trace_call c;
+    if (!trace_get(t, id, &c)) continue;
+    fputs(sep, out);
+    json_call(out, &c);
+    sep = ",\n";
+  }
+  fputs("\n  ]\n}\n", out);
+  return ferror(out) ? weft_error_set(weftSystemError, "writing the trace failed") : weftSuccess;
+}
+
+void trace_dump_to_dir(const struct trace *t, enum trace_reason reason, const char *error) {
+  const char *dir = param_str(&trace_params[P_TRACE_DIR]);
+  if (t == NULL || dir == NULL || *dir == '\0') return;
+  char path[4096], tmp[4200];
+  snprintf(path, sizeof path, "%s/weft_trace_%016" PRIx64 "_rank%d.json", dir, t->job_hash,
+           t->rank);
+  snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+  FILE *f = fopen(tmp, "we");
+  if (f == NULL) {
+    WEFT_WARN(LOG_COLL, "WEFT_TRACE_DIR: cannot write %s: %m", tmp);
+    return;
+  }
+  weftResult_t res = trace_dump(t, f, reason, error);
+  if (fclose(f) != 0 || res != weftSuccess || rename(tmp, path) != 0) {
+    WEFT_WARN(LOG_COLL, "WEFT_TRACE_DIR: writing %s failed", path);
+    unlink(tmp);
+    return;
+  }
+  WEFT_INFO(LOG_COLL, "trace of rank %d written to %s (%s)", t->rank, path, reason_name(reason));
+}

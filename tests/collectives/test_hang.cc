@@ -1,0 +1,388 @@
+// A hang named: a rank that stops calling collectives (asleep, or killed) in
+// a 4-rank job. The others' errors name it, the collective and its sequence
+// number; every rank that lived dumped its trace into WEFT_TRACE_DIR as JSON
+// that parses (checked with Python's json module, a parser that is not
+// weft's); weftTraceDiagnose, which weft-info --trace prints, names the same
+// rank from the dumps alone. And the trace itself: weftCommTraceDump's JSON
+// holds each call's numbers, sizes, types and states.
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+using namespace weft_test;
+
+namespace {
+
+constexpr int kRanks = 4;
+constexpr int kBefore = 3;  // all-reduces every rank completes first
+constexpr int kTimeoutS = 3;
+
+// A fresh directory for one test's dumps.
+std::string make_dir(const char *name) {
+  char tmpl[256];
+  snprintf(tmpl, sizeof tmpl, "/tmp/weft_%s_XXXXXX", name);
+  const char *d = mkdtemp(tmpl);
+  return d != nullptr ? d : "";
+}
+
+void remove_dir(const std::string &dir) {
+  DIR *dp = opendir(dir.c_str());
+  if (dp == nullptr) return;
+  while (struct dirent *e = readdir(dp))
+    if (e->d_name[0] != '.') unlink((dir + "/" + e->d_name).c_str());
+  closedir(dp);
+  rmdir(dir.c_str());
+}
+
+std::vector<std::string> dump_files(const std::string &dir) {
+  std::vector<std::string> files;
+  DIR *dp = opendir(dir.c_str());
+  if (dp == nullptr) return files;
+  while (struct dirent *e = readdir(dp))
+    if (strncmp(e->d_name, "weft_trace_", 11) == 0) files.push_back(dir + "/" + e->d_name);
+  closedir(dp);
+  return files;
+}
+
+// Python's json module reads file and the script checks it (exit status 0);
+// -1 when there is no python3.
+int python_check(const std::string &file, const std::string &script) {
+  if (system("python3 -c 'import json' >/dev/null 2>&1") != 0) return -1;
+  std::string cmd = "python3 -c '" + script + "' '" + file + "'";
+  return WEXITSTATUS(system(cmd.c_str()));
+}
+
+// What a living rank's dump must hold: the job's shape, the kBefore
+// completed all-reduces, and the (kBefore+1)-th failed.
+const char *kDumpCheck =
+    "import json,sys\n"
+    "d=json.load(open(sys.argv[1]))\n"
+    "assert d[\"nranks\"]==4 and 0<=d[\"rank\"]<4, d\n"
+    "e=[x for x in d[\"entries\"] if x[\"kind\"]==\"AllReduce\"]\n"
+    "done=[x[\"collective_seq_id\"] for x in e if x[\"state\"]==\"completed\"]\n"
+    "assert done[:3]==[1,2,3], done\n"
+    "assert all(x[\"input_sizes\"]==[[1024]] and x[\"input_dtypes\"]==[\"float32\"] for x in e)\n"
+    "bad=[x for x in e if x[\"collective_seq_id\"]==4]\n"
+    "assert d[\"rank\"]==3 or (bad and bad[0][\"state\"]==\"failed\"), bad\n"
+    "assert d[\"rank\"]!=3 or not bad, bad\n";
+
+// build/tools/weft-info, from this suite's build/tests/test_hang; "" when absent.
+std::string weft_info_path() {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return "";
+  self[n] = '\0';
+  std::string dir(self);
+  dir = dir.substr(0, dir.rfind('/'));
+  std::string tool = dir.substr(0, dir.rfind('/')) + "/tools/weft-info";
+  return access(tool.c_str(), X_OK) == 0 ? tool : "";
+}
+
+std::string run_output(const std::string &cmd) {
+  std::string out;
+  FILE *p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, got);
+  pclose(p);
+  return out;
+}
+
+std::string diagnose(const std::string &dir) {
+  char *text = nullptr;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  weftResult_t res = weftTraceDiagnose(dir.c_str(), f);
+  fclose(f);
+  std::string out = text != nullptr ? text : "";
+  free(text);
+  if (res != weftSuccess) out += std::string("[weftTraceDiagnose: ") + weftGetLastError(nullptr) + "]";
+  return out;
+}
+
+// The body of both tests: rank 3 completes kBefore all-reduces, then
+// `stop` (sleeps past the others' timeout, or dies); the others call one
+// more and must fail naming rank 3 and the number kBefore+1.
+int hang_rank(const RankCtx &ctx, bool killed) {
+  weftComm_t comm;
+  if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+    return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+  std::vector<float> buf(1024, 1.0f);
+  for (int i = 0; i < kBefore; i++)
+    if (weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, comm, nullptr) !=
+        weftSuccess)
+      return rank_fail(ctx, "all-reduce %d: %s", i + 1, weftGetLastError(comm));
+  if (ctx.rank == kRanks - 1) {
+    if (killed) raise(SIGKILL);
+    sleep(kTimeoutS + 3);  // alive, answering questions, but not calling
+    weftCommAbort(comm);   // dumps its trace (reason "abort")
+    return 0;
+  }
+  const double t0 = now_s();
+  weftResult_t res =
+      weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, comm, nullptr);
+  const double took = now_s() - t0;
+  const std::string msg = weftGetLastError(comm);
+  printf("rank %d: %s after %.2f s: %s\n", ctx.rank, weftGetErrorString(res), took, msg.c_str());
+  FAIL_IF(res != weftRemoteError, "got %s, want weftRemoteError", weftGetErrorString(res));
+  FAIL_IF(msg.find("AllReduce #4 (1024 float32 sum)") == std::string::npos,
+          "error does not name the call: %s", msg.c_str());
+  if (killed) {
+    FAIL_IF(msg.find("rank 3 is dead") == std::string::npos, "rank 3 not named dead: %s",
+            msg.c_str());
+    FAIL_IF(took > kTimeoutS, "took %.2f s, beyond WEFT_TIMEOUT", took);
+  } else {
+    // its own wait timed out, or a peer's a moment earlier broke the comm
+    FAIL_IF(msg.find("timed out after") == std::string::npos &&
+                msg.find("failed after") == std::string::npos,
+            "not a timeout: %s", msg.c_str());
+    FAIL_IF(took < kTimeoutS - 0.5, "failed after %.2f s, before WEFT_TIMEOUT", took);
+    FAIL_IF(msg.find("rank 3 never called it (its last: AllReduce #3, completed") ==
+                std::string::npos,
+            "rank 3 and its last call not named: %s", msg.c_str());
+  }
+  FAIL_IF(msg.find("ranks 0-2 wait on rank 3") == std::string::npos,
+          "the waiting ranks not named: %s", msg.c_str());
+  weftCommAbort(comm);
+  return 0;
+}
+
+void hang_test(bool killed) {
+  const std::string dir = make_dir(killed ? "hang_killed" : "hang_sleep");
+  ASSERT_FALSE(dir.empty());
+  RunOptions opts;
+  opts.timeout_s = 60;
+  opts.env = {{"WEFT_TIMEOUT", std::to_string(kTimeoutS)}, {"WEFT_TRACE_DIR", dir}};
+  auto status = run_ranks(kRanks, [&](const RankCtx &ctx) { return hang_rank(ctx, killed); }, opts);
+  for (int r = 0; r < kRanks - 1; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+  EXPECT_EQ(status[kRanks - 1], killed ? 128 + SIGKILL : 0);
+
+  auto files = dump_files(dir);
+  EXPECT_EQ(files.size(), killed ? 3u : 4u) << "dumps in " << dir;
+  for (const auto &f : files) {
+    int rc = python_check(f, kDumpCheck);
+    if (rc < 0) {
+      printf("no python3: the dumps' JSON is not checked by a second parser\n");
+      break;
+    }
+    EXPECT_EQ(rc, 0) << f << " does not parse, or lacks the calls";
+  }
+  const std::string verdict = diagnose(dir);
+  printf("weftTraceDiagnose:\n%s", verdict.c_str());
+  EXPECT_NE(verdict.find("AllReduce #4 (1024 float32 sum) did not complete"), std::string::npos)
+      << verdict;
+  if (killed) {
+    EXPECT_NE(verdict.find("rank 3 left no trace"), std::string::npos) << verdict;
+  } else {
+    EXPECT_NE(verdict.find("rank 3 never called it (its last: AllReduce #3, completed"),
+              std::string::npos)
+        << verdict;
+  }
+  EXPECT_NE(verdict.find("ranks 0-2 wait on rank 3"), std::string::npos) << verdict;
+  // the tool prints the same (build/tools/weft-info, next to this suite's folder)
+  const std::string tool = weft_info_path();
+  if (tool.empty()) {
+    printf("no weft-info next to this suite: the tool itself is not run\n");
+  } else {
+    const std::string printed = run_output(tool + " --trace " + dir);
+    EXPECT_NE(printed.find(verdict.substr(0, verdict.find('\n', verdict.find('\n') + 1))),
+              std::string::npos)
+        << "weft-info --trace printed:\n" << printed;
+  }
+  remove_dir(dir);
+}
+
+TEST(Hang, SleepingRankNamed) { hang_test(false); }
+
+TEST(Hang, KilledRankNamed) { hang_test(true); }
+
+}  // namespace
+
+namespace {
+
+// Ranks that wait on each other in different collectives under one number
+// (the data paths cannot tell: no data moves): within about a second of
+// stalling each asks the others where they are, and every rank returns
+// weftInvalidUsage naming the ranks and the field, long before WEFT_TIMEOUT.
+struct MismatchCase {
+  const char *name;
+  int nranks;
+  const char *field;  // what the error must say differs
+  // rank's call: returns its result
+  weftResult_t (*call)(weftComm_t comm, int rank, std::vector<float> &buf);
+};
+
+weftResult_t root_mismatch(weftComm_t comm, int rank, std::vector<float> &buf) {
+  // rank 0 names root 1, the others root 0: every rank waits to receive
+  return weftBroadcast(buf.data(), buf.data(), buf.size(), weftFloat32, rank == 0 ? 1 : 0, comm,
+                       nullptr);
+}
+
+weftResult_t kind_mismatch(weftComm_t comm, int rank, std::vector<float> &buf) {
+  // the last rank broadcasts from rank 0 (it waits for all of rank 0's data),
+  // the others all-reduce (they wait for its share)
+  if (rank == 1)
+    return weftBroadcast(buf.data(), buf.data(), buf.size(), weftFloat32, 0, comm, nullptr);
+  return weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, comm, nullptr);
+}
+
+const MismatchCase kMismatches[] = {
+    {"root", 3, "root differs: rank 0 has 1, ranks 1,2 have 0", root_mismatch},
+    {"collective", 2, "collective differs", kind_mismatch},
+};
+
+TEST(Hang, MismatchFoundWithinASecond) {
+  for (const MismatchCase &mc : kMismatches) {
+    RunOptions opts;
+    opts.timeout_s = 60;
+    opts.env = {{"WEFT_TIMEOUT", "30"}};
+    auto status = run_ranks(mc.nranks, [&](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+        return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+      std::vector<float> buf(1 << 20, 1.0f);
+      // one that matches first: the mismatch is #2
+      if (weftAllReduce(buf.data(), buf.data(), 16, weftFloat32, weftSum, comm, nullptr) !=
+          weftSuccess)
+        return rank_fail(ctx, "all-reduce #1: %s", weftGetLastError(comm));
+      const double t0 = now_s();
+      weftResult_t res = mc.call(comm, ctx.rank, buf);
+      const double took = now_s() - t0;
+      const std::string msg = weftGetLastError(comm);
+      printf("%s mismatch, rank %d: %s after %.2f s: %s\n", mc.name, ctx.rank,
+             weftGetErrorString(res), took, msg.c_str());
+      FAIL_IF(res != weftInvalidUsage, "got %s, want weftInvalidUsage: %s",
+              weftGetErrorString(res), msg.c_str());
+      FAIL_IF(msg.find("#2") == std::string::npos || msg.find(mc.field) == std::string::npos,
+              "the error does not name #2 and '%s': %s", mc.field, msg.c_str());
+      // about a second of stall, then the answers; far from WEFT_TIMEOUT=30 (a
+      // loaded machine may add seconds: the bound is loose, the figure printed)
+      FAIL_IF(took > 10, "took %.2f s", took);
+      weftCommAbort(comm);
+      return 0;
+    }, opts);
+    for (int r = 0; r < mc.nranks; r++) EXPECT_EQ(status[r], 0) << mc.name << ", rank " << r;
+  }
+}
+
+// weftCommTraceDump: the calls with their numbers (collectives and
+// point-to-point apart), sizes, types, ops, roots, peers and states, in order.
+TEST(Hang, TraceDumpHoldsTheCalls) {
+  RunOptions opts;
+  opts.env = {{"WEFT_TRACE_ENTRIES", "8"}};
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    std::vector<int32_t> buf(64, ctx.rank);
+    std::vector<int32_t> out(128);
+    // 10 calls: the ring of 8 keeps the last 8 (record ids 3 to 10)
+    for (int i = 0; i < 6; i++)
+      FAIL_IF(weftAllReduce(buf.data(), buf.data(), 64, weftInt32, weftMax, comm, nullptr) !=
+                  weftSuccess, "all-reduce: %s", weftGetLastError(comm));
+    FAIL_IF(weftBroadcast(buf.data(), buf.data(), 5, weftInt32, 1, comm, nullptr) != weftSuccess,
+            "broadcast: %s", weftGetLastError(comm));
+    FAIL_IF(weftAllGather(buf.data(), out.data(), 64, weftInt32, comm, nullptr) != weftSuccess,
+            "all-gather: %s", weftGetLastError(comm));
+    weftGroupStart();
+    weftSend(buf.data(), 3, weftInt32, 1 - ctx.rank, comm, nullptr);
+    weftRecv(out.data(), 3, weftInt32, 1 - ctx.rank, comm, nullptr);
+    FAIL_IF(weftGroupEnd() != weftSuccess, "send/recv: %s", weftGetLastError(comm));
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/weft_trace_dump_%d_%d.json", (int)getppid(), ctx.rank);
+    FILE *f = fopen(path, "w");
+    FAIL_IF(f == nullptr, "cannot write %s", path);
+    weftResult_t res = weftCommTraceDump(comm, f);
+    fclose(f);
+    FAIL_IF(res != weftSuccess, "weftCommTraceDump: %s", weftGetLastError(nullptr));
+    const char *check =
+        "import json,sys\n"
+        "d=json.load(open(sys.argv[1]))\n"
+        "e=d[\"entries\"]\n"
+        "assert d[\"entries_max\"]==8 and d[\"reason\"]==\"request\", d\n"
+        "assert [x[\"record_id\"] for x in e]==list(range(3,11)), e\n"
+        "assert [x[\"collective_seq_id\"] for x in e]==[3,4,5,6,7,8,0,0], e\n"
+        "assert [x[\"p2p_seq_id\"] for x in e]==[0]*6+[1,2], e\n"
+        "assert all(x[\"state\"]==\"completed\" for x in e), e\n"
+        "assert e[0][\"profiling_name\"]==\"weft:all_reduce\" and e[0][\"op\"]==\"max\", e[0]\n"
+        "assert e[0][\"input_dtypes\"]==[\"int32\"] and e[0][\"output_sizes\"]==[[64]], e[0]\n"
+        "assert e[4][\"kind\"]==\"Broadcast\" and e[4][\"root\"]==1 and e[4][\"count\"]==5, e[4]\n"
+        "assert e[5][\"kind\"]==\"AllGather\" and e[5][\"output_sizes\"]==[[128]], e[5]\n"
+        "peer=1-d[\"rank\"]\n"
+        "assert e[6][\"kind\"]==\"Send\" and e[6][\"peer\"]==peer and e[6][\"output_sizes\"]==[], e[6]\n"
+        "assert e[7][\"kind\"]==\"Recv\" and e[7][\"peer\"]==peer and e[7][\"input_sizes\"]==[], e[7]\n"
+        "t=[(x[\"time_created_ns\"],x[\"time_discovered_started_ns\"],x[\"time_discovered_completed_ns\"]) for x in e]\n"
+        "assert all(a<=b<=c for a,b,c in t) and all(t[i][2]<=t[i+1][1] for i in range(5)), t\n";
+    int rc = python_check(path, check);
+    unlink(path);
+    if (rc < 0) printf("no python3: the dump's JSON is not checked\n");
+    FAIL_IF(rc > 0, "the dump does not hold the calls (see above)");
+    weftCommDestroy(comm);
+    return 0;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
+}  // namespace
+
+namespace {
+
+// WEFT_TRACE_SIGNAL: the signal makes every communicator of the process
+// dump its trace into WEFT_TRACE_DIR (from weft's thread), and the program
+// goes on.
+TEST(Hang, SignalDumps) {
+  const std::string dir = make_dir("hang_signal");
+  ASSERT_FALSE(dir.empty());
+  RunOptions opts;
+  opts.env = {{"WEFT_TRACE_DIR", dir}, {"WEFT_TRACE_SIGNAL", "USR1"}};
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    float x[8] = {1};
+    FAIL_IF(weftAllReduce(x, x, 8, weftFloat32, weftSum, comm, nullptr) != weftSuccess,
+            "all-reduce: %s", weftGetLastError(comm));
+    if (ctx.rank == 0) kill(getpid(), SIGUSR1);
+    // the dump is written by another thread: wait for it (bounded)
+    char path[512];
+    bool seen = false;
+    for (int i = 0; i < 500 && !seen; i++) {
+      for (const auto &f : dump_files(dir))
+        seen = seen || f.find("_rank0.json") != std::string::npos;
+      if (!seen) usleep(10000);
+    }
+    snprintf(path, sizeof path, "%s", dir.c_str());
+    FAIL_IF(ctx.rank == 0 && !seen, "no dump in %s after the signal", path);
+    FAIL_IF(weftAllReduce(x, x, 8, weftFloat32, weftSum, comm, nullptr) != weftSuccess,
+            "all-reduce after the signal: %s", weftGetLastError(comm));
+    weftCommDestroy(comm);
+    return 0;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+  auto files = dump_files(dir);
+  ASSERT_EQ(files.size(), 1u) << "only rank 0 had the signal";
+  int rc = python_check(files[0],
+                        "import json,sys\n"
+                        "d=json.load(open(sys.argv[1]))\n"
+                        "assert d[\"reason\"]==\"signal\" and d[\"rank\"]==0, d\n"
+                        "assert d[\"entries\"][0][\"state\"]==\"completed\", d\n");
+  if (rc < 0) printf("no python3: the dump's JSON is not checked\n");
+  EXPECT_LE(rc, 0) << files[0];
+  remove_dir(dir);
+}
+
+}  // namespace
