@@ -30,7 +30,7 @@
  * The call's signature (collectives/core/signature.h) goes to the next
  * rank as one 16-byte message of its own (step BULK_SIG_STEP, which no ring
  * step reaches), posted with the first chunks (before them, for chunks
- * larger than a slot, which may go by rendezvous); the call returns only
+ * above 8 KiB, which may go by rendezvous); the call returns only
  * once the previous rank's has come and matched, so every link compares.
  *
  * Scratch (per communicator, kept): two chunk buffers per chunk in flight,
@@ -78,6 +78,10 @@ struct weft_param bulk_params[] = {
             "nearest end"},
     PARAM_END,
 };
+
+/* Chunks up to this size go eagerly (copied when posted) with UCX's
+ * defaults on every transport: a refused call may leave them in flight. */
+#define BULK_EAGER_NBYTES 8192
 
 /* The step of the signature's message. */
 #define BULK_SIG_STEP (BULK_MAX_STEPS - 1)
@@ -521,12 +525,12 @@ static weftResult_t bulk_chunks_run(struct bulk_run_state *s, int window) {
     WEFT_TRY_GOTO(sig->to->transport->bulk.post(sig->to, &b->sig_out, sizeof b->sig_out, id,
                                                 &sig->send), res, fail);
   }
-  /* chunks above a slot may go by rendezvous, the peer reading or writing
-   * this rank's buffers: those wait for the signature, so that no transfer
-   * of a refused call is left in flight once the call returns */
+  /* chunks above UCX's eager sizes may go by rendezvous, the peer reading
+   * or writing this rank's buffers: those wait for the signature, so that no
+   * transfer of a refused call is left in flight once the call returns */
   const size_t biggest = (g->chunk_count < g->block_count ? g->chunk_count : g->block_count) *
                          g->esize;
-  const int sig_first = !sig_done && biggest > comm->slot_nbytes;
+  const int sig_first = !sig_done && biggest > BULK_EAGER_NBYTES;
   while (ndone < g->nchunks || !sig_done) {
     /* start chunks where the window has room */
     for (int i = 0; i < window && next_j < g->nchunks && !(sig_first && !sig_done); i++) {
