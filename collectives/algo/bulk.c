@@ -27,6 +27,12 @@
  * reductions of others. Chunk j goes over channel j % nchannels: several
  * connections (TCP streams) at once. A message's id is (call, step, chunk).
  *
+ * The call's signature (collectives/core/signature.h) goes to the next
+ * rank as one 16-byte message of its own (step BULK_SIG_STEP, which no ring
+ * step reaches), posted with the first chunks (before them, for chunks
+ * above 8 KiB, which may go by rendezvous); the call returns only
+ * once the previous rank's has come and matched, so every link compares.
+ *
  * Scratch (per communicator, kept): two chunk buffers per chunk in flight,
  * one receiving step t, the other holding step t - 1's reduced chunk while
  * it is sent. The exchange out of place needs none: it receives into the
@@ -43,6 +49,7 @@
 #include "../../transport/base/wait.h"
 #include "bulk.h"
 #include "../core/plan.h"
+#include "../core/signature.h"
 #include "../reduce/reduce_host.h"
 
 /* The message id: call (8 bits) | step (10 bits) | chunk (14 bits). */
@@ -71,6 +78,13 @@ struct weft_param bulk_params[] = {
             "nearest end"},
     PARAM_END,
 };
+
+/* Chunks up to this size go eagerly (copied when posted) with UCX's
+ * defaults on every transport: a refused call may leave them in flight. */
+#define BULK_EAGER_NBYTES 8192
+
+/* The step of the signature's message. */
+#define BULK_SIG_STEP (BULK_MAX_STEPS - 1)
 
 static uint32_t bulk_id(uint64_t call, int step, size_t chunk) {
   return (uint32_t)(call & 0xff) << 24 | (uint32_t)step << 14 | (uint32_t)chunk;
@@ -126,7 +140,7 @@ static void bulk_bracket(struct weftComm *comm, int nch, int begin) {
 }
 
 int bulk_possible(const struct weftComm *comm) {
-  return comm->nranks >= 2 && 2 * (comm->nranks - 1) < BULK_MAX_STEPS && comm->nchannels > 0 &&
+  return comm->nranks >= 2 && 2 * (comm->nranks - 1) < BULK_SIG_STEP && comm->nchannels > 0 &&
          bulk_nchannels(comm) > 0;
 }
 
@@ -290,6 +304,7 @@ static weftResult_t chunk_test(struct bulk_chunk *c, int *done) {
 /* What bulk keeps per communicator (comm_state_get). */
 struct bulk_comm {
   uint64_t calls;        /* bulk collectives run */
+  struct signature_packed sig_out, sig_in; /* the call's, and the previous rank's */
   void *scratch;         /* their chunk buffers, kept */
   size_t scratch_nbytes;
 };
@@ -406,6 +421,24 @@ static int bulk_peer_down(const struct weftComm *comm, int nch) {
   return 0;
 }
 
+/* The previous rank's signature (theirs) is not this rank's (mine): names
+ * the difference. */
+__attribute__((noinline, cold)) static weftResult_t
+bulk_sig_mismatch(struct weftComm *comm, int peer, const struct signature_packed *theirs_packed,
+                  const struct signature_packed *mine_packed) {
+  struct signature mine, theirs;
+  signature_unpack(&mine, mine_packed);
+  signature_unpack(&theirs, theirs_packed);
+  const int lower = peer < comm->rank;
+  const struct signature pair[2] = {lower ? theirs : mine, lower ? mine : theirs};
+  const int ranks[2] = {lower ? peer : comm->rank, lower ? comm->rank : peer};
+  if (signature_compare_ranks(pair, ranks, 2, "ranks disagree on a collective") != weftSuccess)
+    return weftInvalidUsage;
+  return weft_error_set(weftInvalidUsage,
+                        "ranks disagree on a collective: %s: rank %d's bulk signature is not "
+                        "rank %d's", coll_kind_name((enum coll_kind)mine.coll), peer, comm->rank);
+}
+
 /* Grows the comm's scratch to nbytes. */
 static weftResult_t bulk_scratch(struct bulk_comm *b, size_t nbytes) {
   if (b->scratch_nbytes >= nbytes) return weftSuccess;
@@ -459,8 +492,11 @@ static weftResult_t bulk_chunks_run(struct bulk_run_state *s, int window) {
   const struct bulk_geom *g = &s->g;
   const size_t chunk_nbytes = g->chunk_count * g->esize;
   char *scratch = ((struct bulk_comm *)comm_state_get(comm, &bulk_comm_ops))->scratch;
-  struct bulk_chunk chunks[BULK_MAX_WINDOW];
+  struct bulk_chunk chunks[BULK_MAX_WINDOW + 1]; /* the chunks, then the signature's */
   memset(chunks, 0, sizeof chunks);
+  struct bulk_comm *b = comm_state_get(comm, &bulk_comm_ops);
+  struct bulk_chunk *sig = &chunks[window];
+  int sig_done = !WEFT_SLOT_SIGNATURE;
   weftResult_t res = weftSuccess;
   size_t next_j = 0, ndone = 0;
   for (int i = 0; i < window; i++) {
@@ -478,9 +514,26 @@ static weftResult_t bulk_chunks_run(struct bulk_run_state *s, int window) {
   uint64_t down_since = 0;
   wait_begin(&w, comm->timeout_ns, &comm->abort_flag, NULL, 0, ch0->recv.peer_rank,
              "bulk transfer from");
-  while (ndone < g->nchunks) {
+  if (!sig_done) {
+    const uint32_t id = bulk_id(s->call, BULK_SIG_STEP, 0);
+    signature_pack(&b->sig_out, plan);
+    memset(&b->sig_in, 0, sizeof b->sig_in);
+    sig->to = &ch0->send;
+    sig->from = &ch0->recv;
+    WEFT_TRY_GOTO(sig->from->transport->bulk.post(sig->from, &b->sig_in, sizeof b->sig_in, id,
+                                                  &sig->recv), res, fail);
+    WEFT_TRY_GOTO(sig->to->transport->bulk.post(sig->to, &b->sig_out, sizeof b->sig_out, id,
+                                                &sig->send), res, fail);
+  }
+  /* chunks above UCX's eager sizes may go by rendezvous, the peer reading
+   * or writing this rank's buffers: those wait for the signature, so that no
+   * transfer of a refused call is left in flight once the call returns */
+  const size_t biggest = (g->chunk_count < g->block_count ? g->chunk_count : g->block_count) *
+                         g->esize;
+  const int sig_first = !sig_done && biggest > BULK_EAGER_NBYTES;
+  while (ndone < g->nchunks || !sig_done) {
     /* start chunks where the window has room */
-    for (int i = 0; i < window && next_j < g->nchunks; i++) {
+    for (int i = 0; i < window && next_j < g->nchunks && !(sig_first && !sig_done); i++) {
       struct bulk_chunk *c = &chunks[i];
       if (c->live) continue;
       struct weft_channel *ch = &comm->channels[next_j % (size_t)s->nch];
@@ -492,6 +545,14 @@ static weftResult_t bulk_chunks_run(struct bulk_run_state *s, int window) {
     }
     bulk_progress(comm, s->nch);
     int moved = 0;
+    if (!sig_done) {
+      WEFT_TRY_GOTO(chunk_test(sig, &sig_done), res, fail);
+      if (sig_done && !signature_packed_same(&b->sig_in, &b->sig_out)) {
+        res = bulk_sig_mismatch(comm, ch0->recv.peer_rank, &b->sig_in, &b->sig_out);
+        goto fail;
+      }
+      moved |= sig_done;
+    }
     for (int i = 0; i < window; i++) {
       struct bulk_chunk *c = &chunks[i];
       if (!c->live) continue;
@@ -531,7 +592,9 @@ static weftResult_t bulk_chunks_run(struct bulk_run_state *s, int window) {
   }
   return weftSuccess;
 fail:
-  return chunks_abandon(comm, s->nch, chunks, window, res);
+  res = chunks_abandon(comm, s->nch, chunks, window + 1, res);
+  if (res == weftInvalidUsage) comm_fail_alone(comm, res); /* the steps no longer pair up */
+  return res;
 }
 
 weftResult_t bulk_run(struct weftComm *comm, const struct weft_plan *plan) {
@@ -541,7 +604,7 @@ weftResult_t bulk_run(struct weftComm *comm, const struct weft_plan *plan) {
   struct bulk_geom *g = &s.g;
   bulk_geom_init(g, comm, plan);
   s.nch = bulk_nchannels(comm);
-  if (s.nch == 0 || g->nsteps >= BULK_MAX_STEPS)
+  if (s.nch == 0 || g->nsteps >= BULK_SIG_STEP)
     return weft_error_set(weftInternalError, "bulk collective on a comm without bulk transfers");
   if (plan->nchannels > 0 && plan->nchannels < s.nch) s.nch = plan->nchannels;
   int window = (int)param_int(&bulk_params[BULK_P_WINDOW]); /* clamped to 1..BULK_MAX_WINDOW */

@@ -54,6 +54,25 @@ weftResult_t ring_run(struct weftComm *comm, struct weft_channel *ch, const stru
   ring_geom_init(&g, (int)plan->coll, comm->nranks, ch->ring_pos,
                  rooted ? ring_root_pos(ch, comm->nranks, plan->root) : -1, plan->count, offset,
                  count, prims_slot_count(&p), p.elem_nbytes);
+  /* a rooted chain leaves one link of the ring without data (into the root
+   * of a broadcast, out of the root of a reduce): it carries a signature
+   * alone, sent first and checked after the receiver's first step (not
+   * before: it would delay the chain; not last: two ranks that both think
+   * they start the chain would fill each other's FIFOs and wait there), so
+   * that every link compares */
+  unsigned alone_first = 0, alone_last = 0; /* prims_sign_alone's flags */
+  if (rooted && count > 0 && comm->nranks > 1) {
+    const int next_is_root = (g.pos + 1) % comm->nranks == g.root_pos;
+    const int prev_is_root = (g.pos + comm->nranks - 1) % comm->nranks == g.root_pos;
+    if (plan->coll == COLL_BROADCAST) {
+      if (next_is_root) alone_first = PRIMS_SEND;
+      if (g.pos == g.root_pos) alone_last = PRIMS_RECV;
+    } else {
+      if (g.pos == g.root_pos) alone_first = PRIMS_SEND;
+      if (prev_is_root) alone_last = PRIMS_RECV;
+    }
+  }
+  if (alone_first) WEFT_TRY(prims_sign_alone(&p, alone_first));
   const int nsteps = ring_loop_nsteps(&g);
   const size_t loop_nelems = ring_loop_nelems(&g);
   for (size_t base = 0; base < count; base += loop_nelems)
@@ -61,6 +80,10 @@ weftResult_t ring_run(struct weftComm *comm, struct weft_channel *ch, const stru
       struct ring_step st;
       ring_step_at(&g, ch->ring, base, s, &st);
       WEFT_TRY(ring_step_run(&p, &st, plan->sendbuf, plan->recvbuf));
+      if (alone_last) {
+        WEFT_TRY(prims_sign_alone(&p, alone_last));
+        alone_last = 0;
+      }
     }
   return weftSuccess;
 }

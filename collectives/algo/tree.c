@@ -3,11 +3,19 @@
  * each in slot-sized pieces, reduced up and broadcast down. The steps and
  * their order (which keeps the trees concurrent and free of deadlock) are
  * tree_steps.h's, which the device kernels run as well; here each step is
- * one primitive on the point-to-point connections to a parent or child. */
+ * one primitive on the point-to-point connections to a parent or child.
+ *
+ * Piece 0 of each tree carries the call's signature (16 bytes, struct
+ * signature_packed) after its data on every link, up and down; a piece
+ * leaves room in its slot for it. Each receiver compares it with its own as
+ * the piece arrives (peer_recv_signed_wait), so every link of both trees
+ * checks the call at no extra message. */
 #include <string.h>
 
 #include "../../transport/base/status.h"
 #include "../core/plan.h"
+#include "../core/signature.h"
+#include "../exec/host/prims.h"
 #include "../exec/host/prims_peer.h"
 #include "../reduce/reduce_host.h"
 #include "../core/tree_links.h"
@@ -22,6 +30,7 @@ struct tree_run {
   int divisor; /* applied by the root's last reduction (avg); 1 otherwise */
   const char *src;
   char *dst;
+  struct signature_packed sig;
 };
 
 /* One step: the slot from the peer it receives from, op the input it
@@ -37,7 +46,10 @@ static weftResult_t tree_step_run(struct tree_run *r, const struct tree_step *st
   struct weft_conn *rc = NULL, *sc = NULL;
   if (st->recv_peer >= 0) {
     rc = &comm->recv_conns[r->g->peer[st->recv_peer]];
-    WEFT_TRY(peer_recv_wait(comm, rc, nbytes, &in));
+    if (WEFT_SLOT_SIGNATURE && st->piece == 0) /* piece 0 ends in the sender's signature */
+      WEFT_TRY(peer_recv_signed_wait(comm, rc, nbytes + sizeof r->sig, &r->sig, 1, &in));
+    else
+      WEFT_TRY(peer_recv_wait(comm, rc, nbytes, &in));
   }
   if (st->send_peer >= 0) {
     sc = &comm->send_conns[r->g->peer[st->send_peer]];
@@ -49,7 +61,14 @@ static weftResult_t tree_step_run(struct tree_run *r, const struct tree_step *st
   else if (nbytes > 0 && target != (in != NULL ? in : own))
     memcpy(target, in != NULL ? in : own, nbytes);
   if (out != NULL && ring_prim_has_dst(st->prim) && nbytes > 0) memcpy(mine, out, nbytes);
-  if (sc != NULL) peer_send_post(sc, nbytes);
+  if (sc != NULL) {
+    size_t posted = nbytes;
+    if (WEFT_SLOT_SIGNATURE && st->piece == 0) { /* piece 0 with the signature */
+      memcpy(out + nbytes, &r->sig, sizeof r->sig);
+      posted += sizeof r->sig;
+    }
+    peer_send_post(sc, posted);
+  }
   if (rc != NULL) peer_recv_done(rc);
   return weftSuccess;
 }
@@ -73,8 +92,9 @@ weftResult_t tree_allreduce(struct weftComm *comm, struct weft_channel *ch,
   }
 
   /* set-up: both trees on one channel (hierarchical across hosts:
-   * comm_trees), a slot per piece, connected to every neighbour both ways */
-  tree_geom_init(&g, comm->trees, 1, 0, count, esize, comm->slot_nbytes / esize);
+   * comm_trees), a slot per piece less the signature's room, connected to every neighbour both ways */
+  signature_pack(&r.sig, plan);
+  tree_geom_init(&g, comm->trees, 1, 0, count, esize, prims_slot_room(comm->slot_nbytes) / esize);
   WEFT_TRY(peer_connect(comm, g.peer, g.npeers));
 
   /* run: every step of both trees in (key, tree) order */

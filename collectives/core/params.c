@@ -24,20 +24,29 @@ struct weft_param coll_params[] = {
             "has 1000`). Costs one bootstrap round per collective; must be the same on every "
             "rank. Sends and receives are not checked. With `0` a cheaper check is still always "
             "on: the same fields but the sequence number ride, packed in 16 bytes, with the "
-            "first message that single copy (its address exchange, every call), recursive "
-            "doubling (its first slots) and the SIMPLE ring (its first slot on each channel, "
-            "where the data's last cache line has room) send anyway, so a mismatch there is "
-            "`weftInvalidUsage` naming the ranks and what differs (`ranks disagree on a "
-            "collective: AllReduce: count differs: rank 0 has 4, rank 1 has 5`): on every rank "
-            "for single copy, which then goes on working; on the ranks that see it for "
-            "recursive doubling and the ring, which break the communicator so that the others "
-            "fail at once; LL, tree, bulk and device kernels are checked by `WEFT_CHECK=1` only",
-     .see = "perf.md"},
+            "first message of the call on every connection a host path uses (the ring's first "
+            "slot of each link, SIMPLE and LL; a signature alone on the link a broadcast's or "
+            "reduce's chain leaves unused; the trees' first pieces; recursive doubling's first "
+            "slots; single copy's address exchange; a message of its own for bulk), so a "
+            "mismatch is `weftInvalidUsage` naming the ranks and what differs (`ranks disagree "
+            "on a collective: AllReduce: count differs: rank 0 has 4, rank 1 has 5`) on the "
+            "ranks that see it, which break the communicator so that the others fail at once "
+            "(single copy: every rank, and the comm goes on working). docs/signature.md has "
+            "the table; device kernels are checked by `WEFT_CHECK=1` only",
+     .see = "signature.md"},
     [P_ALGO] = {.name = "WEFT_ALGO", .type = PARAM_STR,
      .doc = "algorithms the tuner may pick (unset: all): `ring`, `tree`, `rd`, `cma`, `bulk`; "
             "`^` excludes; per collective as `allreduce:tree;broadcast:ring`"},
     [P_PROTO] = {.name = "WEFT_PROTO", .type = PARAM_STR,
      .doc = "protocols the tuner may pick (unset: all): `simple`, `ll`; same syntax as "
             "`WEFT_ALGO`"},
+    [P_DETERMINISTIC] = {.name = "WEFT_DETERMINISTIC", .type = PARAM_INT, .default_str = "0",
+     .min = 0, .max = 1,
+     .doc = "`1`: every all-reduce, reduce-scatter and reduce on host buffers sums each element "
+            "in rank order (0, 1, ... n-1; float16, bfloat16 and fp8 in float32, rounded once), "
+            "so its result is bitwise the same whatever the size, `WEFT_ALGO`, `WEFT_PROTO`, "
+            "channels or transport, for a given number of ranks; `WEFT_ALGO` and `WEFT_PROTO` "
+            "then do not apply to reductions. Must be the same on every rank",
+     .see = "determinism.md"},
     PARAM_END,
 };

@@ -13,6 +13,7 @@ enum coll_param {
   P_CHECK,
   P_ALGO,
   P_PROTO,
+  P_DETERMINISTIC,
 };
 
 #endif

@@ -1,8 +1,10 @@
 /* A collective's signature: what every rank of a call must agree on. WEFT_CHECK=1
  * allgathers it before each collective (collectives/core/signature.c). The always-on
- * comparison carries it, packed in 16 bytes, in the first message a path sends
- * anyway: the single-copy path's address exchange (collectives/algo/cma.c), and
- * the first slots of recursive doubling and the ring. */
+ * comparison carries it, packed in 16 bytes, in the first message of the call
+ * on every connection a path uses: the single-copy path's address exchange
+ * (collectives/algo/cma.c), the first slots of recursive doubling, the trees
+ * and the ring (SIMPLE and LL), and a slot of its own on the ring connections
+ * that a rooted collective sends no data over (docs/signature.md). */
 #ifndef WEFT_SIGNATURE_H
 #define WEFT_SIGNATURE_H
 
@@ -62,6 +64,16 @@ struct signature_packed {
 };
 static_assert(sizeof(struct signature_packed) == 16, "signature_packed is one 128-bit word");
 static_assert(weftNumTypes <= 256 && weftNumOps <= 256, "datatype and op fit a byte");
+
+/* The signature as the ring's SIMPLE slots carry it: sig with its count
+ * mixed with the connection's step (the slot's number). A slot is written
+ * over and over; bytes an earlier call left where this call's signature is
+ * looked for never read as it, since they were mixed with another step. */
+static inline void signature_packed_keyed(struct signature_packed *out,
+                                          const struct signature_packed *sig, uint64_t step) {
+  *out = *sig;
+  out->count ^= (step + 1) * 0x9e3779b97f4a7c15ull;
+}
 
 /* The packed signature of plan's call. */
 void signature_pack(struct signature_packed *out, const struct weft_plan *plan);

@@ -363,15 +363,14 @@ TEST(AlwaysOnCheck, SingleCopyAgainstRecursiveDoubling) {
 }
 
 // The ring (SIMPLE) carries each rank's signature after the data of its
-// first slot on every channel where it fits in the rest of the data's last
-// cache line (data of 1 to 48 bytes mod 64). A neighbour of the odd rank
+// first slot on each link (docs/signature.md). A neighbour of the odd rank
 // refuses (the message names both) and breaks the comm. A rank whose part
 // was done before that (the root of a broadcast, the first sender of a
 // reduce, or a rank that had all it needed) finishes, and its next call
 // that waits on a neighbour fails at once; every other rank fails in the
-// call. (A reduce where every
-// rank waits to receive first, as two ranks that each think they are the
-// root, moves no data to carry a signature: only WEFT_CHECK=1 finds that.)
+// call. (A reduce where two ranks each think they are the root: each sends
+// the other the signature alone of the link out of the root, which the
+// other finds where it expects data.)
 struct RingOdd {
   const char *name;
   int nranks;

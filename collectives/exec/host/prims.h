@@ -35,6 +35,7 @@
 
 #include "../../core/comm.h"
 #include "../../core/plan.h"
+#include "../../core/signature.h"
 #include "../../reduce/reduce_host.h"
 
 struct signature_packed;
@@ -48,8 +49,11 @@ struct prims {
   int divisor; /* applied by the final reduction (avg); 1 otherwise */
   enum coll_proto proto;
   const struct signature_packed *sig; /* the call's signature (prims_sign), or NULL */
-  int sig_send;                /* the next slot sent carries sig, where it has room */
-  int sig_recv;                /* the next slot received is checked for a signature */
+  int sig_send;                /* the next slot sent carries sig (SIMPLE: the first) ... */
+  int sig_send_data;           /* ... and the next one with data (SIMPLE) */
+  int sig_recv;                /* the next slot received with data is checked for it */
+  int sig_alone;               /* prims_sign_alone: a slot without data carries it */
+  uint64_t sig_recv_from;      /* the call's first step on recv (naming a mismatch) */
 };
 
 /* In slot_used_nbytes: the slot's last 16 bytes are the sender's signature
@@ -61,14 +65,24 @@ struct prims {
 void prims_init(struct prims *p, struct weftComm *comm, struct weft_channel *ch,
                 weftDataType_t datatype, weftRedOp_t op, enum coll_proto proto);
 
-/* With SIMPLE (LL has no room to spare in a slot), the first slot this call
- * sends carries sig after its data where sig fits in the rest of the data's
- * last cache line (free: the receiver reads that line anyway), and the first
- * it receives is checked against sig likewise. A mismatch is
- * weftInvalidUsage naming both ranks, and breaks the comm (comm_fail_alone)
- * so that no rank waits on steps that no longer pair up. sig must live until
- * the call ends. */
+/* The first slot this call sends carries sig after its data (SIMPLE: the
+ * raw bytes, mixed with the slot's step, signature_packed_keyed; LL: as four
+ * more payload words), and the first it receives is checked against sig
+ * likewise; prims_slot_count leaves the room. SIMPLE checks the first slot
+ * with data instead, which the sender signs too, so that an empty first
+ * slot costs its receiver no cache line more; where the ranks' calls differ,
+ * the receiver looks where the sender put no signature (or another step's),
+ * refuses, and names the fields from the sender's first slot. A mismatch is
+ * weftInvalidUsage naming both ranks and the fields that differ, and breaks
+ * the comm (comm_fail_alone) so that no rank waits on steps that no longer
+ * pair up. sig must live until the call ends. */
 void prims_sign(struct prims *p, const struct signature_packed *sig);
+
+/* For a connection that the call moves no data over (the ring's link into
+ * the root of a broadcast, out of the root of a reduce): PRIMS_SEND sends a
+ * slot holding only the signature, PRIMS_RECV receives one and checks it,
+ * as prims_sign's first slots. Blocks (bounded). */
+weftResult_t prims_sign_alone(struct prims *p, unsigned flags);
 
 /* prims_step's flags (the table above). */
 enum prims_flag {
@@ -83,11 +97,20 @@ enum prims_flag {
  * REDUCE without RECV; unknown bits) are weftInternalError, and move nothing. */
 weftResult_t prims_step(struct prims *p, unsigned flags, const void *src, void *dst, size_t count);
 
+/* Payload bytes a slot of slot_nbytes leaves the data of a signed call: a
+ * cache line for the signature (16 bytes where slots are small), so that
+ * every first slot has room for it and data stays 64-byte aligned. */
+static inline size_t prims_slot_room(size_t payload_nbytes) {
+  if (!WEFT_SLOT_SIGNATURE) return payload_nbytes;
+  return payload_nbytes - (payload_nbytes >= 256 ? 64 : 16);
+}
+
 /* Payload elements per slot for this datatype and protocol: LL spends half of
- * each 8-byte word on its flag. */
+ * each 8-byte word on its flag; a signed call leaves room for its signature. */
 static inline size_t prims_slot_count(const struct prims *p) {
   size_t slot_nbytes = p->send != NULL ? p->send->slot_nbytes : p->recv->slot_nbytes;
   if (p->proto == PROTO_LL) slot_nbytes = slot_nbytes / 8 * 4;
+  if (p->sig != NULL) slot_nbytes = prims_slot_room(slot_nbytes);
   return slot_nbytes / p->elem_nbytes;
 }
 

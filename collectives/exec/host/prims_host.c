@@ -19,54 +19,66 @@ void prims_init(struct prims *p, struct weftComm *comm, struct weft_channel *ch,
   p->divisor = op == weftAvg ? comm->nranks : 1;
   p->proto = proto == PROTO_LL ? PROTO_LL : PROTO_SIMPLE;
   p->sig = NULL;
-  p->sig_send = p->sig_recv = 0;
+  p->sig_send = p->sig_send_data = p->sig_recv = p->sig_alone = 0;
 }
 
 void prims_sign(struct prims *p, const struct signature_packed *sig) {
-  if (p->proto != PROTO_SIMPLE) return;
   p->sig = sig;
-  p->sig_send = p->send != NULL;
+  p->sig_send = p->sig_send_data = p->send != NULL;
   p->sig_recv = p->recv != NULL;
+  p->sig_recv_from = p->recv != NULL ? p->recv->step : 0;
 }
 
-/* Whether a first slot holding nbytes of data carries the signature: where
- * it fits in the rest of the data's last cache line, so that it costs the
- * receiver no line more (slots start 64-byte aligned). */
-static int sig_fits(size_t nbytes) {
-  const size_t tail = nbytes % 64;
-  return tail != 0 && 64 - tail >= sizeof(struct signature_packed);
+/* The sender's signature of its call, where a slot this call may have
+ * received carries it: the slots from the call's first step to the last the
+ * sender posted that the sender has not written over since (a sender signs
+ * its first slot with data, which need not be the one this rank expected).
+ * Each decodes with its own step's key, so bytes of other steps never read
+ * as a signature. Whether found. */
+static int sent_signature_find(const struct prims *p, struct signature *theirs) {
+  const struct weft_conn *c = p->recv;
+  const uint64_t tail = __atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE);
+  uint64_t from = tail > c->nslots ? tail - c->nslots : 0;
+  if (from < p->sig_recv_from) from = p->sig_recv_from;
+  for (uint64_t step = from; step < tail; step++) {
+    const uint32_t used = c->ctrl->slot_used_nbytes[step % c->nslots];
+    const size_t used_nbytes = used & PRIMS_USED_NBYTES_MASK;
+    if (!(used & PRIMS_USED_SIGNED) || used_nbytes < sizeof(struct signature_packed) ||
+        used_nbytes > c->slot_nbytes)
+      continue;
+    struct signature_packed packed;
+    memcpy(&packed, c->slots + (step % c->nslots) * c->slot_nbytes + used_nbytes - sizeof packed,
+           sizeof packed);
+    signature_packed_keyed(&packed, &packed, step); /* unmixed */
+    signature_unpack(theirs, &packed);
+    if (theirs->magic == SIGNATURE_MAGIC && theirs->coll < COLL_NUM) return 1;
+  }
+  return 0;
 }
 
-/* A mismatch found by slot_signature_compare: names it where the sender's slot
- * carries a signature, and breaks the comm. */
+/* A mismatch found by slot_signature_compare: names it where the sender's
+ * signature is found, and breaks the comm. */
 __attribute__((noinline, cold)) static weftResult_t signed_slot_mismatch(struct prims *p,
-                                                                         const char *slot,
                                                                          size_t nbytes) {
   const struct weft_conn *c = p->recv;
   struct weftComm *comm = p->comm;
   const uint32_t used = c->ctrl->slot_used_nbytes[c->step % c->nslots];
-  const size_t used_nbytes = used & PRIMS_USED_NBYTES_MASK;
-  struct signature_packed theirs_packed;
-  memset(&theirs_packed, 0, sizeof theirs_packed);
-  if ((used & PRIMS_USED_SIGNED) && used_nbytes >= sizeof theirs_packed &&
-      used_nbytes <= c->slot_nbytes)
-    memcpy(&theirs_packed, slot + used_nbytes - sizeof theirs_packed, sizeof theirs_packed);
   struct signature mine, theirs;
   signature_unpack(&mine, p->sig);
-  signature_unpack(&theirs, &theirs_packed);
-  if (theirs.magic == SIGNATURE_MAGIC) {
+  if (sent_signature_find(p, &theirs)) {
     const int lower = c->peer_rank < comm->rank;
     const struct signature pair[2] = {lower ? theirs : mine, lower ? mine : theirs};
     const int ranks[2] = {lower ? c->peer_rank : comm->rank, lower ? comm->rank : c->peer_rank};
     if (signature_compare_ranks(pair, ranks, 2, "ranks disagree on a collective") != weftSuccess)
       return comm_fail_alone(comm, weftInvalidUsage);
   }
+  const size_t used_nbytes = used & PRIMS_USED_NBYTES_MASK;
   weft_error_set(weftInvalidUsage,
-                 "ranks disagree on a collective: %s: rank %d's first slot holds %zu bytes "
-                 "where rank %d expects %zu and a signature: it is in another call (count or "
-                 "datatype differ)",
+                 "ranks disagree on a collective: %s: rank %d's slot holds %zu bytes "
+                 "where rank %d expects %zu and a signature: it is in another call (count, "
+                 "datatype, root or collective differ)",
                  coll_kind_name((enum coll_kind)mine.coll), c->peer_rank,
-                 used_nbytes - ((used & PRIMS_USED_SIGNED) ? sizeof theirs_packed : 0),
+                 used_nbytes - ((used & PRIMS_USED_SIGNED) ? sizeof(struct signature_packed) : 0),
                  comm->rank, nbytes);
   return comm_fail_alone(comm, weftInvalidUsage);
 }
@@ -78,8 +90,10 @@ __attribute__((noinline, cold)) static weftResult_t signed_slot_mismatch(struct 
  * the sender put its signature, if anywhere. */
 static inline weftResult_t slot_signature_compare(struct prims *p, const char *slot,
                                                   size_t nbytes) {
-  if (!sig_fits(nbytes) || signature_packed_same(slot + nbytes, p->sig)) return weftSuccess;
-  return signed_slot_mismatch(p, slot, nbytes);
+  struct signature_packed keyed;
+  signature_packed_keyed(&keyed, p->sig, p->recv->step);
+  if (__builtin_expect(signature_packed_same(slot + nbytes, &keyed), 1)) return weftSuccess;
+  return signed_slot_mismatch(p, nbytes);
 }
 
 /* Waits until the slot the receiver reads next has been filled; nbytes: the
@@ -100,7 +114,7 @@ static weftResult_t wait_filled(struct prims *p, size_t nbytes, char **slot_out)
     }
   }
   *slot_out = c->slots + (c->step % c->nslots) * c->slot_nbytes;
-  if (p->sig_recv) {
+  if (p->sig_recv && (nbytes > 0 || p->sig_alone)) {
     p->sig_recv = 0;
     return slot_signature_compare(p, *slot_out, nbytes);
   }
@@ -126,12 +140,15 @@ static weftResult_t wait_credit(struct prims *p, char **slot_out) {
 static void post_filled(struct prims *p, size_t nbytes) {
   struct weft_conn *c = p->send;
   uint32_t used = (uint32_t)nbytes;
-  if (p->sig_send) { /* the call's first slot: its signature after the data, where it fits */
+  /* the signature after the data: in the first slot, and in the first with
+   * data (the one the receiver checks) where that is not the first */
+  if (p->sig_send || (p->sig_send_data && nbytes > 0)) {
+    struct signature_packed keyed;
+    signature_packed_keyed(&keyed, p->sig, c->step);
     p->sig_send = 0;
-    if (sig_fits(nbytes)) {
-      memcpy(c->slots + (c->step % c->nslots) * c->slot_nbytes + nbytes, p->sig, sizeof *p->sig);
-      used = (uint32_t)(nbytes + sizeof *p->sig) | PRIMS_USED_SIGNED;
-    }
+    if (nbytes > 0) p->sig_send_data = 0;
+    memcpy(c->slots + (c->step % c->nslots) * c->slot_nbytes + nbytes, &keyed, sizeof keyed);
+    used = (uint32_t)(nbytes + sizeof keyed) | PRIMS_USED_SIGNED;
   }
   c->ctrl->slot_used_nbytes[c->step % c->nslots] = used;
   c->step++;
@@ -167,6 +184,29 @@ static weftResult_t simple_step(struct prims *p, unsigned flags, const void *src
   if (flags & PRIMS_SEND) post_filled(p, nbytes);
   if (flags & PRIMS_RECV) post_drained(p->recv);
   return weftSuccess;
+}
+
+weftResult_t prims_sign_alone(struct prims *p, unsigned flags) {
+  if (p->sig == NULL) return weftSuccess;
+  if (p->proto == PROTO_LL) return prims_ll_sign_alone(p, flags);
+  char *slot;
+  const int send_left = p->sig_send, recv_left = p->sig_recv;
+  weftResult_t res = weftSuccess;
+  p->sig_alone = 1;
+  if (flags & PRIMS_SEND) {
+    p->sig_send = 1;
+    res = wait_credit(p, &slot);
+    if (res == weftSuccess) post_filled(p, 0);
+    p->sig_send = send_left && res != weftSuccess;
+    p->sig_send_data = 0;
+  } else {
+    p->sig_recv = 1;
+    res = wait_filled(p, 0, &slot);
+    if (res == weftSuccess) post_drained(p->recv);
+    p->sig_recv = recv_left && res != weftSuccess;
+  }
+  p->sig_alone = 0;
+  return res;
 }
 
 /* Whether flags are a step (prims.h). */

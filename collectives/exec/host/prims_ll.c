@@ -40,6 +40,7 @@
 #include "../../../transport/base/status.h"
 #include "../../../transport/transport.h"
 #include "../../../transport/base/wait.h"
+#include "../../core/signature.h"
 #include "prims_ll.h"
 
 /* Payload bytes per stage of the forwarding primitives: whole words and
@@ -278,6 +279,91 @@ static void ll_in_end(struct ll_in *in) {
   __atomic_store_n(&c->ctrl->head, c->step, __ATOMIC_RELEASE);
 }
 
+/* --- the signature -------------------------------------------------------
+ * A signed call's first slot on a connection carries the signature as four
+ * payload words after the data's (padded) last word. The flags make the
+ * words the step's own, so no mixing is needed. */
+
+/* Appends the signature to the call's first slot. */
+static void ll_sig_put(struct prims *p, struct ll_out *o) {
+  if (!p->sig_send) return;
+  p->sig_send = 0;
+  ll_out_put(o, p->sig, sizeof *p->sig);
+}
+
+/* Payload bytes the receiver waits for in a slot of nbytes of data: the
+ * signature's words too in the call's first slot. */
+static size_t ll_in_nbytes(const struct prims *p, size_t nbytes) {
+  return p->sig_recv ? (nbytes + 3) / 4 * 4 + sizeof(struct signature_packed) : nbytes;
+}
+
+/* The first slot does not hold this call's data and signature as this rank
+ * expects (res: how taking it failed): names what differs where the
+ * sender's finished slot ends in its signature, and breaks the comm. */
+__attribute__((noinline, cold)) static weftResult_t ll_sig_mismatch(struct ll_in *in,
+                                                                    weftResult_t res) {
+  struct prims *p = in->p;
+  struct weft_conn *c = in->conn;
+  struct weftComm *comm = p->comm;
+  if (res != weftInvalidUsage && res != weftSuccess) return res; /* a timeout, a dead peer */
+  struct signature mine, theirs;
+  signature_unpack(&mine, p->sig);
+  memset(&theirs, 0, sizeof theirs);
+  if (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) > c->step) {
+    const uint32_t used = c->ctrl->slot_used_nbytes[c->step % c->nslots];
+    const size_t nwords = (used & PRIMS_USED_NBYTES_MASK) / 8;
+    if ((used & PRIMS_LL_USED_MARK) && nwords >= 4 && nwords * 8 <= c->slot_nbytes) {
+      uint32_t data[4];
+      for (int i = 0; i < 4; i++) data[i] = (uint32_t)in->words[nwords - 4 + (size_t)i];
+      struct signature_packed packed;
+      memcpy(&packed, data, sizeof packed);
+      signature_unpack(&theirs, &packed);
+    }
+  }
+  if (theirs.magic == SIGNATURE_MAGIC) {
+    const int lower = c->peer_rank < comm->rank;
+    const struct signature pair[2] = {lower ? theirs : mine, lower ? mine : theirs};
+    const int ranks[2] = {lower ? c->peer_rank : comm->rank, lower ? comm->rank : c->peer_rank};
+    if (signature_compare_ranks(pair, ranks, 2, "ranks disagree on a collective") != weftSuccess)
+      return comm_fail_alone(comm, weftInvalidUsage);
+  }
+  weft_error_set(weftInvalidUsage,
+                 "ranks disagree on a collective: %s: rank %d's first slot (LL) does not hold "
+                 "the data and signature rank %d expects: it is in another call (count, "
+                 "datatype, root, collective or protocol differ)",
+                 coll_kind_name((enum coll_kind)mine.coll), c->peer_rank, comm->rank);
+  return comm_fail_alone(comm, weftInvalidUsage);
+}
+
+/* Takes the signature after nbytes of data in the call's first slot and
+ * compares it with this rank's. */
+static weftResult_t ll_sig_check(struct ll_in *in, size_t nbytes) {
+  struct prims *p = in->p;
+  if (!p->sig_recv) return weftSuccess;
+  p->sig_recv = 0;
+  struct signature_packed theirs;
+  weftResult_t res = ll_in_take(in, (nbytes + 3) / 4, &theirs, sizeof theirs);
+  if (res == weftSuccess && signature_packed_same(&theirs, p->sig)) return weftSuccess;
+  return ll_sig_mismatch(in, res);
+}
+
+weftResult_t prims_ll_sign_alone(struct prims *p, unsigned flags) {
+  if (flags & PRIMS_SEND) {
+    struct ll_out o;
+    p->sig_send = 1;
+    WEFT_TRY(ll_out_begin(p, &o));
+    ll_sig_put(p, &o);
+    ll_out_end(&o);
+    return weftSuccess;
+  }
+  struct ll_in in;
+  p->sig_recv = 1;
+  WEFT_TRY(ll_in_begin(p, ll_in_nbytes(p, 0), &in));
+  WEFT_TRY(ll_sig_check(&in, 0));
+  ll_in_end(&in);
+  return weftSuccess;
+}
+
 /* --- the step ----------------------------------------------------------- */
 
 /* src -> next (SEND), and to dst where COPY names another buffer. */
@@ -286,6 +372,7 @@ static weftResult_t ll_send(struct prims *p, unsigned flags, const void *src, vo
   struct ll_out o;
   WEFT_TRY(ll_out_begin(p, &o));
   ll_out_put(&o, src, nbytes);
+  ll_sig_put(p, &o);
   ll_out_end(&o);
   if ((flags & PRIMS_COPY) && dst != NULL && dst != src) memcpy(dst, src, nbytes);
   return weftSuccess;
@@ -294,7 +381,8 @@ static weftResult_t ll_send(struct prims *p, unsigned flags, const void *src, vo
 /* prev -> dst, the slot at once. */
 static weftResult_t ll_recv(struct prims *p, void *dst, size_t nbytes) {
   struct ll_in in;
-  WEFT_TRY(ll_in_begin(p, nbytes, &in));
+  WEFT_TRY(ll_in_begin(p, ll_in_nbytes(p, nbytes), &in));
+  WEFT_TRY(ll_sig_check(&in, nbytes)); /* the slot's last words: its data is in by then */
   WEFT_TRY(ll_in_take(&in, 0, dst, nbytes));
   ll_in_end(&in);
   return weftSuccess;
@@ -314,18 +402,24 @@ static weftResult_t ll_forward(struct prims *p, unsigned flags, const char *src,
   alignas(64) unsigned char stage[LL_STAGE_NBYTES];
   struct ll_in in;
   struct ll_out o;
-  WEFT_TRY(ll_in_begin(p, nbytes, &in));
+  const int first = p->sig_recv;
+  WEFT_TRY(ll_in_begin(p, ll_in_nbytes(p, nbytes), &in));
   if (send) WEFT_TRY(ll_out_begin(p, &o));
   for (size_t off = 0; off < nbytes; off += LL_STAGE_NBYTES) {
     const size_t n = nbytes - off < LL_STAGE_NBYTES ? nbytes - off : LL_STAGE_NBYTES;
     char *got = !reduce && copy ? dst + off : (char *)stage;
-    WEFT_TRY(ll_in_take(&in, off / 4, got, n));
+    weftResult_t res = ll_in_take(&in, off / 4, got, n);
+    if (__builtin_expect(res != weftSuccess, 0)) return first ? ll_sig_mismatch(&in, res) : res;
     if (reduce)
       p->reduce(copy ? dst + off : got, copy && send ? got : NULL, got, src + off, n / esize,
                 divisor);
     if (send) ll_out_put(&o, got, n); /* re-flagged for the next rank */
   }
-  if (send) ll_out_end(&o);
+  WEFT_TRY(ll_sig_check(&in, nbytes));
+  if (send) {
+    ll_sig_put(p, &o);
+    ll_out_end(&o);
+  }
   ll_in_end(&in);
   return weftSuccess;
 }

@@ -16,4 +16,7 @@
 weftResult_t prims_ll_step(struct prims *p, unsigned flags, const void *src, void *dst,
                            size_t count);
 
+/* prims_sign_alone under LL. */
+weftResult_t prims_ll_sign_alone(struct prims *p, unsigned flags);
+
 #endif

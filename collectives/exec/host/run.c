@@ -7,6 +7,7 @@
 #include "../../algo/algo.h"
 #include "../../algo/bulk.h"
 #include "../../algo/cma.h"
+#include "../../algo/deterministic.h"
 #include "../../algo/sendrecv.h"
 #include "../../algo/ring_steps.h"
 #include "../../core/plan.h"
@@ -42,6 +43,7 @@ weftResult_t plan_run_host(struct weftComm *comm, const struct weft_plan *plan) 
     run_single_rank(plan);
     return weftSuccess;
   }
+  if (det_applies(plan)) return det_run(comm, plan);
   if (plan->algo == ALGO_CMA) return cma_run(comm, plan);
   if (plan->algo == ALGO_BULK) return bulk_run(comm, plan);
   /* a pipelined algorithm over the whole buffer on channel 0 (the other

@@ -1,0 +1,280 @@
+/* WEFT_DETERMINISTIC=1: every reduction in one fixed order, so that its
+ * result is bitwise the same whatever the message size, algorithm, protocol,
+ * channel count or transport, for a given number of ranks.
+ *
+ * Element i of the result is
+ *     (...((x_0[i] op x_1[i]) op x_2[i]) ... op x_{n-1}[i])      (/ n for avg)
+ * with x_r rank r's input, in rank order 0 .. n-1. float32 and float64 take
+ * each op in their own precision; float16, bfloat16 and the fp8 types are
+ * widened to float32, reduced in that order in float32 and rounded once at
+ * the end; integers are exact in any order.
+ *
+ * A reduction runs as point-to-point exchanges (collectives/algo/sendrecv.c),
+ * with n ranks and the data cut into n blocks (all-reduce, reduce: equal,
+ * 64-byte aligned shares of the buffer; reduce-scatter: the blocks of its
+ * output):
+ *   check:   each rank sends the call's signature to every other rank and
+ *            compares all n (every rank finds a mismatch, the same one,
+ *            before any data moves);
+ *   scatter: rank r receives block r of every other rank's input, and sums
+ *            the n contributions in rank order (the same bytes each rank
+ *            sends as a ring's reduce-scatter);
+ *   gather:  all-reduce: each rank sends its reduced block to every other
+ *            rank (a ring all-gather's bytes); reduce: to the root only.
+ * WEFT_ALGO and WEFT_PROTO do not apply to these reductions (their order is
+ * the point); collectives that do not reduce run as the tuner says. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../transport/base/status.h"
+#include "../core/comm.h"
+#include "../core/params.h"
+#include "../core/plan.h"
+#include "../core/signature.h"
+#include "../reduce/reduce_host.h"
+#include "../reduce/reduce_ops.h"
+#include "deterministic.h"
+#include "sendrecv.h"
+
+/* float16, bfloat16 and fp8: widened to float32 for the reduction. */
+static int det_widened(weftDataType_t t) {
+  return t == weftFloat16 || t == weftBfloat16 || t == weftFloat8e4m3 || t == weftFloat8e5m2;
+}
+
+static float det_widen(weftDataType_t t, const void *in, size_t i) {
+  switch (t) {
+    case weftFloat16: return weft_f16_to_f32(((const uint16_t *)in)[i]);
+    case weftBfloat16: return weft_bf16_to_f32(((const uint16_t *)in)[i]);
+    case weftFloat8e4m3: return weft_e4m3_to_f32(((const uint8_t *)in)[i]);
+    default: return weft_e5m2_to_f32(((const uint8_t *)in)[i]);
+  }
+}
+
+static void det_narrow(weftDataType_t t, void *out, size_t i, float v) {
+  switch (t) {
+    case weftFloat16: ((uint16_t *)out)[i] = weft_f32_to_f16(v); break;
+    case weftBfloat16: ((uint16_t *)out)[i] = weft_f32_to_bf16(v); break;
+    case weftFloat8e4m3: ((uint8_t *)out)[i] = weft_f32_to_e4m3(v); break;
+    default: ((uint8_t *)out)[i] = weft_f32_to_e5m2(v); break;
+  }
+}
+
+static float det_op_f32(weftRedOp_t op, float a, float b) {
+  switch (op) {
+    case weftProd: return a * b;
+    case weftMax: return a != a ? a : (b != b ? b : (a > b ? a : b)); /* NaN wins */
+    case weftMin: return a != a ? a : (b != b ? b : (a < b ? a : b));
+    default: return a + b; /* sum, avg */
+  }
+}
+
+/* A few elements at a time through float32, for the narrow types. */
+#define DET_WIDE_BATCH 256
+
+/* dst = in[0] op in[1] op ... op in[n-1], left to right (the order above);
+ * dst may be none of in[] but in[0]. */
+static void det_reduce(const struct weft_plan *plan, int n, void *dst, const void *const *in,
+                       size_t count) {
+  const weftDataType_t t = plan->datatype;
+  const int divisor = plan->op == weftAvg ? n : 1;
+  if (det_widened(t)) {
+    float acc[DET_WIDE_BATCH];
+    for (size_t base = 0; base < count; base += DET_WIDE_BATCH) {
+      const size_t m = count - base < DET_WIDE_BATCH ? count - base : DET_WIDE_BATCH;
+      for (size_t i = 0; i < m; i++) acc[i] = det_widen(t, in[0], base + i);
+      for (int r = 1; r < n; r++)
+        for (size_t i = 0; i < m; i++)
+          acc[i] = det_op_f32(plan->op, acc[i], det_widen(t, in[r], base + i));
+      if (divisor > 1)
+        for (size_t i = 0; i < m; i++) acc[i] /= (float)divisor;
+      for (size_t i = 0; i < m; i++) det_narrow(t, dst, base + i, acc[i]);
+    }
+    return;
+  }
+  /* elementwise loops: each element's value does not depend on how the
+   * loop is vectorised, so this is the order above bit for bit */
+  const weft_reduce_fn reduce = reduce_host_fn(t, plan->op);
+  for (int r = 1; r < n; r++)
+    reduce(dst, NULL, r == 1 ? in[0] : dst, in[r], count, r == n - 1 ? divisor : 1);
+}
+
+/* The scratch of a communicator's calls, kept (comm_state_get): a 16 MiB
+ * call would otherwise fault its pages in anew each time. */
+struct det_comm {
+  void *scratch;
+  size_t nbytes;
+};
+
+static void det_scratch_release(void *state) {
+  struct det_comm *d = state;
+  free(d->scratch);
+  d->scratch = NULL;
+  d->nbytes = 0;
+}
+
+static uint64_t det_scratch_nbytes(const void *state) {
+  return ((const struct det_comm *)state)->nbytes;
+}
+
+static void det_comm_destroy(void *state) {
+  det_scratch_release(state);
+  free(state);
+}
+
+static const struct comm_state_ops det_comm_ops = {
+    .name = "deterministic",
+    .destroy = det_comm_destroy,
+    .scratch_nbytes = det_scratch_nbytes,
+    .scratch_release = det_scratch_release,
+};
+
+/* At least nbytes of the comm's scratch. */
+static weftResult_t det_scratch(struct weftComm *comm, size_t nbytes, char **out) {
+  struct det_comm *d = comm_state_get(comm, &det_comm_ops);
+  if (d == NULL) {
+    d = calloc(1, sizeof *d);
+    if (d == NULL) return weft_error_set(weftSystemError, "WEFT_DETERMINISTIC: out of memory");
+    weftResult_t res = comm_state_set(comm, &det_comm_ops, d);
+    if (res != weftSuccess) {
+      free(d);
+      return res;
+    }
+  }
+  if (d->nbytes < nbytes) {
+    det_scratch_release(d);
+    if (posix_memalign(&d->scratch, 4096, nbytes) != 0)
+      return weft_error_set(weftSystemError, "WEFT_DETERMINISTIC: cannot allocate %zu bytes",
+                            nbytes);
+    d->nbytes = nbytes;
+  }
+  *out = d->scratch;
+  return weftSuccess;
+}
+
+/* The arrays of one call, for n ranks. */
+struct det_arrays {
+  struct weft_plan *ops;           /* 2n: a group's sends and receives */
+  const struct weft_plan **ptrs;   /* 2n */
+  struct signature_packed *packed; /* n */
+  struct signature *sigs;          /* n */
+  const void **in;                 /* n: the contributions to this rank's block */
+};
+
+static weftResult_t det_group(struct weftComm *comm, struct det_arrays *a, size_t nops) {
+  for (size_t i = 0; i < nops; i++) a->ptrs[i] = &a->ops[i];
+  return sendrecv_run(comm, a->ptrs, nops);
+}
+
+static struct weft_plan det_p2p(enum coll_kind coll, int peer, const void *sendbuf,
+                                void *recvbuf, size_t nbytes) {
+  return (struct weft_plan){.coll = coll, .sendbuf = sendbuf, .recvbuf = recvbuf,
+                            .count = nbytes, .datatype = weftUint8, .op = weftSum, .root = peer};
+}
+
+/* Every rank sends its signature of the call to every other and compares. */
+static weftResult_t det_check(struct weftComm *comm, const struct weft_plan *plan,
+                              struct det_arrays *a) {
+  const int n = comm->nranks, rank = comm->rank;
+  signature_pack(&a->packed[rank], plan);
+  size_t nops = 0;
+  for (int j = 1; j < n; j++) {
+    const int to = (rank + j) % n, from = (rank - j + n) % n;
+    a->ops[nops++] = det_p2p(COLL_SEND, to, &a->packed[rank], NULL, sizeof a->packed[0]);
+    a->ops[nops++] = det_p2p(COLL_RECV, from, NULL, &a->packed[from], sizeof a->packed[0]);
+  }
+  WEFT_TRY(det_group(comm, a, nops));
+  for (int r = 0; r < n; r++) signature_unpack(&a->sigs[r], &a->packed[r]);
+  return signature_compare(a->sigs, n, "ranks disagree on a collective");
+}
+
+static weftResult_t det_run_with(struct weftComm *comm, const struct weft_plan *plan,
+                                 struct det_arrays *a);
+
+weftResult_t det_run(struct weftComm *comm, const struct weft_plan *plan) {
+  const size_t n = (size_t)comm->nranks;
+  struct det_arrays a = {.ops = calloc(2 * n, sizeof *a.ops),
+                         .ptrs = calloc(2 * n, sizeof *a.ptrs),
+                         .packed = calloc(n, sizeof *a.packed),
+                         .sigs = calloc(n, sizeof *a.sigs),
+                         .in = calloc(n, sizeof *a.in)};
+  weftResult_t res = weftSystemError;
+  if (a.ops != NULL && a.ptrs != NULL && a.packed != NULL && a.sigs != NULL && a.in != NULL)
+    res = det_run_with(comm, plan, &a);
+  else
+    weft_error_set(res, "WEFT_DETERMINISTIC: out of memory");
+  free(a.in);
+  free(a.sigs);
+  free(a.packed);
+  free(a.ptrs);
+  free(a.ops);
+  return res;
+}
+
+static weftResult_t det_run_with(struct weftComm *comm, const struct weft_plan *plan,
+                                 struct det_arrays *a) {
+  const int n = comm->nranks, rank = comm->rank;
+  const size_t esize = weftTypeSize(plan->datatype);
+  struct weft_plan *ops = a->ops;
+  const void **in = a->in;
+  WEFT_TRY(det_check(comm, plan, a));
+
+  /* the blocks: block r of every input is elements [off(r), off(r) + len(r))
+   * of it, at stride apart (reduce-scatter: rank r's output) */
+  size_t block, stride;
+  if (plan->coll == COLL_REDUCESCATTER) {
+    block = stride = plan->count;
+  } else {
+    const size_t align = 64 / esize;
+    block = (plan->count + (size_t)n - 1) / (size_t)n;
+    block = (block + align - 1) / align * align;
+    stride = block;
+  }
+  const size_t total = plan->coll == COLL_REDUCESCATTER ? plan->count * (size_t)n : plan->count;
+#define OFF(r) ((size_t)(r) * stride < total ? (size_t)(r) * stride : total)
+#define LEN(r) ((OFF((r) + 1) < total ? OFF((r) + 1) : total) - OFF(r))
+  const size_t mine = LEN(rank);
+  /* scratch: the other ranks' block `rank` and this rank's own (kept apart,
+   * so that an in-place call does not reduce into an input it still reads);
+   * a reduce's non-root ranks also put their reduced block there */
+  char *scratch = NULL;
+  WEFT_TRY(det_scratch(comm, (size_t)(n + 1) * (mine > 0 ? mine : 1) * esize, &scratch));
+  const char *src = plan->sendbuf;
+  size_t nops = 0;
+  for (int j = 1; j < n; j++) {
+    const int to = (rank + j) % n, from = (rank - j + n) % n;
+    if (LEN(to) > 0)
+      ops[nops++] = det_p2p(COLL_SEND, to, src + OFF(to) * esize, NULL, LEN(to) * esize);
+    if (mine > 0)
+      ops[nops++] = det_p2p(COLL_RECV, from, NULL, scratch + (size_t)from * mine * esize,
+                            mine * esize);
+  }
+  for (int r = 0; r < n; r++) in[r] = scratch + (size_t)r * mine * esize;
+  memcpy(scratch + (size_t)rank * mine * esize, src + OFF(rank) * esize, mine * esize);
+  weftResult_t res = det_group(comm, a, nops);
+  char *out = NULL; /* where this rank's reduced block goes */
+  if (plan->coll == COLL_REDUCESCATTER) out = plan->recvbuf;
+  else if (plan->coll == COLL_ALLREDUCE || rank == plan->root)
+    out = (char *)plan->recvbuf + OFF(rank) * esize;
+  else out = scratch + (size_t)n * mine * esize;
+  if (res == weftSuccess && mine > 0) det_reduce(plan, n, out, in, mine);
+
+  /* gather */
+  if (res == weftSuccess && plan->coll != COLL_REDUCESCATTER) {
+    nops = 0;
+    char *recv = plan->recvbuf;
+    for (int j = 1; j < n; j++) {
+      const int to = (rank + j) % n, from = (rank - j + n) % n;
+      const int send = plan->coll == COLL_ALLREDUCE || to == plan->root;
+      const int receive = plan->coll == COLL_ALLREDUCE || rank == plan->root;
+      if (send && mine > 0) ops[nops++] = det_p2p(COLL_SEND, to, out, NULL, mine * esize);
+      if (receive && LEN(from) > 0)
+        ops[nops++] = det_p2p(COLL_RECV, from, NULL, recv + OFF(from) * esize,
+                              LEN(from) * esize);
+    }
+    res = det_group(comm, a, nops);
+  }
+#undef OFF
+#undef LEN
+  return res;
+}
