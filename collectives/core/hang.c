@@ -12,6 +12,14 @@
 #include "../../transport/base/status.h"
 #include "signature.h"
 
+/* How long the questions to the peers may take: while a wait stalls (the
+ * wait goes on after them, so peers that cannot answer, behind a link that
+ * is down, must not hold it past its timeout), and for the verdict after a
+ * failure (added to the call's time: an error comes within the timeout plus
+ * this). Peers on a working bootstrap answer in microseconds. */
+#define HANG_STALL_ASK_NS 250000000ull
+#define HANG_VERDICT_ASK_NS 500000000ull
+
 #define WHERE_MAGIC 0x77686572u /* "wher" */
 #define WHERE_CALLS 10
 #define WAITING_AFTER_NS 100000000ull /* a wait this long marks its call as waiting */
@@ -361,7 +369,7 @@ static weftResult_t watch_fn(void *arg, enum wait_event event, int peer, uint64_
   char text[1024];
   c.state = TRACE_WAITING;
   c.waiting_on = peer;
-  weftResult_t res = ask_and_judge(comm, &c, "stalls", 1000000000ull, text, sizeof text);
+  weftResult_t res = ask_and_judge(comm, &c, "stalls", HANG_STALL_ASK_NS, text, sizeof text);
   if (res == weftSuccess) {
     WEFT_INFO(LOG_COLL, "rank %d: %s", comm->rank, text);
     return weftInProgress;
@@ -406,7 +414,7 @@ weftResult_t hang_watch_end(struct hang_watch *hw, weftResult_t res) {
     else if (hw->stalled_ns >= 1000000000ull)
       snprintf(how, sizeof how, "failed after %.1f s", (double)hw->stalled_ns / 1e9);
     else snprintf(how, sizeof how, "failed");
-    weftResult_t judged = ask_and_judge(comm, &c, how, 1000000000ull, text, sizeof text);
+    weftResult_t judged = ask_and_judge(comm, &c, how, HANG_VERDICT_ASK_NS, text, sizeof text);
     /* a mismatch found by asking, after a stall (this rank's, or a peer's
      * that broke the comm about when this one would have asked), is this
      * rank's refusal too; one a peer's data path saw at once stays the
