@@ -185,6 +185,11 @@ def run_mode(mode, world_size, tests, log, start):
                    BACKEND="weft" if mode == "weft" else "gloo", TEMP_DIR=tmp,
                    WEFT_SUITE_START=start)
         env.setdefault("OMP_NUM_THREADS", "1")
+        if mode == "gloo":
+            # Gloo's semantics: a failed operation raises to its caller and the
+            # process goes on (Gloo has no watchdog that ends it, as weft's does
+            # by default, like NCCL's TORCH_NCCL_ASYNC_ERROR_HANDLING=3)
+            env["TORCH_WEFT_ASYNC_ERROR_HANDLING"] = "0"
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--out", out]
         if tests is not None:
             cmd += ["--tests", ",".join(tests)]
