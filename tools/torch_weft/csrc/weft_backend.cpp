@@ -424,25 +424,23 @@ weftResult_t WeftBackend::issue_steps(task &t) {
   return res;
 }
 
+void WeftBackend::enter_weft(const char *name) {
+  std::lock_guard<std::mutex> lk(comm_mu_);
+  TORCH_CHECK(!aborted_, "weft: ", name, ": the process group was aborted");
+  inflight_++;
+}
+
+WeftBackend::weft_inside::~weft_inside() {
+  std::lock_guard<std::mutex> lk(b->comm_mu_);
+  if (--b->inflight_ == 0) b->inflight_cv_.notify_all();
+}
+
 std::exception_ptr WeftBackend::run_steps(task &t) {
   try {
-    {
-      std::lock_guard<std::mutex> lk(comm_mu_);
-      TORCH_CHECK(!aborted_, "weft: ", t.name, ": the process group was aborted");
-      inflight_++;
-    }
-    // counted from the check to the return from weft: abort() frees the
-    // communicator only once no thread is there (stop_worker)
-    struct leave {
-      WeftBackend *b;
-      ~leave() {
-        std::lock_guard<std::mutex> lk(b->comm_mu_);
-        if (--b->inflight_ == 0) b->inflight_cv_.notify_all();
-      }
-    };
+    enter_weft(t.name);
     weftResult_t res;
     {
-      leave left{this};
+      weft_inside left{this};
       res = issue_steps(t);
     }
     if (res != weftSuccess) fail(t.name, res);
@@ -457,21 +455,10 @@ std::exception_ptr WeftBackend::run_steps(task &t) {
 std::exception_ptr WeftBackend::run_p2p(task &t) {
   weftEvent_t done = nullptr;
   try {
-    {
-      std::lock_guard<std::mutex> lk(comm_mu_);
-      TORCH_CHECK(!aborted_, "weft: ", t.name, ": the process group was aborted");
-      inflight_++;
-    }
-    struct leave {
-      WeftBackend *b;
-      ~leave() {
-        std::lock_guard<std::mutex> lk(b->comm_mu_);
-        if (--b->inflight_ == 0) b->inflight_cv_.notify_all();
-      }
-    };
+    enter_weft(t.name);
     weftResult_t res = weftSuccess;
     {
-      leave left{this};
+      weft_inside left{this};
       if (p2p_stream_ == nullptr) {
         res = weftStreamCreate(&p2p_stream_);
         if (res != weftSuccess) p2p_stream_ = nullptr;

@@ -407,6 +407,14 @@ class WeftBackend : public c10d::Backend {
   bool stopped_ = false;  /* and is done */
   int revoking_ = 0;      /* later aborts revoking the communicator meanwhile */
   std::condition_variable inflight_cv_; /* inflight_, revoking_, stopped_ */
+  /* A thread in weft on this group's communicator, from the check of aborted_
+   * (enter_weft, which throws once aborted) to the guard's end: abort() frees
+   * the communicator only once no thread is there (stop_worker). */
+  struct weft_inside {
+    WeftBackend *b;
+    ~weft_inside();
+  };
+  void enter_weft(const char *name);
   uint64_t seq_ = 0;
   struct watched {
     c10::intrusive_ptr<WeftWork> work;
