@@ -496,6 +496,68 @@ step_perf_ar_mps() {
   [ $bad = 0 ] || fail "$(cat "$LOGS/$STEP.key")"
 }
 
+# NCCL's own libnccl.so.2 beside weft's, one NCCL-API binary
+# (tools/perf/nccl_api_perf, which starts its ranks itself) run through
+# each in turn: NCCL's from the site-packages of the Python with torch
+# (nvidia-nccl-*), several ranks on the one GPU with
+# NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL 2.30 and later). The key: NCCL's
+# version, then per rank count (processes under MPS, as the other
+# multi-process steps) the 8 B time and the 64 MiB busbw of each,
+# and the 8 B time of 100 calls in a CUDA graph launched 20 times (2 ranks).
+nccl_lib_dir() {
+  "$PY" - <<'PY'
+import glob, os, site, sys
+for root in site.getsitepackages() + [site.getusersitepackages()]:
+    for lib in sorted(glob.glob(os.path.join(root, "nvidia", "**", "libnccl.so.2"), recursive=True)):
+        print(os.path.dirname(lib))
+        sys.exit(0)
+sys.exit(1)
+PY
+}
+
+vs_nccl_run() { # nccl|weft out args...
+  local lib="$1" out="$2"
+  shift 2
+  if [ "$lib" = nccl ]; then
+    LD_LIBRARY_PATH="$NCCL_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCL_MULTI_RANK_GPU_ENABLE=1       timeout 90 "$B/tools/nccl_api_perf" -T 80 "$@" >"$out" 2>&1
+  else
+    timeout 90 "$B/tools/nccl_api_perf" -T 80 "$@" >"$out" 2>&1
+  fi
+}
+
+# first row's time, last row's busbw, wrong values of a nccl_api_perf log
+vs_nccl_row() {
+  awk '/^ +[0-9]+ +[0-9]+ / { if (!n++) lat = $5; bw = $7; w += $8 }
+       END { printf "%s us %s GB/s %d wrong", lat, bw, w }' "$1"
+}
+
+step_perf_vs_nccl() {
+  need_exe "$B/tools/nccl_api_perf"
+  NCCL_DIR=$(nccl_lib_dir) || skip "no libnccl.so.2 under $PY's site-packages (nvidia-nccl-*)"
+  use_mps
+  local ver k lib out keys="" bad=0
+  ver=$("$PY" -c "import torch; print('.'.join(map(str, torch.cuda.nccl.version())))" 2>/dev/null)
+  vs_nccl_run nccl "$LOGS/$STEP.probe.out" -n 2 -b 8 -e 8 ||
+    skip "NCCL ${ver:-?} ($NCCL_DIR) refuses 2 ranks on one GPU: $(grep -m1 -iE 'error|fail' "$LOGS/$STEP.probe.out" | cut -c1-100)"
+  grep -q "library: $NCCL_DIR" "$LOGS/$STEP.probe.out" || fail "the NCCL run did not load $NCCL_DIR"
+  for k in 2 4 8; do
+    for lib in nccl weft nccl weft; do
+      out="$LOGS/$STEP.$k.$lib.out"
+      vs_nccl_run "$lib" "$out" -n "$k" -b 8 -e 64M -f 8 -i 20 -w 5 || bad=1
+      cat "$out"
+    done
+    keys="$keys${keys:+; }$k: nccl $(vs_nccl_row "$LOGS/$STEP.$k.nccl.out"), weft $(vs_nccl_row "$LOGS/$STEP.$k.weft.out")"
+  done
+  for lib in nccl weft; do
+    out="$LOGS/$STEP.graph.$lib.out"
+    vs_nccl_run "$lib" "$out" -n 2 -b 8 -e 8 -i 100 -w 10 -G 20 || bad=1
+    keys="$keys; graph 2 $lib: $(vs_nccl_row "$out" | cut -d' ' -f1-2)"
+  done
+  key "NCCL ${ver:-?} under MPS; $keys"
+  grep -qE ' [1-9][0-9]* wrong' "$LOGS/$STEP.key" && bad=1
+  [ $bad = 0 ] || fail "$(cat "$LOGS/$STEP.key")"
+}
+
 # A perf tool's table under weftrun: rows, rows with wrong values, and the
 # first row's time and the last row's busbw (out of place).
 coll_key() { # log

@@ -71,6 +71,7 @@ perf_interleave|60|gpu|20.3|all_reduce_device_perf -g 4 and -g 2, 32-128 MiB, at
 mps_start|30|gpu|20.2|MPS daemon, private pipe directory, for the multi-process steps
 perf_launch_mps|30|gpu|20.3|the same as an MPS client, then two clients at once (host rows)
 perf_ar_mps|90|gpu|20.3|all_reduce_device_perf, 2 and 4 processes under MPS, and their 8 B latency over 2000 calls
+perf_vs_nccl|120|gpu|42.4|nccl_api_perf through the libnccl.so.2 of NCCL itself (nvidia-nccl in the torch Python, NCCL_MULTI_RANK_GPU_ENABLE=1) and through weft, 2/4/8 ranks on the GPU alternating, 8 B..64 MiB, and 8 B in a CUDA graph
 tree_types|420|gpu|42.2|tree all-reduce, 3 to 8 processes under MPS: all_reduce_perf -M cuda -d all -o all, 1 B..1 MiB, WEFT_PROTO ll and simple, WEFT_ALGO=allreduce:tree; 0 wrong
 perf_tree|120|gpu|42.2|8 B all-reduce over 2000 calls, 4 and 8 processes under MPS, tree against ring (goal: tree at most half the ring time at 8)
 perf_pdl|60|gpu|20.3|8 B all-reduce latency over 2000 calls, 2 and 4 processes under MPS, at WEFT_DEVICE_PDL 0 and 1 alternating
