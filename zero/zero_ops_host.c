@@ -6,6 +6,17 @@
 
 #include "zero_internal.h"
 
+/* The optimizer's loops are built for SSE2, AVX2 and AVX-512 and the CPU's
+ * best runs, picked at load time (not under ThreadSanitizer, whose runtime is
+ * not up when the picking runs). zero/ builds without contraction, so every
+ * version rounds alike. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(__SANITIZE_THREAD__)
+#define HOST_CLONES __attribute__((target_clones("avx2", "avx512f", "default")))
+#else
+#define HOST_CLONES
+#endif
+
 static weftResult_t host_alloc(void **ptr_out, size_t nbytes) {
   void *p = calloc(1, nbytes > 0 ? nbytes : 1);
   if (p == NULL) return zero_fail(weftSystemError, "out of memory for %zu bytes", nbytes);
@@ -98,20 +109,20 @@ static weftResult_t host_store(const float *src, weftDataType_t type, void *dst,
   return weftSuccess;
 }
 
-static weftResult_t host_scale(float *g, size_t count, float factor, weftStream_t stream) {
+HOST_CLONES static weftResult_t host_scale(float *g, size_t count, float factor, weftStream_t stream) {
   (void)stream;
   for (size_t k = 0; k < count; k++) g[k] *= factor;
   return weftSuccess;
 }
 
-static weftResult_t host_adamw(float *p, float *m, float *v, const float *g, size_t count,
+HOST_CLONES static weftResult_t host_adamw(float *p, float *m, float *v, const float *g, size_t count,
                                const struct zero_adamw_coef *coef, weftStream_t stream) {
   (void)stream;
   for (size_t i = 0; i < count; i++) zero_adamw_elem(&p[i], &m[i], &v[i], g[i], coef);
   return weftSuccess;
 }
 
-static weftResult_t host_sgd(float *p, float *m, const float *g, size_t count, float mu, float lr,
+HOST_CLONES static weftResult_t host_sgd(float *p, float *m, const float *g, size_t count, float mu, float lr,
                              float wd, weftStream_t stream) {
   (void)stream;
   for (size_t i = 0; i < count; i++) zero_sgd_elem(&p[i], &m[i], g[i], mu, lr, wd);

@@ -627,7 +627,7 @@ weftResult_t train_gpt_run(weftComm_t comm, const struct train_opts *o, struct t
     return weftInvalidArgument;
   }
   g.B = o->global_batch / (o->accum * g.nranks);
-  train_blas_threads_one();
+  if (train_blas_open() != 0) return weftSystemError;
   weftResult_t res = train_data_open(&g.data, o->data, o->tokens, g.T, comm);
   if (res == weftSuccess) res = gpt_setup(&g, comm);
   if (res == weftSuccess && o->resume != NULL) res = weftZeroLoad(g.zero, o->resume, g.stream);
@@ -635,13 +635,13 @@ weftResult_t train_gpt_run(weftComm_t comm, const struct train_opts *o, struct t
     fprintf(o->log,
             "# weft-train: %d ranks, stage %d, %s, %s, GPT %d layers %d heads %d channels, "
             "context %d, vocabulary %d (bytes): %zu parameters in %d ZeRO layers; sequence %d, "
-            "global batch %d, accum %d, from step %ld; data %zu tokens (%zu train)\n",
+            "global batch %d, accum %d, from step %ld; data %zu tokens (%zu train); sgemm: %s\n",
             g.nranks, o->stage,
             o->dtype == weftBfloat16 ? "bf16" : o->dtype == weftFloat16 ? "fp16" : "fp32",
             o->optimizer == weftZeroAdamW ? "adamw" : "sgd-momentum", g.s.layers, g.s.heads,
             g.s.channels, g.s.context, g.s.vocab, train_gpt_param_count(&g.s), g.s.layers + 2,
             g.T, o->global_batch, o->accum, weftZeroStepCount(g.zero), g.data.count,
-            g.data.train_count);
+            g.data.train_count, train_blas_core());
   }
   if (res == weftSuccess) res = train_loop(&g, comm, out);
   if (res == weftSuccess) {
