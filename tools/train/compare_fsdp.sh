@@ -12,9 +12,11 @@
 # rounds. Environment: ROUNDS (3), STAGES ("0 3"), TORCH_WEFT_DIR (where
 # torch_weft imports from; default tools/torch_weft, built against this
 # checkout's build/), BLAS_CORE (OpenBLAS's kernels for weft-train: "auto",
-# the default, lets weft-train choose whatever OPENBLAS_CORETYPE says outside;
-# a name such as Haswell is passed as OPENBLAS_CORETYPE). Needs build/ and
-# .venv-torch.
+# the default, clears OPENBLAS_CORETYPE so that OpenBLAS picks them for the
+# CPU, as it does where nothing pins them; a name such as Haswell is passed as
+# OPENBLAS_CORETYPE; each run prints the kernels that ran). PyTorch's matrix
+# products are MKL's, which OPENBLAS_CORETYPE does not touch. Needs build/
+# and .venv-torch.
 set -u
 cd "$(dirname "$0")/../.."
 model=${1:-tiny} batch=${2:-24} steps=${3:-10} seq=${4:-0}

@@ -627,7 +627,7 @@ weftResult_t train_gpt_run(weftComm_t comm, const struct train_opts *o, struct t
     return weftInvalidArgument;
   }
   g.B = o->global_batch / (o->accum * g.nranks);
-  if (train_blas_open() != 0) return weftSystemError;
+  train_blas_threads_one();
   weftResult_t res = train_data_open(&g.data, o->data, o->tokens, g.T, comm);
   if (res == weftSuccess) res = gpt_setup(&g, comm);
   if (res == weftSuccess && o->resume != NULL) res = weftZeroLoad(g.zero, o->resume, g.stream);
