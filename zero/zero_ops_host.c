@@ -85,12 +85,25 @@ static weftResult_t host_load_scaled(const void *src, weftDataType_t type, float
                                      size_t count, double scale, double *stats,
                                      weftStream_t stream) {
   (void)stream;
-  for (size_t k = 0; k < count; k++) {
-    float v = (float)(zero_load(src, type, k) * scale);
-    if (!isfinite(v)) stats[0] += 1;
-    dst[k] = v;
-    stats[1] += (double)v * v;
+  double nonfinite = stats[0], squares = stats[1];
+  if (type == weftFloat32) { /* the common case without a call per element */
+    const float *s = src;
+    for (size_t k = 0; k < count; k++) {
+      float v = (float)(s[k] * scale);
+      nonfinite += !isfinite(v);
+      dst[k] = v;
+      squares += (double)v * v;
+    }
+  } else {
+    for (size_t k = 0; k < count; k++) {
+      float v = (float)(zero_load(src, type, k) * scale);
+      nonfinite += !isfinite(v);
+      dst[k] = v;
+      squares += (double)v * v;
+    }
   }
+  stats[0] = nonfinite;
+  stats[1] = squares;
   return weftSuccess;
 }
 
@@ -98,6 +111,10 @@ static weftResult_t host_to_float(const void *src, weftDataType_t type, float *d
                                   double *scratch, weftStream_t stream) {
   (void)scratch;
   (void)stream;
+  if (type == weftFloat32) {
+    if (count > 0 && (const void *)dst != src) memmove(dst, src, count * sizeof(float));
+    return weftSuccess;
+  }
   for (size_t k = 0; k < count; k++) dst[k] = zero_load(src, type, k);
   return weftSuccess;
 }
@@ -105,6 +122,10 @@ static weftResult_t host_to_float(const void *src, weftDataType_t type, float *d
 static weftResult_t host_store(const float *src, weftDataType_t type, void *dst, size_t count,
                                weftStream_t stream) {
   (void)stream;
+  if (type == weftFloat32) {
+    if (count > 0 && dst != (const void *)src) memmove(dst, src, count * sizeof(float));
+    return weftSuccess;
+  }
   for (size_t k = 0; k < count; k++) zero_store(dst, type, k, src[k]);
   return weftSuccess;
 }
