@@ -9,7 +9,8 @@
 #
 # Every trainer's figure is tokens/s over steps 3-STEPS (its first two steps,
 # warm-up, left out); the summary gives each one's median and range over the
-# rounds. Environment: ROUNDS (3), STAGES ("0 3"), TORCH_WEFT_DIR (where
+# rounds. Environment: ROUNDS (3), STAGES ("0 3"), BUILD (the build directory,
+# build), TORCH_WEFT_DIR (where
 # torch_weft imports from; default tools/torch_weft, built against this
 # checkout's build/), BLAS_CORE (OpenBLAS's kernels for weft-train: "auto",
 # the default, clears OPENBLAS_CORETYPE so that OpenBLAS picks them for the
@@ -20,7 +21,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 model=${1:-tiny} batch=${2:-24} steps=${3:-10} seq=${4:-0}
-rounds=${ROUNDS:-3} stages=${STAGES:-0 3} core=${BLAS_CORE:-auto}
+rounds=${ROUNDS:-3} stages=${STAGES:-0 3} core=${BLAS_CORE:-auto} build=${BUILD:-build}
 py=.venv-torch/bin/python
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 seqarg=()
@@ -40,7 +41,7 @@ fi
 weft_train() { # stage: tokens/s over steps 3-STEPS; the kernels on stderr
   local envs=(env -u OPENBLAS_CORETYPE)
   [ "$core" != auto ] && envs=(env OPENBLAS_CORETYPE="$core")
-  "${envs[@]}" build/tools/weftrun -n 2 build/tools/weft-train --model "$model" \
+  "${envs[@]}" "$build/tools/weftrun" -n 2 "$build/tools/weft-train" --model "$model" \
     --batch "$batch" --steps "$steps" --zero-stage "$1" --sample 0 --val-every 0 \
     "${seqarg[@]}" 2>&1 |
     awk '

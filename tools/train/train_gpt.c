@@ -359,6 +359,14 @@ static weftResult_t gpt_setup(struct gpt *g, weftComm_t comm) {
   cfg.accumSteps = o->accum;
   cfg.gatherBoundBytes = o->gather_bound;
   cfg.prefetchLayers = o->prefetch;
+  if (o->stage == 0) {
+    /* a bucket a block at most, so that each block's all-reduce overlaps the
+     * backward of those below (tiny's five blocks fit one default bucket,
+     * whose all-reduce could only start once backward was over) */
+    size_t block = 0, elsize = o->dtype == weftFloat32 ? 4 : 2;
+    for (int k = 0; k < BLOCK_TENSORS; k++) block += tensor_count(s, 1, k);
+    if (s->layers > 0 && block * elsize < cfg.bucketBytes) cfg.bucketBytes = block * elsize;
+  }
   weftResult_t res = weftStreamCreate(&g->stream);
   if (res == weftSuccess) res = weftEventCreate(&g->loss_ev);
   if (res == weftSuccess) res = weftZeroCreate(&g->zero, comm, &cfg);
