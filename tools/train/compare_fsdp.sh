@@ -61,7 +61,7 @@ fsdp2() { # backend: tokens/s over steps 3-STEPS
 }
 
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1}
-  END {print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+  END {printf "%.0f\n", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 range() { printf '%s\n' "$@" | sort -g | awk 'NR == 1 {lo = $1} {hi = $1} END {print lo "-" hi}'; }
 
 names=()
