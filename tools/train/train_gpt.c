@@ -650,6 +650,8 @@ weftResult_t train_gpt_run(weftComm_t comm, const struct train_opts *o, struct t
             g.s.channels, g.s.context, g.s.vocab, train_gpt_param_count(&g.s), g.s.layers + 2,
             g.T, o->global_batch, o->accum, weftZeroStepCount(g.zero), g.data.count,
             g.data.train_count, train_blas_core());
+    const char *note = train_blas_pinned_note();
+    if (note != NULL) fprintf(o->log, "# %s\n", note);
   }
   if (res == weftSuccess) res = train_loop(&g, comm, out);
   if (res == weftSuccess) {
