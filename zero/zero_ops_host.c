@@ -6,6 +6,17 @@
 
 #include "zero_internal.h"
 
+/* The optimizer's loops are built for SSE2, AVX2 and AVX-512 and the CPU's
+ * best runs, picked at load time (not under ThreadSanitizer, whose runtime is
+ * not up when the picking runs). zero/ builds without contraction, so every
+ * version rounds alike. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(__SANITIZE_THREAD__)
+#define HOST_CLONES __attribute__((target_clones("avx2", "avx512f", "default")))
+#else
+#define HOST_CLONES
+#endif
+
 static weftResult_t host_alloc(void **ptr_out, size_t nbytes) {
   void *p = calloc(1, nbytes > 0 ? nbytes : 1);
   if (p == NULL) return zero_fail(weftSystemError, "out of memory for %zu bytes", nbytes);
@@ -74,12 +85,25 @@ static weftResult_t host_load_scaled(const void *src, weftDataType_t type, float
                                      size_t count, double scale, double *stats,
                                      weftStream_t stream) {
   (void)stream;
-  for (size_t k = 0; k < count; k++) {
-    float v = (float)(zero_load(src, type, k) * scale);
-    if (!isfinite(v)) stats[0] += 1;
-    dst[k] = v;
-    stats[1] += (double)v * v;
+  double nonfinite = stats[0], squares = stats[1];
+  if (type == weftFloat32) { /* the common case without a call per element */
+    const float *s = src;
+    for (size_t k = 0; k < count; k++) {
+      float v = (float)(s[k] * scale);
+      nonfinite += !isfinite(v);
+      dst[k] = v;
+      squares += (double)v * v;
+    }
+  } else {
+    for (size_t k = 0; k < count; k++) {
+      float v = (float)(zero_load(src, type, k) * scale);
+      nonfinite += !isfinite(v);
+      dst[k] = v;
+      squares += (double)v * v;
+    }
   }
+  stats[0] = nonfinite;
+  stats[1] = squares;
   return weftSuccess;
 }
 
@@ -87,6 +111,10 @@ static weftResult_t host_to_float(const void *src, weftDataType_t type, float *d
                                   double *scratch, weftStream_t stream) {
   (void)scratch;
   (void)stream;
+  if (type == weftFloat32) {
+    if (count > 0 && (const void *)dst != src) memmove(dst, src, count * sizeof(float));
+    return weftSuccess;
+  }
   for (size_t k = 0; k < count; k++) dst[k] = zero_load(src, type, k);
   return weftSuccess;
 }
@@ -94,24 +122,28 @@ static weftResult_t host_to_float(const void *src, weftDataType_t type, float *d
 static weftResult_t host_store(const float *src, weftDataType_t type, void *dst, size_t count,
                                weftStream_t stream) {
   (void)stream;
+  if (type == weftFloat32) {
+    if (count > 0 && dst != (const void *)src) memmove(dst, src, count * sizeof(float));
+    return weftSuccess;
+  }
   for (size_t k = 0; k < count; k++) zero_store(dst, type, k, src[k]);
   return weftSuccess;
 }
 
-static weftResult_t host_scale(float *g, size_t count, float factor, weftStream_t stream) {
+HOST_CLONES static weftResult_t host_scale(float *g, size_t count, float factor, weftStream_t stream) {
   (void)stream;
   for (size_t k = 0; k < count; k++) g[k] *= factor;
   return weftSuccess;
 }
 
-static weftResult_t host_adamw(float *p, float *m, float *v, const float *g, size_t count,
+HOST_CLONES static weftResult_t host_adamw(float *p, float *m, float *v, const float *g, size_t count,
                                const struct zero_adamw_coef *coef, weftStream_t stream) {
   (void)stream;
   for (size_t i = 0; i < count; i++) zero_adamw_elem(&p[i], &m[i], &v[i], g[i], coef);
   return weftSuccess;
 }
 
-static weftResult_t host_sgd(float *p, float *m, const float *g, size_t count, float mu, float lr,
+HOST_CLONES static weftResult_t host_sgd(float *p, float *m, const float *g, size_t count, float mu, float lr,
                              float wd, weftStream_t stream) {
   (void)stream;
   for (size_t i = 0; i < count; i++) zero_sgd_elem(&p[i], &m[i], g[i], mu, lr, wd);

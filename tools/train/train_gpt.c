@@ -359,6 +359,14 @@ static weftResult_t gpt_setup(struct gpt *g, weftComm_t comm) {
   cfg.accumSteps = o->accum;
   cfg.gatherBoundBytes = o->gather_bound;
   cfg.prefetchLayers = o->prefetch;
+  if (o->stage == 0) {
+    /* a bucket a block at most, so that each block's all-reduce overlaps the
+     * backward of those below (tiny's five blocks fit one default bucket,
+     * whose all-reduce could only start once backward was over) */
+    size_t block = 0, elsize = o->dtype == weftFloat32 ? 4 : 2;
+    for (int k = 0; k < BLOCK_TENSORS; k++) block += tensor_count(s, 1, k);
+    if (s->layers > 0 && block * elsize < cfg.bucketBytes) cfg.bucketBytes = block * elsize;
+  }
   weftResult_t res = weftStreamCreate(&g->stream);
   if (res == weftSuccess) res = weftEventCreate(&g->loss_ev);
   if (res == weftSuccess) res = weftZeroCreate(&g->zero, comm, &cfg);
@@ -635,13 +643,15 @@ weftResult_t train_gpt_run(weftComm_t comm, const struct train_opts *o, struct t
     fprintf(o->log,
             "# weft-train: %d ranks, stage %d, %s, %s, GPT %d layers %d heads %d channels, "
             "context %d, vocabulary %d (bytes): %zu parameters in %d ZeRO layers; sequence %d, "
-            "global batch %d, accum %d, from step %ld; data %zu tokens (%zu train)\n",
+            "global batch %d, accum %d, from step %ld; data %zu tokens (%zu train); sgemm: %s\n",
             g.nranks, o->stage,
             o->dtype == weftBfloat16 ? "bf16" : o->dtype == weftFloat16 ? "fp16" : "fp32",
             o->optimizer == weftZeroAdamW ? "adamw" : "sgd-momentum", g.s.layers, g.s.heads,
             g.s.channels, g.s.context, g.s.vocab, train_gpt_param_count(&g.s), g.s.layers + 2,
             g.T, o->global_batch, o->accum, weftZeroStepCount(g.zero), g.data.count,
-            g.data.train_count);
+            g.data.train_count, train_blas_core());
+    const char *note = train_blas_pinned_note();
+    if (note != NULL) fprintf(o->log, "# %s\n", note);
   }
   if (res == weftSuccess) res = train_loop(&g, comm, out);
   if (res == weftSuccess) {

@@ -11,6 +11,17 @@
 
 #include "train_blas.h"
 
+/* The loops below are built for SSE2, AVX2 and AVX-512 and the CPU's best
+ * runs, picked at load time (not under ThreadSanitizer, whose runtime is not
+ * up when the picking runs). Without contraction (-ffp-contract=off) every
+ * version rounds alike: the same losses on every CPU. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(__SANITIZE_THREAD__)
+#define OPS_CLONES __attribute__((target_clones("avx2", "avx512f", "default")))
+#else
+#define OPS_CLONES
+#endif
+
 /* Reductions in OPS_LANES independent partial sums, so that they vectorise
  * without reassociation flags; the order differs from a serial loop only in
  * rounding. */
@@ -22,7 +33,7 @@ static inline float ops_lanes_sum(const float *lanes) {
   return s;
 }
 
-static float ops_sum(const float *x, int n) {
+static inline float ops_sum(const float *x, int n) {
   float lanes[OPS_LANES] = {0};
   int i = 0;
   for (; i + OPS_LANES <= n; i += OPS_LANES)
@@ -31,7 +42,7 @@ static float ops_sum(const float *x, int n) {
   return ops_lanes_sum(lanes);
 }
 
-static float ops_dot(const float *x, const float *y, int n) {
+static inline float ops_dot(const float *x, const float *y, int n) {
   float lanes[OPS_LANES] = {0};
   int i = 0;
   for (; i + OPS_LANES <= n; i += OPS_LANES)
@@ -40,7 +51,7 @@ static float ops_dot(const float *x, const float *y, int n) {
   return ops_lanes_sum(lanes);
 }
 
-static float ops_max(const float *x, int n) {
+static inline float ops_max(const float *x, int n) {
   float lanes[OPS_LANES];
   for (int k = 0; k < OPS_LANES; k++) lanes[k] = x[0];
   int i = 0;
@@ -77,12 +88,12 @@ static inline float ops_expf(float x) {
 }
 
 /* x = e^(x - shift) in place; returns their sum */
-static float ops_exp_shift(float *x, int n, float shift) {
+static inline float ops_exp_shift(float *x, int n, float shift) {
   for (int i = 0; i < n; i++) x[i] = ops_expf(x[i] - shift);
   return ops_sum(x, n);
 }
 
-void gpt_encoder_forward(float *out, const int *tok, const float *wte, const float *wpe, int B,
+OPS_CLONES void gpt_encoder_forward(float *out, const int *tok, const float *wte, const float *wpe, int B,
                          int T, int C) {
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++) {
@@ -92,7 +103,7 @@ void gpt_encoder_forward(float *out, const int *tok, const float *wte, const flo
     }
 }
 
-void gpt_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, int B,
+OPS_CLONES void gpt_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, int B,
                           int T, int C) {
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++) {
@@ -105,7 +116,7 @@ void gpt_encoder_backward(float *dwte, float *dwpe, const float *dout, const int
     }
 }
 
-void gpt_layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w,
+OPS_CLONES void gpt_layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w,
                            const float *b, int n, int C) {
   for (int r = 0; r < n; r++) {
     const float *xr = x + (long)r * C;
@@ -123,7 +134,7 @@ void gpt_layernorm_forward(float *out, float *mean, float *rstd, const float *x,
   }
 }
 
-void gpt_layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
+OPS_CLONES void gpt_layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
                             const float *w, const float *mean, const float *rstd, int n, int C) {
   for (int r = 0; r < n; r++) {
     const float *d = dout + (long)r * C, *xr = x + (long)r * C;
@@ -153,7 +164,7 @@ void gpt_layernorm_backward(float *dx, float *dw, float *db, const float *dout, 
   }
 }
 
-void gpt_linear_forward(float *out, const float *x, const float *w, const float *bias, int n,
+OPS_CLONES void gpt_linear_forward(float *out, const float *x, const float *w, const float *bias, int n,
                         int ic, int oc) {
   train_sgemm(0, 1, n, oc, ic, 1.0f, x, ic, w, ic, 0.0f, out, oc);
   if (bias != NULL)
@@ -163,7 +174,7 @@ void gpt_linear_forward(float *out, const float *x, const float *w, const float 
     }
 }
 
-void gpt_linear_backward(float *dx, float *dw, float *dbias, const float *dout, const float *x,
+OPS_CLONES void gpt_linear_backward(float *dx, float *dw, float *dbias, const float *dout, const float *x,
                          const float *w, int n, int ic, int oc) {
   if (dx != NULL) train_sgemm(0, 0, n, ic, oc, 1.0f, dout, oc, w, ic, 0.0f, dx, ic);
   train_sgemm(1, 0, oc, ic, n, 1.0f, dout, oc, x, ic, 1.0f, dw, ic);
@@ -179,7 +190,7 @@ void gpt_linear_backward(float *dx, float *dw, float *dbias, const float *dout, 
  * for the diagonal blocks, whose masked entries are zeros. */
 #define ATT_ROWS 32
 
-void gpt_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+OPS_CLONES void gpt_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
   int hs = C / NH;
   float scale = 1.0f / sqrtf((float)hs);
   for (int b = 0; b < B; b++)
@@ -201,7 +212,7 @@ void gpt_attention_forward(float *out, float *att, const float *qkv, int B, int 
     }
 }
 
-void gpt_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
+OPS_CLONES void gpt_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
                             float *scratch, int B, int T, int C, int NH) {
   int hs = C / NH;
   float scale = 1.0f / sqrtf((float)hs);
@@ -240,7 +251,7 @@ void gpt_attention_backward(float *dqkv, const float *dout, const float *qkv, co
 #define GELU_S 0.7978845608028654f /* sqrt(2 / pi) */
 
 /* 0.5 x (1 + tanh(u)) = x sigmoid(2u) = x / (1 + e^-2u) */
-void gpt_gelu_forward(float *out, const float *x, long count) {
+OPS_CLONES void gpt_gelu_forward(float *out, const float *x, long count) {
   for (long i = 0; i < count; i++) {
     float xi = x[i], u = GELU_S * (xi + 0.044715f * xi * xi * xi);
     float e = ops_expf(-2.0f * fabsf(u)); /* <= 1: sigmoid(2u) = 1 / (1 + e) or e / (1 + e) */
@@ -249,7 +260,7 @@ void gpt_gelu_forward(float *out, const float *x, long count) {
 }
 
 /* with s = sigmoid(2u): gelu' = s + 2 x s (1 - s) du/dx */
-void gpt_gelu_backward(float *d, const float *x, long count) {
+OPS_CLONES void gpt_gelu_backward(float *d, const float *x, long count) {
   for (long i = 0; i < count; i++) {
     float xi = x[i], u = GELU_S * (xi + 0.044715f * xi * xi * xi);
     float e = ops_expf(-2.0f * fabsf(u));
@@ -259,7 +270,7 @@ void gpt_gelu_backward(float *d, const float *x, long count) {
   }
 }
 
-double gpt_softmax_xent_forward(float *logits, const int *targets, int n, int V) {
+OPS_CLONES double gpt_softmax_xent_forward(float *logits, const int *targets, int n, int V) {
   double loss = 0;
   for (int r = 0; r < n; r++) {
     float *row = logits + (long)r * V;
@@ -273,7 +284,7 @@ double gpt_softmax_xent_forward(float *logits, const int *targets, int n, int V)
   return loss;
 }
 
-void gpt_softmax_xent_backward(float *probs, const int *targets, int n, int V, float scale) {
+OPS_CLONES void gpt_softmax_xent_backward(float *probs, const int *targets, int n, int V, float scale) {
   for (int r = 0; r < n; r++) {
     float *row = probs + (long)r * V;
     row[targets[r]] -= 1.0f;
