@@ -1,4 +1,4 @@
-/* The channel algorithms that the host executor runs (ring, tree, rd) and
+/* The channel algorithms that the host executor runs (ring, tree, rd, direct) and
  * that others fall back to. */
 #ifndef WEFT_ALGO_H
 #define WEFT_ALGO_H
@@ -20,5 +20,9 @@ weftResult_t tree_allreduce(struct weftComm *comm, struct weft_channel *ch,
                             const struct weft_plan *plan, size_t offset, size_t count);
 weftResult_t rd_allreduce(struct weftComm *comm, struct weft_channel *ch,
                           const struct weft_plan *plan, size_t offset, size_t count);
+/* The direct all-reduce (direct.c) runs on at most this many ranks. */
+#define DIRECT_MAX_RANKS 8
+weftResult_t direct_allreduce(struct weftComm *comm, struct weft_channel *ch,
+                              const struct weft_plan *plan, size_t offset, size_t count);
 
 #endif

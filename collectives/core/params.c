@@ -35,7 +35,7 @@ struct weft_param coll_params[] = {
             "the table; device kernels are checked by `WEFT_CHECK=1` only",
      .see = "signature.md"},
     [P_ALGO] = {.name = "WEFT_ALGO", .type = PARAM_STR,
-     .doc = "algorithms the tuner may pick (unset: all): `ring`, `tree`, `rd`, `cma`, `bulk`; "
+     .doc = "algorithms the tuner may pick (unset: all): `ring`, `tree`, `rd`, `direct`, `cma`, `bulk`; "
             "`^` excludes; per collective as `allreduce:tree;broadcast:ring`"},
     [P_PROTO] = {.name = "WEFT_PROTO", .type = PARAM_STR,
      .doc = "protocols the tuner may pick (unset: all): `simple`, `ll`; same syntax as "

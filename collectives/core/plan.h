@@ -20,11 +20,12 @@ enum coll_kind {
   COLL_RECV,
   COLL_NUM
 };
-/* Algorithms (WEFT_ALGO names: ring, tree, rd, cma, bulk). */
+/* Algorithms (WEFT_ALGO names: ring, tree, rd, direct, cma, bulk). */
 enum coll_algo {
   ALGO_RING = 0, /* pipelined ring: bandwidth-optimal, every collective */
   ALGO_TREE,     /* double binary tree all-reduce, pipelined: log-depth latency */
   ALGO_RD,       /* recursive doubling all-reduce: fewest steps for small messages */
+  ALGO_DIRECT,   /* every rank's input to every rank, one step: small all-reduce, few ranks */
   ALGO_CMA,      /* single copy between ranks of one host (collectives/algo/cma.c) */
   ALGO_BULK,     /* ring of whole chunks moved by the transport (collectives/algo/bulk.c) */
   ALGO_NUM

@@ -378,7 +378,8 @@ static void json_sizes(FILE *out, const char *key, uint64_t n, int32_t datatype,
 }
 
 static void json_call(FILE *out, const struct trace_call *c) {
-  static const char *const algos[] = {"ring", "tree", "rd", "cma", "bulk"};
+  static const char *const algos[] = {"ring", "tree", "rd", "direct", "cma", "bulk"};
+  _Static_assert(sizeof algos / sizeof algos[0] == ALGO_NUM, "a name per enum coll_algo");
   static const char *const protos[] = {"simple", "ll"};
   const int p2p = c->coll == COLL_SEND || c->coll == COLL_RECV;
   fprintf(out, "    {\"record_id\": %" PRIu64 ", \"collective_seq_id\": %" PRIu64
@@ -402,7 +403,7 @@ static void json_call(FILE *out, const struct trace_call *c) {
     fprintf(out, ", \"time_discovered_started_ns\": %" PRId64, c->t_started_ns);
   if (c->t_done_ns != 0)
     fprintf(out, ", \"time_discovered_completed_ns\": %" PRId64, c->t_done_ns);
-  if (c->algo >= 0 && c->algo < 5 && c->t_started_ns != 0)
+  if (c->algo >= 0 && c->algo < ALGO_NUM && c->t_started_ns != 0)
     fprintf(out, ", \"algorithm\": \"%s\"", algos[c->algo]);
   if (c->proto >= 0 && c->proto < 2 && c->t_started_ns != 0)
     fprintf(out, ", \"protocol\": \"%s\"", protos[c->proto]);

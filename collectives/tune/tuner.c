@@ -11,20 +11,22 @@
 #include <strings.h>
 
 #include "../../transport/base/status.h"
+#include "../algo/algo.h"
 #include "../algo/bulk.h"
 #include "../algo/cma.h"
 #include "../core/params.h"
 #include "../core/plan.h"
 #include "tuner.h"
 
-static const char *const algo_names[ALGO_NUM] = {"ring", "tree", "rd", "cma", "bulk"};
+static const char *const algo_names[ALGO_NUM] = {"ring", "tree", "rd", "direct", "cma", "bulk"};
 static const char *const proto_names[PROTO_NUM] = {"simple", "ll"};
 static const char *const coll_keys[COLL_NUM_RING] = {"allreduce", "allgather", "reducescatter",
                                                      "broadcast", "reduce"};
 
 /* Which algorithms each collective has on the host. */
 static int algo_exists(enum coll_kind coll, enum coll_algo algo) {
-  return algo == ALGO_RING || (coll == COLL_ALLREDUCE && (algo == ALGO_TREE || algo == ALGO_RD));
+  return algo == ALGO_RING ||
+         (coll == COLL_ALLREDUCE && (algo == ALGO_TREE || algo == ALGO_RD || algo == ALGO_DIRECT));
 }
 
 const char *tuner_algo_name(int algo) { return algo >= 0 && algo < ALGO_NUM ? algo_names[algo] : "?"; }
@@ -100,7 +102,7 @@ static const struct tuner_rules *tuner_rules_get(struct tuner_rules *fallback) {
     r->algo_text = a;
     r->proto_text = p;
     if (tuner_parse(a, algo_names, ALGO_NUM, r->algo) != 0)
-      WEFT_WARN(LOG_COLL, "WEFT_ALGO=%s: unknown names ignored (ring, tree, rd, cma, bulk)", a);
+      WEFT_WARN(LOG_COLL, "WEFT_ALGO=%s: unknown names ignored (ring, tree, rd, direct, cma, bulk)", a);
     if (tuner_parse(p, proto_names, PROTO_NUM, r->proto) != 0)
       WEFT_WARN(LOG_COLL, "WEFT_PROTO=%s: unknown names ignored (simple, ll)", p);
     r->next = rules_all;
@@ -137,6 +139,12 @@ static const struct {
 /* Network transports: latency times this, bandwidth divided by that. */
 #define TUNER_NET_LAT_FACTOR 40
 #define TUNER_NET_BW_DIVISOR 8
+/* More ranks on this host than CPUs for them (comm->oversubscribed_hold):
+ * a dependent step waits until the scheduler runs the rank that sends, a
+ * context switch rather than a cache line. 3-4 ranks on 2 vCPUs (AMD EPYC,
+ * KVM): 2.3-5 us per call for one step (direct), 3.7-10 us for recursive
+ * doubling's 2-3 (docs/perf.md). */
+#define TUNER_OVERSUB_LAT_FACTOR 10
 
 /* Device buffers to another host (docs/cuda.md): the sending kernel writes
  * each slot into pinned host memory over PCIe, the proxy sends it, the
@@ -190,6 +198,7 @@ static void tuner_cost_get(const struct weftComm *comm, enum coll_proto proto, i
   }
   double lat = tuner_cost[proto].lat_us, bw = tuner_cost[proto].bytes_per_us;
   if (comm->network) lat *= TUNER_NET_LAT_FACTOR, bw /= TUNER_NET_BW_DIVISOR;
+  if (comm->oversubscribed_hold) lat *= TUNER_OVERSUB_LAT_FACTOR;
   if (comm->network && on_device) {
     lat += 2 * TUNER_DEV_PCIE_LAT_US;
     if (bw > TUNER_DEV_PCIE_BYTES_PER_US) bw = TUNER_DEV_PCIE_BYTES_PER_US;
@@ -229,6 +238,10 @@ static double model_us(const struct weftComm *comm, const struct weft_plan *plan
       break;
     case ALGO_RD: steps = log2n + (comm->nranks & (comm->nranks - 1) ? 2 : 0);
                   bytes = steps * (double)nbytes; break;
+    /* one hop; each further peer adds a slot to fill and a tail to poll,
+     * whose transfers overlap the first's: less than a step each (recursive
+     * doubling, first in the loop, keeps 2 ranks, and 8 where it takes 3) */
+    case ALGO_DIRECT: steps = 1 + 0.4 * (n - 2); bytes = (n - 1) * (double)nbytes; break;
     default:
       steps = coll == COLL_ALLREDUCE ? 2 * (n - 1) : n - 1;
       bytes = (coll == COLL_ALLREDUCE ? 2.0 : 1.0) * (n - 1) / n * (double)nbytes;
@@ -263,7 +276,7 @@ static int tuner_pick_whole(const struct weftComm *comm, const struct weft_plan 
 struct tuner_memo {
   const struct weftComm *comm;
   const struct tuner_rules *rules;
-  int nranks, tree_depth, network, on_device;
+  int nranks, tree_depth, network, oversubscribed, on_device;
   enum coll_kind coll;
   size_t nbytes;
   enum coll_algo algo;
@@ -276,7 +289,8 @@ static int tuner_memo_matches(const struct tuner_memo *m, const struct weftComm 
                               size_t nbytes) {
   return m->comm == comm && m->rules == r && m->nbytes == nbytes && m->coll == plan->coll &&
          m->on_device == plan->on_device && m->nranks == comm->nranks &&
-         m->tree_depth == comm->tree_depth && m->network == comm->network;
+         m->tree_depth == comm->tree_depth && m->network == comm->network &&
+         m->oversubscribed == comm->oversubscribed_hold;
 }
 
 void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
@@ -330,6 +344,7 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
   }
   for (int a = 0; a < ALGO_CMA; a++) { /* cma and bulk: not pipelines, not in the cost model */
     if (!algo_exists(plan->coll, (enum coll_algo)a) || !r->algo[plan->coll][a]) continue;
+    if (a == ALGO_DIRECT && comm->nranks > DIRECT_MAX_RANKS) continue;
     for (int p = 0; p < PROTO_NUM; p++) {
       if (!r->proto[plan->coll][p] || !tuner_proto_runs(comm, plan, (enum coll_proto)p)) continue;
       double t = model_us(comm, plan, (enum coll_algo)a, (enum coll_proto)p, nbytes, 1);
@@ -343,6 +358,7 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
   if (r != &fallback)
     *m = (struct tuner_memo){.comm = comm, .rules = r, .nranks = comm->nranks,
                              .tree_depth = comm->tree_depth, .network = comm->network,
+                             .oversubscribed = comm->oversubscribed_hold,
                              .on_device = plan->on_device, .coll = plan->coll, .nbytes = nbytes,
                              .algo = plan->algo, .proto = plan->proto};
 }

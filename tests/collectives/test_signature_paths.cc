@@ -49,7 +49,7 @@ struct Path {
   const char *proto;  // WEFT_PROTO, "" for the tuner's choice
 };
 const Path kPaths[] = {{"", ""},        {"ring", "simple"}, {"ring", "ll"}, {"tree", ""},
-                       {"rd", ""},      {"cma", ""},        {"bulk", ""}};
+                       {"rd", ""},      {"direct", ""},     {"cma", ""},    {"bulk", ""}};
 
 struct Case {
   Path path;
@@ -177,7 +177,8 @@ std::vector<Case> sampled_cases(uint64_t seed, size_t per_path) {
             colls.push_back(co);
           }
           // the algorithms of all-reduce only: all-reduce
-          const bool allreduce_only = !strcmp(p.algo, "tree") || !strcmp(p.algo, "rd");
+          const bool allreduce_only = !strcmp(p.algo, "tree") || !strcmp(p.algo, "rd") ||
+                                      !strcmp(p.algo, "direct");
           if (allreduce_only) {
             if (kind == Kind::Root) continue;
             colls = {Coll::AllReduce};

@@ -1,7 +1,7 @@
-// Tree and recursive-doubling all-reduce, called directly (not through the
-// tuner): the double binary tree's shape for 1 to 64 ranks, then every
-// datatype x op x count x placement on forked ranks with 2-slot FIFOs of 256
-// bytes, against a reference, with every rank's result bitwise the same.
+// Tree, recursive-doubling and direct all-reduce, called directly (not
+// through the tuner): the double binary tree's shape for 1 to 64 ranks, then
+// every datatype x op x count x placement on forked ranks with 2-slot FIFOs of
+// 256 bytes, against a reference, with every rank's result bitwise the same.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -98,18 +98,19 @@ TEST(DoubleTree, ShapeForEveryRankCount) {
 
 struct TreeRdCase {
   int nranks;
-  bool tree;              // tree_allreduce, else rd_allreduce
+  coll_algo algo;         // ALGO_TREE, ALGO_RD or ALGO_DIRECT
   const char *transport;  // "shm", or "socket": slots forwarded by a proxy
 };
 
 std::string case_name(const testing::TestParamInfo<TreeRdCase> &info) {
-  return std::string(info.param.tree ? "tree" : "rd") + "_ranks" +
+  const coll_algo a = info.param.algo;
+  return std::string(a == ALGO_TREE ? "tree" : a == ALGO_RD ? "rd" : "direct") + "_ranks" +
          std::to_string(info.param.nranks) + "_" + info.param.transport;
 }
 
 const size_t kGuard = 64;  // poisoned bytes after the output, checked untouched
 
-weftResult_t run_algo(weftComm_t comm, bool tree, weftDataType_t t, weftRedOp_t op,
+weftResult_t run_algo(weftComm_t comm, coll_algo algo, weftDataType_t t, weftRedOp_t op,
                       const void *src, void *dst, size_t count) {
   weft_plan plan;
   memset(&plan, 0, sizeof plan);
@@ -119,13 +120,14 @@ weftResult_t run_algo(weftComm_t comm, bool tree, weftDataType_t t, weftRedOp_t 
   plan.count = count;
   plan.datatype = t;
   plan.op = op;
-  plan.algo = tree ? ALGO_TREE : ALGO_RD;
+  plan.algo = algo;
   plan.proto = PROTO_SIMPLE;
   plan.nchannels = 1;
-  return (tree ? tree_allreduce : rd_allreduce)(comm, &comm->channels[0], &plan, 0, count);
+  algo_fn fn = algo == ALGO_TREE ? tree_allreduce : algo == ALGO_RD ? rd_allreduce : direct_allreduce;
+  return fn(comm, &comm->channels[0], &plan, 0, count);
 }
 
-int check_one(const RankCtx &ctx, weftComm_t comm, bool tree, weftDataType_t t, weftRedOp_t op,
+int check_one(const RankCtx &ctx, weftComm_t comm, coll_algo algo, weftDataType_t t, weftRedOp_t op,
               size_t count, bool in_place, uint64_t seed) {
   const size_t esize = weftTypeSize(t), nbytes = count * esize;
   const char *what = in_place ? "in-place" : "out-of-place";
@@ -135,7 +137,7 @@ int check_one(const RankCtx &ctx, weftComm_t comm, bool tree, weftDataType_t t, 
   std::vector<uint8_t> recv(nbytes + kGuard, 0xa5);
   if (in_place) memcpy(recv.data(), send.data(), nbytes);
   const void *src = in_place ? recv.data() : send.data();
-  weftResult_t res = run_algo(comm, tree, t, op, src, recv.data(), count);
+  weftResult_t res = run_algo(comm, algo, t, op, src, recv.data(), count);
   if (res != weftSuccess)
     return rank_fail(ctx, "%s %s %s count %zu: %s: %s", what, type_name(t), op_name(op), count,
                      weftGetErrorString(res), weftGetLastError(comm));
@@ -180,7 +182,7 @@ TEST_P(TreeRdAllReduce, EveryTypeOpCountPlacement) {
       return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
     int rc = 0;
     // count 0 returns at once: no buffers read, no connection made
-    if (run_algo(comm, c.tree, weftFloat32, weftSum, nullptr, nullptr, 0) != weftSuccess)
+    if (run_algo(comm, c.algo, weftFloat32, weftSum, nullptr, nullptr, 0) != weftSuccess)
       rc = rank_fail(ctx, "count 0: %s", weftGetLastError(comm));
     for (int r = 0; r < ctx.nranks && rc == 0; r++)
       if (comm->send_conns[r].transport != nullptr || comm->recv_conns[r].transport != nullptr)
@@ -190,7 +192,7 @@ TEST_P(TreeRdAllReduce, EveryTypeOpCountPlacement) {
       for (int op = 0; op < weftNumOps && rc == 0; op++)
         for (size_t ci = 0; ci < sizeof counts / sizeof counts[0] && rc == 0; ci++)
           for (int in_place = 0; in_place < 2 && rc == 0; in_place++)
-            rc = check_one(ctx, comm, c.tree, (weftDataType_t)t, (weftRedOp_t)op, counts[ci],
+            rc = check_one(ctx, comm, c.algo, (weftDataType_t)t, (weftRedOp_t)op, counts[ci],
                            in_place, seed + (uint64_t)(t * 1000 + op * 100 + ci * 10 + in_place));
     weftCommDestroy(comm);
     return rc;
@@ -198,11 +200,38 @@ TEST_P(TreeRdAllReduce, EveryTypeOpCountPlacement) {
   for (int r = 0; r < c.nranks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
 
+// The direct all-reduce with slots larger than its stack copy: an in-place
+// rank above 1 keeps its input in a heap buffer while ranks 0..rank-1 are
+// reduced into it; one piece and several, both placements.
+TEST(DirectAllReduce, PiecesLargerThanTheStackCopy) {
+  const uint64_t seed = test_seed();
+  RunOptions opts;
+  opts.timeout_s = 120;
+  opts.env = {{"WEFT_NCHANNELS", "1"}, {"WEFT_SLOT_BYTES", "64K"}, {"WEFT_TIMEOUT", "60"}};
+  auto status = run_ranks(3, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    int rc = 0;
+    for (size_t count : {size_t{1500}, size_t{16379}, size_t{40000}})
+      for (int in_place = 0; in_place < 2 && rc == 0; in_place++)
+        rc = check_one(ctx, comm, ALGO_DIRECT, weftFloat32, weftSum, count, in_place,
+                       seed + count + (uint64_t)in_place);
+    weftCommDestroy(comm);
+    return rc;
+  }, opts);
+  for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
 std::vector<TreeRdCase> all_cases() {
   std::vector<TreeRdCase> cases;
-  for (bool tree : {true, false}) {
-    for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 13}) cases.push_back(TreeRdCase{n, tree, "shm"});
-    for (int n : {3, 5}) cases.push_back(TreeRdCase{n, tree, "socket"});
+  for (coll_algo a : {ALGO_TREE, ALGO_RD, ALGO_DIRECT}) {
+    for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 13}) {
+      if (a == ALGO_DIRECT && n > DIRECT_MAX_RANKS) continue;
+      cases.push_back(TreeRdCase{n, a, "shm"});
+    }
+    for (int n : {3, 5})  // direct: its sends are the same whatever the count of peers
+      if (a != ALGO_DIRECT || n == 3) cases.push_back(TreeRdCase{n, a, "socket"});
   }
   return cases;
 }

@@ -90,6 +90,31 @@ TEST(TunerChoice, SmallUsesFewStepsLargeUsesRing) {
   EXPECT_EQ(tune(f.c, COLL_ALLGATHER, 2).algo, ALGO_RING) << "only all-reduce has other algorithms";
 }
 
+// A small all-reduce on 3 to 8 ranks takes the direct all-reduce's one step
+// where recursive doubling needs more; 2 ranks keep recursive doubling's
+// single exchange, 8 its three steps. With more ranks than cores every step
+// waits for the scheduler, so 3 and 4 ranks take it up to 4 KiB.
+TEST(TunerChoice, SmallAllReduceOnFewRanksTakesOneStep) {
+  tuner_env_clear();
+  FakeComm two(2, 1, 131072), three(3, 1, 131072), four(4, 1, 131072), eight(8, 1, 131072),
+      nine(9, 1, 131072);
+  EXPECT_EQ(tune(two.c, COLL_ALLREDUCE, 2).algo, ALGO_RD);
+  EXPECT_EQ(tune(three.c, COLL_ALLREDUCE, 2).algo, ALGO_DIRECT);
+  EXPECT_EQ(tune(four.c, COLL_ALLREDUCE, 2).algo, ALGO_DIRECT);
+  EXPECT_EQ(tune(eight.c, COLL_ALLREDUCE, 2).algo, ALGO_RD);
+  EXPECT_NE(tune(nine.c, COLL_ALLREDUCE, 2).algo, ALGO_DIRECT) << "direct runs on 8 at most";
+  EXPECT_EQ(tune(three.c, COLL_ALLGATHER, 2).algo, ALGO_RING) << "direct is all-reduce only";
+  // oversubscribed (the same comms: the tuner's memo must see the change)
+  for (FakeComm *f : {&three, &four}) {
+    f->c.oversubscribed_hold = 1;
+    for (size_t count : {size_t{2}, size_t{16}, size_t{128}, size_t{1024}})
+      EXPECT_EQ(tune(f->c, COLL_ALLREDUCE, count).algo, ALGO_DIRECT)
+          << f->c.nranks << " ranks, " << count * 4 << " B";
+  }
+  two.c.oversubscribed_hold = 1;
+  EXPECT_EQ(tune(two.c, COLL_ALLREDUCE, 2).algo, ALGO_RD);
+}
+
 // The channels a plan gets are those its own estimate prices lowest: no
 // count the comm has would be estimated faster, for any collective and size.
 TEST(TunerChoice, ChannelsFollowTheModel) {

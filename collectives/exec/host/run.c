@@ -51,5 +51,6 @@ weftResult_t plan_run_host(struct weftComm *comm, const struct weft_plan *plan) 
   algo_fn fn = ring_run;
   if (plan->coll == COLL_ALLREDUCE && plan->algo == ALGO_TREE) fn = tree_allreduce;
   if (plan->coll == COLL_ALLREDUCE && plan->algo == ALGO_RD) fn = rd_allreduce;
+  if (plan->coll == COLL_ALLREDUCE && plan->algo == ALGO_DIRECT) fn = direct_allreduce;
   return fn(comm, &comm->channels[0], plan, 0, plan->count);
 }

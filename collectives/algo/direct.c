@@ -1,0 +1,140 @@
+/* Direct all-reduce: one step, for small messages on a few ranks. Each
+ * slot-sized piece goes:
+ *   send:   every rank hands its input to every other rank, one slot each;
+ *   reduce: every rank takes the n - 1 slots and reduces all n vectors in rank
+ *           order, ((v0 op v1) op v2) ..., the last reduction dividing for avg.
+ * Every rank runs the same reductions in the same order, so every rank holds
+ * the same bits, floats included. The critical path is one hop: a rank waits
+ * only for its peers' inputs, never for a partial result that another rank
+ * has to compute first. Where ranks outnumber cores this matters most: a
+ * rank that the scheduler runs finds every input that was posted and goes
+ * on, where recursive doubling's fold and unfold hand the core back and forth
+ * between a rank and its extra partner in every call.
+ *
+ * Each piece fills a slot; the first one also carries the signature of the
+ * call (struct signature_packed) after the data, as in rd.c: each rank
+ * checks every partner's call as its data arrives. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../transport/base/status.h"
+#include "../core/signature.h"
+#include "../core/plan.h"
+#include "../exec/host/prims_peer.h"
+#include "../reduce/reduce_host.h"
+#include "algo.h"
+
+/* An in-place rank above 1 keeps its own vector of a piece this small on the
+ * stack while the reductions before its turn overwrite the buffer. */
+#define DIRECT_KEEP_STACK_NBYTES 4096
+
+static weftResult_t direct_connect(struct weftComm *comm) {
+  int peers[DIRECT_MAX_RANKS], npeers = 0;
+  for (int r = 0; r < comm->nranks; r++)
+    if (r != comm->rank) peers[npeers++] = r;
+  return peer_connect(comm, peers, npeers);
+}
+
+/* Hands nbytes of src, followed by sig unless NULL, to every other rank. */
+static weftResult_t direct_send_all(struct weftComm *comm, const char *src, size_t nbytes,
+                                    const struct signature_packed *sig) {
+  const int n = comm->nranks;
+  /* the next rank first: each rank's first send goes to a different peer */
+  for (int i = 1; i < n; i++) {
+    struct weft_conn *conn = &comm->send_conns[(comm->rank + i) % n];
+    char *slot;
+    WEFT_TRY(peer_send_wait(comm, conn, &slot));
+    memcpy(slot, src, nbytes);
+    if (sig != NULL) memcpy(slot + nbytes, sig, sizeof *sig);
+    peer_send_post(conn, nbytes + (sig != NULL ? sizeof *sig : 0));
+  }
+  return weftSuccess;
+}
+
+/* Rank r's vector of the piece: own, or the slot from r (waited for). */
+static weftResult_t direct_input(struct weftComm *comm, int r, const char *own, size_t nbytes,
+                                 const struct signature_packed *sig, const char **in_out) {
+  if (r == comm->rank) {
+    *in_out = own;
+    return weftSuccess;
+  }
+  struct weft_conn *from = &comm->recv_conns[r];
+  if (sig == NULL) return peer_recv_wait(comm, from, nbytes, in_out);
+  return peer_recv_signed_wait(comm, from, nbytes + sizeof *sig, sig, 1, in_out);
+}
+
+/* One piece: m elements of own (this rank's input) reduced with every
+ * peer's into out. keep: room for own where out is own and this rank's turn
+ * comes after reductions that overwrite out. */
+static weftResult_t direct_piece(struct weftComm *comm, weft_reduce_fn reduce, int divisor,
+                                 size_t esize, const char *own, char *out, size_t m,
+                                 const struct signature_packed *sig, char *keep) {
+  const int n = comm->nranks, rank = comm->rank;
+  const size_t nbytes = m * esize;
+  WEFT_TRY(direct_send_all(comm, own, nbytes, sig));
+  if (own == out && rank > 1) {
+    memcpy(keep, own, nbytes);
+    own = keep;
+  }
+  const char *a, *b;
+  WEFT_TRY(direct_input(comm, 0, own, nbytes, sig, &a));
+  for (int r = 1; r < n; r++) {
+    WEFT_TRY(direct_input(comm, r, own, nbytes, sig, &b));
+    reduce(out, NULL, a, b, m, r == n - 1 ? divisor : 1);
+    /* the slots reduced are the senders' again */
+    if (r == 1 && rank != 0) peer_recv_done(&comm->recv_conns[0]);
+    if (r != rank) peer_recv_done(&comm->recv_conns[r]);
+    a = out;
+  }
+  return weftSuccess;
+}
+
+weftResult_t direct_allreduce(struct weftComm *comm, struct weft_channel *ch,
+                              const struct weft_plan *plan, size_t offset, size_t count) {
+  (void)ch; /* point-to-point connections, not the ring's */
+  if (count == 0) return weftSuccess;
+  const int n = comm->nranks;
+  const size_t esize = weftTypeSize(plan->datatype);
+  const char *src = (const char *)plan->sendbuf + offset * esize;
+  char *dst = (char *)plan->recvbuf + offset * esize;
+  if (n == 1) {
+    if (dst != src) memcpy(dst, src, count * esize);
+    return weftSuccess;
+  }
+  if (n > DIRECT_MAX_RANKS)
+    return weft_error_set(weftInternalError, "direct all-reduce on %d ranks (at most %d)", n,
+                          DIRECT_MAX_RANKS);
+  const weft_reduce_fn reduce = reduce_host_fn(plan->datatype, plan->op);
+  const int divisor = plan->op == weftAvg ? n : 1;
+  WEFT_TRY(direct_connect(comm));
+
+  struct signature_packed signature;
+  signature_pack(&signature, plan);
+  /* every piece as large as the first: a slot less the signature */
+  const size_t sig_nbytes = WEFT_SLOT_SIGNATURE ? sizeof signature : 0;
+  const size_t per_piece = (comm->slot_nbytes - sig_nbytes) / esize;
+  if (per_piece == 0)
+    return weft_error_set(weftInternalError, "direct all-reduce: %zu-byte slots hold no element",
+                          comm->slot_nbytes);
+  /* in place, the reductions before this rank's turn overwrite its input:
+   * a copy of it, on the stack for small pieces */
+  _Alignas(64) char keep_small[DIRECT_KEEP_STACK_NBYTES];
+  char *keep = keep_small, *keep_heap = NULL;
+  const size_t keep_nbytes = (count < per_piece ? count : per_piece) * esize;
+  if (src == dst && comm->rank > 1 && keep_nbytes > sizeof keep_small) {
+    keep = keep_heap = malloc(keep_nbytes);
+    if (keep == NULL)
+      return weft_error_set(weftSystemError, "direct all-reduce: no memory for %zu bytes",
+                            keep_nbytes);
+  }
+  weftResult_t res = weftSuccess;
+  for (size_t base = 0; base < count && res == weftSuccess;) {
+    const struct signature_packed *sig = WEFT_SLOT_SIGNATURE && base == 0 ? &signature : NULL;
+    const size_t m = count - base < per_piece ? count - base : per_piece;
+    res = direct_piece(comm, reduce, divisor, esize, src + base * esize, dst + base * esize, m,
+                       sig, keep);
+    base += m;
+  }
+  free(keep_heap);
+  return res;
+}
