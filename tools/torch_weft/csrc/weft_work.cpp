@@ -18,12 +18,6 @@ void p2p_op::wait_and_settle(bool run) {
   settle();
 }
 
-bool p2p_op::try_settle() {
-  if (weftEventQuery(done_) != weftSuccess) return false;
-  settle();
-  return true;
-}
-
 // Completing a Work runs its future's callbacks, which may end the group
 // (and join the lane's thread): nothing is held meanwhile.
 void p2p_op::settle() {
@@ -105,8 +99,6 @@ bool WeftWork::poll_gpu() {
 
 bool WeftWork::isCompleted() {
   if (gpu_ && !gpu_->captured()) poll_gpu();
-  if (!Work::isCompleted())
-    if (std::shared_ptr<p2p_op> op = p2p_.lock()) op->try_settle();
   return Work::isCompleted();
 }
 

@@ -57,8 +57,8 @@ class WeftWork : public c10d::Work {
   }
   void set_source(std::shared_ptr<std::atomic<int>> source) { source_ = std::move(source); }
 
-  // A send or receive on the group's host stream: wait() and isCompleted()
-  // settle it themselves once the stream is past it (p2p_op).
+  // A send or receive on the group's host stream: wait() runs or settles
+  // it on the caller's thread (p2p_op).
   void set_p2p(const std::shared_ptr<p2p_op> &op) { p2p_ = op; }
 
   // The time from the operation's start to its end, in milliseconds, once
@@ -158,9 +158,10 @@ struct p2p_stream_ref {
 // stream is past it: the steps' finishes (copies out of staging buffers)
 // and its Works to complete. The first thread to see the event reached
 // settles it: the lane's, in issue order, or a caller waiting on one of its
-// Works (wait() or is_completed()), which then returns without waiting for
-// the lane's thread to be scheduled; a caller that finds the stream's
-// thread idle runs the operation itself (weftEventSynchronizeOnStream).
+// Works (wait()), which then returns without waiting for the lane's thread
+// to be scheduled; a caller that finds the stream's thread idle runs the
+// operation itself (weftEventSynchronizeOnStream). is_completed() only
+// looks (the watchdog calls it holding its lock, where callbacks must not run).
 class p2p_op {
  public:
   using error_fn = std::function<std::exception_ptr()>;
@@ -180,8 +181,6 @@ class p2p_op {
   // completing on return). run: run the stream's work on this thread while
   // the stream's thread is idle (a caller's wait, not the lane's).
   void wait_and_settle(bool run);
-  // Settles it if the stream is past it; whether it is.
-  bool try_settle();
 
  private:
   void settle();
