@@ -354,6 +354,12 @@ weftResult_t weftEventCreate(weftEvent_t *event);
 weftResult_t weftEventRecord(weftEvent_t event, weftStream_t stream);
 /* Blocks until the last record is reached. */
 weftResult_t weftEventSynchronize(weftEvent_t event);
+/* Blocks as weftEventSynchronize, for an event last recorded on the host
+ * stream `stream`; while the stream's thread is not running an item and the
+ * item at its head is sends and receives, the calling thread runs them (and
+ * what they take in) itself, as the stream's thread would have: a send or
+ * receive queued and then waited for needs no thread switch. */
+weftResult_t weftEventSynchronizeOnStream(weftEvent_t event, weftStream_t stream);
 /* Does not block: weftInProgress until the last record is reached. */
 weftResult_t weftEventQuery(weftEvent_t event);
 /* Work queued on stream after this call starts once event's last record (as

@@ -193,11 +193,40 @@ static weftResult_t stream_run_sendrecv(struct host_stream *s, struct stream_ite
   return res;
 }
 
+/* Called with the stream's lock held, which it drops while the item runs. */
+static void stream_record_error(struct host_stream *s, weftResult_t res) {
+  if (res != weftSuccess && s->error == weftSuccess) {
+    s->error = res;
+    snprintf(s->error_text, sizeof s->error_text, "%s", weft_error_text());
+  }
+}
+
+int stream_run_head(struct host_stream *s) {
+  pthread_mutex_lock(&s->lock);
+  struct stream_item *item = s->head;
+  if (s->busy || item == NULL || item->nops == 0 || !item_is_sendrecv(item, item->ops[0].comm)) {
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+  }
+  s->head = item->next;
+  if (s->head == NULL) s->tail = NULL;
+  s->busy = 1; /* the worker waits meanwhile */
+  pthread_mutex_unlock(&s->lock);
+  weftResult_t res = stream_run_sendrecv(s, item); /* which retires item */
+  pthread_mutex_lock(&s->lock);
+  stream_record_error(s, res);
+  s->busy = 0;
+  pthread_cond_broadcast(&s->changed);
+  pthread_mutex_unlock(&s->lock);
+  return 1;
+}
+
 static void *stream_worker(void *arg) {
   struct host_stream *s = arg;
   pthread_mutex_lock(&s->lock);
   for (;;) {
-    while (s->head == NULL && !s->stop) pthread_cond_wait(&s->changed, &s->lock);
+    /* busy here: a caller runs the head (stream_run_head) */
+    while (s->busy || (s->head == NULL && !s->stop)) pthread_cond_wait(&s->changed, &s->lock);
     if (s->head == NULL) break; /* stopping, and drained */
     struct stream_item *item = s->head;
     s->head = item->next;
@@ -210,10 +239,7 @@ static void *stream_worker(void *arg) {
     else if (item->hook != NULL) item->hook(item->hook_arg);
     else res = group_launch(item->ops, item->nops);
     pthread_mutex_lock(&s->lock);
-    if (res != weftSuccess && s->error == weftSuccess) {
-      s->error = res;
-      snprintf(s->error_text, sizeof s->error_text, "%s", weft_error_text());
-    }
+    stream_record_error(s, res);
     if (!sendrecv) {
       item_pending(item, -1);
       free(item);

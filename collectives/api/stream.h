@@ -24,4 +24,9 @@ weftResult_t stream_enqueue(struct host_stream *s, const struct group_op *ops, s
 weftResult_t stream_enqueue_hook(struct host_stream *s, void (*hook)(void *arg), void *arg,
                                  int mark);
 
+/* Runs the item at the head of s on the calling thread when it is sends and
+ * receives (with what it takes in) and the worker is not running an item;
+ * returns whether it ran one. Blocks while its sends and receives wait for
+ * their peers. */
+int stream_run_head(struct host_stream *s);
 #endif

@@ -112,6 +112,27 @@ weftResult_t weftEventSynchronize(weftEvent_t event) {
   return weftSuccess;
 }
 
+weftResult_t weftEventSynchronizeOnStream(weftEvent_t event, weftStream_t stream) {
+  weft_error_clear();
+  struct weft_event *ev = NULL;
+  WEFT_TRY(event_check(event, &ev));
+  struct host_stream *s = NULL;
+  WEFT_TRY(stream_lookup(stream, &s));
+  pthread_mutex_lock(&ev->lock);
+  uint64_t gen = ev->recorded;
+  int done = ev->completed >= gen;
+  pthread_mutex_unlock(&ev->lock);
+  /* while the worker is idle and sends and receives lead the queue, this
+   * thread runs them; else it waits as weftEventSynchronize does */
+  while (!done && stream_run_head(s)) {
+    pthread_mutex_lock(&ev->lock);
+    done = ev->completed >= gen;
+    pthread_mutex_unlock(&ev->lock);
+  }
+  if (!done) event_wait_gen(ev, gen);
+  return weftSuccess;
+}
+
 weftResult_t weftEventQuery(weftEvent_t event) {
   weft_error_clear();
   struct weft_event *ev = NULL;

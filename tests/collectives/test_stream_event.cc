@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "harness.h"
@@ -97,6 +98,63 @@ TEST(HostEvent, StreamWaitsForAnother) {
   EXPECT_EQ(status[1], 0);
 }
 
+// Sends and receives crossing between two ranks, each waited for with
+// weftEventSynchronizeOnStream, which runs them on the caller when the
+// stream's thread is idle and waits for that thread otherwise: every
+// round's data arrives, whichever thread ran it, and an all-reduce at the
+// head of the queue (which the caller leaves to the stream's thread) still
+// comes first.
+TEST(HostEvent, SynchronizeOnStreamRunsSendsAndReceives) {
+  auto status = run_ranks(2, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init");
+    weftStream_t stream;
+    weftEvent_t ev;
+    if (weftStreamCreate(&stream) != weftSuccess || weftEventCreate(&ev) != weftSuccess)
+      return rank_fail(ctx, "create");
+    const int peer = 1 - ctx.rank;
+    std::vector<int> out(257), in(257);
+    for (int round = 0; round < 200; round++) {
+      for (size_t i = 0; i < out.size(); i++) out[i] = ctx.rank * 100000 + round * 1000 + (int)i;
+      std::fill(in.begin(), in.end(), -1);
+      // on rank 0 the send first, on rank 1 the receive: blocking calls in
+      // this order on one thread would deadlock above a connection's room
+      if (ctx.rank == 0) {
+        weftSend(out.data(), out.size(), weftInt32, peer, comm, stream);
+        weftRecv(in.data(), in.size(), weftInt32, peer, comm, stream);
+      } else {
+        weftRecv(in.data(), in.size(), weftInt32, peer, comm, stream);
+        weftSend(out.data(), out.size(), weftInt32, peer, comm, stream);
+      }
+      if (weftEventRecord(ev, stream) != weftSuccess) return rank_fail(ctx, "record");
+      if (weftEventSynchronizeOnStream(ev, stream) != weftSuccess)
+        return rank_fail(ctx, "synchronize on stream, round %d", round);
+      if (weftEventQuery(ev) != weftSuccess) return rank_fail(ctx, "event not complete");
+      for (size_t i = 0; i < in.size(); i++)
+        if (in[i] != peer * 100000 + round * 1000 + (int)i)
+          return rank_fail(ctx, "round %d: got %d at %zu", round, in[i], i);
+    }
+    std::vector<float> buf(1000, (float)(ctx.rank + 1));
+    weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, comm, stream);
+    weftSend(out.data(), out.size(), weftInt32, peer, comm, stream);
+    weftRecv(in.data(), in.size(), weftInt32, peer, comm, stream);
+    weftEventRecord(ev, stream);
+    if (weftEventSynchronizeOnStream(ev, stream) != weftSuccess)
+      return rank_fail(ctx, "synchronize behind an all-reduce");
+    for (float v : buf)
+      if (v != 3.0f) return rank_fail(ctx, "all-reduce result %g, want 3", v);
+    if (in[0] != peer * 100000 + 199 * 1000) return rank_fail(ctx, "last receive got %d", in[0]);
+    if (weftStreamSynchronize(stream) != weftSuccess) return rank_fail(ctx, "stream sync");
+    weftEventDestroy(ev);
+    weftStreamDestroy(stream);
+    weftCommDestroy(comm);
+    return 0;
+  });
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
 TEST(HostEvent, BadArguments) {
   EXPECT_EQ(weftEventCreate(nullptr), weftInvalidArgument);
   uint64_t not_an_event[4] = {0};
@@ -107,6 +165,8 @@ TEST(HostEvent, BadArguments) {
   EXPECT_EQ(weftEventRecord(ev, not_an_event), weftInvalidArgument);
   EXPECT_EQ(weftEventSynchronize(ev), weftSuccess);  // never recorded: complete
   EXPECT_EQ(weftStreamWaitEvent(nullptr, ev), weftSuccess);
+  EXPECT_EQ(weftEventSynchronizeOnStream(ev, not_an_event), weftInvalidArgument);
+  EXPECT_EQ(weftEventSynchronizeOnStream(nullptr, nullptr), weftInvalidArgument);
   EXPECT_EQ(weftEventDestroy(ev), weftSuccess);
 }
 

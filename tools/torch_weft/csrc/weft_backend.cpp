@@ -462,31 +462,35 @@ std::exception_ptr WeftBackend::run_p2p(task &t) {
       if (p2p_stream_ == nullptr) {
         res = weftStreamCreate(&p2p_stream_);
         if (res != weftSuccess) p2p_stream_ = nullptr;
+        p2p_ref_->stream = p2p_stream_; /* no op has it yet */
         if (res == weftSuccess) {
           std::shared_ptr<std::pair<std::mutex, weftComm_t>> c = p2p_comm_;
           std::shared_ptr<queue_state> q = queue_;
           const int rank = rank_, size = size_;
-          p2p_ = std::make_unique<p2p_lane>([c, q, rank, size]() -> std::exception_ptr {
-            std::string why;
-            {
-              std::lock_guard<std::mutex> lk(q->mu);
-              if (q->aborted) why = "the process group was aborted";
-            }
-            if (why.empty()) {
-              std::lock_guard<std::mutex> lk(c->first);
-              weftResult_t async = weftSuccess;
-              if (c->second == nullptr || weftCommGetAsyncError(c->second, &async) != weftSuccess ||
-                  async == weftSuccess || async == weftInProgress)
-                return nullptr;
-              why = c10::str(weftGetErrorString(async), ": ", weftGetLastError(c->second));
-            }
-            try {
-              C10_THROW_ERROR(DistBackendError, c10::str("weft: send/recv failed on rank ", rank,
-                                                         " of ", size, ": ", why));
-            } catch (...) {
-              return std::current_exception();
-            }
-          });
+          p2p_error_ = std::make_shared<const p2p_op::error_fn>(
+              [c, q, rank, size]() -> std::exception_ptr {
+                std::string why;
+                {
+                  std::lock_guard<std::mutex> lk(q->mu);
+                  if (q->aborted) why = "the process group was aborted";
+                }
+                if (why.empty()) {
+                  std::lock_guard<std::mutex> lk(c->first);
+                  weftResult_t async = weftSuccess;
+                  if (c->second == nullptr ||
+                      weftCommGetAsyncError(c->second, &async) != weftSuccess ||
+                      async == weftSuccess || async == weftInProgress)
+                    return nullptr;
+                  why = c10::str(weftGetErrorString(async), ": ", weftGetLastError(c->second));
+                }
+                try {
+                  C10_THROW_ERROR(DistBackendError, c10::str("weft: send/recv failed on rank ",
+                                                             rank, " of ", size, ": ", why));
+                } catch (...) {
+                  return std::current_exception();
+                }
+              });
+          p2p_ = std::make_unique<p2p_lane>();
         }
       }
       if (res == weftSuccess) res = weftEventCreate(&done);
@@ -504,8 +508,11 @@ std::exception_ptr WeftBackend::run_p2p(task &t) {
     }
     if (res != weftSuccess) fail(t.name, res);
     p2p_queued_ = true;
-    p2p_->add(p2p_lane::entry{done, std::move(t.steps), std::move(t.works)});
-    t.works.clear(); /* the lane completes them */
+    auto op = std::make_shared<p2p_op>(done, p2p_ref_, std::move(t.steps), t.works, p2p_error_);
+    done = nullptr; /* the op's */
+    for (auto &w : t.works) w->set_p2p(op);
+    t.works.clear(); /* the op completes them */
+    p2p_->add(std::move(op));
     return nullptr;
   } catch (...) {
     if (done != nullptr) weftEventDestroy(done);
@@ -757,7 +764,12 @@ void WeftBackend::stop_worker(bool abort_comm) {
   }
   // the sends and receives queued on the stream run (after an abort, or a
   // revoke, they fail at once), then the lane completes their Works
-  if (p2p_stream_ != nullptr) weftStreamDestroy(p2p_stream_);
+  // (a caller waiting on one may be running the stream's work: that ends first)
+  if (p2p_stream_ != nullptr) {
+    std::unique_lock<std::shared_mutex> lk(p2p_ref_->mu);
+    weftStreamDestroy(p2p_stream_);
+    p2p_ref_->stream = nullptr;
+  }
   p2p_stream_ = nullptr;
   if (p2p_ && p2p_->on_thread()) p2p_.release()->detach();
   p2p_.reset();

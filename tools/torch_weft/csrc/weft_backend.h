@@ -391,6 +391,8 @@ class WeftBackend : public c10d::Backend {
    * the thread that runs the group's tasks (queue_state::busy) */
   weftStream_t p2p_stream_ = nullptr;
   std::unique_ptr<p2p_lane> p2p_;
+  std::shared_ptr<const p2p_op::error_fn> p2p_error_; /* the ops' failure, once done */
+  std::shared_ptr<p2p_stream_ref> p2p_ref_ = std::make_shared<p2p_stream_ref>();
   bool p2p_queued_ = false;
   /* the communicator the lane asks for its error; NULL once it is freed */
   std::shared_ptr<std::pair<std::mutex, weftComm_t>> p2p_comm_ =

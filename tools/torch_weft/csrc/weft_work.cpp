@@ -7,8 +7,36 @@
 
 namespace torch_weft {
 
-p2p_lane::p2p_lane(std::function<std::exception_ptr()> error)
-    : error_(std::move(error)), thread_([this] { loop(); }) {}
+void p2p_op::wait_and_settle(bool run) {
+  // the stream reaches its events in order; an operation that fails (a dead
+  // peer, the timeout, an abort) is done too, failed
+  if (run) {
+    std::shared_lock<std::shared_mutex> lk(stream_->mu);
+    if (stream_->stream != nullptr) weftEventSynchronizeOnStream(done_, stream_->stream);
+  }
+  weftEventSynchronize(done_);
+  settle();
+}
+
+// Completing a Work runs its future's callbacks, which may end the group
+// (and join the lane's thread): nothing is held meanwhile.
+void p2p_op::settle() {
+  if (claimed_.exchange(true)) return;
+  std::exception_ptr err = (*error_)();
+  if (!err) {
+    try {
+      for (auto &s : steps_)
+        if (s.finish) s.finish();
+    } catch (...) {
+      err = std::current_exception();
+    }
+  }
+  for (auto &w : works_) w->complete(err);
+  works_.clear();
+  steps_.clear();
+}
+
+p2p_lane::p2p_lane() : thread_([this] { loop(); }) {}
 
 p2p_lane::~p2p_lane() {
   {
@@ -26,42 +54,29 @@ void p2p_lane::detach() {
   thread_.detach();
 }
 
-void p2p_lane::add(entry e) {
+void p2p_lane::add(std::shared_ptr<p2p_op> op) {
   std::lock_guard<std::mutex> lk(mu_);
-  entries_.push_back(std::move(e));
+  ops_.push_back(std::move(op));
   cv_.notify_all();
 }
 
 void p2p_lane::loop() {
   for (;;) {
-    entry e;
+    std::shared_ptr<p2p_op> op;
     {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [this] { return stop_ || !entries_.empty(); });
-      if (entries_.empty()) { /* stopped and drained */
+      cv_.wait(lk, [this] { return stop_ || !ops_.empty(); });
+      if (ops_.empty()) { /* stopped and drained */
         if (detached_) {
           lk.unlock();
           delete this;
         }
         return;
       }
-      e = std::move(entries_.front());
-      entries_.pop_front();
+      op = std::move(ops_.front());
+      ops_.pop_front();
     }
-    // the stream reaches its events in order; an operation that fails
-    // (a dead peer, the timeout, an abort) is done too, failed
-    weftEventSynchronize(e.done);
-    weftEventDestroy(e.done);
-    std::exception_ptr err = error_();
-    if (!err) {
-      try {
-        for (auto &s : e.steps)
-          if (s.finish) s.finish();
-      } catch (...) {
-        err = std::current_exception();
-      }
-    }
-    for (auto &w : e.works) w->complete(err);
+    op->wait_and_settle(false);
   }
 }
 
@@ -111,6 +126,12 @@ bool WeftWork::wait(std::chrono::milliseconds timeout) {
   // for it now would wait forever, so the wait returns, as NCCL's does
   // there; the Work the block's end returns waits for all of it
   if (block_open_) return true;
+  // a send or receive on the host stream: this thread runs it when the
+  // stream's thread is idle, and settles it once the stream is past it,
+  // rather than waking when the lane's thread has (with a timeout, the lane
+  // settles it and the wait below bounds it)
+  if (timeout == kNoTimeout && !Work::isCompleted())
+    if (std::shared_ptr<p2p_op> op = p2p_.lock()) op->wait_and_settle(true);
   if (gpu_ && gpu_->captured()) {
     // recorded into a graph being captured: it runs when the graph does, so
     // the caller's stream is ordered after it and nothing is waited for on

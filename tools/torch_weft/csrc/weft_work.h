@@ -16,11 +16,13 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <thread>
 
 namespace torch_weft {
 
 class WeftBackend;
+class p2p_op;
 struct queue_state;
 
 class WeftWork : public c10d::Work {
@@ -54,6 +56,10 @@ class WeftWork : public c10d::Work {
     return *source_;
   }
   void set_source(std::shared_ptr<std::atomic<int>> source) { source_ = std::move(source); }
+
+  // A send or receive on the group's host stream: wait() runs or settles
+  // it on the caller's thread (p2p_op).
+  void set_p2p(const std::shared_ptr<p2p_op> &op) { p2p_ = op; }
 
   // The time from the operation's start to its end, in milliseconds, once
   // it is complete (weft times every operation; NCCL only with timing on).
@@ -109,6 +115,7 @@ class WeftWork : public c10d::Work {
   std::atomic<bool> finished_{false};
   std::atomic<bool> block_open_{false};
   std::shared_ptr<std::atomic<int>> source_; /* a receive from any source: its sender */
+  std::weak_ptr<p2p_op> p2p_; /* a send or receive on the host stream, until settled */
   std::atomic<int64_t> started_ns_{0}, ended_ns_{0};
 };
 
@@ -138,22 +145,63 @@ struct task {
   bool p2p = false;
 };
 
+// The group's weft host stream for sends and receives, as its p2p_ops see
+// it: NULL once destroyed, which takes mu exclusively (a waiter holds it
+// shared while it may run the stream's work).
+struct p2p_stream_ref {
+  std::shared_mutex mu;
+  weftStream_t stream = nullptr;
+};
+
+// A send or receive on host memory queued on the group's weft host stream
+// (p2p_lane): the event recorded after it, and what is left to do once the
+// stream is past it: the steps' finishes (copies out of staging buffers)
+// and its Works to complete. The first thread to see the event reached
+// settles it: the lane's, in issue order, or a caller waiting on one of its
+// Works (wait()), which then returns without waiting for the lane's thread
+// to be scheduled; a caller that finds the stream's thread idle runs the
+// operation itself (weftEventSynchronizeOnStream). is_completed() only
+// looks (the watchdog calls it holding its lock, where callbacks must not run).
+class p2p_op {
+ public:
+  using error_fn = std::function<std::exception_ptr()>;
+  // error: the communicator's failure once the operation is done, or null
+  p2p_op(weftEvent_t done, std::shared_ptr<p2p_stream_ref> stream, std::vector<op_step> steps,
+         std::vector<c10::intrusive_ptr<WeftWork>> works, std::shared_ptr<const error_fn> error)
+      : done_(done),
+        stream_(std::move(stream)),
+        steps_(std::move(steps)),
+        works_(std::move(works)),
+        error_(std::move(error)) {}
+  ~p2p_op() { weftEventDestroy(done_); }
+  p2p_op(const p2p_op &) = delete;
+  p2p_op &operator=(const p2p_op &) = delete;
+  // Blocks until the stream is past the operation (done or failed), then
+  // settles it unless another thread has begun to (whose Works may still be
+  // completing on return). run: run the stream's work on this thread while
+  // the stream's thread is idle (a caller's wait, not the lane's).
+  void wait_and_settle(bool run);
+
+ private:
+  void settle();
+  weftEvent_t done_;
+  std::shared_ptr<p2p_stream_ref> stream_;
+  std::atomic<bool> claimed_{false}; /* a thread settles it, or has */
+  std::vector<op_step> steps_;
+  std::vector<c10::intrusive_ptr<WeftWork>> works_; /* dropped once settled */
+  std::shared_ptr<const error_fn> error_;
+};
+
 // Sends and receives on host memory run on a weft host stream of the group,
 // where those queued back to back advance together while the caller goes
-// on (weft.h, "Host streams"); an event recorded after each says when it is
-// done. This thread waits for the events in order, then finishes the
-// operations (copies out of staging buffers) and completes their Works.
+// on (weft.h, "Host streams"). This thread waits for their events in order
+// and settles each operation that no caller has settled first, so that a
+// Work nobody waits on completes (its future's callbacks run) too.
 struct p2p_lane {
-  struct entry {
-    weftEvent_t done;
-    std::vector<op_step> steps;
-    std::vector<c10::intrusive_ptr<WeftWork>> works;
-  };
-  // error: the communicator's failure once an operation is done, or null
-  explicit p2p_lane(std::function<std::exception_ptr()> error);
+  p2p_lane();
   // Finishes what was added, then stops.
   ~p2p_lane();
-  void add(entry e);
+  void add(std::shared_ptr<p2p_op> op);
   bool on_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
   // For a stop on the lane's own thread (a Work's callback ends the group):
   // the lane finishes what was added, then frees itself.
@@ -162,10 +210,9 @@ struct p2p_lane {
  private:
   void loop();
   bool detached_ = false;
-  std::function<std::exception_ptr()> error_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<entry> entries_;
+  std::deque<std::shared_ptr<p2p_op>> ops_;
   bool stop_ = false;
   std::thread thread_;
 };
