@@ -224,6 +224,12 @@ class WeftBackend : public c10d::Backend {
   // operation failed) or REMOTE_ERROR (a peer died or gave up), else SUCCESS.
   c10d::ErrorType getError() override { return (c10d::ErrorType)error_type_.load(); }
 
+  // The group's stream settings (weft_streams.h): read from the
+  // environment when it is made; pg_options' high_priority_stream and a
+  // split or shrunk group's parent set them before the first operation.
+  void set_stream_options(const stream_options &o) { streams_.set_options(o); }
+  const stream_options &stream_opts() const { return streams_.options(); }
+
   // --- life cycle ---
 
   void shutdown() override { stop_worker(false); }
@@ -398,6 +404,7 @@ class WeftBackend : public c10d::Backend {
   weftComm_t comm_ = nullptr;
   std::shared_ptr<queue_state> queue_;
   weftStream_t stream_ = nullptr; /* the CUDA stream of the task running; NULL on host memory */
+  comm_streams streams_{stream_options::from_env()}; /* CUDA: one per device (weft_streams.h) */
   std::thread worker_;
   std::thread::id worker_id_; /* set once at construction: read by stop_worker on any thread */
   std::mutex comm_mu_; /* guards aborted_, inflight_ and stop_worker's state */

@@ -456,7 +456,12 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::barrier(const c10d::BarrierOptions &
   if (cuda_built() && opts.device.has_value() && opts.device->is_cuda()) {
     const int device = opts.device->has_index() ? opts.device->index() : -1;
     void *stream = gpu_current_stream(device);
-    s.finish = [device, stream]() { gpu_stream_sync(device, stream); };
+    // and the operations issued before it on the group's stream of it
+    void *comm = device >= 0 ? streams_.stream_of(gpu_real_layer(), device) : nullptr;
+    s.finish = [device, stream, comm]() {
+      gpu_stream_sync(device, stream);
+      if (comm != nullptr && comm != stream) gpu_stream_sync(device, comm);
+    };
   }
   return submit("barrier", c10d::OpType::BARRIER, {s}, {}, opts.asyncOp);
 }
