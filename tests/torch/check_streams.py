@@ -9,8 +9,9 @@ for, in order: all_reduce and wait(), async_op without wait then use, a side
 stream made current, two groups, a high-priority group, blocking wait
 (TORCH_WEFT_BLOCKING_WAIT, and TORCH_NCCL_BLOCKING_WAIT honoured), tensors
 stashed instead of recorded (TORCH_WEFT_AVOID_RECORD_STREAMS), all on the
-current stream (TORCH_WEFT_COMM_STREAM=0), a coalesced block, send/recv, and a
-graph capture (joined back by wait(); left unjoined without it). Run under
+current stream (TORCH_WEFT_COMM_STREAM=0), a coalesced block, send/recv, a
+graph capture (joined back by wait(); left unjoined without it), and a setting
+that is no flag refused. Run under
 torchrun (2 or 3 ranks); exits non-zero with the failing checks listed."""
 import os
 import sys
@@ -159,11 +160,11 @@ def main():
     # blocking wait: wait() waits on the host for the end event (released by
     # the fake 1 s later), then orders the stream; without it wait()
     # returns with the operation pending on the GPU
-    for name, var in (("TORCH_WEFT_BLOCKING_WAIT", "TORCH_WEFT_BLOCKING_WAIT"),
-                      ("TORCH_NCCL_BLOCKING_WAIT honoured", "TORCH_NCCL_BLOCKING_WAIT"),
-                      ("no blocking wait", None)):
+    for name, var, val in (("TORCH_WEFT_BLOCKING_WAIT", "TORCH_WEFT_BLOCKING_WAIT", "1"),
+                           ("TORCH_NCCL_BLOCKING_WAIT honoured", "TORCH_NCCL_BLOCKING_WAIT", "true"),
+                           ("no blocking wait", None, None)):
         if var:
-            os.environ[var] = "1"
+            os.environ[var] = val
         gb = dist.new_group(list(range(world)))
         if var:
             del os.environ[var]
@@ -289,6 +290,16 @@ def main():
     w.wait()
     _C._gpu_fake_set_stream("default")
     take_log()
+
+    # a setting that is no flag is refused, naming it, when the group is made
+    os.environ["TORCH_WEFT_COMM_STREAM"] = "sometimes"
+    try:
+        dist.new_group(list(range(world)))
+        fail("bad setting", "TORCH_WEFT_COMM_STREAM=sometimes was taken")
+    except Exception as e:  # noqa: BLE001 (torch wraps it as it likes)
+        expect("bad setting: named", "TORCH_WEFT_COMM_STREAM=sometimes is not a flag" in str(e),
+               str(e)[:300])
+    del os.environ["TORCH_WEFT_COMM_STREAM"]
 
     dist.barrier()
     _C._gpu_fake(False)

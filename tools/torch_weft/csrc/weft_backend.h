@@ -305,8 +305,9 @@ class WeftBackend : public c10d::Backend {
   // has run: the caller waits for it anyway, and a hand-off to the worker
   // would only add a thread switch to its latency.
   // An operation on CUDA tensors always runs on the caller's thread (its
-  // kernels are enqueued on the caller's stream; the call does not wait for
-  // them), once the host work queued before it has run. inputs are the
+  // kernels are enqueued on the group's communication stream, after the
+  // caller's stream; the call does not wait for them), once the host work
+  // queued before it has run. inputs are the
   // caller's tensors it reads (outputs: those it writes); the first of
   // inputs, else of outputs, says where the operation runs.
   c10::intrusive_ptr<c10d::Work> submit(const char *name, c10d::OpType type,
@@ -355,7 +356,8 @@ class WeftBackend : public c10d::Backend {
   void worker_loop();
 
   // Runs a task's steps, in one weft group when there are several; a task
-  // on CUDA tensors on the caller's current stream of their device.
+  // on CUDA tensors on the group's communication stream of their device
+  // (weft_streams.h).
   std::exception_ptr run(task &t);
 
   std::exception_ptr run_steps(task &t);

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -16,16 +17,21 @@ gpu_layer *gpu_real_layer(); /* weft_cuda.cpp: null without CUDA */
 
 // --- settings ---
 
-// "1" or "0" in name, else in fallback (NCCL's name of the same setting),
-// else def; anything else is refused.
+// A flag in name, else in fallback (NCCL's name of the same setting), else
+// def: 1, true, yes, y, on or 0, false, no, n, off (any case), as torch
+// reads its own; anything else is refused.
 static bool env_flag(const char *name, const char *fallback, bool def) {
   for (const char *n : {name, fallback}) {
     if (n == nullptr) continue;
     const char *v = std::getenv(n);
     if (v == nullptr || *v == '\0') continue;
-    TORCH_CHECK(std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0, "weft: ", n, "=", v,
-                " is not 0 or 1");
-    return v[0] == '1';
+    std::string low(v);
+    for (char &c : low) c = (char)std::tolower((unsigned char)c);
+    for (const char *yes : {"1", "true", "yes", "y", "on"})
+      if (low == yes) return true;
+    for (const char *no : {"0", "false", "no", "n", "off"})
+      if (low == no) return false;
+    TORCH_CHECK(false, "weft: ", n, "=", v, " is not a flag (1 or 0)");
   }
   return def;
 }
