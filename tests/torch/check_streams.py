@@ -238,7 +238,8 @@ def main():
     take_log()
     dist.all_reduce(t, group=gc)
     match("TORCH_WEFT_COMM_STREAM=0", take_log(),
-          ["run allreduce default", "record $E default", "future default", "wait default $E"])
+          ["run allreduce default", "hold default 1", "record $E default", "future default",
+           "wait default $E"])
 
     # a coalesced block (_coalescing_manager): one ready event, one run, every tensor recorded,
     # one end event that the block's wait orders the stream after

@@ -92,13 +92,10 @@ comm_streams::launch comm_streams::begin(gpu_layer *layer, int device) {
 std::shared_ptr<gpu_end> comm_streams::end(const launch &l, const std::vector<at::Tensor> &tensors,
                                            bool *stash) {
   gpu_layer *layer = l.layer;
-  *stash = false;
-  if (l.stream != l.caller) {
-    if (opts_.avoid_record_streams)
-      *stash = true;
-    else
-      layer->hold(l.device, l.stream, tensors);
-  }
+  // on the caller's own stream too: a tensor made on another one and
+  // dropped after the call must outlive the operation there as well
+  *stash = opts_.avoid_record_streams;
+  if (!*stash) layer->hold(l.device, l.stream, tensors);
   void *ev = layer->event_create(l.device);
   try {
     layer->event_record(l.device, ev, l.stream);
