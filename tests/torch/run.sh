@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs one check of the PyTorch backend (tools/torch_weft) with the checkout's
 # .venv-torch (made by WEFT_SETUP_TORCH=1 tools/scripts/setup.sh):
-#   run.sh ops N | train N | alloc N | api N | parity N | surfaces N
+#   run.sh ops N | train N | alloc N | api N | parity N | surfaces N | streams N
 #                             under torchrun with N ranks
 #   run.sh dead_peer N        N ranks of its own, one killed mid-training
 #   run.sh watchdog N         the same; the survivors' watchdogs must end them
@@ -20,7 +20,7 @@ fi
 export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
 check="$1" nranks="$2"
 case "$check" in
-  ops | train | alloc | api | parity | surfaces)
+  ops | train | alloc | api | parity | surfaces | streams)
     exec "$venv/bin/python" -m torch.distributed.run --standalone --nproc-per-node "$nranks" \
       "$root/tests/torch/check_$check.py" ;;
   cuda_ops_cpu)

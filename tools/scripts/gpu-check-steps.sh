@@ -818,6 +818,32 @@ step_torch_weft_cuda() {
   [ $rc = 0 ] || fail "$(cat "$LOGS/$STEP.key")"
 }
 
+# The overlap the communication streams give (docs/pytorch.md, CUDA streams):
+# DDP step time of tests/torch/bench_ddp_streams.py, 2 ranks sharing cuda:0
+# (under MPS when its daemon is up), with the group's communication stream
+# and with every collective on the compute stream (TORCH_WEFT_COMM_STREAM=0),
+# alternated twice; the key gives both medians and their ratio (goal: the
+# communication stream no slower; reported, not judged).
+step_torch_weft_streams() {
+  need_torch_weft_cuda
+  [ -f "$WORK/mps/up" ] && use_mps
+  local rc=0 round mode
+  for round in 1 2; do
+    for mode in 1 0; do
+      TORCH_WEFT_COMM_STREAM=$mode OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 timeout 90 \
+        "$PY" -m torch.distributed.run --standalone --nproc-per-node 2 \
+        "$ROOT/tests/torch/bench_ddp_streams.py" 2>&1 | tee -a "$LOGS/$STEP.out"
+      [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    done
+  done
+  local comm compute
+  comm=$(awk '/^ddp_streams comm_stream=1/ {sub("step_ms=", "", $4); print $4}' "$LOGS/$STEP.out" | sort -n | head -1)
+  compute=$(awk '/^ddp_streams comm_stream=0/ {sub("step_ms=", "", $4); print $4}' "$LOGS/$STEP.out" | sort -n | head -1)
+  key "DDP step ms, best of 2: comm stream ${comm:-?}, compute stream ${compute:-?}$(
+    [ -n "$comm" ] && [ -n "$compute" ] && awk -v a="$comm" -v b="$compute" 'BEGIN {printf ", ratio %.3f", a / b}')"
+  [ $rc = 0 ] || fail "$(cat "$LOGS/$STEP.key")"
+}
+
 # A rank SIGKILLed in the middle of DDP on CUDA tensors (the weft backend):
 # the other raises DistBackendError naming it within the timeout. Without
 # MPS: a client killed with kernels in flight can leave the daemon refusing

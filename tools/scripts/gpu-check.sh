@@ -87,6 +87,7 @@ torch_ddp|120|gpu|20.4|DDP on cuda:0, 2 ranks, through libnccl.so.2, against one
 torch_cuda_ops|180|gpu|20.4|all_to_all_single, batch_isend_irecv, FSDP2 divide factor on CUDA
 torch_weft|180|-|20.4|tools/torch_weft built against the local torch; check_ops on 2 ranks
 torch_weft_cuda|240|gpu|19.6|the weft backend on CUDA tensors: check_api, DDP, all-to-all, p2p, FSDP2 vs one process
+torch_weft_streams|150|gpu|19.6|the weft backend, communication streams: DDP step time, 2 ranks on cuda:0, comm stream vs compute stream
 device_ipc_mps|120|gpu|20.2|device_ipc under MPS
 perf_sendrecv|110|gpu|20.3|sendrecv_perf -M cuda, 2/4/8 processes
 perf_alltoall|110|gpu|20.3|alltoall_perf -M cuda, 2/4/8 processes

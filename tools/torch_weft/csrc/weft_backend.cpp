@@ -28,6 +28,7 @@
 
 #include "weft_alloc.h"
 #include "weft_cuda.h"
+#include "weft_streams.h"
 
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -122,6 +123,7 @@ c10::intrusive_ptr<c10d::Backend> WeftBackend::split(const c10::intrusive_ptr<c1
   if (!member) return nullptr;
   auto b = c10::make_intrusive<WeftBackend>(child, key, (int)ranks.size(), timeout, name, store);
   b->channels_ = channels_;
+  b->set_stream_options(stream_opts());
   return b;
 }
 
@@ -176,6 +178,7 @@ c10::intrusive_ptr<c10d::Backend> WeftBackend::shrink(const std::vector<int64_t>
                                                       store_);
   auto b = c10::make_intrusive<WeftBackend>(child, rank, size, timeout, name, store);
   b->channels_ = channels_;
+  b->set_stream_options(stream_opts());
   return b;
 }
 
@@ -231,8 +234,11 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpTyp
                                         : -1;
   for (const auto &o : outputs) check_device(o, device, name);
   for (const auto &i : inputs) check_device(i, device, name);
+  const int sdev = device >= 0 ? device
+                   : (gpu_fake_on() && (!inputs.empty() || !outputs.empty())) ? 0
+                                                                               : -1;
   std::vector<at::Tensor> tensors;
-  if (device >= 0) {
+  if (sdev >= 0) {
     tensors = std::move(inputs);
     tensors.insert(tensors.end(), outputs.begin(), outputs.end());
   }
@@ -240,14 +246,15 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpTyp
     TORCH_CHECK(coalesced_.steps.empty() || coalesced_.device == device, "weft: ", name,
                 ": a coalesced block mixes host and CUDA tensors (or two GPUs)");
     coalesced_.device = device;
+    if (sdev >= 0) coalesced_.sdev = sdev;
     for (auto &s : steps) coalesced_.steps.push_back(std::move(s));
     for (auto &x : tensors) coalesced_.tensors.push_back(std::move(x));
     return coalesced_work_;
   }
   auto work = make_work(type, name, std::move(outputs));
   watch(work, name);
-  task t{name, std::move(steps), {work}, device, nullptr, std::move(tensors)};
-  if (async_op && device < 0) {
+  task t{name, std::move(steps), {work}, device, sdev, {}, std::move(tensors)};
+  if (async_op && sdev < 0) {
     enqueue(std::move(t));
     return work;
   }
@@ -277,12 +284,19 @@ void WeftBackend::run_busy(task &t) {
 }
 
 void WeftBackend::complete(task &t, std::exception_ptr err) {
-  if (t.device < 0 || err) {
+  if (t.sdev < 0 || err) {
     for (auto &w : t.works) w->complete(err);
     return;
   }
-  gpu_hold(t.device, t.stream, t.tensors);
-  auto mark = gpu_mark(t.device, t.stream);
+  gpu_layer *g = t.launch.layer;
+  bool stash = false;
+  std::shared_ptr<gpu_end> end;
+  try {
+    end = streams_.end(t.launch, t.tensors, &stash);
+  } catch (...) {
+    for (auto &w : t.works) w->complete(std::current_exception());
+    return;
+  }
   std::shared_ptr<queue_state> q = queue_;
   const int rank = rank_, size = size_;
   auto async_error = [q, rank, size]() -> std::exception_ptr {
@@ -303,7 +317,9 @@ void WeftBackend::complete(task &t, std::exception_ptr err) {
     }
   };
   for (auto &w : t.works)
-    w->complete_on_gpu(mark, gpu_future(t.device, t.stream, w->result()), async_error, timeout_);
+    w->complete_on_gpu(end, g->future(t.sdev, t.launch.stream, w->result()), async_error, timeout_,
+                       streams_.options().blocking_wait,
+                       stash ? t.tensors : std::vector<at::Tensor>());
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::submit_p2p(const char *name, c10d::OpType type,
@@ -311,7 +327,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit_p2p(const char *name, c10d::O
                                                        std::vector<at::Tensor> outputs) {
   // on a GPU a send waits for its receiver in the kernel, not on this
   // thread: it runs as other operations do
-  if (coalescing_ || device_of(outputs[0]) >= 0)
+  if (coalescing_ || device_of(outputs[0]) >= 0 || gpu_fake_on())
     return submit(name, type, {std::move(step)}, std::move(outputs), true);
   seq_++;
   auto work = make_work(type, name, std::move(outputs));
@@ -333,7 +349,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit_p2p(const char *name, c10d::O
 }
 
 void WeftBackend::enqueue(task t) {
-  if (t.device >= 0) {
+  if (t.sdev >= 0) {
     run_here(t);
     return;
   }
@@ -376,14 +392,21 @@ void WeftBackend::worker_loop() {
 std::exception_ptr WeftBackend::run(task &t) {
   if (t.p2p) return run_p2p(t);
   p2p_drain();
-  if (t.device < 0) return run_steps(t);
+  if (t.sdev < 0) return run_steps(t);
+  // on the group's communication stream of the device, after the caller's
+  // current stream (weft_streams.h); weft's kernels and torch's staging
+  // copies go there (on host memory, with the fake layer, the operation
+  // runs on the host as ever)
   std::exception_ptr err;
+  gpu_layer *g = gpu_layer_now();
+  TORCH_CHECK(g != nullptr, "weft: ", t.name, ": this torch_weft was built without CUDA support");
   try {
-    on_cuda_stream(t.device, [&](void *stream) {
-      t.stream = stream;
-      stream_ = stream;
+    t.launch = streams_.begin(g, t.sdev);
+    g->on_stream(t.sdev, t.launch.stream, [&]() {
+      stream_ = t.device >= 0 ? t.launch.stream : nullptr;
       err = run_steps(t);
       stream_ = nullptr;
+      g->launched(t.sdev, t.launch.stream, t.name);
     });
   } catch (...) {
     stream_ = nullptr;
@@ -818,9 +841,15 @@ class WeftProcessGroup : public c10d::ProcessGroup {
 
 static c10::intrusive_ptr<c10d::Backend> create_backend(
     const c10::intrusive_ptr<c10d::Store> &store, int rank, int size, double timeout_s,
-    const std::string &name, int channels) {
+    const std::string &name, int channels, int high_priority_stream) {
   auto ms = std::chrono::milliseconds((long long)(timeout_s * 1000.0));
-  return c10::make_intrusive<WeftBackend>(store, rank, size, ms, name, channels);
+  auto b = c10::make_intrusive<WeftBackend>(store, rank, size, ms, name, channels);
+  if (high_priority_stream >= 0) {
+    stream_options o = b->stream_opts();
+    o.high_priority = high_priority_stream != 0;
+    b->set_stream_options(o);
+  }
+  return b;
 }
 
 }  // namespace torch_weft
@@ -846,7 +875,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            "A process group whose backend is named \"weft\" (DDP's logging data).");
   m.def("create_backend", &torch_weft::create_backend, py::arg("store"), py::arg("rank"),
         py::arg("size"), py::arg("timeout_s"), py::arg("name") = "", py::arg("channels") = 0,
-        py::call_guard<py::gil_scoped_release>(),
+        py::arg("high_priority_stream") = -1, py::call_guard<py::gil_scoped_release>(),
         "Joins this rank to a weft communicator whose unique id travels through store.");
   m.def("install_allocator", &torch_weft::alloc_install, py::arg("min_bytes"),
         py::arg("cache_bytes"),
@@ -873,6 +902,22 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       },
       "Whether the tensor's bytes lie in one block of weft's CPU allocator.");
   m.def("allocator_empty_cache", &torch_weft::alloc_empty_cache);
+  // the recording fake of the CUDA layer (weft_streams.h), for the test of
+  // the stream logic on the host: while on, host tensors count as on device 0
+  m.def("_gpu_fake", &torch_weft::gpu_fake_enable, py::arg("on"),
+        "Turns the recording fake CUDA layer on or off (a test mode).");
+  m.def("_gpu_fake_log", &torch_weft::gpu_fake_log, "The fake's log since the last call.");
+  m.def("_gpu_fake_set_stream", &torch_weft::gpu_fake_set_stream, py::arg("name"),
+        "Makes the fake's stream name (made if new; \"default\") this thread's current one.");
+  m.def("_gpu_fake_stall", &torch_weft::gpu_fake_stall, py::arg("name"), py::arg("stalled"),
+        py::arg("release_after_ms") = 0,
+        "Holds the events recorded on the fake's stream name pending (released after "
+        "release_after_ms when given), or releases them.",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("_gpu_fake_capture_begin", &torch_weft::gpu_fake_capture_begin,
+        "Begins a capture on this thread's current fake stream.");
+  m.def("_gpu_fake_capture_end", &torch_weft::gpu_fake_capture_end,
+        "Ends the capture: \"\" or the streams not joined back.");
   m.def("cuda_built", &torch_weft::cuda_built,
         "Whether this build runs operations on CUDA tensors.");
   m.def("weft_version", []() {

@@ -224,6 +224,12 @@ class WeftBackend : public c10d::Backend {
   // operation failed) or REMOTE_ERROR (a peer died or gave up), else SUCCESS.
   c10d::ErrorType getError() override { return (c10d::ErrorType)error_type_.load(); }
 
+  // The group's stream settings (weft_streams.h): read from the
+  // environment when it is made; pg_options' high_priority_stream and a
+  // split or shrunk group's parent set them before the first operation.
+  void set_stream_options(const stream_options &o) { streams_.set_options(o); }
+  const stream_options &stream_opts() const { return streams_.options(); }
+
   // --- life cycle ---
 
   void shutdown() override { stop_worker(false); }
@@ -299,8 +305,9 @@ class WeftBackend : public c10d::Backend {
   // has run: the caller waits for it anyway, and a hand-off to the worker
   // would only add a thread switch to its latency.
   // An operation on CUDA tensors always runs on the caller's thread (its
-  // kernels are enqueued on the caller's stream; the call does not wait for
-  // them), once the host work queued before it has run. inputs are the
+  // kernels are enqueued on the group's communication stream, after the
+  // caller's stream; the call does not wait for them), once the host work
+  // queued before it has run. inputs are the
   // caller's tensors it reads (outputs: those it writes); the first of
   // inputs, else of outputs, says where the operation runs.
   c10::intrusive_ptr<c10d::Work> submit(const char *name, c10d::OpType type,
@@ -349,7 +356,8 @@ class WeftBackend : public c10d::Backend {
   void worker_loop();
 
   // Runs a task's steps, in one weft group when there are several; a task
-  // on CUDA tensors on the caller's current stream of their device.
+  // on CUDA tensors on the group's communication stream of their device
+  // (weft_streams.h).
   std::exception_ptr run(task &t);
 
   std::exception_ptr run_steps(task &t);
@@ -400,6 +408,7 @@ class WeftBackend : public c10d::Backend {
   weftComm_t comm_ = nullptr;
   std::shared_ptr<queue_state> queue_;
   weftStream_t stream_ = nullptr; /* the CUDA stream of the task running; NULL on host memory */
+  comm_streams streams_{stream_options::from_env()}; /* CUDA: one per device (weft_streams.h) */
   std::thread worker_;
   std::thread::id worker_id_; /* set once at construction: read by stop_worker on any thread */
   std::mutex comm_mu_; /* guards aborted_, inflight_ and stop_worker's state */

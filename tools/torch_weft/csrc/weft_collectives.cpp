@@ -450,13 +450,19 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::barrier(const c10d::BarrierOptions &
   };
   // on a CUDA device (torch names one from device_ids or the group's bound
   // device), as NCCL's: once every rank has joined, what this rank queued
-  // on the caller's current stream is done when the barrier is passed.
+  // on the caller's current stream (and on the group's stream) is done when
+  // the barrier is passed.
   // Not before joining: a send queued there may wait for a peer's receive
   // that the peer makes after its barrier.
   if (cuda_built() && opts.device.has_value() && opts.device->is_cuda()) {
     const int device = opts.device->has_index() ? opts.device->index() : -1;
     void *stream = gpu_current_stream(device);
-    s.finish = [device, stream]() { gpu_stream_sync(device, stream); };
+    // and the operations issued before it on the group's stream of it
+    void *comm = device >= 0 ? streams_.stream_of(gpu_real_layer(), device) : nullptr;
+    s.finish = [device, stream, comm]() {
+      gpu_stream_sync(device, stream);
+      if (comm != nullptr && comm != stream) gpu_stream_sync(device, comm);
+    };
   }
   return submit("barrier", c10d::OpType::BARRIER, {s}, {}, opts.asyncOp);
 }
@@ -570,7 +576,7 @@ op_step WeftBackend::inplace_step(const at::Tensor &t,
   } else {
     // the copy is made when the operation runs, not when it is queued: an
     // earlier queued operation may still write t (on a GPU both are on the
-    // caller's stream, in order, either way)
+    // group's stream, in order, either way)
     run_input stage{t};
     s.issue = [call, stage]() { return call(stage.get()); };
     s.finish = [t, stage]() {
@@ -619,8 +625,8 @@ op_step WeftBackend::premul_step(const at::Tensor &t, const red_plan &p, const c
   at::ScalarType st = t.scalar_type();
   at::ScalarType scalar_type = at::isComplexType(st) ? c10::toRealValueType(st) : st;
   // the factor rounded to the tensor's type, as weft multiplies by it; a
-  // tensor factor (on the GPU, say) is read here, ordered after the
-  // caller's current stream
+  // tensor factor (on the GPU, say) is read here, on the group's stream,
+  // which is ordered after the caller's
   at::Tensor scalar = p.tensor_factor.defined()
                           ? p.tensor_factor.to(at::kCPU, scalar_type).reshape({1}).clone()
                           : at::full({1}, p.factor, at::TensorOptions().dtype(scalar_type));

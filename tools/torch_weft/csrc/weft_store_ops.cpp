@@ -107,7 +107,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::recvAnysource(std::vector<at::Tensor
   auto work = make_work(c10d::OpType::RECVANYSOURCE, "recv_anysource", {t});
   work->set_source(source);
   watch(work, "recv_anysource");
-  enqueue(task{"recv from any source", {std::move(s)}, {work}, -1, nullptr, {}});
+  enqueue(task{"recv from any source", {std::move(s)}, {work}, -1, -1, {}, {}});
   return work;
 }
 

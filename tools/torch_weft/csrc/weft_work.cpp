@@ -102,24 +102,14 @@ bool WeftWork::isCompleted() {
   return Work::isCompleted();
 }
 
-// TORCH_WEFT_BLOCKING_WAIT=1: wait() on a CUDA operation blocks the host
-// until the GPU is past it (as TORCH_NCCL_BLOCKING_WAIT=1 does NCCL's).
-static bool blocking_wait() {
-  static const bool on = [] {
-    const char *v = std::getenv("TORCH_WEFT_BLOCKING_WAIT");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
-  return on;
-}
-
 // On a CUDA stream, orders the caller's current stream after the operation
 // and returns, as NCCL's wait() does, so that the host queues what follows
 // while the GPU communicates (FSDP2's blocking all-gathers and
 // reduce-scatters, say); a failure already known raises here, a later one
 // at the next operation (weft refuses it), at is_completed() or, after the
-// last, as a warning at shutdown. With blocking_wait(), or a timeout given,
-// waits on the host until the GPU is past it (so that a failure raises
-// here) first.
+// last, as a warning at shutdown. With a blocking wait (the group's
+// stream_options), or a timeout given, waits on the host until the GPU is
+// past it (so that a failure raises here) first.
 bool WeftWork::wait(std::chrono::milliseconds timeout) {
   // an operation inside a coalescing block that is still open (a blocking
   // call there waits on the block's Work) runs when the block ends: waiting
@@ -132,40 +122,46 @@ bool WeftWork::wait(std::chrono::milliseconds timeout) {
   // settles it and the wait below bounds it)
   if (timeout == kNoTimeout && !Work::isCompleted())
     if (std::shared_ptr<p2p_op> op = p2p_.lock()) op->wait_and_settle(true);
-  if (gpu_ && gpu_->captured()) {
+  if (!gpu_) return Work::wait(timeout);
+  if (gpu_->captured()) {
     // recorded into a graph being captured: it runs when the graph does, so
-    // the caller's stream is ordered after it and nothing is waited for on
-    // the host (the capture forbids asking), as NCCL's wait does there
-    gpu_->stream_wait();
+    // the caller's stream is ordered after it (the communication stream
+    // joins the capture back) and nothing is waited for on the host (the
+    // capture forbids asking), as NCCL's wait does there
+    stream_wait_and_drop();
     return true;
   }
-  if (gpu_ && !blocking_wait() && timeout == kNoTimeout) {
+  // Work::wait() ends with synchronize(), which orders the caller's stream
+  if (!blocking_ && timeout == kNoTimeout) {
     poll_gpu(); // one look: an error the communicator has reported raises below
-    if (exception() == nullptr) {
-      gpu_->stream_wait();
-      if (!Work::isCompleted()) return true;
+    if (exception() == nullptr && !Work::isCompleted()) {
+      stream_wait_and_drop();
+      return true;
     }
     return Work::wait(timeout);
   }
-  if (gpu_) {
-    const auto limit = timeout == kNoTimeout ? gpu_timeout_ : timeout;
-    const auto start = std::chrono::steady_clock::now();
-    while (!poll_gpu()) {
-      if (limit.count() > 0 && std::chrono::steady_clock::now() - start > limit) {
-        try {
-          C10_THROW_ERROR(DistBackendError,
-                          c10::str("weft: ", opTypeToString(opType_), " on rank ", rank_,
-                                   ": the GPU has not finished it after ", limit.count(), " ms"));
-        } catch (...) {
-          finish_once(std::current_exception());
-        }
-        break;
+  const auto limit = timeout == kNoTimeout ? gpu_timeout_ : timeout;
+  const auto start = std::chrono::steady_clock::now();
+  if (limit.count() <= 0 && async_error_() == nullptr) gpu_->synchronize(); /* no deadline */
+  while (!poll_gpu()) {
+    if (limit.count() > 0 && std::chrono::steady_clock::now() - start > limit) {
+      try {
+        C10_THROW_ERROR(DistBackendError,
+                        c10::str("weft: ", opTypeToString(opType_), " on rank ", rank_,
+                                 ": the GPU has not finished it after ", limit.count(), " ms"));
+      } catch (...) {
+        finish_once(std::current_exception());
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      break;
     }
-    if (exception() == nullptr) gpu_->stream_wait();
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   return Work::wait(timeout);
+}
+
+void WeftWork::synchronize() {
+  if (block_open_ || !gpu_) return;
+  stream_wait_and_drop();
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> WeftWork::getFuture() { return future_; }

@@ -7,7 +7,7 @@
 
 #include <weft.h>
 
-#include "weft_cuda.h"
+#include "weft_streams.h"
 
 #include <atomic>
 #include <chrono>
@@ -41,7 +41,9 @@ class WeftWork : public c10d::Work {
 
   bool isCompleted() override;
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
-  void synchronize() override {}
+  // On a CUDA stream: the caller's current stream waits for the operation
+  // (as NCCL's synchronize()); nothing else.
+  void synchronize() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override { return outputs_; }
 
@@ -87,15 +89,24 @@ class WeftWork : public c10d::Work {
 
   // Called once the operation is enqueued on a CUDA stream: the future is
   // complete for users on the GPU at once (they order themselves after the
-  // operation); the Work completes when the GPU passes mark, or fails when
+  // operation); the Work completes when the GPU passes end, or fails when
   // async_error reports the communicator's failure, or after timeout.
-  void complete_on_gpu(std::shared_ptr<GpuMark> mark, c10::intrusive_ptr<c10::ivalue::Future> fut,
+  // blocking: wait() also waits on the host; stash: the caller's tensors,
+  // kept until the operation is done or waited for (instead of
+  // record_stream).
+  void complete_on_gpu(std::shared_ptr<gpu_end> end, c10::intrusive_ptr<c10::ivalue::Future> fut,
                        std::function<std::exception_ptr()> async_error,
-                       std::chrono::milliseconds timeout) {
+                       std::chrono::milliseconds timeout, bool blocking,
+                       std::vector<at::Tensor> stash) {
     future_ = std::move(fut);
     async_error_ = std::move(async_error);
     gpu_timeout_ = timeout;
-    gpu_ = std::move(mark);
+    blocking_ = blocking;
+    {
+      std::lock_guard<std::mutex> lk(stash_mu_);
+      stash_ = std::move(stash);
+    }
+    gpu_ = std::move(end);
   }
 
  private:
@@ -105,11 +116,26 @@ class WeftWork : public c10d::Work {
       ended_ns_ = now_ns();
       finish(exception);
     }
+    drop_stash();
+  }
+  // The caller's stream waits for the operation: the stashed tensors are
+  // ordered on it from there.
+  void stream_wait_and_drop() {
+    gpu_->stream_wait();
+    drop_stash();
+  }
+  void drop_stash() {
+    std::vector<at::Tensor> gone;
+    std::lock_guard<std::mutex> lk(stash_mu_);
+    gone.swap(stash_);
   }
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::shared_ptr<queue_state> queue_;
-  std::shared_ptr<GpuMark> gpu_; /* set for an operation on a CUDA stream */
+  std::shared_ptr<gpu_end> gpu_; /* set for an operation on a CUDA stream */
+  bool blocking_ = false;
+  std::mutex stash_mu_;
+  std::vector<at::Tensor> stash_; /* the caller's tensors, until done (avoid_record_streams) */
   std::function<std::exception_ptr()> async_error_;
   std::chrono::milliseconds gpu_timeout_{0};
   std::atomic<bool> finished_{false};
@@ -136,7 +162,10 @@ struct task {
   std::vector<op_step> steps;
   std::vector<c10::intrusive_ptr<WeftWork>> works;
   int device = -1;         /* CUDA device of its tensors; -1: host memory */
-  void *stream = nullptr;  /* the CUDA stream it ran on */
+  /* the device of the stream logic: device, or 0 for host tensors while the
+   * fake CUDA layer is on; -1: none */
+  int sdev = -1;
+  comm_streams::launch launch; /* the streams it ran on */
   /* the caller's tensors it reads and writes: on a GPU, their memory is not
    * reused until the stream is past the operation (record_stream) */
   std::vector<at::Tensor> tensors;

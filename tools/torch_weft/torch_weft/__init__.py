@@ -81,9 +81,13 @@ class Options:
     host rings: 1 to 16), else weft's choice (WEFT_MIN_NCHANNELS and
     WEFT_MAX_NCHANNELS); name: the communicator's name in weft's logs and
     errors, else the group's; timeout (a timedelta): the group's timeout,
-    else the one given to the call (its default: 30 minutes)."""
+    else the one given to the call (its default: 30 minutes);
+    high_priority_stream (also is_high_priority_stream, NCCL's name): the
+    group's CUDA communication streams are of high priority, else
+    TORCH_WEFT_HIGH_PRIORITY_STREAM says."""
 
-    def __init__(self, channels=None, name=None, timeout=None):
+    def __init__(self, channels=None, name=None, timeout=None, high_priority_stream=None,
+                 is_high_priority_stream=None):
         if channels is not None and (not isinstance(channels, int) or channels < 1):
             raise ValueError(f"torch_weft.Options: channels={channels!r} is not a count "
                              "of channels (an int from 1)")
@@ -91,19 +95,30 @@ class Options:
             raise TypeError(f"torch_weft.Options: timeout={timeout!r} is not a timedelta")
         if name is not None and not isinstance(name, str):
             raise TypeError(f"torch_weft.Options: name={name!r} is not a string")
+        if high_priority_stream is None:
+            high_priority_stream = is_high_priority_stream
+        if high_priority_stream is not None and not isinstance(high_priority_stream, bool):
+            raise TypeError(f"torch_weft.Options: high_priority_stream={high_priority_stream!r} "
+                            "is not a bool")
         self.channels = channels
         self.name = name
         self.timeout = timeout
+        self.high_priority_stream = high_priority_stream
+
+    @property
+    def is_high_priority_stream(self):
+        return self.high_priority_stream
 
     def __repr__(self):
         return (f"torch_weft.Options(channels={self.channels!r}, name={self.name!r}, "
-                f"timeout={self.timeout!r})")
+                f"timeout={self.timeout!r}, high_priority_stream={self.high_priority_stream!r})")
 
 
 def _create_backend(opts, backend_options=None):
     timeout = opts.timeout.total_seconds() if opts.timeout is not None else 1800.0
     name = opts.group_id or "torch"
     channels = 0
+    high_priority = -1
     if backend_options is not None:
         if not isinstance(backend_options, Options):
             raise TypeError(f"weft: pg_options must be a torch_weft.Options, got "
@@ -112,8 +127,10 @@ def _create_backend(opts, backend_options=None):
         name = backend_options.name or name
         if backend_options.timeout is not None:
             timeout = backend_options.timeout.total_seconds()
+        if backend_options.high_priority_stream is not None:
+            high_priority = int(backend_options.high_priority_stream)
     return _C.create_backend(opts.store, opts.group_rank, opts.group_size, timeout, name,
-                             channels)
+                             channels, high_priority)
 
 
 def _create(opts, backend_options=None):
