@@ -69,7 +69,9 @@ weftResult_t ring_run(struct weftComm *comm, struct weft_channel *ch, const stru
    * (each rank checks a link before passing its data on), sends a slot
    * holding the signature to c0 over the link the chain leaves free; c0 to
    * c[k-3] each receive it after their steps and pass it on to the next but
-   * the last. So a rank returns success only once every link has compared. */
+   * the last. So a rank returns success only once every link has compared.
+   * Two ranks need none: the slot alone already carries c[1]'s signature to
+   * c0, which checks it before it returns. */
   int chain_idx = -1, token_send = 0, token_recv = 0;
   if (rooted && count > 0 && comm->nranks > 1) {
     const int k = comm->nranks;
@@ -84,8 +86,8 @@ weftResult_t ring_run(struct weftComm *comm, struct weft_channel *ch, const stru
       if (prev_is_root) alone_last = PRIMS_RECV;
       chain_idx = (g.pos - g.root_pos - 1 + 2 * k) % k;
     }
-    token_send = chain_idx == k - 1 || chain_idx <= k - 3;
-    token_recv = chain_idx != k - 1;
+    token_send = k > 2 && (chain_idx == k - 1 || chain_idx <= k - 3);
+    token_recv = k > 2 && chain_idx != k - 1;
   }
   if (alone_first) WEFT_TRY(prims_sign_alone(&p, alone_first));
   const int nsteps = ring_loop_nsteps(&g);
