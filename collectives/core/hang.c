@@ -425,7 +425,10 @@ weftResult_t hang_watch_end(struct hang_watch *hw, weftResult_t res) {
      * peer's failure here (its text says what) */
     const int stalled = hw->asked || hw->waited_ns > 0 ||
                         (hw->ask_after_ns > 0 && hw->stalled_ns * 2 >= hw->ask_after_ns);
-    if (judged != weftSuccess && stalled) res = judged;
+    if (judged != weftSuccess && stalled) {
+      res = judged;
+      hw->asked = 1; /* breaks the comm below, as a stall's question would have */
+    }
     if (res == weftInvalidUsage) weft_error_set(res, "%s", text);
     else weft_error_set(res, "%s (rank %d: %s)", text, comm->rank, cause);
   }

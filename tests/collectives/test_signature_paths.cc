@@ -165,10 +165,24 @@ std::vector<Case> sampled_cases(uint64_t seed, size_t per_path) {
                         Kind::TypeOtherSize, Kind::Op,        Kind::Root};
   const size_t counts[] = {5, 1000, 70000};
   std::vector<Case> cases;
+  // WEFT_TEST_TRANSPORTS (comma-separated, "shm" for shared memory) picks others
+  static std::vector<std::string> names;
+  std::vector<const char *> transports = {"", "socket", "hosts"};
+  if (const char *pick = getenv("WEFT_TEST_TRANSPORTS")) {
+    names.clear();
+    transports.clear();
+    for (const char *p = pick; *p;) {
+      const char *end = strchr(p, ',');
+      std::string name(p, end ? (size_t)(end - p) : strlen(p));
+      names.push_back(name == "shm" ? "" : name);
+      p = end ? end + 1 : p + strlen(p);
+    }
+    for (const std::string &n : names) transports.push_back(n.c_str());
+  }
   for (const Path &p : kPaths)
     // UCX (and bulk over it) is left out: after a refused bulk call, ranks
     // that had posted rendezvous chunks may abort in UCX at exit
-    for (const char *transport : {"", "socket", "hosts"})
+    for (const char *transport : transports)
       for (const Kind kind : kinds) {
         // every kind on every path and transport; the collective, rank count
         // and size drawn
