@@ -180,8 +180,9 @@ std::vector<Case> sampled_cases(uint64_t seed, size_t per_path) {
     for (const std::string &n : names) transports.push_back(n.c_str());
   }
   for (const Path &p : kPaths)
-    // UCX (and bulk over it) is left out: after a refused bulk call, ranks
-    // that had posted rendezvous chunks may abort in UCX at exit
+    // UCX (and bulk over it) is left out by default: after a refused bulk
+    // call, a peer still reading a rendezvous chunk from a buffer the program
+    // freed aborts in UCX (docs/signature.md)
     for (const char *transport : transports)
       for (const Kind kind : kinds) {
         // every kind on every path and transport; the collective, rank count
