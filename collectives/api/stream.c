@@ -143,6 +143,7 @@ static weftResult_t exec_add_item(struct sendrecv_exec *x, const struct stream_i
 struct watched {
   uint64_t *ids;
   size_t n, cap;
+  int lost; /* out of memory: ids no longer follow x's order */
 };
 
 static void watched_add(struct watched *w, const struct stream_item *item) {
@@ -150,7 +151,10 @@ static void watched_add(struct watched *w, const struct stream_item *item) {
     size_t cap = w->cap ? w->cap * 2 : 16;
     while (cap < w->n + item->nops) cap *= 2;
     uint64_t *ids = realloc(w->ids, cap * sizeof *ids);
-    if (ids == NULL) return; /* not watched: the waits still time out */
+    if (ids == NULL) { /* the waits still time out, unnamed */
+      w->lost = 1;
+      return;
+    }
     w->ids = ids;
     w->cap = cap;
   }
@@ -219,7 +223,7 @@ static weftResult_t stream_run_sendrecv(struct host_stream *s, struct stream_ite
     /* the ops retired are done in the trace already: the watch ends the others */
     const size_t retired = t.retired > 0 ? t.ends[t.retired - 1] : 0;
     hw.ids = wids.ids + (retired < wids.n ? retired : wids.n);
-    hw.nids = retired < wids.n ? wids.n - retired : 0;
+    hw.nids = retired < wids.n && !wids.lost ? wids.n - retired : 0;
     res = hang_watch_end(&hw, res);
   }
   free(wids.ids);
