@@ -16,6 +16,14 @@ typedef weftResult_t (*algo_fn)(struct weftComm *comm, struct weft_channel *ch,
  * the host primitives of plan->proto. */
 weftResult_t ring_run(struct weftComm *comm, struct weft_channel *ch, const struct weft_plan *plan,
                       size_t offset, size_t count);
+/* A collective of no elements on this rank: nothing moves, but its ranks
+ * must agree that the call has none. Around the ring of ch, k-1 rounds of a
+ * slot holding the signature alone, each sent to the next rank after the
+ * previous round came in from the previous one: a rank returns success only
+ * once every link of the ring compared, and a neighbour in a call with
+ * elements finds a slot without them. */
+weftResult_t ring_empty_run(struct weftComm *comm, struct weft_channel *ch,
+                            const struct weft_plan *plan);
 weftResult_t tree_allreduce(struct weftComm *comm, struct weft_channel *ch,
                             const struct weft_plan *plan, size_t offset, size_t count);
 weftResult_t rd_allreduce(struct weftComm *comm, struct weft_channel *ch,

@@ -61,16 +61,33 @@ weftResult_t ring_run(struct weftComm *comm, struct weft_channel *ch, const stru
    * they start the chain would fill each other's FIFOs and wait there), so
    * that every link compares */
   unsigned alone_first = 0, alone_last = 0; /* prims_sign_alone's flags */
+  /* the agreement token of a rooted chain: where the chain's ranks are
+   * c0 (the broadcast's root, the reduce's first sender) to c[k-1] (the rank
+   * before the broadcast's root, the reduce's root), a rank's data depends
+   * only on the checks upstream of it, so nothing it received says that the
+   * ranks downstream agreed. c[k-1], whose first step checked the whole chain
+   * (each rank checks a link before passing its data on), sends a slot
+   * holding the signature to c0 over the link the chain leaves free; c0 to
+   * c[k-3] each receive it after their steps and pass it on to the next but
+   * the last. So a rank returns success only once every link has compared.
+   * Two ranks need none: the slot alone already carries c[1]'s signature to
+   * c0, which checks it before it returns. */
+  int chain_idx = -1, token_send = 0, token_recv = 0;
   if (rooted && count > 0 && comm->nranks > 1) {
-    const int next_is_root = (g.pos + 1) % comm->nranks == g.root_pos;
-    const int prev_is_root = (g.pos + comm->nranks - 1) % comm->nranks == g.root_pos;
+    const int k = comm->nranks;
+    const int next_is_root = (g.pos + 1) % k == g.root_pos;
+    const int prev_is_root = (g.pos + k - 1) % k == g.root_pos;
     if (plan->coll == COLL_BROADCAST) {
       if (next_is_root) alone_first = PRIMS_SEND;
       if (g.pos == g.root_pos) alone_last = PRIMS_RECV;
+      chain_idx = (g.pos - g.root_pos + k) % k;
     } else {
       if (g.pos == g.root_pos) alone_first = PRIMS_SEND;
       if (prev_is_root) alone_last = PRIMS_RECV;
+      chain_idx = (g.pos - g.root_pos - 1 + 2 * k) % k;
     }
+    token_send = k > 2 && (chain_idx == k - 1 || chain_idx <= k - 3);
+    token_recv = k > 2 && chain_idx != k - 1;
   }
   if (alone_first) WEFT_TRY(prims_sign_alone(&p, alone_first));
   const int nsteps = ring_loop_nsteps(&g);
@@ -84,6 +101,27 @@ weftResult_t ring_run(struct weftComm *comm, struct weft_channel *ch, const stru
         WEFT_TRY(prims_sign_alone(&p, alone_last));
         alone_last = 0;
       }
+      if (chain_idx == comm->nranks - 1 && token_send) { /* the chain checked: say so */
+        WEFT_TRY(prims_sign_alone(&p, PRIMS_SEND));
+        token_send = 0;
+      }
     }
+  if (token_recv) WEFT_TRY(prims_sign_alone(&p, PRIMS_RECV));
+  if (token_send) WEFT_TRY(prims_sign_alone(&p, PRIMS_SEND));
+  return weftSuccess;
+}
+
+weftResult_t ring_empty_run(struct weftComm *comm, struct weft_channel *ch,
+                            const struct weft_plan *plan) {
+  if (!WEFT_SLOT_SIGNATURE) return weftSuccess;
+  struct prims p;
+  prims_init(&p, comm, ch, plan->datatype, weftSum, plan->proto);
+  struct signature_packed sig;
+  signature_pack(&sig, plan);
+  prims_sign(&p, &sig);
+  for (int r = 0; r + 1 < comm->nranks; r++) {
+    WEFT_TRY(prims_sign_alone(&p, PRIMS_SEND));
+    WEFT_TRY(prims_sign_alone(&p, PRIMS_RECV));
+  }
   return weftSuccess;
 }

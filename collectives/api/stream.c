@@ -18,6 +18,7 @@
 
 #include "../../transport/base/status.h"
 #include "../algo/sendrecv.h"
+#include "../core/hang.h"
 #include "../core/trace.h"
 #include "../exec/device/device.h"
 
@@ -138,6 +139,28 @@ static weftResult_t exec_add_item(struct sendrecv_exec *x, const struct stream_i
   return res;
 }
 
+/* The trace ids of the ops x takes, in x's order, for the hang watch. */
+struct watched {
+  uint64_t *ids;
+  size_t n, cap;
+  int lost; /* out of memory: ids no longer follow x's order */
+};
+
+static void watched_add(struct watched *w, const struct stream_item *item) {
+  if (w->n + item->nops > w->cap) {
+    size_t cap = w->cap ? w->cap * 2 : 16;
+    while (cap < w->n + item->nops) cap *= 2;
+    uint64_t *ids = realloc(w->ids, cap * sizeof *ids);
+    if (ids == NULL) { /* the waits still time out, unnamed */
+      w->lost = 1;
+      return;
+    }
+    w->ids = ids;
+    w->cap = cap;
+  }
+  for (size_t i = 0; i < item->nops; i++) w->ids[w->n++] = item->ops[i].plan.trace_id;
+}
+
 /* Runs first, an item of sends and receives, taking in the like items and
  * the marks queued behind it until all it took is done; retires them all.
  * Called without the stream's lock, which it takes to look at the queue. */
@@ -145,9 +168,17 @@ static weftResult_t stream_run_sendrecv(struct host_stream *s, struct stream_ite
   struct weftComm *comm = first->ops[0].comm;
   struct taken t = {0};
   struct sendrecv_exec *x = NULL;
+  /* watched as a collective is: a wait that times out names the peer and
+   * what it did last */
+  struct watched wids = {0};
+  struct hang_watch hw = {0};
   weftResult_t res = launch_op_begin(comm);
   if (res == weftSuccess) res = sendrecv_exec_create(comm, 1, &x);
   if (res == weftSuccess) res = exec_add_item(x, first);
+  if (res == weftSuccess) {
+    watched_add(&wids, first);
+    hang_watch_begin(&hw, comm, wids.ids, wids.n, SIZE_MAX);
+  }
   weftResult_t pushed = taken_push(&t, first, x != NULL ? sendrecv_exec_count(x) : 0);
   if (pushed != weftSuccess) {
     /* nowhere to keep it: it ends here */
@@ -171,6 +202,11 @@ static weftResult_t stream_run_sendrecv(struct host_stream *s, struct stream_ite
     if (more == NULL && res == weftSuccess) break; /* all done, nothing queued */
     if (more == NULL) continue;
     weftResult_t added = more->nops > 0 ? exec_add_item(x, more) : weftSuccess;
+    if (added == weftSuccess && more->nops > 0 && hw.comm != NULL) {
+      watched_add(&wids, more);
+      hw.ids = wids.ids;
+      hw.nids = wids.n;
+    }
     pushed = taken_push(&t, more, sendrecv_exec_count(x));
     if (pushed != weftSuccess) {
       if (more->hook != NULL) more->hook(more->hook_arg);
@@ -183,6 +219,14 @@ static weftResult_t stream_run_sendrecv(struct host_stream *s, struct stream_ite
   }
   /* the comm's state and error text first: the records that fire below
    * wake callers who ask for them */
+  if (hw.comm != NULL) {
+    /* the ops retired are done in the trace already: the watch ends the others */
+    const size_t retired = t.retired > 0 ? t.ends[t.retired - 1] : 0;
+    hw.ids = wids.ids + (retired < wids.n ? retired : wids.n);
+    hw.nids = retired < wids.n && !wids.lost ? wids.n - retired : 0;
+    res = hang_watch_end(&hw, res);
+  }
+  free(wids.ids);
   res = launch_op_end(comm, res);
   /* a failure ends every item taken: the records among them fire, as the
    * worker runs the hooks behind a failed item */

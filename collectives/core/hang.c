@@ -19,6 +19,7 @@
  * this). Peers on a working bootstrap answer in microseconds. */
 #define HANG_STALL_ASK_NS 250000000ull
 #define HANG_VERDICT_ASK_NS 500000000ull
+#define HANG_EMPTY_ASK_NS 100000000ull /* a call of no elements stalled this long asks */
 
 #define WHERE_MAGIC 0x77686572u /* "wher" */
 #define WHERE_CALLS 10
@@ -392,6 +393,9 @@ void hang_watch_begin(struct hang_watch *hw, struct weftComm *comm, const uint64
   hw->asked = 0;
   hw->stalled_ns = hw->waited_ns = 0;
   hw->next_ask_ns = hw->ask_after_ns = trace_ask_after_ns(comm->trace);
+  /* a call of no elements waits only to learn that its peers agree: where
+   * they run a path that does not see its ring's slots, their answers say */
+  if (nbytes == 0 && hw->next_ask_ns > HANG_EMPTY_ASK_NS) hw->next_ask_ns = HANG_EMPTY_ASK_NS;
   hw->outer = wait_watcher_set(&hw->watcher);
 }
 
@@ -406,7 +410,7 @@ weftResult_t hang_watch_end(struct hang_watch *hw, weftResult_t res) {
   struct trace_call c;
   /* an abort or a revoke on this rank is no hang to explain */
   const int stopped = __atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE) != 0;
-  if (res != weftSuccess && res_is_remote(res) && comm->nranks > 1 && !stopped &&
+  if (res != weftSuccess && res_is_remote(res) && comm->nranks > 1 && !stopped && hw->nids > 0 &&
       trace_get(comm->trace, hw->ids[0], &c)) {
     char cause[1024], how[64], text[2048];
     snprintf(cause, sizeof cause, "%s", weft_error_text());
@@ -421,7 +425,10 @@ weftResult_t hang_watch_end(struct hang_watch *hw, weftResult_t res) {
      * peer's failure here (its text says what) */
     const int stalled = hw->asked || hw->waited_ns > 0 ||
                         (hw->ask_after_ns > 0 && hw->stalled_ns * 2 >= hw->ask_after_ns);
-    if (judged != weftSuccess && stalled) res = judged;
+    if (judged != weftSuccess && stalled) {
+      res = judged;
+      hw->asked = 1; /* breaks the comm below, as a stall's question would have */
+    }
     if (res == weftInvalidUsage) weft_error_set(res, "%s", text);
     else weft_error_set(res, "%s (rank %d: %s)", text, comm->rank, cause);
   }

@@ -397,3 +397,50 @@ TEST(Hang, SignalDumps) {
 }
 
 }  // namespace
+
+namespace {
+
+// A host stream's receive (the PyTorch backend's path) from a rank that
+// never sends: its timeout is named as a collective's is, with the peer and
+// what the peer did last, and the trace marks the receive failed.
+TEST(Hang, StreamReceiveNamesThePeer) {
+  RunOptions opts;
+  opts.timeout_s = 60;
+  opts.env = {{"WEFT_TIMEOUT", std::to_string(kTimeoutS)}};
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    std::vector<float> buf(256, 1.0f);
+    if (weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, comm, nullptr) !=
+        weftSuccess)
+      return rank_fail(ctx, "all-reduce: %s", weftGetLastError(comm));
+    if (ctx.rank == 1) {
+      sleep(kTimeoutS + 2);  // answers questions, sends nothing
+      weftCommAbort(comm);
+      return 0;
+    }
+    weftStream_t stream;
+    FAIL_IF(weftStreamCreate(&stream) != weftSuccess, "stream: %s", weftGetLastError(nullptr));
+    FAIL_IF(weftRecv(buf.data(), buf.size(), weftFloat32, 1, comm, stream) != weftSuccess,
+            "queueing the receive: %s", weftGetLastError(comm));
+    const double t0 = now_s();
+    weftResult_t res = weftStreamSynchronize(stream);
+    const double took = now_s() - t0;
+    const std::string msg = weftGetLastError(comm);
+    printf("rank 0: %s after %.2f s: %s\n", weftGetErrorString(res), took, msg.c_str());
+    FAIL_IF(res != weftRemoteError, "got %s, want weftRemoteError", weftGetErrorString(res));
+    FAIL_IF(msg.find("Recv #1 (256 float32 from rank 1) timed out after") == std::string::npos,
+            "the receive and its timeout not named: %s", msg.c_str());
+    FAIL_IF(msg.find("rank 1 is idle, its last: AllReduce #1, completed") == std::string::npos,
+            "the peer and its last call not named: %s", msg.c_str());
+    FAIL_IF(took > kTimeoutS + 1.5, "took %.2f s", took);
+    weftStreamDestroy(stream);
+    weftCommAbort(comm);
+    return 0;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
+}  // namespace

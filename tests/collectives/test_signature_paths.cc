@@ -1,10 +1,10 @@
 // The always-on signature on every path: ranks that disagree on a
-// collective (count, datatype of the same or another size, op, root) get an
-// error on every rank, within a second with WEFT_TIMEOUT=30, and nothing is
-// written past an output buffer. Every algorithm and protocol is forced in
-// turn, and the tuner's own choice, over shared memory and sockets; the cross
-// (and a host per rank, over sockets); the cross
-// product with rank counts, sizes and collectives is sampled (seeded, the
+// collective (count, a count of 0 against others, datatype of the same or
+// another size, op, root) get an error on every rank, never success, within
+// a second with WEFT_TIMEOUT=30, and nothing is written past an output
+// buffer. Every algorithm and protocol is forced in turn, and the tuner's
+// own choice, over shared memory, sockets and a host per rank (over
+// sockets); the cross product with rank counts, sizes and collectives is sampled (seeded, the
 // seed printed: WEFT_TEST_SEED repeats a run).
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -22,10 +22,11 @@ using namespace weft_test;
 
 namespace {
 
-enum class Kind { Count, TypeSameSize, TypeOtherSize, Op, Root };
+enum class Kind { Count, ZeroCount, TypeSameSize, TypeOtherSize, Op, Root };
 const char *kind_name(Kind k) {
   switch (k) {
     case Kind::Count: return "count";
+    case Kind::ZeroCount: return "count (0)";
     case Kind::TypeSameSize: return "datatype of one size";
     case Kind::TypeOtherSize: return "datatype of another size";
     case Kind::Op: return "op";
@@ -87,6 +88,7 @@ int run_rank(const RankCtx &ctx, weftComm_t comm, const Case &c, Tally *tally) {
   int root = 0;
   if (odd) switch (c.kind) {
       case Kind::Count: count = c.count + 24; break;
+      case Kind::ZeroCount: count = 0; break;
       case Kind::TypeSameSize: type = weftInt32; break;
       case Kind::TypeOtherSize: type = weftFloat64; break;
       case Kind::Op: op = weftMax; break;
@@ -126,21 +128,29 @@ int run_rank(const RankCtx &ctx, weftComm_t comm, const Case &c, Tally *tally) {
   size_t past = 0;
   for (size_t i = recv_count * esize; i < out.size(); i++) past += out[i] != 0x5a;
   FAIL_IF(past != 0, "%zu bytes past the output written", past);
-  if (res == weftSuccess) {
-    // its part was done before a neighbour refused: the comm is broken, and
-    // its next call fails at once
-    __atomic_add_fetch(&tally->succeeded, 1, __ATOMIC_SEQ_CST);
-    float x = 1, y = 0;
-    t0 = now_s();
-    weftResult_t next = weftAllReduce(&x, &y, 1, weftFloat32, weftSum, comm, nullptr);
-    const double next_took = now_s() - t0;
-    printf("  rank %d: its next call: %s after %.3f s: %s\n", ctx.rank, weftGetErrorString(next),
-           next_took, weftGetLastError(comm));
-    FAIL_IF(next == weftSuccess, "the call after a refused one succeeded");
-    FAIL_IF(next_took > 1.0, "the call after a refused one failed after %.1f s", next_took);
-  } else if (res == weftInvalidUsage && msg.find("differs") != std::string::npos)
+  if (res == weftSuccess) __atomic_add_fetch(&tally->succeeded, 1, __ATOMIC_SEQ_CST);
+  else if (res == weftInvalidUsage && msg.find("differs") != std::string::npos)
     __atomic_add_fetch(&tally->refused, 1, __ATOMIC_SEQ_CST);
   else __atomic_add_fetch(&tally->failed, 1, __ATOMIC_SEQ_CST);
+  // the communicator's state (docs/signature.md): broken, and its next call
+  // fails at once; or (single copy, WEFT_DETERMINISTIC) working, and its next
+  // call, which every rank makes alike, succeeds
+  weftResult_t async = weftSuccess;
+  FAIL_IF(weftCommGetAsyncError(comm, &async) != weftSuccess, "weftCommGetAsyncError: %s",
+          weftGetLastError(comm));
+  float x = 1, y = 0;
+  t0 = now_s();
+  weftResult_t next = weftAllReduce(&x, &y, 1, weftFloat32, weftSum, comm, nullptr);
+  const double next_took = now_s() - t0;
+  printf("  rank %d: comm %s; its next call: %s after %.3f s\n", ctx.rank,
+         async == weftSuccess ? "working" : "broken", weftGetErrorString(next), next_took);
+  if (async != weftSuccess || res == weftSuccess) {
+    FAIL_IF(next == weftSuccess, "the call after a refused one succeeded");
+    FAIL_IF(next_took > 1.0, "the call after a refused one failed after %.1f s", next_took);
+  } else {
+    FAIL_IF(next != weftSuccess, "the comm is not broken, but its next call failed: %s",
+            weftGetLastError(comm));
+  }
   const int ms = (int)(took * 1000);
   int seen = __atomic_load_n(&tally->slowest_ms, __ATOMIC_SEQ_CST);
   while (ms > seen && !__atomic_compare_exchange_n(&tally->slowest_ms, &seen, ms, false,
@@ -151,14 +161,29 @@ int run_rank(const RankCtx &ctx, weftComm_t comm, const Case &c, Tally *tally) {
 
 std::vector<Case> sampled_cases(uint64_t seed, size_t per_path) {
   Rng rng(seed);
-  const Kind kinds[] = {Kind::Count, Kind::TypeSameSize, Kind::TypeOtherSize, Kind::Op,
-                        Kind::Root};
+  const Kind kinds[] = {Kind::Count,         Kind::ZeroCount, Kind::TypeSameSize,
+                        Kind::TypeOtherSize, Kind::Op,        Kind::Root};
   const size_t counts[] = {5, 1000, 70000};
   std::vector<Case> cases;
+  // WEFT_TEST_TRANSPORTS (comma-separated, "shm" for shared memory) picks others
+  static std::vector<std::string> names;
+  std::vector<const char *> transports = {"", "socket", "hosts"};
+  if (const char *pick = getenv("WEFT_TEST_TRANSPORTS")) {
+    names.clear();
+    transports.clear();
+    for (const char *p = pick; *p;) {
+      const char *end = strchr(p, ',');
+      std::string name(p, end ? (size_t)(end - p) : strlen(p));
+      names.push_back(name == "shm" ? "" : name);
+      p = end ? end + 1 : p + strlen(p);
+    }
+    for (const std::string &n : names) transports.push_back(n.c_str());
+  }
   for (const Path &p : kPaths)
-    // UCX (and bulk over it) is left out: after a refused bulk call, ranks
-    // that had posted rendezvous chunks may abort in UCX at exit
-    for (const char *transport : {"", "socket", "hosts"})
+    // UCX (and bulk over it) is left out by default: after a refused bulk
+    // call, a peer still reading a rendezvous chunk from a buffer the program
+    // freed aborts in UCX (docs/signature.md)
+    for (const char *transport : transports)
       for (const Kind kind : kinds) {
         // every kind on every path and transport; the collective, rank count
         // and size drawn
@@ -222,10 +247,7 @@ TEST(SignatureEveryPath, MismatchFailsEveryRankQuickly) {
     // all-reduce (every rank's result depends on every link's check):
     // never success; the chains of the other ring collectives: a rank
     // upstream of the refusing one may finish (its next call fails, above)
-    if (c.coll == Coll::AllReduce)
-      EXPECT_EQ(tally->succeeded, 0) << name << ": ranks returned success";
-    else if (tally->succeeded > 0)
-      printf("  %d ranks finished before the refusal\n", tally->succeeded);
+    EXPECT_EQ(tally->succeeded, 0) << name << ": ranks returned success";
     EXPECT_GE(tally->refused, 1) << name << ": no rank named the difference";
     EXPECT_LT(tally->slowest_ms, 1000) << name << ": an error took " << tally->slowest_ms
                                        << " ms";
@@ -306,15 +328,8 @@ TEST(SignatureEveryPath, NamedCases) {
       if (res == weftInvalidUsage)
         FAIL_IF(msg.find(c.differs) == std::string::npos, "refused with \"%s\", want \"%s\"",
                 msg.c_str(), c.differs);
-      if (res == weftSuccess) {  // finished before the refusal: the next call fails
-        FAIL_IF(c.coll == Coll::AllReduce, "an all-reduce returned success");
-        float x = 1;
-        FAIL_IF(weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr) == weftSuccess,
-                "the call after a refused one succeeded");
-      } else {
-        FAIL_IF(res != weftInvalidUsage && res != weftRemoteError, "returned %s",
-                weftGetErrorString(res));
-      }
+      FAIL_IF(res != weftInvalidUsage && res != weftRemoteError, "returned %s",
+              weftGetErrorString(res));
       return 0;
     });
   }

@@ -6,7 +6,8 @@
 # time per size and the spread (min..max), then per size the median of the
 # rounds' own B/A ratios with their quartiles and range. The environment
 # reaches the ranks (WEFT_ALGO=ring measures the ring and its primitives at
-# sizes where the tuner would take cma).
+# sizes where the tuner would take cma). AB_TOOL names another perf tool of
+# the same table (broadcast_perf, all_gather_perf, reduce_perf, ...).
 # usage: ab_allreduce.sh BUILD_A BUILD_B [ROUNDS]
 set -eu
 a=$1
@@ -16,6 +17,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 sizes=${AB_SIZES:-"8 65536 16777216"} # AB_SIZES: others
 nranks=${AB_NRANKS:-2}
+tool=${AB_TOOL:-all_reduce_perf}
 for r in $(seq 1 "$rounds"); do
   order="$a $b"
   [ $((r % 2)) -eq 0 ] && order="$b $a"
@@ -24,7 +26,7 @@ for r in $(seq 1 "$rounds"); do
     for s in $sizes; do
       iters=200
       [ "$s" -ge 16777216 ] && iters=20
-      t=$(timeout 120 "$build/tools/weftrun" -n "$nranks" "$build/tools/all_reduce_perf" -b "$s" -e "$s" \
+      t=$(timeout 120 "$build/tools/weftrun" -n "$nranks" "$build/tools/$tool" -b "$s" -e "$s" \
         -n "$iters" -w 5 -c 0 2>&1 | awk -v s="$s" '$1 == "[0]" && $2 == s { print $7 }')
       echo "${t:-NA}" >> "$out/$tag.$s" # a failed run keeps its round's line
     done

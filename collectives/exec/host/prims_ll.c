@@ -413,6 +413,10 @@ static weftResult_t ll_forward(struct prims *p, unsigned flags, const char *src,
     if (reduce)
       p->reduce(copy ? dst + off : got, copy && send ? got : NULL, got, src + off, n / esize,
                 divisor);
+    /* the first slot's last stage goes on only once the signature compared:
+     * a rank's step completes with the last stage, so no rank downstream of
+     * a refusal finishes a step that depends on it */
+    if (first && off + n >= nbytes) WEFT_TRY(ll_sig_check(&in, nbytes));
     if (send) ll_out_put(&o, got, n); /* re-flagged for the next rank */
   }
   WEFT_TRY(ll_sig_check(&in, nbytes));

@@ -37,7 +37,8 @@ static weftResult_t run_premul(struct weftComm *comm, const struct weft_plan *pl
 
 weftResult_t plan_run_host(struct weftComm *comm, const struct weft_plan *plan) {
   if (plan_is_sendrecv(plan)) return sendrecv_run(comm, &plan, 1);
-  if (plan->count == 0) return weftSuccess;
+  if (plan->count == 0) /* the ranks agree that it moves nothing */
+    return comm->nranks > 1 ? ring_empty_run(comm, &comm->channels[0], plan) : weftSuccess;
   if ((int)plan->op >= weftNumOps) return run_premul(comm, plan);
   if (comm->nranks == 1) {
     run_single_rank(plan);
