@@ -28,9 +28,14 @@ weftResult_t tree_allreduce(struct weftComm *comm, struct weft_channel *ch,
                             const struct weft_plan *plan, size_t offset, size_t count);
 weftResult_t rd_allreduce(struct weftComm *comm, struct weft_channel *ch,
                           const struct weft_plan *plan, size_t offset, size_t count);
-/* The direct all-reduce (direct.c) runs on at most this many ranks. */
+/* The direct all-reduce, broadcast and reduce (direct.c) run on at most this
+ * many ranks. */
 #define DIRECT_MAX_RANKS 8
 weftResult_t direct_allreduce(struct weftComm *comm, struct weft_channel *ch,
                               const struct weft_plan *plan, size_t offset, size_t count);
+weftResult_t direct_broadcast(struct weftComm *comm, struct weft_channel *ch,
+                              const struct weft_plan *plan, size_t offset, size_t count);
+weftResult_t direct_reduce(struct weftComm *comm, struct weft_channel *ch,
+                           const struct weft_plan *plan, size_t offset, size_t count);
 
 #endif

@@ -1,5 +1,5 @@
-/* Direct all-reduce: one step, for small messages on a few ranks. Each
- * slot-sized piece goes:
+/* Direct all-reduce, broadcast and reduce: one step, for small messages on a
+ * few ranks. Each slot-sized piece of the all-reduce goes:
  *   send:   every rank hands its input to every other rank, one slot each;
  *   reduce: every rank takes the n - 1 slots and reduces all n vectors in rank
  *           order, ((v0 op v1) op v2) ..., the last reduction dividing for avg.
@@ -13,7 +13,17 @@
  *
  * Each piece fills a slot; the first one also carries the signature of the
  * call (struct signature_packed) after the data, as in rd.c: each rank
- * checks every partner's call as its data arrives. */
+ * checks every partner's call as its data arrives.
+ *
+ * Broadcast and reduce move data one way, to or from the root, and a ring
+ * chain has no way back: a rank there learns that the ranks after it agreed
+ * only from a token sent around the ring after the data (ring.c), about as
+ * many hops again. Here every rank hears from every other in the first
+ * piece instead, in the same single step: the data's slot carries the
+ * sender's signature (the root's to every rank for broadcast, each rank's to
+ * the root for reduce), and a slot holding the signature alone goes where no
+ * data does. So no rank returns from a call that another rank made
+ * differently, and the last rank waits one hop where the chain took k - 1. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,6 +99,30 @@ static weftResult_t direct_piece(struct weftComm *comm, weft_reduce_fn reduce, i
   return weftSuccess;
 }
 
+/* The elements of every piece: a slot less the signature. */
+static weftResult_t direct_per_piece(const struct weftComm *comm, size_t esize, const char *what,
+                                     size_t *per_piece) {
+  const size_t sig_nbytes = WEFT_SLOT_SIGNATURE ? sizeof(struct signature_packed) : 0;
+  *per_piece = (comm->slot_nbytes - sig_nbytes) / esize;
+  if (*per_piece == 0)
+    return weft_error_set(weftInternalError, "direct %s: %zu-byte slots hold no element", what,
+                          comm->slot_nbytes);
+  return weftSuccess;
+}
+
+/* Where an in-place rank above 1 keeps its own vector of a piece while the
+ * reductions before its turn overwrite the buffer: keep_small, or the heap
+ * (*heap, to free) for pieces larger. */
+static weftResult_t direct_keep(const struct weftComm *comm, int in_place, size_t nbytes,
+                                char *keep_small, const char *what, char **keep, char **heap) {
+  *keep = keep_small, *heap = NULL;
+  if (!in_place || comm->rank <= 1 || nbytes <= DIRECT_KEEP_STACK_NBYTES) return weftSuccess;
+  *keep = *heap = malloc(nbytes);
+  if (*keep == NULL)
+    return weft_error_set(weftSystemError, "direct %s: no memory for %zu bytes", what, nbytes);
+  return weftSuccess;
+}
+
 weftResult_t direct_allreduce(struct weftComm *comm, struct weft_channel *ch,
                               const struct weft_plan *plan, size_t offset, size_t count) {
   (void)ch; /* point-to-point connections, not the ring's */
@@ -110,29 +144,170 @@ weftResult_t direct_allreduce(struct weftComm *comm, struct weft_channel *ch,
 
   struct signature_packed signature;
   signature_pack(&signature, plan);
-  /* every piece as large as the first: a slot less the signature */
-  const size_t sig_nbytes = WEFT_SLOT_SIGNATURE ? sizeof signature : 0;
-  const size_t per_piece = (comm->slot_nbytes - sig_nbytes) / esize;
-  if (per_piece == 0)
-    return weft_error_set(weftInternalError, "direct all-reduce: %zu-byte slots hold no element",
-                          comm->slot_nbytes);
+  size_t per_piece;
+  WEFT_TRY(direct_per_piece(comm, esize, "all-reduce", &per_piece));
   /* in place, the reductions before this rank's turn overwrite its input:
    * a copy of it, on the stack for small pieces */
   _Alignas(64) char keep_small[DIRECT_KEEP_STACK_NBYTES];
-  char *keep = keep_small, *keep_heap = NULL;
-  const size_t keep_nbytes = (count < per_piece ? count : per_piece) * esize;
-  if (src == dst && comm->rank > 1 && keep_nbytes > sizeof keep_small) {
-    keep = keep_heap = malloc(keep_nbytes);
-    if (keep == NULL)
-      return weft_error_set(weftSystemError, "direct all-reduce: no memory for %zu bytes",
-                            keep_nbytes);
-  }
+  char *keep, *keep_heap;
+  WEFT_TRY(direct_keep(comm, src == dst, (count < per_piece ? count : per_piece) * esize,
+                       keep_small, "all-reduce", &keep, &keep_heap));
   weftResult_t res = weftSuccess;
   for (size_t base = 0; base < count && res == weftSuccess;) {
     const struct signature_packed *sig = WEFT_SLOT_SIGNATURE && base == 0 ? &signature : NULL;
     const size_t m = count - base < per_piece ? count - base : per_piece;
     res = direct_piece(comm, reduce, divisor, esize, src + base * esize, dst + base * esize, m,
                        sig, keep);
+    base += m;
+  }
+  free(keep_heap);
+  return res;
+}
+
+
+/* Sends the signature alone to every rank but skip (or every rank, with
+ * skip -1): the first piece's word to those this rank sends no data. */
+static weftResult_t direct_sign_all(struct weftComm *comm, int skip,
+                                    const struct signature_packed *sig) {
+  const int n = comm->nranks;
+  for (int i = 1; i < n; i++) {
+    const int peer = (comm->rank + i) % n;
+    if (peer == skip) continue;
+    char *slot;
+    WEFT_TRY(peer_send_wait(comm, &comm->send_conns[peer], &slot));
+    memcpy(slot, sig, sizeof *sig);
+    peer_send_post(&comm->send_conns[peer], sizeof *sig);
+  }
+  return weftSuccess;
+}
+
+/* Takes the signature-alone slot of every rank but skip (or -1), checked. */
+static weftResult_t direct_signed_by_all(struct weftComm *comm, int skip,
+                                         const struct signature_packed *sig) {
+  const int n = comm->nranks;
+  for (int i = 1; i < n; i++) {
+    const int peer = (comm->rank + n - i) % n;
+    if (peer == skip) continue;
+    const char *in;
+    WEFT_TRY(peer_recv_signed_wait(comm, &comm->recv_conns[peer], sizeof *sig, sig, 1, &in));
+    peer_recv_done(&comm->recv_conns[peer]);
+  }
+  return weftSuccess;
+}
+
+/* One piece of the broadcast: the root's data (with its signature in the
+ * first piece) to every rank; in the first piece, every other rank's
+ * signature alone to every rank. */
+static weftResult_t direct_bcast_piece(struct weftComm *comm, int root, const char *src,
+                                       char *dst, size_t nbytes,
+                                       const struct signature_packed *sig) {
+  if (comm->rank == root) {
+    WEFT_TRY(direct_send_all(comm, src, nbytes, sig));
+    if (dst != src) memcpy(dst, src, nbytes);
+  } else if (sig != NULL) {
+    WEFT_TRY(direct_sign_all(comm, -1, sig));
+  }
+  if (comm->rank != root) {
+    const char *in;
+    WEFT_TRY(direct_input(comm, root, NULL, nbytes, sig, &in));
+    memcpy(dst, in, nbytes);
+    peer_recv_done(&comm->recv_conns[root]);
+  }
+  return sig != NULL ? direct_signed_by_all(comm, root, sig) : weftSuccess;
+}
+
+weftResult_t direct_broadcast(struct weftComm *comm, struct weft_channel *ch,
+                              const struct weft_plan *plan, size_t offset, size_t count) {
+  (void)ch;
+  if (count == 0) return weftSuccess;
+  const int n = comm->nranks, root = plan->root;
+  const size_t esize = weftTypeSize(plan->datatype);
+  const char *src = comm->rank == root ? (const char *)plan->sendbuf + offset * esize : NULL;
+  char *dst = (char *)plan->recvbuf + offset * esize;
+  if (n > DIRECT_MAX_RANKS)
+    return weft_error_set(weftInternalError, "direct broadcast on %d ranks (at most %d)", n,
+                          DIRECT_MAX_RANKS);
+  size_t per_piece;
+  WEFT_TRY(direct_per_piece(comm, esize, "broadcast", &per_piece));
+  WEFT_TRY(direct_connect(comm));
+  struct signature_packed signature;
+  signature_pack(&signature, plan);
+  for (size_t base = 0; base < count;) {
+    const struct signature_packed *sig = WEFT_SLOT_SIGNATURE && base == 0 ? &signature : NULL;
+    const size_t m = count - base < per_piece ? count - base : per_piece;
+    WEFT_TRY(direct_bcast_piece(comm, root, src != NULL ? src + base * esize : NULL,
+                                dst + base * esize, m * esize, sig));
+    base += m;
+  }
+  return weftSuccess;
+}
+
+/* One piece of the reduce: every rank's data (with its signature in the
+ * first piece) to the root, which reduces all n vectors in rank order as
+ * the all-reduce does; in the first piece the root's signature alone to
+ * every rank, and each other rank's to every rank but the root. */
+static weftResult_t direct_reduce_piece(struct weftComm *comm, weft_reduce_fn reduce,
+                                        int divisor, size_t esize, int root, const char *own,
+                                        char *out, size_t m, const struct signature_packed *sig,
+                                        char *keep) {
+  const int n = comm->nranks, rank = comm->rank;
+  const size_t nbytes = m * esize;
+  if (rank != root) {
+    struct weft_conn *conn = &comm->send_conns[root];
+    char *slot;
+    WEFT_TRY(peer_send_wait(comm, conn, &slot));
+    memcpy(slot, own, nbytes);
+    if (sig != NULL) memcpy(slot + nbytes, sig, sizeof *sig);
+    peer_send_post(conn, nbytes + (sig != NULL ? sizeof *sig : 0));
+    if (sig == NULL) return weftSuccess;
+    WEFT_TRY(direct_sign_all(comm, root, sig));
+    return direct_signed_by_all(comm, -1, sig);
+  }
+  if (sig != NULL) WEFT_TRY(direct_sign_all(comm, -1, sig));
+  if (own == out && rank > 1) {
+    memcpy(keep, own, nbytes);
+    own = keep;
+  }
+  const char *a, *b;
+  WEFT_TRY(direct_input(comm, 0, own, nbytes, sig, &a));
+  for (int r = 1; r < n; r++) {
+    WEFT_TRY(direct_input(comm, r, own, nbytes, sig, &b));
+    reduce(out, NULL, a, b, m, r == n - 1 ? divisor : 1);
+    if (r == 1 && rank != 0) peer_recv_done(&comm->recv_conns[0]);
+    if (r != rank) peer_recv_done(&comm->recv_conns[r]);
+    a = out;
+  }
+  return weftSuccess;
+}
+
+weftResult_t direct_reduce(struct weftComm *comm, struct weft_channel *ch,
+                           const struct weft_plan *plan, size_t offset, size_t count) {
+  (void)ch;
+  if (count == 0) return weftSuccess;
+  const int n = comm->nranks, root = plan->root;
+  const size_t esize = weftTypeSize(plan->datatype);
+  const char *src = (const char *)plan->sendbuf + offset * esize;
+  char *dst = comm->rank == root ? (char *)plan->recvbuf + offset * esize : NULL;
+  if (n > DIRECT_MAX_RANKS)
+    return weft_error_set(weftInternalError, "direct reduce on %d ranks (at most %d)", n,
+                          DIRECT_MAX_RANKS);
+  size_t per_piece;
+  WEFT_TRY(direct_per_piece(comm, esize, "reduce", &per_piece));
+  const weft_reduce_fn reduce = reduce_host_fn(plan->datatype, plan->op);
+  const int divisor = plan->op == weftAvg ? n : 1;
+  WEFT_TRY(direct_connect(comm));
+  struct signature_packed signature;
+  signature_pack(&signature, plan);
+  _Alignas(64) char keep_small[DIRECT_KEEP_STACK_NBYTES];
+  char *keep, *keep_heap;
+  WEFT_TRY(direct_keep(comm, src == dst, (count < per_piece ? count : per_piece) * esize,
+                       keep_small, "reduce", &keep, &keep_heap));
+  weftResult_t res = weftSuccess;
+  for (size_t base = 0; base < count && res == weftSuccess;) {
+    const struct signature_packed *sig = WEFT_SLOT_SIGNATURE && base == 0 ? &signature : NULL;
+    const size_t m = count - base < per_piece ? count - base : per_piece;
+    res = direct_reduce_piece(comm, reduce, divisor, esize, root, src + base * esize,
+                              dst != NULL ? dst + base * esize : NULL, m, sig, keep);
     base += m;
   }
   free(keep_heap);

@@ -33,7 +33,7 @@ struct weft_param trace_params[] = {
             "process dumps its trace into `WEFT_TRACE_DIR` (from a thread of weft's, not the "
             "handler); unset: weft installs no handler",
      .see = "diagnosis.md"},
-    [P_HANG_ASK_MS] = {.name = "WEFT_HANG_ASK_MS", .type = PARAM_INT, .default_str = "1000",
+    [P_HANG_ASK_MS] = {.name = "WEFT_HANG_ASK_MS", .type = PARAM_INT, .default_str = "500",
      .min = 0, .max = 3600000, .out_of_range = PARAM_RANGE_CLAMP,
      .doc = "milliseconds a wait of a collective lasts before the rank asks its peers, over "
             "the bootstrap, where they are (again after twice as long, and so on): a peer in "

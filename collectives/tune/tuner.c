@@ -16,6 +16,7 @@
 #include "../algo/cma.h"
 #include "../core/params.h"
 #include "../core/plan.h"
+#include "../core/signature.h"
 #include "tuner.h"
 
 static const char *const algo_names[ALGO_NUM] = {"ring", "tree", "rd", "direct", "cma", "bulk"};
@@ -26,7 +27,8 @@ static const char *const coll_keys[COLL_NUM_RING] = {"allreduce", "allgather", "
 /* Which algorithms each collective has on the host. */
 static int algo_exists(enum coll_kind coll, enum coll_algo algo) {
   return algo == ALGO_RING ||
-         (coll == COLL_ALLREDUCE && (algo == ALGO_TREE || algo == ALGO_RD || algo == ALGO_DIRECT));
+         (coll == COLL_ALLREDUCE && (algo == ALGO_TREE || algo == ALGO_RD || algo == ALGO_DIRECT)) ||
+         ((coll == COLL_BROADCAST || coll == COLL_REDUCE) && algo == ALGO_DIRECT);
 }
 
 const char *tuner_algo_name(int algo) { return algo >= 0 && algo < ALGO_NUM ? algo_names[algo] : "?"; }
@@ -245,7 +247,12 @@ static double model_us(const struct weftComm *comm, const struct weft_plan *plan
     default:
       steps = coll == COLL_ALLREDUCE ? 2 * (n - 1) : n - 1;
       bytes = (coll == COLL_ALLREDUCE ? 2.0 : 1.0) * (n - 1) / n * (double)nbytes;
-      if (coll == COLL_BROADCAST || coll == COLL_REDUCE) bytes = (double)nbytes;
+      /* a rooted chain of 3 or more ranks ends with the agreement token,
+       * k - 1 hops more (ring.c) */
+      if (coll == COLL_BROADCAST || coll == COLL_REDUCE) {
+        bytes = (double)nbytes;
+        if (WEFT_SLOT_SIGNATURE && n > 2) steps = 2 * (n - 1);
+      }
       break;
   }
   /* each pipeline step also waits for a slot: more slots per byte hurt */

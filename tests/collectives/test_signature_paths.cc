@@ -201,12 +201,19 @@ std::vector<Case> sampled_cases(uint64_t seed, size_t per_path) {
             if (kind == Kind::Root && !coll_has_root(co)) continue;
             colls.push_back(co);
           }
-          // the algorithms of all-reduce only: all-reduce
-          const bool allreduce_only = !strcmp(p.algo, "tree") || !strcmp(p.algo, "rd") ||
-                                      !strcmp(p.algo, "direct");
+          // the algorithms of all-reduce only: all-reduce; direct: all-reduce,
+          // broadcast and reduce
+          const bool allreduce_only = !strcmp(p.algo, "tree") || !strcmp(p.algo, "rd");
           if (allreduce_only) {
             if (kind == Kind::Root) continue;
             colls = {Coll::AllReduce};
+          }
+          if (!strcmp(p.algo, "direct")) {
+            std::vector<Coll> kept;
+            for (Coll co : colls)
+              if (co == Coll::AllReduce || co == Coll::Broadcast || co == Coll::Reduce)
+                kept.push_back(co);
+            colls = kept;
           }
           c.coll = colls[rng.next() % colls.size()];
           c.odd_rank = (int)(rng.next() % (uint64_t)c.nranks);

@@ -1,4 +1,5 @@
-// Tree, recursive-doubling and direct all-reduce, called directly (not
+// Tree, recursive-doubling and direct all-reduce, and the direct broadcast
+// and reduce, called directly (not
 // through the tuner): the double binary tree's shape for 1 to 64 ranks, then
 // every datatype x op x count x placement on forked ranks with 2-slot FIFOs of
 // 256 bytes, against a reference, with every rank's result bitwise the same.
@@ -222,6 +223,112 @@ TEST(DirectAllReduce, PiecesLargerThanTheStackCopy) {
   }, opts);
   for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
+
+// --- direct broadcast and reduce ---------------------------------------------
+
+weftResult_t run_rooted(weftComm_t comm, coll_kind coll, weftDataType_t t, weftRedOp_t op,
+                        int root, const void *src, void *dst, size_t count) {
+  weft_plan plan;
+  memset(&plan, 0, sizeof plan);
+  plan.coll = coll;
+  plan.sendbuf = src;
+  plan.recvbuf = dst;
+  plan.count = count;
+  plan.datatype = t;
+  plan.op = op;
+  plan.root = root;
+  plan.algo = ALGO_DIRECT;
+  plan.proto = PROTO_SIMPLE;
+  plan.nchannels = 1;
+  return (coll == COLL_BROADCAST ? direct_broadcast : direct_reduce)(comm, &comm->channels[0],
+                                                                    &plan, 0, count);
+}
+
+// One direct broadcast or reduce: the root's input on every rank (broadcast)
+// or the reduction at the root (reduce), guards poisoned, a reduce's
+// non-root output untouched, the send buffer unchanged.
+int check_rooted(const RankCtx &ctx, weftComm_t comm, coll_kind coll, weftDataType_t t,
+                 weftRedOp_t op, int root, size_t count, bool in_place, uint64_t seed) {
+  const size_t esize = weftTypeSize(t), nbytes = count * esize;
+  const bool bcast = coll == COLL_BROADCAST;
+  char what[96];
+  snprintf(what, sizeof what, "%s %s %s root %d count %zu %s", bcast ? "broadcast" : "reduce",
+           type_name(t), bcast ? "" : op_name(op), root, count,
+           in_place ? "in-place" : "out-of-place");
+  std::vector<std::vector<uint8_t>> inputs;
+  for (int r = 0; r < ctx.nranks; r++) inputs.push_back(make_input(t, op, count, seed, r));
+  std::vector<uint8_t> send = inputs[ctx.rank];
+  std::vector<uint8_t> recv(nbytes + kGuard, 0xa5);
+  if (in_place) memcpy(recv.data(), send.data(), nbytes);
+  const void *src = in_place ? recv.data() : send.data();
+  const weftResult_t res = run_rooted(comm, coll, t, op, root, src, recv.data(), count);
+  if (res != weftSuccess)
+    return rank_fail(ctx, "%s: %s: %s", what, weftGetErrorString(res), weftGetLastError(comm));
+  for (size_t i = nbytes; i < recv.size(); i++)
+    if (recv[i] != 0xa5) return rank_fail(ctx, "%s: wrote past the end (byte %zu)", what, i - nbytes);
+  if (!in_place && send != inputs[ctx.rank])
+    return rank_fail(ctx, "%s: sendbuff was modified", what);
+  if (bcast) {
+    if (memcmp(recv.data(), inputs[root].data(), nbytes) != 0)
+      return rank_fail(ctx, "%s: not the root's data", what);
+    return 0;
+  }
+  if (ctx.rank != root) {  // a reduce leaves a non-root's buffer as it was
+    const std::vector<uint8_t> &before = in_place ? inputs[ctx.rank] : std::vector<uint8_t>(nbytes, 0xa5);
+    if (memcmp(recv.data(), before.data(), nbytes) != 0)
+      return rank_fail(ctx, "%s: a non-root's buffer was written", what);
+    return 0;
+  }
+  std::string why;
+  if (!check_reduction(t, op, inputs, recv.data(), count, &why))
+    return rank_fail(ctx, "%s: %s", what, why.c_str());
+  return 0;
+}
+
+// Every datatype x op x count x placement, the root drawn from the case so
+// that every rank is the root somewhere, on 2-8 ranks over shm and 3 over
+// sockets, with 256-byte slots (counts of many pieces).
+class DirectRooted : public testing::TestWithParam<TreeRdCase> {};
+
+TEST_P(DirectRooted, BroadcastAndReduce) {
+  const TreeRdCase c = GetParam();
+  const uint64_t seed = test_seed();
+  RunOptions opts;
+  opts.timeout_s = 600;
+  opts.env = {{"WEFT_NCHANNELS", "1"},
+              {"WEFT_SLOT_BYTES", "256"},
+              {"WEFT_NSLOTS", "2"},
+              {"WEFT_TIMEOUT", "60"}};
+  if (std::string(c.transport) == "socket") opts.env.push_back({"WEFT_SHM_DISABLE", "1"});
+  auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    int rc = 0, k = 0;
+    const size_t counts[] = {1, 3, 61, 1009};
+    for (int t = 0; t < weftNumTypes && rc == 0; t++)
+      for (size_t ci = 0; ci < sizeof counts / sizeof counts[0] && rc == 0; ci++)
+        for (int in_place = 0; in_place < 2 && rc == 0; in_place++, k++) {
+          const uint64_t s = seed + (uint64_t)(t * 1000 + ci * 10 + in_place);
+          rc = check_rooted(ctx, comm, COLL_BROADCAST, (weftDataType_t)t, weftSum, k % ctx.nranks,
+                            counts[ci], in_place, s);
+          for (int op = 0; op < weftNumOps && rc == 0; op++)
+            rc = check_rooted(ctx, comm, COLL_REDUCE, (weftDataType_t)t, (weftRedOp_t)op,
+                              (k + op) % ctx.nranks, counts[ci], in_place, s + 7 * (uint64_t)op);
+        }
+    weftCommDestroy(comm);
+    return rc;
+  }, opts);
+  for (int r = 0; r < c.nranks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, DirectRooted,
+                         testing::Values(TreeRdCase{2, ALGO_DIRECT, "shm"},
+                                         TreeRdCase{3, ALGO_DIRECT, "shm"},
+                                         TreeRdCase{5, ALGO_DIRECT, "shm"},
+                                         TreeRdCase{8, ALGO_DIRECT, "shm"},
+                                         TreeRdCase{3, ALGO_DIRECT, "socket"}),
+                         case_name);
 
 std::vector<TreeRdCase> all_cases() {
   std::vector<TreeRdCase> cases;

@@ -53,5 +53,7 @@ weftResult_t plan_run_host(struct weftComm *comm, const struct weft_plan *plan) 
   if (plan->coll == COLL_ALLREDUCE && plan->algo == ALGO_TREE) fn = tree_allreduce;
   if (plan->coll == COLL_ALLREDUCE && plan->algo == ALGO_RD) fn = rd_allreduce;
   if (plan->coll == COLL_ALLREDUCE && plan->algo == ALGO_DIRECT) fn = direct_allreduce;
+  if (plan->coll == COLL_BROADCAST && plan->algo == ALGO_DIRECT) fn = direct_broadcast;
+  if (plan->coll == COLL_REDUCE && plan->algo == ALGO_DIRECT) fn = direct_reduce;
   return fn(comm, &comm->channels[0], plan, 0, plan->count);
 }
