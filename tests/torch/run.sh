@@ -2,6 +2,8 @@
 # Runs one check of the PyTorch backend (tools/torch_weft) with the checkout's
 # .venv-torch (made by WEFT_SETUP_TORCH=1 tools/scripts/setup.sh):
 #   run.sh ops N | train N | alloc N | api N | parity N   under torchrun with N ranks
+#   run.sh flight N           check_flight.py under torchrun: the flight recorder's
+#                             dumps on request, read back and by PyTorch's analyzer
 #   run.sh dead_peer N        N ranks of its own, one killed mid-training
 #   run.sh watchdog N         the same; the survivors' watchdogs must end them, and
 #                             PyTorch's flight-recorder analyzer name the dead rank
@@ -31,6 +33,12 @@ case "$check" in
   cuda_ops_weft)
     exec "$venv/bin/python" -m torch.distributed.run --standalone --nproc-per-node "$nranks" \
       "$root/tests/nccl/torch_cuda_ops.py" --device cpu --backend weft ;;
+  flight)
+    dir="$(mktemp -d "${TMPDIR:-/tmp}/weft_fr_check.XXXXXX")"
+    trap 'rm -rf "$dir"' EXIT
+    TORCH_FR_BUFFER_SIZE=16 TORCH_FR_DUMP_TEMP_FILE="$dir/weft_trace_rank_" \
+      "$venv/bin/python" -m torch.distributed.run --standalone --nproc-per-node "$nranks" \
+      "$root/tests/torch/check_flight.py" ;;
   dead_peer)
     exec "$venv/bin/python" "$root/tests/torch/check_dead_peer.py" "$nranks" ;;
   watchdog)
