@@ -247,12 +247,12 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpTyp
                                                    std::vector<at::Tensor> outputs, bool async_op,
                                                    std::vector<at::Tensor> inputs, int peer) {
   seq_++;
-  const int64_t flight_id = flight_record(name, peer, inputs, outputs);
   const int device = !inputs.empty()    ? device_of(inputs[0])
                      : !outputs.empty() ? device_of(outputs[0])
                                         : -1;
   for (const auto &o : outputs) check_device(o, device, name);
   for (const auto &i : inputs) check_device(i, device, name);
+  const int64_t flight_id = flight_record(name, peer, inputs, outputs);
   std::vector<at::Tensor> tensors;
   if (device >= 0) {
     tensors = std::move(inputs);
