@@ -414,16 +414,10 @@ int64_t WeftBackend::flight_record(const char *name, int peer,
   op.p2p_seq = flight_->p2p_seq;
   op.op_id = (int64_t)seq_;
   op.timeout_ms = timeout_.count();
-  if (strcmp(kind, "send") == 0)
-    op.profiling_name = c10::str("weft:send ", rank_, "->", peer);
-  else if (strcmp(kind, "recv") == 0)
-    op.profiling_name = peer >= 0 ? c10::str("weft:recv ", rank_, "<-", peer)
-                                  : c10::str("weft:recv ", rank_, "<-?");
-  else
-    op.profiling_name = c10::str("weft:", kind);
-  op.outputs = outputs;
-  op.inputs = inplace ? outputs : inputs;
-  return flight_recorder::get().record(flight_, op);
+  op.kind = kind;
+  op.rank = rank_;
+  op.peer = peer;
+  return flight_recorder::get().record(flight_, op, inplace ? outputs : inputs, outputs);
 }
 
 void WeftBackend::enqueue(task t) {

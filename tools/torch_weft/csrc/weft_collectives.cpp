@@ -482,13 +482,13 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::endCoalescing() {
     // the block's end, as PyTorch's recorder writes it: an entry of its own
     // under the block's sequence numbers
     flight_op op;
-    op.profiling_name = "weft:coalesced";
+    op.kind = "coalesced";
     op.collective_seq = flight_->collective_seq;
     op.p2p_seq = flight_->p2p_seq;
     op.op_id = seq_;
     op.is_p2p = !block_coll_;
     op.timeout_ms = timeout_.count();
-    work->add_flight(flight_recorder::get().record(flight_, op));
+    work->add_flight(flight_recorder::get().record(flight_, op, {}, {}));
   }
   enqueue(std::move(coalesced_));
   coalesced_ = task{"coalesced", {}, {}};

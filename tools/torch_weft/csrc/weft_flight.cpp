@@ -27,12 +27,14 @@ static const char *const kFormatVersion = "2.10";
 
 enum { STATE_SCHEDULED, STATE_STARTED, STATE_COMPLETED };
 
+// A slot of the ring, overwritten in place (its vectors keep their room).
 struct flight_recorder::entry {
   int64_t id = -1; /* -1: an empty slot */
   std::shared_ptr<flight_group> group;
   flight_op op;
-  std::vector<std::vector<int64_t>> in_sizes, out_sizes;
-  std::vector<std::string> in_dtypes, out_dtypes;
+  std::vector<int64_t> in_dims, out_dims; /* per tensor, its number of dimensions */
+  std::vector<int64_t> sizes;             /* every tensor's sizes, inputs first */
+  std::vector<c10::ScalarType> in_dtypes, out_dtypes;
   int64_t created_ns = 0, started_ns = 0, completed_ns = 0;
   float duration_ms = -1;
   int state = STATE_SCHEDULED;
@@ -100,30 +102,10 @@ std::shared_ptr<flight_group> flight_recorder::add_group(const std::string &name
   return g;
 }
 
-static std::vector<int64_t> sizes_of(const at::Tensor &t) {
-  return t.defined() ? t.sizes().vec() : std::vector<int64_t>();
-}
-
-int64_t flight_recorder::record(const std::shared_ptr<flight_group> &g, const flight_op &op) {
+int64_t flight_recorder::record(const std::shared_ptr<flight_group> &g, const flight_op &op,
+                                const std::vector<at::Tensor> &inputs,
+                                const std::vector<at::Tensor> &outputs) {
   if (capacity_ == 0 || g == nullptr) return -1;
-  entry e;
-  e.group = g;
-  e.op.profiling_name = op.profiling_name;
-  e.op.collective_seq = op.collective_seq;
-  e.op.p2p_seq = op.p2p_seq;
-  e.op.op_id = op.op_id;
-  e.op.is_p2p = op.is_p2p;
-  e.op.timeout_ms = op.timeout_ms;
-  // sizes and dtypes only: the entry must not keep the caller's tensors
-  for (const auto &t : op.inputs) {
-    e.in_sizes.push_back(sizes_of(t));
-    e.in_dtypes.push_back(t.defined() ? c10::toString(t.scalar_type()) : "Undefined");
-  }
-  for (const auto &t : op.outputs) {
-    e.out_sizes.push_back(sizes_of(t));
-    e.out_dtypes.push_back(t.defined() ? c10::toString(t.scalar_type()) : "Undefined");
-  }
-  e.created_ns = wall_ns();
   // the issuing thread, found once per thread (its name is a read of /proc)
   thread_local std::string tid, tname;
   thread_local bool named = false;
@@ -135,13 +117,38 @@ int64_t flight_recorder::record(const std::shared_ptr<flight_group> &g, const fl
     if (pthread_getname_np(pthread_self(), buf, sizeof buf) == 0) tname = buf;
     named = true;
   }
-  e.thread_id = tid;
-  e.thread_name = tname;
+  const int64_t now = wall_ns();
   if (!op.is_p2p) g->last_enqueued = op.collective_seq;
   std::lock_guard<std::mutex> lk(mu_);
-  e.id = next_id_++;
-  ring_[(size_t)e.id % capacity_] = std::move(e);
-  return next_id_ - 1;
+  const int64_t id = next_id_++;
+  entry &e = ring_[(size_t)id % capacity_];
+  e.id = id;
+  e.group = g;
+  e.op = op;
+  // sizes and dtypes only: the entry must not keep the caller's tensors
+  e.in_dims.clear();
+  e.out_dims.clear();
+  e.sizes.clear();
+  e.in_dtypes.clear();
+  e.out_dtypes.clear();
+  for (const auto &t : inputs) {
+    e.in_dims.push_back(t.defined() ? t.dim() : 0);
+    if (t.defined()) e.sizes.insert(e.sizes.end(), t.sizes().begin(), t.sizes().end());
+    e.in_dtypes.push_back(t.defined() ? t.scalar_type() : c10::ScalarType::Undefined);
+  }
+  for (const auto &t : outputs) {
+    e.out_dims.push_back(t.defined() ? t.dim() : 0);
+    if (t.defined()) e.sizes.insert(e.sizes.end(), t.sizes().begin(), t.sizes().end());
+    e.out_dtypes.push_back(t.defined() ? t.scalar_type() : c10::ScalarType::Undefined);
+  }
+  e.created_ns = now;
+  e.started_ns = e.completed_ns = 0;
+  e.duration_ms = -1;
+  e.state = STATE_SCHEDULED;
+  e.failed = false;
+  e.thread_id = tid;
+  e.thread_name = tname;
+  return id;
 }
 
 void flight_recorder::set_state(const std::vector<int64_t> &ids, int state, bool ok,
@@ -187,16 +194,31 @@ static c10::Dict<c10::IValue, c10::IValue> any_dict() {
 
 static c10::List<c10::IValue> any_list() { return c10::List<c10::IValue>(c10::AnyType::get()); }
 
-static c10::List<c10::IValue> sizes_list(const std::vector<std::vector<int64_t>> &sizes) {
+// The sizes of a list of tensors, read from the entry's flat sizes at *at.
+static c10::List<c10::IValue> sizes_list(const std::vector<int64_t> &dims,
+                                         const std::vector<int64_t> &sizes, size_t *at) {
   auto l = any_list();
-  for (const auto &s : sizes) l.push_back(c10::IValue(s));
+  for (int64_t d : dims) {
+    std::vector<int64_t> one(sizes.begin() + (ptrdiff_t)*at, sizes.begin() + (ptrdiff_t)(*at + d));
+    *at += (size_t)d;
+    l.push_back(c10::IValue(one));
+  }
   return l;
 }
 
-static c10::List<c10::IValue> str_list(const std::vector<std::string> &strs) {
+static c10::List<c10::IValue> dtype_list(const std::vector<c10::ScalarType> &types) {
   auto l = any_list();
-  for (const auto &s : strs) l.push_back(c10::IValue(s));
+  for (auto t : types) l.push_back(c10::IValue(std::string(c10::toString(t))));
   return l;
+}
+
+// PyTorch's profiling name: "weft:all_reduce", "weft:send 0->1", "weft:recv 1<-?".
+static std::string profiling_name(const flight_op &op) {
+  if (strcmp(op.kind, "send") == 0) return c10::str("weft:send ", op.rank, "->", op.peer);
+  if (strcmp(op.kind, "recv") == 0)
+    return op.peer >= 0 ? c10::str("weft:recv ", op.rank, "<-", op.peer)
+                        : c10::str("weft:recv ", op.rank, "<-?");
+  return c10::str("weft:", op.kind);
 }
 
 std::string flight_recorder::pickled() {
@@ -233,13 +255,14 @@ std::string flight_recorder::pickled() {
       x.insert("collective_seq_id", e.op.collective_seq);
       x.insert("p2p_seq_id", e.op.p2p_seq);
       x.insert("op_id", e.op.op_id);
-      x.insert("profiling_name", e.op.profiling_name);
+      x.insert("profiling_name", profiling_name(e.op));
       x.insert("time_created_ns", e.created_ns);
       if (e.duration_ms >= 0) x.insert("duration_ms", (double)e.duration_ms);
-      x.insert("input_sizes", sizes_list(e.in_sizes));
-      x.insert("input_dtypes", str_list(e.in_dtypes));
-      x.insert("output_sizes", sizes_list(e.out_sizes));
-      x.insert("output_dtypes", str_list(e.out_dtypes));
+      size_t at = 0;
+      x.insert("input_sizes", sizes_list(e.in_dims, e.sizes, &at));
+      x.insert("input_dtypes", dtype_list(e.in_dtypes));
+      x.insert("output_sizes", sizes_list(e.out_dims, e.sizes, &at));
+      x.insert("output_dtypes", dtype_list(e.out_dtypes));
       static const char *const states[] = {"scheduled", "started", "completed"};
       x.insert("state", states[e.state]);
       x.insert("time_discovered_started_ns", e.started_ns);

@@ -41,12 +41,12 @@ struct flight_group {
   int64_t collective_seq = 0, p2p_seq = 0;
 };
 
-// What an operation records of itself.
+// What an operation records of itself (beside its tensors' sizes and dtypes).
 struct flight_op {
-  std::string profiling_name; /* "weft:all_reduce", "weft:send 0->1", ... */
+  const char *kind = nullptr; /* PyTorch's name (flight_kind), a literal */
+  int rank = 0, peer = -1;    /* a send's or receive's, in the group (-1: any source) */
   int64_t collective_seq = 0, p2p_seq = 0, op_id = 0;
   bool is_p2p = false;
-  std::vector<at::Tensor> inputs, outputs;
   int64_t timeout_ms = 0;
 };
 
@@ -65,7 +65,8 @@ class flight_recorder {
                                           std::vector<int64_t> ranks, int this_rank);
 
   // Records op (state scheduled); its id, or -1 when the recorder is off.
-  int64_t record(const std::shared_ptr<flight_group> &g, const flight_op &op);
+  int64_t record(const std::shared_ptr<flight_group> &g, const flight_op &op,
+                 const std::vector<at::Tensor> &inputs, const std::vector<at::Tensor> &outputs);
   // The operations of ids start to run, or are done (ok: completed; else
   // they failed and stay started). Entries the ring has dropped are skipped.
   void started(const std::vector<int64_t> &ids);
