@@ -3,8 +3,13 @@
 # .venv-torch (made by WEFT_SETUP_TORCH=1 tools/scripts/setup.sh):
 #   run.sh ops N | train N | alloc N | api N | parity N | surfaces N | streams N
 #                             under torchrun with N ranks
+#   run.sh flight N           check_flight.py under torchrun: the flight recorder's
+#                             dumps on request, read back and by PyTorch's analyzer
 #   run.sh dead_peer N        N ranks of its own, one killed mid-training
-#   run.sh watchdog N         the same; the survivors' watchdogs must end them
+#   run.sh watchdog N         the same; the survivors' watchdogs must end them, and
+#                             PyTorch's flight-recorder analyzer name the dead rank
+#   run.sh hang N             one rank asleep mid-training: every watchdog ends its
+#                             rank, and the analyzer names the one that did not join
 #   run.sh cuda_ops_cpu N     tests/nccl/torch_cuda_ops.py on the host over Gloo
 #                             (the GPU check's script, kept from rotting)
 #   run.sh cuda_ops_weft N    the same script on the weft backend, host tensors,
@@ -29,10 +34,18 @@ case "$check" in
   cuda_ops_weft)
     exec "$venv/bin/python" -m torch.distributed.run --standalone --nproc-per-node "$nranks" \
       "$root/tests/nccl/torch_cuda_ops.py" --device cpu --backend weft ;;
+  flight)
+    dir="$(mktemp -d "${TMPDIR:-/tmp}/weft_fr_check.XXXXXX")"
+    trap 'rm -rf "$dir"' EXIT
+    TORCH_FR_BUFFER_SIZE=16 TORCH_FR_DUMP_TEMP_FILE="$dir/weft_trace_rank_" \
+      "$venv/bin/python" -m torch.distributed.run --standalone --nproc-per-node "$nranks" \
+      "$root/tests/torch/check_flight.py" ;;
   dead_peer)
     exec "$venv/bin/python" "$root/tests/torch/check_dead_peer.py" "$nranks" ;;
   watchdog)
     exec "$venv/bin/python" "$root/tests/torch/check_dead_peer.py" "$nranks" --watchdog ;;
+  hang)
+    exec "$venv/bin/python" "$root/tests/torch/check_dead_peer.py" "$nranks" --hang ;;
   *)
     echo "run.sh: unknown check $check" >&2
     exit 2 ;;

@@ -124,6 +124,15 @@ c10::intrusive_ptr<c10d::Backend> WeftBackend::split(const c10::intrusive_ptr<c1
   auto b = c10::make_intrusive<WeftBackend>(child, key, (int)ranks.size(), timeout, name, store);
   b->channels_ = channels_;
   b->set_stream_options(stream_opts());
+  if (flight_ != nullptr) {
+    std::vector<int64_t> global;
+    if (opts && opts->global_ranks_in_group.size() == ranks.size())
+      for (uint64_t g : opts->global_ranks_in_group) global.push_back((int64_t)g);
+    else
+      for (int r : ranks) global.push_back(flight_->ranks[r]);
+    b->flight_join(opts && !opts->group_name.empty() ? opts->group_name : name,
+                   opts ? opts->group_desc : std::string(), std::move(global));
+  }
   return b;
 }
 
@@ -179,6 +188,18 @@ c10::intrusive_ptr<c10d::Backend> WeftBackend::shrink(const std::vector<int64_t>
   auto b = c10::make_intrusive<WeftBackend>(child, rank, size, timeout, name, store);
   b->channels_ = channels_;
   b->set_stream_options(stream_opts());
+  if (flight_ != nullptr) {
+    std::vector<int64_t> global;
+    for (int r = 0; r < size_; r++)
+      if (std::find(excluded.begin(), excluded.end(), r) == excluded.end())
+        global.push_back(flight_->ranks[r]);
+    if ((int)global.size() == size)
+      b->flight_join(opts && !opts->group_name.empty() ? opts->group_name
+                                                       : c10::str(flight_->name, ":shrunk", shrinks_),
+                     opts && !opts->group_desc.empty() ? opts->group_desc
+                                                       : c10::str(flight_->desc, ":shrunk"),
+                     std::move(global));
+  }
   return b;
 }
 
@@ -227,7 +248,7 @@ float WeftBackend::endTimeEstimate() {
 c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpType type,
                                                    std::vector<op_step> steps,
                                                    std::vector<at::Tensor> outputs, bool async_op,
-                                                   std::vector<at::Tensor> inputs) {
+                                                   std::vector<at::Tensor> inputs, int peer) {
   seq_++;
   const int device = !inputs.empty()    ? device_of(inputs[0])
                      : !outputs.empty() ? device_of(outputs[0])
@@ -237,6 +258,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpTyp
   const int sdev = device >= 0 ? device
                    : (gpu_fake_on() && (!inputs.empty() || !outputs.empty())) ? 0
                                                                                : -1;
+  const int64_t flight_id = flight_record(name, peer, inputs, outputs);
   std::vector<at::Tensor> tensors;
   if (sdev >= 0) {
     tensors = std::move(inputs);
@@ -249,9 +271,11 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpTyp
     if (sdev >= 0) coalesced_.sdev = sdev;
     for (auto &s : steps) coalesced_.steps.push_back(std::move(s));
     for (auto &x : tensors) coalesced_.tensors.push_back(std::move(x));
+    coalesced_work_->add_flight(flight_id);
     return coalesced_work_;
   }
   auto work = make_work(type, name, std::move(outputs));
+  work->add_flight(flight_id);
   watch(work, name);
   task t{name, std::move(steps), {work}, device, sdev, {}, std::move(tensors)};
   if (async_op && sdev < 0) {
@@ -324,13 +348,15 @@ void WeftBackend::complete(task &t, std::exception_ptr err) {
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::submit_p2p(const char *name, c10d::OpType type,
                                                        op_step step,
-                                                       std::vector<at::Tensor> outputs) {
+                                                       std::vector<at::Tensor> outputs, int peer) {
   // on a GPU a send waits for its receiver in the kernel, not on this
   // thread: it runs as other operations do
   if (coalescing_ || device_of(outputs[0]) >= 0 || gpu_fake_on())
-    return submit(name, type, {std::move(step)}, std::move(outputs), true);
+    return submit(name, type, {std::move(step)}, std::move(outputs), true, {}, peer);
   seq_++;
+  const int64_t flight_id = flight_record(name, peer, {}, outputs);
   auto work = make_work(type, name, std::move(outputs));
+  work->add_flight(flight_id);
   watch(work, name);
   task t{name, {std::move(step)}, {work}};
   t.p2p = true;
@@ -346,6 +372,68 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit_p2p(const char *name, c10d::O
   if (idle) run_busy(t);
   else enqueue(std::move(t));
   return work;
+}
+
+void WeftBackend::flight_join(const std::string &name, const std::string &desc,
+                              std::vector<int64_t> global_ranks) {
+  if (global_ranks.empty())
+    for (int r = 0; r < size_; r++) global_ranks.push_back(r);
+  TORCH_CHECK((int)global_ranks.size() == size_, "weft: process group ", name, " has ", size_,
+              " ranks and ", global_ranks.size(), " global ranks");
+  flight_recorder &fr = flight_recorder::get();
+  if (!fr.enabled()) return;
+  const int me = (int)global_ranks[rank_];
+  flight_ = fr.add_group(name, desc.empty() ? std::string("undefined") : desc,
+                         std::move(global_ranks), me);
+  if (store_) flight_signal_ = std::thread([this] { flight_signal_loop(); });
+}
+
+static const char *const kFlightSignal = "weft_flight_recorder_dump";
+static const char *const kFlightSeen = "weft_flight_recorder_dumped"; /* members that did */
+
+void WeftBackend::flight_signal_loop() {
+  auto store = store_;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(watch_mu_);
+      watch_cv_.wait_for(lk, std::chrono::milliseconds(500), [this] { return watch_stop_; });
+      if (watch_stop_) return;
+    }
+    std::string why;
+    try {
+      if (!store->check({kFlightSignal})) continue;
+      std::vector<uint8_t> v = store->get(kFlightSignal);
+      why = std::string(v.begin(), v.end());
+    } catch (const std::exception &) {
+      return; /* the store is gone: its host's process ended */
+    }
+    watchdog_fire(c10d::ErrorType::REMOTE_ERROR,
+                  c10::str("the group failed on another rank (", why, ")"));
+    return;
+  }
+}
+
+int64_t WeftBackend::flight_record(const char *name, int peer,
+                                   const std::vector<at::Tensor> &inputs,
+                                   const std::vector<at::Tensor> &outputs) {
+  if (flight_ == nullptr || estimating_) return -1;
+  bool inplace = false;
+  const char *kind = flight_kind(name, &inplace);
+  if (kind == nullptr) return -1;
+  flight_op op;
+  op.is_p2p = strcmp(kind, "send") == 0 || strcmp(kind, "recv") == 0;
+  // a block takes one number of each kind it holds, at its first of it
+  bool &taken = op.is_p2p ? block_p2p_ : block_coll_;
+  if (!coalescing_ || !taken) (op.is_p2p ? flight_->p2p_seq : flight_->collective_seq)++;
+  if (coalescing_) taken = true;
+  op.collective_seq = flight_->collective_seq;
+  op.p2p_seq = flight_->p2p_seq;
+  op.op_id = (int64_t)seq_;
+  op.timeout_ms = timeout_.count();
+  op.kind = kind;
+  op.rank = rank_;
+  op.peer = peer;
+  return flight_recorder::get().record(flight_, op, inplace ? outputs : inputs, outputs);
 }
 
 void WeftBackend::enqueue(task t) {
@@ -672,6 +760,7 @@ void WeftBackend::watchdog_fire(c10d::ErrorType type, const std::string &what) {
   {
     std::lock_guard<std::mutex> lk(comm_mu_);
     if (stopping_ || aborted_) return; /* the group is being shut down or aborted */
+    if (fired_.exchange(true)) return; /* the watchdog's thread and the dump signal's */
     error_type_ = (int)type;
     if (handling_ != 0 && comm_ != nullptr) {
       comm = comm_;
@@ -689,15 +778,43 @@ void WeftBackend::watchdog_fire(c10d::ErrorType type, const std::string &what) {
                what, "; ", action[handling_]);
   if (handling_ == 0) {
     TORCH_WARN(msg);
-    return;
+  } else {
+    fprintf(stderr, "[rank %d] %s\n", rank_, msg.c_str());
   }
-  fprintf(stderr, "[rank %d] %s\n", rank_, msg.c_str());
   fflush(stderr);
+  // before the revoke: the operations that hang are dumped as they were
+  bool signaled = false;
+  if (flight_ != nullptr) {
+    flight_recorder::get().dump_quietly("the watchdog saw a failure");
+    if (store_) {
+      try {
+        if (what.rfind("the group failed on another rank", 0) != 0) {
+          const std::string v = c10::str("rank ", rank_, ": ", what.substr(0, 300));
+          store_->set(kFlightSignal, std::vector<uint8_t>(v.begin(), v.end()));
+        }
+        store_->add(kFlightSeen, 1); /* this rank has dumped */
+        signaled = true;
+      } catch (const std::exception &) {
+        /* the store is gone; the members in an operation fail anyway */
+      }
+    }
+  }
+  if (handling_ == 0) return;
   // peers waiting on this rank fail now rather than at their own timeout,
   // and what waits here returns
   if (comm != nullptr) weftCommRevoke(comm, 0);
   if (handling_ == 1 && comm != nullptr) weftCommAbort(comm);
   if (handling_ == 1 || handling_ == 3) {
+    // the store may live in this process (rank 0's, with env://): it stays
+    // until every member has dumped, or for 2 s (a dead one never does), so
+    // that each member's look for the signal finds it
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    try {
+      while (signaled && store_->add(kFlightSeen, 0) < size_ &&
+             std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    } catch (const std::exception &) {
+    }
     fflush(stdout);
     std::_Exit(1);
   }
@@ -715,6 +832,8 @@ void WeftBackend::watchdog_stop() {
   }
   std::lock_guard<std::mutex> lk(watch_join_mu_);
   if (watchdog_.joinable() && watchdog_.get_id() != std::this_thread::get_id()) watchdog_.join();
+  if (flight_signal_.joinable() && flight_signal_.get_id() != std::this_thread::get_id())
+    flight_signal_.join();
 }
 
 void WeftBackend::stop_worker(bool abort_comm) {
@@ -841,7 +960,9 @@ class WeftProcessGroup : public c10d::ProcessGroup {
 
 static c10::intrusive_ptr<c10d::Backend> create_backend(
     const c10::intrusive_ptr<c10d::Store> &store, int rank, int size, double timeout_s,
-    const std::string &name, int channels, int high_priority_stream) {
+    const std::string &name, int channels, int high_priority_stream,
+    const std::string &group_name,
+    const std::string &group_desc, std::vector<int64_t> global_ranks) {
   auto ms = std::chrono::milliseconds((long long)(timeout_s * 1000.0));
   auto b = c10::make_intrusive<WeftBackend>(store, rank, size, ms, name, channels);
   if (high_priority_stream >= 0) {
@@ -849,6 +970,7 @@ static c10::intrusive_ptr<c10d::Backend> create_backend(
     o.high_priority = high_priority_stream != 0;
     b->set_stream_options(o);
   }
+  b->flight_join(group_name.empty() ? name : group_name, group_desc, std::move(global_ranks));
   return b;
 }
 
@@ -875,8 +997,35 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            "A process group whose backend is named \"weft\" (DDP's logging data).");
   m.def("create_backend", &torch_weft::create_backend, py::arg("store"), py::arg("rank"),
         py::arg("size"), py::arg("timeout_s"), py::arg("name") = "", py::arg("channels") = 0,
-        py::arg("high_priority_stream") = -1, py::call_guard<py::gil_scoped_release>(),
-        "Joins this rank to a weft communicator whose unique id travels through store.");
+        py::arg("high_priority_stream") = -1, py::arg("group_name") = "", py::arg("group_desc") = "",
+        py::arg("global_ranks") = std::vector<int64_t>(),
+        py::call_guard<py::gil_scoped_release>(),
+        "Joins this rank to a weft communicator whose unique id travels through store; "
+        "group_name, group_desc and global_ranks are what the flight recorder says of it.");
+  m.def(
+      "flight_recorder_dump",
+      [](const std::string &prefix) { return torch_weft::flight_recorder::get().dump(prefix); },
+      py::arg("prefix") = "", py::call_guard<py::gil_scoped_release>(),
+      "Writes the flight recorder's dump to prefix (else TORCH_FR_DUMP_TEMP_FILE's) plus the "
+      "global rank; the path written.");
+  m.def(
+      "flight_recorder_pickled",
+      []() {
+        std::string bytes;
+        {
+          py::gil_scoped_release nogil;
+          bytes = torch_weft::flight_recorder::get().pickled();
+        }
+        return py::bytes(bytes);
+      },
+      "The flight recorder's dump, pickled.");
+  m.def(
+      "flight_recorder_prefix", []() { return torch_weft::flight_recorder::get().prefix(); },
+      "The prefix of the flight recorder's dump files.");
+  m.def(
+      "flight_recorder_capacity",
+      []() { return torch_weft::flight_recorder::get().capacity(); },
+      "How many entries the flight recorder keeps (0: off).");
   m.def("install_allocator", &torch_weft::alloc_install, py::arg("min_bytes"),
         py::arg("cache_bytes"),
         "Makes CPU tensors of min_bytes and more weft's shareable memory (once).");

@@ -9,6 +9,7 @@
 
 #include <weft.h>
 
+#include "weft_flight.h"
 #include "weft_types.h"
 #include "weft_work.h"
 
@@ -132,6 +133,13 @@ class WeftBackend : public c10d::Backend {
   bool supportsTimeEstimation() const override { return true; }
   void startTimeEstimate() override;
   float endTimeEstimate() override;
+
+  // The group in the flight recorder (weft_flight.h): torch's name of the
+  // group, its description and its members' global ranks (empty: the group
+  // is the world, ranks 0 to size-1). Until then its operations are not
+  // recorded.
+  void flight_join(const std::string &name, const std::string &desc,
+                   std::vector<int64_t> global_ranks);
 
   // --- collectives ---
 
@@ -313,7 +321,7 @@ class WeftBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> submit(const char *name, c10d::OpType type,
                                         std::vector<op_step> steps,
                                         std::vector<at::Tensor> outputs, bool async_op,
-                                        std::vector<at::Tensor> inputs = {});
+                                        std::vector<at::Tensor> inputs = {}, int peer = -1);
 
   // Runs t on this thread once the queue is idle, and completes its Works.
   void run_here(task &t);
@@ -327,7 +335,15 @@ class WeftBackend : public c10d::Backend {
   void complete(task &t, std::exception_ptr err);
 
   c10::intrusive_ptr<c10d::Work> submit_p2p(const char *name, c10d::OpType type, op_step step,
-                                            std::vector<at::Tensor> outputs);
+                                            std::vector<at::Tensor> outputs, int peer);
+
+  // Records an operation that submit() issues in the flight recorder: its
+  // entry's id, or -1 (the recorder is off, the group not in it, a time
+  // estimate, a kind the analyzer has no name for). peer: a send's or
+  // receive's (-1: any source). Inside a coalescing block the operations
+  // share the block's sequence numbers.
+  int64_t flight_record(const char *name, int peer, const std::vector<at::Tensor> &inputs,
+                        const std::vector<at::Tensor> &outputs);
 
   void enqueue(task t);
 
@@ -350,6 +366,14 @@ class WeftBackend : public c10d::Backend {
   // Handles the first failure seen; false when the group is already stopping.
   void watchdog_fire(c10d::ErrorType type, const std::string &what);
   void watchdog_stop();
+  // The flight recorder's dump signal, as NCCL's: a rank whose watchdog
+  // fires sets kFlightSignal in the group's store (saying which rank and
+  // what), and a thread of every member looks for it twice a second, so that
+  // a rank in no operation of the group (asleep, or computing) dumps its
+  // recorder too, and its watchdog handles the group's failure.
+  void flight_signal_loop();
+  std::thread flight_signal_;
+  std::atomic<bool> fired_{false}; /* the watchdog fired (once) */
 
   // --- the worker ---
 
@@ -446,6 +470,8 @@ class WeftBackend : public c10d::Backend {
   int channels_ = 0;
   int shrinks_ = 0; /* groups shrunk from this one: their store prefixes */
   task coalesced_{"coalesced", {}, {}};
+  std::shared_ptr<flight_group> flight_; /* null: not recorded */
+  bool block_coll_ = false, block_p2p_ = false; /* the open block's kinds, recorded */
   c10::intrusive_ptr<WeftWork> coalesced_work_;
 };
 

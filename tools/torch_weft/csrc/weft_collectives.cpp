@@ -427,7 +427,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::send(std::vector<at::Tensor> &tensor
     if (host) announce_send(dst); /* for a receive from any source */
     return weftSend(b.ptr, b.count, b.dtype, dst, comm_, stream_);
   };
-  return submit_p2p("send", c10d::OpType::SEND, s, {t});
+  return submit_p2p("send", c10d::OpType::SEND, s, {t}, dst);
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::recv(std::vector<at::Tensor> &tensors, int src, int) {
@@ -439,7 +439,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::recv(std::vector<at::Tensor> &tensor
     if (host) received_[src]++; /* what a receive from any source compares */
     return weftRecv(b.ptr, b.count, b.dtype, src, comm_, stream_);
   });
-  return submit_p2p("recv", c10d::OpType::RECV, s, {t});
+  return submit_p2p("recv", c10d::OpType::RECV, s, {t}, src);
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::barrier(const c10d::BarrierOptions &opts) {
@@ -473,6 +473,7 @@ void WeftBackend::startCoalescing() {
   coalesced_ = task{"coalesced", {}, {}};
   coalesced_work_ = make_work(c10d::OpType::COALESCED, "weft:coalesced", {});
   coalesced_work_->set_block_open(true);
+  block_coll_ = block_p2p_ = false;
   coalesced_.works.push_back(coalesced_work_);
 }
 
@@ -483,6 +484,18 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::endCoalescing() {
   work->set_block_open(false);
   coalesced_work_.reset();
   if (!coalesced_.steps.empty()) watch(work, "coalesced");
+  if (block_coll_ || block_p2p_) {
+    // the block's end, as PyTorch's recorder writes it: an entry of its own
+    // under the block's sequence numbers
+    flight_op op;
+    op.kind = "coalesced";
+    op.collective_seq = flight_->collective_seq;
+    op.p2p_seq = flight_->p2p_seq;
+    op.op_id = seq_;
+    op.is_p2p = !block_coll_;
+    op.timeout_ms = timeout_.count();
+    work->add_flight(flight_recorder::get().record(flight_, op, {}, {}));
+  }
   enqueue(std::move(coalesced_));
   coalesced_ = task{"coalesced", {}, {}};
   return work;

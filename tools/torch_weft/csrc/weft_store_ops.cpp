@@ -105,6 +105,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::recvAnysource(std::vector<at::Tensor
   // waits for a sender, which must not hold up a group of other operations
   seq_++;
   auto work = make_work(c10d::OpType::RECVANYSOURCE, "recv_anysource", {t});
+  work->add_flight(flight_record("recv_anysource", -1, {}, {t}));
   work->set_source(source);
   watch(work, "recv_anysource");
   enqueue(task{"recv from any source", {std::move(s)}, {work}, -1, -1, {}, {}});

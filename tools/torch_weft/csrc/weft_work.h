@@ -8,6 +8,7 @@
 #include <weft.h>
 
 #include "weft_streams.h"
+#include "weft_flight.h"
 
 #include <atomic>
 #include <chrono>
@@ -69,7 +70,16 @@ class WeftWork : public c10d::Work {
   // Called when the operation starts to run (a send or receive: when it is
   // queued on the host stream).
   void mark_started() {
-    if (started_ns_.load() == 0) started_ns_ = now_ns();
+    if (started_ns_.load() == 0) {
+      started_ns_ = now_ns();
+      flight_recorder::get().started(flight_ids_);
+    }
+  }
+  // The flight recorder's entries of the operation (weft_flight.h), whose
+  // state follows the Work's; added before the Work is handed to a thread
+  // that runs it.
+  void add_flight(int64_t id) {
+    if (id >= 0) flight_ids_.push_back(id);
   }
   static int64_t now_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -80,6 +90,7 @@ class WeftWork : public c10d::Work {
   // Called by the worker once the operation has run (exception: its failure).
   void complete(std::exception_ptr exception) {
     ended_ns_ = now_ns();
+    flight_done(exception == nullptr);
     finish(exception);
     if (exception)
       future_->setError(exception);
@@ -111,9 +122,17 @@ class WeftWork : public c10d::Work {
 
  private:
   bool poll_gpu();
+  void flight_done(bool ok) {
+    if (flight_ids_.empty()) return;
+    const int64_t started = started_ns_.load();
+    flight_recorder::get().completed(
+        flight_ids_, ok, started != 0 ? (float)(ended_ns_.load() - started) / 1e6f : -1.0f);
+  }
+  std::vector<int64_t> flight_ids_;
   void finish_once(std::exception_ptr exception) {
     if (!finished_.exchange(true)) {
       ended_ns_ = now_ns();
+      flight_done(exception == nullptr);
       finish(exception);
     }
     drop_stash();

@@ -29,7 +29,8 @@ except ImportError as e:  # pip install . builds it, or tools/scripts/setup.sh i
         "`WEFT_SETUP_TORCH=1 tools/scripts/setup.sh` or `python tools/torch_weft/build.py` "
         f"the extension in the tree ({e})") from e
 
-__all__ = ["BACKEND", "Options", "version", "allocator_stats", "empty_allocator_cache"]
+__all__ = ["BACKEND", "Options", "version", "allocator_stats", "empty_allocator_cache",
+           "dump_flight_recorder", "flight_recorder_trace"]
 
 
 def _env_bytes(name, default):
@@ -65,6 +66,23 @@ def empty_allocator_cache():
     _C.allocator_empty_cache()
 
 BACKEND = "weft"
+
+
+def dump_flight_recorder(prefix=None):
+    """Writes the flight recorder of this process's weft groups (their last
+    TORCH_FR_BUFFER_SIZE operations) to <prefix><global rank>, the prefix
+    being TORCH_FR_DUMP_TEMP_FILE's unless given, in the format of PyTorch's
+    flight recorder (`torchfrtrace DIR` reads the ranks' files); returns the
+    path written. The watchdog writes the same dump when it sees a timeout or
+    a failure (docs/pytorch.md)."""
+    return _C.flight_recorder_dump(prefix or "")
+
+
+def flight_recorder_trace():
+    """The flight recorder's dump as a dict (version, pg_config, pg_status,
+    entries), as dump_flight_recorder() writes it."""
+    import pickle
+    return pickle.loads(_C.flight_recorder_pickled())
 
 
 def version():
@@ -114,7 +132,7 @@ class Options:
                 f"timeout={self.timeout!r}, high_priority_stream={self.high_priority_stream!r})")
 
 
-def _create_backend(opts, backend_options=None):
+def _create_backend(opts, backend_options=None, group_desc=None):
     timeout = opts.timeout.total_seconds() if opts.timeout is not None else 1800.0
     name = opts.group_id or "torch"
     channels = 0
@@ -129,19 +147,26 @@ def _create_backend(opts, backend_options=None):
             timeout = backend_options.timeout.total_seconds()
         if backend_options.high_priority_stream is not None:
             high_priority = int(backend_options.high_priority_stream)
+    # the flight recorder's view of the group: torch's name, description
+    # and the members' global ranks (none given: the world's)
+    ranks = list(getattr(opts, "global_ranks_in_group", None) or [])
     return _C.create_backend(opts.store, opts.group_rank, opts.group_size, timeout, name,
-                             channels, high_priority)
+                             channels, high_priority, group_name=opts.group_id or "",
+                             group_desc=group_desc or "undefined", global_ranks=ranks)
 
 
 def _create(opts, backend_options=None):
     """The group of a "weft" backend: torch's ProcessGroup with weft's backend
     for every device it takes, whose name is "weft" (torch calls the groups of
     registered backends "custom", which DDP's logging data would show)."""
-    backend = _create_backend(opts, backend_options)
+    # what the caller was asked for is in its frame: the group's description
+    # (the flight recorder's) and its backends
+    caller = sys._getframe(1).f_locals
+    backend = _create_backend(opts, backend_options, caller.get("group_desc"))
     # only where weft is the group's backend for every device: torch takes a
     # returned group as the whole group ("cpu:gloo,cuda:weft" keeps torch's,
-    # named "custom"); what the caller was asked for is in its frame
-    config = sys._getframe(1).f_locals.get("backend_config")
+    # named "custom")
+    config = caller.get("backend_config")
     try:
         only_weft = set(config.get_device_backend_map().values()) == {BACKEND}
     except AttributeError:
