@@ -45,19 +45,24 @@ static weftResult_t direct_connect(struct weftComm *comm) {
   return peer_connect(comm, peers, npeers);
 }
 
-/* Hands nbytes of src, followed by sig unless NULL, to every other rank. */
+/* Hands nbytes of src, followed by sig unless NULL, to rank peer. */
+static weftResult_t direct_send_one(struct weftComm *comm, int peer, const char *src,
+                                    size_t nbytes, const struct signature_packed *sig) {
+  struct weft_conn *conn = &comm->send_conns[peer];
+  char *slot;
+  WEFT_TRY(peer_send_wait(comm, conn, &slot));
+  if (nbytes > 0) memcpy(slot, src, nbytes); /* a signature alone has no src */
+  if (sig != NULL) memcpy(slot + nbytes, sig, sizeof *sig);
+  peer_send_post(conn, nbytes + (sig != NULL ? sizeof *sig : 0));
+  return weftSuccess;
+}
+
+/* The same to every other rank. */
 static weftResult_t direct_send_all(struct weftComm *comm, const char *src, size_t nbytes,
                                     const struct signature_packed *sig) {
-  const int n = comm->nranks;
   /* the next rank first: each rank's first send goes to a different peer */
-  for (int i = 1; i < n; i++) {
-    struct weft_conn *conn = &comm->send_conns[(comm->rank + i) % n];
-    char *slot;
-    WEFT_TRY(peer_send_wait(comm, conn, &slot));
-    memcpy(slot, src, nbytes);
-    if (sig != NULL) memcpy(slot + nbytes, sig, sizeof *sig);
-    peer_send_post(conn, nbytes + (sig != NULL ? sizeof *sig : 0));
-  }
+  for (int i = 1; i < comm->nranks; i++)
+    WEFT_TRY(direct_send_one(comm, (comm->rank + i) % comm->nranks, src, nbytes, sig));
   return weftSuccess;
 }
 
@@ -73,15 +78,14 @@ static weftResult_t direct_input(struct weftComm *comm, int r, const char *own, 
   return peer_recv_signed_wait(comm, from, nbytes + sizeof *sig, sig, 1, in_out);
 }
 
-/* One piece: m elements of own (this rank's input) reduced with every
- * peer's into out. keep: room for own where out is own and this rank's turn
- * comes after reductions that overwrite out. */
-static weftResult_t direct_piece(struct weftComm *comm, weft_reduce_fn reduce, int divisor,
-                                 size_t esize, const char *own, char *out, size_t m,
-                                 const struct signature_packed *sig, char *keep) {
+/* m elements of own (this rank's input) reduced with every peer's slot
+ * into out, in rank order. keep: room for own where out is own and this
+ * rank's turn comes after reductions that overwrite out. */
+static weftResult_t direct_reduce_all(struct weftComm *comm, weft_reduce_fn reduce, int divisor,
+                                      size_t esize, const char *own, char *out, size_t m,
+                                      const struct signature_packed *sig, char *keep) {
   const int n = comm->nranks, rank = comm->rank;
   const size_t nbytes = m * esize;
-  WEFT_TRY(direct_send_all(comm, own, nbytes, sig));
   if (own == out && rank > 1) {
     memcpy(keep, own, nbytes);
     own = keep;
@@ -97,6 +101,14 @@ static weftResult_t direct_piece(struct weftComm *comm, weft_reduce_fn reduce, i
     a = out;
   }
   return weftSuccess;
+}
+
+/* One piece of the all-reduce: own to every rank, then every rank's reduced. */
+static weftResult_t direct_piece(struct weftComm *comm, weft_reduce_fn reduce, int divisor,
+                                 size_t esize, const char *own, char *out, size_t m,
+                                 const struct signature_packed *sig, char *keep) {
+  WEFT_TRY(direct_send_all(comm, own, m * esize, sig));
+  return direct_reduce_all(comm, reduce, divisor, esize, own, out, m, sig, keep);
 }
 
 /* The elements of every piece: a slot less the signature. */
@@ -170,14 +182,9 @@ weftResult_t direct_allreduce(struct weftComm *comm, struct weft_channel *ch,
 static weftResult_t direct_sign_all(struct weftComm *comm, int skip,
                                     const struct signature_packed *sig) {
   const int n = comm->nranks;
-  for (int i = 1; i < n; i++) {
-    const int peer = (comm->rank + i) % n;
-    if (peer == skip) continue;
-    char *slot;
-    WEFT_TRY(peer_send_wait(comm, &comm->send_conns[peer], &slot));
-    memcpy(slot, sig, sizeof *sig);
-    peer_send_post(&comm->send_conns[peer], sizeof *sig);
-  }
+  for (int i = 1; i < n; i++)
+    if ((comm->rank + i) % n != skip)
+      WEFT_TRY(direct_send_one(comm, (comm->rank + i) % n, NULL, 0, sig));
   return weftSuccess;
 }
 
@@ -250,34 +257,14 @@ static weftResult_t direct_reduce_piece(struct weftComm *comm, weft_reduce_fn re
                                         int divisor, size_t esize, int root, const char *own,
                                         char *out, size_t m, const struct signature_packed *sig,
                                         char *keep) {
-  const int n = comm->nranks, rank = comm->rank;
-  const size_t nbytes = m * esize;
-  if (rank != root) {
-    struct weft_conn *conn = &comm->send_conns[root];
-    char *slot;
-    WEFT_TRY(peer_send_wait(comm, conn, &slot));
-    memcpy(slot, own, nbytes);
-    if (sig != NULL) memcpy(slot + nbytes, sig, sizeof *sig);
-    peer_send_post(conn, nbytes + (sig != NULL ? sizeof *sig : 0));
+  if (comm->rank != root) {
+    WEFT_TRY(direct_send_one(comm, root, own, m * esize, sig));
     if (sig == NULL) return weftSuccess;
     WEFT_TRY(direct_sign_all(comm, root, sig));
     return direct_signed_by_all(comm, -1, sig);
   }
   if (sig != NULL) WEFT_TRY(direct_sign_all(comm, -1, sig));
-  if (own == out && rank > 1) {
-    memcpy(keep, own, nbytes);
-    own = keep;
-  }
-  const char *a, *b;
-  WEFT_TRY(direct_input(comm, 0, own, nbytes, sig, &a));
-  for (int r = 1; r < n; r++) {
-    WEFT_TRY(direct_input(comm, r, own, nbytes, sig, &b));
-    reduce(out, NULL, a, b, m, r == n - 1 ? divisor : 1);
-    if (r == 1 && rank != 0) peer_recv_done(&comm->recv_conns[0]);
-    if (r != rank) peer_recv_done(&comm->recv_conns[r]);
-    a = out;
-  }
-  return weftSuccess;
+  return direct_reduce_all(comm, reduce, divisor, esize, own, out, m, sig, keep);
 }
 
 weftResult_t direct_reduce(struct weftComm *comm, struct weft_channel *ch,

@@ -111,19 +111,27 @@ std::string case_name(const testing::TestParamInfo<TreeRdCase> &info) {
 
 const size_t kGuard = 64;  // poisoned bytes after the output, checked untouched
 
-weftResult_t run_algo(weftComm_t comm, coll_algo algo, weftDataType_t t, weftRedOp_t op,
-                      const void *src, void *dst, size_t count) {
+// The plan of one call of algo on one channel, with the simple protocol.
+weft_plan make_plan(coll_kind coll, coll_algo algo, weftDataType_t t, weftRedOp_t op, int root,
+                    const void *src, void *dst, size_t count) {
   weft_plan plan;
   memset(&plan, 0, sizeof plan);
-  plan.coll = COLL_ALLREDUCE;
+  plan.coll = coll;
   plan.sendbuf = src;
   plan.recvbuf = dst;
   plan.count = count;
   plan.datatype = t;
   plan.op = op;
+  plan.root = root;
   plan.algo = algo;
   plan.proto = PROTO_SIMPLE;
   plan.nchannels = 1;
+  return plan;
+}
+
+weftResult_t run_algo(weftComm_t comm, coll_algo algo, weftDataType_t t, weftRedOp_t op,
+                      const void *src, void *dst, size_t count) {
+  const weft_plan plan = make_plan(COLL_ALLREDUCE, algo, t, op, 0, src, dst, count);
   algo_fn fn = algo == ALGO_TREE ? tree_allreduce : algo == ALGO_RD ? rd_allreduce : direct_allreduce;
   return fn(comm, &comm->channels[0], &plan, 0, count);
 }
@@ -228,18 +236,7 @@ TEST(DirectAllReduce, PiecesLargerThanTheStackCopy) {
 
 weftResult_t run_rooted(weftComm_t comm, coll_kind coll, weftDataType_t t, weftRedOp_t op,
                         int root, const void *src, void *dst, size_t count) {
-  weft_plan plan;
-  memset(&plan, 0, sizeof plan);
-  plan.coll = coll;
-  plan.sendbuf = src;
-  plan.recvbuf = dst;
-  plan.count = count;
-  plan.datatype = t;
-  plan.op = op;
-  plan.root = root;
-  plan.algo = ALGO_DIRECT;
-  plan.proto = PROTO_SIMPLE;
-  plan.nchannels = 1;
+  const weft_plan plan = make_plan(coll, ALGO_DIRECT, t, op, root, src, dst, count);
   return (coll == COLL_BROADCAST ? direct_broadcast : direct_reduce)(comm, &comm->channels[0],
                                                                     &plan, 0, count);
 }
