@@ -442,6 +442,26 @@ def check_cuda_objects():
     dist.barrier()
 
 
+def group_without_watchdog_exit(ranks):
+    """A group that a check aborts on purpose, made with
+    TORCH_WEFT_ASYNC_ERROR_HANDLING=0 (read as each group is made): under the
+    default, as under NCCL's, a peer's abort is a failure whose watchdog ends
+    the late rank's process before its own abort() comes."""
+    before = os.environ.get("TORCH_WEFT_ASYNC_ERROR_HANDLING")
+    os.environ["TORCH_WEFT_ASYNC_ERROR_HANDLING"] = "0"
+    try:
+        sub = dist.new_group(ranks)
+        t = torch.ones(1024, device=DEV)
+        dist.all_reduce(t, group=sub)  # connected
+    finally:
+        if before is None:
+            del os.environ["TORCH_WEFT_ASYNC_ERROR_HANDLING"]
+        else:
+            os.environ["TORCH_WEFT_ASYNC_ERROR_HANDLING"] = before
+    check("abort: the group works first", t, torch.full((1024,), float(len(ranks))))
+    return sub
+
+
 def check_abort_from_another_thread():
     """abort() of a group from another thread while its operations wait for
     late ranks (one in weft, the rest queued behind it): every one of them
@@ -450,10 +470,7 @@ def check_abort_from_another_thread():
     GPU the late ranks' kernels report only at a later call)."""
     import threading
     r, world = dist.get_rank(), dist.get_world_size()
-    sub = dist.new_group(list(range(world)))
-    t = torch.ones(1024, device=DEV)
-    dist.all_reduce(t, group=sub)  # connected
-    check("abort: the group works first", t, torch.full((1024,), float(world)))
+    sub = group_without_watchdog_exit(list(range(world)))
     if r == 0:
         works = [dist.all_reduce(torch.ones(1024, device=DEV), group=sub, async_op=True)
                  for _ in range(4)]
@@ -506,9 +523,7 @@ def check_abort_from_a_callback():
     behind the one it completes raises instead of hanging, later ones raise,
     and the default group still works."""
     r, world = dist.get_rank(), dist.get_world_size()
-    sub = dist.new_group(list(range(world)))
-    t = torch.ones(64, device=DEV)
-    dist.all_reduce(t, group=sub)  # connected
+    sub = group_without_watchdog_exit(list(range(world)))
     backend = sub._get_backend(DEV)
     if r == 0:
         # the first waits for the late ranks, so that its callback is in
