@@ -135,48 +135,6 @@ static weftResult_t direct_keep(const struct weftComm *comm, int in_place, size_
   return weftSuccess;
 }
 
-weftResult_t direct_allreduce(struct weftComm *comm, struct weft_channel *ch,
-                              const struct weft_plan *plan, size_t offset, size_t count) {
-  (void)ch; /* point-to-point connections, not the ring's */
-  if (count == 0) return weftSuccess;
-  const int n = comm->nranks;
-  const size_t esize = weftTypeSize(plan->datatype);
-  const char *src = (const char *)plan->sendbuf + offset * esize;
-  char *dst = (char *)plan->recvbuf + offset * esize;
-  if (n == 1) {
-    if (dst != src) memcpy(dst, src, count * esize);
-    return weftSuccess;
-  }
-  if (n > DIRECT_MAX_RANKS)
-    return weft_error_set(weftInternalError, "direct all-reduce on %d ranks (at most %d)", n,
-                          DIRECT_MAX_RANKS);
-  const weft_reduce_fn reduce = reduce_host_fn(plan->datatype, plan->op);
-  const int divisor = plan->op == weftAvg ? n : 1;
-  WEFT_TRY(direct_connect(comm));
-
-  struct signature_packed signature;
-  signature_pack(&signature, plan);
-  size_t per_piece;
-  WEFT_TRY(direct_per_piece(comm, esize, "all-reduce", &per_piece));
-  /* in place, the reductions before this rank's turn overwrite its input:
-   * a copy of it, on the stack for small pieces */
-  _Alignas(64) char keep_small[DIRECT_KEEP_STACK_NBYTES];
-  char *keep, *keep_heap;
-  WEFT_TRY(direct_keep(comm, src == dst, (count < per_piece ? count : per_piece) * esize,
-                       keep_small, "all-reduce", &keep, &keep_heap));
-  weftResult_t res = weftSuccess;
-  for (size_t base = 0; base < count && res == weftSuccess;) {
-    const struct signature_packed *sig = WEFT_SLOT_SIGNATURE && base == 0 ? &signature : NULL;
-    const size_t m = count - base < per_piece ? count - base : per_piece;
-    res = direct_piece(comm, reduce, divisor, esize, src + base * esize, dst + base * esize, m,
-                       sig, keep);
-    base += m;
-  }
-  free(keep_heap);
-  return res;
-}
-
-
 /* Sends the signature alone to every rank but skip (or every rank, with
  * skip -1): the first piece's word to those this rank sends no data. */
 static weftResult_t direct_sign_all(struct weftComm *comm, int skip,
@@ -267,36 +225,59 @@ static weftResult_t direct_reduce_piece(struct weftComm *comm, weft_reduce_fn re
   return direct_reduce_all(comm, reduce, divisor, esize, own, out, m, sig, keep);
 }
 
-weftResult_t direct_reduce(struct weftComm *comm, struct weft_channel *ch,
-                           const struct weft_plan *plan, size_t offset, size_t count) {
-  (void)ch;
+/* The all-reduce (root -1) and the reduce: the call in pieces of a slot,
+ * the first carrying the signature. */
+static weftResult_t direct_reduction(struct weftComm *comm, const struct weft_plan *plan,
+                                     size_t offset, size_t count, int root) {
+  const char *what = root < 0 ? "all-reduce" : "reduce";
   if (count == 0) return weftSuccess;
-  const int n = comm->nranks, root = plan->root;
+  const int n = comm->nranks;
   const size_t esize = weftTypeSize(plan->datatype);
   const char *src = (const char *)plan->sendbuf + offset * esize;
-  char *dst = comm->rank == root ? (char *)plan->recvbuf + offset * esize : NULL;
+  char *dst = root < 0 || comm->rank == root ? (char *)plan->recvbuf + offset * esize : NULL;
+  if (n == 1) {
+    if (dst != src) memcpy(dst, src, count * esize);
+    return weftSuccess;
+  }
   if (n > DIRECT_MAX_RANKS)
-    return weft_error_set(weftInternalError, "direct reduce on %d ranks (at most %d)", n,
+    return weft_error_set(weftInternalError, "direct %s on %d ranks (at most %d)", what, n,
                           DIRECT_MAX_RANKS);
   size_t per_piece;
-  WEFT_TRY(direct_per_piece(comm, esize, "reduce", &per_piece));
+  WEFT_TRY(direct_per_piece(comm, esize, what, &per_piece));
   const weft_reduce_fn reduce = reduce_host_fn(plan->datatype, plan->op);
   const int divisor = plan->op == weftAvg ? n : 1;
   WEFT_TRY(direct_connect(comm));
   struct signature_packed signature;
   signature_pack(&signature, plan);
+  /* in place, the reductions before this rank's turn overwrite its input:
+   * a copy of it, on the stack for small pieces */
   _Alignas(64) char keep_small[DIRECT_KEEP_STACK_NBYTES];
   char *keep, *keep_heap;
   WEFT_TRY(direct_keep(comm, src == dst, (count < per_piece ? count : per_piece) * esize,
-                       keep_small, "reduce", &keep, &keep_heap));
+                       keep_small, what, &keep, &keep_heap));
   weftResult_t res = weftSuccess;
   for (size_t base = 0; base < count && res == weftSuccess;) {
     const struct signature_packed *sig = WEFT_SLOT_SIGNATURE && base == 0 ? &signature : NULL;
     const size_t m = count - base < per_piece ? count - base : per_piece;
-    res = direct_reduce_piece(comm, reduce, divisor, esize, root, src + base * esize,
-                              dst != NULL ? dst + base * esize : NULL, m, sig, keep);
+    const char *own = src + base * esize;
+    char *out = dst != NULL ? dst + base * esize : NULL;
+    res = root < 0 ? direct_piece(comm, reduce, divisor, esize, own, out, m, sig, keep)
+                   : direct_reduce_piece(comm, reduce, divisor, esize, root, own, out, m, sig,
+                                         keep);
     base += m;
   }
   free(keep_heap);
   return res;
+}
+
+weftResult_t direct_allreduce(struct weftComm *comm, struct weft_channel *ch,
+                              const struct weft_plan *plan, size_t offset, size_t count) {
+  (void)ch; /* point-to-point connections, not the ring's */
+  return direct_reduction(comm, plan, offset, count, -1);
+}
+
+weftResult_t direct_reduce(struct weftComm *comm, struct weft_channel *ch,
+                           const struct weft_plan *plan, size_t offset, size_t count) {
+  (void)ch;
+  return direct_reduction(comm, plan, offset, count, plan->root);
 }

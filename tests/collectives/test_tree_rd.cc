@@ -173,11 +173,9 @@ int check_one(const RankCtx &ctx, weftComm_t comm, coll_algo algo, weftDataType_
   return 0;
 }
 
-class TreeRdAllReduce : public testing::TestWithParam<TreeRdCase> {};
-
-TEST_P(TreeRdAllReduce, EveryTypeOpCountPlacement) {
-  const TreeRdCase c = GetParam();
-  const uint64_t seed = test_seed();
+// One channel of two 256-byte slots (counts of many pieces), over shm or,
+// with shm off, sockets.
+RunOptions small_slots(const TreeRdCase &c) {
   RunOptions opts;
   opts.timeout_s = 600;
   opts.env = {{"WEFT_NCHANNELS", "1"},
@@ -185,6 +183,14 @@ TEST_P(TreeRdAllReduce, EveryTypeOpCountPlacement) {
               {"WEFT_NSLOTS", "2"},
               {"WEFT_TIMEOUT", "60"}};
   if (std::string(c.transport) == "socket") opts.env.push_back({"WEFT_SHM_DISABLE", "1"});
+  return opts;
+}
+
+class TreeRdAllReduce : public testing::TestWithParam<TreeRdCase> {};
+
+TEST_P(TreeRdAllReduce, EveryTypeOpCountPlacement) {
+  const TreeRdCase c = GetParam();
+  const uint64_t seed = test_seed();
   auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) {
     weftComm_t comm;
     if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
@@ -205,7 +211,7 @@ TEST_P(TreeRdAllReduce, EveryTypeOpCountPlacement) {
                            in_place, seed + (uint64_t)(t * 1000 + op * 100 + ci * 10 + in_place));
     weftCommDestroy(comm);
     return rc;
-  }, opts);
+  }, small_slots(c));
   for (int r = 0; r < c.nranks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
 
@@ -290,13 +296,6 @@ class DirectRooted : public testing::TestWithParam<TreeRdCase> {};
 TEST_P(DirectRooted, BroadcastAndReduce) {
   const TreeRdCase c = GetParam();
   const uint64_t seed = test_seed();
-  RunOptions opts;
-  opts.timeout_s = 600;
-  opts.env = {{"WEFT_NCHANNELS", "1"},
-              {"WEFT_SLOT_BYTES", "256"},
-              {"WEFT_NSLOTS", "2"},
-              {"WEFT_TIMEOUT", "60"}};
-  if (std::string(c.transport) == "socket") opts.env.push_back({"WEFT_SHM_DISABLE", "1"});
   auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) {
     weftComm_t comm;
     if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
@@ -315,7 +314,7 @@ TEST_P(DirectRooted, BroadcastAndReduce) {
         }
     weftCommDestroy(comm);
     return rc;
-  }, opts);
+  }, small_slots(c));
   for (int r = 0; r < c.nranks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
 
