@@ -378,6 +378,54 @@ static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *pla
   return weftSuccess;
 }
 
+/* Elements [off, off + count) of every rank's buffers, where every peer's
+ * send buffer (and, with share, receive buffer) is mapped here and the
+ * outputs go past the caches: reduced a few lines at a time into scratch
+ * that stays in the first-level cache (in place: into dst itself), and each
+ * reduced chunk stored at once to dst and, with share, to every peer's
+ * receive buffer, each source line loaded once. Reducing a whole piece
+ * first and copying it out to one destination after another moved a third
+ * less (2 ranks, 64 MiB, AMD EPYC). */
+#define CMA_CHUNK_NBYTES 2048
+
+static weftResult_t cma_reduce_block_mapped(struct weftComm *comm, const struct weft_plan *plan,
+                                            const struct cma_desc *descs,
+                                            const struct cma_view *views, size_t off,
+                                            size_t count, char *dst, int share) {
+  const int n = comm->nranks, rank = comm->rank;
+  const size_t esize = weftTypeSize(plan->datatype);
+  const weft_reduce_fn reduce = reduce_host_fn(plan->datatype, plan->op);
+  const int divisor = plan->op == weftAvg ? n : 1;
+  const size_t chunk = CMA_CHUNK_NBYTES / esize > 0 ? CMA_CHUNK_NBYTES / esize : 1;
+  const size_t at0 = off * esize;
+  for (int j = 1; j < n; j++) {
+    int peer = (rank + j) % n;
+    WEFT_TRY(cma_range(peer, "send", at0, count * esize, descs[peer].send_nbytes));
+    if (share) WEFT_TRY(cma_range(peer, "receive", at0, count * esize, descs[peer].recv_nbytes));
+  }
+  const int in_place = (const char *)plan->sendbuf + at0 == dst;
+  char *stage = (char *)cma_comm_of(comm)->scratch + CMA_PIECE_NBYTES;
+  void *outs[n];
+  for (size_t base = 0; base < count; base += chunk) {
+    const size_t m = count - base < chunk ? count - base : chunk;
+    const size_t at = at0 + base * esize; /* in every rank's buffer */
+    const char *acc = (const char *)plan->sendbuf + at;
+    char *out = dst + base * esize;
+    char *red = in_place ? out : stage;
+    for (int j = 1; j < n; j++) {
+      int peer = (rank + j) % n;
+      reduce(red, NULL, acc, views[peer].send + at, m, j == n - 1 ? divisor : 1);
+      acc = red;
+    }
+    int nouts = 0;
+    if (!in_place) outs[nouts++] = out;
+    for (int j = 1; j < n && share; j++) outs[nouts++] = views[(rank + j) % n].recv + at;
+    copy_host_stream_to(outs, nouts, red, m * esize);
+  }
+  copy_host_stream_fence();
+  return weftSuccess;
+}
+
 /* dst = own input op every peer's input, elements [off, off + count) of each
  * rank's send buffer; dst may be src exactly (in place). With share set,
  * each reduced piece, still in cache, is also written to the same elements
@@ -387,6 +435,12 @@ static weftResult_t cma_reduce_block(struct weftComm *comm, const struct weft_pl
                                      const struct cma_desc *descs, const struct cma_view *views,
                                      size_t off, size_t count, char *dst, int share, int stream) {
   const int n = comm->nranks, rank = comm->rank;
+  int mapped = stream;
+  for (int j = 1; j < n && mapped; j++) {
+    int peer = (rank + j) % n;
+    mapped = views[peer].send != NULL && (!share || views[peer].recv != NULL);
+  }
+  if (mapped) return cma_reduce_block_mapped(comm, plan, descs, views, off, count, dst, share);
   const size_t esize = weftTypeSize(plan->datatype);
   const weft_reduce_fn reduce = reduce_host_fn(plan->datatype, plan->op);
   const int divisor = plan->op == weftAvg ? n : 1;
@@ -447,17 +501,22 @@ weftResult_t cma_run(struct weftComm *comm, const struct weft_plan *plan) {
        * together, where pulling every block would read each one n times) */
       const size_t nbytes = plan->count * esize, at = (size_t)rank * nbytes;
       const char *mine = plan->sendbuf;
+      void *outs[n];
       for (size_t off = 0; off < nbytes; off += CMA_PIECE_NBYTES) {
         const size_t m = nbytes - off < CMA_PIECE_NBYTES ? nbytes - off : CMA_PIECE_NBYTES;
+        int nouts = 0; /* mapped blocks, streamed together */
         for (int j = 0; j < n; j++) {
           int peer = (rank + j) % n;
           char *block = views[peer].recv ? views[peer].recv + at + off : NULL;
           if (block == mine + off) continue; /* own block, in place */
           WEFT_TRY(cma_range(peer, "receive", at + off, m, descs[peer].recv_nbytes));
-          if (block) cma_copy(block, mine + off, m, stream);
+          if (block && stream) outs[nouts++] = block;
+          else if (block) memcpy(block, mine + off, m);
           else WEFT_TRY(cma_write(comm, peer, descs[peer].recv_addr + at + off, mine + off, m));
         }
+        copy_host_stream_to(outs, nouts, mine + off, m);
       }
+      if (stream) copy_host_stream_fence();
       return cma_barrier(comm);
     }
     case COLL_REDUCESCATTER:

@@ -152,28 +152,85 @@ void reduce_host_divide(weftDataType_t datatype, void *dst, const void *src, siz
 }
 
 #if defined(__x86_64__)
-#include <emmintrin.h>
+#include <immintrin.h>
 
-void copy_host_stream(void *dst, const void *src, size_t nbytes) {
-  char *d = dst;
-  const char *s = src;
-  /* head: up to the destination's next 16-byte boundary */
-  size_t head = (16 - ((uintptr_t)d & 15)) & 15;
-  if (head > nbytes) head = nbytes;
-  memcpy(d, s, head);
-  d += head, s += head, nbytes -= head;
-  size_t n64 = nbytes / 64;
-  for (size_t i = 0; i < n64; i++, d += 64, s += 64) {
+/* Streaming stores of [s, s + nbytes) to every one of ndsts destinations,
+ * which share their offset within a 64-byte line: each line of s is loaded
+ * once and stored to every destination, so a copy to several ranks reads its
+ * source once and keeps every write stream busy together (copying to one
+ * destination after another moved 10-30 % less on an AMD EPYC, 2 ranks).
+ * No fence: the caller fences once at the end. */
+__attribute__((target("avx512f"))) static void copy_stream_lines_avx512(char *const *dsts, int ndsts,
+                                                                        const char *s,
+                                                                        size_t nlines) {
+  for (size_t i = 0; i < nlines; i++, s += 64) {
+    __m512i v = _mm512_loadu_si512((const void *)s);
+    for (int k = 0; k < ndsts; k++) _mm512_stream_si512((void *)(dsts[k] + i * 64), v);
+  }
+}
+
+static void copy_stream_lines_sse2(char *const *dsts, int ndsts, const char *s, size_t nlines) {
+  for (size_t i = 0; i < nlines; i++, s += 64) {
     __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)s + 1),
             c = _mm_loadu_si128((const __m128i *)s + 2), e = _mm_loadu_si128((const __m128i *)s + 3);
-    _mm_stream_si128((__m128i *)d, a);
-    _mm_stream_si128((__m128i *)d + 1, b);
-    _mm_stream_si128((__m128i *)d + 2, c);
-    _mm_stream_si128((__m128i *)d + 3, e);
+    for (int k = 0; k < ndsts; k++) {
+      __m128i *d = (__m128i *)(dsts[k] + i * 64);
+      _mm_stream_si128(d, a);
+      _mm_stream_si128(d + 1, b);
+      _mm_stream_si128(d + 2, c);
+      _mm_stream_si128(d + 3, e);
+    }
   }
-  _mm_sfence(); /* streaming stores are weakly ordered: fence before others look */
-  memcpy(d, s, nbytes % 64);
+}
+
+static int copy_stream_have_avx512(void) {
+  static int known; /* 0 unknown, 1 no, 2 yes; threads that race find the same */
+  int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
+  if (k == 0) {
+    __builtin_cpu_init();
+    k = __builtin_cpu_supports("avx512f") ? 2 : 1;
+    __atomic_store_n(&known, k, __ATOMIC_RELAXED);
+  }
+  return k == 2;
+}
+
+void copy_host_stream_to(void *const *dsts, int ndsts, const void *src, size_t nbytes) {
+  if (ndsts <= 0 || nbytes == 0) return;
+  const uintptr_t mis = (uintptr_t)dsts[0] & 63;
+  for (int k = 1; k < ndsts; k++)
+    if (((uintptr_t)dsts[k] & 63) != mis) { /* no common line grid: one at a time */
+      for (int j = 0; j < ndsts; j++) copy_host_stream_to(&dsts[j], 1, src, nbytes);
+      return;
+    }
+  enum { max_dsts = 16 };
+  char *d[max_dsts];
+  const char *s = src;
+  size_t head = (64 - mis) & 63;
+  if (head > nbytes) head = nbytes;
+  for (int k0 = 0; k0 < ndsts; k0 += max_dsts) {
+    const int m = ndsts - k0 < max_dsts ? ndsts - k0 : max_dsts;
+    for (int k = 0; k < m; k++) {
+      d[k] = (char *)dsts[k0 + k];
+      memcpy(d[k], s, head); /* up to the first line boundary */
+      d[k] += head;
+    }
+    const size_t nlines = (nbytes - head) / 64, tail = (nbytes - head) % 64;
+    if (copy_stream_have_avx512()) copy_stream_lines_avx512(d, m, s + head, nlines);
+    else copy_stream_lines_sse2(d, m, s + head, nlines);
+    for (int k = 0; k < m; k++) memcpy(d[k] + nlines * 64, s + head + nlines * 64, tail);
+  }
+}
+
+void copy_host_stream_fence(void) { _mm_sfence(); }
+
+void copy_host_stream(void *dst, const void *src, size_t nbytes) {
+  copy_host_stream_to(&dst, 1, src, nbytes);
+  copy_host_stream_fence(); /* streaming stores are weakly ordered: fence before others look */
 }
 #else
+void copy_host_stream_to(void *const *dsts, int ndsts, const void *src, size_t nbytes) {
+  for (int k = 0; k < ndsts; k++) memcpy(dsts[k], src, nbytes);
+}
+void copy_host_stream_fence(void) {}
 void copy_host_stream(void *dst, const void *src, size_t nbytes) { memcpy(dst, src, nbytes); }
 #endif

@@ -32,6 +32,12 @@ void reduce_host_divide(weftDataType_t datatype, void *dst, const void *src, siz
  * steps need). Falls back to memcpy where the CPU has none. */
 void copy_host_stream(void *dst, const void *src, size_t nbytes);
 
+/* The same copy to each of ndsts destinations at once (each source line
+ * loaded once), without the closing fence: call copy_host_stream_fence
+ * before another rank may look at any destination. */
+void copy_host_stream_to(void *const *dsts, int ndsts, const void *src, size_t nbytes);
+void copy_host_stream_fence(void);
+
 #ifdef __cplusplus
 }
 #endif
