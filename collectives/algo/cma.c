@@ -343,16 +343,23 @@ static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *pla
   }
   /* the descriptors, as cma_alltoall_small; a slot of another size is a
    * rank in another algorithm, which its signature names */
+  const size_t unsigned_nbytes = offsetof(struct cma_desc, sig);
   for (int j = 1; j < n; j++) {
     int peer = (rank + j) % n;
-    WEFT_TRY(peer_send(comm, &comm->send_conns[peer], &self, sizeof self));
+    struct weft_conn *conn = &comm->send_conns[peer];
+    char *slot;
+    WEFT_TRY(peer_send_wait(comm, conn, &slot));
+    memcpy(slot, &self, unsigned_nbytes);
+    peer_send_post_signed(conn, unsigned_nbytes, &self.sig);
   }
   for (int j = 1; j < n; j++) {
     int peer = (rank - j + n) % n;
+    struct weft_conn *conn = &comm->recv_conns[peer];
     const char *in;
-    WEFT_TRY(peer_recv_signed_wait(comm, &comm->recv_conns[peer], sizeof self, &self.sig, 0, &in));
-    memcpy(&descs[peer], in, sizeof self);
-    peer_recv_done(&comm->recv_conns[peer]);
+    WEFT_TRY(peer_recv_signed_wait(comm, conn, sizeof self, &self.sig, 0, &in));
+    memcpy(&descs[peer], in, unsigned_nbytes);
+    peer_slot_signature(&descs[peer].sig, in + unsigned_nbytes, conn->step);
+    peer_recv_done(conn);
   }
   descs[rank] = self;
   WEFT_TRY(cma_descs_check(comm, descs, send_nbytes, recv_nbytes));

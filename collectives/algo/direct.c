@@ -52,8 +52,8 @@ static weftResult_t direct_send_one(struct weftComm *comm, int peer, const char 
   char *slot;
   WEFT_TRY(peer_send_wait(comm, conn, &slot));
   if (nbytes > 0) memcpy(slot, src, nbytes); /* a signature alone has no src */
-  if (sig != NULL) memcpy(slot + nbytes, sig, sizeof *sig);
-  peer_send_post(conn, nbytes + (sig != NULL ? sizeof *sig : 0));
+  if (sig != NULL) peer_send_post_signed(conn, nbytes, sig);
+  else peer_send_post(conn, nbytes);
   return weftSuccess;
 }
 

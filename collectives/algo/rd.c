@@ -43,8 +43,8 @@ static weftResult_t rd_send(struct weftComm *comm, struct weft_conn *conn, const
   char *out;
   WEFT_TRY(peer_send_wait(comm, conn, &out));
   memcpy(out, src, nbytes);
-  if (sig != NULL) memcpy(out + nbytes, sig, sizeof *sig);
-  peer_send_post(conn, nbytes + (sig != NULL ? sizeof *sig : 0));
+  if (sig != NULL) peer_send_post_signed(conn, nbytes, sig);
+  else peer_send_post(conn, nbytes);
   return weftSuccess;
 }
 

@@ -62,12 +62,10 @@ static weftResult_t tree_step_run(struct tree_run *r, const struct tree_step *st
     memcpy(target, in != NULL ? in : own, nbytes);
   if (out != NULL && ring_prim_has_dst(st->prim) && nbytes > 0) memcpy(mine, out, nbytes);
   if (sc != NULL) {
-    size_t posted = nbytes;
-    if (WEFT_SLOT_SIGNATURE && st->piece == 0) { /* piece 0 with the signature */
-      memcpy(out + nbytes, &r->sig, sizeof r->sig);
-      posted += sizeof r->sig;
-    }
-    peer_send_post(sc, posted);
+    if (WEFT_SLOT_SIGNATURE && st->piece == 0) /* piece 0 with the signature */
+      peer_send_post_signed(sc, nbytes, &r->sig);
+    else
+      peer_send_post(sc, nbytes);
   }
   if (rc != NULL) peer_recv_done(rc);
   return weftSuccess;

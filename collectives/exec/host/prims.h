@@ -61,6 +61,20 @@ struct prims {
  * the signature included; LL and send/recv own bits 30 and 31. */
 #define PRIMS_USED_SIGNED 0x20000000u
 
+/* Whether the 16 bytes at `at` are keyed, the signature a sender stores
+ * after a slot's data (mixed with the slot's step) and after every store of
+ * the data: then the data may be read. Loads afresh on every call, so it
+ * may poll. A receiver that knows which call it is in polls this rather
+ * than the FIFO's tail, which the sender stores after the slot's size, on
+ * lines of their own: a small slot then arrives in one cache-line transfer
+ * instead of two. */
+static inline int prims_slot_signed(const char *at, const struct signature_packed *keyed) {
+  __asm__ volatile("" ::: "memory"); /* no load hoisted out of a polling loop */
+  if (!signature_packed_same(at, keyed)) return 0;
+  __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the data's loads after the signature's */
+  return 1;
+}
+
 /* Sets p up for one algorithm call on channel ch with the plan's protocol. */
 void prims_init(struct prims *p, struct weftComm *comm, struct weft_channel *ch,
                 weftDataType_t datatype, weftRedOp_t op, enum coll_proto proto);

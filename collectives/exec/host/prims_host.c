@@ -102,6 +102,32 @@ static inline weftResult_t slot_signature_compare(struct prims *p, const char *s
  * mostly here already rather than one more cache-line transfer after it. */
 static weftResult_t wait_filled(struct prims *p, size_t nbytes, char **slot_out) {
   struct weft_conn *c = p->recv;
+  if (p->sig_recv && (nbytes > 0 || p->sig_alone) &&
+      nbytes + sizeof(struct signature_packed) <= c->slot_nbytes) {
+    /* the first slot with data: its signature says it is here */
+    char *slot = c->slots + (c->step % c->nslots) * c->slot_nbytes;
+    struct signature_packed keyed;
+    signature_packed_keyed(&keyed, p->sig, c->step);
+    *slot_out = slot;
+    if (prims_slot_signed(slot + nbytes, &keyed)) {
+      p->sig_recv = 0;
+      return weftSuccess;
+    }
+    struct weft_wait w;
+    wait_begin(&w, p->comm->timeout_ns, &p->comm->abort_flag, &c->ctrl->poison, c->peer_pid,
+               c->peer_rank, "receive from");
+    for (;;) {
+      if (prims_slot_signed(slot + nbytes, &keyed)) {
+        p->sig_recv = 0;
+        return weftSuccess;
+      }
+      if ((w.iter & 15) == 15 && __atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) > c->step) break;
+      weftResult_t res = wait_poll(&w);
+      if (res != weftInProgress) return res;
+    }
+    p->sig_recv = 0;
+    return slot_signature_compare(p, slot, nbytes); /* something else: names it */
+  }
   if (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) <= c->step) {
     const char *slot = c->slots + (c->step % c->nslots) * c->slot_nbytes;
     struct weft_wait w;
@@ -147,6 +173,7 @@ static void post_filled(struct prims *p, size_t nbytes) {
     signature_packed_keyed(&keyed, p->sig, c->step);
     p->sig_send = 0;
     if (nbytes > 0) p->sig_send_data = 0;
+    __atomic_thread_fence(__ATOMIC_RELEASE); /* the data's stores first (prims_slot_signed) */
     memcpy(c->slots + (c->step % c->nslots) * c->slot_nbytes + nbytes, &keyed, sizeof keyed);
     used = (uint32_t)(nbytes + sizeof keyed) | PRIMS_USED_SIGNED;
   }

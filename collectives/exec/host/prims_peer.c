@@ -8,6 +8,7 @@
 #include "../../core/signature.h"
 #include "../../algo/sendrecv.h"
 #include "../../core/plan.h"
+#include "prims.h"
 #include "prims_ll.h"
 #include "prims_peer.h"
 
@@ -43,6 +44,25 @@ void peer_send_post(struct weft_conn *conn, size_t nbytes) {
   __atomic_store_n(&conn->ctrl->tail, conn->step, __ATOMIC_RELEASE);
 }
 
+void peer_send_post_signed(struct weft_conn *conn, size_t nbytes,
+                           const struct signature_packed *sig) {
+  struct signature_packed keyed;
+  signature_packed_keyed(&keyed, sig, conn->step);
+  /* a receiver that sees the signature reads the data next: the data's
+   * stores go first (x86 keeps stores in order; elsewhere this fences) */
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  memcpy(conn_slot(conn) + nbytes, &keyed, sizeof keyed);
+  conn->ctrl->slot_used_nbytes[conn->step % conn->nslots] =
+      (uint32_t)(nbytes + sizeof keyed) | PRIMS_USED_SIGNED;
+  conn->step++;
+  __atomic_store_n(&conn->ctrl->tail, conn->step, __ATOMIC_RELEASE);
+}
+
+void peer_slot_signature(struct signature_packed *out, const char *at, uint64_t step) {
+  memcpy(out, at, sizeof *out);
+  signature_packed_keyed(out, out, step); /* unmixed */
+}
+
 /* Waits until the sender has posted the slot at conn->step. While it waits
  * it prefetches the slot's first line and its used size: the sender stores
  * both before tail, so once tail has moved they are mostly here already,
@@ -71,7 +91,7 @@ weftResult_t peer_recv_wait(struct weftComm *comm, struct weft_conn *conn, size_
     return weft_error_set(weftInvalidUsage,
                           "receive from rank %d: %u bytes arrived where %zu were expected "
                           "(do all ranks pass the same count and datatype?)",
-                          conn->peer_rank, used, nbytes);
+                          conn->peer_rank, used & PRIMS_USED_NBYTES_MASK, nbytes);
   *slot_out = conn_slot(conn);
   return weftSuccess;
 }
@@ -87,7 +107,7 @@ peer_recv_signed_mismatch(struct weftComm *comm, struct weft_conn *conn, const c
   struct signature_packed theirs_packed;
   memset(&theirs_packed, 0, sizeof theirs_packed);
   if (used_nbytes >= sizeof theirs_packed && used_nbytes <= conn->slot_nbytes)
-    memcpy(&theirs_packed, slot + used_nbytes - sizeof theirs_packed, sizeof theirs_packed);
+    peer_slot_signature(&theirs_packed, slot + used_nbytes - sizeof theirs_packed, conn->step);
   struct signature mine, theirs;
   signature_unpack(&mine, mine_packed);
   signature_unpack(&theirs, &theirs_packed);
@@ -110,18 +130,50 @@ peer_recv_signed_mismatch(struct weftComm *comm, struct weft_conn *conn, const c
   return comm_fail_alone(comm, weftInvalidUsage);
 }
 
+/* Waits for the slot at conn->step when the caller knows the signature it
+ * should end with (keyed, at `at`): polls that signature (prims_slot_signed)
+ * and tail. Where tail moves and the signature is not there, the slot holds
+ * something else; *signed_out 0 says so, and the caller checks the slot as
+ * any. */
+static weftResult_t peer_recv_signed_ready(struct weftComm *comm, struct weft_conn *conn,
+                                           const char *at, const struct signature_packed *keyed,
+                                           int *signed_out) {
+  *signed_out = 1;
+  if (prims_slot_signed(at, keyed)) return weftSuccess;
+  struct weft_wait w;
+  wait_begin(&w, comm->timeout_ns, &comm->abort_flag, &conn->ctrl->poison, conn->peer_pid,
+             conn->peer_rank, "receive from");
+  for (;;) {
+    if (prims_slot_signed(at, keyed)) return weftSuccess;
+    if ((w.iter & 15) == 15 && __atomic_load_n(&conn->ctrl->tail, __ATOMIC_ACQUIRE) > conn->step) break;
+    weftResult_t res = wait_poll(&w);
+    if (res != weftInProgress) return res;
+  }
+  *signed_out = prims_slot_signed(at, keyed); /* stored before tail: seen now if at all */
+  return weftSuccess;
+}
+
 weftResult_t peer_recv_signed_wait(struct weftComm *comm, struct weft_conn *conn, size_t nbytes,
                                    const struct signature_packed *mine, int compare,
                                    const char **slot_out) {
-  WEFT_TRY(peer_recv_ready(comm, conn));
   const char *slot = conn_slot(conn);
-  /* the signature is loaded where a sender in the same call put it, not at
-   * an address computed from slot_used_nbytes: so its line (the slot's) and
-   * slot_used_nbytes's, both just written by the sender, come over at once
-   * rather than one after the other */
+  struct signature_packed keyed;
+  signature_packed_keyed(&keyed, mine, conn->step);
+  const int fits = nbytes >= sizeof keyed && nbytes <= conn->slot_nbytes;
+  if (compare && fits) {
+    int is_signed;
+    WEFT_TRY(peer_recv_signed_ready(comm, conn, slot + nbytes - sizeof keyed, &keyed, &is_signed));
+    if (is_signed) {
+      *slot_out = slot;
+      return weftSuccess;
+    }
+  } else {
+    WEFT_TRY(peer_recv_ready(comm, conn));
+  }
+  /* tail has moved: the slot holds what the sender posted */
   const uint32_t used = conn->ctrl->slot_used_nbytes[conn->step % conn->nslots];
   if ((used & PRIMS_USED_NBYTES_MASK) == nbytes &&
-      (!compare || signature_packed_same(slot + nbytes - sizeof *mine, mine))) {
+      (!compare || signature_packed_same(slot + nbytes - sizeof keyed, &keyed))) {
     *slot_out = slot;
     return weftSuccess;
   }

@@ -12,6 +12,7 @@
 #define WEFT_PRIMS_PEER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../../core/comm.h"
 
@@ -26,16 +27,22 @@ weftResult_t peer_connect(struct weftComm *comm, const int *peers, int npeers);
 weftResult_t peer_send_wait(struct weftComm *comm, struct weft_conn *conn, char **slot_out);
 /* Hands the slot from peer_send_wait, filled with nbytes, to the receiver. */
 void peer_send_post(struct weft_conn *conn, size_t nbytes);
+struct signature_packed;
+/* The same for a slot whose nbytes of data are followed by sig: stores sig
+ * after the data, mixed with the slot's step (signature_packed_keyed) and
+ * after every store of the data, then posts nbytes + 16 bytes marked signed.
+ * A receiver that expects this call (peer_recv_signed_wait) takes the slot
+ * as soon as the signature's line arrives, before tail moves. */
+void peer_send_post_signed(struct weft_conn *conn, size_t nbytes,
+                           const struct signature_packed *sig);
 
 /* Waits until the next slot of conn's FIFO is filled; *slot_out points to it.
  * Fails with weftInvalidUsage when the sender put other than nbytes there
  * (the ranks disagree on count or datatype). Blocks (bounded). */
 weftResult_t peer_recv_wait(struct weftComm *comm, struct weft_conn *conn, size_t nbytes,
                             const char **slot_out);
-struct signature_packed;
-/* As peer_recv_wait for a slot that ends with the sender's signature of the
- * call (struct signature_packed, the last 16 of its nbytes; mine is this
- * rank's): where the slot's size differs, or with compare set its
+/* As peer_recv_wait for a slot posted by peer_send_post_signed (nbytes
+ * counts the signature; mine is this rank's signature of the call): where the slot's size differs, or with compare set its
  * signature, the ranks are in different calls; then returns
  * weftInvalidUsage with a message naming both ranks and what differs, and
  * breaks the comm (comm_fail_alone), so that no rank waits on steps that no
@@ -43,6 +50,9 @@ struct signature_packed;
 weftResult_t peer_recv_signed_wait(struct weftComm *comm, struct weft_conn *conn, size_t nbytes,
                                    const struct signature_packed *mine, int compare,
                                    const char **slot_out);
+/* The signature of a slot posted by peer_send_post_signed, as the sender
+ * passed it: at is where it lies in the slot, step the slot's. */
+void peer_slot_signature(struct signature_packed *out, const char *at, uint64_t step);
 
 /* Returns the slot from peer_recv_wait to the sender (a credit). */
 void peer_recv_done(struct weft_conn *conn);
