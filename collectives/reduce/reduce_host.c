@@ -223,6 +223,57 @@ void copy_host_stream_to(void *const *dsts, int ndsts, const void *src, size_t n
 
 void copy_host_stream_fence(void) { _mm_sfence(); }
 
+/* Reductions whose results go past the caches to several destinations at
+ * once (reduce_host_stream_fn): each line of a and b is loaded once, reduced
+ * in a register and stored to every destination. f32 and f64 sum and prod
+ * (avg: sum, then the division) with AVX-512; the element arithmetic is the
+ * loops' above (IEEE add, multiply, divide: the same bits). */
+#define REDUCE_STREAM_SCALAR(type, expr)                                            \
+  for (; i < end; i++) {                                                          \
+    type x = ((const type *)a)[i], y = ((const type *)b)[i], v = (expr);          \
+    if (divisor > 1) v = v / (type)divisor;                                       \
+    for (int k = 0; k < ndsts; k++) ((type *)dsts[k])[i] = v;                     \
+  }
+
+#define REDUCE_STREAM_LOOP(tag, type, vec, suffix, lanes, op, expr, vop)           \
+  __attribute__((target("avx512f"))) static void reduce_stream_##tag##_##op(        \
+      void *const *dsts, int ndsts, const void *a, const void *b, size_t count,   \
+      int divisor) {                                                              \
+    size_t i = 0, end = count;                                                    \
+    int grid = ((uintptr_t)dsts[0] % sizeof(type)) == 0;                          \
+    for (int k = 1; k < ndsts; k++)                                               \
+      grid &= ((uintptr_t)dsts[k] & 63) == ((uintptr_t)dsts[0] & 63);             \
+    if (grid) { /* scalar up to the first line boundary, then whole lines */      \
+      size_t head = ((64 - ((uintptr_t)dsts[0] & 63)) & 63) / sizeof(type);       \
+      end = head < count ? head : count;                                          \
+      REDUCE_STREAM_SCALAR(type, expr)                                            \
+      const vec d = _mm512_set1_##suffix((type)divisor);                          \
+      for (; i + lanes <= count; i += lanes) {                                    \
+        vec v = vop(_mm512_loadu_##suffix((const type *)a + i),                   \
+                    _mm512_loadu_##suffix((const type *)b + i));                  \
+        if (divisor > 1) v = _mm512_div_##suffix(v, d);                           \
+        for (int k = 0; k < ndsts; k++) _mm512_stream_##suffix((type *)dsts[k] + i, v); \
+      }                                                                           \
+    }                                                                             \
+    end = count;                                                                  \
+    REDUCE_STREAM_SCALAR(type, expr)                                              \
+  }
+
+REDUCE_STREAM_LOOP(f32, float, __m512, ps, 16, sum, x + y, _mm512_add_ps)
+REDUCE_STREAM_LOOP(f32, float, __m512, ps, 16, prod, x * y, _mm512_mul_ps)
+REDUCE_STREAM_LOOP(f64, double, __m512d, pd, 8, sum, x + y, _mm512_add_pd)
+REDUCE_STREAM_LOOP(f64, double, __m512d, pd, 8, prod, x * y, _mm512_mul_pd)
+
+weft_reduce_stream_fn reduce_host_stream_fn(weftDataType_t datatype, weftRedOp_t op) {
+  if (!copy_stream_have_avx512()) return NULL;
+  if (op == weftAvg) op = weftSum;
+  if (datatype == weftFloat32 && op == weftSum) return reduce_stream_f32_sum;
+  if (datatype == weftFloat32 && op == weftProd) return reduce_stream_f32_prod;
+  if (datatype == weftFloat64 && op == weftSum) return reduce_stream_f64_sum;
+  if (datatype == weftFloat64 && op == weftProd) return reduce_stream_f64_prod;
+  return NULL;
+}
+
 void copy_host_stream(void *dst, const void *src, size_t nbytes) {
   copy_host_stream_to(&dst, 1, src, nbytes);
   copy_host_stream_fence(); /* streaming stores are weakly ordered: fence before others look */
@@ -232,5 +283,10 @@ void copy_host_stream_to(void *const *dsts, int ndsts, const void *src, size_t n
   for (int k = 0; k < ndsts; k++) memcpy(dsts[k], src, nbytes);
 }
 void copy_host_stream_fence(void) {}
+weft_reduce_stream_fn reduce_host_stream_fn(weftDataType_t datatype, weftRedOp_t op) {
+  (void)datatype;
+  (void)op;
+  return NULL;
+}
 void copy_host_stream(void *dst, const void *src, size_t nbytes) { memcpy(dst, src, nbytes); }
 #endif

@@ -38,6 +38,16 @@ void copy_host_stream(void *dst, const void *src, size_t nbytes);
 void copy_host_stream_to(void *const *dsts, int ndsts, const void *src, size_t nbytes);
 void copy_host_stream_fence(void);
 
+/* dsts[k][i] = a[i] op b[i] for every k < ndsts (then divided by divisor
+ * when divisor > 1), stored past the caches, as copy_host_stream_to; count
+ * elements; no fence. a and b may be any of the destinations exactly. */
+typedef void (*weft_reduce_stream_fn)(void *const *dsts, int ndsts, const void *a,
+                                      const void *b, size_t count, int divisor);
+/* Such a loop for (datatype, op) where this CPU has one (float32 and float64
+ * sum, avg and prod with AVX-512), else NULL: reduce, then
+ * copy_host_stream_to. */
+weft_reduce_stream_fn reduce_host_stream_fn(weftDataType_t datatype, weftRedOp_t op);
+
 #ifdef __cplusplus
 }
 #endif
