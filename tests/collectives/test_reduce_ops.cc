@@ -775,4 +775,99 @@ TEST(CopyHostStream, EqualsMemcpyAtEveryAlignment) {
       }
 }
 
+// The same copy to several destinations at once: 1 to 19 of them (more
+// than the 16 taken per pass), sharing their offset within a 64-byte line or
+// not (then one after another), every size around the line, each
+// destination equal to the source and nothing around it written.
+TEST(CopyHostStream, SeveralDestinationsAtEveryOffset) {
+  std::mt19937_64 rng(TestSeed() + 7);
+  std::vector<unsigned char> src(70000);
+  for (auto &b : src) b = (unsigned char)rng();
+  for (int ndsts : {1, 2, 3, 17, 19})
+    for (size_t nbytes : {(size_t)0, (size_t)1, (size_t)63, (size_t)64, (size_t)65,
+                          (size_t)1000, (size_t)65537})
+      for (int shared : {1, 0})
+        for (size_t d_off = 0; d_off < 64; d_off += 9) {
+          const size_t room = nbytes + 256;
+          std::vector<unsigned char> dst(room * (size_t)ndsts + 64, 0xa5);
+          // 64-byte aligned bases; offsets the same or each its own
+          unsigned char *base = dst.data() + ((64 - ((uintptr_t)dst.data() & 63)) & 63);
+          std::vector<void *> dsts(ndsts);
+          std::vector<size_t> at(ndsts);
+          for (int k = 0; k < ndsts; k++) {
+            at[k] = (size_t)k * room / 64 * 64 + 64 + (shared ? d_off : (d_off + 5 * k) % 64);
+            dsts[k] = base + at[k];
+          }
+          const size_t so = d_off % 13;
+          copy_host_stream_to(dsts.data(), ndsts, src.data() + so, nbytes);
+          copy_host_stream_fence();
+          std::vector<unsigned char> want(dst.size(), 0xa5);
+          for (int k = 0; k < ndsts; k++)
+            std::memcpy(want.data() + (base - dst.data()) + at[k], src.data() + so, nbytes);
+          ASSERT_EQ(0, std::memcmp(want.data(), dst.data(), dst.size()))
+              << ndsts << " destinations, " << nbytes << " bytes, offset " << d_off
+              << (shared ? " shared" : " each its own");
+        }
+}
+
+// The loops that reduce straight to several outputs past the caches give the
+// plain loop's bits: float32 and float64 sum, prod and avg (divisors 1, 3),
+// 1 to 3 outputs at a shared offset or not, in place (output 0 is a), counts
+// around the vector width, and nothing past the outputs written. Where the
+// CPU has no such loop the test says so and skips.
+TEST(ReduceHostStream, SameBitsAsThePlainLoop) {
+  std::mt19937_64 rng(TestSeed() + 11);
+  int ran = 0;
+  for (weftDataType_t dt : {weftFloat32, weftFloat64})
+    for (weftRedOp_t op : {weftSum, weftProd, weftAvg}) {
+      weft_reduce_stream_fn fused = reduce_host_stream_fn(dt, op);
+      if (fused == nullptr) continue;
+      ran++;
+      weft_reduce_fn plain = reduce_host_fn(dt, op);
+      const size_t esize = TypeNbytes(dt);
+      for (size_t count : {(size_t)0, (size_t)1, (size_t)15, (size_t)16, (size_t)17,
+                           (size_t)1001, (size_t)20011})
+        for (int ndsts : {1, 2, 3})
+          for (int layout = 0; layout < 3; layout++)  // 0 shared offset, 1 own offsets, 2 in place
+            for (int divisor : {1, 3}) {
+              if (op != weftAvg && divisor != 1) continue;
+              const size_t nbytes = count * esize, room = nbytes + 192;
+              std::vector<unsigned char> a(room), b(room), want(room),
+                  out(room * (size_t)ndsts + 64, 0x5a);
+              const size_t off = esize * (count % 5);
+              FillRandom(dt, a.data() + off, count, rng);
+              FillRandom(dt, b.data() + off, count, rng);
+              plain(want.data() + off, nullptr, a.data() + off, b.data() + off, count, divisor);
+              std::vector<unsigned char> a_in = a;
+              std::vector<void *> dsts(ndsts);
+              for (int k = 0; k < ndsts; k++)
+                dsts[k] = out.data() + (size_t)k * room + off + (layout == 1 ? esize * k : 0);
+              if (layout == 2) dsts[0] = a.data() + off;
+              fused(dsts.data(), ndsts, a.data() + off, b.data() + off, count, divisor);
+              copy_host_stream_fence();
+              const std::string where = std::string(kTypeTags[dt]) + "_" + kOpNames[op] +
+                                        " count " + std::to_string(count) + ", " +
+                                        std::to_string(ndsts) + " outputs, layout " +
+                                        std::to_string(layout) + ", divisor " +
+                                        std::to_string(divisor);
+              for (int k = 0; k < ndsts; k++) {
+                for (size_t i = 0; i < nbytes; i += esize) {
+                  const unsigned char *g = (const unsigned char *)dsts[k] + i,
+                                      *w = want.data() + off + i;
+                  const bool both_nan = dt == weftFloat32
+                                            ? std::isnan(*(const float *)g) && std::isnan(*(const float *)w)
+                                            : std::isnan(*(const double *)g) && std::isnan(*(const double *)w);
+                  if (both_nan) continue;  // which input's NaN comes out is the compiler's choice
+                  ASSERT_EQ(0, std::memcmp(g, w, esize))
+                      << where << ", output " << k << ", element " << i / esize;
+                }
+                unsigned char *end = (unsigned char *)dsts[k] + nbytes;
+                if (end != a.data() + off + nbytes) ASSERT_EQ(*end, 0x5a) << where << ", past output " << k;
+              }
+              if (layout != 2) ASSERT_EQ(0, std::memcmp(a.data(), a_in.data(), room)) << where;
+            }
+    }
+  if (ran == 0) GTEST_SKIP() << "this CPU has no AVX-512: no fused streaming reduction to test";
+}
+
 }  // namespace
