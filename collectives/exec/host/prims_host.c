@@ -103,8 +103,10 @@ static inline weftResult_t slot_signature_compare(struct prims *p, const char *s
 static weftResult_t wait_filled(struct prims *p, size_t nbytes, char **slot_out) {
   struct weft_conn *c = p->recv;
   if (p->sig_recv && (nbytes > 0 || p->sig_alone) &&
-      nbytes + sizeof(struct signature_packed) <= c->slot_nbytes) {
-    /* the first slot with data: its signature says it is here */
+      nbytes + sizeof(struct signature_packed) <= c->slot_nbytes &&
+      (c->transport->caps & TRANSPORT_CAP_HOST_MEMORY)) {
+    /* the first slot with data: its signature says it is here (not in a
+     * proxy's FIFO, which recv() fills in no set order: tail says there) */
     char *slot = c->slots + (c->step % c->nslots) * c->slot_nbytes;
     struct signature_packed keyed;
     signature_packed_keyed(&keyed, p->sig, c->step);

@@ -159,7 +159,10 @@ weftResult_t peer_recv_signed_wait(struct weftComm *comm, struct weft_conn *conn
   const char *slot = conn_slot(conn);
   struct signature_packed keyed;
   signature_packed_keyed(&keyed, mine, conn->step);
-  const int fits = nbytes >= sizeof keyed && nbytes <= conn->slot_nbytes;
+  /* a proxy's FIFO (sockets) gets its bytes from recv(), whose copy need
+   * not store them in order: there only tail says the slot has landed */
+  const int fits = nbytes >= sizeof keyed && nbytes <= conn->slot_nbytes &&
+                   (conn->transport->caps & TRANSPORT_CAP_HOST_MEMORY);
   if (compare && fits) {
     int is_signed;
     WEFT_TRY(peer_recv_signed_ready(comm, conn, slot + nbytes - sizeof keyed, &keyed, &is_signed));
