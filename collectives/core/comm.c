@@ -13,19 +13,19 @@
 
 /* This process's id, cached (getpid is a system call) and renewed in a
  * forked child, so that every entry point can afford to compare it. */
-static pid_t self_pid;
+pid_t comm_pid_cached;
 static pthread_once_t self_pid_once = PTHREAD_ONCE_INIT;
-static void self_pid_refresh(void) { __atomic_store_n(&self_pid, getpid(), __ATOMIC_RELAXED); }
+static void self_pid_refresh(void) { __atomic_store_n(&comm_pid_cached, getpid(), __ATOMIC_RELAXED); }
 static void self_pid_init(void) {
   self_pid_refresh();
   pthread_atfork(NULL, NULL, self_pid_refresh);
 }
 pid_t comm_self_pid(void) {
   pthread_once(&self_pid_once, self_pid_init);
-  return __atomic_load_n(&self_pid, __ATOMIC_RELAXED);
+  return __atomic_load_n(&comm_pid_cached, __ATOMIC_RELAXED);
 }
 
-weftResult_t comm_check(const struct weftComm *comm) {
+weftResult_t comm_check_slow(const struct weftComm *comm) {
   if (comm == NULL) return weft_error_set(weftInvalidArgument, "comm is NULL");
   if (comm->magic != COMM_MAGIC)
     return weft_error_set(weftInvalidArgument, "comm %p is not a live communicator",

@@ -252,6 +252,16 @@ weftResult_t comm_fail_alone(struct weftComm *comm, weftResult_t res);
 
 /* Checks that comm is a live communicator of this process (not a forked
  * child's copy); sets the error text otherwise. */
-weftResult_t comm_check(const struct weftComm *comm);
+weftResult_t comm_check_slow(const struct weftComm *comm);
+/* comm_self_pid's value once it was asked (a comm's creation asks), else 0. */
+extern pid_t comm_pid_cached;
+/* comm_check_slow, inline where it passes: every call of the API checks. */
+static inline weftResult_t comm_check(const struct weftComm *comm) {
+  if (__builtin_expect(comm != NULL && comm->magic == COMM_MAGIC &&
+                           comm->pid == __atomic_load_n(&comm_pid_cached, __ATOMIC_RELAXED),
+                       1))
+    return weftSuccess;
+  return comm_check_slow(comm);
+}
 
 #endif

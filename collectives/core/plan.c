@@ -2,15 +2,7 @@
  * They call nothing. */
 #include "plan.h"
 
-size_t weftTypeSize(weftDataType_t datatype) {
-  switch (datatype) {
-    case weftInt8: case weftUint8: case weftFloat8e4m3: case weftFloat8e5m2: return 1;
-    case weftFloat16: case weftBfloat16: return 2;
-    case weftInt32: case weftUint32: case weftFloat32: return 4;
-    case weftInt64: case weftUint64: case weftFloat64: return 8;
-    default: return 0;
-  }
-}
+size_t weftTypeSize(weftDataType_t datatype) { return plan_type_size(datatype); }
 
 const char *coll_kind_name(enum coll_kind coll) {
   static const char *names[COLL_NUM] = {"AllReduce", "AllGather", "ReduceScatter", "Broadcast",

@@ -268,10 +268,12 @@ static int tuner_pick_whole(const struct weftComm *comm, const struct weft_plan 
   const enum coll_kind c = plan->coll;
   if (c != COLL_ALLREDUCE && c != COLL_ALLGATHER && c != COLL_REDUCESCATTER) return 0;
   if (!r->algo[c][algo]) return 0;
-  if (algo == ALGO_CMA ? !cma_possible(comm) : !bulk_possible(comm)) return 0;
+  /* the size first: below the threshold (most small calls) the comm's
+   * transports need no look */
   int others = 0;
   for (int a = 0; a < ALGO_CMA; a++) others += algo_exists(c, (enum coll_algo)a) && r->algo[c][a];
-  return nbytes >= (algo == ALGO_CMA ? cma_min_nbytes() : bulk_min_nbytes()) || others == 0;
+  if (nbytes < (algo == ALGO_CMA ? cma_min_nbytes() : bulk_min_nbytes()) && others > 0) return 0;
+  return algo == ALGO_CMA ? cma_possible(comm) : bulk_possible(comm);
 }
 
 /* The pipelined algorithm and protocol this thread picked last, and what it
@@ -304,7 +306,7 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
   if (plan_is_sendrecv(plan)) return;
   struct tuner_rules fallback;
   const struct tuner_rules *r = tuner_rules_get(&fallback);
-  size_t nbytes = plan->count * weftTypeSize(plan->datatype);
+  size_t nbytes = plan->count * plan_type_size(plan->datatype);
   if (plan->coll == COLL_ALLGATHER || plan->coll == COLL_REDUCESCATTER)
     nbytes *= (size_t)comm->nranks;
   double best = -1;

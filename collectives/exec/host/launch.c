@@ -38,14 +38,14 @@ static void op_refused(struct weftComm *comm, const uint64_t *ids, size_t nids,
   for (size_t i = 0; i < nids; i++) trace_set_state(comm->trace, ids[i], TRACE_FAILED, -1, res);
 }
 
-static weftResult_t op_run_collective(struct weftComm *comm, const struct weft_plan *plan) {
+weftResult_t launch_collective(struct weftComm *comm, const struct weft_plan *plan) {
   weftResult_t res = launch_op_begin(comm);
   if (res != weftSuccess) {
     op_refused(comm, &plan->trace_id, 1, res);
     return launch_op_end(comm, res);
   }
   struct hang_watch hw;
-  hang_watch_begin(&hw, comm, &plan->trace_id, 1, plan->count * weftTypeSize(plan->datatype));
+  hang_watch_begin(&hw, comm, &plan->trace_id, 1, plan->count * plan_type_size(plan->datatype));
   res = signature_agree(comm, plan);
   if (res == weftSuccess) res = plan_run_host(comm, plan);
   res = hang_watch_end(&hw, res);
@@ -91,7 +91,7 @@ static void batch_run(struct comm_batch *b) {
   for (size_t i = 0; i < b->nall && b->res == weftSuccess; i++) {
     if (b->all[i].comm != b->comm) continue;
     if (plan_is_sendrecv(&b->all[i].plan)) sendrecv[nsendrecv++] = &b->all[i].plan;
-    else b->res = op_run_collective(b->comm, &b->all[i].plan);
+    else b->res = launch_collective(b->comm, &b->all[i].plan);
   }
   if (b->res == weftSuccess && nsendrecv > 0)
     b->res = op_run_sendrecv(b->comm, sendrecv, nsendrecv);
@@ -176,7 +176,7 @@ static weftResult_t pool_hand_over(struct comm_batch *b) {
 weftResult_t group_launch(const struct group_op *ops, size_t nops) {
   /* one collective, the common case: run it here, without the batches */
   if (nops == 1 && !plan_is_sendrecv(&ops[0].plan))
-    return op_run_collective(ops[0].comm, &ops[0].plan);
+    return launch_collective(ops[0].comm, &ops[0].plan);
   size_t nbatches = 0;
   struct comm_batch *batches = calloc(nops ? nops : 1, sizeof *batches);
   if (batches == NULL) return weft_error_set(weftSystemError, "out of memory");
