@@ -58,7 +58,8 @@ static weftResult_t plan_check(struct weftComm *comm, const struct weft_plan *pl
   if (esize == 0)
     return weft_error_set(weftInvalidArgument, "%s: invalid datatype %d", name,
                           (int)plan->datatype);
-  if (coll_has_op(c) && redop_check(comm, plan->op, plan->datatype) != weftSuccess)
+  if (coll_has_op(c) && !redop_is_builtin(plan->op) &&
+      redop_check(comm, plan->op, plan->datatype) != weftSuccess)
     return weft_error_set(weftInvalidArgument, "%s: %s", name, weft_error_text());
   if (plan->count > SIZE_MAX / 16 / n)
     return weft_error_set(weftInvalidArgument, "%s: count %zu is too large", name, plan->count);
@@ -127,7 +128,8 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
   weft_error_clear();
   int alone = 0, uses[2];
   weftResult_t res = plan_check(comm, plan, &alone, uses);
-  if (res == weftSuccess && coll_has_op(plan->coll)) redop_capture(comm, plan);
+  if (res == weftSuccess && coll_has_op(plan->coll) && !redop_is_builtin(plan->op))
+    redop_capture(comm, plan);
   if (res == weftSuccess && sendrecv_is_empty(plan, stream)) {
     comm->seq++; /* as every call of the comm counts */
     trace_set_state(comm->trace, trace_record(comm->trace, plan, 0), TRACE_COMPLETED, -1, res);
@@ -204,7 +206,7 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
    * words, which the store buffer cannot forward (stalls worth a tenth of
    * an 8-byte all-reduce) */
   plan->trace_id = trace_record(comm->trace, plan, 1);
-  return launch_collective(comm, plan);
+  return launch_collective(comm, plan, 1);
 }
 
 weftResult_t weftAllReduce(const void *sendbuff, void *recvbuff, size_t count,

@@ -1,11 +1,5 @@
-/* Leaf helpers of a plan that every layer uses: element sizes and names.
- * They call nothing. */
+/* weftTypeSize, the API's name for plan.h's plan_type_size (the leaf
+ * helpers of a plan are inline there). */
 #include "plan.h"
 
 size_t weftTypeSize(weftDataType_t datatype) { return plan_type_size(datatype); }
-
-const char *coll_kind_name(enum coll_kind coll) {
-  static const char *names[COLL_NUM] = {"AllReduce", "AllGather", "ReduceScatter", "Broadcast",
-                                        "Reduce",    "Send",      "Recv"};
-  return coll < COLL_NUM ? names[coll] : "?";
-}

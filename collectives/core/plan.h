@@ -58,7 +58,13 @@ struct weft_plan {
   uint64_t trace_id;         /* the call in its comm's trace (trace.h), 0: none */
 };
 
-const char *coll_kind_name(enum coll_kind coll);
+/* "AllReduce", "Send", ...: "?" for a value that is no collective. */
+static inline const char *coll_kind_name(enum coll_kind coll) {
+  static const char *const names[COLL_NUM] = {"AllReduce", "AllGather", "ReduceScatter",
+                                              "Broadcast", "Reduce",    "Send",
+                                              "Recv"};
+  return (unsigned)coll < COLL_NUM ? names[coll] : "?";
+}
 
 /* A plan of one call's arguments, the fields the tuner and the call fill
  * later zero. Every field is stored on its own: a compound literal zeroes

@@ -92,11 +92,9 @@ struct tuner_rules {
 static struct tuner_rules *rules_current;
 static struct tuner_rules *rules_all;
 static pthread_mutex_t rules_mutex = PTHREAD_MUTEX_INITIALIZER;
-/* The current rules; when out of memory, everything allowed, in *fallback. */
-static const struct tuner_rules *tuner_rules_get(struct tuner_rules *fallback) {
-  const char *a = param_str(&coll_params[P_ALGO]), *p = param_str(&coll_params[P_PROTO]);
-  const struct tuner_rules *cur = __atomic_load_n(&rules_current, __ATOMIC_ACQUIRE);
-  if (cur != NULL && cur->algo_text == a && cur->proto_text == p) return cur;
+/* tuner_rules_get for texts a and p that are not the current rules'. */
+static __attribute__((noinline)) const struct tuner_rules *
+tuner_rules_find(const char *a, const char *p, struct tuner_rules *fallback) {
   pthread_mutex_lock(&rules_mutex);
   struct tuner_rules *r = rules_all;
   while (r != NULL && (r->algo_text != a || r->proto_text != p)) r = r->next;
@@ -119,6 +117,14 @@ static const struct tuner_rules *tuner_rules_get(struct tuner_rules *fallback) {
     return fallback;
   }
   return r;
+}
+
+/* The current rules; when out of memory, everything allowed, in *fallback. */
+static inline const struct tuner_rules *tuner_rules_get(struct tuner_rules *fallback) {
+  const char *a = param_str(&coll_params[P_ALGO]), *p = param_str(&coll_params[P_PROTO]);
+  const struct tuner_rules *cur = __atomic_load_n(&rules_current, __ATOMIC_ACQUIRE);
+  if (cur != NULL && cur->algo_text == a && cur->proto_text == p) return cur;
+  return tuner_rules_find(a, p, fallback);
 }
 
 int tuner_algo_allowed(enum coll_kind coll, enum coll_algo algo) {

@@ -38,14 +38,16 @@ static void op_refused(struct weftComm *comm, const uint64_t *ids, size_t nids,
   for (size_t i = 0; i < nids; i++) trace_set_state(comm->trace, ids[i], TRACE_FAILED, -1, res);
 }
 
-weftResult_t launch_collective(struct weftComm *comm, const struct weft_plan *plan) {
+weftResult_t launch_collective(struct weftComm *comm, const struct weft_plan *plan,
+                               int started) {
   weftResult_t res = launch_op_begin(comm);
   if (res != weftSuccess) {
     op_refused(comm, &plan->trace_id, 1, res);
     return launch_op_end(comm, res);
   }
   struct hang_watch hw;
-  hang_watch_begin(&hw, comm, &plan->trace_id, 1, plan->count * plan_type_size(plan->datatype));
+  hang_watch_begin(&hw, comm, &plan->trace_id, 1, plan->count * plan_type_size(plan->datatype),
+                   started);
   res = signature_agree(comm, plan);
   if (res == weftSuccess) res = plan_run_host(comm, plan);
   res = hang_watch_end(&hw, res);
@@ -65,7 +67,7 @@ static weftResult_t op_run_sendrecv(struct weftComm *comm, const struct weft_pla
     op_refused(comm, ids, nids, res);
   } else {
     struct hang_watch hw;
-    hang_watch_begin(&hw, comm, ids, nids, nbytes);
+    hang_watch_begin(&hw, comm, ids, nids, nbytes, 0);
     res = sendrecv_run(comm, ops, nops);
     res = hang_watch_end(&hw, res);
   }
@@ -91,7 +93,7 @@ static void batch_run(struct comm_batch *b) {
   for (size_t i = 0; i < b->nall && b->res == weftSuccess; i++) {
     if (b->all[i].comm != b->comm) continue;
     if (plan_is_sendrecv(&b->all[i].plan)) sendrecv[nsendrecv++] = &b->all[i].plan;
-    else b->res = launch_collective(b->comm, &b->all[i].plan);
+    else b->res = launch_collective(b->comm, &b->all[i].plan, 0);
   }
   if (b->res == weftSuccess && nsendrecv > 0)
     b->res = op_run_sendrecv(b->comm, sendrecv, nsendrecv);
@@ -176,7 +178,7 @@ static weftResult_t pool_hand_over(struct comm_batch *b) {
 weftResult_t group_launch(const struct group_op *ops, size_t nops) {
   /* one collective, the common case: run it here, without the batches */
   if (nops == 1 && !plan_is_sendrecv(&ops[0].plan))
-    return launch_collective(ops[0].comm, &ops[0].plan);
+    return launch_collective(ops[0].comm, &ops[0].plan, 0);
   size_t nbatches = 0;
   struct comm_batch *batches = calloc(nops ? nops : 1, sizeof *batches);
   if (batches == NULL) return weft_error_set(weftSystemError, "out of memory");

@@ -18,8 +18,10 @@ struct group_op {
  * together. Returns the first failure. */
 weftResult_t group_launch(const struct group_op *ops, size_t nops);
 /* group_launch of one collective (not a send or receive) on the calling
- * thread, from the caller's plan: no group_op to copy it into. */
-weftResult_t launch_collective(struct weftComm *comm, const struct weft_plan *plan);
+ * thread, from the caller's plan: no group_op to copy it into. started:
+ * its trace entry was recorded as started (hang_watch_begin). */
+weftResult_t launch_collective(struct weftComm *comm, const struct weft_plan *plan,
+                               int started);
 
 /* What every host operation of comm does around its run: holds comm
  * (comm_op_begin) and fails if it is unusable or broken; then releases it,
