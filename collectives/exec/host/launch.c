@@ -17,7 +17,9 @@
 #include "run.h"
 #include "launch.h"
 
-weftResult_t launch_op_begin(struct weftComm *comm) {
+/* launch_op_begin and launch_op_end, inline for this file's callers (a
+ * global function of a shared object's code is not inlined). */
+static inline weftResult_t op_begin(struct weftComm *comm) {
   WEFT_TRY(comm_op_begin(comm, COMM_OP_HOLD, NULL));
   if (comm_async_error(comm) != weftSuccess)
     return weft_error_set(comm_async_error(comm), "communicator is broken by an earlier error: %s",
@@ -26,11 +28,15 @@ weftResult_t launch_op_begin(struct weftComm *comm) {
   return weftSuccess;
 }
 
-weftResult_t launch_op_end(struct weftComm *comm, weftResult_t res) {
+static inline weftResult_t op_end(struct weftComm *comm, weftResult_t res) {
   if (res != weftSuccess && !comm_life_revoked(comm)) comm_fail(comm, res);
   comm_op_end(comm);
   return res;
 }
+
+weftResult_t launch_op_begin(struct weftComm *comm) { return op_begin(comm); }
+
+weftResult_t launch_op_end(struct weftComm *comm, weftResult_t res) { return op_end(comm, res); }
 
 /* A call refused before it ran is failed in the trace. */
 static void op_refused(struct weftComm *comm, const uint64_t *ids, size_t nids,
@@ -40,10 +46,10 @@ static void op_refused(struct weftComm *comm, const uint64_t *ids, size_t nids,
 
 weftResult_t launch_collective(struct weftComm *comm, const struct weft_plan *plan,
                                int started) {
-  weftResult_t res = launch_op_begin(comm);
+  weftResult_t res = op_begin(comm);
   if (res != weftSuccess) {
     op_refused(comm, &plan->trace_id, 1, res);
-    return launch_op_end(comm, res);
+    return op_end(comm, res);
   }
   struct hang_watch hw;
   hang_watch_begin(&hw, comm, &plan->trace_id, 1, plan->count * plan_type_size(plan->datatype),
@@ -51,7 +57,7 @@ weftResult_t launch_collective(struct weftComm *comm, const struct weft_plan *pl
   res = signature_agree(comm, plan);
   if (res == weftSuccess) res = plan_run_host(comm, plan);
   res = hang_watch_end(&hw, res);
-  return launch_op_end(comm, res);
+  return op_end(comm, res);
 }
 
 static weftResult_t op_run_sendrecv(struct weftComm *comm, const struct weft_plan *const *ops,
