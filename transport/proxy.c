@@ -410,7 +410,10 @@ void proxy_forget(struct proxy *p) {
   p->pfds_cap = 0;
 }
 
+uint32_t transport_kickable_conns;
+
 void proxy_add_locked(struct proxy *p, struct proxy_conn *c) {
+  __atomic_add_fetch(&transport_kickable_conns, 1, __ATOMIC_RELAXED);
   c->proxy = p;
   c->next = p->conns;
   p->conns = c;
@@ -433,6 +436,7 @@ void proxy_remove_locked(struct proxy_conn *c) {
   }
   c->next = NULL;
   c->proxy = NULL;
+  __atomic_sub_fetch(&transport_kickable_conns, 1, __ATOMIC_RELAXED);
 }
 
 /* --- the pool ---------------------------------------------------------------- */

@@ -176,6 +176,15 @@ int transport_refuse(char *why, size_t why_nbytes, const char *fmt, ...)
 weftResult_t transport_check_fifo(int peer_rank, uint32_t nslots, size_t slot_nbytes,
                                   uint64_t peer_fifo_nbytes);
 
+/* Connections of this process whose kick does something (those a proxy
+ * thread moves: transport/proxy.c counts them as they join and leave a
+ * proxy). While there are none, a rank about to use its connections need
+ * not ask each of them. */
+extern uint32_t transport_kickable_conns;
+static inline int transport_kicks_matter(void) {
+  return __atomic_load_n(&transport_kickable_conns, __ATOMIC_RELAXED) != 0;
+}
+
 /* Marks a connection failed so that the peer's waits end with an error. */
 static inline void conn_poison(struct weft_conn *conn) {
   if (conn->ctrl != NULL) __atomic_store_n(&conn->ctrl->poison, 1u, __ATOMIC_RELEASE);

@@ -52,13 +52,14 @@ static weftResult_t plan_check(struct weftComm *comm, const struct weft_plan *pl
   uses_out[0] = uses_out[1] = 1;
   WEFT_TRY(comm_check(comm));
   const char *name = coll_kind_name(plan->coll);
-  const size_t esize = weftTypeSize(plan->datatype);
+  const size_t esize = plan_type_size(plan->datatype);
   const size_t n = (size_t)comm->nranks;
   const enum coll_kind c = plan->coll;
   if (esize == 0)
     return weft_error_set(weftInvalidArgument, "%s: invalid datatype %d", name,
                           (int)plan->datatype);
-  if (coll_has_op(c) && redop_check(comm, plan->op, plan->datatype) != weftSuccess)
+  if (coll_has_op(c) && !redop_is_builtin(plan->op) &&
+      redop_check(comm, plan->op, plan->datatype) != weftSuccess)
     return weft_error_set(weftInvalidArgument, "%s: %s", name, weft_error_text());
   if (plan->count > SIZE_MAX / 16 / n)
     return weft_error_set(weftInvalidArgument, "%s: count %zu is too large", name, plan->count);
@@ -127,7 +128,8 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
   weft_error_clear();
   int alone = 0, uses[2];
   weftResult_t res = plan_check(comm, plan, &alone, uses);
-  if (res == weftSuccess && coll_has_op(plan->coll)) redop_capture(comm, plan);
+  if (res == weftSuccess && coll_has_op(plan->coll) && !redop_is_builtin(plan->op))
+    redop_capture(comm, plan);
   if (res == weftSuccess && sendrecv_is_empty(plan, stream)) {
     comm->seq++; /* as every call of the comm counts */
     trace_set_state(comm->trace, trace_record(comm->trace, plan, 0), TRACE_COMPLETED, -1, res);
@@ -192,41 +194,49 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
     plan->trace_id = trace_record(comm->trace, plan, 0);
   if (in_group) return group_record(comm, plan, stream);
   if (plan->on_device) return device_enqueue(comm, plan, stream);
-  struct group_op op = {.comm = comm, .plan = *plan, .stream = stream};
-  if (hs != NULL) return stream_enqueue(hs, &op, 1);
-  /* the id set after the copy: set before, the copy would load it back at once */
-  op.plan.trace_id = trace_record(comm->trace, plan, 1);
-  return group_launch(&op, 1);
+  if (hs != NULL || plan_is_sendrecv(plan)) {
+    struct group_op op = {.comm = comm, .plan = *plan, .stream = stream};
+    if (hs != NULL) return stream_enqueue(hs, &op, 1);
+    /* the id set after the copy: set before, the copy would load it back at once */
+    op.plan.trace_id = trace_record(comm->trace, plan, 1);
+    return group_launch(&op, 1);
+  }
+  /* a collective runs here from the plan as it is: copied into a group_op,
+   * its fields just stored one by one would be loaded back at once in wider
+   * words, which the store buffer cannot forward (stalls worth a tenth of
+   * an 8-byte all-reduce) */
+  plan->trace_id = trace_record(comm->trace, plan, 1);
+  return launch_collective(comm, plan, 1);
 }
 
 weftResult_t weftAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
                            weftStream_t stream) {
-  struct weft_plan plan = {.coll = COLL_ALLREDUCE, .sendbuf = sendbuff, .recvbuf = recvbuff,
-                           .count = count, .datatype = datatype, .op = op, .root = -1};
+  struct weft_plan plan;
+  plan_init(&plan, COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, -1);
   return coll_enqueue(comm, &plan, stream);
 }
 
 weftResult_t weftAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                            weftDataType_t datatype, weftComm_t comm, weftStream_t stream) {
-  struct weft_plan plan = {.coll = COLL_ALLGATHER, .sendbuf = sendbuff, .recvbuf = recvbuff,
-                           .count = sendcount, .datatype = datatype, .op = weftSum, .root = -1};
+  struct weft_plan plan;
+  plan_init(&plan, COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, weftSum, -1);
   return coll_enqueue(comm, &plan, stream);
 }
 
 weftResult_t weftReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
                                weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
                                weftStream_t stream) {
-  struct weft_plan plan = {.coll = COLL_REDUCESCATTER, .sendbuf = sendbuff, .recvbuf = recvbuff,
-                           .count = recvcount, .datatype = datatype, .op = op, .root = -1};
+  struct weft_plan plan;
+  plan_init(&plan, COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, -1);
   return coll_enqueue(comm, &plan, stream);
 }
 
 weftResult_t weftBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                            weftDataType_t datatype, int root, weftComm_t comm,
                            weftStream_t stream) {
-  struct weft_plan plan = {.coll = COLL_BROADCAST, .sendbuf = sendbuff, .recvbuf = recvbuff,
-                           .count = count, .datatype = datatype, .op = weftSum, .root = root};
+  struct weft_plan plan;
+  plan_init(&plan, COLL_BROADCAST, sendbuff, recvbuff, count, datatype, weftSum, root);
   return coll_enqueue(comm, &plan, stream);
 }
 
@@ -238,21 +248,21 @@ weftResult_t weftBcast(void *buff, size_t count, weftDataType_t datatype, int ro
 weftResult_t weftReduce(const void *sendbuff, void *recvbuff, size_t count,
                         weftDataType_t datatype, weftRedOp_t op, int root, weftComm_t comm,
                         weftStream_t stream) {
-  struct weft_plan plan = {.coll = COLL_REDUCE, .sendbuf = sendbuff, .recvbuf = recvbuff,
-                           .count = count, .datatype = datatype, .op = op, .root = root};
+  struct weft_plan plan;
+  plan_init(&plan, COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root);
   return coll_enqueue(comm, &plan, stream);
 }
 
 weftResult_t weftSend(const void *sendbuff, size_t count, weftDataType_t datatype, int peer,
                       weftComm_t comm, weftStream_t stream) {
-  struct weft_plan plan = {.coll = COLL_SEND, .sendbuf = sendbuff, .count = count,
-                           .datatype = datatype, .op = weftSum, .root = peer};
+  struct weft_plan plan;
+  plan_init(&plan, COLL_SEND, sendbuff, NULL, count, datatype, weftSum, peer);
   return coll_enqueue(comm, &plan, stream);
 }
 
 weftResult_t weftRecv(void *recvbuff, size_t count, weftDataType_t datatype, int peer,
                       weftComm_t comm, weftStream_t stream) {
-  struct weft_plan plan = {.coll = COLL_RECV, .recvbuf = recvbuff, .count = count,
-                           .datatype = datatype, .op = weftSum, .root = peer};
+  struct weft_plan plan;
+  plan_init(&plan, COLL_RECV, NULL, recvbuff, count, datatype, weftSum, peer);
   return coll_enqueue(comm, &plan, stream);
 }

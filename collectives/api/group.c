@@ -22,12 +22,10 @@
 #include "stream.h"
 #include "../tune/tuner.h"
 
-static _Thread_local int group_depth;
+__thread int group_depth;
 static _Thread_local struct group_op *group_ops;
 static _Thread_local size_t group_nops, group_cap;
 static _Thread_local weftResult_t group_error; /* first failure while recording */
-
-int group_depth_get(void) { return group_depth; }
 
 void group_fail(weftResult_t res) {
   if (group_depth > 0 && group_error == weftSuccess) group_error = res;

@@ -6,8 +6,10 @@
 
 #include "../core/plan.h"
 
-/* How many group starts are open on the calling thread (0: none). */
-int group_depth_get(void);
+/* How many group starts are open on the calling thread (0: none); read
+ * inline through group_depth_get, changed by group.c alone. */
+extern __thread int group_depth;
+static inline int group_depth_get(void) { return group_depth; }
 /* Remembers the first failure while recording, for weftGroupEnd to return. */
 void group_fail(weftResult_t res);
 /* Records plan, checked and tuned, to run at the outermost weftGroupEnd. */

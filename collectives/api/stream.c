@@ -177,7 +177,7 @@ static weftResult_t stream_run_sendrecv(struct host_stream *s, struct stream_ite
   if (res == weftSuccess) res = exec_add_item(x, first);
   if (res == weftSuccess) {
     watched_add(&wids, first);
-    hang_watch_begin(&hw, comm, wids.ids, wids.n, SIZE_MAX);
+    hang_watch_begin(&hw, comm, wids.ids, wids.n, SIZE_MAX, 0);
   }
   weftResult_t pushed = taken_push(&t, first, x != NULL ? sendrecv_exec_count(x) : 0);
   if (pushed != weftSuccess) {

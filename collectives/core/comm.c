@@ -13,19 +13,19 @@
 
 /* This process's id, cached (getpid is a system call) and renewed in a
  * forked child, so that every entry point can afford to compare it. */
-static pid_t self_pid;
+pid_t comm_pid_cached;
 static pthread_once_t self_pid_once = PTHREAD_ONCE_INIT;
-static void self_pid_refresh(void) { __atomic_store_n(&self_pid, getpid(), __ATOMIC_RELAXED); }
+static void self_pid_refresh(void) { __atomic_store_n(&comm_pid_cached, getpid(), __ATOMIC_RELAXED); }
 static void self_pid_init(void) {
   self_pid_refresh();
   pthread_atfork(NULL, NULL, self_pid_refresh);
 }
 pid_t comm_self_pid(void) {
   pthread_once(&self_pid_once, self_pid_init);
-  return __atomic_load_n(&self_pid, __ATOMIC_RELAXED);
+  return __atomic_load_n(&comm_pid_cached, __ATOMIC_RELAXED);
 }
 
-weftResult_t comm_check(const struct weftComm *comm) {
+weftResult_t comm_check_slow(const struct weftComm *comm) {
   if (comm == NULL) return weft_error_set(weftInvalidArgument, "comm is NULL");
   if (comm->magic != COMM_MAGIC)
     return weft_error_set(weftInvalidArgument, "comm %p is not a live communicator",
@@ -45,6 +45,7 @@ static void conn_kick(struct weft_conn *c, uint64_t *now) {
 }
 
 void comm_kick_conns(struct weftComm *comm) {
+  if (!transport_kicks_matter()) return; /* no proxy moves any connection of the process */
   uint64_t now = 0; /* read once, by the first connection that kicks */
   for (int c = 0; c < comm->nchannels; c++) {
     conn_kick(&comm->channels[c].send, &now);
@@ -236,16 +237,15 @@ int comm_life_revoked(const struct weftComm *comm) {
   return v == COMM_REVOKING || v == COMM_REVOKED;
 }
 
-weftResult_t comm_op_begin(struct weftComm *comm, int flags, const char *fn) {
+weftResult_t comm_op_begin_state(struct weftComm *comm, int flags, const char *fn,
+                                  enum comm_life v) {
   const int rebuild = (flags & COMM_OP_REBUILD) != 0;
-  enum comm_life v;
-  if (flags & COMM_OP_HOLD) {
-    __atomic_add_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
-    /* a suspension being decided sees the hold and fails: wait for it */
-    while ((v = comm_life(comm)) == COMM_SUSPENDING) life_pause(1000);
-  } else {
-    v = comm_life(comm);
-  }
+  /* a suspension being decided sees the hold and fails: wait for it */
+  if (flags & COMM_OP_HOLD)
+    while (v == COMM_SUSPENDING) {
+      life_pause(1000);
+      v = comm_life(comm);
+    }
   const char *sep = fn != NULL ? ": " : "";
   if (fn == NULL) fn = "";
   switch (v) {

@@ -201,7 +201,16 @@ enum {
  * for an aborted comm). With COMM_OP_HOLD the state is asked after the hold,
  * waiting out a suspension being decided (it then fails: the hold is
  * seen). */
-weftResult_t comm_op_begin(struct weftComm *comm, int flags, const char *fn);
+/* comm_op_begin's answer for a comm found in state v (after the hold, with
+ * COMM_OP_HOLD), other than READY. */
+weftResult_t comm_op_begin_state(struct weftComm *comm, int flags, const char *fn,
+                                 enum comm_life v);
+static inline weftResult_t comm_op_begin(struct weftComm *comm, int flags, const char *fn) {
+  if (flags & COMM_OP_HOLD) __atomic_add_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
+  const enum comm_life v = comm_life(comm);
+  if (__builtin_expect(v == COMM_READY, 1)) return weftSuccess;
+  return comm_op_begin_state(comm, flags, fn, v);
+}
 /* Ends comm_op_begin's hold. */
 static inline void comm_op_end(struct weftComm *comm) {
   __atomic_sub_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
@@ -252,6 +261,16 @@ weftResult_t comm_fail_alone(struct weftComm *comm, weftResult_t res);
 
 /* Checks that comm is a live communicator of this process (not a forked
  * child's copy); sets the error text otherwise. */
-weftResult_t comm_check(const struct weftComm *comm);
+weftResult_t comm_check_slow(const struct weftComm *comm);
+/* comm_self_pid's value once it was asked (a comm's creation asks), else 0. */
+extern pid_t comm_pid_cached;
+/* comm_check_slow, inline where it passes: every call of the API checks. */
+static inline weftResult_t comm_check(const struct weftComm *comm) {
+  if (__builtin_expect(comm != NULL && comm->magic == COMM_MAGIC &&
+                           comm->pid == __atomic_load_n(&comm_pid_cached, __ATOMIC_RELAXED),
+                       1))
+    return weftSuccess;
+  return comm_check_slow(comm);
+}
 
 #endif

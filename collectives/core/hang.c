@@ -379,10 +379,10 @@ static weftResult_t watch_fn(void *arg, enum wait_event event, int peer, uint64_
 }
 
 void hang_watch_begin(struct hang_watch *hw, struct weftComm *comm, const uint64_t *ids,
-                      size_t nids, size_t nbytes) {
+                      size_t nids, size_t nbytes, int started) {
   hw->comm = NULL;
   if (comm->trace == NULL || nids == 0) return; /* nothing to watch */
-  for (size_t i = 0; i < nids; i++)
+  for (size_t i = 0; i < nids && !started; i++)
     trace_set_state(comm->trace, ids[i], TRACE_STARTED, -1, weftSuccess);
   hw->watcher.fn = watch_fn;
   hw->watcher.arg = hw;

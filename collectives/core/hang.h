@@ -70,9 +70,10 @@ struct hang_watch {
 void hang_answer_install(struct weftComm *comm);
 
 /* Marks the calls started and watches the thread's waits; nbytes is what
- * they move (this rank's input). */
+ * they move (this rank's input). started: they were recorded as started
+ * (trace_record's starts_now), so their state stays as it is. */
 void hang_watch_begin(struct hang_watch *hw, struct weftComm *comm, const uint64_t *ids,
-                      size_t nids, size_t nbytes);
+                      size_t nids, size_t nbytes, int started);
 /* Stops watching and marks the calls done with res. A remote failure (a
  * timeout, a peer that died or failed) of a collective gets the verdict as
  * its error text, and the trace is dumped (WEFT_TRACE_DIR); a mismatch the

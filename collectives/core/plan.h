@@ -4,6 +4,7 @@
 #ifndef WEFT_PLAN_H
 #define WEFT_PLAN_H
 
+#include <assert.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -57,7 +58,52 @@ struct weft_plan {
   uint64_t trace_id;         /* the call in its comm's trace (trace.h), 0: none */
 };
 
-const char *coll_kind_name(enum coll_kind coll);
+/* "AllReduce", "Send", ...: "?" for a value that is no collective. */
+static inline const char *coll_kind_name(enum coll_kind coll) {
+  static const char *const names[COLL_NUM] = {"AllReduce", "AllGather", "ReduceScatter",
+                                              "Broadcast", "Reduce",    "Send",
+                                              "Recv"};
+  return (unsigned)coll < COLL_NUM ? names[coll] : "?";
+}
+
+/* A plan of one call's arguments, the fields the tuner and the call fill
+ * later zero. Every field is stored on its own: a compound literal zeroes
+ * the whole struct first, which compiles to a string store (rep stos)
+ * whose start-up costs more than the rest of the stores together, on every
+ * call. A field added to struct weft_plan is added here too (the assertion
+ * is there to say so). */
+static_assert(sizeof(struct weft_plan) == 96, "plan_init sets every field of weft_plan");
+static inline void plan_init(struct weft_plan *plan, enum coll_kind coll, const void *sendbuf,
+                             void *recvbuf, size_t count, weftDataType_t datatype,
+                             weftRedOp_t op, int root) {
+  plan->coll = coll;
+  plan->sendbuf = sendbuf;
+  plan->recvbuf = recvbuf;
+  plan->count = count;
+  plan->datatype = datatype;
+  plan->op = op;
+  plan->root = root;
+  plan->algo = ALGO_RING;
+  plan->proto = PROTO_SIMPLE;
+  plan->nchannels = 0;
+  plan->on_device = 0;
+  __builtin_memset(plan->premul_scalar, 0, sizeof plan->premul_scalar);
+  plan->premul_ptr = NULL;
+  plan->premul_device_only = 0;
+  plan->trace_id = 0;
+}
+
+/* weftTypeSize, inline for the paths every call takes: bytes per element,
+ * 0 for a value that is no datatype. */
+static inline size_t plan_type_size(weftDataType_t datatype) {
+  switch (datatype) {
+    case weftInt8: case weftUint8: case weftFloat8e4m3: case weftFloat8e5m2: return 1;
+    case weftFloat16: case weftBfloat16: return 2;
+    case weftInt32: case weftUint32: case weftFloat32: return 4;
+    case weftInt64: case weftUint64: case weftFloat64: return 8;
+    default: return 0;
+  }
+}
 
 static inline int plan_is_sendrecv(const struct weft_plan *plan) {
   return plan->coll == COLL_SEND || plan->coll == COLL_RECV;

@@ -4,6 +4,10 @@
 
 #include "plan.h"
 
+/* Whether op is one of weft's own (sum, prod, max, min, avg): valid for
+ * every datatype, nothing to capture. */
+static inline int redop_is_builtin(weftRedOp_t op) { return (int)op >= 0 && op < weftNumOps; }
+
 /* Whether op may reduce datatype on comm; a pre-multiply op's scalar copied
  * into the plan at the call (redop_check passed); and the plan's input
  * scaled by that scalar, in a buffer to free. */

@@ -69,11 +69,13 @@ struct trace {
  * milliseconds, read without asking the hardware: a few nanoseconds, where
  * the precise clock takes tens, a tenth of an 8-byte all-reduce); what they
  * are for, how long ago a rank did what, needs no better. */
-int64_t trace_now_ns(void) {
+static inline int64_t now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME_COARSE, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
+
+int64_t trace_now_ns(void) { return now_ns(); }
 
 const char *trace_state_name(enum trace_state s) {
   static const char *const names[TRACE_NUM_STATES] = {"scheduled", "started", "waiting",
@@ -242,7 +244,7 @@ uint64_t trace_record(struct trace *t, const struct weft_plan *plan, int starts_
   if (t == NULL) return 0;
   const uint64_t id = t->next_id + 1;
   const int p2p = plan_is_sendrecv(plan);
-  const int64_t now = trace_now_ns();
+  const int64_t now = now_ns();
   struct trace_slot *s = &t->ring[id & t->mask];
   struct trace_call *c = &s->call;
   /* field by field into the slot: a whole struct built first and copied
@@ -285,11 +287,11 @@ void trace_set_state(struct trace *t, uint64_t id, enum trace_state state, int p
   __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELAXED);
   __atomic_thread_fence(__ATOMIC_RELEASE);
   switch (state) {
-    case TRACE_STARTED: __atomic_store_n(&c->t_started_ns, trace_now_ns(), __ATOMIC_RELAXED); break;
+    case TRACE_STARTED: __atomic_store_n(&c->t_started_ns, now_ns(), __ATOMIC_RELAXED); break;
     case TRACE_WAITING: __atomic_store_n(&c->waiting_on, peer, __ATOMIC_RELAXED); break;
     case TRACE_COMPLETED:
     case TRACE_FAILED:
-      __atomic_store_n(&c->t_done_ns, trace_now_ns(), __ATOMIC_RELAXED);
+      __atomic_store_n(&c->t_done_ns, now_ns(), __ATOMIC_RELAXED);
       __atomic_store_n(&c->result, (int32_t)result, __ATOMIC_RELAXED);
       break;
     default: break;
@@ -304,7 +306,7 @@ void trace_done(struct trace *t, uint64_t id, weftResult_t result, int read_cloc
   struct trace_call *c = &s->call;
   if (__atomic_load_n(&c->id, __ATOMIC_RELAXED) != id) return;
   int64_t done = __atomic_load_n(&c->t_started_ns, __ATOMIC_RELAXED);
-  if (read_clock || done == 0) done = trace_now_ns();
+  if (read_clock || done == 0) done = now_ns();
   __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELAXED);
   __atomic_thread_fence(__ATOMIC_RELEASE);
   CALL_SET(c, t_done_ns, done);

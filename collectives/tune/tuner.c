@@ -92,11 +92,9 @@ struct tuner_rules {
 static struct tuner_rules *rules_current;
 static struct tuner_rules *rules_all;
 static pthread_mutex_t rules_mutex = PTHREAD_MUTEX_INITIALIZER;
-/* The current rules; when out of memory, everything allowed, in *fallback. */
-static const struct tuner_rules *tuner_rules_get(struct tuner_rules *fallback) {
-  const char *a = param_str(&coll_params[P_ALGO]), *p = param_str(&coll_params[P_PROTO]);
-  const struct tuner_rules *cur = __atomic_load_n(&rules_current, __ATOMIC_ACQUIRE);
-  if (cur != NULL && cur->algo_text == a && cur->proto_text == p) return cur;
+/* tuner_rules_get for texts a and p that are not the current rules'. */
+static __attribute__((noinline)) const struct tuner_rules *
+tuner_rules_find(const char *a, const char *p, struct tuner_rules *fallback) {
   pthread_mutex_lock(&rules_mutex);
   struct tuner_rules *r = rules_all;
   while (r != NULL && (r->algo_text != a || r->proto_text != p)) r = r->next;
@@ -119,6 +117,14 @@ static const struct tuner_rules *tuner_rules_get(struct tuner_rules *fallback) {
     return fallback;
   }
   return r;
+}
+
+/* The current rules; when out of memory, everything allowed, in *fallback. */
+static inline const struct tuner_rules *tuner_rules_get(struct tuner_rules *fallback) {
+  const char *a = param_str(&coll_params[P_ALGO]), *p = param_str(&coll_params[P_PROTO]);
+  const struct tuner_rules *cur = __atomic_load_n(&rules_current, __ATOMIC_ACQUIRE);
+  if (cur != NULL && cur->algo_text == a && cur->proto_text == p) return cur;
+  return tuner_rules_find(a, p, fallback);
 }
 
 int tuner_algo_allowed(enum coll_kind coll, enum coll_algo algo) {
@@ -262,30 +268,39 @@ static double model_us(const struct weftComm *comm, const struct weft_plan *plan
 /* Single copy (cma) for large all-reduce, all-gather and reduce-scatter on
  * one host, from WEFT_CMA_MIN_NBYTES up, and bulk transfers over transports
  * that have them, from WEFT_BULK_MIN_NBYTES up; either at any size where
- * WEFT_ALGO leaves no pipelined algorithm. */
-static int tuner_pick_whole(const struct weftComm *comm, const struct weft_plan *plan,
-                            const struct tuner_rules *r, size_t nbytes, enum coll_algo algo) {
+ * WEFT_ALGO leaves no pipelined algorithm. Whether algo is refused for the
+ * call alone (its collective, the rules, the size against min_nbytes),
+ * which a run of calls of one shape answers alike every time: 1, 0 when
+ * the comm decides (the possible check), -1 when the call takes it. */
+static int tuner_whole_refused(const struct weft_plan *plan, const struct tuner_rules *r,
+                               size_t nbytes, enum coll_algo algo, size_t min_nbytes) {
   const enum coll_kind c = plan->coll;
-  if (c != COLL_ALLREDUCE && c != COLL_ALLGATHER && c != COLL_REDUCESCATTER) return 0;
-  if (!r->algo[c][algo]) return 0;
-  if (algo == ALGO_CMA ? !cma_possible(comm) : !bulk_possible(comm)) return 0;
+  if (c != COLL_ALLREDUCE && c != COLL_ALLGATHER && c != COLL_REDUCESCATTER) return 1;
+  if (!r->algo[c][algo]) return 1;
   int others = 0;
   for (int a = 0; a < ALGO_CMA; a++) others += algo_exists(c, (enum coll_algo)a) && r->algo[c][a];
-  return nbytes >= (algo == ALGO_CMA ? cma_min_nbytes() : bulk_min_nbytes()) || others == 0;
+  return nbytes < min_nbytes && others > 0 ? 1 : 0;
 }
 
-/* The pipelined algorithm and protocol this thread picked last, and what it
- * picked them for: a run of calls of one size skips the cost model's loop,
- * a good part of a small call's time. The key holds every input of the
- * loop (rule sets live as long as the process, so their address names
- * them); per thread, so that no lock is taken and no thread reads a pick
+static int tuner_whole_possible(const struct weftComm *comm, enum coll_algo algo) {
+  return algo == ALGO_CMA ? cma_possible(comm) : bulk_possible(comm);
+}
+
+/* What this thread picked last, and what it picked it for: a run of calls
+ * of one shape skips the checks and the cost model's loop, most of a small
+ * call's time in the tuner. The key holds every input of the pick that the
+ * call or a setting gives (rule sets live as long as the process, so their
+ * address names them); what the comm's transports allow (cma_possible,
+ * bulk_possible, which may change) is asked again where the pick depended
+ * on it. Per thread, so that no lock is taken and no thread reads a pick
  * another thread is writing. */
 struct tuner_memo {
   const struct weftComm *comm;
   const struct tuner_rules *rules;
   int nranks, tree_depth, network, oversubscribed, on_device;
   enum coll_kind coll;
-  size_t nbytes;
+  size_t nbytes, cma_min_nbytes, bulk_min_nbytes;
+  int cma_refused, bulk_refused; /* tuner_whole_refused's: 1 for the call alone, 0 by the comm */
   enum coll_algo algo;
   enum coll_proto proto;
 };
@@ -293,8 +308,9 @@ static __thread struct tuner_memo tuner_memo;
 
 static int tuner_memo_matches(const struct tuner_memo *m, const struct weftComm *comm,
                               const struct tuner_rules *r, const struct weft_plan *plan,
-                              size_t nbytes) {
+                              size_t nbytes, size_t cma_min, size_t bulk_min) {
   return m->comm == comm && m->rules == r && m->nbytes == nbytes && m->coll == plan->coll &&
+         m->cma_min_nbytes == cma_min && m->bulk_min_nbytes == bulk_min &&
          m->on_device == plan->on_device && m->nranks == comm->nranks &&
          m->tree_depth == comm->tree_depth && m->network == comm->network &&
          m->oversubscribed == comm->oversubscribed_hold;
@@ -304,7 +320,7 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
   if (plan_is_sendrecv(plan)) return;
   struct tuner_rules fallback;
   const struct tuner_rules *r = tuner_rules_get(&fallback);
-  size_t nbytes = plan->count * weftTypeSize(plan->datatype);
+  size_t nbytes = plan->count * plan_type_size(plan->datatype);
   if (plan->coll == COLL_ALLGATHER || plan->coll == COLL_REDUCESCATTER)
     nbytes *= (size_t)comm->nranks;
   double best = -1;
@@ -332,23 +348,29 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
     plan->nchannels = 1; /* the launch spreads the ring or trees over the comm's channels */
     return;
   }
-  if (tuner_pick_whole(comm, plan, r, nbytes, ALGO_CMA)) {
+  const size_t cma_min = cma_min_nbytes(), bulk_min = bulk_min_nbytes();
+  struct tuner_memo *m = &tuner_memo;
+  if (r != &fallback && tuner_memo_matches(m, comm, r, plan, nbytes, cma_min, bulk_min) &&
+      (m->cma_refused || !tuner_whole_possible(comm, ALGO_CMA)) &&
+      (m->bulk_refused || !tuner_whole_possible(comm, ALGO_BULK))) {
+    plan->algo = m->algo;
+    plan->proto = m->proto;
+    plan->nchannels = 1;
+    return;
+  }
+  const int cma_refused = tuner_whole_refused(plan, r, nbytes, ALGO_CMA, cma_min);
+  if (!cma_refused && tuner_whole_possible(comm, ALGO_CMA)) {
     plan->algo = ALGO_CMA;
     plan->nchannels = 1;
     return;
   }
-  if (tuner_pick_whole(comm, plan, r, nbytes, ALGO_BULK)) {
+  const int bulk_refused = tuner_whole_refused(plan, r, nbytes, ALGO_BULK, bulk_min);
+  if (!bulk_refused && tuner_whole_possible(comm, ALGO_BULK)) {
     plan->algo = ALGO_BULK;
     plan->nchannels = comm->nchannels; /* chunks spread over them */
     return;
   }
   plan->nchannels = 1; /* the host executor runs a pipeline on one channel */
-  struct tuner_memo *m = &tuner_memo;
-  if (r != &fallback && tuner_memo_matches(m, comm, r, plan, nbytes)) {
-    plan->algo = m->algo;
-    plan->proto = m->proto;
-    return;
-  }
   for (int a = 0; a < ALGO_CMA; a++) { /* cma and bulk: not pipelines, not in the cost model */
     if (!algo_exists(plan->coll, (enum coll_algo)a) || !r->algo[plan->coll][a]) continue;
     if (a == ALGO_DIRECT && comm->nranks > DIRECT_MAX_RANKS) continue;
@@ -367,6 +389,8 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
                              .tree_depth = comm->tree_depth, .network = comm->network,
                              .oversubscribed = comm->oversubscribed_hold,
                              .on_device = plan->on_device, .coll = plan->coll, .nbytes = nbytes,
+                             .cma_min_nbytes = cma_min, .bulk_min_nbytes = bulk_min,
+                             .cma_refused = cma_refused, .bulk_refused = bulk_refused,
                              .algo = plan->algo, .proto = plan->proto};
 }
 

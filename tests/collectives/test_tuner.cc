@@ -263,6 +263,39 @@ TEST(TunerChoice, DeviceBuffersOnOneHost) {
   weft_params_reset();
 }
 
+// A run of calls of one shape is answered from the tuner's memo, which must
+// still follow what the memo does not hold: WEFT_CMA_MIN_NBYTES changed
+// between two calls of the same size, and whether the comm's transports
+// allow single copy at all (a peer that turns out to be on another host).
+TEST(TunerChoice, RepeatedShapeFollowsThresholdAndTransports) {
+  tuner_env_clear();
+  FakeComm f(2, 1, 131072);
+  f.c.slot_nbytes = 131072;
+  peer_info peers[2];
+  memset(peers, 0, sizeof peers);
+  peers[0].host_hash = peers[1].host_hash = 42;
+  f.c.peers = peers;
+  weft_transport host_memory;
+  memset(&host_memory, 0, sizeof host_memory);
+  host_memory.name = "fake";
+  host_memory.caps = TRANSPORT_CAP_HOST_MEMORY;
+  f.c.channels[0].send.transport = &host_memory;
+  const size_t count = 1024; // 4 KiB: below the default threshold (64 KiB)
+  for (int i = 0; i < 3; i++) EXPECT_EQ(tune(f.c, COLL_ALLREDUCE, count).algo, ALGO_RD) << i;
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_CMA_MIN_NBYTES", "1K"));
+  weft_params_reset();
+  for (int i = 0; i < 3; i++) EXPECT_EQ(tune(f.c, COLL_ALLREDUCE, count).algo, ALGO_CMA) << i;
+  peers[1].host_hash = 43; // the same shape, but no longer one host
+  for (int i = 0; i < 3; i++) EXPECT_EQ(tune(f.c, COLL_ALLREDUCE, count).algo, ALGO_RD) << i;
+  peers[1].host_hash = 42;
+  EXPECT_EQ(tune(f.c, COLL_ALLREDUCE, count).algo, ALGO_CMA) << "one host again";
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_CMA_MIN_NBYTES", nullptr));
+  weft_params_reset();
+  EXPECT_EQ(tune(f.c, COLL_ALLREDUCE, count).algo, ALGO_RD) << "the default threshold again";
+  f.c.peers = nullptr;
+  f.c.channels[0].send.transport = nullptr;
+}
+
 TEST(RingOrder, HostsAdjacentCrossingOncePerHost) {
   peer_info peers[7];
   memset(peers, 0, sizeof peers);

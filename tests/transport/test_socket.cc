@@ -219,6 +219,10 @@ TEST(SocketProxy, AnOperationKicksTheSleepingProxy) {
       const weft_conn &c = comm->channels[0].send;
       if (rc == 0 && (c.transport == nullptr || std::string(c.transport->name) != "socket"))
         rc = rank_fail(ctx, "the ring does not go over a socket");
+      // each end of the ring's connections on a proxy: the calls kick them
+      if (rc == 0 && !transport_kicks_matter())
+        rc = rank_fail(ctx, "%u connections to kick with the ring on sockets",
+                       __atomic_load_n(&transport_kickable_conns, __ATOMIC_RELAXED));
       proxy *p = rc == 0 ? static_cast<const proxy_conn *>(c.priv)->proxy : nullptr;
       if (rc == 0) {
         usleep(100000);  // idle: the proxy sleeps
@@ -235,6 +239,10 @@ TEST(SocketProxy, AnOperationKicksTheSleepingProxy) {
                          "call began", kick_us, (long long)(until - before) / 1000);
       }
       weftCommDestroy(comm);
+      // none left once the comm is gone: calls on shared memory kick nothing
+      if (rc == 0 && transport_kicks_matter())
+        rc = rank_fail(ctx, "%u connections to kick after the comm was destroyed",
+                       __atomic_load_n(&transport_kickable_conns, __ATOMIC_RELAXED));
       return rc;
     }, opts);
     EXPECT_EQ(status[0], 0) << "WEFT_PROXY_KICK_US=" << kick_us;

@@ -7,18 +7,9 @@
 #include "log.h"
 
 /* A value found not to be an integer is said once, on the load that found it. */
-static void param_warn_ignored(const struct weft_param *p, const char *ignored) {
+void param_load_warn(struct weft_param *p) {
+  const char *ignored = param_load(p);
   if (ignored != NULL) WEFT_WARN(LOG_INIT, "ignoring %s=%s: not an integer", p->name, ignored);
-}
-
-int64_t param_int(struct weft_param *p) {
-  param_warn_ignored(p, param_load(p));
-  return p->ival;
-}
-
-const char *param_str(struct weft_param *p) {
-  param_warn_ignored(p, param_load(p));
-  return p->sval;
 }
 
 weftResult_t param_int_checked(struct weft_param *p, int64_t *value_out) {

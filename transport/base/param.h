@@ -12,10 +12,22 @@
 #include "param_load.h"
 #include "status.h"
 
-/* Cached values; an ignored value is warned about once. */
-int64_t param_int(struct weft_param *p);
+/* The first read of p (and the first after param_tables_reset): loads it,
+ * warning once about a value that is not an integer. */
+void param_load_warn(struct weft_param *p);
+
+/* Cached values; an ignored value is warned about once. Inline: a loaded
+ * value is one acquire load (a plain load on x86) and the value, so that
+ * the paths every call takes can afford to read their settings. */
+static inline int64_t param_int(struct weft_param *p) {
+  if (__builtin_expect(!__atomic_load_n(&p->loaded, __ATOMIC_ACQUIRE), 0)) param_load_warn(p);
+  return p->ival;
+}
 /* NULL when unset and without default. */
-const char *param_str(struct weft_param *p);
+static inline const char *param_str(struct weft_param *p) {
+  if (__builtin_expect(!__atomic_load_n(&p->loaded, __ATOMIC_ACQUIRE), 0)) param_load_warn(p);
+  return p->sval;
+}
 /* param_int, refused when out of p's range (PARAM_RANGE_ERROR): returns
  * weftInvalidArgument and the message "NAME=VALUE: must be MIN to MAX". */
 weftResult_t param_int_checked(struct weft_param *p, int64_t *value_out);

@@ -6,15 +6,15 @@
 #include <string.h>
 #include <unistd.h>
 
-static _Thread_local char error_text[1024];
+__thread char weft_error_text_buf[WEFT_ERROR_TEXT_NBYTES];
 
 /* The last failure returned to a caller on any thread (weft_error_publish),
  * for weft_error_text_process: a copy under a spin flag held for a memcpy,
  * the flag holding the holder's pid. A flag held in a parent when it forked
  * is taken over by the child (another pid); bounded spins otherwise. */
-static char process_text[sizeof error_text];
+static char process_text[sizeof weft_error_text_buf];
 static int process_text_owner;
-static _Thread_local char process_copy[sizeof error_text];
+static _Thread_local char process_copy[sizeof weft_error_text_buf];
 
 static int process_text_lock(void) {
   const int me = (int)getpid();
@@ -38,12 +38,12 @@ static void process_text_unlock(void) { __atomic_store_n(&process_text_owner, 0,
 /* Formats into a scratch buffer first: callers may pass the current text as
  * an argument ("...: %s", weft_error_text()) to add context to it. */
 static weftResult_t error_vset(weftResult_t code, int errnum, const char *fmt, va_list ap) {
-  char text[sizeof error_text];
+  char text[sizeof weft_error_text_buf];
   int o = vsnprintf(text, sizeof text, fmt, ap);
   if (errnum != 0 && o >= 0 && o < (int)sizeof text)
     snprintf(text + o, sizeof text - o, ": %s", strerror(errnum));
-  memcpy(error_text, text, sizeof text);
-  WEFT_INFO(LOG_ALL, "error %s: %s", weftGetErrorString(code), error_text);
+  memcpy(weft_error_text_buf, text, sizeof text);
+  WEFT_INFO(LOG_ALL, "error %s: %s", weftGetErrorString(code), weft_error_text_buf);
   return code;
 }
 
@@ -64,7 +64,7 @@ weftResult_t weft_error_errno(weftResult_t code, const char *fmt, ...) {
   return code;
 }
 
-const char *weft_error_text(void) { return error_text; }
+const char *weft_error_text(void) { return weft_error_text_buf; }
 
 void weft_error_publish(const char *text) {
   if (text == NULL || text[0] == '\0' || !process_text_lock()) return;
@@ -81,7 +81,6 @@ const char *weft_error_text_process(void) {
   return process_copy;
 }
 
-void weft_error_clear(void) { error_text[0] = '\0'; }
 
 void weft_log_trace_frame(const char *file, int line, weftResult_t res) {
   if (weft_log_level() >= LOG_TRACE)

@@ -20,7 +20,11 @@ void weft_error_publish(const char *text);
 /* The process's last failure on any thread ("" if none), copied for the
  * calling thread: valid until its next call here. */
 const char *weft_error_text_process(void);
-void weft_error_clear(void);
+/* The calling thread's last error text (status.c's; weft_error_text). */
+#define WEFT_ERROR_TEXT_NBYTES 1024
+extern __thread char weft_error_text_buf[WEFT_ERROR_TEXT_NBYTES];
+/* Forgets the calling thread's last error text (every API call begins so). */
+static inline void weft_error_clear(void) { weft_error_text_buf[0] = '\0'; }
 
 /* Logs "-> <code's text>" at file:line at WEFT_DEBUG=TRACE: a frame of the
  * backtrace WEFT_TRY leaves. */

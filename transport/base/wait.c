@@ -91,23 +91,17 @@ uint64_t wait_default_timeout_ns(void) {
   return s > 0 ? (uint64_t)s * 1000000000ull : UINT64_MAX / 2;
 }
 
-static __thread const struct wait_watcher *thread_watcher;
-
-const struct wait_watcher *wait_watcher_set(const struct wait_watcher *w) {
-  const struct wait_watcher *old = thread_watcher;
-  thread_watcher = w;
-  return old;
-}
+__thread const struct wait_watcher *wait_thread_watcher;
 
 /* Calls the thread's watcher, if any, with itself taken away meanwhile (a
  * wait inside it does not call it again). */
 static weftResult_t watcher_call(const struct weft_wait *w, enum wait_event event,
                                  uint64_t waited_ns) {
-  const struct wait_watcher *watcher = thread_watcher;
+  const struct wait_watcher *watcher = wait_thread_watcher;
   if (watcher == NULL) return weftInProgress;
-  thread_watcher = NULL;
+  wait_thread_watcher = NULL;
   weftResult_t res = watcher->fn(watcher->arg, event, w->peer_rank, waited_ns);
-  thread_watcher = watcher;
+  wait_thread_watcher = watcher;
   return res == weftSuccess ? weftInProgress : res;
 }
 

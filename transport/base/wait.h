@@ -71,9 +71,16 @@ struct wait_watcher {
   weftResult_t (*fn)(void *arg, enum wait_event event, int peer_rank, uint64_t waited_ns);
   void *arg;
 };
+/* The calling thread's watcher (wait.c's; set through wait_watcher_set). */
+extern __thread const struct wait_watcher *wait_thread_watcher;
 /* Makes w (NULL: none) the calling thread's watcher; returns the one it
- * replaces. w must live until it is replaced. */
-const struct wait_watcher *wait_watcher_set(const struct wait_watcher *w);
+ * replaces. w must live until it is replaced. Inline: every host call sets
+ * one and puts the old one back. */
+static inline const struct wait_watcher *wait_watcher_set(const struct wait_watcher *w) {
+  const struct wait_watcher *old = wait_thread_watcher;
+  wait_thread_watcher = w;
+  return old;
+}
 
 /* Call once per spin iteration. Returns weftInProgress to keep waiting, or an
  * error (weftRemoteError with a message naming the peer) to give up. */

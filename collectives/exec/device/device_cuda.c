@@ -71,11 +71,33 @@ static void known_add(const void *ptr, uint64_t ctx, enum cudaMemoryType type) {
   known[0] = r;
 }
 
-/* What CUDA says ptr is (cudaMemoryTypeUnregistered when it cannot say, or
- * when this thread has no context to ask with). */
-static enum cudaMemoryType ptr_type(const void *ptr) {
-  const uint64_t ctx = ptr == NULL ? 0 : device_ctx_key();
-  if (ptr == NULL || (ctx == 0 && !device_ctx_current())) return cudaMemoryTypeUnregistered;
+/* Whether the process has a CUDA device at all, asked once: without one
+ * no buffer is device memory, and a call asks the driver nothing (a
+ * host-memory call of a CUDA build on a machine without a GPU). */
+static int devices_present(void) {
+  static int present = -1; /* not asked yet */
+  int v = __atomic_load_n(&present, __ATOMIC_RELAXED);
+  if (__builtin_expect(v < 0, 0)) {
+    v = device_count() > 0;
+    __atomic_store_n(&present, v, __ATOMIC_RELAXED);
+  }
+  return v;
+}
+
+/* Whether a buffer of this thread may be device memory: 0 without a
+ * device in the process or a context on the thread (asking would create
+ * one); else 1 and the context's key (device_ctx_key) in *ctx_out. */
+static int ptr_ctx(uint64_t *ctx_out) {
+  if (!devices_present()) return 0;
+  int current;
+  *ctx_out = device_ctx_key_current(&current);
+  return current;
+}
+
+/* What CUDA says ptr is, asked in the thread's context ctx (ptr_ctx):
+ * cudaMemoryTypeUnregistered when it cannot say. */
+static enum cudaMemoryType ptr_type_in(const void *ptr, uint64_t ctx) {
+  if (ptr == NULL) return cudaMemoryTypeUnregistered;
   const int cache = ctx != 0 && param_int(&device_params[DEVICE_P_PTR_CACHE]) != 0;
   const uint64_t gen = __atomic_load_n(&known_gen, __ATOMIC_ACQUIRE);
   for (int i = 0; cache && i < KNOWN_RANGES; i++)
@@ -90,6 +112,14 @@ static enum cudaMemoryType ptr_type(const void *ptr) {
   if (cache && (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged))
     known_add(ptr, ctx, attr.type);
   return attr.type;
+}
+
+/* What CUDA says ptr is (cudaMemoryTypeUnregistered when it cannot say, or
+ * when this thread has no context to ask with). */
+static enum cudaMemoryType ptr_type(const void *ptr) {
+  uint64_t ctx;
+  if (ptr == NULL || !ptr_ctx(&ctx)) return cudaMemoryTypeUnregistered;
+  return ptr_type_in(ptr, ctx);
 }
 
 int device_ptr_on_device(const void *ptr) {
@@ -133,12 +163,16 @@ int device_plan_on_device(const struct weft_plan *plan, int uses_send, int uses_
   }
   if (first == NULL) /* nothing touched (no elements): as the buffers say */
     first = plan->recvbuf != NULL ? plan->recvbuf : plan->sendbuf;
-  if (second == NULL || second == first || plan->count == 0) /* one buffer, or none touched */
-    return device_ptr_on_device(first);
+  uint64_t ctx; /* the thread's context, looked up once for both buffers */
+  if (first == NULL || !ptr_ctx(&ctx)) return 0;
+  if (second == NULL || second == first || plan->count == 0) { /* one buffer, or none touched */
+    const enum cudaMemoryType t = ptr_type_in(first, ctx);
+    return t == cudaMemoryTypeDevice || t == cudaMemoryTypeManaged;
+  }
   /* device memory runs on the device, with pinned or managed memory beside
    * it (kernels reach both); managed with pageable memory on the host
    * (which reaches both); device-only memory with pageable memory nowhere */
-  const enum cudaMemoryType a = ptr_type(first), b = ptr_type(second);
+  const enum cudaMemoryType a = ptr_type_in(first, ctx), b = ptr_type_in(second, ctx);
   const int a_dev = a == cudaMemoryTypeDevice || a == cudaMemoryTypeManaged;
   const int b_dev = b == cudaMemoryTypeDevice || b == cudaMemoryTypeManaged;
   if (!a_dev && !b_dev) return 0;

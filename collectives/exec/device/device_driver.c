@@ -77,12 +77,18 @@ void device_ctx_restore(const struct device_ctx_saved *s) {
   if (s->dev >= 0 && cudaSetDevice(s->dev) != cudaSuccess) cudaGetLastError();
 }
 
-uint64_t device_ctx_key(void) {
+uint64_t device_ctx_key_current(int *current_out) {
   CUcontext ctx = ctx_current();
+  *current_out = ctx != NULL;
   if (ctx == NULL) return 0;
   unsigned long long id = 0;
   if (drv.ctx_get_id == NULL || drv.ctx_get_id(ctx, &id) != CUDA_SUCCESS) return 0;
   return (uint64_t)id + 1;
+}
+
+uint64_t device_ctx_key(void) {
+  int current;
+  return device_ctx_key_current(&current);
 }
 
 int device_mem_range(const void *ptr, uintptr_t *base_out, size_t *nbytes_out) {

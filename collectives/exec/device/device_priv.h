@@ -141,6 +141,9 @@ void device_ctx_restore(const struct device_ctx_saved *s);
  * process gets (cuCtxGetId, plus one); 0 without a context, or where the
  * driver has no ids. */
 uint64_t device_ctx_key(void);
+/* device_ctx_key and device_ctx_current in one look at the thread's
+ * context: the key, and *current_out whether there is a context. */
+uint64_t device_ctx_key_current(int *current_out);
 /* The allocation ptr lies in, as the driver has it: 1 and its first byte
  * and size, or 0 where the driver cannot say. */
 int device_mem_range(const void *ptr, uintptr_t *base_out, size_t *nbytes_out);

@@ -17,7 +17,9 @@
 #include "run.h"
 #include "launch.h"
 
-weftResult_t launch_op_begin(struct weftComm *comm) {
+/* launch_op_begin and launch_op_end, inline for this file's callers (a
+ * global function of a shared object's code is not inlined). */
+static inline weftResult_t op_begin(struct weftComm *comm) {
   WEFT_TRY(comm_op_begin(comm, COMM_OP_HOLD, NULL));
   if (comm_async_error(comm) != weftSuccess)
     return weft_error_set(comm_async_error(comm), "communicator is broken by an earlier error: %s",
@@ -26,11 +28,15 @@ weftResult_t launch_op_begin(struct weftComm *comm) {
   return weftSuccess;
 }
 
-weftResult_t launch_op_end(struct weftComm *comm, weftResult_t res) {
+static inline weftResult_t op_end(struct weftComm *comm, weftResult_t res) {
   if (res != weftSuccess && !comm_life_revoked(comm)) comm_fail(comm, res);
   comm_op_end(comm);
   return res;
 }
+
+weftResult_t launch_op_begin(struct weftComm *comm) { return op_begin(comm); }
+
+weftResult_t launch_op_end(struct weftComm *comm, weftResult_t res) { return op_end(comm, res); }
 
 /* A call refused before it ran is failed in the trace. */
 static void op_refused(struct weftComm *comm, const uint64_t *ids, size_t nids,
@@ -38,18 +44,20 @@ static void op_refused(struct weftComm *comm, const uint64_t *ids, size_t nids,
   for (size_t i = 0; i < nids; i++) trace_set_state(comm->trace, ids[i], TRACE_FAILED, -1, res);
 }
 
-static weftResult_t op_run_collective(struct weftComm *comm, const struct weft_plan *plan) {
-  weftResult_t res = launch_op_begin(comm);
+weftResult_t launch_collective(struct weftComm *comm, const struct weft_plan *plan,
+                               int started) {
+  weftResult_t res = op_begin(comm);
   if (res != weftSuccess) {
     op_refused(comm, &plan->trace_id, 1, res);
-    return launch_op_end(comm, res);
+    return op_end(comm, res);
   }
   struct hang_watch hw;
-  hang_watch_begin(&hw, comm, &plan->trace_id, 1, plan->count * weftTypeSize(plan->datatype));
+  hang_watch_begin(&hw, comm, &plan->trace_id, 1, plan->count * plan_type_size(plan->datatype),
+                   started);
   res = signature_agree(comm, plan);
   if (res == weftSuccess) res = plan_run_host(comm, plan);
   res = hang_watch_end(&hw, res);
-  return launch_op_end(comm, res);
+  return op_end(comm, res);
 }
 
 static weftResult_t op_run_sendrecv(struct weftComm *comm, const struct weft_plan *const *ops,
@@ -65,7 +73,7 @@ static weftResult_t op_run_sendrecv(struct weftComm *comm, const struct weft_pla
     op_refused(comm, ids, nids, res);
   } else {
     struct hang_watch hw;
-    hang_watch_begin(&hw, comm, ids, nids, nbytes);
+    hang_watch_begin(&hw, comm, ids, nids, nbytes, 0);
     res = sendrecv_run(comm, ops, nops);
     res = hang_watch_end(&hw, res);
   }
@@ -91,7 +99,7 @@ static void batch_run(struct comm_batch *b) {
   for (size_t i = 0; i < b->nall && b->res == weftSuccess; i++) {
     if (b->all[i].comm != b->comm) continue;
     if (plan_is_sendrecv(&b->all[i].plan)) sendrecv[nsendrecv++] = &b->all[i].plan;
-    else b->res = op_run_collective(b->comm, &b->all[i].plan);
+    else b->res = launch_collective(b->comm, &b->all[i].plan, 0);
   }
   if (b->res == weftSuccess && nsendrecv > 0)
     b->res = op_run_sendrecv(b->comm, sendrecv, nsendrecv);
@@ -176,7 +184,7 @@ static weftResult_t pool_hand_over(struct comm_batch *b) {
 weftResult_t group_launch(const struct group_op *ops, size_t nops) {
   /* one collective, the common case: run it here, without the batches */
   if (nops == 1 && !plan_is_sendrecv(&ops[0].plan))
-    return op_run_collective(ops[0].comm, &ops[0].plan);
+    return launch_collective(ops[0].comm, &ops[0].plan, 0);
   size_t nbatches = 0;
   struct comm_batch *batches = calloc(nops ? nops : 1, sizeof *batches);
   if (batches == NULL) return weft_error_set(weftSystemError, "out of memory");

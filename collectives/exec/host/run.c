@@ -17,7 +17,7 @@
 
 /* With one rank every collective is a copy (avg divides by one). */
 static void run_single_rank(const struct weft_plan *plan) {
-  size_t nbytes = plan->count * weftTypeSize(plan->datatype); /* rank 0's block */
+  size_t nbytes = plan->count * plan_type_size(plan->datatype); /* rank 0's block */
   if (plan->recvbuf != plan->sendbuf && nbytes > 0) memcpy(plan->recvbuf, plan->sendbuf, nbytes);
 }
 
