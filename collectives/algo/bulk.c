@@ -276,8 +276,11 @@ static weftResult_t chunk_post(struct bulk_run_state *s, struct bulk_chunk *c) {
   const size_t recv_nbytes = chunk_len(g, rq, c->j) * g->esize;
   const uint32_t id = bulk_id(s->call, t, c->j);
   c->send.handle = c->recv.handle = NULL;
+  if (recv_nbytes > 0)
+    WEFT_TRY(c->from->transport->bulk.post(c->from, dst, recv_nbytes, id, &c->recv));
   /* the user's memory (reduce step 0, gather steps) goes out from scratch
-   * where the peer may read it late (the lifetime rule, above) */
+   * where the peer may read it late (the lifetime rule, above); the copy
+   * after the receive is posted, so that the peer's data need not wait */
   const int from_user = t == 0 || t >= g->reduce_steps;
   c->send_staged = from_user && send_nbytes > s->peer_reads_above;
   if (c->send_staged) {
@@ -285,8 +288,6 @@ static weftResult_t chunk_post(struct bulk_run_state *s, struct bulk_chunk *c) {
     memcpy(stage, src, send_nbytes);
     src = stage;
   }
-  if (recv_nbytes > 0)
-    WEFT_TRY(c->from->transport->bulk.post(c->from, dst, recv_nbytes, id, &c->recv));
   if (send_nbytes > 0)
     WEFT_TRY(c->to->transport->bulk.post(c->to, (void *)src, send_nbytes, id, &c->send));
   c->live = 1;
