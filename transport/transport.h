@@ -134,6 +134,13 @@ struct weft_transport {
    * straight from the sender's memory into the receiver's. The transport
    * keeps referring to buf until the request completes. */
   struct weft_bulk_ops {
+    /* Sends of more bytes than this may be read by the peer's process
+     * after the send was given up (cancel): a rendezvous that the peer
+     * answers late, which nothing can take back. The caller sends such
+     * messages only from memory it keeps mapped while the transport may
+     * hold them, never from a buffer its caller may free. Smaller sends
+     * the transport copies out or finishes on this end alone. */
+    size_t (*peer_reads_above)(const struct weft_conn *conn);
     /* A send (on a send end) or a receive (on a receive end) of exactly
      * nbytes, matched with the peer's by id. Does not block. */
     weftResult_t (*post)(struct weft_conn *conn, void *buf, size_t nbytes, uint32_t id,

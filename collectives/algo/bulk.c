@@ -35,8 +35,21 @@
  *
  * Scratch (per communicator, kept): two chunk buffers per chunk in flight,
  * one receiving step t, the other holding step t - 1's reduced chunk while
- * it is sent. The exchange out of place needs none: it receives into the
- * output and reduces there. */
+ * it is sent. The exchange out of place needs none for that: it receives
+ * into the output and reduces there.
+ *
+ * The lifetime rule: no transfer that may outlive the call refers to the
+ * caller's buffers. A send the peer may read after this rank gave it up
+ * (above the transport's peer_reads_above: UCX's rendezvous, which the
+ * receiver's process reads when it matches, and which cannot be cancelled)
+ * goes from scratch: a chunk of the user's buffers is first copied into a
+ * chunk buffer of its own (the staging copy; steps that send a reduced
+ * chunk already send scratch). Scratch that a transfer given up still
+ * refers to is never freed (chunks_abandon), so a late reader always finds
+ * it mapped. Receives into the user's buffers are cancelled or completed
+ * before an error returns (past BULK_EAGER_NBYTES they are posted only once
+ * the previous rank's signature has matched); the signature's own two
+ * messages live in scratch too. */
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
@@ -79,8 +92,8 @@ struct weft_param bulk_params[] = {
     PARAM_END,
 };
 
-/* Chunks up to this size go eagerly (copied when posted) with UCX's
- * defaults on every transport: a refused call may leave them in flight. */
+/* Chunks up to this size start beside the signature; larger ones, which
+ * may go by rendezvous, only once it has matched (sig_first). */
 #define BULK_EAGER_NBYTES 8192
 
 /* The step of the signature's message. */
@@ -199,7 +212,9 @@ struct bulk_chunk {
   int live;              /* has a step posted */
   struct weft_conn *to, *from;
   struct weft_bulk_req send, recv;
-  char *buf[2];          /* scratch: step t receives into buf[t & 1] */
+  int send_staged;       /* the send goes from scratch, copied from the user's */
+  char *buf[2];          /* scratch: step t receives into buf[t & 1] (reduce
+                            steps) or buf[0] stages its send (no buf[1]) */
 };
 
 struct bulk_run_state {
@@ -208,6 +223,7 @@ struct bulk_run_state {
   struct bulk_geom g;
   uint64_t call;
   int nch;
+  size_t peer_reads_above; /* sends larger than this go from scratch */
 };
 
 /* Whether the two-rank exchange receives the peer's operand straight into
@@ -223,6 +239,13 @@ static char *reduce_recv_at(const struct bulk_run_state *s, const struct bulk_ch
   if (exchange_into_output(&s->g, s->plan))
     return (char *)s->plan->recvbuf + chunk_at(&s->g, 0, c->j);
   return c->buf[c->step & 1];
+}
+
+/* The scratch buffer that step t of chunk c stages its send in: one the
+ * step does not receive into (reduce step 0 receives into buf[0]; gather
+ * steps into the output). */
+static char *chunk_stage(const struct bulk_chunk *c, int t) {
+  return t == 0 && c->buf[1] != NULL ? c->buf[1] : c->buf[0];
 }
 
 /* Posts chunk c's step: its send and its receive (either may be empty). */
@@ -255,6 +278,16 @@ static weftResult_t chunk_post(struct bulk_run_state *s, struct bulk_chunk *c) {
   c->send.handle = c->recv.handle = NULL;
   if (recv_nbytes > 0)
     WEFT_TRY(c->from->transport->bulk.post(c->from, dst, recv_nbytes, id, &c->recv));
+  /* the user's memory (reduce step 0, gather steps) goes out from scratch
+   * where the peer may read it late (the lifetime rule, above); the copy
+   * after the receive is posted, so that the peer's data need not wait */
+  const int from_user = t == 0 || t >= g->reduce_steps;
+  c->send_staged = from_user && send_nbytes > s->peer_reads_above;
+  if (c->send_staged) {
+    char *stage = chunk_stage(c, t);
+    memcpy(stage, src, send_nbytes);
+    src = stage;
+  }
   if (send_nbytes > 0)
     WEFT_TRY(c->to->transport->bulk.post(c->to, (void *)src, send_nbytes, id, &c->send));
   c->live = 1;
@@ -304,10 +337,17 @@ static weftResult_t chunk_test(struct bulk_chunk *c, int *done) {
 /* What bulk keeps per communicator (comm_state_get). */
 struct bulk_comm {
   uint64_t calls;        /* bulk collectives run */
-  struct signature_packed sig_out, sig_in; /* the call's, and the previous rank's */
-  void *scratch;         /* their chunk buffers, kept */
+  void *scratch;         /* the chunk buffers, then the signatures (bulk_sigs) */
   size_t scratch_nbytes;
 };
+
+/* The scratch's last bytes: the call's signature and the previous rank's,
+ * one message each way. */
+#define BULK_SIG_AREA 64
+static struct signature_packed *bulk_sigs(const struct bulk_comm *b) {
+  _Static_assert(2 * sizeof(struct signature_packed) <= BULK_SIG_AREA, "signatures fit");
+  return (struct signature_packed *)((char *)b->scratch + b->scratch_nbytes - BULK_SIG_AREA);
+}
 
 static void bulk_comm_scratch_release(void *state) {
   struct bulk_comm *b = state;
@@ -356,41 +396,52 @@ static weftResult_t bulk_comm_get(struct weftComm *comm, struct bulk_comm **out)
   return weftSuccess;
 }
 
+/* How many of the chunks' transfers are still in flight (tests them),
+ * staged sends included or not. */
+static int chunks_in_flight(struct bulk_chunk *chunks, int nchunks, int staged_too) {
+  int left = 0;
+  for (int i = 0; i < nchunks; i++) {
+    struct bulk_chunk *c = &chunks[i];
+    if (c->recv.handle != NULL && c->from->transport->bulk.test(c->from, &c->recv) == weftInProgress)
+      left++;
+    if (c->send.handle != NULL && (staged_too || !c->send_staged) &&
+        c->to->transport->bulk.test(c->to, &c->send) == weftInProgress)
+      left++;
+  }
+  return left;
+}
+
 /* After the error res: ends every transfer still in flight (the connections
- * that carried them fail), so that none touches the buffers once this call
- * returns. Keeps res's text.
+ * that carried them fail), so that none touches the user's buffers once this
+ * call returns. Keeps res's text.
+ *
+ * Receives are cancelled; one that a sender had already matched completes
+ * as its data comes in. Sends of the user's memory below the transport's
+ * peer_reads_above finish on this end. Staged sends (the lifetime rule) are
+ * not waited for: a peer that refused the call never answers them.
  *
  * A receive cut off in the middle of a message (its sender died, or its
  * connection was just closed) can be neither cancelled nor completed: UCX
  * holds it until the worker goes, though nothing can reach it any more.
  * So does a send whose receiver never answered its rendezvous (a peer that
- * stalled; ucx_bulk_ep). The scratch such transfers may point into is then
- * left to them, never freed. */
+ * refused the call or stalled; ucx_bulk_ep). The scratch such transfers may
+ * point into is then left to them, never freed. */
 static weftResult_t chunks_abandon(struct weftComm *comm, int nch, struct bulk_chunk *chunks,
                                    int nchunks, weftResult_t res) {
   char text[1024];
   snprintf(text, sizeof text, "%s", weft_error_text());
-  int left = 0;
   for (int i = 0; i < nchunks; i++) {
     struct bulk_chunk *c = &chunks[i];
-    if (c->recv.handle != NULL) c->from->transport->bulk.cancel(c->from, &c->recv), left++;
-    if (c->send.handle != NULL) c->to->transport->bulk.cancel(c->to, &c->send), left++;
+    if (c->recv.handle != NULL) c->from->transport->bulk.cancel(c->from, &c->recv);
+    if (c->send.handle != NULL) c->to->transport->bulk.cancel(c->to, &c->send);
   }
   uint64_t deadline = clock_ns() + BULK_CANCEL_WAIT_NS;
-  while (left > 0 && clock_ns() < deadline) {
-    left = 0;
+  while (chunks_in_flight(chunks, nchunks, 0) > 0 && clock_ns() < deadline)
     bulk_progress(comm, nch);
-    for (int i = 0; i < nchunks; i++) {
-      struct bulk_chunk *c = &chunks[i];
-      if (c->recv.handle != NULL && c->from->transport->bulk.test(c->from, &c->recv) == weftInProgress)
-        left++;
-      if (c->send.handle != NULL && c->to->transport->bulk.test(c->to, &c->send) == weftInProgress)
-        left++;
-    }
-  }
+  const int left = chunks_in_flight(chunks, nchunks, 1);
   if (left > 0) {
-    WEFT_INFO(LOG_COLL, "bulk collective: %d transfers cut off mid-message stay with the "
-              "transport", left);
+    WEFT_INFO(LOG_COLL, "bulk collective: %d transfers given up stay with the transport, "
+              "and the scratch they use with them", left);
     struct bulk_comm *b = comm_state_get(comm, &bulk_comm_ops);
     b->scratch = NULL; /* theirs now */
     b->scratch_nbytes = 0;
@@ -439,8 +490,9 @@ bulk_sig_mismatch(struct weftComm *comm, int peer, const struct signature_packed
                         "rank %d's", coll_kind_name((enum coll_kind)mine.coll), peer, comm->rank);
 }
 
-/* Grows the comm's scratch to nbytes. */
+/* Grows the comm's scratch to chunk buffers of nbytes and the signatures. */
 static weftResult_t bulk_scratch(struct bulk_comm *b, size_t nbytes) {
+  nbytes = (nbytes + BULK_SIG_AREA - 1) / BULK_SIG_AREA * BULK_SIG_AREA + BULK_SIG_AREA;
   if (b->scratch_nbytes >= nbytes) return weftSuccess;
   bulk_comm_scratch_release(b);
   if (posix_memalign(&b->scratch, 4096, nbytes) != 0)
@@ -485,26 +537,41 @@ static void bulk_geom_init(struct bulk_geom *g, const struct weftComm *comm,
   }
 }
 
+/* Bytes of one chunk buffer: the largest chunk, whole cache lines. */
+static size_t bulk_buf_nbytes(const struct bulk_geom *g) {
+  const size_t count = g->chunk_count < g->block_count ? g->chunk_count : g->block_count;
+  return (count * g->esize + 63) / 64 * 64;
+}
+
+/* Chunk buffers per chunk in flight: two where reduce steps go through
+ * scratch (one of them stages step 0's send), else one where sends of the
+ * user's memory are staged, else none. */
+static int bulk_nbufs(const struct bulk_run_state *s) {
+  const struct bulk_geom *g = &s->g;
+  if (g->reduce_steps > 0 && !exchange_into_output(g, s->plan)) return 2;
+  return bulk_buf_nbytes(g) > s->peer_reads_above ? 1 : 0;
+}
+
 /* The chunks through every step, window at a time; the scratch is there. */
 static weftResult_t bulk_chunks_run(struct bulk_run_state *s, int window) {
   struct weftComm *comm = s->comm;
   const struct weft_plan *plan = s->plan;
   const struct bulk_geom *g = &s->g;
-  const size_t chunk_nbytes = g->chunk_count * g->esize;
-  char *scratch = ((struct bulk_comm *)comm_state_get(comm, &bulk_comm_ops))->scratch;
+  const size_t buf_nbytes = bulk_buf_nbytes(g);
+  const int nbufs = bulk_nbufs(s);
+  struct bulk_comm *b = comm_state_get(comm, &bulk_comm_ops);
+  char *scratch = b->scratch;
+  struct signature_packed *sig_out = &bulk_sigs(b)[0], *sig_in = &bulk_sigs(b)[1];
   struct bulk_chunk chunks[BULK_MAX_WINDOW + 1]; /* the chunks, then the signature's */
   memset(chunks, 0, sizeof chunks);
-  struct bulk_comm *b = comm_state_get(comm, &bulk_comm_ops);
   struct bulk_chunk *sig = &chunks[window];
   int sig_done = !WEFT_SLOT_SIGNATURE;
   weftResult_t res = weftSuccess;
   size_t next_j = 0, ndone = 0;
-  for (int i = 0; i < window; i++) {
+  for (int i = 0; i < window && nbufs > 0; i++) {
     struct bulk_chunk *c = &chunks[i];
-    if (g->reduce_steps > 0 && !exchange_into_output(g, plan)) {
-      c->buf[0] = scratch + 2 * (size_t)i * chunk_nbytes;
-      c->buf[1] = c->buf[0] + chunk_nbytes;
-    }
+    c->buf[0] = scratch + (size_t)nbufs * (size_t)i * buf_nbytes;
+    c->buf[1] = nbufs == 2 ? c->buf[0] + buf_nbytes : NULL;
   }
   struct weft_channel *ch0 = &comm->channels[0];
   /* the wait watches the abort flag and the timeout; a peer that is down is
@@ -516,21 +583,18 @@ static weftResult_t bulk_chunks_run(struct bulk_run_state *s, int window) {
              "bulk transfer from");
   if (!sig_done) {
     const uint32_t id = bulk_id(s->call, BULK_SIG_STEP, 0);
-    signature_pack(&b->sig_out, plan);
-    memset(&b->sig_in, 0, sizeof b->sig_in);
+    signature_pack(sig_out, plan);
+    memset(sig_in, 0, sizeof *sig_in);
     sig->to = &ch0->send;
     sig->from = &ch0->recv;
-    WEFT_TRY_GOTO(sig->from->transport->bulk.post(sig->from, &b->sig_in, sizeof b->sig_in, id,
+    WEFT_TRY_GOTO(sig->from->transport->bulk.post(sig->from, sig_in, sizeof *sig_in, id,
                                                   &sig->recv), res, fail);
-    WEFT_TRY_GOTO(sig->to->transport->bulk.post(sig->to, &b->sig_out, sizeof b->sig_out, id,
+    WEFT_TRY_GOTO(sig->to->transport->bulk.post(sig->to, sig_out, sizeof *sig_out, id,
                                                 &sig->send), res, fail);
   }
-  /* chunks above UCX's eager sizes may go by rendezvous, the peer reading
-   * or writing this rank's buffers: those wait for the signature, so that no
-   * transfer of a refused call is left in flight once the call returns */
-  const size_t biggest = (g->chunk_count < g->block_count ? g->chunk_count : g->block_count) *
-                         g->esize;
-  const int sig_first = !sig_done && biggest > BULK_EAGER_NBYTES;
+  /* chunks that may go by rendezvous wait for the signature: a receive into
+   * the user's buffers then only ever matches a sender whose call agreed */
+  const int sig_first = !sig_done && bulk_buf_nbytes(g) > BULK_EAGER_NBYTES;
   while (ndone < g->nchunks || !sig_done) {
     /* start chunks where the window has room */
     for (int i = 0; i < window && next_j < g->nchunks && !(sig_first && !sig_done); i++) {
@@ -547,8 +611,8 @@ static weftResult_t bulk_chunks_run(struct bulk_run_state *s, int window) {
     int moved = 0;
     if (!sig_done) {
       WEFT_TRY_GOTO(chunk_test(sig, &sig_done), res, fail);
-      if (sig_done && !signature_packed_same(&b->sig_in, &b->sig_out)) {
-        res = bulk_sig_mismatch(comm, ch0->recv.peer_rank, &b->sig_in, &b->sig_out);
+      if (sig_done && !signature_packed_same(sig_in, sig_out)) {
+        res = bulk_sig_mismatch(comm, ch0->recv.peer_rank, sig_in, sig_out);
         goto fail;
       }
       moved |= sig_done;
@@ -609,8 +673,11 @@ weftResult_t bulk_run(struct weftComm *comm, const struct weft_plan *plan) {
   if (plan->nchannels > 0 && plan->nchannels < s.nch) s.nch = plan->nchannels;
   int window = (int)param_int(&bulk_params[BULK_P_WINDOW]); /* clamped to 1..BULK_MAX_WINDOW */
   if ((size_t)window > g->nchunks) window = (int)g->nchunks;
-  if (g->reduce_steps > 0 && !exchange_into_output(g, plan))
-    WEFT_TRY(bulk_scratch(b, 2 * (size_t)window * g->chunk_count * g->esize));
+  const struct weft_conn *send0 = &comm->channels[0].send;
+  s.peer_reads_above = send0->transport->bulk.peer_reads_above != NULL
+                           ? send0->transport->bulk.peer_reads_above(send0)
+                           : 0;
+  WEFT_TRY(bulk_scratch(b, (size_t)bulk_nbufs(&s) * (size_t)window * bulk_buf_nbytes(g)));
 
   /* all-gather out of place: this rank's block into the output first */
   if (plan->coll == COLL_ALLGATHER) {

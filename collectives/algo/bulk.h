@@ -25,8 +25,10 @@ size_t bulk_min_nbytes(void);
 
 /* Runs plan (all-reduce, all-gather or reduce-scatter). Collective: every
  * rank must call it for the same plan. Blocks, bounded by the comm's
- * timeout; on an error no transfer touches the buffers after the return
- * (the connections that carried them are failed). */
+ * timeout; on an error no transfer refers to the caller's buffers after the
+ * return (the connections that carried them are failed; sends a peer may
+ * still read go from scratch, which is then kept: bulk.c's lifetime rule),
+ * but for a receive cut off mid-message by a peer that stalls. */
 weftResult_t bulk_run(struct weftComm *comm, const struct weft_plan *plan);
 
 #endif

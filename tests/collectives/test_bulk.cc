@@ -1,16 +1,21 @@
 // Bulk collectives (collectives/algo/bulk.c) over UCX's TCP, every rank on a
 // "host" of its own: every datatype x op of all-reduce and reduce-scatter and
 // every datatype of all-gather, in place and out of place, on 2 to 4 ranks
-// with chunks small enough that each call cycles its window many times; the
-// tuner's choice; another communicator's slots moving while a bulk call waits;
-// and failures in the middle of a transfer (a peer killed, a
-// peer silent past WEFT_TIMEOUT, an abort from another thread), each an error
-// within the timeout, never a hang. Skipped in builds without UCX.
+// with chunks small enough that each call cycles its window many times (one
+// case with 4 KiB slots, so that its 64 KiB chunks go by rendezvous from
+// staged copies); the tuner's choice; another communicator's slots moving
+// while a bulk call waits; failures in the middle of a transfer (a peer
+// killed, a peer silent past WEFT_TIMEOUT, an abort from another thread),
+// each an error within the timeout, never a hang; and refused calls whose
+// buffers are unmapped while their peers still hold what was sent. Skipped
+// in builds without UCX.
 #include <gtest/gtest.h>
 
 #include <pthread.h>
+#include <sys/mman.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <string>
@@ -51,6 +56,7 @@ struct BulkCase {
   int nranks;
   const char *chunk;   // WEFT_BULK_CHUNK_NBYTES
   const char *window;  // WEFT_BULK_WINDOW
+  const char *slot;    // WEFT_SLOT_BYTES (the eager size: larger sends are staged), or null
 };
 
 class Bulk : public testing::TestWithParam<BulkCase> {};
@@ -69,6 +75,7 @@ TEST_P(Bulk, EveryCollectiveTypeOp) {
   opts.env.push_back({"WEFT_ALGO", "bulk"});
   opts.env.push_back({"WEFT_BULK_CHUNK_NBYTES", bc.chunk});
   opts.env.push_back({"WEFT_BULK_WINDOW", bc.window});
+  if (bc.slot != nullptr) opts.env.push_back({"WEFT_SLOT_BYTES", bc.slot});
   auto status = run_ranks(bc.nranks, [&](const RankCtx &ctx) {
     weftComm_t comm;
     if (int rc = init(ctx, &comm)) return rc;
@@ -97,12 +104,15 @@ TEST_P(Bulk, EveryCollectiveTypeOp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, Bulk,
-                         testing::Values(BulkCase{2, "4096", "3"}, BulkCase{3, "8192", "2"},
-                                         BulkCase{4, "4096", "5"}, BulkCase{2, "256K", "8"},
-                                         BulkCase{3, "64K", "1"}),
+                         testing::Values(BulkCase{2, "4096", "3", nullptr},
+                                         BulkCase{3, "8192", "2", nullptr},
+                                         BulkCase{4, "4096", "5", nullptr},
+                                         BulkCase{2, "256K", "8", nullptr},
+                                         BulkCase{3, "64K", "1", "4096"}),
                          [](const testing::TestParamInfo<BulkCase> &i) {
                            return "ranks" + std::to_string(i.param.nranks) + "_chunk" +
-                                  i.param.chunk + "_window" + i.param.window;
+                                  i.param.chunk + "_window" + i.param.window +
+                                  (i.param.slot ? std::string("_slot") + i.param.slot : "");
                          });
 
 // Every reduction op of every type on 2 ranks (the single-exchange all-reduce)
@@ -352,6 +362,82 @@ TEST(BulkFailure, AbortFromAnotherThread) {
   }, silent_peer_opts(30));
   EXPECT_EQ(status[0], 0);
   EXPECT_EQ(status[1], 0);
+}
+
+// Every rank of a process-shared barrier arrives (count is zeroed before the
+// ranks fork; each use takes its own generation).
+bool shared_barrier(int *count, int nranks, int generation, double timeout_s) {
+  __atomic_add_fetch(count, 1, __ATOMIC_SEQ_CST);
+  const double until = now_s() + timeout_s;
+  while (__atomic_load_n(count, __ATOMIC_SEQ_CST) < nranks * generation) {
+    if (now_s() > until) return false;
+    usleep(1000);
+  }
+  return true;
+}
+
+// A refused bulk call over UCX's shared-memory transports, whose rendezvous
+// the receiver's process reads from the sender's memory (cross-memory
+// attach): one rank's count differs, so the rank before it, whose own check
+// passed, sends it chunks it never asks for. Every rank then unmaps its
+// buffers and only then destroys its communicator; no rank's process may
+// end inside UCX (a read of an unmapped buffer ends the reader), and every
+// rank fails the call. Buffers of 1 MiB and more, far above the eager size.
+TEST(BulkRefused, BuffersFreedBeforeThePeersLetGo) {
+  SKIP_WITHOUT_UCX();
+  int *arrived = (int *)mmap(nullptr, sizeof(int), PROT_READ | PROT_WRITE,
+                             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(arrived, MAP_FAILED);
+  const struct {
+    Coll coll;
+    int nranks;
+  } cases[] = {{kAllReduce, 3}, {kAllGather, 3}, {kReduceScatter, 3}, {kAllReduce, 4},
+               {kAllGather, 4}};
+  for (const auto &c : cases) {
+    *arrived = 0;
+    RunOptions opts;
+    opts.timeout_s = 60;
+    opts.allow_warnings = true;  // UCX's own, at destroy, on what the call left
+    opts.env = {{"WEFT_TRANSPORT", "ucx"}, {"UCX_TLS", "posix,sysv,cma,self"},
+                {"WEFT_TIMEOUT", "30"},    {"WEFT_ALGO", "bulk"}};
+    const char *name = c.coll == kAllReduce ? "all-reduce" : c.coll == kAllGather ? "all-gather"
+                                                                                  : "reduce-scatter";
+    printf("%s, %d ranks, rank 0's count differs\n", name, c.nranks);
+    fflush(stdout);
+    auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (int rc = init(ctx, &comm)) return rc;
+      const size_t count = (256u << 10) + (ctx.rank == 0 ? 64 : 0); /* floats */
+      const size_t n = (size_t)ctx.nranks;
+      const size_t in_nbytes = 4 * (c.coll == kReduceScatter ? count * n : count);
+      const size_t out_nbytes = 4 * (c.coll == kAllGather ? count * n : count);
+      void *in = mmap(nullptr, in_nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                      -1, 0);
+      void *out = mmap(nullptr, out_nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                       -1, 0);
+      FAIL_IF(in == MAP_FAILED || out == MAP_FAILED, "mmap: %m");
+      memset(in, 0x3f, in_nbytes);
+      weftResult_t res =
+          c.coll == kAllReduce
+              ? weftAllReduce(in, out, count, weftFloat32, weftSum, comm, nullptr)
+          : c.coll == kAllGather ? weftAllGather(in, out, count, weftFloat32, comm, nullptr)
+                                 : weftReduceScatter(in, out, count, weftFloat32, weftSum, comm,
+                                                     nullptr);
+      printf("  rank %d: %s: %s\n", ctx.rank, weftGetErrorString(res), weftGetLastError(comm));
+      fflush(stdout);
+      munmap(in, in_nbytes);
+      munmap(out, out_nbytes);
+      FAIL_IF(res == weftSuccess, "a refused call returned success");
+      // every buffer is gone before any rank's UCX worker goes (and with it
+      // what the call left unanswered); no process ends before they all have
+      FAIL_IF(!shared_barrier(arrived, ctx.nranks, 1, 20), "the others never freed their buffers");
+      weftCommDestroy(comm);
+      FAIL_IF(!shared_barrier(arrived, ctx.nranks, 2, 20), "the others never destroyed theirs");
+      return 0;
+    }, opts);
+    for (int r = 0; r < c.nranks; r++) EXPECT_EQ(status[r], 0) << name << ", rank " << r;
+  }
+  munmap(arrived, sizeof(int));
 }
 
 }  // namespace

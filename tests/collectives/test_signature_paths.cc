@@ -3,8 +3,11 @@
 // another size, op, root) get an error on every rank, never success, within
 // a second with WEFT_TIMEOUT=30, and nothing is written past an output
 // buffer. Every algorithm and protocol is forced in turn, and the tuner's
-// own choice, over shared memory, sockets and a host per rank (over
-// sockets); the cross product with rank counts, sizes and collectives is sampled (seeded, the
+// own choice, over shared memory, sockets, a host per rank (over sockets)
+// and UCX where weft is built with it (forced on one host: its
+// shared-memory transports, whose rendezvous the receiver reads from the
+// sender's memory, so that a refused call's chunks must never leave the
+// user's buffers in UCX's hands); the cross product with rank counts, sizes and collectives is sampled (seeded, the
 // seed printed: WEFT_TEST_SEED repeats a run).
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -17,6 +20,7 @@
 
 #include "harness.h"
 #include "split_signature.h"
+#include "weft_build_config.h"
 
 using namespace weft_test;
 
@@ -168,6 +172,7 @@ std::vector<Case> sampled_cases(uint64_t seed, size_t per_path) {
   // WEFT_TEST_TRANSPORTS (comma-separated, "shm" for shared memory) picks others
   static std::vector<std::string> names;
   std::vector<const char *> transports = {"", "socket", "hosts"};
+  if (WEFT_HAVE_UCX) transports.push_back("ucx");
   if (const char *pick = getenv("WEFT_TEST_TRANSPORTS")) {
     names.clear();
     transports.clear();
@@ -180,9 +185,6 @@ std::vector<Case> sampled_cases(uint64_t seed, size_t per_path) {
     for (const std::string &n : names) transports.push_back(n.c_str());
   }
   for (const Path &p : kPaths)
-    // UCX (and bulk over it) is left out by default: after a refused bulk
-    // call, a peer still reading a rendezvous chunk from a buffer the program
-    // freed aborts in UCX (docs/signature.md)
     for (const char *transport : transports)
       for (const Kind kind : kinds) {
         // every kind on every path and transport; the collective, rank count

@@ -102,6 +102,7 @@ static weftResult_t ucx_conn_alloc(struct weft_conn *conn, int is_send, struct u
   }
   uc->context = w->context;
   uc->worker = w->worker;
+  uc->eager_nbytes = w->eager_nbytes;
   uc->pc.ops = &ucx_net_ops;
   uc->pc.is_send = is_send;
   uc->pc.peer_rank = conn->peer_rank;
@@ -484,7 +485,23 @@ static void ucx_close(struct weft_conn *conn) {
 /* --- bulk transfers ---------------------------------------------------------
  * Whole buffers straight between the ranks' memory, posted and tested by the
  * rank's own thread (the proxy keeps progressing the worker too). The tag is
- * the connection's token with UCX_TOKEN_BULK set and the caller's id. */
+ * the connection's token with UCX_TOKEN_BULK set and the caller's id.
+ *
+ * A message above the eager size goes by rendezvous: the send only announces
+ * it, and the receiver's process reads the sender's buffer when it matches a
+ * receive (process_vm_readv on one host), whenever that is. UCX 1.13 cannot
+ * cancel a send, and a read that fails (a buffer unmapped, a process gone)
+ * ends the reader's process: the bulk endpoint has no error handling, and
+ * with it the transfers would crawl (ucx_bulk_ep). So such a send stays
+ * readable until the worker goes, whatever became of the call that posted
+ * it: the caller sends it from memory of its own (peer_reads_above), and no
+ * receive is posted for a rendezvous nobody asked for (the worker's drain
+ * before destroy leaves them). */
+
+static size_t ucx_bulk_peer_reads_above(const struct weft_conn *conn) {
+  const struct ucx_conn *uc = conn->priv;
+  return uc->eager_nbytes;
+}
 
 static weftResult_t ucx_bulk_post(struct weft_conn *conn, void *buf, size_t nbytes, uint32_t id,
                                   struct weft_bulk_req *req) {
@@ -578,7 +595,8 @@ const struct weft_transport ucx_transport = {
     .recv_connect = ucx_recv_connect,
     .close = ucx_close,
     .kick = proxy_conn_kick,
-    .bulk = {.post = ucx_bulk_post,
+    .bulk = {.peer_reads_above = ucx_bulk_peer_reads_above,
+             .post = ucx_bulk_post,
              .test = ucx_bulk_test,
              .progress = ucx_bulk_progress,
              .cancel = ucx_bulk_cancel,

@@ -495,8 +495,13 @@ weftResult_t ucx_worker_get(size_t slot_nbytes, struct ucx_worker **worker_out) 
     /* slots go eagerly; messages past a slot (bulk transfers) by rendezvous */
     char thresh[32];
     snprintf(thresh, sizeof thresh, "%zu", slot_nbytes + 1);
-    if (ucx_slots_eager() && (st = ucp_config_modify(config, "RNDV_THRESH", thresh)) != UCS_OK)
-      WEFT_INFO(LOG_NET, "ucx: cannot send slots eagerly: %s", ucs_status_string(st));
+    ucx.w.eager_nbytes = 0;
+    if (ucx_slots_eager()) {
+      if ((st = ucp_config_modify(config, "RNDV_THRESH", thresh)) == UCS_OK)
+        ucx.w.eager_nbytes = slot_nbytes;
+      else
+        WEFT_INFO(LOG_NET, "ucx: cannot send slots eagerly: %s", ucs_status_string(st));
+    }
     ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
                            .features = UCP_FEATURE_TAG};
     st = ucp_init(&params, config, &ucx.w.context);
@@ -529,12 +534,31 @@ unlock:
 /* Receives and drops the messages that arrived for no receive (a credit
  * its sender's peer had closed for, a poison word after close): UCX warns
  * about each one left at destroy. Eager messages are here whole; anything
- * that needs the peer gets DROP_WAIT_NS and is then cancelled. */
+ * that needs the peer gets DROP_WAIT_NS and is then cancelled.
+ *
+ * Bulk messages past the eager size are left to UCX's warning: receiving
+ * one would read its sender's memory, and a sender whose process has gone
+ * (they come from failed calls, whose peers may be exiting) ends this
+ * process inside UCX (ucx_conn.c, bulk transfers). */
 #define DROP_WAIT_NS 100000000ull
-static void worker_drop_unexpected(ucp_worker_h worker) {
-  for (int i = 0; i < 4096; i++) {
+#define DROP_MAX 4096
+static void worker_drop_unexpected(ucp_worker_h worker, size_t eager_nbytes) {
+  const uint64_t bulk_bit = UCX_TOKEN_BULK << UCX_TAG_TOKEN_SHIFT;
+  int bulk_eager = 1; /* bulk messages up to eager_nbytes may still be here */
+  for (int i = 0; i < DROP_MAX; i++) {
     ucp_tag_recv_info_t info;
-    ucp_tag_message_h msg = ucp_tag_probe_nb(worker, 0, 0, 1, &info);
+    ucp_tag_message_h msg = NULL;
+    if (bulk_eager) {
+      /* the first message in order of arrival: a bulk one past the eager
+       * size stops the look at bulk messages (the rest of them stay) */
+      msg = ucp_tag_probe_nb(worker, 0, 0, 0, &info);
+      if (msg != NULL && (info.sender_tag & bulk_bit) && info.length > eager_nbytes) {
+        bulk_eager = 0;
+        msg = NULL;
+      }
+      if (msg != NULL) msg = ucp_tag_probe_nb(worker, 0, 0, 1, &info); /* the same one */
+    }
+    if (msg == NULL) msg = ucp_tag_probe_nb(worker, 0, bulk_bit, 1, &info); /* slot tags */
     if (msg == NULL) return;
     void *buf = malloc(info.length > 0 ? info.length : 1);
     if (buf == NULL) return;
@@ -608,7 +632,7 @@ void ucx_worker_put(void) {
   if (ucx.nrefs == 0) { /* nobody came back meanwhile */
     retired_sweep(1); /* nothing progresses the worker any more */
     bulk_peers_free();
-    worker_drop_unexpected(ucx.w.worker);
+    worker_drop_unexpected(ucx.w.worker, ucx.w.eager_nbytes);
     ucp_worker_destroy(ucx.w.worker);
     ucp_cleanup(ucx.w.context);
     memset(&ucx.w, 0, sizeof ucx.w);

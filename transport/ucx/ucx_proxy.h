@@ -72,6 +72,7 @@ struct ucx_conn {
   struct proxy_conn pc; /* the FIFO, poison, registration (proxy.h) */
   ucp_context_h context;
   ucp_worker_h worker;
+  size_t eager_nbytes; /* the worker's (struct ucx_worker) */
   uint64_t token;     /* 29 random bits: ties the blob, the messages and the tags together */
   int oversubscribed_hold; /* taken for a peer on this host (wait_oversubscribed_hold) */
   ucp_mem_h memh;     /* the local FIFO's registration */
@@ -103,6 +104,9 @@ struct ucx_conn {
 struct ucx_worker {
   ucp_context_h context;
   ucp_worker_h worker;
+  /* Messages up to this many bytes go eagerly (RNDV_THRESH set one past
+   * it); 0 where UCX keeps its own thresholds, which weft does not know. */
+  size_t eager_nbytes;
 };
 
 /* Takes a reference on the process's worker, creating it (and the context)
