@@ -8,6 +8,7 @@
 #include "../../core/signature.h"
 #include "prims.h"
 #include "prims_ll.h"
+#include "prims_peer.h"
 
 void prims_init(struct prims *p, struct weftComm *comm, struct weft_channel *ch,
                 weftDataType_t datatype, weftRedOp_t op, enum coll_proto proto) {
@@ -103,32 +104,16 @@ static inline weftResult_t slot_signature_compare(struct prims *p, const char *s
 static weftResult_t wait_filled(struct prims *p, size_t nbytes, char **slot_out) {
   struct weft_conn *c = p->recv;
   if (p->sig_recv && (nbytes > 0 || p->sig_alone) &&
-      nbytes + sizeof(struct signature_packed) <= c->slot_nbytes &&
-      (c->transport->caps & TRANSPORT_CAP_HOST_MEMORY)) {
-    /* the first slot with data: its signature says it is here (not in a
-     * proxy's FIFO, which recv() fills in no set order: tail says there) */
+      nbytes + sizeof(struct signature_packed) <= c->slot_nbytes) {
+    /* the first slot with data: its signature says it is here */
     char *slot = c->slots + (c->step % c->nslots) * c->slot_nbytes;
     struct signature_packed keyed;
     signature_packed_keyed(&keyed, p->sig, c->step);
     *slot_out = slot;
-    if (prims_slot_signed(slot + nbytes, &keyed)) {
-      p->sig_recv = 0;
-      return weftSuccess;
-    }
-    struct weft_wait w;
-    wait_begin(&w, p->comm->timeout_ns, &p->comm->abort_flag, &c->ctrl->poison, c->peer_pid,
-               c->peer_rank, "receive from");
-    for (;;) {
-      if (prims_slot_signed(slot + nbytes, &keyed)) {
-        p->sig_recv = 0;
-        return weftSuccess;
-      }
-      if ((w.iter & 15) == 15 && __atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) > c->step) break;
-      weftResult_t res = wait_poll(&w);
-      if (res != weftInProgress) return res;
-    }
+    int is_signed;
+    WEFT_TRY(peer_wait_signed(p->comm, c, slot + nbytes, &keyed, &is_signed));
     p->sig_recv = 0;
-    return slot_signature_compare(p, slot, nbytes); /* something else: names it */
+    return is_signed ? weftSuccess : slot_signature_compare(p, slot, nbytes);
   }
   if (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) <= c->step) {
     const char *slot = c->slots + (c->step % c->nslots) * c->slot_nbytes;

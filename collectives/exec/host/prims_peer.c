@@ -130,14 +130,12 @@ peer_recv_signed_mismatch(struct weftComm *comm, struct weft_conn *conn, const c
   return comm_fail_alone(comm, weftInvalidUsage);
 }
 
-/* Waits for the slot at conn->step when the caller knows the signature it
- * should end with (keyed, at `at`): polls that signature (prims_slot_signed)
- * and tail. Where tail moves and the signature is not there, the slot holds
- * something else; *signed_out 0 says so, and the caller checks the slot as
- * any. */
-static weftResult_t peer_recv_signed_ready(struct weftComm *comm, struct weft_conn *conn,
-                                           const char *at, const struct signature_packed *keyed,
-                                           int *signed_out) {
+weftResult_t peer_wait_signed(struct weftComm *comm, struct weft_conn *conn, const char *at,
+                              const struct signature_packed *keyed, int *signed_out) {
+  *signed_out = 0;
+  /* a proxy's FIFO (sockets) gets its bytes from recv(), whose copy need
+   * not store them in order: there only tail says the slot has landed */
+  if (!(conn->transport->caps & TRANSPORT_CAP_HOST_MEMORY)) return peer_recv_ready(comm, conn);
   *signed_out = 1;
   if (prims_slot_signed(at, keyed)) return weftSuccess;
   struct weft_wait w;
@@ -159,13 +157,10 @@ weftResult_t peer_recv_signed_wait(struct weftComm *comm, struct weft_conn *conn
   const char *slot = conn_slot(conn);
   struct signature_packed keyed;
   signature_packed_keyed(&keyed, mine, conn->step);
-  /* a proxy's FIFO (sockets) gets its bytes from recv(), whose copy need
-   * not store them in order: there only tail says the slot has landed */
-  const int fits = nbytes >= sizeof keyed && nbytes <= conn->slot_nbytes &&
-                   (conn->transport->caps & TRANSPORT_CAP_HOST_MEMORY);
+  const int fits = nbytes >= sizeof keyed && nbytes <= conn->slot_nbytes;
   if (compare && fits) {
     int is_signed;
-    WEFT_TRY(peer_recv_signed_ready(comm, conn, slot + nbytes - sizeof keyed, &keyed, &is_signed));
+    WEFT_TRY(peer_wait_signed(comm, conn, slot + nbytes - sizeof keyed, &keyed, &is_signed));
     if (is_signed) {
       *slot_out = slot;
       return weftSuccess;

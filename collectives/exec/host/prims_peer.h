@@ -50,6 +50,15 @@ weftResult_t peer_recv_wait(struct weftComm *comm, struct weft_conn *conn, size_
 weftResult_t peer_recv_signed_wait(struct weftComm *comm, struct weft_conn *conn, size_t nbytes,
                                    const struct signature_packed *mine, int compare,
                                    const char **slot_out);
+/* Waits for the slot at conn->step where the caller knows the signature it
+ * should carry: keyed (signature_packed_keyed with the slot's step), at `at`
+ * in the slot. Polls that signature (prims_slot_signed), and tail every 16
+ * polls; *signed_out 1: it arrived, the slot's data may be read. 0: tail
+ * moved without it (the slot holds something else, which the caller checks
+ * as any slot), or the FIFO is a proxy's, taken on tail alone. Bounded as
+ * every wait. */
+weftResult_t peer_wait_signed(struct weftComm *comm, struct weft_conn *conn, const char *at,
+                              const struct signature_packed *keyed, int *signed_out);
 /* The signature of a slot posted by peer_send_post_signed, as the sender
  * passed it: at is where it lies in the slot, step the slot's. */
 void peer_slot_signature(struct signature_packed *out, const char *at, uint64_t step);
