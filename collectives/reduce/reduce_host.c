@@ -169,6 +169,18 @@ __attribute__((target("avx512f"))) static void copy_stream_lines_avx512(char *co
   }
 }
 
+__attribute__((target("avx2"))) static void copy_stream_lines_avx2(char *const *dsts, int ndsts,
+                                                                    const char *s, size_t nlines) {
+  for (size_t i = 0; i < nlines; i++, s += 64) {
+    __m256i a = _mm256_loadu_si256((const __m256i *)s), b = _mm256_loadu_si256((const __m256i *)s + 1);
+    for (int k = 0; k < ndsts; k++) {
+      __m256i *d = (__m256i *)(dsts[k] + i * 64);
+      _mm256_stream_si256(d, a);
+      _mm256_stream_si256(d + 1, b);
+    }
+  }
+}
+
 static void copy_stream_lines_sse2(char *const *dsts, int ndsts, const char *s, size_t nlines) {
   for (size_t i = 0; i < nlines; i++, s += 64) {
     __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)s + 1),
@@ -183,23 +195,33 @@ static void copy_stream_lines_sse2(char *const *dsts, int ndsts, const char *s, 
   }
 }
 
-static int copy_stream_have_avx512(void) {
-  static int known; /* 0 unknown, 1 no, 2 yes; threads that race find the same */
+enum stream_isa stream_isa_best(void) {
+  static int known; /* 0 unknown; threads that race find the same */
   int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
   if (k == 0) {
     __builtin_cpu_init();
-    k = __builtin_cpu_supports("avx512f") ? 2 : 1;
+    k = __builtin_cpu_supports("avx512f")  ? STREAM_ISA_AVX512
+        : __builtin_cpu_supports("avx2") ? STREAM_ISA_AVX2
+                                          : STREAM_ISA_SSE2;
     __atomic_store_n(&known, k, __ATOMIC_RELAXED);
   }
-  return k == 2;
+  return (enum stream_isa)k;
 }
 
-void copy_host_stream_to(void *const *dsts, int ndsts, const void *src, size_t nbytes) {
+/* isa as the loops take it: BEST resolved, and never above what the CPU has. */
+static enum stream_isa stream_isa_resolve(enum stream_isa isa) {
+  const enum stream_isa best = stream_isa_best();
+  return isa == STREAM_ISA_BEST || isa > best ? best : isa;
+}
+
+void copy_host_stream_to_isa(void *const *dsts, int ndsts, const void *src, size_t nbytes,
+                             enum stream_isa isa) {
   if (ndsts <= 0 || nbytes == 0) return;
+  isa = stream_isa_resolve(isa);
   const uintptr_t mis = (uintptr_t)dsts[0] & 63;
   for (int k = 1; k < ndsts; k++)
     if (((uintptr_t)dsts[k] & 63) != mis) { /* no common line grid: one at a time */
-      for (int j = 0; j < ndsts; j++) copy_host_stream_to(&dsts[j], 1, src, nbytes);
+      for (int j = 0; j < ndsts; j++) copy_host_stream_to_isa(&dsts[j], 1, src, nbytes, isa);
       return;
     }
   enum { max_dsts = 16 };
@@ -215,19 +237,26 @@ void copy_host_stream_to(void *const *dsts, int ndsts, const void *src, size_t n
       d[k] += head;
     }
     const size_t nlines = (nbytes - head) / 64, tail = (nbytes - head) % 64;
-    if (copy_stream_have_avx512()) copy_stream_lines_avx512(d, m, s + head, nlines);
+    if (isa == STREAM_ISA_AVX512) copy_stream_lines_avx512(d, m, s + head, nlines);
+    else if (isa == STREAM_ISA_AVX2) copy_stream_lines_avx2(d, m, s + head, nlines);
     else copy_stream_lines_sse2(d, m, s + head, nlines);
     for (int k = 0; k < m; k++) memcpy(d[k] + nlines * 64, s + head + nlines * 64, tail);
   }
+}
+
+void copy_host_stream_to(void *const *dsts, int ndsts, const void *src, size_t nbytes) {
+  copy_host_stream_to_isa(dsts, ndsts, src, nbytes, STREAM_ISA_BEST);
 }
 
 void copy_host_stream_fence(void) { _mm_sfence(); }
 
 /* Reductions whose results go past the caches to several destinations at
  * once (reduce_host_stream_fn): each line of a and b is loaded once, reduced
- * in a register and stored to every destination. f32 and f64 sum and prod
- * (avg: sum, then the division) with AVX-512; the element arithmetic is the
- * loops' above (IEEE add, multiply, divide: the same bits). */
+ * in registers and stored to every destination. f32 and f64 sum and prod
+ * (avg: sum, then the division) with AVX-512 or AVX2 (a line in one or two
+ * vectors; once past the scalar head the stores are 64-byte aligned); the
+ * element arithmetic is the loops' above (IEEE add, multiply, divide: the
+ * same bits). */
 #define REDUCE_STREAM_SCALAR(type, expr)                                            \
   for (; i < end; i++) {                                                          \
     type x = ((const type *)a)[i], y = ((const type *)b)[i], v = (expr);          \
@@ -235,8 +264,8 @@ void copy_host_stream_fence(void) { _mm_sfence(); }
     for (int k = 0; k < ndsts; k++) ((type *)dsts[k])[i] = v;                     \
   }
 
-#define REDUCE_STREAM_LOOP(tag, type, vec, suffix, lanes, op, expr, vop)           \
-  __attribute__((target("avx512f"))) static void reduce_stream_##tag##_##op(        \
+#define REDUCE_STREAM_LOOP(isa, tgt, mm, tag, type, vec, suffix, lanes, op, expr, vop) \
+  __attribute__((target(tgt))) static void reduce_stream_##isa##_##tag##_##op(  \
       void *const *dsts, int ndsts, const void *a, const void *b, size_t count,   \
       int divisor) {                                                              \
     size_t i = 0, end = count;                                                    \
@@ -247,31 +276,47 @@ void copy_host_stream_fence(void) { _mm_sfence(); }
       size_t head = ((64 - ((uintptr_t)dsts[0] & 63)) & 63) / sizeof(type);       \
       end = head < count ? head : count;                                          \
       REDUCE_STREAM_SCALAR(type, expr)                                            \
-      const vec d = _mm512_set1_##suffix((type)divisor);                          \
+      const vec d = mm##_set1_##suffix((type)divisor);                            \
       for (; i + lanes <= count; i += lanes) {                                    \
-        vec v = vop(_mm512_loadu_##suffix((const type *)a + i),                   \
-                    _mm512_loadu_##suffix((const type *)b + i));                  \
-        if (divisor > 1) v = _mm512_div_##suffix(v, d);                           \
-        for (int k = 0; k < ndsts; k++) _mm512_stream_##suffix((type *)dsts[k] + i, v); \
+        vec v = vop(mm##_loadu_##suffix((const type *)a + i),                     \
+                    mm##_loadu_##suffix((const type *)b + i));                    \
+        if (divisor > 1) v = mm##_div_##suffix(v, d);                             \
+        for (int k = 0; k < ndsts; k++) mm##_stream_##suffix((type *)dsts[k] + i, v); \
       }                                                                           \
     }                                                                             \
     end = count;                                                                  \
     REDUCE_STREAM_SCALAR(type, expr)                                              \
   }
 
-REDUCE_STREAM_LOOP(f32, float, __m512, ps, 16, sum, x + y, _mm512_add_ps)
-REDUCE_STREAM_LOOP(f32, float, __m512, ps, 16, prod, x * y, _mm512_mul_ps)
-REDUCE_STREAM_LOOP(f64, double, __m512d, pd, 8, sum, x + y, _mm512_add_pd)
-REDUCE_STREAM_LOOP(f64, double, __m512d, pd, 8, prod, x * y, _mm512_mul_pd)
+REDUCE_STREAM_LOOP(avx512, "avx512f", _mm512, f32, float, __m512, ps, 16, sum, x + y, _mm512_add_ps)
+REDUCE_STREAM_LOOP(avx512, "avx512f", _mm512, f32, float, __m512, ps, 16, prod, x * y, _mm512_mul_ps)
+REDUCE_STREAM_LOOP(avx512, "avx512f", _mm512, f64, double, __m512d, pd, 8, sum, x + y, _mm512_add_pd)
+REDUCE_STREAM_LOOP(avx512, "avx512f", _mm512, f64, double, __m512d, pd, 8, prod, x * y, _mm512_mul_pd)
+REDUCE_STREAM_LOOP(avx2, "avx2", _mm256, f32, float, __m256, ps, 8, sum, x + y, _mm256_add_ps)
+REDUCE_STREAM_LOOP(avx2, "avx2", _mm256, f32, float, __m256, ps, 8, prod, x * y, _mm256_mul_ps)
+REDUCE_STREAM_LOOP(avx2, "avx2", _mm256, f64, double, __m256d, pd, 4, sum, x + y, _mm256_add_pd)
+REDUCE_STREAM_LOOP(avx2, "avx2", _mm256, f64, double, __m256d, pd, 4, prod, x * y, _mm256_mul_pd)
+
+weft_reduce_stream_fn reduce_host_stream_fn_isa(weftDataType_t datatype, weftRedOp_t op,
+                                                enum stream_isa isa) {
+  const enum stream_isa best = stream_isa_best();
+  if (isa == STREAM_ISA_BEST) isa = best;
+  if (isa > best || isa < STREAM_ISA_AVX2) return NULL;
+  if (op == weftAvg) op = weftSum;
+  const int wide = isa == STREAM_ISA_AVX512;
+  if (datatype == weftFloat32 && op == weftSum)
+    return wide ? reduce_stream_avx512_f32_sum : reduce_stream_avx2_f32_sum;
+  if (datatype == weftFloat32 && op == weftProd)
+    return wide ? reduce_stream_avx512_f32_prod : reduce_stream_avx2_f32_prod;
+  if (datatype == weftFloat64 && op == weftSum)
+    return wide ? reduce_stream_avx512_f64_sum : reduce_stream_avx2_f64_sum;
+  if (datatype == weftFloat64 && op == weftProd)
+    return wide ? reduce_stream_avx512_f64_prod : reduce_stream_avx2_f64_prod;
+  return NULL;
+}
 
 weft_reduce_stream_fn reduce_host_stream_fn(weftDataType_t datatype, weftRedOp_t op) {
-  if (!copy_stream_have_avx512()) return NULL;
-  if (op == weftAvg) op = weftSum;
-  if (datatype == weftFloat32 && op == weftSum) return reduce_stream_f32_sum;
-  if (datatype == weftFloat32 && op == weftProd) return reduce_stream_f32_prod;
-  if (datatype == weftFloat64 && op == weftSum) return reduce_stream_f64_sum;
-  if (datatype == weftFloat64 && op == weftProd) return reduce_stream_f64_prod;
-  return NULL;
+  return reduce_host_stream_fn_isa(datatype, op, STREAM_ISA_BEST);
 }
 
 void copy_host_stream(void *dst, const void *src, size_t nbytes) {
@@ -279,8 +324,21 @@ void copy_host_stream(void *dst, const void *src, size_t nbytes) {
   copy_host_stream_fence(); /* streaming stores are weakly ordered: fence before others look */
 }
 #else
-void copy_host_stream_to(void *const *dsts, int ndsts, const void *src, size_t nbytes) {
+enum stream_isa stream_isa_best(void) { return STREAM_ISA_SSE2; }
+void copy_host_stream_to_isa(void *const *dsts, int ndsts, const void *src, size_t nbytes,
+                             enum stream_isa isa) {
+  (void)isa;
   for (int k = 0; k < ndsts; k++) memcpy(dsts[k], src, nbytes);
+}
+void copy_host_stream_to(void *const *dsts, int ndsts, const void *src, size_t nbytes) {
+  copy_host_stream_to_isa(dsts, ndsts, src, nbytes, STREAM_ISA_BEST);
+}
+weft_reduce_stream_fn reduce_host_stream_fn_isa(weftDataType_t datatype, weftRedOp_t op,
+                                                enum stream_isa isa) {
+  (void)datatype;
+  (void)op;
+  (void)isa;
+  return NULL;
 }
 void copy_host_stream_fence(void) {}
 weft_reduce_stream_fn reduce_host_stream_fn(weftDataType_t datatype, weftRedOp_t op) {

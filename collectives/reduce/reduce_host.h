@@ -38,15 +38,28 @@ void copy_host_stream(void *dst, const void *src, size_t nbytes);
 void copy_host_stream_to(void *const *dsts, int ndsts, const void *src, size_t nbytes);
 void copy_host_stream_fence(void);
 
+/* The vector instructions of the streaming loops: the widest this CPU has,
+ * or a narrower one that it also has (the tests run each). */
+enum stream_isa { STREAM_ISA_BEST = 0, STREAM_ISA_SSE2 = 1, STREAM_ISA_AVX2 = 2, STREAM_ISA_AVX512 = 3 };
+/* The widest this CPU has (SSE2 where it is not x86-64: then plain loops). */
+enum stream_isa stream_isa_best(void);
+/* copy_host_stream_to with isa's loop (one the CPU has: at most stream_isa_best). */
+void copy_host_stream_to_isa(void *const *dsts, int ndsts, const void *src, size_t nbytes,
+                             enum stream_isa isa);
+
 /* dsts[k][i] = a[i] op b[i] for every k < ndsts (then divided by divisor
  * when divisor > 1), stored past the caches, as copy_host_stream_to; count
  * elements; no fence. a and b may be any of the destinations exactly. */
 typedef void (*weft_reduce_stream_fn)(void *const *dsts, int ndsts, const void *a,
                                       const void *b, size_t count, int divisor);
 /* Such a loop for (datatype, op) where this CPU has one (float32 and float64
- * sum, avg and prod with AVX-512), else NULL: reduce, then
+ * sum, avg and prod with AVX-512 or AVX2), else NULL: reduce, then
  * copy_host_stream_to. */
 weft_reduce_stream_fn reduce_host_stream_fn(weftDataType_t datatype, weftRedOp_t op);
+/* The same with isa's loop: NULL where isa is above stream_isa_best or has
+ * no such loop (SSE2). */
+weft_reduce_stream_fn reduce_host_stream_fn_isa(weftDataType_t datatype, weftRedOp_t op,
+                                                enum stream_isa isa);
 
 #ifdef __cplusplus
 }

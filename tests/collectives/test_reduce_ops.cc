@@ -778,11 +778,13 @@ TEST(CopyHostStream, EqualsMemcpyAtEveryAlignment) {
 // The same copy to several destinations at once: 1 to 19 of them (more
 // than the 16 taken per pass), sharing their offset within a 64-byte line or
 // not (then one after another), every size around the line, each
-// destination equal to the source and nothing around it written.
+// destination equal to the source and nothing around it written; with each
+// vector width this CPU has (SSE2, AVX2, AVX-512).
 TEST(CopyHostStream, SeveralDestinationsAtEveryOffset) {
   std::mt19937_64 rng(TestSeed() + 7);
   std::vector<unsigned char> src(70000);
   for (auto &b : src) b = (unsigned char)rng();
+  for (int isa = STREAM_ISA_SSE2; isa <= stream_isa_best(); isa++)
   for (int ndsts : {1, 2, 3, 17, 19})
     for (size_t nbytes : {(size_t)0, (size_t)1, (size_t)63, (size_t)64, (size_t)65,
                           (size_t)1000, (size_t)65537})
@@ -799,29 +801,32 @@ TEST(CopyHostStream, SeveralDestinationsAtEveryOffset) {
             dsts[k] = base + at[k];
           }
           const size_t so = d_off % 13;
-          copy_host_stream_to(dsts.data(), ndsts, src.data() + so, nbytes);
+          copy_host_stream_to_isa(dsts.data(), ndsts, src.data() + so, nbytes, (stream_isa)isa);
           copy_host_stream_fence();
           std::vector<unsigned char> want(dst.size(), 0xa5);
           for (int k = 0; k < ndsts; k++)
             std::memcpy(want.data() + (base - dst.data()) + at[k], src.data() + so, nbytes);
           ASSERT_EQ(0, std::memcmp(want.data(), dst.data(), dst.size()))
               << ndsts << " destinations, " << nbytes << " bytes, offset " << d_off
-              << (shared ? " shared" : " each its own");
+              << (shared ? " shared" : " each its own") << ", isa " << isa;
         }
 }
 
 // The loops that reduce straight to several outputs past the caches give the
 // plain loop's bits: float32 and float64 sum, prod and avg (divisors 1, 3),
 // 1 to 3 outputs at a shared offset or not, in place (output 0 is a), counts
-// around the vector width, and nothing past the outputs written. Where the
-// CPU has no such loop the test says so and skips.
+// around the vector width, and nothing past the outputs written; with each
+// vector width this CPU has a loop for (AVX2, AVX-512). Where the CPU has
+// none the test says so and skips.
 TEST(ReduceHostStream, SameBitsAsThePlainLoop) {
   std::mt19937_64 rng(TestSeed() + 11);
   int ran = 0;
+  for (int isa = STREAM_ISA_AVX2; isa <= stream_isa_best(); isa++)
   for (weftDataType_t dt : {weftFloat32, weftFloat64})
     for (weftRedOp_t op : {weftSum, weftProd, weftAvg}) {
-      weft_reduce_stream_fn fused = reduce_host_stream_fn(dt, op);
+      weft_reduce_stream_fn fused = reduce_host_stream_fn_isa(dt, op, (stream_isa)isa);
       if (fused == nullptr) continue;
+      if (isa == stream_isa_best()) EXPECT_EQ(fused, reduce_host_stream_fn(dt, op));
       ran++;
       weft_reduce_fn plain = reduce_host_fn(dt, op);
       const size_t esize = TypeNbytes(dt);
@@ -845,7 +850,8 @@ TEST(ReduceHostStream, SameBitsAsThePlainLoop) {
               if (layout == 2) dsts[0] = a.data() + off;
               fused(dsts.data(), ndsts, a.data() + off, b.data() + off, count, divisor);
               copy_host_stream_fence();
-              const std::string where = std::string(kTypeTags[dt]) + "_" + kOpNames[op] +
+              const std::string where = "isa " + std::to_string(isa) + ", " +
+                                        std::string(kTypeTags[dt]) + "_" + kOpNames[op] +
                                         " count " + std::to_string(count) + ", " +
                                         std::to_string(ndsts) + " outputs, layout " +
                                         std::to_string(layout) + ", divisor " +
@@ -867,7 +873,7 @@ TEST(ReduceHostStream, SameBitsAsThePlainLoop) {
               if (layout != 2) ASSERT_EQ(0, std::memcmp(a.data(), a_in.data(), room)) << where;
             }
     }
-  if (ran == 0) GTEST_SKIP() << "this CPU has no AVX-512: no fused streaming reduction to test";
+  if (ran == 0) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512: no fused streaming reduction to test";
 }
 
 }  // namespace

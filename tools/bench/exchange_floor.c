@@ -1,0 +1,215 @@
+/* What the machine itself allows a 2-rank 8-byte all-reduce, with no library
+ * around it: two processes pinned to two CPUs, sharing memory.
+ *
+ *   pingpong   one cache line that the two take turns at (the perf tools'
+ *              round trip: docs/perf.md, "The bound")
+ *   exchange   each process has a ring of 8 slots of one cache line each
+ *              towards the other; a call stores its 8 bytes and the call's
+ *              number in the next slot, spins until the peer's slot of the
+ *              same number holds it, and adds the two values into an output
+ *              (the lower rank's first): the fewest transfers an all-reduce
+ *              of 8 bytes can have, a flag that is the data's own line
+ *   exchange+W the same with W ns of other work per call (a library's CPU
+ *              time), a calibrated loop before the call's store
+ *   post+W     the same work between the store and the spin: what a call
+ *              can do while its line is on the way without being slower
+ *
+ *   exchange_floor [CALLS_PER_BATCH=2000] [BATCHES=41] [WORK_NS=0,20,40,80]
+ *
+ * Prints, per mode, the fastest and the median batch in ns per call and in
+ * round trips (the fastest ping-pong batch of the same run). */
+#define _GNU_SOURCE
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NSLOTS 8
+#define MAX_BATCHES 1001
+#define MAX_WORKS 16
+
+struct slot {
+  _Alignas(64) volatile uint64_t seq;
+  volatile double value;
+};
+
+struct shared {
+  _Alignas(64) volatile uint64_t line;     /* the ping-pong's */
+  _Alignas(64) volatile uint64_t go;       /* phases: rank 0 starts each */
+  _Alignas(64) volatile uint64_t ready;    /* rank 1 has reached the phase */
+  struct slot out[2][NSLOTS];              /* out[r]: rank r's slots to the other */
+  double batch_ns[MAX_BATCHES];            /* rank 0's figures of one mode */
+};
+
+static double now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static void pin(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof set, &set) != 0) perror("sched_setaffinity");
+}
+
+/* Busy work without the clock (a clock read costs tens of ns in a VM):
+ * iterations of a dependent chain, calibrated once. */
+static double iters_per_ns;
+
+static uint64_t work_chain(uint64_t iters) {
+  uint64_t x = iters;
+  for (uint64_t i = 0; i < iters; i++) __asm__ volatile("" : "+r"(x));
+  return x;
+}
+
+static void calibrate(void) {
+  const uint64_t n = 200000000;
+  const double t0 = now_ns();
+  work_chain(n);
+  iters_per_ns = (double)n / (now_ns() - t0);
+}
+
+static void spin_work(double ns) {
+  if (ns > 0) work_chain((uint64_t)(ns * iters_per_ns));
+}
+
+/* Both ranks enter phase p together. */
+static void phase(struct shared *s, int rank, uint64_t p) {
+  if (rank == 0) {
+    while (s->ready != p) {
+    }
+    s->go = p;
+  } else {
+    s->ready = p;
+    while (s->go != p) {
+    }
+  }
+}
+
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static void pingpong(struct shared *s, int rank, int calls, int batches) {
+  uint64_t v = 0;
+  for (int b = 0; b < batches; b++) {
+    const double t0 = now_ns();
+    for (int i = 0; i < calls; i++) {
+      if (rank == 0) {
+        s->line = v + 1;
+        while (s->line != v + 2) {
+        }
+      } else {
+        while (s->line != v + 1) {
+        }
+        s->line = v + 2;
+      }
+      v += 2;
+    }
+    if (rank == 0) s->batch_ns[b] = (now_ns() - t0) / calls;
+  }
+}
+
+static void exchange(struct shared *s, int rank, int calls, int batches, double work_ns,
+                     int work_after_post, uint64_t *seq) {
+  double in = 1.0 + rank, out = 0;
+  for (int b = 0; b < batches; b++) {
+    const double t0 = now_ns();
+    for (int i = 0; i < calls; i++) {
+      if (!work_after_post) spin_work(work_ns);
+      const uint64_t n = ++*seq;
+      struct slot *mine = &s->out[rank][n % NSLOTS];
+      const struct slot *theirs = &s->out[!rank][n % NSLOTS];
+      mine->value = in;
+      __atomic_store_n(&mine->seq, n, __ATOMIC_RELEASE);
+      if (work_after_post) spin_work(work_ns);
+      while (__atomic_load_n(&theirs->seq, __ATOMIC_ACQUIRE) != n) {
+      }
+      out = rank == 0 ? in + theirs->value : theirs->value + in;
+      in = out - in; /* keeps the values small and the add live */
+    }
+    if (rank == 0) s->batch_ns[b] = (now_ns() - t0) / calls;
+  }
+  if (out < 0) printf("%g\n", out);
+}
+
+static void report(struct shared *s, const char *mode, int batches, double rt_ns) {
+  double sorted[MAX_BATCHES];
+  memcpy(sorted, s->batch_ns + 1, sizeof(double) * (size_t)(batches - 1)); /* first: warm-up */
+  qsort(sorted, (size_t)(batches - 1), sizeof(double), cmp_double);
+  const double best = sorted[0], median = sorted[(batches - 1) / 2];
+  if (rt_ns > 0)
+    printf("%-16s %8.1f ns %8.1f ns   %5.2f %5.2f round trips\n", mode, best, median,
+           best / rt_ns, median / rt_ns);
+  else
+    printf("%-16s %8.1f ns %8.1f ns\n", mode, best, median);
+}
+
+int main(int argc, char **argv) {
+  const int calls = argc > 1 ? atoi(argv[1]) : 2000;
+  int batches = argc > 2 ? atoi(argv[2]) : 41;
+  double works[MAX_WORKS] = {0, 20, 40, 80};
+  int nworks = 4;
+  if (argc > 3) {
+    nworks = 0;
+    for (char *t = strtok(argv[3], ","); t != NULL && nworks < MAX_WORKS; t = strtok(NULL, ","))
+      works[nworks++] = atof(t);
+  }
+  if (calls < 1 || batches < 2 || batches > MAX_BATCHES) {
+    fprintf(stderr, "usage: exchange_floor [CALLS_PER_BATCH>=1] [BATCHES 2..%d] [WORK_NS,...]\n",
+            MAX_BATCHES);
+    return 2;
+  }
+  struct shared *s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                          -1, 0);
+  if (s == MAP_FAILED) {
+    perror("mmap");
+    return 1;
+  }
+  memset(s, 0, sizeof *s);
+  const pid_t child = fork();
+  if (child < 0) {
+    perror("fork");
+    return 1;
+  }
+  const int rank = child == 0 ? 1 : 0;
+  pin(rank);
+  calibrate();
+  uint64_t seq = 0, p = 0;
+  phase(s, rank, ++p);
+  pingpong(s, rank, calls, batches);
+  double rt_ns = 0;
+  if (rank == 0) {
+    double sorted[MAX_BATCHES];
+    memcpy(sorted, s->batch_ns + 1, sizeof(double) * (size_t)(batches - 1));
+    qsort(sorted, (size_t)(batches - 1), sizeof(double), cmp_double);
+    rt_ns = sorted[0];
+    printf("# 2 processes on CPUs 0 and 1; %d batches of %d calls; fastest and median batch\n",
+           batches, calls);
+    report(s, "pingpong", batches, 0);
+  }
+  for (int after = 0; after < 2; after++)
+    for (int w = 0; w < nworks; w++) {
+      if (after && works[w] <= 0) continue;
+      phase(s, rank, ++p);
+      exchange(s, rank, calls, batches, works[w], after, &seq);
+      if (rank == 0) {
+        char mode[32];
+        if (works[w] > 0) snprintf(mode, sizeof mode, "%s+%g", after ? "post" : "exchange", works[w]);
+        else snprintf(mode, sizeof mode, "exchange");
+        report(s, mode, batches, rt_ns);
+      }
+    }
+  if (child == 0) _exit(0);
+  int status = 0;
+  waitpid(child, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
