@@ -1,8 +1,9 @@
 /* What the machine itself allows a 2-rank 8-byte all-reduce, with no library
  * around it: two processes pinned to two CPUs, sharing memory.
  *
- *   pingpong   one cache line that the two take turns at (the perf tools'
- *              round trip: docs/perf.md, "The bound")
+ *   pingpong   one cache line that the two take turns at, as the perf tools'
+ *              round trip (docs/perf.md, "The bound column"), in longer batches:
+ *              it reads higher than theirs, which keep the fastest of 300
  *   exchange   each process has a ring of 8 slots of one cache line each
  *              towards the other; a call stores its 8 bytes and the call's
  *              number in the next slot, spins until the peer's slot of the
