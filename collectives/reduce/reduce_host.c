@@ -244,10 +244,6 @@ void copy_host_stream_to_isa(void *const *dsts, int ndsts, const void *src, size
   }
 }
 
-void copy_host_stream_to(void *const *dsts, int ndsts, const void *src, size_t nbytes) {
-  copy_host_stream_to_isa(dsts, ndsts, src, nbytes, STREAM_ISA_BEST);
-}
-
 void copy_host_stream_fence(void) { _mm_sfence(); }
 
 /* Reductions whose results go past the caches to several destinations at
@@ -299,9 +295,9 @@ REDUCE_STREAM_LOOP(avx2, "avx2", _mm256, f64, double, __m256d, pd, 4, prod, x * 
 
 weft_reduce_stream_fn reduce_host_stream_fn_isa(weftDataType_t datatype, weftRedOp_t op,
                                                 enum stream_isa isa) {
-  const enum stream_isa best = stream_isa_best();
-  if (isa == STREAM_ISA_BEST) isa = best;
-  if (isa > best || isa < STREAM_ISA_AVX2) return NULL;
+  if (isa > stream_isa_best()) return NULL;
+  isa = stream_isa_resolve(isa);
+  if (isa < STREAM_ISA_AVX2) return NULL;
   if (op == weftAvg) op = weftSum;
   const int wide = isa == STREAM_ISA_AVX512;
   if (datatype == weftFloat32 && op == weftSum)
@@ -315,23 +311,12 @@ weft_reduce_stream_fn reduce_host_stream_fn_isa(weftDataType_t datatype, weftRed
   return NULL;
 }
 
-weft_reduce_stream_fn reduce_host_stream_fn(weftDataType_t datatype, weftRedOp_t op) {
-  return reduce_host_stream_fn_isa(datatype, op, STREAM_ISA_BEST);
-}
-
-void copy_host_stream(void *dst, const void *src, size_t nbytes) {
-  copy_host_stream_to(&dst, 1, src, nbytes);
-  copy_host_stream_fence(); /* streaming stores are weakly ordered: fence before others look */
-}
 #else
 enum stream_isa stream_isa_best(void) { return STREAM_ISA_SSE2; }
 void copy_host_stream_to_isa(void *const *dsts, int ndsts, const void *src, size_t nbytes,
                              enum stream_isa isa) {
   (void)isa;
   for (int k = 0; k < ndsts; k++) memcpy(dsts[k], src, nbytes);
-}
-void copy_host_stream_to(void *const *dsts, int ndsts, const void *src, size_t nbytes) {
-  copy_host_stream_to_isa(dsts, ndsts, src, nbytes, STREAM_ISA_BEST);
 }
 weft_reduce_stream_fn reduce_host_stream_fn_isa(weftDataType_t datatype, weftRedOp_t op,
                                                 enum stream_isa isa) {
@@ -341,10 +326,17 @@ weft_reduce_stream_fn reduce_host_stream_fn_isa(weftDataType_t datatype, weftRed
   return NULL;
 }
 void copy_host_stream_fence(void) {}
-weft_reduce_stream_fn reduce_host_stream_fn(weftDataType_t datatype, weftRedOp_t op) {
-  (void)datatype;
-  (void)op;
-  return NULL;
-}
-void copy_host_stream(void *dst, const void *src, size_t nbytes) { memcpy(dst, src, nbytes); }
 #endif
+
+void copy_host_stream_to(void *const *dsts, int ndsts, const void *src, size_t nbytes) {
+  copy_host_stream_to_isa(dsts, ndsts, src, nbytes, STREAM_ISA_BEST);
+}
+
+weft_reduce_stream_fn reduce_host_stream_fn(weftDataType_t datatype, weftRedOp_t op) {
+  return reduce_host_stream_fn_isa(datatype, op, STREAM_ISA_BEST);
+}
+
+void copy_host_stream(void *dst, const void *src, size_t nbytes) {
+  copy_host_stream_to(&dst, 1, src, nbytes);
+  copy_host_stream_fence(); /* streaming stores are weakly ordered: fence before others look */
+}

@@ -49,7 +49,9 @@ void copy_host_stream_to_isa(void *const *dsts, int ndsts, const void *src, size
 
 /* dsts[k][i] = a[i] op b[i] for every k < ndsts (then divided by divisor
  * when divisor > 1), stored past the caches, as copy_host_stream_to; count
- * elements; no fence. a and b may be any of the destinations exactly. */
+ * elements; no fence. a and b may be any of the destinations exactly (correct,
+ * but slow: streaming stores into lines just loaded; in place, reduce in the
+ * cache and stream to the other outputs, as cma.c does). */
 typedef void (*weft_reduce_stream_fn)(void *const *dsts, int ndsts, const void *a,
                                       const void *b, size_t count, int divisor);
 /* Such a loop for (datatype, op) where this CPU has one (float32 and float64
