@@ -19,16 +19,17 @@
  *
  * Prints, per mode, the fastest and the median batch in ns per call and in
  * round trips (the fastest ping-pong batch of the same run). */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
+
+#include "bench_pair.h"
 
 #define NSLOTS 8
 #define MAX_BATCHES 1001
@@ -41,17 +42,11 @@ struct slot {
 
 struct shared {
   _Alignas(64) volatile uint64_t line;     /* the ping-pong's */
-  _Alignas(64) volatile uint64_t go;       /* phases: rank 0 starts each */
-  _Alignas(64) volatile uint64_t ready;    /* rank 1 has reached the phase */
   struct slot out[2][NSLOTS];              /* out[r]: rank r's slots to the other */
   double batch_ns[MAX_BATCHES];            /* rank 0's figures of one mode */
 };
 
-static double now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
+static double now_ns(void) { return bench_now_s() * 1e9; }
 
 static void pin(int cpu) {
   cpu_set_t set;
@@ -79,19 +74,6 @@ static void calibrate(void) {
 
 static void spin_work(double ns) {
   if (ns > 0) work_chain((uint64_t)(ns * iters_per_ns));
-}
-
-/* Both ranks enter phase p together. */
-static void phase(struct shared *s, int rank, uint64_t p) {
-  if (rank == 0) {
-    while (s->ready != p) {
-    }
-    s->go = p;
-  } else {
-    s->ready = p;
-    while (s->go != p) {
-    }
-  }
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -142,9 +124,11 @@ static void exchange(struct shared *s, int rank, int calls, int batches, double 
   if (out < 0) printf("%g\n", out);
 }
 
-static void report(struct shared *s, const char *mode, int batches, double rt_ns) {
+/* Prints mode's fastest and median batch (the first is a warm-up), in round
+ * trips too when rt_ns > 0; returns the fastest. */
+static double report(struct shared *s, const char *mode, int batches, double rt_ns) {
   double sorted[MAX_BATCHES];
-  memcpy(sorted, s->batch_ns + 1, sizeof(double) * (size_t)(batches - 1)); /* first: warm-up */
+  memcpy(sorted, s->batch_ns + 1, sizeof(double) * (size_t)(batches - 1));
   qsort(sorted, (size_t)(batches - 1), sizeof(double), cmp_double);
   const double best = sorted[0], median = sorted[(batches - 1) / 2];
   if (rt_ns > 0)
@@ -152,65 +136,66 @@ static void report(struct shared *s, const char *mode, int batches, double rt_ns
            best / rt_ns, median / rt_ns);
   else
     printf("%-16s %8.1f ns %8.1f ns\n", mode, best, median);
+  return best;
+}
+
+struct run {
+  struct shared *s;
+  int calls, batches, nworks;
+  double works[MAX_WORKS];
+};
+
+/* One process's side: rank 0 times and prints, both take every step
+ * together (bench_barrier between modes). */
+static void side(int rank, int fd, void *arg) {
+  const struct run *r = arg;
+  struct shared *s = r->s;
+  pin(rank);
+  calibrate();
+  uint64_t seq = 0;
+  bench_barrier(fd);
+  pingpong(s, rank, r->calls, r->batches);
+  double rt_ns = 0;
+  if (rank == 0) {
+    printf("# 2 processes on CPUs 0 and 1; %d batches of %d calls; fastest and median batch\n",
+           r->batches, r->calls);
+    rt_ns = report(s, "pingpong", r->batches, 0);
+  }
+  for (int after = 0; after < 2; after++)
+    for (int w = 0; w < r->nworks; w++) {
+      if (after && r->works[w] <= 0) continue;
+      bench_barrier(fd);
+      exchange(s, rank, r->calls, r->batches, r->works[w], after, &seq);
+      if (rank == 0) {
+        char mode[32];
+        if (r->works[w] > 0)
+          snprintf(mode, sizeof mode, "%s+%g", after ? "post" : "exchange", r->works[w]);
+        else snprintf(mode, sizeof mode, "exchange");
+        report(s, mode, r->batches, rt_ns);
+      }
+    }
 }
 
 int main(int argc, char **argv) {
-  const int calls = argc > 1 ? atoi(argv[1]) : 2000;
-  int batches = argc > 2 ? atoi(argv[2]) : 41;
-  double works[MAX_WORKS] = {0, 20, 40, 80};
-  int nworks = 4;
+  struct run r = {.calls = argc > 1 ? atoi(argv[1]) : 2000,
+                  .batches = argc > 2 ? atoi(argv[2]) : 41,
+                  .works = {0, 20, 40, 80},
+                  .nworks = 4};
   if (argc > 3) {
-    nworks = 0;
-    for (char *t = strtok(argv[3], ","); t != NULL && nworks < MAX_WORKS; t = strtok(NULL, ","))
-      works[nworks++] = atof(t);
+    r.nworks = 0;
+    for (char *t = strtok(argv[3], ","); t != NULL && r.nworks < MAX_WORKS; t = strtok(NULL, ","))
+      r.works[r.nworks++] = atof(t);
   }
-  if (calls < 1 || batches < 2 || batches > MAX_BATCHES) {
+  if (r.calls < 1 || r.batches < 2 || r.batches > MAX_BATCHES) {
     fprintf(stderr, "usage: exchange_floor [CALLS_PER_BATCH>=1] [BATCHES 2..%d] [WORK_NS,...]\n",
             MAX_BATCHES);
     return 2;
   }
-  struct shared *s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                          -1, 0);
-  if (s == MAP_FAILED) {
+  r.s = mmap(NULL, sizeof *r.s, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (r.s == MAP_FAILED) {
     perror("mmap");
     return 1;
   }
-  memset(s, 0, sizeof *s);
-  const pid_t child = fork();
-  if (child < 0) {
-    perror("fork");
-    return 1;
-  }
-  const int rank = child == 0 ? 1 : 0;
-  pin(rank);
-  calibrate();
-  uint64_t seq = 0, p = 0;
-  phase(s, rank, ++p);
-  pingpong(s, rank, calls, batches);
-  double rt_ns = 0;
-  if (rank == 0) {
-    double sorted[MAX_BATCHES];
-    memcpy(sorted, s->batch_ns + 1, sizeof(double) * (size_t)(batches - 1));
-    qsort(sorted, (size_t)(batches - 1), sizeof(double), cmp_double);
-    rt_ns = sorted[0];
-    printf("# 2 processes on CPUs 0 and 1; %d batches of %d calls; fastest and median batch\n",
-           batches, calls);
-    report(s, "pingpong", batches, 0);
-  }
-  for (int after = 0; after < 2; after++)
-    for (int w = 0; w < nworks; w++) {
-      if (after && works[w] <= 0) continue;
-      phase(s, rank, ++p);
-      exchange(s, rank, calls, batches, works[w], after, &seq);
-      if (rank == 0) {
-        char mode[32];
-        if (works[w] > 0) snprintf(mode, sizeof mode, "%s+%g", after ? "post" : "exchange", works[w]);
-        else snprintf(mode, sizeof mode, "exchange");
-        report(s, mode, batches, rt_ns);
-      }
-    }
-  if (child == 0) _exit(0);
-  int status = 0;
-  waitpid(child, &status, 0);
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+  memset(r.s, 0, sizeof *r.s);
+  return bench_run_pair(side, &r);
 }
