@@ -204,8 +204,7 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
   /* a collective runs here from the plan as it is: copied into a group_op,
    * its fields just stored one by one would be loaded back at once in wider
    * words, which the store buffer cannot forward (stalls worth a tenth of
-   * an 8-byte all-reduce) */
-  plan->trace_id = trace_record(comm->trace, plan, 1);
+   * an 8-byte all-reduce); it is recorded in the trace as it runs */
   return launch_collective(comm, plan, 1);
 }
 

@@ -378,12 +378,9 @@ static weftResult_t watch_fn(void *arg, enum wait_event event, int peer, uint64_
   return weft_error_set(res, "%s", text);
 }
 
-void hang_watch_begin(struct hang_watch *hw, struct weftComm *comm, const uint64_t *ids,
-                      size_t nids, size_t nbytes, int started) {
-  hw->comm = NULL;
-  if (comm->trace == NULL || nids == 0) return; /* nothing to watch */
-  for (size_t i = 0; i < nids && !started; i++)
-    trace_set_state(comm->trace, ids[i], TRACE_STARTED, -1, weftSuccess);
+/* Watches the thread's waits for the calls ids[nids] of comm. */
+static void watch_install(struct hang_watch *hw, struct weftComm *comm, const uint64_t *ids,
+                          size_t nids, size_t nbytes) {
   hw->watcher.fn = watch_fn;
   hw->watcher.arg = hw;
   hw->comm = comm;
@@ -399,14 +396,46 @@ void hang_watch_begin(struct hang_watch *hw, struct weftComm *comm, const uint64
   hw->outer = wait_watcher_set(&hw->watcher);
 }
 
+void hang_watch_begin(struct hang_watch *hw, struct weftComm *comm, const uint64_t *ids,
+                      size_t nids, size_t nbytes, int started) {
+  hw->comm = NULL;
+  hw->record = NULL;
+  hw->prelude.arg = NULL; /* no prelude of its own */
+  if (comm->trace == NULL || nids == 0) return; /* nothing to watch */
+  for (size_t i = 0; i < nids && !started; i++)
+    trace_set_state(comm->trace, ids[i], TRACE_STARTED, -1, weftSuccess);
+  watch_install(hw, comm, ids, nids, nbytes);
+}
+
+/* hang_watch_record's prelude: the record, then the watch. */
+static void watch_record(void *arg) {
+  struct hang_watch *hw = arg;
+  hw->id = trace_record(hw->comm->trace, hw->record, 1);
+  hw->record = NULL;
+  watch_install(hw, hw->comm, &hw->id, 1, hw->nbytes);
+}
+
+void hang_watch_record(struct hang_watch *hw, struct weftComm *comm,
+                       const struct weft_plan *plan, size_t nbytes) {
+  hw->comm = NULL;
+  hw->record = NULL;
+  if (comm->trace == NULL) return; /* nothing to record or watch */
+  hw->comm = comm;
+  hw->record = plan;
+  hw->nbytes = nbytes;
+  hw->prelude.fn = watch_record;
+  hw->prelude.arg = hw;
+  hw->outer_prelude = wait_prelude_set(&hw->prelude);
+}
+
 /* Whether res is the kind of failure a verdict explains: this rank waited
  * on others that did not come, died or failed. */
 static int res_is_remote(weftResult_t res) { return res == weftRemoteError; }
 
-weftResult_t hang_watch_end(struct hang_watch *hw, weftResult_t res) {
+/* hang_watch_end of a call that failed, stalled or was long. */
+__attribute__((noinline)) static weftResult_t watch_end_slow(struct hang_watch *hw,
+                                                             weftResult_t res) {
   struct weftComm *comm = hw->comm;
-  if (comm == NULL) return res;
-  wait_watcher_set(hw->outer);
   struct trace_call c;
   /* an abort or a revoke on this rank is no hang to explain */
   const int stopped = __atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE) != 0;
@@ -442,5 +471,25 @@ weftResult_t hang_watch_end(struct hang_watch *hw, weftResult_t res) {
   if (res != weftSuccess && !stopped && (res_is_remote(res) || hw->asked))
     trace_dump_to_dir(comm->trace, hw->waited_ns > 0 ? TRACE_ON_TIMEOUT : TRACE_ON_FAILURE,
                       weft_error_text());
+  return res;
+}
+
+weftResult_t hang_watch_end(struct hang_watch *hw, weftResult_t res) {
+  struct weftComm *comm = hw->comm;
+  if (comm == NULL) return res;
+  if (hw->prelude.arg == hw) {
+    /* hang_watch_record's: taken away whether it ran or not; recorded now
+     * where no wait ran it */
+    wait_prelude_set(hw->outer_prelude);
+    hw->prelude.arg = NULL;
+    if (hw->record != NULL) watch_record(hw);
+  }
+  wait_watcher_set(hw->outer);
+  if (res != weftSuccess || hw->long_call || hw->stalled_ns > 0) return watch_end_slow(hw, res);
+  /* a short call that never stalled: done within the clock's resolution of
+   * its start */
+  if (hw->ids == &hw->id) trace_done_quick(comm->trace, hw->id);
+  else
+    for (size_t i = 0; i < hw->nids; i++) trace_done(comm->trace, hw->ids[i], res, 0);
   return res;
 }

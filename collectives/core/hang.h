@@ -62,6 +62,13 @@ struct hang_watch {
   uint64_t waited_ns;   /* the wait that timed out, or 0 */
   int asked;            /* a stall asked the peers */
   int long_call;        /* moves 64 KiB or more: its end is read from the clock */
+  /* hang_watch_record's: the call to record, its id once recorded, and the
+   * thread's prelude that records it */
+  const struct weft_plan *record;
+  uint64_t id;
+  size_t nbytes;
+  struct wait_prelude prelude;
+  struct wait_prelude *outer_prelude;
 };
 
 /* The answer comm's rank gives peers that ask where it is: installed once
@@ -74,6 +81,13 @@ void hang_answer_install(struct weftComm *comm);
  * (trace_record's starts_now), so their state stays as it is. */
 void hang_watch_begin(struct hang_watch *hw, struct weftComm *comm, const uint64_t *ids,
                       size_t nids, size_t nbytes, int started);
+/* hang_watch_begin of plan's call, not yet in the trace: it is recorded as
+ * started, and watched, when the thread's first wait begins (a prelude,
+ * wait.h), or by hang_watch_end where it never waited. The record's stores
+ * and its clock read then overlap the flight of the call's first stores
+ * to its peers, rather than delay them. plan lives until hang_watch_end. */
+void hang_watch_record(struct hang_watch *hw, struct weftComm *comm,
+                       const struct weft_plan *plan, size_t nbytes);
 /* Stops watching and marks the calls done with res. A remote failure (a
  * timeout, a peer that died or failed) of a collective gets the verdict as
  * its error text, and the trace is dumped (WEFT_TRACE_DIR); a mismatch the

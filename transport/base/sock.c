@@ -206,6 +206,7 @@ static weftResult_t sock_watch_check(struct weft_wait *watch) {
 /* Waits for events on fd until the deadline; EINTR retried. */
 static weftResult_t sock_poll(int fd, short events, uint64_t deadline_ns, struct weft_wait *watch,
                               const char *what) {
+  wait_prelude_run(); /* a wait as any other (wait.h) */
   for (;;) {
     uint64_t now = clock_ns();
     if (now >= deadline_ns)

@@ -92,6 +92,7 @@ uint64_t wait_default_timeout_ns(void) {
 }
 
 __thread const struct wait_watcher *wait_thread_watcher;
+__thread struct wait_prelude *wait_thread_prelude;
 
 /* Calls the thread's watcher, if any, with itself taken away meanwhile (a
  * wait inside it does not call it again). */
@@ -108,6 +109,7 @@ static weftResult_t watcher_call(const struct weft_wait *w, enum wait_event even
 void wait_begin(struct weft_wait *w, uint64_t timeout_ns, const volatile uint32_t *abort_local,
                 const volatile uint32_t *abort_remote, pid_t peer_pid, int peer_rank,
                 const char *what) {
+  wait_prelude_run();
   w->start_ns = 0; /* taken lazily on the first slow check: most waits are short */
   w->timeout_ns = timeout_ns;
   w->next_check_ns = 0;

@@ -42,6 +42,8 @@ uint64_t wait_default_timeout_ns(void);
 /* WEFT_PROXY_KICK_US in nanoseconds (0: proxies are not kicked). */
 uint64_t wait_proxy_kick_ns(void);
 
+/* Starts a wait that is about to spin (its caller looked once and found
+ * nothing): runs the thread's prelude first (below). */
 void wait_begin(struct weft_wait *w, uint64_t timeout_ns, const volatile uint32_t *abort_local,
                 const volatile uint32_t *abort_remote, pid_t peer_pid, int peer_rank,
                 const char *what);
@@ -80,6 +82,30 @@ static inline const struct wait_watcher *wait_watcher_set(const struct wait_watc
   const struct wait_watcher *old = wait_thread_watcher;
   wait_thread_watcher = w;
   return old;
+}
+
+/* Work a call puts off until it first waits (collectives/core/hang.c: the
+ * call's trace record): a wait runs it as it begins to spin (wait_begin),
+ * when the call's first stores are in flight to the peer, so that it costs
+ * the peer nothing; the call runs it itself where it never waited. Once:
+ * the thread's prelude is taken away before it runs. Set per thread. */
+struct wait_prelude {
+  void (*fn)(void *arg);
+  void *arg;
+};
+extern __thread struct wait_prelude *wait_thread_prelude;
+/* Makes p (NULL: none) the thread's prelude; returns the one it replaces. */
+static inline struct wait_prelude *wait_prelude_set(struct wait_prelude *p) {
+  struct wait_prelude *old = wait_thread_prelude;
+  wait_thread_prelude = p;
+  return old;
+}
+/* Runs the thread's prelude, if any, and takes it away first. */
+static inline void wait_prelude_run(void) {
+  struct wait_prelude *p = wait_thread_prelude;
+  if (p == NULL) return;
+  wait_thread_prelude = NULL;
+  p->fn(p->arg);
 }
 
 /* Call once per spin iteration. Returns weftInProgress to keep waiting, or an

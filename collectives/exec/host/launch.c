@@ -45,15 +45,17 @@ static void op_refused(struct weftComm *comm, const uint64_t *ids, size_t nids,
 }
 
 weftResult_t launch_collective(struct weftComm *comm, const struct weft_plan *plan,
-                               int started) {
+                               int record) {
   weftResult_t res = op_begin(comm);
   if (res != weftSuccess) {
-    op_refused(comm, &plan->trace_id, 1, res);
+    if (record) trace_set_state(comm->trace, trace_record(comm->trace, plan, 1), TRACE_FAILED, -1, res);
+    else op_refused(comm, &plan->trace_id, 1, res);
     return op_end(comm, res);
   }
   struct hang_watch hw;
-  hang_watch_begin(&hw, comm, &plan->trace_id, 1, plan->count * plan_type_size(plan->datatype),
-                   started);
+  const size_t nbytes = plan->count * plan_type_size(plan->datatype);
+  if (record) hang_watch_record(&hw, comm, plan, nbytes);
+  else hang_watch_begin(&hw, comm, &plan->trace_id, 1, nbytes, 0);
   res = signature_agree(comm, plan);
   if (res == weftSuccess) res = plan_run_host(comm, plan);
   res = hang_watch_end(&hw, res);

@@ -18,10 +18,11 @@ struct group_op {
  * together. Returns the first failure. */
 weftResult_t group_launch(const struct group_op *ops, size_t nops);
 /* group_launch of one collective (not a send or receive) on the calling
- * thread, from the caller's plan: no group_op to copy it into. started:
- * its trace entry was recorded as started (hang_watch_begin). */
+ * thread, from the caller's plan: no group_op to copy it into. record: the
+ * call is not in the trace yet, and is recorded as started as it runs
+ * (hang_watch_record); else plan->trace_id is its entry, scheduled. */
 weftResult_t launch_collective(struct weftComm *comm, const struct weft_plan *plan,
-                               int started);
+                               int record);
 
 /* What every host operation of comm does around its run: holds comm
  * (comm_op_begin) and fails if it is unusable or broken; then releases it,
