@@ -48,8 +48,8 @@ weftResult_t launch_collective(struct weftComm *comm, const struct weft_plan *pl
                                int record) {
   weftResult_t res = op_begin(comm);
   if (res != weftSuccess) {
-    if (record) trace_set_state(comm->trace, trace_record(comm->trace, plan, 1), TRACE_FAILED, -1, res);
-    else op_refused(comm, &plan->trace_id, 1, res);
+    const uint64_t id = record ? trace_record(comm->trace, plan, 1) : plan->trace_id;
+    op_refused(comm, &id, 1, res);
     return op_end(comm, res);
   }
   struct hang_watch hw;
