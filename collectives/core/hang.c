@@ -488,8 +488,6 @@ weftResult_t hang_watch_end(struct hang_watch *hw, weftResult_t res) {
   if (res != weftSuccess || hw->long_call || hw->stalled_ns > 0) return watch_end_slow(hw, res);
   /* a short call that never stalled: done within the clock's resolution of
    * its start */
-  if (hw->ids == &hw->id) trace_done_quick(comm->trace, hw->id);
-  else
-    for (size_t i = 0; i < hw->nids; i++) trace_done(comm->trace, hw->ids[i], res, 0);
+  for (size_t i = 0; i < hw->nids; i++) trace_done(comm->trace, hw->ids[i], res, 0);
   return res;
 }

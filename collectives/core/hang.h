@@ -82,11 +82,10 @@ void hang_answer_install(struct weftComm *comm);
 void hang_watch_begin(struct hang_watch *hw, struct weftComm *comm, const uint64_t *ids,
                       size_t nids, size_t nbytes, int started);
 /* hang_watch_begin of plan's call, not yet in the trace: it is recorded as
- * started, and watched, once its first slot is posted or its first wait
- * begins (a prelude, wait.h), or by hang_watch_end where neither happened.
- * The record's stores and its clock read then overlap the flight of the
- * call's first stores to its peers, rather than delay them. plan lives
- * until hang_watch_end. */
+ * started, and watched, when the thread's first wait begins (a prelude,
+ * wait.h), or by hang_watch_end where it never waited. The record's stores
+ * and its clock read then overlap the flight of the call's first stores to
+ * its peers, rather than delay them. plan lives until hang_watch_end. */
 void hang_watch_record(struct hang_watch *hw, struct weftComm *comm,
                        const struct weft_plan *plan, size_t nbytes);
 /* Stops watching and marks the calls done with res. A remote failure (a

@@ -57,7 +57,6 @@ struct trace {
   uint64_t next_id;  /* ids given so far */
   uint64_t coll_seq; /* collectives numbered so far */
   uint64_t p2p_seq;  /* sends and receives numbered so far */
-  uint64_t quick_done; /* a call done by trace_done_quick, its slot not finished yet; 0: none */
   int rank;
   int nranks;
   uint64_t job_hash;
@@ -243,10 +242,6 @@ static int slot_read(const struct trace_slot *s, struct trace_call *out) {
 
 uint64_t trace_record(struct trace *t, const struct weft_plan *plan, int starts_now) {
   if (t == NULL) return 0;
-  if (t->quick_done != 0) {
-    trace_done(t, t->quick_done, weftSuccess, 0);
-    __atomic_store_n(&t->quick_done, 0, __ATOMIC_RELEASE); /* after the slot (trace_get) */
-  }
   const uint64_t id = t->next_id + 1;
   const int p2p = plan_is_sendrecv(plan);
   const int64_t now = now_ns();
@@ -320,22 +315,9 @@ void trace_done(struct trace *t, uint64_t id, weftResult_t result, int read_cloc
   __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELEASE);
 }
 
-void trace_done_quick(struct trace *t, uint64_t id) {
-  if (t != NULL) __atomic_store_n(&t->quick_done, id, __ATOMIC_RELEASE);
-}
-
 int trace_get(const struct trace *t, uint64_t id, struct trace_call *out) {
   if (t == NULL || id == 0) return 0;
-  /* quick_done first: a slot read before trace_record finishes it, and a
-   * quick_done read after, would leave the call started */
-  const uint64_t quick = __atomic_load_n(&t->quick_done, __ATOMIC_ACQUIRE);
-  if (!slot_read(&t->ring[id & t->mask], out) || out->id != id) return 0;
-  if (id == quick && out->state == TRACE_STARTED) { /* what trace_done would have stored */
-    out->state = TRACE_COMPLETED;
-    out->t_done_ns = out->t_started_ns;
-    out->result = weftSuccess;
-  }
-  return 1;
+  return slot_read(&t->ring[id & t->mask], out) && out->id == id;
 }
 
 int trace_latest(const struct trace *t, struct trace_call *out, int max) {

@@ -71,10 +71,6 @@ void trace_set_state(struct trace *t, uint64_t id, enum trace_state state, int p
  * with the clock when read_clock, else with its start: a call of a few
  * microseconds (the clock's resolution is milliseconds) saves the read. */
 void trace_done(struct trace *t, uint64_t id, weftResult_t result, int read_clock);
-/* trace_done(t, id, weftSuccess, 0) of the call last recorded as started,
- * in one store: its slot is finished by the next trace_record, and readers
- * see it completed meanwhile. */
-void trace_done_quick(struct trace *t, uint64_t id);
 /* A copy of call id: 1, or 0 when it has left the ring. */
 int trace_get(const struct trace *t, uint64_t id, struct trace_call *out);
 /* The latest calls, newest last, at most max of them: how many. */

@@ -84,10 +84,10 @@ static inline const struct wait_watcher *wait_watcher_set(const struct wait_watc
   return old;
 }
 
-/* Work a call puts off until its first slot is on its way to a peer
- * (collectives/core/hang.c: the call's trace record): the host primitives
- * run it after a post, and a wait as it begins to spin (wait_begin), so that
- * it overlaps the slot's flight; the call runs it itself where neither did.
+/* Work a call puts off until it first waits (collectives/core/hang.c: the
+ * call's trace record): a wait runs it as it begins to spin (wait_begin),
+ * when the call's first stores are on their way to a peer, so that it
+ * overlaps their flight; the call runs it itself where it never waited.
  * Once: the thread's prelude is taken away before it runs. Per thread. */
 struct wait_prelude {
   void (*fn)(void *arg);

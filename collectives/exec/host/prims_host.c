@@ -167,7 +167,6 @@ static void post_filled(struct prims *p, size_t nbytes) {
   c->ctrl->slot_used_nbytes[c->step % c->nslots] = used;
   c->step++;
   __atomic_store_n(&c->ctrl->tail, c->step, __ATOMIC_RELEASE);
-  wait_prelude_run(); /* the call's deferred work, while the slot travels */
 }
 
 static void post_drained(struct weft_conn *c) {

@@ -127,7 +127,6 @@ static void ll_out_end(struct ll_out *o) {
                    (uint32_t)(o->nwords * 8) | PRIMS_LL_USED_MARK, __ATOMIC_RELEASE);
   c->step++;
   __atomic_store_n(&c->ctrl->tail, c->step, __ATOMIC_RELEASE);
-  wait_prelude_run(); /* the call's deferred work, while the slot travels */
 }
 
 /* --- receiving ---------------------------------------------------------- */

@@ -42,7 +42,6 @@ void peer_send_post(struct weft_conn *conn, size_t nbytes) {
   conn->ctrl->slot_used_nbytes[conn->step % conn->nslots] = (uint32_t)nbytes;
   conn->step++;
   __atomic_store_n(&conn->ctrl->tail, conn->step, __ATOMIC_RELEASE);
-  wait_prelude_run(); /* the call's deferred work, while the slot travels */
 }
 
 void peer_send_post_signed(struct weft_conn *conn, size_t nbytes,
@@ -57,7 +56,6 @@ void peer_send_post_signed(struct weft_conn *conn, size_t nbytes,
       (uint32_t)(nbytes + sizeof keyed) | PRIMS_USED_SIGNED;
   conn->step++;
   __atomic_store_n(&conn->ctrl->tail, conn->step, __ATOMIC_RELEASE);
-  wait_prelude_run(); /* the call's deferred work, while the slot travels */
 }
 
 void peer_slot_signature(struct signature_packed *out, const char *at, uint64_t step) {
