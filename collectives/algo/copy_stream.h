@@ -12,7 +12,7 @@ extern struct weft_param copy_stream_params[];
 
 /* From what size of each rank's output a call's copies go past the caches:
  * where all nranks ranks' outputs together no longer fit in the last-level
- * cache (WEFT_CMA_STREAM_NBYTES overrides). */
+ * cache, counted at 32 MiB at most (WEFT_CMA_STREAM_NBYTES overrides). */
 size_t copy_stream_min_nbytes(int nranks);
 
 #endif
