@@ -292,6 +292,7 @@ static void comm_free(struct weftComm *comm) {
   free(comm->peers);
   comm_states_destroy(comm);
   free(comm);
+  weft_memo_invalidate(); /* the address may be another comm's next */
   if (failed) bootstrap_sweep_dead(); /* a peer that died may have left names behind */
 }
 

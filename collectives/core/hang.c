@@ -478,11 +478,17 @@ weftResult_t hang_watch_end(struct hang_watch *hw, weftResult_t res) {
   struct weftComm *comm = hw->comm;
   if (comm == NULL) return res;
   if (hw->prelude.arg == hw) {
-    /* hang_watch_record's: taken away whether it ran or not; recorded now
-     * where no wait ran it */
+    /* hang_watch_record's: taken away whether it ran or not */
     wait_prelude_set(hw->outer_prelude);
     hw->prelude.arg = NULL;
-    if (hw->record != NULL) watch_record(hw);
+    if (hw->record != NULL && res == weftSuccess) {
+      /* it never waited, and succeeded: recorded done at once, with no
+       * watch to install and take away */
+      trace_record_done(comm->trace, hw->record, res);
+      hw->record = NULL;
+      return res;
+    }
+    if (hw->record != NULL) watch_record(hw); /* recorded now, to fail below */
   }
   wait_watcher_set(hw->outer);
   if (res != weftSuccess || hw->long_call || hw->stalled_ns > 0) return watch_end_slow(hw, res);

@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -240,38 +241,67 @@ static int slot_read(const struct trace_slot *s, struct trace_call *out) {
 /* Stores field f of call c whole (relaxed): for the readers' seqlock. */
 #define CALL_SET(c, f, v) __atomic_store_n(&(c)->f, (v), __ATOMIC_RELAXED)
 
-uint64_t trace_record(struct trace *t, const struct weft_plan *plan, int starts_now) {
-  if (t == NULL) return 0;
+/* Two neighbouring 32-bit fields of c, from first on (8-byte aligned), as
+ * one whole 64-bit store: the readers load words of 8 bytes (slot_read),
+ * so the pair is never seen half written. */
+union call_pair {
+  int32_t v[2];
+  uint64_t w;
+};
+#define CALL_SET2(c, first, lo, hi)                                                        \
+  __atomic_store_n((uint64_t *)(void *)&(c)->first,                                       \
+                   ((union call_pair){.v = {(int32_t)(lo), (int32_t)(hi)}}).w, __ATOMIC_RELAXED)
+_Static_assert(offsetof(struct trace_call, coll) % 8 == 0 &&
+                   offsetof(struct trace_call, datatype) == offsetof(struct trace_call, coll) + 4 &&
+                   offsetof(struct trace_call, root) == offsetof(struct trace_call, op) + 4 &&
+                   offsetof(struct trace_call, waiting_on) ==
+                       offsetof(struct trace_call, state) + 4 &&
+                   offsetof(struct trace_call, proto) == offsetof(struct trace_call, algo) + 4 &&
+                   offsetof(struct trace_call, result) == offsetof(struct trace_call, nranks) + 4,
+               "CALL_SET2's pairs are neighbours, each pair 8-byte aligned");
+
+/* Writes plan's call into the next slot, in state, with its times and
+ * result; returns its id. The fields go in pairs into the slot: a whole
+ * struct built first and copied would be stored and loaded back at once
+ * (stalls worth a tenth of an 8-byte all-reduce). */
+static inline uint64_t slot_write(struct trace *t, const struct weft_plan *plan,
+                                  enum trace_state state, int64_t created, int64_t started,
+                                  int64_t done, weftResult_t result) {
   const uint64_t id = t->next_id + 1;
   const int p2p = plan_is_sendrecv(plan);
-  const int64_t now = now_ns();
   struct trace_slot *s = &t->ring[id & t->mask];
   struct trace_call *c = &s->call;
-  /* field by field into the slot: a whole struct built first and copied
-   * would be stored and loaded back at once (stalls worth a tenth of an
-   * 8-byte all-reduce) */
   __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELAXED); /* odd: being written */
   __atomic_thread_fence(__ATOMIC_RELEASE);
   CALL_SET(c, id, id);
   CALL_SET(c, seq, p2p ? ++t->p2p_seq : ++t->coll_seq);
   CALL_SET(c, count, (uint64_t)plan->count);
-  CALL_SET(c, t_created_ns, now);
-  CALL_SET(c, t_started_ns, starts_now ? now : 0);
-  CALL_SET(c, t_done_ns, 0);
-  CALL_SET(c, coll, (int32_t)plan->coll);
-  CALL_SET(c, datatype, (int32_t)plan->datatype);
-  CALL_SET(c, op, (int32_t)plan->op);
-  CALL_SET(c, root,
-           (p2p || plan->coll == COLL_BROADCAST || plan->coll == COLL_REDUCE) ? plan->root : -1);
-  CALL_SET(c, state, starts_now ? TRACE_STARTED : TRACE_SCHEDULED);
-  CALL_SET(c, waiting_on, -1);
-  CALL_SET(c, algo, (int32_t)plan->algo);
-  CALL_SET(c, proto, (int32_t)plan->proto);
-  CALL_SET(c, nranks, t->nranks);
-  CALL_SET(c, result, weftSuccess);
+  CALL_SET(c, t_created_ns, created);
+  CALL_SET(c, t_started_ns, started);
+  CALL_SET(c, t_done_ns, done);
+  CALL_SET2(c, coll, plan->coll, plan->datatype);
+  CALL_SET2(c, op, plan->op,
+            (p2p || plan->coll == COLL_BROADCAST || plan->coll == COLL_REDUCE) ? plan->root : -1);
+  CALL_SET2(c, state, state, -1); /* waiting on nobody */
+  CALL_SET2(c, algo, plan->algo, plan->proto);
+  CALL_SET2(c, nranks, t->nranks, result);
   __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELEASE);
   __atomic_store_n(&t->next_id, id, __ATOMIC_RELEASE); /* readers see it whole */
   return id;
+}
+
+uint64_t trace_record(struct trace *t, const struct weft_plan *plan, int starts_now) {
+  if (t == NULL) return 0;
+  const int64_t now = now_ns();
+  return slot_write(t, plan, starts_now ? TRACE_STARTED : TRACE_SCHEDULED, now,
+                    starts_now ? now : 0, 0, weftSuccess);
+}
+
+uint64_t trace_record_done(struct trace *t, const struct weft_plan *plan, weftResult_t result) {
+  if (t == NULL) return 0;
+  const int64_t now = now_ns();
+  return slot_write(t, plan, result == weftSuccess ? TRACE_COMPLETED : TRACE_FAILED, now, now,
+                    now, result);
 }
 
 void trace_set_state(struct trace *t, uint64_t id, enum trace_state state, int peer,

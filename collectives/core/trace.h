@@ -63,6 +63,10 @@ void trace_destroy(struct trace *t);
 /* Records plan's call as scheduled, or as started when it starts_now (on
  * the calling thread, at once): returns its id (0 without a trace). */
 uint64_t trace_record(struct trace *t, const struct weft_plan *plan, int starts_now);
+/* Records plan's call as started and done with result at once: a call
+ * that ran on the calling thread and never waited (its times are one clock
+ * read). Returns its id (0 without a trace). */
+uint64_t trace_record_done(struct trace *t, const struct weft_plan *plan, weftResult_t result);
 /* The call id enters state; `peer` is the rank it waits on for TRACE_WAITING,
  * result its result for TRACE_COMPLETED and TRACE_FAILED. */
 void trace_set_state(struct trace *t, uint64_t id, enum trace_state state, int peer,

@@ -316,8 +316,8 @@ static int tuner_memo_matches(const struct tuner_memo *m, const struct weftComm 
          m->oversubscribed == comm->oversubscribed_hold;
 }
 
-void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
-  if (plan_is_sendrecv(plan)) return;
+int plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
+  if (plan_is_sendrecv(plan)) return 0;
   struct tuner_rules fallback;
   const struct tuner_rules *r = tuner_rules_get(&fallback);
   size_t nbytes = plan->count * plan_type_size(plan->datatype);
@@ -346,7 +346,7 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
         }
       }
     plan->nchannels = 1; /* the launch spreads the ring or trees over the comm's channels */
-    return;
+    return 0;
   }
   const size_t cma_min = cma_min_nbytes(), bulk_min = bulk_min_nbytes();
   struct tuner_memo *m = &tuner_memo;
@@ -356,19 +356,19 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
     plan->algo = m->algo;
     plan->proto = m->proto;
     plan->nchannels = 1;
-    return;
+    return 1;
   }
   const int cma_refused = tuner_whole_refused(plan, r, nbytes, ALGO_CMA, cma_min);
   if (!cma_refused && tuner_whole_possible(comm, ALGO_CMA)) {
     plan->algo = ALGO_CMA;
     plan->nchannels = 1;
-    return;
+    return 0;
   }
   const int bulk_refused = tuner_whole_refused(plan, r, nbytes, ALGO_BULK, bulk_min);
   if (!bulk_refused && tuner_whole_possible(comm, ALGO_BULK)) {
     plan->algo = ALGO_BULK;
     plan->nchannels = comm->nchannels; /* chunks spread over them */
-    return;
+    return 0;
   }
   plan->nchannels = 1; /* the host executor runs a pipeline on one channel */
   for (int a = 0; a < ALGO_CMA; a++) { /* cma and bulk: not pipelines, not in the cost model */
@@ -392,6 +392,7 @@ void plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
                              .cma_min_nbytes = cma_min, .bulk_min_nbytes = bulk_min,
                              .cma_refused = cma_refused, .bulk_refused = bulk_refused,
                              .algo = plan->algo, .proto = plan->proto};
+  return r != &fallback;
 }
 
 double plan_estimate_us(const struct weftComm *comm, const struct weft_plan *plan) {

@@ -8,8 +8,14 @@
 #include "../core/plan.h"
 
 /* Chooses algorithm, protocol and channels for plan (its call fields set),
- * within what WEFT_ALGO and WEFT_PROTO allow. */
-void plan_tune(const struct weftComm *comm, struct weft_plan *plan);
+ * within what WEFT_ALGO and WEFT_PROTO allow. Returns 1 when the pick is a
+ * pipelined algorithm on host memory: a call of the same arguments on comm
+ * then gets the same pick until weft_memo_epoch moves (single copy and bulk,
+ * where they were not refused by size or setting, were impossible, which a
+ * live comm's transports never undo: its connections stay as made, and a
+ * kernel that refused cross-memory attach refuses for good); 0 for single
+ * copy, bulk and device memory. */
+int plan_tune(const struct weftComm *comm, struct weft_plan *plan);
 /* The cost model's time for a tuned plan, in microseconds (weftGroupSimulateEnd). */
 double plan_estimate_us(const struct weftComm *comm, const struct weft_plan *plan);
 const char *tuner_algo_name(int algo);

@@ -6,6 +6,8 @@
 #include "env.h"
 #include "log.h"
 
+uint64_t weft_memo_epoch;
+
 /* A value found not to be an integer is said once, on the load that found it. */
 void param_load_warn(struct weft_param *p) {
   const char *ignored = param_load(p);
@@ -33,6 +35,7 @@ void param_tables_reset(struct weft_param *const *tables) {
     for (struct weft_param *p = *tables; p->name != NULL; p++)
       __atomic_store_n(&p->loaded, 0, __ATOMIC_RELEASE);
   weft_log_level_now = -1;
+  weft_memo_invalidate();
 }
 
 void param_tables_print(struct weft_param *const *tables, FILE *out) {

@@ -28,6 +28,17 @@ static inline const char *param_str(struct weft_param *p) {
   if (__builtin_expect(!__atomic_load_n(&p->loaded, __ATOMIC_ACQUIRE), 0)) param_load_warn(p);
   return p->sval;
 }
+/* Counts the events after which a call's memo (collectives/api/enqueue.c)
+ * no longer holds: a reset of the cached values (param_tables_reset) and a
+ * communicator freed (its address may come back as another's). */
+extern uint64_t weft_memo_epoch;
+static inline uint64_t weft_memo_epoch_get(void) {
+  return __atomic_load_n(&weft_memo_epoch, __ATOMIC_ACQUIRE);
+}
+static inline void weft_memo_invalidate(void) {
+  __atomic_add_fetch(&weft_memo_epoch, 1, __ATOMIC_ACQ_REL);
+}
+
 /* param_int, refused when out of p's range (PARAM_RANGE_ERROR): returns
  * weftInvalidArgument and the message "NAME=VALUE: must be MIN to MAX". */
 weftResult_t param_int_checked(struct weft_param *p, int64_t *value_out);
