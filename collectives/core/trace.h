@@ -7,6 +7,7 @@
 #ifndef WEFT_TRACE_H
 #define WEFT_TRACE_H
 
+#include <assert.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -50,7 +51,7 @@ struct trace_call {
   int32_t nranks;          /* the communicator's */
   int32_t result;          /* weftResult_t once done */
 };
-_Static_assert(sizeof(struct trace_call) == 88, "trace_call has no hidden padding");
+static_assert(sizeof(struct trace_call) == 88, "trace_call has no hidden padding");
 
 struct trace;
 

@@ -17,7 +17,10 @@
 
 extern "C" {
 #include "collectives/api/config.h"
+#include "collectives/core/comm.h"
 #include "collectives/core/params.h"
+#include "collectives/core/trace.h"
+#include "transport/base/param.h"
 #include "transport/base/wait.h"
 }
 
@@ -151,6 +154,81 @@ TEST(Threads, TunerRulesFromConcurrentThreads) {
     }, opts);
     EXPECT_EQ(status[0], 0) << "WEFT_ALGO=" << spec;
   }
+}
+
+// A thread's calls of the same arguments again skip the checks and the
+// tuner (enqueue.c's memo). What they depend on still counts: a settings
+// reset changes the pick of the next such call, a freed comm forgets it,
+// and a call after a refusal is checked again. Every call's result is
+// checked against the reduction of random inputs, into a poisoned output.
+TEST(Threads, RepeatedCallsFollowSettingsAndComms) {
+  weft_test::RunOptions opts;
+  opts.env = {{"WEFT_ALGO", ""}};
+  auto status = weft_test::run_ranks(2, [&](const weft_test::RankCtx &ctx) {
+    weftComm_t comm;
+    FAIL_IF(weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess, "init: %s",
+            weftGetLastError(nullptr));
+    const uint64_t seed = test_seed() + 17;
+    printf("seed %llu\n", (unsigned long long)seed);
+    for (const size_t count : {2ul, 5ul}) {
+      std::vector<std::vector<uint8_t>> inputs;
+      for (int r = 0; r < ctx.nranks; r++)
+        inputs.push_back(make_input(weftFloat32, weftSum, count, seed + count, r));
+      std::vector<uint8_t> out(count * 4);
+      // the algorithm of comm's last call, from its trace
+      auto last_algo = [](weftComm_t c) {
+        struct trace_call call;
+        return trace_latest(((struct weftComm *)c)->trace, &call, 1) == 1 ? call.algo : -1;
+      };
+      auto calls = [&](weftComm_t c, int times, const char *when) {
+        for (int i = 0; i < times; i++) {
+          std::fill(out.begin(), out.end(), 0xff);  // NaN
+          FAIL_IF(weftAllReduce(inputs[ctx.rank].data(), out.data(), count, weftFloat32,
+                                weftSum, c, nullptr) != weftSuccess,
+                  "%s: call %d: %s", when, i, weftGetLastError(c));
+          std::string why;
+          FAIL_IF(!check_reduction(weftFloat32, weftSum, inputs, out.data(), count, &why),
+                  "%s: call %d of %zu elements: %s", when, i, count, why.c_str());
+        }
+        return 0;
+      };
+      TRY_RC(calls(comm, 3, "default settings"));
+      const int picked = last_algo(comm);
+      FAIL_IF(picked == ALGO_RING || picked < 0, "%zu elements took algorithm %d", count, picked);
+      setenv("WEFT_ALGO", "ring", 1);
+      weft_params_reset();
+      TRY_RC(calls(comm, 3, "WEFT_ALGO=ring"));
+      FAIL_IF(last_algo(comm) != ALGO_RING, "after WEFT_ALGO=ring and a reset: algorithm %d",
+              last_algo(comm));
+      setenv("WEFT_ALGO", "", 1);
+      weft_params_reset();
+      TRY_RC(calls(comm, 2, "settings back"));
+      FAIL_IF(last_algo(comm) != picked, "settings back: algorithm %d, not %d",
+              last_algo(comm), picked);
+      // a refused call between two of the same arguments
+      FAIL_IF(weftAllReduce(inputs[ctx.rank].data(), out.data(), count, (weftDataType_t)99,
+                            weftSum, comm, nullptr) != weftInvalidArgument,
+              "a bad datatype was not refused");
+      TRY_RC(calls(comm, 2, "after a refusal"));
+    }
+    // a comm freed: the memo's comm may come back as another's address
+    weftComm_t other;
+    FAIL_IF(weftCommSplit(comm, 0, ctx.rank, &other, nullptr) != weftSuccess, "split: %s",
+            weftGetLastError(comm));
+    const uint64_t epoch = weft_memo_epoch_get();
+    FAIL_IF(weftCommDestroy(comm) != weftSuccess, "destroy");
+    FAIL_IF(weft_memo_epoch_get() == epoch, "a freed comm left the memo's epoch as it was");
+    std::vector<float> in(2, (float)ctx.rank + 1.0f), res(2, -1.0f);
+    for (int i = 0; i < 3; i++) {
+      FAIL_IF(weftAllReduce(in.data(), res.data(), 2, weftFloat32, weftSum, other, nullptr) !=
+                  weftSuccess, "on the split comm: %s", weftGetLastError(other));
+      FAIL_IF(res[0] != 3.0f || res[1] != 3.0f, "on the split comm: %g %g", res[0], res[1]);
+    }
+    FAIL_IF(weftCommDestroy(other) != weftSuccess, "destroy");
+    return 0;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
 }
 
 // One thread reads the async error while the thread in a collective records
