@@ -15,6 +15,7 @@
  * data's cache line where the piece is small: every rank checks its
  * partners' call against its own as the data arrives, at no extra step
  * (peer_recv_signed_wait). */
+#include <stdint.h>
 #include <string.h>
 
 #include "../../transport/base/status.h"
@@ -37,12 +38,34 @@ static weftResult_t rd_connect(struct weftComm *comm, int pow2) {
   return peer_connect(comm, peers, npeers);
 }
 
+/* memcpy of n bytes, inline up to 16: the calls this algorithm is for move
+ * a few bytes, where the library's copy costs more than the bytes. */
+static inline void rd_copy(void *dst, const void *src, size_t n) {
+  if (n > 16) {
+    memcpy(dst, src, n);
+  } else if (n >= 8) { /* two words that overlap where n < 16 */
+    uint64_t a, b;
+    memcpy(&a, src, 8);
+    memcpy(&b, (const char *)src + n - 8, 8);
+    memcpy(dst, &a, 8);
+    memcpy((char *)dst + n - 8, &b, 8);
+  } else if (n >= 4) {
+    uint32_t a, b;
+    memcpy(&a, src, 4);
+    memcpy(&b, (const char *)src + n - 4, 4);
+    memcpy(dst, &a, 4);
+    memcpy((char *)dst + n - 4, &b, 4);
+  } else {
+    for (size_t i = 0; i < n; i++) ((char *)dst)[i] = ((const char *)src)[i];
+  }
+}
+
 /* One slot of nbytes from src to conn, followed by sig unless NULL. */
 static weftResult_t rd_send(struct weftComm *comm, struct weft_conn *conn, const void *src,
                             size_t nbytes, const struct signature_packed *sig) {
   char *out;
   WEFT_TRY(peer_send_wait(comm, conn, &out));
-  memcpy(out, src, nbytes);
+  rd_copy(out, src, nbytes);
   if (sig != NULL) peer_send_post_signed(conn, nbytes, sig);
   else peer_send_post(conn, nbytes);
   return weftSuccess;
@@ -76,7 +99,7 @@ weftResult_t rd_allreduce(struct weftComm *comm, struct weft_channel *ch,
   (void)ch; /* the exchanges use point-to-point connections, not the ring's */
   if (count == 0) return weftSuccess;
   const weft_reduce_fn reduce = reduce_host_fn(plan->datatype, plan->op);
-  const size_t esize = weftTypeSize(plan->datatype);
+  const size_t esize = plan_type_size(plan->datatype);
   const int divisor = plan->op == weftAvg ? comm->nranks : 1; /* the last exchange's */
   const char *src = (const char *)plan->sendbuf + offset * esize;
   char *dst = (char *)plan->recvbuf + offset * esize;
@@ -96,6 +119,18 @@ weftResult_t rd_allreduce(struct weftComm *comm, struct weft_channel *ch,
    * 64-byte aligned where the slot allows; a call that fits in one piece (the
    * small ones this algorithm is for) needs no division */
   const size_t first_room = comm->slot_nbytes - (WEFT_SLOT_SIGNATURE ? sizeof signature : 0);
+  if (extra == 0 && count * esize <= first_room) {
+    /* the whole call in one piece on a power of two of ranks (the small
+     * calls this algorithm is for): the exchanges alone */
+    const struct signature_packed *sig = WEFT_SLOT_SIGNATURE ? &signature : NULL;
+    const char *acc = src;
+    for (int mask = 1; mask < pow2; mask <<= 1) {
+      WEFT_TRY(rd_exchange(comm, reduce, esize, rank ^ mask, acc, dst, count,
+                           mask * 2 == pow2 ? divisor : 1, sig));
+      acc = dst;
+    }
+    return weftSuccess;
+  }
   for (size_t base = 0; base < count;) {
     const struct signature_packed *sig = WEFT_SLOT_SIGNATURE && base == 0 ? &signature : NULL;
     size_t n = count - base;

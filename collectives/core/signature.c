@@ -185,21 +185,14 @@ void signature_init(struct signature *sig, const struct weft_plan *plan, uint64_
                             .op = (int32_t)plan->op, .root = (int32_t)plan->root};
 }
 
-void signature_pack(struct signature_packed *out, const struct weft_plan *plan) {
-  *out = (struct signature_packed){.count = (uint64_t)plan->count, .root = (int32_t)plan->root,
-                                   .coll = (uint8_t)plan->coll,
-                                   .datatype = (uint8_t)plan->datatype,
-                                   .op = (uint8_t)plan->op, .magic = SIGNATURE_PACKED_MAGIC};
-}
-
 void signature_unpack(struct signature *out, const struct signature_packed *in) {
   *out = (struct signature){
       .magic = in->magic == SIGNATURE_PACKED_MAGIC ? SIGNATURE_MAGIC : 0, .coll = in->coll,
       .count = in->count, .datatype = in->datatype, .op = in->op, .root = in->root};
 }
 
-weftResult_t signature_agree(struct weftComm *comm, const struct weft_plan *plan) {
-  if (param_int(&coll_params[P_CHECK]) == 0 || !coll_is_compared(plan->coll)) return weftSuccess;
+weftResult_t signature_agree_checked(struct weftComm *comm, const struct weft_plan *plan) {
+  if (!coll_is_compared(plan->coll)) return weftSuccess;
   const uint64_t seq = ++comm->signature_seq;
   if (comm->nranks == 1) return weftSuccess;
   const int n = comm->nranks;

@@ -16,8 +16,9 @@
 #endif
 
 #include "../../include/weft.h"
-
-struct weft_plan;
+#include "../../transport/base/param.h"
+#include "params.h"
+#include "plan.h"
 
 #define SIGNATURE_MAGIC 0x77636b73u /* "wcks" */
 
@@ -76,7 +77,12 @@ static inline void signature_packed_keyed(struct signature_packed *out,
 }
 
 /* The packed signature of plan's call. */
-void signature_pack(struct signature_packed *out, const struct weft_plan *plan);
+static inline void signature_pack(struct signature_packed *out, const struct weft_plan *plan) {
+  *out = (struct signature_packed){.count = (uint64_t)plan->count, .root = (int32_t)plan->root,
+                                   .coll = (uint8_t)plan->coll,
+                                   .datatype = (uint8_t)plan->datatype,
+                                   .op = (uint8_t)plan->op, .magic = SIGNATURE_PACKED_MAGIC};
+}
 /* The full form of a packed signature (seq 0), for signature_compare_ranks; magic
  * is SIGNATURE_MAGIC only where the packed one's is SIGNATURE_PACKED_MAGIC. */
 void signature_unpack(struct signature *out, const struct signature_packed *in);
@@ -111,6 +117,11 @@ struct weftComm;
  * not all match. Blocks until every rank has called it
  * or the timeout. Otherwise, and for sends and receives, returns weftSuccess
  * at once, with no traffic. */
-weftResult_t signature_agree(struct weftComm *comm, const struct weft_plan *plan);
+weftResult_t signature_agree_checked(struct weftComm *comm, const struct weft_plan *plan);
+/* signature_agree's answer without WEFT_CHECK, inline: one load. */
+static inline weftResult_t signature_agree(struct weftComm *comm, const struct weft_plan *plan) {
+  if (__builtin_expect(param_int(&coll_params[P_CHECK]) == 0, 1)) return weftSuccess;
+  return signature_agree_checked(comm, plan);
+}
 
 #endif

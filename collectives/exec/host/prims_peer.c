@@ -12,12 +12,8 @@
 #include "prims_ll.h"
 #include "prims_peer.h"
 
-weftResult_t peer_connect(struct weftComm *comm, const int *peers, int npeers) {
-  int missing = 0;
-  for (int i = 0; i < npeers; i++)
-    missing |= comm->send_conns[peers[i]].transport == NULL ||
-               comm->recv_conns[peers[i]].transport == NULL;
-  return missing ? sendrecv_connect_peers(comm, peers, npeers, peers, npeers) : weftSuccess;
+weftResult_t peer_connect_missing(struct weftComm *comm, const int *peers, int npeers) {
+  return sendrecv_connect_peers(comm, peers, npeers, peers, npeers);
 }
 
 static char *conn_slot(const struct weft_conn *c) {

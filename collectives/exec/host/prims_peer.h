@@ -19,7 +19,14 @@
 /* Connects this rank both ways with each of peers (to and from), where not
  * connected yet. Collective among the peers: each pair must both ask, in any
  * order. Blocks until connected or the timeout passes. */
-weftResult_t peer_connect(struct weftComm *comm, const int *peers, int npeers);
+weftResult_t peer_connect_missing(struct weftComm *comm, const int *peers, int npeers);
+static inline weftResult_t peer_connect(struct weftComm *comm, const int *peers, int npeers) {
+  int missing = 0;
+  for (int i = 0; i < npeers; i++)
+    missing |= comm->send_conns[peers[i]].transport == NULL ||
+               comm->recv_conns[peers[i]].transport == NULL;
+  return missing ? peer_connect_missing(comm, peers, npeers) : weftSuccess;
+}
 
 /* Waits until the next slot of conn's FIFO is free; *slot_out points to it.
  * Blocks (bounded). Calling it again before peer_send_post returns the same
