@@ -21,6 +21,7 @@
 #include "../../transport/base/status.h"
 #include "../core/signature.h"
 #include "../core/plan.h"
+#include "../exec/host/prims.h"
 #include "../exec/host/prims_peer.h"
 #include "../reduce/reduce_host.h"
 #include "algo.h"
@@ -79,25 +80,57 @@ static weftResult_t rd_recv_wait(struct weftComm *comm, struct weft_conn *conn, 
   return peer_recv_signed_wait(comm, conn, nbytes + sizeof *sig, sig, 1, in_out);
 }
 
-/* One exchange with partner: sends acc, then dst = low op high. */
+/* One exchange with partner: sends acc, then dst = low op high. Where
+ * the slot is free and the partner's signed slot is already there (the
+ * later rank of a pair finds it so), neither wait is entered. */
 static weftResult_t rd_exchange(struct weftComm *comm, weft_reduce_fn reduce, size_t esize,
                                 int partner, const char *acc, char *dst, size_t n, int divisor,
                                 const struct signature_packed *sig) {
   const size_t nbytes = n * esize;
   struct weft_conn *to = &comm->send_conns[partner], *from = &comm->recv_conns[partner];
   const char *in;
-  WEFT_TRY(rd_send(comm, to, acc, nbytes, sig));
-  WEFT_TRY(rd_recv_wait(comm, from, nbytes, sig, &in));
+  if (sig != NULL && conn_send_ready(to)) {
+    rd_copy(peer_slot(to), acc, nbytes);
+    peer_send_post_signed(to, nbytes, sig);
+  } else {
+    WEFT_TRY(rd_send(comm, to, acc, nbytes, sig));
+  }
+  struct signature_packed keyed;
+  if (sig != NULL) signature_packed_keyed(&keyed, sig, from->step);
+  if (sig != NULL && (from->transport->caps & TRANSPORT_CAP_HOST_MEMORY) &&
+      nbytes + sizeof keyed <= from->slot_nbytes &&
+      prims_slot_signed(peer_slot(from) + nbytes, &keyed))
+    in = peer_slot(from);
+  else
+    WEFT_TRY(rd_recv_wait(comm, from, nbytes, sig, &in));
   if (comm->rank < partner) reduce(dst, NULL, acc, in, n, divisor);
   else reduce(dst, NULL, in, acc, n, divisor);
   peer_recv_done(from);
   return weftSuccess;
 }
 
+/* Two ranks, the call in one piece: its one exchange. */
+static weftResult_t rd_pair(struct weftComm *comm, const struct weft_plan *plan, size_t offset,
+                            size_t count, size_t esize) {
+  const int partner = comm->rank ^ 1;
+  if (comm->send_conns[partner].transport == NULL || comm->recv_conns[partner].transport == NULL)
+    WEFT_TRY(peer_connect_missing(comm, &partner, 1));
+  struct signature_packed signature;
+  signature_pack(&signature, plan);
+  const char *src = (const char *)plan->sendbuf + offset * esize;
+  char *dst = (char *)plan->recvbuf + offset * esize;
+  return rd_exchange(comm, reduce_host_fn(plan->datatype, plan->op), esize, partner, src, dst,
+                     count, plan->op == weftAvg ? 2 : 1, &signature);
+}
+
 weftResult_t rd_allreduce(struct weftComm *comm, struct weft_channel *ch,
                           const struct weft_plan *plan, size_t offset, size_t count) {
   (void)ch; /* the exchanges use point-to-point connections, not the ring's */
   if (count == 0) return weftSuccess;
+  if (comm->nranks == 2 && WEFT_SLOT_SIGNATURE &&
+      count * plan_type_size(plan->datatype) + sizeof(struct signature_packed) <=
+          comm->slot_nbytes)
+    return rd_pair(comm, plan, offset, count, plan_type_size(plan->datatype));
   const weft_reduce_fn reduce = reduce_host_fn(plan->datatype, plan->op);
   const size_t esize = plan_type_size(plan->datatype);
   const int divisor = plan->op == weftAvg ? comm->nranks : 1; /* the last exchange's */

@@ -35,6 +35,7 @@
  * LL saves nothing there, but the results are the same. */
 #include <stdalign.h>
 #include <stdint.h>
+#include <sched.h>
 #include <string.h>
 
 #include "../../../transport/base/status.h"
@@ -297,6 +298,10 @@ static size_t ll_in_nbytes(const struct prims *p, size_t nbytes) {
   return p->sig_recv ? (nbytes + 3) / 4 * 4 + sizeof(struct signature_packed) : nbytes;
 }
 
+/* How long a mismatched first slot is waited for to be finished (its
+ * signature read): the sender stores its words back to back. */
+#define LL_MISMATCH_SLOT_WAIT_NS 20000000ull
+
 /* The first slot does not hold this call's data and signature as this rank
  * expects (res: how taking it failed): names what differs where the
  * sender's finished slot ends in its signature, and breaks the comm. */
@@ -309,6 +314,13 @@ __attribute__((noinline, cold)) static weftResult_t ll_sig_mismatch(struct ll_in
   struct signature mine, theirs;
   signature_unpack(&mine, p->sig);
   memset(&theirs, 0, sizeof theirs);
+  /* the sender moves tail once the slot's last word is stored: a slot seen
+   * wrong while its words still arrive is waited for a little, so that the
+   * signature it ends in names what differs */
+  const uint64_t give_up_ns = clock_ns() + LL_MISMATCH_SLOT_WAIT_NS;
+  while (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) <= c->step &&
+         __atomic_load_n(&c->ctrl->poison, __ATOMIC_ACQUIRE) == 0 && clock_ns() < give_up_ns)
+    sched_yield();
   if (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) > c->step) {
     const uint32_t used = c->ctrl->slot_used_nbytes[c->step % c->nslots];
     const size_t nwords = (used & PRIMS_USED_NBYTES_MASK) / 8;

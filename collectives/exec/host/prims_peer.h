@@ -32,6 +32,11 @@ static inline weftResult_t peer_connect(struct weftComm *comm, const int *peers,
  * Blocks (bounded). Calling it again before peer_send_post returns the same
  * slot. */
 weftResult_t peer_send_wait(struct weftComm *comm, struct weft_conn *conn, char **slot_out);
+/* The slot at conn->step. */
+static inline char *peer_slot(const struct weft_conn *conn) {
+  return conn->slots + (conn->step % conn->nslots) * conn->slot_nbytes;
+}
+
 /* Hands the slot from peer_send_wait, filled with nbytes, to the receiver. */
 void peer_send_post(struct weft_conn *conn, size_t nbytes);
 struct signature_packed;
