@@ -99,10 +99,18 @@ static weftResult_t rd_exchange(struct weftComm *comm, weft_reduce_fn reduce, si
   if (sig != NULL) signature_packed_keyed(&keyed, sig, from->step);
   if (sig != NULL && (from->transport->caps & TRANSPORT_CAP_HOST_MEMORY) &&
       nbytes + sizeof keyed <= from->slot_nbytes &&
-      prims_slot_signed(peer_slot(from) + nbytes, &keyed))
+      prims_slot_signed(peer_slot(from) + nbytes, &keyed)) {
     in = peer_slot(from);
-  else
+    /* the partner posted this call's slot after its calls before this one,
+     * which drained every slot this rank had sent it before: credits known
+     * without loading the head the partner writes on every slot (a
+     * cache-line transfer every nslots - 1 calls). Shared memory only: a
+     * proxy frees the sender's slots as it sends them. */
+    if ((to->transport->caps & TRANSPORT_CAP_HOST_MEMORY) && to->step - 1 > to->head_seen)
+      to->head_seen = to->step - 1;
+  } else {
     WEFT_TRY(rd_recv_wait(comm, from, nbytes, sig, &in));
+  }
   if (comm->rank < partner) reduce(dst, NULL, acc, in, n, divisor);
   else reduce(dst, NULL, in, acc, n, divisor);
   peer_recv_done(from);
