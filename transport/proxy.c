@@ -71,7 +71,7 @@ void proxy_fifo_free(struct proxy_conn *c) {
 }
 
 int proxy_conn_slot_used(struct proxy_conn *c, uint64_t step, uint32_t *used_out) {
-  uint32_t used = c->ctrl->slot_used_nbytes[step % c->nslots];
+  uint32_t used = c->ctrl->slot_used_nbytes[slot_index(step, c->nslots)];
   if ((used & PROXY_USED_NBYTES_MASK) > c->slot_nbytes) {
     proxy_conn_fail(c, "a slot claims more bytes than it holds", NULL);
     return -1;

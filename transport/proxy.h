@@ -171,7 +171,7 @@ weftResult_t proxy_fifo_alloc(struct proxy_conn *c, uint32_t nslots, size_t slot
 void proxy_fifo_free(struct proxy_conn *c);
 
 static inline char *proxy_slot(const struct proxy_conn *c, uint64_t step) {
-  return c->slots + (size_t)(step % c->nslots) * c->slot_nbytes;
+  return c->slots + (size_t)slot_index(step, c->nslots) * c->slot_nbytes;
 }
 
 /* Sender: the slots the rank has filled. */
@@ -190,7 +190,7 @@ int proxy_conn_slot_used(struct proxy_conn *c, uint64_t step, uint32_t *used_out
 
 /* Receiver: records the used word of the slot `step` that arrived. */
 static inline void proxy_conn_slot_set_used(struct proxy_conn *c, uint64_t step, uint32_t used) {
-  c->ctrl->slot_used_nbytes[step % c->nslots] = used;
+  c->ctrl->slot_used_nbytes[slot_index(step, c->nslots)] = used;
 }
 
 /* Sender: the rank may fill slots up to head + nslots (the credits). Receiver:

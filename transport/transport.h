@@ -58,6 +58,14 @@ struct weft_conn {
   const struct proxy_fifo_mem *fifo_mem; /* network transports: FIFO memory (NULL: private) */
 };
 
+/* step % nslots: the slot of a FIFO that a step lands in, without a
+ * division where nslots is a power of two (the default, 8): a 64-bit
+ * division takes tens of cycles, and a small call works out several. */
+static inline uint64_t slot_index(uint64_t step, uint32_t nslots) {
+  return __builtin_expect((nslots & (nslots - 1)) == 0, 1) ? step & (nslots - 1)
+                                                             : step % nslots;
+}
+
 /* Whether the sender may fill the slot at c->step: the receiver has drained
  * enough of the slots before it. ctrl->head is loaded only when the value seen
  * last leaves no room: the receiver writes that line on every slot, and a

@@ -187,11 +187,12 @@ static int send_progress(struct weftComm *comm, struct weft_conn *c, struct send
   while (!st->finished && c->step - __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE) < c->nslots) {
     size_t n = st->nbytes - st->done_nbytes;
     if (n > c->slot_nbytes) n = c->slot_nbytes;
-    char *slot = c->slots + (c->step % c->nslots) * c->slot_nbytes;
+    char *slot = c->slots + slot_index(c->step, c->nslots) * c->slot_nbytes;
     memcpy(slot, (const char *)st->op->sendbuf + st->done_nbytes, n);
     st->done_nbytes += n;
     st->finished = st->done_nbytes == st->nbytes;
-    c->ctrl->slot_used_nbytes[c->step % c->nslots] = (uint32_t)n | (st->finished ? SLOT_LAST : 0);
+    c->ctrl->slot_used_nbytes[slot_index(c->step, c->nslots)] =
+        (uint32_t)n | (st->finished ? SLOT_LAST : 0);
     c->step++;
     __atomic_store_n(&c->ctrl->tail, c->step, __ATOMIC_RELEASE);
     moved++;
@@ -202,7 +203,7 @@ static int send_progress(struct weftComm *comm, struct weft_conn *c, struct send
 static int recv_progress(struct weftComm *comm, struct weft_conn *c, struct sendrecv_state *st) {
   int moved = 0;
   while (!st->finished && __atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) > c->step) {
-    uint32_t used = c->ctrl->slot_used_nbytes[c->step % c->nslots];
+    uint32_t used = c->ctrl->slot_used_nbytes[slot_index(c->step, c->nslots)];
     if (used & SENDRECV_CMA_SLOT_OFFER) { /* the sender offers its buffer */
       int copied = 0;
       st->err = sendrecv_cma_take(comm, c, st->op->recvbuf, st->nbytes, st->done_nbytes, st->stream,
@@ -227,7 +228,7 @@ static int recv_progress(struct weftComm *comm, struct weft_conn *c, struct send
                      "bytes expected", c->peer_rank, st->nbytes);
       return -1;
     }
-    char *slot = c->slots + (c->step % c->nslots) * c->slot_nbytes;
+    char *slot = c->slots + slot_index(c->step, c->nslots) * c->slot_nbytes;
     memcpy((char *)st->op->recvbuf + st->done_nbytes, slot, n);
     st->done_nbytes += n;
     st->finished = last;

@@ -106,7 +106,7 @@ void sendrecv_cma_counts(const struct weftComm *comm, uint64_t *sent_out, uint64
 #endif
 
 static struct sendrecv_cma_slot *slot_at(const struct weft_conn *c, uint64_t step) {
-  return (struct sendrecv_cma_slot *)(c->slots + (step % c->nslots) * c->slot_nbytes);
+  return (struct sendrecv_cma_slot *)(c->slots + slot_index(step, c->nslots) * c->slot_nbytes);
 }
 
 int sendrecv_cma_wanted(const struct weftComm *comm, const struct weft_conn *c, size_t nbytes,
@@ -124,7 +124,8 @@ int sendrecv_cma_offer(struct weft_conn *c, const void *buf, size_t nbytes, uint
   *slot = (struct sendrecv_cma_slot){
       .magic = SENDRECV_CMA_MAGIC, .addr = (uintptr_t)buf, .nbytes = nbytes};
   mem_shared_find(buf, nbytes, &slot->ref);
-  c->ctrl->slot_used_nbytes[c->step % c->nslots] = sizeof *slot | SENDRECV_CMA_SLOT_OFFER;
+  c->ctrl->slot_used_nbytes[slot_index(c->step, c->nslots)] =
+      sizeof *slot | SENDRECV_CMA_SLOT_OFFER;
   *step_out = c->step++;
   __atomic_store_n(&c->ctrl->tail, c->step, __ATOMIC_RELEASE);
   return 1;

@@ -242,48 +242,51 @@ TEST(DirectAllReduce, PiecesLargerThanTheStackCopy) {
 // slot of the call rather than the head word: with FIFOs of two slots, calls
 // of one piece interleave with sends and receives of several slots each on
 // the same connections (the partner drains those before its next call), and
-// every result, every received message and every guard stays right.
+// every result, every received message and every guard stays right. Three
+// slots too: a FIFO whose slot index is a remainder, not a mask.
 TEST(RecursiveDoubling, CreditsAcrossSendsAndCalls) {
   const uint64_t seed = test_seed() + 7;
   printf("seed %llu\n", (unsigned long long)seed);
-  RunOptions opts;
-  opts.env = {{"WEFT_NSLOTS", "2"}, {"WEFT_SLOT_BYTES", "256"}, {"WEFT_TIMEOUT", "30"}};
-  auto status = run_ranks(2, [&](const RankCtx &ctx) {
-    weftComm_t comm;
-    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
-      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
-    Rng rng(seed);
-    const int peer = 1 - ctx.rank;
-    for (int round = 0; round < 200; round++) {
-      // sends of 0 to 3 slots' worth each way, then a few one-piece calls
-      const size_t msg = (size_t)(rng.next() % 700);
-      std::vector<uint8_t> mine(msg), theirs(msg + kGuard, 0xa5);
-      for (size_t i = 0; i < msg; i++) mine[i] = (uint8_t)(i * 7 + (size_t)ctx.rank + (size_t)round);
-      if (msg > 0) {
-        weftGroupStart();
-        weftSend(mine.data(), msg, weftUint8, peer, comm, nullptr);
-        weftRecv(theirs.data(), msg, weftUint8, peer, comm, nullptr);
-        if (weftGroupEnd() != weftSuccess)
-          return rank_fail(ctx, "round %d: send/recv: %s", round, weftGetLastError(comm));
-        for (size_t i = 0; i < msg; i++)
-          if (theirs[i] != (uint8_t)(i * 7 + (size_t)peer + (size_t)round))
-            return rank_fail(ctx, "round %d: received byte %zu wrong", round, i);
-        for (size_t i = msg; i < theirs.size(); i++)
-          if (theirs[i] != 0xa5) return rank_fail(ctx, "round %d: received past the end", round);
+  for (const char *nslots : {"2", "3"}) {
+    RunOptions opts;
+    opts.env = {{"WEFT_NSLOTS", nslots}, {"WEFT_SLOT_BYTES", "256"}, {"WEFT_TIMEOUT", "30"}};
+    auto status = run_ranks(2, [&](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+        return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+      Rng rng(seed);
+      const int peer = 1 - ctx.rank;
+      for (int round = 0; round < 200; round++) {
+        // sends of 0 to 3 slots' worth each way, then a few one-piece calls
+        const size_t msg = (size_t)(rng.next() % 700);
+        std::vector<uint8_t> mine(msg), theirs(msg + kGuard, 0xa5);
+        for (size_t i = 0; i < msg; i++) mine[i] = (uint8_t)(i * 7 + (size_t)ctx.rank + (size_t)round);
+        if (msg > 0) {
+          weftGroupStart();
+          weftSend(mine.data(), msg, weftUint8, peer, comm, nullptr);
+          weftRecv(theirs.data(), msg, weftUint8, peer, comm, nullptr);
+          if (weftGroupEnd() != weftSuccess)
+            return rank_fail(ctx, "round %d: send/recv: %s", round, weftGetLastError(comm));
+          for (size_t i = 0; i < msg; i++)
+            if (theirs[i] != (uint8_t)(i * 7 + (size_t)peer + (size_t)round))
+              return rank_fail(ctx, "round %d: received byte %zu wrong", round, i);
+          for (size_t i = msg; i < theirs.size(); i++)
+            if (theirs[i] != 0xa5) return rank_fail(ctx, "round %d: received past the end", round);
+        }
+        const int calls = 1 + (int)(rng.next() % 4);
+        for (int c = 0; c < calls; c++) {
+          const size_t count = 1 + (size_t)(rng.next() % 50);
+          const int rc = check_one(ctx, comm, ALGO_RD, weftFloat32, weftSum, count, c & 1,
+                                   seed + (uint64_t)(round * 8 + c));
+          if (rc != 0) return rc;
+        }
       }
-      const int calls = 1 + (int)(rng.next() % 4);
-      for (int c = 0; c < calls; c++) {
-        const size_t count = 1 + (size_t)(rng.next() % 50);
-        const int rc = check_one(ctx, comm, ALGO_RD, weftFloat32, weftSum, count, c & 1,
-                                 seed + (uint64_t)(round * 8 + c));
-        if (rc != 0) return rc;
-      }
-    }
-    weftCommDestroy(comm);
-    return 0;
-  }, opts);
-  EXPECT_EQ(status[0], 0);
-  EXPECT_EQ(status[1], 0);
+      weftCommDestroy(comm);
+      return 0;
+    }, opts);
+    EXPECT_EQ(status[0], 0) << "WEFT_NSLOTS=" << nslots;
+    EXPECT_EQ(status[1], 0) << "WEFT_NSLOTS=" << nslots;
+  }
 }
 
 // --- direct broadcast and reduce ---------------------------------------------

@@ -42,13 +42,14 @@ static int sent_signature_find(const struct prims *p, struct signature *theirs) 
   uint64_t from = tail > c->nslots ? tail - c->nslots : 0;
   if (from < p->sig_recv_from) from = p->sig_recv_from;
   for (uint64_t step = from; step < tail; step++) {
-    const uint32_t used = c->ctrl->slot_used_nbytes[step % c->nslots];
+    const uint32_t used = c->ctrl->slot_used_nbytes[slot_index(step, c->nslots)];
     const size_t used_nbytes = used & PRIMS_USED_NBYTES_MASK;
     if (!(used & PRIMS_USED_SIGNED) || used_nbytes < sizeof(struct signature_packed) ||
         used_nbytes > c->slot_nbytes)
       continue;
     struct signature_packed packed;
-    memcpy(&packed, c->slots + (step % c->nslots) * c->slot_nbytes + used_nbytes - sizeof packed,
+    memcpy(&packed,
+           c->slots + slot_index(step, c->nslots) * c->slot_nbytes + used_nbytes - sizeof packed,
            sizeof packed);
     signature_packed_keyed(&packed, &packed, step); /* unmixed */
     signature_unpack(theirs, &packed);
@@ -63,7 +64,7 @@ __attribute__((noinline, cold)) static weftResult_t signed_slot_mismatch(struct 
                                                                          size_t nbytes) {
   const struct weft_conn *c = p->recv;
   struct weftComm *comm = p->comm;
-  const uint32_t used = c->ctrl->slot_used_nbytes[c->step % c->nslots];
+  const uint32_t used = c->ctrl->slot_used_nbytes[slot_index(c->step, c->nslots)];
   struct signature mine, theirs;
   signature_unpack(&mine, p->sig);
   if (sent_signature_find(p, &theirs)) {
@@ -106,7 +107,7 @@ static weftResult_t wait_filled(struct prims *p, size_t nbytes, char **slot_out)
   if (p->sig_recv && (nbytes > 0 || p->sig_alone) &&
       nbytes + sizeof(struct signature_packed) <= c->slot_nbytes) {
     /* the first slot with data: its signature says it is here */
-    char *slot = c->slots + (c->step % c->nslots) * c->slot_nbytes;
+    char *slot = c->slots + slot_index(c->step, c->nslots) * c->slot_nbytes;
     struct signature_packed keyed;
     signature_packed_keyed(&keyed, p->sig, c->step);
     *slot_out = slot;
@@ -116,7 +117,7 @@ static weftResult_t wait_filled(struct prims *p, size_t nbytes, char **slot_out)
     return is_signed ? weftSuccess : slot_signature_compare(p, slot, nbytes);
   }
   if (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) <= c->step) {
-    const char *slot = c->slots + (c->step % c->nslots) * c->slot_nbytes;
+    const char *slot = c->slots + slot_index(c->step, c->nslots) * c->slot_nbytes;
     struct weft_wait w;
     wait_begin(&w, p->comm->timeout_ns, &p->comm->abort_flag, &c->ctrl->poison, c->peer_pid,
                c->peer_rank, "receive from");
@@ -126,7 +127,7 @@ static weftResult_t wait_filled(struct prims *p, size_t nbytes, char **slot_out)
       if (res != weftInProgress) return res;
     }
   }
-  *slot_out = c->slots + (c->step % c->nslots) * c->slot_nbytes;
+  *slot_out = c->slots + slot_index(c->step, c->nslots) * c->slot_nbytes;
   if (p->sig_recv && (nbytes > 0 || p->sig_alone)) {
     p->sig_recv = 0;
     return slot_signature_compare(p, *slot_out, nbytes);
@@ -146,7 +147,7 @@ static weftResult_t wait_credit(struct prims *p, char **slot_out) {
       if (res != weftInProgress) return res;
     }
   }
-  *slot_out = c->slots + (c->step % c->nslots) * c->slot_nbytes;
+  *slot_out = c->slots + slot_index(c->step, c->nslots) * c->slot_nbytes;
   return weftSuccess;
 }
 
@@ -161,10 +162,11 @@ static void post_filled(struct prims *p, size_t nbytes) {
     p->sig_send = 0;
     if (nbytes > 0) p->sig_send_data = 0;
     __atomic_thread_fence(__ATOMIC_RELEASE); /* the data's stores first (prims_slot_signed) */
-    memcpy(c->slots + (c->step % c->nslots) * c->slot_nbytes + nbytes, &keyed, sizeof keyed);
+    memcpy(c->slots + slot_index(c->step, c->nslots) * c->slot_nbytes + nbytes, &keyed,
+           sizeof keyed);
     used = (uint32_t)(nbytes + sizeof keyed) | PRIMS_USED_SIGNED;
   }
-  c->ctrl->slot_used_nbytes[c->step % c->nslots] = used;
+  c->ctrl->slot_used_nbytes[slot_index(c->step, c->nslots)] = used;
   c->step++;
   __atomic_store_n(&c->ctrl->tail, c->step, __ATOMIC_RELEASE);
 }

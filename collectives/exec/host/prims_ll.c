@@ -94,7 +94,7 @@ static weftResult_t ll_out_begin(struct prims *p, struct ll_out *o) {
     }
   }
   o->conn = c;
-  o->words = (uint64_t *)(c->slots + (c->step % c->nslots) * c->slot_nbytes);
+  o->words = (uint64_t *)(c->slots + slot_index(c->step, c->nslots) * c->slot_nbytes);
   o->flag_hi = (uint64_t)ll_flag(c->step) << 32;
   o->nwords = 0;
   return weftSuccess;
@@ -124,7 +124,7 @@ static void ll_out_put(struct ll_out *o, const void *src, size_t nbytes) {
 static void ll_out_end(struct ll_out *o) {
   struct weft_conn *c = o->conn;
   if (o->nwords == 0) __atomic_store_n(&o->words[o->nwords++], o->flag_hi, __ATOMIC_RELEASE);
-  __atomic_store_n(&c->ctrl->slot_used_nbytes[c->step % c->nslots],
+  __atomic_store_n(&c->ctrl->slot_used_nbytes[slot_index(c->step, c->nslots)],
                    (uint32_t)(o->nwords * 8) | PRIMS_LL_USED_MARK, __ATOMIC_RELEASE);
   c->step++;
   __atomic_store_n(&c->ctrl->tail, c->step, __ATOMIC_RELEASE);
@@ -168,7 +168,7 @@ static weftResult_t ll_in_mismatch(struct ll_in *in, size_t i) {
 static weftResult_t ll_in_vouch(struct ll_in *in) {
   struct weft_conn *c = in->conn;
   uint32_t used =
-      __atomic_load_n(&c->ctrl->slot_used_nbytes[c->step % c->nslots], __ATOMIC_ACQUIRE);
+      __atomic_load_n(&c->ctrl->slot_used_nbytes[slot_index(c->step, c->nslots)], __ATOMIC_ACQUIRE);
   if ((used & PRIMS_LL_USED_MARK) && (used & PRIMS_USED_NBYTES_MASK) >= in->nwords * 8) {
     in->vouched = 1;
     return weftSuccess;
@@ -225,7 +225,7 @@ static weftResult_t ll_in_begin(struct prims *p, size_t nbytes, struct ll_in *in
   struct weft_conn *c = p->recv;
   in->p = p;
   in->conn = c;
-  in->words = (const uint64_t *)(c->slots + (c->step % c->nslots) * c->slot_nbytes);
+  in->words = (const uint64_t *)(c->slots + slot_index(c->step, c->nslots) * c->slot_nbytes);
   in->nwords = ll_nwords(nbytes);
   in->flag = ll_flag(c->step);
   in->fresh_words = 0;
@@ -322,7 +322,7 @@ __attribute__((noinline, cold)) static weftResult_t ll_sig_mismatch(struct ll_in
          __atomic_load_n(&c->ctrl->poison, __ATOMIC_ACQUIRE) == 0 && clock_ns() < give_up_ns)
     sched_yield();
   if (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) > c->step) {
-    const uint32_t used = c->ctrl->slot_used_nbytes[c->step % c->nslots];
+    const uint32_t used = c->ctrl->slot_used_nbytes[slot_index(c->step, c->nslots)];
     const size_t nwords = (used & PRIMS_USED_NBYTES_MASK) / 8;
     if ((used & PRIMS_LL_USED_MARK) && nwords >= 4 && nwords * 8 <= c->slot_nbytes) {
       uint32_t data[4];

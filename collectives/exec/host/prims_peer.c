@@ -17,7 +17,7 @@ weftResult_t peer_connect_missing(struct weftComm *comm, const int *peers, int n
 }
 
 static char *conn_slot(const struct weft_conn *c) {
-  return c->slots + (c->step % c->nslots) * c->slot_nbytes;
+  return c->slots + slot_index(c->step, c->nslots) * c->slot_nbytes;
 }
 
 weftResult_t peer_send_wait(struct weftComm *comm, struct weft_conn *conn, char **slot_out) {
@@ -35,7 +35,7 @@ weftResult_t peer_send_wait(struct weftComm *comm, struct weft_conn *conn, char 
 }
 
 void peer_send_post(struct weft_conn *conn, size_t nbytes) {
-  conn->ctrl->slot_used_nbytes[conn->step % conn->nslots] = (uint32_t)nbytes;
+  conn->ctrl->slot_used_nbytes[slot_index(conn->step, conn->nslots)] = (uint32_t)nbytes;
   conn->step++;
   __atomic_store_n(&conn->ctrl->tail, conn->step, __ATOMIC_RELEASE);
 }
@@ -48,7 +48,7 @@ void peer_send_post_signed(struct weft_conn *conn, size_t nbytes,
    * stores go first (x86 keeps stores in order; elsewhere this fences) */
   __atomic_thread_fence(__ATOMIC_RELEASE);
   memcpy(conn_slot(conn) + nbytes, &keyed, sizeof keyed);
-  conn->ctrl->slot_used_nbytes[conn->step % conn->nslots] =
+  conn->ctrl->slot_used_nbytes[slot_index(conn->step, conn->nslots)] =
       (uint32_t)(nbytes + sizeof keyed) | PRIMS_USED_SIGNED;
   conn->step++;
   __atomic_store_n(&conn->ctrl->tail, conn->step, __ATOMIC_RELEASE);
@@ -66,7 +66,7 @@ void peer_slot_signature(struct signature_packed *out, const char *at, uint64_t 
 static weftResult_t peer_recv_ready(struct weftComm *comm, struct weft_conn *conn) {
   if (__atomic_load_n(&conn->ctrl->tail, __ATOMIC_ACQUIRE) > conn->step) return weftSuccess;
   const char *slot = conn_slot(conn);
-  const uint32_t *used = &conn->ctrl->slot_used_nbytes[conn->step % conn->nslots];
+  const uint32_t *used = &conn->ctrl->slot_used_nbytes[slot_index(conn->step, conn->nslots)];
   struct weft_wait w;
   wait_begin(&w, comm->timeout_ns, &comm->abort_flag, &conn->ctrl->poison, conn->peer_pid,
              conn->peer_rank, "receive from");
@@ -82,7 +82,7 @@ static weftResult_t peer_recv_ready(struct weftComm *comm, struct weft_conn *con
 weftResult_t peer_recv_wait(struct weftComm *comm, struct weft_conn *conn, size_t nbytes,
                             const char **slot_out) {
   WEFT_TRY(peer_recv_ready(comm, conn));
-  uint32_t used = conn->ctrl->slot_used_nbytes[conn->step % conn->nslots];
+  uint32_t used = conn->ctrl->slot_used_nbytes[slot_index(conn->step, conn->nslots)];
   if (used != nbytes)
     return weft_error_set(weftInvalidUsage,
                           "receive from rank %d: %u bytes arrived where %zu were expected "
@@ -165,7 +165,7 @@ weftResult_t peer_recv_signed_wait(struct weftComm *comm, struct weft_conn *conn
     WEFT_TRY(peer_recv_ready(comm, conn));
   }
   /* tail has moved: the slot holds what the sender posted */
-  const uint32_t used = conn->ctrl->slot_used_nbytes[conn->step % conn->nslots];
+  const uint32_t used = conn->ctrl->slot_used_nbytes[slot_index(conn->step, conn->nslots)];
   if ((used & PRIMS_USED_NBYTES_MASK) == nbytes &&
       (!compare || signature_packed_same(slot + nbytes - sizeof keyed, &keyed))) {
     *slot_out = slot;
