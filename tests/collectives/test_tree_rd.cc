@@ -260,7 +260,8 @@ TEST(RecursiveDoubling, CreditsAcrossSendsAndCalls) {
         // sends of 0 to 3 slots' worth each way, then a few one-piece calls
         const size_t msg = (size_t)(rng.next() % 700);
         std::vector<uint8_t> mine(msg), theirs(msg + kGuard, 0xa5);
-        for (size_t i = 0; i < msg; i++) mine[i] = (uint8_t)(i * 7 + (size_t)ctx.rank + (size_t)round);
+        for (size_t i = 0; i < msg; i++)
+          mine[i] = (uint8_t)(i * 7 + (size_t)ctx.rank + (size_t)round);
         if (msg > 0) {
           weftGroupStart();
           weftSend(mine.data(), msg, weftUint8, peer, comm, nullptr);
