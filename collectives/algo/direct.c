@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "../../transport/base/status.h"
+#include "../../transport/base/wait.h"
 #include "../core/signature.h"
 #include "../core/plan.h"
 #include "../exec/host/prims_peer.h"
@@ -63,6 +64,7 @@ static weftResult_t direct_send_all(struct weftComm *comm, const char *src, size
   /* the next rank first: each rank's first send goes to a different peer */
   for (int i = 1; i < comm->nranks; i++)
     WEFT_TRY(direct_send_one(comm, (comm->rank + i) % comm->nranks, src, nbytes, sig));
+  wait_prelude_run(); /* the trace record while the slots travel (rd.c) */
   return weftSuccess;
 }
 

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "../../transport/base/status.h"
+#include "../../transport/base/wait.h"
 #include "../core/signature.h"
 #include "../core/plan.h"
 #include "../exec/host/prims.h"
@@ -95,6 +96,10 @@ static weftResult_t rd_exchange(struct weftComm *comm, weft_reduce_fn reduce, si
   } else {
     WEFT_TRY(rd_send(comm, to, acc, nbytes, sig));
   }
+  /* the call's trace record now, while the slot travels and the partner's
+   * line is fetched: there it costs nothing, where after the exchange it
+   * would delay the next call's post */
+  wait_prelude_run();
   struct signature_packed keyed;
   if (sig != NULL) signature_packed_keyed(&keyed, sig, from->step);
   if (sig != NULL && (from->transport->caps & TRANSPORT_CAP_HOST_MEMORY) &&
