@@ -179,7 +179,6 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
   weft_error_clear();
   if (call_memo_hit(comm, plan, stream) &&
       device_plan_on_device(plan, call_memo.uses[0], call_memo.uses[1]) == 0) {
-    weft_error_clear();
     plan->algo = call_memo.algo;
     plan->proto = call_memo.proto;
     plan->nchannels = call_memo.nchannels;
