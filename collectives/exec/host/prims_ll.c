@@ -167,8 +167,8 @@ static weftResult_t ll_in_mismatch(struct ll_in *in, size_t i) {
 /* Vouches for the slot: by its LL mark if that covers our words, else by tail. */
 static weftResult_t ll_in_vouch(struct ll_in *in) {
   struct weft_conn *c = in->conn;
-  uint32_t used =
-      __atomic_load_n(&c->ctrl->slot_used_nbytes[slot_index(c->step, c->nslots)], __ATOMIC_ACQUIRE);
+  const uint32_t *at = &c->ctrl->slot_used_nbytes[slot_index(c->step, c->nslots)];
+  uint32_t used = __atomic_load_n(at, __ATOMIC_ACQUIRE);
   if ((used & PRIMS_LL_USED_MARK) && (used & PRIMS_USED_NBYTES_MASK) >= in->nwords * 8) {
     in->vouched = 1;
     return weftSuccess;

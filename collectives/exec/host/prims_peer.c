@@ -16,10 +16,6 @@ weftResult_t peer_connect_missing(struct weftComm *comm, const int *peers, int n
   return sendrecv_connect_peers(comm, peers, npeers, peers, npeers);
 }
 
-static char *conn_slot(const struct weft_conn *c) {
-  return c->slots + slot_index(c->step, c->nslots) * c->slot_nbytes;
-}
-
 weftResult_t peer_send_wait(struct weftComm *comm, struct weft_conn *conn, char **slot_out) {
   if (!conn_send_ready(conn)) {
     struct weft_wait w;
@@ -30,7 +26,7 @@ weftResult_t peer_send_wait(struct weftComm *comm, struct weft_conn *conn, char 
       if (res != weftInProgress) return res;
     }
   }
-  *slot_out = conn_slot(conn);
+  *slot_out = peer_slot(conn);
   return weftSuccess;
 }
 
@@ -47,7 +43,7 @@ void peer_send_post_signed(struct weft_conn *conn, size_t nbytes,
   /* a receiver that sees the signature reads the data next: the data's
    * stores go first (x86 keeps stores in order; elsewhere this fences) */
   __atomic_thread_fence(__ATOMIC_RELEASE);
-  memcpy(conn_slot(conn) + nbytes, &keyed, sizeof keyed);
+  memcpy(peer_slot(conn) + nbytes, &keyed, sizeof keyed);
   conn->ctrl->slot_used_nbytes[slot_index(conn->step, conn->nslots)] =
       (uint32_t)(nbytes + sizeof keyed) | PRIMS_USED_SIGNED;
   conn->step++;
@@ -65,7 +61,7 @@ void peer_slot_signature(struct signature_packed *out, const char *at, uint64_t 
  * rather than one more cache-line transfer after it. */
 static weftResult_t peer_recv_ready(struct weftComm *comm, struct weft_conn *conn) {
   if (__atomic_load_n(&conn->ctrl->tail, __ATOMIC_ACQUIRE) > conn->step) return weftSuccess;
-  const char *slot = conn_slot(conn);
+  const char *slot = peer_slot(conn);
   const uint32_t *used = &conn->ctrl->slot_used_nbytes[slot_index(conn->step, conn->nslots)];
   struct weft_wait w;
   wait_begin(&w, comm->timeout_ns, &comm->abort_flag, &conn->ctrl->poison, conn->peer_pid,
@@ -88,7 +84,7 @@ weftResult_t peer_recv_wait(struct weftComm *comm, struct weft_conn *conn, size_
                           "receive from rank %d: %u bytes arrived where %zu were expected "
                           "(do all ranks pass the same count and datatype?)",
                           conn->peer_rank, used & PRIMS_USED_NBYTES_MASK, nbytes);
-  *slot_out = conn_slot(conn);
+  *slot_out = peer_slot(conn);
   return weftSuccess;
 }
 
@@ -150,7 +146,7 @@ weftResult_t peer_wait_signed(struct weftComm *comm, struct weft_conn *conn, con
 weftResult_t peer_recv_signed_wait(struct weftComm *comm, struct weft_conn *conn, size_t nbytes,
                                    const struct signature_packed *mine, int compare,
                                    const char **slot_out) {
-  const char *slot = conn_slot(conn);
+  const char *slot = peer_slot(conn);
   struct signature_packed keyed;
   signature_packed_keyed(&keyed, mine, conn->step);
   const int fits = nbytes >= sizeof keyed && nbytes <= conn->slot_nbytes;
