@@ -97,9 +97,16 @@ static weftResult_t direct_reduce_all(struct weftComm *comm, weft_reduce_fn redu
   for (int r = 1; r < n; r++) {
     WEFT_TRY(direct_input(comm, r, own, nbytes, sig, &b));
     reduce(out, NULL, a, b, m, r == n - 1 ? divisor : 1);
-    /* the slots reduced are the senders' again */
-    if (r == 1 && rank != 0) peer_recv_done(&comm->recv_conns[0]);
-    if (r != rank) peer_recv_done(&comm->recv_conns[r]);
+    /* the slots reduced are the senders' again; the next slot to each
+     * sender is taken for writing while this call goes on (prims_peer.h) */
+    if (r == 1 && rank != 0) {
+      peer_recv_done(&comm->recv_conns[0]);
+      peer_send_warm(&comm->send_conns[0]);
+    }
+    if (r != rank) {
+      peer_recv_done(&comm->recv_conns[r]);
+      peer_send_warm(&comm->send_conns[r]);
+    }
     a = out;
   }
   return weftSuccess;

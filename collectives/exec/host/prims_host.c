@@ -188,6 +188,9 @@ static weftResult_t simple_step(struct prims *p, unsigned flags, const void *src
   if (flags & PRIMS_RECV) {
     WEFT_TRY(wait_filled(p, nbytes, &slot_in));
     in = slot_in;
+    /* a step that sends nothing: the next send's line taken now (a ring's
+     * last receive of a call warms the next call's first send) */
+    if (!(flags & PRIMS_SEND)) peer_send_warm(p->send);
   }
   if (flags & PRIMS_SEND) WEFT_TRY(wait_credit(p, &out));
   if (flags & PRIMS_REDUCE) { /* the final value (COPY) goes to dst, and on from there */

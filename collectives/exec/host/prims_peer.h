@@ -37,6 +37,23 @@ static inline char *peer_slot(const struct weft_conn *conn) {
   return conn->slots + slot_index(conn->step, conn->nslots) * conn->slot_nbytes;
 }
 
+/* Asks for the first line of the next slot to conn for writing, ahead of the
+ * store that fills it (a hint, no wait), where that slot is known free. The
+ * receiver read that line nslots sends ago and keeps a copy; the store would
+ * otherwise wait for the line to be taken back from it (on a mesh, through
+ * its home slice) before the data can leave. Issued once this rank has what
+ * it waits for, the take overlaps the CPU work up to the next store there. */
+static inline void peer_send_warm(const struct weft_conn *conn) {
+  if (conn->step - conn->head_seen >= conn->nslots) return; /* the receiver may be reading it */
+  const char *line = peer_slot(conn);
+#if defined(__x86_64__)
+  /* PREFETCHW: x86-64 CPUs without it (Intel's before Broadwell) run it as a NOP */
+  __asm__ volatile("prefetchw %0" ::"m"(*line));
+#else
+  __builtin_prefetch(line, 1, 3);
+#endif
+}
+
 /* Hands the slot from peer_send_wait, filled with nbytes, to the receiver. */
 void peer_send_post(struct weft_conn *conn, size_t nbytes);
 struct signature_packed;
