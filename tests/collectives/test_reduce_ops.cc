@@ -870,9 +870,13 @@ TEST(ReduceHostStream, SameBitsAsThePlainLoop) {
                       << where << ", output " << k << ", element " << i / esize;
                 }
                 unsigned char *end = (unsigned char *)dsts[k] + nbytes;
-                if (end != a.data() + off + nbytes) ASSERT_EQ(*end, 0x5a) << where << ", past output " << k;
+                if (end != a.data() + off + nbytes) {
+                  ASSERT_EQ(*end, 0x5a) << where << ", past output " << k;
+                }
               }
-              if (layout != 2) ASSERT_EQ(0, std::memcmp(a.data(), a_in.data(), room)) << where;
+              if (layout != 2) {
+                ASSERT_EQ(0, std::memcmp(a.data(), a_in.data(), room)) << where;
+              }
             }
     }
   if (ran == 0) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512: no fused streaming reduction to test";

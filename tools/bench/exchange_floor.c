@@ -14,6 +14,10 @@
  *              time), a calibrated loop before the call's store
  *   post+W     the same work between the store and the spin: what a call
  *              can do while its line is on the way without being slower
+ *   warm+W     exchange+W where each process, once the peer's value is in,
+ *              asks for its next slot's line for writing (PREFETCHW, as
+ *              weft's peer_send_warm): the take of the line back from the
+ *              peer's cache overlaps the work instead of delaying the store
  *
  *   exchange_floor [CALLS_PER_BATCH=2000] [BATCHES=41] [WORK_NS=0,20,40,80]
  *
@@ -101,21 +105,33 @@ static void pingpong(struct shared *s, int rank, int calls, int batches) {
   }
 }
 
+/* Asks for the line at p for writing, without waiting for it. */
+static void prefetch_write(const volatile void *p) {
+#if defined(__x86_64__)
+  __asm__ volatile("prefetchw %0" ::"m"(*(const volatile char *)p));
+#else
+  __builtin_prefetch((const void *)p, 1, 3);
+#endif
+}
+
+enum mode { MODE_EXCHANGE, MODE_POST, MODE_WARM };
+
 static void exchange(struct shared *s, int rank, int calls, int batches, double work_ns,
-                     int work_after_post, uint64_t *seq) {
+                     enum mode mode, uint64_t *seq) {
   double in = 1.0 + rank, out = 0;
   for (int b = 0; b < batches; b++) {
     const double t0 = now_ns();
     for (int i = 0; i < calls; i++) {
-      if (!work_after_post) spin_work(work_ns);
+      if (mode != MODE_POST) spin_work(work_ns);
       const uint64_t n = ++*seq;
       struct slot *mine = &s->out[rank][n % NSLOTS];
       const struct slot *theirs = &s->out[!rank][n % NSLOTS];
       mine->value = in;
       __atomic_store_n(&mine->seq, n, __ATOMIC_RELEASE);
-      if (work_after_post) spin_work(work_ns);
+      if (mode == MODE_POST) spin_work(work_ns);
       while (__atomic_load_n(&theirs->seq, __ATOMIC_ACQUIRE) != n) {
       }
+      if (mode == MODE_WARM) prefetch_write(&s->out[rank][(n + 1) % NSLOTS]);
       out = rank == 0 ? in + theirs->value : theirs->value + in;
       in = out - in; /* keeps the values small and the add live */
     }
@@ -161,16 +177,16 @@ static void side(int rank, int fd, void *arg) {
            r->batches, r->calls);
     rt_ns = report(s, "pingpong", r->batches, 0);
   }
-  for (int after = 0; after < 2; after++)
+  static const char *const names[] = {"exchange", "post", "warm"};
+  for (int m = MODE_EXCHANGE; m <= MODE_WARM; m++)
     for (int w = 0; w < r->nworks; w++) {
-      if (after && r->works[w] <= 0) continue;
+      if (m == MODE_POST && r->works[w] <= 0) continue;
       bench_barrier(fd);
-      exchange(s, rank, r->calls, r->batches, r->works[w], after, &seq);
+      exchange(s, rank, r->calls, r->batches, r->works[w], (enum mode)m, &seq);
       if (rank == 0) {
         char mode[32];
-        if (r->works[w] > 0)
-          snprintf(mode, sizeof mode, "%s+%g", after ? "post" : "exchange", r->works[w]);
-        else snprintf(mode, sizeof mode, "exchange");
+        if (r->works[w] > 0) snprintf(mode, sizeof mode, "%s+%g", names[m], r->works[w]);
+        else snprintf(mode, sizeof mode, "%s", names[m]);
         report(s, mode, r->batches, rt_ns);
       }
     }
