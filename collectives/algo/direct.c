@@ -165,6 +165,7 @@ static weftResult_t direct_signed_by_all(struct weftComm *comm, int skip,
     const char *in;
     WEFT_TRY(peer_recv_signed_wait(comm, &comm->recv_conns[peer], sizeof *sig, sig, 1, &in));
     peer_recv_done(&comm->recv_conns[peer]);
+    peer_send_warm(&comm->send_conns[peer]);
   }
   return weftSuccess;
 }
@@ -186,6 +187,7 @@ static weftResult_t direct_bcast_piece(struct weftComm *comm, int root, const ch
     WEFT_TRY(direct_input(comm, root, NULL, nbytes, sig, &in));
     memcpy(dst, in, nbytes);
     peer_recv_done(&comm->recv_conns[root]);
+    peer_send_warm(&comm->send_conns[root]);
   }
   return sig != NULL ? direct_signed_by_all(comm, root, sig) : weftSuccess;
 }

@@ -221,7 +221,10 @@ weftResult_t prims_sign_alone(struct prims *p, unsigned flags) {
   } else {
     p->sig_recv = 1;
     res = wait_filled(p, 0, &slot);
-    if (res == weftSuccess) post_drained(p->recv);
+    if (res == weftSuccess) {
+      post_drained(p->recv);
+      peer_send_warm(p->send); /* as a receive-only step (simple_step) */
+    }
     p->sig_recv = recv_left && res != weftSuccess;
   }
   p->sig_alone = 0;
