@@ -68,6 +68,14 @@ static weftResult_t direct_send_all(struct weftComm *comm, const char *src, size
   return weftSuccess;
 }
 
+/* Rank peer's signed slot of the call has come: in a signed (first) piece
+ * this rank sent peer one slot before it waits for any, so every slot
+ * before that one is drained (peer_send_drained). */
+static inline void signed_by(struct weftComm *comm, int peer) {
+  struct weft_conn *to = &comm->send_conns[peer];
+  peer_send_drained(to, to->step - 1);
+}
+
 /* Rank r's vector of the piece: own, or the slot from r (waited for). */
 static weftResult_t direct_input(struct weftComm *comm, int r, const char *own, size_t nbytes,
                                  const struct signature_packed *sig, const char **in_out) {
@@ -77,7 +85,9 @@ static weftResult_t direct_input(struct weftComm *comm, int r, const char *own, 
   }
   struct weft_conn *from = &comm->recv_conns[r];
   if (sig == NULL) return peer_recv_wait(comm, from, nbytes, in_out);
-  return peer_recv_signed_wait(comm, from, nbytes + sizeof *sig, sig, 1, in_out);
+  WEFT_TRY(peer_recv_signed_wait(comm, from, nbytes + sizeof *sig, sig, 1, in_out));
+  signed_by(comm, r);
+  return weftSuccess;
 }
 
 /* m elements of own (this rank's input) reduced with every peer's slot
@@ -164,6 +174,7 @@ static weftResult_t direct_signed_by_all(struct weftComm *comm, int skip,
     if (peer == skip) continue;
     const char *in;
     WEFT_TRY(peer_recv_signed_wait(comm, &comm->recv_conns[peer], sizeof *sig, sig, 1, &in));
+    signed_by(comm, peer);
     peer_recv_done(&comm->recv_conns[peer]);
     peer_send_warm(&comm->send_conns[peer]);
   }

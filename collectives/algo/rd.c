@@ -109,14 +109,9 @@ static weftResult_t rd_exchange(struct weftComm *comm, weft_reduce_fn reduce, si
   } else {
     WEFT_TRY(rd_recv_wait(comm, from, nbytes, sig, &in));
   }
-  /* the partner posted this call's signed slot after its calls before this
-   * one, which drained every slot this rank had sent it before: credits
-   * known without loading the head the partner writes on every slot (a
-   * cache-line transfer every nslots - 1 calls). Shared memory only: a
-   * proxy frees the sender's slots as it sends them. */
-  if (sig != NULL && (to->transport->caps & TRANSPORT_CAP_HOST_MEMORY) &&
-      to->step - 1 > to->head_seen)
-    to->head_seen = to->step - 1;
+  /* the partner's signed slot of this call: every slot sent it before this
+   * call's one is drained */
+  if (sig != NULL) peer_send_drained(to, to->step - 1);
   peer_send_warm(to);
   if (comm->rank < partner) reduce(dst, NULL, acc, in, n, divisor);
   else reduce(dst, NULL, in, acc, n, divisor);

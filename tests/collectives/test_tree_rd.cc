@@ -290,6 +290,111 @@ TEST(RecursiveDoubling, CreditsAcrossSendsAndCalls) {
   }
 }
 
+// The ring on two ranks and the direct algorithms also take a peer's signed
+// first slot of a call as the sign that every slot sent it before the call
+// is drained (peer_send_drained), and take the next slot's line early
+// (peer_send_warm). Through the public API with the algorithm forced and
+// FIFOs of two and three 256-byte slots: runs of calls of one to six slots
+// each, of every kind that algorithm runs, roots in turn, interleaved with
+// point-to-point messages of several slots on the same connections (which
+// the partner drains before its next call); every result exact (int32), every
+// guard untouched.
+int credits_call(const RankCtx &ctx, weftComm_t comm, Rng &rng, bool ring, int round) {
+  const int n = ctx.nranks, rank = ctx.rank;
+  const size_t count = 1 + (size_t)(rng.next() % 300);
+  const int kind = (int)(rng.next() % (ring ? 4 : 3));
+  const int root = (int)(rng.next() % (uint64_t)n);
+  auto value = [&](int r, size_t i) { return (int32_t)(i * 31 + (size_t)r * 1000 + (size_t)round); };
+  // ring: all-reduce, all-gather, reduce-scatter, broadcast; direct: all-reduce, broadcast, reduce
+  const bool gather = ring && kind == 1, scatter = ring && kind == 2;
+  const bool bcast = ring ? kind == 3 : kind == 1, reduce = !ring && kind == 2;
+  const size_t in_count = scatter ? count * (size_t)n : count;
+  const size_t out_count = gather ? count * (size_t)n : count;
+  std::vector<int32_t> in(in_count), out(out_count + 16, -7);
+  for (size_t i = 0; i < in_count; i++) in[i] = value(rank, i);
+  weftResult_t res;
+  const char *what;
+  if (gather) {
+    what = "all-gather";
+    res = weftAllGather(in.data(), out.data(), count, weftInt32, comm, nullptr);
+  } else if (scatter) {
+    what = "reduce-scatter";
+    res = weftReduceScatter(in.data(), out.data(), count, weftInt32, weftSum, comm, nullptr);
+  } else if (bcast) {
+    what = "broadcast";
+    res = weftBroadcast(in.data(), out.data(), count, weftInt32, root, comm, nullptr);
+  } else if (reduce) {
+    what = "reduce";
+    res = weftReduce(in.data(), out.data(), count, weftInt32, weftSum, root, comm, nullptr);
+  } else {
+    what = "all-reduce";
+    res = weftAllReduce(in.data(), out.data(), count, weftInt32, weftSum, comm, nullptr);
+  }
+  FAIL_IF(res != weftSuccess, "round %d: %s of %zu: %s", round, what, count,
+          weftGetLastError(comm));
+  for (size_t i = out_count; i < out.size(); i++)
+    FAIL_IF(out[i] != -7, "round %d: %s of %zu wrote past the end", round, what, count);
+  if (reduce && rank != root) {
+    for (size_t i = 0; i < count; i++)
+      FAIL_IF(out[i] != -7, "round %d: reduce wrote a non-root's output", round);
+    return 0;
+  }
+  for (size_t i = 0; i < out_count; i++) {
+    int32_t want = 0;
+    if (gather) want = value((int)(i / count), i % count);
+    else if (bcast) want = value(root, i);
+    else
+      for (int r = 0; r < n; r++) want += value(r, scatter ? (size_t)rank * count + i : i);
+    FAIL_IF(out[i] != want, "round %d: %s of %zu, element %zu: %d, not %d", round, what, count,
+            i, out[i], want);
+  }
+  return 0;
+}
+
+TEST(Credits, InferredFromSignedSlotsRingAndDirect) {
+  const uint64_t seed = test_seed() + 11;
+  printf("seed %llu\n", (unsigned long long)seed);
+  for (const bool ring : {true, false})
+    for (const char *nslots : {"2", "3"}) {
+      const int nranks = ring ? 2 : 3;
+      RunOptions opts;
+      opts.env = {{"WEFT_NSLOTS", nslots},     {"WEFT_SLOT_BYTES", "256"},
+                  {"WEFT_TIMEOUT", "30"},      {"WEFT_ALGO", ring ? "ring" : "direct"},
+                  {"WEFT_PROTO", "simple"}};
+      auto status = run_ranks(nranks, [&](const RankCtx &ctx) {
+        weftComm_t comm;
+        if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+          return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+        Rng rng(seed + (ring ? 0 : 1));
+        const int next = (ctx.rank + 1) % ctx.nranks, prev = (ctx.rank + ctx.nranks - 1) % ctx.nranks;
+        for (int round = 0; round < 120; round++) {
+          const size_t msg = (size_t)(rng.next() % 700);
+          if (msg > 0) {  // to the next rank, from the previous: the connections direct uses
+            std::vector<uint8_t> mine(msg), theirs(msg + kGuard, 0xa5);
+            for (size_t i = 0; i < msg; i++) mine[i] = (uint8_t)(i * 7 + (size_t)ctx.rank + (size_t)round);
+            weftGroupStart();
+            weftSend(mine.data(), msg, weftUint8, next, comm, nullptr);
+            weftRecv(theirs.data(), msg, weftUint8, prev, comm, nullptr);
+            if (weftGroupEnd() != weftSuccess)
+              return rank_fail(ctx, "round %d: send/recv: %s", round, weftGetLastError(comm));
+            for (size_t i = 0; i < msg; i++)
+              if (theirs[i] != (uint8_t)(i * 7 + (size_t)prev + (size_t)round))
+                return rank_fail(ctx, "round %d: received byte %zu wrong", round, i);
+            for (size_t i = msg; i < theirs.size(); i++)
+              if (theirs[i] != 0xa5) return rank_fail(ctx, "round %d: received past the end", round);
+          }
+          const int calls = 1 + (int)(rng.next() % 4);
+          for (int c = 0; c < calls; c++) TRY_RC(credits_call(ctx, comm, rng, ring, round));
+        }
+        weftCommDestroy(comm);
+        return 0;
+      }, opts);
+      for (int r = 0; r < nranks; r++)
+        EXPECT_EQ(status[r], 0) << (ring ? "ring" : "direct") << ", WEFT_NSLOTS=" << nslots
+                                << ", rank " << r;
+    }
+}
+
 // --- direct broadcast and reduce ---------------------------------------------
 
 weftResult_t run_rooted(weftComm_t comm, coll_kind coll, weftDataType_t t, weftRedOp_t op,

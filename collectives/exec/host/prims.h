@@ -54,6 +54,7 @@ struct prims {
   int sig_recv;                /* the next slot received with data is checked for it */
   int sig_alone;               /* prims_sign_alone: a slot without data carries it */
   uint64_t sig_recv_from;      /* the call's first step on recv (naming a mismatch) */
+  uint64_t sig_send_from;      /* the call's first step on send (credits, 2 ranks) */
 };
 
 /* In slot_used_nbytes: the slot's last 16 bytes are the sender's signature

@@ -28,6 +28,7 @@ void prims_sign(struct prims *p, const struct signature_packed *sig) {
   p->sig_send = p->sig_send_data = p->send != NULL;
   p->sig_recv = p->recv != NULL;
   p->sig_recv_from = p->recv != NULL ? p->recv->step : 0;
+  p->sig_send_from = p->send != NULL ? p->send->step : 0;
 }
 
 /* The sender's signature of its call, where a slot this call may have
@@ -98,6 +99,13 @@ static inline weftResult_t slot_signature_compare(struct prims *p, const char *s
   return signed_slot_mismatch(p, nbytes);
 }
 
+/* The first slot of the call from the previous rank carried the call's
+ * signature: on two ranks that rank is also the one this rank sends to, and
+ * every slot sent it before this call is drained (peer_send_drained). */
+static inline void credits_from_signed(struct prims *p) {
+  if (p->comm->nranks == 2 && p->send != NULL) peer_send_drained(p->send, p->sig_send_from);
+}
+
 /* Waits until the slot the receiver reads next has been filled; nbytes: the
  * data it should hold. While it waits it prefetches the slot's first line,
  * which the sender stores before tail: once tail has moved, the line is
@@ -114,7 +122,9 @@ static weftResult_t wait_filled(struct prims *p, size_t nbytes, char **slot_out)
     int is_signed;
     WEFT_TRY(peer_wait_signed(p->comm, c, slot + nbytes, &keyed, &is_signed));
     p->sig_recv = 0;
-    return is_signed ? weftSuccess : slot_signature_compare(p, slot, nbytes);
+    if (!is_signed) WEFT_TRY(slot_signature_compare(p, slot, nbytes));
+    credits_from_signed(p);
+    return weftSuccess;
   }
   if (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) <= c->step) {
     const char *slot = c->slots + slot_index(c->step, c->nslots) * c->slot_nbytes;
@@ -130,7 +140,8 @@ static weftResult_t wait_filled(struct prims *p, size_t nbytes, char **slot_out)
   *slot_out = c->slots + slot_index(c->step, c->nslots) * c->slot_nbytes;
   if (p->sig_recv && (nbytes > 0 || p->sig_alone)) {
     p->sig_recv = 0;
-    return slot_signature_compare(p, *slot_out, nbytes);
+    WEFT_TRY(slot_signature_compare(p, *slot_out, nbytes));
+    credits_from_signed(p);
   }
   return weftSuccess;
 }

@@ -37,6 +37,18 @@ static inline char *peer_slot(const struct weft_conn *conn) {
   return conn->slots + slot_index(conn->step, conn->nslots) * conn->slot_nbytes;
 }
 
+/* The receiver on conn has drained every slot before step `drained`, known
+ * without loading the head it writes on every slot (a cache-line transfer
+ * every nslots - 1 sends): a signed slot of this call from that rank was
+ * posted after its calls before this one, which drained every slot sent it
+ * before this call. Shared memory only: a proxy frees the sender's slots as
+ * it sends them, and says so in head alone. */
+static inline void peer_send_drained(struct weft_conn *conn, uint64_t drained) {
+  if (conn->transport != NULL && (conn->transport->caps & TRANSPORT_CAP_HOST_MEMORY) &&
+      drained > conn->head_seen)
+    conn->head_seen = drained;
+}
+
 /* Asks for the first line of the next slot to conn for writing, ahead of the
  * store that fills it (a hint, no wait), where that slot is known free. The
  * receiver read that line nslots sends ago and keeps a copy; the store would
