@@ -2,7 +2,9 @@
 // and reduce, called directly (not
 // through the tuner): the double binary tree's shape for 1 to 64 ranks, then
 // every datatype x op x count x placement on forked ranks with 2-slot FIFOs of
-// 256 bytes, against a reference, with every rank's result bitwise the same.
+// 256 bytes, against a reference, with every rank's result bitwise the same;
+// and the credits these algorithms and the 2-rank ring take from a peer's
+// signed slot, through the public API.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -185,6 +185,9 @@ def main():
     ap.add_argument("--per-size", action="store_true",
                     help="run each size on its own, the libraries back to back")
     args = ap.parse_args()
+    unknown = [c for c in args.collectives.split(",") if c not in TOOLS]
+    if unknown:
+        ap.error("-C: unknown collective(s) %s; known: %s" % (",".join(unknown), ",".join(TOOLS)))
 
     src = find_baselines(args.baselines)
     ompi_cfgs = [c for c in args.ompi.split(",") if c and c != "none"]
