@@ -240,6 +240,25 @@ TEST(DirectAllReduce, PiecesLargerThanTheStackCopy) {
   for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
 
+// A message of msg bytes (none where 0) to rank `to` and one from rank
+// `from` in one group, each byte a function of its sender and round: checks
+// what came and the guard after it.
+int message_round(const RankCtx &ctx, weftComm_t comm, size_t msg, int to, int from, int round) {
+  if (msg == 0) return 0;
+  std::vector<uint8_t> mine(msg), theirs(msg + kGuard, 0xa5);
+  for (size_t i = 0; i < msg; i++) mine[i] = (uint8_t)(i * 7 + (size_t)ctx.rank + (size_t)round);
+  weftGroupStart();
+  weftSend(mine.data(), msg, weftUint8, to, comm, nullptr);
+  weftRecv(theirs.data(), msg, weftUint8, from, comm, nullptr);
+  FAIL_IF(weftGroupEnd() != weftSuccess, "round %d: send/recv: %s", round, weftGetLastError(comm));
+  for (size_t i = 0; i < msg; i++)
+    FAIL_IF(theirs[i] != (uint8_t)(i * 7 + (size_t)from + (size_t)round),
+            "round %d: received byte %zu wrong", round, i);
+  for (size_t i = msg; i < theirs.size(); i++)
+    FAIL_IF(theirs[i] != 0xa5, "round %d: received past the end", round);
+  return 0;
+}
+
 // Recursive doubling between two ranks takes its credits from the partner's
 // slot of the call rather than the head word: with FIFOs of two slots, calls
 // of one piece interleave with sends and receives of several slots each on
@@ -260,22 +279,7 @@ TEST(RecursiveDoubling, CreditsAcrossSendsAndCalls) {
       const int peer = 1 - ctx.rank;
       for (int round = 0; round < 200; round++) {
         // sends of 0 to 3 slots' worth each way, then a few one-piece calls
-        const size_t msg = (size_t)(rng.next() % 700);
-        std::vector<uint8_t> mine(msg), theirs(msg + kGuard, 0xa5);
-        for (size_t i = 0; i < msg; i++)
-          mine[i] = (uint8_t)(i * 7 + (size_t)ctx.rank + (size_t)round);
-        if (msg > 0) {
-          weftGroupStart();
-          weftSend(mine.data(), msg, weftUint8, peer, comm, nullptr);
-          weftRecv(theirs.data(), msg, weftUint8, peer, comm, nullptr);
-          if (weftGroupEnd() != weftSuccess)
-            return rank_fail(ctx, "round %d: send/recv: %s", round, weftGetLastError(comm));
-          for (size_t i = 0; i < msg; i++)
-            if (theirs[i] != (uint8_t)(i * 7 + (size_t)peer + (size_t)round))
-              return rank_fail(ctx, "round %d: received byte %zu wrong", round, i);
-          for (size_t i = msg; i < theirs.size(); i++)
-            if (theirs[i] != 0xa5) return rank_fail(ctx, "round %d: received past the end", round);
-        }
+        TRY_RC(message_round(ctx, comm, (size_t)(rng.next() % 700), peer, peer, round));
         const int calls = 1 + (int)(rng.next() % 4);
         for (int c = 0; c < calls; c++) {
           const size_t count = 1 + (size_t)(rng.next() % 50);
@@ -370,21 +374,8 @@ TEST(Credits, InferredFromSignedSlotsRingAndDirect) {
         Rng rng(seed + (ring ? 0 : 1));
         const int next = (ctx.rank + 1) % ctx.nranks, prev = (ctx.rank + ctx.nranks - 1) % ctx.nranks;
         for (int round = 0; round < 120; round++) {
-          const size_t msg = (size_t)(rng.next() % 700);
-          if (msg > 0) {  // to the next rank, from the previous: the connections direct uses
-            std::vector<uint8_t> mine(msg), theirs(msg + kGuard, 0xa5);
-            for (size_t i = 0; i < msg; i++) mine[i] = (uint8_t)(i * 7 + (size_t)ctx.rank + (size_t)round);
-            weftGroupStart();
-            weftSend(mine.data(), msg, weftUint8, next, comm, nullptr);
-            weftRecv(theirs.data(), msg, weftUint8, prev, comm, nullptr);
-            if (weftGroupEnd() != weftSuccess)
-              return rank_fail(ctx, "round %d: send/recv: %s", round, weftGetLastError(comm));
-            for (size_t i = 0; i < msg; i++)
-              if (theirs[i] != (uint8_t)(i * 7 + (size_t)prev + (size_t)round))
-                return rank_fail(ctx, "round %d: received byte %zu wrong", round, i);
-            for (size_t i = msg; i < theirs.size(); i++)
-              if (theirs[i] != 0xa5) return rank_fail(ctx, "round %d: received past the end", round);
-          }
+          // to the next rank, from the previous: connections the direct algorithms use
+          TRY_RC(message_round(ctx, comm, (size_t)(rng.next() % 700), next, prev, round));
           const int calls = 1 + (int)(rng.next() % 4);
           for (int c = 0; c < calls; c++) TRY_RC(credits_call(ctx, comm, rng, ring, round));
         }
