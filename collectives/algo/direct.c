@@ -76,6 +76,13 @@ static inline void signed_by(struct weftComm *comm, int peer) {
   peer_send_drained(to, to->step - 1);
 }
 
+/* Rank peer's slot has been read: back to peer (a credit), and the next
+ * slot to peer taken for writing while this call goes on (prims_peer.h). */
+static inline void taken_from(struct weftComm *comm, int peer) {
+  peer_recv_done(&comm->recv_conns[peer]);
+  peer_send_warm(&comm->send_conns[peer]);
+}
+
 /* Rank r's vector of the piece: own, or the slot from r (waited for). */
 static weftResult_t direct_input(struct weftComm *comm, int r, const char *own, size_t nbytes,
                                  const struct signature_packed *sig, const char **in_out) {
@@ -107,16 +114,9 @@ static weftResult_t direct_reduce_all(struct weftComm *comm, weft_reduce_fn redu
   for (int r = 1; r < n; r++) {
     WEFT_TRY(direct_input(comm, r, own, nbytes, sig, &b));
     reduce(out, NULL, a, b, m, r == n - 1 ? divisor : 1);
-    /* the slots reduced are the senders' again; the next slot to each
-     * sender is taken for writing while this call goes on (prims_peer.h) */
-    if (r == 1 && rank != 0) {
-      peer_recv_done(&comm->recv_conns[0]);
-      peer_send_warm(&comm->send_conns[0]);
-    }
-    if (r != rank) {
-      peer_recv_done(&comm->recv_conns[r]);
-      peer_send_warm(&comm->send_conns[r]);
-    }
+    /* the slots reduced are the senders' again */
+    if (r == 1 && rank != 0) taken_from(comm, 0);
+    if (r != rank) taken_from(comm, r);
     a = out;
   }
   return weftSuccess;
@@ -175,8 +175,7 @@ static weftResult_t direct_signed_by_all(struct weftComm *comm, int skip,
     const char *in;
     WEFT_TRY(peer_recv_signed_wait(comm, &comm->recv_conns[peer], sizeof *sig, sig, 1, &in));
     signed_by(comm, peer);
-    peer_recv_done(&comm->recv_conns[peer]);
-    peer_send_warm(&comm->send_conns[peer]);
+    taken_from(comm, peer);
   }
   return weftSuccess;
 }
@@ -197,8 +196,7 @@ static weftResult_t direct_bcast_piece(struct weftComm *comm, int root, const ch
     const char *in;
     WEFT_TRY(direct_input(comm, root, NULL, nbytes, sig, &in));
     memcpy(dst, in, nbytes);
-    peer_recv_done(&comm->recv_conns[root]);
-    peer_send_warm(&comm->send_conns[root]);
+    taken_from(comm, root);
   }
   return sig != NULL ? direct_signed_by_all(comm, root, sig) : weftSuccess;
 }

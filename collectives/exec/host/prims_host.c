@@ -106,6 +106,13 @@ static inline void credits_from_signed(struct prims *p) {
   if (p->comm->nranks == 2 && p->send != NULL) peer_send_drained(p->send, p->sig_send_from);
 }
 
+/* A step that sends nothing has what it waited for: the next slot this rank
+ * sends is taken for writing now (peer_send_warm; a ring's last receive of a
+ * call warms the next call's first send). */
+static inline void send_warm(struct prims *p) {
+  if (p->send != NULL) peer_send_warm(p->send);
+}
+
 /* Waits until the slot the receiver reads next has been filled; nbytes: the
  * data it should hold. While it waits it prefetches the slot's first line,
  * which the sender stores before tail: once tail has moved, the line is
@@ -199,9 +206,7 @@ static weftResult_t simple_step(struct prims *p, unsigned flags, const void *src
   if (flags & PRIMS_RECV) {
     WEFT_TRY(wait_filled(p, nbytes, &slot_in));
     in = slot_in;
-    /* a step that sends nothing: the next send's line taken now (a ring's
-     * last receive of a call warms the next call's first send) */
-    if (!(flags & PRIMS_SEND)) peer_send_warm(p->send);
+    if (!(flags & PRIMS_SEND)) send_warm(p);
   }
   if (flags & PRIMS_SEND) WEFT_TRY(wait_credit(p, &out));
   if (flags & PRIMS_REDUCE) { /* the final value (COPY) goes to dst, and on from there */
@@ -234,7 +239,7 @@ weftResult_t prims_sign_alone(struct prims *p, unsigned flags) {
     res = wait_filled(p, 0, &slot);
     if (res == weftSuccess) {
       post_drained(p->recv);
-      peer_send_warm(p->send); /* as a receive-only step (simple_step) */
+      send_warm(p);
     }
     p->sig_recv = recv_left && res != weftSuccess;
   }
