@@ -2,7 +2,8 @@
 # weft-train's transformer under weftrun: README's run (tiny, 4 ranks, stage
 # 3) trains, validates, prints the memory table and a sample; a checkpoint
 # saved on 4 ranks at stage 3 mid-run resumes on 2 ranks at stage 1 with the
-# losses of an uninterrupted run (fp32, 1e-5 relative); bf16 trains.
+# losses of an uninterrupted run (fp32, 1e-5 relative); bf16 trains; the
+# GPU path's kernels, simulated on the host, give the host's losses.
 # usage: test_weft_train_gpt.sh WEFTRUN TOOLS_DIR
 set -u
 weftrun=$1
@@ -62,6 +63,36 @@ check "bf16 run" $?
 echo "$out" | awk '/ step +[0-9]+ loss /{l[++n]=$5} END{exit !(n == 8 && l[8] < l[1] - 0.5)}'
 check "bf16 loss falls" $?
 
+# The GPU path's kernels and calls (--device sim: train_gpt_kern.h's bodies
+# looped on the host, products by the same body) against the host's
+# operations: the loss of every step within 1e-5 relative (they differ in
+# expf and in the order of sums only), stage 3 on 4 ranks with the
+# validation and the greedy sample alike; bf16 with accumulation within 1e-3.
+sim_vs_host() { # name, tolerance, weftrun -n N, weft-train arguments...
+  local name=$1 tol=$2 n=$3 h d
+  shift 3
+  h=$(timeout 300 "$weftrun" -n "$n" "$tools/weft-train" --device host "$@" 2>&1)
+  d=$(timeout 300 "$weftrun" -n "$n" "$tools/weft-train" --device sim "$@" 2>&1)
+  check "$name: both exit 0" $?
+  echo "$d" | grep -q 'sim executor, sgemm: host loop'; check "$name: the sim executor ran" $?
+  paste <(echo "$h" | awk '/ (step|val) +[0-9]+ loss /{print $2, $3, $5}') \
+        <(echo "$d" | awk '/ (step|val) +[0-9]+ loss /{print $2, $3, $5}') |
+    awk -v tol="$tol" '{n++; d=$3-$6; if (d<0) d=-d; printf "  %s %s: host %s sim %s\n", $1, $2, $3, $6;
+          if ($1 != $4 || $2 != $5 || d > tol * $3) bad=1} END{exit !(n >= 6 && !bad)}'
+  check "$name: every loss within $tol relative" $?
+  [ "$(echo "$h" | sed -n '/# sample/,/final loss/p' | grep -v 'final loss')" = \
+    "$(echo "$d" | sed -n '/# sample/,/final loss/p' | grep -v 'final loss')" ]
+  check "$name: the same sample" $?
+}
+sim_vs_host "sim, fp32, stage 3, 4 ranks" 1e-5 4 --zero-stage 3 --steps 8 --seq 16 --batch 8 \
+  --val-every 4 --val-batches 1 --sample 12 --temperature 0
+sim_vs_host "sim, bf16, stage 2, accum 2, 2 ranks" 1e-3 2 --zero-stage 2 --dtype bf16 --accum 2 \
+  --steps 6 --seq 12 --batch 8 --val-every 0 --sample 0
+
 "$tools/weft-train" --model gpt3 >/dev/null 2>&1
 [ $? -eq 2 ]; check "unknown model refused" $?
+"$tools/weft-train" --model mlp --device sim >/dev/null 2>&1
+[ $? -eq 2 ]; check "--device sim refused for the MLP" $?
+"$tools/weft-train" --device tpu >/dev/null 2>&1
+[ $? -eq 2 ]; check "unknown device refused" $?
 exit $fail

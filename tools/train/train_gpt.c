@@ -1,7 +1,8 @@
 /* weft-train's transformer (train_gpt.h): its parameters in ZeRO layers,
- * forward and backward on the host through train_gpt_ops.h, and the loop:
- * batches from the token file, a learning-rate schedule, validation, a
- * generated sample at the end. */
+ * forward and backward through an executor (train_gpt_exec.h: the host, a
+ * GPU, or the GPU's kernels simulated on the host), and the loop: batches
+ * from the token file, a learning-rate schedule, validation, a generated
+ * sample at the end. */
 #include "train_gpt.h"
 
 #include <math.h>
@@ -13,7 +14,8 @@
 
 #include "train_blas.h"
 #include "train_data.h"
-#include "train_gpt_ops.h"
+#include "train_device.h"
+#include "train_gpt_exec.h"
 #include "train_model_int.h"
 
 enum { LN1W, LN1B, QKVW, QKVB, ATTPW, ATTPB, LN2W, LN2B, FCW, FCB, FCPW, FCPB, BLOCK_TENSORS };
@@ -31,17 +33,20 @@ struct gpt {
   int T, B;                   /* sequence, sequences per rank and micro-step */
   int rank, nranks;
   weftZero_t zero;
-  weftStream_t stream;
-  weftEvent_t loss_ev;
+  weftStream_t stream;        /* m's: a CUDA stream on a GPU */
+  struct model m;             /* the stream, the loss's event, collectives of host values */
+  struct gpt_exec x;          /* where the operations run; every array below but
+                                 ids, inp, tgt, win and sample is in its memory */
   int *ids;                   /* ids[layer * BLOCK_TENSORS + k] */
   float *w[SLOTS][BLOCK_TENSORS], *dw[SLOTS][BLOCK_TENSORS];
   void *graw[SLOTS][BLOCK_TENSORS];
   float *wbuf[SLOTS], *gbuf[SLOTS]; /* fp32 copies when parameters are bf16/fp16 */
   float *acts, *enc, *lnf, *lnf_mean, *lnf_rstd, *logits;
   struct gpt_acts *blk;
-  float *dres, *dln, *dbuf, *dqkv, *datt;
+  float *dres, *dln, *dbuf, *dqkv;
   int *inp, *tgt;
   uint8_t *win;
+  float *sample;              /* host: one row of logits */
   struct train_data data;
 };
 
@@ -122,8 +127,9 @@ static void init_tensor(const struct gpt *g, int layer, int k, float *out, size_
 /* The layer's parameters as fp32 in the slot: gathered (stage 3), waited for. */
 static weftResult_t layer_open(struct gpt *g, int layer, int slot) {
   weftEvent_t ready;
-  weftResult_t res = weftZeroGather(g->zero, layer, g->stream, &ready);
-  if (res == weftSuccess) res = weftEventSynchronize(ready);
+  /* a device context's kernels queued after the gather on its stream wait for it */
+  weftResult_t res = weftZeroGather(g->zero, layer, g->stream, g->m.dev ? NULL : &ready);
+  if (res == weftSuccess && !g->m.dev) res = weftEventSynchronize(ready);
   size_t off = 0;
   for (int k = 0; k < layer_tensors(&g->s, layer) && res == weftSuccess; k++) {
     void *p;
@@ -134,11 +140,11 @@ static weftResult_t layer_open(struct gpt *g, int layer, int slot) {
       g->w[slot][k] = p;
     } else {
       g->w[slot][k] = g->wbuf[slot] + off;
-      weftZeroToFloat(p, g->o->dtype, g->w[slot][k], n);
+      gpt_x_to_float(&g->x, p, g->o->dtype, g->w[slot][k], n);
     }
     off += n;
   }
-  return res;
+  return res == weftSuccess ? g->x.status : res;
 }
 
 /* The layer's gradient buffers as fp32 in the slot (fp32 parameters: the
@@ -153,11 +159,11 @@ static weftResult_t grads_open(struct gpt *g, int layer, int slot) {
       g->dw[slot][k] = g->graw[slot][k];
     } else {
       g->dw[slot][k] = g->gbuf[slot] + off;
-      memset(g->dw[slot][k], 0, n * sizeof(float));
+      gpt_x_zero(&g->x, g->dw[slot][k], (long)n);
     }
     off += n;
   }
-  return weftSuccess;
+  return g->x.status;
 }
 
 /* The layer is done: its gradients into the context, the parameters given
@@ -165,8 +171,9 @@ static weftResult_t grads_open(struct gpt *g, int layer, int slot) {
 static weftResult_t grads_done(struct gpt *g, int layer, int slot) {
   if (g->o->dtype != weftFloat32)
     for (int k = 0; k < layer_tensors(&g->s, layer); k++)
-      weftZeroAccumulate(g->graw[slot][k], g->o->dtype, g->dw[slot][k],
-                         tensor_count(&g->s, layer, k));
+      gpt_x_accumulate(&g->x, g->graw[slot][k], g->o->dtype, g->dw[slot][k],
+                       tensor_count(&g->s, layer, k));
+  if (g->x.status != weftSuccess) return g->x.status;
   weftResult_t res = weftZeroReleaseOn(g->zero, layer, g->stream);
   return res == weftSuccess ? weftZeroGradReady(g->zero, layer, g->stream) : res;
 }
@@ -175,16 +182,17 @@ static void block_forward(struct gpt *g, int l, const float *in, int B, int T) {
   int C = g->s.channels, n = B * T;
   float **w = g->w[SLOT_BLOCK];
   struct gpt_acts *a = &g->blk[l];
-  gpt_layernorm_forward(a->ln1, a->mean1, a->rstd1, in, w[LN1W], w[LN1B], n, C);
-  gpt_linear_forward(a->qkv, a->ln1, w[QKVW], w[QKVB], n, C, 3 * C);
-  gpt_attention_forward(a->atty, a->att, a->qkv, B, T, C, g->s.heads);
-  gpt_linear_forward(a->res2, a->atty, w[ATTPW], w[ATTPB], n, C, C);
-  for (long i = 0; i < (long)n * C; i++) a->res2[i] += in[i];
-  gpt_layernorm_forward(a->ln2, a->mean2, a->rstd2, a->res2, w[LN2W], w[LN2B], n, C);
-  gpt_linear_forward(a->fch, a->ln2, w[FCW], w[FCB], n, C, 4 * C);
-  gpt_gelu_forward(a->fchg, a->fch, (long)n * 4 * C);
-  gpt_linear_forward(a->res3, a->fchg, w[FCPW], w[FCPB], n, 4 * C, C);
-  for (long i = 0; i < (long)n * C; i++) a->res3[i] += a->res2[i];
+  struct gpt_exec *x = &g->x;
+  gpt_x_layernorm_forward(x, a->ln1, a->mean1, a->rstd1, in, w[LN1W], w[LN1B], n, C);
+  gpt_x_linear_forward(x, a->qkv, a->ln1, w[QKVW], w[QKVB], n, C, 3 * C);
+  gpt_x_attention_forward(x, a->atty, a->att, a->qkv, B, T, C, g->s.heads);
+  gpt_x_linear_forward(x, a->res2, a->atty, w[ATTPW], w[ATTPB], n, C, C);
+  gpt_x_add(x, a->res2, a->res2, in, (long)n * C);
+  gpt_x_layernorm_forward(x, a->ln2, a->mean2, a->rstd2, a->res2, w[LN2W], w[LN2B], n, C);
+  gpt_x_linear_forward(x, a->fch, a->ln2, w[FCW], w[FCB], n, C, 4 * C);
+  gpt_x_gelu_forward(x, a->fchg, a->fch, (long)n * 4 * C);
+  gpt_x_linear_forward(x, a->res3, a->fchg, w[FCPW], w[FCPB], n, 4 * C, C);
+  gpt_x_add(x, a->res3, a->res3, a->res2, (long)n * C);
 }
 
 /* dres: the gradient of the block's output on entry, of its input on return */
@@ -192,16 +200,17 @@ static void block_backward(struct gpt *g, int l, const float *in, int B, int T) 
   int C = g->s.channels, n = B * T;
   float **w = g->w[SLOT_BLOCK], **dw = g->dw[SLOT_BLOCK];
   struct gpt_acts *a = &g->blk[l];
-  gpt_linear_backward(g->dbuf, dw[FCPW], dw[FCPB], g->dres, a->fchg, w[FCPW], n, 4 * C, C);
-  gpt_gelu_backward(g->dbuf, a->fch, (long)n * 4 * C);
-  gpt_linear_backward(g->dln, dw[FCW], dw[FCB], g->dbuf, a->ln2, w[FCW], n, C, 4 * C);
-  gpt_layernorm_backward(g->dres, dw[LN2W], dw[LN2B], g->dln, a->res2, w[LN2W], a->mean2,
-                         a->rstd2, n, C);
-  gpt_linear_backward(g->dln, dw[ATTPW], dw[ATTPB], g->dres, a->atty, w[ATTPW], n, C, C);
-  gpt_attention_backward(g->dqkv, g->dln, a->qkv, a->att, g->datt, B, T, C, g->s.heads);
-  gpt_linear_backward(g->dln, dw[QKVW], dw[QKVB], g->dqkv, a->ln1, w[QKVW], n, C, 3 * C);
-  gpt_layernorm_backward(g->dres, dw[LN1W], dw[LN1B], g->dln, in, w[LN1W], a->mean1, a->rstd1,
-                         n, C);
+  struct gpt_exec *x = &g->x;
+  gpt_x_linear_backward(x, g->dbuf, dw[FCPW], dw[FCPB], g->dres, a->fchg, w[FCPW], n, 4 * C, C);
+  gpt_x_gelu_backward(x, g->dbuf, a->fch, (long)n * 4 * C);
+  gpt_x_linear_backward(x, g->dln, dw[FCW], dw[FCB], g->dbuf, a->ln2, w[FCW], n, C, 4 * C);
+  gpt_x_layernorm_backward(x, g->dres, dw[LN2W], dw[LN2B], g->dln, a->res2, w[LN2W], a->mean2,
+                           a->rstd2, n, C);
+  gpt_x_linear_backward(x, g->dln, dw[ATTPW], dw[ATTPB], g->dres, a->atty, w[ATTPW], n, C, C);
+  gpt_x_attention_backward(x, g->dqkv, g->dln, a->qkv, a->att, B, T, C, g->s.heads);
+  gpt_x_linear_backward(x, g->dln, dw[QKVW], dw[QKVB], g->dqkv, a->ln1, w[QKVW], n, C, 3 * C);
+  gpt_x_layernorm_backward(x, g->dres, dw[LN1W], dw[LN1B], g->dln, in, w[LN1W], a->mean1,
+                           a->rstd1, n, C);
 }
 
 /* Forward of g->inp (B x T) to logits; with targets, to probabilities and
@@ -213,20 +222,22 @@ static weftResult_t forward(struct gpt *g, int B, int T, int with_loss, int keep
   int C = s->channels, L = s->layers, n = B * T;
   weftResult_t res = layer_open(g, 0, SLOT_EMB);
   if (res != weftSuccess) return res;
-  gpt_encoder_forward(g->enc, g->inp, g->w[SLOT_EMB][0], g->w[SLOT_EMB][1], B, T, C);
+  gpt_x_encoder_forward(&g->x, g->enc, g->w[SLOT_EMB][0], g->w[SLOT_EMB][1], B, T, C);
   const float *x = g->enc;
   for (int l = 0; l < L; l++) {
     if ((res = layer_open(g, 1 + l, SLOT_BLOCK)) != weftSuccess) return res;
     block_forward(g, l, x, B, T);
+    if (g->x.status != weftSuccess) return g->x.status;
     if ((res = weftZeroReleaseOn(g->zero, 1 + l, g->stream)) != weftSuccess) return res;
     x = g->blk[l].res3;
   }
   if ((res = layer_open(g, L + 1, SLOT_LNF)) != weftSuccess) return res;
-  gpt_layernorm_forward(g->lnf, g->lnf_mean, g->lnf_rstd, x, g->w[SLOT_LNF][0], g->w[SLOT_LNF][1],
-                        n, C);
+  gpt_x_layernorm_forward(&g->x, g->lnf, g->lnf_mean, g->lnf_rstd, x, g->w[SLOT_LNF][0],
+                          g->w[SLOT_LNF][1], n, C);
   /* the output projection is the token embedding */
-  gpt_linear_forward(g->logits, g->lnf, g->w[SLOT_EMB][0], NULL, n, C, s->vocab);
-  if (with_loss) *loss_sum = gpt_softmax_xent_forward(g->logits, g->tgt, n, s->vocab);
+  gpt_x_linear_forward(&g->x, g->logits, g->lnf, g->w[SLOT_EMB][0], NULL, n, C, s->vocab);
+  if (with_loss) *loss_sum = gpt_x_softmax_xent_forward(&g->x, g->logits, n, s->vocab);
+  if (g->x.status != weftSuccess) return g->x.status;
   if (!keep) {
     if ((res = weftZeroReleaseOn(g->zero, L + 1, g->stream)) != weftSuccess) return res;
     res = weftZeroReleaseOn(g->zero, 0, g->stream);
@@ -241,14 +252,15 @@ static weftResult_t backward(struct gpt *g, int B, int T, float scale) {
   weftResult_t res = grads_open(g, 0, SLOT_EMB);
   if (res == weftSuccess) res = grads_open(g, L + 1, SLOT_LNF);
   if (res != weftSuccess) return res;
-  gpt_softmax_xent_backward(g->logits, g->tgt, n, s->vocab, scale / (float)n);
+  struct gpt_exec *x = &g->x;
+  gpt_x_softmax_xent_backward(x, g->logits, n, s->vocab, scale / (float)n);
   /* the tied embedding's first share of its gradient */
-  gpt_linear_backward(g->dln, g->dw[SLOT_EMB][0], NULL, g->logits, g->lnf, g->w[SLOT_EMB][0], n,
-                      C, s->vocab);
+  gpt_x_linear_backward(x, g->dln, g->dw[SLOT_EMB][0], NULL, g->logits, g->lnf, g->w[SLOT_EMB][0],
+                        n, C, s->vocab);
   const float *top = L > 0 ? g->blk[L - 1].res3 : g->enc;
-  memset(g->dres, 0, (size_t)n * C * sizeof(float));
-  gpt_layernorm_backward(g->dres, g->dw[SLOT_LNF][0], g->dw[SLOT_LNF][1], g->dln, top,
-                         g->w[SLOT_LNF][0], g->lnf_mean, g->lnf_rstd, n, C);
+  gpt_x_zero(x, g->dres, (long)n * C);
+  gpt_x_layernorm_backward(x, g->dres, g->dw[SLOT_LNF][0], g->dw[SLOT_LNF][1], g->dln, top,
+                           g->w[SLOT_LNF][0], g->lnf_mean, g->lnf_rstd, n, C);
   if ((res = grads_done(g, L + 1, SLOT_LNF)) != weftSuccess) return res;
   for (int l = L - 1; l >= 0; l--) {
     if ((res = layer_open(g, 1 + l, SLOT_BLOCK)) != weftSuccess) return res;
@@ -257,7 +269,7 @@ static weftResult_t backward(struct gpt *g, int B, int T, float scale) {
     if ((res = grads_done(g, 1 + l, SLOT_BLOCK)) != weftSuccess) return res;
   }
   /* the second share, and the position embedding */
-  gpt_encoder_backward(g->dw[SLOT_EMB][0], g->dw[SLOT_EMB][1], g->dres, g->inp, B, T, C);
+  gpt_x_encoder_backward(x, g->dw[SLOT_EMB][0], g->dw[SLOT_EMB][1], g->dres, B, T, C);
   return grads_done(g, 0, SLOT_EMB);
 }
 
@@ -272,13 +284,13 @@ static weftResult_t gpt_alloc(struct gpt *g) {
   size_t C = (size_t)s->channels, L = (size_t)s->layers, n = (size_t)g->B * g->T;
   size_t att = (size_t)g->B * s->heads * g->T * g->T;
   size_t per_block = n * (C + 2 + 3 * C + C + C + C + 2 + 4 * C + 4 * C + C) + att;
-  size_t total = L * per_block + n * (2 * C + 2 + s->vocab) + n * (C + C + 4 * C + 3 * C) +
-                 (size_t)g->T * g->T;
-  g->acts = malloc(total * sizeof(float));
+  size_t total = L * per_block + n * (2 * C + 2 + s->vocab) + n * (C + C + 4 * C + 3 * C);
+  g->acts = gpt_x_alloc(&g->x, total * sizeof(float));
   g->blk = calloc(L + 1, sizeof *g->blk);
   g->inp = malloc(n * sizeof(int));
   g->tgt = malloc(n * sizeof(int));
   g->win = malloc((size_t)g->B * (g->T + 1));
+  g->sample = malloc((size_t)s->vocab * sizeof(float));
   size_t maxl = 0;
   for (int l = 0; l < s->layers + 2; l++) {
     size_t c = 0;
@@ -286,16 +298,16 @@ static weftResult_t gpt_alloc(struct gpt *g) {
     maxl = c > maxl ? c : maxl;
   }
   int missing = g->acts == NULL || g->blk == NULL || g->inp == NULL || g->tgt == NULL ||
-                g->win == NULL;
+                g->win == NULL || g->sample == NULL;
   if (g->o->dtype != weftFloat32)
     for (int k = 0; k < SLOTS; k++) {
-      g->wbuf[k] = malloc(maxl * sizeof(float));
-      g->gbuf[k] = malloc(maxl * sizeof(float));
+      g->wbuf[k] = gpt_x_alloc(&g->x, maxl * sizeof(float));
+      g->gbuf[k] = gpt_x_alloc(&g->x, maxl * sizeof(float));
       missing |= g->wbuf[k] == NULL || g->gbuf[k] == NULL;
     }
   if (missing) {
-    fprintf(stderr, "weft-train: out of memory for activations (%zu MiB)\n",
-            total * sizeof(float) >> 20);
+    fprintf(stderr, "weft-train: out of memory for activations (%zu MiB, %s)\n",
+            total * sizeof(float) >> 20, g->x.name);
     return weftSystemError;
   }
   float *at = g->acts;
@@ -324,24 +336,24 @@ static weftResult_t gpt_alloc(struct gpt *g) {
   g->dln = carve(&at, n * C);
   g->dbuf = carve(&at, 4 * n * C);
   g->dqkv = carve(&at, 3 * n * C);
-  g->datt = carve(&at, (size_t)g->T * g->T);
   return weftSuccess;
 }
 
 static void gpt_free(struct gpt *g) {
   if (g->zero != NULL) weftZeroDestroy(g->zero);
-  if (g->stream != NULL) weftStreamDestroy(g->stream);
-  if (g->loss_ev != NULL) weftEventDestroy(g->loss_ev);
   free(g->ids);
-  free(g->acts);
+  gpt_x_free(&g->x, g->acts);
   free(g->blk);
   free(g->inp);
   free(g->tgt);
   free(g->win);
+  free(g->sample);
   for (int k = 0; k < SLOTS; k++) {
-    free(g->wbuf[k]);
-    free(g->gbuf[k]);
+    gpt_x_free(&g->x, g->wbuf[k]);
+    gpt_x_free(&g->x, g->gbuf[k]);
   }
+  gpt_exec_close(&g->x);
+  train_model_close(&g->m);
   train_data_close(&g->data);
 }
 
@@ -367,8 +379,13 @@ static weftResult_t gpt_setup(struct gpt *g, weftComm_t comm) {
     for (int k = 0; k < BLOCK_TENSORS; k++) block += tensor_count(s, 1, k);
     if (s->layers > 0 && block * elsize < cfg.bucketBytes) cfg.bucketBytes = block * elsize;
   }
-  weftResult_t res = weftStreamCreate(&g->stream);
-  if (res == weftSuccess) res = weftEventCreate(&g->loss_ev);
+  cfg.memory = g->m.dev ? weftZeroDeviceMemory : weftZeroHostMemory;
+  g->m.o = o;
+  weftResult_t res = train_model_open(&g->m, g->nranks);
+  g->stream = g->m.stream;
+  /* --device sim: the GPU's kernels on the host, the context in host memory */
+  const struct gk_table *kern = g->m.dev ? gk_cuda_table() : o->device_sim ? gk_sim_table() : NULL;
+  if (res == weftSuccess) res = gpt_exec_open(&g->x, kern, g->stream, s, g->B, g->T);
   if (res == weftSuccess) res = weftZeroCreate(&g->zero, comm, &cfg);
   if (res != weftSuccess) return res;
   g->ids = calloc((size_t)(s->layers + 2) * BLOCK_TENSORS, sizeof *g->ids);
@@ -414,6 +431,7 @@ static void batch_load(struct gpt *g, uint64_t micro) {
       g->tgt[b * T + t] = w[t + 1];
     }
   }
+  gpt_x_tokens(&g->x, g->inp, g->tgt, g->B, T);
 }
 
 /* --dump-batches: rank 0 writes every rank's windows of the micro-step. */
@@ -426,11 +444,6 @@ static void batch_dump(struct gpt *g, FILE *f, uint64_t micro) {
     fwrite(w, 1, len, f);
   }
   free(w);
-}
-
-static weftResult_t sum_doubles(struct gpt *g, weftComm_t comm, double *v, size_t n) {
-  weftResult_t res = weftAllReduce(v, v, n, weftFloat64, weftSum, comm, g->stream);
-  return res == weftSuccess ? weftStreamSynchronize(g->stream) : res;
 }
 
 /* The validation loss: val_batches global batches of the held-out tenth. */
@@ -447,12 +460,14 @@ static weftResult_t validate(struct gpt *g, weftComm_t comm, double *loss_out) {
         g->tgt[b * T + t] = w[t + 1];
       }
     }
+    gpt_x_tokens(&g->x, g->inp, g->tgt, g->B, T);
     double l = 0;
     weftResult_t res = forward(g, g->B, T, 1, 0, &l);
     if (res != weftSuccess) return res;
     sum += l;
   }
-  weftResult_t res = sum_doubles(g, comm, &sum, 1);
+  weftResult_t res = train_loss_reduce_start(&g->m, comm, &sum);
+  if (res == weftSuccess) res = train_loss_reduce_end(&g->m, &sum);
   *loss_out = sum / ((double)g->o->val_batches * g->B * g->nranks * T);
   return res;
 }
@@ -470,8 +485,12 @@ static weftResult_t sample_text(struct gpt *g) {
   for (int i = prompt; i < len && res == weftSuccess; i++) {
     int start = i > g->T ? i - g->T : 0, T = i - start;
     for (int t = 0; t < T; t++) g->inp[t] = text[start + t];
+    gpt_x_tokens(&g->x, g->inp, NULL, 1, T);
     res = forward(g, 1, T, 0, 0, NULL);
-    const float *row = g->logits + (size_t)(T - 1) * g->s.vocab;
+    gpt_x_download(&g->x, g->sample, g->logits + (size_t)(T - 1) * g->s.vocab,
+                   (size_t)g->s.vocab * sizeof(float));
+    if (res == weftSuccess) res = g->x.status;
+    const float *row = g->sample;
     int pick = 0;
     if (o->temperature <= 0) {
       for (int j = 1; j < g->s.vocab; j++) pick = row[j] > row[pick] ? j : pick;
@@ -541,8 +560,7 @@ static weftResult_t report_rss(struct gpt *g, weftComm_t comm) {
   double mine = (double)ru.ru_maxrss / 1024.0;
   double *all = calloc((size_t)g->nranks, sizeof *all);
   if (all == NULL) return weftSystemError;
-  weftResult_t res = weftAllGather(&mine, all, 1, weftFloat64, comm, g->stream);
-  if (res == weftSuccess) res = weftStreamSynchronize(g->stream);
+  weftResult_t res = train_gather_doubles(&g->m, comm, &mine, all, 1, g->nranks);
   if (res == weftSuccess && g->rank == 0 && g->o->log != NULL) {
     fprintf(g->o->log, "# peak RSS per rank (MiB):");
     for (int q = 0; q < g->nranks; q++) fprintf(g->o->log, " %.0f", all[q]);
@@ -586,10 +604,9 @@ static weftResult_t train_loop(struct gpt *g, weftComm_t comm, struct train_resu
       res = backward(g, g->B, g->T, (float)weftZeroLossScale(g->zero));
     }
     weftZeroStepInfo_t info;
-    if (res == weftSuccess) res = weftAllReduce(&loss, &loss, 1, weftFloat64, weftSum, comm, g->stream);
-    if (res == weftSuccess) res = weftEventRecord(g->loss_ev, g->stream);
+    if (res == weftSuccess) res = train_loss_reduce_start(&g->m, comm, &loss);
     if (res == weftSuccess) res = weftZeroStep(g->zero, g->stream, &info);
-    if (res == weftSuccess) res = weftEventSynchronize(g->loss_ev);
+    if (res == weftSuccess) res = train_loss_reduce_end(&g->m, &loss);
     if (res != weftSuccess) break;
     loss /= (double)g->nranks * o->accum;
     double dt = now_s() - t0;
@@ -635,6 +652,7 @@ weftResult_t train_gpt_run(weftComm_t comm, const struct train_opts *o, struct t
     return weftInvalidArgument;
   }
   g.B = o->global_batch / (o->accum * g.nranks);
+  g.m.dev = o->device;
   train_blas_threads_one();
   weftResult_t res = train_data_open(&g.data, o->data, o->tokens, g.T, comm);
   if (res == weftSuccess) res = gpt_setup(&g, comm);
@@ -643,26 +661,23 @@ weftResult_t train_gpt_run(weftComm_t comm, const struct train_opts *o, struct t
     fprintf(o->log,
             "# weft-train: %d ranks, stage %d, %s, %s, GPT %d layers %d heads %d channels, "
             "context %d, vocabulary %d (bytes): %zu parameters in %d ZeRO layers; sequence %d, "
-            "global batch %d, accum %d, from step %ld; data %zu tokens (%zu train); sgemm: %s\n",
+            "global batch %d, accum %d, from step %ld; data %zu tokens (%zu train); %s "
+            "executor, sgemm: %s\n",
             g.nranks, o->stage,
             o->dtype == weftBfloat16 ? "bf16" : o->dtype == weftFloat16 ? "fp16" : "fp32",
             o->optimizer == weftZeroAdamW ? "adamw" : "sgd-momentum", g.s.layers, g.s.heads,
             g.s.channels, g.s.context, g.s.vocab, train_gpt_param_count(&g.s), g.s.layers + 2,
             g.T, o->global_batch, o->accum, weftZeroStepCount(g.zero), g.data.count,
-            g.data.train_count, train_blas_core());
+            g.data.train_count, g.x.name, g.x.gemm);
     const char *note = train_blas_pinned_note();
     if (note != NULL) fprintf(o->log, "# %s\n", note);
   }
   if (res == weftSuccess) res = train_loop(&g, comm, out);
   if (res == weftSuccess) {
-    struct model m; /* the memory table's view of this model */
-    memset(&m, 0, sizeof m);
-    m.o = o;
-    m.zero = g.zero;
-    m.stream = g.stream;
+    g.m.zero = g.zero; /* the memory table's view of this model */
     out->steps_done = weftZeroStepCount(g.zero);
     weftZeroMemoryReport(g.zero, &out->memory);
-    train_report_memory(&m, comm, g.rank, g.nranks);
+    train_report_memory(&g.m, comm, g.rank, g.nranks);
     res = report_rss(&g, comm);
   }
   if (res == weftSuccess && o->sample_len > 0) res = sample_text(&g);

@@ -1,7 +1,8 @@
 /* weft-train's transformer: GPT-2's shape (token and position embeddings,
  * pre-norm blocks of causal multi-head attention and a GELU MLP, a final
  * layer norm, the output projection tied to the token embedding) on the
- * host, its parameters held by a weft ZeRO context in layers:
+ * host or a GPU (train_gpt_exec.h), its parameters held by a weft ZeRO
+ * context in layers:
  *
  *   layer 0         wte (vocab x C), wpe (context x C)
  *   layer 1 + l     block l: ln1 w, b; qkv w (3C x C), b; attention

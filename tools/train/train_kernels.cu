@@ -6,15 +6,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <utility>
-
 #include "train_device.h"
+#include "train_launch.cuh"
 
 namespace {
-
-constexpr int kThreads = 128;
-
-unsigned blocks_for(size_t n) { return (unsigned)((n + kThreads - 1) / kThreads); }
 
 // kind: 0 fp32, 1 bf16, 2 fp16 (round to nearest even, as weftZeroFromFloat)
 __device__ float load_kind(const void *p, int kind, size_t i) {
@@ -88,27 +83,9 @@ __global__ void back_delta_kernel(const float *d, const float *w, const float *x
   dp[k] = acc * (1.0f - a * a);
 }
 
-// One thread per element of total on stream, returning the launch's own
-// status from cudaLaunchKernel: an error the caller left pending is neither
-// cleared nor taken for the launch's (cudaGetLastError around a <<<>>>
-// launch does both).
-template <typename... Param, typename... Arg>
-int launch(void (*kernel)(Param...), size_t total, void *stream, Arg &&...args) {
-  if (total == 0) return 0;
-  const bool pending = cudaPeekAtLastError() != cudaSuccess;
-  const cudaError_t err = [&](Param... param) {
-    void *argv[] = {(void *)&param...};
-    return cudaLaunchKernel((const void *)kernel, dim3(blocks_for(total)), dim3(kThreads), argv, 0,
-                            (cudaStream_t)stream);
-  }(std::forward<Arg>(args)...);
-  // the launch's own error is returned, not left for the caller's next look
-  if (err != cudaSuccess && !pending) (void)cudaGetLastError();
-  return (int)err;
-}
-
 }  // namespace
 
-#define LAUNCH(total, kernel, ...) return launch(kernel, total, stream, __VA_ARGS__)
+#define LAUNCH(total, kernel, ...) return train_launch(kernel, total, stream, __VA_ARGS__)
 
 extern "C" int train_kern_to_float(const void *src, int kind, float *dst, size_t count,
                                    void *stream) {

@@ -49,8 +49,8 @@ static float uniform_at(uint64_t seed, uint64_t i) {
 /* all[q*n + i] = rank q's mine[i], complete on return: on the host stream,
  * or through device memory on the CUDA stream (host buffers do not go on a
  * CUDA stream). */
-static weftResult_t gather_doubles(struct model *m, weftComm_t comm, const double *mine,
-                                   double *all, size_t n, int nranks) {
+weftResult_t train_gather_doubles(struct model *m, weftComm_t comm, const double *mine,
+                                  double *all, size_t n, int nranks) {
   if (!m->dev) {
     weftResult_t res = weftAllGather(mine, all, n, weftFloat64, comm, m->stream);
     return res == weftSuccess ? weftStreamSynchronize(m->stream) : res;
@@ -65,7 +65,7 @@ static weftResult_t gather_doubles(struct model *m, weftComm_t comm, const doubl
 /* The loss's sum over ranks, queued before the step (start) and read after
  * it (end): waited for by its own event on the host; on a GPU the copy back
  * waits for the stream. */
-static weftResult_t loss_reduce_start(struct model *m, weftComm_t comm, double *loss) {
+weftResult_t train_loss_reduce_start(struct model *m, weftComm_t comm, double *loss) {
   weftResult_t res;
   if (!m->dev) {
     res = weftAllReduce(loss, loss, 1, weftFloat64, weftSum, comm, m->stream);
@@ -76,7 +76,7 @@ static weftResult_t loss_reduce_start(struct model *m, weftComm_t comm, double *
   return weftAllReduce(m->dscalars, m->dscalars, 1, weftFloat64, weftSum, comm, m->stream);
 }
 
-static weftResult_t loss_reduce_end(struct model *m, double *loss) {
+weftResult_t train_loss_reduce_end(struct model *m, double *loss) {
   return m->dev ? train_dev_copy(loss, m->dscalars, sizeof *loss) : weftEventSynchronize(m->loss_ev);
 }
 
@@ -196,7 +196,7 @@ void train_report_memory(struct model *m, weftComm_t comm, int rank, int nranks)
                     (double)(r.params + r.grads + r.optimizer)};
   double *all = calloc((size_t)nranks * 6, sizeof *all);
   if (all == NULL) return;
-  if (gather_doubles(m, comm, mine, all, 6, nranks) == weftSuccess && rank == 0 &&
+  if (train_gather_doubles(m, comm, mine, all, 6, nranks) == weftSuccess && rank == 0 &&
       o->log != NULL) {
     size_t formula = weftZeroMemoryFormula(o->stage, r.psiPadded, nranks, o->dtype, o->optimizer);
     fprintf(o->log,
@@ -283,19 +283,26 @@ static void model_free(struct model *m) {
   free(m->gw);
   free(m->gb);
   free(m->target);
+  if (m->dev) dev_model_free(m);
+  train_model_close(m);
+}
+
+void train_model_close(struct model *m) {
   if (m->dev) {
-    dev_model_free(m);
     train_dev_free(m->dscalars);
     train_dev_close(m->stream);
   } else if (m->stream != NULL) {
     weftStreamDestroy(m->stream);
   }
   if (m->loss_ev != NULL) weftEventDestroy(m->loss_ev);
+  m->dscalars = NULL;
+  m->stream = NULL;
+  m->loss_ev = NULL;
 }
 
 /* The stream (host, or CUDA on the rank's GPU), the loss's event and, on a
  * GPU, the device buffer of host values' collectives. */
-static weftResult_t model_open(struct model *m, int nranks) {
+weftResult_t train_model_open(struct model *m, int nranks) {
   weftResult_t res;
   if (m->dev) {
     res = train_dev_open(m->o->local_rank, &m->stream);
@@ -323,7 +330,7 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
   m.o = o;
   m.batch = o->global_batch / (o->accum * nranks);
   m.dev = o->device;
-  weftResult_t res = model_open(&m, nranks);
+  weftResult_t res = train_model_open(&m, nranks);
   if (res == weftSuccess) res = model_setup(&m, comm);
   if (res == weftSuccess && o->resume != NULL) res = weftZeroLoad(m.zero, o->resume, m.stream);
   int in = o->widths[0], outw = o->widths[o->nlayers];
@@ -364,9 +371,9 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
      * own event: nothing after the step waits for the parameter gathers it
      * leaves in flight (stages 1-2), which the next forward overlaps */
     weftZeroStepInfo_t info;
-    if (res == weftSuccess) res = loss_reduce_start(&m, comm, &loss);
+    if (res == weftSuccess) res = train_loss_reduce_start(&m, comm, &loss);
     if (res == weftSuccess) res = weftZeroStep(m.zero, m.stream, &info);
-    if (res == weftSuccess) res = loss_reduce_end(&m, &loss);
+    if (res == weftSuccess) res = train_loss_reduce_end(&m, &loss);
     if (res != weftSuccess) break;
     loss /= (double)nranks * o->accum;
     if (step == first) out->first_loss = loss;

@@ -38,6 +38,19 @@ void dev_model_free(struct model *m);
 weftResult_t dev_forward(struct model *m, int n);
 weftResult_t dev_backward(struct model *m, int n, float scale);
 
+/* The stream (host, or CUDA on GPU o->local_rank % GPUs when m->dev), the
+ * loss's event and, on a GPU, the device buffer of host values'
+ * collectives (6 (nranks + 1) doubles); train_model_close ends them. The
+ * transformer (train_gpt.c) keeps its own in a struct model too. */
+weftResult_t train_model_open(struct model *m, int nranks);
+void train_model_close(struct model *m);
+/* all[q*n + i] = rank q's mine[i] (n <= 6), complete on return. */
+weftResult_t train_gather_doubles(struct model *m, weftComm_t comm, const double *mine,
+                                  double *all, size_t n, int nranks);
+/* The sum of *loss over ranks, queued (start), then read back (end). */
+weftResult_t train_loss_reduce_start(struct model *m, weftComm_t comm, double *loss);
+weftResult_t train_loss_reduce_end(struct model *m, double *loss);
+
 /* Rank 0 prints the memory table of every rank (the report's bytes and the
  * ZeRO formula) to o->log. Collective. */
 void train_report_memory(struct model *m, weftComm_t comm, int rank, int nranks);

@@ -38,7 +38,8 @@ struct train_opts {
   const char *save;     /* checkpoint directory written after the last step */
   const char *resume;   /* checkpoint directory loaded before the first step */
   FILE *log;            /* rank 0 prints loss per step and the memory table here; may be NULL */
-  int device;           /* 1: the MLP and its ZeRO context on a GPU (--device cuda) */
+  int device;           /* 1: the model and its ZeRO context on a GPU (--device cuda) */
+  int device_sim;       /* the transformer's GPU kernels run on the host (--device sim) */
   int local_rank;       /* device: the rank uses GPU local_rank % (visible GPUs) */
   /* the transformer (model TRAIN_MODEL_GPT) */
   enum train_model_kind model;

@@ -41,6 +41,9 @@ static void usage(FILE *f) {
           "  --prefetch N       stage 3: layers gathered ahead (default 1)\n"
           "  --save DIR         write a sharded checkpoint after the last step\n"
           "  --resume DIR       continue from the checkpoint in DIR\n"
+          "  --device D         host (default) or cuda: the model and its ZeRO state on the\n"
+          "                     rank's GPU (GPU local rank %% GPUs)\n"
+          "  --quiet            print the final line only\n"
           "transformers:\n"
           "  --seq N            tokens per sequence (default: the context)\n"
           "  --data FILE        text to train on (default: the files of %s)\n"
@@ -52,12 +55,11 @@ static void usage(FILE *f) {
           "  --dump-init FILE   write the parameters before the first step (as\n"
           "                     weft-zero-consolidate does)\n"
           "  --dump-batches FILE write every micro-step's global batch of token windows\n"
+          "  --device sim       the --device cuda path's kernels and calls, run on the host\n"
+          "                     (a check of the GPU code without a GPU)\n"
           "the MLP:\n"
           "  --layers N         linear layers, 1 to 8 (default 3)\n"
-          "  --width N          width of every hidden layer (default 37, 29)\n"
-          "  --device D         host (default) or cuda: the MLP and its ZeRO state on the\n"
-          "                     rank's GPU (GPU local rank %% GPUs)\n"
-          "  --quiet            print the final line only\n",
+          "  --width N          width of every hidden layer (default 37, 29)\n",
           TRAIN_DATA_DEFAULT_DIR);
 }
 
@@ -134,11 +136,13 @@ int main(int argc, char **argv) {
     case 'W': width = atoi(optarg); break;
     case 'q': o.log = NULL; break;
     case 'D':
-      if (strcmp(optarg, "host") != 0 && strcmp(optarg, "cuda") != 0) {
-        fprintf(stderr, "weft-train: --device %s: host or cuda\n", optarg);
+      if (strcmp(optarg, "host") != 0 && strcmp(optarg, "cuda") != 0 &&
+          strcmp(optarg, "sim") != 0) {
+        fprintf(stderr, "weft-train: --device %s: host, cuda or sim\n", optarg);
         return 2;
       }
       o.device = strcmp(optarg, "cuda") == 0;
+      o.device_sim = strcmp(optarg, "sim") == 0;
       break;
     case 'm': model = optarg; break;
     case 'T': o.seq = atoi(optarg); break;
@@ -181,10 +185,9 @@ int main(int argc, char **argv) {
     if (!lr_set) o.lr = 3e-3;
     if (!clip_set) o.clip = 1.0;
     if (!sched_set) o.cosine = 1;
-    if (o.device) {
-      fprintf(stderr, "weft-train: --device cuda trains the MLP only (--model mlp)\n");
-      return 2;
-    }
+  } else if (o.device_sim) {
+    fprintf(stderr, "weft-train: --device sim runs the transformer's kernels only\n");
+    return 2;
   }
   if (warmup < 0) warmup = o.steps / 10 > 0 ? o.steps / 10 : 1;
   o.warmup = warmup;
