@@ -191,6 +191,30 @@ step_weft_train_device() {
   local host dev mps
   mps=$(zero_mps_note)
   [ -f "$WORK/mps/up" ] && use_mps
+  # the transformer: every step's loss within 1e-3 of the host's
+  local args=(--zero-stage 3 --steps 20 --seq 64 --batch 8 --val-every 10 --val-batches 1
+              --sample 32 --temperature 0)
+  timeout 60 "$B/tools/weftrun" -n 4 "$B/tools/weft-train" "${args[@]}" >"$LOGS/$STEP.gpt_host" 2>&1 ||
+    fail "the host run: exit $?: $(tail -2 "$LOGS/$STEP.gpt_host" | tr '\n' ' ')"
+  timeout 90 "$B/tools/weftrun" -n 4 "$B/tools/weft-train" --device cuda "${args[@]}" \
+    >"$LOGS/$STEP.gpt_cuda" 2>&1 ||
+    fail "--device cuda: exit $?: $(grep -m2 -iE 'error|fail|refus' "$LOGS/$STEP.gpt_cuda" | tr '\n' ' ')"
+  local cmp
+  cmp=$(paste <(awk '/ (step|val) +[0-9]+ loss /{print $2, $3, $5}' "$LOGS/$STEP.gpt_host") \
+              <(awk '/ (step|val) +[0-9]+ loss /{print $2, $3, $5}' "$LOGS/$STEP.gpt_cuda") |
+    awk '{n++; d=$3-$6; if (d<0) d=-d; r=d/$3; if (r>max) max=r; if ($1 != $4 || $2 != $5 || r > 1e-3) bad++}
+         END{printf "%d losses, %d off by more than 1e-3, largest relative difference %.2g", n, bad, max
+             exit !(n == 22 && bad == 0)}')
+  local ok=$?
+  echo "transformer: $cmp"
+  grep -h -A2 '# sample' "$LOGS/$STEP.gpt_host" "$LOGS/$STEP.gpt_cuda"
+  [ $ok = 0 ] || fail "transformer: $cmp (logs $STEP.gpt_host, $STEP.gpt_cuda)"
+  local tok mid
+  tok=$(awk '/ tokens\/s over steps/{sub(/^\[0\] # /, ""); print $1}' "$LOGS/$STEP.gpt_cuda")
+  timeout 60 "$B/tools/weftrun" -n 4 "$B/tools/weft-train" --device cuda --model mid --zero-stage 3 \
+    --steps 6 --val-every 0 --sample 0 >"$LOGS/$STEP.gpt_mid" 2>&1
+  mid=$(awk '/ tokens\/s over steps/{sub(/^\[0\] # /, ""); print $1}' "$LOGS/$STEP.gpt_mid")
+  # the MLP: the host's final line
   host=$(timeout 60 "$B/tools/weftrun" -n 4 "$B/tools/weft-train" --model mlp --zero-stage 3 --quiet 2>&1 |
     tail -1)
   dev=$(timeout 60 "$B/tools/weftrun" -n 4 "$B/tools/weft-train" --model mlp --device cuda --zero-stage 3 \
@@ -198,8 +222,8 @@ step_weft_train_device() {
   dev=$(echo "$dev" | tail -1)
   awk -v a="$host" -v b="$dev" 'BEGIN{split(a,x," "); split(b,y," "); d=x[6]-y[6]; if (d<0) d=-d;
        exit !(x[2] == "final" && y[2] == "final" && d <= 1e-6 * x[6])}' ||
-    fail "device: $dev; host: $host"
-  key "$mps; device: $dev; host params-l2 $(echo "$host" | awk '{print $6}'); $(train_device_ms)"
+    fail "MLP device: $dev; host: $host"
+  key "$mps; transformer tiny stage 3: $cmp; tokens/s on the GPU: tiny ${tok:-?}, mid ${mid:-?} ($(grep -m1 -o 'sgemm: .*' "$LOGS/$STEP.gpt_cuda")); MLP params-l2 $(echo "$dev" | awk '{print $6}') GPU, $(echo "$host" | awk '{print $6}') host; $(train_device_ms)"
 }
 
 # Issue 22.3's figure, reported and not judged here: ms per step of stages 0
@@ -855,6 +879,21 @@ step_torch_dead_peer_cuda() {
     --device cuda 2>&1 | tee "$LOGS/$STEP.out"
   local rc=${PIPESTATUS[0]}
   key "$(grep -m1 -oE 'rank 0: [a-zA-Z]+: [^:]*' "$LOGS/$STEP.out"); $(grep -m1 -oE 'exit codes [^;]*' "$LOGS/$STEP.out")"
+  [ "$rc" = 0 ] || fail "$(cat "$LOGS/$STEP.key")"
+}
+
+# The watchdog's default on CUDA tensors (the weft backend): a rank SIGKILLed
+# in the middle of DDP; every survivor is ended by its watchdog within the
+# timeout plus 5 s, with a message naming the group, the rank, the operation
+# and its sequence number, and leaves a flight-recorder dump in which
+# PyTorch's analyzer names the dead rank. Without MPS, as the dead-peer check.
+step_torch_watchdog_cuda() {
+  need_torch_weft_cuda
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 "$PY" "$ROOT/tests/torch/check_dead_peer.py" 2 \
+    --device cuda --watchdog 2>&1 | tee "$LOGS/$STEP.out"
+  local rc=${PIPESTATUS[0]}
+  key "$(grep -m1 -oE '^rank 0: (ok|FAIL): exit code [^,]*, [0-9.]+ s' "$LOGS/$STEP.out"); $(grep -m1 -oE '^flight recorder: (ok|FAIL): [^(]*\(exit [0-9]+\) names [^,]*' "$LOGS/$STEP.out")"
   [ "$rc" = 0 ] || fail "$(cat "$LOGS/$STEP.key")"
 }
 
