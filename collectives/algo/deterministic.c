@@ -34,40 +34,9 @@
 #include "../core/signature.h"
 #include "../reduce/reduce_host.h"
 #include "../reduce/reduce_ops.h"
+#include "det_ops.h"
 #include "deterministic.h"
 #include "sendrecv.h"
-
-/* float16, bfloat16 and fp8: widened to float32 for the reduction. */
-static int det_widened(weftDataType_t t) {
-  return t == weftFloat16 || t == weftBfloat16 || t == weftFloat8e4m3 || t == weftFloat8e5m2;
-}
-
-static float det_widen(weftDataType_t t, const void *in, size_t i) {
-  switch (t) {
-    case weftFloat16: return weft_f16_to_f32(((const uint16_t *)in)[i]);
-    case weftBfloat16: return weft_bf16_to_f32(((const uint16_t *)in)[i]);
-    case weftFloat8e4m3: return weft_e4m3_to_f32(((const uint8_t *)in)[i]);
-    default: return weft_e5m2_to_f32(((const uint8_t *)in)[i]);
-  }
-}
-
-static void det_narrow(weftDataType_t t, void *out, size_t i, float v) {
-  switch (t) {
-    case weftFloat16: ((uint16_t *)out)[i] = weft_f32_to_f16(v); break;
-    case weftBfloat16: ((uint16_t *)out)[i] = weft_f32_to_bf16(v); break;
-    case weftFloat8e4m3: ((uint8_t *)out)[i] = weft_f32_to_e4m3(v); break;
-    default: ((uint8_t *)out)[i] = weft_f32_to_e5m2(v); break;
-  }
-}
-
-static float det_op_f32(weftRedOp_t op, float a, float b) {
-  switch (op) {
-    case weftProd: return a * b;
-    case weftMax: return a != a ? a : (b != b ? b : (a > b ? a : b)); /* NaN wins */
-    case weftMin: return a != a ? a : (b != b ? b : (a < b ? a : b));
-    default: return a + b; /* sum, avg */
-  }
-}
 
 /* A few elements at a time through float32, for the narrow types. */
 #define DET_WIDE_BATCH 256

@@ -1,12 +1,14 @@
 // The transformer's kernels on a GPU (--device cuda): each body of
 // train_gpt_kern.h launched as one thread per index on the model's stream;
-// matrix products through cuBLAS where the build found it (TRAIN_CUBLAS,
-// fp32 without TF32), else gk_gemm as a kernel of its own. Built with
+// matrix products through cuBLAS where the build found its header
+// (TRAIN_CUBLAS) and the library loads (fp32 without TF32), else gk_gemm as
+// a kernel of its own. Built with
 // -fmad=false, as the host's loops round.
 #include <cuda_runtime.h>
 
 #ifdef TRAIN_CUBLAS
 #include <cublas_v2.h>
+#include <dlfcn.h>
 #endif
 
 #include "train_device.h"
@@ -30,20 +32,51 @@ GK_KERNELS(CUDA_KERNEL)
 constexpr int kBlasError = 100000;
 
 #ifdef TRAIN_CUBLAS
-// One handle for the process (a rank drives one GPU), made at the first
-// product; its stream is set at each.
-cublasHandle_t blas_handle(int *err) {
-  static cublasHandle_t handle = nullptr;
-  if (handle == nullptr) {
-    cublasStatus_t st = cublasCreate(&handle);
-    if (st == CUBLAS_STATUS_SUCCESS) st = cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH);
-    if (st != CUBLAS_STATUS_SUCCESS) {
-      *err = kBlasError + (int)st;
-      handle = nullptr;
-    }
-  }
-  return handle;
+// cuBLAS, loaded at the first product (dlopen), so that weft-train starts
+// where the library is not on the loader's path: the products then run as
+// gk_gemm's kernel, and the header line says which did them.
+struct blas_lib {
+  decltype(&cublasCreate_v2) create;
+  decltype(&cublasSetMathMode) set_math;
+  decltype(&cublasSetStream_v2) set_stream;
+  decltype(&cublasSgemmStridedBatched) gemm;
+  decltype(&cublasGetStatusString) status_string;
+  cublasHandle_t handle;
+};
+
+#define TRAIN_STR2(x) #x
+#define TRAIN_STR(x) TRAIN_STR2(x)
+
+// The loaded library with a handle (a rank drives one GPU), or NULL where
+// it cannot be loaded or set up; tried once.
+const blas_lib *blas() {
+  static blas_lib lib;
+  static int state = 0; // 0: not tried, 1: loaded, -1: none
+  if (state != 0) return state > 0 ? &lib : nullptr;
+  state = -1;
+  const char *soname = "libcublas.so." TRAIN_STR(CUBLAS_VER_MAJOR);
+  void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+#ifdef TRAIN_CUBLAS_DIR
+  if (h == nullptr) h = dlopen(TRAIN_CUBLAS_DIR "/libcublas.so." TRAIN_STR(CUBLAS_VER_MAJOR),
+                               RTLD_NOW | RTLD_LOCAL);
+#endif
+  if (h == nullptr) return nullptr;
+  lib.create = (decltype(lib.create))dlsym(h, "cublasCreate_v2");
+  lib.set_math = (decltype(lib.set_math))dlsym(h, "cublasSetMathMode");
+  lib.set_stream = (decltype(lib.set_stream))dlsym(h, "cublasSetStream_v2");
+  lib.gemm = (decltype(lib.gemm))dlsym(h, "cublasSgemmStridedBatched");
+  lib.status_string = (decltype(lib.status_string))dlsym(h, "cublasGetStatusString");
+  if (lib.create == nullptr || lib.set_math == nullptr || lib.set_stream == nullptr ||
+      lib.gemm == nullptr || lib.status_string == nullptr)
+    return nullptr;
+  // fp32 products in fp32: no TF32
+  if (lib.create(&lib.handle) != CUBLAS_STATUS_SUCCESS ||
+      lib.set_math(lib.handle, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS)
+    return nullptr;
+  state = 1;
+  return &lib;
 }
+#endif
 
 // Row-major C = alpha op(A) op(B) + beta C is column-major C^T = alpha
 // op(B)^T op(A)^T + beta C^T: the same arrays, the operands swapped.
@@ -51,24 +84,18 @@ int cuda_gemm_batched(void *stream, int ta, int tb, int m, int n, int kk, float 
                       const float *a, int lda, long sa, const float *b, int ldb, long sb,
                       float beta, float *c, int ldc, long sc, int batch) {
   if (batch == 0 || m == 0 || n == 0) return 0;
-  int err = 0;
-  cublasHandle_t h = blas_handle(&err);
-  if (h == nullptr) return err;
-  cublasStatus_t st = cublasSetStream(h, (cudaStream_t)stream);
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasSgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                   n, m, kk, &alpha, b, ldb, sb, a, lda, sa, &beta, c, ldc, sc,
-                                   batch);
-  return st == CUBLAS_STATUS_SUCCESS ? 0 : kBlasError + (int)st;
-}
-#else
-int cuda_gemm_batched(void *stream, int ta, int tb, int m, int n, int kk, float alpha,
-                      const float *a, int lda, long sa, const float *b, int ldb, long sb,
-                      float beta, float *c, int ldc, long sc, int batch) {
+#ifdef TRAIN_CUBLAS
+  if (const blas_lib *lib = blas()) {
+    cublasStatus_t st = lib->set_stream(lib->handle, (cudaStream_t)stream);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = lib->gemm(lib->handle, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, n,
+                     m, kk, &alpha, b, ldb, sb, a, lda, sa, &beta, c, ldc, sc, batch);
+    return st == CUBLAS_STATUS_SUCCESS ? 0 : kBlasError + (int)st;
+  }
+#endif
   return cuda_gemm(stream, (size_t)batch * m * n, ta, tb, m, n, kk, alpha, a, lda, sa, b, ldb, sb,
                    beta, c, ldc, sc);
 }
-#endif
 
 int dtype_kind(weftDataType_t t) { return t == weftBfloat16 ? 1 : t == weftFloat16 ? 2 : 0; }
 
@@ -95,10 +122,9 @@ void cuda_free(void *p) {
 const char *cuda_error_string(int err) {
   if (err >= kBlasError) {
 #ifdef TRAIN_CUBLAS
-    return cublasGetStatusString((cublasStatus_t)(err - kBlasError));
-#else
-    return "cuBLAS error";
+    if (const blas_lib *lib = blas()) return lib->status_string((cublasStatus_t)(err - kBlasError));
 #endif
+    return "a cuBLAS error";
   }
   return cudaGetErrorString((cudaError_t)err);
 }
@@ -116,10 +142,9 @@ gk_table make_table() {
   t.alloc = cuda_alloc;
   t.free = cuda_free;
   t.error_string = cuda_error_string;
-#ifdef TRAIN_CUBLAS
-  t.gemm_name = "cuBLAS";
-#else
   t.gemm_name = "weft's kernel";
+#ifdef TRAIN_CUBLAS
+  if (blas() != nullptr) t.gemm_name = "cuBLAS";
 #endif
   return t;
 }
