@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "../reduce/reduce_ops.h"
-#include "weft.h"
+#include "../../include/weft.h"
 
 /* float16, bfloat16 and fp8: widened to float32 for the reduction. */
 WEFT_HD int det_widened(int t) {

@@ -41,12 +41,9 @@
 /* A few elements at a time through float32, for the narrow types. */
 #define DET_WIDE_BATCH 256
 
-/* dst = in[0] op in[1] op ... op in[n-1], left to right (the order above);
- * dst may be none of in[] but in[0]. */
-static void det_reduce(const struct weft_plan *plan, int n, void *dst, const void *const *in,
-                       size_t count) {
-  const weftDataType_t t = plan->datatype;
-  const int divisor = plan->op == weftAvg ? n : 1;
+void det_reduce(weftDataType_t t, weftRedOp_t op, int n, void *dst, const void *const *in,
+                size_t count) {
+  const int divisor = op == weftAvg ? n : 1;
   if (det_widened(t)) {
     float acc[DET_WIDE_BATCH];
     for (size_t base = 0; base < count; base += DET_WIDE_BATCH) {
@@ -54,7 +51,7 @@ static void det_reduce(const struct weft_plan *plan, int n, void *dst, const voi
       for (size_t i = 0; i < m; i++) acc[i] = det_widen(t, in[0], base + i);
       for (int r = 1; r < n; r++)
         for (size_t i = 0; i < m; i++)
-          acc[i] = det_op_f32(plan->op, acc[i], det_widen(t, in[r], base + i));
+          acc[i] = det_op_f32(op, acc[i], det_widen(t, in[r], base + i));
       if (divisor > 1)
         for (size_t i = 0; i < m; i++) acc[i] /= (float)divisor;
       for (size_t i = 0; i < m; i++) det_narrow(t, dst, base + i, acc[i]);
@@ -63,7 +60,7 @@ static void det_reduce(const struct weft_plan *plan, int n, void *dst, const voi
   }
   /* elementwise loops: each element's value does not depend on how the
    * loop is vectorised, so this is the order above bit for bit */
-  const weft_reduce_fn reduce = reduce_host_fn(t, plan->op);
+  const weft_reduce_fn reduce = reduce_host_fn(t, op);
   for (int r = 1; r < n; r++)
     reduce(dst, NULL, r == 1 ? in[0] : dst, in[r], count, r == n - 1 ? divisor : 1);
 }
@@ -226,7 +223,7 @@ static weftResult_t det_run_with(struct weftComm *comm, const struct weft_plan *
   else if (plan->coll == COLL_ALLREDUCE || rank == plan->root)
     out = (char *)plan->recvbuf + OFF(rank) * esize;
   else out = scratch + (size_t)n * mine * esize;
-  if (res == weftSuccess && mine > 0) det_reduce(plan, n, out, in, mine);
+  if (res == weftSuccess && mine > 0) det_reduce(plan->datatype, plan->op, n, out, in, mine);
 
   /* gather */
   if (res == weftSuccess && plan->coll != COLL_REDUCESCATTER) {

@@ -17,6 +17,13 @@ static inline int det_applies(const struct weft_plan *plan) {
   return param_int(p) != 0;
 }
 
+/* dst = in[0] op in[1] op ... op in[n-1] elementwise over count elements of
+ * t, left to right (then / n for weftAvg): the fixed order's arithmetic on
+ * the host (a pre-multiply sum's inputs come scaled, with op weftSum); dst
+ * may be none of in[] but in[0]. */
+void det_reduce(weftDataType_t t, weftRedOp_t op, int n, void *dst, const void *const *in,
+                size_t count);
+
 /* Runs plan's reduction in the fixed order, on the host executor, with two or
  * more ranks. Blocks (bounded by the comm's timeout). A mismatch between the
  * ranks' calls is weftInvalidUsage on every rank, found before data moves. */

@@ -10,6 +10,7 @@
 #include "../../../transport/base/status.h"
 #include "device.h"
 #include "device_priv.h"
+#include "../../algo/deterministic.h"
 #include "../../algo/ring_steps.h"
 
 /* Written by gen_kernels.py (device_refuse.c says what is missing): the
@@ -51,6 +52,11 @@ static weftResult_t device_op_begin(struct weftComm *comm) {
   return device_comm_error(comm);
 }
 static void device_op_end(struct weftComm *comm) { comm_op_end(comm); }
+
+/* Whether plan runs as WEFT_DETERMINISTIC's exchanges (device_det.c). */
+static int plan_det(const struct weftComm *comm, const struct weft_plan *plan) {
+  return !plan_is_sendrecv(plan) && plan->count > 0 && comm->nranks > 1 && det_applies(plan);
+}
 
 /* The pre-multiply sum's scalar, as the kernel reads it: as the call saw
  * the op (redop_capture), which may have been destroyed since. */
@@ -205,6 +211,8 @@ static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *c
   size_t nsendrecv = 0;
   for (size_t i = 0; i < n && res == weftSuccess; i++) {
     if (plan_is_sendrecv(plans[i])) nsendrecv++;
+    else if (plan_det(comm, plans[i]))
+      res = device_det_launch(comm, plans[i], stream); /* its own exchanges, in rank order */
     else if (plans[i]->count > 0) res = ring_launch(comm, d, plans[i], stream, captured, announce);
   }
   if (res == weftSuccess && nsendrecv > 0)
@@ -216,19 +224,60 @@ static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *c
 
 /* Connects what plans[0..n) of one comm need: the ring (collective over the
  * comm) for a collective, the named peers' lanes for sends and receives. */
+/* WEFT_DETERMINISTIC's exchanges go to every peer and back: their lanes
+ * connected here, with the rest of the call's set-up (connecting is
+ * collective, and a group's comms connect on threads of their own), not
+ * when the exchanges launch. */
+static weftResult_t det_connect(struct weftComm *comm, struct device_comm *d) {
+  const size_t n = (size_t)comm->nranks;
+  struct weft_plan *ops = calloc(2 * n, sizeof *ops);
+  const struct weft_plan **ptrs = calloc(2 * n, sizeof *ptrs);
+  weftResult_t res = weftSystemError;
+  if (ops == NULL || ptrs == NULL) {
+    weft_error_set(res, "WEFT_DETERMINISTIC: out of memory");
+  } else {
+    size_t nops = 0;
+    for (int r = 0; r < comm->nranks; r++) {
+      if (r == comm->rank) continue;
+      for (int dir = 0; dir < 2; dir++) {
+        ops[nops] = (struct weft_plan){.coll = dir ? COLL_RECV : COLL_SEND, .count = 1,
+                                       .datatype = weftUint8, .root = r, .on_device = 1};
+        ptrs[nops] = &ops[nops];
+        nops++;
+      }
+    }
+    res = device_sendrecv_connect(comm, d, ptrs, nops);
+  }
+  free(ptrs);
+  free(ops);
+  return res;
+}
+
+/* Whether every peer's lanes are up (det_connect). */
+static int det_connected(const struct weftComm *comm, const struct device_comm *d) {
+  if (d->sendrecv.send == NULL) return 0;
+  for (int r = 0; r < comm->nranks; r++)
+    if (r != comm->rank &&
+        (d->sendrecv.send[r][0].transport == NULL || d->sendrecv.recv[r][0].transport == NULL))
+      return 0;
+  return 1;
+}
+
 static weftResult_t comm_connect(struct weftComm *comm, const struct weft_plan *const *plans,
                                  size_t n) {
   struct device_comm *d;
   WEFT_TRY(device_comm_get(comm, &d));
-  int ring = 0, sendrecv = 0, tree = 0;
+  int ring = 0, sendrecv = 0, tree = 0, det = 0;
   for (size_t i = 0; i < n; i++) {
     if (plan_is_sendrecv(plans[i])) sendrecv = 1;
+    else if (plan_det(comm, plans[i])) det = 1;
     else ring |= plans[i]->count > 0 && comm->nranks > 1;
-    tree |= device_plan_tree(comm, d, plans[i]);
+    tree |= !plan_det(comm, plans[i]) && device_plan_tree(comm, d, plans[i]);
   }
   if (ring) WEFT_TRY(device_ring_get(comm, &d));
   if (tree) WEFT_TRY(device_tree_get(comm, d));
   if (sendrecv) WEFT_TRY(device_sendrecv_connect(comm, d, plans, n));
+  if (det && !det_connected(comm, d)) WEFT_TRY(det_connect(comm, d));
   return weftSuccess;
 }
 
@@ -247,6 +296,8 @@ static int comm_connected(const struct weftComm *comm, const struct weft_plan *c
       const struct weft_conn *c =
           pl->coll == COLL_SEND ? &d->sendrecv.send[pl->root][0] : &d->sendrecv.recv[pl->root][0];
       if (c->transport == NULL) return 0;
+    } else if (plan_det(comm, pl)) {
+      if (!det_connected(comm, d)) return 0;
     } else if (pl->count > 0 && comm->nranks > 1 && !d->ring_ready) {
       return 0;
     } else if (device_plan_tree(comm, d, pl) && !d->tree_ready) {
@@ -270,6 +321,14 @@ static weftResult_t comm_connect_relaxed(struct weftComm *comm,
   cudaThreadExchangeStreamCaptureMode(&mode);
   if (dev != comm->cuda_dev) cudaSetDevice(dev); /* the caller's device stays current */
   return res;
+}
+
+weftResult_t device_launch_p2p(struct weftComm *comm, const struct weft_plan *const *plans,
+                               size_t n, cudaStream_t stream) {
+  if (n == 0) return weftSuccess;
+  weftResult_t res = weftSuccess;
+  if (!comm_connected(comm, plans, n)) res = comm_connect_relaxed(comm, plans, n);
+  return res == weftSuccess ? comm_launch(comm, plans, n, stream) : res;
 }
 
 weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan, void *stream) {

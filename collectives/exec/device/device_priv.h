@@ -110,6 +110,16 @@ static inline unsigned device_block_threads(uint64_t nbytes, uint64_t per_thread
   return want < 32 ? 32u : want > DEV_NTHREADS ? DEV_NTHREADS : (unsigned)want;
 }
 
+/* A group of this comm's own sends and receives (plans[0..n), on device
+ * memory), connected where they are not yet and launched on stream as one
+ * kernel (device_launch.c); nothing when n is 0. */
+weftResult_t device_launch_p2p(struct weftComm *comm, const struct weft_plan *const *plans,
+                               size_t n, cudaStream_t stream);
+/* WEFT_DETERMINISTIC's reduction of plan (two or more ranks, count > 0) on
+ * stream (device_det.c). */
+weftResult_t device_det_launch(struct weftComm *comm, const struct weft_plan *plan,
+                               cudaStream_t stream);
+
 /* The kernel table's op for a weftRedOp_t (device_refuse.c). */
 int device_op_index(weftRedOp_t op);
 

@@ -1,0 +1,290 @@
+// WEFT_DETERMINISTIC=1 on device memory (collectives/exec/device/device_det.c):
+// all-reduce, reduce-scatter and reduce give exactly the bits of the
+// documented order (rank 0 op rank 1 op ..., float32 in float32, the narrow
+// types widened to float32 and rounded once), which the host executor's
+// tests (tests/collectives/test_deterministic.cc) hold the host to: so the
+// two executors agree bit for bit. 2-5 ranks sharing GPU 0, whatever
+// WEFT_ALGO, WEFT_PROTO and the channel count say, at 8 B, 64 KiB and
+// 16 MiB; every datatype and op at an odd size; outputs poisoned and
+// guarded. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tests/collectives/coll_ref.h"
+#include "tests/device/dev_ranks.h"
+#include "weft.h"
+extern "C" {
+#include "collectives/algo/det_ops.h"
+}
+
+using namespace weft_test;
+
+namespace {
+
+// Rank r's element i: a float of varied magnitude, so that the order of a
+// sum shows in its bits.
+float value_of(uint64_t seed, int rank, size_t i) {
+  Rng rng(seed ^ ((uint64_t)rank << 48) ^ (i * 0x9e3779b97f4a7c15ull));
+  const double u = rng.uniform() - 0.5;
+  const int e = (int)(rng.next() % 24) - 12;
+  return (float)std::ldexp(u, e);
+}
+
+constexpr int kGuard = 64;      // poisoned bytes past every output
+constexpr uint8_t kPoison = 0x5a;
+
+enum Coll { kAllReduce, kReduceScatter, kReduce };
+const char *const kCollName[] = {"all-reduce", "reduce-scatter", "reduce"};
+
+// One call on every rank (a group from this thread), each rank's input in[r]
+// (send_n elements) and output recv_n elements plus the guard; returns each
+// rank's output and guard as the device left them.
+std::vector<std::vector<uint8_t>> run(Ranks &ranks, Coll coll, weftDataType_t t, weftRedOp_t op,
+                                      int root, const std::vector<std::vector<uint8_t>> &in,
+                                      size_t count, const std::vector<weftRedOp_t> *ops = nullptr) {
+  const int k = (int)ranks.comms.size();
+  const size_t es = weftTypeSize(t);
+  const size_t recv_n = count;
+  std::vector<void *> dsend(k), drecv(k);
+  for (int r = 0; r < k; r++) {
+    EXPECT_EQ(cudaMalloc(&dsend[r], in[r].size()), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&drecv[r], recv_n * es + kGuard), cudaSuccess);
+    EXPECT_EQ(cudaMemset(drecv[r], kPoison, recv_n * es + kGuard), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(dsend[r], in[r].data(), in[r].size(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  EXPECT_EQ(weftGroupStart(), weftSuccess);
+  for (int r = 0; r < k; r++) {
+    const weftRedOp_t o = ops != nullptr ? (*ops)[r] : op;
+    weftResult_t res = weftSuccess;
+    switch (coll) {
+      case kAllReduce:
+        res = weftAllReduce(dsend[r], drecv[r], count, t, o, ranks.comms[r], ranks.streams[r]);
+        break;
+      case kReduceScatter:
+        res = weftReduceScatter(dsend[r], drecv[r], count, t, o, ranks.comms[r], ranks.streams[r]);
+        break;
+      case kReduce:
+        res = weftReduce(dsend[r], drecv[r], count, t, o, root, ranks.comms[r], ranks.streams[r]);
+        break;
+    }
+    EXPECT_EQ(res, weftSuccess) << weftGetLastError(ranks.comms[r]);
+  }
+  EXPECT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+  ranks.sync();
+  std::vector<std::vector<uint8_t>> out(k, std::vector<uint8_t>(recv_n * es + kGuard));
+  for (int r = 0; r < k; r++) {
+    EXPECT_EQ(cudaMemcpy(out[r].data(), drecv[r], out[r].size(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    cudaFree(dsend[r]);
+    cudaFree(drecv[r]);
+  }
+  return out;
+}
+
+// The guard past rank r's output untouched; "" or what is wrong.
+std::string guard_intact(const std::vector<uint8_t> &out, size_t nbytes) {
+  for (size_t b = nbytes; b < out.size(); b++)
+    if (out[b] != kPoison) return "byte " + std::to_string(b - nbytes) + " past the output written";
+  return "";
+}
+
+struct Setting {
+  const char *algo, *proto, *nchannels; // "" leaves the setting alone
+};
+const Setting kSettings[] = {
+    {"", "", ""}, {"ring", "simple", "1"}, {"ring", "ll", "4"}, {"tree", "ll", "2"},
+    {"tree", "simple", "8"},
+};
+
+// float32 and bfloat16 sums, all-reduce and reduce-scatter, at three sizes,
+// under every setting and rank count: exactly the fixed order's bits.
+TEST(DeviceDeterministic, EverySettingGivesTheFixedOrder) {
+  REQUIRE_GPU();
+  const uint64_t seed = test_seed();
+  printf("seed %llu\n", (unsigned long long)seed);
+  const size_t sizes[] = {8, 65536 + 12, 16u << 20};
+  for (const Setting &s : kSettings)
+    for (int k = 2; k <= 5; k++) {
+      using Vars = std::initializer_list<std::pair<const char *, const char *>>;
+      ScopedEnv env({{"WEFT_DETERMINISTIC", "1"}, {"WEFT_TIMEOUT", "30"}});
+      std::optional<ScopedEnv> algo, proto, nch; // the tuner's where empty
+      if (s.algo[0]) algo.emplace(Vars{{"WEFT_ALGO", s.algo}});
+      if (s.proto[0]) proto.emplace(Vars{{"WEFT_PROTO", s.proto}});
+      if (s.nchannels[0]) nch.emplace(Vars{{"WEFT_DEVICE_NCHANNELS", s.nchannels}});
+      Ranks ranks(k);
+      for (size_t nbytes : sizes)
+        for (Coll coll : {kAllReduce, kReduceScatter})
+          for (bool bf16 : {false, true}) {
+            const weftDataType_t t = bf16 ? weftBfloat16 : weftFloat32;
+            const size_t es = bf16 ? 2 : 4;
+            size_t total = nbytes / es;
+            if (coll == kReduceScatter) total = total / k * k;
+            const size_t count = coll == kReduceScatter ? total / k : total;
+            SCOPED_TRACE(std::string(kCollName[coll]) + (bf16 ? " bfloat16 " : " float32 ") +
+                         std::to_string(nbytes) + " B, " + std::to_string(k) + " ranks, algo " +
+                         s.algo + " proto " + s.proto + " channels " + s.nchannels);
+            std::vector<std::vector<uint8_t>> in(k, std::vector<uint8_t>(total * es));
+            for (int r = 0; r < k; r++)
+              for (size_t i = 0; i < total; i++) {
+                const float v = value_of(seed + nbytes, r, i);
+                if (bf16) {
+                  const uint16_t h = weft_f32_to_bf16(v);
+                  memcpy(&in[r][i * 2], &h, 2);
+                } else {
+                  memcpy(&in[r][i * 4], &v, 4);
+                }
+              }
+            auto out = run(ranks, coll, t, weftSum, 0, in, count);
+            for (int r = 0; r < k; r++) {
+              const size_t first = coll == kReduceScatter ? (size_t)r * count : 0;
+              size_t wrong = 0, first_wrong = 0;
+              for (size_t j = 0; j < count; j++) {
+                float acc = 0;
+                for (int q = 0; q < k; q++) {
+                  float v = value_of(seed + nbytes, q, first + j);
+                  if (bf16) v = weft_bf16_to_f32(weft_f32_to_bf16(v));
+                  acc = q == 0 ? v : acc + v;
+                }
+                bool same;
+                if (bf16) {
+                  const uint16_t want = weft_f32_to_bf16(acc);
+                  same = memcmp(&want, &out[r][j * 2], 2) == 0;
+                } else {
+                  same = memcmp(&acc, &out[r][j * 4], 4) == 0;
+                }
+                if (!same && wrong++ == 0) first_wrong = j;
+              }
+              EXPECT_EQ(wrong, 0u) << "rank " << r << ": " << wrong << " of " << count
+                                   << " elements differ from the fixed order (first " << first_wrong
+                                   << ")";
+              EXPECT_EQ(guard_intact(out[r], count * es), "") << "rank " << r;
+            }
+          }
+    }
+}
+
+// Element i of the fixed order over ins (each rank's contribution, raw
+// bytes), written to want as datatype t: the host executor's arithmetic
+// (collectives/algo/deterministic.c).
+void fixed_order(weftDataType_t t, weftRedOp_t op, const std::vector<const uint8_t *> &ins,
+                 size_t i, uint8_t *want) {
+  const int k = (int)ins.size();
+  const int divisor = op == weftAvg ? k : 1;
+  if (det_widened(t)) {
+    float acc = 0;
+    for (int r = 0; r < k; r++) {
+      const float v = det_widen(t, ins[r], i);
+      acc = r == 0 ? v : det_op_f32(op, acc, v);
+    }
+    if (divisor > 1) acc /= (float)divisor;
+    det_narrow(t, want, 0, acc);
+    return;
+  }
+#define FIXED(tag, T)                                                             \
+  {                                                                               \
+    T acc, x;                                                                     \
+    memcpy(&acc, ins[0] + i * sizeof(T), sizeof(T));                              \
+    for (int r = 1; r < k; r++) {                                                 \
+      memcpy(&x, ins[r] + i * sizeof(T), sizeof(T));                              \
+      switch (op) {                                                               \
+        case weftProd: acc = weft_##tag##_prod(acc, x); break;                    \
+        case weftMax: acc = weft_##tag##_max(acc, x); break;                      \
+        case weftMin: acc = weft_##tag##_min(acc, x); break;                      \
+        default: acc = weft_##tag##_sum(acc, x); break;                           \
+      }                                                                           \
+      if (r == k - 1 && divisor > 1) acc = weft_##tag##_div(acc, divisor);        \
+    }                                                                             \
+    memcpy(want, &acc, sizeof(T));                                                \
+    return;                                                                       \
+  }
+  switch (t) {
+    case weftInt8: FIXED(i8, int8_t)
+    case weftUint8: FIXED(u8, uint8_t)
+    case weftInt32: FIXED(i32, int32_t)
+    case weftUint32: FIXED(u32, uint32_t)
+    case weftInt64: FIXED(i64, int64_t)
+    case weftUint64: FIXED(u64, uint64_t)
+    case weftFloat32: FIXED(f32, float)
+    default: FIXED(f64, double)
+  }
+#undef FIXED
+}
+
+// Every datatype and op (and a pre-multiply sum of float32), all-reduce,
+// reduce-scatter and reduce (root 2), 3 ranks, an odd count: the fixed
+// order's bits on every rank that gets a result, nothing past the output.
+TEST(DeviceDeterministic, EveryDatatypeAndOp) {
+  REQUIRE_GPU();
+  const uint64_t seed = test_seed();
+  printf("seed %llu\n", (unsigned long long)seed);
+  ScopedEnv env({{"WEFT_DETERMINISTIC", "1"}, {"WEFT_TIMEOUT", "30"}});
+  const int k = 3, root = 2;
+  const size_t count = 1007;
+  Ranks ranks(k);
+  for (int ti = 0; ti < weftNumTypes; ti++)
+    for (int oi = 0; oi <= weftNumOps; oi++) { // weftNumOps: a pre-multiply sum
+      const auto t = (weftDataType_t)ti;
+      const bool premul = oi == weftNumOps;
+      if (premul && t != weftFloat32) continue;
+      const auto op = premul ? weftSum : (weftRedOp_t)oi;
+      std::vector<weftRedOp_t> ops(k, op);
+      float scalar = 0.375f;
+      if (premul) {
+        for (int r = 0; r < k; r++) {
+          ASSERT_EQ(weftRedOpCreatePreMulSum(&ops[r], &scalar, weftFloat32,
+                                             weftScalarHostImmediate, ranks.comms[r]),
+                    weftSuccess);
+        }
+      }
+      const size_t es = weftTypeSize(t);
+      for (Coll coll : {kAllReduce, kReduceScatter, kReduce}) {
+        SCOPED_TRACE(std::string(kCollName[coll]) + " " + type_name(t) + " " +
+                     (premul ? "premulsum" : op_name(op)));
+        const size_t total = coll == kReduceScatter ? count * k : count;
+        std::vector<std::vector<uint8_t>> in(k);
+        for (int r = 0; r < k; r++)
+          in[r] = make_input(t, op, total, seed + (uint64_t)ti * 16 + oi + coll * 1000, r);
+        auto out = run(ranks, coll, t, op, root, in, count, &ops);
+        // what each rank reduces: the inputs as the host scales them first
+        std::vector<std::vector<uint8_t>> scaled = in;
+        if (premul)
+          for (int r = 0; r < k; r++)
+            for (size_t i = 0; i < total; i++) {
+              float v;
+              memcpy(&v, &in[r][i * 4], 4);
+              v = weft_f32_prod(v, scalar);
+              memcpy(&scaled[r][i * 4], &v, 4);
+            }
+        for (int r = 0; r < k; r++) {
+          if (coll == kReduce && r != root) continue;
+          const size_t first = coll == kReduceScatter ? (size_t)r * count : 0;
+          std::vector<const uint8_t *> ins(k);
+          for (int q = 0; q < k; q++) ins[q] = scaled[q].data() + first * es;
+          size_t wrong = 0, first_wrong = 0;
+          uint8_t want[8];
+          for (size_t j = 0; j < count; j++) {
+            fixed_order(t, op, ins, j, want);
+            if (memcmp(want, &out[r][j * es], es) != 0 && wrong++ == 0) first_wrong = j;
+          }
+          EXPECT_EQ(wrong, 0u) << "rank " << r << ": " << wrong << " of " << count
+                               << " elements differ from the fixed order (first " << first_wrong
+                               << ")";
+          EXPECT_EQ(guard_intact(out[r], count * es), "") << "rank " << r;
+        }
+      }
+      if (premul)
+        for (int r = 0; r < k; r++) weftRedOpDestroy(ops[r], ranks.comms[r]);
+    }
+}
+
+}  // namespace
