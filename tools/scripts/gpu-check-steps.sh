@@ -138,6 +138,33 @@ step_device_tree() {
   return $rc
 }
 
+# WEFT_DETERMINISTIC=1 on device memory: the device suite's
+# DeviceDeterministic tests (2-5 ranks under every setting, float32 and
+# bfloat16 bit for bit with the fixed order, every datatype and op), then
+# the setting's cost: all_reduce_device_perf -g 2 and -g 4 at 64 KiB and
+# 16 MiB without and with it, side by side (reported, not judged).
+step_device_det() {
+  device_suite "$B/tests/device/test_device" --gtest_filter='DeviceDeterministic*'
+  local rc=$? k det costs="" suite
+  suite=$(cat "$LOGS/$STEP.key")
+  need_exe "$B/tools/all_reduce_device_perf"
+  for k in 2 4; do
+    for det in 0 1; do
+      WEFT_DETERMINISTIC=$det "$B/tools/all_reduce_device_perf" -g "$k" -b 64K -e 16M -f 256 \
+        -n 50 -w 10 >"$LOGS/$STEP.$k.$det.out" 2>&1 || {
+        cat "$LOGS/$STEP.$k.$det.out"
+        fail "$suite; all_reduce_device_perf -g $k with WEFT_DETERMINISTIC=$det failed"
+      }
+    done
+    echo "# $k ranks: size(B) tuner(us) deterministic(us) wrong"
+    proto_rows "$LOGS/$STEP.$k.0.out" "$LOGS/$STEP.$k.1.out" | tee "$LOGS/$STEP.$k.rows"
+    costs+=$(awk -v k="$k" '{ printf "%s%d ranks %s B %.3gx", (NR > 1 ? ", " : "; "), k, $1, $3 / $2 }
+                            END { if ($4 > 0) printf " (%d wrong)", $4 }' "$LOGS/$STEP.$k.rows")
+  done
+  key "$suite$costs"
+  return $rc
+}
+
 step_device_sendrecv() { device_suite "$B/tests/device/test_device_sendrecv"; }
 
 step_device_ipc() { device_suite "$B/tests/device/test_device_ipc"; }
