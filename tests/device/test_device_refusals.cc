@@ -146,6 +146,40 @@ TEST(DeviceRefusals, OpOutsideTheBuiltMatrixNamesTheOption) {
   }
 }
 
+// Under WEFT_DETERMINISTIC=1 a reduction runs as exchanges and a kernel
+// outside the matrix (device_det.c): no op or datatype of it is refused for
+// the build's matrix, nor for a WEFT_ALGO naming a host algorithm (which
+// does not apply to it); an all-gather under that WEFT_ALGO still is, and a
+// bad datatype still is.
+TEST(DeviceRefusals, DeterministicReductionsNeedNoMatrixKernelNorTheRing) {
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_DETERMINISTIC", "1"));
+  weft_params_reset();
+  {
+    AlgoEnv env("rd");
+    weftResult_t res;
+    for (coll_kind coll : {COLL_ALLREDUCE, COLL_REDUCESCATTER, COLL_REDUCE})
+      for (int t = 0; t < weftNumTypes; t++)
+        for (int o = 0; o <= weftNumOps; o++) {
+          std::string text =
+              check_text(plan_of(coll, (weftDataType_t)t, (weftRedOp_t)o), &res);
+          EXPECT_EQ(res, weftSuccess) << "collective " << coll << " datatype " << t << " op " << o
+                                      << ": " << text;
+        }
+    std::string text = check_text(plan_of(COLL_ALLGATHER, weftFloat32, weftSum), &res);
+    EXPECT_EQ(res, weftInvalidUsage) << "all-gather moves no arithmetic: WEFT_ALGO applies";
+    EXPECT_NE(text.find("WEFT_ALGO=rd"), std::string::npos) << text;
+    check_text(plan_of(COLL_ALLREDUCE, (weftDataType_t)weftNumTypes, weftSum), &res);
+    EXPECT_EQ(res, weftInvalidArgument);
+  }
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_DETERMINISTIC", nullptr));
+  weft_params_reset();
+  // without it, the matrix and WEFT_ALGO apply again
+  AlgoEnv env("rd");
+  weftResult_t res;
+  check_text(plan_of(COLL_ALLREDUCE, weftFloat32, weftSum), &res);
+  EXPECT_EQ(res, weftInvalidUsage);
+}
+
 // ncclConfig_t's minCTAs/maxCTAs (weftConfig_t's min/maxChannels) bound the
 // device channels; the blocks sure to be resident at once bound them more.
 TEST(DeviceChannels, ConfigBoundsThenResidency) {

@@ -5,6 +5,7 @@
 
 #include "../../../transport/base/param.h"
 #include "../../../transport/base/status.h"
+#include "../../algo/deterministic.h"
 #include "../../core/params.h"
 #include "../../tune/tuner.h"
 #include "dev_types.h"
@@ -35,15 +36,18 @@ int device_op_index(weftRedOp_t op) {
 weftResult_t device_plan_refusal(const struct weft_plan *plan) {
   const char *name = coll_kind_name(plan->coll);
   if (plan_is_sendrecv(plan)) return weftSuccess; /* bytes: every datatype */
+  if ((unsigned)plan->datatype >= weftNumTypes)
+    return weft_error_set(weftInvalidArgument, "%s: invalid datatype %d", name,
+                          (int)plan->datatype);
+  /* WEFT_DETERMINISTIC's reductions need no kernel of the matrix, and
+   * WEFT_ALGO does not apply to them (device_det.c) */
+  if (det_applies(plan)) return weftSuccess;
   const char *algo;
   if (!device_algo_allowed(plan->coll, &algo))
     return weft_error_set(weftInvalidUsage,
                           "%s on device memory: WEFT_ALGO=%s excludes the ring, the only "
                           "algorithm device collectives have but for all-reduce's tree (rd, "
                           "cma and bulk run on host memory only)", name, algo);
-  if ((unsigned)plan->datatype >= weftNumTypes)
-    return weft_error_set(weftInvalidArgument, "%s: invalid datatype %d", name,
-                          (int)plan->datatype);
   int op = device_op_index(plan->op);
   if (weft_dev_kernels[plan->datatype][op][DEV_PROTO_SIMPLE] == NULL)
     return weft_error_set(weftInvalidUsage,
