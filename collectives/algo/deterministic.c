@@ -132,10 +132,47 @@ static weftResult_t det_group(struct weftComm *comm, struct det_arrays *a, size_
   return sendrecv_run(comm, a->ptrs, nops);
 }
 
-static struct weft_plan det_p2p(enum coll_kind coll, int peer, const void *sendbuf,
-                                void *recvbuf, size_t nbytes) {
-  return (struct weft_plan){.coll = coll, .sendbuf = sendbuf, .recvbuf = recvbuf,
-                            .count = nbytes, .datatype = weftUint8, .op = weftSum, .root = peer};
+size_t det_scatter_ops(const struct weft_plan *plan, int n, int rank, const struct det_blocks *b,
+                       char *scratch, struct weft_plan *ops, int on_device) {
+  const size_t esize = plan_type_size(plan->datatype), mine = det_len(b, rank);
+  const char *src = plan->sendbuf;
+  size_t nops = 0;
+  for (int j = 1; j < n; j++) {
+    const int to = (rank + j) % n, from = (rank - j + n) % n;
+    if (det_len(b, to) > 0)
+      ops[nops++] = det_p2p(COLL_SEND, to, src + det_off(b, to) * esize, NULL,
+                            det_len(b, to) * esize, on_device);
+    if (mine > 0)
+      ops[nops++] = det_p2p(COLL_RECV, from, NULL, scratch + (size_t)from * mine * esize,
+                            mine * esize, on_device);
+  }
+  return nops;
+}
+
+size_t det_gather_ops(const struct weft_plan *plan, int n, int rank, const struct det_blocks *b,
+                      const char *out, struct weft_plan *ops, int on_device) {
+  const size_t esize = plan_type_size(plan->datatype), mine = det_len(b, rank);
+  char *recv = plan->recvbuf;
+  size_t nops = 0;
+  for (int j = 1; j < n; j++) {
+    const int to = (rank + j) % n, from = (rank - j + n) % n;
+    const int send = plan->coll == COLL_ALLREDUCE || to == plan->root;
+    const int receive = plan->coll == COLL_ALLREDUCE || rank == plan->root;
+    if (send && mine > 0) ops[nops++] = det_p2p(COLL_SEND, to, out, NULL, mine * esize, on_device);
+    if (receive && det_len(b, from) > 0)
+      ops[nops++] = det_p2p(COLL_RECV, from, NULL, recv + det_off(b, from) * esize,
+                            det_len(b, from) * esize, on_device);
+  }
+  return nops;
+}
+
+char *det_out(const struct weft_plan *plan, int n, int rank, const struct det_blocks *b,
+              char *scratch) {
+  const size_t esize = plan_type_size(plan->datatype);
+  if (plan->coll == COLL_REDUCESCATTER) return plan->recvbuf;
+  if (plan->coll == COLL_ALLREDUCE || rank == plan->root)
+    return (char *)plan->recvbuf + det_off(b, rank) * esize;
+  return scratch + (size_t)n * det_len(b, rank) * esize;
 }
 
 /* Every rank sends its signature of the call to every other and compares. */
@@ -146,8 +183,8 @@ static weftResult_t det_check(struct weftComm *comm, const struct weft_plan *pla
   size_t nops = 0;
   for (int j = 1; j < n; j++) {
     const int to = (rank + j) % n, from = (rank - j + n) % n;
-    a->ops[nops++] = det_p2p(COLL_SEND, to, &a->packed[rank], NULL, sizeof a->packed[0]);
-    a->ops[nops++] = det_p2p(COLL_RECV, from, NULL, &a->packed[from], sizeof a->packed[0]);
+    a->ops[nops++] = det_p2p(COLL_SEND, to, &a->packed[rank], NULL, sizeof a->packed[0], 0);
+    a->ops[nops++] = det_p2p(COLL_RECV, from, NULL, &a->packed[from], sizeof a->packed[0], 0);
   }
   WEFT_TRY(det_group(comm, a, nops));
   for (int r = 0; r < n; r++) signature_unpack(&a->sigs[r], &a->packed[r]);
@@ -185,62 +222,21 @@ static weftResult_t det_run_with(struct weftComm *comm, const struct weft_plan *
   const void **in = a->in;
   WEFT_TRY(det_check(comm, plan, a));
 
-  /* the blocks: block r of every input is elements [off(r), off(r) + len(r))
-   * of it, at stride apart (reduce-scatter: rank r's output) */
-  size_t block, stride;
-  if (plan->coll == COLL_REDUCESCATTER) {
-    block = stride = plan->count;
-  } else {
-    const size_t align = 64 / esize;
-    block = (plan->count + (size_t)n - 1) / (size_t)n;
-    block = (block + align - 1) / align * align;
-    stride = block;
-  }
-  const size_t total = plan->coll == COLL_REDUCESCATTER ? plan->count * (size_t)n : plan->count;
-#define OFF(r) ((size_t)(r) * stride < total ? (size_t)(r) * stride : total)
-#define LEN(r) ((OFF((r) + 1) < total ? OFF((r) + 1) : total) - OFF(r))
-  const size_t mine = LEN(rank);
+  const struct det_blocks b = det_blocks_of(plan, n);
+  const size_t mine = det_len(&b, rank);
   /* scratch: the other ranks' block `rank` and this rank's own (kept apart,
    * so that an in-place call does not reduce into an input it still reads);
    * a reduce's non-root ranks also put their reduced block there */
   char *scratch = NULL;
   WEFT_TRY(det_scratch(comm, (size_t)(n + 1) * (mine > 0 ? mine : 1) * esize, &scratch));
-  const char *src = plan->sendbuf;
-  size_t nops = 0;
-  for (int j = 1; j < n; j++) {
-    const int to = (rank + j) % n, from = (rank - j + n) % n;
-    if (LEN(to) > 0)
-      ops[nops++] = det_p2p(COLL_SEND, to, src + OFF(to) * esize, NULL, LEN(to) * esize);
-    if (mine > 0)
-      ops[nops++] = det_p2p(COLL_RECV, from, NULL, scratch + (size_t)from * mine * esize,
-                            mine * esize);
-  }
+  const size_t nops = det_scatter_ops(plan, n, rank, &b, scratch, ops, 0);
   for (int r = 0; r < n; r++) in[r] = scratch + (size_t)r * mine * esize;
-  memcpy(scratch + (size_t)rank * mine * esize, src + OFF(rank) * esize, mine * esize);
+  memcpy(scratch + (size_t)rank * mine * esize,
+         (const char *)plan->sendbuf + det_off(&b, rank) * esize, mine * esize);
   weftResult_t res = det_group(comm, a, nops);
-  char *out = NULL; /* where this rank's reduced block goes */
-  if (plan->coll == COLL_REDUCESCATTER) out = plan->recvbuf;
-  else if (plan->coll == COLL_ALLREDUCE || rank == plan->root)
-    out = (char *)plan->recvbuf + OFF(rank) * esize;
-  else out = scratch + (size_t)n * mine * esize;
+  char *out = det_out(plan, n, rank, &b, scratch);
   if (res == weftSuccess && mine > 0) det_reduce(plan->datatype, plan->op, n, out, in, mine);
-
-  /* gather */
-  if (res == weftSuccess && plan->coll != COLL_REDUCESCATTER) {
-    nops = 0;
-    char *recv = plan->recvbuf;
-    for (int j = 1; j < n; j++) {
-      const int to = (rank + j) % n, from = (rank - j + n) % n;
-      const int send = plan->coll == COLL_ALLREDUCE || to == plan->root;
-      const int receive = plan->coll == COLL_ALLREDUCE || rank == plan->root;
-      if (send && mine > 0) ops[nops++] = det_p2p(COLL_SEND, to, out, NULL, mine * esize);
-      if (receive && LEN(from) > 0)
-        ops[nops++] = det_p2p(COLL_RECV, from, NULL, recv + OFF(from) * esize,
-                              LEN(from) * esize);
-    }
-    res = det_group(comm, a, nops);
-  }
-#undef OFF
-#undef LEN
+  if (res == weftSuccess && plan->coll != COLL_REDUCESCATTER)
+    res = det_group(comm, a, det_gather_ops(plan, n, rank, &b, out, ops, 0));
   return res;
 }

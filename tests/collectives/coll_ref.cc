@@ -24,6 +24,13 @@ const char *op_name(weftRedOp_t op) {
   return (int)op >= 0 && op < weftNumOps ? n[op] : "?";
 }
 
+float varied_value(uint64_t seed, int rank, size_t i) {
+  Rng rng(seed ^ ((uint64_t)rank << 48) ^ (i * 0x9e3779b97f4a7c15ull));
+  const double u = rng.uniform() - 0.5;
+  const int e = (int)(rng.next() % 24) - 12;
+  return (float)std::ldexp(u, e);
+}
+
 bool type_is_float(weftDataType_t t) {
   return t == weftFloat16 || t == weftFloat32 || t == weftFloat64 || t == weftBfloat16 ||
          t == weftFloat8e4m3 || t == weftFloat8e5m2;

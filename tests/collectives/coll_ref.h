@@ -17,6 +17,10 @@ const char *type_name(weftDataType_t t);
 const char *op_name(weftRedOp_t op);
 bool type_is_float(weftDataType_t t);
 
+// Rank r's element i of a seeded draw: a float of varied magnitude (2^-13
+// to 2^11), so that the order of a sum shows in its bits.
+float varied_value(uint64_t seed, int rank, size_t i);
+
 // Random inputs for one rank, as raw bytes of count elements.
 std::vector<uint8_t> make_input(weftDataType_t t, weftRedOp_t op, size_t count, uint64_t seed,
                                 int rank);

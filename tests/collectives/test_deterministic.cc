@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "tests/collectives/coll_ref.h"
 #include "split_signature.h"
 
 #include "collectives/reduce/reduce_ops.h"
@@ -23,15 +24,6 @@
 using namespace weft_test;
 
 namespace {
-
-// Rank r's element i: a float of varied magnitude, so that the order of a
-// sum shows in its bits.
-float value_of(uint64_t seed, int rank, size_t i) {
-  Rng rng(seed ^ ((uint64_t)rank << 48) ^ (i * 0x9e3779b97f4a7c15ull));
-  const double u = rng.uniform() - 0.5;
-  const int e = (int)(rng.next() % 24) - 12;
-  return (float)std::ldexp(u, e);
-}
 
 struct Config {
   const char *algo;       // WEFT_ALGO, "" for the tuner's choice
@@ -72,7 +64,7 @@ int run_call(const RankCtx &ctx, weftComm_t comm, const Call &k, uint64_t seed) 
   const size_t count = k.reduce_scatter ? total / n : total;  // the call's count
   std::vector<uint8_t> in(total * esize), out(count * esize + 64, 0x5a);
   for (size_t i = 0; i < total; i++) {
-    const float v = value_of(seed, ctx.rank, i);
+    const float v = varied_value(seed, ctx.rank, i);
     if (k.bf16) {
       uint16_t h = weft_f32_to_bf16(v);
       memcpy(&in[i * 2], &h, 2);
@@ -92,7 +84,7 @@ int run_call(const RankCtx &ctx, weftComm_t comm, const Call &k, uint64_t seed) 
     const size_t i = first + j;
     float acc = 0;
     for (int r = 0; r < ctx.nranks; r++) {
-      float v = value_of(seed, r, i);
+      float v = varied_value(seed, r, i);
       if (k.bf16) v = weft_bf16_to_f32(weft_f32_to_bf16(v));
       acc = r == 0 ? v : acc + v;
     }
@@ -180,7 +172,7 @@ TEST(Deterministic, WithoutItEveryRankHoldsTheSameBits) {
     memset(digests, 0, 8 * sizeof(uint64_t));
     run_comm(nranks, options(c, true), [&](const RankCtx &ctx, weftComm_t comm) {
       std::vector<float> in(count), out(count);
-      for (size_t i = 0; i < count; i++) in[i] = value_of(seed, ctx.rank, i);
+      for (size_t i = 0; i < count; i++) in[i] = varied_value(seed, ctx.rank, i);
       FAIL_IF(weftAllReduce(in.data(), out.data(), count, weftFloat32, weftSum, comm,
                             nullptr) != weftSuccess,
               "%s", weftGetLastError(comm));

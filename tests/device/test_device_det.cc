@@ -22,22 +22,14 @@
 #include "tests/collectives/coll_ref.h"
 #include "tests/device/dev_ranks.h"
 #include "weft.h"
+#include "collectives/reduce/reduce_ops.h"
 extern "C" {
-#include "collectives/algo/det_ops.h"
+#include "collectives/algo/deterministic.h"
 }
 
 using namespace weft_test;
 
 namespace {
-
-// Rank r's element i: a float of varied magnitude, so that the order of a
-// sum shows in its bits.
-float value_of(uint64_t seed, int rank, size_t i) {
-  Rng rng(seed ^ ((uint64_t)rank << 48) ^ (i * 0x9e3779b97f4a7c15ull));
-  const double u = rng.uniform() - 0.5;
-  const int e = (int)(rng.next() % 24) - 12;
-  return (float)std::ldexp(u, e);
-}
 
 constexpr int kGuard = 64;      // poisoned bytes past every output
 constexpr uint8_t kPoison = 0x5a;
@@ -136,7 +128,7 @@ TEST(DeviceDeterministic, EverySettingGivesTheFixedOrder) {
             std::vector<std::vector<uint8_t>> in(k, std::vector<uint8_t>(total * es));
             for (int r = 0; r < k; r++)
               for (size_t i = 0; i < total; i++) {
-                const float v = value_of(seed + nbytes, r, i);
+                const float v = varied_value(seed + nbytes, r, i);
                 if (bf16) {
                   const uint16_t h = weft_f32_to_bf16(v);
                   memcpy(&in[r][i * 2], &h, 2);
@@ -151,7 +143,7 @@ TEST(DeviceDeterministic, EverySettingGivesTheFixedOrder) {
               for (size_t j = 0; j < count; j++) {
                 float acc = 0;
                 for (int q = 0; q < k; q++) {
-                  float v = value_of(seed + nbytes, q, first + j);
+                  float v = varied_value(seed + nbytes, q, first + j);
                   if (bf16) v = weft_bf16_to_f32(weft_f32_to_bf16(v));
                   acc = q == 0 ? v : acc + v;
                 }
@@ -173,56 +165,11 @@ TEST(DeviceDeterministic, EverySettingGivesTheFixedOrder) {
     }
 }
 
-// Element i of the fixed order over ins (each rank's contribution, raw
-// bytes), written to want as datatype t: the host executor's arithmetic
-// (collectives/algo/deterministic.c).
-void fixed_order(weftDataType_t t, weftRedOp_t op, const std::vector<const uint8_t *> &ins,
-                 size_t i, uint8_t *want) {
-  const int k = (int)ins.size();
-  const int divisor = op == weftAvg ? k : 1;
-  if (det_widened(t)) {
-    float acc = 0;
-    for (int r = 0; r < k; r++) {
-      const float v = det_widen(t, ins[r], i);
-      acc = r == 0 ? v : det_op_f32(op, acc, v);
-    }
-    if (divisor > 1) acc /= (float)divisor;
-    det_narrow(t, want, 0, acc);
-    return;
-  }
-#define FIXED(tag, T)                                                             \
-  {                                                                               \
-    T acc, x;                                                                     \
-    memcpy(&acc, ins[0] + i * sizeof(T), sizeof(T));                              \
-    for (int r = 1; r < k; r++) {                                                 \
-      memcpy(&x, ins[r] + i * sizeof(T), sizeof(T));                              \
-      switch (op) {                                                               \
-        case weftProd: acc = weft_##tag##_prod(acc, x); break;                    \
-        case weftMax: acc = weft_##tag##_max(acc, x); break;                      \
-        case weftMin: acc = weft_##tag##_min(acc, x); break;                      \
-        default: acc = weft_##tag##_sum(acc, x); break;                           \
-      }                                                                           \
-      if (r == k - 1 && divisor > 1) acc = weft_##tag##_div(acc, divisor);        \
-    }                                                                             \
-    memcpy(want, &acc, sizeof(T));                                                \
-    return;                                                                       \
-  }
-  switch (t) {
-    case weftInt8: FIXED(i8, int8_t)
-    case weftUint8: FIXED(u8, uint8_t)
-    case weftInt32: FIXED(i32, int32_t)
-    case weftUint32: FIXED(u32, uint32_t)
-    case weftInt64: FIXED(i64, int64_t)
-    case weftUint64: FIXED(u64, uint64_t)
-    case weftFloat32: FIXED(f32, float)
-    default: FIXED(f64, double)
-  }
-#undef FIXED
-}
-
 // Every datatype and op (and a pre-multiply sum of float32), all-reduce,
-// reduce-scatter and reduce (root 2), 3 ranks, an odd count: the fixed
-// order's bits on every rank that gets a result, nothing past the output.
+// reduce-scatter and reduce (root 2), 3 ranks, an odd count: on every rank
+// that gets a result, the bits of the host executor's reduction of the same
+// blocks (det_reduce; a pre-multiply sum's inputs scaled first, as the host
+// does), nothing past the output.
 TEST(DeviceDeterministic, EveryDatatypeAndOp) {
   REQUIRE_GPU();
   const uint64_t seed = test_seed();
@@ -268,14 +215,13 @@ TEST(DeviceDeterministic, EveryDatatypeAndOp) {
         for (int r = 0; r < k; r++) {
           if (coll == kReduce && r != root) continue;
           const size_t first = coll == kReduceScatter ? (size_t)r * count : 0;
-          std::vector<const uint8_t *> ins(k);
+          std::vector<const void *> ins(k);
           for (int q = 0; q < k; q++) ins[q] = scaled[q].data() + first * es;
+          std::vector<uint8_t> want(count * es);
+          det_reduce(t, op, k, want.data(), ins.data(), count); // the host executor's
           size_t wrong = 0, first_wrong = 0;
-          uint8_t want[8];
-          for (size_t j = 0; j < count; j++) {
-            fixed_order(t, op, ins, j, want);
-            if (memcmp(want, &out[r][j * es], es) != 0 && wrong++ == 0) first_wrong = j;
-          }
+          for (size_t j = 0; j < count; j++)
+            if (memcmp(&want[j * es], &out[r][j * es], es) != 0 && wrong++ == 0) first_wrong = j;
           EXPECT_EQ(wrong, 0u) << "rank " << r << ": " << wrong << " of " << count
                                << " elements differ from the fixed order (first " << first_wrong
                                << ")";

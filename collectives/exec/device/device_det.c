@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "../../../transport/base/status.h"
+#include "../../algo/deterministic.h"
 #include "../../core/comm.h"
 #include "dev_det.h"
 #include "device_priv.h"
@@ -25,16 +26,9 @@
 void weft_det_reduce_kernel(struct dev_det_work w);
 static cudaKernel_t det_handle;
 
-static struct weft_plan det_p2p(enum coll_kind coll, int peer, const void *sendbuf,
-                                void *recvbuf, size_t nbytes) {
-  return (struct weft_plan){.coll = coll, .sendbuf = sendbuf, .recvbuf = recvbuf,
-                            .count = nbytes, .datatype = weftUint8, .op = weftSum, .root = peer,
-                            .on_device = 1};
-}
-
-static weftResult_t det_reduce(const struct weftComm *comm, const struct weft_plan *plan,
-                               const char *scratch, size_t mine, size_t esize, void *out,
-                               cudaStream_t stream) {
+static weftResult_t det_reduce_launch(const struct weftComm *comm,
+                                      const struct weft_plan *plan, const char *scratch,
+                                      size_t mine, size_t esize, void *out, cudaStream_t stream) {
   const int premul = device_op_index(plan->op) == DEV_OP_PREMULSUM;
   struct dev_det_work w = {.in = scratch, .stride = mine * esize, .out = out, .count = mine,
                            .n = comm->nranks, .datatype = (int32_t)plan->datatype,
@@ -64,63 +58,26 @@ static weftResult_t det_with(struct weftComm *comm, const struct weft_plan *plan
                              const struct weft_plan **ptrs) {
   const int n = comm->nranks, rank = comm->rank;
   const size_t esize = weftTypeSize(plan->datatype);
-  size_t block, stride;
-  if (plan->coll == COLL_REDUCESCATTER) {
-    block = stride = plan->count;
-  } else {
-    const size_t align = 64 / esize;
-    block = (plan->count + (size_t)n - 1) / (size_t)n;
-    block = (block + align - 1) / align * align;
-    stride = block;
-  }
-  const size_t total = plan->coll == COLL_REDUCESCATTER ? plan->count * (size_t)n : plan->count;
-#define OFF(r) ((size_t)(r) * stride < total ? (size_t)(r) * stride : total)
-#define LEN(r) ((OFF((r) + 1) < total ? OFF((r) + 1) : total) - OFF(r))
-  const size_t mine = LEN(rank);
+  const struct det_blocks b = det_blocks_of(plan, n);
+  const size_t mine = det_len(&b, rank);
   char *scratch = NULL;
   CUDA_TRY(cudaMallocAsync((void **)&scratch, (size_t)(n + 1) * (mine > 0 ? mine : 1) * esize,
                            stream),
            "WEFT_DETERMINISTIC's scratch");
-  const char *src = plan->sendbuf;
   weftResult_t res = weftSuccess;
   if (mine > 0)
-    res = device_cuda_check(cudaMemcpyAsync(scratch + (size_t)rank * mine * esize,
-                                            src + OFF(rank) * esize, mine * esize,
-                                            cudaMemcpyDeviceToDevice, stream),
-                            "WEFT_DETERMINISTIC's own block");
-  size_t nops = 0;
-  for (int j = 1; j < n; j++) {
-    const int to = (rank + j) % n, from = (rank - j + n) % n;
-    if (LEN(to) > 0)
-      ops[nops++] = det_p2p(COLL_SEND, to, src + OFF(to) * esize, NULL, LEN(to) * esize);
-    if (mine > 0)
-      ops[nops++] = det_p2p(COLL_RECV, from, NULL, scratch + (size_t)from * mine * esize,
-                            mine * esize);
-  }
-  if (res == weftSuccess) res = det_group(comm, ops, ptrs, nops, stream);
-  char *out; /* where this rank's reduced block goes */
-  if (plan->coll == COLL_REDUCESCATTER) out = plan->recvbuf;
-  else if (plan->coll == COLL_ALLREDUCE || rank == plan->root)
-    out = (char *)plan->recvbuf + OFF(rank) * esize;
-  else out = scratch + (size_t)n * mine * esize;
+    res = device_cuda_check(
+        cudaMemcpyAsync(scratch + (size_t)rank * mine * esize,
+                        (const char *)plan->sendbuf + det_off(&b, rank) * esize, mine * esize,
+                        cudaMemcpyDeviceToDevice, stream),
+        "WEFT_DETERMINISTIC's own block");
+  if (res == weftSuccess)
+    res = det_group(comm, ops, ptrs, det_scatter_ops(plan, n, rank, &b, scratch, ops, 1), stream);
+  char *out = det_out(plan, n, rank, &b, scratch);
   if (res == weftSuccess && mine > 0)
-    res = det_reduce(comm, plan, scratch, mine, esize, out, stream);
-  if (res == weftSuccess && plan->coll != COLL_REDUCESCATTER) {
-    nops = 0;
-    char *recv = plan->recvbuf;
-    for (int j = 1; j < n; j++) {
-      const int to = (rank + j) % n, from = (rank - j + n) % n;
-      const int send = plan->coll == COLL_ALLREDUCE || to == plan->root;
-      const int receive = plan->coll == COLL_ALLREDUCE || rank == plan->root;
-      if (send && mine > 0) ops[nops++] = det_p2p(COLL_SEND, to, out, NULL, mine * esize);
-      if (receive && LEN(from) > 0)
-        ops[nops++] = det_p2p(COLL_RECV, from, NULL, recv + OFF(from) * esize,
-                              LEN(from) * esize);
-    }
-    res = det_group(comm, ops, ptrs, nops, stream);
-  }
-#undef OFF
-#undef LEN
+    res = det_reduce_launch(comm, plan, scratch, mine, esize, out, stream);
+  if (res == weftSuccess && plan->coll != COLL_REDUCESCATTER)
+    res = det_group(comm, ops, ptrs, det_gather_ops(plan, n, rank, &b, out, ops, 1), stream);
   /* behind everything queued above, whatever failed */
   weftResult_t freed = device_cuda_check(cudaFreeAsync(scratch, stream),
                                          "WEFT_DETERMINISTIC's scratch");
