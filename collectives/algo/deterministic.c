@@ -133,11 +133,11 @@ static weftResult_t det_group(struct weftComm *comm, struct det_arrays *a, size_
 }
 
 size_t det_scatter_ops(const struct weft_plan *plan, int n, int rank, const struct det_blocks *b,
-                       char *scratch, struct weft_plan *ops, int on_device) {
+                       int j0, int j1, char *scratch, struct weft_plan *ops, int on_device) {
   const size_t esize = plan_type_size(plan->datatype), mine = det_len(b, rank);
   const char *src = plan->sendbuf;
   size_t nops = 0;
-  for (int j = 1; j < n; j++) {
+  for (int j = j0; j < j1; j++) {
     const int to = (rank + j) % n, from = (rank - j + n) % n;
     if (det_len(b, to) > 0)
       ops[nops++] = det_p2p(COLL_SEND, to, src + det_off(b, to) * esize, NULL,
@@ -150,11 +150,11 @@ size_t det_scatter_ops(const struct weft_plan *plan, int n, int rank, const stru
 }
 
 size_t det_gather_ops(const struct weft_plan *plan, int n, int rank, const struct det_blocks *b,
-                      const char *out, struct weft_plan *ops, int on_device) {
+                      int j0, int j1, const char *out, struct weft_plan *ops, int on_device) {
   const size_t esize = plan_type_size(plan->datatype), mine = det_len(b, rank);
   char *recv = plan->recvbuf;
   size_t nops = 0;
-  for (int j = 1; j < n; j++) {
+  for (int j = j0; j < j1; j++) {
     const int to = (rank + j) % n, from = (rank - j + n) % n;
     const int send = plan->coll == COLL_ALLREDUCE || to == plan->root;
     const int receive = plan->coll == COLL_ALLREDUCE || rank == plan->root;
@@ -229,7 +229,7 @@ static weftResult_t det_run_with(struct weftComm *comm, const struct weft_plan *
    * a reduce's non-root ranks also put their reduced block there */
   char *scratch = NULL;
   WEFT_TRY(det_scratch(comm, (size_t)(n + 1) * (mine > 0 ? mine : 1) * esize, &scratch));
-  const size_t nops = det_scatter_ops(plan, n, rank, &b, scratch, ops, 0);
+  const size_t nops = det_scatter_ops(plan, n, rank, &b, 1, n, scratch, ops, 0);
   for (int r = 0; r < n; r++) in[r] = scratch + (size_t)r * mine * esize;
   memcpy(scratch + (size_t)rank * mine * esize,
          (const char *)plan->sendbuf + det_off(&b, rank) * esize, mine * esize);
@@ -237,6 +237,6 @@ static weftResult_t det_run_with(struct weftComm *comm, const struct weft_plan *
   char *out = det_out(plan, n, rank, &b, scratch);
   if (res == weftSuccess && mine > 0) det_reduce(plan->datatype, plan->op, n, out, in, mine);
   if (res == weftSuccess && plan->coll != COLL_REDUCESCATTER)
-    res = det_group(comm, a, det_gather_ops(plan, n, rank, &b, out, ops, 0));
+    res = det_group(comm, a, det_gather_ops(plan, n, rank, &b, 1, n, out, ops, 0));
   return res;
 }

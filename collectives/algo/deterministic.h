@@ -51,8 +51,9 @@ static inline struct weft_plan det_p2p(enum coll_kind coll, int peer, const void
                             .on_device = on_device};
 }
 
-/* The exchanges of a call on this rank (rank of n), into ops (2 (n - 1) at
- * most), returning how many; esize: the datatype's size.
+/* The exchanges of a call on this rank (rank of n) with the ranks j places
+ * after and before it, for j in [j0, j1) (every rank the same range; [1, n)
+ * for all of them), into ops (2 (j1 - j0) at most), returning how many.
  * det_scatter_ops: block `to` of plan's input to every other rank, block
  *   `rank` of every other rank's input into scratch (mine elements each, at
  *   their rank's place);
@@ -61,9 +62,9 @@ static inline struct weft_plan det_p2p(enum coll_kind coll, int peer, const void
  * det_out: where this rank's reduced block goes: the output, its place in
  *   it (all-reduce, reduce's root), or scratch's block n (reduce's others). */
 size_t det_scatter_ops(const struct weft_plan *plan, int n, int rank, const struct det_blocks *b,
-                       char *scratch, struct weft_plan *ops, int on_device);
+                       int j0, int j1, char *scratch, struct weft_plan *ops, int on_device);
 size_t det_gather_ops(const struct weft_plan *plan, int n, int rank, const struct det_blocks *b,
-                      const char *out, struct weft_plan *ops, int on_device);
+                      int j0, int j1, const char *out, struct weft_plan *ops, int on_device);
 char *det_out(const struct weft_plan *plan, int n, int rank, const struct det_blocks *b,
               char *scratch);
 

@@ -111,4 +111,41 @@ TEST(DetElem, EveryDatatypeAndOpGivesTheHostExecutorsBits) {
   EXPECT_EQ(cases, 4 * weftNumTypes * (weftNumOps + 2));
 }
 
+// n = 1 with the scalar: how the device scales a pre-multiply sum's input
+// before its exchanges (device_det.c), each element times the rank's own
+// scalar in its type, as the host scales its input (redop_premul).
+TEST(DetElem, ScalingIsTheHostsPreMultiply) {
+  const uint64_t seed = test_seed();
+  const size_t count = 501;
+  for (int ti = 0; ti < weftNumTypes; ti++)
+    for (int by_pointer = 0; by_pointer < 2; by_pointer++) {
+      const auto t = (weftDataType_t)ti;
+      SCOPED_TRACE(std::string(type_name(t)) + (by_pointer ? ", scalar by pointer" : ""));
+      const size_t es = weftTypeSize(t);
+      std::vector<uint8_t> in = make_input(t, weftSum, count, seed + ti, 0);
+      std::vector<uint8_t> got(count * es + 16, 0x5a), want = in;
+      uint8_t scalar[8] = {0};
+      std::vector<uint8_t> s = make_input(t, weftProd, 1, seed + 11 + ti, 3);
+      memcpy(scalar, s.data(), es);
+      dev_det_work w = {};
+      w.in = in.data();
+      w.out = got.data();
+      w.count = count;
+      w.n = 1;
+      w.datatype = t;
+      w.op = weftSum;
+      w.divisor = 1;
+      w.premul = 1;
+      if (by_pointer) w.scalar_ptr = scalar;
+      else memcpy(&w.scalar_bits, scalar, es);
+      for (uint64_t i = 0; i < count; i++) det_reduce_elem(w, i);
+      for (size_t i = 0; i < count; i++) scale(t, &want[i * es], scalar);
+      size_t wrong = 0;
+      for (size_t i = 0; i < count; i++) wrong += memcmp(&got[i * es], &want[i * es], es) != 0;
+      EXPECT_EQ(wrong, 0u) << wrong << " of " << count << " elements scaled otherwise";
+      for (size_t b = count * es; b < got.size(); b++)
+        ASSERT_EQ(got[b], 0x5a) << "byte " << b - count * es << " past the block written";
+    }
+}
+
 }  // namespace

@@ -165,7 +165,8 @@ TEST(DeviceDeterministic, EverySettingGivesTheFixedOrder) {
     }
 }
 
-// Every datatype and op (and a pre-multiply sum of float32), all-reduce,
+// Every datatype and op (and a pre-multiply sum of float32, each rank with
+// a scalar of its own), all-reduce,
 // reduce-scatter and reduce (root 2), 3 ranks, an odd count: on every rank
 // that gets a result, the bits of the host executor's reduction of the same
 // blocks (det_reduce; a pre-multiply sum's inputs scaled first, as the host
@@ -185,10 +186,11 @@ TEST(DeviceDeterministic, EveryDatatypeAndOp) {
       if (premul && t != weftFloat32) continue;
       const auto op = premul ? weftSum : (weftRedOp_t)oi;
       std::vector<weftRedOp_t> ops(k, op);
-      float scalar = 0.375f;
+      std::vector<float> scalars(k); // each rank's own
       if (premul) {
         for (int r = 0; r < k; r++) {
-          ASSERT_EQ(weftRedOpCreatePreMulSum(&ops[r], &scalar, weftFloat32,
+          scalars[r] = 0.375f * (float)(r + 1);
+          ASSERT_EQ(weftRedOpCreatePreMulSum(&ops[r], &scalars[r], weftFloat32,
                                              weftScalarHostImmediate, ranks.comms[r]),
                     weftSuccess);
         }
@@ -209,7 +211,7 @@ TEST(DeviceDeterministic, EveryDatatypeAndOp) {
             for (size_t i = 0; i < total; i++) {
               float v;
               memcpy(&v, &in[r][i * 4], 4);
-              v = weft_f32_prod(v, scalar);
+              v = weft_f32_prod(v, scalars[r]);
               memcpy(&scaled[r][i * 4], &v, 4);
             }
         for (int r = 0; r < k; r++) {

@@ -347,6 +347,7 @@ void device_comm_free(struct weftComm *comm) {
     device_tree_close(d);
     device_ring_close(d);
     device_sendrecv_free(&d->sendrecv, comm->nranks);
+    device_det_free(d);
     if (d->flags_h != NULL) {
       cudaHostUnregister(d->flags_h);
       free(d->flags_h);

@@ -212,7 +212,7 @@ static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *c
   for (size_t i = 0; i < n && res == weftSuccess; i++) {
     if (plan_is_sendrecv(plans[i])) nsendrecv++;
     else if (plan_det(comm, plans[i]))
-      res = device_det_launch(comm, plans[i], stream); /* its own exchanges, in rank order */
+      res = device_det_launch(comm, plans[i], stream, captured); /* exchanges, rank order */
     else if (plans[i]->count > 0) res = ring_launch(comm, d, plans[i], stream, captured, announce);
   }
   if (res == weftSuccess && nsendrecv > 0)

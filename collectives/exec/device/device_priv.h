@@ -33,6 +33,10 @@ struct device_sendrecv {
   int nlanes; /* of SENDRECV_MAX_LANES: WEFT_P2P_LANES, agreed with each peer */
 };
 
+/* WEFT_DETERMINISTIC's scratch grows at least twofold each time: this many
+ * outgrown buffers at most */
+#define DET_RETIRED_MAX 24
+
 struct device_comm {
   int dev;
   int ring_ready; /* the ring channels below are connected */
@@ -60,6 +64,12 @@ struct device_comm {
    * device_stream_key's key and device_stream_thread's thread (comm_launch) */
   uint64_t call_stream;
   uintptr_t call_thread;
+  /* WEFT_DETERMINISTIC's scratch (device_det.c), and the ones it outgrew */
+  void *det_scratch;
+  size_t det_nbytes;
+  void *det_retired[DET_RETIRED_MAX];
+  int det_nretired;
+  cudaEvent_t det_done; /* recorded after each call outside a graph */
 };
 
 /* The comm's device state, made on first use (local); and with its ring
@@ -116,9 +126,11 @@ static inline unsigned device_block_threads(uint64_t nbytes, uint64_t per_thread
 weftResult_t device_launch_p2p(struct weftComm *comm, const struct weft_plan *const *plans,
                                size_t n, cudaStream_t stream);
 /* WEFT_DETERMINISTIC's reduction of plan (two or more ranks, count > 0) on
- * stream (device_det.c). */
+ * stream, which a graph captures or not (device_det.c); device_det_free
+ * frees its scratch once the comm's launches ended. */
 weftResult_t device_det_launch(struct weftComm *comm, const struct weft_plan *plan,
-                               cudaStream_t stream);
+                               cudaStream_t stream, int captured);
+void device_det_free(struct device_comm *d);
 
 /* The kernel table's op for a weftRedOp_t (device_refuse.c). */
 int device_op_index(weftRedOp_t op);
