@@ -131,7 +131,9 @@ void gpt_x_encoder_forward(struct gpt_exec *x, float *out, const float *wte, con
                            int B, int T, int C) {
   KX_LIVE(x);
   if (x->kern == NULL) gpt_encoder_forward(out, x->host_tok, wte, wpe, B, T, C);
-  else KX(x, "the encoder", x->kern->encoder_fwd(x->stream, (size_t)B * T * C, out, x->tok, wte, wpe, T, C));
+  else
+    KX(x, "the encoder",
+       x->kern->encoder_fwd(x->stream, (size_t)B * T * C, out, x->tok, wte, wpe, T, C));
 }
 
 void gpt_x_encoder_backward(struct gpt_exec *x, float *dwte, float *dwpe, const float *dout,
@@ -151,7 +153,9 @@ void gpt_x_layernorm_forward(struct gpt_exec *x, float *out, float *mean, float 
                              const float *in, const float *w, const float *b, int n, int C) {
   KX_LIVE(x);
   if (x->kern == NULL) gpt_layernorm_forward(out, mean, rstd, in, w, b, n, C);
-  else KX(x, "a layer norm", x->kern->layernorm_fwd(x->stream, (size_t)n, out, mean, rstd, in, w, b, C));
+  else
+    KX(x, "a layer norm",
+       x->kern->layernorm_fwd(x->stream, (size_t)n, out, mean, rstd, in, w, b, C));
 }
 
 void gpt_x_layernorm_backward(struct gpt_exec *x, float *dx, float *dw, float *db,
@@ -282,7 +286,9 @@ double gpt_x_softmax_xent_forward(struct gpt_exec *x, float *logits, int n, int 
 void gpt_x_softmax_xent_backward(struct gpt_exec *x, float *probs, int n, int V, float scale) {
   KX_LIVE(x);
   if (x->kern == NULL) gpt_softmax_xent_backward(probs, x->host_tgt, n, V, scale);
-  else KX(x, "the loss's gradient", x->kern->xent_bwd(x->stream, (size_t)n * V, probs, x->tgt, V, scale));
+  else
+    KX(x, "the loss's gradient",
+       x->kern->xent_bwd(x->stream, (size_t)n * V, probs, x->tgt, V, scale));
 }
 
 void gpt_x_add(struct gpt_exec *x, float *out, const float *a, const float *b, long count) {
