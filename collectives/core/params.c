@@ -42,8 +42,8 @@ struct weft_param coll_params[] = {
             "`WEFT_ALGO`"},
     [P_DETERMINISTIC] = {.name = "WEFT_DETERMINISTIC", .type = PARAM_INT, .default_str = "0",
      .min = 0, .max = 1,
-     .doc = "`1`: every all-reduce, reduce-scatter and reduce on host buffers sums each element "
-            "in rank order (0, 1, ... n-1; float16, bfloat16 and fp8 in float32, rounded once), "
+     .doc = "`1`: every all-reduce, reduce-scatter and reduce (host and device buffers) "
+            "sums each element in rank order (0, 1, ... n-1; float16, bfloat16 and fp8 in float32, rounded once), "
             "so its result is bitwise the same whatever the size, `WEFT_ALGO`, `WEFT_PROTO`, "
             "channels or transport, for a given number of ranks; `WEFT_ALGO` and `WEFT_PROTO` "
             "then do not apply to reductions. Must be the same on every rank",

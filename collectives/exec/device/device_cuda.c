@@ -336,6 +336,18 @@ static void device_ring_close(struct device_comm *d) {
   d->nchannels = 0;
 }
 
+/* WEFT_DETERMINISTIC's scratch, the ones it outgrew, and its event
+ * (device_det.c). */
+static void device_det_close(struct device_comm *d) {
+  if (d->det_done != NULL) cudaEventDestroy(d->det_done);
+  cudaFree(d->det_scratch);
+  for (int i = 0; i < d->det_nretired; i++) cudaFree(d->det_retired[i]);
+  d->det_done = NULL;
+  d->det_scratch = NULL;
+  d->det_nbytes = 0;
+  d->det_nretired = 0;
+}
+
 void device_comm_free(struct weftComm *comm) {
   struct device_comm *d = comm->device;
   if (d == NULL) return;
@@ -347,7 +359,7 @@ void device_comm_free(struct weftComm *comm) {
     device_tree_close(d);
     device_ring_close(d);
     device_sendrecv_free(&d->sendrecv, comm->nranks);
-    device_det_free(d);
+    device_det_close(d);
     if (d->flags_h != NULL) {
       cudaHostUnregister(d->flags_h);
       free(d->flags_h);

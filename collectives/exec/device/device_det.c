@@ -57,7 +57,7 @@ static weftResult_t det_kernel(struct dev_det_work w, cudaStream_t stream, const
 static weftResult_t det_exchange(struct weftComm *comm, const struct weft_plan *plan,
                                  const struct det_blocks *b, int gather, char *buf,
                                  struct weft_plan *ops, const struct weft_plan **ptrs,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, device_p2p_fn p2p) {
   const int n = comm->nranks, rank = comm->rank;
   weftResult_t res = weftSuccess;
   for (int j0 = 1; j0 < n && res == weftSuccess; j0 += DET_PEERS_PER_GROUP) {
@@ -65,7 +65,7 @@ static weftResult_t det_exchange(struct weftComm *comm, const struct weft_plan *
     const size_t nops = gather ? det_gather_ops(plan, n, rank, b, j0, j1, buf, ops, 1)
                                : det_scatter_ops(plan, n, rank, b, j0, j1, buf, ops, 1);
     for (size_t i = 0; i < nops; i++) ptrs[i] = &ops[i];
-    res = device_launch_p2p(comm, ptrs, nops, stream);
+    res = p2p(comm, ptrs, nops, stream);
   }
   return res;
 }
@@ -112,14 +112,14 @@ static weftResult_t det_after_last(struct device_comm *d, cudaStream_t stream, i
 }
 
 static weftResult_t det_with(struct weftComm *comm, const struct weft_plan *plan,
-                             cudaStream_t stream, int captured, struct weft_plan *ops,
-                             const struct weft_plan **ptrs) {
+                             cudaStream_t stream, int captured, device_p2p_fn p2p,
+                             struct weft_plan *ops, const struct weft_plan **ptrs) {
   struct device_comm *d = comm->device;
   const int n = comm->nranks, rank = comm->rank;
   const size_t esize = weftTypeSize(plan->datatype);
   const struct det_blocks b = det_blocks_of(plan, n);
   const size_t mine = det_len(&b, rank), blocks = (size_t)(n + 1) * (mine > 0 ? mine : 1) * esize;
-  const int premul = device_op_index(plan->op) == DEV_OP_PREMULSUM;
+  const int premul = (int)plan->op >= weftNumOps; /* a pre-multiply sum's op */
   /* blocks, then a pre-multiply sum's scaled input */
   char *scratch;
   int pooled;
@@ -142,14 +142,14 @@ static weftResult_t det_with(struct weftComm *comm, const struct weft_plan *plan
                         (const char *)call.sendbuf + det_off(&b, rank) * esize, mine * esize,
                         cudaMemcpyDeviceToDevice, stream),
         "WEFT_DETERMINISTIC's own block");
-  if (res == weftSuccess) res = det_exchange(comm, &call, &b, 0, scratch, ops, ptrs, stream);
+  if (res == weftSuccess) res = det_exchange(comm, &call, &b, 0, scratch, ops, ptrs, stream, p2p);
   char *out = det_out(&call, n, rank, &b, scratch);
   struct dev_det_work w = {.in = scratch, .stride = mine * esize, .out = out, .count = mine,
                            .n = n, .datatype = (int32_t)call.datatype, .op = (int32_t)call.op,
                            .divisor = call.op == weftAvg ? n : 1};
   if (res == weftSuccess) res = det_kernel(w, stream, "reduction");
   if (res == weftSuccess && call.coll != COLL_REDUCESCATTER)
-    res = det_exchange(comm, &call, &b, 1, out, ops, ptrs, stream);
+    res = det_exchange(comm, &call, &b, 1, out, ops, ptrs, stream, p2p);
   if (res == weftSuccess && !captured)
     res = device_cuda_check(cudaEventRecord(d->det_done, stream),
                             "WEFT_DETERMINISTIC's end");
@@ -162,23 +162,13 @@ static weftResult_t det_with(struct weftComm *comm, const struct weft_plan *plan
 }
 
 weftResult_t device_det_launch(struct weftComm *comm, const struct weft_plan *plan,
-                               cudaStream_t stream, int captured) {
+                               cudaStream_t stream, int captured, device_p2p_fn p2p) {
   struct weft_plan *ops = calloc(2 * DET_PEERS_PER_GROUP, sizeof *ops);
   const struct weft_plan **ptrs = calloc(2 * DET_PEERS_PER_GROUP, sizeof *ptrs);
   weftResult_t res = weftSystemError;
-  if (ops != NULL && ptrs != NULL) res = det_with(comm, plan, stream, captured, ops, ptrs);
+  if (ops != NULL && ptrs != NULL) res = det_with(comm, plan, stream, captured, p2p, ops, ptrs);
   else weft_error_set(res, "WEFT_DETERMINISTIC: out of memory");
   free(ptrs);
   free(ops);
   return res;
-}
-
-void device_det_free(struct device_comm *d) {
-  if (d->det_done != NULL) cudaEventDestroy(d->det_done);
-  d->det_done = NULL;
-  cudaFree(d->det_scratch);
-  for (int i = 0; i < d->det_nretired; i++) cudaFree(d->det_retired[i]);
-  d->det_scratch = NULL;
-  d->det_nbytes = 0;
-  d->det_nretired = 0;
 }

@@ -189,6 +189,9 @@ static weftResult_t comm_gate(struct device_comm *d, cudaStream_t stream, int ca
  * recorded into a graph neither goes behind a gate nor is counted, and, on
  * a comm whose rings cross hosts, is not announced to the network proxies
  * (nobody announces its replays). */
+static weftResult_t det_p2p_launch(struct weftComm *comm, const struct weft_plan *const *plans,
+                                   size_t n, cudaStream_t stream);
+
 static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *const *plans,
                                 size_t n, cudaStream_t stream) {
   weftResult_t res = device_op_begin(comm);
@@ -212,7 +215,7 @@ static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *c
   for (size_t i = 0; i < n && res == weftSuccess; i++) {
     if (plan_is_sendrecv(plans[i])) nsendrecv++;
     else if (plan_det(comm, plans[i]))
-      res = device_det_launch(comm, plans[i], stream, captured); /* exchanges, rank order */
+      res = device_det_launch(comm, plans[i], stream, captured, det_p2p_launch);
     else if (plans[i]->count > 0) res = ring_launch(comm, d, plans[i], stream, captured, announce);
   }
   if (res == weftSuccess && nsendrecv > 0)
@@ -323,8 +326,10 @@ static weftResult_t comm_connect_relaxed(struct weftComm *comm,
   return res;
 }
 
-weftResult_t device_launch_p2p(struct weftComm *comm, const struct weft_plan *const *plans,
-                               size_t n, cudaStream_t stream) {
+/* WEFT_DETERMINISTIC's exchanges (device_det.c): connected with the call's
+ * set-up (det_connect), launched here. */
+static weftResult_t det_p2p_launch(struct weftComm *comm, const struct weft_plan *const *plans,
+                                   size_t n, cudaStream_t stream) {
   if (n == 0) return weftSuccess;
   weftResult_t res = weftSuccess;
   if (!comm_connected(comm, plans, n)) res = comm_connect_relaxed(comm, plans, n);

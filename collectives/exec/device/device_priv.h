@@ -120,17 +120,17 @@ static inline unsigned device_block_threads(uint64_t nbytes, uint64_t per_thread
   return want < 32 ? 32u : want > DEV_NTHREADS ? DEV_NTHREADS : (unsigned)want;
 }
 
-/* A group of this comm's own sends and receives (plans[0..n), on device
- * memory), connected where they are not yet and launched on stream as one
- * kernel (device_launch.c); nothing when n is 0. */
-weftResult_t device_launch_p2p(struct weftComm *comm, const struct weft_plan *const *plans,
-                               size_t n, cudaStream_t stream);
+/* Launches a group of this comm's own sends and receives (plans[0..n), on
+ * device memory) on stream as one kernel, connected beforehand; nothing
+ * when n is 0 (device_launch.c's, handed to device_det.c). */
+typedef weftResult_t (*device_p2p_fn)(struct weftComm *comm, const struct weft_plan *const *plans,
+                                      size_t n, cudaStream_t stream);
 /* WEFT_DETERMINISTIC's reduction of plan (two or more ranks, count > 0) on
- * stream, which a graph captures or not (device_det.c); device_det_free
- * frees its scratch once the comm's launches ended. */
+ * stream, which a graph captures or not, its exchanges through p2p
+ * (device_det.c). Its scratch and event are struct device_comm's, freed
+ * with it. */
 weftResult_t device_det_launch(struct weftComm *comm, const struct weft_plan *plan,
-                               cudaStream_t stream, int captured);
-void device_det_free(struct device_comm *d);
+                               cudaStream_t stream, int captured, device_p2p_fn p2p);
 
 /* The kernel table's op for a weftRedOp_t (device_refuse.c). */
 int device_op_index(weftRedOp_t op);
