@@ -214,10 +214,9 @@ static void block_backward(struct gpt *g, int l, const float *in, int B, int T) 
 }
 
 /* Forward of g->inp (B x T) to logits; with targets, to probabilities and
- * *loss_sum (over the B*T tokens). keep: layers 0 and L+1 stay gathered for
- * backward. */
-static weftResult_t forward(struct gpt *g, int B, int T, int with_loss, int keep,
-                            double *loss_sum) {
+ * each token's loss (gpt_x_loss_sum). keep: layers 0 and L+1 stay gathered
+ * for backward. */
+static weftResult_t forward(struct gpt *g, int B, int T, int with_loss, int keep) {
   const struct train_gpt_shape *s = &g->s;
   int C = s->channels, L = s->layers, n = B * T;
   weftResult_t res = layer_open(g, 0, SLOT_EMB);
@@ -236,7 +235,7 @@ static weftResult_t forward(struct gpt *g, int B, int T, int with_loss, int keep
                           g->w[SLOT_LNF][1], n, C);
   /* the output projection is the token embedding */
   gpt_x_linear_forward(&g->x, g->logits, g->lnf, g->w[SLOT_EMB][0], NULL, n, C, s->vocab);
-  if (with_loss) *loss_sum = gpt_x_softmax_xent_forward(&g->x, g->logits, n, s->vocab);
+  if (with_loss) gpt_x_softmax_xent_forward(&g->x, g->logits, n, s->vocab);
   if (g->x.status != weftSuccess) return g->x.status;
   if (!keep) {
     if ((res = weftZeroReleaseOn(g->zero, L + 1, g->stream)) != weftSuccess) return res;
@@ -461,10 +460,10 @@ static weftResult_t validate(struct gpt *g, weftComm_t comm, double *loss_out) {
       }
     }
     gpt_x_tokens(&g->x, g->inp, g->tgt, g->B, T);
-    double l = 0;
-    weftResult_t res = forward(g, g->B, T, 1, 0, &l);
+    weftResult_t res = forward(g, g->B, T, 1, 0);
+    if (res == weftSuccess) sum += gpt_x_loss_sum(&g->x, g->B * T);
+    if (res == weftSuccess) res = g->x.status;
     if (res != weftSuccess) return res;
-    sum += l;
   }
   weftResult_t res = train_loss_reduce_start(&g->m, comm, &sum);
   if (res == weftSuccess) res = train_loss_reduce_end(&g->m, &sum);
@@ -486,7 +485,7 @@ static weftResult_t sample_text(struct gpt *g) {
     int start = i > g->T ? i - g->T : 0, T = i - start;
     for (int t = 0; t < T; t++) g->inp[t] = text[start + t];
     gpt_x_tokens(&g->x, g->inp, NULL, 1, T);
-    res = forward(g, 1, T, 0, 0, NULL);
+    res = forward(g, 1, T, 0, 0);
     gpt_x_download(&g->x, g->sample, g->logits + (size_t)(T - 1) * g->s.vocab,
                    (size_t)g->s.vocab * sizeof(float));
     if (res == weftSuccess) res = g->x.status;
@@ -597,11 +596,11 @@ static weftResult_t train_loop(struct gpt *g, weftComm_t comm, struct train_resu
       weftZeroSetSync(g->zero, micro == o->accum - 1);
       batch_load(g, index);
       if (dump != NULL) batch_dump(g, dump, index);
-      double l = 0;
-      res = forward(g, g->B, g->T, 1, 1, &l);
-      if (res != weftSuccess) break;
-      loss += l / ((double)g->B * g->T);
-      res = backward(g, g->B, g->T, (float)weftZeroLossScale(g->zero));
+      res = forward(g, g->B, g->T, 1, 1);
+      if (res == weftSuccess) res = backward(g, g->B, g->T, (float)weftZeroLossScale(g->zero));
+      /* read once backward is queued: the host does not wait in between */
+      if (res == weftSuccess) loss += gpt_x_loss_sum(&g->x, g->B * g->T) / ((double)g->B * g->T);
+      if (res == weftSuccess) res = g->x.status;
     }
     weftZeroStepInfo_t info;
     if (res == weftSuccess) res = train_loss_reduce_start(&g->m, comm, &loss);

@@ -273,10 +273,15 @@ void gpt_x_gelu_backward(struct gpt_exec *x, float *d, const float *in, long cou
   else KX(x, "GELU's backward", x->kern->gelu_bwd(x->stream, (size_t)count, d, in));
 }
 
-double gpt_x_softmax_xent_forward(struct gpt_exec *x, float *logits, int n, int V) {
+void gpt_x_softmax_xent_forward(struct gpt_exec *x, float *logits, int n, int V) {
+  KX_LIVE(x);
+  if (x->kern == NULL) x->host_loss_sum = gpt_softmax_xent_forward(logits, x->host_tgt, n, V);
+  else KX(x, "the loss", x->kern->xent_fwd(x->stream, (size_t)n, logits, x->loss, x->tgt, V));
+}
+
+double gpt_x_loss_sum(struct gpt_exec *x, int n) {
   if (x->status != weftSuccess) return 0;
-  if (x->kern == NULL) return gpt_softmax_xent_forward(logits, x->host_tgt, n, V);
-  KX(x, "the loss", x->kern->xent_fwd(x->stream, (size_t)n, logits, x->loss, x->tgt, V));
+  if (x->kern == NULL) return x->host_loss_sum;
   gpt_x_download(x, x->host_loss, x->loss, (size_t)n * sizeof(double));
   double sum = 0;
   for (int r = 0; r < n && x->status == weftSuccess; r++) sum += x->host_loss[r];

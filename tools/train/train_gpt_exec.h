@@ -29,6 +29,7 @@ struct gpt_exec {
   float *scores;        /* heads x T x T: the scores' gradient of one sequence */
   const int *host_tok, *host_tgt; /* host: the arrays tokens() was given */
   float *host_scratch;  /* host: T x T for attention's backward */
+  double host_loss_sum; /* host: the last softmax_xent_forward's */
 };
 
 /* The executor: host (kern NULL), or kern's. stream: CUDA's, for kern's
@@ -69,8 +70,12 @@ void gpt_x_attention_backward(struct gpt_exec *x, float *dqkv, const float *dout
                               const float *qkv, const float *att, int B, int T, int C, int NH);
 void gpt_x_gelu_forward(struct gpt_exec *x, float *out, const float *in, long count);
 void gpt_x_gelu_backward(struct gpt_exec *x, float *d, const float *in, long count);
-/* the sum of the n rows' losses, waited for (0 after a failure) */
-double gpt_x_softmax_xent_forward(struct gpt_exec *x, float *logits, int n, int V);
+/* logits -> probabilities, each row's loss kept for gpt_x_loss_sum */
+void gpt_x_softmax_xent_forward(struct gpt_exec *x, float *logits, int n, int V);
+/* The sum of the last softmax_xent_forward's n row losses, waited for (0
+ * after a failure): read once the micro-step's work is queued, so that the
+ * host does not wait between forward and backward. */
+double gpt_x_loss_sum(struct gpt_exec *x, int n);
 void gpt_x_softmax_xent_backward(struct gpt_exec *x, float *probs, int n, int V, float scale);
 /* out = a + b; p = 0 */
 void gpt_x_add(struct gpt_exec *x, float *out, const float *a, const float *b, long count);
