@@ -182,6 +182,10 @@ static weftResult_t comm_gate(struct device_comm *d, cudaStream_t stream, int ca
                         "stream: %s", why);
 }
 
+/* WEFT_DETERMINISTIC's exchanges' launcher, handed to device_det.c (below). */
+static weftResult_t det_p2p_launch(struct weftComm *comm, const struct weft_plan *const *plans,
+                                   size_t n, cudaStream_t stream);
+
 /* Runs plans[0..n) of one comm on stream: the collectives in call order,
  * then the sends and receives together as one kernel. Connected beforehand.
  * Each kernel is counted for destroy and abort as it goes out
@@ -189,9 +193,6 @@ static weftResult_t comm_gate(struct device_comm *d, cudaStream_t stream, int ca
  * recorded into a graph neither goes behind a gate nor is counted, and, on
  * a comm whose rings cross hosts, is not announced to the network proxies
  * (nobody announces its replays). */
-static weftResult_t det_p2p_launch(struct weftComm *comm, const struct weft_plan *const *plans,
-                                   size_t n, cudaStream_t stream);
-
 static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *const *plans,
                                 size_t n, cudaStream_t stream) {
   weftResult_t res = device_op_begin(comm);
@@ -225,8 +226,6 @@ static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *c
   return res;
 }
 
-/* Connects what plans[0..n) of one comm need: the ring (collective over the
- * comm) for a collective, the named peers' lanes for sends and receives. */
 /* WEFT_DETERMINISTIC's exchanges go to every peer and back: their lanes
  * connected here, with the rest of the call's set-up (connecting is
  * collective, and a group's comms connect on threads of their own), not
@@ -242,13 +241,10 @@ static weftResult_t det_connect(struct weftComm *comm, struct device_comm *d) {
     size_t nops = 0;
     for (int r = 0; r < comm->nranks; r++) {
       if (r == comm->rank) continue;
-      for (int dir = 0; dir < 2; dir++) {
-        ops[nops] = (struct weft_plan){.coll = dir ? COLL_RECV : COLL_SEND, .count = 1,
-                                       .datatype = weftUint8, .root = r, .on_device = 1};
-        ptrs[nops] = &ops[nops];
-        nops++;
-      }
+      ops[nops++] = det_p2p(COLL_SEND, r, NULL, NULL, 1, 1);
+      ops[nops++] = det_p2p(COLL_RECV, r, NULL, NULL, 1, 1);
     }
+    for (size_t i = 0; i < nops; i++) ptrs[i] = &ops[i];
     res = device_sendrecv_connect(comm, d, ptrs, nops);
   }
   free(ptrs);
@@ -266,16 +262,23 @@ static int det_connected(const struct weftComm *comm, const struct device_comm *
   return 1;
 }
 
+/* Connects what plans[0..n) of one comm need: the ring (collective over the
+ * comm) for a collective, the named peers' lanes for sends and receives,
+ * every peer's for a WEFT_DETERMINISTIC reduction. */
 static weftResult_t comm_connect(struct weftComm *comm, const struct weft_plan *const *plans,
                                  size_t n) {
   struct device_comm *d;
   WEFT_TRY(device_comm_get(comm, &d));
   int ring = 0, sendrecv = 0, tree = 0, det = 0;
   for (size_t i = 0; i < n; i++) {
-    if (plan_is_sendrecv(plans[i])) sendrecv = 1;
-    else if (plan_det(comm, plans[i])) det = 1;
-    else ring |= plans[i]->count > 0 && comm->nranks > 1;
-    tree |= !plan_det(comm, plans[i]) && device_plan_tree(comm, d, plans[i]);
+    if (plan_is_sendrecv(plans[i])) {
+      sendrecv = 1;
+    } else if (plan_det(comm, plans[i])) {
+      det = 1;
+    } else {
+      ring |= plans[i]->count > 0 && comm->nranks > 1;
+      tree |= device_plan_tree(comm, d, plans[i]);
+    }
   }
   if (ring) WEFT_TRY(device_ring_get(comm, &d));
   if (tree) WEFT_TRY(device_tree_get(comm, d));
