@@ -332,6 +332,33 @@ RING_HD void ring_geom_init(struct ring_geom *g, int coll, int nranks, int pos, 
   g->align_count = 64 / elem_nbytes;
 }
 
+/* The ring position whose link to the next carries no data in a chain
+ * (broadcast: the rank before the root; reduce: the root), or -1 where every
+ * link carries data. */
+RING_HD int ring_free_link_sender(int coll, int nranks, int root_pos) {
+  if (root_pos < 0 || (coll != RING_BROADCAST && coll != RING_REDUCE)) return -1;
+  return coll == RING_BROADCAST ? (root_pos + nranks - 1) % nranks : root_pos;
+}
+
+/* A chain's agreement on the device (kernels.cuh): the chain's last rank
+ * c[k-1], once its first step has compared (which vouches for the whole
+ * chain), sends a slot of no data over the free link to c0, whose head
+ * c0 compares; c0 to c[k-3] each then pass a slot of no data on to the next
+ * rank, after their own steps, and c1 to c[k-2] wait for it. So no rank of
+ * a chain ends before every link has compared. This rank's place in the
+ * chain (0 for c0), or -1 for the collectives that are no chain. */
+RING_HD int ring_chain_index(int coll, int nranks, int root_pos, int pos) {
+  const int last = ring_free_link_sender(coll, nranks, root_pos);
+  return last < 0 ? -1 : (pos - (last + 1) + 2 * nranks) % nranks;
+}
+/* The slots of the agreement above this rank sends and receives. */
+RING_HD void ring_chain_agree_nslots(int coll, int nranks, int root_pos, int pos, size_t *nsends,
+                                     size_t *nrecvs) {
+  const int i = ring_chain_index(coll, nranks, root_pos, pos);
+  *nsends = i == nranks - 1 || (i >= 0 && i <= nranks - 3);
+  *nrecvs = i >= 0 && i <= nranks - 2;
+}
+
 /* The slots a channel sends to its next rank and receives from its previous
  * one in one call (g as set up for its share, count > 0). Every loop runs
  * the same primitives (they depend on the step, the position and the root,

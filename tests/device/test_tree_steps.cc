@@ -37,8 +37,8 @@ namespace {
 enum Piece { kPieceLL, kPieceSimple, kPieceTiny };
 size_t piece_count(Piece p, size_t esize) {
   switch (p) {
-    case kPieceLL: return DEV_LL_SLOT_NBYTES / DEV_LL_LINE_NBYTES * DEV_LL_LINE_DATA_NBYTES / esize;
-    case kPieceSimple: return DEV_SIMPLE_SLOT_NBYTES / esize;
+    case kPieceLL: return DEV_SLOT_ROOM(DEV_PROTO_LL, DEV_LL_SLOT_NBYTES) / esize;
+    case kPieceSimple: return DEV_SLOT_ROOM(DEV_PROTO_SIMPLE, DEV_SIMPLE_SLOT_NBYTES) / esize;
     default: return std::max<size_t>(1, 64 / esize); // many pieces from little data
   }
 }

@@ -138,6 +138,13 @@ step_device_tree() {
   return $rc
 }
 
+# Mismatched calls on device memory: the kernels compare the signature in
+# each link's first slot (docs/signature.md); DeviceMismatch asserts that
+# every rank fails fast, one names the fields, and no canary changed.
+step_device_mismatch() {
+  device_suite "$B/tests/device/test_device" --gtest_filter='DeviceMismatch*'
+}
+
 # WEFT_DETERMINISTIC=1 on device memory: the device suite's
 # DeviceDeterministic tests (2-5 ranks under every setting, float32 and
 # bfloat16 bit for bit with the fixed order, every datatype and op), then

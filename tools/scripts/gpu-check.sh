@@ -58,6 +58,7 @@ perf_flags|60|-|20.1|perf tools take -d, -o, -c with -M cuda; all_reduce_device_
 device_tree|240|gpu|42.2|all-reduce cases of the device suite (2-4 ranks, every datatype and op of the matrix, 1 to 1M elements, in and out of place) with WEFT_ALGO=allreduce:tree: the tree kernels
 tree_memcheck|120|gpu|42.2|compute-sanitizer memcheck on the tree kernels: all-reduce of 1000 elements, every datatype and op, 2 and 3 ranks, WEFT_ALGO=allreduce:tree
 tree_racecheck|150|gpu|42.2|compute-sanitizer racecheck on the tree kernels: one all-reduce case, 3 ranks
+device_mismatch|120|gpu|40.1|ranks that disagree on device memory (count, datatype of one size and of another, op, root, collective; ring and tree, SIMPLE and LL, 2-4 ranks): every rank fails within 1 s with WEFT_TIMEOUT=30, one names the fields, nothing past a count
 device_det|240|gpu|40.4|WEFT_DETERMINISTIC=1 on device memory: DeviceDeterministic (2-5 ranks, every setting, float32 and bf16 bit for bit with the fixed order; every datatype and op), then all_reduce_device_perf -g 2 and -g 4 at 64 KiB and 16 MiB with and without it
 torch_weft|180|-|20.4|tools/torch_weft built against the local torch; check_ops on 2 ranks
 torch_watchdog_cuda|120|gpu|38.3|the watchdog of the weft backend on CUDA tensors: a rank SIGKILLed mid-DDP; every survivor ended within the timeout + 5 s by a message naming group, rank, operation and sequence number; torchfrtrace names the dead rank from the flight-recorder dumps (no MPS)

@@ -52,8 +52,46 @@ struct dev_fifo_ctrl {
 };
 #define DEV_FIFO_POISON_OFFSET 128
 
-/* Why a kernel block gave up (dev_work.error, a FIFO's poison). */
-enum dev_give_up { DEV_GAVE_UP_ABORT = 1, DEV_GAVE_UP_TIMEOUT = 2, DEV_GAVE_UP_POISON = 3 };
+/* Why a kernel block gave up (dev_work.error, a FIFO's poison): aborted, no
+ * progress, a poisoned FIFO; the call's signature differs from the one its
+ * peer sent (the block that compared); a FIFO poisoned by a block that gave
+ * up for that reason, or for this one (the mismatch passed on). */
+enum dev_give_up {
+  DEV_GAVE_UP_ABORT = 1,
+  DEV_GAVE_UP_TIMEOUT = 2,
+  DEV_GAVE_UP_POISON = 3,
+  DEV_GAVE_UP_MISMATCH = 4,
+  DEV_GAVE_UP_PEER_MISMATCH = 5
+};
+
+/* The head of every ring and tree slot: the call's signature (struct
+ * signature_packed, keyed with the FIFO's step as the host's SIMPLE slots
+ * key it, dev_sig.h) in the call's first slot on each FIFO; the data follows.
+ * SIMPLE: its bytes [0, 16), then the step it was written at (8 bytes: a
+ * head an earlier step left is told from a signature that differs); LL: the
+ * payload of the slot's first two lines (their flags say the step). 64
+ * bytes, so that SIMPLE data keeps its alignment. */
+#define DEV_SLOT_HEADER_NBYTES 64u
+/* Payload bytes a ring or tree slot of slot_nbytes carries after its head
+ * (LL: half of each line is flags). The kernels' geometry and the host's
+ * count of a launch's slots (device_net_expect_ring) both take this. */
+#define DEV_SLOT_ROOM(proto, slot_nbytes)                                                  \
+  ((proto) == DEV_PROTO_LL                                                                 \
+       ? ((slot_nbytes) - DEV_SLOT_HEADER_NBYTES) / DEV_LL_LINE_NBYTES * DEV_LL_LINE_DATA_NBYTES \
+       : (slot_nbytes) - DEV_SLOT_HEADER_NBYTES)
+
+/* Where a block found that its call's signature differs from what its
+ * peer's slot carried, in mapped host memory: one record per block index
+ * (dev_work.mismatch[blockIdx.x]), so that no two blocks write one; found is
+ * stored last. The host reads the first found (device_comm_error). */
+struct dev_mismatch {
+  uint32_t found;     /* 1 once the record below is whole */
+  int32_t peer;       /* the rank whose slot carried theirs */
+  uint64_t step;      /* the FIFO step of that slot (theirs is keyed with it) */
+  uint64_t their_step; /* the step the slot's head was written at */
+  uint64_t mine[2];   /* this rank's signature (struct signature_packed) */
+  uint64_t theirs[2]; /* the slot's head as it was, still keyed */
+};
 
 /* One end of one protocol's FIFO, as one kernel block sees it. */
 struct dev_fifo {
@@ -132,6 +170,10 @@ struct dev_work {
   const void *scalar_ptr;
   uint64_t scalar_bits;
   struct dev_done done;
+  uint64_t sig[2];     /* the call's signature (struct signature_packed) */
+  struct dev_mismatch *mismatch; /* [DEV_MAX_CHANNELS] of mapped host memory */
+  int comm_nchannels;  /* the comm's channels (ring or tree, as the launch's):
+                          a block that finds a mismatch poisons them all */
 };
 
 /* The point-to-point lanes to and from one peer (device memory, one entry

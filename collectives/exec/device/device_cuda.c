@@ -19,6 +19,7 @@
 #include "../../../transport/base/param.h"
 #include "../../../transport/base/status.h"
 #include "device.h"
+#include "device_mismatch.h"
 #include "device_params.h"
 #include "device_priv.h"
 #include "../../algo/ring_steps.h"
@@ -581,6 +582,14 @@ weftResult_t device_comm_error(struct weftComm *comm) {
   if (d == NULL || d->flags_h == NULL) return weftSuccess;
   uint32_t why = __atomic_load_n(&d->flags_h[1], __ATOMIC_ACQUIRE);
   if (why == 0) return weftSuccess;
+  if (why == DEV_GAVE_UP_MISMATCH)
+    return device_mismatch_error(comm->rank, device_mismatch_h(d), DEV_MAX_CHANNELS);
+  if (why == DEV_GAVE_UP_PEER_MISMATCH)
+    return weft_error_set(weftRemoteError,
+                          "a device kernel of rank %d gave up: another rank found that the "
+                          "ranks disagree on a collective (its connections are poisoned; its "
+                          "error names the fields that differ)",
+                          comm->rank);
   static const char *const whys[] = {
       "?", "communicator was aborted", "no progress from a peer within the timeout",
       "a peer's kernel gave up first (its connection is poisoned)"};

@@ -147,9 +147,14 @@ void device_net_expect_ring(const struct weftComm *comm, const struct device_com
     if (count == 0) continue; /* the channel's block returns at once */
     struct ring_geom g; /* as the kernel sets it up */
     ring_geom_init(&g, (int)plan->coll, comm->nranks, ch->ring_pos, root_pos, plan->count, offset,
-                   count, f.slot_nbytes / esize, esize);
+                   count, DEV_SLOT_ROOM(DEV_PROTO_SIMPLE, (size_t)f.slot_nbytes) / esize, esize);
     size_t nsends, nrecvs;
     ring_channel_nslots(&g, ch->ring, &nsends, &nrecvs);
+    size_t agree_sends, agree_recvs; /* a chain's agreement (broadcast, reduce) */
+    ring_chain_agree_nslots((int)plan->coll, comm->nranks, root_pos, ch->ring_pos, &agree_sends,
+                            &agree_recvs);
+    nsends += agree_sends;
+    nrecvs += agree_recvs;
     net_dev_conn_expect(send, nsends); /* each leaves a hop that is not a network one alone */
     net_dev_conn_expect(recv, nrecvs);
   }

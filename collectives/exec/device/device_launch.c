@@ -12,6 +12,7 @@
 #include "device_priv.h"
 #include "../../algo/deterministic.h"
 #include "../../algo/ring_steps.h"
+#include "../../core/signature.h"
 
 /* Written by gen_kernels.py (device_refuse.c says what is missing): the
  * ring kernels, and the tree all-reduce's. */
@@ -64,6 +65,20 @@ static void premul_scalar(const struct weft_plan *plan, struct dev_work *w) {
   if (device_op_index(plan->op) != DEV_OP_PREMULSUM) return;
   w->scalar_ptr = plan->premul_ptr;
   memcpy(&w->scalar_bits, plan->premul_scalar, sizeof plan->premul_scalar);
+}
+
+/* The call's signature, which the kernels carry in the first slot of every
+ * link and compare (prims_device.cuh): plan's, with a pre-multiply op as
+ * the sum it runs as (as on the host); where a block that finds a
+ * difference records it, and the channels it then poisons. */
+static void device_sign(const struct weft_plan *plan, const struct device_comm *d, int tree,
+                        struct dev_work *w) {
+  struct signature_packed sig;
+  signature_pack(&sig, plan);
+  if (device_op_index(plan->op) == DEV_OP_PREMULSUM) sig.op = (uint8_t)weftSum;
+  memcpy(w->sig, &sig, sizeof w->sig);
+  w->mismatch = device_mismatch_d(d);
+  w->comm_nchannels = tree ? d->tree_nchannels : d->nchannels;
 }
 
 /* Whether a launch of nch channels on stream goes with programmatic
@@ -148,6 +163,7 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
       .elem_nbytes = (uint32_t)weftTypeSize(plan->datatype),
       .abort_flag = d->flags_d, .error = d->flags_d + 1, .timeout_ns = comm->timeout_ns};
   premul_scalar(plan, &w);
+  device_sign(plan, d, tree, &w);
   device_done_fill(d, captured, &w.done);
   dim3 grid = {(unsigned)nch, 1, 1}, block = {launch_nthreads(nbytes, nch, proto), 1, 1};
   WEFT_TRY(ring_kernel_launch(d, &w, (int)plan->datatype, device_op_index(plan->op), grid, block,

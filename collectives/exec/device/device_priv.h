@@ -18,10 +18,14 @@
 /* mapped host memory the kernels report to: uint32 [0] abort, [1] error
  * (enum dev_give_up); uint64 [2], [3] where a send/recv block stopped; from byte
  * DEV_ENDED_OFFSET, uint64 [DEV_MAX_CHANNELS]: the launch each block index
- * last ended (launch_done.h; a launch has at most that many blocks) */
+ * last ended (launch_done.h; a launch has at most that many blocks); from
+ * byte DEV_MISMATCH_OFFSET, struct dev_mismatch [DEV_MAX_CHANNELS]: where
+ * each block index found the ranks' calls differ */
 #define DEV_ENDED_OFFSET 32
-#define DEV_FLAGS_NBYTES (DEV_ENDED_OFFSET + 8 * DEV_MAX_CHANNELS)
-#define DEV_FLAGS_PAGE_NBYTES 4096 /* what is allocated for them: a page */
+#define DEV_MISMATCH_OFFSET (((DEV_ENDED_OFFSET + 8 * DEV_MAX_CHANNELS) + 63) / 64 * 64)
+#define DEV_FLAGS_NBYTES \
+  (DEV_MISMATCH_OFFSET + sizeof(struct dev_mismatch) * DEV_MAX_CHANNELS)
+#define DEV_FLAGS_PAGE_NBYTES 8192 /* what is allocated for them: two pages */
 
 /* A comm's point-to-point lanes (connected per peer on first use). */
 struct device_sendrecv {
@@ -83,6 +87,14 @@ static inline uint64_t *device_ended_h(const struct device_comm *d) {
 }
 static inline uint64_t *device_ended_d(const struct device_comm *d) {
   return (uint64_t *)((char *)d->flags_d + DEV_ENDED_OFFSET);
+}
+/* The comm's mismatch records, as the host reads them and as its kernels
+ * write them. */
+static inline const struct dev_mismatch *device_mismatch_h(const struct device_comm *d) {
+  return (const struct dev_mismatch *)((char *)d->flags_h + DEV_MISMATCH_OFFSET);
+}
+static inline struct dev_mismatch *device_mismatch_d(const struct device_comm *d) {
+  return (struct dev_mismatch *)((char *)d->flags_d + DEV_MISMATCH_OFFSET);
 }
 /* A kernel launch's dev_done, filled before it goes out, and counted once
  * it did (launch_done.h): destroy and abort wait for what was counted. */

@@ -40,7 +40,25 @@ __device__ __forceinline__ void dev_pdl_release(const dev_work &w) {
 #endif
 }
 
-// One block's share of the launch.
+// The watch of block blockIdx.x of launch w.
+__device__ __forceinline__ dev_watch dev_watch_of(const dev_work &w) {
+  dev_watch watch = {w.abort_flag, w.timeout_ns, w.error,
+                     w.mismatch != NULL ? w.mismatch + blockIdx.x : NULL};
+  return watch;
+}
+
+// One block's share of the launch. Every link's first slot carries the
+// call's signature, compared by its receiver (prims_device.cuh), before any
+// of its data is used or passed on; so a rank whose all-reduce, all-gather
+// or reduce-scatter ends has data that passed every link's comparison. A
+// broadcast or reduce is a chain that sends no data over one link of the
+// ring (into the broadcast's root, out of the reduce's root), and a rank's
+// data there depends on the links upstream only: the chain ends with the
+// agreement of ring_chain_index (slots of no data, the first of them over
+// that link), so that no rank ends before every link has compared. A block
+// that finds a mismatch poisons every channel of the comm: the peers'
+// blocks that wait on this rank, on channels this launch does not run
+// here, stop too.
 template <class R, int PROTO>
 __device__ __forceinline__ void ring_kernel_run(const dev_work &w) {
   typedef typename R::T T;
@@ -53,32 +71,48 @@ __device__ __forceinline__ void ring_kernel_run(const dev_work &w) {
     for (int i = 0; i < ch->nranks; i++)
       if (ch->ring[i] == w.root) root_pos = i;
 
+  const int k = ch->nranks;
   dev_prims<R, PROTO> p;
-  dev_watch watch = {w.abort_flag, w.timeout_ns, w.error};
-  p.init(ch, watch, w.divisor, dev_premul_scalar<T>(w));
+  p.init(ch, dev_watch_of(w), w.divisor, dev_premul_scalar<T>(w));
   if (p.poisoned()) { // an earlier kernel gave up here: the counters are not to be trusted
     p.give_up();        // the rest of the channel learns it too (a network hop's proxy as well)
     return;
   }
+  p.sign(w.sig, ch->ring[(ch->ring_pos + k - 1) % k]);
+  // this rank's place in a chain (broadcast, reduce), else -1
+  const int chain = ring_chain_index(w.coll, k, root_pos, ch->ring_pos);
+  bool agree_due = chain == k - 1; // c[k-1]: after its first step
   struct ring_geom g;
   ring_geom_init(&g, w.coll, ch->nranks, ch->ring_pos, root_pos, w.count, offset, count,
                  p.slot_count(), sizeof(T));
   const T *src = static_cast<const T *>(w.sendbuf);
   T *dst = static_cast<T *>(w.recvbuf);
+  bool ok = true;
   // w.interleave loops at a time, step by step, as every rank of the ring
   struct ring_iter order;
   ring_iter_init(&order, &g, w.interleave);
   size_t base;
   int s;
-  while (ring_iter_next(&order, &base, &s)) {
+  while (ok && ring_iter_next(&order, &base, &s)) {
     struct ring_step st;
     ring_step_at(&g, ch->ring, base, s, &st);
     const T *sp = ring_prim_has_src(st.prim) ? src + st.src_elem : NULL;
     T *dp = ring_prim_has_dst(st.prim) ? dst + st.dst_elem : NULL;
-    if (!p.run(st.prim, sp, dp, st.count)) { // error says why; the host reports it
-      p.give_up();
-      return;
+    ok = p.run(st.prim, sp, dp, st.count);
+    if (ok && agree_due) { // the chain compared up to here: c0 hears it over the free link
+      agree_due = false;
+      ok = p.run_step(PRIM_SEND, src, NULL, 0, false, false);
     }
+  }
+  // c0 to c[k-2] wait for the agreement (c0's is the free link's first slot,
+  // compared), and c0 to c[k-3] pass it on
+  if (ok && chain >= 0 && chain <= k - 2) ok = p.run_step(PRIM_RECV, NULL, NULL, 0, false, false);
+  if (ok && chain >= 0 && chain <= k - 3) ok = p.run_step(PRIM_SEND, src, NULL, 0, false, false);
+  if (!ok) { // error says why; the host reports it
+    p.give_up();
+    if (threadIdx.x == 0 && p.sig_bad)
+      for (int c = 0; c < w.comm_nchannels; c++) dev_channel_poison(&w.channels[c], p.watch);
+    return;
   }
   dev_pdl_release(w);
   p.finish();
@@ -116,28 +150,36 @@ __device__ __forceinline__ void tree_kernel_run(const dev_work &w) {
   typedef typename R::T T;
   dev_tree_channel *tc = &w.trees[blockIdx.x];
   const int np = tc->npeers;
-  dev_watch watch = {w.abort_flag, w.timeout_ns, w.error};
+  const dev_watch watch = dev_watch_of(w);
   int any = 0;
   if (threadIdx.x == 0) {
-    for (int i = 0; i < np; i++)
-      any |= (int)dev_fifo_poisoned(tc->send[i][PROTO]) | (int)dev_fifo_poisoned(tc->recv[i][PROTO]);
+    uint32_t poison = 0;
+    for (int i = 0; i < np && poison == 0; i++) {
+      poison = dev_fifo_poison(tc->send[i][PROTO]);
+      if (poison == 0) poison = dev_fifo_poison(tc->recv[i][PROTO]);
+    }
+    any = poison != 0;
     if (any && *(volatile uint32_t *)watch.error == 0)
-      *(volatile uint32_t *)watch.error = DEV_GAVE_UP_POISON;
+      *(volatile uint32_t *)watch.error = dev_poison_why(poison);
     if (any) tree_poison(tc, watch); // an earlier kernel gave up here
   }
   if (__syncthreads_or(any) != 0) return;
 
+  // each link's steps where the launch began: its first slots each way
+  // carry and check the signature (every link carries data both ways)
   uint64_t send_step[TREE_MAX_PEERS], recv_step[TREE_MAX_PEERS];
+  uint64_t send_first[TREE_MAX_PEERS], recv_first[TREE_MAX_PEERS];
   uint64_t head_seen[TREE_MAX_PEERS], tail_seen[TREE_MAX_PEERS];
   for (int i = 0; i < np; i++) {
-    send_step[i] = tc->send[i][PROTO].step;
-    recv_step[i] = tc->recv[i][PROTO].step;
+    send_step[i] = send_first[i] = tc->send[i][PROTO].step;
+    recv_step[i] = recv_first[i] = tc->recv[i][PROTO].step;
     head_seen[i] = tc->send[i][PROTO].seen;
     tail_seen[i] = tc->recv[i][PROTO].seen;
   }
   dev_prims<R, PROTO> p;
   p.init_fifos(&tc->send[0][PROTO], &tc->recv[0][PROTO], watch, w.divisor,
                dev_premul_scalar<T>(w));
+  p.sign(w.sig, tc->peer[0]);
   int bound_send = 0, bound_recv = 0;
 
   struct tree_geom g;
@@ -162,6 +204,7 @@ __device__ __forceinline__ void tree_kernel_run(const dev_work &w) {
       p.send = tc->send[bound_send][PROTO];
       p.send.step = send_step[bound_send];
       p.head_seen = head_seen[bound_send];
+      p.sig_send_at = send_first[bound_send];
     }
     if (st.recv_peer >= 0 && link[st.recv_peer] != bound_recv) {
       recv_step[bound_recv] = p.recv.step;
@@ -170,6 +213,8 @@ __device__ __forceinline__ void tree_kernel_run(const dev_work &w) {
       p.recv = tc->recv[bound_recv][PROTO];
       p.recv.step = recv_step[bound_recv];
       p.tail_seen = tail_seen[bound_recv];
+      p.sig_recv_at = recv_first[bound_recv];
+      p.sig_peer = tc->peer[bound_recv];
     }
     const T *sp = ring_prim_has_src(st.prim) ? (st.src_own ? src : dst) + st.elem : NULL;
     T *dp = ring_prim_has_dst(st.prim) ? dst + st.elem : NULL;
@@ -182,6 +227,8 @@ __device__ __forceinline__ void tree_kernel_run(const dev_work &w) {
   if (ok) dev_pdl_release(w);
   if (threadIdx.x == 0) { // error says why a block gave up; the host reports it
     if (!ok) tree_poison(tc, watch);
+    if (p.sig_bad) // every tree channel: the peers' blocks of the others stop too
+      for (int c = 0; c < w.comm_nchannels; c++) tree_poison(&w.trees[c], watch);
     for (int i = 0; i < np; i++) {
       tc->send[i][PROTO].step = send_step[i];
       tc->recv[i][PROTO].step = recv_step[i];

@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 
+#include "collectives/exec/device/dev_sig.h"
 #include "collectives/exec/device/dev_types.h"
 #include "collectives/exec/device/ll_line.h"
 #include "collectives/reduce/reduce_ops.h"
@@ -153,15 +154,28 @@ __device__ __forceinline__ uint64_t dev_ld_acquire_u64(const uint64_t *p) {
   return v;
 }
 
-// Why a block stops: the host's abort flag, or no progress for timeout_ns.
+// Why a block stops: the host's abort flag, or no progress for timeout_ns;
+// where it says that its call's signature differs from its peer's (the
+// block's own record, NULL: none).
 struct dev_watch {
   volatile uint32_t *abort_flag;
   uint64_t timeout_ns;
   uint32_t *error;
+  dev_mismatch *mismatch;
 };
 
+__device__ __forceinline__ uint32_t dev_fifo_poison(const dev_fifo &f) {
+  return f.ctrl != NULL ? *(volatile const uint32_t *)&f.ctrl->poison : 0;
+}
 __device__ __forceinline__ bool dev_fifo_poisoned(const dev_fifo &f) {
-  return f.ctrl != NULL && *(volatile const uint32_t *)&f.ctrl->poison != 0;
+  return dev_fifo_poison(f) != 0;
+}
+// The reason a block that meets poison gives: a mismatch passed on where the
+// poisoner gave up for one (first or passed on), else the poison itself.
+__device__ __forceinline__ uint32_t dev_poison_why(uint32_t poison) {
+  return poison == DEV_GAVE_UP_MISMATCH || poison == DEV_GAVE_UP_PEER_MISMATCH
+             ? DEV_GAVE_UP_PEER_MISMATCH
+             : DEV_GAVE_UP_POISON;
 }
 
 // Called while spinning; true when the block must give up (and says why in
@@ -171,10 +185,9 @@ __device__ __forceinline__ bool dev_watch_expired(const dev_watch &w, uint64_t s
                                                   uint32_t *spins, const dev_fifo *a = NULL,
                                                   const dev_fifo *b = NULL) {
   if (++*spins % DEV_SPINS_PER_CHECK != 0) return false;
-  uint32_t why = 0;
+  uint32_t why = 0, pa = a != NULL ? dev_fifo_poison(*a) : 0, pb = b != NULL ? dev_fifo_poison(*b) : 0;
   if (w.abort_flag != NULL && *w.abort_flag != 0) why = DEV_GAVE_UP_ABORT;
-  else if ((a != NULL && dev_fifo_poisoned(*a)) || (b != NULL && dev_fifo_poisoned(*b)))
-    why = DEV_GAVE_UP_POISON;
+  else if (pa != 0 || pb != 0) why = dev_poison_why(pa != 0 ? pa : pb);
   else if (w.timeout_ns != 0 && dev_clock_ns() - start_ns > w.timeout_ns) why = DEV_GAVE_UP_TIMEOUT;
   if (why != 0 && *(volatile uint32_t *)w.error == 0)
     *(volatile uint32_t *)w.error = why; /* mapped host memory */
@@ -193,6 +206,19 @@ __device__ __forceinline__ void dev_done_report(const dev_done &d) {
     dev_fence_acq_rel_sys();
     dev_st_volatile_u64(&d.ended[blockIdx.x], d.seq);
   }
+}
+
+// Thread 0 of a block that gave up: every FIFO of ring channel ch poisoned
+// (both protocols) with the block's reason, so that its peers and later
+// kernels stop at once.
+__device__ __forceinline__ void dev_channel_poison(dev_channel *ch, const dev_watch &w) {
+  uint32_t why = *(volatile uint32_t *)w.error;
+  __threadfence_system(); // our reason is recorded before a peer can see the poison
+  for (int p = 0; p < DEV_NPROTOS; p++) {
+    if (ch->send[p].ctrl) *(volatile uint32_t *)&ch->send[p].ctrl->poison = why ? why : 1;
+    if (ch->recv[p].ctrl) *(volatile uint32_t *)&ch->recv[p].ctrl->poison = why ? why : 1;
+  }
+  __threadfence_system();
 }
 
 // --- one block's primitives on one channel ----------------------------------
@@ -216,6 +242,16 @@ struct dev_prims {
   // too, and a launch follows the previous one on the stream).
   uint64_t head_seen;
   uint64_t tail_seen;
+  // The call's signature (dev_sig.h) and where it goes: the send step whose
+  // slot carries it in its head (the call's first on the FIFO bound to
+  // send), the receive step whose slot's head is compared with it, and the
+  // rank that slot comes from; ~0: none (sign() not called). sig_bad: thread
+  // 0 found a difference (give_up then poisons the comm's every channel).
+  uint64_t sig[2];
+  uint64_t sig_send_at;
+  uint64_t sig_recv_at;
+  int sig_peer;
+  bool sig_bad;
 
   // Bound to FIFOs other than a ring channel's (a tree's links): home_send
   // and home_recv as init takes a channel's; give_up() is then the
@@ -232,6 +268,8 @@ struct dev_prims {
     scalar = s;
     head_seen = send.seen;
     tail_seen = recv.seen;
+    sig_send_at = sig_recv_at = ~0ull;
+    sig_bad = false;
   }
 
   __device__ void init(dev_channel *ch, const dev_watch &w, int div, T s) {
@@ -245,13 +283,49 @@ struct dev_prims {
     scalar = s;
     head_seen = send.seen;
     tail_seen = recv.seen;
+    sig_send_at = sig_recv_at = ~0ull;
+    sig_bad = false;
   }
 
-  // Elements one slot carries.
+  // The call's first slot on each bound FIFO carries s, and the first
+  // received is compared with it (from rank peer). A tree rebinding its
+  // FIFOs sets sig_send_at, sig_recv_at and sig_peer per link.
+  __device__ void sign(const uint64_t s[2], int peer) {
+    sig[0] = s[0];
+    sig[1] = s[1];
+    sig_send_at = send.step;
+    sig_recv_at = recv.step;
+    sig_peer = peer;
+  }
+
+  // Elements one slot carries after its head.
   __device__ size_t slot_count() const {
-    size_t nbytes = send.slot_nbytes;
-    if (PROTO == DEV_PROTO_LL) nbytes = nbytes / DEV_LL_LINE_NBYTES * DEV_LL_LINE_DATA_NBYTES;
-    return nbytes / sizeof(T);
+    return DEV_SLOT_ROOM(PROTO, (size_t)send.slot_nbytes) / sizeof(T);
+  }
+
+  // Thread 0: whether theirs (a received slot's head, keyed with step) is
+  // this call's signature; if not, the block's record says where and what
+  // (their_step: the step the head says it was written at), and the error
+  // word why (the host names the fields, device_comm_error).
+  __device__ bool sig_matches(const uint64_t theirs[2], uint64_t step, uint64_t their_step) {
+    uint64_t keyed[2];
+    dev_sig_keyed(sig, step, keyed);
+    if (theirs[0] == keyed[0] && theirs[1] == keyed[1]) return true;
+    sig_bad = true;
+    dev_mismatch *m = watch.mismatch;
+    if (m != NULL) {
+      m->peer = sig_peer;
+      m->step = step;
+      m->their_step = their_step;
+      m->mine[0] = sig[0];
+      m->mine[1] = sig[1];
+      m->theirs[0] = theirs[0];
+      m->theirs[1] = theirs[1];
+      __threadfence_system(); // the record before its found word
+      *(volatile uint32_t *)&m->found = 1;
+    }
+    *(volatile uint32_t *)watch.error = DEV_GAVE_UP_MISMATCH; // the cause, over any other
+    return false;
   }
 
   // Thread 0 waits until the sender's next slot is free and, for SIMPLE,
@@ -300,6 +374,17 @@ struct dev_prims {
         }
       }
       if (PROTO == DEV_PROTO_SIMPLE && looked) dev_fence_acq_rel_sys();
+      // the call's first slot from this peer: its head is the peer's
+      // signature, then the step it was written at (SIMPLE; LL's lines are
+      // checked in ll_move)
+      if (PROTO == DEV_PROTO_SIMPLE && do_recv && !failed && recv.step == sig_recv_at) {
+        const uint4 *head = head_of<const uint4>(recv);
+        uint4 h = dev_ld_volatile_line(head);
+        const uint64_t theirs[2] = {(uint64_t)h.x | (uint64_t)h.y << 32,
+                                    (uint64_t)h.z | (uint64_t)h.w << 32};
+        uint4 at = dev_ld_volatile_line(head + 1);
+        if (!sig_matches(theirs, recv.step, (uint64_t)at.x | (uint64_t)at.y << 32)) failed = 1;
+      }
     }
     return __syncthreads_or(failed) == 0;
   }
@@ -316,14 +401,25 @@ struct dev_prims {
   // its value cannot be overtaken by the sender's later stores, which wait
   // for this head.
   // A SIMPLE slot sent to a network FIFO says how many bytes it carries
-  // (nbytes), before the fence that publishes it with the tail: its proxy
-  // moves those only. LL writes no such word, and never crosses hosts
-  // (device_launch.c); an LL that did would need it.
+  // (its head and nbytes of data), before the fence that publishes it with
+  // the tail: its proxy moves those only. LL writes no such word, and never
+  // crosses hosts (device_launch.c); an LL that did would need it. The
+  // call's first SIMPLE slot on the FIFO gets its head here, by thread 0
+  // before the same fence.
   __device__ void post(bool do_recv, bool do_send, uint32_t nbytes) {
     if (PROTO == DEV_PROTO_SIMPLE) __syncthreads();
     if (threadIdx.x == 0) {
+      if (PROTO == DEV_PROTO_SIMPLE && do_send && send.step == sig_send_at) {
+        uint64_t keyed[2];
+        dev_sig_keyed(sig, send.step, keyed);
+        uint4 h = {(uint32_t)keyed[0], (uint32_t)(keyed[0] >> 32), (uint32_t)keyed[1],
+                   (uint32_t)(keyed[1] >> 32)};
+        uint4 at = {(uint32_t)send.step, (uint32_t)(send.step >> 32), 0u, 0u};
+        dev_st_volatile_line(head_of<uint4>(send), h);
+        dev_st_volatile_line(head_of<uint4>(send) + 1, at);
+      }
       if (PROTO == DEV_PROTO_SIMPLE && do_send && send.used_nbytes != NULL)
-        send.used_nbytes[send.step % send.nslots] = nbytes;
+        send.used_nbytes[send.step % send.nslots] = DEV_SLOT_HEADER_NBYTES + nbytes;
       if (PROTO == DEV_PROTO_SIMPLE) dev_fence_acq_rel_sys();
       if (do_send && PROTO == DEV_PROTO_SIMPLE) dev_st_volatile_u64(&send.ctrl->tail, send.step + 1);
       if (do_recv) dev_st_volatile_u64(&recv.ctrl->head, recv.step + 1);
@@ -375,9 +471,10 @@ struct dev_prims {
   __device__ bool poisoned() {
     int any = 0;
     if (threadIdx.x == 0) {
-      any = (int)dev_fifo_poisoned(send) | (int)dev_fifo_poisoned(recv);
+      const uint32_t ps = dev_fifo_poison(send), pr = dev_fifo_poison(recv);
+      any = ps != 0 || pr != 0;
       if (any && *(volatile uint32_t *)watch.error == 0)
-        *(volatile uint32_t *)watch.error = DEV_GAVE_UP_POISON;
+        *(volatile uint32_t *)watch.error = dev_poison_why(ps != 0 ? ps : pr);
     }
     return __syncthreads_or(any) != 0;
   }
@@ -385,15 +482,7 @@ struct dev_prims {
   // The block gave up: poison every FIFO of the channel, so the peers and
   // later kernels stop at once, and keep the steps where it stopped.
   __device__ void give_up() {
-    if (threadIdx.x == 0) {
-      uint32_t why = *(volatile uint32_t *)watch.error;
-      __threadfence_system(); // our reason is recorded before a peer can see the poison
-      for (int p = 0; p < DEV_NPROTOS; p++) {
-        if (chan->send[p].ctrl) *(volatile uint32_t *)&chan->send[p].ctrl->poison = why ? why : 1;
-        if (chan->recv[p].ctrl) *(volatile uint32_t *)&chan->recv[p].ctrl->poison = why ? why : 1;
-      }
-      __threadfence_system();
-    }
+    if (threadIdx.x == 0) dev_channel_poison(chan, watch);
     finish();
   }
 
@@ -408,9 +497,57 @@ struct dev_prims {
     }
   }
 
+  // The current slot's data (after its head), and its head.
   template <class U>
   __device__ U *slot_of(const dev_fifo &f) const {
+    return reinterpret_cast<U *>(f.slots + (f.step % f.nslots) * f.slot_nbytes +
+                                 DEV_SLOT_HEADER_NBYTES);
+  }
+  template <class U>
+  __device__ U *head_of(const dev_fifo &f) const {
     return reinterpret_cast<U *>(f.slots + (f.step % f.nslots) * f.slot_nbytes);
+  }
+
+  // LL: the call's first slot on a FIFO carries the signature in its head's
+  // first two lines (sent with the step's flag by thread 0 beside its data
+  // lines); its receiver's thread 0 waits for them and compares before any
+  // thread waits for data, which a mismatched sender may never send
+  // (one barrier, on that step only). False when the block must give up.
+  __device__ void ll_sig_put() {
+    uint64_t keyed[2];
+    dev_sig_keyed(sig, send.step, keyed);
+    uint4 *h = head_of<uint4>(send);
+    const uint32_t flag = ll_flag(send.step);
+    for (int i = 0; i < 2; i++) {
+      uint4 line;
+      ll_line_pack(keyed[i], flag, reinterpret_cast<uint32_t *>(&line));
+      dev_st_volatile_line(h + i, line);
+    }
+  }
+  __device__ bool ll_sig_check() {
+    int bad = 0;
+    if (threadIdx.x == 0) {
+      const uint4 *h = head_of<const uint4>(recv);
+      const uint32_t flag = ll_flag(recv.step);
+      const uint64_t start = dev_clock_ns();
+      uint32_t spins = 0;
+      uint64_t theirs[2];
+      for (int i = 0; i < 2 && !bad; i++) {
+        uint4 line;
+        for (;;) {
+          line = dev_ld_volatile_line(h + i);
+          if (ll_line_ready(reinterpret_cast<const uint32_t *>(&line), flag)) break;
+          if (dev_watch_expired(watch, start, &spins, &recv)) {
+            bad = 1;
+            break;
+          }
+        }
+        theirs[i] = ll_line_data(reinterpret_cast<const uint32_t *>(&line));
+      }
+      // lines with this step's flag were written at this step
+      if (!bad && !sig_matches(theirs, recv.step, recv.step)) bad = 1;
+    }
+    return __syncthreads_or(bad) == 0;
   }
 
   // --- LL: each 8 payload bytes travel in one 16-byte line with two flags ---
@@ -442,6 +579,8 @@ struct dev_prims {
     const size_t nbytes = n * sizeof(T);
     size_t nlines = (nbytes + DEV_LL_LINE_DATA_NBYTES - 1) / DEV_LL_LINE_DATA_NBYTES;
     if (nlines == 0) nlines = 1;
+    if (do_recv && recv.step == sig_recv_at && !ll_sig_check()) return false;
+    if (do_send && send.step == sig_send_at && threadIdx.x == 0) ll_sig_put();
     const uint32_t recv_flag = ll_flag(recv.step), send_flag = ll_flag(send.step);
     const uint4 *in = do_recv ? slot_of<const uint4>(recv) : NULL;
     uint4 *out = do_send ? slot_of<uint4>(send) : NULL;

@@ -1,0 +1,14 @@
+/* A device comm's report of a mismatch its kernels found (device_mismatch.c). */
+#ifndef WEFT_DEVICE_MISMATCH_H
+#define WEFT_DEVICE_MISMATCH_H
+
+#include "../../../include/weft.h"
+#include "dev_types.h"
+
+/* weftInvalidUsage, with a message that names the fields that differ and
+ * rank and the peer (or, where the peer's slot held no signature of the
+ * step, says that the peer is in another call), from the first found
+ * record among recs[0..nrecs). */
+weftResult_t device_mismatch_error(int rank, const struct dev_mismatch *recs, int nrecs);
+
+#endif

@@ -1,0 +1,152 @@
+// Ranks that disagree on a collective on device memory: the kernels compare
+// the signature each link's first slot carries (prims_device.cuh), and the
+// mismatched call ends on every rank within a second with an error (never
+// success), whatever WEFT_TIMEOUT is; the rank that compared names the
+// fields that differ; nothing is written past a rank's own count. Every
+// kind of difference (count, datatype of one size and of another, op, root,
+// collective), each on a seeded choice of algorithm (ring, tree),
+// protocol (SIMPLE, LL) and rank count (2-4), every algorithm and protocol
+// at least once. Ranks share GPU 0 in one process; skipped without one.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/device/dev_ranks.h"
+
+namespace {
+
+enum Diff { kCount, kTypeSameSize, kTypeOtherSize, kOp, kRoot, kKind, kNumDiffs };
+const char *const kDiffNames[] = {"count", "datatype (same size)", "datatype (other size)", "op",
+                                  "root", "collective"};
+// what the comparing rank's message names
+const char *const kDiffWords[] = {"count differs", "datatype differs", "datatype differs", "op differs",
+                                  "root differs", "collective differs"};
+
+struct Call {
+  int kind; // 0 all-reduce, 1 broadcast, 2 all-gather
+  size_t count;
+  weftDataType_t type;
+  weftRedOp_t op;
+  int root;
+};
+
+// Rank r's call for difference d: rank 0 (and, for the root, ranks 1..)
+// differ from the rest.
+Call call_of(Diff d, int r) {
+  Call c = {0, 1000, weftFloat32, weftSum, 0};
+  switch (d) {
+    case kCount: c.count = r == 0 ? 1000 : 1024; break;
+    case kTypeSameSize: c.type = r == 0 ? weftFloat32 : weftInt32; break;
+    case kTypeOtherSize: c.type = r == 0 ? weftFloat64 : weftFloat32; break;
+    case kOp: c.op = r == 0 ? weftSum : weftMax; break;
+    case kRoot: c.kind = 1, c.root = r == 0 ? 0 : 1; break;
+    case kKind: c.kind = r == 0 ? 0 : 2; break;
+    default: break;
+  }
+  return c;
+}
+
+const size_t kCanary = 4096; // bytes after the largest call's output
+const unsigned char kPoison = 0xa7;
+
+TEST(DeviceMismatch, EveryRankFailsFastAndNothingPastItsCount) {
+  REQUIRE_GPU();
+  const unsigned seed = 20261203;
+  std::mt19937 rng(seed);
+  printf("seed %u\n", seed);
+  const char *algos[] = {"ring", "tree"}, *protos[] = {"simple", "ll"};
+  for (int d = 0; d < kNumDiffs; d++) {
+    // every algorithm and protocol pair once among the first four
+    // differences, then chosen; the tree runs all-reduce only (3-4 ranks)
+    const bool tree_ok = d != kRoot && d != kKind;
+    int ai = d < 4 ? d / 2 : (int)(rng() % 2), pi = d < 4 ? d % 2 : (int)(rng() % 2);
+    if (!tree_ok) ai = 0;
+    const int k = ai == 1 ? 3 + (int)(rng() % 2) : 2 + (int)(rng() % 3);
+    SCOPED_TRACE(std::string(kDiffNames[d]) + ", " + algos[ai] + " " + protos[pi] + ", " +
+                 std::to_string(k) + " ranks");
+    printf("%s: %s %s, %d ranks\n", kDiffNames[d], algos[ai], protos[pi], k);
+    ScopedEnv env({{"WEFT_ALGO", algos[ai]}, {"WEFT_PROTO", protos[pi]}, {"WEFT_TIMEOUT", "30"}});
+    Ranks ranks(k);
+    const size_t max_out = 1024 * 8 * (size_t)k; // an all-gather of float64
+    std::vector<unsigned char *> send(k), recv(k);
+    for (int r = 0; r < k; r++) {
+      ASSERT_EQ(cudaMalloc((void **)&send[r], max_out + kCanary), cudaSuccess);
+      ASSERT_EQ(cudaMalloc((void **)&recv[r], max_out + kCanary), cudaSuccess);
+      ASSERT_EQ(cudaMemset(send[r], 0x11, max_out + kCanary), cudaSuccess);
+    }
+    // once together, so that every link is connected and has compared
+    ASSERT_EQ(weftGroupStart(), weftSuccess);
+    for (int r = 0; r < k; r++)
+      ASSERT_EQ(weftAllReduce(send[r], recv[r], 1000, weftFloat32, weftSum, ranks.comms[r],
+                              ranks.streams[r]),
+                weftSuccess);
+    ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+    ranks.sync();
+    for (int r = 0; r < k; r++) {
+      weftResult_t async = weftSuccess;
+      weftCommGetAsyncError(ranks.comms[r], &async);
+      ASSERT_EQ(async, weftSuccess) << "matched call, rank " << r;
+      ASSERT_EQ(cudaMemset(recv[r], kPoison, max_out + kCanary), cudaSuccess);
+    }
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(weftGroupStart(), weftSuccess);
+    std::vector<size_t> out_nbytes(k);
+    for (int r = 0; r < k; r++) {
+      const Call c = call_of((Diff)d, r);
+      const size_t esize = weftTypeSize(c.type);
+      weftResult_t res;
+      if (c.kind == 0) {
+        res = weftAllReduce(send[r], recv[r], c.count, c.type, c.op, ranks.comms[r],
+                            ranks.streams[r]);
+        out_nbytes[r] = c.count * esize;
+      } else if (c.kind == 1) {
+        res = weftBroadcast(send[r], recv[r], c.count, c.type, c.root, ranks.comms[r],
+                            ranks.streams[r]);
+        out_nbytes[r] = c.count * esize;
+      } else {
+        res = weftAllGather(send[r], recv[r], c.count, c.type, ranks.comms[r], ranks.streams[r]);
+        out_nbytes[r] = c.count * esize * (size_t)k;
+      }
+      ASSERT_EQ(res, weftSuccess) << "enqueue, rank " << r << ": " << weftGetLastError(ranks.comms[r]);
+    }
+    weftGroupEnd(); // may already say what a kernel found
+    for (int r = 0; r < k; r++) cudaStreamSynchronize(ranks.streams[r]);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(s, 1.0) << "every rank's kernel ended";
+
+    int named = 0;
+    for (int r = 0; r < k; r++) {
+      weftResult_t async = weftSuccess;
+      EXPECT_EQ(weftCommGetAsyncError(ranks.comms[r], &async), weftSuccess);
+      const std::string text = weftGetLastError(ranks.comms[r]);
+      EXPECT_NE(async, weftSuccess) << "rank " << r << " returned success";
+      if (async == weftInvalidUsage && text.find("ranks disagree on a collective") != std::string::npos &&
+          text.find(kDiffWords[d]) != std::string::npos)
+        named++;
+      printf("  rank %d: %d %s\n", r, (int)async, text.c_str());
+      std::vector<unsigned char> tail(kCanary);
+      ASSERT_EQ(cudaMemcpy(tail.data(), recv[r] + out_nbytes[r], kCanary, cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      size_t touched = 0;
+      for (unsigned char b : tail) touched += b != kPoison;
+      EXPECT_EQ(touched, 0u) << "rank " << r << ": bytes written past its count";
+    }
+    EXPECT_GE(named, 1) << "no rank named the fields that differ";
+    for (int r = 0; r < k; r++) {
+      cudaFree(send[r]);
+      cudaFree(recv[r]);
+    }
+  }
+}
+
+}  // namespace
