@@ -149,4 +149,43 @@ TEST(DeviceMismatch, EveryRankFailsFastAndNothingPastItsCount) {
   }
 }
 
+// WEFT_CHECK=1 compares every call over the bootstrap before anything
+// launches, on device memory too (in a group, each comm on its own
+// thread): ranks that disagree get weftInvalidUsage naming what differs,
+// the comms go on working, and the next call that agrees succeeds. Here
+// under WEFT_DETERMINISTIC=1, whose exchanges no kernel compares.
+TEST(DeviceMismatch, CheckComparesBeforeLaunching) {
+  REQUIRE_GPU();
+  ScopedEnv env({{"WEFT_CHECK", "1"}, {"WEFT_DETERMINISTIC", "1"}, {"WEFT_TIMEOUT", "30"}});
+  const int k = 3;
+  Ranks ranks(k);
+  std::vector<float *> buf(k);
+  for (int r = 0; r < k; r++) {
+    ASSERT_EQ(cudaMalloc((void **)&buf[r], 2048 * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMemset(buf[r], 0, 2048 * sizeof(float)), cudaSuccess);
+  }
+  ASSERT_EQ(weftGroupStart(), weftSuccess);
+  for (int r = 0; r < k; r++)
+    ASSERT_EQ(weftAllReduce(buf[r], buf[r], r == 1 ? 1000 : 1024, weftFloat32, weftSum,
+                            ranks.comms[r], ranks.streams[r]),
+              weftSuccess);
+  EXPECT_EQ(weftGroupEnd(), weftInvalidUsage);
+  const std::string text = weftGetLastError(nullptr);
+  EXPECT_NE(text.find("count differs"), std::string::npos) << text;
+  ranks.sync();
+  ASSERT_EQ(weftGroupStart(), weftSuccess);
+  for (int r = 0; r < k; r++)
+    ASSERT_EQ(weftAllReduce(buf[r], buf[r], 1024, weftFloat32, weftSum, ranks.comms[r],
+                            ranks.streams[r]),
+              weftSuccess);
+  EXPECT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+  ranks.sync();
+  for (int r = 0; r < k; r++) {
+    weftResult_t async = weftSuccess;
+    weftCommGetAsyncError(ranks.comms[r], &async);
+    EXPECT_EQ(async, weftSuccess) << "rank " << r << ": " << weftGetLastError(ranks.comms[r]);
+    cudaFree(buf[r]);
+  }
+}
+
 }  // namespace

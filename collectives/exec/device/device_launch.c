@@ -364,6 +364,7 @@ weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan,
     res = device_op_begin(comm);
     if (res == weftSuccess && !comm_connected(comm, plans, 1))
       res = comm_connect_relaxed(comm, plans, 1); /* three CUDA calls saved once connected */
+    if (res == weftSuccess) res = signature_agree(comm, plan); /* WEFT_CHECK=1 */
     if (res == weftSuccess) res = comm_launch(comm, plans, 1, (cudaStream_t)stream);
     /* while still held: an abort waiting for it frees the comm after */
     if (res != weftSuccess)
@@ -385,6 +386,10 @@ struct comm_part {
   char error[512];
 };
 
+/* Whether WEFT_CHECK=1 compares every collective over the bootstrap
+ * before it launches (signature_agree). */
+static int device_checked(void) { return param_int(&coll_params[P_CHECK]) != 0; }
+
 static void *connect_main(void *p) {
   struct comm_part *a = p;
   a->res = device_cuda_check(cudaSetDevice(a->comm->cuda_dev >= 0 ? a->comm->cuda_dev : 0),
@@ -392,18 +397,23 @@ static void *connect_main(void *p) {
   if (a->res == weftSuccess) {
     a->res = device_op_begin(a->comm);
     if (a->res == weftSuccess) a->res = comm_connect_relaxed(a->comm, a->plans, a->n);
+    /* WEFT_CHECK=1: each collective compared, in call order (blocking, so
+     * on this comm's own thread) */
+    for (size_t i = 0; i < a->n && a->res == weftSuccess; i++)
+      a->res = signature_agree(a->comm, a->plans[i]);
     device_op_end(a->comm); /* ends only what it began */
   }
   if (a->res != weftSuccess) snprintf(a->error, sizeof a->error, "%s", weft_error_text());
   return NULL;
 }
 
-/* Connects the group's comms, each on a thread of its own: connecting is
+/* Connects the group's comms (and, with WEFT_CHECK=1, compares their
+ * calls), each on a thread of its own: connecting and comparing are
  * collective, and one caller may drive several ranks. */
 static weftResult_t connect_parts(struct comm_part *parts, size_t nparts) {
   size_t todo = 0; /* a thread costs tens of microseconds: none once connected */
   for (size_t i = 0; i < nparts; i++)
-    todo += !comm_connected(parts[i].comm, parts[i].plans, parts[i].n);
+    todo += !comm_connected(parts[i].comm, parts[i].plans, parts[i].n) || device_checked();
   if (todo == 0) return weftSuccess;
   pthread_t *tids = calloc(nparts ? nparts : 1, sizeof *tids);
   if (tids == NULL) return weft_error_set(weftSystemError, "out of memory");
