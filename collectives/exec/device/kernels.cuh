@@ -40,6 +40,20 @@ __device__ __forceinline__ void dev_pdl_release(const dev_work &w) {
 #endif
 }
 
+// Whether this rank's kernels gave up over a mismatch, found here or passed
+// on (the comm's error word): a block that gives up then poisons every
+// channel of the comm, not only its own, so that every peer's blocks hear
+// it, on every channel, also those that this rank's launch does not run
+// (counts that differ split into different channel counts). Thread 0.
+__device__ __forceinline__ bool dev_mismatch_seen(const dev_watch &w) {
+  const uint32_t e = *(volatile uint32_t *)w.error;
+  return e == DEV_GAVE_UP_MISMATCH || e == DEV_GAVE_UP_PEER_MISMATCH;
+}
+__device__ __forceinline__ void dev_ring_poison_all(const dev_work &w, const dev_watch &watch) {
+  if (threadIdx.x == 0 && dev_mismatch_seen(watch))
+    for (int c = 0; c < w.comm_nchannels; c++) dev_channel_poison(&w.channels[c], watch);
+}
+
 // The watch of block blockIdx.x of launch w.
 __device__ __forceinline__ dev_watch dev_watch_of(const dev_work &w) {
   dev_watch watch = {w.abort_flag, w.timeout_ns, w.error,
@@ -56,9 +70,8 @@ __device__ __forceinline__ dev_watch dev_watch_of(const dev_work &w) {
 // data there depends on the links upstream only: the chain ends with the
 // agreement of ring_chain_index (slots of no data, the first of them over
 // that link), so that no rank ends before every link has compared. A block
-// that finds a mismatch poisons every channel of the comm: the peers'
-// blocks that wait on this rank, on channels this launch does not run
-// here, stop too.
+// that finds a mismatch, or meets one passed on, poisons every channel of
+// the comm (dev_mismatch_seen).
 template <class R, int PROTO>
 __device__ __forceinline__ void ring_kernel_run(const dev_work &w) {
   typedef typename R::T T;
@@ -76,6 +89,7 @@ __device__ __forceinline__ void ring_kernel_run(const dev_work &w) {
   p.init(ch, dev_watch_of(w), w.divisor, dev_premul_scalar<T>(w));
   if (p.poisoned()) { // an earlier kernel gave up here: the counters are not to be trusted
     p.give_up();        // the rest of the channel learns it too (a network hop's proxy as well)
+    dev_ring_poison_all(w, p.watch);
     return;
   }
   p.sign(w.sig, ch->ring[(ch->ring_pos + k - 1) % k]);
@@ -110,8 +124,7 @@ __device__ __forceinline__ void ring_kernel_run(const dev_work &w) {
   if (ok && chain >= 0 && chain <= k - 3) ok = p.run_step(PRIM_SEND, src, NULL, 0, false, false);
   if (!ok) { // error says why; the host reports it
     p.give_up();
-    if (threadIdx.x == 0 && p.sig_bad)
-      for (int c = 0; c < w.comm_nchannels; c++) dev_channel_poison(&w.channels[c], p.watch);
+    dev_ring_poison_all(w, p.watch);
     return;
   }
   dev_pdl_release(w);
@@ -162,6 +175,8 @@ __device__ __forceinline__ void tree_kernel_run(const dev_work &w) {
     if (any && *(volatile uint32_t *)watch.error == 0)
       *(volatile uint32_t *)watch.error = dev_poison_why(poison);
     if (any) tree_poison(tc, watch); // an earlier kernel gave up here
+    if (any && dev_mismatch_seen(watch))
+      for (int c = 0; c < w.comm_nchannels; c++) tree_poison(&w.trees[c], watch);
   }
   if (__syncthreads_or(any) != 0) return;
 
@@ -227,7 +242,7 @@ __device__ __forceinline__ void tree_kernel_run(const dev_work &w) {
   if (ok) dev_pdl_release(w);
   if (threadIdx.x == 0) { // error says why a block gave up; the host reports it
     if (!ok) tree_poison(tc, watch);
-    if (p.sig_bad) // every tree channel: the peers' blocks of the others stop too
+    if (!ok && dev_mismatch_seen(watch)) // every tree channel (dev_mismatch_seen)
       for (int c = 0; c < w.comm_nchannels; c++) tree_poison(&w.trees[c], watch);
     for (int i = 0; i < np; i++) {
       tc->send[i][PROTO].step = send_step[i];

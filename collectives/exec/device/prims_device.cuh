@@ -245,13 +245,11 @@ struct dev_prims {
   // The call's signature (dev_sig.h) and where it goes: the send step whose
   // slot carries it in its head (the call's first on the FIFO bound to
   // send), the receive step whose slot's head is compared with it, and the
-  // rank that slot comes from; ~0: none (sign() not called). sig_bad: thread
-  // 0 found a difference (give_up then poisons the comm's every channel).
+  // rank that slot comes from; ~0: none (sign() not called).
   uint64_t sig[2];
   uint64_t sig_send_at;
   uint64_t sig_recv_at;
   int sig_peer;
-  bool sig_bad;
 
   // Bound to FIFOs other than a ring channel's (a tree's links): home_send
   // and home_recv as init takes a channel's; give_up() is then the
@@ -269,7 +267,6 @@ struct dev_prims {
     head_seen = send.seen;
     tail_seen = recv.seen;
     sig_send_at = sig_recv_at = ~0ull;
-    sig_bad = false;
   }
 
   __device__ void init(dev_channel *ch, const dev_watch &w, int div, T s) {
@@ -284,7 +281,6 @@ struct dev_prims {
     head_seen = send.seen;
     tail_seen = recv.seen;
     sig_send_at = sig_recv_at = ~0ull;
-    sig_bad = false;
   }
 
   // The call's first slot on each bound FIFO carries s, and the first
@@ -311,7 +307,6 @@ struct dev_prims {
     uint64_t keyed[2];
     dev_sig_keyed(sig, step, keyed);
     if (theirs[0] == keyed[0] && theirs[1] == keyed[1]) return true;
-    sig_bad = true;
     dev_mismatch *m = watch.mismatch;
     if (m != NULL) {
       m->peer = sig_peer;
