@@ -341,9 +341,10 @@ RING_HD int ring_free_link_sender(int coll, int nranks, int root_pos) {
 }
 
 /* A chain's agreement on the device (kernels.cuh): the chain's last rank
- * c[k-1], once its first step has compared (which vouches for the whole
- * chain), sends a slot of no data over the free link to c0, whose head
- * c0 compares; c0 to c[k-3] each then pass a slot of no data on to the next
+ * c[k-1] sends a slot of no data over the free link to c0 before its
+ * steps (whose head c0 compares), and another once its first step has
+ * compared (which vouches for the whole chain); c0 takes both after its
+ * own steps; c0 to c[k-3] each then pass a slot of no data on to the next
  * rank, after their own steps, and c1 to c[k-2] wait for it. So no rank of
  * a chain ends before every link has compared. This rank's place in the
  * chain (0 for c0), or -1 for the collectives that are no chain. */
@@ -355,8 +356,8 @@ RING_HD int ring_chain_index(int coll, int nranks, int root_pos, int pos) {
 RING_HD void ring_chain_agree_nslots(int coll, int nranks, int root_pos, int pos, size_t *nsends,
                                      size_t *nrecvs) {
   const int i = ring_chain_index(coll, nranks, root_pos, pos);
-  *nsends = i == nranks - 1 || (i >= 0 && i <= nranks - 3);
-  *nrecvs = i >= 0 && i <= nranks - 2;
+  *nsends = i == nranks - 1 ? 2 : i >= 0 && i <= nranks - 3;
+  *nrecvs = i == 0 ? 2 : i >= 1 && i <= nranks - 2;
 }
 
 /* The slots a channel sends to its next rank and receives from its previous

@@ -6,7 +6,14 @@
 // kind of difference (count, datatype of one size and of another, op, root,
 // collective), each on a seeded choice of algorithm (ring, tree),
 // protocol (SIMPLE, LL) and rank count (2-4), every algorithm and protocol
-// at least once. Ranks share GPU 0 in one process; skipped without one.
+// at least once; and the roots that leave no rank receiving first or no
+// rank sending first: two ranks that both take themselves for a
+// broadcast's root with 32 slots to send (each finds the other's head
+// while it waits for credit), two that both take themselves for a reduce's
+// root (each sends its signature before it waits). Ranks on different
+// protocols or algorithms (the tuner's choice follows the size) compare
+// nothing and wait out WEFT_TIMEOUT; both are forced here. Ranks share
+// GPU 0 in one process; skipped without one.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
@@ -23,15 +30,21 @@
 
 namespace {
 
-enum Diff { kCount, kTypeSameSize, kTypeOtherSize, kOp, kRoot, kKind, kNumDiffs };
+enum Diff {
+  kCount, kTypeSameSize, kTypeOtherSize, kOp, kRoot, kKind, kRootsAllSend, kRootsAllReceive,
+  kNumDiffs
+};
 const char *const kDiffNames[] = {"count", "datatype (same size)", "datatype (other size)", "op",
-                                  "root", "collective"};
+                                  "root", "collective", "broadcast: every rank its own root",
+                                  "reduce: every rank its own root"};
 // what the comparing rank's message names
-const char *const kDiffWords[] = {"count differs", "datatype differs", "datatype differs", "op differs",
-                                  "root differs", "collective differs"};
+const char *const kDiffWords[] = {"count differs", "datatype differs", "datatype differs",
+                                  "op differs", "root differs", "collective differs",
+                                  "root differs", "root differs"};
+const size_t kLargeCount = (size_t)2 << 20; // 8 MiB of float32: 32 SIMPLE slots a channel
 
 struct Call {
-  int kind; // 0 all-reduce, 1 broadcast, 2 all-gather
+  int kind; // 0 all-reduce, 1 broadcast, 2 all-gather, 3 reduce
   size_t count;
   weftDataType_t type;
   weftRedOp_t op;
@@ -49,6 +62,8 @@ Call call_of(Diff d, int r) {
     case kOp: c.op = r == 0 ? weftSum : weftMax; break;
     case kRoot: c.kind = 1, c.root = r == 0 ? 0 : 1; break;
     case kKind: c.kind = r == 0 ? 0 : 2; break;
+    case kRootsAllSend: c.kind = 1, c.root = r, c.count = kLargeCount; break;
+    case kRootsAllReceive: c.kind = 3, c.root = r; break;
     default: break;
   }
   return c;
@@ -66,16 +81,19 @@ TEST(DeviceMismatch, EveryRankFailsFastAndNothingPastItsCount) {
   for (int d = 0; d < kNumDiffs; d++) {
     // every algorithm and protocol pair once among the first four
     // differences, then chosen; the tree runs all-reduce only (3-4 ranks)
-    const bool tree_ok = d != kRoot && d != kKind;
+    const bool tree_ok = d < kRoot; // the tree runs all-reduce only
     int ai = d < 4 ? d / 2 : (int)(rng() % 2), pi = d < 4 ? d % 2 : (int)(rng() % 2);
     if (!tree_ok) ai = 0;
-    const int k = ai == 1 ? 3 + (int)(rng() % 2) : 2 + (int)(rng() % 3);
+    int k = ai == 1 ? 3 + (int)(rng() % 2) : 2 + (int)(rng() % 3);
+    if (d == kRootsAllSend) k = 2, pi = 0; // both roots: 32 SIMPLE slots on one channel
+    if (d == kRootsAllReceive) k = 2;      // each the other's root's predecessor
     SCOPED_TRACE(std::string(kDiffNames[d]) + ", " + algos[ai] + " " + protos[pi] + ", " +
                  std::to_string(k) + " ranks");
     printf("%s: %s %s, %d ranks\n", kDiffNames[d], algos[ai], protos[pi], k);
-    ScopedEnv env({{"WEFT_ALGO", algos[ai]}, {"WEFT_PROTO", protos[pi]}, {"WEFT_TIMEOUT", "30"}});
+    ScopedEnv env({{"WEFT_ALGO", algos[ai]}, {"WEFT_PROTO", protos[pi]}, {"WEFT_TIMEOUT", "30"},
+                   {"WEFT_DEVICE_NCHANNELS", d == kRootsAllSend ? "1" : "4"}});
     Ranks ranks(k);
-    const size_t max_out = 1024 * 8 * (size_t)k; // an all-gather of float64
+    const size_t max_out = d == kRootsAllSend ? kLargeCount * 4 : 1024 * 8 * (size_t)k;
     std::vector<unsigned char *> send(k), recv(k);
     for (int r = 0; r < k; r++) {
       ASSERT_EQ(cudaMalloc((void **)&send[r], max_out + kCanary), cudaSuccess);
@@ -113,9 +131,13 @@ TEST(DeviceMismatch, EveryRankFailsFastAndNothingPastItsCount) {
         res = weftBroadcast(send[r], recv[r], c.count, c.type, c.root, ranks.comms[r],
                             ranks.streams[r]);
         out_nbytes[r] = c.count * esize;
-      } else {
+      } else if (c.kind == 2) {
         res = weftAllGather(send[r], recv[r], c.count, c.type, ranks.comms[r], ranks.streams[r]);
         out_nbytes[r] = c.count * esize * (size_t)k;
+      } else {
+        res = weftReduce(send[r], recv[r], c.count, c.type, c.op, c.root, ranks.comms[r],
+                         ranks.streams[r]);
+        out_nbytes[r] = c.count * esize;
       }
       ASSERT_EQ(res, weftSuccess) << "enqueue, rank " << r << ": " << weftGetLastError(ranks.comms[r]);
     }

@@ -31,8 +31,8 @@ enum dev_proto { DEV_PROTO_SIMPLE = 0, DEV_PROTO_LL = 1, DEV_NPROTOS = 2 };
 enum { DEV_OP_PREMULSUM = 5, DEV_NOPS = 6 };
 
 /* An LL line: 16 bytes stored and loaded at once, two 4-byte data words each
- * beside a 4-byte flag (step + 1, truncated), so a slot of slot_nbytes
- * carries slot_nbytes / 2 bytes of payload. */
+ * beside a 4-byte flag (ll_line.h), so a slot of slot_nbytes carries at most
+ * slot_nbytes / 2 bytes of payload (DEV_SLOT_ROOM). */
 #define DEV_LL_LINE_NBYTES 16
 #define DEV_LL_LINE_DATA_NBYTES 8
 
@@ -73,12 +73,14 @@ enum dev_give_up {
  * bytes, so that SIMPLE data keeps its alignment. */
 #define DEV_SLOT_HEADER_NBYTES 64u
 /* Payload bytes a ring or tree slot of slot_nbytes carries after its head
- * (LL: half of each line is flags). The kernels' geometry and the host's
- * count of a launch's slots (device_net_expect_ring) both take this. */
-#define DEV_SLOT_ROOM(proto, slot_nbytes)                                                  \
-  ((proto) == DEV_PROTO_LL                                                                 \
-       ? ((slot_nbytes) - DEV_SLOT_HEADER_NBYTES) / DEV_LL_LINE_NBYTES * DEV_LL_LINE_DATA_NBYTES \
-       : (slot_nbytes) - DEV_SLOT_HEADER_NBYTES)
+ * (LL: half of each line is flags), a multiple of 64 (the all-reduce's
+ * chunks are). The kernels' geometry and the host's count of a launch's
+ * slots (device_net_expect_ring) both take this. */
+#define DEV_SLOT_ROOM(proto, slot_nbytes)                                                    \
+  ((proto) == DEV_PROTO_LL                                                                   \
+       ? ((slot_nbytes) - DEV_SLOT_HEADER_NBYTES) / DEV_LL_LINE_NBYTES *                     \
+             DEV_LL_LINE_DATA_NBYTES / 64 * 64                                               \
+       : ((slot_nbytes) - DEV_SLOT_HEADER_NBYTES) / 64 * 64)
 
 /* Where a block found that its call's signature differs from what its
  * peer's slot carried, in mapped host memory: one record per block index

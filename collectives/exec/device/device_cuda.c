@@ -582,7 +582,10 @@ weftResult_t device_comm_error(struct weftComm *comm) {
   if (d == NULL || d->flags_h == NULL) return weftSuccess;
   uint32_t why = __atomic_load_n(&d->flags_h[1], __ATOMIC_ACQUIRE);
   if (why == 0) return weftSuccess;
-  if (why == DEV_GAVE_UP_MISMATCH)
+  /* a block of this rank compared and recorded (another block of it may
+   * have set the error word after, with the mismatch passed back to it) */
+  if ((why == DEV_GAVE_UP_MISMATCH || why == DEV_GAVE_UP_PEER_MISMATCH) &&
+      device_mismatch_found(device_mismatch_h(d), DEV_MAX_CHANNELS))
     return device_mismatch_error(comm->rank, device_mismatch_h(d), DEV_MAX_CHANNELS);
   if (why == DEV_GAVE_UP_PEER_MISMATCH)
     return weft_error_set(weftRemoteError,

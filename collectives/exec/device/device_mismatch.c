@@ -13,6 +13,12 @@
 #include "dev_sig.h"
 #include "device_mismatch.h"
 
+int device_mismatch_found(const struct dev_mismatch *recs, int nrecs) {
+  for (int i = 0; i < nrecs; i++)
+    if (__atomic_load_n(&recs[i].found, __ATOMIC_ACQUIRE) != 0) return 1;
+  return 0;
+}
+
 weftResult_t device_mismatch_error(int rank, const struct dev_mismatch *recs, int nrecs) {
   const struct dev_mismatch *m = NULL;
   for (int i = 0; i < nrecs && m == NULL; i++)

@@ -10,5 +10,7 @@
  * step, says that the peer is in another call), from the first found
  * record among recs[0..nrecs). */
 weftResult_t device_mismatch_error(int rank, const struct dev_mismatch *recs, int nrecs);
+/* Whether any of recs[0..nrecs) is found. */
+int device_mismatch_found(const struct dev_mismatch *recs, int nrecs);
 
 #endif

@@ -40,17 +40,13 @@ __device__ __forceinline__ void dev_pdl_release(const dev_work &w) {
 #endif
 }
 
-// Whether this rank's kernels gave up over a mismatch, found here or passed
-// on (the comm's error word): a block that gives up then poisons every
-// channel of the comm, not only its own, so that every peer's blocks hear
-// it, on every channel, also those that this rank's launch does not run
-// (counts that differ split into different channel counts). Thread 0.
-__device__ __forceinline__ bool dev_mismatch_seen(const dev_watch &w) {
-  const uint32_t e = *(volatile uint32_t *)w.error;
-  return e == DEV_GAVE_UP_MISMATCH || e == DEV_GAVE_UP_PEER_MISMATCH;
-}
+// A block that gives up (whatever the reason: the comm is broken either
+// way) poisons every channel of the comm, not only its own, so that every
+// peer's blocks hear it on every channel, also on those that this rank's
+// launch does not run (counts that differ split into different channel
+// counts). Thread 0.
 __device__ __forceinline__ void dev_ring_poison_all(const dev_work &w, const dev_watch &watch) {
-  if (threadIdx.x == 0 && dev_mismatch_seen(watch))
+  if (threadIdx.x == 0)
     for (int c = 0; c < w.comm_nchannels; c++) dev_channel_poison(&w.channels[c], watch);
 }
 
@@ -70,8 +66,7 @@ __device__ __forceinline__ dev_watch dev_watch_of(const dev_work &w) {
 // data there depends on the links upstream only: the chain ends with the
 // agreement of ring_chain_index (slots of no data, the first of them over
 // that link), so that no rank ends before every link has compared. A block
-// that finds a mismatch, or meets one passed on, poisons every channel of
-// the comm (dev_mismatch_seen).
+// that gives up poisons every channel of the comm (dev_ring_poison_all).
 template <class R, int PROTO>
 __device__ __forceinline__ void ring_kernel_run(const dev_work &w) {
   typedef typename R::T T;
@@ -101,7 +96,10 @@ __device__ __forceinline__ void ring_kernel_run(const dev_work &w) {
                  p.slot_count(), sizeof(T));
   const T *src = static_cast<const T *>(w.sendbuf);
   T *dst = static_cast<T *>(w.recvbuf);
-  bool ok = true;
+  // c[k-1] first sends a slot of no data over the free link, so that its
+  // head is compared even where every rank takes itself for c[k-1] (and so
+  // receives first): then every rank has sent before it waits
+  bool ok = chain != k - 1 || p.run_step(PRIM_SEND, src, NULL, 0, false, false);
   // w.interleave loops at a time, step by step, as every rank of the ring
   struct ring_iter order;
   ring_iter_init(&order, &g, w.interleave);
@@ -118,8 +116,9 @@ __device__ __forceinline__ void ring_kernel_run(const dev_work &w) {
       ok = p.run_step(PRIM_SEND, src, NULL, 0, false, false);
     }
   }
-  // c0 to c[k-2] wait for the agreement (c0's is the free link's first slot,
-  // compared), and c0 to c[k-3] pass it on
+  // c0 takes c[k-1]'s first slot (compared), then c0 to c[k-2] wait for
+  // the agreement and c0 to c[k-3] pass it on
+  if (ok && chain == 0) ok = p.run_step(PRIM_RECV, NULL, NULL, 0, false, false);
   if (ok && chain >= 0 && chain <= k - 2) ok = p.run_step(PRIM_RECV, NULL, NULL, 0, false, false);
   if (ok && chain >= 0 && chain <= k - 3) ok = p.run_step(PRIM_SEND, src, NULL, 0, false, false);
   if (!ok) { // error says why; the host reports it
@@ -175,7 +174,7 @@ __device__ __forceinline__ void tree_kernel_run(const dev_work &w) {
     if (any && *(volatile uint32_t *)watch.error == 0)
       *(volatile uint32_t *)watch.error = dev_poison_why(poison);
     if (any) tree_poison(tc, watch); // an earlier kernel gave up here
-    if (any && dev_mismatch_seen(watch))
+    if (any) // every tree channel (dev_ring_poison_all)
       for (int c = 0; c < w.comm_nchannels; c++) tree_poison(&w.trees[c], watch);
   }
   if (__syncthreads_or(any) != 0) return;
@@ -242,7 +241,7 @@ __device__ __forceinline__ void tree_kernel_run(const dev_work &w) {
   if (ok) dev_pdl_release(w);
   if (threadIdx.x == 0) { // error says why a block gave up; the host reports it
     if (!ok) tree_poison(tc, watch);
-    if (!ok && dev_mismatch_seen(watch)) // every tree channel (dev_mismatch_seen)
+    if (!ok) // every tree channel (dev_ring_poison_all)
       for (int c = 0; c < w.comm_nchannels; c++) tree_poison(&w.trees[c], watch);
     for (int i = 0; i < np; i++) {
       tc->send[i][PROTO].step = send_step[i];

@@ -318,9 +318,45 @@ struct dev_prims {
       m->theirs[1] = theirs[1];
       __threadfence_system(); // the record before its found word
       *(volatile uint32_t *)&m->found = 1;
+      __threadfence_system(); // ... and found before the error word the host reads first
     }
     *(volatile uint32_t *)watch.error = DEV_GAVE_UP_MISMATCH; // the cause, over any other
     return false;
+  }
+
+  // Thread 0, while it waits for a send credit: whether this call's first
+  // slot from the peer is already here and its head differs (recorded as
+  // sig_matches records it). Two ranks that both only send in their calls
+  // (both take themselves for a broadcast's root) fill each other's FIFOs
+  // and wait for credits that never come; each finds the other's head here.
+  // The slot at sig_recv_at is the one this call receives first whenever
+  // the calls agree (every ring launch that runs a channel receives on it),
+  // so looking early finds nothing that looking later would not. A ring's
+  // only: a tree channel's block may hold a link bound that this launch
+  // does not receive on, whose next slot is the peer's next call's.
+  __device__ bool peek_mismatch() {
+    if (chan == NULL || recv.ctrl == NULL || recv.step != sig_recv_at) return false;
+    uint64_t theirs[2], at;
+    const uint4 *head = head_of<const uint4>(recv);
+    if (PROTO == DEV_PROTO_SIMPLE) {
+      const uint64_t tail = dev_ld_volatile_u64(&recv.ctrl->tail);
+      if (tail <= recv.step) return false;
+      tail_seen = tail;
+      dev_fence_acq_rel_sys(); // the head's loads after the tail that published it
+      uint4 h = dev_ld_volatile_line(head), s = dev_ld_volatile_line(head + 1);
+      theirs[0] = (uint64_t)h.x | (uint64_t)h.y << 32;
+      theirs[1] = (uint64_t)h.z | (uint64_t)h.w << 32;
+      at = (uint64_t)s.x | (uint64_t)s.y << 32;
+    } else {
+      const uint32_t flag = ll_flag(recv.step);
+      for (int i = 0; i < 2; i++) {
+        uint4 line = dev_ld_volatile_line(head + i);
+        if (!ll_line_ready(reinterpret_cast<const uint32_t *>(&line), flag)) return false;
+        theirs[i] = ll_line_data(reinterpret_cast<const uint32_t *>(&line));
+      }
+      at = recv.step;
+    }
+    return !sig_matches(theirs, recv.step, at);
   }
 
   // Thread 0 waits until the sender's next slot is free and, for SIMPLE,
@@ -350,7 +386,8 @@ struct dev_prims {
                                             : dev_ld_volatile_u64(&send.ctrl->head);
           if (send.step - head_seen < send.nslots) break;
           while (send.step - dev_ld_volatile_u64(&send.ctrl->head) >= send.nslots)
-            if (dev_watch_expired(watch, start, &spins, &send, do_recv ? &recv : NULL)) {
+            if (dev_watch_expired(watch, start, &spins, &send, do_recv ? &recv : NULL) ||
+                (spins % DEV_SPINS_PER_CHECK == 0 && peek_mismatch())) {
               failed = 1;
               break;
             }
