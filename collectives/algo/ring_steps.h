@@ -360,6 +360,84 @@ RING_HD void ring_chain_agree_nslots(int coll, int nranks, int root_pos, int pos
   *nrecvs = i == 0 ? 2 : i >= 1 && i <= nranks - 2;
 }
 
+/* The device kernel's order of one channel's steps: ring_iter's, with a
+ * chain's agreement (above) around them. ring_kernel_iter_next gives each
+ * step and says whether it is one of the agreement's slots of no data (run
+ * with no buffers; count 0). The host's tests run this order on a
+ * simulated ring (device_host's RingSteps). */
+struct ring_kernel_iter {
+  struct ring_iter it;
+  int nranks;
+  int chain;     /* ring_chain_index */
+  int stage;     /* 0 before the steps, 1 the steps, 2 to 4 after them, 5 done */
+  int agree_due; /* c[k-1]: its agreement goes after its first step ... */
+  int agree_now; /* ... which has just run */
+};
+
+RING_HD void ring_kernel_iter_init(struct ring_kernel_iter *ki, const struct ring_geom *g,
+                                   int interleave) {
+  ring_iter_init(&ki->it, g, interleave);
+  ki->nranks = g->nranks;
+  ki->chain = ring_chain_index(g->coll, g->nranks, g->root_pos, g->pos);
+  ki->stage = 0;
+  ki->agree_due = ki->chain == g->nranks - 1;
+  ki->agree_now = 0;
+}
+
+RING_HD int ring_kernel_iter_next(struct ring_kernel_iter *ki, const struct ring_geom *g,
+                                  const int *ring, struct ring_step *st, int *agree) {
+  const int k = ki->nranks, i = ki->chain;
+  *agree = 1;
+  st->src_elem = st->dst_elem = 0;
+  st->count = 0;
+  if (ki->stage == 0) { /* c[k-1]'s signature over the free link, before its steps */
+    ki->stage = 1;
+    if (i == k - 1) {
+      st->prim = PRIM_SEND;
+      return 1;
+    }
+  }
+  if (ki->stage == 1) {
+    if (ki->agree_now) { /* c[k-1]'s agreement, once its first step compared */
+      ki->agree_now = 0;
+      st->prim = PRIM_SEND;
+      return 1;
+    }
+    size_t base;
+    int s;
+    if (ring_iter_next(&ki->it, &base, &s)) {
+      ring_step_at(g, ring, base, s, st);
+      *agree = 0;
+      ki->agree_now = ki->agree_due;
+      ki->agree_due = 0;
+      return 1;
+    }
+    ki->stage = 2;
+  }
+  if (ki->stage == 2) { /* c0: c[k-1]'s signature (its first slot on the link) */
+    ki->stage = 3;
+    if (i == 0) {
+      st->prim = PRIM_RECV;
+      return 1;
+    }
+  }
+  if (ki->stage == 3) { /* c0 to c[k-2]: the agreement */
+    ki->stage = 4;
+    if (i >= 0 && i <= k - 2) {
+      st->prim = PRIM_RECV;
+      return 1;
+    }
+  }
+  if (ki->stage == 4) { /* c0 to c[k-3] pass it on */
+    ki->stage = 5;
+    if (i >= 0 && i <= k - 3) {
+      st->prim = PRIM_SEND;
+      return 1;
+    }
+  }
+  return 0;
+}
+
 /* The slots a channel sends to its next rank and receives from its previous
  * one in one call (g as set up for its share, count > 0). Every loop runs
  * the same primitives (they depend on the step, the position and the root,

@@ -106,6 +106,24 @@ std::vector<ring_step> steps_of(const ring_geom &g, const std::vector<int> &ring
   return v;
 }
 
+// The device kernel's order (ring_kernel_iter): the steps with a chain's
+// agreement around them, whose slots carry no data (count 0).
+std::vector<ring_step> kernel_steps_of(const ring_geom &g, const std::vector<int> &ring,
+                                       int interleave) {
+  std::vector<ring_step> v;
+  ring_kernel_iter ki;
+  ring_kernel_iter_init(&ki, &g, interleave);
+  ring_step st;
+  int agree;
+  while (ring_kernel_iter_next(&ki, &g, ring.data(), &st, &agree)) {
+    if (agree) {
+      EXPECT_EQ(st.count, 0u) << "an agreement slot carries no data";
+    }
+    v.push_back(st);
+  }
+  return v;
+}
+
 // One channel share run on a simulated ring: a FIFO of `slots` slots into
 // each rank (a step that sends waits for room, as the kernels wait for
 // credit), int64 sums. What each rank ran, sent and received; a rank whose
@@ -118,11 +136,12 @@ struct SimChannel {
 
 void sim_channel(const SimCase &c, const std::vector<int> &ring, size_t off, size_t cnt,
                  size_t slots, const std::vector<std::vector<int64_t>> &send,
-                 std::vector<std::vector<int64_t>> &recv, SimChannel *sc) {
+                 std::vector<std::vector<int64_t>> &recv, SimChannel *sc, bool kernel_order) {
   const int k = c.nranks;
   sc->steps.assign(k, {});
   for (int r = 0; r < k; r++)
-    sc->steps[r] = steps_of(geom_for(c, ring, r, off, cnt), ring, c.interleave);
+    sc->steps[r] = kernel_order ? kernel_steps_of(geom_for(c, ring, r, off, cnt), ring, c.interleave)
+                                : steps_of(geom_for(c, ring, r, off, cnt), ring, c.interleave);
   sc->fifo.assign(k, {});
   sc->next_step.assign(k, 0);
   sc->sent.assign(k, 0);
@@ -177,10 +196,11 @@ class RingSteps : public testing::TestWithParam<SimCase> {};
 
 // Runs every rank's steps on the simulated ring, with as few slots per FIFO
 // as the interleave allows (ring_interleave_max), and compares with the
-// collective's definition. A step that receives a slot of another size, or
-// a ring that stops with steps left, fails.
-TEST_P(RingSteps, SimulatedRingComputesTheCollective) {
-  const SimCase c = GetParam();
+// collective's definition: the host executor's order, then the device
+// kernel's (a chain's agreement slots around the steps). A step that
+// receives a slot of another size, or a ring that stops with steps left,
+// fails.
+void run_sim_case(const SimCase &c, bool kernel_order) {
   const int k = c.nranks;
   const std::vector<int> ring = shuffled_ring(k, 1234 + k);
   const size_t n = c.count;
@@ -204,18 +224,20 @@ TEST_P(RingSteps, SimulatedRingComputesTheCollective) {
   }
   for (auto [off, cnt] : shares) {
     SimChannel sc;
-    sim_channel(c, ring, off, cnt, slots, send, recv, &sc);
-    if (HasFatalFailure()) return;
+    sim_channel(c, ring, off, cnt, slots, send, recv, &sc, kernel_order);
+    if (testing::Test::HasFatalFailure()) return;
     for (int r = 0; r < k; r++) {
       ASSERT_EQ(sc.next_step[r], sc.steps[r].size())
           << "rank " << r << " is stuck: the ring deadlocks with " << slots << " slots";
       ASSERT_TRUE(sc.fifo[r].empty()) << "rank " << r << " left slots unread";
       // what a network hop's proxy is told to expect (device_net_expect_ring)
       const ring_geom g = geom_for(c, ring, r, off, cnt);
-      size_t nsends = 0, nrecvs = 0;
+      size_t nsends = 0, nrecvs = 0, agree_sends = 0, agree_recvs = 0;
       ring_channel_nslots(&g, ring.data(), &nsends, &nrecvs);
-      EXPECT_EQ(nsends, sc.sent[r]) << "rank " << r;
-      EXPECT_EQ(nrecvs, sc.received[r]) << "rank " << r;
+      if (kernel_order)
+        ring_chain_agree_nslots(c.coll, k, g.root_pos, g.pos, &agree_sends, &agree_recvs);
+      EXPECT_EQ(nsends + agree_sends, sc.sent[r]) << "rank " << r;
+      EXPECT_EQ(nrecvs + agree_recvs, sc.received[r]) << "rank " << r;
     }
   }
 
@@ -243,6 +265,15 @@ TEST_P(RingSteps, SimulatedRingComputesTheCollective) {
       }
       ASSERT_EQ(recv[r][i], want) << "rank " << r << " element " << i;
     }
+}
+
+TEST_P(RingSteps, SimulatedRingComputesTheCollective) {
+  const SimCase c = GetParam();
+  for (bool kernel_order : {false, true}) {
+    SCOPED_TRACE(kernel_order ? "the device kernel's order" : "the host executor's order");
+    run_sim_case(c, kernel_order);
+    if (HasFatalFailure()) return;
+  }
 }
 
 // The kernels' compile of the steps (nvcc, host and device passes) is the
@@ -289,7 +320,7 @@ TEST(RingInterleave, OneLoopMoreThanTheSlotsAllowDeadlocks) {
       std::vector<std::vector<int64_t>> recv(
           c.nranks, std::vector<int64_t>(coll == RING_ALLGATHER ? c.count * c.nranks : c.count));
       SimChannel sc;
-      sim_channel(c, ring, 0, c.count, slots, send, recv, &sc);
+      sim_channel(c, ring, 0, c.count, slots, send, recv, &sc, false);
       ASSERT_FALSE(HasFatalFailure());
       bool stuck = false;
       for (int r = 0; r < c.nranks; r++) stuck |= sc.next_step[r] < sc.steps[r].size();

@@ -88,39 +88,30 @@ __device__ __forceinline__ void ring_kernel_run(const dev_work &w) {
     return;
   }
   p.sign(w.sig, ch->ring[(ch->ring_pos + k - 1) % k]);
-  // this rank's place in a chain (broadcast, reduce), else -1
-  const int chain = ring_chain_index(w.coll, k, root_pos, ch->ring_pos);
-  bool agree_due = chain == k - 1; // c[k-1]: after its first step
   struct ring_geom g;
   ring_geom_init(&g, w.coll, ch->nranks, ch->ring_pos, root_pos, w.count, offset, count,
                  p.slot_count(), sizeof(T));
   const T *src = static_cast<const T *>(w.sendbuf);
   T *dst = static_cast<T *>(w.recvbuf);
-  // c[k-1] first sends a slot of no data over the free link, so that its
-  // head is compared even where every rank takes itself for c[k-1] (and so
-  // receives first): then every rank has sent before it waits
-  bool ok = chain != k - 1 || p.run_step(PRIM_SEND, src, NULL, 0, false, false);
-  // w.interleave loops at a time, step by step, as every rank of the ring
-  struct ring_iter order;
-  ring_iter_init(&order, &g, w.interleave);
-  size_t base;
-  int s;
-  while (ok && ring_iter_next(&order, &base, &s)) {
-    struct ring_step st;
-    ring_step_at(&g, ch->ring, base, s, &st);
+  // w.interleave loops at a time, step by step, as every rank of the ring,
+  // with a chain's agreement around them (ring_kernel_iter): its slots of
+  // no data run with no buffers. c[k-1]'s first one goes before its steps,
+  // so that its head is compared even where every rank takes itself for
+  // c[k-1] (and so receives first).
+  struct ring_kernel_iter order;
+  ring_kernel_iter_init(&order, &g, w.interleave);
+  struct ring_step st;
+  int agree;
+  bool ok = true;
+  while (ok && ring_kernel_iter_next(&order, &g, ch->ring, &st, &agree)) {
+    if (agree) {
+      ok = p.run_step(st.prim, src, NULL, 0, false, false);
+      continue;
+    }
     const T *sp = ring_prim_has_src(st.prim) ? src + st.src_elem : NULL;
     T *dp = ring_prim_has_dst(st.prim) ? dst + st.dst_elem : NULL;
     ok = p.run(st.prim, sp, dp, st.count);
-    if (ok && agree_due) { // the chain compared up to here: c0 hears it over the free link
-      agree_due = false;
-      ok = p.run_step(PRIM_SEND, src, NULL, 0, false, false);
-    }
   }
-  // c0 takes c[k-1]'s first slot (compared), then c0 to c[k-2] wait for
-  // the agreement and c0 to c[k-3] pass it on
-  if (ok && chain == 0) ok = p.run_step(PRIM_RECV, NULL, NULL, 0, false, false);
-  if (ok && chain >= 0 && chain <= k - 2) ok = p.run_step(PRIM_RECV, NULL, NULL, 0, false, false);
-  if (ok && chain >= 0 && chain <= k - 3) ok = p.run_step(PRIM_SEND, src, NULL, 0, false, false);
   if (!ok) { // error says why; the host reports it
     p.give_up();
     dev_ring_poison_all(w, p.watch);
