@@ -250,6 +250,7 @@ struct dev_prims {
   uint64_t sig_send_at;
   uint64_t sig_recv_at;
   int sig_peer;
+  bool peeked; // peek_mismatch found the first slot and it matched: no more looks
 
   // Bound to FIFOs other than a ring channel's (a tree's links): home_send
   // and home_recv as init takes a channel's; give_up() is then the
@@ -267,6 +268,7 @@ struct dev_prims {
     head_seen = send.seen;
     tail_seen = recv.seen;
     sig_send_at = sig_recv_at = ~0ull;
+    peeked = false;
   }
 
   __device__ void init(dev_channel *ch, const dev_watch &w, int div, T s) {
@@ -281,6 +283,7 @@ struct dev_prims {
     head_seen = send.seen;
     tail_seen = recv.seen;
     sig_send_at = sig_recv_at = ~0ull;
+    peeked = false;
   }
 
   // The call's first slot on each bound FIFO carries s, and the first
@@ -306,7 +309,7 @@ struct dev_prims {
   __device__ bool sig_matches(const uint64_t theirs[2], uint64_t step, uint64_t their_step) {
     uint64_t keyed[2];
     dev_sig_keyed(sig, step, keyed);
-    if (theirs[0] == keyed[0] && theirs[1] == keyed[1]) return true;
+    if (theirs[0] == keyed[0] && theirs[1] == keyed[1] && their_step == step) return true;
     dev_mismatch *m = watch.mismatch;
     if (m != NULL) {
       m->peer = sig_peer;
@@ -335,7 +338,7 @@ struct dev_prims {
   // only: a tree channel's block may hold a link bound that this launch
   // does not receive on, whose next slot is the peer's next call's.
   __device__ bool peek_mismatch() {
-    if (chan == NULL || recv.ctrl == NULL || recv.step != sig_recv_at) return false;
+    if (peeked || chan == NULL || recv.ctrl == NULL || recv.step != sig_recv_at) return false;
     uint64_t theirs[2], at;
     const uint4 *head = head_of<const uint4>(recv);
     if (PROTO == DEV_PROTO_SIMPLE) {
@@ -356,6 +359,7 @@ struct dev_prims {
       }
       at = recv.step;
     }
+    peeked = true; // found: compared now, and once more when it is received
     return !sig_matches(theirs, recv.step, at);
   }
 
