@@ -18,6 +18,14 @@
  * lanes is ready, so no order of sends and receives can deadlock as long as
  * every rank's blocks run at once.
  *
+ * Every chunk's slot starts with a head of SENDRECV_HEAD_NBYTES, the chunk's
+ * data after it: the message's size and the lane's step the slot was
+ * written at (sendrecv_head_put). A receiver takes a chunk only when the
+ * head holds its own message's size and the step it reads
+ * (sendrecv_head_ok): a send and a receive of different sizes, or a lane
+ * whose steps no longer pair up, are refused at the first chunk each end
+ * moves rather than read past or into the next message.
+ *
  * A message of 0 bytes moves nothing. Sends and receives to this rank itself
  * do not use FIFOs: the k-th send to self is copied into the k-th receive
  * from self (sendrecv_self_match).
@@ -39,6 +47,28 @@
 #define SENDRECV_DEFAULT_LANES 2 /* ... unless WEFT_P2P_LANES says otherwise */
 #define SENDRECV_MAX_OPS 128     /* sends and receives of one comm in one launch */
 #define SENDRECV_MAX_ITEMS (SENDRECV_MAX_OPS * SENDRECV_MAX_LANES)
+
+/* A slot's head: 16 bytes used of 64, so that the data after it keeps the
+ * slot's alignment. */
+#define SENDRECV_HEAD_NBYTES 64
+
+/* The data one chunk carries in a slot of slot_nbytes. */
+SENDRECV_HD uint64_t sendrecv_chunk_room(uint64_t slot_nbytes) {
+  return slot_nbytes - SENDRECV_HEAD_NBYTES;
+}
+
+/* The head a sender writes into the slot of lane step `step` for a message
+ * of nbytes: the size, then the step. */
+SENDRECV_HD void sendrecv_head_put(uint64_t head[2], uint64_t nbytes, uint64_t step) {
+  head[0] = nbytes;
+  head[1] = step;
+}
+/* Whether a receiver of a message of nbytes at lane step `step` may take the
+ * slot whose head is head: the same size, written at this step (a head an
+ * earlier step left says another). */
+SENDRECV_HD int sendrecv_head_ok(const uint64_t head[2], uint64_t nbytes, uint64_t step) {
+  return head[0] == nbytes && head[1] == step;
+}
 
 /* One send or receive of a launch, as the kernel reads it. */
 struct sendrecv_op {

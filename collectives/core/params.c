@@ -32,9 +32,10 @@ struct weft_param coll_params[] = {
             "on a collective: AllReduce: count differs: rank 0 has 4, rank 1 has 5`) on the "
             "ranks that see it, which break the communicator so that the others fail at once "
             "(single copy: every rank, and the comm goes on working). On device memory the ring "
-            "and tree kernels compare the head of each link's first slot and report through "
-            "`weftCommGetAsyncError`; there `WEFT_DETERMINISTIC`'s exchanges are checked by "
-            "`WEFT_CHECK=1` only. docs/signature.md has the table",
+            "and tree kernels compare the head of each link's first slot, and the send/recv kernel "
+            "each message's size, and report through `weftCommGetAsyncError`; there "
+            "`WEFT_DETERMINISTIC`'s exchanges compare only their sizes. docs/signature.md has "
+            "the table",
      .see = "signature.md"},
     [P_ALGO] = {.name = "WEFT_ALGO", .type = PARAM_STR,
      .doc = "algorithms the tuner may pick (unset: all): `ring`, `tree`, `rd`, `direct`, `cma`, `bulk`; "

@@ -171,6 +171,61 @@ TEST(DeviceMismatch, EveryRankFailsFastAndNothingPastItsCount) {
   }
 }
 
+// A send and its receive of different sizes on device memory: the
+// receiving block refuses the first chunk (its head holds the sender's
+// size) before it copies anything, and poisons every lane from the sender,
+// whose blocks (more chunks than the lanes' slots hold) stop too: both
+// ranks fail within a second, the receiver names both sizes, and its
+// buffer is untouched.
+TEST(DeviceMismatch, SendAndReceiveOfDifferentSizes) {
+  REQUIRE_GPU();
+  ScopedEnv env({{"WEFT_TIMEOUT", "30"}});
+  // 64 chunks of 256 KiB: more than 8 lanes of 4 slots hold
+  const size_t send_n = (size_t)16 << 20, recv_n = send_n + 1024;
+  Ranks ranks(2);
+  char *sbuf, *rbuf, *warm;
+  ASSERT_EQ(cudaMalloc((void **)&sbuf, send_n), cudaSuccess);
+  ASSERT_EQ(cudaMalloc((void **)&rbuf, recv_n + kCanary), cudaSuccess);
+  ASSERT_EQ(cudaMalloc((void **)&warm, 2 * 64), cudaSuccess);
+  ASSERT_EQ(cudaMemset(sbuf, 0x3c, send_n), cudaSuccess);
+  // connected once with sizes that agree
+  ASSERT_EQ(weftGroupStart(), weftSuccess);
+  ASSERT_EQ(weftSend(warm, 64, weftInt8, 1, ranks.comms[0], ranks.streams[0]), weftSuccess);
+  ASSERT_EQ(weftRecv(warm + 64, 64, weftInt8, 0, ranks.comms[1], ranks.streams[1]), weftSuccess);
+  ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+  ranks.sync();
+  ASSERT_EQ(cudaMemset(rbuf, kPoison, recv_n + kCanary), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(weftGroupStart(), weftSuccess);
+  ASSERT_EQ(weftSend(sbuf, send_n, weftInt8, 1, ranks.comms[0], ranks.streams[0]), weftSuccess);
+  ASSERT_EQ(weftRecv(rbuf, recv_n, weftInt8, 0, ranks.comms[1], ranks.streams[1]), weftSuccess);
+  weftGroupEnd();
+  for (int r = 0; r < 2; r++) cudaStreamSynchronize(ranks.streams[r]);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(s, 1.0);
+  for (int r = 0; r < 2; r++) {
+    weftResult_t async = weftSuccess;
+    weftCommGetAsyncError(ranks.comms[r], &async);
+    const std::string text = weftGetLastError(ranks.comms[r]);
+    printf("  rank %d: %d %s\n", r, (int)async, text.c_str());
+    EXPECT_NE(async, weftSuccess) << "rank " << r;
+    if (r == 1) {
+      EXPECT_EQ(async, weftInvalidUsage);
+      EXPECT_NE(text.find("sizes differ"), std::string::npos) << text;
+      EXPECT_NE(text.find(std::to_string(send_n)), std::string::npos) << text;
+    }
+  }
+  std::vector<unsigned char> got(recv_n + kCanary);
+  ASSERT_EQ(cudaMemcpy(got.data(), rbuf, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  size_t touched = 0;
+  for (unsigned char b : got) touched += b != kPoison;
+  EXPECT_EQ(touched, 0u) << "bytes of the refused receive written";
+  cudaFree(sbuf);
+  cudaFree(rbuf);
+  cudaFree(warm);
+}
+
 // WEFT_CHECK=1 compares every call over the bootstrap before anything
 // launches, on device memory too (in a group, each comm on its own
 // thread): ranks that disagree get weftInvalidUsage naming what differs,

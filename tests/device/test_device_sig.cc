@@ -202,6 +202,27 @@ TEST(DeviceSignature, ReportNamesTheFieldsThatDiffer) {
   text = weftGetLastError(nullptr);
   EXPECT_NE(text.find("another call"), std::string::npos) << text;
 
+  // a send/recv chunk's head: both sizes, or steps that no longer pair up
+  memset(&recs[5], 0, sizeof recs[5]);
+  recs[5].found = 1;
+  recs[5].kind = DEV_MISMATCH_P2P;
+  recs[5].peer = 0;
+  recs[5].step = recs[5].their_step = 12;
+  recs[5].mine[0] = 1024;
+  recs[5].mine[1] = 3;
+  recs[5].theirs[0] = 4096;
+  recs[5].theirs[1] = 12;
+  EXPECT_EQ(device_mismatch_error(1, recs, DEV_MAX_CHANNELS), weftInvalidUsage);
+  text = weftGetLastError(nullptr);
+  EXPECT_NE(text.find("sizes differ: rank 1 receives 1024 bytes from rank 0 (operation 3 of its "
+                      "group), which sends 4096"),
+            std::string::npos)
+      << text;
+  recs[5].their_step = 8;
+  EXPECT_EQ(device_mismatch_error(1, recs, DEV_MAX_CHANNELS), weftInvalidUsage);
+  text = weftGetLastError(nullptr);
+  EXPECT_NE(text.find("do not pair up"), std::string::npos) << text;
+
   // no record found: still a refusal, naming the rank
   memset(recs, 0, sizeof recs);
   EXPECT_EQ(device_mismatch_error(4, recs, DEV_MAX_CHANNELS), weftInvalidUsage);

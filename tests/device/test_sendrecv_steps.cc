@@ -348,4 +348,61 @@ TEST(SendrecvPoison, StoppedRankPoisonsItsLanesAndLaterLaunchesReturnAtOnce) {
   EXPECT_LT(waited, timeout);
 }
 
+// A send and a receive of different sizes: the receiver's block refuses the
+// first chunk it finds on each lane (its head holds the sender's size), before
+// it copies anything and without waiting out the timeout, and poisons its
+// lanes; nothing lands in the receive buffer. Sizes on either side of the
+// other's, across chunk and lane counts, 1 to 3 lanes.
+TEST(SendrecvHead, SizesThatDifferAreRefusedAtTheFirstChunk) {
+  const uint32_t chunk = 32;
+  const std::pair<uint64_t, uint64_t> sizes[] = {{100, 64}, {64, 100}, {1, 2}, {33, 32},
+                                                 {32 * 7, 32 * 7 + 1}, {5, 32 * 9}};
+  const uint64_t timeout = 2000000000ull; // 2 s: far above what a refusal takes
+  for (int nlanes = 1; nlanes <= 3; nlanes++)
+    for (auto [send_n, recv_n] : sizes) {
+      SCOPED_TRACE("send " + std::to_string(send_n) + " recv " + std::to_string(recv_n) +
+                   " lanes " + std::to_string(nlanes));
+      SendrecvEmuNet net(2, 2, chunk, nlanes);
+      std::vector<sendrecv_op> sops = {{send_n, 1, 1, 0, 0}}, rops = {{recv_n, 0, 0, 0, 0}};
+      sendrecv_assign_pairs(sops.data(), 1);
+      sendrecv_assign_pairs(rops.data(), 1);
+      std::vector<char> sbuf(send_n, 7), rbuf(recv_n + kGuard, kPoison);
+      std::vector<char *> sptrs = {sbuf.data()}, rptrs = {rbuf.data()};
+      const int nblocks = sendrecv_nblocks(1, nlanes, 8);
+      std::vector<weft_test::SendrecvEmuBlockOut> rout(nblocks), sout(nblocks);
+      std::vector<std::thread> threads;
+      std::atomic<int> error[2] = {{0}, {0}}; // each rank's error word
+      const uint64_t t0 = weft_test::sendrecv_emu_now_ns();
+      for (int b = 0; b < nblocks; b++) {
+        threads.emplace_back([&, b] {
+          sout[b] = weft_test::sendrecv_emu_block(net, 0, sops, sptrs, nblocks, b, nullptr,
+                                                  timeout, nullptr, &error[0]);
+        });
+        threads.emplace_back([&, b] {
+          rout[b] = weft_test::sendrecv_emu_block(net, 1, rops, rptrs, nblocks, b, nullptr,
+                                                  timeout, nullptr, &error[1]);
+        });
+      }
+      for (auto &t : threads) t.join();
+      const uint64_t took = weft_test::sendrecv_emu_now_ns() - t0;
+      int refused = 0;
+      for (int b = 0; b < nblocks; b++) {
+        // a block with no chunk of the receive ends at once (the rank's
+        // call fails by its error word, which another block set)
+        EXPECT_NE(rout[b].result, weft_test::SENDRECV_EMU_TIMED_OUT) << "receiver block " << b;
+        EXPECT_EQ(rout[b].chunks, 0u) << "receiver block " << b << " took a chunk";
+        if (rout[b].result == weft_test::SENDRECV_EMU_MISMATCH) {
+          refused++;
+          EXPECT_EQ(rout[b].their_nbytes, send_n) << "the head names the sender's size";
+        }
+        EXPECT_NE(sout[b].result, weft_test::SENDRECV_EMU_TIMED_OUT) << "sender block " << b;
+      }
+      EXPECT_GE(refused, 1);
+      EXPECT_EQ(error[1].load(), weft_test::SENDRECV_EMU_MISMATCH);
+      EXPECT_LT(took, timeout / 2) << "a refusal waited";
+      for (size_t i = 0; i < rbuf.size(); i++)
+        ASSERT_EQ(rbuf[i], kPoison) << "byte " << i << " of the receive buffer written";
+    }
+}
+
 }  // namespace

@@ -86,9 +86,16 @@ enum dev_give_up {
  * peer's slot carried, in mapped host memory: one record per block index
  * (dev_work.mismatch[blockIdx.x]), so that no two blocks write one; found is
  * stored last. The host reads the first found (device_comm_error). */
+enum dev_mismatch_kind {
+  DEV_MISMATCH_CALL = 0, /* a ring or tree slot's signature (mine, theirs: packed, keyed) */
+  DEV_MISMATCH_P2P = 1   /* a send/recv chunk's head (mine: {nbytes, the group's op};
+                            theirs: the head, {nbytes, step}) */
+};
 struct dev_mismatch {
   uint32_t found;     /* 1 once the record below is whole */
   int32_t peer;       /* the rank whose slot carried theirs */
+  uint32_t kind;      /* enum dev_mismatch_kind */
+  uint32_t pad;
   uint64_t step;      /* the FIFO step of that slot (theirs is keyed with it) */
   uint64_t their_step; /* the step the slot's head was written at */
   uint64_t mine[2];   /* this rank's signature (struct signature_packed) */
@@ -191,6 +198,7 @@ struct dev_sendrecv_work {
   struct dev_sendrecv_lanes *peers; /* [nranks], device memory */
   volatile uint32_t *abort_flag;
   uint32_t *error;             /* as dev_work's */
+  struct dev_mismatch *mismatch; /* as dev_work's: a chunk whose head differs */
   uint64_t *stopped;           /* mapped host memory: [0] op + 1, [1] chunks done, where a
                                   block gave up (the first to record it) */
   uint64_t timeout_ns;

@@ -590,8 +590,9 @@ weftResult_t device_comm_error(struct weftComm *comm) {
   if (why == DEV_GAVE_UP_PEER_MISMATCH)
     return weft_error_set(weftRemoteError,
                           "a device kernel of rank %d gave up: another rank found that the "
-                          "ranks disagree on a collective (its connections are poisoned; its "
-                          "error names the fields that differ)",
+                          "ranks' calls disagree (a collective's fields, or the sizes of a send "
+                          "and its receive; its connections are poisoned, and its error names "
+                          "what differs)",
                           comm->rank);
   static const char *const whys[] = {
       "?", "communicator was aborted", "no progress from a peer within the timeout",

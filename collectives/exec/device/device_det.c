@@ -13,8 +13,9 @@
  * The exchanges are this comm's sends and receives (device_sendrecv.c), in
  * groups of DET_PEERS_PER_GROUP peers each way, each group one kernel. The
  * result has the host executor's bits. Unlike the host's, the call sends no
- * signature first: the point-to-point kernels compare none (WEFT_CHECK=1
- * compares the call over the bootstrap before it launches).
+ * signature first: the point-to-point kernels compare each message's size
+ * only (WEFT_CHECK=1 compares the call over the bootstrap before it
+ * launches).
  *
  * The scratch is the comm's, kept and grown (struct device_comm's
  * det_scratch): outgrown buffers are kept until the comm is freed, since a

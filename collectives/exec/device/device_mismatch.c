@@ -25,9 +25,22 @@ weftResult_t device_mismatch_error(int rank, const struct dev_mismatch *recs, in
     if (__atomic_load_n(&recs[i].found, __ATOMIC_ACQUIRE) != 0) m = &recs[i];
   if (m == NULL)
     return weft_error_set(weftInvalidUsage,
-                          "ranks disagree on a collective: a device kernel of rank %d found "
-                          "that its peer's call differs from its own",
+                          "ranks disagree on a call: a device kernel of rank %d found that its "
+                          "peer's call differs from its own",
                           rank);
+  if (m->kind == DEV_MISMATCH_P2P) {
+    if (m->their_step != m->step)
+      return weft_error_set(weftInvalidUsage,
+                            "point-to-point on device memory: rank %d's receive from rank %d "
+                            "(operation %llu of its group) found no chunk of this step on the "
+                            "lane: the ranks' sends and receives do not pair up",
+                            rank, m->peer, (unsigned long long)m->mine[1]);
+    return weft_error_set(weftInvalidUsage,
+                          "point-to-point on device memory: sizes differ: rank %d receives %llu "
+                          "bytes from rank %d (operation %llu of its group), which sends %llu",
+                          rank, (unsigned long long)m->mine[0], m->peer,
+                          (unsigned long long)m->mine[1], (unsigned long long)m->theirs[0]);
+  }
   struct signature_packed mine_p, theirs_p;
   uint64_t theirs_w[2];
   dev_sig_unkeyed(m->theirs, m->step, theirs_w);

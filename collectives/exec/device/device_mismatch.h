@@ -8,7 +8,7 @@
 /* weftInvalidUsage, with a message that names the fields that differ and
  * rank and the peer (or, where the peer's slot held no signature of the
  * step, says that the peer is in another call), from the first found
- * record among recs[0..nrecs). */
+ * record among recs[0..nrecs); for a send/recv chunk's head, both sizes. */
 weftResult_t device_mismatch_error(int rank, const struct dev_mismatch *recs, int nrecs);
 /* Whether any of recs[0..nrecs) is found. */
 int device_mismatch_found(const struct dev_mismatch *recs, int nrecs);

@@ -284,8 +284,9 @@ weftResult_t device_sendrecv_launch(struct weftComm *comm, struct device_comm *d
   w.abort_flag = d->flags_d;
   w.error = d->flags_d + 1;
   w.stopped = (uint64_t *)(d->flags_d + 4);
+  w.mismatch = device_mismatch_d(d);
   w.timeout_ns = comm->timeout_ns;
-  w.chunk_nbytes = DEV_SIMPLE_SLOT_NBYTES;
+  w.chunk_nbytes = sendrecv_chunk_room(DEV_SIMPLE_SLOT_NBYTES);
   w.nlanes = d->sendrecv.nlanes;
   w.nblocks = sendrecv_nblocks(npairs, w.nlanes, d->sendrecv.max_blocks);
   /* threads for the largest chunk, in one pass of the copy loop */

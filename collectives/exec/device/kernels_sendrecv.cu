@@ -3,8 +3,10 @@
 // thread 0 picks a ready lane (round robin over the block's items, posting
 // order kept per lane), the block copies one chunk through the lane's slot,
 // and thread 0 publishes it (tail for a send, head for a receive), with the
-// ring kernels' SIMPLE fences. A block that gives up (abort, timeout,
-// poison) poisons every lane it drives and records where it stopped; the
+// ring kernels' SIMPLE fences. Each slot's head carries the message's size
+// and the lane's step (sendrecv_steps.h), checked by the receiver before it
+// copies. A block that gives up (abort, timeout, poison, a head that
+// differs) poisons every lane it drives and records where it stopped; the
 // steps it reached stay in device memory, so nothing runs on stale counters.
 #include "collectives/exec/device/prims_device.cuh"
 
@@ -41,8 +43,9 @@ __device__ int sendrecv_pick(const dev_sendrecv_work &w, sendrecv_block &blk, ui
       if (!sendrecv_item_eligible(&blk, w.ops, w.chunk_nbytes, k)) continue;
       const sendrecv_op &o = w.ops[blk.op[k]];
       dev_fifo *f = sendrecv_lane(w, o, blk.lane[k]);
-      if (*(volatile uint32_t *)&f->ctrl->poison != 0) {
-        *why = DEV_GAVE_UP_POISON;
+      const uint32_t poison = *(volatile uint32_t *)&f->ctrl->poison;
+      if (poison != 0) {
+        *why = dev_poison_why(poison);
         return PICK_GAVE_UP;
       }
       if (sendrecv_lane_ready(f, o.send)) return k;
@@ -97,11 +100,36 @@ __device__ __forceinline__ void sendrecv_kernel_run(const dev_sendrecv_work &w) 
                             &size);
         char *slot = f->slots + (f->step % f->nslots) * f->slot_nbytes;
         char *buf = static_cast<char *>(w.bufs[blk.op[cur]]) + off;
-        in = o.send ? buf : slot;
-        out = o.send ? slot : buf;
+        in = o.send ? buf : slot + SENDRECV_HEAD_NBYTES;
+        out = o.send ? slot + SENDRECV_HEAD_NBYTES : buf;
         // acquire: what the peer did before the tail (head) we saw, before
         // the block touches the slot (the barrier below passes it on)
         dev_fence_acq_rel_sys();
+        // the slot's head: the sender's message size and the lane's step
+        // (published with the chunk); the receiver takes the chunk only
+        // where both are its own (sendrecv_steps.h)
+        uint64_t head[2];
+        if (o.send) {
+          sendrecv_head_put(head, o.nbytes, f->step);
+          const uint4 h = {(uint32_t)head[0], (uint32_t)(head[0] >> 32), (uint32_t)head[1],
+                           (uint32_t)(head[1] >> 32)};
+          dev_st_volatile_line(reinterpret_cast<uint4 *>(slot), h);
+        } else {
+          const uint4 h = dev_ld_volatile_line(reinterpret_cast<const uint4 *>(slot));
+          head[0] = (uint64_t)h.x | (uint64_t)h.y << 32;
+          head[1] = (uint64_t)h.z | (uint64_t)h.w << 32;
+          if (!sendrecv_head_ok(head, o.nbytes, f->step)) {
+            const uint64_t mine[2] = {o.nbytes, (uint64_t)blk.op[cur]};
+            dev_mismatch_record(w.mismatch != NULL ? w.mismatch + blockIdx.x : NULL, w.error,
+                                DEV_MISMATCH_P2P, o.peer, f->step, head[1], mine, head);
+            // every lane from that peer, also those no block of this rank
+            // drives here (the sender's message may span more of them)
+            for (int l = 0; l < w.nlanes; l++)
+              *(volatile uint32_t *)&w.peers[o.peer].recv[l].ctrl->poison = DEV_GAVE_UP_MISMATCH;
+            sendrecv_give_up(w, blk, DEV_GAVE_UP_MISMATCH);
+            cur = PICK_GAVE_UP;
+          }
+        }
       }
     }
     __syncthreads();
@@ -115,7 +143,8 @@ __device__ __forceinline__ void sendrecv_kernel_run(const dev_sendrecv_work &w) 
       // system-wide before the counter moves
       const sendrecv_op &o = w.ops[blk.op[cur]];
       dev_fifo *f = sendrecv_lane(w, o, blk.lane[cur]);
-      if (o.send && f->used_nbytes != NULL) f->used_nbytes[f->step % f->nslots] = (uint32_t)size;
+      if (o.send && f->used_nbytes != NULL)
+        f->used_nbytes[f->step % f->nslots] = (uint32_t)(SENDRECV_HEAD_NBYTES + size);
       dev_fence_acq_rel_sys();
       dev_st_volatile_u64(o.send ? &f->ctrl->tail : &f->ctrl->head, f->step + 1);
       f->step++;

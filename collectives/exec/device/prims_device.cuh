@@ -179,14 +179,16 @@ __device__ __forceinline__ uint32_t dev_poison_why(uint32_t poison) {
 }
 
 // Called while spinning; true when the block must give up (and says why in
-// the error word: enum dev_give_up): the abort flag, no progress for
-// timeout_ns, or a poisoned FIFO among a and b (either may be NULL).
+// the error word: enum dev_give_up): the abort flag, another block of this
+// rank that found a mismatch (the error word), a poisoned FIFO among a and
+// b (either may be NULL), or no progress for timeout_ns.
 __device__ __forceinline__ bool dev_watch_expired(const dev_watch &w, uint64_t start_ns,
                                                   uint32_t *spins, const dev_fifo *a = NULL,
                                                   const dev_fifo *b = NULL) {
   if (++*spins % DEV_SPINS_PER_CHECK != 0) return false;
   uint32_t why = 0, pa = a != NULL ? dev_fifo_poison(*a) : 0, pb = b != NULL ? dev_fifo_poison(*b) : 0;
   if (w.abort_flag != NULL && *w.abort_flag != 0) why = DEV_GAVE_UP_ABORT;
+  else if (*(volatile uint32_t *)w.error == DEV_GAVE_UP_MISMATCH) why = DEV_GAVE_UP_MISMATCH;
   else if (pa != 0 || pb != 0) why = dev_poison_why(pa != 0 ? pa : pb);
   else if (w.timeout_ns != 0 && dev_clock_ns() - start_ns > w.timeout_ns) why = DEV_GAVE_UP_TIMEOUT;
   if (why != 0 && *(volatile uint32_t *)w.error == 0)
@@ -206,6 +208,29 @@ __device__ __forceinline__ void dev_done_report(const dev_done &d) {
     dev_fence_acq_rel_sys();
     dev_st_volatile_u64(&d.ended[blockIdx.x], d.seq);
   }
+}
+
+// Thread 0 of a block that found its peer's slot differs from what its own
+// call expects: the block's record (NULL: none), fenced before its found
+// word, which is fenced before the error word the host reads first.
+__device__ __forceinline__ void dev_mismatch_record(dev_mismatch *m, uint32_t *error,
+                                                    uint32_t kind, int peer, uint64_t step,
+                                                    uint64_t their_step, const uint64_t mine[2],
+                                                    const uint64_t theirs[2]) {
+  if (m != NULL) {
+    m->kind = kind;
+    m->peer = peer;
+    m->step = step;
+    m->their_step = their_step;
+    m->mine[0] = mine[0];
+    m->mine[1] = mine[1];
+    m->theirs[0] = theirs[0];
+    m->theirs[1] = theirs[1];
+    __threadfence_system();
+    *(volatile uint32_t *)&m->found = 1;
+    __threadfence_system();
+  }
+  *(volatile uint32_t *)error = DEV_GAVE_UP_MISMATCH; // the cause, over any other
 }
 
 // Thread 0 of a block that gave up: every FIFO of ring channel ch poisoned
@@ -310,20 +335,8 @@ struct dev_prims {
     uint64_t keyed[2];
     dev_sig_keyed(sig, step, keyed);
     if (theirs[0] == keyed[0] && theirs[1] == keyed[1] && their_step == step) return true;
-    dev_mismatch *m = watch.mismatch;
-    if (m != NULL) {
-      m->peer = sig_peer;
-      m->step = step;
-      m->their_step = their_step;
-      m->mine[0] = sig[0];
-      m->mine[1] = sig[1];
-      m->theirs[0] = theirs[0];
-      m->theirs[1] = theirs[1];
-      __threadfence_system(); // the record before its found word
-      *(volatile uint32_t *)&m->found = 1;
-      __threadfence_system(); // ... and found before the error word the host reads first
-    }
-    *(volatile uint32_t *)watch.error = DEV_GAVE_UP_MISMATCH; // the cause, over any other
+    dev_mismatch_record(watch.mismatch, watch.error, DEV_MISMATCH_CALL, sig_peer, step,
+                        their_step, sig, theirs);
     return false;
   }
 
