@@ -3,7 +3,8 @@
  *
  * A group's sends and receives on one comm run as one kernel. Between two
  * ranks, each direction has nlanes FIFOs (lanes; WEFT_P2P_LANES, the same on
- * every rank of a comm). A message is cut into chunks of one slot; chunk j
+ * every rank of a comm). A message is cut into chunks of one slot's room
+ * (the slot less its head, below); chunk j
  * travels on lane j % nlanes. Both ends know
  * the message's size and its place among the messages of that pair and
  * direction, so they agree on every chunk's lane without talking, and since
@@ -22,11 +23,16 @@
  * data after it: the message's size and the lane's step the slot was
  * written at (sendrecv_head_put). A receiver takes a chunk only when the
  * head holds its own message's size and the step it reads
- * (sendrecv_head_ok): a send and a receive of different sizes, or a lane
- * whose steps no longer pair up, are refused at the first chunk each end
- * moves rather than read past or into the next message.
+ * (sendrecv_head_ok): a send and a receive of different sizes (neither
+ * empty), or a lane whose steps no longer pair up, are refused at the
+ * receiver's first chunk on each lane rather than read past or into the
+ * next message.
  *
- * A message of 0 bytes moves nothing. Sends and receives to this rank itself
+ * A message of 0 bytes moves nothing (the API drops empty sends and
+ * receives before they get here, on both ends alike when they agree; an
+ * empty receive against a send leaves the send's chunks to that peer's next
+ * receive, whose head then refuses them unless it has the same size).
+ * Sends and receives to this rank itself
  * do not use FIFOs: the k-th send to self is copied into the k-th receive
  * from self (sendrecv_self_match).
  *

@@ -70,7 +70,8 @@ struct SendrecvEmuNet {
 };
 
 enum SendrecvEmuResult { SENDRECV_EMU_OK = 0, SENDRECV_EMU_ABORTED = 1, SENDRECV_EMU_TIMED_OUT = 2,
-                    SENDRECV_EMU_POISONED = 3, SENDRECV_EMU_MISMATCH = 4 };
+                    SENDRECV_EMU_POISONED = 3, SENDRECV_EMU_MISMATCH = 4,
+                    SENDRECV_EMU_PEER_MISMATCH = 5 };
 
 // What one block of one rank's launch did.
 struct SendrecvEmuBlockOut {
@@ -95,16 +96,15 @@ inline SendrecvEmuBlockOut sendrecv_emu_block(
   sendrecv_block_init(blk.get(), ops.data(), nops, chunk, net.nlanes, nblocks, b);
   uint64_t last = sendrecv_emu_now_ns();
   for (uint32_t spins = 1; !sendrecv_block_finished(blk.get(), ops.data(), chunk); spins++) {
-    bool moved = false, poisoned = false, mismatched = false;
+    bool moved = false, mismatched = false;
+    uint32_t poisoned = 0;
     for (int t = 0; t < blk->nitems && !moved; t++) {
       int k = (blk->next + t) % blk->nitems;
       if (!sendrecv_item_eligible(blk.get(), ops.data(), chunk, k)) continue;
       const sendrecv_op &o = ops[blk->op[k]];
       dev_fifo *f = net.end(rank, o, blk->lane[k]);
-      if (__atomic_load_n(&f->ctrl->poison, __ATOMIC_ACQUIRE) != 0) {
-        poisoned = true; // the kernel checks before it waits or moves
-        break;
-      }
+      poisoned = __atomic_load_n(&f->ctrl->poison, __ATOMIC_ACQUIRE);
+      if (poisoned != 0) break; // the kernel checks before it waits or moves
       uint64_t off, size;
       sendrecv_lane_chunk(o.nbytes, chunk, blk->lane[k], net.nlanes, blk->done[k], &off, &size);
       char *slot = f->slots + (f->step % f->nslots) * f->slot_nbytes;
@@ -139,11 +139,18 @@ inline SendrecvEmuBlockOut sendrecv_emu_block(
     }
     if (moved) last = sendrecv_emu_now_ns();
     int why = SENDRECV_EMU_OK;
+    // as the kernel: poison left by a refusal (or passed on from one) is a
+    // peer's mismatch; the rank's error word is looked at only while
+    // nothing is ready
     if (mismatched) why = SENDRECV_EMU_MISMATCH;
-    else if (poisoned) why = SENDRECV_EMU_POISONED;
+    else if (poisoned != 0)
+      why = poisoned == SENDRECV_EMU_MISMATCH || poisoned == SENDRECV_EMU_PEER_MISMATCH
+                ? SENDRECV_EMU_PEER_MISMATCH
+                : SENDRECV_EMU_POISONED;
     else if (spins % 64 == 0 && abort_flag != nullptr && abort_flag->load() != 0)
       why = SENDRECV_EMU_ABORTED;
-    else if (spins % 64 == 0 && rank_error != nullptr && rank_error->load() == SENDRECV_EMU_MISMATCH)
+    else if (!moved && spins % 64 == 0 && rank_error != nullptr &&
+             rank_error->load() == SENDRECV_EMU_MISMATCH)
       why = SENDRECV_EMU_MISMATCH; // another block of this rank refused
     else if (!moved && spins % 64 == 0 && sendrecv_emu_now_ns() - last > timeout_ns)
       why = SENDRECV_EMU_TIMED_OUT;

@@ -190,7 +190,7 @@ TEST(DeviceMismatch, EveryRankFailsFastAndNothingPastItsCount) {
 TEST(DeviceMismatch, SendAndReceiveOfDifferentSizes) {
   REQUIRE_GPU();
   ScopedEnv env({{"WEFT_TIMEOUT", "30"}});
-  // 64 chunks of 256 KiB: more than 8 lanes of 4 slots hold
+  // 65 chunks of 256 KiB less the head: more than 8 lanes of 4 slots hold
   const size_t send_n = (size_t)16 << 20, recv_n = send_n + 1024;
   Ranks ranks(2);
   char *sbuf, *rbuf, *warm;

@@ -399,10 +399,57 @@ TEST(SendrecvHead, SizesThatDifferAreRefusedAtTheFirstChunk) {
       }
       EXPECT_GE(refused, 1);
       EXPECT_EQ(error[1].load(), weft_test::SENDRECV_EMU_MISMATCH);
+      for (int b = 0; b < nblocks; b++) {
+        if (sout[b].result != weft_test::SENDRECV_EMU_OK) {
+          EXPECT_EQ(sout[b].result, weft_test::SENDRECV_EMU_PEER_MISMATCH) << "sender block " << b;
+        }
+      }
       EXPECT_LT(took, timeout / 2) << "a refusal waited";
       for (size_t i = 0; i < rbuf.size(); i++)
         ASSERT_EQ(rbuf[i], kPoison) << "byte " << i << " of the receive buffer written";
     }
+}
+
+// A block of the refusing rank that waits on another peer (here one that
+// never sends) gives up on its rank's error word, which the refusing block
+// set, rather than by the timeout.
+TEST(SendrecvHead, SiblingBlocksStopOnTheRanksError) {
+  const uint32_t chunk = 32;
+  const uint64_t timeout = 2000000000ull;
+  SendrecvEmuNet net(3, 2, chunk, 1);
+  // rank 0 sends 40 bytes to rank 1, which receives 48 from it and 8 from
+  // rank 2; rank 2 never runs
+  std::vector<sendrecv_op> sops = {{40, 1, 1, 0, 0}};
+  std::vector<sendrecv_op> rops = {{48, 0, 0, 0, 0}, {8, 2, 0, 0, 0}};
+  sendrecv_assign_pairs(sops.data(), 1);
+  sendrecv_assign_pairs(rops.data(), 2);
+  std::vector<char> sbuf(40, 3), r0(48 + kGuard, kPoison), r2(8 + kGuard, kPoison);
+  std::vector<char *> sptrs = {sbuf.data()}, rptrs = {r0.data(), r2.data()};
+  const int rblocks = sendrecv_nblocks(2, 1, 8);
+  ASSERT_EQ(rblocks, 2) << "one block a peer";
+  std::atomic<int> error[2] = {{0}, {0}};
+  std::vector<weft_test::SendrecvEmuBlockOut> rout(rblocks);
+  weft_test::SendrecvEmuBlockOut sout;
+  const uint64_t t0 = weft_test::sendrecv_emu_now_ns();
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] {
+    sout = weft_test::sendrecv_emu_block(net, 0, sops, sptrs, 1, 0, nullptr, timeout, nullptr,
+                                         &error[0]);
+  });
+  for (int b = 0; b < rblocks; b++)
+    threads.emplace_back([&, b] {
+      rout[b] = weft_test::sendrecv_emu_block(net, 1, rops, rptrs, rblocks, b, nullptr, timeout,
+                                              nullptr, &error[1]);
+    });
+  for (auto &t : threads) t.join();
+  const uint64_t took = weft_test::sendrecv_emu_now_ns() - t0;
+  EXPECT_EQ(rout[0].result, weft_test::SENDRECV_EMU_MISMATCH);
+  EXPECT_EQ(rout[0].their_nbytes, 40u);
+  EXPECT_EQ(rout[1].result, weft_test::SENDRECV_EMU_MISMATCH) << "the sibling, by the error word";
+  EXPECT_EQ(rout[1].their_nbytes, 0u) << "the sibling read no head";
+  EXPECT_LT(took, timeout / 2);
+  for (char c : r0) ASSERT_EQ(c, kPoison);
+  for (char c : r2) ASSERT_EQ(c, kPoison);
 }
 
 }  // namespace

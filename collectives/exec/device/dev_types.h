@@ -202,7 +202,7 @@ struct dev_sendrecv_work {
   uint64_t *stopped;           /* mapped host memory: [0] op + 1, [1] chunks done, where a
                                   block gave up (the first to record it) */
   uint64_t timeout_ns;
-  uint64_t chunk_nbytes;       /* a slot */
+  uint64_t chunk_nbytes;       /* a slot less its head (sendrecv_chunk_room) */
   int nops;
   int nblocks;
   int nlanes;                  /* lanes per peer and direction (the comm's) */

@@ -212,7 +212,8 @@ __device__ __forceinline__ void dev_done_report(const dev_done &d) {
 
 // Thread 0 of a block that found its peer's slot differs from what its own
 // call expects: the block's record (NULL: none), fenced before its found
-// word, which is fenced before the error word the host reads first.
+// word, which is fenced before the error word the host reads first, which
+// is fenced before any poison the caller stores next.
 __device__ __forceinline__ void dev_mismatch_record(dev_mismatch *m, uint32_t *error,
                                                     uint32_t kind, int peer, uint64_t step,
                                                     uint64_t their_step, const uint64_t mine[2],
@@ -231,6 +232,7 @@ __device__ __forceinline__ void dev_mismatch_record(dev_mismatch *m, uint32_t *e
     __threadfence_system();
   }
   *(volatile uint32_t *)error = DEV_GAVE_UP_MISMATCH; // the cause, over any other
+  __threadfence_system();
 }
 
 // Thread 0 of a block that gave up: every FIFO of ring channel ch poisoned
