@@ -230,4 +230,21 @@ TEST(DeviceSignature, ReportNamesTheFieldsThatDiffer) {
   EXPECT_NE(text.find("rank 4"), std::string::npos) << text;
 }
 
+// A block that timed out says whom it waited on: the first found record
+// names the peer, what it waited for and the step; none found, nothing.
+TEST(DeviceSignature, StallNamesThePeerWaitedOn) {
+  struct dev_stall recs[DEV_MAX_CHANNELS];
+  memset(recs, 0, sizeof recs);
+  char buf[160] = "untouched";
+  EXPECT_EQ(device_stall_describe(buf, sizeof buf, recs, DEV_MAX_CHANNELS), 0);
+  EXPECT_STREQ(buf, "untouched");
+  recs[7] = {1, 3, DEV_STALL_RECV, 0, 12};
+  recs[9] = {1, 5, DEV_STALL_SEND, 0, 40};
+  EXPECT_EQ(device_stall_describe(buf, sizeof buf, recs, DEV_MAX_CHANNELS), 1);
+  EXPECT_STREQ(buf, "rank 3 (waiting for its data at step 12 of their connection)");
+  recs[7].found = 0;
+  EXPECT_EQ(device_stall_describe(buf, sizeof buf, recs, DEV_MAX_CHANNELS), 1);
+  EXPECT_STREQ(buf, "rank 5 (waiting for a free slot to send to it at step 40 of their connection)");
+}
+
 }  // namespace

@@ -181,8 +181,21 @@ struct dev_work {
   struct dev_done done;
   uint64_t sig[2];     /* the call's signature (struct signature_packed) */
   struct dev_mismatch *mismatch; /* [DEV_MAX_CHANNELS] of mapped host memory */
+  struct dev_stall *stall;       /* [DEV_MAX_CHANNELS] of mapped host memory */
   int comm_nchannels;  /* the comm's channels (ring or tree, as the launch's):
                           a block that finds a mismatch poisons them all */
+};
+
+/* Where a block waited when it gave up for want of progress (mapped host
+ * memory, one per block index, dev_work.stall[blockIdx.x]): the peer it
+ * waited on, for what, and the connection's step; found is stored last. */
+enum dev_stall_dir { DEV_STALL_RECV = 1, DEV_STALL_SEND = 2 };
+struct dev_stall {
+  uint32_t found;
+  int32_t peer;
+  uint32_t dir;  /* enum dev_stall_dir: its data (recv), or a credit for its slot (send) */
+  uint32_t pad;
+  uint64_t step; /* the FIFO's step it waited at */
 };
 
 /* The point-to-point lanes to and from one peer (device memory, one entry

@@ -597,6 +597,13 @@ weftResult_t device_comm_error(struct weftComm *comm) {
   static const char *const whys[] = {
       "?", "communicator was aborted", "no progress from a peer within the timeout",
       "a peer's kernel gave up first (its connection is poisoned)"};
+  char stalled[160];
+  if (why == DEV_GAVE_UP_TIMEOUT &&
+      device_stall_describe(stalled, sizeof stalled, device_stall_h(d), DEV_MAX_CHANNELS))
+    return weft_error_set(weftSystemError,
+                          "a device kernel of rank %d gave up: no progress from %s within the "
+                          "timeout",
+                          comm->rank, stalled);
   const uint64_t *stopped = (const uint64_t *)(d->flags_h + 4);
   uint64_t op = __atomic_load_n(&stopped[0], __ATOMIC_ACQUIRE);
   char where[96] = "";

@@ -70,7 +70,8 @@ static void premul_scalar(const struct weft_plan *plan, struct dev_work *w) {
 /* The call's signature, which the kernels carry in the first slot of every
  * link and compare (prims_device.cuh): plan's, with a pre-multiply op as
  * the sum it runs as (as on the host); where a block that finds a
- * difference records it, and the channels it then poisons. */
+ * difference records it, or whom it waited on when it timed out, and the
+ * channels it then poisons. */
 static void device_sign(const struct weft_plan *plan, const struct device_comm *d, int tree,
                         struct dev_work *w) {
   struct signature_packed sig;
@@ -78,6 +79,7 @@ static void device_sign(const struct weft_plan *plan, const struct device_comm *
   if (device_op_index(plan->op) == DEV_OP_PREMULSUM) sig.op = (uint8_t)weftSum;
   memcpy(w->sig, &sig, sizeof w->sig);
   w->mismatch = device_mismatch_d(d);
+  w->stall = device_stall_d(d);
   w->comm_nchannels = tree ? d->tree_nchannels : d->nchannels;
 }
 

@@ -2,7 +2,8 @@
  * call's signature differs from the one a peer's slot carried
  * (prims_device.cuh, struct dev_mismatch): the fields that differ and the
  * two ranks, as the host executor's refusals name them
- * (docs/signature.md). Plain C over the records, built with or without
+ * (docs/signature.md); and, when a block timed out, whom it waited on
+ * (struct dev_stall). Plain C over the records, built with or without
  * CUDA, so that the host's tests run it. */
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +17,17 @@
 int device_mismatch_found(const struct dev_mismatch *recs, int nrecs) {
   for (int i = 0; i < nrecs; i++)
     if (__atomic_load_n(&recs[i].found, __ATOMIC_ACQUIRE) != 0) return 1;
+  return 0;
+}
+
+int device_stall_describe(char *buf, size_t n, const struct dev_stall *recs, int nrecs) {
+  for (int i = 0; i < nrecs; i++) {
+    if (__atomic_load_n(&recs[i].found, __ATOMIC_ACQUIRE) == 0) continue;
+    snprintf(buf, n, "rank %d (waiting for %s at step %llu of their connection)", recs[i].peer,
+             recs[i].dir == DEV_STALL_SEND ? "a free slot to send to it" : "its data",
+             (unsigned long long)recs[i].step);
+    return 1;
+  }
   return 0;
 }
 

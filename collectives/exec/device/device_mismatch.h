@@ -12,5 +12,9 @@
 weftResult_t device_mismatch_error(int rank, const struct dev_mismatch *recs, int nrecs);
 /* Whether any of recs[0..nrecs) is found. */
 int device_mismatch_found(const struct dev_mismatch *recs, int nrecs);
+/* What the first found stall record among recs[0..nrecs) says, into buf:
+ * "rank 3 (waiting for its data at step 12 of their connection)"; 0, and
+ * nothing written, where none is found. */
+int device_stall_describe(char *buf, size_t n, const struct dev_stall *recs, int nrecs);
 
 #endif

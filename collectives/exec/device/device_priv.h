@@ -20,11 +20,12 @@
  * DEV_ENDED_OFFSET, uint64 [DEV_MAX_CHANNELS]: the launch each block index
  * last ended (launch_done.h; a launch has at most that many blocks); from
  * byte DEV_MISMATCH_OFFSET, struct dev_mismatch [DEV_MAX_CHANNELS]: where
- * each block index found the ranks' calls differ */
+ * each block index found the ranks' calls differ; from DEV_STALL_OFFSET,
+ * struct dev_stall [DEV_MAX_CHANNELS]: where each timed out */
 #define DEV_ENDED_OFFSET 32
 #define DEV_MISMATCH_OFFSET (((DEV_ENDED_OFFSET + 8 * DEV_MAX_CHANNELS) + 63) / 64 * 64)
-#define DEV_FLAGS_NBYTES \
-  (DEV_MISMATCH_OFFSET + sizeof(struct dev_mismatch) * DEV_MAX_CHANNELS)
+#define DEV_STALL_OFFSET (DEV_MISMATCH_OFFSET + sizeof(struct dev_mismatch) * DEV_MAX_CHANNELS)
+#define DEV_FLAGS_NBYTES (DEV_STALL_OFFSET + sizeof(struct dev_stall) * DEV_MAX_CHANNELS)
 #define DEV_FLAGS_PAGE_NBYTES 8192 /* what is allocated for them: two pages */
 
 /* A comm's point-to-point lanes (connected per peer on first use). */
@@ -95,6 +96,12 @@ static inline const struct dev_mismatch *device_mismatch_h(const struct device_c
 }
 static inline struct dev_mismatch *device_mismatch_d(const struct device_comm *d) {
   return (struct dev_mismatch *)((char *)d->flags_d + DEV_MISMATCH_OFFSET);
+}
+static inline const struct dev_stall *device_stall_h(const struct device_comm *d) {
+  return (const struct dev_stall *)((char *)d->flags_h + DEV_STALL_OFFSET);
+}
+static inline struct dev_stall *device_stall_d(const struct device_comm *d) {
+  return (struct dev_stall *)((char *)d->flags_d + DEV_STALL_OFFSET);
 }
 /* A kernel launch's dev_done, filled before it goes out, and counted once
  * it did (launch_done.h): destroy and abort wait for what was counted. */

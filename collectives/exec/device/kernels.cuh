@@ -53,7 +53,8 @@ __device__ __forceinline__ void dev_ring_poison_all(const dev_work &w, const dev
 // The watch of block blockIdx.x of launch w.
 __device__ __forceinline__ dev_watch dev_watch_of(const dev_work &w) {
   dev_watch watch = {w.abort_flag, w.timeout_ns, w.error,
-                     w.mismatch != NULL ? w.mismatch + blockIdx.x : NULL};
+                     w.mismatch != NULL ? w.mismatch + blockIdx.x : NULL,
+                     w.stall != NULL ? w.stall + blockIdx.x : NULL};
   return watch;
 }
 
@@ -87,7 +88,7 @@ __device__ __forceinline__ void ring_kernel_run(const dev_work &w) {
     dev_ring_poison_all(w, p.watch);
     return;
   }
-  p.sign(w.sig, ch->ring[(ch->ring_pos + k - 1) % k]);
+  p.sign(w.sig, ch->ring[(ch->ring_pos + k - 1) % k], ch->ring[(ch->ring_pos + 1) % k]);
   struct ring_geom g;
   ring_geom_init(&g, w.coll, ch->nranks, ch->ring_pos, root_pos, w.count, offset, count,
                  p.slot_count(), sizeof(T));
@@ -184,7 +185,7 @@ __device__ __forceinline__ void tree_kernel_run(const dev_work &w) {
   dev_prims<R, PROTO> p;
   p.init_fifos(&tc->send[0][PROTO], &tc->recv[0][PROTO], watch, w.divisor,
                dev_premul_scalar<T>(w));
-  p.sign(w.sig, tc->peer[0]);
+  p.sign(w.sig, tc->peer[0], tc->peer[0]);
   int bound_send = 0, bound_recv = 0;
 
   struct tree_geom g;
@@ -210,6 +211,7 @@ __device__ __forceinline__ void tree_kernel_run(const dev_work &w) {
       p.send.step = send_step[bound_send];
       p.head_seen = head_seen[bound_send];
       p.sig_send_at = send_first[bound_send];
+      p.send_peer = tc->peer[bound_send];
     }
     if (st.recv_peer >= 0 && link[st.recv_peer] != bound_recv) {
       recv_step[bound_recv] = p.recv.step;

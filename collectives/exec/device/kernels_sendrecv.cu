@@ -34,7 +34,8 @@ __device__ __forceinline__ bool sendrecv_lane_ready(const dev_fifo *f, bool send
 // Thread 0: the block's next item to move, waiting until one is ready.
 // Sets *why when it gives up.
 __device__ int sendrecv_pick(const dev_sendrecv_work &w, sendrecv_block &blk, uint32_t *why) {
-  const dev_watch watch = {w.abort_flag, w.timeout_ns, w.error, NULL}; // compares no signature
+  // compares no signature here; where it stopped is w.stopped's
+  const dev_watch watch = {w.abort_flag, w.timeout_ns, w.error, NULL, NULL};
   uint64_t start = dev_clock_ns();
   for (uint32_t spins = 0;;) {
     if (sendrecv_block_finished(&blk, w.ops, w.chunk_nbytes)) return PICK_DONE;

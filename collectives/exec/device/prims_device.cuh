@@ -162,6 +162,7 @@ struct dev_watch {
   uint64_t timeout_ns;
   uint32_t *error;
   dev_mismatch *mismatch;
+  dev_stall *stall; // where it says whom it waited on when it timed out (NULL: nowhere)
 };
 
 __device__ __forceinline__ uint32_t dev_fifo_poison(const dev_fifo &f) {
@@ -181,16 +182,26 @@ __device__ __forceinline__ uint32_t dev_poison_why(uint32_t poison) {
 // Called while spinning; true when the block must give up (and says why in
 // the error word: enum dev_give_up): the abort flag, another block of this
 // rank that found a mismatch (the error word), a poisoned FIFO among a and
-// b (either may be NULL), or no progress for timeout_ns.
+// b (either may be NULL), or no progress for timeout_ns, which the block's
+// stall record then pins on peer (waiting for dir at step; peer -1: none).
 __device__ __forceinline__ bool dev_watch_expired(const dev_watch &w, uint64_t start_ns,
                                                   uint32_t *spins, const dev_fifo *a = NULL,
-                                                  const dev_fifo *b = NULL) {
+                                                  const dev_fifo *b = NULL, int peer = -1,
+                                                  uint32_t dir = 0, uint64_t step = 0) {
   if (++*spins % DEV_SPINS_PER_CHECK != 0) return false;
   uint32_t why = 0, pa = a != NULL ? dev_fifo_poison(*a) : 0, pb = b != NULL ? dev_fifo_poison(*b) : 0;
   if (w.abort_flag != NULL && *w.abort_flag != 0) why = DEV_GAVE_UP_ABORT;
   else if (*(volatile uint32_t *)w.error == DEV_GAVE_UP_MISMATCH) why = DEV_GAVE_UP_MISMATCH;
   else if (pa != 0 || pb != 0) why = dev_poison_why(pa != 0 ? pa : pb);
   else if (w.timeout_ns != 0 && dev_clock_ns() - start_ns > w.timeout_ns) why = DEV_GAVE_UP_TIMEOUT;
+  if (why == DEV_GAVE_UP_TIMEOUT && w.stall != NULL && peer >= 0) {
+    w.stall->peer = peer;
+    w.stall->dir = dir;
+    w.stall->step = step;
+    __threadfence_system(); // the record before its found word
+    *(volatile uint32_t *)&w.stall->found = 1;
+    __threadfence_system(); // ... before the error word
+  }
   if (why != 0 && *(volatile uint32_t *)w.error == 0)
     *(volatile uint32_t *)w.error = why; /* mapped host memory */
   return why != 0;
@@ -276,7 +287,8 @@ struct dev_prims {
   uint64_t sig[2];
   uint64_t sig_send_at;
   uint64_t sig_recv_at;
-  int sig_peer;
+  int sig_peer;  // the rank the bound receive FIFO comes from
+  int send_peer; // the rank the bound send FIFO goes to (-1: not said)
   bool peeked; // peek_mismatch found the first slot and it matched: no more looks
 
   // Bound to FIFOs other than a ring channel's (a tree's links): home_send
@@ -295,6 +307,7 @@ struct dev_prims {
     head_seen = send.seen;
     tail_seen = recv.seen;
     sig_send_at = sig_recv_at = ~0ull;
+    sig_peer = send_peer = -1;
     peeked = false;
   }
 
@@ -310,18 +323,21 @@ struct dev_prims {
     head_seen = send.seen;
     tail_seen = recv.seen;
     sig_send_at = sig_recv_at = ~0ull;
+    sig_peer = send_peer = -1;
     peeked = false;
   }
 
   // The call's first slot on each bound FIFO carries s, and the first
-  // received is compared with it (from rank peer). A tree rebinding its
-  // FIFOs sets sig_send_at, sig_recv_at and sig_peer per link.
-  __device__ void sign(const uint64_t s[2], int peer) {
+  // received is compared with it (from rank from; the send FIFO goes to
+  // rank to). A tree rebinding its FIFOs sets sig_send_at, sig_recv_at,
+  // sig_peer and send_peer per link.
+  __device__ void sign(const uint64_t s[2], int from, int to) {
     sig[0] = s[0];
     sig[1] = s[1];
     sig_send_at = send.step;
     sig_recv_at = recv.step;
-    sig_peer = peer;
+    sig_peer = from;
+    send_peer = to;
   }
 
   // Elements one slot carries after its head.
@@ -405,7 +421,8 @@ struct dev_prims {
                                             : dev_ld_volatile_u64(&send.ctrl->head);
           if (send.step - head_seen < send.nslots) break;
           while (send.step - dev_ld_volatile_u64(&send.ctrl->head) >= send.nslots)
-            if (dev_watch_expired(watch, start, &spins, &send, do_recv ? &recv : NULL) ||
+            if (dev_watch_expired(watch, start, &spins, &send, do_recv ? &recv : NULL, send_peer,
+                                  DEV_STALL_SEND, send.step) ||
                 (spins % DEV_SPINS_PER_CHECK == 0 && peek_mismatch())) {
               failed = 1;
               break;
@@ -418,7 +435,8 @@ struct dev_prims {
         for (;;) {
           tail_seen = dev_ld_volatile_u64(&recv.ctrl->tail);
           if (tail_seen > recv.step) break;
-          if (dev_watch_expired(watch, start, &spins, &recv, do_send ? &send : NULL)) {
+          if (dev_watch_expired(watch, start, &spins, &recv, do_send ? &send : NULL, sig_peer,
+                                DEV_STALL_RECV, recv.step)) {
             failed = 1;
             break;
           }
@@ -588,7 +606,8 @@ struct dev_prims {
         for (;;) {
           line = dev_ld_volatile_line(h + i);
           if (ll_line_ready(reinterpret_cast<const uint32_t *>(&line), flag)) break;
-          if (dev_watch_expired(watch, start, &spins, &recv)) {
+          if (dev_watch_expired(watch, start, &spins, &recv, NULL, sig_peer, DEV_STALL_RECV,
+                                recv.step)) {
             bad = 1;
             break;
           }
@@ -651,7 +670,8 @@ struct dev_prims {
         for (;;) {
           line = dev_ld_volatile_line(in + l);
           if (ll_line_ready(reinterpret_cast<const uint32_t *>(&line), recv_flag)) break;
-          if (dev_watch_expired(watch, start, &spins, &recv)) {
+          if (dev_watch_expired(watch, start, &spins, &recv, NULL, sig_peer, DEV_STALL_RECV,
+                                recv.step)) {
             gave_up = true; // the block's other threads learn it below
             break;
           }
