@@ -165,8 +165,7 @@ __device__ __forceinline__ void tree_kernel_run(const dev_work &w) {
     any = poison != 0;
     if (any && *(volatile uint32_t *)watch.error == 0)
       *(volatile uint32_t *)watch.error = dev_poison_why(poison);
-    if (any) tree_poison(tc, watch); // an earlier kernel gave up here
-    if (any) // every tree channel (dev_ring_poison_all)
+    if (any) // an earlier kernel gave up here: every tree channel (as dev_ring_poison_all)
       for (int c = 0; c < w.comm_nchannels; c++) tree_poison(&w.trees[c], watch);
   }
   if (__syncthreads_or(any) != 0) return;
@@ -233,8 +232,7 @@ __device__ __forceinline__ void tree_kernel_run(const dev_work &w) {
   tail_seen[bound_recv] = p.tail_seen;
   if (ok) dev_pdl_release(w);
   if (threadIdx.x == 0) { // error says why a block gave up; the host reports it
-    if (!ok) tree_poison(tc, watch);
-    if (!ok) // every tree channel (dev_ring_poison_all)
+    if (!ok) // every tree channel, this one among them (as dev_ring_poison_all)
       for (int c = 0; c < w.comm_nchannels; c++) tree_poison(&w.trees[c], watch);
     for (int i = 0; i < np; i++) {
       tc->send[i][PROTO].step = send_step[i];
