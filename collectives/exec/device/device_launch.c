@@ -388,10 +388,6 @@ struct comm_part {
   char error[512];
 };
 
-/* Whether WEFT_CHECK=1 compares every collective over the bootstrap
- * before it launches (signature_agree). */
-static int device_checked(void) { return param_int(&coll_params[P_CHECK]) != 0; }
-
 static void *connect_main(void *p) {
   struct comm_part *a = p;
   a->res = device_cuda_check(cudaSetDevice(a->comm->cuda_dev >= 0 ? a->comm->cuda_dev : 0),
@@ -415,7 +411,7 @@ static void *connect_main(void *p) {
 static weftResult_t connect_parts(struct comm_part *parts, size_t nparts) {
   size_t todo = 0; /* a thread costs tens of microseconds: none once connected */
   for (size_t i = 0; i < nparts; i++)
-    todo += !comm_connected(parts[i].comm, parts[i].plans, parts[i].n) || device_checked();
+    todo += !comm_connected(parts[i].comm, parts[i].plans, parts[i].n) || signature_checking();
   if (todo == 0) return weftSuccess;
   pthread_t *tids = calloc(nparts ? nparts : 1, sizeof *tids);
   if (tids == NULL) return weft_error_set(weftSystemError, "out of memory");
