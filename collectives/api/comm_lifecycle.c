@@ -381,9 +381,12 @@ weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t *asyncError) {
   /* a revoked comm's kernels stopped because of the revoke: that is its
    * purpose, not an error to report (nor to poison the bootstrap with,
    * which shrink and split still use) */
-  if (!comm_life_revoked(comm) && comm_async_error(comm) == weftSuccess &&
-      device_comm_error(comm) != weftSuccess)
-    comm_fail(comm, device_comm_error(comm));
+  if (!comm_life_revoked(comm) && comm_async_error(comm) == weftSuccess) {
+    /* the kernels' failure, or a watch of kernels that end nothing, which
+     * asks the peers where they are (device_watch.c) */
+    const weftResult_t dres = device_comm_watch(comm);
+    if (dres != weftSuccess) comm_fail(comm, dres);
+  }
   *asyncError = comm_async_error(comm);
   return weftSuccess;
 }

@@ -250,7 +250,8 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
   const int tuned_by_call = plan_tune(comm, plan);
   comm->seq++;
   const int in_group = group_depth_get() > 0;
-  /* host calls that run later (device ones run in kernels the trace does not see) */
+  /* host calls that run later (device ones are recorded with their
+   * launches, device_launch.c) */
   if ((in_group || hs != NULL) && !plan->on_device)
     plan->trace_id = trace_record(comm->trace, plan, 0);
   if (in_group) return group_record(comm, plan, stream);

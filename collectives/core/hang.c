@@ -106,6 +106,16 @@ static void text_call_state(struct text *t, const struct trace_call *c, int64_t 
   const int64_t since = c->t_done_ns ? c->t_done_ns
                         : c->t_started_ns ? c->t_started_ns : c->t_created_ns;
   const double ago = since > 0 && now_ns > since ? (double)(now_ns - since) / 1e9 : 0.0;
+  if (c->on_device && c->t_done_ns == 0 && (c->state == TRACE_COMPLETED || c->state == TRACE_FAILED)) {
+    /* a kernel's end is not timed: when it was enqueued */
+    text_add(t, ", %s (enqueued %.1f s %s)", c->state == TRACE_COMPLETED ? "completed" : "failed",
+             ago, ago_word);
+    return;
+  }
+  if (c->on_device && c->state == TRACE_STARTED) {
+    text_add(t, ", its kernel running (enqueued %.1f s %s)", ago, ago_word);
+    return;
+  }
   switch (c->state) {
     case TRACE_SCHEDULED: text_add(t, ", queued %.1f s %s, not started", ago, ago_word); break;
     case TRACE_STARTED: text_add(t, ", started %.1f s %s", ago, ago_word); break;
@@ -339,6 +349,12 @@ free_all:
   free(outcome);
   free(views);
   return res;
+}
+
+weftResult_t hang_judge(struct weftComm *comm, const struct trace_call *subject, const char *how,
+                        int stalling, char *text, size_t n) {
+  return ask_and_judge(comm, subject, how, stalling ? HANG_STALL_ASK_NS : HANG_VERDICT_ASK_NS,
+                       text, n);
 }
 
 /* --- the watcher ---------------------------------------------------------- */

@@ -46,6 +46,16 @@ weftResult_t hang_verdict(const struct trace_call *subject, const char *how,
 /* "AllReduce #12 (1024 float32 sum)" into buf. */
 void hang_call_name(const struct trace_call *c, char *buf, size_t n);
 
+/* Asks every peer of comm over the bootstrap where it is and writes the
+ * verdict on subject, a call of comm's trace, into text (n bytes): returns
+ * weftInvalidUsage where ranks that reached its number made different
+ * collectives under it, else weftSuccess. Blocks a quarter of a second at
+ * most while the call stalls (stalling), half a second for the verdict
+ * after a failure. Any thread but against the comm's destruction (the
+ * device executor asks from weftCommGetAsyncError). */
+weftResult_t hang_judge(struct weftComm *comm, const struct trace_call *subject, const char *how,
+                        int stalling, char *text, size_t n);
+
 /* --- watching a call ------------------------------------------------------ */
 
 /* The watcher of the calls a thread runs on comm (trace ids ids[nids]),

@@ -36,10 +36,12 @@ struct weft_param trace_params[] = {
      .see = "diagnosis.md"},
     [P_HANG_ASK_MS] = {.name = "WEFT_HANG_ASK_MS", .type = PARAM_INT, .default_str = "500",
      .min = 0, .max = 3600000, .out_of_range = PARAM_RANGE_CLAMP,
-     .doc = "milliseconds a wait of a collective lasts before the rank asks its peers, over "
-            "the bootstrap, where they are (again after twice as long, and so on): a peer in "
-            "another collective under the same number is then `weftInvalidUsage` on every "
-            "waiting rank at once; `0` asks only once the timeout has passed",
+     .doc = "milliseconds a wait of a collective lasts (on device memory: that a comm's "
+            "kernels have work and end nothing, as `weftCommGetAsyncError` sees) before the "
+            "rank asks its peers, over the bootstrap, where they are (again after twice as "
+            "long, and so on): a peer in another collective under the same number is then "
+            "`weftInvalidUsage` on every waiting rank at once; `0` asks only once the timeout "
+            "has passed",
      .see = "diagnosis.md"},
     PARAM_END,
 };
@@ -50,6 +52,7 @@ struct trace_slot {
   uint32_t gen;
   uint32_t unused;
   struct trace_call call;
+  struct trace_launch launch; /* a device call's; zeros for the host's */
 };
 
 struct trace {
@@ -64,6 +67,10 @@ struct trace {
   uint64_t ask_after_ns; /* WEFT_HANG_ASK_MS, read once */
   char name[64];
   struct trace *next; /* in the registry the signal dumps */
+  /* where device calls' states are read from, held while a reader asks */
+  pthread_mutex_t probe_mutex;
+  trace_launch_fn probe;
+  void *probe_arg;
 };
 
 /* The calls' times come from the coarse clock (the kernel's tick, a few
@@ -186,6 +193,7 @@ struct trace *trace_create(int rank, int nranks, uint64_t job_hash, const char *
     return NULL;
   }
   t->mask = n - 1;
+  pthread_mutex_init(&t->probe_mutex, NULL);
   t->rank = rank;
   t->nranks = nranks;
   t->job_hash = job_hash;
@@ -209,8 +217,17 @@ void trace_destroy(struct trace *t) {
       break;
     }
   pthread_mutex_unlock(&registry_mutex);
+  pthread_mutex_destroy(&t->probe_mutex);
   free(t->ring);
   free(t);
+}
+
+void trace_launch_probe_set(struct trace *t, trace_launch_fn fn, void *arg) {
+  if (t == NULL) return;
+  pthread_mutex_lock(&t->probe_mutex);
+  t->probe = fn;
+  t->probe_arg = arg;
+  pthread_mutex_unlock(&t->probe_mutex);
 }
 
 uint64_t trace_ask_after_ns(const struct trace *t) { return t != NULL ? t->ask_after_ns : 0; }
@@ -218,11 +235,16 @@ uint64_t trace_ask_after_ns(const struct trace *t) { return t != NULL ? t->ask_a
 /* The call's fields are stored, and its words loaded, one by one and
  * atomically (relaxed): a reader racing the writer sees a mix, which the
  * slot's gen tells it to copy again, and no field is ever torn. */
-#define CALL_WORDS (sizeof(struct trace_call) / sizeof(uint64_t))
-_Static_assert(sizeof(struct trace_call) % sizeof(uint64_t) == 0, "a call is whole words");
+#define CALL_WORDS ((sizeof(struct trace_call) + sizeof(struct trace_launch)) / sizeof(uint64_t))
+_Static_assert(sizeof(struct trace_call) % sizeof(uint64_t) == 0 &&
+                   offsetof(struct trace_slot, launch) ==
+                       offsetof(struct trace_slot, call) + sizeof(struct trace_call),
+               "a call and its launches are whole words, one after the other");
 
-/* A consistent copy of slot s: 1, or 0 when the writer kept changing it. */
-static int slot_read(const struct trace_slot *s, struct trace_call *out) {
+/* A consistent copy of slot s (and of its launches, where launch is not
+ * NULL): 1, or 0 when the writer kept changing it. */
+static int slot_read(const struct trace_slot *s, struct trace_call *out,
+                     struct trace_launch *launch) {
   const uint64_t *src = (const uint64_t *)(const void *)&s->call;
   uint64_t w[CALL_WORDS];
   for (int tries = 0; tries < 1000; tries++) {
@@ -231,11 +253,26 @@ static int slot_read(const struct trace_slot *s, struct trace_call *out) {
     for (size_t i = 0; i < CALL_WORDS; i++) w[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     if (__atomic_load_n(&s->gen, __ATOMIC_RELAXED) == g1) {
-      memcpy(out, w, sizeof w);
+      memcpy(out, w, sizeof *out);
+      if (launch != NULL) memcpy(launch, (const char *)w + sizeof *out, sizeof *launch);
       return 1;
     }
   }
   return 0;
+}
+
+/* A device call's state as its launches say now (the probe's), over the
+ * state it was recorded in; its times stay the host's: when it was
+ * enqueued (its end is not read from the GPU, so a completed one has no
+ * end time). */
+static void device_view(const struct trace *t, const struct trace_launch *l,
+                        struct trace_call *c) {
+  if (!c->on_device || l->last == 0 || c->state == TRACE_COMPLETED || c->state == TRACE_FAILED)
+    return;
+  struct trace *mt = (struct trace *)t; /* the mutex only */
+  pthread_mutex_lock(&mt->probe_mutex);
+  if (t->probe != NULL) t->probe(t->probe_arg, l, &c->state, &c->result, &c->waiting_on);
+  pthread_mutex_unlock(&mt->probe_mutex);
 }
 
 /* Stores field f of call c whole (relaxed): for the readers' seqlock. */
@@ -257,7 +294,9 @@ _Static_assert(offsetof(struct trace_call, coll) % 8 == 0 &&
                    offsetof(struct trace_call, waiting_on) ==
                        offsetof(struct trace_call, state) + 4 &&
                    offsetof(struct trace_call, proto) == offsetof(struct trace_call, algo) + 4 &&
-                   offsetof(struct trace_call, result) == offsetof(struct trace_call, nranks) + 4,
+                   offsetof(struct trace_call, result) == offsetof(struct trace_call, nranks) + 4 &&
+                   offsetof(struct trace_call, on_device) % 8 == 0 &&
+                   offsetof(struct trace_call, unused) == offsetof(struct trace_call, on_device) + 4,
                "CALL_SET2's pairs are neighbours, each pair 8-byte aligned");
 
 /* Writes plan's call into the next slot, in state, with its times and
@@ -266,7 +305,8 @@ _Static_assert(offsetof(struct trace_call, coll) % 8 == 0 &&
  * (stalls worth a tenth of an 8-byte all-reduce). */
 static inline uint64_t slot_write(struct trace *t, const struct weft_plan *plan,
                                   enum trace_state state, int64_t created, int64_t started,
-                                  int64_t done, weftResult_t result) {
+                                  int64_t done, weftResult_t result,
+                                  const struct trace_launch *launch) {
   const uint64_t id = t->next_id + 1;
   const int p2p = plan_is_sendrecv(plan);
   struct trace_slot *s = &t->ring[id & t->mask];
@@ -285,6 +325,10 @@ static inline uint64_t slot_write(struct trace *t, const struct weft_plan *plan,
   CALL_SET2(c, state, state, -1); /* waiting on nobody */
   CALL_SET2(c, algo, plan->algo, plan->proto);
   CALL_SET2(c, nranks, t->nranks, result);
+  CALL_SET2(c, on_device, launch != NULL, 0);
+  CALL_SET(&s->launch, first, launch != NULL ? launch->first : 0);
+  CALL_SET(&s->launch, last, launch != NULL ? launch->last : 0);
+  CALL_SET(&s->launch, nblocks, launch != NULL ? launch->nblocks : 0);
   __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELEASE);
   __atomic_store_n(&t->next_id, id, __ATOMIC_RELEASE); /* readers see it whole */
   return id;
@@ -294,14 +338,20 @@ uint64_t trace_record(struct trace *t, const struct weft_plan *plan, int starts_
   if (t == NULL) return 0;
   const int64_t now = now_ns();
   return slot_write(t, plan, starts_now ? TRACE_STARTED : TRACE_SCHEDULED, now,
-                    starts_now ? now : 0, 0, weftSuccess);
+                    starts_now ? now : 0, 0, weftSuccess, NULL);
+}
+
+uint64_t trace_record_launched(struct trace *t, const struct weft_plan *plan,
+                               const struct trace_launch *l) {
+  if (t == NULL) return 0;
+  return slot_write(t, plan, TRACE_SCHEDULED, now_ns(), 0, 0, weftSuccess, l);
 }
 
 uint64_t trace_record_done(struct trace *t, const struct weft_plan *plan, weftResult_t result) {
   if (t == NULL) return 0;
   const int64_t now = now_ns();
   return slot_write(t, plan, result == weftSuccess ? TRACE_COMPLETED : TRACE_FAILED, now, now,
-                    now, result);
+                    now, result, NULL);
 }
 
 void trace_set_state(struct trace *t, uint64_t id, enum trace_state state, int peer,
@@ -347,7 +397,24 @@ void trace_done(struct trace *t, uint64_t id, weftResult_t result, int read_cloc
 
 int trace_get(const struct trace *t, uint64_t id, struct trace_call *out) {
   if (t == NULL || id == 0) return 0;
-  return slot_read(&t->ring[id & t->mask], out) && out->id == id;
+  struct trace_launch l;
+  if (!slot_read(&t->ring[id & t->mask], out, &l) || out->id != id) return 0;
+  device_view(t, &l, out);
+  return 1;
+}
+
+int trace_oldest_unfinished(const struct trace *t, struct trace_call *out) {
+  if (t == NULL) return 0;
+  const uint64_t last = __atomic_load_n(&t->next_id, __ATOMIC_ACQUIRE);
+  const uint64_t first = last > t->mask ? last - t->mask : 1;
+  int found = 0;
+  for (uint64_t id = last; id >= first && id > 0; id--) {
+    struct trace_call c;
+    if (!trace_get(t, id, &c) || c.state == TRACE_COMPLETED) break;
+    *out = c;
+    found = 1;
+  }
+  return found;
 }
 
 int trace_latest(const struct trace *t, struct trace_call *out, int max) {
@@ -429,6 +496,7 @@ static void json_call(FILE *out, const struct trace_call *c) {
   if (c->coll == COLL_BROADCAST || c->coll == COLL_REDUCE) fprintf(out, ", \"root\": %d", c->root);
   if (p2p) fprintf(out, ", \"peer\": %d", c->root);
   fprintf(out, ", \"state\": \"%s\"", trace_state_name((enum trace_state)c->state));
+  if (c->on_device) fputs(", \"device\": true", out);
   if (c->waiting_on >= 0) fprintf(out, ", \"waiting_on\": %d", c->waiting_on);
   fprintf(out, ", \"time_created_ns\": %" PRId64, c->t_created_ns);
   if (c->t_started_ns != 0)

@@ -50,8 +50,11 @@ struct trace_call {
   int32_t proto;
   int32_t nranks;          /* the communicator's */
   int32_t result;          /* weftResult_t once done */
+  int32_t on_device;       /* 1: a kernel's on the caller's CUDA stream (its state as
+                              its launches' ends say: struct trace_launch) */
+  int32_t unused;
 };
-static_assert(sizeof(struct trace_call) == 88, "trace_call has no hidden padding");
+static_assert(sizeof(struct trace_call) == 96, "trace_call has no hidden padding");
 
 struct trace;
 
@@ -68,6 +71,34 @@ uint64_t trace_record(struct trace *t, const struct weft_plan *plan, int starts_
  * that ran on the calling thread and never waited (its times are one clock
  * read). Returns its id (0 without a trace). */
 uint64_t trace_record_done(struct trace *t, const struct weft_plan *plan, weftResult_t result);
+/* A call on device memory: the comm's kernel launches it went out as,
+ * numbered as the comm counts them (launch_done.h), first to last, and the
+ * last one's blocks. Its state is what those launches' ends say, which the
+ * device executor reads (trace_launch_fn) whenever the trace is read. */
+struct trace_launch {
+  uint64_t first;
+  uint64_t last;
+  uint64_t nblocks;
+};
+/* What a device call's launches say now: *state (TRACE_SCHEDULED: none of
+ * them began, as far as the host can tell; TRACE_STARTED; TRACE_COMPLETED;
+ * TRACE_FAILED with *result) and, when a block of the comm stopped for
+ * want of progress, *waiting_on (else left). Called on any thread that reads
+ * the trace; must not block. */
+typedef void (*trace_launch_fn)(void *arg, const struct trace_launch *l, int32_t *state,
+                                int32_t *result, int32_t *waiting_on);
+/* Makes fn(arg) what device calls' states are read from (NULL: none; they
+ * read as recorded); returns once no reader uses the previous one. */
+void trace_launch_probe_set(struct trace *t, trace_launch_fn fn, void *arg);
+/* Records plan's call on device memory, enqueued as launches l: its state
+ * from then on is what they say. Returns its id (0 without a trace). */
+uint64_t trace_record_launched(struct trace *t, const struct weft_plan *plan,
+                               const struct trace_launch *l);
+/* The oldest call of the unbroken run of calls, newest back, that are not
+ * completed (running, waiting, failed: where a comm stuck or broke): 1 and
+ * *out, or 0 when the newest call completed or there is none. */
+int trace_oldest_unfinished(const struct trace *t, struct trace_call *out);
+
 /* The call id enters state; `peer` is the rank it waits on for TRACE_WAITING,
  * result its result for TRACE_COMPLETED and TRACE_FAILED. */
 void trace_set_state(struct trace *t, uint64_t id, enum trace_state state, int peer,

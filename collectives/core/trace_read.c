@@ -207,7 +207,8 @@ static void call_from_json(const struct json *e, int nranks, struct trace_call *
       .root = (int32_t)json_int(e, p2p ? "peer" : "root", -1),
       .state = name_index(json_str(e, "state"), state_of, TRACE_NUM_STATES),
       .waiting_on = (int32_t)json_int(e, "waiting_on", -1),
-      .nranks = nranks};
+      .nranks = nranks,
+      .on_device = json_get(e, "device") != NULL};
 }
 
 /* One rank's dump. */

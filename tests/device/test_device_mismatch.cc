@@ -24,6 +24,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/device/dev_ranks.h"
@@ -261,6 +262,137 @@ TEST(DeviceMismatch, CheckComparesBeforeLaunching) {
   EXPECT_NE(text.find("count differs"), std::string::npos) << text;
   ranks.sync();
   matched_allreduce(ranks, buf, buf, 1024); // the comms go on working
+  for (int r = 0; r < k; r++) cudaFree(buf[r]);
+}
+
+// Polls every rank's weftCommGetAsyncError (as a watchdog does) until each
+// reports an error or limit_s passes: the seconds it took, each rank's
+// error and text.
+double poll_until_all_fail(Ranks &ranks, double limit_s, std::vector<weftResult_t> &async,
+                           std::vector<std::string> &text) {
+  const int k = (int)ranks.comms.size();
+  async.assign(k, weftSuccess);
+  text.assign(k, "");
+  const auto t0 = std::chrono::steady_clock::now();
+  double s = 0;
+  for (;;) {
+    int failed = 0;
+    for (int r = 0; r < k; r++) {
+      if (async[r] == weftSuccess) {
+        EXPECT_EQ(weftCommGetAsyncError(ranks.comms[r], &async[r]), weftSuccess);
+        if (async[r] != weftSuccess) text[r] = weftGetLastError(ranks.comms[r]);
+      }
+      failed += async[r] != weftSuccess;
+    }
+    s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (failed == k || s > limit_s) return s;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// Counts on either side of the tuner's LL/SIMPLE threshold (and a count of
+// one against others): the ranks' kernels use different FIFOs, so no
+// kernel compares. weftCommGetAsyncError's watch finds their kernels have
+// ended nothing for WEFT_HANG_ASK_MS, asks the peers, finds a different
+// count under the call's number in their traces and stops the kernels:
+// every rank fails within about a second of the watch's question with
+// WEFT_TIMEOUT=30, one names the count, and nothing lands past a count.
+TEST(DeviceMismatch, ProtocolsThatDifferFoundByAsking) {
+  REQUIRE_GPU();
+  ScopedEnv env({{"WEFT_TIMEOUT", "30"}});
+  const int k = 3;
+  const size_t small = 1000, large = (size_t)4 << 20; // 4 KB and 16 MiB of float32
+  Ranks ranks(k);
+  std::vector<unsigned char *> send(k), recv(k);
+  for (int r = 0; r < k; r++) {
+    ASSERT_EQ(cudaMalloc((void **)&send[r], large * 4 + kCanary), cudaSuccess);
+    ASSERT_EQ(cudaMalloc((void **)&recv[r], large * 4 + kCanary), cudaSuccess);
+    ASSERT_EQ(cudaMemset(send[r], 0x11, large * 4 + kCanary), cudaSuccess);
+  }
+  matched_allreduce(ranks, send, recv, small);
+  if (HasFailure()) return;
+  for (int r = 0; r < k; r++) ASSERT_EQ(cudaMemset(recv[r], kPoison, large * 4 + kCanary), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(weftGroupStart(), weftSuccess);
+  for (int r = 0; r < k; r++)
+    ASSERT_EQ(weftAllReduce(send[r], recv[r], r == 0 ? small : large, weftFloat32, weftSum,
+                            ranks.comms[r], ranks.streams[r]),
+              weftSuccess);
+  weftGroupEnd();
+  std::vector<weftResult_t> async;
+  std::vector<std::string> text;
+  const double s = poll_until_all_fail(ranks, 10.0, async, text);
+  printf("  every rank failed after %.2f s\n", s);
+  EXPECT_LT(s, 2.0) << "the watch asks after WEFT_HANG_ASK_MS (500 ms)";
+  int named = 0;
+  for (int r = 0; r < k; r++) {
+    printf("  rank %d: %d %s\n", r, (int)async[r], text[r].c_str());
+    EXPECT_NE(async[r], weftSuccess) << "rank " << r;
+    named += async[r] == weftInvalidUsage && text[r].find("count differs") != std::string::npos;
+  }
+  EXPECT_GE(named, 1) << "no rank named the count";
+  for (int r = 0; r < k; r++) {
+    EXPECT_EQ(cudaStreamSynchronize(ranks.streams[r]), cudaSuccess) << "the kernels stopped";
+    std::vector<unsigned char> tail(kCanary);
+    const size_t out = (r == 0 ? small : large) * 4;
+    ASSERT_EQ(cudaMemcpy(tail.data(), recv[r] + out, kCanary, cudaMemcpyDeviceToHost), cudaSuccess);
+    size_t touched = 0;
+    for (unsigned char b : tail) touched += b != kPoison;
+    EXPECT_EQ(touched, 0u) << "rank " << r << ": bytes written past its count";
+    cudaFree(send[r]);
+    cudaFree(recv[r]);
+  }
+}
+
+// A rank that skips a collective on device memory: the others' kernels
+// give up at WEFT_TIMEOUT, and their error is the verdict from the ranks'
+// traces, as on host memory: the rank that never called it, its last call
+// (device calls are in the trace, their state read from their kernels'
+// ends) and who waits on it.
+TEST(DeviceMismatch, SkippedCallNamedAfterTheTimeout) {
+  REQUIRE_GPU();
+  ScopedEnv env({{"WEFT_TIMEOUT", "2"}});
+  const int k = 3;
+  Ranks ranks(k);
+  std::vector<unsigned char *> buf(k);
+  for (int r = 0; r < k; r++) {
+    ASSERT_EQ(cudaMalloc((void **)&buf[r], 4096 * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMemset(buf[r], 0, 4096 * sizeof(float)), cudaSuccess);
+  }
+  matched_allreduce(ranks, buf, buf, 4096);
+  if (HasFailure()) return;
+  // ranks 0 and 1 call all-reduce #2; rank 2 does not
+  ASSERT_EQ(weftGroupStart(), weftSuccess);
+  for (int r = 0; r < 2; r++)
+    ASSERT_EQ(weftAllReduce(buf[r], buf[r], 4096, weftFloat32, weftSum, ranks.comms[r],
+                            ranks.streams[r]),
+              weftSuccess);
+  weftGroupEnd();
+  Ranks *rp = &ranks;
+  const int waiting = 2;
+  std::vector<weftResult_t> got(waiting, weftSuccess);
+  std::vector<std::string> said(waiting);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 10.0 &&
+         (got[0] == weftSuccess || got[1] == weftSuccess)) {
+    for (int r = 0; r < waiting; r++)
+      if (got[r] == weftSuccess) {
+        weftCommGetAsyncError(rp->comms[r], &got[r]);
+        if (got[r] != weftSuccess) said[r] = weftGetLastError(rp->comms[r]);
+      }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (int r = 0; r < waiting; r++) {
+    printf("  rank %d: %d %s\n", r, (int)got[r], said[r].c_str());
+    EXPECT_NE(got[r], weftSuccess) << "rank " << r;
+    EXPECT_NE(said[r].find("AllReduce #2 (4096 float32 sum)"), std::string::npos) << said[r];
+    EXPECT_NE(said[r].find("rank 2 never called it (its last: AllReduce #1, completed"),
+              std::string::npos)
+        << said[r];
+  }
+  weftResult_t idle = weftSuccess;
+  weftCommGetAsyncError(ranks.comms[2], &idle);
+  EXPECT_EQ(idle, weftSuccess) << "the rank that skipped it waits on nothing";
   for (int r = 0; r < k; r++) cudaFree(buf[r]);
 }
 

@@ -89,6 +89,9 @@ weftResult_t device_enqueue_group(struct weftComm *const *comms,
 void device_comm_abort(struct weftComm *comm);
 /* A failure the kernels recorded (abort, timeout): weftSuccess or an error. */
 weftResult_t device_comm_error(struct weftComm *comm);
+/* device_comm_error, and, while there is none, the watch of kernels that
+ * end nothing (device_watch.c): weftCommGetAsyncError's question. */
+weftResult_t device_comm_watch(struct weftComm *comm);
 /* Releases comm's device channels (after its streams are done with them). */
 void device_comm_free(struct weftComm *comm);
 /* The loops a channel of comm's device rings runs together, as its ranks

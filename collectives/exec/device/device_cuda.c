@@ -352,6 +352,7 @@ static void device_det_close(struct device_comm *d) {
 void device_comm_free(struct weftComm *comm) {
   struct device_comm *d = comm->device;
   if (d == NULL) return;
+  if (d->flags_h != NULL) device_watch_close(comm, d);
   struct device_ctx_saved prev; /* a thread without a context (a collector's) keeps none */
   device_ctx_save(&prev);
   cudaSetDevice(d->dev);
@@ -539,6 +540,7 @@ weftResult_t device_comm_get(struct weftComm *comm, struct device_comm **out) {
   if (res == weftSuccess)
     res = cuda_check(cudaHostGetDevicePointer((void **)&d->flags_d, d->flags_h, 0),
                      "mapping the abort flag");
+  if (d->flags_h != NULL) device_watch_open(comm, d); /* closed by device_comm_free */
   if (res != weftSuccess) {
     device_comm_free(comm);
     return res;
@@ -577,11 +579,8 @@ void device_comm_abort(struct weftComm *comm) {
   if (d != NULL && d->flags_h != NULL) __atomic_store_n(&d->flags_h[0], 1u, __ATOMIC_RELEASE);
 }
 
-weftResult_t device_comm_error(struct weftComm *comm) {
-  struct device_comm *d = comm->device;
-  if (d == NULL || d->flags_h == NULL) return weftSuccess;
-  uint32_t why = __atomic_load_n(&d->flags_h[1], __ATOMIC_ACQUIRE);
-  if (why == 0) return weftSuccess;
+/* What the kernels' error word says, in the host's words. */
+static weftResult_t kernels_error(struct weftComm *comm, struct device_comm *d, uint32_t why) {
   /* a block of this rank compared and recorded (another block of it may
    * have set the error word after, with the mismatch passed back to it) */
   if ((why == DEV_GAVE_UP_MISMATCH || why == DEV_GAVE_UP_PEER_MISMATCH) &&
@@ -613,5 +612,22 @@ weftResult_t device_comm_error(struct weftComm *comm) {
   return weft_error_set(why == DEV_GAVE_UP_ABORT ? weftRemoteError : weftSystemError,
                         "a device kernel of rank %d gave up: %s%s", comm->rank,
                         whys[why <= DEV_GAVE_UP_POISON ? why : 0], where);
+}
+
+weftResult_t device_comm_error(struct weftComm *comm) {
+  struct device_comm *d = comm->device;
+  if (d == NULL || d->flags_h == NULL) return weftSuccess;
+  if (device_watch_kept(d) != weftSuccess) return device_watch_kept(d);
+  uint32_t why = __atomic_load_n(&d->flags_h[1], __ATOMIC_ACQUIRE);
+  if (why == 0) return weftSuccess;
+  /* the peers' answers explain it (once; kept for every later question) */
+  return device_watch_failure(comm, d, why, kernels_error(comm, d, why));
+}
+
+weftResult_t device_comm_watch(struct weftComm *comm) {
+  weftResult_t res = device_comm_error(comm);
+  struct device_comm *d = comm->device;
+  if (res != weftSuccess || d == NULL || d->flags_h == NULL) return res;
+  return device_watch_stall(comm, d);
 }
 

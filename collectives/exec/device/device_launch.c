@@ -212,7 +212,7 @@ static weftResult_t det_p2p_launch(struct weftComm *comm, const struct weft_plan
  * a comm whose rings cross hosts, is not announced to the network proxies
  * (nobody announces its replays). */
 static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *const *plans,
-                                size_t n, cudaStream_t stream) {
+                                size_t n, cudaStream_t stream, int *captured_out) {
   weftResult_t res = device_op_begin(comm);
   int prev = -1;
   if (res == weftSuccess) res = device_cuda_check(cudaGetDevice(&prev), "current device");
@@ -220,6 +220,7 @@ static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *c
     res = device_cuda_check(cudaSetDevice(comm->cuda_dev), "setting the device");
   struct device_comm *d = comm->device;
   const int captured = res == weftSuccess && !device_stream_uncaptured(stream);
+  if (captured_out != NULL) *captured_out = captured;
   /* what the launches are counted on, and compared with, below: a stream
    * a graph captures is neither asked nor counted */
   if (res == weftSuccess && d != NULL && !captured) {
@@ -354,11 +355,18 @@ static weftResult_t det_p2p_launch(struct weftComm *comm, const struct weft_plan
   if (n == 0) return weftSuccess;
   weftResult_t res = weftSuccess;
   if (!comm_connected(comm, plans, n)) res = comm_connect_relaxed(comm, plans, n);
-  return res == weftSuccess ? comm_launch(comm, plans, n, stream) : res;
+  return res == weftSuccess ? comm_launch(comm, plans, n, stream, NULL) : res;
+}
+
+/* The comm's launches so far (0 before its device state exists). */
+static uint64_t launches_made(const struct weftComm *comm) {
+  const struct device_comm *d = comm->device;
+  return d != NULL ? d->done.seq : 0;
 }
 
 weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan, void *stream) {
   const struct weft_plan *const plans[1] = {plan};
+  const uint64_t before = launches_made(comm);
   weftResult_t res = device_plan_refusal(plan);
   if (res == weftSuccess) {
     /* held from connection to launch: an abort on another thread waits for
@@ -367,13 +375,16 @@ weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan,
     if (res == weftSuccess && !comm_connected(comm, plans, 1))
       res = comm_connect_relaxed(comm, plans, 1); /* three CUDA calls saved once connected */
     if (res == weftSuccess) res = signature_agree(comm, plan); /* WEFT_CHECK=1 */
-    if (res == weftSuccess) res = comm_launch(comm, plans, 1, (cudaStream_t)stream);
+    int captured = 0;
+    if (res == weftSuccess) res = comm_launch(comm, plans, 1, (cudaStream_t)stream, &captured);
     /* while still held: an abort waiting for it frees the comm after */
     if (res != weftSuccess)
       snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+    device_trace_record(comm, plans, 1, before, captured, res);
     device_op_end(comm);
   } else {
     snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+    device_trace_record(comm, plans, 1, before, 0, res);
   }
   return res;
 }
@@ -386,6 +397,8 @@ struct comm_part {
   cudaStream_t stream;
   weftResult_t res;
   char error[512];
+  uint64_t launched_before; /* the comm's launches before the group's */
+  int recorded;             /* in the trace */
 };
 
 static void *connect_main(void *p) {
@@ -459,8 +472,20 @@ weftResult_t device_enqueue_group(struct weftComm *const *comms,
   while (res == weftSuccess && held < nparts)
     res = comm_op_begin(parts[held++].comm, COMM_OP_HOLD, NULL);
   if (res == weftSuccess) res = connect_parts(parts, nparts);
-  for (size_t k = 0; k < nparts && res == weftSuccess; k++)
-    res = comm_launch(parts[k].comm, parts[k].plans, parts[k].n, parts[k].stream);
+  for (size_t k = 0; k < nparts && res == weftSuccess; k++) {
+    parts[k].launched_before = launches_made(parts[k].comm);
+    int captured = 0;
+    res = comm_launch(parts[k].comm, parts[k].plans, parts[k].n, parts[k].stream, &captured);
+    device_trace_record(parts[k].comm, parts[k].plans, parts[k].n, parts[k].launched_before,
+                        captured, res);
+    parts[k].recorded = 1;
+  }
+  /* the calls that did not go out count too, refused, so that the
+   * numbers stay the peers' */
+  for (size_t k = 0; k < nparts && res != weftSuccess; k++)
+    if (!parts[k].recorded)
+      device_trace_record(parts[k].comm, parts[k].plans, parts[k].n,
+                          launches_made(parts[k].comm), 0, res);
   /* weftGetLastError(comm), written while the comms are held (an abort
    * waiting for them frees them after) */
   for (size_t k = 0; k < nparts && res != weftSuccess; k++)

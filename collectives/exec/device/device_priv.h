@@ -3,6 +3,7 @@
 #ifndef WEFT_DEVICE_PRIV_H
 #define WEFT_DEVICE_PRIV_H
 
+#include <pthread.h>
 #include <string.h>
 
 #include <cuda_runtime_api.h>
@@ -42,6 +43,19 @@ struct device_sendrecv {
  * outgrown buffers at most */
 #define DET_RETIRED_MAX 24
 
+/* What the comm's watch keeps (device_watch.c). */
+struct device_watch {
+  pthread_mutex_t mutex;  /* one judge at a time */
+  uint64_t ok_through;    /* the last launch seen ended while the error word was clear */
+  uint64_t launched;      /* the last launch recorded in the trace */
+  uint64_t seen_newest;   /* the newest launch a block had ended, when last looked */
+  int64_t since_ns;       /* when that last changed (CLOCK_MONOTONIC_COARSE) */
+  int64_t checked_ns;     /* the last look */
+  uint64_t next_ask_ns;   /* the stall after which the peers are asked next */
+  weftResult_t verdict_res; /* a verdict found (weftSuccess: none yet), */
+  char verdict[2200];       /* and its text */
+};
+
 struct device_comm {
   int dev;
   int ring_ready; /* the ring channels below are connected */
@@ -75,6 +89,7 @@ struct device_comm {
   void *det_retired[DET_RETIRED_MAX];
   int det_nretired;
   cudaEvent_t det_done; /* recorded after each call outside a graph */
+  struct device_watch watch;
 };
 
 /* The comm's device state, made on first use (local); and with its ring
@@ -129,6 +144,33 @@ static inline void device_done_commit(struct device_comm *d, const struct dev_do
  * asked again only when the stream changes, and not while a graph captures
  * it (the question would break a global-mode capture). */
 weftResult_t device_comm_stream_check(struct device_comm *d, cudaStream_t stream, uint64_t key);
+
+/* The comm's watch (device_watch.c): opened with its device state, closed
+ * before that is freed (the trace reads its calls' states through it). */
+void device_watch_open(struct weftComm *comm, struct device_comm *d);
+void device_watch_close(struct weftComm *comm, struct device_comm *d);
+/* Records plans[0..n) of comm in its trace, enqueued with result res as the
+ * launches after launched_before (the comm's count before them): their
+ * states then follow those launches; a call that launched nothing (no
+ * elements, one rank) or was refused is recorded done with res; captured
+ * calls are not recorded. */
+void device_trace_record(struct weftComm *comm, const struct weft_plan *const *plans, size_t n,
+                         uint64_t launched_before, int captured, weftResult_t res);
+/* The verdict a watch or a failure found before, again as the error
+ * (weftSuccess: none). */
+weftResult_t device_watch_kept(struct device_comm *d);
+/* A kernel of comm gave up for why, which the host's error res (its text
+ * the thread's) says: the verdict on the oldest unfinished call, from the
+ * peers' answers, as the error (weftInvalidUsage where they are in another
+ * collective under its number), once; the trace dumped. */
+weftResult_t device_watch_failure(struct weftComm *comm, struct device_comm *d, uint32_t why,
+                                  weftResult_t res);
+/* weftCommGetAsyncError's watch of comm's kernels (no failure yet): where
+ * they have work and have ended nothing for WEFT_HANG_ASK_MS (then twice as
+ * long, and so on), asks the peers; a different collective under the
+ * oldest unfinished call's number breaks the comm and stops its kernels:
+ * weftInvalidUsage. Else weftSuccess. */
+weftResult_t device_watch_stall(struct weftComm *comm, struct device_comm *d);
 
 /* Threads of a block that moves nbytes at a time, per_thread bytes a
  * thread in one pass of its copy loop: from one warp up to DEV_NTHREADS, so

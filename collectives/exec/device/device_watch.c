@@ -1,0 +1,201 @@
+/* A device comm's calls as its trace and its hang verdicts see them
+ * (docs/diagnosis.md, "Calls on device memory"):
+ * - each call is recorded as it is enqueued, with the comm's launches it
+ *   went out as; its state is read from the words its kernels report in
+ *   (launch_done.h) whenever the trace is read (a dump, a peer's question);
+ * - weftCommGetAsyncError watches the comm: where its kernels have work
+ *   and have ended nothing for WEFT_HANG_ASK_MS, it asks the peers where
+ *   they are, and a different collective under the oldest unfinished
+ *   call's number (ranks on different protocols or algorithms, a count of
+ *   0 against others, chains whose roots differ: what the kernels' own
+ *   comparison cannot see) breaks the comm at once on every rank;
+ * - a kernel's failure (a timeout, a peer's that gave up first) gets the
+ *   verdict as its error text, and the trace is dumped, as the host
+ *   executor's failures are (hang.h). */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "../../core/comm.h"
+#include "../../core/hang.h"
+#include "../../core/trace.h"
+#include "device_priv.h"
+
+/* weftCommGetAsyncError may be polled in a loop: the comm's words are read
+ * at most this often. */
+#define WATCH_EVERY_NS 10000000ll
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* --- the trace's view of a call's launches --------------------------------- */
+
+static void launch_probe(void *arg, const struct trace_launch *l, int32_t *state,
+                         int32_t *result, int32_t *waiting_on) {
+  struct device_comm *d = arg;
+  const enum launch_state s =
+      launch_done_state(device_ended_h(d), DEV_MAX_CHANNELS, d->flags_h + 1, &d->watch.ok_through,
+                        l->first, l->last, (int)l->nblocks);
+  switch (s) {
+    case LAUNCH_QUEUED: *state = TRACE_SCHEDULED; break;
+    case LAUNCH_RUNNING: *state = TRACE_STARTED; break;
+    case LAUNCH_OK: *state = TRACE_COMPLETED; *result = weftSuccess; break;
+    default: {
+      *state = TRACE_FAILED;
+      const uint32_t why = __atomic_load_n(&d->flags_h[1], __ATOMIC_ACQUIRE);
+      *result = why == DEV_GAVE_UP_MISMATCH || why == DEV_GAVE_UP_PEER_MISMATCH
+                    ? weftInvalidUsage
+                    : why == DEV_GAVE_UP_ABORT ? weftRemoteError : weftSystemError;
+      const struct dev_stall *st = device_stall_h(d);
+      for (int b = 0; b < DEV_MAX_CHANNELS; b++)
+        if (__atomic_load_n(&st[b].found, __ATOMIC_ACQUIRE) != 0) {
+          *waiting_on = st[b].peer;
+          break;
+        }
+    }
+  }
+}
+
+void device_watch_open(struct weftComm *comm, struct device_comm *d) {
+  pthread_mutex_init(&d->watch.mutex, NULL);
+  d->watch.since_ns = mono_ns();
+  trace_launch_probe_set(comm->trace, launch_probe, d);
+}
+
+void device_watch_close(struct weftComm *comm, struct device_comm *d) {
+  trace_launch_probe_set(comm->trace, NULL, NULL); /* returns once no reader uses d */
+  pthread_mutex_destroy(&d->watch.mutex);
+}
+
+void device_trace_record(struct weftComm *comm, const struct weft_plan *const *plans, size_t n,
+                         uint64_t launched_before, int captured, weftResult_t res) {
+  struct device_comm *d = comm->device;
+  if (comm->trace == NULL) return;
+  /* a graph's replays are its owner's: what it captured is not a call */
+  if (res == weftSuccess && captured) return;
+  const int launched = res == weftSuccess && d != NULL && d->done.seq > launched_before;
+  const struct trace_launch l = {.first = launched_before + 1,
+                                 .last = launched ? d->done.seq : 0,
+                                 .nblocks = launched ? (uint64_t)d->done.nblocks : 0};
+  for (size_t i = 0; i < n; i++) {
+    if (launched) trace_record_launched(comm->trace, plans[i], &l);
+    else trace_record_done(comm->trace, plans[i], res); /* nothing went out, or refused */
+  }
+  if (launched) __atomic_store_n(&d->watch.launched, d->done.seq, __ATOMIC_RELEASE);
+}
+
+/* --- the verdict ------------------------------------------------------------ */
+
+/* The verdict found (res, text), kept: later asks return it. Under the mutex. */
+static weftResult_t verdict_keep(struct device_comm *d, weftResult_t res, const char *text) {
+  snprintf(d->watch.verdict, sizeof d->watch.verdict, "%s", text);
+  __atomic_store_n(&d->watch.verdict_res, res, __ATOMIC_RELEASE);
+  return weft_error_set(res, "%s", d->watch.verdict);
+}
+
+weftResult_t device_watch_kept(struct device_comm *d) {
+  const weftResult_t res = __atomic_load_n(&d->watch.verdict_res, __ATOMIC_ACQUIRE);
+  if (res == weftSuccess) return weftSuccess;
+  return weft_error_set(res, "%s", d->watch.verdict);
+}
+
+weftResult_t device_watch_failure(struct weftComm *comm, struct device_comm *d, uint32_t why,
+                                  weftResult_t res) {
+  /* an abort on this rank is no hang to explain; a mismatch a kernel
+   * compared names itself */
+  if (why == DEV_GAVE_UP_ABORT || why == DEV_GAVE_UP_MISMATCH || comm->trace == NULL ||
+      comm->nranks < 2 || __atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE) != 0)
+    return res;
+  char cause[1024];
+  snprintf(cause, sizeof cause, "%s", weft_error_text());
+  pthread_mutex_lock(&d->watch.mutex);
+  if (__atomic_load_n(&d->watch.verdict_res, __ATOMIC_ACQUIRE) != weftSuccess) {
+    res = device_watch_kept(d); /* another thread judged meanwhile */
+    pthread_mutex_unlock(&d->watch.mutex);
+    return res;
+  }
+  struct trace_call subject;
+  if (!trace_oldest_unfinished(comm->trace, &subject)) {
+    res = verdict_keep(d, res, cause);
+  } else {
+    char how[64], text[1024], both[2200];
+    if (why == DEV_GAVE_UP_TIMEOUT)
+      snprintf(how, sizeof how, "timed out after %.1f s on device memory",
+               (double)comm->timeout_ns / 1e9);
+    else snprintf(how, sizeof how, "failed on device memory");
+    const weftResult_t judged = hang_judge(comm, &subject, how, 0, text, sizeof text);
+    if (judged != weftSuccess) {
+      res = verdict_keep(d, judged, text);
+      comm_fail_alone(comm, res);
+    } else {
+      snprintf(both, sizeof both, "%s (rank %d: %s)", text, comm->rank, cause);
+      res = verdict_keep(d, res, both);
+    }
+  }
+  trace_dump_to_dir(comm->trace, why == DEV_GAVE_UP_TIMEOUT ? TRACE_ON_TIMEOUT : TRACE_ON_FAILURE,
+                    d->watch.verdict);
+  pthread_mutex_unlock(&d->watch.mutex);
+  return res;
+}
+
+/* --- the stall watch -------------------------------------------------------- */
+
+/* The newest launch any block of the comm reported ended. */
+static uint64_t ended_newest(const struct device_comm *d) {
+  const uint64_t *ended = device_ended_h(d);
+  uint64_t newest = 0;
+  for (int b = 0; b < DEV_MAX_CHANNELS; b++) {
+    const uint64_t e = __atomic_load_n(&ended[b], __ATOMIC_ACQUIRE);
+    if (e > newest) newest = e;
+  }
+  return newest;
+}
+
+weftResult_t device_watch_stall(struct weftComm *comm, struct device_comm *d) {
+  struct device_watch *w = &d->watch;
+  const uint64_t ask_after = trace_ask_after_ns(comm->trace);
+  if (comm->trace == NULL || comm->nranks < 2 || ask_after == 0) return weftSuccess;
+  const int64_t now = mono_ns();
+  if (now - __atomic_load_n(&w->checked_ns, __ATOMIC_RELAXED) < WATCH_EVERY_NS) return weftSuccess;
+  /* one watcher at a time, and never waiting for another */
+  if (pthread_mutex_trylock(&w->mutex) != 0) return weftSuccess;
+  const int64_t gap = now - __atomic_load_n(&w->checked_ns, __ATOMIC_RELAXED);
+  __atomic_store_n(&w->checked_ns, now, __ATOMIC_RELAXED);
+  weftResult_t res = weftSuccess;
+  const uint64_t launched = __atomic_load_n(&w->launched, __ATOMIC_ACQUIRE);
+  const uint64_t newest = ended_newest(d);
+  if (newest != w->seen_newest || newest >= launched || gap > (int64_t)ask_after) {
+    /* progress, nothing to do, or nobody looked for longer than a stall
+     * takes to be asked about (what the kernels did meanwhile is not
+     * known): the next stall is timed from here */
+    w->seen_newest = newest;
+    w->since_ns = now;
+    w->next_ask_ns = ask_after;
+  } else if ((uint64_t)(now - w->since_ns) >= w->next_ask_ns) {
+    w->next_ask_ns *= 2; /* asked again after twice as long, and so on */
+    struct trace_call subject;
+    if (trace_oldest_unfinished(comm->trace, &subject) && subject.on_device &&
+        subject.state != TRACE_FAILED) {
+      char how[64], text[1024];
+      snprintf(how, sizeof how, "has ended nothing for %.1f s on device memory",
+               (double)(now - w->since_ns) / 1e9);
+      const weftResult_t judged = hang_judge(comm, &subject, how, 1, text, sizeof text);
+      if (judged == weftSuccess) {
+        WEFT_INFO(LOG_COLL, "rank %d: %s", comm->rank, text);
+      } else {
+        /* the kernels stop (and poison their channels, which stops the
+         * peers' too); every rank's own question finds the same */
+        res = verdict_keep(d, judged, text);
+        comm_fail_alone(comm, res);
+        __atomic_store_n(&d->flags_h[0], 1u, __ATOMIC_RELEASE); /* the kernels' abort flag */
+        trace_dump_to_dir(comm->trace, TRACE_ON_FAILURE, text);
+      }
+    }
+  }
+  pthread_mutex_unlock(&w->mutex);
+  return res;
+}
