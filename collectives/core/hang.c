@@ -299,7 +299,7 @@ weftResult_t hang_verdict(const struct trace_call *subject, const char *how,
 static size_t where_answer_fn(void *arg, void *reply, size_t cap) {
   const struct weftComm *comm = arg;
   struct where_answer a = {.magic = WHERE_MAGIC, .rank = comm->rank, .now_ns = trace_now_ns()};
-  a.ncalls = trace_latest(comm->trace, a.calls, WHERE_CALLS);
+  a.ncalls = trace_window(comm->trace, a.calls, WHERE_CALLS);
   if (sizeof a > cap) return 0;
   memcpy(reply, &a, sizeof a);
   return sizeof a;
@@ -328,7 +328,7 @@ static weftResult_t ask_and_judge(struct weftComm *comm, const struct trace_call
   for (int r = 0; r < nr; r++) {
     struct where_answer *a = &answers[r];
     if (r == comm->rank) {
-      a->ncalls = trace_latest(comm->trace, a->calls, WHERE_CALLS);
+      a->ncalls = trace_window(comm->trace, a->calls, WHERE_CALLS);
       a->now_ns = trace_now_ns();
       outcome[r] = BOOTSTRAP_ASK_ANSWERED;
       got[r] = sizeof *a;

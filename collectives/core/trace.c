@@ -403,6 +403,19 @@ int trace_get(const struct trace *t, uint64_t id, struct trace_call *out) {
   return 1;
 }
 
+int trace_window(const struct trace *t, struct trace_call *out, int max) {
+  struct trace_call oldest;
+  if (t == NULL || max <= 0) return 0;
+  if (!trace_oldest_unfinished(t, &oldest)) return trace_latest(t, out, max);
+  const uint64_t last = __atomic_load_n(&t->next_id, __ATOMIC_ACQUIRE);
+  uint64_t first = oldest.id > 1 ? oldest.id - 1 : oldest.id;
+  if (last > t->mask && first < last - t->mask) first = last - t->mask;
+  int n = 0;
+  for (uint64_t id = first; id <= last && n < max; id++)
+    if (trace_get(t, id, &out[n])) n++;
+  return n;
+}
+
 int trace_oldest_unfinished(const struct trace *t, struct trace_call *out) {
   if (t == NULL) return 0;
   const uint64_t last = __atomic_load_n(&t->next_id, __ATOMIC_ACQUIRE);

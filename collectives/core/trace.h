@@ -94,6 +94,12 @@ void trace_launch_probe_set(struct trace *t, trace_launch_fn fn, void *arg);
  * from then on is what they say. Returns its id (0 without a trace). */
 uint64_t trace_record_launched(struct trace *t, const struct weft_plan *plan,
                                const struct trace_launch *l);
+/* The calls a rank tells a peer that asks where it is, oldest first, at
+ * most max: from the last completed call before the oldest unfinished one
+ * (trace_oldest_unfinished) on, so that the call a stalled peer asks about
+ * is there however many calls were queued after it (device calls return
+ * once enqueued); the latest max where every call completed. How many. */
+int trace_window(const struct trace *t, struct trace_call *out, int max);
 /* The oldest call of the unbroken run of calls, newest back, that are not
  * completed (running, waiting, failed: where a comm stuck or broke): 1 and
  * *out, or 0 when the newest call completed or there is none. */

@@ -290,9 +290,9 @@ double poll_until_all_fail(Ranks &ranks, double limit_s, std::vector<weftResult_
   }
 }
 
-// Counts on either side of the tuner's LL/SIMPLE threshold (and a count of
-// one against others): the ranks' kernels use different FIFOs, so no
-// kernel compares. weftCommGetAsyncError's watch finds their kernels have
+// Counts on either side of the tuner's LL/SIMPLE threshold: the ranks'
+// kernels use different FIFOs, so no kernel compares. The call is the
+// second of a group, with twelve more queued behind it. weftCommGetAsyncError's watch finds their kernels have
 // ended nothing for WEFT_HANG_ASK_MS, asks the peers, finds a different
 // count under the call's number in their traces and stops the kernels:
 // every rank fails within about a second of the watch's question with
@@ -313,12 +313,24 @@ TEST(DeviceMismatch, ProtocolsThatDifferFoundByAsking) {
   if (HasFailure()) return;
   for (int r = 0; r < k; r++) ASSERT_EQ(cudaMemset(recv[r], kPoison, large * 4 + kCanary), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  // a group of two calls, the second mismatched (#3), then twelve more
+  // calls queued behind it on every stream: more than an answer holds
+  unsigned char *spare[3];
+  for (int r = 0; r < k; r++) ASSERT_EQ(cudaMalloc((void **)&spare[r], small * 4), cudaSuccess);
   ASSERT_EQ(weftGroupStart(), weftSuccess);
-  for (int r = 0; r < k; r++)
+  for (int r = 0; r < k; r++) {
+    ASSERT_EQ(weftAllReduce(send[r], spare[r], small, weftFloat32, weftSum, ranks.comms[r],
+                            ranks.streams[r]),
+              weftSuccess);
     ASSERT_EQ(weftAllReduce(send[r], recv[r], r == 0 ? small : large, weftFloat32, weftSum,
                             ranks.comms[r], ranks.streams[r]),
               weftSuccess);
+  }
   weftGroupEnd();
+  for (int i = 0; i < 12; i++)
+    for (int r = 0; r < k; r++)
+      weftAllReduce(send[r], spare[r], small, weftFloat32, weftSum, ranks.comms[r],
+                    ranks.streams[r]);
   std::vector<weftResult_t> async;
   std::vector<std::string> text;
   const double s = poll_until_all_fail(ranks, 10.0, async, text);
@@ -328,7 +340,8 @@ TEST(DeviceMismatch, ProtocolsThatDifferFoundByAsking) {
   for (int r = 0; r < k; r++) {
     printf("  rank %d: %d %s\n", r, (int)async[r], text[r].c_str());
     EXPECT_NE(async[r], weftSuccess) << "rank " << r;
-    named += async[r] == weftInvalidUsage && text[r].find("count differs") != std::string::npos;
+    named += async[r] == weftInvalidUsage && text[r].find("count differs") != std::string::npos &&
+             text[r].find("#3") != std::string::npos;
   }
   EXPECT_GE(named, 1) << "no rank named the count";
   for (int r = 0; r < k; r++) {
@@ -341,6 +354,7 @@ TEST(DeviceMismatch, ProtocolsThatDifferFoundByAsking) {
     EXPECT_EQ(touched, 0u) << "rank " << r << ": bytes written past its count";
     cudaFree(send[r]);
     cudaFree(recv[r]);
+    cudaFree(spare[r]);
   }
 }
 

@@ -28,17 +28,23 @@ namespace {
 
 constexpr int kWords = 64;
 
-// The words a comm's kernels report in, as the host sees them.
+// The words a comm's kernels report in, as the host sees them, written as
+// dev_done_report writes them.
 struct Words {
   uint64_t ended[kWords] = {};
   uint32_t error = 0;
-  uint64_t ok_through = 0;
-  // every block of launch seq (nblocks of them) ended
+  uint64_t failed = 0;
+  // block b of launch seq ends: names the launch failed first where the
+  // error word is set and no earlier launch is named
+  void end_block(uint64_t seq, int b) {
+    if (error != 0 && failed == 0) failed = seq;
+    ended[b] = seq;
+  }
   void end(uint64_t seq, int nblocks) {
-    for (int b = 0; b < nblocks; b++) ended[b] = seq;
+    for (int b = 0; b < nblocks; b++) end_block(seq, b);
   }
   enum launch_state state(uint64_t first, uint64_t last, int nblocks) {
-    return launch_done_state(ended, kWords, &error, &ok_through, first, last, nblocks);
+    return launch_done_state(ended, kWords, &failed, first, last, nblocks);
   }
 };
 
@@ -50,25 +56,29 @@ TEST(LaunchDoneState, FollowsTheWords) {
   EXPECT_EQ(w.state(5, 5, 2), LAUNCH_QUEUED);
   w.end(1, 4);
   EXPECT_EQ(w.state(1, 2, 3), LAUNCH_RUNNING);
-  w.ended[0] = 2;
-  w.ended[1] = 2;
+  w.end_block(2, 0);
+  w.end_block(2, 1);
   EXPECT_EQ(w.state(1, 2, 3), LAUNCH_RUNNING) << "one block of the last launch still runs";
-  w.ended[2] = 2;
+  w.end_block(2, 2);
   EXPECT_EQ(w.state(1, 2, 3), LAUNCH_OK);
-  EXPECT_EQ(w.ok_through, 2u) << "seen ended while the error word was clear";
   EXPECT_EQ(w.state(5, 5, 2), LAUNCH_QUEUED) << "launch 4 has not begun to end";
-  w.ended[0] = 4;
+  w.end(3, 1);
+  w.end_block(4, 0);
   EXPECT_EQ(w.state(5, 5, 2), LAUNCH_RUNNING) << "a block of launch 4 ended";
-  // launch 3 ended unseen, then 5 gave up: 3 and 5 read failed, 1..2 stay completed
+  // launch 4's other block gives up: 4 and every later launch read failed,
+  // 1..3 (ended before, though nobody read them then) completed
   w.error = DEV_GAVE_UP_TIMEOUT;
+  w.end_block(4, 1);
+  EXPECT_EQ(w.failed, 4u);
   w.end(5, 2);
+  EXPECT_EQ(w.failed, 4u) << "the first launch named stays";
   EXPECT_EQ(w.state(5, 5, 2), LAUNCH_FAILED);
-  EXPECT_EQ(w.state(3, 3, 1), LAUNCH_FAILED);
+  EXPECT_EQ(w.state(4, 4, 2), LAUNCH_FAILED);
+  EXPECT_EQ(w.state(3, 3, 1), LAUNCH_OK);
   EXPECT_EQ(w.state(1, 2, 3), LAUNCH_OK);
-  EXPECT_EQ(w.ok_through, 2u) << "nothing is seen succeed once the error word is set";
 }
 
-TEST(LaunchDoneState, RandomEndsNeverReadEndedEarly) {
+TEST(LaunchDoneState, RandomEndsAndFailures) {
   const unsigned seed = 20261203u;
   std::mt19937 rng(seed);
   std::printf("seed %u\n", seed);
@@ -79,15 +89,22 @@ TEST(LaunchDoneState, RandomEndsNeverReadEndedEarly) {
     std::vector<int> nblocks(n + 1);
     for (int i = 1; i <= n; i++) nblocks[i] = 1 + (int)(rng() % 8);
     const int upto = (int)(rng() % (n + 1)); // launches 1..upto ended whole
-    for (int i = 1; i <= upto; i++) w.end((uint64_t)i, nblocks[i]);
+    const int fail_seed = (int)(rng() % (n + 2));
+    for (int i = 1; i <= upto; i++) {
+      if (i == fail_seed) w.error = DEV_GAVE_UP_POISON; // set by a block of launch i
+      w.end((uint64_t)i, nblocks[i]);
+    }
     int partial = 0;
     if (upto < n) { // some blocks of launch upto+1
       partial = (int)(rng() % nblocks[upto + 1]);
       for (int b = 0; b < partial; b++) w.ended[b] = (uint64_t)upto + 1;
     }
+    // a launch among them gave up (or none): it and those after it fail
+    const int fail_at = fail_seed >= 1 ? fail_seed : n + 1; // 0 or n+1: none
     for (int i = 1; i <= n; i++) {
       const enum launch_state s = w.state((uint64_t)i, (uint64_t)i, nblocks[i]);
-      if (i <= upto) EXPECT_EQ(s, LAUNCH_OK) << "round " << round << " launch " << i;
+      if (i <= upto && i >= fail_at) EXPECT_EQ(s, LAUNCH_FAILED) << "round " << round << " launch " << i;
+      else if (i <= upto) EXPECT_EQ(s, LAUNCH_OK) << "round " << round << " launch " << i;
       else if (i == upto + 1 || (i == upto + 2 && partial > 0))
         EXPECT_EQ(s, LAUNCH_RUNNING) << "round " << round << " launch " << i;
       else EXPECT_EQ(s, LAUNCH_QUEUED) << "round " << round << " launch " << i;
@@ -172,7 +189,7 @@ TEST(DeviceTrace, StatesFollowTheLaunches) {
   ASSERT_TRUE(trace_oldest_unfinished(t, &c));
   EXPECT_EQ(c.id, id);
   ASSERT_TRUE(trace_get(t, ib, &c));
-  EXPECT_EQ(c.state, TRACE_COMPLETED) << "seen ended before the failure";
+  EXPECT_EQ(c.state, TRACE_COMPLETED) << "ended before the failure";
   json = dump(t);
   EXPECT_NE(json.find("\"state\": \"failed\", \"device\": true, \"waiting_on\": 3"),
             std::string::npos)
@@ -181,6 +198,38 @@ TEST(DeviceTrace, StatesFollowTheLaunches) {
   trace_launch_probe_set(t, nullptr, nullptr);
   ASSERT_TRUE(trace_get(t, id, &c));
   EXPECT_EQ(c.state, TRACE_SCHEDULED);
+  trace_destroy(t);
+}
+
+// A peer's answer starts at the call before its oldest unfinished one, so
+// that a call stuck behind more queued calls than an answer holds is in it.
+TEST(DeviceTrace, WindowStartsBeforeTheOldestUnfinished) {
+  struct trace *t = trace_create(1, 2, 0x99, "window");
+  ASSERT_NE(t, nullptr);
+  Words w;
+  trace_launch_probe_set(t, probe, &w);
+  const struct weft_plan p = allreduce(64);
+  for (uint64_t i = 1; i <= 15; i++) { // call i as launch i, one block each
+    const struct trace_launch l = {i, i, 1};
+    trace_record_launched(t, &p, &l);
+  }
+  w.end(2, 1); // calls 1 and 2 completed; 3 runs; 4..15 queued behind it
+  struct trace_call calls[10];
+  int n = trace_window(t, calls, 10);
+  ASSERT_EQ(n, 10);
+  EXPECT_EQ(calls[0].seq, 2u);
+  EXPECT_EQ(calls[0].state, TRACE_COMPLETED);
+  EXPECT_EQ(calls[1].seq, 3u);
+  EXPECT_EQ(calls[1].state, TRACE_STARTED);
+  EXPECT_EQ(calls[9].seq, 11u);
+  // every call completed: the latest ten
+  w.end(15, 1);
+  n = trace_window(t, calls, 10);
+  ASSERT_EQ(n, 10);
+  EXPECT_EQ(calls[0].seq, 6u);
+  EXPECT_EQ(calls[9].seq, 15u);
+  EXPECT_EQ(calls[9].state, TRACE_COMPLETED);
+  trace_launch_probe_set(t, nullptr, nullptr);
   trace_destroy(t);
 }
 

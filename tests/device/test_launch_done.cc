@@ -156,7 +156,7 @@ TEST(LaunchDone, LaunchesEndInOrderAcrossStreamsAndEndedMeansEnded) {
         streams[s]->launch(g);
         gates++;
       }
-      launch_done_fill(&t, ended, captured[i], &l.done);
+      launch_done_fill(&t, ended, nullptr, nullptr, captured[i], &l.done);
       if (captured[i]) EXPECT_EQ(l.done.ended, nullptr);
       else EXPECT_EQ(l.done.seq, counted + 1);
       streams[s]->launch(l);
@@ -216,7 +216,7 @@ TEST(LaunchDone, GateOnlyBehindAnUnendedLaunchOnAnotherStream) {
   dev_done d;
   EXPECT_FALSE(launch_done_gated(&t, ended, 2, 0, 0)); // nothing launched yet
   EXPECT_TRUE(launch_done_ended(&t, ended));
-  launch_done_fill(&t, ended, 0, &d); // the first launch
+  launch_done_fill(&t, ended, nullptr, nullptr, 0, &d); // the first launch
   EXPECT_EQ(d.seq, 1u);
   EXPECT_EQ(d.ended, ended);
   launch_done_commit(&t, &d, 1, 0, 3);
@@ -231,13 +231,13 @@ TEST(LaunchDone, GateOnlyBehindAnUnendedLaunchOnAnotherStream) {
   ended[2] = 1;
   EXPECT_TRUE(launch_done_ended(&t, ended));
   EXPECT_FALSE(launch_done_gated(&t, ended, 2, 0, 0)); // ended: no gate
-  launch_done_fill(&t, ended, 0, &d);
+  launch_done_fill(&t, ended, nullptr, nullptr, 0, &d);
   EXPECT_EQ(d.seq, 2u);
   launch_done_commit(&t, &d, 2, 0, 1); // launch 2, one block, on stream 2
   EXPECT_FALSE(launch_done_ended(&t, ended));
   ended[0] = 2; // blocks 1 and 2 keep launch 1's number: only block 0 counts now
   EXPECT_TRUE(launch_done_ended(&t, ended));
-  launch_done_fill(&t, ended, 1, &d); // captured: not counted
+  launch_done_fill(&t, ended, nullptr, nullptr, 1, &d); // captured: not counted
   EXPECT_EQ(d.ended, nullptr);
   launch_done_commit(&t, &d, 3, 0, 64);
   EXPECT_EQ(t.seq, 2u);

@@ -151,6 +151,10 @@ struct dev_done {
   uint64_t *ended; /* the comm's mapped host words, [block]: the number of the
                       last launch whose block of that index ended; NULL:
                       report nothing (a launch captured into a graph) */
+  uint64_t *failed; /* the comm's mapped host word: the first launch a block of
+                       which ended with the error word set (0: none yet); NULL
+                       with ended */
+  const uint32_t *error; /* the comm's error word (enum dev_give_up) */
   uint64_t seq;    /* this launch's number */
 };
 

@@ -352,12 +352,14 @@ static void device_det_close(struct device_comm *d) {
 void device_comm_free(struct weftComm *comm) {
   struct device_comm *d = comm->device;
   if (d == NULL) return;
-  if (d->flags_h != NULL) device_watch_close(comm, d);
   struct device_ctx_saved prev; /* a thread without a context (a collector's) keeps none */
   device_ctx_save(&prev);
   cudaSetDevice(d->dev);
   /* the FIFOs, and the words the kernels report in, may be in use until then */
-  if (d->flags_h == NULL || device_comm_wait(d, comm->timeout_ns)) {
+  const int ended = d->flags_h == NULL || device_comm_wait(d, comm->timeout_ns);
+  /* peers asking meanwhile saw the calls' states; from here the words may go */
+  if (d->flags_h != NULL) device_watch_close(comm, d);
+  if (ended) {
     device_tree_close(d);
     device_ring_close(d);
     device_sendrecv_free(&d->sendrecv, comm->nranks);
@@ -372,6 +374,7 @@ void device_comm_free(struct weftComm *comm) {
   }
   cudaGetLastError();
   device_ctx_restore(&prev);
+  device_watch_fini(d);
   free(d);
   comm->device = NULL;
 }
@@ -521,6 +524,7 @@ weftResult_t device_comm_get(struct weftComm *comm, struct device_comm **out) {
   if (comm->cuda_dev < 0) comm->cuda_dev = dev;
   struct device_comm *d = calloc(1, sizeof *d);
   if (d == NULL) return weft_error_set(weftSystemError, "out of memory");
+  device_watch_init(d); /* before any thread can find d */
   d->dev = comm->cuda_dev;
   d->crosses_hosts = device_comm_crosses_hosts(comm); /* the peers' hosts are fixed at init */
   comm->device = d;
@@ -627,7 +631,7 @@ weftResult_t device_comm_error(struct weftComm *comm) {
 weftResult_t device_comm_watch(struct weftComm *comm) {
   weftResult_t res = device_comm_error(comm);
   struct device_comm *d = comm->device;
-  if (res != weftSuccess || d == NULL || d->flags_h == NULL) return res;
-  return device_watch_stall(comm, d);
+  if (res == weftSuccess && d != NULL && d->flags_h != NULL) res = device_watch_stall(comm, d);
+  return res;
 }
 

@@ -200,6 +200,20 @@ static weftResult_t comm_gate(struct device_comm *d, cudaStream_t stream, int ca
                         "stream: %s", why);
 }
 
+/* The comm's launches so far (0 before its device state exists). */
+static uint64_t launches_made(const struct weftComm *comm) {
+  const struct device_comm *d = comm->device;
+  return d != NULL ? d->done.seq : 0;
+}
+
+/* The launches the comm made after before, into *l (none: l->last 0). */
+static void launch_range(const struct weftComm *comm, uint64_t before, struct trace_launch *l) {
+  const struct device_comm *d = comm->device;
+  if (d == NULL || d->done.seq <= before) return;
+  *l = (struct trace_launch){.first = before + 1, .last = d->done.seq,
+                             .nblocks = (uint64_t)d->done.nblocks};
+}
+
 /* WEFT_DETERMINISTIC's exchanges' launcher, handed to device_det.c (below). */
 static weftResult_t det_p2p_launch(struct weftComm *comm, const struct weft_plan *const *plans,
                                    size_t n, cudaStream_t stream);
@@ -212,7 +226,8 @@ static weftResult_t det_p2p_launch(struct weftComm *comm, const struct weft_plan
  * a comm whose rings cross hosts, is not announced to the network proxies
  * (nobody announces its replays). */
 static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *const *plans,
-                                size_t n, cudaStream_t stream, int *captured_out) {
+                                size_t n, cudaStream_t stream, int *captured_out,
+                                struct trace_launch *launches) {
   weftResult_t res = device_op_begin(comm);
   int prev = -1;
   if (res == weftSuccess) res = device_cuda_check(cudaGetDevice(&prev), "current device");
@@ -232,14 +247,21 @@ static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *c
   if (res == weftSuccess && d != NULL && d->crosses_hosts) device_net_kick(comm, d);
   const int announce = res == weftSuccess && d != NULL && d->crosses_hosts && !captured;
   size_t nsendrecv = 0;
+  if (launches != NULL) memset(launches, 0, n * sizeof *launches);
   for (size_t i = 0; i < n && res == weftSuccess; i++) {
+    const uint64_t before = launches_made(comm);
     if (plan_is_sendrecv(plans[i])) nsendrecv++;
     else if (plan_det(comm, plans[i]))
       res = device_det_launch(comm, plans[i], stream, captured, det_p2p_launch);
     else if (plans[i]->count > 0) res = ring_launch(comm, d, plans[i], stream, captured, announce);
+    if (launches != NULL) launch_range(comm, before, &launches[i]);
   }
-  if (res == weftSuccess && nsendrecv > 0)
+  if (res == weftSuccess && nsendrecv > 0) {
+    const uint64_t before = launches_made(comm);
     res = device_sendrecv_launch(comm, d, plans, n, stream, captured, announce);
+    for (size_t i = 0; i < n && launches != NULL; i++) /* one kernel for them all */
+      if (plan_is_sendrecv(plans[i])) launch_range(comm, before, &launches[i]);
+  }
   if (prev >= 0 && prev != comm->cuda_dev) cudaSetDevice(prev);
   device_op_end(comm);
   return res;
@@ -355,18 +377,12 @@ static weftResult_t det_p2p_launch(struct weftComm *comm, const struct weft_plan
   if (n == 0) return weftSuccess;
   weftResult_t res = weftSuccess;
   if (!comm_connected(comm, plans, n)) res = comm_connect_relaxed(comm, plans, n);
-  return res == weftSuccess ? comm_launch(comm, plans, n, stream, NULL) : res;
-}
-
-/* The comm's launches so far (0 before its device state exists). */
-static uint64_t launches_made(const struct weftComm *comm) {
-  const struct device_comm *d = comm->device;
-  return d != NULL ? d->done.seq : 0;
+  return res == weftSuccess ? comm_launch(comm, plans, n, stream, NULL, NULL) : res;
 }
 
 weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan, void *stream) {
   const struct weft_plan *const plans[1] = {plan};
-  const uint64_t before = launches_made(comm);
+  struct trace_launch launch = {0};
   weftResult_t res = device_plan_refusal(plan);
   if (res == weftSuccess) {
     /* held from connection to launch: an abort on another thread waits for
@@ -376,15 +392,16 @@ weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan,
       res = comm_connect_relaxed(comm, plans, 1); /* three CUDA calls saved once connected */
     if (res == weftSuccess) res = signature_agree(comm, plan); /* WEFT_CHECK=1 */
     int captured = 0;
-    if (res == weftSuccess) res = comm_launch(comm, plans, 1, (cudaStream_t)stream, &captured);
+    if (res == weftSuccess)
+      res = comm_launch(comm, plans, 1, (cudaStream_t)stream, &captured, &launch);
     /* while still held: an abort waiting for it frees the comm after */
     if (res != weftSuccess)
       snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
-    device_trace_record(comm, plans, 1, before, captured, res);
+    device_trace_record(comm, plans, &launch, 1, captured, res);
     device_op_end(comm);
   } else {
     snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
-    device_trace_record(comm, plans, 1, before, 0, res);
+    device_trace_record(comm, plans, NULL, 1, 0, res);
   }
   return res;
 }
@@ -397,8 +414,7 @@ struct comm_part {
   cudaStream_t stream;
   weftResult_t res;
   char error[512];
-  uint64_t launched_before; /* the comm's launches before the group's */
-  int recorded;             /* in the trace */
+  int recorded; /* in the trace */
 };
 
 static void *connect_main(void *p) {
@@ -472,20 +488,20 @@ weftResult_t device_enqueue_group(struct weftComm *const *comms,
   while (res == weftSuccess && held < nparts)
     res = comm_op_begin(parts[held++].comm, COMM_OP_HOLD, NULL);
   if (res == weftSuccess) res = connect_parts(parts, nparts);
+  struct trace_launch *launches = calloc(nops ? nops : 1, sizeof *launches);
+  if (res == weftSuccess && launches == NULL) res = weft_error_set(weftSystemError, "out of memory");
   for (size_t k = 0; k < nparts && res == weftSuccess; k++) {
-    parts[k].launched_before = launches_made(parts[k].comm);
     int captured = 0;
-    res = comm_launch(parts[k].comm, parts[k].plans, parts[k].n, parts[k].stream, &captured);
-    device_trace_record(parts[k].comm, parts[k].plans, parts[k].n, parts[k].launched_before,
-                        captured, res);
+    res = comm_launch(parts[k].comm, parts[k].plans, parts[k].n, parts[k].stream, &captured,
+                      launches);
+    device_trace_record(parts[k].comm, parts[k].plans, launches, parts[k].n, captured, res);
     parts[k].recorded = 1;
   }
+  free(launches);
   /* the calls that did not go out count too, refused, so that the
    * numbers stay the peers' */
   for (size_t k = 0; k < nparts && res != weftSuccess; k++)
-    if (!parts[k].recorded)
-      device_trace_record(parts[k].comm, parts[k].plans, parts[k].n,
-                          launches_made(parts[k].comm), 0, res);
+    if (!parts[k].recorded) device_trace_record(parts[k].comm, parts[k].plans, NULL, parts[k].n, 0, res);
   /* weftGetLastError(comm), written while the comms are held (an abort
    * waiting for them frees them after) */
   for (size_t k = 0; k < nparts && res != weftSuccess; k++)

@@ -12,6 +12,7 @@
 #include "../../../transport/base/status.h"
 #include "../../../transport/transport.h"
 #include "../../core/plan.h"
+#include "../../core/trace.h"
 #include "dev_types.h"
 #include "device.h"
 #include "launch_done.h"
@@ -19,12 +20,14 @@
 /* mapped host memory the kernels report to: uint32 [0] abort, [1] error
  * (enum dev_give_up); uint64 [2], [3] where a send/recv block stopped; from byte
  * DEV_ENDED_OFFSET, uint64 [DEV_MAX_CHANNELS]: the launch each block index
- * last ended (launch_done.h; a launch has at most that many blocks); from
+ * last ended (launch_done.h; a launch has at most that many blocks); at
+ * byte DEV_FAILED_OFFSET, uint64: the first launch that failed (dev_done); from
  * byte DEV_MISMATCH_OFFSET, struct dev_mismatch [DEV_MAX_CHANNELS]: where
  * each block index found the ranks' calls differ; from DEV_STALL_OFFSET,
  * struct dev_stall [DEV_MAX_CHANNELS]: where each timed out */
 #define DEV_ENDED_OFFSET 32
-#define DEV_MISMATCH_OFFSET (((DEV_ENDED_OFFSET + 8 * DEV_MAX_CHANNELS) + 63) / 64 * 64)
+#define DEV_FAILED_OFFSET (DEV_ENDED_OFFSET + 8 * DEV_MAX_CHANNELS)
+#define DEV_MISMATCH_OFFSET (((DEV_FAILED_OFFSET + 8) + 63) / 64 * 64)
 #define DEV_STALL_OFFSET (DEV_MISMATCH_OFFSET + sizeof(struct dev_mismatch) * DEV_MAX_CHANNELS)
 #define DEV_FLAGS_NBYTES (DEV_STALL_OFFSET + sizeof(struct dev_stall) * DEV_MAX_CHANNELS)
 #define DEV_FLAGS_PAGE_NBYTES 8192 /* what is allocated for them: two pages */
@@ -46,10 +49,12 @@ struct device_sendrecv {
 /* What the comm's watch keeps (device_watch.c). */
 struct device_watch {
   pthread_mutex_t mutex;  /* one judge at a time */
-  uint64_t ok_through;    /* the last launch seen ended while the error word was clear */
-  uint64_t launched;      /* the last launch recorded in the trace */
+  uint64_t launched;      /* the last launch recorded in the trace << 8 | its blocks */
   uint64_t seen_newest;   /* the newest launch a block had ended, when last looked */
-  int64_t since_ns;       /* when that last changed (CLOCK_MONOTONIC_COARSE) */
+  int64_t since_ns;       /* when that last changed, or the comm was seen idle
+                             (CLOCK_MONOTONIC_COARSE) */
+  int idle_seen;          /* a look found no work: the next launch sets busy_since_ns */
+  int64_t busy_since_ns;  /* the first launch after that */
   int64_t checked_ns;     /* the last look */
   uint64_t next_ask_ns;   /* the stall after which the peers are asked next */
   weftResult_t verdict_res; /* a verdict found (weftSuccess: none yet), */
@@ -104,6 +109,13 @@ static inline uint64_t *device_ended_h(const struct device_comm *d) {
 static inline uint64_t *device_ended_d(const struct device_comm *d) {
   return (uint64_t *)((char *)d->flags_d + DEV_ENDED_OFFSET);
 }
+/* Its failed word (dev_done), likewise. */
+static inline const uint64_t *device_failed_h(const struct device_comm *d) {
+  return (const uint64_t *)((char *)d->flags_h + DEV_FAILED_OFFSET);
+}
+static inline uint64_t *device_failed_d(const struct device_comm *d) {
+  return (uint64_t *)((char *)d->flags_d + DEV_FAILED_OFFSET);
+}
 /* The comm's mismatch records, as the host reads them and as its kernels
  * write them. */
 static inline const struct dev_mismatch *device_mismatch_h(const struct device_comm *d) {
@@ -122,7 +134,8 @@ static inline struct dev_stall *device_stall_d(const struct device_comm *d) {
  * it did (launch_done.h): destroy and abort wait for what was counted. */
 static inline void device_done_fill(const struct device_comm *d, int captured,
                                     struct dev_done *out) {
-  launch_done_fill(&d->done, device_ended_d(d), captured, out);
+  launch_done_fill(&d->done, device_ended_d(d), device_failed_d(d), d->flags_d + 1, captured,
+                   out);
 }
 /* For the per-thread stream, the calling thread, as a number no other
  * thread of the process ever gets (a pthread_t is reused once its thread
@@ -145,17 +158,22 @@ static inline void device_done_commit(struct device_comm *d, const struct dev_do
  * it (the question would break a global-mode capture). */
 weftResult_t device_comm_stream_check(struct device_comm *d, cudaStream_t stream, uint64_t key);
 
-/* The comm's watch (device_watch.c): opened with its device state, closed
- * before that is freed (the trace reads its calls' states through it). */
+/* The comm's watch (device_watch.c): made with its device state before
+ * that is published (init), read by the trace once the words the kernels
+ * report in exist (open), no longer read once they may go (close), then
+ * freed (fini). */
+void device_watch_init(struct device_comm *d);
 void device_watch_open(struct weftComm *comm, struct device_comm *d);
 void device_watch_close(struct weftComm *comm, struct device_comm *d);
-/* Records plans[0..n) of comm in its trace, enqueued with result res as the
- * launches after launched_before (the comm's count before them): their
- * states then follow those launches; a call that launched nothing (no
- * elements, one rank) or was refused is recorded done with res; captured
- * calls are not recorded. */
-void device_trace_record(struct weftComm *comm, const struct weft_plan *const *plans, size_t n,
-                         uint64_t launched_before, int captured, weftResult_t res);
+void device_watch_fini(struct device_comm *d);
+/* Records plans[0..n) of comm in its trace, enqueued with result res,
+ * plans[i] as the launches launches[i] (NULL: none): a call whose kernels
+ * went out follows them from then on; one that launched nothing (no
+ * elements, one rank) or was refused before its kernels is recorded done
+ * with res; captured calls are not recorded. */
+void device_trace_record(struct weftComm *comm, const struct weft_plan *const *plans,
+                         const struct trace_launch *launches, size_t n, int captured,
+                         weftResult_t res);
 /* The verdict a watch or a failure found before, again as the error
  * (weftSuccess: none). */
 weftResult_t device_watch_kept(struct device_comm *d);

@@ -37,9 +37,9 @@ static int64_t mono_ns(void) {
 static void launch_probe(void *arg, const struct trace_launch *l, int32_t *state,
                          int32_t *result, int32_t *waiting_on) {
   struct device_comm *d = arg;
-  const enum launch_state s =
-      launch_done_state(device_ended_h(d), DEV_MAX_CHANNELS, d->flags_h + 1, &d->watch.ok_through,
-                        l->first, l->last, (int)l->nblocks);
+  const enum launch_state s = launch_done_state(device_ended_h(d), DEV_MAX_CHANNELS,
+                                                device_failed_h(d), l->first, l->last,
+                                                (int)l->nblocks);
   switch (s) {
     case LAUNCH_QUEUED: *state = TRACE_SCHEDULED; break;
     case LAUNCH_RUNNING: *state = TRACE_STARTED; break;
@@ -60,35 +60,63 @@ static void launch_probe(void *arg, const struct trace_launch *l, int32_t *state
   }
 }
 
-void device_watch_open(struct weftComm *comm, struct device_comm *d) {
+void device_watch_init(struct device_comm *d) {
   pthread_mutex_init(&d->watch.mutex, NULL);
   d->watch.since_ns = mono_ns();
+}
+
+void device_watch_open(struct weftComm *comm, struct device_comm *d) {
   trace_launch_probe_set(comm->trace, launch_probe, d);
 }
 
 void device_watch_close(struct weftComm *comm, struct device_comm *d) {
+  (void)d;
   trace_launch_probe_set(comm->trace, NULL, NULL); /* returns once no reader uses d */
-  pthread_mutex_destroy(&d->watch.mutex);
 }
 
-void device_trace_record(struct weftComm *comm, const struct weft_plan *const *plans, size_t n,
-                         uint64_t launched_before, int captured, weftResult_t res) {
+void device_watch_fini(struct device_comm *d) { pthread_mutex_destroy(&d->watch.mutex); }
+
+/* The last launch recorded and its blocks, in one word (any thread reads it). */
+#define LAUNCHED_PACK(seq, nblocks) (((seq) << 8) | (uint64_t)(nblocks))
+
+void device_trace_record(struct weftComm *comm, const struct weft_plan *const *plans,
+                         const struct trace_launch *launches, size_t n, int captured,
+                         weftResult_t res) {
   struct device_comm *d = comm->device;
   if (comm->trace == NULL) return;
   /* a graph's replays are its owner's: what it captured is not a call */
-  if (res == weftSuccess && captured) return;
-  const int launched = res == weftSuccess && d != NULL && d->done.seq > launched_before;
-  const struct trace_launch l = {.first = launched_before + 1,
-                                 .last = launched ? d->done.seq : 0,
-                                 .nblocks = launched ? (uint64_t)d->done.nblocks : 0};
+  if (captured) return;
+  uint64_t last = 0, nblocks = 0;
   for (size_t i = 0; i < n; i++) {
-    if (launched) trace_record_launched(comm->trace, plans[i], &l);
-    else trace_record_done(comm->trace, plans[i], res); /* nothing went out, or refused */
+    const struct trace_launch *l = launches != NULL ? &launches[i] : NULL;
+    if (l != NULL && l->last != 0) {
+      trace_record_launched(comm->trace, plans[i], l); /* its kernels went out */
+      if (l->last > last) last = l->last, nblocks = l->nblocks;
+    } else {
+      trace_record_done(comm->trace, plans[i], res); /* nothing went out, or refused */
+    }
   }
-  if (launched) __atomic_store_n(&d->watch.launched, d->done.seq, __ATOMIC_RELEASE);
+  if (last == 0 || d == NULL) return;
+  struct device_watch *w = &d->watch;
+  /* work after a look that found none: a stall is timed from now */
+  if (__atomic_exchange_n(&w->idle_seen, 0, __ATOMIC_ACQ_REL))
+    __atomic_store_n(&w->busy_since_ns, mono_ns(), __ATOMIC_RELEASE);
+  __atomic_store_n(&w->launched, LAUNCHED_PACK(last, nblocks), __ATOMIC_RELEASE);
 }
 
 /* --- the verdict ------------------------------------------------------------ */
+
+/* Holds comm as an operation does while its peers are asked (a quarter or
+ * half a second; weftCommGetAsyncError's thread takes no hold otherwise):
+ * an abort or destroy on another thread waits for it. 0, holding nothing,
+ * where comm is not ready (aborted, finalized, suspended, revoked): no
+ * question then. */
+static int hold(struct weftComm *comm) {
+  __atomic_add_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
+  if (comm_life(comm) == COMM_READY) return 1;
+  comm_op_end(comm);
+  return 0;
+}
 
 /* The verdict found (res, text), kept: later asks return it. Under the mutex. */
 static weftResult_t verdict_keep(struct device_comm *d, weftResult_t res, const char *text) {
@@ -119,6 +147,10 @@ weftResult_t device_watch_failure(struct weftComm *comm, struct device_comm *d, 
     return res;
   }
   struct trace_call subject;
+  if (!hold(comm)) {
+    pthread_mutex_unlock(&d->watch.mutex); /* going away: its kernels' word alone */
+    return res;
+  }
   if (!trace_oldest_unfinished(comm->trace, &subject)) {
     res = verdict_keep(d, res, cause);
   } else {
@@ -138,6 +170,7 @@ weftResult_t device_watch_failure(struct weftComm *comm, struct device_comm *d, 
   }
   trace_dump_to_dir(comm->trace, why == DEV_GAVE_UP_TIMEOUT ? TRACE_ON_TIMEOUT : TRACE_ON_FAILURE,
                     d->watch.verdict);
+  comm_op_end(comm);
   pthread_mutex_unlock(&d->watch.mutex);
   return res;
 }
@@ -158,41 +191,54 @@ static uint64_t ended_newest(const struct device_comm *d) {
 weftResult_t device_watch_stall(struct weftComm *comm, struct device_comm *d) {
   struct device_watch *w = &d->watch;
   const uint64_t ask_after = trace_ask_after_ns(comm->trace);
-  if (comm->trace == NULL || comm->nranks < 2 || ask_after == 0) return weftSuccess;
+  if (comm->trace == NULL || comm->nranks < 2 || ask_after == 0 ||
+      __atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE) != 0)
+    return weftSuccess;
   const int64_t now = mono_ns();
   if (now - __atomic_load_n(&w->checked_ns, __ATOMIC_RELAXED) < WATCH_EVERY_NS) return weftSuccess;
   /* one watcher at a time, and never waiting for another */
   if (pthread_mutex_trylock(&w->mutex) != 0) return weftSuccess;
-  const int64_t gap = now - __atomic_load_n(&w->checked_ns, __ATOMIC_RELAXED);
+  if (__atomic_load_n(&w->verdict_res, __ATOMIC_ACQUIRE) != weftSuccess) {
+    pthread_mutex_unlock(&w->mutex); /* judged meanwhile: device_comm_error says it */
+    return weftSuccess;
+  }
   __atomic_store_n(&w->checked_ns, now, __ATOMIC_RELAXED);
   weftResult_t res = weftSuccess;
-  const uint64_t launched = __atomic_load_n(&w->launched, __ATOMIC_ACQUIRE);
+  const uint64_t packed = __atomic_load_n(&w->launched, __ATOMIC_ACQUIRE);
+  const struct launch_done last = {.seq = packed >> 8, .nblocks = (int)(packed & 0xff)};
   const uint64_t newest = ended_newest(d);
-  if (newest != w->seen_newest || newest >= launched || gap > (int64_t)ask_after) {
-    /* progress, nothing to do, or nobody looked for longer than a stall
-     * takes to be asked about (what the kernels did meanwhile is not
-     * known): the next stall is timed from here */
+  const int idle = last.seq == 0 || launch_done_ended(&last, device_ended_h(d));
+  if (idle) __atomic_store_n(&w->idle_seen, 1, __ATOMIC_RELEASE);
+  if (newest != w->seen_newest || idle) {
+    /* progress, or nothing to do: the next stall is timed from here */
     w->seen_newest = newest;
     w->since_ns = now;
     w->next_ask_ns = ask_after;
-  } else if ((uint64_t)(now - w->since_ns) >= w->next_ask_ns) {
-    w->next_ask_ns *= 2; /* asked again after twice as long, and so on */
-    struct trace_call subject;
-    if (trace_oldest_unfinished(comm->trace, &subject) && subject.on_device &&
-        subject.state != TRACE_FAILED) {
-      char how[64], text[1024];
-      snprintf(how, sizeof how, "has ended nothing for %.1f s on device memory",
-               (double)(now - w->since_ns) / 1e9);
-      const weftResult_t judged = hang_judge(comm, &subject, how, 1, text, sizeof text);
-      if (judged == weftSuccess) {
-        WEFT_INFO(LOG_COLL, "rank %d: %s", comm->rank, text);
-      } else {
-        /* the kernels stop (and poison their channels, which stops the
-         * peers' too); every rank's own question finds the same */
-        res = verdict_keep(d, judged, text);
-        comm_fail_alone(comm, res);
-        __atomic_store_n(&d->flags_h[0], 1u, __ATOMIC_RELEASE); /* the kernels' abort flag */
-        trace_dump_to_dir(comm->trace, TRACE_ON_FAILURE, text);
+  } else {
+    /* nothing ended since the last look that saw progress, nor since the
+     * first launch after the comm was last seen idle */
+    const int64_t busy = __atomic_load_n(&w->busy_since_ns, __ATOMIC_ACQUIRE);
+    const int64_t from = busy > w->since_ns ? busy : w->since_ns;
+    if (now - from >= (int64_t)w->next_ask_ns) {
+      w->next_ask_ns *= 2; /* asked again after twice as long, and so on */
+      struct trace_call subject;
+      if (trace_oldest_unfinished(comm->trace, &subject) && subject.on_device &&
+          subject.state != TRACE_FAILED && hold(comm)) {
+        char how[64], text[1024];
+        snprintf(how, sizeof how, "has ended nothing for %.1f s on device memory",
+                 (double)(now - from) / 1e9);
+        const weftResult_t judged = hang_judge(comm, &subject, how, 1, text, sizeof text);
+        if (judged == weftSuccess) {
+          WEFT_INFO(LOG_COLL, "rank %d: %s", comm->rank, text);
+        } else {
+          /* the kernels stop (and poison their channels, which stops the
+           * peers' too); every rank's own question finds the same */
+          res = verdict_keep(d, judged, text);
+          comm_fail_alone(comm, res);
+          __atomic_store_n(&d->flags_h[0], 1u, __ATOMIC_RELEASE); /* the kernels' abort flag */
+          trace_dump_to_dir(comm->trace, TRACE_ON_FAILURE, text);
+        }
+        comm_op_end(comm);
       }
     }
   }

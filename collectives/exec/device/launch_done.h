@@ -47,11 +47,14 @@ static inline int launch_done_gated(const struct launch_done *t, const uint64_t 
 }
 
 /* What the next launch carries (*out): its number and the device view of
- * the ended words, or nothing to report when captured (a graph's replays
- * are its owner's to wait for). */
-static inline void launch_done_fill(const struct launch_done *t, uint64_t *ended_d, int captured,
+ * the ended words, the failed word and the error word, or nothing to
+ * report when captured (a graph's replays are its owner's to wait for). */
+static inline void launch_done_fill(const struct launch_done *t, uint64_t *ended_d,
+                                    uint64_t *failed_d, const uint32_t *error_d, int captured,
                                     struct dev_done *out) {
   out->ended = captured ? (uint64_t *)0 : ended_d;
+  out->failed = captured ? (uint64_t *)0 : failed_d;
+  out->error = error_d;
   out->seq = captured ? 0 : t->seq + 1;
 }
 
@@ -68,22 +71,16 @@ static inline void launch_done_commit(struct launch_done *t, const struct dev_do
 
 /* Where a call's launches first..last stand (the last one has nblocks
  * blocks), as the host can tell from the ended words (nwords of them) and
- * from the comm's error word, read after them: */
+ * the failed word (dev_done's), read after them: */
 enum launch_state {
   LAUNCH_QUEUED,  /* the comm's launch before first has not begun to end */
   LAUNCH_RUNNING, /* it has (a block of it ended): first is the comm's current work */
-  LAUNCH_OK,      /* every block of last ended, and no block of the comm gave up before */
-  LAUNCH_FAILED,  /* every block of last ended, after a block of the comm gave up */
+  LAUNCH_OK,      /* every block of last ended, before any launch of the comm failed */
+  LAUNCH_FAILED,  /* every block of last ended, and it or an earlier one failed */
 };
-/* *ok_through is the last launch the host saw end while the error word was
- * clear (raised here, by any thread): a launch up to it succeeded even once
- * the error word is set. A launch that ended after the comm's kernels gave
- * up, and was not seen end before, counts as failed: it may have been
- * the one that gave up, or have met the poison that followed. */
 static inline enum launch_state launch_done_state(const uint64_t *ended, int nwords,
-                                                  const uint32_t *error, uint64_t *ok_through,
-                                                  uint64_t first, uint64_t last, int nblocks) {
-  if (last <= __atomic_load_n(ok_through, __ATOMIC_ACQUIRE)) return LAUNCH_OK;
+                                                  const uint64_t *failed, uint64_t first,
+                                                  uint64_t last, int nblocks) {
   int all = nblocks > 0;
   uint64_t newest = 0;
   for (int b = 0; b < nwords; b++) {
@@ -92,14 +89,9 @@ static inline enum launch_state launch_done_state(const uint64_t *ended, int nwo
     if (e > newest) newest = e;
   }
   if (!all) return first <= 1 || newest + 1 >= first ? LAUNCH_RUNNING : LAUNCH_QUEUED;
-  /* a block that gives up sets the error word before its ended word */
-  if (__atomic_load_n(error, __ATOMIC_ACQUIRE) != 0) return LAUNCH_FAILED;
-  uint64_t seen = __atomic_load_n(ok_through, __ATOMIC_RELAXED);
-  while (seen < last &&
-         !__atomic_compare_exchange_n(ok_through, &seen, last, 1, __ATOMIC_RELEASE,
-                                      __ATOMIC_RELAXED)) {
-  }
-  return LAUNCH_OK;
+  /* a block names a failed launch before it reports its end */
+  const uint64_t f = __atomic_load_n(failed, __ATOMIC_ACQUIRE);
+  return f != 0 && f <= last ? LAUNCH_FAILED : LAUNCH_OK;
 }
 
 #endif

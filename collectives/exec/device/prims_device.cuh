@@ -211,12 +211,22 @@ __device__ __forceinline__ bool dev_watch_expired(const dev_watch &w, uint64_t s
 
 // Once every thread of the block is done, however the block ended: its
 // word of the ended array gets the launch's number (released after the
-// block's accesses, which the barrier passes to thread 0).
+// block's accesses, which the barrier passes to thread 0). A block that
+// ends with the comm's error word set (it gave up, or another block did)
+// first names the launch in the failed word, unless an earlier launch is
+// there: the comm's launches end in order, so the first launch named is
+// the first that did not succeed (the blocks racing to name it all store
+// the same number: no atomic on host memory).
 __device__ __forceinline__ void dev_done_report(const dev_done &d) {
   if (d.ended == NULL) return;
   __syncthreads();
   if (threadIdx.x == 0) {
     dev_fence_acq_rel_sys();
+    if (d.failed != NULL && *(volatile const uint32_t *)d.error != 0 &&
+        *(volatile uint64_t *)d.failed == 0) {
+      dev_st_volatile_u64(d.failed, d.seq);
+      __threadfence_system(); // named before the block's end is seen
+    }
     dev_st_volatile_u64(&d.ended[blockIdx.x], d.seq);
   }
 }
