@@ -410,9 +410,15 @@ int trace_window(const struct trace *t, struct trace_call *out, int max) {
   const uint64_t last = __atomic_load_n(&t->next_id, __ATOMIC_ACQUIRE);
   uint64_t first = oldest.id > 1 ? oldest.id - 1 : oldest.id;
   if (last > t->mask && first < last - t->mask) first = last - t->mask;
+  /* more than max from there: the first half from there, the rest the
+   * newest (a verdict reads a rank's newest call as where it is) */
+  const uint64_t head = last - first + 1 > (uint64_t)max ? (uint64_t)max / 2 : (uint64_t)max;
   int n = 0;
-  for (uint64_t id = first; id <= last && n < max; id++)
+  for (uint64_t id = first; id <= last && (uint64_t)n < head; id++)
     if (trace_get(t, id, &out[n])) n++;
+  const uint64_t tail_first = last - (uint64_t)(max - (int)head) + 1;
+  for (uint64_t id = tail_first; head < (uint64_t)max && id <= last && n < max; id++)
+    if (id >= first + head && trace_get(t, id, &out[n])) n++;
   return n;
 }
 

@@ -98,7 +98,8 @@ uint64_t trace_record_launched(struct trace *t, const struct weft_plan *plan,
  * most max: from the last completed call before the oldest unfinished one
  * (trace_oldest_unfinished) on, so that the call a stalled peer asks about
  * is there however many calls were queued after it (device calls return
- * once enqueued); the latest max where every call completed. How many. */
+ * once enqueued): where more than max are, max/2 from there and the rest
+ * the newest; the latest max where every call completed. How many. */
 int trace_window(const struct trace *t, struct trace_call *out, int max);
 /* The oldest call of the unbroken run of calls, newest back, that are not
  * completed (running, waiting, failed: where a comm stuck or broke): 1 and

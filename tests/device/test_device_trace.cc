@@ -202,7 +202,8 @@ TEST(DeviceTrace, StatesFollowTheLaunches) {
 }
 
 // A peer's answer starts at the call before its oldest unfinished one, so
-// that a call stuck behind more queued calls than an answer holds is in it.
+// that a call stuck behind more queued calls than an answer holds is in it,
+// and ends with its newest calls.
 TEST(DeviceTrace, WindowStartsBeforeTheOldestUnfinished) {
   struct trace *t = trace_create(1, 2, 0x99, "window");
   ASSERT_NE(t, nullptr);
@@ -221,7 +222,11 @@ TEST(DeviceTrace, WindowStartsBeforeTheOldestUnfinished) {
   EXPECT_EQ(calls[0].state, TRACE_COMPLETED);
   EXPECT_EQ(calls[1].seq, 3u);
   EXPECT_EQ(calls[1].state, TRACE_STARTED);
-  EXPECT_EQ(calls[9].seq, 11u);
+  // 14 from there: five from there, then the newest five
+  EXPECT_EQ(calls[4].seq, 6u);
+  EXPECT_EQ(calls[5].seq, 11u);
+  EXPECT_EQ(calls[9].seq, 15u);
+  EXPECT_EQ(calls[9].state, TRACE_SCHEDULED);
   // every call completed: the latest ten
   w.end(15, 1);
   n = trace_window(t, calls, 10);

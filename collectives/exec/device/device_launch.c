@@ -254,13 +254,14 @@ static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *c
     else if (plan_det(comm, plans[i]))
       res = device_det_launch(comm, plans[i], stream, captured, det_p2p_launch);
     else if (plans[i]->count > 0) res = ring_launch(comm, d, plans[i], stream, captured, announce);
-    if (launches != NULL) launch_range(comm, before, &launches[i]);
+    /* a call that failed on its way out reads failed, whatever went out */
+    if (launches != NULL && res == weftSuccess) launch_range(comm, before, &launches[i]);
   }
   if (res == weftSuccess && nsendrecv > 0) {
     const uint64_t before = launches_made(comm);
     res = device_sendrecv_launch(comm, d, plans, n, stream, captured, announce);
-    for (size_t i = 0; i < n && launches != NULL; i++) /* one kernel for them all */
-      if (plan_is_sendrecv(plans[i])) launch_range(comm, before, &launches[i]);
+    for (size_t i = 0; i < n && launches != NULL && res == weftSuccess; i++)
+      if (plan_is_sendrecv(plans[i])) launch_range(comm, before, &launches[i]); /* one kernel */
   }
   if (prev >= 0 && prev != comm->cuda_dev) cudaSetDevice(prev);
   device_op_end(comm);
@@ -500,7 +501,7 @@ weftResult_t device_enqueue_group(struct weftComm *const *comms,
   free(launches);
   /* the calls that did not go out count too, refused, so that the
    * numbers stay the peers' */
-  for (size_t k = 0; k < nparts && res != weftSuccess; k++)
+  for (size_t k = 0; k < held && res != weftSuccess; k++)
     if (!parts[k].recorded) device_trace_record(parts[k].comm, parts[k].plans, NULL, parts[k].n, 0, res);
   /* weftGetLastError(comm), written while the comms are held (an abort
    * waiting for them frees them after) */

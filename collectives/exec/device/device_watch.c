@@ -66,6 +66,10 @@ void device_watch_init(struct device_comm *d) {
 }
 
 void device_watch_open(struct weftComm *comm, struct device_comm *d) {
+  pthread_mutex_lock(&d->watch.mutex);
+  d->watch.next_ask_ns = trace_ask_after_ns(comm->trace);
+  d->watch.idle_seen = 1; /* the first launch starts the stall clock */
+  pthread_mutex_unlock(&d->watch.mutex);
   trace_launch_probe_set(comm->trace, launch_probe, d);
 }
 
@@ -87,11 +91,18 @@ void device_trace_record(struct weftComm *comm, const struct weft_plan *const *p
   /* a graph's replays are its owner's: what it captured is not a call */
   if (captured) return;
   uint64_t last = 0, nblocks = 0;
+  /* a call that launched nothing completes with the comm's last launch,
+   * so that it never reads completed ahead of a stuck call before it */
+  const struct trace_launch behind = {.first = d != NULL ? d->done.seq : 0,
+                                      .last = d != NULL ? d->done.seq : 0,
+                                      .nblocks = d != NULL ? (uint64_t)d->done.nblocks : 0};
   for (size_t i = 0; i < n; i++) {
     const struct trace_launch *l = launches != NULL ? &launches[i] : NULL;
     if (l != NULL && l->last != 0) {
       trace_record_launched(comm->trace, plans[i], l); /* its kernels went out */
       if (l->last > last) last = l->last, nblocks = l->nblocks;
+    } else if (res == weftSuccess && behind.last != 0) {
+      trace_record_launched(comm->trace, plans[i], &behind);
     } else {
       trace_record_done(comm->trace, plans[i], res); /* nothing went out, or refused */
     }
@@ -170,8 +181,9 @@ weftResult_t device_watch_failure(struct weftComm *comm, struct device_comm *d, 
   }
   trace_dump_to_dir(comm->trace, why == DEV_GAVE_UP_TIMEOUT ? TRACE_ON_TIMEOUT : TRACE_ON_FAILURE,
                     d->watch.verdict);
-  comm_op_end(comm);
+  /* unlocked before the hold ends: an abort waiting for it frees d after */
   pthread_mutex_unlock(&d->watch.mutex);
+  comm_op_end(comm);
   return res;
 }
 
@@ -204,6 +216,7 @@ weftResult_t device_watch_stall(struct weftComm *comm, struct device_comm *d) {
   }
   __atomic_store_n(&w->checked_ns, now, __ATOMIC_RELAXED);
   weftResult_t res = weftSuccess;
+  int held = 0;
   const uint64_t packed = __atomic_load_n(&w->launched, __ATOMIC_ACQUIRE);
   const struct launch_done last = {.seq = packed >> 8, .nblocks = (int)(packed & 0xff)};
   const uint64_t newest = ended_newest(d);
@@ -238,10 +251,11 @@ weftResult_t device_watch_stall(struct weftComm *comm, struct device_comm *d) {
           __atomic_store_n(&d->flags_h[0], 1u, __ATOMIC_RELEASE); /* the kernels' abort flag */
           trace_dump_to_dir(comm->trace, TRACE_ON_FAILURE, text);
         }
-        comm_op_end(comm);
+        held = 1;
       }
     }
   }
   pthread_mutex_unlock(&w->mutex);
+  if (held) comm_op_end(comm); /* after the unlock: an abort waiting for it frees d after */
   return res;
 }
