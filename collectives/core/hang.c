@@ -152,8 +152,80 @@ static const struct trace_call *view_find(const struct hang_view *v, const struc
   return NULL;
 }
 
+/* "rank 0 LL, ranks 1,2 SIMPLE": the ranks of calls[0..n) (in rank
+ * order) by the value field gives each, named by names[0..nnames). */
+static void text_split(struct text *t, const struct trace_call *const *calls, const int *ranks,
+                       int n, int32_t (*field)(const struct trace_call *),
+                       const char *const *names, int nnames) {
+  const char *sep = "";
+  for (int i = 0; i < n; i++) {
+    const int32_t v = field(calls[i]);
+    int seen = 0;
+    for (int j = 0; j < i && !seen; j++) seen = field(calls[j]) == v;
+    if (seen) continue; /* its group is written */
+    int which[64], k = 0;
+    for (int j = i; j < n && k < 64; j++)
+      if (field(calls[j]) == v) which[k++] = ranks[j];
+    text_add(t, "%s", sep);
+    text_ranks(t, which, k);
+    text_add(t, " %s", v >= 0 && v < nnames ? names[v] : "?");
+    sep = ", ";
+  }
+}
+static int32_t call_proto(const struct trace_call *c) { return c->proto; }
+static int32_t call_algo(const struct trace_call *c) { return c->algo; }
+
+/* Ranks whose calls on device memory agree but run on different protocols
+ * or algorithms (WEFT_PROTO, WEFT_ALGO that differ between ranks): their
+ * kernels use different FIFOs and wait for each other forever, so this is
+ * weftInvalidUsage too, naming the ranks. Host calls are left to their data
+ * paths, which compare what they send. */
+static weftResult_t verdict_plan_differs(const struct trace_call *s, const struct hang_view *views,
+                                         int nranks) {
+  static const char *const protos[] = {"SIMPLE", "LL"};
+  static const char *const algos[] = {"ring", "tree", "recursive doubling", "direct",
+                                      "single copy", "bulk"};
+  _Static_assert(sizeof algos / sizeof algos[0] == ALGO_NUM, "a name per enum coll_algo");
+  const struct trace_call **calls = calloc((size_t)nranks, sizeof *calls);
+  int *ranks = calloc((size_t)nranks, sizeof *ranks);
+  weftResult_t res = weftSuccess;
+  int n = 0, device = 1, proto_differs = 0, algo_differs = 0;
+  for (int r = 0; calls != NULL && ranks != NULL && r < nranks; r++) {
+    enum where_of w;
+    const struct trace_call *c = view_find(&views[r], s, &w);
+    if (c == NULL) continue;
+    device &= c->on_device != 0;
+    if (n > 0) {
+      proto_differs |= c->proto != calls[0]->proto;
+      algo_differs |= c->algo != calls[0]->algo;
+    }
+    calls[n] = c;
+    ranks[n++] = r;
+  }
+  if (n > 1 && device && (proto_differs || algo_differs)) {
+    char buf[512];
+    struct text t = {.buf = buf, .n = sizeof buf, .len = 0};
+    text_add(&t, "ranks disagree on how to run a collective on device memory: %s #%" PRIu64 ": ",
+             coll_kind_name((enum coll_kind)s->coll), s->seq);
+    if (algo_differs) {
+      text_add(&t, "algorithm differs: ");
+      text_split(&t, calls, ranks, n, call_algo, algos, ALGO_NUM);
+    }
+    if (proto_differs) {
+      text_add(&t, "%sprotocol differs: ", algo_differs ? "; " : "");
+      text_split(&t, calls, ranks, n, call_proto, protos, 2);
+    }
+    text_add(&t, " (WEFT_ALGO or WEFT_PROTO differ between ranks)");
+    res = weft_error_set(weftInvalidUsage, "%s", buf);
+  }
+  free(calls);
+  free(ranks);
+  return res;
+}
+
 /* Ranks that reached subject's number under different collectives:
- * weftInvalidUsage with signature_compare_ranks's text. */
+ * weftInvalidUsage with signature_compare_ranks's text; ranks whose device
+ * calls agree but whose plans differ: verdict_plan_differs's. */
 static weftResult_t verdict_mismatch(const struct trace_call *s, const struct hang_view *views,
                                      int nranks) {
   if (is_p2p(s)) return weftSuccess;
@@ -171,6 +243,7 @@ static weftResult_t verdict_mismatch(const struct trace_call *s, const struct ha
     ranks[n++] = r;
   }
   if (n > 1) res = signature_compare_ranks(sigs, ranks, n, "ranks disagree on a collective");
+  if (res == weftSuccess && n > 1) res = verdict_plan_differs(s, views, nranks);
   free(sigs);
   free(ranks);
   return res;

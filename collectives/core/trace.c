@@ -522,9 +522,11 @@ static void json_call(FILE *out, const struct trace_call *c) {
     fprintf(out, ", \"time_discovered_started_ns\": %" PRId64, c->t_started_ns);
   if (c->t_done_ns != 0)
     fprintf(out, ", \"time_discovered_completed_ns\": %" PRId64, c->t_done_ns);
-  if (c->algo >= 0 && c->algo < ALGO_NUM && c->t_started_ns != 0)
+  /* a device call's plan is made as it is enqueued */
+  const int planned = c->t_started_ns != 0 || c->on_device;
+  if (c->algo >= 0 && c->algo < ALGO_NUM && planned)
     fprintf(out, ", \"algorithm\": \"%s\"", algos[c->algo]);
-  if (c->proto >= 0 && c->proto < 2 && c->t_started_ns != 0)
+  if (c->proto >= 0 && c->proto < 2 && planned)
     fprintf(out, ", \"protocol\": \"%s\"", protos[c->proto]);
   if (c->state == TRACE_FAILED)
     fprintf(out, ", \"result\": \"%s\"", weftGetErrorString((weftResult_t)c->result));

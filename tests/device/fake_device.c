@@ -37,11 +37,12 @@ void fake_device_detach(struct fake_device *f) {
   free(f);
 }
 
-void fake_device_launch(struct fake_device *f, size_t count, int nblocks) {
+void fake_device_launch(struct fake_device *f, size_t count, int nblocks, int proto) {
   struct weft_plan p;
   memset(&p, 0, sizeof p);
   plan_init(&p, COLL_ALLREDUCE, NULL, NULL, count, weftFloat32, weftSum, -1);
   p.on_device = 1;
+  p.proto = (enum coll_proto)proto;
   const uint64_t seq = f->d->done.seq + 1;
   f->d->done.seq = seq;
   f->d->done.nblocks = nblocks;

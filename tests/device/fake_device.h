@@ -20,8 +20,9 @@ struct fake_device *fake_device_attach(weftComm_t comm);
 /* Takes it away (before the comm is destroyed). */
 void fake_device_detach(struct fake_device *f);
 /* Enqueues an all-reduce of count float32 as the comm's next launch, of
- * nblocks blocks: recorded in the trace as device_enqueue records it. */
-void fake_device_launch(struct fake_device *f, size_t count, int nblocks);
+ * nblocks blocks, planned for protocol proto (enum coll_proto): recorded in
+ * the trace as device_enqueue records it. */
+void fake_device_launch(struct fake_device *f, size_t count, int nblocks, int proto);
 /* Every block of launch seq ends. */
 void fake_device_end(struct fake_device *f, uint64_t seq, int nblocks);
 /* The kernels give up for want of progress from peer (a block's stall

@@ -281,6 +281,17 @@ TEST(DeviceTrace, VerdictSaysWhatTheHostKnows) {
   views[1] = hang_view{HANG_ANSWERED, r1b, 2, now, 0};
   EXPECT_EQ(hang_verdict(&r0[1], "stalls", views, 2, text, sizeof text), weftInvalidUsage);
   EXPECT_NE(std::string(text).find("count differs"), std::string::npos) << text;
+  // the same call on another protocol and algorithm: named too (device calls only)
+  r1b[1].count = 1024;
+  r1b[1].proto = 1;
+  r1b[1].algo = 1;
+  EXPECT_EQ(hang_verdict(&r0[1], "stalls", views, 2, text, sizeof text), weftInvalidUsage);
+  EXPECT_NE(std::string(text).find("AllReduce #2: algorithm differs: rank 0 ring, rank 1 tree; "
+                                   "protocol differs: rank 0 SIMPLE, rank 1 LL"),
+            std::string::npos)
+      << text;
+  r0[1].on_device = r1b[1].on_device = 0; // on host memory the data paths compare
+  EXPECT_EQ(hang_verdict(&r0[1], "stalls", views, 2, text, sizeof text), weftSuccess) << text;
 }
 
 } // namespace

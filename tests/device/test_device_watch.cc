@@ -94,10 +94,10 @@ TEST(DeviceWatch, CountThatDiffersFoundByAskingBehindQueuedCalls) {
   // #1 agrees and ends on every rank; #2 differs on rank 0 (as on either
   // side of a protocol threshold: no kernel compares); twelve more queue
   for (int r = 0; r < k; r++) {
-    fake_device_launch(dev[r], 1000, 1);
+    fake_device_launch(dev[r], 1000, 1, 0);
     fake_device_end(dev[r], 1, 1);
-    fake_device_launch(dev[r], r == 0 ? 1000 : 4u << 20, 4);
-    for (int i = 0; i < 12; i++) fake_device_launch(dev[r], 1000, 1);
+    fake_device_launch(dev[r], r == 0 ? 1000 : 4u << 20, 4, 0);
+    for (int i = 0; i < 12; i++) fake_device_launch(dev[r], 1000, 1, 0);
   }
   struct trace_call c;
   ASSERT_TRUE(trace_oldest_unfinished(job.comms[1]->trace, &c));
@@ -119,13 +119,36 @@ TEST(DeviceWatch, CountThatDiffersFoundByAskingBehindQueuedCalls) {
   for (auto *f : dev) fake_device_detach(f);
 }
 
+// The same call on protocols that differ (WEFT_PROTO set apart on one
+// rank): their kernels use different FIFOs; the question names it.
+TEST(DeviceWatch, ProtocolsThatDifferNamed) {
+  Env ask("WEFT_HANG_ASK_MS", "200");
+  const int k = 2;
+  Job job(k);
+  std::vector<struct fake_device *> dev;
+  for (int r = 0; r < k; r++) dev.push_back(fake_device_attach(job.comms[r]));
+  for (int r = 0; r < k; r++) fake_device_launch(dev[r], 1024, 1, r == 0 ? 1 : 0);
+  std::vector<weftResult_t> async;
+  std::vector<std::string> text;
+  const double s = poll(job.comms, {0, 1}, 5.0, async, text);
+  printf("every rank failed after %.2f s\n", s);
+  for (int r = 0; r < k; r++) {
+    printf("  rank %d: %d %s\n", r, (int)async[r], text[r].c_str());
+    EXPECT_EQ(async[r], weftInvalidUsage) << "rank " << r;
+    EXPECT_NE(text[r].find("AllReduce #1: protocol differs: rank 0 LL, rank 1 SIMPLE"),
+              std::string::npos)
+        << text[r];
+  }
+  for (auto *f : dev) fake_device_detach(f);
+}
+
 TEST(DeviceWatch, AgreeingRanksAreLeftRunning) {
   Env ask("WEFT_HANG_ASK_MS", "100");
   const int k = 2;
   Job job(k);
   std::vector<struct fake_device *> dev;
   for (int r = 0; r < k; r++) dev.push_back(fake_device_attach(job.comms[r]));
-  for (int r = 0; r < k; r++) fake_device_launch(dev[r], 1 << 20, 2); // a long call, the same on both
+  for (int r = 0; r < k; r++) fake_device_launch(dev[r], 1 << 20, 2, 0); // a long call, the same on both
   std::vector<weftResult_t> async;
   std::vector<std::string> text;
   poll(job.comms, {0, 1}, 0.8, async, text); // asks at 0.1, 0.2, 0.4 s
@@ -147,12 +170,12 @@ TEST(DeviceWatch, TimeoutGetsTheVerdict) {
   std::vector<struct fake_device *> dev;
   for (int r = 0; r < k; r++) dev.push_back(fake_device_attach(job.comms[r]));
   for (int r = 0; r < k; r++) {
-    fake_device_launch(dev[r], 4096, 1);
+    fake_device_launch(dev[r], 4096, 1, 0);
     fake_device_end(dev[r], 1, 1);
   }
   // ranks 0 and 1 call #2, rank 2 does not; their kernels time out
   for (int r = 0; r < 2; r++) {
-    fake_device_launch(dev[r], 4096, 2);
+    fake_device_launch(dev[r], 4096, 2, 0);
     fake_device_time_out(dev[r], 2);
     fake_device_end(dev[r], 2, 2);
   }
