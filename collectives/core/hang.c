@@ -194,7 +194,9 @@ static weftResult_t verdict_plan_differs(const struct trace_call *s, const struc
     enum where_of w;
     const struct trace_call *c = view_find(&views[r], s, &w);
     if (c == NULL) continue;
-    device &= c->on_device != 0;
+    /* a plan that decides nothing (no elements, WEFT_DETERMINISTIC's
+     * exchanges) is recorded as -1 */
+    device &= c->on_device != 0 && c->algo >= 0 && c->proto >= 0 && c->count > 0;
     if (n > 0) {
       proto_differs |= c->proto != calls[0]->proto;
       algo_differs |= c->algo != calls[0]->algo;

@@ -414,7 +414,7 @@ int trace_window(const struct trace *t, struct trace_call *out, int max) {
    * newest (a verdict reads a rank's newest call as where it is) */
   const uint64_t head = last - first + 1 > (uint64_t)max ? (uint64_t)max / 2 : (uint64_t)max;
   int n = 0;
-  for (uint64_t id = first; id <= last && (uint64_t)n < head; id++)
+  for (uint64_t id = first; id <= last && id < first + head; id++)
     if (trace_get(t, id, &out[n])) n++;
   const uint64_t tail_first = last - (uint64_t)(max - (int)head) + 1;
   for (uint64_t id = tail_first; head < (uint64_t)max && id <= last && n < max; id++)

@@ -201,6 +201,33 @@ TEST(DeviceTrace, StatesFollowTheLaunches) {
   trace_destroy(t);
 }
 
+// A call that launched nothing carries the launch of the call before it
+// (first past last): it completes with that one, never ahead of it.
+TEST(DeviceTrace, CallWithoutLaunchesCompletesWithThePreviousOne) {
+  struct trace *t = trace_create(0, 2, 0x77, "behind");
+  ASSERT_NE(t, nullptr);
+  Words w;
+  trace_launch_probe_set(t, probe, &w);
+  const struct weft_plan a = allreduce(1 << 20), empty = allreduce(0);
+  const struct trace_launch la = {1, 1, 3}, behind = {2, 1, 3};
+  const uint64_t ia = trace_record_launched(t, &a, &la);
+  const uint64_t ie = trace_record_launched(t, &empty, &behind);
+  struct trace_call c;
+  ASSERT_TRUE(trace_get(t, ie, &c));
+  EXPECT_EQ(c.state, TRACE_SCHEDULED) << "launch 1 has not begun to end";
+  ASSERT_TRUE(trace_oldest_unfinished(t, &c));
+  EXPECT_EQ(c.id, ia) << "the stuck call, not the empty one after it";
+  w.end_block(1, 0);
+  ASSERT_TRUE(trace_get(t, ie, &c));
+  EXPECT_EQ(c.state, TRACE_STARTED);
+  w.end(1, 3);
+  ASSERT_TRUE(trace_get(t, ie, &c));
+  EXPECT_EQ(c.state, TRACE_COMPLETED);
+  EXPECT_EQ(trace_oldest_unfinished(t, &c), 0);
+  trace_launch_probe_set(t, nullptr, nullptr);
+  trace_destroy(t);
+}
+
 // A peer's answer starts at the call before its oldest unfinished one, so
 // that a call stuck behind more queued calls than an answer holds is in it,
 // and ends with its newest calls.
@@ -290,6 +317,9 @@ TEST(DeviceTrace, VerdictSaysWhatTheHostKnows) {
                                    "protocol differs: rank 0 SIMPLE, rank 1 LL"),
             std::string::npos)
       << text;
+  r1b[1].algo = r1b[1].proto = -1; // a plan that decides nothing (WEFT_DETERMINISTIC)
+  EXPECT_EQ(hang_verdict(&r0[1], "stalls", views, 2, text, sizeof text), weftSuccess) << text;
+  r1b[1].algo = r1b[1].proto = 1;
   r0[1].on_device = r1b[1].on_device = 0; // on host memory the data paths compare
   EXPECT_EQ(hang_verdict(&r0[1], "stalls", views, 2, text, sizeof text), weftSuccess) << text;
 }

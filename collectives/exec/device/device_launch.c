@@ -58,6 +58,9 @@ static void device_op_end(struct weftComm *comm) { comm_op_end(comm); }
 static int plan_det(const struct weftComm *comm, const struct weft_plan *plan) {
   return !plan_is_sendrecv(plan) && plan->count > 0 && comm->nranks > 1 && det_applies(plan);
 }
+int device_plan_planned(const struct weftComm *comm, const struct weft_plan *plan) {
+  return plan->count > 0 && !plan_det(comm, plan);
+}
 
 /* The pre-multiply sum's scalar, as the kernel reads it: as the call saw
  * the op (redop_capture), which may have been destroyed since. */
@@ -248,6 +251,11 @@ static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *c
   const int announce = res == weftSuccess && d != NULL && d->crosses_hosts && !captured;
   size_t nsendrecv = 0;
   if (launches != NULL) memset(launches, 0, n * sizeof *launches);
+  /* the comm's launch before these, which a call that launches nothing
+   * and comes first completes with */
+  const struct trace_launch prior = {.first = launches_made(comm) + 1,
+                                     .last = launches_made(comm),
+                                     .nblocks = d != NULL ? (uint64_t)d->done.nblocks : 0};
   for (size_t i = 0; i < n && res == weftSuccess; i++) {
     const uint64_t before = launches_made(comm);
     if (plan_is_sendrecv(plans[i])) nsendrecv++;
@@ -262,6 +270,17 @@ static weftResult_t comm_launch(struct weftComm *comm, const struct weft_plan *c
     res = device_sendrecv_launch(comm, d, plans, n, stream, captured, announce);
     for (size_t i = 0; i < n && launches != NULL && res == weftSuccess; i++)
       if (plan_is_sendrecv(plans[i])) launch_range(comm, before, &launches[i]); /* one kernel */
+  }
+  /* a call that launched nothing (no elements, one rank) completes with
+   * the launch of the call before it in call order, so that it never reads
+   * completed ahead of a stuck one (first past last: none of its own) */
+  for (size_t i = 0; i < n && launches != NULL && res == weftSuccess; i++) {
+    if (launches[i].last != 0) continue;
+    const struct trace_launch *b = &prior;
+    for (size_t j = i; j-- > 0 && b == &prior;)
+      if (launches[j].last != 0) b = &launches[j];
+    launches[i] = (struct trace_launch){.first = b->last + 1, .last = b->last,
+                                        .nblocks = b->nblocks};
   }
   if (prev >= 0 && prev != comm->cuda_dev) cudaSetDevice(prev);
   device_op_end(comm);
@@ -484,10 +503,13 @@ weftResult_t device_enqueue_group(struct weftComm *const *comms,
   for (size_t k = 0; k < nparts && res == weftSuccess; k++)
     for (size_t i = 0; i < parts[k].n && res == weftSuccess; i++)
       res = device_plan_refusal(parts[k].plans[i]);
-  /* every comm of the group held from connection to launch, as above */
+  /* every comm of the group held from connection to launch, as above (each
+   * one, so that each records its calls, refused or not) */
   size_t held = 0;
-  while (res == weftSuccess && held < nparts)
-    res = comm_op_begin(parts[held++].comm, COMM_OP_HOLD, NULL);
+  for (; held < nparts; held++) {
+    const weftResult_t r = comm_op_begin(parts[held].comm, COMM_OP_HOLD, NULL);
+    if (res == weftSuccess) res = r;
+  }
   if (res == weftSuccess) res = connect_parts(parts, nparts);
   struct trace_launch *launches = calloc(nops ? nops : 1, sizeof *launches);
   if (res == weftSuccess && launches == NULL) res = weft_error_set(weftSystemError, "out of memory");
