@@ -58,8 +58,29 @@ static void device_op_end(struct weftComm *comm) { comm_op_end(comm); }
 static int plan_det(const struct weftComm *comm, const struct weft_plan *plan) {
   return !plan_is_sendrecv(plan) && plan->count > 0 && comm->nranks > 1 && det_applies(plan);
 }
-int device_plan_planned(const struct weftComm *comm, const struct weft_plan *plan) {
-  return plan->count > 0 && !plan_det(comm, plan);
+
+/* device_trace_record of plans[0..n), a plan that decides nothing (no
+ * elements, WEFT_DETERMINISTIC's exchanges) recorded with algorithm and
+ * protocol -1: the watch compares the others' between ranks (hang.c). */
+static void record_calls(struct weftComm *comm, const struct weft_plan *const *plans,
+                         const struct trace_launch *launches, size_t n, int captured,
+                         weftResult_t res) {
+  if (comm->trace == NULL || captured) return;
+  struct weft_plan *recs = calloc(n ? n : 1, sizeof *recs);
+  const struct weft_plan **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+  if (recs == NULL || ptrs == NULL) {
+    device_trace_record(comm, plans, launches, n, captured, res); /* as planned */
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      recs[i] = *plans[i];
+      if (recs[i].count == 0 || plan_det(comm, plans[i]))
+        recs[i].algo = (enum coll_algo)-1, recs[i].proto = (enum coll_proto)-1;
+      ptrs[i] = &recs[i];
+    }
+    device_trace_record(comm, ptrs, launches, n, captured, res);
+  }
+  free(recs);
+  free(ptrs);
 }
 
 /* The pre-multiply sum's scalar, as the kernel reads it: as the call saw
@@ -417,11 +438,11 @@ weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan,
     /* while still held: an abort waiting for it frees the comm after */
     if (res != weftSuccess)
       snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
-    device_trace_record(comm, plans, &launch, 1, captured, res);
+    record_calls(comm, plans, &launch, 1, captured, res);
     device_op_end(comm);
   } else {
     snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
-    device_trace_record(comm, plans, NULL, 1, 0, res);
+    record_calls(comm, plans, NULL, 1, 0, res);
   }
   return res;
 }
@@ -517,14 +538,14 @@ weftResult_t device_enqueue_group(struct weftComm *const *comms,
     int captured = 0;
     res = comm_launch(parts[k].comm, parts[k].plans, parts[k].n, parts[k].stream, &captured,
                       launches);
-    device_trace_record(parts[k].comm, parts[k].plans, launches, parts[k].n, captured, res);
+    record_calls(parts[k].comm, parts[k].plans, launches, parts[k].n, captured, res);
     parts[k].recorded = 1;
   }
   free(launches);
   /* the calls that did not go out count too, refused, so that the
    * numbers stay the peers' */
   for (size_t k = 0; k < held && res != weftSuccess; k++)
-    if (!parts[k].recorded) device_trace_record(parts[k].comm, parts[k].plans, NULL, parts[k].n, 0, res);
+    if (!parts[k].recorded) record_calls(parts[k].comm, parts[k].plans, NULL, parts[k].n, 0, res);
   /* weftGetLastError(comm), written while the comms are held (an abort
    * waiting for them frees them after) */
   for (size_t k = 0; k < nparts && res != weftSuccess; k++)

@@ -170,15 +170,10 @@ void device_watch_fini(struct device_comm *d);
  * plans[i] as the launches launches[i] (NULL: none): a call follows them
  * from then on (one that launched nothing has the launch before it, with
  * first past last); one without (refused, the comm's first that launched
- * nothing) is recorded done with res; captured calls are not recorded. A
- * call whose plan decides nothing (device_plan_planned) is recorded with
- * algorithm and protocol -1. */
+ * nothing) is recorded done with res; captured calls are not recorded. */
 void device_trace_record(struct weftComm *comm, const struct weft_plan *const *plans,
                          const struct trace_launch *launches, size_t n, int captured,
                          weftResult_t res);
-/* Whether plan's algorithm and protocol decide which kernels run it: it has
- * elements and is no WEFT_DETERMINISTIC exchange (device_launch.c). */
-int device_plan_planned(const struct weftComm *comm, const struct weft_plan *plan);
 /* The verdict a watch or a failure found before, again as the error
  * (weftSuccess: none). */
 weftResult_t device_watch_kept(struct device_comm *d);

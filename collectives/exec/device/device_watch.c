@@ -93,13 +93,11 @@ void device_trace_record(struct weftComm *comm, const struct weft_plan *const *p
   uint64_t last = 0, nblocks = 0;
   for (size_t i = 0; i < n; i++) {
     const struct trace_launch *l = launches != NULL ? &launches[i] : NULL;
-    struct weft_plan rec = *plans[i];
-    if (!device_plan_planned(comm, plans[i])) rec.algo = (enum coll_algo)-1, rec.proto = (enum coll_proto)-1;
     if (l != NULL && l->last != 0) {
-      trace_record_launched(comm->trace, &rec, l); /* its kernels, or the launch before it */
+      trace_record_launched(comm->trace, plans[i], l); /* its kernels, or the launch before it */
       if (l->first <= l->last && l->last > last) last = l->last, nblocks = l->nblocks;
     } else {
-      trace_record_done(comm->trace, &rec, res); /* refused, or nothing went out before */
+      trace_record_done(comm->trace, plans[i], res); /* refused, or nothing went out before */
     }
   }
   if (last == 0 || d == NULL) return;
