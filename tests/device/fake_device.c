@@ -47,8 +47,7 @@ void fake_device_launch(struct fake_device *f, size_t count, int nblocks, int pr
   f->d->done.seq = seq;
   f->d->done.nblocks = nblocks;
   const struct trace_launch l = {seq, seq, (uint64_t)nblocks};
-  const struct weft_plan *plans[1] = {&p};
-  device_trace_record(f->comm, plans, &l, 1, 0, weftSuccess);
+  device_trace_call(f->comm, &p, &l, weftSuccess);
 }
 
 void fake_device_end(struct fake_device *f, uint64_t seq, int nblocks) {

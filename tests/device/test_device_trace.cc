@@ -124,6 +124,20 @@ void probe(void *arg, const struct trace_launch *l, int32_t *state, int32_t *res
   }
 }
 
+// A trace whose device calls read their states from w (probe), for one test.
+struct ProbedTrace {
+  struct trace *t;
+  Words w;
+  ProbedTrace(int rank, int nranks, uint64_t job, const char *name)
+      : t(trace_create(rank, nranks, job, name)) {
+    trace_launch_probe_set(t, probe, &w);
+  }
+  ~ProbedTrace() {
+    trace_launch_probe_set(t, nullptr, nullptr);
+    trace_destroy(t);
+  }
+};
+
 struct weft_plan allreduce(size_t count) {
   struct weft_plan p;
   memset(&p, 0, sizeof p);
@@ -144,10 +158,10 @@ std::string dump(const struct trace *t) {
 }
 
 TEST(DeviceTrace, StatesFollowTheLaunches) {
-  struct trace *t = trace_create(0, 4, 0x1234, "device");
-  ASSERT_NE(t, nullptr);
-  Words w;
-  trace_launch_probe_set(t, probe, &w);
+  ProbedTrace pt(0, 4, 0x1234, "device");
+  ASSERT_NE(pt.t, nullptr);
+  struct trace *t = pt.t;
+  Words &w = pt.w;
   const struct weft_plan a = allreduce(1024), b = allreduce(7);
   const struct trace_launch la = {1, 1, 2}, lb = {2, 3, 4};
   const uint64_t ia = trace_record_launched(t, &a, &la);
@@ -198,16 +212,15 @@ TEST(DeviceTrace, StatesFollowTheLaunches) {
   trace_launch_probe_set(t, nullptr, nullptr);
   ASSERT_TRUE(trace_get(t, id, &c));
   EXPECT_EQ(c.state, TRACE_SCHEDULED);
-  trace_destroy(t);
 }
 
 // A call that launched nothing carries the launch of the call before it
 // (first past last): it completes with that one, never ahead of it.
 TEST(DeviceTrace, CallWithoutLaunchesCompletesWithThePreviousOne) {
-  struct trace *t = trace_create(0, 2, 0x77, "behind");
-  ASSERT_NE(t, nullptr);
-  Words w;
-  trace_launch_probe_set(t, probe, &w);
+  ProbedTrace pt(0, 2, 0x77, "behind");
+  ASSERT_NE(pt.t, nullptr);
+  struct trace *t = pt.t;
+  Words &w = pt.w;
   const struct weft_plan a = allreduce(1 << 20), empty = allreduce(0);
   const struct trace_launch la = {1, 1, 3}, behind = {2, 1, 3};
   const uint64_t ia = trace_record_launched(t, &a, &la);
@@ -224,18 +237,16 @@ TEST(DeviceTrace, CallWithoutLaunchesCompletesWithThePreviousOne) {
   ASSERT_TRUE(trace_get(t, ie, &c));
   EXPECT_EQ(c.state, TRACE_COMPLETED);
   EXPECT_EQ(trace_oldest_unfinished(t, &c), 0);
-  trace_launch_probe_set(t, nullptr, nullptr);
-  trace_destroy(t);
 }
 
 // A peer's answer starts at the call before its oldest unfinished one, so
 // that a call stuck behind more queued calls than an answer holds is in it,
 // and ends with its newest calls.
 TEST(DeviceTrace, WindowStartsBeforeTheOldestUnfinished) {
-  struct trace *t = trace_create(1, 2, 0x99, "window");
-  ASSERT_NE(t, nullptr);
-  Words w;
-  trace_launch_probe_set(t, probe, &w);
+  ProbedTrace pt(1, 2, 0x99, "window");
+  ASSERT_NE(pt.t, nullptr);
+  struct trace *t = pt.t;
+  Words &w = pt.w;
   const struct weft_plan p = allreduce(64);
   for (uint64_t i = 1; i <= 15; i++) { // call i as launch i, one block each
     const struct trace_launch l = {i, i, 1};
@@ -261,8 +272,6 @@ TEST(DeviceTrace, WindowStartsBeforeTheOldestUnfinished) {
   EXPECT_EQ(calls[0].seq, 6u);
   EXPECT_EQ(calls[9].seq, 15u);
   EXPECT_EQ(calls[9].state, TRACE_COMPLETED);
-  trace_launch_probe_set(t, nullptr, nullptr);
-  trace_destroy(t);
 }
 
 TEST(DeviceTrace, VerdictSaysWhatTheHostKnows) {

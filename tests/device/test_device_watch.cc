@@ -52,12 +52,17 @@ struct Env {
   }
 };
 
+// Real comms of n ranks in one process, each given an emulated device
+// state (taken away before the comms go).
 struct Job {
   std::vector<weftComm_t> comms;
+  std::vector<struct fake_device *> dev;
   explicit Job(int n) : comms(n) {
     EXPECT_EQ(weftCommInitAll(comms.data(), n, nullptr), weftSuccess) << weftGetLastError(nullptr);
+    for (auto c : comms) dev.push_back(fake_device_attach(c));
   }
   ~Job() {
+    for (auto *f : dev) fake_device_detach(f);
     for (auto c : comms) weftCommDestroy(c);
   }
 };
@@ -89,8 +94,7 @@ TEST(DeviceWatch, CountThatDiffersFoundByAskingBehindQueuedCalls) {
   Env timeout("WEFT_TIMEOUT", "30");
   const int k = 3;
   Job job(k);
-  std::vector<struct fake_device *> dev;
-  for (int r = 0; r < k; r++) dev.push_back(fake_device_attach(job.comms[r]));
+  auto &dev = job.dev;
   // #1 agrees and ends on every rank; #2 differs on rank 0 (as on either
   // side of a protocol threshold: no kernel compares); twelve more queue
   for (int r = 0; r < k; r++) {
@@ -116,7 +120,6 @@ TEST(DeviceWatch, CountThatDiffersFoundByAskingBehindQueuedCalls) {
     EXPECT_NE(text[r].find("#2"), std::string::npos) << text[r];
     EXPECT_EQ(fake_device_abort_word(dev[r]), 1u) << "rank " << r << "'s kernels told to stop";
   }
-  for (auto *f : dev) fake_device_detach(f);
 }
 
 // The same call on protocols that differ (WEFT_PROTO set apart on one
@@ -125,8 +128,7 @@ TEST(DeviceWatch, ProtocolsThatDifferNamed) {
   Env ask("WEFT_HANG_ASK_MS", "200");
   const int k = 2;
   Job job(k);
-  std::vector<struct fake_device *> dev;
-  for (int r = 0; r < k; r++) dev.push_back(fake_device_attach(job.comms[r]));
+  auto &dev = job.dev;
   for (int r = 0; r < k; r++) fake_device_launch(dev[r], 1024, 1, r == 0 ? 1 : 0);
   std::vector<weftResult_t> async;
   std::vector<std::string> text;
@@ -139,15 +141,13 @@ TEST(DeviceWatch, ProtocolsThatDifferNamed) {
               std::string::npos)
         << text[r];
   }
-  for (auto *f : dev) fake_device_detach(f);
 }
 
 TEST(DeviceWatch, AgreeingRanksAreLeftRunning) {
   Env ask("WEFT_HANG_ASK_MS", "100");
   const int k = 2;
   Job job(k);
-  std::vector<struct fake_device *> dev;
-  for (int r = 0; r < k; r++) dev.push_back(fake_device_attach(job.comms[r]));
+  auto &dev = job.dev;
   for (int r = 0; r < k; r++) fake_device_launch(dev[r], 1 << 20, 2, 0); // a long call, the same on both
   std::vector<weftResult_t> async;
   std::vector<std::string> text;
@@ -159,7 +159,6 @@ TEST(DeviceWatch, AgreeingRanksAreLeftRunning) {
   for (int r = 0; r < k; r++) fake_device_end(dev[r], 1, 2);
   struct trace_call c;
   EXPECT_EQ(trace_oldest_unfinished(job.comms[0]->trace, &c), 0) << "completed";
-  for (auto *f : dev) fake_device_detach(f);
 }
 
 TEST(DeviceWatch, TimeoutGetsTheVerdict) {
@@ -167,8 +166,7 @@ TEST(DeviceWatch, TimeoutGetsTheVerdict) {
   Env ask("WEFT_HANG_ASK_MS", "0"); // no stall questions: the verdict alone
   const int k = 3;
   Job job(k);
-  std::vector<struct fake_device *> dev;
-  for (int r = 0; r < k; r++) dev.push_back(fake_device_attach(job.comms[r]));
+  auto &dev = job.dev;
   for (int r = 0; r < k; r++) {
     fake_device_launch(dev[r], 4096, 1, 0);
     fake_device_end(dev[r], 1, 1);
@@ -202,7 +200,6 @@ TEST(DeviceWatch, TimeoutGetsTheVerdict) {
   weftResult_t idle = weftSuccess;
   weftCommGetAsyncError(job.comms[2], &idle);
   EXPECT_EQ(idle, weftSuccess) << "the rank that skipped it has nothing running";
-  for (auto *f : dev) fake_device_detach(f);
 }
 
 } // namespace

@@ -621,7 +621,8 @@ static weftResult_t kernels_error(struct weftComm *comm, struct device_comm *d, 
 weftResult_t device_comm_error(struct weftComm *comm) {
   struct device_comm *d = comm->device;
   if (d == NULL || d->flags_h == NULL) return weftSuccess;
-  if (device_watch_kept(d) != weftSuccess) return device_watch_kept(d);
+  const weftResult_t kept = device_watch_kept(d);
+  if (kept != weftSuccess) return kept;
   uint32_t why = __atomic_load_n(&d->flags_h[1], __ATOMIC_ACQUIRE);
   if (why == 0) return weftSuccess;
   /* the peers' answers explain it (once; kept for every later question) */

@@ -59,28 +59,26 @@ static int plan_det(const struct weftComm *comm, const struct weft_plan *plan) {
   return !plan_is_sendrecv(plan) && plan->count > 0 && comm->nranks > 1 && det_applies(plan);
 }
 
-/* device_trace_record of plans[0..n), a plan that decides nothing (no
- * elements, WEFT_DETERMINISTIC's exchanges) recorded with algorithm and
- * protocol -1: the watch compares the others' between ranks (hang.c). */
+/* Records plans[0..n) in comm's trace with their launches (NULL: none),
+ * unless a graph captured them (its replays are its owner's). A plan that
+ * decides nothing (no elements, WEFT_DETERMINISTIC's exchanges) is recorded
+ * with algorithm and protocol -1: the watch compares the others' between
+ * ranks (hang.c). */
 static void record_calls(struct weftComm *comm, const struct weft_plan *const *plans,
                          const struct trace_launch *launches, size_t n, int captured,
                          weftResult_t res) {
   if (comm->trace == NULL || captured) return;
-  struct weft_plan *recs = calloc(n ? n : 1, sizeof *recs);
-  const struct weft_plan **ptrs = calloc(n ? n : 1, sizeof *ptrs);
-  if (recs == NULL || ptrs == NULL) {
-    device_trace_record(comm, plans, launches, n, captured, res); /* as planned */
-  } else {
-    for (size_t i = 0; i < n; i++) {
-      recs[i] = *plans[i];
-      if (recs[i].count == 0 || plan_det(comm, plans[i]))
-        recs[i].algo = (enum coll_algo)-1, recs[i].proto = (enum coll_proto)-1;
-      ptrs[i] = &recs[i];
+  for (size_t i = 0; i < n; i++) {
+    const struct trace_launch *l = launches != NULL ? &launches[i] : NULL;
+    if (plans[i]->count > 0 && !plan_det(comm, plans[i])) {
+      device_trace_call(comm, plans[i], l, res);
+    } else {
+      struct weft_plan rec = *plans[i];
+      rec.algo = (enum coll_algo)-1;
+      rec.proto = (enum coll_proto)-1;
+      device_trace_call(comm, &rec, l, res);
     }
-    device_trace_record(comm, ptrs, launches, n, captured, res);
   }
-  free(recs);
-  free(ptrs);
 }
 
 /* The pre-multiply sum's scalar, as the kernel reads it: as the call saw

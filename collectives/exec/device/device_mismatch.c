@@ -20,15 +20,19 @@ int device_mismatch_found(const struct dev_mismatch *recs, int nrecs) {
   return 0;
 }
 
+const struct dev_stall *device_stall_first(const struct dev_stall *recs, int nrecs) {
+  for (int i = 0; i < nrecs; i++)
+    if (__atomic_load_n(&recs[i].found, __ATOMIC_ACQUIRE) != 0) return &recs[i];
+  return NULL;
+}
+
 int device_stall_describe(char *buf, size_t n, const struct dev_stall *recs, int nrecs) {
-  for (int i = 0; i < nrecs; i++) {
-    if (__atomic_load_n(&recs[i].found, __ATOMIC_ACQUIRE) == 0) continue;
-    snprintf(buf, n, "rank %d (waiting for %s at step %llu of their connection)", recs[i].peer,
-             recs[i].dir == DEV_STALL_SEND ? "a free slot to send to it" : "its data",
-             (unsigned long long)recs[i].step);
-    return 1;
-  }
-  return 0;
+  const struct dev_stall *s = device_stall_first(recs, nrecs);
+  if (s == NULL) return 0;
+  snprintf(buf, n, "rank %d (waiting for %s at step %llu of their connection)", s->peer,
+           s->dir == DEV_STALL_SEND ? "a free slot to send to it" : "its data",
+           (unsigned long long)s->step);
+  return 1;
 }
 
 weftResult_t device_mismatch_error(int rank, const struct dev_mismatch *recs, int nrecs) {

@@ -16,5 +16,7 @@ int device_mismatch_found(const struct dev_mismatch *recs, int nrecs);
  * "rank 3 (waiting for its data at step 12 of their connection)"; 0, and
  * nothing written, where none is found. */
 int device_stall_describe(char *buf, size_t n, const struct dev_stall *recs, int nrecs);
+/* The first of recs[0..nrecs) that a block filled, or NULL. */
+const struct dev_stall *device_stall_first(const struct dev_stall *recs, int nrecs);
 
 #endif

@@ -52,7 +52,7 @@ struct device_watch {
   uint64_t launched;      /* the last launch recorded in the trace << 8 | its blocks */
   uint64_t seen_newest;   /* the newest launch a block had ended, when last looked */
   int64_t since_ns;       /* when that last changed, or the comm was seen idle
-                             (CLOCK_MONOTONIC_COARSE) */
+                             (clock_ns) */
   int idle_seen;          /* a look found no work: the next launch sets busy_since_ns */
   int64_t busy_since_ns;  /* the first launch after that */
   int64_t checked_ns;     /* the last look */
@@ -166,14 +166,13 @@ void device_watch_init(struct device_comm *d);
 void device_watch_open(struct weftComm *comm, struct device_comm *d);
 void device_watch_close(struct weftComm *comm, struct device_comm *d);
 void device_watch_fini(struct device_comm *d);
-/* Records plans[0..n) of comm in its trace, enqueued with result res,
- * plans[i] as the launches launches[i] (NULL: none): a call follows them
- * from then on (one that launched nothing has the launch before it, with
- * first past last); one without (refused, the comm's first that launched
- * nothing) is recorded done with res; captured calls are not recorded. */
-void device_trace_record(struct weftComm *comm, const struct weft_plan *const *plans,
-                         const struct trace_launch *launches, size_t n, int captured,
-                         weftResult_t res);
+/* Records plan in comm's trace (comm->trace not NULL), enqueued with
+ * result res as the launches l (NULL: none): it follows them from then on
+ * (a call that launched nothing has the launch before it, with first past
+ * last); one without (refused, the comm's first that launched nothing) is
+ * recorded done with res. */
+void device_trace_call(struct weftComm *comm, const struct weft_plan *plan,
+                       const struct trace_launch *l, weftResult_t res);
 /* The verdict a watch or a failure found before, again as the error
  * (weftSuccess: none). */
 weftResult_t device_watch_kept(struct device_comm *d);

@@ -20,17 +20,13 @@
 #include "../../core/comm.h"
 #include "../../core/hang.h"
 #include "../../core/trace.h"
+#include "../../../transport/base/wait.h"
+#include "device_mismatch.h"
 #include "device_priv.h"
 
 /* weftCommGetAsyncError may be polled in a loop: the comm's words are read
  * at most this often. */
 #define WATCH_EVERY_NS 10000000ll
-
-static int64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* --- the trace's view of a call's launches --------------------------------- */
 
@@ -50,19 +46,15 @@ static void launch_probe(void *arg, const struct trace_launch *l, int32_t *state
       *result = why == DEV_GAVE_UP_MISMATCH || why == DEV_GAVE_UP_PEER_MISMATCH
                     ? weftInvalidUsage
                     : why == DEV_GAVE_UP_ABORT ? weftRemoteError : weftSystemError;
-      const struct dev_stall *st = device_stall_h(d);
-      for (int b = 0; b < DEV_MAX_CHANNELS; b++)
-        if (__atomic_load_n(&st[b].found, __ATOMIC_ACQUIRE) != 0) {
-          *waiting_on = st[b].peer;
-          break;
-        }
+      const struct dev_stall *st = device_stall_first(device_stall_h(d), DEV_MAX_CHANNELS);
+      if (st != NULL) *waiting_on = st->peer;
     }
   }
 }
 
 void device_watch_init(struct device_comm *d) {
   pthread_mutex_init(&d->watch.mutex, NULL);
-  d->watch.since_ns = mono_ns();
+  d->watch.since_ns = (int64_t)clock_ns();
 }
 
 void device_watch_open(struct weftComm *comm, struct device_comm *d) {
@@ -83,29 +75,23 @@ void device_watch_fini(struct device_comm *d) { pthread_mutex_destroy(&d->watch.
 /* The last launch recorded and its blocks, in one word (any thread reads it). */
 #define LAUNCHED_PACK(seq, nblocks) (((seq) << 8) | (uint64_t)(nblocks))
 
-void device_trace_record(struct weftComm *comm, const struct weft_plan *const *plans,
-                         const struct trace_launch *launches, size_t n, int captured,
-                         weftResult_t res) {
-  struct device_comm *d = comm->device;
-  if (comm->trace == NULL) return;
-  /* a graph's replays are its owner's: what it captured is not a call */
-  if (captured) return;
-  uint64_t last = 0, nblocks = 0;
-  for (size_t i = 0; i < n; i++) {
-    const struct trace_launch *l = launches != NULL ? &launches[i] : NULL;
-    if (l != NULL && l->last != 0) {
-      trace_record_launched(comm->trace, plans[i], l); /* its kernels, or the launch before it */
-      if (l->first <= l->last && l->last > last) last = l->last, nblocks = l->nblocks;
-    } else {
-      trace_record_done(comm->trace, plans[i], res); /* refused, or nothing went out before */
-    }
+void device_trace_call(struct weftComm *comm, const struct weft_plan *plan,
+                       const struct trace_launch *l, weftResult_t res) {
+  if (l == NULL || l->last == 0) {
+    trace_record_done(comm->trace, plan, res); /* refused, or nothing went out before */
+    return;
   }
-  if (last == 0 || d == NULL) return;
+  trace_record_launched(comm->trace, plan, l); /* its kernels, or the launch before it */
+  struct device_comm *d = comm->device;
+  if (l->first > l->last || d == NULL) return; /* no launch of its own */
   struct device_watch *w = &d->watch;
   /* work after a look that found none: a stall is timed from now */
   if (__atomic_exchange_n(&w->idle_seen, 0, __ATOMIC_ACQ_REL))
-    __atomic_store_n(&w->busy_since_ns, mono_ns(), __ATOMIC_RELEASE);
-  __atomic_store_n(&w->launched, LAUNCHED_PACK(last, nblocks), __ATOMIC_RELEASE);
+    __atomic_store_n(&w->busy_since_ns, (int64_t)clock_ns(), __ATOMIC_RELEASE);
+  /* the newest (a group's send/recv kernel goes out after its collectives);
+   * only the calling thread stores it */
+  if (l->last > __atomic_load_n(&w->launched, __ATOMIC_RELAXED) >> 8)
+    __atomic_store_n(&w->launched, LAUNCHED_PACK(l->last, l->nblocks), __ATOMIC_RELEASE);
 }
 
 /* --- the verdict ------------------------------------------------------------ */
@@ -182,24 +168,13 @@ weftResult_t device_watch_failure(struct weftComm *comm, struct device_comm *d, 
 
 /* --- the stall watch -------------------------------------------------------- */
 
-/* The newest launch any block of the comm reported ended. */
-static uint64_t ended_newest(const struct device_comm *d) {
-  const uint64_t *ended = device_ended_h(d);
-  uint64_t newest = 0;
-  for (int b = 0; b < DEV_MAX_CHANNELS; b++) {
-    const uint64_t e = __atomic_load_n(&ended[b], __ATOMIC_ACQUIRE);
-    if (e > newest) newest = e;
-  }
-  return newest;
-}
-
 weftResult_t device_watch_stall(struct weftComm *comm, struct device_comm *d) {
   struct device_watch *w = &d->watch;
   const uint64_t ask_after = trace_ask_after_ns(comm->trace);
   if (comm->trace == NULL || comm->nranks < 2 || ask_after == 0 ||
       __atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE) != 0)
     return weftSuccess;
-  const int64_t now = mono_ns();
+  const int64_t now = (int64_t)clock_ns();
   if (now - __atomic_load_n(&w->checked_ns, __ATOMIC_RELAXED) < WATCH_EVERY_NS) return weftSuccess;
   /* one watcher at a time, and never waiting for another */
   if (pthread_mutex_trylock(&w->mutex) != 0) return weftSuccess;
@@ -212,7 +187,7 @@ weftResult_t device_watch_stall(struct weftComm *comm, struct device_comm *d) {
   int held = 0;
   const uint64_t packed = __atomic_load_n(&w->launched, __ATOMIC_ACQUIRE);
   const struct launch_done last = {.seq = packed >> 8, .nblocks = (int)(packed & 0xff)};
-  const uint64_t newest = ended_newest(d);
+  const uint64_t newest = launch_done_newest(device_ended_h(d), DEV_MAX_CHANNELS);
   const int idle = last.seq == 0 || launch_done_ended(&last, device_ended_h(d));
   if (idle) __atomic_store_n(&w->idle_seen, 1, __ATOMIC_RELEASE);
   if (newest != w->seen_newest || idle) {

@@ -78,17 +78,25 @@ enum launch_state {
   LAUNCH_OK,      /* every block of last ended, before any launch of the comm failed */
   LAUNCH_FAILED,  /* every block of last ended, and it or an earlier one failed */
 };
+/* The newest launch any of the ended words (nwords) names. */
+static inline uint64_t launch_done_newest(const uint64_t *ended, int nwords) {
+  uint64_t newest = 0;
+  for (int b = 0; b < nwords; b++) {
+    const uint64_t e = __atomic_load_n(&ended[b], __ATOMIC_ACQUIRE);
+    if (e > newest) newest = e;
+  }
+  return newest;
+}
 static inline enum launch_state launch_done_state(const uint64_t *ended, int nwords,
                                                   const uint64_t *failed, uint64_t first,
                                                   uint64_t last, int nblocks) {
   int all = nblocks > 0;
-  uint64_t newest = 0;
-  for (int b = 0; b < nwords; b++) {
-    const uint64_t e = __atomic_load_n(&ended[b], __ATOMIC_ACQUIRE);
-    if (b < nblocks && e < last) all = 0;
-    if (e > newest) newest = e;
+  for (int b = 0; b < nblocks && all; b++)
+    if (__atomic_load_n(&ended[b], __ATOMIC_ACQUIRE) < last) all = 0;
+  if (!all) {
+    const uint64_t newest = launch_done_newest(ended, nwords);
+    return first <= 1 || newest + 1 >= first ? LAUNCH_RUNNING : LAUNCH_QUEUED;
   }
-  if (!all) return first <= 1 || newest + 1 >= first ? LAUNCH_RUNNING : LAUNCH_QUEUED;
   /* a block names a failed launch before it reports its end */
   const uint64_t f = __atomic_load_n(failed, __ATOMIC_ACQUIRE);
   return f != 0 && f <= last ? LAUNCH_FAILED : LAUNCH_OK;
