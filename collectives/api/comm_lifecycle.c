@@ -385,7 +385,9 @@ weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t *asyncError) {
     /* the kernels' failure, or a watch of kernels that end nothing, which
      * asks the peers where they are (device_watch.c) */
     const weftResult_t dres = device_comm_watch(comm);
-    if (dres != weftSuccess) comm_fail(comm, dres);
+    /* whatever its code (a mismatch the kernels found is weftInvalidUsage),
+     * the kernels stopped and poisoned the comm's connections: it is failed */
+    if (dres != weftSuccess) comm_fail_alone(comm, dres);
   }
   *asyncError = comm_async_error(comm);
   return weftSuccess;

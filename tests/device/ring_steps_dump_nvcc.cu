@@ -29,7 +29,11 @@ extern "C" long ring_steps_dump_nvcc_device(const struct ring_geom *g, const int
       cudaMalloc(&out_d, sizeof(*out) * (max ? max : 1)) == cudaSuccess &&
       cudaMalloc(&n_d, sizeof(size_t)) == cudaSuccess &&
       cudaMemcpy(ring_d, ring, sizeof(int) * g->nranks, cudaMemcpyHostToDevice) == cudaSuccess) {
+#ifdef WEFT_CUDA_EMU
+    CUDA_EMU_LAUNCH(dump_kernel, 1, 1, *g, ring_d, out_d, max, interleave, n_d);
+#else
     dump_kernel<<<1, 1>>>(*g, ring_d, out_d, max, interleave, n_d);
+#endif
     if (cudaMemcpy(&n, n_d, sizeof n, cudaMemcpyDeviceToHost) == cudaSuccess &&
         cudaMemcpy(out, out_d, sizeof(*out) * (n < max ? n : max), cudaMemcpyDeviceToHost) ==
             cudaSuccess)

@@ -17,7 +17,11 @@ extern "C" size_t sendrecv_steps_dump_nvcc_host(const struct sendrecv_op *ops, i
 __global__ void sendrecv_dump_kernel(const struct sendrecv_op *ops, int nops, uint64_t chunk_nbytes,
                                      int nlanes, int nblocks, int b, struct sendrecv_move *out,
                                      size_t max, size_t *n_out) {
+#ifdef WEFT_CUDA_EMU
+  struct sendrecv_block blk; // one thread
+#else
   __shared__ struct sendrecv_block blk;
+#endif
   *n_out = dump(ops, nops, chunk_nbytes, nlanes, nblocks, b, &blk, out, max);
 }
 
@@ -37,7 +41,11 @@ extern "C" long sendrecv_steps_dump_nvcc_device(const struct sendrecv_op *ops, i
       cudaMalloc(&out_d, sizeof(*out) * (max ? max : 1)) == cudaSuccess &&
       cudaMalloc(&n_d, sizeof(size_t)) == cudaSuccess &&
       cudaMemcpy(ops_d, ops, sizeof(*ops) * nops, cudaMemcpyHostToDevice) == cudaSuccess) {
+#ifdef WEFT_CUDA_EMU
+    CUDA_EMU_LAUNCH(sendrecv_dump_kernel, 1, 1, ops_d, nops, chunk_nbytes, nlanes, nblocks, b, out_d, max, n_d);
+#else
     sendrecv_dump_kernel<<<1, 1>>>(ops_d, nops, chunk_nbytes, nlanes, nblocks, b, out_d, max, n_d);
+#endif
     if (cudaMemcpy(&n, n_d, sizeof n, cudaMemcpyDeviceToHost) == cudaSuccess &&
         cudaMemcpy(out, out_d, sizeof(*out) * (n < max ? n : max), cudaMemcpyDeviceToHost) ==
             cudaSuccess)

@@ -26,7 +26,11 @@ extern "C" long tree_steps_dump_nvcc_device(const struct tree_geom *g, struct tr
   long res = -1;
   if (cudaMalloc(&out_d, sizeof(*out) * (max ? max : 1)) == cudaSuccess &&
       cudaMalloc(&n_d, sizeof(size_t)) == cudaSuccess) {
+#ifdef WEFT_CUDA_EMU
+    CUDA_EMU_LAUNCH(tree_dump_kernel, 1, 1, *g, out_d, max, n_d);
+#else
     tree_dump_kernel<<<1, 1>>>(*g, out_d, max, n_d);
+#endif
     if (cudaMemcpy(&n, n_d, sizeof n, cudaMemcpyDeviceToHost) == cudaSuccess &&
         cudaMemcpy(out, out_d, sizeof(*out) * (n < max ? n : max), cudaMemcpyDeviceToHost) ==
             cudaSuccess)

@@ -8,3 +8,7 @@ extern "C" __global__ void weft_det_reduce_kernel(struct dev_det_work w) {
        i += (uint64_t)gridDim.x * blockDim.x)
     det_reduce_elem(w, i);
 }
+
+#ifdef WEFT_CUDA_EMU // the host build for tests (tests/device/cuda_emu)
+CUDA_EMU_KERNEL(&weft_det_reduce_kernel)
+#endif

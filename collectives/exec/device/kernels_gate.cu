@@ -18,3 +18,7 @@ extern "C" __global__ void weft_done_gate(const uint64_t *ended, uint64_t seq, i
     }
   dev_fence_acq_rel_sys(); // acquire: what those blocks wrote, before the stream goes on
 }
+
+#ifdef WEFT_CUDA_EMU // the host build for tests (tests/device/cuda_emu)
+CUDA_EMU_KERNEL(&weft_done_gate)
+#endif

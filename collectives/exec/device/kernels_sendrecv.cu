@@ -81,11 +81,22 @@ __device__ void sendrecv_give_up(const dev_sendrecv_work &w, const sendrecv_bloc
 
 // One block's share of the launch.
 __device__ __forceinline__ void sendrecv_kernel_run(const dev_sendrecv_work &w) {
-  __shared__ sendrecv_block blk;
-  __shared__ int cur;
-  __shared__ char *in;
-  __shared__ char *out;
-  __shared__ uint64_t size;
+  // what thread 0 picks for the block: in shared memory
+  struct shared_state {
+    sendrecv_block blk;
+    int cur;
+    char *in, *out;
+    uint64_t size;
+  };
+#ifdef WEFT_CUDA_EMU
+  shared_state &sh = *static_cast<shared_state *>(cuda_emu_shared(sizeof(shared_state)));
+#else
+  __shared__ shared_state sh;
+#endif
+  sendrecv_block &blk = sh.blk;
+  int &cur = sh.cur;
+  char *&in = sh.in, *&out = sh.out;
+  uint64_t &size = sh.size;
   if (threadIdx.x == 0)
     sendrecv_block_init(&blk, w.ops, w.nops, w.chunk_nbytes, w.nlanes, w.nblocks, blockIdx.x);
   for (;;) {
@@ -161,3 +172,7 @@ extern "C" __global__ void __launch_bounds__(DEV_NTHREADS)
   sendrecv_kernel_run(w);
   dev_done_report(w.done);
 }
+
+#ifdef WEFT_CUDA_EMU // the host build for tests (tests/device/cuda_emu)
+CUDA_EMU_KERNEL(&weft_sendrecv_kernel)
+#endif

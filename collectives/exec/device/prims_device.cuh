@@ -114,6 +114,33 @@ __device__ __forceinline__ void dev_reduce_copy(const typename R::T *a, const ty
 
 // --- waits ------------------------------------------------------------------
 
+#if defined(WEFT_CUDA_EMU)
+// The host's forms (tests/device/cuda_emu): x86 keeps stores in order and
+// loads in order, an aligned 16-byte SSE access arrives whole, and each
+// poll lets the other kernel threads run.
+__device__ __forceinline__ uint64_t dev_ld_volatile_u64(const uint64_t *p) {
+  cuda_emu_poll();
+  return *(const volatile uint64_t *)p;
+}
+__device__ __forceinline__ void dev_st_volatile_u64(uint64_t *p, uint64_t v) {
+  *(volatile uint64_t *)p = v;
+}
+__device__ __forceinline__ uint64_t dev_clock_ns() { return cuda_emu_clock_ns(); }
+__device__ __forceinline__ uint4 dev_ld_volatile_line(const uint4 *p) {
+  uint4 v;
+  cuda_emu_poll();
+  asm volatile("movdqa %1, %%xmm0\n\tmovdqu %%xmm0, %0" : "=m"(v) : "m"(*p) : "xmm0", "memory");
+  return v;
+}
+__device__ __forceinline__ void dev_st_volatile_line(uint4 *p, uint4 v) {
+  asm volatile("movdqu %1, %%xmm0\n\tmovdqa %%xmm0, %0" : "=m"(*p) : "m"(v) : "xmm0", "memory");
+}
+__device__ __forceinline__ void dev_fence_acq_rel_sys() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+__device__ __forceinline__ uint64_t dev_ld_acquire_u64(const uint64_t *p) {
+  cuda_emu_poll();
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+#else
 __device__ __forceinline__ uint64_t dev_ld_volatile_u64(const uint64_t *p) {
   return *(const volatile uint64_t *)p;
 }
@@ -153,6 +180,7 @@ __device__ __forceinline__ uint64_t dev_ld_acquire_u64(const uint64_t *p) {
   asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
+#endif
 
 // Why a block stops: the host's abort flag, or no progress for timeout_ns;
 // where it says that its call's signature differs from its peer's (the
