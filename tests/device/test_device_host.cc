@@ -424,14 +424,19 @@ TEST(KernelMatrix, GeneratedFilesInstantiateTheMatrix) {
     size_t got;
     while ((got = fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, got);
     fclose(f);
-    size_t kernels = 0;
-    for (size_t at = text.find("weft_ring_kernel<"); at != std::string::npos;
-         at = text.find("weft_ring_kernel<", at + 1))
-      kernels++;
+    auto occurrences = [&](const std::string &what) {
+      size_t n = 0;
+      for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) n++;
+      return n;
+    };
     size_t pairs = std::count_if(small.begin(), small.end(), [&](const std::string &s) {
       return s.rfind(std::string(t) + " ", 0) == 0;
     });
-    EXPECT_EQ(kernels, 2 * pairs) << t << ": one kernel per protocol for each op of the matrix";
+    EXPECT_EQ(occurrences("(const void *)weft_ring_kernel<"), 2 * pairs)
+        << t << ": one kernel per protocol for each op of the matrix";
+    // and each registered for the host build (tests/device/cuda_emu)
+    EXPECT_EQ(occurrences("CUDA_EMU_KERNEL(&weft_ring_kernel<"), 2 * pairs) << t;
+    EXPECT_EQ(occurrences("CUDA_EMU_KERNEL(&weft_tree_kernel<"), 2 * pairs) << t;
     unlink(path.c_str());
   }
   unlink((std::string(dir) + "/kernel_table.c").c_str());

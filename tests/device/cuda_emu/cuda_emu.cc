@@ -344,11 +344,9 @@ void worker(CUstream_st *s) {
     s->cv.notify_all();
   }
   l.unlock();
-  {
-    std::lock_guard<std::mutex> g(streams().m);
-    streams().all.erase(s);
-  }
-  delete s;
+  // left allocated: a caller may still hold it from streams().all (sync_all)
+  std::lock_guard<std::mutex> g(streams().m);
+  streams().all.erase(s);
 }
 
 CUstream_st *stream_new(unsigned flags, int priority) {
@@ -828,7 +826,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   if (stream == NULL || stream == cudaStreamLegacy || stream == cudaStreamPerThread)
     return fail(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::mutex> g(stream->m);
-  stream->dying = true; // its worker drains the queue, then frees it
+  stream->dying = true; // its worker drains the queue and ends
   stream->cv.notify_all();
   return cudaSuccess;
 }
