@@ -317,6 +317,7 @@ struct Streams {
   std::set<CUstream_st *> all;
   unsigned long long next_id = 1;
   CUstream_st *legacy = NULL;
+  std::set<CUgraph_st *> captures; // going on
   uint64_t generation = 0; // bumped in a forked child: the parent's workers are gone
 };
 Streams &streams() {
@@ -892,13 +893,15 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
   if (e == NULL) return fail(cudaErrorInvalidResourceHandle);
   CUstream_st *s = resolve(stream);
+  CUgraph_st *capture;
   {
     std::lock_guard<std::mutex> g(s->m);
-    if (s->capture != NULL) { // an edge of the graph: capture order keeps it
-      std::lock_guard<std::mutex> ge(events_mutex());
-      e->captured_in = s->capture;
-      return cudaSuccess;
-    }
+    capture = s->capture;
+  }
+  if (capture != NULL) { // an edge of the graph: capture order keeps it
+    std::lock_guard<std::mutex> ge(events_mutex()); // (never with a stream's lock held)
+    e->captured_in = capture;
+    return cudaSuccess;
   }
   Op op;
   op.kind = OP_RECORD;
@@ -919,10 +922,17 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned int
   op.event = e;
   {
     std::lock_guard<std::mutex> g(events_mutex());
-    if (e->captured_in != NULL) { // joins that capture
-      std::lock_guard<std::mutex> gs(s->m);
-      s->capture = e->captured_in;
-      return cudaSuccess;
+    if (e->captured_in != NULL) { // joins that capture, if it goes on
+      bool live;
+      {
+        std::lock_guard<std::mutex> gl(streams().m);
+        live = streams().captures.count(e->captured_in) != 0;
+      }
+      if (live) {
+        std::lock_guard<std::mutex> gs(s->m);
+        s->capture = e->captured_in;
+      }
+      return cudaSuccess; // an ended capture's record is no wait
     }
     op.seq = e->recorded;
   }
@@ -951,6 +961,8 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMo
   if (s->capture != NULL) return fail(cudaErrorIllegalState);
   s->capture = new CUgraph_st;
   s->capture_mode = mode;
+  std::lock_guard<std::mutex> gl(streams().m);
+  streams().captures.insert(s->capture);
   return cudaSuccess;
 }
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
@@ -966,6 +978,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
   {
     std::lock_guard<std::mutex> l(streams().m);
     all.assign(streams().all.begin(), streams().all.end());
+    streams().captures.erase(g);
   }
   if (std::find(all.begin(), all.end(), s) == all.end()) all.push_back(s);
   for (auto *o : all) {
