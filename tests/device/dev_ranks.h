@@ -34,6 +34,18 @@ inline bool have_gpu() {
   return n > 0;
 }
 
+// How much longer than on a GPU a bound on time is: 4 where the kernels run
+// on host threads (tests/device/cuda_emu, a device named so), whose blocks
+// share two cores with every rank's others; 1 on a GPU.
+inline double gpu_time_scale() {
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+    cudaGetLastError();
+    return 1.0;
+  }
+  return std::string(prop.name).rfind("cuda_emu", 0) == 0 ? 4.0 : 1.0;
+}
+
 #define REQUIRE_GPU() \
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
 
