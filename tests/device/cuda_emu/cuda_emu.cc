@@ -141,7 +141,7 @@ extern "C" void cuda_emu_poll(void) {
 
 extern "C" uint64_t cuda_emu_clock_ns(void) {
   struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
+  clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
@@ -252,7 +252,8 @@ static_assert(sizeof(IpcHandle) <= sizeof(cudaIpcMemHandle_t), "IPC handle fits"
 struct CUgraph_st;
 
 struct CUevent_st {
-  uint64_t recorded = 0, done = 0; // under events_mutex
+  uint64_t recorded = 0;      // under events_mutex: records made,
+  std::set<uint64_t> pending; // and those not reached yet by their streams
   CUgraph_st *captured_in = NULL;  // recorded last under this capture
 };
 
@@ -429,32 +430,42 @@ cudaError_t enqueue(cudaStream_t stream, Op op) {
   return cudaSuccess;
 }
 
+// Blocks resident at once: every block of a channel kernel (at most
+// DEV_MAX_CHANNELS, device.h), whose blocks wait on peers' blocks; a larger
+// grid (a grid-stride kernel) runs in waves of this many.
+const unsigned RESIDENT_BLOCKS = 64;
+
 void run_kernel(const Op &op) {
   const unsigned want = op.block.x * op.block.y * op.block.z;
-  const unsigned nthreads = std::min<unsigned>(want, (unsigned)env_int("WEFT_CUDA_EMU_THREADS", 4, 1, 1024));
+  const unsigned nthreads =
+      std::min<unsigned>(want, (unsigned)env_int("WEFT_CUDA_EMU_THREADS", 4, 1, 1024));
   const unsigned nblocks = op.grid.x * op.grid.y * op.grid.z;
-  std::vector<std::unique_ptr<Block>> blocks(nblocks);
-  std::vector<std::thread> threads;
-  threads.reserve((size_t)nblocks * nthreads);
   std::vector<void *> argv(op.offsets.size());
   for (size_t i = 0; i < op.offsets.size(); i++) argv[i] = op.args.get() + op.offsets[i];
-  for (unsigned b = 0; b < nblocks; b++) {
-    blocks[b].reset(new Block);
-    blocks[b]->n = nthreads;
-    for (unsigned t = 0; t < nthreads; t++) {
-      threads.emplace_back([&, b, t] {
-        self_ctx.thread_idx = uint3{t, 0, 0};
-        self_ctx.block_idx = uint3{b % op.grid.x, b / op.grid.x % op.grid.y,
-                                        b / (op.grid.x * op.grid.y)};
-        self_ctx.block_dim = dim3(nthreads, 1, 1);
-        self_ctx.grid_dim = op.grid;
-        self_ctx.block = blocks[b].get();
-        std::vector<void *> mine(argv); // the kernel may not write them, but its own copy
-        op.run(mine.data());
-      });
+  for (unsigned first = 0; first < nblocks; first += RESIDENT_BLOCKS) {
+    const unsigned last = std::min(nblocks, first + RESIDENT_BLOCKS);
+    std::vector<std::unique_ptr<Block>> blocks(last - first);
+    std::vector<std::thread> threads;
+    threads.reserve((size_t)(last - first) * nthreads);
+    for (unsigned b = first; b < last; b++) {
+      Block *blk = new Block;
+      blk->n = nthreads;
+      blocks[b - first].reset(blk);
+      for (unsigned t = 0; t < nthreads; t++) {
+        threads.emplace_back([&op, &argv, blk, nthreads, b, t] {
+          self_ctx.thread_idx = uint3{t, 0, 0};
+          self_ctx.block_idx = uint3{b % op.grid.x, b / op.grid.x % op.grid.y,
+                                     b / (op.grid.x * op.grid.y)};
+          self_ctx.block_dim = dim3(nthreads, 1, 1);
+          self_ctx.grid_dim = op.grid;
+          self_ctx.block = blk;
+          std::vector<void *> mine(argv); // each thread's own pointers to the parameters
+          op.run(mine.data());
+        });
+      }
     }
+    for (auto &t : threads) t.join();
   }
-  for (auto &t : threads) t.join();
 }
 
 void run_op(Op &op) {
@@ -464,13 +475,14 @@ void run_op(Op &op) {
   case OP_SET: memset(op.dst, op.value, op.n); break;
   case OP_RECORD: {
     std::lock_guard<std::mutex> g(events_mutex());
-    op.event->done = std::max(op.event->done, op.seq);
+    op.event->pending.erase(op.seq);
     events_cv().notify_all();
     break;
   }
   case OP_WAIT: {
     std::unique_lock<std::mutex> l(events_mutex());
-    events_cv().wait(l, [&] { return op.event->done >= op.seq; });
+    // the record it saw, whatever records came after it on other streams
+    events_cv().wait(l, [&] { return op.event->pending.count(op.seq) == 0; });
     break;
   }
   case OP_HOST: op.host(op.data); break;
@@ -676,6 +688,12 @@ cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t stream) {
 }
 cudaError_t cudaFreeAsync(void *p, cudaStream_t stream) {
   if (p == NULL) return cudaSuccess;
+  { // under a capture: its allocation was made once (cudaMallocAsync) and
+    // stays for every replay, as a graph's memory does
+    CUstream_st *s = resolve(stream);
+    std::lock_guard<std::mutex> g(s->m);
+    if (s->capture != NULL) return cudaSuccess;
+  }
   Op op;
   op.kind = OP_FREE;
   op.dst = p;
@@ -910,6 +928,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
     std::lock_guard<std::mutex> g(events_mutex());
     e->captured_in = NULL;
     op.seq = ++e->recorded;
+    e->pending.insert(op.seq);
   }
   return enqueue(s, std::move(op));
 }
@@ -942,13 +961,13 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned int
 cudaError_t cudaEventQuery(cudaEvent_t e) {
   if (e == NULL) return fail(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::mutex> g(events_mutex());
-  return e->done >= e->recorded ? cudaSuccess : cudaErrorNotReady;
+  return e->pending.count(e->recorded) == 0 ? cudaSuccess : cudaErrorNotReady;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   if (e == NULL) return fail(cudaErrorInvalidResourceHandle);
   std::unique_lock<std::mutex> l(events_mutex());
   const uint64_t seq = e->recorded;
-  events_cv().wait(l, [&] { return e->done >= seq; });
+  events_cv().wait(l, [&] { return e->pending.count(seq) == 0; });
   return cudaSuccess;
 }
 
