@@ -38,7 +38,15 @@ __device__ void store_kind(void *dst, int kind, size_t i, float v) {
 // memory, then one thread adds the block's sums to stats.
 __global__ void load_scaled_kernel(const void *src, int kind, float *dst, size_t count,
                                    double scale, double *stats) {
-  __shared__ double nonfinite[kThreads], sumsq[kThreads];
+  struct shared_sums {
+    double nonfinite[kThreads], sumsq[kThreads];
+  };
+#ifdef WEFT_CUDA_EMU
+  shared_sums &sh = *static_cast<shared_sums *>(cuda_emu_shared(sizeof(shared_sums)));
+#else
+  __shared__ shared_sums sh;
+#endif
+  double *nonfinite = sh.nonfinite, *sumsq = sh.sumsq;
   double nf = 0, sq = 0;
   GRID_STRIDE(i, count) {
     float v = (float)((double)load_kind(src, kind, i) * scale);
@@ -83,6 +91,17 @@ __global__ void sgd_kernel(float *p, float *m, const float *g, size_t count, flo
                            float wd) {
   GRID_STRIDE(i, count) zero_sgd_elem(&p[i], &m[i], g[i], mu, lr, wd);
 }
+
+#ifdef WEFT_CUDA_EMU // the host build for tests (tests/device/cuda_emu)
+// a block's threads share its sums (fewer threads than kThreads leave the
+// rest zero); the others are one thread per index
+CUDA_EMU_KERNEL(&load_scaled_kernel)
+CUDA_EMU_KERNEL_APART(&store_kernel)
+CUDA_EMU_KERNEL_APART(&accumulate_kernel)
+CUDA_EMU_KERNEL_APART(&scale_kernel)
+CUDA_EMU_KERNEL_APART(&adamw_kernel)
+CUDA_EMU_KERNEL_APART(&sgd_kernel)
+#endif
 
 // One launch of kernel over count elements on stream, returning the
 // launch's own status (bad configuration, no device) from cudaLaunchKernel:

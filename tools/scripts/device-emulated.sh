@@ -6,8 +6,10 @@
 # in shared memory that other processes open through IPC handles. The device
 # suites then run as on a GPU: every collective, datatype and op through the
 # ring and tree kernels, point-to-point, graphs, streams, mismatches, ranks in
-# several processes. What they time is not a GPU's: the figures come from
-# tools/gpu-check.sh on a GPU machine.
+# several processes. Then the ZeRO layer's device suites and weft-train's
+# --device cuda against the host (tools/scripts/train-device-match.sh).
+# What they time is not a GPU's: the figures come from tools/gpu-check.sh on
+# a GPU machine.
 # Usage: tools/scripts/device-emulated.sh
 # Environment: WEFT_CUDA_EMU_THREADS (threads per block, default 4).
 set -euo pipefail
@@ -18,8 +20,10 @@ if [ ! -f $B/build.ninja ]; then
   meson setup $B -Ddevice_emulate=true -Ddevice_matrix=small -Dnccl=false \
     -Dbuildtype=debugoptimized
 fi
-suites=(test_device test_device_sendrecv test_device_ipc)
-ninja -C $B "${suites[@]/#/tests/device/}"
+suites=(device/test_device device/test_device_sendrecv device/test_device_ipc
+        test_zero_device test_zero_device_ctx)
+ninja -C $B "${suites[@]/#/tests/}" tools/weft-train tools/weftrun \
+  tests/device/cuda_emu/libcublas_emu.so
 # Left out, with why:
 #  - DeviceDeterministic.EverySettingGivesTheFixedOrder: 16 MiB reductions
 #    under every setting take about three minutes on threads (its other test
@@ -27,10 +31,11 @@ ninja -C $B "${suites[@]/#/tests/device/}"
 #  - DevicePdl: compute capability 8.0 here, no programmatic launches.
 skip='DeviceDeterministic.EverySettingGivesTheFixedOrder'
 status=0
-for s in "${suites[@]}"; do
+for path in "${suites[@]}"; do
+  s=$(basename "$path")
   echo "== $s (device emulated)"
   start=$SECONDS
-  if ! timeout 900 "$B/tests/device/$s" --gtest_filter="*:-$skip" >"$B/$s.log" 2>&1; then
+  if ! timeout 900 "$B/tests/$path" --gtest_filter="*:-$skip" >"$B/$s.log" 2>&1; then
     status=1
     grep -E "Failure|FAILED|rank [0-9]+:" "$B/$s.log" | head -40 || true
     tail -5 "$B/$s.log"
@@ -47,5 +52,49 @@ if ! WEFT_ALGO=tree timeout 900 "$B/tests/device/test_device" \
   grep -E "Failure|FAILED" "$B/test_device_tree.log" | head -40 || true
 fi
 grep -E "^\[  (PASSED|FAILED) " "$B/test_device_tree.log" || true
+echo "   $((SECONDS - start)) s"
+# weft-train --device cuda against the host: every stage, dtype and a few
+# rank counts, the transformer and the MLP (on a GPU: gpu-check's
+# weft_train_device)
+echo "== weft-train --device cuda against the host (device emulated)"
+start=$SECONDS
+# (the products through cublas_emu, and once through weft-train's own kernel)
+gpt=(--seq 32 --val-batches 1 --sample 8 --temperature 0)
+matches=(
+  "cuBLAS gpt-s3 4 --zero-stage 3 --steps 5 --batch 8 --val-every 5 ${gpt[*]}"
+  "cuBLAS gpt-s2-bf16 2 --zero-stage 2 --dtype bf16 --steps 4 --batch 8 --val-every 2 ${gpt[*]}"
+  "cuBLAS gpt-s1-accum 3 --zero-stage 1 --accum 2 --steps 3 --batch 6 --val-every 3 ${gpt[*]}"
+  "kernel gpt-s0-fp16 1 --zero-stage 0 --dtype fp16 --steps 3 --batch 4 --val-every 0 ${gpt[*]}"
+  "- mlp-s3 4 --model mlp --zero-stage 3 --quiet"
+  "- mlp-s2-bf16 3 --model mlp --zero-stage 2 --dtype bf16 --quiet"
+  "- mlp-s1-sgd 2 --model mlp --zero-stage 1 --optimizer sgd --quiet"
+  "- mlp-s0-fp16 1 --model mlp --zero-stage 0 --dtype fp16 --quiet"
+)
+for m in "${matches[@]}"; do
+  gemm=${m%% *} m=${m#* }
+  cublas=1
+  case $gemm in kernel) cublas=0 gemm="weft's kernel" ;; -) gemm= ;; esac
+  # shellcheck disable=SC2086 # the words of one case
+  WEFT_CUDA_EMU_CUBLAS=$cublas TRAIN_MATCH_GEMM=$gemm \
+    tools/scripts/train-device-match.sh $B $m || status=1
+done
+# a checkpoint of the GPU's ZeRO state (stage 3, 4 ranks) resumed on the
+# host at stage 1 on 2 ranks: the last steps' losses as an uninterrupted run
+ck="$B/train-match.ckpt"
+rm -rf "$ck"
+run6=(--steps 6 --batch 8 --val-every 0 --seq 32 --sample 0)
+if timeout 300 $B/tools/weftrun -n 4 $B/tools/weft-train --device cuda --zero-stage 3      "${run6[@]}" --stop-at 3 --save "$ck" >"$ck.save.log" 2>&1 &&
+   timeout 300 $B/tools/weftrun -n 2 $B/tools/weft-train --zero-stage 1 "${run6[@]}"      --resume "$ck" >"$ck.resume.log" 2>&1 &&
+   timeout 300 $B/tools/weftrun -n 4 $B/tools/weft-train --zero-stage 3 "${run6[@]}"      >"$ck.whole.log" 2>&1; then
+  paste <(awk '/ step +[4-6] loss /{print $3, $5}' "$ck.resume.log") \
+        <(awk '/ step +[4-6] loss /{print $3, $5}' "$ck.whole.log") |
+    awk '{ n++; d = $2 - $4; if (d < 0) d = -d; if (d / $4 > max) max = d / $4
+           if ($1 != $3 || d > 1e-5 * $4) bad++ }
+         END { printf "ckpt GPU stage 3 on 4 ranks -> host stage 1 on 2: steps 4-6, %d of %d off by more than 1e-5, largest %.2g\n", bad, n, max
+               exit !(n == 3 && bad == 0) }' || status=1
+else
+  echo "ckpt GPU -> host: a run failed: $(tail -3 "$ck".*.log | tr '\n' ' ')"
+  status=1
+fi
 echo "   $((SECONDS - start)) s"
 exit $status

@@ -216,48 +216,31 @@ step_zero_device() {
   [ $bad = 0 ]
 }
 
-# weft-train's MLP and ZeRO state on the GPU against the same run on the
-# host: the final lines' params-l2 within 1e-6 relative (the norm's sums
-# differ in order, tanhf in its last bit).
+# weft-train on the GPU against the same run on the host
+# (tools/scripts/train-device-match.sh): the transformer's every loss within
+# 1e-3, the MLP's final params-l2 within 1e-6 relative (the norm's sums
+# differ in order, tanhf in its last bit); tokens/s of tiny and mid.
 step_weft_train_device() {
   need_exe "$B/tools/weft-train"
   need_exe "$B/tools/weftrun"
-  local host dev mps
+  local mps cmp mlp tok mid ok
   mps=$(zero_mps_note)
   [ -f "$WORK/mps/up" ] && use_mps
-  # the transformer: every step's loss within 1e-3 of the host's
-  local args=(--zero-stage 3 --steps 20 --seq 64 --batch 8 --val-every 10 --val-batches 1
-              --sample 32 --temperature 0)
-  timeout 60 "$B/tools/weftrun" -n 4 "$B/tools/weft-train" "${args[@]}" >"$LOGS/$STEP.gpt_host" 2>&1 ||
-    fail "the host run: exit $?: $(tail -2 "$LOGS/$STEP.gpt_host" | tr '\n' ' ')"
-  timeout 90 "$B/tools/weftrun" -n 4 "$B/tools/weft-train" --device cuda "${args[@]}" \
-    >"$LOGS/$STEP.gpt_cuda" 2>&1 ||
-    fail "--device cuda: exit $?: $(grep -m2 -iE 'error|fail|refus' "$LOGS/$STEP.gpt_cuda" | tr '\n' ' ')"
-  local cmp
-  cmp=$(paste <(awk '/ (step|val) +[0-9]+ loss /{print $2, $3, $5}' "$LOGS/$STEP.gpt_host") \
-              <(awk '/ (step|val) +[0-9]+ loss /{print $2, $3, $5}' "$LOGS/$STEP.gpt_cuda") |
-    awk '{n++; d=$3-$6; if (d<0) d=-d; r=d/$3; if (r>max) max=r; if ($1 != $4 || $2 != $5 || r > 1e-3) bad++}
-         END{printf "%d losses, %d off by more than 1e-3, largest relative difference %.2g", n, bad, max
-             exit !(n == 22 && bad == 0)}')
-  local ok=$?
+  local gpt="$LOGS/train-match.$STEP.gpt"
+  cmp=$(TRAIN_MATCH_LOGS="$LOGS" TRAIN_MATCH_TIMEOUT=90 "$ROOT/tools/scripts/train-device-match.sh" \
+    "$B" "$STEP.gpt" 4 --zero-stage 3 --steps 20 --seq 64 --batch 8 --val-every 10 \
+    --val-batches 1 --sample 32 --temperature 0)
+  ok=$?
   echo "transformer: $cmp"
-  grep -h -A2 '# sample' "$LOGS/$STEP.gpt_host" "$LOGS/$STEP.gpt_cuda"
-  [ $ok = 0 ] || fail "transformer: $cmp (logs $STEP.gpt_host, $STEP.gpt_cuda)"
-  local tok mid
-  tok=$(awk '/ tokens\/s over steps/{sub(/^\[0\] # /, ""); print $1}' "$LOGS/$STEP.gpt_cuda")
+  grep -h -A2 '# sample' "$gpt.host" "$gpt.cuda"
+  [ $ok = 0 ] || fail "transformer: $cmp (logs $(basename "$gpt").host, .cuda)"
+  tok=$(awk '/ tokens\/s over steps/{sub(/^\[0\] # /, ""); print $1}' "$gpt.cuda")
   timeout 60 "$B/tools/weftrun" -n 4 "$B/tools/weft-train" --device cuda --model mid --zero-stage 3 \
     --steps 6 --val-every 0 --sample 0 >"$LOGS/$STEP.gpt_mid" 2>&1
   mid=$(awk '/ tokens\/s over steps/{sub(/^\[0\] # /, ""); print $1}' "$LOGS/$STEP.gpt_mid")
-  # the MLP: the host's final line
-  host=$(timeout 60 "$B/tools/weftrun" -n 4 "$B/tools/weft-train" --model mlp --zero-stage 3 --quiet 2>&1 |
-    tail -1)
-  dev=$(timeout 60 "$B/tools/weftrun" -n 4 "$B/tools/weft-train" --model mlp --device cuda --zero-stage 3 \
-    --quiet 2>&1) || fail "exit $?: $(echo "$dev" | tail -2 | tr '\n' ' ')"
-  dev=$(echo "$dev" | tail -1)
-  awk -v a="$host" -v b="$dev" 'BEGIN{split(a,x," "); split(b,y," "); d=x[6]-y[6]; if (d<0) d=-d;
-       exit !(x[2] == "final" && y[2] == "final" && d <= 1e-6 * x[6])}' ||
-    fail "MLP device: $dev; host: $host"
-  key "$mps; transformer tiny stage 3: $cmp; tokens/s on the GPU: tiny ${tok:-?}, mid ${mid:-?} ($(grep -m1 -o 'sgemm: .*' "$LOGS/$STEP.gpt_cuda")); MLP params-l2 $(echo "$dev" | awk '{print $6}') GPU, $(echo "$host" | awk '{print $6}') host; $(train_device_ms)"
+  mlp=$(TRAIN_MATCH_LOGS="$LOGS" TRAIN_MATCH_TIMEOUT=60 "$ROOT/tools/scripts/train-device-match.sh" \
+    "$B" "$STEP.mlp" 4 --model mlp --zero-stage 3 --quiet) || fail "$mlp"
+  key "$mps; $cmp; tokens/s on the GPU: tiny ${tok:-?}, mid ${mid:-?}; $mlp; $(train_device_ms)"
 }
 
 # Issue 22.3's figure, reported and not judged here: ms per step of stages 0

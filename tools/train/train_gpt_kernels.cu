@@ -22,6 +22,7 @@ namespace {
     size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;                \
     if (k < total) gk_##name(k, GK_UNPAREN args);                            \
   }                                                                          \
+  TRAIN_KERNEL_APART(name##_kernel);                                         \
   int cuda_##name(void *stream, size_t total, GK_UNPAREN params) {           \
     return train_launch(name##_kernel, total, stream, total, GK_UNPAREN args); \
   }
@@ -54,11 +55,15 @@ const blas_lib *blas() {
   static int state = 0; // 0: not tried, 1: loaded, -1: none
   if (state != 0) return state > 0 ? &lib : nullptr;
   state = -1;
+#ifdef TRAIN_CUBLAS_PATH // the host build's stand-in (tests/device/cuda_emu/cublas_emu.cc)
+  void *h = dlopen(TRAIN_CUBLAS_PATH, RTLD_NOW | RTLD_LOCAL);
+#else
   const char *soname = "libcublas.so." TRAIN_STR(CUBLAS_VER_MAJOR);
   void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
 #ifdef TRAIN_CUBLAS_DIR
   if (h == nullptr) h = dlopen(TRAIN_CUBLAS_DIR "/libcublas.so." TRAIN_STR(CUBLAS_VER_MAJOR),
                                RTLD_NOW | RTLD_LOCAL);
+#endif
 #endif
   if (h == nullptr) return nullptr;
   lib.create = (decltype(lib.create))dlsym(h, "cublasCreate_v2");

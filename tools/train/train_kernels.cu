@@ -83,6 +83,13 @@ __global__ void back_delta_kernel(const float *d, const float *w, const float *x
   dp[k] = acc * (1.0f - a * a);
 }
 
+TRAIN_KERNEL_APART(to_float_kernel);
+TRAIN_KERNEL_APART(accumulate_kernel);
+TRAIN_KERNEL_APART(linear_kernel);
+TRAIN_KERNEL_APART(out_delta_kernel);
+TRAIN_KERNEL_APART(grad_kernel);
+TRAIN_KERNEL_APART(back_delta_kernel);
+
 }  // namespace
 
 #define LAUNCH(total, kernel, ...) return train_launch(kernel, total, stream, __VA_ARGS__)

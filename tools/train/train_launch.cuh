@@ -9,6 +9,15 @@
 
 constexpr int kTrainThreads = 128;
 
+// Each kernel of weft-train is one thread per index, its threads apart: so
+// registered for the host build of the device path (tests/device/cuda_emu).
+// Written TRAIN_KERNEL_APART(k); as a declaration.
+#ifdef WEFT_CUDA_EMU
+#define TRAIN_KERNEL_APART(kernel) CUDA_EMU_KERNEL_APART(&kernel) static_assert(true, "")
+#else
+#define TRAIN_KERNEL_APART(kernel) static_assert(true, "")
+#endif
+
 inline unsigned train_blocks_for(size_t n) {
   return (unsigned)((n + kTrainThreads - 1) / kTrainThreads);
 }

@@ -10,10 +10,16 @@
 // - A kernel launch runs every block at once, each as WEFT_CUDA_EMU_THREADS
 //   threads (default 4; blockDim says so), with a barrier per block: the
 //   kernels stride by blockDim and give thread 0 the flags, so fewer threads
-//   than launched compute the same.
+//   than launched compute the same. A kernel registered apart (one thread
+//   per index, threads that never meet) runs every thread of its blockDim
+//   instead, one after another, its blocks shared among a few host threads.
 // - A capture (cudaStreamBeginCapture) records what is enqueued into a
 //   graph; a stream that waits on an event recorded under a capture joins
 //   it; a graph launch enqueues its operations again in capture order.
+// - The legacy default stream (NULL, and the synchronous copies and sets)
+//   orders itself against every blocking stream, as CUDA's does: an
+//   operation on it waits for what those streams queued before, and theirs
+//   for what it queued before (OP_AFTER).
 // - One device, compute capability 8.0: no programmatic dependent launch.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -32,6 +38,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -52,6 +59,7 @@ struct Kernel {
   cuda_emu_run_fn run;
   const char *name;
   std::vector<size_t> sizes;
+  int apart; // its threads never meet (cuda_emu_register)
 };
 
 // Never destroyed: worker threads may still use them while the process exits.
@@ -105,21 +113,33 @@ int env_int(const char *name, int dflt, int lo, int hi) {
 } // namespace
 
 extern "C" int cuda_emu_register(const void *fn, cuda_emu_run_fn run, int nargs,
-                                 const size_t *sizes, const char *name) {
+                                 const size_t *sizes, const char *name, int apart) {
   std::lock_guard<std::mutex> g(kernels_mutex());
-  kernels()[fn] = Kernel{run, name, std::vector<size_t>(sizes, sizes + nargs)};
+  kernels().emplace(fn, Kernel{run, name, std::vector<size_t>(sizes, sizes + nargs), apart != 0});
   return 0;
 }
+
+namespace {
+[[noreturn]] void refuse_apart(const char *what) {
+  fprintf(stderr,
+          "cuda_emu: %s in %s, registered apart (CUDA_EMU_KERNEL_APART): its threads run one "
+          "after another\n",
+          what, self_ctx.kernel != NULL ? self_ctx.kernel : "a kernel");
+  abort();
+}
+} // namespace
 
 extern "C" struct cuda_emu_thread *cuda_emu_self(void) { return &self_ctx; }
 
 extern "C" void *cuda_emu_shared(size_t nbytes) {
+  if (self_ctx.block == NULL) refuse_apart("shared memory");
   if (nbytes > CUDA_EMU_SHARED_NBYTES) abort();
   return static_cast<Block *>(self_ctx.block)->shared;
 }
 
 extern "C" int cuda_emu_syncthreads_or(int pred) {
   Block *b = static_cast<Block *>(self_ctx.block);
+  if (b == NULL) refuse_apart("__syncthreads");
   std::unique_lock<std::mutex> l(b->m);
   b->acc |= pred != 0;
   if (++b->arrived == b->n) {
@@ -268,12 +288,14 @@ std::condition_variable &events_cv() {
   return *cv;
 }
 
-enum OpKind { OP_KERNEL, OP_COPY, OP_SET, OP_RECORD, OP_WAIT, OP_HOST, OP_FREE };
+enum OpKind { OP_KERNEL, OP_COPY, OP_SET, OP_RECORD, OP_WAIT, OP_HOST, OP_FREE, OP_AFTER };
 
 struct Op {
   OpKind kind;
   // OP_KERNEL
   cuda_emu_run_fn run = NULL;
+  const char *name = NULL;
+  int apart = 0;
   std::shared_ptr<char> args;  // the parameters' copies, 64-byte aligned each
   std::vector<size_t> offsets; // of each in args
   dim3 grid, block;
@@ -288,6 +310,8 @@ struct Op {
   // OP_HOST
   cudaHostFn_t host = NULL;
   void *data = NULL;
+  // OP_AFTER: until that stream has run its first seq operations
+  CUstream_st *after = NULL;
 };
 
 } // namespace
@@ -304,6 +328,7 @@ struct CUstream_st {
   std::condition_variable cv;
   std::deque<Op> q;
   bool busy = false, dying = false;
+  uint64_t queued = 0, done = 0; // operations put in its queue, and run
   unsigned flags = 0;
   int priority = 0;
   unsigned long long id = 0;
@@ -343,6 +368,7 @@ void worker(CUstream_st *s) {
     run_op(op);
     l.lock();
     s->busy = false;
+    s->done++;
     s->cv.notify_all();
   }
   l.unlock();
@@ -415,17 +441,59 @@ void sync_all() {
   for (auto *s : all) stream_sync(s);
 }
 
+bool blocking(const CUstream_st *s) { return (s->flags & cudaStreamNonBlocking) == 0; }
+
+// An OP_AFTER on what t has queued but not run yet; false when nothing is
+// pending there or t is capturing.
+bool after_pending(CUstream_st *t, Op *out) {
+  std::lock_guard<std::mutex> g(t->m);
+  if (t->capture != NULL || t->queued == t->done) return false;
+  out->kind = OP_AFTER;
+  out->after = t;
+  out->seq = t->queued;
+  return true;
+}
+
+// What an operation on s waits for first, as the legacy default stream
+// orders itself: on the legacy stream, the work queued before it on every
+// blocking stream (not created cudaStreamNonBlocking); on a blocking
+// stream, the work queued before it on the legacy stream.
+std::vector<Op> implicit_waits(CUstream_st *s) {
+  std::vector<Op> waits;
+  std::vector<CUstream_st *> others;
+  {
+    std::lock_guard<std::mutex> g(streams().m);
+    if (s == streams().legacy) {
+      for (CUstream_st *t : streams().all)
+        if (t != s && blocking(t)) others.push_back(t);
+    } else if (blocking(s) && streams().legacy != NULL) {
+      others.push_back(streams().legacy);
+    }
+  }
+  for (CUstream_st *t : others) { // never freed (worker): safe outside the lock
+    Op w;
+    if (after_pending(t, &w)) waits.push_back(std::move(w));
+  }
+  return waits;
+}
+
 // Queues op on stream (or records it into the stream's capture).
 cudaError_t enqueue(cudaStream_t stream, Op op) {
   ctx_need();
   CUstream_st *s = resolve(stream);
+  std::vector<Op> waits = implicit_waits(s); // dropped under a capture
   std::lock_guard<std::mutex> g(s->m);
   if (s->dying) return fail(cudaErrorInvalidResourceHandle);
   if (s->capture != NULL) {
     s->capture->ops.push_back(std::move(op));
     return cudaSuccess;
   }
+  for (Op &w : waits) {
+    s->q.push_back(std::move(w));
+    s->queued++;
+  }
   s->q.push_back(std::move(op));
+  s->queued++;
   s->cv.notify_all();
   return cudaSuccess;
 }
@@ -435,7 +503,40 @@ cudaError_t enqueue(cudaStream_t stream, Op op) {
 // grid (a grid-stride kernel) runs in waves of this many.
 const unsigned RESIDENT_BLOCKS = 64;
 
+// A kernel registered apart: every thread of every block, one after
+// another, blocks shared out among WEFT_CUDA_EMU_THREADS host threads.
+void run_kernel_apart(const Op &op) {
+  const unsigned nblocks = op.grid.x * op.grid.y * op.grid.z;
+  const unsigned nworkers =
+      std::min<unsigned>(nblocks, (unsigned)env_int("WEFT_CUDA_EMU_THREADS", 4, 1, 1024));
+  std::atomic<unsigned> next{0};
+  std::vector<void *> argv(op.offsets.size());
+  for (size_t i = 0; i < op.offsets.size(); i++) argv[i] = op.args.get() + op.offsets[i];
+  auto work = [&] {
+    std::vector<void *> mine(argv);
+    self_ctx.block_dim = op.block;
+    self_ctx.grid_dim = op.grid;
+    self_ctx.block = NULL;
+    self_ctx.kernel = op.name;
+    for (unsigned b; (b = next.fetch_add(1)) < nblocks;) {
+      self_ctx.block_idx =
+          uint3{b % op.grid.x, b / op.grid.x % op.grid.y, b / (op.grid.x * op.grid.y)};
+      for (unsigned z = 0; z < op.block.z; z++)
+        for (unsigned y = 0; y < op.block.y; y++)
+          for (unsigned x = 0; x < op.block.x; x++) {
+            self_ctx.thread_idx = uint3{x, y, z};
+            op.run(mine.data());
+          }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned w = 1; w < nworkers; w++) threads.emplace_back(work);
+  work();
+  for (auto &t : threads) t.join();
+}
+
 void run_kernel(const Op &op) {
+  if (op.apart) return run_kernel_apart(op);
   const unsigned want = op.block.x * op.block.y * op.block.z;
   const unsigned nthreads =
       std::min<unsigned>(want, (unsigned)env_int("WEFT_CUDA_EMU_THREADS", 4, 1, 1024));
@@ -459,6 +560,7 @@ void run_kernel(const Op &op) {
           self_ctx.block_dim = dim3(nthreads, 1, 1);
           self_ctx.grid_dim = op.grid;
           self_ctx.block = blk;
+          self_ctx.kernel = op.name;
           std::vector<void *> mine(argv); // each thread's own pointers to the parameters
           op.run(mine.data());
         });
@@ -487,6 +589,11 @@ void run_op(Op &op) {
   }
   case OP_HOST: op.host(op.data); break;
   case OP_FREE: region_free(op.dst, REGION_DEVICE); break;
+  case OP_AFTER: {
+    std::unique_lock<std::mutex> l(op.after->m);
+    op.after->cv.wait(l, [&] { return op.after->done >= op.seq; });
+    break;
+  }
   }
 }
 
@@ -1059,6 +1166,8 @@ static cudaError_t launch(const void *fn, dim3 grid, dim3 block, void **args, cu
   Op op;
   op.kind = OP_KERNEL;
   op.run = k.run;
+  op.name = k.name;
+  op.apart = k.apart;
   op.grid = grid;
   op.block = block;
   size_t total = 0;

@@ -26,15 +26,21 @@ typedef void (*cuda_emu_run_fn)(void **args);
 
 /* Registers the kernel whose host address is fn (what the launch names):
  * nargs parameters of sizes[i] bytes; name for messages
- * (WEFT_CUDA_EMU_LOG=1 prints each launch). Returns 0. */
+ * (WEFT_CUDA_EMU_LOG=1 prints each launch). apart: its threads never meet
+ * (no __syncthreads, no shared memory, no waiting on one another), so every
+ * thread of the launch's blockDim runs, one after another on a few host
+ * threads; otherwise a block runs as WEFT_CUDA_EMU_THREADS threads at once
+ * and the kernel strides by blockDim. The first registration of fn stays.
+ * Returns 0. */
 int cuda_emu_register(const void *fn, cuda_emu_run_fn run, int nargs, const size_t *sizes,
-                      const char *name);
+                      const char *name, int apart);
 
 /* The calling kernel thread's coordinates. */
 struct cuda_emu_thread {
   uint3 thread_idx, block_idx;
   dim3 block_dim, grid_dim;
-  void *block; /* the block's barrier */
+  void *block; /* the block's barrier; NULL in a kernel registered apart */
+  const char *kernel; /* its name, for messages */
 };
 struct cuda_emu_thread *cuda_emu_self(void);
 

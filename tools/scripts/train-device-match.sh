@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# weft-train on the GPU (--device cuda) against the same run on the host:
+# the same options, the same ranks, the same data. A transformer's every
+# step and validation loss must agree within 1e-3 relative (its products
+# sum in another order on the GPU); the MLP's final parameter norm within
+# 1e-6 relative (tanhf may differ in its last bit). Prints one line: what
+# was compared and the largest difference. Used by tools/scripts/gpu-check.sh
+# (weft_train_device) and, on cuda_emu's threads, by device-emulated.sh.
+# Usage: tools/scripts/train-device-match.sh BUILD_DIR TAG NRANKS [weft-train options]
+# Logs: $TRAIN_MATCH_LOGS (default BUILD_DIR)/train-match.TAG.{host,cuda}.
+# Environment: TRAIN_MATCH_TIMEOUT, seconds for each run (default 300);
+# TRAIN_MATCH_GEMM, what the GPU run's products must go through ("cuBLAS"
+# or "weft's kernel", as its header line says; default: either).
+set -uo pipefail
+if [ $# -lt 3 ]; then
+  echo "usage: $0 BUILD_DIR TAG NRANKS [weft-train options]" >&2
+  exit 2
+fi
+B=$1 tag=$2 n=$3
+shift 3
+logs=${TRAIN_MATCH_LOGS:-$B}
+limit=${TRAIN_MATCH_TIMEOUT:-300}
+host_log="$logs/train-match.$tag.host" cuda_log="$logs/train-match.$tag.cuda"
+mlp=0
+for a in "$@"; do [ "$a" = mlp ] && mlp=1; done
+
+run() { # log, extra options
+  local log=$1
+  shift
+  timeout "$limit" "$B/tools/weftrun" -n "$n" "$B/tools/weft-train" "$@" >"$log" 2>&1
+}
+run "$host_log" "$@"
+rc=$?
+if [ $rc != 0 ]; then
+  echo "$tag: the host run failed (exit $rc): $(tail -2 "$host_log" | tr '\n' ' ')"
+  exit 1
+fi
+run "$cuda_log" --device cuda "$@"
+rc=$?
+if [ $rc != 0 ]; then
+  echo "$tag: --device cuda failed (exit $rc):" \
+    "$(grep -m2 -iE 'error|fail|refus' "$cuda_log" | tr '\n' ' ')"
+  exit 1
+fi
+
+gemm=$(grep -m1 -o 'sgemm: .*' "$cuda_log" | sed 's/^sgemm: //')
+if [ $mlp = 0 ] && [ -n "${TRAIN_MATCH_GEMM:-}" ] && [ "$gemm" != "$TRAIN_MATCH_GEMM" ]; then
+  echo "$tag: the GPU's products went through ${gemm:-?}, not $TRAIN_MATCH_GEMM"
+  exit 1
+fi
+
+if [ $mlp = 1 ]; then
+  awk -v tag="$tag" '
+    FNR == 1 { f++ }
+    / final / { for (i = 1; i < NF; i++) if ($i == "params-l2") l2[f] = $(i + 1) }
+    END {
+      d = l2[1] - l2[2]; if (d < 0) d = -d
+      ok = l2[1] != "" && l2[2] != "" && d <= 1e-6 * l2[1]
+      printf "%s: MLP params-l2 %s host, %s GPU: %s\n", tag, l2[1], l2[2], ok ? "match" : "DIFFER"
+      exit !ok
+    }' "$host_log" "$cuda_log"
+  exit
+fi
+# the transformer: "[0] step N loss X ..." and "[0] val N loss X"
+paste <(awk '/ (step|val) +[0-9]+ loss /{print $2, $3, $5}' "$host_log") \
+      <(awk '/ (step|val) +[0-9]+ loss /{print $2, $3, $5}' "$cuda_log") |
+  awk -v tag="$tag" -v gemm="$gemm" \
+      -v want="$(grep -cE ' (step|val) +[0-9]+ loss ' "$host_log")" '
+    { n++; d = $3 - $6; if (d < 0) d = -d; r = d / $3; if (r > max) max = r
+      if ($1 != $4 || $2 != $5 || r > 1e-3) bad++ }
+    END {
+      printf "%s: %d losses, %d off by more than 1e-3, largest relative difference %.2g (sgemm: %s)\n",
+             tag, n, bad, max, gemm
+      exit !(n > 0 && n == want && bad == 0)
+    }'
