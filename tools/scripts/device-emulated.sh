@@ -22,8 +22,9 @@ if [ ! -f $B/build.ninja ]; then
 fi
 suites=(device/test_device device/test_device_sendrecv device/test_device_ipc
         test_zero_device test_zero_device_ctx)
+perf_tools=(all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter)
 ninja -C $B "${suites[@]/#/tests/}" tools/weft-train tools/weftrun \
-  tests/device/cuda_emu/libcublas_emu.so
+  tests/device/cuda_emu/libcublas_emu.so $(printf "tools/%s_perf " "${perf_tools[@]}") tools/all_reduce_device_perf
 # Left out, with why:
 #  - DeviceDeterministic.EverySettingGivesTheFixedOrder: 16 MiB reductions
 #    under every setting take about three minutes on threads (its other test
@@ -53,6 +54,48 @@ if ! WEFT_ALGO=tree timeout 900 "$B/tests/device/test_device" \
 fi
 grep -E "^\[  (PASSED|FAILED) " "$B/test_device_tree.log" || true
 echo "   $((SECONDS - start)) s"
+# The perf tools on device memory (as gpu-check's perf_* and tree_types
+# steps, at small sizes): each tool on 3 processes, every datatype; the tree
+# all-reduce on 3 to 8 processes under both protocols, every datatype with
+# sum and float with every op (the small matrix); nothing wrong.
+echo "== perf tools -M cuda (device emulated)"
+start=$SECONDS
+perf_check() { # log: "rows, wrong"; fails on a wrong value or no rows
+  awk '{ sub(/^\[0\] */, "") }
+       /^ *[0-9]+ +[0-9]+ / { n++; if ($9 != 0 || ($13 != 0 && $13 != "N/A")) bad++ }
+       END { printf "%d rows, %d wrong", n, bad; exit bad > 0 || n == 0 }' "$1"
+}
+perf_run() { # tag, environment and tool arguments
+  local tag=$1 log="$B/perf.$1.log" v
+  shift
+  if env "$@" >"$log" 2>&1 && v=$(perf_check "$log"); then
+    echo "$tag: $v"
+  else
+    echo "$tag: FAILED: $(perf_check "$log"); $(grep -m2 -iE 'error|no kernel' "$log" | tr '\n' ' ')"
+    status=1
+  fi
+}
+perf_args=(-M cuda -T 30 -b 1 -e 64K -f 32 -n 1 -w 0)
+for t in "${perf_tools[@]}"; do
+  perf_run "$t-3" timeout 120 $B/tools/weftrun -n 3 $B/tools/${t}_perf "${perf_args[@]}" -d all
+done
+for k in 3 4 5 6 7 8; do
+  for proto in ll simple; do
+    for types in "all sum" "float all"; do
+      set -- $types
+      perf_run "tree-$k-$proto-$1-$2" WEFT_ALGO=allreduce:tree WEFT_PROTO=$proto timeout 120 \
+        $B/tools/weftrun -n $k $B/tools/all_reduce_perf "${perf_args[@]}" -d "$1" -o "$2"
+    done
+  done
+done
+if timeout 120 $B/tools/all_reduce_device_perf -g 3 -b 8 -e 64K >"$B/perf.device_g3.log" 2>&1; then
+  echo "all_reduce_device_perf -g 3: $(grep -cE '^ +[0-9]+ +[0-9]+ ' "$B/perf.device_g3.log") rows"
+else
+  echo "all_reduce_device_perf -g 3: FAILED: $(tail -2 "$B/perf.device_g3.log" | tr '\n' ' ')"
+  status=1
+fi
+echo "   $((SECONDS - start)) s"
+
 # weft-train --device cuda against the host: every stage, dtype and a few
 # rank counts, the transformer and the MLP (on a GPU: gpu-check's
 # weft_train_device)

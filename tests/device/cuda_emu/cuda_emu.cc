@@ -275,6 +275,8 @@ struct CUevent_st {
   uint64_t recorded = 0;      // under events_mutex: records made,
   std::set<uint64_t> pending; // and those not reached yet by their streams
   CUgraph_st *captured_in = NULL;  // recorded last under this capture
+  unsigned flags = 0;
+  uint64_t reached = 0, reached_ns = 0; // the latest record its stream reached, and when
 };
 
 namespace {
@@ -578,6 +580,10 @@ void run_op(Op &op) {
   case OP_RECORD: {
     std::lock_guard<std::mutex> g(events_mutex());
     op.event->pending.erase(op.seq);
+    if (op.seq > op.event->reached) {
+      op.event->reached = op.seq;
+      op.event->reached_ns = cuda_emu_clock_ns();
+    }
     events_cv().notify_all();
     break;
   }
@@ -1005,9 +1011,23 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *data)
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
   ctx_need();
-  (void)flags;
   if (e == NULL) return fail(cudaErrorInvalidValue);
   *e = new CUevent_st;
+  (*e)->flags = flags;
+  return cudaSuccess;
+}
+// Milliseconds between two completed records, as the host's clock saw their
+// streams reach them.
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+  if (ms == NULL) return fail(cudaErrorInvalidValue);
+  if (start == NULL || end == NULL) return fail(cudaErrorInvalidResourceHandle);
+  std::lock_guard<std::mutex> g(events_mutex());
+  for (CUevent_st *e : {start, end}) {
+    if ((e->flags & cudaEventDisableTiming) != 0 || e->recorded == 0)
+      return fail(cudaErrorInvalidResourceHandle);
+    if (e->reached != e->recorded) return fail(cudaErrorNotReady);
+  }
+  *ms = (float)(((double)end->reached_ns - (double)start->reached_ns) / 1e6);
   return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
