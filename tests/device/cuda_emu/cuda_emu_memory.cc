@@ -229,17 +229,33 @@ cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t handle, unsigned i
 }
 cudaError_t cudaIpcCloseMemHandle(void *p) { return region_free(p, REGION_IPC); }
 
+// A copy to or from pageable host memory (no region: neither allocated nor
+// registered here) is done when the call returns, as CUDA stages it: after
+// the stream's earlier work, unless a graph captures the stream.
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
                             cudaStream_t stream) {
   (void)kind;
   if (n == 0) return cudaSuccess;
   if (dst == NULL || src == NULL) return fail(cudaErrorInvalidValue);
+  bool pageable;
+  {
+    std::lock_guard<std::mutex> g(memory().m);
+    pageable = region_of(dst) == NULL || region_of(src) == NULL;
+  }
   Op op;
   op.kind = OP_COPY;
   op.dst = dst;
   op.src = src;
   op.n = n;
-  return enqueue(stream, std::move(op));
+  cudaError_t e = enqueue(stream, std::move(op));
+  if (e != cudaSuccess || !pageable) return e;
+  CUstream_st *s = resolve(stream);
+  {
+    std::lock_guard<std::mutex> g(s->m);
+    if (s->capture != NULL) return cudaSuccess;
+  }
+  stream_sync(s);
+  return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void *dst, int value, size_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
