@@ -92,10 +92,26 @@ struct Block {
 
 } // namespace
 
+// The kernel's own name out of cuda_emu_entry's __PRETTY_FUNCTION__
+// ("... void (* F)(A ...) = weft_ring_kernel<red_f32_sum, 1>]"), kept for
+// the program's life; name itself where it has no such part.
+static const char *kernel_name(const char *name) {
+  const char *mark = "(A ...) = ";
+  const char *p = strstr(name, mark);
+  if (p == NULL) return name;
+  p += strlen(mark);
+  size_t n = strlen(p);
+  if (n > 0 && p[n - 1] == ']') n--;
+  char *own = strndup(p, n);
+  return own != NULL ? own : name;
+}
+
 extern "C" int cuda_emu_register(const void *fn, cuda_emu_run_fn run, int nargs,
                                  const size_t *sizes, const char *name, int apart) {
   std::lock_guard<std::mutex> g(kernels_mutex());
-  kernels().emplace(fn, Kernel{run, name, std::vector<size_t>(sizes, sizes + nargs), apart != 0});
+  if (kernels().count(fn) == 0)
+    kernels().emplace(fn, Kernel{run, kernel_name(name), std::vector<size_t>(sizes, sizes + nargs),
+                                 apart != 0});
   return 0;
 }
 
