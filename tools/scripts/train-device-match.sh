@@ -19,10 +19,14 @@ fi
 B=$1 tag=$2 n=$3
 shift 3
 logs=${TRAIN_MATCH_LOGS:-$B}
+number='^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$' # what a finite loss prints as
 limit=${TRAIN_MATCH_TIMEOUT:-300}
 host_log="$logs/train-match.$tag.host" cuda_log="$logs/train-match.$tag.cuda"
-mlp=0
-for a in "$@"; do [ "$a" = mlp ] && mlp=1; done
+mlp=0 prev=
+for a in "$@"; do
+  { [ "$prev" = --model ] && [ "$a" = mlp ]; } || [ "$a" = --model=mlp ] && mlp=1
+  prev=$a
+done
 
 run() { # log, extra options
   local log=$1
@@ -50,24 +54,25 @@ if [ $mlp = 0 ] && [ -n "${TRAIN_MATCH_GEMM:-}" ] && [ "$gemm" != "$TRAIN_MATCH_
 fi
 
 if [ $mlp = 1 ]; then
-  awk -v tag="$tag" '
+  awk -v tag="$tag" -v num="$number" '
     FNR == 1 { f++ }
     / final / { for (i = 1; i < NF; i++) if ($i == "params-l2") l2[f] = $(i + 1) }
     END {
       d = l2[1] - l2[2]; if (d < 0) d = -d
-      ok = l2[1] != "" && l2[2] != "" && d <= 1e-6 * l2[1]
+      ok = l2[1] ~ num && l2[2] ~ num && d <= 1e-6 * l2[1]
       printf "%s: MLP params-l2 %s host, %s GPU: %s\n", tag, l2[1], l2[2], ok ? "match" : "DIFFER"
       exit !ok
     }' "$host_log" "$cuda_log"
   exit
 fi
-# the transformer: "[0] step N loss X ..." and "[0] val N loss X"
-paste <(awk '/ (step|val) +[0-9]+ loss /{print $2, $3, $5}' "$host_log") \
-      <(awk '/ (step|val) +[0-9]+ loss /{print $2, $3, $5}' "$cuda_log") |
-  awk -v tag="$tag" -v gemm="$gemm" \
-      -v want="$(grep -cE ' (step|val) +[0-9]+ loss ' "$host_log")" '
-    { n++; d = $3 - $6; if (d < 0) d = -d; r = d / $3; if (r > max) max = r
-      if ($1 != $4 || $2 != $5 || r > 1e-3) bad++ }
+# the transformer: rank 0's "[0] step N loss X ..." and "[0] val N loss X"
+losses() { awk '{ sub(/^\[ *0\] /, "") } /^(step|val) +[0-9]+ loss /{ print $1, $2, $4 }' "$1"; }
+paste <(losses "$host_log") <(losses "$cuda_log") |
+  awk -v tag="$tag" -v gemm="$gemm" -v num="$number" -v want="$(losses "$host_log" | wc -l)" '
+    { n++; d = $3 - $6; if (d < 0) d = -d; h = $3 < 0 ? -$3 : $3; r = h > 0 ? d / h : d
+      if (r > max) max = r
+      # not a number (nan, inf) on either side is a difference
+      if ($1 != $4 || $2 != $5 || $3 !~ num || $6 !~ num || !(r <= 1e-3)) bad++ }
     END {
       printf "%s: %d losses, %d off by more than 1e-3, largest relative difference %.2g (sgemm: %s)\n",
              tag, n, bad, max, gemm

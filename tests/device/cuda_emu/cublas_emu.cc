@@ -8,7 +8,8 @@
 //
 // C[b] = alpha op(A[b]) op(B[b]) + beta C[b] for b < batch, column-major:
 // X[i + j ld], op(X) = X or its transpose, A[b] = A + b strideA, ...; with
-// beta 0, C is not read. Arguments cuBLAS refuses are refused here with
+// beta 0, C is not read, with alpha 0 neither A nor B; CUBLAS_OP_C is the
+// transpose (real data). Arguments cuBLAS refuses are refused here with
 // CUBLAS_STATUS_INVALID_VALUE. WEFT_CUDA_EMU_CUBLAS=0 makes cublasCreate
 // fail, as where the library cannot start.
 #include <cublas_v2.h>
@@ -27,7 +28,7 @@ struct cublasContext {
 namespace {
 
 struct Gemm {
-  bool ta, tb;
+  bool ta, tb, own; // own: freed after its run (not under a graph, which may replay it)
   int m, n, k;
   float alpha, beta;
   const float *a, *b;
@@ -45,7 +46,7 @@ void run_gemm(void *arg) {
     for (int j = 0; j < g->n; j++)
       for (int i = 0; i < g->m; i++) {
         double acc = 0;
-        for (int l = 0; l < g->k; l++) {
+        for (int l = 0; g->alpha != 0.0f && l < g->k; l++) {
           const float x = g->ta ? a[l + (long long)i * g->lda] : a[i + (long long)l * g->lda];
           const float y = g->tb ? b[j + (long long)l * g->ldb] : b[l + (long long)j * g->ldb];
           acc += (double)x * y;
@@ -55,7 +56,7 @@ void run_gemm(void *arg) {
         out = g->beta == 0.0f ? prod : prod + g->beta * out;
       }
   }
-  delete g;
+  if (g->own) delete g;
 }
 
 } // namespace
@@ -96,15 +97,20 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          long long strideC, int batchCount) {
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   const bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
-  if ((transa != CUBLAS_OP_N && transa != CUBLAS_OP_T) ||
-      (transb != CUBLAS_OP_N && transb != CUBLAS_OP_T) || m < 0 || n < 0 || k < 0 ||
+  const auto known = [](cublasOperation_t op) {
+    return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C;
+  };
+  if (!known(transa) || !known(transb) || m < 0 || n < 0 || k < 0 ||
       batchCount < 0 || alpha == nullptr || beta == nullptr ||
       lda < std::max(1, ta ? k : m) || ldb < std::max(1, tb ? n : k) || ldc < std::max(1, m))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (m == 0 || n == 0 || batchCount == 0) return CUBLAS_STATUS_SUCCESS;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(handle->stream, &capture) != cudaSuccess)
+    return CUBLAS_STATUS_EXECUTION_FAILED;
   Gemm *g = new (std::nothrow)
-      Gemm{ta, tb, m, n, k, *alpha, *beta, A, B, C, lda, ldb, ldc, strideA, strideB, strideC,
-           batchCount};
+      Gemm{ta, tb, capture == cudaStreamCaptureStatusNone, m, n, k, *alpha, *beta, A, B, C, lda,
+           ldb, ldc, strideA, strideB, strideC, batchCount};
   if (g == nullptr) return CUBLAS_STATUS_ALLOC_FAILED;
   if (cudaLaunchHostFunc(handle->stream, run_gemm, g) != cudaSuccess) {
     delete g;

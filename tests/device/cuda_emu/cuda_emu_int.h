@@ -121,8 +121,12 @@ struct Op {
 
 // The stream a handle names (the legacy and per-thread ones made when first named).
 CUstream_st *resolve(cudaStream_t stream);
-// Queues op on stream (or records it into the stream's capture).
-cudaError_t enqueue(cudaStream_t stream, Op op);
+// Queues op on stream (or records it into the stream's capture); pos, when
+// given, is set to its place in the stream's queue (0 under a capture).
+cudaError_t enqueue(cudaStream_t stream, Op op, uint64_t *pos = NULL);
+// Until s has run its first pos operations.
+void stream_wait_for(CUstream_st *s, uint64_t pos);
+// Until s has run everything queued on it, whoever queued it.
 void stream_sync(CUstream_st *s);
 // Every stream's queue run (cudaDeviceSynchronize).
 void sync_all();
@@ -145,6 +149,8 @@ struct CUstream_st {
   bool busy = false, dying = false;
   uint64_t queued = 0, done = 0; // operations put in its queue, and run
   unsigned flags = 0;
+  int device = 0;
+  bool legacy = false; // its device's legacy default stream
   int priority = 0;
   unsigned long long id = 0;
   CUgraph_st *capture = NULL;

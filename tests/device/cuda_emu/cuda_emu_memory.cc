@@ -229,54 +229,47 @@ cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t handle, unsigned i
 }
 cudaError_t cudaIpcCloseMemHandle(void *p) { return region_free(p, REGION_IPC); }
 
-// A copy to or from pageable host memory (no region: neither allocated nor
-// registered here) is done when the call returns, as CUDA stages it: after
-// the stream's earlier work, unless a graph captures the stream.
+// A copy or set on stream; wait: done when the call returns (the stream's
+// earlier work first, others' later work not waited for), unless a graph
+// captures the stream.
+static cudaError_t copy_or_set(OpKind kind, void *dst, const void *src, int value, size_t n,
+                               cudaStream_t stream, bool wait) {
+  if (n == 0) return cudaSuccess;
+  if (dst == NULL || (kind == OP_COPY && src == NULL)) return fail(cudaErrorInvalidValue);
+  Op op;
+  op.kind = kind;
+  op.dst = dst;
+  op.src = src;
+  op.value = value;
+  op.n = n;
+  uint64_t pos = 0;
+  cudaError_t e = enqueue(stream, std::move(op), &pos);
+  if (e == cudaSuccess && wait && pos != 0) stream_wait_for(resolve(stream), pos);
+  return e;
+}
+
+// Pageable host memory (no region: neither allocated nor registered here) on
+// either side makes the copy done on return, as CUDA stages it.
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
                             cudaStream_t stream) {
   (void)kind;
-  if (n == 0) return cudaSuccess;
-  if (dst == NULL || src == NULL) return fail(cudaErrorInvalidValue);
   bool pageable;
   {
     std::lock_guard<std::mutex> g(memory().m);
     pageable = region_of(dst) == NULL || region_of(src) == NULL;
   }
-  Op op;
-  op.kind = OP_COPY;
-  op.dst = dst;
-  op.src = src;
-  op.n = n;
-  cudaError_t e = enqueue(stream, std::move(op));
-  if (e != cudaSuccess || !pageable) return e;
-  CUstream_st *s = resolve(stream);
-  {
-    std::lock_guard<std::mutex> g(s->m);
-    if (s->capture != NULL) return cudaSuccess;
-  }
-  stream_sync(s);
-  return cudaSuccess;
+  return copy_or_set(OP_COPY, dst, src, 0, n, stream, pageable);
 }
 cudaError_t cudaMemsetAsync(void *dst, int value, size_t n, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  if (dst == NULL) return fail(cudaErrorInvalidValue);
-  Op op;
-  op.kind = OP_SET;
-  op.dst = dst;
-  op.value = value;
-  op.n = n;
-  return enqueue(stream, std::move(op));
+  return copy_or_set(OP_SET, dst, NULL, value, n, stream, false);
 }
-// The synchronous calls go on the legacy stream and wait for it.
+// The synchronous calls go on the legacy stream and wait for themselves.
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
-  cudaError_t e = cudaMemcpyAsync(dst, src, n, kind, cudaStreamLegacy);
-  if (e == cudaSuccess) stream_sync(resolve(cudaStreamLegacy));
-  return e;
+  (void)kind;
+  return copy_or_set(OP_COPY, dst, src, 0, n, cudaStreamLegacy, true);
 }
 cudaError_t cudaMemset(void *dst, int value, size_t n) {
-  cudaError_t e = cudaMemsetAsync(dst, value, n, cudaStreamLegacy);
-  if (e == cudaSuccess) stream_sync(resolve(cudaStreamLegacy));
-  return e;
+  return copy_or_set(OP_SET, dst, NULL, value, n, cudaStreamLegacy, true);
 }
 
 } // extern "C"

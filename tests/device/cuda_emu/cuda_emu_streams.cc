@@ -31,7 +31,7 @@ struct Streams {
   std::mutex m;
   std::set<CUstream_st *> all;
   unsigned long long next_id = 1;
-  CUstream_st *legacy = NULL;
+  CUstream_st *legacy[8] = {}; // each device's legacy default stream
   std::set<CUgraph_st *> captures; // going on
   uint64_t generation = 0; // bumped in a forked child: the parent's workers are gone
 };
@@ -71,6 +71,7 @@ CUstream_st *stream_new(unsigned flags, int priority) {
   auto *s = new CUstream_st;
   s->flags = flags;
   s->priority = priority;
+  s->device = current_device;
   {
     std::lock_guard<std::mutex> g(streams().m);
     s->id = streams().next_id++;
@@ -107,14 +108,17 @@ CUstream_st *cuda_emu_rt::resolve(cudaStream_t stream) {
   }
   if (stream == NULL || stream == cudaStreamLegacy) {
     std::lock_guard<std::mutex> g(ss.m);
-    if (ss.legacy == NULL) {
+    CUstream_st *&legacy = ss.legacy[current_device];
+    if (legacy == NULL) {
       auto *s = new CUstream_st;
       s->id = 0;
+      s->device = current_device;
+      s->legacy = true;
       ss.all.insert(s);
-      ss.legacy = s;
+      legacy = s;
       std::thread(worker, s).detach();
     }
-    return ss.legacy;
+    return legacy;
   }
   return stream;
 }
@@ -135,7 +139,9 @@ void cuda_emu_rt::sync_all() {
 
 namespace {
 
-bool blocking(const CUstream_st *s) { return (s->flags & cudaStreamNonBlocking) == 0; }
+bool blocking(const CUstream_st *s) {
+  return !s->legacy && (s->flags & cudaStreamNonBlocking) == 0;
+}
 
 // An OP_AFTER on what t has queued but not run yet; false when nothing is
 // pending there or t is capturing.
@@ -148,20 +154,21 @@ bool after_pending(CUstream_st *t, Op *out) {
   return true;
 }
 
-// What an operation on s waits for first, as the legacy default stream
-// orders itself: on the legacy stream, the work queued before it on every
-// blocking stream (not created cudaStreamNonBlocking); on a blocking
-// stream, the work queued before it on the legacy stream.
+// What an operation on s waits for first, as a device's legacy default
+// stream orders itself: on the legacy stream, the work queued before it on
+// every blocking stream of its device (not created cudaStreamNonBlocking);
+// on a blocking stream, the work queued before it on its device's legacy
+// stream.
 std::vector<Op> implicit_waits(CUstream_st *s) {
   std::vector<Op> waits;
   std::vector<CUstream_st *> others;
   {
     std::lock_guard<std::mutex> g(streams().m);
-    if (s == streams().legacy) {
+    if (s->legacy) {
       for (CUstream_st *t : streams().all)
-        if (t != s && blocking(t)) others.push_back(t);
-    } else if (blocking(s) && streams().legacy != NULL) {
-      others.push_back(streams().legacy);
+        if (t->device == s->device && blocking(t)) others.push_back(t);
+    } else if (blocking(s) && streams().legacy[s->device] != NULL) {
+      others.push_back(streams().legacy[s->device]);
     }
   }
   for (CUstream_st *t : others) { // never freed (worker): safe outside the lock
@@ -173,12 +180,12 @@ std::vector<Op> implicit_waits(CUstream_st *s) {
 
 } // namespace
 
-// Queues op on stream (or records it into the stream's capture).
-cudaError_t cuda_emu_rt::enqueue(cudaStream_t stream, Op op) {
+cudaError_t cuda_emu_rt::enqueue(cudaStream_t stream, Op op, uint64_t *pos) {
   ctx_need();
   CUstream_st *s = resolve(stream);
   std::vector<Op> waits = implicit_waits(s); // dropped under a capture
   std::lock_guard<std::mutex> g(s->m);
+  if (pos != NULL) *pos = 0;
   if (s->dying) return fail(cudaErrorInvalidResourceHandle);
   if (s->capture != NULL) {
     s->capture->ops.push_back(std::move(op));
@@ -190,8 +197,14 @@ cudaError_t cuda_emu_rt::enqueue(cudaStream_t stream, Op op) {
   }
   s->q.push_back(std::move(op));
   s->queued++;
+  if (pos != NULL) *pos = s->queued;
   s->cv.notify_all();
   return cudaSuccess;
+}
+
+void cuda_emu_rt::stream_wait_for(CUstream_st *s, uint64_t pos) {
+  std::unique_lock<std::mutex> l(s->m);
+  s->cv.wait(l, [&] { return s->done >= pos; });
 }
 
 
