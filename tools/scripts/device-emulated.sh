@@ -61,7 +61,7 @@ echo "   $((SECONDS - start)) s"
 # The perf tools on device memory (as gpu-check's perf_* and tree_types
 # steps, at small sizes): each tool on 3 processes, every datatype; the tree
 # all-reduce on 3 to 8 processes under both protocols, every datatype and op;
-# nothing wrong.
+# across emulated hosts; nothing wrong.
 echo "== perf tools -M cuda (device emulated)"
 start=$SECONDS
 perf_check() { # log: "rows, wrong"; fails on a wrong value or no rows
@@ -88,6 +88,20 @@ for k in 3 4 5 6 7 8; do
     perf_run "tree-$k-$proto" WEFT_ALGO=allreduce:tree WEFT_PROTO=$proto timeout 300 \
       $B/tools/weftrun -n $k $B/tools/all_reduce_perf "${perf_args[@]}" -d all -o all
   done
+done
+# between emulated hosts (WEFT_HOSTID per rank): device memory through the
+# network proxy, each tool on 2 over sockets, the all-reduce on 3 over sockets
+# and over UCX (where built with it)
+hosts=(sh -c 'WEFT_HOSTID=emulated-host-$WEFT_RANK exec "$@"' sh)
+for t in "${perf_tools[@]}"; do
+  perf_run "$t-2-hosts-socket" WEFT_TRANSPORT=socket timeout 120 $B/tools/weftrun -n 2 \
+    "${hosts[@]}" $B/tools/${t}_perf "${perf_args[@]}" -d all
+done
+transports=(socket)
+grep -q 'WEFT_HAVE_UCX 1' $B/weft_build_config.h && transports+=(ucx)
+for tr in "${transports[@]}"; do
+  perf_run "all_reduce-3-hosts-$tr" WEFT_TRANSPORT=$tr timeout 120 $B/tools/weftrun -n 3 \
+    "${hosts[@]}" $B/tools/all_reduce_perf "${perf_args[@]}" -d all -o all
 done
 if timeout 120 $B/tools/all_reduce_device_perf -g 3 -b 8 -e 64K >"$B/perf.device_g3.log" 2>&1 &&
    rows=$(grep -cE '^ +[0-9]+ +[0-9]+ ' "$B/perf.device_g3.log") && [ "$rows" -gt 0 ]; then
