@@ -64,11 +64,7 @@ echo "   $((SECONDS - start)) s"
 # across emulated hosts; nothing wrong.
 echo "== perf tools -M cuda (device emulated)"
 start=$SECONDS
-perf_check() { # log: "rows, wrong"; fails on a wrong value or no rows
-  awk '{ sub(/^\[0\] */, "") }
-       /^ *[0-9]+ +[0-9]+ / { n++; if ($9 != 0 || ($13 != 0 && $13 != "N/A")) bad++ }
-       END { printf "%d rows, %d wrong", n, bad; exit bad > 0 || n == 0 }' "$1"
-}
+perf_check() { awk -f tools/scripts/perf-verdict.awk "$1"; } # log: fails on a wrong value or no rows
 perf_run() { # tag, environment and tool arguments
   local tag=$1 log="$B/perf.$1.log" v
   shift

@@ -601,15 +601,7 @@ step_perf_vs_nccl() {
 
 # A perf tool's table under weftrun: rows, rows with wrong values, and the
 # first row's time and the last row's busbw (out of place).
-coll_key() { # log
-  awk 'function size(b) {
-      return b >= 1048576 ? sprintf("%.3g MiB", b / 1048576) : b >= 1024 ? sprintf("%.3g KiB", b / 1024) : b " B" }
-    { sub(/^\[0\] */, "") }
-    /^ *[0-9]+ +[0-9]+ / { if (!n) { first = $1; lat = $6 } n++; last = $1; bw = $8
-                           if ($9 != 0 || ($13 != 0 && $13 != "N/A")) bad++ }
-    END { printf "%d rows, %d wrong, %s %s us, %s %s GB/s", n, bad, size(first), lat,
-                 size(last), bw; exit bad > 0 || n == 0 }' "$1"
-}
+coll_key() { awk -f "$ROOT/tools/scripts/perf-verdict.awk" "$1"; } # log
 
 # One perf tool on device memory, k processes under MPS for each k given.
 perf_coll() { # tool ranks...
