@@ -1,8 +1,8 @@
 /* Single-copy collectives between ranks of one host: ranks pass their
  * buffer addresses through the point-to-point FIFOs and then read and write
  * each other's buffers directly, so every byte crosses memory once instead
- * of going through a FIFO slot. Used for large all-reduce, all-gather and
- * reduce-scatter when every rank shares this host.
+ * of going through a FIFO slot. Used for large all-reduce, all-gather,
+ * reduce-scatter, broadcast and reduce when every rank shares this host.
  *
  * A peer's buffer from weftMemAllocHost is mapped into this process
  * (collectives/core/mem.c) and copied with plain loads and streaming stores; any
@@ -17,6 +17,11 @@
  *                   written (from cache) into every rank's output; barrier.
  *                   No rank reads block `rank` of an input but its owner, so
  *                   in place is safe.
+ *   broadcast:      block `rank` of the root's input copied (read once) into
+ *                   every rank's output; barrier. Every rank copies a share,
+ *                   the root too.
+ *   reduce:         the all-reduce's blocks, each written to the root's
+ *                   output only; barrier.
  *
  * Each block is reduced by one rank only, so all ranks hold the same bits.
  *
@@ -55,7 +60,8 @@
 
 struct weft_param cma_params[] = {
     {.name = "WEFT_CMA_MIN_NBYTES", .type = PARAM_INT, .default_str = "64K",
-     .doc = "smallest all-reduce, all-gather or reduce-scatter (bytes over all ranks) that runs "
+     .doc = "smallest all-reduce, all-gather, reduce-scatter, broadcast or reduce (bytes over "
+            "all ranks: the gathered or scattered buffer, else the buffer) that runs "
             "single-copy: ranks on one host, connected over shared memory, read and write each "
             "other's buffers directly, through a mapping of the peer's buffer when it came from "
             "`weftMemAllocHost` (64 KiB and up), else with cross-memory attach "
@@ -68,6 +74,13 @@ struct weft_param cma_params[] = {
             "`/proc/<pid>/fd`, once per communicator) and copy in user space; where a buffer "
             "cannot be opened, that communicator copies through the kernel from then on (an "
             "info line says why). 0: always cross-memory attach"},
+    {.name = "WEFT_CMA_REDUCE_MIN_NBYTES", .type = PARAM_INT, .default_str = "256K",
+     .doc = "smallest reduce that runs single-copy (and at least `WEFT_CMA_MIN_NBYTES`): a "
+            "reduce's non-root ranks read their block of the root's input and write it back "
+            "reduced, which through the kernel (buffers not from `weftMemAllocHost`) costs two "
+            "system calls a piece, and below this the ring, whose chain needs none, is as fast "
+            "or faster (2 ranks, 64 KiB: 3.4 us on the ring, 5.0 us through the kernel, 2.2 us "
+            "on mapped buffers; Intel Xeon)"},
     PARAM_END,
 };
 
@@ -134,8 +147,9 @@ int cma_comm_usable(const struct weftComm *comm) {
   return c != NULL ? __atomic_load_n(&c->usable, __ATOMIC_RELAXED) : 0; /* a hint to planners */
 }
 
-size_t cma_min_nbytes(void) {
+size_t cma_min_nbytes(enum coll_kind coll) {
   int64_t v = param_int(&cma_params[0]);
+  if (coll == COLL_REDUCE && param_int(&cma_params[2]) > v) v = param_int(&cma_params[2]);
   return v > 0 ? (size_t)v : 0;
 }
 
@@ -233,12 +247,16 @@ static weftResult_t cma_barrier(struct weftComm *comm) {
   return cma_alltoall_small(comm, &token, tokens, sizeof token);
 }
 
-/* Bytes of each rank's send and receive buffer that plan touches. */
-static void cma_buffer_nbytes(const struct weftComm *comm, const struct weft_plan *plan,
+/* Bytes of rank r's send and receive buffer that plan touches: a
+ * broadcast reads the root's input only, a reduce writes the root's output
+ * only. */
+static void cma_buffer_nbytes(const struct weftComm *comm, const struct weft_plan *plan, int r,
                               size_t *send_out, size_t *recv_out) {
   const size_t nbytes = plan->count * weftTypeSize(plan->datatype), n = (size_t)comm->nranks;
   *send_out = plan->coll == COLL_REDUCESCATTER ? n * nbytes : nbytes;
   *recv_out = plan->coll == COLL_ALLGATHER ? n * nbytes : nbytes;
+  if (plan->coll == COLL_BROADCAST && r != plan->root) *send_out = 0;
+  if (plan->coll == COLL_REDUCE && r != plan->root) *recv_out = 0;
 }
 
 /* Each rank's buffers as this rank reaches them (see struct cma_view). */
@@ -266,8 +284,8 @@ static void cma_copy(void *dst, const void *src, size_t nbytes, int stream) {
 /* Checks that every rank's descriptor describes this call: the same
  * signature, and buffers of the sizes it touches. descs are the same on every
  * rank, and so is the verdict. */
-static weftResult_t cma_descs_check(const struct weftComm *comm, const struct cma_desc *descs,
-                                    size_t send_nbytes, size_t recv_nbytes) {
+static weftResult_t cma_descs_check(const struct weftComm *comm, const struct weft_plan *plan,
+                                    const struct cma_desc *descs) {
   const int n = comm->nranks;
   struct signature sigs[n];
   for (int r = 0; r < n; r++) signature_unpack(&sigs[r], &descs[r].sig);
@@ -278,7 +296,9 @@ static weftResult_t cma_descs_check(const struct weftComm *comm, const struct cm
                           "%s (seen in the single-copy address exchange; nothing was copied)",
                           cause);
   }
-  for (int r = 0; r < n; r++)
+  for (int r = 0; r < n; r++) {
+    size_t send_nbytes, recv_nbytes;
+    cma_buffer_nbytes(comm, plan, r, &send_nbytes, &recv_nbytes);
     if (descs[r].send_nbytes != send_nbytes || descs[r].recv_nbytes != recv_nbytes)
       return weft_error_set(weftInvalidUsage,
                             "%s: rank %d declared buffers of %llu and %llu bytes where this call "
@@ -286,6 +306,7 @@ static weftResult_t cma_descs_check(const struct weftComm *comm, const struct cm
                             coll_kind_name((enum coll_kind)sigs[0].coll), r,
                             (unsigned long long)descs[r].send_nbytes,
                             (unsigned long long)descs[r].recv_nbytes, send_nbytes, recv_nbytes);
+  }
   return weftSuccess;
 }
 
@@ -303,15 +324,16 @@ static weftResult_t cma_range(int peer, const char *which, uint64_t at, size_t n
 
 /* Connects to every peer, allocates the scratch space, exchanges the
  * descriptors (which carry the call's signature and name the mappable
- * allocations holding the send_nbytes and recv_nbytes the plan touches),
+ * allocations holding the bytes of each buffer the plan touches),
  * checks that every rank made the same call (weftInvalidUsage on every rank
  * when not), and on the first call probes and agrees whether cross-memory
  * attach works. Returns weftSuccess with *usable_out 0 when it does not
  * (every rank gets the same answer). */
 static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *plan,
-                              size_t send_nbytes, size_t recv_nbytes, struct cma_desc *descs,
-                              int *usable_out) {
+                              struct cma_desc *descs, int *usable_out) {
   const int n = comm->nranks, rank = comm->rank;
+  size_t send_nbytes, recv_nbytes;
+  cma_buffer_nbytes(comm, plan, rank, &send_nbytes, &recv_nbytes);
   struct cma_comm *state = cma_comm_of(comm);
   if (state == NULL) {
     state = calloc(1, sizeof *state);
@@ -338,8 +360,8 @@ static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *pla
   signature_pack(&self.sig, plan);
   self.send_ref.fd = self.recv_ref.fd = -1;
   if (param_int(&cma_params[1]) != 0) {
-    mem_shared_find(plan->sendbuf, send_nbytes, &self.send_ref);
-    mem_shared_find(plan->recvbuf, recv_nbytes, &self.recv_ref);
+    if (send_nbytes > 0) mem_shared_find(plan->sendbuf, send_nbytes, &self.send_ref);
+    if (recv_nbytes > 0) mem_shared_find(plan->recvbuf, recv_nbytes, &self.recv_ref);
   }
   /* the descriptors, as cma_alltoall_small; a slot of another size is a
    * rank in another algorithm, which its signature names */
@@ -362,7 +384,7 @@ static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *pla
     peer_recv_done(conn);
   }
   descs[rank] = self;
-  WEFT_TRY(cma_descs_check(comm, descs, send_nbytes, recv_nbytes));
+  WEFT_TRY(cma_descs_check(comm, plan, descs));
   if (state->usable == 0) {
     uint64_t ok = 1, word = 0, *oks = cma_words(comm);
     for (int j = 1; j < n && ok; j++) {
@@ -385,12 +407,19 @@ static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *pla
   return weftSuccess;
 }
 
+/* Where a reduced block goes besides dst (this rank's output, NULL for
+ * none): the same elements of the receive buffers of ranks to[0..nto). */
+struct cma_targets {
+  const int *to;
+  int nto;
+};
+
 /* Elements [off, off + count) of every rank's buffers, where every peer's
- * send buffer (and, with share, receive buffer) is mapped here and the
+ * send buffer (and every target's receive buffer) is mapped here and the
  * outputs go past the caches: reduced a few lines at a time into scratch
- * that stays in the first-level cache (in place: into dst itself), and each
- * reduced chunk stored at once to dst and, with share, to every peer's
- * receive buffer, each source line loaded once; where reduce_host_stream_fn
+ * that stays in the first-level cache, and each reduced chunk stored at
+ * once to dst and every target's receive buffer, each source line loaded
+ * once; where reduce_host_stream_fn
  * has a loop, the last reduction stores to the outputs itself. Reducing a
  * whole piece first and copying it out to one destination after another
  * moved a third less (2 ranks, 64 MiB, AMD EPYC); the fused loop moves
@@ -400,7 +429,7 @@ static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *pla
 static weftResult_t cma_reduce_block_mapped(struct weftComm *comm, const struct weft_plan *plan,
                                             const struct cma_desc *descs,
                                             const struct cma_view *views, size_t off,
-                                            size_t count, char *dst, int share) {
+                                            size_t count, char *dst, struct cma_targets tg) {
   const int n = comm->nranks, rank = comm->rank;
   const size_t esize = weftTypeSize(plan->datatype);
   const weft_reduce_fn reduce = reduce_host_fn(plan->datatype, plan->op);
@@ -410,15 +439,16 @@ static weftResult_t cma_reduce_block_mapped(struct weftComm *comm, const struct 
   for (int j = 1; j < n; j++) {
     int peer = (rank + j) % n;
     WEFT_TRY(cma_range(peer, "send", at0, count * esize, descs[peer].send_nbytes));
-    if (share) WEFT_TRY(cma_range(peer, "receive", at0, count * esize, descs[peer].recv_nbytes));
   }
+  for (int i = 0; i < tg.nto; i++)
+    WEFT_TRY(cma_range(tg.to[i], "receive", at0, count * esize, descs[tg.to[i]].recv_nbytes));
   char *stage = (char *)cma_comm_of(comm)->scratch + CMA_PIECE_NBYTES;
   /* out of place only (cma_run): where the CPU has a loop that reduces
    * straight to several outputs, the last peer's reduction stores the result
    * (2 ranks: the whole block in one go, nothing staged) */
   const weft_reduce_stream_fn fused = reduce_host_stream_fn(plan->datatype, plan->op);
   const size_t step = fused != NULL && n == 2 ? count : chunk;
-  void *outs[n];
+  void *outs[n + 1];
   for (size_t base = 0; base < count; base += step) {
     const size_t m = count - base < step ? count - base : step;
     const size_t at = at0 + base * esize; /* in every rank's buffer */
@@ -430,8 +460,8 @@ static weftResult_t cma_reduce_block_mapped(struct weftComm *comm, const struct 
       acc = stage;
     }
     int nouts = 0;
-    outs[nouts++] = dst + base * esize;
-    for (int j = 1; j < n && share; j++) outs[nouts++] = views[(rank + j) % n].recv + at;
+    if (dst != NULL) outs[nouts++] = dst + base * esize;
+    for (int i = 0; i < tg.nto; i++) outs[nouts++] = views[tg.to[i]].recv + at;
     if (fused != NULL)
       fused(outs, nouts, acc, views[(rank + n - 1) % n].send + at, m, divisor);
     else
@@ -442,20 +472,19 @@ static weftResult_t cma_reduce_block_mapped(struct weftComm *comm, const struct 
 }
 
 /* dst = own input op every peer's input, elements [off, off + count) of each
- * rank's send buffer; dst may be src exactly (in place). With share set,
- * each reduced piece, still in cache, is also written to the same elements
- * of every peer's receive buffer (all-reduce). stream: copies out bypass the
- * caches. */
+ * rank's send buffer; dst may be src exactly (in place), or NULL (no output
+ * here). Each reduced piece, still in cache, is also written to the same
+ * elements of every target's receive buffer (all-reduce: every peer; a
+ * reduce: the root). stream: copies out bypass the caches. */
 static weftResult_t cma_reduce_block(struct weftComm *comm, const struct weft_plan *plan,
                                      const struct cma_desc *descs, const struct cma_view *views,
-                                     size_t off, size_t count, char *dst, int share, int stream) {
+                                     size_t off, size_t count, char *dst, struct cma_targets tg,
+                                     int stream) {
   const int n = comm->nranks, rank = comm->rank;
   int mapped = stream;
-  for (int j = 1; j < n && mapped; j++) {
-    int peer = (rank + j) % n;
-    mapped = views[peer].send != NULL && (!share || views[peer].recv != NULL);
-  }
-  if (mapped) return cma_reduce_block_mapped(comm, plan, descs, views, off, count, dst, share);
+  for (int j = 1; j < n && mapped; j++) mapped = views[(rank + j) % n].send != NULL;
+  for (int i = 0; i < tg.nto && mapped; i++) mapped = views[tg.to[i]].recv != NULL;
+  if (mapped) return cma_reduce_block_mapped(comm, plan, descs, views, off, count, dst, tg);
   const size_t esize = weftTypeSize(plan->datatype);
   const weft_reduce_fn reduce = reduce_host_fn(plan->datatype, plan->op);
   const int divisor = plan->op == weftAvg ? n : 1;
@@ -464,14 +493,17 @@ static weftResult_t cma_reduce_block(struct weftComm *comm, const struct weft_pl
   /* Out of place, a piece that is also shared is reduced into the second
    * scratch buffer and copied out in one go: stores into output lines that
    * are not in cache cost a read of each line first, a bulk copy does not,
-   * and the writes to the peers then read the piece from cache. */
-  const int staged = share && (const char *)plan->sendbuf + off * esize != dst;
+   * and the writes to the peers then read the piece from cache. With no
+   * output here the piece is staged too: a target's output may be the
+   * input a later peer's turn reads (a reduce's root in place). */
+  const int staged =
+      tg.nto > 0 && (dst == NULL || (const char *)plan->sendbuf + off * esize != dst);
   char *stage = tmp + CMA_PIECE_NBYTES;
   for (size_t base = 0; base < count; base += piece) {
     const size_t m = count - base < piece ? count - base : piece;
     const size_t at = (off + base) * esize; /* in every rank's buffer */
     const char *acc = (const char *)plan->sendbuf + at;
-    char *out = dst + base * esize;
+    char *out = dst != NULL ? dst + base * esize : NULL;
     char *red = staged ? stage : out;
     for (int j = 1; j < n; j++) {
       int peer = (rank + j) % n;
@@ -481,9 +513,9 @@ static weftResult_t cma_reduce_block(struct weftComm *comm, const struct weft_pl
       reduce(red, NULL, acc, theirs, m, j == n - 1 ? divisor : 1);
       acc = red;
     }
-    if (staged) cma_copy(out, red, m * esize, stream);
-    for (int j = 1; j < n && share; j++) {
-      int peer = (rank + j) % n;
+    if (staged && out != NULL) cma_copy(out, red, m * esize, stream);
+    for (int i = 0; i < tg.nto; i++) {
+      const int peer = tg.to[i];
       WEFT_TRY(cma_range(peer, "receive", at, m * esize, descs[peer].recv_nbytes));
       if (views[peer].recv) cma_copy(views[peer].recv + at, red, m * esize, stream);
       else WEFT_TRY(cma_write(comm, peer, descs[peer].recv_addr + at, red, m * esize));
@@ -492,30 +524,82 @@ static weftResult_t cma_reduce_block(struct weftComm *comm, const struct weft_pl
   return weftSuccess;
 }
 
+/* Bytes [off, off + nbytes) of the root's input into every rank's output,
+ * a piece at a time: read once (the root's own, a mapping of it, or read
+ * through the kernel into this rank's output) and written to every other
+ * output from cache, streamed together where mapped. */
+static weftResult_t cma_broadcast_block(struct weftComm *comm, const struct weft_plan *plan,
+                                        const struct cma_desc *descs,
+                                        const struct cma_view *views, size_t off, size_t nbytes,
+                                        int stream) {
+  const int n = comm->nranks, rank = comm->rank, root = plan->root;
+  const int root_in_place = descs[root].send_addr == descs[root].recv_addr;
+  char *own = plan->recvbuf;
+  void *outs[n];
+  for (size_t at = off; at < off + nbytes; at += CMA_PIECE_NBYTES) {
+    const size_t m = off + nbytes - at < CMA_PIECE_NBYTES ? off + nbytes - at : CMA_PIECE_NBYTES;
+    WEFT_TRY(cma_range(root, "send", at, m, descs[root].send_nbytes));
+    const char *src;
+    if (rank == root) src = (const char *)plan->sendbuf + at;
+    else if (views[root].send != NULL) src = views[root].send + at;
+    else {
+      WEFT_TRY(cma_range(rank, "receive", at, m, descs[rank].recv_nbytes));
+      WEFT_TRY(cma_read(comm, root, own + at, descs[root].send_addr + at, m));
+      src = own + at;
+    }
+    int nouts = 0; /* mapped outputs, streamed together */
+    for (int j = 0; j < n; j++) {
+      const int peer = (rank + j) % n;
+      if (peer == root && root_in_place) continue; /* its input is its output */
+      char *dst = views[peer].recv != NULL ? views[peer].recv + at : NULL;
+      if (dst == src) continue; /* read into this rank's own output */
+      WEFT_TRY(cma_range(peer, "receive", at, m, descs[peer].recv_nbytes));
+      if (dst != NULL && stream) outs[nouts++] = dst;
+      else if (dst != NULL) memcpy(dst, src, m);
+      else WEFT_TRY(cma_write(comm, peer, descs[peer].recv_addr + at, src, m));
+    }
+    copy_host_stream_to(outs, nouts, src, m);
+  }
+  if (stream) copy_host_stream_fence();
+  return weftSuccess;
+}
+
 weftResult_t cma_run(struct weftComm *comm, const struct weft_plan *plan) {
   const int n = comm->nranks, rank = comm->rank;
   struct cma_desc descs[n];
   int usable = 0;
-  size_t send_nbytes, recv_nbytes;
-  cma_buffer_nbytes(comm, plan, &send_nbytes, &recv_nbytes);
-  WEFT_TRY(cma_setup(comm, plan, send_nbytes, recv_nbytes, descs, &usable));
+  WEFT_TRY(cma_setup(comm, plan, descs, &usable));
   if (!usable) {
     return ring_run(comm, &comm->channels[0], plan, 0, plan->count);
   }
+  const size_t esize = weftTypeSize(plan->datatype);
   struct cma_view views[n];
   cma_views(comm, plan, descs, views);
-  const size_t esize = weftTypeSize(plan->datatype);
+  const size_t out_nbytes = plan->count * esize * (plan->coll == COLL_ALLGATHER ? (size_t)n : 1);
   /* outputs larger than the caches are written past them, except a
    * reduction's in place: there every output line is one the reduction has
    * just read, already in this core's cache, so a plain store reads nothing
    * more and a streaming one only pushes the line out (in place 2-rank
-   * all-reduce 1.6x faster at 256 MiB without it, 4x at 2 MiB, Intel Xeon) */
+   * all-reduce 1.6x faster at 256 MiB without it, 4x at 2 MiB, Intel Xeon).
+   * A reduce's output is the root's, in place as the root made it. */
   const char *own_block = (const char *)plan->sendbuf +
-                          (plan->coll == COLL_REDUCESCATTER ? (size_t)rank * recv_nbytes : 0);
-  const int reduced_in_place = (plan->coll == COLL_ALLREDUCE || plan->coll == COLL_REDUCESCATTER) &&
-                               own_block == (const char *)plan->recvbuf;
-  const int stream = recv_nbytes >= copy_stream_min_nbytes(n) && !reduced_in_place;
+                          (plan->coll == COLL_REDUCESCATTER ? (size_t)rank * out_nbytes : 0);
+  int reduced_in_place = (plan->coll == COLL_ALLREDUCE || plan->coll == COLL_REDUCESCATTER) &&
+                         own_block == (const char *)plan->recvbuf;
+  if (plan->coll == COLL_REDUCE)
+    reduced_in_place = descs[plan->root].send_addr == descs[plan->root].recv_addr;
+  const int stream = out_nbytes >= copy_stream_min_nbytes(n) && !reduced_in_place;
   char *recv = plan->recvbuf;
+  /* the all-reduce's and reduce's block r: elements [r * block, (r + 1) *
+   * block), 64-byte aligned; the broadcast's, bytes */
+  const size_t align = 64 / esize > 0 ? 64 / esize : 1;
+  size_t block = (plan->count + (size_t)n - 1) / (size_t)n;
+  block = (block + align - 1) / align * align;
+#define BLOCK_OFF(r) ((size_t)(r) * block < plan->count ? (size_t)(r) * block : plan->count)
+#define BLOCK_LEN(r) (BLOCK_OFF((r) + 1) - BLOCK_OFF(r))
+  int peers[n > 1 ? n - 1 : 1];
+  for (int j = 1; j < n; j++) peers[j - 1] = (rank + j) % n;
+  weftResult_t res;
   switch (plan->coll) {
     case COLL_ALLGATHER: {
       /* this rank's input goes to its block of every rank's output, a piece
@@ -543,24 +627,32 @@ weftResult_t cma_run(struct weftComm *comm, const struct weft_plan *plan) {
       return cma_barrier(comm);
     }
     case COLL_REDUCESCATTER:
-      WEFT_TRY(cma_reduce_block(comm, plan, descs, views, (size_t)rank * plan->count,
-                                plan->count, recv, 0, stream));
-      return cma_barrier(comm);
-    case COLL_ALLREDUCE: {
-      /* block r: elements [r * block, (r + 1) * block), 64-byte aligned */
-      const size_t align = 64 / esize > 0 ? 64 / esize : 1;
-      size_t block = (plan->count + (size_t)n - 1) / (size_t)n;
-      block = (block + align - 1) / align * align;
-#define BLOCK_OFF(r) ((size_t)(r) * block < plan->count ? (size_t)(r) * block : plan->count)
-#define BLOCK_LEN(r) (BLOCK_OFF((r) + 1) - BLOCK_OFF(r))
-      WEFT_TRY(cma_reduce_block(comm, plan, descs, views, BLOCK_OFF(rank), BLOCK_LEN(rank),
-                                recv + BLOCK_OFF(rank) * esize, 1, stream));
-#undef BLOCK_OFF
-#undef BLOCK_LEN
-      return cma_barrier(comm);
-    }
+      res = cma_reduce_block(comm, plan, descs, views, (size_t)rank * plan->count, plan->count,
+                             recv, (struct cma_targets){0}, stream);
+      break;
+    case COLL_ALLREDUCE:
+      res = cma_reduce_block(comm, plan, descs, views, BLOCK_OFF(rank), BLOCK_LEN(rank),
+                             recv + BLOCK_OFF(rank) * esize,
+                             (struct cma_targets){.to = peers, .nto = n - 1}, stream);
+      break;
+    case COLL_REDUCE: /* the root's output only: the root's block in place there */
+      if (rank == plan->root)
+        res = cma_reduce_block(comm, plan, descs, views, BLOCK_OFF(rank), BLOCK_LEN(rank),
+                               recv + BLOCK_OFF(rank) * esize, (struct cma_targets){0}, stream);
+      else
+        res = cma_reduce_block(comm, plan, descs, views, BLOCK_OFF(rank), BLOCK_LEN(rank), NULL,
+                               (struct cma_targets){.to = &plan->root, .nto = 1}, stream);
+      break;
+    case COLL_BROADCAST:
+      res = cma_broadcast_block(comm, plan, descs, views, BLOCK_OFF(rank) * esize,
+                                BLOCK_LEN(rank) * esize, stream);
+      break;
     default:
       return weft_error_set(weftInternalError, "cma: no single-copy %s",
                             coll_kind_name(plan->coll));
   }
+#undef BLOCK_OFF
+#undef BLOCK_LEN
+  WEFT_TRY(res);
+  return cma_barrier(comm);
 }

@@ -1,5 +1,6 @@
-/* Single-copy all-reduce, all-gather and reduce-scatter for ranks that share
- * a host, through cross-memory attach (collectives/algo/cma.c). */
+/* Single-copy all-reduce, all-gather, reduce-scatter, broadcast and reduce
+ * for ranks that share a host, through mappings of each other's buffers or
+ * cross-memory attach (collectives/algo/cma.c). */
 #ifndef WEFT_CMA_H
 #define WEFT_CMA_H
 
@@ -7,8 +8,7 @@
 
 #include "../../transport/base/param.h"
 #include "../core/comm.h"
-
-struct weft_plan;
+#include "../core/plan.h"
 
 extern struct weft_param cma_params[];
 
@@ -18,10 +18,11 @@ int cma_possible(const struct weftComm *comm);
 /* Whether cross-memory attach works between comm's ranks: 0 untried, 1 it
  * does, -1 a probe found it refused (then comm never tries it again). */
 int cma_comm_usable(const struct weftComm *comm);
-/* WEFT_CMA_MIN_NBYTES: the smallest size (all ranks' bytes) worth it. */
-size_t cma_min_nbytes(void);
+/* WEFT_CMA_MIN_NBYTES: the smallest size (all ranks' bytes) worth it for
+ * coll (a reduce's: WEFT_CMA_REDUCE_MIN_NBYTES where larger). */
+size_t cma_min_nbytes(enum coll_kind coll);
 
-/* Runs plan (all-reduce, all-gather or reduce-scatter) single-copy; falls
+/* Runs plan (any collective but point-to-point) single-copy; falls
  * back to the ring when the first call's probe finds that ranks may not read
  * each other. Collective: every rank must call it for the same plan. Blocks
  * (bounded by the comm's timeout). */

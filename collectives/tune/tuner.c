@@ -265,9 +265,10 @@ static double model_us(const struct weftComm *comm, const struct weft_plan *plan
   return (nchannels > 1 ? nchannels : 1) * steps * lat + bytes / bw;
 }
 
-/* Single copy (cma) for large all-reduce, all-gather and reduce-scatter on
- * one host, from WEFT_CMA_MIN_NBYTES up, and bulk transfers over transports
- * that have them, from WEFT_BULK_MIN_NBYTES up; either at any size where
+/* Single copy (cma) for large all-reduce, all-gather, reduce-scatter,
+ * broadcast and reduce on one host, from WEFT_CMA_MIN_NBYTES up, and bulk
+ * transfers of the first three over transports that have them, from
+ * WEFT_BULK_MIN_NBYTES up; either at any size where
  * WEFT_ALGO leaves no pipelined algorithm. Whether algo is refused for the
  * call alone (its collective, the rules, the size against min_nbytes),
  * which a run of calls of one shape answers alike every time: 1, 0 when
@@ -275,7 +276,10 @@ static double model_us(const struct weftComm *comm, const struct weft_plan *plan
 static int tuner_whole_refused(const struct weft_plan *plan, const struct tuner_rules *r,
                                size_t nbytes, enum coll_algo algo, size_t min_nbytes) {
   const enum coll_kind c = plan->coll;
-  if (c != COLL_ALLREDUCE && c != COLL_ALLGATHER && c != COLL_REDUCESCATTER) return 1;
+  const int rooted = c == COLL_BROADCAST || c == COLL_REDUCE;
+  if (c != COLL_ALLREDUCE && c != COLL_ALLGATHER && c != COLL_REDUCESCATTER &&
+      !(rooted && algo == ALGO_CMA))
+    return 1;
   if (!r->algo[c][algo]) return 1;
   int others = 0;
   for (int a = 0; a < ALGO_CMA; a++) others += algo_exists(c, (enum coll_algo)a) && r->algo[c][a];
@@ -348,7 +352,7 @@ int plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
     plan->nchannels = 1; /* the launch spreads the ring or trees over the comm's channels */
     return 0;
   }
-  const size_t cma_min = cma_min_nbytes(), bulk_min = bulk_min_nbytes();
+  const size_t cma_min = cma_min_nbytes(plan->coll), bulk_min = bulk_min_nbytes();
   struct tuner_memo *m = &tuner_memo;
   if (r != &fallback && tuner_memo_matches(m, comm, r, plan, nbytes, cma_min, bulk_min) &&
       (m->cma_refused || !tuner_whole_possible(comm, ALGO_CMA)) &&

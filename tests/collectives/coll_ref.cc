@@ -343,28 +343,39 @@ struct Buf {
 }  // namespace
 
 const char *coll_name(Coll c) {
-  return c == kAllReduce ? "allreduce" : c == kAllGather ? "allgather" : "reducescatter";
+  static const char *const names[] = {"allreduce", "allgather", "reducescatter", "broadcast",
+                                      "reduce"};
+  return names[c];
 }
 
 int check_coll(const RankCtx &ctx, weftComm_t comm, Coll c, weftDataType_t t, weftRedOp_t op,
-            size_t count, bool in_place, bool weft_send, bool weft_recv, uint64_t seed) {
+               size_t count, bool in_place, bool weft_send, bool weft_recv, uint64_t seed,
+               int root) {
   const int n = ctx.nranks, me = ctx.rank;
   const size_t esize = weftTypeSize(t), block = count * esize;
   const size_t in_count = c == kReduceScatter ? count * n : count;
   const size_t out_nbytes = c == kAllGather ? n * block : block;
+  // the buffers this rank's side of the call names (the others NULL)
+  const bool has_in = c != kBroadcast || me == root || in_place;
+  const bool has_out = c != kReduce || me == root || in_place;
   std::vector<std::vector<uint8_t>> in;
   for (int r = 0; r < n; r++) in.push_back(make_input(t, op, in_count, seed, r));
-  Buf recv(c == kReduceScatter && in_place ? n * block : out_nbytes, weft_recv);
-  Buf send(in_place ? 0 : in_count * esize, weft_send);
+  Buf recv(!has_out ? 0 : c == kReduceScatter && in_place ? n * block : out_nbytes, weft_recv);
+  Buf send(in_place || !has_in ? 0 : in_count * esize, weft_send);
   FAIL_IF(recv.base == nullptr || send.base == nullptr, "allocation failed");
   // in place: all-gather's input is its block of the output, reduce-scatter's
   // output its block of the input
-  uint8_t *src = in_place ? recv.p + (c == kAllGather ? me * block : 0) : send.p;
-  uint8_t *dst = in_place && c == kReduceScatter ? recv.p + me * block : recv.p;
-  memcpy(src, in[me].data(), in[me].size());
-  weftResult_t res = c == kAllReduce    ? weftAllReduce(src, dst, count, t, op, comm, nullptr)
-                     : c == kAllGather ? weftAllGather(src, dst, count, t, comm, nullptr)
-                                       : weftReduceScatter(src, dst, count, t, op, comm, nullptr);
+  uint8_t *src = in_place ? recv.p + (c == kAllGather ? me * block : 0) : has_in ? send.p : nullptr;
+  uint8_t *dst = in_place && c == kReduceScatter ? recv.p + me * block : has_out ? recv.p : nullptr;
+  if (src != nullptr) memcpy(src, in[me].data(), in[me].size());
+  weftResult_t res = weftInternalError;
+  switch (c) {
+    case kAllReduce: res = weftAllReduce(src, dst, count, t, op, comm, nullptr); break;
+    case kAllGather: res = weftAllGather(src, dst, count, t, comm, nullptr); break;
+    case kReduceScatter: res = weftReduceScatter(src, dst, count, t, op, comm, nullptr); break;
+    case kBroadcast: res = weftBroadcast(src, dst, count, t, root, comm, nullptr); break;
+    case kReduce: res = weftReduce(src, dst, count, t, op, root, comm, nullptr); break;
+  }
   const char *where = in_place ? "in place" : "out of place";
   FAIL_IF(res != weftSuccess, "%s: %s", coll_name(c), weftGetLastError(comm));
   std::string why;
@@ -373,17 +384,25 @@ int check_coll(const RankCtx &ctx, weftComm_t comm, Coll c, weftDataType_t t, we
       FAIL_IF(memcmp(dst + r * block, in[r].data(), block) != 0,
               "allgather %s count %zu %s: block of rank %d differs", type_name(t), count, where,
               r);
+  } else if (c == kBroadcast) {
+    FAIL_IF(memcmp(dst, in[root].data(), block) != 0,
+            "broadcast %s count %zu %s root %d: the output differs from the root's input",
+            type_name(t), count, where, root);
+  } else if (c == kReduce && me != root) {
+    FAIL_IF(in_place && memcmp(dst, in[me].data(), block) != 0,
+            "reduce %s count %zu in place root %d: a non-root's buffer changed", type_name(t),
+            count, root);
   } else {
     std::vector<std::vector<uint8_t>> mine;
     const size_t from = c == kReduceScatter ? me * block : 0;
     for (int r = 0; r < n; r++)
       mine.emplace_back(in[r].begin() + from, in[r].begin() + from + block);
-    FAIL_IF(!check_reduction(t, op, mine, dst, count, &why), "%s %s %s count %zu %s: %s",
-            coll_name(c), type_name(t), op_name(op), count, where, why.c_str());
+    FAIL_IF(!check_reduction(t, op, mine, dst, count, &why), "%s %s %s count %zu %s root %d: %s",
+            coll_name(c), type_name(t), op_name(op), count, where, root, why.c_str());
   }
   FAIL_IF(!recv.guards_intact(), "%s %s count %zu %s: wrote outside the output", coll_name(c),
           type_name(t), count, where);
-  if (!in_place) {
+  if (!in_place && has_in) {
     FAIL_IF(memcmp(send.p, in[me].data(), in[me].size()) != 0 || !send.guards_intact(),
             "%s %s count %zu: the input changed", coll_name(c), type_name(t), count);
   }

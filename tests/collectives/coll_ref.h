@@ -50,16 +50,19 @@ bool group_allreduce_check(weftComm_t *comms, int n, size_t count, uint64_t seed
 // weftMemAllocHost gives buffers from this size a shared mapping peers can map.
 constexpr size_t kMemSharedMinNbytes = 64 << 10;
 
-enum Coll { kAllReduce, kAllGather, kReduceScatter };
+enum Coll { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce };
 const char *coll_name(Coll c);
 
-// One all-reduce, all-gather or reduce-scatter with fresh inputs, its buffers
-// 200 bytes into poisoned allocations (not cache-line aligned) from
-// weftMemAllocHost (weft_send, weft_recv) or malloc. Checks the result, the
-// bytes around the output and an untouched input. Returns 0 or a failure
-// code (rank_fail).
+// One all-reduce, all-gather, reduce-scatter, broadcast or reduce (rooted at
+// root) with fresh inputs, its buffers 200 bytes into poisoned allocations
+// (not cache-line aligned) from weftMemAllocHost (weft_send, weft_recv) or
+// malloc. Checks the result, the bytes around the output and an untouched
+// input. A broadcast's non-root out of place passes no input (NULL), a
+// reduce's no output; in place, a reduce's non-root buffer stays as it was.
+// Returns 0 or a failure code (rank_fail).
 int check_coll(const RankCtx &ctx, weftComm_t comm, Coll c, weftDataType_t t, weftRedOp_t op,
-               size_t count, bool in_place, bool weft_send, bool weft_recv, uint64_t seed);
+               size_t count, bool in_place, bool weft_send, bool weft_recv, uint64_t seed,
+               int root = 0);
 
 // Every collective (all-reduce, all-gather, reduce-scatter, broadcast, reduce,
 // all-to-all) on comm for a few sizes and datatypes, against references.

@@ -1,5 +1,6 @@
 // Single-copy collectives (cross-memory attach) over forked ranks: all-reduce,
-// all-gather and reduce-scatter with every datatype and op, odd counts and
+// all-gather, reduce-scatter, broadcast and reduce (every root in turn) with
+// every datatype and op, odd counts and
 // counts of several pieces, in place and out of place; the tuner's choice;
 // the fall-back to the ring when a rank may not be read; and calls that differ
 // between ranks, refused on every rank without a byte written.
@@ -73,19 +74,25 @@ int cma_reducescatter(const RankCtx &ctx, weftComm_t comm, weftDataType_t t, wef
 }
 
 // Every type and op at small odd counts, then counts of several 256 KiB
-// pieces for a few types.
+// pieces for a few types. The rooted collectives' root turns with each case.
 int cma_everything(const RankCtx &ctx, weftComm_t comm, uint64_t seed) {
   const size_t small[] = {1, 3, 1009};
-  int rc = 0;
+  int rc = 0, turn = 0;
   for (int t = 0; t < weftNumTypes && rc == 0; t++)
     for (size_t count : small)
       for (int ip = 0; ip < 2 && rc == 0; ip++) {
-        rc = cma_allgather(ctx, comm, (weftDataType_t)t, count, ip, seed + t * 10 + ip);
+        const auto ty = (weftDataType_t)t;
+        rc = cma_allgather(ctx, comm, ty, count, ip, seed + t * 10 + ip);
+        if (rc == 0)
+          rc = check_coll(ctx, comm, kBroadcast, ty, weftSum, count, ip, false, false,
+                          seed + t * 10 + ip + 5, turn++ % ctx.nranks);
         for (int op = 0; op < weftNumOps && rc == 0; op++) {
           uint64_t s = seed + t * 1000 + op * 100 + count + ip;
-          rc = check_allreduce(ctx, comm, (weftDataType_t)t, (weftRedOp_t)op, count, ip, s);
+          rc = check_allreduce(ctx, comm, ty, (weftRedOp_t)op, count, ip, s);
+          if (rc == 0) rc = cma_reducescatter(ctx, comm, ty, (weftRedOp_t)op, count, ip, s);
           if (rc == 0)
-            rc = cma_reducescatter(ctx, comm, (weftDataType_t)t, (weftRedOp_t)op, count, ip, s);
+            rc = check_coll(ctx, comm, kReduce, ty, (weftRedOp_t)op, count, ip, false, false,
+                            s + 1, turn++ % ctx.nranks);
         }
       }
   const weftDataType_t large_types[] = {weftFloat32, weftBfloat16, weftInt64};
@@ -96,6 +103,12 @@ int cma_everything(const RankCtx &ctx, weftComm_t comm, uint64_t seed) {
       if (rc == 0) rc = check_allreduce(ctx, comm, t, weftAvg, count, ip, seed + 9 + ip);
       if (rc == 0) rc = cma_reducescatter(ctx, comm, t, weftMax, count / 3, ip, seed + 11 + ip);
       if (rc == 0) rc = cma_allgather(ctx, comm, t, count / 2, ip, seed + 13 + ip);
+      if (rc == 0)
+        rc = check_coll(ctx, comm, kBroadcast, t, weftSum, count, ip, false, false, seed + 15 + ip,
+                        turn++ % ctx.nranks);
+      if (rc == 0)
+        rc = check_coll(ctx, comm, kReduce, t, ip ? weftAvg : weftSum, count, ip, false, false,
+                        seed + 17 + ip, turn++ % ctx.nranks);
     }
   return rc;
 }
@@ -138,7 +151,8 @@ TEST(CmaTuner, PicksFromThresholdUnlessExcluded) {
         return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
       const bool allowed = algo[0] == '\0';
       int rc = 0;
-      for (enum coll_kind c : {COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCESCATTER, COLL_BROADCAST})
+      for (enum coll_kind c :
+           {COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCESCATTER, COLL_BROADCAST, COLL_REDUCE})
         for (size_t count : {size_t(1000), size_t(1) << 20}) {
           weft_plan p;
           memset(&p, 0, sizeof p);
@@ -147,7 +161,7 @@ TEST(CmaTuner, PicksFromThresholdUnlessExcluded) {
           p.datatype = weftFloat32;
           p.op = weftSum;
           plan_tune((weftComm *)comm, &p);
-          const bool want = allowed && c != COLL_BROADCAST && count > 1000;
+          const bool want = allowed && count > 1000;
           if ((p.algo == ALGO_CMA) != want)
             rc = rank_fail(ctx, "WEFT_ALGO='%s' %s count %zu: algo %s", algo, coll_kind_name(c),
                            count, tuner_algo_name(p.algo));
@@ -156,6 +170,43 @@ TEST(CmaTuner, PicksFromThresholdUnlessExcluded) {
       return rc;
     }, opts);
     for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " WEFT_ALGO=" << algo;
+  }
+}
+
+// A reduce takes cma from WEFT_CMA_REDUCE_MIN_NBYTES (256 KiB by default)
+// where that is above WEFT_CMA_MIN_NBYTES; the other collectives from
+// WEFT_CMA_MIN_NBYTES (64 KiB).
+TEST(CmaTuner, ReduceFromItsOwnThreshold) {
+  for (const char *reduce_min : {"", "64K", "1M"}) {
+    RunOptions opts;
+    if (reduce_min[0]) opts.env = {{"WEFT_CMA_REDUCE_MIN_NBYTES", reduce_min}};
+    const size_t threshold = !strcmp(reduce_min, "64K") ? 65536 : !strcmp(reduce_min, "1M")
+                                                                     ? 1u << 20
+                                                                     : 256u << 10;
+    auto status = run_ranks(2, [&](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+        return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+      int rc = 0;
+      for (enum coll_kind c : {COLL_BROADCAST, COLL_REDUCE, COLL_ALLREDUCE})
+        for (size_t nbytes : {size_t(65536) - 4, size_t(65536), size_t(128) << 10,
+                              (size_t(256) << 10) - 4, size_t(256) << 10, size_t(1) << 20}) {
+          weft_plan p;
+          memset(&p, 0, sizeof p);
+          p.coll = c;
+          p.count = nbytes / 4;
+          p.datatype = weftFloat32;
+          p.op = weftSum;
+          plan_tune((weftComm *)comm, &p);
+          const bool want = nbytes >= (c == COLL_REDUCE ? threshold : 65536);
+          if ((p.algo == ALGO_CMA) != want)
+            rc = rank_fail(ctx, "WEFT_CMA_REDUCE_MIN_NBYTES='%s' %s %zu bytes: algo %s",
+                           reduce_min, coll_kind_name(c), nbytes, tuner_algo_name(p.algo));
+        }
+      weftCommDestroy(comm);
+      return rc;
+    }, opts);
+    for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
   }
 }
 
@@ -177,6 +228,12 @@ TEST(CmaFallback, UnreadableRankRunsTheRing) {
       rc = check_allreduce(ctx, comm, weftFloat32, weftSum, 100003, ip, seed + ip);
       if (rc == 0) rc = cma_allgather(ctx, comm, weftInt32, 5001, ip, seed + 2 + ip);
       if (rc == 0) rc = cma_reducescatter(ctx, comm, weftFloat64, weftMin, 777, ip, seed + 4 + ip);
+      if (rc == 0)
+        rc = check_coll(ctx, comm, kBroadcast, weftInt8, weftSum, 70001, ip, false, false,
+                        seed + 6 + ip, 1);
+      if (rc == 0)
+        rc = check_coll(ctx, comm, kReduce, weftFloat32, weftProd, 30001, ip, false, false,
+                        seed + 8 + ip, 2);
     }
     if (rc == 0 && cma_comm_usable((weftComm *)comm) != -1)
       rc = rank_fail(ctx, "cma state %d, want -1 (refused)", cma_comm_usable((weftComm *)comm));
@@ -253,6 +310,7 @@ struct Call {
   size_t count;
   weftDataType_t datatype;
   weftRedOp_t op;
+  int root = 0; // broadcast and reduce
 };
 
 struct MismatchCase {
@@ -289,6 +347,14 @@ int run_mismatch(const RankCtx &ctx, weftComm_t comm, const MismatchCase &c, boo
     case COLL_REDUCESCATTER:
       res = weftReduceScatter(send.data(), recv.data(), call.count, call.datatype, call.op, comm,
                               nullptr);
+      break;
+    case COLL_BROADCAST:
+      res = weftBroadcast(send.data(), recv.data(), call.count, call.datatype, call.root, comm,
+                          nullptr);
+      break;
+    case COLL_REDUCE:
+      res = weftReduce(send.data(), recv.data(), call.count, call.datatype, call.op, call.root,
+                       comm, nullptr);
       break;
     default: break;
   }
@@ -342,6 +408,20 @@ const MismatchCase kMismatches[] = {
      },
      "ranks disagree on a collective: collective differs: rank 0 AllReduce, rank 1 "
      "ReduceScatter" SEEN},
+    {"broadcast root", 3,
+     [](int r) { return Call{COLL_BROADCAST, 70001, weftFloat32, weftSum, r == 2 ? 1 : 0}; },
+     "ranks disagree on a collective: Broadcast: root differs: ranks 0,1 have 0, rank 2 has 1" SEEN},
+    {"reduce op", 2,
+     [](int r) { return Call{COLL_REDUCE, 1u << 17, weftInt64, r == 0 ? weftMin : weftMax, 1}; },
+     "ranks disagree on a collective: Reduce: op differs: rank 0 has min, rank 1 has max" SEEN},
+    {"broadcast against reduce", 3,
+     [](int r) {
+       return Call{r == 1 ? COLL_REDUCE : COLL_BROADCAST, 1u << 16, weftFloat64, weftSum, 2};
+     },
+     "ranks disagree on a collective: collective differs: ranks 0,2 Broadcast, rank 1 Reduce" SEEN},
+    {"broadcast count", 2,
+     [](int r) { return Call{COLL_BROADCAST, r == 0 ? 20000u : 20001u, weftInt32, weftSum, 1}; },
+     "ranks disagree on a collective: Broadcast: count differs: rank 0 has 20000, rank 1 has 20001" SEEN},
 };
 
 // Each mismatch fails on every rank with the same message, before a byte

@@ -34,19 +34,24 @@ int init(const RankCtx &ctx, weftComm_t *comm) {
 
 int mapped_count(weftComm_t comm) { return mem_peer_map_count(reinterpret_cast<weftComm *>(comm)); }
 
-// Every datatype x op for all-reduce and reduce-scatter, every datatype for
-// all-gather, in place and out of place, all buffers from weft; the count of
-// each case drawn from {1, 1009, 70001} (70001 floats span two 256 KiB
-// pieces), seeded.
+// Every datatype x op for all-reduce, reduce-scatter and reduce, every
+// datatype for all-gather and broadcast, in place and out of place, all
+// buffers from weft; the count of each case drawn from {1, 1009, 70001}
+// (70001 floats span two 256 KiB pieces) and the root of each rooted one,
+// seeded.
 int mapped_everything(const RankCtx &ctx, weftComm_t comm, uint64_t seed) {
   Rng rng(seed);
   const size_t counts[] = {1, 1009, 70001};
+  const int n = ctx.nranks;
   int rc = 0;
   for (int t = 0; t < weftNumTypes && rc == 0; t++)
     for (int ip = 0; ip < 2 && rc == 0; ip++) {
       auto ty = static_cast<weftDataType_t>(t);
       rc = check_coll(ctx, comm, kAllGather, ty, weftSum, counts[rng.next() % 3], ip, true, true,
                       rng.next());
+      if (rc == 0)
+        rc = check_coll(ctx, comm, kBroadcast, ty, weftSum, counts[rng.next() % 3], ip, true, true,
+                        rng.next(), (int)(rng.next() % n));
       for (int op = 0; op < weftNumOps && rc == 0; op++) {
         auto o = static_cast<weftRedOp_t>(op);
         rc = check_coll(ctx, comm, kAllReduce, ty, o, counts[rng.next() % 3], ip, true, true,
@@ -54,6 +59,9 @@ int mapped_everything(const RankCtx &ctx, weftComm_t comm, uint64_t seed) {
         if (rc == 0)
           rc = check_coll(ctx, comm, kReduceScatter, ty, o, counts[rng.next() % 3], ip, true,
                           true, rng.next());
+        if (rc == 0)
+          rc = check_coll(ctx, comm, kReduce, ty, o, counts[rng.next() % 3], ip, true, true,
+                          rng.next(), (int)(rng.next() % n));
       }
     }
   return rc;
@@ -106,9 +114,9 @@ TEST(CmaMapMixed, PrivateAndMappedBuffersTogether) {
     if (int rc = init(ctx, &comm)) return rc;
     Rng shared(seed), own(seed * 31 + ctx.rank);
     int rc = 0;
-    for (int i = 0; i < 36 && rc == 0; i++) {
+    for (int i = 0; i < 50 && rc == 0; i++) {
       // the case is the same on every rank; the buffers' origin is not
-      const Coll c = static_cast<Coll>(i % 3);
+      const Coll c = static_cast<Coll>(i % 5);
       const auto t = static_cast<weftDataType_t>(shared.next() % weftNumTypes);
       const auto op = static_cast<weftRedOp_t>(shared.next() % weftNumOps);
       const size_t count = 1 + shared.next() % 90000;
@@ -116,7 +124,7 @@ TEST(CmaMapMixed, PrivateAndMappedBuffersTogether) {
       const uint64_t s = shared.next();
       bool ws = ctx.rank == 1, wr = ctx.rank == 1;
       if (ctx.rank == 2) ws = own.next() % 2, wr = own.next() % 2;
-      rc = check_coll(ctx, comm, c, t, op, count, ip, ws, wr, s);
+      rc = check_coll(ctx, comm, c, t, op, count, ip, ws, wr, s, i % 3);
     }
     if (rc == 0 && ctx.rank == 0 && mapped_count(comm) == 0)
       rc = rank_fail(ctx, "rank 0 mapped none of rank 1's buffers");
@@ -140,8 +148,8 @@ TEST(CmaMapChurn, MappingsOfFreedBuffersAreDropped) {
     int rc = 0;
     for (int i = 0; i < 40 && rc == 0; i++) {
       const size_t count = 1000 + rng.next() % (3 * 65536);
-      rc = check_coll(ctx, comm, static_cast<Coll>(i % 3), weftInt32, weftSum, count, i % 2 == 1,
-                      true, true, rng.next());
+      rc = check_coll(ctx, comm, static_cast<Coll>(i % 5), weftInt32, weftSum, count, i % 2 == 1,
+                      true, true, rng.next(), i % 2);
       if (rc == 0 && mapped_count(comm) > 4 * ctx.nranks + 16)
         rc = rank_fail(ctx, "%d mappings kept after %d calls", mapped_count(comm), i + 1);
     }
@@ -160,9 +168,9 @@ TEST(CmaMapOff, NothingMappedAndResultsRight) {
     weftComm_t comm;
     if (int rc = init(ctx, &comm)) return rc;
     int rc = 0;
-    for (int c = 0; c < 3 && rc == 0; c++)
-      rc = check_coll(ctx, comm, static_cast<Coll>(c), weftFloat32, weftSum, 70001, c == 1, true,
-                      true, seed + c);
+    for (int c = 0; c < 5 && rc == 0; c++)
+      rc = check_coll(ctx, comm, static_cast<Coll>(c), weftFloat32, weftSum, 70001, c % 2 == 1,
+                      true, true, seed + c, c % 2);
     if (rc == 0 && mapped_count(comm) != 0)
       rc = rank_fail(ctx, "%d buffers mapped with WEFT_CMA_MAP=0", mapped_count(comm));
     weftCommDestroy(comm);
