@@ -74,13 +74,18 @@ struct weft_param cma_params[] = {
             "`/proc/<pid>/fd`, once per communicator) and copy in user space; where a buffer "
             "cannot be opened, that communicator copies through the kernel from then on (an "
             "info line says why). 0: always cross-memory attach"},
-    {.name = "WEFT_CMA_REDUCE_MIN_NBYTES", .type = PARAM_INT, .default_str = "256K",
-     .doc = "smallest reduce that runs single-copy (and at least `WEFT_CMA_MIN_NBYTES`): a "
-            "reduce's non-root ranks read their block of the root's input and write it back "
-            "reduced, which through the kernel (buffers not from `weftMemAllocHost`) costs two "
-            "system calls a piece, and below this the ring, whose chain needs none, is as fast "
-            "or faster (2 ranks, 64 KiB: 3.4 us on the ring, 5.0 us through the kernel, 2.2 us "
-            "on mapped buffers; Intel Xeon)"},
+    {.name = "WEFT_CMA_REDUCE_MIN_NBYTES", .type = PARAM_INT, .default_str = "1M",
+     .doc = "smallest reduce that runs single-copy (and at least `WEFT_CMA_MIN_NBYTES`), on "
+            "buffers every rank took from `weftMemAllocHost` (see `WEFT_CMA_REDUCE_KERNEL`): "
+            "below it the ring's pipelined chain, which overlaps one call with the next, is "
+            "close enough, and a reduce that finds buffers it cannot map runs the ring after "
+            "the address exchange, which costs that overlap"},
+    {.name = "WEFT_CMA_REDUCE_KERNEL", .type = PARAM_INT, .default_str = "0",
+     .doc = "1: a single-copy reduce whose buffers are not all from `weftMemAllocHost` copies "
+            "through the kernel (each non-root reads its block of the root's input and writes "
+            "it back reduced: three passes over its share where the ring's chain makes one, "
+            "so 0.6-0.8 of the ring's speed at 16 MiB); 0: such a reduce runs the ring, "
+            "decided alike on every rank from the address exchange"},
     PARAM_END,
 };
 
@@ -308,6 +313,20 @@ static weftResult_t cma_descs_check(const struct weftComm *comm, const struct we
                             (unsigned long long)descs[r].recv_nbytes, send_nbytes, recv_nbytes);
   }
   return weftSuccess;
+}
+
+/* Whether every buffer plan touches, on every rank, is one its rank offers
+ * for mapping (descs: the same on every rank, and so is the answer). */
+static int cma_descs_shared(const struct weftComm *comm, const struct weft_plan *plan,
+                            const struct cma_desc *descs) {
+  for (int r = 0; r < comm->nranks; r++) {
+    size_t send_nbytes, recv_nbytes;
+    cma_buffer_nbytes(comm, plan, r, &send_nbytes, &recv_nbytes);
+    if ((send_nbytes > 0 && descs[r].send_ref.fd < 0) ||
+        (recv_nbytes > 0 && descs[r].recv_ref.fd < 0))
+      return 0;
+  }
+  return 1;
 }
 
 /* Whether [at, at + nbytes) lies within the declared bytes; else an
@@ -569,7 +588,8 @@ weftResult_t cma_run(struct weftComm *comm, const struct weft_plan *plan) {
   struct cma_desc descs[n];
   int usable = 0;
   WEFT_TRY(cma_setup(comm, plan, descs, &usable));
-  if (!usable) {
+  if (!usable || (plan->coll == COLL_REDUCE && param_int(&cma_params[3]) == 0 &&
+                  !cma_descs_shared(comm, plan, descs))) {
     return ring_run(comm, &comm->channels[0], plan, 0, plan->count);
   }
   const size_t esize = weftTypeSize(plan->datatype);

@@ -119,7 +119,8 @@ TEST_P(Cma, EveryCollectiveTypeOpCountPlacement) {
   const int nranks = GetParam();
   const uint64_t seed = test_seed();
   RunOptions opts;
-  opts.env = {{"WEFT_ALGO", "cma"}, {"WEFT_TIMEOUT", "60"}};
+  // a reduce through the kernel's copies too, where it would take the ring
+  opts.env = {{"WEFT_ALGO", "cma"}, {"WEFT_CMA_REDUCE_KERNEL", "1"}, {"WEFT_TIMEOUT", "60"}};
   auto status = run_ranks(nranks, [&](const RankCtx &ctx) {
     weftComm_t comm;
     if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
@@ -173,16 +174,16 @@ TEST(CmaTuner, PicksFromThresholdUnlessExcluded) {
   }
 }
 
-// A reduce takes cma from WEFT_CMA_REDUCE_MIN_NBYTES (256 KiB by default)
+// A reduce takes cma from WEFT_CMA_REDUCE_MIN_NBYTES (1 MiB by default)
 // where that is above WEFT_CMA_MIN_NBYTES; the other collectives from
 // WEFT_CMA_MIN_NBYTES (64 KiB).
 TEST(CmaTuner, ReduceFromItsOwnThreshold) {
-  for (const char *reduce_min : {"", "64K", "1M"}) {
+  for (const char *reduce_min : {"", "64K", "256K"}) {
     RunOptions opts;
     if (reduce_min[0]) opts.env = {{"WEFT_CMA_REDUCE_MIN_NBYTES", reduce_min}};
-    const size_t threshold = !strcmp(reduce_min, "64K") ? 65536 : !strcmp(reduce_min, "1M")
-                                                                     ? 1u << 20
-                                                                     : 256u << 10;
+    const size_t threshold = !strcmp(reduce_min, "64K")    ? 65536
+                             : !strcmp(reduce_min, "256K") ? 256u << 10
+                                                           : 1u << 20;
     auto status = run_ranks(2, [&](const RankCtx &ctx) {
       weftComm_t comm;
       if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
@@ -190,7 +191,8 @@ TEST(CmaTuner, ReduceFromItsOwnThreshold) {
       int rc = 0;
       for (enum coll_kind c : {COLL_BROADCAST, COLL_REDUCE, COLL_ALLREDUCE})
         for (size_t nbytes : {size_t(65536) - 4, size_t(65536), size_t(128) << 10,
-                              (size_t(256) << 10) - 4, size_t(256) << 10, size_t(1) << 20}) {
+                              (size_t(256) << 10) - 4, size_t(256) << 10, (size_t(1) << 20) - 4,
+                              size_t(1) << 20}) {
           weft_plan p;
           memset(&p, 0, sizeof p);
           p.coll = c;
