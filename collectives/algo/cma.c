@@ -82,11 +82,12 @@ struct weft_param cma_params[] = {
             "ring's time at 256 KiB, 1.1x at 1 MiB, nothing at 16 MiB (2 ranks), where mapped "
             "buffers gain 2x and 2.6x"},
     {.name = "WEFT_CMA_REDUCE_KERNEL", .type = PARAM_INT, .default_str = "0",
-     .doc = "1: a single-copy reduce whose buffers are not all from `weftMemAllocHost` copies "
-            "through the kernel (each non-root reads its block of the root's input and writes "
-            "it back reduced: three passes over its share where the ring's chain makes one, "
-            "so 0.6-0.8 of the ring's speed at 16 MiB); 0: such a reduce runs the ring, "
-            "decided alike on every rank from the address exchange"},
+     .doc = "1 (on every rank): a single-copy reduce whose buffers are not all from "
+            "`weftMemAllocHost` copies through the kernel (each rank reads its block of every "
+            "other rank's input, and a non-root writes its reduced block to the root: more "
+            "passes over its share than the ring's chain makes, 0.6-0.8 of the ring's speed at "
+            "16 MiB); 0: such a reduce runs the ring, decided alike on every rank from the "
+            "address exchange"},
     PARAM_END,
 };
 
@@ -94,6 +95,7 @@ struct weft_param cma_params[] = {
 
 /* What one rank tells the others about a call. */
 struct cma_desc {
+  uint64_t flags;       /* CMA_DESC_*: this rank's settings that every rank must share */
   uint64_t send_addr;
   uint64_t send_nbytes; /* bytes from send_addr that peers may read */
   uint64_t recv_addr;
@@ -112,6 +114,7 @@ struct cma_view {
   const char *send;
   char *recv;
 };
+#define CMA_DESC_REDUCE_KERNEL 1ull /* WEFT_CMA_REDUCE_KERNEL=1 */
 #define CMA_PROBE_VALUE 0x636d612d70726f62ull /* "cma-prob" */
 static const volatile uint64_t cma_probe_word = CMA_PROBE_VALUE;
 
@@ -119,6 +122,7 @@ static const volatile uint64_t cma_probe_word = CMA_PROBE_VALUE;
 struct cma_comm {
   int usable;    /* cross-memory attach: 0 untried, 1 works, -1 refused */
   void *scratch; /* a piece read through the kernel, a staged piece, small exchanges */
+  uint64_t ran;  /* calls that copied single-copy (not the ring after the exchange) */
 };
 
 static void cma_comm_scratch_release(void *state) {
@@ -158,6 +162,13 @@ size_t cma_min_nbytes(enum coll_kind coll) {
   if (coll == COLL_REDUCE && param_int(&cma_params[2]) > v) v = param_int(&cma_params[2]);
   return v > 0 ? (size_t)v : 0;
 }
+
+#ifdef WEFT_TEST_HOOKS
+uint64_t cma_ran_count(const struct weftComm *comm) {
+  const struct cma_comm *c = cma_comm_of(comm);
+  return c != NULL ? c->ran : 0;
+}
+#endif
 
 int cma_possible(const struct weftComm *comm) {
   if (cma_comm_usable(comm) < 0 || comm->nranks < 2 || comm->network || comm->peers == NULL) return 0;
@@ -372,7 +383,8 @@ static weftResult_t cma_setup(struct weftComm *comm, const struct weft_plan *pla
   int peers[n > 1 ? n - 1 : 1];
   for (int j = 1; j < n; j++) peers[j - 1] = (rank + j) % n;
   WEFT_TRY(peer_connect(comm, peers, n - 1));
-  struct cma_desc self = {.send_addr = (uintptr_t)plan->sendbuf,
+  struct cma_desc self = {.flags = param_int(&cma_params[3]) != 0 ? CMA_DESC_REDUCE_KERNEL : 0,
+                          .send_addr = (uintptr_t)plan->sendbuf,
                           .send_nbytes = send_nbytes,
                           .recv_addr = (uintptr_t)plan->recvbuf,
                           .recv_nbytes = recv_nbytes,
@@ -589,10 +601,14 @@ weftResult_t cma_run(struct weftComm *comm, const struct weft_plan *plan) {
   struct cma_desc descs[n];
   int usable = 0;
   WEFT_TRY(cma_setup(comm, plan, descs, &usable));
-  if (!usable || (plan->coll == COLL_REDUCE && param_int(&cma_params[3]) == 0 &&
+  /* a reduce through the kernel's copies only where every rank allows it */
+  int reduce_kernel = 1;
+  for (int r = 0; r < n; r++) reduce_kernel &= (descs[r].flags & CMA_DESC_REDUCE_KERNEL) != 0;
+  if (!usable || (plan->coll == COLL_REDUCE && !reduce_kernel &&
                   !cma_descs_shared(comm, plan, descs))) {
     return ring_run(comm, &comm->channels[0], plan, 0, plan->count);
   }
+  cma_comm_of(comm)->ran++;
   const size_t esize = weftTypeSize(plan->datatype);
   struct cma_view views[n];
   cma_views(comm, plan, descs, views);

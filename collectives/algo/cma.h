@@ -22,6 +22,13 @@ int cma_comm_usable(const struct weftComm *comm);
  * coll (a reduce's: WEFT_CMA_REDUCE_MIN_NBYTES where larger). */
 size_t cma_min_nbytes(enum coll_kind coll);
 
+#ifdef WEFT_TEST_HOOKS
+/* The suites' build only: how many calls on comm copied single-copy (not
+ * the ring that a reduce on unmapped buffers, or a refused probe, runs
+ * after the address exchange). */
+uint64_t cma_ran_count(const struct weftComm *comm);
+#endif
+
 /* Runs plan (any collective but point-to-point) single-copy; falls
  * back to the ring when the first call's probe finds that ranks may not read
  * each other. Collective: every rank must call it for the same plan. Blocks

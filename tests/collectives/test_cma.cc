@@ -178,12 +178,13 @@ TEST(CmaTuner, PicksFromThresholdUnlessExcluded) {
 // where that is above WEFT_CMA_MIN_NBYTES; the other collectives from
 // WEFT_CMA_MIN_NBYTES (64 KiB).
 TEST(CmaTuner, ReduceFromItsOwnThreshold) {
-  for (const char *reduce_min : {"", "64K", "256K"}) {
+  // 32K: below WEFT_CMA_MIN_NBYTES, which then rules
+  for (const char *reduce_min : {"", "32K", "64K", "256K"}) {
     RunOptions opts;
     if (reduce_min[0]) opts.env = {{"WEFT_CMA_REDUCE_MIN_NBYTES", reduce_min}};
-    const size_t threshold = !strcmp(reduce_min, "64K")    ? 65536
-                             : !strcmp(reduce_min, "256K") ? 256u << 10
-                                                           : 1u << 20;
+    const size_t threshold = !strcmp(reduce_min, "32K") || !strcmp(reduce_min, "64K") ? 65536
+                             : !strcmp(reduce_min, "256K")                             ? 256u << 10
+                                                                                       : 1u << 20;
     auto status = run_ranks(2, [&](const RankCtx &ctx) {
       weftComm_t comm;
       if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
@@ -209,6 +210,65 @@ TEST(CmaTuner, ReduceFromItsOwnThreshold) {
       return rc;
     }, opts);
     for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+  }
+}
+
+// Which reduces copy single-copy (cma_ran_count): on buffers every rank
+// offers for mapping, or where every rank sets WEFT_CMA_REDUCE_KERNEL=1;
+// otherwise the ring after the address exchange, on every rank alike (one
+// rank's setting alone changes nothing). A broadcast on malloc's buffers
+// copies single-copy. Every result right.
+TEST(CmaReduce, SingleCopyOnMappedBuffersOrWhereEveryRankAllowsTheKernel) {
+  const uint64_t seed = test_seed();
+  const size_t count = (2u << 20) / 4;  // 2 MiB of float32: above every threshold
+  struct Setting {
+    const char *name;
+    std::function<EnvList(int)> env_of;
+    bool kernel;  // a reduce on malloc's buffers copies through the kernel
+  };
+  const Setting settings[] = {
+      {"default", [](int) { return EnvList{}; }, false},
+      {"rank 0 alone allows the kernel",
+       [](int r) { return r == 0 ? EnvList{{"WEFT_CMA_REDUCE_KERNEL", "1"}} : EnvList{}; },
+       false},
+      {"every rank allows the kernel",
+       [](int) { return EnvList{{"WEFT_CMA_REDUCE_KERNEL", "1"}}; }, true},
+  };
+  for (const Setting &st : settings) {
+    RunOptions opts;
+    opts.env = {{"WEFT_TIMEOUT", "60"}};
+    opts.env_of = st.env_of;
+    auto status = run_ranks(3, [&](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+        return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+      weftComm *c = (weftComm *)comm;
+      int rc = 0;
+      struct Step {
+        Coll coll;
+        bool weft_buffers;
+        bool copies;
+      };
+      const Step steps[] = {{kReduce, false, st.kernel},
+                            {kReduce, true, true},
+                            {kBroadcast, false, true},
+                            {kReduce, false, st.kernel}};
+      int i = 0;
+      for (const Step &sp : steps) {
+        const uint64_t before = cma_ran_count(c);
+        if (rc == 0)
+          rc = check_coll(ctx, comm, sp.coll, weftFloat32, weftSum, count, i % 2 == 1,
+                          sp.weft_buffers, sp.weft_buffers, seed + i, i % 3);
+        if (rc == 0 && cma_ran_count(c) - before != (sp.copies ? 1u : 0u))
+          rc = rank_fail(ctx, "%s: step %d (%s, %s buffers) %s single-copy", st.name, i,
+                         coll_name(sp.coll), sp.weft_buffers ? "weft's" : "malloc's",
+                         sp.copies ? "did not copy" : "copied");
+        i++;
+      }
+      weftCommDestroy(comm);
+      return rc;
+    }, opts);
+    for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << st.name << ", rank " << r;
   }
 }
 

@@ -104,11 +104,21 @@ INSTANTIATE_TEST_SUITE_P(Cases, CmaMap,
 
 // Rank 0 keeps to malloc, rank 1 to weft, rank 2 draws per buffer: each
 // peer is read or written through the kernel or a mapping as its buffers
-// allow, and every result is right. Rank 0 maps rank 1's buffers.
-TEST(CmaMapMixed, PrivateAndMappedBuffersTogether) {
+// allow, and every result is right. Rank 0 maps rank 1's buffers. Reduces
+// run the ring (rank 0's buffers are not mapped) or, with
+// WEFT_CMA_REDUCE_KERNEL=1, single-copy through both; the second case also
+// streams every copy into a mapped buffer.
+class CmaMapMixed : public testing::TestWithParam<bool> {};
+
+TEST_P(CmaMapMixed, PrivateAndMappedBuffersTogether) {
   const uint64_t seed = test_seed();
+  const bool kernel = GetParam();
   RunOptions opts;
   opts.env = {{"WEFT_ALGO", "cma"}, {"WEFT_TIMEOUT", "60"}};
+  if (kernel) {
+    opts.env.push_back({"WEFT_CMA_REDUCE_KERNEL", "1"});
+    opts.env.push_back({"WEFT_CMA_STREAM_NBYTES", "64K"});
+  }
   auto status = run_ranks(3, [&](const RankCtx &ctx) {
     weftComm_t comm;
     if (int rc = init(ctx, &comm)) return rc;
@@ -133,6 +143,11 @@ TEST(CmaMapMixed, PrivateAndMappedBuffersTogether) {
   }, opts);
   for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
+
+INSTANTIATE_TEST_SUITE_P(ReduceKernel, CmaMapMixed, testing::Values(false, true),
+                         [](const testing::TestParamInfo<bool> &i) {
+                           return i.param ? std::string("kernel_stream") : std::string("ring");
+                         });
 
 // Buffers freed and allocated again, often at the same addresses: every
 // result is right, and the mappings of freed buffers are dropped (the count
@@ -159,11 +174,13 @@ TEST(CmaMapChurn, MappingsOfFreedBuffersAreDropped) {
   for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
 
-// WEFT_CMA_MAP=0: weft's buffers go through the kernel like any other.
+// WEFT_CMA_MAP=0: weft's buffers go through the kernel like any other (a
+// reduce too, with WEFT_CMA_REDUCE_KERNEL=1).
 TEST(CmaMapOff, NothingMappedAndResultsRight) {
   const uint64_t seed = test_seed();
   RunOptions opts;
-  opts.env = {{"WEFT_ALGO", "cma"}, {"WEFT_CMA_MAP", "0"}, {"WEFT_TIMEOUT", "60"}};
+  opts.env = {{"WEFT_ALGO", "cma"}, {"WEFT_CMA_MAP", "0"}, {"WEFT_CMA_REDUCE_KERNEL", "1"},
+              {"WEFT_TIMEOUT", "60"}};
   auto status = run_ranks(2, [&](const RankCtx &ctx) {
     weftComm_t comm;
     if (int rc = init(ctx, &comm)) return rc;
