@@ -159,7 +159,10 @@ int cma_comm_usable(const struct weftComm *comm) {
 
 size_t cma_min_nbytes(enum coll_kind coll) {
   int64_t v = param_int(&cma_params[0]);
-  if (coll == COLL_REDUCE && param_int(&cma_params[2]) > v) v = param_int(&cma_params[2]);
+  if (coll == COLL_REDUCE) {
+    const int64_t reduce_min = param_int(&cma_params[2]);
+    if (reduce_min > v) v = reduce_min;
+  }
   return v > 0 ? (size_t)v : 0;
 }
 
@@ -327,18 +330,20 @@ static weftResult_t cma_descs_check(const struct weftComm *comm, const struct we
   return weftSuccess;
 }
 
-/* Whether every buffer plan touches, on every rank, is one its rank offers
- * for mapping (descs: the same on every rank, and so is the answer). */
-static int cma_descs_shared(const struct weftComm *comm, const struct weft_plan *plan,
-                            const struct cma_desc *descs) {
+/* Whether a reduce runs the ring after the exchange: some rank offers a
+ * buffer it touches for no mapping, and not every rank allows the kernel's
+ * copies (descs: the same on every rank, and so is the answer). */
+static int cma_reduce_takes_ring(const struct weftComm *comm, const struct weft_plan *plan,
+                                 const struct cma_desc *descs) {
+  int kernel = 1, shared = 1;
   for (int r = 0; r < comm->nranks; r++) {
     size_t send_nbytes, recv_nbytes;
     cma_buffer_nbytes(comm, plan, r, &send_nbytes, &recv_nbytes);
-    if ((send_nbytes > 0 && descs[r].send_ref.fd < 0) ||
-        (recv_nbytes > 0 && descs[r].recv_ref.fd < 0))
-      return 0;
+    kernel &= (descs[r].flags & CMA_DESC_REDUCE_KERNEL) != 0;
+    shared &= (send_nbytes == 0 || descs[r].send_ref.fd >= 0) &&
+              (recv_nbytes == 0 || descs[r].recv_ref.fd >= 0);
   }
-  return 1;
+  return !kernel && !shared;
 }
 
 /* Whether [at, at + nbytes) lies within the declared bytes; else an
@@ -601,11 +606,7 @@ weftResult_t cma_run(struct weftComm *comm, const struct weft_plan *plan) {
   struct cma_desc descs[n];
   int usable = 0;
   WEFT_TRY(cma_setup(comm, plan, descs, &usable));
-  /* a reduce through the kernel's copies only where every rank allows it */
-  int reduce_kernel = 1;
-  for (int r = 0; r < n; r++) reduce_kernel &= (descs[r].flags & CMA_DESC_REDUCE_KERNEL) != 0;
-  if (!usable || (plan->coll == COLL_REDUCE && !reduce_kernel &&
-                  !cma_descs_shared(comm, plan, descs))) {
+  if (!usable || (plan->coll == COLL_REDUCE && cma_reduce_takes_ring(comm, plan, descs))) {
     return ring_run(comm, &comm->channels[0], plan, 0, plan->count);
   }
   cma_comm_of(comm)->ran++;
