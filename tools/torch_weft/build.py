@@ -50,6 +50,17 @@ def cuda_flags(torch):
     return []
 
 
+def backend_flags(include_paths):
+    """-D flags for the c10d Backend virtuals that only some torch versions
+    declare: startTimeEstimate/endTimeEstimate (not torch 2.11)."""
+    for inc in include_paths:
+        hpp = os.path.join(inc, "torch", "csrc", "distributed", "c10d", "Backend.hpp")
+        if os.path.exists(hpp):
+            text = open(hpp).read()
+            return ["-DTORCH_WEFT_TIME_ESTIMATE"] if "startTimeEstimate" in text else []
+    return []
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--weft-build", default=os.path.join(REPO, "build"),
@@ -86,6 +97,7 @@ def main():
                      "-I" + sysconfig.get_paths()["include"]]
     compile_flags += ["-I" + p for p in cpp_extension.include_paths()]
     compile_flags += [f for f in cuda if f.startswith(("-D", "-I"))]
+    compile_flags += backend_flags(cpp_extension.include_paths())
     objdir = out + ".objs"
     os.makedirs(objdir, exist_ok=True)
     objs = [os.path.join(objdir, os.path.basename(s) + ".o") for s in srcs]

@@ -43,6 +43,8 @@
 void weft_det_reduce_kernel(struct dev_det_work w);
 static cudaKernel_t det_handle;
 
+void device_det_load(void) { device_kernel_load((const void *)weft_det_reduce_kernel); }
+
 static weftResult_t det_kernel(struct dev_det_work w, cudaStream_t stream, const char *what) {
   if (w.count == 0) return weftSuccess;
   size_t blocks = (w.count + 255) / 256;

@@ -176,6 +176,11 @@ const char *device_kernel_launch(const void *fn, cudaKernel_t *handle, dim3 grid
   return driver_launch(k, grid, block, args, stream, pdl);
 }
 
+void device_kernel_load(const void *fn) {
+  struct cudaFuncAttributes attr;
+  if (cudaFuncGetAttributes(&attr, fn) != cudaSuccess) cudaGetLastError();
+}
+
 int64_t device_bus_id(int dev) {
   int domain = 0, bus = 0, slot = 0;
   if (cudaDeviceGetAttribute(&domain, cudaDevAttrPciDomainId, dev) != cudaSuccess ||

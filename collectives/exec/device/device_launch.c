@@ -201,6 +201,12 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
 void weft_done_gate(const uint64_t *ended, uint64_t seq, int nblocks);
 static cudaKernel_t gate_handle;
 
+void device_kernels_load(void) {
+  device_kernel_load((const void *)weft_done_gate);
+  device_sendrecv_load();
+  device_det_load();
+}
+
 /* Where the comm's last launch went to another stream than this call's and
  * has not ended, the gate that holds stream until it has (launch_done.h):
  * the comm's kernels carry on each other's FIFO steps, so they run one

@@ -256,6 +256,22 @@ int device_mem_range(const void *ptr, uintptr_t *base_out, size_t *nbytes_out);
 const char *device_kernel_launch(const void *fn, cudaKernel_t *handle, dim3 grid, dim3 block,
                                  void **args, cudaStream_t stream, int pdl);
 
+/* Loads kernel fn (its host stub) into the current context now. Under the
+ * runtime's lazy loading (CUDA_MODULE_LOADING=LAZY, the default since CUDA
+ * 12.2) a kernel's first launch loads it, and loading waits for the
+ * context's running kernels: ranks that share a process (and a context)
+ * would wait forever where one rank's second kernel of a call loads behind
+ * its first, which waits for a peer not launched yet. A failure is left to
+ * the launch to report. */
+void device_kernel_load(const void *fn);
+
+/* Loads every kernel outside the ring and tree matrix (which connecting the
+ * ring loads, asking their occupancy): the gate, the send/recv kernel and
+ * WEFT_DETERMINISTIC's reduction (device_launch.c). */
+void device_kernels_load(void);
+void device_sendrecv_load(void); /* device_sendrecv.c */
+void device_det_load(void);      /* device_det.c */
+
 /* Whether stream is surely not being captured into a graph (a failed
  * question counts as captured, and is cleared). */
 static inline int device_stream_uncaptured(cudaStream_t stream) {

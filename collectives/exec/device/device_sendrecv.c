@@ -19,6 +19,8 @@ enum { TAG_DEV_INFO = 0x70320101u, TAG_DEV_BLOB = 0x70320102u, TAG_DEV_ACK = 0x7
 /* the kernel's host stub (kernels_sendrecv.cu, extern "C") */
 void weft_sendrecv_kernel(struct dev_sendrecv_work w);
 
+void device_sendrecv_load(void) { device_kernel_load((const void *)weft_sendrecv_kernel); }
+
 void device_sendrecv_free(struct device_sendrecv *p, int nranks) {
   for (int r = 0; p->send != NULL && p->recv != NULL && r < nranks; r++)
     for (int l = 0; l < SENDRECV_MAX_LANES; l++) {
