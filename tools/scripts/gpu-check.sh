@@ -40,35 +40,37 @@ ROOT="$(cd "$(dirname "$SELF")/../.." && pwd)"
 export DEPS="${WEFT_GPU_CHECK_DEPS:-$ROOT/.gpu-deps}"
 
 # name | limit (s) | needs (- or gpu) | issue item | what it checks
-# In this order so that one call of the budget reaches first the checks of
-# the newest device work (the tree kernels, the transformer on the GPU, the
-# PyTorch backend's watchdog and streams, NCCL side by side), then the rest:
-# the device suites, the single-process 2- and 4-rank perf steps and the
-# sanitizers, then under MPS the 8 B latency steps, the ZeRO, emulated-host
-# and PyTorch steps and the other multi-process perf steps, then without MPS
-# the 8-rank perf step and the dead-peer check. MPS starts and stops twice
-# (a name listed twice runs twice); the steps that kill a rank run without
-# it. The PyTorch extension (step torch_weft) builds on the CPU in the
-# background from the end of step build on.
+# In this order so that one call of the budget reaches first the checks that
+# have not passed on a GPU yet (the kernels' comparison of the ranks' calls,
+# the PyTorch backend's streams, NCCL side by side and the graph-replayed
+# 8 B call, the tree's latency and its every datatype and op), then the rest
+# as regression checks: the tree kernels, WEFT_DETERMINISTIC and the
+# watchdog on CUDA tensors, the device suites, the single-process 2- and
+# 4-rank perf steps and the sanitizers, then under MPS the 8 B latency steps,
+# the transformer on the GPU, the ZeRO, emulated-host and PyTorch steps and
+# the other multi-process perf steps, then without MPS the 8-rank perf step
+# and the dead-peer check. MPS starts and stops twice (a name listed twice
+# runs twice); the steps that kill a rank run without it. The PyTorch
+# extension (step torch_weft) builds on the CPU in the background from the
+# end of step build on.
 STEPS='
 gtest|180|-|20|GoogleTest built from .gpu-deps with cmake when the machine has none
 configure|120|-|20|meson: release, CUDA on, device_archs=90, the matrix, no hwloc, UCX if found or carried
 build|420|-|20.1|ninja on every core: every CUDA part compiles
 perf_flags|60|-|20.1|perf tools take -d, -o, -c with -M cuda; all_reduce_device_perf too
+device_mismatch|120|gpu|40.1|ranks that disagree on device memory (count, datatype of one size and of another, op, root, collective; ring and tree, SIMPLE and LL, 2-4 ranks): every rank fails within 1 s with WEFT_TIMEOUT=30, one names the fields, nothing past a count; send/recv sizes that differ; WEFT_CHECK=1 refuses before launching; counts across the LL/SIMPLE threshold found by the watch in weftCommGetAsyncError within 2 s; a skipped call named after WEFT_TIMEOUT=2
+torch_weft|180|-|20.4|tools/torch_weft built against the local torch; check_ops on 2 ranks
+mps_start|30|gpu|20.2|MPS daemon, private pipe directory, for the multi-process steps
+torch_weft_streams|150|gpu|38.3|the weft backend, communication streams: DDP step time, 2 ranks on cuda:0, comm stream vs compute stream
+perf_vs_nccl|120|gpu|42.4|nccl_api_perf through the libnccl.so.2 of NCCL itself (nvidia-nccl in the torch Python, NCCL_MULTI_RANK_GPU_ENABLE=1) and through weft, 2/4/8 ranks on the GPU alternating, 8 B..64 MiB, and 8 B in a CUDA graph
+perf_tree|120|gpu|42.2|8 B all-reduce over 2000 calls, 4 and 8 processes under MPS, tree against ring (goal: tree at most half the ring time at 8)
+tree_types|420|gpu|42.2|tree all-reduce, 3 to 8 processes under MPS: all_reduce_perf -M cuda -d all -o all, 1 B..1 MiB, WEFT_PROTO ll and simple, WEFT_ALGO=allreduce:tree; 0 wrong
+mps_stop|20|gpu|20.2|stops the MPS daemon: the single-process steps after it run without
 device_tree|240|gpu|42.2|all-reduce cases of the device suite (2-4 ranks, every datatype and op of the matrix, 1 to 1M elements, in and out of place) with WEFT_ALGO=allreduce:tree: the tree kernels
 tree_memcheck|120|gpu|42.2|compute-sanitizer memcheck on the tree kernels: all-reduce of 1000 elements, every datatype and op, 2 and 3 ranks, WEFT_ALGO=allreduce:tree
 tree_racecheck|150|gpu|42.2|compute-sanitizer racecheck on the tree kernels: one all-reduce case, 3 ranks
-device_mismatch|120|gpu|40.1|ranks that disagree on device memory (count, datatype of one size and of another, op, root, collective; ring and tree, SIMPLE and LL, 2-4 ranks): every rank fails within 1 s with WEFT_TIMEOUT=30, one names the fields, nothing past a count; send/recv sizes that differ; WEFT_CHECK=1 refuses before launching; counts across the LL/SIMPLE threshold found by the watch in weftCommGetAsyncError within 2 s; a skipped call named after WEFT_TIMEOUT=2
 device_det|240|gpu|40.4|WEFT_DETERMINISTIC=1 on device memory: DeviceDeterministic (2-5 ranks, every setting, float32 and bf16 bit for bit with the fixed order; every datatype and op), then all_reduce_device_perf -g 2 and -g 4 at 64 KiB and 16 MiB with and without it
-torch_weft|180|-|20.4|tools/torch_weft built against the local torch; check_ops on 2 ranks
 torch_watchdog_cuda|120|gpu|38.3|the watchdog of the weft backend on CUDA tensors: a rank SIGKILLed mid-DDP; every survivor ended within the timeout + 5 s by a message naming group, rank, operation and sequence number; torchfrtrace names the dead rank from the flight-recorder dumps (no MPS)
-mps_start|30|gpu|20.2|MPS daemon, private pipe directory, for the multi-process steps
-perf_tree|120|gpu|42.2|8 B all-reduce over 2000 calls, 4 and 8 processes under MPS, tree against ring (goal: tree at most half the ring time at 8)
-weft_train_device|150|gpu|39.5|weft-train --device cuda, 4 ranks under MPS: the transformer (tiny, stage 3, 20 steps) within 1e-3 of the host loss at every step, tokens/s of tiny and mid; the MLP final line against the host one
-perf_vs_nccl|120|gpu|42.4|nccl_api_perf through the libnccl.so.2 of NCCL itself (nvidia-nccl in the torch Python, NCCL_MULTI_RANK_GPU_ENABLE=1) and through weft, 2/4/8 ranks on the GPU alternating, 8 B..64 MiB, and 8 B in a CUDA graph
-torch_weft_streams|150|gpu|38.3|the weft backend, communication streams: DDP step time, 2 ranks on cuda:0, comm stream vs compute stream
-tree_types|420|gpu|42.2|tree all-reduce, 3 to 8 processes under MPS: all_reduce_perf -M cuda -d all -o all, 1 B..1 MiB, WEFT_PROTO ll and simple, WEFT_ALGO=allreduce:tree; 0 wrong
-mps_stop|20|gpu|20.2|stops the MPS daemon: the single-process steps after it run without
 device|240|gpu|20.2|device suite: every collective x datatype x op, 2-4 ranks on the GPU, graphs
 device_plain|90|gpu|20.3|the device suite small messages, chained calls, two streams and graphs with WEFT_DEVICE_PDL=0 (no overlapped launches)
 device_ipc|120|gpu|20.2|ranks in processes (cuda_ipc); a silent peer ends in a timeout error
@@ -86,6 +88,7 @@ mps_start|30|gpu|20.2|MPS daemon, private pipe directory, for the multi-process 
 perf_launch_mps|30|gpu|20.3|the same as an MPS client, then two clients at once (host rows)
 perf_ar_mps|90|gpu|20.3|all_reduce_device_perf, 2 and 4 processes under MPS, and their 8 B latency over 2000 calls
 perf_pdl|60|gpu|20.3|8 B all-reduce latency over 2000 calls, 2 and 4 processes under MPS, at WEFT_DEVICE_PDL 0 and 1 alternating
+weft_train_device|150|gpu|39.5|weft-train --device cuda, 4 ranks under MPS: the transformer (tiny, stage 3, 20 steps) within 1e-3 of the host loss at every step, tokens/s of tiny and mid; the MLP final line against the host one
 zero_math_device|60|gpu|22.2|zero_math.h kernels against the host, bit for bit
 zero_device|180|gpu|22.2|device ZeRO suites (zero_device*) under MPS: kernels; device contexts vs host, checkpoints
 net_socket|150|gpu|21.3|every device collective, send/recv, all-to-all between 2 emulated hosts over sockets (all-reduce on 3 too)

@@ -239,6 +239,40 @@ void cuda_emu_rt::run_kernel(const Op &op) {
   }
 }
 
+namespace {
+
+// Lazy loading, as the CUDA runtime does it by default (CUDA 12.2 on;
+// CUDA_MODULE_LOADING=EAGER turns it off): a kernel loads at its first
+// launch or the first question about it (attributes, occupancy), and
+// loading waits for every stream's work of the process (the context
+// synchronizes). A kernel whose first launch comes behind a running kernel
+// that waits on work not launched yet waits as long as that kernel does: on
+// a GPU, ranks sharing a process hang there.
+void load(const void *fn) {
+  static const bool eager = [] {
+    const char *v = getenv("CUDA_MODULE_LOADING");
+    return v != NULL && strcmp(v, "EAGER") == 0;
+  }();
+  static auto *loaded = new std::set<const void *>;
+  static auto *m = new std::mutex;
+  if (eager) return;
+  {
+    std::lock_guard<std::mutex> g(*m);
+    if (loaded->count(fn) != 0) return;
+  }
+  cuda_emu_rt::sync_all();
+  std::lock_guard<std::mutex> g(*m);
+  loaded->insert(fn);
+}
+
+// Whether a capture records stream's launches: a launch under a capture loads nothing.
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(stream, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone;
+}
+
+} // namespace
+
 extern "C" {
 
 static cudaError_t launch(const void *fn, dim3 grid, dim3 block, void **args, cudaStream_t stream) {
@@ -252,6 +286,7 @@ static cudaError_t launch(const void *fn, dim3 grid, dim3 block, void **args, cu
   if (grid.x * grid.y * grid.z == 0 || block.x * block.y * block.z == 0 ||
       block.x * block.y * block.z > 1024)
     return fail(cudaErrorInvalidConfiguration);
+  if (!capturing(stream)) load(fn);
   if (getenv("WEFT_CUDA_EMU_LOG") != NULL) fprintf(stderr, "cuda_emu: launch %s <<<%u, %u>>>\n", k.name, grid.x * grid.y * grid.z, block.x * block.y * block.z);
   Op op;
   op.kind = OP_KERNEL;
@@ -284,6 +319,7 @@ cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *a, const void *fn) 
     std::lock_guard<std::mutex> g(kernels_mutex());
     if (kernels().find(fn) == kernels().end()) return fail(cudaErrorInvalidDeviceFunction);
   }
+  load(fn);
   memset(a, 0, sizeof *a);
   a->maxThreadsPerBlock = 1024;
   a->numRegs = 64;
@@ -299,6 +335,7 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, const void *fn
     std::lock_guard<std::mutex> g(kernels_mutex());
     if (kernels().find(fn) == kernels().end()) return fail(cudaErrorInvalidDeviceFunction);
   }
+  load(fn);
   *n = 2;
   return cudaSuccess;
 }
