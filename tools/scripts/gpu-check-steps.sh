@@ -486,23 +486,26 @@ step_tree_types() {
   use_mps
   need_exe "$B/tools/all_reduce_perf"
   local k proto out keys="" bad=0
+  # every datatype and op at every rank count, each protocol at three of
+  # them (odd and even counts both): half the runs of every pair
   for k in 3 4 5 6 7 8; do
-    for proto in ll simple; do
-      out="$LOGS/$STEP.$k.$proto.out"
-      WEFT_ALGO=allreduce:tree WEFT_PROTO=$proto timeout 60 "$B/tools/weftrun" -n $k \
-        "$B/tools/all_reduce_perf" -M $PERF_MEM -T 30 -b 1 -e 1M -f 32 -d all -o all -n 1 -w 0 \
-        >"$out" 2>&1 || bad=1
-      coll_key "$out" >/dev/null || bad=1
-      keys="$keys$k $proto: $(coll_key "$out" | cut -d, -f1-2); "
-    done
+    case $k in 3 | 6 | 7) proto=ll ;; *) proto=simple ;; esac
+    out="$LOGS/$STEP.$k.$proto.out"
+    WEFT_ALGO=allreduce:tree WEFT_PROTO=$proto timeout 60 "$B/tools/weftrun" -n $k \
+      "$B/tools/all_reduce_perf" -M $PERF_MEM -T 30 -b 1 -e 1M -f 32 -d all -o all -n 1 -w 0 \
+      >"$out" 2>&1 || bad=1
+    coll_key "$out" >/dev/null || bad=1
+    keys="$keys$k $proto: $(coll_key "$out" | cut -d, -f1-2); "
   done
   key "${keys%; }"
   [ $bad = 0 ] || fail "${keys%; }"
 }
 
 # 8 B all-reduce latency, tree against ring, 4 and 8 processes under MPS,
-# alternating; reported with the ratio (goal: at most 0.5 at 8 ranks),
-# not judged: the figures go to tuner_dev_tree_cost (tuner.c).
+# alternating, then 8 processes with the calls in CUDA graphs (100 calls a
+# graph, launched 20 times: the kernels' time without the host's launch of
+# each); reported with the ratios (goal: at most 0.5 at 8 ranks), not
+# judged: the figures go to tuner_dev_tree_cost (tuner.c).
 step_perf_tree() {
   use_mps
   need_exe "$B/tools/all_reduce_device_perf"
@@ -515,6 +518,13 @@ step_perf_tree() {
     done
     keys="$keys${keys:+; }$k: tree $tree us, ring $ring us ($(awk -v t="$tree" -v r="$ring" 'BEGIN { printf "%.2f", t / r }'))"
   done
+  for algo in ring tree; do
+    lat=$(WEFT_ALGO=allreduce:$algo perf_ar_latency 8 "$algo.graph" -n 100 -G 20) ||
+      fail "8 processes, $algo in CUDA graphs"
+    [ -n "$lat" ] || fail "8 processes, $algo in CUDA graphs: no 8 B row"
+    eval "$algo=\${lat%% *}"
+  done
+  keys="$keys; 8 in CUDA graphs: tree $tree us, ring $ring us ($(awk -v t="$tree" -v r="$ring" 'BEGIN { printf "%.2f", t / r }'))"
   key "$keys"
 }
 
