@@ -11,6 +11,7 @@ libweft or torch changed.
 import argparse
 import concurrent.futures
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -52,12 +53,14 @@ def cuda_flags(torch):
 
 def backend_flags(include_paths):
     """-D flags for the c10d Backend virtuals that only some torch versions
-    declare: startTimeEstimate/endTimeEstimate (not torch 2.11)."""
+    declare: startTimeEstimate/endTimeEstimate (torch 2.11 has neither)."""
     for inc in include_paths:
         hpp = os.path.join(inc, "torch", "csrc", "distributed", "c10d", "Backend.hpp")
         if os.path.exists(hpp):
-            text = open(hpp).read()
-            return ["-DTORCH_WEFT_TIME_ESTIMATE"] if "startTimeEstimate" in text else []
+            with open(hpp, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+            declared = re.search(r"virtual\s+void\s+startTimeEstimate\s*\(", text)
+            return ["-DTORCH_WEFT_TIME_ESTIMATE"] if declared else []
     return []
 
 

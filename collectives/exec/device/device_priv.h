@@ -267,7 +267,11 @@ void device_kernel_load(const void *fn);
 
 /* Loads every kernel outside the ring and tree matrix (which connecting the
  * ring loads, asking their occupancy): the gate, the send/recv kernel and
- * WEFT_DETERMINISTIC's reduction (device_launch.c). */
+ * WEFT_DETERMINISTIC's reduction (device_launch.c), into the device's
+ * primary context, where a comm's calls launch. Not the ZeRO layer's
+ * kernels: they launch between collectives, never between two kernels of
+ * one call, so a rank that loads one waits only for its own rank's calls,
+ * which its peers' own threads complete. */
 void device_kernels_load(void);
 void device_sendrecv_load(void); /* device_sendrecv.c */
 void device_det_load(void);      /* device_det.c */

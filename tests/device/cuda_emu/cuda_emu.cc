@@ -21,6 +21,9 @@
 //   operation on it waits for what those streams queued before, and theirs
 //   for what it queued before (OP_AFTER).
 // - One device, compute capability 8.0: no programmatic dependent launch.
+// - Kernels load lazily, as the runtime's default: a kernel's first launch
+//   or question (attributes, occupancy) waits for every stream of the
+//   process; CUDA_MODULE_LOADING=EAGER turns that off.
 //
 // This file: the kernels' registry, their threads and the launches; the
 // other parts are cuda_emu_memory.cc, cuda_emu_streams.cc and
@@ -46,6 +49,10 @@ std::map<const void *, Kernel> &kernels() {
   return *k;
 }
 std::mutex &kernels_mutex() {
+  static auto *m = new std::mutex;
+  return *m;
+}
+std::mutex &loaded_mutex() {
   static auto *m = new std::mutex;
   return *m;
 }
@@ -247,25 +254,25 @@ namespace {
 // loading waits for every stream's work of the process (the context
 // synchronizes). A kernel whose first launch comes behind a running kernel
 // that waits on work not launched yet waits as long as that kernel does: on
-// a GPU, ranks sharing a process hang there.
-void load(const void *fn) {
+// a GPU, ranks sharing a process hang there. A launch that a capture
+// records loads its kernel without waiting (a capture may not synchronize).
+void load(const void *fn, bool wait) {
   static const bool eager = [] {
     const char *v = getenv("CUDA_MODULE_LOADING");
     return v != NULL && strcmp(v, "EAGER") == 0;
   }();
   static auto *loaded = new std::set<const void *>;
-  static auto *m = new std::mutex;
   if (eager) return;
   {
-    std::lock_guard<std::mutex> g(*m);
+    std::lock_guard<std::mutex> g(cuda_emu_rt::loaded_mutex());
     if (loaded->count(fn) != 0) return;
   }
-  cuda_emu_rt::sync_all();
-  std::lock_guard<std::mutex> g(*m);
+  if (wait) cuda_emu_rt::sync_all();
+  std::lock_guard<std::mutex> g(cuda_emu_rt::loaded_mutex());
   loaded->insert(fn);
 }
 
-// Whether a capture records stream's launches: a launch under a capture loads nothing.
+// Whether a capture records stream's launches.
 bool capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
   return cudaStreamIsCapturing(stream, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone;
@@ -286,7 +293,7 @@ static cudaError_t launch(const void *fn, dim3 grid, dim3 block, void **args, cu
   if (grid.x * grid.y * grid.z == 0 || block.x * block.y * block.z == 0 ||
       block.x * block.y * block.z > 1024)
     return fail(cudaErrorInvalidConfiguration);
-  if (!capturing(stream)) load(fn);
+  load(fn, !capturing(stream));
   if (getenv("WEFT_CUDA_EMU_LOG") != NULL) fprintf(stderr, "cuda_emu: launch %s <<<%u, %u>>>\n", k.name, grid.x * grid.y * grid.z, block.x * block.y * block.z);
   Op op;
   op.kind = OP_KERNEL;
@@ -319,7 +326,7 @@ cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *a, const void *fn) 
     std::lock_guard<std::mutex> g(kernels_mutex());
     if (kernels().find(fn) == kernels().end()) return fail(cudaErrorInvalidDeviceFunction);
   }
-  load(fn);
+  load(fn, true);
   memset(a, 0, sizeof *a);
   a->maxThreadsPerBlock = 1024;
   a->numRegs = 64;
@@ -335,7 +342,7 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, const void *fn
     std::lock_guard<std::mutex> g(kernels_mutex());
     if (kernels().find(fn) == kernels().end()) return fail(cudaErrorInvalidDeviceFunction);
   }
-  load(fn);
+  load(fn, true);
   *n = 2;
   return cudaSuccess;
 }

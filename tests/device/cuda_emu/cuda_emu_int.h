@@ -64,6 +64,7 @@ struct Kernel {
 // Never destroyed: worker threads may still use them while the process exits.
 std::map<const void *, Kernel> &kernels();
 std::mutex &kernels_mutex();
+std::mutex &loaded_mutex(); // the kernels loaded so far (cuda_emu.cc, lazy loading)
 
 // --- memory (cuda_emu_memory.cc)
 

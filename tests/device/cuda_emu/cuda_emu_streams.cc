@@ -91,6 +91,7 @@ void fork_child() {
   new (&events_cv()) std::condition_variable();
   new (&memory().m) std::mutex();
   new (&kernels_mutex()) std::mutex();
+  new (&loaded_mutex()) std::mutex();
 }
 const int fork_child_registered = pthread_atfork(NULL, NULL, fork_child);
 
