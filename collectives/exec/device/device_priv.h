@@ -270,8 +270,9 @@ void device_kernel_load(const void *fn);
  * WEFT_DETERMINISTIC's reduction (device_launch.c), into the device's
  * primary context, where a comm's calls launch. Not the ZeRO layer's
  * kernels: they launch between collectives, never between two kernels of
- * one call, so a rank that loads one waits only for its own rank's calls,
- * which its peers' own threads complete. */
+ * one call; loading one waits for every kernel of the process, which ends
+ * as long as each rank sharing the process has a thread of its own (as
+ * every caller of the ZeRO layer does). */
 void device_kernels_load(void);
 void device_sendrecv_load(void); /* device_sendrecv.c */
 void device_det_load(void);      /* device_det.c */
