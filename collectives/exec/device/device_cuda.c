@@ -527,7 +527,6 @@ weftResult_t device_comm_get(struct weftComm *comm, struct device_comm **out) {
   device_watch_init(d); /* before any thread can find d */
   d->dev = comm->cuda_dev;
   d->crosses_hosts = device_comm_crosses_hosts(comm); /* the peers' hosts are fixed at init */
-  if (dev == comm->cuda_dev) device_kernels_load(); /* before the comm launches anything */
   comm->device = d;
   /* host pages the process owns, registered: they outlive a reset context,
    * which destroy may meet (device_comm_wait) */

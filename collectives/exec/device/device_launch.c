@@ -355,6 +355,10 @@ static weftResult_t comm_connect(struct weftComm *comm, const struct weft_plan *
                                  size_t n) {
   struct device_comm *d;
   WEFT_TRY(device_comm_get(comm, &d));
+  if (!d->kernels_loaded) { /* before the comm launches anything */
+    device_kernels_load();
+    d->kernels_loaded = 1;
+  }
   int ring = 0, sendrecv = 0, tree = 0, det = 0;
   for (size_t i = 0; i < n; i++) {
     if (plan_is_sendrecv(plans[i])) {

@@ -64,6 +64,7 @@ struct device_watch {
 struct device_comm {
   int dev;
   int ring_ready; /* the ring channels below are connected */
+  int kernels_loaded; /* device_kernels_load ran for it (comm_connect) */
   int crosses_hosts; /* device_comm_crosses_hosts, asked once when made */
   int nchannels;
   int interleave; /* loops a ring channel runs together, agreed by the ranks */
@@ -268,7 +269,8 @@ void device_kernel_load(const void *fn);
 /* Loads every kernel outside the ring and tree matrix (which connecting the
  * ring loads, asking their occupancy): the gate, the send/recv kernel and
  * WEFT_DETERMINISTIC's reduction (device_launch.c), into the device's
- * primary context, where a comm's calls launch. Not the ZeRO layer's
+ * primary context, where a comm's calls launch; a comm's first connect
+ * (comm_connect) calls it, with the comm's device current. Not the ZeRO layer's
  * kernels: they launch between collectives, never between two kernels of
  * one call; loading one waits for every kernel of the process, which ends
  * as long as each rank sharing the process has a thread of its own (as
