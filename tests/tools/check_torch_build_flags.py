@@ -1,4 +1,5 @@
-"""tools/torch_weft/build.py's reading of torch's c10d Backend.hpp: the
+"""tools/torch_weft/torch_config.py's reading of torch's c10d Backend.hpp
+(which build.py and the wheel's meson build both take): the
 time-estimate virtuals are overridden only where that torch declares them
 (torch 2.11 declares neither), whatever its comments say.
 
@@ -11,7 +12,7 @@ import tempfile
 repo = sys.argv[1]
 sys.dont_write_bytecode = True  # the source tree stays as it is
 sys.path.insert(0, os.path.join(repo, "tools", "torch_weft"))
-import build  # noqa: E402  (no torch needed: build.py imports it in main())
+import torch_config  # noqa: E402  (no torch needed: it imports torch in main())
 
 DECLARED = """class Backend {
   // startTimeEstimate() and endTimeEstimate() bracket an estimate
@@ -41,7 +42,7 @@ def expect(name, text, want):
             os.makedirs(d)
             with open(os.path.join(d, "Backend.hpp"), "w", encoding="utf-8") as f:
                 f.write(text)
-        got = build.backend_flags([other, inc])
+        got = ["-DTORCH_WEFT_TIME_ESTIMATE"] if torch_config.time_estimate_declared([other, inc]) else []
     ok = got == want
     failed += not ok
     print(f"{'ok' if ok else 'FAIL'}: {name}: {got}" + ("" if ok else f", want {want}"))

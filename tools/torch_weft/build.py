@@ -11,10 +11,11 @@ libweft or torch changed.
 import argparse
 import concurrent.futures
 import os
-import re
 import subprocess
 import sys
 import sysconfig
+
+from torch_config import time_estimate_declared
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -48,19 +49,6 @@ def cuda_flags(torch):
     print(f"torch_weft: torch has CUDA {torch.version.cuda} but no CUDA headers and runtime "
           f"were found (looked in {', '.join(r for r in roots if r)}): CPU tensors only",
           flush=True)
-    return []
-
-
-def backend_flags(include_paths):
-    """-D flags for the c10d Backend virtuals that only some torch versions
-    declare: startTimeEstimate/endTimeEstimate (torch 2.11 has neither)."""
-    for inc in include_paths:
-        hpp = os.path.join(inc, "torch", "csrc", "distributed", "c10d", "Backend.hpp")
-        if os.path.exists(hpp):
-            with open(hpp, encoding="utf-8", errors="replace") as f:
-                text = f.read()
-            declared = re.search(r"virtual\s+void\s+startTimeEstimate\s*\(", text)
-            return ["-DTORCH_WEFT_TIME_ESTIMATE"] if declared else []
     return []
 
 
@@ -100,7 +88,8 @@ def main():
                      "-I" + sysconfig.get_paths()["include"]]
     compile_flags += ["-I" + p for p in cpp_extension.include_paths()]
     compile_flags += [f for f in cuda if f.startswith(("-D", "-I"))]
-    compile_flags += backend_flags(cpp_extension.include_paths())
+    if time_estimate_declared(cpp_extension.include_paths()):
+        compile_flags.append("-DTORCH_WEFT_TIME_ESTIMATE")
     objdir = out + ".objs"
     os.makedirs(objdir, exist_ok=True)
     objs = [os.path.join(objdir, os.path.basename(s) + ".o") for s in srcs]

@@ -49,6 +49,19 @@ def cuda_paths(torch):
     return None
 
 
+def time_estimate_declared(include_paths):
+    """Whether the c10d Backend of the torch whose headers are include_paths
+    declares the virtuals startTimeEstimate/endTimeEstimate (torch 2.11 has
+    neither); the extension overrides them only then (-DTORCH_WEFT_TIME_ESTIMATE,
+    weft_backend.h). A comment naming them does not count."""
+    for inc in include_paths:
+        hpp = os.path.join(inc, "torch", "csrc", "distributed", "c10d", "Backend.hpp")
+        if os.path.exists(hpp):
+            with open(hpp, encoding="utf-8", errors="replace") as f:
+                return re.search(r"virtual\s+void\s+startTimeEstimate\s*\(", f.read()) is not None
+    return False
+
+
 def main():
     pin = pinned_torch(sys.argv[1])
     try:
@@ -68,6 +81,7 @@ def main():
     print(f"abi={int(torch._C._GLIBCXX_USE_CXX11_ABI)}")
     print("include=" + ";".join(cpp_extension.include_paths()))
     print("libdir=" + ";".join(cpp_extension.library_paths()))
+    print(f"time_estimate={int(time_estimate_declared(cpp_extension.include_paths()))}")
     cuda = cuda_paths(torch) if os.environ.get("TORCH_WEFT_CUDA", "1") != "0" else None
     if cuda:
         print(f"cuda_include={cuda[0]}")

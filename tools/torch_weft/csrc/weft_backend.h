@@ -130,9 +130,9 @@ class WeftBackend : public c10d::Backend {
   // dist._time_estimator(): the operations issued in between are recorded
   // and not run (as a coalescing block's), then weftGroupSimulateEnd gives
   // the tuner's estimate of their time, in microseconds.
-  // A torch whose Backend does not declare them (2.11 has none; build.py
-  // defines TORCH_WEFT_TIME_ESTIMATE from its Backend.hpp) gets no
-  // estimates: its Backend's own answer stands.
+  // A torch whose Backend does not declare them (2.11 has none;
+  // TORCH_WEFT_TIME_ESTIMATE comes from torch_config.py's reading of its
+  // Backend.hpp) gets no estimates: its Backend's own answer stands.
 #ifdef TORCH_WEFT_TIME_ESTIMATE
   bool supportsTimeEstimation() const override { return true; }
   void startTimeEstimate() override;
