@@ -279,7 +279,9 @@ static void comm_free(struct weftComm *comm) {
       comm_async_error(comm) != weftSuccess || comm_life(comm) == COMM_ABORTED;
   comm->magic = 0;
   /* peers that fail after this rank ask it where it was: a comm that broke
-   * answers a little longer (hang.h); an abort of a working one does not */
+   * answers a little longer (hang.h); an abort of a working one does not.
+   * It asks nothing more: peers that linger too need not wait for it */
+  if (comm_async_error(comm) != weftSuccess) bootstrap_query_bye(comm->bs);
   if (comm_async_error(comm) != weftSuccess && comm->trace != NULL)
     bootstrap_query_linger(comm->bs, 2000000000ull,
                            comm->timeout_ns / 2 < 1000000000ull ? comm->timeout_ns / 2 : 1000000000ull);

@@ -130,6 +130,11 @@ void bootstrap_ask_all(struct bootstrap *bs, uint64_t timeout_ns, void *replies,
  * of the failure (without one: within the last recent_ns), or for max_ns: ranks that fail a little later than this one still learn
  * where it was, instead of finding it gone. */
 void bootstrap_query_linger(struct bootstrap *bs, uint64_t recent_ns, uint64_t max_ns);
+/* Tells every other rank, best effort and briefly, that this one will ask
+ * no more questions (its communicator closes): their lingers stop waiting
+ * for it. Before this rank's own linger, so that ranks that close together
+ * do not each wait out the other's. */
+void bootstrap_query_bye(struct bootstrap *bs);
 /* A number that names the job (the same on every rank of it, different
  * between jobs), and does not reveal its secret. */
 uint64_t bootstrap_job_hash(const struct bootstrap *bs);

@@ -18,6 +18,8 @@
 #include "wire.h"
 
 #define QUERY_MAGIC 0x77667471u /* "wftq" */
+#define QUERY_BYE_MAGIC 0x77667462u /* "wftb": the sender asks no more, and wants no answer */
+#define ASKED_NO_MORE UINT64_MAX /* asked_ns of a rank that said bye */
 #define QUERY_IO_NS 200000000ull /* a question or an answer must move within this */
 
 struct query_question {
@@ -35,12 +37,18 @@ struct query_answer_header {
 static void query_answer_one(struct bootstrap *bs, int fd) {
   struct query_question q;
   if (sock_recv_all(fd, &q, sizeof q, clock_ns() + QUERY_IO_NS) != weftSuccess ||
-      q.magic != QUERY_MAGIC || !secret_equal(q.secret, bs->secret)) {
+      (q.magic != QUERY_MAGIC && q.magic != QUERY_BYE_MAGIC) ||
+      !secret_equal(q.secret, bs->secret)) {
     sock_close_reset(fd);
     return;
   }
+  const int bye = q.magic == QUERY_BYE_MAGIC;
   if (q.from >= 0 && q.from < bs->nranks && bs->asked_ns != NULL)
-    __atomic_store_n(&bs->asked_ns[q.from], clock_ns(), __ATOMIC_RELEASE);
+    __atomic_store_n(&bs->asked_ns[q.from], bye ? ASKED_NO_MORE : clock_ns(), __ATOMIC_RELEASE);
+  if (bye) {
+    close(fd);
+    return;
+  }
   uint8_t reply[QUERY_ANSWER_MAX_NBYTES];
   size_t n = 0;
   pthread_mutex_lock(&bs->answer_mutex);
@@ -121,6 +129,7 @@ void bootstrap_query_linger(struct bootstrap *bs, uint64_t recent_ns, uint64_t m
       if (r == bs->rank) continue;
       if (bs->pids != NULL && bs->pids[r] > 0 && pid_gone(bs->pids[r], 1)) continue;
       const uint64_t asked = __atomic_load_n(&bs->asked_ns[r], __ATOMIC_ACQUIRE);
+      if (asked == ASKED_NO_MORE) continue; /* it closes too: it will never ask */
       const uint64_t failed = __atomic_load_n(&bs->failed_ns, __ATOMIC_ACQUIRE);
       /* asked since this rank told it of its failure (it learns of it then,
        * and asks), or at least lately */
@@ -130,6 +139,26 @@ void bootstrap_query_linger(struct bootstrap *bs, uint64_t recent_ns, uint64_t m
     struct timespec ts = {0, 5000000};
     nanosleep(&ts, NULL);
   }
+}
+
+void bootstrap_query_bye(struct bootstrap *bs) {
+  if (bs == NULL || bs->query_addrs == NULL) return;
+  const uint64_t deadline = clock_ns() + QUERY_IO_NS; /* for all of them: best effort */
+  struct query_question q = {.magic = QUERY_BYE_MAGIC, .from = bs->rank};
+  memcpy(q.secret, bs->secret, sizeof q.secret);
+  /* the caller's error stays the one to report: a peer that is gone here
+   * would overwrite its text */
+  char *error = strdup(weft_error_text());
+  for (int r = 0; r < bs->nranks; r++) {
+    if (r == bs->rank) continue;
+    if (bs->pids != NULL && bs->pids[r] > 0 && pid_gone(bs->pids[r], 1)) continue;
+    int fd;
+    if (sock_connect_peer(&bs->query_addrs[r], deadline, NULL, &fd) != weftSuccess) continue;
+    sock_send_all(fd, &q, sizeof q, deadline);
+    close(fd); /* not reset: the question is to arrive */
+  }
+  if (error != NULL) weft_error_set(weftSuccess, "%s", error);
+  free(error);
 }
 
 void bootstrap_answer_set(struct bootstrap *bs, bootstrap_answer_fn fn, void *arg) {
