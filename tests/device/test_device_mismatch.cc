@@ -100,9 +100,12 @@ TEST(DeviceMismatch, EveryRankFailsFastAndNothingPastItsCount) {
   const char *algos[] = {"ring", "tree"}, *protos[] = {"simple", "ll"};
   for (int d = 0; d < kNumDiffs; d++) {
     // every algorithm and protocol pair once among the first four
-    // differences, then chosen; the tree runs all-reduce only (3-4 ranks)
+    // differences (a count that differs on the tree's LL, whose steps run
+    // their links together), then chosen; the tree runs all-reduce only
+    // (3-4 ranks)
     const bool tree_ok = d < kRoot; // the tree runs all-reduce only
-    int ai = d < 4 ? d / 2 : (int)(rng() % 2), pi = d < 4 ? d % 2 : (int)(rng() % 2);
+    const int first_ai[4] = {1, 0, 1, 0}, first_pi[4] = {1, 0, 0, 1};
+    int ai = d < 4 ? first_ai[d] : (int)(rng() % 2), pi = d < 4 ? first_pi[d] : (int)(rng() % 2);
     if (!tree_ok) ai = 0;
     int k = ai == 1 ? 3 + (int)(rng() % 2) : 2 + (int)(rng() % 3);
     if (d == kRootsAllSend) k = 2, pi = 0; // both roots: 32 SIMPLE slots on one channel

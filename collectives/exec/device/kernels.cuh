@@ -144,6 +144,264 @@ __device__ __forceinline__ void tree_poison(dev_tree_channel *tc, const dev_watc
   __threadfence_system();
 }
 
+// --- LL on a tree channel: a step's primitives as one -------------------------
+//
+// Under LL (small messages, where latency is all) each (key, part) step of
+// tree_steps.h runs whole: up(i) at a rank with two children is one pass
+// that awaits both children's lines at once, reduces them into the input in
+// the steps' order ((input op c0) op c1, as every executor does) and sends
+// to the parent; down(i) takes the parent's line and sends it to every
+// child in the same pass. Primitive by primitive, each child's line, the
+// partial result in dst and each child's send were a step, a barrier and a
+// dependent load of their own. The FIFO traffic is the steps': a slot per
+// primitive on its link, in the same order, with the same credits and
+// signatures, so a peer running either form meets the same slots.
+
+// A group's primitives at most: a root's up(i) and down(i) together.
+#define TREE_LL_MAX_PRIMS (2 * TREE_MAX_CHILDREN)
+
+struct tree_ll_links {
+  int nrecv, nsend;
+  int recv[TREE_LL_MAX_PRIMS]; // the channel's links the group receives on, in step order
+  int send[TREE_LL_MAX_PRIMS];
+  int recv_of[TREE_LL_MAX_PRIMS]; // per step: its index in recv / send, -1: none
+  int send_of[TREE_LL_MAX_PRIMS];
+};
+
+// Thread 0, before the group moves a line: a credit on every link it sends
+// on, the signature in the call's first slot of each, and the signature of
+// every link's first slot it receives (compared). The first data line of
+// each link received is loaded with the signature's lines, so the common
+// small case (one line) needs no second look after the barrier: pre[k]
+// holds it where pre_ok[k]. False when the block must give up.
+template <int PROTO>
+__device__ __forceinline__ bool tree_ll_begin(dev_tree_channel *tc, const dev_watch &watch,
+                                              const tree_ll_links &k, const uint64_t sig[2],
+                                              const uint64_t *send_step, uint64_t *head_seen,
+                                              const uint64_t *send_first,
+                                              const uint64_t *recv_step,
+                                              const uint64_t *recv_first, uint4 *pre,
+                                              bool *pre_ok) {
+  for (int i = 0; i < k.nsend; i++) {
+    const int j = k.send[i];
+    dev_fifo *f = &tc->send[j][PROTO];
+    if (send_step[j] - head_seen[j] >= f->nslots) {
+      const uint64_t start = dev_clock_ns();
+      uint32_t spins = 0;
+      for (;;) { // an acquire lets the step go; the spins between are volatile
+        head_seen[j] = dev_ld_acquire_u64(&f->ctrl->head);
+        if (send_step[j] - head_seen[j] < f->nslots) break;
+        while (send_step[j] - dev_ld_volatile_u64(&f->ctrl->head) >= f->nslots)
+          if (dev_watch_expired(watch, start, &spins, f,
+                                k.nrecv > 0 ? &tc->recv[k.recv[0]][PROTO] : NULL, tc->peer[j],
+                                DEV_STALL_SEND, send_step[j]))
+            return false;
+      }
+    }
+    if (send_step[j] == send_first[j]) { // the call's first slot here: its head
+      dev_ll_sig_put(*f, send_step[j], sig);
+    }
+  }
+  // every first slot's head and every first data line, loaded together
+  uint4 head[TREE_LL_MAX_PRIMS][2];
+  bool head_ok[TREE_LL_MAX_PRIMS];
+  int waiting = 0;
+  for (int i = 0; i < k.nrecv; i++) {
+    const int j = k.recv[i];
+    head_ok[i] = recv_step[j] != recv_first[j];
+    pre_ok[i] = false;
+    waiting += !head_ok[i];
+  }
+  if (waiting == 0) return true;
+  const uint64_t start = dev_clock_ns();
+  uint32_t spins = 0;
+  for (;;) {
+    int left = 0, stalled = -1, also = -1; // the first two pending links, in step order
+    for (int i = 0; i < k.nrecv; i++) {
+      const int j = k.recv[i];
+      if (head_ok[i] && pre_ok[i]) continue;
+      const dev_fifo &f = tc->recv[j][PROTO];
+      const char *slot = f.slots + (recv_step[j] % f.nslots) * f.slot_nbytes;
+      const uint4 *h = reinterpret_cast<const uint4 *>(slot);
+      const uint32_t flag = ll_flag(recv_step[j]);
+      if (!head_ok[i]) {
+        head[i][0] = dev_ld_volatile_line(h);
+        head[i][1] = dev_ld_volatile_line(h + 1);
+      }
+      pre[i] = dev_ld_volatile_line(reinterpret_cast<const uint4 *>(slot + DEV_SLOT_HEADER_NBYTES));
+      pre_ok[i] = ll_line_ready(reinterpret_cast<const uint32_t *>(&pre[i]), flag);
+      if (!head_ok[i] &&
+          ll_line_ready(reinterpret_cast<const uint32_t *>(&head[i][0]), flag) &&
+          ll_line_ready(reinterpret_cast<const uint32_t *>(&head[i][1]), flag)) {
+        head_ok[i] = true;
+        const uint64_t theirs[2] = {ll_line_data(reinterpret_cast<const uint32_t *>(&head[i][0])),
+                                    ll_line_data(reinterpret_cast<const uint32_t *>(&head[i][1]))};
+        uint64_t keyed[2];
+        dev_sig_keyed(sig, recv_step[j], keyed);
+        if (theirs[0] != keyed[0] || theirs[1] != keyed[1]) {
+          dev_mismatch_record(watch.mismatch, watch.error, DEV_MISMATCH_CALL, tc->peer[j],
+                              recv_step[j], recv_step[j], sig, theirs);
+          return false;
+        }
+      }
+      // the data line may come later than the head (a slot of several
+      // lines): the pass after the barrier waits for it then
+      if (!head_ok[i]) {
+        left++;
+        if (stalled < 0) stalled = i;
+        else if (also < 0) also = i;
+      }
+    }
+    if (left == 0) return true;
+    const int j = k.recv[stalled];
+    if (dev_watch_expired(watch, start, &spins, &tc->recv[j][PROTO],
+                          also >= 0 ? &tc->recv[k.recv[also]][PROTO] : NULL, tc->peer[j],
+                          DEV_STALL_RECV, recv_step[j]))
+      return false;
+  }
+}
+
+// One (key, part) step of a tree channel under LL: its primitives st[0..n)
+// (of one piece: the same elements), link[] the channel's link of each
+// geometry peer. src and dst are the call's buffers. False when the block
+// gave up.
+template <class R>
+__device__ bool tree_ll_group(dev_tree_channel *tc, const dev_watch &watch, const uint64_t sig[2],
+                              const tree_step *st, int n, const int *link, uint64_t *send_step,
+                              uint64_t *recv_step, const uint64_t *send_first,
+                              const uint64_t *recv_first, uint64_t *head_seen,
+                              const typename R::T *src, typename R::T *dst, int divisor,
+                              typename R::T scalar) {
+  typedef typename R::T T;
+  const int PROTO = DEV_PROTO_LL;
+  tree_ll_links k;
+  k.nrecv = k.nsend = 0;
+  for (int i = 0; i < n; i++) {
+    k.recv_of[i] = st[i].recv_peer >= 0 ? k.nrecv : -1;
+    if (st[i].recv_peer >= 0) k.recv[k.nrecv++] = link[st[i].recv_peer];
+    k.send_of[i] = st[i].send_peer >= 0 ? k.nsend : -1;
+    if (st[i].send_peer >= 0) k.send[k.nsend++] = link[st[i].send_peer];
+  }
+  uint4 pre[TREE_LL_MAX_PRIMS];
+  bool pre_ok[TREE_LL_MAX_PRIMS];
+  int bad = 0;
+  if (threadIdx.x == 0)
+    bad = !tree_ll_begin<PROTO>(tc, watch, k, sig, send_step, head_seen, send_first, recv_step,
+                                recv_first, pre, pre_ok);
+  if (__syncthreads_or(bad) != 0) return false;
+
+  const size_t elem = st[0].elem, nbytes = st[0].count * sizeof(T);
+  size_t nlines = (nbytes + DEV_LL_LINE_DATA_NBYTES - 1) / DEV_LL_LINE_DATA_NBYTES;
+  if (nlines == 0) nlines = 1; // an empty payload still moves a line
+  const T *in = src + elem;
+  T *out = dst + elem;
+  const uint64_t start = dev_clock_ns();
+  bool gave_up = false;
+  for (size_t l = threadIdx.x; l < nlines && !gave_up; l += blockDim.x) {
+    typedef union {
+      uint64_t w;
+      T e[8 / sizeof(T)];
+    } word;
+    // this rank's own input first: its load is under way while the
+    // peers' lines are awaited; then every received line, looked at together
+    word own, got[TREE_LL_MAX_PRIMS];
+    own.w = dev_prims<R, PROTO>::ll_load(in, l * 8, nbytes);
+    if (R::premul) {
+#pragma unroll
+      for (int e = 0; e < (int)(8 / sizeof(T)); e++) own.e[e] = R::mul(own.e[e], scalar);
+    }
+    uint32_t ready = 0, spins = 0;
+    const uint32_t all = (1u << k.nrecv) - 1;
+    if (l == 0 && threadIdx.x == 0)
+      for (int i = 0; i < k.nrecv; i++)
+        if (pre_ok[i]) {
+          got[i].w = ll_line_data(reinterpret_cast<const uint32_t *>(&pre[i]));
+          ready |= 1u << i;
+        }
+    while (ready != all) {
+      int stalled = -1, also = -1; // the first two pending links, in step order
+      for (int i = 0; i < k.nrecv; i++) {
+        if (ready & (1u << i)) continue;
+        const int j = k.recv[i];
+        const dev_fifo &f = tc->recv[j][PROTO];
+        const uint4 *lines = reinterpret_cast<const uint4 *>(
+            f.slots + (recv_step[j] % f.nslots) * f.slot_nbytes + DEV_SLOT_HEADER_NBYTES);
+        const uint4 line = dev_ld_volatile_line(lines + l);
+        if (ll_line_ready(reinterpret_cast<const uint32_t *>(&line), ll_flag(recv_step[j]))) {
+          got[i].w = ll_line_data(reinterpret_cast<const uint32_t *>(&line));
+          ready |= 1u << i;
+        } else if (stalled < 0) {
+          stalled = i;
+        } else if (also < 0) {
+          also = i;
+        }
+      }
+      if (ready == all) break;
+      // the stall record names the first link still awaited (the same in
+      // every thread whose line waits on it); poison on the next is seen too
+      const int j = k.recv[stalled];
+      if (dev_watch_expired(watch, start, &spins, &tc->recv[j][PROTO],
+                            also >= 0 ? &tc->recv[k.recv[also]][PROTO] : NULL, tc->peer[j],
+                            DEV_STALL_RECV, recv_step[j])) {
+        gave_up = true; // the block's other threads learn it below
+        break;
+      }
+    }
+    if (gave_up) break;
+    // the steps in order, as the primitives would run them
+    word acc;
+    acc.w = 0;
+    bool held = false; // acc holds what the group wrote to dst so far
+    for (int i = 0; i < n; i++) {
+      const int prim = st[i].prim;
+      word v, b;
+      const bool recv = k.recv_of[i] >= 0, has_src = ring_prim_has_src(prim);
+      if (has_src) {
+        if (st[i].src_own) b.w = own.w;
+        else if (held) b.w = acc.w;
+        else b.w = dev_prims<R, PROTO>::ll_load(out, l * 8, nbytes);
+      }
+      if (recv) {
+        v.w = got[k.recv_of[i]].w;
+        if (has_src) {
+#pragma unroll
+          for (int e = 0; e < (int)(8 / sizeof(T)); e++) v.e[e] = R::op(v.e[e], b.e[e]);
+        }
+      } else {
+        v.w = b.w;
+      }
+      if (st[i].divide && divisor > 1) {
+#pragma unroll
+        for (int e = 0; e < (int)(8 / sizeof(T)); e++) v.e[e] = R::div(v.e[e], divisor);
+      }
+      if (ring_prim_has_dst(prim)) {
+        acc.w = v.w;
+        held = true;
+      }
+      if (k.send_of[i] >= 0) {
+        const int j = k.send[k.send_of[i]];
+        const dev_fifo &f = tc->send[j][PROTO];
+        uint4 *lines = reinterpret_cast<uint4 *>(f.slots + (send_step[j] % f.nslots) * f.slot_nbytes +
+                                                 DEV_SLOT_HEADER_NBYTES);
+        uint4 line;
+        ll_line_pack(v.w, ll_flag(send_step[j]), reinterpret_cast<uint32_t *>(&line));
+        dev_st_volatile_line(lines + l, line);
+      }
+    }
+    if (held && l * 8 < nbytes) dev_prims<R, PROTO>::ll_store(out, l * 8, nbytes, acc.w);
+  }
+  // one barrier: the block agrees, and every thread's loads of the slots
+  // are done before their credits go back
+  if (__syncthreads_or(gave_up) != 0) return false;
+  for (int i = 0; i < k.nrecv; i++) {
+    const int j = k.recv[i];
+    if (threadIdx.x == 0) dev_st_volatile_u64(&tc->recv[j][PROTO].ctrl->head, recv_step[j] + 1);
+    recv_step[j]++;
+  }
+  for (int i = 0; i < k.nsend; i++) send_step[k.send[i]]++;
+  return true;
+}
+
 // One block's part of a tree all-reduce: channel blockIdx.x's tree part (both
 // trees when the launch has one channel), as tree_steps.h orders it. The
 // primitives are bound, step by step, to the FIFOs of the step's links; each
@@ -201,7 +459,32 @@ __device__ __forceinline__ void tree_kernel_run(const dev_work &w) {
   struct tree_step st;
   bool ok = true;
   tree_iter_init(&order, &g);
-  while (ok && tree_iter_next(&g, &order, &st)) {
+  if (PROTO == DEV_PROTO_LL) { // a step's primitives as one (tree_ll_group)
+    struct tree_step group[TREE_LL_MAX_PRIMS];
+    int n = 0;
+    while (ok && tree_iter_next(&g, &order, &group[n])) {
+      if (++n < order.nsteps) continue; // the step's next primitive
+      // a root's up(i) and, next in its order, its down(i): one pass too
+      // (the result goes down as soon as it is reduced)
+      if (order.up && g.part[order.part].links.parent == TREE_NONE) {
+        struct tree_iter next = order;
+        struct tree_step more[TREE_MAX_CHILDREN];
+        int m = 0;
+        while (m < TREE_MAX_CHILDREN && tree_iter_next(&g, &next, &more[m])) {
+          m++;
+          if (next.j >= next.nsteps) break;
+        }
+        if (m > 0 && !next.up && next.part == order.part && next.piece == order.piece) {
+          for (int i = 0; i < m; i++) group[n++] = more[i];
+          order = next;
+        }
+      }
+      ok = tree_ll_group<R>(tc, watch, w.sig, group, n, link, send_step, recv_step, send_first,
+                            recv_first, head_seen, src, dst, w.divisor, p.scalar);
+      n = 0;
+    }
+  }
+  while (PROTO != DEV_PROTO_LL && ok && tree_iter_next(&g, &order, &st)) {
     if (st.send_peer >= 0 && link[st.send_peer] != bound_send) {
       send_step[bound_send] = p.send.step;
       head_seen[bound_send] = p.head_seen;
@@ -226,10 +509,12 @@ __device__ __forceinline__ void tree_kernel_run(const dev_work &w) {
     T *dp = ring_prim_has_dst(st.prim) ? dst + st.elem : NULL;
     ok = p.run_step(st.prim, sp, dp, st.count, st.src_own != 0, st.divide != 0);
   }
-  send_step[bound_send] = p.send.step;
-  head_seen[bound_send] = p.head_seen;
-  recv_step[bound_recv] = p.recv.step;
-  tail_seen[bound_recv] = p.tail_seen;
+  if (PROTO != DEV_PROTO_LL) { // the bound links' counters, where p kept them
+    send_step[bound_send] = p.send.step;
+    head_seen[bound_send] = p.head_seen;
+    recv_step[bound_recv] = p.recv.step;
+    tail_seen[bound_recv] = p.tail_seen;
+  }
   if (ok) dev_pdl_release(w);
   if (threadIdx.x == 0) { // error says why a block gave up; the host reports it
     if (!ok) // every tree channel, this one among them (as dev_ring_poison_all)

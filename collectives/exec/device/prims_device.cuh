@@ -297,6 +297,21 @@ __device__ __forceinline__ void dev_channel_poison(dev_channel *ch, const dev_wa
   __threadfence_system();
 }
 
+// LL: the signature sig, keyed with step, in the first two lines of the head
+// of f's slot of that step, with the step's flag. Thread 0.
+__device__ __forceinline__ void dev_ll_sig_put(const dev_fifo &f, uint64_t step,
+                                               const uint64_t sig[2]) {
+  uint64_t keyed[2];
+  dev_sig_keyed(sig, step, keyed);
+  uint4 *h = reinterpret_cast<uint4 *>(f.slots + (step % f.nslots) * f.slot_nbytes);
+  const uint32_t flag = ll_flag(step);
+  for (int i = 0; i < 2; i++) {
+    uint4 line;
+    ll_line_pack(keyed[i], flag, reinterpret_cast<uint32_t *>(&line));
+    dev_st_volatile_line(h + i, line);
+  }
+}
+
 // --- one block's primitives on one channel ----------------------------------
 
 template <class R, int PROTO>
@@ -620,17 +635,7 @@ struct dev_prims {
   // lines); its receiver's thread 0 waits for them and compares before any
   // thread waits for data, which a mismatched sender may never send
   // (one barrier, on that step only). False when the block must give up.
-  __device__ void ll_sig_put() {
-    uint64_t keyed[2];
-    dev_sig_keyed(sig, send.step, keyed);
-    uint4 *h = head_of<uint4>(send);
-    const uint32_t flag = ll_flag(send.step);
-    for (int i = 0; i < 2; i++) {
-      uint4 line;
-      ll_line_pack(keyed[i], flag, reinterpret_cast<uint32_t *>(&line));
-      dev_st_volatile_line(h + i, line);
-    }
-  }
+  __device__ void ll_sig_put() { dev_ll_sig_put(send, send.step, sig); }
   __device__ bool ll_sig_check() {
     int bad = 0;
     if (threadIdx.x == 0) {
