@@ -415,11 +415,19 @@ __device__ __forceinline__ void tree_kernel_run(const dev_work &w) {
   const dev_watch watch = dev_watch_of(w);
   int any = 0;
   if (threadIdx.x == 0) {
-    uint32_t poison = 0;
-    for (int i = 0; i < np && poison == 0; i++) {
-      poison = dev_fifo_poison(tc->send[i][PROTO]);
-      if (poison == 0) poison = dev_fifo_poison(tc->recv[i][PROTO]);
+    // every link's pair loaded at once, then the first poison in link order
+    // taken: loads chained by a short-circuit would add a round trip per
+    // FIFO (a pointer, then its word) to every launch's start
+    uint32_t ps[TREE_MAX_PEERS], pr[TREE_MAX_PEERS];
+#pragma unroll
+    for (int i = 0; i < TREE_MAX_PEERS; i++) {
+      ps[i] = i < np ? dev_fifo_poison(tc->send[i][PROTO]) : 0;
+      pr[i] = i < np ? dev_fifo_poison(tc->recv[i][PROTO]) : 0;
     }
+    uint32_t poison = 0;
+#pragma unroll
+    for (int i = TREE_MAX_PEERS - 1; i >= 0; i--)
+      if (ps[i] != 0 || pr[i] != 0) poison = ps[i] != 0 ? ps[i] : pr[i];
     any = poison != 0;
     if (any && *(volatile uint32_t *)watch.error == 0)
       *(volatile uint32_t *)watch.error = dev_poison_why(poison);
