@@ -28,6 +28,13 @@ struct query_question {
   uint8_t secret[BOOTSTRAP_SECRET_BYTES];
 };
 
+/* What this rank sends a peer's query thread: magic says what it wants. */
+static struct query_question query_question_of(const struct bootstrap *bs, uint32_t magic) {
+  struct query_question q = {.magic = magic, .from = bs->rank};
+  memcpy(q.secret, bs->secret, sizeof q.secret);
+  return q;
+}
+
 struct query_answer_header {
   uint32_t magic;
   uint32_t nbytes;
@@ -144,8 +151,7 @@ void bootstrap_query_linger(struct bootstrap *bs, uint64_t recent_ns, uint64_t m
 void bootstrap_query_bye(struct bootstrap *bs) {
   if (bs == NULL || bs->query_addrs == NULL) return;
   const uint64_t deadline = clock_ns() + QUERY_IO_NS; /* for all of them: best effort */
-  struct query_question q = {.magic = QUERY_BYE_MAGIC, .from = bs->rank};
-  memcpy(q.secret, bs->secret, sizeof q.secret);
+  const struct query_question q = query_question_of(bs, QUERY_BYE_MAGIC);
   /* the caller's error stays the one to report: a peer that is gone here
    * would overwrite its text */
   char *error = strdup(weft_error_text());
@@ -189,8 +195,7 @@ void bootstrap_ask_all(struct bootstrap *bs, uint64_t timeout_ns, void *replies,
   const int n = bs->nranks;
   const uint64_t deadline = clock_ns() + timeout_ns;
   int *fds = malloc(sizeof *fds * (size_t)n);
-  struct query_question q = {.magic = QUERY_MAGIC, .from = bs->rank};
-  memcpy(q.secret, bs->secret, sizeof q.secret);
+  const struct query_question q = query_question_of(bs, QUERY_MAGIC);
   /* the questions first, to every rank, then the answers in rank order: the
    * askers' waits overlap, so the whole takes about the slowest answer */
   for (int r = 0; r < n; r++) {
