@@ -1,4 +1,5 @@
-/* Tree all-reduce over the two trees of comm_trees (tree_links.h): the
+/* Tree all-reduce over the two trees of comm_trees (tree_links.h; small
+ * calls over comm_tree_links', one shallower tree taken twice): the
  * first half of the buffer goes through tree 0, the second through tree 1,
  * each in slot-sized pieces, reduced up and broadcast down. The steps and
  * their order (which keeps the trees concurrent and free of deadlock) are
@@ -18,6 +19,7 @@
 #include "../exec/host/prims.h"
 #include "../exec/host/prims_peer.h"
 #include "../reduce/reduce_host.h"
+#include "../core/channel.h"
 #include "../core/tree_links.h"
 #include "algo.h"
 #include "tree_steps.h"
@@ -90,9 +92,12 @@ weftResult_t tree_allreduce(struct weftComm *comm, struct weft_channel *ch,
   }
 
   /* set-up: both trees on one channel (hierarchical across hosts:
-   * comm_trees), a slot per piece less the signature's room, connected to every neighbour both ways */
+   * comm_trees; a small call's trees are comm_tree_links', by the whole
+   * call's size as the device's), a slot per piece less the signature's
+   * room, connected to every neighbour both ways */
   signature_pack(&r.sig, plan);
-  tree_geom_init(&g, comm->trees, 1, 0, count, esize, prims_slot_room(comm->slot_nbytes) / esize);
+  tree_geom_init(&g, comm_tree_links(comm, plan->count * esize), 1, 0, count, esize,
+                 prims_slot_room(comm->slot_nbytes) / esize);
   WEFT_TRY(peer_connect(comm, g.peer, g.npeers));
 
   /* run: every step of both trees in (key, tree) order */

@@ -83,6 +83,8 @@ static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
     return weft_error_set(weftInvalidArgument,
                           "WEFT_SLOT_BYTES=%lld: must be a multiple of 64 up to 64M",
                           (long long)slot_nbytes);
+  int64_t tree_small_nbytes;
+  WEFT_TRY(param_int_checked(&coll_params[P_TREE_SMALL_BYTES], &tree_small_nbytes));
   int nchannels = (int)param_int(&coll_params[P_NCHANNELS]);
   /* the bounds as host rings can take them (device channels take them whole) */
   int max_ch = config_int(cfg.maxChannels, WEFT_MAX_CHANNELS);
@@ -111,6 +113,7 @@ static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
   comm->peers = peers;
   comm->nslots = (uint32_t)nslots;
   comm->slot_nbytes = (size_t)slot_nbytes;
+  comm->tree_small_nbytes = (size_t)tree_small_nbytes;
   WEFT_TRY_GOTO(sendrecv_conns_alloc(comm), res, free_comm);
   comm->timeout_ns = cfg.timeoutMs != WEFT_CONFIG_UNDEF_INT && cfg.timeoutMs > 0
                          ? (uint64_t)cfg.timeoutMs * 1000000ull

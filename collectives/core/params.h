@@ -14,6 +14,7 @@ enum coll_param {
   P_ALGO,
   P_PROTO,
   P_DETERMINISTIC,
+  P_TREE_SMALL_BYTES,
 };
 
 #endif

@@ -64,6 +64,19 @@ void tree_dtree_links(int nranks, int rank, int t, struct tree_links *out) {
     dtree_parent_children(nranks, up, t, &up, child2);
 }
 
+void tree_small_links(int nranks, int rank, struct tree_links *out) {
+  const int k = TREE_MAX_CHILDREN;
+  out->parent = rank > 0 ? (rank - 1) / k : TREE_NONE;
+  out->nchildren = 0;
+  for (int c = 0; c < k; c++) {
+    const long child = (long)k * rank + 1 + c;
+    out->child[c] = child < nranks ? (int)child : TREE_NONE;
+    out->nchildren += child < nranks;
+  }
+  out->depth = 0;
+  for (int up = rank; up > 0; up = (up - 1) / k) out->depth++;
+}
+
 /* The head of host h's chain in tree t: its first rank, or its last. */
 static int hier_head(const int *order, const int *first, int h, int t) {
   return t == 0 ? order[first[h]] : order[first[h + 1] - 1];

@@ -30,6 +30,14 @@ struct tree_links {
  * ranks. A pure function. */
 void tree_dtree_links(int nranks, int rank, int t, struct tree_links *out);
 
+/* Rank's place in the tree small all-reduces take on one host (where a
+ * call is a piece or two, a tree's depth is its latency): ranks 0..nranks-1
+ * in heap order with TREE_MAX_CHILDREN children a node, rank r's children
+ * TREE_MAX_CHILDREN * r + 1 onwards, so depth 1 up to 4 ranks, 2 up to 13
+ * and 3 up to 40, where the double binary tree's is log2 of the ranks. A
+ * pure function. */
+void tree_small_links(int nranks, int rank, struct tree_links *out);
+
 /* Rank's place in tree t (0 or 1) of the trees over hosts. order is the
  * ring order (the ranks of each host adjacent), host[r] rank r's host
  * (0..nhosts-1, numbered along order). On one host: the double binary tree

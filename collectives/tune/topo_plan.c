@@ -137,7 +137,7 @@ static void plan_print_trees(const struct peer_info *peers, int n, FILE *out) {
   struct tree_links(*all)[2] = calloc((size_t)n, sizeof *all);
   if (all == NULL) return;
   struct tree_links mine[2];
-  if (comm_trees(peers, n, 0, mine, all) < 0) {
+  if (comm_trees(peers, n, 0, mine, NULL, all) < 0) {
     free(all);
     return;
   }

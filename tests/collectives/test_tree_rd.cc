@@ -7,6 +7,7 @@
 // signed slot, through the public API.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -20,6 +21,7 @@ extern "C" {
 #include "collectives/core/plan.h"
 #include "collectives/core/tree_links.h"
 #include "collectives/algo/algo.h"
+#include "collectives/algo/tree_steps.h"
 }
 
 using namespace weft_test;
@@ -28,10 +30,9 @@ namespace {
 
 // --- the double binary tree's shape ------------------------------------------
 
-// Checks tree t over n ranks; returns its depth, or -1 after a failure.
-int check_tree(int n, int t) {
-  std::vector<tree_links> l(n);
-  for (int r = 0; r < n; r++) tree_dtree_links(n, r, t, &l[r]);
+// Checks a tree over n ranks (l[r]: rank r's links, at most max_children
+// children); returns its depth, or -1 after a failure.
+int check_links(int n, int t, const std::vector<tree_links> &l, int max_children) {
   int roots = 0, depth_max = 0;
   for (int r = 0; r < n; r++) {
     const tree_links &x = l[r];
@@ -39,8 +40,8 @@ int check_tree(int n, int t) {
                  std::to_string(r));
     roots += x.parent == TREE_NONE;
     EXPECT_GE(x.nchildren, 0);
-    EXPECT_LE(x.nchildren, 2);
-    for (int c = 0; c < 2; c++) {
+    EXPECT_LE(x.nchildren, max_children);
+    for (int c = 0; c < TREE_MAX_CHILDREN; c++) {
       if (c >= x.nchildren) {
         EXPECT_EQ(x.child[c], TREE_NONE);
         continue;
@@ -50,14 +51,14 @@ int check_tree(int n, int t) {
       if (ch < 0 || ch >= n) return -1;
       EXPECT_EQ(l[ch].parent, r) << "child " << ch << " names another parent";
     }
-    if (x.nchildren == 2) {
-      EXPECT_NE(x.child[0], x.child[1]);
-    }
+    for (int a = 0; a < x.nchildren; a++)
+      for (int b = 0; b < a; b++) EXPECT_NE(x.child[a], x.child[b]);
     if (x.parent != TREE_NONE) {
       EXPECT_TRUE(x.parent >= 0 && x.parent < n && x.parent != r);
       if (x.parent < 0 || x.parent >= n) return -1;
       const tree_links &p = l[x.parent];
-      EXPECT_TRUE(p.child[0] == r || p.child[1] == r) << "parent " << x.parent;
+      EXPECT_NE(std::find(p.child, p.child + p.nchildren, r), p.child + p.nchildren)
+          << "parent " << x.parent;
     }
     // the way up reaches the root in depth steps: no cycles, one component
     int steps = 0, up = r;
@@ -71,6 +72,13 @@ int check_tree(int n, int t) {
   }
   EXPECT_EQ(roots, 1) << "n " << n << " tree " << t;
   return testing::Test::HasFailure() ? -1 : depth_max;
+}
+
+// Checks tree t of the double binary tree over n ranks.
+int check_tree(int n, int t) {
+  std::vector<tree_links> l(n);
+  for (int r = 0; r < n; r++) tree_dtree_links(n, r, t, &l[r]);
+  return check_links(n, t, l, 2);
 }
 
 TEST(DoubleTree, ShapeForEveryRankCount) {
@@ -95,6 +103,46 @@ TEST(DoubleTree, ShapeForEveryRankCount) {
     // balanced: the trees share the interior work evenly
     EXPECT_LE(std::abs(interior[0] - interior[1]), 1) << "n " << n;
   }
+}
+
+// The small calls' tree (tree_small_links): a tree of three children a
+// node, depth the fewest levels that hold n ranks; with the double binary
+// tree's links, no rank has more neighbours than a device tree channel
+// connects (TREE_MAX_PEERS).
+TEST(SmallTree, ShapeForEveryRankCount) {
+  for (int n = 1; n <= 64; n++) {
+    std::vector<tree_links> l(n);
+    for (int r = 0; r < n; r++) tree_small_links(n, r, &l[r]);
+    const int depth = check_links(n, 0, l, 3);
+    if (testing::Test::HasFailure()) return;
+    int want = 0;
+    for (long held = 1, level = 1; held < n; want++) held += (level *= 3);
+    EXPECT_EQ(depth, want) << "n " << n;
+    EXPECT_EQ(l[0].parent, TREE_NONE);
+    for (int r = 0; r < n; r++) {
+      std::vector<int> nb;
+      tree_links three[3];
+      tree_dtree_links(n, r, 0, &three[0]);
+      tree_dtree_links(n, r, 1, &three[1]);
+      three[2] = l[r];
+      for (const tree_links &x : three) {
+        if (x.parent != TREE_NONE) nb.push_back(x.parent);
+        nb.insert(nb.end(), x.child, x.child + x.nchildren);
+      }
+      std::sort(nb.begin(), nb.end());
+      nb.erase(std::unique(nb.begin(), nb.end()), nb.end());
+      EXPECT_LE(nb.size(), (size_t)TREE_MAX_PEERS) << "n " << n << " rank " << r;
+    }
+  }
+  if (testing::Test::HasFailure()) return;
+  // 8 ranks: 0 over 1, 2, 3; 1 over 4, 5, 6; 2 over 7
+  tree_links x;
+  tree_small_links(8, 1, &x);
+  EXPECT_EQ(x.parent, 0);
+  EXPECT_EQ(std::vector<int>(x.child, x.child + x.nchildren), std::vector<int>({4, 5, 6}));
+  tree_small_links(8, 7, &x);
+  EXPECT_EQ(x.parent, 2);
+  EXPECT_EQ(x.depth, 2);
 }
 
 // --- the algorithms on forked ranks ------------------------------------------

@@ -264,12 +264,18 @@ int tree_of_element(size_t count, size_t esize, int nchannels, size_t i) {
 
 // --- the host executor on forked ranks ----------------------------------------
 
-// What the ranks hand back: their trees, and each case's output.
+// What the ranks hand back: their trees (comm->trees and comm->tree_small),
+// the size up to which a call takes the small ones, and each case's output.
+struct SharedHead {
+  tree_links links[2][16];
+  tree_links small[2][16];
+  size_t small_nbytes;
+};
 struct Shared {
   uint8_t *base = nullptr;
   size_t nbytes = 0;
-  tree_links *links() { return reinterpret_cast<tree_links *>(base); } // [2][nranks]
-  uint8_t *out(size_t at) { return base + 2 * 16 * sizeof(tree_links) + at; }
+  SharedHead *head() { return reinterpret_cast<SharedHead *>(base); }
+  uint8_t *out(size_t at) { return base + sizeof(SharedHead) + at; }
 };
 
 class TreeSteps : public testing::TestWithParam<int> {};
@@ -287,7 +293,7 @@ TEST_P(TreeSteps, SimulatedDeviceStepsMatchTheHostExecutor) {
     total += cases[i].count * weftTypeSize(cases[i].type) * (size_t)k;
   }
   Shared sh;
-  sh.nbytes = 2 * 16 * sizeof(tree_links) + total + 1;
+  sh.nbytes = sizeof(SharedHead) + total + 1;
   void *m = mmap(nullptr, sh.nbytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(m, MAP_FAILED);
   sh.base = static_cast<uint8_t *>(m);
@@ -295,11 +301,19 @@ TEST_P(TreeSteps, SimulatedDeviceStepsMatchTheHostExecutor) {
   RunOptions opts;
   opts.timeout_s = 300;
   opts.env = {{"WEFT_ALGO", "tree"}, {"WEFT_SLOT_BYTES", "4096"}, {"WEFT_TIMEOUT", "60"}};
+  // the small calls' trees (comm_tree_links): by default the classes up to
+  // tiny_slots take them; at even rank counts the LL class's several slots too
+  if (k % 2 == 0) opts.env.push_back({"WEFT_TREE_SMALL_BYTES", "64K"});
+  printf("tree steps: small calls' trees up to %s\n", k % 2 == 0 ? "64K" : "the default");
   auto status = run_ranks(k, [&](const RankCtx &ctx) {
     weftComm_t comm;
     if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
       return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
-    for (int t = 0; t < 2; t++) sh.links()[t * 16 + ctx.rank] = comm->trees[t];
+    for (int t = 0; t < 2; t++) {
+      sh.head()->links[t][ctx.rank] = comm->trees[t];
+      sh.head()->small[t][ctx.rank] = comm->tree_small[t];
+    }
+    if (ctx.rank == 0) sh.head()->small_nbytes = comm->tree_small_nbytes;
     int rc = 0;
     for (size_t i = 0; i < cases.size() && rc == 0; i++) {
       const Case &c = cases[i];
@@ -324,12 +338,20 @@ TEST_P(TreeSteps, SimulatedDeviceStepsMatchTheHostExecutor) {
   }, opts);
   for (int r = 0; r < k; r++) ASSERT_EQ(status[r], 0) << "rank " << r;
 
-  std::vector<tree_links> links[2];
-  for (int t = 0; t < 2; t++) links[t].assign(sh.links() + t * 16, sh.links() + t * 16 + k);
+  std::vector<tree_links> trees[2], small[2];
+  for (int t = 0; t < 2; t++) {
+    trees[t].assign(sh.head()->links[t], sh.head()->links[t] + k);
+    small[t].assign(sh.head()->small[t], sh.head()->small[t] + k);
+  }
+  EXPECT_EQ(sh.head()->small_nbytes, k % 2 == 0 ? 65536u : 4096u);
   for (size_t i = 0; i < cases.size(); i++) {
     const Case &c = cases[i];
     SCOPED_TRACE(case_text(c));
     const size_t esize = weftTypeSize(c.type), nbytes = c.count * esize;
+    // the trees the call takes, as comm_tree_links picks them in both executors
+    const bool is_small = nbytes <= sh.head()->small_nbytes;
+    const std::vector<tree_links>(&links)[2] = is_small ? small : trees;
+    printf("  %s: %s trees\n", case_text(c).c_str(), is_small ? "small" : "double binary");
     const std::vector<std::vector<uint8_t>> inputs = inputs_of(c, seed + i);
     std::vector<std::vector<uint8_t>> dev;
     sim_case(c, links, inputs, &dev);
@@ -349,14 +371,16 @@ TEST_P(TreeSteps, SimulatedDeviceStepsMatchTheHostExecutor) {
           << "rank " << r << "'s result differs from rank 0's";
       size_t same_tree = 0;
       for (size_t e = 0; e < c.count; e++) {
-        if (tree_of_element(c.count, esize, 1, e) != tree_of_element(c.count, esize, c.nchannels, e))
+        // the small trees are one tree twice: every element goes over it
+        if (!is_small &&
+            tree_of_element(c.count, esize, 1, e) != tree_of_element(c.count, esize, c.nchannels, e))
           continue;
         same_tree++;
         ASSERT_EQ(memcmp(dev[r].data() + e * esize, host + e * esize, esize), 0)
             << "rank " << r << " element " << e << ": the device steps and the host executor "
             << "reduce it over the same tree, in the same order";
       }
-      if (c.nchannels <= 2) {
+      if (c.nchannels <= 2 || is_small) {
         EXPECT_EQ(same_tree, c.count);
       }
     }

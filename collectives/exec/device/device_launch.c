@@ -12,6 +12,7 @@
 #include "device_priv.h"
 #include "../../algo/deterministic.h"
 #include "../../algo/ring_steps.h"
+#include "../../core/channel.h"
 #include "../../core/signature.h"
 
 /* Written by gen_kernels.py (device_refuse.c says what is missing): the
@@ -180,6 +181,7 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
     coll = RING_ALLREDUCE_PAIR;
   struct dev_work w = {
       .channels = d->channels_d, .trees = tree ? d->trees_d : NULL,
+      .tree_small = tree && comm_tree_links(comm, nbytes) == comm->tree_small,
       .sendbuf = plan->sendbuf, .recvbuf = plan->recvbuf,
       .count = plan->count, .coll = coll, .root = plan->root,
       .nchannels = nch, .interleave = d->interleave, .pdl = launch_pdl(d, nch, stream, captured),

@@ -1,6 +1,6 @@
 /* The tree all-reduce's device channels: on each, a FIFO pair per protocol
  * with every neighbour this rank has in either of the comm's two trees
- * (comm->trees), set up as the ring's hops are (device_hops.c) and handed to
+ * (comm->trees) or in the trees of small calls (comm->tree_small), set up as the ring's hops are (device_hops.c) and handed to
  * the tree kernels (kernels.cuh) as struct dev_tree_channel. CUDA builds
  * only. */
 #include <stdlib.h>
@@ -11,15 +11,28 @@
 #include "../../algo/tree_steps.h"
 #include "device_priv.h"
 
-/* A rank's neighbours in either tree, in tree_steps.h's order: what the
- * kernels' links are numbered by. [0] the count, then the ranks. */
+/* A rank's neighbours in either tree, in tree_steps.h's order, then those
+ * only the small calls' trees add (comm_tree_links): what the kernels' links
+ * are numbered by. [0] the count, then the ranks. On one host a rank has at
+ * most 4 neighbours in the double binary tree (interior in one tree) and 4
+ * in the small tree: TREE_MAX_PEERS; across hosts the small trees are the
+ * trees. */
 typedef int tree_peer_list[TREE_MAX_PEERS + 1];
 
-static void tree_peers_of(const struct weftComm *comm, tree_peer_list out) {
+static int tree_peers_of(const struct weftComm *comm, tree_peer_list out) {
   struct tree_geom g;
   tree_geom_init(&g, comm->trees, 1, 0, 0, 1, 1); /* no elements: only the links */
   out[0] = g.npeers;
   for (int j = 0; j < g.npeers; j++) out[1 + j] = g.peer[j];
+  tree_geom_init(&g, comm->tree_small, 1, 0, 0, 1, 1);
+  for (int j = 0; j < g.npeers; j++) {
+    int known = 0;
+    for (int i = 0; i < out[0]; i++) known |= out[1 + i] == g.peer[j];
+    if (known) continue;
+    if (out[0] == TREE_MAX_PEERS) return -1;
+    out[1 + out[0]++] = g.peer[j];
+  }
+  return 0;
 }
 
 /* Writes the channels where the kernels read them: each link's FIFOs at step 0. */
@@ -33,6 +46,8 @@ static weftResult_t tree_publish(struct weftComm *comm, struct device_comm *d,
     host[c].npeers = mine[0];
     host[c].links[0] = comm->trees[0];
     host[c].links[1] = comm->trees[1];
+    host[c].links_small[0] = comm->tree_small[0];
+    host[c].links_small[1] = comm->tree_small[1];
     for (int j = 0; j < mine[0] && res == weftSuccess; j++) {
       host[c].peer[j] = mine[1 + j];
       for (int p = 0; p < DEV_NPROTOS && res == weftSuccess; p++) {
@@ -57,7 +72,11 @@ static weftResult_t tree_connect(struct weftComm *comm, struct device_comm *d) {
   const int nch = d->nchannels < DEV_TREE_MAX_CHANNELS ? d->nchannels : DEV_TREE_MAX_CHANNELS;
   tree_peer_list *lists = calloc((size_t)n, sizeof *lists);
   if (lists == NULL) return weft_error_set(weftSystemError, "out of memory");
-  tree_peers_of(comm, lists[comm->rank]);
+  if (tree_peers_of(comm, lists[comm->rank]) != 0) { /* never: tree_peers_of says why */
+    free(lists);
+    return weft_error_set(weftInternalError, "tree: rank %d has more than %d neighbours",
+                          comm->rank, TREE_MAX_PEERS);
+  }
   weftResult_t res = bootstrap_allgather(comm->bs, lists, sizeof *lists);
   const int *mine = lists[comm->rank];
   if (res == weftSuccess) {
@@ -119,8 +138,7 @@ static weftResult_t tree_connect(struct weftComm *comm, struct device_comm *d) {
 
 static int lists_npeers(const struct weftComm *comm) {
   tree_peer_list mine;
-  tree_peers_of(comm, mine);
-  return mine[0];
+  return tree_peers_of(comm, mine) == 0 ? mine[0] : 0;
 }
 
 weftResult_t device_tree_get(struct weftComm *comm, struct device_comm *d) {
