@@ -7,7 +7,9 @@
  * primitives), the tree run primitive by primitive (the SIMPLE kernel) and
  * run a (key, part) step at a time with a root's up(i) and down(i) together
  * (the LL kernel, tree_ll_group in kernels.cuh), each with the fixed parts
- * added; and the counts of links and primitives on the longest chain.
+ * added; and the counts of links and primitives on the longest chain; then
+ * the same for the small calls' tree (tree_small_links, three children a
+ * node) run by the LL kernel.
  * Usage: tree_model [c_us L_us ring_fixed_us tree_extra_us]
  * The defaults fit gpu-check's perf_tree figures of 2026-12-04 (docs/cuda.md). */
 #include <stdio.h>
@@ -28,7 +30,7 @@ struct rank_steps {
 
 /* The time the last rank ends, for n ranks; grouped: a (key, part) step's
  * primitives as one (its receives awaited together, then its sends). */
-static double simulate(int n, int grouped, double c, double L) {
+static double simulate(int n, int grouped, double c, double L, int small) {
   static struct rank_steps R[MAX_RANKS];
   static double sent[MAX_RANKS][MAX_RANKS][MAX_STEPS];
   int nsent[MAX_RANKS][MAX_RANKS], nrecvd[MAX_RANKS][MAX_RANKS];
@@ -36,8 +38,13 @@ static double simulate(int n, int grouped, double c, double L) {
   memset(nrecvd, 0, sizeof nrecvd);
   for (int r = 0; r < n; r++) {
     struct tree_links t[2];
-    tree_dtree_links(n, r, 0, &t[0]);
-    tree_dtree_links(n, r, 1, &t[1]);
+    if (small) { /* the small calls' tree, twice (comm_tree_links) */
+      tree_small_links(n, r, &t[0]);
+      t[1] = t[0];
+    } else {
+      tree_dtree_links(n, r, 0, &t[0]);
+      tree_dtree_links(n, r, 1, &t[1]);
+    }
     tree_geom_init(&R[r].g, t, 1, 0, 2, 4, 1024); /* 8 B of float32 */
     struct tree_iter it;
     tree_iter_init(&it, &R[r].g);
@@ -114,17 +121,22 @@ int main(int argc, char **argv) {
   const double tree_extra = argc > 4 ? atof(argv[4]) : 1.24;
   printf("c %.2f us a primitive, L %.2f us a link, fixed %.2f us (ring) and %.2f us more (tree)\n",
          c, L, ring_fixed, tree_extra);
-  printf("%5s %9s %14s %14s %7s %24s\n", "ranks", "ring_us", "tree_prims_us", "tree_steps_us",
-         "ratio", "links/prims (prims/steps)");
+  printf("%5s %9s %14s %14s %7s %24s %9s %7s %13s\n", "ranks", "ring_us", "tree_prims_us",
+         "tree_steps_us", "ratio", "links/prims (prims/steps)", "small_us", "ratio",
+         "links (steps)");
   for (int n = 2; n <= 9; n++) {
     const double ring = ring_fixed + (2 * n - 2) * (L + c) + c;
-    const double by_prim = ring_fixed + tree_extra + simulate(n, 0, c, L);
-    const double by_step = ring_fixed + tree_extra + simulate(n, 1, c, L);
+    const double by_prim = ring_fixed + tree_extra + simulate(n, 0, c, L, 0);
+    const double by_step = ring_fixed + tree_extra + simulate(n, 1, c, L, 0);
     /* the chain's counts: L alone counts links, c alone primitives */
-    const double links = simulate(n, 1, 0, 1), prims = simulate(n, 0, 1, 0),
-                 steps = simulate(n, 1, 1, 0);
-    printf("%5d %9.2f %14.2f %14.2f %7.2f %12.0f/%.0f (%.0f)\n", n, ring, by_prim, by_step,
-           by_step / ring, links, prims, steps);
+    const double links = simulate(n, 1, 0, 1, 0), prims = simulate(n, 0, 1, 0, 0),
+                 steps = simulate(n, 1, 1, 0, 0);
+    /* the small calls' tree (WEFT_TREE_SMALL_BYTES) run by the LL kernel */
+    const double small = ring_fixed + tree_extra + simulate(n, 1, c, L, 1);
+    const double small_links = simulate(n, 1, 0, 1, 1), small_steps = simulate(n, 1, 1, 0, 1);
+    printf("%5d %9.2f %14.2f %14.2f %7.2f %12.0f/%.0f (%.0f) %9.2f %7.2f %9.0f (%.0f)\n", n,
+           ring, by_prim, by_step, by_step / ring, links, prims, steps, small, small / ring,
+           small_links, small_steps);
   }
   return 0;
 }
