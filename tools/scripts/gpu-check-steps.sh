@@ -503,21 +503,24 @@ step_tree_types() {
 }
 
 # 8 B all-reduce latency, tree against ring, 4 and 8 processes under MPS,
-# alternating, then 8 processes with the calls in CUDA graphs (100 calls a
-# graph, launched 20 times: the kernels' time without the host's launch of
-# each); reported with the ratios (goal: at most 0.5 at 8 ranks), not
+# alternating: the tree as small calls take it (WEFT_TREE_SMALL_BYTES: three
+# children a node) and the double binary tree (dtree: WEFT_TREE_SMALL_BYTES=0);
+# then 8 processes with the calls in CUDA graphs (100 calls a graph,
+# launched 20 times: the kernels' time without the host's launch of each);
+# reported with the ratios to the ring (goal: at most 0.5 at 8 ranks), not
 # judged: the figures go to tuner_dev_tree_cost (tuner.c).
 step_perf_tree() {
   use_mps
   need_exe "$B/tools/all_reduce_device_perf"
-  local k algo lat keys="" ring tree
+  local k algo lat keys="" ring tree dtree
   for k in 4 8; do
-    for algo in ring tree ring tree; do
-      lat=$(WEFT_ALGO=allreduce:$algo perf_ar_latency "$k" "$algo") || fail "$k processes, $algo"
+    for algo in ring tree dtree ring tree dtree; do
+      lat=$(WEFT_ALGO=allreduce:${algo#d} WEFT_TREE_SMALL_BYTES=$([ $algo = dtree ] && echo 0 || echo 4K) \
+        perf_ar_latency "$k" "$algo") || fail "$k processes, $algo"
       [ -n "$lat" ] || fail "$k processes, $algo: no 8 B row"
       eval "$algo=\${lat%% *}"
     done
-    keys="$keys${keys:+; }$k: tree $tree us, ring $ring us ($(awk -v t="$tree" -v r="$ring" 'BEGIN { printf "%.2f", t / r }'))"
+    keys="$keys${keys:+; }$k: tree $tree us ($(awk -v t="$tree" -v r="$ring" 'BEGIN { printf "%.2f", t / r }')), dtree $dtree us ($(awk -v t="$dtree" -v r="$ring" 'BEGIN { printf "%.2f", t / r }')), ring $ring us"
   done
   # the graphs' figures join the key whatever becomes of them, so that the
   # launched ones above are never lost
