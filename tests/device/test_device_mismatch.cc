@@ -300,11 +300,7 @@ double poll_until_all_fail(Ranks &ranks, double limit_s, std::vector<weftResult_
 // count under the call's number in their traces and stops the kernels:
 // every rank fails within about a second of the watch's question with
 // WEFT_TIMEOUT=30, one names the count, and nothing lands past a count.
-TEST(DeviceMismatch, ProtocolsThatDifferFoundByAsking) {
-  REQUIRE_GPU();
-  ScopedEnv env({{"WEFT_TIMEOUT", "30"}});
-  const int k = 3;
-  const size_t small = 1000, large = (size_t)4 << 20; // 4 KB and 16 MiB of float32
+void differ_found_by_asking(int k, size_t small, size_t large) {
   Ranks ranks(k);
   std::vector<unsigned char *> send(k), recv(k);
   for (int r = 0; r < k; r++) {
@@ -313,12 +309,12 @@ TEST(DeviceMismatch, ProtocolsThatDifferFoundByAsking) {
     ASSERT_EQ(cudaMemset(send[r], 0x11, large * 4 + kCanary), cudaSuccess);
   }
   matched_allreduce(ranks, send, recv, small);
-  if (HasFailure()) return;
+  if (testing::Test::HasFailure()) return;
   for (int r = 0; r < k; r++) ASSERT_EQ(cudaMemset(recv[r], kPoison, large * 4 + kCanary), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   // a group of two calls, the second mismatched (#3), then twelve more
   // calls queued behind it on every stream: more than an answer holds
-  unsigned char *spare[3];
+  std::vector<unsigned char *> spare(k);
   for (int r = 0; r < k; r++) ASSERT_EQ(cudaMalloc((void **)&spare[r], small * 4), cudaSuccess);
   ASSERT_EQ(weftGroupStart(), weftSuccess);
   for (int r = 0; r < k; r++) {
@@ -359,6 +355,23 @@ TEST(DeviceMismatch, ProtocolsThatDifferFoundByAsking) {
     cudaFree(recv[r]);
     cudaFree(spare[r]);
   }
+}
+
+TEST(DeviceMismatch, ProtocolsThatDifferFoundByAsking) {
+  REQUIRE_GPU();
+  ScopedEnv env({{"WEFT_TIMEOUT", "30"}});
+  differ_found_by_asking(3, 1000, (size_t)4 << 20); // 4 KB and 16 MiB of float32
+}
+
+// The same with the tree and LL on both sides of WEFT_TREE_SMALL_BYTES
+// (4 KiB): 4 ranks, one on the small calls' tree (a root over three), the
+// others on the double binary tree, whose links partly differ: the kernels
+// compare signatures on the links the two share, and the watch's question
+// finds the rest; either way every rank fails fast, one names the count.
+TEST(DeviceMismatch, TreesThatDifferFailFast) {
+  REQUIRE_GPU();
+  ScopedEnv env({{"WEFT_TIMEOUT", "30"}, {"WEFT_ALGO", "allreduce:tree"}, {"WEFT_PROTO", "ll"}});
+  differ_found_by_asking(4, 1000, 1100); // 4000 and 4400 B of float32
 }
 
 // A rank that skips a collective on device memory: the others' kernels

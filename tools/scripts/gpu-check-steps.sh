@@ -512,15 +512,19 @@ step_tree_types() {
 step_perf_tree() {
   use_mps
   need_exe "$B/tools/all_reduce_device_perf"
-  local k algo lat keys="" ring tree dtree
+  local k algo lat keys="" ring tree dtree small
+  ratio() { awk -v t="$1" -v r="$2" 'BEGIN { printf "%.2f", t / r }'; }
   for k in 4 8; do
     for algo in ring tree dtree ring tree dtree; do
-      lat=$(WEFT_ALGO=allreduce:${algo#d} WEFT_TREE_SMALL_BYTES=$([ $algo = dtree ] && echo 0 || echo 4K) \
+      small=4K
+      [ $algo = dtree ] && small=0
+      lat=$(WEFT_ALGO=allreduce:${algo#d} WEFT_TREE_SMALL_BYTES=$small \
         perf_ar_latency "$k" "$algo") || fail "$k processes, $algo"
       [ -n "$lat" ] || fail "$k processes, $algo: no 8 B row"
       eval "$algo=\${lat%% *}"
     done
-    keys="$keys${keys:+; }$k: tree $tree us ($(awk -v t="$tree" -v r="$ring" 'BEGIN { printf "%.2f", t / r }')), dtree $dtree us ($(awk -v t="$dtree" -v r="$ring" 'BEGIN { printf "%.2f", t / r }')), ring $ring us"
+    keys="$keys${keys:+; }$k: tree $tree us ($(ratio "$tree" "$ring")),"
+    keys="$keys dtree $dtree us ($(ratio "$dtree" "$ring")), ring $ring us"
   done
   # the graphs' figures join the key whatever becomes of them, so that the
   # launched ones above are never lost

@@ -63,7 +63,7 @@ torch_weft|180|-|20.4|tools/torch_weft built against the local torch; check_ops 
 mps_start|30|gpu|20.2|MPS daemon, private pipe directory, for the multi-process steps
 torch_weft_streams|150|gpu|38.3|the weft backend, communication streams: DDP step time, 2 ranks on cuda:0, comm stream vs compute stream
 perf_vs_nccl|120|gpu|42.4|nccl_api_perf through the libnccl.so.2 of NCCL itself (nvidia-nccl in the torch Python, NCCL_MULTI_RANK_GPU_ENABLE=1) and through weft, 2/4/8 ranks on the GPU alternating, 8 B..64 MiB, and 8 B in a CUDA graph
-perf_tree|160|gpu|42.2|8 B all-reduce over 2000 calls, 4 and 8 processes under MPS, tree (the tree of small calls) and dtree (WEFT_TREE_SMALL_BYTES=0: the double binary tree) against ring (goal: tree at most half the ring time at 8), and 8 in CUDA graphs
+perf_tree|160|gpu|42.2|8 B all-reduce over 2000 calls, 4 and 8 processes under MPS, tree (of small calls) and dtree (WEFT_TREE_SMALL_BYTES=0) against ring (goal: tree at most half the ring time at 8), and 8 in CUDA graphs
 tree_types|240|gpu|42.2|tree all-reduce, 3 to 8 processes under MPS: all_reduce_perf -M cuda -d all -o all, 1 B..1 MiB, WEFT_PROTO ll at 3, 6, 7 and simple at 4, 5, 8, WEFT_ALGO=allreduce:tree; 0 wrong
 mps_stop|20|gpu|20.2|stops the MPS daemon: the single-process steps after it run without
 device_tree|240|gpu|42.2|all-reduce cases of the device suite (2-4 ranks, every datatype and op of the matrix, 1 to 1M elements, in and out of place) with WEFT_ALGO=allreduce:tree: the tree kernels

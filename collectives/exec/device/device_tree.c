@@ -1,8 +1,8 @@
 /* The tree all-reduce's device channels: on each, a FIFO pair per protocol
  * with every neighbour this rank has in either of the comm's two trees
- * (comm->trees) or in the trees of small calls (comm->tree_small), set up as the ring's hops are (device_hops.c) and handed to
- * the tree kernels (kernels.cuh) as struct dev_tree_channel. CUDA builds
- * only. */
+ * (comm->trees) or in the trees of small calls (comm->tree_small), set up
+ * as the ring's hops are (device_hops.c) and handed to the tree kernels
+ * (kernels.cuh) as struct dev_tree_channel. CUDA builds only. */
 #include <stdlib.h>
 #include <string.h>
 
