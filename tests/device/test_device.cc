@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <unistd.h>
 #include <optional>
@@ -477,6 +478,60 @@ TEST(DeviceSteps, KernelComputesTheHostSteps) {
       ring_geom_init(&g, RING_ALLREDUCE_PAIR, 2, pos, -1, 1000, 64, 500, 24, 4);
       EXPECT_EQ(ring_nsteps_total(&g), 2u * ((500 + 23) / 24));
       expect_device_steps(g, pair, il);
+    }
+}
+
+// The tree all-reduce on device memory and on host memory reduces every
+// element over the same tree in the same order (tree_steps.h, and
+// comm_tree_links' choice of trees by the call's size in both executors):
+// float32 sums of inputs whose rounding depends on that order come out bit
+// for bit the same, for a call of the small calls' tree (256 B) and one of
+// the double binary tree (12 KB), at 4 and 8 ranks.
+TEST(DeviceTree, SameBitsAsTheHostExecutor) {
+  REQUIRE_GPU();
+  ScopedEnv env({{"WEFT_ALGO", "allreduce:tree"}});
+  for (int k : {4, 8})
+    for (size_t n : {64ul, 3001ul}) {
+      SCOPED_TRACE("k " + std::to_string(k) + " n " + std::to_string(n));
+      Ranks ranks(k);
+      std::vector<std::vector<float>> in(k), host(k, std::vector<float>(n));
+      std::vector<float *> dev(k);
+      for (int r = 0; r < k; r++) {
+        in[r].resize(n);
+        for (size_t i = 0; i < n; i++) { // magnitudes 2^-8 to 2^8: sums round by their order
+          const uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(r * 40503u + 17u);
+          in[r][i] = ldexpf((float)(h % 1000003u) / 1000003.0f + 0.5f, (int)(h % 17) - 8);
+        }
+        ASSERT_EQ(cudaMalloc((void **)&dev[r], n * sizeof(float)), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(dev[r], in[r].data(), n * sizeof(float), cudaMemcpyHostToDevice),
+                  cudaSuccess);
+      }
+      ASSERT_EQ(weftGroupStart(), weftSuccess);
+      for (int r = 0; r < k; r++)
+        ASSERT_EQ(weftAllReduce(dev[r], dev[r], n, weftFloat32, weftSum, ranks.comms[r],
+                                ranks.streams[r]), weftSuccess) << weftGetLastError(ranks.comms[r]);
+      ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+      ranks.sync();
+      ASSERT_EQ(weftGroupStart(), weftSuccess);
+      for (int r = 0; r < k; r++)
+        ASSERT_EQ(weftAllReduce(in[r].data(), host[r].data(), n, weftFloat32, weftSum,
+                                ranks.comms[r], nullptr), weftSuccess)
+            << weftGetLastError(ranks.comms[r]);
+      ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+      for (int r = 0; r < k; r++) {
+        std::vector<float> got(n);
+        ASSERT_EQ(cudaMemcpy(got.data(), dev[r], n * sizeof(float), cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        for (size_t i = 0; i < n; i++) {
+          double want = 0;
+          for (int q = 0; q < k; q++) want += in[q][i];
+          ASSERT_NEAR(host[r][i], want, 1e-5 * want) << "host rank " << r << " element " << i;
+          ASSERT_EQ(memcmp(&got[i], &host[r][i], sizeof(float)), 0)
+              << "rank " << r << " element " << i << ": device " << got[i] << ", host "
+              << host[r][i];
+        }
+        cudaFree(dev[r]);
+      }
     }
 }
 
