@@ -1,5 +1,5 @@
 /* Tree all-reduce over the two trees of comm_trees (tree_links.h; small
- * calls over comm_tree_links', one shallower tree taken twice): the
+ * calls over one shallower tree, whole: comm_tree_small): the
  * first half of the buffer goes through tree 0, the second through tree 1,
  * each in slot-sized pieces, reduced up and broadcast down. The steps and
  * their order (which keeps the trees concurrent and free of deadlock) are
@@ -92,12 +92,15 @@ weftResult_t tree_allreduce(struct weftComm *comm, struct weft_channel *ch,
   }
 
   /* set-up: both trees on one channel (hierarchical across hosts:
-   * comm_trees; a small call's trees are comm_tree_links', by the whole
-   * call's size as the device's), a slot per piece less the signature's
-   * room, connected to every neighbour both ways */
+   * comm_trees; a small call, by comm_tree_small on the whole call's size
+   * as the device decides, the one tree of small calls), a slot per piece
+   * less the signature's room, connected to every neighbour both ways */
   signature_pack(&r.sig, plan);
-  tree_geom_init(&g, comm_tree_links(comm, plan->count * esize), 1, 0, count, esize,
-                 prims_slot_room(comm->slot_nbytes) / esize);
+  const size_t piece = prims_slot_room(comm->slot_nbytes) / esize;
+  if (comm_tree_small(comm, plan->count * esize))
+    tree_geom_init_trees(&g, &comm->tree_small, 1, 1, 0, count, esize, piece);
+  else
+    tree_geom_init(&g, comm->trees, 1, 0, count, esize, piece);
   WEFT_TRY(peer_connect(comm, g.peer, g.npeers));
 
   /* run: every step of both trees in (key, tree) order */

@@ -2,7 +2,9 @@
  *
  * The double binary tree (core/tree_links.h) reduces a piece up each tree
  * and broadcasts the result down it, pipelined in slot-sized pieces; each
- * tree carries its own part of the buffer. A channel runs one part (tree c
+ * tree carries its own part of the buffer. Small calls take one shallower
+ * tree instead (tree_small_links), the whole buffer one part
+ * (tree_geom_init_trees). A channel runs one part (tree c
  * % 2 over channel c's share) or, alone, both (the first half over tree 0,
  * the second over tree 1). Per tree and piece i, every rank does
  *   up(i):   receive the piece from each child and reduce it into its own
@@ -101,20 +103,25 @@ RING_HD int tree_peer_index(struct tree_geom *g, int rank) {
   return g->npeers++;
 }
 
-/* Sets g up for channel c of nchannels: trees[0] and trees[1] are this
- * rank's links in the two trees, total the call's elements, piece_count
- * the elements of a slot. */
-RING_HD void tree_geom_init(struct tree_geom *g, const struct tree_links *trees, int nchannels,
-                            int c, size_t total, size_t elem_nbytes, size_t piece_count) {
-  g->nparts = nchannels == 1 ? 2 : 1;
+/* Sets g up for channel c of nchannels over ntrees trees: trees[0] and
+ * trees[1] this rank's links in the two trees of the double binary tree
+ * (ntrees 2), or trees[0] its links in the one tree of small calls (ntrees
+ * 1: every channel runs its share over it, a channel alone the whole call,
+ * as one part); total the call's elements, piece_count the elements of a
+ * slot. The order above holds for one tree as for two: what it needs is a
+ * child one level below its parent. */
+RING_HD void tree_geom_init_trees(struct tree_geom *g, const struct tree_links *trees, int ntrees,
+                                  int nchannels, int c, size_t total, size_t elem_nbytes,
+                                  size_t piece_count) {
+  g->nparts = nchannels == 1 && ntrees == 2 ? 2 : 1;
   g->npeers = 0;
   g->piece_count = piece_count;
   long depth_max = 0;
   size_t npieces_max = 0;
   for (int p = 0; p < g->nparts; p++) {
     struct tree_part *h = &g->part[p];
-    const int t = nchannels == 1 ? p : c % 2;
-    if (nchannels == 1) ring_channel_share(total, 2, elem_nbytes, p, &h->first, &h->count);
+    const int t = ntrees == 1 ? 0 : nchannels == 1 ? p : c % 2;
+    if (nchannels == 1) ring_channel_share(total, g->nparts, elem_nbytes, p, &h->first, &h->count);
     else ring_channel_share(total, nchannels, elem_nbytes, c, &h->first, &h->count);
     h->links = trees[t];
     h->npieces = (h->count + piece_count - 1) / piece_count;
@@ -126,6 +133,13 @@ RING_HD void tree_geom_init(struct tree_geom *g, const struct tree_links *trees,
   }
   g->key_first = -depth_max;
   g->key_last = 2 * (long)npieces_max + depth_max;
+}
+
+/* The double binary tree's: trees[0] and trees[1] this rank's links in its
+ * two trees. */
+RING_HD void tree_geom_init(struct tree_geom *g, const struct tree_links *trees, int nchannels,
+                            int c, size_t total, size_t elem_nbytes, size_t piece_count) {
+  tree_geom_init_trees(g, trees, 2, nchannels, c, total, elem_nbytes, piece_count);
 }
 
 /* Primitives in up(i) and in down(i) of a part. */

@@ -43,7 +43,7 @@ void ring_order(const struct peer_info *peers, int nranks, int *ring_out) {
 }
 
 int comm_trees(const struct peer_info *peers, int nranks, int rank, struct tree_links trees[2],
-               struct tree_links small[2], struct tree_links (*all_out)[2]) {
+               struct tree_links *small, struct tree_links (*all_out)[2]) {
   int *order = malloc(sizeof *order * (4 * (size_t)nranks + 1));
   if (order == NULL) return -1;
   int *host = order + nranks, *scratch = host + nranks;
@@ -54,17 +54,13 @@ int comm_trees(const struct peer_info *peers, int nranks, int rank, struct tree_
     host[order[i]] = nhosts;
   }
   for (int t = 0; t < 2; t++) tree_hier_links(nranks, order, host, scratch, rank, t, &trees[t]);
-  if (small != NULL) { /* on one host the small tree over the ring order, twice; else the trees */
+  if (small != NULL) { /* the small calls' tree over the ring order */
     int pos = 0;
     for (int i = 0; i < nranks; i++)
       if (order[i] == rank) pos = i;
-    for (int t = 0; t < 2; t++) {
-      small[t] = trees[t];
-      if (nhosts > 0) continue; /* nhosts counts the host boundaries along order */
-      tree_small_links(nranks, pos, &small[t]);
-      if (small[t].parent != TREE_NONE) small[t].parent = order[small[t].parent];
-      for (int c = 0; c < small[t].nchildren; c++) small[t].child[c] = order[small[t].child[c]];
-    }
+    tree_small_links(nranks, pos, small);
+    if (small->parent != TREE_NONE) small->parent = order[small->parent];
+    for (int c = 0; c < small->nchildren; c++) small->child[c] = order[small->child[c]];
   }
   /* the deepest rank of either tree: every rank computes the same */
   int depth_max = 0;
@@ -80,15 +76,17 @@ int comm_trees(const struct peer_info *peers, int nranks, int rank, struct tree_
   return depth_max;
 }
 
-const struct tree_links *comm_tree_links(const struct weftComm *comm, size_t nbytes) {
-  return nbytes <= comm->tree_small_nbytes ? comm->tree_small : comm->trees;
+int comm_tree_small(const struct weftComm *comm, size_t nbytes) {
+  return nbytes <= comm->tree_small_nbytes;
 }
 
 static weftResult_t ring_build(struct weftComm *comm, struct weft_channel *ch) {
   if (ch->id == 0) {
     comm->tree_depth = comm_trees(comm->peers, comm->nranks, comm->rank, comm->trees,
-                                  comm->tree_small, NULL);
+                                  &comm->tree_small, NULL);
     if (comm->tree_depth < 0) return weft_error_set(weftSystemError, "out of memory");
+    for (int r = 1; r < comm->nranks; r++) /* across hosts the trees stay hierarchical */
+      if (comm->peers[r].host_hash != comm->peers[0].host_hash) comm->tree_small_nbytes = 0;
   }
   ring_order(comm->peers, comm->nranks, ch->ring);
   for (int i = 0; i < comm->nranks; i++)

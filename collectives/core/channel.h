@@ -13,18 +13,18 @@ void ring_order(const struct peer_info *peers, int nranks, int *ring_out);
 
 /* Rank's links in the two trees over peers: hierarchical across hosts
  * (tree_hier_links over the ring order); every rank's too in all_out[nranks]
- * unless NULL. small (unless NULL): the trees of small calls
- * (comm_tree_links), on one host tree_small_links over the ring order as
- * both trees, across hosts the two trees again. Returns the depth of the
- * deepest rank in either tree, the same on every rank, or -1 when out of
- * memory. */
+ * unless NULL; and in *small (unless NULL) the tree of small calls,
+ * tree_small_links over the ring order. Returns the depth of the deepest
+ * rank in either of the two trees, the same on every rank, or -1 when out
+ * of memory. */
 int comm_trees(const struct peer_info *peers, int nranks, int rank, struct tree_links trees[2],
-               struct tree_links small[2], struct tree_links (*all_out)[2]);
+               struct tree_links *small, struct tree_links (*all_out)[2]);
 
-/* The trees an all-reduce of nbytes takes, the same on every rank and in
- * both executors: comm->tree_small up to WEFT_TREE_SMALL_BYTES, else
- * comm->trees. */
-const struct tree_links *comm_tree_links(const struct weftComm *comm, size_t nbytes);
+/* Whether a tree all-reduce of nbytes takes comm->tree_small (as one tree,
+ * tree_geom_init_trees) rather than the double binary tree comm->trees:
+ * up to WEFT_TREE_SMALL_BYTES on one host, never across hosts. The same on
+ * every rank and in both executors. */
+int comm_tree_small(const struct weftComm *comm, size_t nbytes);
 
 /* Connects every channel's ring (collective over the bootstrap). */
 weftResult_t channels_connect(struct weftComm *comm, uint32_t nslots, size_t slot_nbytes);

@@ -99,8 +99,8 @@ struct weftComm {
   int network;                  /* some ring connection crosses hosts */
   struct tree_links trees[2];   /* this rank's place in the two trees (comm_trees) */
   int tree_depth;               /* the deepest rank's depth in either tree */
-  struct tree_links tree_small[2]; /* the trees of small all-reduces (comm_tree_links) */
-  size_t tree_small_nbytes;     /* WEFT_TREE_SMALL_BYTES */
+  struct tree_links tree_small;  /* the tree of small all-reduces (comm_tree_small) */
+  size_t tree_small_nbytes;     /* WEFT_TREE_SMALL_BYTES on one host; 0 across hosts */
   uint32_t nslots;              /* FIFO shape of every connection */
   size_t slot_nbytes;
   struct weft_conn *send_conns; /* [nranks]: to each peer, connected on first use */

@@ -485,13 +485,14 @@ TEST(DeviceSteps, KernelComputesTheHostSteps) {
 // element over the same tree in the same order (tree_steps.h, and
 // comm_tree_links' choice of trees by the call's size in both executors):
 // float32 sums of inputs whose rounding depends on that order come out bit
-// for bit the same, for a call of the small calls' tree (256 B) and one of
-// the double binary tree (12 KB), at 4 and 8 ranks.
+// for bit the same, for calls of the tree of small calls (8 B: the root's
+// up and down in one pass; 256 B) and one of the double binary tree
+// (12 KB), at 4 and 8 ranks.
 TEST(DeviceTree, SameBitsAsTheHostExecutor) {
   REQUIRE_GPU();
   ScopedEnv env({{"WEFT_ALGO", "allreduce:tree"}});
   for (int k : {4, 8})
-    for (size_t n : {64ul, 3001ul}) {
+    for (size_t n : {2ul, 64ul, 3001ul}) {
       SCOPED_TRACE("k " + std::to_string(k) + " n " + std::to_string(n));
       Ranks ranks(k);
       std::vector<std::vector<float>> in(k), host(k, std::vector<float>(n));

@@ -158,7 +158,7 @@ struct SimResult {
   std::vector<size_t> fifo_left; // slots never received
 };
 
-void sim_channel(const Case &c, const std::vector<tree_links> (&links)[2], int ch,
+void sim_channel(const Case &c, const std::vector<tree_links> (&links)[2], bool one_tree, int ch,
                  const std::vector<std::vector<uint8_t>> &send,
                  std::vector<std::vector<uint8_t>> &recv, SimResult *res) {
   const int k = c.nranks;
@@ -171,7 +171,7 @@ void sim_channel(const Case &c, const std::vector<tree_links> (&links)[2], int c
   std::vector<std::vector<tree_step>> steps(k);
   for (int r = 0; r < k; r++) {
     const tree_links mine[2] = {links[0][r], links[1][r]};
-    tree_geom_init(&g[r], mine, c.nchannels, ch, c.count, esize, piece);
+    tree_geom_init_trees(&g[r], mine, one_tree ? 1 : 2, c.nchannels, ch, c.count, esize, piece);
     size_t n = tree_steps_dump_c(&g[r], nullptr, 0);
     steps[r].resize(n);
     tree_steps_dump_c(&g[r], steps[r].data(), n);
@@ -231,8 +231,9 @@ void sim_channel(const Case &c, const std::vector<tree_links> (&links)[2], int c
 }
 
 // The device executor's result of a case: every channel simulated over the
-// same buffers (in place: the send buffers are the receive buffers).
-void sim_case(const Case &c, const std::vector<tree_links> (&links)[2],
+// same buffers (in place: the send buffers are the receive buffers); over
+// links[0] alone where one_tree (the tree of small calls).
+void sim_case(const Case &c, const std::vector<tree_links> (&links)[2], bool one_tree,
               const std::vector<std::vector<uint8_t>> &inputs,
               std::vector<std::vector<uint8_t>> *out) {
   const size_t nbytes = c.count * weftTypeSize(c.type);
@@ -241,7 +242,7 @@ void sim_case(const Case &c, const std::vector<tree_links> (&links)[2],
   if (c.in_place) *out = inputs;
   for (int ch = 0; ch < c.nchannels; ch++) {
     SimResult res;
-    sim_channel(c, links, ch, c.in_place ? *out : send, *out, &res);
+    sim_channel(c, links, one_tree, ch, c.in_place ? *out : send, *out, &res);
     if (testing::Test::HasFatalFailure()) return;
     for (int r = 0; r < c.nranks; r++)
       ASSERT_EQ(res.left[r], 0u) << "channel " << ch << " rank " << r << " is stuck with "
@@ -268,7 +269,7 @@ int tree_of_element(size_t count, size_t esize, int nchannels, size_t i) {
 // the size up to which a call takes the small ones, and each case's output.
 struct SharedHead {
   tree_links links[2][16];
-  tree_links small[2][16];
+  tree_links small[16];
   size_t small_nbytes;
 };
 struct Shared {
@@ -309,10 +310,8 @@ TEST_P(TreeSteps, SimulatedDeviceStepsMatchTheHostExecutor) {
     weftComm_t comm;
     if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
       return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
-    for (int t = 0; t < 2; t++) {
-      sh.head()->links[t][ctx.rank] = comm->trees[t];
-      sh.head()->small[t][ctx.rank] = comm->tree_small[t];
-    }
+    for (int t = 0; t < 2; t++) sh.head()->links[t][ctx.rank] = comm->trees[t];
+    sh.head()->small[ctx.rank] = comm->tree_small;
     if (ctx.rank == 0) sh.head()->small_nbytes = comm->tree_small_nbytes;
     int rc = 0;
     for (size_t i = 0; i < cases.size() && rc == 0; i++) {
@@ -341,20 +340,24 @@ TEST_P(TreeSteps, SimulatedDeviceStepsMatchTheHostExecutor) {
   std::vector<tree_links> trees[2], small[2];
   for (int t = 0; t < 2; t++) {
     trees[t].assign(sh.head()->links[t], sh.head()->links[t] + k);
-    small[t].assign(sh.head()->small[t], sh.head()->small[t] + k);
+    small[t].assign(sh.head()->small, sh.head()->small + k); // [1] unused
   }
   EXPECT_EQ(sh.head()->small_nbytes, k % 2 == 0 ? 65536u : 4096u);
   for (size_t i = 0; i < cases.size(); i++) {
     const Case &c = cases[i];
     SCOPED_TRACE(case_text(c));
     const size_t esize = weftTypeSize(c.type), nbytes = c.count * esize;
-    // the trees the call takes, as comm_tree_links picks them in both executors
+    // the trees the call takes, as comm_tree_small decides in both
+    // executors: the tree of small calls on one channel, the device's way
     const bool is_small = nbytes <= sh.head()->small_nbytes;
     const std::vector<tree_links>(&links)[2] = is_small ? small : trees;
-    printf("  %s: %s trees\n", case_text(c).c_str(), is_small ? "small" : "double binary");
+    Case sim = c;
+    if (is_small) sim.nchannels = 1;
+    printf("  %s: %s\n", case_text(c).c_str(),
+           is_small ? "the tree of small calls, 1 channel" : "the double binary tree");
     const std::vector<std::vector<uint8_t>> inputs = inputs_of(c, seed + i);
     std::vector<std::vector<uint8_t>> dev;
-    sim_case(c, links, inputs, &dev);
+    sim_case(sim, links, is_small, inputs, &dev);
     if (HasFatalFailure()) break;
     std::vector<std::vector<uint8_t>> ref_inputs = inputs;
     if (c.op == kPremul)
@@ -371,7 +374,7 @@ TEST_P(TreeSteps, SimulatedDeviceStepsMatchTheHostExecutor) {
           << "rank " << r << "'s result differs from rank 0's";
       size_t same_tree = 0;
       for (size_t e = 0; e < c.count; e++) {
-        // the small trees are one tree twice: every element goes over it
+        // the tree of small calls carries every element, whole
         if (!is_small &&
             tree_of_element(c.count, esize, 1, e) != tree_of_element(c.count, esize, c.nchannels, e))
           continue;

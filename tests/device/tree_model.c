@@ -38,14 +38,14 @@ static double simulate(int n, int grouped, double c, double L, int small) {
   memset(nrecvd, 0, sizeof nrecvd);
   for (int r = 0; r < n; r++) {
     struct tree_links t[2];
-    if (small) { /* the small calls' tree, twice (comm_tree_links) */
+    if (small) { /* the tree of small calls, whole (comm_tree_small) */
       tree_small_links(n, r, &t[0]);
-      t[1] = t[0];
+      tree_geom_init_trees(&R[r].g, t, 1, 1, 0, 2, 4, 1024); /* 8 B of float32 */
     } else {
       tree_dtree_links(n, r, 0, &t[0]);
       tree_dtree_links(n, r, 1, &t[1]);
+      tree_geom_init(&R[r].g, t, 1, 0, 2, 4, 1024);
     }
-    tree_geom_init(&R[r].g, t, 1, 0, 2, 4, 1024); /* 8 B of float32 */
     struct tree_iter it;
     tree_iter_init(&it, &R[r].g);
     R[r].n = 0;

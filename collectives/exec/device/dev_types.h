@@ -144,7 +144,7 @@ struct dev_tree_channel {
   int peer[TREE_MAX_PEERS];   /* the neighbours' ranks */
   int npeers;
   struct tree_links links[2]; /* this rank's place in tree 0 and tree 1 */
-  struct tree_links links_small[2]; /* and in the trees of small calls (comm_tree_links) */
+  struct tree_links link_small; /* and in the tree of small calls (comm_tree_small) */
 };
 
 /* How a launch tells its comm that it ended (launch_done.h). */
@@ -164,7 +164,8 @@ struct dev_done {
 struct dev_work {
   struct dev_channel *channels; /* [nchannels], device memory */
   struct dev_tree_channel *trees; /* [nchannels] of a tree launch, device memory */
-  int tree_small;      /* a tree launch runs the channels' links_small (comm_tree_links) */
+  int tree_small;      /* a tree launch runs the tree of small calls, link_small, on one
+                          channel (comm_tree_small) */
   const void *sendbuf;
   void *recvbuf;
   size_t count;        /* the plan's count */

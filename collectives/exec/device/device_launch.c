@@ -176,12 +176,15 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
   int coll = (int)plan->coll;
   const int tree = device_plan_tree(comm, d, plan); /* connected beforehand (comm_connect) */
   if (tree && nch > d->tree_nchannels) nch = d->tree_nchannels;
+  /* the tree of small calls runs on channel 0, the one whose links reach it */
+  const int tree_small = tree && comm_tree_small(comm, nbytes);
+  if (tree_small) nch = 1;
   if (!tree && plan->coll == COLL_ALLREDUCE && comm->nranks == 2 && proto == DEV_PROTO_LL &&
       nbytes <= DEV_PAIR_MAX_NBYTES)
     coll = RING_ALLREDUCE_PAIR;
   struct dev_work w = {
       .channels = d->channels_d, .trees = tree ? d->trees_d : NULL,
-      .tree_small = tree && comm_tree_links(comm, nbytes) == comm->tree_small,
+      .tree_small = tree_small,
       .sendbuf = plan->sendbuf, .recvbuf = plan->recvbuf,
       .count = plan->count, .coll = coll, .root = plan->root,
       .nchannels = nch, .interleave = d->interleave, .pdl = launch_pdl(d, nch, stream, captured),

@@ -454,8 +454,11 @@ __device__ __forceinline__ void tree_kernel_run(const dev_work &w) {
   int bound_send = 0, bound_recv = 0;
 
   struct tree_geom g;
-  tree_geom_init(&g, w.tree_small ? tc->links_small : tc->links, w.nchannels, blockIdx.x, w.count,
-                 sizeof(T), p.slot_count());
+  if (w.tree_small) // the tree of small calls, whole
+    tree_geom_init_trees(&g, &tc->link_small, 1, w.nchannels, blockIdx.x, w.count, sizeof(T),
+                         p.slot_count());
+  else
+    tree_geom_init(&g, tc->links, w.nchannels, blockIdx.x, w.count, sizeof(T), p.slot_count());
   int link[TREE_MAX_PEERS]; // the geometry's peer i is the channel's link link[i]
   for (int i = 0; i < g.npeers; i++) {
     link[i] = 0;
