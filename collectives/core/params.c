@@ -53,11 +53,12 @@ struct weft_param coll_params[] = {
      .see = "determinism.md"},
     [P_TREE_SMALL_BYTES] = {.name = "WEFT_TREE_SMALL_BYTES", .type = PARAM_INT,
      .default_str = "4K", .min = 0, .max = (int64_t)1 << 30,
-     .doc = "tree all-reduces (host and device buffers) of up to this many bytes run over one "
-            "tree with three children a node (depth 1 up to 4 ranks, 2 up to 13) instead of the "
-            "double binary tree, whose depth is log2 of the ranks: fewer levels for calls of a "
-            "piece or two; on one host only (across hosts the trees stay hierarchical); 0: "
-            "always the double binary tree. Must be the same on every rank",
+     .doc = "tree all-reduces (host and device buffers) of up to this many bytes run whole over "
+            "one tree with three children a node (depth 1 up to 4 ranks, 2 up to 13), on one "
+            "channel, instead of halves over the double binary tree, whose depth is log2 of the "
+            "ranks: fewer levels for calls of a piece or two; on one host only (across hosts the "
+            "trees stay hierarchical); 0: always the double binary tree (and device tree channels "
+            "without the small tree's links). Must be the same on every rank",
      .see = "cuda.md"},
     PARAM_END,
 };
