@@ -54,14 +54,7 @@ int comm_trees(const struct peer_info *peers, int nranks, int rank, struct tree_
     host[order[i]] = nhosts;
   }
   for (int t = 0; t < 2; t++) tree_hier_links(nranks, order, host, scratch, rank, t, &trees[t]);
-  if (small != NULL) { /* the small calls' tree over the ring order */
-    int pos = 0;
-    for (int i = 0; i < nranks; i++)
-      if (order[i] == rank) pos = i;
-    tree_small_links(nranks, pos, small);
-    if (small->parent != TREE_NONE) small->parent = order[small->parent];
-    for (int c = 0; c < small->nchildren; c++) small->child[c] = order[small->child[c]];
-  }
+  if (small != NULL) tree_small_order_links(nranks, order, rank, small);
   /* the deepest rank of either tree: every rank computes the same */
   int depth_max = 0;
   for (int r = 0; r < nranks; r++) {

@@ -107,16 +107,31 @@ static void hier_links(int nhosts, const int *order, const int *pos, const int *
     out->child[out->nchildren++] = hier_head(order, first, hl.child[c], t);
 }
 
+/* Where rank stands in order. */
+static int position_of(int nranks, const int *order, int rank) {
+  int pos = 0;
+  for (int i = 0; i < nranks; i++)
+    if (order[i] == rank) pos = i;
+  return pos;
+}
+
+/* Links over positions of order made links over ranks. */
+static void links_by_order(const int *order, struct tree_links *out) {
+  if (out->parent != TREE_NONE) out->parent = order[out->parent];
+  for (int c = 0; c < out->nchildren; c++) out->child[c] = order[out->child[c]];
+}
+
+void tree_small_order_links(int nranks, const int *order, int rank, struct tree_links *out) {
+  tree_small_links(nranks, position_of(nranks, order, rank), out);
+  links_by_order(order, out);
+}
+
 void tree_hier_links(int nranks, const int *order, const int *host, int *scratch, int rank,
                      int t, struct tree_links *out) {
   int nhosts = nranks > 0 ? host[order[nranks - 1]] + 1 : 1;
-  int pos_rank = 0;
-  for (int i = 0; i < nranks; i++)
-    if (order[i] == rank) pos_rank = i;
   if (nhosts <= 1) { /* one host: the double tree over positions */
-    tree_dtree_links(nranks, pos_rank, t, out);
-    if (out->parent != TREE_NONE) out->parent = order[out->parent];
-    for (int c = 0; c < out->nchildren; c++) out->child[c] = order[out->child[c]];
+    tree_dtree_links(nranks, position_of(nranks, order, rank), t, out);
+    links_by_order(order, out);
     return;
   }
   int *pos = scratch, *first = scratch + nranks;

@@ -38,6 +38,10 @@ void tree_dtree_links(int nranks, int rank, int t, struct tree_links *out);
  * pure function. */
 void tree_small_links(int nranks, int rank, struct tree_links *out);
 
+/* The same over the positions of order (a permutation of the ranks, the
+ * ring order): rank's links, as ranks. A pure function. */
+void tree_small_order_links(int nranks, const int *order, int rank, struct tree_links *out);
+
 /* Rank's place in tree t (0 or 1) of the trees over hosts. order is the
  * ring order (the ranks of each host adjacent), host[r] rank r's host
  * (0..nhosts-1, numbered along order). On one host: the double binary tree
