@@ -3,7 +3,6 @@
 #include "hang.h"
 
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +10,7 @@
 #include "../../transport/base/param.h"
 #include "../../transport/base/status.h"
 #include "signature.h"
+#include "text.h"
 
 /* How long the questions to the peers may take: while a wait stalls (the
  * wait goes on after them, so peers that cannot answer, behind a link that
@@ -36,39 +36,6 @@ struct where_answer {
   struct trace_call calls[WHERE_CALLS];
 };
 _Static_assert(sizeof(struct where_answer) <= QUERY_ANSWER_MAX_NBYTES, "an answer fits");
-
-/* --- text ----------------------------------------------------------------- */
-
-struct text {
-  char *buf;
-  size_t n, len;
-};
-
-static void text_add(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void text_add(struct text *t, const char *fmt, ...) {
-  if (t->n == 0 || t->len >= t->n - 1) return;
-  va_list ap;
-  va_start(ap, fmt);
-  int k = vsnprintf(t->buf + t->len, t->n - t->len, fmt, ap);
-  va_end(ap);
-  if (k < 0) return;
-  t->len = (size_t)k >= t->n - t->len ? t->n - 1 : t->len + (size_t)k;
-}
-
-/* "rank 3" or "ranks 0-2,5" */
-static void text_ranks(struct text *t, const int *ranks, int n) {
-  text_add(t, "%s ", n == 1 ? "rank" : "ranks");
-  const char *comma = "";
-  for (int i = 0; i < n; i++) {
-    int j = i;
-    while (j + 1 < n && ranks[j + 1] == ranks[j] + 1) j++;
-    if (j - i >= 2) text_add(t, "%s%d-%d", comma, ranks[i], ranks[j]);
-    else if (j == i + 1) text_add(t, "%s%d,%d", comma, ranks[i], ranks[j]);
-    else text_add(t, "%s%d", comma, ranks[i]);
-    comma = ",";
-    i = j;
-  }
-}
 
 static int is_p2p(const struct trace_call *c) { return c->coll == COLL_SEND || c->coll == COLL_RECV; }
 

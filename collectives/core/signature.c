@@ -4,13 +4,13 @@
  * a hang or in wrong data; here every rank returns weftInvalidUsage with the
  * same message, naming the ranks and what differs. */
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../transport/base/status.h"
 #include "signature.h"
+#include "text.h"
 #include "params.h"
 #include "plan.h"
 
@@ -70,61 +70,27 @@ static void field_format(const struct signature *s, enum signature_field f, char
   }
 }
 
-/* A bounded string builder: appends until full, then ends in "...". */
-struct text {
-  char buf[1024];
-  size_t len;
+/* text_groups' view of one field of the signatures */
+struct field_of {
+  const struct signature *sigs;
+  enum signature_field f;
 };
-
-static void text_add(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void text_add(struct text *t, const char *fmt, ...) {
-  if (t->len >= sizeof t->buf - 1) return;
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(t->buf + t->len, sizeof t->buf - t->len, fmt, ap);
-  va_end(ap);
-  if (n < 0) return;
-  if ((size_t)n >= sizeof t->buf - t->len) {
-    t->len = sizeof t->buf - 1;
-    memcpy(t->buf + sizeof t->buf - 4, "...", 4);
-  } else {
-    t->len += (size_t)n;
-  }
+static int64_t field_group_value(const void *ctx, int i) {
+  const struct field_of *c = ctx;
+  return (int64_t)field_value(&c->sigs[i], c->f);
+}
+static void field_group_format(const void *ctx, int i, char *buf, size_t n) {
+  const struct field_of *c = ctx;
+  field_format(&c->sigs[i], c->f, buf, n);
 }
 
 /* Appends "rank 3 has X" or "ranks 0-2,5 have X" for each group of ranks that
- * share a value of f, in the order of each group's lowest rank. sigs[i] is
- * rank ranks[i]'s (ranks NULL: rank i's). */
+ * share a value of f. sigs[i] is rank ranks[i]'s (ranks NULL: rank i's). */
 static void describe_field(struct text *t, const struct signature *sigs, const int *ranks,
-                           int nranks, enum signature_field f, int *seen) {
-  memset(seen, 0, sizeof *seen * (size_t)nranks);
-  const char *sep = "";
-  for (int r = 0; r < nranks; r++) {
-    if (seen[r]) continue;
-    const uint64_t v = field_value(&sigs[r], f);
-    int members = 0;
-    for (int q = r; q < nranks; q++)
-      if (!seen[q] && field_value(&sigs[q], f) == v) seen[q] = 1, members++;
-    text_add(t, "%s%s ", sep, members == 1 ? "rank" : "ranks");
-    /* the ranks holding v, runs of three or more as ranges: 0-2,5,6 */
-    const char *comma = "";
-    for (int q = r; q < nranks; q++) {
-      if (field_value(&sigs[q], f) != v) continue;
-      int last = q;
-      while (last + 1 < nranks && field_value(&sigs[last + 1], f) == v) last++;
-      if (ranks != NULL) last = q; /* ranges of indices are not ranges of ranks */
-      if (last - q >= 2) text_add(t, "%s%d-%d", comma, q, last);
-      else if (last == q + 1) text_add(t, "%s%d,%d", comma, q, last);
-      else text_add(t, "%s%d", comma, ranks != NULL ? ranks[q] : q);
-      comma = ",";
-      q = last;
-    }
-    char value[64];
-    field_format(&sigs[r], f, value, sizeof value);
-    if (f == F_COLL) text_add(t, " %s", value);
-    else text_add(t, " %s %s", members == 1 ? "has" : "have", value);
-    sep = ", ";
-  }
+                           int nranks, enum signature_field f, int *members) {
+  const struct field_of c = {sigs, f};
+  text_groups(t, nranks, ranks, field_group_value, field_group_format, &c, f != F_COLL,
+              members);
 }
 
 static int field_differs(const struct signature *sigs, int nranks, enum signature_field f) {
@@ -147,15 +113,16 @@ weftResult_t signature_compare_ranks(const struct signature *sigs, const int *ra
                             "%s: %s%s: rank %d sent no signature: it is in another call on this "
                             "communicator (or WEFT_CHECK differs)",
                             who, name, number, ranks != NULL ? ranks[r] : r);
-  int seen_fixed[64];
-  int *seen = nranks <= 64 ? seen_fixed : malloc(sizeof *seen * (size_t)nranks);
-  if (seen == NULL) return weft_error_set(weftSystemError, "%s: out of memory", who);
-  struct text t = {.len = 0};
+  int members_fixed[64];
+  int *members = nranks <= 64 ? members_fixed : malloc(sizeof *members * (size_t)nranks);
+  if (members == NULL) return weft_error_set(weftSystemError, "%s: out of memory", who);
+  char buf[1024] = "";
+  struct text t = {.buf = buf, .n = sizeof buf, .len = 0};
   weftResult_t res = weftSuccess;
   if (field_differs(sigs, nranks, F_COLL)) {
     /* the other fields mean different things in different collectives */
     text_add(&t, "%s%s%s: collective differs: ", who, seq != 0 ? ":" : "", number);
-    describe_field(&t, sigs, ranks, nranks, F_COLL, seen);
+    describe_field(&t, sigs, ranks, nranks, F_COLL, members);
     res = weftInvalidUsage;
   } else {
     text_add(&t, "%s: %s%s: ", who, name, number);
@@ -165,12 +132,12 @@ weftResult_t signature_compare_ranks(const struct signature *sigs, const int *ra
       if (f == F_ROOT && !coll_has_root(sigs[0].coll)) continue;
       if (!field_differs(sigs, nranks, (enum signature_field)f)) continue;
       text_add(&t, "%s%s differs: ", sep, field_names[f]);
-      describe_field(&t, sigs, ranks, nranks, (enum signature_field)f, seen);
+      describe_field(&t, sigs, ranks, nranks, (enum signature_field)f, members);
       sep = "; ";
       res = weftInvalidUsage;
     }
   }
-  if (seen != seen_fixed) free(seen);
+  if (members != members_fixed) free(members);
   if (res != weftSuccess) weft_error_set(res, "%s", t.buf);
   return res;
 }
