@@ -81,10 +81,10 @@ struct weft_param bulk_params[] = {
             "chunk-sized messages straight from and into the user's buffers instead of going "
             "through slots and the proxy; 0: every size; larger than any size turns it off. "
             "`WEFT_ALGO` calls it `bulk` (`^bulk` turns it off)",
-     .see = "ucx.md"},
+     .see = "ucx.md", .agree = 1},
     [BULK_P_CHUNK] = {.name = "WEFT_BULK_CHUNK_NBYTES", .type = PARAM_INT, .default_str = "1M",
      .doc = "bytes per message of a bulk collective (more where a block would need over 16384 "
-            "chunks)"},
+            "chunks)", .agree = 1},
     [BULK_P_WINDOW] = {.name = "WEFT_BULK_WINDOW", .type = PARAM_INT, .default_str = "2",
      .min = 1, .max = BULK_MAX_WINDOW, .out_of_range = PARAM_RANGE_CLAMP,
      .doc = "chunks of a bulk collective in flight at once; a value out of the range takes its "

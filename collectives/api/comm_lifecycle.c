@@ -21,6 +21,7 @@
 #include "../core/hang.h"
 #include "../core/params.h"
 #include "../core/trace.h"
+#include "config.h"
 
 weftResult_t weftGetVersion(int *version) {
   if (version == NULL) return weft_error_set(weftInvalidArgument, "version is NULL");
@@ -128,8 +129,14 @@ static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
   self.bus_id = -1;
   bootstrap_peer_info_local(&self);
   topo_peer_info(&self, cuda_dev);
+  config_agreement_fill(&self, nchannels);
   WEFT_TRY_GOTO(bootstrap_init(id, rank, nranks, &self, comm->timeout_ns, &comm->bs, peers),
                 res, free_comm);
+  /* every rank has every rank's settings: where they differ, all refuse alike */
+  if ((res = config_agreement_check(peers, nranks)) != weftSuccess) {
+    bootstrap_close(comm->bs);
+    goto free_comm;
+  }
   bootstrap_set_abort(comm->bs, &comm->abort_flag);
   comm->trace = trace_create(rank, nranks, bootstrap_job_hash(comm->bs), comm->name);
   hang_answer_install(comm);

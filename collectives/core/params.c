@@ -9,22 +9,23 @@ struct weft_param coll_params[] = {
      .min = 1, .max = WEFT_MAX_CHANNELS, .out_of_range = PARAM_RANGE_CLAMP,
      .doc = "channels (independent rings) per communicator, within the config's "
             "`minChannels`/`maxChannels`; bulk spreads its chunks over them, while ring plans "
-            "on the host take one, as the host executor runs channels one after another",
+            "on the host take one, as the host executor runs channels one after another. The "
+            "count within those bounds must be the same on every rank: a communicator whose "
+            "ranks differ refuses to form, naming them",
      .see = "design.md"},
     [P_NSLOTS] = {.name = "WEFT_NSLOTS", .type = PARAM_INT, .default_str = "8", .min = 2,
-     .max = CONN_MAX_SLOTS, .doc = "FIFO slots per connection"},
+     .max = CONN_MAX_SLOTS, .doc = "FIFO slots per connection", .agree = 1},
     [P_SLOT_BYTES] = {.name = "WEFT_SLOT_BYTES", .type = PARAM_INT, .default_str = "128K",
      .doc = "bytes per FIFO slot, the pipelining chunk; a multiple of 64 up to 64M (K, M "
-            "suffixes)"},
+            "suffixes)", .agree = 1},
     [P_CHECK] = {.name = "WEFT_CHECK", .type = PARAM_INT, .default_str = "0",
      .doc = "`1`: before each collective, ranks allgather its signature (collective, count, "
             "datatype, op, root, sequence number) over the bootstrap; if any differ, every "
             "rank returns `weftInvalidUsage` without running it, naming the ranks and what "
             "differs (`WEFT_CHECK: AllReduce #12: count differs: ranks 0,2 have 1024, rank 1 "
-            "has 1000`). Costs one bootstrap round per collective; must be the same on every "
-            "rank. Sends and receives are not checked. With `0` a cheaper check is still always "
-            "on: the same fields but the sequence number ride, packed in 16 bytes, with the "
-            "first message of the call on every connection a host path uses (the ring's first "
+            "has 1000`). Costs one bootstrap round per collective. Sends and receives are not "
+            "checked. With `0` a cheaper check is still always on: the same fields but the "
+            "sequence number ride, packed in 16 bytes, with the first message of the call on every connection a host path uses (the ring's first "
             "slot of each link, SIMPLE and LL; a signature alone on the link a broadcast's or "
             "reduce's chain leaves unused; the trees' first pieces; recursive doubling's first "
             "slots; single copy's address exchange; a message of its own for bulk), so a "
@@ -36,21 +37,21 @@ struct weft_param coll_params[] = {
             "each message's size, and report through `weftCommGetAsyncError`; there "
             "`WEFT_DETERMINISTIC`'s exchanges compare only their sizes. docs/signature.md has "
             "the table",
-     .see = "signature.md"},
+     .see = "signature.md", .agree = 1},
     [P_ALGO] = {.name = "WEFT_ALGO", .type = PARAM_STR,
      .doc = "algorithms the tuner may pick (unset: all): `ring`, `tree`, `rd`, `direct`, `cma`, `bulk`; "
-            "`^` excludes; per collective as `allreduce:tree;broadcast:ring`"},
+            "`^` excludes; per collective as `allreduce:tree;broadcast:ring`", .agree = 1},
     [P_PROTO] = {.name = "WEFT_PROTO", .type = PARAM_STR,
      .doc = "protocols the tuner may pick (unset: all): `simple`, `ll`; same syntax as "
-            "`WEFT_ALGO`"},
+            "`WEFT_ALGO`", .agree = 1},
     [P_DETERMINISTIC] = {.name = "WEFT_DETERMINISTIC", .type = PARAM_INT, .default_str = "0",
      .min = 0, .max = 1,
      .doc = "`1`: every all-reduce, reduce-scatter and reduce (host and device buffers) "
             "sums each element in rank order (0, 1, ... n-1; float16, bfloat16 and fp8 in float32, rounded once), "
             "so its result is bitwise the same whatever the size, `WEFT_ALGO`, `WEFT_PROTO`, "
             "channels or transport, for a given number of ranks; `WEFT_ALGO` and `WEFT_PROTO` "
-            "then do not apply to reductions. Must be the same on every rank",
-     .see = "determinism.md"},
+            "then do not apply to reductions",
+     .see = "determinism.md", .agree = 1},
     [P_TREE_SMALL_BYTES] = {.name = "WEFT_TREE_SMALL_BYTES", .type = PARAM_INT,
      .default_str = "4K", .min = 0, .max = (int64_t)1 << 30,
      .doc = "tree all-reduces (host and device buffers) of up to this many bytes run whole over "
@@ -58,7 +59,7 @@ struct weft_param coll_params[] = {
             "channel, instead of halves over the double binary tree, whose depth is log2 of the "
             "ranks: fewer levels for calls of a piece or two; on one host only (across hosts the "
             "trees stay hierarchical); 0: always the double binary tree (and device tree channels "
-            "without the small tree's links). Must be the same on every rank",
-     .see = "cuda.md"},
+            "without the small tree's links)",
+     .see = "cuda.md", .agree = 1},
     PARAM_END,
 };

@@ -3,6 +3,8 @@
  * cache is param_load.c's. */
 #include "param.h"
 
+#include <string.h>
+
 #include "env.h"
 #include "log.h"
 
@@ -58,8 +60,66 @@ void param_tables_markdown(struct weft_param *const *tables, FILE *out) {
       if (param_has_range(p)) fprintf(out, " | %lld to %lld", (long long)p->min, (long long)p->max);
       else fprintf(out, " | ");
       fprintf(out, " | %s", p->doc);
+      if (p->agree) fprintf(out, ". The same on every rank: a communicator whose ranks differ "
+                                 "refuses to form, naming it and the ranks");
       if (p->see != NULL) fprintf(out, " ([%s](%s))", p->see, p->see);
       fprintf(out, " |\n");
     }
   }
+}
+
+/* The string's hash (FNV-1a, 64 bits), never 0, which stands for unset. */
+static int64_t text_hash(const char *s) {
+  uint64_t h = 14695981039346656037ull;
+  for (; *s != '\0'; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return (int64_t)(h == 0 ? 1 : h);
+}
+
+const struct weft_param *param_agreed(struct weft_param *const *tables, int i) {
+  for (; *tables != NULL; tables++)
+    for (const struct weft_param *p = *tables; p->name != NULL; p++)
+      if (p->agree && i-- == 0) return p;
+  return NULL;
+}
+
+void param_agreement_fill(struct weft_param *const *tables, struct param_agreement *out) {
+  memset(out, 0, sizeof *out);
+  int nstr = 0;
+  for (; *tables != NULL; tables++) {
+    for (struct weft_param *p = *tables; p->name != NULL; p++) {
+      if (!p->agree || out->count == PARAM_AGREE_MAX) continue;
+      int64_t v;
+      if (p->type == PARAM_INT) {
+        v = param_int(p);
+      } else {
+        const char *s = param_str(p);
+        if (s != NULL && *s == '\0') s = NULL; /* empty: as unset */
+        v = s != NULL ? text_hash(s) : 0;
+        if (nstr < PARAM_AGREE_STR_MAX && s != NULL)
+          snprintf(out->text[nstr], PARAM_AGREE_TEXT, "%s", s);
+        nstr++;
+      }
+      out->value[out->count++] = v;
+    }
+  }
+}
+
+void param_agreement_format(struct weft_param *const *tables, const struct param_agreement *a,
+                            int i, char *buf, size_t n) {
+  const struct weft_param *p = param_agreed(tables, i);
+  if (p == NULL || i >= a->count) {
+    snprintf(buf, n, "?");
+    return;
+  }
+  if (p->type == PARAM_INT) {
+    snprintf(buf, n, "%lld", (long long)a->value[i]);
+    return;
+  }
+  int nstr = 0; /* string params before entry i */
+  for (int j = 0; j < i; j++) nstr += param_agreed(tables, j)->type == PARAM_STR;
+  if (a->value[i] == 0) snprintf(buf, n, "it unset");
+  else if (nstr >= PARAM_AGREE_STR_MAX) snprintf(buf, n, "(a value, hash %llx)",
+                                                 (unsigned long long)a->value[i]);
+  else snprintf(buf, n, "\"%s%s\"", a->text[nstr],
+                strlen(a->text[nstr]) == PARAM_AGREE_TEXT - 1 ? "..." : "");
 }

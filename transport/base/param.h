@@ -51,6 +51,15 @@ const char *param_env_str(const struct weft_param *p);
  * when unset or empty, -1 when it is not such an integer. */
 int param_env_int(const struct weft_param *p, int64_t *value_out);
 
+/* This process's values of the params marked .agree in the NULL-terminated
+ * list of tables (param_load.h's struct param_agreement), loading them. */
+void param_agreement_fill(struct weft_param *const *tables, struct param_agreement *out);
+/* The i-th param marked .agree in the tables, or NULL past the last. */
+const struct weft_param *param_agreed(struct weft_param *const *tables, int i);
+/* Entry i of a as text: the integer, or the string quoted ("unset" when unset). */
+void param_agreement_format(struct weft_param *const *tables, const struct param_agreement *a,
+                            int i, char *buf, size_t n);
+
 /* Forgets cached values of every param in the NULL-terminated list of tables. */
 void param_tables_reset(struct weft_param *const *tables);
 /* Prints name, value, default and doc of each param. */

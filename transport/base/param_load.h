@@ -32,6 +32,23 @@ struct weft_param {
   int64_t min, max;
   enum param_out_of_range out_of_range;
   const char *see; /* a page of docs/ that says more (e.g. "cuda.md"), or NULL */
+  int agree;       /* 1: the same on every rank of a communicator, which refuses to form
+                      where it differs (struct param_agreement) */
+};
+
+/* The values of the params marked .agree as one rank has them, in the
+ * tables' order: exchanged when a communicator forms (with its peer info),
+ * so that ranks whose settings differ refuse it together, naming what
+ * differs. Integers as loaded; strings as a hash of their text (0 unset),
+ * with its first PARAM_AGREE_TEXT - 1 characters to name it by. */
+#define PARAM_AGREE_MAX 16
+#define PARAM_AGREE_STR_MAX 2
+#define PARAM_AGREE_TEXT 48
+struct param_agreement {
+  int32_t count;
+  int32_t unused;
+  int64_t value[PARAM_AGREE_MAX];
+  char text[PARAM_AGREE_STR_MAX][PARAM_AGREE_TEXT]; /* the string params', in order */
 };
 
 #define PARAM_END {NULL, PARAM_INT, NULL, NULL, 0, 0, NULL}

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "param_load.h"
 #include "sock.h"
 
 struct peer_info {
@@ -22,6 +23,10 @@ struct peer_info {
   int32_t host_bridge;
   int32_t pci_switch;
   int32_t nic; /* index of the NIC this rank uses in its host's topology */
+  /* what the communicator's ranks must share: its channels (WEFT_NCHANNELS
+   * within the config's bounds) and the settings marked so (collectives/core/settings.c) */
+  int32_t nchannels;
+  struct param_agreement settings;
 };
 
 #endif
