@@ -3,6 +3,7 @@
  * a communicator uses. */
 #include "topo_plan.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +11,7 @@
 #include "../../transport/transport.h"
 #include "../core/channel.h"
 #include "../core/comm.h"
+#include "../core/params.h"
 #include "../core/tree_links.h"
 
 weftResult_t topo_plan_peers(const struct topo *topo, int nranks, int nhosts, int flags,
@@ -133,26 +135,48 @@ static void plan_print_ring(const struct peer_info *peers, int n, const int *rin
   }
 }
 
-static void plan_print_trees(const struct peer_info *peers, int n, FILE *out) {
+/* One tree: each rank's parent, the root, depth and links between hosts. */
+static void plan_print_tree(const struct peer_info *peers, int n, const struct tree_links *links,
+                            const char *name, FILE *out) {
+  int root = -1, depth = 0, crossings = 0;
+  fprintf(out, "%s (rank<-parent):", name);
+  for (int r = 0; r < n; r++) {
+    const struct tree_links *l = &links[r];
+    if (l->parent == TREE_NONE) root = r;
+    else crossings += peers[r].host_hash != peers[l->parent].host_hash;
+    if (l->depth > depth) depth = l->depth;
+    if (l->parent != TREE_NONE) fprintf(out, " %d<-%d", r, l->parent);
+  }
+  fprintf(out, "\n  root %d, depth %d, %d link(s) between hosts\n", root, depth, crossings);
+}
+
+/* The double binary tree, and the tree of small calls (comm_tree_small)
+ * where the ranks share a host and WEFT_TREE_SMALL_BYTES is not 0. */
+static void plan_print_trees(const struct peer_info *peers, int n, const int *ring, FILE *out) {
   struct tree_links(*all)[2] = calloc((size_t)n, sizeof *all);
-  if (all == NULL) return;
+  struct tree_links *one = calloc((size_t)n, sizeof *one);
   struct tree_links mine[2];
-  if (comm_trees(peers, n, 0, mine, NULL, all) < 0) {
-    free(all);
-    return;
-  }
+  if (all == NULL || one == NULL || comm_trees(peers, n, 0, mine, NULL, all) < 0) goto done;
   for (int t = 0; t < 2; t++) {
-    int root = -1, depth = 0, crossings = 0;
-    fprintf(out, "tree %d (rank<-parent):", t);
-    for (int r = 0; r < n; r++) {
-      const struct tree_links *l = all[r];
-      if (l[t].parent == TREE_NONE) root = r;
-      else crossings += peers[r].host_hash != peers[l[t].parent].host_hash;
-      if (l[t].depth > depth) depth = l[t].depth;
-      if (l[t].parent != TREE_NONE) fprintf(out, " %d<-%d", r, l[t].parent);
-    }
-    fprintf(out, "\n  root %d, depth %d, %d link(s) between hosts\n", root, depth, crossings);
+    for (int r = 0; r < n; r++) one[r] = all[r][t];
+    char name[16];
+    snprintf(name, sizeof name, "tree %d", t);
+    plan_print_tree(peers, n, one, name, out);
   }
+  const int64_t small = param_int(&coll_params[P_TREE_SMALL_BYTES]);
+  int hosts_differ = 0;
+  for (int r = 1; r < n; r++) hosts_differ |= peers[r].host_hash != peers[0].host_hash;
+  if (small == 0 || hosts_differ) {
+    fprintf(out, "tree of small calls: none (%s)\n",
+            small == 0 ? "WEFT_TREE_SMALL_BYTES=0" : "the ranks span hosts");
+    goto done;
+  }
+  for (int r = 0; r < n; r++) tree_small_order_links(n, ring, r, &one[r]);
+  char name[64];
+  snprintf(name, sizeof name, "tree of small calls, up to %lld bytes", (long long)small);
+  plan_print_tree(peers, n, one, name, out);
+done:
+  free(one);
   free(all);
 }
 
@@ -188,7 +212,7 @@ weftResult_t weftTopoPrint(FILE *out, const char *xmlPath, int nranks, int nhost
   plan_print_transports(peers, nranks, out);
   ring_order(peers, nranks, ring);
   plan_print_ring(peers, nranks, ring, out);
-  plan_print_trees(peers, nranks, out);
+  plan_print_trees(peers, nranks, ring, out);
 free_plan:
   free(ring);
   free(peers);

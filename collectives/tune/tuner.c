@@ -14,9 +14,11 @@
 #include "../algo/algo.h"
 #include "../algo/bulk.h"
 #include "../algo/cma.h"
+#include "../core/channel.h"
 #include "../core/params.h"
 #include "../core/plan.h"
 #include "../core/signature.h"
+#include "../core/tree_links.h"
 #include "tuner.h"
 
 static const char *const algo_names[ALGO_NUM] = {"ring", "tree", "rd", "direct", "cma", "bulk"};
@@ -243,6 +245,12 @@ static double model_us(const struct weftComm *comm, const struct weft_plan *plan
     case ALGO_TREE: /* across hosts the trees chain each host's ranks: deeper than log2 */
       steps = 2.0 * (comm->tree_depth > log2n ? comm->tree_depth : log2n) + 2;
       bytes = 2.0 * (double)nbytes;
+      if (coll == COLL_ALLREDUCE && comm_tree_small(comm, nbytes)) {
+        /* the tree of small calls, whole: its deepest rank is the last in heap order */
+        struct tree_links last;
+        tree_small_links(comm->nranks, comm->nranks - 1, &last);
+        steps = 2.0 * last.depth + 2;
+      }
       break;
     case ALGO_RD: steps = log2n + (comm->nranks & (comm->nranks - 1) ? 2 : 0);
                   bytes = steps * (double)nbytes; break;

@@ -90,6 +90,38 @@ TEST(TunerChoice, SmallUsesFewStepsLargeUsesRing) {
   EXPECT_EQ(tune(f.c, COLL_ALLGATHER, 2).algo, ALGO_RING) << "only all-reduce has other algorithms";
 }
 
+// The model of a tree all-reduce counts the tree the call takes: up to
+// WEFT_TREE_SMALL_BYTES, the tree of small calls' depth (2 at 8 and 9 ranks:
+// 2 x 2 + 2 steps), above it, or where it is off, the double binary tree's
+// (log2 n: 2 x 3 + 2 at 8 ranks, 2 x 4 + 2 at 9).
+TEST(TunerModel, TreeOfSmallCallsCountsItsOwnDepth) {
+  tuner_env_clear();
+  for (int n : {8, 9}) {
+    FakeComm on(n, 1, 131072), off(n, 1, 131072);
+    on.c.tree_depth = off.c.tree_depth = 3;
+    on.c.tree_small_nbytes = 4096;
+    off.c.tree_small_nbytes = 0;
+    weft_plan p;
+    memset(&p, 0, sizeof p);
+    p.coll = COLL_ALLREDUCE;
+    p.datatype = weftFloat32;
+    p.op = weftSum;
+    p.root = -1;
+    p.algo = ALGO_TREE;
+    p.proto = PROTO_SIMPLE;
+    p.nchannels = 1;
+    p.count = 2;
+    const double dtree_steps = n == 8 ? 8.0 : 10.0;
+    EXPECT_NEAR(plan_estimate_us(&on.c, &p) / plan_estimate_us(&off.c, &p), 6.0 / dtree_steps,
+                0.01)
+        << n << " ranks, 8 B";
+    p.count = 1024;  // 4 KiB: the last size it takes
+    EXPECT_LT(plan_estimate_us(&on.c, &p), plan_estimate_us(&off.c, &p)) << n << " ranks, 4 KiB";
+    p.count = 1025;
+    EXPECT_EQ(plan_estimate_us(&on.c, &p), plan_estimate_us(&off.c, &p)) << n << " ranks, 4100 B";
+  }
+}
+
 // A small all-reduce on 3 to 8 ranks takes the direct all-reduce's one step
 // where recursive doubling needs more; 2 ranks keep recursive doubling's
 // single exchange, 8 its three steps. With more ranks than cores every step

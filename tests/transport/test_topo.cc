@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <array>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -359,6 +360,25 @@ TEST_F(Dgx, WeftTopoPrintsPairsRingsAndTrees) {
   EXPECT_NE(s.find(WEFT_HAVE_UCX ? "hop 7 -> 8: ucx" : "hop 7 -> 8: socket"), std::string::npos)
       << s;
   EXPECT_NE(s.find("hop 0 -> 1: shm"), std::string::npos) << s;
+  EXPECT_NE(s.find("tree of small calls: none (the ranks span hosts)"), std::string::npos) << s;
+  // on one host: the tree of small calls, three children a node along the ring
+  s = print_plan(path.c_str(), 8, 1, WEFT_TOPO_GPUS, &res);
+  ASSERT_EQ(res, weftSuccess) << weftGetLastError(nullptr);
+  const size_t ring_at = s.find("ring: ");
+  ASSERT_NE(ring_at, std::string::npos) << s;
+  std::vector<int> ring;
+  {
+    std::istringstream in(s.substr(ring_at + 6, s.find('\n', ring_at) - ring_at - 6));
+    for (int r; in >> r;) ring.push_back(r);
+  }
+  ASSERT_EQ(ring.size(), 8u) << s;
+  std::string want = "tree of small calls, up to 4096 bytes (rank<-parent):";
+  std::vector<std::string> links(8);
+  for (int pos = 1; pos < 8; pos++)
+    links[ring[pos]] = " " + std::to_string(ring[pos]) + "<-" + std::to_string(ring[(pos - 1) / 3]);
+  for (const auto &l : links) want += l;
+  EXPECT_NE(s.find(want + "\n  root " + std::to_string(ring[0]) + ", depth 2,"), std::string::npos)
+      << "no \"" << want << "\" in:\n" << s;
   // bad input is an error with a message, not a crash
   print_plan("/nonexistent/topo.xml", 4, 1, 0, &res);
   EXPECT_EQ(res, weftInvalidArgument);
