@@ -37,6 +37,7 @@ const std::map<std::string, Other> kOther = {
     {"WEFT_CMA_REDUCE_MIN_NBYTES", {"64K", "65536"}},
     {"WEFT_BULK_MIN_NBYTES", {"1M", "1048576"}},
     {"WEFT_BULK_CHUNK_NBYTES", {"512K", "524288"}},
+    {"WEFT_P2P_LANES", {"2", "2"}},
 };
 
 // What each rank saw: its init's code and message, and how long it took.

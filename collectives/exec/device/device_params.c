@@ -10,9 +10,9 @@ struct weft_param device_params[] = {
      "sharing it; set: at most the blocks its SMs hold at once over those ranks; a launch "
      "uses one per 64 KiB (LL: per 16 KiB)", 0, 0, NULL},
     [DEVICE_P_SENDRECV_LANES] = {"WEFT_P2P_LANES", PARAM_INT, "4",
-     "FIFOs (lanes) per peer and direction of device send/recv, 1 to 8, alike on every rank: "
+     "FIFOs (lanes) per peer and direction of device send/recv, 1 to 8: "
      "a message's slots take turns on them and each lane is one kernel block's work at a "
-     "time; each costs 1 MiB of the receiver's memory per peer", 0, 0, NULL},
+     "time; each costs 1 MiB of the receiver's memory per peer", 0, 0, NULL, .agree = 1},
     /* 1 to 3: ring_interleave_max of the device FIFOs' DEV_NSLOTS (4) */
     [DEVICE_P_RING_INTERLEAVE] = {"WEFT_DEVICE_RING_INTERLEAVE", PARAM_INT, "2",
      "loops of a device ring collective (an all-reduce's loop: one slot per rank; the other "
