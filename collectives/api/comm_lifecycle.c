@@ -72,31 +72,56 @@ weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_
   return res;
 }
 
-static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
-                                     const struct bootstrap_id *id, int rank,
-                                     const weftConfig_t *config, int cuda_dev) {
+/* What comm_init reads of its config and the environment. */
+struct init_settings {
   weftConfig_t cfg;
-  WEFT_TRY(comm_config_read(config, &cfg));
-  int64_t nslots;
-  WEFT_TRY(param_int_checked(&coll_params[P_NSLOTS], &nslots));
-  int64_t slot_nbytes = param_int(&coll_params[P_SLOT_BYTES]);
-  if (slot_nbytes < 64 || slot_nbytes % 64 != 0 || slot_nbytes > (1 << 26))
+  int64_t nslots, slot_nbytes, tree_small_nbytes;
+  int nchannels;
+};
+
+/* The first bad setting of the environment, with its message (cfg read
+ * already). */
+static weftResult_t init_settings_read(struct init_settings *s) {
+  WEFT_TRY(param_int_checked(&coll_params[P_NSLOTS], &s->nslots));
+  s->slot_nbytes = param_int(&coll_params[P_SLOT_BYTES]);
+  if (s->slot_nbytes < 64 || s->slot_nbytes % 64 != 0 || s->slot_nbytes > (1 << 26))
     return weft_error_set(weftInvalidArgument,
                           "WEFT_SLOT_BYTES=%lld: must be a multiple of 64 up to 64M",
-                          (long long)slot_nbytes);
-  int64_t tree_small_nbytes;
-  WEFT_TRY(param_int_checked(&coll_params[P_TREE_SMALL_BYTES], &tree_small_nbytes));
+                          (long long)s->slot_nbytes);
+  WEFT_TRY(param_int_checked(&coll_params[P_TREE_SMALL_BYTES], &s->tree_small_nbytes));
   int nchannels = (int)param_int(&coll_params[P_NCHANNELS]);
   /* the bounds as host rings can take them (device channels take them whole) */
-  int max_ch = config_int(cfg.maxChannels, WEFT_MAX_CHANNELS);
-  int min_ch = config_int(cfg.minChannels, 1);
+  int max_ch = config_int(s->cfg.maxChannels, WEFT_MAX_CHANNELS);
+  int min_ch = config_int(s->cfg.minChannels, 1);
   if (max_ch > WEFT_MAX_CHANNELS) max_ch = WEFT_MAX_CHANNELS;
   if (min_ch > WEFT_MAX_CHANNELS) min_ch = WEFT_MAX_CHANNELS;
   nchannels = max_ch < nchannels ? max_ch : nchannels;
   if (min_ch > nchannels) nchannels = min_ch;
+  s->nchannels = nchannels;
   if (nchannels < 1 || nchannels > WEFT_MAX_CHANNELS)
     return weft_error_set(weftInvalidArgument, "channels must be 1 to %d, got %d",
                           WEFT_MAX_CHANNELS, nchannels);
+  return weftSuccess;
+}
+
+/* A bad config is refused before anything (the id stays good for another
+ * try, as NCCL's). A rank whose environment holds a bad setting still joins
+ * the bootstrap where it has peers, marked refused, so that they learn of
+ * it at once rather than waiting for it until WEFT_TIMEOUT; it then returns
+ * its own error. */
+static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
+                                     const struct bootstrap_id *id, int rank,
+                                     const weftConfig_t *config, int cuda_dev) {
+  struct init_settings set;
+  memset(&set, 0, sizeof set);
+  WEFT_TRY(comm_config_read(config, &set.cfg));
+  const weftResult_t refused = init_settings_read(&set);
+  if (refused != weftSuccess && nranks == 1) return refused;
+  char refusal[256] = "";
+  if (refused != weftSuccess) snprintf(refusal, sizeof refusal, "%s", weft_error_text());
+  const weftConfig_t cfg = set.cfg;
+  const int64_t nslots = set.nslots, slot_nbytes = set.slot_nbytes;
+  const int nchannels = set.nchannels;
 
   struct weftComm *comm = calloc(1, sizeof *comm);
   struct peer_info *peers = calloc((size_t)nranks, sizeof *peers);
@@ -114,7 +139,7 @@ static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
   comm->peers = peers;
   comm->nslots = (uint32_t)nslots;
   comm->slot_nbytes = (size_t)slot_nbytes;
-  comm->tree_small_nbytes = (size_t)tree_small_nbytes;
+  comm->tree_small_nbytes = (size_t)set.tree_small_nbytes;
   WEFT_TRY_GOTO(sendrecv_conns_alloc(comm), res, free_comm);
   comm->timeout_ns = cfg.timeoutMs != WEFT_CONFIG_UNDEF_INT && cfg.timeoutMs > 0
                          ? (uint64_t)cfg.timeoutMs * 1000000ull
@@ -129,14 +154,17 @@ static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
   self.bus_id = -1;
   bootstrap_peer_info_local(&self);
   topo_peer_info(&self, cuda_dev);
-  config_agreement_fill(&self, nchannels);
-  WEFT_TRY_GOTO(bootstrap_init(id, rank, nranks, &self, comm->timeout_ns, &comm->bs, peers),
-                res, free_comm);
-  /* every rank has every rank's settings: where they differ, all refuse alike */
-  if ((res = config_agreement_check(peers, nranks)) != weftSuccess) {
-    bootstrap_close(comm->bs);
-    goto free_comm;
+  struct param_agreement agreed;
+  config_agreement_fill(&self, nchannels, &agreed);
+  self.refused = refused != weftSuccess;
+  res = bootstrap_init(id, rank, nranks, &self, comm->timeout_ns, &comm->bs, peers);
+  if (res == weftSuccess) {
+    /* every rank has every rank's digest and refusal: all fail alike */
+    res = config_agreement_check(comm->bs, peers, nranks, rank, &agreed, refusal);
+    if (res != weftSuccess || refused != weftSuccess) bootstrap_close(comm->bs);
   }
+  if (refused != weftSuccess) res = weft_error_set(refused, "%s", refusal);
+  if (res != weftSuccess) goto free_comm;
   bootstrap_set_abort(comm->bs, &comm->abort_flag);
   comm->trace = trace_create(rank, nranks, bootstrap_job_hash(comm->bs), comm->name);
   hang_answer_install(comm);

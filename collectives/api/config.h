@@ -4,6 +4,7 @@
 
 #include "../../transport/base/param.h"
 #include "../../transport/base/peer_info.h"
+#include "../../transport/bootstrap/bootstrap.h"
 
 /* Every table of every module, NULL-terminated, in layer order. */
 extern struct weft_param *const weft_param_tables[];
@@ -11,14 +12,21 @@ extern struct weft_param *const weft_param_tables[];
 /* Forgets every cached value (tests change the environment between runs). */
 void weft_params_reset(void);
 
-/* What a communicator's ranks must share, as this rank has it, into self:
- * its channels and the settings marked .agree (param_agreement_fill). */
-void config_agreement_fill(struct peer_info *self, int nchannels);
+/* What a communicator's ranks must share, as this rank has it: its channels
+ * and the digest of its settings marked .agree into self, the settings
+ * themselves into *mine (WEFT_ALGO and WEFT_PROTO as keys of what they
+ * allow, so that equal meanings agree however written). */
+void config_agreement_fill(struct peer_info *self, int nchannels, struct param_agreement *mine);
 
-/* Whether every rank of peers (exchanged at set-up) has what
- * config_agreement_fill put there: weftSuccess, else weftInvalidUsage
- * naming each setting that differs and which ranks have which value (the
- * same text on every rank, which all refuse the communicator). */
-weftResult_t config_agreement_check(const struct peer_info *peers, int nranks);
+/* Whether every rank of peers (exchanged at set-up) has the same channels and
+ * digest, and none refused: weftSuccess, else, after one exchange of the
+ * settings over bs (every rank sees the same peers, so all take part),
+ * weftRemoteError naming the ranks that refused and why (refusal: this
+ * rank's reason, "" when it did not), or weftInvalidUsage naming each
+ * setting that differs and which ranks have which value: the same text on
+ * every rank, which all refuse the communicator. */
+weftResult_t config_agreement_check(struct bootstrap *bs, const struct peer_info *peers,
+                                    int nranks, int rank, const struct param_agreement *mine,
+                                    const char *refusal);
 
 #endif

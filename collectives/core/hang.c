@@ -119,31 +119,37 @@ static const struct trace_call *view_find(const struct hang_view *v, const struc
   return NULL;
 }
 
-/* "rank 0 LL, ranks 1,2 SIMPLE": the ranks of calls[0..n) (in rank
- * order) by the value field gives each, named by names[0..nnames). */
+/* text_groups' view of one field of calls[0..n), named by names[0..nnames) */
+struct calls_field {
+  const struct trace_call *const *calls;
+  int32_t (*field)(const struct trace_call *);
+  const char *const *names;
+  int nnames;
+};
+static int64_t calls_field_value(const void *ctx, int i) {
+  const struct calls_field *c = ctx;
+  return c->field(c->calls[i]);
+}
+static void calls_field_format(const void *ctx, int i, char *buf, size_t n) {
+  const struct calls_field *c = ctx;
+  const int32_t v = c->field(c->calls[i]);
+  snprintf(buf, n, "%s", v >= 0 && v < c->nnames ? c->names[v] : "?");
+}
+
+/* "rank 0 LL, ranks 1,2 SIMPLE": the ranks of calls[0..n) (ranks[i] is
+ * calls[i]'s, in rank order) grouped by field; members has room for n. */
 static void text_split(struct text *t, const struct trace_call *const *calls, const int *ranks,
                        int n, int32_t (*field)(const struct trace_call *),
-                       const char *const *names, int nnames) {
-  const char *sep = "";
-  for (int i = 0; i < n; i++) {
-    const int32_t v = field(calls[i]);
-    int seen = 0;
-    for (int j = 0; j < i && !seen; j++) seen = field(calls[j]) == v;
-    if (seen) continue; /* its group is written */
-    int which[64], k = 0;
-    for (int j = i; j < n && k < 64; j++)
-      if (field(calls[j]) == v) which[k++] = ranks[j];
-    text_add(t, "%s", sep);
-    text_ranks(t, which, k);
-    text_add(t, " %s", v >= 0 && v < nnames ? names[v] : "?");
-    sep = ", ";
-  }
+                       const char *const *names, int nnames, int *members) {
+  const struct calls_field c = {calls, field, names, nnames};
+  text_groups(t, n, ranks, calls_field_value, calls_field_format, &c, 0, members);
 }
 static int32_t call_proto(const struct trace_call *c) { return c->proto; }
 static int32_t call_algo(const struct trace_call *c) { return c->algo; }
 
 /* Ranks whose calls on device memory agree but run on different protocols
- * or algorithms (WEFT_PROTO, WEFT_ALGO that differ between ranks): their
+ * or algorithms (the settings that choose them, compared when the comm
+ * formed, changed on some rank since): their
  * kernels use different FIFOs and wait for each other forever, so this is
  * weftInvalidUsage too, naming the ranks. Host calls are left to their data
  * paths, which compare what they send. */
@@ -155,9 +161,10 @@ static weftResult_t verdict_plan_differs(const struct trace_call *s, const struc
   _Static_assert(sizeof algos / sizeof algos[0] == ALGO_NUM, "a name per enum coll_algo");
   const struct trace_call **calls = calloc((size_t)nranks, sizeof *calls);
   int *ranks = calloc((size_t)nranks, sizeof *ranks);
+  int *members = calloc((size_t)nranks, sizeof *members);
   weftResult_t res = weftSuccess;
   int n = 0, device = 1, proto_differs = 0, algo_differs = 0;
-  for (int r = 0; calls != NULL && ranks != NULL && r < nranks; r++) {
+  for (int r = 0; calls != NULL && ranks != NULL && members != NULL && r < nranks; r++) {
     enum where_of w;
     const struct trace_call *c = view_find(&views[r], s, &w);
     if (c == NULL) continue;
@@ -178,17 +185,19 @@ static weftResult_t verdict_plan_differs(const struct trace_call *s, const struc
              coll_kind_name((enum coll_kind)s->coll), s->seq);
     if (algo_differs) {
       text_add(&t, "algorithm differs: ");
-      text_split(&t, calls, ranks, n, call_algo, algos, ALGO_NUM);
+      text_split(&t, calls, ranks, n, call_algo, algos, ALGO_NUM, members);
     }
     if (proto_differs) {
       text_add(&t, "%sprotocol differs: ", algo_differs ? "; " : "");
-      text_split(&t, calls, ranks, n, call_proto, protos, 2);
+      text_split(&t, calls, ranks, n, call_proto, protos, 2, members);
     }
-    text_add(&t, " (WEFT_ALGO or WEFT_PROTO differ between ranks)");
+    text_add(&t, " (the settings that choose them were the same on every rank when the "
+                 "communicator formed: one changed on some rank since)");
     res = weft_error_set(weftInvalidUsage, "%s", buf);
   }
   free(calls);
   free(ranks);
+  free(members);
   return res;
 }
 

@@ -10,9 +10,9 @@
 
 #include "../../transport/base/status.h"
 #include "signature.h"
-#include "text.h"
 #include "params.h"
 #include "plan.h"
+#include "text.h"
 
 enum signature_field { F_COLL, F_SEQ, F_COUNT, F_DATATYPE, F_OP, F_ROOT, F_NUM };
 static const char *const field_names[F_NUM] = {"collective", "sequence number", "count",
@@ -111,7 +111,7 @@ weftResult_t signature_compare_ranks(const struct signature *sigs, const int *ra
     if (sigs[r].magic != SIGNATURE_MAGIC)
       return weft_error_set(weftInvalidUsage,
                             "%s: %s%s: rank %d sent no signature: it is in another call on this "
-                            "communicator (or WEFT_CHECK differs)",
+                            "communicator",
                             who, name, number, ranks != NULL ? ranks[r] : r);
   int members_fixed[64];
   int *members = nranks <= 64 ? members_fixed : malloc(sizeof *members * (size_t)nranks);

@@ -1,5 +1,5 @@
 /* A bounded string builder for the messages that name ranks (hang.c,
- * signature.c, settings.c): appends until the buffer is full, then ends in
+ * signature.c, api/config.c): appends until the buffer is full, then ends in
  * "...". */
 #ifndef WEFT_TEXT_H
 #define WEFT_TEXT_H

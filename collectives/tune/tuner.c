@@ -134,6 +134,20 @@ int tuner_algo_allowed(enum coll_kind coll, enum coll_algo algo) {
   return tuner_rules_get(&fallback)->algo[coll][algo];
 }
 
+static int64_t allowed_key(const uint8_t allowed[COLL_NUM_RING][8]) {
+  uint64_t h = 14695981039346656037ull;
+  for (int c = 0; c < COLL_NUM_RING; c++)
+    for (int i = 0; i < 8; i++) h = (h ^ allowed[c][i]) * 1099511628211ull;
+  return (int64_t)h;
+}
+
+void tuner_rules_keys(int64_t *algo_key, int64_t *proto_key) {
+  struct tuner_rules fallback;
+  const struct tuner_rules *r = tuner_rules_get(&fallback);
+  *algo_key = allowed_key(r->algo);
+  *proto_key = allowed_key(r->proto);
+}
+
 /* The cost model (docs/design.md, "Tuner"), in microseconds. One set of
  * constants, measured on shared memory with 2 ranks (all-gather, all-reduce,
  * reduce-scatter at 8-64 B, 20000 iterations: LL never ahead of SIMPLE,

@@ -22,6 +22,10 @@ const char *tuner_algo_name(int algo);
 /* Whether WEFT_ALGO, as now set, leaves algo to coll (parsed once per
  * value, as plan_tune's rules). */
 int tuner_algo_allowed(enum coll_kind coll, enum coll_algo algo);
+/* What WEFT_ALGO and WEFT_PROTO allow, each as a key of its meaning (equal
+ * for "ring,tree" and "TREE,ring", for unset and every name listed), which
+ * ranks compare (config_agreement_fill). */
+void tuner_rules_keys(int64_t *algo_key, int64_t *proto_key);
 /* Parses a WEFT_ALGO/WEFT_PROTO list into allowed[collective][name index];
  * returns -1 when it met an unknown name (those are ignored). */
 int tuner_parse(const char *spec, const char *const *names, int nnames,

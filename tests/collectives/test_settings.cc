@@ -14,6 +14,7 @@
 
 extern "C" {
 #include "collectives/api/config.h"
+#include "collectives/core/text.h"
 }
 
 using namespace weft_test;
@@ -98,14 +99,11 @@ void expect_refused(const Seen *seen, int nranks, const std::vector<std::string>
 // Every agreed setting has a value in kOther, and the list fits the
 // exchange.
 TEST(Settings, EveryAgreedSettingIsCovered) {
-  int n = 0, strings = 0;
-  for (const weft_param *p; (p = param_agreed(weft_param_tables, n)) != nullptr; n++) {
+  int n = 0;
+  for (const weft_param *p; (p = param_agreed(weft_param_tables, n)) != nullptr; n++)
     EXPECT_TRUE(kOther.count(p->name)) << p->name << " is agreed but has no case here";
-    strings += p->type == PARAM_STR;
-  }
   EXPECT_EQ((size_t)n, kOther.size()) << "a case here names a setting that is not agreed";
   EXPECT_LE(n, PARAM_AGREE_MAX);
-  EXPECT_LE(strings, PARAM_AGREE_STR_MAX);
 }
 
 // One rank (seeded) with another value of each setting in turn, at 2-4
@@ -152,22 +150,47 @@ TEST(Settings, GroupsOfRanksNamed) {
 }
 
 // The same values on every rank, none the default: the comm forms and
-// works (an empty WEFT_ALGO is as unset).
-TEST(Settings, SameValuesEverywhereForm) {
+// works; WEFT_ALGO and WEFT_PROTO agree by what they allow, however written
+// (an empty one is as unset), and differ where what they allow does.
+TEST(Settings, SameMeaningsForm) {
   Seen *seen = shared_seen(3);
   ASSERT_NE(seen, nullptr);
   init_with(3, [](int rank) {
+    const char *algo[] = {"ring,tree", "TREE,ring", "ring,tree;"};
+    const char *proto[] = {"", "simple,ll", "LL,Simple"};
     return EnvList{{"WEFT_CHECK", "1"}, {"WEFT_NCHANNELS", "2"}, {"WEFT_TREE_SMALL_BYTES", "0"},
-                   {"WEFT_ALGO", rank == 1 ? "" : "ring"}};
-  }, seen);
-  // rank 1's empty WEFT_ALGO is unset: refused, naming it so
-  expect_refused(seen, 3, {"WEFT_ALGO: ranks 0,2 have \"ring\", rank 1 has it unset"},
-                 "an empty WEFT_ALGO");
-  init_with(3, [](int) {
-    return EnvList{{"WEFT_CHECK", "1"}, {"WEFT_NCHANNELS", "2"}, {"WEFT_TREE_SMALL_BYTES", "0"},
-                   {"WEFT_ALGO", "ring"}};
+                   {"WEFT_ALGO", algo[rank]}, {"WEFT_PROTO", proto[rank]}};
   }, seen);
   for (int r = 0; r < 3; r++) EXPECT_EQ(seen[r].code, weftSuccess) << seen[r].message;
+  init_with(3, [](int rank) {
+    return EnvList{{"WEFT_ALGO", rank == 1 ? "" : "ring"}};
+  }, seen);
+  expect_refused(seen, 3, {"WEFT_ALGO: ranks 0,2 have \"ring\", rank 1 has it unset"},
+                 "an empty WEFT_ALGO against ring");
+  munmap(seen, sizeof(Seen) * 3);
+}
+
+// A rank whose own setting is bad fails with its own error, and the others
+// learn of it at once (it joins to say so) rather than at WEFT_TIMEOUT.
+TEST(Settings, ABadValueOnOneRankFailsEveryRankAtOnce) {
+  Seen *seen = shared_seen(3);
+  ASSERT_NE(seen, nullptr);
+  for (const auto &bad : std::vector<std::pair<std::string, std::string>>{
+           {"WEFT_SLOT_BYTES", "100"}, {"WEFT_NSLOTS", "1"}, {"WEFT_TREE_SMALL_BYTES", "-1"}}) {
+    memset((void *)seen, 0, sizeof(Seen) * 3);
+    init_with(3, [&](int rank) { return rank == 1 ? EnvList{bad} : EnvList{}; }, seen);
+    const std::string what = bad.first + "=" + bad.second;
+    EXPECT_EQ(seen[1].code, weftInvalidArgument) << what << ": " << seen[1].message;
+    EXPECT_NE(std::string(seen[1].message).find(what), std::string::npos) << seen[1].message;
+    for (int r : {0, 2}) {
+      EXPECT_EQ(seen[r].code, weftRemoteError) << what << ", rank " << r << ": " << seen[r].message;
+      EXPECT_NE(std::string(seen[r].message).find("rank 1 refused the communicator: " + what),
+                std::string::npos)
+          << seen[r].message;
+    }
+    for (int r = 0; r < 3; r++)
+      EXPECT_LT(seen[r].seconds, 5.0) << what << ", rank " << r << " after " << seen[r].seconds;
+  }
   munmap(seen, sizeof(Seen) * 3);
 }
 
@@ -197,10 +220,11 @@ void agreement_with(const std::string &a, struct param_agreement *out) {
   munmap(shared, sizeof *out);
 }
 
-// The exchanged text: longer strings cut with "...", never a false match
-// (the hash is of the whole text); an empty string as unset.
+// The exchanged text: longer strings cut with "..." and named with their
+// hash too, never a false match (the hash is of the whole text); an empty
+// string as unset.
 TEST(Settings, LongTextsCutButCompared) {
-  const std::string a(60, 'x');
+  const std::string a(70, 'x');
   struct param_agreement one, two, empty;
   agreement_with(a + "1", &one);
   agreement_with(a + "2", &two);
@@ -211,12 +235,49 @@ TEST(Settings, LongTextsCutButCompared) {
   EXPECT_EQ(empty.value[0], 0);
   char buf[128];
   param_agreement_format(test_tables, &one, 0, buf, sizeof buf);
-  EXPECT_EQ(std::string(buf), "\"" + std::string(PARAM_AGREE_TEXT - 1, 'x') + "...\"");
+  char hash[32];
+  snprintf(hash, sizeof hash, "%016llx", (unsigned long long)one.value[0]);
+  EXPECT_EQ(std::string(buf), "\"" + std::string(PARAM_AGREE_TEXT - 4, 'x') + "...\" (hash " +
+                                  hash + ")");
   param_agreement_format(test_tables, &one, 1, buf, sizeof buf);
   EXPECT_STREQ(buf, "7");
   param_agreement_format(test_tables, &empty, 0, buf, sizeof buf);
   EXPECT_STREQ(buf, "it unset");
   EXPECT_EQ(param_agreed(test_tables, 2), nullptr);
+}
+
+// The messages' builder: ranks as ranges, groups by value in the order of
+// their lowest entry, given rank numbers, and a full buffer ending in "...".
+int64_t digit_of(const void *ctx, int i) { return static_cast<const char *>(ctx)[i] - '0'; }
+void digit_format(const void *ctx, int i, char *buf, size_t n) {
+  snprintf(buf, n, "v%c", static_cast<const char *>(ctx)[i]);
+}
+
+TEST(Text, RanksGroupsAndTheCut) {
+  char buf[256] = "";
+  struct text t = {buf, sizeof buf, 0};
+  const int ranks[] = {0, 1, 2, 5, 7, 8};
+  text_ranks(&t, ranks, 6);
+  EXPECT_STREQ(buf, "ranks 0-2,5,7,8");
+  t = {buf, sizeof buf, 0};
+  const char *values = "1211131";  // entries 0..6
+  int members[8];
+  text_groups(&t, 7, nullptr, digit_of, digit_format, values, 1, members);
+  EXPECT_STREQ(buf, "ranks 0,2-4,6 have v1, rank 1 has v2, rank 5 has v3");
+  t = {buf, sizeof buf, 0};
+  const int named[] = {3, 4, 5, 9};  // entry i is rank named[i]
+  text_groups(&t, 4, named, digit_of, digit_format, "1112", 0, members);
+  EXPECT_STREQ(buf, "ranks 3-5 v1, rank 9 v2");
+  char small[12];
+  t = {small, sizeof small, 0};
+  text_add(&t, "%s", "a long line of text");
+  EXPECT_STREQ(small, "a long l...");
+  text_add(&t, "more");  // full: nothing more
+  EXPECT_STREQ(small, "a long l...");
+  char tiny[3];
+  t = {tiny, sizeof tiny, 0};
+  text_add(&t, "abc");
+  EXPECT_STREQ(tiny, "ab");
 }
 
 }  // namespace

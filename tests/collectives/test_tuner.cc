@@ -51,9 +51,8 @@ struct FakeComm {
   }
 };
 
-// A float32 sum of count elements as plan_tune plans it, on host buffers
-// or device buffers.
-weft_plan tune(const weftComm &comm, enum coll_kind coll, size_t count, bool on_device = false) {
+// A float32 sum of count elements, not yet planned.
+weft_plan float_sum(enum coll_kind coll, size_t count, bool on_device = false) {
   weft_plan p;
   memset(&p, 0, sizeof p);
   p.coll = coll;
@@ -62,6 +61,12 @@ weft_plan tune(const weftComm &comm, enum coll_kind coll, size_t count, bool on_
   p.op = weftSum;
   p.root = coll == COLL_BROADCAST || coll == COLL_REDUCE ? 0 : -1;
   p.on_device = on_device;
+  return p;
+}
+
+// The same as plan_tune plans it, on host buffers or device buffers.
+weft_plan tune(const weftComm &comm, enum coll_kind coll, size_t count, bool on_device = false) {
+  weft_plan p = float_sum(coll, count, on_device);
   plan_tune(&comm, &p);
   return p;
 }
@@ -101,16 +106,10 @@ TEST(TunerModel, TreeOfSmallCallsCountsItsOwnDepth) {
     on.c.tree_depth = off.c.tree_depth = 3;
     on.c.tree_small_nbytes = 4096;
     off.c.tree_small_nbytes = 0;
-    weft_plan p;
-    memset(&p, 0, sizeof p);
-    p.coll = COLL_ALLREDUCE;
-    p.datatype = weftFloat32;
-    p.op = weftSum;
-    p.root = -1;
+    weft_plan p = float_sum(COLL_ALLREDUCE, 2);
     p.algo = ALGO_TREE;
     p.proto = PROTO_SIMPLE;
     p.nchannels = 1;
-    p.count = 2;
     const double dtree_steps = n == 8 ? 8.0 : 10.0;
     EXPECT_NEAR(plan_estimate_us(&on.c, &p) / plan_estimate_us(&off.c, &p), 6.0 / dtree_steps,
                 0.01)

@@ -84,30 +84,40 @@ const struct weft_param *param_agreed(struct weft_param *const *tables, int i) {
 
 void param_agreement_fill(struct weft_param *const *tables, struct param_agreement *out) {
   memset(out, 0, sizeof *out);
-  int nstr = 0;
   for (; *tables != NULL; tables++) {
     for (struct weft_param *p = *tables; p->name != NULL; p++) {
-      if (!p->agree || out->count == PARAM_AGREE_MAX) continue;
-      int64_t v;
-      if (p->type == PARAM_INT) {
-        v = param_int(p);
-      } else {
-        const char *s = param_str(p);
-        if (s != NULL && *s == '\0') s = NULL; /* empty: as unset */
-        v = s != NULL ? text_hash(s) : 0;
-        if (nstr < PARAM_AGREE_STR_MAX && s != NULL)
-          snprintf(out->text[nstr], PARAM_AGREE_TEXT, "%s", s);
-        nstr++;
+      if (!p->agree) continue;
+      if (out->count == PARAM_AGREE_MAX) {
+        WEFT_WARN(LOG_INIT, "%s is not compared between ranks: more than %d settings are marked "
+                  "so", p->name, PARAM_AGREE_MAX);
+        continue;
       }
-      out->value[out->count++] = v;
+      const int i = out->count++;
+      if (p->type == PARAM_INT) {
+        out->value[i] = param_int(p);
+        continue;
+      }
+      const char *s = param_str(p);
+      if (s == NULL || *s == '\0') continue; /* unset, and empty as unset */
+      out->value[i] = text_hash(s);
+      if (strlen(s) < PARAM_AGREE_TEXT) snprintf(out->text[i], PARAM_AGREE_TEXT, "%s", s);
+      else snprintf(out->text[i], PARAM_AGREE_TEXT, "%.*s...", PARAM_AGREE_TEXT - 4, s);
     }
   }
+}
+
+uint64_t param_agreement_digest(const struct param_agreement *a) {
+  uint64_t h = 14695981039346656037ull ^ (uint64_t)a->count;
+  for (int i = 0; i < a->count && i < PARAM_AGREE_MAX; i++)
+    for (int b = 0; b < 8; b++)
+      h = (h ^ (((uint64_t)a->value[i] >> (8 * b)) & 0xff)) * 1099511628211ull;
+  return h;
 }
 
 void param_agreement_format(struct weft_param *const *tables, const struct param_agreement *a,
                             int i, char *buf, size_t n) {
   const struct weft_param *p = param_agreed(tables, i);
-  if (p == NULL || i >= a->count) {
+  if (p == NULL || i < 0 || i >= a->count || i >= PARAM_AGREE_MAX) {
     snprintf(buf, n, "?");
     return;
   }
@@ -115,11 +125,10 @@ void param_agreement_format(struct weft_param *const *tables, const struct param
     snprintf(buf, n, "%lld", (long long)a->value[i]);
     return;
   }
-  int nstr = 0; /* string params before entry i */
-  for (int j = 0; j < i; j++) nstr += param_agreed(tables, j)->type == PARAM_STR;
-  if (a->value[i] == 0) snprintf(buf, n, "it unset");
-  else if (nstr >= PARAM_AGREE_STR_MAX) snprintf(buf, n, "(a value, hash %llx)",
-                                                 (unsigned long long)a->value[i]);
-  else snprintf(buf, n, "\"%s%s\"", a->text[nstr],
-                strlen(a->text[nstr]) == PARAM_AGREE_TEXT - 1 ? "..." : "");
+  /* the text came from another rank: bounded, whatever it holds */
+  const int len = (int)strnlen(a->text[i], PARAM_AGREE_TEXT - 1);
+  if (len == 0) snprintf(buf, n, "it unset");
+  else if (len < PARAM_AGREE_TEXT - 1) snprintf(buf, n, "\"%.*s\"", len, a->text[i]);
+  else snprintf(buf, n, "\"%.*s\" (hash %016llx)", len, a->text[i],
+                (unsigned long long)a->value[i]); /* cut: two may read alike */
 }

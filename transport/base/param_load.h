@@ -37,18 +37,18 @@ struct weft_param {
 };
 
 /* The values of the params marked .agree as one rank has them, in the
- * tables' order: exchanged when a communicator forms (with its peer info),
- * so that ranks whose settings differ refuse it together, naming what
- * differs. Integers as loaded; strings as a hash of their text (0 unset),
- * with its first PARAM_AGREE_TEXT - 1 characters to name it by. */
+ * tables' order. A communicator's ranks exchange a digest of them when it
+ * forms, and the whole only where digests differ, to name what differs.
+ * Integers as loaded; strings as a hash of their text (0 unset, or a key
+ * of their meaning: config_agreement_fill), with the text to name them by,
+ * cut to fit and then ending in "...". */
 #define PARAM_AGREE_MAX 16
-#define PARAM_AGREE_STR_MAX 2
-#define PARAM_AGREE_TEXT 48
+#define PARAM_AGREE_TEXT 64
 struct param_agreement {
   int32_t count;
   int32_t unused;
   int64_t value[PARAM_AGREE_MAX];
-  char text[PARAM_AGREE_STR_MAX][PARAM_AGREE_TEXT]; /* the string params', in order */
+  char text[PARAM_AGREE_MAX][PARAM_AGREE_TEXT]; /* strings only; "" unset */
 };
 
 #define PARAM_END {NULL, PARAM_INT, NULL, NULL, 0, 0, NULL}

@@ -5,7 +5,6 @@
 
 #include <stdint.h>
 
-#include "param_load.h"
 #include "sock.h"
 
 struct peer_info {
@@ -23,10 +22,13 @@ struct peer_info {
   int32_t host_bridge;
   int32_t pci_switch;
   int32_t nic; /* index of the NIC this rank uses in its host's topology */
-  /* what the communicator's ranks must share: its channels (WEFT_NCHANNELS
-   * within the config's bounds) and the settings marked so (collectives/core/settings.c) */
+  /* what the communicator's ranks must share (collectives/api/config.c):
+   * its channels (WEFT_NCHANNELS within the config's bounds) and a digest
+   * of the settings marked so; and whether this rank refused the
+   * communicator (a bad setting of its own), which it joins only to say so */
   int32_t nchannels;
-  struct param_agreement settings;
+  int32_t refused;
+  uint64_t settings_digest;
 };
 
 #endif
