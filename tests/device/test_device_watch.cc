@@ -122,8 +122,9 @@ TEST(DeviceWatch, CountThatDiffersFoundByAskingBehindQueuedCalls) {
   }
 }
 
-// The same call on protocols that differ (WEFT_PROTO set apart on one
-// rank): their kernels use different FIFOs; the question names it.
+// The same call on protocols that differ (a setting changed on one rank
+// after the comm's init compared them): their kernels use different FIFOs;
+// the question names it.
 TEST(DeviceWatch, ProtocolsThatDifferNamed) {
   Env ask("WEFT_HANG_ASK_MS", "200");
   const int k = 2;
