@@ -407,8 +407,15 @@ void WeftBackend::flight_signal_loop() {
     } catch (const std::exception &) {
       return; /* the store is gone: its host's process ended */
     }
-    watchdog_fire(c10d::ErrorType::REMOTE_ERROR,
-                  c10::str("the group failed on another rank (", why, ")"));
+    // a failure of this rank's own (its operation failed with the peer)
+    // names its own operation, whichever thread sees the group fail first
+    std::string own;
+    const c10d::ErrorType type = watchdog_look(own);
+    if (type != c10d::ErrorType::SUCCESS)
+      watchdog_fire(type, own);
+    else
+      watchdog_fire(c10d::ErrorType::REMOTE_ERROR,
+                    c10::str("the group failed on another rank (", why, ")"));
     return;
   }
 }
@@ -686,69 +693,70 @@ void WeftBackend::watch(const c10::intrusive_ptr<WeftWork> &work, const char *na
   watched_.push_back(watched{work, seq_, name, std::chrono::steady_clock::now() + timeout_});
 }
 
-void WeftBackend::watchdog_loop() {
+c10d::ErrorType WeftBackend::watchdog_look(std::string &what) {
   using clock = std::chrono::steady_clock;
-  std::string last_failed; /* the last operation seen failing, and why */
-  for (;;) {
-    std::unique_lock<std::mutex> lk(watch_mu_);
-    watch_cv_.wait_for(lk, std::chrono::milliseconds(100), [this] { return watch_stop_; });
-    if (watch_stop_) return;
-    // what is done leaves (a failure is the Work's to raise; the
-    // communicator's error, below, is the watchdog's); the first past its
-    // deadline is a timeout
-    const auto now = clock::now();
-    std::string what;
-    c10d::ErrorType type = c10d::ErrorType::SUCCESS;
-    for (auto it = watched_.begin(); it != watched_.end();) {
-      if (it->work->captured()) {
-        it = watched_.erase(it);
-        continue;
-      }
-      if (it->work->isCompleted()) {
-        if (std::exception_ptr e = it->work->exception()) {
-          std::string why;
-          try {
-            std::rethrow_exception(e);
-          } catch (const std::exception &x) {
-            why = std::string(x.what()).substr(0, 600);
-          } catch (...) {
-          }
-          last_failed = c10::str(it->name, " (sequence number ", it->seq, ") failed: ", why);
+  std::unique_lock<std::mutex> lk(watch_mu_);
+  // what is done leaves (a failure is the Work's to raise; the
+  // communicator's error, below, is the watchdog's); the first past its
+  // deadline is a timeout
+  const auto now = clock::now();
+  for (auto it = watched_.begin(); it != watched_.end();) {
+    if (it->work->captured()) {
+      it = watched_.erase(it);
+      continue;
+    }
+    if (it->work->isCompleted()) {
+      if (std::exception_ptr e = it->work->exception()) {
+        std::string why;
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception &x) {
+          why = std::string(x.what()).substr(0, 600);
+        } catch (...) {
         }
-        it = watched_.erase(it);
-        continue;
+        last_failed_ = c10::str(it->name, " (sequence number ", it->seq, ") failed: ", why);
       }
-      if (now > it->deadline) {
-        what = c10::str(it->name, " (sequence number ", it->seq, ") timed out: not done ",
-                        timeout_.count(), " ms after it was issued");
-        type = c10d::ErrorType::TIMEOUT;
-        break;
-      }
-      ++it;
+      it = watched_.erase(it);
+      continue;
     }
-    const std::string pending =
-        watched_.empty() ? std::string()
-                         : c10::str(watched_.front().name, " (sequence number ",
-                                    watched_.front().seq, ")");
-    lk.unlock();
-    if (type == c10d::ErrorType::SUCCESS) {
-      // a peer that died or gave up, or an operation that failed in weft,
-      // breaks the communicator
-      std::lock_guard<std::mutex> clk(p2p_comm_->first);
-      weftResult_t async = weftSuccess;
-      if (p2p_comm_->second != nullptr &&
-          weftCommGetAsyncError(p2p_comm_->second, &async) == weftSuccess &&
-          async != weftSuccess && async != weftInProgress) {
-        type = async == weftRemoteError ? c10d::ErrorType::REMOTE_ERROR
-                                        : c10d::ErrorType::COMM_ERROR;
-        if (!last_failed.empty())
-          what = last_failed;
-        else
-          what = c10::str(pending.empty() ? std::string("the communicator") : pending,
-                          " failed: ", weftGetErrorString(async), ": ",
-                          weftGetLastError(p2p_comm_->second));
-      }
+    if (now > it->deadline) {
+      what = c10::str(it->name, " (sequence number ", it->seq, ") timed out: not done ",
+                      timeout_.count(), " ms after it was issued");
+      return c10d::ErrorType::TIMEOUT;
     }
+    ++it;
+  }
+  const std::string pending =
+      watched_.empty() ? std::string()
+                       : c10::str(watched_.front().name, " (sequence number ",
+                                  watched_.front().seq, ")");
+  const std::string last_failed = last_failed_;
+  lk.unlock();
+  // a peer that died or gave up, or an operation that failed in weft,
+  // breaks the communicator
+  std::lock_guard<std::mutex> clk(p2p_comm_->first);
+  weftResult_t async = weftSuccess;
+  if (p2p_comm_->second == nullptr ||
+      weftCommGetAsyncError(p2p_comm_->second, &async) != weftSuccess ||
+      async == weftSuccess || async == weftInProgress)
+    return c10d::ErrorType::SUCCESS;
+  if (!last_failed.empty())
+    what = last_failed;
+  else
+    what = c10::str(pending.empty() ? std::string("the communicator") : pending, " failed: ",
+                    weftGetErrorString(async), ": ", weftGetLastError(p2p_comm_->second));
+  return async == weftRemoteError ? c10d::ErrorType::REMOTE_ERROR : c10d::ErrorType::COMM_ERROR;
+}
+
+void WeftBackend::watchdog_loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(watch_mu_);
+      watch_cv_.wait_for(lk, std::chrono::milliseconds(100), [this] { return watch_stop_; });
+      if (watch_stop_) return;
+    }
+    std::string what;
+    const c10d::ErrorType type = watchdog_look(what);
     if (type == c10d::ErrorType::SUCCESS) continue;
     watchdog_fire(type, what);
     return; /* once */

@@ -371,6 +371,13 @@ class WeftBackend : public c10d::Backend {
   //   0: nothing but the message, as a warning (and getError()).
   void watch(const c10::intrusive_ptr<WeftWork> &work, const char *name);
   void watchdog_loop();
+  // One look: drops what is done (keeping the last failure, last_failed_),
+  // and returns the first operation past its deadline (TIMEOUT) or the
+  // communicator's error (REMOTE_ERROR, COMM_ERROR), with what to say in
+  // what; SUCCESS when neither. Both the watchdog's thread and the dump
+  // signal's call it.
+  c10d::ErrorType watchdog_look(std::string &what);
+  std::string last_failed_; /* the last operation seen failing, and why (watch_mu_) */
   // Handles the first failure seen; false when the group is already stopping.
   void watchdog_fire(c10d::ErrorType type, const std::string &what);
   void watchdog_stop();
