@@ -135,10 +135,7 @@ int tuner_algo_allowed(enum coll_kind coll, enum coll_algo algo) {
 }
 
 static int64_t allowed_key(const uint8_t allowed[COLL_NUM_RING][8]) {
-  uint64_t h = 14695981039346656037ull;
-  for (int c = 0; c < COLL_NUM_RING; c++)
-    for (int i = 0; i < 8; i++) h = (h ^ allowed[c][i]) * 1099511628211ull;
-  return (int64_t)h;
+  return (int64_t)param_hash(allowed, sizeof(uint8_t[COLL_NUM_RING][8]));
 }
 
 void tuner_rules_keys(int64_t *algo_key, int64_t *proto_key) {

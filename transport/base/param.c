@@ -68,10 +68,16 @@ void param_tables_markdown(struct weft_param *const *tables, FILE *out) {
   }
 }
 
-/* The string's hash (FNV-1a, 64 bits), never 0, which stands for unset. */
+uint64_t param_hash(const void *data, size_t nbytes) {
+  const unsigned char *b = data;
+  uint64_t h = 14695981039346656037ull; /* FNV-1a */
+  for (size_t i = 0; i < nbytes; i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+/* The string's hash, never 0, which stands for unset. */
 static int64_t text_hash(const char *s) {
-  uint64_t h = 14695981039346656037ull;
-  for (; *s != '\0'; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  const uint64_t h = param_hash(s, strlen(s));
   return (int64_t)(h == 0 ? 1 : h);
 }
 
@@ -107,11 +113,8 @@ void param_agreement_fill(struct weft_param *const *tables, struct param_agreeme
 }
 
 uint64_t param_agreement_digest(const struct param_agreement *a) {
-  uint64_t h = 14695981039346656037ull ^ (uint64_t)a->count;
-  for (int i = 0; i < a->count && i < PARAM_AGREE_MAX; i++)
-    for (int b = 0; b < 8; b++)
-      h = (h ^ (((uint64_t)a->value[i] >> (8 * b)) & 0xff)) * 1099511628211ull;
-  return h;
+  const int n = a->count < 0 ? 0 : a->count < PARAM_AGREE_MAX ? a->count : PARAM_AGREE_MAX;
+  return param_hash(a->value, sizeof a->value[0] * (size_t)n) ^ (uint64_t)n;
 }
 
 void param_agreement_format(struct weft_param *const *tables, const struct param_agreement *a,

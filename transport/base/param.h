@@ -56,6 +56,8 @@ int param_env_int(const struct weft_param *p, int64_t *value_out);
 void param_agreement_fill(struct weft_param *const *tables, struct param_agreement *out);
 /* The i-th param marked .agree in the tables, or NULL past the last. */
 const struct weft_param *param_agreed(struct weft_param *const *tables, int i);
+/* A 64-bit hash (FNV-1a) of nbytes at data. */
+uint64_t param_hash(const void *data, size_t nbytes);
 /* A hash of a's values, which ranks compare first. */
 uint64_t param_agreement_digest(const struct param_agreement *a);
 /* Entry i of a (which may come from another rank) as text: the integer, or the
