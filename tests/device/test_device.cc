@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -69,91 +70,127 @@ void each_rank(int k, Fn fn) {
   for (auto &t : th) t.join();
 }
 
+// The (datatype, op) pairs of a case: every pair of the matrix that
+// types_ok takes (ops only where the collective reduces). With
+// WEFT_TEST_SAMPLE=1 (the emulated CI, where a pair of 1M elements takes
+// seconds on threads), cases of 1M elements and more take a seeded sample,
+// printed: every datatype once with an op drawn for it, and every op once
+// with a datatype drawn for it.
+std::vector<std::pair<int, int>> dev_case_pairs(const DevCase &c,
+                                                 bool (*types_ok)(weftDataType_t)) {
+  const bool reduces = c.coll == 0 || c.coll == 2 || c.coll == 4;
+  std::vector<std::pair<int, int>> all;
+  for (int ti = 0; ti < weftNumTypes; ti++)
+    for (int oi = 0; oi < (reduces ? weftNumOps : 1); oi++)
+      if (in_matrix((weftDataType_t)ti, (weftRedOp_t)oi) && types_ok((weftDataType_t)ti))
+        all.push_back({ti, oi});
+  const char *sample = getenv("WEFT_TEST_SAMPLE");
+  if (sample == nullptr || strcmp(sample, "1") != 0 || c.count < (1ul << 20)) return all;
+  Rng rng(test_seed() ^ (uint64_t)(c.coll * 131 + c.nranks * 17 + c.in_place));
+  std::vector<std::pair<int, int>> picked;
+  auto draw = [&](bool by_type, int which) {
+    std::vector<std::pair<int, int>> of;
+    for (const auto &p : all)
+      if ((by_type ? p.first : p.second) == which) of.push_back(p);
+    if (of.empty()) return;
+    const auto p = of[rng.next() % of.size()];
+    if (std::find(picked.begin(), picked.end(), p) == picked.end()) picked.push_back(p);
+  };
+  for (int ti = 0; ti < weftNumTypes; ti++) draw(true, ti);
+  for (int oi = 0; oi < (reduces ? weftNumOps : 1); oi++) draw(false, oi);
+  std::sort(picked.begin(), picked.end());
+  printf("sampled (WEFT_TEST_SAMPLE=1, seed %llu): %zu of %zu datatype x op pairs:",
+         (unsigned long long)test_seed(), picked.size(), all.size());
+  for (const auto &p : picked)
+    printf(" %s/%s", type_name((weftDataType_t)p.first),
+           reduces ? op_name((weftRedOp_t)p.second) : "-");
+  printf("\n");
+  return picked;
+}
+
 // One collective of every datatype (those types_ok takes) and op on device
-// memory, checked exactly (integers, copies) or within the reduction's
-// tolerance (floats).
+// memory (or the sample of dev_case_pairs), checked exactly (integers,
+// copies) or within the reduction's tolerance (floats).
 void run_dev_case(const DevCase &c, bool (*types_ok)(weftDataType_t)) {
   const int k = c.nranks;
   const int root = k - 1;
   Ranks ranks(k);
-  const bool reduces = c.coll == 0 || c.coll == 2 || c.coll == 4;
-  for (int ti = 0; ti < weftNumTypes; ti++)
-    for (int oi = 0; oi < (reduces ? weftNumOps : 1); oi++) {
-      auto t = (weftDataType_t)ti;
-      auto op = (weftRedOp_t)oi;
-      if (!in_matrix(t, op) || !types_ok(t)) continue;
-      SCOPED_TRACE(std::string(type_name(t)) + " " + op_name(op));
-      const size_t es = weftTypeSize(t), n = c.count;
-      const size_t send_n = c.coll == 2 ? n * k : n, recv_n = c.coll == 1 ? n * k : n;
-      std::vector<std::vector<uint8_t>> in(k);
-      std::vector<void *> dsend(k), drecv(k);
-      const uint64_t seed = test_seed() + ti * 7 + oi;
-      each_rank(k, [&](int r) { in[r] = make_input(t, op, send_n, seed, r); });
-      for (int r = 0; r < k; r++) {
-        ASSERT_EQ(cudaMalloc(&drecv[r], recv_n * es), cudaSuccess);
-        ASSERT_EQ(cudaMemset(drecv[r], 0xa5, recv_n * es), cudaSuccess); // poison
-        if (c.in_place) {
-          // the input where the collective puts its result
-          size_t at = c.coll == 1 ? (size_t)r * n * es : 0;
-          dsend[r] = (char *)drecv[r] + at;
-          if (c.coll == 2) { // reduce-scatter: output inside the input
-            cudaFree(drecv[r]);
-            ASSERT_EQ(cudaMalloc(&dsend[r], send_n * es), cudaSuccess);
-            drecv[r] = (char *)dsend[r] + (size_t)r * n * es;
-          }
-        } else {
-          ASSERT_EQ(cudaMalloc(&dsend[r], send_n * es), cudaSuccess);
-        }
-        ASSERT_EQ(cudaMemcpy(dsend[r], in[r].data(), send_n * es, cudaMemcpyHostToDevice),
-                  cudaSuccess);
-      }
-      ASSERT_EQ(weftGroupStart(), weftSuccess);
-      for (int r = 0; r < k; r++) {
-        weftResult_t res = weftSuccess;
-        switch (c.coll) {
-          case 0: res = weftAllReduce(dsend[r], drecv[r], n, t, op, ranks.comms[r], ranks.streams[r]); break;
-          case 1: res = weftAllGather(dsend[r], drecv[r], n, t, ranks.comms[r], ranks.streams[r]); break;
-          case 2: res = weftReduceScatter(dsend[r], drecv[r], n, t, op, ranks.comms[r], ranks.streams[r]); break;
-          case 3: res = weftBroadcast(dsend[r], drecv[r], n, t, root, ranks.comms[r], ranks.streams[r]); break;
-          case 4: res = weftReduce(dsend[r], drecv[r], n, t, op, root, ranks.comms[r], ranks.streams[r]); break;
-        }
-        ASSERT_EQ(res, weftSuccess) << weftGetLastError(ranks.comms[r]);
-      }
-      ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
-      ranks.sync();
-      std::vector<std::vector<uint8_t>> out(k, std::vector<uint8_t>(recv_n * es));
-      for (int r = 0; r < k; r++)
-        ASSERT_EQ(cudaMemcpy(out[r].data(), drecv[r], out[r].size(), cudaMemcpyDeviceToHost),
-                  cudaSuccess);
-      // each rank's result checked on a thread of its own; the verdicts
-      // reported here, in rank order
-      std::vector<std::string> bad(k);
-      each_rank(k, [&](int r) {
-        std::string why;
-        if (c.coll == 0 || (c.coll == 4 && r == root)) {
-          if (!check_reduction(t, op, in, out[r].data(), n, &why)) bad[r] = why;
-        } else if (c.coll == 2) {
-          std::vector<std::vector<uint8_t>> blocks(k);
-          for (int q = 0; q < k; q++)
-            blocks[q].assign(in[q].begin() + (size_t)r * n * es, in[q].begin() + (size_t)(r + 1) * n * es);
-          if (!check_reduction(t, op, blocks, out[r].data(), n, &why)) bad[r] = why;
-        } else if (c.coll == 1) {
-          for (int q = 0; q < k && bad[r].empty(); q++)
-            if (memcmp(out[r].data() + (size_t)q * n * es, in[q].data(), n * es) != 0)
-              bad[r] = "block " + std::to_string(q) + " differs from that rank's input";
-        } else if (c.coll == 3) {
-          if (memcmp(out[r].data(), in[root].data(), n * es) != 0) bad[r] = "differs from the root's input";
-        }
-      });
-      for (int r = 0; r < k; r++) EXPECT_EQ(bad[r], "") << "rank " << r;
-      for (int r = 0; r < k; r++) {
-        if (c.coll == 2 && c.in_place) cudaFree(dsend[r]);
-        else {
+  for (const auto &pair : dev_case_pairs(c, types_ok)) {
+    const int ti = pair.first, oi = pair.second;
+    auto t = (weftDataType_t)ti;
+    auto op = (weftRedOp_t)oi;
+    SCOPED_TRACE(std::string(type_name(t)) + " " + op_name(op));
+    const size_t es = weftTypeSize(t), n = c.count;
+    const size_t send_n = c.coll == 2 ? n * k : n, recv_n = c.coll == 1 ? n * k : n;
+    std::vector<std::vector<uint8_t>> in(k);
+    std::vector<void *> dsend(k), drecv(k);
+    const uint64_t seed = test_seed() + ti * 7 + oi;
+    each_rank(k, [&](int r) { in[r] = make_input(t, op, send_n, seed, r); });
+    for (int r = 0; r < k; r++) {
+      ASSERT_EQ(cudaMalloc(&drecv[r], recv_n * es), cudaSuccess);
+      ASSERT_EQ(cudaMemset(drecv[r], 0xa5, recv_n * es), cudaSuccess); // poison
+      if (c.in_place) {
+        // the input where the collective puts its result
+        size_t at = c.coll == 1 ? (size_t)r * n * es : 0;
+        dsend[r] = (char *)drecv[r] + at;
+        if (c.coll == 2) { // reduce-scatter: output inside the input
           cudaFree(drecv[r]);
-          if (!c.in_place) cudaFree(dsend[r]);
+          ASSERT_EQ(cudaMalloc(&dsend[r], send_n * es), cudaSuccess);
+          drecv[r] = (char *)dsend[r] + (size_t)r * n * es;
         }
+      } else {
+        ASSERT_EQ(cudaMalloc(&dsend[r], send_n * es), cudaSuccess);
+      }
+      ASSERT_EQ(cudaMemcpy(dsend[r], in[r].data(), send_n * es, cudaMemcpyHostToDevice),
+                cudaSuccess);
+    }
+    ASSERT_EQ(weftGroupStart(), weftSuccess);
+    for (int r = 0; r < k; r++) {
+      weftResult_t res = weftSuccess;
+      switch (c.coll) {
+        case 0: res = weftAllReduce(dsend[r], drecv[r], n, t, op, ranks.comms[r], ranks.streams[r]); break;
+        case 1: res = weftAllGather(dsend[r], drecv[r], n, t, ranks.comms[r], ranks.streams[r]); break;
+        case 2: res = weftReduceScatter(dsend[r], drecv[r], n, t, op, ranks.comms[r], ranks.streams[r]); break;
+        case 3: res = weftBroadcast(dsend[r], drecv[r], n, t, root, ranks.comms[r], ranks.streams[r]); break;
+        case 4: res = weftReduce(dsend[r], drecv[r], n, t, op, root, ranks.comms[r], ranks.streams[r]); break;
+      }
+      ASSERT_EQ(res, weftSuccess) << weftGetLastError(ranks.comms[r]);
+    }
+    ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+    ranks.sync();
+    std::vector<std::vector<uint8_t>> out(k, std::vector<uint8_t>(recv_n * es));
+    for (int r = 0; r < k; r++)
+      ASSERT_EQ(cudaMemcpy(out[r].data(), drecv[r], out[r].size(), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+    // each rank's result checked on a thread of its own; the verdicts
+    // reported here, in rank order
+    std::vector<std::string> bad(k);
+    each_rank(k, [&](int r) {
+      std::string why;
+      if (c.coll == 0 || (c.coll == 4 && r == root)) {
+        if (!check_reduction(t, op, in, out[r].data(), n, &why)) bad[r] = why;
+      } else if (c.coll == 2) {
+        std::vector<std::vector<uint8_t>> blocks(k);
+        for (int q = 0; q < k; q++)
+          blocks[q].assign(in[q].begin() + (size_t)r * n * es, in[q].begin() + (size_t)(r + 1) * n * es);
+        if (!check_reduction(t, op, blocks, out[r].data(), n, &why)) bad[r] = why;
+      } else if (c.coll == 1) {
+        for (int q = 0; q < k && bad[r].empty(); q++)
+          if (memcmp(out[r].data() + (size_t)q * n * es, in[q].data(), n * es) != 0)
+            bad[r] = "block " + std::to_string(q) + " differs from that rank's input";
+      } else if (c.coll == 3) {
+        if (memcmp(out[r].data(), in[root].data(), n * es) != 0) bad[r] = "differs from the root's input";
+      }
+    });
+    for (int r = 0; r < k; r++) EXPECT_EQ(bad[r], "") << "rank " << r;
+    for (int r = 0; r < k; r++) {
+      if (c.coll == 2 && c.in_place) cudaFree(dsend[r]);
+      else {
+        cudaFree(drecv[r]);
+        if (!c.in_place) cudaFree(dsend[r]);
       }
     }
+  }
 }
 
 bool every_type(weftDataType_t) { return true; }
