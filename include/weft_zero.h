@@ -92,11 +92,29 @@ typedef struct {
   int allowNonFinite;       /* weftZeroLoad takes NaN and infinite values from a
                                checkpoint; 0 (default): such a checkpoint is refused */
   weftZeroMemoryKind_t memory; /* host (default) or device memory, see above */
+  int offloadOptimizer;     /* 1: a device context keeps the fp32 master shard and the
+                               moments in pinned host memory and runs the optimizer on the
+                               host's threads (offloadThreads): the owned gradients (in
+                               reduceType) come to the host behind their reductions and the
+                               updated parameters (in paramType) go back, so the device holds
+                               params and grads alone (with bf16 or fp16: 2 + 2 bytes a
+                               parameter at stage 0, 4/N at stage 3, as ZeRO-Offload).
+                               Results equal the device's within its tolerances; checkpoints
+                               are the same files. 0 (default): the state lives in the
+                               context's memory. A host context's state is on the host
+                               already: 1 there is weftInvalidUsage */
+  int offloadThreads;       /* offloadOptimizer: threads the update runs on, 1 to 64; 0
+                               (default): the CPUs the process may run on, divided among
+                               the host's ranks where the launcher says how many
+                               (WEFT_LOCAL_SIZE, LOCAL_WORLD_SIZE,
+                               OMPI_COMM_WORLD_LOCAL_SIZE). The update is elementwise:
+                               the bits do not depend on it */
 } weftZeroConfig_t;
 
 /* Defaults: stage 0, fp32, AdamW (lr 1e-3, betas 0.9/0.999, eps 1e-8, decay
  * 0), no clipping, 1 micro-step, 4 MiB buckets, no gather bound, prefetch 1,
- * loss scale 65536 with a window of 100 (used for fp16 only), host memory. */
+ * loss scale 65536 with a window of 100 (used for fp16 only), host memory,
+ * no offload. */
 void weftZeroConfigDefaults(weftZeroConfig_t *config);
 
 /* The shard of a rank, as a pure function: elements [offset, offset + count)
@@ -227,8 +245,9 @@ weftResult_t weftZeroSetLr(weftZero_t zero, double lr);
 long weftZeroStepCount(weftZero_t zero);
 
 /* Bytes this rank holds, by category, counted where they are allocated (in
- * device memory for a device context; 16 bytes of step statistics are not
- * counted, on either kind). params + grads + optimizer follow the ZeRO formulas (weftZeroMemoryFormula)
+ * device memory for a device context, but the optimizer state with
+ * offloadOptimizer, which is in host memory: see offloaded; 16 bytes of step
+ * statistics are not counted, on either kind). params + grads + optimizer follow the ZeRO formulas (weftZeroMemoryFormula)
  * for psiPadded parameters and N ranks; buckets and gathered are the
  * temporary buffers held now (peak: the most at once). Temporary buffers
  * given back are kept in a pool of the context for the next taker (the
@@ -253,6 +272,10 @@ typedef struct {
   size_t gatheredAllocs;  /* gather pool buffers allocated so far */
   size_t bucketsIdle;     /* bucket pool buffers no layer holds */
   size_t bucketsAllocs;   /* bucket pool buffers allocated so far */
+  size_t offloaded;       /* offloadOptimizer: bytes of pinned host memory, the optimizer
+                             state (also counted in optimizer) and the step's staging for
+                             gradients and parameters (8 bytes an owned element); 0
+                             without it, when nothing lives outside the context's memory */
 } weftZeroMemory_t;
 weftResult_t weftZeroMemoryReport(weftZero_t zero, weftZeroMemory_t *report);
 /* The formula alone: bytes of params + grads + optimizer for psi parameters

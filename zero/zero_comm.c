@@ -26,7 +26,12 @@ static weftResult_t zero_bucket_reduce(struct weftZero *z, struct zero_bucket *b
   WEFT_TRY(zero_weft(
       z, weftAllReduce(buf, buf, b->count, z->cfg.reduceType, weftSum, z->comm, stream),
       "all-reducing a gradient bucket"));
-  return z->ops->event_record(b->ev, stream);
+  /* the event follows whatever copies were queued, even if one failed */
+  weftResult_t queued = weftSuccess;
+  for (int i = b->first_layer; i <= b->last_layer && queued == weftSuccess; i++)
+    queued = zero_offload_queue(z, &z->layers[i], stream);
+  WEFT_TRY(z->ops->event_record(b->ev, stream));
+  return queued;
 }
 
 /* Stages 1-3: the layer's reduce-scatter, into the full buffer's own slice
@@ -49,7 +54,9 @@ static weftResult_t zero_layer_reduce(struct weftZero *z, struct zero_layer *l,
   WEFT_TRY(zero_weft(
       z, weftReduceScatter(send, recv, l->shard, z->cfg.reduceType, weftSum, z->comm, stream),
       "reduce-scattering a layer's gradients"));
-  return z->ops->event_record(l->red_ev, stream);
+  weftResult_t queued = zero_offload_queue(z, l, stream);
+  WEFT_TRY(z->ops->event_record(l->red_ev, stream));
+  return queued;
 }
 
 weftResult_t zero_bucket_take(struct weftZero *z, size_t nbytes, void **ptr_out) {
@@ -109,6 +116,7 @@ weftResult_t zero_grads_reset(struct weftZero *z, weftStream_t stream) {
     (void)z->ops->event_sync(l->red_ev); /* the step reported failures already */
     WEFT_TRY(zero_layer_buckets_give(z, l));
     l->reduced = 0;
+    l->off_queued = 0;
   }
   for (int b = 0; b < z->nbuckets; b++) {
     struct zero_bucket *bk = &z->buckets[b];
@@ -287,6 +295,11 @@ free_buf:
 
 weftResult_t zero_publish_params(struct weftZero *z, weftStream_t stream) {
   int stage = z->cfg.stage;
+  /* offloaded: the last publication's copies have read the staging */
+  if (z->off_params_pending) {
+    WEFT_TRY(z->ops->event_sync(z->off_params_ev));
+    z->off_params_pending = 0;
+  }
   for (int i = 0; i < z->nlayers; i++) {
     struct zero_layer *l = &z->layers[i];
     /* the last step's gather of the layer may still read or write it */
@@ -295,7 +308,21 @@ weftResult_t zero_publish_params(struct weftZero *z, weftStream_t stream) {
     void *dst = stage == 3
                     ? (char *)z->params_shard + l->shard_offset * z->param_size
                     : (char *)z->params_full + (l->flat_offset + l->own_offset) * z->param_size;
-    WEFT_TRY(z->ops->store(master, z->cfg.paramType, dst, l->own_count, stream));
+    if (z->cfg.offloadOptimizer) {
+      /* converted on the host, then one copy of paramType over the link,
+       * queued (where the ops queue copies) ahead of the layer's all-gather */
+      void *staged = (char *)z->off_params + l->master_offset * z->param_size;
+      const size_t nbytes = l->own_count * z->param_size;
+      WEFT_TRY(z->offload_ops->store(master, z->cfg.paramType, staged, l->own_count, NULL));
+      if (z->ops->copy_async != NULL) {
+        WEFT_TRY(z->ops->copy_async(dst, staged, nbytes, stream));
+        z->off_params_pending = 1;
+      } else {
+        WEFT_TRY(z->ops->copy(dst, staged, nbytes, stream));
+      }
+    } else {
+      WEFT_TRY(z->ops->store(master, z->cfg.paramType, dst, l->own_count, stream));
+    }
     if (stage == 1 || stage == 2) {
       /* queued in layer order, so the first layers arrive first; the next
        * forward waits for each layer's event as it reaches it */
@@ -313,6 +340,7 @@ weftResult_t zero_publish_params(struct weftZero *z, weftStream_t stream) {
     l->gather_stream = stream;
     l->gather_pending = 1;
   }
+  if (z->off_params_pending) WEFT_TRY(z->ops->event_record(z->off_params_ev, stream));
   if (stream != NULL) return weftSuccess;
   /* the NULL stream: everything is complete on return */
   return z->ops->sync(NULL, z->comm, "writing the parameters back");

@@ -65,12 +65,24 @@ weftResult_t weftZeroCreate(weftZero_t *zero, weftComm_t comm, const weftZeroCon
                      c->lossScale);
   if (c->memory != weftZeroHostMemory && c->memory != weftZeroDeviceMemory)
     return zero_fail(weftInvalidArgument, "memory %d is not host (0) or device (1)", c->memory);
+  if (c->offloadOptimizer != 0 && c->offloadOptimizer != 1)
+    return zero_fail(weftInvalidArgument, "offloadOptimizer %d is not 0 or 1",
+                     c->offloadOptimizer);
+  if (c->offloadThreads < 0 || c->offloadThreads > ZERO_OFFLOAD_THREADS_MAX)
+    return zero_fail(weftInvalidArgument, "offloadThreads %d: 0 (as many as the CPUs) to %d",
+                     c->offloadThreads, ZERO_OFFLOAD_THREADS_MAX);
+  if (c->offloadOptimizer && c->memory != weftZeroDeviceMemory)
+    return zero_fail(weftInvalidUsage,
+                     "offloadOptimizer moves a device context's optimizer to the host: this "
+                     "context's memory is the host's already");
   if (c->memory == weftZeroDeviceMemory) WEFT_TRY(zero_ctx_device_check(comm));
   struct weftZero *z = calloc(1, sizeof *z);
   if (z == NULL) return zero_fail(weftSystemError, "out of memory");
   z->comm = comm;
   z->cfg = *c;
   z->ops = c->memory == weftZeroDeviceMemory ? &zero_ops_device : &zero_ops_host;
+  z->offload_ops = &zero_ops_pinned;
+  if (z->cfg.offloadThreads == 0) z->cfg.offloadThreads = zero_offload_threads_default();
   z->gather_pool.cat = ZERO_MEM_GATHERED;
   z->bucket_pool.cat = z->step_pool.cat = ZERO_MEM_BUCKETS;
   z->bucket_pool.keep = c->bucketBytes;
@@ -181,6 +193,16 @@ static weftResult_t zero_ctx_alloc(struct weftZero *z) {
   WEFT_TRY(zero_alloc(z, ZERO_MEM_OPTIM, own, (void **)&z->moment1));
   if (z->cfg.optimizer == weftZeroAdamW)
     WEFT_TRY(zero_alloc(z, ZERO_MEM_OPTIM, own, (void **)&z->moment2));
+  if (z->cfg.offloadOptimizer) {
+    /* the step's gradient and staging, beside the state */
+    WEFT_TRY(z->offload_ops->alloc((void **)&z->off_grad, own));
+    z->offloaded += own;
+    WEFT_TRY(z->offload_ops->alloc(&z->off_stage, own));
+    z->offloaded += own;
+    WEFT_TRY(z->offload_ops->alloc(&z->off_params, z->own_total * ps));
+    z->offloaded += z->own_total * ps;
+    WEFT_TRY(z->ops->event_create(&z->off_params_ev));
+  }
   return z->ops->alloc((void **)&z->stats, 2 * sizeof(double));
 }
 
@@ -341,6 +363,7 @@ weftResult_t weftZeroMemoryReport(weftZero_t z, weftZeroMemory_t *r) {
   r->gatheredAllocs = z->gather_pool.allocs;
   r->bucketsIdle = z->bucket_pool.idle + z->step_pool.idle;
   r->bucketsAllocs = z->bucket_pool.allocs + z->step_pool.allocs;
+  r->offloaded = z->offloaded;
   return weftSuccess;
 }
 
@@ -364,9 +387,17 @@ weftResult_t weftZeroDestroy(weftZero_t z) {
     if (res == weftSuccess) res = pools[i];
   ops->stream_destroy(z->zero_stream);
   for (int b = 0; b < z->nbuckets; b++) ops->event_destroy(z->buckets[b].ev);
-  void *bufs[] = {z->params_full, z->params_shard, z->grads_full, z->grad_shard,
-                  z->master,      z->moment1,      z->moment2,    z->stats};
+  void *bufs[] = {z->params_full, z->params_shard, z->grads_full, z->grad_shard, z->stats};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ops->free(bufs[i]);
+  const struct zero_ops *opt = zero_opt_ops(z);
+  /* the parameters' last copies out of pinned memory, before it is freed */
+  if (z->off_params_pending) {
+    weftResult_t copied = ops->event_sync(z->off_params_ev);
+    if (res == weftSuccess) res = copied;
+  }
+  ops->event_destroy(z->off_params_ev);
+  void *state[] = {z->master, z->moment1, z->moment2, z->off_grad, z->off_stage, z->off_params};
+  for (size_t i = 0; i < sizeof state / sizeof state[0]; i++) opt->free(state[i]);
   free(z->buckets);
   free(z->layers);
   free(z->params);

@@ -55,8 +55,11 @@ int zero_kern_sgd(float *p, float *m, const float *g, size_t count, float mu, fl
 int zero_kern_device_count(void);
 int zero_kern_malloc(void **ptr_out, size_t nbytes);
 int zero_kern_free(void *ptr);
+int zero_kern_host_malloc(void **ptr_out, size_t nbytes); /* pinned, zeroed */
+int zero_kern_host_free(void *ptr);
 int zero_kern_memset(void *ptr, size_t nbytes, void *stream);   /* waits for stream */
 int zero_kern_copy(void *dst, const void *src, size_t nbytes, void *stream); /* waits */
+int zero_kern_copy_async(void *dst, const void *src, size_t nbytes, void *stream);
 int zero_kern_sync(void *stream);
 int zero_kern_event_create(void **event_out);
 int zero_kern_event_destroy(void *event);

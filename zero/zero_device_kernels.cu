@@ -170,6 +170,16 @@ extern "C" int zero_kern_malloc(void **ptr_out, size_t nbytes) {
 
 extern "C" int zero_kern_free(void *ptr) { return (int)cudaFree(ptr); }
 
+// Pinned host memory (an offloaded optimizer's state and staging): copies
+// to and from the device run at the link's speed, without a bounce buffer.
+extern "C" int zero_kern_host_malloc(void **ptr_out, size_t nbytes) {
+  cudaError_t err = cudaMallocHost(ptr_out, nbytes > 0 ? nbytes : 1);
+  if (err == cudaSuccess) memset(*ptr_out, 0, nbytes);
+  return (int)err;
+}
+
+extern "C" int zero_kern_host_free(void *ptr) { return (int)cudaFreeHost(ptr); }
+
 extern "C" int zero_kern_memset(void *ptr, size_t nbytes, void *stream) {
   cudaError_t err = cudaMemsetAsync(ptr, 0, nbytes, (cudaStream_t)stream);
   if (err == cudaSuccess) err = cudaStreamSynchronize((cudaStream_t)stream);
@@ -180,6 +190,10 @@ extern "C" int zero_kern_copy(void *dst, const void *src, size_t nbytes, void *s
   cudaError_t err = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, (cudaStream_t)stream);
   if (err == cudaSuccess) err = cudaStreamSynchronize((cudaStream_t)stream);
   return (int)err;
+}
+
+extern "C" int zero_kern_copy_async(void *dst, const void *src, size_t nbytes, void *stream) {
+  return (int)cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, (cudaStream_t)stream);
 }
 
 extern "C" int zero_kern_sync(void *stream) {

@@ -17,8 +17,14 @@
 #if !ZERO_HAVE_CUDA
 int zero_kern_malloc(void **p, size_t n) { (void)p, (void)n; return ZERO_NO_CUDA_ERR; }
 int zero_kern_free(void *p) { (void)p; return 0; }
+int zero_kern_host_malloc(void **p, size_t n) { (void)p, (void)n; return ZERO_NO_CUDA_ERR; }
+int zero_kern_host_free(void *p) { (void)p; return 0; }
 int zero_kern_memset(void *p, size_t n, void *s) { (void)p, (void)n, (void)s; return ZERO_NO_CUDA_ERR; }
 int zero_kern_copy(void *d, const void *s, size_t n, void *st) {
+  (void)d, (void)s, (void)n, (void)st;
+  return ZERO_NO_CUDA_ERR;
+}
+int zero_kern_copy_async(void *d, const void *s, size_t n, void *st) {
   (void)d, (void)s, (void)n, (void)st;
   return ZERO_NO_CUDA_ERR;
 }
@@ -80,6 +86,22 @@ static void dev_free(void *ptr) {
   if (ptr != NULL) (void)zero_kern_free(ptr);
 }
 
+weftResult_t zero_pinned_alloc(void **ptr_out, size_t nbytes) {
+  void *p = NULL;
+  int err = zero_kern_host_malloc(&p, nbytes);
+  if (err != 0) {
+    char what[96];
+    snprintf(what, sizeof what, "allocating %zu bytes of pinned host memory", nbytes);
+    return dev_cuda(what, err);
+  }
+  *ptr_out = p;
+  return weftSuccess;
+}
+
+void zero_pinned_free(void *ptr) {
+  if (ptr != NULL) (void)zero_kern_host_free(ptr);
+}
+
 static weftResult_t dev_zero(void *ptr, size_t nbytes, weftStream_t stream) {
   if (nbytes == 0) return weftSuccess;
   return dev_cuda("zeroing device memory", zero_kern_memset(ptr, nbytes, stream));
@@ -88,6 +110,13 @@ static weftResult_t dev_zero(void *ptr, size_t nbytes, weftStream_t stream) {
 static weftResult_t dev_copy(void *dst, const void *src, size_t nbytes, weftStream_t stream) {
   if (nbytes == 0) return weftSuccess;
   return dev_cuda("copying to or from device memory", zero_kern_copy(dst, src, nbytes, stream));
+}
+
+static weftResult_t dev_copy_async(void *dst, const void *src, size_t nbytes,
+                                   weftStream_t stream) {
+  if (nbytes == 0) return weftSuccess;
+  return dev_cuda("queuing a copy to or from device memory",
+                  zero_kern_copy_async(dst, src, nbytes, stream));
 }
 
 static weftResult_t dev_sync(weftStream_t stream, weftComm_t comm, const char *what) {
@@ -145,6 +174,7 @@ const struct zero_ops zero_ops_device = {
     .free = dev_free,
     .zero = dev_zero,
     .copy = dev_copy,
+    .copy_async = dev_copy_async,
     .sync = dev_sync,
     .event_create = dev_event_create,
     .event_destroy = dev_event_destroy,

@@ -75,6 +75,9 @@ struct zero_layer {
   weftEvent_t red_ev;  /* the reduction's completion */
   int reduced;         /* the reduction is queued */
   int bucket;          /* stage 0: the bucket of this layer */
+  int off_queued;      /* offloadOptimizer: the owned gradients' copy to the host's
+                          staging is queued behind the reduction (red_ev, at stage 0 the
+                          bucket's ev, is recorded after it) */
 };
 
 /* Stage 0: consecutive layers whose gradients are all-reduced together. */
@@ -131,6 +134,21 @@ struct weftZero {
   void *grads_full;  /* stages 0-1: every layer, padded (paramType) */
   void *grad_shard;  /* stages 2-3: the reduced shards (reduceType) */
   float *master, *moment1, *moment2; /* owned range; moment2 for AdamW only */
+  /* offloadOptimizer: where the state above lives and the optimizer runs
+   * (zero_ops_pinned; a test may name the host's), the step's fp32 gradient
+   * of the owned range, the staging of raw gradients in (own_total elements
+   * of at most 4 bytes) and of parameters out (paramType), all in
+   * offload_ops' memory (offloaded counts them); the parameters' copies to
+   * the context are queued on the step's stream, off_params_ev recorded
+   * after the last (pending: not yet waited for), so that the next
+   * publication writes off_params once they have read it */
+  const struct zero_ops *offload_ops;
+  float *off_grad;
+  void *off_stage;
+  void *off_params;
+  weftEvent_t off_params_ev;
+  int off_params_pending;
+  size_t offloaded;
   int sync;
   long step;    /* weftZeroStep calls, skipped ones included */
   long updates; /* optimizer updates (Adam's bias correction counts these) */
@@ -182,6 +200,12 @@ weftResult_t zero_bucket_take(struct weftZero *z, size_t nbytes, void **ptr_out)
 #define ZERO_LOSS_SCALE_MAX 16777216.0
 double zero_loss_scale_clamp(double scale);
 
+/* Where the optimizer state lives and its math runs: the context's ops, or
+ * offload_ops with offloadOptimizer. */
+static inline const struct zero_ops *zero_opt_ops(const struct weftZero *z) {
+  return z->cfg.offloadOptimizer ? z->offload_ops : z->ops;
+}
+
 /* Optimizer arrays per element: master and moments. */
 int zero_optim_arrays(weftZeroOptimizer_t optimizer);
 
@@ -191,6 +215,28 @@ int zero_optim_arrays(weftZeroOptimizer_t optimizer);
  * write-back is done at once: stages 0 and 3 record nothing); with the NULL
  * stream complete on return. Collective for stages 1-2. */
 weftResult_t zero_publish_params(struct weftZero *z, weftStream_t stream);
+
+/* Where the reduced gradients of layer l's owned range are, and their type
+ * (zero_mem.c). */
+const void *zero_owned_grads(const struct weftZero *z, const struct zero_layer *l,
+                             weftDataType_t *type_out);
+/* offloadOptimizer (zero_offload.c). queue: layer l's owned gradients to
+ * the host's staging, queued on stream behind its reduction, so that the
+ * copy overlaps the rest of backward (nothing where the ops copy at once:
+ * load copies then). load: the step's averaged fp32 gradient into g (host)
+ * and this rank's statistics (non-finite count, sum of squares) into stats,
+ * for the step to agree on. adamw, sgd, scale: the update of the owned range on
+ * cfg.offloadThreads threads. threads_default: the CPUs this process may
+ * run on, shared among the host's ranks where the launcher says how many. */
+#define ZERO_OFFLOAD_THREADS_MAX 64
+weftResult_t zero_offload_queue(struct weftZero *z, struct zero_layer *l, weftStream_t stream);
+weftResult_t zero_offload_load(struct weftZero *z, float *g, double stats[2],
+                               weftStream_t stream);
+weftResult_t zero_offload_adamw(struct weftZero *z, const float *g,
+                                const struct zero_adamw_coef *coef);
+weftResult_t zero_offload_sgd(struct weftZero *z, const float *g, float mu, float lr, float wd);
+weftResult_t zero_offload_scale(struct weftZero *z, float *g, float factor);
+int zero_offload_threads_default(void);
 
 /* Waits for the layer's write-back (and gather) queued by the last
  * publication. */

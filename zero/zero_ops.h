@@ -33,6 +33,10 @@ struct zero_ops {
   weftResult_t (*zero)(void *ptr, size_t nbytes, weftStream_t stream);
   /* between host memory and the context's memory, or within the latter */
   weftResult_t (*copy)(void *dst, const void *src, size_t nbytes, weftStream_t stream);
+  /* the same queued on stream behind its work, not waited for (device: to or
+   * from pinned host memory); NULL where copies are immediate (the host's
+   * tables, whose collectives run on their streams' threads) */
+  weftResult_t (*copy_async)(void *dst, const void *src, size_t nbytes, weftStream_t stream);
   /* waits for everything queued on stream; a failure's text names what
    * was being done (and takes comm's last error on the host) */
   weftResult_t (*sync)(weftStream_t stream, weftComm_t comm, const char *what);
@@ -72,6 +76,12 @@ extern const struct zero_ops zero_ops_device;
 /* Tests: host memory taken through every branch that only device contexts
  * take (device = 1), so that machines without a GPU run them. */
 extern const struct zero_ops zero_ops_host_staged;
+/* The host's work on pinned host memory (cudaMallocHost): where a device
+ * context's offloaded optimizer state lives (offloadOptimizer). Its memory
+ * functions, refused without CUDA: */
+extern const struct zero_ops zero_ops_pinned;
+weftResult_t zero_pinned_alloc(void **ptr_out, size_t nbytes);
+void zero_pinned_free(void *ptr);
 
 /* Whether a device context can be made here: weftSuccess, or
  * weftInvalidUsage saying why (built without CUDA, no device visible). */

@@ -150,16 +150,17 @@ HOST_CLONES static weftResult_t host_sgd(float *p, float *m, const float *g, siz
   return weftSuccess;
 }
 
-/* The functions of both host tables. */
-#define ZERO_HOST_FUNCTIONS                                                     \
-  .alloc = host_alloc, .free = host_free, .zero = host_zero, .copy = host_copy, \
-  .sync = host_sync, .event_create = host_event_create,                         \
-  .event_destroy = host_event_destroy, .event_record = host_event_record,       \
-  .event_sync = host_event_sync, .event_done = host_event_done,                 \
-  .stream_wait = host_stream_wait, .quiesce = host_quiesce,                     \
-  .stream_create = host_stream_create, .stream_destroy = host_stream_destroy,   \
-  .load_scaled = host_load_scaled, .to_float = host_to_float,                   \
-  .store = host_store, .scale = host_scale, .adamw = host_adamw, .sgd = host_sgd
+/* The functions of the host tables but memory's. */
+#define ZERO_HOST_WORK                                                          \
+  .zero = host_zero, .copy = host_copy, .sync = host_sync,                      \
+  .event_create = host_event_create, .event_destroy = host_event_destroy,       \
+  .event_record = host_event_record, .event_sync = host_event_sync,             \
+  .event_done = host_event_done, .stream_wait = host_stream_wait,               \
+  .quiesce = host_quiesce, .stream_create = host_stream_create,                 \
+  .stream_destroy = host_stream_destroy, .load_scaled = host_load_scaled,       \
+  .to_float = host_to_float, .store = host_store, .scale = host_scale,          \
+  .adamw = host_adamw, .sgd = host_sgd
+#define ZERO_HOST_FUNCTIONS .alloc = host_alloc, .free = host_free, ZERO_HOST_WORK
 
 const struct zero_ops zero_ops_host = {.name = "host", .device = 0, ZERO_HOST_FUNCTIONS};
 
@@ -168,3 +169,8 @@ const struct zero_ops zero_ops_host = {.name = "host", .device = 0, ZERO_HOST_FU
  * stream): lets machines without a GPU run that logic. */
 const struct zero_ops zero_ops_host_staged = {.name = "host-staged", .device = 1,
                                               ZERO_HOST_FUNCTIONS};
+
+/* The host's work on pinned memory (cudaMallocHost, zero_device_ops.c): an
+ * offloaded optimizer's state and staging. */
+const struct zero_ops zero_ops_pinned = {.name = "pinned", .device = 0, .alloc = zero_pinned_alloc,
+                                         .free = zero_pinned_free, ZERO_HOST_WORK};

@@ -9,26 +9,6 @@
 #include "zero_internal.h"
 #include "zero_math.h"
 
-/* Where the reduced gradients of layer l's owned range are, and their type. */
-static const void *zero_owned_grads(const struct weftZero *z, const struct zero_layer *l,
-                                    weftDataType_t *type_out) {
-  int stage = z->cfg.stage;
-  int converted = z->cfg.reduceType != z->cfg.paramType;
-  *type_out = converted ? z->cfg.reduceType : z->cfg.paramType;
-  if (stage == 0) {
-    const struct zero_bucket *b = &z->buckets[l->bucket];
-    if (converted)
-      return (const char *)b->red_copy + (l->flat_offset - b->flat_offset) * z->red_size;
-    return (const char *)z->grads_full + l->flat_offset * z->param_size;
-  }
-  if (stage == 1) {
-    if (converted) return (const char *)l->red_copy + l->own_offset * z->red_size;
-    return (const char *)z->grads_full + (l->flat_offset + l->own_offset) * z->param_size;
-  }
-  *type_out = z->cfg.reduceType;
-  return (const char *)z->grad_shard + l->shard_offset * z->red_size;
-}
-
 /* The optimizer on the owned range: coefficients from the configuration and
  * the update count, in double, then the kernel or loop of z->ops. */
 static weftResult_t zero_update(struct weftZero *z, const float *g, weftStream_t stream) {
@@ -40,8 +20,11 @@ static weftResult_t zero_update(struct weftZero *z, const float *g, weftStream_t
     struct zero_adamw_coef k = {(float)c->beta1, (float)c->beta2, (float)(c->lr / bc1),
                                 (float)(c->lr * c->weightDecay), (float)(1.0 / sqrt(bc2)),
                                 (float)c->eps};
+    if (c->offloadOptimizer) return zero_offload_adamw(z, g, &k);
     return z->ops->adamw(z->master, z->moment1, z->moment2, g, n, &k, stream);
   }
+  if (c->offloadOptimizer)
+    return zero_offload_sgd(z, g, (float)c->momentum, (float)c->lr, (float)c->weightDecay);
   return z->ops->sgd(z->master, z->moment1, g, n, (float)c->momentum, (float)c->lr,
                      (float)c->weightDecay, stream);
 }
@@ -51,14 +34,20 @@ static weftResult_t zero_update(struct weftZero *z, const float *g, weftStream_t
  * sum of squares (the global norm's square). */
 static weftResult_t zero_grads_load(struct weftZero *z, float *g, double stats[2],
                                     weftStream_t stream) {
-  double scale = 1.0 / ((double)z->nranks * z->cfg.accumSteps * z->loss_scale);
-  WEFT_TRY(z->ops->zero(z->stats, 2 * sizeof(double), stream));
-  for (int i = 0; i < z->nlayers; i++) {
-    const struct zero_layer *l = &z->layers[i];
-    weftDataType_t type;
-    const void *src = zero_owned_grads(z, l, &type);
-    WEFT_TRY(z->ops->load_scaled(src, type, g + l->master_offset, l->own_count, scale, z->stats,
-                                 stream));
+  if (z->cfg.offloadOptimizer) {
+    /* summed on the host, agreed below through context memory */
+    WEFT_TRY(zero_offload_load(z, g, stats, stream));
+    WEFT_TRY(z->ops->copy(z->stats, stats, 2 * sizeof(double), stream));
+  } else {
+    double scale = 1.0 / ((double)z->nranks * z->cfg.accumSteps * z->loss_scale);
+    WEFT_TRY(z->ops->zero(z->stats, 2 * sizeof(double), stream));
+    for (int i = 0; i < z->nlayers; i++) {
+      const struct zero_layer *l = &z->layers[i];
+      weftDataType_t type;
+      const void *src = zero_owned_grads(z, l, &type);
+      WEFT_TRY(z->ops->load_scaled(src, type, g + l->master_offset, l->own_count, scale,
+                                   z->stats, stream));
+    }
   }
   /* stage 0: every rank holds the whole gradient, rank 0 speaks for all */
   if (z->cfg.stage == 0 && z->rank != 0)
@@ -85,7 +74,8 @@ static weftResult_t zero_apply(struct weftZero *z, float *g, weftZeroStepInfo_t 
   }
   if (z->cfg.maxGradNorm > 0 && out->gradNorm > z->cfg.maxGradNorm) {
     float clip = (float)(z->cfg.maxGradNorm / (out->gradNorm + 1e-6));
-    WEFT_TRY(z->ops->scale(g, z->own_total, clip, stream));
+    WEFT_TRY(z->cfg.offloadOptimizer ? zero_offload_scale(z, g, clip)
+                                     : z->ops->scale(g, z->own_total, clip, stream));
   }
   z->updates++;
   WEFT_TRY(zero_update(z, g, stream));
@@ -112,14 +102,15 @@ weftResult_t weftZeroStep(weftZero_t z, weftStream_t stream, weftZeroStepInfo_t 
   /* the fp32 gradient of the owned range, counted as a bucket: the same
    * buffer every step (a new one would cost a cudaMalloc and a cudaFree,
    * which waits for the whole device, every step) */
-  float *g;
-  WEFT_TRY(zero_pool_take(z, &z->step_pool, z->own_total * sizeof *g, stream, (void **)&g));
+  float *g = z->off_grad; /* offloaded: the host's, the same every step */
+  if (!z->cfg.offloadOptimizer)
+    WEFT_TRY(zero_pool_take(z, &z->step_pool, z->own_total * sizeof *g, stream, (void **)&g));
   double stats[2];
   weftResult_t res;
   WEFT_TRY_GOTO(zero_grads_load(z, g, stats, stream), res, give_grads);
   weftZeroStepInfo_t out = {sqrt(stats[1]), z->loss_scale, stats[0] > 0};
   WEFT_TRY_GOTO(zero_apply(z, g, &out, stream), res, give_grads);
-  WEFT_TRY(zero_pool_give(z, &z->step_pool, g, NULL, 0));
+  if (!z->cfg.offloadOptimizer) WEFT_TRY(zero_pool_give(z, &z->step_pool, g, NULL, 0));
   z->step++;
   WEFT_TRY(zero_grads_reset(z, stream));
   if (!out.skipped) WEFT_TRY(zero_publish_params(z, stream));
@@ -131,19 +122,31 @@ give_grads:
   {
     char why[512];
     snprintf(why, sizeof why, "%s", weftZeroLastError());
-    if (z->ops->sync(stream, z->comm, "a failed step") == weftSuccess)
+    if (z->ops->sync(stream, z->comm, "a failed step") == weftSuccess &&
+        !z->cfg.offloadOptimizer)
       (void)zero_pool_give(z, &z->step_pool, g, NULL, 0);
     return zero_fail(res, "%s", why);
   }
 }
 
-/* Layer l's full fp32 master weights into out (host), through context memory. */
+/* Layer l's full fp32 master weights into out (host), through context memory
+ * (an offloaded shard copied there first). */
 static weftResult_t zero_layer_params(struct weftZero *z, const struct zero_layer *l, float *out,
                                       weftStream_t stream) {
   const float *mine = z->master + l->master_offset;
-  if (z->cfg.stage == 0) return z->ops->copy(out, mine, l->count * sizeof *out, stream);
+  if (z->cfg.stage == 0) return zero_opt_ops(z)->copy(out, mine, l->count * sizeof *out, stream);
+  const int off = z->cfg.offloadOptimizer;
   float *full;
-  WEFT_TRY(z->ops->alloc((void **)&full, l->padded * sizeof *full));
+  WEFT_TRY(z->ops->alloc((void **)&full, (l->padded + (off ? l->shard : 0)) * sizeof *full));
+  if (off) {
+    /* the shard goes in behind the gathered layer */
+    weftResult_t copied = z->ops->copy(full + l->padded, mine, l->shard * sizeof *full, stream);
+    if (copied != weftSuccess) {
+      z->ops->free(full);
+      return copied;
+    }
+    mine = full + l->padded;
+  }
   weftResult_t res = weftAllGather(mine, full, l->shard, weftFloat32, z->comm, stream);
   if (res != weftSuccess) res = zero_fail_weft(res, z->comm, "all-gathering master weights");
   if (res == weftSuccess) res = z->ops->sync(stream, z->comm, "all-gathering master weights");

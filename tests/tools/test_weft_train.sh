@@ -71,6 +71,9 @@ check "consolidate refuses a random shard ($(cat "$work/err"))" $?
 # with one, the final line is the host run's within float tolerance
 "$tools/weft-train" --model mlp --device gpu >/dev/null 2>&1
 [ $? -eq 2 ]; check "--device gpu refused" $?
+"$tools/weft-train" --model mlp --offload-optimizer 2>"$work/err" >/dev/null
+[ $? -eq 2 ] && grep -q "needs --device cuda" "$work/err"
+check "--offload-optimizer on the host refused ($(cat "$work/err"))" $?
 host=$(timeout 60 "$weftrun" -n 2 "$tools/weft-train" --model mlp --zero-stage 3 --quiet 2>&1 | tail -1)
 out=$(timeout 120 "$weftrun" -n 2 "$tools/weft-train" --model mlp --device cuda --zero-stage 3 --quiet 2>&1)
 rc=$?

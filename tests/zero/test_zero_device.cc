@@ -78,10 +78,12 @@ TEST(ZeroDeviceCompare, NanPayloadsAsideEveryBitCounts) {
   EXPECT_EQ(first_difference(k, h, weftBfloat16, 3), 2u);
 }
 
-// Every entry of the three tables is set: a NULL one would be called on the
-// first step that reaches it (on a GPU only, for the device table).
+// Every entry of the four tables is set: a NULL one would be called on the
+// first step that reaches it (on a GPU only, for the device table); but
+// copy_async, which only the device's has (the host's copy at once).
 TEST(ZeroOpsTables, EveryEntryIsSet) {
-  for (const struct zero_ops *o : {&zero_ops_host, &zero_ops_host_staged, &zero_ops_device}) {
+  for (const struct zero_ops *o :
+       {&zero_ops_host, &zero_ops_host_staged, &zero_ops_device, &zero_ops_pinned}) {
     SCOPED_TRACE(o->name);
     const void *entries[] = {
         (const void *)o->alloc,        (const void *)o->free,         (const void *)o->zero,
@@ -92,10 +94,13 @@ TEST(ZeroOpsTables, EveryEntryIsSet) {
         (const void *)o->load_scaled,  (const void *)o->to_float,     (const void *)o->store,
         (const void *)o->scale,        (const void *)o->adamw,        (const void *)o->sgd};
     // the table is the name, the device flag and these pointers, nothing else
-    EXPECT_LE(sizeof(struct zero_ops), sizeof(const char *) + sizeof(void *) + sizeof entries);
+    EXPECT_LE(sizeof(struct zero_ops),
+              sizeof(const char *) + sizeof(void *) + sizeof entries + sizeof(void *));
     for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++)
       EXPECT_NE(entries[i], nullptr) << "entry " << i;
+    EXPECT_EQ(o->copy_async != nullptr, o == &zero_ops_device);
   }
+  EXPECT_EQ(zero_ops_pinned.device, 0);
   EXPECT_EQ(zero_ops_host.device, 0);
   EXPECT_EQ(zero_ops_host_staged.device, 1);
   EXPECT_EQ(zero_ops_device.device, 1);

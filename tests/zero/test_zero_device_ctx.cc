@@ -78,6 +78,27 @@ int refusal_rank(const RankCtx &ctx) {
   FAIL_IF(res != weftInvalidArgument || zero != (weftZero_t)&cfg ||
               strstr(weftZeroLastError(), "not host (0) or device (1)") == nullptr,
           "memory 7: %d, %s", res, weftZeroLastError());
+  // offloading the optimizer is a device context's: a host one refuses it
+  cfg.memory = weftZeroHostMemory;
+  cfg.offloadOptimizer = 1;
+  res = weftZeroCreate(&zero, comm, &cfg);
+  FAIL_IF(res != weftInvalidUsage || zero != (weftZero_t)&cfg ||
+              strstr(weftZeroLastError(), "memory is the host's already") == nullptr,
+          "offload on a host context: %d, %s", res, weftZeroLastError());
+  cfg.offloadOptimizer = 2;
+  res = weftZeroCreate(&zero, comm, &cfg);
+  FAIL_IF(res != weftInvalidArgument || zero != (weftZero_t)&cfg ||
+              strstr(weftZeroLastError(), "offloadOptimizer 2 is not 0 or 1") == nullptr,
+          "offloadOptimizer 2: %d, %s", res, weftZeroLastError());
+  cfg.offloadOptimizer = 0;
+  for (int threads : {-1, 65}) {
+    cfg.offloadThreads = threads;
+    res = weftZeroCreate(&zero, comm, &cfg);
+    FAIL_IF(res != weftInvalidArgument || zero != (weftZero_t)&cfg ||
+                strstr(weftZeroLastError(), "offloadThreads") == nullptr,
+            "offloadThreads %d: %d, %s", threads, res, weftZeroLastError());
+  }
+  cfg.offloadThreads = 0;
   cfg.memory = weftZeroDeviceMemory;
   res = weftZeroCreate(&zero, comm, &cfg);
   if (res == weftSuccess) {
@@ -128,6 +149,13 @@ int device_ops_rank(const RankCtx &ctx) {
   float f = 0;
   res = ops->store(&f, weftFloat32, &f, 1, nullptr);
   FAIL_IF(res == weftSuccess, "a kernel launched without a GPU");
+  // pinned host memory (an offloaded optimizer's) asks the runtime too
+  p = (void *)&ctx;
+  res = zero_ops_pinned.alloc(&p, 64);
+  FAIL_IF(res != want || p != (void *)&ctx, "pinned alloc: %d", res);
+  FAIL_IF(ZERO_TEST_CUDA &&
+              strstr(weftZeroLastError(), "allocating 64 bytes of pinned host memory: ") == nullptr,
+          "pinned alloc's message: %s", weftZeroLastError());
   return 0;
 }
 
@@ -279,8 +307,17 @@ const int kParamsN = 5, kLayers = 3;
 
 // Where a context's state lives: host memory, host memory through the
 // device path's branches, or a GPU.
-enum Kind { kHost, kStaged, kDevice };
-const char *kind_name(Kind k) { return k == kHost ? "host" : k == kStaged ? "staged" : "device"; }
+// kStagedOffload: a staged context with its optimizer state offloaded to
+// plain host memory (the pinned kind's work, without CUDA's allocator);
+// kDeviceOffload: a device context with offloadOptimizer.
+enum Kind { kHost, kStaged, kDevice, kStagedOffload, kDeviceOffload };
+const char *kind_name(Kind k) {
+  static const char *const names[] = {"host", "staged", "device", "staged_offload",
+                                      "device_offload"};
+  return names[k];
+}
+bool on_device(Kind k) { return k == kDevice || k == kDeviceOffload; }
+bool staged(Kind k) { return k == kStaged || k == kStagedOffload; }
 
 struct Case {
   int stage;
@@ -349,7 +386,8 @@ weftZeroConfig_t case_config(const Case &c, Kind kind) {
   cfg.weightDecay = 0.01;
   cfg.maxGradNorm = 0.5;
   cfg.bucketBytes = 512;  // several stage 0 buckets; stage 2-3 buckets wait
-  cfg.memory = kind == kDevice ? weftZeroDeviceMemory : weftZeroHostMemory;
+  cfg.memory = on_device(kind) ? weftZeroDeviceMemory : weftZeroHostMemory;
+  cfg.offloadOptimizer = kind == kDeviceOffload;
   return cfg;
 }
 
@@ -407,12 +445,16 @@ weftResult_t case_train(weftComm_t comm, void *stream, Kind kind, const Case &c,
                         Run *out, const char *load_dir = nullptr,
                         const char *save_dir = nullptr) {
   weftZeroConfig_t cfg = case_config(c, kind);
-  Access a{kind == kDevice};
+  Access a{on_device(kind)};
   int rank;
   weftCommUserRank(comm, &rank);
   weftZero_t zero;
   RES_TRY(weftZeroCreate(&zero, comm, &cfg));
-  if (kind == kStaged) zero->ops = &zero_ops_host_staged;
+  if (staged(kind)) zero->ops = &zero_ops_host_staged;
+  if (kind == kStagedOffload) {
+    zero->cfg.offloadOptimizer = 1;
+    zero->offload_ops = &zero_ops_host;
+  }
   int ids[kParamsN];
   size_t psi = 0;
   weftResult_t res = weftSuccess;
@@ -423,6 +465,29 @@ weftResult_t case_train(weftComm_t comm, void *stream, Kind kind, const Case &c,
     psi += kParams[p];
   }
   if (res == weftSuccess) res = weftZeroFinalize(zero);
+#if ZERO_TEST_CUDA
+  // where the state is: the device's, or pinned host memory when offloaded
+  if (res == weftSuccess && on_device(kind)) {
+    const cudaMemoryType want = kind == kDeviceOffload ? cudaMemoryTypeHost : cudaMemoryTypeDevice;
+    const void *state_bufs[] = {zero->master, zero->moment1,   zero->moment2,
+                                zero->off_grad, zero->off_stage, zero->off_params};
+    const void *all_bufs[] = {zero->master,      zero->moment1,      zero->moment2,
+                              zero->off_grad,    zero->off_stage,    zero->off_params,
+                              zero->params_full, zero->params_shard, zero->grads_full,
+                              zero->grad_shard};
+    for (const void *p : all_bufs) {
+      cudaPointerAttributes at;
+      if (p == nullptr) continue;
+      bool state = false;
+      for (const void *q : state_bufs) state = state || p == q;
+      if (cudaPointerGetAttributes(&at, p) != cudaSuccess ||
+          at.type != (state ? want : cudaMemoryTypeDevice)) {
+        fprintf(stderr, "%s: a buffer is in memory of type %d\n", kind_name(kind), (int)at.type);
+        res = weftInternalError;
+      }
+    }
+  }
+#endif
   if (res == weftSuccess && load_dir != nullptr) res = weftZeroLoad(zero, load_dir, stream);
   for (long s = weftZeroStepCount(zero); res == weftSuccess && s < steps; s++)
     res = case_step(zero, a, c, rank, (int)s, ids, stream);
@@ -453,7 +518,7 @@ double rel_diff(const std::vector<float> &a, const std::vector<float> &b) {
 // bit. Device contexts: the host tests' bounds (tests/zero/test_zero_train.cc,
 // docs/zero.md), as the norm's sum of squares is added in another order.
 double case_tolerance(Kind kind, const Case &c, const std::vector<float> &ref, int steps) {
-  if (kind == kStaged) return 0;
+  if (staged(kind)) return 0;
   if (c.type == weftFloat32) return 1e-6;
   if (c.type == weftFloat16) return 1e-3;  // reduced in fp32
   if (c.opt == weftZeroSgdMomentum) return 1e-2;
@@ -487,8 +552,8 @@ struct RankEnv {
 #endif
     return 0;
   }
-  weftComm_t comm(Kind k) const { return k == kDevice ? dev : host; }
-  void *stream(Kind k) const { return k == kDevice ? dstream : hstream; }
+  weftComm_t comm(Kind k) const { return on_device(k) ? dev : host; }
+  void *stream(Kind k) const { return on_device(k) ? dstream : hstream; }
   ~RankEnv() {
     if (hstream != nullptr) weftStreamDestroy(hstream);
 #if ZERO_TEST_CUDA
@@ -510,7 +575,7 @@ bool same_memory(const weftZeroMemory_t &a, const weftZeroMemory_t &b) {
 // Every case on one rank count: a context of kind against a host one.
 int match_rank(const RankCtx &ctx, Kind kind) {
   RankEnv e;
-  TRY_RC(e.open(ctx, kind == kDevice));
+  TRY_RC(e.open(ctx, on_device(kind)));
   const int steps = 10;
   for (int stage = 0; stage <= 3; stage++)
     for (weftDataType_t t : {weftFloat32, weftBfloat16, weftFloat16})
@@ -535,8 +600,101 @@ int match_rank(const RankCtx &ctx, Kind kind) {
                 d.mem.params, d.mem.grads, d.mem.optimizer, formula);
         FAIL_IF(!same_memory(h.mem, d.mem), "%s: the report differs from the host's",
                 what.c_str());
+        // offloaded: the state, and of staging 8 bytes an owned element and
+        // its parameter
+        const bool off = kind == kStagedOffload || kind == kDeviceOffload;
+        const size_t own = d.mem.optimizer / (4 * (opt == weftZeroAdamW ? 3 : 2));
+        const size_t staging = (8 + weftTypeSize(t)) * own;
+        FAIL_IF(d.mem.offloaded != (off ? d.mem.optimizer + staging : 0) || h.mem.offloaded != 0,
+                "%s: %zu bytes offloaded (optimizer %zu), the host context %zu", what.c_str(),
+                d.mem.offloaded, d.mem.optimizer, h.mem.offloaded);
       }
   return 0;
+}
+
+// The offloaded update on several threads: a model large enough that the
+// owned range splits into parts (64K elements a part at least), odd sizes so
+// that the parts' ends fall mid-layer, trained as a staged context with its
+// state offloaded on 1, 3 and 7 threads and as a plain host context; the
+// parameters agree bit for bit (the update is elementwise).
+weftResult_t threads_train(weftComm_t comm, weftStream_t stream, const Case &c, int threads,
+                           std::vector<float> *out) {
+  const size_t sizes[] = {300007, 131075, 17};
+  weftZeroConfig_t cfg = case_config(c, kHost);
+  cfg.bucketBytes = 1 << 20;
+  weftZero_t zero;
+  RES_TRY(weftZeroCreate(&zero, comm, &cfg));
+  if (threads > 0) {
+    zero->ops = &zero_ops_host_staged;
+    zero->cfg.offloadOptimizer = 1;
+    zero->cfg.offloadThreads = threads;
+    zero->offload_ops = &zero_ops_host;
+  }
+  int rank;
+  weftCommUserRank(comm, &rank);
+  int ids[3];
+  size_t psi = 0;
+  weftResult_t res = weftSuccess;
+  for (int p = 0; p < 3 && res == weftSuccess; p++) {
+    std::vector<float> init(sizes[p]);
+    for (size_t i = 0; i < sizes[p]; i++) init[i] = (float)(0.5 * sin(0.37 * (double)i + p));
+    res = weftZeroAddParam(zero, p, sizes[p], init.data(), &ids[p]);
+    psi += sizes[p];
+  }
+  if (res == weftSuccess) res = weftZeroFinalize(zero);
+  for (int step = 0; step < 3 && res == weftSuccess; step++) {
+    std::vector<std::vector<float>> grads(3);
+    for (int l = 0; l < 3 && res == weftSuccess; l++) {
+      weftEvent_t ev;
+      void *ptr;
+      res = weftZeroGather(zero, l, stream, &ev);
+      if (res == weftSuccess) res = weftEventSynchronize(ev);
+      if (res == weftSuccess) res = weftZeroParam(zero, ids[l], &ptr);
+      if (res != weftSuccess) break;
+      std::vector<float> w(sizes[l]);
+      weftZeroToFloat(ptr, c.type, w.data(), sizes[l]);
+      grads[l].resize(sizes[l]);
+      case_grad(w.data(), sizes[l], l, step, rank, weftZeroLossScale(zero), grads[l].data());
+      res = weftZeroRelease(zero, l);
+    }
+    for (int l = 2; l >= 0 && res == weftSuccess; l--) {
+      void *ptr;
+      res = weftZeroGrad(zero, ids[l], &ptr);
+      if (res == weftSuccess) weftZeroAccumulate(ptr, c.type, grads[l].data(), sizes[l]);
+      if (res == weftSuccess) res = weftZeroGradReady(zero, l, stream);
+    }
+    if (res == weftSuccess) res = weftZeroStep(zero, stream, nullptr);
+  }
+  out->assign(psi, NAN);
+  if (res == weftSuccess) res = weftZeroGetParams(zero, out->data(), stream);
+  weftResult_t destroyed = weftZeroDestroy(zero);
+  return res != weftSuccess ? res : destroyed;
+}
+
+int threads_rank(const RankCtx &ctx) {
+  RankEnv e;
+  TRY_RC(e.open(ctx, false));
+  for (Case c : {Case{1, weftFloat32, weftZeroAdamW}, Case{3, weftBfloat16, weftZeroSgdMomentum},
+                 Case{0, weftFloat16, weftZeroAdamW}}) {
+    std::vector<float> host, off;
+    FAIL_IF(threads_train(e.host, e.hstream, c, 0, &host) != weftSuccess, "%s, host: %s",
+            case_text(c).c_str(), weftZeroLastError());
+    for (int threads : {1, 3, 7}) {
+      FAIL_IF(threads_train(e.host, e.hstream, c, threads, &off) != weftSuccess,
+              "%s, %d threads: %s", case_text(c).c_str(), threads, weftZeroLastError());
+      FAIL_IF(memcmp(host.data(), off.data(), host.size() * sizeof(float)) != 0,
+              "%s, offloaded on %d threads: differs from the host context", case_text(c).c_str(),
+              threads);
+    }
+  }
+  return 0;
+}
+
+TEST(ZeroDeviceCtx, OffloadThreadsChangeNoBit) {
+  RunOptions opts;
+  opts.timeout_s = 120;
+  auto status = run_ranks(2, threads_rank, opts);
+  for (size_t r = 0; r < status.size(); r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
 
 struct MatchCase {
@@ -560,8 +718,14 @@ TEST_P(ZeroDeviceCtxMatch, TenStepsMatchTheHost) {
 INSTANTIATE_TEST_SUITE_P(Kinds, ZeroDeviceCtxMatch,
                          testing::Values(MatchCase{kStaged, 1}, MatchCase{kStaged, 2},
                                          MatchCase{kStaged, 3}, MatchCase{kStaged, 4},
+                                         MatchCase{kStagedOffload, 1},
+                                         MatchCase{kStagedOffload, 2},
+                                         MatchCase{kStagedOffload, 3},
                                          MatchCase{kDevice, 1}, MatchCase{kDevice, 2},
-                                         MatchCase{kDevice, 3}, MatchCase{kDevice, 4}),
+                                         MatchCase{kDevice, 3}, MatchCase{kDevice, 4},
+                                         MatchCase{kDeviceOffload, 1},
+                                         MatchCase{kDeviceOffload, 2},
+                                         MatchCase{kDeviceOffload, 3}),
                          [](const testing::TestParamInfo<MatchCase> &i) {
                            return std::string(kind_name(i.param.kind)) + "_" +
                                   std::to_string(i.param.nranks) + "ranks";
@@ -608,7 +772,7 @@ std::vector<char> slurp(const std::string &path) {
 // Saved by one side at one rank count, loaded by the other at another: the
 // loaded parameters and step count equal the saved ones bit for bit.
 void ckpt_across(int n_save, const CkptSide &save, int n_load, const CkptSide &load) {
-  bool gpu = save.kind == kDevice || load.kind == kDevice;
+  bool gpu = on_device(save.kind) || on_device(load.kind);
   char templ[] = "/tmp/weft-zero-devckpt-XXXXXX";
   ASSERT_NE(mkdtemp(templ), nullptr);
   std::string dir = templ;
@@ -665,7 +829,17 @@ INSTANTIATE_TEST_SUITE_P(
         CkptCase{"host_s2_2_to_device_s0_4", 2, {kHost, kS2bf16, 3, nullptr, "ck", "a"}, 4,
                  {kDevice, kS0bf16, 0, "ck", nullptr, "b"}},
         CkptCase{"device_s1_4_to_device_s3_1", 4, {kDevice, kS1fp16, 5, nullptr, "ck", "a"}, 1,
-                 {kDevice, kS3fp16, 0, "ck", nullptr, "b"}}),
+                 {kDevice, kS3fp16, 0, "ck", nullptr, "b"}},
+        CkptCase{"staged_offload_s2_3_to_host_s3_2", 3,
+                 {kStagedOffload, kS2bf16, 4, nullptr, "ck", "a"}, 2,
+                 {kHost, {3, weftBfloat16, weftZeroSgdMomentum}, 0, "ck", nullptr, "b"}},
+        CkptCase{"device_offload_s3_2_to_device_s1_3", 2,
+                 {kDeviceOffload, kS3fp16, 4, nullptr, "ck", "a"}, 3,
+                 {kDevice, kS1fp16, 0, "ck", nullptr, "b"}},
+        CkptCase{"device_s0_2_to_device_offload_s2_3", 2,
+                 {kDevice, kS0bf16, 3, nullptr, "ck", "a"}, 3,
+                 {kDeviceOffload, {2, weftBfloat16, weftZeroSgdMomentum}, 0, "ck", nullptr,
+                  "b"}}),
     [](const testing::TestParamInfo<CkptCase> &i) { return std::string(i.param.name); });
 
 }  // namespace

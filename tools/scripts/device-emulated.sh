@@ -112,24 +112,28 @@ echo "   $((SECONDS - start)) s"
 # weft_train_device)
 echo "== weft-train --device cuda against the host (device emulated)"
 start=$SECONDS
-# (the products through cublas_emu, and once through weft-train's own kernel)
+# (the products through cublas_emu, and once through weft-train's own kernel;
+# "+offload": the GPU's optimizer state and step on the host)
 gpt=(--seq 32 --val-batches 1 --sample 8 --temperature 0)
 matches=(
   "cuBLAS gpt-s3 4 --zero-stage 3 --steps 5 --batch 8 --val-every 5 ${gpt[*]}"
   "cuBLAS gpt-s2-bf16 2 --zero-stage 2 --dtype bf16 --steps 4 --batch 8 --val-every 2 ${gpt[*]}"
   "cuBLAS gpt-s1-accum 3 --zero-stage 1 --accum 2 --steps 3 --batch 6 --val-every 3 ${gpt[*]}"
   "kernel gpt-s0-fp16 1 --zero-stage 0 --dtype fp16 --steps 3 --batch 4 --val-every 0 ${gpt[*]}"
+  "cuBLAS+offload gpt-s3-bf16-offload 2 --zero-stage 3 --dtype bf16 --steps 4 --batch 8 --val-every 2 ${gpt[*]}"
+  "-+offload mlp-s1-fp16-offload 3 --model mlp --zero-stage 1 --dtype fp16 --reduce-dtype fp32 --quiet"
   "- mlp-s3 4 --model mlp --zero-stage 3 --quiet"
   "- mlp-s2-bf16 3 --model mlp --zero-stage 2 --dtype bf16 --quiet"
   "- mlp-s1-sgd 2 --model mlp --zero-stage 1 --optimizer sgd --quiet"
   "- mlp-s0-fp16 1 --model mlp --zero-stage 0 --dtype fp16 --quiet"
 )
 for m in "${matches[@]}"; do
-  gemm=${m%% *} m=${m#* }
+  gemm=${m%% *} m=${m#* } cuda_opts=
+  case $gemm in *+offload) gemm=${gemm%+offload} cuda_opts=--offload-optimizer ;; esac
   cublas=1
   case $gemm in kernel) cublas=0 gemm="weft's kernel" ;; -) gemm= ;; esac
   # shellcheck disable=SC2086 # the words of one case
-  WEFT_CUDA_EMU_CUBLAS=$cublas TRAIN_MATCH_GEMM=$gemm \
+  WEFT_CUDA_EMU_CUBLAS=$cublas TRAIN_MATCH_GEMM=$gemm TRAIN_MATCH_CUDA_OPTS=$cuda_opts \
     tools/scripts/train-device-match.sh $B $m || status=1
 done
 # a checkpoint of the GPU's ZeRO state (stage 3, 4 ranks) resumed on the

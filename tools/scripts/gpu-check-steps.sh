@@ -240,7 +240,17 @@ step_weft_train_device() {
   mid=$(awk '/ tokens\/s over steps/{sub(/^\[0\] # /, ""); print $1}' "$LOGS/$STEP.gpt_mid")
   mlp=$(TRAIN_MATCH_LOGS="$LOGS" TRAIN_MATCH_TIMEOUT=60 "$ROOT/tools/scripts/train-device-match.sh" \
     "$B" "$STEP.mlp" 4 --model mlp --zero-stage 3 --quiet) || fail "$mlp"
-  key "$mps; $cmp; tokens/s on the GPU: tiny ${tok:-?}, mid ${mid:-?}; $mlp; $(train_device_ms)"
+  # the optimizer offloaded to the host (ZeRO-Offload): the transformer in
+  # bf16 against the host, and mid's tokens/s beside the run above
+  local off midoff
+  off=$(TRAIN_MATCH_LOGS="$LOGS" TRAIN_MATCH_TIMEOUT=60 TRAIN_MATCH_CUDA_OPTS=--offload-optimizer \
+    "$ROOT/tools/scripts/train-device-match.sh" "$B" "$STEP.offload" 4 --zero-stage 3 --dtype bf16 \
+    --steps 10 --seq 64 --batch 8 --val-every 5 --val-batches 1 --sample 0) || fail "offload: $off"
+  timeout 60 "$B/tools/weftrun" -n 4 "$B/tools/weft-train" --device cuda --model mid --zero-stage 3 \
+    --steps 6 --val-every 0 --sample 0 --offload-optimizer >"$LOGS/$STEP.gpt_mid_offload" 2>&1
+  midoff=$(awk '/ tokens\/s over steps/{sub(/^\[0\] # /, ""); print $1}' "$LOGS/$STEP.gpt_mid_offload")
+  key "$mps; $cmp; tokens/s on the GPU: tiny ${tok:-?}, mid ${mid:-?} (optimizer offloaded:" \
+    "${midoff:-?}); $mlp; offloaded: $off; $(train_device_ms)"
 }
 
 # Issue 22.3's figure, reported and not judged here: ms per step of stages 0

@@ -88,7 +88,7 @@ mps_start|30|gpu|20.2|MPS daemon, private pipe directory, for the multi-process 
 perf_launch_mps|30|gpu|20.3|the same as an MPS client, then two clients at once (host rows)
 perf_ar_mps|90|gpu|20.3|all_reduce_device_perf, 2 and 4 processes under MPS, and their 8 B latency over 2000 calls
 perf_pdl|60|gpu|20.3|8 B all-reduce latency over 2000 calls, 2 and 4 processes under MPS, at WEFT_DEVICE_PDL 0 and 1 alternating
-weft_train_device|150|gpu|39.5|weft-train --device cuda, 4 ranks under MPS: the transformer (tiny, stage 3, 20 steps) within 1e-3 of the host loss at every step, tokens/s of tiny and mid; the MLP final line against the host one
+weft_train_device|200|gpu|39.5|weft-train --device cuda, 4 ranks under MPS: the transformer (tiny, stage 3, 20 steps) within 1e-3 of the host loss at every step, tokens/s of tiny and mid; the MLP final line against the host one; --offload-optimizer (bf16, stage 3) against the host, and the tokens/s of mid with it
 zero_math_device|60|gpu|22.2|zero_math.h kernels against the host, bit for bit
 zero_device|180|gpu|22.2|device ZeRO suites (zero_device*) under MPS: kernels; device contexts vs host, checkpoints
 net_socket|150|gpu|21.3|every device collective, send/recv, all-to-all between 2 emulated hosts over sockets (all-reduce on 3 too)

@@ -10,7 +10,10 @@
 # Logs: $TRAIN_MATCH_LOGS (default BUILD_DIR)/train-match.TAG.{host,cuda}.
 # Environment: TRAIN_MATCH_TIMEOUT, seconds for each run (default 300);
 # TRAIN_MATCH_GEMM, what the GPU run's products must go through ("cuBLAS"
-# or "weft's kernel", as its header line says; default: either).
+# or "weft's kernel", as its header line says; default: either);
+# TRAIN_MATCH_CUDA_OPTS, options of the GPU run alone (--offload-optimizer,
+# whose run must then say in its memory table that it offloaded, unless
+# --quiet keeps the table out).
 set -uo pipefail
 if [ $# -lt 3 ]; then
   echo "usage: $0 BUILD_DIR TAG NRANKS [weft-train options]" >&2
@@ -39,13 +42,23 @@ if [ $rc != 0 ]; then
   echo "$tag: the host run failed (exit $rc): $(tail -2 "$host_log" | tr '\n' ' ')"
   exit 1
 fi
-run "$cuda_log" --device cuda "$@"
+# shellcheck disable=SC2086 # its words
+run "$cuda_log" --device cuda ${TRAIN_MATCH_CUDA_OPTS:-} "$@"
 rc=$?
 if [ $rc != 0 ]; then
   echo "$tag: --device cuda failed (exit $rc):" \
     "$(grep -m2 -iE 'error|fail|refus' "$cuda_log" | tr '\n' ' ')"
   exit 1
 fi
+
+case " ${TRAIN_MATCH_CUDA_OPTS:-} $* " in
+  *" --offload-optimizer "*" --quiet "* | *" --quiet "*" --offload-optimizer "*) ;;
+  *" --offload-optimizer "*)
+    if ! grep -q "the optimizer state is offloaded" "$cuda_log"; then
+      echo "$tag: --offload-optimizer's memory table does not say it offloaded"
+      exit 1
+    fi ;;
+esac
 
 gemm=$(grep -m1 -o 'sgemm: .*' "$cuda_log" | sed 's/^sgemm: //')
 if [ $mlp = 0 ] && [ -n "${TRAIN_MATCH_GEMM:-}" ] && [ "$gemm" != "$TRAIN_MATCH_GEMM" ]; then

@@ -379,6 +379,7 @@ static weftResult_t gpt_setup(struct gpt *g, weftComm_t comm) {
     if (s->layers > 0 && block * elsize < cfg.bucketBytes) cfg.bucketBytes = block * elsize;
   }
   cfg.memory = g->m.dev ? weftZeroDeviceMemory : weftZeroHostMemory;
+  cfg.offloadOptimizer = o->offload_optimizer;
   g->m.o = o;
   weftResult_t res = train_model_open(&g->m, g->nranks);
   g->stream = g->m.stream;

@@ -191,23 +191,31 @@ void train_report_memory(struct model *m, weftComm_t comm, int rank, int nranks)
   const struct train_opts *o = m->o;
   weftZeroMemory_t r;
   weftZeroMemoryReport(m->zero, &r);
-  double mine[6] = {(double)r.params, (double)r.grads, (double)r.optimizer,
-                    (double)r.bucketsPeak, (double)r.gatheredPeak,
-                    (double)(r.params + r.grads + r.optimizer)};
-  double *all = calloc((size_t)nranks * 6, sizeof *all);
+  enum { NCOLS = 7 };
+  double mine[NCOLS] = {(double)r.params, (double)r.grads, (double)r.optimizer,
+                        (double)r.bucketsPeak, (double)r.gatheredPeak,
+                        (double)(r.params + r.grads + r.optimizer), (double)r.offloaded};
+  double *all = calloc((size_t)nranks * NCOLS, sizeof *all);
   if (all == NULL) return;
-  if (train_gather_doubles(m, comm, mine, all, 6, nranks) == weftSuccess && rank == 0 &&
+  if (train_gather_doubles(m, comm, mine, all, NCOLS, nranks) == weftSuccess && rank == 0 &&
       o->log != NULL) {
     size_t formula = weftZeroMemoryFormula(o->stage, r.psiPadded, nranks, o->dtype, o->optimizer);
     fprintf(o->log,
             "# memory per rank in bytes: psi %zu, padded %zu; ZeRO formula for stage %d: %zu\n",
             r.psi, r.psiPadded, o->stage, formula);
-    fprintf(o->log, "# %4s %10s %10s %10s %12s %13s %10s\n", "rank", "params", "grads",
-            "optimizer", "buckets-peak", "gathered-peak", "total");
+    if (o->offload_optimizer)
+      fprintf(o->log,
+              "# the optimizer state is offloaded: optimizer and host-pinned (the state and "
+              "the step's staging) are host memory, the rest the GPU's\n");
+    fprintf(o->log, "# %4s %10s %10s %10s %12s %13s %10s%s\n", "rank", "params", "grads",
+            "optimizer", "buckets-peak", "gathered-peak", "total",
+            o->offload_optimizer ? "  host-pinned" : "");
     for (int q = 0; q < nranks; q++) {
-      const double *v = all + q * 6;
-      fprintf(o->log, "  %4d %10.0f %10.0f %10.0f %12.0f %13.0f %10.0f\n", q, v[0], v[1], v[2],
+      const double *v = all + q * NCOLS;
+      fprintf(o->log, "  %4d %10.0f %10.0f %10.0f %12.0f %13.0f %10.0f", q, v[0], v[1], v[2],
               v[3], v[4], v[5]);
+      if (o->offload_optimizer) fprintf(o->log, " %12.0f", v[6]);
+      fprintf(o->log, "\n");
     }
   }
   free(all);
@@ -228,6 +236,7 @@ static weftResult_t model_setup(struct model *m, weftComm_t comm) {
   cfg.prefetchLayers = o->prefetch;
   cfg.bucketBytes = 4096; /* small buckets, so that even this model has several */
   cfg.memory = m->dev ? weftZeroDeviceMemory : weftZeroHostMemory;
+  cfg.offloadOptimizer = o->offload_optimizer;
   weftResult_t res = weftZeroCreate(&m->zero, comm, &cfg);
   if (res != weftSuccess) return res;
   int in0 = o->widths[0], maxw = 0;

@@ -40,6 +40,7 @@ struct train_opts {
   FILE *log;            /* rank 0 prints loss per step and the memory table here; may be NULL */
   int device;           /* 1: the model and its ZeRO context on a GPU (--device cuda) */
   int device_sim;       /* the transformer's GPU kernels run on the host (--device sim) */
+  int offload_optimizer; /* device: the optimizer state and step on the host (ZeRO-Offload) */
   int local_rank;       /* device: the rank uses GPU local_rank % (visible GPUs) */
   /* the transformer (model TRAIN_MODEL_GPT) */
   enum train_model_kind model;

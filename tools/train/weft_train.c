@@ -43,6 +43,9 @@ static void usage(FILE *f) {
           "  --resume DIR       continue from the checkpoint in DIR\n"
           "  --device D         host (default) or cuda: the model and its ZeRO state on the\n"
           "                     rank's GPU (GPU local rank %% GPUs)\n"
+          "  --offload-optimizer with --device cuda: the fp32 master weights, the moments\n"
+          "                     and the optimizer's step in the host's pinned memory and\n"
+          "                     cores (ZeRO-Offload); the GPU holds parameters and gradients\n"
           "  --quiet            print the final line only\n"
           "transformers:\n"
           "  --seq N            tokens per sequence (default: the context)\n"
@@ -88,7 +91,7 @@ int main(int argc, char **argv) {
       {"save", required_argument, NULL, 'w'},       {"resume", required_argument, NULL, 'R'},
       {"layers", required_argument, NULL, 'L'},   {"width", required_argument, NULL, 'W'},
       {"quiet", no_argument, NULL, 'q'},            {"help", no_argument, NULL, 'h'},
-      {"device", required_argument, NULL, 'D'},
+      {"device", required_argument, NULL, 'D'},     {"offload-optimizer", no_argument, NULL, 'O'},
       {"model", required_argument, NULL, 'm'},      {"seq", required_argument, NULL, 'T'},
       {"data", required_argument, NULL, 'f'},       {"tokens", required_argument, NULL, 'k'},
       {"val-every", required_argument, NULL, 'v'},  {"val-batches", required_argument, NULL, 'V'},
@@ -144,6 +147,7 @@ int main(int argc, char **argv) {
       o.device = strcmp(optarg, "cuda") == 0;
       o.device_sim = strcmp(optarg, "sim") == 0;
       break;
+    case 'O': o.offload_optimizer = 1; break;
     case 'm': model = optarg; break;
     case 'T': o.seq = atoi(optarg); break;
     case 'f': o.data = optarg; break;
@@ -175,6 +179,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (!reduce_set) o.reduce_type = o.dtype;
+  if (o.offload_optimizer && !o.device) {
+    fprintf(stderr, "weft-train: --offload-optimizer moves a GPU's optimizer state to the host: "
+                    "it needs --device cuda\n");
+    return 2;
+  }
   if (strcmp(model, "mlp") != 0) {
     if (train_gpt_shape_named(model, &o.gpt) != 0) {
       fprintf(stderr, "weft-train: --model %s: tiny, mid, gpt2 or mlp\n", model);
