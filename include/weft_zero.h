@@ -274,8 +274,9 @@ typedef struct {
   size_t bucketsAllocs;   /* bucket pool buffers allocated so far */
   size_t offloaded;       /* offloadOptimizer: bytes of pinned host memory, the optimizer
                              state (also counted in optimizer) and the step's staging for
-                             gradients and parameters (8 bytes an owned element); 0
-                             without it, when nothing lives outside the context's memory */
+                             gradients and parameters (8 bytes and one paramType an owned
+                             element); 0 without it, when nothing lives outside the
+                             context's memory */
 } weftZeroMemory_t;
 weftResult_t weftZeroMemoryReport(weftZero_t zero, weftZeroMemory_t *report);
 /* The formula alone: bytes of params + grads + optimizer for psi parameters

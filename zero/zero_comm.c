@@ -293,55 +293,66 @@ free_buf:
   return res;
 }
 
+/* One layer of zero_publish_params: its owned part written back from the
+ * master weights, stages 1-2's all-gather queued behind it, and its event. */
+static weftResult_t publish_layer(struct weftZero *z, struct zero_layer *l, weftStream_t stream) {
+  const int stage = z->cfg.stage;
+  /* the last step's gather of the layer may still read or write it */
+  WEFT_TRY(zero_gather_wait(z, l));
+  const float *master = z->master + l->master_offset;
+  void *dst = stage == 3
+                  ? (char *)z->params_shard + l->shard_offset * z->param_size
+                  : (char *)z->params_full + (l->flat_offset + l->own_offset) * z->param_size;
+  if (z->cfg.offloadOptimizer) {
+    /* converted on the host, then one copy of paramType over the link,
+     * queued (where the ops queue copies) ahead of the layer's all-gather */
+    void *staged = (char *)z->off_params + l->master_offset * z->param_size;
+    const size_t nbytes = l->own_count * z->param_size;
+    WEFT_TRY(z->offload_ops->store(master, z->cfg.paramType, staged, l->own_count, NULL));
+    if (z->ops->copy_async != NULL) {
+      WEFT_TRY(z->ops->copy_async(dst, staged, nbytes, stream));
+      z->off_params_pending = 1;
+    } else {
+      WEFT_TRY(z->ops->copy(dst, staged, nbytes, stream));
+    }
+  } else {
+    WEFT_TRY(z->ops->store(master, z->cfg.paramType, dst, l->own_count, stream));
+  }
+  if (stage == 1 || stage == 2) {
+    /* queued in layer order, so the first layers arrive first; the next
+     * forward waits for each layer's event as it reaches it */
+    void *full = (char *)z->params_full + l->flat_offset * z->param_size;
+    WEFT_TRY(zero_weft(z, weftAllGather(dst, full, l->shard, z->cfg.paramType, z->comm, stream),
+                       "all-gathering updated parameters"));
+  }
+  /* the NULL stream is waited for by the caller; on the host a write-back
+   * is done already, and only stages 1-2's all-gather is in flight */
+  if (stream == NULL || (!z->ops->device && stage != 1 && stage != 2)) return weftSuccess;
+  /* the layer's event follows what is queued for it (on a device, at every
+   * stage: the write-back is a kernel), so that work on another stream may
+   * wait for it */
+  WEFT_TRY(z->ops->event_record(l->gather_ev, stream));
+  l->gather_stream = stream;
+  l->gather_pending = 1;
+  return weftSuccess;
+}
+
 weftResult_t zero_publish_params(struct weftZero *z, weftStream_t stream) {
-  int stage = z->cfg.stage;
   /* offloaded: the last publication's copies have read the staging */
   if (z->off_params_pending) {
     WEFT_TRY(z->ops->event_sync(z->off_params_ev));
     z->off_params_pending = 0;
   }
-  for (int i = 0; i < z->nlayers; i++) {
-    struct zero_layer *l = &z->layers[i];
-    /* the last step's gather of the layer may still read or write it */
-    WEFT_TRY(zero_gather_wait(z, l));
-    const float *master = z->master + l->master_offset;
-    void *dst = stage == 3
-                    ? (char *)z->params_shard + l->shard_offset * z->param_size
-                    : (char *)z->params_full + (l->flat_offset + l->own_offset) * z->param_size;
-    if (z->cfg.offloadOptimizer) {
-      /* converted on the host, then one copy of paramType over the link,
-       * queued (where the ops queue copies) ahead of the layer's all-gather */
-      void *staged = (char *)z->off_params + l->master_offset * z->param_size;
-      const size_t nbytes = l->own_count * z->param_size;
-      WEFT_TRY(z->offload_ops->store(master, z->cfg.paramType, staged, l->own_count, NULL));
-      if (z->ops->copy_async != NULL) {
-        WEFT_TRY(z->ops->copy_async(dst, staged, nbytes, stream));
-        z->off_params_pending = 1;
-      } else {
-        WEFT_TRY(z->ops->copy(dst, staged, nbytes, stream));
-      }
-    } else {
-      WEFT_TRY(z->ops->store(master, z->cfg.paramType, dst, l->own_count, stream));
-    }
-    if (stage == 1 || stage == 2) {
-      /* queued in layer order, so the first layers arrive first; the next
-       * forward waits for each layer's event as it reaches it */
-      void *full = (char *)z->params_full + l->flat_offset * z->param_size;
-      WEFT_TRY(zero_weft(z, weftAllGather(dst, full, l->shard, z->cfg.paramType, z->comm, stream),
-                         "all-gathering updated parameters"));
-    }
-    /* the NULL stream is waited for below; on the host a write-back is
-     * done already, and only stages 1-2's all-gather is in flight */
-    if (stream == NULL || (!z->ops->device && stage != 1 && stage != 2)) continue;
-    /* the layer's event follows what is queued for it (on a device, at
-     * every stage: the write-back is a kernel), so that work on another
-     * stream may wait for it */
-    WEFT_TRY(z->ops->event_record(l->gather_ev, stream));
-    l->gather_stream = stream;
-    l->gather_pending = 1;
+  weftResult_t res = weftSuccess;
+  for (int i = 0; i < z->nlayers && res == weftSuccess; i++)
+    res = publish_layer(z, &z->layers[i], stream);
+  /* after a failure too: the copies queued so far read the staging until
+   * this event, which the next publication and destroy wait for */
+  if (z->off_params_pending) {
+    const weftResult_t recorded = z->ops->event_record(z->off_params_ev, stream);
+    if (res == weftSuccess) res = recorded;
   }
-  if (z->off_params_pending) WEFT_TRY(z->ops->event_record(z->off_params_ev, stream));
-  if (stream != NULL) return weftSuccess;
+  if (res != weftSuccess || stream != NULL) return res;
   /* the NULL stream: everything is complete on return */
   return z->ops->sync(NULL, z->comm, "writing the parameters back");
 }

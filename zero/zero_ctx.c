@@ -387,14 +387,15 @@ weftResult_t weftZeroDestroy(weftZero_t z) {
     if (res == weftSuccess) res = pools[i];
   ops->stream_destroy(z->zero_stream);
   for (int b = 0; b < z->nbuckets; b++) ops->event_destroy(z->buckets[b].ev);
-  void *bufs[] = {z->params_full, z->params_shard, z->grads_full, z->grad_shard, z->stats};
-  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ops->free(bufs[i]);
-  const struct zero_ops *opt = zero_opt_ops(z);
-  /* the parameters' last copies out of pinned memory, before it is freed */
+  /* the parameters' last copies, out of pinned memory into the context's,
+   * before either is freed */
   if (z->off_params_pending) {
     weftResult_t copied = ops->event_sync(z->off_params_ev);
     if (res == weftSuccess) res = copied;
   }
+  void *bufs[] = {z->params_full, z->params_shard, z->grads_full, z->grad_shard, z->stats};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ops->free(bufs[i]);
+  const struct zero_ops *opt = zero_opt_ops(z);
   ops->event_destroy(z->off_params_ev);
   void *state[] = {z->master, z->moment1, z->moment2, z->off_grad, z->off_stage, z->off_params};
   for (size_t i = 0; i < sizeof state / sizeof state[0]; i++) opt->free(state[i]);

@@ -107,7 +107,8 @@ static weftResult_t offload_run(const struct weftZero *z, struct offload_part jo
   struct offload_part parts[ZERO_OFFLOAD_THREADS_MAX];
   pthread_t threads[ZERO_OFFLOAD_THREADS_MAX];
   int started[ZERO_OFFLOAD_THREADS_MAX] = {0};
-  const size_t per = (n / (size_t)t + line - 1) / line * line;
+  /* ceil(n / t) rounded up to whole lines: t parts cover the range */
+  const size_t per = ((n + (size_t)t - 1) / (size_t)t + line - 1) / line * line;
   for (int i = 0; i < t; i++) {
     parts[i] = job;
     parts[i].begin = (size_t)i * per < n ? (size_t)i * per : n;

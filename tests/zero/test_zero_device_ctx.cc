@@ -615,11 +615,15 @@ int match_rank(const RankCtx &ctx, Kind kind) {
 // The offloaded update on several threads: a model large enough that the
 // owned range splits into parts (64K elements a part at least), odd sizes so
 // that the parts' ends fall mid-layer, trained as a staged context with its
-// state offloaded on 1, 3 and 7 threads and as a plain host context; the
-// parameters agree bit for bit (the update is elementwise).
+// state offloaded on 1, 3, 4 and 7 threads and as a plain host context; the
+// parameters agree bit for bit (the update is elementwise). The sizes make
+// the owned ranges (431234 elements at stage 0, 215617 at stages 1-3 on 2
+// ranks) split unevenly where an even share rounds down to whole lines (3
+// and 4 threads at every stage), so that a split that drops the range's
+// tail leaves parameters the host context updates.
 weftResult_t threads_train(weftComm_t comm, weftStream_t stream, const Case &c, int threads,
                            std::vector<float> *out) {
-  const size_t sizes[] = {300007, 131075, 17};
+  const size_t sizes[] = {300007, 131075, 149};
   weftZeroConfig_t cfg = case_config(c, kHost);
   cfg.bucketBytes = 1 << 20;
   weftZero_t zero;
@@ -679,7 +683,7 @@ int threads_rank(const RankCtx &ctx) {
     std::vector<float> host, off;
     FAIL_IF(threads_train(e.host, e.hstream, c, 0, &host) != weftSuccess, "%s, host: %s",
             case_text(c).c_str(), weftZeroLastError());
-    for (int threads : {1, 3, 7}) {
+    for (int threads : {1, 3, 4, 7}) {
       FAIL_IF(threads_train(e.host, e.hstream, c, threads, &off) != weftSuccess,
               "%s, %d threads: %s", case_text(c).c_str(), threads, weftZeroLastError());
       FAIL_IF(memcmp(host.data(), off.data(), host.size() * sizeof(float)) != 0,
