@@ -41,6 +41,16 @@ for s in 1 2 3; do
   check "stage $s params-l2 matches stage 0 ($got)" $?
 done
 
+# the cosine schedule applies to the MLP too: other parameters than the
+# constant rate's, the same at every stage
+cos0=$(timeout 60 "$weftrun" -n 3 "$tools/weft-train" --model mlp --zero-stage 0 --quiet \
+  --lr-schedule cosine --warmup 2 --min-lr 0.01 2>&1 | tail -1)
+cos3=$(timeout 60 "$weftrun" -n 3 "$tools/weft-train" --model mlp --zero-stage 3 --quiet \
+  --lr-schedule cosine --warmup 2 --min-lr 0.01 2>&1 | tail -1)
+awk -v a="$ref" -v b="$cos0" -v c="$cos3" 'BEGIN{split(a,x," "); split(b,y," "); split(c,z," ");
+     d=y[6]-z[6]; if (d<0) d=-d; exit !(y[6] > 0 && x[6] != y[6] && d <= 1e-6 * y[6])}'
+check "cosine: params-l2 differs from the constant rate's and agrees at stage 3 ($cos0)" $?
+
 # save on 4 ranks at stage 3, resume on 2 at stage 1, consolidate
 timeout 60 "$weftrun" -n 4 "$tools/weft-train" --model mlp --zero-stage 3 --steps 4 --save "$work/ckpt" --quiet >/dev/null 2>&1
 check "save" $?

@@ -29,6 +29,11 @@ awk -v a="$first" -v b="$last" 'BEGIN{exit !(a > 5.3 && a < 5.8 && b < a - 1.5)}
 check "loss starts near ln 256 and falls ($first -> $last)" $?
 [ "$(echo "$out" | grep -cE '^\[0\] val +(10|20) loss [0-9.]+$')" -eq 2 ]; check "validation at steps 10 and 20" $?
 echo "$out" | grep -qE ' step +20 loss .* tok/s '; check "tokens/s per step" $?
+# the schedule: warm-up over steps / 10 = 2 (step 1 at half the peak 3e-3),
+# the peak after it, and the cosine's floor (0.1 of the peak) at the last step
+lrs=$(echo "$out" | awk '/ step +[0-9]+ loss /{for (i = 1; i < NF; i++) if ($i == "lr") print $(i + 1)}')
+[ "$(echo "$lrs" | sed -n '1p;3p;20p' | tr '\n' ' ')" = "1.500e-03 3.000e-03 3.000e-04 " ]
+check "learning rates of steps 1, 3 and 20: $(echo "$lrs" | sed -n '1p;3p;20p' | tr '\n' ' ')" $?
 for r in 0 1 2 3; do
   echo "$out" | grep -qE "^\[0\] +$r +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+$"
   check "memory row for rank $r" $?

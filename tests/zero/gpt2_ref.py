@@ -102,7 +102,9 @@ def lr_at(a, step):
         return a.lr * (step + 1) / a.warmup
     if a.steps <= a.warmup:
         return a.lr
-    p = (step - a.warmup) / (a.steps - a.warmup)
+    # 0 at the first step after warm-up, 1 at the last (steps - 1)
+    span = a.steps - 1 - a.warmup
+    p = (step - a.warmup) / span if span > 0 else 0.0
     low = a.lr * a.min_lr
     return low + 0.5 * (1.0 + math.cos(math.pi * p)) * (a.lr - low)
 

@@ -179,8 +179,16 @@ weftResult_t train_data_open(struct train_data *d, const char *text_path,
   int all = status;
   weftResult_t res = weftAllReduce(&all, &all, 1, weftInt32, weftMax, comm, NULL);
   if (res != weftSuccess) return res;
-  if (all != 0 || data_map(d, tokens_path, seq) != 0) return weftInvalidUsage;
-  return weftSuccess;
+  if (all != 0) return weftInvalidUsage;
+  /* and whether every rank mapped it (on several hosts, rank 0's file may
+   * not be where another rank looks): all fail together, none trains alone */
+  const int unmapped = data_map(d, tokens_path, seq) != 0;
+  if (unmapped) fprintf(stderr, "weft-train: rank %d cannot use the tokens\n", rank);
+  all = unmapped;
+  res = weftAllReduce(&all, &all, 1, weftInt32, weftMax, comm, NULL);
+  if (res == weftSuccess && all != 0) res = weftInvalidUsage;
+  if (res != weftSuccess) train_data_close(d);
+  return res;
 }
 
 void train_data_close(struct train_data *d) {

@@ -408,17 +408,6 @@ static weftResult_t gpt_setup(struct gpt *g, weftComm_t comm) {
   return res;
 }
 
-/* The learning rate of step (from 0): linear warm-up, then a cosine down
- * to lr * min_lr_frac at the last step. */
-static double lr_at(const struct train_opts *o, long step) {
-  if (!o->cosine) return o->lr;
-  if (step < o->warmup) return o->lr * (double)(step + 1) / o->warmup;
-  if (o->steps <= o->warmup) return o->lr;
-  double progress = (double)(step - o->warmup) / (double)(o->steps - o->warmup);
-  double low = o->lr * o->min_lr_frac;
-  return low + 0.5 * (1.0 + cos(M_PI * progress)) * (o->lr - low);
-}
-
 /* The batch of this rank at micro-step `micro` (global): inputs and targets. */
 static void batch_load(struct gpt *g, uint64_t micro) {
   int T = g->T;
@@ -589,7 +578,7 @@ static weftResult_t train_loop(struct gpt *g, weftComm_t comm, struct train_resu
   long timed_steps = 0;
   double loss = 0; /* outlives the loop: its all-reduce may be queued when a step fails */
   for (long step = first; step < last && res == weftSuccess; step++) {
-    double t0 = now_s(), lr = lr_at(o, step);
+    double t0 = now_s(), lr = train_lr_at(o, step);
     weftZeroSetLr(g->zero, lr);
     loss = 0;
     for (int micro = 0; micro < o->accum && res == weftSuccess; micro++) {

@@ -51,6 +51,7 @@ static float uniform_at(uint64_t seed, uint64_t i) {
  * CUDA stream). */
 weftResult_t train_gather_doubles(struct model *m, weftComm_t comm, const double *mine,
                                   double *all, size_t n, int nranks) {
+  if (n > TRAIN_GATHER_MAX) return weftInvalidArgument; /* the device buffer's share */
   if (!m->dev) {
     weftResult_t res = weftAllGather(mine, all, n, weftFloat64, comm, m->stream);
     return res == weftSuccess ? weftStreamSynchronize(m->stream) : res;
@@ -60,6 +61,17 @@ weftResult_t train_gather_doubles(struct model *m, weftComm_t comm, const double
   if (res == weftSuccess) res = weftAllGather(m->dscalars, dall, n, weftFloat64, comm, m->stream);
   if (res == weftSuccess) res = train_dev_copy(all, dall, n * (size_t)nranks * sizeof *all);
   return res;
+}
+
+double train_lr_at(const struct train_opts *o, long step) {
+  if (!o->cosine) return o->lr;
+  if (step < o->warmup) return o->lr * (double)(step + 1) / o->warmup;
+  if (o->steps <= o->warmup) return o->lr;
+  /* 0 at the first step after warm-up, 1 at the last (steps - 1) */
+  const long span = o->steps - 1 - o->warmup;
+  const double progress = span > 0 ? (double)(step - o->warmup) / (double)span : 0.0;
+  const double low = o->lr * o->min_lr_frac;
+  return low + 0.5 * (1.0 + cos(M_PI * progress)) * (o->lr - low);
 }
 
 /* The loss's sum over ranks, queued before the step (start) and read after
@@ -192,6 +204,8 @@ void train_report_memory(struct model *m, weftComm_t comm, int rank, int nranks)
   weftZeroMemory_t r;
   weftZeroMemoryReport(m->zero, &r);
   enum { NCOLS = 7 };
+  _Static_assert((int)NCOLS <= (int)TRAIN_GATHER_MAX,
+                 "the gather's device buffer holds NCOLS a rank");
   double mine[NCOLS] = {(double)r.params, (double)r.grads, (double)r.optimizer,
                         (double)r.bucketsPeak, (double)r.gatheredPeak,
                         (double)(r.params + r.grads + r.optimizer), (double)r.offloaded};
@@ -316,7 +330,8 @@ weftResult_t train_model_open(struct model *m, int nranks) {
   if (m->dev) {
     res = train_dev_open(m->o->local_rank, &m->stream);
     if (res == weftSuccess)
-      res = train_dev_alloc((void **)&m->dscalars, 6 * ((size_t)nranks + 1) * sizeof(double));
+      res = train_dev_alloc((void **)&m->dscalars,
+                            TRAIN_GATHER_MAX * ((size_t)nranks + 1) * sizeof(double));
   } else {
     res = weftStreamCreate(&m->stream);
   }
@@ -358,6 +373,7 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
   long last = o->stop_at > 0 && o->stop_at < o->steps ? o->stop_at : o->steps;
   for (long step = first; step < last && res == weftSuccess; step++) {
     loss = 0;
+    res = weftZeroSetLr(m.zero, train_lr_at(o, step));
     for (int micro = 0; micro < o->accum && res == weftSuccess; micro++) {
       weftZeroSetSync(m.zero, micro == o->accum - 1);
       uint64_t base = ((uint64_t)step * o->accum + micro) * (uint64_t)(m.batch * nranks) +

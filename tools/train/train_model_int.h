@@ -40,11 +40,19 @@ weftResult_t dev_backward(struct model *m, int n, float scale);
 
 /* The stream (host, or CUDA on GPU o->local_rank % GPUs when m->dev), the
  * loss's event and, on a GPU, the device buffer of host values'
- * collectives (6 (nranks + 1) doubles); train_model_close ends them. The
- * transformer (train_gpt.c) keeps its own in a struct model too. */
+ * collectives (TRAIN_GATHER_MAX (nranks + 1) doubles); train_model_close
+ * ends them. The transformer (train_gpt.c) keeps its own in a struct model
+ * too. */
 weftResult_t train_model_open(struct model *m, int nranks);
 void train_model_close(struct model *m);
-/* all[q*n + i] = rank q's mine[i] (n <= 6), complete on return. */
+/* The learning rate of step (from 0): o->lr, or with o->cosine a linear
+ * warm-up over o->warmup steps, then a cosine down to lr * min_lr_frac at
+ * the last step (steps - 1). */
+double train_lr_at(const struct train_opts *o, long step);
+/* The most doubles a rank gives train_gather_doubles. */
+enum { TRAIN_GATHER_MAX = 8 };
+/* all[q*n + i] = rank q's mine[i] (n <= TRAIN_GATHER_MAX, else
+ * weftInvalidArgument), complete on return. */
 weftResult_t train_gather_doubles(struct model *m, weftComm_t comm, const double *mine,
                                   double *all, size_t n, int nranks);
 /* The sum of *loss over ranks, queued (start), then read back (end). */
