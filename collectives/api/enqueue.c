@@ -12,6 +12,7 @@
 #include "stream.h"
 #include "../tune/tuner.h"
 #include "../core/redop.h"
+#include "../core/signature.h"
 #include "../core/trace.h"
 
 /* --- argument checks --------------------------------------------------- */
@@ -230,6 +231,7 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
        * done, not a broken communicator */
       weft_error_clear();
       comm->seq++; /* as every call of the comm counts */
+      signature_skipped(comm, plan);
       trace_set_state(comm->trace, trace_record(comm->trace, plan, 0), TRACE_COMPLETED, -1,
                       weftSuccess);
       return weftSuccess;
@@ -241,6 +243,7 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
     if (comm != NULL && comm_check(comm) == weftSuccess) {
       /* the call counts, refused, so that the numbers stay the peers' */
       trace_set_state(comm->trace, trace_record(comm->trace, plan, 0), TRACE_FAILED, -1, res);
+      signature_skipped(comm, plan);
       if (alone && comm->nranks > 1) comm_fail_alone(comm, res);
       else snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
     }

@@ -21,6 +21,8 @@
 #include "group.h"
 #include "stream.h"
 #include "../tune/tuner.h"
+#include "../core/signature.h"
+#include "../core/trace.h"
 
 __thread int group_depth;
 static _Thread_local struct group_op *group_ops;
@@ -182,15 +184,31 @@ static weftResult_t group_dispatch_device(const struct group_op *ops, size_t nop
   return res;
 }
 
+/* A group that runs none of its ops: each is failed with res in its comm's
+ * trace (the host ones, recorded already; the device ones are recorded at
+ * launch) and takes its number under WEFT_CHECK=1, so that what this rank
+ * calls next is compared as the call after them. */
+static void group_drop(const struct group_op *ops, size_t nops, weftResult_t res) {
+  for (size_t i = 0; i < nops; i++) {
+    if (ops[i].plan.trace_id != 0)
+      trace_set_state(ops[i].comm->trace, ops[i].plan.trace_id, TRACE_FAILED, -1, res);
+    signature_skipped(ops[i].comm, &ops[i].plan);
+  }
+}
+
 /* Launches ops: each stream's as one item of that stream, the rest now. */
 static weftResult_t group_dispatch(const struct group_op *ops, size_t nops) {
   /* a comm's ops run as one batch, so they must agree on their stream */
   for (size_t i = 0; i < nops; i++)
     for (size_t j = 0; j < i; j++)
-      if (ops[j].comm == ops[i].comm && ops[j].stream != ops[i].stream)
-        return weft_error_set(weftInvalidUsage,
-                              "a group uses two streams for one communicator (rank %d)",
-                              ops[i].comm->rank);
+      if (ops[j].comm == ops[i].comm && ops[j].stream != ops[i].stream) {
+        const weftResult_t res =
+            weft_error_set(weftInvalidUsage,
+                           "a group uses two streams for one communicator (rank %d)",
+                           ops[i].comm->rank);
+        group_drop(ops, nops, res);
+        return res;
+      }
   struct group_op *part = malloc(sizeof *part * (nops ? nops : 1));
   if (part == NULL) return weft_error_set(weftSystemError, "out of memory");
   weftResult_t res = group_dispatch_device(ops, nops);
@@ -233,6 +251,7 @@ weftResult_t weftGroupEnd(void) {
   group_nops = group_cap = 0;
   weftResult_t res = group_error;
   if (res == weftSuccess) res = group_dispatch(ops, nops);
+  else group_drop(ops, nops, res);
   free(ops);
   if (created != weftSuccess) return weft_error_set(created, "%s", why);
   return res;

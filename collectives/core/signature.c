@@ -158,6 +158,10 @@ void signature_unpack(struct signature *out, const struct signature_packed *in) 
       .count = in->count, .datatype = in->datatype, .op = in->op, .root = in->root};
 }
 
+void signature_skipped(struct weftComm *comm, const struct weft_plan *plan) {
+  if (coll_is_compared(plan->coll)) comm->signature_seq++;
+}
+
 weftResult_t signature_agree_checked(struct weftComm *comm, const struct weft_plan *plan) {
   if (!coll_is_compared(plan->coll)) return weftSuccess;
   const uint64_t seq = ++comm->signature_seq;

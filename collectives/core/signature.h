@@ -118,6 +118,12 @@ struct weftComm;
  * or the timeout. Otherwise, and for sends and receives, returns weftSuccess
  * at once, with no traffic. */
 weftResult_t signature_agree_checked(struct weftComm *comm, const struct weft_plan *plan);
+/* A collective that reaches no comparison on this rank (refused before it
+ * ran, dropped with a failed group, or of no elements where nothing runs)
+ * still takes its number, so that under WEFT_CHECK=1 a rank that skipped a
+ * call its peers made differs from them by the number at its next call
+ * rather than pairing that call with the peers' pending one. */
+void signature_skipped(struct weftComm *comm, const struct weft_plan *plan);
 /* Whether WEFT_CHECK=1 compares every collective over the bootstrap: one load. */
 static inline int signature_checking(void) { return param_int(&coll_params[P_CHECK]) != 0; }
 /* signature_agree's answer without WEFT_CHECK, inline: one load. */

@@ -163,6 +163,54 @@ TEST(Check, MismatchInsideGroup) {
   });
 }
 
+// A call one rank refuses (a root out of range on rank 0 alone) still takes
+// its number there: the peers' call, which waits for rank 0, is compared
+// with rank 0's next call and both refuse it, naming the numbers, instead of
+// pairing with it and running. Nothing is written.
+TEST(Check, ARefusedCallIsNotPairedWithTheNext) {
+  run_comm(3, check_on(), [](const RankCtx &ctx, weftComm_t comm) {
+    TRY_RC(expect_allreduce(ctx, comm, {0, 1, 2}, "before"));  // collective #1
+    int64_t v[4];
+    for (int i = 0; i < 4; i++) v[i] = ctx.rank == 0 ? 10 + i : -1;
+    weftResult_t res = weftBcast(v, 4, weftInt64, ctx.rank == 0 ? 7 : 0, comm, nullptr);
+    if (ctx.rank == 0) {
+      FAIL_IF(res != weftInvalidArgument, "root 7 of 3 ranks returned %s",
+              weftGetErrorString(res));
+      res = weftBcast(v, 4, weftInt64, 0, comm, nullptr);  // #3 here, #2 on the peers
+    }
+    TRY_RC(expect_mismatch(ctx, comm, res,
+                           "WEFT_CHECK: Broadcast #3: sequence number differs: rank 0 has 3, "
+                           "ranks 1,2 have 2"));
+    for (int i = 0; i < 4; i++)
+      FAIL_IF(v[i] != (ctx.rank == 0 ? 10 + i : -1), "element %d is %lld", i, (long long)v[i]);
+    return 0;
+  });
+}
+
+// A group that fails on one rank (an invalid datatype in it) runs none of
+// its calls there, and each still takes its number: rank 0's next call is
+// #4 where rank 1's is #2, and both refuse it rather than pair them.
+TEST(Check, AFailedGroupsCallsKeepTheirNumbers) {
+  run_comm(2, check_on(), [](const RankCtx &ctx, weftComm_t comm) {
+    TRY_RC(expect_allreduce(ctx, comm, {0, 1}, "before"));  // collective #1
+    float a[4] = {1, 1, 1, 1};
+    if (ctx.rank == 0) {
+      FAIL_IF(weftGroupStart() != weftSuccess, "group start");
+      weftAllReduce(a, a, 4, weftFloat32, weftSum, comm, nullptr);
+      weftAllReduce(a, a, 4, (weftDataType_t)99, weftSum, comm, nullptr);
+      weftResult_t res = weftGroupEnd();
+      FAIL_IF(res != weftInvalidArgument, "group returned %s", weftGetErrorString(res));
+      FAIL_IF(a[0] != 1, "the failed group's all-reduce ran");
+    }
+    weftResult_t res = weftAllReduce(a, a, 4, weftFloat32, weftSum, comm, nullptr);
+    TRY_RC(expect_mismatch(ctx, comm, res,
+                           "WEFT_CHECK: AllReduce #4: sequence number differs: rank 0 has 4, "
+                           "rank 1 has 2"));
+    for (float x : a) FAIL_IF(x != 1, "a refused all-reduce wrote %g", x);
+    return 0;
+  });
+}
+
 // Without WEFT_CHECK the check sends nothing: rank 0 calls it alone and it
 // returns at once (with the check on, it would wait for rank 1 until the
 // timeout); then collectives run as usual, and the always-on check still

@@ -456,6 +456,7 @@ weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan,
   } else {
     snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
     record_calls(comm, plans, NULL, 1, 0, res);
+    signature_skipped(comm, plan);
   }
   return res;
 }
