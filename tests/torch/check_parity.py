@@ -301,6 +301,31 @@ def check_timeouts():
             failures.append(f"Options(channels=0): message {str(e)[:200]!r}")
 
 
+def check_no_deadline():
+    """A group whose timeout is past the clock's range (timedelta of a
+    thousand years; torch's timedelta.max is larger still) has no deadline:
+    a receive that waits half a second for its sender completes, and the
+    watchdog reports nothing."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    g = dist.new_group(backend="weft", timeout=timedelta(days=365 * 1000))
+    t = torch.full((16,), float(r))
+    dist.all_reduce(t, group=g)
+    check_equal("no deadline: all_reduce", t, torch.full((16,), float(sum(range(world)))))
+    got = torch.zeros(16)
+    if r == 0:
+        work = dist.irecv(got, src=1, group=g)  # pending while the watchdog looks
+        work.wait()
+        check_equal("no deadline: a receive that waited", got, torch.full((16,), 7.0))
+    elif r == 1:
+        time.sleep(0.5)
+        dist.send(torch.full((16,), 7.0), dst=0, group=g)
+    dist.barrier(group=g)
+    check("no deadline: get_error()",
+          g._get_backend(torch.device("cpu")).get_error() == ErrorType.SUCCESS,
+          str(g._get_backend(torch.device("cpu")).get_error()))
+    dist.destroy_process_group(g)
+
+
 def check_shrink():
     """shrink_group: the ranks but the last make a group of their own
     (weftCommShrink); the last rank does not take part."""
@@ -355,7 +380,7 @@ def main():
     rng = random.Random(seed)
     fns = [lambda: check_isend_progress(), lambda: check_crossing(rng),
            lambda: check_bool(gloo, rng), lambda: check_uneven(gloo, rng), check_duration,
-           check_estimate, check_timeouts,
+           check_estimate, check_no_deadline, check_timeouts,
            check_shrink]  # last: the ranks that shrink name their later groups apart
     only = os.environ.get("WEFT_PARITY_ONLY")  # a check's name, to run it alone
     if only:

@@ -690,7 +690,16 @@ void WeftBackend::watch(const c10::intrusive_ptr<WeftWork> &work, const char *na
   while (!watched_.empty() && watched_.front().work->isCompleted() &&
          !watched_.front().work->exception())
     watched_.pop_front();
-  watched_.push_back(watched{work, seq_, name, std::chrono::steady_clock::now() + timeout_});
+  // no timeout (0 or less) and one past the clock's range (timedelta.max)
+  // never come: the deadline saturates rather than wraps into the past
+  using clock = std::chrono::steady_clock;
+  const auto now = clock::now();
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(clock::time_point::max() - now);
+  const auto deadline = timeout_.count() <= 0 || timeout_ >= left
+                            ? clock::time_point::max()
+                            : now + std::chrono::duration_cast<clock::duration>(timeout_);
+  watched_.push_back(watched{work, seq_, name, deadline});
 }
 
 c10d::ErrorType WeftBackend::watchdog_look(std::string &what) {
@@ -756,10 +765,19 @@ void WeftBackend::watchdog_loop() {
       if (watch_stop_) return;
     }
     std::string what;
-    const c10d::ErrorType type = watchdog_look(what);
-    if (type == c10d::ErrorType::SUCCESS) continue;
+    c10d::ErrorType type;
+    try {
+      type = watchdog_look(what);
+    } catch (const std::exception &e) {
+      // a sticky CUDA error, thrown by an event query: the group is broken
+      what = c10::str("checking the group's operations failed: ",
+                      std::string(e.what()).substr(0, 400));
+      type = c10d::ErrorType::COMM_ERROR;
+    }
+    if (type == c10d::ErrorType::SUCCESS || fired_) continue;
+    // once; the loop goes on looking, so that what completes later leaves
+    // the list (its Work holds the caller's tensors)
     watchdog_fire(type, what);
-    return; /* once */
   }
 }
 
