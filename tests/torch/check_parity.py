@@ -24,6 +24,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from torch.distributed.distributed_c10d import SHRINK_ABORT
 from torch._C._distributed_c10d import ErrorType
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "torch_weft"))
@@ -331,8 +332,25 @@ def check_shrink():
     (weftCommShrink); the last rank does not take part."""
     r, world = dist.get_rank(), dist.get_world_size()
     g = dist.new_group(backend="weft")
+    cut = dist.new_group(backend="weft")
     t = torch.ones(4)
     dist.all_reduce(t, group=g)
+    dist.all_reduce(t, group=cut)
+    # SHRINK_ABORT ends what waits in the old group: rank 0's receive from
+    # the last rank, which never sends, fails and writes nothing
+    if r < world - 1:
+        got = torch.full((8,), -5.0)
+        work = dist.irecv(got, src=world - 1, group=cut) if r == 0 else None
+        dist.shrink_group([world - 1], group=cut, shrink_flags=SHRINK_ABORT)
+        if work is not None:
+            try:
+                work.wait()
+                failures.append("shrink_group(SHRINK_ABORT): the receive it cut short succeeded")
+            except Exception as e:  # noqa: BLE001
+                check("shrink_group(SHRINK_ABORT): the receive it cut short fails, saying so",
+                      "revoked" in str(e) or "abort" in str(e), str(e)[:300])
+            check_equal("shrink_group(SHRINK_ABORT): the receive wrote nothing", got,
+                        torch.full((8,), -5.0))
     if r < world - 1:
         small = dist.shrink_group([world - 1], group=g)
         check("shrink_group: the new group's size", small.size() == world - 1, str(small.size()))

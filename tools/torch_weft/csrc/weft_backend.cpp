@@ -165,6 +165,7 @@ c10::intrusive_ptr<c10d::Backend> WeftBackend::shrink(const std::vector<int64_t>
   if (shrink_flags & 1) {
     // SHRINK_ABORT: what waits in this communicator (a dead peer's
     // operation, say) ends now, and the queue drains at once
+    mark_revoked(); /* before comm_mu_: the queue's lock is never taken inside it */
     std::lock_guard<std::mutex> lk(comm_mu_);
     if (!aborted_ && comm_ != nullptr) weftCommRevoke(comm_, 0);
   }
@@ -326,8 +327,9 @@ void WeftBackend::complete(task &t, std::exception_ptr err) {
   auto async_error = [q, rank, size]() -> std::exception_ptr {
     std::lock_guard<std::mutex> lk(q->mu);
     weftResult_t res = weftSuccess;
-    std::string why = "the process group was aborted";
-    if (!q->aborted) {
+    std::string why = q->aborted ? "the process group was aborted"
+                                 : "the process group's communicator was revoked";
+    if (!q->aborted && !q->revoked) {
       if (q->comm == nullptr || weftCommGetAsyncError(q->comm, &res) != weftSuccess ||
           res == weftSuccess || res == weftInProgress)
         return nullptr;
@@ -591,6 +593,7 @@ std::exception_ptr WeftBackend::run_p2p(task &t) {
                 {
                   std::lock_guard<std::mutex> lk(q->mu);
                   if (q->aborted) why = "the process group was aborted";
+                  else if (q->revoked) why = "the process group's communicator was revoked";
                 }
                 if (why.empty()) {
                   std::lock_guard<std::mutex> lk(c->first);
@@ -636,6 +639,11 @@ std::exception_ptr WeftBackend::run_p2p(task &t) {
     if (done != nullptr) weftEventDestroy(done);
     return std::current_exception();
   }
+}
+
+void WeftBackend::mark_revoked() {
+  std::lock_guard<std::mutex> lk(queue_->mu);
+  queue_->revoked = true;
 }
 
 void WeftBackend::p2p_drain() {
@@ -828,7 +836,10 @@ void WeftBackend::watchdog_fire(c10d::ErrorType type, const std::string &what) {
   if (handling_ == 0) return;
   // peers waiting on this rank fail now rather than at their own timeout,
   // and what waits here returns
-  if (comm != nullptr) weftCommRevoke(comm, 0);
+  if (comm != nullptr) {
+    mark_revoked();
+    weftCommRevoke(comm, 0);
+  }
   if (handling_ == 1 && comm != nullptr) weftCommAbort(comm);
   if (handling_ == 1 || handling_ == 3) {
     // the store may live in this process (rank 0's, with env://): it stays

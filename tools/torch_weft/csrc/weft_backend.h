@@ -409,6 +409,9 @@ class WeftBackend : public c10d::Backend {
   // Waits until the sends and receives queued on the host stream are done:
   // what runs on this thread comes after them, in issue order.
   void p2p_drain();
+  // Before the backend revokes its communicator: the Works that the revoke
+  // cuts short fail (queue_state::revoked).
+  void mark_revoked();
 
   // Issues t's steps (in one weft group when there are several, which is
   // ended even when a step throws) and runs their releases.

@@ -276,6 +276,10 @@ struct queue_state {
    * the group shuts down or aborts */
   weftComm_t comm = nullptr;
   bool aborted = false;
+  /* the backend revoked the communicator (the watchdog's handling 2,
+   * shrink_group's SHRINK_ABORT): what that cut short failed, though weft's
+   * asynchronous error reads clean after a revoke */
+  bool revoked = false;
   /* the group was stopped from the worker thread itself (a Work's
    * callback): the worker returns once that task is done, touching nothing
    * of the backend, which may be gone by then */
