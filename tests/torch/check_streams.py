@@ -271,6 +271,24 @@ def main():
     dist.barrier()
     take_log()
 
+    # buffers an operation makes when it is issued, which the communication
+    # stream fills or reads, are held as the caller's tensors are (else the
+    # caller's stream could be given their memory meanwhile): a list
+    # all_gather's staging (the input, the outputs and the stage), a bitwise
+    # all_reduce's gathered copies (the tensor and the copies)
+    x = torch.full((3,), float(r + 1))
+    outs = [torch.zeros(3) for _ in range(world)]
+    dist.all_gather(outs, x)
+    match("all_gather to a list: its staging held too", take_log(),
+          op(comm, "allgather", n=world + 2) + ["wait default $E"])
+    for q in range(world):
+        check_values(f"all_gather to a list: block {q}", outs[q], torch.full((3,), float(q + 1)))
+    x = torch.full((2,), 1 << r, dtype=torch.int32)
+    dist.all_reduce(x, op=dist.ReduceOp.BOR)
+    match("bitwise all_reduce: its copies held too", take_log(),
+          op(comm, "allreduce", n=2) + ["wait default $E"])
+    check_values("bitwise all_reduce: value", x, torch.full((2,), (1 << world) - 1, dtype=torch.int32))
+
     # capture: the communication stream is forked into the capture by the
     # ready event and joined back by wait(); without the wait the capture
     # ends with it unjoined (as cudaStreamEndCapture fails); nothing is

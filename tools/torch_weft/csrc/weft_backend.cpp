@@ -264,6 +264,9 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpTyp
   if (sdev >= 0) {
     tensors = std::move(inputs);
     tensors.insert(tensors.end(), outputs.begin(), outputs.end());
+    for (const auto &s : steps)
+      for (const auto &h : s.held)
+        if (h.defined()) tensors.push_back(h);
   }
   if (coalescing_) {
     TORCH_CHECK(coalesced_.steps.empty() || coalesced_.device == device, "weft: ", name,

@@ -119,6 +119,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::reduce(std::vector<at::Tensor> &tens
     // theirs. t is read when the operation runs
     at::Tensor work = at::empty_like(t, at::MemoryFormat::Contiguous);
     s = allreduce_step(work, opts.reduceOp, "reduce");
+    s.held.push_back(work);
     s.issue = [issue = s.issue, work, t]() {
       work.copy_(t);
       return issue ? issue() : weftSuccess; /* one rank's pre-multiply: none */
@@ -317,7 +318,10 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::alltoall_base(at::Tensor &output, at
     weftResult_t end = weftGroupEnd();
     return res != weftSuccess ? res : end;
   };
-  if (staged) s.finish = [output, out]() { output.copy_(out); };
+  if (staged) {
+    s.finish = [output, out]() { output.copy_(out); };
+    s.held.push_back(out);
+  }
   return submit("all_to_all_single", c10d::OpType::ALLTOALL_BASE, {s}, {output}, opts.asyncOp,
                 {input});
 }
@@ -357,6 +361,8 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::alltoall(std::vector<at::Tensor> &ou
     for (size_t p = 0; p < outs.size(); p++)
       if (!outs[p].is_same(user_outs[p])) user_outs[p].copy_(outs[p]);
   };
+  for (size_t p = 0; p < outs.size(); p++)
+    if (!outs[p].is_same(outputs[p])) s.held.push_back(outs[p]);
   return submit("all_to_all", c10d::OpType::ALLTOALL, {s}, outputs, opts.asyncOp, inputs);
 }
 
@@ -379,6 +385,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::gather(std::vector<std::vector<at::T
   at::Tensor stage =
       is_root ? at::empty({(int64_t)size_ * in.src.numel()}, in.src.options()) : at::Tensor();
   op_step s;
+  s.held.push_back(stage);
   s.issue = [this, in, stage, root]() {
     flat_buf b = bytes_of(in.get());
     return weftGather(b.ptr, stage.defined() ? stage.data_ptr() : nullptr, b.count, b.dtype, root,
@@ -606,6 +613,7 @@ op_step WeftBackend::allreduce_step(const at::Tensor &t, const ReduceOp &rop, co
     run_input in{t};
     at::Tensor all = at::empty({(int64_t)size_, t.numel()}, t.options());
     op_step s;
+    s.held.push_back(all);
     s.issue = [this, in, all]() {
       flat_buf b = bytes_of(in.get());
       return weftAllGather(b.ptr, all.data_ptr(), b.count, b.dtype, comm_, stream_);
@@ -681,6 +689,7 @@ op_step WeftBackend::allgather_list_step(const std::vector<at::Tensor> &outs,
   run_input in{input};
   at::Tensor stage = at::empty({(int64_t)size_ * input.numel()}, input.options());
   op_step s;
+  s.held.push_back(stage);
   s.issue = [this, in, stage]() {
     flat_buf b = bytes_of(in.get());
     return weftAllGather(b.ptr, stage.data_ptr(), b.count, b.dtype, comm_, stream_);
@@ -773,6 +782,7 @@ op_step WeftBackend::reduce_scatter_step(const at::Tensor &out, const run_input 
     // rank's block
     at::Tensor whole = at::empty({in.numel()}, out.options());
     op_step s = allreduce_step(whole, rop, "reduce_scatter");
+    s.held.push_back(whole);
     s.issue = [issue = s.issue, whole, in]() {
       in.copy_to(whole);
       return issue();

@@ -174,6 +174,11 @@ struct op_step {
   std::function<weftResult_t()> issue;
   std::function<void()> finish;
   std::function<void()> release;
+  /* buffers the step made when it was submitted (on the caller's current
+   * stream) that the communication stream reads or writes: on a GPU they
+   * are kept as the caller's tensors are (task::tensors), so that their
+   * memory is not given to the caller's stream while the operation runs */
+  std::vector<at::Tensor> held;
 };
 
 struct task {
