@@ -9,7 +9,11 @@ each must be ended by its watchdog within the group's timeout plus 5 s of the
 death, with exit code 1 and a message naming the group, the rank, the
 operation and its sequence number.
 
-    python check_dead_peer.py [nranks] [--device cuda] [--watchdog]
+    python check_dead_peer.py [nranks] [--device cuda] [--watchdog [--handling 1]]
+
+--handling 1 runs the watchdog in TORCH_WEFT_ASYNC_ERROR_HANDLING=1 (it also frees
+the communicator before the process ends): the same must hold, and the line must
+name that mode.
 
 With --watchdog the ranks also leave flight-recorder dumps (TORCH_FR_DUMP_TEMP_FILE,
 one file per rank, written by the watchdog before it ends the process): each
@@ -178,7 +182,7 @@ def check_flight(dump_dir, nranks, seqs, hang):
     return ok
 
 
-def launcher(nranks, device, watchdog, hang=False):
+def launcher(nranks, device, watchdog, hang=False, handling=None):
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                WORLD_SIZE=str(nranks))
     env.pop("TORCH_WEFT_ASYNC_ERROR_HANDLING", None)
@@ -190,6 +194,8 @@ def launcher(nranks, device, watchdog, hang=False):
         env["CHECK_HANG"] = "1"
     if watchdog:
         env["CHECK_WATCHDOG"] = "1"
+        if handling is not None:
+            env["TORCH_WEFT_ASYNC_ERROR_HANDLING"] = str(handling)
     else:
         env["TORCH_WEFT_ASYNC_ERROR_HANDLING"] = "0"
     procs, logs = [], []
@@ -243,7 +249,9 @@ def launcher(nranks, device, watchdog, hang=False):
             after = ended[r] - since if r in ended and since is not None else None
             if m is not None:
                 seqs[r] = int(m.group(4))
+            mode = f"(TORCH_WEFT_ASYNC_ERROR_HANDLING={handling if handling is not None else 3}"
             good = (codes[r] == 1 and m is not None and int(m.group(1)) == r and
+                    mode in text[m.start():m.start() + 4000] and
                     after is not None and after < TIMEOUT_S + 5 and
                     DUMPED_LINE.search(text) is not None)
             line = text[m.start():].splitlines()[0][:400] if m else "(no watchdog message)"
@@ -279,6 +287,13 @@ if __name__ == "__main__":
         watchdog = "--watchdog" in args or hang
         if "--watchdog" in args:
             args.remove("--watchdog")
+        handling = None
+        if "--handling" in args:
+            i = args.index("--handling")
+            handling = int(args[i + 1]) if i + 1 < len(args) and args[i + 1] in ("1", "3") else -1
+            del args[i:i + 2]
+            if handling < 0 or not watchdog:
+                sys.exit("check_dead_peer: --handling takes 1 or 3, with --watchdog")
         if device not in ("cpu", "cuda"):
             sys.exit("check_dead_peer: --device takes cpu or cuda")
-        sys.exit(launcher(int(args[0]) if args else 3, device, watchdog, hang))
+        sys.exit(launcher(int(args[0]) if args else 3, device, watchdog, hang, handling))

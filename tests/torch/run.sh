@@ -8,6 +8,7 @@
 #   run.sh dead_peer N        N ranks of its own, one killed mid-training
 #   run.sh watchdog N         the same; the survivors' watchdogs must end them, and
 #                             PyTorch's flight-recorder analyzer name the dead rank
+#   run.sh watchdog_abort N   the same with TORCH_WEFT_ASYNC_ERROR_HANDLING=1
 #   run.sh hang N             one rank asleep mid-training: every watchdog ends its
 #                             rank, and the analyzer names the one that did not join
 #   run.sh cuda_ops_cpu N     tests/nccl/torch_cuda_ops.py on the host over Gloo
@@ -44,6 +45,9 @@ case "$check" in
     exec "$venv/bin/python" "$root/tests/torch/check_dead_peer.py" "$nranks" ;;
   watchdog)
     exec "$venv/bin/python" "$root/tests/torch/check_dead_peer.py" "$nranks" --watchdog ;;
+  watchdog_abort) # the same in TORCH_WEFT_ASYNC_ERROR_HANDLING=1
+    exec "$venv/bin/python" "$root/tests/torch/check_dead_peer.py" "$nranks" --watchdog \
+      --handling 1 ;;
   hang)
     exec "$venv/bin/python" "$root/tests/torch/check_dead_peer.py" "$nranks" --hang ;;
   *)

@@ -843,7 +843,6 @@ void WeftBackend::watchdog_fire(c10d::ErrorType type, const std::string &what) {
     mark_revoked();
     weftCommRevoke(comm, 0);
   }
-  if (handling_ == 1 && comm != nullptr) weftCommAbort(comm);
   if (handling_ == 1 || handling_ == 3) {
     // the store may live in this process (rank 0's, with env://): it stays
     // until every member has dumped, or for 2 s (a dead one never does), so
@@ -855,6 +854,10 @@ void WeftBackend::watchdog_fire(c10d::ErrorType type, const std::string &what) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     } catch (const std::exception &) {
     }
+    // handling 1 frees the communicator, last: the threads still at work
+    // in it (the caller's, the worker, the send/receive lane) are left no
+    // time to touch it once freed
+    if (handling_ == 1 && comm != nullptr) weftCommAbort(comm);
     fflush(stdout);
     std::_Exit(1);
   }
