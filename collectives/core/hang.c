@@ -410,21 +410,29 @@ weftResult_t hang_judge(struct weftComm *comm, const struct trace_call *subject,
 
 /* --- the watcher ---------------------------------------------------------- */
 
+/* The call of hw waiting on peer: a send's or a receive's with that peer,
+ * else the first. */
+static uint64_t watch_call_of(const struct hang_watch *hw, int peer) {
+  uint64_t id = hw->ids[0];
+  for (size_t i = 0; i < hw->nids && peer >= 0; i++) {
+    struct trace_call c;
+    if (trace_get(hw->comm->trace, hw->ids[i], &c) && c.root == peer && is_p2p(&c))
+      id = hw->ids[i];
+  }
+  return id;
+}
+
 static weftResult_t watch_fn(void *arg, enum wait_event event, int peer, uint64_t waited_ns) {
   struct hang_watch *hw = arg;
   struct weftComm *comm = hw->comm;
   if (event == WAIT_TIMED_OUT) {
     hw->waited_ns = waited_ns;
+    hw->timed_out_peer = peer;
     return weftInProgress;
   }
   if (waited_ns > hw->stalled_ns) hw->stalled_ns = waited_ns;
   if (waited_ns < WAITING_AFTER_NS) return weftInProgress;
-  /* the call waiting on peer: a send's or a receive's with that peer, else the first */
-  uint64_t id = hw->ids[0];
-  for (size_t i = 0; i < hw->nids; i++) {
-    struct trace_call c;
-    if (trace_get(comm->trace, hw->ids[i], &c) && c.root == peer && is_p2p(&c)) id = hw->ids[i];
-  }
+  const uint64_t id = watch_call_of(hw, peer);
   struct trace_call c;
   if (!trace_get(comm->trace, id, &c)) return weftInProgress;
   if (c.state != TRACE_WAITING || c.waiting_on != peer)
@@ -456,6 +464,7 @@ static void watch_install(struct hang_watch *hw, struct weftComm *comm, const ui
   hw->long_call = nbytes >= LONG_CALL_NBYTES;
   hw->asked = 0;
   hw->stalled_ns = hw->waited_ns = 0;
+  hw->timed_out_peer = -1;
   hw->next_ask_ns = hw->ask_after_ns = trace_ask_after_ns(comm->trace);
   /* a call of no elements waits only to learn that its peers agree: where
    * they run a path that does not see its ring's slots, their answers say */
@@ -506,8 +515,9 @@ __attribute__((noinline)) static weftResult_t watch_end_slow(struct hang_watch *
   struct trace_call c;
   /* an abort or a revoke on this rank is no hang to explain */
   const int stopped = __atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE) != 0;
+  /* the subject: of a group's sends and receives, the one whose wait timed out */
   if (res != weftSuccess && res_is_remote(res) && comm->nranks > 1 && !stopped && hw->nids > 0 &&
-      trace_get(comm->trace, hw->ids[0], &c)) {
+      trace_get(comm->trace, watch_call_of(hw, hw->timed_out_peer), &c)) {
     char cause[1024], how[64], text[2048];
     snprintf(cause, sizeof cause, "%s", weft_error_text());
     if (hw->waited_ns > 0) snprintf(how, sizeof how, "timed out after %.1f s", (double)hw->waited_ns / 1e9);

@@ -70,6 +70,7 @@ struct hang_watch {
   uint64_t ask_after_ns; /* WEFT_HANG_ASK_MS */
   uint64_t stalled_ns;  /* the longest wait seen */
   uint64_t waited_ns;   /* the wait that timed out, or 0 */
+  int timed_out_peer;   /* the peer that wait was on, or -1 */
   int asked;            /* a stall asked the peers */
   int long_call;        /* moves 64 KiB or more: its end is read from the clock */
   /* hang_watch_record's: the call to record, its id once recorded, and the

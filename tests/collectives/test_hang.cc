@@ -448,4 +448,48 @@ TEST(Hang, StreamReceiveNamesThePeer) {
   EXPECT_EQ(status[1], 0);
 }
 
+// A group of a send that completes and a receive from a rank that never
+// sends: the timeout names the receive and that rank (the call whose wait
+// timed out), not the group's first call and its peer.
+TEST(Hang, GroupedReceiveNamesItsPeer) {
+  RunOptions opts;
+  opts.timeout_s = 60;
+  opts.env = {{"WEFT_TIMEOUT", std::to_string(kTimeoutS)}};
+  auto status = run_ranks(3, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    std::vector<float> buf(64, 1.0f), in(64, 0.0f);
+    if (weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, comm, nullptr) !=
+        weftSuccess)
+      return rank_fail(ctx, "all-reduce: %s", weftGetLastError(comm));
+    if (ctx.rank == 1) {
+      FAIL_IF(weftRecv(in.data(), in.size(), weftFloat32, 0, comm, nullptr) != weftSuccess,
+              "receive from rank 0: %s", weftGetLastError(comm));
+    }
+    if (ctx.rank != 0) {
+      sleep(kTimeoutS + 2);  // answers questions; rank 2 sends nothing
+      weftCommAbort(comm);
+      return 0;
+    }
+    FAIL_IF(weftGroupStart() != weftSuccess, "group start");
+    weftSend(buf.data(), buf.size(), weftFloat32, 1, comm, nullptr);
+    weftRecv(in.data(), in.size(), weftFloat32, 2, comm, nullptr);
+    const double t0 = now_s();
+    weftResult_t res = weftGroupEnd();
+    const double took = now_s() - t0;
+    const std::string msg = weftGetLastError(comm);
+    printf("rank 0: %s after %.2f s: %s\n", weftGetErrorString(res), took, msg.c_str());
+    FAIL_IF(res != weftRemoteError, "got %s, want weftRemoteError", weftGetErrorString(res));
+    FAIL_IF(msg.find("(64 float32 from rank 2) timed out after") == std::string::npos,
+            "the receive from rank 2 not named as what timed out: %s", msg.c_str());
+    FAIL_IF(msg.find("rank 2 is idle") == std::string::npos,
+            "rank 2 not named as the idle peer: %s", msg.c_str());
+    FAIL_IF(took > kTimeoutS + 1.5, "took %.2f s", took);
+    weftCommAbort(comm);
+    return 0;
+  }, opts);
+  for (size_t r = 0; r < status.size(); r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
 }  // namespace
