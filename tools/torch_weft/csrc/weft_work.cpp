@@ -98,7 +98,8 @@ bool WeftWork::poll_gpu() {
 }
 
 bool WeftWork::isCompleted() {
-  if (gpu_ && !gpu_->captured()) poll_gpu();
+  const gpu_end *g = gpu();
+  if (g != nullptr && !g->captured()) poll_gpu();
   return Work::isCompleted();
 }
 
@@ -122,8 +123,8 @@ bool WeftWork::wait(std::chrono::milliseconds timeout) {
   // settles it and the wait below bounds it)
   if (timeout == kNoTimeout && !Work::isCompleted())
     if (std::shared_ptr<p2p_op> op = p2p_.lock()) op->wait_and_settle(true);
-  if (!gpu_) return Work::wait(timeout);
-  if (gpu_->captured()) {
+  if (gpu() == nullptr) return Work::wait(timeout);
+  if (gpu()->captured()) {
     // recorded into a graph being captured: it runs when the graph does, so
     // the caller's stream is ordered after it (the communication stream
     // joins the capture back) and nothing is waited for on the host (the
@@ -160,7 +161,7 @@ bool WeftWork::wait(std::chrono::milliseconds timeout) {
 }
 
 void WeftWork::synchronize() {
-  if (block_open_ || !gpu_) return;
+  if (block_open_ || gpu() == nullptr) return;
   stream_wait_and_drop();
 }
 

@@ -50,7 +50,10 @@ class WeftWork : public c10d::Work {
 
   // Recorded into a CUDA graph being captured: it runs when the graph does,
   // so nothing on the host waits for it (nor does the watchdog).
-  bool captured() const { return gpu_ && gpu_->captured(); }
+  bool captured() const {
+    const gpu_end *g = gpu();
+    return g != nullptr && g->captured();
+  }
 
   // The rank a receive from any source took its message from, once done.
   int sourceRank() const override {
@@ -118,9 +121,15 @@ class WeftWork : public c10d::Work {
       stash_ = std::move(stash);
     }
     gpu_ = std::move(end);
+    gpu_ready_.store(true, std::memory_order_release); /* the fields above, published */
   }
 
  private:
+  // The operation's end on the GPU once complete_on_gpu has published it
+  // (the watchdog's thread looks at the Work from its issue on), else NULL.
+  gpu_end *gpu() const {
+    return gpu_ready_.load(std::memory_order_acquire) ? gpu_.get() : nullptr;
+  }
   bool poll_gpu();
   void flight_done(bool ok) {
     if (flight_ids_.empty()) return;
@@ -135,7 +144,10 @@ class WeftWork : public c10d::Work {
       flight_done(exception == nullptr);
       finish(exception);
     }
-    drop_stash();
+    // after a failure (the communicator's error, a wait's timeout) the GPU
+    // may not be past the operation: what it reads and writes stays held
+    // until a wait orders the caller's stream after it, or the Work goes
+    if (exception == nullptr || gpu() == nullptr) drop_stash();
   }
   // The caller's stream waits for the operation: the stashed tensors are
   // ordered on it from there.
@@ -151,7 +163,8 @@ class WeftWork : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::shared_ptr<queue_state> queue_;
-  std::shared_ptr<gpu_end> gpu_; /* set for an operation on a CUDA stream */
+  std::shared_ptr<gpu_end> gpu_; /* set for an operation on a CUDA stream: read through gpu() */
+  std::atomic<bool> gpu_ready_{false};
   bool blocking_ = false;
   std::mutex stash_mu_;
   std::vector<at::Tensor> stash_; /* the caller's tensors, until done (avoid_record_streams) */
