@@ -305,8 +305,8 @@ def check_timeouts():
 def check_no_deadline():
     """A group whose timeout is past the clock's range (timedelta of a
     thousand years; torch's timedelta.max is larger still) has no deadline:
-    a receive that waits half a second for its sender completes, and the
-    watchdog reports nothing."""
+    a receive that waits half a second for its sender completes, one from
+    any source too, and the watchdog reports nothing."""
     r, world = dist.get_rank(), dist.get_world_size()
     g = dist.new_group(backend="weft", timeout=timedelta(days=365 * 1000))
     t = torch.full((16,), float(r))
@@ -320,6 +320,14 @@ def check_no_deadline():
     elif r == 1:
         time.sleep(0.5)
         dist.send(torch.full((16,), 7.0), dst=0, group=g)
+    # a receive from any source waits for its sender as long
+    if r == 0:
+        src = dist.recv(got, group=g)
+        check("no deadline: a receive from any source names its sender", src == 1, str(src))
+        check_equal("no deadline: a receive from any source", got, torch.full((16,), 9.0))
+    elif r == 1:
+        time.sleep(0.3)
+        dist.send(torch.full((16,), 9.0), dst=0, group=g)
     dist.barrier(group=g)
     check("no deadline: get_error()",
           g._get_backend(torch.device("cpu")).get_error() == ErrorType.SUCCESS,

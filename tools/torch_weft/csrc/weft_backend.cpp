@@ -701,16 +701,7 @@ void WeftBackend::watch(const c10::intrusive_ptr<WeftWork> &work, const char *na
   while (!watched_.empty() && watched_.front().work->isCompleted() &&
          !watched_.front().work->exception())
     watched_.pop_front();
-  // no timeout (0 or less) and one past the clock's range (timedelta.max)
-  // never come: the deadline saturates rather than wraps into the past
-  using clock = std::chrono::steady_clock;
-  const auto now = clock::now();
-  const auto left =
-      std::chrono::duration_cast<std::chrono::milliseconds>(clock::time_point::max() - now);
-  const auto deadline = timeout_.count() <= 0 || timeout_ >= left
-                            ? clock::time_point::max()
-                            : now + std::chrono::duration_cast<clock::duration>(timeout_);
-  watched_.push_back(watched{work, seq_, name, deadline});
+  watched_.push_back(watched{work, seq_, name, deadline_after(timeout_)});
 }
 
 c10d::ErrorType WeftBackend::watchdog_look(std::string &what) {

@@ -80,7 +80,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::recvAnysource(std::vector<at::Tensor
   op_step s = inplace_step(t, [this, source](const at::Tensor &buf) {
     // the senders' counts against what this rank has received from each;
     // every receive issued before this one has been issued (in order)
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    const auto deadline = deadline_after(timeout_);
     auto pause = std::chrono::microseconds(50);
     int from = -1;
     for (int turn = 0; from < 0; turn++) {
@@ -89,6 +89,15 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::recvAnysource(std::vector<at::Tensor
         if (store_->add(p2p_announcer::key(rank_, p), 0) > received_[p]) from = p;
       }
       if (from >= 0) break;
+      {
+        // an abort, or the backend's revoke, ends the wait for a sender
+        std::lock_guard<std::mutex> lk(queue_->mu);
+        if (queue_->aborted || queue_->revoked)
+          throw_backend_error(c10::str("weft: recv from any source on rank ", rank_, " of ",
+                                       size_, ": the process group was ",
+                                       queue_->aborted ? "aborted" : "revoked",
+                                       " while it waited for a sender"));
+      }
       if (std::chrono::steady_clock::now() >= deadline)
         throw_backend_error(c10::str("weft: recv from any source on rank ", rank_, " of ",
                                      size_, ": no rank sent to it within the timeout of ",

@@ -22,6 +22,18 @@
 
 namespace torch_weft {
 
+// now + timeout on the steady clock; no deadline (the clock's end) for a
+// timeout of 0 or less and for one past the clock's range (timedelta.max),
+// which would otherwise wrap into the past.
+inline std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) {
+  using clock = std::chrono::steady_clock;
+  const auto now = clock::now();
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(clock::time_point::max() - now);
+  if (timeout.count() <= 0 || timeout >= left) return clock::time_point::max();
+  return now + std::chrono::duration_cast<clock::duration>(timeout);
+}
+
 class WeftBackend;
 class p2p_op;
 struct queue_state;
