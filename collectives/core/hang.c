@@ -96,7 +96,10 @@ static void text_call_state(struct text *t, const struct trace_call *c, int64_t 
 
 /* --- the verdict ---------------------------------------------------------- */
 
-enum where_of { W_IN, W_DONE, W_NEVER, W_PASSED, W_GONE, W_SILENT, W_NO_DUMP, W_NUM };
+/* W_FAILED: the rank's call failed of its own (refused, say), not because
+ * others did not come (weftRemoteError, which leaves it W_IN): the others
+ * wait on it */
+enum where_of { W_IN, W_FAILED, W_DONE, W_NEVER, W_PASSED, W_GONE, W_SILENT, W_NO_DUMP, W_NUM };
 
 /* Rank v's call under subject's number, or NULL; *where_out says where v is. */
 static const struct trace_call *view_find(const struct hang_view *v, const struct trace_call *s,
@@ -110,7 +113,9 @@ static const struct trace_call *view_find(const struct hang_view *v, const struc
     const struct trace_call *c = &v->calls[i];
     if (is_p2p(c) != is_p2p(s)) continue;
     if (c->seq == s->seq) {
-      *where_out = c->state == TRACE_COMPLETED ? W_DONE : W_IN;
+      *where_out = c->state == TRACE_COMPLETED ? W_DONE
+                   : c->state == TRACE_FAILED && c->result != weftRemoteError ? W_FAILED
+                                                                              : W_IN;
       return c;
     }
     if (c->seq > newest) newest = c->seq;
@@ -297,10 +302,19 @@ weftResult_t hang_verdict(const struct trace_call *subject, const char *how,
     text_add(&t, missing_why[counts[w] > 1][w], who.buf);
     sep = "; ";
   }
+  /* those that failed it of their own, and why */
+  for (int i = 0; i < counts[W_FAILED]; i++) {
+    const int r = lists[(size_t)W_FAILED * (size_t)nranks + (size_t)i];
+    enum where_of w;
+    const struct trace_call *c = view_find(&views[r], subject, &w);
+    text_add(&t, "%srank %d failed it (%s)", sep, r,
+             c != NULL ? weftGetErrorString((weftResult_t)c->result) : "?");
+    sep = "; ";
+  }
   /* those that reached it */
-  for (int w = W_NEVER; w <= W_NO_DUMP; w++)
+  for (int w = W_FAILED; w <= W_NO_DUMP; w++)
     for (int i = 0; i < counts[w]; i++) {
-      if (w == W_PASSED) continue;
+      if (w == W_PASSED || w == W_DONE) continue;
       missing[nmissing++] = lists[(size_t)w * (size_t)nranks + (size_t)i];
     }
   for (int a = 1; a < nmissing; a++) /* in rank order */

@@ -448,6 +448,46 @@ TEST(Hang, StreamReceiveNamesThePeer) {
   EXPECT_EQ(status[1], 0);
 }
 
+// A rank that refuses a collective of its own (a NULL input) breaks the
+// comm: the others fail at once, and their text names that rank as the one
+// that failed it, with its result (before, it was counted among the ranks
+// "in it", and each named the neighbour it heard of the failure from).
+TEST(Hang, ARefusingRankNamed) {
+  RunOptions opts;
+  opts.timeout_s = 60;
+  opts.env = {{"WEFT_TIMEOUT", std::to_string(kTimeoutS)}};
+  auto status = run_ranks(4, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    std::vector<float> buf(4096, 1.0f);
+    if (weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, comm, nullptr) !=
+        weftSuccess)
+      return rank_fail(ctx, "all-reduce: %s", weftGetLastError(comm));
+    const float *in = ctx.rank == 2 ? nullptr : buf.data();
+    const double t0 = now_s();
+    weftResult_t res = weftAllReduce(in, buf.data(), buf.size(), weftFloat32, weftSum, comm,
+                                     nullptr);
+    const double took = now_s() - t0;
+    const std::string msg = weftGetLastError(comm);
+    if (ctx.rank == 2) {
+      FAIL_IF(res != weftInvalidArgument, "the NULL input: %s", weftGetErrorString(res));
+    } else {
+      printf("rank %d: %s after %.2f s: %s\n", ctx.rank, weftGetErrorString(res), took,
+             msg.c_str());
+      FAIL_IF(res != weftRemoteError, "got %s, want weftRemoteError", weftGetErrorString(res));
+      const std::string failed =
+          std::string("rank 2 failed it (") + weftGetErrorString(weftInvalidArgument) + ")";
+      FAIL_IF(msg.find(failed) == std::string::npos, "rank 2's refusal not named: %s",
+              msg.c_str());
+      FAIL_IF(took > kTimeoutS - 1, "took %.2f s", took);
+    }
+    weftCommAbort(comm);
+    return 0;
+  }, opts);
+  for (size_t r = 0; r < status.size(); r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
 // A group of a send that completes and a receive from a rank that never
 // sends: the timeout names the receive and that rank (the call whose wait
 // timed out), not the group's first call and its peer.
