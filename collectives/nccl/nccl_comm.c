@@ -107,7 +107,8 @@ NCCL_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUni
                                 "ncclCommGrow: a new rank (comm NULL) needs the id and its rank "
                                 "(got id %p, rank %d)",
                                 (const void *)uniqueId, rank));
-    return ncclCommInitRankConfig(newcomm, nRanks, *uniqueId, rank, config);
+    /* its pnccl name: a profiler that interposes nccl* sees the one call made */
+    return pncclCommInitRankConfig(newcomm, nRanks, *uniqueId, rank, config);
   }
   weftComm_t c = COMM(comm);
   weftResult_t res = compat_comm_check(c);
@@ -126,6 +127,11 @@ NCCL_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUni
     return RES(weft_error_set(weftInvalidArgument,
                               "ncclCommGrow: nRanks %d does not exceed the communicator's %d",
                               nRanks, nranks_now));
+  /* a bad configuration is refused before the id is taken: it serves a
+   * corrected call */
+  weftConfig_t cfg, *cfgp;
+  ncclResult_t cres = nccl_config_read(config, &cfg, &cfgp);
+  if (cres != ncclSuccess) return cres;
   if (uniqueId != NULL) {
     int ours = nccl_comm_grow_id_consume(comm, uniqueId); /* whatever happens next */
     if (!ours)
@@ -133,9 +139,6 @@ NCCL_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUni
                                 "ncclCommGrow: the id was not made by ncclCommGetUniqueId on this "
                                 "communicator, or was used already"));
   }
-  weftConfig_t cfg, *cfgp;
-  ncclResult_t cres = nccl_config_read(config, &cfg, &cfgp);
-  if (cres != ncclSuccess) return cres;
   weftUniqueId id;
   if (uniqueId != NULL) memcpy(&id, uniqueId, sizeof id);
   return RES(compat_comm_grow(c, nRanks, uniqueId != NULL ? &id : NULL, cfgp,

@@ -174,7 +174,7 @@ NCCL_PROFILING_ALIAS(ncclResetDebugInit);
 
 /* NCCL 2.32 exports it, strong and without a pnccl twin. */
 __attribute__((visibility("default"))) void ncclResetDebugInitInternal(void) {
-  ncclResetDebugInit();
+  pncclResetDebugInit(); /* not through a name a profiler may interpose */
 }
 
 /* --- Configuration --------------------------------------------------------- */

@@ -341,6 +341,13 @@ static void test_grow(ncclComm_t world) {
                NULL, "rank -1");
     EXPECT_ERR(ncclCommGrow(small, g_nranks - 1, NULL, -1, &grown, NULL), ncclInvalidArgument,
                NULL, "does not exceed");
+    if (g_rank == 0) {
+      /* a bad configuration is refused before the id is taken: it serves below */
+      ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
+      bad.blocking = 7;
+      EXPECT_ERR(ncclCommGrow(small, g_nranks, &id, -1, &grown, &bad), ncclInvalidArgument, NULL,
+                 "blocking is 7");
+    }
     if (g_rank != 0) {
       ncclUniqueId forged = id;
       EXPECT_ERR(ncclCommGrow(small, g_nranks, &forged, -1, &grown, NULL), ncclInvalidArgument,
