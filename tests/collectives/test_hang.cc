@@ -405,6 +405,17 @@ TEST(Hang, SignalDumps) {
 
 namespace {
 
+// Makes the rank's comm and runs one all-reduce of buf on it together (the
+// calls below are #2 and later); 0, or rank_fail's status.
+int open_after_one(const RankCtx &ctx, weftComm_t *comm, std::vector<float> &buf) {
+  if (weftCommInitRank(comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+    return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+  if (weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, *comm, nullptr) !=
+      weftSuccess)
+    return rank_fail(ctx, "all-reduce: %s", weftGetLastError(*comm));
+  return 0;
+}
+
 // A host stream's receive (the PyTorch backend's path) from a rank that
 // never sends: its timeout is named as a collective's is, with the peer and
 // what the peer did last, and the trace marks the receive failed.
@@ -414,12 +425,8 @@ TEST(Hang, StreamReceiveNamesThePeer) {
   opts.env = {{"WEFT_TIMEOUT", std::to_string(kTimeoutS)}};
   auto status = run_ranks(2, [&](const RankCtx &ctx) {
     weftComm_t comm;
-    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
-      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
     std::vector<float> buf(256, 1.0f);
-    if (weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, comm, nullptr) !=
-        weftSuccess)
-      return rank_fail(ctx, "all-reduce: %s", weftGetLastError(comm));
+    if (int rc = open_after_one(ctx, &comm, buf)) return rc;
     if (ctx.rank == 1) {
       sleep(kTimeoutS + 2);  // answers questions, sends nothing
       weftCommAbort(comm);
@@ -458,12 +465,8 @@ TEST(Hang, ARefusingRankNamed) {
   opts.env = {{"WEFT_TIMEOUT", std::to_string(kTimeoutS)}};
   auto status = run_ranks(4, [&](const RankCtx &ctx) {
     weftComm_t comm;
-    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
-      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
     std::vector<float> buf(4096, 1.0f);
-    if (weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, comm, nullptr) !=
-        weftSuccess)
-      return rank_fail(ctx, "all-reduce: %s", weftGetLastError(comm));
+    if (int rc = open_after_one(ctx, &comm, buf)) return rc;
     const float *in = ctx.rank == 2 ? nullptr : buf.data();
     const double t0 = now_s();
     weftResult_t res = weftAllReduce(in, buf.data(), buf.size(), weftFloat32, weftSum, comm,
@@ -497,12 +500,8 @@ TEST(Hang, GroupedReceiveNamesItsPeer) {
   opts.env = {{"WEFT_TIMEOUT", std::to_string(kTimeoutS)}};
   auto status = run_ranks(3, [&](const RankCtx &ctx) {
     weftComm_t comm;
-    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
-      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
     std::vector<float> buf(64, 1.0f), in(64, 0.0f);
-    if (weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, comm, nullptr) !=
-        weftSuccess)
-      return rank_fail(ctx, "all-reduce: %s", weftGetLastError(comm));
+    if (int rc = open_after_one(ctx, &comm, buf)) return rc;
     if (ctx.rank == 1) {
       FAIL_IF(weftRecv(in.data(), in.size(), weftFloat32, 0, comm, nullptr) != weftSuccess,
               "receive from rank 0: %s", weftGetLastError(comm));
