@@ -304,7 +304,7 @@ static void cma_copy(void *dst, const void *src, size_t nbytes, int stream) {
 /* Checks that every rank's descriptor describes this call: the same
  * signature, and buffers of the sizes it touches. descs are the same on every
  * rank, and so is the verdict. */
-static weftResult_t cma_descs_check(const struct weftComm *comm, const struct weft_plan *plan,
+static weftResult_t cma_descs_check(struct weftComm *comm, const struct weft_plan *plan,
                                     const struct cma_desc *descs) {
   const int n = comm->nranks;
   struct signature sigs[n];
@@ -312,9 +312,11 @@ static weftResult_t cma_descs_check(const struct weftComm *comm, const struct we
   if (signature_compare(sigs, n, "ranks disagree on a collective") != weftSuccess) {
     char cause[768];
     snprintf(cause, sizeof cause, "%s", weft_error_text()); /* the text is overwritten next */
-    return weft_error_set(weftInvalidUsage,
-                          "%s (seen in the single-copy address exchange; nothing was copied)",
-                          cause);
+    weft_error_set(weftInvalidUsage,
+                   "%s (seen in the single-copy address exchange; nothing was copied)", cause);
+    /* every rank sees the same: out of step, each breaks its comm */
+    if (signature_out_of_step(sigs, n)) return comm_fail_alone(comm, weftInvalidUsage);
+    return weftInvalidUsage;
   }
   for (int r = 0; r < n; r++) {
     size_t send_nbytes, recv_nbytes;

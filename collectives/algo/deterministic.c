@@ -188,7 +188,11 @@ static weftResult_t det_check(struct weftComm *comm, const struct weft_plan *pla
   }
   WEFT_TRY(det_group(comm, a, nops));
   for (int r = 0; r < n; r++) signature_unpack(&a->sigs[r], &a->packed[r]);
-  return signature_compare(a->sigs, n, "ranks disagree on a collective");
+  const weftResult_t res = signature_compare(a->sigs, n, "ranks disagree on a collective");
+  /* every rank sees the same: out of step, each breaks its comm */
+  if (res != weftSuccess && signature_out_of_step(a->sigs, n))
+    return comm_fail_alone(comm, res);
+  return res;
 }
 
 static weftResult_t det_run_with(struct weftComm *comm, const struct weft_plan *plan,

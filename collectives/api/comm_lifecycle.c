@@ -20,6 +20,7 @@
 #include "../core/channel.h"
 #include "../core/hang.h"
 #include "../core/params.h"
+#include "../core/signature.h"
 #include "../core/trace.h"
 #include "config.h"
 
@@ -65,6 +66,9 @@ static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
  * root so learns at once of a rank that dies before it joined). */
 weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_id *id, int rank,
                        const weftConfig_t *config, int cuda_dev) {
+  if (nranks > SIGNATURE_MAX_RANKS) /* a root fits a call's signature */
+    return weft_error_set(weftInvalidArgument, "nranks %d: a communicator holds at most %d ranks",
+                          nranks, SIGNATURE_MAX_RANKS);
   struct bootstrap_presence presence;
   bootstrap_presence_begin(id, rank, &presence);
   weftResult_t res = comm_init_marked(comm_out, nranks, id, rank, config, cuda_dev);

@@ -175,6 +175,20 @@ static void call_memo_keep(const struct weftComm *comm, const struct weft_plan *
                                  .proto = plan->proto, .nchannels = plan->nchannels};
 }
 
+/* A collective that ends here, running nothing (refused, or of no
+ * elements), still takes its number and its place in the trace, in call
+ * order: now, or in a group at its end. */
+static void coll_done_early(struct weftComm *comm, const struct weft_plan *plan,
+                            weftResult_t res) {
+  if (group_depth_get() > 0) {
+    group_record_done(comm, plan, res);
+    return;
+  }
+  signature_skipped(comm, plan);
+  trace_set_state(comm->trace, trace_record(comm->trace, plan, 0),
+                  res == weftSuccess ? TRACE_COMPLETED : TRACE_FAILED, -1, res);
+}
+
 static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
                                  weftStream_t stream) {
   weft_error_clear();
@@ -184,6 +198,7 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
     plan->proto = call_memo.proto;
     plan->nchannels = call_memo.nchannels;
     comm->seq++;
+    signature_number(&comm->signature_seq, plan);
     return launch_collective(comm, plan, 1);
   }
   /* read before the checks: a reset meanwhile leaves the memo stale, never wrong */
@@ -231,9 +246,7 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
        * done, not a broken communicator */
       weft_error_clear();
       comm->seq++; /* as every call of the comm counts */
-      signature_skipped(comm, plan);
-      trace_set_state(comm->trace, trace_record(comm->trace, plan, 0), TRACE_COMPLETED, -1,
-                      weftSuccess);
+      coll_done_early(comm, plan, weftSuccess);
       return weftSuccess;
     }
   }
@@ -242,8 +255,7 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
      * so that they fail now */
     if (comm != NULL && comm_check(comm) == weftSuccess) {
       /* the call counts, refused, so that the numbers stay the peers' */
-      trace_set_state(comm->trace, trace_record(comm->trace, plan, 0), TRACE_FAILED, -1, res);
-      signature_skipped(comm, plan);
+      coll_done_early(comm, plan, res);
       if (alone && comm->nranks > 1) comm_fail_alone(comm, res);
       else snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
     }
@@ -252,12 +264,14 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
   }
   const int tuned_by_call = plan_tune(comm, plan);
   comm->seq++;
-  const int in_group = group_depth_get() > 0;
+  /* a group's calls are numbered and recorded in the trace at its end
+   * (group.c): a simulated group (weftGroupSimulateEnd) runs nothing, and
+   * takes no numbers that its peers, which may not simulate it, would not */
+  if (group_depth_get() > 0) return group_record(comm, plan, stream);
+  signature_number(&comm->signature_seq, plan);
   /* host calls that run later (device ones are recorded with their
    * launches, device_launch.c) */
-  if ((in_group || hs != NULL) && !plan->on_device)
-    plan->trace_id = trace_record(comm->trace, plan, 0);
-  if (in_group) return group_record(comm, plan, stream);
+  if (hs != NULL && !plan->on_device) plan->trace_id = trace_record(comm->trace, plan, 0);
   if (plan->on_device) return device_enqueue(comm, plan, stream);
   if (hs != NULL || plan_is_sendrecv(plan)) {
     struct group_op op = {.comm = comm, .plan = *plan, .stream = stream};

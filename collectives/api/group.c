@@ -25,7 +25,15 @@
 #include "../core/trace.h"
 
 __thread int group_depth;
-static _Thread_local struct group_op *group_ops;
+/* A call recorded in the group: one to run, or one that runs nothing (refused
+ * when called, or of no elements where nothing runs) but still takes its
+ * number and its place in the trace at the end, in call order. */
+struct group_entry {
+  struct group_op op;
+  int runs;              /* 0: nothing to run */
+  weftResult_t result;   /* where it runs nothing: its result */
+};
+static _Thread_local struct group_entry *group_entries;
 static _Thread_local size_t group_nops, group_cap;
 static _Thread_local weftResult_t group_error; /* first failure while recording */
 
@@ -33,17 +41,33 @@ void group_fail(weftResult_t res) {
   if (group_depth > 0 && group_error == weftSuccess) group_error = res;
 }
 
-weftResult_t group_record(struct weftComm *comm, const struct weft_plan *plan,
-                          weftStream_t stream) {
+static weftResult_t group_add(const struct group_entry *e) {
   if (group_nops == group_cap) {
     size_t cap = group_cap ? group_cap * 2 : 16;
-    struct group_op *ops = realloc(group_ops, cap * sizeof *ops);
-    if (ops == NULL) return weft_error_set(weftSystemError, "out of memory");
-    group_ops = ops;
+    struct group_entry *entries = realloc(group_entries, cap * sizeof *entries);
+    if (entries == NULL) return weft_error_set(weftSystemError, "out of memory");
+    group_entries = entries;
     group_cap = cap;
   }
-  group_ops[group_nops++] = (struct group_op){.comm = comm, .plan = *plan, .stream = stream};
+  group_entries[group_nops++] = *e;
   return weftSuccess;
+}
+
+weftResult_t group_record(struct weftComm *comm, const struct weft_plan *plan,
+                          weftStream_t stream) {
+  const struct group_entry e = {.op = {.comm = comm, .plan = *plan, .stream = stream}, .runs = 1};
+  return group_add(&e);
+}
+
+void group_record_done(struct weftComm *comm, const struct weft_plan *plan,
+                       weftResult_t result) {
+  const struct group_entry e = {.op = {.comm = comm, .plan = *plan}, .result = result};
+  if (group_add(&e) != weftSuccess) {
+    /* not kept: it takes its number now rather than not at all */
+    signature_skipped(comm, plan);
+    trace_set_state(comm->trace, trace_record(comm->trace, plan, 0),
+                    result == weftSuccess ? TRACE_COMPLETED : TRACE_FAILED, -1, result);
+  }
 }
 
 /* --- communicator creation in a group ------------------------------------- */
@@ -184,16 +208,30 @@ static weftResult_t group_dispatch_device(const struct group_op *ops, size_t nop
   return res;
 }
 
+/* The outermost end of a group that runs: each op takes its number, in
+ * call order, whether it then runs or fails, so that what this rank calls
+ * next is compared as the call after them; the host ones are recorded in
+ * their comm's trace (the device ones are at launch). A simulated group
+ * (weftGroupSimulateEnd) does neither: its peers may not simulate it. */
+static void group_number(struct group_entry *entries, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    struct group_op *op = &entries[i].op;
+    signature_number(&op->comm->signature_seq, &op->plan);
+    if (entries[i].runs && op->plan.on_device) continue;
+    op->plan.trace_id = trace_record(op->comm->trace, &op->plan, 0);
+    if (!entries[i].runs)
+      trace_set_state(op->comm->trace, op->plan.trace_id,
+                      entries[i].result == weftSuccess ? TRACE_COMPLETED : TRACE_FAILED, -1,
+                      entries[i].result);
+  }
+}
+
 /* A group that runs none of its ops: each is failed with res in its comm's
- * trace (the host ones, recorded already; the device ones are recorded at
- * launch) and takes its number under WEFT_CHECK=1, so that what this rank
- * calls next is compared as the call after them. */
+ * trace (the host ones; the device ones are recorded at launch). */
 static void group_drop(const struct group_op *ops, size_t nops, weftResult_t res) {
-  for (size_t i = 0; i < nops; i++) {
+  for (size_t i = 0; i < nops; i++)
     if (ops[i].plan.trace_id != 0)
       trace_set_state(ops[i].comm->trace, ops[i].plan.trace_id, TRACE_FAILED, -1, res);
-    signature_skipped(ops[i].comm, &ops[i].plan);
-  }
 }
 
 /* Launches ops: each stream's as one item of that stream, the rest now. */
@@ -245,14 +283,20 @@ weftResult_t weftGroupEnd(void) {
   if (--group_depth > 0) return weftSuccess;
   char why[1024];
   const weftResult_t created = group_end_creations(why, sizeof why);
-  struct group_op *ops = group_ops;
-  size_t nops = group_nops;
-  group_ops = NULL;
+  struct group_entry *entries = group_entries;
+  const size_t nentries = group_nops;
+  group_entries = NULL;
   group_nops = group_cap = 0;
   weftResult_t res = group_error;
+  group_number(entries, nentries);
+  /* the calls that run, in call order (moved down over the others) */
+  struct group_op *ops = (struct group_op *)(void *)entries;
+  size_t nops = 0;
+  for (size_t i = 0; i < nentries; i++)
+    if (entries[i].runs) memmove(&ops[nops++], &entries[i].op, sizeof *ops);
   if (res == weftSuccess) res = group_dispatch(ops, nops);
   else group_drop(ops, nops, res);
-  free(ops);
+  free(entries);
   if (created != weftSuccess) return weft_error_set(created, "%s", why);
   return res;
 }
@@ -265,18 +309,19 @@ weftResult_t weftGroupSimulateEnd(float *estimatedUs) {
   const weftResult_t created = group_end_creations(why, sizeof why);
   /* one comm's operations run one after another, comms side by side */
   double longest = 0;
+  const struct group_entry *e = group_entries;
   for (size_t i = 0; i < group_nops; i++) {
     int first = 1;
-    for (size_t j = 0; j < i && first; j++) first = group_ops[j].comm != group_ops[i].comm;
+    for (size_t j = 0; j < i && first; j++) first = e[j].op.comm != e[i].op.comm;
     if (!first) continue;
     double us = 0;
     for (size_t j = i; j < group_nops; j++)
-      if (group_ops[j].comm == group_ops[i].comm)
-        us += plan_estimate_us(group_ops[j].comm, &group_ops[j].plan);
+      if (e[j].op.comm == e[i].op.comm && e[j].runs)
+        us += plan_estimate_us(e[j].op.comm, &e[j].op.plan);
     if (us > longest) longest = us;
   }
-  free(group_ops);
-  group_ops = NULL;
+  free(group_entries);
+  group_entries = NULL;
   group_nops = group_cap = 0;
   if (created != weftSuccess) return weft_error_set(created, "%s", why);
   weftResult_t res = group_error;

@@ -15,6 +15,12 @@ void group_fail(weftResult_t res);
 /* Records plan, checked and tuned, to run at the outermost weftGroupEnd. */
 weftResult_t group_record(struct weftComm *comm, const struct weft_plan *plan,
                           weftStream_t stream);
+/* Records plan's call, which runs nothing (refused when called, or done
+ * with no elements), with its result: at the outermost weftGroupEnd it takes
+ * its number and its place in the trace in call order, as the group's other
+ * calls do; at weftGroupSimulateEnd, neither. */
+void group_record_done(struct weftComm *comm, const struct weft_plan *plan,
+                       weftResult_t result);
 
 /* Communicator creation inside a group (the NCCL drop-in's init and split,
  * which one thread may call for several ranks of one clique): recorded, and

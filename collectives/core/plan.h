@@ -56,6 +56,9 @@ struct weft_plan {
   const void *premul_ptr;    /* read when the op runs, for weftScalarDevice */
   int premul_device_only;    /* premul_ptr is device memory, which the host cannot read */
   uint64_t trace_id;         /* the call in its comm's trace (trace.h), 0: none */
+  /* the call's number among its comm's compared collectives (signature.h),
+   * from 1, taken where it is issued (a group's at its end); 0: none */
+  uint64_t sig_seq;
 };
 
 /* "AllReduce", "Send", ...: "?" for a value that is no collective. */
@@ -72,7 +75,7 @@ static inline const char *coll_kind_name(enum coll_kind coll) {
  * whose start-up costs more than the rest of the stores together, on every
  * call. A field added to struct weft_plan is added here too (the assertion
  * is there to say so). */
-static_assert(sizeof(struct weft_plan) == 96, "plan_init sets every field of weft_plan");
+static_assert(sizeof(struct weft_plan) == 104, "plan_init sets every field of weft_plan");
 static inline void plan_init(struct weft_plan *plan, enum coll_kind coll, const void *sendbuf,
                              void *recvbuf, size_t count, weftDataType_t datatype,
                              weftRedOp_t op, int root) {
@@ -91,6 +94,7 @@ static inline void plan_init(struct weft_plan *plan, enum coll_kind coll, const 
   plan->premul_ptr = NULL;
   plan->premul_device_only = 0;
   plan->trace_id = 0;
+  plan->sig_seq = 0;
 }
 
 /* weftTypeSize, inline for the paths every call takes: bytes per element,

@@ -30,16 +30,6 @@ static const char *op_name(int32_t op) {
   return op >= 0 && op < weftNumOps ? names[op] : "?";
 }
 
-/* The collectives whose signatures must match on every rank; sends and
- * receives differ between peers by design. */
-static int coll_is_compared(enum coll_kind c) {
-  switch (c) {
-    case COLL_ALLREDUCE: case COLL_ALLGATHER: case COLL_REDUCESCATTER:
-    case COLL_BROADCAST: case COLL_REDUCE: return 1;
-    default: return 0;
-  }
-}
-
 static int coll_has_op(int32_t c) {
   return c == COLL_ALLREDUCE || c == COLL_REDUCESCATTER || c == COLL_REDUCE;
 }
@@ -105,8 +95,8 @@ weftResult_t signature_compare_ranks(const struct signature *sigs, const int *ra
   while (first < nranks - 1 && sigs[first].magic != SIGNATURE_MAGIC) first++;
   const char *name = coll_kind_name((enum coll_kind)sigs[first].coll);
   const uint64_t seq = sigs[first].seq;
-  char number[32] = "";
-  if (seq != 0) snprintf(number, sizeof number, " #%" PRIu64, seq);
+  char number[32] = ""; /* a whole number names the call */
+  if (seq != 0 && sigs[first].seq_modulo == 0) snprintf(number, sizeof number, " #%" PRIu64, seq);
   for (int r = 0; r < nranks; r++)
     if (sigs[r].magic != SIGNATURE_MAGIC)
       return weft_error_set(weftInvalidUsage,
@@ -121,7 +111,7 @@ weftResult_t signature_compare_ranks(const struct signature *sigs, const int *ra
   weftResult_t res = weftSuccess;
   if (field_differs(sigs, nranks, F_COLL)) {
     /* the other fields mean different things in different collectives */
-    text_add(&t, "%s%s%s: collective differs: ", who, seq != 0 ? ":" : "", number);
+    text_add(&t, "%s%s%s: collective differs: ", who, number[0] != '\0' ? ":" : "", number);
     describe_field(&t, sigs, ranks, nranks, F_COLL, members);
     res = weftInvalidUsage;
   } else {
@@ -131,7 +121,11 @@ weftResult_t signature_compare_ranks(const struct signature *sigs, const int *ra
       if (f == F_OP && !coll_has_op(sigs[0].coll)) continue;
       if (f == F_ROOT && !coll_has_root(sigs[0].coll)) continue;
       if (!field_differs(sigs, nranks, (enum signature_field)f)) continue;
-      text_add(&t, "%s%s differs: ", sep, field_names[f]);
+      if (f == F_SEQ && sigs[first].seq_modulo != 0)
+        text_add(&t, "%s%s (modulo %d) differs: ", sep, field_names[f],
+                 (int)sigs[first].seq_modulo);
+      else
+        text_add(&t, "%s%s differs: ", sep, field_names[f]);
       describe_field(&t, sigs, ranks, nranks, (enum signature_field)f, members);
       sep = "; ";
       res = weftInvalidUsage;
@@ -146,6 +140,10 @@ weftResult_t signature_compare(const struct signature *sigs, int nranks, const c
   return signature_compare_ranks(sigs, NULL, nranks, who);
 }
 
+int signature_out_of_step(const struct signature *sigs, int nranks) {
+  return field_differs(sigs, nranks, F_SEQ);
+}
+
 void signature_init(struct signature *sig, const struct weft_plan *plan, uint64_t seq) {
   *sig = (struct signature){.magic = SIGNATURE_MAGIC, .coll = (int32_t)plan->coll, .seq = seq,
                             .count = (uint64_t)plan->count, .datatype = (int32_t)plan->datatype,
@@ -153,9 +151,12 @@ void signature_init(struct signature *sig, const struct weft_plan *plan, uint64_
 }
 
 void signature_unpack(struct signature *out, const struct signature_packed *in) {
+  /* the root's 24 bits, sign extended (a root of -1: none) */
+  const int32_t root = (int32_t)((in->root_seq & 0xffffffu) ^ 0x800000u) - 0x800000;
   *out = (struct signature){
       .magic = in->magic == SIGNATURE_PACKED_MAGIC ? SIGNATURE_MAGIC : 0, .coll = in->coll,
-      .count = in->count, .datatype = in->datatype, .op = in->op, .root = in->root};
+      .seq = in->root_seq >> 24, .count = in->count, .datatype = in->datatype, .op = in->op,
+      .root = root, .seq_modulo = SIGNATURE_SEQ_MODULO};
 }
 
 void signature_skipped(struct weftComm *comm, const struct weft_plan *plan) {
@@ -164,7 +165,7 @@ void signature_skipped(struct weftComm *comm, const struct weft_plan *plan) {
 
 weftResult_t signature_agree_checked(struct weftComm *comm, const struct weft_plan *plan) {
   if (!coll_is_compared(plan->coll)) return weftSuccess;
-  const uint64_t seq = ++comm->signature_seq;
+  const uint64_t seq = plan->sig_seq; /* signature_number's */
   if (comm->nranks == 1) return weftSuccess;
   const int n = comm->nranks;
   const char *name = coll_kind_name(plan->coll);

@@ -40,7 +40,7 @@ struct signature {
   int32_t datatype;
   int32_t op;
   int32_t root;
-  int32_t reserved;
+  int32_t seq_modulo; /* 0: seq is whole; SIGNATURE_SEQ_MODULO: seq is its remainder, as packed */
 };
 static_assert(sizeof(struct signature) == 40, "signature must have no hidden padding");
 
@@ -48,16 +48,23 @@ static_assert(sizeof(struct signature) == 40, "signature must have no hidden pad
 void signature_init(struct signature *sig, const struct weft_plan *plan, uint64_t seq);
 
 #define SIGNATURE_PACKED_MAGIC 0xa5u
+/* What a packed signature keeps of the call's number: its remainder. */
+#define SIGNATURE_SEQ_MODULO 256
+/* Roots fit the packed signature's 24 bits; comms are no larger. */
+#define SIGNATURE_MAX_RANKS (1 << 23)
 
 /* The signature as a message carries it: 16 bytes, stored with the data it
  * follows and compared with one 128-bit comparison. Every field is whole (an
- * exact comparison, no hash): coll, datatype and op fit a byte each (an op
- * of weftRedOpCreatePreMulSum runs as a sum, so no algorithm sees an op at
- * or above weftNumOps); no sequence number. The magic byte tells a
- * signature from data only when naming a mismatch. */
+ * exact comparison, no hash) but the call's number, of which it keeps the
+ * remainder modulo 256: coll, datatype and op fit a byte each (an op of
+ * weftRedOpCreatePreMulSum runs as a sum, so no algorithm sees an op at or
+ * above weftNumOps), the root 24 bits. So a call that one rank skipped (one
+ * it refused alone, say) differs from the peers' pending one by its number
+ * even where every other field agrees, rather than pairing with it. The
+ * magic byte tells a signature from data only when naming a mismatch. */
 struct signature_packed {
   uint64_t count;
-  int32_t root;
+  uint32_t root_seq; /* the root, two's complement in the low 24 bits; above, seq % 256 */
   uint8_t coll;
   uint8_t datatype;
   uint8_t op;
@@ -65,6 +72,21 @@ struct signature_packed {
 };
 static_assert(sizeof(struct signature_packed) == 16, "signature_packed is one 128-bit word");
 static_assert(weftNumTypes <= 256 && weftNumOps <= 256, "datatype and op fit a byte");
+
+/* The collectives whose signatures must match on every rank, and which take
+ * a number; sends and receives differ between peers by design. */
+static inline int coll_is_compared(enum coll_kind c) {
+  return c == COLL_ALLREDUCE || c == COLL_ALLGATHER || c == COLL_REDUCESCATTER ||
+         c == COLL_BROADCAST || c == COLL_REDUCE;
+}
+
+/* Gives plan's call its number from the comm's count (*counter): every
+ * compared collective issued takes the next, where it is issued (or, in a
+ * group, at the group's end; signature_skipped for one that never runs), so
+ * that ranks issuing the same calls number them alike. */
+static inline void signature_number(uint64_t *counter, struct weft_plan *plan) {
+  if (coll_is_compared(plan->coll)) plan->sig_seq = ++*counter;
+}
 
 /* The signature as the ring's SIMPLE slots carry it: sig with its count
  * mixed with the connection's step (the slot's number). A slot is written
@@ -78,13 +100,17 @@ static inline void signature_packed_keyed(struct signature_packed *out,
 
 /* The packed signature of plan's call. */
 static inline void signature_pack(struct signature_packed *out, const struct weft_plan *plan) {
-  *out = (struct signature_packed){.count = (uint64_t)plan->count, .root = (int32_t)plan->root,
+  *out = (struct signature_packed){.count = (uint64_t)plan->count,
+                                   .root_seq = ((uint32_t)plan->root & 0xffffffu) |
+                                               (uint32_t)(plan->sig_seq % SIGNATURE_SEQ_MODULO)
+                                                   << 24,
                                    .coll = (uint8_t)plan->coll,
                                    .datatype = (uint8_t)plan->datatype,
                                    .op = (uint8_t)plan->op, .magic = SIGNATURE_PACKED_MAGIC};
 }
-/* The full form of a packed signature (seq 0), for signature_compare_ranks; magic
- * is SIGNATURE_MAGIC only where the packed one's is SIGNATURE_PACKED_MAGIC. */
+/* The full form of a packed signature (its seq the remainder, seq_modulo
+ * SIGNATURE_SEQ_MODULO), for signature_compare_ranks; magic is
+ * SIGNATURE_MAGIC only where the packed one's is SIGNATURE_PACKED_MAGIC. */
 void signature_unpack(struct signature *out, const struct signature_packed *in);
 
 /* Whether the 16 bytes at theirs (any alignment) are the signature mine. */
@@ -110,6 +136,11 @@ weftResult_t signature_compare(const struct signature *sigs, int nranks, const c
 weftResult_t signature_compare_ranks(const struct signature *sigs, const int *ranks, int nranks,
                                      const char *who);
 
+/* Whether sigs[nranks] number their calls differently: ranks out of step (one
+ * skipped a call the others made), which no later call mends, so that a path
+ * whose comparison otherwise leaves the comm working breaks it. */
+int signature_out_of_step(const struct signature *sigs, int nranks);
+
 struct weftComm;
 /* WEFT_CHECK=1: allgathers plan's signature (collective, count, datatype, op,
  * root, sequence number) over the bootstrap and returns weftInvalidUsage on
@@ -118,11 +149,10 @@ struct weftComm;
  * or the timeout. Otherwise, and for sends and receives, returns weftSuccess
  * at once, with no traffic. */
 weftResult_t signature_agree_checked(struct weftComm *comm, const struct weft_plan *plan);
-/* A collective that reaches no comparison on this rank (refused before it
- * ran, dropped with a failed group, or of no elements where nothing runs)
- * still takes its number, so that under WEFT_CHECK=1 a rank that skipped a
- * call its peers made differs from them by the number at its next call
- * rather than pairing that call with the peers' pending one. */
+/* A collective that this rank does not issue (refused before it ran, or of
+ * no elements where nothing runs) still takes its number, so that a rank
+ * that skipped a call its peers made differs from them by the number at its
+ * next call rather than pairing that call with the peers' pending one. */
 void signature_skipped(struct weftComm *comm, const struct weft_plan *plan);
 /* Whether WEFT_CHECK=1 compares every collective over the bootstrap: one load. */
 static inline int signature_checking(void) { return param_int(&coll_params[P_CHECK]) != 0; }

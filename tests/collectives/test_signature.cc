@@ -253,9 +253,142 @@ TEST(Check, OffCostsNothing) {
 
 // --- the always-on check ----------------------------------------------------
 
-// The packed signature (16 bytes, what slots carry) keeps every field whole:
-// a plan that differs from another in any one field, in any bit of it,
-// never compares equal, and unpacking gives the fields back for the message.
+// A call that one rank skips (refused there alone, or dropped with a group
+// that failed there) takes its number, which the always-on signature
+// carries modulo 256: that rank's next call, the same in every other field
+// as the peers' pending one, differs from it by the number, so no rank
+// pairs them (without the number they paired and succeeded, rank 0 a call
+// ahead), on every path, without WEFT_CHECK.
+struct SkipPath {
+  const char *name;
+  std::vector<std::pair<std::string, std::string>> env;
+  bool bcast;    // the skipped call: a broadcast refused for its root, else a failed group
+  size_t count;  // elements of the call
+};
+const SkipPath kSkipPaths[] = {
+    {"ring simple, broadcast", {{"WEFT_ALGO", "ring"}, {"WEFT_PROTO", "simple"}}, true, 1000},
+    {"ring ll, broadcast", {{"WEFT_ALGO", "ring"}, {"WEFT_PROTO", "ll"}}, true, 1000},
+    {"ring over sockets, broadcast", {{"WEFT_ALGO", "ring"}, {"WEFT_TRANSPORT", "socket"}},
+     true, 1000},
+    {"single copy, broadcast", {{"WEFT_ALGO", "cma"}}, true, 70000},
+    {"ring simple, all-reduce", {{"WEFT_ALGO", "ring"}, {"WEFT_PROTO", "simple"}}, false, 1000},
+    {"tree, all-reduce", {{"WEFT_ALGO", "tree"}}, false, 1000},
+    {"recursive doubling, all-reduce", {{"WEFT_ALGO", "rd"}}, false, 64},
+    {"direct, all-reduce", {{"WEFT_ALGO", "direct"}}, false, 64},
+    {"single copy, all-reduce", {{"WEFT_ALGO", "cma"}}, false, 70000},
+    {"deterministic, all-reduce", {{"WEFT_DETERMINISTIC", "1"}}, false, 1000},
+};
+
+// A group that one rank only simulates (weftGroupSimulateEnd: time
+// estimation, which a framework may ask for on some ranks) runs nothing and
+// takes no number: the ranks' next calls pair, and each rank's trace numbers
+// them alike, with no call left pending (the simulated calls had been put in
+// the trace, numbered, and never ran).
+TEST(AlwaysOnCheck, ASimulatedGroupTakesNoNumber) {
+  RunOptions opts = small_slots();
+  opts.env_unset = {"WEFT_CHECK"};
+  run_comm(2, opts, [&](const RankCtx &ctx, weftComm_t comm) {
+    TRY_RC(expect_allreduce(ctx, comm, {0, 1}, "before"));  // collective #1
+    std::vector<float> a(100, (float)(ctx.rank + 1));
+    if (ctx.rank == 0) {
+      float us = -1;
+      FAIL_IF(weftGroupStart() != weftSuccess, "group start");
+      weftAllReduce(a.data(), a.data(), a.size(), weftFloat32, weftSum, comm, nullptr);
+      weftBcast(a.data(), a.size(), weftFloat32, 1, comm, nullptr);
+      weftAllReduce(a.data(), a.data(), a.size(), (weftDataType_t)99, weftSum, comm, nullptr);
+      const weftResult_t res = weftGroupSimulateEnd(&us);
+      FAIL_IF(res != weftInvalidArgument, "the simulated group returned %s",
+              weftGetErrorString(res));
+      FAIL_IF(weftGroupStart() != weftSuccess, "group start");
+      weftAllReduce(a.data(), a.data(), a.size(), weftFloat32, weftSum, comm, nullptr);
+      FAIL_IF(weftGroupSimulateEnd(&us) != weftSuccess || !(us > 0), "simulated: %s, %g us",
+              weftGetLastError(comm), us);
+      for (float v : a) FAIL_IF(v != 1.0f, "a simulated all-reduce ran");
+    }
+    FAIL_IF(weftAllReduce(a.data(), a.data(), a.size(), weftFloat32, weftSum, comm, nullptr) !=
+                weftSuccess,
+            "the all-reduce after the simulated group: %s", weftGetLastError(comm));
+    for (float v : a) FAIL_IF(v != 3.0f, "all-reduce gave %g", v);
+    char *text = nullptr;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    FAIL_IF(f == nullptr, "open_memstream");
+    const weftResult_t dumped = weftCommTraceDump(comm, f);
+    fclose(f);
+    const std::string dump(text, len);
+    free(text);
+    FAIL_IF(dumped != weftSuccess, "trace dump: %s", weftGetLastError(comm));
+    size_t calls = 0;
+    for (size_t at = dump.find("\"collective_seq_id\""); at != std::string::npos;
+         at = dump.find("\"collective_seq_id\"", at + 1))
+      calls++;
+    FAIL_IF(calls != 2 || dump.find("\"collective_seq_id\": 2") == std::string::npos,
+            "rank %d's trace holds %zu collectives, not #1 and #2:\n%s", ctx.rank, calls,
+            dump.c_str());
+    FAIL_IF(dump.find("scheduled") != std::string::npos, "rank %d's trace holds a pending "
+            "call:\n%s", ctx.rank, dump.c_str());
+    return 0;
+  });
+}
+
+TEST(AlwaysOnCheck, ASkippedCallIsNotPairedWithTheNext) {
+  int *named = (int *)mmap(nullptr, sizeof(int), PROT_READ | PROT_WRITE,
+                           MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(named, MAP_FAILED);
+  for (const SkipPath &c : kSkipPaths) {
+    SCOPED_TRACE(c.name);
+    RunOptions opts = small_slots(c.env);
+    opts.env_unset = {"WEFT_CHECK"};
+    *named = 0;
+    run_comm(3, opts, [&](const RankCtx &ctx, weftComm_t comm) {
+      TRY_RC(expect_allreduce(ctx, comm, {0, 1, 2}, "before"));  // collective #1
+      std::vector<float> buf(c.count, ctx.rank == 0 ? 2.0f : -1.0f);
+      weftResult_t res;
+      if (c.bcast) {
+        if (ctx.rank == 0) {
+          res = weftBcast(buf.data(), c.count, weftFloat32, 7, comm, nullptr);
+          FAIL_IF(res != weftInvalidArgument, "%s: root 7 of 3 ranks returned %s", c.name,
+                  weftGetErrorString(res));
+        }
+        // #3 on rank 0, #2 on the others
+        res = weftBcast(buf.data(), c.count, weftFloat32, 0, comm, nullptr);
+      } else {
+        if (ctx.rank == 0) {
+          FAIL_IF(weftGroupStart() != weftSuccess, "group start");
+          weftAllReduce(buf.data(), buf.data(), c.count, weftFloat32, weftSum, comm, nullptr);
+          weftAllReduce(buf.data(), buf.data(), c.count, (weftDataType_t)99, weftSum, comm,
+                        nullptr);
+          res = weftGroupEnd();
+          FAIL_IF(res != weftInvalidArgument, "%s: the group returned %s", c.name,
+                  weftGetErrorString(res));
+        }
+        // #4 on rank 0, #2 on the others
+        res = weftAllReduce(buf.data(), buf.data(), c.count, weftFloat32, weftSum, comm,
+                            nullptr);
+      }
+      const char *msg = weftGetLastError(comm);
+      printf("%s: rank %d: %s: %s\n", c.name, ctx.rank, weftGetErrorString(res), msg);
+      FAIL_IF(res != weftInvalidUsage && res != weftRemoteError,
+              "%s: rank %d's call paired with another: %s (%s)", c.name, ctx.rank,
+              weftGetErrorString(res), msg);
+      if (strstr(msg, "sequence number (modulo 256) differs") != nullptr)
+        __atomic_fetch_add(named, 1, __ATOMIC_RELAXED);
+      // the ranks are out of step for good: the comm is broken
+      weftResult_t async = weftSuccess;
+      weftCommGetAsyncError(comm, &async);
+      FAIL_IF(async == weftSuccess, "%s: the comm does not report the failure", c.name);
+      return 0;
+    });
+    EXPECT_GE(*named, 1) << "no rank named the call number";
+  }
+  munmap(named, sizeof(int));
+}
+
+// The packed signature (16 bytes, what slots carry) keeps every field whole
+// but the call's number, of which it keeps the remainder modulo 256: a plan
+// that differs from another in any one field, in any bit of it (the root's
+// 24, the number's low 8), never compares equal, and unpacking gives the
+// fields back for the message.
 TEST(AlwaysOnCheck, PackedSignatureKeepsEveryField) {
   struct weft_plan base;
   memset(&base, 0, sizeof base);
@@ -264,6 +397,7 @@ TEST(AlwaysOnCheck, PackedSignatureKeepsEveryField) {
   base.datatype = weftBfloat16;
   base.op = weftMin;
   base.root = 70000;
+  base.sig_seq = 0x1234 * 256 + 0xb7;
   struct signature_packed mine;
   signature_pack(&mine, &base);
   EXPECT_TRUE(signature_packed_same(&mine, &mine));
@@ -279,17 +413,41 @@ TEST(AlwaysOnCheck, PackedSignatureKeepsEveryField) {
   EXPECT_EQ(full.datatype, weftBfloat16);
   EXPECT_EQ(full.op, weftMin);
   EXPECT_EQ(full.root, 70000);
-  EXPECT_EQ(full.seq, 0u);
+  EXPECT_EQ(full.seq, 0xb7u);
+  EXPECT_EQ(full.seq_modulo, SIGNATURE_SEQ_MODULO);
+  {  // the largest root and none (-1) come back as they were
+    struct weft_plan p = base;
+    for (int root : {SIGNATURE_MAX_RANKS - 1, -1, 0}) {
+      p.root = root;
+      struct signature_packed packed;
+      signature_pack(&packed, &p);
+      signature_unpack(&full, &packed);
+      EXPECT_EQ(full.root, root);
+      EXPECT_EQ(full.seq, 0xb7u) << root;
+    }
+  }
+  {  // 256 calls apart, the number is the same
+    struct weft_plan p = base;
+    p.sig_seq += SIGNATURE_SEQ_MODULO;
+    struct signature_packed packed;
+    signature_pack(&packed, &p);
+    EXPECT_TRUE(signature_packed_same(&packed, &mine));
+  }
   std::vector<std::pair<std::string, struct weft_plan>> odd;
   for (int bit = 0; bit < 64; bit++) {
     struct weft_plan p = base;
     p.count ^= 1ull << bit;
     odd.push_back({"count bit " + std::to_string(bit), p});
   }
-  for (int bit = 0; bit < 32; bit++) {
+  for (int bit = 0; bit < 24; bit++) {
     struct weft_plan p = base;
     p.root = (int)((unsigned)p.root ^ (1u << bit));
     odd.push_back({"root bit " + std::to_string(bit), p});
+  }
+  for (int bit = 0; bit < 8; bit++) {
+    struct weft_plan p = base;
+    p.sig_seq ^= 1ull << bit;
+    odd.push_back({"call number bit " + std::to_string(bit), p});
   }
   for (int c = 0; c < COLL_NUM; c++) {
     struct weft_plan p = base;

@@ -455,8 +455,7 @@ weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan,
     device_op_end(comm);
   } else {
     snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
-    record_calls(comm, plans, NULL, 1, 0, res);
-    signature_skipped(comm, plan);
+    record_calls(comm, plans, NULL, 1, 0, res); /* numbered where issued (enqueue.c) */
   }
   return res;
 }
