@@ -122,8 +122,9 @@ typedef enum {
 /* Communicator configuration. Initialise with NCCL_CONFIG_INITIALIZER, then
  * set fields. size, magic and version say which layout the caller compiled:
  * the library reads only the first `size` bytes, and fields newer than
- * `version` take their defaults. weft uses blocking, minCTAs and maxCTAs (as
- * its channel bounds) and commName; the others are accepted and ignored. */
+ * `version` take their defaults. Each field is checked against NCCL's range
+ * (ncclInvalidArgument); weft uses blocking, minCTAs and maxCTAs (as its
+ * channel bounds) and commName, and ignores the others (docs/nccl.md). */
 typedef struct ncclConfig_v23100 {
   size_t size;
   unsigned int magic;
@@ -145,7 +146,7 @@ typedef struct ncclConfig_v23100 {
   int graphUsageMode;      /* from 2.29 */
   int numRmaCtx;
   int maxP2pPeers;         /* from 2.30 */
-  int graphStreamOrdering;
+  int graphStreamOrdering; /* from 2.30.5 */
   int launchOrderImplicit; /* from 2.31 */
   int numRmaSig;
   int rmaEagerInit;

@@ -9,6 +9,7 @@
  *   - every nccl* symbol has a pnccl* alias, as NCCL exports for profilers.
  * The build links weft in statically and exports only nccl* and pnccl*. */
 #include <ctype.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,9 +180,74 @@ __attribute__((visibility("default"))) void ncclResetDebugInitInternal(void) {
 
 /* --- Configuration --------------------------------------------------------- */
 
+/* An int field of ncclConfig_t: the NCCL version that added it (a caller's
+ * config of an older version leaves it at its default) and the values NCCL
+ * accepts (NCCL_CONFIG_UNDEF_INT is always accepted: "unset"). */
+struct config_int_field {
+  const char *name;
+  size_t offset;
+  unsigned int since;
+  int min, max;
+};
+
+#define CONFIG_INT(field, since_code, lo, hi)                                   \
+  {#field, offsetof(ncclConfig_t, field), since_code, lo, hi}
+/* INT_MIN to INT_MAX: any value (NCCL checks none) */
+static const struct config_int_field config_int_fields[] = {
+    CONFIG_INT(blocking, NCCL_VERSION(2, 14, 0), 0, 1),
+    CONFIG_INT(cgaClusterSize, NCCL_VERSION(2, 17, 0), 0, INT_MAX),
+    CONFIG_INT(minCTAs, NCCL_VERSION(2, 17, 0), 1, INT_MAX),
+    CONFIG_INT(maxCTAs, NCCL_VERSION(2, 17, 0), 1, INT_MAX),
+    CONFIG_INT(splitShare, 0, 0, 1),
+    CONFIG_INT(trafficClass, NCCL_VERSION(2, 25, 0), INT_MIN, INT_MAX),
+    CONFIG_INT(collnetEnable, NCCL_VERSION(2, 27, 0), 0, 1),
+    CONFIG_INT(CTAPolicy, NCCL_VERSION(2, 27, 0), 0,
+               NCCL_CTA_POLICY_EFFICIENCY | NCCL_CTA_POLICY_ZERO),
+    CONFIG_INT(shrinkShare, NCCL_VERSION(2, 27, 0), 0, 1),
+    CONFIG_INT(nvlsCTAs, NCCL_VERSION(2, 27, 0), 1, INT_MAX),
+    CONFIG_INT(nChannelsPerNetPeer, NCCL_VERSION(2, 28, 0), 1, 64), /* NCCL's MAXCHANNELS */
+    CONFIG_INT(nvlinkCentricSched, NCCL_VERSION(2, 28, 0), 0, 1),
+    CONFIG_INT(graphUsageMode, NCCL_VERSION(2, 29, 0), 0, 2),
+    CONFIG_INT(numRmaCtx, NCCL_VERSION(2, 29, 0), 0, INT_MAX),
+    CONFIG_INT(maxP2pPeers, NCCL_VERSION(2, 30, 0), 1, INT_MAX),
+    CONFIG_INT(graphStreamOrdering, NCCL_VERSION(2, 30, 5), 0, 1),
+    CONFIG_INT(launchOrderImplicit, NCCL_VERSION(2, 31, 0), 0, 1),
+    CONFIG_INT(numRmaSig, NCCL_VERSION(2, 31, 0), 0, INT_MAX),
+    CONFIG_INT(rmaEagerInit, NCCL_VERSION(2, 31, 0), 0, 1),
+    CONFIG_INT(hostCftMode, NCCL_VERSION(2, 31, 0), ncclHostCftEnable, ncclHostCftFallback),
+    /* ncclNvlsHostMode_t's flags combine: not checked */
+    CONFIG_INT(nvlsHostMode, NCCL_VERSION(2, 32, 0), INT_MIN, INT_MAX),
+};
+#undef CONFIG_INT
+/* a field added to ncclConfig_t after nvlsHostMode needs its line above */
+_Static_assert(sizeof(void *) != 8 || sizeof(ncclConfig_t) == 120,
+               "ncclConfig_t has a field that config_int_fields does not list");
+
+static int *config_int(ncclConfig_t *c, const struct config_int_field *f) {
+  return (int *)(void *)((char *)c + f->offset);
+}
+
+static int config_int_default(const struct config_int_field *f) {
+  ncclConfig_t defaults = NCCL_CONFIG_INITIALIZER;
+  return *config_int(&defaults, f);
+}
+
+/* "ncclConfig_t.<name> is <value>: must be 0 or 1" and the like. */
+static ncclResult_t config_int_refuse(const struct config_int_field *f, int value) {
+  char range[64];
+  if (f->max == INT_MAX) snprintf(range, sizeof range, "at least %d", f->min);
+  else if (f->max == f->min + 1) snprintf(range, sizeof range, "%d or %d", f->min, f->max);
+  else snprintf(range, sizeof range, "%d to %d", f->min, f->max);
+  return RES(weft_error_set(weftInvalidArgument,
+                            "ncclConfig_t.%s is %d: must be %s (or NCCL_CONFIG_UNDEF_INT)",
+                            f->name, value, range));
+}
+
 /* Reads an ncclConfig_t of any 2.x layout into weft's config: only the
- * caller's `size` bytes, and fields newer than its `version` take their
- * defaults (weft reads none of the fields 2.28 to 2.32 added). */
+ * caller's `size` bytes, and fields newer than its `version` (or cut by its
+ * size) take their defaults, unchecked; the others are checked against
+ * NCCL's ranges. weft honours blocking, minCTAs, maxCTAs and commName; the
+ * other fields are checked and then ignored (docs/nccl.md). */
 ncclResult_t nccl_config_read(const ncclConfig_t *user, weftConfig_t *cfg,
                               weftConfig_t **cfg_out_p) {
   *cfg_out_p = NULL;
@@ -198,28 +264,17 @@ ncclResult_t nccl_config_read(const ncclConfig_t *user, weftConfig_t *cfg,
                               "ncclConfig_t was not initialised with NCCL_CONFIG_INITIALIZER "
                               "(magic 0x%x)",
                               c.magic));
-  if (c.version < NCCL_VERSION(2, 14, 0)) c.blocking = defaults.blocking;
-  if (c.version < NCCL_VERSION(2, 17, 0)) {
-    c.cgaClusterSize = defaults.cgaClusterSize;
-    c.minCTAs = defaults.minCTAs;
-    c.maxCTAs = defaults.maxCTAs;
-    c.netName = defaults.netName;
+  if (c.version < NCCL_VERSION(2, 17, 0)) c.netName = defaults.netName;
+  for (size_t i = 0; i < sizeof config_int_fields / sizeof config_int_fields[0]; i++) {
+    const struct config_int_field *f = &config_int_fields[i];
+    int *value = config_int(&c, f);
+    if (c.version < f->since || size < f->offset + sizeof(int)) {
+      *value = config_int_default(f);
+      continue;
+    }
+    if (*value != NCCL_CONFIG_UNDEF_INT && (*value < f->min || *value > f->max))
+      return config_int_refuse(f, *value);
   }
-  if (c.version < NCCL_VERSION(2, 25, 0)) c.trafficClass = defaults.trafficClass;
-  if (c.version < NCCL_VERSION(2, 27, 0)) {
-    c.collnetEnable = defaults.collnetEnable;
-    c.CTAPolicy = defaults.CTAPolicy;
-    c.shrinkShare = defaults.shrinkShare;
-    c.nvlsCTAs = defaults.nvlsCTAs;
-  }
-  if (c.blocking != NCCL_CONFIG_UNDEF_INT && c.blocking != 0 && c.blocking != 1)
-    return RES(weft_error_set(weftInvalidArgument, "ncclConfig_t.blocking is %d: must be 0 or 1",
-                              c.blocking));
-  const int ctas[2] = {c.minCTAs, c.maxCTAs};
-  for (int i = 0; i < 2; i++)
-    if (ctas[i] != NCCL_CONFIG_UNDEF_INT && ctas[i] < 1)
-      return RES(weft_error_set(weftInvalidArgument, "ncclConfig_t.%s is %d: must be positive",
-                                i ? "maxCTAs" : "minCTAs", ctas[i]));
   if (c.minCTAs != NCCL_CONFIG_UNDEF_INT && c.maxCTAs != NCCL_CONFIG_UNDEF_INT &&
       c.minCTAs > c.maxCTAs)
     return RES(weft_error_set(weftInvalidArgument, "ncclConfig_t.minCTAs %d > maxCTAs %d",
@@ -404,11 +459,14 @@ NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
 }
 NCCL_PROFILING_ALIAS(ncclCommAbort);
 
+/* A rank that passes NCCL_SPLIT_NOCOLOR makes no communicator: as in NCCL,
+ * its config is not read, so a bad one cannot fail the others' split. */
 NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
                                        ncclConfig_t *config) {
   weft_error_clear();
-  weftConfig_t cfg, *cfgp;
-  ncclResult_t res = nccl_config_read(config, &cfg, &cfgp);
+  weftConfig_t cfg, *cfgp = NULL;
+  ncclResult_t res =
+      color == NCCL_SPLIT_NOCOLOR ? ncclSuccess : nccl_config_read(config, &cfg, &cfgp);
   if (res != ncclSuccess) {
     /* the peers learn of it at once (outside a group, where their splits run now) */
     if (newcomm != NULL) *newcomm = NULL;
