@@ -5,6 +5,7 @@
  * configs), bad configs are refused with a message naming the call, and the
  * calls weft refuses (TLS encryption, CFT teams and endpoints) fail as
  * documented with their message in ncclGetLastError. Run under weftrun. */
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -229,14 +230,20 @@ static void test_config_refusals(ncclComm_t comm) {
   EXPECT(strstr(e, "ncclAllReduceConfig") && strstr(e, "NCCL_COLLCONFIG_INITIALIZER"),
          "last error: '%s'", e);
 
+  /* smaller than NCCL 2.31's 64 bytes, the first ncclCollConfig_t */
   ncclCollConfig_t cfg = NCCL_COLLCONFIG_INITIALIZER;
-  cfg.minCTAs = 8;
-  cfg.maxCTAs = 2;
+  cfg.size = offsetof(ncclCollConfig_t, userProfilerTag);
   EXPECT(ncclReduceScatterConfig(x, x, 1, ncclFloat32, ncclSum, comm, NULL, &cfg) ==
              ncclInvalidArgument,
-         "minCTAs > maxCTAs accepted");
-  EXPECT(strstr(ncclGetLastError(comm), "ncclReduceScatterConfig") != NULL, "last error: '%s'",
-         ncclGetLastError(comm));
+         "a %zu-byte config accepted", cfg.size);
+  e = ncclGetLastError(comm);
+  EXPECT(strstr(e, "ncclReduceScatterConfig") && strstr(e, "too small"), "last error: '%s'", e);
+
+  cfg = (ncclCollConfig_t)NCCL_COLLCONFIG_INITIALIZER;
+  cfg.forceAlgSelection = 2;
+  EXPECT(ncclAllReduceConfig(x, x, 4, ncclFloat32, ncclSum, comm, NULL, &cfg) ==
+             ncclInvalidArgument,
+         "forceAlgSelection 2 accepted");
 
   cfg = (ncclCollConfig_t)NCCL_COLLCONFIG_INITIALIZER;
   cfg.CTAPolicy = 0x40;
@@ -249,6 +256,111 @@ static void test_config_refusals(ncclComm_t comm) {
          "launchCompletionEvent accepted");
   e = ncclGetLastError(comm);
   EXPECT(strstr(e, "ncclGatherConfig") && strstr(e, "launchCompletionEvent"), "last error: '%s'", e);
+}
+
+/* Per-call CTA counts and cluster size: NCCL ignores values it cannot use
+ * (and lowers a minCTAs above maxCTAs), so each is accepted and the call is
+ * the plain one. */
+static void test_config_ctas_accepted(ncclComm_t comm) {
+  const struct {
+    int min, max, nvls, cga;
+    const char *name;
+  } cases[] = {{8, 2, 1, 1, "minCTAs 8 > maxCTAs 2"},
+               {-1, -5, -3, -2, "negative CTA counts and cluster size"},
+               {0, 0, 0, 0, "zeros"},
+               {INT_MAX, INT_MAX, INT_MAX, INT_MAX, "INT_MAX"},
+               {1, 64, 16, 8, "in range"}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    ncclCollConfig_t cfg = NCCL_COLLCONFIG_INITIALIZER;
+    cfg.minCTAs = cases[k].min;
+    cfg.maxCTAs = cases[k].max;
+    cfg.nvlsCTAs = cases[k].nvls;
+    cfg.cgaClusterSize = cases[k].cga;
+    for (int c = 0; c < NCOLL; c++) {
+      rng_state = 0x51ed2701ull * (uint64_t)(g_rank + 1) + (uint64_t)(c * 8 + (int)k);
+      compare_one((enum coll)c, ncclFloat32, ncclSum, 77, 0, (c + (int)k) % g_nranks, comm, 2,
+                  &cfg, cases[k].name);
+    }
+  }
+}
+
+/* algSelection under forceAlgSelection 1 and 0. weft runs RING with SIMPLE
+ * or LL, and TREE too for all-reduce; all-to-all, gather and scatter are
+ * sends and receives, where only the syntax is checked. */
+static void test_config_alg_selection(ncclComm_t comm) {
+  const struct {
+    enum coll c;
+    const char *sel;
+    int ok; /* accepted under force 1 */
+  } cases[] = {
+      {ALLREDUCE, "RING", 1},
+      {ALLREDUCE, "tree", 1},
+      {ALLREDUCE, "Ring_Simple,TREE_LL", 1},
+      {ALLREDUCE, "RING+LL", 1},
+      {ALLREDUCE, "^TREE", 1},
+      {ALLREDUCE, "NVLS,RING_LL", 1},
+      {ALLREDUCE, " ring , tree ", 1},
+      {ALLREDUCE, "SIMPLE", 1},
+      {ALLREDUCE, "^NVLS+^PAT+^LL128", 1},
+      {ALLREDUCE, "NVLS_TREE,COLLNET_DIRECT,COLLNET_CHAIN,PAT,SYMK", 0},
+      {ALLREDUCE, "RING_LL128,TREE_LL128", 0},
+      {ALLREDUCE, "LL128", 0},
+      {ALLREDUCE, "RING+TREE", 0},
+      {ALLREDUCE, "RING,", 0},
+      {ALLREDUCE, ",RING", 0},
+      {ALLREDUCE, "RNG", 0},
+      {ALLREDUCE, "RING_LL2", 0},
+      {ALLREDUCE, "RING__LL", 0},
+      {ALLREDUCE, "RING_", 0},
+      {ALLREDUCE, "^", 0},
+      {ALLREDUCE, "^^RING", 0},
+      {ALLREDUCE, "RING++TREE", 0},
+      {ALLREDUCE, "allreduce:ring", 0},
+      {ALLREDUCE, "ring;tree", 0},
+      {ALLGATHER, "RING_LL", 1},
+      {ALLGATHER, "TREE", 0},
+      {ALLGATHER, "^RING", 0},
+      {BROADCAST, "tree,ring", 1},
+      {BROADCAST, "TREE_SIMPLE", 0},
+      {REDUCE, "TREE", 0},
+      {REDUCESCATTER, "NVLS", 0},
+      {REDUCESCATTER, "^TREE", 1},
+      {ALLTOALL, "TREE", 1},
+      {ALLTOALL, "RNG", 0},
+      {GATHER, "NVLS", 1},
+      {SCATTER, "RING,", 0},
+  };
+  float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    ncclCollConfig_t cfg = NCCL_COLLCONFIG_INITIALIZER;
+    cfg.algSelection = cases[k].sel;
+    const enum coll c = cases[k].c;
+    char name[96];
+    snprintf(name, sizeof name, "algSelection \"%s\" force 1", cases[k].sel);
+    if (cases[k].ok) {
+      rng_state = 0x7f4a7c15ull * (uint64_t)(g_rank + 1) + (uint64_t)k;
+      compare_one(c, ncclFloat32, ncclSum, 129, 0, (int)k % g_nranks, comm, 2, &cfg, name);
+    } else {
+      ncclResult_t res = coll_call(c, x, x, 1, ncclFloat32, ncclSum, 0, comm, 2, &cfg);
+      EXPECT(res == ncclInvalidArgument, "nccl%sConfig: %s accepted (%d)", coll_names[c], name,
+             (int)res);
+      const char *e = ncclGetLastError(comm);
+      EXPECT(strstr(e, coll_names[c]) && strstr(e, "algSelection") && strstr(e, cases[k].sel),
+             "%s: last error '%s'", name, e);
+    }
+    /* without force, any selection leaves the choice to weft */
+    cfg.forceAlgSelection = 0;
+    snprintf(name, sizeof name, "algSelection \"%s\" force 0", cases[k].sel);
+    rng_state = 0x1b873593ull * (uint64_t)(g_rank + 1) + (uint64_t)k;
+    compare_one(c, ncclFloat32, ncclSum, 129, 0, (int)k % g_nranks, comm, 2, &cfg, name);
+  }
+  /* NULL and "" are automatic, forced or not */
+  const char *automatic[] = {NULL, ""};
+  for (int k = 0; k < 2; k++) {
+    ncclCollConfig_t cfg = NCCL_COLLCONFIG_INITIALIZER;
+    cfg.algSelection = automatic[k];
+    compare_one(ALLGATHER, ncclFloat32, ncclSum, 33, 0, 0, comm, 2, &cfg, "automatic selection");
+  }
 }
 
 /* The calls weft refuses, and the one it answers. */
@@ -331,6 +443,8 @@ int main(void) {
   test_config_results(comm);
   test_config_grouped(comm);
   test_config_refusals(comm);
+  test_config_ctas_accepted(comm);
+  test_config_alg_selection(comm);
   test_refused(comm);
   NCCL_OK(ncclCommDestroy(comm));
   if (g_failures) fprintf(stderr, "rank %d: %d checks failed\n", g_rank, g_failures);
