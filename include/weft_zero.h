@@ -294,18 +294,28 @@ weftResult_t weftZeroGetParams(weftZero_t zero, float *out, weftStream_t stream)
  * the run's identity, the step and a CRC-32C of the data) and a manifest
  * (layout, counters, every shard's size and checksum, and its own checksum),
  * then points dir/LATEST at it by an atomic rename; a crash mid-save leaves
- * the previous checkpoint as LATEST. Load reads LATEST on any number of ranks
+ * the previous checkpoint as LATEST. It then removes the same run's
+ * checkpoints of lower steps, and nothing else (another run's, a higher
+ * step's, what it cannot read stay). A save of the step LATEST names, or
+ * over another run's checkpoint of the same step, is refused before
+ * anything is written. Load reads LATEST on any number of ranks
  * and any stage (same layers and optimizer). It first checks on every rank
  * what that rank will read (checksums, run, step, sizes against the files'
  * lengths, finite values unless config allowNonFinite): a checkpoint that
- * fails anywhere is weftInvalidUsage on every rank (weftRemoteError where
- * another rank found the fault) with the reason in weftZeroLastError, and
- * the context is left as it was. Each rank then reads its ranges into host
- * copies of its state; a read that fails on any rank fails the load on
- * every rank (weftSystemError, or weftRemoteError) and leaves every context
- * as it was too. Only then are the state, the gradients (zeroed) and the
- * counters replaced, and the parameters written back as by a step. Both
- * collective. */
+ * fails anywhere, or ranks that read different checkpoints, are
+ * weftInvalidUsage on every rank (weftRemoteError where another rank found
+ * the fault) with the reason in weftZeroLastError, and the context is left
+ * as it was. Each rank then reads its ranges into host copies of its state
+ * and installs them; a read or an installation that fails on any rank
+ * fails the load on every rank (weftSystemError or the copy's error, or
+ * weftRemoteError) and leaves every context as it was too (the state put
+ * back from a second host copy). Only then are the gradients (zeroed) and
+ * the counters replaced, and the parameters written back as by a step. The
+ * exceptions, said in weftZeroLastError: putting the state back failing
+ * too (the context's state is damaged: load again or destroy it), and
+ * zeroing the gradients or writing the parameters back failing after the
+ * installation (the state is the checkpoint's: load again before
+ * training). Both collective. */
 weftResult_t weftZeroSave(weftZero_t zero, const char *dir, weftStream_t stream);
 weftResult_t weftZeroLoad(weftZero_t zero, const char *dir, weftStream_t stream);
 

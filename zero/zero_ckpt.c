@@ -9,11 +9,14 @@
  *
  * Save writes into step-<n>.tmp, renames it to step-<n> once every rank's
  * file is on disk, then replaces LATEST by renaming a new file over it, so
- * a crash at any point leaves LATEST naming a complete checkpoint. Load
- * checks the manifest and every shard it takes from (checksums, run, step,
- * sizes, finite values) on every rank and agrees on the outcome before it
- * changes anything, then reads the shard ranges of the saved rank count
- * that its own ranges need, whatever its rank count and stage. */
+ * a crash at any point leaves LATEST naming a complete checkpoint; then it
+ * removes what it supersedes, the same run's checkpoints of lower steps.
+ * Load checks the manifest and every shard it takes from (checksums, run,
+ * step, sizes, finite values) on every rank and agrees on the outcome, and
+ * on which checkpoint every rank read, before it changes anything, then
+ * reads the shard ranges of the saved rank count that its own ranges need,
+ * whatever its rank count and stage. A failure anywhere up to the state's
+ * installation leaves every rank's context as it was. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -117,7 +120,9 @@ static weftResult_t ckpt_write_shard_from(struct weftZero *z, float *const src[3
   struct ckpt_shard_header h;
   for (int i = 0; i < z->nlayers; i++)
     total += (size_t)arrays * weftZeroShardOf(z->layers[i].count, z->nranks, z->rank).count;
-  memset(&h, 0, sizeof h); /* the real header goes in once the payload's CRC is known */
+  /* sealed without the payload's size and CRC, which go in once known: a
+   * shard cut short names its run, for the prune of a later save */
+  ckpt_shard_header_fill(&h, m, z->rank, 0, 0);
   if (write_all(fd, &h, sizeof h) != 0) goto close_fd;
   for (int i = 0; i < z->nlayers; i++) {
     const struct zero_layer *l = &z->layers[i];
@@ -175,6 +180,83 @@ static weftResult_t ckpt_write_manifest(const struct ckpt_manifest *m, const cha
   return res;
 }
 
+/* The step of a version directory's name: "step-<n>" (tmp 0) or
+ * "step-<n>.tmp" (tmp 1), n without sign or leading zeros; -1 otherwise. */
+static long ckpt_name_step(const char *name, int *tmp_out) {
+  const char *p = name + 5;
+  if (strncmp(name, "step-", 5) != 0 || *p < '0' || *p > '9' || (*p == '0' && p[1] >= '0' && p[1] <= '9'))
+    return -1;
+  char *end;
+  errno = 0;
+  long step = strtol(p, &end, 10);
+  if (errno != 0) return -1;
+  if (strcmp(end, "") == 0) *tmp_out = 0;
+  else if (strcmp(end, ".tmp") == 0) *tmp_out = 1;
+  else return -1;
+  return step;
+}
+
+/* The run that the version directory path (of the given step) belongs to:
+ * its manifest's, or for a save's leftover (tmp) its first shard's header;
+ * -1 when neither can be read. */
+static int ckpt_version_run(const char *path, long step, int tmp, uint8_t run_out[16]) {
+  if (tmp) {
+    char shard[PATH_MAX + 64];
+    if (snprintf(shard, sizeof shard, "%s/rank-00000.bin", path) >= (int)sizeof shard) return -1;
+    return ckpt_shard_run(shard, run_out);
+  }
+  struct ckpt_manifest m;
+  if (ckpt_manifest_read(path, step, &m) != weftSuccess) return -1;
+  memcpy(run_out, m.run, sizeof m.run);
+  ckpt_manifest_free(&m);
+  return 0;
+}
+
+/* Rank 0, before anything is written: a save of step-<n> (name) may go into
+ * dir unless LATEST names it already, or a step-<n> of another run (or one
+ * that cannot be read) is there, which it would replace. */
+static weftResult_t ckpt_save_check(const struct weftZero *z, const char *dir, const char *name) {
+  char latest[PATH_MAX], final[PATH_MAX], current[256] = "";
+  snprintf(latest, sizeof latest, "%s/LATEST", dir);
+  FILE *lf = fopen(latest, "r");
+  if (lf != NULL) {
+    if (fscanf(lf, "%255s", current) != 1) current[0] = '\0';
+    fclose(lf);
+  }
+  if (strcmp(current, name) == 0)
+    return zero_fail(weftInvalidUsage, "%s already holds the checkpoint of step %ld", dir, z->step);
+  snprintf(final, sizeof final, "%s/%s", dir, name);
+  struct stat st;
+  if (lstat(final, &st) != 0) return weftSuccess;
+  uint8_t run[16];
+  if (ckpt_version_run(final, z->step, 0, run) != 0 || memcmp(run, z->run_id, sizeof run) != 0)
+    return zero_fail(weftInvalidUsage,
+                     "%s holds a checkpoint of another run (or one that cannot be read), "
+                     "which this save would replace: move it away, or save elsewhere", final);
+  return weftSuccess; /* this run's, left by a save that did not reach LATEST */
+}
+
+/* Rank 0, once LATEST names the new checkpoint (of m's run and step): removes
+ * what it supersedes, the checkpoints of the same run at lower steps and
+ * their saves' leftovers. Another run's, a higher step's and anything whose
+ * run cannot be read stay. */
+static void ckpt_prune(const struct ckpt_manifest *m, const char *dir) {
+  DIR *d = opendir(dir);
+  if (d == NULL) return;
+  struct dirent *e;
+  char path[PATH_MAX];
+  while ((e = readdir(d)) != NULL) {
+    int tmp = 0;
+    long step = ckpt_name_step(e->d_name, &tmp);
+    uint8_t run[16];
+    if (step < 0 || step >= m->step) continue;
+    if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) continue;
+    if (ckpt_version_run(path, step, tmp, run) == 0 && memcmp(run, m->run, sizeof run) == 0)
+      remove_tree(path);
+  }
+  closedir(d);
+}
+
 /* Rank 0: the version directory goes live, then LATEST points at it. */
 static weftResult_t ckpt_commit(struct weftZero *z, const struct ckpt_manifest *m,
                                 const char *dir, const char *tmp, const char *name) {
@@ -184,15 +266,9 @@ static weftResult_t ckpt_commit(struct weftZero *z, const struct ckpt_manifest *
   snprintf(final, sizeof final, "%s/%s", dir, name);
   snprintf(latest, sizeof latest, "%s/LATEST", dir);
   snprintf(latest_tmp, sizeof latest_tmp, "%s/LATEST.tmp", dir);
-  /* a version of the same name that LATEST does not name can go first */
-  char current[256] = "";
-  FILE *lf = fopen(latest, "r");
-  if (lf != NULL) {
-    if (fscanf(lf, "%255s", current) != 1) current[0] = '\0';
-    fclose(lf);
-  }
-  if (strcmp(current, name) == 0)
-    return zero_fail(weftInvalidUsage, "%s already holds the checkpoint of step %ld", dir, z->step);
+  /* checked before the shards were written; again, for what came since. A
+   * step-<n> of this run that LATEST does not name can go first */
+  WEFT_TRY(ckpt_save_check(z, dir, name));
   remove_tree(final);
   if (fsync_path(tmp) != 0 || rename(tmp, final) != 0)
     return zero_fail(weftSystemError, "renaming %s: %s", tmp, strerror(errno));
@@ -203,43 +279,30 @@ static weftResult_t ckpt_commit(struct weftZero *z, const struct ckpt_manifest *
   if (fclose(f) != 0 || bad) return zero_fail(weftSystemError, "writing %s failed", latest_tmp);
   if (rename(latest_tmp, latest) != 0 || fsync_path(dir) != 0)
     return zero_fail(weftSystemError, "replacing %s: %s", latest, strerror(errno));
-  /* older versions and leftovers of interrupted saves */
-  DIR *d = opendir(dir);
-  if (d != NULL) {
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-      if (strncmp(e->d_name, "step-", 5) != 0 || strcmp(e->d_name, name) == 0) continue;
-      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-      remove_tree(path);
-    }
-    closedir(d);
-  }
+  ckpt_prune(m, dir);
   return weftSuccess;
 }
 
 /* Every rank learns whether any failed; the collective also fails when a
- * rank died. vals (n doubles, may be NULL) are summed over ranks in the same
- * all-reduce. */
+ * rank died. vals (n + 1 doubles; vals[0] is the agreement's own) carries n
+ * values after it, of which every rank receives the largest over ranks in
+ * the same all-reduce. A rank's failure before it (a sync, an allocation)
+ * is its mine: every rank enters the all-reduce, so none waits for one that
+ * returned. */
 static weftResult_t ckpt_agree_with(struct weftZero *z, weftResult_t mine, double *vals, size_t n,
                                     weftStream_t stream, const char *what) {
-  double small[1];
-  double *all = n + 1 <= 1 ? small : malloc((n + 1) * sizeof *all);
-  if (all == NULL) return zero_fail(weftSystemError, "out of memory");
-  all[0] = mine != weftSuccess;
-  if (n > 0) memcpy(all + 1, vals, n * sizeof *vals);
-  weftResult_t res = zero_allreduce_sum(z, all, n + 1, stream);
-  double failed = all[0];
-  if (res == weftSuccess && n > 0) memcpy(vals, all + 1, n * sizeof *vals);
-  if (all != small) free(all);
+  vals[0] = mine != weftSuccess;
+  weftResult_t res = zero_allreduce_max(z, vals, n + 1, stream);
   if (res != weftSuccess) return res;
   if (mine != weftSuccess) return mine;
-  if (failed > 0) return zero_fail(weftRemoteError, "%s failed on another rank", what);
+  if (vals[0] > 0) return zero_fail(weftRemoteError, "%s failed on another rank", what);
   return weftSuccess;
 }
 
 static weftResult_t ckpt_agree(struct weftZero *z, weftResult_t mine, weftStream_t stream,
                                const char *what) {
-  return ckpt_agree_with(z, mine, NULL, 0, stream, what);
+  double flag[1];
+  return ckpt_agree_with(z, mine, flag, 0, stream, what);
 }
 
 /* The run identity: kept from a loaded checkpoint, else rank 0's random one,
@@ -264,28 +327,37 @@ weftResult_t weftZeroSave(weftZero_t z, const char *dir, weftStream_t stream) {
   if (z == NULL || dir == NULL) return zero_fail(weftInvalidArgument, "NULL argument");
   if (!z->finalized) return zero_fail(weftInvalidUsage, "call weftZeroFinalize first");
   if (strlen(dir) > PATH_MAX - 64) return zero_fail(weftInvalidArgument, "path too long");
-  WEFT_TRY(z->ops->sync(stream, z->comm, "synchronizing the stream"));
+  /* from here every failure is this rank's part of an agreement */
+  weftResult_t mine = z->ops->sync(stream, z->comm, "synchronizing the stream");
   char name[64], tmp[PATH_MAX], path[PATH_MAX + 64];
   snprintf(name, sizeof name, "step-%ld", z->step);
   snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, name);
-  /* each rank's payload size and CRC reach rank 0 through an agreement */
-  double *sums = calloc(2 * (size_t)z->nranks, sizeof *sums);
-  weftResult_t mine = sums == NULL ? zero_fail(weftSystemError, "out of memory") : weftSuccess;
-  double words[4] = {0, 0, 0, 0};
+  /* each rank's payload size and CRC reach rank 0 through an agreement
+   * (sums[0] is the agreement's own) */
+  double *sums = calloc(2 * (size_t)z->nranks + 1, sizeof *sums);
+  if (sums == NULL && mine == weftSuccess) mine = zero_fail(weftSystemError, "out of memory");
+  double words[5] = {0, 0, 0, 0, 0};
+  int made_tmp = 0;
   if (z->rank == 0 && mine == weftSuccess) {
     if (!z->has_run_id) mine = ckpt_run_id_new(z->run_id);
-    run_id_pack(z->run_id, words);
+    run_id_pack(z->run_id, words + 1);
     if (mine == weftSuccess && mkdir(dir, 0755) != 0 && errno != EEXIST)
       mine = zero_fail(weftSystemError, "cannot create %s: %s", dir, strerror(errno));
-    remove_tree(tmp);
-    if (mine == weftSuccess && mkdir(tmp, 0755) != 0)
-      mine = zero_fail(weftSystemError, "cannot create %s: %s", tmp, strerror(errno));
+    /* a save that would be refused at the commit is refused before the writing */
+    if (mine == weftSuccess) mine = ckpt_save_check(z, dir, name);
+    if (mine == weftSuccess) {
+      remove_tree(tmp);
+      if (mkdir(tmp, 0755) != 0)
+        mine = zero_fail(weftSystemError, "cannot create %s: %s", tmp, strerror(errno));
+      else
+        made_tmp = 1;
+    }
   }
   weftResult_t res;
   WEFT_TRY_GOTO(
       ckpt_agree_with(z, mine, words, 4, stream, "preparing the checkpoint directory"), res,
-      free_sums);
-  run_id_unpack(words, z->run_id);
+      remove_tmp);
+  run_id_unpack(words + 1, z->run_id);
   z->has_run_id = 1;
   struct ckpt_manifest m;
   ckpt_manifest_of(z, &m);
@@ -293,11 +365,11 @@ weftResult_t weftZeroSave(weftZero_t z, const char *dir, weftStream_t stream) {
   uint32_t crc = 0;
   snprintf(path, sizeof path, "%s/rank-%05d.bin", tmp, z->rank);
   mine = ckpt_write_shard(z, path, &m, &nbytes, &crc);
-  sums[2 * z->rank] = (double)nbytes; /* exact below 2^53 bytes */
-  sums[2 * z->rank + 1] = crc;
+  sums[1 + 2 * z->rank] = (double)nbytes; /* exact below 2^53 bytes */
+  sums[1 + 2 * z->rank + 1] = crc;
   WEFT_TRY_GOTO(
       ckpt_agree_with(z, mine, sums, 2 * (size_t)z->nranks, stream, "writing a shard"), res,
-      free_sums);
+      remove_tmp);
   mine = weftSuccess;
   if (z->rank == 0) {
     m.counts = malloc((size_t)z->nlayers * sizeof *m.counts);
@@ -308,15 +380,17 @@ weftResult_t weftZeroSave(weftZero_t z, const char *dir, weftStream_t stream) {
     } else {
       for (int i = 0; i < z->nlayers; i++) m.counts[i] = z->layers[i].count;
       for (int q = 0; q < z->nranks; q++) {
-        m.shard_nbytes[q] = (uint64_t)sums[2 * q];
-        m.shard_crc[q] = (uint32_t)sums[2 * q + 1];
+        m.shard_nbytes[q] = (uint64_t)sums[1 + 2 * q];
+        m.shard_crc[q] = (uint32_t)sums[1 + 2 * q + 1];
       }
       mine = ckpt_commit(z, &m, dir, tmp, name);
     }
     ckpt_manifest_free(&m);
   }
   res = ckpt_agree(z, mine, stream, "committing the checkpoint");
-free_sums:
+remove_tmp:
+  /* a failed save leaves nothing of its own (but a version it renamed) */
+  if (res != weftSuccess && made_tmp) remove_tree(tmp);
   free(sums);
   return res;
 }
@@ -402,42 +476,96 @@ static weftResult_t ckpt_check_local(struct weftZero *z, const char *dir, char *
   return res;
 }
 
+/* What a loading rank read, for the ranks to agree on: the step, the run
+ * identity (four words) and the manifest's CRC-32C, each as itself and
+ * negated, so that one all-reduce of maxima gives each one's largest and
+ * smallest over ranks. */
+enum { CKPT_IDENT = 6 };
+
+static void ckpt_ident_of(const struct ckpt_manifest *m, double ident[2 * CKPT_IDENT]) {
+  ident[0] = (double)m->step; /* exact below 2^53 */
+  run_id_pack(m->run, ident + 1);
+  ident[5] = m->crc;
+  for (int i = 0; i < CKPT_IDENT; i++) ident[CKPT_IDENT + i] = -ident[i];
+}
+
+/* Every rank sees the same maxima: either all refuse, or none. */
+static weftResult_t ckpt_ident_check(const double ident[2 * CKPT_IDENT], const char *dir,
+                                     const char *ver) {
+  double hi[CKPT_IDENT], lo[CKPT_IDENT];
+  for (int i = 0; i < CKPT_IDENT; i++) hi[i] = ident[i], lo[i] = -ident[CKPT_IDENT + i];
+  const char *why = "(LATEST moved between their reads, or the ranks see different directories)";
+  if (hi[0] != lo[0])
+    return zero_fail(weftInvalidUsage,
+                     "the ranks read different checkpoints from %s: steps %.0f to %.0f %s; this "
+                     "rank read %s", dir, lo[0], hi[0], why, ver);
+  for (int w = 1; w <= 4; w++)
+    if (hi[w] != lo[w])
+      return zero_fail(weftInvalidUsage,
+                       "the ranks read checkpoints of different runs from %s, at step %.0f %s; "
+                       "this rank read %s", dir, hi[0], why, ver);
+  if (hi[5] != lo[5])
+    return zero_fail(weftInvalidUsage,
+                     "the ranks read different manifests of step %.0f from %s (crc32c %08x to "
+                     "%08x) %s; this rank read %s", hi[0], dir, (unsigned)lo[5], (unsigned)hi[5],
+                     why, ver);
+  return weftSuccess;
+}
+
 /* Reads this rank's ranges of a checked checkpoint into host copies of its
- * state; only once every rank has read them does the state change (m is
- * freed, its counters kept). */
+ * state, and keeps a second host copy of the state as it is; once every
+ * rank has read them, the first is installed, and if that fails on any rank
+ * every rank puts the second back (m is freed, its counters kept). */
 static weftResult_t ckpt_read_and_install(struct weftZero *z, const char *ver,
                                           struct ckpt_manifest *m, weftStream_t stream) {
-  float *staged[3];
+  float *staged[3] = {NULL, NULL, NULL}, *kept[3] = {NULL, NULL, NULL};
   weftResult_t res = zero_state_copy(z, staged);
   if (res == weftSuccess) res = ckpt_read_shards_into(z, staged, ver, m);
+  if (res == weftSuccess) res = zero_state_copy(z, kept);
   ckpt_manifest_free(m);
-  res = ckpt_agree(z, res, stream, "reading the checkpoint");
-  if (res != weftSuccess) {
-    zero_state_copy_free(staged);
-    return res;
-  }
-  res = zero_release_all(z);
-  if (res == weftSuccess) res = zero_grads_reset(z, stream);
+  WEFT_TRY_GOTO(ckpt_agree(z, res, stream, "reading the checkpoint"), res, free_copies);
+  /* the last publication's write-backs read the master weights */
+  for (int i = 0; i < z->nlayers && res == weftSuccess; i++)
+    res = zero_gather_wait(z, &z->layers[i]);
   if (res == weftSuccess) res = zero_state_install(z, staged);
+  res = ckpt_agree(z, res, stream, "installing the checkpoint");
+  if (res != weftSuccess) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", weftZeroLastError());
+    const weftResult_t back = zero_state_install(z, kept);
+    if (back != weftSuccess)
+      res = zero_fail(back,
+                      "%s; then putting the state back failed (%s): this context's optimizer "
+                      "state is damaged, load a checkpoint into it again or destroy it",
+                      why, weftZeroLastError());
+    else
+      zero_fail(res, "%s", why);
+  }
+free_copies:
+  zero_state_copy_free(kept);
   zero_state_copy_free(staged);
-  /* a failure past the agreement (a device copy) leaves the state unknown */
-  return ckpt_agree(z, res, stream, "installing the checkpoint");
+  return res;
 }
 
 weftResult_t weftZeroLoad(weftZero_t z, const char *dir, weftStream_t stream) {
   if (z == NULL || dir == NULL) return zero_fail(weftInvalidArgument, "NULL argument");
   if (!z->finalized) return zero_fail(weftInvalidUsage, "call weftZeroFinalize first");
   if (strlen(dir) > PATH_MAX - 64) return zero_fail(weftInvalidArgument, "path too long");
-  WEFT_TRY(z->ops->sync(stream, z->comm, "synchronizing the stream"));
-  char ver[PATH_MAX];
+  /* from here every failure is this rank's part of an agreement */
+  weftResult_t mine = z->ops->sync(stream, z->comm, "synchronizing the stream");
+  char ver[PATH_MAX] = "";
   struct ckpt_manifest m;
-  weftResult_t mine = ckpt_check_local(z, dir, ver, &m);
-  weftResult_t res = ckpt_agree(z, mine, stream, "checking the checkpoint");
+  double ident[1 + 2 * CKPT_IDENT] = {0};
+  if (mine == weftSuccess) mine = ckpt_check_local(z, dir, ver, &m);
+  if (mine == weftSuccess) ckpt_ident_of(&m, ident + 1);
+  weftResult_t res =
+      ckpt_agree_with(z, mine, ident, 2 * CKPT_IDENT, stream, "checking the checkpoint");
+  if (res == weftSuccess) res = ckpt_ident_check(ident + 1, dir, ver);
   if (res != weftSuccess) {
     if (mine == weftSuccess) ckpt_manifest_free(&m);
     return res;
   }
-  /* every rank found it sound */
+  /* every rank found the same checkpoint sound */
   WEFT_TRY(ckpt_read_and_install(z, ver, &m, stream));
   z->step = m.step;
   z->updates = m.updates;
@@ -445,7 +573,21 @@ weftResult_t weftZeroLoad(weftZero_t z, const char *dir, weftStream_t stream) {
   z->loss_scale = z->cfg.paramType == weftFloat16 ? zero_loss_scale_clamp(m.loss_scale) : 1.0;
   memcpy(z->run_id, m.run, sizeof z->run_id);
   z->has_run_id = 1;
-  return zero_publish_params(z, stream);
+  /* the state is the checkpoint's on every rank: what remains are the
+   * gradients (zeroed) and the parameters (written back, gathered) */
+  res = zero_release_all(z);
+  if (res == weftSuccess) res = zero_grads_reset(z, stream);
+  /* stages 1-2 gather in the publication: every rank enters it, or none */
+  res = ckpt_agree(z, res, stream, "resetting the gradients");
+  if (res == weftSuccess) res = zero_publish_params(z, stream);
+  if (res != weftSuccess) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", weftZeroLastError());
+    return zero_fail(res,
+                     "%s holds the checkpoint's state, but %s: its parameters are not all "
+                     "written back; load again before training", ver, why);
+  }
+  return weftSuccess;
 }
 
 weftResult_t weftZeroConsolidateFlags(const char *dir, const char *out_path, int flags) {

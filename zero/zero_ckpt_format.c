@@ -311,6 +311,7 @@ weftResult_t ckpt_manifest_read(const char *ver, long step_of_name, struct ckpt_
   if (crc != want_crc)
     MANIFEST_BAD("%s is damaged: its checksum is %08" PRIx32 ", its content's %08" PRIx32, path,
                  want_crc, crc);
+  m->crc = crc;
   end = last;
 
   line_next(&cur, end); /* the format */
@@ -432,6 +433,19 @@ void ckpt_shard_header_fill(struct ckpt_shard_header *h, const struct ckpt_manif
   h->payload_nbytes = payload_nbytes;
   h->payload_crc = payload_crc;
   shard_header_seal(h);
+}
+
+int ckpt_shard_run(const char *path, uint8_t run_out[16]) {
+  struct ckpt_shard_header h;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t got = pread(fd, &h, sizeof h, 0);
+  close(fd);
+  if (got != (ssize_t)sizeof h || memcmp(h.magic, CKPT_SHARD_MAGIC, sizeof h.magic) != 0 ||
+      zero_crc32c(0, &h, offsetof(struct ckpt_shard_header, header_crc)) != h.header_crc)
+    return -1;
+  memcpy(run_out, h.run, sizeof h.run);
+  return 0;
 }
 
 /* Whether no value is NaN or infinite: an all-ones exponent, tested on the

@@ -56,6 +56,7 @@ struct ckpt_manifest {
   size_t *counts;           /* per layer */
   uint64_t *shard_nbytes;   /* per rank: payload bytes, header excluded */
   uint32_t *shard_crc;      /* per rank: the payload's CRC-32C */
+  uint32_t crc;             /* read: the manifest's own CRC-32C (its last line) */
 };
 
 /* Reads and checks ver/manifest: its checksum, every field's range, and
@@ -81,6 +82,11 @@ void ckpt_shard_header_fill(struct ckpt_shard_header *h, const struct ckpt_manif
  * allow_non_finite). */
 weftResult_t ckpt_shard_scan(const char *ver, const struct ckpt_manifest *m, int q,
                              int allow_non_finite);
+
+/* The run identity in the header at the start of path (a shard, complete or
+ * not: its header is sealed before the payload is written), when the magic
+ * and the header's CRC-32C hold; else -1. */
+int ckpt_shard_run(const char *path, uint8_t run_out[16]);
 
 /* Per-rank payload bytes that counts give on nranks ranks; 0 on success, -1
  * when a size overflows. */

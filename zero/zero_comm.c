@@ -273,24 +273,38 @@ weftResult_t zero_release_all(struct weftZero *z) {
   return weftSuccess;
 }
 
-weftResult_t zero_allreduce_sum_ctx(struct weftZero *z, double *vals, size_t n,
-                                    weftStream_t stream) {
-  WEFT_TRY(zero_weft(z, weftAllReduce(vals, vals, n, weftFloat64, weftSum, z->comm, stream),
-                     "all-reducing step statistics"));
+static weftResult_t allreduce_ctx(struct weftZero *z, double *vals, size_t n, weftRedOp_t op,
+                                  weftStream_t stream, const char *what) {
+  WEFT_TRY(zero_weft(z, weftAllReduce(vals, vals, n, weftFloat64, op, z->comm, stream), what));
   return z->ops->sync(stream, z->comm, "synchronizing the stream");
 }
 
-weftResult_t zero_allreduce_sum(struct weftZero *z, double *vals, size_t n, weftStream_t stream) {
-  if (!z->ops->device) return zero_allreduce_sum_ctx(z, vals, n, stream);
+/* vals (host memory) through context memory */
+static weftResult_t allreduce_host(struct weftZero *z, double *vals, size_t n, weftRedOp_t op,
+                                   weftStream_t stream, const char *what) {
+  if (!z->ops->device) return allreduce_ctx(z, vals, n, op, stream, what);
   double *buf;
   WEFT_TRY(z->ops->alloc((void **)&buf, n * sizeof *buf));
   weftResult_t res;
   WEFT_TRY_GOTO(z->ops->copy(buf, vals, n * sizeof *buf, stream), res, free_buf);
-  WEFT_TRY_GOTO(zero_allreduce_sum_ctx(z, buf, n, stream), res, free_buf);
+  WEFT_TRY_GOTO(allreduce_ctx(z, buf, n, op, stream, what), res, free_buf);
   res = z->ops->copy(vals, buf, n * sizeof *buf, stream);
 free_buf:
   z->ops->free(buf);
   return res;
+}
+
+weftResult_t zero_allreduce_sum_ctx(struct weftZero *z, double *vals, size_t n,
+                                    weftStream_t stream) {
+  return allreduce_ctx(z, vals, n, weftSum, stream, "all-reducing step statistics");
+}
+
+weftResult_t zero_allreduce_sum(struct weftZero *z, double *vals, size_t n, weftStream_t stream) {
+  return allreduce_host(z, vals, n, weftSum, stream, "all-reducing step statistics");
+}
+
+weftResult_t zero_allreduce_max(struct weftZero *z, double *vals, size_t n, weftStream_t stream) {
+  return allreduce_host(z, vals, n, weftMax, stream, "agreeing with the other ranks");
 }
 
 /* One layer of zero_publish_params: its owned part written back from the

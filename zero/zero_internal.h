@@ -256,7 +256,10 @@ weftResult_t zero_release_all(struct weftZero *z);
 /* Sums n doubles (host memory) over ranks on stream, through context
  * memory; complete on return. */
 weftResult_t zero_allreduce_sum(struct weftZero *z, double *vals, size_t n, weftStream_t stream);
-/* The same on n doubles of context memory. */
+/* The largest of each of n doubles (host memory) over ranks, the same way:
+ * the checkpoints' agreements. */
+weftResult_t zero_allreduce_max(struct weftZero *z, double *vals, size_t n, weftStream_t stream);
+/* zero_allreduce_sum on n doubles of context memory. */
 weftResult_t zero_allreduce_sum_ctx(struct weftZero *z, double *vals, size_t n,
                                     weftStream_t stream);
 
