@@ -30,6 +30,12 @@ void compat_comm_error_keep(weftComm_t comm);
  * error. weftSuccess for a comm that is not live, which weft's call then
  * refuses in its own words. */
 weftResult_t compat_comm_usable(weftComm_t comm, const char *fn);
+/* The (algorithm, protocol) pairs the calling thread's next collective
+ * allows (PLAN_SELECT bits of collectives/core/plan.h; 0: the tuner's
+ * choice), for the nccl*Config calls' algSelection: taken by that call; the
+ * caller sets 0 after it, so that a call refused before it is enqueued
+ * leaves nothing for the next. */
+void compat_select_next(unsigned alg_select);
 
 /* NCCL's init: inside a group recorded, to run at the outermost group end
  * (group_defer_init: one thread creates several ranks); otherwise at once.

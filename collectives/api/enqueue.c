@@ -157,7 +157,8 @@ static __thread struct call_memo call_memo;
 static inline int call_memo_hit(const struct weftComm *comm, const struct weft_plan *plan,
                                 weftStream_t stream) {
   const struct call_memo *m = &call_memo;
-  return m->comm == comm && comm != NULL && stream == NULL && m->coll == plan->coll &&
+  return m->comm == comm && comm != NULL && stream == NULL && plan->alg_select == 0 &&
+         m->coll == plan->coll &&
          m->count == plan->count && m->sendbuf == plan->sendbuf &&
          m->recvbuf == plan->recvbuf && m->datatype == plan->datatype && m->op == plan->op &&
          m->root == plan->root && m->epoch == weft_memo_epoch_get() &&
@@ -175,6 +176,11 @@ static void call_memo_keep(const struct weftComm *comm, const struct weft_plan *
                                  .proto = plan->proto, .nchannels = plan->nchannels};
 }
 
+/* compat_select_next's: the pairs the thread's next collective allows. */
+static __thread unsigned select_next;
+
+void compat_select_next(unsigned alg_select) { select_next = alg_select; }
+
 /* A collective that ends here, running nothing (refused, or of no
  * elements), still takes its number and its place in the trace, in call
  * order: now, or in a group at its end. */
@@ -191,6 +197,10 @@ static void coll_done_early(struct weftComm *comm, const struct weft_plan *plan,
 
 static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
                                  weftStream_t stream) {
+  if (__builtin_expect(select_next != 0, 0)) {
+    plan->alg_select = select_next;
+    select_next = 0;
+  }
   weft_error_clear();
   if (call_memo_hit(comm, plan, stream) &&
       device_plan_on_device(plan, call_memo.uses[0], call_memo.uses[1]) == 0) {

@@ -38,6 +38,10 @@ enum coll_proto {
   PROTO_NUM
 };
 
+/* A call's allowed (algorithm, protocol) pair, as a bit of weft_plan's
+ * alg_select (the ring and the tree, each with either protocol). */
+#define PLAN_SELECT(algo, proto) (1u << ((algo) * PROTO_NUM + (proto)))
+
 struct weft_plan {
   enum coll_kind coll;
   const void *sendbuf;
@@ -55,6 +59,9 @@ struct weft_plan {
   char premul_scalar[8];     /* the value, for weftScalarHostImmediate */
   const void *premul_ptr;    /* read when the op runs, for weftScalarDevice */
   int premul_device_only;    /* premul_ptr is device memory, which the host cannot read */
+  /* 0: the tuner chooses; else the (algorithm, protocol) pairs the call
+   * allows (PLAN_SELECT bits; NCCL's per-call algSelection) */
+  unsigned alg_select;
   uint64_t trace_id;         /* the call in its comm's trace (trace.h), 0: none */
   /* the call's number among its comm's compared collectives (signature.h),
    * from 1, taken where it is issued (a group's at its end); 0: none */
@@ -93,6 +100,7 @@ static inline void plan_init(struct weft_plan *plan, enum coll_kind coll, const 
   __builtin_memset(plan->premul_scalar, 0, sizeof plan->premul_scalar);
   plan->premul_ptr = NULL;
   plan->premul_device_only = 0;
+  plan->alg_select = 0;
   plan->trace_id = 0;
   plan->sig_seq = 0;
 }

@@ -4,14 +4,14 @@
  * The configuration is read as ncclConfig_t is: only the caller's `size`
  * bytes (at least 2.31's 64), with the fields newer than its `version` at
  * their defaults, and checked (magic, policy, forceAlgSelection,
- * algSelection). weft has no per-call tuning: its tuner picks algorithm and
- * channels from the size and the communicator's settings (WEFT_ALGO /
- * NCCL_ALGO, minCTAs and maxCTAs of the communicator's config). So, as NCCL
- * does with values it cannot use, the CTA counts and cluster size are
- * accepted whatever they are; the CTA policy is accepted; algSelection is
- * parsed and, with forceAlgSelection, refused where it is malformed or
- * leaves nothing weft runs for the collective, and otherwise leaves the
- * call to the tuner. ext and userProfilerTag are for vendors and profilers
+ * algSelection). algSelection is honoured: the call takes the cheapest of
+ * the pairs it allows that weft runs (the ring with SIMPLE or LL, and for
+ * all-reduce the tree too; plan_tune), and with forceAlgSelection a
+ * selection that is malformed or leaves none of them is refused; without
+ * it such a selection leaves the call to the tuner. The channels are the
+ * communicator's: as NCCL does with values it cannot use, the CTA counts
+ * and cluster size are accepted whatever they are; the CTA policy is
+ * accepted. ext and userProfilerTag are for vendors and profilers
  * and are ignored, as NCCL ignores ext. launchCompletionEvent asks for a
  * CUDA event recorded at the kernel's launch, which weft does not record: a
  * non-NULL event is refused with ncclInvalidUsage rather than left
@@ -24,6 +24,7 @@
 #include <strings.h>
 
 #include "nccl_shim.h"
+#include "../core/plan.h"
 
 /* The size of NCCL 2.31's ncclCollConfig_t, the first: the fields up to
  * userProfilerTag. */
@@ -126,8 +127,18 @@ static int sel_parse(const char *text, uint32_t *mask_out) {
  * leaves the choice to the tuner. A selection that parses and that weft
  * can meet also leaves it to the tuner: weft's tuner takes no per-call
  * restriction, only the communicator's (WEFT_ALGO, WEFT_PROTO). */
+/* The pairs of mask weft runs, as a call's alg_select (PLAN_SELECT bits). */
+static unsigned sel_plan_bits(uint32_t mask) {
+  unsigned bits = 0;
+  if (mask & ALG_BIT(SEL_RING, SEL_SIMPLE)) bits |= PLAN_SELECT(ALGO_RING, PROTO_SIMPLE);
+  if (mask & ALG_BIT(SEL_RING, SEL_LL)) bits |= PLAN_SELECT(ALGO_RING, PROTO_LL);
+  if (mask & ALG_BIT(SEL_TREE, SEL_SIMPLE)) bits |= PLAN_SELECT(ALGO_TREE, PROTO_SIMPLE);
+  if (mask & ALG_BIT(SEL_TREE, SEL_LL)) bits |= PLAN_SELECT(ALGO_TREE, PROTO_LL);
+  return bits;
+}
+
 static weftResult_t sel_check(const ncclCollConfig_t *c, enum coll_config_coll coll,
-                              const char *fn) {
+                              const char *fn, unsigned *select_out) {
   if (c->algSelection == NULL || c->algSelection[0] == '\0') return weftSuccess;
   uint32_t mask = 0;
   if (sel_parse(c->algSelection, &mask) != 0) {
@@ -142,8 +153,13 @@ static weftResult_t sel_check(const ncclCollConfig_t *c, enum coll_config_coll c
                           "negating one)",
                           fn, c->algSelection);
   }
-  if (coll == CC_POINT_TO_POINT || (mask & sel_runnable(coll)) != 0 || !c->forceAlgSelection)
+  if (coll == CC_POINT_TO_POINT) return weftSuccess;
+  if ((mask & sel_runnable(coll)) != 0) {
+    /* the call takes the cheapest pair of those weft runs (plan_tune) */
+    *select_out = sel_plan_bits(mask & sel_runnable(coll));
     return weftSuccess;
+  }
+  if (!c->forceAlgSelection) return weftSuccess;
   return weft_error_set(weftInvalidArgument,
                         "%s: ncclCollConfig_t.algSelection \"%s\" with forceAlgSelection leaves "
                         "nothing weft runs for this collective (%s with SIMPLE or LL)",
@@ -154,7 +170,8 @@ static weftResult_t sel_check(const ncclCollConfig_t *c, enum coll_config_coll c
 
 /* Whether user (may be NULL) is a configuration weft runs the call with. */
 static weftResult_t coll_config_check_(const ncclCollConfig_t *user, enum coll_config_coll coll,
-                                       const char *fn) {
+                                       const char *fn, unsigned *select_out) {
+  *select_out = 0;
   if (user == NULL) return weftSuccess;
   const ncclCollConfig_t defaults = NCCL_COLLCONFIG_INITIALIZER;
   ncclCollConfig_t c = defaults;
@@ -182,7 +199,7 @@ static weftResult_t coll_config_check_(const ncclCollConfig_t *user, enum coll_c
     return weft_error_set(weftInvalidArgument,
                           "%s: ncclCollConfig_t.forceAlgSelection is %d: must be 0 or 1", fn,
                           c.forceAlgSelection);
-  weftResult_t res = sel_check(&c, coll, fn);
+  weftResult_t res = sel_check(&c, coll, fn, select_out);
   if (res != weftSuccess) return res;
   if (c.launchCompletionEvent != NULL)
     return weft_error_set(weftInvalidUsage,
@@ -194,24 +211,31 @@ static weftResult_t coll_config_check_(const ncclCollConfig_t *user, enum coll_c
 
 /* The same, a refusal kept as comm's last error. */
 static ncclResult_t coll_config_check(const ncclCollConfig_t *user, enum coll_config_coll coll,
-                                      ncclComm_t comm, const char *fn) {
-  weftResult_t res = coll_config_check_(user, coll, fn);
+                                      ncclComm_t comm, const char *fn, unsigned *select_out) {
+  weftResult_t res = coll_config_check_(user, coll, fn, select_out);
   if (res != weftSuccess) compat_comm_error_keep((weftComm_t)comm);
   return (ncclResult_t)res;
 }
 
-#define CONFIG_CHECK(config, coll, comm, fn)                                   \
-  do {                                                                         \
-    ncclResult_t checked_ = coll_config_check(config, coll, comm, fn);         \
-    if (checked_ != ncclSuccess) return checked_;                              \
+/* Checks config, then returns call, made with the pairs its algSelection
+ * allows. */
+#define CONFIG_CALL(config, coll, comm, fn, call)                            \
+  do {                                                                       \
+    unsigned select_;                                                        \
+    ncclResult_t res_ = coll_config_check(config, coll, comm, fn, &select_); \
+    if (res_ != ncclSuccess) return res_;                                    \
+    compat_select_next(select_);                                             \
+    res_ = call;                                                             \
+    compat_select_next(0);                                                   \
+    return res_;                                                             \
   } while (0)
 
 NCCL_EXPORT ncclResult_t ncclAllReduceConfig(const void *sendbuff, void *recvbuff, size_t count,
                                              ncclDataType_t datatype, ncclRedOp_t op,
                                              ncclComm_t comm, cudaStream_t stream,
                                              const ncclCollConfig_t *config) {
-  CONFIG_CHECK(config, CC_ALLREDUCE, comm, "ncclAllReduceConfig");
-  return pncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
+  CONFIG_CALL(config, CC_ALLREDUCE, comm, "ncclAllReduceConfig",
+              pncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream));
 }
 NCCL_PROFILING_ALIAS(ncclAllReduceConfig);
 
@@ -219,8 +243,8 @@ NCCL_EXPORT ncclResult_t ncclBroadcastConfig(const void *sendbuff, void *recvbuf
                                              ncclDataType_t datatype, int root, ncclComm_t comm,
                                              cudaStream_t stream,
                                              const ncclCollConfig_t *config) {
-  CONFIG_CHECK(config, CC_BROADCAST, comm, "ncclBroadcastConfig");
-  return pncclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream);
+  CONFIG_CALL(config, CC_BROADCAST, comm, "ncclBroadcastConfig",
+              pncclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream));
 }
 NCCL_PROFILING_ALIAS(ncclBroadcastConfig);
 
@@ -228,8 +252,8 @@ NCCL_EXPORT ncclResult_t ncclReduceConfig(const void *sendbuff, void *recvbuff, 
                                           ncclDataType_t datatype, ncclRedOp_t op, int root,
                                           ncclComm_t comm, cudaStream_t stream,
                                           const ncclCollConfig_t *config) {
-  CONFIG_CHECK(config, CC_REDUCE, comm, "ncclReduceConfig");
-  return pncclReduce(sendbuff, recvbuff, count, datatype, op, root, comm, stream);
+  CONFIG_CALL(config, CC_REDUCE, comm, "ncclReduceConfig",
+              pncclReduce(sendbuff, recvbuff, count, datatype, op, root, comm, stream));
 }
 NCCL_PROFILING_ALIAS(ncclReduceConfig);
 
@@ -237,8 +261,8 @@ NCCL_EXPORT ncclResult_t ncclAllGatherConfig(const void *sendbuff, void *recvbuf
                                              size_t sendcount, ncclDataType_t datatype,
                                              ncclComm_t comm, cudaStream_t stream,
                                              const ncclCollConfig_t *config) {
-  CONFIG_CHECK(config, CC_ALLGATHER, comm, "ncclAllGatherConfig");
-  return pncclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream);
+  CONFIG_CALL(config, CC_ALLGATHER, comm, "ncclAllGatherConfig",
+              pncclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream));
 }
 NCCL_PROFILING_ALIAS(ncclAllGatherConfig);
 
@@ -247,31 +271,31 @@ NCCL_EXPORT ncclResult_t ncclReduceScatterConfig(const void *sendbuff, void *rec
                                                  ncclRedOp_t op, ncclComm_t comm,
                                                  cudaStream_t stream,
                                                  const ncclCollConfig_t *config) {
-  CONFIG_CHECK(config, CC_REDUCESCATTER, comm, "ncclReduceScatterConfig");
-  return pncclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
+  CONFIG_CALL(config, CC_REDUCESCATTER, comm, "ncclReduceScatterConfig",
+              pncclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream));
 }
 NCCL_PROFILING_ALIAS(ncclReduceScatterConfig);
 
 NCCL_EXPORT ncclResult_t ncclAlltoAllConfig(const void *sendbuff, void *recvbuff, size_t count,
                                             ncclDataType_t datatype, ncclComm_t comm,
                                             cudaStream_t stream, const ncclCollConfig_t *config) {
-  CONFIG_CHECK(config, CC_POINT_TO_POINT, comm, "ncclAlltoAllConfig");
-  return pncclAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream);
+  CONFIG_CALL(config, CC_POINT_TO_POINT, comm, "ncclAlltoAllConfig",
+              pncclAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream));
 }
 NCCL_PROFILING_ALIAS(ncclAlltoAllConfig);
 
 NCCL_EXPORT ncclResult_t ncclGatherConfig(const void *sendbuff, void *recvbuff, size_t count,
                                           ncclDataType_t datatype, int root, ncclComm_t comm,
                                           cudaStream_t stream, const ncclCollConfig_t *config) {
-  CONFIG_CHECK(config, CC_POINT_TO_POINT, comm, "ncclGatherConfig");
-  return pncclGather(sendbuff, recvbuff, count, datatype, root, comm, stream);
+  CONFIG_CALL(config, CC_POINT_TO_POINT, comm, "ncclGatherConfig",
+              pncclGather(sendbuff, recvbuff, count, datatype, root, comm, stream));
 }
 NCCL_PROFILING_ALIAS(ncclGatherConfig);
 
 NCCL_EXPORT ncclResult_t ncclScatterConfig(const void *sendbuff, void *recvbuff, size_t count,
                                            ncclDataType_t datatype, int root, ncclComm_t comm,
                                            cudaStream_t stream, const ncclCollConfig_t *config) {
-  CONFIG_CHECK(config, CC_POINT_TO_POINT, comm, "ncclScatterConfig");
-  return pncclScatter(sendbuff, recvbuff, count, datatype, root, comm, stream);
+  CONFIG_CALL(config, CC_POINT_TO_POINT, comm, "ncclScatterConfig",
+              pncclScatter(sendbuff, recvbuff, count, datatype, root, comm, stream));
 }
 NCCL_PROFILING_ALIAS(ncclScatterConfig);

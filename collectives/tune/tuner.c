@@ -339,6 +339,37 @@ static int tuner_memo_matches(const struct tuner_memo *m, const struct weftComm 
          m->oversubscribed == comm->oversubscribed_hold;
 }
 
+/* A call that names the (algorithm, protocol) pairs it allows (plan's
+ * alg_select, NCCL's per-call algSelection): the cheapest of them that runs
+ * here, of those WEFT_ALGO and WEFT_PROTO allow too where any is left, else
+ * of them all (the call's choice, made alike on every rank, outweighs the
+ * job's). Returns 0 where one runs (chosen anew at each call), -1 where
+ * none does. */
+static int tune_selected(const struct weftComm *comm, struct weft_plan *plan,
+                         const struct tuner_rules *r, size_t nbytes) {
+  const enum coll_kind coll = plan->coll;
+  const int tree_runs =
+      coll == COLL_ALLREDUCE && comm->nranks > 1 && !(plan->on_device && comm->network);
+  double best = -1;
+  for (int pass = 0; pass < 2 && best < 0; pass++)
+    for (int a = ALGO_RING; a <= ALGO_TREE; a++)
+      for (int p = 0; p < PROTO_NUM; p++) {
+        if (!(plan->alg_select & PLAN_SELECT(a, p))) continue;
+        if (pass == 0 && (!r->algo[coll][a] || !r->proto[coll][p])) continue;
+        if ((a == ALGO_TREE && !tree_runs) || !algo_exists(coll, (enum coll_algo)a) ||
+            !tuner_proto_runs(comm, plan, (enum coll_proto)p))
+          continue;
+        const double t = model_us(comm, plan, (enum coll_algo)a, (enum coll_proto)p, nbytes, 1);
+        if (best < 0 || t < best) {
+          best = t;
+          plan->algo = (enum coll_algo)a;
+          plan->proto = (enum coll_proto)p;
+        }
+      }
+  plan->nchannels = 1; /* one pipeline on the host; the launch spreads it on a device */
+  return best < 0 ? -1 : 0;
+}
+
 int plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
   if (plan_is_sendrecv(plan)) return 0;
   struct tuner_rules fallback;
@@ -346,6 +377,10 @@ int plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
   size_t nbytes = plan->count * plan_type_size(plan->datatype);
   if (plan->coll == COLL_ALLGATHER || plan->coll == COLL_REDUCESCATTER)
     nbytes *= (size_t)comm->nranks;
+  if (__builtin_expect(plan->alg_select != 0, 0)) {
+    if (tune_selected(comm, plan, r, nbytes) == 0) return 0;
+    plan->alg_select = 0; /* nothing it allows runs here: the tuner's own choice */
+  }
   double best = -1;
   plan->algo = ALGO_RING;
   plan->proto = PROTO_SIMPLE;

@@ -191,6 +191,59 @@ TEST(TunerChoice, EnvironmentRestricts) {
   weft_params_reset();
 }
 
+// A call that names the pairs it allows (NCCL's per-call algSelection, as
+// plan->alg_select) takes the cheapest of them: the ring or the tree where
+// the tuner takes recursive doubling, single copy never; narrowed by
+// WEFT_ALGO where that leaves any, else the call's own; none that runs here
+// (the tree of one rank), the tuner's choice. The choice is not kept: the
+// same shape unselected after it is the tuner's again.
+TEST(TunerChoice, ACallsSelectionNarrowsTheChoice) {
+  tuner_env_clear();
+  FakeComm f(8, 1, 131072), one(1, 1, 131072);
+  auto selected = [](const weftComm &c, enum coll_kind coll, size_t count, unsigned sel,
+                     bool on_device = false) {
+    weft_plan p = float_sum(coll, count, on_device);
+    p.alg_select = sel;
+    EXPECT_EQ(plan_tune(&c, &p), 0) << "a selected call's choice is not memoized";
+    return p;
+  };
+  const unsigned ring = PLAN_SELECT(ALGO_RING, PROTO_SIMPLE) | PLAN_SELECT(ALGO_RING, PROTO_LL);
+  const unsigned tree = PLAN_SELECT(ALGO_TREE, PROTO_SIMPLE) | PLAN_SELECT(ALGO_TREE, PROTO_LL);
+  ASSERT_EQ(tune(f.c, COLL_ALLREDUCE, 2).algo, ALGO_RD);
+  weft_plan p = selected(f.c, COLL_ALLREDUCE, 2, ring);
+  EXPECT_EQ(p.algo, ALGO_RING);
+  p = selected(f.c, COLL_ALLREDUCE, 2, tree);
+  EXPECT_EQ(p.algo, ALGO_TREE);
+  p = selected(f.c, COLL_ALLREDUCE, 64 << 20, PLAN_SELECT(ALGO_TREE, PROTO_LL));
+  EXPECT_EQ(p.algo, ALGO_TREE);
+  EXPECT_EQ(p.proto, PROTO_LL) << "the only pair allowed, however dear";
+  p = selected(f.c, COLL_ALLREDUCE, 2, PLAN_SELECT(ALGO_TREE, PROTO_SIMPLE), true);
+  EXPECT_EQ(p.algo, ALGO_TREE) << "device buffers on one host";
+  EXPECT_EQ(p.proto, PROTO_SIMPLE);
+  p = selected(f.c, COLL_ALLGATHER, 1 << 20, PLAN_SELECT(ALGO_RING, PROTO_LL));
+  EXPECT_EQ(p.algo, ALGO_RING);
+  EXPECT_EQ(p.proto, PROTO_LL);
+  EXPECT_EQ(tune(f.c, COLL_ALLREDUCE, 2).algo, ALGO_RD) << "the tuner's own choice after";
+  // no pair of it runs: the tuner's choice, and the selection dropped
+  p = float_sum(COLL_ALLREDUCE, 2);
+  p.alg_select = tree;
+  plan_tune(&one.c, &p);
+  EXPECT_EQ(p.alg_select, 0u);
+  EXPECT_EQ(p.algo, tune(one.c, COLL_ALLREDUCE, 2).algo);
+  // narrowed by WEFT_PROTO where that leaves a pair; the call's own where not
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_PROTO", "simple"));
+  weft_params_reset();
+  p = selected(f.c, COLL_ALLREDUCE, 2, ring);
+  EXPECT_EQ(p.algo, ALGO_RING);
+  EXPECT_EQ(p.proto, PROTO_SIMPLE);
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_ALGO", "tree"));
+  weft_params_reset();
+  p = selected(f.c, COLL_ALLREDUCE, 2, PLAN_SELECT(ALGO_RING, PROTO_LL));
+  EXPECT_EQ(p.algo, ALGO_RING);
+  EXPECT_EQ(p.proto, PROTO_LL);
+  tuner_env_clear();
+}
+
 // Device buffers on a ring that crosses hosts: SIMPLE only (the executor
 // cannot carry LL over a network), each step dearer by two PCIe crossings
 // (the slot staged through pinned host memory), and large messages priced

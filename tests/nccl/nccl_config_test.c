@@ -348,7 +348,8 @@ static void test_config_alg_selection(ncclComm_t comm) {
       EXPECT(strstr(e, coll_names[c]) && strstr(e, "algSelection") && strstr(e, cases[k].sel),
              "%s: last error '%s'", name, e);
     }
-    /* without force, any selection leaves the choice to weft */
+    /* without force, one that does not parse or leaves nothing weft runs is
+     * automatic; one that does is applied as with force */
     cfg.forceAlgSelection = 0;
     snprintf(name, sizeof name, "algSelection \"%s\" force 0", cases[k].sel);
     rng_state = 0x1b873593ull * (uint64_t)(g_rank + 1) + (uint64_t)k;

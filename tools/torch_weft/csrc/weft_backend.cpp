@@ -111,7 +111,7 @@ c10::intrusive_ptr<c10d::Backend> WeftBackend::split(const c10::intrusive_ptr<c1
   const bool member = me != ranks.end();
   const int color = member ? *std::min_element(ranks.begin(), ranks.end()) : WEFT_SPLIT_NOCOLOR;
   const int key = member ? (int)(me - ranks.begin()) : 0;
-  const std::chrono::milliseconds timeout = opts ? opts->timeout : timeout_;
+  const std::chrono::milliseconds timeout = opts ? opts->timeout : timeout();
   const std::string name = opts && !opts->group_name.empty() ? opts->group_name : name_;
   weftConfig_t config = config_of(timeout, name, channels_);
   weftComm_t child = nullptr;
@@ -145,7 +145,7 @@ void WeftBackend::setTimeout(std::chrono::milliseconds timeout) {
   weftResult_t res = weftCommSetTimeout(comm_, (int)timeout.count());
   TORCH_CHECK(res == weftSuccess, "weft: set_timeout: ", weftGetErrorString(res), ": ",
               weftGetLastError(comm_));
-  timeout_ = timeout;
+  timeout_.store(timeout, std::memory_order_relaxed);
 }
 
 c10::intrusive_ptr<c10d::Backend> WeftBackend::shrink(const std::vector<int64_t> &ranks_to_exclude,
@@ -160,7 +160,7 @@ c10::intrusive_ptr<c10d::Backend> WeftBackend::shrink(const std::vector<int64_t>
                 "call shrink_group)");
     excluded.push_back((int)r);
   }
-  const std::chrono::milliseconds timeout = opts ? opts->timeout : timeout_;
+  const std::chrono::milliseconds timeout = opts ? opts->timeout : timeout();
   const std::string name = opts && !opts->group_name.empty() ? opts->group_name : name_;
   if (shrink_flags & 1) {
     // SHRINK_ABORT: what waits in this communicator (a dead peer's
@@ -250,12 +250,15 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpTyp
                                                    std::vector<op_step> steps,
                                                    std::vector<at::Tensor> outputs, bool async_op,
                                                    std::vector<at::Tensor> inputs, int peer) {
-  seq_++;
   const int device = !inputs.empty()    ? device_of(inputs[0])
                      : !outputs.empty() ? device_of(outputs[0])
                                         : -1;
   for (const auto &o : outputs) check_device(o, device, name);
   for (const auto &i : inputs) check_device(i, device, name);
+  // numbered once accepted, as NCCL's: a call refused on one rank only
+  // (tensors on two devices) leaves the group's numbers the peers'
+  // (getSequenceNumberForGroup, which TORCH_DISTRIBUTED_DEBUG=DETAIL compares)
+  seq_++;
   const int sdev = device >= 0 ? device
                    : (gpu_fake_on() && (!inputs.empty() || !outputs.empty())) ? 0
                                                                                : -1;
@@ -346,7 +349,7 @@ void WeftBackend::complete(task &t, std::exception_ptr err) {
     }
   };
   for (auto &w : t.works)
-    w->complete_on_gpu(end, g->future(t.sdev, t.launch.stream, w->result()), async_error, timeout_,
+    w->complete_on_gpu(end, g->future(t.sdev, t.launch.stream, w->result()), async_error, timeout(),
                        streams_.options().blocking_wait,
                        stash ? t.tensors : std::vector<at::Tensor>());
 }
@@ -441,7 +444,7 @@ int64_t WeftBackend::flight_record(const char *name, int peer,
   op.collective_seq = flight_->collective_seq;
   op.p2p_seq = flight_->p2p_seq;
   op.op_id = (int64_t)seq_;
-  op.timeout_ms = timeout_.count();
+  op.timeout_ms = timeout().count();
   op.kind = kind;
   op.rank = rank_;
   op.peer = peer;
@@ -669,7 +672,7 @@ void WeftBackend::p2p_drain() {
   // callers match (" timeout ", as Gloo's " Timed out " and a closed
   // connection's " closed ")
   const std::string when = detail.find("timed out") != std::string::npos
-                               ? c10::str(" after the group's timeout (", timeout_.count(), " ms)")
+                               ? c10::str(" after the group's timeout (", timeout().count(), " ms)")
                                : std::string();
   C10_THROW_ERROR(DistBackendError,
                   c10::str("weft: ", name, " failed on rank ", rank_, " of ", size_, when, ": ",
@@ -701,7 +704,8 @@ void WeftBackend::watch(const c10::intrusive_ptr<WeftWork> &work, const char *na
   while (!watched_.empty() && watched_.front().work->isCompleted() &&
          !watched_.front().work->exception())
     watched_.pop_front();
-  watched_.push_back(watched{work, seq_, name, deadline_after(timeout_)});
+  const std::chrono::milliseconds t = timeout();
+  watched_.push_back(watched{work, seq_, name, deadline_after(t), t});
 }
 
 c10d::ErrorType WeftBackend::watchdog_look(std::string &what) {
@@ -732,7 +736,7 @@ c10d::ErrorType WeftBackend::watchdog_look(std::string &what) {
     }
     if (now > it->deadline) {
       what = c10::str(it->name, " (sequence number ", it->seq, ") timed out: not done ",
-                      timeout_.count(), " ms after it was issued");
+                      it->timeout.count(), " ms after it was issued");
       return c10d::ErrorType::TIMEOUT;
     }
     ++it;

@@ -94,7 +94,7 @@ class WeftBackend : public c10d::Backend {
 
   const std::string getBackendName() const override { return "weft"; }
   c10::intrusive_ptr<Options> getBackendOptions() override {
-    return c10::make_intrusive<Options>("weft", timeout_);
+    return c10::make_intrusive<Options>("weft", timeout());
   }
   bool supportsCoalescing() const override { return true; }
   bool supportsSplitting() const override { return true; }
@@ -430,7 +430,10 @@ class WeftBackend : public c10d::Backend {
   // the communicator so that a blocked operation returns (abort).
   void stop_worker(bool abort_comm);
 
-  std::chrono::milliseconds timeout_;
+  // the group's timeout: set_timeout changes it while the worker and the
+  // watchdog read it
+  std::atomic<std::chrono::milliseconds> timeout_;
+  std::chrono::milliseconds timeout() const { return timeout_.load(std::memory_order_relaxed); }
   std::string name_;
   c10::intrusive_ptr<c10d::Store> store_; /* the group's: monitored barrier, any-source */
   uint64_t monitored_seq_ = 0;
@@ -474,6 +477,7 @@ class WeftBackend : public c10d::Backend {
     uint64_t seq;
     const char *name; /* a literal */
     std::chrono::steady_clock::time_point deadline;
+    std::chrono::milliseconds timeout; /* the group's at issue, which set the deadline */
   };
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;

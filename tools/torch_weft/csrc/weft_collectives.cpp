@@ -500,7 +500,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::endCoalescing() {
     op.p2p_seq = flight_->p2p_seq;
     op.op_id = seq_;
     op.is_p2p = !block_coll_;
-    op.timeout_ms = timeout_.count();
+    op.timeout_ms = timeout().count();
     work->add_flight(flight_recorder::get().record(flight_, op, {}, {}));
   }
   enqueue(std::move(coalesced_));

@@ -80,7 +80,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::recvAnysource(std::vector<at::Tensor
   op_step s = inplace_step(t, [this, source](const at::Tensor &buf) {
     // the senders' counts against what this rank has received from each;
     // every receive issued before this one has been issued (in order)
-    const auto deadline = deadline_after(timeout_);
+    const auto deadline = deadline_after(timeout());
     auto pause = std::chrono::microseconds(50);
     int from = -1;
     for (int turn = 0; from < 0; turn++) {
@@ -101,7 +101,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::recvAnysource(std::vector<at::Tensor
       if (std::chrono::steady_clock::now() >= deadline)
         throw_backend_error(c10::str("weft: recv from any source on rank ", rank_, " of ",
                                      size_, ": no rank sent to it within the timeout of ",
-                                     timeout_.count(), " ms"));
+                                     timeout().count(), " ms"));
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(20000));
     }
@@ -126,7 +126,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::recvAnysource(std::vector<at::Tensor
 void WeftBackend::monitoredBarrier(const c10d::BarrierOptions &opts, bool wait_all_ranks) {
   TORCH_CHECK(store_, "weft: monitoredBarrier needs the group's store");
   const std::chrono::milliseconds timeout =
-      opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
+      opts.timeout == c10d::kUnsetTimeout ? timeout() : opts.timeout;
   const uint64_t n = ++monitored_seq_;
   const std::string base = c10::str("weft_monitored_barrier/", n, "/");
   const std::string answer_key = base + "answer";
@@ -137,7 +137,7 @@ void WeftBackend::monitoredBarrier(const c10d::BarrierOptions &opts, bool wait_a
     std::string what;
     try {
       store_->set(base + std::to_string(rank_), std::vector<uint8_t>{1});
-      store_->wait({answer_key}, timeout_);
+      store_->wait({answer_key}, timeout());
       std::vector<uint8_t> answer = store_->get(answer_key);
       if (std::string(answer.begin(), answer.end()) == ok) return;
       what = c10::str("rank 0 reported: ", std::string(answer.begin(), answer.end()));
