@@ -111,7 +111,7 @@ c10::intrusive_ptr<c10d::Backend> WeftBackend::split(const c10::intrusive_ptr<c1
   const bool member = me != ranks.end();
   const int color = member ? *std::min_element(ranks.begin(), ranks.end()) : WEFT_SPLIT_NOCOLOR;
   const int key = member ? (int)(me - ranks.begin()) : 0;
-  const std::chrono::milliseconds timeout = opts ? opts->timeout : timeout();
+  const std::chrono::milliseconds timeout = opts ? opts->timeout : this->timeout();
   const std::string name = opts && !opts->group_name.empty() ? opts->group_name : name_;
   weftConfig_t config = config_of(timeout, name, channels_);
   weftComm_t child = nullptr;
@@ -160,7 +160,7 @@ c10::intrusive_ptr<c10d::Backend> WeftBackend::shrink(const std::vector<int64_t>
                 "call shrink_group)");
     excluded.push_back((int)r);
   }
-  const std::chrono::milliseconds timeout = opts ? opts->timeout : timeout();
+  const std::chrono::milliseconds timeout = opts ? opts->timeout : this->timeout();
   const std::string name = opts && !opts->group_name.empty() ? opts->group_name : name_;
   if (shrink_flags & 1) {
     // SHRINK_ABORT: what waits in this communicator (a dead peer's

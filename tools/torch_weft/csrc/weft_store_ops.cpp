@@ -126,7 +126,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::recvAnysource(std::vector<at::Tensor
 void WeftBackend::monitoredBarrier(const c10d::BarrierOptions &opts, bool wait_all_ranks) {
   TORCH_CHECK(store_, "weft: monitoredBarrier needs the group's store");
   const std::chrono::milliseconds timeout =
-      opts.timeout == c10d::kUnsetTimeout ? timeout() : opts.timeout;
+      opts.timeout == c10d::kUnsetTimeout ? this->timeout() : opts.timeout;
   const uint64_t n = ++monitored_seq_;
   const std::string base = c10::str("weft_monitored_barrier/", n, "/");
   const std::string answer_key = base + "answer";
@@ -137,7 +137,7 @@ void WeftBackend::monitoredBarrier(const c10d::BarrierOptions &opts, bool wait_a
     std::string what;
     try {
       store_->set(base + std::to_string(rank_), std::vector<uint8_t>{1});
-      store_->wait({answer_key}, timeout());
+      store_->wait({answer_key}, this->timeout());
       std::vector<uint8_t> answer = store_->get(answer_key);
       if (std::string(answer.begin(), answer.end()) == ok) return;
       what = c10::str("rank 0 reported: ", std::string(answer.begin(), answer.end()));
