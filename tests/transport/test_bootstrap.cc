@@ -3,14 +3,21 @@
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,6 +26,7 @@
 extern "C" {
 #include "collectives/api/comm_lifecycle.h"
 #include "transport/bootstrap/bootstrap.h"
+#include "transport/base/log.h"
 #include "transport/base/sock.h"
 #include "transport/base/wait.h"
 }
@@ -602,6 +610,173 @@ TEST(Ports, SplitAndP2pChurnDoesNotExhaustPorts) {
   double took = now_s() - start;
   sh_quiet("ip netns del " + ns);
   printf("%d split + p2p cycles in %.1f s\n", cycles, took);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
+// --- ranks in pid namespaces of their own ---------------------------------
+// (one container per rank sharing the host's network, as `docker run
+// --net=host` makes them: a peer's pid means nothing in the other's namespace)
+
+// Writes text to a /proc file of this process; false when it cannot.
+bool write_proc(const char *path, const std::string &text) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = write(fd, text.data(), text.size()) == (ssize_t)text.size();
+  close(fd);
+  return ok;
+}
+
+int pidns_warnings;
+void pidns_count_warnings(int level, const char *line, void *) {
+  if (level == LOG_WARN) pidns_warnings++;
+  fprintf(stderr, "%s%s\n", level == LOG_WARN ? "unexpected warning: " : "", line);
+}
+
+// Runs body in a child started in a new user and pid namespace, as
+// `unshare -Urpf` does (the child is pid 1 there, its uid and gid mapped to
+// this process's), and returns the child's code; -1, with *why set, when the
+// namespaces cannot be made. This process must have one thread. The child's
+// warnings fail it (201), as run_ranks's do.
+int run_in_own_pid_namespace(const std::function<int()> &body, std::string *why) {
+  const uid_t uid = geteuid();
+  const gid_t gid = getegid();
+  if (unshare(CLONE_NEWUSER | CLONE_NEWPID) != 0) {
+    *why = std::string("unshare(CLONE_NEWUSER | CLONE_NEWPID): ") + strerror(errno);
+    return -1;
+  }
+  write_proc("/proc/self/setgroups", "deny");
+  if (!write_proc("/proc/self/uid_map", std::to_string(uid) + " " + std::to_string(uid) + " 1") ||
+      !write_proc("/proc/self/gid_map", std::to_string(gid) + " " + std::to_string(gid) + " 1")) {
+    *why = std::string("mapping the uid and gid into a user namespace: ") + strerror(errno);
+    return -1;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t child = fork();
+  if (child < 0) {
+    *why = std::string("fork into the pid namespace: ") + strerror(errno);
+    return -1;
+  }
+  if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // the watchdog's kill of the rank reaches it
+    weft_log_set_sink(pidns_count_warnings, nullptr);
+    int rc = getpid() == 1 ? body() : 2;
+    if (rc == 0 && pidns_warnings > 0) rc = 201;
+    fflush(stdout);
+    fflush(stderr);
+    _exit(rc);
+  }
+  int ws = 0;
+  if (waitpid(child, &ws, 0) != child) return 1;
+  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
+// Why a rank could not be started in a pid namespace of its own, or "".
+std::string pid_namespace_unavailable() {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) return "pipe failed";
+  fflush(stdout);
+  fflush(stderr);
+  pid_t probe = fork();
+  if (probe == 0) {
+    close(p[0]);
+    std::string why;
+    int rc = run_in_own_pid_namespace([] { return 0; }, &why);
+    if (rc != 0 && why.empty()) why = "the child in the pid namespace exited with " + std::to_string(rc);
+    if (write(p[1], why.data(), why.size()) < 0) _exit(1);
+    _exit(0);
+  }
+  close(p[1]);
+  std::string why;
+  char buf[256];
+  ssize_t n;
+  while ((n = read(p[0], buf, sizeof buf)) > 0) why.append(buf, (size_t)n);
+  close(p[0]);
+  waitpid(probe, nullptr, 0);
+  return why;
+}
+
+// Rank 1 of 3 lives in a pid namespace of its own, on the host's network and
+// /dev/shm; rank 0 starts its all-reduces late, so that the others wait on
+// it. Each all-reduce must give the sum: no rank may take a live peer for
+// dead because the peer's pid is not its process in the waiter's namespace
+// (rank 1 waited on "rank 0 (pid N) died" when it watched the pids).
+TEST(PidNamespace, RankInAnotherNamespaceIsNotTakenForDead) {
+  const std::string why = pid_namespace_unavailable();
+  if (!why.empty()) GTEST_SKIP() << "cannot start a rank in a pid namespace of its own: " << why;
+  RunOptions opts;
+  opts.timeout_s = 90;
+  opts.env = {{"WEFT_TIMEOUT", "30"}};
+  auto body = [](const RankCtx &ctx) {
+    weftComm_t comm;
+    FAIL_IF(weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess, "init: %s",
+            weftGetLastError(nullptr));
+    // a single element, then several chunks
+    for (size_t count : {(size_t)1, (size_t)300000}) {
+      if (ctx.rank == 0) usleep(1500000);  // the others wait on rank 0 meanwhile
+      std::vector<float> x(count, (float)(ctx.rank + 1)), y(count, 0);
+      FAIL_IF(weftAllReduce(x.data(), y.data(), count, weftFloat32, weftSum, comm, nullptr) !=
+                  weftSuccess,
+              "all-reduce of %zu: %s", count, weftGetLastError(comm));
+      for (size_t i = 0; i < count; i++)
+        FAIL_IF(y[i] != 6, "all-reduce of %zu: element %zu is %g, not 6", count, i, y[i]);
+    }
+    weftCommDestroy(comm);
+    return 0;
+  };
+  auto status = run_ranks(3, [&](const RankCtx &ctx) {
+    if (ctx.rank != 1) return body(ctx);
+    std::string failed;
+    int rc = run_in_own_pid_namespace([&] { return body(ctx); }, &failed);
+    FAIL_IF(rc < 0, "%s", failed.c_str());
+    return rc;
+  }, opts);
+  for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+// Rank 1 of 2, in a pid namespace of its own, exits in the middle of the job
+// while rank 0 waits on it in an all-reduce: rank 0 must report it within
+// seconds, from the connection that closed, although no pid of its namespace
+// can tell (rank 1's pid, 1, names a live process here).
+TEST(PidNamespace, DeathInAnotherNamespaceIsReported) {
+  const std::string why = pid_namespace_unavailable();
+  if (!why.empty()) GTEST_SKIP() << "cannot start a rank in a pid namespace of its own: " << why;
+  RunOptions opts;
+  opts.timeout_s = 90;
+  opts.env = {{"WEFT_TIMEOUT", "40"}};
+  opts.allow_warnings = true;  // the survivor's failure may be logged
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    auto body = [&]() {
+      weftComm_t comm;
+      FAIL_IF(weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess, "init: %s",
+              weftGetLastError(nullptr));
+      float x = 1, y = 0;
+      FAIL_IF(weftAllReduce(&x, &y, 1, weftFloat32, weftSum, comm, nullptr) != weftSuccess ||
+                  y != 2,
+              "first all-reduce: %s", weftGetLastError(comm));
+      if (ctx.rank == 1) {
+        usleep(500000);  // rank 0 is waiting in the second by now
+        _exit(0);        // dies: no destroy, no goodbye
+      }
+      double start = now_s();
+      weftResult_t res = weftAllReduce(&x, &y, 1, weftFloat32, weftSum, comm, nullptr);
+      double took = now_s() - start;
+      std::string text = weftGetLastError(comm);
+      printf("rank 0: the all-reduce ended after %.1f s: %s\n", took, text.c_str());
+      FAIL_IF(res == weftSuccess, "the all-reduce with a dead rank succeeded");
+      FAIL_IF(took > 15, "the death was reported after %.1f s, not by the closed connection", took);
+      FAIL_IF(text.find("rank 1") == std::string::npos, "the error does not name rank 1: %s",
+              text.c_str());
+      weftCommDestroy(comm);
+      return 0;
+    };
+    if (ctx.rank != 1) return body();
+    std::string failed;
+    int rc = run_in_own_pid_namespace(body, &failed);
+    FAIL_IF(rc < 0, "%s", failed.c_str());
+    return rc;
+  }, opts);
   EXPECT_EQ(status[0], 0);
   EXPECT_EQ(status[1], 0);
 }

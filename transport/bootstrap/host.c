@@ -13,7 +13,8 @@
 struct weft_param bootstrap_params[] = {
     {.name = "WEFT_HOSTID", .type = PARAM_STR,
      .doc = "the host identity, instead of the host name, boot id and network namespace: "
-            "ranks with equal ids are taken to share memory"},
+            "ranks with equal ids (in one pid namespace, seeing one /dev/shm) are taken to "
+            "share memory"},
     PARAM_END,
 };
 enum { P_HOSTID };
@@ -22,6 +23,14 @@ uint64_t bootstrap_hash_bytes(uint64_t h, const void *data, size_t n) {
   const unsigned char *p = data;
   for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull; /* FNV-1a */
   return h;
+}
+
+/* Continues h with the identity of what path names: its device and inode. */
+static uint64_t hash_stat(uint64_t h, const char *path) {
+  struct stat st;
+  if (stat(path, &st) != 0) return h;
+  h = bootstrap_hash_bytes(h, &st.st_dev, sizeof st.st_dev);
+  return bootstrap_hash_bytes(h, &st.st_ino, sizeof st.st_ino);
 }
 
 static uint64_t hash_file(uint64_t h, const char *path) {
@@ -45,9 +54,17 @@ void bootstrap_peer_info_local(struct peer_info *info) {
     h = bootstrap_hash_bytes(h, info->hostname, strlen(info->hostname));
     h = hash_file(h, "/proc/sys/kernel/random/boot_id");
     /* ranks in different network namespaces count as different hosts */
-    struct stat st;
-    if (stat("/proc/self/ns/net", &st) == 0) h = bootstrap_hash_bytes(h, &st.st_ino, sizeof st.st_ino);
+    h = hash_stat(h, "/proc/self/ns/net");
   }
+  /* and, whatever the host's name, so do ranks that cannot share memory or
+   * see each other's processes: another pid namespace (a container per rank)
+   * makes a peer's pid meaningless here, yet every user of the hash watches
+   * (kill), reads (process_vm_readv) or opens (/proc/<pid>/fd) a peer's
+   * process by it; another /dev/shm (a container's own) hides the segments
+   * that shm_open would attach. Such ranks connect by network transports,
+   * whose closed connections report a death. */
+  h = hash_stat(h, "/proc/self/ns/pid");
+  h = hash_stat(h, "/dev/shm");
   info->host_hash = h;
 }
 
