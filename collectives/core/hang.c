@@ -389,7 +389,9 @@ static weftResult_t ask_and_judge(struct weftComm *comm, const struct trace_call
     snprintf(text, n, "%s", "");
     goto free_all;
   }
-  bootstrap_ask_all(comm->bs, timeout_ns, answers, sizeof *answers, got, outcome);
+  char why[256];
+  bootstrap_ask_all(comm->bs, timeout_ns, answers, sizeof *answers, got, outcome, why,
+                    sizeof why);
   for (int r = 0; r < nr; r++) {
     struct where_answer *a = &answers[r];
     if (r == comm->rank) {
@@ -408,6 +410,20 @@ static weftResult_t ask_and_judge(struct weftComm *comm, const struct trace_call
     }
   }
   res = hang_verdict(subject, how, views, nr, text, n);
+  /* the ranks this one could not ask count as silent: say why, which is
+   * this process's trouble (out of descriptors), not theirs */
+  int nunasked = 0;
+  for (int r = 0; r < nr; r++) nunasked += outcome[r] == BOOTSTRAP_ASK_UNASKED;
+  int *unasked = nunasked > 0 ? malloc(sizeof *unasked * (size_t)nunasked) : NULL;
+  if (unasked != NULL) {
+    for (int r = 0, i = 0; r < nr; r++)
+      if (outcome[r] == BOOTSTRAP_ASK_UNASKED) unasked[i++] = r;
+    struct text t = {.buf = text, .n = n, .len = strlen(text)};
+    text_add(&t, "; rank %d could not ask ", comm->rank);
+    text_ranks(&t, unasked, nunasked);
+    text_add(&t, " where %s (%s)", nunasked > 1 ? "they are" : "it is", why);
+    free(unasked);
+  }
 free_all:
   free(answers);
   free(got);

@@ -10,9 +10,11 @@
 #include <dirent.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -525,6 +527,86 @@ TEST(Hang, GroupedReceiveNamesItsPeer) {
     FAIL_IF(msg.find("rank 2 is idle") == std::string::npos,
             "rank 2 not named as the idle peer: %s", msg.c_str());
     FAIL_IF(took > kTimeoutS + 1.5, "took %.2f s", took);
+    weftCommAbort(comm);
+    return 0;
+  }, opts);
+  for (size_t r = 0; r < status.size(); r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+// CPU seconds the thread tid of this process has used (user and system),
+// or -1 when /proc cannot tell.
+double thread_cpu_s(pid_t tid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+  FILE *f = fopen(path, "r");
+  if (f == nullptr) return -1;
+  char line[1024];
+  const bool got = fgets(line, sizeof line, f) != nullptr;
+  fclose(f);
+  const char *p = got ? strrchr(line, ')') : nullptr;  // the name may hold spaces
+  unsigned long utime = 0, stime = 0;
+  if (p == nullptr ||
+      sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime) != 2)
+    return -1;
+  return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
+// Rank 0 of 4 runs out of file descriptors (its RLIMIT_NOFILE lowered to
+// the lowest free one) before an all-reduce that rank 3 never calls. Its
+// questions to the others cannot even be made: its error must not call the
+// live ranks dead (it said "ranks 1-3 are dead"), and must say that it
+// could not ask them, and why. The others' questions to rank 0 wait in its
+// query listener's backlog meanwhile: its query thread must not spin on the
+// accept that fails (it took a core).
+TEST(Hang, OutOfDescriptorsCallsNoOneDead) {
+  RunOptions opts;
+  opts.timeout_s = 60;
+  opts.env = {{"WEFT_TIMEOUT", std::to_string(kTimeoutS)}};
+  opts.allow_warnings = true;  // rank 0 warns that it cannot answer
+  auto status = run_ranks(4, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    std::vector<float> buf(1024, 1.0f);
+    if (int rc = open_after_one(ctx, &comm, buf)) return rc;
+    if (ctx.rank == 3) {
+      sleep(kTimeoutS + 3);  // alive, answering questions, but not calling
+      weftCommAbort(comm);
+      return 0;
+    }
+    if (ctx.rank != 0) {
+      weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, comm, nullptr);
+      weftCommAbort(comm);
+      return 0;
+    }
+    std::vector<pid_t> query;
+    FAIL_IF(!threads_named("weft-query", &query) || query.size() != 1,
+            "%zu query threads, want 1", query.size());
+    const double cpu0 = thread_cpu_s(query[0]);
+    struct rlimit was;
+    getrlimit(RLIMIT_NOFILE, &was);
+    const int lowest_free = dup(0);
+    FAIL_IF(lowest_free < 0, "dup: %m");
+    close(lowest_free);
+    struct rlimit none = {(rlim_t)lowest_free, was.rlim_max};
+    FAIL_IF(setrlimit(RLIMIT_NOFILE, &none) != 0, "setrlimit: %m");
+    const double t0 = now_s();
+    weftResult_t res =
+        weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, comm, nullptr);
+    const double took = now_s() - t0;
+    setrlimit(RLIMIT_NOFILE, &was);  // /proc is read with a descriptor
+    const double cpu1 = thread_cpu_s(query[0]);
+    FAIL_IF(cpu0 < 0 || cpu1 < 0, "the query thread's CPU time cannot be read");
+    const double spent = cpu1 - cpu0;
+    const std::string msg = weftGetLastError(comm);
+    printf("rank 0: %s after %.2f s: %s\n", weftGetErrorString(res), took, msg.c_str());
+    printf("rank 0: its query thread used %.2f s of CPU meanwhile\n", spent);
+    FAIL_IF(res != weftRemoteError, "got %s, want weftRemoteError", weftGetErrorString(res));
+    FAIL_IF(msg.find("AllReduce #2 (1024 float32 sum)") == std::string::npos,
+            "error does not name the call: %s", msg.c_str());
+    FAIL_IF(msg.find("dead") != std::string::npos, "live ranks called dead: %s", msg.c_str());
+    FAIL_IF(msg.find("rank 0 could not ask ranks 1-3 where they are (") == std::string::npos ||
+                msg.find(strerror(EMFILE)) == std::string::npos,
+            "the questions not made, and why, not said: %s", msg.c_str());
+    FAIL_IF(spent > 0.5, "the query thread spun: %.2f s of CPU in %.2f s", spent, took);
     weftCommAbort(comm);
     return 0;
   }, opts);

@@ -46,7 +46,9 @@ weftResult_t sock_connect(const union weft_sockaddr *addr, uint64_t deadline_ns,
  * address after listening): "connection refused" means the owner is gone and
  * fails at once. While connecting, watch (may be NULL) is checked every few
  * milliseconds (wait_check: the peer's pid, a poison word, an abort flag), so
- * a dead peer is an error in well under a second. */
+ * a dead peer is an error in well under a second. weftRemoteError: refused
+ * (before the deadline) or timed out; weftSystemError: this process failed
+ * (no descriptor left, no local address), which says nothing of the peer. */
 weftResult_t sock_connect_peer(const union weft_sockaddr *addr, uint64_t deadline_ns,
                                struct weft_wait *watch, int *fd_out);
 /* Accepts one connection before the deadline, checking watch (may be NULL)

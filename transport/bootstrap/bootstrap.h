@@ -118,13 +118,19 @@ enum bootstrap_ask_outcome {
   BOOTSTRAP_ASK_ANSWERED, /* the answer is in */
   BOOTSTRAP_ASK_GONE,     /* nothing listens: its process ended (or its comm was destroyed) */
   BOOTSTRAP_ASK_SILENT,   /* no answer within the time: a host or a network in trouble */
+  BOOTSTRAP_ASK_UNASKED,  /* this rank could not ask (out of descriptors, no local address):
+                             says nothing about the peer */
 };
 /* Asks every other rank at once: replies holds nranks blocks of nbytes, rank
  * r's answer lands in block r (got[r] bytes of it), outcome[r] says how it
- * went (this rank's own entry: SILENT, untouched). Blocks for timeout_ns at
- * most. Any thread; not against bootstrap_close. */
+ * went (this rank's own entry: SILENT, untouched). GONE only where the
+ * peer's listener refused the question, or its pid (on this host) is gone.
+ * Where some rank went UNASKED, why (why_nbytes, may be 0) says what failed
+ * here, else it is made empty. Blocks for timeout_ns at most. Any thread;
+ * not against bootstrap_close. */
 void bootstrap_ask_all(struct bootstrap *bs, uint64_t timeout_ns, void *replies, size_t nbytes,
-                       size_t *got, enum bootstrap_ask_outcome *outcome);
+                       size_t *got, enum bootstrap_ask_outcome *outcome, char *why,
+                       size_t why_nbytes);
 /* Keeps answering, before a bootstrap of a failed job closes, until every
  * other rank whose process lives has asked since bootstrap_poison told it
  * of the failure (without one: within the last recent_ns), or for max_ns: ranks that fail a little later than this one still learn

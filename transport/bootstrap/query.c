@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -21,6 +22,11 @@
 #define QUERY_BYE_MAGIC 0x77667462u /* "wftb": the sender asks no more, and wants no answer */
 #define ASKED_NO_MORE UINT64_MAX /* asked_ns of a rank that said bye */
 #define QUERY_IO_NS 200000000ull /* a question or an answer must move within this */
+/* How long the query thread waits before it accepts again after accept
+ * failed of this process's own (out of descriptors): the question stays in
+ * the listener's backlog meanwhile, which keeps it readable, so accepting
+ * at once would spin. */
+#define QUERY_BACKOFF_MS 100
 
 struct query_question {
   uint32_t magic;
@@ -71,6 +77,7 @@ static void query_answer_one(struct bootstrap *bs, int fd) {
 static void *query_thread_main(void *p) {
   struct bootstrap *bs = p;
   pthread_setname_np(pthread_self(), "weft-query");
+  int warned = 0; /* that accept fails (once per bootstrap) */
   for (;;) {
     struct pollfd fds[2] = {{.fd = bs->query_fd, .events = POLLIN},
                             {.fd = bs->query_stop[0], .events = POLLIN}};
@@ -80,7 +87,16 @@ static void *query_thread_main(void *p) {
     if (fds[1].revents != 0) break;
     if (fds[0].revents & POLLIN) {
       int fd = accept4(bs->query_fd, NULL, NULL, SOCK_CLOEXEC);
-      if (fd >= 0) query_answer_one(bs, fd);
+      if (fd >= 0) {
+        query_answer_one(bs, fd);
+      } else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
+        if (!warned)
+          WEFT_WARN(LOG_BOOTSTRAP, "rank %d cannot answer the other ranks' questions: accept: %m",
+                    bs->rank);
+        warned = 1;
+        /* only the stop pipe, for a while: the question waits in the backlog */
+        poll(&fds[1], 1, QUERY_BACKOFF_MS);
+      }
     }
   }
   return NULL;
@@ -191,24 +207,39 @@ static enum bootstrap_ask_outcome ask_read(int fd, void *reply, size_t nbytes, u
 }
 
 void bootstrap_ask_all(struct bootstrap *bs, uint64_t timeout_ns, void *replies, size_t nbytes,
-                       size_t *got, enum bootstrap_ask_outcome *outcome) {
+                       size_t *got, enum bootstrap_ask_outcome *outcome, char *why,
+                       size_t why_nbytes) {
   const int n = bs->nranks;
   const uint64_t deadline = clock_ns() + timeout_ns;
   int *fds = malloc(sizeof *fds * (size_t)n);
   const struct query_question q = query_question_of(bs, QUERY_MAGIC);
+  if (why_nbytes > 0) why[0] = '\0';
+  if (fds == NULL && why_nbytes > 0) snprintf(why, why_nbytes, "out of memory");
   /* the questions first, to every rank, then the answers in rank order: the
    * askers' waits overlap, so the whole takes about the slowest answer */
   for (int r = 0; r < n; r++) {
     got[r] = 0;
     outcome[r] = BOOTSTRAP_ASK_SILENT;
     if (fds != NULL) fds[r] = -1;
-    if (r == bs->rank || fds == NULL) continue;
+    if (r == bs->rank) continue;
+    if (fds == NULL) {
+      outcome[r] = BOOTSTRAP_ASK_UNASKED;
+      continue;
+    }
     if (bs->query_addrs == NULL) continue;
     const weftResult_t res = sock_connect_peer(&bs->query_addrs[r], deadline, NULL, &fds[r]);
     if (res != weftSuccess) {
-      /* refused: nothing listens there any more (the process ended, or its
-       * communicator was destroyed); a timeout says nothing */
-      if (clock_ns() < deadline || (bs->pids != NULL && bs->pids[r] > 0 && pid_gone(bs->pids[r], 1)))
+      /* refused (a remote error before the deadline): nothing listens there
+       * any more (the process ended, or its communicator was destroyed); a
+       * timeout says nothing; a failure of this process's own (no
+       * descriptor, no address) leaves the peer unasked */
+      if (res == weftRemoteError && clock_ns() < deadline) {
+        outcome[r] = BOOTSTRAP_ASK_GONE;
+      } else if (res != weftRemoteError) {
+        outcome[r] = BOOTSTRAP_ASK_UNASKED;
+        if (why_nbytes > 0 && why[0] == '\0') snprintf(why, why_nbytes, "%s", weft_error_text());
+      }
+      if (bs->pids != NULL && bs->pids[r] > 0 && pid_gone(bs->pids[r], 1))
         outcome[r] = BOOTSTRAP_ASK_GONE;
       fds[r] = -1;
       continue;
