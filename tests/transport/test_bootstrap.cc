@@ -11,11 +11,13 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -779,6 +781,100 @@ TEST(PidNamespace, DeathInAnotherNamespaceIsReported) {
   }, opts);
   EXPECT_EQ(status[0], 0);
   EXPECT_EQ(status[1], 0);
+}
+
+// --- the root's file descriptors ------------------------------------------
+
+// A job of nranks processes whose unique id (so its root, which holds a
+// connection per rank until all have joined) comes from a process whose
+// RLIMIT_NOFILE is lowered to soft and hard. Returns each rank's init error,
+// "" where it joined; "no result" where a rank said nothing.
+std::vector<std::string> join_under_root_limit(int nranks, rlim_t soft, rlim_t hard) {
+  struct Result {
+    int rank;
+    char text[1000];
+  };
+  static_assert(sizeof(Result) <= PIPE_BUF, "a result is written at once");
+  int results[2], ids[2];
+  if (pipe2(results, O_CLOEXEC) != 0 || pipe2(ids, O_CLOEXEC) != 0) return {};
+  fflush(stdout);
+  fflush(stderr);
+  pid_t id_proc = fork();
+  if (id_proc == 0) {
+    setenv("WEFT_TIMEOUT", "20", 1);
+    alarm(60);
+    close(results[0]);
+    for (int rank = 0; rank < nranks; rank++) {
+      if (fork() != 0) continue;
+      alarm(60);
+      close(ids[1]);
+      weftUniqueId id;
+      Result res{rank, {0}};
+      int ok = read(ids[0], &id, sizeof id) == (ssize_t)sizeof id;  // one id in one read
+      weftComm_t comm;
+      if (!ok) snprintf(res.text, sizeof res.text, "no id");
+      else if (weftCommInitRank(&comm, nranks, id, rank) != weftSuccess)
+        snprintf(res.text, sizeof res.text, "%s", weftGetLastError(nullptr));
+      if (write(results[1], &res, sizeof res) != (ssize_t)sizeof res) _exit(1);
+      if (ok && res.text[0] == '\0') weftCommDestroy(comm);
+      _exit(0);
+    }
+    close(results[1]);
+    close(ids[0]);
+    struct rlimit low = {soft, hard};  // the ranks keep theirs
+    if (setrlimit(RLIMIT_NOFILE, &low) != 0) _exit(2);
+    weftUniqueId id;
+    if (weftGetUniqueId(&id) != weftSuccess) _exit(3);
+    for (int rank = 0; rank < nranks; rank++)
+      if (write(ids[1], &id, sizeof id) != (ssize_t)sizeof id) _exit(4);
+    close(ids[1]);
+    while (wait(nullptr) > 0) {
+    }
+    _exit(0);
+  }
+  close(results[1]);
+  close(ids[0]);
+  close(ids[1]);
+  std::vector<std::string> texts(nranks, "no result");
+  Result res;
+  while (read(results[0], &res, sizeof res) == (ssize_t)sizeof res)
+    if (res.rank >= 0 && res.rank < nranks) texts[res.rank] = res.text;
+  close(results[0]);
+  int ws = 0;
+  waitpid(id_proc, &ws, 0);
+  EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0) << "the id's process: " << ws;
+  return texts;
+}
+
+// The id's process starts with a soft limit of 16 descriptors, under what a
+// root for 24 ranks holds: it raises its soft limit toward the hard one,
+// and every rank joins (before, ranks failed with "the root gave up" or
+// "the unique id's secret is not the root's").
+TEST(RootDescriptors, SoftLimitIsRaised) {
+  struct rlimit rl;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+  if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < 256)
+    GTEST_SKIP() << "the hard RLIMIT_NOFILE is " << rl.rlim_max << ", under 256";
+  const int nranks = 24;
+  auto texts = join_under_root_limit(nranks, 16, rl.rlim_max);
+  ASSERT_EQ((int)texts.size(), nranks);
+  for (int r = 0; r < nranks; r++) EXPECT_EQ(texts[r], "") << "rank " << r;
+}
+
+// The id's process has a hard limit of 16 descriptors: every rank must learn
+// that the root is out of them, with the numbers, instead of a dropped
+// connection read as a wrong secret or a root that gave up.
+TEST(RootDescriptors, HardLimitIsToldToEveryRank) {
+  const int nranks = 24;
+  auto texts = join_under_root_limit(nranks, 16, 16);
+  ASSERT_EQ((int)texts.size(), nranks);
+  for (int r = 0; r < nranks; r++) {
+    EXPECT_NE(texts[r].find("is out of file descriptors: 24 ranks need "), std::string::npos)
+        << "rank " << r << ": " << texts[r];
+    EXPECT_NE(texts[r].find("RLIMIT_NOFILE is 16 (hard limit 16)"), std::string::npos)
+        << "rank " << r << ": " << texts[r];
+  }
+  printf("rank 0: %s\n", texts[0].c_str());
 }
 
 // --- under a real torchrun ----------------------------------------------

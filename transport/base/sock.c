@@ -384,7 +384,8 @@ static weftResult_t sock_hellos_accept(struct sock_hellos *hs, int listen_fd,
     if (fd < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED || errno == EINTR)
         return weftSuccess;
-      if (errno == EMFILE || errno == ENFILE) {
+      hs->accept_errno = errno;
+      if ((errno == EMFILE || errno == ENFILE) && !hs->out_of_fds_fails) {
         /* out of descriptors: make room by letting the oldest stranger go */
         if (hs->n > 0) {
           sock_hellos_drop(hs, 0, "out of file descriptors");

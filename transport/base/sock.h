@@ -75,6 +75,12 @@ struct sock_hello {
 };
 struct sock_hellos {
   int n;
+  /* what to do when accept runs out of descriptors: 0 (the default) lets the
+   * oldest pending connection go to make room (a listener that strangers
+   * flood); 1 keeps every pending one and fails with weftSystemError (a
+   * listener whose every connection is a rank: the root) */
+  int out_of_fds_fails;
+  int accept_errno; /* errno of the last accept that failed, 0: none */
   struct sock_hello v[SOCK_HELLOS_MAX];
 };
 /* How many bytes the hello takes, judged from its first got bytes (more than

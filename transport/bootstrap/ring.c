@@ -67,6 +67,15 @@ static weftResult_t root_wait_table(int root_fd, const struct bootstrap_id *id, 
                           "rank %d left (failed or died) before all %d ranks joined at %s",
                           (int)left, nranks, root);
   }
+  if (res == weftSuccess && outcome == ROOT_OUT_OF_FDS) {
+    struct root_fds f = {0, 0, 0};
+    sock_recv_all(root_fd, &f, sizeof f, clock_ns() + HELLO_TIMEOUT_NS);
+    return weft_error_set(weftSystemError,
+                          "bootstrap root at %s is out of file descriptors: %d ranks need %u+ "
+                          "descriptors in its process, RLIMIT_NOFILE is %u (hard limit %u); "
+                          "raise it (ulimit -n) for the process that made the unique id",
+                          root, nranks, f.need, f.soft, f.hard);
+  }
   if (res == weftSuccess && outcome != ROOT_ALL_JOINED)
     res = weft_error_set(weftRemoteError, "the root gave up (not every rank joined in time)");
   if (res == weftSuccess)

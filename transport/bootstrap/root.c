@@ -2,12 +2,15 @@
  * the job's secret, then hands each the table of all; and the unique ids
  * that name a root. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../base/shm_segment.h"
@@ -59,6 +62,56 @@ static int root_rank_died_unjoined(const struct root_state *st, const int *fds, 
   return i >= 0 ? key_rank[i] : -1;
 }
 
+/* How many descriptors this process has open, or -1 when it cannot tell
+ * (no descriptor to read /proc with). */
+static int fds_open(void) {
+  DIR *d = opendir("/proc/self/fd");
+  if (d == NULL) return -1;
+  int n = 0;
+  while (readdir(d) != NULL) n++;
+  closedir(d);
+  return n - 3; /* ".", ".." and the directory's own */
+}
+
+static uint32_t rlim_u32(rlim_t v) {
+  return v == RLIM_INFINITY || v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+}
+
+/* Makes room for `more` connections besides what the process holds now: the
+ * root holds one per rank until every rank has joined. Raises the soft
+ * RLIMIT_NOFILE toward the hard limit when it is short (as launchers do);
+ * 0 with *short_out filled when even that is too few, else 1. */
+static int root_fds_fit(int more, struct root_fds *short_out) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 1; /* cannot tell: try */
+  int open_now = fds_open();
+  if (open_now < 0) /* no descriptor left to count them with: all are taken */
+    open_now = rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > INT32_MAX ? INT32_MAX / 2
+                                                                        : (int)rl.rlim_cur;
+  const rlim_t need = (rlim_t)open_now + (rlim_t)more + 1; /* + 1: to accept with */
+  const rlim_t want = need + SOCK_HELLOS_MAX + 16;        /* strangers; the program's own */
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+    struct rlimit raised = rl;
+    raised.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
+    if (raised.rlim_cur > rl.rlim_cur && setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+      WEFT_INFO(LOG_BOOTSTRAP, "root: raised RLIMIT_NOFILE from %llu to %llu for %d connections",
+                (unsigned long long)rl.rlim_cur, (unsigned long long)raised.rlim_cur, more + 1);
+      rl = raised;
+    }
+  }
+  if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need) return 1;
+  *short_out = (struct root_fds){.need = rlim_u32(need), .soft = rlim_u32(rl.rlim_cur),
+                                 .hard = rlim_u32(rl.rlim_max)};
+  return 0;
+}
+
+/* Tells a rank that the root's process is out of descriptors, and lets it go. */
+static void root_tell_out_of_fds(int fd, const struct root_fds *f) {
+  uint32_t msg[4] = {ROOT_OUT_OF_FDS, f->need, f->soft, f->hard};
+  sock_send_all(fd, msg, sizeof msg, clock_ns() + HELLO_TIMEOUT_NS);
+  close(fd);
+}
+
 /* Tells a joined rank that rank `left` left, and lets it go. */
 static void root_tell_left(int fd, int32_t left) {
   uint32_t msg[2] = {ROOT_RANK_LEFT, (uint32_t)left};
@@ -75,14 +128,31 @@ static void *root_main(void *arg) {
   uint64_t deadline = clock_ns() + st->timeout_ns;
   int nranks = -1, joined = 0;
   int left = -1, told = 0; /* after a rank left: how many others know */
+  int out_of_fds = 0;       /* 1: found just now, 2: the joined ranks were told */
+  struct root_fds fds_short = {0, 0, 0};
   int *fds = NULL;
   struct peer_info *infos = NULL;
   uint32_t *keys = NULL; /* presence keys of the ranks still to join */
   int *key_rank = NULL;
   struct sock_hellos *hs = calloc(1, sizeof *hs);
   if (hs == NULL) goto close_all;
-  while (left < 0 ? nranks < 0 || joined < nranks : told < nranks - 1) {
-    if (left < 0) {
+  hs->out_of_fds_fails = 1; /* every pending connection may be a rank's */
+  while (out_of_fds ? told < nranks
+                    : left < 0 ? nranks < 0 || joined < nranks : told < nranks - 1) {
+    if (out_of_fds == 1) { /* every rank learns why, instead of a dropped connection */
+      WEFT_WARN(LOG_BOOTSTRAP,
+                "root: out of file descriptors: %d ranks need %u+, RLIMIT_NOFILE is %u (hard %u)",
+                nranks, fds_short.need, fds_short.soft, fds_short.hard);
+      out_of_fds = 2;
+      for (int r = 0; r < nranks; r++) {
+        if (fds[r] < 0) continue;
+        root_tell_out_of_fds(fds[r], &fds_short);
+        fds[r] = -1;
+        told++;
+      }
+      continue;
+    }
+    if (left < 0 && !out_of_fds) {
       left = root_rank_left(fds, nranks);
       int died = left < 0 ? root_rank_died_unjoined(st, fds, nranks, keys, key_rank) : -1;
       if (died >= 0) left = died;
@@ -119,6 +189,31 @@ static void *root_main(void *arg) {
                                         root_hello_size,
                                         NULL, until, NULL, &fd, &h, &got);
     if (res == weftInProgress) continue;
+    if (res == weftSystemError && (hs->accept_errno == EMFILE || hs->accept_errno == ENFILE)) {
+      hs->accept_errno = 0;
+      if (nranks > 0 && !out_of_fds && root_fds_fit(nranks - joined, &fds_short)) {
+        /* the limit was raised for the rest (the process had opened more
+         * since the first rank came) */
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+      } else if (nranks > 0 && !out_of_fds) {
+        /* the joined ranks' connections, the pending ones and the rest of
+         * the process fill the soft limit */
+        struct rlimit rl = {0, 0};
+        getrlimit(RLIMIT_NOFILE, &rl);
+        const int64_t others = (int64_t)rlim_u32(rl.rlim_cur) - joined - hs->n;
+        fds_short = (struct root_fds){.need = (uint32_t)((others > 0 ? others : 0) + nranks + 1),
+                                      .soft = rlim_u32(rl.rlim_cur),
+                                      .hard = rlim_u32(rl.rlim_max)};
+        out_of_fds = 1;
+      } else {
+        /* the pending ones free theirs as they are read (or the program its
+         * own): look again in a while */
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+      }
+      continue;
+    }
     if (res != weftSuccess) {
       WEFT_WARN(LOG_BOOTSTRAP, "root: %s; giving up", weft_error_text());
       deadline = 0; /* tells the joined ranks, next turn */
@@ -148,6 +243,12 @@ static void *root_main(void *arg) {
       told++;
       continue;
     }
+    if (out_of_fds) {
+      root_reply(fd, ROOT_OK);
+      root_tell_out_of_fds(fd, &fds_short);
+      told++;
+      continue;
+    }
     if (fds == NULL) {
       nranks = h.nranks;
       fds = malloc(sizeof *fds * (size_t)nranks);
@@ -159,6 +260,13 @@ static void *root_main(void *arg) {
         goto close_all;
       }
       for (int i = 0; i < nranks; i++) fds[i] = -1;
+      if (!root_fds_fit(nranks - 1, &fds_short)) { /* this rank's is open already */
+        out_of_fds = 1;
+        root_reply(fd, ROOT_OK);
+        root_tell_out_of_fds(fd, &fds_short);
+        told++;
+        continue;
+      }
     }
     fds[h.rank] = fd;
     infos[h.rank] = h.info;
@@ -167,7 +275,7 @@ static void *root_main(void *arg) {
     root_reply(fd, ROOT_OK);
     WEFT_TRACE(LOG_BOOTSTRAP, "root: rank %d of %d joined (%d so far)", h.rank, nranks, joined);
   }
-  for (int r = 0; left < 0 && r < nranks; r++) {
+  for (int r = 0; left < 0 && !out_of_fds && r < nranks; r++) {
     uint32_t outcome = ROOT_ALL_JOINED;
     uint64_t d = clock_ns() + st->timeout_ns;
     if (sock_send_all(fds[r], &outcome, sizeof outcome, d) == weftSuccess)

@@ -40,8 +40,18 @@ static inline uint64_t hello_timeout(uint64_t timeout_ns) {
 enum root_reply { ROOT_OK = 0, ROOT_BAD_NRANKS = 2, ROOT_BAD_RANK, ROOT_DUP_RANK };
 /* What the root sends every joined rank at the end: the peer table follows
  * ROOT_ALL_JOINED; ROOT_RANK_LEFT is followed by the rank (int32) whose
- * connection closed before every rank joined; ROOT_GAVE_UP: the timeout. */
-enum root_outcome { ROOT_ALL_JOINED = 0x6a6f696e, ROOT_RANK_LEFT, ROOT_GAVE_UP };
+ * connection closed before every rank joined; ROOT_GAVE_UP: the timeout;
+ * ROOT_OUT_OF_FDS: the root's process cannot hold a connection per rank,
+ * followed by struct root_fds. */
+enum root_outcome { ROOT_ALL_JOINED = 0x6a6f696e, ROOT_RANK_LEFT, ROOT_GAVE_UP, ROOT_OUT_OF_FDS };
+
+/* The root's descriptors when they are short: how many the job needs in its
+ * process, and its RLIMIT_NOFILE (UINT32_MAX: unlimited). */
+struct root_fds {
+  uint32_t need;
+  uint32_t soft;
+  uint32_t hard;
+};
 
 struct hello {
   uint32_t magic;
