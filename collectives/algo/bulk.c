@@ -113,11 +113,11 @@ static int conn_has_bulk(const struct weft_conn *c) {
 }
 
 /* Channels that can carry bulk transfers: the first ones whose ring is
- * channel 0's and whose connections both have them. */
+ * channel 0's and whose connections, on every rank, have them. */
 static int bulk_nchannels(const struct weftComm *comm) {
   const struct weft_channel *ch0 = &comm->channels[0];
   int nch = 0;
-  while (nch < comm->nchannels) {
+  while (nch < comm->nchannels && nch < comm->bulk_nchannels_all) {
     const struct weft_channel *ch = &comm->channels[nch];
     if (!conn_has_bulk(&ch->send) || !conn_has_bulk(&ch->recv)) break;
     if (memcmp(ch->ring, ch0->ring, (size_t)comm->nranks * sizeof *ch->ring) != 0) break;

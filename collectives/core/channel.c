@@ -143,9 +143,19 @@ weftResult_t channels_connect(struct weftComm *comm, uint32_t nslots, size_t slo
     res = weft_error_set(local, "%s", why);
     goto free_blobs;
   }
-  /* every rank sees every blob, so all agree whether any ring hop leaves shm */
+  /* every rank sees every blob, so all agree whether any ring hop leaves
+   * shm, and on which channels every hop can move bulk transfers (a rank
+   * whose own two hops can, among ranks whose hops cannot, must not take the
+   * bulk path alone: with two ranks on one host and one on another, the
+   * lone rank's hops both cross hosts) */
   for (size_t i = 0; i < (size_t)n * (size_t)nch; i++)
     if (blobs[i].transport > 0) comm->network = 1;
+  comm->bulk_nchannels_all = nch;
+  for (int c = 0; c < nch; c++)
+    for (int r = 0; r < n && comm->bulk_nchannels_all > c; r++) {
+      const int t = blobs[(size_t)r * (size_t)nch + (size_t)c].transport;
+      if (t < 0 || weft_transports[t]->bulk.post == NULL) comm->bulk_nchannels_all = c;
+    }
   for (int c = 0; c < nch; c++) {
     struct weft_channel *ch = &comm->channels[c];
     int next = ch->ring[(ch->ring_pos + 1) % n];

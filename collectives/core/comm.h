@@ -97,6 +97,10 @@ struct weftComm {
   int nchannels;
   struct weft_channel channels[WEFT_MAX_CHANNELS];
   int network;                  /* some ring connection crosses hosts */
+  /* the channels, from 0, on which every rank's ring connections can move
+   * bulk transfers (channels_connect, from every rank's transports): what
+   * bulk_possible decides on, alike on every rank */
+  int bulk_nchannels_all;
   struct tree_links trees[2];   /* this rank's place in the two trees (comm_trees) */
   int tree_depth;               /* the deepest rank's depth in either tree */
   struct tree_links tree_small;  /* the tree of small all-reduces (comm_tree_small) */

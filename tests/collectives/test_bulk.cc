@@ -440,4 +440,45 @@ TEST(BulkRefused, BuffersFreedBeforeThePeersLetGo) {
   munmap(arrived, sizeof(int));
 }
 
+// Hosts of unequal size: ranks 0 and 1 on one host, 2 (and 4) alone or in
+// pairs on others. A rank alone on its host has both its ring hops across
+// hosts, so its own connections could move bulk where its neighbours' shared
+// memory hops cannot: every rank must take the same path (the comm decides
+// from every rank's transports), or the lone rank waits in the bulk path
+// while the others run the ring, until the timeout. Each all-reduce, large
+// enough for bulk where it runs, gives the sum, well inside WEFT_TIMEOUT,
+// and no rank ran a call bulk.
+TEST(BulkUneven, HostsOfUnequalSizeTakeOnePath) {
+  SKIP_WITHOUT_UCX();
+  for (const std::vector<int> &hosts :
+       {std::vector<int>{0, 0, 1}, std::vector<int>{0, 0, 1, 1, 2}, std::vector<int>{0, 1, 1}}) {
+    const int n = (int)hosts.size();
+    RunOptions opts;
+    opts.host_of = [&](int rank) { return "bulk-uneven-" + std::to_string(hosts[rank]); };
+    opts.timeout_s = 120;
+    opts.env = {{"UCX_TLS", "tcp"}, {"WEFT_TIMEOUT", "20"}};  // shm within a host
+    auto status = run_ranks(n, [&](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (int rc = init(ctx, &comm)) return rc;
+      for (size_t count : {(size_t)1, (size_t)(1u << 20) + 3}) {
+        std::vector<float> x(count, (float)(ctx.rank + 1)), y(count, 0);
+        const double t0 = now_s();
+        FAIL_IF(weftAllReduce(x.data(), y.data(), count, weftFloat32, weftSum, comm, nullptr) !=
+                    weftSuccess,
+                "%d ranks, all-reduce of %zu after %.1f s: %s", n, count, now_s() - t0,
+                weftGetLastError(comm));
+        const float want = (float)(n * (n + 1) / 2);
+        for (size_t i = 0; i < count; i++)
+          FAIL_IF(y[i] != want, "%d ranks, count %zu: element %zu is %g, not %g", n, count, i,
+                  y[i], want);
+      }
+      FAIL_IF(bulk_calls(comm) != 0, "%d ranks: %llu calls ran bulk on a ring with shared "
+              "memory hops", n, (unsigned long long)bulk_calls(comm));
+      weftCommDestroy(comm);
+      return 0;
+    }, opts);
+    for (int r = 0; r < n; r++) EXPECT_EQ(status[r], 0) << n << " ranks, rank " << r;
+  }
+}
+
 }  // namespace
