@@ -108,6 +108,19 @@ static weftResult_t init_settings_read(struct init_settings *s) {
   return weftSuccess;
 }
 
+/* Sets comm->oversubscribed_any to whether any rank's host is
+ * oversubscribed (its own oversubscribed_hold): one bootstrap round. */
+static weftResult_t oversubscribed_agree(struct weftComm *comm) {
+  int *flags = calloc((size_t)comm->nranks, sizeof *flags);
+  if (flags == NULL) return weft_error_set(weftSystemError, "out of memory");
+  flags[comm->rank] = comm->oversubscribed_hold != 0;
+  const weftResult_t res = bootstrap_allgather(comm->bs, flags, sizeof *flags);
+  for (int r = 0; r < comm->nranks && res == weftSuccess; r++)
+    comm->oversubscribed_any |= flags[r];
+  free(flags);
+  return res;
+}
+
 /* A bad config is refused before anything (the id stays good for another
  * try, as NCCL's). A rank whose environment holds a bad setting still joins
  * the bootstrap where it has peers, marked refused, so that they learn of
@@ -183,6 +196,11 @@ static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
       CPU_OR(&local_cpus, &local_cpus, &one);
   }
   comm->oversubscribed_hold = wait_oversubscribed_hold(nlocal, CPU_COUNT(&local_cpus));
+  /* the tuner prices calls alike on every rank: where ranks span hosts, each
+   * learns whether any host is oversubscribed (one host: all know already) */
+  comm->oversubscribed_any = comm->oversubscribed_hold;
+  if (nlocal < nranks)
+    WEFT_TRY_GOTO(oversubscribed_agree(comm), res, close_channels);
   WEFT_TRY_GOTO(channels_connect(comm, (uint32_t)nslots, (size_t)slot_nbytes), res,
                 close_channels);
   comm->pid = comm_self_pid();

@@ -125,6 +125,9 @@ struct weftComm {
    * it; read and set from any thread (comm_async_error(_set)). */
   weftResult_t async_error;
   int oversubscribed_hold;      /* holds the waits' oversubscribed mode (transport/wait.h) */
+  /* some host of the comm has more of its ranks than CPUs for them: what the
+   * tuner prices, alike on every rank (each host knows only its own) */
+  int oversubscribed_any;
   struct weft_redop redops[WEFT_MAX_REDOPS];
   char last_error[1024];
   void *device; /* the device executor's state (device_cuda.c), NULL until used */

@@ -160,7 +160,7 @@ static const struct {
 /* Network transports: latency times this, bandwidth divided by that. */
 #define TUNER_NET_LAT_FACTOR 40
 #define TUNER_NET_BW_DIVISOR 8
-/* More ranks on this host than CPUs for them (comm->oversubscribed_hold):
+/* More ranks on a host than CPUs for them (comm->oversubscribed_any):
  * a dependent step waits until the scheduler runs the rank that sends, a
  * context switch rather than a cache line. 3-4 ranks on 2 vCPUs (AMD EPYC,
  * KVM): 2.3-5 us per call for one step (direct), 3.7-10 us for recursive
@@ -219,7 +219,7 @@ static void tuner_cost_get(const struct weftComm *comm, enum coll_proto proto, i
   }
   double lat = tuner_cost[proto].lat_us, bw = tuner_cost[proto].bytes_per_us;
   if (comm->network) lat *= TUNER_NET_LAT_FACTOR, bw /= TUNER_NET_BW_DIVISOR;
-  if (comm->oversubscribed_hold) lat *= TUNER_OVERSUB_LAT_FACTOR;
+  if (comm->oversubscribed_any) lat *= TUNER_OVERSUB_LAT_FACTOR;
   if (comm->network && on_device) {
     lat += 2 * TUNER_DEV_PCIE_LAT_US;
     if (bw > TUNER_DEV_PCIE_BYTES_PER_US) bw = TUNER_DEV_PCIE_BYTES_PER_US;
@@ -336,7 +336,7 @@ static int tuner_memo_matches(const struct tuner_memo *m, const struct weftComm 
          m->cma_min_nbytes == cma_min && m->bulk_min_nbytes == bulk_min &&
          m->on_device == plan->on_device && m->nranks == comm->nranks &&
          m->tree_depth == comm->tree_depth && m->network == comm->network &&
-         m->oversubscribed == comm->oversubscribed_hold;
+         m->oversubscribed == comm->oversubscribed_any;
 }
 
 /* A call that names the (algorithm, protocol) pairs it allows (plan's
@@ -445,7 +445,7 @@ int plan_tune(const struct weftComm *comm, struct weft_plan *plan) {
   if (r != &fallback)
     *m = (struct tuner_memo){.comm = comm, .rules = r, .nranks = comm->nranks,
                              .tree_depth = comm->tree_depth, .network = comm->network,
-                             .oversubscribed = comm->oversubscribed_hold,
+                             .oversubscribed = comm->oversubscribed_any,
                              .on_device = plan->on_device, .coll = plan->coll, .nbytes = nbytes,
                              .cma_min_nbytes = cma_min, .bulk_min_nbytes = bulk_min,
                              .cma_refused = cma_refused, .bulk_refused = bulk_refused,

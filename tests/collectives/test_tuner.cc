@@ -1,5 +1,7 @@
 // The tuner's parsing of WEFT_ALGO/WEFT_PROTO, its choices, and ring order.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +16,8 @@ extern "C" {
 #include "collectives/core/plan.h"
 #include "collectives/tune/tuner.h"
 }
+
+using namespace weft_test;
 
 namespace {
 
@@ -137,12 +141,12 @@ TEST(TunerChoice, SmallAllReduceOnFewRanksTakesOneStep) {
   EXPECT_EQ(tune(three.c, COLL_ALLGATHER, 2).algo, ALGO_RING) << "direct is all-reduce only";
   // oversubscribed (the same comms: the tuner's memo must see the change)
   for (FakeComm *f : {&three, &four}) {
-    f->c.oversubscribed_hold = 1;
+    f->c.oversubscribed_any = 1;
     for (size_t count : {size_t{2}, size_t{16}, size_t{128}, size_t{1024}})
       EXPECT_EQ(tune(f->c, COLL_ALLREDUCE, count).algo, ALGO_DIRECT)
           << f->c.nranks << " ranks, " << count * 4 << " B";
   }
-  two.c.oversubscribed_hold = 1;
+  two.c.oversubscribed_any = 1;
   EXPECT_EQ(tune(two.c, COLL_ALLREDUCE, 2).algo, ALGO_RD);
 }
 
@@ -392,6 +396,58 @@ TEST(RingOrder, HostsAdjacentCrossingOncePerHost) {
   int crossings = 0;
   for (int i = 0; i < 7; i++) crossings += host_of[ring[i]] != host_of[ring[(i + 1) % 7]];
   EXPECT_EQ(crossings, 3);
+}
+
+// Ranks on hosts of which one is oversubscribed (3 ranks on this machine's
+// CPUs, the other host 1 rank): the tuner prices a call alike on every rank,
+// so every rank plans every size the same (each host priced its own: the
+// lone rank planned, say, recursive doubling where the others took the tree,
+// and the call hung until the timeout). Each rank's choices for all-reduce,
+// all-gather and broadcast from 8 B to 16 MiB go into shared memory, and
+// rank 0 compares them.
+TEST(TunerChoice, HostsAgreeWhenOneIsOversubscribed) {
+  const long ncpus = sysconf(_SC_NPROCESSORS_ONLN);
+  if (ncpus > 2) GTEST_SKIP() << "needs 3 ranks to outnumber the CPUs (" << ncpus << " here)";
+  const int n = 4, nsizes = 22;
+  const enum coll_kind colls[] = {COLL_ALLREDUCE, COLL_ALLGATHER, COLL_BROADCAST};
+  const int nplans = nsizes * 3;
+  int *plans = (int *)mmap(nullptr, sizeof(int) * n * nplans, PROT_READ | PROT_WRITE,
+                           MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(plans, MAP_FAILED);
+  RunOptions opts;
+  opts.env = {{"WEFT_TIMEOUT", "20"}};
+  opts.host_of = [](int rank) { return std::string(rank < 3 ? "oversub-a" : "oversub-b"); };
+  auto status = run_ranks(n, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    weftComm *c = (weftComm *)comm;
+    printf("rank %d: this host oversubscribed %d, some host %d\n", ctx.rank,
+           c->oversubscribed_hold, c->oversubscribed_any);
+    for (int k = 0; k < 3; k++)
+      for (int i = 0; i < nsizes; i++) {
+        weft_plan p = float_sum(colls[k], (size_t)2 << i);
+        plan_tune(c, &p);
+        plans[ctx.rank * nplans + k * nsizes + i] = p.algo * PROTO_NUM + p.proto;
+      }
+    int rc = 0;
+    float x = 1, y = 0;  // and a call that works: every rank here after planning
+    if (rc == 0 && (weftAllReduce(&x, &y, 1, weftFloat32, weftSum, comm, nullptr) != weftSuccess ||
+                    y != (float)n))
+      rc = rank_fail(ctx, "all-reduce: %s", weftGetLastError(comm));
+    if (rc == 0 && ctx.rank == 0)
+      for (int r = 1; r < n; r++)
+        for (int j = 0; j < nplans; j++)
+          if (plans[r * nplans + j] != plans[j] && rc == 0)
+            rc = rank_fail(ctx, "%s of %zu B: rank 0 plans %s, rank %d %s",
+                           coll_kind_name(colls[j / nsizes]), (size_t)8 << (j % nsizes),
+                           tuner_algo_name(plans[j] / PROTO_NUM), r,
+                           tuner_algo_name(plans[r * nplans + j] / PROTO_NUM));
+    weftCommDestroy(comm);
+    return rc;
+  }, opts);
+  for (int r = 0; r < n; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+  munmap(plans, sizeof(int) * n * nplans);
 }
 
 }  // namespace
