@@ -36,6 +36,13 @@ weftResult_t compat_comm_usable(weftComm_t comm, const char *fn);
  * caller sets 0 after it, so that a call refused before it is enqueued
  * leaves nothing for the next. */
 void compat_select_next(unsigned alg_select);
+/* A collective (coll: an enum coll_kind) that the NCCL API refused before
+ * weft saw it (a bad ncclCollConfig_t, a suspended communicator): it takes
+ * its number and its place in the trace as weft's own refusals do, so that
+ * this rank's next call is not paired with the peers' pending one, and
+ * fails the group it is in. */
+void compat_coll_refused(weftComm_t comm, int coll, size_t count, weftDataType_t datatype,
+                         weftRedOp_t op, int root, weftResult_t res);
 
 /* NCCL's init: inside a group recorded, to run at the outermost group end
  * (group_defer_init: one thread creates several ranks); otherwise at once.

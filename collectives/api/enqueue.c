@@ -195,6 +195,17 @@ static void coll_done_early(struct weftComm *comm, const struct weft_plan *plan,
                   res == weftSuccess ? TRACE_COMPLETED : TRACE_FAILED, -1, res);
 }
 
+void compat_coll_refused(weftComm_t comm, int coll, size_t count, weftDataType_t datatype,
+                         weftRedOp_t op, int root, weftResult_t res) {
+  if (comm != NULL && comm_check(comm) == weftSuccess && (unsigned)coll < COLL_NUM) {
+    struct weft_plan plan;
+    plan_init(&plan, (enum coll_kind)coll, NULL, NULL, count, datatype, op, root);
+    comm->seq++; /* as every call of the comm counts */
+    coll_done_early(comm, &plan, res);
+  }
+  group_fail(res);
+}
+
 static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
                                  weftStream_t stream) {
   if (__builtin_expect(select_next != 0, 0)) {

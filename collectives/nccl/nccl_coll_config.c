@@ -218,23 +218,30 @@ static ncclResult_t coll_config_check(const ncclCollConfig_t *user, enum coll_co
 }
 
 /* Checks config, then returns call, made with the pairs its algSelection
- * allows. */
-#define CONFIG_CALL(config, coll, comm, fn, call)                            \
-  do {                                                                       \
-    unsigned select_;                                                        \
-    ncclResult_t res_ = coll_config_check(config, coll, comm, fn, &select_); \
-    if (res_ != ncclSuccess) return res_;                                    \
-    compat_select_next(select_);                                             \
-    res_ = call;                                                             \
-    compat_select_next(0);                                                   \
-    return res_;                                                             \
+ * allows. A refused call of a compared collective (coll, with its count,
+ * datatype, op and root; -1: none) still takes its number
+ * (compat_coll_refused). */
+#define CONFIG_CALL(config, cc, comm, fn, coll, count, datatype, op, root, call)    \
+  do {                                                                             \
+    unsigned select_;                                                              \
+    ncclResult_t res_ = coll_config_check(config, cc, comm, fn, &select_);         \
+    if (res_ != ncclSuccess) {                                                     \
+      compat_coll_refused((weftComm_t)(comm), coll, count, (weftDataType_t)(datatype), \
+                          (weftRedOp_t)(op), root, (weftResult_t)res_);            \
+      return res_;                                                                 \
+    }                                                                              \
+    compat_select_next(select_);                                                   \
+    res_ = call;                                                                   \
+    compat_select_next(0);                                                         \
+    return res_;                                                                   \
   } while (0)
 
 NCCL_EXPORT ncclResult_t ncclAllReduceConfig(const void *sendbuff, void *recvbuff, size_t count,
                                              ncclDataType_t datatype, ncclRedOp_t op,
                                              ncclComm_t comm, cudaStream_t stream,
                                              const ncclCollConfig_t *config) {
-  CONFIG_CALL(config, CC_ALLREDUCE, comm, "ncclAllReduceConfig",
+  CONFIG_CALL(config, CC_ALLREDUCE, comm, "ncclAllReduceConfig", COLL_ALLREDUCE, count,
+              datatype, op, -1,
               pncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream));
 }
 NCCL_PROFILING_ALIAS(ncclAllReduceConfig);
@@ -243,7 +250,8 @@ NCCL_EXPORT ncclResult_t ncclBroadcastConfig(const void *sendbuff, void *recvbuf
                                              ncclDataType_t datatype, int root, ncclComm_t comm,
                                              cudaStream_t stream,
                                              const ncclCollConfig_t *config) {
-  CONFIG_CALL(config, CC_BROADCAST, comm, "ncclBroadcastConfig",
+  CONFIG_CALL(config, CC_BROADCAST, comm, "ncclBroadcastConfig", COLL_BROADCAST, count,
+              datatype, ncclSum, root,
               pncclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream));
 }
 NCCL_PROFILING_ALIAS(ncclBroadcastConfig);
@@ -252,7 +260,8 @@ NCCL_EXPORT ncclResult_t ncclReduceConfig(const void *sendbuff, void *recvbuff, 
                                           ncclDataType_t datatype, ncclRedOp_t op, int root,
                                           ncclComm_t comm, cudaStream_t stream,
                                           const ncclCollConfig_t *config) {
-  CONFIG_CALL(config, CC_REDUCE, comm, "ncclReduceConfig",
+  CONFIG_CALL(config, CC_REDUCE, comm, "ncclReduceConfig", COLL_REDUCE, count, datatype,
+              op, root,
               pncclReduce(sendbuff, recvbuff, count, datatype, op, root, comm, stream));
 }
 NCCL_PROFILING_ALIAS(ncclReduceConfig);
@@ -261,7 +270,8 @@ NCCL_EXPORT ncclResult_t ncclAllGatherConfig(const void *sendbuff, void *recvbuf
                                              size_t sendcount, ncclDataType_t datatype,
                                              ncclComm_t comm, cudaStream_t stream,
                                              const ncclCollConfig_t *config) {
-  CONFIG_CALL(config, CC_ALLGATHER, comm, "ncclAllGatherConfig",
+  CONFIG_CALL(config, CC_ALLGATHER, comm, "ncclAllGatherConfig", COLL_ALLGATHER,
+              sendcount, datatype, ncclSum, -1,
               pncclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream));
 }
 NCCL_PROFILING_ALIAS(ncclAllGatherConfig);
@@ -271,7 +281,8 @@ NCCL_EXPORT ncclResult_t ncclReduceScatterConfig(const void *sendbuff, void *rec
                                                  ncclRedOp_t op, ncclComm_t comm,
                                                  cudaStream_t stream,
                                                  const ncclCollConfig_t *config) {
-  CONFIG_CALL(config, CC_REDUCESCATTER, comm, "ncclReduceScatterConfig",
+  CONFIG_CALL(config, CC_REDUCESCATTER, comm, "ncclReduceScatterConfig", COLL_REDUCESCATTER,
+              recvcount, datatype, op, -1,
               pncclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream));
 }
 NCCL_PROFILING_ALIAS(ncclReduceScatterConfig);
@@ -279,7 +290,8 @@ NCCL_PROFILING_ALIAS(ncclReduceScatterConfig);
 NCCL_EXPORT ncclResult_t ncclAlltoAllConfig(const void *sendbuff, void *recvbuff, size_t count,
                                             ncclDataType_t datatype, ncclComm_t comm,
                                             cudaStream_t stream, const ncclCollConfig_t *config) {
-  CONFIG_CALL(config, CC_POINT_TO_POINT, comm, "ncclAlltoAllConfig",
+  CONFIG_CALL(config, CC_POINT_TO_POINT, comm, "ncclAlltoAllConfig", -1, 0, datatype,
+              ncclSum, -1,
               pncclAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream));
 }
 NCCL_PROFILING_ALIAS(ncclAlltoAllConfig);
@@ -287,7 +299,8 @@ NCCL_PROFILING_ALIAS(ncclAlltoAllConfig);
 NCCL_EXPORT ncclResult_t ncclGatherConfig(const void *sendbuff, void *recvbuff, size_t count,
                                           ncclDataType_t datatype, int root, ncclComm_t comm,
                                           cudaStream_t stream, const ncclCollConfig_t *config) {
-  CONFIG_CALL(config, CC_POINT_TO_POINT, comm, "ncclGatherConfig",
+  CONFIG_CALL(config, CC_POINT_TO_POINT, comm, "ncclGatherConfig", -1, 0, datatype,
+              ncclSum, -1,
               pncclGather(sendbuff, recvbuff, count, datatype, root, comm, stream));
 }
 NCCL_PROFILING_ALIAS(ncclGatherConfig);
@@ -295,7 +308,8 @@ NCCL_PROFILING_ALIAS(ncclGatherConfig);
 NCCL_EXPORT ncclResult_t ncclScatterConfig(const void *sendbuff, void *recvbuff, size_t count,
                                            ncclDataType_t datatype, int root, ncclComm_t comm,
                                            cudaStream_t stream, const ncclCollConfig_t *config) {
-  CONFIG_CALL(config, CC_POINT_TO_POINT, comm, "ncclScatterConfig",
+  CONFIG_CALL(config, CC_POINT_TO_POINT, comm, "ncclScatterConfig", -1, 0, datatype,
+              ncclSum, -1,
               pncclScatter(sendbuff, recvbuff, count, datatype, root, comm, stream));
 }
 NCCL_PROFILING_ALIAS(ncclScatterConfig);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "nccl_shim.h"
+#include "../core/plan.h"
 
 /* --- The ABI: NCCL's values are weft's ------------------------------------ */
 
@@ -64,6 +65,17 @@ _Static_assert(sizeof(ncclDataType_t) == sizeof(weftDataType_t), "datatype sizes
   do {                                                                         \
     weftResult_t usable_ = compat_comm_usable(COMM(comm), fn);                 \
     if (usable_ != weftSuccess) return (ncclResult_t)usable_;                  \
+  } while (0)
+/* The same for a compared collective (coll, with its arguments), which a
+ * refusal still numbers (compat_coll_refused). */
+#define USABLE_COLL(comm, fn, coll, count, datatype, op, root)                 \
+  do {                                                                         \
+    weftResult_t usable_ = compat_comm_usable(COMM(comm), fn);                 \
+    if (usable_ != weftSuccess) {                                              \
+      compat_coll_refused(COMM(comm), coll, count, (weftDataType_t)(datatype), \
+                          (weftRedOp_t)(op), root, usable_);                   \
+      return (ncclResult_t)usable_;                                            \
+    }                                                                          \
   } while (0)
 
 /* --- Environment: NCCL_* to WEFT_* ----------------------------------------- */
@@ -674,7 +686,7 @@ NCCL_PROFILING_ALIAS(ncclGroupSimulateEnd);
 NCCL_EXPORT ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
                                     ncclDataType_t datatype, ncclRedOp_t op, int root,
                                     ncclComm_t comm, cudaStream_t stream) {
-  USABLE(comm, "ncclReduce");
+  USABLE_COLL(comm, "ncclReduce", COLL_REDUCE, count, datatype, op, root);
   return RES(weftReduce(sendbuff, recvbuff, count, (weftDataType_t)datatype, (weftRedOp_t)op,
                         root, COMM(comm), STREAM(stream)));
 }
@@ -682,7 +694,7 @@ NCCL_PROFILING_ALIAS(ncclReduce);
 
 NCCL_EXPORT ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root,
                                    ncclComm_t comm, cudaStream_t stream) {
-  USABLE(comm, "ncclBcast");
+  USABLE_COLL(comm, "ncclBcast", COLL_BROADCAST, count, datatype, ncclSum, root);
   return RES(weftBcast(buff, count, (weftDataType_t)datatype, root, COMM(comm), STREAM(stream)));
 }
 NCCL_PROFILING_ALIAS(ncclBcast);
@@ -690,7 +702,7 @@ NCCL_PROFILING_ALIAS(ncclBcast);
 NCCL_EXPORT ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                                        ncclDataType_t datatype, int root, ncclComm_t comm,
                                        cudaStream_t stream) {
-  USABLE(comm, "ncclBroadcast");
+  USABLE_COLL(comm, "ncclBroadcast", COLL_BROADCAST, count, datatype, ncclSum, root);
   return RES(weftBroadcast(sendbuff, recvbuff, count, (weftDataType_t)datatype, root, COMM(comm),
                            STREAM(stream)));
 }
@@ -699,7 +711,7 @@ NCCL_PROFILING_ALIAS(ncclBroadcast);
 NCCL_EXPORT ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                                        ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                        cudaStream_t stream) {
-  USABLE(comm, "ncclAllReduce");
+  USABLE_COLL(comm, "ncclAllReduce", COLL_ALLREDUCE, count, datatype, op, -1);
   return RES(weftAllReduce(sendbuff, recvbuff, count, (weftDataType_t)datatype, (weftRedOp_t)op,
                            COMM(comm), STREAM(stream)));
 }
@@ -708,7 +720,7 @@ NCCL_PROFILING_ALIAS(ncclAllReduce);
 NCCL_EXPORT ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
                                            ncclDataType_t datatype, ncclRedOp_t op,
                                            ncclComm_t comm, cudaStream_t stream) {
-  USABLE(comm, "ncclReduceScatter");
+  USABLE_COLL(comm, "ncclReduceScatter", COLL_REDUCESCATTER, recvcount, datatype, op, -1);
   return RES(weftReduceScatter(sendbuff, recvbuff, recvcount, (weftDataType_t)datatype,
                                (weftRedOp_t)op, COMM(comm), STREAM(stream)));
 }
@@ -717,7 +729,7 @@ NCCL_PROFILING_ALIAS(ncclReduceScatter);
 NCCL_EXPORT ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                                        ncclDataType_t datatype, ncclComm_t comm,
                                        cudaStream_t stream) {
-  USABLE(comm, "ncclAllGather");
+  USABLE_COLL(comm, "ncclAllGather", COLL_ALLGATHER, sendcount, datatype, ncclSum, -1);
   return RES(weftAllGather(sendbuff, recvbuff, sendcount, (weftDataType_t)datatype, COMM(comm),
                            STREAM(stream)));
 }

@@ -364,6 +364,41 @@ static void test_config_alg_selection(ncclComm_t comm) {
   }
 }
 
+/* A Config call that one rank alone has refused (a bad CTAPolicy there)
+ * still takes its number: that rank's next all-reduce, the same as the
+ * peers' pending one in every other field, is not paired with it (without
+ * the number rank 1's second call took rank 0's first one's data, and every
+ * call succeeded). Outside a group, and inside one, whose end then fails;
+ * each on a communicator split for it, which the mismatch breaks. */
+static void test_config_refusal_keeps_numbers(ncclComm_t comm) {
+  for (int grouped = 0; grouped < 2; grouped++) {
+    ncclComm_t sub = NULL;
+    NCCL_OK(ncclCommSplit(comm, 0, g_rank, &sub, NULL));
+    float a[4] = {1, 1, 1, 1}, b[4] = {2, 2, 2, 2};
+    ncclResult_t res;
+    if (g_rank == 1) {
+      ncclCollConfig_t bad = NCCL_COLLCONFIG_INITIALIZER;
+      bad.CTAPolicy = 999;
+      if (grouped) NCCL_OK(ncclGroupStart());
+      res = ncclAllReduceConfig(a, a, 4, ncclFloat32, ncclSum, sub, NULL, &bad);
+      EXPECT(res == ncclInvalidArgument, "CTAPolicy 999 accepted (%d)", (int)res);
+      res = ncclAllReduce(b, b, 4, ncclFloat32, ncclSum, sub, NULL);
+      if (grouped) {
+        EXPECT(res == ncclSuccess, "a grouped call returned %d", (int)res);
+        res = ncclGroupEnd();
+        EXPECT(res == ncclInvalidArgument, "the group with a refused call returned %d",
+               (int)res);
+        res = ncclAllReduce(b, b, 4, ncclFloat32, ncclSum, sub, NULL);
+      }
+    } else {
+      res = ncclAllReduce(a, a, 4, ncclFloat32, ncclSum, sub, NULL);
+    }
+    EXPECT(res != ncclSuccess, "%s: rank %d's all-reduce paired with another (a %g, b %g)",
+           grouped ? "grouped" : "alone", g_rank, a[0], b[0]);
+    ncclCommAbort(sub);
+  }
+}
+
 /* The calls weft refuses, and the one it answers. */
 static void test_refused(ncclComm_t comm) {
   NCCL_OK(ncclSetEncryption(NULL));
@@ -446,6 +481,7 @@ int main(void) {
   test_config_refusals(comm);
   test_config_ctas_accepted(comm);
   test_config_alg_selection(comm);
+  test_config_refusal_keeps_numbers(comm);
   test_refused(comm);
   NCCL_OK(ncclCommDestroy(comm));
   if (g_failures) fprintf(stderr, "rank %d: %d checks failed\n", g_rank, g_failures);
