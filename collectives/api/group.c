@@ -226,12 +226,16 @@ static void group_number(struct group_entry *entries, size_t n) {
   }
 }
 
-/* A group that runs none of its ops: each is failed with res in its comm's
- * trace (the host ones; the device ones are recorded at launch). */
+/* Ops of a group that do not run: each is failed with res in its comm's
+ * trace (the host ones, recorded at the end already; the device ones, which
+ * would have been at launch, now), so that every rank's trace numbers the
+ * group's calls alike. */
 static void group_drop(const struct group_op *ops, size_t nops, weftResult_t res) {
-  for (size_t i = 0; i < nops; i++)
-    if (ops[i].plan.trace_id != 0)
-      trace_set_state(ops[i].comm->trace, ops[i].plan.trace_id, TRACE_FAILED, -1, res);
+  for (size_t i = 0; i < nops; i++) {
+    struct trace *t = ops[i].comm->trace;
+    if (ops[i].plan.trace_id != 0) trace_set_state(t, ops[i].plan.trace_id, TRACE_FAILED, -1, res);
+    else if (ops[i].plan.on_device) trace_record_done(t, &ops[i].plan, res);
+  }
 }
 
 /* Launches ops: each stream's as one item of that stream, the rest now. */
@@ -248,7 +252,14 @@ static weftResult_t group_dispatch(const struct group_op *ops, size_t nops) {
         return res;
       }
   struct group_op *part = malloc(sizeof *part * (nops ? nops : 1));
-  if (part == NULL) return weft_error_set(weftSystemError, "out of memory");
+  char *passed = calloc(nops ? nops : 1, 1); /* host ops handed on (they report themselves) */
+  if (part == NULL || passed == NULL) {
+    free(part);
+    free(passed);
+    const weftResult_t res = weft_error_set(weftSystemError, "out of memory");
+    group_drop(ops, nops, res);
+    return res;
+  }
   weftResult_t res = group_dispatch_device(ops, nops);
   for (size_t i = 0; i < nops && res == weftSuccess; i++) {
     int first = ops[i].stream != NULL && !ops[i].plan.on_device;
@@ -260,12 +271,24 @@ static weftResult_t group_dispatch(const struct group_op *ops, size_t nops) {
     for (size_t j = i; j < nops; j++)
       if (ops[j].stream == ops[i].stream) part[n++] = ops[j];
     if (res == weftSuccess) res = stream_enqueue(s, part, n);
+    for (size_t j = i; j < nops && res == weftSuccess; j++)
+      if (ops[j].stream == ops[i].stream) passed[j] = 1;
   }
   size_t n = 0;
   for (size_t i = 0; i < nops; i++)
     if (ops[i].stream == NULL && !ops[i].plan.on_device) part[n++] = ops[i];
-  if (res == weftSuccess && n > 0) res = group_launch(part, n);
+  if (res == weftSuccess && n > 0) {
+    res = group_launch(part, n);
+    for (size_t i = 0; i < nops; i++)
+      if (ops[i].stream == NULL && !ops[i].plan.on_device) passed[i] = 1;
+  }
+  /* host ops that a failure kept back never run: failed in the trace, not
+   * left scheduled (the device ones were recorded by their launch) */
+  for (size_t i = 0; i < nops && res != weftSuccess; i++)
+    if (!passed[i] && !ops[i].plan.on_device && ops[i].plan.trace_id != 0)
+      trace_set_state(ops[i].comm->trace, ops[i].plan.trace_id, TRACE_FAILED, -1, res);
   free(part);
+  free(passed);
   return res;
 }
 
