@@ -2,7 +2,7 @@
 # Rank commands are single-quoted on purpose: the ranks expand them.
 # shellcheck disable=SC2016
 # Tests the weftrun launcher: environment, output prefixes, failure teardown,
-# signal forwarding, exec errors and argument errors.
+# signal forwarding, job control, leftovers, exec errors and argument errors.
 #
 #   tests/tools/test_weftrun.sh path/to/weftrun
 #
@@ -182,9 +182,168 @@ if kill -0 "$pid" 2>/dev/null; then
 fi
 wait "$pid"
 rc=$?
-[[ $rc -ne 0 ]] || fail "exit status 0 after SIGINT"
+[[ $rc -eq 130 ]] || fail "exit status $rc after SIGINT, expected 130"
 no_leftovers
 report sigint
+
+# --- (d2) signals that end the job: said so, 128+N, a second one kills ------
+# The ranks ignore SIGINT and SIGTERM, so only the SIGKILL that a second
+# SIGINT sends ends them before WEFTRUN_KILL_TIMEOUT.
+WEFTRUN_KILL_TIMEOUT=10 "$weftrun" -n 2 sh -c \
+  'trap "" INT TERM; echo ready; sleep '"$sleep_s"'; :' "$marker" >"$tmp/out" 2>"$tmp/err" &
+pid=$!
+for _ in $(seq 100); do
+  [[ $(grep -c ready "$tmp/out") -ge 2 ]] && break
+  sleep 0.05
+done
+kill -INT "$pid"
+sleep 0.3
+kill -0 "$pid" 2>/dev/null || fail "weftrun ended on the first SIGINT, which the ranks ignore"
+t0=$(now_ms)
+kill -INT "$pid"
+for _ in $(seq 100); do # up to 5 s
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.05
+done
+elapsed_ms=$(($(now_ms) - t0))
+if kill -0 "$pid" 2>/dev/null; then
+  fail "weftrun still running 5 s after a second SIGINT"
+  kill -9 "$pid"
+fi
+wait "$pid"
+rc=$?
+[[ $rc -eq 130 ]] || fail "exit status $rc, expected 130 (128 + SIGINT)"
+((elapsed_ms < 3000)) || fail "the second SIGINT took ${elapsed_ms} ms to end the job"
+grep -q "weftrun: interrupted (SIGINT)" "$tmp/err" || fail "no interrupted message: $(cat "$tmp/err")"
+grep -q "killed by signal\|exited with status" "$tmp/err" &&
+  fail "the ranks weftrun ended are reported as failures: $(cat "$tmp/err")"
+no_leftovers
+bounded "$weftrun" -n 2 sh -c 'kill -TERM $PPID; sleep '"$sleep_s"'; :' "$marker" \
+  >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[[ $rc -eq 143 ]] || fail "SIGTERM: exit status $rc, expected 143"
+grep -q "weftrun: interrupted (SIGTERM)" "$tmp/err" || fail "SIGTERM: $(cat "$tmp/err")"
+no_leftovers
+report interrupted
+
+# --- (d3) SIGUSR1, SIGUSR2 and SIGALRM reach every rank; the job goes on -----
+"$weftrun" -n 2 sh -c 'trap "echo usr1 \$RANK" USR1; trap "echo usr2 \$RANK" USR2
+  trap "echo alrm \$RANK; exit 0" ALRM; echo ready; while :; do sleep 0.05; done' "$marker" \
+  >"$tmp/out" 2>"$tmp/err" &
+pid=$!
+for sig_word in ready:- usr1:USR1 usr2:USR2 alrm:ALRM; do
+  word=${sig_word%:*} sig=${sig_word#*:}
+  [[ $sig == - ]] || kill -"$sig" "$pid" 2>/dev/null
+  for _ in $(seq 100); do
+    [[ $(grep -c "$word" "$tmp/out") -ge 2 ]] && break
+    sleep 0.05
+  done
+done
+for _ in $(seq 100); do
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.05
+done
+if kill -0 "$pid" 2>/dev/null; then
+  fail "weftrun still running 5 s after SIGALRM"
+  kill -9 "$pid"
+fi
+wait "$pid"
+rc=$?
+[[ $rc -eq 0 ]] || fail "exit status $rc, expected 0"
+expect_file <(grep -v ready "$tmp/out" | sort) \
+  $'[0] alrm 0\n[0] usr1 0\n[0] usr2 0\n[1] alrm 1\n[1] usr1 1\n[1] usr2 1'
+no_leftovers
+report user_signals
+
+# --- (d4) SIGTSTP stops the ranks with weftrun; SIGCONT resumes them ------------
+# state PID: its state letter in /proc (T when stopped).
+state() {
+  sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1
+}
+# weftrun in a process group of its own whose parent is in another: as a
+# shell with job control starts it, where SIGTSTP's stop is not dropped.
+set -m
+"$weftrun" -n 2 sh -c 'echo ready; while :; do sleep 0.05; done' "$marker" \
+  >"$tmp/out" 2>"$tmp/err" &
+pid=$!
+set +m
+for _ in $(seq 100); do
+  [[ $(grep -c ready "$tmp/out") -ge 2 ]] && break
+  sleep 0.05
+done
+mapfile -t ranks < <(pgrep -P "$pid")
+((${#ranks[@]} == 2)) || fail "expected 2 ranks, found: ${ranks[*]} (weftrun state $(state "$pid"), output $(cat "$tmp/out" "$tmp/err"))"
+# stopped PID...: all are stopped; running PID...: none is
+stopped() {
+  local p
+  for p in "$@"; do [[ $(state "$p") == T ]] || return 1; done
+}
+running() {
+  local p
+  for p in "$@"; do [[ $(state "$p") != T ]] || return 1; done
+}
+kill -TSTP "$pid"
+for _ in $(seq 100); do
+  stopped "$pid" "${ranks[@]}" && break
+  sleep 0.05
+done
+stopped "$pid" || fail "weftrun not stopped by SIGTSTP: state $(state "$pid")"
+stopped "${ranks[@]}" || fail "ranks not stopped with weftrun: states $(for p in "${ranks[@]}"; do state "$p"; done)"
+kill -CONT "$pid"
+for _ in $(seq 100); do
+  running "$pid" "${ranks[@]}" && break
+  sleep 0.05
+done
+running "$pid" || fail "weftrun not continued"
+running "${ranks[@]}" || fail "ranks not continued"
+kill -TERM "$pid"
+for _ in $(seq 100); do
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.05
+done
+kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+wait "$pid" 2>/dev/null
+no_leftovers
+report stop_continue
+
+# --- (d5) a reaped rank's process group is not signalled -------------------
+# Rank 0 exits, leaving a sleep in its process group; a process from outside
+# the job joins that group, standing in for one that got the group's id by
+# pid reuse. When rank 1 fails, the sleep must go, the outsider must not.
+bounded "$weftrun" -n 2 sh -c 'if [ "$RANK" = 0 ]; then sleep '"$sleep_s"' &
+    echo $$ >"$0.pgid"; exit 0; fi
+  while [ ! -e "$0.go" ]; do sleep 0.05; done; exit 3' "$tmp/x_$marker" \
+  >"$tmp/out" 2>"$tmp/err" &
+pid=$!
+for _ in $(seq 100); do
+  [[ -s "$tmp/x_$marker.pgid" ]] && break
+  sleep 0.05
+done
+pgid=$(cat "$tmp/x_$marker.pgid")
+perl -e 'setpgrp(0, $ARGV[0]) or die "setpgrp: $!\n"; exec "sleep", "299.'"$$"'"' "$pgid" &
+outsider=$!
+sleep 0.3
+kill -0 "$outsider" 2>/dev/null || fail "the outsider could not join rank 0's group"
+touch "$tmp/x_$marker.go"
+wait "$pid"
+rc=$?
+[[ $rc -eq 3 ]] || fail "exit status $rc, expected 3"
+kill -0 "$outsider" 2>/dev/null || fail "weftrun signalled the group of rank 0 after reaping it"
+kill -9 "$outsider" 2>/dev/null
+wait "$outsider" 2>/dev/null
+no_leftovers
+report reaped_group
+
+# --- (d6) leftovers in a session of their own are killed at once ------------
+t0=$(now_ms)
+bounded "$weftrun" -n 2 sh -c 'setsid sleep '"$sleep_s"' & sleep 0.2' "$marker" \
+  >"$tmp/out" 2>"$tmp/err"
+rc=$?
+elapsed_ms=$(($(now_ms) - t0))
+[[ $rc -eq 0 ]] || fail "exit status $rc, expected 0"
+((elapsed_ms < 3000)) || fail "took ${elapsed_ms} ms"
+no_leftovers
+report leftover_session
 
 # --- (e) a program that cannot be run ---------------------------------------
 bounded "$weftrun" -n 2 "$tmp/no_such_program" >"$tmp/out" 2>"$tmp/err"

@@ -10,7 +10,8 @@
  *
  * Each rank runs in its own process group, so a signal reaches it once: from
  * weftrun, not also from the terminal. weftrun is a child subreaper, so
- * processes that ranks leave behind are reaped here and killed at the end.
+ * processes that ranks leave behind become its children, which it kills
+ * (by pid, in whatever group or session they are) and reaps at the end.
  *
  * This file parses the arguments and sets up;
  * weftrun_job.h says where the rest lives.
@@ -70,7 +71,10 @@ static void run_usage(FILE *f)
           "When a rank fails, the others get SIGTERM, then SIGKILL after\n"
           "WEFTRUN_KILL_TIMEOUT seconds (default 5), and weftrun exits with the failed\n"
           "rank's status (128+N for signal N). SIGINT, SIGTERM, SIGHUP and SIGQUIT are\n"
-          "forwarded to every rank.\n");
+          "forwarded to every rank and end the job the same way, a second one with\n"
+          "SIGKILL at once; weftrun then exits with 128+N. SIGUSR1, SIGUSR2, SIGALRM and\n"
+          "SIGCONT are forwarded and the job goes on; SIGTSTP stops the ranks (with\n"
+          "SIGSTOP) and weftrun. Processes that ranks leave behind are killed at the end.\n");
 }
 
 static void run_usage_error(const char *fmt, ...)
@@ -324,6 +328,7 @@ static void run_job_free(struct run_job *job)
     free(job->ranks[r].err.buf);
   }
   free(job->ranks);
+  free(job->signalled);
   free(job->out);
   for (int x = 0; x < job->n_x_vars; x++)
     free(job->x_vars[x]);

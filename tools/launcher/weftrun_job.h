@@ -60,9 +60,13 @@ struct run_job {
   int nlaunched;
   int nlive;                 /* launched and not reaped */
   bool children_left;        /* waitpid saw unreaped descendants */
+  pid_t *signalled;          /* leftovers sent the teardown signal, until reaped */
+  int n_signalled;
+  int cap_signalled;
+  int64_t leftovers_scanned_ms; /* when /proc was last searched for leftovers */
   int fail_rank;             /* first rank that failed, or -1 */
   int fail_status;           /* weftrun's exit status for that failure */
-  int signal_received;       /* first forwarded signal, or 0 */
+  int signal_received;       /* first signal that ends the job, or 0 */
   int64_t kill_deadline_ms;  /* SIGKILL everything then; 0 = not tearing down */
   int64_t final_deadline_ms; /* stop waiting then; 0 = not yet */
   char *out;                 /* prefixed lines waiting for one write */

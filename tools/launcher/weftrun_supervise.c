@@ -5,6 +5,8 @@
 #endif
 #include "weftrun_job.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -19,8 +21,14 @@
 #include <time.h>
 #include <unistd.h>
 
-static const int run_forwarded_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+/* Every signal weftrun catches and forwards. The first four end the job
+ * (run_signal_ends_job); the next three are passed on to the ranks, which
+ * go on; SIGTSTP stops the ranks and weftrun, SIGCONT resumes the ranks. */
+static const int run_forwarded_signals[] = {SIGINT,  SIGTERM, SIGHUP,  SIGQUIT, SIGUSR1,
+                                            SIGUSR2, SIGALRM, SIGTSTP, SIGCONT};
 #define RUN_NFORWARDED ((int)(sizeof run_forwarded_signals / sizeof run_forwarded_signals[0]))
+
+enum { RUN_LEFTOVER_SCAN_MS = 50 }; /* during a teardown, look for new leftovers this often */
 
 static int sig_pipe[2] = {-1, -1};
 volatile sig_atomic_t sig_stop_launch;
@@ -53,21 +61,129 @@ static const char *run_signal_name(int signo, char *buf, size_t nbytes)
   return buf;
 }
 
-/* --- Launching ---------------------------------------------------------- */
-
-static void run_signal_all(struct run_job *job, int signo)
+static bool run_signal_ends_job(int signo)
 {
-  /* a rank's group may outlive the rank: its leftovers get the signal too */
+  return signo == SIGINT || signo == SIGTERM || signo == SIGHUP || signo == SIGQUIT;
+}
+
+/* --- Signalling the job ------------------------------------------------- */
+
+/* Signals the process group of every rank not yet reaped: the rank and what
+ * it started there. An unreaped rank's pid, and so its group's id, cannot be
+ * reused; a reaped rank's can, so its group is never signalled: what it left
+ * behind is reached as a leftover. */
+static void run_signal_ranks(const struct run_job *job, int signo)
+{
   for (int r = 0; r < job->nlaunched; r++)
-    kill(-job->ranks[r].pid, signo);
+    if (!job->ranks[r].reaped)
+      kill(-job->ranks[r].pid, signo);
+}
+
+static bool run_is_live_rank(const struct run_job *job, pid_t pid)
+{
+  for (int r = 0; r < job->nlaunched; r++)
+    if (job->ranks[r].pid == pid && !job->ranks[r].reaped)
+      return true;
+  return false;
+}
+
+/* Parent of /proc/<name>, or -1. */
+static pid_t run_proc_parent(const char *name)
+{
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%s/stat", name);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0)
+    return -1;
+  buf[n] = '\0';
+  /* "pid (comm) state ppid ...": comm may hold anything, ')' included */
+  char *p = strrchr(buf, ')');
+  char state;
+  int ppid;
+  if (p == NULL || sscanf(p + 1, " %c %d", &state, &ppid) != 2)
+    return -1;
+  return (pid_t)ppid;
+}
+
+static bool run_leftover_was_signalled(const struct run_job *job, pid_t pid)
+{
+  for (int i = 0; i < job->n_signalled; i++)
+    if (job->signalled[i] == pid)
+      return true;
+  return false;
+}
+
+/* Signals the leftovers: processes that ranks left behind, which the kernel
+ * gave to weftrun, their child subreaper, when their parents died. A child
+ * that weftrun has not reaped keeps its pid, so it is signalled by pid. With
+ * once, each leftover gets signo at most once (a SIGTERM handler runs once). */
+static void run_signal_leftovers(struct run_job *job, int signo, bool once)
+{
+  DIR *proc = opendir("/proc");
+  if (proc == NULL)
+    return;
+  pid_t self = getpid();
+  struct dirent *e;
+  while ((e = readdir(proc)) != NULL) {
+    if (!isdigit((unsigned char)e->d_name[0]) || run_proc_parent(e->d_name) != self)
+      continue;
+    pid_t pid = (pid_t)atoi(e->d_name);
+    if (run_is_live_rank(job, pid))
+      continue; /* signalled with its group */
+    if (once) {
+      if (run_leftover_was_signalled(job, pid))
+        continue;
+      if (job->n_signalled == job->cap_signalled) {
+        int cap = job->cap_signalled ? 2 * job->cap_signalled : 16;
+        pid_t *p = realloc(job->signalled, (size_t)cap * sizeof *p);
+        if (p == NULL)
+          run_die_oom();
+        job->signalled = p;
+        job->cap_signalled = cap;
+      }
+      job->signalled[job->n_signalled++] = pid;
+    }
+    kill(pid, signo);
+  }
+  closedir(proc);
+  job->leftovers_scanned_ms = run_now_ms();
+}
+
+/* A reaped leftover's pid may come back as another leftover. */
+static void run_leftover_forget(struct run_job *job, pid_t pid)
+{
+  for (int i = 0; i < job->n_signalled; i++) {
+    if (job->signalled[i] == pid) {
+      job->signalled[i] = job->signalled[--job->n_signalled];
+      return;
+    }
+  }
 }
 
 void run_teardown(struct run_job *job, int signo)
 {
-  run_signal_all(job, signo);
+  run_signal_ranks(job, signo);
+  run_signal_leftovers(job, signo, true);
   if (job->kill_deadline_ms == 0)
     job->kill_deadline_ms = run_now_ms() + job->kill_timeout_ms;
 }
+
+/* SIGKILL to everything, and a last short wait for the pipes' EOFs. */
+static void run_kill_all(struct run_job *job)
+{
+  run_signal_ranks(job, SIGKILL);
+  run_signal_leftovers(job, SIGKILL, false);
+  if (job->kill_deadline_ms == 0)
+    job->kill_deadline_ms = run_now_ms();
+  if (job->final_deadline_ms == 0)
+    job->final_deadline_ms = run_now_ms() + RUN_FINAL_GRACE_MS;
+}
+
+/* --- Launching ---------------------------------------------------------- */
 
 static void run_close_fds_from(int lowest_fd, int except_fd)
 {
@@ -222,6 +338,8 @@ static void run_rank_exited(struct run_job *job, int r, int wstatus)
     return;
   if (job->fail_rank >= 0)
     return; /* only the first failure is news; the rest follow from it */
+  if (job->signal_received)
+    return; /* ended by the signal weftrun forwarded, or by the SIGKILL after it */
   if (WIFEXITED(wstatus)) {
     run_record_failure(job, r, WEXITSTATUS(wstatus));
     fprintf(stderr, "weftrun: rank %d exited with status %d\n", r, WEXITSTATUS(wstatus));
@@ -247,13 +365,13 @@ static void run_reap(struct run_job *job)
       job->children_left = (pid == 0);
       return;
     }
-    for (int r = 0; r < job->nlaunched; r++) {
-      if (job->ranks[r].pid == pid && !job->ranks[r].reaped) {
-        run_rank_exited(job, r, wstatus);
-        break;
-      }
-    }
-    /* anything else is a leftover descendant, reaped as subreaper */
+    int r = 0;
+    while (r < job->nlaunched && (job->ranks[r].pid != pid || job->ranks[r].reaped))
+      r++;
+    if (r < job->nlaunched)
+      run_rank_exited(job, r, wstatus);
+    else
+      run_leftover_forget(job, pid); /* a leftover, reaped as subreaper */
   }
 }
 
@@ -261,7 +379,7 @@ static void run_on_signal(int signo)
 {
   int saved_errno = errno;
   unsigned char b = (unsigned char)signo;
-  if (signo != SIGCHLD)
+  if (run_signal_ends_job(signo))
     sig_stop_launch = 1;
   ssize_t n = write(sig_pipe[1], &b, 1);
   (void)n;
@@ -283,19 +401,55 @@ void run_signals_install(void)
   sigaction(SIGPIPE, &ign, NULL);
 }
 
+/* Stops weftrun as SIGTSTP's default action would, returning once it is
+ * continued, or at once where the kernel drops the stop (an orphaned process
+ * group, which nobody would continue). */
+static void run_stop_self(void)
+{
+  struct sigaction dfl = {.sa_handler = SIG_DFL}, caught;
+  sigaction(SIGTSTP, &dfl, &caught);
+  raise(SIGTSTP);
+  sigaction(SIGTSTP, &caught, NULL);
+}
+
+static void run_handle_signal(struct run_job *job, int signo)
+{
+  char buf[16];
+  const char *name = run_signal_name(signo, buf, sizeof buf);
+  if (signo == SIGCHLD)
+    return; /* reaping happens on every turn of the loop */
+  if (signo == SIGTSTP) {
+    /* the ranks, in process groups of their own, missed the terminal's
+     * SIGTSTP; SIGSTOP, which they cannot catch, stops them with weftrun */
+    run_signal_ranks(job, SIGSTOP);
+    run_stop_self();
+    run_signal_ranks(job, SIGCONT);
+    return;
+  }
+  if (!run_signal_ends_job(signo)) {
+    run_signal_ranks(job, signo); /* SIGUSR1, SIGUSR2, SIGALRM, SIGCONT: the job goes on */
+    return;
+  }
+  if (job->signal_received) {
+    fprintf(stderr, "weftrun: interrupted again (%s): killing the ranks\n", name);
+    run_kill_all(job);
+    return;
+  }
+  job->signal_received = signo;
+  fprintf(stderr,
+          "weftrun: interrupted (%s): forwarded to the ranks, SIGKILL in %.3g s or on a "
+          "second signal\n",
+          name, (double)job->kill_timeout_ms / 1000);
+  run_teardown(job, signo);
+}
+
 static void run_handle_signals(struct run_job *job)
 {
   unsigned char sigs[64];
   ssize_t n;
-  while ((n = read(sig_pipe[0], sigs, sizeof sigs)) > 0 || (n < 0 && errno == EINTR)) {
-    for (ssize_t i = 0; i < n; i++) {
-      if (sigs[i] == SIGCHLD)
-        continue; /* reaping happens on every turn of the loop */
-      if (job->signal_received == 0)
-        job->signal_received = sigs[i];
-      run_teardown(job, sigs[i]);
-    }
-  }
+  while ((n = read(sig_pipe[0], sigs, sizeof sigs)) > 0 || (n < 0 && errno == EINTR))
+    for (ssize_t i = 0; i < n; i++)
+      run_handle_signal(job, sigs[i]);
 }
 
 static bool run_streams_open(const struct run_job *job)
@@ -322,9 +476,16 @@ void run_supervise(struct run_job *job)
       break;
     if (job->nlive == 0 && job->kill_deadline_ms == 0)
       run_teardown(job, SIGTERM); /* the ranks are done; so are their leftovers */
-    if (job->kill_deadline_ms && now >= job->kill_deadline_ms && !job->final_deadline_ms) {
-      run_signal_all(job, SIGKILL);
-      job->final_deadline_ms = now + RUN_FINAL_GRACE_MS;
+    if (job->kill_deadline_ms && now >= job->kill_deadline_ms && !job->final_deadline_ms)
+      run_kill_all(job);
+    /* leftovers whose parents died since the last look */
+    bool tearing_down = job->kill_deadline_ms != 0;
+    if (tearing_down && job->children_left &&
+        now >= job->leftovers_scanned_ms + RUN_LEFTOVER_SCAN_MS) {
+      if (job->final_deadline_ms)
+        run_signal_leftovers(job, SIGKILL, false);
+      else
+        run_signal_leftovers(job, SIGTERM, true);
     }
 
     int npfds = 0;
@@ -343,9 +504,10 @@ void run_supervise(struct run_job *job)
     int timeout_ms = -1;
     if (deadline)
       timeout_ms = deadline > now ? (int)(deadline - now) : 0;
-    /* with nothing to read, leftovers are polled for by waitpid */
-    if (npfds == 1 && job->children_left && (timeout_ms < 0 || timeout_ms > 50))
-      timeout_ms = 50;
+    /* leftovers are polled for by waitpid, and while tearing down, in /proc */
+    if ((npfds == 1 || tearing_down) && job->children_left &&
+        (timeout_ms < 0 || timeout_ms > RUN_LEFTOVER_SCAN_MS))
+      timeout_ms = RUN_LEFTOVER_SCAN_MS;
     int rc = poll(pfds, (nfds_t)npfds, timeout_ms);
     if (rc < 0 && errno != EINTR) {
       perror("weftrun: poll");
