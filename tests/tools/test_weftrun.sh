@@ -380,24 +380,31 @@ expect_file <(sort "$tmp/err") $'[0] e0\n[1] e1'
 [[ $(tail -c1 "$tmp/out" | od -An -c | tr -d ' ') == '\n' ]] || fail "output does not end in a newline"
 report partial_line
 
-# --- (h) --bind-to: a CPU each when the ranks fit, else as weftrun runs ----------
+# --- (h) --bind-to: an equal share of the CPUs each when the ranks fit ---------
+# Ranks print "nproc Cpus_allowed_list".
+cpus_cmd='echo "$(nproc) $(grep Cpus_allowed_list /proc/self/status | cut -f2)"'
 mine=$(grep Cpus_allowed_list /proc/self/status | cut -f2)
 ncpus=$(nproc)
+bounded "$weftrun" -n 1 --no-prefix sh -c "$cpus_cmd" >"$tmp/out" 2>"$tmp/err"
+expect_file "$tmp/out" "$ncpus $mine"
 if ((ncpus >= 2)); then
-  bounded "$weftrun" -n 2 --no-prefix sh -c 'grep Cpus_allowed_list /proc/self/status | cut -f2' \
-    >"$tmp/out" 2>"$tmp/err" || fail "exit status $?"
-  [[ $(sort -u "$tmp/out" | wc -l) -eq 2 ]] || fail "ranks share CPUs: $(cat "$tmp/out")"
-  grep -qvE '^[0-9]+$' "$tmp/out" && fail "a rank is not pinned to one CPU: $(cat "$tmp/out")"
+  bounded "$weftrun" -n 2 --no-prefix sh -c "$cpus_cmd" >"$tmp/out" 2>"$tmp/err" ||
+    fail "exit status $?"
+  [[ $(cut -d' ' -f2 "$tmp/out" | sort -u | wc -l) -eq 2 ]] || fail "ranks share CPUs: $(cat "$tmp/out")"
+  [[ $(cut -d' ' -f1 "$tmp/out" | sort -u) == "$((ncpus / 2))" ]] ||
+    fail "2 ranks on $ncpus CPUs do not get $((ncpus / 2)) each: $(cat "$tmp/out")"
+  bounded "$weftrun" -n 2 --bind-to core --no-prefix sh -c "$cpus_cmd" >"$tmp/out" 2>"$tmp/err"
+  [[ $(cut -d' ' -f2 "$tmp/out" | sort -u | wc -l) -eq 2 ]] || fail "core: ranks share CPUs: $(cat "$tmp/out")"
+  [[ $(cut -d' ' -f1 "$tmp/out" | sort -u) == 1 ]] || fail "core: not one CPU each: $(cat "$tmp/out")"
 fi
-bounded "$weftrun" -n $((ncpus + 1)) --no-prefix sh -c \
-  'grep Cpus_allowed_list /proc/self/status | cut -f2' >"$tmp/out" 2>"$tmp/err"
-[[ $(sort -u "$tmp/out") == "$mine" ]] || fail "oversubscribed ranks pinned: $(cat "$tmp/out")"
-bounded "$weftrun" -n 2 --bind-to none --no-prefix sh -c \
-  'grep Cpus_allowed_list /proc/self/status | cut -f2' >"$tmp/out" 2>"$tmp/err"
-[[ $(sort -u "$tmp/out") == "$mine" ]] || fail "--bind-to none pinned: $(cat "$tmp/out")"
-bounded "$weftrun" -n 2 -x WEFT_TRANSPORT=socket --no-prefix sh -c \
-  'grep Cpus_allowed_list /proc/self/status | cut -f2' >"$tmp/out" 2>"$tmp/err"
-[[ $(sort -u "$tmp/out") == "$mine" ]] || fail "socket ranks pinned: $(cat "$tmp/out")"
+bounded "$weftrun" -n 1 --bind-to core --no-prefix sh -c "$cpus_cmd" >"$tmp/out" 2>"$tmp/err"
+[[ $(cut -d' ' -f1 "$tmp/out") == 1 ]] || fail "core: one rank not on one CPU: $(cat "$tmp/out")"
+bounded "$weftrun" -n $((ncpus + 1)) --no-prefix sh -c "$cpus_cmd" >"$tmp/out" 2>"$tmp/err"
+[[ $(sort -u "$tmp/out") == "$ncpus $mine" ]] || fail "oversubscribed ranks pinned: $(cat "$tmp/out")"
+bounded "$weftrun" -n 2 --bind-to none --no-prefix sh -c "$cpus_cmd" >"$tmp/out" 2>"$tmp/err"
+[[ $(sort -u "$tmp/out") == "$ncpus $mine" ]] || fail "--bind-to none pinned: $(cat "$tmp/out")"
+bounded "$weftrun" -n 2 -x WEFT_TRANSPORT=socket --no-prefix sh -c "$cpus_cmd" >"$tmp/out" 2>"$tmp/err"
+[[ $(sort -u "$tmp/out") == "$ncpus $mine" ]] || fail "socket ranks pinned: $(cat "$tmp/out")"
 bounded "$weftrun" -n 2 --bind-to socket true >"$tmp/out" 2>"$tmp/err"
 rc=$?
 [[ $rc -eq 2 ]] && grep -q "bind-to" "$tmp/err" || fail "--bind-to socket: exit $rc"

@@ -45,8 +45,8 @@
 static void run_usage(FILE *f)
 {
   fprintf(f,
-          "usage: weftrun [-n N] [--no-prefix] [--bind-to core|none] [-x NAME=VALUE]... [--]\n"
-          "               PROGRAM [ARGS...]\n"
+          "usage: weftrun [-n N] [--no-prefix] [--bind-to share|core|none] [-x NAME=VALUE]...\n"
+          "               [--] PROGRAM [ARGS...]\n"
           "\n"
           "Runs N ranks of PROGRAM on this host, connected through a rendezvous that\n"
           "weftrun serves. Each rank gets WEFT_RANK, WEFT_NRANKS, WEFT_LOCAL_RANK,\n"
@@ -62,10 +62,13 @@ static void run_usage(FILE *f)
           "  -x NAME=VALUE  set NAME in every rank's environment (-x NAME copies\n"
           "                 weftrun's own value)\n"
           "  --no-prefix    print the ranks' lines without the \"[rank] \" prefix\n"
-          "  --bind-to core|none\n"
-          "                 pin rank r to the r-th CPU weftrun may use (default: core\n"
-          "                 when the ranks fit on those CPUs, none when they do not or\n"
-          "                 when WEFT_TRANSPORT=socket)\n"
+          "  --bind-to share|core|none\n"
+          "                 share: pin each rank to an equal contiguous slice of the C\n"
+          "                 CPUs weftrun may use, C/N of them (rounded down, at least 1;\n"
+          "                 all C for one rank); core: pin rank r to the r-th of those\n"
+          "                 CPUs; none: do not pin. Default: share when the ranks fit\n"
+          "                 on those CPUs, none when they do not or when\n"
+          "                 WEFT_TRANSPORT=socket\n"
           "  -h, --help     print this help\n"
           "\n"
           "When a rank fails, the others get SIGTERM, then SIGKILL after\n"
@@ -117,7 +120,7 @@ static void run_parse_args(struct run_job *job, int argc, char **argv)
 {
   job->nranks = 1;
   job->prefix = true;
-  job->bind = -1;
+  job->bind = RUN_BIND_AUTO;
   job->x_vars = run_xmalloc((size_t)argc * sizeof(char *));
   int i = 1;
   while (i < argc) {
@@ -144,13 +147,15 @@ static void run_parse_args(struct run_job *job, int argc, char **argv)
       i++;
     } else if (strcmp(a, "--bind-to") == 0) {
       if (i + 1 >= argc)
-        run_usage_error("--bind-to needs core or none");
-      if (strcmp(argv[i + 1], "core") == 0)
-        job->bind = 1;
+        run_usage_error("--bind-to needs share, core or none");
+      if (strcmp(argv[i + 1], "share") == 0)
+        job->bind = RUN_BIND_SHARE;
+      else if (strcmp(argv[i + 1], "core") == 0)
+        job->bind = RUN_BIND_CORE;
       else if (strcmp(argv[i + 1], "none") == 0)
-        job->bind = 0;
+        job->bind = RUN_BIND_NONE;
       else
-        run_usage_error("--bind-to %s: use core or none", argv[i + 1]);
+        run_usage_error("--bind-to %s: use share, core or none", argv[i + 1]);
       i += 2;
     } else if (strcmp(a, "-x") == 0) {
       if (i + 1 >= argc)
@@ -292,7 +297,7 @@ static int run_free_port(void)
 
 /* Whether the ranks will run with WEFT_TRANSPORT=socket (from -x, later
  * ones winning, else weftrun's environment): their proxy threads need CPUs
- * of their own, so pinning each rank to one CPU would slow them down. */
+ * of their own, which pinned ranks could leave them too few of. */
 static bool run_ranks_use_sockets(const struct run_job *job)
 {
   const char *name = "WEFT_TRANSPORT=";
@@ -304,8 +309,8 @@ static bool run_ranks_use_sockets(const struct run_job *job)
 }
 
 /* The CPUs weftrun may run on, and whether ranks get pinned to them: by
- * default only when each rank can have a CPU of its own (and no proxy
- * threads of the socket transport need one too). */
+ * default each to its share of them, when each rank can have a CPU of its
+ * own (and no proxy threads of the socket transport need one too). */
 static void run_bind_plan(struct run_job *job)
 {
   cpu_set_t set;
@@ -316,8 +321,9 @@ static void run_bind_plan(struct run_job *job)
   for (int c = 0; c < CPU_SETSIZE; c++)
     if (CPU_ISSET(c, &set))
       job->cpus[job->ncpus++] = c;
-  if (job->bind < 0)
-    job->bind = job->nranks <= job->ncpus && !run_ranks_use_sockets(job);
+  if (job->bind == RUN_BIND_AUTO)
+    job->bind = job->nranks <= job->ncpus && !run_ranks_use_sockets(job) ? RUN_BIND_SHARE
+                                                                          : RUN_BIND_NONE;
 }
 
 static void run_job_free(struct run_job *job)

@@ -26,6 +26,14 @@ enum {
   RUN_OWN_VARS = 11,            /* variables weftrun sets for every rank */
 };
 
+/* --bind-to */
+enum run_bind {
+  RUN_BIND_AUTO = -1, /* share when the ranks fit and use no socket proxies, else none */
+  RUN_BIND_NONE = 0,
+  RUN_BIND_CORE = 1,  /* rank r on the r-th CPU weftrun may use */
+  RUN_BIND_SHARE = 2, /* rank r on the r-th of nranks equal contiguous slices of them */
+};
+
 struct run_stream {
   int fd;        /* non-blocking read end of the rank's pipe; -1 after EOF */
   int dest_fd;   /* weftrun's 1 or 2 */
@@ -44,7 +52,7 @@ struct run_rank {
 struct run_job {
   int nranks;
   bool prefix;
-  int bind;                  /* --bind-to: -1 auto (core when ranks fit), 0 none, 1 core */
+  enum run_bind bind;
   int ncpus;                 /* CPUs weftrun may run on, listed in cpus */
   int *cpus;
   int prefix_width;          /* digits of nranks-1 */

@@ -200,7 +200,7 @@ static void run_close_fds_from(int lowest_fd, int except_fd)
 /* The child between fork and exec: async-signal-safe calls only. Failures
  * are sent to the parent as an errno on exec_fd. */
 static void run_child(const struct run_job *job, pid_t parent, int stdin_fd, int out_fd,
-                      int err_fd, int exec_fd, char **envp, int cpu)
+                      int err_fd, int exec_fd, char **envp, const cpu_set_t *cpus)
 {
   struct sigaction dfl = {.sa_handler = SIG_DFL};
   for (int i = 0; i < RUN_NFORWARDED; i++)
@@ -215,12 +215,8 @@ static void run_child(const struct run_job *job, pid_t parent, int stdin_fd, int
   if (getppid() != parent)
     _exit(RUN_EXIT_EXEC); /* weftrun died before the death signal was armed */
   setpgid(0, 0);
-  if (cpu >= 0) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    sched_setaffinity(0, sizeof set, &set); /* best effort: run unpinned otherwise */
-  }
+  if (cpus != NULL)
+    sched_setaffinity(0, sizeof *cpus, cpus); /* best effort: run unpinned otherwise */
 
   int err = 0;
   if ((stdin_fd >= 0 && dup2(stdin_fd, 0) < 0) || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0) {
@@ -238,6 +234,20 @@ static void run_child(const struct run_job *job, pid_t parent, int stdin_fd, int
   ssize_t n = write(exec_fd, &err, sizeof err);
   (void)n;
   _exit(RUN_EXIT_EXEC);
+}
+
+/* The CPUs rank r is pinned to (--bind-to); false when it is not pinned. */
+static bool run_bind_cpus(const struct run_job *job, int r, cpu_set_t *set)
+{
+  if (job->bind == RUN_BIND_NONE || job->ncpus == 0)
+    return false;
+  int share = job->bind == RUN_BIND_SHARE ? job->ncpus / job->nranks : 1;
+  if (share < 1)
+    share = 1;
+  CPU_ZERO(set);
+  for (int i = 0; i < share; i++)
+    CPU_SET(job->cpus[(r * share + i) % job->ncpus], set);
+  return true;
 }
 
 static void run_set_nonblock(int fd)
@@ -264,10 +274,12 @@ int run_launch(struct run_job *job, int r, int devnull_fd)
   char *own[RUN_OWN_VARS];
   char **envp = run_env_build(job, r, own);
   pid_t parent = getpid();
-  int cpu = job->bind > 0 && job->ncpus > 0 ? job->cpus[r % job->ncpus] : -1;
+  cpu_set_t cpus;
+  bool pinned = run_bind_cpus(job, r, &cpus);
   pid_t pid = fork();
   if (pid == 0)
-    run_child(job, parent, stdin_fd, out_pipe[1], err_pipe[1], exec_pipe[1], envp, cpu);
+    run_child(job, parent, stdin_fd, out_pipe[1], err_pipe[1], exec_pipe[1], envp,
+              pinned ? &cpus : NULL);
   int fork_errno = errno;
   free(envp);
   for (int i = 0; i < RUN_OWN_VARS; i++)
