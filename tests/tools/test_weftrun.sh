@@ -380,6 +380,32 @@ expect_file <(sort "$tmp/err") $'[0] e0\n[1] e1'
 [[ $(tail -c1 "$tmp/out" | od -An -c | tr -d ' ') == '\n' ]] || fail "output does not end in a newline"
 report partial_line
 
+# --- (g2) a line without its end yet shows: at '\r', or after a moment --------
+# wait_for FILE TEXT: up to 1 s until FILE holds TEXT (fixed string).
+wait_for() {
+  for _ in $(seq 20); do
+    grep -qF -- "$2" "$1" && return 0
+    sleep 0.05
+  done
+  return 1
+}
+"$weftrun" -n 1 sh -c 'printf "\r 10%%"; sleep 2; printf "\r100%%\n"' >"$tmp/out" 2>"$tmp/err" &
+pid=$!
+wait_for "$tmp/out" "[0]  10%" || fail "a progress line held back: '$(cat "$tmp/out")'"
+wait "$pid"
+expect_file <(od -An -c "$tmp/out" | tr -s ' ') \
+  "$(printf '\r[0]  10%%\r[0] 100%%\n' | od -An -c | tr -s ' ')"
+"$weftrun" -n 1 --no-prefix sh -c 'printf half; sleep 2; printf done' >"$tmp/out" 2>"$tmp/err" &
+pid=$!
+wait_for "$tmp/out" half || fail "--no-prefix: a partial line held back: '$(cat "$tmp/out")'"
+wait "$pid"
+expect_file "$tmp/out" halfdone
+# another rank's line ends an unfinished one, whose rest gets a prefix again
+bounded "$weftrun" -n 2 sh -c 'if [ "$RANK" = 0 ]; then printf abc; sleep 1.2; echo def
+  else sleep 0.6; echo line; fi' >"$tmp/out" 2>"$tmp/err"
+expect_file "$tmp/out" $'[0] abc\n[1] line\n[0] def'
+report partial_flush
+
 # --- (h) --bind-to: an equal share of the CPUs each when the ranks fit ---------
 # Ranks print "nproc Cpus_allowed_list".
 cpus_cmd='echo "$(nproc) $(grep Cpus_allowed_list /proc/self/status | cut -f2)"'

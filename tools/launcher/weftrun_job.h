@@ -24,6 +24,14 @@ enum {
   RUN_EXIT_USAGE = 2,
   RUN_EXIT_EXEC = 127,
   RUN_OWN_VARS = 11,            /* variables weftrun sets for every rank */
+  RUN_PARTIAL_LINE_MS = 200,    /* a line without its end yet is printed after this long */
+};
+
+/* Where a stream's current line stands in weftrun's output. */
+enum run_line {
+  RUN_LINE_START,    /* nothing of it printed: it starts with the prefix */
+  RUN_LINE_OPEN,     /* prefix and part of it printed: the rest follows as is */
+  RUN_LINE_AFTER_CR, /* ended by '\r': what follows overwrites it, with a prefix */
 };
 
 /* --bind-to */
@@ -40,6 +48,8 @@ struct run_stream {
   char *buf;     /* the partial line read so far */
   size_t len;
   size_t cap;
+  enum run_line line;
+  int64_t partial_since_ms; /* when buf's first byte was seen; 0 when empty */
 };
 
 struct run_rank {
@@ -81,6 +91,7 @@ struct run_job {
   size_t out_len;
   size_t out_cap;
   bool dest_closed[3];       /* weftrun's stdout/stderr reader went away */
+  struct run_stream *open_line[3]; /* stream whose line is unfinished on weftrun's 1 or 2 */
 };
 
 /* Set by a forwarded signal: launch no more ranks. */
@@ -96,6 +107,9 @@ char **run_env_build(const struct run_job *job, int rank, char *own[RUN_OWN_VARS
 /* weftrun_output.c: a rank's stream, read into prefixed lines */
 void run_stream_close(struct run_job *job, int rank, struct run_stream *s);
 void run_stream_read(struct run_job *job, int rank, struct run_stream *s, int max_reads);
+/* Prints partial lines held RUN_PARTIAL_LINE_MS; returns when the next one is
+ * due, or 0. */
+int64_t run_partials_flush(struct run_job *job, int64_t now_ms);
 
 /* weftrun_supervise.c: the ranks' lives */
 void run_signals_install(void);

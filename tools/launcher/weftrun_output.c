@@ -1,5 +1,8 @@
 /* weftrun's output: each rank's stdout and stderr read from its pipes and
- * written line by line, each line prefixed with "[rank] ". */
+ * written line by line, each line prefixed with "[rank] ", or with
+ * --no-prefix written as read. A line is printed at its '\n' or '\r' (a
+ * progress bar's redraw), or in part once it has waited RUN_PARTIAL_LINE_MS;
+ * another stream's line on the same output then starts on a line of its own. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -54,15 +57,29 @@ static void run_out_append(struct run_job *job, const char *data, size_t nbytes)
   job->out_len += nbytes;
 }
 
-static void run_emit_line(struct run_job *job, int rank, const char *line, size_t nbytes)
+/* Appends part of s's current line: nbytes of data, then term ('\n', '\r',
+ * or 0 when the line goes on). */
+static void run_emit(struct run_job *job, int rank, struct run_stream *s, const char *data,
+                     size_t nbytes, char term)
 {
-  if (job->prefix) {
+  struct run_stream **open = &job->open_line[s->dest_fd];
+  if (*open != NULL && *open != s) {
+    /* another rank's line is unfinished here: end it, its rest gets a prefix */
+    run_out_append(job, "\n", 1);
+    (*open)->line = RUN_LINE_START;
+  }
+  bool crlf = term == '\n' && nbytes == 0 && s->line == RUN_LINE_AFTER_CR;
+  bool bare_cr = term == '\r' && nbytes == 0;
+  if (s->line != RUN_LINE_OPEN && !crlf && !bare_cr) {
     char prefix[32];
     int n = snprintf(prefix, sizeof prefix, "[%*d] ", job->prefix_width, rank);
     run_out_append(job, prefix, (size_t)n);
   }
-  run_out_append(job, line, nbytes);
-  run_out_append(job, "\n", 1);
+  run_out_append(job, data, nbytes);
+  if (term)
+    run_out_append(job, &term, 1);
+  s->line = term == '\n' ? RUN_LINE_START : term == '\r' ? RUN_LINE_AFTER_CR : RUN_LINE_OPEN;
+  *open = s->line == RUN_LINE_START ? NULL : s;
 }
 
 static void run_out_flush(struct run_job *job, int fd)
@@ -73,10 +90,12 @@ static void run_out_flush(struct run_job *job, int fd)
 
 void run_stream_close(struct run_job *job, int rank, struct run_stream *s)
 {
-  if (s->len > 0) {
-    run_emit_line(job, rank, s->buf, s->len);
+  if (s->len > 0 || s->line != RUN_LINE_START) {
+    /* the last line, ended with a newline that it may not have had */
+    run_emit(job, rank, s, s->buf, s->len, '\n');
     run_out_flush(job, s->dest_fd);
     s->len = 0;
+    s->partial_since_ms = 0;
   }
   if (s->fd >= 0)
     close(s->fd);
@@ -98,9 +117,10 @@ void run_stream_read(struct run_job *job, int rank, struct run_stream *s, int ma
     if (s->len == s->cap) {
       if (s->cap == RUN_LINE_MAX_NBYTES) {
         /* a line too long to hold: break it here */
-        run_emit_line(job, rank, s->buf, s->len);
+        run_emit(job, rank, s, s->buf, s->len, '\n');
         run_out_flush(job, s->dest_fd);
         s->len = 0;
+        s->partial_since_ms = 0;
       } else {
         size_t cap = s->cap ? 2 * s->cap : 4096;
         char *p = realloc(s->buf, cap);
@@ -119,16 +139,53 @@ void run_stream_read(struct run_job *job, int rank, struct run_stream *s, int ma
       run_stream_close(job, rank, s);
       return;
     }
+    if (!job->prefix) {
+      run_write_all(job, s->dest_fd, s->buf, (size_t)n); /* as it comes */
+      continue;
+    }
     size_t start = 0;
     size_t end = s->len + (size_t)n;
     for (size_t j = s->len; j < end; j++) {
-      if (s->buf[j] == '\n') {
-        run_emit_line(job, rank, s->buf + start, j - start);
+      if (s->buf[j] == '\n' || s->buf[j] == '\r') {
+        run_emit(job, rank, s, s->buf + start, j - start, s->buf[j]);
         start = j + 1;
       }
     }
+    if (start > 0)
+      s->partial_since_ms = 0;
     memmove(s->buf, s->buf + start, end - start);
     s->len = end - start;
     run_out_flush(job, s->dest_fd);
   }
+}
+
+static int64_t run_partial_flush(struct run_job *job, int rank, struct run_stream *s,
+                                 int64_t now_ms)
+{
+  if (s->len == 0)
+    return 0;
+  if (s->partial_since_ms == 0)
+    s->partial_since_ms = now_ms;
+  int64_t due_ms = s->partial_since_ms + RUN_PARTIAL_LINE_MS;
+  if (now_ms < due_ms)
+    return due_ms;
+  run_emit(job, rank, s, s->buf, s->len, 0);
+  run_out_flush(job, s->dest_fd);
+  s->len = 0;
+  s->partial_since_ms = 0;
+  return 0;
+}
+
+int64_t run_partials_flush(struct run_job *job, int64_t now_ms)
+{
+  int64_t next_ms = 0;
+  for (int r = 0; r < job->nlaunched; r++) {
+    struct run_stream *s[2] = {&job->ranks[r].out, &job->ranks[r].err};
+    for (int k = 0; k < 2; k++) {
+      int64_t due_ms = run_partial_flush(job, r, s[k], now_ms);
+      if (due_ms && (next_ms == 0 || due_ms < next_ms))
+        next_ms = due_ms;
+    }
+  }
+  return next_ms;
 }

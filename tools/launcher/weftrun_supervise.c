@@ -513,6 +513,9 @@ void run_supervise(struct run_job *job)
       }
     }
     int64_t deadline = job->final_deadline_ms ? job->final_deadline_ms : job->kill_deadline_ms;
+    int64_t partial_due_ms = run_partials_flush(job, now);
+    if (partial_due_ms && (deadline == 0 || partial_due_ms < deadline))
+      deadline = partial_due_ms;
     int timeout_ms = -1;
     if (deadline)
       timeout_ms = deadline > now ? (int)(deadline - now) : 0;
