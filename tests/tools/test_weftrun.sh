@@ -345,6 +345,22 @@ elapsed_ms=$(($(now_ms) - t0))
 no_leftovers
 report leftover_session
 
+# --- (d7) more ranks than the soft RLIMIT_NOFILE allows descriptors for -------
+# weftrun holds two pipes per rank: it raises its soft limit; the ranks keep
+# the one it was started with.
+if (($(ulimit -H -n) >= 256)) 2>/dev/null || [[ $(ulimit -H -n) == unlimited ]]; then
+  (
+    ulimit -S -n 64
+    bounded "$weftrun" -n 40 --no-prefix sh -c 'ulimit -n' >"$tmp/out" 2>"$tmp/err"
+  )
+  rc=$?
+  [[ $rc -eq 0 ]] || fail "exit status $rc: $(head -3 "$tmp/err")"
+  expect_file <(sort -u "$tmp/out") 64
+  report nofile
+else
+  echo "skip nofile: the hard RLIMIT_NOFILE is $(ulimit -H -n), under 256"
+fi
+
 # --- (e) a program that cannot be run ---------------------------------------
 bounded "$weftrun" -n 2 "$tmp/no_such_program" >"$tmp/out" 2>"$tmp/err"
 rc=$?

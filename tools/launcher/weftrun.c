@@ -328,6 +328,26 @@ static void run_bind_plan(struct run_job *job)
                                                                           : RUN_BIND_NONE;
 }
 
+/* weftrun holds two pipes per rank, and the rendezvous one connection per
+ * rank until all have joined: the soft RLIMIT_NOFILE is raised toward the
+ * hard one when that needs more (as mpirun does). The ranks get the limit
+ * weftrun found, which programs that use select() rely on. */
+static void run_nofile_raise(struct run_job *job)
+{
+  if (getrlimit(RLIMIT_NOFILE, &job->nofile) != 0) {
+    job->nofile = (struct rlimit){RLIM_INFINITY, RLIM_INFINITY};
+    return;
+  }
+  rlim_t need = 3 * (rlim_t)job->nranks + 64;
+  if (job->nofile.rlim_cur == RLIM_INFINITY || job->nofile.rlim_cur >= need)
+    return;
+  struct rlimit raised = job->nofile;
+  raised.rlim_cur = job->nofile.rlim_max != RLIM_INFINITY && job->nofile.rlim_max < need
+                        ? job->nofile.rlim_max
+                        : need;
+  setrlimit(RLIMIT_NOFILE, &raised); /* best effort: a launch that runs out says so */
+}
+
 static void run_job_free(struct run_job *job)
 {
   free(job->cpus);
@@ -352,6 +372,7 @@ int main(int argc, char **argv)
   int status = 1;
   run_parse_args(&job, argc, argv);
   run_bind_plan(&job);
+  run_nofile_raise(&job);
   job.kill_timeout_ms = run_kill_timeout_ms();
 
   int err = run_resolve_program(&job);

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include "weft.h"
@@ -74,6 +75,7 @@ struct run_job {
   char unique_id_hex[2 * WEFT_UNIQUE_ID_BYTES + 1];
   int master_port;
   int64_t kill_timeout_ms;
+  struct rlimit nofile;      /* RLIMIT_NOFILE as weftrun found it, which the ranks get */
   struct run_rank *ranks;
   int nlaunched;
   int nlive;                 /* launched and not reaped */

@@ -211,6 +211,7 @@ static void run_child(const struct run_job *job, pid_t parent, int stdin_fd, int
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
 
+  setrlimit(RLIMIT_NOFILE, &job->nofile);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent)
     _exit(RUN_EXIT_EXEC); /* weftrun died before the death signal was armed */
