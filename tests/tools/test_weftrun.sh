@@ -271,7 +271,11 @@ for _ in $(seq 100); do
   [[ $(grep -c ready "$tmp/out") -ge 2 ]] && break
   sleep 0.05
 done
-mapfile -t ranks < <(pgrep -P "$pid")
+for _ in $(seq 100); do
+  mapfile -t ranks < <(pgrep -P "$pid")
+  ((${#ranks[@]} == 2)) && break
+  sleep 0.05
+done
 ((${#ranks[@]} == 2)) || fail "expected 2 ranks, found: ${ranks[*]} (weftrun state $(state "$pid"), output $(cat "$tmp/out" "$tmp/err"))"
 # stopped PID...: all are stopped; running PID...: none is
 stopped() {
