@@ -44,6 +44,9 @@ enum coll_proto {
 
 struct weft_plan {
   enum coll_kind coll;
+  /* 0: the tuner chooses; else the (algorithm, protocol) pairs the call
+   * allows (PLAN_SELECT bits; NCCL's per-call algSelection) */
+  unsigned alg_select;
   const void *sendbuf;
   void *recvbuf;
   size_t count; /* elements per rank for all-gather and reduce-scatter, else in total */
@@ -57,15 +60,13 @@ struct weft_plan {
   /* a pre-multiply op's scalar as the call saw it (redop_capture): the op
    * may be destroyed once the call returns, as NCCL allows */
   char premul_scalar[8];     /* the value, for weftScalarHostImmediate */
+  /* the call's number among its comm's compared collectives (signature.h),
+   * from 1, taken where it is issued (a group's at its end), modulo 2^32;
+   * 0: none */
+  uint32_t sig_seq;
   const void *premul_ptr;    /* read when the op runs, for weftScalarDevice */
   int premul_device_only;    /* premul_ptr is device memory, which the host cannot read */
-  /* 0: the tuner chooses; else the (algorithm, protocol) pairs the call
-   * allows (PLAN_SELECT bits; NCCL's per-call algSelection) */
-  unsigned alg_select;
   uint64_t trace_id;         /* the call in its comm's trace (trace.h), 0: none */
-  /* the call's number among its comm's compared collectives (signature.h),
-   * from 1, taken where it is issued (a group's at its end); 0: none */
-  uint64_t sig_seq;
 };
 
 /* "AllReduce", "Send", ...: "?" for a value that is no collective. */
@@ -82,11 +83,12 @@ static inline const char *coll_kind_name(enum coll_kind coll) {
  * whose start-up costs more than the rest of the stores together, on every
  * call. A field added to struct weft_plan is added here too (the assertion
  * is there to say so). */
-static_assert(sizeof(struct weft_plan) == 104, "plan_init sets every field of weft_plan");
+static_assert(sizeof(struct weft_plan) == 96, "plan_init sets every field of weft_plan");
 static inline void plan_init(struct weft_plan *plan, enum coll_kind coll, const void *sendbuf,
                              void *recvbuf, size_t count, weftDataType_t datatype,
                              weftRedOp_t op, int root) {
   plan->coll = coll;
+  plan->alg_select = 0;
   plan->sendbuf = sendbuf;
   plan->recvbuf = recvbuf;
   plan->count = count;
@@ -98,11 +100,10 @@ static inline void plan_init(struct weft_plan *plan, enum coll_kind coll, const 
   plan->nchannels = 0;
   plan->on_device = 0;
   __builtin_memset(plan->premul_scalar, 0, sizeof plan->premul_scalar);
+  plan->sig_seq = 0;
   plan->premul_ptr = NULL;
   plan->premul_device_only = 0;
-  plan->alg_select = 0;
   plan->trace_id = 0;
-  plan->sig_seq = 0;
 }
 
 /* weftTypeSize, inline for the paths every call takes: bytes per element,

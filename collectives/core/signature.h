@@ -85,7 +85,7 @@ static inline int coll_is_compared(enum coll_kind c) {
  * group, at the group's end; signature_skipped for one that never runs), so
  * that ranks issuing the same calls number them alike. */
 static inline void signature_number(uint64_t *counter, struct weft_plan *plan) {
-  if (coll_is_compared(plan->coll)) plan->sig_seq = ++*counter;
+  if (coll_is_compared(plan->coll)) plan->sig_seq = (uint32_t)++*counter;
 }
 
 /* The signature as the ring's SIMPLE slots carry it: sig with its count
