@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "nccl.h"
 
@@ -35,5 +36,26 @@ extern int g_rank, g_nranks, g_failures;
       exit(1);                                                                 \
     }                                                                          \
   } while (0)
+
+static inline int nccl_hex_digit(char c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                        : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* The job as weftrun gives it: g_rank and g_nranks from WEFT_RANK and
+ * WEFT_NRANKS, *id from WEFT_UNIQUE_ID (the id's bytes in hex). Ends the
+ * program (status 2) outside weftrun. */
+static inline void nccl_test_job(ncclUniqueId *id) {
+  const char *rank_s = getenv("WEFT_RANK"), *size_s = getenv("WEFT_NRANKS");
+  const char *hex = getenv("WEFT_UNIQUE_ID");
+  if (rank_s == NULL || size_s == NULL || hex == NULL || strlen(hex) != 2 * NCCL_UNIQUE_ID_BYTES) {
+    fprintf(stderr, "run under weftrun: WEFT_RANK, WEFT_NRANKS and WEFT_UNIQUE_ID are needed\n");
+    exit(2);
+  }
+  g_rank = atoi(rank_s);
+  g_nranks = atoi(size_s);
+  for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; i++)
+    id->internal[i] = (char)(nccl_hex_digit(hex[2 * i]) << 4 | nccl_hex_digit(hex[2 * i + 1]));
+}
 
 #endif

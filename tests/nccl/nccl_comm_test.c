@@ -502,11 +502,6 @@ static void test_params(void) {
   EXPECT(nkeys > 10 && seen == 2, "%d keys, WEFT_TIMEOUT and WEFT_SLOT_BYTES %d of 2", nkeys, seen);
 }
 
-static int hex_digit(char c) {
-  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                        : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 /* A rank whose split config is bad (an uninitialised ncclConfig_t) still
  * takes part, so every rank's ncclCommSplit fails at once rather than the
  * others waiting out the timeout (60 s); the bad rank says why. */
@@ -528,22 +523,13 @@ static void test_split_bad_config(ncclComm_t world) {
 }
 
 int main(void) {
-  const char *rank_s = getenv("WEFT_RANK"), *size_s = getenv("WEFT_NRANKS");
-  const char *hex = getenv("WEFT_UNIQUE_ID");
-  if (rank_s == NULL || size_s == NULL || hex == NULL || strlen(hex) != 2 * NCCL_UNIQUE_ID_BYTES) {
-    fprintf(stderr, "run under weftrun: WEFT_RANK, WEFT_NRANKS and WEFT_UNIQUE_ID are needed\n");
-    return 2;
-  }
-  g_rank = atoi(rank_s);
-  g_nranks = atoi(size_s);
+  ncclUniqueId id;
+  nccl_test_job(&id);
   if (g_nranks < 2 || g_nranks > 64) {
     fprintf(stderr, "nccl_comm_test needs 2 to 64 ranks\n");
     return 2;
   }
   for (int r = 0; r < 64; r++) identity[r] = r;
-  ncclUniqueId id;
-  for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; i++)
-    id.internal[i] = (char)(hex_digit(hex[2 * i]) << 4 | hex_digit(hex[2 * i + 1]));
   ncclComm_t world = NULL;
   NCCL_OK(ncclCommInitRank(&world, g_nranks, id, g_rank));
   ncclComm_t other = NULL;

@@ -453,23 +453,9 @@ static void test_refused(ncclComm_t comm) {
   ncclResetDebugInitInternal();
 }
 
-static int hex_digit(char c) {
-  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                        : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 int main(void) {
-  const char *rank_s = getenv("WEFT_RANK"), *size_s = getenv("WEFT_NRANKS");
-  const char *hex = getenv("WEFT_UNIQUE_ID");
-  if (rank_s == NULL || size_s == NULL || hex == NULL || strlen(hex) != 2 * NCCL_UNIQUE_ID_BYTES) {
-    fprintf(stderr, "run under weftrun: WEFT_RANK, WEFT_NRANKS and WEFT_UNIQUE_ID are needed\n");
-    return 2;
-  }
-  g_rank = atoi(rank_s);
-  g_nranks = atoi(size_s);
   ncclUniqueId id;
-  for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; i++)
-    id.internal[i] = (char)(hex_digit(hex[2 * i]) << 4 | hex_digit(hex[2 * i + 1]));
+  nccl_test_job(&id);
   int version = 0;
   NCCL_OK(ncclGetVersion(&version));
   EXPECT(version == NCCL_VERSION_CODE && version == 23203, "version %d", version);

@@ -553,28 +553,14 @@ static void test_errors(ncclComm_t comm, ncclUniqueId id) {
   ncclResetDebugInit();
 }
 
-static int hex_digit(char c) {
-  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                        : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 /* --quick: init, one all-reduce, destroy (for the environment test).
  * --comm-id: the same, each rank taking its id from ncclGetUniqueId with
  * NCCL_COMM_ID set, no id passed around. */
 int main(int argc, char **argv) {
   int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
   int comm_id = argc > 1 && strcmp(argv[1], "--comm-id") == 0;
-  const char *rank_s = getenv("WEFT_RANK"), *size_s = getenv("WEFT_NRANKS");
-  const char *hex = getenv("WEFT_UNIQUE_ID");
-  if (rank_s == NULL || size_s == NULL || hex == NULL || strlen(hex) != 2 * NCCL_UNIQUE_ID_BYTES) {
-    fprintf(stderr, "run under weftrun: WEFT_RANK, WEFT_NRANKS and WEFT_UNIQUE_ID are needed\n");
-    return 2;
-  }
-  g_rank = atoi(rank_s);
-  g_nranks = atoi(size_s);
   ncclUniqueId id;
-  for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; i++)
-    id.internal[i] = (char)(hex_digit(hex[2 * i]) << 4 | hex_digit(hex[2 * i + 1]));
+  nccl_test_job(&id);
 
   int version = 0;
   NCCL_OK(ncclGetVersion(&version));
