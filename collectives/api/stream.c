@@ -318,6 +318,7 @@ static weftResult_t stream_push(struct host_stream *s, const struct group_op *op
 }
 
 weftResult_t stream_enqueue(struct host_stream *s, const struct group_op *ops, size_t nops) {
+  for (size_t i = 0; i < nops; i++) trace_share(ops[i].comm->trace);
   return stream_push(s, ops, nops, NULL, NULL, 0);
 }
 

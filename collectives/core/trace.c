@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -65,6 +66,7 @@ struct trace {
   int nranks;
   uint64_t job_hash;
   uint64_t ask_after_ns; /* WEFT_HANG_ASK_MS, read once */
+  int shared;            /* a stream's thread writes it too (trace_share) */
   char name[64];
   struct trace *next; /* in the registry the signal dumps */
   /* where device calls' states are read from, held while a reader asks */
@@ -299,6 +301,42 @@ _Static_assert(offsetof(struct trace_call, coll) % 8 == 0 &&
                    offsetof(struct trace_call, unused) == offsetof(struct trace_call, on_device) + 4,
                "CALL_SET2's pairs are neighbours, each pair 8-byte aligned");
 
+/* Writers. The thread that makes the calls writes its trace alone until a
+ * call goes to a stream (trace_share); from then on the stream's thread
+ * writes states into the same ring, and a slot the caller reuses (the ring
+ * wrapped under calls still queued) may be one the stream's thread is
+ * changing: each writer then takes the slot by making its gen odd with a
+ * compare-and-swap, and waits while another writer holds it (a few stores).
+ * Alone, the caller takes it with a plain store (an atomic exchange costs
+ * what a few of an 8-byte all-reduce's other steps do). */
+static inline uint32_t slot_take(const struct trace *t, struct trace_slot *s) {
+  if (!__atomic_load_n(&t->shared, __ATOMIC_RELAXED)) {
+    const uint32_t g = s->gen + 1; /* no other writer */
+    __atomic_store_n(&s->gen, g, __ATOMIC_RELAXED); /* odd: being written */
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    return g;
+  }
+  for (unsigned spins = 0;; spins++) {
+    uint32_t g = __atomic_load_n(&s->gen, __ATOMIC_RELAXED);
+    if (!(g & 1u) && __atomic_compare_exchange_n(&s->gen, &g, g + 1, 0, __ATOMIC_ACQUIRE,
+                                                 __ATOMIC_RELAXED)) {
+      __atomic_thread_fence(__ATOMIC_RELEASE);
+      return g + 1;
+    }
+    if (spins >= 64) sched_yield(); /* its writer lost the CPU */
+  }
+}
+
+/* Ends the write slot_take began (gen taken: odd). */
+static inline void slot_release(struct trace_slot *s, uint32_t gen) {
+  __atomic_store_n(&s->gen, gen + 1, __ATOMIC_RELEASE);
+}
+
+void trace_share(struct trace *t) {
+  if (t != NULL && !__atomic_load_n(&t->shared, __ATOMIC_RELAXED))
+    __atomic_store_n(&t->shared, 1, __ATOMIC_RELAXED);
+}
+
 /* Writes plan's call into the next slot, in state, with its times and
  * result; returns its id. The fields go in pairs into the slot: a whole
  * struct built first and copied would be stored and loaded back at once
@@ -311,8 +349,7 @@ static inline uint64_t slot_write(struct trace *t, const struct weft_plan *plan,
   const int p2p = plan_is_sendrecv(plan);
   struct trace_slot *s = &t->ring[id & t->mask];
   struct trace_call *c = &s->call;
-  __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELAXED); /* odd: being written */
-  __atomic_thread_fence(__ATOMIC_RELEASE);
+  const uint32_t gen = slot_take(t, s);
   CALL_SET(c, id, id);
   CALL_SET(c, seq, p2p ? ++t->p2p_seq : ++t->coll_seq);
   CALL_SET(c, count, (uint64_t)plan->count);
@@ -329,7 +366,7 @@ static inline uint64_t slot_write(struct trace *t, const struct weft_plan *plan,
   CALL_SET(&s->launch, first, launch != NULL ? launch->first : 0);
   CALL_SET(&s->launch, last, launch != NULL ? launch->last : 0);
   CALL_SET(&s->launch, nblocks, launch != NULL ? launch->nblocks : 0);
-  __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELEASE);
+  slot_release(s, gen);
   __atomic_store_n(&t->next_id, id, __ATOMIC_RELEASE); /* readers see it whole */
   return id;
 }
@@ -364,8 +401,11 @@ void trace_set_state(struct trace *t, uint64_t id, enum trace_state state, int p
   if (state == TRACE_STARTED && __atomic_load_n(&c->state, __ATOMIC_RELAXED) == TRACE_STARTED)
     return; /* recorded as it started */
   /* only the fields that change, each whole */
-  __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELAXED);
-  __atomic_thread_fence(__ATOMIC_RELEASE);
+  const uint32_t gen = slot_take(t, s);
+  if (__atomic_load_n(&c->id, __ATOMIC_RELAXED) != id) { /* overwritten as it was taken */
+    slot_release(s, gen);
+    return;
+  }
   switch (state) {
     case TRACE_STARTED: __atomic_store_n(&c->t_started_ns, now_ns(), __ATOMIC_RELAXED); break;
     case TRACE_WAITING: __atomic_store_n(&c->waiting_on, peer, __ATOMIC_RELAXED); break;
@@ -377,7 +417,7 @@ void trace_set_state(struct trace *t, uint64_t id, enum trace_state state, int p
     default: break;
   }
   __atomic_store_n(&c->state, (int32_t)state, __ATOMIC_RELAXED);
-  __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELEASE);
+  slot_release(s, gen);
 }
 
 void trace_done(struct trace *t, uint64_t id, weftResult_t result, int read_clock) {
@@ -385,14 +425,15 @@ void trace_done(struct trace *t, uint64_t id, weftResult_t result, int read_cloc
   struct trace_slot *s = &t->ring[id & t->mask];
   struct trace_call *c = &s->call;
   if (__atomic_load_n(&c->id, __ATOMIC_RELAXED) != id) return;
-  int64_t done = __atomic_load_n(&c->t_started_ns, __ATOMIC_RELAXED);
-  if (read_clock || done == 0) done = now_ns();
-  __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELAXED);
-  __atomic_thread_fence(__ATOMIC_RELEASE);
-  CALL_SET(c, t_done_ns, done);
-  CALL_SET(c, result, (int32_t)result);
-  CALL_SET(c, state, result == weftSuccess ? TRACE_COMPLETED : TRACE_FAILED);
-  __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELEASE);
+  const uint32_t gen = slot_take(t, s);
+  if (__atomic_load_n(&c->id, __ATOMIC_RELAXED) == id) { /* not overwritten as it was taken */
+    int64_t done = __atomic_load_n(&c->t_started_ns, __ATOMIC_RELAXED);
+    if (read_clock || done == 0) done = now_ns();
+    CALL_SET(c, t_done_ns, done);
+    CALL_SET(c, result, (int32_t)result);
+    CALL_SET(c, state, result == weftSuccess ? TRACE_COMPLETED : TRACE_FAILED);
+  }
+  slot_release(s, gen);
 }
 
 int trace_get(const struct trace *t, uint64_t id, struct trace_call *out) {

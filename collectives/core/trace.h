@@ -63,6 +63,9 @@ struct trace;
  * does nothing) or out of memory. */
 struct trace *trace_create(int rank, int nranks, uint64_t job_hash, const char *name);
 void trace_destroy(struct trace *t);
+/* From now on a stream's thread writes t too (its calls' states): called
+ * by the calling thread before it hands a stream its first call of t. */
+void trace_share(struct trace *t);
 
 /* Records plan's call as scheduled, or as started when it starts_now (on
  * the calling thread, at once): returns its id (0 without a trace). */

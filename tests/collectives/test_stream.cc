@@ -169,6 +169,59 @@ TEST(HostStream, OneThreadManyRanks) {
   }
 }
 
+// A stream's thread writes the states of its calls into the trace while the
+// calling thread records the next ones: with a ring of 2 entries, every call
+// queued reuses a slot whose call the stream may be finishing. Each rank
+// queues 3000 one-element all-reduces without waiting; after synchronize the
+// results are right and the trace holds the last two calls, whole and
+// completed (a slot written by both at once was left odd, unreadable, or
+// holding the new call with the old one's state; ThreadSanitizer runs it).
+TEST(HostStream, TraceWrittenByCallerAndStream) {
+  RunOptions opts;
+  opts.env = {{"WEFT_TRACE_ENTRIES", "2"}};
+  auto status = run_ranks(2, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (int rc = init(ctx, &comm)) return rc;
+    weftStream_t stream;
+    if (weftStreamCreate(&stream) != weftSuccess) return rank_fail(ctx, "stream create");
+    const int calls = 3000;
+    std::vector<int64_t> in(calls), out(calls, -1);
+    for (int i = 0; i < calls; i++) in[i] = (int64_t)i * (ctx.rank + 1);
+    for (int i = 0; i < calls; i++)
+      if (weftAllReduce(&in[i], &out[i], 1, weftInt64, weftSum, comm, stream) != weftSuccess)
+        return rank_fail(ctx, "enqueue %d: %s", i, weftGetLastError(comm));
+    if (weftStreamSynchronize(stream) != weftSuccess)
+      return rank_fail(ctx, "sync: %s", weftGetLastError(nullptr));
+    for (int i = 0; i < calls; i++)
+      if (out[i] != 3 * (int64_t)i) return rank_fail(ctx, "call %d: %lld, want %d", i,
+                                                      (long long)out[i], 3 * i);
+    char *text = nullptr;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (f == nullptr) return rank_fail(ctx, "open_memstream");
+    weftResult_t res = weftCommTraceDump(comm, f);
+    fclose(f);
+    std::string dump(text != nullptr ? text : "");
+    free(text);
+    if (res != weftSuccess) return rank_fail(ctx, "dump: %s", weftGetLastError(nullptr));
+    int completed = 0;
+    for (size_t at = 0; (at = dump.find("\"state\": \"completed\"", at)) != std::string::npos;
+         at++)
+      completed++;
+    const std::string last = "\"record_id\": " + std::to_string(calls);
+    const std::string before = "\"record_id\": " + std::to_string(calls - 1);
+    if (completed != 2 || dump.find(last) == std::string::npos ||
+        dump.find(before) == std::string::npos)
+      return rank_fail(ctx, "the trace does not hold calls %d and %d, completed:\n%s", calls - 1,
+                       calls, dump.c_str());
+    weftStreamDestroy(stream);
+    weftCommDestroy(comm);
+    return 0;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
 // Sends and receives queued one by one on a stream advance together: each
 // rank queues a send of more than a connection holds to the next rank, then
 // the receive from the previous one. Were they run one item after another,

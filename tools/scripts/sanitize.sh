@@ -111,7 +111,7 @@ run_asan() {
 tsan_runs=(
   "test_threads:*"
   "test_allreduce:AllReduceInitAll.*"
-  "test_stream:HostStream.OneThreadManyRanks:HostStream.ErrorAtSynchronize"
+  "test_stream:HostStream.OneThreadManyRanks:HostStream.ErrorAtSynchronize:HostStream.TraceWrittenByCallerAndStream"
   "test_failure:Failure.AbortFromAnotherThread"
   "test_errors:ErrorsNoComm.GroupWithBadCallRunsNothing"
 )
