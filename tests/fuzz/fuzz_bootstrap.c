@@ -111,7 +111,7 @@ int fuzz_init(void) {
   struct fuzz_hello h;
   memset(&h, 0, sizeof h);
   h.magic = 0x77667462u; /* "wftb" */
-  h.version = 3; /* BOOTSTRAP_VERSION (transport/bootstrap/wire.h) */
+  h.version = 4; /* BOOTSTRAP_VERSION (transport/bootstrap/wire.h) */
   memcpy(h.secret, secret, sizeof secret);
   h.rank = 0;
   h.nranks = 1;

@@ -17,7 +17,7 @@
 #include "bootstrap.h"
 
 #define BOOTSTRAP_MAGIC 0x77667462u /* "wftb" */
-#define BOOTSTRAP_VERSION 3u
+#define BOOTSTRAP_VERSION 4u
 /* A connection must say its hello within this (and within the job's
  * timeout); unproven connections are served together, so a silent one
  * delays no one, it only holds a place until then. */
