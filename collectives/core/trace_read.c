@@ -190,6 +190,18 @@ static int name_index(const char *s, const char *(*name_of)(int32_t), int n) {
 static const char *kind_of(int32_t i) { return coll_kind_name((enum coll_kind)i); }
 static const char *state_of(int32_t i) { return trace_state_name((enum trace_state)i); }
 
+/* A dump's "result" (weftGetErrorString's text; absent: success) as its
+ * code: a text this build does not know, from another version, reads as a
+ * failure of weft's own rather than as none. */
+static int32_t result_of(const struct json *e) {
+  const struct json *v = json_get(e, "result");
+  if (v == NULL) return weftSuccess;
+  const char *s = v->type == J_STR ? v->str : "";
+  for (int32_t r = 0; r < weftNumResults; r++)
+    if (strcmp(s, weftGetErrorString((weftResult_t)r)) == 0) return r;
+  return weftInternalError;
+}
+
 static void call_from_json(const struct json *e, int nranks, struct trace_call *c) {
   const int32_t coll = name_index(json_str(e, "kind"), kind_of, COLL_NUM);
   const int p2p = coll == COLL_SEND || coll == COLL_RECV;
@@ -208,6 +220,7 @@ static void call_from_json(const struct json *e, int nranks, struct trace_call *
       .state = name_index(json_str(e, "state"), state_of, TRACE_NUM_STATES),
       .waiting_on = (int32_t)json_int(e, "waiting_on", -1),
       .nranks = nranks,
+      .result = result_of(e),
       .on_device = json_get(e, "device") != NULL};
 }
 
