@@ -45,6 +45,48 @@ else
   bad linear_step "exit $?"
 fi
 
+# flags as nccl-tests reads them: -f wins over -i in either order; a small
+# factor still moves (-f 1.1 had stopped at the first size); -c 0 prints N/A
+# for #wrong; the header's step is a whole number of bytes
+if timeout 60 "$weftrun" -n 2 "$perf" -b 8 -e 64 -f 2 -i 1K -c 0 -n 1 -w 0 -B 0 >"$tmp/fi" 2>&1 &&
+   timeout 60 "$weftrun" -n 2 "$perf" -b 100 -e 200 -f 1.1 -d int8 -n 1 -w 0 -B 0 >"$tmp/f11" 2>&1 &&
+   timeout 60 "$weftrun" -n 2 "$perf" -b 8 -e 8 -n 1 -w 0 -B 0 >"$tmp/step" 2>&1; then
+  sizes=$(grep -E '^\[0\] +[0-9]+ ' "$tmp/fi" | awk '{print $2}' | tr '\n' ' ')
+  wrong=$(grep -E '^\[0\] +[0-9]+ ' "$tmp/fi" | awk '$10 == "N/A" && $14 == "N/A"' | wc -l)
+  f11=$(grep -cE '^\[0\] +[0-9]+ ' "$tmp/f11")
+  if [ "$sizes" != "8 16 32 64 " ]; then bad factor_over_step "sizes $sizes, want 8 16 32 64"
+  elif [ "$wrong" != 4 ]; then bad no_check_na "$(grep -E '^\[0\] +8 ' "$tmp/fi")"
+  elif [ "$f11" != 8 ]; then bad small_factor "$f11 rows from 100 to 200 by 1.1, want 8"
+  elif ! grep -q "step: 1048576(bytes)" "$tmp/step"; then bad header_step "$(grep step: "$tmp/step")"
+  else ok nccl_tests_flags; fi
+else
+  bad nccl_tests_flags "exit $?"
+fi
+
+# the count column is what each call is given (a gather's block), as nccl-tests prints it
+if timeout 60 "$weftrun" -n 3 "$tools/all_gather_perf" -b 6 -e 6 -d int8 -n 1 -w 0 -B 0 >"$tmp/cnt" 2>&1 &&
+   [ "$(grep -E '^\[0\] +6 ' "$tmp/cnt" | awk '{print $3}')" = 2 ]; then ok count_column
+else bad count_column "$(grep -E '^\[0\] +[0-9]+ ' "$tmp/cnt")"; fi
+
+# bad values are refused (exit 2, naming the flag), never read as 0 or clamped
+refused_all=1
+for args in "-b 1M -e 8" "-c yes" "-r abc" "-n 1x" "-b nan" "-b 1e30" "-b inf" "-f 0.5" "-i 0"; do
+  # shellcheck disable=SC2086
+  timeout 30 "$weftrun" -n 1 "$perf" $args -n 1 -w 0 -B 0 >"$tmp/badflag" 2>&1
+  rc=$?
+  if [ "$rc" != 2 ] || ! grep -qE "bad value|invalid sizes" "$tmp/badflag"; then
+    bad "refused_${args// /_}" "exit $rc: $(tail -2 "$tmp/badflag")"
+    refused_all=0
+  fi
+done
+[ "$refused_all" = 1 ] && ok bad_values_refused
+
+# -J stays JSON where a row has no bytes and the bound allows 0 us (one rank)
+if timeout 60 "$weftrun" -n 1 "$perf" -b 1 -e 64 -f 8 -n 1 -w 0 -J "$tmp/zero.json" >/dev/null 2>&1 &&
+   python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["rows"][0]["size_bytes"]==0, d' \
+     "$tmp/zero.json" 2>"$tmp/zero.err"; then ok json_finite
+else bad json_finite "$(cat "$tmp/zero.err"; grep -o '.\{30\}nan.\{10\}' "$tmp/zero.json" | head -2)"; fi
+
 # a rank that exits early: weftrun reports it and exits non-zero, nobody hangs
 start=$(date +%s)
 timeout 60 "$weftrun" -n 2 sh -c 'if [ "$WEFT_RANK" = 1 ]; then exit 7; fi; exec "$0" -T 5 -b 1M -e 1M -n 1000' "$perf" >"$tmp/early" 2>&1

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,10 +38,12 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* A size: a number with an optional K, M or G (and B); refused when it is
+ * not a finite number of bytes below 2^62 (nan, inf, 1e30 read as 0 bytes). */
 static int parse_size(const char *s, size_t *out) {
   char *end;
   double v = strtod(s, &end);
-  if (end == s || v < 0) return -1;
+  if (end == s || !(v >= 0)) return -1;
   switch (*end) {
     case 'k': case 'K': v *= 1024; end++; break;
     case 'm': case 'M': v *= 1024 * 1024; end++; break;
@@ -48,9 +51,42 @@ static int parse_size(const char *s, size_t *out) {
     default: break;
   }
   if (*end == 'B' || *end == 'b') end++;
-  if (*end != '\0') return -1;
+  if (*end != '\0' || !(v < 0x1p62)) return -1;
   *out = (size_t)v;
   return 0;
+}
+
+/* A whole number in [lo, hi] (a garbage value such as `-c yes` was read as 0). */
+static int parse_int(const char *s, long lo, long hi, int *out) {
+  char *end;
+  errno = 0;
+  const long v = strtol(s, &end, 0);
+  if (end == s || *end != '\0' || errno != 0 || v < lo || v > hi) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+/* A step factor: a finite number, at least 1. */
+static int parse_factor(const char *s, double *out) {
+  char *end;
+  const double v = strtod(s, &end);
+  if (end == s || *end != '\0' || !(v >= 1) || !(v < 0x1p62)) return -1;
+  *out = v;
+  return 0;
+}
+
+/* The size after nbytes in a sweep: times the factor where it is above 1
+ * (-f wins over -i, in either order, as in nccl-tests), rounded to the
+ * nearest byte and at least one more, so that a small factor still moves
+ * (-f 1.1 from 8 B had stopped there); otherwise plus the step. 0 past
+ * SIZE_MAX. */
+static size_t sweep_next(const struct perf_opts *o, size_t nbytes) {
+  if (o->step_factor > 1) {
+    const double next = round((double)nbytes * o->step_factor);
+    if (!(next < 0x1p63)) return 0;
+    return (size_t)next > nbytes ? (size_t)next : nbytes + 1;
+  }
+  return nbytes + o->step_nbytes > nbytes ? nbytes + o->step_nbytes : 0;
 }
 
 static int parse_type(const char *s, struct perf_opts *o) {
@@ -141,23 +177,23 @@ static int opts_parse(int argc, char **argv, const struct perf_coll *coll, struc
     switch (c) {
       case 'b': bad = parse_size(optarg, &o->min_nbytes); break;
       case 'e': bad = parse_size(optarg, &o->max_nbytes); break;
-      case 'i': bad = parse_size(optarg, &o->step_nbytes); o->step_factor = 1; break;
-      case 'f': o->step_factor = atof(optarg); bad = o->step_factor < 1; break;
-      case 'n': o->iters = atoi(optarg); bad = o->iters < 1; break;
-      case 'w': o->warmup = atoi(optarg); bad = o->warmup < 0; break;
-      case 'm': o->agg_iters = atoi(optarg); bad = o->agg_iters < 1; break;
-      case 'c': o->check = atoi(optarg); break;
+      case 'i': bad = parse_size(optarg, &o->step_nbytes) || o->step_nbytes == 0; break;
+      case 'f': bad = parse_factor(optarg, &o->step_factor); break;
+      case 'n': bad = parse_int(optarg, 1, INT_MAX, &o->iters); break;
+      case 'w': bad = parse_int(optarg, 0, INT_MAX, &o->warmup); break;
+      case 'm': bad = parse_int(optarg, 1, INT_MAX, &o->agg_iters); break;
+      case 'c': bad = parse_int(optarg, 0, 1, &o->check); break;
       case 'd': bad = parse_type(optarg, o); break;
       case 'o': bad = parse_op(optarg, o); break;
-      case 'r': o->root = atoi(optarg); break;
-      case 'a': o->average = atoi(optarg); bad = o->average < 0 || o->average > 3; break;
-      case 'T': o->timeout_s = atoi(optarg); bad = o->timeout_s < 0; break;
-      case 'z': o->blocking = atoi(optarg); bad = o->blocking < 0 || o->blocking > 1; break;
-      case 'G': o->graph_iters = atoi(optarg); bad = o->graph_iters < 0; break;
+      case 'r': bad = parse_int(optarg, 0, INT_MAX, &o->root); break;
+      case 'a': bad = parse_int(optarg, 0, 3, &o->average); break;
+      case 'T': bad = parse_int(optarg, 0, INT_MAX / 1000, &o->timeout_s); break;
+      case 'z': bad = parse_int(optarg, 0, 1, &o->blocking); break;
+      case 'G': bad = parse_int(optarg, 0, INT_MAX, &o->graph_iters); break;
       case 'M': bad = perf_mem_parse(optarg, &o->mem_kind); break;
       case 'J': o->json_path = optarg; break;
-      case 'P': o->progress = atoi(optarg); bad = o->progress < 0 || o->progress > 1; break;
-      case 'B': o->bound = atoi(optarg); bad = o->bound < 0 || o->bound > 1; break;
+      case 'P': bad = parse_int(optarg, 0, 1, &o->progress); break;
+      case 'B': bad = parse_int(optarg, 0, 1, &o->bound); break;
       case 'h': usage(argv[0], coll); exit(0);
       default: usage(argv[0], coll); return -1;
     }
@@ -170,7 +206,11 @@ static int opts_parse(int argc, char **argv, const struct perf_coll *coll, struc
     fprintf(stderr, "%s: unexpected argument '%s'\n", argv[0], argv[optind]);
     return -1;
   }
-  if (o->max_nbytes < o->min_nbytes) o->max_nbytes = o->min_nbytes;
+  if (o->min_nbytes > o->max_nbytes) {
+    fprintf(stderr, "%s: invalid sizes for 'minbytes' and 'maxbytes': %zu > %zu\n", argv[0],
+            o->min_nbytes, o->max_nbytes);
+    return -1;
+  }
   if (!coll->uses_op) o->nops = 1;
   return 0;
 }
@@ -272,8 +312,9 @@ static int run_one(const struct perf_run *p, size_t nbytes, weftDataType_t t, we
   if (put_inputs(p, src, send_count, t, op) != 0) return -1;
   if (run_ops(p, src, dst, count, t, op, o->warmup) != weftSuccess) return -1;
   double t0 = now_s();
-  if (run_ops(p, src, dst, count, t, op, o->iters * o->agg_iters) != weftSuccess) return -1;
-  double elapsed = (now_s() - t0) / (o->iters * o->agg_iters);
+  const long long ops = (long long)o->iters * o->agg_iters;
+  if (run_ops(p, src, dst, count, t, op, ops) != weftSuccess) return -1;
+  double elapsed = (now_s() - t0) / (double)ops;
   elapsed = across_ranks(p->comm, elapsed, o->average, nranks);
   r->time_us = elapsed * 1e6;
   r->algbw = elapsed > 0 ? (double)nbytes / elapsed / 1e9 : 0;
@@ -308,11 +349,10 @@ static int run_one(const struct perf_run *p, size_t nbytes, weftDataType_t t, we
 /* The sizes of one sweep, for the progress line. */
 static int sweep_rows(const struct perf_opts *o) {
   int rows = 0;
-  for (size_t nbytes = o->min_nbytes; nbytes <= o->max_nbytes; rows++) {
-    size_t next = o->step_factor > 1 ? (size_t)((double)nbytes * o->step_factor)
-                                     : nbytes + o->step_nbytes;
-    if (next <= nbytes) { rows++; break; }
-    nbytes = next;
+  for (size_t nbytes = o->min_nbytes; nbytes <= o->max_nbytes;) {
+    rows++;
+    nbytes = sweep_next(o, nbytes);
+    if (nbytes == 0) break; /* past SIZE_MAX */
   }
   return rows * o->ntypes * o->nops;
 }
@@ -326,20 +366,28 @@ struct perf_row {
   struct perf_result oop, ip;
 };
 
+/* "key": v with digits decimals, after sep; null where v is not a finite
+ * number (JSON has no nan or inf: a bound of 0 us, a time of no operations). */
+static void json_num(FILE *f, const char *sep, const char *key, double v, int digits) {
+  if (isfinite(v)) fprintf(f, "%s\"%s\": %.*f", sep, key, digits, v);
+  else fprintf(f, "%s\"%s\": null", sep, key);
+}
+
 static void json_result(FILE *f, const struct perf_result *r, int check) {
-  fprintf(f, "{\"time_us\": %.3f, \"algbw_GBps\": %.4f, \"busbw_GBps\": %.4f, \"wrong\": ",
-          r->time_us, r->algbw, r->busbw);
-  if (check) fprintf(f, "%lld", r->wrong);
-  else fprintf(f, "null");
+  json_num(f, "{", "time_us", r->time_us, 3);
+  json_num(f, ", ", "algbw_GBps", r->algbw, 4);
+  json_num(f, ", ", "busbw_GBps", r->busbw, 4);
+  if (check) fprintf(f, ", \"wrong\": %lld", r->wrong);
+  else fprintf(f, ", \"wrong\": null");
   if (isnan(r->bound_us)) {
     fprintf(f, ", \"bound_us\": null, \"bound_pct\": null, \"bound_by\": null}");
     return;
   }
   /* the bound as busbw too: the busbw the row would have at the bound's time */
-  const double bound_busbw = r->time_us > 0 ? r->busbw * r->time_us / r->bound_us : 0;
-  fprintf(f, ", \"bound_us\": %.4f, \"bound_busbw_GBps\": %.4f, \"bound_pct\": %.2f, "
-             "\"bound_by\": \"%s\"}",
-          r->bound_us, bound_busbw, r->bound_pct, r->bound_by_copy ? "copy" : "round_trip");
+  json_num(f, ", ", "bound_us", r->bound_us, 4);
+  json_num(f, ", ", "bound_busbw_GBps", r->busbw * r->time_us / r->bound_us, 4);
+  json_num(f, ", ", "bound_pct", r->bound_pct, 2);
+  fprintf(f, ", \"bound_by\": \"%s\"}", r->bound_by_copy ? "copy" : "round_trip");
 }
 
 /* The bound's figures, as an object. */
@@ -348,14 +396,13 @@ static void json_bound(FILE *f, const struct perf_bound *b) {
     fprintf(f, "null");
     return;
   }
-  fprintf(f, "{\"round_trip_us\": ");
-  if (b->have_round_trip)
-    fprintf(f, "%.4f, \"round_trip_cpus\": [%d, %d]", b->round_trip_us, b->cpus[0], b->cpus[1]);
-  else fprintf(f, "null");
-  fprintf(f, ", \"copy_rw_GBps\": ");
-  if (b->have_copy) fprintf(f, "%.3f, \"copy_nbytes\": %zu", b->copy_rw_GBps, b->copy_nbytes);
-  else fprintf(f, "null");
-  fprintf(f, ", \"why\": \"%s\", \"measure_s\": %.3f}", b->why, b->measure_s);
+  json_num(f, "{", "round_trip_us", b->have_round_trip ? b->round_trip_us : NAN, 4);
+  if (b->have_round_trip) fprintf(f, ", \"round_trip_cpus\": [%d, %d]", b->cpus[0], b->cpus[1]);
+  json_num(f, ", ", "copy_rw_GBps", b->have_copy ? b->copy_rw_GBps : NAN, 3);
+  if (b->have_copy) fprintf(f, ", \"copy_nbytes\": %zu", b->copy_nbytes);
+  fprintf(f, ", \"why\": \"%s\"", b->why);
+  json_num(f, ", ", "measure_s", b->measure_s, 3);
+  fprintf(f, "}");
 }
 
 /* Writes the run as JSON: the settings, every row, and the footer's values. */
@@ -395,8 +442,9 @@ static int json_write(const char *path, int argc, char **argv, const struct perf
     else json_result(f, &r->ip, o->check);
     fprintf(f, "}%s\n", i + 1 < nrows ? "," : "");
   }
-  fprintf(f, "  ],\n  \"out_of_bounds\": %lld,\n  \"avg_busbw_GBps\": %.6f\n}\n", wrong,
-          avg_busbw);
+  fprintf(f, "  ],\n  \"out_of_bounds\": %lld,\n", wrong);
+  json_num(f, "  ", "avg_busbw_GBps", avg_busbw, 6);
+  fprintf(f, "\n}\n");
   return fclose(f) == 0 ? 0 : -1;
 }
 
@@ -421,10 +469,14 @@ static void print_bound(const struct perf_opts *o, const struct perf_bound *b, i
 
 static void print_header(const struct perf_opts *o, int nranks, const char *host,
                          const struct perf_bound *bound) {
-  printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d "
+  /* the step as nccl-tests prints it (a whole number; a fractional factor
+   * as it was given) */
+  char step[48];
+  if (o->step_factor > 1) snprintf(step, sizeof step, "%g(factor)", o->step_factor);
+  else snprintf(step, sizeof step, "%zu(bytes)", o->step_nbytes);
+  printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %s warmup iters: %d "
          "iters: %d agg iters: %d validation: %d graph: %d\n#\n",
-         o->min_nbytes, o->max_nbytes, o->step_factor > 1 ? o->step_factor : (double)o->step_nbytes,
-         o->step_factor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->agg_iters, o->check,
+         o->min_nbytes, o->max_nbytes, step, o->warmup, o->iters, o->agg_iters, o->check,
          o->graph_iters);
   printf("# Using %s memory: %d ranks, rank 0 pid %d on %s, blocking %d\n#\n",
          perf_mem_name(o->mem_kind), nranks, (int)getpid(), host, o->blocking);
@@ -450,21 +502,28 @@ static void format_bound(char *buf, size_t len, const struct perf_result *r, int
   else snprintf(buf, len, "  %8.3f  %6.1f", r->bound_us, r->bound_pct);
 }
 
+/* A side's #wrong: N/A without -c 1, as nccl-tests prints it. */
+static void format_wrong(char *buf, size_t len, const struct perf_opts *o, long long wrong) {
+  if (o->check) snprintf(buf, len, "%lld", wrong);
+  else snprintf(buf, len, "N/A");
+}
+
 static void print_row(const struct perf_coll *coll, const struct perf_opts *o,
                       const struct perf_row *r) {
-  char root[16], in_place[64], bound_oop[32], bound_ip[32];
+  char root[16], in_place[64], bound_oop[32], bound_ip[32], wrong_oop[24], wrong_ip[24];
+  format_wrong(wrong_oop, sizeof wrong_oop, o, r->oop.wrong);
+  format_wrong(wrong_ip, sizeof wrong_ip, o, r->ip.wrong);
   format_bound(bound_oop, sizeof bound_oop, &r->oop, 0);
   format_bound(bound_ip, sizeof bound_ip, &r->ip, coll->no_in_place);
   snprintf(root, sizeof root, "%d", r->root);
   if (coll->no_in_place)
     snprintf(in_place, sizeof in_place, "  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A");
   else
-    snprintf(in_place, sizeof in_place, "  %7.2f  %6.2f  %6.2f  %6lld", r->ip.time_us,
-             r->ip.algbw, r->ip.busbw, o->check ? r->ip.wrong : -1LL);
-  printf("  %10zu  %12zu  %8s  %6s  %6s  %7.2f  %6.2f  %6.2f  %6lld%s%s%s\n", r->nbytes, r->count,
+    snprintf(in_place, sizeof in_place, "  %7.2f  %6.2f  %6.2f  %6s", r->ip.time_us,
+             r->ip.algbw, r->ip.busbw, wrong_ip);
+  printf("  %10zu  %12zu  %8s  %6s  %6s  %7.2f  %6.2f  %6.2f  %6s%s%s%s\n", r->nbytes, r->count,
          type_names[r->type], coll->uses_op ? op_names[r->op] : "none", root, r->oop.time_us,
-         r->oop.algbw, r->oop.busbw, o->check ? r->oop.wrong : -1LL, in_place, bound_oop,
-         bound_ip);
+         r->oop.algbw, r->oop.busbw, wrong_oop, in_place, bound_oop, bound_ip);
   fflush(stdout);
 }
 
@@ -566,8 +625,9 @@ int perf_main(int argc, char **argv, const struct perf_coll *coll) {
         size_t send_count, recv_count, count;
         coll->counts(nbytes, esize, nranks, &send_count, &recv_count, &count);
         size_t total = send_count > recv_count ? send_count : recv_count;
-        struct perf_row row = {.nbytes = total * esize, /* one rank's larger buffer */
-                               .count = total, .type = t, .op = op,
+        /* size: one rank's larger buffer; count: what each call is given
+         * (a gather's per-rank block), as nccl-tests prints them */
+        struct perf_row row = {.nbytes = total * esize, .count = count, .type = t, .op = op,
                                .root = coll->uses_root ? o.root : -1};
         if (run_one(&run, row.nbytes, t, op, 0, &row.oop) ||
             (!coll->no_in_place && run_one(&run, row.nbytes, t, op, 1, &row.ip))) {
@@ -584,10 +644,8 @@ int perf_main(int argc, char **argv, const struct perf_coll *coll) {
           print_row(coll, &o, &row);
           if (o.progress) print_progress(coll, nrows, total_rows, row.nbytes, now_s() - t_start);
         }
-        size_t next = o.step_factor > 1 ? (size_t)((double)nbytes * o.step_factor)
-                                        : nbytes + o.step_nbytes;
-        if (next <= nbytes) break;
-        nbytes = next;
+        nbytes = sweep_next(&o, nbytes);
+        if (nbytes == 0) break;
       }
     }
   }
