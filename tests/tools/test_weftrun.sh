@@ -163,6 +163,48 @@ elapsed_ms=$(($(now_ms) - t0))
 no_leftovers
 report kill_timeout
 
+# --- (c2) after a failure the others have WEFTRUN_FAIL_GRACE to end --------
+# by themselves: ranks that end within it get no SIGTERM; with a grace of 0
+# they get it at once
+for grace in 1 0; do
+  WEFTRUN_FAIL_GRACE=$grace bounded "$weftrun" -n 3 sh -c \
+    'trap "echo TERMED; exit 143" TERM; if [ "$RANK" = 1 ]; then sleep 0.3; exit 3; fi
+     sleep 0.7 & wait; echo ENDED' "$marker" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  [[ $rc -eq 3 ]] || fail "grace $grace: exit status $rc, expected 3"
+  termed=$(grep -c TERMED "$tmp/out")
+  ended=$(grep -c ENDED "$tmp/out")
+  if [[ $grace == 1 ]]; then
+    [[ $termed == 0 && $ended == 2 ]] || fail "grace 1: $termed SIGTERMs, $ended ended: $(cat "$tmp/out")"
+  else
+    [[ $termed == 2 ]] || fail "grace 0: $termed SIGTERMs, want 2: $(cat "$tmp/out")"
+  fi
+done
+no_leftovers
+report fail_grace
+
+# --- (c3) a weft job whose rank dies: the others fail at once naming it, and --
+# their traces (WEFT_TRACE_DIR) are there for weft-info --trace
+tools=$(dirname "$weftrun")
+if [[ -x $tools/all_reduce_perf && -x $tools/weft-info ]]; then
+  mkdir -p "$tmp/traces"
+  bounded "$weftrun" -n 3 -x WEFT_TRACE_DIR="$tmp/traces" -x WEFT_TIMEOUT=10 sh -c \
+    'if [ "$RANK" = 2 ]; then (sleep 1; kill -9 $$) & fi
+     exec "$0" -B 0 -n 10000000 -w 1 -b 64K -e 64K -c 0' "$tools/all_reduce_perf" \
+    >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  [[ $rc -eq 137 ]] || fail "exit status $rc, expected 137 (rank 2's SIGKILL)"
+  grep -q "rank 2 is dead" "$tmp/out" "$tmp/err" || fail "no survivor named rank 2: $(tail -3 "$tmp/out")"
+  dumps=$(find "$tmp/traces" -name 'weft_trace_*.json' | wc -l)
+  [[ $dumps == 2 ]] || fail "$dumps trace dumps, want 2 (ranks 0 and 1)"
+  "$tools/weft-info" --trace "$tmp/traces" >"$tmp/verdict" 2>&1
+  grep -q "did not complete: rank 2 left no trace.*; ranks 0,1 wait on rank 2" "$tmp/verdict" ||
+    fail "verdict: $(cat "$tmp/verdict")"
+  report dead_rank_traces
+else
+  echo "skip dead_rank_traces: no all_reduce_perf or weft-info next to weftrun"
+fi
+
 # --- (d) SIGINT to weftrun reaches the ranks --------------------------------
 "$weftrun" -n 3 sh -c 'sleep '"$sleep_s"'; :' "$marker" >"$tmp/out" 2>"$tmp/err" &
 pid=$!
@@ -447,6 +489,10 @@ bounded "$weftrun" -n 1 --bind-to core --no-prefix sh -c "$cpus_cmd" >"$tmp/out"
 [[ $(cut -d' ' -f1 "$tmp/out") == 1 ]] || fail "core: one rank not on one CPU: $(cat "$tmp/out")"
 bounded "$weftrun" -n $((ncpus + 1)) --no-prefix sh -c "$cpus_cmd" >"$tmp/out" 2>"$tmp/err"
 [[ $(sort -u "$tmp/out") == "$ncpus $mine" ]] || fail "oversubscribed ranks pinned: $(cat "$tmp/out")"
+# asked for, but more ranks than CPUs: not pinned (two ranks had shared CPU 0), and said so
+bounded "$weftrun" -n $((ncpus + 1)) --bind-to core --no-prefix sh -c "$cpus_cmd" >"$tmp/out" 2>"$tmp/err"
+[[ $(sort -u "$tmp/out") == "$ncpus $mine" ]] || fail "--bind-to core oversubscribed pinned: $(cat "$tmp/out")"
+grep -q "not pinned" "$tmp/err" || fail "--bind-to core oversubscribed: no note: $(cat "$tmp/err")"
 bounded "$weftrun" -n 2 --bind-to none --no-prefix sh -c "$cpus_cmd" >"$tmp/out" 2>"$tmp/err"
 [[ $(sort -u "$tmp/out") == "$ncpus $mine" ]] || fail "--bind-to none pinned: $(cat "$tmp/out")"
 bounded "$weftrun" -n 2 -x WEFT_TRANSPORT=socket --no-prefix sh -c "$cpus_cmd" >"$tmp/out" 2>"$tmp/err"

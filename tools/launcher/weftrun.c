@@ -70,10 +70,13 @@ static void run_usage(FILE *f)
           "                 all C for one rank); core: pin rank r to the r-th of those\n"
           "                 CPUs; none: do not pin. Default: share when the ranks fit\n"
           "                 on those CPUs, none when they do not or when\n"
-          "                 WEFT_TRANSPORT=socket\n"
+          "                 WEFT_TRANSPORT=socket; more ranks than CPUs are never\n"
+          "                 pinned\n"
           "  -h, --help     print this help\n"
           "\n"
-          "When a rank fails, the others get SIGTERM, then SIGKILL after\n"
+          "When a rank fails, the others have WEFTRUN_FAIL_GRACE seconds (default 1) to\n"
+          "end by themselves (ranks in a collective with it fail at once, print why and\n"
+          "write their traces), then get SIGTERM, then SIGKILL after\n"
           "WEFTRUN_KILL_TIMEOUT seconds (default 5), and weftrun exits with the failed\n"
           "rank's status (128+N for signal N). SIGINT, SIGTERM, SIGHUP and SIGQUIT are\n"
           "forwarded to every rank and end the job the same way, a second one with\n"
@@ -89,8 +92,9 @@ static void run_usage_error(const char *fmt, ...)
   va_start(ap, fmt);
   vfprintf(stderr, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "\nusage: weftrun [-n N] [--no-prefix] [-x NAME=VALUE]... [--] PROGRAM "
-                  "[ARGS...]  (weftrun --help for more)\n");
+  fprintf(stderr, "\nusage: weftrun [-n N] [--no-prefix] [-x NAME=VALUE]... "
+                  "[--bind-to share|core|none] [--] PROGRAM [ARGS...]  (weftrun --help for "
+                  "more)\n");
   exit(RUN_EXIT_USAGE);
 }
 
@@ -231,15 +235,16 @@ static void run_fds_sanitize(void)
   }
 }
 
-static int64_t run_kill_timeout_ms(void)
+/* Seconds from the environment variable name (default_ms when unset), in ms. */
+static int64_t run_env_seconds_ms(const char *name, int64_t default_ms)
 {
-  const char *s = getenv("WEFTRUN_KILL_TIMEOUT");
+  const char *s = getenv(name);
   if (!s || !*s)
-    return 5000;
+    return default_ms;
   char *end;
   double seconds = strtod(s, &end);
   if (*end || !isfinite(seconds) || seconds < 0 || seconds > 1e6) {
-    fprintf(stderr, "weftrun: WEFTRUN_KILL_TIMEOUT must be a number of seconds, got '%s'\n", s);
+    fprintf(stderr, "weftrun: %s must be a number of seconds, got '%s'\n", name, s);
     exit(RUN_EXIT_USAGE);
   }
   return (int64_t)(seconds * 1000);
@@ -326,6 +331,14 @@ static void run_bind_plan(struct run_job *job)
   if (job->bind == RUN_BIND_AUTO)
     job->bind = job->nranks <= job->ncpus && !run_ranks_use_sockets(job) ? RUN_BIND_SHARE
                                                                           : RUN_BIND_NONE;
+  if (job->bind != RUN_BIND_NONE && job->nranks > job->ncpus) {
+    /* two ranks pinned to one CPU would spin against each other while
+     * another CPU idles: more ranks than CPUs float (as mpirun's
+     * --oversubscribe leaves them unbound) */
+    fprintf(stderr, "weftrun: --bind-to %s: %d ranks on %d CPUs: the ranks are not pinned\n",
+            job->bind == RUN_BIND_CORE ? "core" : "share", job->nranks, job->ncpus);
+    job->bind = RUN_BIND_NONE;
+  }
 }
 
 /* weftrun holds two pipes per rank, and the rendezvous one connection per
@@ -373,7 +386,8 @@ int main(int argc, char **argv)
   run_parse_args(&job, argc, argv);
   run_bind_plan(&job);
   run_nofile_raise(&job);
-  job.kill_timeout_ms = run_kill_timeout_ms();
+  job.kill_timeout_ms = run_env_seconds_ms("WEFTRUN_KILL_TIMEOUT", 5000);
+  job.fail_grace_ms = run_env_seconds_ms("WEFTRUN_FAIL_GRACE", 1000);
 
   int err = run_resolve_program(&job);
   if (err) {

@@ -75,6 +75,7 @@ struct run_job {
   char unique_id_hex[2 * WEFT_UNIQUE_ID_BYTES + 1];
   int master_port;
   int64_t kill_timeout_ms;
+  int64_t fail_grace_ms;     /* WEFTRUN_FAIL_GRACE: the others' time to end by themselves */
   struct rlimit nofile;      /* RLIMIT_NOFILE as weftrun found it, which the ranks get */
   struct run_rank *ranks;
   int nlaunched;
@@ -87,6 +88,7 @@ struct run_job {
   int fail_rank;             /* first rank that failed, or -1 */
   int fail_status;           /* weftrun's exit status for that failure */
   int signal_received;       /* first signal that ends the job, or 0 */
+  int64_t term_due_ms;       /* after a failure: SIGTERM the others then; 0 = none due */
   int64_t kill_deadline_ms;  /* SIGKILL everything then; 0 = not tearing down */
   int64_t final_deadline_ms; /* stop waiting then; 0 = not yet */
   char *out;                 /* prefixed lines waiting for one write */

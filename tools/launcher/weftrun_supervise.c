@@ -364,7 +364,13 @@ static void run_rank_exited(struct run_job *job, int r, int wstatus)
             run_signal_name(signo, buf, sizeof buf),
             WCOREDUMP(wstatus) ? " (core dumped)" : "");
   }
-  run_teardown(job, SIGTERM);
+  /* the others first get the grace to end by themselves: a rank in a
+   * collective with this one fails within milliseconds, says why and writes
+   * its trace (WEFT_TRACE_DIR), which a SIGTERM now would cut short */
+  if (job->fail_grace_ms == 0)
+    run_teardown(job, SIGTERM);
+  else if (job->term_due_ms == 0)
+    job->term_due_ms = run_now_ms() + job->fail_grace_ms;
 }
 
 static void run_reap(struct run_job *job)
@@ -487,8 +493,9 @@ void run_supervise(struct run_job *job)
       break;
     if (job->final_deadline_ms && now >= job->final_deadline_ms)
       break;
-    if (job->nlive == 0 && job->kill_deadline_ms == 0)
-      run_teardown(job, SIGTERM); /* the ranks are done; so are their leftovers */
+    if ((job->nlive == 0 || (job->term_due_ms && now >= job->term_due_ms)) &&
+        job->kill_deadline_ms == 0)
+      run_teardown(job, SIGTERM); /* the ranks are done (or their grace is); so are leftovers */
     if (job->kill_deadline_ms && now >= job->kill_deadline_ms && !job->final_deadline_ms)
       run_kill_all(job);
     /* leftovers whose parents died since the last look */
@@ -514,6 +521,8 @@ void run_supervise(struct run_job *job)
       }
     }
     int64_t deadline = job->final_deadline_ms ? job->final_deadline_ms : job->kill_deadline_ms;
+    if (deadline == 0)
+      deadline = job->term_due_ms;
     int64_t partial_due_ms = run_partials_flush(job, now);
     if (partial_due_ms && (deadline == 0 || partial_due_ms < deadline))
       deadline = partial_due_ms;
