@@ -199,6 +199,15 @@ else
   echo "skip device_perf_flags: no all_reduce_device_perf (built without CUDA)"
 fi
 
+# weft-info --version: the version line alone, exit 0; an unknown option: exit 2, nothing on stdout
+if [ "$("$tools/weft-info" --version 2>&1)" = "$("$tools/weft-info" 2>&1)" ] &&
+   "$tools/weft-info" --version >/dev/null 2>&1 &&
+   { "$tools/weft-info" --bogus >"$tmp/info.out" 2>/dev/null; [ $? = 2 ] && [ ! -s "$tmp/info.out" ]; }; then
+  ok info_version
+else
+  bad info_version "$("$tools/weft-info" --version 2>&1)"
+fi
+
 # over UCX's TCP transport, where weft has UCX: right, and nothing from UCX in the
 # output (a credit that arrived after its connection closed made UCX warn at exit
 # in most runs)

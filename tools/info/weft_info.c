@@ -9,8 +9,9 @@ int main(int argc, char **argv) {
   int version = 0;
   weftGetVersion(&version);
   if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
-    printf("usage: weft-info [--config | --trace DIR]\n"
-           "  prints the weft version; --config adds every WEFT_* variable with its value;\n"
+    printf("usage: weft-info [--version | --config | --trace DIR]\n"
+           "  prints the weft version (alone with --version); --config adds every WEFT_*\n"
+           "  variable with its value;\n"
            "  --trace DIR reads the traces ranks dumped into DIR (WEFT_TRACE_DIR) and says,\n"
            "  per job, which collective did not complete and which ranks never called it\n");
     return 0;
@@ -26,11 +27,14 @@ int main(int argc, char **argv) {
     }
     return 0;
   }
-  printf("weft %d.%d.%d\n", version / 10000, version / 100 % 100, version % 100);
-  if (argc > 1 && strcmp(argv[1], "--config") == 0) weftConfigPrint(stdout);
-  else if (argc > 1) {
-    fprintf(stderr, "weft-info: unknown option %s\n", argv[1]);
+  const int is_config = argc == 2 && strcmp(argv[1], "--config") == 0;
+  const int is_version = argc == 2 && (strcmp(argv[1], "--version") == 0 ||
+                                       strcmp(argv[1], "-V") == 0);
+  if (argc > 1 && !is_config && !is_version) {
+    fprintf(stderr, "weft-info: unknown option %s (weft-info --help)\n", argv[1]);
     return 2;
   }
+  printf("weft %d.%d.%d\n", version / 10000, version / 100 % 100, version % 100);
+  if (is_config) weftConfigPrint(stdout);
   return 0;
 }
