@@ -206,7 +206,10 @@ weftResult_t weftZeroRelease(weftZero_t zero, int layer);
 weftResult_t weftZeroReleaseOn(weftZero_t zero, int layer, weftStream_t stream);
 
 /* Micro-steps before the last of a step pass sync = 0: their gradients stay
- * in the gradient buffers and accumulate. Default 1. */
+ * in the gradient buffers and accumulate, unreduced (no communication). At
+ * stages 2-3 these are each layer's full buffer, held until the last
+ * micro-step: Psi gradients a rank, beyond bucketBytes (as FSDP's no_sync).
+ * Default 1. */
 weftResult_t weftZeroSetSync(weftZero_t zero, int sync);
 
 /* Marks layer's gradients complete for this micro-step. With sync on, queues
@@ -248,7 +251,9 @@ long weftZeroStepCount(weftZero_t zero);
  * device memory for a device context, but the optimizer state with
  * offloadOptimizer, which is in host memory: see offloaded; 16 bytes of step
  * statistics are not counted, on either kind). params + grads + optimizer follow the ZeRO formulas (weftZeroMemoryFormula)
- * for psiPadded parameters and N ranks; buckets and gathered are the
+ * for psiPadded parameters and N ranks where reduceType is paramType; with
+ * an fp32 reduceType, stages 2 and 3 keep the gradient shard in fp32 (grads
+ * is 4psi/N, where the formula counts 2psi/N); buckets and gathered are the
  * temporary buffers held now (peak: the most at once). Temporary buffers
  * given back are kept in a pool of the context for the next taker (the
  * smallest idle one that fits), counted apart as idle, so that steps after
@@ -280,7 +285,8 @@ typedef struct {
 } weftZeroMemory_t;
 weftResult_t weftZeroMemoryReport(weftZero_t zero, weftZeroMemory_t *report);
 /* The formula alone: bytes of params + grads + optimizer for psi parameters
- * of paramType on nranks ranks at stage (psi divisible by nranks). With fp16
+ * of paramType on nranks ranks at stage (psi divisible by nranks; gradients
+ * reduced in paramType: see weftZeroMemory for an fp32 reduceType). With fp16
  * or bf16 and AdamW this is 16psi, 4psi + 12psi/N, 2psi + 14psi/N, 16psi/N. */
 size_t weftZeroMemoryFormula(int stage, size_t psi, int nranks, weftDataType_t paramType,
                              weftZeroOptimizer_t optimizer);

@@ -1,5 +1,6 @@
 /* The context: configuration, registration by layer, flat padded buffers and
  * the memory report. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,8 +58,28 @@ weftResult_t weftZeroCreate(weftZero_t *zero, weftComm_t comm, const weftZeroCon
     return zero_fail(weftInvalidArgument, "accumSteps %d: at least 1", c->accumSteps);
   if (c->prefetchLayers < 0)
     return zero_fail(weftInvalidArgument, "prefetchLayers %d is negative", c->prefetchLayers);
-  if (!(c->lr >= 0) || !(c->lossScale > 0))
-    return zero_fail(weftInvalidArgument, "lr must be >= 0 and lossScale > 0");
+  if (!(c->lr >= 0) || !isfinite(c->lr) || !(c->lossScale > 0))
+    return zero_fail(weftInvalidArgument, "lr must be finite and >= 0, and lossScale > 0");
+  /* what PyTorch's optimizers refuse: a beta of 1 makes the bias correction
+   * 0, and the first step NaN everywhere while it reports success */
+  if (c->optimizer == weftZeroAdamW &&
+      (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1)))
+    return zero_fail(weftInvalidArgument, "AdamW's betas (%g, %g) must be in [0, 1)", c->beta1,
+                     c->beta2);
+  if (c->optimizer == weftZeroAdamW && !(c->eps >= 0 && isfinite(c->eps)))
+    return zero_fail(weftInvalidArgument, "AdamW's eps %g must be finite and >= 0", c->eps);
+  if (c->optimizer == weftZeroSgdMomentum && !(c->momentum >= 0 && isfinite(c->momentum)))
+    return zero_fail(weftInvalidArgument, "momentum %g must be finite and >= 0", c->momentum);
+  if (!(c->weightDecay >= 0 && isfinite(c->weightDecay)))
+    return zero_fail(weftInvalidArgument, "weightDecay %g must be finite and >= 0",
+                     c->weightDecay);
+  if (isnan(c->maxGradNorm))
+    return zero_fail(weftInvalidArgument, "maxGradNorm is NaN (<= 0 turns clipping off)");
+  if (c->paramType == weftFloat16 && c->lossScaleWindow < 1)
+    return zero_fail(weftInvalidArgument,
+                     "lossScaleWindow %d: fp16's dynamic scale doubles after that many clean "
+                     "steps, at least 1",
+                     c->lossScaleWindow);
   if (c->paramType == weftFloat16 &&
       !(c->lossScale >= ZERO_LOSS_SCALE_MIN && c->lossScale <= ZERO_LOSS_SCALE_MAX))
     return zero_fail(weftInvalidArgument, "lossScale %g: fp16's scale is within [1, 2^24]",
@@ -327,7 +348,7 @@ long weftZeroStepCount(weftZero_t z) { return z != NULL ? z->step : 0; }
 
 weftResult_t weftZeroSetLr(weftZero_t z, double lr) {
   if (z == NULL) return zero_fail(weftInvalidArgument, "zero is NULL");
-  if (!(lr >= 0)) return zero_fail(weftInvalidArgument, "lr must be >= 0");
+  if (!(lr >= 0) || !isfinite(lr)) return zero_fail(weftInvalidArgument, "lr must be finite and >= 0");
   z->cfg.lr = lr;
   return weftSuccess;
 }

@@ -547,6 +547,58 @@ TEST(ZeroOverlap, ReductionsRunDuringBackward) {
 
 // A rank that dies between steps: the others get an error from the step
 // within the timeout, at every stage, instead of hanging.
+// Gradients marked ready on a host stream, the step on the NULL stream: the
+// step waits for the reductions queued on the other stream (it read
+// half-reduced gradients at stage 2, or its statistics' all-reduce passed
+// them on the communicator: "ranks disagree"). SGD, lr 1, no momentum, a
+// gradient of 1 everywhere: every parameter goes from its value to value - 1.
+TEST(ZeroStreams, StepWaitsForReductionsOnAnotherStream) {
+  for (int stage = 0; stage <= 3; stage++) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    auto status = run_ranks(2, [stage](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (int rc = init(ctx, &comm)) return rc;
+      weftZeroConfig_t cfg;
+      weftZeroConfigDefaults(&cfg);
+      cfg.stage = stage;
+      cfg.optimizer = weftZeroSgdMomentum;
+      cfg.momentum = 0;
+      cfg.lr = 1;
+      const size_t n = 1 << 21;
+      weftZero_t z;
+      std::vector<float> before;
+      if (int rc = make_ctx(ctx, comm, cfg, {{n}, {n}}, &z, nullptr, &before)) return rc;
+      weftStream_t s;
+      if (weftStreamCreate(&s) != weftSuccess) return rank_fail(ctx, "stream");
+      std::vector<float> ones(n, 1.0f);
+      for (int l = 1; l >= 0; l--) {
+        void *g;
+        if (weftZeroGrad(z, l, &g) != weftSuccess ||
+            weftZeroAccumulate(g, cfg.paramType, ones.data(), n) != weftSuccess ||
+            weftZeroGradReady(z, l, s) != weftSuccess)
+          return rank_fail(ctx, "layer %d: %s", l, weftZeroLastError());
+      }
+      weftZeroStepInfo_t info;
+      if (weftZeroStep(z, nullptr, &info) != weftSuccess)
+        return rank_fail(ctx, "step: %s", weftZeroLastError());
+      std::vector<float> after(2 * n);
+      if (weftZeroGetParams(z, after.data(), nullptr) != weftSuccess)
+        return rank_fail(ctx, "get: %s", weftZeroLastError());
+      size_t wrong = 0;
+      for (size_t i = 0; i < after.size(); i++) wrong += after[i] != before[i] - 1.0f;
+      if (wrong != 0 || fabs(info.gradNorm - sqrt(2.0 * n)) > 1e-3 * sqrt(2.0 * n))
+        return rank_fail(ctx, "%zu of %zu parameters wrong, grad norm %g (want %g)", wrong,
+                         after.size(), info.gradNorm, sqrt(2.0 * n));
+      weftStreamSynchronize(s);
+      weftStreamDestroy(s);
+      weftZeroDestroy(z);
+      weftCommDestroy(comm);
+      return 0;
+    });
+    for (int st : status) EXPECT_EQ(st, 0);
+  }
+}
+
 TEST(ZeroErrors, DeadPeerFailsTheStep) {
   for (int stage = 0; stage <= 3; stage++) {
     RunOptions opts;
@@ -615,8 +667,44 @@ TEST(ZeroErrors, MisuseIsRefused) {
       if (cfg.lossScale = bad, weftZeroCreate(&z, comm, &cfg) != weftInvalidArgument)
         return rank_fail(ctx, "fp16 loss scale %g accepted", bad);
     cfg.lossScale = 65536;
+    // what would wreck training while the steps report success (a beta of 1:
+    // NaN everywhere after one step; a window of 0: the scale doubling every step)
+    struct Bad {
+      const char *what;
+      void (*set)(weftZeroConfig_t *);
+    };
+    const Bad bads[] = {
+        {"beta1 1", [](weftZeroConfig_t *c) { c->beta1 = 1; }},
+        {"beta2 1", [](weftZeroConfig_t *c) { c->beta2 = 1; }},
+        {"beta1 -0.1", [](weftZeroConfig_t *c) { c->beta1 = -0.1; }},
+        {"eps NaN", [](weftZeroConfig_t *c) { c->eps = NAN; }},
+        {"eps -1", [](weftZeroConfig_t *c) { c->eps = -1; }},
+        {"weightDecay -0.1", [](weftZeroConfig_t *c) { c->weightDecay = -0.1; }},
+        {"lr inf", [](weftZeroConfig_t *c) { c->lr = INFINITY; }},
+        {"maxGradNorm NaN", [](weftZeroConfig_t *c) { c->maxGradNorm = NAN; }},
+        {"lossScaleWindow 0 (fp16)", [](weftZeroConfig_t *c) { c->lossScaleWindow = 0; }},
+        {"SGD momentum -1",
+         [](weftZeroConfig_t *c) { c->optimizer = weftZeroSgdMomentum, c->momentum = -1; }},
+    };
+    for (const Bad &b : bads) {
+      weftZeroConfig_t bad = cfg;
+      b.set(&bad);
+      if (weftZeroCreate(&z, comm, &bad) != weftInvalidArgument)
+        return rank_fail(ctx, "%s accepted", b.what);
+    }
+    {  // beta1 1 means nothing to SGD, a window of 0 nothing to bf16's fixed scale
+      weftZeroConfig_t fine = cfg;
+      fine.optimizer = weftZeroSgdMomentum;
+      fine.beta1 = 1;
+      fine.paramType = fine.reduceType = weftBfloat16;
+      fine.lossScaleWindow = 0;
+      if (weftZeroCreate(&z, comm, &fine) != weftSuccess)
+        return rank_fail(ctx, "SGD with beta1 1, bf16 with window 0: %s", weftZeroLastError());
+      weftZeroDestroy(z);
+    }
     cfg.paramType = cfg.reduceType = weftBfloat16;
     if (weftZeroCreate(&z, comm, &cfg) != weftSuccess) return rank_fail(ctx, "create");
+    if (weftZeroSetLr(z, INFINITY) != weftInvalidArgument) return rank_fail(ctx, "lr inf set");
     float init[10] = {0};
     int id;
     if (weftZeroAddParam(z, 1, 10, init, &id) != weftInvalidArgument)
