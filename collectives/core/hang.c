@@ -377,8 +377,13 @@ void hang_answer_install(struct weftComm *comm) {
 /* Asks every peer where it is (this rank's own view from its trace) and
  * writes the verdict on subject into text: weftInvalidUsage for a mismatch,
  * else weftSuccess. Bounded by timeout_ns. */
+/* Asks every rank where it is and writes the verdict on subject into text;
+ * *peer_failed_out (when not NULL): a rank failed the call of its own, so it
+ * left it and will not come. */
 static weftResult_t ask_and_judge(struct weftComm *comm, const struct trace_call *subject,
-                                  const char *how, uint64_t timeout_ns, char *text, size_t n) {
+                                  const char *how, uint64_t timeout_ns, char *text, size_t n,
+                                  int *peer_failed_out) {
+  if (peer_failed_out != NULL) *peer_failed_out = 0;
   const int nr = comm->nranks;
   struct where_answer *answers = calloc((size_t)nr, sizeof *answers);
   size_t *got = calloc((size_t)nr, sizeof *got);
@@ -410,6 +415,11 @@ static weftResult_t ask_and_judge(struct weftComm *comm, const struct trace_call
     }
   }
   res = hang_verdict(subject, how, views, nr, text, n);
+  for (int r = 0; r < nr && peer_failed_out != NULL; r++) {
+    enum where_of w;
+    view_find(&views[r], subject, &w);
+    if (w == W_FAILED && r != comm->rank) *peer_failed_out = 1;
+  }
   /* the ranks this one could not ask count as silent: say why, which is
    * this process's trouble (out of descriptors), not theirs */
   int nunasked = 0;
@@ -435,7 +445,7 @@ free_all:
 weftResult_t hang_judge(struct weftComm *comm, const struct trace_call *subject, const char *how,
                         int stalling, char *text, size_t n) {
   return ask_and_judge(comm, subject, how, stalling ? HANG_STALL_ASK_NS : HANG_VERDICT_ASK_NS,
-                       text, n);
+                       text, n, NULL);
 }
 
 /* --- the watcher ---------------------------------------------------------- */
@@ -475,7 +485,13 @@ static weftResult_t watch_fn(void *arg, enum wait_event event, int peer, uint64_
   char text[1024];
   c.state = TRACE_WAITING;
   c.waiting_on = peer;
-  weftResult_t res = ask_and_judge(comm, &c, "stalls", HANG_STALL_ASK_NS, text, sizeof text);
+  int peer_failed;
+  weftResult_t res =
+      ask_and_judge(comm, &c, "stalls", HANG_STALL_ASK_NS, text, sizeof text, &peer_failed);
+  /* a peer that refused the call of its own (an argument bad on that rank
+   * only: a root out of range, a user op it destroyed) is not coming: wait
+   * no longer for it */
+  if (res == weftSuccess && peer_failed) return weft_error_set(weftRemoteError, "%s", text);
   if (res == weftSuccess) {
     WEFT_INFO(LOG_COLL, "rank %d: %s", comm->rank, text);
     return weftInProgress;
@@ -554,7 +570,8 @@ __attribute__((noinline)) static weftResult_t watch_end_slow(struct hang_watch *
     else if (hw->stalled_ns >= 1000000000ull)
       snprintf(how, sizeof how, "failed after %.1f s", (double)hw->stalled_ns / 1e9);
     else snprintf(how, sizeof how, "failed");
-    weftResult_t judged = ask_and_judge(comm, &c, how, HANG_VERDICT_ASK_NS, text, sizeof text);
+    weftResult_t judged =
+        ask_and_judge(comm, &c, how, HANG_VERDICT_ASK_NS, text, sizeof text, NULL);
     /* a mismatch found by asking, after a stall (this rank's, or a peer's
      * that broke the comm about when this one would have asked), is this
      * rank's refusal too; one a peer's data path saw at once stays the

@@ -41,8 +41,8 @@ struct weft_param trace_params[] = {
             "kernels have work and end nothing, as `weftCommGetAsyncError` sees) before the "
             "rank asks its peers, over the bootstrap, where they are (again after twice as "
             "long, and so on): a peer in another collective under the same number is then "
-            "`weftInvalidUsage` on every waiting rank at once; `0` asks only once the timeout "
-            "has passed",
+            "`weftInvalidUsage` on every waiting rank at once, a peer that refused the call of "
+            "its own `weftRemoteError`; `0` asks only once the timeout has passed",
      .see = "diagnosis.md"},
     PARAM_END,
 };

@@ -498,6 +498,47 @@ TEST(Hang, ARefusingRankNamed) {
   for (size_t r = 0; r < status.size(); r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
 
+// A user op is each rank's own handle: rank 2's pre-multiply op, made for
+// float64 and used with float32, is refused there (the comm goes on: a
+// refusal every rank makes leaves it usable), and the others, once stalled
+// (WEFT_HANG_ASK_MS), ask where the ranks are, learn that rank 2 failed the
+// call of its own, and stop waiting (they had waited out the timeout).
+TEST(Hang, ARanksBadUserOpNamed) {
+  RunOptions opts;
+  opts.timeout_s = 60;
+  opts.env = {{"WEFT_TIMEOUT", std::to_string(kTimeoutS)}};
+  auto status = run_ranks(3, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    std::vector<float> buf(4096, 1.0f);
+    if (int rc = open_after_one(ctx, &comm, buf)) return rc;
+    double scalar = 0.5;
+    weftRedOp_t op;
+    FAIL_IF(weftRedOpCreatePreMulSum(&op, &scalar, ctx.rank == 2 ? weftFloat64 : weftFloat32,
+                                     weftScalarHostImmediate, comm) != weftSuccess,
+            "premul: %s", weftGetLastError(comm));
+    const double t0 = now_s();
+    weftResult_t res = weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, op, comm,
+                                     nullptr);
+    const double took = now_s() - t0;
+    const std::string msg = weftGetLastError(comm);
+    if (ctx.rank == 2) {
+      FAIL_IF(res != weftInvalidArgument, "the op of another datatype: %s",
+              weftGetErrorString(res));
+      sleep(kTimeoutS + 1);  // alive, not calling: the others must not wait for it
+    } else {
+      printf("rank %d: %s after %.2f s: %s\n", ctx.rank, weftGetErrorString(res), took,
+             msg.c_str());
+      FAIL_IF(res != weftRemoteError, "got %s, want weftRemoteError", weftGetErrorString(res));
+      FAIL_IF(msg.find("rank 2 failed it") == std::string::npos, "rank 2 not named: %s",
+              msg.c_str());
+      FAIL_IF(took > kTimeoutS - 1, "took %.2f s", took);
+    }
+    weftCommAbort(comm);
+    return 0;
+  }, opts);
+  for (size_t r = 0; r < status.size(); r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
 // A group of a send that completes and a receive from a rank that never
 // sends: the timeout names the receive and that rank (the call whose wait
 // timed out), not the group's first call and its peer.
