@@ -29,21 +29,30 @@ WEFT_HD float det_widen(int t, const void *in, size_t i) {
   }
 }
 
-WEFT_HD void det_narrow(int t, void *out, size_t i, float v) {
+/* The result of op, v, rounded into type t. Max and min picked an input,
+ * which goes back as it was: e5m2's infinities stay infinite (elsewhere they
+ * saturate to +-57344, as a sum's overflow does). */
+WEFT_HD void det_narrow(int t, int op, void *out, size_t i, float v) {
   switch (t) {
     case weftFloat16: ((uint16_t *)out)[i] = weft_f32_to_f16(v); break;
     case weftBfloat16: ((uint16_t *)out)[i] = weft_f32_to_bf16(v); break;
     case weftFloat8e4m3: ((uint8_t *)out)[i] = weft_f32_to_e4m3(v); break;
-    default: ((uint8_t *)out)[i] = weft_f32_to_e5m2(v); break;
+    default:
+      if ((op == weftMax || op == weftMin) && (weft_fp_f32_bits(v) & 0x7fffffffu) == 0x7f800000u)
+        ((uint8_t *)out)[i] = (uint8_t)((weft_fp_f32_bits(v) >> 24) & 0x80u) | 0x7cu;
+      else
+        ((uint8_t *)out)[i] = weft_f32_to_e5m2(v);
+      break;
   }
 }
 
-/* One step of the widened types' order, in float32 (NaN wins). */
+/* One step of the widened types' order, in float32: reduce_ops.h's rules
+ * (NaN wins; max(-0, +0) = +0 and min = -0 in either order). */
 WEFT_HD float det_op_f32(int op, float a, float b) {
   switch (op) {
     case weftProd: return a * b;
-    case weftMax: return a != a ? a : (b != b ? b : (a > b ? a : b));
-    case weftMin: return a != a ? a : (b != b ? b : (a < b ? a : b));
+    case weftMax: return weft_f32_max(a, b);
+    case weftMin: return weft_f32_min(a, b);
     default: return a + b; /* sum, avg */
   }
 }

@@ -54,7 +54,7 @@ void det_reduce(weftDataType_t t, weftRedOp_t op, int n, void *dst, const void *
           acc[i] = det_op_f32(op, acc[i], det_widen(t, in[r], base + i));
       if (divisor > 1)
         for (size_t i = 0; i < m; i++) acc[i] /= (float)divisor;
-      for (size_t i = 0; i < m; i++) det_narrow(t, dst, base + i, acc[i]);
+      for (size_t i = 0; i < m; i++) det_narrow(t, op, dst, base + i, acc[i]);
     }
     return;
   }

@@ -277,13 +277,23 @@ WEFT_HD double weft_f64_div(double a, int divisor) { return a / (double)divisor;
   {                                                                               \
     return weft_f32_to_##tag(weft_##tag##_to_f32(a) * weft_##tag##_to_f32(b));    \
   }                                                                               \
+  /* max and min pick an input, bits and all: a round trip through float     \
+   * would saturate e5m2's infinities to +-57344 */                             \
   WEFT_HD type weft_##tag##_max(type a, type b)                                   \
   {                                                                               \
-    return weft_f32_to_##tag(weft_f32_max(weft_##tag##_to_f32(a), weft_##tag##_to_f32(b))); \
+    const float fa = weft_##tag##_to_f32(a), fb = weft_##tag##_to_f32(b);         \
+    if (weft_fp_f32_isnan(fa)) return a;                                          \
+    if (weft_fp_f32_isnan(fb)) return b;                                          \
+    if (fa == fb) return (weft_fp_f32_bits(fa) >> 31) ? b : a; /* +0 beats -0 */  \
+    return fa > fb ? a : b;                                                       \
   }                                                                               \
   WEFT_HD type weft_##tag##_min(type a, type b)                                   \
   {                                                                               \
-    return weft_f32_to_##tag(weft_f32_min(weft_##tag##_to_f32(a), weft_##tag##_to_f32(b))); \
+    const float fa = weft_##tag##_to_f32(a), fb = weft_##tag##_to_f32(b);         \
+    if (weft_fp_f32_isnan(fa)) return a;                                          \
+    if (weft_fp_f32_isnan(fb)) return b;                                          \
+    if (fa == fb) return (weft_fp_f32_bits(fa) >> 31) ? a : b; /* -0 beats +0 */  \
+    return fa < fb ? a : b;                                                       \
   }                                                                               \
   WEFT_HD type weft_##tag##_div(type a, int divisor)                              \
   {                                                                               \

@@ -155,6 +155,61 @@ TEST(Deterministic, EveryPathGivesTheFixedOrder) {
   }
 }
 
+// Max and min of float16, bfloat16 and the fp8 types pick an input, with
+// and without WEFT_DETERMINISTIC, on 2 and 3 ranks: max(-0, +0) = +0 and
+// min = -0 whichever rank holds which (the deterministic order gave the
+// first rank's), and e5m2's infinities stay infinite (they came back as
+// +-57344). Element e of rank r: 0: +0 on even ranks, -0 on odd; 1: the
+// other way round; 2: +inf (e5m2) or the largest finite value on rank 0,
+// 1.0 elsewhere; 3: its negation.
+TEST(Deterministic, MaxMinOfNarrowTypesPickAnInput) {
+  struct Narrow {
+    weftDataType_t type;
+    uint16_t neg_zero, one, big;  // bits; big: e5m2's +inf, the others' largest finite
+    size_t nbytes;
+  };
+  const Narrow narrows[] = {{weftFloat16, 0x8000, 0x3c00, 0x7bff, 2},
+                            {weftBfloat16, 0x8000, 0x3f80, 0x7f7f, 2},
+                            {weftFloat8e4m3, 0x80, 0x38, 0x7e, 1},
+                            {weftFloat8e5m2, 0x80, 0x3c, 0x7c, 1}};
+  for (bool det : {true, false})
+    for (int nranks : {2, 3}) {
+      SCOPED_TRACE(std::string(det ? "WEFT_DETERMINISTIC=1, " : "") + std::to_string(nranks) +
+                   " ranks");
+      run_comm(nranks, options(kConfigs[0], det), [&](const RankCtx &ctx, weftComm_t comm) {
+        for (const Narrow &t : narrows) {
+          const uint16_t sign = t.neg_zero;
+          const uint16_t in16[4] = {(uint16_t)(ctx.rank % 2 ? sign : 0),
+                                    (uint16_t)(ctx.rank % 2 ? 0 : sign),
+                                    ctx.rank == 0 ? t.big : t.one,
+                                    (uint16_t)(sign | (ctx.rank == 0 ? t.big : t.one))};
+          for (weftRedOp_t op : {weftMax, weftMin}) {
+            const uint16_t want[4] = {(uint16_t)(op == weftMax ? 0 : sign),
+                                      (uint16_t)(op == weftMax ? 0 : sign),
+                                      op == weftMax ? t.big : t.one,
+                                      (uint16_t)(sign | (op == weftMax ? t.one : t.big))};
+            uint8_t in[8], out[8];
+            for (int e = 0; e < 4; e++) {
+              if (t.nbytes == 2) memcpy(in + 2 * e, &in16[e], 2);
+              else in[e] = (uint8_t)in16[e];
+            }
+            memset(out, 0xa5, sizeof out);
+            FAIL_IF(weftAllReduce(in, out, 4, t.type, op, comm, nullptr) != weftSuccess, "%s",
+                    weftGetLastError(comm));
+            for (int e = 0; e < 4; e++) {
+              uint16_t got = 0;
+              if (t.nbytes == 2) memcpy(&got, out + 2 * e, 2);
+              else got = out[e];
+              FAIL_IF(got != want[e], "type %d %s element %d: 0x%x, want 0x%x", (int)t.type,
+                      op == weftMax ? "max" : "min", e, got, want[e]);
+            }
+          }
+        }
+        return 0;
+      });
+    }
+}
+
 // Without WEFT_DETERMINISTIC the bits may depend on the path, but every rank
 // of one all-reduce holds the same ones: each path reduces each element on
 // one rank (or both partners alike) and copies it to the others.

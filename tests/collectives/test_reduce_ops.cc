@@ -405,6 +405,10 @@ uint32_t RefLowp(const LowpFormat &f, uint32_t a, uint32_t b, weftRedOp_t op, in
     default: r = RefMaxMin(x, y, op == weftMax); break;
   }
   uint32_t p = std::isnan(r) ? 0 : RefEncode(f, r);
+  // max and min pick an input, its bits as they were (e5m2's infinities
+  // too, which encoding a value would saturate)
+  if (!std::isnan(r) && (op == weftMax || op == weftMin))
+    p = r == x && std::signbit(r) == std::signbit(x) ? a : b;
   if (!std::isnan(r) && divisor > 1) {
     r = RefDecode(f, p) / divisor;
     p = RefEncode(f, r);

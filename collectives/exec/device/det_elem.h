@@ -79,7 +79,7 @@ WEFT_HD void det_widened_block(const dev_det_work &w, uint64_t i) {
     acc = r == 0 ? v : det_op_f32(w.op, acc, v);
   }
   if (w.divisor > 1) acc /= (float)w.divisor;
-  det_narrow(t, w.out, i, acc);
+  det_narrow(t, w.op, w.out, i, acc);
 }
 
 // Element i of w's block: the n contributions in rank order, into w.out.
