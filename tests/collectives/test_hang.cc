@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -462,26 +463,27 @@ TEST(Hang, StreamReceiveNamesThePeer) {
   EXPECT_EQ(status[1], 0);
 }
 
-// A rank that refuses a collective of its own (a NULL input) breaks the
-// comm: the others fail at once, and their text names that rank as the one
-// that failed it, with its result (before, it was counted among the ranks
-// "in it", and each named the neighbour it heard of the failure from).
-TEST(Hang, ARefusingRankNamed) {
+// Rank 2 of nranks refuses an all-reduce of its own (call(ctx, comm, buf)
+// gives its result on every rank; weftInvalidArgument there), then stays
+// alive for linger_s without calling; the others must fail within a second
+// or two, with weftRemoteError naming rank 2 as the one that failed it.
+void expect_peer_refusal_named(int nranks, int linger_s,
+                               const std::function<weftResult_t(const RankCtx &, weftComm_t,
+                                                                std::vector<float> &)> &call) {
   RunOptions opts;
   opts.timeout_s = 60;
   opts.env = {{"WEFT_TIMEOUT", std::to_string(kTimeoutS)}};
-  auto status = run_ranks(4, [&](const RankCtx &ctx) {
+  auto status = run_ranks(nranks, [&](const RankCtx &ctx) {
     weftComm_t comm;
     std::vector<float> buf(4096, 1.0f);
     if (int rc = open_after_one(ctx, &comm, buf)) return rc;
-    const float *in = ctx.rank == 2 ? nullptr : buf.data();
     const double t0 = now_s();
-    weftResult_t res = weftAllReduce(in, buf.data(), buf.size(), weftFloat32, weftSum, comm,
-                                     nullptr);
+    weftResult_t res = call(ctx, comm, buf);
     const double took = now_s() - t0;
     const std::string msg = weftGetLastError(comm);
     if (ctx.rank == 2) {
-      FAIL_IF(res != weftInvalidArgument, "the NULL input: %s", weftGetErrorString(res));
+      FAIL_IF(res != weftInvalidArgument, "rank 2's refusal: %s", weftGetErrorString(res));
+      sleep(linger_s);
     } else {
       printf("rank %d: %s after %.2f s: %s\n", ctx.rank, weftGetErrorString(res), took,
              msg.c_str());
@@ -498,45 +500,33 @@ TEST(Hang, ARefusingRankNamed) {
   for (size_t r = 0; r < status.size(); r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
 
+// A rank that refuses a collective of its own (a NULL input) breaks the
+// comm: the others fail at once, and their text names that rank as the one
+// that failed it, with its result (before, it was counted among the ranks
+// "in it", and each named the neighbour it heard of the failure from).
+TEST(Hang, ARefusingRankNamed) {
+  expect_peer_refusal_named(4, 0, [](const RankCtx &ctx, weftComm_t comm,
+                                     std::vector<float> &buf) {
+    const float *in = ctx.rank == 2 ? nullptr : buf.data();
+    return weftAllReduce(in, buf.data(), buf.size(), weftFloat32, weftSum, comm, nullptr);
+  });
+}
+
 // A user op is each rank's own handle: rank 2's pre-multiply op, made for
 // float64 and used with float32, is refused there (the comm goes on: a
 // refusal every rank makes leaves it usable), and the others, once stalled
 // (WEFT_HANG_ASK_MS), ask where the ranks are, learn that rank 2 failed the
 // call of its own, and stop waiting (they had waited out the timeout).
 TEST(Hang, ARanksBadUserOpNamed) {
-  RunOptions opts;
-  opts.timeout_s = 60;
-  opts.env = {{"WEFT_TIMEOUT", std::to_string(kTimeoutS)}};
-  auto status = run_ranks(3, [&](const RankCtx &ctx) {
-    weftComm_t comm;
-    std::vector<float> buf(4096, 1.0f);
-    if (int rc = open_after_one(ctx, &comm, buf)) return rc;
+  expect_peer_refusal_named(3, kTimeoutS + 1, [](const RankCtx &ctx, weftComm_t comm,
+                                                 std::vector<float> &buf) {
     double scalar = 0.5;
     weftRedOp_t op;
-    FAIL_IF(weftRedOpCreatePreMulSum(&op, &scalar, ctx.rank == 2 ? weftFloat64 : weftFloat32,
-                                     weftScalarHostImmediate, comm) != weftSuccess,
-            "premul: %s", weftGetLastError(comm));
-    const double t0 = now_s();
-    weftResult_t res = weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, op, comm,
-                                     nullptr);
-    const double took = now_s() - t0;
-    const std::string msg = weftGetLastError(comm);
-    if (ctx.rank == 2) {
-      FAIL_IF(res != weftInvalidArgument, "the op of another datatype: %s",
-              weftGetErrorString(res));
-      sleep(kTimeoutS + 1);  // alive, not calling: the others must not wait for it
-    } else {
-      printf("rank %d: %s after %.2f s: %s\n", ctx.rank, weftGetErrorString(res), took,
-             msg.c_str());
-      FAIL_IF(res != weftRemoteError, "got %s, want weftRemoteError", weftGetErrorString(res));
-      FAIL_IF(msg.find("rank 2 failed it") == std::string::npos, "rank 2 not named: %s",
-              msg.c_str());
-      FAIL_IF(took > kTimeoutS - 1, "took %.2f s", took);
-    }
-    weftCommAbort(comm);
-    return 0;
-  }, opts);
-  for (size_t r = 0; r < status.size(); r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+    if (weftRedOpCreatePreMulSum(&op, &scalar, ctx.rank == 2 ? weftFloat64 : weftFloat32,
+                                 weftScalarHostImmediate, comm) != weftSuccess)
+      return weftInternalError;
+    return weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, op, comm, nullptr);
+  });
 }
 
 // A group of a send that completes and a receive from a rank that never
