@@ -313,6 +313,10 @@ def errors(group):
          "bitwise reductions need an integer"),
         ("bad split", lambda: dist.all_to_all_single(torch.zeros(4), torch.zeros(4), [1] * 9,
                                                      [1] * 9, group=group), "splits"),
+        # as NCCL: an integer factor would be truncated (0.5 gave 0)
+        ("int64 PREMUL_SUM", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int64),
+                                                     dist._make_nccl_premul_sum(0.5), group=group),
+         "PREMUL_SUM needs"),
     ]
     for name, fn, text in cases:
         checks += 1
@@ -334,12 +338,49 @@ def errors(group):
                                            torch.full((4,), float(sum(range(n)))))))
 
 
+def params(group):
+    """Parameters (leaves that require grad), contiguous or not (a channels-last
+    convolution, a transposed matrix), reduced, broadcast and received in place
+    as Gloo takes them; autograd sees no in-place op."""
+    r = dist.get_rank(group)
+    n = dist.get_world_size(group)
+    src = dist.get_global_rank(group, 0)
+    base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    p = torch.nn.Parameter((base + r).t())  # non-contiguous leaf
+    dist.all_reduce(p, group=group)
+    check("parameter all_reduce (transposed)", p.detach(), n * base.t() + sum(range(n)))
+    q = torch.nn.Parameter((base + r).t())
+    dist.broadcast(q, src=src, group=group, async_op=True).wait()
+    check("parameter broadcast (transposed, async)", q.detach(), base.t())
+    torch.manual_seed(17 + r)
+    conv = torch.nn.Conv2d(3, 4, 3).to(memory_format=torch.channels_last)
+    for t in conv.parameters():
+        dist.broadcast(t, src=src, group=group)
+    torch.manual_seed(17)
+    want = torch.nn.Conv2d(3, 4, 3)
+    check("channels-last conv weight broadcast", conv.weight.detach().contiguous(),
+          want.weight.detach())
+    check("channels-last conv bias broadcast", conv.bias.detach(), want.bias.detach())
+    global checks
+    checks += 1
+    if not (p.requires_grad and q.requires_grad and p.grad is None and p.is_leaf):
+        failures.append("a parameter reduced in place lost requires_grad or gained a grad")
+    if n > 1:  # a receive into a transposed parameter
+        z = torch.nn.Parameter(torch.zeros(3, 4).t())
+        if r == 0:
+            dist.send(base.t().contiguous(), dst=dist.get_global_rank(group, 1), group=group)
+        elif r == 1:
+            dist.recv(z, src=src, group=group)
+            check("parameter recv (transposed)", z.detach(), base.t())
+
+
 def main():
     dist.init_process_group("weft", timeout=timedelta(seconds=120))
     world = dist.get_world_size()
     gloo = dist.new_group(backend="gloo")
     run(dist.group.WORLD, gloo, f"world{world}")
     errors(dist.group.WORLD)
+    params(dist.group.WORLD)
     # a subgroup of the first and last rank, with its own Gloo twin
     members = [0, world - 1]
     sub = dist.new_group(members, backend="weft")

@@ -224,6 +224,7 @@ float WeftBackend::endTimeEstimate() {
   // recorded as a group that weftGroupSimulateEnd drops: nothing runs, so
   // nothing waits for the queue; the Works of the block complete at once
   float us = 0;
+  at::NoGradGuard no_grad; /* as issue_steps */
   weftResult_t res = weftGroupStart();
   std::exception_ptr thrown;
   for (auto &s : t.steps) {
@@ -519,6 +520,10 @@ std::exception_ptr WeftBackend::run(task &t) {
 }
 
 weftResult_t WeftBackend::issue_steps(task &t) {
+  // the steps write into the caller's tensors (staging copies back, a
+  // root's result): outside autograd, as Gloo writes the memory, so that a
+  // parameter (a leaf that requires grad) may be reduced or received in place
+  at::NoGradGuard no_grad;
   weftResult_t res = weftSuccess;
   std::exception_ptr thrown;
   const bool grouped = t.steps.size() > 1;
@@ -570,6 +575,7 @@ std::exception_ptr WeftBackend::run_steps(task &t) {
       res = issue_steps(t);
     }
     if (res != weftSuccess) fail(t.name, res);
+    at::NoGradGuard no_grad; /* as issue_steps */
     for (auto &s : t.steps)
       if (s.finish) s.finish();
     return nullptr;

@@ -77,6 +77,13 @@ red_plan red_plan_of(const ReduceOp &rop, at::ScalarType t, const char *opname) 
     default:
       TORCH_CHECK(false, "weft: ", opname, ": unknown reduce op ", (int)rop.op_);
   }
+  // as NCCL: a factor in an integer (or fp8) type would be truncated
+  // (PREMUL_SUM(0.5) of integers gave 0)
+  if (p.kind == red_plan::premul)
+    TORCH_CHECK_TYPE(complex || t == at::kHalf || t == at::kFloat || t == at::kBFloat16 ||
+                         t == at::kDouble,
+                     "weft: ", opname, ": PREMUL_SUM needs a half, float, bfloat16 or double ",
+                     "tensor (as NCCL), got ", t);
   if (complex)
     TORCH_CHECK(p.kind != red_plan::bitwise &&
                     (p.op == weftSum || p.op == weftAvg || p.kind == red_plan::premul),

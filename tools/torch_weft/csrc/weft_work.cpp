@@ -1,6 +1,8 @@
 // torch_weft: Work objects (weft_work.h).
 #include "weft_work.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -25,6 +27,7 @@ void p2p_op::settle() {
   std::exception_ptr err = (*error_)();
   if (!err) {
     try {
+      at::NoGradGuard no_grad; /* they write the caller's tensors, as Gloo does */
       for (auto &s : steps_)
         if (s.finish) s.finish();
     } catch (...) {
