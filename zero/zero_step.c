@@ -47,9 +47,11 @@ static weftResult_t zero_grads_load(struct weftZero *z, float *g, double stats[2
       const void *src = zero_owned_grads(z, l, &type);
       /* its reduction may be queued on another stream than the step's (the
        * load had read a half-reduced gradient, and the statistics' all-reduce
-       * could pass the reductions on the communicator) */
-      WEFT_TRY(z->ops->stream_wait(stream, z->cfg.stage == 0 ? z->buckets[l->bucket].ev
-                                                             : l->red_ev));
+       * could pass the reductions on the communicator): a device load is
+       * queued behind it; the host's runs now, so it waits for it here */
+      const weftEvent_t reduced = z->cfg.stage == 0 ? z->buckets[l->bucket].ev : l->red_ev;
+      WEFT_TRY(z->ops->device ? z->ops->stream_wait(stream, reduced)
+                              : z->ops->event_sync(reduced));
       WEFT_TRY(z->ops->load_scaled(src, type, g + l->master_offset, l->own_count, scale,
                                    z->stats, stream));
     }

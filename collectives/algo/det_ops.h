@@ -29,20 +29,32 @@ WEFT_HD float det_widen(int t, const void *in, size_t i) {
   }
 }
 
-/* The result of op, v, rounded into type t. Max and min picked an input,
- * which goes back as it was: e5m2's infinities stay infinite (elsewhere they
- * saturate to +-57344, as a sum's overflow does). */
-WEFT_HD void det_narrow(int t, int op, void *out, size_t i, float v) {
+WEFT_HD void det_narrow(int t, void *out, size_t i, float v) {
   switch (t) {
     case weftFloat16: ((uint16_t *)out)[i] = weft_f32_to_f16(v); break;
     case weftBfloat16: ((uint16_t *)out)[i] = weft_f32_to_bf16(v); break;
     case weftFloat8e4m3: ((uint8_t *)out)[i] = weft_f32_to_e4m3(v); break;
+    default: ((uint8_t *)out)[i] = weft_f32_to_e5m2(v); break;
+  }
+}
+
+/* Max and min of the widened types pick an input, so they are combined in
+ * the type itself, in rank order (reduce_ops.h's functions): widened and
+ * narrowed back, a NaN's payload or e5m2's infinity would not keep its bits. */
+WEFT_HD int det_picks(int op) { return op == weftMax || op == weftMin; }
+
+WEFT_HD uint32_t det_pick(int t, int op, uint32_t a, uint32_t b) {
+  const int max = op == weftMax;
+  switch (t) {
+    case weftFloat16:
+      return max ? weft_f16_max((uint16_t)a, (uint16_t)b) : weft_f16_min((uint16_t)a, (uint16_t)b);
+    case weftBfloat16:
+      return max ? weft_bf16_max((uint16_t)a, (uint16_t)b)
+                 : weft_bf16_min((uint16_t)a, (uint16_t)b);
+    case weftFloat8e4m3:
+      return max ? weft_e4m3_max((uint8_t)a, (uint8_t)b) : weft_e4m3_min((uint8_t)a, (uint8_t)b);
     default:
-      if ((op == weftMax || op == weftMin) && (weft_fp_f32_bits(v) & 0x7fffffffu) == 0x7f800000u)
-        ((uint8_t *)out)[i] = (uint8_t)((weft_fp_f32_bits(v) >> 24) & 0x80u) | 0x7cu;
-      else
-        ((uint8_t *)out)[i] = weft_f32_to_e5m2(v);
-      break;
+      return max ? weft_e5m2_max((uint8_t)a, (uint8_t)b) : weft_e5m2_min((uint8_t)a, (uint8_t)b);
   }
 }
 

@@ -41,9 +41,31 @@
 /* A few elements at a time through float32, for the narrow types. */
 #define DET_WIDE_BATCH 256
 
+/* Element i of a narrow type's buffer (esize 1 or 2 bytes) as bits, and back. */
+static inline uint32_t det_bits(size_t esize, const void *p, size_t i) {
+  return esize == 2 ? ((const uint16_t *)p)[i] : ((const uint8_t *)p)[i];
+}
+static inline void det_bits_store(size_t esize, void *p, size_t i, uint32_t v) {
+  if (esize == 2) ((uint16_t *)p)[i] = (uint16_t)v;
+  else ((uint8_t *)p)[i] = (uint8_t)v;
+}
+
 void det_reduce(weftDataType_t t, weftRedOp_t op, int n, void *dst, const void *const *in,
                 size_t count) {
   const int divisor = op == weftAvg ? n : 1;
+  if (det_widened(t) && det_picks(op)) {
+    const size_t esize = weftTypeSize(t);
+    uint32_t acc[DET_WIDE_BATCH];
+    for (size_t base = 0; base < count; base += DET_WIDE_BATCH) {
+      const size_t m = count - base < DET_WIDE_BATCH ? count - base : DET_WIDE_BATCH;
+      for (size_t i = 0; i < m; i++) acc[i] = det_bits(esize, in[0], base + i);
+      for (int r = 1; r < n; r++)
+        for (size_t i = 0; i < m; i++)
+          acc[i] = det_pick(t, op, acc[i], det_bits(esize, in[r], base + i));
+      for (size_t i = 0; i < m; i++) det_bits_store(esize, dst, base + i, acc[i]);
+    }
+    return;
+  }
   if (det_widened(t)) {
     float acc[DET_WIDE_BATCH];
     for (size_t base = 0; base < count; base += DET_WIDE_BATCH) {
@@ -54,7 +76,7 @@ void det_reduce(weftDataType_t t, weftRedOp_t op, int n, void *dst, const void *
           acc[i] = det_op_f32(op, acc[i], det_widen(t, in[r], base + i));
       if (divisor > 1)
         for (size_t i = 0; i < m; i++) acc[i] /= (float)divisor;
-      for (size_t i = 0; i < m; i++) det_narrow(t, op, dst, base + i, acc[i]);
+      for (size_t i = 0; i < m; i++) det_narrow(t, dst, base + i, acc[i]);
     }
     return;
   }

@@ -161,17 +161,19 @@ TEST(Deterministic, EveryPathGivesTheFixedOrder) {
 // first rank's), and e5m2's infinities stay infinite (they came back as
 // +-57344). Element e of rank r: 0: +0 on even ranks, -0 on odd; 1: the
 // other way round; 2: +inf (e5m2) or the largest finite value on rank 0,
-// 1.0 elsewhere; 3: its negation.
+// 1.0 elsewhere; 3: its negation; 4: a NaN with a payload on rank 0, 1.0
+// elsewhere (it comes back with its bits; widened and narrowed, under
+// WEFT_DETERMINISTIC, it was quieted).
 TEST(Deterministic, MaxMinOfNarrowTypesPickAnInput) {
   struct Narrow {
     weftDataType_t type;
-    uint16_t neg_zero, one, big;  // bits; big: e5m2's +inf, the others' largest finite
+    uint16_t neg_zero, one, big, nan;  // bits; big: e5m2's +inf, the others' largest finite
     size_t nbytes;
   };
-  const Narrow narrows[] = {{weftFloat16, 0x8000, 0x3c00, 0x7bff, 2},
-                            {weftBfloat16, 0x8000, 0x3f80, 0x7f7f, 2},
-                            {weftFloat8e4m3, 0x80, 0x38, 0x7e, 1},
-                            {weftFloat8e5m2, 0x80, 0x3c, 0x7c, 1}};
+  const Narrow narrows[] = {{weftFloat16, 0x8000, 0x3c00, 0x7bff, 0x7d01, 2},
+                            {weftBfloat16, 0x8000, 0x3f80, 0x7f7f, 0x7f81, 2},
+                            {weftFloat8e4m3, 0x80, 0x38, 0x7e, 0x7f, 1},
+                            {weftFloat8e5m2, 0x80, 0x3c, 0x7c, 0x7d, 1}};
   for (bool det : {true, false})
     for (int nranks : {2, 3}) {
       SCOPED_TRACE(std::string(det ? "WEFT_DETERMINISTIC=1, " : "") + std::to_string(nranks) +
@@ -179,24 +181,25 @@ TEST(Deterministic, MaxMinOfNarrowTypesPickAnInput) {
       run_comm(nranks, options(kConfigs[0], det), [&](const RankCtx &ctx, weftComm_t comm) {
         for (const Narrow &t : narrows) {
           const uint16_t sign = t.neg_zero;
-          const uint16_t in16[4] = {(uint16_t)(ctx.rank % 2 ? sign : 0),
+          const uint16_t in16[5] = {(uint16_t)(ctx.rank % 2 ? sign : 0),
                                     (uint16_t)(ctx.rank % 2 ? 0 : sign),
                                     ctx.rank == 0 ? t.big : t.one,
-                                    (uint16_t)(sign | (ctx.rank == 0 ? t.big : t.one))};
+                                    (uint16_t)(sign | (ctx.rank == 0 ? t.big : t.one)),
+                                    ctx.rank == 0 ? t.nan : t.one};
           for (weftRedOp_t op : {weftMax, weftMin}) {
-            const uint16_t want[4] = {(uint16_t)(op == weftMax ? 0 : sign),
+            const uint16_t want[5] = {(uint16_t)(op == weftMax ? 0 : sign),
                                       (uint16_t)(op == weftMax ? 0 : sign),
                                       op == weftMax ? t.big : t.one,
-                                      (uint16_t)(sign | (op == weftMax ? t.one : t.big))};
-            uint8_t in[8], out[8];
-            for (int e = 0; e < 4; e++) {
+                                      (uint16_t)(sign | (op == weftMax ? t.one : t.big)), t.nan};
+            uint8_t in[10], out[10];
+            for (int e = 0; e < 5; e++) {
               if (t.nbytes == 2) memcpy(in + 2 * e, &in16[e], 2);
               else in[e] = (uint8_t)in16[e];
             }
             memset(out, 0xa5, sizeof out);
-            FAIL_IF(weftAllReduce(in, out, 4, t.type, op, comm, nullptr) != weftSuccess, "%s",
+            FAIL_IF(weftAllReduce(in, out, 5, t.type, op, comm, nullptr) != weftSuccess, "%s",
                     weftGetLastError(comm));
-            for (int e = 0; e < 4; e++) {
+            for (int e = 0; e < 5; e++) {
               uint16_t got = 0;
               if (t.nbytes == 2) memcpy(&got, out + 2 * e, 2);
               else got = out[e];

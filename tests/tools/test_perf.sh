@@ -49,6 +49,7 @@ fi
 # factor still moves (-f 1.1 had stopped at the first size); -c 0 prints N/A
 # for #wrong; the header's step is a whole number of bytes
 if timeout 60 "$weftrun" -n 2 "$perf" -b 8 -e 64 -f 2 -i 1K -c 0 -n 1 -w 0 -B 0 >"$tmp/fi" 2>&1 &&
+   timeout 60 "$weftrun" -n 2 "$perf" -b 8 -e 64 -f 2 -i 0 -c 5 -n 1 -w 0 -B 0 >"$tmp/c5" 2>&1 &&
    timeout 60 "$weftrun" -n 2 "$perf" -b 100 -e 200 -f 1.1 -d int8 -n 1 -w 0 -B 0 >"$tmp/f11" 2>&1 &&
    timeout 60 "$weftrun" -n 2 "$perf" -b 8 -e 8 -n 1 -w 0 -B 0 >"$tmp/step" 2>&1; then
   sizes=$(grep -E '^\[0\] +[0-9]+ ' "$tmp/fi" | awk '{print $2}' | tr '\n' ' ')
@@ -57,6 +58,7 @@ if timeout 60 "$weftrun" -n 2 "$perf" -b 8 -e 64 -f 2 -i 1K -c 0 -n 1 -w 0 -B 0 
   if [ "$sizes" != "8 16 32 64 " ]; then bad factor_over_step "sizes $sizes, want 8 16 32 64"
   elif [ "$wrong" != 4 ]; then bad no_check_na "$(grep -E '^\[0\] +8 ' "$tmp/fi")"
   elif [ "$f11" != 8 ]; then bad small_factor "$f11 rows from 100 to 200 by 1.1, want 8"
+  elif ! grep -q "Out of bounds values : 0 OK" "$tmp/c5"; then bad check_count "-c 5: $(tail -2 "$tmp/c5")"
   elif ! grep -q "step: 1048576(bytes)" "$tmp/step"; then bad header_step "$(grep step: "$tmp/step")"
   else ok nccl_tests_flags; fi
 else
@@ -70,11 +72,12 @@ else bad count_column "$(grep -E '^\[0\] +[0-9]+ ' "$tmp/cnt")"; fi
 
 # bad values are refused (exit 2, naming the flag), never read as 0 or clamped
 refused_all=1
-for args in "-b 1M -e 8" "-c yes" "-r abc" "-n 1x" "-b nan" "-b 1e30" "-b inf" "-f 0.5" "-i 0"; do
+for args in "-b 1M -e 8" "-c yes" "-r abc" "-n 1x" "-b nan" "-b 1e30" "-b inf" "-f 0.5" \
+            "-b 8 -e 64 -i 0" "-b 0 -e 8G -i 1"; do
   # shellcheck disable=SC2086
   timeout 30 "$weftrun" -n 1 "$perf" $args -n 1 -w 0 -B 0 >"$tmp/badflag" 2>&1
   rc=$?
-  if [ "$rc" != 2 ] || ! grep -qE "bad value|invalid sizes" "$tmp/badflag"; then
+  if [ "$rc" != 2 ] || ! grep -qE "bad value|invalid sizes|never reaches|more than" "$tmp/badflag"; then
     bad "refused_${args// /_}" "exit $rc: $(tail -2 "$tmp/badflag")"
     refused_all=0
   fi

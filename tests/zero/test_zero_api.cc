@@ -547,55 +547,62 @@ TEST(ZeroOverlap, ReductionsRunDuringBackward) {
 
 // A rank that dies between steps: the others get an error from the step
 // within the timeout, at every stage, instead of hanging.
-// Gradients marked ready on a host stream, the step on the NULL stream: the
-// step waits for the reductions queued on the other stream (it read
-// half-reduced gradients at stage 2, or its statistics' all-reduce passed
-// them on the communicator: "ranks disagree"). SGD, lr 1, no momentum, a
-// gradient of 1 everywhere: every parameter goes from its value to value - 1.
+// Gradients marked ready on a host stream, the step on the NULL stream or
+// on another host stream: the step waits for the reductions queued on the
+// first (it read half-reduced gradients at stage 2, or its statistics'
+// all-reduce passed them on the communicator: "ranks disagree"). SGD, lr 1,
+// no momentum, a gradient of 1 everywhere: every parameter goes from its
+// value to value - 1.
 TEST(ZeroStreams, StepWaitsForReductionsOnAnotherStream) {
   for (int stage = 0; stage <= 3; stage++) {
-    SCOPED_TRACE("stage " + std::to_string(stage));
-    auto status = run_ranks(2, [stage](const RankCtx &ctx) {
-      weftComm_t comm;
-      if (int rc = init(ctx, &comm)) return rc;
-      weftZeroConfig_t cfg;
-      weftZeroConfigDefaults(&cfg);
-      cfg.stage = stage;
-      cfg.optimizer = weftZeroSgdMomentum;
-      cfg.momentum = 0;
-      cfg.lr = 1;
-      const size_t n = 1 << 21;
-      weftZero_t z;
-      std::vector<float> before;
-      if (int rc = make_ctx(ctx, comm, cfg, {{n}, {n}}, &z, nullptr, &before)) return rc;
-      weftStream_t s;
-      if (weftStreamCreate(&s) != weftSuccess) return rank_fail(ctx, "stream");
-      std::vector<float> ones(n, 1.0f);
-      for (int l = 1; l >= 0; l--) {
-        void *g;
-        if (weftZeroGrad(z, l, &g) != weftSuccess ||
-            weftZeroAccumulate(g, cfg.paramType, ones.data(), n) != weftSuccess ||
-            weftZeroGradReady(z, l, s) != weftSuccess)
-          return rank_fail(ctx, "layer %d: %s", l, weftZeroLastError());
-      }
-      weftZeroStepInfo_t info;
-      if (weftZeroStep(z, nullptr, &info) != weftSuccess)
-        return rank_fail(ctx, "step: %s", weftZeroLastError());
-      std::vector<float> after(2 * n);
-      if (weftZeroGetParams(z, after.data(), nullptr) != weftSuccess)
-        return rank_fail(ctx, "get: %s", weftZeroLastError());
-      size_t wrong = 0;
-      for (size_t i = 0; i < after.size(); i++) wrong += after[i] != before[i] - 1.0f;
-      if (wrong != 0 || fabs(info.gradNorm - sqrt(2.0 * n)) > 1e-3 * sqrt(2.0 * n))
-        return rank_fail(ctx, "%zu of %zu parameters wrong, grad norm %g (want %g)", wrong,
-                         after.size(), info.gradNorm, sqrt(2.0 * n));
-      weftStreamSynchronize(s);
-      weftStreamDestroy(s);
-      weftZeroDestroy(z);
-      weftCommDestroy(comm);
-      return 0;
-    });
-    for (int st : status) EXPECT_EQ(st, 0);
+    for (bool step_on_stream : {false, true}) {
+      SCOPED_TRACE("stage " + std::to_string(stage) + (step_on_stream ? ", step on a stream" : ""));
+      auto status = run_ranks(2, [stage, step_on_stream](const RankCtx &ctx) {
+        weftComm_t comm;
+        if (int rc = init(ctx, &comm)) return rc;
+        weftZeroConfig_t cfg;
+        weftZeroConfigDefaults(&cfg);
+        cfg.stage = stage;
+        cfg.optimizer = weftZeroSgdMomentum;
+        cfg.momentum = 0;
+        cfg.lr = 1;
+        const size_t n = 1 << 21;
+        weftZero_t z;
+        std::vector<float> before;
+        if (int rc = make_ctx(ctx, comm, cfg, {{n}, {n}}, &z, nullptr, &before)) return rc;
+        weftStream_t s;
+        if (weftStreamCreate(&s) != weftSuccess) return rank_fail(ctx, "stream");
+        std::vector<float> ones(n, 1.0f);
+        for (int l = 1; l >= 0; l--) {
+          void *g;
+          if (weftZeroGrad(z, l, &g) != weftSuccess ||
+              weftZeroAccumulate(g, cfg.paramType, ones.data(), n) != weftSuccess ||
+              weftZeroGradReady(z, l, s) != weftSuccess)
+            return rank_fail(ctx, "layer %d: %s", l, weftZeroLastError());
+        }
+        weftStream_t step_stream = nullptr;
+        if (step_on_stream && weftStreamCreate(&step_stream) != weftSuccess)
+          return rank_fail(ctx, "stream");
+        weftZeroStepInfo_t info;
+        if (weftZeroStep(z, step_stream, &info) != weftSuccess)
+          return rank_fail(ctx, "step: %s", weftZeroLastError());
+        if (step_stream != nullptr) weftStreamDestroy(step_stream);
+        std::vector<float> after(2 * n);
+        if (weftZeroGetParams(z, after.data(), nullptr) != weftSuccess)
+          return rank_fail(ctx, "get: %s", weftZeroLastError());
+        size_t wrong = 0;
+        for (size_t i = 0; i < after.size(); i++) wrong += after[i] != before[i] - 1.0f;
+        if (wrong != 0 || fabs(info.gradNorm - sqrt(2.0 * n)) > 1e-3 * sqrt(2.0 * n))
+          return rank_fail(ctx, "%zu of %zu parameters wrong, grad norm %g (want %g)", wrong,
+                           after.size(), info.gradNorm, sqrt(2.0 * n));
+        weftStreamSynchronize(s);
+        weftStreamDestroy(s);
+        weftZeroDestroy(z);
+        weftCommDestroy(comm);
+        return 0;
+      });
+      for (int st : status) EXPECT_EQ(st, 0);
+    }
   }
 }
 

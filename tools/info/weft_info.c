@@ -31,7 +31,8 @@ int main(int argc, char **argv) {
   const int is_version = argc == 2 && (strcmp(argv[1], "--version") == 0 ||
                                        strcmp(argv[1], "-V") == 0);
   if (argc > 1 && !is_config && !is_version) {
-    fprintf(stderr, "weft-info: unknown option %s (weft-info --help)\n", argv[1]);
+    if (argc > 2) fprintf(stderr, "weft-info: %s takes no argument (weft-info --help)\n", argv[1]);
+    else fprintf(stderr, "weft-info: unknown option %s (weft-info --help)\n", argv[1]);
     return 2;
   }
   printf("weft %d.%d.%d\n", version / 10000, version / 100 % 100, version % 100);

@@ -89,6 +89,22 @@ static size_t sweep_next(const struct perf_opts *o, size_t nbytes) {
   return nbytes + o->step_nbytes > nbytes ? nbytes + o->step_nbytes : 0;
 }
 
+/* A sweep's rows at most (every datatype and op): a table of more is refused
+ * (-b 0 -e 8G -i 1 would count 8.6e9 sizes). */
+#define SWEEP_MAX_ROWS 1000000
+
+/* The rows of one sweep, for the progress line and the JSON file; past
+ * SWEEP_MAX_ROWS, SWEEP_MAX_ROWS + 1. */
+static long long sweep_rows(const struct perf_opts *o) {
+  long long rows = 0;
+  for (size_t nbytes = o->min_nbytes; nbytes <= o->max_nbytes;) {
+    if (++rows * o->ntypes * o->nops > SWEEP_MAX_ROWS) return SWEEP_MAX_ROWS + 1;
+    nbytes = sweep_next(o, nbytes);
+    if (nbytes == 0) break; /* past SIZE_MAX */
+  }
+  return rows * o->ntypes * o->nops;
+}
+
 static int parse_type(const char *s, struct perf_opts *o) {
   static const struct { const char *alias; weftDataType_t t; } aliases[] = {
       {"char", weftInt8}, {"int", weftInt32}, {"float16", weftFloat16}, {"fp16", weftFloat16},
@@ -177,12 +193,15 @@ static int opts_parse(int argc, char **argv, const struct perf_coll *coll, struc
     switch (c) {
       case 'b': bad = parse_size(optarg, &o->min_nbytes); break;
       case 'e': bad = parse_size(optarg, &o->max_nbytes); break;
-      case 'i': bad = parse_size(optarg, &o->step_nbytes) || o->step_nbytes == 0; break;
+      case 'i': bad = parse_size(optarg, &o->step_nbytes); break;
       case 'f': bad = parse_factor(optarg, &o->step_factor); break;
       case 'n': bad = parse_int(optarg, 1, INT_MAX, &o->iters); break;
       case 'w': bad = parse_int(optarg, 0, INT_MAX, &o->warmup); break;
       case 'm': bad = parse_int(optarg, 1, INT_MAX, &o->agg_iters); break;
-      case 'c': bad = parse_int(optarg, 0, 1, &o->check); break;
+      case 'c': /* nccl-tests' check iteration count: any non-zero value checks */
+        bad = parse_int(optarg, 0, INT_MAX, &o->check);
+        o->check = o->check != 0;
+        break;
       case 'd': bad = parse_type(optarg, o); break;
       case 'o': bad = parse_op(optarg, o); break;
       case 'r': bad = parse_int(optarg, 0, INT_MAX, &o->root); break;
@@ -204,6 +223,16 @@ static int opts_parse(int argc, char **argv, const struct perf_coll *coll, struc
   }
   if (optind < argc) {
     fprintf(stderr, "%s: unexpected argument '%s'\n", argv[0], argv[optind]);
+    return -1;
+  }
+  if (o->step_factor <= 1 && o->step_nbytes == 0 && o->min_nbytes < o->max_nbytes) {
+    fprintf(stderr, "%s: a step of 0 bytes (-i 0) without a factor (-f) never reaches -e\n",
+            argv[0]);
+    return -1;
+  }
+  if (o->min_nbytes <= o->max_nbytes && sweep_rows(o) > SWEEP_MAX_ROWS) {
+    fprintf(stderr, "%s: more than %d rows from -b %zu to -e %zu (with -i, -f, -d and -o)\n",
+            argv[0], SWEEP_MAX_ROWS, o->min_nbytes, o->max_nbytes);
     return -1;
   }
   if (o->min_nbytes > o->max_nbytes) {
@@ -267,8 +296,8 @@ struct perf_run {
 /* n operations, then waits for them: on the stream they were queued on, and
  * on the device, whose kernels run after the calls return. */
 static weftResult_t run_ops(const struct perf_run *p, const char *src, char *dst, size_t count,
-                            weftDataType_t t, weftRedOp_t op, int n) {
-  for (int i = 0; i < n; i++) {
+                            weftDataType_t t, weftRedOp_t op, long long n) {
+  for (long long i = 0; i < n; i++) {
     weftResult_t res = p->coll->run(src, dst, count, t, op, p->o->root, p->comm, p->stream);
     if (res != weftSuccess) return res;
   }
@@ -344,17 +373,6 @@ static int run_one(const struct perf_run *p, size_t nbytes, weftDataType_t t, we
     r->wrong = total;
   }
   return 0;
-}
-
-/* The sizes of one sweep, for the progress line. */
-static int sweep_rows(const struct perf_opts *o) {
-  int rows = 0;
-  for (size_t nbytes = o->min_nbytes; nbytes <= o->max_nbytes;) {
-    rows++;
-    nbytes = sweep_next(o, nbytes);
-    if (nbytes == 0) break; /* past SIZE_MAX */
-  }
-  return rows * o->ntypes * o->nops;
 }
 
 /* One table row, kept for the JSON file. */
@@ -587,7 +605,7 @@ int perf_main(int argc, char **argv, const struct perf_coll *coll) {
   run.sendbuf = perf_mem_alloc(o.mem_kind, alloc);
   run.recvbuf = perf_mem_alloc(o.mem_kind, alloc);
   if (o.mem_kind != PERF_MEM_HOST) run.staging = perf_mem_alloc(PERF_MEM_HOST, alloc);
-  int total_rows = sweep_rows(&o);
+  const int total_rows = (int)sweep_rows(&o); /* at most SWEEP_MAX_ROWS (opts_parse) */
   struct perf_row *rows = rank == 0 ? calloc((size_t)total_rows + 1, sizeof *rows) : NULL;
   int failed = 0;
   if (run.sendbuf == NULL || run.recvbuf == NULL ||

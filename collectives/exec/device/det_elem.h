@@ -70,6 +70,12 @@ WEFT_HD T det_scaled(int t, T x, T s) {
 template <typename T>
 WEFT_HD void det_widened_block(const dev_det_work &w, uint64_t i) {
   const int t = w.datatype;
+  if (det_picks(w.op)) { /* max, min: in the type itself (det_ops.h) */
+    uint32_t bits = (uint32_t)det_load<T>(w, 0, i);
+    for (int r = 1; r < w.n; r++) bits = det_pick(t, w.op, bits, (uint32_t)det_load<T>(w, r, i));
+    static_cast<T *>(w.out)[i] = (T)bits;
+    return;
+  }
   const T s = w.premul ? det_scalar<T>(w) : T();
   float acc = 0;
   for (int r = 0; r < w.n; r++) {
@@ -79,7 +85,7 @@ WEFT_HD void det_widened_block(const dev_det_work &w, uint64_t i) {
     acc = r == 0 ? v : det_op_f32(w.op, acc, v);
   }
   if (w.divisor > 1) acc /= (float)w.divisor;
-  det_narrow(t, w.op, w.out, i, acc);
+  det_narrow(t, w.out, i, acc);
 }
 
 // Element i of w's block: the n contributions in rank order, into w.out.
