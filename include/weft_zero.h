@@ -109,12 +109,21 @@ typedef struct {
                                (WEFT_LOCAL_SIZE, LOCAL_WORLD_SIZE,
                                OMPI_COMM_WORLD_LOCAL_SIZE). The update is elementwise:
                                the bits do not depend on it */
+  int reduceEveryMicroStep; /* stages 2-3 with accumulation (weftZeroSetSync(zero, 0)): 1
+                               reduce-scatters every micro-step's gradients as each layer is
+                               marked ready, and sums them into this rank's gradient shard
+                               (as DeepSpeed's ZeRO-2), so that a rank holds its shard and
+                               the buckets in flight (within bucketBytes) instead of every
+                               layer's full gradient: accumSteps times the communication,
+                               Psi/N of gradient memory. 0 (default): micro-steps before the
+                               last only sum locally (as FSDP's no_sync). Stages 0-1 hold
+                               full gradients by design: nothing changes there */
 } weftZeroConfig_t;
 
 /* Defaults: stage 0, fp32, AdamW (lr 1e-3, betas 0.9/0.999, eps 1e-8, decay
  * 0), no clipping, 1 micro-step, 4 MiB buckets, no gather bound, prefetch 1,
  * loss scale 65536 with a window of 100 (used for fp16 only), host memory,
- * no offload. */
+ * no offload, micro-steps summed locally. */
 void weftZeroConfigDefaults(weftZeroConfig_t *config);
 
 /* The shard of a rank, as a pure function: elements [offset, offset + count)
@@ -208,7 +217,10 @@ weftResult_t weftZeroReleaseOn(weftZero_t zero, int layer, weftStream_t stream);
 /* Micro-steps before the last of a step pass sync = 0: their gradients stay
  * in the gradient buffers and accumulate, unreduced (no communication). At
  * stages 2-3 these are each layer's full buffer, held until the last
- * micro-step: Psi gradients a rank, beyond bucketBytes (as FSDP's no_sync).
+ * micro-step: Psi gradients a rank, beyond bucketBytes (as FSDP's no_sync),
+ * unless the configuration's reduceEveryMicroStep is set: then each
+ * micro-step's weftZeroGradReady reduces the layer into the gradient shard
+ * as the last one does, and its buffer is freed once that is done.
  * Default 1. */
 weftResult_t weftZeroSetSync(weftZero_t zero, int sync);
 
@@ -216,7 +228,9 @@ weftResult_t weftZeroSetSync(weftZero_t zero, int sync);
  * its reduction on stream (stage 0: the bucket's all-reduce once all its
  * layers are marked; stages 1-3: the layer's reduce-scatter), so it overlaps
  * the rest of backward. Does not block (a reduceType copy is made first).
- * Each layer is marked once per step. Collective. */
+ * Each layer is marked once per step (with reduceEveryMicroStep at stages
+ * 2-3, once per micro-step: sync off, its reduction is queued and summed
+ * into the shard; gradients added after it go into the next). Collective. */
 weftResult_t weftZeroGradReady(weftZero_t zero, int layer, weftStream_t stream);
 
 typedef struct {

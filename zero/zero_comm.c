@@ -35,7 +35,10 @@ static weftResult_t zero_bucket_reduce(struct weftZero *z, struct zero_bucket *b
 }
 
 /* Stages 1-3: the layer's reduce-scatter, into the full buffer's own slice
- * (stage 1, in place) or into the gradient shard (stages 2-3). */
+ * (stage 1, in place) or into the gradient shard (stages 2-3). A later
+ * micro-step's (reduceEveryMicroStep) adds the shard's sum so far into this
+ * rank's own part of what it sends: the reduce-scatter's sum then holds it
+ * once, and overwrites the shard with the total (no buffer besides). */
 static weftResult_t zero_layer_reduce(struct weftZero *z, struct zero_layer *l,
                                       weftStream_t stream) {
   void *grads = z->cfg.stage == 1 ? (char *)z->grads_full + l->flat_offset * z->param_size
@@ -49,12 +52,23 @@ static weftResult_t zero_layer_reduce(struct weftZero *z, struct zero_layer *l,
     WEFT_TRY(zero_red_copy(z, grads, l->padded, stream, &l->red_copy));
     send = l->red_copy;
   }
-  void *recv = z->cfg.stage == 1 ? (char *)send + (size_t)z->rank * l->shard * z->red_size
-                                 : (char *)z->grad_shard + l->shard_offset * z->red_size;
+  void *own = (char *)send + (size_t)z->rank * l->shard * z->red_size;
+  void *shard = (char *)z->grad_shard + l->shard_offset * z->red_size;
+  if (z->cfg.stage >= 2 && l->shard_sums > 0) {
+    /* the last reduction wrote the shard, on whatever stream it was queued:
+     * a host add runs now, a device one is queued behind it */
+    WEFT_TRY(z->ops->device ? z->ops->stream_wait(stream, l->red_ev)
+                            : z->ops->event_sync(l->red_ev));
+    WEFT_TRY(z->ops->add(own, shard, z->cfg.reduceType, l->shard, stream));
+  }
+  void *recv = z->cfg.stage == 1 ? own : shard;
   WEFT_TRY(zero_weft(
       z, weftReduceScatter(send, recv, l->shard, z->cfg.reduceType, weftSum, z->comm, stream),
       "reduce-scattering a layer's gradients"));
-  weftResult_t queued = zero_offload_queue(z, l, stream);
+  l->shard_sums++;
+  l->sent = z->cfg.stage >= 2;
+  /* the owned gradients go to the host once complete: behind the step's last reduction */
+  weftResult_t queued = z->sync ? zero_offload_queue(z, l, stream) : weftSuccess;
   WEFT_TRY(z->ops->event_record(l->red_ev, stream));
   return queued;
 }
@@ -76,6 +90,7 @@ static weftResult_t zero_layer_buckets_give(struct weftZero *z, struct zero_laye
   l->grad_bucket = NULL;
   WEFT_TRY(zero_pool_give(z, &z->bucket_pool, l->red_copy, NULL, 0));
   l->red_copy = NULL;
+  l->sent = 0;
   return weftSuccess;
 }
 
@@ -84,11 +99,16 @@ weftResult_t zero_buckets_reclaim(struct weftZero *z) {
   if (z->cfg.stage < 2) return weftSuccess;
   for (int i = 0; i < z->nlayers; i++) {
     struct zero_layer *l = &z->layers[i];
-    if (!l->reduced || l->grad_bucket == NULL || !z->ops->event_done(l->red_ev))
-      continue;
+    if (!l->sent || !z->ops->event_done(l->red_ev)) continue;
     WEFT_TRY(zero_layer_buckets_give(z, l));
   }
   return weftSuccess;
+}
+
+weftResult_t zero_layer_retire(struct weftZero *z, struct zero_layer *l) {
+  if (!l->sent) return weftSuccess;
+  WEFT_TRY(z->ops->event_sync(l->red_ev));
+  return zero_layer_buckets_give(z, l);
 }
 
 weftResult_t weftZeroGradReady(weftZero_t z, int layer, weftStream_t stream) {
@@ -96,11 +116,15 @@ weftResult_t weftZeroGradReady(weftZero_t z, int layer, weftStream_t stream) {
   if (!z->finalized) return zero_fail(weftInvalidUsage, "call weftZeroFinalize first");
   if (layer < 0 || layer >= z->nlayers)
     return zero_fail(weftInvalidArgument, "layer %d does not exist", layer);
-  if (!z->sync) return weftSuccess; /* accumulating: the last micro-step reduces */
+  /* accumulating: the last micro-step reduces, unless every one does */
+  if (!z->sync && !zero_reduces_micro_steps(z)) return weftSuccess;
   struct zero_layer *l = &z->layers[layer];
   if (l->reduced)
     return zero_fail(weftInvalidUsage, "layer %d was marked ready twice in one step", layer);
-  l->reduced = 1;
+  l->reduced = z->sync;
+  /* marked again with no gradient asked for since: what was sent is summed
+   * already, this reduction's part is zeros */
+  WEFT_TRY(zero_layer_retire(z, l));
   if (z->cfg.stage == 0) {
     struct zero_bucket *b = &z->buckets[l->bucket];
     if (--b->pending == 0) WEFT_TRY(zero_bucket_reduce(z, b, stream));
@@ -116,6 +140,7 @@ weftResult_t zero_grads_reset(struct weftZero *z, weftStream_t stream) {
     (void)z->ops->event_sync(l->red_ev); /* the step reported failures already */
     WEFT_TRY(zero_layer_buckets_give(z, l));
     l->reduced = 0;
+    l->shard_sums = 0;
     l->off_queued = 0;
   }
   for (int b = 0; b < z->nbuckets; b++) {

@@ -84,6 +84,9 @@ weftResult_t weftZeroCreate(weftZero_t *zero, weftComm_t comm, const weftZeroCon
       !(c->lossScale >= ZERO_LOSS_SCALE_MIN && c->lossScale <= ZERO_LOSS_SCALE_MAX))
     return zero_fail(weftInvalidArgument, "lossScale %g: fp16's scale is within [1, 2^24]",
                      c->lossScale);
+  if (c->reduceEveryMicroStep != 0 && c->reduceEveryMicroStep != 1)
+    return zero_fail(weftInvalidArgument, "reduceEveryMicroStep %d is not 0 or 1",
+                     c->reduceEveryMicroStep);
   if (c->memory != weftZeroHostMemory && c->memory != weftZeroDeviceMemory)
     return zero_fail(weftInvalidArgument, "memory %d is not host (0) or device (1)", c->memory);
   if (c->offloadOptimizer != 0 && c->offloadOptimizer != 1)
@@ -320,6 +323,9 @@ weftResult_t weftZeroGrad(weftZero_t z, int param, void **ptr_out) {
     *ptr_out = (char *)z->grads_full + (l->flat_offset + p->offset) * z->param_size;
     return weftSuccess;
   }
+  /* an earlier micro-step's buffer, sent (reduceEveryMicroStep): this
+   * micro-step's gradients go into a new one */
+  WEFT_TRY(zero_layer_retire(z, l));
   if (l->grad_bucket == NULL) {
     /* over bucketBytes: wait for the oldest reductions in flight (backward
      * marks layers from the last), so that a bucket is freed first */
@@ -327,7 +333,7 @@ weftResult_t weftZeroGrad(weftZero_t z, int param, void **ptr_out) {
     for (int i = z->nlayers - 1; i >= 0 && z->cfg.bucketBytes > 0 &&
                                  z->mem[ZERO_MEM_BUCKETS] + nbytes > z->cfg.bucketBytes;
          i--) {
-      if (!z->layers[i].reduced || z->layers[i].grad_bucket == NULL) continue;
+      if (!z->layers[i].sent) continue;
       WEFT_TRY(z->ops->event_sync(z->layers[i].red_ev));
       WEFT_TRY(zero_buckets_reclaim(z));
     }

@@ -76,6 +76,14 @@ weftResult_t zero_dev_accumulate(void *dst, weftDataType_t type, const float *sr
   return ZERO_LAUNCH(what, zero_kern_accumulate(dst, zero_dev_kind(type), src, count, stream));
 }
 
+weftResult_t zero_dev_add(void *dst, const void *src, weftDataType_t type, size_t count,
+                          void *stream) {
+  static const char what[] = "adding gradients on the device";
+  WEFT_TRY(zero_dev_check(what, count, src, dst, dst));
+  WEFT_TRY(zero_dev_type(what, type));
+  return ZERO_LAUNCH(what, zero_kern_add(dst, zero_dev_kind(type), src, count, stream));
+}
+
 weftResult_t zero_dev_scale(float *g, size_t count, float factor, void *stream) {
   static const char what[] = "scaling gradients on the device";
   WEFT_TRY(zero_dev_check(what, count, g, g, g));

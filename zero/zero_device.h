@@ -32,6 +32,9 @@ weftResult_t zero_dev_store(const float *src, weftDataType_t type, void *dst, si
 /* dst[i] = (dst[i] as fp32 + src[i]) rounded to type. */
 weftResult_t zero_dev_accumulate(void *dst, weftDataType_t type, const float *src, size_t count,
                                  void *stream);
+/* dst[i] = (dst[i] as fp32 + src[i] as fp32) rounded to type: both of type. */
+weftResult_t zero_dev_add(void *dst, const void *src, weftDataType_t type, size_t count,
+                          void *stream);
 /* g[i] *= factor (gradient clipping). */
 weftResult_t zero_dev_scale(float *g, size_t count, float factor, void *stream);
 /* AdamW and SGD with momentum on count elements of master weights p and
@@ -47,6 +50,7 @@ int zero_kern_load_scaled(const void *src, int kind, float *dst, size_t count, d
                           double *stats, void *stream);
 int zero_kern_store(const float *src, int kind, void *dst, size_t count, void *stream);
 int zero_kern_accumulate(void *dst, int kind, const float *src, size_t count, void *stream);
+int zero_kern_add(void *dst, int kind, const void *src, size_t count, void *stream);
 int zero_kern_scale(float *g, size_t count, float factor, void *stream);
 int zero_kern_adamw(float *p, float *m, float *v, const float *g, size_t count,
                     const struct zero_adamw_coef *coef, void *stream);

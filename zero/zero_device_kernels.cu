@@ -78,6 +78,10 @@ __global__ void accumulate_kernel(void *dst, int kind, const float *src, size_t 
   GRID_STRIDE(i, count) store_kind(dst, kind, i, load_kind(dst, kind, i) + src[i]);
 }
 
+__global__ void add_kernel(void *dst, int kind, const void *src, size_t count) {
+  GRID_STRIDE(i, count) store_kind(dst, kind, i, load_kind(dst, kind, i) + load_kind(src, kind, i));
+}
+
 __global__ void scale_kernel(float *g, size_t count, float factor) {
   GRID_STRIDE(i, count) g[i] *= factor;
 }
@@ -98,6 +102,7 @@ __global__ void sgd_kernel(float *p, float *m, const float *g, size_t count, flo
 CUDA_EMU_KERNEL(&load_scaled_kernel)
 CUDA_EMU_KERNEL_APART(&store_kernel)
 CUDA_EMU_KERNEL_APART(&accumulate_kernel)
+CUDA_EMU_KERNEL_APART(&add_kernel)
 CUDA_EMU_KERNEL_APART(&scale_kernel)
 CUDA_EMU_KERNEL_APART(&adamw_kernel)
 CUDA_EMU_KERNEL_APART(&sgd_kernel)
@@ -135,6 +140,10 @@ extern "C" int zero_kern_store(const float *src, int kind, void *dst, size_t cou
 extern "C" int zero_kern_accumulate(void *dst, int kind, const float *src, size_t count,
                                     void *stream) {
   return launch(accumulate_kernel, count, stream, dst, kind, src, count);
+}
+
+extern "C" int zero_kern_add(void *dst, int kind, const void *src, size_t count, void *stream) {
+  return launch(add_kernel, count, stream, dst, kind, src, count);
 }
 
 extern "C" int zero_kern_scale(float *g, size_t count, float factor, void *stream) {

@@ -188,6 +188,7 @@ const struct zero_ops zero_ops_device = {
     .load_scaled = zero_dev_load_scaled,
     .to_float = dev_to_float,
     .store = zero_dev_store,
+    .add = zero_dev_add,
     .scale = zero_dev_scale,
     .adamw = zero_dev_adamw,
     .sgd = zero_dev_sgd,

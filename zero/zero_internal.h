@@ -72,8 +72,12 @@ struct zero_layer {
   /* gradients of this step */
   void *grad_bucket;   /* stages 2-3: the layer's gradients (paramType, padded) */
   void *red_copy;      /* stages 1-3: a reduceType copy when it differs from paramType */
-  weftEvent_t red_ev;  /* the reduction's completion */
-  int reduced;         /* the reduction is queued */
+  weftEvent_t red_ev;  /* the last reduction's completion */
+  int reduced;         /* the step's (last micro-step's) reduction is queued */
+  int sent;            /* stages 2-3: grad_bucket (and red_copy) are read by the
+                          reduction of red_ev: given back once it is done */
+  int shard_sums;      /* reductions summed into the gradient shard this step
+                          (reduceEveryMicroStep: one a micro-step) */
   int bucket;          /* stage 0: the bucket of this layer */
   int off_queued;      /* offloadOptimizer: the owned gradients' copy to the host's
                           staging is queued behind the reduction (red_ev, at stage 0 the
@@ -189,6 +193,15 @@ weftResult_t zero_pool_destroy(struct weftZero *z, struct zero_pool *p);
  * handle names one queue; a CUDA stream's may be reused while work it had
  * is still running, so device contexts always wait on an event). */
 int zero_same_stream(const struct weftZero *z, weftStream_t a, weftStream_t b);
+
+/* reduceEveryMicroStep in effect: stages 2-3 reduce every micro-step. */
+static inline int zero_reduces_micro_steps(const struct weftZero *z) {
+  return z->cfg.reduceEveryMicroStep && z->cfg.stage >= 2;
+}
+
+/* Stages 2-3: layer l's buffers of an earlier micro-step's reduction back to
+ * the pool once it is done (waits for it; nothing when none was sent). */
+weftResult_t zero_layer_retire(struct weftZero *z, struct zero_layer *l);
 
 /* Stages 1-3: a zeroed gradient buffer of nbytes from the bucket pool. */
 weftResult_t zero_bucket_take(struct weftZero *z, size_t nbytes, void **ptr_out);

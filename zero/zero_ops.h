@@ -64,6 +64,9 @@ struct zero_ops {
                            double *scratch, weftStream_t stream);
   weftResult_t (*store)(const float *src, weftDataType_t type, void *dst, size_t count,
                         weftStream_t stream);
+  /* dst += src, both of type (fp32 sums, rounded to type) */
+  weftResult_t (*add)(void *dst, const void *src, weftDataType_t type, size_t count,
+                      weftStream_t stream);
   weftResult_t (*scale)(float *g, size_t count, float factor, weftStream_t stream);
   weftResult_t (*adamw)(float *p, float *m, float *v, const float *g, size_t count,
                         const struct zero_adamw_coef *coef, weftStream_t stream);

@@ -130,6 +130,20 @@ static weftResult_t host_store(const float *src, weftDataType_t type, void *dst,
   return weftSuccess;
 }
 
+static weftResult_t host_add(void *dst, const void *src, weftDataType_t type, size_t count,
+                             weftStream_t stream) {
+  (void)stream;
+  if (type == weftFloat32) {
+    float *d = dst;
+    const float *s = src;
+    for (size_t k = 0; k < count; k++) d[k] += s[k];
+    return weftSuccess;
+  }
+  for (size_t k = 0; k < count; k++)
+    zero_store(dst, type, k, zero_load(dst, type, k) + zero_load(src, type, k));
+  return weftSuccess;
+}
+
 HOST_CLONES static weftResult_t host_scale(float *g, size_t count, float factor, weftStream_t stream) {
   (void)stream;
   for (size_t k = 0; k < count; k++) g[k] *= factor;
@@ -158,8 +172,8 @@ HOST_CLONES static weftResult_t host_sgd(float *p, float *m, const float *g, siz
   .event_done = host_event_done, .stream_wait = host_stream_wait,               \
   .quiesce = host_quiesce, .stream_create = host_stream_create,                 \
   .stream_destroy = host_stream_destroy, .load_scaled = host_load_scaled,       \
-  .to_float = host_to_float, .store = host_store, .scale = host_scale,          \
-  .adamw = host_adamw, .sgd = host_sgd
+  .to_float = host_to_float, .store = host_store, .add = host_add,              \
+  .scale = host_scale, .adamw = host_adamw, .sgd = host_sgd
 #define ZERO_HOST_FUNCTIONS .alloc = host_alloc, .free = host_free, ZERO_HOST_WORK
 
 const struct zero_ops zero_ops_host = {.name = "host", .device = 0, ZERO_HOST_FUNCTIONS};

@@ -41,6 +41,17 @@ for s in 1 2 3; do
   check "stage $s params-l2 matches stage 0 ($got)" $?
 done
 
+# accumulation reduced every micro-step trains as summed locally, at stages 2 and 3
+final='^\[0\] final loss [0-9.e+-]+ params-l2 [0-9.e+-]+ params-sum [0-9.e+-]+$'
+for s in 2 3; do
+  args=(--model mlp --zero-stage $s --accum 3 --batch 18 --quiet)
+  a=$(timeout 60 "$weftrun" -n 3 "$tools/weft-train" "${args[@]}" 2>&1 | tail -1)
+  b=$(timeout 60 "$weftrun" -n 3 "$tools/weft-train" "${args[@]}" --reduce-every-micro-step 2>&1 | tail -1)
+  [[ $a =~ $final && $b =~ $final ]] && awk -v a="$a" -v b="$b" 'BEGIN{split(a,x," ");
+       split(b,y," "); d=x[6]-y[6]; if (d<0) d=-d; exit !(x[6] > 0 && d <= 1e-6 * x[6])}'
+  check "stage $s --accum 3: --reduce-every-micro-step matches ($a / $b)" $?
+done
+
 # the cosine schedule applies to the MLP too: other parameters than the
 # constant rate's, the same at every stage
 cos0=$(timeout 60 "$weftrun" -n 3 "$tools/weft-train" --model mlp --zero-stage 0 --quiet \

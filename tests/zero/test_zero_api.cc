@@ -606,6 +606,111 @@ TEST(ZeroStreams, StepWaitsForReductionsOnAnotherStream) {
   }
 }
 
+// Accumulation over 3 micro-steps at stages 2 and 3. With
+// reduceEveryMicroStep each micro-step's gradients are reduce-scattered into
+// the shard as each layer is marked ready, so a rank holds the buckets in
+// flight (about bucketBytes) where the micro-steps before the last
+// otherwise hold every layer's full gradient; the step applies exactly the
+// sum over ranks and micro-steps either way (SGD, lr 1, no momentum, small
+// integer gradients: every sum is exact in bf16 and fp16 too). A layer
+// given no gradient in a micro-step, and one marked ready twice in a
+// micro-step with none asked for between, add nothing.
+struct AccumCase {
+  int nranks, stage;
+  weftDataType_t param, reduce;
+};
+
+int accum_rank(const RankCtx &ctx, const AccumCase &c, int every) {
+  weftComm_t comm;
+  if (int rc = init(ctx, &comm)) return rc;
+  const int L = 8, kMicro = 3, kSteps = 2;
+  const size_t count = 1001; // padded on 2 and 3 ranks
+  const size_t padded = (count + ctx.nranks - 1) / ctx.nranks * ctx.nranks;
+  const size_t ps = weftTypeSize(c.param), rs = weftTypeSize(c.reduce);
+  weftZeroConfig_t cfg;
+  weftZeroConfigDefaults(&cfg);
+  cfg.stage = c.stage;
+  cfg.paramType = c.param;
+  cfg.reduceType = c.reduce;
+  cfg.optimizer = weftZeroSgdMomentum;
+  cfg.momentum = 0;
+  cfg.lr = 1;
+  cfg.lossScale = 1; // fp16: the gradients as they are
+  cfg.accumSteps = kMicro;
+  cfg.bucketBytes = 2 * padded * ps;
+  cfg.reduceEveryMicroStep = every;
+  weftZero_t z;
+  std::vector<int> ids;
+  std::vector<float> want;
+  if (int rc = make_ctx(ctx, comm, cfg, std::vector<std::vector<size_t>>(L, {count}), &z, &ids,
+                        &want))
+    return rc;
+  weftStream_t s;
+  if (weftStreamCreate(&s) != weftSuccess) return rank_fail(ctx, "stream");
+  std::vector<float> grad(count);
+  for (int step = 0; step < kSteps; step++) {
+    std::vector<double> sum(L * count, 0.0);
+    for (int micro = 0; micro < kMicro; micro++) {
+      weftZeroSetSync(z, micro == kMicro - 1);
+      for (int l = L - 1; l >= 0; l--) {
+        if (!(micro == 1 && l == 3)) { // layer 3 has no gradient in micro-step 1
+          void *g;
+          if (weftZeroGrad(z, ids[l], &g) != weftSuccess)
+            return rank_fail(ctx, "grad: %s", weftZeroLastError());
+          for (size_t i = 0; i < count; i++)
+            grad[i] = (float)(ctx.rank + 1 + micro + step + (int)(i % 5) + l);
+          weftZeroAccumulate(g, c.param, grad.data(), count);
+        }
+        for (int r = 0; r < ctx.nranks && !(micro == 1 && l == 3); r++)
+          for (size_t i = 0; i < count; i++) sum[l * count + i] += r + 1 + micro + step + (int)(i % 5) + l;
+        if (weftZeroGradReady(z, l, s) != weftSuccess ||
+            (micro == 0 && l == 5 && weftZeroGradReady(z, l, s) != weftSuccess))
+          return rank_fail(ctx, "ready: %s", weftZeroLastError());
+      }
+      if (step == 0 && micro == 1) {
+        weftZeroMemory_t r;
+        weftZeroMemoryReport(z, &r);
+        // every layer's full gradient, or the buckets in flight and their
+        // reduceType copies
+        const size_t all = L * padded * ps;
+        const size_t bound = cfg.bucketBytes + 2 * padded * (ps + (rs != ps ? rs : 0));
+        if (every ? r.bucketsPeak > bound : r.buckets != all)
+          return rank_fail(ctx, "every %d: buckets %zu, peak %zu (all layers %zu, bound %zu)",
+                           every, r.buckets, r.bucketsPeak, all, bound);
+      }
+    }
+    if (weftZeroStep(z, s, nullptr) != weftSuccess)
+      return rank_fail(ctx, "step: %s", weftZeroLastError());
+    const double scale = 1.0 / ((double)ctx.nranks * kMicro);
+    for (size_t i = 0; i < want.size(); i++) want[i] -= (float)(sum[i] * scale);
+  }
+  std::vector<float> got(want.size());
+  if (weftZeroGetParams(z, got.data(), s) != weftSuccess)
+    return rank_fail(ctx, "get: %s", weftZeroLastError());
+  for (size_t i = 0; i < got.size(); i++)
+    if (got[i] != want[i])
+      return rank_fail(ctx, "every %d: parameter %zu (layer %zu) is %.9g, want %.9g", every, i,
+                       i / count, got[i], want[i]);
+  weftStreamDestroy(s);
+  weftZeroDestroy(z);
+  weftCommDestroy(comm);
+  return 0;
+}
+
+TEST(ZeroAccumulation, ReduceEveryMicroStepHoldsTheShardOnly) {
+  const AccumCase cases[] = {{2, 2, weftFloat32, weftFloat32},
+                             {3, 3, weftBfloat16, weftBfloat16},
+                             {2, 3, weftBfloat16, weftFloat32},
+                             {3, 2, weftFloat16, weftFloat32}};
+  for (const AccumCase &c : cases)
+    for (int every : {0, 1}) {
+      SCOPED_TRACE(testing::Message() << c.nranks << " ranks, stage " << c.stage << ", types "
+                                      << c.param << "/" << c.reduce << ", every " << every);
+      auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) { return accum_rank(ctx, c, every); });
+      for (int st : status) EXPECT_EQ(st, 0);
+    }
+}
+
 TEST(ZeroErrors, DeadPeerFailsTheStep) {
   for (int stage = 0; stage <= 3; stage++) {
     RunOptions opts;
@@ -692,6 +797,7 @@ TEST(ZeroErrors, MisuseIsRefused) {
         {"lossScaleWindow 0 (fp16)", [](weftZeroConfig_t *c) { c->lossScaleWindow = 0; }},
         {"SGD momentum -1",
          [](weftZeroConfig_t *c) { c->optimizer = weftZeroSgdMomentum, c->momentum = -1; }},
+        {"reduceEveryMicroStep 2", [](weftZeroConfig_t *c) { c->reduceEveryMicroStep = 2; }},
     };
     for (const Bad &b : bads) {
       weftZeroConfig_t bad = cfg;

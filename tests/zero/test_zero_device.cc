@@ -92,7 +92,8 @@ TEST(ZeroOpsTables, EveryEntryIsSet) {
         (const void *)o->event_done,   (const void *)o->stream_wait,  (const void *)o->quiesce,
         (const void *)o->stream_create, (const void *)o->stream_destroy,
         (const void *)o->load_scaled,  (const void *)o->to_float,     (const void *)o->store,
-        (const void *)o->scale,        (const void *)o->adamw,        (const void *)o->sgd};
+        (const void *)o->add,          (const void *)o->scale,        (const void *)o->adamw,
+        (const void *)o->sgd};
     // the table is the name, the device flag and these pointers, nothing else
     EXPECT_LE(sizeof(struct zero_ops),
               sizeof(const char *) + sizeof(void *) + sizeof entries + sizeof(void *));
@@ -378,6 +379,10 @@ TEST(ZeroDeviceArgs, BadTypeAndNullAreRefusedBeforeAnyLaunch) {
   EXPECT_NE(last_error().find("not fp32, bf16 or fp16"), std::string::npos) << last_error();
   EXPECT_EQ(zero_dev_accumulate(nullptr, weftBfloat16, f, 4, nullptr), weftInvalidArgument);
   EXPECT_NE(last_error().find("NULL buffer with 4 elements"), std::string::npos) << last_error();
+  EXPECT_EQ(zero_dev_add(nullptr, f, weftBfloat16, 4, nullptr), weftInvalidArgument);
+  EXPECT_NE(last_error().find("NULL buffer with 4 elements"), std::string::npos) << last_error();
+  EXPECT_EQ(zero_dev_add(f, f, weftInt8, 4, nullptr), weftInvalidArgument);
+  EXPECT_NE(last_error().find("not fp32, bf16 or fp16"), std::string::npos) << last_error();
   EXPECT_EQ(zero_dev_adamw(f, f, f, f, 4, nullptr, nullptr), weftInvalidArgument);
   EXPECT_EQ(zero_dev_load_scaled(f, weftFloat32, f, 4, 1.0, nullptr, nullptr),
             weftInvalidArgument);
@@ -451,6 +456,28 @@ TEST_P(ZeroDeviceKernels, StoreAndAccumulateMatchTheHost) {
     Dev da(a), db(b), dst(n * type_size(t));
     ASSERT_EQ(zero_dev_store(da.f(), t, dst.p, n, nullptr), weftSuccess) << last_error();
     ASSERT_EQ(zero_dev_accumulate(dst.p, t, db.f(), n, nullptr), weftSuccess) << last_error();
+    std::vector<char> got = dst.get<char>(want.size());
+    EXPECT_EQ(first_difference(got.data(), want.data(), t, n), n) << "type " << t;
+  }
+}
+
+// dst += src in each type (the micro-steps' sum of reduceEveryMicroStep),
+// against the host's conversions.
+TEST_P(ZeroDeviceKernels, AddMatchesTheHost) {
+  size_t n = GetParam();
+  std::vector<float> a = random_floats(n, 3), b = random_floats(n, 4);
+  for (weftDataType_t t : kTypes) {
+    std::vector<char> want(n * type_size(t));
+    for (size_t i = 0; i < n; i++) zero_store(want.data(), t, i, a[i]);
+    Dev da(a), db(b), dst(n * type_size(t)), src(n * type_size(t));
+    ASSERT_EQ(zero_dev_store(da.f(), t, dst.p, n, nullptr), weftSuccess) << last_error();
+    ASSERT_EQ(zero_dev_store(db.f(), t, src.p, n, nullptr), weftSuccess) << last_error();
+    for (size_t i = 0; i < n; i++) {
+      std::vector<char> one(type_size(t));
+      zero_store(one.data(), t, 0, b[i]);
+      zero_store(want.data(), t, i, zero_load(want.data(), t, i) + zero_load(one.data(), t, 0));
+    }
+    ASSERT_EQ(zero_dev_add(dst.p, src.p, t, n, nullptr), weftSuccess) << last_error();
     std::vector<char> got = dst.get<char>(want.size());
     EXPECT_EQ(first_difference(got.data(), want.data(), t, n), n) << "type " << t;
   }

@@ -323,12 +323,17 @@ struct Case {
   int stage;
   weftDataType_t type;
   weftZeroOptimizer_t opt;
+  int accum = 1; // micro-steps a step
+  int every = 0; // reduceEveryMicroStep
 };
 
 std::string case_text(const Case &c) {
   const char *t = c.type == weftFloat32 ? "fp32" : c.type == weftBfloat16 ? "bf16" : "fp16";
-  return "stage " + std::to_string(c.stage) + " " + t + " " +
-         (c.opt == weftZeroAdamW ? "adamw" : "sgd");
+  std::string text = "stage " + std::to_string(c.stage) + " " + t + " " +
+                     (c.opt == weftZeroAdamW ? "adamw" : "sgd");
+  if (c.accum > 1)
+    text += ", " + std::to_string(c.accum) + " micro-steps" + (c.every ? " each reduced" : "");
+  return text;
 }
 
 // Reads and writes context memory from the host: plain copies, or
@@ -388,6 +393,8 @@ weftZeroConfig_t case_config(const Case &c, Kind kind) {
   cfg.bucketBytes = 512;  // several stage 0 buckets; stage 2-3 buckets wait
   cfg.memory = on_device(kind) ? weftZeroDeviceMemory : weftZeroHostMemory;
   cfg.offloadOptimizer = kind == kDeviceOffload;
+  cfg.accumSteps = c.accum;
+  cfg.reduceEveryMicroStep = c.every;
   return cfg;
 }
 
@@ -400,10 +407,10 @@ void case_grad(const float *w, size_t n, int p, int step, int rank, double scale
   }
 }
 
-// One step: gather each layer, compute the gradients from its values, then
-// add them (last layer first) and mark each layer ready.
-weftResult_t case_step(weftZero_t zero, const Access &a, const Case &c, int rank, int step,
-                       const int *ids, void *stream) {
+// One micro-step: gather each layer, compute the gradients from its values,
+// then add them (last layer first) and mark each layer ready.
+weftResult_t case_micro(weftZero_t zero, const Access &a, const Case &c, int rank, int step,
+                        const int *ids, void *stream) {
   std::vector<std::vector<float>> grads(kParamsN);
   size_t ts = weftTypeSize(c.type);
   double scale = weftZeroLossScale(zero);
@@ -435,6 +442,16 @@ weftResult_t case_step(weftZero_t zero, const Access &a, const Case &c, int rank
       RES_TRY(a.put(ptr, raw.data(), raw.size()));
     }
     RES_TRY(weftZeroGradReady(zero, l, stream));
+  }
+  return weftSuccess;
+}
+
+// One step of c.accum micro-steps, each with its own noise.
+weftResult_t case_step(weftZero_t zero, const Access &a, const Case &c, int rank, int step,
+                       const int *ids, void *stream) {
+  for (int micro = 0; micro < c.accum; micro++) {
+    RES_TRY(weftZeroSetSync(zero, micro == c.accum - 1));
+    RES_TRY(case_micro(zero, a, c, rank, step * c.accum + micro, ids, stream));
   }
   return weftZeroStep(zero, stream, nullptr);
 }
@@ -577,38 +594,62 @@ int match_rank(const RankCtx &ctx, Kind kind) {
   RankEnv e;
   TRY_RC(e.open(ctx, on_device(kind)));
   const int steps = 10;
+  std::vector<Case> cases;
   for (int stage = 0; stage <= 3; stage++)
     for (weftDataType_t t : {weftFloat32, weftBfloat16, weftFloat16})
-      for (weftZeroOptimizer_t opt : {weftZeroAdamW, weftZeroSgdMomentum}) {
-        Case c{stage, t, opt};
-        std::string what = case_text(c) + ", " + kind_name(kind);
-        Run h, d;
-        FAIL_IF(case_train(e.host, e.hstream, kHost, c, steps, &h) != weftSuccess,
-                "%s: host: %s", what.c_str(), weftZeroLastError());
-        FAIL_IF(case_train(e.comm(kind), e.stream(kind), kind, c, steps, &d) != weftSuccess,
-                "%s: %s", what.c_str(), weftZeroLastError());
-        double diff = rel_diff(h.params, d.params), tol = case_tolerance(kind, c, h.params, steps);
-        FAIL_IF(!(diff <= tol), "%s: differs from host by %.3g (bound %.3g)", what.c_str(), diff,
-                tol);
-        FAIL_IF(h.steps != steps || d.steps != steps, "%s: %ld and %ld steps", what.c_str(),
-                h.steps, d.steps);
-        // the formulas count gradient shards in paramType: fp16 reduces in fp32 here
-        size_t formula = weftZeroMemoryFormula(stage, d.mem.psiPadded, ctx.nranks, t, opt);
-        FAIL_IF(case_config(c, kind).reduceType == t &&
-                    d.mem.params + d.mem.grads + d.mem.optimizer != formula,
-                "%s: holds %zu + %zu + %zu bytes, the formula says %zu", what.c_str(),
-                d.mem.params, d.mem.grads, d.mem.optimizer, formula);
-        FAIL_IF(!same_memory(h.mem, d.mem), "%s: the report differs from the host's",
-                what.c_str());
-        // offloaded: the state, and of staging 8 bytes an owned element and
-        // its parameter
-        const bool off = kind == kStagedOffload || kind == kDeviceOffload;
-        const size_t own = d.mem.optimizer / (4 * (opt == weftZeroAdamW ? 3 : 2));
-        const size_t staging = (8 + weftTypeSize(t)) * own;
-        FAIL_IF(d.mem.offloaded != (off ? d.mem.optimizer + staging : 0) || h.mem.offloaded != 0,
-                "%s: %zu bytes offloaded (optimizer %zu), the host context %zu", what.c_str(),
-                d.mem.offloaded, d.mem.optimizer, h.mem.offloaded);
-      }
+      for (weftZeroOptimizer_t opt : {weftZeroAdamW, weftZeroSgdMomentum})
+        cases.push_back({stage, t, opt});
+  // accumulation, summed locally or reduced every micro-step (stages 2-3:
+  // the device's add, the offloaded copy behind the last reduction)
+  cases.push_back({2, weftBfloat16, weftZeroAdamW, 3, 1});
+  cases.push_back({3, weftFloat16, weftZeroSgdMomentum, 2, 1});
+  cases.push_back({3, weftFloat32, weftZeroAdamW, 2, 1});
+  cases.push_back({2, weftFloat32, weftZeroSgdMomentum, 2, 0});
+  for (const Case &c : cases) {
+    const int stage = c.stage;
+    const weftDataType_t t = c.type;
+    const weftZeroOptimizer_t opt = c.opt;
+    std::string what = case_text(c) + ", " + kind_name(kind);
+    Run h, d;
+    FAIL_IF(case_train(e.host, e.hstream, kHost, c, steps, &h) != weftSuccess,
+            "%s: host: %s", what.c_str(), weftZeroLastError());
+    FAIL_IF(case_train(e.comm(kind), e.stream(kind), kind, c, steps, &d) != weftSuccess,
+            "%s: %s", what.c_str(), weftZeroLastError());
+    double diff = rel_diff(h.params, d.params), tol = case_tolerance(kind, c, h.params, steps);
+    FAIL_IF(!(diff <= tol), "%s: differs from host by %.3g (bound %.3g)", what.c_str(), diff,
+            tol);
+    FAIL_IF(h.steps != steps || d.steps != steps, "%s: %ld and %ld steps", what.c_str(),
+            h.steps, d.steps);
+    // the same training as summing locally, within rounding, where the sums
+    // are in one type (reduced in fp32, the shard sums the micro-steps in
+    // fp32 where the local sum's fp16 buffer overflowed: a step skipped)
+    if (c.every && case_config(c, kHost).reduceType == c.type) {
+      Case local = c;
+      local.every = 0;
+      Run l;
+      FAIL_IF(case_train(e.host, e.hstream, kHost, local, steps, &l) != weftSuccess,
+              "%s: host, summed locally: %s", what.c_str(), weftZeroLastError());
+      double dl = rel_diff(l.params, h.params), tl = case_tolerance(kDevice, c, l.params, steps);
+      FAIL_IF(!(dl <= tl), "%s: differs from summing locally by %.3g (bound %.3g)", what.c_str(),
+              dl, tl);
+    }
+    // the formulas count gradient shards in paramType: fp16 reduces in fp32 here
+    size_t formula = weftZeroMemoryFormula(stage, d.mem.psiPadded, ctx.nranks, t, opt);
+    FAIL_IF(case_config(c, kind).reduceType == t &&
+                d.mem.params + d.mem.grads + d.mem.optimizer != formula,
+            "%s: holds %zu + %zu + %zu bytes, the formula says %zu", what.c_str(),
+            d.mem.params, d.mem.grads, d.mem.optimizer, formula);
+    FAIL_IF(!same_memory(h.mem, d.mem), "%s: the report differs from the host's",
+            what.c_str());
+    // offloaded: the state, and of staging 8 bytes an owned element and
+    // its parameter
+    const bool off = kind == kStagedOffload || kind == kDeviceOffload;
+    const size_t own = d.mem.optimizer / (4 * (opt == weftZeroAdamW ? 3 : 2));
+    const size_t staging = (8 + weftTypeSize(t)) * own;
+    FAIL_IF(d.mem.offloaded != (off ? d.mem.optimizer + staging : 0) || h.mem.offloaded != 0,
+            "%s: %zu bytes offloaded (optimizer %zu), the host context %zu", what.c_str(),
+            d.mem.offloaded, d.mem.optimizer, h.mem.offloaded);
+  }
   return 0;
 }
 

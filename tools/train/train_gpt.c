@@ -368,6 +368,7 @@ static weftResult_t gpt_setup(struct gpt *g, weftComm_t comm) {
   cfg.lr = o->lr;
   cfg.maxGradNorm = o->clip;
   cfg.accumSteps = o->accum;
+  cfg.reduceEveryMicroStep = o->reduce_every;
   cfg.gatherBoundBytes = o->gather_bound;
   cfg.prefetchLayers = o->prefetch;
   if (o->stage == 0) {

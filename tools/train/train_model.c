@@ -246,6 +246,7 @@ static weftResult_t model_setup(struct model *m, weftComm_t comm) {
   cfg.lr = o->lr;
   cfg.maxGradNorm = o->clip;
   cfg.accumSteps = o->accum;
+  cfg.reduceEveryMicroStep = o->reduce_every;
   cfg.gatherBoundBytes = o->gather_bound;
   cfg.prefetchLayers = o->prefetch;
   cfg.bucketBytes = 4096; /* small buckets, so that even this model has several */

@@ -28,6 +28,7 @@ struct train_opts {
   weftDataType_t reduce_type;
   weftZeroOptimizer_t optimizer;
   int accum;            /* micro-steps per step */
+  int reduce_every;     /* stages 2-3: reduce every micro-step (reduceEveryMicroStep) */
   int global_batch;     /* samples per step over all ranks and micro-steps */
   double lr;
   double clip;          /* max gradient norm; <= 0: none */

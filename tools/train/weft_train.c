@@ -36,6 +36,10 @@ static void usage(FILE *f) {
           "  --min-lr X         cosine: the last step's rate, a fraction of --lr (default 0.1)\n"
           "  --clip X           clip gradients to this global norm (default off; transformers 1)\n"
           "  --accum N          micro-steps per step (default 1)\n"
+          "  --reduce-every-micro-step  stages 2-3 with --accum: reduce-scatter every\n"
+          "                     micro-step's gradients into the shard (Psi/N of gradients\n"
+          "                     held, --accum times the traffic) instead of summing them\n"
+          "                     locally until the last\n"
           "  --batch N          global batch per step: samples, or sequences (default 24)\n"
           "  --gather-bound B   stage 3: bytes of gathered layers at most\n"
           "  --prefetch N       stage 3: layers gathered ahead (default 1)\n"
@@ -99,6 +103,7 @@ int main(int argc, char **argv) {
       {"lr-schedule", required_argument, NULL, 'x'}, {"warmup", required_argument, NULL, 'u'},
       {"min-lr", required_argument, NULL, 'y'},     {"dump-init", required_argument, NULL, 'i'},
       {"dump-batches", required_argument, NULL, 'j'}, {"stop-at", required_argument, NULL, 'e'},
+      {"reduce-every-micro-step", no_argument, NULL, 'E'},
       {NULL, 0, NULL, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -148,6 +153,7 @@ int main(int argc, char **argv) {
       o.device_sim = strcmp(optarg, "sim") == 0;
       break;
     case 'O': o.offload_optimizer = 1; break;
+    case 'E': o.reduce_every = 1; break;
     case 'm': model = optarg; break;
     case 'T': o.seq = atoi(optarg); break;
     case 'f': o.data = optarg; break;
