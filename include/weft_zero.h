@@ -169,7 +169,10 @@ weftResult_t weftZeroParam(weftZero_t zero, int param, void **ptr_out);
  * the trainer adds its gradient of the loss times weftZeroLossScale to it
  * (weftZeroAccumulate). Stages 2 and 3 hand out a layer buffer from the
  * bucket pool, held until the layer's reduction is done (may wait for
- * earlier reductions, see bucketBytes). */
+ * earlier reductions, see bucketBytes). With reduceEveryMicroStep there, the
+ * buffer is the micro-step's: ask for it again in each micro-step (a pointer
+ * kept from an earlier one points at a buffer being reduced, or back in the
+ * pool); the call waits for the layer's previous reduction first. */
 weftResult_t weftZeroGrad(weftZero_t zero, int param, void **ptr_out);
 
 /* Stage 3: queues the all-gather of layer on stream, and of up to
@@ -227,10 +230,14 @@ weftResult_t weftZeroSetSync(weftZero_t zero, int sync);
 /* Marks layer's gradients complete for this micro-step. With sync on, queues
  * its reduction on stream (stage 0: the bucket's all-reduce once all its
  * layers are marked; stages 1-3: the layer's reduce-scatter), so it overlaps
- * the rest of backward. Does not block (a reduceType copy is made first).
- * Each layer is marked once per step (with reduceEveryMicroStep at stages
- * 2-3, once per micro-step: sync off, its reduction is queued and summed
- * into the shard; gradients added after it go into the next). Collective. */
+ * the rest of backward. Does not block (a reduceType copy is made first),
+ * but for what orders it: a reduction queued before on another stream is
+ * waited for (on the host; on a device the stream waits), as every rank must
+ * start its collectives in one order. Each layer is marked once per step
+ * (with reduceEveryMicroStep at stages 2-3, in every micro-step: sync off,
+ * its reduction is queued and summed into the shard, gradients added after
+ * it go into the next, and a second mark with no weftZeroGrad between waits
+ * for the first's reduction and adds zeros). Collective. */
 weftResult_t weftZeroGradReady(weftZero_t zero, int layer, weftStream_t stream);
 
 typedef struct {

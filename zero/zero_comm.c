@@ -14,9 +14,30 @@ static weftResult_t zero_red_copy(struct weftZero *z, const void *src, size_t n,
   return z->ops->to_float(src, z->cfg.paramType, *copy_out, n, z->stats, stream);
 }
 
+/* A reduction about to be queued on stream after others queued on another
+ * one: every rank must start its collectives in one order (the
+ * communicator pairs them so), which two streams do not keep, so it waits
+ * for theirs (on the host now, on a device queued). */
+static weftResult_t zero_reduce_order(struct weftZero *z, weftStream_t stream) {
+  if (z->reduced_any && !zero_same_stream(z, z->reduced_on, stream)) {
+    for (int i = 0; i < z->nlayers; i++) {
+      const weftEvent_t ev = z->layers[i].red_ev;
+      WEFT_TRY(z->ops->device ? z->ops->stream_wait(stream, ev) : z->ops->event_sync(ev));
+    }
+    for (int b = 0; b < z->nbuckets; b++) {
+      const weftEvent_t ev = z->buckets[b].ev;
+      WEFT_TRY(z->ops->device ? z->ops->stream_wait(stream, ev) : z->ops->event_sync(ev));
+    }
+  }
+  z->reduced_on = stream;
+  z->reduced_any = 1;
+  return weftSuccess;
+}
+
 /* Stage 0: the bucket's in-place all-reduce (sum; step divides). */
 static weftResult_t zero_bucket_reduce(struct weftZero *z, struct zero_bucket *b,
                                        weftStream_t stream) {
+  WEFT_TRY(zero_reduce_order(z, stream));
   void *grads = (char *)z->grads_full + b->flat_offset * z->param_size;
   void *buf = grads;
   if (z->cfg.reduceType != z->cfg.paramType) {
@@ -41,6 +62,7 @@ static weftResult_t zero_bucket_reduce(struct weftZero *z, struct zero_bucket *b
  * once, and overwrites the shard with the total (no buffer besides). */
 static weftResult_t zero_layer_reduce(struct weftZero *z, struct zero_layer *l,
                                       weftStream_t stream) {
+  WEFT_TRY(zero_reduce_order(z, stream));
   void *grads = z->cfg.stage == 1 ? (char *)z->grads_full + l->flat_offset * z->param_size
                                   : l->grad_bucket;
   if (grads == NULL) { /* no gradient was asked for: a layer of zeros */

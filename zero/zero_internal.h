@@ -167,6 +167,8 @@ struct weftZero {
   struct zero_pool gather_pool; /* stage 3's gathered layers */
   struct zero_pool bucket_pool; /* gradient buckets and reduce-type copies */
   struct zero_pool step_pool;   /* the step's fp32 gradient (one buffer, counted as buckets) */
+  weftStream_t reduced_on;      /* the stream of the last reduction queued (reduced_any) */
+  int reduced_any;
   weftStream_t zero_stream;     /* a device context's own stream, for zeroing a reused
                                    bucket (NULL on the host, whose zeroing is immediate) */
 };

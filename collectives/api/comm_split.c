@@ -195,9 +195,7 @@ static weftResult_t split_with(weftComm_t comm, int color, int key, weftComm_t *
   if (res != weftSuccess) {
     /* refused before the exchange, as the peers are by the same state */
   } else if (comm_async_error(comm) != weftSuccess) {
-    res = weft_error_set(comm_async_error(comm),
-                         "CommSplit: communicator is broken by an earlier error: %s",
-                         comm->last_error);
+    res = comm_broken_refusal(comm, "CommSplit");
   } else {
     res = split_exchange(comm, color, key, refused != weftSuccess, &newrank, &newsize, &id);
     /* a failed exchange leaves the parent's bootstrap out of step: it is broken */

@@ -18,6 +18,7 @@
 #include "../exec/device/device.h"
 #include "../algo/sendrecv.h"
 #include "../exec/host/launch.h"
+#include "compat.h"
 #include "group.h"
 #include "stream.h"
 #include "../tune/tuner.h"
@@ -68,6 +69,24 @@ void group_record_done(struct weftComm *comm, const struct weft_plan *plan,
     trace_set_state(comm->trace, trace_record(comm->trace, plan, 0),
                     result == weftSuccess ? TRACE_COMPLETED : TRACE_FAILED, -1, result);
   }
+}
+
+weftResult_t group_coll_mark(struct weftComm *comm, enum coll_kind coll, const void *sendbuf,
+                             void *recvbuf, size_t count, weftDataType_t datatype, int root,
+                             weftStream_t stream, int uses_send, int uses_recv,
+                             weftResult_t res) {
+  struct weft_plan plan;
+  plan_init(&plan, coll, sendbuf, recvbuf, count, datatype, weftSum, root);
+  if (device_plan_on_device(&plan, uses_send, uses_recv) != 0) return weftSuccess;
+  if (res != weftSuccess) {
+    compat_coll_refused(comm, (int)coll, count, datatype, weftSum, root, res);
+    return weftSuccess;
+  }
+  if (count == 0) { /* moves nothing: its sends and receives end at once too */
+    group_record_done(comm, &plan, weftSuccess);
+    return weftSuccess;
+  }
+  return group_record(comm, &plan, stream);
 }
 
 /* --- communicator creation in a group ------------------------------------- */

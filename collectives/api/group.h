@@ -22,6 +22,19 @@ weftResult_t group_record(struct weftComm *comm, const struct weft_plan *plan,
 void group_record_done(struct weftComm *comm, const struct weft_plan *plan,
                        weftResult_t result);
 
+/* All-to-all, gather and scatter (sendrecv_colls.c) on host memory: the
+ * call's mark (coll: COLL_GATHER, COLL_SCATTER or COLL_ALLTOALL) in the open
+ * group that then takes its sends and receives. It runs nothing; it takes a
+ * collective's number and place in the trace, is done when they are, and a
+ * stall of theirs asks the peers about it, so that ranks that disagree on
+ * the root or the count are named at once as for a collective. With res a
+ * failure (the call refused, outside the group or in it) it is recorded
+ * failed with it. A call on device memory has no mark (nor have its peers').
+ * uses_send, uses_recv: whether this rank reads sendbuf, writes recvbuf. */
+weftResult_t group_coll_mark(struct weftComm *comm, enum coll_kind coll, const void *sendbuf,
+                             void *recvbuf, size_t count, weftDataType_t datatype, int root,
+                             weftStream_t stream, int uses_send, int uses_recv, weftResult_t res);
+
 /* Communicator creation inside a group (the NCCL drop-in's init and split,
  * which one thread may call for several ranks of one clique): recorded, and
  * run at the outermost end, every recorded one at once, a thread each,

@@ -1,9 +1,11 @@
 /* All-to-all, gather and scatter: groups of sends and receives, so they share
  * the point-to-point executor's ordering and deadlock freedom. */
 #include <stdint.h>
+#include <stdio.h>
 
 #include "../../transport/base/status.h"
 #include "../core/plan.h"
+#include "group.h"
 
 /* Checks what the group's own calls do not: the comm, the type, the root. */
 static weftResult_t sendrecv_coll_check(const char *name, weftComm_t comm, size_t count,
@@ -20,6 +22,18 @@ static weftResult_t sendrecv_coll_check(const char *name, weftComm_t comm, size_
   return weftSuccess;
 }
 
+/* A call refused before its group: its mark takes its number, failed (on
+ * a live comm), and the text stays the refusal's. */
+static weftResult_t coll_refused(weftComm_t comm, enum coll_kind coll, const void *sendbuff,
+                                 void *recvbuff, size_t count, weftDataType_t datatype, int root,
+                                 weftResult_t res) {
+  char why[1024];
+  snprintf(why, sizeof why, "%s", weft_error_text());
+  if (comm_check(comm) == weftSuccess)
+    (void)group_coll_mark(comm, coll, sendbuff, recvbuff, count, datatype, root, NULL, 1, 1, res);
+  return weft_error_set(res, "%s", why);
+}
+
 /* Closes the group even when a call inside it failed, keeping the first error. */
 static weftResult_t group_close(weftResult_t res) {
   weftResult_t end = weftGroupEnd();
@@ -28,13 +42,19 @@ static weftResult_t group_close(weftResult_t res) {
 
 weftResult_t weftAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
                           weftDataType_t datatype, weftComm_t comm, weftStream_t stream) {
-  WEFT_TRY(sendrecv_coll_check("AlltoAll", comm, count, datatype, -1));
-  size_t nbytes = count * weftTypeSize(datatype) * (size_t)comm->nranks;
+  weftResult_t res = sendrecv_coll_check("AlltoAll", comm, count, datatype, -1);
+  size_t nbytes = res == weftSuccess ? count * weftTypeSize(datatype) * (size_t)comm->nranks : 0;
   uintptr_t s = (uintptr_t)sendbuff, r = (uintptr_t)recvbuff;
-  if (count > 0 && sendbuff != NULL && recvbuff != NULL && s < r + nbytes && r < s + nbytes)
-    return weft_error_set(weftInvalidArgument, "AlltoAll: sendbuff and recvbuff overlap");
+  if (res == weftSuccess && count > 0 && sendbuff != NULL && recvbuff != NULL && s < r + nbytes &&
+      r < s + nbytes)
+    res = weft_error_set(weftInvalidArgument, "AlltoAll: sendbuff and recvbuff overlap");
+  if (res != weftSuccess)
+    return coll_refused(comm, COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, -1, res);
   size_t block = count * weftTypeSize(datatype);
-  weftResult_t res = weftGroupStart();
+  res = weftGroupStart();
+  if (res == weftSuccess)
+    res = group_coll_mark(comm, COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, -1, stream,
+                          1, 1, weftSuccess);
   for (int p = 0; p < comm->nranks && res == weftSuccess; p++) {
     res = weftSend((const char *)sendbuff + p * block, count, datatype, p, comm, stream);
     if (res == weftSuccess) res = weftRecv((char *)recvbuff + p * block, count, datatype, p, comm, stream);
@@ -44,21 +64,33 @@ weftResult_t weftAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
 
 weftResult_t weftGather(const void *sendbuff, void *recvbuff, size_t count,
                         weftDataType_t datatype, int root, weftComm_t comm, weftStream_t stream) {
-  WEFT_TRY(sendrecv_coll_check("Gather", comm, count, datatype, root < 0 ? -2 : root));
+  weftResult_t res = sendrecv_coll_check("Gather", comm, count, datatype, root < 0 ? -2 : root);
+  if (res != weftSuccess)
+    return coll_refused(comm, COLL_GATHER, sendbuff, recvbuff, count, datatype, root, res);
   size_t block = count * weftTypeSize(datatype);
-  weftResult_t res = weftGroupStart();
+  const int is_root = comm->rank == root;
+  res = weftGroupStart();
+  if (res == weftSuccess)
+    res = group_coll_mark(comm, COLL_GATHER, sendbuff, recvbuff, count, datatype, root, stream,
+                          1, is_root, weftSuccess);
   if (res == weftSuccess) res = weftSend(sendbuff, count, datatype, root, comm, stream);
-  for (int p = 0; comm->rank == root && p < comm->nranks && res == weftSuccess; p++)
+  for (int p = 0; is_root && p < comm->nranks && res == weftSuccess; p++)
     res = weftRecv((char *)recvbuff + p * block, count, datatype, p, comm, stream);
   return group_close(res);
 }
 
 weftResult_t weftScatter(const void *sendbuff, void *recvbuff, size_t count,
                          weftDataType_t datatype, int root, weftComm_t comm, weftStream_t stream) {
-  WEFT_TRY(sendrecv_coll_check("Scatter", comm, count, datatype, root < 0 ? -2 : root));
+  weftResult_t res = sendrecv_coll_check("Scatter", comm, count, datatype, root < 0 ? -2 : root);
+  if (res != weftSuccess)
+    return coll_refused(comm, COLL_SCATTER, sendbuff, recvbuff, count, datatype, root, res);
   size_t block = count * weftTypeSize(datatype);
-  weftResult_t res = weftGroupStart();
-  for (int p = 0; comm->rank == root && p < comm->nranks && res == weftSuccess; p++)
+  const int is_root = comm->rank == root;
+  res = weftGroupStart();
+  if (res == weftSuccess)
+    res = group_coll_mark(comm, COLL_SCATTER, sendbuff, recvbuff, count, datatype, root, stream,
+                          is_root, 1, weftSuccess);
+  for (int p = 0; is_root && p < comm->nranks && res == weftSuccess; p++)
     res = weftSend((const char *)sendbuff + p * block, count, datatype, p, comm, stream);
   if (res == weftSuccess) res = weftRecv(recvbuff, count, datatype, root, comm, stream);
   return group_close(res);

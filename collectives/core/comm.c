@@ -3,6 +3,7 @@
  * table. It calls nothing else of collectives/. */
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -80,6 +81,14 @@ weftResult_t comm_fail(struct weftComm *comm, weftResult_t res) {
     comm_poison(comm);
   }
   return res;
+}
+
+weftResult_t comm_broken_refusal(struct weftComm *comm, const char *call) {
+  static const char prefix[] = "communicator is broken by an earlier error: ";
+  const char *cause = comm->last_error;
+  for (const char *at; (at = strstr(cause, prefix)) != NULL;) cause = at + sizeof prefix - 1;
+  return weft_error_set(comm_async_error(comm), "%s%s%s%s", call != NULL ? call : "",
+                        call != NULL ? ": " : "", prefix, cause);
 }
 
 weftResult_t comm_fail_alone(struct weftComm *comm, weftResult_t res) {

@@ -250,6 +250,12 @@ void comm_poison(struct weftComm *comm);
  * poisoned connections. Returns res. */
 weftResult_t comm_fail(struct weftComm *comm, weftResult_t res);
 
+/* The refusal of a call on comm once it broke: "communicator is broken by
+ * an earlier error: " and its last error, whose own such prefixes (the
+ * refusals of calls since, each recorded as the last) are dropped, so that
+ * the cause is named once. Sets the thread's error text; returns its code. */
+weftResult_t comm_broken_refusal(struct weftComm *comm, const char *call);
+
 /* The first failure recorded on comm, or weftSuccess; any thread. */
 static inline weftResult_t comm_async_error(const struct weftComm *comm) {
   return __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);

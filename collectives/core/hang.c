@@ -53,6 +53,8 @@ void hang_call_name(const struct trace_call *c, char *buf, size_t n) {
                type, trace_op_name(c->op), c->root);
       break;
     case COLL_BROADCAST:
+    case COLL_GATHER:
+    case COLL_SCATTER:
       snprintf(buf, n, "%s #%" PRIu64 " (%" PRIu64 " %s, root %d)", kind, c->seq, c->count, type,
                c->root);
       break;
@@ -450,6 +452,18 @@ weftResult_t hang_judge(struct weftComm *comm, const struct trace_call *subject,
 
 /* --- the watcher ---------------------------------------------------------- */
 
+/* The first mark among hw's calls (of an all-to-all, gather or scatter
+ * whose sends and receives the others are: plan_is_mark) from from on, into
+ * *out: its index + 1, or 0 when there is none. Their stalls and failures
+ * are judged on it, as a collective's. */
+static size_t watch_mark(const struct hang_watch *hw, size_t from, struct trace_call *out) {
+  for (size_t i = from; i < hw->nids; i++)
+    if (trace_get(hw->comm->trace, hw->ids[i], out) && !is_p2p(out) &&
+        (out->coll == COLL_GATHER || out->coll == COLL_SCATTER || out->coll == COLL_ALLTOALL))
+      return i + 1;
+  return 0;
+}
+
 /* The call of hw waiting on peer: a send's or a receive's with that peer,
  * else the first. */
 static uint64_t watch_call_of(const struct hang_watch *hw, int peer) {
@@ -477,8 +491,15 @@ static weftResult_t watch_fn(void *arg, enum wait_event event, int peer, uint64_
   if (!trace_get(comm->trace, id, &c)) return weftInProgress;
   if (c.state != TRACE_WAITING || c.waiting_on != peer)
     trace_set_state(comm->trace, id, TRACE_WAITING, peer, weftSuccess);
-  if (hw->next_ask_ns == 0 || waited_ns < hw->next_ask_ns || is_p2p(&c) || comm->nranks < 2)
-    return weftInProgress;
+  /* the marks of the calls these sends and receives are wait as they do */
+  struct trace_call mark;
+  for (size_t at = 0; is_p2p(&c) && (at = watch_mark(hw, at, &mark)) > 0;)
+    if (mark.state != TRACE_WAITING || mark.waiting_on != peer)
+      trace_set_state(comm->trace, mark.id, TRACE_WAITING, peer, weftSuccess);
+  if (hw->next_ask_ns == 0 || waited_ns < hw->next_ask_ns || comm->nranks < 2) return weftInProgress;
+  /* point-to-point calls are numbered per rank: the peers are asked about
+   * the calls they are part of (the first of a group's) */
+  if (is_p2p(&c) && !watch_mark(hw, 0, &c)) return weftInProgress;
   /* a long stall: is a peer in another collective under this number? */
   hw->next_ask_ns = waited_ns * 2;
   hw->asked = 1;
@@ -496,6 +517,7 @@ static weftResult_t watch_fn(void *arg, enum wait_event event, int peer, uint64_
     WEFT_INFO(LOG_COLL, "rank %d: %s", comm->rank, text);
     return weftInProgress;
   }
+  snprintf(hw->mismatch, sizeof hw->mismatch, "%s", text);
   return weft_error_set(res, "%s", text);
 }
 
@@ -509,6 +531,7 @@ static void watch_install(struct hang_watch *hw, struct weftComm *comm, const ui
   hw->nids = nids;
   hw->long_call = nbytes >= LONG_CALL_NBYTES;
   hw->asked = 0;
+  hw->mismatch[0] = '\0';
   hw->stalled_ns = hw->waited_ns = 0;
   hw->timed_out_peer = -1;
   hw->next_ask_ns = hw->ask_after_ns = trace_ask_after_ns(comm->trace);
@@ -564,6 +587,9 @@ __attribute__((noinline)) static weftResult_t watch_end_slow(struct hang_watch *
   /* the subject: of a group's sends and receives, the one whose wait timed out */
   if (res != weftSuccess && res_is_remote(res) && comm->nranks > 1 && !stopped && hw->nids > 0 &&
       trace_get(comm->trace, watch_call_of(hw, hw->timed_out_peer), &c)) {
+    /* a send's or receive's of an all-to-all, gather or scatter: the call's */
+    struct trace_call mark;
+    if (is_p2p(&c) && watch_mark(hw, 0, &mark)) c = mark;
     char cause[1024], how[64], text[2048];
     snprintf(cause, sizeof cause, "%s", weft_error_text());
     if (hw->waited_ns > 0) snprintf(how, sizeof how, "timed out after %.1f s", (double)hw->waited_ns / 1e9);
@@ -585,6 +611,8 @@ __attribute__((noinline)) static weftResult_t watch_end_slow(struct hang_watch *
     if (res == weftInvalidUsage) weft_error_set(res, "%s", text);
     else weft_error_set(res, "%s (rank %d: %s)", text, comm->rank, cause);
   }
+  /* what a stall's question found, as it found it */
+  if (res == weftInvalidUsage && hw->mismatch[0] != '\0') weft_error_set(res, "%s", hw->mismatch);
   /* a mismatch found mid-call leaves data in the connections: the comm
    * breaks, and the peers still waiting fail at once (and find it too) */
   if (res == weftInvalidUsage && hw->asked) comm_fail_alone(comm, res);

@@ -19,6 +19,13 @@ enum coll_kind {
   COLL_NUM_RING, /* above: ring collectives; below: point-to-point */
   COLL_SEND = COLL_NUM_RING,
   COLL_RECV,
+  /* all-to-all, gather and scatter run as groups of sends and receives; each
+   * call's group holds a mark of this kind (enqueue_coll_mark), which runs
+   * nothing but takes a collective's number and place in the trace, so that
+   * ranks that disagree on the call are named as for a collective */
+  COLL_GATHER,
+  COLL_SCATTER,
+  COLL_ALLTOALL,
   COLL_NUM
 };
 /* Algorithms (WEFT_ALGO names: ring, tree, rd, direct, cma, bulk). */
@@ -73,8 +80,15 @@ struct weft_plan {
 static inline const char *coll_kind_name(enum coll_kind coll) {
   static const char *const names[COLL_NUM] = {"AllReduce", "AllGather", "ReduceScatter",
                                               "Broadcast", "Reduce",    "Send",
-                                              "Recv"};
+                                              "Recv",      "Gather",    "Scatter",
+                                              "AlltoAll"};
   return (unsigned)coll < COLL_NUM ? names[coll] : "?";
+}
+
+/* The collectives with a root (a send's and a receive's peer is not one). */
+static inline int coll_has_root(int32_t coll) {
+  return coll == COLL_BROADCAST || coll == COLL_REDUCE || coll == COLL_GATHER ||
+         coll == COLL_SCATTER;
 }
 
 /* A plan of one call's arguments, the fields the tuner and the call fill
@@ -120,6 +134,11 @@ static inline size_t plan_type_size(weftDataType_t datatype) {
 
 static inline int plan_is_sendrecv(const struct weft_plan *plan) {
   return plan->coll == COLL_SEND || plan->coll == COLL_RECV;
+}
+
+/* The mark of an all-to-all, gather or scatter (see enum coll_kind). */
+static inline int plan_is_mark(const struct weft_plan *plan) {
+  return plan->coll == COLL_GATHER || plan->coll == COLL_SCATTER || plan->coll == COLL_ALLTOALL;
 }
 
 #endif

@@ -34,8 +34,6 @@ static int coll_has_op(int32_t c) {
   return c == COLL_ALLREDUCE || c == COLL_REDUCESCATTER || c == COLL_REDUCE;
 }
 
-static int coll_has_root(int32_t c) { return c == COLL_BROADCAST || c == COLL_REDUCE; }
-
 static uint64_t field_value(const struct signature *s, enum signature_field f) {
   switch (f) {
     case F_COLL: return (uint64_t)(int64_t)s->coll;

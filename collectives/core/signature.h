@@ -76,8 +76,7 @@ static_assert(weftNumTypes <= 256 && weftNumOps <= 256, "datatype and op fit a b
 /* The collectives whose signatures must match on every rank, and which take
  * a number; sends and receives differ between peers by design. */
 static inline int coll_is_compared(enum coll_kind c) {
-  return c == COLL_ALLREDUCE || c == COLL_ALLGATHER || c == COLL_REDUCESCATTER ||
-         c == COLL_BROADCAST || c == COLL_REDUCE;
+  return c != COLL_SEND && c != COLL_RECV && (unsigned)c < COLL_NUM;
 }
 
 /* Gives plan's call its number from the comm's count (*counter): every

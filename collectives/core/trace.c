@@ -358,7 +358,7 @@ static inline uint64_t slot_write(struct trace *t, const struct weft_plan *plan,
   CALL_SET(c, t_done_ns, done);
   CALL_SET2(c, coll, plan->coll, plan->datatype);
   CALL_SET2(c, op, plan->op,
-            (p2p || plan->coll == COLL_BROADCAST || plan->coll == COLL_REDUCE) ? plan->root : -1);
+            (p2p || coll_has_root(plan->coll)) ? plan->root : -1);
   CALL_SET2(c, state, state, -1); /* waiting on nobody */
   CALL_SET2(c, algo, plan->algo, plan->proto);
   CALL_SET2(c, nranks, t->nranks, result);
@@ -450,6 +450,14 @@ int trace_window(const struct trace *t, struct trace_call *out, int max) {
   if (!trace_oldest_unfinished(t, &oldest)) return trace_latest(t, out, max);
   const uint64_t last = __atomic_load_n(&t->next_id, __ATOMIC_ACQUIRE);
   uint64_t first = oldest.id > 1 ? oldest.id - 1 : oldest.id;
+  /* back over sends and receives to the collective before them (a gather's
+   * mark before its sends), within a quarter of max, so that a peer asking
+   * about that collective's number finds it */
+  struct trace_call c;
+  for (uint64_t id = first, back = 0; id > 1 && back < (uint64_t)max / 4 && trace_get(t, id, &c) &&
+                                      (c.coll == COLL_SEND || c.coll == COLL_RECV);
+       back++)
+    if (trace_get(t, --id, &c) && c.coll != COLL_SEND && c.coll != COLL_RECV) first = id;
   if (last > t->mask && first < last - t->mask) first = last - t->mask;
   /* more than max from there: the first half from there, the rest the
    * newest (a verdict reads a rank's newest call as where it is) */
@@ -503,9 +511,10 @@ static void json_string(FILE *out, const char *s) {
 }
 
 static const char *profiling_name(int32_t coll) {
-  static const char *const names[COLL_NUM] = {"weft:all_reduce", "weft:all_gather",
-                                              "weft:reduce_scatter", "weft:broadcast",
-                                              "weft:reduce", "weft:send", "weft:recv"};
+  static const char *const names[COLL_NUM] = {
+      "weft:all_reduce", "weft:all_gather", "weft:reduce_scatter", "weft:broadcast",
+      "weft:reduce",     "weft:send",       "weft:recv",           "weft:gather",
+      "weft:scatter",    "weft:all_to_all"};
   return coll >= 0 && coll < COLL_NUM ? names[coll] : "weft:?";
 }
 
@@ -525,6 +534,8 @@ static void call_sizes(const struct trace_call *c, uint64_t *in, uint64_t *out) 
   *in = *out = c->count;
   if (c->coll == COLL_ALLGATHER) *out = c->count * n;
   if (c->coll == COLL_REDUCESCATTER) *in = c->count * n;
+  if (c->coll == COLL_GATHER || c->coll == COLL_ALLTOALL) *out = c->count * n;
+  if (c->coll == COLL_SCATTER || c->coll == COLL_ALLTOALL) *in = c->count * n;
   if (c->coll == COLL_SEND) *out = UINT64_MAX;
   if (c->coll == COLL_RECV) *in = UINT64_MAX;
 }
@@ -553,7 +564,7 @@ static void json_call(FILE *out, const struct trace_call *c) {
           trace_type_name(c->datatype));
   if (c->coll == COLL_ALLREDUCE || c->coll == COLL_REDUCESCATTER || c->coll == COLL_REDUCE)
     fprintf(out, ", \"op\": \"%s\"", trace_op_name(c->op));
-  if (c->coll == COLL_BROADCAST || c->coll == COLL_REDUCE) fprintf(out, ", \"root\": %d", c->root);
+  if (coll_has_root(c->coll)) fprintf(out, ", \"root\": %d", c->root);
   if (p2p) fprintf(out, ", \"peer\": %d", c->root);
   fprintf(out, ", \"state\": \"%s\"", trace_state_name((enum trace_state)c->state));
   if (c->on_device) fputs(", \"device\": true", out);

@@ -529,6 +529,80 @@ TEST(Hang, ARanksBadUserOpNamed) {
   });
 }
 
+// All-to-all, gather and scatter run as sends and receives, but each takes a
+// collective's number: rank 2 refuses its all-to-all of its own (its buffers
+// overlap), and the others, waiting to receive from it, learn so when they
+// ask (they waited out the timeout: the receives had no call to ask about).
+TEST(Hang, ARanksRefusedAlltoAllNamed) {
+  expect_peer_refusal_named(3, kTimeoutS + 1, [](const RankCtx &ctx, weftComm_t comm,
+                                                 std::vector<float> &buf) {
+    float *out = ctx.rank == 2 ? buf.data() + 1 : buf.data() + buf.size() / 2;
+    return weftAlltoAll(buf.data(), out, 16, weftFloat32, comm, nullptr);
+  });
+}
+
+// Ranks that disagree on a gather's or a scatter's root wait for sends that
+// go elsewhere: within about a second of stalling the waiting ranks return
+// weftInvalidUsage naming the call, its number and who has which root
+// (they waited out the timeout, and the error named a send or a receive);
+// the ranks whose part completed (they stay, answering) go on and find the
+// comm broken. The gather's root 0 always waits (for rank 1's part), and so
+// does the scatter's rank that names root 1 (rank 1 sends nothing). On the
+// calling thread and on a host stream, 3 and 4 ranks.
+TEST(Hang, GatherScatterRootMismatchNamed) {
+  struct Case {
+    const char *name;
+    int nranks;
+    bool stream;
+    const char *want;
+  };
+  const Case cases[] = {
+      {"Gather", 3, false, "Gather #2: root differs: ranks 0,2 have 0, rank 1 has 1"},
+      {"Gather", 4, true, "Gather #2: root differs: ranks 0,2,3 have 0, rank 1 has 1"},
+      {"Scatter", 3, false, "Scatter #2: root differs: ranks 0,1 have 0, rank 2 has 1"},
+      {"Scatter", 4, true, "Scatter #2: root differs: ranks 0-2 have 0, rank 3 has 1"}};
+  for (const Case &c : cases) {
+    SCOPED_TRACE(testing::Message() << c.name << ", " << c.nranks << " ranks"
+                                    << (c.stream ? ", on a stream" : ""));
+    RunOptions opts;
+    opts.timeout_s = 60;
+    opts.env = {{"WEFT_TIMEOUT", "30"}};
+    opts.allow_warnings = true;
+    auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) {
+      weftComm_t comm;
+      std::vector<float> buf(4096, 1.0f), out(4096 * 4);
+      if (int rc = open_after_one(ctx, &comm, buf)) return rc;
+      weftStream_t s = nullptr;
+      if (c.stream && weftStreamCreate(&s) != weftSuccess) return rank_fail(ctx, "stream");
+      const bool gather = c.name[0] == 'G';
+      // gather: rank 1 names itself the root; scatter: the last rank names rank 1
+      const int root = gather ? (ctx.rank == 1 ? 1 : 0) : (ctx.rank == ctx.nranks - 1 ? 1 : 0);
+      const double t0 = now_s();
+      weftResult_t res =
+          gather ? weftGather(buf.data(), out.data(), 1024, weftFloat32, root, comm, s)
+                 : weftScatter(out.data(), buf.data(), 1024, weftFloat32, root, comm, s);
+      if (res == weftSuccess && s != nullptr) res = weftStreamSynchronize(s);
+      const double took = now_s() - t0;
+      const std::string msg = weftGetLastError(comm);
+      printf("%s, rank %d: %s after %.2f s: %s\n", c.name, ctx.rank, weftGetErrorString(res),
+             took, msg.c_str());
+      const bool waits = gather ? ctx.rank == 0 : ctx.rank == ctx.nranks - 1;
+      FAIL_IF((waits || res == weftInvalidUsage) &&
+                  (res != weftInvalidUsage || msg.find(c.want) == std::string::npos),
+              "got %s, want weftInvalidUsage and '%s': %s", weftGetErrorString(res), c.want,
+              msg.c_str());
+      FAIL_IF(res != weftSuccess && res != weftInvalidUsage && res != weftRemoteError,
+              "got %s: %s", weftGetErrorString(res), msg.c_str());
+      FAIL_IF(took > 10, "took %.2f s", took);
+      if (res == weftSuccess) sleep(2); // answering the others' questions
+      if (s != nullptr) weftStreamDestroy(s);
+      weftCommAbort(comm);
+      return 0;
+    }, opts);
+    for (int r = 0; r < c.nranks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+  }
+}
+
 // A group of a send that completes and a receive from a rank that never
 // sends: the timeout names the receive and that rank (the call whose wait
 // timed out), not the group's first call and its peer.

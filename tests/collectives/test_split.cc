@@ -183,6 +183,18 @@ TEST(CommSplit, BrokenCommReturnsItsError) {
     FAIL_IF(!contains(weftGetLastError(comm), "broken by an earlier error"),
             "message: %s", weftGetLastError(comm));
     FAIL_IF(sub != nullptr, "split of a broken comm wrote *newcomm");
+    // each later call's refusal names the cause once (each used to wrap the
+    // last refusal's text again)
+    for (int i = 0; i < 3; i++) {
+      FAIL_IF(weftAllReduce(x, x, 64, weftFloat32, weftSum, comm, nullptr) != weftRemoteError,
+              "all-reduce %d on a broken comm did not fail", i);
+      const std::string e = weftGetLastError(comm);
+      size_t times = 0;
+      for (size_t at = e.find("broken by an earlier error"); at != std::string::npos;
+           at = e.find("broken by an earlier error", at + 1))
+        times++;
+      FAIL_IF(times != 1 || !contains(e.c_str(), "rank 1"), "call %d: %s", i, e.c_str());
+    }
     weftCommAbort(comm);
     return 0;
   }, opts);

@@ -614,10 +614,13 @@ TEST(ZeroStreams, StepWaitsForReductionsOnAnotherStream) {
 // sum over ranks and micro-steps either way (SGD, lr 1, no momentum, small
 // integer gradients: every sum is exact in bf16 and fp16 too). A layer
 // given no gradient in a micro-step, and one marked ready twice in a
-// micro-step with none asked for between, add nothing.
+// micro-step with none asked for between, add nothing. With two streams,
+// micro-steps alternate between them (their reductions were started in
+// different orders on different ranks: "ranks disagree").
 struct AccumCase {
   int nranks, stage;
   weftDataType_t param, reduce;
+  int streams = 1;
 };
 
 int accum_rank(const RankCtx &ctx, const AccumCase &c, int every) {
@@ -645,8 +648,10 @@ int accum_rank(const RankCtx &ctx, const AccumCase &c, int every) {
   if (int rc = make_ctx(ctx, comm, cfg, std::vector<std::vector<size_t>>(L, {count}), &z, &ids,
                         &want))
     return rc;
-  weftStream_t s;
-  if (weftStreamCreate(&s) != weftSuccess) return rank_fail(ctx, "stream");
+  weftStream_t ss[2];
+  for (weftStream_t &x : ss)
+    if (weftStreamCreate(&x) != weftSuccess) return rank_fail(ctx, "stream");
+  const weftStream_t s = ss[0];
   std::vector<float> grad(count);
   for (int step = 0; step < kSteps; step++) {
     std::vector<double> sum(L * count, 0.0);
@@ -663,8 +668,9 @@ int accum_rank(const RankCtx &ctx, const AccumCase &c, int every) {
         }
         for (int r = 0; r < ctx.nranks && !(micro == 1 && l == 3); r++)
           for (size_t i = 0; i < count; i++) sum[l * count + i] += r + 1 + micro + step + (int)(i % 5) + l;
-        if (weftZeroGradReady(z, l, s) != weftSuccess ||
-            (micro == 0 && l == 5 && weftZeroGradReady(z, l, s) != weftSuccess))
+        const weftStream_t on = ss[micro % c.streams];
+        if (weftZeroGradReady(z, l, on) != weftSuccess ||
+            (micro == 0 && l == 5 && weftZeroGradReady(z, l, on) != weftSuccess))
           return rank_fail(ctx, "ready: %s", weftZeroLastError());
       }
       if (step == 0 && micro == 1) {
@@ -691,7 +697,7 @@ int accum_rank(const RankCtx &ctx, const AccumCase &c, int every) {
     if (got[i] != want[i])
       return rank_fail(ctx, "every %d: parameter %zu (layer %zu) is %.9g, want %.9g", every, i,
                        i / count, got[i], want[i]);
-  weftStreamDestroy(s);
+  for (weftStream_t x : ss) weftStreamDestroy(x);
   weftZeroDestroy(z);
   weftCommDestroy(comm);
   return 0;
@@ -701,11 +707,14 @@ TEST(ZeroAccumulation, ReduceEveryMicroStepHoldsTheShardOnly) {
   const AccumCase cases[] = {{2, 2, weftFloat32, weftFloat32},
                              {3, 3, weftBfloat16, weftBfloat16},
                              {2, 3, weftBfloat16, weftFloat32},
-                             {3, 2, weftFloat16, weftFloat32}};
+                             {3, 2, weftFloat16, weftFloat32},
+                             {2, 2, weftFloat32, weftFloat32, 2},
+                             {3, 3, weftBfloat16, weftFloat32, 2}};
   for (const AccumCase &c : cases)
     for (int every : {0, 1}) {
       SCOPED_TRACE(testing::Message() << c.nranks << " ranks, stage " << c.stage << ", types "
-                                      << c.param << "/" << c.reduce << ", every " << every);
+                                      << c.param << "/" << c.reduce << ", every " << every
+                                      << ", " << c.streams << " stream(s)");
       auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) { return accum_rank(ctx, c, every); });
       for (int st : status) EXPECT_EQ(st, 0);
     }

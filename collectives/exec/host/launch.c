@@ -21,9 +21,7 @@
  * global function of a shared object's code is not inlined). */
 static inline weftResult_t op_begin(struct weftComm *comm) {
   WEFT_TRY(comm_op_begin(comm, COMM_OP_HOLD, NULL));
-  if (comm_async_error(comm) != weftSuccess)
-    return weft_error_set(comm_async_error(comm), "communicator is broken by an earlier error: %s",
-                          comm->last_error);
+  if (comm_async_error(comm) != weftSuccess) return comm_broken_refusal(comm, NULL);
   comm_kick_conns(comm);
   return weftSuccess;
 }
@@ -62,13 +60,16 @@ weftResult_t launch_collective(struct weftComm *comm, const struct weft_plan *pl
   return op_end(comm, res);
 }
 
+/* ops[0..nmarks) are the marks of all-to-alls, gathers and scatters
+ * (plan_is_mark), which run nothing: watched with the sends and receives
+ * after them (their waits are the marks' calls), and done with them. */
 static weftResult_t op_run_sendrecv(struct weftComm *comm, const struct weft_plan *const *ops,
-                                    size_t nops) {
+                                    size_t nops, size_t nmarks) {
   uint64_t ids_fixed[16], *ids = nops <= 16 ? ids_fixed : malloc(sizeof *ids * nops);
   size_t nids = 0, nbytes = 0;
   for (size_t i = 0; ids != NULL && i < nops; i++) {
     if (ops[i]->trace_id != 0) ids[nids++] = ops[i]->trace_id;
-    nbytes += ops[i]->count * weftTypeSize(ops[i]->datatype);
+    if (i >= nmarks) nbytes += ops[i]->count * weftTypeSize(ops[i]->datatype);
   }
   weftResult_t res = launch_op_begin(comm);
   if (res != weftSuccess) {
@@ -76,7 +77,7 @@ static weftResult_t op_run_sendrecv(struct weftComm *comm, const struct weft_pla
   } else {
     struct hang_watch hw;
     hang_watch_begin(&hw, comm, ids, nids, nbytes, 0);
-    res = sendrecv_run(comm, ops, nops);
+    res = nops > nmarks ? sendrecv_run(comm, ops + nmarks, nops - nmarks) : weftSuccess;
     res = hang_watch_end(&hw, res);
   }
   if (ids != ids_fixed) free(ids);
@@ -93,18 +94,41 @@ struct comm_batch {
   int finished; /* under the pool's mutex, for a batch a worker runs */
 };
 
-/* Collectives run in call order; then all sends and receives together. */
+/* Collectives run in call order; then all sends and receives together,
+ * the marks of the all-to-alls, gathers and scatters among them first
+ * (compared in call order where WEFT_CHECK asks). */
 static void batch_run(struct comm_batch *b) {
-  const struct weft_plan **sendrecv = malloc(sizeof *sendrecv * (b->nall ? b->nall : 1));
-  size_t nsendrecv = 0;
+  const struct weft_plan **sendrecv = malloc(sizeof *sendrecv * 2 * (b->nall ? b->nall : 1));
+  const struct weft_plan **marks = sendrecv != NULL ? sendrecv + b->nall : NULL;
+  size_t nsendrecv = 0, nmarks = 0;
   b->res = sendrecv ? weftSuccess : weft_error_set(weftSystemError, "out of memory");
   for (size_t i = 0; i < b->nall && b->res == weftSuccess; i++) {
+    const struct weft_plan *plan = &b->all[i].plan;
     if (b->all[i].comm != b->comm) continue;
-    if (plan_is_sendrecv(&b->all[i].plan)) sendrecv[nsendrecv++] = &b->all[i].plan;
-    else b->res = launch_collective(b->comm, &b->all[i].plan, 0);
+    if (plan_is_mark(plan)) {
+      marks[nmarks++] = plan;
+      b->res = signature_agree(b->comm, plan);
+      if (b->res != weftSuccess) comm_fail(b->comm, b->res); /* the comm's last error */
+    } else if (plan_is_sendrecv(plan)) {
+      sendrecv[nsendrecv++] = plan;
+    } else {
+      b->res = launch_collective(b->comm, plan, 0);
+    }
   }
-  if (b->res == weftSuccess && nsendrecv > 0)
-    b->res = op_run_sendrecv(b->comm, sendrecv, nsendrecv);
+  if (b->res == weftSuccess && nsendrecv + nmarks > 0) {
+    /* the marks go before the sends and receives (marks has room) */
+    memmove(sendrecv + nmarks, sendrecv, nsendrecv * sizeof *sendrecv);
+    memcpy(sendrecv, marks, nmarks * sizeof *marks);
+    b->res = op_run_sendrecv(b->comm, sendrecv, nmarks + nsendrecv, nmarks);
+  } else if (b->res != weftSuccess) {
+    /* a collective before them failed: they never run, failed in the trace */
+    for (size_t i = 0; i < b->nall; i++) {
+      const struct weft_plan *plan = &b->all[i].plan;
+      if (b->all[i].comm == b->comm && plan->trace_id != 0 &&
+          (plan_is_mark(plan) || plan_is_sendrecv(plan)))
+        trace_set_state(b->comm->trace, plan->trace_id, TRACE_FAILED, -1, b->res);
+    }
+  }
   if (b->res != weftSuccess) snprintf(b->error, sizeof b->error, "%s", weft_error_text());
   free(sendrecv);
 }
@@ -185,7 +209,7 @@ static weftResult_t pool_hand_over(struct comm_batch *b) {
 
 weftResult_t group_launch(const struct group_op *ops, size_t nops) {
   /* one collective, the common case: run it here, without the batches */
-  if (nops == 1 && !plan_is_sendrecv(&ops[0].plan))
+  if (nops == 1 && !plan_is_sendrecv(&ops[0].plan) && !plan_is_mark(&ops[0].plan))
     return launch_collective(ops[0].comm, &ops[0].plan, 0);
   size_t nbatches = 0;
   struct comm_batch *batches = calloc(nops ? nops : 1, sizeof *batches);
