@@ -132,6 +132,15 @@ weftResult_t sendrecv_connect_peers(struct weftComm *comm, const int *send_peers
 /* Connects what the sends and receives of ops need. */
 static weftResult_t sendrecv_connect(struct weftComm *comm, const struct weft_plan *const *ops,
                                      size_t nops) {
+  /* the common case, every connection made by an earlier call: nothing to
+   * allocate */
+  size_t ready = 0;
+  for (; ready < nops; ready++) {
+    const int p = ops[ready]->root;
+    const struct weft_conn *c = plan_is_send(ops[ready]) ? &comm->send_conns[p] : &comm->recv_conns[p];
+    if (p != comm->rank && c->transport == NULL) break;
+  }
+  if (ready == nops) return weftSuccess;
   char *want_send = calloc((size_t)comm->nranks, 1), *want_recv = calloc((size_t)comm->nranks, 1);
   weftResult_t res;
   if (want_send == NULL || want_recv == NULL) {
@@ -184,7 +193,7 @@ static int send_offer_progress(struct weftComm *comm, struct weft_conn *c,
 static int send_progress(struct weftComm *comm, struct weft_conn *c, struct sendrecv_state *st) {
   if (st->offer) return send_offer_progress(comm, c, st);
   int moved = 0;
-  while (!st->finished && c->step - __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE) < c->nslots) {
+  while (!st->finished && conn_send_ready(c)) {
     size_t n = st->nbytes - st->done_nbytes;
     if (n > c->slot_nbytes) n = c->slot_nbytes;
     char *slot = c->slots + slot_index(c->step, c->nslots) * c->slot_nbytes;
@@ -283,6 +292,17 @@ static weftResult_t offers_settle(struct weftComm *comm, struct sendrecv_state *
  * peer. */
 static weftResult_t sendrecv_offers_mark(struct weftComm *comm, struct sendrecv_state *st,
                                          size_t nops) {
+  if (nops <= 16) { /* a few: the pairing found by looking, with no table */
+    for (size_t i = 0; i < nops; i++) {
+      const int peer = st[i].op->root;
+      if (!plan_is_send(st[i].op) || st[i].finished) continue;
+      int receives = 0;
+      for (size_t j = 0; j < nops && !receives; j++)
+        receives = !plan_is_send(st[j].op) && st[j].op->root == peer;
+      st[i].offer = sendrecv_cma_wanted(comm, &comm->send_conns[peer], st[i].nbytes, receives);
+    }
+    return weftSuccess;
+  }
   char *recv_from = calloc((size_t)comm->nranks, 1);
   if (recv_from == NULL) return weft_error_set(weftSystemError, "out of memory");
   for (size_t i = 0; i < nops; i++)
@@ -303,24 +323,44 @@ static weftResult_t sendrecv_offers_mark(struct weftComm *comm, struct sendrecv_
  * for the sender's ack. */
 enum { CONN_READY = 0, CONN_WANT_BLOB = 1, CONN_WANT_ACK = 2 };
 
+#define EXEC_INLINE_OPS 8
 struct sendrecv_exec {
   struct weftComm *comm;
   /* with lazy connects, each peer's connection state per direction */
   int lazy;
   char *send_state, *recv_state;
   int connecting; /* connections not ready */
-  struct sendrecv_state *st;
+  struct sendrecv_state *st; /* inline_st, or the heap's past EXEC_INLINE_OPS */
   size_t nops, cap;
   size_t left;      /* ops not finished */
   struct weft_wait w;
   int waiting;      /* w is counting: nothing moved since it began */
+  struct sendrecv_state inline_st[EXEC_INLINE_OPS];
 };
 
-weftResult_t sendrecv_exec_create(struct weftComm *comm, int lazy, struct sendrecv_exec **out) {
-  struct sendrecv_exec *x = calloc(1, sizeof *x);
-  if (x == NULL) return weft_error_set(weftSystemError, "out of memory");
+/* An executor in place (sendrecv_run's, on its stack: a call's few ops
+ * allocate nothing). */
+static void exec_init(struct sendrecv_exec *x, struct weftComm *comm, int lazy) {
   x->comm = comm;
   x->lazy = lazy;
+  x->send_state = x->recv_state = NULL;
+  x->connecting = 0;
+  x->st = x->inline_st;
+  x->nops = x->left = 0;
+  x->cap = EXEC_INLINE_OPS;
+  x->waiting = 0;
+}
+
+static void exec_fini(struct sendrecv_exec *x) {
+  free(x->send_state);
+  free(x->recv_state);
+  if (x->st != x->inline_st) free(x->st);
+}
+
+weftResult_t sendrecv_exec_create(struct weftComm *comm, int lazy, struct sendrecv_exec **out) {
+  struct sendrecv_exec *x = malloc(sizeof *x);
+  if (x == NULL) return weft_error_set(weftSystemError, "out of memory");
+  exec_init(x, comm, lazy);
   if (lazy) {
     x->send_state = calloc((size_t)comm->nranks, 1);
     x->recv_state = calloc((size_t)comm->nranks, 1);
@@ -335,9 +375,7 @@ weftResult_t sendrecv_exec_create(struct weftComm *comm, int lazy, struct sendre
 
 void sendrecv_exec_free(struct sendrecv_exec *x) {
   if (x == NULL) return;
-  free(x->send_state);
-  free(x->recv_state);
-  free(x->st);
+  exec_fini(x);
   free(x);
 }
 
@@ -405,10 +443,12 @@ weftResult_t sendrecv_exec_add(struct sendrecv_exec *x, const struct weft_plan *
   struct weftComm *comm = x->comm;
   WEFT_TRY(x->lazy ? exec_connect_start(x, ops, nops) : sendrecv_connect(comm, ops, nops));
   if (x->nops + nops > x->cap) {
-    size_t cap = x->cap ? x->cap : 16;
+    size_t cap = x->cap;
     while (cap < x->nops + nops) cap *= 2;
-    struct sendrecv_state *st = realloc(x->st, cap * sizeof *st);
+    struct sendrecv_state *st =
+        realloc(x->st == x->inline_st ? NULL : x->st, cap * sizeof *st);
     if (st == NULL) return weft_error_set(weftSystemError, "out of memory");
+    if (x->st == x->inline_st) memcpy(st, x->inline_st, x->nops * sizeof *st);
     x->st = st;
     x->cap = cap;
   }
@@ -512,14 +552,14 @@ weftResult_t sendrecv_exec_poll(struct sendrecv_exec *x) {
 }
 
 weftResult_t sendrecv_run(struct weftComm *comm, const struct weft_plan *const *ops, size_t nops) {
-  struct sendrecv_exec *x;
-  WEFT_TRY(sendrecv_exec_create(comm, 0, &x));
-  weftResult_t res = sendrecv_exec_add(x, ops, nops);
+  struct sendrecv_exec x;
+  exec_init(&x, comm, 0);
+  weftResult_t res = sendrecv_exec_add(&x, ops, nops);
   while (res == weftSuccess) {
-    res = sendrecv_exec_poll(x);
+    res = sendrecv_exec_poll(&x);
     if (res == weftInProgress) res = weftSuccess;
     else break;
   }
-  sendrecv_exec_free(x);
+  exec_fini(&x);
   return res;
 }

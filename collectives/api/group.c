@@ -42,13 +42,29 @@ void group_fail(weftResult_t res) {
   if (group_depth > 0 && group_error == weftSuccess) group_error = res;
 }
 
+/* The thread's entries are kept from one group to the next (a group's
+ * allocation cost as much as its calls' work); freed when the thread ends. */
+static pthread_key_t entries_key;
+static pthread_once_t entries_once = PTHREAD_ONCE_INIT;
+static void entries_key_make(void) { (void)pthread_key_create(&entries_key, free); }
+
+/* entries (cap of them) become the thread's again, for the next group. */
+static void entries_keep(struct group_entry *entries, size_t cap) {
+  group_entries = entries;
+  group_cap = cap;
+  group_nops = 0;
+  pthread_once(&entries_once, entries_key_make);
+  (void)pthread_setspecific(entries_key, entries);
+}
+
 static weftResult_t group_add(const struct group_entry *e) {
   if (group_nops == group_cap) {
     size_t cap = group_cap ? group_cap * 2 : 16;
     struct group_entry *entries = realloc(group_entries, cap * sizeof *entries);
     if (entries == NULL) return weft_error_set(weftSystemError, "out of memory");
-    group_entries = entries;
-    group_cap = cap;
+    const size_t n = group_nops;
+    entries_keep(entries, cap);
+    group_nops = n;
   }
   group_entries[group_nops++] = *e;
   return weftSuccess;
@@ -270,11 +286,16 @@ static weftResult_t group_dispatch(const struct group_op *ops, size_t nops) {
         group_drop(ops, nops, res);
         return res;
       }
-  struct group_op *part = malloc(sizeof *part * (nops ? nops : 1));
-  char *passed = calloc(nops ? nops : 1, 1); /* host ops handed on (they report themselves) */
+  /* a group's few ops (the common case) on the stack */
+  struct group_op part_few[8];
+  char passed_few[8] = {0};
+  const int few = nops <= 8;
+  struct group_op *part = few ? part_few : malloc(sizeof *part * (nops ? nops : 1));
+  /* host ops handed on (they report themselves) */
+  char *passed = few ? passed_few : calloc(nops ? nops : 1, 1);
   if (part == NULL || passed == NULL) {
-    free(part);
-    free(passed);
+    if (!few) free(part);
+    if (!few) free(passed);
     const weftResult_t res = weft_error_set(weftSystemError, "out of memory");
     group_drop(ops, nops, res);
     return res;
@@ -306,8 +327,8 @@ static weftResult_t group_dispatch(const struct group_op *ops, size_t nops) {
   for (size_t i = 0; i < nops && res != weftSuccess; i++)
     if (!passed[i] && !ops[i].plan.on_device && ops[i].plan.trace_id != 0)
       trace_set_state(ops[i].comm->trace, ops[i].plan.trace_id, TRACE_FAILED, -1, res);
-  free(part);
-  free(passed);
+  if (!few) free(part);
+  if (!few) free(passed);
   return res;
 }
 
@@ -326,7 +347,9 @@ weftResult_t weftGroupEnd(void) {
   char why[1024];
   const weftResult_t created = group_end_creations(why, sizeof why);
   struct group_entry *entries = group_entries;
-  const size_t nentries = group_nops;
+  const size_t nentries = group_nops, cap = group_cap;
+  /* taken away while the group runs: what runs may open groups of its own
+   * (which then keep a buffer of their own, named by the key instead) */
   group_entries = NULL;
   group_nops = group_cap = 0;
   weftResult_t res = group_error;
@@ -338,7 +361,12 @@ weftResult_t weftGroupEnd(void) {
     if (entries[i].runs) memmove(&ops[nops++], &entries[i].op, sizeof *ops);
   if (res == weftSuccess) res = group_dispatch(ops, nops);
   else group_drop(ops, nops, res);
-  free(entries);
+  if (group_entries == NULL) { /* still the key's: kept */
+    group_entries = entries;
+    group_cap = entries != NULL ? cap : 0;
+  } else {
+    free(entries);
+  }
   if (created != weftSuccess) return weft_error_set(created, "%s", why);
   return res;
 }
@@ -362,9 +390,7 @@ weftResult_t weftGroupSimulateEnd(float *estimatedUs) {
         us += plan_estimate_us(e[j].op.comm, &e[j].op.plan);
     if (us > longest) longest = us;
   }
-  free(group_entries);
-  group_entries = NULL;
-  group_nops = group_cap = 0;
+  group_nops = 0; /* the entries are kept for the next group */
   if (created != weftSuccess) return weft_error_set(created, "%s", why);
   weftResult_t res = group_error;
   if (res == weftSuccess && estimatedUs != NULL) *estimatedUs = (float)longest;

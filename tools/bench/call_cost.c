@@ -6,8 +6,12 @@
  * moves with the machine's load; under weftrun each rank prints its own,
  * which then includes the waits for the peers.
  *
- *   call_cost [all_reduce|all_gather|reduce_scatter|broadcast|reduce|all]
- *             [CALLS=5000000] [BYTES=8] [REPEATS=5]
+ *   call_cost [all_reduce|all_gather|reduce_scatter|broadcast|reduce|sendrecv|
+ *              alltoall|gather|scatter|all] [CALLS=5000000] [BYTES=8] [REPEATS=5]
+ *
+ * sendrecv is nccl-tests' step: a group of a send to the next rank and a
+ * receive from the one before (on one rank, to and from itself); alltoall,
+ * gather and scatter (root 0) are BYTES a block.
  *
  * Prints, per collective, the smallest and the median over REPEATS runs of
  * CPU ns per call, after 100000 unrecorded calls. */
@@ -18,9 +22,11 @@
 #include <string.h>
 #include <time.h>
 
-enum which { ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST, REDUCE, NWHICH };
+enum which { ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST, REDUCE, SENDRECV, ALLTOALL,
+             GATHER, SCATTER, NWHICH };
 static const char *const names[NWHICH] = {"all_reduce", "all_gather", "reduce_scatter",
-                                          "broadcast", "reduce"};
+                                          "broadcast",  "reduce",     "sendrecv",
+                                          "alltoall",   "gather",     "scatter"};
 
 static double cpu_ns(void) {
   struct timespec t;
@@ -28,9 +34,25 @@ static double cpu_ns(void) {
   return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
 }
 
+/* A send to the next rank and a receive from the one before, in a group. */
+static weftResult_t sendrecv(const float *in, float *out, size_t count, weftComm_t comm) {
+  int rank, n;
+  weftCommUserRank(comm, &rank);
+  weftCommCount(comm, &n);
+  weftGroupStart();
+  weftResult_t res = weftSend(in, count, weftFloat32, (rank + 1) % n, comm, NULL);
+  weftResult_t res2 = weftRecv(out, count, weftFloat32, (rank + n - 1) % n, comm, NULL);
+  weftResult_t end = weftGroupEnd();
+  return res != weftSuccess ? res : res2 != weftSuccess ? res2 : end;
+}
+
 static weftResult_t call(enum which w, const float *in, float *out, size_t count,
                          weftComm_t comm) {
   switch (w) {
+    case SENDRECV: return sendrecv(in, out, count, comm);
+    case ALLTOALL: return weftAlltoAll(in, out, count, weftFloat32, comm, NULL);
+    case GATHER: return weftGather(in, out, count, weftFloat32, 0, comm, NULL);
+    case SCATTER: return weftScatter(in, out, count, weftFloat32, 0, comm, NULL);
     case ALL_REDUCE: return weftAllReduce(in, out, count, weftFloat32, weftSum, comm, NULL);
     case ALL_GATHER: return weftAllGather(in, out, count, weftFloat32, comm, NULL);
     case REDUCE_SCATTER:

@@ -98,7 +98,10 @@ struct comm_batch {
  * the marks of the all-to-alls, gathers and scatters among them first
  * (compared in call order where WEFT_CHECK asks). */
 static void batch_run(struct comm_batch *b) {
-  const struct weft_plan **sendrecv = malloc(sizeof *sendrecv * 2 * (b->nall ? b->nall : 1));
+  /* a launch's few ops list on the stack */
+  const struct weft_plan *few[32];
+  const struct weft_plan **sendrecv =
+      b->nall <= 16 ? few : malloc(sizeof *sendrecv * 2 * (b->nall ? b->nall : 1));
   const struct weft_plan **marks = sendrecv != NULL ? sendrecv + b->nall : NULL;
   size_t nsendrecv = 0, nmarks = 0;
   b->res = sendrecv ? weftSuccess : weft_error_set(weftSystemError, "out of memory");
@@ -130,7 +133,7 @@ static void batch_run(struct comm_batch *b) {
     }
   }
   if (b->res != weftSuccess) snprintf(b->error, sizeof b->error, "%s", weft_error_text());
-  free(sendrecv);
+  if (sendrecv != few) free(sendrecv);
 }
 
 /* Worker threads for the batches beyond the caller's own: started when a
@@ -212,13 +215,24 @@ weftResult_t group_launch(const struct group_op *ops, size_t nops) {
   if (nops == 1 && !plan_is_sendrecv(&ops[0].plan) && !plan_is_mark(&ops[0].plan))
     return launch_collective(ops[0].comm, &ops[0].plan, 0);
   size_t nbatches = 0;
-  struct comm_batch *batches = calloc(nops ? nops : 1, sizeof *batches);
+  /* one comm's ops (the common case) need no allocation */
+  struct comm_batch one[1];
+  int single = 1;
+  for (size_t i = 1; i < nops && single; i++) single = ops[i].comm == ops[0].comm;
+  struct comm_batch *batches = single ? one : calloc(nops ? nops : 1, sizeof *batches);
   if (batches == NULL) return weft_error_set(weftSystemError, "out of memory");
   for (size_t i = 0; i < nops; i++) {
     size_t b = 0;
     while (b < nbatches && batches[b].comm != ops[i].comm) b++;
-    if (b == nbatches)
-      batches[nbatches++] = (struct comm_batch){.comm = ops[i].comm, .all = ops, .nall = nops};
+    if (b == nbatches) { /* field by field: a literal would zero the error text too */
+      struct comm_batch *nb = &batches[nbatches++];
+      nb->comm = ops[i].comm;
+      nb->all = ops;
+      nb->nall = nops;
+      nb->res = weftSuccess;
+      nb->error[0] = '\0';
+      nb->finished = 0;
+    }
   }
   /* a worker per further comm: one caller may drive several ranks */
   weftResult_t res = weftSuccess;
@@ -241,6 +255,6 @@ weftResult_t group_launch(const struct group_op *ops, size_t nops) {
   for (size_t b = 0; b < handed && res == weftSuccess; b++)
     if (batches[b].res != weftSuccess)
       res = weft_error_set(batches[b].res, "%s", batches[b].error);
-  free(batches);
+  if (batches != one) free(batches);
   return res;
 }
