@@ -7,8 +7,11 @@
 # builds tests/tools/install_weft.c with `pkg-config --cflags --libs weft`
 # against the installed tree and runs it on 2 ranks with the installed weftrun;
 # runs the installed all_reduce_perf (-c 1: 0 wrong on every size), weft-train
-# and weft-info; checks that no installed program or library names the build
-# folder in its rpath. Prints "ok NAME" or "FAIL NAME" per check, exits non-zero
+# and weft-info; with the NCCL drop-in, checks that libnccl.so.2 and nccl.h are
+# apart (<libdir>/weft, <includedir>/weft: never in the loader's path) and that
+# tests/tools/install_nccl.c builds with `pkg-config --cflags --libs weft-nccl`
+# and runs on 2 ranks; checks that no installed program or library names the
+# build folder in its rpath. Prints "ok NAME" or "FAIL NAME" per check, exits non-zero
 # when one failed.
 set -u
 build=$(cd "${1:?usage: test_install.sh BUILD_DIR SOURCE_DIR}" && pwd)
@@ -59,9 +62,24 @@ check "installed weft-train --zero-stage 3 on 2 ranks" $? train.log
 "$bin/weft-info" >info.log 2>&1
 check "installed weft-info" $? info.log
 
+libdir="$root/$(option libdir)"
+if [ "$(option nccl)" = "True" ]; then
+  [ -e "$libdir/weft/libnccl.so.2" ] && [ -e "$root/$(option includedir)/weft/nccl.h" ] &&
+    [ ! -e "$libdir/libnccl.so.2" ] && [ ! -e "$root/$(option includedir)/nccl.h" ]
+  check "libnccl.so.2 and nccl.h installed apart, in weft/" $?
+  # shellcheck disable=SC2046
+  cc -o install_nccl "$src/tests/tools/install_nccl.c" $(pc --cflags --libs weft-nccl) \
+    >ccn.log 2>&1 && ldd ./install_nccl | grep -q "$libdir/weft/libnccl.so.2" >>ccn.log 2>&1
+  check "cc \$(pkg-config --cflags --libs weft-nccl) install_nccl.c: weft's libnccl.so.2" $? ccn.log
+  timeout 60 "$bin/weftrun" -n 2 ./install_nccl >nccl.log 2>&1 &&
+    [ "$(grep -c ': ok$' nccl.log)" -eq 2 ]
+  check "installed weftrun -n 2 install_nccl" $? nccl.log
+fi
+
 # every installed ELF file: no rpath into the build or source folder, and
 # every library it needs found (with the installed libdir on the path, as
-# ld.so.conf has the prefix's libdir)
+# ld.so.conf has the prefix's libdir, and libdir/weft, as nccl_api_perf is
+# run: it loads whichever libnccl.so.2 the path names first)
 bad=0
 while IFS= read -r f; do
   readelf -h "$f" >/dev/null 2>&1 || continue
@@ -69,8 +87,8 @@ while IFS= read -r f; do
     echo "  $f: rpath into the build folder: $(readelf -d "$f" | grep -E 'R(UN)?PATH')"
     bad=1
   fi
-  if LD_LIBRARY_PATH="$root/$(option libdir)" ldd "$f" 2>&1 | grep -q "not found"; then
-    echo "  $f: $(LD_LIBRARY_PATH="$root/$(option libdir)" ldd "$f" | grep "not found" | head -3)"
+  if LD_LIBRARY_PATH="$libdir:$libdir/weft" ldd "$f" 2>&1 | grep -q "not found"; then
+    echo "  $f: $(LD_LIBRARY_PATH="$libdir:$libdir/weft" ldd "$f" | grep "not found" | head -3)"
     bad=1
   fi
 done < <(find "$root" -type f \( -perm -u+x -o -name '*.so*' \))

@@ -84,6 +84,14 @@ for args in "-b 1M -e 8" "-c yes" "-r abc" "-n 1x" "-b nan" "-b 1e30" "-b inf" "
 done
 [ "$refused_all" = 1 ] && ok bad_values_refused
 
+# nccl-tests' -t and -g: 1 is taken (its scripts pass -g 1), more is refused
+# naming weftrun -n
+if timeout 30 "$weftrun" -n 1 "$perf" -t 1 -g 1 -b 8 -e 8 -n 1 -w 0 -B 0 >"$tmp/tg" 2>&1 &&
+   grep -qE '^\[0\] +8 ' "$tmp/tg" &&
+   ! timeout 30 "$weftrun" -n 1 "$perf" -g 2 -b 8 -e 8 -n 1 -w 0 -B 0 >"$tmp/g2" 2>&1 &&
+   grep -q "weftrun -n 2" "$tmp/g2"; then ok threads_gpus_flags
+else bad threads_gpus_flags "$(tail -2 "$tmp/tg" "$tmp/g2")"; fi
+
 # -J stays JSON where a row has no bytes and the bound allows 0 us (one rank)
 if timeout 60 "$weftrun" -n 1 "$perf" -b 1 -e 64 -f 8 -n 1 -w 0 -J "$tmp/zero.json" >/dev/null 2>&1 &&
    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["rows"][0]["size_bytes"]==0, d' \

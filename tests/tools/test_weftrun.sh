@@ -502,5 +502,11 @@ rc=$?
 [[ $rc -eq 2 ]] && grep -q "bind-to" "$tmp/err" || fail "--bind-to socket: exit $rc"
 report bind_to
 
+# --version, as mpirun's and torchrun's
+out=$("$weftrun" --version 2>&1)
+rc=$?
+[[ $rc -eq 0 && $out =~ ^weftrun\ \(weft\ [0-9]+\.[0-9]+\.[0-9]+\)$ ]] || fail "--version: exit $rc: $out"
+report version
+
 echo "$npassed passed, $nfailed failed"
 [[ $nfailed -eq 0 ]]

@@ -140,6 +140,11 @@ static void run_parse_args(struct run_job *job, int argc, char **argv)
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
       run_usage(stdout);
       exit(0);
+    } else if (strcmp(a, "--version") == 0 || strcmp(a, "-V") == 0) {
+      int v = 0;
+      weftGetVersion(&v);
+      printf("weftrun (weft %d.%d.%d)\n", v / 10000, v / 100 % 100, v % 100);
+      exit(0);
     } else if (strcmp(a, "--no-prefix") == 0) {
       job->prefix = false;
       i++;

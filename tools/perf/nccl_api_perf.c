@@ -15,6 +15,7 @@
  * a failed call; 2 on bad usage. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <sched.h>
 #include <signal.h>
@@ -234,15 +235,22 @@ static double bus_factor(const struct opts *o) {
   return o->coll == ALLREDUCE ? 2.0 * (n - 1) / n : (n - 1) / n;
 }
 
-static void print_header(const struct opts *o) {
+/* Which libnccl.so.2 the loader took (LD_LIBRARY_PATH decides): said
+ * before any rank starts, so that a failing init is seen to be that
+ * library's. */
+static void print_library(void) {
   Dl_info info;
   int version = 0;
   ncclGetVersion(&version);
   const char *path = dladdr((void *)ncclGetVersion, &info) && info.dli_fname ? info.dli_fname : "?";
+  printf("# library: %s (version code %d)\n", path, version);
+  fflush(stdout);
+}
+
+static void print_header(const struct opts *o) {
   printf("# nccl_api_perf: %s, %d ranks, float32 sum, %s memory%s\n", coll_names[o->coll],
          o->nranks, o->device_mem ? "device" : "host",
          o->graphs ? ", calls captured into a CUDA graph" : "");
-  printf("# library: %s (version code %d)\n", path, version);
   if (o->graphs)
     printf("# each size's %d calls in one graph, launched %d times; time per call\n", o->iters,
            o->graphs);
@@ -313,6 +321,18 @@ static int rank_main(const struct opts *o, int rank) {
   return total_wrong > 0;
 }
 
+/* A whole number for flag, or usage's exit: a typo is refused, not read as 0. */
+static int parse_int(const char *s, char flag) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end != '\0' || errno != 0 || v < INT_MIN || v > INT_MAX) {
+    fprintf(stderr, "nccl_api_perf: -%c %s is not a whole number\n", flag, s);
+    exit(2);
+  }
+  return (int)v;
+}
+
 static size_t parse_size(const char *s) {
   char *end;
   double v = strtod(s, &end);
@@ -331,7 +351,10 @@ static void usage(void) {
           "usage: nccl_api_perf [-n ranks] [-C allreduce|allgather|reducescatter] [-b min]\n"
           "                     [-e max] [-f factor] [-i iters] [-w warmup] [-G graph launches]\n"
           "                     [-M cuda|host] [-D (rank r on GPU r)] [-T timeout s]\n"
-          "                     [-Z (self-test: check an output no call wrote)]\n");
+          "                     [-Z (self-test: check an output no call wrote)]\n"
+          "the libnccl.so.2 it runs is the one the loader finds: weft's with\n"
+          "LD_LIBRARY_PATH=<prefix>/lib/<arch>/weft (installed) or build/ (built), NVIDIA's\n"
+          "with NCCL's folder first; the first line names it\n");
   exit(2);
 }
 
@@ -344,7 +367,7 @@ int main(int argc, char **argv) {
   int opt;
   while ((opt = getopt(argc, argv, "n:C:b:e:f:i:w:G:M:DT:Zh")) != -1) {
     switch (opt) {
-    case 'n': o.nranks = atoi(optarg); break;
+    case 'n': o.nranks = parse_int(optarg, 'n'); break;
     case 'C':
       o.coll = -1;
       for (int c = 0; c < 3; c++)
@@ -354,16 +377,16 @@ int main(int argc, char **argv) {
     case 'b': o.min_bytes = parse_size(optarg); break;
     case 'e': o.max_bytes = parse_size(optarg); break;
     case 'f': o.factor = atof(optarg); break;
-    case 'i': o.iters = atoi(optarg); break;
-    case 'w': o.warmup = atoi(optarg); break;
-    case 'G': o.graphs = atoi(optarg); break;
+    case 'i': o.iters = parse_int(optarg, 'i'); break;
+    case 'w': o.warmup = parse_int(optarg, 'w'); break;
+    case 'G': o.graphs = parse_int(optarg, 'G'); break;
     case 'M':
       if (strcmp(optarg, "host") == 0) o.device_mem = 0;
       else if (strcmp(optarg, "cuda") == 0) o.device_mem = 1;
       else usage();
       break;
     case 'D': o.per_gpu_device = 1; break;
-    case 'T': o.timeout_s = atoi(optarg); break;
+    case 'T': o.timeout_s = parse_int(optarg, 'T'); break;
     case 'Z': o.skip_checked_call = 1; break;
     default: usage();
     }
@@ -381,6 +404,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "nccl_api_perf: -G needs device memory (-M cuda)\n");
     return 2;
   }
+  print_library();
   sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (sh == MAP_FAILED) {
     perror("nccl_api_perf: mmap");

@@ -160,6 +160,9 @@ static void usage(const char *prog, const struct perf_coll *coll) {
          "  -B, --bound 0/1         measure the machine's bound at start-up (a cache-line\n"
          "                          round trip, a copy; under 0.5 s) and print the time\n"
          "                          it allows and the %% reached (default 1)\n"
+         "  -t, --nthreads 1        nccl-tests' threads per process, and\n"
+         "  -g, --ngpus 1           GPUs per thread: one rank per process here (start\n"
+         "                          N ranks with weftrun -n N); 1 is taken, more refused\n"
          "  -h, --help\n",
          prog, coll->name);
 }
@@ -175,7 +178,8 @@ static int opts_parse(int argc, char **argv, const struct perf_coll *coll, struc
       {"timeout", required_argument, 0, 'T'}, {"blocking", required_argument, 0, 'z'},
       {"cudagraph", required_argument, 0, 'G'}, {"memory", required_argument, 0, 'M'},
       {"json", required_argument, 0, 'J'}, {"progress", required_argument, 0, 'P'},
-      {"bound", required_argument, 0, 'B'},
+      {"bound", required_argument, 0, 'B'}, {"nthreads", required_argument, 0, 't'},
+      {"ngpus", required_argument, 0, 'g'},
       {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   *o = (struct perf_opts){.min_nbytes = 32 << 20, .max_nbytes = 32 << 20, .step_nbytes = 1 << 20,
                           .step_factor = 1, .iters = 20, .warmup = 5, .agg_iters = 1,
@@ -186,7 +190,7 @@ static int opts_parse(int argc, char **argv, const struct perf_coll *coll, struc
   o->ntypes = 1;
   o->ops[0] = weftSum;
   o->nops = 1;
-  const char *shortopts = "b:e:i:f:n:w:m:c:d:o:r:a:T:z:G:M:J:P:B:h";
+  const char *shortopts = "b:e:i:f:n:w:m:c:d:o:r:a:T:z:G:M:J:P:B:t:g:h";
   int c;
   while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
     int bad = 0;
@@ -213,6 +217,19 @@ static int opts_parse(int argc, char **argv, const struct perf_coll *coll, struc
       case 'J': o->json_path = optarg; break;
       case 'P': bad = parse_int(optarg, 0, 1, &o->progress); break;
       case 'B': bad = parse_int(optarg, 0, 1, &o->bound); break;
+      case 't':
+      case 'g': { /* nccl-tests' threads and GPUs of one process: here a process is a rank */
+        int n = 0;
+        bad = parse_int(optarg, 1, INT_MAX, &n);
+        if (!bad && n != 1) {
+          fprintf(stderr,
+                  "%s: -%c %d: weft's perf tools run one rank per process; start %d ranks "
+                  "with weftrun -n %d (and -%c 1, the default)\n",
+                  argv[0], c, n, n, n, c);
+          return -1;
+        }
+        break;
+      }
       case 'h': usage(argv[0], coll); exit(0);
       default: usage(argv[0], coll); return -1;
     }
