@@ -19,7 +19,8 @@ static weftResult_t zero_red_copy(struct weftZero *z, const void *src, size_t n,
  * communicator pairs them so), which two streams do not keep, so it waits
  * for theirs (on the host now, on a device queued). */
 static weftResult_t zero_reduce_order(struct weftZero *z, weftStream_t stream) {
-  if (z->reduced_any && !zero_same_stream(z, z->reduced_on, stream)) {
+  /* the same handle: in order already (a CUDA stream's too, within a step) */
+  if (z->reduced_any && z->reduced_on != stream) {
     for (int i = 0; i < z->nlayers; i++) {
       const weftEvent_t ev = z->layers[i].red_ev;
       WEFT_TRY(z->ops->device ? z->ops->stream_wait(stream, ev) : z->ops->event_sync(ev));

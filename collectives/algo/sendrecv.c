@@ -136,6 +136,7 @@ static weftResult_t sendrecv_connect(struct weftComm *comm, const struct weft_pl
    * allocate */
   size_t ready = 0;
   for (; ready < nops; ready++) {
+    if (plan_is_mark(ops[ready])) continue;
     const int p = ops[ready]->root;
     const struct weft_conn *c = plan_is_send(ops[ready]) ? &comm->send_conns[p] : &comm->recv_conns[p];
     if (p != comm->rank && c->transport == NULL) break;
@@ -146,7 +147,8 @@ static weftResult_t sendrecv_connect(struct weftComm *comm, const struct weft_pl
   if (want_send == NULL || want_recv == NULL) {
     res = weft_error_set(weftSystemError, "out of memory");
   } else {
-    for (size_t i = 0; i < nops; i++) (plan_is_send(ops[i]) ? want_send : want_recv)[ops[i]->root] = 1;
+    for (size_t i = 0; i < nops; i++)
+      if (!plan_is_mark(ops[i])) (plan_is_send(ops[i]) ? want_send : want_recv)[ops[i]->root] = 1;
     res = sendrecv_connect_wanted(comm, want_send, want_recv);
   }
   free(want_send);
@@ -251,9 +253,12 @@ static int recv_progress(struct weftComm *comm, struct weft_conn *c, struct send
 /* Sends and receives to this rank itself pair up in order, as copies. */
 static weftResult_t sendrecv_self(struct weftComm *comm, struct sendrecv_state *st, size_t nops) {
   size_t r = 0;
+  /* a mark (plan_is_mark) is neither: it is finished from the start */
   for (size_t s = 0; s < nops; s++) {
     if (st[s].op->root != comm->rank || !plan_is_send(st[s].op)) continue;
-    while (r < nops && (st[r].op->root != comm->rank || plan_is_send(st[r].op))) r++;
+    while (r < nops && (st[r].op->root != comm->rank || plan_is_send(st[r].op) ||
+                        plan_is_mark(st[r].op)))
+      r++;
     if (r == nops)
       return weft_error_set(weftInvalidUsage, "a send to self has no matching recv in the group");
     if (st[r].nbytes != st[s].nbytes)
@@ -270,7 +275,8 @@ static weftResult_t sendrecv_self(struct weftComm *comm, struct sendrecv_state *
     r++;
   }
   for (; r < nops; r++)
-    if (st[r].op->root == comm->rank && !plan_is_send(st[r].op) && !st[r].finished)
+    if (st[r].op->root == comm->rank && !plan_is_send(st[r].op) && !plan_is_mark(st[r].op) &&
+        !st[r].finished)
       return weft_error_set(weftInvalidUsage, "a recv from self has no matching send in the group");
   return weftSuccess;
 }
@@ -298,7 +304,7 @@ static weftResult_t sendrecv_offers_mark(struct weftComm *comm, struct sendrecv_
       if (!plan_is_send(st[i].op) || st[i].finished) continue;
       int receives = 0;
       for (size_t j = 0; j < nops && !receives; j++)
-        receives = !plan_is_send(st[j].op) && st[j].op->root == peer;
+        receives = st[j].op->coll == COLL_RECV && st[j].op->root == peer;
       st[i].offer = sendrecv_cma_wanted(comm, &comm->send_conns[peer], st[i].nbytes, receives);
     }
     return weftSuccess;
@@ -306,7 +312,7 @@ static weftResult_t sendrecv_offers_mark(struct weftComm *comm, struct sendrecv_
   char *recv_from = calloc((size_t)comm->nranks, 1);
   if (recv_from == NULL) return weft_error_set(weftSystemError, "out of memory");
   for (size_t i = 0; i < nops; i++)
-    if (!plan_is_send(st[i].op)) recv_from[st[i].op->root] = 1;
+    if (st[i].op->coll == COLL_RECV) recv_from[st[i].op->root] = 1;
   for (size_t i = 0; i < nops; i++) {
     int peer = st[i].op->root;
     if (plan_is_send(st[i].op) && !st[i].finished)
@@ -385,7 +391,7 @@ static weftResult_t exec_connect_start(struct sendrecv_exec *x, const struct wef
   struct weftComm *comm = x->comm;
   for (size_t i = 0; i < nops; i++) {
     const int p = ops[i]->root;
-    if (p == comm->rank) continue;
+    if (p == comm->rank || plan_is_mark(ops[i])) continue;
     if (plan_is_send(ops[i])) {
       if (comm->send_conns[p].transport != NULL || x->send_state[p] != CONN_READY) continue;
       x->send_state[p] = CONN_WANT_BLOB;
@@ -455,12 +461,15 @@ weftResult_t sendrecv_exec_add(struct sendrecv_exec *x, const struct weft_plan *
   struct sendrecv_state *st = x->st + x->nops;
   const size_t first = x->nops;
   for (size_t i = 0; i < nops; i++) {
+    const int mark = plan_is_mark(ops[i]); /* runs nothing: finished from the start */
     st[i] = (struct sendrecv_state){.op = ops[i],
-                               .peer = ops[i]->root,
+                               .peer = mark ? -1 : ops[i]->root,
                                .send = plan_is_send(ops[i]),
-                               .nbytes = ops[i]->count * weftTypeSize(ops[i]->datatype),
+                               .nbytes = mark ? 0 : ops[i]->count * weftTypeSize(ops[i]->datatype),
+                               .finished = mark,
                                .after = -1,
                                .err = weftInvalidUsage};
+    if (mark) continue;
     /* after the op before it on the same peer and direction, in this call
      * or an earlier one */
     for (size_t j = first + i; j-- > 0;)
@@ -474,7 +483,7 @@ weftResult_t sendrecv_exec_add(struct sendrecv_exec *x, const struct weft_plan *
    * not read back from cache anyway, and the stores skip reading each line */
   size_t recv_nbytes = 0;
   for (size_t i = 0; i < nops; i++)
-    if (!plan_is_send(ops[i])) recv_nbytes += st[i].nbytes;
+    if (ops[i]->coll == COLL_RECV) recv_nbytes += st[i].nbytes;
   const int stream = recv_nbytes >= copy_stream_min_nbytes(comm->nranks);
   for (size_t i = 0; i < nops; i++) st[i].stream = stream && !plan_is_send(ops[i]);
   x->nops += nops;

@@ -431,6 +431,7 @@ weftResult_t weftCommRevoke(weftComm_t comm, int revokeFlags) {
   /* the error cleared before the flag comes down: a split that sees the
    * comm revoked sees it without error */
   __atomic_store_n(&comm->async_error, weftSuccess, __ATOMIC_SEQ_CST);
+  comm->broken_cause[0] = '\0';
   comm_life_revoke_end(comm, from);
   WEFT_INFO(LOG_INIT, "comm %p rank %d revoked", (void *)comm, comm->rank);
   __atomic_sub_fetch(&comm->revoking, 1, __ATOMIC_SEQ_CST);

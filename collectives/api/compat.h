@@ -44,6 +44,11 @@ void compat_select_next(unsigned alg_select);
 void compat_coll_refused(weftComm_t comm, int coll, size_t count, weftDataType_t datatype,
                          weftRedOp_t op, int root, weftResult_t res);
 
+/* The same for an all-to-all, gather or scatter (coll), numbered as weft
+ * numbers it: where its buffers are host memory (group_coll_mark). */
+void compat_coll_mark_refused(weftComm_t comm, int coll, const void *sendbuf, void *recvbuf,
+                              size_t count, weftDataType_t datatype, int root, weftResult_t res);
+
 /* NCCL's init: inside a group recorded, to run at the outermost group end
  * (group_defer_init: one thread creates several ranks); otherwise at once.
  * Either way the comm is bound to the CUDA device current at this call, as

@@ -46,7 +46,15 @@ void group_fail(weftResult_t res) {
  * allocation cost as much as its calls' work); freed when the thread ends. */
 static pthread_key_t entries_key;
 static pthread_once_t entries_once = PTHREAD_ONCE_INIT;
-static void entries_key_make(void) { (void)pthread_key_create(&entries_key, free); }
+/* at the thread's end: a destructor after it that opens a group starts anew */
+static void entries_free(void *entries) {
+  if (group_entries == entries) {
+    group_entries = NULL;
+    group_nops = group_cap = 0;
+  }
+  free(entries);
+}
+static void entries_key_make(void) { (void)pthread_key_create(&entries_key, entries_free); }
 
 /* entries (cap of them) become the thread's again, for the next group. */
 static void entries_keep(struct group_entry *entries, size_t cap) {
@@ -89,11 +97,14 @@ void group_record_done(struct weftComm *comm, const struct weft_plan *plan,
 
 weftResult_t group_coll_mark(struct weftComm *comm, enum coll_kind coll, const void *sendbuf,
                              void *recvbuf, size_t count, weftDataType_t datatype, int root,
-                             weftStream_t stream, int uses_send, int uses_recv,
-                             weftResult_t res) {
+                             weftStream_t stream, weftResult_t res) {
   struct weft_plan plan;
   plan_init(&plan, coll, sendbuf, recvbuf, count, datatype, weftSum, root);
-  if (device_plan_on_device(&plan, uses_send, uses_recv) != 0) return weftSuccess;
+  /* it plans nothing: no algorithm or protocol in the trace */
+  plan.algo = (enum coll_algo)-1;
+  plan.proto = (enum coll_proto)-1;
+  const int scatter = coll == COLL_SCATTER;
+  if (count > 0 && device_plan_on_device(&plan, !scatter, scatter) != 0) return weftSuccess;
   if (res != weftSuccess) {
     compat_coll_refused(comm, (int)coll, count, datatype, weftSum, root, res);
     return weftSuccess;
@@ -103,6 +114,14 @@ weftResult_t group_coll_mark(struct weftComm *comm, enum coll_kind coll, const v
     return weftSuccess;
   }
   return group_record(comm, &plan, stream);
+}
+
+void compat_coll_mark_refused(weftComm_t comm, int coll, const void *sendbuf, void *recvbuf,
+                              size_t count, weftDataType_t datatype, int root, weftResult_t res) {
+  if (comm != NULL && comm_check(comm) == weftSuccess)
+    (void)group_coll_mark(comm, (enum coll_kind)coll, sendbuf, recvbuf, count, datatype, root,
+                          NULL, res);
+  group_fail(res); /* as compat_coll_refused does, device memory too */
 }
 
 /* --- communicator creation in a group ------------------------------------- */
@@ -386,7 +405,7 @@ weftResult_t weftGroupSimulateEnd(float *estimatedUs) {
     if (!first) continue;
     double us = 0;
     for (size_t j = i; j < group_nops; j++)
-      if (e[j].op.comm == e[i].op.comm && e[j].runs)
+      if (e[j].op.comm == e[i].op.comm && e[j].runs && !plan_is_mark(&e[j].op.plan))
         us += plan_estimate_us(e[j].op.comm, &e[j].op.plan);
     if (us > longest) longest = us;
   }

@@ -29,11 +29,13 @@ void group_record_done(struct weftComm *comm, const struct weft_plan *plan,
  * stall of theirs asks the peers about it, so that ranks that disagree on
  * the root or the count are named at once as for a collective. With res a
  * failure (the call refused, outside the group or in it) it is recorded
- * failed with it. A call on device memory has no mark (nor have its peers').
- * uses_send, uses_recv: whether this rank reads sendbuf, writes recvbuf. */
+ * failed with it. A call on device memory has no mark, decided by the buffer
+ * every rank has (a gather's and an all-to-all's sendbuf, a scatter's
+ * recvbuf) so that the peers decide alike; one of no elements always has
+ * one (done at once), whatever its pointers. */
 weftResult_t group_coll_mark(struct weftComm *comm, enum coll_kind coll, const void *sendbuf,
                              void *recvbuf, size_t count, weftDataType_t datatype, int root,
-                             weftStream_t stream, int uses_send, int uses_recv, weftResult_t res);
+                             weftStream_t stream, weftResult_t res);
 
 /* Communicator creation inside a group (the NCCL drop-in's init and split,
  * which one thread may call for several ranks of one clique): recorded, and

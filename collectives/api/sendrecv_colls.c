@@ -30,7 +30,7 @@ static weftResult_t coll_refused(weftComm_t comm, enum coll_kind coll, const voi
   char why[1024];
   snprintf(why, sizeof why, "%s", weft_error_text());
   if (comm_check(comm) == weftSuccess)
-    (void)group_coll_mark(comm, coll, sendbuff, recvbuff, count, datatype, root, NULL, 1, 1, res);
+    (void)group_coll_mark(comm, coll, sendbuff, recvbuff, count, datatype, root, NULL, res);
   return weft_error_set(res, "%s", why);
 }
 
@@ -54,7 +54,7 @@ weftResult_t weftAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
   res = weftGroupStart();
   if (res == weftSuccess)
     res = group_coll_mark(comm, COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, -1, stream,
-                          1, 1, weftSuccess);
+                          weftSuccess);
   for (int p = 0; p < comm->nranks && res == weftSuccess; p++) {
     res = weftSend((const char *)sendbuff + p * block, count, datatype, p, comm, stream);
     if (res == weftSuccess) res = weftRecv((char *)recvbuff + p * block, count, datatype, p, comm, stream);
@@ -72,7 +72,7 @@ weftResult_t weftGather(const void *sendbuff, void *recvbuff, size_t count,
   res = weftGroupStart();
   if (res == weftSuccess)
     res = group_coll_mark(comm, COLL_GATHER, sendbuff, recvbuff, count, datatype, root, stream,
-                          1, is_root, weftSuccess);
+                          weftSuccess);
   if (res == weftSuccess) res = weftSend(sendbuff, count, datatype, root, comm, stream);
   for (int p = 0; is_root && p < comm->nranks && res == weftSuccess; p++)
     res = weftRecv((char *)recvbuff + p * block, count, datatype, p, comm, stream);
@@ -89,7 +89,7 @@ weftResult_t weftScatter(const void *sendbuff, void *recvbuff, size_t count,
   res = weftGroupStart();
   if (res == weftSuccess)
     res = group_coll_mark(comm, COLL_SCATTER, sendbuff, recvbuff, count, datatype, root, stream,
-                          is_root, 1, weftSuccess);
+                          weftSuccess);
   for (int p = 0; is_root && p < comm->nranks && res == weftSuccess; p++)
     res = weftSend((const char *)sendbuff + p * block, count, datatype, p, comm, stream);
   if (res == weftSuccess) res = weftRecv(recvbuff, count, datatype, root, comm, stream);

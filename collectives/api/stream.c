@@ -70,13 +70,17 @@ static void item_pending(const struct stream_item *item, int delta) {
     __atomic_add_fetch(&item->ops[i].comm->pending, delta, __ATOMIC_SEQ_CST);
 }
 
-/* Whether item is sends and receives on comm's host memory only. */
+/* Whether item is sends and receives on comm's host memory only (with the
+ * marks of the all-to-alls, gathers and scatters they are: those run among
+ * the sends and receives around them, as before they had marks). */
 static int item_is_sendrecv(const struct stream_item *item, const struct weftComm *comm) {
   if (item->hook != NULL || item->nops == 0) return 0;
-  for (size_t i = 0; i < item->nops; i++)
-    if (item->ops[i].comm != comm || !plan_is_sendrecv(&item->ops[i].plan) ||
-        item->ops[i].plan.on_device)
+  for (size_t i = 0; i < item->nops; i++) {
+    const struct weft_plan *plan = &item->ops[i].plan;
+    if (item->ops[i].comm != comm || !(plan_is_sendrecv(plan) || plan_is_mark(plan)) ||
+        plan->on_device)
       return 0;
+  }
   return 1;
 }
 

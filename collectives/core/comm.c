@@ -74,26 +74,32 @@ void comm_poison(struct weftComm *comm) {
   bootstrap_poison(comm->bs); /* peers waiting on the bootstrap learn it too */
 }
 
+/* Once comm is broken, the first text it failed with is its cause. */
+static void broken_cause_keep(struct weftComm *comm) {
+  if (comm->broken_cause[0] == '\0' && comm_async_error(comm) != weftSuccess)
+    snprintf(comm->broken_cause, sizeof comm->broken_cause, "%s", comm->last_error);
+}
+
 weftResult_t comm_fail(struct weftComm *comm, weftResult_t res) {
   snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
   if (res == weftRemoteError || res == weftSystemError || res == weftInternalError) {
     comm_async_error_set(comm, res);
     comm_poison(comm);
   }
+  broken_cause_keep(comm);
   return res;
 }
 
 weftResult_t comm_broken_refusal(struct weftComm *comm, const char *call) {
-  static const char prefix[] = "communicator is broken by an earlier error: ";
-  const char *cause = comm->last_error;
-  for (const char *at; (at = strstr(cause, prefix)) != NULL;) cause = at + sizeof prefix - 1;
-  return weft_error_set(comm_async_error(comm), "%s%s%s%s", call != NULL ? call : "",
-                        call != NULL ? ": " : "", prefix, cause);
+  const char *cause = comm->broken_cause[0] != '\0' ? comm->broken_cause : comm->last_error;
+  return weft_error_set(comm_async_error(comm), "%s%scommunicator is broken by an earlier error: %s",
+                        call != NULL ? call : "", call != NULL ? ": " : "", cause);
 }
 
 weftResult_t comm_fail_alone(struct weftComm *comm, weftResult_t res) {
   snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
   comm_async_error_set(comm, res);
+  broken_cause_keep(comm);
   comm_poison(comm);
   return res;
 }

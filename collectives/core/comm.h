@@ -130,6 +130,7 @@ struct weftComm {
   int oversubscribed_any;
   struct weft_redop redops[WEFT_MAX_REDOPS];
   char last_error[1024];
+  char broken_cause[1024];      /* the last error when the comm broke: what refusals name */
   void *device; /* the device executor's state (device_cuda.c), NULL until used */
   struct comm_state_slot states[COMM_MAX_STATES]; /* modules' own state (comm_state_get) */
   int nstates;
@@ -251,9 +252,9 @@ void comm_poison(struct weftComm *comm);
 weftResult_t comm_fail(struct weftComm *comm, weftResult_t res);
 
 /* The refusal of a call on comm once it broke: "communicator is broken by
- * an earlier error: " and its last error, whose own such prefixes (the
- * refusals of calls since, each recorded as the last) are dropped, so that
- * the cause is named once. Sets the thread's error text; returns its code. */
+ * an earlier error: " and the error it broke with (broken_cause, not the
+ * last error, which is the last refusal's: each refusal had wrapped the one
+ * before again). Sets the thread's error text; returns its code. */
 weftResult_t comm_broken_refusal(struct weftComm *comm, const char *call);
 
 /* The first failure recorded on comm, or weftSuccess; any thread. */

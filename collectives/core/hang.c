@@ -498,8 +498,9 @@ static weftResult_t watch_fn(void *arg, enum wait_event event, int peer, uint64_
       trace_set_state(comm->trace, mark.id, TRACE_WAITING, peer, weftSuccess);
   if (hw->next_ask_ns == 0 || waited_ns < hw->next_ask_ns || comm->nranks < 2) return weftInProgress;
   /* point-to-point calls are numbered per rank: the peers are asked about
-   * the calls they are part of (the first of a group's) */
-  if (is_p2p(&c) && !watch_mark(hw, 0, &c)) return weftInProgress;
+   * the calls they are part of (each mark of a group's, first to last) */
+  size_t at = 0;
+  if (is_p2p(&c) && (at = watch_mark(hw, 0, &c)) == 0) return weftInProgress;
   /* a long stall: is a peer in another collective under this number? */
   hw->next_ask_ns = waited_ns * 2;
   hw->asked = 1;
@@ -509,6 +510,11 @@ static weftResult_t watch_fn(void *arg, enum wait_event event, int peer, uint64_
   int peer_failed;
   weftResult_t res =
       ask_and_judge(comm, &c, "stalls", HANG_STALL_ASK_NS, text, sizeof text, &peer_failed);
+  while (res == weftSuccess && !peer_failed && at > 0 && (at = watch_mark(hw, at, &c)) > 0) {
+    c.state = TRACE_WAITING;
+    c.waiting_on = peer;
+    res = ask_and_judge(comm, &c, "stalls", HANG_STALL_ASK_NS, text, sizeof text, &peer_failed);
+  }
   /* a peer that refused the call of its own (an argument bad on that rank
    * only: a root out of range, a user op it destroyed) is not coming: wait
    * no longer for it */
@@ -587,9 +593,19 @@ __attribute__((noinline)) static weftResult_t watch_end_slow(struct hang_watch *
   /* the subject: of a group's sends and receives, the one whose wait timed out */
   if (res != weftSuccess && res_is_remote(res) && comm->nranks > 1 && !stopped && hw->nids > 0 &&
       trace_get(comm->trace, watch_call_of(hw, hw->timed_out_peer), &c)) {
-    /* a send's or receive's of an all-to-all, gather or scatter: the call's */
+    /* a send's or receive's of an all-to-all, gather or scatter: the call's
+     * (of a group's several, the first that ranks disagree on, else the first) */
     struct trace_call mark;
-    if (is_p2p(&c) && watch_mark(hw, 0, &mark)) c = mark;
+    size_t at = is_p2p(&c) ? watch_mark(hw, 0, &mark) : 0;
+    if (at > 0) c = mark;
+    while (at > 0 && (at = watch_mark(hw, at, &mark)) > 0) {
+      char probe[1024];
+      if (ask_and_judge(comm, &mark, "failed", HANG_VERDICT_ASK_NS, probe, sizeof probe, NULL) !=
+          weftSuccess) {
+        c = mark;
+        break;
+      }
+    }
     char cause[1024], how[64], text[2048];
     snprintf(cause, sizeof cause, "%s", weft_error_text());
     if (hw->waited_ns > 0) snprintf(how, sizeof how, "timed out after %.1f s", (double)hw->waited_ns / 1e9);

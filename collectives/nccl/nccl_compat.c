@@ -68,6 +68,16 @@ _Static_assert(sizeof(ncclDataType_t) == sizeof(weftDataType_t), "datatype sizes
   } while (0)
 /* The same for a compared collective (coll, with its arguments), which a
  * refusal still numbers (compat_coll_refused). */
+/* The same for an all-to-all, gather or scatter (compat_coll_mark_refused). */
+#define USABLE_MARK(comm, fn, coll, sendbuff, recvbuff, count, datatype, root)   \
+  do {                                                                         \
+    weftResult_t usable_ = compat_comm_usable(COMM(comm), fn);                 \
+    if (usable_ != weftSuccess) {                                              \
+      compat_coll_mark_refused(COMM(comm), coll, sendbuff, recvbuff, count,    \
+                               (weftDataType_t)(datatype), root, usable_);     \
+      return (ncclResult_t)usable_;                                            \
+    }                                                                          \
+  } while (0)
 #define USABLE_COLL(comm, fn, coll, count, datatype, op, root)                 \
   do {                                                                         \
     weftResult_t usable_ = compat_comm_usable(COMM(comm), fn);                 \
@@ -739,7 +749,7 @@ NCCL_PROFILING_ALIAS(ncclAllGather);
 NCCL_EXPORT ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
                                       ncclDataType_t datatype, ncclComm_t comm,
                                       cudaStream_t stream) {
-  USABLE(comm, "ncclAlltoAll");
+  USABLE_MARK(comm, "ncclAlltoAll", COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, -1);
   return RES(weftAlltoAll(sendbuff, recvbuff, count, (weftDataType_t)datatype, COMM(comm),
                           STREAM(stream)));
 }
@@ -748,7 +758,7 @@ NCCL_PROFILING_ALIAS(ncclAlltoAll);
 NCCL_EXPORT ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count,
                                     ncclDataType_t datatype, int root, ncclComm_t comm,
                                     cudaStream_t stream) {
-  USABLE(comm, "ncclGather");
+  USABLE_MARK(comm, "ncclGather", COLL_GATHER, sendbuff, recvbuff, count, datatype, root);
   return RES(weftGather(sendbuff, recvbuff, count, (weftDataType_t)datatype, root, COMM(comm),
                         STREAM(stream)));
 }
@@ -757,7 +767,7 @@ NCCL_PROFILING_ALIAS(ncclGather);
 NCCL_EXPORT ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count,
                                      ncclDataType_t datatype, int root, ncclComm_t comm,
                                      cudaStream_t stream) {
-  USABLE(comm, "ncclScatter");
+  USABLE_MARK(comm, "ncclScatter", COLL_SCATTER, sendbuff, recvbuff, count, datatype, root);
   return RES(weftScatter(sendbuff, recvbuff, count, (weftDataType_t)datatype, root, COMM(comm),
                          STREAM(stream)));
 }

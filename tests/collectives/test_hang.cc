@@ -603,6 +603,39 @@ TEST(Hang, GatherScatterRootMismatchNamed) {
   }
 }
 
+// Of two gathers in one group, the second is the one ranks disagree on: the
+// stall asks about each of the group's calls, not only the first (which
+// every rank agrees on: it had waited out the timeout, naming it).
+TEST(Hang, SecondGatherOfAGroupNamed) {
+  RunOptions opts;
+  opts.timeout_s = 60;
+  opts.env = {{"WEFT_TIMEOUT", "30"}};
+  opts.allow_warnings = true;
+  auto status = run_ranks(3, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    std::vector<float> buf(64, 1.0f), out(64 * 3), out2(64 * 3);
+    if (int rc = open_after_one(ctx, &comm, buf)) return rc;
+    const double t0 = now_s();
+    weftGroupStart();
+    weftGather(buf.data(), out.data(), 64, weftFloat32, 0, comm, nullptr);
+    weftGather(buf.data(), out2.data(), 64, weftFloat32, ctx.rank == 2 ? 2 : 1, comm, nullptr);
+    weftResult_t res = weftGroupEnd();
+    const double took = now_s() - t0;
+    const std::string msg = weftGetLastError(comm);
+    printf("rank %d: %s after %.2f s: %s\n", ctx.rank, weftGetErrorString(res), took, msg.c_str());
+    const char *want = "Gather #3: root differs: ranks 0,1 have 1, rank 2 has 2";
+    // rank 1 waits for rank 2's part, rank 2 for the others'
+    FAIL_IF(ctx.rank > 0 && (res != weftInvalidUsage || msg.find(want) == std::string::npos),
+            "got %s, want weftInvalidUsage and '%s': %s", weftGetErrorString(res), want,
+            msg.c_str());
+    FAIL_IF(took > 10, "took %.2f s", took);
+    if (res == weftSuccess) sleep(2); // answering the others' questions
+    weftCommAbort(comm);
+    return 0;
+  }, opts);
+  for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
 // A group of a send that completes and a receive from a rank that never
 // sends: the timeout names the receive and that rank (the call whose wait
 // timed out), not the group's first call and its peer.

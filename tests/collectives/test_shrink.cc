@@ -170,6 +170,20 @@ TEST(GroupSimulateEnd, EstimatesWithoutRunning) {
             "estimates small %g, big %g, both %g us", t_small, t_big, t_both);
     for (float v : big) FAIL_IF(v != 1.0f, "a simulated all-reduce ran");
     for (float v : small) FAIL_IF(v != 1.0f, "a simulated all-reduce ran");
+    // a gather is priced as its sends and receives, its mark (a collective's
+    // number in the trace) as nothing
+    float t_gather = -1, t_p2p = -1;
+    std::vector<float> gathered(16 * ctx.nranks);
+    weftGroupStart();
+    weftGather(small.data(), gathered.data(), small.size(), weftFloat32, 0, comm, nullptr);
+    FAIL_IF(weftGroupSimulateEnd(&t_gather) != weftSuccess, "simulate gather");
+    weftGroupStart();
+    weftSend(small.data(), small.size(), weftFloat32, 0, comm, nullptr);
+    for (int p = 0; ctx.rank == 0 && p < ctx.nranks; p++)
+      weftRecv(gathered.data() + 16 * p, 16, weftFloat32, p, comm, nullptr);
+    FAIL_IF(weftGroupSimulateEnd(&t_p2p) != weftSuccess, "simulate sends");
+    FAIL_IF(!(t_p2p > 0) || t_gather != t_p2p, "gather estimated %g us, its sends and receives %g",
+            t_gather, t_p2p);
     FAIL_IF(weftGroupSimulateEnd(&t_small) != weftInvalidUsage, "simulate end without a group");
     // after simulating, a real group still runs and matches
     FAIL_IF(weftAllReduce(small.data(), small.data(), small.size(), weftFloat32, weftSum, comm,

@@ -2,6 +2,8 @@
 // synchronize.
 #include <gtest/gtest.h>
 
+#include <stdio.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -262,6 +264,68 @@ TEST(HostStream, SendsAndReceivesAdvanceTogether) {
       return 0;
     }, opts);
     for (int s : status) EXPECT_EQ(s, 0) << n << " ranks";
+  }
+}
+
+// A gather or scatter queued on a stream runs among the sends and receives
+// around it, as they do: rank 0 queues the call then a send to rank 1, rank 1
+// a receive from rank 0 then the call (a gather to rank 0, a scatter from
+// rank 1: rank 0 waits for rank 1's part). Run one item after another, rank
+// 1's receive would wait for the send behind rank 0's call, which waits for
+// rank 1's part (it did, until WEFT_TIMEOUT, once the call had a mark of its
+// own). The results are checked, and the trace ends with every call done.
+TEST(HostStream, GatherAmongSendsAdvances) {
+  for (const char *kind : {"gather", "scatter"}) {
+    SCOPED_TRACE(kind);
+    RunOptions opts;
+    opts.env = {{"WEFT_TIMEOUT", "10"}};
+    auto status = run_ranks(2, [kind](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (int rc = init(ctx, &comm)) return rc;
+      weftStream_t stream;
+      weftStreamCreate(&stream);
+      const size_t n = 1000;
+      std::vector<float> mine(2 * n), all(2 * n, -1), msg(n, 7.0f), got(n, -1);
+      for (size_t i = 0; i < mine.size(); i++) mine[i] = (float)(ctx.rank * 10000 + i);
+      auto call = [&]() {
+        if (kind[0] == 'g')
+          return weftGather(mine.data(), all.data(), n, weftFloat32, 0, comm, stream);
+        return weftScatter(mine.data(), all.data(), n, weftFloat32, 1, comm, stream);
+      };
+      weftResult_t a, b;
+      if (ctx.rank == 0) {
+        a = call();
+        b = weftSend(msg.data(), n, weftFloat32, 1, comm, stream);
+      } else {
+        a = weftRecv(got.data(), n, weftFloat32, 0, comm, stream);
+        b = call();
+      }
+      if (a != weftSuccess || b != weftSuccess) return rank_fail(ctx, "enqueue: %s", weftGetLastError(comm));
+      if (weftStreamSynchronize(stream) != weftSuccess)
+        return rank_fail(ctx, "sync: %s", weftGetLastError(nullptr));
+      if (ctx.rank == 1 && got[n - 1] != 7.0f) return rank_fail(ctx, "the send's data: %g", got[n - 1]);
+      for (size_t i = 0; i < n; i++) {
+        float want = -1; // what all[i] and all[n + i] must hold
+        float want2 = -1;
+        if (kind[0] == 'g' && ctx.rank == 0) want = (float)i, want2 = (float)(10000 + i);
+        if (kind[0] == 's') want = (float)(10000 + ctx.rank * n + i);
+        if (all[i] != want || (kind[0] != 's' && all[n + i] != want2))
+          return rank_fail(ctx, "element %zu: %g %g, want %g %g", i, all[i], all[n + i], want,
+                           want2);
+      }
+      char *dump = nullptr;
+      size_t len = 0;
+      FILE *f = open_memstream(&dump, &len);
+      weftCommTraceDump(comm, f);
+      fclose(f);
+      const bool pending = strstr(dump, "\"scheduled\"") || strstr(dump, "\"started\"");
+      free(dump);
+      if (pending) return rank_fail(ctx, "a call in the trace did not end");
+      weftStreamDestroy(stream);
+      weftCommDestroy(comm);
+      return 0;
+    }, opts);
+    for (int s : status) EXPECT_EQ(s, 0);
   }
 }
 
