@@ -24,7 +24,7 @@ struct weft_param coll_params[] = {
             "rank returns `weftInvalidUsage` without running it, naming the ranks and what "
             "differs (`WEFT_CHECK: AllReduce #12: count differs: ranks 0,2 have 1024, rank 1 "
             "has 1000`). Costs one bootstrap round per collective. Sends and receives are not "
-            "checked; gather, scatter and all-to-all on host memory are, as collectives. With `0` a cheaper check is still always on: the same fields, the "
+            "checked; gather, scatter and all-to-all on host memory are, as collectives, where they run on the calling thread (not queued on a host stream). With `0` a cheaper check is still always on: the same fields, the "
             "sequence number modulo 256, ride packed in 16 bytes with the first message of the call on "
             "every connection a host path uses (the ring's first slot of each link, SIMPLE and "
             "LL; a signature alone on the link a broadcast's or reduce's chain leaves unused; "
