@@ -176,3 +176,11 @@ void compat_log_settings_reset(void) {
   static struct weft_param *const tables[] = {log_params, NULL};
   param_tables_reset(tables);
 }
+
+void compat_coll_mark_refused(weftComm_t comm, int coll, const void *sendbuf, void *recvbuf,
+                              size_t count, weftDataType_t datatype, int root, weftResult_t res) {
+  if (comm != NULL && comm_check(comm) == weftSuccess)
+    (void)group_coll_mark(comm, (enum coll_kind)coll, sendbuf, recvbuf, count, datatype, root,
+                          NULL, res);
+  group_fail(res); /* as compat_coll_refused does, device memory too */
+}

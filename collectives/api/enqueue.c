@@ -181,27 +181,13 @@ static __thread unsigned select_next;
 
 void compat_select_next(unsigned alg_select) { select_next = alg_select; }
 
-/* A collective that ends here, running nothing (refused, or of no
- * elements), still takes its number and its place in the trace, in call
- * order: now, or in a group at its end. */
-static void coll_done_early(struct weftComm *comm, const struct weft_plan *plan,
-                            weftResult_t res) {
-  if (group_depth_get() > 0) {
-    group_record_done(comm, plan, res);
-    return;
-  }
-  signature_skipped(comm, plan);
-  trace_set_state(comm->trace, trace_record(comm->trace, plan, 0),
-                  res == weftSuccess ? TRACE_COMPLETED : TRACE_FAILED, -1, res);
-}
-
 void compat_coll_refused(weftComm_t comm, int coll, size_t count, weftDataType_t datatype,
                          weftRedOp_t op, int root, weftResult_t res) {
   if (comm != NULL && comm_check(comm) == weftSuccess && (unsigned)coll < COLL_NUM) {
     struct weft_plan plan;
     plan_init(&plan, (enum coll_kind)coll, NULL, NULL, count, datatype, op, root);
     comm->seq++; /* as every call of the comm counts */
-    coll_done_early(comm, &plan, res);
+    group_call_done(comm, &plan, res);
   }
   group_fail(res);
 }
@@ -267,7 +253,7 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
        * done, not a broken communicator */
       weft_error_clear();
       comm->seq++; /* as every call of the comm counts */
-      coll_done_early(comm, plan, weftSuccess);
+      group_call_done(comm, plan, weftSuccess);
       return weftSuccess;
     }
   }
@@ -276,7 +262,7 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
      * so that they fail now */
     if (comm != NULL && comm_check(comm) == weftSuccess) {
       /* the call counts, refused, so that the numbers stay the peers' */
-      coll_done_early(comm, plan, res);
+      group_call_done(comm, plan, res);
       if (alone && comm->nranks > 1) comm_fail_alone(comm, res);
       else snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
     }

@@ -18,7 +18,6 @@
 #include "../exec/device/device.h"
 #include "../algo/sendrecv.h"
 #include "../exec/host/launch.h"
-#include "compat.h"
 #include "group.h"
 #include "stream.h"
 #include "../tune/tuner.h"
@@ -95,6 +94,16 @@ void group_record_done(struct weftComm *comm, const struct weft_plan *plan,
   }
 }
 
+void group_call_done(struct weftComm *comm, const struct weft_plan *plan, weftResult_t res) {
+  if (group_depth > 0) {
+    group_record_done(comm, plan, res);
+    return;
+  }
+  signature_skipped(comm, plan);
+  trace_set_state(comm->trace, trace_record(comm->trace, plan, 0),
+                  res == weftSuccess ? TRACE_COMPLETED : TRACE_FAILED, -1, res);
+}
+
 weftResult_t group_coll_mark(struct weftComm *comm, enum coll_kind coll, const void *sendbuf,
                              void *recvbuf, size_t count, weftDataType_t datatype, int root,
                              weftStream_t stream, weftResult_t res) {
@@ -105,8 +114,10 @@ weftResult_t group_coll_mark(struct weftComm *comm, enum coll_kind coll, const v
   plan.proto = (enum coll_proto)-1;
   const int scatter = coll == COLL_SCATTER;
   if (count > 0 && device_plan_on_device(&plan, !scatter, scatter) != 0) return weftSuccess;
-  if (res != weftSuccess) {
-    compat_coll_refused(comm, (int)coll, count, datatype, weftSum, root, res);
+  if (res != weftSuccess) { /* refused: it counts, as every call of the comm */
+    comm->seq++;
+    group_call_done(comm, &plan, res);
+    group_fail(res);
     return weftSuccess;
   }
   if (count == 0) { /* moves nothing: its sends and receives end at once too */
@@ -114,14 +125,6 @@ weftResult_t group_coll_mark(struct weftComm *comm, enum coll_kind coll, const v
     return weftSuccess;
   }
   return group_record(comm, &plan, stream);
-}
-
-void compat_coll_mark_refused(weftComm_t comm, int coll, const void *sendbuf, void *recvbuf,
-                              size_t count, weftDataType_t datatype, int root, weftResult_t res) {
-  if (comm != NULL && comm_check(comm) == weftSuccess)
-    (void)group_coll_mark(comm, (enum coll_kind)coll, sendbuf, recvbuf, count, datatype, root,
-                          NULL, res);
-  group_fail(res); /* as compat_coll_refused does, device memory too */
 }
 
 /* --- communicator creation in a group ------------------------------------- */

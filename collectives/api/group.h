@@ -22,6 +22,11 @@ weftResult_t group_record(struct weftComm *comm, const struct weft_plan *plan,
 void group_record_done(struct weftComm *comm, const struct weft_plan *plan,
                        weftResult_t result);
 
+/* A call that ends where it is called, running nothing (refused, or of no
+ * elements), still takes its number and its place in the trace, in call
+ * order: now, or in a group at its end. */
+void group_call_done(struct weftComm *comm, const struct weft_plan *plan, weftResult_t res);
+
 /* All-to-all, gather and scatter (sendrecv_colls.c) on host memory: the
  * call's mark (coll: COLL_GATHER, COLL_SCATTER or COLL_ALLTOALL) in the open
  * group that then takes its sends and receives. It runs nothing; it takes a

@@ -510,11 +510,19 @@ static weftResult_t watch_fn(void *arg, enum wait_event event, int peer, uint64_
   int peer_failed;
   weftResult_t res =
       ask_and_judge(comm, &c, "stalls", HANG_STALL_ASK_NS, text, sizeof text, &peer_failed);
-  while (res == weftSuccess && !peer_failed && at > 0 && (at = watch_mark(hw, at, &c)) > 0) {
+  /* every mark of the group is asked about before a peer's failure counts: a
+   * peer that found the mismatch in a later one failed the earlier ones too */
+  char failed_text[1024];
+  if (peer_failed) snprintf(failed_text, sizeof failed_text, "%s", text);
+  while (res == weftSuccess && at > 0 && (at = watch_mark(hw, at, &c)) > 0) {
+    int failed_here;
     c.state = TRACE_WAITING;
     c.waiting_on = peer;
-    res = ask_and_judge(comm, &c, "stalls", HANG_STALL_ASK_NS, text, sizeof text, &peer_failed);
+    res = ask_and_judge(comm, &c, "stalls", HANG_STALL_ASK_NS, text, sizeof text, &failed_here);
+    if (failed_here && !peer_failed) snprintf(failed_text, sizeof failed_text, "%s", text);
+    peer_failed |= failed_here;
   }
+  if (res == weftSuccess && peer_failed) snprintf(text, sizeof text, "%s", failed_text);
   /* a peer that refused the call of its own (an argument bad on that rank
    * only: a root out of range, a user op it destroyed) is not coming: wait
    * no longer for it */
@@ -596,7 +604,7 @@ __attribute__((noinline)) static weftResult_t watch_end_slow(struct hang_watch *
     /* a send's or receive's of an all-to-all, gather or scatter: the call's
      * (of a group's several, the first that ranks disagree on, else the first) */
     struct trace_call mark;
-    size_t at = is_p2p(&c) ? watch_mark(hw, 0, &mark) : 0;
+    size_t at = watch_mark(hw, 0, &mark); /* the calls' sends and receives, or a mark itself */
     if (at > 0) c = mark;
     while (at > 0 && (at = watch_mark(hw, at, &mark)) > 0) {
       char probe[1024];
