@@ -50,6 +50,9 @@ struct weft_conn {
   size_t slot_nbytes;
   uint64_t step;       /* the next slot number this end will fill or drain */
   uint64_t head_seen;  /* sender: ctrl->head as last loaded (conn_send_ready) */
+  /* receiver, point-to-point (collectives/algo/p2p_slot.h): the slots whose
+   * last content was a header it took, and the step after that one */
+  uint64_t p2p_clean, p2p_end;
   int peer_rank;
   pid_t peer_pid;      /* watched while waiting, when the peer shares the host */
   const struct weft_transport *transport;

@@ -10,6 +10,7 @@
 #include "../../transport/base/wait.h"
 #include "../reduce/reduce_host.h"
 #include "copy_stream.h"
+#include "p2p_slot.h"
 #include "sendrecv.h"
 #include "sendrecv_cma.h"
 
@@ -165,6 +166,7 @@ struct sendrecv_state {
   int after; /* the op before it on the same peer and direction, or -1 */
   int offer; /* a send the receiver copies (sendrecv_cma.c): 1 to offer, 2 offered */
   int stream; /* a receive whose single copies bypass the caches */
+  unsigned polls; /* a receive's looks at its slot */
   uint64_t offer_step;
   weftResult_t err; /* why progress returned -1 */
 };
@@ -197,24 +199,32 @@ static int send_progress(struct weftComm *comm, struct weft_conn *c, struct send
   int moved = 0;
   while (!st->finished && conn_send_ready(c)) {
     size_t n = st->nbytes - st->done_nbytes;
-    if (n > c->slot_nbytes) n = c->slot_nbytes;
-    char *slot = c->slots + slot_index(c->step, c->nslots) * c->slot_nbytes;
-    memcpy(slot, (const char *)st->op->sendbuf + st->done_nbytes, n);
+    if (n > p2p_slot_capacity(c)) n = p2p_slot_capacity(c);
+    memcpy(p2p_slot(c, c->step) + P2P_SLOT_HDR_NBYTES, (const char *)st->op->sendbuf + st->done_nbytes,
+           n);
     st->done_nbytes += n;
     st->finished = st->done_nbytes == st->nbytes;
-    c->ctrl->slot_used_nbytes[slot_index(c->step, c->nslots)] =
-        (uint32_t)n | (st->finished ? SLOT_LAST : 0);
-    c->step++;
-    __atomic_store_n(&c->ctrl->tail, c->step, __ATOMIC_RELEASE);
+    p2p_slot_publish(c, (uint32_t)(P2P_SLOT_HDR_NBYTES + n) | (st->finished ? SLOT_LAST : 0));
     moved++;
   }
   return moved;
 }
 
+/* A receive's progress: a slot whose header says it has arrived is taken;
+ * one slow look in 256 also asks tail (p2p_slot_arrived). */
 static int recv_progress(struct weftComm *comm, struct weft_conn *c, struct sendrecv_state *st) {
   int moved = 0;
-  while (!st->finished && __atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) > c->step) {
-    uint32_t used = c->ctrl->slot_used_nbytes[slot_index(c->step, c->nslots)];
+  uint32_t used;
+  while (!st->finished) {
+    const int got = p2p_slot_arrived(c, (++st->polls & 255) == 0, &used);
+    if (got == 0) break;
+    if (got < 0) {
+      st->err = weft_error_set(weftInvalidUsage,
+                               "recv from rank %d: its message %llu on this connection is not a "
+                               "send (do the ranks call the same operations in the same order?)",
+                               c->peer_rank, (unsigned long long)c->step);
+      return -1;
+    }
     if (used & SENDRECV_CMA_SLOT_OFFER) { /* the sender offers its buffer */
       int copied = 0;
       st->err = sendrecv_cma_take(comm, c, st->op->recvbuf, st->nbytes, st->done_nbytes, st->stream,
@@ -225,26 +235,28 @@ static int recv_progress(struct weftComm *comm, struct weft_conn *c, struct send
       moved++;
       continue;
     }
-    size_t n = used & ~SLOT_LAST;
-    int last = (used & SLOT_LAST) != 0;
-    if (st->done_nbytes + n > st->nbytes || (last && st->done_nbytes + n != st->nbytes)) {
-      weft_error_set(weftInvalidUsage,
-                     "recv from rank %d: the message does not match the %zu bytes expected "
-                     "(sender and receiver must use the same count and datatype)",
-                     c->peer_rank, st->nbytes);
+    const size_t n = (used & PROXY_USED_NBYTES_MASK) - P2P_SLOT_HDR_NBYTES;
+    const int last = (used & SLOT_LAST) != 0;
+    if ((used & PROXY_USED_NBYTES_MASK) < P2P_SLOT_HDR_NBYTES || n > p2p_slot_capacity(c) ||
+        st->done_nbytes + n > st->nbytes || (last && st->done_nbytes + n != st->nbytes)) {
+      st->err = weft_error_set(weftInvalidUsage,
+                               "recv from rank %d: the message does not match the %zu bytes "
+                               "expected (sender and receiver must use the same count and "
+                               "datatype)",
+                               c->peer_rank, st->nbytes);
       return -1;
     }
     if (!last && st->done_nbytes + n == st->nbytes) {
-      weft_error_set(weftInvalidUsage, "recv from rank %d: the message is longer than the %zu "
-                     "bytes expected", c->peer_rank, st->nbytes);
+      st->err = weft_error_set(weftInvalidUsage,
+                               "recv from rank %d: the message is longer than the %zu bytes "
+                               "expected", c->peer_rank, st->nbytes);
       return -1;
     }
-    char *slot = c->slots + slot_index(c->step, c->nslots) * c->slot_nbytes;
-    memcpy((char *)st->op->recvbuf + st->done_nbytes, slot, n);
+    memcpy((char *)st->op->recvbuf + st->done_nbytes, p2p_slot(c, c->step) + P2P_SLOT_HDR_NBYTES,
+           n);
     st->done_nbytes += n;
     st->finished = last;
-    c->step++;
-    __atomic_store_n(&c->ctrl->head, c->step, __ATOMIC_RELEASE);
+    p2p_slot_taken(c);
     moved++;
   }
   return moved;

@@ -33,6 +33,7 @@
 #include "../../transport/base/status.h"
 #include "../core/mem.h"
 #include "../reduce/reduce_host.h"
+#include "p2p_slot.h"
 
 struct weft_param sendrecv_cma_params[] = {
     {.name = "WEFT_P2P_CMA_MIN_NBYTES", .type = PARAM_INT, .default_str = "64K",
@@ -106,7 +107,7 @@ void sendrecv_cma_counts(const struct weftComm *comm, uint64_t *sent_out, uint64
 #endif
 
 static struct sendrecv_cma_slot *slot_at(const struct weft_conn *c, uint64_t step) {
-  return (struct sendrecv_cma_slot *)(c->slots + slot_index(step, c->nslots) * c->slot_nbytes);
+  return (struct sendrecv_cma_slot *)(p2p_slot(c, step) + P2P_SLOT_HDR_NBYTES);
 }
 
 int sendrecv_cma_wanted(const struct weftComm *comm, const struct weft_conn *c, size_t nbytes,
@@ -114,7 +115,7 @@ int sendrecv_cma_wanted(const struct weftComm *comm, const struct weft_conn *c, 
   int64_t min = param_int(&sendrecv_cma_params[0]);
   if (nbytes == 0 || (int64_t)nbytes < min || c->peer_pid == 0 || c->transport == NULL) return 0;
   if ((c->transport->caps & TRANSPORT_CAP_HOST_MEMORY) == 0) return 0;
-  if (c->slot_nbytes < sizeof(struct sendrecv_cma_slot) || sendrecv_cma_refused(comm)) return 0;
+  if (p2p_slot_capacity(c) < sizeof(struct sendrecv_cma_slot) || sendrecv_cma_refused(comm)) return 0;
   return paired || nbytes > (size_t)c->nslots * c->slot_nbytes;
 }
 
@@ -124,10 +125,8 @@ int sendrecv_cma_offer(struct weft_conn *c, const void *buf, size_t nbytes, uint
   *slot = (struct sendrecv_cma_slot){
       .magic = SENDRECV_CMA_MAGIC, .addr = (uintptr_t)buf, .nbytes = nbytes};
   mem_shared_find(buf, nbytes, &slot->ref);
-  c->ctrl->slot_used_nbytes[slot_index(c->step, c->nslots)] =
-      sizeof *slot | SENDRECV_CMA_SLOT_OFFER;
-  *step_out = c->step++;
-  __atomic_store_n(&c->ctrl->tail, c->step, __ATOMIC_RELEASE);
+  *step_out = c->step;
+  p2p_slot_publish(c, (uint32_t)(P2P_SLOT_HDR_NBYTES + sizeof *slot) | SENDRECV_CMA_SLOT_OFFER);
   return 1;
 }
 
@@ -224,8 +223,7 @@ weftResult_t sendrecv_cma_take(struct weftComm *comm, struct weft_conn *c, void 
                            "copied its message", c->peer_rank);
     slot->answer = res != weftSuccess ? ANSWER_FAILED : refused ? ANSWER_REFUSED : ANSWER_COPIED;
   }
-  c->step++;
-  __atomic_store_n(&c->ctrl->head, c->step, __ATOMIC_RELEASE);
+  p2p_slot_taken(c);
   *copied_out = res == weftSuccess && !refused;
   struct sendrecv_cma_comm *state = *copied_out ? sendrecv_cma_state(comm) : NULL;
   if (state != NULL) state->received++;

@@ -7,9 +7,17 @@
 #include <string>
 #include <vector>
 
+#include <chrono>
+#include <thread>
+
 #include "coll_ref.h"
 #include "harness.h"
 #include "weft_build_config.h"
+
+extern "C" {
+#include "collectives/core/comm.h"
+#include "collectives/exec/host/prims_peer.h"
+}
 
 using namespace weft_test;
 
@@ -144,6 +152,87 @@ TEST(Sendrecv, SizeMismatchIsAnError) {
     }, small_slots());
     EXPECT_EQ(status[0], 0);
     EXPECT_EQ(status[1], 0) << "recv count " << recv_count;
+  }
+}
+
+// Collectives share the point-to-point connections and leave raw data in their
+// slots. A slot whose first word reads as the header of the send that will
+// land there (rank 0 writes one through a collective's own send, peer_send)
+// must not be taken for it: the receive posted before its send waits for the
+// real message (it got the raw slot's bytes at once when a header was
+// believed at sight in any slot).
+TEST(Sendrecv, RawSlotThatReadsAsAHeaderWaitsForTheSend) {
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (int rc = init(ctx, &comm)) return rc;
+    uint64_t v = 0x1111;
+    if (ctx.rank == 0) weftSend(&v, 1, weftUint64, 1, comm, nullptr);
+    else weftRecv(&v, 1, weftUint64, 0, comm, nullptr);
+    const uint32_t nslots = comm->nslots;
+    if (ctx.rank == 0) {
+      struct weft_conn *c = &comm->send_conns[1];
+      // the step nslots on lands in the same slot: its header, last, 8 bytes
+      uint32_t raw[4] = {0x80000000u | 16u, (uint32_t)(c->step + nslots + 1), 0xdeadbeefu,
+                         0xdeadbeefu};
+      if (peer_send(comm, c, raw, sizeof raw) != weftSuccess)
+        return rank_fail(ctx, "peer_send: %s", weftGetLastError(comm));
+    } else {
+      uint32_t raw[4];
+      if (peer_recv(comm, &comm->recv_conns[0], raw, sizeof raw) != weftSuccess)
+        return rank_fail(ctx, "peer_recv: %s", weftGetLastError(comm));
+    }
+    for (uint32_t i = 0; i + 1 < nslots; i++) {
+      uint64_t m = 100 + i;
+      if (ctx.rank == 0) weftSend(&m, 1, weftUint64, 1, comm, nullptr);
+      else if (weftRecv(&m, 1, weftUint64, 0, comm, nullptr) != weftSuccess || m != 100 + i)
+        return rank_fail(ctx, "message %u: %llu", i, (unsigned long long)m);
+    }
+    uint64_t last = 0;
+    if (ctx.rank == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      last = 0x0123456789abcdefull;
+      weftSend(&last, 1, weftUint64, 1, comm, nullptr);
+    } else {
+      weftResult_t res = weftRecv(&last, 1, weftUint64, 0, comm, nullptr);
+      if (res != weftSuccess || last != 0x0123456789abcdefull)
+        return rank_fail(ctx, "the last message: %d, %llx (raw 0xdeadbeefdeadbeef)", res,
+                         (unsigned long long)last);
+    }
+    weftCommDestroy(comm);
+    return 0;
+  });
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
+// A receive that finds a collective's step where it expects a send fails,
+// naming the sender, instead of reading the raw slot as a message.
+TEST(Sendrecv, RawStepWhereASendIsExpectedIsAnError) {
+  for (const char *slot_bytes : {"256", "65536"}) {
+    RunOptions o = small_slots();
+    o.env = {{"WEFT_SLOT_BYTES", slot_bytes}, {"WEFT_TIMEOUT", "30"}};
+    auto status = run_ranks(2, [&](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (int rc = init(ctx, &comm)) return rc;
+      uint64_t v = 7;
+      if (ctx.rank == 0) weftSend(&v, 1, weftUint64, 1, comm, nullptr);
+      else weftRecv(&v, 1, weftUint64, 0, comm, nullptr);
+      if (ctx.rank == 0) {
+        uint64_t raw[2] = {0, 0};
+        if (peer_send(comm, &comm->send_conns[1], raw, sizeof raw) != weftSuccess)
+          return rank_fail(ctx, "peer_send: %s", weftGetLastError(comm));
+      } else {
+        weftResult_t res = weftRecv(&v, 1, weftUint64, 0, comm, nullptr);
+        std::string msg = weftGetLastError(comm);
+        if (res != weftInvalidUsage || msg.find("rank 0") == std::string::npos ||
+            msg.find("not a send") == std::string::npos)
+          return rank_fail(ctx, "got %d: %s", res, msg.c_str());
+      }
+      weftCommAbort(comm);
+      return 0;
+    }, o);
+    EXPECT_EQ(status[0], 0) << slot_bytes;
+    EXPECT_EQ(status[1], 0) << slot_bytes;
   }
 }
 
