@@ -193,36 +193,66 @@ static int send_offer_progress(struct weftComm *comm, struct weft_conn *c,
   return 1;
 }
 
+/* The next piece of a larger message (raw slots) with rem bytes left: as
+ * much as spreads what is left over the free slots, so that the receiver
+ * copies one piece out while the sender copies the next in, yet at least
+ * P2P_PIECE_MIN_NBYTES; a slot at most. A message that fits the free slots
+ * fits them still. */
+#define P2P_PIECE_MIN_NBYTES (16u << 10)
+static size_t raw_piece(const struct weft_conn *c, size_t rem) {
+  const uint64_t free = c->nslots - (c->step - c->head_seen);
+  size_t piece = (rem + free - 1) / free;
+  if (piece < P2P_PIECE_MIN_NBYTES) piece = P2P_PIECE_MIN_NBYTES;
+  piece = (piece + 63) & ~(size_t)63;
+  if (piece > c->slot_nbytes) piece = c->slot_nbytes;
+  return piece < rem ? piece : rem;
+}
+
 /* Moves as many slots as the FIFO allows; returns how many moved, or -1. */
 static int send_progress(struct weftComm *comm, struct weft_conn *c, struct sendrecv_state *st) {
   if (st->offer) return send_offer_progress(comm, c, st);
+  const char *src = st->op->sendbuf;
+  if (p2p_slot_hdr_fits(c, st->nbytes)) {
+    if (st->finished || !conn_send_ready(c)) return 0;
+    memcpy(p2p_slot(c, c->step) + P2P_SLOT_HDR_NBYTES, src, st->nbytes);
+    st->done_nbytes = st->nbytes;
+    st->finished = 1;
+    p2p_slot_publish(c, (uint32_t)(P2P_SLOT_HDR_NBYTES + st->nbytes) | SLOT_LAST);
+    return 1;
+  }
+  /* the free slots as they are now, for the pieces' size */
+  if (st->done_nbytes == 0) c->head_seen = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
   int moved = 0;
   while (!st->finished && conn_send_ready(c)) {
-    size_t n = st->nbytes - st->done_nbytes;
-    if (n > p2p_slot_capacity(c)) n = p2p_slot_capacity(c);
-    memcpy(p2p_slot(c, c->step) + P2P_SLOT_HDR_NBYTES, (const char *)st->op->sendbuf + st->done_nbytes,
-           n);
+    const size_t n = raw_piece(c, st->nbytes - st->done_nbytes);
+    memcpy(p2p_slot(c, c->step), src + st->done_nbytes, n);
     st->done_nbytes += n;
     st->finished = st->done_nbytes == st->nbytes;
-    p2p_slot_publish(c, (uint32_t)(P2P_SLOT_HDR_NBYTES + n) | (st->finished ? SLOT_LAST : 0));
+    c->ctrl->slot_used_nbytes[slot_index(c->step, c->nslots)] =
+        (uint32_t)n | (st->finished ? SLOT_LAST : 0);
+    c->step++;
+    __atomic_store_n(&c->ctrl->tail, c->step, __ATOMIC_RELEASE);
     moved++;
   }
   return moved;
 }
 
-/* A receive's progress: a slot whose header says it has arrived is taken;
- * one slow look in 256 also asks tail (p2p_slot_arrived). */
+/* A receive's progress: a message of P2P_HDR_MAX_NBYTES at most is taken
+ * once its slot's header says it has arrived (one slow look in 256 also
+ * asks tail: p2p_slot_arrived), a larger one slot by slot after tail. */
 static int recv_progress(struct weftComm *comm, struct weft_conn *c, struct sendrecv_state *st) {
   int moved = 0;
+  const int hdr = p2p_slot_hdr_fits(c, st->nbytes);
   uint32_t used;
   while (!st->finished) {
-    const int got = p2p_slot_arrived(c, (++st->polls & 255) == 0, &used);
+    const int got = p2p_slot_arrived(c, hdr, (++st->polls & 255) == 0, &used);
     if (got == 0) break;
     if (got < 0) {
       st->err = weft_error_set(weftInvalidUsage,
-                               "recv from rank %d: its message %llu on this connection is not a "
-                               "send (do the ranks call the same operations in the same order?)",
-                               c->peer_rank, (unsigned long long)c->step);
+                               "recv from rank %d: its message %llu on this connection is not the "
+                               "send of %zu bytes expected (another count or datatype, or not a "
+                               "send: do the ranks call the same operations in the same order?)",
+                               c->peer_rank, (unsigned long long)c->step, st->nbytes);
       return -1;
     }
     if (used & SENDRECV_CMA_SLOT_OFFER) { /* the sender offers its buffer */
@@ -235,10 +265,12 @@ static int recv_progress(struct weftComm *comm, struct weft_conn *c, struct send
       moved++;
       continue;
     }
-    const size_t n = (used & PROXY_USED_NBYTES_MASK) - P2P_SLOT_HDR_NBYTES;
+    const size_t at = used & P2P_USED_HDR ? P2P_SLOT_HDR_NBYTES : 0;
+    const size_t count = used & PROXY_USED_NBYTES_MASK;
+    const size_t n = count - at;
     const int last = (used & SLOT_LAST) != 0;
-    if ((used & PROXY_USED_NBYTES_MASK) < P2P_SLOT_HDR_NBYTES || n > p2p_slot_capacity(c) ||
-        st->done_nbytes + n > st->nbytes || (last && st->done_nbytes + n != st->nbytes)) {
+    if (count < at || count > c->slot_nbytes || st->done_nbytes + n > st->nbytes ||
+        (last && st->done_nbytes + n != st->nbytes)) {
       st->err = weft_error_set(weftInvalidUsage,
                                "recv from rank %d: the message does not match the %zu bytes "
                                "expected (sender and receiver must use the same count and "
@@ -252,11 +284,10 @@ static int recv_progress(struct weftComm *comm, struct weft_conn *c, struct send
                                "expected", c->peer_rank, st->nbytes);
       return -1;
     }
-    memcpy((char *)st->op->recvbuf + st->done_nbytes, p2p_slot(c, c->step) + P2P_SLOT_HDR_NBYTES,
-           n);
+    memcpy((char *)st->op->recvbuf + st->done_nbytes, p2p_slot(c, c->step) + at, n);
     st->done_nbytes += n;
     st->finished = last;
-    p2p_slot_taken(c);
+    p2p_slot_taken(c, used);
     moved++;
   }
   return moved;

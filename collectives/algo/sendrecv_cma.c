@@ -115,7 +115,7 @@ int sendrecv_cma_wanted(const struct weftComm *comm, const struct weft_conn *c, 
   int64_t min = param_int(&sendrecv_cma_params[0]);
   if (nbytes == 0 || (int64_t)nbytes < min || c->peer_pid == 0 || c->transport == NULL) return 0;
   if ((c->transport->caps & TRANSPORT_CAP_HOST_MEMORY) == 0) return 0;
-  if (p2p_slot_capacity(c) < sizeof(struct sendrecv_cma_slot) || sendrecv_cma_refused(comm)) return 0;
+  if (c->slot_nbytes < P2P_SLOT_HDR_NBYTES + sizeof(struct sendrecv_cma_slot) || sendrecv_cma_refused(comm)) return 0;
   return paired || nbytes > (size_t)c->nslots * c->slot_nbytes;
 }
 
@@ -223,7 +223,7 @@ weftResult_t sendrecv_cma_take(struct weftComm *comm, struct weft_conn *c, void 
                            "copied its message", c->peer_rank);
     slot->answer = res != weftSuccess ? ANSWER_FAILED : refused ? ANSWER_REFUSED : ANSWER_COPIED;
   }
-  p2p_slot_taken(c);
+  p2p_slot_taken(c, P2P_USED_HDR);
   *copied_out = res == weftSuccess && !refused;
   struct sendrecv_cma_comm *state = *copied_out ? sendrecv_cma_state(comm) : NULL;
   if (state != NULL) state->received++;

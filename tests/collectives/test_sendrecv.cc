@@ -172,7 +172,7 @@ TEST(Sendrecv, RawSlotThatReadsAsAHeaderWaitsForTheSend) {
     if (ctx.rank == 0) {
       struct weft_conn *c = &comm->send_conns[1];
       // the step nslots on lands in the same slot: its header, last, 8 bytes
-      uint32_t raw[4] = {0x80000000u | 16u, (uint32_t)(c->step + nslots + 1), 0xdeadbeefu,
+      uint32_t raw[4] = {0x80000000u | 0x10000000u | 16u, (uint32_t)(c->step + nslots + 1), 0xdeadbeefu,
                          0xdeadbeefu};
       if (peer_send(comm, c, raw, sizeof raw) != weftSuccess)
         return rank_fail(ctx, "peer_send: %s", weftGetLastError(comm));
@@ -201,6 +201,36 @@ TEST(Sendrecv, RawSlotThatReadsAsAHeaderWaitsForTheSend) {
     weftCommDestroy(comm);
     return 0;
   });
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
+// A blocking send that fits the free slots of the FIFO completes before its
+// receiver calls, whatever its size and format (one slot with a header, raw
+// slots, the whole FIFO): both ranks send first, then receive.
+TEST(Sendrecv, SendThatFitsTheFifoCompletesAlone) {
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (int rc = init(ctx, &comm)) return rc;
+    const int peer = 1 - ctx.rank;
+    uint8_t warm_out = 1, warm_in = 0;  // connections are made with both ends calling
+    weftGroupStart();
+    weftSend(&warm_out, 1, weftUint8, peer, comm, nullptr);
+    weftRecv(&warm_in, 1, weftUint8, peer, comm, nullptr);
+    if (weftGroupEnd() != weftSuccess) return rank_fail(ctx, "%s", weftGetLastError(comm));
+    for (size_t nbytes : {0, 1, 248, 249, 256, 300, 511, 512}) {  // slots of 256 B, 2 of them
+      std::vector<uint8_t> out = message(ctx.rank, peer, (int)nbytes, nbytes);
+      std::vector<uint8_t> in(nbytes + 1, 0xEE), want = message(peer, ctx.rank, (int)nbytes, nbytes);
+      if (weftSend(out.data(), nbytes, weftUint8, peer, comm, nullptr) != weftSuccess)
+        return rank_fail(ctx, "send of %zu: %s", nbytes, weftGetLastError(comm));
+      if (weftRecv(in.data(), nbytes, weftUint8, peer, comm, nullptr) != weftSuccess)
+        return rank_fail(ctx, "recv of %zu: %s", nbytes, weftGetLastError(comm));
+      if (memcmp(in.data(), want.data(), nbytes) != 0 || in[nbytes] != 0xEE)
+        return rank_fail(ctx, "recv of %zu: wrong bytes", nbytes);
+    }
+    weftCommDestroy(comm);
+    return 0;
+  }, small_slots());
   EXPECT_EQ(status[0], 0);
   EXPECT_EQ(status[1], 0);
 }
