@@ -60,16 +60,17 @@ weftResult_t launch_collective(struct weftComm *comm, const struct weft_plan *pl
   return op_end(comm, res);
 }
 
-/* ops[0..nmarks) are the marks of all-to-alls, gathers and scatters
- * (plan_is_mark), which run nothing: watched with the sends and receives
- * after them (their waits are the marks' calls), and done with them. */
+/* A launch's sends and receives, with the marks of its all-to-alls, gathers
+ * and scatters among them in call order (plan_is_mark: they run nothing,
+ * finished from the start in the executor, and are watched with the sends
+ * and receives, whose waits are the marks' calls). */
 static weftResult_t op_run_sendrecv(struct weftComm *comm, const struct weft_plan *const *ops,
-                                    size_t nops, size_t nmarks) {
+                                    size_t nops) {
   uint64_t ids_fixed[16], *ids = nops <= 16 ? ids_fixed : malloc(sizeof *ids * nops);
   size_t nids = 0, nbytes = 0;
   for (size_t i = 0; ids != NULL && i < nops; i++) {
     if (ops[i]->trace_id != 0) ids[nids++] = ops[i]->trace_id;
-    if (i >= nmarks) nbytes += ops[i]->count * weftTypeSize(ops[i]->datatype);
+    if (!plan_is_mark(ops[i])) nbytes += ops[i]->count * weftTypeSize(ops[i]->datatype);
   }
   weftResult_t res = launch_op_begin(comm);
   if (res != weftSuccess) {
@@ -77,7 +78,7 @@ static weftResult_t op_run_sendrecv(struct weftComm *comm, const struct weft_pla
   } else {
     struct hang_watch hw;
     hang_watch_begin(&hw, comm, ids, nids, nbytes, 0);
-    res = nops > nmarks ? sendrecv_run(comm, ops + nmarks, nops - nmarks) : weftSuccess;
+    res = sendrecv_run(comm, ops, nops);
     res = hang_watch_end(&hw, res);
   }
   if (ids != ids_fixed) free(ids);
@@ -94,22 +95,21 @@ struct comm_batch {
   int finished; /* under the pool's mutex, for a batch a worker runs */
 };
 
-/* Collectives run in call order; then all sends and receives together,
- * the marks of the all-to-alls, gathers and scatters among them first
- * (compared in call order where WEFT_CHECK asks). */
+/* Collectives run in call order; then all sends and receives together, with
+ * the marks of the all-to-alls, gathers and scatters among them (compared
+ * in call order where WEFT_CHECK asks). */
 static void batch_run(struct comm_batch *b) {
   /* a launch's few ops list on the stack */
-  const struct weft_plan *few[32];
+  const struct weft_plan *few[16];
   const struct weft_plan **sendrecv =
-      b->nall <= 16 ? few : malloc(sizeof *sendrecv * 2 * (b->nall ? b->nall : 1));
-  const struct weft_plan **marks = sendrecv != NULL ? sendrecv + b->nall : NULL;
-  size_t nsendrecv = 0, nmarks = 0;
+      b->nall <= 16 ? few : malloc(sizeof *sendrecv * (b->nall ? b->nall : 1));
+  size_t nsendrecv = 0;
   b->res = sendrecv ? weftSuccess : weft_error_set(weftSystemError, "out of memory");
   for (size_t i = 0; i < b->nall && b->res == weftSuccess; i++) {
     const struct weft_plan *plan = &b->all[i].plan;
     if (b->all[i].comm != b->comm) continue;
     if (plan_is_mark(plan)) {
-      marks[nmarks++] = plan;
+      sendrecv[nsendrecv++] = plan;
       b->res = signature_agree(b->comm, plan);
       if (b->res != weftSuccess) comm_fail(b->comm, b->res); /* the comm's last error */
     } else if (plan_is_sendrecv(plan)) {
@@ -118,11 +118,8 @@ static void batch_run(struct comm_batch *b) {
       b->res = launch_collective(b->comm, plan, 0);
     }
   }
-  if (b->res == weftSuccess && nsendrecv + nmarks > 0) {
-    /* the marks go before the sends and receives (marks has room) */
-    memmove(sendrecv + nmarks, sendrecv, nsendrecv * sizeof *sendrecv);
-    memcpy(sendrecv, marks, nmarks * sizeof *marks);
-    b->res = op_run_sendrecv(b->comm, sendrecv, nmarks + nsendrecv, nmarks);
+  if (b->res == weftSuccess && nsendrecv > 0) {
+    b->res = op_run_sendrecv(b->comm, sendrecv, nsendrecv);
   } else if (b->res != weftSuccess) {
     /* a collective before them failed: they never run, failed in the trace */
     for (size_t i = 0; i < b->nall; i++) {
