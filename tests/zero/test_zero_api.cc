@@ -1,7 +1,7 @@
 // The ZeRO context's API on real ranks: the memory report against the ZeRO
 // formulas, loss scaling that agrees across ranks, stage 3 prefetch under a
 // byte bound, the stage 1-2 parameter gather overlapping the next forward,
-// and errors for misuse.
+// and errors for misuse (streams and accumulation: test_zero_accum.cc).
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
@@ -13,39 +13,11 @@
 
 #include "harness.h"
 #include "weft_zero.h"
+#include "zero_ranks.h"
 
 using namespace weft_test;
 
 namespace {
-
-int init(const RankCtx &ctx, weftComm_t *comm) {
-  if (weftCommInitRank(comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
-    return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
-  return 0;
-}
-
-// A context with the given layer sizes (one parameter per entry of each
-// layer), initialised from a seeded generator that every rank shares.
-int make_ctx(const RankCtx &ctx, weftComm_t comm, weftZeroConfig_t cfg,
-             const std::vector<std::vector<size_t>> &layers, weftZero_t *out,
-             std::vector<int> *ids = nullptr, std::vector<float> *values = nullptr) {
-  if (weftZeroCreate(out, comm, &cfg) != weftSuccess)
-    return rank_fail(ctx, "create: %s", weftZeroLastError());
-  Rng rng(test_seed() + 99);
-  for (size_t l = 0; l < layers.size(); l++)
-    for (size_t count : layers[l]) {
-      std::vector<float> init(count);
-      for (float &v : init) v = (float)(rng.uniform() - 0.5);
-      int id;
-      if (weftZeroAddParam(*out, (int)l, count, init.data(), &id) != weftSuccess)
-        return rank_fail(ctx, "add: %s", weftZeroLastError());
-      if (ids) ids->push_back(id);
-      if (values) values->insert(values->end(), init.begin(), init.end());
-    }
-  if (weftZeroFinalize(*out) != weftSuccess)
-    return rank_fail(ctx, "finalize: %s", weftZeroLastError());
-  return 0;
-}
 
 // The paper's formulas, written out: Psi parameters, N ranks, 2-byte
 // parameters and gradients, K = 12 bytes of AdamW state.
@@ -547,179 +519,6 @@ TEST(ZeroOverlap, ReductionsRunDuringBackward) {
 
 // A rank that dies between steps: the others get an error from the step
 // within the timeout, at every stage, instead of hanging.
-// Gradients marked ready on a host stream, the step on the NULL stream or
-// on another host stream: the step waits for the reductions queued on the
-// first (it read half-reduced gradients at stage 2, or its statistics'
-// all-reduce passed them on the communicator: "ranks disagree"). SGD, lr 1,
-// no momentum, a gradient of 1 everywhere: every parameter goes from its
-// value to value - 1.
-TEST(ZeroStreams, StepWaitsForReductionsOnAnotherStream) {
-  for (int stage = 0; stage <= 3; stage++) {
-    for (bool step_on_stream : {false, true}) {
-      SCOPED_TRACE("stage " + std::to_string(stage) + (step_on_stream ? ", step on a stream" : ""));
-      auto status = run_ranks(2, [stage, step_on_stream](const RankCtx &ctx) {
-        weftComm_t comm;
-        if (int rc = init(ctx, &comm)) return rc;
-        weftZeroConfig_t cfg;
-        weftZeroConfigDefaults(&cfg);
-        cfg.stage = stage;
-        cfg.optimizer = weftZeroSgdMomentum;
-        cfg.momentum = 0;
-        cfg.lr = 1;
-        const size_t n = 1 << 21;
-        weftZero_t z;
-        std::vector<float> before;
-        if (int rc = make_ctx(ctx, comm, cfg, {{n}, {n}}, &z, nullptr, &before)) return rc;
-        weftStream_t s;
-        if (weftStreamCreate(&s) != weftSuccess) return rank_fail(ctx, "stream");
-        std::vector<float> ones(n, 1.0f);
-        for (int l = 1; l >= 0; l--) {
-          void *g;
-          if (weftZeroGrad(z, l, &g) != weftSuccess ||
-              weftZeroAccumulate(g, cfg.paramType, ones.data(), n) != weftSuccess ||
-              weftZeroGradReady(z, l, s) != weftSuccess)
-            return rank_fail(ctx, "layer %d: %s", l, weftZeroLastError());
-        }
-        weftStream_t step_stream = nullptr;
-        if (step_on_stream && weftStreamCreate(&step_stream) != weftSuccess)
-          return rank_fail(ctx, "stream");
-        weftZeroStepInfo_t info;
-        if (weftZeroStep(z, step_stream, &info) != weftSuccess)
-          return rank_fail(ctx, "step: %s", weftZeroLastError());
-        if (step_stream != nullptr) weftStreamDestroy(step_stream);
-        std::vector<float> after(2 * n);
-        if (weftZeroGetParams(z, after.data(), nullptr) != weftSuccess)
-          return rank_fail(ctx, "get: %s", weftZeroLastError());
-        size_t wrong = 0;
-        for (size_t i = 0; i < after.size(); i++) wrong += after[i] != before[i] - 1.0f;
-        if (wrong != 0 || fabs(info.gradNorm - sqrt(2.0 * n)) > 1e-3 * sqrt(2.0 * n))
-          return rank_fail(ctx, "%zu of %zu parameters wrong, grad norm %g (want %g)", wrong,
-                           after.size(), info.gradNorm, sqrt(2.0 * n));
-        weftStreamSynchronize(s);
-        weftStreamDestroy(s);
-        weftZeroDestroy(z);
-        weftCommDestroy(comm);
-        return 0;
-      });
-      for (int st : status) EXPECT_EQ(st, 0);
-    }
-  }
-}
-
-// Accumulation over 3 micro-steps at stages 2 and 3. With
-// reduceEveryMicroStep each micro-step's gradients are reduce-scattered into
-// the shard as each layer is marked ready, so a rank holds the buckets in
-// flight (about bucketBytes) where the micro-steps before the last
-// otherwise hold every layer's full gradient; the step applies exactly the
-// sum over ranks and micro-steps either way (SGD, lr 1, no momentum, small
-// integer gradients: every sum is exact in bf16 and fp16 too). A layer
-// given no gradient in a micro-step, and one marked ready twice in a
-// micro-step with none asked for between, add nothing. With two streams,
-// micro-steps alternate between them (their reductions were started in
-// different orders on different ranks: "ranks disagree").
-struct AccumCase {
-  int nranks, stage;
-  weftDataType_t param, reduce;
-  int streams = 1;
-};
-
-int accum_rank(const RankCtx &ctx, const AccumCase &c, int every) {
-  weftComm_t comm;
-  if (int rc = init(ctx, &comm)) return rc;
-  const int L = 8, kMicro = 3, kSteps = 2;
-  const size_t count = 1001; // padded on 2 and 3 ranks
-  const size_t padded = (count + ctx.nranks - 1) / ctx.nranks * ctx.nranks;
-  const size_t ps = weftTypeSize(c.param), rs = weftTypeSize(c.reduce);
-  weftZeroConfig_t cfg;
-  weftZeroConfigDefaults(&cfg);
-  cfg.stage = c.stage;
-  cfg.paramType = c.param;
-  cfg.reduceType = c.reduce;
-  cfg.optimizer = weftZeroSgdMomentum;
-  cfg.momentum = 0;
-  cfg.lr = 1;
-  cfg.lossScale = 1; // fp16: the gradients as they are
-  cfg.accumSteps = kMicro;
-  cfg.bucketBytes = 2 * padded * ps;
-  cfg.reduceEveryMicroStep = every;
-  weftZero_t z;
-  std::vector<int> ids;
-  std::vector<float> want;
-  if (int rc = make_ctx(ctx, comm, cfg, std::vector<std::vector<size_t>>(L, {count}), &z, &ids,
-                        &want))
-    return rc;
-  weftStream_t ss[2];
-  for (weftStream_t &x : ss)
-    if (weftStreamCreate(&x) != weftSuccess) return rank_fail(ctx, "stream");
-  const weftStream_t s = ss[0];
-  std::vector<float> grad(count);
-  for (int step = 0; step < kSteps; step++) {
-    std::vector<double> sum(L * count, 0.0);
-    for (int micro = 0; micro < kMicro; micro++) {
-      weftZeroSetSync(z, micro == kMicro - 1);
-      for (int l = L - 1; l >= 0; l--) {
-        if (!(micro == 1 && l == 3)) { // layer 3 has no gradient in micro-step 1
-          void *g;
-          if (weftZeroGrad(z, ids[l], &g) != weftSuccess)
-            return rank_fail(ctx, "grad: %s", weftZeroLastError());
-          for (size_t i = 0; i < count; i++)
-            grad[i] = (float)(ctx.rank + 1 + micro + step + (int)(i % 5) + l);
-          weftZeroAccumulate(g, c.param, grad.data(), count);
-        }
-        for (int r = 0; r < ctx.nranks && !(micro == 1 && l == 3); r++)
-          for (size_t i = 0; i < count; i++) sum[l * count + i] += r + 1 + micro + step + (int)(i % 5) + l;
-        const weftStream_t on = ss[micro % c.streams];
-        if (weftZeroGradReady(z, l, on) != weftSuccess ||
-            (micro == 0 && l == 5 && weftZeroGradReady(z, l, on) != weftSuccess))
-          return rank_fail(ctx, "ready: %s", weftZeroLastError());
-      }
-      if (step == 0 && micro == 1) {
-        weftZeroMemory_t r;
-        weftZeroMemoryReport(z, &r);
-        // every layer's full gradient, or the buckets in flight and their
-        // reduceType copies
-        const size_t all = L * padded * ps;
-        const size_t bound = cfg.bucketBytes + 2 * padded * (ps + (rs != ps ? rs : 0));
-        if (every ? r.bucketsPeak > bound : r.buckets != all)
-          return rank_fail(ctx, "every %d: buckets %zu, peak %zu (all layers %zu, bound %zu)",
-                           every, r.buckets, r.bucketsPeak, all, bound);
-      }
-    }
-    if (weftZeroStep(z, s, nullptr) != weftSuccess)
-      return rank_fail(ctx, "step: %s", weftZeroLastError());
-    const double scale = 1.0 / ((double)ctx.nranks * kMicro);
-    for (size_t i = 0; i < want.size(); i++) want[i] -= (float)(sum[i] * scale);
-  }
-  std::vector<float> got(want.size());
-  if (weftZeroGetParams(z, got.data(), s) != weftSuccess)
-    return rank_fail(ctx, "get: %s", weftZeroLastError());
-  for (size_t i = 0; i < got.size(); i++)
-    if (got[i] != want[i])
-      return rank_fail(ctx, "every %d: parameter %zu (layer %zu) is %.9g, want %.9g", every, i,
-                       i / count, got[i], want[i]);
-  for (weftStream_t x : ss) weftStreamDestroy(x);
-  weftZeroDestroy(z);
-  weftCommDestroy(comm);
-  return 0;
-}
-
-TEST(ZeroAccumulation, ReduceEveryMicroStepHoldsTheShardOnly) {
-  const AccumCase cases[] = {{2, 2, weftFloat32, weftFloat32},
-                             {3, 3, weftBfloat16, weftBfloat16},
-                             {2, 3, weftBfloat16, weftFloat32},
-                             {3, 2, weftFloat16, weftFloat32},
-                             {2, 2, weftFloat32, weftFloat32, 2},
-                             {3, 3, weftBfloat16, weftFloat32, 2}};
-  for (const AccumCase &c : cases)
-    for (int every : {0, 1}) {
-      SCOPED_TRACE(testing::Message() << c.nranks << " ranks, stage " << c.stage << ", types "
-                                      << c.param << "/" << c.reduce << ", every " << every
-                                      << ", " << c.streams << " stream(s)");
-      auto status = run_ranks(c.nranks, [&](const RankCtx &ctx) { return accum_rank(ctx, c, every); });
-      for (int st : status) EXPECT_EQ(st, 0);
-    }
-}
-
 TEST(ZeroErrors, DeadPeerFailsTheStep) {
   for (int stage = 0; stage <= 3; stage++) {
     RunOptions opts;
