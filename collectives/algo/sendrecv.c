@@ -165,6 +165,8 @@ struct sendrecv_state {
   int finished;
   int after; /* the op before it on the same peer and direction, or -1 */
   int offer; /* a send the receiver copies (sendrecv_cma.c): 1 to offer, 2 offered */
+  int withdrawable;        /* the offer is taken back at withdraw_at_ns if not taken */
+  uint64_t withdraw_at_ns; /* clock_ns */
   int stream; /* a receive whose single copies bypass the caches */
   unsigned polls; /* a receive's looks at its slot */
   uint64_t offer_step;
@@ -172,17 +174,31 @@ struct sendrecv_state {
 };
 
 /* Offers st's message, then waits for the answer: how many slots moved, or
- * -1. A refused offer leaves the message to the FIFO. */
+ * -1. A refused offer, one taken back before the receiver came, and a
+ * withdrawable one the FIFO has no room to take back leave the message to
+ * the FIFO (st->offer 0). */
 static int send_offer_progress(struct weftComm *comm, struct weft_conn *c,
                                struct sendrecv_state *st) {
   if (st->offer == 1) {
-    if (!sendrecv_cma_offer(c, st->op->sendbuf, st->nbytes, &st->offer_step)) return 0;
+    const int offered =
+        sendrecv_cma_offer(c, st->op->sendbuf, st->nbytes, st->withdrawable, &st->offer_step);
+    if (offered <= 0) {
+      if (offered < 0) st->offer = 0;
+      return 0;
+    }
     st->offer = 2;
+    if (st->withdrawable) st->withdraw_at_ns = clock_ns() + sendrecv_cma_withdraw_ns(st->nbytes);
     return 1;
   }
   int copied = 0;
   weftResult_t res = sendrecv_cma_answer(comm, c, st->offer_step, st->nbytes, &copied);
-  if (res == weftInProgress) return 0;
+  if (res == weftInProgress) {
+    if (!st->withdrawable || clock_ns() < st->withdraw_at_ns) return 0;
+    st->withdrawable = 0; /* once: taken back, or the receiver has it */
+    if (!sendrecv_cma_withdraw(c, st->offer_step)) return 0;
+    st->offer = 0;
+    return 1;
+  }
   if (res != weftSuccess) {
     st->err = res;
     return -1;
@@ -210,7 +226,10 @@ static size_t raw_piece(const struct weft_conn *c, size_t rem) {
 
 /* Moves as many slots as the FIFO allows; returns how many moved, or -1. */
 static int send_progress(struct weftComm *comm, struct weft_conn *c, struct sendrecv_state *st) {
-  if (st->offer) return send_offer_progress(comm, c, st);
+  if (st->offer) {
+    const int moved = send_offer_progress(comm, c, st);
+    if (moved != 0 || st->offer) return moved; /* else through the FIFO */
+  }
   const char *src = st->op->sendbuf;
   if (p2p_slot_hdr_fits(c, st->nbytes)) {
     if (st->finished || !conn_send_ready(c)) return 0;
@@ -336,6 +355,11 @@ static weftResult_t offers_settle(struct weftComm *comm, struct sendrecv_state *
   return res;
 }
 
+static void offer_set(struct sendrecv_state *st, int wanted) {
+  st->offer = wanted != 0;
+  st->withdrawable = wanted == SENDRECV_CMA_OFFER_WITHDRAWABLE;
+}
+
 /* Marks the sends that the receiver copies from the sender's buffer
  * (sendrecv_cma_wanted): a send is paired when the group also receives from its
  * peer. */
@@ -348,7 +372,8 @@ static weftResult_t sendrecv_offers_mark(struct weftComm *comm, struct sendrecv_
       int receives = 0;
       for (size_t j = 0; j < nops && !receives; j++)
         receives = st[j].op->coll == COLL_RECV && st[j].op->root == peer;
-      st[i].offer = sendrecv_cma_wanted(comm, &comm->send_conns[peer], st[i].nbytes, receives);
+      offer_set(&st[i], sendrecv_cma_wanted(comm, &comm->send_conns[peer], st[i].nbytes,
+                                            receives));
     }
     return weftSuccess;
   }
@@ -359,8 +384,8 @@ static weftResult_t sendrecv_offers_mark(struct weftComm *comm, struct sendrecv_
   for (size_t i = 0; i < nops; i++) {
     int peer = st[i].op->root;
     if (plan_is_send(st[i].op) && !st[i].finished)
-      st[i].offer =
-          sendrecv_cma_wanted(comm, &comm->send_conns[peer], st[i].nbytes, recv_from[peer]);
+      offer_set(&st[i], sendrecv_cma_wanted(comm, &comm->send_conns[peer], st[i].nbytes,
+                                            recv_from[peer]));
   }
   free(recv_from);
   return weftSuccess;

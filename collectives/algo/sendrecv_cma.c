@@ -45,7 +45,16 @@ struct weft_param sendrecv_cma_params[] = {
             "receiver anyway take it: larger than the FIFO (`WEFT_NSLOTS` x `WEFT_SLOT_BYTES`), "
             "or in a group that also receives from that peer, as every all-to-all does. Where "
             "the kernel does not let the receiver read the sender, the message goes through "
-            "the FIFO and the communicator stops offering. Larger than any size turns it off"},
+            "the FIFO and the communicator stops offering. Larger than any size turns it off. "
+            "A send that completes on its own otherwise (it fits the FIFO's free slots and its "
+            "group does not receive from that peer) is offered too, and taken back when its "
+            "receiver has not come within `WEFT_P2P_CMA_WITHDRAW_NS`; it then goes through "
+            "the FIFO"},
+    {.name = "WEFT_P2P_CMA_WITHDRAW_NS", .type = PARAM_INT, .default_str = "-1", .min = -1,
+     .doc = "how long (ns) an offered send that would complete on its own waits for its "
+            "receiver to take the offer before taking it back and copying through the FIFO "
+            "(`WEFT_P2P_CMA_MIN_NBYTES`): -1 about the time the FIFO's two copies take (2 us "
+            "plus one ns per 8 bytes), 0 no such offers (those sends go through the FIFO)"},
     PARAM_END,
 };
 
@@ -56,7 +65,9 @@ enum sendrecv_cma_answer {
   ANSWER_COPIED,
   ANSWER_REFUSED,
   ANSWER_MISMATCH,
-  ANSWER_FAILED
+  ANSWER_FAILED,
+  ANSWER_TAKING,   /* the receiver has it: the final answer follows */
+  ANSWER_WITHDRAWN /* the sender took it back before the receiver came */
 };
 
 /* The offer, in a slot: written by the sender, answered by the receiver. */
@@ -115,19 +126,39 @@ int sendrecv_cma_wanted(const struct weftComm *comm, const struct weft_conn *c, 
   int64_t min = param_int(&sendrecv_cma_params[0]);
   if (nbytes == 0 || (int64_t)nbytes < min || c->peer_pid == 0 || c->transport == NULL) return 0;
   if ((c->transport->caps & TRANSPORT_CAP_HOST_MEMORY) == 0) return 0;
-  if (c->slot_nbytes < P2P_SLOT_HDR_NBYTES + sizeof(struct sendrecv_cma_slot) || sendrecv_cma_refused(comm)) return 0;
-  return paired || nbytes > (size_t)c->nslots * c->slot_nbytes;
+  if (c->slot_nbytes < P2P_SLOT_HDR_NBYTES + sizeof(struct sendrecv_cma_slot) ||
+      sendrecv_cma_refused(comm))
+    return 0;
+  if (paired || nbytes > (size_t)c->nslots * c->slot_nbytes) return SENDRECV_CMA_OFFER;
+  return param_int(&sendrecv_cma_params[1]) != 0 ? SENDRECV_CMA_OFFER_WITHDRAWABLE : 0;
 }
 
-int sendrecv_cma_offer(struct weft_conn *c, const void *buf, size_t nbytes, uint64_t *step_out) {
-  if (c->step - __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE) >= c->nslots) return 0;
+uint64_t sendrecv_cma_withdraw_ns(size_t nbytes) {
+  const int64_t ns = param_int(&sendrecv_cma_params[1]);
+  return ns >= 0 ? (uint64_t)ns : 2000 + nbytes / 8;
+}
+
+int sendrecv_cma_offer(struct weft_conn *c, const void *buf, size_t nbytes, int withdrawable,
+                       uint64_t *step_out) {
+  c->head_seen = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
+  const uint64_t free = c->nslots - (c->step - c->head_seen);
+  if (free == 0) return 0;
+  /* taken back, the message must fit the slots left after the offer's */
+  if (withdrawable && (free - 1) * c->slot_nbytes < nbytes) return -1;
   struct sendrecv_cma_slot *slot = slot_at(c, c->step);
   *slot = (struct sendrecv_cma_slot){
-      .magic = SENDRECV_CMA_MAGIC, .addr = (uintptr_t)buf, .nbytes = nbytes};
+      .magic = SENDRECV_CMA_MAGIC, .addr = (uintptr_t)buf, .nbytes = nbytes,
+      .answer = ANSWER_NONE};
   mem_shared_find(buf, nbytes, &slot->ref);
   *step_out = c->step;
   p2p_slot_publish(c, (uint32_t)(P2P_SLOT_HDR_NBYTES + sizeof *slot) | SENDRECV_CMA_SLOT_OFFER);
   return 1;
+}
+
+int sendrecv_cma_withdraw(struct weft_conn *c, uint64_t step) {
+  uint64_t none = ANSWER_NONE;
+  return __atomic_compare_exchange_n(&slot_at(c, step)->answer, &none, ANSWER_WITHDRAWN, 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 
 weftResult_t sendrecv_cma_answer(struct weftComm *comm, struct weft_conn *c, uint64_t step,
@@ -203,6 +234,15 @@ weftResult_t sendrecv_cma_take(struct weftComm *comm, struct weft_conn *c, void 
   struct sendrecv_cma_slot *slot = slot_at(c, c->step);
   weftResult_t res = weftSuccess;
   int refused = 0;
+  uint64_t none = ANSWER_NONE;
+  if (!__atomic_compare_exchange_n(&slot->answer, &none, ANSWER_TAKING, 0, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_ACQUIRE)) {
+    /* taken back (or malformed): the message follows through the FIFO */
+    p2p_slot_taken(c, P2P_USED_HDR);
+    *copied_out = 0;
+    if (none == ANSWER_WITHDRAWN) return weftSuccess;
+    return weft_error_set(weftInternalError, "recv from rank %d: a malformed offer", c->peer_rank);
+  }
   if (slot->magic != SENDRECV_CMA_MAGIC) {
     slot->answer = ANSWER_FAILED;
     res = weft_error_set(weftInternalError, "recv from rank %d: a malformed offer", c->peer_rank);

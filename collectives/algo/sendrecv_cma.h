@@ -17,18 +17,34 @@ extern struct weft_param sendrecv_cma_params[];
 /* In a slot's slot_used_nbytes: the slot holds an offer, not data. */
 #define SENDRECV_CMA_SLOT_OFFER 0x40000000u
 
-/* Whether a send of nbytes over c should be offered for the receiver to
- * copy: c reaches a peer on this host through memory both load and store,
- * the size is from WEFT_P2P_CMA_MIN_NBYTES, no earlier offer of comm was
- * refused, and the send waits for its receiver anyway: it does not fit the
- * FIFO, or paired is set (its group also receives from that peer, as an
- * all-to-all does), so no order of calls that works without it can hang. */
+/* Whether a send of nbytes over c is offered for the receiver to copy: c
+ * reaches a peer on this host through memory both load and store, the size
+ * is from WEFT_P2P_CMA_MIN_NBYTES and no earlier offer of comm was refused.
+ * SENDRECV_CMA_OFFER where the send waits for its receiver anyway: it does
+ * not fit the FIFO, or paired is set (its group also receives from that
+ * peer, as an all-to-all does), so no order of calls that works without it
+ * can hang; SENDRECV_CMA_OFFER_WITHDRAWABLE otherwise (unless
+ * WEFT_P2P_CMA_WITHDRAW_NS is 0): the offer is taken back when the receiver has
+ * not come within sendrecv_cma_withdraw_ns, and the message then goes through
+ * the FIFO, so that the send still completes without its receiver; 0: no
+ * offer. */
+enum { SENDRECV_CMA_OFFER = 1, SENDRECV_CMA_OFFER_WITHDRAWABLE = 3 };
 int sendrecv_cma_wanted(const struct weftComm *comm, const struct weft_conn *c, size_t nbytes,
                         int paired);
 
+/* How long a withdrawable offer of nbytes waits for its receiver
+ * (WEFT_P2P_CMA_WITHDRAW_NS). */
+uint64_t sendrecv_cma_withdraw_ns(size_t nbytes);
+
 /* Puts an offer of buf (nbytes) in c's next slot if one is free: 1 when it
- * did (*step_out: the slot's step), 0 when the FIFO is full. */
-int sendrecv_cma_offer(struct weft_conn *c, const void *buf, size_t nbytes, uint64_t *step_out);
+ * did (*step_out: the slot's step), 0 when the FIFO is full, -1 when a
+ * withdrawable offer would leave too few slots for the message. */
+int sendrecv_cma_offer(struct weft_conn *c, const void *buf, size_t nbytes, int withdrawable,
+                       uint64_t *step_out);
+
+/* Takes back the offer at step before its receiver has: 1 when it did (the
+ * receiver will skip it), 0 when the receiver has it (its answer follows). */
+int sendrecv_cma_withdraw(struct weft_conn *c, uint64_t step);
 
 /* How the receiver answered the offer at step (sendrecv_cma_offer's), nbytes
  * long: weftInProgress while it has not; weftSuccess with *copied_out 1 when
