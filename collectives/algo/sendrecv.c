@@ -216,7 +216,7 @@ static int send_offer_progress(struct weftComm *comm, struct weft_conn *c,
  * fits them still. */
 #define P2P_PIECE_MIN_NBYTES (16u << 10)
 static size_t raw_piece(const struct weft_conn *c, size_t rem) {
-  const uint64_t free = c->nslots - (c->step - c->head_seen);
+  const uint64_t used = c->step - c->head_seen, free = used < c->nslots ? c->nslots - used : 1;
   size_t piece = (rem + free - 1) / free;
   if (piece < P2P_PIECE_MIN_NBYTES) piece = P2P_PIECE_MIN_NBYTES;
   piece = (piece + 63) & ~(size_t)63;
@@ -239,8 +239,11 @@ static int send_progress(struct weftComm *comm, struct weft_conn *c, struct send
     p2p_slot_publish(c, (uint32_t)(P2P_SLOT_HDR_NBYTES + st->nbytes) | SLOT_LAST);
     return 1;
   }
-  /* the free slots as they are now, for the pieces' size */
-  if (st->done_nbytes == 0) c->head_seen = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
+  /* the free slots as they are now, where they may make the pieces smaller
+   * (the receiver writes head on every slot: a load here costs a transfer
+   * of that line, and its next store another) */
+  if (st->done_nbytes == 0 && raw_piece(c, st->nbytes) > P2P_PIECE_MIN_NBYTES)
+    c->head_seen = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
   int moved = 0;
   while (!st->finished && conn_send_ready(c)) {
     const size_t n = raw_piece(c, st->nbytes - st->done_nbytes);
