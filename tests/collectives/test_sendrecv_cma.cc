@@ -3,7 +3,8 @@
 // ones, every datatype, 2 to 5 ranks, over shared memory (receivers copy from
 // the senders' buffers: counted) and over sockets (through the FIFOs: never
 // copied); sizes that differ between sender and receiver fail on both ranks
-// with nothing written; a sender that may not be read falls back to the FIFO.
+// with nothing written; a sender that may not be read falls back to the FIFO;
+// lone sends offered while their receiver comes, taken back otherwise.
 #include <gtest/gtest.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -312,8 +313,13 @@ TEST(SendrecvCmaFallback, UnreadableSenderUsesTheFifo) {
   for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
 
-// Connections are made with both ends calling: a group exchange of a byte.
-int warm(const RankCtx &ctx, weftComm_t comm, int peer) {
+// Two ranks' communicator, connected (connections are made with both ends
+// calling: a group exchange of a byte).
+int init_pair(const RankCtx &ctx, weftComm_t *comm_out) {
+  if (weftCommInitRank(comm_out, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+    return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+  weftComm_t comm = *comm_out;
+  const int peer = 1 - ctx.rank;
   uint8_t out = 1, in = 0;
   weftGroupStart();
   weftSend(&out, 1, weftUint8, peer, comm, nullptr);
@@ -331,9 +337,7 @@ TEST(SendrecvCmaLone, WaitingReceiverCopiesSingleCopy) {
   opts.env.push_back({"WEFT_P2P_CMA_WITHDRAW_NS", "10000000000"});
   auto status = run_ranks(2, [&](const RankCtx &ctx) {
     weftComm_t comm;
-    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
-      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
-    TRY_RC(warm(ctx, comm, 1 - ctx.rank));
+    TRY_RC(init_pair(ctx, &comm));
     const Counts before = counts(comm);
     const int kRounds = 20;
     for (int i = 0; i < kRounds; i++) {
@@ -375,10 +379,8 @@ TEST(SendrecvCmaLone, SendCompletesBeforeItsReceiver) {
   const uint64_t seed = test_seed();
   auto status = run_ranks(2, [&](const RankCtx &ctx) {
     weftComm_t comm;
-    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
-      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    TRY_RC(init_pair(ctx, &comm));
     const int peer = 1 - ctx.rank;
-    TRY_RC(warm(ctx, comm, peer));
     const size_t late_nbytes = 10000;
     const std::vector<uint8_t> want = make_input(weftUint8, weftSum, late_nbytes, seed, 0);
     if (ctx.rank == 0) {
@@ -423,10 +425,8 @@ TEST(SendrecvCmaLone, WithdrawRacesTheReceiver) {
     opts.env.push_back({"WEFT_P2P_CMA_WITHDRAW_NS", ns});
     auto status = run_ranks(2, [&](const RankCtx &ctx) {
       weftComm_t comm;
-      if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
-        return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+      TRY_RC(init_pair(ctx, &comm));
       const int peer = 1 - ctx.rank;
-      TRY_RC(warm(ctx, comm, peer));
       for (int i = 0; i < 300; i++) {
         const size_t nbytes = kMinNbytes + (size_t)(i * 37) % 8000;
         const int from = i % 2;  // a ping-pong: each rank sends every other round
