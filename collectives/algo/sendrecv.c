@@ -174,18 +174,13 @@ struct sendrecv_state {
 };
 
 /* Offers st's message, then waits for the answer: how many slots moved, or
- * -1. A refused offer, one taken back before the receiver came, and a
- * withdrawable one the FIFO has no room to take back leave the message to
- * the FIFO (st->offer 0). */
+ * -1. A refused offer, and one taken back before the receiver came (its
+ * start copied into the offer's slot), leave the message to the FIFO
+ * (st->offer 0). */
 static int send_offer_progress(struct weftComm *comm, struct weft_conn *c,
                                struct sendrecv_state *st) {
   if (st->offer == 1) {
-    const int offered =
-        sendrecv_cma_offer(c, st->op->sendbuf, st->nbytes, st->withdrawable, &st->offer_step);
-    if (offered <= 0) {
-      if (offered < 0) st->offer = 0;
-      return 0;
-    }
+    if (!sendrecv_cma_offer(c, st->op->sendbuf, st->nbytes, &st->offer_step)) return 0;
     st->offer = 2;
     if (st->withdrawable) st->withdraw_at_ns = clock_ns() + sendrecv_cma_withdraw_ns(st->nbytes);
     return 1;
@@ -195,8 +190,13 @@ static int send_offer_progress(struct weftComm *comm, struct weft_conn *c,
   if (res == weftInProgress) {
     if (!st->withdrawable || clock_ns() < st->withdraw_at_ns) return 0;
     st->withdrawable = 0; /* once: taken back, or the receiver has it */
-    if (!sendrecv_cma_withdraw(c, st->offer_step)) return 0;
+    int withdrawn = 0;
+    const size_t n = sendrecv_cma_withdraw(c, st->offer_step, st->op->sendbuf, st->nbytes,
+                                           &withdrawn);
+    if (!withdrawn) return 0;
     st->offer = 0;
+    st->done_nbytes = n;
+    st->finished = n == st->nbytes;
     return 1;
   }
   if (res != weftSuccess) {
@@ -209,29 +209,16 @@ static int send_offer_progress(struct weftComm *comm, struct weft_conn *c,
   return 1;
 }
 
-/* The next piece of a larger message (raw slots) with rem bytes left: as
- * much as spreads what is left over the free slots, so that the receiver
- * copies one piece out while the sender copies the next in, yet at least
- * P2P_PIECE_MIN_NBYTES; a slot at most. A message that fits the free slots
- * fits them still. */
-#define P2P_PIECE_MIN_NBYTES (16u << 10)
-static size_t raw_piece(const struct weft_conn *c, size_t rem) {
-  const uint64_t used = c->step - c->head_seen, free = used < c->nslots ? c->nslots - used : 1;
-  size_t piece = (rem + free - 1) / free;
-  if (piece < P2P_PIECE_MIN_NBYTES) piece = P2P_PIECE_MIN_NBYTES;
-  piece = (piece + 63) & ~(size_t)63;
-  if (piece > c->slot_nbytes) piece = c->slot_nbytes;
-  return piece < rem ? piece : rem;
-}
-
-/* Moves as many slots as the FIFO allows; returns how many moved, or -1. */
+/* Moves as many slots as the FIFO allows; returns how many moved, or -1. A
+ * message of P2P_HDR_MAX_NBYTES at most takes one slot with a header; a larger
+ * one, or the rest of one whose offer was taken back, whole slots of raw data. */
 static int send_progress(struct weftComm *comm, struct weft_conn *c, struct sendrecv_state *st) {
   if (st->offer) {
     const int moved = send_offer_progress(comm, c, st);
-    if (moved != 0 || st->offer) return moved; /* else through the FIFO */
+    if (moved != 0 || st->offer) return moved;
   }
   const char *src = st->op->sendbuf;
-  if (p2p_slot_hdr_fits(c, st->nbytes)) {
+  if (st->done_nbytes == 0 && p2p_slot_hdr_fits(c, st->nbytes)) {
     if (st->finished || !conn_send_ready(c)) return 0;
     memcpy(p2p_slot(c, c->step) + P2P_SLOT_HDR_NBYTES, src, st->nbytes);
     st->done_nbytes = st->nbytes;
@@ -239,14 +226,10 @@ static int send_progress(struct weftComm *comm, struct weft_conn *c, struct send
     p2p_slot_publish(c, (uint32_t)(P2P_SLOT_HDR_NBYTES + st->nbytes) | SLOT_LAST);
     return 1;
   }
-  /* the free slots as they are now, where they may make the pieces smaller
-   * (the receiver writes head on every slot: a load here costs a transfer
-   * of that line, and its next store another) */
-  if (st->done_nbytes == 0 && raw_piece(c, st->nbytes) > P2P_PIECE_MIN_NBYTES)
-    c->head_seen = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
   int moved = 0;
   while (!st->finished && conn_send_ready(c)) {
-    const size_t n = raw_piece(c, st->nbytes - st->done_nbytes);
+    size_t n = st->nbytes - st->done_nbytes;
+    if (n > c->slot_nbytes) n = c->slot_nbytes;
     memcpy(p2p_slot(c, c->step), src + st->done_nbytes, n);
     st->done_nbytes += n;
     st->finished = st->done_nbytes == st->nbytes;
@@ -264,9 +247,9 @@ static int send_progress(struct weftComm *comm, struct weft_conn *c, struct send
  * asks tail: p2p_slot_arrived), a larger one slot by slot after tail. */
 static int recv_progress(struct weftComm *comm, struct weft_conn *c, struct sendrecv_state *st) {
   int moved = 0;
-  const int hdr = p2p_slot_hdr_fits(c, st->nbytes);
   uint32_t used;
   while (!st->finished) {
+    const int hdr = st->done_nbytes == 0 && p2p_slot_hdr_fits(c, st->nbytes);
     const int got = p2p_slot_arrived(c, hdr, (++st->polls & 255) == 0, &used);
     if (got == 0) break;
     if (got < 0) {
@@ -278,12 +261,13 @@ static int recv_progress(struct weftComm *comm, struct weft_conn *c, struct send
       return -1;
     }
     if (used & SENDRECV_CMA_SLOT_OFFER) { /* the sender offers its buffer */
-      int copied = 0;
+      size_t taken = 0;
       st->err = sendrecv_cma_take(comm, c, st->op->recvbuf, st->nbytes, st->done_nbytes, st->stream,
-                                  &copied);
+                                  &taken);
+      if (st->err == weftInProgress) break;
       if (st->err != weftSuccess) return -1;
-      st->finished = copied;
-      if (copied) st->done_nbytes = st->nbytes;
+      st->done_nbytes += taken;
+      st->finished = st->done_nbytes == st->nbytes;
       moved++;
       continue;
     }

@@ -66,8 +66,9 @@ enum sendrecv_cma_answer {
   ANSWER_REFUSED,
   ANSWER_MISMATCH,
   ANSWER_FAILED,
-  ANSWER_TAKING,   /* the receiver has it: the final answer follows */
-  ANSWER_WITHDRAWN /* the sender took it back before the receiver came */
+  ANSWER_TAKING,      /* the receiver has it: the final answer follows */
+  ANSWER_WITHDRAWING, /* the sender took it back and copies the message's start in */
+  ANSWER_WITHDRAWN    /* ... and has: the rest follows in the FIFO's next slots */
 };
 
 /* The offer, in a slot: written by the sender, answered by the receiver. */
@@ -121,16 +122,32 @@ static struct sendrecv_cma_slot *slot_at(const struct weft_conn *c, uint64_t ste
   return (struct sendrecv_cma_slot *)(p2p_slot(c, step) + P2P_SLOT_HDR_NBYTES);
 }
 
+/* Where a withdrawn offer's slot holds the start of its message: after the
+ * offer, on a cache line of its own. */
+#define WITHDRAWN_AT ((P2P_SLOT_HDR_NBYTES + sizeof(struct sendrecv_cma_slot) + 63) & ~(size_t)63)
+
+/* The slots a message of nbytes takes through the FIFO, and after a
+ * withdrawn offer (its start in the offer's slot). */
+static size_t fifo_slots(const struct weft_conn *c, size_t nbytes) {
+  return (nbytes + c->slot_nbytes - 1) / c->slot_nbytes;
+}
+static size_t withdrawn_slots(const struct weft_conn *c, size_t nbytes) {
+  const size_t in_offer = c->slot_nbytes - WITHDRAWN_AT;
+  return 1 + (nbytes > in_offer ? fifo_slots(c, nbytes - in_offer) : 0);
+}
+
 int sendrecv_cma_wanted(const struct weftComm *comm, const struct weft_conn *c, size_t nbytes,
                         int paired) {
   int64_t min = param_int(&sendrecv_cma_params[0]);
   if (nbytes == 0 || (int64_t)nbytes < min || c->peer_pid == 0 || c->transport == NULL) return 0;
   if ((c->transport->caps & TRANSPORT_CAP_HOST_MEMORY) == 0) return 0;
-  if (c->slot_nbytes < P2P_SLOT_HDR_NBYTES + sizeof(struct sendrecv_cma_slot) ||
-      sendrecv_cma_refused(comm))
-    return 0;
+  if (c->slot_nbytes < WITHDRAWN_AT + 64 || sendrecv_cma_refused(comm)) return 0;
   if (paired || nbytes > (size_t)c->nslots * c->slot_nbytes) return SENDRECV_CMA_OFFER;
-  return param_int(&sendrecv_cma_params[1]) != 0 ? SENDRECV_CMA_OFFER_WITHDRAWABLE : 0;
+  /* taken back, the message takes no more slots than through the FIFO: the
+   * sends after it find the room they found before */
+  if (param_int(&sendrecv_cma_params[1]) == 0 || withdrawn_slots(c, nbytes) > fifo_slots(c, nbytes))
+    return 0;
+  return SENDRECV_CMA_OFFER_WITHDRAWABLE;
 }
 
 uint64_t sendrecv_cma_withdraw_ns(size_t nbytes) {
@@ -138,13 +155,8 @@ uint64_t sendrecv_cma_withdraw_ns(size_t nbytes) {
   return ns >= 0 ? (uint64_t)ns : 2000 + nbytes / 8;
 }
 
-int sendrecv_cma_offer(struct weft_conn *c, const void *buf, size_t nbytes, int withdrawable,
-                       uint64_t *step_out) {
-  c->head_seen = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
-  const uint64_t free = c->nslots - (c->step - c->head_seen);
-  if (free == 0) return 0;
-  /* taken back, the message must fit the slots left after the offer's */
-  if (withdrawable && (free - 1) * c->slot_nbytes < nbytes) return -1;
+int sendrecv_cma_offer(struct weft_conn *c, const void *buf, size_t nbytes, uint64_t *step_out) {
+  if (!conn_send_ready(c)) return 0;
   struct sendrecv_cma_slot *slot = slot_at(c, c->step);
   *slot = (struct sendrecv_cma_slot){
       .magic = SENDRECV_CMA_MAGIC, .addr = (uintptr_t)buf, .nbytes = nbytes,
@@ -155,10 +167,18 @@ int sendrecv_cma_offer(struct weft_conn *c, const void *buf, size_t nbytes, int 
   return 1;
 }
 
-int sendrecv_cma_withdraw(struct weft_conn *c, uint64_t step) {
+size_t sendrecv_cma_withdraw(struct weft_conn *c, uint64_t step, const void *buf, size_t nbytes,
+                             int *withdrawn_out) {
+  struct sendrecv_cma_slot *slot = slot_at(c, step);
   uint64_t none = ANSWER_NONE;
-  return __atomic_compare_exchange_n(&slot_at(c, step)->answer, &none, ANSWER_WITHDRAWN, 0,
-                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  *withdrawn_out = __atomic_compare_exchange_n(&slot->answer, &none, ANSWER_WITHDRAWING, 0,
+                                               __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  if (!*withdrawn_out) return 0;
+  size_t n = c->slot_nbytes - WITHDRAWN_AT;
+  if (n > nbytes) n = nbytes;
+  memcpy(p2p_slot(c, step) + WITHDRAWN_AT, buf, n);
+  __atomic_store_n(&slot->answer, ANSWER_WITHDRAWN, __ATOMIC_RELEASE);
+  return n;
 }
 
 weftResult_t sendrecv_cma_answer(struct weftComm *comm, struct weft_conn *c, uint64_t step,
@@ -229,26 +249,54 @@ static weftResult_t sendrecv_cma_copy(struct weftComm *comm, const struct weft_c
   return sendrecv_cma_read(c, dst, slot->addr, slot->nbytes, refused);
 }
 
+/* The receiver's answer, final: the sender may be looking (a withdrawal's
+ * compare-and-swap that fails). */
+static void answer_set(struct sendrecv_cma_slot *slot, uint64_t answer) {
+  __atomic_store_n(&slot->answer, answer, __ATOMIC_RELEASE);
+}
+
+/* A withdrawn offer: the start of the message, in its slot, goes to dst. */
+static weftResult_t take_withdrawn(struct weft_conn *c, const struct sendrecv_cma_slot *slot,
+                                   void *dst, size_t nbytes, size_t done_nbytes,
+                                   size_t *taken_out) {
+  if (slot->magic != SENDRECV_CMA_MAGIC)
+    return weft_error_set(weftInternalError, "recv from rank %d: a malformed offer", c->peer_rank);
+  if (slot->nbytes != nbytes || done_nbytes != 0)
+    return weft_error_set(weftInvalidUsage,
+                          "recv from rank %d: the message of %llu bytes does not match the %zu "
+                          "bytes expected (sender and receiver must use the same count and "
+                          "datatype)",
+                          c->peer_rank, (unsigned long long)slot->nbytes, nbytes);
+  size_t n = c->slot_nbytes - WITHDRAWN_AT;
+  if (n > nbytes) n = nbytes;
+  memcpy(dst, p2p_slot(c, c->step) + WITHDRAWN_AT, n);
+  *taken_out = n;
+  return weftSuccess;
+}
+
 weftResult_t sendrecv_cma_take(struct weftComm *comm, struct weft_conn *c, void *dst, size_t nbytes,
-                               size_t done_nbytes, int stream, int *copied_out) {
+                               size_t done_nbytes, int stream, size_t *taken_out) {
   struct sendrecv_cma_slot *slot = slot_at(c, c->step);
   weftResult_t res = weftSuccess;
   int refused = 0;
-  uint64_t none = ANSWER_NONE;
-  if (!__atomic_compare_exchange_n(&slot->answer, &none, ANSWER_TAKING, 0, __ATOMIC_ACQ_REL,
+  *taken_out = 0;
+  uint64_t seen = ANSWER_NONE;
+  if (!__atomic_compare_exchange_n(&slot->answer, &seen, ANSWER_TAKING, 0, __ATOMIC_ACQ_REL,
                                    __ATOMIC_ACQUIRE)) {
-    /* taken back (or malformed): the message follows through the FIFO */
+    if (seen == ANSWER_WITHDRAWING) return weftInProgress; /* its start is being copied in */
+    res = seen == ANSWER_WITHDRAWN
+              ? take_withdrawn(c, slot, dst, nbytes, done_nbytes, taken_out)
+              : weft_error_set(weftInternalError, "recv from rank %d: a malformed offer",
+                               c->peer_rank);
     p2p_slot_taken(c, P2P_USED_HDR);
-    *copied_out = 0;
-    if (none == ANSWER_WITHDRAWN) return weftSuccess;
-    return weft_error_set(weftInternalError, "recv from rank %d: a malformed offer", c->peer_rank);
+    return res;
   }
   if (slot->magic != SENDRECV_CMA_MAGIC) {
-    slot->answer = ANSWER_FAILED;
+    answer_set(slot, ANSWER_FAILED);
     res = weft_error_set(weftInternalError, "recv from rank %d: a malformed offer", c->peer_rank);
   } else if (slot->nbytes != nbytes || done_nbytes != 0) {
-    slot->answer = ANSWER_MISMATCH;
     slot->want_nbytes = nbytes;
+    answer_set(slot, ANSWER_MISMATCH);
     res = weft_error_set(weftInvalidUsage,
                          "recv from rank %d: the message of %llu bytes does not match the %zu "
                          "bytes expected (sender and receiver must use the same count and "
@@ -261,11 +309,15 @@ weftResult_t sendrecv_cma_take(struct weftComm *comm, struct weft_conn *c, void 
     if (res == weftSuccess && __atomic_load_n(&c->ctrl->poison, __ATOMIC_ACQUIRE) != 0)
       res = weft_error_set(weftRemoteError, "recv from rank %d: it failed while this receive "
                            "copied its message", c->peer_rank);
-    slot->answer = res != weftSuccess ? ANSWER_FAILED : refused ? ANSWER_REFUSED : ANSWER_COPIED;
+    answer_set(slot, res != weftSuccess ? ANSWER_FAILED
+                     : refused          ? ANSWER_REFUSED
+                                        : ANSWER_COPIED);
   }
   p2p_slot_taken(c, P2P_USED_HDR);
-  *copied_out = res == weftSuccess && !refused;
-  struct sendrecv_cma_comm *state = *copied_out ? sendrecv_cma_state(comm) : NULL;
-  if (state != NULL) state->received++;
+  if (res == weftSuccess && !refused) {
+    *taken_out = nbytes;
+    struct sendrecv_cma_comm *state = sendrecv_cma_state(comm);
+    if (state != NULL) state->received++;
+  }
   return res;
 }

@@ -14,8 +14,9 @@
 
 extern struct weft_param sendrecv_cma_params[];
 
-/* In a slot's slot_used_nbytes: the slot holds an offer, not data. */
-#define SENDRECV_CMA_SLOT_OFFER 0x40000000u
+/* In a slot's slot_used_nbytes: the slot holds an offer, not data (a bit
+ * of its own: an LL receiver takes 0x40000000 for its protocol's mark). */
+#define SENDRECV_CMA_SLOT_OFFER 0x08000000u
 
 /* Whether a send of nbytes over c is offered for the receiver to copy: c
  * reaches a peer on this host through memory both load and store, the size
@@ -24,10 +25,11 @@ extern struct weft_param sendrecv_cma_params[];
  * not fit the FIFO, or paired is set (its group also receives from that
  * peer, as an all-to-all does), so no order of calls that works without it
  * can hang; SENDRECV_CMA_OFFER_WITHDRAWABLE otherwise (unless
- * WEFT_P2P_CMA_WITHDRAW_NS is 0): the offer is taken back when the receiver has
- * not come within sendrecv_cma_withdraw_ns, and the message then goes through
- * the FIFO, so that the send still completes without its receiver; 0: no
- * offer. */
+ * WEFT_P2P_CMA_WITHDRAW_NS is 0, or the message would take more slots so):
+ * the offer is taken back when the receiver has not come within
+ * sendrecv_cma_withdraw_ns, and the message then goes through the FIFO, its
+ * start in the offer's slot, so that the send still completes without its
+ * receiver and leaves the sends after it the room they had; 0: no offer. */
 enum { SENDRECV_CMA_OFFER = 1, SENDRECV_CMA_OFFER_WITHDRAWABLE = 3 };
 int sendrecv_cma_wanted(const struct weftComm *comm, const struct weft_conn *c, size_t nbytes,
                         int paired);
@@ -37,14 +39,16 @@ int sendrecv_cma_wanted(const struct weftComm *comm, const struct weft_conn *c, 
 uint64_t sendrecv_cma_withdraw_ns(size_t nbytes);
 
 /* Puts an offer of buf (nbytes) in c's next slot if one is free: 1 when it
- * did (*step_out: the slot's step), 0 when the FIFO is full, -1 when a
- * withdrawable offer would leave too few slots for the message. */
-int sendrecv_cma_offer(struct weft_conn *c, const void *buf, size_t nbytes, int withdrawable,
-                       uint64_t *step_out);
+ * did (*step_out: the slot's step), 0 when the FIFO is full. */
+int sendrecv_cma_offer(struct weft_conn *c, const void *buf, size_t nbytes, uint64_t *step_out);
 
-/* Takes back the offer at step before its receiver has: 1 when it did (the
- * receiver will skip it), 0 when the receiver has it (its answer follows). */
-int sendrecv_cma_withdraw(struct weft_conn *c, uint64_t step);
+/* Takes back the offer of buf (nbytes) at step before its receiver has it:
+ * *withdrawn_out 1 when it did, and then copies the start of the message into
+ * the offer's slot, returning how many bytes (the rest goes through the
+ * FIFO's next slots, as many as the message takes there alone); 0 when the
+ * receiver has it (its answer follows). */
+size_t sendrecv_cma_withdraw(struct weft_conn *c, uint64_t step, const void *buf, size_t nbytes,
+                             int *withdrawn_out);
 
 /* How the receiver answered the offer at step (sendrecv_cma_offer's), nbytes
  * long: weftInProgress while it has not; weftSuccess with *copied_out 1 when
@@ -57,11 +61,14 @@ weftResult_t sendrecv_cma_answer(struct weftComm *comm, struct weft_conn *c, uin
 /* Takes the offer in c's current slot into dst (nbytes expected, of which
  * done_nbytes already arrived; stream: copy past the caches where the
  * sender's buffer is mapped here) and frees the slot: weftSuccess with
- * *copied_out 1 when the message is in dst, 0 when this rank may not read
- * the sender (its slots follow); weftInvalidUsage when the sizes differ, or
- * the error of a failed copy; the sender learns either. */
+ * *taken_out the bytes now in dst: nbytes when it copied the message, 0 when
+ * this rank may not read the sender, the start of the message when the sender
+ * took the offer back (the rest follows in the next slots);
+ * weftInProgress, the slot kept, while a withdrawing sender copies that start
+ * in; weftInvalidUsage when the sizes differ, or the error of a failed copy;
+ * the sender learns either. */
 weftResult_t sendrecv_cma_take(struct weftComm *comm, struct weft_conn *c, void *dst, size_t nbytes,
-                               size_t done_nbytes, int stream, int *copied_out);
+                               size_t done_nbytes, int stream, size_t *taken_out);
 
 #ifdef WEFT_TEST_HOOKS
 /* The suites' build only: how many messages comm's sends had copied by their

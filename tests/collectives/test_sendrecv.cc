@@ -228,6 +228,19 @@ TEST(Sendrecv, SendThatFitsTheFifoCompletesAlone) {
       if (memcmp(in.data(), want.data(), nbytes) != 0 || in[nbytes] != 0xEE)
         return rank_fail(ctx, "recv of %zu: wrong bytes", nbytes);
     }
+    // two sends queued before their receives, a slot each: the FIFO holds both
+    for (size_t first : {256, 248, 1}) {
+      uint8_t a[256], b = (uint8_t)(7 + ctx.rank), a_in[256], b_in = 0;
+      memset(a, 0x30 + ctx.rank, sizeof a);
+      if (weftSend(a, first, weftUint8, peer, comm, nullptr) != weftSuccess ||
+          weftSend(&b, 1, weftUint8, peer, comm, nullptr) != weftSuccess)
+        return rank_fail(ctx, "queued sends after %zu: %s", first, weftGetLastError(comm));
+      if (weftRecv(a_in, first, weftUint8, peer, comm, nullptr) != weftSuccess ||
+          weftRecv(&b_in, 1, weftUint8, peer, comm, nullptr) != weftSuccess)
+        return rank_fail(ctx, "queued recvs after %zu: %s", first, weftGetLastError(comm));
+      if (a_in[0] != 0x30 + peer || a_in[first - 1] != 0x30 + peer || b_in != 7 + peer)
+        return rank_fail(ctx, "queued recvs after %zu: wrong bytes", first);
+    }
     weftCommDestroy(comm);
     return 0;
   }, small_slots());

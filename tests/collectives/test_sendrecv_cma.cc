@@ -341,7 +341,8 @@ TEST(SendrecvCmaLone, WaitingReceiverCopiesSingleCopy) {
     const Counts before = counts(comm);
     const int kRounds = 20;
     for (int i = 0; i < kRounds; i++) {
-      const size_t nbytes = kMinNbytes + 1000 * (size_t)i % (3 * 4096 - kMinNbytes);
+      // sizes whose start fits the offer's slot when taken back (so offered)
+      const size_t nbytes = kMinNbytes + 200 + (size_t)(1000 * i) % 3000;
       const std::vector<uint8_t> want = make_input(weftUint8, weftSum, nbytes, seed + i, 0);
       if (ctx.rank == 0) {
         if (i == 0) usleep(50000);  // the receiver waits first
@@ -374,7 +375,7 @@ TEST(SendrecvCmaLone, WaitingReceiverCopiesSingleCopy) {
 // A lone blocking send whose receiver comes late completes on its own (the
 // offer taken back, the message through the FIFO), as it did before offers;
 // both ranks sending first, then receiving, complete for every size up to
-// the FIFO's (offered where the message fits the slots after the offer's).
+// the FIFO's, and for several sends that fill the FIFO together.
 TEST(SendrecvCmaLone, SendCompletesBeforeItsReceiver) {
   const uint64_t seed = test_seed();
   auto status = run_ranks(2, [&](const RankCtx &ctx) {
@@ -395,6 +396,28 @@ TEST(SendrecvCmaLone, SendCompletesBeforeItsReceiver) {
               "recv: %s", weftGetLastError(comm));
       FAIL_IF(memcmp(got.data(), want.data(), late_nbytes) != 0 || got[late_nbytes] != kPoison,
               "the late receive's bytes are wrong");
+    }
+    // several sends queued before the receives, as many slots as the FIFO has:
+    // an offer taken back leaves the later sends the room they had
+    for (const std::vector<size_t> &sizes :
+         std::vector<std::vector<size_t>>{{4296, 4296}, {8000, 100, 100}, {4296, 5000},
+                                          {4096, 4096, 4096, 4096}}) {
+      std::vector<std::vector<uint8_t>> got;
+      for (size_t i = 0; i < sizes.size(); i++) {
+        const std::vector<uint8_t> out =
+            make_input(weftUint8, weftSum, sizes[i], seed + sizes[i] + i, ctx.rank);
+        FAIL_IF(weftSend(out.data(), sizes[i], weftUint8, peer, comm, nullptr) != weftSuccess,
+                "queued send of %zu: %s", sizes[i], weftGetLastError(comm));
+      }
+      for (size_t i = 0; i < sizes.size(); i++) {
+        std::vector<uint8_t> in(sizes[i] + kGuard, kPoison);
+        FAIL_IF(weftRecv(in.data(), sizes[i], weftUint8, peer, comm, nullptr) != weftSuccess,
+                "queued recv of %zu: %s", sizes[i], weftGetLastError(comm));
+        const std::vector<uint8_t> want_in =
+            make_input(weftUint8, weftSum, sizes[i], seed + sizes[i] + i, peer);
+        FAIL_IF(memcmp(in.data(), want_in.data(), sizes[i]) != 0 || in[sizes[i]] != kPoison,
+                "queued recv of %zu: wrong bytes", sizes[i]);
+      }
     }
     for (size_t nbytes : {kMinNbytes, (size_t)10000, 3 * (size_t)4096, 3 * (size_t)4096 + 1,
                           kFifoNbytes}) {
