@@ -611,8 +611,16 @@ weftResult_t sendrecv_exec_poll(struct sendrecv_exec *x) {
     x->waiting = 1;
   }
   weftResult_t wr = wait_poll(&x->w);
-  if (wr != weftInProgress) return offers_settle(comm, st, nops, wr);
-  return weftInProgress;
+  if (wr == weftInProgress) return weftInProgress;
+  const weftResult_t settled = offers_settle(comm, st, nops, wr);
+  if (settled != wr) {
+    /* a receiver refused an offer (another size): the peers of the group's
+     * other offers learn it now, as after any failed op, before this call
+     * returns and its buffers may be reused */
+    comm_async_error_set(comm, settled);
+    comm_poison_conns(comm);
+  }
+  return settled;
 }
 
 weftResult_t sendrecv_run(struct weftComm *comm, const struct weft_plan *const *ops, size_t nops) {

@@ -20,9 +20,11 @@
  *
  * The receiver never reads more than the sender declared, nor writes more
  * than it expects, nor reads a sender whose connection is poisoned (it may
- * have given up on the send and reused its buffer). A send that is offered completes only once its receiver
- * took it, so offers are made only where the send waits for its receiver
- * anyway (see sendrecv_cma_wanted). */
+ * have given up on the send and reused its buffer). A send offered for good
+ * completes only once its receiver took it, so such offers are made only
+ * where the send waits for its receiver anyway; any other is taken back when
+ * its receiver does not come in time, the message then following through the
+ * FIFO (see sendrecv_cma_wanted). */
 #include "sendrecv_cma.h"
 
 #include <errno.h>

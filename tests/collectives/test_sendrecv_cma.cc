@@ -9,6 +9,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -279,6 +280,48 @@ TEST(SendrecvCmaMismatch, FailsOnBothRanksNothingWritten) {
       EXPECT_LT(now_s() - start, 30.0) << "a mismatch should not wait for the timeout";
     }
   }
+}
+
+// A group offering to two peers, one of which receives another size: the
+// sender's call fails with weftInvalidUsage, and the other peer, coming
+// later, must not take the offer whose buffer the sender now reuses: the
+// sender poisons its connections however it learnt of the mismatch (through
+// the offer's answer, or through its wait seeing the receiver's poison).
+TEST(SendrecvCmaMismatch, OtherOffersOfTheGroupAreVoid) {
+  auto status = run_ranks(3, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    const size_t count = 3 * kFifoNbytes / 4;  // offered: the group receives from both peers
+    std::vector<float> buf(count, 1.0f), in(count + 64, -1.0f);
+    weftResult_t res;
+    if (ctx.rank == 0) {
+      weftGroupStart();
+      for (int p : {1, 2}) {
+        weftSend(buf.data(), count, weftFloat32, p, comm, nullptr);
+        weftRecv(in.data(), 1, weftFloat32, p, comm, nullptr);
+      }
+      res = weftGroupEnd();
+      FAIL_IF(res != weftInvalidUsage, "rank 0 got %s: %s", weftGetErrorString(res),
+              weftGetLastError(comm));
+      std::fill(buf.begin(), buf.end(), 666.0f);  // the caller reuses its buffer
+    } else {
+      if (ctx.rank == 2) usleep(300000);
+      const size_t want = ctx.rank == 1 ? count / 2 : count;
+      weftGroupStart();
+      weftSend(in.data(), 1, weftFloat32, 0, comm, nullptr);
+      weftRecv(in.data(), want, weftFloat32, 0, comm, nullptr);
+      res = weftGroupEnd();
+      FAIL_IF(ctx.rank == 1 && res != weftInvalidUsage, "rank 1 got %s",
+              weftGetErrorString(res));
+      for (size_t i = 0; ctx.rank == 2 && res == weftSuccess && i < count; i++)
+        FAIL_IF(in[i] != 1.0f, "rank 2 succeeded with element %zu = %g", i, (double)in[i]);
+    }
+    usleep(500000);  // every rank's call is over before any aborts
+    weftCommAbort(comm);
+    return 0;
+  }, options(nullptr));
+  for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
 
 // A rank that may not be read (not dumpable, readers without CAP_SYS_PTRACE):
