@@ -10,7 +10,9 @@
 # and weft-info; with the NCCL drop-in, checks that libnccl.so.2 and nccl.h are
 # apart (<libdir>/weft, <includedir>/weft: never in the loader's path) and that
 # tests/tools/install_nccl.c builds with `pkg-config --cflags --libs weft-nccl`
-# and runs on 2 ranks; checks that no installed program or library names the
+# and runs on 2 ranks; builds the same programs and tools/train/zero_example.c
+# with CMake through find_package(weft) (tests/tools/install_cmake) against every
+# target of the package, and runs them; checks that no installed program or library names the
 # build folder in its rpath. Prints "ok NAME" or "FAIL NAME" per check, exits non-zero
 # when one failed.
 set -u
@@ -74,6 +76,53 @@ if [ "$(option nccl)" = "True" ]; then
   timeout 60 "$bin/weftrun" -n 2 ./install_nccl >nccl.log 2>&1 &&
     [ "$(grep -c ': ok$' nccl.log)" -eq 2 ]
   check "installed weftrun -n 2 install_nccl" $? nccl.log
+fi
+
+# find_package(weft): tests/tools/install_cmake builds the same programs
+# against each target of the installed CMake package, found through
+# CMAKE_PREFIX_PATH alone; versions and components it must refuse, refused
+if command -v cmake >/dev/null; then
+  cmake -S "$src/tests/tools/install_cmake" -B cmake-build -DCMAKE_PREFIX_PATH="$root" \
+    -DCMAKE_BUILD_TYPE=Release >cmake.log 2>&1 && cmake --build cmake-build >>cmake.log 2>&1
+  check "cmake find_package(weft 0.1 COMPONENTS zero static): every target builds" $? cmake.log
+  ! grep -q -- "$src/include\|$build" cmake-build/CMakeFiles/*.dir/flags.make \
+    cmake-build/build.ninja cmake-build/Makefile 2>/dev/null
+  check "the CMake targets name the installed tree only" $?
+  for prog in install_weft install_weft_static; do
+    timeout 60 "$bin/weftrun" -n 2 "cmake-build/$prog" >"$prog.log" 2>&1 &&
+      [ "$(grep -c ': ok$' "$prog.log")" -eq 2 ]
+    check "installed weftrun -n 2 $prog (weft::${prog#install_})" $? "$prog.log"
+  done
+  ldd cmake-build/install_weft | grep -q "$libdir/libweft.so.0"
+  check "weft::weft: the installed libweft.so.0" $?
+  for prog in zero_example zero_example_static; do
+    # y = w.x + b fitted at stage 3: the last line's weights are the target's
+    timeout 120 "$bin/weftrun" -n 2 "cmake-build/$prog" 3 >"$prog.log" 2>&1 &&
+      grep -q "w0 0.100 w9 1.000 b 0.500" "$prog.log"
+    check "installed weftrun -n 2 $prog 3 (weft::weft_zero${prog#zero_example}): fitted" $? "$prog.log"
+  done
+  if [ "$(option nccl)" = "True" ]; then
+    timeout 60 "$bin/weftrun" -n 2 cmake-build/install_nccl >cmnccl.log 2>&1 &&
+      [ "$(grep -c ': ok$' cmnccl.log)" -eq 2 ] &&
+      ldd cmake-build/install_nccl | grep -q "$libdir/weft/libnccl.so.2" >>cmnccl.log 2>&1
+    check "installed weftrun -n 2 install_nccl (weft::nccl: weft's libnccl.so.2)" $? cmnccl.log
+  fi
+  # what a version or component the package does not have gets: not found
+  mkdir -p refuse
+  printf '%s\n' 'cmake_minimum_required(VERSION 3.16)' 'project(refuse C)' \
+    'find_package(weft ${WANT} QUIET ${COMPONENTS})' \
+    'if(weft_FOUND)' '  message(FATAL_ERROR "found")' 'endif()' >refuse/CMakeLists.txt
+  bad=0
+  for want in "-DWANT=0.2" "-DWANT=1.0" "-DWANT=0.1 -DCOMPONENTS=COMPONENTS;bogus"; do
+    # shellcheck disable=SC2086
+    if ! cmake -S refuse -B "refuse/b" $want -DCMAKE_PREFIX_PATH="$root" >refuse.log 2>&1; then
+      echo "  find_package(weft) with $want: found"; bad=1
+    fi
+    rm -rf refuse/b
+  done
+  check "find_package(weft 0.2), (weft 1.0), (COMPONENTS bogus): not found" $bad
+else
+  echo "skip cmake find_package(weft): cmake is not installed (tools/scripts/setup.sh installs it)"
 fi
 
 # every installed ELF file: no rpath into the build or source folder, and

@@ -9,6 +9,7 @@ packages=(gcc g++ meson ninja-build pkg-config libgtest-dev)
 packages+=(libucx-dev)
 packages+=(libhwloc-dev) # topology (NUMA, PCI tree, GPUs, NICs)
 packages+=(libopenblas-dev) # weft-train's transformer: cblas_sgemm
+packages+=(cmake) # the install test: find_package(weft) as CMake projects use it
 packages+=(iproute2) # network namespaces for the multi-host and port-churn tests
 # the perf tools' tests, tools/perf/perf_plot.py and tools/bench/compare.py
 packages+=(python3)
