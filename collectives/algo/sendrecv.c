@@ -166,6 +166,7 @@ struct sendrecv_state {
   int after; /* the op before it on the same peer and direction, or -1 */
   int offer; /* a send the receiver copies (sendrecv_cma.c): 1 to offer, 2 offered */
   int withdrawable;        /* the offer is taken back at withdraw_at_ns if not taken */
+  uint64_t withdraw_ns;    /* ... withdraw_ns after it was made */
   uint64_t withdraw_at_ns; /* clock_ns */
   int stream; /* a receive whose single copies bypass the caches */
   unsigned polls; /* a receive's looks at its slot */
@@ -182,7 +183,7 @@ static int send_offer_progress(struct weftComm *comm, struct weft_conn *c,
   if (st->offer == 1) {
     if (!sendrecv_cma_offer(c, st->op->sendbuf, st->nbytes, &st->offer_step)) return 0;
     st->offer = 2;
-    if (st->withdrawable) st->withdraw_at_ns = clock_ns() + sendrecv_cma_withdraw_ns(st->nbytes);
+    if (st->withdrawable) st->withdraw_at_ns = clock_ns() + st->withdraw_ns;
     return 1;
   }
   int copied = 0;
@@ -342,9 +343,11 @@ static weftResult_t offers_settle(struct weftComm *comm, struct sendrecv_state *
   return res;
 }
 
-static void offer_set(struct sendrecv_state *st, int wanted) {
+static void offer_set(struct weftComm *comm, struct sendrecv_state *st, int paired) {
+  const int wanted = sendrecv_cma_wanted(comm, &comm->send_conns[st->op->root], st->nbytes, paired);
   st->offer = wanted != 0;
   st->withdrawable = wanted == SENDRECV_CMA_OFFER_WITHDRAWABLE;
+  if (st->withdrawable) st->withdraw_ns = sendrecv_cma_withdraw_ns(st->nbytes, paired);
 }
 
 /* Marks the sends that the receiver copies from the sender's buffer
@@ -359,8 +362,7 @@ static weftResult_t sendrecv_offers_mark(struct weftComm *comm, struct sendrecv_
       int receives = 0;
       for (size_t j = 0; j < nops && !receives; j++)
         receives = st[j].op->coll == COLL_RECV && st[j].op->root == peer;
-      offer_set(&st[i], sendrecv_cma_wanted(comm, &comm->send_conns[peer], st[i].nbytes,
-                                            receives));
+      offer_set(comm, &st[i], receives);
     }
     return weftSuccess;
   }
@@ -369,10 +371,7 @@ static weftResult_t sendrecv_offers_mark(struct weftComm *comm, struct sendrecv_
   for (size_t i = 0; i < nops; i++)
     if (st[i].op->coll == COLL_RECV) recv_from[st[i].op->root] = 1;
   for (size_t i = 0; i < nops; i++) {
-    int peer = st[i].op->root;
-    if (plan_is_send(st[i].op) && !st[i].finished)
-      offer_set(&st[i], sendrecv_cma_wanted(comm, &comm->send_conns[peer], st[i].nbytes,
-                                            recv_from[peer]));
+    if (plan_is_send(st[i].op) && !st[i].finished) offer_set(comm, &st[i], recv_from[st[i].op->root]);
   }
   free(recv_from);
   return weftSuccess;

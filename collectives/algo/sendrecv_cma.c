@@ -22,9 +22,9 @@
  * than it expects, nor reads a sender whose connection is poisoned (it may
  * have given up on the send and reused its buffer). A send offered for good
  * completes only once its receiver took it, so such offers are made only
- * where the send waits for its receiver anyway; any other is taken back when
- * its receiver does not come in time, the message then following through the
- * FIFO (see sendrecv_cma_wanted). */
+ * where the send waits for its receiver anyway (it does not fit the FIFO);
+ * any other is taken back when its receiver does not come in time, the
+ * message then following through the FIFO (see sendrecv_cma_wanted). */
 #include "sendrecv_cma.h"
 
 #include <errno.h>
@@ -44,19 +44,28 @@ struct weft_param sendrecv_cma_params[] = {
             "one slot in the FIFO saying where the message lies, and the receiver copies it "
             "with `memcpy` from a mapping of a `weftMemAllocHost` buffer, else with "
             "`process_vm_readv` (one copy instead of two). Only sends that wait for their "
-            "receiver anyway take it: larger than the FIFO (`WEFT_NSLOTS` x `WEFT_SLOT_BYTES`), "
-            "or in a group that also receives from that peer, as every all-to-all does. Where "
-            "the kernel does not let the receiver read the sender, the message goes through "
-            "the FIFO and the communicator stops offering. Larger than any size turns it off. "
-            "A send that completes on its own otherwise (it fits the FIFO's free slots and its "
-            "group does not receive from that peer) is offered too, and taken back when its "
-            "receiver has not come within `WEFT_P2P_CMA_WITHDRAW_NS`; it then goes through "
-            "the FIFO"},
+            "receiver anyway keep their offer until it is taken: those larger than the FIFO "
+            "(`WEFT_NSLOTS` x `WEFT_SLOT_BYTES`). Where the kernel does not let the receiver "
+            "read the sender, the message goes through the FIFO and the communicator stops "
+            "offering. Larger than any size turns it off. A send that fits the FIFO, and would "
+            "complete on its own through it, is taken back when its receiver has not come "
+            "within `WEFT_P2P_CMA_WITHDRAW_NS`, and then goes through the FIFO"},
     {.name = "WEFT_P2P_CMA_WITHDRAW_NS", .type = PARAM_INT, .default_str = "-1", .min = -1,
-     .doc = "how long (ns) an offered send that would complete on its own waits for its "
-            "receiver to take the offer before taking it back and copying through the FIFO "
+     .doc = "how long (ns) an offered send that fits the FIFO waits for its receiver to take "
+            "the offer before taking it back and copying through the FIFO "
             "(`WEFT_P2P_CMA_MIN_NBYTES`): -1 about the time the FIFO's two copies take (2 us "
-            "plus one ns per 8 bytes), 0 no such offers (those sends go through the FIFO)"},
+            "plus one ns per 8 bytes), 0 no such offers (those sends go through the FIFO, or "
+            "keep their offer where their group also receives from that peer)"},
+    {.name = "WEFT_P2P_CMA_PAIRED_WITHDRAW_NS", .type = PARAM_INT, .default_str = "10000000",
+     .min = 0,
+     .doc = "how long (ns) an offered send that fits the FIFO, in a group that also receives "
+            "from that peer (as an all-to-all does), waits for its receiver before taking the "
+            "offer back (`WEFT_P2P_CMA_WITHDRAW_NS`): the receiver is nearly always in the same "
+            "group call, only late (with more ranks than cores, by a scheduler's time slice: "
+            "hence 10 ms), and a taken-back offer costs a copy more; but where it receives only "
+            "after another call whose message needs this rank past its group, the send "
+            "completes through the FIFO after this time instead of waiting for good. 0: such "
+            "offers are for good"},
     PARAM_END,
 };
 
@@ -144,15 +153,20 @@ int sendrecv_cma_wanted(const struct weftComm *comm, const struct weft_conn *c, 
   if (nbytes == 0 || (int64_t)nbytes < min || c->peer_pid == 0 || c->transport == NULL) return 0;
   if ((c->transport->caps & TRANSPORT_CAP_HOST_MEMORY) == 0) return 0;
   if (c->slot_nbytes < WITHDRAWN_AT + 64 || sendrecv_cma_refused(comm)) return 0;
-  if (paired || nbytes > (size_t)c->nslots * c->slot_nbytes) return SENDRECV_CMA_OFFER;
-  /* taken back, the message takes no more slots than through the FIFO: the
-   * sends after it find the room they found before */
-  if (param_int(&sendrecv_cma_params[1]) == 0 || withdrawn_slots(c, nbytes) > fifo_slots(c, nbytes))
-    return 0;
+  if (nbytes > (size_t)c->nslots * c->slot_nbytes) return SENDRECV_CMA_OFFER;
+  /* A lone send, taken back, takes no more slots than through the FIFO: the
+   * sends after it find the room they found before. A paired one (its group
+   * waits for a receive from that peer) may take one more, as long as it
+   * fits the FIFO: its peer may well receive it only after another call, its
+   * own send to this rank having completed alone. */
+  const size_t room = paired ? c->nslots : fifo_slots(c, nbytes);
+  if (param_int(&sendrecv_cma_params[paired ? 2 : 1]) == 0 || withdrawn_slots(c, nbytes) > room)
+    return paired ? SENDRECV_CMA_OFFER : 0;
   return SENDRECV_CMA_OFFER_WITHDRAWABLE;
 }
 
-uint64_t sendrecv_cma_withdraw_ns(size_t nbytes) {
+uint64_t sendrecv_cma_withdraw_ns(size_t nbytes, int paired) {
+  if (paired) return (uint64_t)param_int(&sendrecv_cma_params[2]);
   const int64_t ns = param_int(&sendrecv_cma_params[1]);
   return ns >= 0 ? (uint64_t)ns : 2000 + nbytes / 8;
 }

@@ -22,21 +22,26 @@ extern struct weft_param sendrecv_cma_params[];
  * reaches a peer on this host through memory both load and store, the size
  * is from WEFT_P2P_CMA_MIN_NBYTES and no earlier offer of comm was refused.
  * SENDRECV_CMA_OFFER where the send waits for its receiver anyway: it does
- * not fit the FIFO, or paired is set (its group also receives from that
- * peer, as an all-to-all does), so no order of calls that works without it
- * can hang; SENDRECV_CMA_OFFER_WITHDRAWABLE otherwise (unless
- * WEFT_P2P_CMA_WITHDRAW_NS is 0, or the message would take more slots so):
- * the offer is taken back when the receiver has not come within
- * sendrecv_cma_withdraw_ns, and the message then goes through the FIFO, its
- * start in the offer's slot, so that the send still completes without its
- * receiver and leaves the sends after it the room they had; 0: no offer. */
+ * not fit the FIFO; SENDRECV_CMA_OFFER_WITHDRAWABLE otherwise: the offer is
+ * taken back when the receiver has not come within sendrecv_cma_withdraw_ns,
+ * and the message then goes through the FIFO, its start in the offer's
+ * slot, so that the send still completes without its receiver. A lone send
+ * (paired 0) is offered so only where, taken back, it takes no more slots
+ * than through the FIFO (the sends after it keep the room they had), and
+ * not at all when WEFT_P2P_CMA_WITHDRAW_NS is 0. A paired one (its group
+ * also receives from that peer, as an all-to-all does) where it then still
+ * fits the FIFO, and otherwise for good, as with
+ * WEFT_P2P_CMA_PAIRED_WITHDRAW_NS 0:
+ * its group waits for its peer anyway, except where the peer's send to this
+ * rank completed alone and it receives only after another call (then such a
+ * send waits where through the FIFO it would not). 0: no offer. */
 enum { SENDRECV_CMA_OFFER = 1, SENDRECV_CMA_OFFER_WITHDRAWABLE = 3 };
 int sendrecv_cma_wanted(const struct weftComm *comm, const struct weft_conn *c, size_t nbytes,
                         int paired);
 
 /* How long a withdrawable offer of nbytes waits for its receiver
- * (WEFT_P2P_CMA_WITHDRAW_NS). */
-uint64_t sendrecv_cma_withdraw_ns(size_t nbytes);
+ * (WEFT_P2P_CMA_WITHDRAW_NS; WEFT_P2P_CMA_PAIRED_WITHDRAW_NS where paired). */
+uint64_t sendrecv_cma_withdraw_ns(size_t nbytes, int paired);
 
 /* Puts an offer of buf (nbytes) in c's next slot if one is free: 1 when it
  * did (*step_out: the slot's step), 0 when the FIFO is full. */

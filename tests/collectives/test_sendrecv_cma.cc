@@ -61,12 +61,13 @@ size_t split(uint64_t seed, int round, int from, int to, size_t esize) {
 }
 
 // Whether a block of nbytes from a rank whose group also receives from its
-// peer (paired) is copied single-copy over shared memory: 1 always, 2 where
-// its receiver takes the offer before the sender takes it back (an unpaired
-// send that fits the FIFO), 0 never.
+// peer (paired) is copied single-copy over shared memory: 1 always (larger
+// than the FIFO; or paired and, taken back, it would not fit the FIFO: the
+// offer's slot holds at most a slot less 64 bytes of it), 2 where its
+// receiver takes the offer before the sender takes it back, 0 never.
 int copied(size_t nbytes, bool paired) {
   if (nbytes == 0 || nbytes < kMinNbytes) return 0;
-  return paired || nbytes > kFifoNbytes ? 1 : 2;
+  return nbytes > kFifoNbytes || (paired && nbytes > kFifoNbytes - 64) ? 1 : 2;
 }
 
 // One all-to-all with uneven splits as a group of sends and receives (empty
@@ -165,6 +166,8 @@ struct Case {
   int nranks;
   const char *transport;  // nullptr: shared memory, single-copy
   bool stream = false;    // WEFT_CMA_STREAM_NBYTES=1: every group's copies bypass the caches
+  bool withdraw = false;  // WEFT_P2P_CMA_PAIRED_WITHDRAW_NS=1: paired offers that fit the FIFO
+                          // are taken back as the receivers take them
 };
 
 class SendrecvCma : public testing::TestWithParam<Case> {};
@@ -195,6 +198,7 @@ TEST_P(SendrecvCma, AllToAllEveryTypeEvenAndUneven) {
   }, [&] {
     RunOptions o = options(c.transport);
     if (c.stream) o.env.push_back({"WEFT_CMA_STREAM_NBYTES", "1"});
+    if (c.withdraw) o.env.push_back({"WEFT_P2P_CMA_PAIRED_WITHDRAW_NS", "1"});
     return o;
   }());
   for (int r = 0; r < c.nranks; r++) EXPECT_EQ(status[r], 0) << c.nranks << " ranks, rank " << r;
@@ -203,11 +207,14 @@ TEST_P(SendrecvCma, AllToAllEveryTypeEvenAndUneven) {
 INSTANTIATE_TEST_SUITE_P(Transports, SendrecvCma,
                          testing::Values(Case{2, nullptr}, Case{3, nullptr}, Case{4, nullptr},
                                          Case{5, nullptr}, Case{3, "socket"},
-                                         Case{2, nullptr, true}, Case{3, nullptr, true}),
+                                         Case{2, nullptr, true}, Case{3, nullptr, true},
+                                         Case{2, nullptr, false, true},
+                                         Case{4, nullptr, false, true}),
                          [](const testing::TestParamInfo<Case> &info) {
                            return std::to_string(info.param.nranks) + "ranks_" +
                                   (info.param.transport ? info.param.transport : "shm") +
-                                  (info.param.stream ? "_stream" : "");
+                                  (info.param.stream ? "_stream" : "") +
+                                  (info.param.withdraw ? "_withdraw" : "");
                          });
 
 // --- sizes that differ, and senders that may not be read -------------------
@@ -517,6 +524,74 @@ TEST(SendrecvCmaLone, WithdrawRacesTheReceiver) {
     EXPECT_EQ(status[0], 0) << ns;
     EXPECT_EQ(status[1], 0) << ns;
   }
+}
+
+// A send paired with a receive from its peer, whose peer receives it only
+// after a message that needs the sender past its group: rank 0 sends rank 1
+// a message in a group that receives a byte from rank 1, then sends rank 2 a
+// byte; rank 1 sends its byte, receives one from rank 2, then the message;
+// rank 2 passes rank 0's byte on to rank 1. Through the FIFO rank 0's send
+// completes alone; offered for good it waited for rank 1, which waited for
+// rank 2, which waited for rank 0. The offer is taken back (none copied),
+// for every size whose start and rest then fit the FIFO, exact multiples of
+// the slot among them.
+TEST(SendrecvCmaPaired, PeerThatReceivesAfterAChainGetsIt) {
+  const uint64_t seed = test_seed();
+  RunOptions opts = options(nullptr);
+  opts.env.push_back({"WEFT_TIMEOUT", "10"});  // the last one set wins
+  auto status = run_ranks(3, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    uint8_t warm[3] = {1, 1, 1}, warm_in[3] = {0, 0, 0};  // every connection made
+    FAIL_IF(weftGroupStart() != weftSuccess, "group start");
+    for (int p = 0; p < 3; p++) {
+      if (p == ctx.rank) continue;
+      weftSend(&warm[p], 1, weftUint8, p, comm, nullptr);
+      weftRecv(&warm_in[p], 1, weftUint8, p, comm, nullptr);
+    }
+    FAIL_IF(weftGroupEnd() != weftSuccess, "warm: %s", weftGetLastError(comm));
+    for (size_t nbytes : {kMinNbytes, kMinNbytes + 200, (size_t)10000, 3 * (size_t)4096,
+                          3 * (size_t)4096 + 1000}) {
+      const std::vector<uint8_t> big = make_input(weftUint8, weftSum, nbytes, seed + nbytes, 0);
+      uint8_t byte = (uint8_t)(nbytes % 251), got_byte = 0;
+      const Counts before = counts(comm);
+      const double t0 = now_s();
+      if (ctx.rank == 0) {
+        FAIL_IF(weftGroupStart() != weftSuccess, "group start");
+        FAIL_IF(weftSend(big.data(), nbytes, weftUint8, 1, comm, nullptr) != weftSuccess, "send");
+        FAIL_IF(weftRecv(&got_byte, 1, weftUint8, 1, comm, nullptr) != weftSuccess, "recv");
+        FAIL_IF(weftGroupEnd() != weftSuccess, "group with %zu bytes: %s", nbytes,
+                weftGetLastError(comm));
+        FAIL_IF(got_byte != byte, "the byte from rank 1: %#x", got_byte);
+        FAIL_IF(weftSend(&byte, 1, weftUint8, 2, comm, nullptr) != weftSuccess,
+                "send to rank 2: %s", weftGetLastError(comm));
+      } else if (ctx.rank == 1) {
+        FAIL_IF(weftSend(&byte, 1, weftUint8, 0, comm, nullptr) != weftSuccess, "send: %s",
+                weftGetLastError(comm));
+        FAIL_IF(weftRecv(&got_byte, 1, weftUint8, 2, comm, nullptr) != weftSuccess,
+                "recv from rank 2 before %zu bytes: %s", nbytes, weftGetLastError(comm));
+        FAIL_IF(got_byte != byte, "the byte from rank 2: %#x", got_byte);
+        std::vector<uint8_t> got(nbytes + kGuard, kPoison);
+        FAIL_IF(weftRecv(got.data(), nbytes, weftUint8, 0, comm, nullptr) != weftSuccess,
+                "recv of %zu: %s", nbytes, weftGetLastError(comm));
+        FAIL_IF(memcmp(got.data(), big.data(), nbytes) != 0 || got[nbytes] != kPoison,
+                "recv of %zu: wrong bytes", nbytes);
+      } else {
+        FAIL_IF(weftRecv(&got_byte, 1, weftUint8, 0, comm, nullptr) != weftSuccess,
+                "recv from rank 0 with %zu bytes: %s", nbytes, weftGetLastError(comm));
+        FAIL_IF(weftSend(&got_byte, 1, weftUint8, 1, comm, nullptr) != weftSuccess,
+                "send to rank 1: %s", weftGetLastError(comm));
+      }
+      FAIL_IF(now_s() - t0 > 5.0, "%zu bytes: %.1f s", nbytes, now_s() - t0);
+      const Counts after = counts(comm);
+      FAIL_IF(after.sent != before.sent || after.received != before.received,
+              "%zu bytes copied single-copy: the receiver was not there", nbytes);
+    }
+    weftCommDestroy(comm);
+    return 0;
+  }, opts);
+  for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
 
 }  // namespace
