@@ -81,6 +81,19 @@ static inline int conn_send_ready(struct weft_conn *c) {
   return c->step - c->head_seen < c->nslots;
 }
 
+/* The slot that step lands in. */
+static inline char *conn_slot(const struct weft_conn *c, uint64_t step) {
+  return c->slots + slot_index(step, c->nslots) * c->slot_nbytes;
+}
+
+/* Sender: hands the slot at c->step to the receiver with used (its bytes
+ * and the algorithm's flags) and moves on: slot_used_nbytes, then tail. */
+static inline void conn_send_post(struct weft_conn *c, uint32_t used) {
+  c->ctrl->slot_used_nbytes[slot_index(c->step, c->nslots)] = used;
+  c->step++;
+  __atomic_store_n(&c->ctrl->tail, c->step, __ATOMIC_RELEASE);
+}
+
 /* What the receiver sends the sender so it can attach: opaque per transport. */
 struct conn_blob {
   int32_t transport; /* index in weft_transports, or -1: no transport fits */

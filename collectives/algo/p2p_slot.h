@@ -37,11 +37,6 @@
 /* In slot_used_nbytes: the slot starts with a header (its count includes it). */
 #define P2P_USED_HDR 0x10000000u
 
-/* The slot the step lands in. */
-static inline char *p2p_slot(const struct weft_conn *c, uint64_t step) {
-  return c->slots + slot_index(step, c->nslots) * c->slot_nbytes;
-}
-
 /* Whether a message of nbytes takes one slot with a header. */
 static inline int p2p_slot_hdr_fits(const struct weft_conn *c, size_t nbytes) {
   return nbytes <= P2P_HDR_MAX_NBYTES && nbytes + P2P_SLOT_HDR_NBYTES <= c->slot_nbytes;
@@ -51,13 +46,10 @@ static inline int p2p_slot_hdr_fits(const struct weft_conn *c, size_t nbytes) {
  * used counts it with the header and carries the algorithm's flags.
  * Publishes it and moves on. */
 static inline void p2p_slot_publish(struct weft_conn *c, uint32_t used) {
-  const uint64_t i = slot_index(c->step, c->nslots);
   used |= P2P_USED_HDR;
-  uint64_t *hdr = (uint64_t *)(c->slots + i * c->slot_nbytes);
+  uint64_t *hdr = (uint64_t *)conn_slot(c, c->step);
   __atomic_store_n(hdr, (uint64_t)(uint32_t)(c->step + 1) << 32 | used, __ATOMIC_RELEASE);
-  c->ctrl->slot_used_nbytes[i] = used;
-  c->step++;
-  __atomic_store_n(&c->ctrl->tail, c->step, __ATOMIC_RELEASE);
+  conn_send_post(c, used);
 }
 
 /* Receiver: forgets the slots that other algorithms took since the last

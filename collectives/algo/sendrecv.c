@@ -221,7 +221,7 @@ static int send_progress(struct weftComm *comm, struct weft_conn *c, struct send
   const char *src = st->op->sendbuf;
   if (st->done_nbytes == 0 && p2p_slot_hdr_fits(c, st->nbytes)) {
     if (st->finished || !conn_send_ready(c)) return 0;
-    memcpy(p2p_slot(c, c->step) + P2P_SLOT_HDR_NBYTES, src, st->nbytes);
+    memcpy(conn_slot(c, c->step) + P2P_SLOT_HDR_NBYTES, src, st->nbytes);
     st->done_nbytes = st->nbytes;
     st->finished = 1;
     p2p_slot_publish(c, (uint32_t)(P2P_SLOT_HDR_NBYTES + st->nbytes) | SLOT_LAST);
@@ -231,13 +231,10 @@ static int send_progress(struct weftComm *comm, struct weft_conn *c, struct send
   while (!st->finished && conn_send_ready(c)) {
     size_t n = st->nbytes - st->done_nbytes;
     if (n > c->slot_nbytes) n = c->slot_nbytes;
-    memcpy(p2p_slot(c, c->step), src + st->done_nbytes, n);
+    memcpy(conn_slot(c, c->step), src + st->done_nbytes, n);
     st->done_nbytes += n;
     st->finished = st->done_nbytes == st->nbytes;
-    c->ctrl->slot_used_nbytes[slot_index(c->step, c->nslots)] =
-        (uint32_t)n | (st->finished ? SLOT_LAST : 0);
-    c->step++;
-    __atomic_store_n(&c->ctrl->tail, c->step, __ATOMIC_RELEASE);
+    conn_send_post(c, (uint32_t)n | (st->finished ? SLOT_LAST : 0));
     moved++;
   }
   return moved;
@@ -291,7 +288,7 @@ static int recv_progress(struct weftComm *comm, struct weft_conn *c, struct send
                                "expected", c->peer_rank, st->nbytes);
       return -1;
     }
-    memcpy((char *)st->op->recvbuf + st->done_nbytes, p2p_slot(c, c->step) + at, n);
+    memcpy((char *)st->op->recvbuf + st->done_nbytes, conn_slot(c, c->step) + at, n);
     st->done_nbytes += n;
     st->finished = last;
     p2p_slot_taken(c, used);

@@ -130,7 +130,7 @@ void sendrecv_cma_counts(const struct weftComm *comm, uint64_t *sent_out, uint64
 #endif
 
 static struct sendrecv_cma_slot *slot_at(const struct weft_conn *c, uint64_t step) {
-  return (struct sendrecv_cma_slot *)(p2p_slot(c, step) + P2P_SLOT_HDR_NBYTES);
+  return (struct sendrecv_cma_slot *)(conn_slot(c, step) + P2P_SLOT_HDR_NBYTES);
 }
 
 /* Where a withdrawn offer's slot holds the start of its message: after the
@@ -192,7 +192,7 @@ size_t sendrecv_cma_withdraw(struct weft_conn *c, uint64_t step, const void *buf
   if (!*withdrawn_out) return 0;
   size_t n = c->slot_nbytes - WITHDRAWN_AT;
   if (n > nbytes) n = nbytes;
-  memcpy(p2p_slot(c, step) + WITHDRAWN_AT, buf, n);
+  memcpy(conn_slot(c, step) + WITHDRAWN_AT, buf, n);
   __atomic_store_n(&slot->answer, ANSWER_WITHDRAWN, __ATOMIC_RELEASE);
   return n;
 }
@@ -285,7 +285,7 @@ static weftResult_t take_withdrawn(struct weft_conn *c, const struct sendrecv_cm
                           c->peer_rank, (unsigned long long)slot->nbytes, nbytes);
   size_t n = c->slot_nbytes - WITHDRAWN_AT;
   if (n > nbytes) n = nbytes;
-  memcpy(dst, p2p_slot(c, c->step) + WITHDRAWN_AT, n);
+  memcpy(dst, conn_slot(c, c->step) + WITHDRAWN_AT, n);
   *taken_out = n;
   return weftSuccess;
 }

@@ -50,7 +50,7 @@ static int sent_signature_find(const struct prims *p, struct signature *theirs) 
       continue;
     struct signature_packed packed;
     memcpy(&packed,
-           c->slots + slot_index(step, c->nslots) * c->slot_nbytes + used_nbytes - sizeof packed,
+           conn_slot(c, step) + used_nbytes - sizeof packed,
            sizeof packed);
     signature_packed_keyed(&packed, &packed, step); /* unmixed */
     signature_unpack(theirs, &packed);
@@ -122,7 +122,7 @@ static weftResult_t wait_filled(struct prims *p, size_t nbytes, char **slot_out)
   if (p->sig_recv && (nbytes > 0 || p->sig_alone) &&
       nbytes + sizeof(struct signature_packed) <= c->slot_nbytes) {
     /* the first slot with data: its signature says it is here */
-    char *slot = c->slots + slot_index(c->step, c->nslots) * c->slot_nbytes;
+    char *slot = conn_slot(c, c->step);
     struct signature_packed keyed;
     signature_packed_keyed(&keyed, p->sig, c->step);
     *slot_out = slot;
@@ -134,7 +134,7 @@ static weftResult_t wait_filled(struct prims *p, size_t nbytes, char **slot_out)
     return weftSuccess;
   }
   if (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) <= c->step) {
-    const char *slot = c->slots + slot_index(c->step, c->nslots) * c->slot_nbytes;
+    const char *slot = conn_slot(c, c->step);
     struct weft_wait w;
     wait_begin(&w, p->comm->timeout_ns, &p->comm->abort_flag, &c->ctrl->poison, c->peer_pid,
                c->peer_rank, "receive from");
@@ -144,7 +144,7 @@ static weftResult_t wait_filled(struct prims *p, size_t nbytes, char **slot_out)
       if (res != weftInProgress) return res;
     }
   }
-  *slot_out = c->slots + slot_index(c->step, c->nslots) * c->slot_nbytes;
+  *slot_out = conn_slot(c, c->step);
   if (p->sig_recv && (nbytes > 0 || p->sig_alone)) {
     p->sig_recv = 0;
     WEFT_TRY(slot_signature_compare(p, *slot_out, nbytes));
@@ -165,7 +165,7 @@ static weftResult_t wait_credit(struct prims *p, char **slot_out) {
       if (res != weftInProgress) return res;
     }
   }
-  *slot_out = c->slots + slot_index(c->step, c->nslots) * c->slot_nbytes;
+  *slot_out = conn_slot(c, c->step);
   return weftSuccess;
 }
 
@@ -180,13 +180,11 @@ static void post_filled(struct prims *p, size_t nbytes) {
     p->sig_send = 0;
     if (nbytes > 0) p->sig_send_data = 0;
     __atomic_thread_fence(__ATOMIC_RELEASE); /* the data's stores first (prims_slot_signed) */
-    memcpy(c->slots + slot_index(c->step, c->nslots) * c->slot_nbytes + nbytes, &keyed,
+    memcpy(conn_slot(c, c->step) + nbytes, &keyed,
            sizeof keyed);
     used = (uint32_t)(nbytes + sizeof keyed) | PRIMS_USED_SIGNED;
   }
-  c->ctrl->slot_used_nbytes[slot_index(c->step, c->nslots)] = used;
-  c->step++;
-  __atomic_store_n(&c->ctrl->tail, c->step, __ATOMIC_RELEASE);
+  conn_send_post(c, used);
 }
 
 static void post_drained(struct weft_conn *c) {

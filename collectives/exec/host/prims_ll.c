@@ -94,7 +94,7 @@ static weftResult_t ll_out_begin(struct prims *p, struct ll_out *o) {
     }
   }
   o->conn = c;
-  o->words = (uint64_t *)(c->slots + slot_index(c->step, c->nslots) * c->slot_nbytes);
+  o->words = (uint64_t *)(conn_slot(c, c->step));
   o->flag_hi = (uint64_t)ll_flag(c->step) << 32;
   o->nwords = 0;
   return weftSuccess;
@@ -225,7 +225,7 @@ static weftResult_t ll_in_begin(struct prims *p, size_t nbytes, struct ll_in *in
   struct weft_conn *c = p->recv;
   in->p = p;
   in->conn = c;
-  in->words = (const uint64_t *)(c->slots + slot_index(c->step, c->nslots) * c->slot_nbytes);
+  in->words = (const uint64_t *)(conn_slot(c, c->step));
   in->nwords = ll_nwords(nbytes);
   in->flag = ll_flag(c->step);
   in->fresh_words = 0;

@@ -31,9 +31,7 @@ weftResult_t peer_send_wait(struct weftComm *comm, struct weft_conn *conn, char 
 }
 
 void peer_send_post(struct weft_conn *conn, size_t nbytes) {
-  conn->ctrl->slot_used_nbytes[slot_index(conn->step, conn->nslots)] = (uint32_t)nbytes;
-  conn->step++;
-  __atomic_store_n(&conn->ctrl->tail, conn->step, __ATOMIC_RELEASE);
+  conn_send_post(conn, (uint32_t)nbytes);
 }
 
 void peer_send_post_signed(struct weft_conn *conn, size_t nbytes,
@@ -44,10 +42,7 @@ void peer_send_post_signed(struct weft_conn *conn, size_t nbytes,
    * stores go first (x86 keeps stores in order; elsewhere this fences) */
   __atomic_thread_fence(__ATOMIC_RELEASE);
   memcpy(peer_slot(conn) + nbytes, &keyed, sizeof keyed);
-  conn->ctrl->slot_used_nbytes[slot_index(conn->step, conn->nslots)] =
-      (uint32_t)(nbytes + sizeof keyed) | PRIMS_USED_SIGNED;
-  conn->step++;
-  __atomic_store_n(&conn->ctrl->tail, conn->step, __ATOMIC_RELEASE);
+  conn_send_post(conn, (uint32_t)(nbytes + sizeof keyed) | PRIMS_USED_SIGNED);
 }
 
 void peer_slot_signature(struct signature_packed *out, const char *at, uint64_t step) {

@@ -34,7 +34,7 @@ static inline weftResult_t peer_connect(struct weftComm *comm, const int *peers,
 weftResult_t peer_send_wait(struct weftComm *comm, struct weft_conn *conn, char **slot_out);
 /* The slot at conn->step. */
 static inline char *peer_slot(const struct weft_conn *conn) {
-  return conn->slots + slot_index(conn->step, conn->nslots) * conn->slot_nbytes;
+  return conn_slot(conn, conn->step);
 }
 
 /* The receiver on conn has drained every slot before step `drained`, known
