@@ -1,9 +1,10 @@
-// Checked checkpoints: a checkpoint saved on 3 ranks (stage 1, two AdamW
-// steps taken, so moments are not zero) is damaged in each way below, then
-// loaded on 2 ranks at stage 2 and consolidated. Each damage is refused on
-// every rank with a message that names it, and a refused load leaves the
-// context's parameters as they were; the intact checkpoint loads bit for bit.
-// A read failing on one rank after the checks leaves every context as it was.
+// Checked checkpoints: CRC-32C against a bitwise reference; a checkpoint
+// saved on 3 ranks (stage 1, two AdamW steps taken, so moments are not zero)
+// is damaged in each way below, then loaded on 2 ranks at stage 2 and
+// consolidated. Each damage is refused on every rank with a message that
+// names it, and a refused load leaves the context's parameters as they were;
+// the intact checkpoint loads bit for bit (ranks that fail or disagree, and
+// what a save keeps: test_zero_ckpt_ranks.cc).
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -14,18 +15,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "harness.h"
 #include "weft_zero.h"
-extern "C" {
-#include "zero/zero_internal.h"  // zero_ops_host, to fail one rank's read
-#include "zero/zero_test_hooks.h"  // zero_test_save_crash_rank
-}
+#include "zero_ckpt_model.h"
+#include "zero_ranks.h"
 
 extern "C" uint32_t zero_crc32c(uint32_t crc, const void *buf, size_t nbytes);
 extern "C" uint32_t zero_crc32c_sw(uint32_t crc, const void *buf, size_t nbytes);
@@ -34,107 +31,10 @@ using namespace weft_test;
 
 namespace {
 
-// Layers of odd sizes; the last is smaller than the rank count, so some
-// ranks hold nothing of it.
-const std::vector<size_t> kLayers = {1001, 37, 2};
-constexpr int kHeader = 64;          // shard header bytes
-constexpr int kPayloadCrcAt = 56;    // its payload CRC
-constexpr int kHeaderCrcAt = 60;     // its own CRC, of the 60 bytes before
-
-// CRC-32C bit by bit: the reference the library's table version must match.
-uint32_t crc32c_ref(uint32_t crc, const void *buf, size_t n) {
-  const unsigned char *p = static_cast<const unsigned char *>(buf);
-  crc = ~crc;
-  while (n--) {
-    crc ^= *p++;
-    for (int k = 0; k < 8; k++) crc = crc & 1 ? (crc >> 1) ^ 0x82f63b78u : crc >> 1;
-  }
-  return ~crc;
-}
-
 // weftZeroShardOf's count, written out.
 uint64_t shard_count(uint64_t count, uint64_t n, uint64_t r) {
   uint64_t s = (count + n - 1) / n, off = r * s;
   return off >= count ? 0 : (count - off < s ? count - off : s);
-}
-
-std::string slurp(const std::string &path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-void spit(const std::string &path, const std::string &data) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << data;
-}
-
-int sh(const std::string &cmd) { return system(cmd.c_str()); }
-
-std::string temp_dir(const char *tag) {
-  char templ[256];
-  snprintf(templ, sizeof templ, "/tmp/weft_ckpt_%s_XXXXXX", tag);
-  const char *d = mkdtemp(templ);
-  return d ? d : "";
-}
-
-int init(const RankCtx &ctx, weftComm_t *comm) {
-  if (weftCommInitRank(comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
-    return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
-  return 0;
-}
-
-// A context over kLayers (one parameter per layer) initialised from seed.
-int make_ctx(const RankCtx &ctx, weftComm_t comm, int stage, int allow_non_finite, uint64_t seed,
-             weftZero_t *out) {
-  weftZeroConfig_t cfg;
-  weftZeroConfigDefaults(&cfg);
-  cfg.stage = stage;
-  cfg.allowNonFinite = allow_non_finite;
-  if (weftZeroCreate(out, comm, &cfg) != weftSuccess)
-    return rank_fail(ctx, "create: %s", weftZeroLastError());
-  Rng rng(seed);
-  for (size_t l = 0; l < kLayers.size(); l++) {
-    std::vector<float> init(kLayers[l]);
-    for (float &v : init) v = (float)(rng.uniform() - 0.5);
-    int id;
-    if (weftZeroAddParam(*out, (int)l, init.size(), init.data(), &id) != weftSuccess)
-      return rank_fail(ctx, "add: %s", weftZeroLastError());
-  }
-  if (weftZeroFinalize(*out) != weftSuccess)
-    return rank_fail(ctx, "finalize: %s", weftZeroLastError());
-  return 0;
-}
-
-size_t psi() {
-  size_t n = 0;
-  for (size_t c : kLayers) n += c;
-  return n;
-}
-
-// AdamW steps with seeded gradients (the same on every rank).
-int train_steps(const RankCtx &ctx, weftZero_t z, uint64_t seed, int steps) {
-  Rng rng(seed ^ 0x5eed);
-  for (int step = 0; step < steps; step++) {
-    for (size_t l = 0; l < kLayers.size(); l++) {
-      void *g;
-      if (weftZeroGrad(z, (int)l, &g) != weftSuccess)
-        return rank_fail(ctx, "grad: %s", weftZeroLastError());
-      std::vector<float> grad(kLayers[l]);
-      for (float &v : grad) v = (float)(rng.uniform() - 0.5);
-      weftZeroAccumulate(g, weftFloat32, grad.data(), grad.size());
-      if (weftZeroGradReady(z, (int)l, nullptr) != weftSuccess)
-        return rank_fail(ctx, "ready: %s", weftZeroLastError());
-    }
-    if (weftZeroStep(z, nullptr, nullptr) != weftSuccess)
-      return rank_fail(ctx, "step: %s", weftZeroLastError());
-  }
-  return 0;
-}
-
-int train_two_steps(const RankCtx &ctx, weftZero_t z, uint64_t seed) {
-  return train_steps(ctx, z, seed, 2);
 }
 
 // Saves seed's model after two steps on 3 ranks into dir; its parameters
@@ -223,40 +123,6 @@ LoadOutcome load_on_two(const std::string &dir, int allow_non_finite = 0) {
   memcpy(r.params.data(), raw.data(), raw.size());
   unlink((out + ".params").c_str());
   return r;
-}
-
-// Recomputes every checksum of a version directory after a deliberate
-// change, as a careless tool (or an attacker) would: shard payload and
-// header CRCs, the manifest's shard lines, and its last line. edit may
-// change the manifest's lines first.
-void resign(const std::string &ver, int nranks,
-            const std::function<void(std::vector<std::string> &)> &edit = nullptr) {
-  std::vector<std::string> lines;
-  std::istringstream in(slurp(ver + "/manifest"));
-  for (std::string l; std::getline(in, l);) lines.push_back(l);
-  lines.pop_back();  // the old checksum
-  for (int q = 0; q < nranks; q++) {
-    char name[64];
-    snprintf(name, sizeof name, "/rank-%05d.bin", q);
-    std::string shard = slurp(ver + name);
-    uint32_t crc = crc32c_ref(0, shard.data() + kHeader, shard.size() - kHeader);
-    memcpy(&shard[kPayloadCrcAt], &crc, 4);
-    uint32_t hcrc = crc32c_ref(0, shard.data(), kHeaderCrcAt);
-    memcpy(&shard[kHeaderCrcAt], &hcrc, 4);
-    spit(ver + name, shard);
-    for (std::string &l : lines)
-      if (l.rfind("shard " + std::to_string(q) + " ", 0) == 0) {
-        char buf[128];
-        snprintf(buf, sizeof buf, "shard %d %zu %08x", q, shard.size() - kHeader, crc);
-        l = buf;
-      }
-  }
-  if (edit) edit(lines);
-  std::string text;
-  for (const std::string &l : lines) text += l + "\n";
-  char last[32];
-  snprintf(last, sizeof last, "crc32c %08x\n", crc32c_ref(0, text.data(), text.size()));
-  spit(ver + "/manifest", text + last);
 }
 
 class ZeroCkptDamage : public testing::Test {
@@ -623,291 +489,6 @@ TEST_F(ZeroCkptDamage, RandomDamageIsRefusedOrHarmless) {
 TEST_F(ZeroCkptDamage, MissingShard) {
   ASSERT_EQ(unlink(shard(2).c_str()), 0);
   expect_refused("cannot open");
-}
-
-// A load that fails on one rank after every rank checked the checkpoint,
-// through a table with the device path's copies on the last rank: a read
-// (its first copy truncates its own shard, which no other rank reads), or
-// the installation (the copy into moment1 fails, after the master weights
-// went in). Every rank fails, and every context is as it was: gradients
-// accumulated before the attempt and the state give the step that follows
-// without it, bit for bit.
-enum class Attempt { kNone, kReadFails, kInstallFails };
-std::string truncate_path;
-weftResult_t copy_truncating(void *dst, const void *src, size_t n, weftStream_t s) {
-  if (!truncate_path.empty() && truncate(truncate_path.c_str(), 100) == 0) truncate_path.clear();
-  return zero_ops_host.copy(dst, src, n, s);
-}
-void *fail_dst;  // the copy into it fails, once
-weftResult_t copy_failing_into(void *dst, const void *src, size_t n, weftStream_t s) {
-  if (dst != nullptr && dst == fail_dst) {
-    fail_dst = nullptr;
-    return weftUnhandledCudaError;
-  }
-  return zero_ops_host.copy(dst, src, n, s);
-}
-
-std::string failed_load_run(int nranks, int stage, Attempt attempt, const std::string &dir) {
-  std::string out = dir + (attempt != Attempt::kNone ? ".tried" : ".plain");
-  auto status = run_ranks(nranks, [&](const RankCtx &ctx) {
-    weftComm_t comm;
-    weftZero_t z;
-    if (int rc = init(ctx, &comm)) return rc;
-    if (int rc = make_ctx(ctx, comm, stage, 0, 99, &z)) return rc;
-    if (int rc = train_two_steps(ctx, z, 99)) return rc;
-    FAIL_IF(weftZeroSave(z, dir.c_str(), nullptr) != weftSuccess, "save: %s", weftZeroLastError());
-    if (int rc = train_two_steps(ctx, z, 5)) return rc;
-    for (size_t l = 0; l < kLayers.size(); l++) {  // a gradient waiting for the next step
-      void *g;
-      std::vector<float> grad(kLayers[l], 0.125f * (float)(l + 1));
-      FAIL_IF(weftZeroGrad(z, (int)l, &g) != weftSuccess, "grad: %s", weftZeroLastError());
-      weftZeroAccumulate(g, weftFloat32, grad.data(), grad.size());
-    }
-    static struct zero_ops hooked = zero_ops_host;
-    hooked.device = 1;
-    hooked.copy = attempt == Attempt::kReadFails ? copy_truncating : copy_failing_into;
-    if (const int last = ctx.nranks - 1; attempt != Attempt::kNone) {
-      char path[64];
-      snprintf(path, sizeof path, "/step-2/rank-%05d.bin", ctx.rank);
-      if (ctx.rank == last) {
-        z->ops = &hooked;
-        if (attempt == Attempt::kReadFails) truncate_path = dir + path;
-        else fail_dst = z->moment1;
-      }
-      weftResult_t res = weftZeroLoad(z, dir.c_str(), nullptr);
-      z->ops = &zero_ops_host;
-      FAIL_IF(ctx.rank == last && attempt == Attempt::kReadFails &&
-                  (res != weftSystemError || !truncate_path.empty() ||
-                   strstr(weftZeroLastError(), "short or unreadable") == nullptr),
-              "the failing rank: %d, %s", res, weftZeroLastError());
-      FAIL_IF(ctx.rank == last && attempt == Attempt::kInstallFails &&
-                  (res != weftUnhandledCudaError || fail_dst != nullptr),
-              "the failing rank: %d, %s", res, weftZeroLastError());
-      FAIL_IF(weftZeroStepCount(z) != 4, "the step count changed to %ld", weftZeroStepCount(z));
-      FAIL_IF(ctx.rank != last && res != weftRemoteError, "load: %d, %s", res,
-              weftZeroLastError());
-    }
-    for (size_t l = 0; l < kLayers.size(); l++)
-      FAIL_IF(weftZeroGradReady(z, (int)l, nullptr) != weftSuccess, "ready: %s",
-              weftZeroLastError());
-    std::vector<float> p(psi());
-    FAIL_IF(weftZeroStep(z, nullptr, nullptr) != weftSuccess ||
-                weftZeroGetParams(z, p.data(), nullptr) != weftSuccess,
-            "step: %s", weftZeroLastError());
-    spit(out + "." + std::to_string(ctx.rank), std::string((char *)p.data(), p.size() * 4));
-    weftZeroDestroy(z);
-    weftCommDestroy(comm);
-    return 0;
-  });
-  std::string all;
-  for (int r = 0; r < nranks; r++) {
-    EXPECT_EQ(status[r], 0) << "rank " << r;
-    all += slurp(out + "." + std::to_string(r));
-    unlink((out + "." + std::to_string(r)).c_str());
-  }
-  sh("rm -rf " + dir);
-  return all;
-}
-// Each of 2 and 3 ranks, stages 1 and 3: after the failed attempt every
-// rank's next step gives what it gives with no attempt before it.
-void expect_attempt_changes_nothing(Attempt attempt, const char *dir_name) {
-  for (int n : {2, 3})
-    for (int stage : {1, 3}) {
-      SCOPED_TRACE(std::to_string(n) + " ranks, stage " + std::to_string(stage));
-      std::string dir = temp_dir(dir_name);
-      std::string want = failed_load_run(n, stage, Attempt::kNone, dir);
-      std::string got = failed_load_run(n, stage, attempt, dir);
-      EXPECT_EQ(want.size(), n * psi() * sizeof(float));
-      EXPECT_TRUE(got == want) << "a failed load changed a context";
-    }
-}
-
-TEST(ZeroCkptFailedRead, EveryRankKeepsItsContext) {
-  expect_attempt_changes_nothing(Attempt::kReadFails, "failed-read");
-}
-
-TEST(ZeroCkptFailedInstall, EveryRankPutsItsStateBack) {
-  expect_attempt_changes_nothing(Attempt::kInstallFails, "failed-install");
-}
-
-// A failure of one rank before the first agreement (its stream's sync) is
-// that rank's part of it: save and load fail on every rank at once (the
-// others weftRemoteError), and the next save and load on the same
-// communicator succeed; had the rank returned early, its peers would be
-// left in the agreement's all-reduce and the calls would pair up wrongly.
-int sync_fails;  // sync calls to fail
-weftResult_t sync_failing(weftStream_t stream, weftComm_t comm, const char *what) {
-  if (sync_fails > 0) {
-    sync_fails--;
-    return weftUnhandledCudaError;
-  }
-  return zero_ops_host.sync(stream, comm, what);
-}
-
-TEST(ZeroCkptLocalFailure, EveryRankEntersTheAgreement) {
-  std::string dir = temp_dir("local-failure");
-  RunOptions o;
-  o.env = {{"WEFT_TIMEOUT", "10"}};
-  o.timeout_s = 40;
-  o.allow_warnings = true;
-  double t0 = now_s();
-  auto status = run_ranks(3, [&](const RankCtx &ctx) {
-    weftComm_t comm;
-    weftZero_t z;
-    if (int rc = init(ctx, &comm)) return rc;
-    if (int rc = make_ctx(ctx, comm, 2, 0, 11, &z)) return rc;
-    if (int rc = train_two_steps(ctx, z, 11)) return rc;
-    static struct zero_ops hooked = zero_ops_host;
-    hooked.sync = sync_failing;
-    const bool failing = ctx.rank == 1;
-    const weftResult_t want = failing ? weftUnhandledCudaError : weftRemoteError;
-    if (failing) z->ops = &hooked, sync_fails = 1;
-    weftResult_t res = weftZeroSave(z, dir.c_str(), nullptr);
-    FAIL_IF(res != want, "the save with a failed sync: %d, %s", res, weftZeroLastError());
-    FAIL_IF(weftZeroSave(z, dir.c_str(), nullptr) != weftSuccess, "the next save: %s",
-            weftZeroLastError());
-    if (int rc = train_two_steps(ctx, z, 12)) return rc;
-    if (failing) sync_fails = 1;
-    res = weftZeroLoad(z, dir.c_str(), nullptr);
-    FAIL_IF(res != want, "the load with a failed sync: %d, %s", res, weftZeroLastError());
-    FAIL_IF(weftZeroStepCount(z) != 4, "a refused load changed the step to %ld",
-            weftZeroStepCount(z));
-    FAIL_IF(weftZeroLoad(z, dir.c_str(), nullptr) != weftSuccess, "the next load: %s",
-            weftZeroLastError());
-    FAIL_IF(weftZeroStepCount(z) != 2, "the load gave step %ld", weftZeroStepCount(z));
-    z->ops = &zero_ops_host;
-    weftZeroDestroy(z);
-    weftCommDestroy(comm);
-    return 0;
-  }, o);
-  for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
-  EXPECT_LT(now_s() - t0, 8.0) << "a rank waited for the timeout";
-  sh("rm -rf " + dir);
-}
-
-// The state of a checkpoint directory as rank 0 sees it after a save.
-bool exists(const std::string &path) { return access(path.c_str(), F_OK) == 0; }
-std::string latest_of(const std::string &dir) { return slurp(dir + "/LATEST"); }
-
-// A save removes only what it supersedes: the same run's checkpoints at
-// lower steps. A run started afresh in the directory of an earlier run
-// keeps that run's checkpoint of a higher step, a directory it cannot read
-// and a leftover of an interrupted save it cannot attribute; its own step-1
-// goes once its step-3 is in. A save that would replace the earlier run's
-// step-2 is refused, before anything is written and leaving no step-2.tmp,
-// as is a save of the step LATEST names (rank 1 would exit halfway through
-// its shard if it wrote one).
-TEST(ZeroCkptPrune, OnlyWhatTheSaveSupersedes) {
-  std::string dir = temp_dir("prune");
-  auto status = run_ranks(2, [&](const RankCtx &ctx) {
-    weftComm_t comm;
-    weftZero_t z;
-    if (int rc = init(ctx, &comm)) return rc;
-    if (int rc = make_ctx(ctx, comm, 1, 0, 21, &z)) return rc;
-    if (int rc = train_steps(ctx, z, 21, 2)) return rc;
-    FAIL_IF(weftZeroSave(z, dir.c_str(), nullptr) != weftSuccess, "run A's save: %s",
-            weftZeroLastError());
-    FAIL_IF(weftZeroSave(z, dir.c_str(), nullptr) == weftSuccess, "step 2 saved twice");
-    FAIL_IF(ctx.rank == 0 && strstr(weftZeroLastError(), "already holds") == nullptr,
-            "the second save of step 2: %s", weftZeroLastError());
-    weftZeroDestroy(z);
-    if (ctx.rank == 0) {
-      sh("mkdir " + dir + "/step-0 " + dir + "/step-0.tmp");  // unreadable: no manifest, no shard
-      spit(dir + "/step-0/manifest", "not a manifest\n");
-    }
-    // run B, from scratch in the same directory
-    if (int rc = make_ctx(ctx, comm, 1, 0, 22, &z)) return rc;
-    if (int rc = train_steps(ctx, z, 22, 1)) return rc;
-    FAIL_IF(weftZeroSave(z, dir.c_str(), nullptr) != weftSuccess, "run B's save of step 1: %s",
-            weftZeroLastError());
-    FAIL_IF(ctx.rank == 0 && (!exists(dir + "/step-2/manifest") || !exists(dir + "/step-1") ||
-                              latest_of(dir) != "step-1\n"),
-            "after run B's step 1, LATEST %s, step-2 %d", latest_of(dir).c_str(),
-            exists(dir + "/step-2/manifest"));
-    if (int rc = train_steps(ctx, z, 23, 1)) return rc;
-    zero_test_save_crash_rank = 1;  // from here a shard written is a failure
-    weftResult_t res = weftZeroSave(z, dir.c_str(), nullptr);
-    FAIL_IF(res != (ctx.rank == 0 ? weftInvalidUsage : weftRemoteError), "run B's step 2: %d",
-            res);
-    FAIL_IF(ctx.rank == 0 && strstr(weftZeroLastError(), "another run") == nullptr,
-            "run B's step 2: %s", weftZeroLastError());
-    FAIL_IF(ctx.rank == 0 && exists(dir + "/step-2.tmp"), "the refused save left step-2.tmp");
-    zero_test_save_crash_rank = -1;
-    if (int rc = train_steps(ctx, z, 24, 1)) return rc;
-    FAIL_IF(weftZeroSave(z, dir.c_str(), nullptr) != weftSuccess, "run B's save of step 3: %s",
-            weftZeroLastError());
-    FAIL_IF(ctx.rank == 0 && (exists(dir + "/step-1") || !exists(dir + "/step-2/manifest") ||
-                              !exists(dir + "/step-0") || !exists(dir + "/step-0.tmp") ||
-                              latest_of(dir) != "step-3\n"),
-            "after run B's step 3: step-1 %d, step-2 %d, step-0 %d, step-0.tmp %d, LATEST %s",
-            exists(dir + "/step-1"), exists(dir + "/step-2/manifest"), exists(dir + "/step-0"),
-            exists(dir + "/step-0.tmp"), latest_of(dir).c_str());
-    zero_test_save_crash_rank = 1;
-    FAIL_IF(weftZeroSave(z, dir.c_str(), nullptr) == weftSuccess, "step 3 saved twice");
-    FAIL_IF(ctx.rank == 0 && exists(dir + "/step-3.tmp"), "the refused save left step-3.tmp");
-    zero_test_save_crash_rank = -1;
-    weftZeroDestroy(z);
-    weftCommDestroy(comm);
-    return 0;
-  }, [] {
-    RunOptions o;
-    o.allow_warnings = true;
-    return o;
-  }());
-  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
-  sh("rm -rf " + dir);
-}
-
-// Ranks that read different checkpoints (another step, another run of the
-// same step, the same step's manifest edited and re-checksummed) refuse on
-// every rank with a message naming the difference, and keep their contexts.
-TEST(ZeroCkptLoad, RanksReadingDifferentCheckpointsRefuse) {
-  std::string root = temp_dir("mixed");
-  const std::string a = root + "/a", b = root + "/b", c = root + "/c", e = root + "/e";
-  auto status = run_ranks(2, [&](const RankCtx &ctx) {
-    weftComm_t comm;
-    weftZero_t z, other;
-    if (int rc = init(ctx, &comm)) return rc;
-    if (int rc = make_ctx(ctx, comm, 1, 0, 31, &z)) return rc;
-    if (int rc = make_ctx(ctx, comm, 1, 0, 32, &other)) return rc;
-    if (int rc = train_steps(ctx, z, 31, 2)) return rc;
-    if (int rc = train_steps(ctx, other, 32, 2)) return rc;
-    FAIL_IF(weftZeroSave(z, a.c_str(), nullptr) != weftSuccess ||
-                weftZeroSave(other, c.c_str(), nullptr) != weftSuccess,
-            "save: %s", weftZeroLastError());
-    if (int rc = train_steps(ctx, z, 33, 1)) return rc;
-    FAIL_IF(weftZeroSave(z, b.c_str(), nullptr) != weftSuccess, "save: %s", weftZeroLastError());
-    weftZeroDestroy(z);
-    weftZeroDestroy(other);
-    if (ctx.rank == 0) {
-      sh("cp -a " + a + " " + e);
-      resign(e + "/step-2", 2, [](std::vector<std::string> &lines) {
-        for (std::string &l : lines)
-          if (l.rfind("good_steps ", 0) == 0) l = "good_steps 1";
-      });
-    }
-    struct Case {
-      std::string rank1_dir;
-      const char *needle;
-    };
-    for (const Case &k : {Case{b, "different checkpoints"}, Case{c, "different runs"},
-                          Case{e, "different manifests"}}) {
-      if (int rc = make_ctx(ctx, comm, 2, 0, 777, &z)) return rc;
-      std::vector<float> before(psi()), after(psi());
-      FAIL_IF(weftZeroGetParams(z, before.data(), nullptr) != weftSuccess, "get");
-      weftResult_t res = weftZeroLoad(z, (ctx.rank == 0 ? a : k.rank1_dir).c_str(), nullptr);
-      FAIL_IF(res != weftInvalidUsage || strstr(weftZeroLastError(), k.needle) == nullptr,
-              "loading %s beside a: %d, %s", k.rank1_dir.c_str(), res, weftZeroLastError());
-      printf("refused: %s\n", weftZeroLastError());
-      FAIL_IF(weftZeroGetParams(z, after.data(), nullptr) != weftSuccess, "get");
-      FAIL_IF(before != after || weftZeroStepCount(z) != 0, "a refused load changed the context");
-      weftZeroDestroy(z);
-    }
-    weftCommDestroy(comm);
-    return 0;
-  });
-  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
-  sh("rm -rf " + root);
 }
 
 }  // namespace

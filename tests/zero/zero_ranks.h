@@ -1,5 +1,7 @@
-// Helpers of the ZeRO API suites (test_zero_api.cc, test_zero_accum.cc):
-// a rank's communicator and a context of given layer sizes.
+// Helpers of the ZeRO suites on real ranks: a rank's communicator (the API
+// suites test_zero_api.cc and test_zero_accum.cc, and the checkpoint suites
+// test_zero_ckpt.cc and test_zero_ckpt_ranks.cc) and a context of given layer
+// sizes (the API suites).
 #ifndef WEFT_TEST_ZERO_RANKS_H
 #define WEFT_TEST_ZERO_RANKS_H
 
