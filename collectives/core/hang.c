@@ -592,6 +592,27 @@ void hang_watch_record(struct hang_watch *hw, struct weftComm *comm,
 static int res_is_remote(weftResult_t res) { return res == weftRemoteError; }
 
 /* hang_watch_end of a call that failed, stalled or was long. */
+/* A mismatch that a collective's data path found names the call by its kind
+ * alone ("AllReduce: rank 1 sent 96 bytes where 20 were expected ..."): the
+ * kind, where the text names it first, gets the call's number in comm's
+ * trace, as the hang verdicts and the flight recorder have it. A text that
+ * numbers it already, or does not name its kind, stays as it is. */
+static void mismatch_number(const struct trace_call *c) {
+  const char *text = weft_error_text();
+  const char *kind = coll_kind_name((enum coll_kind)c->coll);
+  const size_t klen = strlen(kind);
+  const char *at = text;
+  while (at != NULL && strncmp(at, kind, klen) != 0) {
+    at = strstr(at, ": ");
+    if (at != NULL) at += 2;
+  }
+  if (at == NULL || at[klen] != ':' || c->seq == 0) return;
+  char numbered[WEFT_ERROR_TEXT_NBYTES];
+  snprintf(numbered, sizeof numbered, "%.*s%s #%" PRIu64 "%s", (int)(at - text), text, kind,
+           c->seq, at + klen);
+  weft_error_set(weftInvalidUsage, "%s", numbered);
+}
+
 __attribute__((noinline)) static weftResult_t watch_end_slow(struct hang_watch *hw,
                                                              weftResult_t res) {
   struct weftComm *comm = hw->comm;
@@ -637,6 +658,10 @@ __attribute__((noinline)) static weftResult_t watch_end_slow(struct hang_watch *
   }
   /* what a stall's question found, as it found it */
   if (res == weftInvalidUsage && hw->mismatch[0] != '\0') weft_error_set(res, "%s", hw->mismatch);
+  /* one call's (a group's sends and receives name their peer instead) */
+  else if (res == weftInvalidUsage && !hw->asked && hw->nids == 1 &&
+           trace_get(comm->trace, hw->ids[0], &c))
+    mismatch_number(&c);
   /* a mismatch found mid-call leaves data in the connections: the comm
    * breaks, and the peers still waiting fail at once (and find it too) */
   if (res == weftInvalidUsage && hw->asked) comm_fail_alone(comm, res);

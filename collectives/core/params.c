@@ -31,7 +31,7 @@ struct weft_param coll_params[] = {
             "the trees' first pieces; recursive doubling's first slots; single copy's address "
             "exchange; a message of its own for bulk), so a "
             "mismatch is `weftInvalidUsage` naming the ranks and what differs (`ranks disagree "
-            "on a collective: AllReduce: count differs: rank 0 has 4, rank 1 has 5`) on the "
+            "on a collective: AllReduce #3: count differs: rank 0 has 4, rank 1 has 5`) on the "
             "ranks that see it, which break the communicator so that the others fail at once "
             "(single copy: every rank, and the comm goes on working unless the numbers differ). "
             "On device memory the ring "

@@ -274,8 +274,8 @@ TEST(Check, OffCostsNothing) {
         weftAllReduce(x, x, 4, ctx.rank ? weftUint32 : weftInt32, weftSum, comm, nullptr);
     FAIL_IF(res != weftInvalidUsage, "unchecked all-reduce: %s", weftGetErrorString(res));
     const std::string want =
-        "ranks disagree on a collective: AllReduce: datatype differs: rank 0 has int32, rank 1 "
-        "has uint32";
+        "ranks disagree on a collective: AllReduce #3: datatype differs: rank 0 has int32, rank 1 "
+        "has uint32"; // the comm's third call
     FAIL_IF(want != weftGetLastError(comm), "message\n  \"%s\"\nwant\n  \"%s\"",
             weftGetLastError(comm), want.c_str());
     FAIL_IF(x[0] != 1 || x[3] != 4, "a refused all-reduce wrote its output");
@@ -560,7 +560,7 @@ TEST(AlwaysOnCheck, RecursiveDoublingMismatchFailsEveryRank) {
         FAIL_IF(out[i] != 0x5a, "%s: byte %zu past the output written", c.name, i - nbytes);
       if (res == weftInvalidUsage) {
         const std::string want =
-            std::string("ranks disagree on a collective: AllReduce: ") + c.differs;
+            std::string("ranks disagree on a collective: AllReduce #2: ") + c.differs;
         FAIL_IF(want != msg, "%s: message\n  \"%s\"\nwant\n  \"%s\"", c.name, msg, want.c_str());
       }
       // each rank says whether it refused, so the test sees who did
@@ -590,7 +590,7 @@ TEST(AlwaysOnCheck, SingleCopyAgainstRecursiveDoubling) {
         weftAllReduce(in.data(), out.data(), count, weftFloat32, weftSum, comm, nullptr);
     double took = now_s() - t0;
     const std::string want =
-        "ranks disagree on a collective: AllReduce: count differs: rank 0 has 70000, rank 1 has "
+        "ranks disagree on a collective: AllReduce #1: count differs: rank 0 has 70000, rank 1 has "
         "1000";
     FAIL_IF(res != weftInvalidUsage || want != weftGetLastError(comm),
             "got %s after %.2f s: %s", weftGetErrorString(res), took, weftGetLastError(comm));
@@ -623,20 +623,20 @@ struct RingOdd {
 #define DISAGREE "ranks disagree on a collective: "
 const RingOdd kRingOdds[] = {
     {"all-gather count", 3, 1, COLL_ALLGATHER, 3, 4, weftSum, weftSum, -1, -1,
-     {DISAGREE "AllGather: count differs: rank 0 has 3, rank 1 has 4",
-      DISAGREE "AllGather: count differs: rank 1 has 4, rank 2 has 3"}},
+     {DISAGREE "AllGather #1: count differs: rank 0 has 3, rank 1 has 4",
+      DISAGREE "AllGather #1: count differs: rank 1 has 4, rank 2 has 3"}},
     {"all-gather count, 40 and 44 bytes", 3, 1, COLL_ALLGATHER, 10, 11, weftSum, weftSum, -1, -1,
-     {DISAGREE "AllGather: count differs: rank 0 has 10, rank 1 has 11",
-      DISAGREE "AllGather: count differs: rank 1 has 11, rank 2 has 10"}},
+     {DISAGREE "AllGather #1: count differs: rank 0 has 10, rank 1 has 11",
+      DISAGREE "AllGather #1: count differs: rank 1 has 11, rank 2 has 10"}},
     {"reduce-scatter op", 4, 3, COLL_REDUCESCATTER, 5, 5, weftSum, weftProd, -1, -1,
-     {DISAGREE "ReduceScatter: op differs: rank 2 has sum, rank 3 has prod",
-      DISAGREE "ReduceScatter: op differs: rank 0 has sum, rank 3 has prod"}},
+     {DISAGREE "ReduceScatter #1: op differs: rank 2 has sum, rank 3 has prod",
+      DISAGREE "ReduceScatter #1: op differs: rank 0 has sum, rank 3 has prod"}},
     {"broadcast root", 3, 2, COLL_BROADCAST, 4, 4, weftSum, weftSum, 0, 1,
-     {DISAGREE "Broadcast: root differs: rank 1 has 0, rank 2 has 1",
-      DISAGREE "Broadcast: root differs: rank 0 has 0, rank 2 has 1"}},
+     {DISAGREE "Broadcast #1: root differs: rank 1 has 0, rank 2 has 1",
+      DISAGREE "Broadcast #1: root differs: rank 0 has 0, rank 2 has 1"}},
     {"reduce root", 3, 2, COLL_REDUCE, 5, 5, weftSum, weftSum, 0, 1,
-     {DISAGREE "Reduce: root differs: rank 1 has 0, rank 2 has 1",
-      DISAGREE "Reduce: root differs: rank 0 has 0, rank 2 has 1"}},
+     {DISAGREE "Reduce #1: root differs: rank 1 has 0, rank 2 has 1",
+      DISAGREE "Reduce #1: root differs: rank 0 has 0, rank 2 has 1"}},
 };
 
 // Runs rank's side of c; counts a refusal in *refused.

@@ -337,6 +337,10 @@ TEST(SignatureEveryPath, NamedCases) {
       if (res == weftInvalidUsage)
         FAIL_IF(msg.find(c.differs) == std::string::npos, "refused with \"%s\", want \"%s\"",
                 msg.c_str(), c.differs);
+      // the comm's first call: numbered as the trace and the hang verdicts number it
+      if (res == weftInvalidUsage)
+        FAIL_IF(msg.find(" #1: ") == std::string::npos, "the refusal \"%s\" has no call number",
+                msg.c_str());
       FAIL_IF(res != weftInvalidUsage && res != weftRemoteError, "returned %s",
               weftGetErrorString(res));
       return 0;
