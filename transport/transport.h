@@ -33,6 +33,11 @@ struct conn_ctrl {
   alignas(64) uint32_t poison; /* set by either end when it fails or aborts */
   /* bytes the sender put in each slot, written before tail moves past it */
   alignas(64) uint32_t slot_used_nbytes[CONN_MAX_SLOTS];
+  /* the point-to-point algorithm's (collectives/algo/sendrecv_cma.c): the
+   * offer of a message the receiver may copy from the sender's memory, with
+   * its answer, outside the slots so that the message fills them whole when
+   * the offer is taken back */
+  alignas(64) unsigned char p2p_offer[128];
 };
 
 struct weft_transport;
@@ -53,6 +58,9 @@ struct weft_conn {
   /* receiver, point-to-point (collectives/algo/p2p_slot.h): the slots whose
    * last content was a header it took, and the step after that one */
   uint64_t p2p_clean, p2p_end;
+  /* sender, point-to-point: the step after the last offer's slot (the
+   * control block's offer area is that offer's until head passes it) */
+  uint64_t p2p_offer_end;
   int peer_rank;
   pid_t peer_pid;      /* watched while waiting, when the peer shares the host */
   const struct weft_transport *transport;

@@ -36,6 +36,8 @@
 #define P2P_HDR_MAX_NBYTES 4096
 /* In slot_used_nbytes: the slot starts with a header (its count includes it). */
 #define P2P_USED_HDR 0x10000000u
+/* In slot_used_nbytes: the message ends in this slot. */
+#define SLOT_LAST 0x80000000u
 
 /* Whether a message of nbytes takes one slot with a header. */
 static inline int p2p_slot_hdr_fits(const struct weft_conn *c, size_t nbytes) {

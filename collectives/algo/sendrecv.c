@@ -14,7 +14,6 @@
 #include "sendrecv.h"
 #include "sendrecv_cma.h"
 
-#define SLOT_LAST 0x80000000u /* in slot_used_nbytes: the message ends here */
 
 enum { TAG_BLOB = 0x70320001u, TAG_ACK = 0x70320002u };
 
@@ -181,7 +180,16 @@ struct sendrecv_state {
 static int send_offer_progress(struct weftComm *comm, struct weft_conn *c,
                                struct sendrecv_state *st) {
   if (st->offer == 1) {
-    if (!sendrecv_cma_offer(c, st->op->sendbuf, st->nbytes, &st->offer_step)) return 0;
+    const int offered = sendrecv_cma_offer(c, st->op->sendbuf, st->nbytes, &st->offer_step);
+    /* The last offer's slot is not drained yet. A send that may complete
+     * alone goes through the FIFO; one larger than the FIFO waits, as it
+     * waits for its receiver anyway, who drains that slot first. */
+    if (offered < 0 && !st->withdrawable) return 0;
+    if (offered < 0) {
+      st->offer = 0;
+      return 0;
+    }
+    if (offered == 0) return 0;
     st->offer = 2;
     if (st->withdrawable) st->withdraw_at_ns = clock_ns() + st->withdraw_ns;
     return 1;
@@ -260,14 +268,18 @@ static int recv_progress(struct weftComm *comm, struct weft_conn *c, struct send
     }
     if (used & SENDRECV_CMA_SLOT_OFFER) { /* the sender offers its buffer */
       size_t taken = 0;
+      uint32_t withdrawn_used = 0;
       st->err = sendrecv_cma_take(comm, c, st->op->recvbuf, st->nbytes, st->done_nbytes, st->stream,
-                                  &taken);
+                                  &taken, &withdrawn_used);
       if (st->err == weftInProgress) break;
       if (st->err != weftSuccess) return -1;
-      st->done_nbytes += taken;
-      st->finished = st->done_nbytes == st->nbytes;
-      moved++;
-      continue;
+      if (withdrawn_used == 0) {
+        st->done_nbytes += taken;
+        st->finished = st->done_nbytes == st->nbytes;
+        moved++;
+        continue;
+      }
+      used = withdrawn_used; /* taken back: the slot is the FIFO's */
     }
     const size_t at = used & P2P_USED_HDR ? P2P_SLOT_HDR_NBYTES : 0;
     const size_t count = used & PROXY_USED_NBYTES_MASK;

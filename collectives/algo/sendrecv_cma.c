@@ -2,12 +2,13 @@
  *
  * A send through the FIFO costs two copies: into a slot, out of it. Between
  * ranks of one host whose FIFO lies in memory both load and store, a large
- * send instead puts one slot in the FIFO, an offer: where the message lies
- * in the sender's memory and how long it is. The receiver checks the length
- * against the receive it posted, copies the message straight into its
- * buffer (a mapped weftMemAllocHost buffer of the sender's with memcpy, any
- * other through process_vm_readv), writes its answer into the slot and
- * frees it; the sender, seeing the slot freed, reads the answer:
+ * send instead makes an offer: where the message lies in the sender's memory
+ * and how long it is, in the connection's control block, and one slot in
+ * the FIFO that says so. The receiver checks the length against the receive
+ * it posted, copies the message straight into its buffer (a mapped
+ * weftMemAllocHost buffer of the sender's with memcpy, any other through
+ * process_vm_readv), writes its answer and frees the slot; the sender,
+ * seeing the slot freed, reads the answer:
  *
  *   copied    the send is done;
  *   refused   the kernel does not let the receiver read the sender (ptrace
@@ -23,8 +24,9 @@
  * have given up on the send and reused its buffer). A send offered for good
  * completes only once its receiver took it, so such offers are made only
  * where the send waits for its receiver anyway (it does not fit the FIFO);
- * any other is taken back when its receiver does not come in time, the
- * message then following through the FIFO (see sendrecv_cma_wanted). */
+ * any other is taken back when its receiver does not come in time: the
+ * sender fills the offer's slot with the message's start and the next slots
+ * with the rest, as the FIFO would have (see sendrecv_cma_wanted). */
 #include "sendrecv_cma.h"
 
 #include <errno.h>
@@ -43,19 +45,22 @@ struct weft_param sendrecv_cma_params[] = {
             "when both ranks are on one host and connected over shared memory: the send puts "
             "one slot in the FIFO saying where the message lies, and the receiver copies it "
             "with `memcpy` from a mapping of a `weftMemAllocHost` buffer, else with "
-            "`process_vm_readv` (one copy instead of two). Only sends that wait for their "
-            "receiver anyway keep their offer until it is taken: those larger than the FIFO "
-            "(`WEFT_NSLOTS` x `WEFT_SLOT_BYTES`). Where the kernel does not let the receiver "
-            "read the sender, the message goes through the FIFO and the communicator stops "
-            "offering. Larger than any size turns it off. A send that fits the FIFO, and would "
-            "complete on its own through it, is taken back when its receiver has not come "
-            "within `WEFT_P2P_CMA_WITHDRAW_NS`, and then goes through the FIFO"},
+            "`process_vm_readv` (one copy instead of two). A send larger than the FIFO "
+            "(`WEFT_NSLOTS` x `WEFT_SLOT_BYTES`), which waits for its receiver anyway, keeps "
+            "its offer until it is taken; one that fits the FIFO, and so would complete on its "
+            "own through it, is taken back when its receiver has not come within "
+            "`WEFT_P2P_CMA_WITHDRAW_NS` (`WEFT_P2P_CMA_PAIRED_WITHDRAW_NS` in a group that "
+            "also receives from that peer), and then fills the slots it would have filled. "
+            "Messages that fit one slot with its header (4 KiB at most) are never offered. "
+            "Where the kernel does not let the receiver read the sender, the message goes "
+            "through the FIFO and the communicator stops offering. Larger than any size turns "
+            "it off"},
     {.name = "WEFT_P2P_CMA_WITHDRAW_NS", .type = PARAM_INT, .default_str = "-1", .min = -1,
-     .doc = "how long (ns) an offered send that fits the FIFO waits for its receiver to take "
-            "the offer before taking it back and copying through the FIFO "
-            "(`WEFT_P2P_CMA_MIN_NBYTES`): -1 about the time the FIFO's two copies take (2 us "
-            "plus one ns per 8 bytes), 0 no such offers (those sends go through the FIFO, or "
-            "keep their offer where their group also receives from that peer)"},
+     .doc = "how long (ns) an offered send that fits the FIFO, in a group that does not "
+            "receive from that peer, waits for its receiver to take the offer before taking it "
+            "back and copying through the FIFO (`WEFT_P2P_CMA_MIN_NBYTES`): -1 about the time "
+            "the FIFO's two copies take (2 us plus one ns per 8 bytes), 0 no such offers (those "
+            "sends go through the FIFO)"},
     {.name = "WEFT_P2P_CMA_PAIRED_WITHDRAW_NS", .type = PARAM_INT, .default_str = "10000000",
      .min = 0,
      .doc = "how long (ns) an offered send that fits the FIFO, in a group that also receives "
@@ -69,8 +74,6 @@ struct weft_param sendrecv_cma_params[] = {
     PARAM_END,
 };
 
-#define SENDRECV_CMA_MAGIC 0x7032702d636d6121ull /* eight ASCII bytes that mark an offer */
-
 enum sendrecv_cma_answer {
   ANSWER_NONE,
   ANSWER_COPIED,
@@ -78,19 +81,27 @@ enum sendrecv_cma_answer {
   ANSWER_MISMATCH,
   ANSWER_FAILED,
   ANSWER_TAKING,      /* the receiver has it: the final answer follows */
-  ANSWER_WITHDRAWING, /* the sender took it back and copies the message's start in */
-  ANSWER_WITHDRAWN    /* ... and has: the rest follows in the FIFO's next slots */
+  ANSWER_WITHDRAWING, /* the sender took it back and fills the offer's slot */
+  ANSWER_WITHDRAWN    /* ... and has: the slot holds what withdrawn_used says, the
+                         message's start, and the rest follows in the next slots */
 };
 
-/* The offer, in a slot: written by the sender, answered by the receiver. */
-struct sendrecv_cma_slot {
-  uint64_t magic;
-  uint64_t addr;   /* the message in the sender's process */
-  uint64_t nbytes; /* its length: the receiver reads no more */
-  struct mem_shared_ref ref; /* the allocation holding it (fd -1: not mappable) */
-  uint64_t answer;      /* enum sendrecv_cma_answer, written before head moves past the slot */
+/* The offer, in the connection's control block (conn_ctrl.p2p_offer): written
+ * by the sender before it publishes the offer's slot, answered by the
+ * receiver, and the sender's again once head has passed that slot (it makes
+ * no other offer before: p2p_offer_end). Its slot holds a header alone, so
+ * that a message taken back fills the slots as it would through the FIFO. */
+struct sendrecv_cma_offer {
+  uint64_t answer;      /* enum sendrecv_cma_answer, final before head moves past the slot */
   uint64_t want_nbytes; /* with ANSWER_MISMATCH: what the receiver expected */
+  uint64_t addr;        /* the message in the sender's process */
+  uint64_t nbytes;      /* its length: the receiver reads no more */
+  uint32_t withdrawn_used; /* with ANSWER_WITHDRAWN: the slot's used bytes and flags now */
+  uint32_t pad;
+  struct mem_shared_ref ref; /* the allocation holding it (fd -1: not mappable) */
 };
+static_assert(sizeof(struct sendrecv_cma_offer) <= sizeof(((struct conn_ctrl *)0)->p2p_offer),
+              "the offer fits the control block's area");
 
 /* What sendrecv_cma keeps per communicator (comm_state_get). */
 struct sendrecv_cma_comm {
@@ -129,22 +140,8 @@ void sendrecv_cma_counts(const struct weftComm *comm, uint64_t *sent_out, uint64
 }
 #endif
 
-static struct sendrecv_cma_slot *slot_at(const struct weft_conn *c, uint64_t step) {
-  return (struct sendrecv_cma_slot *)(conn_slot(c, step) + P2P_SLOT_HDR_NBYTES);
-}
-
-/* Where a withdrawn offer's slot holds the start of its message: after the
- * offer, on a cache line of its own. */
-#define WITHDRAWN_AT ((P2P_SLOT_HDR_NBYTES + sizeof(struct sendrecv_cma_slot) + 63) & ~(size_t)63)
-
-/* The slots a message of nbytes takes through the FIFO, and after a
- * withdrawn offer (its start in the offer's slot). */
-static size_t fifo_slots(const struct weft_conn *c, size_t nbytes) {
-  return (nbytes + c->slot_nbytes - 1) / c->slot_nbytes;
-}
-static size_t withdrawn_slots(const struct weft_conn *c, size_t nbytes) {
-  const size_t in_offer = c->slot_nbytes - WITHDRAWN_AT;
-  return 1 + (nbytes > in_offer ? fifo_slots(c, nbytes - in_offer) : 0);
+static struct sendrecv_cma_offer *offer_of(const struct weft_conn *c) {
+  return (struct sendrecv_cma_offer *)c->ctrl->p2p_offer;
 }
 
 int sendrecv_cma_wanted(const struct weftComm *comm, const struct weft_conn *c, size_t nbytes,
@@ -152,15 +149,15 @@ int sendrecv_cma_wanted(const struct weftComm *comm, const struct weft_conn *c, 
   int64_t min = param_int(&sendrecv_cma_params[0]);
   if (nbytes == 0 || (int64_t)nbytes < min || c->peer_pid == 0 || c->transport == NULL) return 0;
   if ((c->transport->caps & TRANSPORT_CAP_HOST_MEMORY) == 0) return 0;
-  if (c->slot_nbytes < WITHDRAWN_AT + 64 || sendrecv_cma_refused(comm)) return 0;
+  /* one slot with a header: a copy of a few cache lines */
+  if (p2p_slot_hdr_fits(c, nbytes) || sendrecv_cma_refused(comm)) return 0;
   if (nbytes > (size_t)c->nslots * c->slot_nbytes) return SENDRECV_CMA_OFFER;
-  /* A lone send, taken back, takes no more slots than through the FIFO: the
-   * sends after it find the room they found before. A paired one (its group
-   * waits for a receive from that peer) may take one more, as long as it
-   * fits the FIFO: its peer may well receive it only after another call, its
-   * own send to this rank having completed alone. */
-  const size_t room = paired ? c->nslots : fifo_slots(c, nbytes);
-  if (param_int(&sendrecv_cma_params[paired ? 2 : 1]) == 0 || withdrawn_slots(c, nbytes) > room)
+  /* Taken back, the message fills the slots it takes through the FIFO, so
+   * the sends after it find the room they found before. A paired send (its
+   * group waits for a receive from that peer) is taken back too, later: its
+   * peer may receive it only after another call, its own send to this rank
+   * having completed alone. */
+  if (param_int(&sendrecv_cma_params[paired ? 2 : 1]) == 0)
     return paired ? SENDRECV_CMA_OFFER : 0;
   return SENDRECV_CMA_OFFER_WITHDRAWABLE;
 }
@@ -173,36 +170,47 @@ uint64_t sendrecv_cma_withdraw_ns(size_t nbytes, int paired) {
 
 int sendrecv_cma_offer(struct weft_conn *c, const void *buf, size_t nbytes, uint64_t *step_out) {
   if (!conn_send_ready(c)) return 0;
-  struct sendrecv_cma_slot *slot = slot_at(c, c->step);
-  *slot = (struct sendrecv_cma_slot){
-      .magic = SENDRECV_CMA_MAGIC, .addr = (uintptr_t)buf, .nbytes = nbytes,
-      .answer = ANSWER_NONE};
-  mem_shared_find(buf, nbytes, &slot->ref);
+  /* the control block's offer area is the last offer's until its slot is drained */
+  if (c->head_seen < c->p2p_offer_end) {
+    c->head_seen = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
+    if (c->head_seen < c->p2p_offer_end) return -1;
+  }
+  struct sendrecv_cma_offer *offer = offer_of(c);
+  offer->addr = (uintptr_t)buf;
+  offer->nbytes = nbytes;
+  offer->want_nbytes = 0;
+  offer->withdrawn_used = 0;
+  mem_shared_find(buf, nbytes, &offer->ref);
+  __atomic_store_n(&offer->answer, ANSWER_NONE, __ATOMIC_RELAXED);
   *step_out = c->step;
-  p2p_slot_publish(c, (uint32_t)(P2P_SLOT_HDR_NBYTES + sizeof *slot) | SENDRECV_CMA_SLOT_OFFER);
+  c->p2p_offer_end = c->step + 1;
+  /* the header's and tail's release stores publish the offer */
+  p2p_slot_publish(c, (uint32_t)P2P_SLOT_HDR_NBYTES | SENDRECV_CMA_SLOT_OFFER);
   return 1;
 }
 
 size_t sendrecv_cma_withdraw(struct weft_conn *c, uint64_t step, const void *buf, size_t nbytes,
                              int *withdrawn_out) {
-  struct sendrecv_cma_slot *slot = slot_at(c, step);
+  struct sendrecv_cma_offer *offer = offer_of(c);
   uint64_t none = ANSWER_NONE;
-  *withdrawn_out = __atomic_compare_exchange_n(&slot->answer, &none, ANSWER_WITHDRAWING, 0,
+  *withdrawn_out = __atomic_compare_exchange_n(&offer->answer, &none, ANSWER_WITHDRAWING, 0,
                                                __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
   if (!*withdrawn_out) return 0;
-  size_t n = c->slot_nbytes - WITHDRAWN_AT;
-  if (n > nbytes) n = nbytes;
-  memcpy(conn_slot(c, step) + WITHDRAWN_AT, buf, n);
-  __atomic_store_n(&slot->answer, ANSWER_WITHDRAWN, __ATOMIC_RELEASE);
+  /* the slot as the FIFO would have filled it: raw, whole (the header's
+   * place too: offers are only of messages that take no header) */
+  const size_t n = nbytes < c->slot_nbytes ? nbytes : c->slot_nbytes;
+  memcpy(conn_slot(c, step), buf, n);
+  offer->withdrawn_used = (uint32_t)n | (n == nbytes ? SLOT_LAST : 0);
+  __atomic_store_n(&offer->answer, ANSWER_WITHDRAWN, __ATOMIC_RELEASE);
   return n;
 }
 
 weftResult_t sendrecv_cma_answer(struct weftComm *comm, struct weft_conn *c, uint64_t step,
                                  size_t nbytes, int *copied_out) {
   if (__atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE) <= step) return weftInProgress;
-  const struct sendrecv_cma_slot *slot = slot_at(c, step);
+  const struct sendrecv_cma_offer *offer = offer_of(c);
   struct sendrecv_cma_comm *state;
-  switch (slot->answer) {
+  switch (__atomic_load_n(&offer->answer, __ATOMIC_RELAXED)) {
     case ANSWER_COPIED:
       if ((state = sendrecv_cma_state(comm)) != NULL) state->sent++;
       *copied_out = 1;
@@ -215,7 +223,7 @@ weftResult_t sendrecv_cma_answer(struct weftComm *comm, struct weft_conn *c, uin
       return weft_error_set(weftInvalidUsage,
                             "send to rank %d: the receiver expects %llu bytes, the message has "
                             "%zu (sender and receiver must use the same count and datatype)",
-                            c->peer_rank, (unsigned long long)slot->want_nbytes, nbytes);
+                            c->peer_rank, (unsigned long long)offer->want_nbytes, nbytes);
     default:
       return weft_error_set(weftRemoteError, "send to rank %d: the receiver could not copy the "
                             "%zu-byte message", c->peer_rank, nbytes);
@@ -250,84 +258,71 @@ static weftResult_t sendrecv_cma_read(const struct weft_conn *c, void *dst, uint
  * mapped here where it has one (past the caches with stream set), else
  * through the kernel. */
 static weftResult_t sendrecv_cma_copy(struct weftComm *comm, const struct weft_conn *c,
-                                      const struct sendrecv_cma_slot *slot, void *dst, int stream,
-                                      int *refused) {
-  const struct mem_shared_ref *ref = &slot->ref;
-  if (ref->fd >= 0 && slot->addr >= ref->base && slot->nbytes <= ref->nbytes &&
-      slot->addr - ref->base <= ref->nbytes - slot->nbytes) {
+                                      const struct sendrecv_cma_offer *offer, void *dst,
+                                      int stream, int *refused) {
+  const struct mem_shared_ref *ref = &offer->ref;
+  if (ref->fd >= 0 && offer->addr >= ref->base && offer->nbytes <= ref->nbytes &&
+      offer->addr - ref->base <= ref->nbytes - offer->nbytes) {
     const char *base = mem_peer_map(comm, c->peer_rank, ref);
     if (base != NULL) {
-      if (stream) copy_host_stream(dst, base + (slot->addr - ref->base), slot->nbytes);
-      else memcpy(dst, base + (slot->addr - ref->base), slot->nbytes);
+      if (stream) copy_host_stream(dst, base + (offer->addr - ref->base), offer->nbytes);
+      else memcpy(dst, base + (offer->addr - ref->base), offer->nbytes);
       return weftSuccess;
     }
   }
-  return sendrecv_cma_read(c, dst, slot->addr, slot->nbytes, refused);
+  return sendrecv_cma_read(c, dst, offer->addr, offer->nbytes, refused);
 }
 
 /* The receiver's answer, final: the sender may be looking (a withdrawal's
  * compare-and-swap that fails). */
-static void answer_set(struct sendrecv_cma_slot *slot, uint64_t answer) {
-  __atomic_store_n(&slot->answer, answer, __ATOMIC_RELEASE);
+static void answer_set(struct sendrecv_cma_offer *offer, uint64_t answer) {
+  __atomic_store_n(&offer->answer, answer, __ATOMIC_RELEASE);
 }
 
-/* A withdrawn offer: the start of the message, in its slot, goes to dst. */
-static weftResult_t take_withdrawn(struct weft_conn *c, const struct sendrecv_cma_slot *slot,
-                                   void *dst, size_t nbytes, size_t done_nbytes,
-                                   size_t *taken_out) {
-  if (slot->magic != SENDRECV_CMA_MAGIC)
-    return weft_error_set(weftInternalError, "recv from rank %d: a malformed offer", c->peer_rank);
-  if (slot->nbytes != nbytes || done_nbytes != 0)
-    return weft_error_set(weftInvalidUsage,
-                          "recv from rank %d: the message of %llu bytes does not match the %zu "
-                          "bytes expected (sender and receiver must use the same count and "
-                          "datatype)",
-                          c->peer_rank, (unsigned long long)slot->nbytes, nbytes);
-  size_t n = c->slot_nbytes - WITHDRAWN_AT;
-  if (n > nbytes) n = nbytes;
-  memcpy(dst, conn_slot(c, c->step) + WITHDRAWN_AT, n);
-  *taken_out = n;
-  return weftSuccess;
+static weftResult_t size_mismatch(const struct weft_conn *c, uint64_t offered, size_t nbytes) {
+  return weft_error_set(weftInvalidUsage,
+                        "recv from rank %d: the message of %llu bytes does not match the %zu "
+                        "bytes expected (sender and receiver must use the same count and "
+                        "datatype)",
+                        c->peer_rank, (unsigned long long)offered, nbytes);
 }
 
 weftResult_t sendrecv_cma_take(struct weftComm *comm, struct weft_conn *c, void *dst, size_t nbytes,
-                               size_t done_nbytes, int stream, size_t *taken_out) {
-  struct sendrecv_cma_slot *slot = slot_at(c, c->step);
+                               size_t done_nbytes, int stream, size_t *taken_out,
+                               uint32_t *withdrawn_used_out) {
+  struct sendrecv_cma_offer *offer = offer_of(c);
   weftResult_t res = weftSuccess;
   int refused = 0;
   *taken_out = 0;
+  *withdrawn_used_out = 0;
   uint64_t seen = ANSWER_NONE;
-  if (!__atomic_compare_exchange_n(&slot->answer, &seen, ANSWER_TAKING, 0, __ATOMIC_ACQ_REL,
+  if (!__atomic_compare_exchange_n(&offer->answer, &seen, ANSWER_TAKING, 0, __ATOMIC_ACQ_REL,
                                    __ATOMIC_ACQUIRE)) {
-    if (seen == ANSWER_WITHDRAWING) return weftInProgress; /* its start is being copied in */
-    res = seen == ANSWER_WITHDRAWN
-              ? take_withdrawn(c, slot, dst, nbytes, done_nbytes, taken_out)
-              : weft_error_set(weftInternalError, "recv from rank %d: a malformed offer",
-                               c->peer_rank);
-    p2p_slot_taken(c, P2P_USED_HDR);
-    return res;
+    if (seen == ANSWER_WITHDRAWING) return weftInProgress; /* the slot is being filled */
+    if (seen != ANSWER_WITHDRAWN)
+      return weft_error_set(weftInternalError, "recv from rank %d: a malformed offer",
+                            c->peer_rank);
+    /* the slot now holds the message's start, as through the FIFO: the
+     * caller takes it so (the offer's size, the sender's until head passes
+     * the slot, names a mismatch) */
+    if (offer->nbytes != nbytes || done_nbytes != 0) return size_mismatch(c, offer->nbytes, nbytes);
+    *withdrawn_used_out = offer->withdrawn_used;
+    return weftSuccess;
   }
-  if (slot->magic != SENDRECV_CMA_MAGIC) {
-    answer_set(slot, ANSWER_FAILED);
-    res = weft_error_set(weftInternalError, "recv from rank %d: a malformed offer", c->peer_rank);
-  } else if (slot->nbytes != nbytes || done_nbytes != 0) {
-    slot->want_nbytes = nbytes;
-    answer_set(slot, ANSWER_MISMATCH);
-    res = weft_error_set(weftInvalidUsage,
-                         "recv from rank %d: the message of %llu bytes does not match the %zu "
-                         "bytes expected (sender and receiver must use the same count and "
-                         "datatype)",
-                         c->peer_rank, (unsigned long long)slot->nbytes, nbytes);
+  if (offer->nbytes != nbytes || done_nbytes != 0) {
+    offer->want_nbytes = nbytes;
+    answer_set(offer, ANSWER_MISMATCH);
+    res = size_mismatch(c, offer->nbytes, nbytes);
   } else {
-    res = sendrecv_cma_copy(comm, c, slot, dst, stream, &refused);
+    res = sendrecv_cma_copy(comm, c, offer, dst, stream, &refused);
     /* a sender that failed (a timeout, an abort) poisons the connection before
      * its caller may reuse the buffer: a copy that ends after that is void */
     if (res == weftSuccess && __atomic_load_n(&c->ctrl->poison, __ATOMIC_ACQUIRE) != 0)
       res = weft_error_set(weftRemoteError, "recv from rank %d: it failed while this receive "
                            "copied its message", c->peer_rank);
-    answer_set(slot, res != weftSuccess ? ANSWER_FAILED
-                     : refused          ? ANSWER_REFUSED
-                                        : ANSWER_COPIED);
+    answer_set(offer, res != weftSuccess ? ANSWER_FAILED
+                      : refused          ? ANSWER_REFUSED
+                                         : ANSWER_COPIED);
   }
   p2p_slot_taken(c, P2P_USED_HDR);
   if (res == weftSuccess && !refused) {

@@ -25,12 +25,10 @@ extern struct weft_param sendrecv_cma_params[];
  * not fit the FIFO; SENDRECV_CMA_OFFER_WITHDRAWABLE otherwise: the offer is
  * taken back when the receiver has not come within sendrecv_cma_withdraw_ns,
  * and the message then goes through the FIFO, its start in the offer's
- * slot, so that the send still completes without its receiver. A lone send
- * (paired 0) is offered so only where, taken back, it takes no more slots
- * than through the FIFO (the sends after it keep the room they had), and
- * not at all when WEFT_P2P_CMA_WITHDRAW_NS is 0. A paired one (its group
- * also receives from that peer, as an all-to-all does) where it then still
- * fits the FIFO, and otherwise for good, as with
+ * slot, so that the send still completes without its receiver and takes the
+ * slots it would have taken. A lone send (paired 0) is not offered when
+ * WEFT_P2P_CMA_WITHDRAW_NS is 0; a paired one (its group also receives from
+ * that peer, as an all-to-all does) is then offered for good, as with
  * WEFT_P2P_CMA_PAIRED_WITHDRAW_NS 0:
  * its group waits for its peer anyway, except where the peer's send to this
  * rank completed alone and it receives only after another call (then such a
@@ -44,14 +42,17 @@ int sendrecv_cma_wanted(const struct weftComm *comm, const struct weft_conn *c, 
 uint64_t sendrecv_cma_withdraw_ns(size_t nbytes, int paired);
 
 /* Puts an offer of buf (nbytes) in c's next slot if one is free: 1 when it
- * did (*step_out: the slot's step), 0 when the FIFO is full. */
+ * did (*step_out: the slot's step), 0 when the FIFO is full, -1 when the
+ * receiver has not yet drained the slot of c's last offer, whose answer still
+ * holds the control block's offer area (the message then goes through the
+ * FIFO). */
 int sendrecv_cma_offer(struct weft_conn *c, const void *buf, size_t nbytes, uint64_t *step_out);
 
 /* Takes back the offer of buf (nbytes) at step before its receiver has it:
- * *withdrawn_out 1 when it did, and then copies the start of the message into
- * the offer's slot, returning how many bytes (the rest goes through the
- * FIFO's next slots, as many as the message takes there alone); 0 when the
- * receiver has it (its answer follows). */
+ * *withdrawn_out 1 when it did, and then fills the offer's slot with the
+ * start of the message, as the FIFO would, returning how many bytes (the rest
+ * goes through the FIFO's next slots: the message takes as many as it takes
+ * there alone); 0 when the receiver has it (its answer follows). */
 size_t sendrecv_cma_withdraw(struct weft_conn *c, uint64_t step, const void *buf, size_t nbytes,
                              int *withdrawn_out);
 
@@ -67,13 +68,15 @@ weftResult_t sendrecv_cma_answer(struct weftComm *comm, struct weft_conn *c, uin
  * done_nbytes already arrived; stream: copy past the caches where the
  * sender's buffer is mapped here) and frees the slot: weftSuccess with
  * *taken_out the bytes now in dst: nbytes when it copied the message, 0 when
- * this rank may not read the sender, the start of the message when the sender
- * took the offer back (the rest follows in the next slots);
- * weftInProgress, the slot kept, while a withdrawing sender copies that start
- * in; weftInvalidUsage when the sizes differ, or the error of a failed copy;
- * the sender learns either. */
+ * this rank may not read the sender. Where the sender took the offer back,
+ * weftSuccess with the slot kept and *withdrawn_used_out non-zero: the
+ * slot's used bytes and flags now, the message's start as through the FIFO
+ * (the caller takes it so, and the rest from the next slots); weftInProgress
+ * while the sender fills it. weftInvalidUsage when the sizes differ, or the
+ * error of a failed copy; the sender learns either. */
 weftResult_t sendrecv_cma_take(struct weftComm *comm, struct weft_conn *c, void *dst, size_t nbytes,
-                               size_t done_nbytes, int stream, size_t *taken_out);
+                               size_t done_nbytes, int stream, size_t *taken_out,
+                               uint32_t *withdrawn_used_out);
 
 #ifdef WEFT_TEST_HOOKS
 /* The suites' build only: how many messages comm's sends had copied by their

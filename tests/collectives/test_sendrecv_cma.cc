@@ -60,14 +60,12 @@ size_t split(uint64_t seed, int round, int from, int to, size_t esize) {
   return (n + esize - 1) / esize; // at least one element where any bytes
 }
 
-// Whether a block of nbytes from a rank whose group also receives from its
-// peer (paired) is copied single-copy over shared memory: 1 always (larger
-// than the FIFO; or paired and, taken back, it would not fit the FIFO: the
-// offer's slot holds at most a slot less 64 bytes of it), 2 where its
-// receiver takes the offer before the sender takes it back, 0 never.
-int copied(size_t nbytes, bool paired) {
+// Whether a block of nbytes is copied single-copy over shared memory: 1
+// always (larger than the FIFO), 2 where its receiver takes the offer before
+// the sender takes it back (it fits the FIFO), 0 never.
+int copied(size_t nbytes) {
   if (nbytes == 0 || nbytes < kMinNbytes) return 0;
-  return nbytes > kFifoNbytes || (paired && nbytes > kFifoNbytes - 64) ? 1 : 2;
+  return nbytes > kFifoNbytes ? 1 : 2;
 }
 
 // One all-to-all with uneven splits as a group of sends and receives (empty
@@ -102,10 +100,10 @@ int alltoallv_check(const RankCtx &ctx, weftComm_t comm, weftDataType_t t, int r
     if (rn > 0)
       FAIL_IF(weftRecv(out.data() + recv_off[p], rn / es, t, p, comm, nullptr) != weftSuccess,
               "recv: %s", weftGetLastError(comm));
-    want_sent += p != me && copied(sn, rn > 0) == 1;
-    want_received += p != me && copied(rn, sn > 0) == 1;
-    may_sent += p != me && copied(sn, rn > 0) == 2;
-    may_received += p != me && copied(rn, sn > 0) == 2;
+    want_sent += p != me && copied(sn) == 1;
+    want_received += p != me && copied(rn) == 1;
+    may_sent += p != me && copied(sn) == 2;
+    may_received += p != me && copied(rn) == 2;
   }
   FAIL_IF(weftGroupEnd() != weftSuccess, "%s round %d: %s", type_name(t), round,
           weftGetLastError(comm));
@@ -154,7 +152,7 @@ int alltoall_check(const RankCtx &ctx, weftComm_t comm, weftDataType_t t, size_t
   for (size_t i = block * n; i < out.size(); i++)
     FAIL_IF(out[i] != kPoison, "alltoall %s: guard byte %zu written", type_name(t), i);
   const Counts after = counts(comm);
-  const uint64_t want = single_copy && copied(block, true) == 1 ? (uint64_t)(n - 1) : 0;
+  const uint64_t want = single_copy && copied(block) == 1 ? (uint64_t)(n - 1) : 0;
   FAIL_IF(after.sent - before.sent != want || after.received - before.received != want,
           "alltoall %s: %llu/%llu blocks copied single-copy, want %llu", type_name(t),
           (unsigned long long)(after.sent - before.sent),
@@ -391,8 +389,9 @@ TEST(SendrecvCmaLone, WaitingReceiverCopiesSingleCopy) {
     const Counts before = counts(comm);
     const int kRounds = 20;
     for (int i = 0; i < kRounds; i++) {
-      // sizes whose start fits the offer's slot when taken back (so offered)
-      const size_t nbytes = kMinNbytes + 200 + (size_t)(1000 * i) % 3000;
+      // whole slots (4 KiB here: 1 to 4 of them, the FIFO's) and between
+      const size_t nbytes = i % 3 == 0 ? 4096 * (size_t)(1 + i % 4)
+                                       : kMinNbytes + 200 + (size_t)(1000 * i) % 3000;
       const std::vector<uint8_t> want = make_input(weftUint8, weftSum, nbytes, seed + i, 0);
       if (ctx.rank == 0) {
         if (i == 0) usleep(50000);  // the receiver waits first
@@ -501,7 +500,8 @@ TEST(SendrecvCmaLone, WithdrawRacesTheReceiver) {
       TRY_RC(init_pair(ctx, &comm));
       const int peer = 1 - ctx.rank;
       for (int i = 0; i < 300; i++) {
-        const size_t nbytes = kMinNbytes + (size_t)(i * 37) % 8000;
+        const size_t nbytes = i % 5 == 0 ? 4096 * (size_t)(1 + i % 4)  // whole slots too
+                                         : kMinNbytes + (size_t)(i * 37) % 8000;
         const int from = i % 2;  // a ping-pong: each rank sends every other round
         const std::vector<uint8_t> want = make_input(weftUint8, weftSum, nbytes, seed + i, from);
         if (ctx.rank == from) {
@@ -526,19 +526,79 @@ TEST(SendrecvCmaLone, WithdrawRacesTheReceiver) {
   }
 }
 
-// A send paired with a receive from its peer, whose peer receives it only
+// Sends paired with a receive from their peer, whose peer receives them only
 // after a message that needs the sender past its group: rank 0 sends rank 1
-// a message in a group that receives a byte from rank 1, then sends rank 2 a
-// byte; rank 1 sends its byte, receives one from rank 2, then the message;
-// rank 2 passes rank 0's byte on to rank 1. Through the FIFO rank 0's send
-// completes alone; offered for good it waited for rank 1, which waited for
-// rank 2, which waited for rank 0. The offer is taken back (none copied),
-// for every size whose start and rest then fit the FIFO, exact multiples of
-// the slot among them.
+// a lone message (pre, where any), then in a group the messages of sizes and
+// a receive of a byte from rank 1, then sends rank 2 a byte; rank 1 sends its
+// byte, receives one from rank 2, then the messages; rank 2 passes rank 0's
+// byte on to rank 1. The messages fit the FIFO together, so through it rank
+// 0's group completes alone; an offer for good waited for rank 1, which
+// waited for rank 2, which waited for rank 0. The offers are taken back
+// (none copied), and then take the slots the FIFO would: several in one
+// group, after a lone send, whole slots, near the FIFO's size.
+int paired_chain(const RankCtx &ctx, weftComm_t comm, const std::vector<size_t> &sizes,
+                 size_t pre, uint64_t seed) {
+  std::vector<std::vector<uint8_t>> bigs;
+  for (size_t k = 0; k < sizes.size(); k++)
+    bigs.push_back(make_input(weftUint8, weftSum, sizes[k], seed + k, 0));
+  const std::vector<uint8_t> pre_msg = make_input(weftUint8, weftSum, pre + 1, seed + 99, 0);
+  uint8_t byte = (uint8_t)(seed % 251), got_byte = 0;
+  const Counts before = counts(comm);
+  if (ctx.rank == 0) {
+    if (pre > 0)
+      FAIL_IF(weftSend(pre_msg.data(), pre, weftUint8, 1, comm, nullptr) != weftSuccess,
+              "lone send: %s", weftGetLastError(comm));
+    FAIL_IF(weftGroupStart() != weftSuccess, "group start");
+    for (const std::vector<uint8_t> &b : bigs)
+      FAIL_IF(weftSend(b.data(), b.size(), weftUint8, 1, comm, nullptr) != weftSuccess, "send");
+    FAIL_IF(weftRecv(&got_byte, 1, weftUint8, 1, comm, nullptr) != weftSuccess, "recv");
+    FAIL_IF(weftGroupEnd() != weftSuccess, "group: %s", weftGetLastError(comm));
+    FAIL_IF(got_byte != byte, "the byte from rank 1: %#x", got_byte);
+    FAIL_IF(weftSend(&byte, 1, weftUint8, 2, comm, nullptr) != weftSuccess, "send to rank 2: %s",
+            weftGetLastError(comm));
+  } else if (ctx.rank == 1) {
+    FAIL_IF(weftSend(&byte, 1, weftUint8, 0, comm, nullptr) != weftSuccess, "send: %s",
+            weftGetLastError(comm));
+    FAIL_IF(weftRecv(&got_byte, 1, weftUint8, 2, comm, nullptr) != weftSuccess,
+            "recv from rank 2: %s", weftGetLastError(comm));
+    FAIL_IF(got_byte != byte, "the byte from rank 2: %#x", got_byte);
+    std::vector<uint8_t> got(pre + kGuard, kPoison);
+    if (pre > 0)
+      FAIL_IF(weftRecv(got.data(), pre, weftUint8, 0, comm, nullptr) != weftSuccess ||
+                  memcmp(got.data(), pre_msg.data(), pre) != 0 || got[pre] != kPoison,
+              "the lone message of %zu bytes: %s", pre, weftGetLastError(comm));
+    for (const std::vector<uint8_t> &b : bigs) {
+      got.assign(b.size() + kGuard, kPoison);
+      FAIL_IF(weftRecv(got.data(), b.size(), weftUint8, 0, comm, nullptr) != weftSuccess,
+              "recv of %zu: %s", b.size(), weftGetLastError(comm));
+      FAIL_IF(memcmp(got.data(), b.data(), b.size()) != 0 || got[b.size()] != kPoison,
+              "recv of %zu: wrong bytes", b.size());
+    }
+  } else {
+    FAIL_IF(weftRecv(&got_byte, 1, weftUint8, 0, comm, nullptr) != weftSuccess,
+            "recv from rank 0: %s", weftGetLastError(comm));
+    FAIL_IF(weftSend(&got_byte, 1, weftUint8, 1, comm, nullptr) != weftSuccess,
+            "send to rank 1: %s", weftGetLastError(comm));
+  }
+  const Counts after = counts(comm);
+  FAIL_IF(after.sent != before.sent || after.received != before.received,
+          "copied single-copy: the receiver was not there");
+  return 0;
+}
+
 TEST(SendrecvCmaPaired, PeerThatReceivesAfterAChainGetsIt) {
   const uint64_t seed = test_seed();
   RunOptions opts = options(nullptr);
   opts.env.push_back({"WEFT_TIMEOUT", "10"});  // the last one set wins
+  struct Chain {
+    std::vector<size_t> sizes;
+    size_t pre;
+  };
+  const std::vector<Chain> chains = {
+      {{kMinNbytes}, 0},       {{kMinNbytes + 200}, 0},   {{10000}, 0},
+      {{3 * 4096}, 0},         {{3 * 4096 + 1000}, 0},    {{kFifoNbytes - 84}, 0},
+      {{kFifoNbytes}, 0},      {{8192, 8192}, 0},         {{4096, 4096, 4096, 4096}, 0},
+      {{3 * 4096}, 100},       {{4096, 4100}, 3000}};
   auto status = run_ranks(3, [&](const RankCtx &ctx) {
     weftComm_t comm;
     if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
@@ -551,42 +611,10 @@ TEST(SendrecvCmaPaired, PeerThatReceivesAfterAChainGetsIt) {
       weftRecv(&warm_in[p], 1, weftUint8, p, comm, nullptr);
     }
     FAIL_IF(weftGroupEnd() != weftSuccess, "warm: %s", weftGetLastError(comm));
-    for (size_t nbytes : {kMinNbytes, kMinNbytes + 200, (size_t)10000, 3 * (size_t)4096,
-                          3 * (size_t)4096 + 1000}) {
-      const std::vector<uint8_t> big = make_input(weftUint8, weftSum, nbytes, seed + nbytes, 0);
-      uint8_t byte = (uint8_t)(nbytes % 251), got_byte = 0;
-      const Counts before = counts(comm);
+    for (size_t k = 0; k < chains.size(); k++) {
       const double t0 = now_s();
-      if (ctx.rank == 0) {
-        FAIL_IF(weftGroupStart() != weftSuccess, "group start");
-        FAIL_IF(weftSend(big.data(), nbytes, weftUint8, 1, comm, nullptr) != weftSuccess, "send");
-        FAIL_IF(weftRecv(&got_byte, 1, weftUint8, 1, comm, nullptr) != weftSuccess, "recv");
-        FAIL_IF(weftGroupEnd() != weftSuccess, "group with %zu bytes: %s", nbytes,
-                weftGetLastError(comm));
-        FAIL_IF(got_byte != byte, "the byte from rank 1: %#x", got_byte);
-        FAIL_IF(weftSend(&byte, 1, weftUint8, 2, comm, nullptr) != weftSuccess,
-                "send to rank 2: %s", weftGetLastError(comm));
-      } else if (ctx.rank == 1) {
-        FAIL_IF(weftSend(&byte, 1, weftUint8, 0, comm, nullptr) != weftSuccess, "send: %s",
-                weftGetLastError(comm));
-        FAIL_IF(weftRecv(&got_byte, 1, weftUint8, 2, comm, nullptr) != weftSuccess,
-                "recv from rank 2 before %zu bytes: %s", nbytes, weftGetLastError(comm));
-        FAIL_IF(got_byte != byte, "the byte from rank 2: %#x", got_byte);
-        std::vector<uint8_t> got(nbytes + kGuard, kPoison);
-        FAIL_IF(weftRecv(got.data(), nbytes, weftUint8, 0, comm, nullptr) != weftSuccess,
-                "recv of %zu: %s", nbytes, weftGetLastError(comm));
-        FAIL_IF(memcmp(got.data(), big.data(), nbytes) != 0 || got[nbytes] != kPoison,
-                "recv of %zu: wrong bytes", nbytes);
-      } else {
-        FAIL_IF(weftRecv(&got_byte, 1, weftUint8, 0, comm, nullptr) != weftSuccess,
-                "recv from rank 0 with %zu bytes: %s", nbytes, weftGetLastError(comm));
-        FAIL_IF(weftSend(&got_byte, 1, weftUint8, 1, comm, nullptr) != weftSuccess,
-                "send to rank 1: %s", weftGetLastError(comm));
-      }
-      FAIL_IF(now_s() - t0 > 5.0, "%zu bytes: %.1f s", nbytes, now_s() - t0);
-      const Counts after = counts(comm);
-      FAIL_IF(after.sent != before.sent || after.received != before.received,
-              "%zu bytes copied single-copy: the receiver was not there", nbytes);
+      TRY_RC(paired_chain(ctx, comm, chains[k].sizes, chains[k].pre, seed + 1000 * k));
+      FAIL_IF(now_s() - t0 > 5.0, "chain %zu: %.1f s", k, now_s() - t0);
     }
     weftCommDestroy(comm);
     return 0;
