@@ -12,9 +12,10 @@
 # tests/tools/install_nccl.c builds with `pkg-config --cflags --libs weft-nccl`
 # and runs on 2 ranks; builds the same programs and tools/train/zero_example.c
 # with CMake through find_package(weft) (tests/tools/install_cmake) against every
-# target of the package, and runs them; checks that no installed program or library names the
-# build folder in its rpath. Prints "ok NAME" or "FAIL NAME" per check, exits non-zero
-# when one failed.
+# target of the package, and runs them; checks that every installed program
+# has a manual page (rendered by man -l where man is installed); checks that
+# no installed program or library names the build folder in its rpath.
+# Prints "ok NAME" or "FAIL NAME" per check, exits non-zero when one failed.
 set -u
 build=$(cd "${1:?usage: test_install.sh BUILD_DIR SOURCE_DIR}" && pwd)
 src=$(cd "${2:?usage: test_install.sh BUILD_DIR SOURCE_DIR}" && pwd)
@@ -77,6 +78,22 @@ if [ "$(option nccl)" = "True" ]; then
     [ "$(grep -c ': ok$' nccl.log)" -eq 2 ]
   check "installed weftrun -n 2 install_nccl" $? nccl.log
 fi
+
+# a manual page for every installed program, from its --help
+mandir="$root/$(option mandir)/man1"
+bad=0
+for prog in "$bin"/*; do
+  name=$(basename "$prog")
+  page="$mandir/$name.1"
+  if [ ! -f "$page" ] || ! grep -q '^\.SH SYNOPSIS' "$page" || ! grep -qF -- "$name \\- " "$page"; then
+    echo "  $name: no manual page with a synopsis in $mandir"
+    bad=1
+  elif command -v man >/dev/null && ! man -l "$page" 2>&1 | grep -q "^NAME"; then
+    echo "  man -l $page does not render it"
+    bad=1
+  fi
+done
+check "man pages of the installed programs in $mandir" $bad
 
 # find_package(weft): tests/tools/install_cmake builds the same programs
 # against each target of the installed CMake package, found through
