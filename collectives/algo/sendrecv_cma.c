@@ -56,6 +56,7 @@ struct weft_param sendrecv_cma_params[] = {
             "through the FIFO and the communicator stops offering. Larger than any size turns "
             "it off"},
     {.name = "WEFT_P2P_CMA_WITHDRAW_NS", .type = PARAM_INT, .default_str = "-1", .min = -1,
+     .max = INT64_MAX,
      .doc = "how long (ns) an offered send that fits the FIFO, in a group that does not "
             "receive from that peer, waits for its receiver to take the offer before taking it "
             "back and copying through the FIFO (`WEFT_P2P_CMA_MIN_NBYTES`): -1 about the time "

@@ -44,8 +44,9 @@ uint64_t sendrecv_cma_withdraw_ns(size_t nbytes, int paired);
 /* Puts an offer of buf (nbytes) in c's next slot if one is free: 1 when it
  * did (*step_out: the slot's step), 0 when the FIFO is full, -1 when the
  * receiver has not yet drained the slot of c's last offer, whose answer still
- * holds the control block's offer area (the message then goes through the
- * FIFO). */
+ * holds the control block's offer area (the caller then sends a withdrawable
+ * offer's message through the FIFO, and tries again later with any other:
+ * that receiver drains the slot before it takes this message). */
 int sendrecv_cma_offer(struct weft_conn *c, const void *buf, size_t nbytes, uint64_t *step_out);
 
 /* Takes back the offer of buf (nbytes) at step before its receiver has it:

@@ -622,4 +622,66 @@ TEST(SendrecvCmaPaired, PeerThatReceivesAfterAChainGetsIt) {
   for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
 
+// Offers one after another on one connection, each taken or taken back
+// (withdrawal after 1 ns, 2 us and 200 us, lone and paired alike): 150
+// seeded rounds of 1-4 messages from rank 0, alone or in a group, of sizes
+// around the slot and the FIFO, header-sized among them, received after a
+// random wait, with an all-reduce on the same connections every third
+// round. The control block holds one offer at a time; every message arrives
+// once, right, guard intact.
+TEST(SendrecvCmaLone, BackToBackOffersOnOneConnection) {
+  const uint64_t seed = test_seed();
+  const size_t sizes[] = {100,   4097,        4100,        5000, 8192, 3 * 4096,
+                          12289, kFifoNbytes, kFifoNbytes + 1,   3 * kFifoNbytes + 7};
+  for (const char *ns : {"1", "2000", "200000"}) {
+    RunOptions opts = options(nullptr);
+    opts.env.push_back({"WEFT_P2P_CMA_WITHDRAW_NS", ns});
+    opts.env.push_back({"WEFT_P2P_CMA_PAIRED_WITHDRAW_NS", ns});
+    auto status = run_ranks(2, [&](const RankCtx &ctx) {
+      weftComm_t comm;
+      TRY_RC(init_pair(ctx, &comm));
+      Rng rng(seed);  // the same draws on both ranks
+      for (int round = 0; round < 150; round++) {
+        const int nmsg = 1 + (int)(rng.next() % 4);
+        const bool group = rng.next() % 2 != 0;
+        const useconds_t late = (useconds_t)(rng.next() % 300);
+        std::vector<std::vector<uint8_t>> msgs;
+        for (int k = 0; k < nmsg; k++) {
+          const size_t n = sizes[rng.next() % (sizeof sizes / sizeof sizes[0])];
+          msgs.push_back(make_input(weftUint8, weftSum, n, seed + (uint64_t)(round * 8 + k), 0));
+        }
+        if (ctx.rank == 0) {
+          if (group) FAIL_IF(weftGroupStart() != weftSuccess, "group start");
+          for (const std::vector<uint8_t> &m : msgs)
+            FAIL_IF(weftSend(m.data(), m.size(), weftUint8, 1, comm, nullptr) != weftSuccess,
+                    "round %d: send of %zu: %s", round, m.size(), weftGetLastError(comm));
+          if (group)
+            FAIL_IF(weftGroupEnd() != weftSuccess, "round %d: group: %s", round,
+                    weftGetLastError(comm));
+        } else {
+          usleep(late);
+          for (const std::vector<uint8_t> &m : msgs) {
+            std::vector<uint8_t> got(m.size() + kGuard, kPoison);
+            FAIL_IF(weftRecv(got.data(), m.size(), weftUint8, 0, comm, nullptr) != weftSuccess,
+                    "round %d: recv of %zu: %s", round, m.size(), weftGetLastError(comm));
+            FAIL_IF(memcmp(got.data(), m.data(), m.size()) != 0 || got[m.size()] != kPoison,
+                    "round %d: recv of %zu: wrong bytes", round, m.size());
+          }
+        }
+        if (round % 3 == 0) {
+          float one = 1.0f, sum = 0.0f;
+          FAIL_IF(weftAllReduce(&one, &sum, 1, weftFloat32, weftSum, comm, nullptr) !=
+                          weftSuccess ||
+                      sum != 2.0f,
+                  "round %d: all-reduce: %g (%s)", round, sum, weftGetLastError(comm));
+        }
+      }
+      weftCommDestroy(comm);
+      return 0;
+    }, opts);
+    EXPECT_EQ(status[0], 0) << ns << " ns";
+    EXPECT_EQ(status[1], 0) << ns << " ns";
+  }
+}
+
 }  // namespace
