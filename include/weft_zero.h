@@ -271,10 +271,10 @@ long weftZeroStepCount(weftZero_t zero);
 /* Bytes this rank holds, by category, counted where they are allocated (in
  * device memory for a device context, but the optimizer state with
  * offloadOptimizer, which is in host memory: see offloaded; 16 bytes of step
- * statistics are not counted, on either kind). params + grads + optimizer follow the ZeRO formulas (weftZeroMemoryFormula)
- * for psiPadded parameters and N ranks where reduceType is paramType; with
- * an fp32 reduceType, stages 2 and 3 keep the gradient shard in fp32 (grads
- * is 4psi/N, where the formula counts 2psi/N); buckets and gathered are the
+ * statistics are not counted, on either kind). params + grads + optimizer follow the ZeRO formulas (weftZeroMemoryFormulaFor)
+ * for psiPadded parameters and N ranks: with an fp32 reduceType, stages 2
+ * and 3 keep the gradient shard in fp32 (grads is 4psi/N where
+ * weftZeroMemoryFormula, for reduceType = paramType, counts 2psi/N); buckets and gathered are the
  * temporary buffers held now (peak: the most at once). Temporary buffers
  * given back are kept in a pool of the context for the next taker (the
  * smallest idle one that fits), counted apart as idle, so that steps after
@@ -311,6 +311,13 @@ weftResult_t weftZeroMemoryReport(weftZero_t zero, weftZeroMemory_t *report);
  * or bf16 and AdamW this is 16psi, 4psi + 12psi/N, 2psi + 14psi/N, 16psi/N. */
 size_t weftZeroMemoryFormula(int stage, size_t psi, int nranks, weftDataType_t paramType,
                              weftZeroOptimizer_t optimizer);
+/* The same for the context config would make (its stage, paramType,
+ * reduceType and optimizer): stages 2 and 3 keep the gradient shard in
+ * reduceType, so with bf16 parameters and fp32 reduction AdamW takes
+ * 2psi + 16psi/N at stage 2 and 18psi/N at stage 3. What weftZeroMemoryReport's
+ * params + grads + optimizer come to, for psiPadded parameters. 0 for a NULL
+ * config or nranks < 1. */
+size_t weftZeroMemoryFormulaFor(const weftZeroConfig_t *config, size_t psi, int nranks);
 
 /* The full fp32 master parameters, in registration order (psi floats), on
  * every rank. Collective. */

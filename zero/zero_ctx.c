@@ -359,19 +359,31 @@ weftResult_t weftZeroSetLr(weftZero_t z, double lr) {
   return weftSuccess;
 }
 
-size_t weftZeroMemoryFormula(int stage, size_t psi, int nranks, weftDataType_t paramType,
-                             weftZeroOptimizer_t optimizer) {
-  if (nranks <= 0) return 0;
-  size_t ds = weftTypeSize(paramType);
-  size_t k = 4 * (size_t)zero_optim_arrays(optimizer);
-  size_t n = (size_t)nranks;
+/* params + grads + optimizer: ds bytes a parameter, gs a gradient where
+ * sharded (stages 2-3), k of optimizer state. */
+static size_t memory_formula(int stage, size_t psi, size_t n, size_t ds, size_t gs, size_t k) {
   switch (stage) {
   case 0: return (2 * ds + k) * psi;
   case 1: return 2 * ds * psi + k * psi / n;
-  case 2: return ds * psi + (ds + k) * psi / n;
-  case 3: return (2 * ds + k) * psi / n;
+  case 2: return ds * psi + (gs + k) * psi / n;
+  case 3: return (ds + gs + k) * psi / n;
   default: return 0;
   }
+}
+
+size_t weftZeroMemoryFormula(int stage, size_t psi, int nranks, weftDataType_t paramType,
+                             weftZeroOptimizer_t optimizer) {
+  if (nranks <= 0) return 0;
+  const size_t ds = weftTypeSize(paramType);
+  return memory_formula(stage, psi, (size_t)nranks, ds, ds,
+                        4 * (size_t)zero_optim_arrays(optimizer));
+}
+
+size_t weftZeroMemoryFormulaFor(const weftZeroConfig_t *config, size_t psi, int nranks) {
+  if (config == NULL || nranks <= 0) return 0;
+  return memory_formula(config->stage, psi, (size_t)nranks, weftTypeSize(config->paramType),
+                        weftTypeSize(config->reduceType),
+                        4 * (size_t)zero_optim_arrays(config->optimizer));
 }
 
 weftResult_t weftZeroMemoryReport(weftZero_t z, weftZeroMemory_t *r) {

@@ -41,24 +41,29 @@ TEST(ZeroMemory, FollowsTheFormulas) {
         std::vector<std::vector<size_t>> layers = {{12 * n * unit, 5 * n}, {n * unit}, {3 * n}};
         size_t psi = 12 * n * unit + 5 * n + n * unit + 3 * n;
         for (int stage = 0; stage <= 3; stage++) {
-          for (int variant = 0; variant < 2; variant++) {
+          // bf16 AdamW, fp32 SGD with momentum, bf16 AdamW reduced in fp32
+          for (int variant = 0; variant < 3; variant++) {
             weftZeroConfig_t cfg;
             weftZeroConfigDefaults(&cfg);
             cfg.stage = stage;
-            cfg.paramType = variant == 0 ? weftBfloat16 : weftFloat32;
-            cfg.reduceType = cfg.paramType;
-            cfg.optimizer = variant == 0 ? weftZeroAdamW : weftZeroSgdMomentum;
+            cfg.paramType = variant == 1 ? weftFloat32 : weftBfloat16;
+            cfg.reduceType = variant == 2 ? weftFloat32 : cfg.paramType;
+            cfg.optimizer = variant == 1 ? weftZeroSgdMomentum : weftZeroAdamW;
             weftZero_t z;
             if (int rc = make_ctx(ctx, comm, cfg, layers, &z)) return rc;
             weftZeroMemory_t r;
             weftZeroMemoryReport(z, &r);
             size_t total = r.params + r.grads + r.optimizer;
-            size_t want = variant == 0 ? paper_bytes(stage, psi, n)
-                                       : (size_t[]){16 * psi, 8 * psi + 8 * psi / n,
-                                                    4 * psi + 12 * psi / n, 16 * psi / n}[stage];
+            size_t want = variant == 0   ? paper_bytes(stage, psi, n)
+                          : variant == 1 ? (size_t[]){16 * psi, 8 * psi + 8 * psi / n,
+                                                      4 * psi + 12 * psi / n, 16 * psi / n}[stage]
+                                         : (size_t[]){16 * psi, 4 * psi + 12 * psi / n,
+                                                      2 * psi + 16 * psi / n, 18 * psi / n}[stage];
+            const size_t same_types = weftZeroMemoryFormula(stage, psi, ctx.nranks, cfg.paramType,
+                                                            cfg.optimizer);
             if (r.psi != psi || r.psiPadded != psi || total != want ||
-                total != weftZeroMemoryFormula(stage, psi, ctx.nranks, cfg.paramType,
-                                               cfg.optimizer))
+                total != weftZeroMemoryFormulaFor(&cfg, psi, ctx.nranks) ||
+                (variant != 2 && total != same_types))
               return rank_fail(ctx, "stage %d psi %zu variant %d: %zu bytes, want %zu", stage,
                                psi, variant, total, want);
             if (r.buckets != 0 || r.gathered != 0)

@@ -213,7 +213,13 @@ void train_report_memory(struct model *m, weftComm_t comm, int rank, int nranks)
   if (all == NULL) return;
   if (train_gather_doubles(m, comm, mine, all, NCOLS, nranks) == weftSuccess && rank == 0 &&
       o->log != NULL) {
-    size_t formula = weftZeroMemoryFormula(o->stage, r.psiPadded, nranks, o->dtype, o->optimizer);
+    weftZeroConfig_t fcfg;
+    weftZeroConfigDefaults(&fcfg);
+    fcfg.stage = o->stage;
+    fcfg.paramType = o->dtype;
+    fcfg.reduceType = o->reduce_type;
+    fcfg.optimizer = o->optimizer;
+    size_t formula = weftZeroMemoryFormulaFor(&fcfg, r.psiPadded, nranks);
     fprintf(o->log,
             "# memory per rank in bytes: psi %zu, padded %zu; ZeRO formula for stage %d: %zu\n",
             r.psi, r.psiPadded, o->stage, formula);
