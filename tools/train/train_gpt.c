@@ -360,17 +360,7 @@ static weftResult_t gpt_setup(struct gpt *g, weftComm_t comm) {
   const struct train_opts *o = g->o;
   const struct train_gpt_shape *s = &g->s;
   weftZeroConfig_t cfg;
-  weftZeroConfigDefaults(&cfg);
-  cfg.stage = o->stage;
-  cfg.paramType = o->dtype;
-  cfg.reduceType = o->reduce_type;
-  cfg.optimizer = o->optimizer;
-  cfg.lr = o->lr;
-  cfg.maxGradNorm = o->clip;
-  cfg.accumSteps = o->accum;
-  cfg.reduceEveryMicroStep = o->reduce_every;
-  cfg.gatherBoundBytes = o->gather_bound;
-  cfg.prefetchLayers = o->prefetch;
+  train_zero_config(o, &cfg);
   if (o->stage == 0) {
     /* a bucket a block at most, so that each block's all-reduce overlaps the
      * backward of those below (tiny's five blocks fit one default bucket,

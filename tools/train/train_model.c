@@ -213,13 +213,9 @@ void train_report_memory(struct model *m, weftComm_t comm, int rank, int nranks)
   if (all == NULL) return;
   if (train_gather_doubles(m, comm, mine, all, NCOLS, nranks) == weftSuccess && rank == 0 &&
       o->log != NULL) {
-    weftZeroConfig_t fcfg;
-    weftZeroConfigDefaults(&fcfg);
-    fcfg.stage = o->stage;
-    fcfg.paramType = o->dtype;
-    fcfg.reduceType = o->reduce_type;
-    fcfg.optimizer = o->optimizer;
-    size_t formula = weftZeroMemoryFormulaFor(&fcfg, r.psiPadded, nranks);
+    weftZeroConfig_t cfg;
+    train_zero_config(o, &cfg);
+    size_t formula = weftZeroMemoryFormulaFor(&cfg, r.psiPadded, nranks);
     fprintf(o->log,
             "# memory per rank in bytes: psi %zu, padded %zu; ZeRO formula for stage %d: %zu\n",
             r.psi, r.psiPadded, o->stage, formula);
@@ -241,20 +237,24 @@ void train_report_memory(struct model *m, weftComm_t comm, int rank, int nranks)
   free(all);
 }
 
+void train_zero_config(const struct train_opts *o, weftZeroConfig_t *cfg) {
+  weftZeroConfigDefaults(cfg);
+  cfg->stage = o->stage;
+  cfg->paramType = o->dtype;
+  cfg->reduceType = o->reduce_type;
+  cfg->optimizer = o->optimizer;
+  cfg->lr = o->lr;
+  cfg->maxGradNorm = o->clip;
+  cfg->accumSteps = o->accum;
+  cfg->reduceEveryMicroStep = o->reduce_every;
+  cfg->gatherBoundBytes = o->gather_bound;
+  cfg->prefetchLayers = o->prefetch;
+}
+
 static weftResult_t model_setup(struct model *m, weftComm_t comm) {
   const struct train_opts *o = m->o;
   weftZeroConfig_t cfg;
-  weftZeroConfigDefaults(&cfg);
-  cfg.stage = o->stage;
-  cfg.paramType = o->dtype;
-  cfg.reduceType = o->reduce_type;
-  cfg.optimizer = o->optimizer;
-  cfg.lr = o->lr;
-  cfg.maxGradNorm = o->clip;
-  cfg.accumSteps = o->accum;
-  cfg.reduceEveryMicroStep = o->reduce_every;
-  cfg.gatherBoundBytes = o->gather_bound;
-  cfg.prefetchLayers = o->prefetch;
+  train_zero_config(o, &cfg);
   cfg.bucketBytes = 4096; /* small buckets, so that even this model has several */
   cfg.memory = m->dev ? weftZeroDeviceMemory : weftZeroHostMemory;
   cfg.offloadOptimizer = o->offload_optimizer;

@@ -49,6 +49,10 @@ void train_model_close(struct model *m);
  * warm-up over o->warmup steps, then a cosine down to lr * min_lr_frac at
  * the last step (steps - 1). */
 double train_lr_at(const struct train_opts *o, long step);
+
+/* The ZeRO config the options ask for (stage, types, optimizer, schedule's
+ * base rate, clipping, accumulation, gathers), the rest at its defaults. */
+void train_zero_config(const struct train_opts *o, weftZeroConfig_t *cfg);
 /* The most doubles a rank gives train_gather_doubles. */
 enum { TRAIN_GATHER_MAX = 8 };
 /* all[q*n + i] = rank q's mine[i] (n <= TRAIN_GATHER_MAX, else
