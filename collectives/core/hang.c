@@ -597,7 +597,7 @@ static int res_is_remote(weftResult_t res) { return res == weftRemoteError; }
  * kind, where the text names it first, gets the call's number in comm's
  * trace, as the hang verdicts and the flight recorder have it. A text that
  * numbers it already, or does not name its kind, stays as it is. */
-static void mismatch_number(const struct trace_call *c) {
+static void mismatch_number(struct weftComm *comm, const struct trace_call *c) {
   const char *text = weft_error_text();
   const char *kind = coll_kind_name((enum coll_kind)c->coll);
   const size_t klen = strlen(kind);
@@ -610,6 +610,12 @@ static void mismatch_number(const struct trace_call *c) {
   char numbered[WEFT_ERROR_TEXT_NBYTES];
   snprintf(numbered, sizeof numbered, "%.*s%s #%" PRIu64 "%s", (int)(at - text), text, kind,
            c->seq, at + klen);
+  /* the comm broke with the text as the data path set it: the later calls'
+   * refusals name the cause numbered too */
+  if (strcmp(comm->broken_cause, text) == 0)
+    snprintf(comm->broken_cause, sizeof comm->broken_cause, "%s", numbered);
+  if (strcmp(comm->last_error, text) == 0)
+    snprintf(comm->last_error, sizeof comm->last_error, "%s", numbered);
   weft_error_set(weftInvalidUsage, "%s", numbered);
 }
 
@@ -661,7 +667,7 @@ __attribute__((noinline)) static weftResult_t watch_end_slow(struct hang_watch *
   /* one call's (a group's sends and receives name their peer instead) */
   else if (res == weftInvalidUsage && !hw->asked && hw->nids == 1 &&
            trace_get(comm->trace, hw->ids[0], &c))
-    mismatch_number(&c);
+    mismatch_number(comm, &c);
   /* a mismatch found mid-call leaves data in the connections: the comm
    * breaks, and the peers still waiting fail at once (and find it too) */
   if (res == weftInvalidUsage && hw->asked) comm_fail_alone(comm, res);

@@ -337,10 +337,18 @@ TEST(SignatureEveryPath, NamedCases) {
       if (res == weftInvalidUsage)
         FAIL_IF(msg.find(c.differs) == std::string::npos, "refused with \"%s\", want \"%s\"",
                 msg.c_str(), c.differs);
-      // the comm's first call: numbered as the trace and the hang verdicts number it
-      if (res == weftInvalidUsage)
+      // the comm's first call: numbered as the trace and the hang verdicts number it,
+      // in the refusal and in the next call's (the comm is broken)
+      if (res == weftInvalidUsage) {
         FAIL_IF(msg.find(" #1: ") == std::string::npos, "the refusal \"%s\" has no call number",
                 msg.c_str());
+        float one = 1, got = 0;
+        FAIL_IF(weftAllReduce(&one, &got, 1, weftFloat32, weftSum, comm, nullptr) == weftSuccess,
+                "the next call ran on a broken comm");
+        const std::string next = weftGetLastError(comm);
+        FAIL_IF(next.find("broken") == std::string::npos || next.find(" #1: ") == std::string::npos,
+                "the next call's refusal \"%s\" names no numbered cause", next.c_str());
+      }
       FAIL_IF(res != weftInvalidUsage && res != weftRemoteError, "returned %s",
               weftGetErrorString(res));
       return 0;

@@ -22,11 +22,17 @@ def escape(line):
 
 def main():
     program, name, version, summary, out = sys.argv[1:6]
-    see_also = sys.argv[6:]
-    run = subprocess.run([program, "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, timeout=60)
-    lines = [l.rstrip() for l in run.stdout.replace(program, name).splitlines()
-             if "invalid option" not in l and "unrecognized option" not in l]
+    see_also = [s for s in sys.argv[6:] if s != name]
+    try:
+        run = subprocess.run([program, "--help"], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        sys.exit(f"help2roff: {program} --help: {e}")
+    text = run.stdout.decode("utf-8", errors="replace").replace(program, name)
+    lines = [l.rstrip() for l in text.splitlines()]
+    # a program without --help says so before its usage
+    if lines and ("invalid option" in lines[0] or "unrecognized option" in lines[0]):
+        lines.pop(0)
     while lines and not lines[0]:
         lines.pop(0)
     if not lines or not lines[0].startswith("usage:"):
