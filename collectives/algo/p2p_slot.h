@@ -84,8 +84,7 @@ static inline int p2p_slot_arrived(struct weft_conn *c, int hdr, int check_tail,
     *used_out = c->ctrl->slot_used_nbytes[i];
     return 1;
   }
-  const uint64_t h = __atomic_load_n((const uint64_t *)(c->slots + i * c->slot_nbytes),
-                                     __ATOMIC_ACQUIRE);
+  const uint64_t h = __atomic_load_n((const uint64_t *)conn_slot(c, c->step), __ATOMIC_ACQUIRE);
   if ((uint32_t)(h >> 32) != (uint32_t)(c->step + 1) || !((uint32_t)h & P2P_USED_HDR))
     return landed ? -1 : 0;
   *used_out = (uint32_t)h;

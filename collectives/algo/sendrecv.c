@@ -14,7 +14,6 @@
 #include "sendrecv.h"
 #include "sendrecv_cma.h"
 
-
 enum { TAG_BLOB = 0x70320001u, TAG_ACK = 0x70320002u };
 
 weftResult_t sendrecv_conns_alloc(struct weftComm *comm) {
@@ -184,12 +183,8 @@ static int send_offer_progress(struct weftComm *comm, struct weft_conn *c,
     /* The last offer's slot is not drained yet. A send that may complete
      * alone goes through the FIFO; one larger than the FIFO waits, as it
      * waits for its receiver anyway, who drains that slot first. */
-    if (offered < 0 && !st->withdrawable) return 0;
-    if (offered < 0) {
-      st->offer = 0;
-      return 0;
-    }
-    if (offered == 0) return 0;
+    if (offered < 0 && st->withdrawable) st->offer = 0;
+    if (offered <= 0) return 0;
     st->offer = 2;
     if (st->withdrawable) st->withdraw_at_ns = clock_ns() + st->withdraw_ns;
     return 1;
