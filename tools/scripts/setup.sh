@@ -10,6 +10,7 @@ packages+=(libucx-dev)
 packages+=(libhwloc-dev) # topology (NUMA, PCI tree, GPUs, NICs)
 packages+=(libopenblas-dev) # weft-train's transformer: cblas_sgemm
 packages+=(cmake) # the install test: find_package(weft) as CMake projects use it
+packages+=(dpkg-dev) # tools/scripts/deb.sh: Debian packages (dpkg-shlibdeps)
 packages+=(iproute2) # network namespaces for the multi-host and port-churn tests
 # the perf tools' tests, tools/perf/perf_plot.py and tools/bench/compare.py
 packages+=(python3)
