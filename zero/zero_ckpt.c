@@ -587,6 +587,7 @@ weftResult_t weftZeroLoad(weftZero_t z, const char *dir, weftStream_t stream) {
                      "%s holds the checkpoint's state, but %s: its parameters are not all "
                      "written back; load again before training", ver, why);
   }
+  z->broken[0] = '\0'; /* whatever a failed step left is replaced */
   return weftSuccess;
 }
 

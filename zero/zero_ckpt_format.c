@@ -462,6 +462,14 @@ static int all_finite(const float *vals, size_t count) {
 
 static const char *what_array(int a) { return a == 0 ? "master weight" : "moment"; }
 
+/* Whether no value is below zero (-0 is not): AdamW's second moments, whose
+ * square root the step takes. */
+static int none_negative(const float *vals, size_t count) {
+  uint32_t neg = 0;
+  for (size_t i = 0; i < count; i++) neg |= (uint32_t)(vals[i] < 0);
+  return neg == 0;
+}
+
 #define SHARD_BAD(code, ...)                                                    \
   do {                                                                          \
     res = zero_fail(code, __VA_ARGS__);                                         \
@@ -513,6 +521,9 @@ weftResult_t ckpt_shard_scan(const char *ver, const struct ckpt_manifest *m, int
   off_t at = sizeof h;
   int bad_layer = -1, bad_array = 0; /* the first non-finite value, told once the CRC holds */
   size_t bad_index = 0;
+  int neg_layer = -1; /* the first negative second moment (AdamW: the third array) */
+  size_t neg_index = 0;
+  float neg_value = 0;
   float bad_value = 0;
   for (int i = 0; i < m->nlayers; i++) {
     size_t n = weftZeroShardOf(m->counts[i], m->nranks, q).count;
@@ -530,6 +541,13 @@ weftResult_t ckpt_shard_scan(const char *ver, const struct ckpt_manifest *m, int
           bad_index = done + j;
           bad_value = buf[j];
         }
+        if (m->arrays == 3 && a == 2 && neg_layer < 0 && !none_negative(buf, k)) {
+          size_t j = 0;
+          while (!(buf[j] < 0)) j++;
+          neg_layer = i;
+          neg_index = done + j;
+          neg_value = buf[j];
+        }
         done += k;
         at += (off_t)(k * sizeof *buf);
       }
@@ -542,6 +560,9 @@ weftResult_t ckpt_shard_scan(const char *ver, const struct ckpt_manifest *m, int
     SHARD_BAD(weftInvalidUsage, "%s: %s %zu of layer %d is %g (non-finite values are refused "
               "unless allowed)", path, what_array(bad_array), bad_index, bad_layer,
               (double)bad_value);
+  if (neg_layer >= 0)
+    SHARD_BAD(weftInvalidUsage, "%s: second moment %zu of layer %d is %g (never negative: "
+              "the step takes its square root)", path, neg_index, neg_layer, (double)neg_value);
 free_buf:
   free(buf);
   close(fd);

@@ -141,20 +141,25 @@ weftResult_t weftZeroGradReady(weftZero_t z, int layer, weftStream_t stream) {
     return zero_fail(weftInvalidArgument, "layer %d does not exist", layer);
   /* accumulating: the last micro-step reduces, unless every one does */
   if (!z->sync && !zero_reduces_micro_steps(z)) return weftSuccess;
+  WEFT_TRY(zero_sound(z));
   struct zero_layer *l = &z->layers[layer];
   if (l->reduced)
     return zero_fail(weftInvalidUsage, "layer %d was marked ready twice in one step", layer);
   l->reduced = z->sync;
   /* marked again with no gradient asked for since: what was sent is summed
    * already, this reduction's part is zeros */
-  WEFT_TRY(zero_layer_retire(z, l));
-  if (z->cfg.stage == 0) {
+  weftResult_t res = zero_layer_retire(z, l);
+  if (res == weftSuccess && z->cfg.stage == 0) {
     struct zero_bucket *b = &z->buckets[l->bucket];
-    if (--b->pending == 0) WEFT_TRY(zero_bucket_reduce(z, b, stream));
-    return weftSuccess;
+    if (--b->pending == 0) res = zero_bucket_reduce(z, b, stream);
+  } else if (res == weftSuccess) {
+    res = zero_layer_reduce(z, l, stream);
+    if (res == weftSuccess) res = zero_buckets_reclaim(z);
   }
-  WEFT_TRY(zero_layer_reduce(z, l, stream));
-  return zero_buckets_reclaim(z);
+  /* the layer counts as reduced, or part of its reduction ran: a step would
+   * apply stale gradients (the last step's shard) or a part of the sum */
+  if (res != weftSuccess) return zero_break(z, res, "marking layer %d's gradients ready", layer);
+  return weftSuccess;
 }
 
 weftResult_t zero_grads_reset(struct weftZero *z, weftStream_t stream) {

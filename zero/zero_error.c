@@ -1,5 +1,6 @@
-/* The thread's last ZeRO error text (weftZeroLastError) and the conversion of
- * weft's failures at the boundary. A leaf: calls nothing else in zero/. */
+/* The thread's last ZeRO error text (weftZeroLastError), the conversion of
+ * weft's failures at the boundary, and an engine's incomplete state. A leaf:
+ * calls nothing else in zero/. */
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -13,6 +14,28 @@ weftResult_t zero_fail(weftResult_t code, const char *fmt, ...) {
   vsnprintf(zero_error_text, sizeof zero_error_text, fmt, ap);
   va_end(ap);
   return code;
+}
+
+weftResult_t zero_break(struct weftZero *z, weftResult_t code, const char *fmt, ...) {
+  char what[128], why[sizeof zero_error_text];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  snprintf(why, sizeof why, "%s", zero_error_text);
+  snprintf(z->broken, sizeof z->broken, "%s failed (%.240s)", what, why);
+  return zero_fail(code,
+                   "%s: %s; the training state is incomplete: load a checkpoint (weftZeroLoad) "
+                   "or destroy the engine",
+                   what, why);
+}
+
+weftResult_t zero_sound(const struct weftZero *z) {
+  if (z->broken[0] == '\0') return weftSuccess;
+  return zero_fail(weftInvalidUsage,
+                   "the training state is incomplete since %s: load a checkpoint (weftZeroLoad) "
+                   "or destroy the engine",
+                   z->broken);
 }
 
 weftResult_t zero_fail_weft(weftResult_t code, weftComm_t comm, const char *what) {

@@ -17,6 +17,14 @@
  * log: the text carries the context instead of a logged frame per call. */
 weftResult_t zero_fail(weftResult_t code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* A failure that leaves the training state incomplete (part of a step's
+ * reductions or of its update done): records it in z->broken, so that
+ * zero_sound refuses the steps after it until a load, and returns code with
+ * "what: the failure's text; ..." as its text. */
+weftResult_t zero_break(struct weftZero *z, weftResult_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* weftInvalidUsage naming what broke the state (zero_break), or success. */
+weftResult_t zero_sound(const struct weftZero *z);
 /* A failure of a weft call: takes its text from weftGetLastError. */
 weftResult_t zero_fail_weft(weftResult_t code, weftComm_t comm, const char *what);
 /* res as it is; a failure gets "what: weft's text (code)" as its text. */
@@ -154,6 +162,10 @@ struct weftZero {
   int off_params_pending;
   size_t offloaded;
   int sync;
+  /* why the training state is incomplete ("" when sound): a gradient
+   * reduction or a step that failed part way, after which a step would apply
+   * stale or partial gradients; set by zero_break, cleared by a load */
+  char broken[384];
   long step;    /* weftZeroStep calls, skipped ones included */
   long updates; /* optimizer updates (Adam's bias correction counts these) */
   double loss_scale;

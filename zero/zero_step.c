@@ -40,18 +40,23 @@ static weftResult_t zero_grads_load(struct weftZero *z, float *g, double stats[2
     WEFT_TRY(z->ops->copy(z->stats, stats, 2 * sizeof(double), stream));
   } else {
     double scale = 1.0 / ((double)z->nranks * z->cfg.accumSteps * z->loss_scale);
+    /* every reduction may be queued on another stream than the step's (the
+     * load would read a half-reduced gradient, and the statistics' all-reduce
+     * could pass the reductions on the communicator): a device step is
+     * queued behind them all, before it zeroes the statistics, which the
+     * reductions' conversions to reduceType use as their scratch; the host's
+     * runs now, so it waits for them here */
+    for (int i = 0; i < z->nlayers; i++) {
+      const struct zero_layer *l = &z->layers[i];
+      const weftEvent_t reduced = z->cfg.stage == 0 ? z->buckets[l->bucket].ev : l->red_ev;
+      WEFT_TRY(z->ops->device ? z->ops->stream_wait(stream, reduced)
+                              : z->ops->event_sync(reduced));
+    }
     WEFT_TRY(z->ops->zero(z->stats, 2 * sizeof(double), stream));
     for (int i = 0; i < z->nlayers; i++) {
       const struct zero_layer *l = &z->layers[i];
       weftDataType_t type;
       const void *src = zero_owned_grads(z, l, &type);
-      /* its reduction may be queued on another stream than the step's (the
-       * load had read a half-reduced gradient, and the statistics' all-reduce
-       * could pass the reductions on the communicator): a device load is
-       * queued behind it; the host's runs now, so it waits for it here */
-      const weftEvent_t reduced = z->cfg.stage == 0 ? z->buckets[l->bucket].ev : l->red_ev;
-      WEFT_TRY(z->ops->device ? z->ops->stream_wait(stream, reduced)
-                              : z->ops->event_sync(reduced));
       WEFT_TRY(z->ops->load_scaled(src, type, g + l->master_offset, l->own_count, scale,
                                    z->stats, stream));
     }
@@ -85,18 +90,22 @@ static weftResult_t zero_apply(struct weftZero *z, float *g, weftZeroStepInfo_t 
                                      : z->ops->scale(g, z->own_total, clip, stream));
   }
   z->updates++;
-  WEFT_TRY(zero_update(z, g, stream));
+  weftResult_t res = zero_update(z, g, stream);
+  /* the step is complete on return, and g goes back to the pool next */
+  if (res == weftSuccess) res = z->ops->sync(stream, z->comm, "updating the shard");
+  /* some of the shard may have moved: a second try would move it again */
+  if (res != weftSuccess) return zero_break(z, res, "the optimizer's update");
   if (z->cfg.paramType == weftFloat16 && ++z->good_steps >= z->cfg.lossScaleWindow) {
     z->loss_scale = zero_loss_scale_clamp(z->loss_scale * 2);
     z->good_steps = 0;
   }
-  /* the step is complete on return, and g goes back to the pool next */
-  return z->ops->sync(stream, z->comm, "updating the shard");
+  return weftSuccess;
 }
 
 weftResult_t weftZeroStep(weftZero_t z, weftStream_t stream, weftZeroStepInfo_t *info) {
   if (z == NULL) return zero_fail(weftInvalidArgument, "zero is NULL");
   if (!z->finalized) return zero_fail(weftInvalidUsage, "call weftZeroFinalize first");
+  WEFT_TRY(zero_sound(z));
   for (int i = 0; i < z->nlayers; i++)
     if (!z->layers[i].reduced)
       return zero_fail(weftInvalidUsage,
@@ -119,8 +128,12 @@ weftResult_t weftZeroStep(weftZero_t z, weftStream_t stream, weftZeroStepInfo_t 
   WEFT_TRY_GOTO(zero_apply(z, g, &out, stream), res, give_grads);
   if (!z->cfg.offloadOptimizer) WEFT_TRY(zero_pool_give(z, &z->step_pool, g, NULL, 0));
   z->step++;
-  WEFT_TRY(zero_grads_reset(z, stream));
-  if (!out.skipped) WEFT_TRY(zero_publish_params(z, stream));
+  /* updated: what fails now leaves this step's gradients, or parameters
+   * that are not the master weights */
+  res = zero_grads_reset(z, stream);
+  if (res != weftSuccess) return zero_break(z, res, "resetting the gradients after step %ld", z->step);
+  if (!out.skipped && (res = zero_publish_params(z, stream)) != weftSuccess)
+    return zero_break(z, res, "writing back the parameters of step %ld", z->step);
   if (info != NULL) *info = out;
   return weftSuccess;
 give_grads:

@@ -4,6 +4,7 @@
 // and errors for misuse (streams and accumulation: test_zero_accum.cc).
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <math.h>
 #include <string.h>
@@ -704,6 +705,74 @@ TEST(ZeroErrors, RefusedGatherLeavesTheLayerReleased) {
     return 0;
   });
   for (int s : status) EXPECT_EQ(s, 0);
+}
+
+// A reduction that fails once its layer counts as marked (here the fp32
+// copy's allocation, under an address-space limit) leaves the step's
+// gradients incomplete: the step, and marking more layers, are refused,
+// naming it, instead of applying the last step's gradient shard; a load
+// makes the engine sound again.
+TEST(ZeroErrors, FailedReductionRefusesTheStepUntilALoad) {
+  char dir[] = "/tmp/weft_zero_broken_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  auto status = run_ranks(1, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (int rc = init(ctx, &comm)) return rc;
+    weftZeroConfig_t cfg;
+    weftZeroConfigDefaults(&cfg);
+    cfg.stage = 2;
+    cfg.paramType = weftBfloat16;
+    cfg.reduceType = weftFloat32;  // reduced through an fp32 copy: 64 MiB
+    cfg.optimizer = weftZeroSgdMomentum;
+    weftZero_t z;
+    std::vector<int> ids;
+    const size_t n = 16u << 20;
+    if (int rc = make_ctx(ctx, comm, cfg, {{n}}, &z, &ids)) return rc;
+    if (weftZeroSave(z, dir, nullptr) != weftSuccess)
+      return rank_fail(ctx, "save: %s", weftZeroLastError());
+    void *g;
+    if (weftZeroGrad(z, ids[0], &g) != weftSuccess)
+      return rank_fail(ctx, "grad: %s", weftZeroLastError());
+    memset(g, 0x3f, n * 2);  // bf16 0.74
+    // room for 16 MiB more than is mapped now: the copy's 64 MiB fail
+    long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f == nullptr || fscanf(f, "%ld", &pages) != 1) return rank_fail(ctx, "statm");
+    fclose(f);
+    struct rlimit old_lim, lim;
+    getrlimit(RLIMIT_AS, &old_lim);
+    lim = old_lim;
+    lim.rlim_cur = (rlim_t)pages * sysconf(_SC_PAGESIZE) + (16u << 20);
+    setrlimit(RLIMIT_AS, &lim);
+    weftResult_t ready = weftZeroGradReady(z, 0, nullptr);
+    std::string why = weftZeroLastError();
+    setrlimit(RLIMIT_AS, &old_lim);
+    printf("marking ready: %s\n", why.c_str());
+    if (ready == weftSuccess) return rank_fail(ctx, "the reduction did not fail");
+    if (why.find("marking layer 0's gradients ready: ") == std::string::npos ||
+        why.find("the training state is incomplete") == std::string::npos)
+      return rank_fail(ctx, "the failure says: %s", why.c_str());
+    weftZeroStepInfo_t info;
+    for (int k = 0; k < 2; k++) {
+      weftResult_t res = k == 0 ? weftZeroStep(z, nullptr, &info) : weftZeroGradReady(z, 0, nullptr);
+      why = weftZeroLastError();
+      if (res != weftInvalidUsage ||
+          why.find("incomplete since marking layer 0's gradients ready failed") == std::string::npos)
+        return rank_fail(ctx, "%s after the failure: %d: %s", k == 0 ? "a step" : "marking again",
+                         res, why.c_str());
+    }
+    if (weftZeroLoad(z, dir, nullptr) != weftSuccess)
+      return rank_fail(ctx, "load: %s", weftZeroLastError());
+    if (weftZeroGrad(z, ids[0], &g) != weftSuccess || weftZeroGradReady(z, 0, nullptr) != weftSuccess ||
+        weftZeroStep(z, nullptr, &info) != weftSuccess)
+      return rank_fail(ctx, "a step after the load: %s", weftZeroLastError());
+    if (weftZeroDestroy(z) != weftSuccess) return rank_fail(ctx, "destroy");
+    weftCommDestroy(comm);
+    return 0;
+  });
+  for (int s : status) EXPECT_EQ(s, 0);
+  std::string rm = std::string("rm -rf ") + dir;
+  EXPECT_EQ(system(rm.c_str()), 0);
 }
 
 }  // namespace

@@ -274,6 +274,24 @@ TEST_F(ZeroCkptDamage, SixteenFlippedBytes) {
   expect_refused("is damaged");
 }
 
+// AdamW's second moments are never negative (the step takes their square
+// root): one that is, with checksums that hold, is refused by a load, even
+// one that allows non-finite values, which would otherwise step to NaN.
+TEST_F(ZeroCkptDamage, NegativeSecondMomentRefused) {
+  std::string s = slurp(shard(1));
+  float neg = -1.0f;
+  memcpy(&s[s.size() - 4], &neg, 4);  // the last layer's last second moment
+  spit(shard(1), s);
+  resign(ver_, 3);
+  expect_refused("is -1 (never negative", false);
+  LoadOutcome r = load_on_two(dir_, 1);
+  for (int q = 0; q < 2; q++) {
+    EXPECT_NE(r.code[q], weftSuccess) << "rank " << q;
+    EXPECT_NE(r.message[q].find("second moment 0 of layer 2 is -1"), std::string::npos)
+        << r.message[q];
+  }
+}
+
 TEST_F(ZeroCkptDamage, NaNValuesRefusedUnlessAllowed) {
   std::string s = slurp(shard(1));
   float nan = NAN, inf = INFINITY;

@@ -290,6 +290,69 @@ int release_on_device_rank(const RankCtx &ctx) {
 #endif
 }
 
+// On a GPU: the gradients reduced through an fp32 copy on one stream (held
+// back by a host function), the step on another. The copies add into the
+// scratch that the step's statistics use, so the step waits for every
+// reduction before it zeroes it: the norm is the gradient's (all ones:
+// sqrt(n)), not that plus the copies' squares.
+int norm_across_streams_rank(const RankCtx &ctx) {
+#if ZERO_TEST_CUDA
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) return kNoGpu;
+  cudaSetDevice(0);
+  weftComm_t comm;
+  TRY_RC(init(ctx, &comm));
+  weftZeroConfig_t cfg;
+  weftZeroConfigDefaults(&cfg);
+  cfg.stage = 2;
+  cfg.memory = weftZeroDeviceMemory;
+  cfg.paramType = weftBfloat16;
+  cfg.reduceType = weftFloat32;
+  weftZero_t z;
+  FAIL_IF(weftZeroCreate(&z, comm, &cfg) != weftSuccess, "create: %s", weftZeroLastError());
+  const size_t n = 1u << 16;
+  std::vector<float> init(n, 0.5f);
+  int id;
+  FAIL_IF(weftZeroAddParam(z, 0, n, init.data(), &id) != weftSuccess ||
+              weftZeroFinalize(z) != weftSuccess,
+          "register: %s", weftZeroLastError());
+  cudaStream_t a, b;
+  FAIL_IF(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking) != cudaSuccess ||
+              cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking) != cudaSuccess,
+          "streams");
+  std::vector<uint16_t> ones(n, 0x3f80);  // bf16 1.0
+  for (int step = 0; step < 2; step++) {
+    void *g;
+    FAIL_IF(weftZeroGrad(z, id, &g) != weftSuccess, "grad: %s", weftZeroLastError());
+    FAIL_IF(cudaMemcpy(g, ones.data(), n * 2, cudaMemcpyHostToDevice) != cudaSuccess, "copy");
+    FAIL_IF(cudaLaunchHostFunc(a, [](void *) { usleep(200000); }, nullptr) != cudaSuccess,
+            "host function");
+    weftZeroStepInfo_t info;
+    FAIL_IF(weftZeroGradReady(z, 0, a) != weftSuccess || weftZeroStep(z, b, &info) != weftSuccess,
+            "step %d: %s", step, weftZeroLastError());
+    const double want = sqrt((double)n);  // every rank's ones, averaged
+    FAIL_IF(fabs(info.gradNorm - want) > 1e-3 * want, "step %d: gradient norm %g, not %g", step,
+            info.gradNorm, want);
+  }
+  FAIL_IF(weftZeroDestroy(z) != weftSuccess, "destroy: %s", weftZeroLastError());
+  cudaStreamDestroy(a);
+  cudaStreamDestroy(b);
+  weftCommDestroy(comm);
+  return 0;
+#else
+  (void)ctx;
+  return kNoGpu;
+#endif
+}
+
+TEST(ZeroDeviceCtx, StepOnAnotherStreamWaitsForTheReductionsStatistics) {
+  for (int n : {1, 2}) {
+    auto status = run_ranks(n, norm_across_streams_rank);
+    if (status[0] == kNoGpu) GTEST_SKIP() << "no CUDA device";
+    for (int r = 0; r < n; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " of " << n;
+  }
+}
+
 TEST(ZeroDeviceCtx, ReleaseOnOrdersGathersAfterAComputeStream) {
   for (int n : {1, 2}) {
     auto status = run_ranks(n, release_on_device_rank);
