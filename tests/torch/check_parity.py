@@ -328,11 +328,35 @@ def check_no_deadline():
     elif r == 1:
         time.sleep(0.3)
         dist.send(torch.full((16,), 9.0), dst=0, group=g)
+    # set_timeout takes what creation takes (Gloo and NCCL do): 30 days
+    dist.set_timeout(timedelta(days=30), g)
+    dist.all_reduce(t, group=g)
+    check_equal("set_timeout(30 days): all_reduce", t,
+                torch.full((16,), float(sum(range(world)) * world)))
     dist.barrier(group=g)
     check("no deadline: get_error()",
           g._get_backend(torch.device("cpu")).get_error() == ErrorType.SUCCESS,
           str(g._get_backend(torch.device("cpu")).get_error()))
     dist.destroy_process_group(g)
+
+
+def check_bad_handling():
+    """A TORCH_WEFT_ASYNC_ERROR_HANDLING that is not 0-3 makes the group's
+    creation raise, naming it, on every rank, and the process goes on (it
+    ended in std::terminate when the variable was read after the group's
+    threads had started)."""
+    os.environ["TORCH_WEFT_ASYNC_ERROR_HANDLING"] = "yes"
+    try:
+        dist.new_group(backend="weft")
+        failures.append("TORCH_WEFT_ASYNC_ERROR_HANDLING=yes: the group was made")
+    except Exception as e:  # noqa: BLE001
+        check("TORCH_WEFT_ASYNC_ERROR_HANDLING=yes: refused, named",
+              "is not one of 0, 1, 2, 3" in str(e), str(e)[:300])
+    finally:
+        os.environ["TORCH_WEFT_ASYNC_ERROR_HANDLING"] = "0"
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    check_equal("all_reduce after a refused group", t, torch.full((4,), float(dist.get_world_size())))
 
 
 def check_shrink():
@@ -406,7 +430,7 @@ def main():
     rng = random.Random(seed)
     fns = [lambda: check_isend_progress(), lambda: check_crossing(rng),
            lambda: check_bool(gloo, rng), lambda: check_uneven(gloo, rng), check_duration,
-           check_estimate, check_no_deadline, check_timeouts,
+           check_estimate, check_no_deadline, check_bad_handling, check_timeouts,
            check_shrink]  # last: the ranks that shrink name their later groups apart
     only = os.environ.get("WEFT_PARITY_ONLY")  # a check's name, to run it alone
     if only:

@@ -58,6 +58,9 @@ WeftBackend::WeftBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank,
       store_(store),
       received_(size, 0),
       queue_(std::make_shared<queue_state>()) {
+  // a bad TORCH_WEFT_ASYNC_ERROR_HANDLING raises before anything is made
+  // (a thread started before it would end the process: std::terminate)
+  handling_ = async_error_handling();
   // the unique id travels through the store: rank 0 makes it, others read it
   weftUniqueId id;
   const std::string key = "weft_unique_id";
@@ -78,7 +81,6 @@ WeftBackend::WeftBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank,
   p2p_comm_->second = comm_;
   worker_ = std::thread([this] { worker_loop(); });
   worker_id_ = worker_.get_id();
-  handling_ = async_error_handling();
   watchdog_ = std::thread([this] { watchdog_loop(); });
 }
 
@@ -91,11 +93,11 @@ WeftBackend::WeftBackend(weftComm_t comm, int rank, int size, std::chrono::milli
       received_(size, 0),
       comm_(comm),
       queue_(std::make_shared<queue_state>()) {
+  handling_ = async_error_handling();
   queue_->comm = comm_;
   p2p_comm_->second = comm_;
   worker_ = std::thread([this] { worker_loop(); });
   worker_id_ = worker_.get_id();
-  handling_ = async_error_handling();
   watchdog_ = std::thread([this] { watchdog_loop(); });
 }
 
@@ -137,12 +139,15 @@ c10::intrusive_ptr<c10d::Backend> WeftBackend::split(const c10::intrusive_ptr<c1
 }
 
 void WeftBackend::setTimeout(std::chrono::milliseconds timeout) {
-  TORCH_CHECK(timeout.count() > 0 && timeout.count() <= INT32_MAX, "weft: set_timeout: ",
-              timeout.count(), " ms is not a timeout (1 ms to 24 days)");
+  // as a group's creation takes it: beyond 24 days the communicator's own
+  // timeout stays at its longest, and the watchdog's deadline is the whole
+  TORCH_CHECK(timeout.count() > 0, "weft: set_timeout: ", timeout.count(),
+              " ms is not a timeout (it must be positive)");
   std::lock_guard<std::mutex> lk(comm_mu_);
   TORCH_CHECK(!aborted_ && comm_ != nullptr, "weft: set_timeout on a process group that was ",
               "aborted or shut down");
-  weftResult_t res = weftCommSetTimeout(comm_, (int)timeout.count());
+  weftResult_t res =
+      weftCommSetTimeout(comm_, (int)std::min<long long>(timeout.count(), INT32_MAX));
   TORCH_CHECK(res == weftSuccess, "weft: set_timeout: ", weftGetErrorString(res), ": ",
               weftGetLastError(comm_));
   timeout_.store(timeout, std::memory_order_relaxed);
@@ -256,6 +261,8 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpTyp
                                         : -1;
   for (const auto &o : outputs) check_device(o, device, name);
   for (const auto &i : inputs) check_device(i, device, name);
+  TORCH_CHECK(!coalescing_ || coalesced_.steps.empty() || coalesced_.device == device, "weft: ",
+              name, ": a coalesced block mixes host and CUDA tensors (or two GPUs)");
   // numbered once accepted, as NCCL's: a call refused on one rank only
   // (tensors on two devices) leaves the group's numbers the peers'
   // (getSequenceNumberForGroup, which TORCH_DISTRIBUTED_DEBUG=DETAIL compares)
@@ -273,8 +280,6 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpTyp
         if (h.defined()) tensors.push_back(h);
   }
   if (coalescing_) {
-    TORCH_CHECK(coalesced_.steps.empty() || coalesced_.device == device, "weft: ", name,
-                ": a coalesced block mixes host and CUDA tensors (or two GPUs)");
     coalesced_.device = device;
     if (sdev >= 0) coalesced_.sdev = sdev;
     for (auto &s : steps) coalesced_.steps.push_back(std::move(s));
@@ -419,7 +424,15 @@ void WeftBackend::flight_signal_loop() {
     // a failure of this rank's own (its operation failed with the peer)
     // names its own operation, whichever thread sees the group fail first
     std::string own;
-    const c10d::ErrorType type = watchdog_look(own);
+    c10d::ErrorType type;
+    try {
+      type = watchdog_look(own);
+    } catch (const std::exception &e) {
+      // a sticky CUDA error, as in the watchdog's own look
+      own = c10::str("checking the group's operations failed: ",
+                     std::string(e.what()).substr(0, 400));
+      type = c10d::ErrorType::COMM_ERROR;
+    }
     if (type != c10d::ErrorType::SUCCESS)
       watchdog_fire(type, own);
     else
@@ -808,8 +821,8 @@ void WeftBackend::watchdog_fire(c10d::ErrorType type, const std::string &what) {
   static const char *const action[] = {
       "the process goes on (TORCH_WEFT_ASYNC_ERROR_HANDLING=0)",
       "aborting the communicator and ending the process (TORCH_WEFT_ASYNC_ERROR_HANDLING=1)",
-      "aborting the communicator; the process goes on (TORCH_WEFT_ASYNC_ERROR_HANDLING=2)",
-      "aborting the communicator and ending the process (TORCH_WEFT_ASYNC_ERROR_HANDLING=3, "
+      "revoking the communicator; the process goes on (TORCH_WEFT_ASYNC_ERROR_HANDLING=2)",
+      "revoking the communicator and ending the process (TORCH_WEFT_ASYNC_ERROR_HANDLING=3, "
       "the default)"};
   const std::string msg =
       c10::str("weft watchdog: process group '", name_, "', rank ", rank_, " of ", size_, ": ",
