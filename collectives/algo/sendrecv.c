@@ -616,10 +616,13 @@ weftResult_t sendrecv_exec_poll(struct sendrecv_exec *x) {
   weftResult_t wr = wait_poll(&x->w);
   if (wr == weftInProgress) return weftInProgress;
   const weftResult_t settled = offers_settle(comm, st, nops, wr);
-  if (settled != wr) {
+  int out = 0; /* offers that no receiver answered yet */
+  for (size_t i = 0; i < nops && !out; i++) out = st[i].offer == 2 && !st[i].finished;
+  if (settled != wr || out) {
     /* a receiver refused an offer (another size): the peers of the group's
      * other offers learn it now, as after any failed op, before this call
-     * returns and its buffers may be reused */
+     * returns and its buffers may be reused; and an offer still out (the
+     * wait ended for a revoke, which poisons after it) is void before then */
     comm_async_error_set(comm, settled);
     comm_poison_conns(comm);
   }

@@ -310,15 +310,25 @@ weftResult_t sendrecv_cma_take(struct weftComm *comm, struct weft_conn *c, void 
     *withdrawn_used_out = offer->withdrawn_used;
     return weftSuccess;
   }
+  /* a sender that failed (a timeout, an abort) poisons the connection before
+   * its caller may reuse or free the buffer: its offer is void from then on,
+   * looked at before the copy (dst is left as it was) and after it (a copy
+   * that ends after the poison, or fails on a buffer freed meanwhile). The
+   * fences order the look with the copy's loads where the processor would
+   * not (the sender's store, then its caller's writes to the buffer) */
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
   if (offer->nbytes != nbytes || done_nbytes != 0) {
     offer->want_nbytes = nbytes;
     answer_set(offer, ANSWER_MISMATCH);
     res = size_mismatch(c, offer->nbytes, nbytes);
+  } else if (__atomic_load_n(&c->ctrl->poison, __ATOMIC_ACQUIRE) != 0) {
+    answer_set(offer, ANSWER_FAILED);
+    res = weft_error_set(weftRemoteError, "recv from rank %d: it failed before this receive "
+                         "took its message", c->peer_rank);
   } else {
     res = sendrecv_cma_copy(comm, c, offer, dst, stream, &refused);
-    /* a sender that failed (a timeout, an abort) poisons the connection before
-     * its caller may reuse the buffer: a copy that ends after that is void */
-    if (res == weftSuccess && __atomic_load_n(&c->ctrl->poison, __ATOMIC_ACQUIRE) != 0)
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&c->ctrl->poison, __ATOMIC_ACQUIRE) != 0)
       res = weft_error_set(weftRemoteError, "recv from rank %d: it failed while this receive "
                            "copied its message", c->peer_rank);
     answer_set(offer, res != weftSuccess ? ANSWER_FAILED

@@ -6,6 +6,7 @@
 // with nothing written; a sender that may not be read falls back to the FIFO;
 // lone sends offered while their receiver comes, taken back otherwise.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -285,6 +286,50 @@ TEST(SendrecvCmaMismatch, FailsOnBothRanksNothingWritten) {
       EXPECT_LT(now_s() - start, 30.0) << "a mismatch should not wait for the timeout";
     }
   }
+}
+
+// A sender that failed (its receiver past WEFT_TIMEOUT) and freed its buffer:
+// the late receiver finds the offer void, fails with weftRemoteError (not
+// the copy's "Bad address") and leaves its buffer as it was.
+TEST(SendrecvCmaLone, OfferOfASenderThatFailedIsVoid) {
+  RunOptions opts = options(nullptr);
+  opts.env.push_back({"WEFT_TIMEOUT", "1"});
+  opts.allow_warnings = true;
+  const size_t nbytes = 64 * kFifoNbytes;  // offered for good: it does not fit the FIFO
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    uint8_t x = 0;  // connected both ways, so that the send offers at once
+    if (ctx.rank == 0) {
+      FAIL_IF(weftSend(&x, 1, weftUint8, 1, comm, nullptr) != weftSuccess ||
+                  weftRecv(&x, 1, weftUint8, 1, comm, nullptr) != weftSuccess,
+              "warm-up: %s", weftGetLastError(comm));
+      void *buf = mmap(nullptr, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      FAIL_IF(buf == MAP_FAILED, "mmap");
+      memset(buf, 0x11, nbytes);
+      weftResult_t res = weftSend(buf, nbytes, weftUint8, 1, comm, nullptr);
+      FAIL_IF(res == weftSuccess, "the send completed without its receiver");
+      munmap(buf, nbytes);
+      usleep(3000000);  // alive while rank 1 receives: its reads find no mapping
+    } else {
+      FAIL_IF(weftRecv(&x, 1, weftUint8, 0, comm, nullptr) != weftSuccess ||
+                  weftSend(&x, 1, weftUint8, 0, comm, nullptr) != weftSuccess,
+              "warm-up: %s", weftGetLastError(comm));
+      usleep(2000000);
+      std::vector<uint8_t> got(nbytes, kPoison);
+      weftResult_t res = weftRecv(got.data(), nbytes, weftUint8, 0, comm, nullptr);
+      std::string msg = weftGetLastError(comm);
+      FAIL_IF(res != weftRemoteError, "the late receive: %s: %s", weftGetErrorString(res),
+              msg.c_str());
+      for (size_t i = 0; i < nbytes; i++)
+        FAIL_IF(got[i] != kPoison, "byte %zu written (%#x): %s", i, got[i], msg.c_str());
+    }
+    weftCommAbort(comm);
+    return 0;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
 }
 
 // A group offering to two peers, one of which receives another size: the
