@@ -18,7 +18,8 @@
  * they held before, so a send that fits the free slots completes without its
  * receiver whatever its size.
  *
- * Collectives and larger messages leave raw data in the slots, whose first
+ * Larger messages leave raw data in the slots (the collectives have FIFOs
+ * of their own, and a test may write a raw step), whose first
  * word may read as a header by chance. The receiver therefore believes a
  * header at first sight only in a slot whose last content it knows was a
  * header (p2p_clean), or that was never written; in any other slot, and in

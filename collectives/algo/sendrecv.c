@@ -14,25 +14,44 @@
 #include "sendrecv.h"
 #include "sendrecv_cma.h"
 
+/* Two sets of connections to each peer (comm.h): the peer collectives' and
+ * the sends' and receives'. Both FIFOs of a direction are made by one
+ * handshake, so every connection is made once, whichever kind of call needs
+ * it first, and a rank that breaks the comm poisons the FIFOs its peer's next
+ * call of either kind uses. */
+enum conn_set { SET_PEER = 0, SET_P2P = 1 };
 enum { TAG_BLOB = 0x70320001u, TAG_ACK = 0x70320002u };
 
+static struct weft_conn *set_send(struct weftComm *comm, enum conn_set set) {
+  return set == SET_P2P ? comm->p2p_send_conns : comm->send_conns;
+}
+static struct weft_conn *set_recv(struct weftComm *comm, enum conn_set set) {
+  return set == SET_P2P ? comm->p2p_recv_conns : comm->recv_conns;
+}
+
 weftResult_t sendrecv_conns_alloc(struct weftComm *comm) {
-  comm->send_conns = calloc((size_t)comm->nranks, sizeof *comm->send_conns);
-  comm->recv_conns = calloc((size_t)comm->nranks, sizeof *comm->recv_conns);
-  if (comm->send_conns == NULL || comm->recv_conns == NULL)
+  const size_t n = (size_t)comm->nranks;
+  comm->send_conns = calloc(n, sizeof *comm->send_conns);
+  comm->recv_conns = calloc(n, sizeof *comm->recv_conns);
+  comm->p2p_send_conns = calloc(n, sizeof *comm->p2p_send_conns);
+  comm->p2p_recv_conns = calloc(n, sizeof *comm->p2p_recv_conns);
+  if (comm->send_conns == NULL || comm->recv_conns == NULL || comm->p2p_send_conns == NULL ||
+      comm->p2p_recv_conns == NULL)
     return weft_error_set(weftSystemError, "out of memory");
   return weftSuccess;
 }
 
 void sendrecv_conns_close(struct weftComm *comm) {
-  for (int r = 0; comm->send_conns != NULL && r < comm->nranks; r++) {
-    struct weft_conn *s = &comm->send_conns[r], *v = &comm->recv_conns[r];
-    if (s->transport != NULL) s->transport->close(s);
-    if (v->transport != NULL) v->transport->close(v);
+  struct weft_conn **arrays[] = {&comm->send_conns, &comm->recv_conns, &comm->p2p_send_conns,
+                                 &comm->p2p_recv_conns};
+  for (size_t a = 0; a < sizeof arrays / sizeof arrays[0]; a++) {
+    for (int r = 0; *arrays[a] != NULL && r < comm->nranks; r++) {
+      struct weft_conn *c = &(*arrays[a])[r];
+      if (c->transport != NULL) c->transport->close(c);
+    }
+    free(*arrays[a]);
+    *arrays[a] = NULL;
   }
-  free(comm->send_conns);
-  free(comm->recv_conns);
-  comm->send_conns = comm->recv_conns = NULL;
 }
 
 static void conn_prepare(struct weftComm *comm, struct weft_conn *c, int peer) {
@@ -47,67 +66,81 @@ static void conn_prepare(struct weftComm *comm, struct weft_conn *c, int peer) {
 
 static int plan_is_send(const struct weft_plan *op) { return op->coll == COLL_SEND; }
 
-/* The receiver's half of a connection from peer: sets up its FIFO and
- * sends the blob that the sender attaches with (send_conn_attach), which
- * then acks. */
+/* The receiver's half of a connection from peer p: sets up the FIFO of
+ * each set and sends their blobs in one message, which the sender attaches
+ * with (send_conn_attach) and then acks. */
 static weftResult_t recv_conn_offer(struct weftComm *comm, int p) {
   weftResult_t res = weftSuccess;
-  struct weft_conn *c = &comm->recv_conns[p];
-  struct conn_blob blob;
-  memset(&blob, 0, sizeof blob);
-  conn_prepare(comm, c, p);
+  struct conn_blob blobs[2];
+  memset(blobs, 0, sizeof blobs);
   const struct transport_need need = {.mem = TRANSPORT_MEM_HOST};
-  blob.transport = transport_select(&comm->peers[p], &comm->peers[comm->rank], &need, NULL, 0);
-  if (blob.transport >= 0) {
-    res = weft_transports[blob.transport]->recv_setup(c, &blob);
-    if (res == weftSuccess) c->transport = weft_transports[blob.transport];
-    else blob.transport = -2;
+  const int t = transport_select(&comm->peers[p], &comm->peers[comm->rank], &need, NULL, 0);
+  for (int k = 0; k < 2; k++) {
+    struct weft_conn *c = &set_recv(comm, (enum conn_set)k)[p];
+    conn_prepare(comm, c, p);
+    blobs[k].transport = t >= 0 && res != weftSuccess ? -2 : t;
+    if (blobs[k].transport < 0) continue;
+    res = weft_transports[t]->recv_setup(c, &blobs[k]);
+    if (res == weftSuccess) c->transport = weft_transports[t];
+    else blobs[k].transport = -2;
   }
-  weftResult_t sent = bootstrap_send(comm->bs, p, TAG_BLOB, &blob, sizeof blob);
-  if (blob.transport == -1)
+  weftResult_t sent = bootstrap_send(comm->bs, p, TAG_BLOB, blobs, sizeof blobs);
+  if (t == -1)
     res = weft_error_set(weftSystemError, "no transport connects rank %d to rank %d", p,
                          comm->rank);
   if (res == weftSuccess) res = sent;
   return res;
 }
 
-/* The sender's half: attaches to the receiver's FIFO from its blob, acks. */
-static weftResult_t send_conn_attach(struct weftComm *comm, int p, const struct conn_blob *blob) {
-  struct weft_conn *c = &comm->send_conns[p];
-  if (blob->transport < 0 || weft_transports[blob->transport] == NULL)
-    return weft_error_set(weftRemoteError, "rank %d could not set up its connection from rank %d",
-                          p, comm->rank);
-  conn_prepare(comm, c, p);
-  WEFT_TRY(weft_transports[blob->transport]->send_connect(c, blob));
-  c->transport = weft_transports[blob->transport];
+/* The sender's half: attaches to the receiver's FIFOs from their blobs, acks. */
+static weftResult_t send_conn_attach(struct weftComm *comm, int p, const struct conn_blob *blobs) {
+  for (int k = 0; k < 2; k++) {
+    struct weft_conn *c = &set_send(comm, (enum conn_set)k)[p];
+    const struct conn_blob *blob = &blobs[k];
+    if (blob->transport < 0 || weft_transports[blob->transport] == NULL)
+      return weft_error_set(weftRemoteError,
+                            "rank %d could not set up its connection from rank %d", p, comm->rank);
+    conn_prepare(comm, c, p);
+    WEFT_TRY(weft_transports[blob->transport]->send_connect(c, blob));
+    c->transport = weft_transports[blob->transport];
+  }
   uint32_t ack = 1;
   return bootstrap_send(comm->bs, p, TAG_ACK, &ack, sizeof ack);
 }
 
+/* The receiver's end, once the sender acked. */
+static weftResult_t recv_conn_finish(struct weftComm *comm, int p) {
+  for (int k = 0; k < 2; k++) {
+    struct weft_conn *c = &set_recv(comm, (enum conn_set)k)[p];
+    WEFT_TRY(c->transport->recv_connect(c));
+  }
+  return weftSuccess;
+}
+
 /* Connects to the peers marked in want_send / want_recv ([nranks] flags)
- * that are not connected yet. Per pair: the receiver sets up its FIFO and
- * sends the blob; the sender attaches and acks; the receiver finishes.
+ * that are not connected yet. Per pair: the receiver sets up its FIFOs and
+ * sends the blobs; the sender attaches and acks; the receiver finishes.
  * Messages never wait for the peer, so any order works. */
 static weftResult_t sendrecv_connect_wanted(struct weftComm *comm, char *want_send,
                                             char *want_recv) {
   const int n = comm->nranks;
   for (int p = 0; p < n; p++) {
-    want_send[p] &= p != comm->rank && comm->send_conns[p].transport == NULL;
-    want_recv[p] &= p != comm->rank && comm->recv_conns[p].transport == NULL;
+    want_send[p] &= p != comm->rank && comm->p2p_send_conns[p].transport == NULL;
+    want_recv[p] &= p != comm->rank && comm->p2p_recv_conns[p].transport == NULL;
   }
   for (int p = 0; p < n; p++)
     if (want_recv[p]) WEFT_TRY(recv_conn_offer(comm, p));
   for (int p = 0; p < n; p++) {
     if (!want_send[p]) continue;
-    struct conn_blob blob;
-    WEFT_TRY(bootstrap_recv(comm->bs, p, TAG_BLOB, &blob, sizeof blob));
-    WEFT_TRY(send_conn_attach(comm, p, &blob));
+    struct conn_blob blobs[2];
+    WEFT_TRY(bootstrap_recv(comm->bs, p, TAG_BLOB, blobs, sizeof blobs));
+    WEFT_TRY(send_conn_attach(comm, p, blobs));
   }
   for (int p = 0; p < n; p++) {
     if (!want_recv[p]) continue;
     uint32_t ack;
     WEFT_TRY(bootstrap_recv(comm->bs, p, TAG_ACK, &ack, sizeof ack));
-    WEFT_TRY(comm->recv_conns[p].transport->recv_connect(&comm->recv_conns[p]));
+    WEFT_TRY(recv_conn_finish(comm, p));
   }
   return weftSuccess;
 }
@@ -137,7 +170,8 @@ static weftResult_t sendrecv_connect(struct weftComm *comm, const struct weft_pl
   for (; ready < nops; ready++) {
     if (plan_is_mark(ops[ready])) continue;
     const int p = ops[ready]->root;
-    const struct weft_conn *c = plan_is_send(ops[ready]) ? &comm->send_conns[p] : &comm->recv_conns[p];
+    const struct weft_conn *c =
+        plan_is_send(ops[ready]) ? &comm->p2p_send_conns[p] : &comm->p2p_recv_conns[p];
     if (p != comm->rank && c->transport == NULL) break;
   }
   if (ready == nops) return weftSuccess;
@@ -341,14 +375,15 @@ static weftResult_t offers_settle(struct weftComm *comm, struct sendrecv_state *
                                   weftResult_t res) {
   for (size_t i = 0; i < nops; i++) {
     if (st[i].offer != 2) continue;
-    struct weft_conn *c = &comm->send_conns[st[i].op->root];
+    struct weft_conn *c = &comm->p2p_send_conns[st[i].op->root];
     if (send_offer_progress(comm, c, &st[i]) < 0) return st[i].err;
   }
   return res;
 }
 
 static void offer_set(struct weftComm *comm, struct sendrecv_state *st, int paired) {
-  const int wanted = sendrecv_cma_wanted(comm, &comm->send_conns[st->op->root], st->nbytes, paired);
+  const int wanted =
+      sendrecv_cma_wanted(comm, &comm->p2p_send_conns[st->op->root], st->nbytes, paired);
   st->offer = wanted != 0;
   st->withdrawable = wanted == SENDRECV_CMA_OFFER_WITHDRAWABLE;
   if (st->withdrawable) st->withdraw_ns = sendrecv_cma_withdraw_ns(st->nbytes, paired);
@@ -451,11 +486,11 @@ static weftResult_t exec_connect_start(struct sendrecv_exec *x, const struct wef
     const int p = ops[i]->root;
     if (p == comm->rank || plan_is_mark(ops[i])) continue;
     if (plan_is_send(ops[i])) {
-      if (comm->send_conns[p].transport != NULL || x->send_state[p] != CONN_READY) continue;
+      if (comm->p2p_send_conns[p].transport != NULL || x->send_state[p] != CONN_READY) continue;
       x->send_state[p] = CONN_WANT_BLOB;
       x->connecting++;
     } else {
-      if (comm->recv_conns[p].transport != NULL || x->recv_state[p] != CONN_READY) continue;
+      if (comm->p2p_recv_conns[p].transport != NULL || x->recv_state[p] != CONN_READY) continue;
       WEFT_TRY(recv_conn_offer(comm, p));
       x->recv_state[p] = CONN_WANT_ACK;
       x->connecting++;
@@ -469,9 +504,9 @@ static weftResult_t exec_connect_poll(struct sendrecv_exec *x, int *moved) {
   struct weftComm *comm = x->comm;
   for (int p = 0; p < comm->nranks && x->connecting > 0; p++) {
     if (x->send_state[p] == CONN_WANT_BLOB) {
-      struct conn_blob blob;
-      weftResult_t res = bootstrap_try_recv(comm->bs, p, TAG_BLOB, &blob, sizeof blob);
-      if (res == weftSuccess) res = send_conn_attach(comm, p, &blob);
+      struct conn_blob blobs[2];
+      weftResult_t res = bootstrap_try_recv(comm->bs, p, TAG_BLOB, blobs, sizeof blobs);
+      if (res == weftSuccess) res = send_conn_attach(comm, p, blobs);
       if (res == weftInProgress) continue;
       if (res != weftSuccess) return res;
       x->send_state[p] = CONN_READY;
@@ -481,7 +516,7 @@ static weftResult_t exec_connect_poll(struct sendrecv_exec *x, int *moved) {
     if (x->recv_state[p] == CONN_WANT_ACK) {
       uint32_t ack;
       weftResult_t res = bootstrap_try_recv(comm->bs, p, TAG_ACK, &ack, sizeof ack);
-      if (res == weftSuccess) res = comm->recv_conns[p].transport->recv_connect(&comm->recv_conns[p]);
+      if (res == weftSuccess) res = recv_conn_finish(comm, p);
       if (res == weftInProgress) continue;
       if (res != weftSuccess) return res;
       x->recv_state[p] = CONN_READY;
@@ -575,7 +610,7 @@ weftResult_t sendrecv_exec_poll(struct sendrecv_exec *x) {
       continue;
     }
     int peer = s->op->root, send = plan_is_send(s->op);
-    struct weft_conn *c = send ? &comm->send_conns[peer] : &comm->recv_conns[peer];
+    struct weft_conn *c = send ? &comm->p2p_send_conns[peer] : &comm->p2p_recv_conns[peer];
     int m = send ? send_progress(comm, c, s) : recv_progress(comm, c, s);
     if (m < 0) {
       res = s->err;
@@ -601,7 +636,7 @@ weftResult_t sendrecv_exec_poll(struct sendrecv_exec *x) {
   }
   if (!x->waiting) {
     int peer = blocked->op->root, send = plan_is_send(blocked->op);
-    struct weft_conn *c = send ? &comm->send_conns[peer] : &comm->recv_conns[peer];
+    struct weft_conn *c = send ? &comm->p2p_send_conns[peer] : &comm->p2p_recv_conns[peer];
     if (exec_conn_ready(x, blocked->op)) {
       wait_begin(&x->w, comm->timeout_ns, &comm->abort_flag, &c->ctrl->poison, c->peer_pid, peer,
                  send ? "send to" : "receive from");

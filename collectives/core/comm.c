@@ -52,9 +52,12 @@ void comm_kick_conns(struct weftComm *comm) {
     conn_kick(&comm->channels[c].send, &now);
     conn_kick(&comm->channels[c].recv, &now);
   }
-  for (int r = 0; comm->send_conns != NULL && r < comm->nranks; r++) {
+  const int n = comm->send_conns != NULL && comm->p2p_send_conns != NULL ? comm->nranks : 0;
+  for (int r = 0; r < n; r++) {
     conn_kick(&comm->send_conns[r], &now);
     conn_kick(&comm->recv_conns[r], &now);
+    conn_kick(&comm->p2p_send_conns[r], &now);
+    conn_kick(&comm->p2p_recv_conns[r], &now);
   }
 }
 
@@ -63,9 +66,12 @@ void comm_poison_conns(struct weftComm *comm) {
     conn_poison(&comm->channels[c].send);
     conn_poison(&comm->channels[c].recv);
   }
-  for (int r = 0; comm->send_conns != NULL && r < comm->nranks; r++) {
+  const int n = comm->send_conns != NULL && comm->p2p_send_conns != NULL ? comm->nranks : 0;
+  for (int r = 0; r < n; r++) {
     conn_poison(&comm->send_conns[r]);
     conn_poison(&comm->recv_conns[r]);
+    conn_poison(&comm->p2p_send_conns[r]);
+    conn_poison(&comm->p2p_recv_conns[r]);
   }
 }
 

@@ -107,8 +107,15 @@ struct weftComm {
   size_t tree_small_nbytes;     /* WEFT_TREE_SMALL_BYTES on one host; 0 across hosts */
   uint32_t nslots;              /* FIFO shape of every connection */
   size_t slot_nbytes;
-  struct weft_conn *send_conns; /* [nranks]: to each peer, connected on first use */
-  struct weft_conn *recv_conns; /* [nranks]: from each peer */
+  /* [nranks]: to and from each peer, connected on first use: the peer
+   * collectives' (direct, tree, recursive doubling, single copy's exchange),
+   * and apart from them the sends' and receives' (gather, scatter and
+   * all-to-all among them), so that the two kinds never meet in a FIFO: a
+   * rank may run a send and a collective in either order against its peer's */
+  struct weft_conn *send_conns;
+  struct weft_conn *recv_conns;
+  struct weft_conn *p2p_send_conns;
+  struct weft_conn *p2p_recv_conns;
   uint64_t timeout_ns;
   uint64_t seq;                 /* collectives issued */
   uint64_t signature_seq;       /* collectives run through WEFT_CHECK's comparison */

@@ -155,9 +155,9 @@ TEST(Sendrecv, SizeMismatchIsAnError) {
   }
 }
 
-// Collectives share the point-to-point connections and leave raw data in their
-// slots. A slot whose first word reads as the header of the send that will
-// land there (rank 0 writes one through a collective's own send, peer_send)
+// Larger messages leave raw data in a connection's slots. A slot whose first
+// word reads as the header of the send that will land there (rank 0 writes
+// one through a collective's own send, peer_send, on the sends' connection)
 // must not be taken for it: the receive posted before its send waits for the
 // real message (it got the raw slot's bytes at once when a header was
 // believed at sight in any slot).
@@ -170,7 +170,7 @@ TEST(Sendrecv, RawSlotThatReadsAsAHeaderWaitsForTheSend) {
     else weftRecv(&v, 1, weftUint64, 0, comm, nullptr);
     const uint32_t nslots = comm->nslots;
     if (ctx.rank == 0) {
-      struct weft_conn *c = &comm->send_conns[1];
+      struct weft_conn *c = &comm->p2p_send_conns[1];
       // the step nslots on lands in the same slot: its header, last, 8 bytes
       uint32_t raw[4] = {0x80000000u | 0x10000000u | 16u, (uint32_t)(c->step + nslots + 1), 0xdeadbeefu,
                          0xdeadbeefu};
@@ -178,7 +178,7 @@ TEST(Sendrecv, RawSlotThatReadsAsAHeaderWaitsForTheSend) {
         return rank_fail(ctx, "peer_send: %s", weftGetLastError(comm));
     } else {
       uint32_t raw[4];
-      if (peer_recv(comm, &comm->recv_conns[0], raw, sizeof raw) != weftSuccess)
+      if (peer_recv(comm, &comm->p2p_recv_conns[0], raw, sizeof raw) != weftSuccess)
         return rank_fail(ctx, "peer_recv: %s", weftGetLastError(comm));
     }
     for (uint32_t i = 0; i + 1 < nslots; i++) {
@@ -262,7 +262,7 @@ TEST(Sendrecv, RawStepWhereASendIsExpectedIsAnError) {
       else weftRecv(&v, 1, weftUint64, 0, comm, nullptr);
       if (ctx.rank == 0) {
         uint64_t raw[2] = {0, 0};
-        if (peer_send(comm, &comm->send_conns[1], raw, sizeof raw) != weftSuccess)
+        if (peer_send(comm, &comm->p2p_send_conns[1], raw, sizeof raw) != weftSuccess)
           return rank_fail(ctx, "peer_send: %s", weftGetLastError(comm));
         // rank 1's refusal breaks the comm; aborting before it would take the
         // raw step from a socket proxy before it reaches rank 1
@@ -281,6 +281,69 @@ TEST(Sendrecv, RawStepWhereASendIsExpectedIsAnError) {
     }, o);
     EXPECT_EQ(status[0], 0) << slot_bytes;
     EXPECT_EQ(status[1], 0) << slot_bytes;
+  }
+}
+
+// Sends and receives have connections of their own, apart from the peer
+// collectives' (direct, tree, recursive doubling): a send that fits its FIFO
+// completes alone, so a rank may run it and then a collective against a peer
+// that runs the collective first, in a group with the receive (which a group
+// runs after its collectives) or before its receive. On shared connections
+// the collective met the message (one rank failed, the other succeeded).
+TEST(Sendrecv, SendThenCollectiveAgainstCollectiveThenReceive) {
+  for (const char *algo : {"direct", "tree", "rd", "ring", "cma"}) {
+    for (int nranks : {2, 3}) {
+      RunOptions o;
+      o.env = {{"WEFT_ALGO", algo}, {"WEFT_TIMEOUT", "20"}};
+      auto status = run_ranks(nranks, [&](const RankCtx &ctx) {
+        weftComm_t comm;
+        if (int rc = init(ctx, &comm)) return rc;
+        // connected first: a first send waits for its receiver to connect
+        uint8_t b = 0;
+        weftResult_t warm = weftSuccess;
+        if (ctx.rank == 0)
+          warm = weftSend(&b, 1, weftUint8, 1, comm, nullptr) == weftSuccess
+                     ? weftRecv(&b, 1, weftUint8, 1, comm, nullptr)
+                     : weftInternalError;
+        if (ctx.rank == 1)
+          warm = weftRecv(&b, 1, weftUint8, 0, comm, nullptr) == weftSuccess
+                     ? weftSend(&b, 1, weftUint8, 0, comm, nullptr)
+                     : weftInternalError;
+        if (warm != weftSuccess) return rank_fail(ctx, "warm-up: %s", weftGetLastError(comm));
+        // up to the FIFO's 8 slots of 128 KiB, header slots and whole ones
+        for (size_t n : {(size_t)2, (size_t)3000, (size_t)200000}) {
+          for (int grouped = 0; grouped < 2; grouped++) {
+            std::vector<float> msg(n), got(n, -1.0f);
+            for (size_t i = 0; i < n; i++) msg[i] = (float)(i % 1000) + 0.5f;
+            std::vector<float> x(5, 1.0f + (float)ctx.rank);
+            weftResult_t res = weftSuccess;
+            if (ctx.rank == 0) res = weftSend(msg.data(), n, weftFloat32, 1, comm, nullptr);
+            if (ctx.rank == 1 && grouped) {
+              res = weftGroupStart();
+              if (res == weftSuccess) res = weftRecv(got.data(), n, weftFloat32, 0, comm, nullptr);
+            }
+            if (res == weftSuccess)
+              res = weftAllReduce(x.data(), x.data(), x.size(), weftFloat32, weftSum, comm,
+                                  nullptr);
+            if (ctx.rank == 1 && res == weftSuccess)
+              res = grouped ? weftGroupEnd()
+                            : weftRecv(got.data(), n, weftFloat32, 0, comm, nullptr);
+            if (res != weftSuccess)
+              return rank_fail(ctx, "%s, %zu floats, %s: %s", algo, n,
+                               grouped ? "grouped" : "in turn", weftGetLastError(comm));
+            const float want = (float)(ctx.nranks * (ctx.nranks + 1) / 2);
+            if (x[0] != want || x[4] != want)
+              return rank_fail(ctx, "%s, %zu floats: sum %g, want %g", algo, n, x[0], want);
+            if (ctx.rank == 1 && memcmp(got.data(), msg.data(), n * sizeof(float)) != 0)
+              return rank_fail(ctx, "%s, %zu floats: wrong message", algo, n);
+          }
+        }
+        weftCommDestroy(comm);
+        return 0;
+      }, o);
+      for (int r = 0; r < nranks; r++)
+        EXPECT_EQ(status[r], 0) << algo << ", " << nranks << " ranks, rank " << r;
+    }
   }
 }
 
