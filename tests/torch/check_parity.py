@@ -413,6 +413,32 @@ def check_estimate():
     dist.all_reduce(t)
     check_equal("all_reduce after a time estimate", t,
                 torch.full((5,), float(dist.get_world_size())))
+    # an estimated send is not a send: a receive from any source after it
+    # takes the rank that sent (3 ranks and more: rank 2's send to rank 0 is
+    # estimated only, rank 1's runs, then rank 2's a second later)
+    world = dist.get_world_size()
+    if world < 3:
+        return
+    with dist._time_estimator():
+        if r == 2:
+            dist.isend(torch.full((4,), 9.0), dst=0)
+    if r == 1:
+        dist.send(torch.full((4,), 1.0), dst=0)
+    elif r == 2:
+        time.sleep(1.0)
+        dist.send(torch.full((4,), 2.0), dst=0)
+    elif r == 0:
+        got = torch.zeros(4)
+        first = dist.recv(got)
+        check("a receive from any source after an estimated send takes the sender", first == 1,
+              f"source {first}")
+        if first == 1:
+            check_equal("the first sender's message", got, torch.full((4,), 1.0))
+            second = dist.recv(got)
+            check("the second receive from any source", second == 2, f"source {second}")
+        else:
+            dist.recv(got, src=1)  # rank 1's message, left behind
+    dist.barrier()
 
 
 def main():

@@ -232,6 +232,7 @@ float WeftBackend::endTimeEstimate() {
   at::NoGradGuard no_grad; /* as issue_steps */
   weftResult_t res = weftGroupStart();
   std::exception_ptr thrown;
+  simulating() = true;
   for (auto &s : t.steps) {
     if (res != weftSuccess) break;
     if (!s.issue) continue;
@@ -242,6 +243,7 @@ float WeftBackend::endTimeEstimate() {
       break;
     }
   }
+  simulating() = false;
   weftResult_t end = weftGroupSimulateEnd(&us);
   if (res == weftSuccess) res = end;
   for (auto &s : t.steps)

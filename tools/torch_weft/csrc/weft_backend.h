@@ -489,6 +489,14 @@ class WeftBackend : public c10d::Backend {
   std::atomic<int> error_type_{0};
   bool coalescing_ = false;
   bool estimating_ = false; /* the coalescing block is a time estimate's */
+  /* Whether this thread is issuing a time estimate's steps (endTimeEstimate),
+   * which weftGroupSimulateEnd drops: a send there is not announced to a
+   * receive from any source, a receive not counted. Per thread: the worker
+   * may issue real steps meanwhile. */
+  static bool &simulating() {
+    static thread_local bool on = false;
+    return on;
+  }
   int channels_ = 0;
   int shrinks_ = 0; /* groups shrunk from this one: their store prefixes */
   task coalesced_{"coalesced", {}, {}};
