@@ -393,6 +393,46 @@ def check_shrink():
     dist.barrier()
 
 
+def check_sparse(gloo, rng):
+    """all_reduce of sparse COO tensors (SUM, as Gloo's): the dense sum of
+    every rank's entries (repeated indices among them); tensors whose sizes
+    or sparse dimensions differ between ranks raise on every rank, naming
+    both layouts, and the group goes on."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    seed = rng.randrange(1 << 30)
+    for sizes, sparse_dim in [((50,), 1), ((12, 7), 1), ((9, 8, 3), 2)]:
+        g = torch.Generator().manual_seed(seed + 101 * r)
+        nnz = 1 + r * 3
+        idx = torch.stack([torch.randint(0, sizes[d], (nnz,), generator=g)
+                           for d in range(sparse_dim)])
+        val = torch.randn((nnz,) + tuple(sizes[sparse_dim:]), generator=g, dtype=torch.float64)
+        t = torch.sparse_coo_tensor(idx, val, sizes, check_invariants=True)
+        want = t.to_dense()
+        dist.all_reduce(want, group=gloo)
+        dist.all_reduce(t)
+        check("sparse all_reduce: still sparse", t.is_sparse, str(t.layout))
+        check("sparse all_reduce %s: the dense sum" % (sizes,),
+              torch.allclose(t.to_dense(), want, rtol=1e-12, atol=1e-12),
+              f"{(t.to_dense() - want).abs().max()}")
+    for how, mine in [("sizes", torch.sparse_coo_tensor(torch.tensor([[0]]), torch.ones(1),
+                                                         (4 + (r == world - 1),),
+                                                         check_invariants=True)),
+                      ("sparse dimensions",
+                       torch.sparse_coo_tensor(torch.zeros((1 + (r == world - 1), 1),
+                                                           dtype=torch.long),
+                                               torch.ones((1,) + ((3,) if r != world - 1 else ())),
+                                               (3, 3), check_invariants=True))]:
+        try:
+            dist.all_reduce(mine)
+            failures.append(f"sparse all_reduce whose {how} differ: no exception")
+        except Exception as e:  # noqa: BLE001
+            check(f"sparse all_reduce whose {how} differ: refused, both layouts named",
+                  "layouts differ" in str(e) and "rank" in str(e), str(e)[:300])
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    check_equal("all_reduce after refused sparse ones", t, torch.full((3,), float(world)))
+
+
 def check_estimate():
     """dist._time_estimator(): what is issued inside is estimated, not run:
     the tensors keep their values, and a larger all-reduce is estimated to
@@ -455,7 +495,8 @@ def main():
         print(f"check_parity: seed {seed} (WEFT_PARITY_SEED={seed} repeats it)", flush=True)
     rng = random.Random(seed)
     fns = [lambda: check_isend_progress(), lambda: check_crossing(rng),
-           lambda: check_bool(gloo, rng), lambda: check_uneven(gloo, rng), check_duration,
+           lambda: check_bool(gloo, rng), lambda: check_uneven(gloo, rng),
+           lambda: check_sparse(gloo, rng), check_duration,
            check_estimate, check_no_deadline, check_bad_handling, check_timeouts,
            check_shrink]  # last: the ranks that shrink name their later groups apart
     only = os.environ.get("WEFT_PARITY_ONLY")  # a check's name, to run it alone

@@ -718,8 +718,12 @@ op_step WeftBackend::allgather_base_step(at::Tensor &output, at::Tensor &input) 
 }
 
 op_step WeftBackend::sparse_allreduce_step(const at::Tensor &t) {
-  // three all-gathers, one after another outside any group: the number of
-  // entries of each rank, then indices and values padded to the largest
+  // three all-gathers, one after another outside any group: each rank's
+  // layout (its number of entries, sparse dimensions, dtype and sizes), then
+  // indices and values padded to the largest number of entries
+  constexpr int64_t kMaxDims = 16, kHead = 4 + kMaxDims;
+  TORCH_CHECK(t.dim() <= kMaxDims, "weft: allreduce: a sparse tensor of ", t.dim(),
+              " dimensions (at most ", kMaxDims, ")");
   op_step s;
   auto result = std::make_shared<at::Tensor>();
   s.issue = [this, t, result]() {
@@ -727,11 +731,32 @@ op_step WeftBackend::sparse_allreduce_step(const at::Tensor &t) {
     at::Tensor idx = in._indices().contiguous();
     at::Tensor val = in._values().contiguous();
     const int64_t sparse_dim = idx.size(0);
-    at::Tensor nnz = at::full({1}, in._nnz(), at::kLong);
-    at::Tensor all_nnz = at::empty({(int64_t)size_}, at::kLong);
+    at::Tensor head = at::full({kHead}, -1, at::kLong);
+    head[0] = in._nnz();
+    head[1] = sparse_dim;
+    head[2] = t.dim();
+    head[3] = (int64_t)t.scalar_type();
+    for (int64_t d = 0; d < t.dim(); d++) head[4 + d] = t.size(d);
+    at::Tensor heads = at::empty({(int64_t)size_, kHead}, at::kLong);
     weftResult_t res =
-        weftAllGather(nnz.data_ptr(), all_nnz.data_ptr(), 1, weftInt64, comm_, stream_);
+        weftAllGather(head.data_ptr(), heads.data_ptr(), kHead, weftInt64, comm_, stream_);
     if (res != weftSuccess) return res;
+    // every rank sees every layout: all refuse alike before the next gathers
+    for (int r = 0; r < size_; r++) {
+      at::Tensor theirs = heads[r].narrow(0, 1, kHead - 1);
+      if (at::equal(theirs, head.narrow(0, 1, kHead - 1))) continue;
+      auto layout = [](const at::Tensor &h) {
+        std::vector<int64_t> sizes;
+        for (int64_t d = 0; d < h[2].item<int64_t>() && d < kMaxDims; d++)
+          sizes.push_back(h[4 + d].item<int64_t>());
+        return c10::str("sizes ", c10::IntArrayRef(sizes), ", ", h[1].item<int64_t>(),
+                        " sparse dimensions, ",
+                        c10::toString((at::ScalarType)h[3].item<int64_t>()));
+      };
+      TORCH_CHECK(false, "weft: allreduce: the sparse tensors' layouts differ: rank ", rank_,
+                  " has ", layout(head), ", rank ", r, " has ", layout(heads[r]));
+    }
+    at::Tensor all_nnz = heads.select(1, 0).contiguous();
     const int64_t most = all_nnz.max().item<int64_t>();
     std::vector<int64_t> val_shape = val.sizes().vec();
     val_shape[0] = most;
