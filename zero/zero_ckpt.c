@@ -329,6 +329,11 @@ weftResult_t weftZeroSave(weftZero_t z, const char *dir, weftStream_t stream) {
   if (strlen(dir) > PATH_MAX - 64) return zero_fail(weftInvalidArgument, "path too long");
   /* from here every failure is this rank's part of an agreement */
   weftResult_t mine = z->ops->sync(stream, z->comm, "synchronizing the stream");
+  if (mine == weftSuccess && z->state_damaged)
+    mine = zero_fail(weftInvalidUsage,
+                     "the optimizer state is partly updated since %s: load a checkpoint "
+                     "(weftZeroLoad) before saving one",
+                     z->broken);
   char name[64], tmp[PATH_MAX], path[PATH_MAX + 64];
   snprintf(name, sizeof name, "step-%ld", z->step);
   snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, name);
@@ -588,6 +593,7 @@ weftResult_t weftZeroLoad(weftZero_t z, const char *dir, weftStream_t stream) {
                      "written back; load again before training", ver, why);
   }
   z->broken[0] = '\0'; /* whatever a failed step left is replaced */
+  z->state_damaged = 0;
   return weftSuccess;
 }
 

@@ -166,6 +166,9 @@ struct weftZero {
    * reduction or a step that failed part way, after which a step would apply
    * stale or partial gradients; set by zero_break, cleared by a load */
   char broken[384];
+  /* the optimizer's update failed part way: the shard and its state are
+   * partly moved, so a save is refused too (until a load) */
+  int state_damaged;
   long step;    /* weftZeroStep calls, skipped ones included */
   long updates; /* optimizer updates (Adam's bias correction counts these) */
   double loss_scale;

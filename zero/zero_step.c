@@ -93,8 +93,12 @@ static weftResult_t zero_apply(struct weftZero *z, float *g, weftZeroStepInfo_t 
   weftResult_t res = zero_update(z, g, stream);
   /* the step is complete on return, and g goes back to the pool next */
   if (res == weftSuccess) res = z->ops->sync(stream, z->comm, "updating the shard");
-  /* some of the shard may have moved: a second try would move it again */
-  if (res != weftSuccess) return zero_break(z, res, "the optimizer's update");
+  /* some of the shard may have moved: a second try would move it again,
+   * and a save would keep it */
+  if (res != weftSuccess) {
+    z->state_damaged = 1;
+    return zero_break(z, res, "the optimizer's update");
+  }
   if (z->cfg.paramType == weftFloat16 && ++z->good_steps >= z->cfg.lossScaleWindow) {
     z->loss_scale = zero_loss_scale_clamp(z->loss_scale * 2);
     z->good_steps = 0;

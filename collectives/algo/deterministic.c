@@ -151,7 +151,7 @@ struct det_arrays {
 
 static weftResult_t det_group(struct weftComm *comm, struct det_arrays *a, size_t nops) {
   for (size_t i = 0; i < nops; i++) a->ptrs[i] = &a->ops[i];
-  return sendrecv_run(comm, a->ptrs, nops);
+  return sendrecv_run_peers(comm, a->ptrs, nops);
 }
 
 size_t det_scatter_ops(const struct weft_plan *plan, int n, int rank, const struct det_blocks *b,

@@ -196,6 +196,7 @@ struct sendrecv_state {
   size_t done_nbytes;
   int finished;
   int after; /* the op before it on the same peer and direction, or -1 */
+  struct weft_conn *conn; /* to or from peer, in the executor's set */
   int offer; /* a send the receiver copies (sendrecv_cma.c): 1 to offer, 2 offered */
   int withdrawable;        /* the offer is taken back at withdraw_at_ns if not taken */
   uint64_t withdraw_ns;    /* ... withdraw_ns after it was made */
@@ -375,15 +376,13 @@ static weftResult_t offers_settle(struct weftComm *comm, struct sendrecv_state *
                                   weftResult_t res) {
   for (size_t i = 0; i < nops; i++) {
     if (st[i].offer != 2) continue;
-    struct weft_conn *c = &comm->p2p_send_conns[st[i].op->root];
-    if (send_offer_progress(comm, c, &st[i]) < 0) return st[i].err;
+    if (send_offer_progress(comm, st[i].conn, &st[i]) < 0) return st[i].err;
   }
   return res;
 }
 
 static void offer_set(struct weftComm *comm, struct sendrecv_state *st, int paired) {
-  const int wanted =
-      sendrecv_cma_wanted(comm, &comm->p2p_send_conns[st->op->root], st->nbytes, paired);
+  const int wanted = sendrecv_cma_wanted(comm, st->conn, st->nbytes, paired);
   st->offer = wanted != 0;
   st->withdrawable = wanted == SENDRECV_CMA_OFFER_WITHDRAWABLE;
   if (st->withdrawable) st->withdraw_ns = sendrecv_cma_withdraw_ns(st->nbytes, paired);
@@ -425,6 +424,7 @@ enum { CONN_READY = 0, CONN_WANT_BLOB = 1, CONN_WANT_ACK = 2 };
 #define EXEC_INLINE_OPS 8
 struct sendrecv_exec {
   struct weftComm *comm;
+  enum conn_set set; /* whose connections its ops use */
   /* with lazy connects, each peer's connection state per direction */
   int lazy;
   char *send_state, *recv_state;
@@ -439,8 +439,10 @@ struct sendrecv_exec {
 
 /* An executor in place (sendrecv_run's, on its stack: a call's few ops
  * allocate nothing). */
-static void exec_init(struct sendrecv_exec *x, struct weftComm *comm, int lazy) {
+static void exec_init(struct sendrecv_exec *x, struct weftComm *comm, int lazy,
+                      enum conn_set set) {
   x->comm = comm;
+  x->set = set;
   x->lazy = lazy;
   x->send_state = x->recv_state = NULL;
   x->connecting = 0;
@@ -459,7 +461,7 @@ static void exec_fini(struct sendrecv_exec *x) {
 weftResult_t sendrecv_exec_create(struct weftComm *comm, int lazy, struct sendrecv_exec **out) {
   struct sendrecv_exec *x = malloc(sizeof *x);
   if (x == NULL) return weft_error_set(weftSystemError, "out of memory");
-  exec_init(x, comm, lazy);
+  exec_init(x, comm, lazy, SET_P2P);
   if (lazy) {
     x->send_state = calloc((size_t)comm->nranks, 1);
     x->recv_state = calloc((size_t)comm->nranks, 1);
@@ -560,6 +562,9 @@ weftResult_t sendrecv_exec_add(struct sendrecv_exec *x, const struct weft_plan *
                                .send = plan_is_send(ops[i]),
                                .nbytes = mark ? 0 : ops[i]->count * weftTypeSize(ops[i]->datatype),
                                .finished = mark,
+                               .conn = mark ? NULL
+                                       : plan_is_send(ops[i]) ? &set_send(comm, x->set)[ops[i]->root]
+                                                              : &set_recv(comm, x->set)[ops[i]->root],
                                .after = -1,
                                .err = weftInvalidUsage};
     if (mark) continue;
@@ -609,8 +614,8 @@ weftResult_t sendrecv_exec_poll(struct sendrecv_exec *x) {
       if (blocked == NULL) blocked = s;
       continue;
     }
-    int peer = s->op->root, send = plan_is_send(s->op);
-    struct weft_conn *c = send ? &comm->p2p_send_conns[peer] : &comm->p2p_recv_conns[peer];
+    int send = plan_is_send(s->op);
+    struct weft_conn *c = s->conn;
     int m = send ? send_progress(comm, c, s) : recv_progress(comm, c, s);
     if (m < 0) {
       res = s->err;
@@ -636,7 +641,7 @@ weftResult_t sendrecv_exec_poll(struct sendrecv_exec *x) {
   }
   if (!x->waiting) {
     int peer = blocked->op->root, send = plan_is_send(blocked->op);
-    struct weft_conn *c = send ? &comm->p2p_send_conns[peer] : &comm->p2p_recv_conns[peer];
+    struct weft_conn *c = blocked->conn;
     if (exec_conn_ready(x, blocked->op)) {
       wait_begin(&x->w, comm->timeout_ns, &comm->abort_flag, &c->ctrl->poison, c->peer_pid, peer,
                  send ? "send to" : "receive from");
@@ -664,9 +669,10 @@ weftResult_t sendrecv_exec_poll(struct sendrecv_exec *x) {
   return settled;
 }
 
-weftResult_t sendrecv_run(struct weftComm *comm, const struct weft_plan *const *ops, size_t nops) {
+static weftResult_t run_on(struct weftComm *comm, const struct weft_plan *const *ops,
+                           size_t nops, enum conn_set set) {
   struct sendrecv_exec x;
-  exec_init(&x, comm, 0);
+  exec_init(&x, comm, 0, set);
   weftResult_t res = sendrecv_exec_add(&x, ops, nops);
   while (res == weftSuccess) {
     res = sendrecv_exec_poll(&x);
@@ -675,4 +681,13 @@ weftResult_t sendrecv_run(struct weftComm *comm, const struct weft_plan *const *
   }
   exec_fini(&x);
   return res;
+}
+
+weftResult_t sendrecv_run(struct weftComm *comm, const struct weft_plan *const *ops, size_t nops) {
+  return run_on(comm, ops, nops, SET_P2P);
+}
+
+weftResult_t sendrecv_run_peers(struct weftComm *comm, const struct weft_plan *const *ops,
+                                size_t nops) {
+  return run_on(comm, ops, nops, SET_PEER);
 }

@@ -20,6 +20,11 @@ weftResult_t sendrecv_connect_peers(struct weftComm *comm, const int *send_peers
 
 /* Runs the sends and receives of one group together (collectives/algo/sendrecv.c). */
 weftResult_t sendrecv_run(struct weftComm *comm, const struct weft_plan *const *ops, size_t nops);
+/* The same over the peer collectives' connections (comm.h), for a
+ * collective built of sends and receives (WEFT_DETERMINISTIC's), so that
+ * it never meets a user's send in a FIFO. */
+weftResult_t sendrecv_run_peers(struct weftComm *comm, const struct weft_plan *const *ops,
+                                size_t nops);
 
 /* The same executor, taking more sends and receives while it runs (a host
  * stream's, collectives/api/stream.c): each call of sendrecv_exec_add is

@@ -73,6 +73,10 @@ void comm_poison_conns(struct weftComm *comm) {
     conn_poison(&comm->p2p_send_conns[r]);
     conn_poison(&comm->p2p_recv_conns[r]);
   }
+  /* before the caller returns and its buffers are reused: a peer that sees
+   * the poison sees it before any later store (a release store alone lets
+   * later stores pass it on weakly ordered processors) */
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 
 void comm_poison(struct weftComm *comm) {

@@ -108,7 +108,8 @@ struct weftComm {
   uint32_t nslots;              /* FIFO shape of every connection */
   size_t slot_nbytes;
   /* [nranks]: to and from each peer, connected on first use: the peer
-   * collectives' (direct, tree, recursive doubling, single copy's exchange),
+   * collectives' (direct, tree, recursive doubling, single copy's exchange,
+   * WEFT_DETERMINISTIC's exchanges),
    * and apart from them the sends' and receives' (gather, scatter and
    * all-to-all among them), so that the two kinds never meet in a FIFO: a
    * rank may run a send and a collective in either order against its peer's */

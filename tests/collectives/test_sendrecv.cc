@@ -285,16 +285,19 @@ TEST(Sendrecv, RawStepWhereASendIsExpectedIsAnError) {
 }
 
 // Sends and receives have connections of their own, apart from the peer
-// collectives' (direct, tree, recursive doubling): a send that fits its FIFO
+// collectives' (direct, tree, recursive doubling, WEFT_DETERMINISTIC's
+// exchanges): a send that fits its FIFO
 // completes alone, so a rank may run it and then a collective against a peer
 // that runs the collective first, in a group with the receive (which a group
 // runs after its collectives) or before its receive. On shared connections
 // the collective met the message (one rank failed, the other succeeded).
 TEST(Sendrecv, SendThenCollectiveAgainstCollectiveThenReceive) {
-  for (const char *algo : {"direct", "tree", "rd", "ring", "cma"}) {
+  for (const char *algo : {"direct", "tree", "rd", "ring", "cma", "deterministic"}) {
     for (int nranks : {2, 3}) {
       RunOptions o;
-      o.env = {{"WEFT_ALGO", algo}, {"WEFT_TIMEOUT", "20"}};
+      o.env = {{"WEFT_TIMEOUT", "20"}};
+      if (strcmp(algo, "deterministic") == 0) o.env.push_back({"WEFT_DETERMINISTIC", "1"});
+      else o.env.push_back({"WEFT_ALGO", algo});
       auto status = run_ranks(nranks, [&](const RankCtx &ctx) {
         weftComm_t comm;
         if (int rc = init(ctx, &comm)) return rc;

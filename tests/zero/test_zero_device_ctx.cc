@@ -207,6 +207,70 @@ int param_pending_rank(const RankCtx &ctx) {
   return 0;
 }
 
+// An update that fails part way (a table whose SGD fails, as a device
+// launch may) leaves the engine refusing the next step and a save (the shard
+// is partly moved), naming the update, until a load; then both work.
+int failed_update_rank(const RankCtx &ctx, const char *dir) {
+  weftComm_t comm;
+  TRY_RC(init(ctx, &comm));
+  weftZeroConfig_t cfg;
+  weftZeroConfigDefaults(&cfg);
+  cfg.stage = 1;
+  cfg.optimizer = weftZeroSgdMomentum;
+  weftZero_t z;
+  FAIL_IF(weftZeroCreate(&z, comm, &cfg) != weftSuccess, "create: %s", weftZeroLastError());
+  std::vector<float> init(1000, 0.5f);
+  int id;
+  FAIL_IF(weftZeroAddParam(z, 0, init.size(), init.data(), &id) != weftSuccess ||
+              weftZeroFinalize(z) != weftSuccess || weftZeroSave(z, dir, nullptr) != weftSuccess,
+          "set-up: %s", weftZeroLastError());
+  static struct zero_ops failing;
+  failing = zero_ops_host;
+  failing.sgd = [](float *, float *, const float *, size_t, float, float, float,
+                   weftStream_t) { return zero_fail(weftSystemError, "the update's kernel failed"); };
+  for (int round = 0; round < 2; round++) {
+    void *g;
+    FAIL_IF(weftZeroGrad(z, id, &g) != weftSuccess, "grad: %s", weftZeroLastError());
+    for (size_t i = 0; i < init.size(); i++) ((float *)g)[i] = 1.0f;
+    FAIL_IF(weftZeroGradReady(z, 0, nullptr) != weftSuccess, "ready: %s", weftZeroLastError());
+    weftZeroStepInfo_t info;
+    if (round == 1) {
+      FAIL_IF(weftZeroStep(z, nullptr, &info) != weftSuccess ||
+                  weftZeroSave(z, dir, nullptr) != weftSuccess,
+              "after the load: %s", weftZeroLastError());
+      break;
+    }
+    z->ops = &failing;
+    weftResult_t res = weftZeroStep(z, nullptr, &info);
+    z->ops = &zero_ops_host;
+    FAIL_IF(res != weftSystemError ||
+                strstr(weftZeroLastError(), "the optimizer's update: the update's kernel failed") ==
+                    nullptr,
+            "the failed update: %d: %s", res, weftZeroLastError());
+    FAIL_IF(weftZeroStep(z, nullptr, &info) != weftInvalidUsage ||
+                strstr(weftZeroLastError(), "incomplete since the optimizer's update failed") ==
+                    nullptr,
+            "a step after it: %s", weftZeroLastError());
+    FAIL_IF(weftZeroSave(z, dir, nullptr) != weftInvalidUsage ||
+                strstr(weftZeroLastError(), "partly updated") == nullptr,
+            "a save after it: %s", weftZeroLastError());
+    FAIL_IF(weftZeroLoad(z, dir, nullptr) != weftSuccess, "load: %s", weftZeroLastError());
+  }
+  FAIL_IF(weftZeroDestroy(z) != weftSuccess, "destroy: %s", weftZeroLastError());
+  weftCommDestroy(comm);
+  return 0;
+}
+
+TEST(ZeroDeviceCtx, FailedUpdateRefusesStepsAndSavesUntilALoad) {
+  for (int n : {1, 2}) {
+    char dir[] = "/tmp/weft_zero_update_XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    auto status = run_ranks(n, [&](const RankCtx &ctx) { return failed_update_rank(ctx, dir); });
+    for (int r = 0; r < n; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " of " << n;
+    EXPECT_EQ(system((std::string("rm -rf ") + dir).c_str()), 0);
+  }
+}
+
 TEST(ZeroDeviceCtx, StreamWaitsGetStage3ParamsBeforeTheEvent) {
   for (int n : {1, 2, 3}) {
     auto status = run_ranks(n, param_pending_rank);

@@ -25,9 +25,9 @@
 #
 # Maintainer: $DEBFULLNAME <$DEBEMAIL>, as Debian's own tools take it.
 set -euo pipefail
+out=$(mkdir -p "${1:-deb}" && cd "${1:-deb}" && pwd) # the caller's folder
 cd "$(dirname "$0")/../.."
 src=$PWD
-out=$(mkdir -p "${1:-deb}" && cd "${1:-deb}" && pwd)
 build=${WEFT_DEB_BUILD:-build-deb}
 for tool in dpkg-deb dpkg-shlibdeps dpkg-architecture meson ninja readelf strip; do
   command -v $tool >/dev/null || {
@@ -43,14 +43,18 @@ upstream=$(meson introspect --projectinfo meson.build |
 version="$upstream-1"
 maintainer="${DEBFULLNAME:-weft maintainers} <${DEBEMAIL:-weft@localhost}>"
 
-# a build for /usr: Debian's layout, no test suites, no Python package
-if [ ! -f "$build/build.ninja" ]; then
+# a build for /usr: Debian's layout, no test suites, no Python package;
+# set up again (wiped) when it was set up with other options
+setup_args="--prefix=/usr --libdir=lib/$multiarch --buildtype=release -Dtests=false -Dpython=false ${WEFT_DEB_MESON_OPTIONS:-}"
+if [ ! -f "$build/build.ninja" ] || [ "$(cat "$build/.deb-setup" 2>/dev/null)" != "$setup_args" ]; then
+  wipe=()
+  [ ! -f "$build/build.ninja" ] || wipe=(--wipe)
   # shellcheck disable=SC2086
-  meson setup "$build" --prefix=/usr --libdir="lib/$multiarch" --buildtype=release \
-    -Dtests=false -Dpython=false ${WEFT_DEB_MESON_OPTIONS:-} >"$out/meson-setup.log" 2>&1 || {
+  meson setup "${wipe[@]}" "$build" $setup_args >"$out/meson-setup.log" 2>&1 || {
     cat "$out/meson-setup.log" >&2
     exit 1
   }
+  echo "$setup_args" >"$build/.deb-setup"
 fi
 prefix=$(meson introspect --buildoptions "$build" |
   python3 -c 'import json, sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "prefix"))')
@@ -66,7 +70,10 @@ ninja -C "$build" >"$out/build.log" 2>&1 || {
 work=$(mktemp -d "${TMPDIR:-/tmp}/weft-deb.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 stage=$work/stage
-meson install -C "$build" --no-rebuild --quiet --destdir "$stage" >"$out/install.log" 2>&1
+meson install -C "$build" --no-rebuild --quiet --destdir "$stage" >"$out/install.log" 2>&1 || {
+  cat "$out/install.log" >&2
+  exit 1
+}
 
 # which package each installed path goes to
 package_of() { # PATH (relative to the staging root)
@@ -130,7 +137,7 @@ for p in "${packages[@]}"; do
   } >"$doc/copyright"
   printf '%s\n' "weft ($version) unstable; urgency=medium" "" \
     "  * Packages of weft $upstream built by tools/scripts/deb.sh." "" \
-    " -- $maintainer  $(date -R -d "@${SOURCE_DATE_EPOCH:-$(git -C "$src" log -1 --format=%ct 2>/dev/null || date +%s)}")" |
+    " -- $maintainer  $(TZ=UTC date -R -d "@${SOURCE_DATE_EPOCH:-$(git -C "$src" log -1 --format=%ct 2>/dev/null || date +%s)}")" |
     gzip -9n >"$doc/changelog.Debian.gz"
   find "$root" -type d -exec chmod 755 {} +
   find "$root" -type f -exec chmod go-w {} +
@@ -148,6 +155,11 @@ printf '%s\n' "libweft 0 libweft0 (>= $upstream)" "libweft_zero 0 libweft0 (>= $
   echo "Source: weft"
   for p in "${packages[@]}"; do printf '\nPackage: %s\nArchitecture: any\n' "$p"; done
 } >"$deb/control"
+
+cuda_lib=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/*/lib; do
+  [ -d "$d" ] && cuda_lib=$d && break
+done
 
 description() { # PACKAGE
   case "$1" in
@@ -184,7 +196,11 @@ for p in "${packages[@]}"; do
   done < <(find "$root" -path "$root/DEBIAN" -prune -o -type f -print0)
   depends=""
   if [ ${#elves[@]} -gt 0 ]; then
-    depends=$(cd "$work" && dpkg-shlibdeps -O -x"$p" -l"$deb/libweft-nccl2/$libdir/weft" "${elves[@]}" 2>"$work/shlibdeps.log" |
+    # CUDA's runtime (nccl_api_perf and the perf tools of a CUDA build link
+    # libcudart.so) comes with the CUDA toolkit, in no Debian package: it is
+    # found in the toolkit's folder, and named in no Depends
+    depends=$(cd "$work" && dpkg-shlibdeps -O -x"$p" --ignore-missing-info \
+      -l"$deb/libweft-nccl2/$libdir/weft" ${cuda_lib:+-l"$cuda_lib"} "${elves[@]}" 2>"$work/shlibdeps.log" |
       sed -n 's/^shlibs:Depends=//p') || {
       cat "$work/shlibdeps.log" >&2
       exit 1

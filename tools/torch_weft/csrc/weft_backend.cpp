@@ -305,7 +305,11 @@ void WeftBackend::run_here(task &t) {
   {
     std::unique_lock<std::mutex> lk(queue_->mu);
     TORCH_CHECK(!queue_->stop, "weft: ", t.name, " on a process group that was shut down");
-    queue_->cv.wait(lk, [this] { return queue_->tasks.empty() && !queue_->busy; });
+    queue_->cv.wait(lk, [this] {
+      return queue_->stop || (queue_->tasks.empty() && !queue_->busy);
+    });
+    // a shutdown or abort on another thread while this call waited its turn
+    TORCH_CHECK(!queue_->stop, "weft: ", t.name, " on a process group that was shut down");
     queue_->busy = true;
   }
   run_busy(t);
