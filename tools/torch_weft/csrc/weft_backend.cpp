@@ -430,15 +430,7 @@ void WeftBackend::flight_signal_loop() {
     // a failure of this rank's own (its operation failed with the peer)
     // names its own operation, whichever thread sees the group fail first
     std::string own;
-    c10d::ErrorType type;
-    try {
-      type = watchdog_look(own);
-    } catch (const std::exception &e) {
-      // a sticky CUDA error, as in the watchdog's own look
-      own = c10::str("checking the group's operations failed: ",
-                     std::string(e.what()).substr(0, 400));
-      type = c10d::ErrorType::COMM_ERROR;
-    }
+    const c10d::ErrorType type = watchdog_look_safe(own);
     if (type != c10d::ErrorType::SUCCESS)
       watchdog_fire(type, own);
     else
@@ -733,6 +725,17 @@ void WeftBackend::watch(const c10::intrusive_ptr<WeftWork> &work, const char *na
   watched_.push_back(watched{work, seq_, name, deadline_after(t), t});
 }
 
+c10d::ErrorType WeftBackend::watchdog_look_safe(std::string &what) {
+  try {
+    return watchdog_look(what);
+  } catch (const std::exception &e) {
+    // a sticky CUDA error, thrown by an event query: the group is broken
+    what = c10::str("checking the group's operations failed: ",
+                    std::string(e.what()).substr(0, 400));
+    return c10d::ErrorType::COMM_ERROR;
+  }
+}
+
 c10d::ErrorType WeftBackend::watchdog_look(std::string &what) {
   using clock = std::chrono::steady_clock;
   std::unique_lock<std::mutex> lk(watch_mu_);
@@ -796,15 +799,7 @@ void WeftBackend::watchdog_loop() {
       if (watch_stop_) return;
     }
     std::string what;
-    c10d::ErrorType type;
-    try {
-      type = watchdog_look(what);
-    } catch (const std::exception &e) {
-      // a sticky CUDA error, thrown by an event query: the group is broken
-      what = c10::str("checking the group's operations failed: ",
-                      std::string(e.what()).substr(0, 400));
-      type = c10d::ErrorType::COMM_ERROR;
-    }
+    const c10d::ErrorType type = watchdog_look_safe(what);
     if (type == c10d::ErrorType::SUCCESS || fired_) continue;
     // once; the loop goes on looking, so that what completes later leaves
     // the list (its Work holds the caller's tensors)

@@ -377,6 +377,8 @@ class WeftBackend : public c10d::Backend {
   // what; SUCCESS when neither. Both the watchdog's thread and the dump
   // signal's call it.
   c10d::ErrorType watchdog_look(std::string &what);
+  // watchdog_look, a throw (a sticky CUDA error) read as a broken group
+  c10d::ErrorType watchdog_look_safe(std::string &what);
   std::string last_failed_; /* the last operation seen failing, and why (watch_mu_) */
   // Handles the first failure seen; false when the group is already stopping.
   void watchdog_fire(c10d::ErrorType type, const std::string &what);
