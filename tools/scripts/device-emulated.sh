@@ -25,7 +25,7 @@ else
   meson configure $B -Ddevice_matrix=full
 fi
 suites=(device/test_device device/test_device_sendrecv device/test_device_ipc
-        test_zero_device test_zero_device_ctx)
+        test_zero_device test_zero_device_ctx test_zero_device_streams)
 perf_tools=(all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter)
 ninja -C $B "${suites[@]/#/tests/}" tools/weft-train tools/weftrun \
   tests/device/cuda_emu/libcublas_emu.so $(printf "tools/%s_perf " "${perf_tools[@]}") tools/all_reduce_device_perf
