@@ -259,7 +259,7 @@ def behind_broadcast(dtype, n, tag, op):
 
 def check_queued_lists():
     """Operations that flatten or copy their inputs (reduce_scatter and
-    scatter lists, all_to_all lists, send, pre-multiplied and bitwise
+    scatter lists, all_to_all lists, send after a barrier, pre-multiplied and bitwise
     reduce-scatters) queued behind a broadcast writing those inputs see what
     it wrote: the copies are made when they run. Lists lying in one piece
     (chunks of one tensor) and lists that do not (reversed, strided)."""
@@ -288,6 +288,9 @@ def check_queued_lists():
             check(f"queued scatter list ({order}) {name}", got, want.chunk(world)[k])
 
         def sendrecv(base):
+            # sends do not wait for the group's collectives (NCCL's and
+            # Gloo's do not): a blocking barrier does
+            dist.barrier()
             buf = torch.full((n,), 9, dtype=dtype, device=DEV)
             if r == 0:
                 return [dist.isend(base.reshape(n, 2)[:, 0], dst=1)], buf

@@ -4,8 +4,11 @@ the same ranks where Gloo has it:
 
 - an isend progresses on its own: the receiver gets it within a second while
   the sender sleeps without calling torch.distributed; isends crossing
-  between ranks (more than a connection holds) complete, and an all-reduce
-  issued after sends and receives sees them done;
+  between ranks (more than a connection holds) complete, and so does an
+  all-reduce issued beside sends and receives;
+- sends and receives do not wait for collectives issued before them, nor
+  collectives for sends issued before them (a rank that receives first, then
+  joins the collective, meets a rank that did the opposite);
 - all_reduce of bool tensors with SUM and PRODUCT (NCCL maps them to MAX and
   MIN; Gloo's results are the same);
 - all_gather and reduce_scatter with lists of tensors of unequal sizes;
@@ -97,22 +100,19 @@ def check_crossing(rng):
             w.wait()
         for p, t in ins.items():
             check_equal(f"crossing isend/irecv of {n} from {p}", t, rank_ints(p, n, 50 + r))
-    # sends and receives, then an all-reduce that must come after them
+    # sends and receives, then an all-reduce beside them (it does not wait for
+    # them, as NCCL's and Gloo's do not): both complete, with their data
     n = 1 << 19
     t = torch.empty(n, dtype=torch.int64)
     s = dist.isend(rank_ints(r, n, 60), nxt)
     q = dist.irecv(t, prv)
     total = torch.ones(1)
     dist.all_reduce(total)
-    # the receive ran before the all-reduce: its data is in when the all-reduce
-    # returns; the Work objects are marked by the group's completion thread,
-    # a moment later at most
-    check_equal("isend/irecv before an all_reduce", t, rank_ints(prv, n, 60))
-    deadline = time.monotonic() + 1.0
-    while not (s.is_completed() and q.is_completed()) and time.monotonic() < deadline:
-        time.sleep(0.001)
-    check("all_reduce after isend/irecv", s.is_completed() and q.is_completed(),
-          "the sends and receives issued before it were not marked completed within 1 s")
+    check_equal("all_reduce beside isend/irecv", total, torch.full((1,), float(world)))
+    q.wait()
+    s.wait()
+    check_equal("isend/irecv beside an all_reduce", t, rank_ints(prv, n, 60))
+    check("isend/irecv beside an all_reduce: completed", s.is_completed() and q.is_completed())
     # a strided tensor received in place (through a staging copy)
     big = torch.zeros(2 * 1000, dtype=torch.int64)
     view = big[::2]
@@ -123,6 +123,77 @@ def check_crossing(rng):
     check_equal("irecv into a strided view", view, rank_ints(prv, 1000, 61))
     check_equal("irecv into a strided view leaves the rest", big[1::2],
                 torch.zeros(1000, dtype=torch.int64))
+
+
+def check_p2p_beside_collectives(gloo=None):
+    """Sends and receives do not wait for the group's collectives, nor these for
+    them (NCCL's run on communicators of their own, Gloo's in the background):
+    rank 0 sends after an async all_reduce that rank 1 joins only once it has
+    received; rank 0 all-reduces after an isend larger than a connection holds,
+    which rank 1 receives only after its own all_reduce. On a weft group with a
+    short timeout (a wait for each other fails there), and on Gloo. Then sends
+    from a coalescing block and after it arrive in order."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    if gloo is None:
+        gloo = dist.new_group(backend="gloo")
+    weft = dist.new_group(backend="weft", timeout=timedelta(seconds=15))
+    big = 3 << 20  # past a connection's 2 MiB
+    for name, g in (("weft", weft), ("gloo", gloo)):
+        try:
+            x = torch.full((1000,), float(r + 1))
+            y = torch.empty(big, dtype=torch.int64)
+            if r == 0:
+                w = dist.all_reduce(x, group=g, async_op=True)
+                dist.send(rank_ints(0, big, 70), 1, group=g)
+                w.wait()
+            elif r == 1:
+                dist.recv(y, 0, group=g)
+                dist.all_reduce(x, group=g)
+                check_equal(f"{name}: a send after an async all_reduce", y, rank_ints(0, big, 70))
+            else:
+                dist.all_reduce(x, group=g)
+            check_equal(f"{name}: the all_reduce beside it", x,
+                        torch.full((1000,), float(world * (world + 1) // 2)))
+            x = torch.full((1000,), float(r + 1))
+            if r == 0:
+                s = dist.isend(rank_ints(0, big, 71), 1, group=g)
+                dist.all_reduce(x, group=g)
+                s.wait()
+            elif r == 1:
+                dist.all_reduce(x, group=g)
+                dist.recv(y, 0, group=g)
+                check_equal(f"{name}: an isend before an all_reduce", y, rank_ints(0, big, 71))
+            else:
+                dist.all_reduce(x, group=g)
+            check_equal(f"{name}: the all_reduce after an isend", x,
+                        torch.full((1000,), float(world * (world + 1) // 2)))
+        except Exception as e:  # noqa: BLE001  (a timeout: the ranks waited for each other)
+            check(f"{name}: sends beside collectives", False, f"{type(e).__name__}: {str(e)[:200]}")
+    # order: a block's sends, then plain ones, with a collective between
+    n = 5000
+    if r == 0:
+        ops = [dist.P2POp(dist.isend, rank_ints(0, n, 80 + i), 1, group=weft) for i in range(2)]
+        reqs = dist.batch_isend_irecv(ops)
+        w = dist.all_reduce(torch.ones(1), group=weft, async_op=True)
+        reqs += [dist.isend(rank_ints(0, n, 82 + i), 1, group=weft) for i in range(2)]
+        for q in reqs + [w]:
+            q.wait()
+    elif r == 1:
+        got = [torch.empty(n, dtype=torch.int64) for _ in range(4)]
+        reqs = [dist.irecv(got[0], 0, group=weft)]
+        ops = [dist.P2POp(dist.irecv, got[i], 0, group=weft) for i in (1, 2)]
+        reqs += dist.batch_isend_irecv(ops)
+        dist.all_reduce(torch.ones(1), group=weft)
+        reqs.append(dist.irecv(got[3], 0, group=weft))
+        for q in reqs:
+            q.wait()
+        for i in range(4):
+            check_equal(f"sends in order, from and around a block: {i}", got[i],
+                        rank_ints(0, n, 80 + i))
+    else:
+        dist.all_reduce(torch.ones(1), group=weft)
+    dist.destroy_process_group(weft)
+    dist.barrier(group=gloo)
 
 
 def trace(what):
@@ -496,7 +567,8 @@ def main():
     rng = random.Random(seed)
     fns = [lambda: check_isend_progress(), lambda: check_crossing(rng),
            lambda: check_bool(gloo, rng), lambda: check_uneven(gloo, rng),
-           lambda: check_sparse(gloo, rng), check_duration,
+           lambda: check_sparse(gloo, rng), lambda: check_p2p_beside_collectives(gloo),
+           check_duration,
            check_estimate, check_no_deadline, check_bad_handling, check_timeouts,
            check_shrink]  # last: the ranks that shrink name their later groups apart
     only = os.environ.get("WEFT_PARITY_ONLY")  # a check's name, to run it alone

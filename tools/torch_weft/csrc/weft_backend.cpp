@@ -77,8 +77,8 @@ WeftBackend::WeftBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank,
   name_ = name.empty() ? std::string("torch") : name;
   weftConfig_t config = config_of(timeout, name_, channels);
   check_init(weftCommInitRankConfig(&comm_, size, id, rank, &config), "weftCommInitRank");
+  make_pcomm();
   queue_->comm = comm_;
-  p2p_comm_->second = comm_;
   worker_ = std::thread([this] { worker_loop(); });
   worker_id_ = worker_.get_id();
   watchdog_ = std::thread([this] { watchdog_loop(); });
@@ -94,11 +94,32 @@ WeftBackend::WeftBackend(weftComm_t comm, int rank, int size, std::chrono::milli
       comm_(comm),
       queue_(std::make_shared<queue_state>()) {
   handling_ = async_error_handling();
+  make_pcomm();
   queue_->comm = comm_;
-  p2p_comm_->second = comm_;
   worker_ = std::thread([this] { worker_loop(); });
   worker_id_ = worker_.get_id();
   watchdog_ = std::thread([this] { watchdog_loop(); });
+}
+
+thread_local weftStream_t WeftBackend::stream_ = nullptr;
+
+void WeftBackend::make_pcomm() {
+  // every rank of the group makes it (torch makes a group on all of them),
+  // over comm_, before anything else runs there
+  weftConfig_t config = config_of(timeout(), name_, channels_);
+  const weftResult_t res = weftCommSplit(comm_, 0, rank_, &pcomm_, &config);
+  if (res != weftSuccess) {
+    const std::string why = weftGetLastError(comm_);
+    weftCommAbort(comm_); /* the peers waiting in the split fail now */
+    comm_ = nullptr;
+    C10_THROW_ERROR(DistBackendError,
+                    c10::str("weft: weftCommSplit (the sends' and receives' communicator) failed ",
+                             "on rank ", rank_, " of ", size_, ": ", weftGetErrorString(res), ": ",
+                             why));
+  }
+  std::lock_guard<std::mutex> lk(comms_ref_->mu);
+  comms_ref_->comm = comm_;
+  comms_ref_->pcomm = pcomm_;
 }
 
 c10::intrusive_ptr<c10d::Backend> WeftBackend::split(const c10::intrusive_ptr<c10d::Store> &store,
@@ -146,10 +167,12 @@ void WeftBackend::setTimeout(std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> lk(comm_mu_);
   TORCH_CHECK(!aborted_ && comm_ != nullptr, "weft: set_timeout on a process group that was ",
               "aborted or shut down");
-  weftResult_t res =
-      weftCommSetTimeout(comm_, (int)std::min<long long>(timeout.count(), INT32_MAX));
-  TORCH_CHECK(res == weftSuccess, "weft: set_timeout: ", weftGetErrorString(res), ": ",
-              weftGetLastError(comm_));
+  const int ms = (int)std::min<long long>(timeout.count(), INT32_MAX);
+  for (weftComm_t c : {comm_, pcomm_}) {
+    weftResult_t res = weftCommSetTimeout(c, ms);
+    TORCH_CHECK(res == weftSuccess, "weft: set_timeout: ", weftGetErrorString(res), ": ",
+                weftGetLastError(c));
+  }
   timeout_.store(timeout, std::memory_order_relaxed);
 }
 
@@ -172,7 +195,10 @@ c10::intrusive_ptr<c10d::Backend> WeftBackend::shrink(const std::vector<int64_t>
     // operation, say) ends now, and the queue drains at once
     mark_revoked(); /* before comm_mu_: the queue's lock is never taken inside it */
     std::lock_guard<std::mutex> lk(comm_mu_);
-    if (!aborted_ && comm_ != nullptr) weftCommRevoke(comm_, 0);
+    if (!aborted_ && comm_ != nullptr) {
+      weftCommRevoke(comm_, 0);
+      weftCommRevoke(pcomm_, 0);
+    }
   }
   weftConfig_t config = config_of(timeout, name, channels_);
   weftComm_t child = nullptr;
@@ -311,6 +337,7 @@ void WeftBackend::run_here(task &t) {
     // a shutdown or abort on another thread while this call waited its turn
     TORCH_CHECK(!queue_->stop, "weft: ", t.name, " on a process group that was shut down");
     queue_->busy = true;
+    if (t.has_p2p()) queue_->p2p_tasks++; /* as a queued one: later ones go after it */
   }
   run_busy(t);
 }
@@ -321,6 +348,7 @@ void WeftBackend::run_busy(task &t) {
   {
     std::lock_guard<std::mutex> lk(queue_->mu);
     queue_->busy = false;
+    if (t.has_p2p()) queue_->p2p_tasks--;
     queue_->cv.notify_all();
   }
   complete(t, err);
@@ -380,18 +408,33 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit_p2p(const char *name, c10d::O
   watch(work, name);
   task t{name, {std::move(step)}, {work}};
   t.p2p = true;
-  // queued on the stream from here when nothing is queued before it (it
-  // does not wait for the peer), else by the worker in its turn
-  bool idle;
-  {
-    std::lock_guard<std::mutex> lk(queue_->mu);
-    TORCH_CHECK(!queue_->stop, "weft: ", name, " on a process group that was shut down");
-    idle = queue_->tasks.empty() && !queue_->busy;
-    if (idle) queue_->busy = true;
-  }
-  if (idle) run_busy(t);
-  else enqueue(std::move(t));
+  issue_p2p(std::move(t));
   return work;
+}
+
+void WeftBackend::issue_p2p(task t) {
+  // on its own communicator, a send or receive does not wait for the
+  // collectives queued before it: it is queued on the host stream from
+  // here (it does not wait for the peer), unless a task with one, queued
+  // before it, is still on the worker's queue (a block of both kinds, a
+  // receive from any source): it goes behind that, in issue order
+  std::unique_lock<std::mutex> lk(queue_->mu);
+  TORCH_CHECK(!queue_->stop, "weft: ", t.name, " on a process group that was shut down");
+  if (queue_->p2p_tasks == 0) {
+    std::exception_ptr err;
+    {
+      std::lock_guard<std::mutex> plk(p2p_mu_); /* before a later one can queue */
+      lk.unlock();
+      for (auto &w : t.works) w->mark_started();
+      err = run_p2p(t);
+    }
+    // a failure to queue it (else the lane completes its Works), outside
+    // p2p_mu_: the Works' callbacks may issue more
+    complete(t, err);
+    return;
+  }
+  lk.unlock();
+  enqueue(std::move(t));
 }
 
 void WeftBackend::flight_join(const std::string &name, const std::string &desc,
@@ -505,8 +548,17 @@ void WeftBackend::worker_loop() {
 }
 
 std::exception_ptr WeftBackend::run(task &t) {
-  if (t.p2p) return run_p2p(t);
-  p2p_drain();
+  if (t.p2p) {
+    std::lock_guard<std::mutex> lk(p2p_mu_);
+    return run_p2p(t);
+  }
+  // a task with a send or receive of its own (a coalescing block's, a
+  // receive from any source) runs on pcomm_ after those on the host stream
+  std::unique_lock<std::mutex> plk(p2p_mu_, std::defer_lock);
+  if (t.has_p2p()) {
+    plk.lock();
+    p2p_drain();
+  }
   if (t.sdev < 0) return run_steps(t);
   // on the group's communication stream of the device, after the caller's
   // current stream (weft_streams.h); weft's kernels and torch's staging
@@ -585,7 +637,7 @@ std::exception_ptr WeftBackend::run_steps(task &t) {
       weft_inside left{this};
       res = issue_steps(t);
     }
-    if (res != weftSuccess) fail(t.name, res);
+    if (res != weftSuccess) fail(t.name, res, t.has_p2p());
     at::NoGradGuard no_grad; /* as issue_steps */
     for (auto &s : t.steps)
       if (s.finish) s.finish();
@@ -607,7 +659,7 @@ std::exception_ptr WeftBackend::run_p2p(task &t) {
         if (res != weftSuccess) p2p_stream_ = nullptr;
         p2p_ref_->stream = p2p_stream_; /* no op has it yet */
         if (res == weftSuccess) {
-          std::shared_ptr<std::pair<std::mutex, weftComm_t>> c = p2p_comm_;
+          std::shared_ptr<comms_ref> c = comms_ref_;
           std::shared_ptr<queue_state> q = queue_;
           const int rank = rank_, size = size_;
           p2p_error_ = std::make_shared<const p2p_op::error_fn>(
@@ -619,13 +671,13 @@ std::exception_ptr WeftBackend::run_p2p(task &t) {
                   else if (q->revoked) why = "the process group's communicator was revoked";
                 }
                 if (why.empty()) {
-                  std::lock_guard<std::mutex> lk(c->first);
+                  std::lock_guard<std::mutex> lk(c->mu);
                   weftResult_t async = weftSuccess;
-                  if (c->second == nullptr ||
-                      weftCommGetAsyncError(c->second, &async) != weftSuccess ||
+                  if (c->pcomm == nullptr ||
+                      weftCommGetAsyncError(c->pcomm, &async) != weftSuccess ||
                       async == weftSuccess || async == weftInProgress)
                     return nullptr;
-                  why = c10::str(weftGetErrorString(async), ": ", weftGetLastError(c->second));
+                  why = c10::str(weftGetErrorString(async), ": ", weftGetLastError(c->pcomm));
                 }
                 try {
                   C10_THROW_ERROR(DistBackendError, c10::str("weft: send/recv failed on rank ",
@@ -650,7 +702,7 @@ std::exception_ptr WeftBackend::run_p2p(task &t) {
       }
       if (res == weftSuccess) res = weftEventRecord(done, p2p_stream_);
     }
-    if (res != weftSuccess) fail(t.name, res);
+    if (res != weftSuccess) fail(t.name, res, true);
     p2p_queued_ = true;
     auto op = std::make_shared<p2p_op>(done, p2p_ref_, std::move(t.steps), t.works, p2p_error_);
     done = nullptr; /* the op's */
@@ -677,12 +729,14 @@ void WeftBackend::p2p_drain() {
   p2p_queued_ = false;
 }
 
-[[noreturn]] void WeftBackend::fail(const char *name, weftResult_t res) {
+[[noreturn]] void WeftBackend::fail(const char *name, weftResult_t res, bool p2p) {
   std::string detail;
   {
     std::lock_guard<std::mutex> lk(comm_mu_);
+    // a block of both kinds: whichever communicator says why
     detail = aborted_ ? std::string("the process group was aborted")
-                      : std::string(weftGetLastError(comm_));
+                      : std::string(weftGetLastError(p2p ? pcomm_ : comm_));
+    if (detail.empty() && !aborted_ && p2p) detail = weftGetLastError(comm_);
   }
   if (detail.empty()) detail = weftGetLastError(nullptr);
   // a peer silent past the group's timeout says so in torch's words, which
@@ -777,17 +831,22 @@ c10d::ErrorType WeftBackend::watchdog_look(std::string &what) {
   lk.unlock();
   // a peer that died or gave up, or an operation that failed in weft,
   // breaks the communicator
-  std::lock_guard<std::mutex> clk(p2p_comm_->first);
+  std::lock_guard<std::mutex> clk(comms_ref_->mu);
   weftResult_t async = weftSuccess;
-  if (p2p_comm_->second == nullptr ||
-      weftCommGetAsyncError(p2p_comm_->second, &async) != weftSuccess ||
-      async == weftSuccess || async == weftInProgress)
-    return c10d::ErrorType::SUCCESS;
+  weftComm_t broken = nullptr;
+  for (weftComm_t c : {comms_ref_->comm, comms_ref_->pcomm}) {
+    if (c == nullptr || weftCommGetAsyncError(c, &async) != weftSuccess ||
+        async == weftSuccess || async == weftInProgress)
+      continue;
+    broken = c;
+    break;
+  }
+  if (broken == nullptr) return c10d::ErrorType::SUCCESS;
   if (!last_failed.empty())
     what = last_failed;
   else
     what = c10::str(pending.empty() ? std::string("the communicator") : pending, " failed: ",
-                    weftGetErrorString(async), ": ", weftGetLastError(p2p_comm_->second));
+                    weftGetErrorString(async), ": ", weftGetLastError(broken));
   return async == weftRemoteError ? c10d::ErrorType::REMOTE_ERROR : c10d::ErrorType::COMM_ERROR;
 }
 
@@ -808,7 +867,7 @@ void WeftBackend::watchdog_loop() {
 }
 
 void WeftBackend::watchdog_fire(c10d::ErrorType type, const std::string &what) {
-  weftComm_t comm = nullptr;
+  weftComm_t comm = nullptr, pcomm = nullptr;
   {
     std::lock_guard<std::mutex> lk(comm_mu_);
     if (stopping_ || aborted_) return; /* the group is being shut down or aborted */
@@ -816,6 +875,7 @@ void WeftBackend::watchdog_fire(c10d::ErrorType type, const std::string &what) {
     error_type_ = (int)type;
     if (handling_ != 0 && comm_ != nullptr) {
       comm = comm_;
+      pcomm = pcomm_;
       revoking_++; /* stop_worker frees it only once this revoke is done */
     }
   }
@@ -857,6 +917,7 @@ void WeftBackend::watchdog_fire(c10d::ErrorType type, const std::string &what) {
   if (comm != nullptr) {
     mark_revoked();
     weftCommRevoke(comm, 0);
+    weftCommRevoke(pcomm, 0);
   }
   if (handling_ == 1 || handling_ == 3) {
     // the store may live in this process (rank 0's, with env://): it stays
@@ -872,7 +933,10 @@ void WeftBackend::watchdog_fire(c10d::ErrorType type, const std::string &what) {
     // handling 1 frees the communicator, last: the threads still at work
     // in it (the caller's, the worker, the send/receive lane) are left no
     // time to touch it once freed
-    if (handling_ == 1 && comm != nullptr) weftCommAbort(comm);
+    if (handling_ == 1 && comm != nullptr) {
+      weftCommAbort(pcomm);
+      weftCommAbort(comm);
+    }
     fflush(stdout);
     std::_Exit(1);
   }
@@ -913,13 +977,14 @@ void WeftBackend::stop_worker(bool abort_comm) {
   // drops the last reference to it) there is no joining: the worker is
   // detached and returns once its task is done; a later caller there does
   // not wait for the first, which may be joining this very thread.
-  weftComm_t comm = nullptr;
+  weftComm_t comm = nullptr, pcomm = nullptr;
   bool first = false;
   const bool on_worker = worker_id_ == std::this_thread::get_id();
   {
     std::lock_guard<std::mutex> lk(comm_mu_);
     if (abort_comm) aborted_ = true;
     comm = comm_;
+    pcomm = pcomm_;
     first = !stopping_;
     stopping_ = true;
     if (!first && comm != nullptr && abort_comm) revoking_++;
@@ -929,6 +994,7 @@ void WeftBackend::stop_worker(bool abort_comm) {
     if (comm != nullptr && abort_comm) {
       lk.unlock();
       weftCommRevoke(comm, 0);
+      weftCommRevoke(pcomm, 0);
       lk.lock();
       revoking_--;
       inflight_cv_.notify_all();
@@ -939,7 +1005,10 @@ void WeftBackend::stop_worker(bool abort_comm) {
   // A thread may have passed its check of aborted_ and not yet be in weft:
   // the revoke ends what runs in the communicator and refuses what comes,
   // keeping it valid until every such thread has left; then it is freed.
-  if (comm != nullptr && abort_comm) weftCommRevoke(comm, 0);
+  if (comm != nullptr && abort_comm) {
+    weftCommRevoke(comm, 0);
+    weftCommRevoke(pcomm, 0);
+  }
   if (on_worker) {
     // what is still queued behind the task whose callback stopped the group
     // fails here, as the worker would have failed it
@@ -965,17 +1034,22 @@ void WeftBackend::stop_worker(bool abort_comm) {
   // the sends and receives queued on the stream run (after an abort, or a
   // revoke, they fail at once), then the lane completes their Works
   // (a caller waiting on one may be running the stream's work: that ends first)
-  if (p2p_stream_ != nullptr) {
-    std::unique_lock<std::shared_mutex> lk(p2p_ref_->mu);
-    weftStreamDestroy(p2p_stream_);
-    p2p_ref_->stream = nullptr;
-  }
-  p2p_stream_ = nullptr;
-  if (p2p_ && p2p_->on_thread()) p2p_.release()->detach();
-  p2p_.reset();
+  // (a caller queuing one there now does so first: p2p_mu_; later ones find
+  // the group stopped)
   {
-    std::lock_guard<std::mutex> lk(p2p_comm_->first);
-    p2p_comm_->second = nullptr;
+    std::lock_guard<std::mutex> plk(p2p_mu_);
+    if (p2p_stream_ != nullptr) {
+      std::unique_lock<std::shared_mutex> lk(p2p_ref_->mu);
+      weftStreamDestroy(p2p_stream_);
+      p2p_ref_->stream = nullptr;
+    }
+    p2p_stream_ = nullptr;
+    if (p2p_ && p2p_->on_thread()) p2p_.release()->detach();
+    p2p_.reset();
+  }
+  {
+    std::lock_guard<std::mutex> lk(comms_ref_->mu);
+    comms_ref_->comm = comms_ref_->pcomm = nullptr;
   }
   // the counts of the sends that ran go to the store before the group ends
   // (after an abort they no longer matter)
@@ -986,20 +1060,23 @@ void WeftBackend::stop_worker(bool abort_comm) {
     std::unique_lock<std::mutex> lk(comm_mu_);
     inflight_cv_.wait(lk, [this] { return inflight_ == 0 && revoking_ == 0; });
     comm_ = nullptr;
+    pcomm_ = nullptr;
     aborted = aborted_;
   }
-  if (comm != nullptr && aborted) {
-    weftCommAbort(comm);
-  } else if (comm != nullptr) {
-    // wait() on CUDA does not block the host: a failure of the last
-    // operations is said here, where nothing else would say it
-    weftResult_t async = weftSuccess;
-    if (weftCommGetAsyncError(comm, &async) == weftSuccess && async != weftSuccess &&
-        async != weftInProgress)
-      TORCH_WARN("weft: process group shut down after a failed operation on rank ", rank_,
-                 " of ", size_, ": ", weftGetErrorString(async), ": ", weftGetLastError(comm));
-    weftCommFinalize(comm);
-    weftCommDestroy(comm);
+  for (weftComm_t c : {pcomm, comm}) {
+    if (c != nullptr && aborted) {
+      weftCommAbort(c);
+    } else if (c != nullptr) {
+      // wait() on CUDA does not block the host: a failure of the last
+      // operations is said here, where nothing else would say it
+      weftResult_t async = weftSuccess;
+      if (weftCommGetAsyncError(c, &async) == weftSuccess && async != weftSuccess &&
+          async != weftInProgress)
+        TORCH_WARN("weft: process group shut down after a failed operation on rank ", rank_,
+                   " of ", size_, ": ", weftGetErrorString(async), ": ", weftGetLastError(c));
+      weftCommFinalize(c);
+      weftCommDestroy(c);
+    }
   }
   std::lock_guard<std::mutex> lk(comm_mu_);
   stopped_ = true;

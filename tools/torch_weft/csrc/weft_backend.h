@@ -409,8 +409,11 @@ class WeftBackend : public c10d::Backend {
   std::exception_ptr run_p2p(task &t);
 
   // Waits until the sends and receives queued on the host stream are done:
-  // what runs on this thread comes after them, in issue order.
+  // a task with a send or receive of its own comes after them. Holds p2p_mu_.
   void p2p_drain();
+  // Issues t (t.p2p: sends and receives on host memory, a coalescing
+  // block's too) now, or queues it behind the task with one queued before it.
+  void issue_p2p(task t);
   // Before the backend revokes its communicator: the Works that the revoke
   // cuts short fail (queue_state::revoked).
   void mark_revoked();
@@ -419,8 +422,8 @@ class WeftBackend : public c10d::Backend {
   // ended even when a step throws) and runs their releases.
   weftResult_t issue_steps(task &t);
 
-  // Throws the DistBackendError for a failed weft call.
-  [[noreturn]] void fail(const char *name, weftResult_t res);
+  // Throws the DistBackendError for a failed weft call (on pcomm_ when p2p).
+  [[noreturn]] void fail(const char *name, weftResult_t res, bool p2p = false);
 
   // The communicator's settings: the group's timeout and name.
   static weftConfig_t config_of(std::chrono::milliseconds timeout, const std::string &name,
@@ -442,19 +445,33 @@ class WeftBackend : public c10d::Backend {
   std::vector<int64_t> received_;  /* host receives issued per source rank */
   std::unique_ptr<p2p_announcer> announcer_; /* made at the first host send */
   /* sends and receives on host memory: a weft host stream, made at the
-   * first, its lane, and whether it has work not yet drained; used by
-   * the thread that runs the group's tasks (queue_state::busy) */
+   * first, its lane, and whether it has work not yet drained (p2p_mu_) */
   weftStream_t p2p_stream_ = nullptr;
   std::unique_ptr<p2p_lane> p2p_;
   std::shared_ptr<const p2p_op::error_fn> p2p_error_; /* the ops' failure, once done */
   std::shared_ptr<p2p_stream_ref> p2p_ref_ = std::make_shared<p2p_stream_ref>();
   bool p2p_queued_ = false;
-  /* the communicator the lane asks for its error; NULL once it is freed */
-  std::shared_ptr<std::pair<std::mutex, weftComm_t>> p2p_comm_ =
-      std::make_shared<std::pair<std::mutex, weftComm_t>>();
+  /* the communicators the watchdog and the lane ask for their errors;
+   * NULL once freed */
+  struct comms_ref {
+    std::mutex mu;
+    weftComm_t comm = nullptr, pcomm = nullptr;
+  };
+  std::shared_ptr<comms_ref> comms_ref_ = std::make_shared<comms_ref>();
   weftComm_t comm_ = nullptr;
+  /* The sends' and receives' communicator on host memory: comm_ split in
+   * two when the group is made, so that they go on while a collective
+   * waits in comm_ and collectives while they do (as NCCL's run on
+   * communicators of their own, and Gloo's in the background). Issued on
+   * it by one thread at a time (p2p_mu_): the host stream's, a caller's
+   * (submit_p2p) or the one running a task with such a step. */
+  weftComm_t pcomm_ = nullptr;
+  std::mutex p2p_mu_; /* also guards p2p_stream_, p2p_, p2p_queued_; taken after queue_->mu */
+  void make_pcomm();
   std::shared_ptr<queue_state> queue_;
-  weftStream_t stream_ = nullptr; /* the CUDA stream of the task running; NULL on host memory */
+  /* the CUDA stream of the task this thread runs; NULL on host memory (per
+   * thread: a send or receive is issued while the worker runs a collective) */
+  static thread_local weftStream_t stream_;
   comm_streams streams_{stream_options::from_env()}; /* CUDA: one per device (weft_streams.h) */
   std::thread worker_;
   std::thread::id worker_id_; /* set once at construction: read by stop_worker on any thread */

@@ -432,8 +432,9 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::send(std::vector<at::Tensor> &tensor
   s.issue = [this, in, dst, host]() {
     flat_buf b = bytes_of(in.get());
     if (host && !simulating()) announce_send(dst); /* for a receive from any source */
-    return weftSend(b.ptr, b.count, b.dtype, dst, comm_, stream_);
+    return weftSend(b.ptr, b.count, b.dtype, dst, host ? pcomm_ : comm_, stream_);
   };
+  s.p2p = host;
   return submit_p2p("send", c10d::OpType::SEND, s, {t}, dst);
 }
 
@@ -444,8 +445,9 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::recv(std::vector<at::Tensor> &tensor
   op_step s = inplace_step(t, [this, src, host](const at::Tensor &buf) {
     flat_buf b = bytes_of(buf);
     if (host && !simulating()) received_[src]++; /* what a receive from any source compares */
-    return weftRecv(b.ptr, b.count, b.dtype, src, comm_, stream_);
+    return weftRecv(b.ptr, b.count, b.dtype, src, host ? pcomm_ : comm_, stream_);
   });
+  s.p2p = host;
   return submit_p2p("recv", c10d::OpType::RECV, s, {t}, src);
 }
 
@@ -503,7 +505,15 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::endCoalescing() {
     op.timeout_ms = timeout().count();
     work->add_flight(flight_recorder::get().record(flight_, op, {}, {}));
   }
-  enqueue(std::move(coalesced_));
+  // a block of sends and receives on host memory alone (batch_isend_irecv)
+  // goes to the host stream as one group, as a send does
+  bool p2p = !coalesced_.steps.empty() && coalesced_.sdev < 0;
+  for (const auto &s : coalesced_.steps) p2p = p2p && s.p2p;
+  coalesced_.p2p = p2p;
+  if (p2p)
+    issue_p2p(std::move(coalesced_));
+  else
+    enqueue(std::move(coalesced_));
   coalesced_ = task{"coalesced", {}, {}};
   return work;
 }

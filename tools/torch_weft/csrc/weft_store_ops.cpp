@@ -108,8 +108,9 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::recvAnysource(std::vector<at::Tensor
     received_[from]++;
     *source = from;
     flat_buf b = bytes_of(buf);
-    return weftRecv(b.ptr, b.count, b.dtype, from, comm_, stream_);
+    return weftRecv(b.ptr, b.count, b.dtype, from, pcomm_, stream_);
   });
+  s.p2p = true;
   // a task of its own, after the sends and receives held before it: it
   // waits for a sender, which must not hold up a group of other operations
   seq_++;

@@ -204,6 +204,9 @@ struct op_step {
    * are kept as the caller's tensors are (task::tensors), so that their
    * memory is not given to the caller's stream while the operation runs */
   std::vector<at::Tensor> held;
+  /* a send or receive on host memory: it runs on the group's communicator
+   * for them (WeftBackend::pcomm_), after the ones issued before it */
+  bool p2p = false;
 };
 
 struct task {
@@ -218,9 +221,16 @@ struct task {
   /* the caller's tensors it reads and writes: on a GPU, their memory is not
    * reused until the stream is past the operation (record_stream) */
   std::vector<at::Tensor> tensors;
-  /* a send or receive on host memory outside a coalescing block: queued on
-   * the group's weft host stream for them (p2p_lane), not run here */
+  /* sends and receives on host memory alone (one, or a coalescing block of
+   * them): queued on the group's weft host stream for them (p2p_lane), not
+   * run here */
   bool p2p = false;
+  // Whether a step is a send or receive on host memory (op_step::p2p).
+  bool has_p2p() const {
+    for (const auto &s : steps)
+      if (s.p2p) return true;
+    return false;
+  }
 };
 
 // The group's weft host stream for sends and receives, as its p2p_ops see
@@ -302,6 +312,10 @@ struct queue_state {
   std::deque<task> tasks;
   bool stop = false;
   bool busy = false; /* a task is running, on the worker or on a caller's thread */
+  /* tasks queued or running with a send or receive on host memory
+   * (task::has_p2p): while there are any, a later one queues behind them,
+   * else it is issued at once, ahead of the collectives queued */
+  int p2p_tasks = 0;
   /* for GPU Works asking for the communicator's asynchronous error: NULL once
    * the group shuts down or aborts */
   weftComm_t comm = nullptr;
@@ -320,6 +334,7 @@ struct queue_state {
   bool push(task t) {
     std::lock_guard<std::mutex> lk(mu);
     if (stop) return false;
+    if (t.has_p2p()) p2p_tasks++;
     tasks.push_back(std::move(t));
     cv.notify_all();
     return true;
