@@ -297,7 +297,7 @@ def check_queued_lists():
             return ([dist.irecv(buf, src=0)] if r == 1 else []), buf
         got, want = behind_broadcast(dtype, 2 * n, tag + 2, sendrecv)
         if r == 1:
-            check(f"queued send strided {name}", got, want.reshape(n, 2)[:, 0])
+            check(f"send strided after a barrier {name}", got, want.reshape(n, 2)[:, 0])
         if dtype in FP8:
             continue
 

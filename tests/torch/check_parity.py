@@ -167,6 +167,37 @@ def check_p2p_beside_collectives(gloo=None):
                 dist.all_reduce(x, group=g)
             check_equal(f"{name}: the all_reduce after an isend", x,
                         torch.full((1000,), float(world * (world + 1) // 2)))
+            # a send held behind a receive from any source (which runs on
+            # the worker) goes once that is done, not after the collective
+            # issued between them; then a send after an async all_reduce
+            # again (nothing left holding sends back)
+            x = torch.full((1000,), float(r + 1))
+            z = torch.empty(7, dtype=torch.int64)
+            if r == 0:
+                a = dist.irecv(z, group=g)  # from any source
+                w = dist.all_reduce(x, group=g, async_op=True)
+                s = dist.isend(rank_ints(0, big, 72), 1, group=g)
+                for q in (a, s, w):
+                    q.wait()
+                check_equal(f"{name}: a receive from any source", z, rank_ints(1, 7, 73))
+                check(f"{name}: its source", a._source_rank() == 1, f"{a._source_rank()}")
+                w = dist.all_reduce(x, group=g, async_op=True)
+                dist.send(rank_ints(0, 9, 74), 1, group=g)
+                w.wait()
+            elif r == 1:
+                dist.send(rank_ints(1, 7, 73), 0, group=g)
+                dist.recv(y, 0, group=g)
+                check_equal(f"{name}: a send held behind a receive from any source", y,
+                            rank_ints(0, big, 72))
+                dist.all_reduce(x, group=g)
+                t = torch.empty(9, dtype=torch.int64)
+                dist.recv(t, 0, group=g)
+                dist.all_reduce(x, group=g)
+                check_equal(f"{name}: then a send after an async all_reduce", t,
+                            rank_ints(0, 9, 74))
+            else:
+                dist.all_reduce(x, group=g)
+                dist.all_reduce(x, group=g)
         except Exception as e:  # noqa: BLE001  (a timeout: the ranks waited for each other)
             check(f"{name}: sends beside collectives", False, f"{type(e).__name__}: {str(e)[:200]}")
     # order: a block's sends, then plain ones, with a collective between

@@ -105,9 +105,9 @@ thread_local weftStream_t WeftBackend::stream_ = nullptr;
 
 void WeftBackend::make_pcomm() {
   // every rank of the group makes it (torch makes a group on all of them),
-  // over comm_, before anything else runs there
-  weftConfig_t config = config_of(timeout(), name_, channels_);
-  const weftResult_t res = weftCommSplit(comm_, 0, rank_, &pcomm_, &config);
+  // over comm_, before anything else runs there; with comm_'s channels,
+  // timeout and name
+  const weftResult_t res = weftCommSplit(comm_, 0, rank_, &pcomm_, nullptr);
   if (res != weftSuccess) {
     const std::string why = weftGetLastError(comm_);
     weftCommAbort(comm_); /* the peers waiting in the split fail now */
@@ -276,7 +276,7 @@ float WeftBackend::endTimeEstimate() {
     if (s.release) s.release();
   for (auto &w : t.works) w->complete(nullptr);
   if (thrown) std::rethrow_exception(thrown);
-  if (res != weftSuccess) fail("time estimate", res);
+  if (res != weftSuccess) fail("time estimate", res, t.has_p2p());
   return us;
 }
 
@@ -337,21 +337,49 @@ void WeftBackend::run_here(task &t) {
     // a shutdown or abort on another thread while this call waited its turn
     TORCH_CHECK(!queue_->stop, "weft: ", t.name, " on a process group that was shut down");
     queue_->busy = true;
-    if (t.has_p2p()) queue_->p2p_tasks++; /* as a queued one: later ones go after it */
+    if (t.has_p2p()) queue_->hold(t); /* as a queued one: later ones go after it */
   }
   run_busy(t);
 }
 
 void WeftBackend::run_busy(task &t) {
   for (auto &w : t.works) w->mark_started();
-  std::exception_ptr err = run(t);
-  {
-    std::lock_guard<std::mutex> lk(queue_->mu);
-    queue_->busy = false;
-    if (t.has_p2p()) queue_->p2p_tasks--;
-    queue_->cv.notify_all();
+  std::exception_ptr err;
+  try {
+    err = run(t);
+  } catch (...) { /* the queue is freed, and what t holds released, all the same */
+    err = std::current_exception();
   }
+  std::vector<task> ready; /* sends and receives held behind t */
+  std::vector<std::exception_ptr> errs;
+  {
+    std::unique_lock<std::mutex> lk(queue_->mu);
+    queue_->busy = false;
+    std::unique_lock<std::mutex> plk(p2p_mu_, std::defer_lock);
+    if (t.holder != 0) {
+      queue_->p2p_tasks--;
+      queue_->holders_done = t.holder;
+      auto &held = queue_->held;
+      while (!held.empty() && held.front().first <= queue_->holders_done) {
+        ready.push_back(std::move(held.front().second));
+        held.pop_front();
+      }
+      // on the stream before one issued from now on (issue_p2p takes the
+      // queue's lock, then p2p_mu_)
+      if (!ready.empty()) plk.lock();
+    }
+    queue_->cv.notify_all();
+    lk.unlock();
+    for (auto &h : ready) {
+      for (auto &w : h.works) w->mark_started();
+      errs.push_back(run_p2p(h));
+    }
+  }
+  // t's Works' callbacks may drop the backend: the released ones' Works
+  // (on host memory) are completed without it
   complete(t, err);
+  for (size_t i = 0; i < ready.size(); i++)
+    for (auto &w : ready[i].works) w->complete(errs[i]);
 }
 
 void WeftBackend::complete(task &t, std::exception_ptr err) {
@@ -399,7 +427,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit_p2p(const char *name, c10d::O
                                                        std::vector<at::Tensor> outputs, int peer) {
   // on a GPU a send waits for its receiver in the kernel, not on this
   // thread: it runs as other operations do
-  if (coalescing_ || device_of(outputs[0]) >= 0 || gpu_fake_on())
+  if (coalescing_ || !step.p2p) /* as the step chose its communicator */
     return submit(name, type, {std::move(step)}, std::move(outputs), true, {}, peer);
   seq_++;
   const int64_t flight_id = flight_record(name, peer, {}, outputs);
@@ -420,7 +448,7 @@ void WeftBackend::issue_p2p(task t) {
   // receive from any source): it goes behind that, in issue order
   std::unique_lock<std::mutex> lk(queue_->mu);
   TORCH_CHECK(!queue_->stop, "weft: ", t.name, " on a process group that was shut down");
-  if (queue_->p2p_tasks == 0) {
+  if (queue_->p2p_tasks == 0) { /* and nothing is held */
     std::exception_ptr err;
     {
       std::lock_guard<std::mutex> plk(p2p_mu_); /* before a later one can queue */
@@ -433,8 +461,7 @@ void WeftBackend::issue_p2p(task t) {
     complete(t, err);
     return;
   }
-  lk.unlock();
-  enqueue(std::move(t));
+  queue_->held.emplace_back(queue_->holders, std::move(t));
 }
 
 void WeftBackend::flight_join(const std::string &name, const std::string &desc,
@@ -548,10 +575,6 @@ void WeftBackend::worker_loop() {
 }
 
 std::exception_ptr WeftBackend::run(task &t) {
-  if (t.p2p) {
-    std::lock_guard<std::mutex> lk(p2p_mu_);
-    return run_p2p(t);
-  }
   // a task with a send or receive of its own (a coalescing block's, a
   // receive from any source) runs on pcomm_ after those on the host stream
   std::unique_lock<std::mutex> plk(p2p_mu_, std::defer_lock);
@@ -733,9 +756,16 @@ void WeftBackend::p2p_drain() {
   std::string detail;
   {
     std::lock_guard<std::mutex> lk(comm_mu_);
-    // a block of both kinds: whichever communicator says why
+    auto broken = [](weftComm_t c) {
+      weftResult_t async = weftSuccess;
+      return weftCommGetAsyncError(c, &async) == weftSuccess && async != weftSuccess &&
+             async != weftInProgress;
+    };
+    // a block of both kinds: the communicator that broke says why
+    weftComm_t c = p2p ? pcomm_ : comm_;
+    if (!aborted_ && p2p && !broken(pcomm_) && broken(comm_)) c = comm_;
     detail = aborted_ ? std::string("the process group was aborted")
-                      : std::string(weftGetLastError(p2p ? pcomm_ : comm_));
+                      : std::string(weftGetLastError(c));
     if (detail.empty() && !aborted_ && p2p) detail = weftGetLastError(comm_);
   }
   if (detail.empty()) detail = weftGetLastError(nullptr);
@@ -1009,6 +1039,14 @@ void WeftBackend::stop_worker(bool abort_comm) {
     weftCommRevoke(comm, 0);
     weftCommRevoke(pcomm, 0);
   }
+  std::exception_ptr stopped;
+  try {
+    C10_THROW_ERROR(DistBackendError,
+                    c10::str("weft: the process group was ", abort_comm ? "aborted" : "shut down",
+                             " before this operation ran"));
+  } catch (...) {
+    stopped = std::current_exception();
+  }
   if (on_worker) {
     // what is still queued behind the task whose callback stopped the group
     // fails here, as the worker would have failed it
@@ -1019,18 +1057,18 @@ void WeftBackend::stop_worker(bool abort_comm) {
       left.swap(queue_->tasks);
     }
     worker_.detach();
-    std::exception_ptr err;
-    try {
-      C10_THROW_ERROR(DistBackendError,
-                      c10::str("weft: the process group was ", abort_comm ? "aborted" : "shut down",
-                               " before this operation ran"));
-    } catch (...) {
-      err = std::current_exception();
-    }
-    for (auto &t : left) complete(t, err);
+    for (auto &t : left) complete(t, stopped);
   } else if (worker_.joinable()) {
     worker_.join();
   }
+  // sends and receives held behind a task that did not run (the worker ran
+  // every other one, and issued those held behind it)
+  std::deque<std::pair<uint64_t, task>> held;
+  {
+    std::lock_guard<std::mutex> lk(queue_->mu);
+    held.swap(queue_->held);
+  }
+  for (auto &h : held) complete(h.second, stopped);
   // the sends and receives queued on the stream run (after an abort, or a
   // revoke, they fail at once), then the lane completes their Works
   // (a caller waiting on one may be running the stream's work: that ends first)

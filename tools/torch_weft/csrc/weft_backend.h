@@ -412,7 +412,8 @@ class WeftBackend : public c10d::Backend {
   // a task with a send or receive of its own comes after them. Holds p2p_mu_.
   void p2p_drain();
   // Issues t (t.p2p: sends and receives on host memory, a coalescing
-  // block's too) now, or queues it behind the task with one queued before it.
+  // block's too) on the host stream now, or holds it behind the last holder
+  // queued before it (queue_state::held), which issues it once it has run.
   void issue_p2p(task t);
   // Before the backend revokes its communicator: the Works that the revoke
   // cuts short fail (queue_state::revoked).
@@ -466,7 +467,10 @@ class WeftBackend : public c10d::Backend {
    * it by one thread at a time (p2p_mu_): the host stream's, a caller's
    * (submit_p2p) or the one running a task with such a step. */
   weftComm_t pcomm_ = nullptr;
-  std::mutex p2p_mu_; /* also guards p2p_stream_, p2p_, p2p_queued_; taken after queue_->mu */
+  /* also guards p2p_stream_, p2p_, p2p_queued_. Taken after queue_->mu; a
+   * holder (queue_state::p2p_tasks), running with it, may take queue_->mu,
+   * since nothing takes it under queue_->mu while a holder is out */
+  std::mutex p2p_mu_;
   void make_pcomm();
   std::shared_ptr<queue_state> queue_;
   /* the CUDA stream of the task this thread runs; NULL on host memory (per

@@ -429,12 +429,13 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::send(std::vector<at::Tensor> &tensor
   run_input in{t};
   op_step s;
   const bool host = device_of(t) < 0;
-  s.issue = [this, in, dst, host]() {
+  const bool own = host && !gpu_fake_on(); /* on pcomm_ (the fake CUDA layer's: comm_) */
+  s.issue = [this, in, dst, host, own]() {
     flat_buf b = bytes_of(in.get());
     if (host && !simulating()) announce_send(dst); /* for a receive from any source */
-    return weftSend(b.ptr, b.count, b.dtype, dst, host ? pcomm_ : comm_, stream_);
+    return weftSend(b.ptr, b.count, b.dtype, dst, own ? pcomm_ : comm_, stream_);
   };
-  s.p2p = host;
+  s.p2p = own;
   return submit_p2p("send", c10d::OpType::SEND, s, {t}, dst);
 }
 
@@ -442,12 +443,13 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::recv(std::vector<at::Tensor> &tensor
   at::Tensor t = single(tensors, "recv");
   check_peer(src, "recv");
   const bool host = device_of(t) < 0;
-  op_step s = inplace_step(t, [this, src, host](const at::Tensor &buf) {
+  const bool own = host && !gpu_fake_on(); /* as send's */
+  op_step s = inplace_step(t, [this, src, host, own](const at::Tensor &buf) {
     flat_buf b = bytes_of(buf);
     if (host && !simulating()) received_[src]++; /* what a receive from any source compares */
-    return weftRecv(b.ptr, b.count, b.dtype, src, host ? pcomm_ : comm_, stream_);
+    return weftRecv(b.ptr, b.count, b.dtype, src, own ? pcomm_ : comm_, stream_);
   });
-  s.p2p = host;
+  s.p2p = own;
   return submit_p2p("recv", c10d::OpType::RECV, s, {t}, src);
 }
 

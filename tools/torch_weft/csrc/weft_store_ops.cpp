@@ -77,7 +77,8 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::recvAnysource(std::vector<at::Tensor
   TORCH_CHECK(!coalescing_, "weft: receiving from any source inside a coalescing block");
   TORCH_CHECK(store_, "weft: receiving from any source needs the group's store");
   auto source = std::make_shared<std::atomic<int>>(-1);
-  op_step s = inplace_step(t, [this, source](const at::Tensor &buf) {
+  const bool own = !gpu_fake_on(); /* as send's */
+  op_step s = inplace_step(t, [this, source, own](const at::Tensor &buf) {
     // the senders' counts against what this rank has received from each;
     // every receive issued before this one has been issued (in order)
     const auto deadline = deadline_after(timeout());
@@ -108,9 +109,9 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::recvAnysource(std::vector<at::Tensor
     received_[from]++;
     *source = from;
     flat_buf b = bytes_of(buf);
-    return weftRecv(b.ptr, b.count, b.dtype, from, pcomm_, stream_);
+    return weftRecv(b.ptr, b.count, b.dtype, from, own ? pcomm_ : comm_, stream_);
   });
-  s.p2p = true;
+  s.p2p = own;
   // a task of its own, after the sends and receives held before it: it
   // waits for a sender, which must not hold up a group of other operations
   seq_++;

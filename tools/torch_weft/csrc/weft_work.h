@@ -225,6 +225,9 @@ struct task {
    * them): queued on the group's weft host stream for them (p2p_lane), not
    * run here */
   bool p2p = false;
+  /* a task with a send or receive run on the worker (a block of both kinds,
+   * a receive from any source): its number among them, from 1; 0: none */
+  uint64_t holder = 0;
   // Whether a step is a send or receive on host memory (op_step::p2p).
   bool has_p2p() const {
     for (const auto &s : steps)
@@ -312,10 +315,16 @@ struct queue_state {
   std::deque<task> tasks;
   bool stop = false;
   bool busy = false; /* a task is running, on the worker or on a caller's thread */
-  /* tasks queued or running with a send or receive on host memory
-   * (task::has_p2p): while there are any, a later one queues behind them,
-   * else it is issued at once, ahead of the collectives queued */
+  /* Tasks with a send or receive on host memory that run on the worker or a
+   * caller's thread (task::holder), queued or running: while there are
+   * any, a send or receive issued (a task::p2p) waits in held, each after
+   * the last holder issued before it, and is issued on the host stream as
+   * soon as that one has run, whatever collectives are queued; else it is
+   * issued at once, ahead of the collectives queued. */
   int p2p_tasks = 0;
+  uint64_t holders = 0;      /* holder numbers given */
+  uint64_t holders_done = 0; /* holders run (in order: one thread runs tasks at a time) */
+  std::deque<std::pair<uint64_t, task>> held;
   /* for GPU Works asking for the communicator's asynchronous error: NULL once
    * the group shuts down or aborts */
   weftComm_t comm = nullptr;
@@ -329,12 +338,17 @@ struct queue_state {
    * of the backend, which may be gone by then */
   bool worker_detached = false;
 
+  // Numbers t as a holder (under mu).
+  void hold(task &t) {
+    t.holder = ++holders;
+    p2p_tasks++;
+  }
   // false, queuing nothing, once the group is stopping: checked under the
   // lock that the stop takes, so no task lands behind the last one run
   bool push(task t) {
     std::lock_guard<std::mutex> lk(mu);
     if (stop) return false;
-    if (t.has_p2p()) p2p_tasks++;
+    if (t.has_p2p()) hold(t);
     tasks.push_back(std::move(t));
     cv.notify_all();
     return true;
