@@ -3,7 +3,8 @@
 # 3) trains, validates, prints the memory table and a sample; a checkpoint
 # saved on 4 ranks at stage 3 mid-run resumes on 2 ranks at stage 1 with the
 # losses of an uninterrupted run (fp32, 1e-5 relative); bf16 trains; the
-# GPU path's kernels, simulated on the host, give the host's losses.
+# GPU path's kernels, simulated on the host, give the host's losses; a
+# token file given and a sequence of 3 train; bad options are refused.
 # usage: test_weft_train_gpt.sh WEFTRUN TOOLS_DIR
 set -u
 weftrun=$1
@@ -94,6 +95,16 @@ sim_vs_host "sim, fp32, stage 3, 4 ranks" 1e-5 4 --zero-stage 3 --steps 8 --seq 
 sim_vs_host "sim, bf16, stage 2, accum 2, 2 ranks" 1e-3 2 --zero-stage 2 --dtype bf16 --accum 2 \
   --steps 6 --seq 12 --batch 8 --val-every 0 --sample 0
 
+# the token file of the first run given, and a sequence shorter than 4,
+# which samples from a prompt of one byte
+tok=$(ls "$work"/weft-train-*.tok 2>/dev/null | head -1)
+out=$(timeout 120 "$weftrun" -n 2 "$tools/weft-train" --tokens "$tok" \
+  --steps 2 --seq 3 --batch 4 --val-every 0 --sample 6 --temperature 0 2>&1)
+check "--tokens FILE, --seq 3 with a sample" $?
+echo "$out" | grep -qE 'step +2 loss'; check "  and it trained" $?
+
+"$tools/weft-train" --min-lr -0.5 >/dev/null 2>&1
+[ $? -eq 2 ]; check "a negative --min-lr refused" $?
 "$tools/weft-train" --model gpt3 >/dev/null 2>&1
 [ $? -eq 2 ]; check "unknown model refused" $?
 "$tools/weft-train" --model mlp --device sim >/dev/null 2>&1

@@ -164,7 +164,11 @@ weftResult_t train_data_open(struct train_data *d, const char *text_path,
   int n = 0;
   char def[4096];
   int status = 0; /* rank 0's: 0 the file is ready */
-  if (data_sources(text_path, &paths, &n) != 0) {
+  /* the text is read for the default file's name, and by rank 0 to write a
+   * file that is not there yet: a token file given and present needs none */
+  const int need_text =
+      tokens_path == NULL || (rank == 0 && access(tokens_path, R_OK) != 0);
+  if (need_text && data_sources(text_path, &paths, &n) != 0) {
     if (rank == 0)
       fprintf(stderr, "weft-train: no text at %s\n", text_path ? text_path : TRAIN_DATA_DEFAULT_DIR);
     status = 1;

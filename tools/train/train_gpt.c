@@ -456,7 +456,9 @@ static weftResult_t validate(struct gpt *g, weftComm_t comm, double *loss_out) {
  * 3's gathers are collective), rank 0 prints. */
 static weftResult_t sample_text(struct gpt *g) {
   const struct train_opts *o = g->o;
-  int prompt = g->T / 4 < 16 ? g->T / 4 : 16, len = prompt + o->sample_len;
+  /* a quarter of the sequence, 1 to 16 bytes: the first prediction reads
+   * the prompt's last position */
+  int prompt = g->T / 4 < 1 ? 1 : g->T / 4 < 16 ? g->T / 4 : 16, len = prompt + o->sample_len;
   uint8_t *text = malloc((size_t)len + 1);
   if (text == NULL) return weftSystemError;
   train_data_val_sample(&g->data, 0, g->T, g->win);
@@ -570,7 +572,7 @@ static weftResult_t train_loop(struct gpt *g, weftComm_t comm, struct train_resu
   double loss = 0; /* outlives the loop: its all-reduce may be queued when a step fails */
   for (long step = first; step < last && res == weftSuccess; step++) {
     double t0 = now_s(), lr = train_lr_at(o, step);
-    weftZeroSetLr(g->zero, lr);
+    res = weftZeroSetLr(g->zero, lr);
     loss = 0;
     for (int micro = 0; micro < o->accum && res == weftSuccess; micro++) {
       uint64_t index = (uint64_t)step * o->accum + micro;

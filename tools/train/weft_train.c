@@ -56,7 +56,8 @@ static void usage(FILE *f) {
           "  --data FILE        text to train on (default: the files of %s)\n"
           "  --tokens FILE      its token file, written once (default: in $TMPDIR)\n"
           "  --val-every N      validation loss every N steps (default 20; 0: never)\n"
-          "  --val-batches N    global batches of held-out text per validation (default 2)\n"
+          "  --val-batches N    batches of held-out text per validation, each a micro-step's\n"
+          "                     sequences on every rank (default 2)\n"
           "  --sample N         bytes generated at the end (default 96)\n"
           "  --temperature X    of the sample; 0: greedy (default 0.8)\n"
           "  --dump-init FILE   write the parameters before the first step (as\n"
@@ -202,6 +203,10 @@ int main(int argc, char **argv) {
     if (!sched_set) o.cosine = 1;
   } else if (o.device_sim) {
     fprintf(stderr, "weft-train: --device sim runs the transformer's kernels only\n");
+    return 2;
+  }
+  if (!(o.min_lr_frac >= 0)) { /* NaN too */
+    fprintf(stderr, "weft-train: --min-lr %g: a fraction of --lr, at least 0\n", o.min_lr_frac);
     return 2;
   }
   if (warmup < 0) warmup = o.steps / 10 > 0 ? o.steps / 10 : 1;
