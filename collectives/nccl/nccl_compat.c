@@ -1,4 +1,4 @@
-/* libnccl.so.2: the NCCL 2.30 API (include/nccl.h) over weft.
+/* libnccl.so.2: the NCCL 2.32 API (include/nccl.h) over weft.
  *
  * Most calls map one to one: NCCL's enum values are weft's (checked below),
  * a ncclComm_t is a weftComm_t, a ncclUniqueId is a weftUniqueId and a
@@ -437,6 +437,10 @@ NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nrank
     return RES(weft_error_set(weftInvalidArgument,
                               "ncclCommInitRankScalable: needs at least one id (nId %d, ids %p)",
                               nId, (void *)commIds));
+  if (nId > nranks) /* as NCCL: an id serves one rank at least */
+    return RES(weft_error_set(weftInvalidArgument,
+                              "ncclCommInitRankScalable: %d ids for %d ranks (at most one a rank)",
+                              nId, nranks));
   return init_rank_config(newcomm, nranks, commIds[0], myrank, config);
 }
 NCCL_PROFILING_ALIAS(ncclCommInitRankScalable);
@@ -445,6 +449,15 @@ NCCL_PROFILING_ALIAS(ncclCommInitRankScalable);
  * on the host where the process sees fewer (a machine without GPUs). */
 NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist) {
   version_banner(0);
+  weft_error_clear();
+  /* as NCCL: a device named twice is refused */
+  for (int i = 0; devlist != NULL && i < ndev; i++)
+    for (int j = 0; j < i; j++)
+      if (devlist[i] == devlist[j])
+        return RES(weft_error_set(weftInvalidUsage,
+                                  "ncclCommInitAll: device %d is named twice in devlist (at %d "
+                                  "and %d)",
+                                  devlist[i], j, i));
   int *first = NULL;
   if (devlist == NULL && ndev > 0 && compat_device_count() >= ndev) {
     first = malloc((size_t)ndev * sizeof *first);
@@ -458,6 +471,13 @@ NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *
 NCCL_PROFILING_ALIAS(ncclCommInitAll);
 
 NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  /* as NCCL: nothing to finalize for NULL, and a second finalize is refused
+   * (weft's own returns the async error again) */
+  if (comm == NULL) return ncclSuccess;
+  weft_error_clear();
+  if (comm_check(COMM(comm)) == weftSuccess && comm_life(COMM(comm)) == COMM_FINALIZED)
+    return RES(weft_error_set(weftInvalidArgument,
+                              "ncclCommFinalize: the communicator is finalized already"));
   return RES(weftCommFinalize(COMM(comm)));
 }
 NCCL_PROFILING_ALIAS(ncclCommFinalize);
@@ -486,6 +506,8 @@ NCCL_PROFILING_ALIAS(ncclCommAbort);
 NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
                                        ncclConfig_t *config) {
   weft_error_clear();
+  /* as NCCL: NULL until a communicator is made, whatever refuses the call */
+  if (newcomm != NULL) *newcomm = NULL;
   weftConfig_t cfg, *cfgp = NULL;
   ncclResult_t res =
       color == NCCL_SPLIT_NOCOLOR ? ncclSuccess : nccl_config_read(config, &cfg, &cfgp);
@@ -587,6 +609,13 @@ NCCL_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, siz
   weft_error_clear();
   if (win == NULL)
     return RES(weft_error_set(weftInvalidArgument, "ncclCommWindowRegister: win is NULL"));
+  /* the device API's flags: it is refused as a whole (ncclDevCommCreate) */
+  if (winFlags & (NCCL_WIN_GIN_ONLY | NCCL_WIN_CFT_COUNTED))
+    return RES(weft_error_set(weftInvalidUsage,
+                              "ncclCommWindowRegister: flags 0x%x (NCCL_WIN_GIN_ONLY, "
+                              "NCCL_WIN_CFT_COUNTED) serve NCCL's device API, which weft does "
+                              "not support",
+                              winFlags & (NCCL_WIN_GIN_ONLY | NCCL_WIN_CFT_COUNTED)));
   if (winFlags & ~(NCCL_WIN_DEFAULT | NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING))
     return RES(weft_error_set(weftInvalidArgument, "ncclCommWindowRegister: unknown flags 0x%x",
                               winFlags));

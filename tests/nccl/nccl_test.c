@@ -531,7 +531,27 @@ static void test_errors(ncclComm_t comm, ncclUniqueId id) {
     EXPECT(strstr(ncclGetLastError(comm), "device API is not supported") != NULL,
            "ncclDevCommCreate: last error '%s'", ncclGetLastError(comm));
     EXPECT(ncclDevCommDestroy(comm, dev_comm) == ncclInvalidUsage, "ncclDevCommDestroy accepted");
+    /* the device API's window flags */
+    ncclWindow_t win = NULL;
+    EXPECT(ncclCommWindowRegister(comm, &x, sizeof x, &win, NCCL_WIN_GIN_ONLY) == ncclInvalidUsage,
+           "NCCL_WIN_GIN_ONLY accepted");
+    EXPECT(ncclCommWindowRegister(comm, &x, sizeof x, &win, NCCL_WIN_CFT_COUNTED) ==
+               ncclInvalidUsage,
+           "NCCL_WIN_CFT_COUNTED accepted");
   }
+  /* a refused split leaves *newcomm NULL */
+  ncclComm_t child = (ncclComm_t)&x;
+  EXPECT(ncclCommSplit(NULL, 0, 0, &child, NULL) != ncclSuccess, "a split of NULL accepted");
+  EXPECT(child == NULL, "a refused split left *newcomm set");
+  /* arguments NCCL refuses before any rendezvous */
+  ncclUniqueId ids[2] = {id, id};
+  ncclComm_t scalable = NULL;
+  EXPECT(ncclCommInitRankScalable(&scalable, 1, 0, 2, ids, NULL) == ncclInvalidArgument,
+         "ncclCommInitRankScalable: 2 ids for 1 rank accepted");
+  ncclComm_t pair[2] = {NULL, NULL};
+  const int twice[2] = {0, 0};
+  EXPECT(ncclCommInitAll(pair, 2, twice) == ncclInvalidUsage,
+         "ncclCommInitAll: a device named twice accepted");
   /* configs that must be refused before any rendezvous */
   ncclComm_t c = NULL;
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -609,6 +629,9 @@ int main(int argc, char **argv) {
   test_errors(comm, id);
 
   NCCL_OK(ncclCommFinalize(comm));
+  /* as NCCL: a second finalize is refused, NULL is nothing to do */
+  EXPECT(ncclCommFinalize(comm) == ncclInvalidArgument, "a second ncclCommFinalize accepted");
+  EXPECT(ncclCommFinalize(NULL) == ncclSuccess, "ncclCommFinalize(NULL) refused");
   NCCL_OK(ncclCommDestroy(comm));
   if (g_failures) fprintf(stderr, "rank %d: %d checks failed\n", g_rank, g_failures);
   else if (g_rank == 0) printf("nccl_test: %d ranks: all checks passed\n", g_nranks);
