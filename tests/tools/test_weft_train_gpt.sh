@@ -4,7 +4,8 @@
 # saved on 4 ranks at stage 3 mid-run resumes on 2 ranks at stage 1 with the
 # losses of an uninterrupted run (fp32, 1e-5 relative); bf16 trains; the
 # GPU path's kernels, simulated on the host, give the host's losses; a
-# token file given and a sequence of 3 train; bad options are refused.
+# token file given and a sequence of 3 train; a save the run would repeat is
+# refused before it trains; bad options are refused.
 # usage: test_weft_train_gpt.sh WEFTRUN TOOLS_DIR
 set -u
 weftrun=$1
@@ -102,6 +103,22 @@ out=$(timeout 120 "$weftrun" -n 2 "$tools/weft-train" --tokens "$tok" \
   --steps 2 --seq 3 --batch 4 --val-every 0 --sample 6 --temperature 0 2>&1)
 check "--tokens FILE, --seq 3 with a sample" $?
 echo "$out" | grep -qE 'step +2 loss'; check "  and it trained" $?
+
+# a save the run would repeat is refused before it trains; a resumed run
+# with no step left saves nothing, and exits 0
+small=(--tokens "$tok" --seq 16 --batch 4 --val-every 0 --sample 0)
+timeout 120 "$weftrun" -n 2 "$tools/weft-train" "${small[@]}" --steps 2 --save "$work/again" \
+  >/dev/null 2>&1
+check "a save of 2 steps" $?
+out=$(timeout 120 "$weftrun" -n 2 "$tools/weft-train" "${small[@]}" --steps 2 --save "$work/again" 2>&1)
+st=$?
+[ $st -ne 0 ] && echo "$out" | grep -q 'holds the checkpoint of step 2 already' &&
+  ! echo "$out" | grep -qE 'step +1 loss'
+check "the same save again refused before any step (exit $st)" $?
+out=$(timeout 120 "$weftrun" -n 2 "$tools/weft-train" "${small[@]}" --steps 2 --resume "$work/again" \
+  --save "$work/again" 2>&1)
+check "resumed at its last step, exit 0" $?
+echo "$out" | grep -q 'nothing saved'; check "  and nothing saved" $?
 
 "$tools/weft-train" --min-lr -0.5 >/dev/null 2>&1
 [ $? -eq 2 ]; check "a negative --min-lr refused" $?

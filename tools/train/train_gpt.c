@@ -639,6 +639,12 @@ weftResult_t train_gpt_run(weftComm_t comm, const struct train_opts *o, struct t
   weftResult_t res = train_data_open(&g.data, o->data, o->tokens, g.T, comm);
   if (res == weftSuccess) res = gpt_setup(&g, comm);
   if (res == weftSuccess && o->resume != NULL) res = weftZeroLoad(g.zero, o->resume, g.stream);
+  int save = 0;
+  if (res == weftSuccess) {
+    const long first = weftZeroStepCount(g.zero);
+    const long last = o->stop_at > 0 && o->stop_at < o->steps ? o->stop_at : o->steps;
+    res = train_save_plan(&g.m, comm, g.rank, g.nranks, first, last, &save);
+  }
   if (res == weftSuccess && g.rank == 0 && o->log != NULL) {
     fprintf(o->log,
             "# weft-train: %d ranks, stage %d, %s, %s, GPT %d layers %d heads %d channels, "
@@ -666,7 +672,7 @@ weftResult_t train_gpt_run(weftComm_t comm, const struct train_opts *o, struct t
   if (res == weftSuccess) {
     res = train_result_params(g.zero, g.stream, out);
   }
-  if (res == weftSuccess && o->save != NULL) res = weftZeroSave(g.zero, o->save, g.stream);
+  if (res == weftSuccess && save) res = weftZeroSave(g.zero, o->save, g.stream);
   gpt_free(&g);
   return res;
 }

@@ -63,6 +63,44 @@ weftResult_t train_gather_doubles(struct model *m, weftComm_t comm, const double
   return res;
 }
 
+weftResult_t train_save_plan(struct model *m, weftComm_t comm, int rank, int nranks, long first,
+                             long last, int *save_out) {
+  const struct train_opts *o = m->o;
+  *save_out = o->save != NULL;
+  if (o->save == NULL) return weftSuccess;
+  double mine[1] = {1}, *all = calloc((size_t)nranks, sizeof *all);
+  if (all == NULL) return weftSystemError;
+  if (rank == 0) {
+    char path[4096], current[256] = "", name[64];
+    snprintf(path, sizeof path, "%s/LATEST", o->save);
+    snprintf(name, sizeof name, "step-%ld", first > last ? first : last);
+    FILE *f = fopen(path, "r");
+    if (f != NULL) {
+      if (fscanf(f, "%255s", current) != 1) current[0] = '\0';
+      fclose(f);
+    }
+    if (strcmp(current, name) == 0) mine[0] = first < last ? -1 : 0;
+  }
+  weftResult_t res = train_gather_doubles(m, comm, mine, all, 1, nranks);
+  const double plan = all[0];
+  free(all);
+  if (res != weftSuccess) return res;
+  if (plan < 0) {
+    if (rank == 0)
+      fprintf(stderr,
+              "weft-train: --save %s holds the checkpoint of step %ld already, which this run "
+              "would save again after its steps (and be refused): save elsewhere, or move it "
+              "away\n",
+              o->save, last);
+    return weftInvalidUsage;
+  }
+  *save_out = plan > 0;
+  if (plan == 0 && rank == 0 && o->log != NULL)
+    fprintf(o->log, "# no step to run: %s holds step %ld's checkpoint already; nothing saved\n",
+            o->save, last);
+  return weftSuccess;
+}
+
 double train_lr_at(const struct train_opts *o, long step) {
   if (!o->cosine) return o->lr;
   if (step < o->warmup) return o->lr * (double)(step + 1) / o->warmup;
@@ -378,6 +416,8 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
   }
   double loss = 0; /* outlives the loop: its all-reduce may be queued when a step fails */
   long last = o->stop_at > 0 && o->stop_at < o->steps ? o->stop_at : o->steps;
+  int save = 0;
+  if (res == weftSuccess) res = train_save_plan(&m, comm, rank, nranks, first, last, &save);
   for (long step = first; step < last && res == weftSuccess; step++) {
     loss = 0;
     res = weftZeroSetLr(m.zero, train_lr_at(o, step));
@@ -420,7 +460,7 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
     train_report_memory(&m, comm, rank, nranks);
     res = train_result_params(m.zero, m.stream, out);
   }
-  if (res == weftSuccess && o->save != NULL) res = weftZeroSave(m.zero, o->save, m.stream);
+  if (res == weftSuccess && save) res = weftZeroSave(m.zero, o->save, m.stream);
   model_free(&m);
   return res;
 }
