@@ -14,7 +14,9 @@
 # Environment: WEFT_CUDA_EMU_THREADS (threads per block, default 4).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-tools/scripts/setup.sh # the packages and the CUDA headers the plain build has
+# the packages; the CUDA toolkit's headers and nvcc must be there already
+# (/usr/local/cuda, or nvcc on PATH): no GPU
+tools/scripts/setup.sh
 B=build-emu
 # the full matrix, as gpu-check builds it: every datatype x op has its kernels
 # (compiled by the host's compiler in about half a minute)
