@@ -363,9 +363,12 @@ weftResult_t weftEventSynchronizeOnStream(weftEvent_t event, weftStream_t stream
 /* Does not block: weftInProgress until the last record is reached. */
 weftResult_t weftEventQuery(weftEvent_t event);
 /* Work queued on stream after this call starts once event's last record (as
- * of this call) is reached. Does not block, except on the NULL stream. */
+ * of this call) is reached, whatever records follow it, on any stream.
+ * Does not block, except on the NULL stream. */
 weftResult_t weftStreamWaitEvent(weftStream_t stream, weftEvent_t event);
-/* Waits for a pending record to be reached, then frees the event. */
+/* Waits for a pending last record to be reached, then frees the event; waits
+ * queued on streams for an earlier record keep what they need, and still
+ * pass once that record is reached. */
 weftResult_t weftEventDestroy(weftEvent_t event);
 
 /* --- Memory and registration -------------------------------------------- */

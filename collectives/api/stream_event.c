@@ -1,8 +1,11 @@
-/* Host events: a marker queued on a stream. Recording bumps the event's
- * generation; the stream's worker marks that generation complete when it
- * reaches the marker. A wait queued on another stream blocks that stream's
- * worker until the generation it names is complete, so ordering between
- * streams (and between a stream and the caller) is always explicit. */
+/* Host events: a marker queued on a stream. Each record makes a completion
+ * of its own, which the stream's worker marks done when it reaches the
+ * marker; the event names its newest. A wait queued on another stream holds
+ * the completion it was queued for and blocks that stream's worker until it
+ * is done, so ordering between streams (and between a stream and the
+ * caller) is always explicit, and records on several streams, finishing out
+ * of order, release each wait at its own. Queued markers and waits hold the
+ * event too: it is freed once destroyed and none is left. */
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -11,18 +14,24 @@
 
 #define EVENT_MAGIC 0x6576656e74212121ull
 
+/* One record's completion; its fields under the event's lock. */
+struct event_rec {
+  int done;
+  int refs; /* the event while it is the newest, queued hooks, waiters */
+};
+
 struct weft_event {
   uint64_t magic;
   pthread_mutex_t lock;
   pthread_cond_t changed;
-  uint64_t recorded;  /* the generation of the last record */
-  uint64_t completed; /* the newest generation a stream has reached */
+  struct event_rec *last; /* the newest record; NULL before the first */
+  int refs;               /* the caller's handle until destroyed, and queued hooks */
 };
 
-/* What a queued marker or wait carries. */
+/* What a queued marker or wait carries: a reference to each. */
 struct event_mark {
   struct weft_event *ev;
-  uint64_t gen;
+  struct event_rec *rec;
 };
 
 static weftResult_t event_check(weftEvent_t event, struct weft_event **out) {
@@ -34,40 +43,87 @@ static weftResult_t event_check(weftEvent_t event, struct weft_event **out) {
   return weftSuccess;
 }
 
-static void event_complete(struct weft_event *ev, uint64_t gen) {
+/* Under ev->lock. */
+static void rec_unref(struct event_rec *rec) {
+  if (--rec->refs == 0) free(rec);
+}
+
+/* Drops a reference to ev; the last frees it. */
+static void event_unref(struct weft_event *ev) {
   pthread_mutex_lock(&ev->lock);
-  if (gen > ev->completed) ev->completed = gen;
-  pthread_cond_broadcast(&ev->changed);
+  const int last = --ev->refs == 0;
+  if (last && ev->last != NULL) rec_unref(ev->last);
+  pthread_mutex_unlock(&ev->lock);
+  if (!last) return;
+  pthread_cond_destroy(&ev->changed);
+  pthread_mutex_destroy(&ev->lock);
+  free(ev);
+}
+
+/* The newest record, referenced for the caller (NULL when there is none or
+ * it is done already: nothing to wait for). Under ev->lock. */
+static struct event_rec *event_pending(struct weft_event *ev) {
+  struct event_rec *rec = ev->last;
+  if (rec == NULL || rec->done) return NULL;
+  rec->refs++;
+  return rec;
+}
+
+/* Waits until rec is done, and drops the caller's reference. */
+static void rec_wait(struct weft_event *ev, struct event_rec *rec) {
+  pthread_mutex_lock(&ev->lock);
+  while (!rec->done) pthread_cond_wait(&ev->changed, &ev->lock);
+  rec_unref(rec);
   pthread_mutex_unlock(&ev->lock);
 }
 
-static void event_wait_gen(struct weft_event *ev, uint64_t gen) {
+static int rec_done(struct weft_event *ev, struct event_rec *rec) {
   pthread_mutex_lock(&ev->lock);
-  while (ev->completed < gen) pthread_cond_wait(&ev->changed, &ev->lock);
+  const int done = rec->done;
+  pthread_mutex_unlock(&ev->lock);
+  return done;
+}
+
+static void rec_complete(struct weft_event *ev, struct event_rec *rec) {
+  pthread_mutex_lock(&ev->lock);
+  rec->done = 1;
+  pthread_cond_broadcast(&ev->changed);
   pthread_mutex_unlock(&ev->lock);
 }
 
 /* Stream hooks: run on the stream's worker, in queue order. */
 static void event_record_hook(void *arg) {
   struct event_mark *mark = arg;
-  event_complete(mark->ev, mark->gen);
+  pthread_mutex_lock(&mark->ev->lock);
+  mark->rec->done = 1;
+  pthread_cond_broadcast(&mark->ev->changed);
+  rec_unref(mark->rec);
+  pthread_mutex_unlock(&mark->ev->lock);
+  event_unref(mark->ev);
   free(mark);
 }
 
 static void event_wait_hook(void *arg) {
   struct event_mark *mark = arg;
-  event_wait_gen(mark->ev, mark->gen);
+  rec_wait(mark->ev, mark->rec);
+  event_unref(mark->ev);
   free(mark);
 }
 
-static weftResult_t event_mark_queue(struct host_stream *s, struct weft_event *ev, uint64_t gen,
-                                     void (*hook)(void *), int mark_only) {
+/* Queues hook with a mark holding ev and rec, whose references the caller
+ * took for it (and gets back, dropped, where it cannot be queued). */
+static weftResult_t event_mark_queue(struct host_stream *s, struct weft_event *ev,
+                                     struct event_rec *rec, void (*hook)(void *), int mark_only) {
   struct event_mark *mark = malloc(sizeof *mark);
-  if (mark == NULL) return weft_error_set(weftSystemError, "out of memory");
-  mark->ev = ev;
-  mark->gen = gen;
-  weftResult_t res = stream_enqueue_hook(s, hook, mark, mark_only);
-  if (res != weftSuccess) free(mark);
+  if (mark != NULL) *mark = (struct event_mark){ev, rec};
+  weftResult_t res = mark == NULL ? weft_error_set(weftSystemError, "out of memory")
+                                  : stream_enqueue_hook(s, hook, mark, mark_only);
+  if (res == weftSuccess) return res;
+  free(mark);
+  pthread_mutex_lock(&ev->lock);
+  rec_unref(rec);
+  pthread_mutex_unlock(&ev->lock);
+  event_unref(ev);
   return res;
 }
 
@@ -77,6 +133,7 @@ weftResult_t weftEventCreate(weftEvent_t *event) {
   struct weft_event *ev = calloc(1, sizeof *ev);
   if (ev == NULL) return weft_error_set(weftSystemError, "out of memory");
   ev->magic = EVENT_MAGIC;
+  ev->refs = 1;
   pthread_mutex_init(&ev->lock, NULL);
   pthread_cond_init(&ev->changed, NULL);
   *event = ev;
@@ -89,15 +146,22 @@ weftResult_t weftEventRecord(weftEvent_t event, weftStream_t stream) {
   WEFT_TRY(event_check(event, &ev));
   struct host_stream *s = NULL;
   if (stream != NULL) WEFT_TRY(stream_lookup(stream, &s));
+  struct event_rec *rec = calloc(1, sizeof *rec);
+  if (rec == NULL) return weft_error_set(weftSystemError, "out of memory");
   pthread_mutex_lock(&ev->lock);
-  uint64_t gen = ++ev->recorded;
-  pthread_mutex_unlock(&ev->lock);
-  if (s == NULL) { /* the NULL stream has nothing pending */
-    event_complete(ev, gen);
-    return weftSuccess;
+  if (ev->last != NULL) rec_unref(ev->last);
+  ev->last = rec;
+  rec->refs = 1;     /* the event's */
+  rec->done = s == NULL; /* the NULL stream has nothing pending */
+  if (s != NULL) {
+    rec->refs++; /* the marker's, */
+    ev->refs++;  /* which holds the event too */
   }
-  weftResult_t res = event_mark_queue(s, ev, gen, event_record_hook, 1);
-  if (res != weftSuccess) event_complete(ev, gen); /* never leave a waiter stuck */
+  pthread_cond_broadcast(&ev->changed);
+  pthread_mutex_unlock(&ev->lock);
+  if (s == NULL) return weftSuccess;
+  weftResult_t res = event_mark_queue(s, ev, rec, event_record_hook, 1);
+  if (res != weftSuccess) rec_complete(ev, rec); /* never leave a waiter stuck */
   return res;
 }
 
@@ -106,9 +170,9 @@ weftResult_t weftEventSynchronize(weftEvent_t event) {
   struct weft_event *ev = NULL;
   WEFT_TRY(event_check(event, &ev));
   pthread_mutex_lock(&ev->lock);
-  uint64_t gen = ev->recorded;
+  struct event_rec *rec = event_pending(ev);
   pthread_mutex_unlock(&ev->lock);
-  event_wait_gen(ev, gen);
+  if (rec != NULL) rec_wait(ev, rec);
   return weftSuccess;
 }
 
@@ -119,17 +183,14 @@ weftResult_t weftEventSynchronizeOnStream(weftEvent_t event, weftStream_t stream
   struct host_stream *s = NULL;
   WEFT_TRY(stream_lookup(stream, &s));
   pthread_mutex_lock(&ev->lock);
-  uint64_t gen = ev->recorded;
-  int done = ev->completed >= gen;
+  struct event_rec *rec = event_pending(ev);
   pthread_mutex_unlock(&ev->lock);
+  if (rec == NULL) return weftSuccess;
   /* while the worker is idle and sends and receives lead the queue, this
    * thread runs them; else it waits as weftEventSynchronize does */
-  while (!done && stream_run_head(s)) {
-    pthread_mutex_lock(&ev->lock);
-    done = ev->completed >= gen;
-    pthread_mutex_unlock(&ev->lock);
+  while (!rec_done(ev, rec) && stream_run_head(s)) {
   }
-  if (!done) event_wait_gen(ev, gen);
+  rec_wait(ev, rec);
   return weftSuccess;
 }
 
@@ -138,7 +199,7 @@ weftResult_t weftEventQuery(weftEvent_t event) {
   struct weft_event *ev = NULL;
   WEFT_TRY(event_check(event, &ev));
   pthread_mutex_lock(&ev->lock);
-  int done = ev->completed >= ev->recorded;
+  const int done = ev->last == NULL || ev->last->done;
   pthread_mutex_unlock(&ev->lock);
   return done ? weftSuccess : weftInProgress;
 }
@@ -147,32 +208,31 @@ weftResult_t weftStreamWaitEvent(weftStream_t stream, weftEvent_t event) {
   weft_error_clear();
   struct weft_event *ev = NULL;
   WEFT_TRY(event_check(event, &ev));
+  struct host_stream *s = NULL;
+  if (stream != NULL) WEFT_TRY(stream_lookup(stream, &s));
   pthread_mutex_lock(&ev->lock);
-  uint64_t gen = ev->recorded;
-  int done = ev->completed >= gen;
+  struct event_rec *rec = event_pending(ev); /* the last record as of this call */
+  if (rec != NULL && s != NULL) ev->refs++;  /* the wait's, queued below */
   pthread_mutex_unlock(&ev->lock);
-  if (stream == NULL) { /* the caller is the NULL stream: wait here */
-    event_wait_gen(ev, gen);
+  if (rec == NULL) return weftSuccess;
+  if (s == NULL) { /* the caller is the NULL stream: wait here */
+    rec_wait(ev, rec);
     return weftSuccess;
   }
-  if (done) return weftSuccess;
-  struct host_stream *s;
-  WEFT_TRY(stream_lookup(stream, &s));
-  return event_mark_queue(s, ev, gen, event_wait_hook, 0);
+  return event_mark_queue(s, ev, rec, event_wait_hook, 0);
 }
 
 weftResult_t weftEventDestroy(weftEvent_t event) {
   weft_error_clear();
   struct weft_event *ev = NULL;
   WEFT_TRY(event_check(event, &ev));
-  /* a queued marker still points at the event: let it pass first */
+  /* the newest record passes first, as before; markers and waits still
+   * queued hold the event, which the last of them frees */
   pthread_mutex_lock(&ev->lock);
-  uint64_t gen = ev->recorded;
+  struct event_rec *rec = event_pending(ev);
   pthread_mutex_unlock(&ev->lock);
-  event_wait_gen(ev, gen);
+  if (rec != NULL) rec_wait(ev, rec);
   ev->magic = 0;
-  pthread_cond_destroy(&ev->changed);
-  pthread_mutex_destroy(&ev->lock);
-  free(ev);
+  event_unref(ev);
   return weftSuccess;
 }

@@ -98,6 +98,51 @@ TEST(HostEvent, StreamWaitsForAnother) {
   EXPECT_EQ(status[1], 0);
 }
 
+// A wait is for the record before it, whatever records come later: stream
+// b waits on ev recorded after an all-reduce on a (pending until rank 1
+// joins, 400 ms late); ev recorded again on the NULL stream (done at once)
+// does not release b. ev is destroyed with b's wait still queued, which
+// holds it: b passes once a's all-reduce is done.
+TEST(HostEvent, AWaitIsForTheRecordBeforeIt) {
+  auto status = run_ranks(2, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init");
+    std::vector<double> buf(777, ctx.rank + 1.0);
+    if (ctx.rank == 1) {
+      usleep(400000);
+      weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat64, weftSum, comm, nullptr);
+      weftCommDestroy(comm);
+      return 0;
+    }
+    weftStream_t a, b;
+    weftEvent_t ev, ev_b;
+    if (weftStreamCreate(&a) != weftSuccess || weftStreamCreate(&b) != weftSuccess ||
+        weftEventCreate(&ev) != weftSuccess || weftEventCreate(&ev_b) != weftSuccess)
+      return rank_fail(ctx, "create");
+    weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat64, weftSum, comm, a);
+    weftEventRecord(ev, a);
+    if (weftStreamWaitEvent(b, ev) != weftSuccess) return rank_fail(ctx, "wait event");
+    if (weftEventRecord(ev, nullptr) != weftSuccess || weftEventQuery(ev) != weftSuccess)
+      return rank_fail(ctx, "a record on the NULL stream is not done at once");
+    weftEventRecord(ev_b, b);
+    if (weftEventDestroy(ev) != weftSuccess) return rank_fail(ctx, "destroy");
+    usleep(100000);
+    if (weftEventQuery(ev_b) != weftInProgress)
+      return rank_fail(ctx, "stream b passed its wait before a's record");
+    if (weftEventSynchronize(ev_b) != weftSuccess) return rank_fail(ctx, "sync b");
+    for (double v : buf)
+      if (v != 3.0) return rank_fail(ctx, "b passed with %g in the buffer, want 3", v);
+    weftEventDestroy(ev_b);
+    weftStreamDestroy(a);
+    weftStreamDestroy(b);
+    weftCommDestroy(comm);
+    return 0;
+  });
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
 // Sends and receives crossing between two ranks, each waited for with
 // weftEventSynchronizeOnStream, which runs them on the caller when the
 // stream's thread is idle and waits for that thread otherwise: every

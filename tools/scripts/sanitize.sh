@@ -112,6 +112,7 @@ tsan_runs=(
   "test_threads:*"
   "test_allreduce:AllReduceInitAll.*"
   "test_stream:HostStream.OneThreadManyRanks:HostStream.ErrorAtSynchronize:HostStream.TraceWrittenByCallerAndStream"
+  "test_stream_event:*"
   "test_failure:Failure.AbortFromAnotherThread"
   "test_errors:ErrorsNoComm.GroupWithBadCallRunsNothing"
 )
