@@ -355,10 +355,14 @@ weftResult_t weftEventRecord(weftEvent_t event, weftStream_t stream);
 /* Blocks until the last record is reached. */
 weftResult_t weftEventSynchronize(weftEvent_t event);
 /* Blocks as weftEventSynchronize, for an event last recorded on the host
- * stream `stream`; while the stream's thread is not running an item and the
- * item at its head is sends and receives, the calling thread runs them (and
- * what they take in) itself, as the stream's thread would have: a send or
- * receive queued and then waited for needs no thread switch. */
+ * stream `stream`; while the stream's thread is not running an item, the
+ * item at its head is sends and receives and the record is the last thing
+ * queued, the calling thread runs them (and what is queued meanwhile, until
+ * the record is reached) itself, as the stream's thread would have: a send
+ * or receive queued and then waited for needs no thread switch. What was
+ * queued behind the record is left to the stream's thread: the call returns
+ * once the record is reached, though a receive queued after it waits for
+ * what the caller does next. */
 weftResult_t weftEventSynchronizeOnStream(weftEvent_t event, weftStream_t stream);
 /* Does not block: weftInProgress until the last record is reached. */
 weftResult_t weftEventQuery(weftEvent_t event);

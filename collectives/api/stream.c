@@ -29,6 +29,7 @@ struct stream_item {
   void (*hook)(void *arg); /* an item without ops runs this (events) */
   void *hook_arg;
   int mark; /* the hook only marks a point: it never blocks */
+  const void *tag; /* the caller's name for a hook item (stream_run_head), or NULL */
   size_t nops;
   struct group_op ops[];
 };
@@ -166,9 +167,11 @@ static void watched_add(struct watched *w, const struct stream_item *item) {
 }
 
 /* Runs first, an item of sends and receives, taking in the like items and
- * the marks queued behind it until all it took is done; retires them all.
+ * the marks queued behind it until all it took is done (no more once
+ * enough(enough_arg) says so, where enough is not NULL); retires them all.
  * Called without the stream's lock, which it takes to look at the queue. */
-static weftResult_t stream_run_sendrecv(struct host_stream *s, struct stream_item *first) {
+static weftResult_t stream_run_sendrecv(struct host_stream *s, struct stream_item *first,
+                                        int (*enough)(void *), void *enough_arg) {
   struct weftComm *comm = first->ops[0].comm;
   struct taken t = {0};
   struct sendrecv_exec *x = NULL;
@@ -196,8 +199,9 @@ static weftResult_t stream_run_sendrecv(struct host_stream *s, struct stream_ite
     if (res != weftSuccess && res != weftInProgress) break;
     /* take in what was queued meanwhile */
     struct stream_item *more = NULL;
+    const int take = enough == NULL || !enough(enough_arg);
     pthread_mutex_lock(&s->lock);
-    if (s->head != NULL && (s->head->mark || item_is_sendrecv(s->head, comm))) {
+    if (take && s->head != NULL && (s->head->mark || item_is_sendrecv(s->head, comm))) {
       more = s->head;
       s->head = more->next;
       if (s->head == NULL) s->tail = NULL;
@@ -249,10 +253,12 @@ static void stream_record_error(struct host_stream *s, weftResult_t res) {
   }
 }
 
-int stream_run_head(struct host_stream *s) {
+int stream_run_head(struct host_stream *s, const void *tag, int (*enough)(void *),
+                    void *enough_arg) {
   pthread_mutex_lock(&s->lock);
   struct stream_item *item = s->head;
-  if (s->busy || item == NULL || item->nops == 0 || !item_is_sendrecv(item, item->ops[0].comm)) {
+  if (s->busy || item == NULL || item->nops == 0 || !item_is_sendrecv(item, item->ops[0].comm) ||
+      s->tail == NULL || s->tail->tag != tag) {
     pthread_mutex_unlock(&s->lock);
     return 0;
   }
@@ -260,7 +266,7 @@ int stream_run_head(struct host_stream *s) {
   if (s->head == NULL) s->tail = NULL;
   s->busy = 1; /* the worker waits meanwhile */
   pthread_mutex_unlock(&s->lock);
-  weftResult_t res = stream_run_sendrecv(s, item); /* which retires item */
+  weftResult_t res = stream_run_sendrecv(s, item, enough, enough_arg); /* which retires item */
   pthread_mutex_lock(&s->lock);
   stream_record_error(s, res);
   s->busy = 0;
@@ -283,7 +289,7 @@ static void *stream_worker(void *arg) {
     pthread_mutex_unlock(&s->lock);
     weftResult_t res = weftSuccess;
     const int sendrecv = item->nops > 0 && item_is_sendrecv(item, item->ops[0].comm);
-    if (sendrecv) res = stream_run_sendrecv(s, item); /* which retires item */
+    if (sendrecv) res = stream_run_sendrecv(s, item, NULL, NULL); /* which retires item */
     else if (item->hook != NULL) item->hook(item->hook_arg);
     else res = group_launch(item->ops, item->nops);
     pthread_mutex_lock(&s->lock);
@@ -302,13 +308,14 @@ static void *stream_worker(void *arg) {
 /* Appends one item: ops to launch, or (nops == 0) a hook to call (mark: one
  * that never blocks). */
 static weftResult_t stream_push(struct host_stream *s, const struct group_op *ops, size_t nops,
-                                void (*hook)(void *arg), void *arg, int mark) {
+                                void (*hook)(void *arg), void *arg, int mark, const void *tag) {
   struct stream_item *item = malloc(sizeof *item + nops * sizeof *ops);
   if (item == NULL) return weft_error_set(weftSystemError, "out of memory");
   item->next = NULL;
   item->hook = hook;
   item->hook_arg = arg;
   item->mark = mark;
+  item->tag = tag;
   item->nops = nops;
   if (nops > 0) memcpy(item->ops, ops, nops * sizeof *ops);
   item_pending(item, +1);
@@ -323,12 +330,12 @@ static weftResult_t stream_push(struct host_stream *s, const struct group_op *op
 
 weftResult_t stream_enqueue(struct host_stream *s, const struct group_op *ops, size_t nops) {
   for (size_t i = 0; i < nops; i++) trace_share(ops[i].comm->trace);
-  return stream_push(s, ops, nops, NULL, NULL, 0);
+  return stream_push(s, ops, nops, NULL, NULL, 0, NULL);
 }
 
 weftResult_t stream_enqueue_hook(struct host_stream *s, void (*hook)(void *arg), void *arg,
-                                 int mark) {
-  return stream_push(s, NULL, 0, hook, arg, mark);
+                                 int mark, const void *tag) {
+  return stream_push(s, NULL, 0, hook, arg, mark, tag);
 }
 
 weftResult_t weftStreamCreate(weftStream_t *stream) {

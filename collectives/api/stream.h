@@ -19,14 +19,18 @@ weftResult_t stream_enqueue(struct host_stream *s, const struct group_op *ops, s
  * before (events: collectives/api/stream_event.c). The hook may block the stream
  * (a wait on an event), unless mark says it never blocks (a record), which
  * lets the sends and receives queued behind it start before it runs (the
- * hook still runs once everything before it is done). It owns arg. Does not
- * block. */
+ * hook still runs once everything before it is done). It owns arg. tag (may
+ * be NULL) names the item for stream_run_head. Does not block. */
 weftResult_t stream_enqueue_hook(struct host_stream *s, void (*hook)(void *arg), void *arg,
-                                 int mark);
+                                 int mark, const void *tag);
 
 /* Runs the item at the head of s on the calling thread when it is sends and
- * receives (with what it takes in) and the worker is not running an item;
- * returns whether it ran one. Blocks while its sends and receives wait for
- * their peers. */
-int stream_run_head(struct host_stream *s);
+ * receives (with what it takes in), the worker is not running an item, and
+ * the item queued last is the hook item named tag: a caller waiting for that
+ * mark runs nothing queued behind it. It takes in the items queued while it
+ * runs until enough(enough_arg) (the mark reached) says no more. Returns
+ * whether it ran one. Blocks while its sends and receives wait for their
+ * peers. */
+int stream_run_head(struct host_stream *s, const void *tag, int (*enough)(void *),
+                    void *enough_arg);
 #endif

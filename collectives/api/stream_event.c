@@ -84,6 +84,16 @@ static int rec_done(struct weft_event *ev, struct event_rec *rec) {
   return done;
 }
 
+/* rec_done for stream_run_head */
+struct rec_ref {
+  struct weft_event *ev;
+  struct event_rec *rec;
+};
+static int rec_reached(void *arg) {
+  const struct rec_ref *r = arg;
+  return rec_done(r->ev, r->rec);
+}
+
 static void rec_complete(struct weft_event *ev, struct event_rec *rec) {
   pthread_mutex_lock(&ev->lock);
   rec->done = 1;
@@ -116,8 +126,10 @@ static weftResult_t event_mark_queue(struct host_stream *s, struct weft_event *e
                                      struct event_rec *rec, void (*hook)(void *), int mark_only) {
   struct event_mark *mark = malloc(sizeof *mark);
   if (mark != NULL) *mark = (struct event_mark){ev, rec};
+  /* a record is named by its completion, for a caller that waits for it */
+  const void *tag = mark_only ? rec : NULL;
   weftResult_t res = mark == NULL ? weft_error_set(weftSystemError, "out of memory")
-                                  : stream_enqueue_hook(s, hook, mark, mark_only);
+                                  : stream_enqueue_hook(s, hook, mark, mark_only, tag);
   if (res == weftSuccess) return res;
   free(mark);
   pthread_mutex_lock(&ev->lock);
@@ -186,9 +198,13 @@ weftResult_t weftEventSynchronizeOnStream(weftEvent_t event, weftStream_t stream
   struct event_rec *rec = event_pending(ev);
   pthread_mutex_unlock(&ev->lock);
   if (rec == NULL) return weftSuccess;
-  /* while the worker is idle and sends and receives lead the queue, this
-   * thread runs them; else it waits as weftEventSynchronize does */
-  while (!rec_done(ev, rec) && stream_run_head(s)) {
+  /* while the worker is idle, sends and receives lead the queue and this
+   * record ends it, this thread runs them, taking in what is queued while
+   * the record is not reached; else it waits as weftEventSynchronize does
+   * (the worker runs what was queued behind the record, which may wait for
+   * what this thread does next) */
+  struct rec_ref ref = {ev, rec};
+  while (!rec_done(ev, rec) && stream_run_head(s, rec, rec_reached, &ref)) {
   }
   rec_wait(ev, rec);
   return weftSuccess;

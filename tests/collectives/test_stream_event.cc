@@ -200,6 +200,53 @@ TEST(HostEvent, SynchronizeOnStreamRunsSendsAndReceives) {
   EXPECT_EQ(status[1], 0);
 }
 
+// Waiting on a send's record with weftEventSynchronizeOnStream returns once
+// the send is done, though a receive queued after the record waits for a
+// message the peer sends only after this rank's next send (which follows
+// the wait): the caller runs no receive queued behind the record it waits
+// for. 300 rounds; before, the wait could run the receive and hang.
+TEST(HostEvent, SynchronizeOnStreamStopsAtItsRecord) {
+  auto status = run_ranks(2, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init");
+    weftCommSetTimeout(comm, 10000);
+    weftStream_t stream;
+    weftEvent_t sent;
+    if (weftStreamCreate(&stream) != weftSuccess || weftEventCreate(&sent) != weftSuccess)
+      return rank_fail(ctx, "create");
+    std::vector<int> x(1000), y(1000), z(10);
+    for (int round = 0; round < 300; round++) {
+      if (ctx.rank == 0) {
+        std::fill(x.begin(), x.end(), round);
+        weftSend(x.data(), x.size(), weftInt32, 1, comm, stream);
+        weftEventRecord(sent, stream);
+        weftRecv(y.data(), y.size(), weftInt32, 1, comm, stream);
+        if (weftEventSynchronizeOnStream(sent, stream) != weftSuccess)
+          return rank_fail(ctx, "round %d: synchronize on the send's record", round);
+        std::fill(z.begin(), z.end(), round);
+        weftSend(z.data(), z.size(), weftInt32, 1, comm, stream);
+        if (weftStreamSynchronize(stream) != weftSuccess)
+          return rank_fail(ctx, "round %d: stream: %s", round, weftGetLastError(nullptr));
+        if (y[0] != round + 1) return rank_fail(ctx, "round %d: got %d", round, y[0]);
+      } else {
+        if (weftRecv(x.data(), x.size(), weftInt32, 0, comm, nullptr) != weftSuccess ||
+            weftRecv(z.data(), z.size(), weftInt32, 0, comm, nullptr) != weftSuccess)
+          return rank_fail(ctx, "round %d: receive", round);
+        std::fill(y.begin(), y.end(), round + 1);
+        if (weftSend(y.data(), y.size(), weftInt32, 0, comm, nullptr) != weftSuccess)
+          return rank_fail(ctx, "round %d: send", round);
+      }
+    }
+    weftEventDestroy(sent);
+    weftStreamDestroy(stream);
+    weftCommDestroy(comm);
+    return 0;
+  });
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
 TEST(HostEvent, BadArguments) {
   EXPECT_EQ(weftEventCreate(nullptr), weftInvalidArgument);
   uint64_t not_an_event[4] = {0};

@@ -6,6 +6,8 @@ the same ranks where Gloo has it:
   the sender sleeps without calling torch.distributed; isends crossing
   between ranks (more than a connection holds) complete, and so does an
   all-reduce issued beside sends and receives;
+- a send's wait returns once it is done, though a receive issued after it
+  waits for the peer;
 - sends and receives do not wait for collectives issued before them, nor
   collectives for sends issued before them (a rank that receives first, then
   joins the collective, meets a rank that did the opposite);
@@ -223,6 +225,40 @@ def check_p2p_beside_collectives(gloo=None):
                         rank_ints(0, n, 80 + i))
     else:
         dist.all_reduce(torch.ones(1), group=weft)
+    dist.destroy_process_group(weft)
+    dist.barrier(group=gloo)
+
+
+def check_wait_on_send(gloo=None):
+    """A send's wait returns once the send is done, though a receive issued
+    after it waits for a message the peer sends only after this rank's next
+    send (pipeline stages do this): 1000 rounds on a weft group with a short
+    timeout, and on Gloo."""
+    r = dist.get_rank()
+    if gloo is None:
+        gloo = dist.new_group(backend="gloo")
+    weft = dist.new_group(backend="weft", timeout=timedelta(seconds=15))
+    for name, g in (("weft", weft), ("gloo", gloo)):
+        try:
+            for it in range(1000):
+                if r == 0:
+                    y = torch.empty(1000)
+                    s = dist.isend(torch.full((1000,), float(it)), 1, group=g)
+                    q = dist.irecv(y, 1, group=g)
+                    s.wait()
+                    dist.send(torch.full((10,), float(it)), 1, group=g)
+                    q.wait()
+                    if not bool((y == it + 1).all()):
+                        check(f"{name}: wait on a send, round {it}", False, f"got {y[0]}")
+                        break
+                elif r == 1:
+                    x, z = torch.empty(1000), torch.empty(10)
+                    dist.recv(x, 0, group=g)
+                    dist.recv(z, 0, group=g)
+                    dist.send(torch.full((1000,), float(it + 1)), 0, group=g)
+            check(f"{name}: waits on sends, 1000 rounds", True)
+        except Exception as e:  # noqa: BLE001  (a timeout: the wait ran the receive)
+            check(f"{name}: wait on a send", False, f"{type(e).__name__}: {str(e)[:200]}")
     dist.destroy_process_group(weft)
     dist.barrier(group=gloo)
 
@@ -599,6 +635,7 @@ def main():
     fns = [lambda: check_isend_progress(), lambda: check_crossing(rng),
            lambda: check_bool(gloo, rng), lambda: check_uneven(gloo, rng),
            lambda: check_sparse(gloo, rng), lambda: check_p2p_beside_collectives(gloo),
+           lambda: check_wait_on_send(gloo),
            check_duration,
            check_estimate, check_no_deadline, check_bad_handling, check_timeouts,
            check_shrink]  # last: the ranks that shrink name their later groups apart
