@@ -28,7 +28,17 @@
 #define UCX_MSG_MAGIC 0x7765667455435831ull /* "weftUCX1" */
 #define UCX_MSG_DATA_NBYTES 8192            /* a worker address */
 #define UCX_CLOSE_TIMEOUT_NS 2000000000ull  /* flushing an endpoint on close */
-enum { TAG_UCX_RECEIVER = 0x75637801u, TAG_UCX_SENDER = 0x75637802u };
+/* The bootstrap tags of a connection's set-up messages carry 23 bits of its
+ * token: both ends know it (the receiver made it, the sender has it from
+ * the blob), so each message is matched to its connection whatever order
+ * several connections' set-ups between two ranks (the sets of one
+ * handshake, several channels) deliver theirs in. */
+static uint32_t tag_ucx_receiver(uint64_t token) {
+  return 0x75000000u | (uint32_t)(token & 0x7fffffu);
+}
+static uint32_t tag_ucx_sender(uint64_t token) {
+  return 0x75800000u | (uint32_t)(token & 0x7fffffu);
+}
 
 /* What the receiver publishes in its blob. */
 struct ucx_blob {
@@ -178,7 +188,11 @@ static weftResult_t ucx_conn_attach(struct ucx_conn *uc, const struct ucx_msg *m
     return weft_error_set(weftRemoteError, "rank %d (pid %d) died during the connection's set-up",
                           uc->pc.peer_rank, (int)peer_pid);
   if (msg->magic != UCX_MSG_MAGIC || msg->token != uc->token)
-    return weft_error_set(weftInternalError, "a ucx set-up message that is not for this connection");
+    return weft_error_set(weftInternalError,
+                          "a ucx set-up message that is not for this connection (magic %#llx, "
+                          "token %#llx; this connection's token %#llx)",
+                          (unsigned long long)msg->magic, (unsigned long long)msg->token,
+                          (unsigned long long)uc->token);
   WEFT_TRY(transport_check_fifo(uc->pc.peer_rank, uc->pc.nslots, uc->pc.slot_nbytes, msg->fifo_nbytes));
   if (msg->address_nbytes > sizeof msg->data)
     return weft_error_set(weftInternalError, "a ucx set-up message with a bad length");
@@ -287,9 +301,10 @@ static struct ucx_conn *setup_send_end(const void *key) {
 /* Waits until the peer of uc says it is ready (req NULL), or until the
  * endpoint request req completes. A peer that fails first (its endpoint, its
  * pid, WEFT_TIMEOUT) ends the wait with an error. */
-static weftResult_t setup_wait(struct ucx_conn *uc, ucs_status_ptr_t req, const char *what) {
+static weftResult_t setup_wait_for(struct ucx_conn *uc, ucs_status_ptr_t req, const char *what,
+                                   uint64_t timeout_ns) {
   struct weft_wait w;
-  wait_begin(&w, wait_default_timeout_ns(), NULL, NULL, uc->peer_pid, uc->pc.peer_rank, what);
+  wait_begin(&w, timeout_ns, NULL, NULL, uc->peer_pid, uc->pc.peer_rank, what);
   for (;;) {
     if (req != NULL) {
       ucx_worker_progress_once();
@@ -303,6 +318,10 @@ static weftResult_t setup_wait(struct ucx_conn *uc, ucs_status_ptr_t req, const 
     weftResult_t res = wait_poll(&w);
     if (res != weftInProgress) return res;
   }
+}
+
+static weftResult_t setup_wait(struct ucx_conn *uc, ucs_status_ptr_t req, const char *what) {
+  return setup_wait_for(uc, req, what, wait_default_timeout_ns());
 }
 
 /* Completes the wire-up of ep (an endpoint of uc): flushes it and waits.
@@ -353,7 +372,7 @@ static weftResult_t ucx_recv_setup(struct weft_conn *conn, struct conn_blob *blo
   }
   res = ucx_msg_fill(uc, msg);
   if (res == weftSuccess)
-    res = bootstrap_send(conn->bs, conn->peer_rank, TAG_UCX_RECEIVER, msg, sizeof *msg);
+    res = bootstrap_send(conn->bs, conn->peer_rank, tag_ucx_receiver(uc->token), msg, sizeof *msg);
   free(msg);
   if (res != weftSuccess) goto close_conn;
   memcpy(blob_out->data, &b, sizeof b);
@@ -379,11 +398,13 @@ static weftResult_t ucx_send_connect(struct weft_conn *conn, const struct conn_b
   if (msg == NULL) return weft_error_set(weftSystemError, "out of memory");
   WEFT_TRY_GOTO(ucx_conn_alloc(conn, 1, &uc), res, close_conn);
   uc->token = b.token;
-  WEFT_TRY_GOTO(bootstrap_recv(conn->bs, conn->peer_rank, TAG_UCX_RECEIVER, msg, sizeof *msg),
+  WEFT_TRY_GOTO(bootstrap_recv(conn->bs, conn->peer_rank, tag_ucx_receiver(uc->token), msg,
+                               sizeof *msg),
                 res, close_conn);
   WEFT_TRY_GOTO(ucx_conn_attach(uc, msg, conn->peer_pid), res, close_conn);
   WEFT_TRY_GOTO(ucx_msg_fill(uc, msg), res, close_conn);
-  WEFT_TRY_GOTO(bootstrap_send(conn->bs, conn->peer_rank, TAG_UCX_SENDER, msg, sizeof *msg), res,
+  WEFT_TRY_GOTO(bootstrap_send(conn->bs, conn->peer_rank, tag_ucx_sender(uc->token), msg,
+                               sizeof *msg), res,
                 close_conn);
   WEFT_TRY_GOTO(ucx_proxy_add(uc), res, close_conn);
   free(msg);
@@ -404,7 +425,8 @@ static weftResult_t ucx_recv_connect(struct weft_conn *conn) {
   struct ucx_msg *msg = malloc(sizeof *msg);
   if (msg == NULL) return weft_error_set(weftSystemError, "out of memory");
   /* the sender sent its half before the barrier (or the ack): it is queued */
-  WEFT_TRY_GOTO(bootstrap_recv(conn->bs, conn->peer_rank, TAG_UCX_SENDER, msg, sizeof *msg), res,
+  WEFT_TRY_GOTO(bootstrap_recv(conn->bs, conn->peer_rank, tag_ucx_sender(uc->token), msg,
+                               sizeof *msg), res,
                 close_conn);
   WEFT_TRY_GOTO(ucx_conn_attach(uc, msg, conn->peer_pid), res, close_conn);
   WEFT_TRY_GOTO(ucx_proxy_add(uc), res, close_conn);
@@ -456,6 +478,16 @@ static void ucx_ep_close(struct ucx_conn *uc) {
 static void ucx_close(struct weft_conn *conn) {
   struct ucx_conn *uc = conn->priv;
   if (uc == NULL) return;
+  /* a send end whose receiver has not said it is set up (a rank with send
+   * ends only runs no step 2): the receiver may still be making its
+   * endpoint to this worker, which fails once this process is gone, though
+   * the messages are in its FIFO. The close waits for its word first (the
+   * proxy takes it in); a failed peer, or 2 s (the receiver's endpoint
+   * follows the sender's ack at once), ends the wait. */
+  if (uc->pc.is_send && uc->setup_key != NULL && uc->pc.proxy != NULL && uc->ep != NULL &&
+      setup_wait_for(uc, NULL, "hear set-up done from", 2000000000ull) != weftSuccess)
+    WEFT_INFO(LOG_NET, "ucx connection to rank %d: closed before its receiver was set up: %s",
+              uc->pc.peer_rank, weft_error_text());
   setup_untrack(uc);
   if (uc->pc.proxy != NULL) {
     /* a sender waits until UCX has taken every filled slot (the endpoint's
