@@ -319,6 +319,52 @@ TEST(Listener, FullListenerKeepsYoungIdleConnections) {
   free(hs);
 }
 
+// A connection taken in whose hello (and message) arrived while nobody
+// served the listener is read, not reset, when the listener is served after
+// its deadline: two peers' hellos taken in by one serve, which returns the
+// first; the second is read past the deadline (a reset lost a peer's
+// set-up message on a loaded machine, and the next message of its tag was
+// taken for it). A silent one past its deadline still goes.
+TEST(Listener, HelloThatArrivedIsReadPastItsDeadline) {
+  struct sock_hellos *hs = (struct sock_hellos *)calloc(1, sizeof *hs);
+  union weft_sockaddr any, bound;
+  int lfd = -1;
+  ASSERT_EQ(sock_resolve("127.0.0.1", 0, &any), weftSuccess);
+  ASSERT_EQ(sock_listen(&any, &lfd, &bound), weftSuccess);
+  int a = silent_connection(bound), b = silent_connection(bound), quiet = silent_connection(bound);
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  ASSERT_GE(quiet, 0);
+  ASSERT_EQ(write(a, "first!!!", 8), 8);
+  ASSERT_EQ(write(b, "second!!", 8), 8);
+  const uint64_t deadline_ns = 100000000ull; /* 100 ms */
+  HelloServe got;
+  ASSERT_EQ(sock_hellos_next(hs, lfd, deadline_ns, eight_bytes, nullptr, clock_ns() + 2000000000ull,
+                             nullptr, &got.fd, got.buf, &got.got),
+            weftSuccess);
+  EXPECT_EQ(std::string((char *)got.buf, got.got), "first!!!");
+  close(got.fd);
+  ASSERT_EQ(hs->n, 2) << "the second hello and the silent connection are taken in";
+  usleep(300000); /* past their deadlines, nobody serving */
+  got = HelloServe();
+  ASSERT_EQ(sock_hellos_next(hs, lfd, deadline_ns, eight_bytes, nullptr, clock_ns() + 500000000ull,
+                             nullptr, &got.fd, got.buf, &got.got),
+            weftSuccess)
+      << "a hello that had arrived was dropped at its deadline";
+  EXPECT_EQ(std::string((char *)got.buf, got.got), "second!!");
+  close(got.fd);
+  EXPECT_EQ(hs->n, 0) << "the silent connection past its deadline was kept";
+  bool closed;
+  bytes_received(quiet, 0.5, &closed);
+  EXPECT_TRUE(closed) << "the silent connection past its deadline was not let go";
+  sock_hellos_close(hs);
+  close(lfd);
+  close(a);
+  close(b);
+  close(quiet);
+  free(hs);
+}
+
 int sh_quiet(const std::string &cmd) { return system((cmd + " >/dev/null 2>&1").c_str()); }
 
 // TCP sockets in TIME_WAIT in this process's network namespace.

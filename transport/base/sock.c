@@ -431,8 +431,15 @@ weftResult_t sock_hellos_next(struct sock_hellos *hs, int listen_fd, uint64_t he
                               size_t *nbytes_out) {
   for (;;) {
     uint64_t now = clock_ns();
-    for (int i = hs->n - 1; i >= 0; i--)
-      if (now >= hs->v[i].deadline_ns) sock_hellos_drop(hs, i, "silent past its deadline");
+    /* silent ones only: bytes waiting in the kernel are a message (a peer's
+     * whole one, sent and closed) that arrived while nobody served the
+     * listener, read below; a reset would lose it */
+    for (int i = hs->n - 1; i >= 0; i--) {
+      int avail = 0;
+      if (now >= hs->v[i].deadline_ns &&
+          (ioctl(hs->v[i].fd, FIONREAD, &avail) != 0 || avail == 0))
+        sock_hellos_drop(hs, i, "silent past its deadline");
+    }
     if (now >= until) return weftInProgress;
     uint64_t wake = until;
     for (int i = 0; i < hs->n; i++)
