@@ -51,7 +51,13 @@ if [ "${WEFT_SETUP_TORCH:-0}" = 1 ]; then
   fi
   if ! .venv-torch/bin/python -c "import numpy, torch; assert torch.__version__.split('+')[0] == '$torch_version'" 2>/dev/null; then
     echo "setup: installing torch==$torch_version and numpy into .venv-torch (in the background; log: $torch_log)"
-    .venv-torch/bin/python -m pip install -q "torch==$torch_version" numpy >"$torch_log" 2>&1 &
+    # --no-cache-dir: the wheels (about 3 GB with torch's CUDA libraries) are
+    # not kept twice; the venv itself takes about 5.5 GB
+    avail_gb=$(df -P -BG . | awk 'NR == 2 { sub("G", "", $4); print $4 }')
+    if [ "${avail_gb:-0}" -lt 9 ]; then
+      echo "setup: warning: ${avail_gb} GB free here; torch's installation needs about 9 GB while it runs" >&2
+    fi
+    .venv-torch/bin/python -m pip install -q --no-cache-dir "torch==$torch_version" numpy >"$torch_log" 2>&1 &
     torch_pid=$!
   fi
 fi
@@ -74,6 +80,7 @@ if [ "${WEFT_SETUP_TORCH:-0}" = 1 ]; then
   if [ -n "$torch_pid" ] && ! wait "$torch_pid"; then
     echo "setup: installing torch into .venv-torch failed:" >&2
     cat "$torch_log" >&2
+    df -h . >&2
     exit 1
   fi
   [ -z "$torch_pid" ] || echo "setup: waited $((SECONDS - t0)) s for torch's installation after the build"
