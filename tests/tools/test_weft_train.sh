@@ -114,9 +114,10 @@ fi
 awk '/^```c$/{n++; if (n==2) {on=1; next}} on && /^```$/{exit} on' "$src/docs/zero.md" \
   | diff -q - "$src/tools/train/zero_example.c" >/dev/null
 check "docs/zero.md shows tools/train/zero_example.c verbatim" $?
-out=$(cd "$work" && timeout 60 "$weftrun" -n 3 "$tools/zero-example" 2 2>&1)
+out=$(cd "$work" && timeout 60 "$weftrun" -n 3 "$tools/zero-example" 2 example-ckpt 2>&1)
 check "zero-example runs" $?
+[ -f "$work/example-ckpt/LATEST" ]
+check "zero-example saved a checkpoint into the directory it was given" $?
 echo "$out" | awk '/ w0 /{w=$3; b=$7; found=1} END{d1=w-0.1; d2=b-0.5; if(d1<0)d1=-d1; if(d2<0)d2=-d2;
   exit !(found && d1 < 0.01 && d2 < 0.01)}'; check "zero-example fits the model ($(echo "$out" | tail -1))" $?
-rm -rf /tmp/zero-example-ckpt
 exit $fail

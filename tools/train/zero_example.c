@@ -1,5 +1,6 @@
 /* Fits y = w.x + b with ZeRO: the smallest complete trainer. Every rank
- * draws its own part of each batch; run it as `weftrun -n 4 zero-example 3`. */
+ * draws its own part of each batch; run it as `weftrun -n 4 zero-example 3`
+ * (the stage), with a directory after it to save a checkpoint there. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -9,11 +10,23 @@
 #define DIM 10
 #define BATCH 16 /* per rank */
 
+/* every call returns weftSuccess or an error whose text weftGetLastError
+ * (communicators, streams) or weftZeroLastError (the ZeRO context) has */
+#define CHECK_WITH(call, text)                                     \
+  do {                                                             \
+    if ((call) != weftSuccess) {                                   \
+      fprintf(stderr, "%s failed: %s\n", #call, text);             \
+      exit(1);                                                     \
+    }                                                              \
+  } while (0)
+#define CHECK(call) CHECK_WITH(call, weftGetLastError(NULL))
+#define CHECK_ZERO(call) CHECK_WITH(call, weftZeroLastError())
+
 int main(int argc, char **argv) {
   weftComm_t comm;
-  if (weftCommInitFromEnv(&comm, NULL) != weftSuccess) return 1;
+  CHECK(weftCommInitFromEnv(&comm, NULL));
   int rank;
-  weftCommUserRank(comm, &rank);
+  CHECK(weftCommUserRank(comm, &rank));
 
   weftZeroConfig_t cfg;
   weftZeroConfigDefaults(&cfg);
@@ -22,31 +35,28 @@ int main(int argc, char **argv) {
   cfg.lr = 0.05;
   cfg.maxGradNorm = 1.0;
   weftZero_t zero;
-  if (weftZeroCreate(&zero, comm, &cfg) != weftSuccess) {
-    fprintf(stderr, "%s\n", weftZeroLastError());
-    return 1;
-  }
+  CHECK_ZERO(weftZeroCreate(&zero, comm, &cfg));
   /* one layer: the weights, then the bias; every rank passes the same values */
   float w0[DIM] = {0}, b0[1] = {0};
   int pw, pb;
-  weftZeroAddParam(zero, 0, DIM, w0, &pw);
-  weftZeroAddParam(zero, 0, 1, b0, &pb);
-  weftZeroFinalize(zero);
+  CHECK_ZERO(weftZeroAddParam(zero, 0, DIM, w0, &pw));
+  CHECK_ZERO(weftZeroAddParam(zero, 0, 1, b0, &pb));
+  CHECK_ZERO(weftZeroFinalize(zero));
 
   weftStream_t stream;
-  weftStreamCreate(&stream);
+  CHECK(weftStreamCreate(&stream));
   srand(1234 + rank);
   for (int step = 0; step < 200; step++) {
     /* forward: gather the layer (stage 3), wait for its event, read it */
     weftEvent_t ready;
-    weftZeroGather(zero, 0, stream, &ready);
-    weftEventSynchronize(ready);
+    CHECK_ZERO(weftZeroGather(zero, 0, stream, &ready));
+    CHECK(weftEventSynchronize(ready));
     void *wp, *bp;
-    weftZeroParam(zero, pw, &wp);
-    weftZeroParam(zero, pb, &bp);
+    CHECK_ZERO(weftZeroParam(zero, pw, &wp));
+    CHECK_ZERO(weftZeroParam(zero, pb, &bp));
     float w[DIM], b, gw[DIM] = {0}, gb = 0, loss = 0;
-    weftZeroToFloat(wp, cfg.paramType, w, DIM);
-    weftZeroToFloat(bp, cfg.paramType, &b, 1);
+    CHECK_ZERO(weftZeroToFloat(wp, cfg.paramType, w, DIM));
+    CHECK_ZERO(weftZeroToFloat(bp, cfg.paramType, &b, 1));
     for (int s = 0; s < BATCH; s++) {
       float x[DIM], y = 0.5f, pred = b;
       for (int i = 0; i < DIM; i++) {
@@ -59,35 +69,32 @@ int main(int argc, char **argv) {
       for (int i = 0; i < DIM; i++) gw[i] += 2 * d * x[i] / BATCH;
       gb += 2 * d / BATCH;
     }
-    weftZeroRelease(zero, 0);
+    CHECK_ZERO(weftZeroRelease(zero, 0));
     /* backward: add gradients (times the loss scale), mark the layer ready */
     float scale = (float)weftZeroLossScale(zero);
     for (int i = 0; i < DIM; i++) gw[i] *= scale;
     gb *= scale;
     void *gwp, *gbp;
-    weftZeroGrad(zero, pw, &gwp);
-    weftZeroGrad(zero, pb, &gbp);
-    weftZeroAccumulate(gwp, cfg.paramType, gw, DIM);
-    weftZeroAccumulate(gbp, cfg.paramType, &gb, 1);
-    weftZeroGradReady(zero, 0, stream); /* reduce-scatter starts on the stream */
+    CHECK_ZERO(weftZeroGrad(zero, pw, &gwp));
+    CHECK_ZERO(weftZeroGrad(zero, pb, &gbp));
+    CHECK_ZERO(weftZeroAccumulate(gwp, cfg.paramType, gw, DIM));
+    CHECK_ZERO(weftZeroAccumulate(gbp, cfg.paramType, &gb, 1));
+    CHECK_ZERO(weftZeroGradReady(zero, 0, stream)); /* reduce-scatter starts on the stream */
     /* step: finish reductions, clip, AdamW on this rank's shard */
     weftZeroStepInfo_t info;
-    if (weftZeroStep(zero, stream, &info) != weftSuccess) {
-      fprintf(stderr, "%s\n", weftZeroLastError());
-      return 1;
-    }
+    CHECK_ZERO(weftZeroStep(zero, stream, &info));
     if (rank == 0 && step % 50 == 0) printf("step %d loss %.5f\n", step, loss);
   }
   float full[DIM + 1];
-  weftZeroGetParams(zero, full, stream); /* collective: the whole model in fp32 */
+  CHECK_ZERO(weftZeroGetParams(zero, full, stream)); /* collective: the whole model in fp32 */
   weftZeroMemory_t mem;
-  weftZeroMemoryReport(zero, &mem);
+  CHECK_ZERO(weftZeroMemoryReport(zero, &mem));
   if (rank == 0)
     printf("w0 %.3f w9 %.3f b %.3f; this rank holds %zu bytes of model state\n", full[0],
            full[DIM - 1], full[DIM], mem.params + mem.grads + mem.optimizer);
-  weftZeroSave(zero, "/tmp/zero-example-ckpt", stream);
-  weftZeroDestroy(zero);
-  weftStreamDestroy(stream);
-  weftCommDestroy(comm);
+  if (argc > 2) CHECK_ZERO(weftZeroSave(zero, argv[2], stream)); /* collective */
+  CHECK_ZERO(weftZeroDestroy(zero));
+  CHECK(weftStreamDestroy(stream));
+  CHECK(weftCommDestroy(comm));
   return 0;
 }
