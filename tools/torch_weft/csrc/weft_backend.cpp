@@ -50,6 +50,14 @@ static int async_error_handling() {
   return v[0] - '0';
 }
 
+// A group's two communicators (collectives; host sends and receives) are
+// revoked together: what waits in either returns, and the peers waiting on
+// this rank in either fail now.
+static void revoke_both(weftComm_t comm, weftComm_t pcomm) {
+  weftCommRevoke(comm, 0);
+  weftCommRevoke(pcomm, 0);
+}
+
 WeftBackend::WeftBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
                          std::chrono::milliseconds timeout, const std::string &name, int channels)
     : Backend(rank, size),
@@ -196,8 +204,7 @@ c10::intrusive_ptr<c10d::Backend> WeftBackend::shrink(const std::vector<int64_t>
     mark_revoked(); /* before comm_mu_: the queue's lock is never taken inside it */
     std::lock_guard<std::mutex> lk(comm_mu_);
     if (!aborted_ && comm_ != nullptr) {
-      weftCommRevoke(comm_, 0);
-      weftCommRevoke(pcomm_, 0);
+      revoke_both(comm_, pcomm_);
     }
   }
   weftConfig_t config = config_of(timeout, name, channels_);
@@ -946,8 +953,7 @@ void WeftBackend::watchdog_fire(c10d::ErrorType type, const std::string &what) {
   // and what waits here returns
   if (comm != nullptr) {
     mark_revoked();
-    weftCommRevoke(comm, 0);
-    weftCommRevoke(pcomm, 0);
+    revoke_both(comm, pcomm);
   }
   if (handling_ == 1 || handling_ == 3) {
     // the store may live in this process (rank 0's, with env://): it stays
@@ -1023,8 +1029,7 @@ void WeftBackend::stop_worker(bool abort_comm) {
     std::unique_lock<std::mutex> lk(comm_mu_);
     if (comm != nullptr && abort_comm) {
       lk.unlock();
-      weftCommRevoke(comm, 0);
-      weftCommRevoke(pcomm, 0);
+      revoke_both(comm, pcomm);
       lk.lock();
       revoking_--;
       inflight_cv_.notify_all();
@@ -1036,8 +1041,7 @@ void WeftBackend::stop_worker(bool abort_comm) {
   // the revoke ends what runs in the communicator and refuses what comes,
   // keeping it valid until every such thread has left; then it is freed.
   if (comm != nullptr && abort_comm) {
-    weftCommRevoke(comm, 0);
-    weftCommRevoke(pcomm, 0);
+    revoke_both(comm, pcomm);
   }
   std::exception_ptr stopped;
   try {
