@@ -35,6 +35,17 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Runs "$@" in place of the (sub)shell calling it, with SIGINT and SIGQUIT at
+# their defaults: a non-interactive
+# shell starts what it runs with '&' with both ignored, and weftrun keeps
+# signals it finds ignored (as for nohup's SIGHUP, checked below).
+with_default_sigint() {
+  exec python3 -c 'import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+os.execvp(sys.argv[1], sys.argv[1:])' "$@"
+}
+
 npassed=0
 nfailed=0
 why=""
@@ -206,7 +217,7 @@ else
 fi
 
 # --- (d) SIGINT to weftrun reaches the ranks --------------------------------
-"$weftrun" -n 3 sh -c 'sleep '"$sleep_s"'; :' "$marker" >"$tmp/out" 2>"$tmp/err" &
+with_default_sigint "$weftrun" -n 3 sh -c 'sleep '"$sleep_s"'; :' "$marker" >"$tmp/out" 2>"$tmp/err" &
 pid=$!
 for _ in $(seq 100); do # wait for the 3 sleeps, up to 5 s
   [[ $(pgrep -fc -- "^sleep $sleep_s") -ge 3 ]] && break
@@ -231,7 +242,7 @@ report sigint
 # --- (d2) signals that end the job: said so, 128+N, a second one kills ------
 # The ranks ignore SIGINT and SIGTERM, so only the SIGKILL that a second
 # SIGINT sends ends them before WEFTRUN_KILL_TIMEOUT.
-WEFTRUN_KILL_TIMEOUT=10 "$weftrun" -n 2 sh -c \
+WEFTRUN_KILL_TIMEOUT=10 with_default_sigint "$weftrun" -n 2 sh -c \
   'trap "" INT TERM; echo ready; sleep '"$sleep_s"'; :' "$marker" >"$tmp/out" 2>"$tmp/err" &
 pid=$!
 for _ in $(seq 100); do
@@ -267,6 +278,36 @@ rc=$?
 grep -q "weftrun: interrupted (SIGTERM)" "$tmp/err" || fail "SIGTERM: $(cat "$tmp/err")"
 no_leftovers
 report interrupted
+
+# --- (d2b) a signal that stops the launch is the job's outcome -------------
+# Rank 0 interrupts weftrun while it launches the others, which end at once:
+# the job ends 130, said so, even where no rank is left to forward it to.
+for try in 1 2 3; do
+  (with_default_sigint timeout -k 5 20 "$weftrun" -n 200 sh -c \
+    '[ "$RANK" = 0 ] && kill -INT $PPID; :' >"$tmp/out" 2>"$tmp/err")
+  rc=$?
+  [[ $rc -eq 130 ]] || fail "try $try: exit status $rc, expected 130 ($(wc -l <"$tmp/out") lines out)"
+  grep -q "weftrun: interrupted (SIGINT)" "$tmp/err" || fail "try $try: no interrupted message"
+done
+report interrupted_launch
+
+# --- (d2c) signals ignored at the start stay ignored (nohup's SIGHUP) --------
+# weftrun links weft, and so UCX, which catches SIGHUP when it loads
+(
+  trap '' HUP
+  exec "$weftrun" -n 2 sh -c 'echo ready; sleep 1; echo done' >"$tmp/out" 2>"$tmp/err"
+) &
+pid=$!
+for _ in $(seq 100); do
+  [[ $(grep -c ready "$tmp/out") -ge 2 ]] && break
+  sleep 0.05
+done
+kill -HUP "$pid"
+wait "$pid"
+rc=$?
+[[ $rc -eq 0 ]] || fail "exit status $rc after an ignored SIGHUP: $(cat "$tmp/err")"
+[[ $(grep -c done "$tmp/out") -eq 2 ]] || fail "the ranks did not go on: $(cat "$tmp/out")"
+report ignored_signals
 
 # --- (d3) SIGUSR1, SIGUSR2 and SIGALRM reach every rank; the job goes on -----
 "$weftrun" -n 2 sh -c 'trap "echo usr1 \$RANK" USR1; trap "echo usr2 \$RANK" USR2
@@ -416,7 +457,27 @@ bounded "$weftrun" -n 2 "no_such_program_$marker" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 [[ $rc -eq 127 ]] || fail "PATH lookup: exit status $rc, expected 127"
 grep -q "cannot run" "$tmp/err" || fail "PATH lookup: no message: $(cat "$tmp/err")"
+# found but not runnable: 126, as a shell says
+bounded "$weftrun" -n 2 "$tmp" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[[ $rc -eq 126 ]] || fail "a directory: exit status $rc, expected 126"
 report exec_fail
+
+# --- (e2) weftrun's own words start a line of their own ------------------------
+# rank 0's line is unfinished (and printed in part) when rank 1 fails; one
+# output behind 1 and 2 (2>&1) keeps one line open at a time
+bounded "$weftrun" -n 2 sh -c 'if [ "$RANK" = 0 ]; then printf "half..."; sleep 0.6; echo " done";
+  else sleep 0.3; echo "warning" >&2; sleep 0.2; exit 3; fi' >"$tmp/out" 2>&1
+expect_file "$tmp/out" $'[0] half...\n[1] warning\nweftrun: rank 1 exited with status 3\n[0]  done'
+# a full disk: said, exit status 1 (EPIPE stays a pipeline's quiet end)
+if [[ -w /dev/full ]]; then
+  bounded "$weftrun" -n 1 echo hi >/dev/full 2>"$tmp/err"
+  rc=$?
+  [[ $rc -eq 1 ]] || fail "stdout on /dev/full: exit status $rc, expected 1"
+  grep -q "writing its standard output failed: No space left" "$tmp/err" ||
+    fail "stdout on /dev/full: $(cat "$tmp/err")"
+fi
+report own_lines
 
 # --- (f) bad arguments ------------------------------------------------------
 for args in "-n 0 true" "-n -2 true" "-n x true" "-n 2" "" "--bogus true"; do

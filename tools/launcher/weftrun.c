@@ -58,7 +58,7 @@ static void run_usage(FILE *f)
           "read /dev/null.\n"
           "\n"
           "options:\n"
-          "  -n N, -np N    number of ranks (default 1)\n"
+          "  -n N, -np N    number of ranks (default 1; also -nN, -npN)\n"
           "  -x NAME=VALUE  set NAME in every rank's environment (-x NAME copies\n"
           "                 weftrun's own value)\n"
           "  --no-prefix    print the ranks' output as it comes, without the \"[rank] \"\n"
@@ -73,6 +73,7 @@ static void run_usage(FILE *f)
           "                 WEFT_TRANSPORT=socket; more ranks than CPUs are never\n"
           "                 pinned\n"
           "  -h, --help     print this help\n"
+          "  -V, --version  print weft's version\n"
           "\n"
           "When a rank fails, the others have WEFTRUN_FAIL_GRACE seconds (default 1) to\n"
           "end by themselves (ranks in a collective with it fail at once, print why and\n"
@@ -82,7 +83,14 @@ static void run_usage(FILE *f)
           "forwarded to every rank and end the job the same way, a second one with\n"
           "SIGKILL at once; weftrun then exits with 128+N. SIGUSR1, SIGUSR2, SIGALRM and\n"
           "SIGCONT are forwarded and the job goes on; SIGTSTP stops the ranks (with\n"
-          "SIGSTOP) and weftrun. Processes that ranks leave behind are killed at the end.\n");
+          "SIGSTOP) and weftrun. Signals ignored when weftrun starts (nohup's SIGHUP) stay\n"
+          "ignored, by weftrun and the ranks. Processes that ranks leave behind are killed\n"
+          "at the end (not those of a weftrun killed with SIGKILL: only its ranks then get\n"
+          "SIGKILL). weftrun exits with 127 when PROGRAM is not found, 126 when it cannot\n"
+          "be run, and 1 when writing its own output failed (other than a closed pipe).\n"
+          "\n"
+          "The rendezvous waits for the ranks as long as they run: weftrun serves one\n"
+          "weftCommInitFromEnv per rank; more communicators come from weftCommSplit.\n");
 }
 
 static void run_usage_error(const char *fmt, ...)
@@ -155,6 +163,9 @@ static void run_parse_args(struct run_job *job, int argc, char **argv)
       i += 2;
     } else if (strncmp(a, "-n", 2) == 0 && isdigit((unsigned char)a[2])) {
       job->nranks = run_parse_nranks(a + 2);
+      i++;
+    } else if (strncmp(a, "-np", 3) == 0 && isdigit((unsigned char)a[3])) {
+      job->nranks = run_parse_nranks(a + 3);
       i++;
     } else if (strcmp(a, "--bind-to") == 0) {
       if (i + 1 >= argc)
@@ -397,9 +408,13 @@ int main(int argc, char **argv)
   int err = run_resolve_program(&job);
   if (err) {
     fprintf(stderr, "weftrun: cannot run %s: %s\n", job.argv[0], strerror(err));
-    status = RUN_EXIT_EXEC;
+    status = err == ENOENT ? RUN_EXIT_EXEC : RUN_EXIT_NOEXEC;
     goto free_job;
   }
+  /* one file behind both (a terminal, 2>&1): one line open at a time */
+  struct stat st1, st2;
+  job.same_output = fstat(1, &st1) == 0 && fstat(2, &st2) == 0 && st1.st_dev == st2.st_dev &&
+                    st1.st_ino == st2.st_ino;
   int nargs = 0;
   while (job.argv[nargs])
     nargs++;
@@ -430,8 +445,20 @@ int main(int argc, char **argv)
     status = 1;
     goto free_job;
   }
+  /* The root waits for the ranks without a deadline of its own (WEFT_TIMEOUT=0
+   * while it starts, in weftrun's process only): weftrun watches them, and a
+   * rank may work as long as it likes before its init, whose own waits keep
+   * the job's WEFT_TIMEOUT. The ranks' environment is built later, from the
+   * value put back here. */
+  char *timeout_saved = getenv("WEFT_TIMEOUT") ? run_printf("%s", getenv("WEFT_TIMEOUT")) : NULL;
+  setenv("WEFT_TIMEOUT", "0", 1);
   weftUniqueId id;
   weftResult_t res = weftGetUniqueId(&id);
+  if (timeout_saved != NULL)
+    setenv("WEFT_TIMEOUT", timeout_saved, 1);
+  else
+    unsetenv("WEFT_TIMEOUT");
+  free(timeout_saved);
   if (res != weftSuccess) {
     const char *detail = weftGetLastError(NULL);
     fprintf(stderr, "weftrun: cannot start the rendezvous: %s%s%s\n", weftGetErrorString(res),
@@ -465,6 +492,8 @@ int main(int argc, char **argv)
     status = job.fail_status;
   else if (job.signal_received)
     status = 128 + job.signal_received;
+  else if (job.dest_errno[1] || job.dest_errno[2])
+    status = 1;
 free_job:
   run_job_free(&job);
   return status;

@@ -23,7 +23,8 @@ enum {
   RUN_DRAIN_MAX_READS = 64,     /* reads per stream when its rank exits */
   RUN_FINAL_GRACE_MS = 2000,    /* after SIGKILL, wait this long for EOFs */
   RUN_EXIT_USAGE = 2,
-  RUN_EXIT_EXEC = 127,
+  RUN_EXIT_EXEC = 127,          /* PROGRAM not found, as a shell's */
+  RUN_EXIT_NOEXEC = 126,        /* found but not runnable (no permission, a directory) */
   RUN_OWN_VARS = 11,            /* variables weftrun sets for every rank */
   RUN_PARTIAL_LINE_MS = 200,    /* a line without its end yet is printed after this long */
 };
@@ -95,7 +96,10 @@ struct run_job {
   size_t out_len;
   size_t out_cap;
   bool dest_closed[3];       /* weftrun's stdout/stderr reader went away */
-  struct run_stream *open_line[3]; /* stream whose line is unfinished on weftrun's 1 or 2 */
+  int dest_errno[3];         /* writing weftrun's stdout/stderr failed otherwise: dropped */
+  bool same_output;          /* weftrun's 1 and 2 are one file (a terminal, 2>&1) */
+  struct run_stream *open_line[3]; /* stream whose line is unfinished on weftrun's 1 or 2
+                                      (both in [1] when same_output) */
 };
 
 /* Set by a forwarded signal: launch no more ranks. */
@@ -109,6 +113,9 @@ char *run_printf(const char *fmt, ...);
 char **run_env_build(const struct run_job *job, int rank, char *own[RUN_OWN_VARS]);
 
 /* weftrun_output.c: a rank's stream, read into prefixed lines */
+/* weftrun's own message on its stderr ("weftrun: " and a newline added),
+ * after ending any rank's unfinished line there */
+void run_note(struct run_job *job, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void run_stream_close(struct run_job *job, int rank, struct run_stream *s);
 void run_stream_read(struct run_job *job, int rank, struct run_stream *s, int max_reads);
 /* Prints partial lines held RUN_PARTIAL_LINE_MS; returns when the next one is

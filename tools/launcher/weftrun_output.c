@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,10 +19,13 @@
 /* --- Output ------------------------------------------------------------- */
 
 /* Writes all of buf to fd. When fd's reader has gone away (EPIPE), output for
- * fd is dropped and the ranks' pipes to it are closed on their next read. */
+ * fd is dropped and the ranks' pipes to it are closed on their next read, as
+ * in a shell's pipeline. Any other failure (a full disk) is said once on
+ * stderr and makes weftrun's exit status 1; the output for fd is dropped and
+ * the ranks go on. */
 static void run_write_all(struct run_job *job, int fd, const char *buf, size_t nbytes)
 {
-  if (job->dest_closed[fd])
+  if (job->dest_closed[fd] || job->dest_errno[fd])
     return;
   while (nbytes > 0) {
     ssize_t n = write(fd, buf, nbytes);
@@ -32,13 +36,26 @@ static void run_write_all(struct run_job *job, int fd, const char *buf, size_t n
       poll(&p, 1, 100);
       continue;
     }
-    if (n < 0) {
+    if (n < 0 && errno == EPIPE) {
       job->dest_closed[fd] = true;
+      return;
+    }
+    if (n < 0) {
+      job->dest_errno[fd] = errno;
+      if (fd == 1)
+        run_note(job, "writing its standard output failed: %s; the ranks' output to it is "
+                      "dropped from here on", strerror(job->dest_errno[fd]));
       return;
     }
     buf += n;
     nbytes -= (size_t)n;
   }
+}
+
+/* Where fd's unfinished line is kept: one place for both when they are one file. */
+static int run_line_slot(const struct run_job *job, int fd)
+{
+  return job->same_output ? 1 : fd;
 }
 
 static void run_out_append(struct run_job *job, const char *data, size_t nbytes)
@@ -62,7 +79,7 @@ static void run_out_append(struct run_job *job, const char *data, size_t nbytes)
 static void run_emit(struct run_job *job, int rank, struct run_stream *s, const char *data,
                      size_t nbytes, char term)
 {
-  struct run_stream **open = &job->open_line[s->dest_fd];
+  struct run_stream **open = &job->open_line[run_line_slot(job, s->dest_fd)];
   if (*open != NULL && *open != s) {
     /* another rank's line is unfinished here: end it, its rest gets a prefix */
     run_out_append(job, "\n", 1);
@@ -86,6 +103,30 @@ static void run_out_flush(struct run_job *job, int fd)
 {
   run_write_all(job, fd, job->out, job->out_len);
   job->out_len = 0;
+}
+
+/* Written apart from job->out (run_write_all calls it while writing that). */
+void run_note(struct run_job *job, const char *fmt, ...)
+{
+  char msg[1100];
+  size_t len = 0;
+  struct run_stream **open = &job->open_line[run_line_slot(job, 2)];
+  if (*open != NULL) {
+    /* a rank's line is unfinished here: end it, its rest gets a prefix */
+    msg[len++] = '\n';
+    (*open)->line = RUN_LINE_START;
+    *open = NULL;
+  }
+  memcpy(msg + len, "weftrun: ", 9);
+  len += 9;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(msg + len, sizeof msg - len - 1, fmt, ap);
+  va_end(ap);
+  if (n > 0)
+    len += (size_t)n < sizeof msg - len - 1 ? (size_t)n : sizeof msg - len - 2;
+  msg[len++] = '\n';
+  run_write_all(job, 2, msg, len);
 }
 
 void run_stream_close(struct run_job *job, int rank, struct run_stream *s)

@@ -31,6 +31,10 @@ static const int run_forwarded_signals[] = {SIGINT,  SIGTERM, SIGHUP,  SIGQUIT, 
 enum { RUN_LEFTOVER_SCAN_MS = 50 }; /* during a teardown, look for new leftovers this often */
 
 static int sig_pipe[2] = {-1, -1};
+/* Forwarded signals that weftrun found ignored when it started (nohup's
+ * SIGHUP, a shell's SIGINT and SIGQUIT for a command run with '&'): they stay
+ * ignored, for weftrun and for the ranks, as they would for any program. */
+static bool sig_ignored[RUN_NFORWARDED];
 volatile sig_atomic_t sig_stop_launch;
 
 /* --- Small helpers ------------------------------------------------------ */
@@ -167,6 +171,7 @@ static void run_leftover_forget(struct run_job *job, pid_t pid)
 void run_teardown(struct run_job *job, int signo)
 {
   run_signal_ranks(job, signo);
+  run_signal_ranks(job, SIGCONT); /* a rank stopped on the terminal takes it too */
   run_signal_leftovers(job, signo, true);
   if (job->kill_deadline_ms == 0)
     job->kill_deadline_ms = run_now_ms() + job->kill_timeout_ms;
@@ -204,7 +209,8 @@ static void run_child(const struct run_job *job, pid_t parent, int stdin_fd, int
 {
   struct sigaction dfl = {.sa_handler = SIG_DFL};
   for (int i = 0; i < RUN_NFORWARDED; i++)
-    sigaction(run_forwarded_signals[i], &dfl, NULL);
+    if (!sig_ignored[i])
+      sigaction(run_forwarded_signals[i], &dfl, NULL);
   sigaction(SIGCHLD, &dfl, NULL);
   sigaction(SIGPIPE, &dfl, NULL);
   sigset_t none;
@@ -313,8 +319,8 @@ int run_launch(struct run_job *job, int r, int devnull_fd)
   } while (n < 0 && errno == EINTR);
   close(exec_pipe[0]);
   if (n == (ssize_t)sizeof child_errno) {
-    fprintf(stderr, "weftrun: cannot run %s: %s\n", job->argv[0], strerror(child_errno));
-    return RUN_EXIT_EXEC;
+    run_note(job, "cannot run %s: %s", job->argv[0], strerror(child_errno));
+    return child_errno == ENOENT ? RUN_EXIT_EXEC : RUN_EXIT_NOEXEC;
   }
   return 0;
 
@@ -325,7 +331,7 @@ close_out:
   close(out_pipe[0]);
   close(out_pipe[1]);
 fail:
-  fprintf(stderr, "weftrun: cannot launch rank %d: %s\n", r, strerror(errno));
+  run_note(job, "cannot launch rank %d: %s", r, strerror(errno));
   return 1;
 }
 
@@ -355,14 +361,13 @@ static void run_rank_exited(struct run_job *job, int r, int wstatus)
     return; /* ended by the signal weftrun forwarded, or by the SIGKILL after it */
   if (WIFEXITED(wstatus)) {
     run_record_failure(job, r, WEXITSTATUS(wstatus));
-    fprintf(stderr, "weftrun: rank %d exited with status %d\n", r, WEXITSTATUS(wstatus));
+    run_note(job, "rank %d exited with status %d", r, WEXITSTATUS(wstatus));
   } else {
     char buf[16];
     int signo = WTERMSIG(wstatus);
     run_record_failure(job, r, 128 + signo);
-    fprintf(stderr, "weftrun: rank %d killed by signal %s%s\n", r,
-            run_signal_name(signo, buf, sizeof buf),
-            WCOREDUMP(wstatus) ? " (core dumped)" : "");
+    run_note(job, "rank %d killed by signal %s%s", r, run_signal_name(signo, buf, sizeof buf),
+             WCOREDUMP(wstatus) ? " (core dumped)" : "");
   }
   /* the others first get the grace to end by themselves: a rank in a
    * collective with this one fails within milliseconds, says why and writes
@@ -377,7 +382,7 @@ static void run_reap(struct run_job *job)
 {
   for (;;) {
     int wstatus;
-    pid_t pid = waitpid(-1, &wstatus, WNOHANG);
+    pid_t pid = waitpid(-1, &wstatus, WNOHANG | WUNTRACED);
     if (pid < 0 && errno == EINTR)
       continue;
     if (pid <= 0) {
@@ -387,6 +392,20 @@ static void run_reap(struct run_job *job)
     int r = 0;
     while (r < job->nlaunched && (job->ranks[r].pid != pid || job->ranks[r].reaped))
       r++;
+    if (WIFSTOPPED(wstatus)) {
+      /* a rank that reads (or, with tostop, writes) the terminal stops: it
+       * is not in the terminal's foreground group. The job would wait for
+       * it without a word; said once per stop */
+      int signo = WSTOPSIG(wstatus);
+      if (r < job->nlaunched && (signo == SIGTTIN || signo == SIGTTOU))
+        run_note(job,
+                 "rank %d is stopped (%s): it %s the terminal, which ranks cannot (each "
+                 "runs in a process group of its own); rank 0 reads weftrun's stdin where "
+                 "that is not a terminal",
+                 r, signo == SIGTTIN ? "SIGTTIN" : "SIGTTOU",
+                 signo == SIGTTIN ? "read" : "wrote to");
+      continue;
+    }
     if (r < job->nlaunched)
       run_rank_exited(job, r, wstatus);
     else
@@ -411,10 +430,16 @@ void run_signals_install(void)
     perror("weftrun: pipe");
     exit(1);
   }
-  struct sigaction sa = {.sa_handler = run_on_signal, .sa_flags = SA_RESTART | SA_NOCLDSTOP};
+  struct sigaction sa = {.sa_handler = run_on_signal, .sa_flags = SA_RESTART};
   sigemptyset(&sa.sa_mask);
-  for (int i = 0; i < RUN_NFORWARDED; i++)
-    sigaction(run_forwarded_signals[i], &sa, NULL);
+  for (int i = 0; i < RUN_NFORWARDED; i++) {
+    struct sigaction old;
+    sig_ignored[i] = sigaction(run_forwarded_signals[i], NULL, &old) == 0 &&
+                     old.sa_handler == SIG_IGN;
+    if (!sig_ignored[i])
+      sigaction(run_forwarded_signals[i], &sa, NULL);
+  }
+  /* stops too: a rank stopped on the terminal is said (run_reap) */
   sigaction(SIGCHLD, &sa, NULL);
   struct sigaction ign = {.sa_handler = SIG_IGN};
   sigaction(SIGPIPE, &ign, NULL);
@@ -450,15 +475,13 @@ static void run_handle_signal(struct run_job *job, int signo)
     return;
   }
   if (job->signal_received) {
-    fprintf(stderr, "weftrun: interrupted again (%s): killing the ranks\n", name);
+    run_note(job, "interrupted again (%s): killing the ranks", name);
     run_kill_all(job);
     return;
   }
   job->signal_received = signo;
-  fprintf(stderr,
-          "weftrun: interrupted (%s): forwarded to the ranks, SIGKILL in %.3g s or on a "
-          "second signal\n",
-          name, (double)job->kill_timeout_ms / 1000);
+  run_note(job, "interrupted (%s): forwarded to the ranks, SIGKILL in %.3g s or on a second signal",
+           name, (double)job->kill_timeout_ms / 1000);
   run_teardown(job, signo);
 }
 
@@ -487,6 +510,9 @@ void run_supervise(struct run_job *job)
   struct run_stream **streams = run_xmalloc((size_t)(2 * job->nranks) * sizeof *streams);
   int *stream_rank = run_xmalloc((size_t)(2 * job->nranks) * sizeof *stream_rank);
   for (;;) {
+    /* a signal that stopped the launch may have come when no rank was left
+     * to end: it is the job's outcome still */
+    run_handle_signals(job);
     run_reap(job);
     int64_t now = run_now_ms();
     if (job->nlive == 0 && !run_streams_open(job) && !job->children_left)

@@ -172,7 +172,9 @@ static void *root_main(void *arg) {
     }
     uint64_t now = clock_ns();
     if (now >= deadline) {
-      if (left < 0)
+      if (left < 0 && nranks < 0)
+        WEFT_WARN(LOG_BOOTSTRAP, "root: no rank joined before the timeout; giving up");
+      else if (left < 0)
         WEFT_WARN(LOG_BOOTSTRAP, "root: %d of %d ranks joined before the timeout; giving up",
                   joined, nranks);
       for (int r = 0; fds != NULL && r < nranks; r++) {

@@ -13,6 +13,7 @@
  * receiver connects its endpoint after the barrier; a rank's set-up then
  * ends only once its connections are wired up (set-up order, below). */
 #include <assert.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -23,6 +24,20 @@
 #include "../transport.h"
 #include "../base/wait.h"
 #include "ucx_proxy.h"
+
+#include <ucs/debug/debug.h>
+
+/* UCX's library (libucs), loaded with weft's, catches SIGHUP from its
+ * constructor on (UCX_DEBUG_SIGNO, whose default it is) and ends the process
+ * on it, whatever the process had: a program started under nohup, or by a
+ * shell that ignores SIGHUP for it, died at a hang-up once it loaded weft.
+ * Unless UCX_DEBUG_SIGNO asks for UCX's handler, SIGHUP gets back what it was
+ * before UCX took it, when weft is loaded (before main, or at dlopen). Here,
+ * in a file every link of weft takes, static ones too. */
+__attribute__((constructor)) static void ucx_sighup_restore(void) {
+  if (getenv("UCX_DEBUG_SIGNO") != NULL) return;
+  ucs_debug_disable_signal(SIGHUP);
+}
 
 
 #define UCX_MSG_MAGIC 0x7765667455435831ull /* "weftUCX1" */
