@@ -216,6 +216,18 @@ else
   echo "skip dead_rank_traces: no all_reduce_perf or weft-info next to weftrun"
 fi
 
+# --- (c4) the rendezvous waits for ranks that start late ----------------------
+# weftrun's own WEFT_TIMEOUT (1 s) passes before the ranks' init: they join
+if [[ -x $tools/all_reduce_perf ]]; then
+  WEFT_TIMEOUT=1 bounded "$weftrun" -n 2 -x WEFT_TIMEOUT=10 sh -c \
+    'sleep 2; exec "$0" -b 8 -e 8 -n 1 -w 1 -B 0' "$tools/all_reduce_perf" \
+    >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  [[ $rc -eq 0 ]] || fail "exit status $rc: $(tail -3 "$tmp/err")"
+  grep -q "Out of bounds values : 0 OK" "$tmp/out" || fail "no result: $(tail -3 "$tmp/out")"
+  report late_init
+fi
+
 # --- (d) SIGINT to weftrun reaches the ranks --------------------------------
 with_default_sigint "$weftrun" -n 3 sh -c 'sleep '"$sleep_s"'; :' "$marker" >"$tmp/out" 2>"$tmp/err" &
 pid=$!
