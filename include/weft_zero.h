@@ -128,13 +128,17 @@ void weftZeroConfigDefaults(weftZeroConfig_t *config);
 
 /* The shard of a rank, as a pure function: elements [offset, offset + count)
  * of a flat buffer of `count` elements padded to a multiple of nranks.
- * count may be smaller than the padded shard on the last ranks, and 0. */
+ * count may be smaller than the padded shard on the last ranks, and 0.
+ * Exact for every count, also where the padded count would not fit size_t;
+ * {0, 0} for nranks < 1 or a rank outside [0, nranks). */
 typedef struct {
   size_t offset;
   size_t count;
 } weftZeroShard_t;
 weftZeroShard_t weftZeroShardOf(size_t count, int nranks, int rank);
-/* Elements of the flat buffer, padded: nranks * ceil(count / nranks). */
+/* Elements of the flat buffer, padded: nranks * ceil(count / nranks). 0
+ * (refused, never wrapped) where that does not fit size_t, and for
+ * nranks < 1. */
 size_t weftZeroPadded(size_t count, int nranks);
 /* The part of the parameter at [param_offset, param_offset + param_count) of
  * its layer that lies in shard: {offset within the parameter, count}. */
@@ -147,14 +151,20 @@ weftResult_t weftZeroCreate(weftZero_t *zero, weftComm_t comm, const weftZeroCon
 /* Registers a parameter of count elements in layer `layer` (layers are
  * numbered from 0 and registered in non-decreasing order), initialised from
  * init (fp32, count values; every rank must pass the same values). Writes
- * its id. */
+ * its id. weftInvalidArgument, with nothing registered, where the model's
+ * elements with this one, plus up to nranks - 1 elements of padding a
+ * layer, would exceed SIZE_MAX / 4 (the buffers' sizes in bytes would not
+ * fit size_t). */
 weftResult_t weftZeroAddParam(weftZero_t zero, int layer, size_t count, const float *init,
                               int *param_out);
 
-/* Ends registration and allocates buffers. After it, stage 0-2 parameters
- * are readable; stage 3 ones after weftZeroGather. Called once: a second
- * call is weftInvalidUsage, after a failed one too (weftZeroDestroy frees
- * what the failed call made). */
+/* Ends registration, allocates buffers and writes the initial parameters
+ * back (stages 1-2: all-gathers them). After it, stage 0-2 parameters are
+ * readable; stage 3 ones after weftZeroGather. Called once: a second call
+ * is weftInvalidUsage, after a failed one too (weftZeroDestroy frees what
+ * the failed call made); where only the write-back failed, the context
+ * refuses steps (weftInvalidUsage) until a weftZeroLoad. Collective at
+ * stages 1-2 (on the NULL stream, complete on return). */
 weftResult_t weftZeroFinalize(weftZero_t zero);
 
 /* The parameter's values (paramType). Stage 3: only while its layer is
@@ -195,10 +205,14 @@ weftResult_t weftZeroGather(weftZero_t zero, int layer, weftStream_t stream,
  * when none is in flight). Does not queue anything. */
 weftResult_t weftZeroGatherEvent(weftZero_t zero, int layer, weftEvent_t *event_out);
 /* Stage 3: gives the layer's gathered parameters back; a later gather of
- * any layer may write them. The buffer returns to the context's pool of
- * gathered buffers, and a gather of a layer it holds takes it again (the
- * smallest idle one that fits) instead of allocating: after the first step
- * a trainer's gathers allocate nothing (weftZeroMemory_t gatheredAllocs).
+ * any layer may write them. With gatherBoundBytes set, every rank must
+ * release (here or with weftZeroReleaseOn) in the same order relative to
+ * its weftZeroGather calls: whether a prefetch fits the bound depends on
+ * what is held, and the ranks must queue the same gathers. The buffer
+ * returns to the context's pool of gathered buffers, and a gather of a
+ * layer it holds takes it again (the smallest idle one that fits) instead
+ * of allocating: after the first step a trainer's gathers allocate nothing
+ * (weftZeroMemory_t gatheredAllocs).
  * It waits for the layer's gather if it is still in flight and, in a
  * device context, for all work on the device (a caller's kernels on any
  * stream may still read the layer; the cudaFree this replaced waited as
@@ -320,7 +334,10 @@ size_t weftZeroMemoryFormula(int stage, size_t psi, int nranks, weftDataType_t p
 size_t weftZeroMemoryFormulaFor(const weftZeroConfig_t *config, size_t psi, int nranks);
 
 /* The full fp32 master parameters, in registration order (psi floats), on
- * every rank. Collective. */
+ * every rank. Its all-gathers start after the gathers queued on another
+ * stream (the last step's, stage 3's held or prefetched layers, which stay
+ * gathered): on the host it waits for them, on a device stream waits for
+ * their events. Collective. */
 weftResult_t weftZeroGetParams(weftZero_t zero, float *out, weftStream_t stream);
 
 /* Sharded checkpoints. Save writes dir/step-<n>/ with one file per rank (its
@@ -348,8 +365,10 @@ weftResult_t weftZeroGetParams(weftZero_t zero, float *out, weftStream_t stream)
  * exceptions, said in weftZeroLastError: putting the state back failing
  * too (the context's state is damaged: load again or destroy it), and
  * zeroing the gradients or writing the parameters back failing after the
- * installation (the state is the checkpoint's: load again before
- * training). Both collective. */
+ * installation (the state is the checkpoint's, the parameters partly not:
+ * steps are refused, weftInvalidUsage, until a load succeeds). Both
+ * collective; like weftZeroGetParams, they start their collectives after
+ * the gathers queued on another stream. */
 weftResult_t weftZeroSave(weftZero_t zero, const char *dir, weftStream_t stream);
 weftResult_t weftZeroLoad(weftZero_t zero, const char *dir, weftStream_t stream);
 

@@ -327,8 +327,11 @@ weftResult_t weftZeroSave(weftZero_t z, const char *dir, weftStream_t stream) {
   if (z == NULL || dir == NULL) return zero_fail(weftInvalidArgument, "NULL argument");
   if (!z->finalized) return zero_fail(weftInvalidUsage, "call weftZeroFinalize first");
   if (strlen(dir) > PATH_MAX - 64) return zero_fail(weftInvalidArgument, "path too long");
-  /* from here every failure is this rank's part of an agreement */
-  weftResult_t mine = z->ops->sync(stream, z->comm, "synchronizing the stream");
+  /* from here every failure is this rank's part of an agreement, which
+   * comes after the last step's all-gathers (or stage 3's gathers) on
+   * another stream on every rank */
+  weftResult_t mine = zero_gathers_order(z, stream);
+  if (mine == weftSuccess) mine = z->ops->sync(stream, z->comm, "synchronizing the stream");
   if (mine == weftSuccess && z->state_damaged)
     mine = zero_fail(weftInvalidUsage,
                      "the optimizer state is partly updated since %s: load a checkpoint "
@@ -556,8 +559,11 @@ weftResult_t weftZeroLoad(weftZero_t z, const char *dir, weftStream_t stream) {
   if (z == NULL || dir == NULL) return zero_fail(weftInvalidArgument, "NULL argument");
   if (!z->finalized) return zero_fail(weftInvalidUsage, "call weftZeroFinalize first");
   if (strlen(dir) > PATH_MAX - 64) return zero_fail(weftInvalidArgument, "path too long");
-  /* from here every failure is this rank's part of an agreement */
-  weftResult_t mine = z->ops->sync(stream, z->comm, "synchronizing the stream");
+  /* from here every failure is this rank's part of an agreement, which
+   * comes after the last step's all-gathers (or stage 3's gathers) on
+   * another stream on every rank */
+  weftResult_t mine = zero_gathers_order(z, stream);
+  if (mine == weftSuccess) mine = z->ops->sync(stream, z->comm, "synchronizing the stream");
   char ver[PATH_MAX] = "";
   struct ckpt_manifest m;
   double ident[1 + 2 * CKPT_IDENT] = {0};
@@ -580,20 +586,18 @@ weftResult_t weftZeroLoad(weftZero_t z, const char *dir, weftStream_t stream) {
   z->has_run_id = 1;
   /* the state is the checkpoint's on every rank: what remains are the
    * gradients (zeroed) and the parameters (written back, gathered) */
+  z->state_damaged = 0;
   res = zero_release_all(z);
   if (res == weftSuccess) res = zero_grads_reset(z, stream);
   /* stages 1-2 gather in the publication: every rank enters it, or none */
   res = ckpt_agree(z, res, stream, "resetting the gradients");
   if (res == weftSuccess) res = zero_publish_params(z, stream);
-  if (res != weftSuccess) {
-    char why[512];
-    snprintf(why, sizeof why, "%s", weftZeroLastError());
-    return zero_fail(res,
-                     "%s holds the checkpoint's state, but %s: its parameters are not all "
-                     "written back; load again before training", ver, why);
-  }
+  /* the parameters are partly the old ones, or the gradients the last
+   * step's: a step would train on both (the optimizer state is the
+   * checkpoint's, so a save may keep it) */
+  if (res != weftSuccess)
+    return zero_break(z, res, "writing back the parameters of %.64s", ver);
   z->broken[0] = '\0'; /* whatever a failed step left is replaced */
-  z->state_damaged = 0;
   return weftSuccess;
 }
 

@@ -14,22 +14,47 @@ static weftResult_t zero_red_copy(struct weftZero *z, const void *src, size_t n,
   return z->ops->to_float(src, z->cfg.paramType, *copy_out, n, z->stats, stream);
 }
 
-/* A reduction about to be queued on stream after others queued on another
- * one: every rank must start its collectives in one order (the
- * communicator pairs them so), which two streams do not keep, so it waits
- * for theirs (on the host now, on a device queued). */
-static weftResult_t zero_reduce_order(struct weftZero *z, weftStream_t stream) {
-  /* the same handle: in order already (a CUDA stream's too, within a step) */
-  if (z->reduced_any && z->reduced_on != stream) {
-    for (int i = 0; i < z->nlayers; i++) {
-      const weftEvent_t ev = z->layers[i].red_ev;
-      WEFT_TRY(z->ops->device ? z->ops->stream_wait(stream, ev) : z->ops->event_sync(ev));
+weftResult_t zero_gathers_order(struct weftZero *z, weftStream_t stream) {
+  for (int i = 0; i < z->nlayers; i++) {
+    struct zero_layer *l = &z->layers[i];
+    /* the last publication's write-back (stages 1-2: and all-gather), or a
+     * stage 3 gather held or prefetched; the same host stream keeps order */
+    if (!l->gather_pending && l->gather_state == ZERO_RELEASED) continue;
+    if (zero_same_stream(z, l->gather_stream, stream)) continue;
+    if (z->ops->device) {
+      WEFT_TRY(z->ops->stream_wait(stream, l->gather_ev));
+      continue;
     }
-    for (int b = 0; b < z->nbuckets; b++) {
-      const weftEvent_t ev = z->buckets[b].ev;
-      WEFT_TRY(z->ops->device ? z->ops->stream_wait(stream, ev) : z->ops->event_sync(ev));
-    }
+    WEFT_TRY(zero_gather_wait(z, l));
+    /* a gathered layer stays held: only its gather is waited for */
+    if (l->gather_state != ZERO_RELEASED) WEFT_TRY(z->ops->event_sync(l->gather_ev));
   }
+  return weftSuccess;
+}
+
+/* A collective about to be queued on stream after reductions queued on
+ * another one: every rank must start its collectives in one order (the
+ * communicator pairs them so), which two streams do not keep, so it waits
+ * for them (on the host now, on a device queued). A reduction waits for
+ * them and for the gathers queued on another stream (zero_gathers_order);
+ * a stage 3 gather for them. */
+static weftResult_t zero_reductions_order(struct weftZero *z, weftStream_t stream) {
+  /* the same handle: in order already (a CUDA stream's too, within a step) */
+  if (!z->reduced_any || z->reduced_on == stream) return weftSuccess;
+  for (int i = 0; i < z->nlayers; i++) {
+    const weftEvent_t ev = z->layers[i].red_ev;
+    WEFT_TRY(z->ops->device ? z->ops->stream_wait(stream, ev) : z->ops->event_sync(ev));
+  }
+  for (int b = 0; b < z->nbuckets; b++) {
+    const weftEvent_t ev = z->buckets[b].ev;
+    WEFT_TRY(z->ops->device ? z->ops->stream_wait(stream, ev) : z->ops->event_sync(ev));
+  }
+  return weftSuccess;
+}
+
+static weftResult_t zero_reduce_order(struct weftZero *z, weftStream_t stream) {
+  WEFT_TRY(zero_gathers_order(z, stream));
+  WEFT_TRY(zero_reductions_order(z, stream));
   z->reduced_on = stream;
   z->reduced_any = 1;
   return weftSuccess;
@@ -185,6 +210,7 @@ weftResult_t zero_grads_reset(struct weftZero *z, weftStream_t stream) {
 /* Stage 3: queues one layer's all-gather into a buffer of the gather pool. */
 static weftResult_t zero_gather_one(struct weftZero *z, int layer, weftStream_t stream) {
   struct zero_layer *l = &z->layers[layer];
+  WEFT_TRY(zero_reductions_order(z, stream));
   WEFT_TRY(zero_pool_take(z, &z->gather_pool, l->padded * z->param_size, stream, &l->gathered));
   /* the step's write-back of the shard, queued on another stream maybe */
   if (l->gather_pending && !zero_same_stream(z, l->gather_stream, stream))

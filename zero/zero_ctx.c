@@ -1,6 +1,7 @@
 /* The context: configuration, registration by layer, flat padded buffers and
  * the memory report. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -138,6 +139,17 @@ weftResult_t weftZeroAddParam(weftZero_t z, int layer, size_t count, const float
     return zero_fail(weftInvalidArgument,
                      "layer %d: layers are numbered from 0 and added in order (next is %d or %d)",
                      layer, z->nlayers > 0 ? z->nlayers - 1 : 0, z->nlayers);
+  /* every buffer of the model, padded, must have a size in bytes that
+   * fits size_t: the elements so far and count, with up to nranks - 1 of
+   * padding for each layer, at 4 bytes (the widest type) */
+  const size_t max_elems = SIZE_MAX / sizeof(float);
+  const size_t pad = (size_t)(z->nranks - 1) * (size_t)(z->nlayers + 1);
+  if (count > max_elems || pad > max_elems - count || z->psi > max_elems - count - pad)
+    return zero_fail(weftInvalidArgument,
+                     "a parameter of %zu elements: with the %zu added so far and padding for "
+                     "%d ranks, the model's buffers would exceed %zu elements (their size in "
+                     "bytes would not fit size_t)",
+                     count, z->psi, z->nranks, max_elems);
   if (layer == z->nlayers) {
     struct zero_layer *grown = realloc(z->layers, (size_t)(layer + 1) * sizeof *grown);
     if (grown == NULL) return zero_fail(weftSystemError, "out of memory");
@@ -154,8 +166,9 @@ weftResult_t weftZeroAddParam(weftZero_t z, int layer, size_t count, const float
     z->params_cap = cap;
   }
   if (z->psi + count > z->init_cap) {
-    size_t cap = z->init_cap ? 2 * z->init_cap : 1024;
-    while (cap < z->psi + count) cap *= 2;
+    /* doubled, up to the limit checked above */
+    size_t cap = z->init_cap ? z->init_cap : 1024;
+    while (cap < z->psi + count) cap = cap > max_elems / 2 ? z->psi + count : 2 * cap;
     float *grown = realloc(z->init, cap * sizeof *grown);
     if (grown == NULL) return zero_fail(weftSystemError, "out of memory");
     z->init = grown;
@@ -284,8 +297,13 @@ weftResult_t weftZeroFinalize(weftZero_t z) {
   WEFT_TRY(zero_ctx_alloc(z));
   if (stage == 0) WEFT_TRY(zero_buckets_plan(z));
   WEFT_TRY(zero_master_init(z));
+  /* finalized before the write-back, so that destroy waits for what it
+   * queued; stages 1-2 all-gather in it (collective) */
   z->finalized = 1;
-  return zero_publish_params(z, NULL); /* complete on return */
+  weftResult_t res = zero_publish_params(z, NULL); /* complete on return */
+  /* the parameters are partly written: training would start from them */
+  if (res != weftSuccess) return zero_break(z, res, "writing back the initial parameters");
+  return weftSuccess;
 }
 
 weftResult_t weftZeroParam(weftZero_t z, int param, void **ptr_out) {

@@ -279,6 +279,15 @@ weftResult_t zero_grads_reset(struct weftZero *z, weftStream_t stream);
 /* Stages 2-3: gives back the buckets of finished reductions. */
 weftResult_t zero_buckets_reclaim(struct weftZero *z);
 
+/* Before a collective queued on stream (a reduction, a checkpoint's
+ * agreement, weftZeroGetParams' all-gathers): the gathers queued on another
+ * stream, the last publication's (stages 1-2: its all-gathers) and stage
+ * 3's held or prefetched ones, are ordered first, so that every rank starts
+ * its collectives in one order. The host waits for them now, a device
+ * queues the wait on stream; gathered stage 3 layers stay held. Nothing
+ * waits for gathers queued on stream itself: it keeps their order. */
+weftResult_t zero_gathers_order(struct weftZero *z, weftStream_t stream);
+
 /* Waits for the parameter write-backs and gathers in flight; stage 3: drops
  * every gathered layer. */
 weftResult_t zero_release_all(struct weftZero *z);

@@ -1,22 +1,29 @@
 /* Shard arithmetic: pure functions of counts and ranks. */
+#include <stdint.h>
+
 #include "weft_zero.h"
+
+/* ceil(count / n), which does not wrap where count + n - 1 would */
+static size_t per_rank_of(size_t count, size_t n) { return count / n + (count % n != 0); }
 
 size_t weftZeroPadded(size_t count, int nranks) {
   if (nranks <= 0) return 0;
-  size_t n = (size_t)nranks;
-  return (count + n - 1) / n * n;
+  size_t n = (size_t)nranks, per_rank = per_rank_of(count, n);
+  if (per_rank > SIZE_MAX / n) return 0; /* the padded count does not fit size_t */
+  return per_rank * n;
 }
 
 weftZeroShard_t weftZeroShardOf(size_t count, int nranks, int rank) {
   weftZeroShard_t shard = {0, 0};
   if (nranks <= 0 || rank < 0 || rank >= nranks) return shard;
-  size_t per_rank = weftZeroPadded(count, nranks) / (size_t)nranks;
+  size_t per_rank = per_rank_of(count, (size_t)nranks);
+  /* (nranks - 1) * ceil(count / nranks) is at most count, or below
+   * nranks^2 where count is smaller: no wrap. Past count on ranks that hold
+   * padding alone; the end is cut to count without forming begin + per_rank */
   size_t begin = (size_t)rank * per_rank;
-  size_t end = begin + per_rank;
   if (begin > count) begin = count;
-  if (end > count) end = count;
   shard.offset = begin;
-  shard.count = end - begin;
+  shard.count = per_rank < count - begin ? per_rank : count - begin;
   return shard;
 }
 

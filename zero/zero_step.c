@@ -182,6 +182,9 @@ static weftResult_t zero_layer_params(struct weftZero *z, const struct zero_laye
 weftResult_t weftZeroGetParams(weftZero_t z, float *out, weftStream_t stream) {
   if (z == NULL || out == NULL) return zero_fail(weftInvalidArgument, "NULL argument");
   if (!z->finalized) return zero_fail(weftInvalidUsage, "call weftZeroFinalize first");
+  /* the last step's all-gathers (or stage 3's gathers) on another stream
+   * come first on every rank */
+  WEFT_TRY(zero_gathers_order(z, stream));
   size_t at = 0;
   for (int i = 0; i < z->nlayers; i++) {
     WEFT_TRY(zero_layer_params(z, &z->layers[i], out + at, stream));

@@ -1,9 +1,11 @@
 // The ZeRO context with streams and gradient accumulation on real ranks: the
-// step waits for reductions queued on another stream, and accumulation over
+// step waits for reductions queued on another stream, collectives wait for
+// gathers queued on another stream, and accumulation over
 // micro-steps with and without reduceEveryMicroStep.
 #include <gtest/gtest.h>
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <string>
@@ -73,6 +75,101 @@ TEST(ZeroStreams, StepWaitsForReductionsOnAnotherStream) {
       });
       for (int st : status) EXPECT_EQ(st, 0);
     }
+  }
+}
+
+// Collectives on another stream than the gathers still queued: a step on
+// stream s leaves its parameter all-gathers (stages 1-2) in flight on s, and
+// stage 3 prefetches on s; weftZeroGetParams, weftZeroSave and weftZeroLoad
+// on the NULL stream, and the next step's reductions on stream s2, start
+// their collectives after them on every rank (they did so before them on
+// some ranks: "ranks disagree on a collective"). A stage 3 layer gathered
+// before weftZeroGetParams stays gathered. SGD, lr 1, no momentum, a
+// gradient of 1: each step takes 1 from every parameter.
+TEST(ZeroStreams, CollectivesWaitForGathersOnAnotherStream) {
+  for (int stage = 1; stage <= 3; stage++) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    char dir[] = "/tmp/weft_zero_xstream_XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    auto status = run_ranks(2, [stage, &dir](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (int rc = init(ctx, &comm)) return rc;
+      weftZeroConfig_t cfg;
+      weftZeroConfigDefaults(&cfg);
+      cfg.stage = stage;
+      cfg.optimizer = weftZeroSgdMomentum;
+      cfg.momentum = 0;
+      cfg.lr = 1;
+      const int L = 8;
+      const size_t n = 1 << 20;
+      weftZero_t z;
+      std::vector<float> before;
+      if (int rc = make_ctx(ctx, comm, cfg, std::vector<std::vector<size_t>>(L, {n}), &z,
+                            nullptr, &before))
+        return rc;
+      weftStream_t s, s2;
+      if (weftStreamCreate(&s) != weftSuccess || weftStreamCreate(&s2) != weftSuccess)
+        return rank_fail(ctx, "stream");
+      std::vector<float> ones(n, 1.0f), got(L * n);
+      // backward from the last layer: stage 3 gathers on s (prefetching the
+      // layer below), the reductions on ready
+      auto step = [&](weftStream_t ready) {
+        for (int l = L - 1; l >= 0; l--) {
+          weftEvent_t ev;
+          void *g;
+          if (weftZeroGather(z, l, s, &ev) != weftSuccess ||
+              (stage == 3 && weftEventSynchronize(ev) != weftSuccess) ||
+              weftZeroGrad(z, l, &g) != weftSuccess ||
+              weftZeroAccumulate(g, cfg.paramType, ones.data(), n) != weftSuccess ||
+              weftZeroRelease(z, l) != weftSuccess || weftZeroGradReady(z, l, ready) != weftSuccess)
+            return rank_fail(ctx, "layer %d: %s", l, weftZeroLastError());
+        }
+        if (weftZeroStep(z, ready, nullptr) != weftSuccess)
+          return rank_fail(ctx, "step: %s", weftZeroLastError());
+        return 0;
+      };
+      auto expect_steps = [&](float steps, const char *what) {
+        if (weftZeroGetParams(z, got.data(), nullptr) != weftSuccess)
+          return rank_fail(ctx, "%s: get params: %s", what, weftZeroLastError());
+        for (size_t i = 0; i < got.size(); i++)
+          if (got[i] != before[i] - steps)
+            return rank_fail(ctx, "%s: parameter %zu is %g, want %g", what, i, got[i],
+                             before[i] - steps);
+        return 0;
+      };
+      if (int rc = step(s)) return rc;
+      weftEvent_t ev;
+      if (stage == 3 && weftZeroGather(z, 0, s, &ev) != weftSuccess)  // and prefetches layer 1
+        return rank_fail(ctx, "gather: %s", weftZeroLastError());
+      if (int rc = expect_steps(1, "after a step on s")) return rc;
+      if (stage == 3) {
+        void *p;
+        if (weftEventSynchronize(ev) != weftSuccess || weftZeroParam(z, 0, &p) != weftSuccess ||
+            *(float *)p != before[0] - 1)
+          return rank_fail(ctx, "layer 0 after get params: %s", weftZeroLastError());
+        if (weftZeroGather(z, 1, s, &ev) != weftSuccess)  // layer 2 prefetched
+          return rank_fail(ctx, "gather: %s", weftZeroLastError());
+      }
+      if (weftZeroSave(z, dir, nullptr) != weftSuccess)
+        return rank_fail(ctx, "save: %s", weftZeroLastError());
+      for (int l = 0; l < L; l++) weftZeroRelease(z, l);
+      if (int rc = step(s2)) return rc;  // after the gathers of s
+      if (stage == 3 && weftZeroGather(z, 0, s2, &ev) != weftSuccess)
+        return rank_fail(ctx, "gather: %s", weftZeroLastError());
+      if (weftZeroLoad(z, dir, nullptr) != weftSuccess)
+        return rank_fail(ctx, "load: %s", weftZeroLastError());
+      if (int rc = expect_steps(1, "after the load")) return rc;
+      weftStreamSynchronize(s);
+      weftStreamSynchronize(s2);
+      weftZeroDestroy(z);
+      weftStreamDestroy(s);
+      weftStreamDestroy(s2);
+      weftCommDestroy(comm);
+      return 0;
+    });
+    for (int st : status) EXPECT_EQ(st, 0);
+    std::string rm = std::string("rm -rf ") + dir;
+    EXPECT_EQ(system(rm.c_str()), 0);
   }
 }
 

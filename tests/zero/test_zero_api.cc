@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -568,6 +569,57 @@ TEST(ZeroErrors, DeadPeerFailsTheStep) {
     }, opts);
     for (int s : status) EXPECT_EQ(s, 0) << "stage " << stage;
   }
+}
+
+// Parameters whose buffers' sizes in bytes would not fit size_t (4 bytes an
+// element, the widest type, and up to nranks - 1 of padding a layer) are
+// refused at registration with weftInvalidArgument, instead of a size that
+// wraps (a small allocation written past at Finalize) or a capacity that
+// doubles to 0 (a hang); the context stays usable.
+TEST(ZeroErrors, HugeParametersAreRefused) {
+  RunOptions opts;
+  opts.timeout_s = 60;  // a registration that never returns fails here
+  auto status = run_ranks(2, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (int rc = init(ctx, &comm)) return rc;
+    weftZeroConfig_t cfg;
+    weftZeroConfigDefaults(&cfg);
+    cfg.stage = 3;
+    cfg.optimizer = weftZeroSgdMomentum;
+    weftZero_t z;
+    if (weftZeroCreate(&z, comm, &cfg) != weftSuccess)
+      return rank_fail(ctx, "create: %s", weftZeroLastError());
+    std::vector<float> init(64, 0.5f);
+    int id;
+    const size_t max_elems = SIZE_MAX / 4;
+    // with 2 ranks, one element of padding for the layer
+    for (size_t count : {(size_t)1 << 62, max_elems, SIZE_MAX / 2, SIZE_MAX - 1, SIZE_MAX}) {
+      if (weftZeroAddParam(z, 0, count, init.data(), &id) != weftInvalidArgument ||
+          strstr(weftZeroLastError(), "would not fit size_t") == nullptr)
+        return rank_fail(ctx, "a parameter of %zu elements: %s", count, weftZeroLastError());
+    }
+    if (weftZeroAddParam(z, 0, 64, init.data(), &id) != weftSuccess)
+      return rank_fail(ctx, "add: %s", weftZeroLastError());
+    // 64 added, and one element of padding for each of two layers: one over
+    for (size_t count : {max_elems - 64 - 1, max_elems})
+      if (weftZeroAddParam(z, 1, count, init.data(), &id) != weftInvalidArgument)
+        return rank_fail(ctx, "a second parameter of %zu elements: %s", count,
+                         weftZeroLastError());
+    if (weftZeroFinalize(z) != weftSuccess)
+      return rank_fail(ctx, "finalize: %s", weftZeroLastError());
+    weftZeroMemory_t m;
+    weftZeroMemoryReport(z, &m);
+    if (m.psi != 64 || m.psiPadded != 64)
+      return rank_fail(ctx, "psi %zu, padded %zu after the refusals", m.psi, m.psiPadded);
+    std::vector<float> out(64);
+    if (weftZeroGetParams(z, out.data(), nullptr) != weftSuccess || out[0] != 0.5f ||
+        out[63] != 0.5f)
+      return rank_fail(ctx, "get params: %s", weftZeroLastError());
+    if (weftZeroDestroy(z) != weftSuccess) return rank_fail(ctx, "destroy");
+    weftCommDestroy(comm);
+    return 0;
+  }, opts);
+  for (int s : status) EXPECT_EQ(s, 0);
 }
 
 TEST(ZeroErrors, MisuseIsRefused) {

@@ -2,7 +2,8 @@
 // failing on one rank after the checks, and a sync failing on one rank before
 // the first agreement, fail every rank and leave every context as it was;
 // ranks reading different checkpoints refuse; a save removes only what it
-// supersedes and refuses before any write (damaged checkpoints:
+// supersedes and refuses before any write; a write-back failing after the
+// installation refuses steps until a load (damaged checkpoints:
 // test_zero_ckpt.cc).
 #include <gtest/gtest.h>
 
@@ -310,6 +311,124 @@ TEST(ZeroCkptLoad, RanksReadingDifferentCheckpointsRefuse) {
   });
   for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
   sh("rm -rf " + root);
+}
+
+// Writing the parameters back failing on every rank after a load installed
+// the checkpoint's state (the table's store, which comes before stages 1-2's
+// all-gather, so that no rank enters it): the parameters are partly the old
+// ones, so the load breaks the context: steps and marking gradients ready are
+// refused, naming it, until a load succeeds; then training goes on.
+int store_fails;  // store calls to fail
+weftResult_t store_failing(const float *src, weftDataType_t type, void *dst, size_t count,
+                           weftStream_t stream) {
+  if (store_fails > 0) {
+    store_fails--;
+    return weftSystemError;
+  }
+  return zero_ops_host.store(src, type, dst, count, stream);
+}
+
+TEST(ZeroCkptFailedWriteBack, RefusesStepsUntilALoad) {
+  for (int stage : {1, 2, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    std::string dir = temp_dir("failed-write-back");
+    auto status = run_ranks(2, [&](const RankCtx &ctx) {
+      weftComm_t comm;
+      weftZero_t z;
+      if (int rc = init(ctx, &comm)) return rc;
+      if (int rc = make_ctx(ctx, comm, stage, 0, 7, &z)) return rc;
+      if (int rc = train_two_steps(ctx, z, 7)) return rc;
+      FAIL_IF(weftZeroSave(z, dir.c_str(), nullptr) != weftSuccess, "save: %s",
+              weftZeroLastError());
+      if (int rc = train_two_steps(ctx, z, 8)) return rc;
+      static struct zero_ops hooked = zero_ops_host;
+      hooked.store = store_failing;
+      z->ops = &hooked;
+      store_fails = 1;
+      weftResult_t res = weftZeroLoad(z, dir.c_str(), nullptr);
+      std::string why = weftZeroLastError();
+      z->ops = &zero_ops_host;
+      FAIL_IF(res != weftSystemError || store_fails != 0 ||
+                  why.find("writing back the parameters of") == std::string::npos ||
+                  why.find("the training state is incomplete") == std::string::npos,
+              "the load: %d, %s", res, why.c_str());
+      FAIL_IF(weftZeroStepCount(z) != 2, "the step count is %ld", weftZeroStepCount(z));
+      for (int k = 0; k < 2; k++) {
+        res = k == 0 ? weftZeroStep(z, nullptr, nullptr) : weftZeroGradReady(z, 0, nullptr);
+        why = weftZeroLastError();
+        FAIL_IF(res != weftInvalidUsage ||
+                    why.find("incomplete since writing back the parameters of") ==
+                        std::string::npos,
+                "%s after the failed load: %d, %s", k == 0 ? "a step" : "marking ready", res,
+                why.c_str());
+      }
+      FAIL_IF(weftZeroLoad(z, dir.c_str(), nullptr) != weftSuccess, "load again: %s",
+              weftZeroLastError());
+      if (int rc = train_two_steps(ctx, z, 9)) return rc;
+      weftZeroDestroy(z);
+      weftCommDestroy(comm);
+      return 0;
+    });
+    for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+    sh("rm -rf " + dir);
+  }
+}
+
+// The same at weftZeroFinalize: its write-back of the initial parameters
+// failing on every rank leaves them unwritten (stages 1-2: ungathered), so
+// the context refuses steps until a load; loading a checkpoint of the same
+// layers makes it sound.
+TEST(ZeroCkptFailedWriteBack, AtFinalizeRefusesStepsUntilALoad) {
+  for (int stage : {1, 2, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    std::string dir = temp_dir("failed-finalize");
+    auto status = run_ranks(2, [&](const RankCtx &ctx) {
+      weftComm_t comm;
+      weftZero_t saved, z;
+      if (int rc = init(ctx, &comm)) return rc;
+      if (int rc = make_ctx(ctx, comm, stage, 0, 7, &saved)) return rc;
+      FAIL_IF(weftZeroSave(saved, dir.c_str(), nullptr) != weftSuccess, "save: %s",
+              weftZeroLastError());
+      weftZeroDestroy(saved);
+      weftZeroConfig_t cfg;
+      weftZeroConfigDefaults(&cfg);
+      cfg.stage = stage;
+      FAIL_IF(weftZeroCreate(&z, comm, &cfg) != weftSuccess, "create: %s", weftZeroLastError());
+      for (size_t l = 0; l < kLayers.size(); l++) {
+        std::vector<float> init(kLayers[l], 0.5f);
+        int id;
+        FAIL_IF(weftZeroAddParam(z, (int)l, init.size(), init.data(), &id) != weftSuccess,
+                "add: %s", weftZeroLastError());
+      }
+      static struct zero_ops hooked = zero_ops_host;
+      hooked.store = store_failing;
+      z->ops = &hooked;
+      store_fails = 1;
+      weftResult_t res = weftZeroFinalize(z);
+      std::string why = weftZeroLastError();
+      z->ops = &zero_ops_host;
+      FAIL_IF(res != weftSystemError || store_fails != 0 ||
+                  why.find("writing back the initial parameters") == std::string::npos,
+              "finalize: %d, %s", res, why.c_str());
+      for (int k = 0; k < 2; k++) {
+        res = k == 0 ? weftZeroStep(z, nullptr, nullptr) : weftZeroGradReady(z, 0, nullptr);
+        why = weftZeroLastError();
+        FAIL_IF(res != weftInvalidUsage ||
+                    why.find("incomplete since writing back the initial parameters") ==
+                        std::string::npos,
+                "%s after the failed finalize: %d, %s", k == 0 ? "a step" : "marking ready",
+                res, why.c_str());
+      }
+      FAIL_IF(weftZeroLoad(z, dir.c_str(), nullptr) != weftSuccess, "load: %s",
+              weftZeroLastError());
+      if (int rc = train_two_steps(ctx, z, 9)) return rc;
+      weftZeroDestroy(z);
+      weftCommDestroy(comm);
+      return 0;
+    });
+    for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+    sh("rm -rf " + dir);
+  }
 }
 
 }  // namespace

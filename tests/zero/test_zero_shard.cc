@@ -2,7 +2,9 @@
 // brute force.
 #include <gtest/gtest.h>
 
+#include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include <vector>
@@ -48,6 +50,37 @@ TEST(ZeroShard, BadRanks) {
   s = weftZeroShardOf(10, 4, -1);
   EXPECT_EQ(s.count, 0u);
   EXPECT_EQ(weftZeroPadded(10, 0), 0u);
+}
+
+// Counts near SIZE_MAX: the shards still tile [0, count) in rank order with
+// ceil(count / nranks) elements each but the last ones; the padded count is
+// 0 (refused) where it does not fit size_t, and exact where it does.
+TEST(ZeroShard, HugeCountsDoNotWrap) {
+  const int rank_counts[] = {2, 3, 7, 64, 1 << 30, INT_MAX};
+  const size_t counts[] = {SIZE_MAX, SIZE_MAX - 1, SIZE_MAX - 2, SIZE_MAX / 2 + 1, SIZE_MAX / 3};
+  for (int n : rank_counts)
+    for (size_t count : counts) {
+      SCOPED_TRACE(testing::Message() << "count " << count << ", " << n << " ranks");
+      const size_t per_rank = count / (size_t)n + (count % (size_t)n != 0);
+      const bool fits = per_rank <= SIZE_MAX / (size_t)n;
+      EXPECT_EQ(weftZeroPadded(count, n), fits ? per_rank * (size_t)n : 0u);
+      size_t next = 0;
+      // every rank of a small communicator; the first two and last two of a large one
+      for (int r = 0; r < n; r = (n > 64 && r == 1) ? n - 2 : r + 1) {
+        weftZeroShard_t sh = weftZeroShardOf(count, n, r);
+        if (n > 64 && r == n - 2) next = sh.offset;  // the ranks skipped are not checked
+        ASSERT_EQ(sh.offset, next) << "rank " << r;
+        ASSERT_LE(sh.count, per_rank) << "rank " << r;
+        ASSERT_LE(sh.count, count - sh.offset) << "rank " << r;
+        if (per_rank <= count - next) {
+          ASSERT_EQ(sh.count, per_rank) << "rank " << r;
+        }
+        next += sh.count;
+      }
+      EXPECT_EQ(next, count);
+    }
+  EXPECT_EQ(weftZeroPadded(SIZE_MAX, 3), SIZE_MAX);  // 2^64 - 1 is a multiple of 3
+  EXPECT_EQ(weftZeroPadded(SIZE_MAX, 2), 0u);
 }
 
 // A parameter straddling ranks: its parts over all shards tile it.
