@@ -86,8 +86,8 @@ typedef struct {
   double lossScale;         /* initial loss scale; dynamic for fp16 (within [1, 2^24],
                                else weftZeroCreate refuses it: an overflow halves it, down
                                to 1; lossScaleWindow clean steps double it, up to 2^24; a
-                               loaded checkpoint's is brought into the range), fixed 1
-                               otherwise */
+                               loaded fp16 checkpoint's is brought into the range, one of
+                               bf16 or fp32 leaves this one), fixed 1 otherwise */
   int lossScaleWindow;      /* steps without overflow before the scale doubles */
   int allowNonFinite;       /* weftZeroLoad takes NaN and infinite values from a
                                checkpoint; 0 (default): such a checkpoint is refused */

@@ -100,6 +100,7 @@ static void ckpt_manifest_of(const struct weftZero *z, struct ckpt_manifest *m) 
   m->step = z->step;
   m->updates = z->updates;
   m->loss_scale = z->loss_scale;
+  m->loss_scaled = z->cfg.paramType == weftFloat16;
   snprintf(m->optimizer, sizeof m->optimizer, "%s",
            z->cfg.optimizer == weftZeroAdamW ? "adamw" : "sgd-momentum");
 }
@@ -582,6 +583,13 @@ weftResult_t weftZeroLoad(weftZero_t z, const char *dir, weftStream_t stream) {
   z->updates = m.updates;
   z->good_steps = m.good_steps;
   z->loss_scale = z->cfg.paramType == weftFloat16 ? zero_loss_scale_clamp(m.loss_scale) : 1.0;
+  if (z->cfg.paramType == weftFloat16 && m.loss_scaled == 0) {
+    /* a run that trained unscaled (bf16, fp32) has no scale to go on
+     * with: fp16 starts from its configured one (the checkpoint's 1 would
+     * flush small gradients to zero for many windows) */
+    z->loss_scale = z->cfg.lossScale;
+    z->good_steps = 0;
+  }
   memcpy(z->run_id, m.run, sizeof z->run_id);
   z->has_run_id = 1;
   /* the state is the checkpoint's on every rank: what remains are the

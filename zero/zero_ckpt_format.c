@@ -1,4 +1,4 @@
-/* Checkpoint format 2: checksums, the manifest's text, shard headers, and the
+/* Checkpoint format 3: checksums, the manifest's text, shard headers, and the
  * checks a checkpoint passes before anything of it is used (zero_ckpt_format.h).
  * Every size read from a file is bounded by the file's length before it is
  * used to allocate or to index. */
@@ -175,9 +175,9 @@ weftResult_t ckpt_manifest_format(const struct ckpt_manifest *m, char **text_out
   char run[33];
   hex_format(m->run, 16, run);
   text_add(&t, "%s\nrun %s\nnranks %d\nstage %d\noptimizer %s\nstep %ld\nloss_scale %.17g\n"
-               "updates %ld\ngood_steps %d\nlayers %d\n",
+               "loss_scaled %d\nupdates %ld\ngood_steps %d\nlayers %d\n",
            CKPT_FORMAT, run, m->nranks, m->stage, m->optimizer, m->step, m->loss_scale,
-           m->updates, m->good_steps, m->nlayers);
+           m->loss_scaled, m->updates, m->good_steps, m->nlayers);
   for (int i = 0; i < m->nlayers; i++) text_add(&t, "layer %d %zu\n", i, m->counts[i]);
   for (int q = 0; q < m->nranks; q++)
     text_add(&t, "shard %d %" PRIu64 " %08" PRIx32 "\n", q, m->shard_nbytes[q], m->shard_crc[q]);
@@ -297,9 +297,10 @@ weftResult_t ckpt_manifest_read(const char *ver, long step_of_name, struct ckpt_
   /* the format, then the checksum of everything before the last line */
   if (strncmp(buf, CKPT_FORMAT_V1 "\n", strlen(CKPT_FORMAT_V1) + 1) == 0)
     MANIFEST_BAD("%s is a format 1 checkpoint, written without checksums: this weft reads "
-                 "format 2 only (docs/zero.md)", path);
-  if (strncmp(buf, CKPT_FORMAT "\n", strlen(CKPT_FORMAT) + 1) != 0)
-    MANIFEST_BAD("%s is not a weft ZeRO manifest (format 2)", path);
+                 "formats 2 and 3 only (docs/zero.md)", path);
+  const int v2 = strncmp(buf, CKPT_FORMAT_V2 "\n", strlen(CKPT_FORMAT_V2) + 1) == 0;
+  if (!v2 && strncmp(buf, CKPT_FORMAT "\n", strlen(CKPT_FORMAT) + 1) != 0)
+    MANIFEST_BAD("%s is not a weft ZeRO manifest (format 2 or 3)", path);
   if (len < 2 || buf[len - 1] != '\n') MANIFEST_BAD("%s is truncated", path);
   char *last = memrchr(buf, '\n', len - 1);
   last = last == NULL ? buf : last + 1;
@@ -331,6 +332,8 @@ weftResult_t ckpt_manifest_read(const char *ver, long step_of_name, struct ckpt_
   char *e = NULL;
   if (line == NULL || strncmp(line, "loss_scale ", 11) != 0 ||
       (m->loss_scale = strtod(line + 11, &e), e == line + 11 || *e != '\0') ||
+      (m->loss_scaled = -1, !v2 && ((line = line_next(&cur, end)) == NULL ||
+                                    line_int(line, "loss_scaled", &m->loss_scaled) != 0)) ||
       (line = line_next(&cur, end)) == NULL || line_long(line, "updates", &updates) != 0 ||
       (line = line_next(&cur, end)) == NULL || line_int(line, "good_steps", &m->good_steps) != 0 ||
       (line = line_next(&cur, end)) == NULL || line_int(line, "layers", &m->nlayers) != 0)
@@ -348,6 +351,8 @@ weftResult_t ckpt_manifest_read(const char *ver, long step_of_name, struct ckpt_
   if (m->good_steps < 0) MANIFEST_BAD("%s: good_steps %d is negative", path, m->good_steps);
   if (!isfinite(m->loss_scale) || m->loss_scale <= 0)
     MANIFEST_BAD("%s: loss scale %g is not a positive number", path, m->loss_scale);
+  if (!v2 && m->loss_scaled != 0 && m->loss_scaled != 1)
+    MANIFEST_BAD("%s: loss_scaled %d is not 0 or 1", path, m->loss_scaled);
   if (m->stage < 0 || m->stage > 3) MANIFEST_BAD("%s: stage %d is not 0-3", path, m->stage);
   /* one line per layer and per rank follows: the file's length bounds both */
   if (m->nranks < 1 || m->nranks > CKPT_MAX_RANKS || (size_t)m->nranks > len / 12)

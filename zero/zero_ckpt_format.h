@@ -1,9 +1,10 @@
-/* Checkpoint files, format 2: what is written and how it is checked
+/* Checkpoint files, format 3: what is written and how it is checked
  * (zero/zero_ckpt_format.c); zero/zero_ckpt.c saves and loads with them.
  *
  * dir/step-<n>/manifest      text, one "key value" a line (format, run,
  *                            nranks, stage, optimizer, step, loss_scale,
- *                            updates, good_steps, layers), "layer <i> <count>"
+ *                            loss_scaled, updates, good_steps, layers),
+ *                            "layer <i> <count>"
  *                            per layer, "shard <r> <bytes> <crc32c>" per
  *                            rank, and last "crc32c <hex>" of every byte before
  * dir/step-<n>/rank-<r>.bin  a 64-byte header (struct ckpt_shard_header), then
@@ -20,7 +21,9 @@
 #include "zero_internal.h"
 
 #define CKPT_FORMAT_V1 "weft-zero-checkpoint 1"
-#define CKPT_FORMAT "weft-zero-checkpoint 2"
+/* format 2 has no loss_scaled line (read: not said) */
+#define CKPT_FORMAT_V2 "weft-zero-checkpoint 2"
+#define CKPT_FORMAT "weft-zero-checkpoint 3"
 #define CKPT_SHARD_MAGIC "WEFTZSH2"
 #define CKPT_MAX_LAYERS 1000000
 #define CKPT_MAX_RANKS (1 << 20)
@@ -52,6 +55,8 @@ struct ckpt_manifest {
   int nranks, stage, good_steps, nlayers, arrays;
   long step, updates;
   double loss_scale;
+  int loss_scaled;          /* 1: fp16's dynamic scale; 0: the run trained unscaled (its
+                               loss_scale is 1); -1: not said (format 2) */
   char optimizer[32];
   size_t *counts;           /* per layer */
   uint64_t *shard_nbytes;   /* per rank: payload bytes, header excluded */

@@ -504,6 +504,75 @@ TEST_F(ZeroCkptDamage, RandomDamageIsRefusedOrHarmless) {
   EXPECT_GT(refused, 1200);
 }
 
+// Format 2 (without the loss_scaled line) still loads, bit for bit; a
+// loss_scaled other than 0 or 1 is refused.
+TEST_F(ZeroCkptDamage, FormatTwoLoadsAndLossScaledIsChecked) {
+  std::string text = slurp(ver_ + "/manifest");
+  ASSERT_EQ(text.rfind("weft-zero-checkpoint 3\n", 0), 0u) << text.substr(0, 40);
+  ASSERT_NE(text.find("\nloss_scaled 0\n"), std::string::npos);  // an fp32 run's
+  resign(ver_, 3, [](std::vector<std::string> &lines) {
+    lines[0] = "weft-zero-checkpoint 2";
+    for (size_t i = 0; i < lines.size(); i++)
+      if (lines[i].rfind("loss_scaled ", 0) == 0) lines.erase(lines.begin() + (long)i--);
+  });
+  LoadOutcome r = load_on_two(dir_);
+  for (int q = 0; q < 2; q++) ASSERT_EQ(r.code[q], weftSuccess) << r.message[q];
+  ASSERT_EQ(r.params.size(), saved_->size());
+  EXPECT_EQ(memcmp(r.params.data(), saved_->data(), r.params.size() * sizeof(float)), 0);
+  spit(ver_ + "/manifest", text);
+  resign(ver_, 3, [](std::vector<std::string> &lines) {
+    for (std::string &l : lines)
+      if (l == "loss_scaled 0") l = "loss_scaled 2";
+  });
+  expect_refused("loss_scaled 2 is not 0 or 1");
+}
+
+// fp16's dynamic loss scale across checkpoints: an fp16 run's goes on from
+// where it was; a run that trained unscaled (bf16, fp32: the checkpoint's
+// scale is 1) gives an fp16 context its configured scale, not 1.
+TEST(ZeroCkptLossScale, FromAnUnscaledRunFp16StartsAtItsOwn) {
+  std::string root = temp_dir("scale");
+  ASSERT_FALSE(root.empty());
+  std::string out = root + "/scales";
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (int rc = init(ctx, &comm)) return rc;
+    auto make = [&](weftDataType_t type, double scale, weftZero_t *z) {
+      weftZeroConfig_t cfg;
+      weftZeroConfigDefaults(&cfg);
+      cfg.stage = 2;
+      cfg.paramType = cfg.reduceType = type;
+      cfg.lossScale = scale;
+      if (weftZeroCreate(z, comm, &cfg) != weftSuccess) return -1;
+      std::vector<float> init(kLayers[0], 0.25f);
+      int id;
+      if (weftZeroAddParam(*z, 0, init.size(), init.data(), &id) != weftSuccess) return -1;
+      return weftZeroFinalize(*z) == weftSuccess ? 0 : -1;
+    };
+    std::string got;
+    for (weftDataType_t saver : {weftBfloat16, weftFloat32, weftFloat16}) {
+      const std::string dir = root + "/from" + std::to_string((int)saver);
+      weftZero_t a, b;
+      if (make(saver, 512, &a) != 0) return rank_fail(ctx, "make: %s", weftZeroLastError());
+      if (weftZeroSave(a, dir.c_str(), nullptr) != weftSuccess)
+        return rank_fail(ctx, "save: %s", weftZeroLastError());
+      if (make(weftFloat16, 4096, &b) != 0) return rank_fail(ctx, "make: %s", weftZeroLastError());
+      if (weftZeroLoad(b, dir.c_str(), nullptr) != weftSuccess)
+        return rank_fail(ctx, "load: %s", weftZeroLastError());
+      got += std::to_string((long)weftZeroLossScale(b)) + " ";
+      weftZeroDestroy(a);
+      weftZeroDestroy(b);
+    }
+    if (ctx.rank == 0) spit(out, got);
+    weftCommDestroy(comm);
+    return 0;
+  });
+  for (int st : status) ASSERT_EQ(st, 0);
+  // bf16 and fp32 runs: the loading context's 4096; an fp16 run: its 512
+  EXPECT_EQ(slurp(out), "4096 4096 512 ");
+  sh("rm -rf " + root);
+}
+
 TEST_F(ZeroCkptDamage, MissingShard) {
   ASSERT_EQ(unlink(shard(2).c_str()), 0);
   expect_refused("cannot open");
