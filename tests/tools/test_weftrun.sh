@@ -321,6 +321,39 @@ rc=$?
 [[ $(grep -c done "$tmp/out") -eq 2 ]] || fail "the ranks did not go on: $(cat "$tmp/out")"
 report ignored_signals
 
+# --- (d2d) a reader that stops reading does not keep the job from ending ------
+# weftrun's stdout is a FIFO nobody reads once it is full: SIGTERM still ends
+# the job, within WEFTRUN_KILL_TIMEOUT and the last grace (1 + 2 s)
+mkfifo "$tmp/fifo"
+(WEFTRUN_KILL_TIMEOUT=1 exec "$weftrun" -n 2 sh -c 'exec yes "$0"' "$marker" \
+  >"$tmp/fifo" 2>"$tmp/err") &
+pid=$!
+exec 7<"$tmp/fifo" # opened, never read
+for _ in $(seq 100); do
+  [[ $(pgrep -fc -- "^yes $marker") -ge 2 ]] && break
+  sleep 0.05
+done
+sleep 0.3 # the FIFO fills, weftrun waits on it
+t0=$(now_ms)
+kill -TERM "$pid"
+for _ in $(seq 200); do # up to 10 s
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.05
+done
+if kill -0 "$pid" 2>/dev/null; then
+  fail "weftrun still running 10 s after SIGTERM, its stdout's reader stalled"
+  kill -9 "$pid"
+fi
+wait "$pid"
+rc=$?
+elapsed_ms=$(($(now_ms) - t0))
+exec 7<&-
+[[ $rc -eq 143 ]] || fail "exit status $rc, expected 143"
+((elapsed_ms < 6000)) || fail "it took ${elapsed_ms} ms"
+grep -q "weftrun: interrupted (SIGTERM)" "$tmp/err" || fail "no interrupted message: $(cat "$tmp/err")"
+no_leftovers
+report stalled_reader
+
 # --- (d3) SIGUSR1, SIGUSR2 and SIGALRM reach every rank; the job goes on -----
 "$weftrun" -n 2 sh -c 'trap "echo usr1 \$RANK" USR1; trap "echo usr2 \$RANK" USR2
   trap "echo alrm \$RANK; exit 0" ALRM; echo ready; while :; do sleep 0.05; done' "$marker" \

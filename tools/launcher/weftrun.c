@@ -397,7 +397,7 @@ static void run_job_free(struct run_job *job)
 int main(int argc, char **argv)
 {
   run_fds_sanitize();
-  struct run_job job = {.fail_rank = -1};
+  struct run_job job = {.fail_rank = -1, .wake_fd = -1};
   int status = 1;
   run_parse_args(&job, argc, argv);
   run_bind_plan(&job);
@@ -436,7 +436,7 @@ int main(int argc, char **argv)
     status = 1;
     goto free_job;
   }
-  run_signals_install();
+  run_signals_install(&job);
   /* leftovers of ranks are reparented here, to be reaped and killed */
   prctl(PR_SET_CHILD_SUBREAPER, 1);
 

@@ -100,6 +100,15 @@ struct run_job {
   bool same_output;          /* weftrun's 1 and 2 are one file (a terminal, 2>&1) */
   struct run_stream *open_line[3]; /* stream whose line is unfinished on weftrun's 1 or 2
                                       (both in [1] when same_output) */
+  /* While a write to weftrun's 1 or 2 waits for its reader: the signals
+   * (wake_fd, readable when one came) and the teardown's deadlines are
+   * served by while_blocked, so that a reader that stalls cannot keep the
+   * job from being interrupted or its ranks from being killed; it returns
+   * true once the job is over (its last deadline passed): the write is
+   * dropped. */
+  int wake_fd;
+  bool (*while_blocked)(struct run_job *job);
+  bool in_blocked;           /* while_blocked runs: its own notes do not wait */
 };
 
 /* Set by a forwarded signal: launch no more ranks. */
@@ -123,7 +132,7 @@ void run_stream_read(struct run_job *job, int rank, struct run_stream *s, int ma
 int64_t run_partials_flush(struct run_job *job, int64_t now_ms);
 
 /* weftrun_supervise.c: the ranks' lives */
-void run_signals_install(void);
+void run_signals_install(struct run_job *job);
 int run_launch(struct run_job *job, int r, int devnull_fd);
 void run_record_failure(struct run_job *job, int r, int status);
 void run_teardown(struct run_job *job, int signo);

@@ -9,6 +9,7 @@
 #include "weftrun_job.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,33 +23,42 @@
  * fd is dropped and the ranks' pipes to it are closed on their next read, as
  * in a shell's pipeline. Any other failure (a full disk) is said once on
  * stderr and makes weftrun's exit status 1; the output for fd is dropped and
- * the ranks go on. */
+ * the ranks go on. While fd's reader is not reading, the job is served
+ * (job->while_blocked); past the teardown's last deadline the rest is
+ * dropped. A write waits in poll, never in write: at most PIPE_BUF bytes go
+ * at a time, which a pipe that polls writable takes without blocking. */
 static void run_write_all(struct run_job *job, int fd, const char *buf, size_t nbytes)
 {
-  if (job->dest_closed[fd] || job->dest_errno[fd])
-    return;
-  while (nbytes > 0) {
-    ssize_t n = write(fd, buf, nbytes);
-    if (n < 0 && errno == EINTR)
+  while (nbytes > 0 && !job->dest_closed[fd] && !job->dest_errno[fd]) {
+    struct pollfd p[2] = {{.fd = fd, .events = POLLOUT}, {.fd = job->wake_fd, .events = POLLIN}};
+    const bool serve = !job->in_blocked && job->while_blocked != NULL;
+    int rc = poll(p, serve && job->wake_fd >= 0 ? 2 : 1, serve ? 100 : 0);
+    if (rc < 0 && errno == EINTR)
       continue;
-    if (n < 0 && errno == EAGAIN) {
-      struct pollfd p = {.fd = fd, .events = POLLOUT};
-      poll(&p, 1, 100);
+    if (rc < 0 || p[0].revents != 0) {
+      ssize_t n = write(fd, buf, nbytes < PIPE_BUF ? nbytes : PIPE_BUF);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        continue;
+      if (n < 0 && errno == EPIPE) {
+        job->dest_closed[fd] = true;
+      } else if (n < 0) {
+        job->dest_errno[fd] = errno;
+        if (fd == 1)
+          run_note(job, "writing its standard output failed: %s; the ranks' output to it is "
+                        "dropped from here on", strerror(job->dest_errno[fd]));
+      } else {
+        buf += n;
+        nbytes -= (size_t)n;
+      }
       continue;
     }
-    if (n < 0 && errno == EPIPE) {
-      job->dest_closed[fd] = true;
-      return;
-    }
-    if (n < 0) {
-      job->dest_errno[fd] = errno;
-      if (fd == 1)
-        run_note(job, "writing its standard output failed: %s; the ranks' output to it is "
-                      "dropped from here on", strerror(job->dest_errno[fd]));
-      return;
-    }
-    buf += n;
-    nbytes -= (size_t)n;
+    if (!serve)
+      return; /* a note written while the job is served: dropped where it cannot go now */
+    job->in_blocked = true;
+    bool over = job->while_blocked(job);
+    job->in_blocked = false;
+    if (over)
+      job->dest_closed[fd] = true; /* what its reader never took is dropped */
   }
 }
 

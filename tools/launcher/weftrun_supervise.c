@@ -424,7 +424,22 @@ static void run_on_signal(int signo)
   errno = saved_errno;
 }
 
-void run_signals_install(void)
+static void run_handle_signals(struct run_job *job);
+
+/* A write to weftrun's output waits (run_write_all): signals and the
+ * teardown's deadlines are served meanwhile; true once the job is over. */
+static bool run_while_blocked(struct run_job *job)
+{
+  run_handle_signals(job);
+  int64_t now = run_now_ms();
+  if (job->term_due_ms && now >= job->term_due_ms && job->kill_deadline_ms == 0)
+    run_teardown(job, SIGTERM);
+  if (job->kill_deadline_ms && now >= job->kill_deadline_ms && !job->final_deadline_ms)
+    run_kill_all(job);
+  return job->final_deadline_ms && now >= job->final_deadline_ms;
+}
+
+void run_signals_install(struct run_job *job)
 {
   if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
     perror("weftrun: pipe");
@@ -441,6 +456,8 @@ void run_signals_install(void)
   }
   /* stops too: a rank stopped on the terminal is said (run_reap) */
   sigaction(SIGCHLD, &sa, NULL);
+  job->wake_fd = sig_pipe[0];
+  job->while_blocked = run_while_blocked;
   struct sigaction ign = {.sa_handler = SIG_IGN};
   sigaction(SIGPIPE, &ign, NULL);
 }
