@@ -20,6 +20,12 @@
 
 #include "zero_ckpt_format.h"
 
+/* The shard headers and data, and the consolidated file, are written as the
+ * host holds them: little-endian, as the format says, on every host weft
+ * builds for (x86-64, AArch64); a big-endian one would need byte swaps. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "checkpoint files are little-endian: a big-endian host needs byte swaps");
+
 /* --- CRC-32C, eight bytes at a time ---------------------------------------- */
 
 static uint32_t crc_table[8][256];
