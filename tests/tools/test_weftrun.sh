@@ -76,6 +76,19 @@ now_ms() {
   echo $(($(date +%s%N) / 1000000))
 }
 
+# gone_within PID SECONDS WHAT: waits up to SECONDS for PID to end; if it has
+# not, fails the case ("weftrun still running SECONDS s after WHAT") and
+# kills it.
+gone_within() {
+  local _
+  for _ in $(seq $(($2 * 20))); do
+    kill -0 "$1" 2>/dev/null || return 0
+    sleep 0.05
+  done
+  fail "weftrun still running $2 s after $3"
+  kill -9 "$1"
+}
+
 # no_leftovers: fails the case if a process of this run survives (1 s grace).
 no_leftovers() {
   local _
@@ -237,14 +250,7 @@ for _ in $(seq 100); do # wait for the 3 sleeps, up to 5 s
 done
 [[ $(pgrep -fc -- "^sleep $sleep_s") -ge 3 ]] || fail "ranks did not start"
 kill -INT "$pid"
-for _ in $(seq 100); do # up to 5 s
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 0.05
-done
-if kill -0 "$pid" 2>/dev/null; then
-  fail "weftrun still running 5 s after SIGINT"
-  kill -9 "$pid"
-fi
+gone_within "$pid" 5 "SIGINT"
 wait "$pid"
 rc=$?
 [[ $rc -eq 130 ]] || fail "exit status $rc after SIGINT, expected 130"
@@ -266,15 +272,8 @@ sleep 0.3
 kill -0 "$pid" 2>/dev/null || fail "weftrun ended on the first SIGINT, which the ranks ignore"
 t0=$(now_ms)
 kill -INT "$pid"
-for _ in $(seq 100); do # up to 5 s
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 0.05
-done
+gone_within "$pid" 5 "a second SIGINT"
 elapsed_ms=$(($(now_ms) - t0))
-if kill -0 "$pid" 2>/dev/null; then
-  fail "weftrun still running 5 s after a second SIGINT"
-  kill -9 "$pid"
-fi
 wait "$pid"
 rc=$?
 [[ $rc -eq 130 ]] || fail "exit status $rc, expected 130 (128 + SIGINT)"
@@ -336,14 +335,7 @@ done
 sleep 0.3 # the FIFO fills, weftrun waits on it
 t0=$(now_ms)
 kill -TERM "$pid"
-for _ in $(seq 200); do # up to 10 s
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 0.05
-done
-if kill -0 "$pid" 2>/dev/null; then
-  fail "weftrun still running 10 s after SIGTERM, its stdout's reader stalled"
-  kill -9 "$pid"
-fi
+gone_within "$pid" 10 "SIGTERM, its stdout's reader stalled"
 wait "$pid"
 rc=$?
 elapsed_ms=$(($(now_ms) - t0))
@@ -367,14 +359,7 @@ for sig_word in ready:- usr1:USR1 usr2:USR2 alrm:ALRM; do
     sleep 0.05
   done
 done
-for _ in $(seq 100); do
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 0.05
-done
-if kill -0 "$pid" 2>/dev/null; then
-  fail "weftrun still running 5 s after SIGALRM"
-  kill -9 "$pid"
-fi
+gone_within "$pid" 5 "SIGALRM"
 wait "$pid"
 rc=$?
 [[ $rc -eq 0 ]] || fail "exit status $rc, expected 0"
