@@ -100,8 +100,11 @@ static void text_call_state(struct text *t, const struct trace_call *c, int64_t 
 
 /* W_FAILED: the rank's call failed of its own (refused, say), not because
  * others did not come (weftRemoteError, which leaves it W_IN): the others
- * wait on it */
-enum where_of { W_IN, W_FAILED, W_DONE, W_NEVER, W_PASSED, W_GONE, W_SILENT, W_NO_DUMP, W_NUM };
+ * wait on it. W_QUEUED: the rank made the call, which waits behind another
+ * of its calls (on a host stream, in a group): the others wait on it too. */
+enum where_of {
+  W_IN, W_FAILED, W_QUEUED, W_DONE, W_NEVER, W_PASSED, W_GONE, W_SILENT, W_NO_DUMP, W_NUM
+};
 
 /* Rank v's call under subject's number, or NULL; *where_out says where v is. */
 static const struct trace_call *view_find(const struct hang_view *v, const struct trace_call *s,
@@ -116,6 +119,7 @@ static const struct trace_call *view_find(const struct hang_view *v, const struc
     if (is_p2p(c) != is_p2p(s)) continue;
     if (c->seq == s->seq) {
       *where_out = c->state == TRACE_COMPLETED ? W_DONE
+                   : c->state == TRACE_SCHEDULED                               ? W_QUEUED
                    : c->state == TRACE_FAILED && c->result != weftRemoteError ? W_FAILED
                                                                               : W_IN;
       return c;
@@ -302,6 +306,23 @@ weftResult_t hang_verdict(const struct trace_call *subject, const char *how,
     text_ranks(&who, &lists[(size_t)w * (size_t)nranks], counts[w]);
     text_add(&t, sep, "");
     text_add(&t, missing_why[counts[w] > 1][w], who.buf);
+    sep = "; ";
+  }
+  /* those whose call waits behind another of theirs, and which */
+  for (int i = 0; i < counts[W_QUEUED]; i++) {
+    const int r = lists[(size_t)W_QUEUED * (size_t)nranks + (size_t)i];
+    const struct hang_view *v = &views[r];
+    const struct trace_call *busy = NULL;
+    for (int k = 0; k < v->ncalls && busy == NULL; k++)
+      if (v->calls[k].state == TRACE_STARTED || v->calls[k].state == TRACE_WAITING)
+        busy = &v->calls[k];
+    text_add(&t, "%srank %d has it queued", sep, r);
+    if (busy != NULL) {
+      text_add(&t, " behind ");
+      text_call_state(&t, busy, v->now_ns, v->dumped ? "before its trace was written" : "ago");
+    } else {
+      text_add(&t, ", not started");
+    }
     sep = "; ";
   }
   /* those that failed it of their own, and why */

@@ -463,6 +463,51 @@ TEST(Hang, StreamReceiveNamesThePeer) {
   EXPECT_EQ(status[1], 0);
 }
 
+// Rank 0 queues on a host stream a receive nobody sends, then an
+// all-reduce; ranks 1 and 2 call only the all-reduce. They time out naming
+// rank 0 as the one that has it queued, behind the receive and its peer
+// (before, rank 0 counted as "in it": no culprit).
+TEST(Hang, CallQueuedBehindAStuckOneNamed) {
+  RunOptions opts;
+  opts.timeout_s = 60;
+  opts.env = {{"WEFT_TIMEOUT", std::to_string(kTimeoutS)}};
+  opts.allow_warnings = true;
+  auto status = run_ranks(3, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    std::vector<float> buf(256, 1.0f), got(256);
+    if (int rc = open_after_one(ctx, &comm, buf)) return rc;
+    if (ctx.rank == 0) {
+      weftStream_t stream;
+      FAIL_IF(weftStreamCreate(&stream) != weftSuccess, "stream: %s", weftGetLastError(nullptr));
+      FAIL_IF(weftRecv(got.data(), got.size(), weftFloat32, 1, comm, stream) != weftSuccess ||
+                  weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, comm,
+                                stream) != weftSuccess,
+              "queueing: %s", weftGetLastError(comm));
+      weftResult_t res = weftStreamSynchronize(stream);
+      FAIL_IF(res == weftSuccess, "the receive nobody sent completed");
+      sleep(2); // answering the others' questions
+      weftStreamDestroy(stream);
+      weftCommAbort(comm);
+      return 0;
+    }
+    const double t0 = now_s();
+    weftResult_t res =
+        weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, comm, nullptr);
+    const double took = now_s() - t0;
+    const std::string msg = weftGetLastError(comm);
+    printf("rank %d: %s after %.2f s: %s\n", ctx.rank, weftGetErrorString(res), took,
+           msg.c_str());
+    FAIL_IF(res != weftRemoteError, "got %s, want weftRemoteError", weftGetErrorString(res));
+    FAIL_IF(msg.find("rank 0 has it queued behind Recv #1 from rank 1") == std::string::npos,
+            "rank 0 and what holds its call not named: %s", msg.c_str());
+    FAIL_IF(took > kTimeoutS + 1.5, "took %.2f s", took);
+    sleep(2);
+    weftCommAbort(comm);
+    return 0;
+  }, opts);
+  for (size_t r = 0; r < status.size(); r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
 // Rank 2 of nranks refuses an all-reduce of its own (call(ctx, comm, buf)
 // gives its result on every rank; weftInvalidArgument there), then stays
 // alive for linger_s without calling; the others must fail within a second
