@@ -70,6 +70,28 @@ if timeout 60 "$weftrun" -n 3 "$tools/all_gather_perf" -b 6 -e 6 -d int8 -n 1 -w
    [ "$(grep -E '^\[0\] +6 ' "$tmp/cnt" | awk '{print $3}')" = 2 ]; then ok count_column
 else bad count_column "$(grep -E '^\[0\] +[0-9]+ ' "$tmp/cnt")"; fi
 
+# every tool on 3 ranks, checked out of place and in place (gather and scatter
+# too, as nccl-tests runs them; sendrecv and alltoall have no in-place column)
+for t in all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter; do
+  if timeout 120 "$weftrun" -n 3 "$tools/${t}_perf" -b 8 -e 64K -f 32 -c 1 -n 2 -w 1 \
+      >"$tmp/$t" 2>&1; then
+    check_table "${t}_checked" "$tmp/$t" 3
+    case $t in sendrecv | alltoall) ;; *)
+      [ "$(grep -E '^\[0\] +[0-9]+ ' "$tmp/$t" | awk '$11 == "N/A"' | wc -l)" = 0 ] ||
+        bad "${t}_in_place" "no in-place figures: $(grep -E '^\[0\] +[0-9]+ ' "$tmp/$t" | head -1)"
+    esac
+  else
+    bad "${t}_checked" "exit $?: $(tail -3 "$tmp/$t")"
+  fi
+done
+# busbw = algbw where nccl-tests' factor is 1, on one rank too
+for t in broadcast reduce sendrecv; do
+  if timeout 60 "$weftrun" -n 1 "$tools/${t}_perf" -b 64K -e 64K -n 2 -w 1 >"$tmp/one_$t" 2>&1 &&
+     grep -E '^\[0\] +[0-9]+ ' "$tmp/one_$t" | awk '$8 != $9 || $8 == 0 {bad = 1} END {exit bad}'
+  then ok "${t}_busbw_one_rank"
+  else bad "${t}_busbw_one_rank" "$(grep -E '^\[0\] +[0-9]+ ' "$tmp/one_$t")"; fi
+done
+
 # bad values are refused (exit 2, naming the flag), never read as 0 or clamped
 refused_all=1
 for args in "-b 1M -e 8" "-c yes" "-r abc" "-n 1x" "-b nan" "-b 1e30" "-b inf" "-f 0.5" \
@@ -93,7 +115,7 @@ if timeout 30 "$weftrun" -n 1 "$perf" -t 1 -g 1 -b 8 -e 8 -n 1 -w 0 -B 0 >"$tmp/
 else bad threads_gpus_flags "$(tail -2 "$tmp/tg" "$tmp/g2")"; fi
 
 # -J stays JSON where a row has no bytes and the bound allows 0 us (one rank)
-if timeout 60 "$weftrun" -n 1 "$perf" -b 1 -e 64 -f 8 -n 1 -w 0 -J "$tmp/zero.json" >/dev/null 2>&1 &&
+if timeout 60 "$weftrun" -n 1 "$perf" -b 1 -e 64 -f 8 -n 1 -w 0 -B 1 -J "$tmp/zero.json" >/dev/null 2>&1 &&
    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["rows"][0]["size_bytes"]==0, d' \
      "$tmp/zero.json" 2>"$tmp/zero.err"; then ok json_finite
 else bad json_finite "$(cat "$tmp/zero.err"; grep -o '.\{30\}nan.\{10\}' "$tmp/zero.json" | head -2)"; fi

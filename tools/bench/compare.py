@@ -209,7 +209,8 @@ def main():
             for kv in args.x + (["WEFT_TRANSPORT=socket"] if args.socket else []):
                 wx += ["-x", kv]
             libs = [("weft", [weftrun, "-n", str(args.nranks)] + wx +
-                     [tool] + sweep + ["-n", str(args.iters), "-w", str(args.warmup), "-c", "0"])]
+                     [tool] + sweep + ["-n", str(args.iters), "-w", str(args.warmup), "-c", "0",
+                                       "-B", "1"])]
             for cfg in ompi_cfgs:
                 libs.append((f"ompi-{cfg}", ["mpirun.openmpi", "--allow-run-as-root",
                                              "--oversubscribe", "-np", str(args.nranks)] +

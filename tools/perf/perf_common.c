@@ -159,7 +159,8 @@ static void usage(const char *prog, const struct perf_coll *coll) {
          "                          terminal)\n"
          "  -B, --bound 0/1         measure the machine's bound at start-up (a cache-line\n"
          "                          round trip, a copy; under 0.5 s) and print the time\n"
-         "                          it allows and the %% reached (default 1)\n"
+         "                          it allows and the %% reached, in four columns after\n"
+         "                          nccl-tests' (default 0: nccl-tests' columns alone)\n"
          "  -t, --nthreads 1        nccl-tests' threads per process, and\n"
          "  -g, --ngpus 1           GPUs per thread: one rank per process here (start\n"
          "                          N ranks with weftrun -n N); 1 is taken, more refused\n"
@@ -185,7 +186,7 @@ static int opts_parse(int argc, char **argv, const struct perf_coll *coll, struc
                           .step_factor = 1, .iters = 20, .warmup = 5, .agg_iters = 1,
                           .check = 1, .average = 1, .root = 0, .timeout_s = 0,
                           .blocking = 1, .graph_iters = 0, .progress = isatty(STDERR_FILENO),
-                          .mem_kind = PERF_MEM_HOST, .json_path = NULL, .bound = 1};
+                          .mem_kind = PERF_MEM_HOST, .json_path = NULL, .bound = 0};
   o->types[0] = weftFloat32;
   o->ntypes = 1;
   o->ops[0] = weftSum;
@@ -486,8 +487,7 @@ static int json_write(const char *path, int argc, char **argv, const struct perf
 /* The bound's figures, or why there are none, above the table. */
 static void print_bound(const struct perf_opts *o, const struct perf_bound *b, int nranks) {
   if (b == NULL) {
-    printf("# Bound: not measured (%s)\n#\n",
-           !o->bound ? "-B 0" : "only for host memory");
+    if (o->bound) printf("# Bound: not measured (only for host memory)\n#\n");
     return;
   }
   printf("# Bound: the larger of a cache-line round trip and the memory traffic at the copy "
@@ -499,7 +499,7 @@ static void print_bound(const struct perf_opts *o, const struct perf_bound *b, i
     printf("#   copy %.2f GB/s read + written (%d ranks copying %zu MiB each at once)\n",
            b->copy_rw_GBps, nranks, b->copy_nbytes >> 20);
   if (b->why[0] != '\0') printf("#   %s\n", b->why);
-  printf("#   measured in %.2f s; -B 0 skips it\n#\n", b->measure_s);
+  printf("#   measured in %.2f s (-B 1)\n#\n", b->measure_s);
 }
 
 static void print_header(const struct perf_opts *o, int nranks, const char *host,
@@ -519,15 +519,20 @@ static void print_header(const struct perf_opts *o, int nranks, const char *host
     printf("# -G %d ignored: operations run on the host executor, which has no CUDA graphs\n#\n",
            o->graph_iters);
   print_bound(o, bound, nranks);
-  printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place"
-         "           bound: out-of-place, in-place\n",
-         "", "", "", "", "");
+  /* nccl-tests' 13 columns; the bound's four after them with -B 1 */
+  const int b = o->bound;
+  printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place%s\n",
+         "", "", "", "", "", b ? "           bound: out-of-place, in-place" : "");
   static const char columns[] =
-      "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s  %8s  %6s  %8s  %6s\n";
+      "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s";
   printf(columns, "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
-         "time", "algbw", "busbw", "#wrong", "time", "%", "time", "%");
+         "time", "algbw", "busbw", "#wrong");
+  if (b) printf("  %8s  %6s  %8s  %6s", "time", "%", "time", "%");
+  printf("\n");
   printf(columns, "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)",
-         "(GB/s)", "(GB/s)", "", "(us)", "", "(us)", "");
+         "(GB/s)", "(GB/s)", "");
+  if (b) printf("  %8s  %6s  %8s  %6s", "(us)", "", "(us)", "");
+  printf("\n");
   fflush(stdout);
 }
 
@@ -550,6 +555,7 @@ static void print_row(const struct perf_coll *coll, const struct perf_opts *o,
   format_wrong(wrong_ip, sizeof wrong_ip, o, r->ip.wrong);
   format_bound(bound_oop, sizeof bound_oop, &r->oop, 0);
   format_bound(bound_ip, sizeof bound_ip, &r->ip, coll->no_in_place);
+  if (!o->bound) bound_oop[0] = bound_ip[0] = '\0';
   snprintf(root, sizeof root, "%d", r->root);
   if (coll->no_in_place)
     snprintf(in_place, sizeof in_place, "  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A");
@@ -608,7 +614,9 @@ int perf_main(int argc, char **argv, const struct perf_coll *coll) {
     }
     run.bound = &bound;
   }
+  const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
   if (rank == 0) {
+    printf("# Collective test starting: %s\n", prog); /* as nccl-tests frames its run */
     print_header(&o, nranks, host, run.bound);
   }
   /* let the launcher forward the header now rather than in the first timed
@@ -688,6 +696,7 @@ int perf_main(int argc, char **argv, const struct perf_coll *coll) {
   if (rank == 0 && !failed) {
     printf("# Out of bounds values : %lld %s\n", total_wrong, total_wrong ? "FAILED" : "OK");
     printf("# Avg bus bandwidth    : %g \n#\n", avg_busbw);
+    printf("# Collective test concluded: %s\n#\n", prog);
     fflush(stdout);
   }
   int json_failed = 0;
