@@ -334,15 +334,28 @@ weftResult_t weftCommFinalize(weftComm_t comm) {
   return comm_async_error(comm);
 }
 
+/* Whether comm's last call failed of its own (refused: a bad argument only
+ * this rank passed, say), which peers in that call wait on. */
+static int comm_last_call_refused(const struct weftComm *comm) {
+  struct trace_call last;
+  return trace_latest(comm->trace, &last, 1) == 1 && last.state == TRACE_FAILED &&
+         last.result != weftRemoteError;
+}
+
 static void comm_free(struct weftComm *comm) {
   const int failed =
       comm_async_error(comm) != weftSuccess || comm_life(comm) == COMM_ABORTED;
   comm->magic = 0;
   /* peers that fail after this rank ask it where it was: a comm that broke
-   * answers a little longer (hang.h); an abort of a working one does not.
+   * answers a little longer (hang.h); an abort of a working one does not,
+   * unless its last call was refused here (a refusal that left the comm
+   * working: the abort's notice sends the peers waiting in that call to ask,
+   * and they should learn that this rank failed it, not that it is gone).
    * It asks nothing more: peers that linger too need not wait for it */
-  if (comm_async_error(comm) != weftSuccess) bootstrap_query_bye(comm->bs);
-  if (comm_async_error(comm) != weftSuccess && comm->trace != NULL)
+  const int answers = comm_async_error(comm) != weftSuccess ||
+                      (comm_life(comm) == COMM_ABORTED && comm_last_call_refused(comm));
+  if (answers) bootstrap_query_bye(comm->bs);
+  if (answers && comm->trace != NULL)
     bootstrap_query_linger(comm->bs, 2000000000ull,
                            comm->timeout_ns / 2 < 1000000000ull ? comm->timeout_ns / 2 : 1000000000ull);
   device_comm_free(comm);

@@ -574,6 +574,21 @@ TEST(Hang, ARanksBadUserOpNamed) {
   });
 }
 
+// The same when rank 2 aborts its comm right after its refusal: its comm
+// stays to answer the others' question (up to a second) before it is freed,
+// so they name it as the one that failed the call, not as dead.
+TEST(Hang, ARanksBadUserOpNamedWhenItLeavesAtOnce) {
+  expect_peer_refusal_named(3, 0, [](const RankCtx &ctx, weftComm_t comm,
+                                     std::vector<float> &buf) {
+    double scalar = 0.5;
+    weftRedOp_t op;
+    if (weftRedOpCreatePreMulSum(&op, &scalar, ctx.rank == 2 ? weftFloat64 : weftFloat32,
+                                 weftScalarHostImmediate, comm) != weftSuccess)
+      return weftInternalError;
+    return weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, op, comm, nullptr);
+  });
+}
+
 // All-to-all, gather and scatter run as sends and receives, but each takes a
 // collective's number: rank 2 refuses its all-to-all of its own (its buffers
 // overlap), and the others, waiting to receive from it, learn so when they
