@@ -130,6 +130,18 @@ static const struct trace_call *view_find(const struct hang_view *v, const struc
   return NULL;
 }
 
+/* Rank v's last call that ran, or NULL: a call refused as it was made (a
+ * bad argument, a communicator already broken) says nothing of where the
+ * rank stopped. Its last call where every one was refused. */
+static const struct trace_call *view_last(const struct hang_view *v) {
+  if (v->ncalls == 0) return NULL;
+  for (int i = v->ncalls - 1; i >= 0; i--) {
+    const struct trace_call *c = &v->calls[i];
+    if (!(c->state == TRACE_FAILED && c->t_started_ns == 0 && !c->on_device)) return c;
+  }
+  return &v->calls[v->ncalls - 1];
+}
+
 /* text_groups' view of one field of calls[0..n), named by names[0..nnames) */
 struct calls_field {
   const struct trace_call *const *calls;
@@ -259,7 +271,7 @@ weftResult_t hang_verdict(const struct trace_call *subject, const char *how,
     else if (v->status == HANG_NO_DUMP) text_add(&t, " rank %d left no trace", peer);
     else if (v->ncalls == 0) text_add(&t, " rank %d has made no call", peer);
     else {
-      const struct trace_call *last = &v->calls[v->ncalls - 1];
+      const struct trace_call *last = view_last(v);
       const int busy = last->state != TRACE_COMPLETED && last->state != TRACE_FAILED;
       text_add(&t, " rank %d %s", peer, busy ? "is in " : "is idle, its last: ");
       text_call_state(&t, last, v->now_ns, v->dumped ? "before its trace was written" : "ago");
@@ -285,7 +297,7 @@ weftResult_t hang_verdict(const struct trace_call *subject, const char *how,
     if (v->ncalls == 0) {
       text_add(&t, " (it has made no call on this communicator)");
     } else {
-      const struct trace_call *last = &v->calls[v->ncalls - 1];
+      const struct trace_call *last = view_last(v);
       const int busy = last->state != TRACE_COMPLETED && last->state != TRACE_FAILED;
       text_add(&t, busy ? " (it is in " : " (its last: ");
       text_call_state(&t, last, v->now_ns, v->dumped ? "before its trace was written" : "ago");

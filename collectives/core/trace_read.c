@@ -281,16 +281,41 @@ static int dump_read(const char *path, struct dump *d) {
 
 /* --- the verdict on a job ------------------------------------------------- */
 
+/* A call refused as it was made (a bad argument, or a communicator broken
+ * by an earlier failure): it never ran, so it says nothing of where the job
+ * stopped. */
+static int refused_at_start(const struct trace_call *c) {
+  return c->state == TRACE_FAILED && c->t_started_ns == 0 && !c->on_device;
+}
+
 /* The call to judge: the lowest-numbered collective some rank did not
- * complete; NULL when every dumped collective completed. */
-static const struct trace_call *first_unfinished(struct dump *const *byrank, int nranks) {
+ * complete (calls refused as they were made left out); where there is none,
+ * the earliest send or receive some rank did not complete, whose rank goes
+ * to *rank_out. NULL when every dumped call completed. */
+static const struct trace_call *first_unfinished(struct dump *const *byrank, int nranks,
+                                                 int *rank_out) {
   const struct trace_call *best = NULL;
+  *rank_out = -1;
   for (int r = 0; r < nranks; r++) {
     if (byrank[r] == NULL) continue;
     for (int i = 0; i < byrank[r]->ncalls; i++) {
       const struct trace_call *c = &byrank[r]->calls[i];
-      if (c->coll == COLL_SEND || c->coll == COLL_RECV || c->state == TRACE_COMPLETED) continue;
+      if (c->coll == COLL_SEND || c->coll == COLL_RECV || c->state == TRACE_COMPLETED ||
+          refused_at_start(c))
+        continue;
       if (best == NULL || c->seq < best->seq) best = c;
+      break;
+    }
+  }
+  if (best != NULL) return best;
+  for (int r = 0; r < nranks; r++) {
+    if (byrank[r] == NULL) continue;
+    for (int i = 0; i < byrank[r]->ncalls; i++) {
+      const struct trace_call *c = &byrank[r]->calls[i];
+      if ((c->coll != COLL_SEND && c->coll != COLL_RECV) || c->state == TRACE_COMPLETED ||
+          refused_at_start(c))
+        continue;
+      if (best == NULL || c->t_created_ns < best->t_created_ns) best = c, *rank_out = r;
       break;
     }
   }
@@ -319,9 +344,10 @@ static void judge_job(struct dump *dumps, int ndumps, const char *job, FILE *out
                                   .dumped = 1};
   }
   fprintf(out, "job %s: %d ranks, traces from %d\n", job, nranks, have);
-  const struct trace_call *subject = first_unfinished(byrank, nranks);
+  int p2p_rank;
+  const struct trace_call *subject = first_unfinished(byrank, nranks, &p2p_rank);
   if (subject == NULL) {
-    fprintf(out, "  every collective traced completed");
+    fprintf(out, "  every call traced completed");
     if (have < nranks) {
       fprintf(out, "; no trace from rank");
       for (int r = 0, first = 1; r < nranks; r++)
@@ -332,7 +358,9 @@ static void judge_job(struct dump *dumps, int ndumps, const char *job, FILE *out
     char text[4096];
     struct trace_call s = *subject;
     hang_verdict(&s, "did not complete", views, nranks, text, sizeof text);
-    fprintf(out, "  %s\n", text);
+    /* a send or a receive is numbered among its rank's own */
+    if (p2p_rank >= 0) fprintf(out, "  rank %d's %s\n", p2p_rank, text);
+    else fprintf(out, "  %s\n", text);
   }
   for (int r = 0; r < nranks; r++)
     if (byrank[r] != NULL && byrank[r]->error != NULL)

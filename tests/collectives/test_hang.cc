@@ -424,6 +424,39 @@ int open_after_one(const RankCtx &ctx, weftComm_t *comm, std::vector<float> &buf
   return 0;
 }
 
+// Two ranks each send the other 16 MiB before receiving (a deadlock of
+// blocking sends), time out, then make an all-reduce the broken comm refuses
+// as it is made. The dumps' verdict judges the sends (before, it judged the
+// refused all-reduce, "ranks 0,1 are in it"; with no all-reduce after, it
+// said every collective completed).
+TEST(Hang, SendDeadlockJudgedFromTheDumps) {
+  const std::string dir = make_dir("send_deadlock");
+  ASSERT_FALSE(dir.empty());
+  RunOptions opts;
+  opts.timeout_s = 60;
+  opts.env = {{"WEFT_TIMEOUT", std::to_string(kTimeoutS)}, {"WEFT_TRACE_DIR", dir}};
+  opts.allow_warnings = true;
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    std::vector<float> buf(4 << 20, 1.0f), got(4 << 20), small(16, 1.0f);
+    if (int rc = open_after_one(ctx, &comm, small)) return rc;
+    weftResult_t res = weftSend(buf.data(), buf.size(), weftFloat32, 1 - ctx.rank, comm, nullptr);
+    FAIL_IF(res == weftSuccess, "the send completed without its receiver");
+    res = weftAllReduce(small.data(), small.data(), small.size(), weftFloat32, weftSum, comm,
+                        nullptr);
+    FAIL_IF(res == weftSuccess, "the broken comm ran an all-reduce");
+    weftCommAbort(comm);
+    return 0;
+  }, opts);
+  for (int r = 0; r < 2; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+  const std::string verdict = diagnose(dir);
+  printf("weftTraceDiagnose:\n%s", verdict.c_str());
+  EXPECT_NE(verdict.find("s Send #1 (4194304 float32 to rank "), std::string::npos) << verdict;
+  EXPECT_NE(verdict.find("did not complete: rank "), std::string::npos) << verdict;
+  EXPECT_EQ(verdict.find("AllReduce #2"), std::string::npos) << verdict;
+  remove_dir(dir);
+}
+
 // A host stream's receive (the PyTorch backend's path) from a rank that
 // never sends: its timeout is named as a collective's is, with the peer and
 // what the peer did last, and the trace marks the receive failed.

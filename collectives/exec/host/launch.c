@@ -46,7 +46,8 @@ weftResult_t launch_collective(struct weftComm *comm, const struct weft_plan *pl
                                int record) {
   weftResult_t res = op_begin(comm);
   if (res != weftSuccess) {
-    const uint64_t id = record ? trace_record(comm->trace, plan, 1) : plan->trace_id;
+    /* recorded as never started: a verdict on the dumps leaves it out */
+    const uint64_t id = record ? trace_record(comm->trace, plan, 0) : plan->trace_id;
     op_refused(comm, &id, 1, res);
     return op_end(comm, res);
   }
