@@ -510,6 +510,10 @@ TEST(Hang, CallQueuedBehindAStuckOneNamed) {
     std::vector<float> buf(256, 1.0f), got(256);
     if (int rc = open_after_one(ctx, &comm, buf)) return rc;
     if (ctx.rank == 0) {
+      // a second after the others: its receive times out a second after
+      // their all-reduce, so that their question finds the all-reduce
+      // still queued here (not refused by the comm the receive broke)
+      sleep(1);
       weftStream_t stream;
       FAIL_IF(weftStreamCreate(&stream) != weftSuccess, "stream: %s", weftGetLastError(nullptr));
       FAIL_IF(weftRecv(got.data(), got.size(), weftFloat32, 1, comm, stream) != weftSuccess ||
