@@ -130,14 +130,13 @@ static const struct trace_call *view_find(const struct hang_view *v, const struc
   return NULL;
 }
 
-/* Rank v's last call that ran, or NULL: a call refused as it was made (a
- * bad argument, a communicator already broken) says nothing of where the
- * rank stopped. Its last call where every one was refused. */
+/* Rank v's last call that ran (trace_call_refused_at_start), or NULL; its
+ * last call where every one was refused. */
 static const struct trace_call *view_last(const struct hang_view *v) {
   if (v->ncalls == 0) return NULL;
   for (int i = v->ncalls - 1; i >= 0; i--) {
     const struct trace_call *c = &v->calls[i];
-    if (!(c->state == TRACE_FAILED && c->t_started_ns == 0 && !c->on_device)) return c;
+    if (!trace_call_refused_at_start(c)) return c;
   }
   return &v->calls[v->ncalls - 1];
 }

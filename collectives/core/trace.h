@@ -121,6 +121,13 @@ void trace_done(struct trace *t, uint64_t id, weftResult_t result, int read_cloc
 int trace_get(const struct trace *t, uint64_t id, struct trace_call *out);
 /* The latest calls, newest last, at most max of them: how many. */
 int trace_latest(const struct trace *t, struct trace_call *out, int max);
+
+/* Whether c was refused as it was made (a bad argument, a communicator an
+ * earlier failure broke): it never ran, so it says nothing of where its rank
+ * stopped. A device call's start is not timed: never counted so. */
+static inline int trace_call_refused_at_start(const struct trace_call *c) {
+  return c->state == TRACE_FAILED && c->t_started_ns == 0 && !c->on_device;
+}
 /* WEFT_HANG_ASK_MS in nanoseconds as the trace was made (0: ask only at the timeout). */
 uint64_t trace_ask_after_ns(const struct trace *t);
 

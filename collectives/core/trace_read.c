@@ -281,13 +281,6 @@ static int dump_read(const char *path, struct dump *d) {
 
 /* --- the verdict on a job ------------------------------------------------- */
 
-/* A call refused as it was made (a bad argument, or a communicator broken
- * by an earlier failure): it never ran, so it says nothing of where the job
- * stopped. */
-static int refused_at_start(const struct trace_call *c) {
-  return c->state == TRACE_FAILED && c->t_started_ns == 0 && !c->on_device;
-}
-
 /* The call to judge: the lowest-numbered collective some rank did not
  * complete (calls refused as they were made left out); where there is none,
  * the earliest send or receive some rank did not complete, whose rank goes
@@ -301,7 +294,7 @@ static const struct trace_call *first_unfinished(struct dump *const *byrank, int
     for (int i = 0; i < byrank[r]->ncalls; i++) {
       const struct trace_call *c = &byrank[r]->calls[i];
       if (c->coll == COLL_SEND || c->coll == COLL_RECV || c->state == TRACE_COMPLETED ||
-          refused_at_start(c))
+          trace_call_refused_at_start(c))
         continue;
       if (best == NULL || c->seq < best->seq) best = c;
       break;
@@ -313,7 +306,7 @@ static const struct trace_call *first_unfinished(struct dump *const *byrank, int
     for (int i = 0; i < byrank[r]->ncalls; i++) {
       const struct trace_call *c = &byrank[r]->calls[i];
       if ((c->coll != COLL_SEND && c->coll != COLL_RECV) || c->state == TRACE_COMPLETED ||
-          refused_at_start(c))
+          trace_call_refused_at_start(c))
         continue;
       if (best == NULL || c->t_created_ns < best->t_created_ns) best = c, *rank_out = r;
       break;
