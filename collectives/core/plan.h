@@ -73,6 +73,7 @@ struct weft_plan {
   uint32_t sig_seq;
   const void *premul_ptr;    /* read when the op runs, for weftScalarDevice */
   int premul_device_only;    /* premul_ptr is device memory, which the host cannot read */
+  int avg_prescaled;         /* a sum of input that avg scaled: signed as avg (redop.h) */
   uint64_t trace_id;         /* the call in its comm's trace (trace.h), 0: none */
 };
 
@@ -117,6 +118,7 @@ static inline void plan_init(struct weft_plan *plan, enum coll_kind coll, const 
   plan->sig_seq = 0;
   plan->premul_ptr = NULL;
   plan->premul_device_only = 0;
+  plan->avg_prescaled = 0;
   plan->trace_id = 0;
 }
 

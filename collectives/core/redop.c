@@ -9,6 +9,7 @@
 #include "../exec/device/device.h"
 #include "plan.h"
 #include "../reduce/reduce_host.h"
+#include "../reduce/reduce_ops.h"
 #include "redop.h"
 
 #define SCALE_BATCH 256 /* copies of the scalar fed to the prod loop at once */
@@ -83,20 +84,28 @@ void redop_capture(const struct weftComm *comm, struct weft_plan *plan) {
   plan->premul_device_only = comm->redops[i].scalar_device_only;
 }
 
-weftResult_t redop_premul(const struct weft_plan *plan, const void *src, size_t count,
-                          void **scaled_out) {
+void redop_premul(const struct weft_plan *plan, const void *src, size_t count, void *dst) {
   const weftDataType_t datatype = plan->datatype;
   size_t esize = weftTypeSize(datatype);
-  char *scaled = malloc(count * esize + 1);
   char scalars[SCALE_BATCH * 8];
-  if (scaled == NULL) return weft_error_set(weftSystemError, "out of memory for a pre-scaled input");
   const void *scalar = plan->premul_ptr != NULL ? plan->premul_ptr : plan->premul_scalar;
   for (int i = 0; i < SCALE_BATCH; i++) memcpy(scalars + i * esize, scalar, esize);
   weft_reduce_fn prod = reduce_host_fn(datatype, weftProd);
   for (size_t i = 0; i < count; i += SCALE_BATCH) {
     size_t n = count - i < SCALE_BATCH ? count - i : SCALE_BATCH;
-    prod(scaled + i * esize, NULL, (const char *)src + i * esize, scalars, n, 1);
+    prod((char *)dst + i * esize, NULL, (const char *)src + i * esize, scalars, n, 1);
   }
-  *scaled_out = scaled;
-  return weftSuccess;
+}
+
+void redop_avg_scalar(weftDataType_t datatype, int nranks, char out[8]) {
+  memset(out, 0, 8);
+  const float inv = 1.0f / (float)nranks;
+  if (datatype == weftFloat16) {
+    const uint16_t h = weft_f32_to_f16(inv);
+    memcpy(out, &h, sizeof h);
+  } else if (datatype == weftFloat8e4m3) {
+    out[0] = (char)weft_f32_to_e4m3(inv);
+  } else if (datatype == weftFloat8e5m2) {
+    out[0] = (char)weft_f32_to_e5m2(inv);
+  }
 }

@@ -105,7 +105,8 @@ static inline void signature_pack(struct signature_packed *out, const struct wef
                                                    << 24,
                                    .coll = (uint8_t)plan->coll,
                                    .datatype = (uint8_t)plan->datatype,
-                                   .op = (uint8_t)plan->op, .magic = SIGNATURE_PACKED_MAGIC};
+                                   .op = (uint8_t)(plan->avg_prescaled ? weftAvg : plan->op),
+                                   .magic = SIGNATURE_PACKED_MAGIC};
 }
 /* The full form of a packed signature (its seq the remainder, seq_modulo
  * SIGNATURE_SEQ_MODULO), for signature_compare_ranks; magic is

@@ -13,6 +13,7 @@
 #include "../../algo/deterministic.h"
 #include "../../algo/ring_steps.h"
 #include "../../core/channel.h"
+#include "../../core/redop.h"
 #include "../../core/signature.h"
 
 /* Written by gen_kernels.py (device_refuse.c says what is missing): the
@@ -192,11 +193,20 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
       .elem_nbytes = (uint32_t)weftTypeSize(plan->datatype),
       .abort_flag = d->flags_d, .error = d->flags_d + 1, .timeout_ns = comm->timeout_ns};
   premul_scalar(plan, &w);
+  int op = device_op_index(plan->op);
+  if (plan->op == weftAvg && redop_avg_prescales(plan->datatype)) {
+    /* a sum of the input scaled by 1/n, as on the host (redop.h); its
+     * signature stays avg's (device_sign reads the plan) */
+    op = DEV_OP_PREMULSUM;
+    w.divisor = 1;
+    char scalar[8];
+    redop_avg_scalar(plan->datatype, comm->nranks, scalar);
+    memcpy(&w.scalar_bits, scalar, sizeof w.scalar_bits);
+  }
   device_sign(plan, d, tree, &w);
   device_done_fill(d, captured, &w.done);
   dim3 grid = {(unsigned)nch, 1, 1}, block = {launch_nthreads(nbytes, nch, proto), 1, 1};
-  WEFT_TRY(ring_kernel_launch(d, &w, (int)plan->datatype, device_op_index(plan->op), grid, block,
-                              stream));
+  WEFT_TRY(ring_kernel_launch(d, &w, (int)plan->datatype, op, grid, block, stream));
   device_done_commit(d, &w.done, nch);
   if (announce && !tree) device_net_expect_ring(comm, d, plan, nch); /* a tree crosses no host */
   return weftSuccess;
