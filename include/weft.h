@@ -380,7 +380,7 @@ weftResult_t weftEventDestroy(weftEvent_t event);
 /* Allocates nbytes that collectives can move with fewer copies: device memory
  * (IPC-exportable) on the current CUDA device when weft is built with CUDA and
  * a device is present, else host memory as from weftMemAllocHost. Free with
- * weftMemFree. */
+ * weftMemFree. 0 bytes: *ptr is NULL (as cudaMalloc's and NCCL's). */
 weftResult_t weftMemAlloc(void **ptr, size_t nbytes);
 /* weft extension: always host memory, page aligned (2 MiB aligned from
  * 2 MiB). From 64 KiB it is shared memory that peers on the same host map

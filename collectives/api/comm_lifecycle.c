@@ -228,6 +228,7 @@ weftResult_t weftCommInitRankConfig(weftComm_t *comm, int nranks, weftUniqueId c
                                     weftConfig_t *config) {
   weft_error_clear();
   if (comm == NULL) return weft_error_set(weftInvalidArgument, "comm is NULL");
+  *comm = NULL; /* what a failed init leaves, as NCCL's */
   if (nranks < 1) return weft_error_set(weftInvalidArgument, "nranks %d < 1", nranks);
   if (rank < 0 || rank >= nranks)
     return weft_error_set(weftInvalidArgument, "rank %d out of range [0, %d)", rank, nranks);

@@ -365,7 +365,10 @@ weftResult_t weftMemAllocHost(void **ptr, size_t nbytes) {
 weftResult_t weftMemAlloc(void **ptr, size_t nbytes) {
   weft_error_clear();
   if (ptr == NULL) return weft_error_set(weftInvalidArgument, "MemAlloc: ptr is NULL");
-  if (nbytes == 0) return weft_error_set(weftInvalidArgument, "MemAlloc: nbytes is 0");
+  if (nbytes == 0) { /* as cudaMalloc's of 0 bytes (and NCCL's): NULL, which MemFree takes */
+    *ptr = NULL;
+    return weftSuccess;
+  }
   WEFT_TRY(mem_nbytes_check("MemAlloc", nbytes));
   int on_device = 0;
   WEFT_TRY(device_mem_alloc(ptr, nbytes, &on_device));

@@ -366,7 +366,7 @@ NCCL_PROFILING_ALIAS(ncclMemFree);
 
 NCCL_EXPORT ncclResult_t ncclGetVersion(int *version) {
   weft_error_clear();
-  if (version == NULL) return RES(weft_error_set(weftInvalidArgument, "version is NULL"));
+  if (version == NULL) return RES(weft_error_set(weftInvalidArgument, "ncclGetVersion: version is NULL"));
   *version = NCCL_VERSION_CODE;
   return ncclSuccess;
 }
@@ -402,9 +402,20 @@ NCCL_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId) {
 }
 NCCL_PROFILING_ALIAS(ncclGetUniqueId);
 
+void nccl_res_failed(weftResult_t r) {
+  const char *text = weft_error_text();
+  weft_error_publish(text);
+  /* NCCL prints its refusals with NCCL_DEBUG=WARN or more, and nothing with
+   * NCCL_DEBUG unset, where weft's level is WARN by default: asked for a
+   * level, a WARN line; else the INFO line every error gets */
+  if (getenv("NCCL_DEBUG") != NULL || getenv("WEFT_DEBUG") != NULL)
+    WEFT_WARN(LOG_ALL, "%s: %s", weftGetErrorString(r), text);
+}
+
 static ncclResult_t init_rank_config(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
                                      ncclConfig_t *config) {
   weft_error_clear();
+  if (comm != NULL) *comm = NULL; /* what a failed init leaves, as NCCL's */
   weftConfig_t cfg, *cfgp;
   ncclResult_t res = nccl_config_read(config, &cfg, &cfgp);
   if (res != ncclSuccess) return res;
@@ -713,6 +724,8 @@ NCCL_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo) {
     return RES(weft_error_set(weftInvalidArgument,
                               "ncclSimInfo_t was not initialised with NCCL_SIM_INFO_INITIALIZER"));
   }
+  /* without simInfo, NCCL's simulated end is its group end: the group runs */
+  if (simInfo == NULL) return RES(weftGroupEnd());
   float us = 0;
   ncclResult_t res = RES(weftGroupSimulateEnd(&us));
   if (res == ncclSuccess && simInfo != NULL) simInfo->estimatedTime = us;

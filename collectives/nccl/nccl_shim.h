@@ -20,10 +20,14 @@
 #define NCCL_PROFILING_ALIAS(name) \
   extern __typeof__(name) p##name __attribute__((alias(#name), visibility("default")))
 
+/* nccl_res of a failure (nccl_compat.c). */
+void nccl_res_failed(weftResult_t r);
+
 /* An NCCL call's result: a failure's text becomes the process's last
- * (ncclGetLastError(NULL) on a thread of its own). */
+ * (ncclGetLastError(NULL) on a thread of its own), and is logged at WARN
+ * where NCCL_DEBUG (or WEFT_DEBUG) is set, as NCCL logs its refusals. */
 static inline ncclResult_t nccl_res(weftResult_t r) {
-  if (r != weftSuccess && r != weftInProgress) weft_error_publish(weft_error_text());
+  if (__builtin_expect(r != weftSuccess && r != weftInProgress, 0)) nccl_res_failed(r);
   return (ncclResult_t)r;
 }
 #define RES(r) nccl_res(r)

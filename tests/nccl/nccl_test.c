@@ -329,6 +329,15 @@ static void test_groups(ncclComm_t comm) {
   bad.magic = 0;
   NCCL_OK(ncclGroupStart());
   EXPECT(ncclGroupSimulateEnd(&bad) == ncclInvalidArgument, "uninitialised ncclSimInfo_t accepted");
+  /* without a ncclSimInfo_t the simulated end is NCCL's group end: it runs */
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclAllReduce(sim, sim, count, ncclFloat32, ncclSum, comm, NULL));
+  NCCL_OK(ncclGroupSimulateEnd(NULL));
+  for (size_t i = 0; i < count; i++)
+    if (sim[i] != (float)g_nranks) {
+      FAIL("ncclGroupSimulateEnd(NULL): [%zu] = %g, want %d", i, (double)sim[i], g_nranks);
+      break;
+    }
   free(sim);
 }
 
@@ -509,6 +518,11 @@ static void test_memory(ncclComm_t comm) {
   NCCL_OK(ncclMemFree(buf));
   EXPECT(ncclCommWindowRegister(comm, &handle, 8, &win, 0x40) == ncclInvalidArgument,
          "unknown window flags accepted");
+  /* 0 bytes: NULL and success, as cudaMalloc's; freeing NULL succeeds */
+  void *none = &handle;
+  NCCL_OK(ncclMemAlloc(&none, 0));
+  EXPECT(none == NULL, "ncclMemAlloc of 0 bytes gave %p, not NULL", none);
+  NCCL_OK(ncclMemFree(none));
 }
 
 static void test_errors(ncclComm_t comm, ncclUniqueId id) {
@@ -553,11 +567,17 @@ static void test_errors(ncclComm_t comm, ncclUniqueId id) {
   EXPECT(ncclCommInitAll(pair, 2, twice) == ncclInvalidUsage,
          "ncclCommInitAll: a device named twice accepted");
   /* configs that must be refused before any rendezvous */
-  ncclComm_t c = NULL;
+  /* a refused init leaves *comm NULL, as NCCL's */
+  ncclComm_t c = (ncclComm_t)&x;
+  EXPECT(ncclCommInitRank(&c, g_nranks, id, g_nranks) == ncclInvalidArgument,
+         "rank out of range accepted");
+  EXPECT(c == NULL, "a refused ncclCommInitRank left *comm set");
+  c = (ncclComm_t)&x;
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 5;
   EXPECT(ncclCommInitRankConfig(&c, g_nranks, id, g_rank, &cfg) == ncclInvalidArgument,
          "blocking = 5 accepted from a 2.30 config");
+  EXPECT(c == NULL, "a refused ncclCommInitRankConfig left *comm set");
   ncclConfig_t raw;
   memset(&raw, 0, sizeof raw);
   raw.size = sizeof raw;
@@ -615,6 +635,8 @@ int main(int argc, char **argv) {
 
   if (quick) {
     expect_allreduce_works(comm, "quick");
+    /* a refusal, which NCCL_DEBUG=WARN shows (test_env.sh) */
+    EXPECT(ncclGetVersion(NULL) == ncclInvalidArgument, "ncclGetVersion(NULL) accepted");
     NCCL_OK(ncclCommDestroy(comm));
     return g_failures ? 1 : 0;
   }

@@ -35,6 +35,10 @@ reject "WEFT_DEBUG=WARN wins over NCCL_DEBUG=INFO" 'weft INFO' "$out"
 
 out=$(NCCL_DEBUG=WARN "$weftrun" -n 2 "$prog" --quick 2>&1) || fail=1
 reject "NCCL_DEBUG=WARN prints no version and no INFO" 'NCCL version|weft INFO' "$out"
+expect "NCCL_DEBUG=WARN shows a refused call, as NCCL's" \
+  'weft WARN .*invalid argument: ncclGetVersion: version is NULL' "$out"
+out=$(env -u NCCL_DEBUG -u WEFT_DEBUG "$weftrun" -n 2 "$prog" --quick 2>&1) || fail=1
+reject "without NCCL_DEBUG a refused call prints nothing, as NCCL's" 'version is NULL' "$out"
 
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT

@@ -190,7 +190,7 @@ weftResult_t device_check_ordinal(int dev) {
     n = 0;
   }
   if (dev < 0 || dev >= n)
-    return weft_error_set(weftInvalidUsage, "CUDA device %d requested, but %d %s present", dev, n,
+    return weft_error_set(weftInvalidArgument, "CUDA device %d requested, but %d %s present", dev, n,
                           n == 1 ? "device is" : "devices are");
   return weftSuccess;
 }
