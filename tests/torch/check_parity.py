@@ -15,7 +15,12 @@ the same ranks where Gloo has it:
   MIN; Gloo's results are the same);
 - all_gather and reduce_scatter with lists of tensors of unequal sizes;
 - Work._get_duration(), set_timeout(), options through pg_options (name,
-  timeout, channels), shrink_group, and the time estimate torch asks for.
+  timeout, channels), shrink_group, and the time estimate torch asks for;
+- a future's callback that issues collectives on the same group and waits
+  for them (PowerSGD's hook does), and DDP with the PowerSGD hook, whose
+  parameters match Gloo's;
+- a send or receive with the rank itself as the peer, issued on its own, is
+  refused (Gloo raises too); in batch_isend_irecv the two pair up.
 
 Run under torchrun (2 or 3 ranks); exits non-zero with the failing checks
 listed. The random sizes are seeded; the seed is printed (WEFT_PARITY_SEED
@@ -261,6 +266,96 @@ def check_wait_on_send(gloo=None):
             check(f"{name}: wait on a send", False, f"{type(e).__name__}: {str(e)[:200]}")
     dist.destroy_process_group(weft)
     dist.barrier(group=gloo)
+
+
+def check_callback_waits(gloo=None):
+    """A future's callback issues an all-reduce on the same group and waits
+    on its future, then on another's Work (PowerSGD's hook waits so inside
+    its .then): it completes, on a weft group with a short timeout as on
+    Gloo, with the sums as results."""
+    n = dist.get_world_size()
+    if gloo is None:
+        gloo = dist.new_group(backend="gloo")
+    weft = dist.new_group(backend="weft", timeout=timedelta(seconds=10))
+    for name, g in (("weft", weft), ("gloo", gloo)):
+        def then(fut, g=g):
+            y = torch.full((4,), 2.0) * fut.value()[0]
+            dist.all_reduce(y, group=g, async_op=True).get_future().wait()
+            z = torch.ones(3)
+            dist.all_reduce(z, group=g, async_op=True).wait()
+            return torch.cat([y, z])
+        try:
+            first = dist.all_reduce(torch.ones(4), group=g, async_op=True)
+            out = first.get_future().then(then).wait()
+            check_equal(f"{name}: a callback that waits on its group", out,
+                        torch.cat([torch.full((4,), 2.0 * n * n), torch.full((3,), float(n))]))
+        except Exception as e:  # noqa: BLE001  (a hang times out: the check fails)
+            check(f"{name}: a callback that waits on its group", False,
+                  f"{type(e).__name__}: {str(e)[:200]}")
+    dist.destroy_process_group(weft)
+    dist.barrier(group=gloo)
+
+
+def check_powersgd(gloo=None):
+    """DDP with the PowerSGD comm hook (two uncompressed steps, then rank-2
+    approximations whose all-reduces the hook waits on inside its
+    callbacks) trains five steps, its parameters as Gloo's within float
+    rounding."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    r = dist.get_rank()
+    if gloo is None:
+        gloo = dist.new_group(backend="gloo")
+    weft = dist.new_group(backend="weft", timeout=timedelta(seconds=20))
+    params = {}
+    for name, g in (("weft", weft), ("gloo", gloo)):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                    torch.nn.Linear(64, 8))
+        ddp = DDP(model, process_group=g)
+        state = psgd.PowerSGDState(process_group=g, matrix_approximation_rank=2,
+                                   start_powerSGD_iter=2, random_seed=0)
+        ddp.register_comm_hook(state, psgd.powerSGD_hook)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+        torch.manual_seed(1 + r)
+        try:
+            for _ in range(5):
+                opt.zero_grad()
+                ddp(torch.randn(16, 32)).square().mean().backward()
+                opt.step()
+        except Exception as e:  # noqa: BLE001
+            check(f"{name}: DDP with the PowerSGD hook", False, f"{type(e).__name__}: {str(e)[:200]}")
+            break
+        params[name] = torch.cat([p.detach().flatten() for p in model.parameters()])
+    if len(params) == 2:
+        d = (params["weft"] - params["gloo"]).abs().max().item()
+        check("DDP with the PowerSGD hook: parameters as Gloo's", d < 1e-4, f"differ by {d}")
+    dist.destroy_process_group(weft)
+    dist.barrier(group=gloo)
+
+
+def check_self_p2p():
+    """A send or receive to this rank itself, on its own, is refused with a
+    message that says where it pairs (Gloo raises too; torch refuses a
+    blocking send itself); in batch_isend_irecv the two pair up and the
+    data arrives."""
+    r = dist.get_rank()
+    t = torch.arange(4.0) + 10 * r
+    for what, call in (("isend", lambda: dist.isend(t, r)), ("send", lambda: dist.send(t, r)),
+                       ("recv", lambda: dist.recv(torch.empty(4), r))):
+        try:
+            call()
+            check(f"{what} with this rank as the peer refused", False, "accepted")
+        except Exception as e:  # noqa: BLE001
+            check(f"{what} to itself: the error says why",
+                  "itself" in str(e) or "should not be the same" in str(e), str(e)[:200])
+    b = torch.zeros(4)
+    for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, t, r), dist.P2POp(dist.irecv, b, r)]):
+        w.wait()
+    check_equal("batch_isend_irecv with this rank as the peer", b, t)
+    x = torch.ones(2)
+    dist.all_reduce(x)  # the group still works
+    check_equal("all_reduce after the refusals", x, torch.full((2,), float(dist.get_world_size())))
 
 
 def trace(what):
@@ -636,6 +731,7 @@ def main():
            lambda: check_bool(gloo, rng), lambda: check_uneven(gloo, rng),
            lambda: check_sparse(gloo, rng), lambda: check_p2p_beside_collectives(gloo),
            lambda: check_wait_on_send(gloo),
+           lambda: check_callback_waits(gloo), lambda: check_powersgd(gloo), check_self_p2p,
            check_duration,
            check_estimate, check_no_deadline, check_bad_handling, check_timeouts,
            check_shrink]  # last: the ranks that shrink name their later groups apart
