@@ -1,6 +1,7 @@
 #!/bin/bash
 # weft-train's MLP (--model mlp) under weftrun: falling loss, the memory table, the final line;
-# a checkpoint saved on 4 ranks resumes on 2 and consolidates.
+# a checkpoint saved on 4 ranks resumes on 2 and consolidates; a --save that
+# cannot be written is refused before the first step; no step prints no loss.
 # usage: test_weft_train.sh WEFTRUN TOOLS_DIR SOURCE_DIR
 set -u
 weftrun=$1
@@ -10,7 +11,7 @@ fail=0
 work=$(mktemp -d /tmp/weft_train_XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
-check() { # name, condition result
+check() { # name, condition result (take $? before the name: a $(...) in it resets $?)
   if [ "$2" -ne 0 ]; then echo "FAIL: $1"; fail=1; else echo "ok: $1"; fi
 }
 
@@ -69,6 +70,24 @@ check "save" $?
 out=$(timeout 60 "$weftrun" -n 2 "$tools/weft-train" --model mlp --zero-stage 1 --steps 8 --resume "$work/ckpt" 2>&1)
 check "resume" $?
 echo "$out" | grep -q "from step 4"; check "resumed from step 4" $?
+# --save where no checkpoint can be written is refused before the first
+# step; missing parents are made, as mkdir -p does
+touch "$work/plain"
+for dir in "$work/plain" "$work/plain/ckpt"; do
+  out=$(timeout 60 "$weftrun" -n 2 "$tools/weft-train" --model mlp --steps 2 --save "$dir" 2>&1)
+  st=$?
+  [ $st -ne 0 ] && echo "$out" | grep -q -- "--save $dir: Not a directory" &&
+    ! echo "$out" | grep -qE 'step +1 loss'
+  check "--save $dir (under a regular file) refused before any step (exit $st)" $?
+done
+timeout 60 "$weftrun" -n 2 "$tools/weft-train" --model mlp --steps 2 --quiet \
+  --save "$work/new/parents/ckpt" >/dev/null 2>&1 && grep -qx step-2 "$work/new/parents/ckpt/LATEST"
+check "--save into missing parents makes them" $?
+# no step, no loss: the final line says none
+out=$(timeout 60 "$weftrun" -n 2 "$tools/weft-train" --model mlp --steps 0 2>&1)
+check "--steps 0 exits 0" $?
+echo "$out" | tail -1 | grep -qE '^\[0\] final loss none params-l2 [0-9.e+-]+ params-sum [0-9.e+-]+$'
+st=$?; check "--steps 0: final loss none ($(echo "$out" | tail -1))" $st
 "$tools/weft-zero-consolidate" "$work/ckpt" "$work/full.bin"; check "consolidate" $?
 [ "$(stat -c %s "$work/full.bin")" -eq $((8 + 8 + 8 * 3 + 4 * 1673)) ]; check "consolidated size" $?
 "$tools/weft-zero-consolidate" --allow-non-finite "$work/ckpt" "$work/full2.bin" &&
@@ -83,7 +102,7 @@ cp "$work/full.bin" "$work/full.before"
 "$tools/weft-zero-consolidate" "$work/ckpt" "$work/full.bin" 2>"$work/err"
 [ $? -eq 1 ] && grep -q "rank-00001.bin is not a weft ZeRO shard" "$work/err" &&
   cmp -s "$work/full.bin" "$work/full.before"
-check "consolidate refuses a random shard ($(cat "$work/err"))" $?
+st=$?; check "consolidate refuses a random shard ($(cat "$work/err"))" $st
 "$tools/weft-zero-consolidate" "$work/none" "$work/x.bin" 2>/dev/null
 [ $? -eq 1 ]; check "consolidate of a missing checkpoint fails" $?
 "$tools/weft-train" --model mlp --zero-stage 7 >/dev/null 2>&1
@@ -94,7 +113,7 @@ check "consolidate refuses a random shard ($(cat "$work/err"))" $?
 [ $? -eq 2 ]; check "--device gpu refused" $?
 "$tools/weft-train" --model mlp --offload-optimizer 2>"$work/err" >/dev/null
 [ $? -eq 2 ] && grep -q "needs --device cuda" "$work/err"
-check "--offload-optimizer on the host refused ($(cat "$work/err"))" $?
+st=$?; check "--offload-optimizer on the host refused ($(cat "$work/err"))" $st
 host=$(timeout 60 "$weftrun" -n 2 "$tools/weft-train" --model mlp --zero-stage 3 --quiet 2>&1 | tail -1)
 out=$(timeout 120 "$weftrun" -n 2 "$tools/weft-train" --model mlp --device cuda --zero-stage 3 --quiet 2>&1)
 rc=$?
@@ -119,5 +138,6 @@ check "zero-example runs" $?
 [ -f "$work/example-ckpt/LATEST" ]
 check "zero-example saved a checkpoint into the directory it was given" $?
 echo "$out" | awk '/ w0 /{w=$3; b=$7; found=1} END{d1=w-0.1; d2=b-0.5; if(d1<0)d1=-d1; if(d2<0)d2=-d2;
-  exit !(found && d1 < 0.01 && d2 < 0.01)}'; check "zero-example fits the model ($(echo "$out" | tail -1))" $?
+  exit !(found && d1 < 0.01 && d2 < 0.01)}'
+st=$?; check "zero-example fits the model ($(echo "$out" | tail -1))" $st
 exit $fail

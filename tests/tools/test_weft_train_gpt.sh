@@ -5,7 +5,9 @@
 # losses of an uninterrupted run (fp32, 1e-5 relative); bf16 trains; the
 # GPU path's kernels, simulated on the host, give the host's losses; a
 # token file given and a sequence of 3 train; a save the run would repeat is
-# refused before it trains; bad options are refused.
+# refused before it trains; a run with no step says no loss; the cosine ends
+# at its floor; --dump-batches and --data that cannot be used are refused;
+# the token file is named for the text's bytes; bad options are refused.
 # usage: test_weft_train_gpt.sh WEFTRUN TOOLS_DIR
 set -u
 weftrun=$1
@@ -15,7 +17,7 @@ work=$(mktemp -d /tmp/weft_train_gpt_XXXXXX)
 trap 'rm -rf "$work"' EXIT
 export TMPDIR=$work # the token file too
 
-check() { # name, condition result
+check() { # name, condition result (take $? before the name: a $(...) in it resets $?)
   if [ "$2" -ne 0 ]; then echo "FAIL: $1"; fail=1; else echo "ok: $1"; fi
 }
 
@@ -35,7 +37,7 @@ echo "$out" | grep -qE ' step +20 loss .* tok/s '; check "tokens/s per step" $?
 # the peak after it, and the cosine's floor (0.1 of the peak) at the last step
 lrs=$(echo "$out" | awk '/ step +[0-9]+ loss /{for (i = 1; i < NF; i++) if ($i == "lr") print $(i + 1)}')
 [ "$(echo "$lrs" | sed -n '1p;3p;20p' | tr '\n' ' ')" = "1.500e-03 3.000e-03 3.000e-04 " ]
-check "learning rates of steps 1, 3 and 20: $(echo "$lrs" | sed -n '1p;3p;20p' | tr '\n' ' ')" $?
+st=$?; check "learning rates of steps 1, 3 and 20: $(echo "$lrs" | sed -n '1p;3p;20p' | tr '\n' ' ')" $st
 for r in 0 1 2 3; do
   echo "$out" | grep -qE "^\[0\] +$r +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+$"
   check "memory row for rank $r" $?
@@ -120,6 +122,85 @@ out=$(timeout 120 "$weftrun" -n 2 "$tools/weft-train" "${small[@]}" --steps 2 --
 check "resumed at its last step, exit 0" $?
 echo "$out" | grep -q 'nothing saved'; check "  and nothing saved" $?
 
+# a resumed run with no step left has no loss: its final line says none
+echo "$out" | tail -1 | grep -qE '^\[0\] final loss none params-l2 [0-9.e+-]+ params-sum [0-9.e+-]+$'
+st=$?; check "  and its final line has no loss ($(echo "$out" | tail -1))" $st
+out=$(timeout 120 "$weftrun" -n 2 "$tools/weft-train" "${small[@]}" --steps 0 2>&1)
+check "--steps 0: the model as it starts, exit 0" $?
+! echo "$out" | grep -qE 'step +1 loss' &&
+  echo "$out" | tail -1 | grep -qE '^\[0\] final loss none params-l2 [0-9.e+-]+ params-sum [0-9.e+-]+$'
+st=$?; check "  no step, and the final line says no loss ($(echo "$out" | tail -1))" $st
+
+# the cosine's last step is at the floor, also where it is the only step
+# after the warm-up: 3e-3 peak, the floor 0.1 of it
+out=$(timeout 120 "$weftrun" -n 1 "$tools/weft-train" "${small[@]}" --steps 3 --warmup 2 2>&1)
+lrs=$(echo "$out" | awk '/ step +[0-9]+ loss /{for (i = 1; i < NF; i++) if ($i == "lr") print $(i + 1)}')
+[ "$(echo "$lrs" | tr '\n' ' ')" = "1.500e-03 3.000e-03 3.000e-04 " ]
+st=$?; check "--steps 3 --warmup 2: learning rates $(echo "$lrs" | tr '\n' ' ')" $st
+
+# --dump-batches that cannot be written: refused before any step, with the
+# path and the reason; a failed write fails the run, saying so
+out=$(timeout 120 "$weftrun" -n 2 "$tools/weft-train" "${small[@]}" --steps 2 \
+  --dump-batches "$work/none/batches.bin" 2>&1)
+st=$?
+[ $st -ne 0 ] && echo "$out" | grep -q "dump-batches $work/none/batches.bin: No such file or directory" &&
+  ! echo "$out" | grep -qE 'step +1 loss'
+check "--dump-batches in a missing directory refused before any step (exit $st)" $?
+out=$(timeout 120 "$weftrun" -n 2 "$tools/weft-train" "${small[@]}" --steps 2 \
+  --dump-batches /dev/full 2>&1)
+st=$?
+[ $st -ne 0 ] && echo "$out" | grep -q 'dump-batches /dev/full: No space left on device'
+check "--dump-batches /dev/full fails, saying why (exit $st)" $?
+
+# the default token file is named for the text's absolute path and bytes:
+# files of one relative name, size and time in two folders, and a rewrite
+# of the same size and time, each get their own tokens
+mkdir -p "$work/a" "$work/b"
+head -c 3000 /usr/share/common-licenses/GPL-3 >"$work/a/text"
+tail -c 3000 /usr/share/common-licenses/GPL-3 >"$work/b/text"
+touch -d '2020-01-01 00:00:00' "$work/a/text" "$work/b/text"
+tiny=(--steps 1 --seq 8 --batch 2 --val-every 0 --sample 0)
+tokens_of() { # text file: whether a token file in $work holds its bytes
+  local t
+  for t in "$work"/weft-train-*.tok; do
+    tail -c +25 "$t" | cmp -s - "$1" && return 0
+  done
+  return 1
+}
+(cd "$work/a" && timeout 120 "$weftrun" -n 1 "$tools/weft-train" "${tiny[@]}" --data text >/dev/null 2>&1) &&
+  (cd "$work/b" && timeout 120 "$weftrun" -n 1 "$tools/weft-train" "${tiny[@]}" --data text \
+    >/dev/null 2>&1) &&
+  tokens_of "$work/a/text" && tokens_of "$work/b/text"
+check "--data of one relative name, size and time in two folders: tokens of each" $?
+tail -c 3000 /usr/share/common-licenses/GPL-2 >"$work/a/text"
+touch -d '2020-01-01 00:00:00' "$work/a/text"
+(cd "$work/a" && timeout 120 "$weftrun" -n 1 "$tools/weft-train" "${tiny[@]}" --data text \
+  >/dev/null 2>&1) && tokens_of "$work/a/text"
+check "--data rewritten at the same size and time: tokens of the new text" $?
+mkdir -p "$work/tmp2"
+out=$(TMPDIR=$work/tmp2 timeout 120 "$weftrun" -n 1 "$tools/weft-train" "${tiny[@]}" --data "$work/a" 2>&1)
+st=$?
+[ $st -ne 0 ] && echo "$out" | grep -q -- "--data $work/a: a directory" &&
+  [ -z "$(ls -A "$work/tmp2")" ]
+check "--data naming a directory refused, no token file left (exit $st)" $?
+
+# every numeric flag whole, in its range and finite; refused with the flag
+# and the value (exit 2)
+for bad in "--zero-stage abc" "--steps abc" "--steps -1" "--steps 5x" "--lr abc" "--lr -1" \
+  "--seed abc" "--seed -1" "--seq 0" "--seq -5" "--seq 65" "--layers 0" "--layers 9" \
+  "--clip -1" "--min-lr 2" "--min-lr nan" "--temperature nan" "--temperature -1" \
+  "--width 100000" "--width 0" "--accum 0" "--batch 0" "--batch 1e3" "--prefetch -1" \
+  "--gather-bound -1" "--warmup -2" "--val-every x" "--val-batches -1" "--sample -1" \
+  "--stop-at 0" "--lr inf" "--zero-stage ' 1'"; do
+  eval "set -- $bad"
+  timeout 20 "$tools/weft-train" "$@" >/dev/null 2>"$work/err"
+  st=$?
+  [ $st -eq 2 ] && grep -qF -- "weft-train: $1 $2:" "$work/err"
+  ok=$?; check "$bad refused: exit $st, $(head -1 "$work/err")" $ok
+done
+"$tools/weft-train" --model mlp --width 100000 2>&1 >/dev/null |
+  grep -q 'from 1 to 46340 (a layer.s width x width weights are indexed by int)'
+check "--width too wide says its limit and why" $?
 "$tools/weft-train" --min-lr -0.5 >/dev/null 2>&1
 [ $? -eq 2 ]; check "a negative --min-lr refused" $?
 "$tools/weft-train" --model gpt3 >/dev/null 2>&1

@@ -27,17 +27,40 @@ static int name_cmp(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The text's files: text_path, or the regular files of the default folder by name. */
+static void data_sources_free(char **paths, int n) {
+  for (int i = 0; i < n; i++) free(paths[i]);
+  free(paths);
+}
+
+/* The text's files, each by its absolute path (realpath): text_path, or the
+ * regular files of the default folder by name. 0, or -1 with the reason on
+ * stderr. */
 static int data_sources(const char *text_path, char ***paths_out, int *n_out) {
   char **paths = NULL;
   int n = 0;
   if (text_path != NULL) {
+    struct stat st;
+    if (stat(text_path, &st) != 0) {
+      fprintf(stderr, "weft-train: --data %s: %s\n", text_path, strerror(errno));
+      return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+      fprintf(stderr, "weft-train: --data %s: %s, not a text file\n", text_path,
+              S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
+      return -1;
+    }
     paths = malloc(sizeof *paths);
-    if (paths == NULL || (paths[0] = strdup(text_path)) == NULL) return -1;
+    if (paths == NULL || (paths[0] = strdup(text_path)) == NULL) {
+      free(paths);
+      return -1;
+    }
     n = 1;
   } else {
     DIR *dir = opendir(TRAIN_DATA_DEFAULT_DIR);
-    if (dir == NULL) return -1;
+    if (dir == NULL) {
+      fprintf(stderr, "weft-train: no text at %s: %s\n", TRAIN_DATA_DEFAULT_DIR, strerror(errno));
+      return -1;
+    }
     struct dirent *e;
     while ((e = readdir(dir)) != NULL) {
       char path[4096];
@@ -52,28 +75,67 @@ static int data_sources(const char *text_path, char ***paths_out, int *n_out) {
     closedir(dir);
     qsort(paths, (size_t)n, sizeof *paths, name_cmp);
   }
+  for (int i = 0; i < n; i++) {
+    char *abs = realpath(paths[i], NULL);
+    if (abs == NULL) {
+      fprintf(stderr, "weft-train: %s: %s\n", paths[i], strerror(errno));
+      data_sources_free(paths, n);
+      return -1;
+    }
+    free(paths[i]);
+    paths[i] = abs;
+  }
+  if (n == 0) {
+    fprintf(stderr, "weft-train: no text at %s\n", TRAIN_DATA_DEFAULT_DIR);
+    free(paths);
+    return -1;
+  }
   *paths_out = paths;
   *n_out = n;
-  return n > 0 ? 0 : -1;
+  return 0;
 }
 
-static void data_sources_free(char **paths, int n) {
-  for (int i = 0; i < n; i++) free(paths[i]);
-  free(paths);
-}
-
-/* $TMPDIR/weft-train-<hash of paths, sizes and times>.tok */
-static void data_default_tokens_path(char **paths, int n, char *out, size_t out_nbytes) {
+/* The key of the default token file's name: the text's absolute paths, and
+ * its bytes (a 64-bit mix a word) and their count, so that another file of
+ * the same name, or a rewrite of the same size within the same second, gets
+ * its own. 0, or -1 with the reason on stderr. */
+static int data_key(char **paths, int n, uint64_t *key_out) {
   uint64_t h = 0x5745465454524149ull;
+  uint8_t buf[65536];
   for (int i = 0; i < n; i++) {
-    struct stat st;
     for (const char *c = paths[i]; *c != '\0'; c++) h = data_mix64(h ^ (uint8_t)*c);
-    if (stat(paths[i], &st) == 0)
-      h = data_mix64(h ^ data_mix64((uint64_t)st.st_size) ^ (uint64_t)st.st_mtime);
+    FILE *in = fopen(paths[i], "rb");
+    if (in == NULL) {
+      fprintf(stderr, "weft-train: reading %s: %s\n", paths[i], strerror(errno));
+      return -1;
+    }
+    uint64_t count = 0;
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, in)) > 0) {
+      for (size_t at = 0; at < got; at += 8) {
+        uint64_t word = 0;
+        memcpy(&word, buf + at, got - at < 8 ? got - at : 8);
+        h = data_mix64(h ^ word);
+      }
+      count += got;
+    }
+    const int failed = ferror(in);
+    fclose(in);
+    if (failed) {
+      fprintf(stderr, "weft-train: reading %s failed\n", paths[i]);
+      return -1;
+    }
+    h = data_mix64(h ^ count);
   }
+  *key_out = h;
+  return 0;
+}
+
+/* $TMPDIR/weft-train-<key>.tok */
+static void data_default_tokens_path(uint64_t key, char *out, size_t out_nbytes) {
   const char *tmp = getenv("TMPDIR");
   snprintf(out, out_nbytes, "%s/weft-train-%016llx.tok", tmp != NULL && tmp[0] ? tmp : "/tmp",
-           (unsigned long long)h);
+           (unsigned long long)key);
 }
 
 /* Writes the token file beside its path and renames it into place. */
@@ -87,10 +149,10 @@ static int data_write_tokens(char **paths, int n, const char *tokens_path) {
   }
   uint8_t header[TOK_HEADER_NBYTES] = {0};
   memcpy(header, TOK_MAGIC, 8);
-  fwrite(header, 1, sizeof header, out); /* the count is filled in below */
+  /* the count is filled in below */
+  int ok = fwrite(header, 1, sizeof header, out) == sizeof header;
   uint64_t count = 0;
   char buf[65536];
-  int ok = 1;
   for (int i = 0; i < n && ok; i++) {
     FILE *in = fopen(paths[i], "rb");
     if (in == NULL) {
@@ -102,6 +164,10 @@ static int data_write_tokens(char **paths, int n, const char *tokens_path) {
     while ((got = fread(buf, 1, sizeof buf, in)) > 0) { /* a byte is a token */
       ok &= fwrite(buf, 1, got, out) == got;
       count += got;
+    }
+    if (ferror(in)) {
+      fprintf(stderr, "weft-train: reading %s failed\n", paths[i]);
+      ok = 0;
     }
     fclose(in);
   }
@@ -155,40 +221,49 @@ static int data_map(struct train_data *d, const char *tokens_path, int seq) {
   return 0;
 }
 
+/* Rank 0's part of train_data_open: the key of the default token file's
+ * name (tokens_path NULL), and the file written from the text where it is
+ * not there yet. 0, or -1 with the reason on stderr. */
+static int data_prepare(const char *text_path, const char *tokens_path, uint64_t *key_out) {
+  if (tokens_path != NULL && access(tokens_path, R_OK) == 0) return 0; /* no text needed */
+  char **paths = NULL;
+  int n = 0;
+  if (data_sources(text_path, &paths, &n) != 0) return -1;
+  char def[4096];
+  int rc = 0;
+  if (tokens_path == NULL) {
+    rc = data_key(paths, n, key_out);
+    data_default_tokens_path(*key_out, def, sizeof def);
+    tokens_path = def;
+  }
+  if (rc == 0 && access(tokens_path, R_OK) != 0) rc = data_write_tokens(paths, n, tokens_path);
+  data_sources_free(paths, n);
+  return rc;
+}
+
 weftResult_t train_data_open(struct train_data *d, const char *text_path,
                              const char *tokens_path, int seq, weftComm_t comm) {
   memset(d, 0, sizeof *d);
   int rank;
   weftCommUserRank(comm, &rank);
-  char **paths = NULL;
-  int n = 0;
+  /* rank 0 reads the text, and everyone learns whether it made the file
+   * and, by default, the key of its name, before mapping it */
+  enum { FAILED, KEY, NWORDS };
+  uint64_t words[NWORDS] = {0, 0}; /* rank 0's, summed with the others' zeros */
+  if (rank == 0) words[FAILED] = data_prepare(text_path, tokens_path, &words[KEY]) != 0;
+  weftResult_t res = weftAllReduce(words, words, NWORDS, weftUint64, weftSum, comm, NULL);
+  if (res != weftSuccess) return res;
+  if (words[FAILED] != 0) return weftInvalidUsage;
   char def[4096];
-  int status = 0; /* rank 0's: 0 the file is ready */
-  /* the text is read for the default file's name, and by rank 0 to write a
-   * file that is not there yet: a token file given and present needs none */
-  const int need_text =
-      tokens_path == NULL || (rank == 0 && access(tokens_path, R_OK) != 0);
-  if (need_text && data_sources(text_path, &paths, &n) != 0) {
-    if (rank == 0)
-      fprintf(stderr, "weft-train: no text at %s\n", text_path ? text_path : TRAIN_DATA_DEFAULT_DIR);
-    status = 1;
-  } else if (tokens_path == NULL) {
-    data_default_tokens_path(paths, n, def, sizeof def);
+  if (tokens_path == NULL) {
+    data_default_tokens_path(words[KEY], def, sizeof def);
     tokens_path = def;
   }
-  if (rank == 0 && status == 0 && access(tokens_path, R_OK) != 0)
-    status = data_write_tokens(paths, n, tokens_path) != 0;
-  data_sources_free(paths, n);
-  /* everyone learns whether rank 0 made the file before mapping it */
-  int all = status;
-  weftResult_t res = weftAllReduce(&all, &all, 1, weftInt32, weftMax, comm, NULL);
-  if (res != weftSuccess) return res;
-  if (all != 0) return weftInvalidUsage;
   /* and whether every rank mapped it (on several hosts, rank 0's file may
    * not be where another rank looks): all fail together, none trains alone */
   const int unmapped = data_map(d, tokens_path, seq) != 0;
   if (unmapped) fprintf(stderr, "weft-train: rank %d cannot use the tokens\n", rank);
-  all = unmapped;
+  int all = unmapped;
   res = weftAllReduce(&all, &all, 1, weftInt32, weftMax, comm, NULL);
   if (res == weftSuccess && all != 0) res = weftInvalidUsage;
   if (res != weftSuccess) train_data_close(d);

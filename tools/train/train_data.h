@@ -24,8 +24,8 @@ struct train_data {
 /* Rank 0 writes the token file at tokens_path from text_path (NULL: the
  * files of TRAIN_DATA_DEFAULT_DIR by name, concatenated) unless it exists;
  * then every rank maps it. tokens_path NULL: one in $TMPDIR (or /tmp) named
- * for the text's path, size and time. Collective; seq is the sequence
- * length every split must hold. */
+ * for the text's absolute paths and a hash of its bytes, which rank 0 reads
+ * every time. Collective; seq is the sequence length every split must hold. */
 weftResult_t train_data_open(struct train_data *d, const char *text_path,
                              const char *tokens_path, int seq, weftComm_t comm);
 void train_data_close(struct train_data *d);

@@ -5,6 +5,7 @@
  * sample at the end. */
 #include "train_gpt.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -414,16 +415,52 @@ static void batch_load(struct gpt *g, uint64_t micro) {
   gpt_x_tokens(&g->x, g->inp, g->tgt, g->B, T);
 }
 
-/* --dump-batches: rank 0 writes every rank's windows of the micro-step. */
-static void batch_dump(struct gpt *g, FILE *f, uint64_t micro) {
+/* --dump-batches: rank 0 opens the file and writes its header ("WEFTBAT1",
+ * then uint32 sequence, sequences a micro-step, micro-steps a step, first
+ * step); every rank learns whether it could before any step, so that none
+ * trains alone. Collective. */
+static weftResult_t batch_dump_open(struct gpt *g, weftComm_t comm, long first, FILE **dump_out) {
+  const char *path = g->o->dump_batches;
+  FILE *f = NULL;
+  double mine = 0, *all = calloc((size_t)g->nranks, sizeof *all);
+  if (all == NULL) return weftSystemError;
+  if (g->rank == 0) {
+    const uint32_t h[4] = {(uint32_t)g->T, (uint32_t)(g->B * g->nranks), (uint32_t)g->o->accum,
+                           (uint32_t)first};
+    errno = 0;
+    f = fopen(path, "wb");
+    if (f == NULL || fwrite("WEFTBAT1", 1, 8, f) != 8 || fwrite(h, sizeof h, 1, f) != 1) {
+      mine = errno != 0 ? errno : EIO;
+      fprintf(stderr, "weft-train: --dump-batches %s: %s\n", path, strerror((int)mine));
+      if (f != NULL) fclose(f);
+      f = NULL;
+    }
+  }
+  weftResult_t res = train_gather_doubles(&g->m, comm, &mine, all, 1, g->nranks);
+  if (res == weftSuccess && all[0] != 0) res = weftInvalidUsage;
+  free(all);
+  if (res != weftSuccess && f != NULL) fclose(f);
+  if (res == weftSuccess) *dump_out = f;
+  return res;
+}
+
+/* --dump-batches: rank 0 writes every rank's windows of the micro-step. A
+ * failed write fails rank 0's run at once (and the others' with it). */
+static weftResult_t batch_dump(struct gpt *g, FILE *f, uint64_t micro) {
   size_t nb = (size_t)g->B * g->nranks, len = (size_t)g->T + 1;
   uint8_t *w = malloc(len);
-  if (w == NULL) return;
-  for (size_t i = 0; i < nb; i++) {
+  if (w == NULL) return weftSystemError;
+  int ok = 1;
+  for (size_t i = 0; i < nb && ok; i++) {
     train_data_sample(&g->data, g->o->seed, micro * nb + i, g->T, w);
-    fwrite(w, 1, len, f);
+    ok = fwrite(w, 1, len, f) == len;
   }
   free(w);
+  ok = ok && fflush(f) == 0; /* a full disk fails this step, not the run's end */
+  if (ok) return weftSuccess;
+  fprintf(stderr, "weft-train: writing --dump-batches %s: %s\n", g->o->dump_batches,
+          strerror(errno));
+  return weftSystemError;
 }
 
 /* The validation loss: val_batches global batches of the held-out tenth. */
@@ -510,6 +547,7 @@ static weftResult_t dump_params(struct gpt *g, const char *path) {
   if (p == NULL) return weftSystemError;
   weftResult_t res = weftZeroGetParams(g->zero, p, g->stream);
   if (res == weftSuccess && g->rank == 0) {
+    errno = 0;
     FILE *f = fopen(path, "wb");
     uint64_t nl = (uint64_t)g->s.layers + 2;
     int ok = f != NULL && fwrite("WEFTZF32", 1, 8, f) == 8 && fwrite(&nl, 8, 1, f) == 1;
@@ -521,7 +559,8 @@ static weftResult_t dump_params(struct gpt *g, const char *path) {
     ok = ok && fwrite(p, sizeof *p, psi, f) == psi;
     if (f != NULL) ok &= fclose(f) == 0;
     if (!ok) {
-      fprintf(stderr, "weft-train: writing %s failed\n", path);
+      fprintf(stderr, "weft-train: writing --dump-init %s: %s\n", path,
+              errno != 0 ? strerror(errno) : "failed");
       res = weftSystemError;
     }
   }
@@ -559,14 +598,7 @@ static weftResult_t train_loop(struct gpt *g, weftComm_t comm, struct train_resu
   FILE *dump = NULL;
   weftResult_t res = weftSuccess;
   if (o->dump_init != NULL) res = dump_params(g, o->dump_init);
-  if (res == weftSuccess && o->dump_batches != NULL && g->rank == 0) {
-    dump = fopen(o->dump_batches, "wb");
-    if (dump == NULL) return weftSystemError;
-    uint32_t h[4] = {(uint32_t)g->T, (uint32_t)(g->B * g->nranks), (uint32_t)o->accum,
-                     (uint32_t)first};
-    fwrite("WEFTBAT1", 1, 8, dump);
-    fwrite(h, sizeof h, 1, dump);
-  }
+  if (res == weftSuccess && o->dump_batches != NULL) res = batch_dump_open(g, comm, first, &dump);
   double tokens_step = (double)g->B * g->nranks * o->accum * g->T, timed = 0;
   long timed_steps = 0;
   double loss = 0; /* outlives the loop: its all-reduce may be queued when a step fails */
@@ -578,8 +610,8 @@ static weftResult_t train_loop(struct gpt *g, weftComm_t comm, struct train_resu
       uint64_t index = (uint64_t)step * o->accum + micro;
       weftZeroSetSync(g->zero, micro == o->accum - 1);
       batch_load(g, index);
-      if (dump != NULL) batch_dump(g, dump, index);
-      res = forward(g, g->B, g->T, 1, 1);
+      if (dump != NULL) res = batch_dump(g, dump, index);
+      if (res == weftSuccess) res = forward(g, g->B, g->T, 1, 1);
       if (res == weftSuccess) res = backward(g, g->B, g->T, (float)weftZeroLossScale(g->zero));
       /* read once backward is queued: the host does not wait in between */
       if (res == weftSuccess) loss += gpt_x_loss_sum(&g->x, g->B * g->T) / ((double)g->B * g->T);
@@ -598,6 +630,7 @@ static weftResult_t train_loop(struct gpt *g, weftComm_t comm, struct train_resu
     }
     if (step == first) out->first_loss = loss;
     out->final_loss = loss;
+    out->steps_run++;
     if (g->rank == 0 && o->log != NULL)
       fprintf(o->log, "step %4ld loss %.6f lr %.3e grad-norm %.4g %8.0f tok/s %7.1f ms%s\n",
               step + 1, loss, lr, info.gradNorm, tokens_step / dt, dt * 1e3,
@@ -609,7 +642,11 @@ static weftResult_t train_loop(struct gpt *g, weftComm_t comm, struct train_resu
         fprintf(o->log, "val  %4ld loss %.6f\n", step + 1, vl);
     }
   }
-  if (dump != NULL) fclose(dump);
+  if (dump != NULL && fclose(dump) != 0 && res == weftSuccess) {
+    fprintf(stderr, "weft-train: writing --dump-batches %s: %s\n", o->dump_batches,
+            strerror(errno));
+    res = weftSystemError;
+  }
   if (res == weftSuccess && timed_steps > 0 && g->rank == 0 && o->log != NULL)
     fprintf(o->log, "# %.0f tokens/s over steps %ld-%ld (%.0f tokens a step)\n",
             tokens_step * timed_steps / timed, first + 2, last, tokens_step);

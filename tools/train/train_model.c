@@ -5,10 +5,14 @@
 #include "train_device.h"
 #include "train_model_int.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 void train_opts_defaults(struct train_opts *o) {
   memset(o, 0, sizeof *o);
@@ -63,15 +67,40 @@ weftResult_t train_gather_doubles(struct model *m, weftComm_t comm, const double
   return res;
 }
 
+/* --save's directory made as mkdir -p does, and checked writable: 0, or the
+ * errno that would fail the save after the last step. */
+static int save_dir_make(const char *dir) {
+  char path[PATH_MAX];
+  const size_t n = strlen(dir);
+  if (n == 0) return ENOENT;
+  if (n > PATH_MAX - 64) return ENAMETOOLONG; /* weftZeroSave's limit: the shards' names */
+  memcpy(path, dir, n + 1);
+  for (char *p = path + 1;; p++) {
+    if (*p != '/' && *p != '\0') continue;
+    const char was = *p;
+    *p = '\0';
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) return errno;
+    *p = was;
+    if (was == '\0') break;
+  }
+  struct stat st;
+  if (stat(dir, &st) != 0) return errno;
+  if (!S_ISDIR(st.st_mode)) return ENOTDIR;
+  return access(dir, W_OK | X_OK) != 0 ? errno : 0;
+}
+
 weftResult_t train_save_plan(struct model *m, weftComm_t comm, int rank, int nranks, long first,
                              long last, int *save_out) {
   const struct train_opts *o = m->o;
   *save_out = o->save != NULL;
   if (o->save == NULL) return weftSuccess;
-  double mine[1] = {1}, *all = calloc((size_t)nranks, sizeof *all);
+  enum { PLAN, DIR_ERRNO, NCOLS };
+  /* every rank writes its shard there: every rank makes and checks it */
+  double mine[NCOLS] = {1, save_dir_make(o->save)};
+  double *all = calloc((size_t)nranks * NCOLS, sizeof *all);
   if (all == NULL) return weftSystemError;
-  if (rank == 0) {
-    char path[4096], current[256] = "", name[64];
+  if (rank == 0 && mine[DIR_ERRNO] == 0) {
+    char path[PATH_MAX + 16], current[256] = "", name[64];
     snprintf(path, sizeof path, "%s/LATEST", o->save);
     snprintf(name, sizeof name, "step-%ld", first > last ? first : last);
     FILE *f = fopen(path, "r");
@@ -79,12 +108,26 @@ weftResult_t train_save_plan(struct model *m, weftComm_t comm, int rank, int nra
       if (fscanf(f, "%255s", current) != 1) current[0] = '\0';
       fclose(f);
     }
-    if (strcmp(current, name) == 0) mine[0] = first < last ? -1 : 0;
+    if (strcmp(current, name) == 0) mine[PLAN] = first < last ? -1 : 0;
   }
-  weftResult_t res = train_gather_doubles(m, comm, mine, all, 1, nranks);
-  const double plan = all[0];
+  weftResult_t res = train_gather_doubles(m, comm, mine, all, NCOLS, nranks);
+  const double plan = all[PLAN];
+  int bad_rank = -1, bad_errno = 0;
+  for (int q = 0; q < nranks && bad_rank < 0; q++)
+    if (all[q * NCOLS + DIR_ERRNO] != 0) {
+      bad_rank = q;
+      bad_errno = (int)all[q * NCOLS + DIR_ERRNO];
+    }
   free(all);
   if (res != weftSuccess) return res;
+  if (bad_rank >= 0) {
+    if (rank == 0)
+      fprintf(stderr,
+              "weft-train: --save %s: %s (rank %d): no checkpoint could be written there; "
+              "refused before the first step\n",
+              o->save, strerror(bad_errno), bad_rank);
+    return weftInvalidUsage;
+  }
   if (plan < 0) {
     if (rank == 0)
       fprintf(stderr,
@@ -105,9 +148,10 @@ double train_lr_at(const struct train_opts *o, long step) {
   if (!o->cosine) return o->lr;
   if (step < o->warmup) return o->lr * (double)(step + 1) / o->warmup;
   if (o->steps <= o->warmup) return o->lr;
-  /* 0 at the first step after warm-up, 1 at the last (steps - 1) */
+  /* 0 at the first step after warm-up, 1 at the last (steps - 1); where the
+   * first is the last, 1: the last step runs at the floor */
   const long span = o->steps - 1 - o->warmup;
-  const double progress = span > 0 ? (double)(step - o->warmup) / (double)span : 0.0;
+  const double progress = span > 0 ? (double)(step - o->warmup) / (double)span : 1.0;
   const double low = o->lr * o->min_lr_frac;
   return low + 0.5 * (1.0 + cos(M_PI * progress)) * (o->lr - low);
 }
@@ -304,6 +348,7 @@ static weftResult_t model_setup(struct model *m, weftComm_t comm) {
   m->teacher = malloc((size_t)outw * in0 * sizeof *m->teacher);
   float *init = malloc((size_t)maxw * maxw * sizeof *init);
   if (m->teacher == NULL || init == NULL) {
+    fprintf(stderr, "weft-train: out of memory for a layer of %d x %d\n", maxw, maxw);
     free(init);
     return weftSystemError;
   }
@@ -394,6 +439,12 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
             o->global_batch, o->accum, nranks);
     return weftInvalidArgument;
   }
+  for (int l = 0; l <= o->nlayers; l++)
+    if (o->widths[l] < 1 || o->widths[l] > TRAIN_MAX_WIDTH) {
+      fprintf(stderr, "weft-train: width %d: 1 to %d (width x width weights are indexed by int)\n",
+              o->widths[l], TRAIN_MAX_WIDTH);
+      return weftInvalidArgument;
+    }
   struct model m;
   memset(&m, 0, sizeof m);
   m.o = o;
@@ -450,6 +501,7 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
     loss /= (double)nranks * o->accum;
     if (step == first) out->first_loss = loss;
     out->final_loss = loss;
+    out->steps_run++;
     if (rank == 0 && o->log != NULL)
       fprintf(o->log, "step %4ld loss %.6f grad-norm %.4g%s\n", step + 1, loss, info.gradNorm,
               info.skipped ? " (overflow: skipped, loss scale halved)" : "");

@@ -24,7 +24,8 @@ struct train_result {
   float *params;                 /* the full parameters (malloc; free it) */
   size_t nparams;
   weftZeroMemory_t memory;       /* this rank's report after the last step */
-  long steps_done;
+  long steps_done;               /* the step count after the last step (a resumed run's too) */
+  long steps_run;                /* steps this run took; 0: the losses above are none */
 };
 
 /* Trains on comm. Collective. Returns weftSuccess or the first failure,

@@ -62,8 +62,10 @@ weftResult_t train_gather_doubles(struct model *m, weftComm_t comm, const double
 /* What --save DIR (o->save) gets after the steps [first, last): *save_out
  * 1, the checkpoint of step last; 0, nothing, where no step runs and DIR's
  * LATEST names that step already; or weftInvalidUsage before any step runs,
- * where the save would be refused after them (LATEST names step last
- * already), with the reason on stderr. Rank 0 reads LATEST. Collective. */
+ * where the save would be refused or fail after them (LATEST names step last
+ * already; DIR cannot be made, as mkdir -p does, or is no writable
+ * directory on some rank), with the reason on stderr. Every rank makes DIR;
+ * rank 0 reads LATEST. Collective. */
 weftResult_t train_save_plan(struct model *m, weftComm_t comm, int rank, int nranks, long first,
                              long last, int *save_out);
 /* The sum of *loss over ranks, queued (start), then read back (end). */

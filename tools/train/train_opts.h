@@ -10,6 +10,10 @@
 #include "weft_zero.h"
 
 #define TRAIN_MAX_LAYERS 8
+/* the MLP's widest layer: its width x width weights are indexed by int */
+#define TRAIN_MAX_WIDTH 46340
+/* --sample: the prompt and the bytes generated are counted in an int */
+#define TRAIN_MAX_SAMPLE (1 << 30)
 
 /* --model: the MLP, or a GPT-2-shaped transformer (train_gpt.h) */
 enum train_model_kind { TRAIN_MODEL_MLP = 0, TRAIN_MODEL_GPT = 1 };

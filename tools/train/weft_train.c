@@ -6,8 +6,13 @@
  *
  * Prints the loss per step, the memory each rank holds, and last
  *   final loss L params-l2 X params-sum Y
- * so that runs compare at a glance. */
+ * so that runs compare at a glance (L is "none" where no step ran). */
+#include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +28,8 @@ static void usage(FILE *f) {
           "                     mid (6, 6, 384, 256), gpt2 (12, 12, 768, 1024): GPT-2-shaped\n"
           "                     transformers on bytes (vocabulary 256); mlp: the MLP\n"
           "  --zero-stage N     0 (all-reduce), 1, 2 or 3 (default 0)\n"
-          "  --steps N          total steps (default 10; transformers 60)\n"
+          "  --steps N          total steps (default 10; transformers 60); 0: none, the\n"
+          "                     model as it starts or resumes (memory table, sample)\n"
           "  --stop-at N        stop after step N (the schedule still spans --steps)\n"
           "  --seed N           data and initialisation seed (default 1)\n"
           "  --dtype T          fp32, bf16 or fp16 parameters and gradients (default fp32)\n"
@@ -33,8 +39,10 @@ static void usage(FILE *f) {
           "                     transformers 0.003)\n"
           "  --lr-schedule S    const or cosine (default const; transformers cosine)\n"
           "  --warmup N         cosine: steps of linear warm-up (default steps / 10)\n"
-          "  --min-lr X         cosine: the last step's rate, a fraction of --lr (default 0.1)\n"
-          "  --clip X           clip gradients to this global norm (default off; transformers 1)\n"
+          "  --min-lr X         cosine: the last step's rate, a fraction of --lr, 0 to 1\n"
+          "                     (default 0.1)\n"
+          "  --clip X           clip gradients to this global norm, 0: off (default off;\n"
+          "                     transformers 1)\n"
           "  --accum N          micro-steps per step (default 1)\n"
           "  --reduce-every-micro-step  stages 2-3 with --accum: reduce-scatter every\n"
           "                     micro-step's gradients into the shard (Psi/N of gradients\n"
@@ -67,8 +75,9 @@ static void usage(FILE *f) {
           "                     (a check of the GPU code without a GPU)\n"
           "the MLP:\n"
           "  --layers N         linear layers, 1 to 8 (default 3)\n"
-          "  --width N          width of every hidden layer (default 37, 29)\n",
-          TRAIN_DATA_DEFAULT_DIR);
+          "  --width N          width of every hidden layer, at most %d: a layer's width x\n"
+          "                     width weights are indexed by int (default 37, 29)\n",
+          TRAIN_DATA_DEFAULT_DIR, TRAIN_MAX_WIDTH);
 }
 
 static int parse_dtype(const char *s, weftDataType_t *out) {
@@ -79,39 +88,96 @@ static int parse_dtype(const char *s, weftDataType_t *out) {
   return 0;
 }
 
+static const struct option longopts[] = {
+    {"zero-stage", required_argument, NULL, 'z'}, {"steps", required_argument, NULL, 's'},
+    {"seed", required_argument, NULL, 'S'},       {"dtype", required_argument, NULL, 'd'},
+    {"reduce-dtype", required_argument, NULL, 'r'}, {"optimizer", required_argument, NULL, 'o'},
+    {"lr", required_argument, NULL, 'l'},         {"clip", required_argument, NULL, 'c'},
+    {"accum", required_argument, NULL, 'a'},      {"batch", required_argument, NULL, 'b'},
+    {"gather-bound", required_argument, NULL, 'g'}, {"prefetch", required_argument, NULL, 'p'},
+    {"save", required_argument, NULL, 'w'},       {"resume", required_argument, NULL, 'R'},
+    {"layers", required_argument, NULL, 'L'},   {"width", required_argument, NULL, 'W'},
+    {"quiet", no_argument, NULL, 'q'},            {"help", no_argument, NULL, 'h'},
+    {"device", required_argument, NULL, 'D'},     {"offload-optimizer", no_argument, NULL, 'O'},
+    {"model", required_argument, NULL, 'm'},      {"seq", required_argument, NULL, 'T'},
+    {"data", required_argument, NULL, 'f'},       {"tokens", required_argument, NULL, 'k'},
+    {"val-every", required_argument, NULL, 'v'},  {"val-batches", required_argument, NULL, 'V'},
+    {"sample", required_argument, NULL, 'n'},     {"temperature", required_argument, NULL, 't'},
+    {"lr-schedule", required_argument, NULL, 'x'}, {"warmup", required_argument, NULL, 'u'},
+    {"min-lr", required_argument, NULL, 'y'},     {"dump-init", required_argument, NULL, 'i'},
+    {"dump-batches", required_argument, NULL, 'j'}, {"stop-at", required_argument, NULL, 'e'},
+    {"reduce-every-micro-step", no_argument, NULL, 'E'},
+    {NULL, 0, NULL, 0}};
+
+/* The name of the option getopt_long returned as c. */
+static const char *flag_name(int c) {
+  for (const struct option *p = longopts; p->name != NULL; p++)
+    if (p->val == c) return p->name;
+  return "?";
+}
+
+/* The numeric flags: the whole of s, in [lo, hi] (and finite), or -1 with
+ * the flag, the value and the range on stderr, for an exit 2 as every usage
+ * error. */
+static int arg_whole(int c, const char *s, unsigned long long lo, unsigned long long hi,
+                     const char *why, unsigned long long *out) {
+  char *end = (char *)s; /* no sign, no space */
+  errno = 0;
+  unsigned long long v = isdigit((unsigned char)s[0]) ? strtoull(s, &end, 10) : 0;
+  if (end == s || *end != '\0' || errno != 0 || v < lo || v > hi) {
+    fprintf(stderr, "weft-train: --%s %s: a whole number from %llu to %llu%s%s%s\n", flag_name(c),
+            s, lo, hi, why != NULL ? " (" : "", why != NULL ? why : "", why != NULL ? ")" : "");
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+static int arg_int(int c, const char *s, int lo, int hi, int *out) {
+  unsigned long long v;
+  if (arg_whole(c, s, (unsigned long long)lo, (unsigned long long)hi, NULL, &v) != 0) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+static int arg_real(int c, const char *s, double lo, double hi, const char *what, double *out) {
+  char *end = (char *)s;
+  double v = isspace((unsigned char)s[0]) ? 0 : strtod(s, &end);
+  if (end == s || *end != '\0' || !isfinite(v) || v < lo || v > hi) {
+    if (isinf(hi))
+      fprintf(stderr, "weft-train: --%s %s: %s, a finite number of at least %g\n", flag_name(c),
+              s, what, lo);
+    else
+      fprintf(stderr, "weft-train: --%s %s: %s, a number from %g to %g\n", flag_name(c), s, what,
+              lo, hi);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
 int main(int argc, char **argv) {
   struct train_opts o;
   train_opts_defaults(&o);
   o.log = stdout;
   int reduce_set = 0, layers = 0, width = 0;
   int steps_set = 0, lr_set = 0, clip_set = 0, sched_set = 0, warmup = -1;
+  unsigned long long whole;
   const char *model = "tiny";
-  static const struct option longopts[] = {
-      {"zero-stage", required_argument, NULL, 'z'}, {"steps", required_argument, NULL, 's'},
-      {"seed", required_argument, NULL, 'S'},       {"dtype", required_argument, NULL, 'd'},
-      {"reduce-dtype", required_argument, NULL, 'r'}, {"optimizer", required_argument, NULL, 'o'},
-      {"lr", required_argument, NULL, 'l'},         {"clip", required_argument, NULL, 'c'},
-      {"accum", required_argument, NULL, 'a'},      {"batch", required_argument, NULL, 'b'},
-      {"gather-bound", required_argument, NULL, 'g'}, {"prefetch", required_argument, NULL, 'p'},
-      {"save", required_argument, NULL, 'w'},       {"resume", required_argument, NULL, 'R'},
-      {"layers", required_argument, NULL, 'L'},   {"width", required_argument, NULL, 'W'},
-      {"quiet", no_argument, NULL, 'q'},            {"help", no_argument, NULL, 'h'},
-      {"device", required_argument, NULL, 'D'},     {"offload-optimizer", no_argument, NULL, 'O'},
-      {"model", required_argument, NULL, 'm'},      {"seq", required_argument, NULL, 'T'},
-      {"data", required_argument, NULL, 'f'},       {"tokens", required_argument, NULL, 'k'},
-      {"val-every", required_argument, NULL, 'v'},  {"val-batches", required_argument, NULL, 'V'},
-      {"sample", required_argument, NULL, 'n'},     {"temperature", required_argument, NULL, 't'},
-      {"lr-schedule", required_argument, NULL, 'x'}, {"warmup", required_argument, NULL, 'u'},
-      {"min-lr", required_argument, NULL, 'y'},     {"dump-init", required_argument, NULL, 'i'},
-      {"dump-batches", required_argument, NULL, 'j'}, {"stop-at", required_argument, NULL, 'e'},
-      {"reduce-every-micro-step", no_argument, NULL, 'E'},
-      {NULL, 0, NULL, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
     switch (c) {
-    case 'z': o.stage = atoi(optarg); break;
-    case 's': o.steps = atoi(optarg); steps_set = 1; break;
-    case 'S': o.seed = strtoul(optarg, NULL, 10); break;
+    case 'z':
+      if (arg_int(c, optarg, 0, 3, &o.stage) != 0) return 2;
+      break;
+    case 's': /* 0: no step, the model as it starts or resumes (its memory, its sample) */
+      if (arg_int(c, optarg, 0, INT_MAX, &o.steps) != 0) return 2;
+      steps_set = 1;
+      break;
+    case 'S':
+      if (arg_whole(c, optarg, 0, ULONG_MAX, NULL, &whole) != 0) return 2;
+      o.seed = (unsigned long)whole;
+      break;
     case 'd':
       if (parse_dtype(optarg, &o.dtype) != 0) {
         fprintf(stderr, "weft-train: --dtype %s: fp32, bf16 or fp16\n", optarg);
@@ -133,16 +199,38 @@ int main(int argc, char **argv) {
         return 2;
       }
       break;
-    case 'l': o.lr = atof(optarg); lr_set = 1; break;
-    case 'c': o.clip = atof(optarg); clip_set = 1; break;
-    case 'a': o.accum = atoi(optarg); break;
-    case 'b': o.global_batch = atoi(optarg); break;
-    case 'g': o.gather_bound = strtoull(optarg, NULL, 10); break;
-    case 'p': o.prefetch = atoi(optarg); break;
+    case 'l':
+      if (arg_real(c, optarg, 0, INFINITY, "the peak learning rate", &o.lr) != 0) return 2;
+      lr_set = 1;
+      break;
+    case 'c':
+      if (arg_real(c, optarg, 0, INFINITY, "a gradient norm (0: off)", &o.clip) != 0) return 2;
+      clip_set = 1;
+      break;
+    case 'a':
+      if (arg_int(c, optarg, 1, INT_MAX, &o.accum) != 0) return 2;
+      break;
+    case 'b':
+      if (arg_int(c, optarg, 1, INT_MAX, &o.global_batch) != 0) return 2;
+      break;
+    case 'g':
+      if (arg_whole(c, optarg, 0, SIZE_MAX, "bytes", &whole) != 0) return 2;
+      o.gather_bound = (size_t)whole;
+      break;
+    case 'p':
+      if (arg_int(c, optarg, 0, INT_MAX, &o.prefetch) != 0) return 2;
+      break;
     case 'w': o.save = optarg; break;
     case 'R': o.resume = optarg; break;
-    case 'L': layers = atoi(optarg); break;
-    case 'W': width = atoi(optarg); break;
+    case 'L':
+      if (arg_int(c, optarg, 1, TRAIN_MAX_LAYERS, &layers) != 0) return 2;
+      break;
+    case 'W':
+      if (arg_whole(c, optarg, 1, TRAIN_MAX_WIDTH,
+                    "a layer's width x width weights are indexed by int", &whole) != 0)
+        return 2;
+      width = (int)whole;
+      break;
     case 'q': o.log = NULL; break;
     case 'D':
       if (strcmp(optarg, "host") != 0 && strcmp(optarg, "cuda") != 0 &&
@@ -156,18 +244,40 @@ int main(int argc, char **argv) {
     case 'O': o.offload_optimizer = 1; break;
     case 'E': o.reduce_every = 1; break;
     case 'm': model = optarg; break;
-    case 'T': o.seq = atoi(optarg); break;
+    case 'T': /* at most the model's context, checked below */
+      if (arg_int(c, optarg, 1, INT_MAX, &o.seq) != 0) return 2;
+      break;
     case 'f': o.data = optarg; break;
     case 'k': o.tokens = optarg; break;
-    case 'v': o.val_every = atoi(optarg); break;
-    case 'V': o.val_batches = atoi(optarg); break;
-    case 'n': o.sample_len = atoi(optarg); break;
-    case 't': o.temperature = atof(optarg); break;
-    case 'u': warmup = atoi(optarg); break;
-    case 'y': o.min_lr_frac = atof(optarg); break;
+    case 'v':
+      if (arg_int(c, optarg, 0, INT_MAX, &o.val_every) != 0) return 2;
+      break;
+    case 'V':
+      if (arg_int(c, optarg, 0, INT_MAX, &o.val_batches) != 0) return 2;
+      break;
+    case 'n':
+      if (arg_whole(c, optarg, 0, TRAIN_MAX_SAMPLE, "bytes, counted in an int", &whole) != 0)
+        return 2;
+      o.sample_len = (int)whole;
+      break;
+    case 't':
+      if (arg_real(c, optarg, 0, INFINITY, "the sample's temperature (0: greedy)",
+                   &o.temperature) != 0)
+        return 2;
+      break;
+    case 'u':
+      if (arg_int(c, optarg, 0, INT_MAX, &warmup) != 0) return 2;
+      break;
+    case 'y':
+      if (arg_real(c, optarg, 0, 1, "the last step's rate, a fraction of --lr", &o.min_lr_frac) !=
+          0)
+        return 2;
+      break;
     case 'i': o.dump_init = optarg; break;
     case 'j': o.dump_batches = optarg; break;
-    case 'e': o.stop_at = atoi(optarg); break;
+    case 'e':
+      if (arg_int(c, optarg, 1, INT_MAX, &o.stop_at) != 0) return 2;
+      break;
     case 'x':
       if (strcmp(optarg, "const") != 0 && strcmp(optarg, "cosine") != 0) {
         fprintf(stderr, "weft-train: --lr-schedule %s: const or cosine\n", optarg);
@@ -180,8 +290,7 @@ int main(int argc, char **argv) {
     default: usage(stderr); return 2;
     }
   }
-  if (optind < argc || o.stage < 0 || o.stage > 3 || o.steps < 0 || o.accum < 1 ||
-      o.global_batch < 1) {
+  if (optind < argc) {
     usage(stderr);
     return 2;
   }
@@ -201,22 +310,19 @@ int main(int argc, char **argv) {
     if (!lr_set) o.lr = 3e-3;
     if (!clip_set) o.clip = 1.0;
     if (!sched_set) o.cosine = 1;
+    if (o.seq > o.gpt.context) {
+      fprintf(stderr, "weft-train: --seq %d: at most the context of --model %s, %d\n", o.seq,
+              model, o.gpt.context);
+      return 2;
+    }
   } else if (o.device_sim) {
     fprintf(stderr, "weft-train: --device sim runs the transformer's kernels only\n");
-    return 2;
-  }
-  if (!(o.min_lr_frac >= 0)) { /* NaN too */
-    fprintf(stderr, "weft-train: --min-lr %g: a fraction of --lr, at least 0\n", o.min_lr_frac);
     return 2;
   }
   if (warmup < 0) warmup = o.steps / 10 > 0 ? o.steps / 10 : 1;
   o.warmup = warmup;
   if (layers != 0 || width != 0) {
     if (layers == 0) layers = o.nlayers;
-    if (layers < 1 || layers > TRAIN_MAX_LAYERS || width < 0) {
-      usage(stderr);
-      return 2;
-    }
     int out = o.widths[o.nlayers];
     for (int l = 1; l < layers; l++)
       if (width > 0 || l >= o.nlayers) o.widths[l] = width > 0 ? width : 29;
@@ -244,8 +350,11 @@ int main(int argc, char **argv) {
     weftCommAbort(comm);
     return 1;
   }
-  if (rank == 0)
-    printf("final loss %.17g params-l2 %.17g params-sum %.17g\n", r.final_loss, r.l2, r.sum);
+  if (rank == 0) {
+    char loss[32] = "none"; /* no step ran: no loss to compare */
+    if (r.steps_run > 0) snprintf(loss, sizeof loss, "%.17g", r.final_loss);
+    printf("final loss %s params-l2 %.17g params-sum %.17g\n", loss, r.l2, r.sum);
+  }
   free(r.params);
   weftCommDestroy(comm);
   return 0;
