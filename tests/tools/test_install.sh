@@ -70,6 +70,16 @@ if [ "$(option nccl)" = "True" ]; then
   [ -e "$libdir/weft/libnccl.so.2" ] && [ -e "$root/$(option includedir)/weft/nccl.h" ] &&
     [ ! -e "$libdir/libnccl.so.2" ] && [ ! -e "$root/$(option includedir)/nccl.h" ]
   check "libnccl.so.2 and nccl.h installed apart, in weft/" $?
+  # nccl_api_perf loads weft's through its run path, relative to bindir
+  if [ -x "$bin/nccl_api_perf" ]; then
+    env -u LD_LIBRARY_PATH "$bin/nccl_api_perf" -M host -n 1 >napi.log 2>&1 &&
+      napi_lib=$(sed -n '1s/^# library: \(.*\) (version code .*/\1/p' napi.log) &&
+      [ -n "$napi_lib" ] &&
+      [ "$(realpath "$napi_lib")" = "$(realpath "$libdir/weft/libnccl.so.2")" ]
+    check "installed nccl_api_perf runs weft's libnccl.so.2 (its run path)" $? napi.log
+    "$bin/nccl_api_perf" --help >napi_help.log 2>&1 && grep -q "^usage: nccl_api_perf" napi_help.log
+    check "nccl_api_perf --help: the usage, status 0" $? napi_help.log
+  fi
   # shellcheck disable=SC2046
   cc -o install_nccl "$src/tests/tools/install_nccl.c" $(pc --cflags --libs weft-nccl) \
     >ccn.log 2>&1 && ldd ./install_nccl | grep -q "$libdir/weft/libnccl.so.2" >>ccn.log 2>&1
@@ -143,6 +153,14 @@ if command -v cmake >/dev/null; then
     rm -rf refuse/b
   done
   check "find_package(weft 0.2), (weft 1.0), (COMPONENTS bogus): not found" $bad
+  # found through a link to the libdir (a merged /usr's /lib -> usr/lib): the
+  # prefix is the real one, and weft.h is found
+  ln -s "$libdir" linked-lib
+  cmake -S "$src/tests/tools/install_cmake" -B cmake-linked \
+    -Dweft_DIR="$PWD/linked-lib/cmake/weft" -DCMAKE_BUILD_TYPE=Release >cmlinked.log 2>&1 &&
+    cmake --build cmake-linked --target install_weft >>cmlinked.log 2>&1
+  check "find_package(weft) through a link to the libdir: the real prefix" $? cmlinked.log
+  rm -rf cmake-linked linked-lib
 else
   echo "skip cmake find_package(weft): cmake is not installed (tools/scripts/setup.sh installs it)"
 fi

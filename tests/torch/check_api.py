@@ -521,11 +521,10 @@ def check_abort_from_another_thread():
 
 
 def check_abort_from_a_callback():
-    """abort() of a group from a Work's callback, which a backend's worker
+    """abort() of a group from a Work's callback, which the backend's worker
     thread runs: no self-join, the callback returns, an operation queued
-    behind the one it completes raises or, where the other worker ran it
-    meanwhile (as Gloo's second thread would), has its sum; never hangs;
-    later ones raise, and the default group still works."""
+    behind the one it completes raises instead of hanging, later ones raise,
+    and the default group still works."""
     r, world = dist.get_rank(), dist.get_world_size()
     sub = group_without_watchdog_exit(list(range(world)))
     backend = sub._get_backend(DEV)
@@ -547,15 +546,13 @@ def check_abort_from_a_callback():
               torch.tensor([1.0]))
         check("callback abort: it ran on the worker thread",
               torch.tensor([float(bool(on_worker) and on_worker[0])]), torch.tensor([1.0]))
-        settled = 0
+        raised = 0
         try:
             second.wait()
-            out = second.result()[0].cpu()
-            settled = int(bool((out == world).all()))
         except Exception:  # noqa: BLE001
-            settled = 1
-        check("callback abort: the queued operation raised or has its sum",
-              torch.tensor([settled]), torch.tensor([1]))
+            raised = 1
+        check("callback abort: the queued operation raised", torch.tensor([raised]),
+              torch.tensor([1]))
         check(f"callback abort: within 10 s (took {time.monotonic() - t0:.2f} s)",
               torch.tensor([float(time.monotonic() - t0 < 10)]), torch.tensor([1.0]))
         raised = 0

@@ -21,6 +21,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -346,17 +347,20 @@ static size_t parse_size(const char *s) {
   return (size_t)v;
 }
 
-static void usage(void) {
-  fprintf(stderr,
+/* The usage text: on stdout with status 0 (--help, -h), else on stderr
+ * with status 2. */
+static void usage_exit(int status) {
+  fprintf(status == 0 ? stdout : stderr,
           "usage: nccl_api_perf [-n ranks] [-C allreduce|allgather|reducescatter] [-b min]\n"
           "                     [-e max] [-f factor] [-i iters] [-w warmup] [-G graph launches]\n"
           "                     [-M cuda|host] [-D (rank r on GPU r)] [-T timeout s]\n"
           "                     [-Z (self-test: check an output no call wrote)]\n"
-          "the libnccl.so.2 it runs is the one the loader finds: weft's with\n"
-          "LD_LIBRARY_PATH=<prefix>/lib/<arch>/weft (installed) or build/ (built), NVIDIA's\n"
-          "with NCCL's folder first; the first line names it\n");
-  exit(2);
+          "the libnccl.so.2 it runs is the one the loader finds: weft's (installed: its\n"
+          "run path, <libdir>/weft; built: LD_LIBRARY_PATH=build/), NVIDIA's with NCCL's\n"
+          "folder in LD_LIBRARY_PATH; the first line names it\n");
+  exit(status);
 }
+static void usage(void) { usage_exit(2); }
 
 int main(int argc, char **argv) {
   struct opts o = {.nranks = 2, .iters = 20, .warmup = 5, .min_bytes = 8, .max_bytes = 8,
@@ -365,8 +369,10 @@ int main(int argc, char **argv) {
   o.device_mem = 1;
 #endif
   int opt;
-  while ((opt = getopt(argc, argv, "n:C:b:e:f:i:w:G:M:DT:Zh")) != -1) {
+  static const struct option longopts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+  while ((opt = getopt_long(argc, argv, "n:C:b:e:f:i:w:G:M:DT:Zh", longopts, NULL)) != -1) {
     switch (opt) {
+    case 'h': usage_exit(0); break;
     case 'n': o.nranks = parse_int(optarg, 'n'); break;
     case 'C':
       o.coll = -1;

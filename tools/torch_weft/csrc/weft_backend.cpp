@@ -87,7 +87,8 @@ WeftBackend::WeftBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank,
   check_init(weftCommInitRankConfig(&comm_, size, id, rank, &config), "weftCommInitRank");
   make_pcomm();
   queue_->comm = comm_;
-  start_workers();
+  worker_ = std::thread([this] { worker_loop(); });
+  worker_id_ = worker_.get_id();
   watchdog_ = std::thread([this] { watchdog_loop(); });
 }
 
@@ -103,7 +104,8 @@ WeftBackend::WeftBackend(weftComm_t comm, int rank, int size, std::chrono::milli
   handling_ = async_error_handling();
   make_pcomm();
   queue_->comm = comm_;
-  start_workers();
+  worker_ = std::thread([this] { worker_loop(); });
+  worker_id_ = worker_.get_id();
   watchdog_ = std::thread([this] { watchdog_loop(); });
 }
 
@@ -430,11 +432,6 @@ void WeftBackend::complete(task &t, std::exception_ptr err) {
 c10::intrusive_ptr<c10d::Work> WeftBackend::submit_p2p(const char *name, c10d::OpType type,
                                                        op_step step,
                                                        std::vector<at::Tensor> outputs, int peer) {
-  // weft pairs a rank's send to itself with its receive inside one group
-  // (as NCCL does); issued apart, the two would fail on the stream unseen
-  TORCH_CHECK(coalescing_ || peer != rank_, "weft: ", name, " with rank ", rank_,
-              " itself as the peer: a send to itself pairs only with the receive from "
-              "itself in the same batch_isend_irecv (or _coalescing_manager block)");
   // on a GPU a send waits for its receiver in the kernel, not on this
   // thread: it runs as other operations do
   if (coalescing_ || !step.p2p) /* as the step chose its communicator */
@@ -550,19 +547,6 @@ void WeftBackend::enqueue(task t) {
   }
   const char *name = t.name; /* a literal */
   TORCH_CHECK(queue_->push(std::move(t)), "weft: ", name, " on a process group that was shut down");
-}
-
-void WeftBackend::start_workers() {
-  for (int i = 0; i < kWorkers; i++) {
-    workers_[i] = std::thread([this] { worker_loop(); });
-    worker_ids_[i] = workers_[i].get_id();
-  }
-}
-
-bool WeftBackend::on_worker() const {
-  for (const auto &id : worker_ids_)
-    if (id == std::this_thread::get_id()) return true;
-  return false;
 }
 
 void WeftBackend::worker_loop() {
@@ -1031,7 +1015,7 @@ void WeftBackend::stop_worker(bool abort_comm) {
   // not wait for the first, which may be joining this very thread.
   weftComm_t comm = nullptr, pcomm = nullptr;
   bool first = false;
-  const bool on_worker = this->on_worker();
+  const bool on_worker = worker_id_ == std::this_thread::get_id();
   {
     std::lock_guard<std::mutex> lk(comm_mu_);
     if (abort_comm) aborted_ = true;
@@ -1067,38 +1051,28 @@ void WeftBackend::stop_worker(bool abort_comm) {
   } catch (...) {
     stopped = std::current_exception();
   }
-  // sends and receives held behind a task that did not run (the workers
-  // ran every other one, and issued those held behind it)
-  auto fail_held = [&] {
-    std::deque<std::pair<uint64_t, task>> held;
-    {
-      std::lock_guard<std::mutex> lk(queue_->mu);
-      held.swap(queue_->held);
-    }
-    for (auto &h : held) complete(h.second, stopped);
-  };
   if (on_worker) {
     // what is still queued behind the task whose callback stopped the group
-    // fails here, as a worker would have failed it; then the other worker,
-    // whose callbacks may have waited on those, is joined
+    // fails here, as the worker would have failed it
     std::deque<task> left;
     {
       std::lock_guard<std::mutex> lk(queue_->mu);
       queue_->worker_detached = true;
       left.swap(queue_->tasks);
-      queue_->cv.notify_all();
     }
+    worker_.detach();
     for (auto &t : left) complete(t, stopped);
-    fail_held();
-    for (auto &w : workers_) {
-      if (w.get_id() == std::this_thread::get_id()) w.detach();
-      else if (w.joinable()) w.join();
-    }
-  } else {
-    for (auto &w : workers_)
-      if (w.joinable()) w.join();
-    fail_held();
+  } else if (worker_.joinable()) {
+    worker_.join();
   }
+  // sends and receives held behind a task that did not run (the worker ran
+  // every other one, and issued those held behind it)
+  std::deque<std::pair<uint64_t, task>> held;
+  {
+    std::lock_guard<std::mutex> lk(queue_->mu);
+    held.swap(queue_->held);
+  }
+  for (auto &h : held) complete(h.second, stopped);
   // the sends and receives queued on the stream run (after an abort, or a
   // revoke, they fail at once), then the lane completes their Works
   // (a caller waiting on one may be running the stream's work: that ends first)

@@ -477,15 +477,8 @@ class WeftBackend : public c10d::Backend {
    * thread: a send or receive is issued while the worker runs a collective) */
   static thread_local weftStream_t stream_;
   comm_streams streams_{stream_options::from_env()}; /* CUDA: one per device (weft_streams.h) */
-  /* Two workers, as Gloo's two threads: one takes the queue while the other
-   * runs a Work's callbacks, which may wait on a later operation of the
-   * group (PowerSGD's hook waits inside a future's .then); the queue's busy
-   * flag keeps the operations one at a time, in issue order. */
-  static constexpr int kWorkers = 2;
-  std::thread workers_[kWorkers];
-  std::thread::id worker_ids_[kWorkers]; /* set once at construction: read by stop_worker */
-  void start_workers();
-  bool on_worker() const;
+  std::thread worker_;
+  std::thread::id worker_id_; /* set once at construction: read by stop_worker on any thread */
   std::mutex comm_mu_; /* guards aborted_, inflight_ and stop_worker's state */
   bool aborted_ = false;
   int inflight_ = 0; /* threads between their check of aborted_ and leaving weft */
