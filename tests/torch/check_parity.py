@@ -17,8 +17,9 @@ the same ranks where Gloo has it:
 - Work._get_duration(), set_timeout(), options through pg_options (name,
   timeout, channels), shrink_group, and the time estimate torch asks for;
 - a future's callback that issues collectives on the same group and waits
-  for them (PowerSGD's hook does), and DDP with the PowerSGD hook, whose
-  parameters match Gloo's;
+  for them (PowerSGD's hook does), callbacks that issue collectives after
+  uneven sleeps (every rank runs them in one order), and DDP with the
+  PowerSGD hook over several buckets, whose parameters match Gloo's;
 - a send or receive with the rank itself as the peer, issued on its own, is
   refused (Gloo raises too); in batch_isend_irecv the two pair up.
 
@@ -296,11 +297,42 @@ def check_callback_waits(gloo=None):
     dist.barrier(group=gloo)
 
 
+def check_callback_order():
+    """Callbacks registered as each operation is issued (as DDP's comm hooks
+    do) issue all-reduces of their own, after a sleep that differs between
+    ranks and callbacks, some waiting for theirs and some not: every rank
+    runs them in one order (right after the operation whose callback it
+    is, as NCCL's), so each gets its own sum; on a weft group only (Gloo's
+    threads run such callbacks in any order)."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    weft = dist.new_group(backend="weft", timeout=timedelta(seconds=10))
+    chained = []
+    for i in range(6):
+        def then(fut, i=i):
+            time.sleep(0.02 * ((i + r) % 3))
+            x = torch.full((3 + i,), float(i + 1))
+            w = dist.all_reduce(x, group=weft, async_op=True)
+            if i % 2:
+                w.wait()
+            return w
+        first = dist.all_reduce(torch.full((2 + i,), 1.0), group=weft, async_op=True)
+        chained.append(first.get_future().then(then))
+    try:
+        for i, f in enumerate(chained):
+            w = f.wait()
+            w.wait()
+            check_equal(f"callback {i}'s all-reduce", w.result()[0],
+                        torch.full((3 + i,), float(n * (i + 1))))
+    except Exception as e:  # noqa: BLE001
+        check("callbacks that issue all-reduces", False, f"{type(e).__name__}: {str(e)[:200]}")
+    dist.destroy_process_group(weft)
+
+
 def check_powersgd(gloo=None):
-    """DDP with the PowerSGD comm hook (two uncompressed steps, then rank-2
-    approximations whose all-reduces the hook waits on inside its
-    callbacks) trains five steps, its parameters as Gloo's within float
-    rounding."""
+    """DDP with the PowerSGD comm hook over several buckets (two
+    uncompressed steps, then rank-2 approximations whose all-reduces the
+    hook waits on inside its callbacks) trains five steps, its parameters
+    as Gloo's within float rounding."""
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
     from torch.nn.parallel import DistributedDataParallel as DDP
     r = dist.get_rank()
@@ -312,7 +344,7 @@ def check_powersgd(gloo=None):
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
                                     torch.nn.Linear(64, 8))
-        ddp = DDP(model, process_group=g)
+        ddp = DDP(model, process_group=g, bucket_cap_mb=0.004)  # several buckets
         state = psgd.PowerSGDState(process_group=g, matrix_approximation_rank=2,
                                    start_powerSGD_iter=2, random_seed=0)
         ddp.register_comm_hook(state, psgd.powerSGD_hook)
@@ -731,7 +763,8 @@ def main():
            lambda: check_bool(gloo, rng), lambda: check_uneven(gloo, rng),
            lambda: check_sparse(gloo, rng), lambda: check_p2p_beside_collectives(gloo),
            lambda: check_wait_on_send(gloo),
-           lambda: check_callback_waits(gloo), lambda: check_powersgd(gloo), check_self_p2p,
+           lambda: check_callback_waits(gloo), check_callback_order,
+           lambda: check_powersgd(gloo), check_self_p2p,
            check_duration,
            check_estimate, check_no_deadline, check_bad_handling, check_timeouts,
            check_shrink]  # last: the ranks that shrink name their later groups apart

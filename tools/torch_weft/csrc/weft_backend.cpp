@@ -326,7 +326,9 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpTyp
   work->add_flight(flight_id);
   watch(work, name);
   task t{name, std::move(steps), {work}, device, sdev, {}, std::move(tensors)};
-  if (async_op && sdev < 0) {
+  // issued from a Work's callback, which the worker runs: at once, there
+  // (run_here), before what is queued
+  if (async_op && sdev < 0 && std::this_thread::get_id() != worker_id_) {
     enqueue(std::move(t));
     return work;
   }
@@ -335,21 +337,37 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpTyp
 }
 
 void WeftBackend::run_here(task &t) {
+  // On the worker, in a Work's callback (a DDP comm hook's .then, which
+  // may issue operations and wait for them, as PowerSGD's does): the
+  // worker holds the queue from a task's start to its callbacks' end, so
+  // the callback's operations run here at once, before those queued
+  // behind, in the order the callbacks issue them on every rank (NCCL's
+  // order: its futures complete, and run their callbacks, as operations
+  // are issued). Queued, they would wait for the worker this callback
+  // holds.
+  const bool nested = std::this_thread::get_id() == worker_id_;
   {
     std::unique_lock<std::mutex> lk(queue_->mu);
     TORCH_CHECK(!queue_->stop, "weft: ", t.name, " on a process group that was shut down");
-    queue_->cv.wait(lk, [this] {
-      return queue_->stop || (queue_->tasks.empty() && !queue_->busy);
-    });
+    if (!nested)
+      queue_->cv.wait(lk, [this] {
+        return queue_->stop || (queue_->tasks.empty() && !queue_->busy);
+      });
     // a shutdown or abort on another thread while this call waited its turn
     TORCH_CHECK(!queue_->stop, "weft: ", t.name, " on a process group that was shut down");
     queue_->busy = true;
-    if (t.has_p2p()) queue_->hold(t); /* as a queued one: later ones go after it */
+    /* as a queued one: later ones go after it (a callback's runs before
+     * the holders queued, and holds nothing) */
+    if (t.has_p2p() && !nested) queue_->hold(t);
   }
-  run_busy(t);
+  run_busy(t, nested);
 }
 
-void WeftBackend::run_busy(task &t) {
+void WeftBackend::run_busy(task &t, bool nested) {
+  // the worker frees the queue once t's callbacks have run (run_here); a
+  // blocking call's thread frees it first, as its Work has no callbacks yet
+  const bool worker = !nested && std::this_thread::get_id() == worker_id_;
+  std::shared_ptr<queue_state> q = queue_; /* the callbacks may drop the backend */
   for (auto &w : t.works) w->mark_started();
   std::exception_ptr err;
   try {
@@ -361,7 +379,7 @@ void WeftBackend::run_busy(task &t) {
   std::vector<std::exception_ptr> errs;
   {
     std::unique_lock<std::mutex> lk(queue_->mu);
-    queue_->busy = false;
+    if (!nested && !worker) queue_->busy = false;
     std::unique_lock<std::mutex> plk(p2p_mu_, std::defer_lock);
     if (t.holder != 0) {
       queue_->p2p_tasks--;
@@ -387,6 +405,11 @@ void WeftBackend::run_busy(task &t) {
   complete(t, err);
   for (size_t i = 0; i < ready.size(); i++)
     for (auto &w : ready[i].works) w->complete(errs[i]);
+  if (worker) {
+    std::lock_guard<std::mutex> lk(q->mu);
+    q->busy = false;
+    q->cv.notify_all();
+  }
 }
 
 void WeftBackend::complete(task &t, std::exception_ptr err) {
@@ -432,6 +455,11 @@ void WeftBackend::complete(task &t, std::exception_ptr err) {
 c10::intrusive_ptr<c10d::Work> WeftBackend::submit_p2p(const char *name, c10d::OpType type,
                                                        op_step step,
                                                        std::vector<at::Tensor> outputs, int peer) {
+  // weft pairs a rank's send to itself with its receive inside one group
+  // (as NCCL does); issued apart, the two would fail on the stream unseen
+  TORCH_CHECK(coalescing_ || peer != rank_, "weft: ", name, " with rank ", rank_,
+              " itself as the peer: a send to itself pairs only with the receive from "
+              "itself in the same batch_isend_irecv (or _coalescing_manager block)");
   // on a GPU a send waits for its receiver in the kernel, not on this
   // thread: it runs as other operations do
   if (coalescing_ || !step.p2p) /* as the step chose its communicator */

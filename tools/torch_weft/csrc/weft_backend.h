@@ -335,8 +335,10 @@ class WeftBackend : public c10d::Backend {
   void run_here(task &t);
 
   // Runs t, which this thread marked busy; then frees the queue for the
-  // next task and completes t's Works.
-  void run_busy(task &t);
+  // next task and completes t's Works (the worker: completes them, then
+  // frees the queue). nested: t was issued by a callback of the worker's
+  // task, which holds the queue.
+  void run_busy(task &t, bool nested = false);
 
   // Completes t's Works: at once for host memory or a failure to enqueue,
   // when the GPU is past the operation for CUDA tensors.
