@@ -22,6 +22,7 @@
 
 extern "C" {
 #include "collectives/core/comm.h"
+#include "collectives/core/redop.h"
 #include "collectives/exec/device/dev_types.h"
 #include "collectives/core/tree_links.h"
 #include "collectives/reduce/reduce_host.h"
@@ -138,9 +139,12 @@ std::vector<std::vector<uint8_t>> inputs_of(const Case &c, uint64_t seed) {
   for (int r = 0; r < c.nranks; r++) in.push_back(make_input(c.type, op, c.count, seed, r));
   return in;
 }
-std::vector<uint8_t> times_scalar(weftDataType_t t, const std::vector<uint8_t> &x) {
+// x times s (the scalar's bits in t; default: 2).
+std::vector<uint8_t> times_scalar(weftDataType_t t, const std::vector<uint8_t> &x,
+                                  std::vector<uint8_t> s = {}) {
   const size_t esize = weftTypeSize(t), n = x.size() / esize;
-  std::vector<uint8_t> s = scalar_two(t), rep(x.size()), out(x.size());
+  if (s.empty()) s = scalar_two(t);
+  std::vector<uint8_t> rep(x.size()), out(x.size());
   for (size_t i = 0; i < n; i++) memcpy(rep.data() + i * esize, s.data(), esize);
   if (n > 0) reduce_host_fn(t, weftProd)(out.data(), nullptr, x.data(), rep.data(), n, 1);
   return out;
@@ -152,7 +156,8 @@ std::vector<uint8_t> times_scalar(weftDataType_t t, const std::vector<uint8_t> &
 // when the FIFO it receives from holds a slot and the one it sends to has
 // room; until no rank can. Each primitive does what the kernels' does
 // (prims_device.cuh): received op source, the source scaled where it is this
-// rank's input of a pre-multiply sum, divided where the step says.
+// rank's input of a pre-multiply sum (or of avg of a narrow floating type, by
+// 1/n: redop_avg_prescales), divided where the step says.
 struct SimResult {
   std::vector<size_t> left; // steps not run, per rank (a deadlock if any)
   std::vector<size_t> fifo_left; // slots never received
@@ -164,9 +169,13 @@ void sim_channel(const Case &c, const std::vector<tree_links> (&links)[2], bool 
   const int k = c.nranks;
   const size_t esize = weftTypeSize(c.type);
   const size_t piece = piece_count(kSizes[c.size].piece, esize);
-  const weftRedOp_t rop = c.op == kPremul ? weftSum : (weftRedOp_t)c.op;
+  const bool avg_scaled = c.op == weftAvg && redop_avg_prescales(c.type);
+  const weftRedOp_t rop = c.op == kPremul || avg_scaled ? weftSum : (weftRedOp_t)c.op;
   const weft_reduce_fn reduce = reduce_host_fn(c.type, rop);
-  const int divisor = c.op == weftAvg ? k : 1;
+  const int divisor = c.op == weftAvg && !avg_scaled ? k : 1;
+  std::vector<uint8_t> inv_k(8);
+  if (avg_scaled) redop_avg_scalar(c.type, k, reinterpret_cast<char *>(inv_k.data()));
+  inv_k.resize(esize);
   std::vector<tree_geom> g(k);
   std::vector<std::vector<tree_step>> steps(k);
   for (int r = 0; r < k; r++) {
@@ -207,6 +216,7 @@ void sim_channel(const Case &c, const std::vector<tree_links> (&links)[2], bool 
           ASSERT_LE(off + nbytes, buf.size());
           std::vector<uint8_t> a(buf.begin() + off, buf.begin() + off + nbytes);
           if (st.src_own && c.op == kPremul) a = times_scalar(c.type, a);
+          if (st.src_own && avg_scaled) a = times_scalar(c.type, a, inv_k);
           if (recvs && st.count > 0)
             reduce(val.data(), nullptr, a.data(), in.data(), st.count, st.divide ? divisor : 1);
           else

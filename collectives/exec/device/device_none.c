@@ -13,7 +13,8 @@ int device_plan_on_device(const struct weft_plan *plan, int uses_send, int uses_
 }
 
 weftResult_t device_check_ordinal(int dev) {
-  return weft_error_set(weftInvalidUsage,
+  /* every device is out of range here (NCCL's "Invalid device": an argument) */
+  return weft_error_set(weftInvalidArgument,
                         "CUDA device %d requested, but weft was built without CUDA "
                         "(nvcc was not found at build time)",
                         dev);
