@@ -20,6 +20,8 @@ the same ranks where Gloo has it:
   for them (PowerSGD's hook does), callbacks that issue collectives after
   uneven sleeps (every rank runs them in one order), and DDP with the
   PowerSGD hook over several buckets, whose parameters match Gloo's;
+- a _coalescing_manager block in a callback, and a blocking send or
+  receive in one while a block of both kinds is queued behind;
 - a send or receive with the rank itself as the peer, issued on its own, is
   refused (Gloo raises too); in batch_isend_irecv the two pair up.
 
@@ -30,6 +32,7 @@ repeats a run).
 import os
 import random
 import sys
+import threading
 import time
 from datetime import timedelta
 
@@ -325,6 +328,68 @@ def check_callback_order():
                         torch.full((3 + i,), float(n * (i + 1))))
     except Exception as e:  # noqa: BLE001
         check("callbacks that issue all-reduces", False, f"{type(e).__name__}: {str(e)[:200]}")
+    dist.destroy_process_group(weft)
+
+
+def wait_or_end(fut, seconds, name):
+    """fut's value; a hang ends the process, failed (its group would hang at
+    destroy too)."""
+    out = []
+    th = threading.Thread(target=lambda: out.append(fut.wait()), daemon=True)
+    th.start()
+    th.join(seconds)
+    if not out:
+        print(f"rank {dist.get_rank()}: FAIL {name}: no result within {seconds} s", flush=True)
+        os._exit(1)
+    return out[0]
+
+
+def check_callback_blocks():
+    """A callback that runs a _coalescing_manager block of broadcasts, and
+    one that makes a blocking send or receive while the main thread queues
+    a block of a broadcast and a send behind (a task that holds later sends
+    and receives): both run at once on the worker (they waited for it
+    before: a hang)."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    weft = dist.new_group(backend="weft", timeout=timedelta(seconds=10))
+
+    def block(fut):
+        a, c = torch.ones(4) * (r + 1), torch.ones(4) * (r + 5)
+        with dist._coalescing_manager(group=weft, device=torch.device("cpu")):
+            dist.broadcast(a, 0, group=weft)
+            dist.broadcast(c, n - 1, group=weft)
+        return a + c
+    first = dist.all_reduce(torch.ones(4), group=weft, async_op=True)
+    if r == 1:
+        time.sleep(0.3)
+    out = wait_or_end(first.get_future().then(block), 20, "a coalescing block in a callback")
+    check_equal("a coalescing block in a callback", out, torch.full((4,), float(1 + n + 4)))
+
+    def p2p(fut):
+        time.sleep(0.3)  # the main thread queues the block meanwhile
+        t = torch.full((4,), 7.0) if r == 0 else torch.zeros(4)
+        if r == 0:
+            dist.send(t, 1, group=weft)
+        elif r == 1:
+            dist.recv(t, 0, group=weft)
+        return t
+    if r == 1:
+        time.sleep(0.2)
+    first = dist.all_reduce(torch.ones(4), group=weft, async_op=True)
+    chained = first.get_future().then(p2p)
+    z, p = torch.ones(4), torch.full((4,), 3.0) if r == 0 else torch.zeros(4)
+    with dist._coalescing_manager(group=weft, device=torch.device("cpu"), async_ops=True) as cm:
+        dist.broadcast(z, 0, group=weft)
+        if r == 0:
+            dist.isend(p, 1, group=weft)
+        elif r == 1:
+            dist.irecv(p, 0, group=weft)
+    out = wait_or_end(chained, 20, "a send or receive in a callback, a holder queued behind")
+    cm.wait()
+    if r < 2:
+        check_equal("a send or receive in a callback, a holder queued behind", out,
+                    torch.full((4,), 7.0))
+        check_equal("the block queued behind it", p, torch.full((4,), 3.0))
     dist.destroy_process_group(weft)
 
 
@@ -763,7 +828,7 @@ def main():
            lambda: check_bool(gloo, rng), lambda: check_uneven(gloo, rng),
            lambda: check_sparse(gloo, rng), lambda: check_p2p_beside_collectives(gloo),
            lambda: check_wait_on_send(gloo),
-           lambda: check_callback_waits(gloo), check_callback_order,
+           lambda: check_callback_waits(gloo), check_callback_order, check_callback_blocks,
            lambda: check_powersgd(gloo), check_self_p2p,
            check_duration,
            check_estimate, check_no_deadline, check_bad_handling, check_timeouts,

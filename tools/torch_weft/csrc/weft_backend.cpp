@@ -326,9 +326,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpTyp
   work->add_flight(flight_id);
   watch(work, name);
   task t{name, std::move(steps), {work}, device, sdev, {}, std::move(tensors)};
-  // issued from a Work's callback, which the worker runs: at once, there
-  // (run_here), before what is queued
-  if (async_op && sdev < 0 && std::this_thread::get_id() != worker_id_) {
+  if (async_op && sdev < 0) {
     enqueue(std::move(t));
     return work;
   }
@@ -480,10 +478,12 @@ void WeftBackend::issue_p2p(task t) {
   // collectives queued before it: it is queued on the host stream from
   // here (it does not wait for the peer), unless a task with one, queued
   // before it, is still on the worker's queue (a block of both kinds, a
-  // receive from any source): it goes behind that, in issue order
+  // receive from any source): it goes behind that, in issue order. From a
+  // Work's callback on the worker, the tasks counted are queued behind the
+  // one whose callback it is (run_here): it goes first
   std::unique_lock<std::mutex> lk(queue_->mu);
   TORCH_CHECK(!queue_->stop, "weft: ", t.name, " on a process group that was shut down");
-  if (queue_->p2p_tasks == 0) { /* and nothing is held */
+  if (queue_->p2p_tasks == 0 || std::this_thread::get_id() == worker_id_) {
     std::exception_ptr err;
     {
       std::lock_guard<std::mutex> plk(p2p_mu_); /* before a later one can queue */
@@ -569,7 +569,9 @@ int64_t WeftBackend::flight_record(const char *name, int peer,
 }
 
 void WeftBackend::enqueue(task t) {
-  if (t.sdev >= 0) {
+  // on a GPU, and from a Work's callback, which the worker runs: at once,
+  // there (run_here), before what is queued
+  if (t.sdev >= 0 || std::this_thread::get_id() == worker_id_) {
     run_here(t);
     return;
   }
