@@ -402,16 +402,6 @@ NCCL_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId) {
 }
 NCCL_PROFILING_ALIAS(ncclGetUniqueId);
 
-void nccl_res_failed(weftResult_t r) {
-  const char *text = weft_error_text();
-  weft_error_publish(text);
-  /* NCCL prints its refusals with NCCL_DEBUG=WARN or more, and nothing with
-   * NCCL_DEBUG unset, where weft's level is WARN by default: asked for a
-   * level, a WARN line; else the INFO line every error gets */
-  if (getenv("NCCL_DEBUG") != NULL || getenv("WEFT_DEBUG") != NULL)
-    WEFT_WARN(LOG_ALL, "%s: %s", weftGetErrorString(r), text);
-}
-
 static ncclResult_t init_rank_config(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
                                      ncclConfig_t *config) {
   weft_error_clear();

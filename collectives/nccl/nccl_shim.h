@@ -8,6 +8,7 @@
 #define WEFT_NCCL_SHIM_H
 
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "../../include/nccl.h"
 #include "../../include/weft.h"
@@ -20,8 +21,16 @@
 #define NCCL_PROFILING_ALIAS(name) \
   extern __typeof__(name) p##name __attribute__((alias(#name), visibility("default")))
 
-/* nccl_res of a failure (nccl_compat.c). */
-void nccl_res_failed(weftResult_t r);
+/* nccl_res of a failure. NCCL prints its refusals with NCCL_DEBUG=WARN or
+ * more, and nothing with NCCL_DEBUG unset, where weft's level is WARN by
+ * default: asked for a level, a WARN line; else the INFO line every error
+ * gets. */
+static inline void nccl_res_failed(weftResult_t r) {
+  const char *text = weft_error_text();
+  weft_error_publish(text);
+  if (getenv("NCCL_DEBUG") != NULL || getenv("WEFT_DEBUG") != NULL)
+    WEFT_WARN(LOG_ALL, "%s: %s", weftGetErrorString(r), text);
+}
 
 /* An NCCL call's result: a failure's text becomes the process's last
  * (ncclGetLastError(NULL) on a thread of its own), and is logged at WARN
