@@ -86,6 +86,8 @@ struct init_settings {
 /* The first bad setting of the environment, with its message (cfg read
  * already). */
 static weftResult_t init_settings_read(struct init_settings *s) {
+  /* every variable out of its range, as docs/environment.md says */
+  WEFT_TRY(param_tables_check(weft_param_tables));
   WEFT_TRY(param_int_checked(&coll_params[P_NSLOTS], &s->nslots));
   s->slot_nbytes = param_int(&coll_params[P_SLOT_BYTES]);
   if (s->slot_nbytes < 64 || s->slot_nbytes % 64 != 0 || s->slot_nbytes > (1 << 26))

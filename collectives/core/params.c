@@ -42,7 +42,9 @@ struct weft_param coll_params[] = {
      .see = "signature.md", .agree = 1},
     [P_ALGO] = {.name = "WEFT_ALGO", .type = PARAM_STR,
      .doc = "algorithms the tuner may pick (unset: all): `ring`, `tree`, `rd`, `direct`, `cma`, `bulk`; "
-            "`^` excludes; per collective as `allreduce:tree;broadcast:ring`", .agree = 1},
+            "`^` excludes; per collective as `allreduce:tree;broadcast:ring`; unknown names are "
+            "ignored with a warning, and a list that then allows none restricts nothing",
+     .agree = 1},
     [P_PROTO] = {.name = "WEFT_PROTO", .type = PARAM_STR,
      .doc = "protocols the tuner may pick (unset: all): `simple`, `ll`; same syntax as "
             "`WEFT_ALGO`", .agree = 1},

@@ -73,8 +73,13 @@ int tuner_parse(const char *spec, const char *const *names, int nnames,
       else pick[i] = 1;
       o += nlen + 1;
     }
+    /* an entry that allows nothing (unknown names only, or every name
+     * excluded) is ignored as a whole: it restricts nothing */
+    int none = 1;
+    for (int i = 0; i < nnames; i++) none &= (exclude ? !pick[i] : pick[i]) == 0;
+    if (none) bad = 1;
     for (int c = c_first; c >= 0 && c <= c_last; c++)
-      for (int i = 0; i < nnames; i++) allowed[c][i] = exclude ? !pick[i] : pick[i];
+      for (int i = 0; i < nnames; i++) allowed[c][i] = none || (exclude ? !pick[i] : pick[i]);
     entry += elen + (end ? 1 : 0);
   }
   return bad ? -1 : 0;
@@ -104,9 +109,15 @@ tuner_rules_find(const char *a, const char *p, struct tuner_rules *fallback) {
     r->algo_text = a;
     r->proto_text = p;
     if (tuner_parse(a, algo_names, ALGO_NUM, r->algo) != 0)
-      WEFT_WARN(LOG_COLL, "WEFT_ALGO=%s: unknown names ignored (ring, tree, rd, direct, cma, bulk)", a);
+      WEFT_WARN(LOG_COLL,
+                "WEFT_ALGO=%s: unknown names ignored, and a list that allows no algorithm "
+                "(ring, tree, rd, direct, cma, bulk)",
+                a);
     if (tuner_parse(p, proto_names, PROTO_NUM, r->proto) != 0)
-      WEFT_WARN(LOG_COLL, "WEFT_PROTO=%s: unknown names ignored (simple, ll)", p);
+      WEFT_WARN(LOG_COLL,
+                "WEFT_PROTO=%s: unknown names ignored, and a list that allows no protocol "
+                "(simple, ll)",
+                p);
     r->next = rules_all;
     rules_all = r;
   }

@@ -15,6 +15,7 @@
 extern "C" {
 #include "collectives/api/config.h"
 #include "collectives/core/text.h"
+#include "transport/base/wait.h"
 }
 
 using namespace weft_test;
@@ -176,7 +177,8 @@ TEST(Settings, ABadValueOnOneRankFailsEveryRankAtOnce) {
   Seen *seen = shared_seen(3);
   ASSERT_NE(seen, nullptr);
   for (const auto &bad : std::vector<std::pair<std::string, std::string>>{
-           {"WEFT_SLOT_BYTES", "100"}, {"WEFT_NSLOTS", "1"}, {"WEFT_TREE_SMALL_BYTES", "-1"}}) {
+           {"WEFT_SLOT_BYTES", "100"}, {"WEFT_NSLOTS", "1"}, {"WEFT_TREE_SMALL_BYTES", "-1"},
+           {"WEFT_DETERMINISTIC", "2"}}) {
     memset((void *)seen, 0, sizeof(Seen) * 3);
     init_with(3, [&](int rank) { return rank == 1 ? EnvList{bad} : EnvList{}; }, seen);
     const std::string what = bad.first + "=" + bad.second;
@@ -192,6 +194,24 @@ TEST(Settings, ABadValueOnOneRankFailsEveryRankAtOnce) {
       EXPECT_LT(seen[r].seconds, 5.0) << what << ", rank " << r << " after " << seen[r].seconds;
   }
   munmap(seen, sizeof(Seen) * 3);
+}
+
+// WEFT_TIMEOUT in seconds: a value past 2^63 ns (584 years) waits forever
+// as 0 does, rather than wrapping to a deadline of a fraction of a second.
+TEST(Settings, TimeoutPastTheClockWaitsForever) {
+  for (const auto &c : std::vector<std::pair<std::string, uint64_t>>{
+           {"600", 600000000000ull}, {"0", UINT64_MAX / 2}, {"-1", UINT64_MAX / 2},
+           {"9223372036", 9223372036000000000ull}, {"18446744074", UINT64_MAX / 2},
+           {"9223372036854775807", UINT64_MAX / 2}}) {
+    RunOptions opts;
+    opts.env = {{"WEFT_TIMEOUT", c.first}};
+    const uint64_t want = c.second;
+    auto status = run_ranks(1, [&](const RankCtx &) {
+      weft_params_reset();
+      return wait_default_timeout_ns() == want ? 0 : 1;
+    }, opts);
+    EXPECT_EQ(status[0], 0) << "WEFT_TIMEOUT=" << c.first;
+  }
 }
 
 // The agreed params of a table of this test's own, as a rank whose

@@ -42,6 +42,12 @@ TEST(TunerParse, ListsExclusionsAndPerCollective) {
   EXPECT_EQ(tuner_parse("ring,warp", kAlgos, 3, a), -1);
   EXPECT_TRUE(a[COLL_ALLREDUCE][0] && !a[COLL_ALLREDUCE][1]) << "known names still apply";
   EXPECT_EQ(tuner_parse("gatherall:ring", kAlgos, 3, a), -1);
+  // a list that allows nothing restricts nothing (NCCL_ALGO=NVLS, ^ of every name)
+  for (const char *none : {"warp", "^ring,tree,rd", "broadcast:warp"}) {
+    EXPECT_EQ(tuner_parse(none, kAlgos, 3, a), -1) << none;
+    for (int c = 0; c < COLL_NUM_RING; c++)
+      EXPECT_TRUE(a[c][0] && a[c][1] && a[c][2]) << none << ", collective " << c;
+  }
 }
 
 // A communicator shape good enough for the tuner.

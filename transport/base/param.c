@@ -25,6 +25,16 @@ weftResult_t param_int_checked(struct weft_param *p, int64_t *value_out) {
   return weftSuccess;
 }
 
+weftResult_t param_tables_check(struct weft_param *const *tables) {
+  for (; *tables != NULL; tables++)
+    for (struct weft_param *p = *tables; p->name != NULL; p++)
+      if (p->type == PARAM_INT && param_has_range(p) && p->out_of_range == PARAM_RANGE_ERROR) {
+        int64_t v;
+        WEFT_TRY(param_int_checked(p, &v));
+      }
+  return weftSuccess;
+}
+
 const char *param_env_str(const struct weft_param *p) { return env_str(p->name); }
 
 int param_env_int(const struct weft_param *p, int64_t *value_out) {

@@ -43,6 +43,10 @@ static inline void weft_memo_invalidate(void) {
  * weftInvalidArgument and the message "NAME=VALUE: must be MIN to MAX". */
 weftResult_t param_int_checked(struct weft_param *p, int64_t *value_out);
 
+/* param_int_checked of every integer param of the NULL-terminated list of
+ * tables that has a range and refuses values out of it: the first refusal. */
+weftResult_t param_tables_check(struct weft_param *const *tables);
+
 /* For variables that may change between calls of one process (a launcher's):
  * the environment's value now, uncached, the default ignored. NULL when
  * unset or empty. */

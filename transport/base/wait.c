@@ -17,7 +17,7 @@ enum { P_TIMEOUT, P_SPIN_NS, P_PROXY_KICK_US };
 struct weft_param wait_params[] = {
     [P_TIMEOUT] = {.name = "WEFT_TIMEOUT", .type = PARAM_INT, .default_str = "600",
      .doc = "seconds any wait (peer data, credits, bootstrap) may last before it is an error; "
-            "0 waits forever"},
+            "0 or less waits forever, and so does a value past 292 years (2^63 ns)"},
     [P_SPIN_NS] = {.name = "WEFT_SPIN_NS", .type = PARAM_INT, .default_str = "200000",
      .doc = "nanoseconds a wait spins before it yields the core (ignored when local ranks "
             "outnumber cores: then waits yield at once)"},
@@ -88,7 +88,9 @@ void wait_oversubscribed_release(void) {
 
 uint64_t wait_default_timeout_ns(void) {
   int64_t s = param_int(&wait_params[P_TIMEOUT]);
-  return s > 0 ? (uint64_t)s * 1000000000ull : UINT64_MAX / 2;
+  /* past 2^63 ns the product would wrap to a short deadline: none instead */
+  if (s <= 0 || (uint64_t)s > UINT64_MAX / 2 / 1000000000ull) return UINT64_MAX / 2;
+  return (uint64_t)s * 1000000000ull;
 }
 
 __thread const struct wait_watcher *wait_thread_watcher;
