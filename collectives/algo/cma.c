@@ -59,7 +59,8 @@
 #include "copy_stream.h"
 
 struct weft_param cma_params[] = {
-    {.name = "WEFT_CMA_MIN_NBYTES", .type = PARAM_INT, .default_str = "64K",
+    {.name = "WEFT_CMA_MIN_NBYTES", .type = PARAM_INT, .default_str = "64K", .min = 0,
+     .max = INT64_MAX,
      .doc = "smallest all-reduce, all-gather, reduce-scatter, broadcast or reduce (bytes over "
             "all ranks: the gathered or scattered buffer, else the buffer) that runs "
             "single-copy: ranks on one host, connected over shared memory, read and write each "
@@ -74,7 +75,8 @@ struct weft_param cma_params[] = {
             "`/proc/<pid>/fd`, once per communicator) and copy in user space; where a buffer "
             "cannot be opened, that communicator copies through the kernel from then on (an "
             "info line says why). 0: always cross-memory attach"},
-    {.name = "WEFT_CMA_REDUCE_MIN_NBYTES", .type = PARAM_INT, .default_str = "1M",
+    {.name = "WEFT_CMA_REDUCE_MIN_NBYTES", .type = PARAM_INT, .default_str = "1M", .min = 0,
+     .max = INT64_MAX,
      .doc = "smallest reduce that runs single-copy (and at least `WEFT_CMA_MIN_NBYTES`), on "
             "buffers every rank took from `weftMemAllocHost` (see `WEFT_CMA_REDUCE_KERNEL`). "
             "A reduce that finds a buffer it cannot map runs the ring after the address "

@@ -144,10 +144,32 @@ TEST(Log, LevelsSubsystemsAndPrefix) {
       << captured[0].second;
   EXPECT_NE(captured[0].second.find(":" + std::to_string(getpid()) + ":"), std::string::npos);
   EXPECT_NE(captured[1].second.find("WARN COLL coll warns"), std::string::npos);
+  // warnings pass whatever the subsystems (a typo there hid them all)
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_DEBUG_SUBSYS", "INTI"));
+  weft_params_reset();
+  captured.clear();
+  WEFT_INFO(LOG_INIT, "init says");  // INTI names nothing
+  WEFT_WARN(LOG_NET, "net warns");
+  ASSERT_EQ(captured.size(), 2u);
+  EXPECT_NE(captured[0].second.find("WEFT_DEBUG_SUBSYS=INTI: unknown names ignored"),
+            std::string::npos)
+      << captured[0].second;
+  EXPECT_NE(captured[1].second.find("WARN NET net warns"), std::string::npos);
+  // a level that is none of weft's is said, and WARN taken
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_DEBUG_SUBSYS", nullptr));
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_DEBUG", "DEBUG"));
+  weft_params_reset();
+  captured.clear();
+  WEFT_INFO(LOG_INIT, "not at WARN");
+  ASSERT_EQ(captured.size(), 1u);
+  EXPECT_NE(captured[0].second.find("WEFT_DEBUG=DEBUG: not NONE, WARN, INFO or TRACE: WARN"),
+            std::string::npos)
+      << captured[0].second;
   ASSERT_TRUE(weft_test::env_set_alone("WEFT_DEBUG", "NONE"));
   weft_params_reset();
+  captured.clear();
   WEFT_WARN(LOG_COLL, "silenced");
-  EXPECT_EQ(captured.size(), 2u);
+  EXPECT_EQ(captured.size(), 0u);
   weft_log_set_sink(nullptr, nullptr);
   ASSERT_TRUE(weft_test::env_set_alone("WEFT_DEBUG", nullptr));
   ASSERT_TRUE(weft_test::env_set_alone("WEFT_DEBUG_SUBSYS", nullptr));

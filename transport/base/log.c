@@ -1,5 +1,6 @@
 #include "log.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,15 +44,22 @@ static const struct {
 } subsys_names[] = {{"INIT", LOG_INIT}, {"BOOTSTRAP", LOG_BOOTSTRAP}, {"SHM", LOG_SHM},
                     {"NET", LOG_NET},   {"COLL", LOG_COLL},           {"ALL", LOG_ALL}};
 
-static unsigned parse_subsys(const char *spec) {
+/* The subsystems spec names; *unknown set where it names one that is not. */
+static unsigned parse_subsys(const char *spec, int *unknown) {
   int exclude = spec[0] == '^';
   unsigned mask = 0;
   char buf[256];
   snprintf(buf, sizeof buf, "%s", spec + exclude);
   char *save = NULL;
-  for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+  for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    int known = 0;
     for (size_t i = 0; i < sizeof subsys_names / sizeof subsys_names[0]; i++)
-      if (strcasecmp(tok, subsys_names[i].name) == 0) mask |= subsys_names[i].bit;
+      if (strcasecmp(tok, subsys_names[i].name) == 0) {
+        mask |= subsys_names[i].bit;
+        known = 1;
+      }
+    if (!known) *unknown = 1;
+  }
   return exclude ? (LOG_ALL & ~mask) : mask;
 }
 
@@ -82,13 +90,28 @@ int weft_log_level(void) {
   pthread_mutex_lock(&log_lock);
   const char *s = log_param(P_DEBUG);
   lvl = LOG_WARN;
+  int bad_level = 0, bad_subsys = 0, bad_file = 0, file_errno = 0;
   if (strcasecmp(s, "NONE") == 0) lvl = LOG_NONE;
   else if (strcasecmp(s, "INFO") == 0) lvl = LOG_INFO;
   else if (strcasecmp(s, "TRACE") == 0) lvl = LOG_TRACE;
-  log_subsys_mask = parse_subsys(log_param(P_SUBSYS));
-  if (log_file == NULL) log_open_file();
+  else bad_level = strcasecmp(s, "WARN") != 0;
+  const char *subsys = log_param(P_SUBSYS);
+  log_subsys_mask = parse_subsys(subsys, &bad_subsys);
+  if (log_file == NULL) {
+    log_open_file();
+    file_errno = errno;
+    bad_file = log_file == NULL && log_param(P_FILE) != NULL;
+  }
   __atomic_store_n(&weft_log_level_now, lvl, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&log_lock);
+  /* said once per reading, the level now set (no recursion) */
+  if (bad_level) WEFT_WARN(LOG_ALL, "WEFT_DEBUG=%s: not NONE, WARN, INFO or TRACE: WARN", s);
+  if (bad_subsys)
+    WEFT_WARN(LOG_ALL, "WEFT_DEBUG_SUBSYS=%s: unknown names ignored (INIT, BOOTSTRAP, SHM, NET, "
+              "COLL, ALL)", subsys);
+  if (bad_file)
+    WEFT_WARN(LOG_ALL, "WEFT_DEBUG_FILE=%s: cannot open it (%s): logging to stderr",
+              log_param(P_FILE), strerror(file_errno));
   return lvl;
 }
 
@@ -101,7 +124,8 @@ void weft_log_set_sink(weft_log_sink_fn fn, void *ctx) {
 
 void weft_log(enum weft_log_level level, unsigned subsys, const char *file, int line,
               const char *fmt, ...) {
-  if (weft_log_level() < (int)level || !(log_subsys_mask & subsys)) return;
+  /* the subsystems filter INFO and TRACE lines; warnings always pass */
+  if (weft_log_level() < (int)level || (level > LOG_WARN && !(log_subsys_mask & subsys))) return;
   static const char *level_names[] = {"NONE", "WARN", "INFO", "TRACE"};
   char host[64] = "";
   gethostname(host, sizeof host - 1);
