@@ -1,7 +1,8 @@
 /* User reduction ops: weftRedOpCreatePreMulSum makes an op that multiplies
  * each rank's input by a scalar, then sums. The host executor scales the
- * input into a scratch buffer and runs a sum on it, so every algorithm and
- * protocol supports it unchanged. */
+ * input (an all-reduce's into its output, other collectives' into a
+ * scratch buffer) and runs a sum on it, so every algorithm and protocol
+ * supports it unchanged (exec/host/run.c). */
 #include <stdlib.h>
 #include <string.h>
 

@@ -8,9 +8,8 @@
  * every datatype, nothing to capture. */
 static inline int redop_is_builtin(weftRedOp_t op) { return (int)op >= 0 && op < weftNumOps; }
 
-/* Whether op may reduce datatype on comm; a pre-multiply op's scalar copied
- * into the plan at the call (redop_check passed); and the plan's input
- * scaled by that scalar, in a buffer to free. */
+/* Whether op may reduce datatype on comm; and a pre-multiply op's scalar
+ * copied into the plan at the call (redop_check passed). */
 weftResult_t redop_check(struct weftComm *comm, weftRedOp_t op, weftDataType_t datatype);
 void redop_capture(const struct weftComm *comm, struct weft_plan *plan);
 /* dst[count] = src[count] times the plan's pre-multiply scalar (premul_ptr,

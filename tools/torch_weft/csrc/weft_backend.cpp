@@ -343,7 +343,7 @@ void WeftBackend::run_here(task &t) {
   // order: its futures complete, and run their callbacks, as operations
   // are issued). Queued, they would wait for the worker this callback
   // holds.
-  const bool nested = std::this_thread::get_id() == worker_id_;
+  const bool nested = on_worker();
   {
     std::unique_lock<std::mutex> lk(queue_->mu);
     TORCH_CHECK(!queue_->stop, "weft: ", t.name, " on a process group that was shut down");
@@ -364,7 +364,7 @@ void WeftBackend::run_here(task &t) {
 void WeftBackend::run_busy(task &t, bool nested) {
   // the worker frees the queue once t's callbacks have run (run_here); a
   // blocking call's thread frees it first, as its Work has no callbacks yet
-  const bool worker = !nested && std::this_thread::get_id() == worker_id_;
+  const bool worker = !nested && on_worker();
   std::shared_ptr<queue_state> q = queue_; /* the callbacks may drop the backend */
   for (auto &w : t.works) w->mark_started();
   std::exception_ptr err;
@@ -483,7 +483,7 @@ void WeftBackend::issue_p2p(task t) {
   // one whose callback it is (run_here): it goes first
   std::unique_lock<std::mutex> lk(queue_->mu);
   TORCH_CHECK(!queue_->stop, "weft: ", t.name, " on a process group that was shut down");
-  if (queue_->p2p_tasks == 0 || std::this_thread::get_id() == worker_id_) {
+  if (queue_->p2p_tasks == 0 || on_worker()) {
     std::exception_ptr err;
     {
       std::lock_guard<std::mutex> plk(p2p_mu_); /* before a later one can queue */
@@ -571,7 +571,7 @@ int64_t WeftBackend::flight_record(const char *name, int peer,
 void WeftBackend::enqueue(task t) {
   // on a GPU, and from a Work's callback, which the worker runs: at once,
   // there (run_here), before what is queued
-  if (t.sdev >= 0 || std::this_thread::get_id() == worker_id_) {
+  if (t.sdev >= 0 || on_worker()) {
     run_here(t);
     return;
   }
@@ -1045,7 +1045,7 @@ void WeftBackend::stop_worker(bool abort_comm) {
   // not wait for the first, which may be joining this very thread.
   weftComm_t comm = nullptr, pcomm = nullptr;
   bool first = false;
-  const bool on_worker = worker_id_ == std::this_thread::get_id();
+  const bool in_worker = on_worker();
   {
     std::lock_guard<std::mutex> lk(comm_mu_);
     if (abort_comm) aborted_ = true;
@@ -1064,7 +1064,7 @@ void WeftBackend::stop_worker(bool abort_comm) {
       revoking_--;
       inflight_cv_.notify_all();
     }
-    if (!on_worker) inflight_cv_.wait(lk, [this] { return stopped_; });
+    if (!in_worker) inflight_cv_.wait(lk, [this] { return stopped_; });
     return;
   }
   // A thread may have passed its check of aborted_ and not yet be in weft:
@@ -1081,7 +1081,7 @@ void WeftBackend::stop_worker(bool abort_comm) {
   } catch (...) {
     stopped = std::current_exception();
   }
-  if (on_worker) {
+  if (in_worker) {
     // what is still queued behind the task whose callback stopped the group
     // fails here, as the worker would have failed it
     std::deque<task> left;

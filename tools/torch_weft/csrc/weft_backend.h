@@ -481,6 +481,9 @@ class WeftBackend : public c10d::Backend {
   comm_streams streams_{stream_options::from_env()}; /* CUDA: one per device (weft_streams.h) */
   std::thread worker_;
   std::thread::id worker_id_; /* set once at construction: read by stop_worker on any thread */
+  /* whether the calling thread is the worker (in a Work's callback, where
+   * not running a task) */
+  bool on_worker() const { return std::this_thread::get_id() == worker_id_; }
   std::mutex comm_mu_; /* guards aborted_, inflight_ and stop_worker's state */
   bool aborted_ = false;
   int inflight_ = 0; /* threads between their check of aborted_ and leaving weft */
