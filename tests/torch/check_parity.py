@@ -393,6 +393,40 @@ def check_callback_blocks():
     dist.destroy_process_group(weft)
 
 
+def check_callback_beside_block():
+    """Another thread broadcasts and reads the result (a future's callback,
+    run where the future completes) while the main thread has a
+    _coalescing_manager block open on the group: its broadcast runs at once,
+    not inside the main thread's block (whose operations run only at its
+    end: it would read its own input), and the block's broadcast is the
+    block's alone. (An all-reduce there would join the block in torch's own
+    layer, which gathers a block's all-reduces from every thread, whatever
+    the backend.)"""
+    r, n = dist.get_rank(), dist.get_world_size()
+    weft = dist.new_group(backend="weft", timeout=timedelta(seconds=10))
+
+    def then(fut):
+        y = torch.full((5,), float(r + 1))
+        dist.broadcast(y, 0, group=weft, async_op=True).wait()
+        return y.clone()  # read at once, as a hook that goes on with it
+    started = torch.futures.Future()
+    chained = started.then(then)
+    b = torch.full((3,), float(r + 10))
+    try:
+        with dist._coalescing_manager(group=weft, device=torch.device("cpu"),
+                                      async_ops=True) as cm:
+            # the callback runs on this thread, the block open
+            threading.Thread(target=lambda: started.set_result(None), daemon=True).start()
+            out = wait_or_end(chained, 20, "a callback beside an open block")
+            dist.broadcast(b, n - 1, group=weft)
+        cm.wait()
+        check_equal("another thread's broadcast beside an open block", out, torch.full((5,), 1.0))
+        check_equal("the open block's broadcast", b, torch.full((3,), float(n - 1 + 10)))
+    except Exception as e:  # noqa: BLE001
+        check("a callback beside an open block", False, f"{type(e).__name__}: {str(e)[:200]}")
+    dist.destroy_process_group(weft)
+
+
 def check_powersgd(gloo=None):
     """DDP with the PowerSGD comm hook over several buckets (two
     uncompressed steps, then rank-2 approximations whose all-reduces the
@@ -829,6 +863,7 @@ def main():
            lambda: check_sparse(gloo, rng), lambda: check_p2p_beside_collectives(gloo),
            lambda: check_wait_on_send(gloo),
            lambda: check_callback_waits(gloo), check_callback_order, check_callback_blocks,
+           check_callback_beside_block,
            lambda: check_powersgd(gloo), check_self_p2p,
            check_duration,
            check_estimate, check_no_deadline, check_bad_handling, check_timeouts,

@@ -133,7 +133,7 @@ void WeftBackend::make_pcomm() {
 c10::intrusive_ptr<c10d::Backend> WeftBackend::split(const c10::intrusive_ptr<c10d::Store> &store,
                                                      const std::vector<int> &ranks,
                                                      const c10::intrusive_ptr<Options> &opts) {
-  TORCH_CHECK(!coalescing_, "weft: split inside a coalescing block");
+  TORCH_CHECK(!in_block(), "weft: split inside a coalescing block");
   TORCH_CHECK(!ranks.empty(), "weft: split: no ranks");
   for (int r : ranks)
     TORCH_CHECK(r >= 0 && r < size_, "weft: split: rank ", r, " is not a rank of this group of ",
@@ -187,7 +187,7 @@ void WeftBackend::setTimeout(std::chrono::milliseconds timeout) {
 c10::intrusive_ptr<c10d::Backend> WeftBackend::shrink(const std::vector<int64_t> &ranks_to_exclude,
                                                       int shrink_flags,
                                                       const c10::intrusive_ptr<Options> &opts) {
-  TORCH_CHECK(!coalescing_, "weft: shrink inside a coalescing block");
+  TORCH_CHECK(!in_block(), "weft: shrink inside a coalescing block");
   std::vector<int> excluded;
   for (int64_t r : ranks_to_exclude) {
     TORCH_CHECK(r >= 0 && r < size_, "weft: shrink: rank ", r, " is not a rank of this group of ",
@@ -243,20 +243,20 @@ c10::intrusive_ptr<c10d::Backend> WeftBackend::shrink(const std::vector<int64_t>
 }
 
 void WeftBackend::startTimeEstimate() {
-  TORCH_CHECK(!coalescing_, "weft: a time estimate inside a coalescing block");
+  TORCH_CHECK(!in_block(), "weft: a time estimate inside a coalescing block");
   startCoalescing();
   estimating_ = true;
 }
 
 float WeftBackend::endTimeEstimate() {
-  TORCH_CHECK(coalescing_ && estimating_, "weft: endTimeEstimate without startTimeEstimate");
-  coalescing_ = false;
+  TORCH_CHECK(in_block() && estimating_, "weft: endTimeEstimate without startTimeEstimate");
   estimating_ = false;
   auto work = coalesced_work_;
   work->set_block_open(false);
   coalesced_work_.reset();
   task t = std::move(coalesced_);
   coalesced_ = task{"coalesced", {}, {}};
+  block_owner_.store(std::thread::id()); /* the block's state is left as found */
   TORCH_CHECK(t.device < 0, "weft: time estimates of operations on CUDA tensors are not ",
               "supported (their streams)");
   // recorded as a group that weftGroupSimulateEnd drops: nothing runs, so
@@ -296,16 +296,16 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpTyp
                                         : -1;
   for (const auto &o : outputs) check_device(o, device, name);
   for (const auto &i : inputs) check_device(i, device, name);
-  TORCH_CHECK(!coalescing_ || coalesced_.steps.empty() || coalesced_.device == device, "weft: ",
-              name, ": a coalesced block mixes host and CUDA tensors (or two GPUs)");
+  const bool block = in_block();
+  TORCH_CHECK(!block || coalesced_.steps.empty() || coalesced_.device == device, "weft: ", name,
+              ": a coalesced block mixes host and CUDA tensors (or two GPUs)");
   // numbered once accepted, as NCCL's: a call refused on one rank only
   // (tensors on two devices) leaves the group's numbers the peers'
   // (getSequenceNumberForGroup, which TORCH_DISTRIBUTED_DEBUG=DETAIL compares)
-  seq_++;
+  const numbered num = number(name, peer, inputs, outputs);
   const int sdev = device >= 0 ? device
                    : (gpu_fake_on() && (!inputs.empty() || !outputs.empty())) ? 0
                                                                                : -1;
-  const int64_t flight_id = flight_record(name, peer, inputs, outputs);
   std::vector<at::Tensor> tensors;
   if (sdev >= 0) {
     tensors = std::move(inputs);
@@ -314,17 +314,18 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpTyp
       for (const auto &h : s.held)
         if (h.defined()) tensors.push_back(h);
   }
-  if (coalescing_) {
+  if (block) {
+    block_seq_ = num.seq;
     coalesced_.device = device;
     if (sdev >= 0) coalesced_.sdev = sdev;
     for (auto &s : steps) coalesced_.steps.push_back(std::move(s));
     for (auto &x : tensors) coalesced_.tensors.push_back(std::move(x));
-    coalesced_work_->add_flight(flight_id);
+    coalesced_work_->add_flight(num.flight_id);
     return coalesced_work_;
   }
   auto work = make_work(type, name, std::move(outputs));
-  work->add_flight(flight_id);
-  watch(work, name);
+  work->add_flight(num.flight_id);
+  watch(work, name, num.seq);
   task t{name, std::move(steps), {work}, device, sdev, {}, std::move(tensors)};
   if (async_op && sdev < 0) {
     enqueue(std::move(t));
@@ -455,18 +456,18 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit_p2p(const char *name, c10d::O
                                                        std::vector<at::Tensor> outputs, int peer) {
   // weft pairs a rank's send to itself with its receive inside one group
   // (as NCCL does); issued apart, the two would fail on the stream unseen
-  TORCH_CHECK(coalescing_ || peer != rank_, "weft: ", name, " with rank ", rank_,
+  const bool block = in_block();
+  TORCH_CHECK(block || peer != rank_, "weft: ", name, " with rank ", rank_,
               " itself as the peer: a send to itself pairs only with the receive from "
               "itself in the same batch_isend_irecv (or _coalescing_manager block)");
   // on a GPU a send waits for its receiver in the kernel, not on this
   // thread: it runs as other operations do
-  if (coalescing_ || !step.p2p) /* as the step chose its communicator */
+  if (block || !step.p2p) /* as the step chose its communicator */
     return submit(name, type, {std::move(step)}, std::move(outputs), true, {}, peer);
-  seq_++;
-  const int64_t flight_id = flight_record(name, peer, {}, outputs);
+  const numbered num = number(name, peer, {}, outputs);
   auto work = make_work(type, name, std::move(outputs));
-  work->add_flight(flight_id);
-  watch(work, name);
+  work->add_flight(num.flight_id);
+  watch(work, name, num.seq);
   task t{name, {std::move(step)}, {work}};
   t.p2p = true;
   issue_p2p(std::move(t));
@@ -545,10 +546,21 @@ void WeftBackend::flight_signal_loop() {
   }
 }
 
-int64_t WeftBackend::flight_record(const char *name, int peer,
+WeftBackend::numbered WeftBackend::number(const char *name, int peer,
+                                          const std::vector<at::Tensor> &inputs,
+                                          const std::vector<at::Tensor> &outputs) {
+  std::lock_guard<std::mutex> lk(number_mu_);
+  numbered n;
+  n.seq = ++seq_;
+  n.flight_id = flight_record(name, peer, n.seq, inputs, outputs);
+  return n;
+}
+
+int64_t WeftBackend::flight_record(const char *name, int peer, uint64_t seq,
                                    const std::vector<at::Tensor> &inputs,
                                    const std::vector<at::Tensor> &outputs) {
-  if (flight_ == nullptr || estimating_) return -1;
+  const bool block = in_block();
+  if (flight_ == nullptr || (block && estimating_)) return -1;
   bool inplace = false;
   const char *kind = flight_kind(name, &inplace);
   if (kind == nullptr) return -1;
@@ -556,11 +568,11 @@ int64_t WeftBackend::flight_record(const char *name, int peer,
   op.is_p2p = strcmp(kind, "send") == 0 || strcmp(kind, "recv") == 0;
   // a block takes one number of each kind it holds, at its first of it
   bool &taken = op.is_p2p ? block_p2p_ : block_coll_;
-  if (!coalescing_ || !taken) (op.is_p2p ? flight_->p2p_seq : flight_->collective_seq)++;
-  if (coalescing_) taken = true;
+  if (!block || !taken) (op.is_p2p ? flight_->p2p_seq : flight_->collective_seq)++;
+  if (block) taken = true;
   op.collective_seq = flight_->collective_seq;
   op.p2p_seq = flight_->p2p_seq;
-  op.op_id = (int64_t)seq_;
+  op.op_id = (int64_t)seq;
   op.timeout_ms = timeout().count();
   op.kind = kind;
   op.rank = rank_;
@@ -834,7 +846,8 @@ void WeftBackend::check_init(weftResult_t res, const char *call) {
                            weftGetErrorString(res), ": ", weftGetLastError(nullptr)));
 }
 
-void WeftBackend::watch(const c10::intrusive_ptr<WeftWork> &work, const char *name) {
+void WeftBackend::watch(const c10::intrusive_ptr<WeftWork> &work, const char *name,
+                        uint64_t seq) {
   std::lock_guard<std::mutex> lk(watch_mu_);
   if (watch_stop_) return;
   // done ones at the front go now rather than at the watchdog's next look
@@ -843,7 +856,7 @@ void WeftBackend::watch(const c10::intrusive_ptr<WeftWork> &work, const char *na
          !watched_.front().work->exception())
     watched_.pop_front();
   const std::chrono::milliseconds t = timeout();
-  watched_.push_back(watched{work, seq_, name, deadline_after(t), t});
+  watched_.push_back(watched{work, seq, name, deadline_after(t), t});
 }
 
 c10d::ErrorType WeftBackend::watchdog_look_safe(std::string &what) {

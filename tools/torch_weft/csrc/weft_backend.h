@@ -110,7 +110,7 @@ class WeftBackend : public c10d::Backend {
                                           const std::vector<int> &ranks,
                                           const c10::intrusive_ptr<Options> &opts) override;
 
-  uint64_t getSequenceNumberForGroup() override { return seq_; }
+  uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
   // The group's timeout for what starts after the call: weft's waits
   // (weftCommSetTimeout) and the deadlines of later operations.
   void setTimeout(std::chrono::milliseconds timeout) override;
@@ -351,9 +351,16 @@ class WeftBackend : public c10d::Backend {
   // entry's id, or -1 (the recorder is off, the group not in it, a time
   // estimate, a kind the analyzer has no name for). peer: a send's or
   // receive's (-1: any source). Inside a coalescing block the operations
-  // share the block's sequence numbers.
-  int64_t flight_record(const char *name, int peer, const std::vector<at::Tensor> &inputs,
+  // share the block's sequence numbers. seq: the operation's number.
+  int64_t flight_record(const char *name, int peer, uint64_t seq,
+                        const std::vector<at::Tensor> &inputs,
                         const std::vector<at::Tensor> &outputs);
+  // An accepted operation's numbers: its sequence number in the group and
+  // its flight recorder entry (-1: none).
+  struct numbered {
+    uint64_t seq = 0;
+    int64_t flight_id = -1;
+  };
 
   void enqueue(task t);
 
@@ -371,7 +378,7 @@ class WeftBackend : public c10d::Backend {
   //   1: revoke and free the communicator (weftCommAbort), then end the process;
   //   2: revoke the communicator only: operations fail, the process goes on;
   //   0: nothing but the message, as a warning (and getError()).
-  void watch(const c10::intrusive_ptr<WeftWork> &work, const char *name);
+  void watch(const c10::intrusive_ptr<WeftWork> &work, const char *name, uint64_t seq);
   void watchdog_loop();
   // One look: drops what is done (keeping the last failure, last_failed_),
   // and returns the first operation past its deadline (TIMEOUT) or the
@@ -499,7 +506,7 @@ class WeftBackend : public c10d::Backend {
     ~weft_inside();
   };
   void enter_weft(const char *name);
-  uint64_t seq_ = 0;
+  std::atomic<uint64_t> seq_{0};
   struct watched {
     c10::intrusive_ptr<WeftWork> work;
     uint64_t seq;
@@ -515,8 +522,19 @@ class WeftBackend : public c10d::Backend {
   std::mutex watch_join_mu_; /* one stop joins it */
   int handling_ = 3;
   std::atomic<int> error_type_{0};
-  bool coalescing_ = false;
-  bool estimating_ = false; /* the coalescing block is a time estimate's */
+  /* The thread whose coalescing block is open (none: no block). A block
+   * gathers that thread's operations alone: a Work's callback on the worker
+   * issues its own at once, not into a block the main thread holds open
+   * (whose operations run only at its end). One block at a time per group. */
+  std::atomic<std::thread::id> block_owner_{};
+  bool in_block() const { return block_owner_.load() == std::this_thread::get_id(); }
+  /* the numbers an operation takes (seq_, the flight recorder's), for two
+   * threads issuing at once (the main one and a callback on the worker) */
+  std::mutex number_mu_;
+  numbered number(const char *name, int peer, const std::vector<at::Tensor> &inputs,
+                 const std::vector<at::Tensor> &outputs);
+  bool estimating_ = false; /* the open block is a time estimate's (its owner's) */
+  uint64_t block_seq_ = 0;   /* the open block's last operation's number */
   /* Whether this thread is issuing a time estimate's steps (endTimeEstimate),
    * which weftGroupSimulateEnd drops: a send there is not announced to a
    * receive from any source, a receive not counted. Per thread: the worker

@@ -82,7 +82,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::allreduce(std::vector<at::Tensor> &t
     TORCH_CHECK(t.device().is_cpu(), "weft: allreduce: sparse tensors on the host only");
     TORCH_CHECK(opts.reduceOp == c10d::ReduceOp::SUM,
                 "weft: allreduce: sparse tensors take SUM only");
-    TORCH_CHECK(!coalescing_, "weft: allreduce of a sparse tensor inside a coalescing block");
+    TORCH_CHECK(!in_block(), "weft: allreduce of a sparse tensor inside a coalescing block");
     return submit("allreduce", c10d::OpType::ALLREDUCE, {sparse_allreduce_step(t)}, {t},
                   opts.asyncOp);
   }
@@ -479,8 +479,11 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::barrier(const c10d::BarrierOptions &
 }
 
 void WeftBackend::startCoalescing() {
-  TORCH_CHECK(!coalescing_, "weft: startCoalescing called twice");
-  coalescing_ = true;
+  TORCH_CHECK(!in_block(), "weft: startCoalescing called twice");
+  std::thread::id none;
+  TORCH_CHECK(block_owner_.compare_exchange_strong(none, std::this_thread::get_id()),
+              "weft: startCoalescing while another thread of this process has a coalescing block "
+              "open on the group (a group takes one block at a time)");
   coalesced_ = task{"coalesced", {}, {}};
   coalesced_work_ = make_work(c10d::OpType::COALESCED, "weft:coalesced", {});
   coalesced_work_->set_block_open(true);
@@ -489,12 +492,15 @@ void WeftBackend::startCoalescing() {
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::endCoalescing() {
-  TORCH_CHECK(coalescing_, "weft: endCoalescing without startCoalescing");
-  coalescing_ = false;
+  TORCH_CHECK(in_block(), "weft: endCoalescing without startCoalescing");
+  struct closer {
+    std::atomic<std::thread::id> &owner;
+    ~closer() { owner.store(std::thread::id()); } /* the block's state is left as found */
+  } close{block_owner_};
   auto work = coalesced_work_;
   work->set_block_open(false);
   coalesced_work_.reset();
-  if (!coalesced_.steps.empty()) watch(work, "coalesced");
+  if (!coalesced_.steps.empty()) watch(work, "coalesced", block_seq_);
   if (block_coll_ || block_p2p_) {
     // the block's end, as PyTorch's recorder writes it: an entry of its own
     // under the block's sequence numbers
@@ -502,7 +508,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::endCoalescing() {
     op.kind = "coalesced";
     op.collective_seq = flight_->collective_seq;
     op.p2p_seq = flight_->p2p_seq;
-    op.op_id = seq_;
+    op.op_id = (int64_t)block_seq_;
     op.is_p2p = !block_coll_;
     op.timeout_ms = timeout().count();
     work->add_flight(flight_recorder::get().record(flight_, op, {}, {}));

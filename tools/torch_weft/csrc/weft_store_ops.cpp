@@ -74,7 +74,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::recvAnysource(std::vector<at::Tensor
   TORCH_CHECK(device_of(t) < 0,
               "weft: receiving from any source takes host tensors (name the source rank of a "
               "receive on a GPU)");
-  TORCH_CHECK(!coalescing_, "weft: receiving from any source inside a coalescing block");
+  TORCH_CHECK(!in_block(), "weft: receiving from any source inside a coalescing block");
   TORCH_CHECK(store_, "weft: receiving from any source needs the group's store");
   auto source = std::make_shared<std::atomic<int>>(-1);
   const bool own = !gpu_fake_on(); /* as send's */
@@ -114,11 +114,11 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::recvAnysource(std::vector<at::Tensor
   s.p2p = own;
   // a task of its own, after the sends and receives held before it: it
   // waits for a sender, which must not hold up a group of other operations
-  seq_++;
+  const numbered num = number("recv_anysource", -1, {}, {t});
   auto work = make_work(c10d::OpType::RECVANYSOURCE, "recv_anysource", {t});
-  work->add_flight(flight_record("recv_anysource", -1, {}, {t}));
+  work->add_flight(num.flight_id);
   work->set_source(source);
-  watch(work, "recv_anysource");
+  watch(work, "recv_anysource", num.seq);
   enqueue(task{"recv from any source", {std::move(s)}, {work}, -1, -1, {}, {}});
   return work;
 }
