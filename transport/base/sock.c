@@ -9,6 +9,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <time.h>
@@ -20,10 +21,15 @@
 
 struct weft_param sock_params[] = {
     {.name = "WEFT_SOCKET_IFNAME", .type = PARAM_STR,
-     .doc = "interface (name prefix) that every bootstrap and socket-transport listener binds. "
-            "Unset: a unique id's root (`weftGetUniqueId`) listens on the first non-loopback "
-            "interface, and each rank's listeners on the interface its route to that root "
-            "leaves by (loopback when the root is on loopback). `weftrun` sets it to the "
+     .doc = "interfaces that bootstrap and socket-transport listeners may bind, in NCCL's "
+            "syntax: comma-separated name prefixes (`eth,ib`); `^` first excludes the listed "
+            "ones (`^docker,lo`); `=` first, after `^` if both, makes them whole names "
+            "(`=eth0`, `^=docker0`). Of the allowed interfaces that are up (all when unset), "
+            "listeners take the first of: running ones other than loopback and `docker*`, "
+            "then `docker*`, then those without a carrier, then loopback (said at `WEFT_DEBUG=INFO` "
+            "when unset); IPv4 before IPv6 in each, link-local addresses skipped. Unset, a unique "
+            "id's root (`weftGetUniqueId`) listens on that choice and each rank's listeners "
+            "on the interface its route to that root leaves by. `weftrun` sets it to the "
             "loopback interface"},
     PARAM_END,
 };
@@ -31,15 +37,16 @@ enum { P_IFNAME };
 
 const char *sock_addr_str(const union weft_sockaddr *addr, char *buf, size_t nbytes) {
   char ip[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
   if (addr->sa.sa_family == AF_INET) {
     inet_ntop(AF_INET, &addr->in.sin_addr, ip, sizeof ip);
-    port = ntohs(addr->in.sin_port);
+    snprintf(buf, nbytes, "%s:%d", ip, ntohs(addr->in.sin_port));
   } else if (addr->sa.sa_family == AF_INET6) {
+    /* brackets: the address's own colons are not the port's */
     inet_ntop(AF_INET6, &addr->in6.sin6_addr, ip, sizeof ip);
-    port = ntohs(addr->in6.sin6_port);
+    snprintf(buf, nbytes, "[%s]:%d", ip, ntohs(addr->in6.sin6_port));
+  } else {
+    snprintf(buf, nbytes, "?:0");
   }
-  snprintf(buf, nbytes, "%s:%d", ip, port);
   return buf;
 }
 
@@ -65,38 +72,136 @@ weftResult_t sock_resolve(const char *host, int port, union weft_sockaddr *addr_
   return weftSuccess;
 }
 
+/* --- choosing the interface --------------------------------------------- */
+
+/* Whether name is item: the whole name (exact) or its beginning. */
+static int ifname_item_match(const char *item, size_t len, const char *name, int exact) {
+  if (strncmp(name, item, len) != 0) return 0;
+  return !exact || name[len] == '\0';
+}
+
+/* The list's names less its '^' and '=': *exclude_p, *exact_p say which were there. */
+static const char *ifname_list_names(const char *list, int *exclude_p, int *exact_p) {
+  *exclude_p = list[0] == '^';
+  if (*exclude_p) list++;
+  *exact_p = list[0] == '=';
+  if (*exact_p) list++;
+  return list;
+}
+
+static int ifname_list_has_names(const char *list) {
+  int exclude, exact;
+  const char *names = ifname_list_names(list, &exclude, &exact);
+  return names[strspn(names, ",")] != '\0';
+}
+
+int sock_ifname_match(const char *list, const char *name) {
+  if (list == NULL || !ifname_list_has_names(list)) return 1;
+  int exclude, exact;
+  const char *p = ifname_list_names(list, &exclude, &exact);
+  int listed = 0;
+  while (*p != '\0' && !listed) {
+    size_t len = strcspn(p, ",");
+    listed = len > 0 && ifname_item_match(p, len, name, exact); /* "a,,b": no empty name */
+    p += len;
+    if (*p == ',') p++;
+  }
+  return listed != exclude;
+}
+
+/* How good an address is to listen on, lower is better; -1: not usable. */
+static int sock_if_rank(const struct sock_if *i) {
+  int family = i->addr.sa.sa_family;
+  if (!(i->flags & IFF_UP) || (family != AF_INET && family != AF_INET6)) return -1;
+  /* a link-local address needs its interface named by every peer */
+  if (family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&i->addr.in6.sin6_addr)) return -1;
+  int cls;
+  if ((i->flags & IFF_LOOPBACK) || sock_addr_is_loopback(&i->addr)) cls = 3;
+  else if (!(i->flags & IFF_RUNNING)) cls = 2; /* no carrier: an empty bridge, a cable out */
+  else if (strncmp(i->name, "docker", 6) == 0) cls = 1; /* reaches this host's containers */
+  else cls = 0;
+  return cls * 2 + (family == AF_INET6);
+}
+
+int sock_if_choose(const struct sock_if *ifs, int n, const char *list) {
+  int best = -1, best_rank = 0;
+  for (int k = 0; k < n; k++) {
+    int r = sock_if_rank(&ifs[k]);
+    if (r < 0 || !sock_ifname_match(list, ifs[k].name)) continue;
+    if (best < 0 || r < best_rank) {
+      best = k;
+      best_rank = r;
+    }
+  }
+  return best;
+}
+
+/* The interfaces that are up, as "eth0, lo": for an error that says what there is. */
+static void sock_ifs_names(const struct sock_if *ifs, int n, char *buf, size_t nbytes) {
+  size_t o = 0;
+  buf[0] = '\0';
+  for (int k = 0; k < n && o < nbytes; k++) {
+    if (!(ifs[k].flags & IFF_UP)) continue;
+    int seen = 0;
+    for (int j = 0; j < k && !seen; j++) seen = strcmp(ifs[j].name, ifs[k].name) == 0;
+    if (seen) continue;
+    int w = snprintf(buf + o, nbytes - o, "%s%s", o > 0 ? ", " : "", ifs[k].name);
+    if (w < 0) break;
+    o += (size_t)w;
+  }
+}
+
 weftResult_t sock_local_addr(union weft_sockaddr *addr_out) {
   const char *want = param_str(&sock_params[P_IFNAME]);
-  struct ifaddrs *ifs = NULL;
-  if (getifaddrs(&ifs) != 0) return weft_error_errno(weftSystemError, "getifaddrs");
-  union weft_sockaddr found;
-  int have = 0;
-  for (struct ifaddrs *i = ifs; i != NULL && !have; i = i->ifa_next) {
-    if (i->ifa_addr == NULL || !(i->ifa_flags & IFF_UP)) continue;
-    if (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6) continue;
-    if (i->ifa_addr->sa_family == AF_INET6 &&
-        IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr))
-      continue;
-    if (want != NULL ? strncmp(i->ifa_name, want, strlen(want)) != 0
-                     : (i->ifa_flags & IFF_LOOPBACK) || i->ifa_addr->sa_family != AF_INET)
-      continue;
-    memset(&found, 0, sizeof found);
-    memcpy(&found, i->ifa_addr,
-           i->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
-                                             : sizeof(struct sockaddr_in6));
-    have = 1;
+  struct ifaddrs *all = NULL;
+  if (getifaddrs(&all) != 0) return weft_error_errno(weftSystemError, "getifaddrs");
+  int n = 0;
+  for (struct ifaddrs *i = all; i != NULL; i = i->ifa_next) n++;
+  struct sock_if *ifs = calloc((size_t)n + 1, sizeof *ifs);
+  if (ifs == NULL) {
+    freeifaddrs(all);
+    return weft_error_set(weftSystemError, "out of memory");
   }
-  freeifaddrs(ifs);
-  if (!have) {
-    if (want != NULL)
-      return weft_error_set(weftInvalidArgument, "WEFT_SOCKET_IFNAME=%s: no such interface up",
-                            want);
-    memset(&found, 0, sizeof found);
+  n = 0;
+  for (struct ifaddrs *i = all; i != NULL; i = i->ifa_next) {
+    struct sock_if *e = &ifs[n++];
+    e->name = i->ifa_name;
+    e->flags = i->ifa_flags;
+    if (i->ifa_addr != NULL && i->ifa_addr->sa_family == AF_INET)
+      memcpy(&e->addr.in, i->ifa_addr, sizeof e->addr.in);
+    else if (i->ifa_addr != NULL && i->ifa_addr->sa_family == AF_INET6)
+      memcpy(&e->addr.in6, i->ifa_addr, sizeof e->addr.in6);
+  }
+  int k = sock_if_choose(ifs, n, want);
+  union weft_sockaddr found;
+  memset(&found, 0, sizeof found);
+  weftResult_t res = weftSuccess;
+  char names[256];
+  if (k >= 0) {
+    found = ifs[k].addr;
+  } else if (want != NULL && ifname_list_has_names(want)) {
+    sock_ifs_names(ifs, n, names, sizeof names);
+    res = weft_error_set(weftInvalidArgument,
+                         "WEFT_SOCKET_IFNAME=%s: no interface it allows is up with an address "
+                         "(up: %s)", want, names[0] != '\0' ? names : "none");
+  } else {
     found.in.sin_family = AF_INET;
     found.in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   }
+  int default_loopback = res == weftSuccess && sock_addr_is_loopback(&found) &&
+                         (want == NULL || !ifname_list_has_names(want));
+  free(ifs);
+  freeifaddrs(all);
+  if (res != weftSuccess) return res;
   if (found.sa.sa_family == AF_INET) found.in.sin_port = 0;
   else found.in6.sin6_port = 0;
+  static int warned;
+  if (default_loopback && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) {
+    char buf[64];
+    /* said, not warned: one host alone is a usual job */
+    WEFT_INFO(LOG_INIT, "no interface but loopback is up: listening on %s, which ranks on "
+              "other hosts cannot reach", sock_addr_str(&found, buf, sizeof buf));
+  }
   *addr_out = found;
   return weftSuccess;
 }
@@ -108,7 +213,8 @@ int sock_addr_is_loopback(const union weft_sockaddr *addr) {
 }
 
 weftResult_t sock_local_addr_to(const union weft_sockaddr *peer, union weft_sockaddr *addr_out) {
-  if (param_str(&sock_params[P_IFNAME]) != NULL) return sock_local_addr(addr_out);
+  const char *want = param_str(&sock_params[P_IFNAME]);
+  if (want != NULL && ifname_list_has_names(want)) return sock_local_addr(addr_out);
   /* a datagram socket "connected" to the peer sends nothing, but the kernel
    * picks the route and so the local address */
   int fd = socket(peer->sa.sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -276,10 +382,31 @@ static weftResult_t sock_connect_once(const union weft_sockaddr *addr, uint64_t 
   return weftSuccess;
 }
 
+/* What a connect's last error says of the address, for the error text. */
+static const char *sock_connect_why(int err) {
+  switch (err) {
+  case ECONNREFUSED:
+    return " (nothing listens there)";
+  case ENETUNREACH:
+  case EHOSTUNREACH:
+    return " (the address is not reachable from this host: WEFT_SOCKET_IFNAME chooses the "
+           "interface each host listens on)";
+  case ETIMEDOUT:
+    return " (no answer: the address is not reachable from this host, or a firewall drops "
+           "the connection; WEFT_SOCKET_IFNAME chooses the interface each host listens on)";
+  default:
+    return "";
+  }
+}
+
+/* Connects; *err_out is the last attempt's errno, 0 when the failure was not
+ * the connection's (the watch, this process). */
 static weftResult_t sock_connect_impl(const union weft_sockaddr *addr, uint64_t deadline_ns,
-                                      struct weft_wait *watch, int refused_final, int *fd_out) {
+                                      struct weft_wait *watch, int refused_final, int *fd_out,
+                                      int *err_out) {
   char buf[64];
   unsigned delay_us = 1000;
+  *err_out = 0;
   for (;;) {
     int fd = -1, err = 0;
     WEFT_TRY(sock_connect_once(addr, deadline_ns, watch, &fd, &err));
@@ -288,22 +415,25 @@ static weftResult_t sock_connect_impl(const union weft_sockaddr *addr, uint64_t 
       return weftSuccess;
     }
     if (err == ECONNREFUSED && refused_final) {
-      errno = err;
-      return weft_error_errno(weftRemoteError, "connect to %s (its process has gone)",
-                              sock_addr_str(addr, buf, sizeof buf));
+      *err_out = err;
+      return weft_error_set(weftRemoteError, "connect to %s: %s%s",
+                            sock_addr_str(addr, buf, sizeof buf), strerror(err),
+                            sock_connect_why(err));
     }
     /* a reset before the connection is made (a listener whose backlog
      * overflowed while many ranks connect at once) sent nothing: try again */
     if (err != ECONNREFUSED && err != EINTR && err != ETIMEDOUT && err != EAGAIN &&
         err != ENETUNREACH && err != EHOSTUNREACH && err != ECONNRESET) {
+      *err_out = err;
       errno = err;
       return weft_error_errno(weftSystemError, "connect to %s",
                               sock_addr_str(addr, buf, sizeof buf));
     }
     if (clock_ns() >= deadline_ns) {
-      errno = err;
-      return weft_error_errno(weftRemoteError, "timed out connecting to %s",
-                              sock_addr_str(addr, buf, sizeof buf));
+      *err_out = err;
+      return weft_error_set(weftRemoteError, "timed out connecting to %s: %s%s",
+                            sock_addr_str(addr, buf, sizeof buf), strerror(err),
+                            sock_connect_why(err));
     }
     weftResult_t res = sock_watch_check(watch);
     if (res != weftInProgress) return res;
@@ -314,12 +444,19 @@ static weftResult_t sock_connect_impl(const union weft_sockaddr *addr, uint64_t 
 }
 
 weftResult_t sock_connect(const union weft_sockaddr *addr, uint64_t deadline_ns, int *fd_out) {
-  return sock_connect_impl(addr, deadline_ns, NULL, 0, fd_out);
+  int err;
+  return sock_connect_impl(addr, deadline_ns, NULL, 0, fd_out, &err);
 }
 
 weftResult_t sock_connect_peer(const union weft_sockaddr *addr, uint64_t deadline_ns,
                                struct weft_wait *watch, int *fd_out) {
-  return sock_connect_impl(addr, deadline_ns, watch, 1, fd_out);
+  int err;
+  return sock_connect_impl(addr, deadline_ns, watch, 1, fd_out, &err);
+}
+
+weftResult_t sock_connect_peer_errno(const union weft_sockaddr *addr, uint64_t deadline_ns,
+                                     struct weft_wait *watch, int *fd_out, int *err_out) {
+  return sock_connect_impl(addr, deadline_ns, watch, 1, fd_out, err_out);
 }
 
 weftResult_t sock_accept(int listen_fd, uint64_t deadline_ns, struct weft_wait *watch,

@@ -20,13 +20,36 @@ union weft_sockaddr {
   struct sockaddr_in6 in6;
 };
 
-/* "ip:port" into buf (at least 64 bytes); returns buf. */
+/* "ip:port" ("[ip]:port" for IPv6) into buf (at least 64 bytes); returns buf. */
 const char *sock_addr_str(const union weft_sockaddr *addr, char *buf, size_t nbytes);
 /* Resolves "host" and port (numeric or name) to an address. */
 weftResult_t sock_resolve(const char *host, int port, union weft_sockaddr *addr_out);
-/* The address this host is reached at: WEFT_SOCKET_IFNAME's interface, else
- * the first non-loopback interface that is up, else loopback. Port 0. */
+/* The address this host is reached at, port 0: sock_if_choose over this
+ * host's interfaces and WEFT_SOCKET_IFNAME. Unset, loopback only when no
+ * other interface is up with an address, and an INFO line says so.
+ * weftInvalidArgument when WEFT_SOCKET_IFNAME allows no interface that is up
+ * with an address. */
 weftResult_t sock_local_addr(union weft_sockaddr *addr_out);
+
+/* One address of an interface, as getifaddrs lists it. */
+struct sock_if {
+  const char *name;
+  unsigned flags;           /* IFF_UP, IFF_RUNNING, IFF_LOOPBACK */
+  union weft_sockaddr addr; /* AF_INET or AF_INET6; any other family is skipped */
+};
+/* Whether list, in WEFT_SOCKET_IFNAME's syntax (NCCL_SOCKET_IFNAME's), allows
+ * the interface name: comma-separated name prefixes ("eth,ib"); '^' first
+ * excludes the listed names instead ("^docker,lo"); '=' first, after the '^'
+ * when both, makes them whole names ("=eth0", "^=docker0"). Empty items are
+ * skipped; a list that names nothing (NULL, "", "^") allows every name. */
+int sock_ifname_match(const char *list, const char *name);
+/* The index in ifs of the address to listen on, -1 when there is none: of
+ * the addresses that are up, not IPv6 link-local, and on an interface that
+ * list allows (sock_ifname_match), the first in this order: running ones
+ * neither loopback nor named docker*, then running docker*, then those
+ * without a carrier (IFF_RUNNING clear), then loopback; IPv4 before IPv6 in
+ * each, then the order of ifs. */
+int sock_if_choose(const struct sock_if *ifs, int n, const char *list);
 /* Listens on addr (port 0 picks one); writes the bound address. */
 weftResult_t sock_listen(const union weft_sockaddr *addr, int *fd_out,
                          union weft_sockaddr *bound_out);
@@ -51,6 +74,12 @@ weftResult_t sock_connect(const union weft_sockaddr *addr, uint64_t deadline_ns,
  * (no descriptor left, no local address), which says nothing of the peer. */
 weftResult_t sock_connect_peer(const union weft_sockaddr *addr, uint64_t deadline_ns,
                                struct weft_wait *watch, int *fd_out);
+/* As sock_connect_peer; on failure *err_out is the last attempt's errno
+ * (ECONNREFUSED: the address's host answered and nothing listens there;
+ * ENETUNREACH, EHOSTUNREACH, ETIMEDOUT: no way there from this host), 0 when
+ * the failure was not the connection's (the watch, this process). */
+weftResult_t sock_connect_peer_errno(const union weft_sockaddr *addr, uint64_t deadline_ns,
+                                     struct weft_wait *watch, int *fd_out, int *err_out);
 /* Accepts one connection before the deadline, checking watch (may be NULL)
  * as sock_connect_peer does. */
 weftResult_t sock_accept(int listen_fd, uint64_t deadline_ns, struct weft_wait *watch,

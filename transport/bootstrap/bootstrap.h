@@ -39,7 +39,7 @@ static_assert(sizeof(struct bootstrap_id) <= WEFT_UNIQUE_ID_BYTES, "bootstrap id
 struct bootstrap;
 
 /* Makes an id with a fresh secret and starts its root service on this host,
- * on WEFT_SOCKET_IFNAME's interface, else the first non-loopback one. */
+ * on the interface sock_local_addr chooses (WEFT_SOCKET_IFNAME, transport/base/sock.h). */
 weftResult_t bootstrap_id_create(struct bootstrap_id *id_out);
 
 /* The same, with the root listening on bind_addr (port 0 picks one). */

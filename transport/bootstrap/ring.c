@@ -124,18 +124,23 @@ weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,
   WEFT_TRACE(LOG_BOOTSTRAP, "rank %d of %d: joining the root", rank, nranks);
   /* a root at a fixed address may not be up yet (rank 0 starts it): refused
    * is retried; any other root was up before its id existed */
+  int connect_err = 0;
   if (id->flags & BOOTSTRAP_ID_ROOT_LATE)
     res = sock_connect(&id->root, deadline, &root_fd);
   else
-    res = sock_connect_peer(&id->root, deadline, NULL, &root_fd);
+    res = sock_connect_peer_errno(&id->root, deadline, NULL, &root_fd, &connect_err);
   if (res != weftSuccess) {
+    /* refused: the root's host is there and nothing listens on the id's port */
+    const char *why = "";
+    if (connect_err == ECONNREFUSED)
+      why = sock_addr_is_loopback(&id->root)
+                ? " (the unique id names a loopback address, which only ranks on the host "
+                  "that made it reach; or that process has exited)"
+                : " (the process that made the unique id has exited, or the id is not this "
+                  "job's)";
     char abuf[64];
     res = weft_error_set(res, "bootstrap root at %s: %s%s", sock_addr_str(&id->root, abuf, sizeof abuf),
-                         weft_error_text(),
-                         id->flags & BOOTSTRAP_ID_ROOT_LATE
-                             ? ""
-                             : " (the process that made the unique id has exited, or the id is "
-                               "not this job's)");
+                         weft_error_text(), why);
     goto free_bs;
   }
   WEFT_TRY_GOTO(sock_send_all(root_fd, &h, sizeof h, deadline), res, close_root);
