@@ -96,18 +96,24 @@ typedef void *weftStream_t;
 /* Configuration for weftCommInitRankConfig. Always initialise with
  * WEFT_CONFIG_INITIALIZER, then set fields: size/magic/version let later
  * versions of weft add fields without breaking binaries built against this one.
- * A field left at WEFT_CONFIG_UNDEF_INT takes its default (or its WEFT_* env). */
+ * A field left at WEFT_CONFIG_UNDEF_INT takes its default (or its WEFT_* env).
+ * A field out of its range below makes the call that takes the config (init,
+ * split, shrink) return weftInvalidArgument, its text naming the field and
+ * the range. */
 #define WEFT_CONFIG_UNDEF_INT ((int)0x80000000)
 #define WEFT_CONFIG_MAGIC 0x77656674u /* "weft" */
 typedef struct {
   size_t size;           /* sizeof(weftConfig_t) as the caller compiled it */
   unsigned int magic;    /* WEFT_CONFIG_MAGIC */
   unsigned int version;  /* WEFT_VERSION_CODE the caller compiled against */
-  int blocking;          /* 1 (default): init blocks until connected */
-  int minChannels;       /* lower bound on channels (host rings: at most 16; device
-                            channels, a kernel block each: at most 64) */
-  int maxChannels;       /* upper bound on channels (host rings and device channels) */
-  int timeoutMs;         /* per-wait timeout; default WEFT_TIMEOUT (seconds) */
+  int blocking;          /* 0 or 1, read for NCCL's sake only: init blocks until
+                            connected either way and never returns weftInProgress */
+  int minChannels;       /* lower bound on channels, 1 or more; a value above what an
+                            executor has is lowered to it (host rings: 16; device
+                            channels, a kernel block each: 64) */
+  int maxChannels;       /* upper bound on channels (host rings and device channels),
+                            1 or more, and at least minChannels; lowered as minChannels */
+  int timeoutMs;         /* per-wait timeout, 1 or more; default WEFT_TIMEOUT (seconds) */
   const char *commName;  /* name shown in logs and errors; may be NULL */
 } weftConfig_t;
 
@@ -239,7 +245,11 @@ weftResult_t weftGroupStart(void);
 weftResult_t weftGroupEnd(void);
 /* Ends the group like weftGroupEnd but runs nothing: the recorded operations
  * are dropped, and *estimatedUs (may be NULL) gets the tuner's estimate of
- * how long they would have taken, in microseconds. */
+ * how long they would have taken, in microseconds. Inside an outer group it
+ * closes one level, as a nested weftGroupEnd (and NCCL's nested
+ * ncclGroupSimulateEnd): *estimatedUs gets the estimate of the operations
+ * recorded so far, which are not dropped: the outermost end runs them. A
+ * call that failed while recording is returned instead, with no estimate. */
 weftResult_t weftGroupSimulateEnd(float *estimatedUs);
 
 /* --- Collectives -------------------------------------------------------- */
@@ -310,10 +320,14 @@ weftResult_t weftRecv(void *recvbuff, size_t count, weftDataType_t datatype, int
  * comes from rank p. A group of sends and receives; not in place. */
 weftResult_t weftAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
                           weftDataType_t datatype, weftComm_t comm, weftStream_t stream);
-/* Root receives every rank's sendbuff (count elements) into block r of recvbuff. */
+/* Root receives every rank's sendbuff (count elements) into block r of recvbuff.
+ * In place when, on the root, sendbuff == recvbuff + root*count; the root's
+ * buffers may not overlap otherwise (weftInvalidArgument). */
 weftResult_t weftGather(const void *sendbuff, void *recvbuff, size_t count,
                         weftDataType_t datatype, int root, weftComm_t comm, weftStream_t stream);
-/* Rank r receives block r of root's sendbuff (count elements) into recvbuff. */
+/* Rank r receives block r of root's sendbuff (count elements) into recvbuff.
+ * In place when, on the root, recvbuff == sendbuff + root*count; the root's
+ * buffers may not overlap otherwise (weftInvalidArgument). */
 weftResult_t weftScatter(const void *sendbuff, void *recvbuff, size_t count,
                          weftDataType_t datatype, int root, weftComm_t comm, weftStream_t stream);
 

@@ -40,6 +40,33 @@ weftResult_t weftGetUniqueId(weftUniqueId *uniqueId) {
   return weftSuccess;
 }
 
+/* The ranges NCCL gives its config's fields (blocking 0 or 1, channel
+ * bounds 1 and up, the least at most the most); a timeout is positive, as
+ * weftCommSetTimeout's. WEFT_CONFIG_UNDEF_INT is the default, never out of
+ * range. Bounds above what an executor has are lowered to it where
+ * comm_init reads them, as NCCL lowers its CTA counts. */
+static weftResult_t config_check(const weftConfig_t *cfg) {
+  const int undef = WEFT_CONFIG_UNDEF_INT;
+  if (cfg->blocking != undef && cfg->blocking != 0 && cfg->blocking != 1)
+    return weft_error_set(weftInvalidArgument, "config blocking is %d: must be 0 or 1",
+                          cfg->blocking);
+  if (cfg->minChannels != undef && cfg->minChannels < 1)
+    return weft_error_set(weftInvalidArgument, "config minChannels is %d: must be 1 or more",
+                          cfg->minChannels);
+  if (cfg->maxChannels != undef && cfg->maxChannels < 1)
+    return weft_error_set(weftInvalidArgument, "config maxChannels is %d: must be 1 or more",
+                          cfg->maxChannels);
+  if (cfg->minChannels != undef && cfg->maxChannels != undef &&
+      cfg->minChannels > cfg->maxChannels)
+    return weft_error_set(weftInvalidArgument,
+                          "config minChannels is %d: must be 1 to maxChannels (%d)",
+                          cfg->minChannels, cfg->maxChannels);
+  if (cfg->timeoutMs != undef && cfg->timeoutMs < 1)
+    return weft_error_set(weftInvalidArgument, "config timeoutMs is %d: must be 1 or more",
+                          cfg->timeoutMs);
+  return weftSuccess;
+}
+
 weftResult_t comm_config_read(const weftConfig_t *config, weftConfig_t *cfg) {
   weftConfig_t defaults = WEFT_CONFIG_INITIALIZER;
   *cfg = defaults;
@@ -51,7 +78,7 @@ weftResult_t comm_config_read(const weftConfig_t *config, weftConfig_t *cfg) {
     return weft_error_set(weftInvalidArgument, "config size %zu is not plausible", config->size);
   size_t n = config->size < sizeof *cfg ? config->size : sizeof *cfg;
   memcpy(cfg, config, n);
-  return weftSuccess;
+  return config_check(cfg);
 }
 
 static int config_int(int value, int fallback) {
@@ -160,9 +187,8 @@ static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
   comm->slot_nbytes = (size_t)slot_nbytes;
   comm->tree_small_nbytes = (size_t)set.tree_small_nbytes;
   WEFT_TRY_GOTO(sendrecv_conns_alloc(comm), res, free_comm);
-  comm->timeout_ns = cfg.timeoutMs != WEFT_CONFIG_UNDEF_INT && cfg.timeoutMs > 0
-                         ? (uint64_t)cfg.timeoutMs * 1000000ull
-                         : wait_default_timeout_ns();
+  comm->timeout_ns = cfg.timeoutMs != WEFT_CONFIG_UNDEF_INT ? (uint64_t)cfg.timeoutMs * 1000000ull
+                                                            : wait_default_timeout_ns();
   snprintf(comm->name, sizeof comm->name, "%s", cfg.commName ? cfg.commName : "");
 
   struct peer_info self;
@@ -386,8 +412,9 @@ weftResult_t weftCommDestroy(weftComm_t comm) {
   comm_wait_revokes(comm);
   comm_drain(comm);
   if (__atomic_load_n(&comm->active, __ATOMIC_ACQUIRE) != 0)
-    return weft_error_set(weftInvalidUsage,
-                          "comm is in use by another thread; use weftCommAbort to stop it");
+    return comm_error_keep(
+        comm, weft_error_set(weftInvalidUsage,
+                             "comm is in use by another thread; use weftCommAbort to stop it"));
   comm_free(comm);
   return weftSuccess;
 }
@@ -415,17 +442,21 @@ weftResult_t weftCommAbort(weftComm_t comm) {
 }
 
 /* As an abort that keeps the communicator: the abort flag stops this rank's
- * waits, poisoned connections stop the peers' (they fail with an error and
- * revoke in turn), and once nothing runs the flag is lowered again so that
- * the bootstrap serves split and shrink. The errors the revocation caused
+ * waits, poisoned connections stop the peers', and the bootstrap's failure
+ * notice stops those of peers that wait on a connection not made yet (its
+ * set-up is a bootstrap exchange): they fail with an error and revoke in
+ * turn. Once nothing runs the flag is lowered again and the bootstrap moves
+ * to its next epoch (the notice is over for it) so that it serves split and
+ * shrink. The errors the revocation caused
  * are its purpose, not the communicator's state: the async error is
  * cleared. Device kernels keep the abort word (device_comm_abort): the
  * comm launches nothing more. */
 weftResult_t weftCommRevoke(weftComm_t comm, int revokeFlags) {
   WEFT_TRY(comm_check(comm));
   if (revokeFlags != 0)
-    return weft_error_set(weftInvalidArgument, "weftCommRevoke: flags 0x%x (only 0 is valid)",
-                          revokeFlags);
+    return comm_error_keep(comm, weft_error_set(weftInvalidArgument,
+                                                "weftCommRevoke: flags 0x%x (only 0 is valid)",
+                                                revokeFlags));
   /* counted first: destroy and abort wait until no revoke is in here */
   __atomic_add_fetch(&comm->revoking, 1, __ATOMIC_SEQ_CST);
   /* REVOKING, and the abort flag up: an operation holds the comm, then
@@ -439,7 +470,7 @@ weftResult_t weftCommRevoke(weftComm_t comm, int revokeFlags) {
     return weftSuccess;
   }
   device_comm_abort(comm);
-  comm_poison_conns(comm); /* every rank revokes: the bootstrap stays for split and shrink */
+  comm_poison(comm);
   comm_wait_quiet(comm);
   /* what failed inside the revoke (an operation cut short here or on a
    * peer) is over for the bootstrap too: split and shrink use it next */
@@ -456,7 +487,8 @@ weftResult_t weftCommRevoke(weftComm_t comm, int revokeFlags) {
 
 weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t *asyncError) {
   WEFT_TRY(comm_check(comm));
-  if (asyncError == NULL) return weft_error_set(weftInvalidArgument, "asyncError is NULL");
+  if (asyncError == NULL)
+    return comm_error_keep(comm, weft_error_set(weftInvalidArgument, "asyncError is NULL"));
   /* a revoked comm's kernels stopped because of the revoke: that is its
    * purpose, not an error to report (nor to poison the bootstrap with,
    * which shrink and split still use) */
@@ -475,7 +507,8 @@ weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t *asyncError) {
 weftResult_t weftCommSetTimeout(weftComm_t comm, int timeoutMs) {
   WEFT_TRY(comm_check(comm));
   if (timeoutMs <= 0)
-    return weft_error_set(weftInvalidArgument, "timeoutMs %d: a timeout is positive", timeoutMs);
+    return comm_error_keep(comm, weft_error_set(weftInvalidArgument,
+                                                "timeoutMs %d: a timeout is positive", timeoutMs));
   const uint64_t ns = (uint64_t)timeoutMs * 1000000ull;
   __atomic_store_n(&comm->timeout_ns, ns, __ATOMIC_RELAXED);
   if (comm->bs != NULL) bootstrap_timeout_set(comm->bs, ns);
@@ -484,27 +517,39 @@ weftResult_t weftCommSetTimeout(weftComm_t comm, int timeoutMs) {
 
 weftResult_t weftCommCount(const weftComm_t comm, int *count) {
   WEFT_TRY(comm_check(comm));
-  if (count == NULL) return weft_error_set(weftInvalidArgument, "count is NULL");
+  if (count == NULL)
+    return comm_error_keep(comm, weft_error_set(weftInvalidArgument, "count is NULL"));
   *count = comm->nranks;
   return weftSuccess;
 }
 
 weftResult_t weftCommUserRank(const weftComm_t comm, int *rank) {
   WEFT_TRY(comm_check(comm));
-  if (rank == NULL) return weft_error_set(weftInvalidArgument, "rank is NULL");
+  if (rank == NULL)
+    return comm_error_keep(comm, weft_error_set(weftInvalidArgument, "rank is NULL"));
   *rank = comm->rank;
   return weftSuccess;
 }
 
 weftResult_t weftCommCuDevice(const weftComm_t comm, int *device) {
   WEFT_TRY(comm_check(comm));
-  if (device == NULL) return weft_error_set(weftInvalidArgument, "device is NULL");
+  if (device == NULL)
+    return comm_error_keep(comm, weft_error_set(weftInvalidArgument, "device is NULL"));
   *device = comm->cuda_dev;
   return weftSuccess;
 }
 
+/* Whether comm is a live comm of this process, without touching the thread's
+ * error text (comm_check sets it). */
+static int comm_live(const struct weftComm *comm) {
+  return comm != NULL && comm->magic == COMM_MAGIC && comm->pid == comm_self_pid();
+}
+
+weftResult_t comm_error_keep(struct weftComm *comm, weftResult_t res) {
+  if (comm_live(comm)) snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+  return res;
+}
+
 const char *weftGetLastError(weftComm_t comm) {
-  if (comm != NULL && comm->magic == COMM_MAGIC && comm->pid == comm_self_pid())
-    return comm->last_error;
-  return weft_error_text();
+  return comm_live(comm) ? comm->last_error : weft_error_text();
 }

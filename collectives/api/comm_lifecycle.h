@@ -1,5 +1,6 @@
 /* Communicator creation (api/comm_lifecycle.c): what split and shrink build their
- * children with, besides the public weftCommInit* calls. */
+ * children with, besides the public weftCommInit* calls; and the comm's last
+ * error, which every call that names a comm keeps. */
 #ifndef WEFT_API_COMM_H
 #define WEFT_API_COMM_H
 
@@ -12,7 +13,13 @@ weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_
                        const weftConfig_t *config, int cuda_dev);
 
 /* Reads config (NULL: the defaults) into cfg, honouring the caller's size
- * for older layouts; weftInvalidArgument when it is not a weftConfig_t. */
+ * for older layouts; weftInvalidArgument when it is not a weftConfig_t or a
+ * field is out of its range (the text names the field and the range). */
 weftResult_t comm_config_read(const weftConfig_t *config, weftConfig_t *cfg);
+
+/* Keeps the thread's error text as comm's last error (weftGetLastError(comm))
+ * where comm is live, and returns res. Every refusal of a call that names a
+ * live comm ends here, so that the comm's text is never an older failure's. */
+weftResult_t comm_error_keep(struct weftComm *comm, weftResult_t res);
 
 #endif

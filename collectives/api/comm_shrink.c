@@ -129,7 +129,7 @@ weftResult_t weftCommShrink(weftComm_t comm, const int *excludeRanks, int nexclu
     res = comm_op_begin(comm, COMM_OP_REBUILD, "CommShrink");
   if (res == weftSuccess) res = shrink_excluded(comm, excludeRanks, nexclude, excluded);
   if (res != weftSuccess) {
-    snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+    comm_error_keep(comm, res);
     free(excluded);
     return res;
   }
@@ -154,7 +154,7 @@ weftResult_t weftCommShrink(weftComm_t comm, const int *excludeRanks, int nexclu
       shrink_error_wrap(res, what);
     }
   }
-  if (res != weftSuccess) snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+  if (res != weftSuccess) comm_error_keep(comm, res);
   const int oldrank = comm->rank;
   comm_op_end(comm);
   free(excluded);

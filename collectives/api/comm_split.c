@@ -142,7 +142,7 @@ static weftResult_t split_with(weftComm_t comm, int color, int key, weftComm_t *
 static weftResult_t split_state_check(struct weftComm *comm) {
   weftResult_t res = comm_op_begin(comm, COMM_OP_REBUILD, "CommSplit");
   if (res != weftSuccess)
-    snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+    comm_error_keep(comm, res);
   return res;
 }
 
@@ -179,7 +179,7 @@ weftResult_t comm_split_refused(weftComm_t comm, int key, weftResult_t refused) 
 static weftResult_t split_with(weftComm_t comm, int color, int key, weftComm_t *newcomm,
                                weftConfig_t *config, weftResult_t res) {
   if (res != weftSuccess && comm->nranks == 1) {
-    snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+    comm_error_keep(comm, res);
     return res;
   }
   const weftResult_t refused = res; /* the peers hear of it in the exchange */
@@ -216,10 +216,10 @@ static weftResult_t split_with(weftComm_t comm, int color, int key, weftComm_t *
       char what[96];
       snprintf(what, sizeof what, "joining color %d as rank %d of %d", color, newrank, newsize);
       split_error_wrap(res, what);
-      snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+      comm_error_keep(comm, res);
     }
   } else if (res != weftSuccess) {
-    snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+    comm_error_keep(comm, res);
   }
   const int oldrank = comm->rank;
   comm_op_end(comm);

@@ -13,6 +13,7 @@
 #include "../../transport/bootstrap/bootstrap.h"
 #include "../core/comm.h"
 #include "../exec/device/device.h"
+#include "comm_lifecycle.h"
 #include "comm_split.h"
 #include "config.h"
 #include "group.h"
@@ -26,9 +27,7 @@ static int comm_live(const struct weftComm *comm) {
   return comm != NULL && comm->magic == COMM_MAGIC && comm->pid == comm_self_pid();
 }
 
-void compat_comm_error_keep(weftComm_t comm) {
-  if (comm_live(comm)) snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
-}
+void compat_comm_error_keep(weftComm_t comm) { (void)comm_error_keep(comm, weftSuccess); }
 
 weftResult_t compat_comm_usable(weftComm_t comm, const char *fn) {
   if (!comm_live(comm)) return weftSuccess;

@@ -8,6 +8,7 @@
 #include "../../transport/base/param.h"
 #include "../../transport/base/status.h"
 #include "../exec/device/device.h"
+#include "comm_lifecycle.h"
 #include "group.h"
 #include "stream.h"
 #include "../tune/tuner.h"
@@ -54,6 +55,11 @@ static weftResult_t plan_check(struct weftComm *comm, const struct weft_plan *pl
   uses_out[0] = uses_out[1] = 1;
   WEFT_TRY(comm_check(comm));
   const char *name = coll_kind_name(plan->coll);
+  /* the comm's state first: after weftCommFinalize or a revoke every call is
+   * weftInvalidUsage, whatever its arguments. Asked only: the call may run
+   * later (a group, a host stream), and begins again with a hold when it
+   * runs */
+  WEFT_TRY(comm_op_begin(comm, 0, name));
   const size_t esize = plan_type_size(plan->datatype);
   const size_t n = (size_t)comm->nranks;
   const enum coll_kind c = plan->coll;
@@ -72,9 +78,6 @@ static weftResult_t plan_check(struct weftComm *comm, const struct weft_plan *pl
   if (plan_is_sendrecv(plan) && (plan->root < 0 || plan->root >= comm->nranks))
     return weft_error_set(weftInvalidArgument, "%s: peer %d out of range [0, %d)", name,
                           plan->root, comm->nranks);
-  /* asked only: the call may run later (a group, a host stream), and begins
-   * again with a hold when it runs */
-  WEFT_TRY(comm_op_begin(comm, 0, name));
   if (plan->count == 0) return weftSuccess;
 
   /* which buffers this rank touches, and how large they are */
@@ -264,7 +267,7 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
       /* the call counts, refused, so that the numbers stay the peers' */
       group_call_done(comm, plan, res);
       if (alone && comm->nranks > 1) comm_fail_alone(comm, res);
-      else snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+      else comm_error_keep(comm, res);
     }
     group_fail(res);
     return res;

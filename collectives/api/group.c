@@ -393,13 +393,9 @@ weftResult_t weftGroupEnd(void) {
   return res;
 }
 
-weftResult_t weftGroupSimulateEnd(float *estimatedUs) {
-  if (group_depth == 0)
-    return weft_error_set(weftInvalidUsage, "weftGroupSimulateEnd without weftGroupStart");
-  if (--group_depth > 0) return weftSuccess;
-  char why[1024];
-  const weftResult_t created = group_end_creations(why, sizeof why);
-  /* one comm's operations run one after another, comms side by side */
+/* The estimate of the calls recorded so far, in microseconds: one comm's
+ * operations run one after another, comms side by side. */
+static double group_estimate_us(void) {
   double longest = 0;
   const struct group_entry *e = group_entries;
   for (size_t i = 0; i < group_nops; i++) {
@@ -412,6 +408,23 @@ weftResult_t weftGroupSimulateEnd(float *estimatedUs) {
         us += plan_estimate_us(e[j].op.comm, &e[j].op.plan);
     if (us > longest) longest = us;
   }
+  return longest;
+}
+
+/* Nested inside another group, it closes one level as weftGroupEnd does (as
+ * NCCL's does: the outermost end runs the calls) and writes the estimate of
+ * the calls recorded so far, which still run at that end. */
+weftResult_t weftGroupSimulateEnd(float *estimatedUs) {
+  if (group_depth == 0)
+    return weft_error_set(weftInvalidUsage, "weftGroupSimulateEnd without weftGroupStart");
+  if (--group_depth > 0) {
+    if (group_error == weftSuccess && estimatedUs != NULL)
+      *estimatedUs = (float)group_estimate_us();
+    return group_error;
+  }
+  char why[1024];
+  const weftResult_t created = group_end_creations(why, sizeof why);
+  const double longest = group_estimate_us();
   group_nops = 0; /* the entries are kept for the next group */
   if (created != weftSuccess) return weft_error_set(created, "%s", why);
   weftResult_t res = group_error;

@@ -5,13 +5,17 @@
 
 #include "../../transport/base/status.h"
 #include "../core/plan.h"
+#include "comm_lifecycle.h"
 #include "group.h"
 
-/* Checks what the group's own calls do not: the comm, the type, the root. */
+/* Checks what the group's own calls do not: the comm and its state (first,
+ * as for every collective: a finalized comm refuses whatever the
+ * arguments), the type, the root. */
 static weftResult_t sendrecv_coll_check(const char *name, weftComm_t comm, size_t count,
                                         weftDataType_t datatype, int root) {
   weft_error_clear();
   WEFT_TRY(comm_check(comm));
+  WEFT_TRY(comm_op_begin(comm, 0, name));
   if (weftTypeSize(datatype) == 0)
     return weft_error_set(weftInvalidArgument, "%s: invalid datatype %d", name, (int)datatype);
   if (count > SIZE_MAX / 16 / (size_t)comm->nranks) /* as the collectives' own check */
@@ -22,8 +26,31 @@ static weftResult_t sendrecv_coll_check(const char *name, weftComm_t comm, size_
   return weftSuccess;
 }
 
+/* Checks the root's two buffers of a gather or a scatter: `blocks`, nranks
+ * blocks of block_nbytes (a gather's recvbuff, a scatter's sendbuff), and
+ * `own`, one block (a gather's sendbuff, a scatter's recvbuff). In place
+ * where own is the root's block of blocks, as NCCL and MPI_IN_PLACE mean it:
+ * the copy to itself then moves nothing. Any other overlap is refused: the
+ * copy to itself, made first, would overwrite blocks that the sends to the
+ * peers still read (a scatter), or the receives would write over the input
+ * that copy reads (a gather). Other ranks use one buffer only. */
+static weftResult_t rooted_overlap_check(const char *name, const struct weftComm *comm,
+                                         const char *blocks_name, const void *blocks,
+                                         const void *own, size_t block_nbytes) {
+  if (block_nbytes == 0 || blocks == NULL || own == NULL) return weftSuccess;
+  const uintptr_t b = (uintptr_t)blocks, o = (uintptr_t)own;
+  const size_t blocks_nbytes = block_nbytes * (size_t)comm->nranks;
+  if (o == b + (size_t)comm->rank * block_nbytes) return weftSuccess;
+  if (o < b + blocks_nbytes && b < o + block_nbytes)
+    return weft_error_set(weftInvalidArgument,
+                          "%s: sendbuff and recvbuff overlap without being in place (in "
+                          "place: the root's block of %s, at offset rank * count)",
+                          name, blocks_name);
+  return weftSuccess;
+}
+
 /* A call refused before its group: its mark takes its number, failed (on
- * a live comm), and the text stays the refusal's. */
+ * a live comm), and the text stays the refusal's, the comm's last error too. */
 static weftResult_t coll_refused(weftComm_t comm, enum coll_kind coll, const void *sendbuff,
                                  void *recvbuff, size_t count, weftDataType_t datatype, int root,
                                  weftResult_t res) {
@@ -31,7 +58,7 @@ static weftResult_t coll_refused(weftComm_t comm, enum coll_kind coll, const voi
   snprintf(why, sizeof why, "%s", weft_error_text());
   if (comm_check(comm) == weftSuccess)
     (void)group_coll_mark(comm, coll, sendbuff, recvbuff, count, datatype, root, NULL, res);
-  return weft_error_set(res, "%s", why);
+  return comm_error_keep(comm, weft_error_set(res, "%s", why));
 }
 
 /* Closes the group even when a call inside it failed, keeping the first error. */
@@ -65,6 +92,9 @@ weftResult_t weftAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
 weftResult_t weftGather(const void *sendbuff, void *recvbuff, size_t count,
                         weftDataType_t datatype, int root, weftComm_t comm, weftStream_t stream) {
   weftResult_t res = sendrecv_coll_check("Gather", comm, count, datatype, root < 0 ? -2 : root);
+  if (res == weftSuccess && comm->rank == root)
+    res = rooted_overlap_check("Gather", comm, "recvbuff", recvbuff, sendbuff,
+                               count * weftTypeSize(datatype));
   if (res != weftSuccess)
     return coll_refused(comm, COLL_GATHER, sendbuff, recvbuff, count, datatype, root, res);
   size_t block = count * weftTypeSize(datatype);
@@ -82,6 +112,9 @@ weftResult_t weftGather(const void *sendbuff, void *recvbuff, size_t count,
 weftResult_t weftScatter(const void *sendbuff, void *recvbuff, size_t count,
                          weftDataType_t datatype, int root, weftComm_t comm, weftStream_t stream) {
   weftResult_t res = sendrecv_coll_check("Scatter", comm, count, datatype, root < 0 ? -2 : root);
+  if (res == weftSuccess && comm->rank == root)
+    res = rooted_overlap_check("Scatter", comm, "sendbuff", sendbuff, recvbuff,
+                               count * weftTypeSize(datatype));
   if (res != weftSuccess)
     return coll_refused(comm, COLL_SCATTER, sendbuff, recvbuff, count, datatype, root, res);
   size_t block = count * weftTypeSize(datatype);

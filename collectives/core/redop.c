@@ -25,6 +25,8 @@ weftResult_t weftRedOpCreatePreMulSum(weftRedOp_t *op, void *scalar, weftDataTyp
                                       weftScalarResidence_t residence, weftComm_t comm) {
   weft_error_clear();
   WEFT_TRY(comm_check(comm));
+  /* only destroy after finalize (a revoked or aborted comm runs nothing either) */
+  WEFT_TRY(comm_op_begin(comm, 0, "RedOpCreatePreMulSum"));
   if (op == NULL || scalar == NULL)
     return weft_error_set(weftInvalidArgument, "RedOpCreatePreMulSum: %s is NULL",
                           op == NULL ? "op" : "scalar");

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -115,6 +116,63 @@ TEST_F(Errors, FinalizedCommRefusesWork) {
       << weftGetLastError(nullptr);
   EXPECT_EQ(z[0], 9.0f);
   EXPECT_EQ(weftAllReduce(x, x, 4, weftFloat32, weftSum, comm, nullptr), weftInvalidUsage);
+  // the state is asked before the arguments: after the finalize a bad
+  // argument is the same weftInvalidUsage, saying why
+  EXPECT_EQ(weftAllReduce(x, x, 4, (weftDataType_t)40, weftSum, comm, nullptr), weftInvalidUsage);
+  EXPECT_NE(std::string(weftGetLastError(comm)).find("finalized"), std::string::npos)
+      << weftGetLastError(comm);
+  EXPECT_EQ(weftBroadcast(x, x, 4, weftFloat32, 5, comm, nullptr), weftInvalidUsage);
+  EXPECT_EQ(weftSend(x, 4, weftFloat32, 9, comm, nullptr), weftInvalidUsage);
+  EXPECT_EQ(weftGather(x, x, 1, (weftDataType_t)40, 0, comm, nullptr), weftInvalidUsage);
+  EXPECT_NE(std::string(weftGetLastError(comm)).find("finalized"), std::string::npos)
+      << weftGetLastError(comm);
+  EXPECT_EQ(weftScatter(x, x, 1, weftFloat32, 7, comm, nullptr), weftInvalidUsage);
+  EXPECT_EQ(weftAlltoAll(x, x, 1, weftFloat32, comm, nullptr), weftInvalidUsage);
+  // only destroy may follow: no new reduction op either
+  weftRedOp_t op;
+  float scale = 0.5f;
+  EXPECT_EQ(weftRedOpCreatePreMulSum(&op, &scale, weftFloat32, weftScalarHostImmediate, comm),
+            weftInvalidUsage);
+}
+
+// Every refusal of a call that names a comm becomes that comm's last error,
+// whatever refused it (the collectives' checks, the gather's and
+// all-to-all's own, the queries, the setters), never an older failure's.
+TEST_F(Errors, EveryRefusalIsTheCommsLastError) {
+  float x[8] = {0};
+  int v = 0;
+  weftResult_t async;
+  struct Refusal {
+    const char *what;
+    std::function<weftResult_t()> call;
+    const char *needle;
+  };
+  const Refusal refusals[] = {
+      {"gather root", [&] { return weftGather(x, x + 4, 1, weftFloat32, 7, comm, nullptr); },
+       "root 7"},
+      {"scatter type", [&] { return weftScatter(x, x + 4, 1, (weftDataType_t)77, 0, comm, nullptr); },
+       "datatype 77"},
+      {"all-to-all overlap", [&] { return weftAlltoAll(x, x, 1, weftFloat32, comm, nullptr); },
+       "overlap"},
+      {"set timeout", [&] { return weftCommSetTimeout(comm, -5); }, "timeoutMs -5"},
+      {"count", [&] { return weftCommCount(comm, nullptr); }, "count is NULL"},
+      {"user rank", [&] { return weftCommUserRank(comm, nullptr); }, "rank is NULL"},
+      {"device", [&] { return weftCommCuDevice(comm, nullptr); }, "device is NULL"},
+      {"async error", [&] { return weftCommGetAsyncError(comm, nullptr); }, "asyncError is NULL"},
+      {"revoke flags", [&] { return weftCommRevoke(comm, 4); }, "flags 0x4"},
+  };
+  for (const Refusal &r : refusals) {
+    // an earlier failure of another kind first, whose text must not stay
+    ASSERT_EQ(weftAllReduce(x, x, 4, (weftDataType_t)99, weftSum, comm, nullptr),
+              weftInvalidArgument);
+    EXPECT_EQ(r.call(), weftInvalidArgument) << r.what;
+    EXPECT_NE(std::string(weftGetLastError(comm)).find(r.needle), std::string::npos)
+        << r.what << ": the comm's last error is \"" << weftGetLastError(comm) << "\"";
+    EXPECT_STREQ(weftGetLastError(comm), weftGetLastError(nullptr)) << r.what;
+  }
+  EXPECT_EQ(weftCommCount(comm, &v), weftSuccess);
+  EXPECT_EQ(weftCommGetAsyncError(comm, &async), weftSuccess);
+  EXPECT_EQ(async, weftSuccess);
 }
 
 TEST(ErrorsNoComm, InitArguments) {
@@ -155,6 +213,61 @@ TEST(ErrorsNoComm, ConfigMagicAndSize) {
   ASSERT_EQ(weftCommInitRankConfig(&comm, 1, id, 0, &config), weftSuccess)
       << weftGetLastError(nullptr);
   EXPECT_EQ(weftCommDestroy(comm), weftSuccess);
+}
+
+// Each field of the config out of the range NCCL gives its own (blocking 0
+// or 1, channel bounds 1 and up, the least at most the most; a timeout is
+// positive) is refused, naming the field; WEFT_CONFIG_UNDEF_INT is the
+// default; blocking = 0 is accepted and init completes as with 1.
+TEST(ErrorsNoComm, ConfigRanges) {
+  struct Bad {
+    const char *field;
+    std::function<void(weftConfig_t &)> set;
+  };
+  const Bad bads[] = {
+      {"maxChannels", [](weftConfig_t &c) { c.maxChannels = 0; }},
+      {"maxChannels", [](weftConfig_t &c) { c.maxChannels = -4; }},
+      {"minChannels", [](weftConfig_t &c) { c.minChannels = 0; }},
+      {"minChannels", [](weftConfig_t &c) { c.minChannels = -1; }},
+      {"minChannels", [](weftConfig_t &c) { c.minChannels = 5, c.maxChannels = 2; }},
+      {"timeoutMs", [](weftConfig_t &c) { c.timeoutMs = -3; }},
+      {"timeoutMs", [](weftConfig_t &c) { c.timeoutMs = 0; }},
+      {"blocking", [](weftConfig_t &c) { c.blocking = 2; }},
+      {"blocking", [](weftConfig_t &c) { c.blocking = -1; }},
+  };
+  for (const Bad &b : bads) {
+    weftUniqueId id;
+    ASSERT_EQ(weftGetUniqueId(&id), weftSuccess);
+    weftComm_t comm = nullptr;
+    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+    b.set(config);
+    EXPECT_EQ(weftCommInitRankConfig(&comm, 1, id, 0, &config), weftInvalidArgument) << b.field;
+    EXPECT_NE(std::string(weftGetLastError(nullptr)).find(std::string("config ") + b.field),
+              std::string::npos) << weftGetLastError(nullptr);
+    EXPECT_EQ(comm, nullptr);
+    if (comm != nullptr) weftCommDestroy(comm);
+  }
+  // in range, the defaults, blocking 0 and a bound above the executors'
+  // (lowered to it, as NCCL lowers its CTA counts): all make a working comm
+  const std::function<void(weftConfig_t &)> goods[] = {
+      [](weftConfig_t &) {},
+      [](weftConfig_t &c) { c.blocking = 0; },
+      [](weftConfig_t &c) { c.minChannels = 1, c.maxChannels = 1, c.timeoutMs = 5000; },
+      [](weftConfig_t &c) { c.minChannels = 100; },
+  };
+  for (const auto &set : goods) {
+    weftUniqueId id;
+    ASSERT_EQ(weftGetUniqueId(&id), weftSuccess);
+    weftComm_t comm = nullptr;
+    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+    set(config);
+    ASSERT_EQ(weftCommInitRankConfig(&comm, 1, id, 0, &config), weftSuccess)
+        << weftGetLastError(nullptr);
+    float x[3] = {1, 2, 3};
+    EXPECT_EQ(weftAllReduce(x, x, 3, weftFloat32, weftSum, comm, nullptr), weftSuccess);
+    EXPECT_EQ(x[2], 3.0f);
+    EXPECT_EQ(weftCommDestroy(comm), weftSuccess);
+  }
 }
 
 TEST(ErrorsNoComm, GroupEndWithoutStart) {

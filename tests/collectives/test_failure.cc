@@ -277,6 +277,47 @@ TEST(Failure, RevokeFromAnotherThreadKeepsTheComm) {
   EXPECT_EQ(status[1], 0);
 }
 
+// A revoke reaches a peer that waits on a connection not made yet (its first
+// receive from the revoking rank, its first all-reduce: their connections
+// are made by a bootstrap exchange on first use) within about a second, as
+// it reaches one on a connection made before: the peer's error, then its own
+// revoke, and the comm still splits. Such a peer used to wait until
+// WEFT_TIMEOUT (30 s here; the watchdog's 60 s ends the test).
+TEST(Failure, RevokeReachesAPeerWaitingOnAConnectionNotMadeYet) {
+  RunOptions opts;
+  opts.timeout_s = 60;
+  opts.env = {{"WEFT_TIMEOUT", "30"}};
+  for (int op : {0, 1}) {  // 0: a receive, 1: an all-reduce
+    auto status = run_ranks(2, [op](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+        return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+      Rng rng(test_seed() + (uint64_t)ctx.rank);
+      std::vector<float> buf(64);
+      for (float &v : buf) v = (float)(rng.next() % 1000);
+      if (ctx.rank == 0) {
+        usleep(500000);  // rank 1 waits on rank 0 by now
+        FAIL_IF(weftCommRevoke(comm, 0) != weftSuccess, "revoke: %s", weftGetLastError(comm));
+      } else {
+        double t0 = now_s();
+        weftResult_t res =
+            op == 0 ? weftRecv(buf.data(), buf.size(), weftFloat32, 0, comm, nullptr)
+                    : weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum,
+                                    comm, nullptr);
+        const double took = now_s() - t0;
+        FAIL_IF(res == weftSuccess, "%s from the revoking rank succeeded",
+                op == 0 ? "a receive" : "an all-reduce");
+        FAIL_IF(took > 3, "%s noticed the revoke only after %.1f s (%s)",
+                op == 0 ? "a receive" : "an all-reduce", took, weftGetLastError(comm));
+        FAIL_IF(weftCommRevoke(comm, 0) != weftSuccess, "revoke: %s", weftGetLastError(comm));
+      }
+      return split_works_then_destroy(ctx, comm, "after a revoke of a cold connection");
+    }, opts);
+    EXPECT_EQ(status[0], 0) << (op == 0 ? "receive" : "all-reduce");
+    EXPECT_EQ(status[1], 0) << (op == 0 ? "receive" : "all-reduce");
+  }
+}
+
 // Operations checked before a revoke and run after it (recorded in a group,
 // on every rank) are refused when they start, and break nothing: the async
 // error stays clear and the comm still splits. They used to run with the

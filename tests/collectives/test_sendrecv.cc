@@ -599,6 +599,66 @@ TEST(Sendrecv, AlltoAllGatherScatter) {
   }
 }
 
+// A gather's or a scatter's root works in place where its own block is at
+// its rank's offset of the large buffer (NCCL's and MPI_IN_PLACE's meaning),
+// and refuses buffers that overlap otherwise, writing nothing: a scatter so
+// called copied its own block first, over blocks it then sent (rank 1 got
+// 1 2 3 7 of 0..7 with recvbuff = sendbuff + 3).
+TEST(Sendrecv, GatherScatterInPlaceOnlyAtTheRootsBlock) {
+  const uint64_t seed = test_seed();
+  for (int nranks : {1, 3}) {
+    auto status = run_ranks(nranks, [&](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (int rc = init(ctx, &comm)) return rc;
+      const int n = ctx.nranks, me = ctx.rank, root = n - 1;
+      const size_t count = 37;
+      Rng rng(seed + 17);
+      std::vector<std::vector<float>> inputs(n, std::vector<float>(count * n));
+      for (auto &in : inputs)
+        for (float &v : in) v = (float)(rng.next() % 100000);
+      // in place: the root's block at offset root * count
+      // rank r gathers block root of its input: the root's sits in place
+      std::vector<float> buf = inputs[me];
+      const float *send = me == root ? buf.data() + root * count : inputs[me].data() + root * count;
+      FAIL_IF(weftGather(send, me == root ? buf.data() : nullptr, count, weftFloat32, root, comm,
+                         nullptr) != weftSuccess, "gather in place: %s", weftGetLastError(comm));
+      for (int p = 0; me == root && p < n; p++)
+        FAIL_IF(memcmp(buf.data() + p * count, inputs[p].data() + root * count,
+                       count * sizeof(float)) != 0,
+                "gather in place: block of rank %d wrong", p);
+      buf = inputs[me];
+      std::vector<float> mine(count, -1.0f);
+      float *recv = me == root ? buf.data() + root * count : mine.data();
+      FAIL_IF(weftScatter(me == root ? buf.data() : nullptr, recv, count, weftFloat32, root, comm,
+                          nullptr) != weftSuccess, "scatter in place: %s", weftGetLastError(comm));
+      FAIL_IF(memcmp(recv, inputs[root].data() + me * count, count * sizeof(float)) != 0,
+              "scatter in place: rank %d's block wrong", me);
+      if (me == root) {
+        // overlapping at any other offset: refused, nothing written; the
+        // peers are not asked (the refusal is the root's alone)
+        for (size_t shift : {(size_t)1, (size_t)3, count * n - 1}) {
+          if (shift == root * count) continue;
+          std::vector<float> big(count * n + count, 0), before;
+          for (float &v : big) v = (float)(rng.next() % 100000);
+          before = big;
+          FAIL_IF(weftScatter(big.data(), big.data() + shift, count, weftFloat32, root, comm,
+                              nullptr) != weftInvalidArgument, "scatter shifted %zu accepted", shift);
+          FAIL_IF(!strstr(weftGetLastError(comm), "overlap"), "scatter refusal says: %s",
+                  weftGetLastError(comm));
+          FAIL_IF(weftGather(big.data() + shift, big.data(), count, weftFloat32, root, comm,
+                             nullptr) != weftInvalidArgument, "gather shifted %zu accepted", shift);
+          FAIL_IF(!strstr(weftGetLastError(comm), "overlap"), "gather refusal says: %s",
+                  weftGetLastError(comm));
+          FAIL_IF(big != before, "a refused call wrote its buffers (shift %zu)", shift);
+        }
+      }
+      weftCommDestroy(comm);
+      return 0;
+    }, small_slots());
+    for (int r = 0; r < nranks; r++) EXPECT_EQ(status[r], 0) << nranks << " ranks, rank " << r;
+  }
+}
+
 // Collectives fused in one group give what they give one by one.
 TEST(Group, FusedCollectivesMatchSeparateOnes) {
   const uint64_t seed = test_seed();

@@ -156,12 +156,13 @@ TEST(GroupSimulateEnd, EstimatesWithoutRunning) {
     FAIL_IF(weftGroupSimulateEnd(&t_small) != weftSuccess, "simulate: %s",
             weftGetLastError(nullptr));
     weftGroupStart();
-    weftGroupStart();  // nested: only the outermost end estimates
+    weftGroupStart();  // nested: the inner end estimates what is recorded so far
     weftAllReduce(big.data(), big.data(), big.size(), weftFloat32, weftSum, comm, nullptr);
-    float untouched = -7;
-    FAIL_IF(weftGroupSimulateEnd(&untouched) != weftSuccess || untouched != -7,
-            "an inner simulate end estimated");
+    float inner = -7;
+    FAIL_IF(weftGroupSimulateEnd(&inner) != weftSuccess, "inner simulate: %s",
+            weftGetLastError(nullptr));
     FAIL_IF(weftGroupSimulateEnd(&t_big) != weftSuccess, "simulate big");
+    FAIL_IF(inner != t_big, "the inner simulate end estimated %g us, the outer %g", inner, t_big);
     weftGroupStart();
     weftAllReduce(small.data(), small.data(), small.size(), weftFloat32, weftSum, comm, nullptr);
     weftAllReduce(big.data(), big.data(), big.size(), weftFloat32, weftSum, comm, nullptr);
@@ -185,6 +186,24 @@ TEST(GroupSimulateEnd, EstimatesWithoutRunning) {
     FAIL_IF(!(t_p2p > 0) || t_gather != t_p2p, "gather estimated %g us, its sends and receives %g",
             t_gather, t_p2p);
     FAIL_IF(weftGroupSimulateEnd(&t_small) != weftInvalidUsage, "simulate end without a group");
+    // nested in a group that an end closes, as NCCL's: the inner simulate end
+    // estimates and keeps the calls, which the outer end runs
+    std::vector<float> data(1000);
+    Rng rng(test_seed() + 5);
+    for (float &v : data) v = (float)(rng.next() % 1000);
+    const std::vector<float> sent = data;
+    float nested = -7;
+    weftGroupStart();
+    weftGroupStart();
+    weftAllReduce(data.data(), data.data(), data.size(), weftFloat32, weftSum, comm, nullptr);
+    FAIL_IF(weftGroupSimulateEnd(&nested) != weftSuccess, "nested simulate: %s",
+            weftGetLastError(nullptr));
+    FAIL_IF(!(nested > 0), "a nested simulate end succeeded with no estimate (%g)", nested);
+    FAIL_IF(data != sent, "a nested simulate end ran its group");
+    FAIL_IF(weftGroupEnd() != weftSuccess, "outer end: %s", weftGetLastError(comm));
+    for (size_t i = 0; i < data.size(); i++)
+      FAIL_IF(data[i] != sent[i] * ctx.nranks, "the outer end's all-reduce gave %g at %zu, not %g",
+              data[i], i, sent[i] * ctx.nranks);
     // after simulating, a real group still runs and matches
     FAIL_IF(weftAllReduce(small.data(), small.data(), small.size(), weftFloat32, weftSum, comm,
                           nullptr) != weftSuccess,
