@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -187,6 +188,51 @@ TEST(Param, ConfigPrintListsEveryTable) {
   for (struct weft_param *const *t = weft_param_tables; *t; t++)
     for (struct weft_param *p = *t; p->name; p++)
       EXPECT_NE(s.find(p->name), std::string::npos) << p->name;
+}
+
+// weftConfigPrint's listing shows each value as weft takes it: an integer
+// parsed (64K as 65536), and what became of a value not taken as written.
+static std::string printed_line(struct weft_param *const *tables, const char *name) {
+  char *text = nullptr;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  param_tables_print(tables, f);
+  fclose(f);
+  std::string s(text, len);
+  free(text);
+  const size_t at = s.find(std::string(name) + " ");
+  if (at == std::string::npos) return "";
+  return s.substr(at, s.find('\n', at) - at);
+}
+
+TEST(Param, ConfigPrintShowsEffectiveValues) {
+  struct {
+    const char *name, *env, *want;
+  } cases[] = {
+      {"WEFT_TEST_INT", nullptr, "= 65536 "},
+      {"WEFT_TEST_INT", "2K", "= 2048 (set to 2K)"},
+      {"WEFT_TEST_INT", "12", "= 12 "},
+      {"WEFT_TEST_INT", "lots", "= 65536 (set to \"lots\": not an integer, the default taken)"},
+      {"WEFT_TEST_STR", nullptr, "= (unset)"},
+      {"WEFT_TEST_STR", "abc", "= abc "},
+      {"WEFT_TEST_REFUSED", "9", "= 9 (out of 1 to 8: a communicator refuses to form)"},
+      {"WEFT_TEST_REFUSED", "3", "= 3 "},
+      {"WEFT_TEST_CLAMPED", "0", "= 1 (set to 0, out of 1 to 8: the nearest end taken)"},
+  };
+  for (const auto &c : cases) {
+    ASSERT_TRUE(weft_test::env_set_alone(c.name, c.env));
+    param_tables_reset(test_tables);
+    param_tables_reset(ranged_tables);
+    const bool ranged = strncmp(c.name, "WEFT_TEST_RE", 12) == 0 ||
+                        strncmp(c.name, "WEFT_TEST_CL", 12) == 0;
+    const std::string line = printed_line(ranged ? ranged_tables : test_tables, c.name);
+    EXPECT_NE(line.find(c.want), std::string::npos)
+        << c.name << "=" << (c.env ? c.env : "(unset)") << " printed: " << line;
+    ASSERT_TRUE(weft_test::env_set_alone(c.name, nullptr));
+  }
+  param_tables_reset(test_tables);
+  param_tables_reset(ranged_tables);
+  weft_params_reset();
 }
 
 // The device transports' and the device executor's tables are indexed by

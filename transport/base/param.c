@@ -50,11 +50,44 @@ void param_tables_reset(struct weft_param *const *tables) {
   weft_memo_invalidate();
 }
 
+/* What p's value is, as weft uses it: an integer's value once parsed (64K
+ * as 65536), and what became of a value set that is not taken as written. */
+static void param_effective(struct weft_param *p, char *buf, size_t n) {
+  const char *v = param_str(p);
+  if (p->type == PARAM_STR) {
+    snprintf(buf, n, "%s", v != NULL ? v : "(unset)");
+    return;
+  }
+  const int64_t iv = param_int(p);
+  const char *env = param_env_str(p);
+  int64_t parsed = 0;
+  if (env == NULL) {
+    snprintf(buf, n, "%lld", (long long)iv);
+    if (v == NULL && p->default_str == NULL) snprintf(buf, n, "(unset)");
+  } else if (param_parse_int(env, &parsed) != 0) {
+    snprintf(buf, n, "%lld (set to \"%s\": not an integer, the default taken)", (long long)iv,
+             env);
+  } else if (param_has_range(p) && (parsed < p->min || parsed > p->max)) {
+    if (p->out_of_range == PARAM_RANGE_ERROR)
+      snprintf(buf, n, "%s (out of %lld to %lld: a communicator refuses to form)", env,
+               (long long)p->min, (long long)p->max);
+    else
+      snprintf(buf, n, "%lld (set to %s, out of %lld to %lld: the nearest end taken)",
+               (long long)iv, env, (long long)p->min, (long long)p->max);
+  } else {
+    char dec[32];
+    snprintf(dec, sizeof dec, "%lld", (long long)iv);
+    if (strcmp(dec, env) == 0) snprintf(buf, n, "%s", dec);
+    else snprintf(buf, n, "%s (set to %s)", dec, env);
+  }
+}
+
 void param_tables_print(struct weft_param *const *tables, FILE *out) {
   for (; *tables != NULL; tables++) {
     for (struct weft_param *p = *tables; p->name != NULL; p++) {
-      const char *v = param_str(p);
-      fprintf(out, "%-24s = %-12s (default %s)  %s\n", p->name, v ? v : "(unset)",
+      char v[384];
+      param_effective(p, v, sizeof v);
+      fprintf(out, "%-24s = %-12s (default %s)  %s\n", p->name, v,
               p->default_str ? p->default_str : "unset", p->doc);
     }
   }
