@@ -371,9 +371,10 @@ static int comm_last_call_refused(const struct weftComm *comm) {
          last.result != weftRemoteError;
 }
 
-static void comm_free(struct weftComm *comm) {
-  const int failed =
-      comm_async_error(comm) != weftSuccess || comm_life(comm) == COMM_ABORTED;
+/* broken: whether comm had broken of itself (its async error; an abort's
+ * own doing, the operations it cut short, is not). */
+static void comm_free(struct weftComm *comm, int broken) {
+  const int failed = broken || comm_life(comm) == COMM_ABORTED;
   comm->magic = 0;
   /* peers that fail after this rank ask it where it was: a comm that broke
    * answers a little longer (hang.h); an abort of a working one does not,
@@ -381,8 +382,8 @@ static void comm_free(struct weftComm *comm) {
    * working: the abort's notice sends the peers waiting in that call to ask,
    * and they should learn that this rank failed it, not that it is gone).
    * It asks nothing more: peers that linger too need not wait for it */
-  const int answers = comm_async_error(comm) != weftSuccess ||
-                      (comm_life(comm) == COMM_ABORTED && comm_last_call_refused(comm));
+  const int answers =
+      broken || (comm_life(comm) == COMM_ABORTED && comm_last_call_refused(comm));
   if (answers) bootstrap_query_bye(comm->bs);
   if (answers && comm->trace != NULL)
     bootstrap_query_linger(comm->bs, 2000000000ull,
@@ -415,7 +416,7 @@ weftResult_t weftCommDestroy(weftComm_t comm) {
     return comm_error_keep(
         comm, weft_error_set(weftInvalidUsage,
                              "comm is in use by another thread; use weftCommAbort to stop it"));
-  comm_free(comm);
+  comm_free(comm, comm_async_error(comm) != weftSuccess);
   return weftSuccess;
 }
 
@@ -431,13 +432,16 @@ static void comm_wait_quiet(struct weftComm *comm) {
 
 weftResult_t weftCommAbort(weftComm_t comm) {
   WEFT_TRY(comm_check(comm));
+  /* asked first: what the abort cuts short below fails, which is not the
+   * comm breaking of itself */
+  const int broken = comm_async_error(comm) != weftSuccess;
   comm_life_abort(comm);
   device_comm_abort(comm);
   comm_poison(comm);
   comm_wait_quiet(comm);
   comm_wait_revokes(comm);
   trace_dump_to_dir(comm->trace, TRACE_ON_ABORT, comm->last_error);
-  comm_free(comm);
+  comm_free(comm, broken);
   return weftSuccess;
 }
 

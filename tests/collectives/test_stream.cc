@@ -120,6 +120,39 @@ TEST(HostStream, ErrorAtSynchronize) {
   EXPECT_EQ(status[1], 0);
 }
 
+// An abort while a receive waits on a stream (its peer not calling weft)
+// returns at once, as on a comm that works: what the abort cut short is its
+// own doing, not the comm breaking (a broken comm answers its peers'
+// questions a while before it is freed; this one took 1 s to). The stream
+// then reports the abort.
+TEST(HostStream, AbortWithAReceiveQueuedReturnsAtOnce) {
+  auto status = run_ranks(2, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (int rc = init(ctx, &comm)) return rc;
+    if (ctx.rank == 1) {
+      sleep(1);  // in no call while rank 0 aborts
+      weftCommDestroy(comm);
+      return 0;
+    }
+    weftStream_t stream;
+    weftStreamCreate(&stream);
+    float x[8] = {0};
+    if (weftRecv(x, 8, weftFloat32, 1, comm, stream) != weftSuccess)
+      return rank_fail(ctx, "enqueue: %s", weftGetLastError(nullptr));
+    usleep(50000);
+    const double t0 = now_s();
+    if (weftCommAbort(comm) != weftSuccess) return rank_fail(ctx, "abort failed");
+    const double took = now_s() - t0;
+    if (took > 0.5) return rank_fail(ctx, "the abort took %.2f s", took);
+    if (weftStreamSynchronize(stream) != weftRemoteError)
+      return rank_fail(ctx, "the stream did not report the abort");
+    weftStreamDestroy(stream);
+    return 0;
+  });
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 0);
+}
+
 TEST(HostStream, BadStreams) {
   weftUniqueId id;
   ASSERT_EQ(weftGetUniqueId(&id), weftSuccess);
