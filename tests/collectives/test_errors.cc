@@ -330,22 +330,35 @@ TEST(ErrorsMultiRank, MismatchedUniqueId) {
   EXPECT_EQ(status[1], 0);
 }
 
+// Ranks that disagree on the size, or two processes that take one rank:
+// every rank fails at once with weftInvalidArgument naming the reason, the
+// refused one and the others (which joined and waited for WEFT_TIMEOUT
+// before: the job could not finish joining).
 TEST(ErrorsMultiRank, MismatchedNranks) {
   RunOptions opts;
   opts.timeout_s = 30;
   opts.allow_warnings = true;
-  opts.env = {{"WEFT_TIMEOUT", "3"}};
-  auto status = run_ranks(2, [](const RankCtx &ctx) {
-    weftComm_t comm;
-    if (ctx.rank == 1) usleep(200000);  // rank 0 sets the size first
-    weftResult_t res = weftCommInitRank(&comm, ctx.rank == 0 ? 2 : 3, ctx.id, ctx.rank);
-    if (ctx.rank == 1 &&
-        std::string(weftGetLastError(nullptr)).find("nranks differs") == std::string::npos)
-      return rank_fail(ctx, "got %d: %s", res, weftGetLastError(nullptr));
-    return res == weftSuccess ? rank_fail(ctx, "init succeeded") : 0;
-  }, opts);
-  EXPECT_EQ(status[0], 0);
-  EXPECT_EQ(status[1], 0);
+  opts.env = {{"WEFT_TIMEOUT", "20"}};
+  for (const bool dup : {false, true}) {
+    auto status = run_ranks(2, [dup](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (ctx.rank == 1) usleep(200000);  // rank 0 sets the size first
+      const double t0 = now_s();
+      weftResult_t res = dup ? weftCommInitRank(&comm, 2, ctx.id, 0)
+                             : weftCommInitRank(&comm, ctx.rank == 0 ? 2 : 3, ctx.id, ctx.rank);
+      const double took = now_s() - t0;
+      const std::string msg = weftGetLastError(nullptr);
+      const char *why = dup ? "already joined with this rank" : "nranks differs";
+      if (res != weftInvalidArgument || msg.find(why) == std::string::npos)
+        return rank_fail(ctx, "got %d: %s", res, msg.c_str());
+      if (ctx.rank == 0 && msg.find("refused another process of this job") == std::string::npos)
+        return rank_fail(ctx, "the joined rank was not told: %s", msg.c_str());
+      if (took > 5) return rank_fail(ctx, "failed after %.1f s, not at once", took);
+      return 0;
+    }, opts);
+    EXPECT_EQ(status[0], 0) << (dup ? "one rank taken twice" : "sizes differ");
+    EXPECT_EQ(status[1], 0) << (dup ? "one rank taken twice" : "sizes differ");
+  }
 }
 
 }  // namespace

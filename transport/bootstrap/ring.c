@@ -67,6 +67,15 @@ static weftResult_t root_wait_table(int root_fd, const struct bootstrap_id *id, 
                           "rank %d left (failed or died) before all %d ranks joined at %s",
                           (int)left, nranks, root);
   }
+  if (res == weftSuccess && outcome == ROOT_RANK_REFUSED) {
+    struct root_refusal r = {0, -1, -1};
+    sock_recv_all(root_fd, &r, sizeof r, clock_ns() + HELLO_TIMEOUT_NS);
+    return weft_error_set(weftInvalidArgument,
+                          "bootstrap root at %s refused another process of this job, which "
+                          "asked to join as rank %d of %d (this rank %d of %d): %s; the ranks' calls "
+                          "disagree", root, (int)r.rank, (int)r.nranks, rank, nranks,
+                          root_reply_text(r.code));
+  }
   if (res == weftSuccess && outcome == ROOT_OUT_OF_FDS) {
     struct root_fds f = {0, 0, 0};
     sock_recv_all(root_fd, &f, sizeof f, clock_ns() + HELLO_TIMEOUT_NS);

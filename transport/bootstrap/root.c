@@ -119,16 +119,27 @@ static void root_tell_left(int fd, int32_t left) {
   close(fd);
 }
 
+/* Tells a joined rank that a process of the job was refused, and lets it go. */
+static void root_tell_refused(int fd, const struct root_refusal *r) {
+  uint32_t msg[4] = {ROOT_RANK_REFUSED, r->code, (uint32_t)r->rank, (uint32_t)r->nranks};
+  sock_send_all(fd, msg, sizeof msg, clock_ns() + HELLO_TIMEOUT_NS);
+  close(fd);
+}
+
 /* Serves every connection at once (sock_hellos_next): strangers and silent
  * clients are dropped without delaying the ranks. A rank that leaves before
  * all have joined fails the others at once instead of at the timeout: those
- * joined are told, and those still to come are told when they arrive. */
+ * joined are told, and those still to come are told when they arrive. So
+ * does a process of the job (it has the secret) that the root refuses (its
+ * size differs from the first rank's, its rank is out of range or taken):
+ * the ranks disagree, and none could finish joining. */
 static void *root_main(void *arg) {
   struct root_state *st = arg;
   uint64_t deadline = clock_ns() + st->timeout_ns;
   int nranks = -1, joined = 0;
   int left = -1, told = 0; /* after a rank left: how many others know */
   int out_of_fds = 0;       /* 1: found just now, 2: the joined ranks were told */
+  struct root_refusal refused = {0, 0, 0}; /* the first, which every rank is told */
   struct root_fds fds_short = {0, 0, 0};
   int *fds = NULL;
   struct peer_info *infos = NULL;
@@ -137,8 +148,10 @@ static void *root_main(void *arg) {
   struct sock_hellos *hs = calloc(1, sizeof *hs);
   if (hs == NULL) goto close_all;
   hs->out_of_fds_fails = 1; /* every pending connection may be a rank's */
-  while (out_of_fds ? told < nranks
-                    : left < 0 ? nranks < 0 || joined < nranks : told < nranks - 1) {
+  while (out_of_fds      ? told < nranks
+         : refused.code ? nranks < 0 || told < nranks /* those to come: at the deadline */
+         : left < 0     ? nranks < 0 || joined < nranks
+                        : told < nranks - 1) {
     if (out_of_fds == 1) { /* every rank learns why, instead of a dropped connection */
       WEFT_WARN(LOG_BOOTSTRAP,
                 "root: out of file descriptors: %d ranks need %u+, RLIMIT_NOFILE is %u (hard %u)",
@@ -172,7 +185,9 @@ static void *root_main(void *arg) {
     }
     uint64_t now = clock_ns();
     if (now >= deadline) {
-      if (left < 0 && nranks < 0)
+      if (refused.code)
+        ; /* said when it was refused */
+      else if (left < 0 && nranks < 0)
         WEFT_WARN(LOG_BOOTSTRAP, "root: no rank joined before the timeout; giving up");
       else if (left < 0)
         WEFT_WARN(LOG_BOOTSTRAP, "root: %d of %d ranks joined before the timeout; giving up",
@@ -237,6 +252,20 @@ static void *root_main(void *arg) {
                 code);
       root_reply(fd, code);
       close(fd);
+      if (left >= 0 || out_of_fds || refused.code) continue; /* the ranks are told already */
+      refused = (struct root_refusal){code, h.rank, h.nranks};
+      for (int r = 0; fds != NULL && r < nranks; r++) {
+        if (fds[r] < 0) continue;
+        root_tell_refused(fds[r], &refused);
+        fds[r] = -1;
+        told++;
+      }
+      continue;
+    }
+    if (refused.code) {
+      root_reply(fd, ROOT_OK);
+      root_tell_refused(fd, &refused);
+      told++;
       continue;
     }
     if (left >= 0) {

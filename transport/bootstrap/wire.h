@@ -42,8 +42,23 @@ enum root_reply { ROOT_OK = 0, ROOT_BAD_NRANKS = 2, ROOT_BAD_RANK, ROOT_DUP_RANK
  * ROOT_ALL_JOINED; ROOT_RANK_LEFT is followed by the rank (int32) whose
  * connection closed before every rank joined; ROOT_GAVE_UP: the timeout;
  * ROOT_OUT_OF_FDS: the root's process cannot hold a connection per rank,
- * followed by struct root_fds. */
-enum root_outcome { ROOT_ALL_JOINED = 0x6a6f696e, ROOT_RANK_LEFT, ROOT_GAVE_UP, ROOT_OUT_OF_FDS };
+ * followed by struct root_fds; ROOT_RANK_REFUSED: a process of the job (it
+ * had the secret) was refused, followed by struct root_refusal. */
+enum root_outcome {
+  ROOT_ALL_JOINED = 0x6a6f696e,
+  ROOT_RANK_LEFT,
+  ROOT_GAVE_UP,
+  ROOT_OUT_OF_FDS,
+  ROOT_RANK_REFUSED
+};
+
+/* A refusal the root tells the other ranks of: its reason (enum
+ * root_reply) and the rank and size the refused hello claimed. */
+struct root_refusal {
+  uint32_t code; /* 0: none yet */
+  int32_t rank;
+  int32_t nranks;
+};
 
 /* The root's descriptors when they are short: how many the job needs in its
  * process, and its RLIMIT_NOFILE (UINT32_MAX: unlimited). */
