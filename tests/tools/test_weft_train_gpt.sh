@@ -198,6 +198,19 @@ for bad in "--zero-stage abc" "--steps abc" "--steps -1" "--steps 5x" "--lr abc"
   [ $st -eq 2 ] && grep -qF -- "weft-train: $1 $2:" "$work/err"
   ok=$?; check "$bad refused: exit $st, $(head -1 "$work/err")" $ok
 done
+# a flag of the other model is refused, not dropped: the MLP's shape flags
+# with a transformer (the run trained the transformer), a transformer's flags
+# with the MLP (exit 2, naming the flag)
+for bad in "--layers 4" "--width 256" "--model mlp --seq 16" "--model mlp --data /etc/passwd" \
+  "--model mlp --val-every 3" "--model mlp --sample 5" "--model mid --layers 2"; do
+  eval "set -- $bad"
+  timeout 20 "$tools/weft-train" "$@" >/dev/null 2>"$work/err"
+  st=$?
+  flag=$1
+  [ "$flag" = --model ] && flag=$3
+  [ $st -eq 2 ] && grep -qF -- "weft-train: $flag " "$work/err"
+  ok=$?; check "$bad: the other model's flag refused: exit $st, $(head -1 "$work/err")" $ok
+done
 "$tools/weft-train" --model mlp --width 100000 2>&1 >/dev/null |
   grep -q 'from 1 to 46340 (a layer.s width x width weights are indexed by int)'
 check "--width too wide says its limit and why" $?

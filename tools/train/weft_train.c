@@ -109,6 +109,13 @@ static const struct option longopts[] = {
     {"reduce-every-micro-step", no_argument, NULL, 'E'},
     {NULL, 0, NULL, 0}};
 
+/* The flags that one model reads and the other would ignore (the usage's
+ * "transformers:" and "the MLP:" groups): given for the other model, they
+ * are refused rather than dropped. --device sim is the transformers' too,
+ * checked where the model is known. */
+static const char kGptFlags[] = "TfkvVntij";
+static const char kMlpFlags[] = "LW";
+
 /* The name of the option getopt_long returned as c. */
 static const char *flag_name(int c) {
   for (const struct option *p = longopts; p->name != NULL; p++)
@@ -165,7 +172,12 @@ int main(int argc, char **argv) {
   unsigned long long whole;
   const char *model = "tiny";
   int c;
+  int gpt_flag = 0, mlp_flag = 0; /* the first flag of each model's own given */
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    if (c != '?' && c != ':') {
+      if (gpt_flag == 0 && strchr(kGptFlags, c) != NULL) gpt_flag = c;
+      if (mlp_flag == 0 && strchr(kMlpFlags, c) != NULL) mlp_flag = c;
+    }
     switch (c) {
     case 'z':
       if (arg_int(c, optarg, 0, 3, &o.stage) != 0) return 2;
@@ -305,6 +317,11 @@ int main(int argc, char **argv) {
       fprintf(stderr, "weft-train: --model %s: tiny, mid, gpt2 or mlp\n", model);
       return 2;
     }
+    if (mlp_flag != 0) {
+      fprintf(stderr, "weft-train: --%s shapes the MLP (--model mlp); --model %s is a "
+                      "transformer of a fixed shape\n", flag_name(mlp_flag), model);
+      return 2;
+    }
     o.model = TRAIN_MODEL_GPT;
     if (!steps_set) o.steps = 60;
     if (!lr_set) o.lr = 3e-3;
@@ -317,6 +334,10 @@ int main(int argc, char **argv) {
     }
   } else if (o.device_sim) {
     fprintf(stderr, "weft-train: --device sim runs the transformer's kernels only\n");
+    return 2;
+  } else if (gpt_flag != 0) {
+    fprintf(stderr, "weft-train: --%s is a transformer's (--model tiny, mid or gpt2); the MLP "
+                    "(--model mlp) has no use for it\n", flag_name(gpt_flag));
     return 2;
   }
   if (warmup < 0) warmup = o.steps / 10 > 0 ? o.steps / 10 : 1;
