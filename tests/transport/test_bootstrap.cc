@@ -29,7 +29,9 @@
 
 extern "C" {
 #include "collectives/api/comm_lifecycle.h"
+#include "collectives/core/comm.h"
 #include "transport/bootstrap/bootstrap.h"
+#include "transport/bootstrap/wire.h"
 #include "transport/base/log.h"
 #include "transport/base/sock.h"
 }
@@ -479,6 +481,54 @@ TEST(Torchrun, InitFromEnv) {
     EXPECT_EQ(ok, nranks) << text;
     printf("torchrun, %d ranks: %.1f s (python start-up included)\n", nranks, took);
   }
+}
+
+// A stall's question reaches every rank that answers though one rank's
+// host does not (its address leads nowhere: a host gone from the network):
+// the connections are made at once, so the silent one does not use up the
+// time of those after it (asked one after another, rank 2 went unasked and
+// was taken for silent too).
+TEST(AskAll, AHostThatDoesNotAnswerLeavesTheOthersTheirTime) {
+  RunOptions opts;
+  opts.allow_warnings = true;
+  auto status = run_ranks(3, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    int rc = 0;
+    if (ctx.rank == 0) {
+      // rank 1's question listener, as seen from here: an address that
+      // answers nothing
+      union weft_sockaddr nowhere;
+      std::vector<int> held;
+      if (!silent_listener(&nowhere, &held)) return rank_fail(ctx, "no silent listener");
+      comm->bs->query_addrs[1] = nowhere;
+      char replies[3][512];
+      size_t got[3];
+      enum bootstrap_ask_outcome outcome[3];
+      char why[256];
+      const double t0 = now_s();
+      bootstrap_ask_all(comm->bs, 1500000000ull, replies, sizeof replies[0], got, outcome, why,
+                        sizeof why);
+      const double took = now_s() - t0;
+      printf("asked in %.2f s: rank 1 %d, rank 2 %d\n", took, (int)outcome[1], (int)outcome[2]);
+      if (outcome[2] != BOOTSTRAP_ASK_ANSWERED)
+        rc = rank_fail(ctx, "rank 2 went unanswered (outcome %d) behind rank 1's silence",
+                       (int)outcome[2]);
+      else if (outcome[1] == BOOTSTRAP_ASK_ANSWERED)
+        rc = rank_fail(ctx, "an address that leads nowhere answered");
+      else if (took > 5)
+        rc = rank_fail(ctx, "the question took %.1f s, well past its 1.5 s", took);
+      for (int fd : held) close(fd);
+    }
+    // rank 0 asks while the others wait here
+    float x = 1;
+    if (weftAllReduce(&x, &x, 1, weftFloat32, weftSum, comm, nullptr) != weftSuccess || x != 3)
+      rc = rc ? rc : rank_fail(ctx, "all-reduce after the question: %s", weftGetLastError(comm));
+    weftCommDestroy(comm);
+    return rc;
+  }, opts);
+  for (int s : status) EXPECT_EQ(s, 0);
 }
 
 }  // namespace

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "bootstrap_probe.h"
+
 extern "C" {
 #include "collectives/api/config.h"
 #include "transport/base/peer_info.h"
@@ -396,6 +398,41 @@ TEST(SockConnect, UnreachableSaysSoAndNamesIfname) {
   EXPECT_NE(text.find("not reachable from this host"), std::string::npos) << text;
   EXPECT_NE(text.find("WEFT_SOCKET_IFNAME"), std::string::npos) << text;
   EXPECT_EQ(text.find("has exited"), std::string::npos) << text;
+}
+
+// Connections made at once: an address that leads nowhere does not hold up
+// the ones after it; a listener is connected, a closed port refused at once.
+TEST(SockConnectMany, ASilentAddressHoldsUpNoOther) {
+  union weft_sockaddr nowhere, listening, closed;
+  std::vector<int> held;
+  ASSERT_TRUE(weft_test::silent_listener(&nowhere, &held)) << "no listener that answers nothing";
+  union weft_sockaddr lo;
+  memset(&lo, 0, sizeof lo);
+  lo.in.sin_family = AF_INET;
+  lo.in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int lfd = -1, cfd = -1;
+  ASSERT_EQ(sock_listen(&lo, &lfd, &listening), weftSuccess);
+  ASSERT_EQ(sock_listen(&lo, &cfd, &closed), weftSuccess);
+  close(cfd); /* nothing listens there now */
+  const union weft_sockaddr *addrs[4] = {&nowhere, &listening, nullptr, &closed};
+  int fds[4], errs[4];
+  const uint64_t t0 = clock_ns();
+  sock_connect_many(addrs, 4, t0 + 1500000000ull, fds, errs, nullptr, nullptr);
+  const double took = (double)(clock_ns() - t0) / 1e9;
+  printf("nowhere: fd %d errno %d (%s); listener: fd %d; closed: errno %d; %.2f s\n", fds[0],
+         errs[0], strerror(errs[0]), fds[1], errs[3], took);
+  EXPECT_LT(fds[0], 0);
+  EXPECT_NE(errs[0], 0);
+  EXPECT_GE(fds[1], 0);
+  EXPECT_EQ(errs[1], 0);
+  EXPECT_EQ(fds[2], -1); /* skipped */
+  EXPECT_EQ(errs[2], 0);
+  EXPECT_LT(fds[3], 0);
+  EXPECT_EQ(errs[3], ECONNREFUSED);
+  EXPECT_LT(took, 3.0);
+  if (fds[1] >= 0) close(fds[1]);
+  close(lfd);
+  for (int fd : held) close(fd);
 }
 
 }  // namespace

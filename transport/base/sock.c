@@ -459,6 +459,117 @@ weftResult_t sock_connect_peer_errno(const union weft_sockaddr *addr, uint64_t d
   return sock_connect_impl(addr, deadline_ns, watch, 1, fd_out, err_out);
 }
 
+/* One address of sock_connect_many: its attempt under way (fd), or the time
+ * of the next. */
+struct connect_slot {
+  int fd;          /* the attempt's socket, -1 between attempts */
+  int done;        /* connected or given up */
+  uint64_t end_ns; /* the attempt's end (SOCK_ATTEMPT_NS), or the next's start */
+  unsigned delay_us;
+};
+
+/* What sock_connect_many calls as each connection is made. */
+struct connect_hook {
+  void (*fn)(void *arg, int i, int *fd);
+  void *arg;
+};
+
+/* Ends slot i's attempt with its socket's outcome err: connected, refused
+ * (final), or another try after a pause. */
+static void connect_slot_settle(struct connect_slot *c, int i, int err, int *fds, int *errs,
+                                const struct connect_hook *hook) {
+  errs[i] = err;
+  if (err == 0 && fd_set_nonblock(c->fd, 0) == weftSuccess) {
+    sock_tune(c->fd);
+    fds[i] = c->fd;
+    c->done = 1;
+    if (hook->fn != NULL) hook->fn(hook->arg, i, &fds[i]);
+    return;
+  }
+  close(c->fd);
+  c->fd = -1;
+  if (err == 0) errs[i] = EIO;
+  if (err == ECONNREFUSED) {
+    c->done = 1;
+    return;
+  }
+  c->end_ns = clock_ns() + c->delay_us * 1000ull;
+  c->delay_us = c->delay_us < 100000 ? c->delay_us * 2 : 100000;
+}
+
+void sock_connect_many(const union weft_sockaddr *const *addrs, int n, uint64_t deadline_ns,
+                       int *fds, int *errs, void (*connected)(void *arg, int i, int *fd),
+                       void *arg) {
+  const struct connect_hook hook = {connected, arg};
+  struct connect_slot *c = calloc((size_t)(n > 0 ? n : 1), sizeof *c);
+  struct pollfd *p = calloc((size_t)(n > 0 ? n : 1), sizeof *p);
+  int *at = calloc((size_t)(n > 0 ? n : 1), sizeof *at);
+  for (int i = 0; i < n; i++) {
+    fds[i] = -1;
+    errs[i] = addrs[i] == NULL ? 0 : ETIMEDOUT;
+    if (c != NULL) c[i] = (struct connect_slot){-1, addrs[i] == NULL, 0, 1000};
+  }
+  if (c == NULL || p == NULL || at == NULL) { /* out of memory: one after another */
+    for (int i = 0; i < n; i++)
+      if (addrs[i] != NULL && sock_connect_peer_errno(addrs[i], deadline_ns, NULL, &fds[i],
+                                                      &errs[i]) != weftSuccess)
+        fds[i] = -1;
+      else if (addrs[i] != NULL && connected != NULL)
+        connected(arg, i, &fds[i]);
+    goto out;
+  }
+  for (;;) {
+    uint64_t now = clock_ns(), wake = deadline_ns;
+    int npoll = 0, left = 0;
+    for (int i = 0; i < n; i++) {
+      if (c[i].done) continue;
+      left++;
+      if (c[i].fd < 0 && now >= c[i].end_ns && now < deadline_ns) { /* the next attempt */
+        c[i].fd = socket(addrs[i]->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (c[i].fd < 0) {
+          errs[i] = errno;
+          c[i].done = 1;
+          left--;
+          continue;
+        }
+        c[i].end_ns = now + SOCK_ATTEMPT_NS;
+        int err = connect(c[i].fd, &addrs[i]->sa, addr_len(addrs[i])) == 0 ? 0 : errno;
+        if (err != EINPROGRESS) {
+          connect_slot_settle(&c[i], i, err, fds, errs, &hook);
+          if (c[i].done) left--;
+          continue;
+        }
+      }
+      if (c[i].fd >= 0 && now >= c[i].end_ns) { /* the attempt timed out: another */
+        connect_slot_settle(&c[i], i, ETIMEDOUT, fds, errs, &hook);
+        continue;
+      }
+      if (c[i].end_ns < wake) wake = c[i].end_ns;
+      if (c[i].fd >= 0) {
+        p[npoll] = (struct pollfd){.fd = c[i].fd, .events = POLLOUT};
+        at[npoll++] = i;
+      }
+    }
+    if (left == 0 || now >= deadline_ns) break;
+    uint64_t ms = wake > now ? (wake - now) / 1000000 + 1 : 0;
+    int rc = poll(p, (nfds_t)npoll, (int)(ms > SOCK_SLICE_MS ? SOCK_SLICE_MS : ms));
+    for (int k = 0; rc > 0 && k < npoll; k++) {
+      if (p[k].revents == 0) continue;
+      const int i = at[k];
+      int err = 0;
+      socklen_t len = sizeof err;
+      if (getsockopt(c[i].fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+      connect_slot_settle(&c[i], i, err, fds, errs, &hook);
+    }
+  }
+  for (int i = 0; i < n; i++) /* attempts still under way at the deadline */
+    if (!c[i].done && c[i].fd >= 0) close(c[i].fd);
+out:
+  free(c);
+  free(p);
+  free(at);
+}
+
 weftResult_t sock_accept(int listen_fd, uint64_t deadline_ns, struct weft_wait *watch,
                          int *fd_out) {
   for (;;) {

@@ -80,6 +80,17 @@ weftResult_t sock_connect_peer(const union weft_sockaddr *addr, uint64_t deadlin
  * the failure was not the connection's (the watch, this process). */
 weftResult_t sock_connect_peer_errno(const union weft_sockaddr *addr, uint64_t deadline_ns,
                                      struct weft_wait *watch, int *fd_out, int *err_out);
+/* Connects to the n addresses at once (a NULL one is skipped), each as
+ * sock_connect_peer would, without one that does not answer holding up the
+ * others: fds[i] the connected socket, else -1 with errs[i] the last
+ * attempt's errno (ECONNREFUSED: nothing listens there, given up at once;
+ * ETIMEDOUT, ENETUNREACH ...: tried again until the deadline). Returns when
+ * every address is settled or the deadline passes; connected (may be NULL)
+ * is called with each connection as it is made (it may close it and set
+ * *fd to -1), so that what goes over it need not wait for the others. */
+void sock_connect_many(const union weft_sockaddr *const *addrs, int n, uint64_t deadline_ns,
+                       int *fds, int *errs, void (*connected)(void *arg, int i, int *fd),
+                       void *arg);
 /* Accepts one connection before the deadline, checking watch (may be NULL)
  * as sock_connect_peer does. */
 weftResult_t sock_accept(int listen_fd, uint64_t deadline_ns, struct weft_wait *watch,

@@ -206,6 +206,22 @@ static enum bootstrap_ask_outcome ask_read(int fd, void *reply, size_t nbytes, u
   return BOOTSTRAP_ASK_ANSWERED;
 }
 
+/* The question bootstrap_ask_all sends over each connection as soon as it
+ * is made, and the time it has. */
+struct ask_send_ctx {
+  struct query_question q;
+  uint64_t deadline;
+};
+
+static void ask_send(void *arg, int r, int *fd) {
+  (void)r;
+  const struct ask_send_ctx *x = arg;
+  if (sock_send_all(*fd, &x->q, sizeof x->q, x->deadline) != weftSuccess) {
+    sock_close_reset(*fd);
+    *fd = -1;
+  }
+}
+
 void bootstrap_ask_all(struct bootstrap *bs, uint64_t timeout_ns, void *replies, size_t nbytes,
                        size_t *got, enum bootstrap_ask_outcome *outcome, char *why,
                        size_t why_nbytes) {
@@ -216,39 +232,48 @@ void bootstrap_ask_all(struct bootstrap *bs, uint64_t timeout_ns, void *replies,
   if (why_nbytes > 0) why[0] = '\0';
   if (fds == NULL && why_nbytes > 0) snprintf(why, why_nbytes, "out of memory");
   /* the questions first, to every rank, then the answers in rank order: the
-   * askers' waits overlap, so the whole takes about the slowest answer */
+   * askers' waits overlap, so the whole takes about the slowest answer; the
+   * connections are made at once too, so that a rank whose host does not
+   * answer (gone from the network) leaves the others their time */
+  const union weft_sockaddr **addrs = malloc(sizeof *addrs * (size_t)n);
+  int *errs = malloc(sizeof *errs * (size_t)n);
+  if ((addrs == NULL || errs == NULL) && fds != NULL) {
+    free(fds);
+    fds = NULL;
+    if (why_nbytes > 0) snprintf(why, why_nbytes, "out of memory");
+  }
   for (int r = 0; r < n; r++) {
     got[r] = 0;
-    outcome[r] = BOOTSTRAP_ASK_SILENT;
-    if (fds != NULL) fds[r] = -1;
-    if (r == bs->rank) continue;
-    if (fds == NULL) {
-      outcome[r] = BOOTSTRAP_ASK_UNASKED;
-      continue;
-    }
-    if (bs->query_addrs == NULL) continue;
-    const weftResult_t res = sock_connect_peer(&bs->query_addrs[r], deadline, NULL, &fds[r]);
-    if (res != weftSuccess) {
-      /* refused (a remote error before the deadline): nothing listens there
-       * any more (the process ended, or its communicator was destroyed); a
-       * timeout says nothing; a failure of this process's own (no
-       * descriptor, no address) leaves the peer unasked */
-      if (res == weftRemoteError && clock_ns() < deadline) {
+    outcome[r] = fds == NULL && r != bs->rank ? BOOTSTRAP_ASK_UNASKED : BOOTSTRAP_ASK_SILENT;
+    if (fds == NULL) continue;
+    addrs[r] = r != bs->rank && bs->query_addrs != NULL ? &bs->query_addrs[r] : NULL;
+  }
+  /* half the time to connect: answers of the ranks connected early come in
+   * meanwhile, and those connected late have the rest to answer */
+  struct ask_send_ctx send = {q, deadline};
+  if (fds != NULL)
+    sock_connect_many(addrs, n, clock_ns() + timeout_ns / 2, fds, errs, ask_send, &send);
+  for (int r = 0; fds != NULL && r < n; r++) {
+    if (addrs[r] == NULL) continue;
+    if (fds[r] < 0) {
+      /* refused: nothing listens there any more (the process ended, or its
+       * communicator was destroyed); no answer until the deadline says
+       * nothing; a failure of this process's own (no descriptor) leaves the
+       * peer unasked */
+      const int e = errs[r];
+      if (e == ECONNREFUSED) {
         outcome[r] = BOOTSTRAP_ASK_GONE;
-      } else if (res != weftRemoteError) {
+      } else if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
         outcome[r] = BOOTSTRAP_ASK_UNASKED;
-        if (why_nbytes > 0 && why[0] == '\0') snprintf(why, why_nbytes, "%s", weft_error_text());
+        if (why_nbytes > 0 && why[0] == '\0')
+          snprintf(why, why_nbytes, "connecting to ask rank %d: %s", r, strerror(e));
       }
       if (bs->pids != NULL && bs->pids[r] > 0 && pid_gone(bs->pids[r], 1))
         outcome[r] = BOOTSTRAP_ASK_GONE;
-      fds[r] = -1;
-      continue;
-    }
-    if (sock_send_all(fds[r], &q, sizeof q, deadline) != weftSuccess) {
-      sock_close_reset(fds[r]);
-      fds[r] = -1;
     }
   }
+  free(addrs);
+  free(errs);
   for (int r = 0; fds != NULL && r < n; r++) {
     if (fds[r] < 0) continue;
     outcome[r] = ask_read(fds[r], (char *)replies + (size_t)r * nbytes, nbytes, deadline, &got[r]);
