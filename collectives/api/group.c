@@ -375,14 +375,21 @@ weftResult_t weftGroupEnd(void) {
   group_entries = NULL;
   group_nops = group_cap = 0;
   weftResult_t res = group_error;
+  /* every comm of the group held until the end is done with it (once per
+   * entry: a count), as an operation holds its own */
+  for (size_t i = 0; i < nentries; i++) comm_hold(entries[i].op.comm);
   group_number(entries, nentries);
-  /* the calls that run, in call order (moved down over the others) */
+  /* the calls that run, in call order (moved down over the others, which
+   * are done with: their holds end) */
   struct group_op *ops = (struct group_op *)(void *)entries;
   size_t nops = 0;
-  for (size_t i = 0; i < nentries; i++)
+  for (size_t i = 0; i < nentries; i++) {
     if (entries[i].runs) memmove(&ops[nops++], &entries[i].op, sizeof *ops);
+    else comm_op_end(entries[i].op.comm);
+  }
   if (res == weftSuccess) res = group_dispatch(ops, nops);
   else group_drop(ops, nops, res);
+  for (size_t i = 0; i < nops; i++) comm_op_end(ops[i].comm);
   if (group_entries == NULL) { /* still the key's: kept */
     group_entries = entries;
     group_cap = entries != NULL ? cap : 0;

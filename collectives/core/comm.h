@@ -229,6 +229,13 @@ static inline weftResult_t comm_op_begin(struct weftComm *comm, int flags, const
   if (__builtin_expect(v == COMM_READY, 1)) return weftSuccess;
   return comm_op_begin_state(comm, flags, fn, v);
 }
+/* Holds comm without asking its state (comm_op_end ends it), for a call
+ * that uses comm across steps that each ask (a group's end): an abort or a
+ * revoke on another thread waits for it rather than free or reuse what it
+ * still touches. */
+static inline void comm_hold(struct weftComm *comm) {
+  __atomic_add_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
+}
 /* Ends comm_op_begin's hold. */
 static inline void comm_op_end(struct weftComm *comm) {
   __atomic_sub_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);

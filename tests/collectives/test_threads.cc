@@ -264,4 +264,65 @@ TEST(Threads, AsyncErrorSeenFromAnotherThread) {
   EXPECT_EQ(weftCommAbort(comms[0]), weftSuccess);
 }
 
+// An abort or a revoke from another thread while rank 0 is inside a group's
+// end (an all-reduce its peer never joins, then many sends: the end still
+// touches the comm after the all-reduce fails) or inside an all-to-all whose
+// WEFT_CHECK=1 comparison waits on the bootstrap: the call fails, nothing is
+// used after the abort freed it (a crash before), and the revoke returns
+// only once the call has (it returned at once, the call waiting for
+// WEFT_TIMEOUT). Each case in a process of its own, with its settings.
+TEST(Threads, AbortOrRevokeWhileInAGroupsEnd) {
+  struct Case {
+    const char *what;
+    bool check, revoke, alltoall;
+  } cases[] = {
+      {"abort, group of an all-reduce and 20000 sends", false, false, false},
+      {"abort, all-to-all under WEFT_CHECK=1", true, false, true},
+      {"revoke, all-to-all under WEFT_CHECK=1", true, true, true},
+  };
+  for (const Case &c : cases) {
+    weft_test::RunOptions opts;
+    opts.env = {{"WEFT_TIMEOUT", "30"}};
+    if (c.check) opts.env.push_back({"WEFT_CHECK", "1"});
+    opts.allow_warnings = true;
+    auto status = weft_test::run_ranks(1, [&c](const weft_test::RankCtx &ctx) {
+      for (int round = 0; round < 3; round++) {
+        weftComm_t comms[2];
+        if (weftCommInitAll(comms, 2, nullptr) != weftSuccess)
+          return weft_test::rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+        weftResult_t got = weftSuccess;
+        double returned = 0;
+        std::thread rank0([&] {
+          static float x[16], y[16], s[1];
+          if (c.alltoall) {
+            got = weftAlltoAll(x, y, 1, weftFloat32, comms[0], nullptr);
+          } else {
+            weftGroupStart();
+            weftAllReduce(x, y, 16, weftFloat32, weftSum, comms[0], nullptr);
+            for (int i = 0; i < 20000; i++) weftSend(s, 1, weftFloat32, 1, comms[0], nullptr);
+            got = weftGroupEnd();
+          }
+          returned = now_s();
+        });
+        usleep(200000);
+        const double t0 = now_s();
+        const weftResult_t res = c.revoke ? weftCommRevoke(comms[0], 0) : weftCommAbort(comms[0]);
+        const double done = now_s();
+        rank0.join();
+        if (res != weftSuccess) return weft_test::rank_fail(ctx, "%s: it failed", c.what);
+        if (got == weftSuccess) return weft_test::rank_fail(ctx, "%s: the call succeeded", c.what);
+        if (returned - t0 > 5)
+          return weft_test::rank_fail(ctx, "%s: the call returned after %.1f s", c.what,
+                                      returned - t0);
+        if (c.revoke && returned > done)
+          return weft_test::rank_fail(ctx, "%s: the revoke returned before the call did", c.what);
+        if (c.revoke) weftCommDestroy(comms[0]);
+        weftCommAbort(comms[1]);
+      }
+      return 0;
+    }, opts);
+    EXPECT_EQ(status[0], 0) << c.what;
+  }
+}
+
 }  // namespace

@@ -100,6 +100,13 @@ struct comm_batch {
  * the marks of the all-to-alls, gathers and scatters among them (compared
  * in call order where WEFT_CHECK asks). */
 static void batch_run(struct comm_batch *b) {
+  /* held from the first op to the last, as each op holds itself: an abort
+   * or a revoke on another thread (which wait until no thread holds the
+   * comm) frees or reuses nothing that the batch still touches between its
+   * ops (the marks' comparison, the trace of the sends and receives a failed
+   * collective leaves unrun). A refusal here is each op's to report. */
+  const weftResult_t held = comm_op_begin(b->comm, COMM_OP_HOLD, NULL);
+  (void)held;
   /* a launch's few ops list on the stack */
   const struct weft_plan *few[16];
   const struct weft_plan **sendrecv =
@@ -111,7 +118,8 @@ static void batch_run(struct comm_batch *b) {
     if (b->all[i].comm != b->comm) continue;
     if (plan_is_mark(plan)) {
       sendrecv[nsendrecv++] = plan;
-      b->res = signature_agree(b->comm, plan);
+      b->res = comm_op_begin(b->comm, 0, NULL); /* an aborted or revoked comm compares nothing */
+      if (b->res == weftSuccess) b->res = signature_agree(b->comm, plan);
       if (b->res != weftSuccess) comm_fail(b->comm, b->res); /* the comm's last error */
     } else if (plan_is_sendrecv(plan)) {
       sendrecv[nsendrecv++] = plan;
@@ -132,6 +140,7 @@ static void batch_run(struct comm_batch *b) {
   }
   if (b->res != weftSuccess) snprintf(b->error, sizeof b->error, "%s", weft_error_text());
   if (sendrecv != few) free(sendrecv);
+  comm_op_end(b->comm);
 }
 
 /* Worker threads for the batches beyond the caller's own: started when a
