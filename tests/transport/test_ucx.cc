@@ -198,22 +198,26 @@ void *allreduce_stream(void *p) {
   return nullptr;
 }
 
-// Ranks on their own "hosts" run all-reduces back to back over UCX's TCP and
-// one is SIGKILLed: every other rank gets weftRemoteError well inside
-// WEFT_TIMEOUT (the endpoint fails, then poison messages go around the ring).
+// Ranks on their own "hosts" run all-reduces back to back over UCX's TCP
+// (and on one host over its shared-memory transports) and one is SIGKILLed:
+// every other rank gets weftRemoteError well inside WEFT_TIMEOUT (the
+// endpoint fails, then poison messages go around the ring), and its abort
+// returns at once (over shared memory, which raises no error for a dead
+// peer, the endpoints' flush and close waited 2 s each: 10 s and more).
 TEST(UcxFailure, RankKilledMidStream) {
   SKIP_WITHOUT_UCX();
   const int timeout_s = 30;
+  for (const char *tls : {kTcp, kShm})
   for (int nranks : {2, 4}) {
     RunOptions opts;
     opts.timeout_s = 90;
     opts.allow_warnings = true;
     opts.env = {{"WEFT_TRANSPORT", "ucx"},
-                {"UCX_TLS", kTcp},
+                {"UCX_TLS", tls},
                 {"WEFT_TIMEOUT", std::to_string(timeout_s)},
                 {"WEFT_ALGO", "^bulk"},
                 {"WEFT_SLOT_BYTES", "4096"}};
-    opts.host_of = one_host_per_rank("ucx-test-host");
+    if (tls == kTcp) opts.host_of = one_host_per_rank("ucx-test-host");
     auto status = run_ranks(nranks, [&](const RankCtx &ctx) {
       weftComm_t comm;
       if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
@@ -237,12 +241,52 @@ TEST(UcxFailure, RankKilledMidStream) {
         return rank_fail(ctx, "message does not name a peer: %s", msg.c_str());
       printf("rank %d: error in call %d after %.3f s: %s\n", ctx.rank, call.ncalls, call.seconds,
              msg.c_str());
+      const double t0 = now_s();
       weftCommAbort(comm);
+      if (now_s() - t0 > 1.5)
+        return rank_fail(ctx, "the abort took %.1f s after the peer died", now_s() - t0);
       return 0;
     }, opts);
-    for (int r = 0; r < nranks - 1; r++) EXPECT_EQ(status[r], 0) << nranks << " ranks, rank " << r;
+    for (int r = 0; r < nranks - 1; r++)
+      EXPECT_EQ(status[r], 0) << tls << ", " << nranks << " ranks, rank " << r;
     EXPECT_EQ(status[nranks - 1], 128 + SIGKILL);
   }
+}
+
+// Over UCX's shared-memory transports (which raise no error for a dead
+// peer), 4 MiB sends and receives around a ring, one rank SIGKILLed: the
+// other's call fails naming it, and its abort returns at once (flushing and
+// closing each endpoint to the dead peer waited 2 s each: 12 s).
+TEST(UcxFailure, AbortAfterAPeerDiedMidSend) {
+  SKIP_WITHOUT_UCX();
+  RunOptions opts;
+  opts.timeout_s = 90;
+  opts.allow_warnings = true;
+  opts.env = {{"WEFT_TRANSPORT", "ucx"}, {"UCX_TLS", kShm}, {"WEFT_TIMEOUT", "10"}};
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    std::vector<float> sb(1 << 20, 1.0f), rb(1 << 20);
+    const double start = now_s();
+    weftResult_t res = weftSuccess;
+    while (res == weftSuccess && now_s() - start < 30) {
+      if (ctx.rank == 1 && now_s() - start > 0.3) raise(SIGKILL);
+      weftGroupStart();
+      weftSend(sb.data(), sb.size(), weftFloat32, 1 - ctx.rank, comm, nullptr);
+      weftRecv(rb.data(), rb.size(), weftFloat32, 1 - ctx.rank, comm, nullptr);
+      res = weftGroupEnd();
+    }
+    if (res != weftRemoteError)
+      return rank_fail(ctx, "got %s, want weftRemoteError", weftGetErrorString(res));
+    const double t0 = now_s();
+    weftCommAbort(comm);
+    if (now_s() - t0 > 1.5)
+      return rank_fail(ctx, "the abort took %.1f s after the peer died", now_s() - t0);
+    return 0;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 128 + SIGKILL);
 }
 
 // Every rank leaves the communicator idle for three times WEFT_TIMEOUT

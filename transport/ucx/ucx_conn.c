@@ -458,12 +458,22 @@ close_conn:
   return res;
 }
 
-/* Waits, progressing the worker, until req completes or the deadline
- * passes; then frees it. */
-static void ucx_request_wait(ucs_status_ptr_t req, uint64_t deadline) {
+/* Waits, progressing the worker, until req completes, the deadline passes
+ * or the peer's process (peer_pid, on this host; 0: elsewhere) is found gone
+ * (asked every 10 ms: a transport that raises no error for a dead peer, as
+ * UCX's shared-memory ones, would wait out the deadline); then frees it. */
+static void ucx_request_wait(ucs_status_ptr_t req, uint64_t deadline, pid_t peer_pid) {
   if (!UCS_PTR_IS_PTR(req)) return;
-  while (ucp_request_check_status(req) == UCS_INPROGRESS && clock_ns() < deadline)
+  uint64_t next_look = clock_ns() + 10000000ull;
+  while (ucp_request_check_status(req) == UCS_INPROGRESS) {
+    const uint64_t now = clock_ns();
+    if (now >= deadline) break;
+    if (peer_pid > 0 && now >= next_look) {
+      if (pid_gone(peer_pid, 1)) break;
+      next_look = now + 10000000ull;
+    }
     ucx_worker_progress_once();
+  }
   ucx_enter();
   ucp_request_free(req);
   ucx_leave();
@@ -472,21 +482,23 @@ static void ucx_request_wait(ucs_status_ptr_t req, uint64_t deadline) {
 /* Closes the endpoint. While the peer is there, a flush first lets what this
  * end sent (poison included) reach it; the close itself is forced, which
  * ends whatever is still in flight (a peer behind a dead link), so that
- * nothing is left for the worker's destruction. */
+ * nothing is left for the worker's destruction. A peer on this host whose
+ * process is gone is not flushed to. */
 static void ucx_ep_close(struct ucx_conn *uc) {
   ucp_request_param_t param = {.op_attr_mask = 0};
+  if (!uc->peer_gone && uc->peer_pid > 0 && pid_gone(uc->peer_pid, 1)) uc->peer_gone = 1;
   if (!uc->peer_gone && uc->ep_status == UCS_OK) {
     ucx_enter();
     ucs_status_ptr_t req = ucp_ep_flush_nbx(uc->ep, &param);
     ucx_leave();
-    ucx_request_wait(req, clock_ns() + UCX_CLOSE_TIMEOUT_NS);
+    ucx_request_wait(req, clock_ns() + UCX_CLOSE_TIMEOUT_NS, uc->peer_pid);
   }
   param = (ucp_request_param_t){.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                 .flags = UCP_EP_CLOSE_FLAG_FORCE};
   ucx_enter();
   ucs_status_ptr_t req = ucp_ep_close_nbx(uc->ep, &param);
   ucx_leave();
-  ucx_request_wait(req, clock_ns() + UCX_CLOSE_TIMEOUT_NS);
+  ucx_request_wait(req, clock_ns() + UCX_CLOSE_TIMEOUT_NS, uc->peer_pid);
   uc->ep = NULL;
 }
 
