@@ -579,7 +579,7 @@ static weftResult_t bulk_chunks_run(struct bulk_run_state *s, int window) {
   struct weft_wait w;
   unsigned idle = 0;
   uint64_t down_since = 0;
-  wait_begin(&w, comm->timeout_ns, &comm->abort_flag, NULL, 0, ch0->recv.peer_rank,
+  wait_begin(&w, comm_timeout_ns(comm), &comm->abort_flag, NULL, 0, ch0->recv.peer_rank,
              "bulk transfer from");
   if (!sig_done) {
     const uint32_t id = bulk_id(s->call, BULK_SIG_STEP, 0);
@@ -633,7 +633,7 @@ static weftResult_t bulk_chunks_run(struct bulk_run_state *s, int window) {
       }
     }
     if (moved) {
-      wait_begin(&w, comm->timeout_ns, &comm->abort_flag, NULL, 0, ch0->recv.peer_rank,
+      wait_begin(&w, comm_timeout_ns(comm), &comm->abort_flag, NULL, 0, ch0->recv.peer_rank,
                  "bulk transfer from");
       idle = 0;
       down_since = 0;

@@ -643,11 +643,11 @@ weftResult_t sendrecv_exec_poll(struct sendrecv_exec *x) {
     int peer = blocked->op->root, send = plan_is_send(blocked->op);
     struct weft_conn *c = blocked->conn;
     if (exec_conn_ready(x, blocked->op)) {
-      wait_begin(&x->w, comm->timeout_ns, &comm->abort_flag, &c->ctrl->poison, c->peer_pid, peer,
+      wait_begin(&x->w, comm_timeout_ns(comm), &comm->abort_flag, &c->ctrl->poison, c->peer_pid, peer,
                  send ? "send to" : "receive from");
     } else {
       const struct peer_info *me = &comm->peers[comm->rank], *p = &comm->peers[peer];
-      wait_begin(&x->w, comm->timeout_ns, &comm->abort_flag, NULL,
+      wait_begin(&x->w, comm_timeout_ns(comm), &comm->abort_flag, NULL,
                  p->host_hash == me->host_hash ? p->pid : 0, peer,
                  send ? "connect to" : "accept a connection from");
     }

@@ -202,7 +202,7 @@ static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
   struct param_agreement agreed;
   config_agreement_fill(&self, nchannels, &agreed);
   self.refused = refused != weftSuccess;
-  res = bootstrap_init(id, rank, nranks, &self, comm->timeout_ns, &comm->bs, peers);
+  res = bootstrap_init(id, rank, nranks, &self, comm_timeout_ns(comm), &comm->bs, peers);
   if (res == weftSuccess) {
     /* every rank has every rank's digest and refusal: all fail alike */
     res = config_agreement_check(comm->bs, peers, nranks, rank, &agreed, refusal);
@@ -387,7 +387,8 @@ static void comm_free(struct weftComm *comm, int broken) {
   if (answers) bootstrap_query_bye(comm->bs);
   if (answers && comm->trace != NULL)
     bootstrap_query_linger(comm->bs, 2000000000ull,
-                           comm->timeout_ns / 2 < 1000000000ull ? comm->timeout_ns / 2 : 1000000000ull);
+                           comm_timeout_ns(comm) / 2 < 1000000000ull ? comm_timeout_ns(comm) / 2
+                                                                      : 1000000000ull);
   device_comm_free(comm);
   channels_close(comm);
   sendrecv_conns_close(comm);

@@ -48,7 +48,7 @@ static void config_inherit(const struct weftComm *parent, weftConfig_t *cfg) {
   weftConfig_t defaults = WEFT_CONFIG_INITIALIZER;
   *cfg = defaults;
   cfg->minChannels = cfg->maxChannels = parent->nchannels;
-  uint64_t timeout_ms = parent->timeout_ns / 1000000ull;
+  uint64_t timeout_ms = comm_timeout_ns(parent) / 1000000ull;
   if (timeout_ms > 0 && timeout_ms <= INT_MAX) cfg->timeoutMs = (int)timeout_ms;
   cfg->commName = parent->name[0] != '\0' ? parent->name : NULL;
 }

@@ -100,7 +100,7 @@ weftResult_t compat_comm_grow(weftComm_t comm, int nranks, const weftUniqueId *i
      * on the new ranks, which have no parent: every rank must agree on them */
     const weftConfig_t defaults = WEFT_CONFIG_INITIALIZER;
     cfg = defaults;
-    uint64_t timeout_ms = c->timeout_ns / 1000000ull;
+    uint64_t timeout_ms = comm_timeout_ns(c) / 1000000ull;
     if (timeout_ms > 0 && timeout_ms <= INT32_MAX) cfg.timeoutMs = (int)timeout_ms;
     cfg.commName = c->name[0] != '\0' ? c->name : NULL;
   } else {

@@ -236,6 +236,10 @@ static inline weftResult_t comm_op_begin(struct weftComm *comm, int flags, const
 static inline void comm_hold(struct weftComm *comm) {
   __atomic_add_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
 }
+/* comm's timeout, which weftCommSetTimeout changes from any thread. */
+static inline uint64_t comm_timeout_ns(const struct weftComm *comm) {
+  return __atomic_load_n(&comm->timeout_ns, __ATOMIC_RELAXED);
+}
 /* Ends comm_op_begin's hold. */
 static inline void comm_op_end(struct weftComm *comm) {
   __atomic_sub_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);

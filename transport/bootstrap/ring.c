@@ -209,7 +209,7 @@ static weftResult_t sock_exchange(struct bootstrap *bs, const char *sbuf, char *
                           {.fd = bs->listen_fd, .events = POLLIN}};
     uint64_t now = clock_ns();
     if (now >= deadline) return weft_error_set(weftRemoteError, "bootstrap exchange timed out");
-    if (bs->abort != NULL && *bs->abort)
+    if (bs->abort != NULL && __atomic_load_n(bs->abort, __ATOMIC_ACQUIRE))
       return weft_error_set(weftRemoteError, "communicator aborted during a bootstrap exchange");
     uint64_t ms = (deadline - now) / 1000000 + 1;
     int rc = poll(p, bs->hellos.n > 0 ? 2 : 3, ms > 100 ? 100 : (int)ms);

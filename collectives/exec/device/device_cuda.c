@@ -356,7 +356,7 @@ void device_comm_free(struct weftComm *comm) {
   device_ctx_save(&prev);
   cudaSetDevice(d->dev);
   /* the FIFOs, and the words the kernels report in, may be in use until then */
-  const int ended = d->flags_h == NULL || device_comm_wait(d, comm->timeout_ns);
+  const int ended = d->flags_h == NULL || device_comm_wait(d, comm_timeout_ns(comm));
   /* peers asking meanwhile saw the calls' states; from here the words may go */
   if (d->flags_h != NULL) device_watch_close(comm, d);
   if (ended) {

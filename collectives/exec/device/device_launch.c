@@ -191,7 +191,7 @@ static weftResult_t ring_launch(struct weftComm *comm, struct device_comm *d,
       .nchannels = nch, .interleave = d->interleave, .pdl = launch_pdl(d, nch, stream, captured),
       .divisor = plan->op == weftAvg ? comm->nranks : 1, .proto = proto,
       .elem_nbytes = (uint32_t)weftTypeSize(plan->datatype),
-      .abort_flag = d->flags_d, .error = d->flags_d + 1, .timeout_ns = comm->timeout_ns};
+      .abort_flag = d->flags_d, .error = d->flags_d + 1, .timeout_ns = comm_timeout_ns(comm)};
   premul_scalar(plan, &w);
   int op = device_op_index(plan->op);
   if (plan->op == weftAvg && redop_avg_prescales(plan->datatype)) {

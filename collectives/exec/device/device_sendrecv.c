@@ -287,7 +287,7 @@ weftResult_t device_sendrecv_launch(struct weftComm *comm, struct device_comm *d
   w.error = d->flags_d + 1;
   w.stopped = (uint64_t *)(d->flags_d + 4);
   w.mismatch = device_mismatch_d(d);
-  w.timeout_ns = comm->timeout_ns;
+  w.timeout_ns = comm_timeout_ns(comm);
   w.chunk_nbytes = sendrecv_chunk_room(DEV_SIMPLE_SLOT_NBYTES);
   w.nlanes = d->sendrecv.nlanes;
   w.nblocks = sendrecv_nblocks(npairs, w.nlanes, d->sendrecv.max_blocks);

@@ -147,7 +147,7 @@ weftResult_t device_watch_failure(struct weftComm *comm, struct device_comm *d, 
     char how[64], text[1024], both[2200];
     if (why == DEV_GAVE_UP_TIMEOUT)
       snprintf(how, sizeof how, "timed out after %.1f s on device memory",
-               (double)comm->timeout_ns / 1e9);
+               (double)comm_timeout_ns(comm) / 1e9);
     else snprintf(how, sizeof how, "failed on device memory");
     const weftResult_t judged = hang_judge(comm, &subject, how, 0, text, sizeof text);
     if (judged != weftSuccess) {

@@ -136,7 +136,7 @@ static weftResult_t wait_filled(struct prims *p, size_t nbytes, char **slot_out)
   if (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) <= c->step) {
     const char *slot = conn_slot(c, c->step);
     struct weft_wait w;
-    wait_begin(&w, p->comm->timeout_ns, &p->comm->abort_flag, &c->ctrl->poison, c->peer_pid,
+    wait_begin(&w, comm_timeout_ns(p->comm), &p->comm->abort_flag, &c->ctrl->poison, c->peer_pid,
                c->peer_rank, "receive from");
     while (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) <= c->step) {
       __builtin_prefetch(slot, 0, 3);
@@ -158,7 +158,7 @@ static weftResult_t wait_credit(struct prims *p, char **slot_out) {
   struct weft_conn *c = p->send;
   if (!conn_send_ready(c)) {
     struct weft_wait w;
-    wait_begin(&w, p->comm->timeout_ns, &p->comm->abort_flag, &c->ctrl->poison, c->peer_pid,
+    wait_begin(&w, comm_timeout_ns(p->comm), &p->comm->abort_flag, &c->ctrl->poison, c->peer_pid,
                c->peer_rank, "send to");
     while (!conn_send_ready(c)) {
       weftResult_t res = wait_poll(&w);

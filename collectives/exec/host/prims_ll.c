@@ -86,7 +86,7 @@ static weftResult_t ll_out_begin(struct prims *p, struct ll_out *o) {
   struct weft_conn *c = p->send;
   if (!conn_send_ready(c)) {
     struct weft_wait w;
-    wait_begin(&w, p->comm->timeout_ns, &p->comm->abort_flag, &c->ctrl->poison, c->peer_pid,
+    wait_begin(&w, comm_timeout_ns(p->comm), &p->comm->abort_flag, &c->ctrl->poison, c->peer_pid,
                c->peer_rank, "send to");
     while (!conn_send_ready(c)) {
       weftResult_t res = wait_poll(&w);
@@ -134,7 +134,7 @@ static void ll_out_end(struct ll_out *o) {
 
 static void ll_in_wait_begin(struct ll_in *in, struct weft_wait *w) {
   struct weft_conn *c = in->conn;
-  wait_begin(w, in->p->comm->timeout_ns, &in->p->comm->abort_flag, &c->ctrl->poison,
+  wait_begin(w, comm_timeout_ns(in->p->comm), &in->p->comm->abort_flag, &c->ctrl->poison,
              c->peer_pid, c->peer_rank, "receive from");
 }
 

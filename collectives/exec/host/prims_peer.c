@@ -19,7 +19,7 @@ weftResult_t peer_connect_missing(struct weftComm *comm, const int *peers, int n
 weftResult_t peer_send_wait(struct weftComm *comm, struct weft_conn *conn, char **slot_out) {
   if (!conn_send_ready(conn)) {
     struct weft_wait w;
-    wait_begin(&w, comm->timeout_ns, &comm->abort_flag, &conn->ctrl->poison, conn->peer_pid,
+    wait_begin(&w, comm_timeout_ns(comm), &comm->abort_flag, &conn->ctrl->poison, conn->peer_pid,
                conn->peer_rank, "send to");
     while (!conn_send_ready(conn)) {
       weftResult_t res = wait_poll(&w);
@@ -59,7 +59,7 @@ static weftResult_t peer_recv_ready(struct weftComm *comm, struct weft_conn *con
   const char *slot = peer_slot(conn);
   const uint32_t *used = &conn->ctrl->slot_used_nbytes[slot_index(conn->step, conn->nslots)];
   struct weft_wait w;
-  wait_begin(&w, comm->timeout_ns, &comm->abort_flag, &conn->ctrl->poison, conn->peer_pid,
+  wait_begin(&w, comm_timeout_ns(comm), &comm->abort_flag, &conn->ctrl->poison, conn->peer_pid,
              conn->peer_rank, "receive from");
   while (__atomic_load_n(&conn->ctrl->tail, __ATOMIC_ACQUIRE) <= conn->step) {
     __builtin_prefetch(slot, 0, 3);
@@ -126,7 +126,7 @@ weftResult_t peer_wait_signed(struct weftComm *comm, struct weft_conn *conn, con
   *signed_out = 1;
   if (prims_slot_signed(at, keyed)) return weftSuccess;
   struct weft_wait w;
-  wait_begin(&w, comm->timeout_ns, &comm->abort_flag, &conn->ctrl->poison, conn->peer_pid,
+  wait_begin(&w, comm_timeout_ns(comm), &comm->abort_flag, &conn->ctrl->poison, conn->peer_pid,
              conn->peer_rank, "receive from");
   for (;;) {
     if (prims_slot_signed(at, keyed)) return weftSuccess;
