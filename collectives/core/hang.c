@@ -275,6 +275,19 @@ weftResult_t hang_verdict(const struct trace_call *subject, const char *how,
       text_add(&t, " rank %d %s", peer, busy ? "is in " : "is idle, its last: ");
       text_call_state(&t, last, v->now_ns, v->dumped ? "before its trace was written" : "ago");
     }
+    /* a failure that reached the peer from elsewhere (its own peer died, and
+     * the news went around): the ranks that are dead or did not answer,
+     * which the peer's state does not name */
+    for (int k = 0; k < 2; k++) {
+      const enum hang_status want = k == 0 ? HANG_GONE : HANG_SILENT;
+      int first = 1;
+      for (int r = 0; r < nranks; r++) {
+        if (r == peer || views[r].status != want) continue;
+        text_add(&t, "%s%d", first ? (k == 0 ? "; elsewhere, dead: rank " : "; elsewhere, silent: rank ") : ",", r);
+        first = 0;
+      }
+      if (!first) text_add(&t, k == 0 ? " (its process ended)" : " (no answer in time)");
+    }
     return weftSuccess;
   }
   /* the ranks in each place, then the missing ones */

@@ -23,6 +23,12 @@
 
 #include "harness.h"
 
+extern "C" {
+#include "collectives/core/hang.h"
+#include "collectives/core/plan.h"
+#include "collectives/core/trace.h"
+}
+
 using namespace weft_test;
 
 namespace {
@@ -851,6 +857,47 @@ TEST(Hang, OutOfDescriptorsCallsNoOneDead) {
     return 0;
   }, opts);
   for (size_t r = 0; r < status.size(); r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
+// A send's verdict names its peer's state, and where the failure came from
+// elsewhere (the peer's own peer died, and the news went around the ring),
+// the ranks that are dead or silent too: a rank two steps from a dead one
+// learnt only that its peer failed.
+TEST(HangVerdict, ASendNamesDeadRanksBeyondItsPeer) {
+  const int64_t now = 100000000000ll;
+  auto call = [&](int32_t coll, int32_t peer, int32_t state, uint64_t seq) {
+    trace_call c{};
+    c.id = c.seq = seq;
+    c.count = 16;
+    c.coll = coll;
+    c.datatype = weftFloat32;
+    c.root = peer;
+    c.state = state;
+    c.waiting_on = -1;
+    c.nranks = 4;
+    c.t_created_ns = now - 1000000000ll;
+    return c;
+  };
+  // rank 1 sends to rank 2, which is in its receive from rank 1; rank 0 is
+  // dead, rank 3 silent
+  trace_call r1[1] = {call(COLL_SEND, 2, TRACE_STARTED, 7)};
+  trace_call r2[1] = {call(COLL_RECV, 1, TRACE_STARTED, 7)};
+  hang_view views[4] = {};
+  views[0].status = HANG_GONE;
+  views[1] = hang_view{HANG_ANSWERED, r1, 1, now, 0};
+  views[2] = hang_view{HANG_ANSWERED, r2, 1, now, 0};
+  views[3].status = HANG_SILENT;
+  char text[1024];
+  ASSERT_EQ(hang_verdict(&r1[0], "failed", views, 4, text, sizeof text), weftSuccess);
+  const std::string v = text;
+  EXPECT_NE(v.find("rank 2 is in"), std::string::npos) << v;
+  EXPECT_NE(v.find("elsewhere, dead: rank 0"), std::string::npos) << v;
+  EXPECT_NE(v.find("elsewhere, silent: rank 3"), std::string::npos) << v;
+  // where nothing else is wrong, nothing more is said
+  views[0] = hang_view{HANG_ANSWERED, r1, 0, now, 0};
+  views[3] = hang_view{HANG_ANSWERED, r1, 0, now, 0};
+  ASSERT_EQ(hang_verdict(&r1[0], "failed", views, 4, text, sizeof text), weftSuccess);
+  EXPECT_EQ(std::string(text).find("elsewhere"), std::string::npos) << text;
 }
 
 }  // namespace
