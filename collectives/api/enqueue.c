@@ -288,7 +288,7 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
     if (hs != NULL) return stream_enqueue(hs, &op, 1);
     /* the id set after the copy: set before, the copy would load it back at once */
     op.plan.trace_id = trace_record(comm->trace, plan, 1);
-    return group_launch(&op, 1);
+    return group_launch(&op, 1, 0);
   }
   /* a collective runs here from the plan as it is: copied into a group_op,
    * its fields just stored one by one would be loaded back at once in wider

@@ -295,7 +295,15 @@ static void group_drop(const struct group_op *ops, size_t nops, weftResult_t res
   }
 }
 
-/* Launches ops: each stream's as one item of that stream, the rest now. */
+/* Ends the group end's hold of each op's comm. */
+static void group_holds_end(const struct group_op *ops, size_t nops) {
+  for (size_t i = 0; i < nops; i++) comm_op_end(ops[i].comm);
+}
+
+/* Launches ops: each stream's as one item of that stream, the rest now. The
+ * caller holds each op's comm once (comm_hold): group_launch takes over the
+ * holds of the ops it runs, and ends each as that comm's ops are done, so an
+ * abort of one comm waits for its own ops only; the rest end here. */
 static weftResult_t group_dispatch(const struct group_op *ops, size_t nops) {
   /* a comm's ops run as one batch, so they must agree on their stream */
   for (size_t i = 0; i < nops; i++)
@@ -306,6 +314,7 @@ static weftResult_t group_dispatch(const struct group_op *ops, size_t nops) {
                            "a group uses two streams for one communicator (rank %d)",
                            ops[i].comm->rank);
         group_drop(ops, nops, res);
+        group_holds_end(ops, nops);
         return res;
       }
   /* a group's few ops (the common case) on the stack */
@@ -320,6 +329,7 @@ static weftResult_t group_dispatch(const struct group_op *ops, size_t nops) {
     if (!few) free(passed);
     const weftResult_t res = weft_error_set(weftSystemError, "out of memory");
     group_drop(ops, nops, res);
+    group_holds_end(ops, nops);
     return res;
   }
   weftResult_t res = group_dispatch_device(ops, nops);
@@ -339,16 +349,19 @@ static weftResult_t group_dispatch(const struct group_op *ops, size_t nops) {
   size_t n = 0;
   for (size_t i = 0; i < nops; i++)
     if (ops[i].stream == NULL && !ops[i].plan.on_device) part[n++] = ops[i];
+  char *taken = passed; /* the ops whose holds group_launch took: those it ran */
   if (res == weftSuccess && n > 0) {
-    res = group_launch(part, n);
     for (size_t i = 0; i < nops; i++)
-      if (ops[i].stream == NULL && !ops[i].plan.on_device) passed[i] = 1;
+      if (ops[i].stream == NULL && !ops[i].plan.on_device) passed[i] = 2;
+    res = group_launch(part, n, 1);
   }
   /* host ops that a failure kept back never run: failed in the trace, not
    * left scheduled (the device ones were recorded by their launch) */
   for (size_t i = 0; i < nops && res != weftSuccess; i++)
     if (!passed[i] && !ops[i].plan.on_device && ops[i].plan.trace_id != 0)
       trace_set_state(ops[i].comm->trace, ops[i].plan.trace_id, TRACE_FAILED, -1, res);
+  for (size_t i = 0; i < nops; i++) /* what group_launch did not take */
+    if (taken[i] != 2) comm_op_end(ops[i].comm);
   if (!few) free(part);
   if (!few) free(passed);
   return res;
@@ -387,9 +400,12 @@ weftResult_t weftGroupEnd(void) {
     if (entries[i].runs) memmove(&ops[nops++], &entries[i].op, sizeof *ops);
     else comm_op_end(entries[i].op.comm);
   }
-  if (res == weftSuccess) res = group_dispatch(ops, nops);
-  else group_drop(ops, nops, res);
-  for (size_t i = 0; i < nops; i++) comm_op_end(ops[i].comm);
+  if (res == weftSuccess) {
+    res = group_dispatch(ops, nops); /* which ends the holds */
+  } else {
+    group_drop(ops, nops, res);
+    group_holds_end(ops, nops);
+  }
   if (group_entries == NULL) { /* still the key's: kept */
     group_entries = entries;
     group_cap = entries != NULL ? cap : 0;

@@ -291,7 +291,7 @@ static void *stream_worker(void *arg) {
     const int sendrecv = item->nops > 0 && item_is_sendrecv(item, item->ops[0].comm);
     if (sendrecv) res = stream_run_sendrecv(s, item, NULL, NULL); /* which retires item */
     else if (item->hook != NULL) item->hook(item->hook_arg);
-    else res = group_launch(item->ops, item->nops);
+    else res = group_launch(item->ops, item->nops, 0);
     pthread_mutex_lock(&s->lock);
     stream_record_error(s, res);
     if (!sendrecv) {

@@ -325,4 +325,44 @@ TEST(Threads, AbortOrRevokeWhileInAGroupsEnd) {
   }
 }
 
+// A group over two comms, an abort of one from another thread: it waits for
+// that comm's ops only, not for the other comm's (the abort of A waited until
+// B's all-reduce ended, 3 s later, or for WEFT_TIMEOUT where B's peer never
+// came).
+TEST(Threads, AbortOfOneCommOfAGroupWaitsForItsOwnOps) {
+  weft_test::RunOptions opts;
+  opts.env = {{"WEFT_TIMEOUT", "30"}};
+  opts.allow_warnings = true;
+  auto status = weft_test::run_ranks(1, [](const weft_test::RankCtx &ctx) {
+    weftComm_t a[2], b[2];
+    if (weftCommInitAll(a, 2, nullptr) != weftSuccess || weftCommInitAll(b, 2, nullptr) != weftSuccess)
+      return weft_test::rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    static float x[16], y[16], u[16], v[16];
+    weftResult_t got = weftSuccess;
+    std::thread rank0([&] {  // a[1] never joins; b[1] joins after 3 s
+      weftGroupStart();
+      weftAllReduce(x, y, 16, weftFloat32, weftSum, a[0], nullptr);
+      weftAllReduce(x, y, 16, weftFloat32, weftSum, b[0], nullptr);
+      got = weftGroupEnd();
+    });
+    std::thread late([&] {
+      usleep(3000000);
+      weftAllReduce(u, v, 16, weftFloat32, weftSum, b[1], nullptr);
+    });
+    usleep(500000);
+    const double t0 = now_s();
+    weftCommAbort(a[0]);
+    const double took = now_s() - t0;
+    rank0.join();
+    late.join();
+    weftCommAbort(a[1]);
+    weftCommDestroy(b[0]);
+    weftCommDestroy(b[1]);
+    if (took > 1.5) return weft_test::rank_fail(ctx, "the abort of A took %.1f s", took);
+    if (got == weftSuccess) return weft_test::rank_fail(ctx, "the group succeeded");
+    return 0;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+}
+
 }  // namespace

@@ -100,13 +100,11 @@ struct comm_batch {
  * the marks of the all-to-alls, gathers and scatters among them (compared
  * in call order where WEFT_CHECK asks). */
 static void batch_run(struct comm_batch *b) {
-  /* held from the first op to the last, as each op holds itself: an abort
-   * or a revoke on another thread (which wait until no thread holds the
-   * comm) frees or reuses nothing that the batch still touches between its
-   * ops (the marks' comparison, the trace of the sends and receives a failed
-   * collective leaves unrun). A refusal here is each op's to report. */
-  const weftResult_t held = comm_op_begin(b->comm, COMM_OP_HOLD, NULL);
-  (void)held;
+  /* held by group_launch from before the first op to after the last, as
+   * each op holds itself: an abort or a revoke on another thread (which
+   * wait until no thread holds the comm) frees or reuses nothing that the
+   * batch still touches between its ops (the marks' comparison, the trace
+   * of the sends and receives a failed collective leaves unrun) */
   /* a launch's few ops list on the stack */
   const struct weft_plan *few[16];
   const struct weft_plan **sendrecv =
@@ -217,17 +215,28 @@ static weftResult_t pool_hand_over(struct comm_batch *b) {
   return weftSuccess;
 }
 
-weftResult_t group_launch(const struct group_op *ops, size_t nops) {
+/* Ends the caller's hold of each op's comm (group_launch's caller_holds). */
+static void caller_holds_end(const struct group_op *ops, size_t nops, int caller_holds) {
+  for (size_t i = 0; caller_holds && i < nops; i++) comm_op_end(ops[i].comm);
+}
+
+weftResult_t group_launch(const struct group_op *ops, size_t nops, int caller_holds) {
   /* one collective, the common case: run it here, without the batches */
-  if (nops == 1 && !plan_is_sendrecv(&ops[0].plan) && !plan_is_mark(&ops[0].plan))
-    return launch_collective(ops[0].comm, &ops[0].plan, 0);
+  if (nops == 1 && !plan_is_sendrecv(&ops[0].plan) && !plan_is_mark(&ops[0].plan)) {
+    const weftResult_t res = launch_collective(ops[0].comm, &ops[0].plan, 0);
+    caller_holds_end(ops, nops, caller_holds);
+    return res;
+  }
   size_t nbatches = 0;
   /* one comm's ops (the common case) need no allocation */
   struct comm_batch one[1];
   int single = 1;
   for (size_t i = 1; i < nops && single; i++) single = ops[i].comm == ops[0].comm;
   struct comm_batch *batches = single ? one : calloc(nops ? nops : 1, sizeof *batches);
-  if (batches == NULL) return weft_error_set(weftSystemError, "out of memory");
+  if (batches == NULL) {
+    caller_holds_end(ops, nops, caller_holds);
+    return weft_error_set(weftSystemError, "out of memory");
+  }
   for (size_t i = 0; i < nops; i++) {
     size_t b = 0;
     while (b < nbatches && batches[b].comm != ops[i].comm) b++;
@@ -239,8 +248,10 @@ weftResult_t group_launch(const struct group_op *ops, size_t nops) {
       nb->res = weftSuccess;
       nb->error[0] = '\0';
       nb->finished = 0;
+      comm_hold(nb->comm); /* batch_run ends it */
     }
   }
+  caller_holds_end(ops, nops, caller_holds);
   /* a worker per further comm: one caller may drive several ranks */
   weftResult_t res = weftSuccess;
   size_t handed = 1;
@@ -253,6 +264,8 @@ weftResult_t group_launch(const struct group_op *ops, size_t nops) {
     pthread_mutex_unlock(&pool.mutex);
   }
   if (nbatches > 0 && res == weftSuccess) batch_run(&batches[0]);
+  else if (nbatches > 0) comm_op_end(batches[0].comm); /* not run */
+  for (size_t b = handed; b < nbatches; b++) comm_op_end(batches[b].comm); /* not handed over */
   if (nbatches > 1) {
     pthread_mutex_lock(&pool.mutex);
     for (size_t b = 1; b < handed; b++)

@@ -15,8 +15,11 @@ struct group_op {
 
 /* Runs ops now: each comm's ops on a thread of its own (the caller's for the
  * first), collectives in call order, then that comm's sends and receives
- * together. Returns the first failure. */
-weftResult_t group_launch(const struct group_op *ops, size_t nops);
+ * together. Returns the first failure. Each comm is held while its own ops
+ * run (an abort of it waits for them, not for another comm's); with
+ * caller_holds, the caller holds each op's comm once per op (comm_hold) and
+ * group_launch ends those holds once it holds the comms itself. */
+weftResult_t group_launch(const struct group_op *ops, size_t nops, int caller_holds);
 /* group_launch of one collective (not a send or receive) on the calling
  * thread, from the caller's plan: no group_op to copy it into. record: the
  * call is not in the trace yet, and is recorded as started as it runs
