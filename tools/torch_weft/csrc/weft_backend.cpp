@@ -569,7 +569,11 @@ int64_t WeftBackend::flight_record(const char *name, int peer, uint64_t seq,
   // a block takes one number of each kind it holds, at its first of it
   bool &taken = op.is_p2p ? block_p2p_ : block_coll_;
   if (!block || !taken) (op.is_p2p ? flight_->p2p_seq : flight_->collective_seq)++;
-  if (block) taken = true;
+  if (block) {
+    taken = true;
+    block_coll_seq_ = flight_->collective_seq;
+    block_p2p_seq_ = flight_->p2p_seq;
+  }
   op.collective_seq = flight_->collective_seq;
   op.p2p_seq = flight_->p2p_seq;
   op.op_id = (int64_t)seq;

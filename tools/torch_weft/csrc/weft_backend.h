@@ -535,6 +535,7 @@ class WeftBackend : public c10d::Backend {
                  const std::vector<at::Tensor> &outputs);
   bool estimating_ = false; /* the open block is a time estimate's (its owner's) */
   uint64_t block_seq_ = 0;   /* the open block's last operation's number */
+  int64_t block_coll_seq_ = 0, block_p2p_seq_ = 0; /* and its flight-recorder numbers */
   /* Whether this thread is issuing a time estimate's steps (endTimeEstimate),
    * which weftGroupSimulateEnd drops: a send there is not announced to a
    * receive from any source, a receive not counted. Per thread: the worker

@@ -484,11 +484,16 @@ void WeftBackend::startCoalescing() {
   TORCH_CHECK(block_owner_.compare_exchange_strong(none, std::this_thread::get_id()),
               "weft: startCoalescing while another thread of this process has a coalescing block "
               "open on the group (a group takes one block at a time)");
-  coalesced_ = task{"coalesced", {}, {}};
-  coalesced_work_ = make_work(c10d::OpType::COALESCED, "weft:coalesced", {});
-  coalesced_work_->set_block_open(true);
-  block_coll_ = block_p2p_ = false;
-  coalesced_.works.push_back(coalesced_work_);
+  try {
+    coalesced_ = task{"coalesced", {}, {}};
+    coalesced_work_ = make_work(c10d::OpType::COALESCED, "weft:coalesced", {});
+    coalesced_work_->set_block_open(true);
+    block_coll_ = block_p2p_ = false;
+    coalesced_.works.push_back(coalesced_work_);
+  } catch (...) {
+    block_owner_.store(std::thread::id()); /* no block opened */
+    throw;
+  }
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::endCoalescing() {
@@ -506,8 +511,8 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::endCoalescing() {
     // under the block's sequence numbers
     flight_op op;
     op.kind = "coalesced";
-    op.collective_seq = flight_->collective_seq;
-    op.p2p_seq = flight_->p2p_seq;
+    op.collective_seq = block_coll_seq_; /* the block's, whatever other threads took since */
+    op.p2p_seq = block_p2p_seq_;
     op.op_id = (int64_t)block_seq_;
     op.is_p2p = !block_coll_;
     op.timeout_ms = timeout().count();
