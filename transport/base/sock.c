@@ -489,7 +489,11 @@ static void connect_slot_settle(struct connect_slot *c, int i, int err, int *fds
   close(c->fd);
   c->fd = -1;
   if (err == 0) errs[i] = EIO;
-  if (err == ECONNREFUSED) {
+  /* tried again: what a network on its way, or a listener's full backlog,
+   * says; refused and this host's own failures (no address, not allowed)
+   * are final, as sock_connect_peer's */
+  if (err != EINTR && err != ETIMEDOUT && err != EAGAIN && err != ENETUNREACH &&
+      err != EHOSTUNREACH && err != ECONNRESET) {
     c->done = 1;
     return;
   }

@@ -83,8 +83,9 @@ weftResult_t sock_connect_peer_errno(const union weft_sockaddr *addr, uint64_t d
 /* Connects to the n addresses at once (a NULL one is skipped), each as
  * sock_connect_peer would, without one that does not answer holding up the
  * others: fds[i] the connected socket, else -1 with errs[i] the last
- * attempt's errno (ECONNREFUSED: nothing listens there, given up at once;
- * ETIMEDOUT, ENETUNREACH ...: tried again until the deadline). Returns when
+ * attempt's errno (ETIMEDOUT, ENETUNREACH, EHOSTUNREACH, ECONNRESET: tried
+ * again until the deadline; ECONNREFUSED, nothing listens there, and this
+ * host's own failures, as EADDRNOTAVAIL or EACCES: given up at once). Returns when
  * every address is settled or the deadline passes; connected (may be NULL)
  * is called with each connection as it is made (it may close it and set
  * *fd to -1), so that what goes over it need not wait for the others. */
