@@ -198,6 +198,16 @@ void *allreduce_stream(void *p) {
   return nullptr;
 }
 
+// Aborts comm after its peer died: 0, or the rank's failure where it took
+// longer than 1.5 s.
+int abort_at_once(const RankCtx &ctx, weftComm_t comm) {
+  const double t0 = now_s();
+  weftCommAbort(comm);
+  if (now_s() - t0 > 1.5)
+    return rank_fail(ctx, "the abort took %.1f s after the peer died", now_s() - t0);
+  return 0;
+}
+
 // Ranks on their own "hosts" run all-reduces back to back over UCX's TCP
 // (and on one host over its shared-memory transports) and one is SIGKILLed:
 // every other rank gets weftRemoteError well inside WEFT_TIMEOUT (the
@@ -241,11 +251,7 @@ TEST(UcxFailure, RankKilledMidStream) {
         return rank_fail(ctx, "message does not name a peer: %s", msg.c_str());
       printf("rank %d: error in call %d after %.3f s: %s\n", ctx.rank, call.ncalls, call.seconds,
              msg.c_str());
-      const double t0 = now_s();
-      weftCommAbort(comm);
-      if (now_s() - t0 > 1.5)
-        return rank_fail(ctx, "the abort took %.1f s after the peer died", now_s() - t0);
-      return 0;
+      return abort_at_once(ctx, comm);
     }, opts);
     for (int r = 0; r < nranks - 1; r++)
       EXPECT_EQ(status[r], 0) << tls << ", " << nranks << " ranks, rank " << r;
@@ -279,11 +285,7 @@ TEST(UcxFailure, AbortAfterAPeerDiedMidSend) {
     }
     if (res != weftRemoteError)
       return rank_fail(ctx, "got %s, want weftRemoteError", weftGetErrorString(res));
-    const double t0 = now_s();
-    weftCommAbort(comm);
-    if (now_s() - t0 > 1.5)
-      return rank_fail(ctx, "the abort took %.1f s after the peer died", now_s() - t0);
-    return 0;
+    return abort_at_once(ctx, comm);
   }, opts);
   EXPECT_EQ(status[0], 0);
   EXPECT_EQ(status[1], 128 + SIGKILL);
