@@ -551,10 +551,15 @@ static int comm_live(const struct weftComm *comm) {
 }
 
 weftResult_t comm_error_keep(struct weftComm *comm, weftResult_t res) {
-  if (comm_live(comm)) snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+  if (comm_live(comm)) comm_error_text_set(comm, weft_error_text());
   return res;
 }
 
+/* A copy, not comm's own text, which another thread's failure may rewrite
+ * while the caller reads it: valid until this thread's next call. */
 const char *weftGetLastError(weftComm_t comm) {
-  return comm_live(comm) ? comm->last_error : weft_error_text();
+  static __thread char text[sizeof comm->last_error];
+  if (!comm_live(comm)) return weft_error_text();
+  comm_error_text_copy(comm, text, sizeof text);
+  return text;
 }

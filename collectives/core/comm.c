@@ -2,6 +2,7 @@
  * liveness check, failure recording and poisoning, and the per-module state
  * table. It calls nothing else of collectives/. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -84,14 +85,46 @@ void comm_poison(struct weftComm *comm) {
   bootstrap_poison(comm->bs); /* peers waiting on the bootstrap learn it too */
 }
 
+static void error_lock(struct weftComm *comm) {
+  while (__atomic_exchange_n(&comm->error_lock, 1, __ATOMIC_ACQUIRE) != 0)
+    while (__atomic_load_n(&comm->error_lock, __ATOMIC_RELAXED) != 0) sched_yield();
+}
+
+static void error_unlock(struct weftComm *comm) {
+  __atomic_store_n(&comm->error_lock, 0, __ATOMIC_RELEASE);
+}
+
+void comm_error_text_set(struct weftComm *comm, const char *text) {
+  error_lock(comm);
+  snprintf(comm->last_error, sizeof comm->last_error, "%s", text);
+  error_unlock(comm);
+}
+
+void comm_error_text_copy(struct weftComm *comm, char *out, size_t n) {
+  error_lock(comm);
+  snprintf(out, n, "%s", comm->last_error);
+  error_unlock(comm);
+}
+
+void comm_error_text_replace(struct weftComm *comm, const char *old, const char *text) {
+  error_lock(comm);
+  if (strcmp(comm->broken_cause, old) == 0)
+    snprintf(comm->broken_cause, sizeof comm->broken_cause, "%s", text);
+  if (strcmp(comm->last_error, old) == 0)
+    snprintf(comm->last_error, sizeof comm->last_error, "%s", text);
+  error_unlock(comm);
+}
+
 /* Once comm is broken, the first text it failed with is its cause. */
 static void broken_cause_keep(struct weftComm *comm) {
+  error_lock(comm);
   if (comm->broken_cause[0] == '\0' && comm_async_error(comm) != weftSuccess)
     snprintf(comm->broken_cause, sizeof comm->broken_cause, "%s", comm->last_error);
+  error_unlock(comm);
 }
 
 weftResult_t comm_fail(struct weftComm *comm, weftResult_t res) {
-  snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+  comm_error_text_set(comm, weft_error_text());
   if (res == weftRemoteError || res == weftSystemError || res == weftInternalError) {
     comm_async_error_set(comm, res);
     comm_poison(comm);
@@ -101,13 +134,17 @@ weftResult_t comm_fail(struct weftComm *comm, weftResult_t res) {
 }
 
 weftResult_t comm_broken_refusal(struct weftComm *comm, const char *call) {
-  const char *cause = comm->broken_cause[0] != '\0' ? comm->broken_cause : comm->last_error;
+  char cause[sizeof comm->broken_cause];
+  error_lock(comm);
+  snprintf(cause, sizeof cause, "%s",
+           comm->broken_cause[0] != '\0' ? comm->broken_cause : comm->last_error);
+  error_unlock(comm);
   return weft_error_set(comm_async_error(comm), "%s%scommunicator is broken by an earlier error: %s",
                         call != NULL ? call : "", call != NULL ? ": " : "", cause);
 }
 
 weftResult_t comm_fail_alone(struct weftComm *comm, weftResult_t res) {
-  snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+  comm_error_text_set(comm, weft_error_text());
   comm_async_error_set(comm, res);
   broken_cause_keep(comm);
   comm_poison(comm);

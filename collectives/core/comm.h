@@ -137,6 +137,10 @@ struct weftComm {
    * tuner prices, alike on every rank (each host knows only its own) */
   int oversubscribed_any;
   struct weft_redop redops[WEFT_MAX_REDOPS];
+  /* The texts below are written by whichever thread ran the failing call (a
+   * stream's worker among them) and read by any thread: each is written and
+   * copied whole under error_lock (comm_error_text_*), never in place. */
+  uint32_t error_lock;
   char last_error[1024];
   char broken_cause[1024];      /* the last error when the comm broke: what refusals name */
   void *device; /* the device executor's state (device_cuda.c), NULL until used */
@@ -269,6 +273,14 @@ void comm_poison(struct weftComm *comm);
 /* Records a failure on comm: the async error, the last-error text, and
  * poisoned connections. Returns res. */
 weftResult_t comm_fail(struct weftComm *comm, weftResult_t res);
+
+/* Makes text comm's last error (weftGetLastError); any thread. */
+void comm_error_text_set(struct weftComm *comm, const char *text);
+/* Copies comm's last error into out (n bytes); any thread. */
+void comm_error_text_copy(struct weftComm *comm, char *out, size_t n);
+/* Replaces the last error and the broken cause where they read old (the
+ * numbering of a failed call's text, hang.c); any thread. */
+void comm_error_text_replace(struct weftComm *comm, const char *old, const char *text);
 
 /* The refusal of a call on comm once it broke: "communicator is broken by
  * an earlier error: " and the error it broke with (broken_cause, not the

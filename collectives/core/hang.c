@@ -657,10 +657,7 @@ static void mismatch_number(struct weftComm *comm, const struct trace_call *c) {
            c->seq, at + klen);
   /* the comm broke with the text as the data path set it: the later calls'
    * refusals name the cause numbered too */
-  if (strcmp(comm->broken_cause, text) == 0)
-    snprintf(comm->broken_cause, sizeof comm->broken_cause, "%s", numbered);
-  if (strcmp(comm->last_error, text) == 0)
-    snprintf(comm->last_error, sizeof comm->last_error, "%s", numbered);
+  comm_error_text_replace(comm, text, numbered);
   weft_error_set(weftInvalidUsage, "%s", numbered);
 }
 

@@ -8,6 +8,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <thread>
 #include <vector>
@@ -262,6 +263,49 @@ TEST(Threads, AsyncErrorSeenFromAnotherThread) {
   EXPECT_EQ(weftCommGetAsyncError(comms[0], &again), weftSuccess);
   EXPECT_EQ(again, weftRemoteError) << "the first error stays";
   EXPECT_EQ(weftCommAbort(comms[0]), weftSuccess);
+}
+
+// weftGetLastError(comm) while another thread's calls on comm fail (a
+// stream's worker, or a watchdog asking while the caller fails): each text
+// read is one failure's whole text, never a mix of two, and a text once
+// returned stays as it was while later failures rewrite the comm's.
+TEST(Threads, LastErrorReadWhileAnotherThreadFails) {
+  weftComm_t comm;
+  ASSERT_EQ(weftCommInitAll(&comm, 1, nullptr), weftSuccess) << weftGetLastError(nullptr);
+  int count = 0;
+  ASSERT_EQ(weftCommCount(comm, nullptr), weftInvalidArgument);
+  const std::string short_text = weftGetLastError(comm);
+  ASSERT_EQ(weftCommSetTimeout(comm, -1000000000), weftInvalidArgument);
+  const std::string long_text = weftGetLastError(comm);
+  ASSERT_NE(short_text, long_text);
+  ASSERT_NE(long_text.find(short_text.substr(0, 3)), 0u) << "the texts must differ from the start";
+  std::atomic<bool> stop{false};
+  std::thread failing([&] {
+    while (!stop.load()) {
+      weftCommCount(comm, nullptr);
+      weftCommSetTimeout(comm, -1000000000);
+    }
+  });
+  long torn = 0, reads = 0, changed = 0;
+  std::string example;
+  const double t0 = now_s();
+  while (now_s() - t0 < 1.0) {
+    const char *text = weftGetLastError(comm);
+    const std::string first = text;
+    reads++;
+    if (first != short_text && first != long_text) {
+      torn++;
+      example = first;
+    }
+    sched_yield();
+    if (std::string(text) != first) changed++;
+  }
+  stop = true;
+  failing.join();
+  EXPECT_EQ(torn, 0) << "of " << reads << " reads, e.g. \"" << example << "\"";
+  EXPECT_EQ(changed, 0) << "of " << reads << " texts changed after they were returned";
+  EXPECT_EQ(weftCommCount(comm, &count), weftSuccess);
+  EXPECT_EQ(weftCommDestroy(comm), weftSuccess);
 }
 
 // An abort or a revoke from another thread while rank 0 is inside a group's

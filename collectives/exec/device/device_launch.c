@@ -460,11 +460,11 @@ weftResult_t device_enqueue(struct weftComm *comm, const struct weft_plan *plan,
       res = comm_launch(comm, plans, 1, (cudaStream_t)stream, &captured, &launch);
     /* while still held: an abort waiting for it frees the comm after */
     if (res != weftSuccess)
-      snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+      comm_error_text_set(comm, weft_error_text());
     record_calls(comm, plans, &launch, 1, captured, res);
     device_op_end(comm);
   } else {
-    snprintf(comm->last_error, sizeof comm->last_error, "%s", weft_error_text());
+    comm_error_text_set(comm, weft_error_text());
     record_calls(comm, plans, NULL, 1, 0, res); /* numbered where issued (enqueue.c) */
   }
   return res;
@@ -572,8 +572,7 @@ weftResult_t device_enqueue_group(struct weftComm *const *comms,
   /* weftGetLastError(comm), written while the comms are held (an abort
    * waiting for them frees them after) */
   for (size_t k = 0; k < nparts && res != weftSuccess; k++)
-    snprintf(parts[k].comm->last_error, sizeof parts[k].comm->last_error, "%s",
-             weft_error_text());
+    comm_error_text_set(parts[k].comm, weft_error_text());
   for (size_t k = 0; k < held; k++) device_op_end(parts[k].comm);
   if (cur >= 0) cudaSetDevice(cur);
   free(parts);
