@@ -271,7 +271,10 @@ typedef struct {
  * returns with them in flight, to overlap the next forward, which waits for
  * each layer's event (weftZeroGather, or weftZeroParam at stages 0-2) before
  * reading it. Everything else is complete when it returns (blocks); with
- * the NULL stream everything is. info may be NULL. Collective. */
+ * the NULL stream everything is. info may be NULL. Collective. A step that
+ * fails after its arguments were accepted leaves the context refusing
+ * steps until weftZeroLoad (its collectives may be out of step with the
+ * other ranks'). */
 weftResult_t weftZeroStep(weftZero_t zero, weftStream_t stream, weftZeroStepInfo_t *info);
 
 /* The factor the trainer multiplies its loss by (1 unless fp16). */

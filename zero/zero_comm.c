@@ -1,6 +1,7 @@
 /* Communication: gradient reductions queued as layers become ready, stage 3
  * gathers with prefetch under a byte bound, and parameter publication (the
  * stage 1-2 all-gather, left in flight for the next forward). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -188,9 +189,13 @@ weftResult_t weftZeroGradReady(weftZero_t z, int layer, weftStream_t stream) {
 }
 
 weftResult_t zero_grads_reset(struct weftZero *z, weftStream_t stream) {
+  /* a step has waited for the reductions already; a load or a destroy has
+   * not, and returns a failed wait (the reset goes on all the same) */
+  weftResult_t res = weftSuccess;
   for (int i = 0; i < z->nlayers; i++) {
     struct zero_layer *l = &z->layers[i];
-    (void)z->ops->event_sync(l->red_ev); /* the step reported failures already */
+    weftResult_t waited = z->ops->event_sync(l->red_ev);
+    if (res == weftSuccess) res = waited;
     WEFT_TRY(zero_layer_buckets_give(z, l));
     l->reduced = 0;
     l->shard_sums = 0;
@@ -198,39 +203,59 @@ weftResult_t zero_grads_reset(struct weftZero *z, weftStream_t stream) {
   }
   for (int b = 0; b < z->nbuckets; b++) {
     struct zero_bucket *bk = &z->buckets[b];
-    (void)z->ops->event_sync(bk->ev);
+    weftResult_t waited = z->ops->event_sync(bk->ev);
+    if (res == weftSuccess) res = waited;
     WEFT_TRY(zero_pool_give(z, &z->bucket_pool, bk->red_copy, NULL, 0));
     bk->red_copy = NULL;
     bk->pending = bk->last_layer - bk->first_layer + 1;
   }
-  if (z->grads_full == NULL) return weftSuccess;
-  return z->ops->zero(z->grads_full, z->psi_padded * z->param_size, stream);
+  if (z->grads_full != NULL) {
+    weftResult_t zeroed = z->ops->zero(z->grads_full, z->psi_padded * z->param_size, stream);
+    if (res == weftSuccess) res = zeroed;
+  }
+  return res;
 }
 
-/* Stage 3: queues one layer's all-gather into a buffer of the gather pool. */
+/* Stage 3: a gather buffer that nothing will write (the wait before its
+ * all-gather failed, or the all-gather was refused) back to the pool.
+ * Ordered on stream: the take may have queued there a wait for the
+ * buffer's last user (a release on a compute stream), which the next taker
+ * on another stream must wait for too. Unordered where stream takes no
+ * event (one weft refused, where no wait was queued either). Returns res,
+ * its text kept. */
+static weftResult_t zero_gather_undo(struct weftZero *z, void *buf, weftStream_t stream,
+                                     weftResult_t res) {
+  char why[1024];
+  snprintf(why, sizeof why, "%s", weftZeroLastError());
+  if (zero_pool_give(z, &z->gather_pool, buf, stream, 1) != weftSuccess)
+    (void)zero_pool_give(z, &z->gather_pool, buf, NULL, 0);
+  return zero_fail(res, "%s", why);
+}
+
+/* Stage 3: queues one layer's all-gather into a buffer of the gather pool.
+ * The layer is held, and the last write-back of its shard counts as waited
+ * for, once the all-gather is queued: after a failure before that the layer
+ * stays released with its write-back pending, its buffer back in the pool
+ * (held, the layer would hand out what the buffer had before, another
+ * layer's parameters, and a second gather would not run). */
 static weftResult_t zero_gather_one(struct weftZero *z, int layer, weftStream_t stream) {
   struct zero_layer *l = &z->layers[layer];
   WEFT_TRY(zero_reductions_order(z, stream));
-  WEFT_TRY(zero_pool_take(z, &z->gather_pool, l->padded * z->param_size, stream, &l->gathered));
+  void *buf;
+  WEFT_TRY(zero_pool_take(z, &z->gather_pool, l->padded * z->param_size, stream, &buf));
+  weftResult_t res = weftSuccess;
   /* the step's write-back of the shard, queued on another stream maybe */
   if (l->gather_pending && !zero_same_stream(z, l->gather_stream, stream))
-    WEFT_TRY(z->ops->stream_wait(stream, l->gather_ev));
-  l->gather_pending = 0;
+    res = z->ops->stream_wait(stream, l->gather_ev);
+  const void *shard = (char *)z->params_shard + l->shard_offset * z->param_size;
+  if (res == weftSuccess)
+    res = zero_weft(z, weftAllGather(shard, buf, l->shard, z->cfg.paramType, z->comm, stream),
+                    "all-gathering a layer's parameters");
+  if (res != weftSuccess) return zero_gather_undo(z, buf, stream, res);
+  l->gathered = buf;
   l->gather_state = ZERO_GATHERING;
   l->gather_stream = stream;
-  const void *shard = (char *)z->params_shard + l->shard_offset * z->param_size;
-  weftResult_t res = zero_weft(
-      z, weftAllGather(shard, l->gathered, l->shard, z->cfg.paramType, z->comm, stream),
-      "all-gathering a layer's parameters");
-  if (res != weftSuccess) {
-    /* refused, or over (the NULL stream): nothing writes the buffer now.
-     * Held, the layer would hand out what the buffer had before (another
-     * layer's parameters) and a second gather would not run */
-    (void)zero_pool_give(z, &z->gather_pool, l->gathered, NULL, 0);
-    l->gathered = NULL;
-    l->gather_state = ZERO_RELEASED;
-    return res;
-  }
+  l->gather_pending = 0;
   return z->ops->event_record(l->gather_ev, stream);
 }
 

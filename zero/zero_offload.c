@@ -36,10 +36,11 @@ weftResult_t zero_offload_load(struct weftZero *z, float *g, double stats[2],
     const void *src = zero_owned_grads(z, l, &type);
     const size_t tsize = weftTypeSize(type);
     void *staged = zero_offload_staged(z, l, type);
-    if (l->off_queued)
-      WEFT_TRY(z->ops->event_sync(z->cfg.stage == 0 ? z->buckets[l->bucket].ev : l->red_ev));
-    else
-      WEFT_TRY(z->ops->copy(staged, src, l->own_count * tsize, stream));
+    /* the reduction, on whatever stream it was queued, and the copy queued
+     * behind it; where none was (ops that copy at once), the copy below
+     * reads the gradients once the reduction is over */
+    WEFT_TRY(z->ops->event_sync(z->cfg.stage == 0 ? z->buckets[l->bucket].ev : l->red_ev));
+    if (!l->off_queued) WEFT_TRY(z->ops->copy(staged, src, l->own_count * tsize, stream));
     WEFT_TRY(off->load_scaled(staged, type, g + l->master_offset, l->own_count, scale, stats,
                               NULL));
   }

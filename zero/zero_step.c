@@ -42,15 +42,16 @@ static weftResult_t zero_grads_load(struct weftZero *z, float *g, double stats[2
     double scale = 1.0 / ((double)z->nranks * z->cfg.accumSteps * z->loss_scale);
     /* every reduction may be queued on another stream than the step's (the
      * load would read a half-reduced gradient, and the statistics' all-reduce
-     * could pass the reductions on the communicator): a device step is
-     * queued behind them all, before it zeroes the statistics, which the
-     * reductions' conversions to reduceType use as their scratch; the host's
-     * runs now, so it waits for them here */
+     * could pass the reductions on the communicator): a step whose work is
+     * queued (a device's: stream_waits) is queued behind them all, before it
+     * zeroes the statistics, which the reductions' conversions to reduceType
+     * use as their scratch; the host tables' work runs now (the staged one's
+     * too, on device branches), so it waits for them here */
     for (int i = 0; i < z->nlayers; i++) {
       const struct zero_layer *l = &z->layers[i];
       const weftEvent_t reduced = z->cfg.stage == 0 ? z->buckets[l->bucket].ev : l->red_ev;
-      WEFT_TRY(z->ops->device ? z->ops->stream_wait(stream, reduced)
-                              : z->ops->event_sync(reduced));
+      WEFT_TRY(z->ops->stream_waits ? z->ops->stream_wait(stream, reduced)
+                                    : z->ops->event_sync(reduced));
     }
     WEFT_TRY(z->ops->zero(z->stats, 2 * sizeof(double), stream));
     for (int i = 0; i < z->nlayers; i++) {
@@ -86,8 +87,10 @@ static weftResult_t zero_apply(struct weftZero *z, float *g, weftZeroStepInfo_t 
   }
   if (z->cfg.maxGradNorm > 0 && out->gradNorm > z->cfg.maxGradNorm) {
     float clip = (float)(z->cfg.maxGradNorm / (out->gradNorm + 1e-6));
-    WEFT_TRY(z->cfg.offloadOptimizer ? zero_offload_scale(z, g, clip)
-                                     : z->ops->scale(g, z->own_total, clip, stream));
+    weftResult_t res = z->cfg.offloadOptimizer ? zero_offload_scale(z, g, clip)
+                                               : z->ops->scale(g, z->own_total, clip, stream);
+    /* the peers go on to their update and publication */
+    if (res != weftSuccess) return zero_break(z, res, "clipping the gradients");
   }
   z->updates++;
   weftResult_t res = zero_update(z, g, stream);
@@ -106,6 +109,18 @@ static weftResult_t zero_apply(struct weftZero *z, float *g, weftZeroStepInfo_t 
   return weftSuccess;
 }
 
+/* A failed step's fp32 gradient back to the pool once nothing reads it
+ * (else held until destroy); returns res, the failure's text kept. */
+static weftResult_t zero_step_fail(struct weftZero *z, float *g, weftStream_t stream,
+                                   weftResult_t res) {
+  char why[1024];
+  snprintf(why, sizeof why, "%s", weftZeroLastError());
+  if (z->ops->sync(stream, z->comm, "a failed step") == weftSuccess && g != NULL &&
+      !z->cfg.offloadOptimizer)
+    (void)zero_pool_give(z, &z->step_pool, g, NULL, 0);
+  return zero_fail(res, "%s", why);
+}
+
 weftResult_t weftZeroStep(weftZero_t z, weftStream_t stream, weftZeroStepInfo_t *info) {
   if (z == NULL) return zero_fail(weftInvalidArgument, "zero is NULL");
   if (!z->finalized) return zero_fail(weftInvalidUsage, "call weftZeroFinalize first");
@@ -115,42 +130,43 @@ weftResult_t weftZeroStep(weftZero_t z, weftStream_t stream, weftZeroStepInfo_t 
       return zero_fail(weftInvalidUsage,
                        "layer %d's gradients were not marked ready (with sync on) before the step",
                        i);
-  WEFT_TRY(z->ops->sync(stream, z->comm, "finishing the reductions"));
+  /* From here a failure breaks the engine until a load. The reductions may
+   * be incomplete (a failed one is reported once, by the sync below: a second
+   * step would apply what they left), or this rank out of step with its
+   * peers, which may wait in the statistics' all-reduce below or have gone
+   * on to their update and publication (a second step would pair its
+   * collectives with those). */
+  weftResult_t res = z->ops->sync(stream, z->comm, "finishing the reductions");
   /* gathered stage 3 layers would go stale: drop them */
-  WEFT_TRY(zero_release_all(z));
-
+  if (res == weftSuccess) res = zero_release_all(z);
   /* the fp32 gradient of the owned range, counted as a bucket: the same
    * buffer every step (a new one would cost a cudaMalloc and a cudaFree,
    * which waits for the whole device, every step) */
   float *g = z->off_grad; /* offloaded: the host's, the same every step */
-  if (!z->cfg.offloadOptimizer)
-    WEFT_TRY(zero_pool_take(z, &z->step_pool, z->own_total * sizeof *g, stream, (void **)&g));
+  if (res == weftSuccess && !z->cfg.offloadOptimizer) {
+    res = zero_pool_take(z, &z->step_pool, z->own_total * sizeof *g, stream, (void **)&g);
+    if (res != weftSuccess) g = NULL;
+  }
   double stats[2];
-  weftResult_t res;
-  WEFT_TRY_GOTO(zero_grads_load(z, g, stats, stream), res, give_grads);
+  if (res == weftSuccess) res = zero_grads_load(z, g, stats, stream);
+  if (res != weftSuccess) {
+    res = zero_break(z, res, "step %ld", z->step + 1);
+    return zero_step_fail(z, g, stream, res);
+  }
   weftZeroStepInfo_t out = {sqrt(stats[1]), z->loss_scale, stats[0] > 0};
-  WEFT_TRY_GOTO(zero_apply(z, g, &out, stream), res, give_grads);
-  if (!z->cfg.offloadOptimizer) WEFT_TRY(zero_pool_give(z, &z->step_pool, g, NULL, 0));
+  /* a failure breaks the engine there, naming what failed */
+  res = zero_apply(z, g, &out, stream);
+  if (res != weftSuccess) return zero_step_fail(z, g, stream, res);
   z->step++;
   /* updated: what fails now leaves this step's gradients, or parameters
    * that are not the master weights */
-  res = zero_grads_reset(z, stream);
+  if (!z->cfg.offloadOptimizer) res = zero_pool_give(z, &z->step_pool, g, NULL, 0);
+  if (res == weftSuccess) res = zero_grads_reset(z, stream);
   if (res != weftSuccess) return zero_break(z, res, "resetting the gradients after step %ld", z->step);
   if (!out.skipped && (res = zero_publish_params(z, stream)) != weftSuccess)
     return zero_break(z, res, "writing back the parameters of step %ld", z->step);
   if (info != NULL) *info = out;
   return weftSuccess;
-give_grads:
-  /* back to the pool once nothing reads it (else held until destroy), the
-   * failure's text kept */
-  {
-    char why[512];
-    snprintf(why, sizeof why, "%s", weftZeroLastError());
-    if (z->ops->sync(stream, z->comm, "a failed step") == weftSuccess &&
-        !z->cfg.offloadOptimizer)
-      (void)zero_pool_give(z, &z->step_pool, g, NULL, 0);
-    return zero_fail(res, "%s", why);
-  }
 }
 
 /* Layer l's full fp32 master weights into out (host), through context memory

@@ -2,7 +2,9 @@
 // leaves to this one): stage 3's parameters handed out before their gather's
 // event where a stream can wait for it; an optimizer update that fails part
 // way refusing the next steps and saves until a load (a host table whose SGD
-// fails); and on a GPU (or cuda_emu): weftZeroReleaseOn ordering gathers after
+// fails); the staged table's step, its optimizer offloaded or not, on another
+// host stream than the reductions, reading the gradients once they are over;
+// and on a GPU (or cuda_emu): weftZeroReleaseOn ordering gathers after
 // a compute stream, and a step on another stream than the reductions waiting
 // for them before it zeroes its statistics. The parent process never touches
 // CUDA: each rank looks for a GPU itself and the test skips when none has one.
@@ -32,6 +34,13 @@ using namespace weft_test;
 namespace {
 
 const int kNoGpu = 77;
+
+// Returns call's failure, as zero/'s own WEFT_TRY.
+#define RES_TRY(call)                     \
+  do {                                    \
+    weftResult_t res_ = (call);           \
+    if (res_ != weftSuccess) return res_; \
+  } while (0)
 
 // Stage 3's weftZeroParam while the gather's event is pending (a host table
 // whose events never complete): refused where the trainer must wait on the
@@ -144,6 +153,83 @@ TEST(ZeroDeviceCtx, StreamWaitsGetStage3ParamsBeforeTheEvent) {
     auto status = run_ranks(n, param_pending_rank);
     for (int r = 0; r < n; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " of " << n;
   }
+}
+
+// The step on another host stream than the reductions, through the device
+// path's branches (zero_ops_host_staged), the optimizer offloaded (its load
+// copies the owned gradients at once, as the host's tables copy) or not:
+// the step reads the gradients once the reductions queued on the first
+// stream are over. Two steps of seeded gradients that differ by rank, at
+// stages 0-3, against a plain host context on one stream: bit for bit.
+weftResult_t cross_train(weftComm_t comm, const RankCtx &ctx, int stage, bool staged, bool offload,
+                         weftStream_t ready, weftStream_t step, std::vector<float> *out) {
+  weftZeroConfig_t cfg;
+  weftZeroConfigDefaults(&cfg);
+  cfg.stage = stage;
+  cfg.optimizer = weftZeroSgdMomentum;
+  const size_t n = 1 << 20;
+  weftZero_t z;
+  RES_TRY(weftZeroCreate(&z, comm, &cfg));
+  if (staged) z->ops = &zero_ops_host_staged;
+  if (offload) {
+    z->cfg.offloadOptimizer = 1;
+    z->offload_ops = &zero_ops_host;
+  }
+  Rng init_rng(test_seed() + 5);
+  std::vector<float> vals(n);
+  weftResult_t res = weftSuccess;
+  for (int l = 0; l < 2 && res == weftSuccess; l++) {
+    for (float &v : vals) v = (float)(init_rng.uniform() - 0.5);
+    int id;
+    res = weftZeroAddParam(z, l, n, vals.data(), &id);
+  }
+  if (res == weftSuccess) res = weftZeroFinalize(z);
+  Rng rng(test_seed() + 31 * (uint64_t)ctx.rank);
+  for (int s = 0; s < 2 && res == weftSuccess; s++) {
+    for (int l = 1; l >= 0 && res == weftSuccess; l--) {
+      void *g;
+      for (float &v : vals) v = (float)(rng.uniform() - 0.5);
+      res = weftZeroGrad(z, l, &g);
+      if (res == weftSuccess) res = weftZeroAccumulate(g, cfg.paramType, vals.data(), n);
+      if (res == weftSuccess) res = weftZeroGradReady(z, l, ready);
+    }
+    if (res == weftSuccess) res = weftZeroStep(z, step, nullptr);
+  }
+  out->assign(2 * n, NAN);
+  if (res == weftSuccess) res = weftZeroGetParams(z, out->data(), nullptr);
+  weftResult_t destroyed = weftZeroDestroy(z);
+  return res != weftSuccess ? res : destroyed;
+}
+
+int cross_stream_rank(const RankCtx &ctx) {
+  weftComm_t comm;
+  TRY_RC(init(ctx, &comm));
+  weftStream_t a, b;
+  FAIL_IF(weftStreamCreate(&a) != weftSuccess || weftStreamCreate(&b) != weftSuccess, "streams");
+  for (int stage = 0; stage <= 3; stage++) {
+    std::vector<float> want, got;
+    FAIL_IF(cross_train(comm, ctx, stage, false, false, a, a, &want) != weftSuccess,
+            "stage %d, host: %s", stage, weftZeroLastError());
+    for (bool offload : {false, true}) {
+      FAIL_IF(cross_train(comm, ctx, stage, true, offload, a, b, &got) != weftSuccess,
+              "stage %d, staged%s: %s", stage, offload ? ", offloaded" : "", weftZeroLastError());
+      size_t wrong = 0;
+      for (size_t i = 0; i < want.size(); i++) wrong += memcmp(&want[i], &got[i], 4) != 0;
+      FAIL_IF(wrong != 0, "stage %d, staged%s: %zu of %zu parameters differ from the host's",
+              stage, offload ? ", offloaded" : "", wrong, want.size());
+    }
+  }
+  weftStreamDestroy(a);
+  weftStreamDestroy(b);
+  weftCommDestroy(comm);
+  return 0;
+}
+
+TEST(ZeroDeviceCtx, StagedStepOnAnotherStreamWaitsForTheReductions) {
+  RunOptions opts;
+  opts.timeout_s = 120;
+  auto status = run_ranks(2, cross_stream_rank, opts);
+  for (size_t r = 0; r < status.size(); r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
 
 // On a GPU: weftZeroReleaseOn with the compute on a stream of its own. Each
