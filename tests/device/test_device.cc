@@ -463,6 +463,77 @@ TEST(DevicePdl, ChainedSmallCallsReadTheirPredecessorsResults) {
       }
 }
 
+// The body of DeviceLoad.TwoKernelsOfEachCommInOneGroup, run alone in a
+// fresh process (no earlier test loaded any kernel): two ranks in this
+// process, one thread; one group in which each comm launches two different
+// kernels (a float32 and an int32 all-reduce). A kernel left to load at its
+// first launch waits for the context's running kernels (CUDA's lazy
+// loading, as cuda_emu does it): rank 0's second kernel would wait for its
+// first, which waits for rank 1's, not launched yet by the thread that
+// blocks.
+TEST(DeviceLoad, DISABLED_FreshProcessBody) {
+  REQUIRE_GPU();
+  Ranks ranks(2);
+  const weftDataType_t types[2] = {weftFloat32, weftInt32};
+  const size_t n = 1000;
+  void *bufs[2][2];
+  for (int r = 0; r < 2; r++)
+    for (int i = 0; i < 2; i++) {
+      ASSERT_EQ(cudaMalloc(&bufs[r][i], n * 4), cudaSuccess);
+      std::vector<float> f(n, (float)(r + 1));
+      std::vector<int32_t> k(n, r + 1);
+      ASSERT_EQ(cudaMemcpy(bufs[r][i], i == 0 ? (const void *)f.data() : (const void *)k.data(),
+                           n * 4, cudaMemcpyHostToDevice),
+                cudaSuccess);
+    }
+  ASSERT_EQ(weftGroupStart(), weftSuccess);
+  for (int r = 0; r < 2; r++)
+    for (int i = 0; i < 2; i++)
+      ASSERT_EQ(weftAllReduce(bufs[r][i], bufs[r][i], n, types[i], weftSum, ranks.comms[r],
+                              ranks.streams[r]),
+                weftSuccess)
+          << weftGetLastError(ranks.comms[r]);
+  ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+  ranks.sync();
+  for (int r = 0; r < 2; r++) {
+    std::vector<float> f(n);
+    std::vector<int32_t> k(n);
+    ASSERT_EQ(cudaMemcpy(f.data(), bufs[r][0], n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(k.data(), bufs[r][1], n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(std::count(f.begin(), f.end(), 3.0f), (long)n) << "rank " << r;
+    EXPECT_EQ(std::count(k.begin(), k.end(), 3), (long)n) << "rank " << r;
+    for (int i = 0; i < 2; i++) cudaFree(bufs[r][i]);
+  }
+}
+
+// Kernels load before a comm launches (docs/cuda.md, "Kernels load before
+// they are needed"), whatever WEFT_DEVICE_NCHANNELS says: the body above in
+// a process of its own, which fails, or ends at WEFT_TIMEOUT, where one
+// kernel loads only at its first launch.
+TEST(DeviceLoad, TwoKernelsOfEachCommInOneGroup) {
+  REQUIRE_GPU();
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  ASSERT_GT(n, 0);
+  self[n] = '\0';
+  const std::string cmd = std::string("env -u WEFT_DEVICE_NCHANNELS WEFT_TIMEOUT=20 timeout 120 '") +
+                          self +
+                          "' --gtest_also_run_disabled_tests "
+                          "--gtest_filter=DeviceLoad.DISABLED_FreshProcessBody 2>&1";
+  const auto t0 = std::chrono::steady_clock::now();
+  FILE *p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, got);
+  const int status = pclose(p);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(status, 0) << "took " << took << " s:\n" << out;
+  EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
+}
+
 // The enqueue returns before the kernel has run: the stream holds the work.
 TEST(DeviceStream, CallEnqueuesAndReturns) {
   REQUIRE_GPU();

@@ -104,7 +104,8 @@ static weftResult_t det_scratch(struct device_comm *d, size_t nbytes, int captur
 /* Behind the comm's last call of this kind, on whatever stream it went:
  * its reduction kernel, which no launch of the comm's counts, may still
  * read the scratch this call writes before its first exchange. A graph's
- * calls follow each other on their stream. */
+ * calls follow each other on their stream. (Calls of other kinds wait for
+ * a reduction that is a call's last kernel in comm_gate.) */
 static weftResult_t det_after_last(struct device_comm *d, cudaStream_t stream, int captured) {
   if (captured) return weftSuccess;
   if (d->det_done == NULL) {
@@ -157,6 +158,11 @@ static weftResult_t det_with(struct weftComm *comm, const struct weft_plan *plan
   if (res == weftSuccess && !captured)
     res = device_cuda_check(cudaEventRecord(d->det_done, stream),
                             "WEFT_DETERMINISTIC's end");
+  if (res == weftSuccess && !captured) { /* what the comm's next call on another stream waits for */
+    d->det_done_seq = d->done.seq;
+    d->det_done_stream = d->call_stream;
+    d->det_done_thread = d->call_thread;
+  }
   if (pooled) { /* behind everything queued above, whatever failed */
     weftResult_t freed = device_cuda_check(cudaFreeAsync(scratch, stream),
                                            "WEFT_DETERMINISTIC's scratch in a captured graph");

@@ -228,6 +228,13 @@ void device_kernels_load(void) {
  * after another whatever streams the caller uses (as NCCL orders a
  * communicator's operations). */
 static weftResult_t comm_gate(struct device_comm *d, cudaStream_t stream, int captured) {
+  /* a WEFT_DETERMINISTIC call's last kernel (a reduce-scatter's reduction)
+   * is not counted: where no launch followed it, its event on another
+   * stream is what this call goes behind too */
+  if (!captured && d->det_done != NULL && d->det_done_seq == d->done.seq &&
+      (d->det_done_stream != d->call_stream || d->det_done_thread != d->call_thread))
+    CUDA_TRY(cudaStreamWaitEvent(stream, d->det_done, 0),
+             "ordering after the comm's deterministic reduction on another stream");
   if (!launch_done_gated(&d->done, device_ended_h(d), (uintptr_t)d->call_stream, d->call_thread,
                          captured))
     return weftSuccess;

@@ -95,6 +95,14 @@ struct device_comm {
   void *det_retired[DET_RETIRED_MAX];
   int det_nretired;
   cudaEvent_t det_done; /* recorded after each call outside a graph */
+  /* where det_done was last recorded: after the comm's launch det_done_seq
+   * (d->done.seq then), on stream det_done_stream (thread det_done_thread,
+   * as call_stream and call_thread). A reduce-scatter's last kernel, its
+   * reduction, is no launch the comm counts: a call on another stream
+   * while no launch followed it waits for the event (comm_gate). */
+  uint64_t det_done_seq;
+  uint64_t det_done_stream;
+  uintptr_t det_done_thread;
   struct device_watch watch;
 };
 
