@@ -10,10 +10,13 @@
  * The build links weft in statically and exports only nccl* and pnccl*. */
 #include <ctype.h>
 #include <limits.h>
+#include <pthread.h>
+#include <pwd.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "nccl_shim.h"
 #include "../core/plan.h"
@@ -152,8 +155,49 @@ static struct env_alias {
     {"NCCL_PROTO", "WEFT_PROTO", lower, 0},
 };
 
+/* One configuration file of NCCL's: each line VAR=VALUE (a line starting
+ * with '#' or without '=' skipped, the value the rest of the line as it
+ * is) sets VAR where nothing set it yet: the environment wins, then the
+ * file read first. */
+static void conf_file_load(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return;
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t len;
+  while ((len = getline(&line, &cap, f)) != -1) {
+    if (len > 0 && line[len - 1] == '\n') line[--len] = '\0';
+    char *eq = strchr(line, '=');
+    if (line[0] == '#' || eq == NULL || eq == line) continue;
+    *eq = '\0';
+    setenv(line, eq + 1, 0);
+  }
+  free(line);
+  fclose(f);
+}
+
+/* NCCL's configuration files, once per process, as NCCL reads them:
+ * NCCL_CONF_FILE where it is set and not empty, else ~/.nccl.conf (the
+ * user's home directory from the password database), then /etc/nccl.conf. */
+static void conf_files_load(void) {
+  const char *file = getenv("NCCL_CONF_FILE");
+  if (file != NULL && file[0] != '\0') {
+    conf_file_load(file);
+  } else {
+    const struct passwd *pw = getpwuid(getuid());
+    if (pw != NULL && pw->pw_dir != NULL) {
+      char path[4096];
+      snprintf(path, sizeof path, "%s/.nccl.conf", pw->pw_dir);
+      conf_file_load(path);
+    }
+  }
+  conf_file_load("/etc/nccl.conf");
+}
+
 /* A WEFT_* variable the user set wins over its NCCL_* alias. */
 static void env_import(void) {
+  static pthread_once_t conf_once = PTHREAD_ONCE_INIT;
+  pthread_once(&conf_once, conf_files_load);
   for (size_t i = 0; i < sizeof env_aliases / sizeof env_aliases[0]; i++) {
     struct env_alias *a = &env_aliases[i];
     const char *user = getenv(a->weft);

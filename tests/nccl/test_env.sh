@@ -46,6 +46,19 @@ NCCL_DEBUG=INFO NCCL_DEBUG_FILE="$dir/log.%p" "$weftrun" -n 2 "$prog" --quick >/
 logs=$(cat "$dir"/log.* 2>/dev/null)
 expect "NCCL_DEBUG_FILE names the log file" 'weft INFO' "$logs"
 
+# NCCL's configuration file (NCCL_CONF_FILE; ~/.nccl.conf and /etc/nccl.conf otherwise):
+# its settings apply where the environment has none, comments and lines without '=' skipped
+printf '# a comment line\nNCCL_DEBUG=INFO\nno equals sign here\nNCCL_DEBUG_SUBSYS=INIT\n' >"$dir/nccl.conf"
+out=$(env -u NCCL_DEBUG -u NCCL_DEBUG_SUBSYS NCCL_CONF_FILE="$dir/nccl.conf" \
+  "$weftrun" -n 2 "$prog" --quick 2>&1) || fail=1
+expect "NCCL_CONF_FILE's NCCL_DEBUG=INFO prints the version" '^\[0\] NCCL version 2\.32\.3 \(weft ' "$out"
+expect "NCCL_CONF_FILE's NCCL_DEBUG=INFO gives weft INFO lines" 'weft INFO INIT' "$out"
+reject "NCCL_CONF_FILE's NCCL_DEBUG_SUBSYS=INIT keeps other subsystems quiet" \
+  'weft INFO (BOOTSTRAP|SHM|COLL)' "$out"
+out=$(env -u NCCL_DEBUG_SUBSYS NCCL_DEBUG=WARN NCCL_CONF_FILE="$dir/nccl.conf" \
+  "$weftrun" -n 2 "$prog" --quick 2>&1) || fail=1
+reject "the environment's NCCL_DEBUG=WARN wins over the file's INFO" 'NCCL version|weft INFO' "$out"
+
 # A fixed port is the point of NCCL_COMM_ID. Take one below the kernel's ephemeral range, where
 # no outgoing connection of a test running beside this one can hold it, and take another if a
 # listener has it all the same.
@@ -61,5 +74,5 @@ expect "NCCL_COMM_ID: ranks join without an exchanged id" 'NCCL_COMM_ID: 3 ranks
 out=$(NCCL_COMM_ID=nonsense "$weftrun" -n 2 "$prog" --comm-id 2>&1) && fail=1
 expect "a bad NCCL_COMM_ID is refused with a reason" 'NCCL_COMM_ID=nonsense: expected host:port' "$out"
 
-[ $fail -eq 0 ] && echo "NCCL_DEBUG, NCCL_DEBUG_SUBSYS, NCCL_DEBUG_FILE and NCCL_COMM_ID honoured"
+[ $fail -eq 0 ] && echo "NCCL_DEBUG, NCCL_DEBUG_SUBSYS, NCCL_DEBUG_FILE, NCCL_CONF_FILE and NCCL_COMM_ID honoured"
 exit $fail
