@@ -134,7 +134,9 @@ const char *weftGetErrorString(weftResult_t result);
 
 /* The message of the last failure on comm, or of the calling thread's last
  * failure when comm is NULL (for example a failed init). Never NULL; "" when
- * there was none. Valid until the next weft call on the same comm/thread. */
+ * there was none. The text is the calling thread's copy: any thread may ask
+ * while another fails a call on comm, and it stays valid until this
+ * thread's next weft call. */
 const char *weftGetLastError(weftComm_t comm);
 
 /* --- Communicators ------------------------------------------------------ */
