@@ -10,11 +10,21 @@ stream made current, two groups, a high-priority group, blocking wait
 (TORCH_WEFT_BLOCKING_WAIT, and TORCH_NCCL_BLOCKING_WAIT honoured), tensors
 stashed instead of recorded (TORCH_WEFT_AVOID_RECORD_STREAMS), all on the
 current stream (TORCH_WEFT_COMM_STREAM=0), a coalesced block, send/recv, a
-graph capture (joined back by wait(); left unjoined without it), and a setting
-that is no flag refused. Run under
-torchrun (2 or 3 ranks); exits non-zero with the failing checks listed."""
+graph capture (joined back by wait(); left unjoined without it; left out of
+the flight recorder), a capture in CUDA's global mode while operations issued
+before it are pending (nothing asks CUDA about them in a way that invalidates
+it), a block that fails after a step was enqueued (its end recorded, tensors
+held, the caller's stream ordered after it, a capture joined back),
+get_duration() and the flight recorder's states from the start and end
+events, stashed tensors of a failed operation kept until the GPU is past it,
+two threads issuing on one group at once, and a setting that is no flag
+refused. Run under torchrun (2 or 3 ranks); exits non-zero with the failing
+checks listed."""
 import os
 import sys
+import threading
+import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -77,12 +87,179 @@ def check_values(name, got, want):
     expect(name, torch.equal(got, want), f"{got.tolist()} != {want.tolist()}")
 
 
-def op(stream_, ran, n=1, caller="default"):
+def op(stream_, ran, n=1, caller="default", timed=True):
     """The lines of one operation named ran on the communication stream
-    stream_ issued from caller's stream: ready event, wait, run, record_stream
-    of n tensors, end event, future. $R/$E stand for its events."""
-    return [f"record $R {caller}", f"wait {stream_} $R", f"run {ran} {stream_}",
-            f"hold {stream_} {n}", f"record $E {stream_}", f"future {stream_}"]
+    stream_ issued from caller's stream: ready event, wait, start event
+    (unless captured: timed False), run, record_stream of n tensors, end
+    event, future. $R/$S/$E stand for its events."""
+    return ([f"record $R {caller}", f"wait {stream_} $R"] +
+            ([f"record $S {stream_}"] if timed else []) +
+            [f"run {ran} {stream_}", f"hold {stream_} {n}", f"record $E {stream_}",
+             f"future {stream_}"])
+
+
+def last_flight_entry():
+    entries = torch_weft.flight_recorder_trace()["entries"]
+    return entries[-1] if entries else {}
+
+
+def check_capture_global_mode(world):
+    """A capture in CUDA's default (global) mode, as torch.cuda.graph's,
+    while operations issued before it are pending on the GPU: neither this
+    thread (issuing into the capture, waiting for one issued before it) nor
+    the watchdog's (which looks every 100 ms) asks CUDA about them in a way
+    that invalidates the capture (the fake refuses such a query, and the
+    capture's end then raises)."""
+    # a refused query, read by the watchdog as a failure, must not end the process
+    os.environ["TORCH_WEFT_ASYNC_ERROR_HANDLING"] = "0"
+    g = dist.new_group(list(range(world)))
+    del os.environ["TORCH_WEFT_ASYNC_ERROR_HANDLING"]
+    take_log()
+    dist.all_reduce(torch.ones(3), group=g)
+    got = match("capture (global mode): first", take_log(),
+                ["stream_create $G normal"] + op("$G", "allreduce") + ["wait default $E"])
+    if not got:
+        return
+    s = got["$G"]
+    _C._gpu_fake_stall(s, True)
+    pending = [dist.all_reduce(torch.ones(3), group=g, async_op=True) for _ in range(3)]
+    _C._gpu_fake_set_stream("graph")
+    _C._gpu_fake_capture_begin("global")
+    try:
+        w = dist.all_reduce(torch.ones(3), group=g, async_op=True)
+        w.wait()
+        pending[0].wait()  # issued before the capture: asked about, then ordered
+        time.sleep(0.35)  # the watchdog looks at the pending ones meanwhile
+    except Exception as e:  # noqa: BLE001
+        fail("capture (global mode): issued and waited for", str(e)[:300])
+    try:
+        left = _C._gpu_fake_capture_end()
+        expect("capture (global mode): joined", left == "", f"unjoined: {left}")
+    except RuntimeError as e:
+        fail("capture (global mode): valid at its end", str(e)[:300])
+    _C._gpu_fake_set_stream("default")
+    _C._gpu_fake_stall(s, False)
+    for p in pending:
+        p.wait()
+    refused = [ln for ln in take_log(keep_queries=True) if ln.endswith("refused")]
+    expect("capture (global mode): no query refused", not refused, " ".join(refused))
+
+
+def check_failed_block(comm):
+    """A coalesced block whose second step fails when it runs (int16 is no
+    reduction dtype of weft) after the first was enqueued: the block's end
+    event is recorded and its tensors held all the same, and the caller's
+    stream is ordered after it, which in a capture joins the communication
+    stream back."""
+    for name, capture in (("failed block", False), ("failed block in a capture", True)):
+        caller = "graph" if capture else "default"
+        if capture:
+            _C._gpu_fake_set_stream("graph")
+            _C._gpu_fake_capture_begin()
+        a, b = torch.ones(3), torch.ones(2, dtype=torch.int16)
+        try:
+            with dist._coalescing_manager(async_ops=True) as cm:
+                dist.all_reduce(a)
+                dist.all_reduce(b)
+            cm.wait()
+            fail(name, "no exception")
+        except Exception as e:  # noqa: BLE001
+            expect(f"{name}: raised", "not supported for reductions" in str(e), str(e)[:300])
+        if capture:
+            try:
+                left = _C._gpu_fake_capture_end()
+                expect(f"{name}: joined back", left == "", f"unjoined: {left}")
+            except RuntimeError as e:
+                fail(f"{name}: valid at its end", str(e)[:300])
+            _C._gpu_fake_set_stream("default")
+        lines = [ln for ln in op(comm, "allreduce_coalesced", n=2, caller=caller, timed=not capture)
+                 if not ln.startswith("future")]
+        match(f"{name}: log", take_log(), lines + [f"wait {caller} $E"])
+
+
+def check_duration(comm):
+    """get_duration(): the GPU's time from the operation's start event to
+    its end event, known once the GPU is past it, whoever looked (not at the
+    watchdog's next look); the flight recorder's entry is scheduled until
+    the GPU reaches the operation, completed once it is past it."""
+    _C._gpu_fake_stall(comm, True)
+    w = dist.all_reduce(torch.ones(4), async_op=True)
+    w.wait()  # orders the caller's stream; the GPU has not run it
+    e = last_flight_entry()
+    expect("flight recorder: scheduled until the GPU reaches it",
+           e.get("profiling_name") == "weft:all_reduce" and e.get("state") == "scheduled",
+           f"{e.get('profiling_name')} {e.get('state')}")
+    time.sleep(0.3)
+    _C._gpu_fake_stall(comm, False)  # the GPU passes it (torch.cuda.synchronize())
+    try:
+        d = w._get_duration()
+        expect("get_duration: the GPU's time", 0 <= d < 100,
+               f"{d} ms (the host saw it done 300 ms after its issue)")
+    except Exception as e:  # noqa: BLE001
+        fail("get_duration once the GPU is past it", str(e)[:300])
+    expect("get_duration: done", w.is_completed())
+    e = last_flight_entry()
+    expect("flight recorder: completed with the GPU's time",
+           e.get("state") == "completed" and 0 <= e.get("duration_ms", -1) < 100,
+           f"{e.get('state')} {e.get('duration_ms')}")
+    take_log()
+
+
+def check_failed_stash(ga, stream_):
+    """Tensors stashed (avoid record_stream) by an operation that failed
+    (here a wait's timeout) while the GPU had not passed it stay held when
+    its Work is dropped, until the GPU is past it (the watchdog keeps it)."""
+    x = torch.ones(6)
+    count = x._use_count
+    before = count()
+    _C._gpu_fake_stall(stream_, True)
+    w = dist.all_reduce(x, group=ga, async_op=True)
+    try:
+        w.wait(timeout=timedelta(milliseconds=200))
+        fail("failed stash: timeout", "wait() returned")
+    except Exception as e:  # noqa: BLE001
+        expect("failed stash: timeout", "has not finished" in str(e), str(e)[:300])
+    del w
+    time.sleep(0.35)  # the watchdog looks at it
+    held = count()
+    _C._gpu_fake_stall(stream_, False)
+    time.sleep(0.35)
+    after = count()
+    expect("failed stash: held while the GPU runs it", held > before,
+           f"uses {before} before, {held} once dropped, stalled")
+    expect("failed stash: released once the GPU is past it", after == before,
+           f"uses {before} before, {after} after")
+    take_log()
+
+
+def check_two_threads(world):
+    """Two threads issuing on one group at once: each operation's end event
+    and future are recorded on the communication stream before the next
+    operation is enqueued there."""
+    g = dist.new_group(list(range(world)))
+    take_log()
+    dist.all_reduce(torch.ones(4), group=g)
+    got = match("two threads: first", take_log(),
+                ["stream_create $T normal"] + op("$T", "allreduce") + ["wait default $E"])
+    if not got:
+        return
+    n = 100
+
+    def issue():  # every operation alike: any pairing across ranks sums the same
+        for _ in range(n):
+            dist.all_reduce(torch.ones(4), group=g)
+
+    threads = [threading.Thread(target=issue) for _ in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    on = [ln.split()[0] for ln in take_log() if got["$T"] in ln.split()[1:3]]
+    one = ["wait", "record", "run", "hold", "record", "future"]
+    bad = next((i for i in range(0, len(on), len(one)) if on[i:i + len(one)] != one), None)
+    expect("two threads: one operation at a time on the stream",
+           len(on) == 2 * n * len(one) and bad is None,
+           f"{len(on)} lines; at line {bad}: {on[bad:bad + 12] if bad is not None else ''}")
 
 
 def main():
@@ -182,8 +359,9 @@ def main():
         w.wait()
         done = w.is_completed()
         log = take_log(keep_queries=True)
-        end = next((ln.split()[1] for ln in log if ln.startswith("record") and
-                    ln.endswith(got["$B"])), "?")
+        # the last event recorded there (the first is the start event)
+        end = ([ln.split()[1] for ln in log if ln.startswith("record") and
+                ln.endswith(got["$B"])] or ["?"])[-1]
         waits = [i for i, ln in enumerate(log) if ln == f"wait default {end}"]
         queries = [i for i, ln in enumerate(log) if ln == f"query {end} done"]
         if var:
@@ -207,6 +385,7 @@ def main():
     got = match("avoid record_stream: first", take_log(),
                 ["stream_create $A normal"] + [ln for ln in op("$A", "allreduce") if "hold" not in ln] +
                 ["wait default $E"])
+    ga_stream = got and got["$A"]
     for name, g, s, stash in (("avoid record_stream", ga, got and got["$A"], 1),
                               ("record_stream", None, comm, 0)):
         if not s:
@@ -238,8 +417,8 @@ def main():
     take_log()
     dist.all_reduce(t, group=gc)
     match("TORCH_WEFT_COMM_STREAM=0", take_log(),
-          ["run allreduce default", "hold default 1", "record $E default", "future default",
-           "wait default $E"])
+          ["record $S default", "run allreduce default", "hold default 1", "record $E default",
+           "future default", "wait default $E"])
 
     # a coalesced block (_coalescing_manager): one ready event, one run, every tensor recorded,
     # one end event that the block's wait orders the stream after
@@ -294,6 +473,7 @@ def main():
     # ends with it unjoined (as cudaStreamEndCapture fails); nothing is
     # queried in a capture (the fake throws if it is)
     _C._gpu_fake_set_stream("graph")
+    last_id = last_flight_entry().get("record_id", -1)
     _C._gpu_fake_capture_begin()
     t = torch.ones(3)
     w = dist.all_reduce(t, async_op=True)
@@ -301,7 +481,7 @@ def main():
     left = _C._gpu_fake_capture_end()
     expect("capture: joined back by wait()", left == "", f"unjoined: {left}")
     match("capture: log", take_log(keep_queries=True),
-          op(comm, "allreduce", caller="graph") + ["wait graph $E"])
+          op(comm, "allreduce", caller="graph", timed=False) + ["wait graph $E"])
     _C._gpu_fake_capture_begin()
     w = dist.all_reduce(t, async_op=True)
     left = _C._gpu_fake_capture_end()
@@ -309,6 +489,19 @@ def main():
     w.wait()
     _C._gpu_fake_set_stream("default")
     take_log()
+    # the graph runs them, as often as it is replayed: the flight recorder
+    # leaves them out, as NCCL's, rather than show them started forever
+    added = [e for e in torch_weft.flight_recorder_trace()["entries"]
+             if e["record_id"] > last_id]
+    expect("capture: not in the flight recorder", not added,
+           " ".join(f"{e['profiling_name']}:{e['state']}" for e in added))
+
+    check_capture_global_mode(world)
+    check_failed_block(comm)
+    check_duration(comm)
+    if ga_stream:
+        check_failed_stash(ga, ga_stream)
+    check_two_threads(world)
 
     # a setting that is no flag is refused, naming it, when the group is made
     os.environ["TORCH_WEFT_COMM_STREAM"] = "sometimes"

@@ -299,13 +299,17 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpTyp
   const bool block = in_block();
   TORCH_CHECK(!block || coalesced_.steps.empty() || coalesced_.device == device, "weft: ", name,
               ": a coalesced block mixes host and CUDA tensors (or two GPUs)");
-  // numbered once accepted, as NCCL's: a call refused on one rank only
-  // (tensors on two devices) leaves the group's numbers the peers'
-  // (getSequenceNumberForGroup, which TORCH_DISTRIBUTED_DEBUG=DETAIL compares)
-  const numbered num = number(name, peer, inputs, outputs);
   const int sdev = device >= 0 ? device
                    : (gpu_fake_on() && (!inputs.empty() || !outputs.empty())) ? 0
                                                                                : -1;
+  // recorded into a CUDA graph being captured: it runs when the graph does,
+  // so neither the flight recorder nor the watchdog follows it (as NCCL's),
+  // and nothing here asks CUDA about the operations issued before it
+  const bool captured = sdev >= 0 && capture_open(sdev);
+  // numbered once accepted, as NCCL's: a call refused on one rank only
+  // (tensors on two devices) leaves the group's numbers the peers'
+  // (getSequenceNumberForGroup, which TORCH_DISTRIBUTED_DEBUG=DETAIL compares)
+  const numbered num = number(name, peer, inputs, outputs, captured);
   std::vector<at::Tensor> tensors;
   if (sdev >= 0) {
     tensors = std::move(inputs);
@@ -325,7 +329,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit(const char *name, c10d::OpTyp
   }
   auto work = make_work(type, name, std::move(outputs));
   work->add_flight(num.flight_id);
-  watch(work, name, num.seq);
+  if (!captured) watch(work, name, num.seq);
   task t{name, std::move(steps), {work}, device, sdev, {}, std::move(tensors)};
   if (async_op && sdev < 0) {
     enqueue(std::move(t));
@@ -367,7 +371,9 @@ void WeftBackend::run_busy(task &t, bool nested) {
   // blocking call's thread frees it first, as its Work has no callbacks yet
   const bool worker = !nested && on_worker();
   std::shared_ptr<queue_state> q = queue_; /* the callbacks may drop the backend */
-  for (auto &w : t.works) w->mark_started();
+  // on a CUDA stream it starts when the GPU reaches its start event
+  if (t.sdev < 0)
+    for (auto &w : t.works) w->mark_started();
   std::exception_ptr err;
   try {
     err = run(t);
@@ -416,15 +422,6 @@ void WeftBackend::complete(task &t, std::exception_ptr err) {
     for (auto &w : t.works) w->complete(err);
     return;
   }
-  gpu_layer *g = t.launch.layer;
-  bool stash = false;
-  std::shared_ptr<gpu_end> end;
-  try {
-    end = streams_.end(t.launch, t.tensors, &stash);
-  } catch (...) {
-    for (auto &w : t.works) w->complete(std::current_exception());
-    return;
-  }
   std::shared_ptr<queue_state> q = queue_;
   const int rank = rank_, size = size_;
   auto async_error = [q, rank, size]() -> std::exception_ptr {
@@ -445,10 +442,10 @@ void WeftBackend::complete(task &t, std::exception_ptr err) {
       return std::current_exception();
     }
   };
-  for (auto &w : t.works)
-    w->complete_on_gpu(end, g->future(t.sdev, t.launch.stream, w->result()), async_error, timeout(),
-                       streams_.options().blocking_wait,
-                       stash ? t.tensors : std::vector<at::Tensor>());
+  for (size_t i = 0; i < t.works.size(); i++)
+    t.works[i]->complete_on_gpu(t.end, t.futures[i], async_error, timeout(),
+                                streams_.options().blocking_wait,
+                                t.stash ? t.tensors : std::vector<at::Tensor>());
 }
 
 c10::intrusive_ptr<c10d::Work> WeftBackend::submit_p2p(const char *name, c10d::OpType type,
@@ -464,7 +461,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::submit_p2p(const char *name, c10d::O
   // thread: it runs as other operations do
   if (block || !step.p2p) /* as the step chose its communicator */
     return submit(name, type, {std::move(step)}, std::move(outputs), true, {}, peer);
-  const numbered num = number(name, peer, {}, outputs);
+  const numbered num = number(name, peer, {}, outputs, false);
   auto work = make_work(type, name, std::move(outputs));
   work->add_flight(num.flight_id);
   watch(work, name, num.seq);
@@ -548,17 +545,22 @@ void WeftBackend::flight_signal_loop() {
 
 WeftBackend::numbered WeftBackend::number(const char *name, int peer,
                                           const std::vector<at::Tensor> &inputs,
-                                          const std::vector<at::Tensor> &outputs) {
+                                          const std::vector<at::Tensor> &outputs, bool captured) {
   std::lock_guard<std::mutex> lk(number_mu_);
   numbered n;
   n.seq = ++seq_;
-  n.flight_id = flight_record(name, peer, n.seq, inputs, outputs);
+  n.flight_id = flight_record(name, peer, n.seq, inputs, outputs, captured);
   return n;
+}
+
+bool WeftBackend::capture_open(int sdev) {
+  gpu_layer *g = gpu_layer_now();
+  return g != nullptr && g->capturing(sdev, g->current_stream(sdev));
 }
 
 int64_t WeftBackend::flight_record(const char *name, int peer, uint64_t seq,
                                    const std::vector<at::Tensor> &inputs,
-                                   const std::vector<at::Tensor> &outputs) {
+                                   const std::vector<at::Tensor> &outputs, bool captured) {
   const bool block = in_block();
   if (flight_ == nullptr || (block && estimating_)) return -1;
   bool inplace = false;
@@ -574,6 +576,7 @@ int64_t WeftBackend::flight_record(const char *name, int peer, uint64_t seq,
     block_coll_seq_ = flight_->collective_seq;
     block_p2p_seq_ = flight_->p2p_seq;
   }
+  if (captured) return -1; /* numbered, not recorded */
   op.collective_seq = flight_->collective_seq;
   op.p2p_seq = flight_->p2p_seq;
   op.op_id = (int64_t)seq;
@@ -640,11 +643,21 @@ std::exception_ptr WeftBackend::run(task &t) {
   // current stream (weft_streams.h); weft's kernels and torch's staging
   // copies go there (on host memory, with the fake layer, the operation
   // runs on the host as ever)
-  std::exception_ptr err;
   gpu_layer *g = gpu_layer_now();
   TORCH_CHECK(g != nullptr, "weft: ", t.name, ": this torch_weft was built without CUDA support");
   try {
     t.launch = streams_.begin(g, t.sdev);
+  } catch (...) {
+    return std::current_exception();
+  }
+  // From here the communication stream holds the operation's part, even
+  // when it fails: staging copies, the kernels of the steps issued before a
+  // step threw (weftGroupEnd launches them), the fork of a capture. So its
+  // end is recorded, and its tensors held, whatever happens; and here, while
+  // the queue is this task's, so that the next operation on the stream
+  // comes after the end event and the futures' events.
+  std::exception_ptr err;
+  try {
     g->on_stream(t.sdev, t.launch.stream, [&]() {
       stream_ = t.device >= 0 ? t.launch.stream : nullptr;
       err = run_steps(t);
@@ -653,7 +666,20 @@ std::exception_ptr WeftBackend::run(task &t) {
     });
   } catch (...) {
     stream_ = nullptr;
-    return std::current_exception();
+    err = std::current_exception();
+  }
+  try {
+    t.end = streams_.end(t.launch, t.tensors, &t.stash);
+    if (err) {
+      // its Works fail at once and are not waited for: the caller's stream
+      // is ordered after what was enqueued here (which joins a capture's
+      // fork back, and orders stashed tensors there)
+      t.end->stream_wait();
+    } else {
+      for (auto &w : t.works) t.futures.push_back(g->future(t.sdev, t.launch.stream, w->result()));
+    }
+  } catch (...) {
+    if (!err) err = std::current_exception();
   }
   return err;
 }
@@ -881,6 +907,15 @@ c10d::ErrorType WeftBackend::watchdog_look(std::string &what) {
   // communicator's error, below, is the watchdog's); the first past its
   // deadline is a timeout
   const auto now = clock::now();
+  // failed ones whose tensors stay until the GPU is past them
+  for (auto it = draining_.begin(); it != draining_.end();) {
+    bool passed = false;
+    try {
+      passed = !(*it)->holds_stash() || (*it)->gpu_passed();
+    } catch (const std::exception &) { /* a sticky CUDA error: the memory stays held */
+    }
+    it = passed ? draining_.erase(it) : std::next(it);
+  }
   for (auto it = watched_.begin(); it != watched_.end();) {
     if (it->work->captured()) {
       it = watched_.erase(it);
@@ -896,6 +931,10 @@ c10d::ErrorType WeftBackend::watchdog_look(std::string &what) {
         } catch (...) {
         }
         last_failed_ = c10::str(it->name, " (sequence number ", it->seq, ") failed: ", why);
+        // the GPU may still run it on the tensors its Work keeps (stashed
+        // instead of record_stream): they go once it is past it, not with
+        // this list's reference to the Work
+        if (it->work->holds_stash()) draining_.push_back(it->work);
       }
       it = watched_.erase(it);
       continue;
@@ -1013,12 +1052,31 @@ void WeftBackend::watchdog_fire(c10d::ErrorType type, const std::string &what) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     } catch (const std::exception &) {
     }
-    // handling 1 frees the communicator, last: the threads still at work
-    // in it (the caller's, the worker, the send/receive lane) are left no
-    // time to touch it once freed
+    // handling 1 frees the communicator, last, fenced as stop_worker frees
+    // it: no thread enters it from here (aborted_: refused as after
+    // abort()), those in it have left (the revoke ended what they waited
+    // for), and nothing asks it for its error after. Where one has not left
+    // within 10 s, the process ends with the communicator revoked only.
     if (handling_ == 1 && comm != nullptr) {
-      weftCommAbort(pcomm);
-      weftCommAbort(comm);
+      bool left = false;
+      {
+        std::unique_lock<std::mutex> lk(comm_mu_);
+        aborted_ = true;
+        left = inflight_cv_.wait_for(lk, std::chrono::seconds(10), [this] { return inflight_ == 0; });
+      }
+      {
+        std::lock_guard<std::mutex> lk(queue_->mu);
+        queue_->aborted = true;
+        queue_->comm = nullptr;
+      }
+      {
+        std::lock_guard<std::mutex> lk(comms_ref_->mu);
+        comms_ref_->comm = comms_ref_->pcomm = nullptr;
+      }
+      if (left) {
+        weftCommAbort(pcomm);
+        weftCommAbort(comm);
+      }
     }
     fflush(stdout);
     std::_Exit(1);
@@ -1167,6 +1225,12 @@ void WeftBackend::stop_worker(bool abort_comm) {
       weftCommDestroy(c);
     }
   }
+  // failed operations' tensors the watchdog kept: destroy and abort have
+  // waited for the communicators' kernels
+  {
+    std::lock_guard<std::mutex> lk(watch_mu_);
+    draining_.clear();
+  }
   std::lock_guard<std::mutex> lk(comm_mu_);
   stopped_ = true;
   inflight_cv_.notify_all();
@@ -1288,9 +1352,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "release_after_ms when given), or releases them.",
         py::call_guard<py::gil_scoped_release>());
   m.def("_gpu_fake_capture_begin", &torch_weft::gpu_fake_capture_begin,
-        "Begins a capture on this thread's current fake stream.");
+        py::arg("mode") = "global",
+        "Begins a capture on this thread's current fake stream, in a CUDA capture mode "
+        "(global, as torch.cuda.graph's default; thread_local; relaxed).");
   m.def("_gpu_fake_capture_end", &torch_weft::gpu_fake_capture_end,
-        "Ends the capture: \"\" or the streams not joined back.");
+        "Ends the capture: \"\" or the streams not joined back; raises where it was "
+        "invalidated.");
   m.def("cuda_built", &torch_weft::cuda_built,
         "Whether this build runs operations on CUDA tensors.");
   m.def("weft_version", []() {

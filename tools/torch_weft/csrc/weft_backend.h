@@ -295,6 +295,12 @@ class WeftBackend : public c10d::Backend {
   // reduce-scatter of `in` into `t`, with weft's pre-multiply op.
   op_step premul_step(const at::Tensor &t, const red_plan &p, const char *opname,
                       int64_t recvcount, const run_input &in = run_input(at::Tensor()));
+  // premul_step on a CUDA tensor t whose factor is a tensor on t's device:
+  // weft's kernels read the factor there (weftScalarDevice); nothing waits
+  // on the host (nor breaks a CUDA graph's capture).
+  op_step premul_device_step(const at::Tensor &t, const at::Tensor &factor,
+                             at::ScalarType scalar_type, const char *opname, int64_t recvcount,
+                             const run_input &in);
 
   op_step allgather_list_step(const std::vector<at::Tensor> &outs, const at::Tensor &input);
 
@@ -352,9 +358,11 @@ class WeftBackend : public c10d::Backend {
   // estimate, a kind the analyzer has no name for). peer: a send's or
   // receive's (-1: any source). Inside a coalescing block the operations
   // share the block's sequence numbers. seq: the operation's number.
+  // captured: recorded into a CUDA graph being captured, which runs it: it
+  // takes its numbers, and no entry.
   int64_t flight_record(const char *name, int peer, uint64_t seq,
                         const std::vector<at::Tensor> &inputs,
-                        const std::vector<at::Tensor> &outputs);
+                        const std::vector<at::Tensor> &outputs, bool captured);
   // An accepted operation's numbers: its sequence number in the group and
   // its flight recorder entry (-1: none).
   struct numbered {
@@ -367,15 +375,18 @@ class WeftBackend : public c10d::Backend {
   // --- the watchdog ---
 
   // A thread per group that looks every 100 ms at the operations issued
-  // and not yet done, each with a deadline of the group's timeout from its
-  // issue, and at weft's asynchronous error (weftCommGetAsyncError). On
+  // and not yet done (not those captured into a CUDA graph), each with a
+  // deadline of the group's timeout from its issue, and at weft's
+  // asynchronous error (weftCommGetAsyncError); it asks about CUDA events in
+  // the relaxed capture mode, which leaves another thread's capture valid. On
   // an operation past its deadline, one that failed, or a communicator
   // broken by a peer, it says which (group, rank, operation and sequence
   // number) and handles it as TORCH_WEFT_ASYNC_ERROR_HANDLING says (read at
   // the group's creation), as NCCL's watchdog does TORCH_NCCL_ASYNC_ERROR_HANDLING:
   //   3 (default): revoke the communicator (peers waiting on this rank fail
   //                now), then end the process;
-  //   1: revoke and free the communicator (weftCommAbort), then end the process;
+  //   1: revoke and free the communicator (weftCommAbort, once no thread is
+  //      in it, as abort() frees it), then end the process;
   //   2: revoke the communicator only: operations fail, the process goes on;
   //   0: nothing but the message, as a warning (and getError()).
   void watch(const c10::intrusive_ptr<WeftWork> &work, const char *name, uint64_t seq);
@@ -407,7 +418,10 @@ class WeftBackend : public c10d::Backend {
 
   // Runs a task's steps, in one weft group when there are several; a task
   // on CUDA tensors on the group's communication stream of their device
-  // (weft_streams.h).
+  // (weft_streams.h), whose end event (t.end) and futures it records there
+  // before returning, while the queue is still the task's; a failure once
+  // the stream was entered records the end too and orders the caller's
+  // stream after it.
   std::exception_ptr run(task &t);
 
   std::exception_ptr run_steps(task &t);
@@ -517,6 +531,10 @@ class WeftBackend : public c10d::Backend {
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;
   std::deque<watched> watched_;
+  /* failed operations on a CUDA stream whose Works keep the caller's
+   * tensors (stash): kept until the GPU is past them, or the communicators
+   * are freed (stop_worker), which waits for their kernels */
+  std::deque<c10::intrusive_ptr<WeftWork>> draining_;
   bool watch_stop_ = false;
   std::thread watchdog_;
   std::mutex watch_join_mu_; /* one stop joins it */
@@ -532,7 +550,10 @@ class WeftBackend : public c10d::Backend {
    * threads issuing at once (the main one and a callback on the worker) */
   std::mutex number_mu_;
   numbered number(const char *name, int peer, const std::vector<at::Tensor> &inputs,
-                 const std::vector<at::Tensor> &outputs);
+                 const std::vector<at::Tensor> &outputs, bool captured);
+  // Whether a CUDA graph captures the calling thread's current stream of
+  // the stream logic's device sdev.
+  static bool capture_open(int sdev);
   bool estimating_ = false; /* the open block is a time estimate's (its owner's) */
   uint64_t block_seq_ = 0;   /* the open block's last operation's number */
   int64_t block_coll_seq_ = 0, block_p2p_seq_ = 0; /* and its flight-recorder numbers */

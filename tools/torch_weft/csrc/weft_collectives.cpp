@@ -505,8 +505,11 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::endCoalescing() {
   auto work = coalesced_work_;
   work->set_block_open(false);
   coalesced_work_.reset();
-  if (!coalesced_.steps.empty()) watch(work, "coalesced", block_seq_);
-  if (block_coll_ || block_p2p_) {
+  // a block recorded into a CUDA graph being captured: followed by neither
+  // the watchdog nor the flight recorder, as its operations (submit)
+  const bool captured = coalesced_.sdev >= 0 && capture_open(coalesced_.sdev);
+  if (!coalesced_.steps.empty() && !captured) watch(work, "coalesced", block_seq_);
+  if ((block_coll_ || block_p2p_) && !captured) {
     // the block's end, as PyTorch's recorder writes it: an entry of its own
     // under the block's sequence numbers
     flight_op op;
@@ -668,9 +671,12 @@ op_step WeftBackend::premul_step(const at::Tensor &t, const red_plan &p, const c
                                  int64_t recvcount, const run_input &in) {
   at::ScalarType st = t.scalar_type();
   at::ScalarType scalar_type = at::isComplexType(st) ? c10::toRealValueType(st) : st;
+  if (t.is_cuda() && p.tensor_factor.defined() && p.tensor_factor.device() == t.device())
+    return premul_device_step(t, p.tensor_factor, scalar_type, opname, recvcount, in);
   // the factor rounded to the tensor's type, as weft multiplies by it; a
-  // tensor factor (on the GPU, say) is read here, on the group's stream,
-  // which is ordered after the caller's
+  // tensor factor is read here, on the caller's thread (one on a GPU for an
+  // operation on host memory or on another GPU: a copy to the host, which
+  // waits for the GPU)
   at::Tensor scalar = p.tensor_factor.defined()
                           ? p.tensor_factor.to(at::kCPU, scalar_type).reshape({1}).clone()
                           : at::full({1}, p.factor, at::TensorOptions().dtype(scalar_type));
@@ -700,6 +706,52 @@ op_step WeftBackend::premul_step(const at::Tensor &t, const red_plan &p, const c
     return weftReduceScatter(src.ptr, b.ptr, b.count, b.dtype, made, comm_, stream_);
   };
   op_step s = inplace_step(t, body);
+  s.release = [this, op]() {
+    if (op->has_value()) weftRedOpDestroy(**op, comm_);
+    op->reset();
+  };
+  return s;
+}
+
+op_step WeftBackend::premul_device_step(const at::Tensor &t, const at::Tensor &factor,
+                                        at::ScalarType scalar_type, const char *opname,
+                                        int64_t recvcount, const run_input &in) {
+  elems_of(t, opname);
+  TORCH_CHECK(factor.numel() == 1, "weft: ", opname, ": PREMUL_SUM's factor has ",
+              factor.numel(), " elements (one expected)");
+  op_step s;
+  if (size_ == 1) {
+    // one rank: this rank's input scaled, on the communication stream (weft's
+    // device path refuses a pre-multiply op on one rank)
+    s.finish = [t, in, factor, scalar_type]() {
+      const at::Tensor f = factor.to(scalar_type).reshape({});
+      t.copy_(at::mul(in.defined() ? in.get().view_as(t) : t, f));
+    };
+    s.held.push_back(factor); /* the communication stream reads it, as the caller's tensors */
+    return s;
+  }
+  // the factor rounded to the tensor's type, made when the step runs (on
+  // the communication stream, before the kernels that read it; it lives as
+  // long as the step), or the factor itself where it has that type: weft's
+  // kernels read it when they run (weftScalarDevice, as NCCL's
+  // ncclScalarDevice)
+  auto scalar = std::make_shared<at::Tensor>();
+  auto op = std::make_shared<std::optional<weftRedOp_t>>();
+  auto body = [this, factor, scalar_type, scalar, opname, recvcount, in,
+               op](const at::Tensor &buf) {
+    flat_buf b = elems_of(buf, opname);
+    *scalar = factor.to(scalar_type).reshape({1}).contiguous();
+    weftRedOp_t made;
+    weftResult_t res =
+        weftRedOpCreatePreMulSum(&made, scalar->data_ptr(), b.dtype, weftScalarDevice, comm_);
+    if (res != weftSuccess) return res;
+    *op = made;
+    if (recvcount < 0) return weftAllReduce(b.ptr, b.ptr, b.count, b.dtype, made, comm_, stream_);
+    flat_buf src = elems_of(in.get(), opname);
+    return weftReduceScatter(src.ptr, b.ptr, b.count, b.dtype, made, comm_, stream_);
+  };
+  s = inplace_step(t, body);
+  s.held.push_back(factor); /* the communication stream reads it, as the caller's tensors */
   s.release = [this, op]() {
     if (op->has_value()) weftRedOpDestroy(**op, comm_);
     op->reset();

@@ -20,6 +20,11 @@ void cuda_check(cudaError_t err, const char *what) {
   TORCH_CHECK(err == cudaSuccess, "weft: ", what, ": ", cudaGetErrorString(err));
 }
 
+static_assert((int)cudaStreamCaptureModeGlobal == gpu_layer::capture_global &&
+                  (int)cudaStreamCaptureModeThreadLocal == gpu_layer::capture_thread_local &&
+                  (int)cudaStreamCaptureModeRelaxed == gpu_layer::capture_relaxed,
+              "gpu_layer::capture_mode takes cudaStreamCaptureMode's values");
+
 class cuda_layer final : public gpu_layer {
  public:
   void *current_stream(int device) override {
@@ -30,10 +35,11 @@ class cuda_layer final : public gpu_layer {
   void *stream_create(int device, bool high_priority) override {
     return c10::cuda::getStreamFromPool(high_priority, (c10::DeviceIndex)device).stream();
   }
-  void *event_create(int device) override {
+  void *event_create(int device, bool timing) override {
     c10::cuda::CUDAGuard guard((c10::DeviceIndex)device);
     cudaEvent_t e = nullptr;
-    cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    cuda_check(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming),
+               "cudaEventCreate");
     return e;
   }
   // Never throws (a Work dropped at exit, when CUDA may be unloading, would
@@ -64,6 +70,19 @@ class cuda_layer final : public gpu_layer {
   void event_synchronize(int device, void *e) override {
     c10::cuda::CUDAGuard guard((c10::DeviceIndex)device);
     cuda_check(cudaEventSynchronize((cudaEvent_t)e), "cudaEventSynchronize");
+  }
+  float event_elapsed_ms(int device, void *start, void *end) override {
+    c10::cuda::CUDAGuard guard((c10::DeviceIndex)device);
+    float ms = 0;
+    cuda_check(cudaEventElapsedTime(&ms, (cudaEvent_t)start, (cudaEvent_t)end),
+               "cudaEventElapsedTime");
+    return ms;
+  }
+  // the thread's own setting: no device, no context needed
+  capture_mode exchange_capture_mode(capture_mode mode) override {
+    cudaStreamCaptureMode m = (cudaStreamCaptureMode)mode;
+    cuda_check(cudaThreadExchangeStreamCaptureMode(&m), "cudaThreadExchangeStreamCaptureMode");
+    return (capture_mode)m;
   }
   bool capturing(int device, void *s) override {
     c10::cuda::CUDAGuard guard((c10::DeviceIndex)device);

@@ -12,9 +12,11 @@
 // name, description and global ranks), pg_status (per group the last
 // collective enqueued, started and completed) and entries, oldest first.
 //
-// An entry's state is "scheduled" from its issue, "started" once it runs and
-// "completed" once it is done; one that failed stays "started" (it never
-// completed). collective_seq_id counts the group's collectives (a coalescing
+// An entry's state is "scheduled" from its issue, "started" once it runs (on
+// a CUDA stream: once a look finds its start event passed) and "completed"
+// once it is done; one that failed stays "started" (it never completed). An
+// operation captured into a CUDA graph, which runs it when replayed, takes
+// its sequence numbers and no entry, as in NCCL's recorder. collective_seq_id counts the group's collectives (a coalescing
 // block once), p2p_seq_id its sends and receives, and op_id every operation:
 // it is the sequence number the watchdog's messages give.
 #pragma once

@@ -114,7 +114,7 @@ c10::intrusive_ptr<c10d::Work> WeftBackend::recvAnysource(std::vector<at::Tensor
   s.p2p = own;
   // a task of its own, after the sends and receives held before it: it
   // waits for a sender, which must not hold up a group of other operations
-  const numbered num = number("recv_anysource", -1, {}, {t});
+  const numbered num = number("recv_anysource", -1, {}, {t}, false);
   auto work = make_work(c10d::OpType::RECVANYSOURCE, "recv_anysource", {t});
   work->add_flight(num.flight_id);
   work->set_source(source);

@@ -48,15 +48,42 @@ stream_options stream_options::from_env() {
 
 // --- the logic ---
 
-gpu_end::~gpu_end() { layer_->event_destroy(device_, event_); }
+capture_mode_relaxed::~capture_mode_relaxed() {
+  try {
+    layer_->exchange_capture_mode(was_);
+  } catch (...) { /* a sticky CUDA error: the next call of CUDA reports it */
+  }
+}
 
-bool gpu_end::done() { return layer_->event_query(device_, event_); }
+gpu_end::~gpu_end() {
+  layer_->event_destroy(device_, event_);
+  if (start_ != nullptr) layer_->event_destroy(device_, start_);
+}
+
+bool gpu_end::done() {
+  capture_mode_relaxed relaxed(layer_);
+  return layer_->event_query(device_, event_);
+}
+
+bool gpu_end::started() {
+  if (start_ == nullptr) return false;
+  capture_mode_relaxed relaxed(layer_);
+  return layer_->event_query(device_, start_);
+}
+
+float gpu_end::elapsed_ms() {
+  capture_mode_relaxed relaxed(layer_);
+  return layer_->event_elapsed_ms(device_, start_, event_);
+}
 
 void gpu_end::stream_wait() {
   layer_->stream_wait(device_, layer_->current_stream(device_), event_);
 }
 
-void gpu_end::synchronize() { layer_->event_synchronize(device_, event_); }
+void gpu_end::synchronize() {
+  capture_mode_relaxed relaxed(layer_);
+  layer_->event_synchronize(device_, event_);
+}
 
 void *comm_streams::stream_of(gpu_layer *layer, int device) {
   std::lock_guard<std::mutex> lk(mu_);
@@ -72,38 +99,59 @@ comm_streams::launch comm_streams::begin(gpu_layer *layer, int device) {
   l.captured = layer->capturing(device, l.caller);
   if (!opts_.comm_stream) {
     l.stream = l.caller;
-    return l;
+  } else {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      void *&s = streams_[{layer, device}];
+      if (s == nullptr) s = layer->stream_create(device, opts_.high_priority);
+      l.stream = s;
+    }
+    // the operation comes after what the caller's stream holds (in a
+    // capture: the communication stream joins it)
+    void *ready = layer->event_create(device, false);
+    try {
+      layer->event_record(device, ready, l.caller);
+      layer->stream_wait(device, l.stream, ready);
+    } catch (...) {
+      layer->event_destroy(device, ready);
+      throw;
+    }
+    layer->event_destroy(device, ready); /* the wait is enqueued: CUDA frees it once passed */
   }
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    void *&s = streams_[{layer, device}];
-    if (s == nullptr) s = layer->stream_create(device, opts_.high_priority);
-    l.stream = s;
+  // the GPU reaches the operation here (a captured one is not timed: its
+  // events cannot be asked about)
+  if (!l.captured) {
+    void *start = layer->event_create(device, true);
+    try {
+      layer->event_record(device, start, l.stream);
+    } catch (...) {
+      layer->event_destroy(device, start);
+      throw;
+    }
+    l.start = start;
   }
-  // the operation comes after what the caller's stream holds (in a capture:
-  // the communication stream joins it)
-  void *ready = layer->event_create(device);
-  layer->event_record(device, ready, l.caller);
-  layer->stream_wait(device, l.stream, ready);
-  layer->event_destroy(device, ready); /* the wait is enqueued: CUDA frees it once passed */
   return l;
 }
 
-std::shared_ptr<gpu_end> comm_streams::end(const launch &l, const std::vector<at::Tensor> &tensors,
+std::shared_ptr<gpu_end> comm_streams::end(launch &l, const std::vector<at::Tensor> &tensors,
                                            bool *stash) {
   gpu_layer *layer = l.layer;
-  // on the caller's own stream too: a tensor made on another one and
-  // dropped after the call must outlive the operation there as well
-  *stash = opts_.avoid_record_streams;
-  if (!*stash) layer->hold(l.device, l.stream, tensors);
-  void *ev = layer->event_create(l.device);
+  void *start = l.start;
+  l.start = nullptr; /* the gpu_end's, or destroyed here */
+  void *ev = nullptr;
   try {
+    // on the caller's own stream too: a tensor made on another one and
+    // dropped after the call must outlive the operation there as well
+    *stash = opts_.avoid_record_streams;
+    if (!*stash) layer->hold(l.device, l.stream, tensors);
+    ev = layer->event_create(l.device, start != nullptr);
     layer->event_record(l.device, ev, l.stream);
   } catch (...) {
-    layer->event_destroy(l.device, ev);
+    if (ev != nullptr) layer->event_destroy(l.device, ev);
+    if (start != nullptr) layer->event_destroy(l.device, start);
     throw;
   }
-  return std::make_shared<gpu_end>(layer, l.device, ev, l.captured);
+  return std::make_shared<gpu_end>(layer, l.device, ev, start, l.captured);
 }
 
 // --- the recording fake ---
@@ -118,7 +166,7 @@ class fake_layer final : public gpu_layer {
     int capture = 0;       /* the capture it is in */
     bool origin = false;   /* the stream the capture began on */
     uint64_t pos = 0;      /* work enqueued on it so far */
-    uint64_t joined = 0;   /* the point of it a captured stream waited for */
+    int64_t joined = 0;    /* the point of it a captured stream waited for */
     bool stalled = false;
   };
   struct event {
@@ -128,6 +176,13 @@ class fake_layer final : public gpu_layer {
     int capture = 0;
     bool pending = false;
     bool recorded = false;
+    bool timing = false;
+    int64_t passed_ns = 0; /* when the fake GPU passed it (steady clock) */
+  };
+  struct capture {
+    std::thread::id thread; /* the one that began it */
+    capture_mode mode = capture_global;
+    bool invalidated = false;
   };
 
   void *current_stream(int device) override {
@@ -145,11 +200,12 @@ class fake_layer final : public gpu_layer {
     log_.push_back("stream_create " + s.name + (high_priority ? " high" : " normal"));
     return to_handle(id);
   }
-  void *event_create(int device) override {
+  void *event_create(int device, bool timing) override {
     check_device(device);
     std::lock_guard<std::mutex> lk(mu_);
     uintptr_t id = next_++;
     events_[id].name = "ev" + std::to_string(++event_count_);
+    events_[id].timing = timing;
     return to_handle(id);
   }
   void event_destroy(int, void *e) override {
@@ -168,6 +224,7 @@ class fake_layer final : public gpu_layer {
     ev.capture = st.capture;
     ev.pending = st.stalled;
     ev.recorded = true;
+    if (!ev.pending) ev.passed_ns = now_ns();
     log_.push_back("record " + ev.name + " " + st.name);
   }
   void stream_wait(int, void *s, void *e) override {
@@ -175,12 +232,16 @@ class fake_layer final : public gpu_layer {
     event &ev = events_.at(of_handle(e));
     stream &st = streams_.at(of_handle(s));
     log_.push_back("wait " + st.name + " " + ev.name);
-    if (ev.capture != 0) {
-      // a stream that waits for a captured event is taken into the capture;
-      // one in it that waits for another's latest point joins that one back
-      if (st.capture == 0) st.capture = ev.capture;
+    if (ev.capture != 0 && captures_.count(ev.capture) != 0) {
+      // a stream that waits for a captured event is taken into the capture,
+      // to be joined back even if nothing more is enqueued there; one in it
+      // that waits for another's latest point joins that one back
+      if (st.capture == 0) {
+        st.capture = ev.capture;
+        st.joined = (int64_t)st.pos - 1;
+      }
       stream &from = streams_.at(ev.stream);
-      if (st.capture == ev.capture && ev.pos >= from.pos) from.joined = ev.pos;
+      if (st.capture == ev.capture && ev.pos >= from.pos) from.joined = (int64_t)ev.pos;
     }
   }
   bool event_query(int, void *e) override {
@@ -188,6 +249,7 @@ class fake_layer final : public gpu_layer {
     event &ev = events_.at(of_handle(e));
     TORCH_CHECK(ev.capture == 0, "weft fake GPU: a query of ", ev.name,
                 ", recorded in a capture (CUDA invalidates the capture)");
+    check_unsafe_call("query", ev);
     log_.push_back("query " + ev.name + (ev.pending ? " pending" : " done"));
     return !ev.pending;
   }
@@ -196,8 +258,25 @@ class fake_layer final : public gpu_layer {
     const uintptr_t id = of_handle(e);
     TORCH_CHECK(events_.at(id).capture == 0, "weft fake GPU: a synchronize of ",
                 events_.at(id).name, ", recorded in a capture");
+    check_unsafe_call("sync", events_.at(id));
     log_.push_back("sync " + events_.at(id).name);
     cv_.wait(lk, [&] { return !events_.at(id).pending; });
+  }
+  float event_elapsed_ms(int, void *start, void *end) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    const event &a = events_.at(of_handle(start)), &b = events_.at(of_handle(end));
+    for (const event *ev : {&a, &b}) {
+      TORCH_CHECK(ev->timing, "weft fake GPU: ", ev->name, " was made without timing");
+      TORCH_CHECK(ev->recorded && ev->capture == 0, "weft fake GPU: ", ev->name,
+                  " is not recorded, or recorded in a capture");
+      TORCH_CHECK(!ev->pending, "weft fake GPU: ", ev->name, " is pending (cudaErrorNotReady)");
+    }
+    return (float)(b.passed_ns - a.passed_ns) / 1e6f;
+  }
+  capture_mode exchange_capture_mode(capture_mode mode) override {
+    const capture_mode was = mode_;
+    mode_ = mode;
+    return was;
   }
   bool capturing(int, void *s) override {
     std::lock_guard<std::mutex> lk(mu_);
@@ -259,35 +338,83 @@ class fake_layer final : public gpu_layer {
     const uintptr_t id = by_name(name, false);
     TORCH_CHECK(id != 0, "weft fake GPU: no stream ", name);
     streams_.at(id).stalled = stalled;
-    if (!stalled)
+    if (!stalled) {
+      const int64_t now = now_ns();
       for (auto &e : events_)
-        if (e.second.stream == id) e.second.pending = false;
+        if (e.second.stream == id && e.second.pending) {
+          e.second.pending = false;
+          e.second.passed_ns = now;
+        }
+    }
     cv_.notify_all();
   }
-  void capture_begin() {
+  void capture_begin(const std::string &mode) {
     std::lock_guard<std::mutex> lk(mu_);
+    capture c;
+    c.thread = std::this_thread::get_id();
+    if (mode == "global")
+      c.mode = capture_global;
+    else if (mode == "thread_local")
+      c.mode = capture_thread_local;
+    else if (mode == "relaxed")
+      c.mode = capture_relaxed;
+    else
+      TORCH_CHECK(false, "weft fake GPU: capture mode ", mode, " (global, thread_local, relaxed)");
     stream &s = streams_.at(current());
     TORCH_CHECK(s.capture == 0, "weft fake GPU: ", s.name, " is already capturing");
     s.capture = ++capture_count_;
     s.origin = true;
-    s.joined = s.pos;
+    s.joined = (int64_t)s.pos;
+    captures_[s.capture] = c;
   }
   std::string capture_end() {
     std::lock_guard<std::mutex> lk(mu_);
     stream &o = streams_.at(current());
     TORCH_CHECK(o.origin, "weft fake GPU: ", o.name, " is not capturing");
+    const int id = o.capture;
     std::string unjoined;
     for (auto &p : streams_) {
       stream &s = p.second;
-      if (s.capture != o.capture) continue;
-      if (!s.origin && s.pos > s.joined) unjoined += (unjoined.empty() ? "" : " ") + s.name;
+      if (s.capture != id) continue;
+      if (!s.origin && (int64_t)s.pos > s.joined)
+        unjoined += (unjoined.empty() ? "" : " ") + s.name;
       s.capture = 0;
       s.origin = false;
     }
+    const bool invalidated = captures_.at(id).invalidated;
+    captures_.erase(id);
+    TORCH_CHECK(!invalidated, "weft fake GPU: the capture on ", o.name, " was invalidated ",
+                "(cudaErrorStreamCaptureInvalidated)");
     return unjoined;
   }
 
  private:
+  static int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  // A call CUDA deems unsafe during a capture (under mu_): refused, and the
+  // captures it conflicts with invalidated, where the calling thread's mode
+  // forbids it (gpu_layer::capture_mode).
+  void check_unsafe_call(const char *what, const event &ev) {
+    if (mode_ == capture_relaxed) return;
+    bool refused = false;
+    for (auto &p : captures_) {
+      capture &c = p.second;
+      if (c.mode == capture_relaxed) continue;
+      const bool own = c.thread == std::this_thread::get_id();
+      if (own || (mode_ == capture_global && c.mode == capture_global)) {
+        c.invalidated = true;
+        refused = true;
+      }
+    }
+    if (!refused) return;
+    log_.push_back(std::string(what) + " " + ev.name + " refused");
+    TORCH_CHECK(false, "weft fake GPU: a ", what, " of ", ev.name, " while a graph capture is ",
+                "open, in a capture mode that forbids it (cudaErrorStreamCaptureUnsupported; ",
+                "the capture is invalidated)");
+  }
   static void check_device(int device) {
     TORCH_CHECK(device == 0, "weft fake GPU: device ", device, " (the fake has device 0 only)");
   }
@@ -321,12 +448,15 @@ class fake_layer final : public gpu_layer {
   std::vector<std::string> log_;
   std::map<uintptr_t, stream> streams_;
   std::map<uintptr_t, event> events_;
+  std::map<int, capture> captures_; /* those in progress */
   uintptr_t next_ = 16, default_ = 0;
   static thread_local uintptr_t current_;
+  static thread_local capture_mode mode_; /* the thread's, global at first as CUDA's */
   int comm_count_ = 0, event_count_ = 0, capture_count_ = 0;
 };
 
 thread_local uintptr_t fake_layer::current_ = 0;
+thread_local gpu_layer::capture_mode fake_layer::mode_ = gpu_layer::capture_global;
 
 std::atomic<bool> fake_on{false};
 
@@ -352,7 +482,7 @@ void gpu_fake_stall(const std::string &name, bool stalled, int release_after_ms)
       fake().stall(name, false);
     }).detach();
 }
-void gpu_fake_capture_begin() { fake().capture_begin(); }
+void gpu_fake_capture_begin(const std::string &mode) { fake().capture_begin(mode); }
 std::string gpu_fake_capture_end() { return fake().capture_end(); }
 
 }  // namespace torch_weft

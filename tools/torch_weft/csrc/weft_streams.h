@@ -20,9 +20,15 @@
 //   4. Work.wait() and synchronize() make the caller's current stream wait
 //      for the end event; is_completed() queries it; a blocking wait also
 //      waits on the host.
+// A start event, recorded on the communication stream right before step 2,
+// times the operation on the GPU (Work.get_duration(), the flight
+// recorder's "started" state).
 // While a CUDA graph captures the caller's stream, step 1 forks the
 // communication stream into the capture and the wait of step 4 joins it
-// back (the graph holds the operation; nothing asks the host about it).
+// back (the graph holds the operation; nothing asks the host about it, and
+// it has no start event). Events of operations issued before the capture
+// are asked about under the relaxed capture mode (capture_mode_relaxed):
+// in CUDA's default mode a query from any thread would invalidate it.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -42,11 +48,20 @@ namespace torch_weft {
 class gpu_layer {
  public:
   virtual ~gpu_layer() = default;
+  // How a thread's calls that CUDA deems unsafe during a graph capture
+  // (an event query, a synchronize) meet the captures in progress
+  // (cudaStreamCaptureMode, same values): global, CUDA's default, refuses
+  // them, and invalidates the capture, while this thread captures or any
+  // thread captures in global mode; thread_local only while this thread
+  // captures; relaxed never (an event recorded in a capture still cannot
+  // be asked about).
+  enum capture_mode { capture_global = 0, capture_thread_local = 1, capture_relaxed = 2 };
   // The calling thread's current stream of device.
   virtual void *current_stream(int device) = 0;
   // A stream for a group's communication on device.
   virtual void *stream_create(int device, bool high_priority) = 0;
-  virtual void *event_create(int device) = 0;
+  // timing: the event can be an end of event_elapsed_ms (costs a timestamp).
+  virtual void *event_create(int device, bool timing) = 0;
   virtual void event_destroy(int device, void *event) = 0;
   virtual void event_record(int device, void *event, void *stream) = 0;
   // stream waits (on the GPU) until the GPU has passed event.
@@ -55,6 +70,11 @@ class gpu_layer {
   virtual bool event_query(int device, void *event) = 0;
   // Waits on the host until the GPU has passed event.
   virtual void event_synchronize(int device, void *event) = 0;
+  // Milliseconds between two timing events the GPU has passed.
+  virtual float event_elapsed_ms(int device, void *start, void *end) = 0;
+  // Sets the calling thread's capture mode; returns the one it had
+  // (cudaThreadExchangeStreamCaptureMode).
+  virtual capture_mode exchange_capture_mode(capture_mode mode) = 0;
   // Whether a graph is capturing stream.
   virtual bool capturing(int device, void *stream) = 0;
   // Keeps the allocator from giving the tensors' memory to other work
@@ -97,17 +117,42 @@ struct stream_options {
   static stream_options from_env();
 };
 
+// While it lives, the calling thread's capture mode is relaxed (put back
+// after): its queries of events that no capture holds leave a capture in
+// progress, on this thread or another, valid.
+class capture_mode_relaxed {
+ public:
+  explicit capture_mode_relaxed(gpu_layer *layer)
+      : layer_(layer), was_(layer->exchange_capture_mode(gpu_layer::capture_relaxed)) {}
+  ~capture_mode_relaxed();
+  capture_mode_relaxed(const capture_mode_relaxed &) = delete;
+  capture_mode_relaxed &operator=(const capture_mode_relaxed &) = delete;
+
+ private:
+  gpu_layer *layer_;
+  gpu_layer::capture_mode was_;
+};
+
 // The end of an operation on a stream: the point the caller's stream waits
-// for. Destroys its event when dropped.
+// for, and the start event recorded before it (none when captured).
+// Destroys its events when dropped. Every query runs in the relaxed
+// capture mode.
 class gpu_end {
  public:
-  gpu_end(gpu_layer *layer, int device, void *event, bool captured)
-      : layer_(layer), device_(device), event_(event), captured_(captured) {}
+  gpu_end(gpu_layer *layer, int device, void *event, void *start, bool captured)
+      : layer_(layer), device_(device), event_(event), start_(start), captured_(captured) {}
   ~gpu_end();
   gpu_end(const gpu_end &) = delete;
   gpu_end &operator=(const gpu_end &) = delete;
   // Whether the GPU has passed it (not to be asked when captured).
   bool done();
+  // Whether the GPU has reached the operation (passed its start event);
+  // false without one.
+  bool started();
+  // Whether it has a start event (get_duration()).
+  bool timed() const { return start_ != nullptr; }
+  // Milliseconds from the start event to the end, both passed.
+  float elapsed_ms();
   // Recorded while a graph captured the caller's stream: the GPU passes it
   // when the graph runs.
   bool captured() const { return captured_; }
@@ -121,6 +166,7 @@ class gpu_end {
   gpu_layer *layer_;
   int device_;
   void *event_;
+  void *start_;
   bool captured_;
 };
 
@@ -142,15 +188,17 @@ class comm_streams {
     void *stream = nullptr; /* where the operation runs */
     void *caller = nullptr; /* the caller's current stream */
     bool captured = false;  /* a graph captures the caller's stream */
+    void *start = nullptr;  /* its start event, until end() takes it */
   };
   // Step 1: the stream for an operation on device, ordered after the
-  // caller's current stream.
+  // caller's current stream, and the operation's start event recorded
+  // there (unless captured). Each launch begun is to be ended (end()),
+  // whatever happens to the operation.
   launch begin(gpu_layer *layer, int device);
-  // Step 3: the end event of the operation begun as l; the tensors are
-  // recorded on its stream, unless stash is set, which says that the Work
-  // must keep them until it is done.
-  std::shared_ptr<gpu_end> end(const launch &l, const std::vector<at::Tensor> &tensors,
-                               bool *stash);
+  // Step 3: the end event of the operation begun as l, which takes l's
+  // start event; the tensors are recorded on its stream, unless stash is
+  // set, which says that the Work must keep them until it is done.
+  std::shared_ptr<gpu_end> end(launch &l, const std::vector<at::Tensor> &tensors, bool *stash);
 
  private:
   stream_options opts_;
@@ -164,18 +212,25 @@ class comm_streams {
 // logic is a line of its log: "stream_create comm1 high|normal",
 // "record ev3 default", "wait comm1 ev3", "destroy ev3", "run allreduce
 // comm1", "hold comm1 2", "future comm1", "query ev4 done|pending",
-// "sync ev4". A stalled stream's events stay pending until it is released.
-// A capture (begin/end) on the caller's current stream takes in the streams
-// that wait for its events; its end says which of them were not joined
-// back (as CUDA fails cudaStreamEndCapture), and a query of a captured
-// event throws (it would invalidate the capture).
+// "sync ev4". A stalled stream's events stay pending until it is released;
+// an event's time (event_elapsed_ms) is when the fake GPU passed it: its
+// record, or its stream's release. A capture (begin/end) on the caller's
+// current stream, in a capture mode as CUDA's (global by default, as
+// torch.cuda.graph's), takes in the streams that wait for its events; its
+// end says which of them were not joined back (as CUDA fails
+// cudaStreamEndCapture). A query or synchronize of a captured event throws;
+// so does one that the calling thread's capture mode (exchange_capture_mode)
+// forbids while a capture is open ("query ev4 refused"), which also
+// invalidates the capture, and the capture's end then throws, as
+// cudaStreamEndCapture fails with cudaErrorStreamCaptureInvalidated.
 void gpu_fake_enable(bool on);
 std::vector<std::string> gpu_fake_log(); /* and clears it */
 void gpu_fake_set_stream(const std::string &name);
 // release_after_ms > 0 with stalled: released that long after, from a
 // thread of the fake (the caller meanwhile blocked in a wait, say).
 void gpu_fake_stall(const std::string &name, bool stalled, int release_after_ms = 0);
-void gpu_fake_capture_begin();
+// mode: "global", "thread_local" or "relaxed"
+void gpu_fake_capture_begin(const std::string &mode = "global");
 std::string gpu_fake_capture_end(); /* "" or what was left unjoined */
 
 }  // namespace torch_weft

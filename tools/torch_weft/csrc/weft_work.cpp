@@ -92,6 +92,8 @@ void p2p_lane::loop() {
 bool WeftWork::poll_gpu() {
   if (Work::isCompleted()) return true;
   const bool done = gpu_->done();
+  // the flight recorder's "started": once the GPU has reached it
+  if (!done && started_ns_.load() == 0 && gpu_->started()) mark_started();
   if (std::exception_ptr e = async_error_()) {
     finish_once(e);
     return true;
@@ -171,10 +173,20 @@ void WeftWork::synchronize() {
 c10::intrusive_ptr<c10::ivalue::Future> WeftWork::getFuture() { return future_; }
 
 float WeftWork::getDuration() const {
-  const int64_t start = started_ns_.load(), end = ended_ns_.load();
-  TORCH_CHECK(end != 0 && start != 0, "weft: get_duration() is known once the work has ",
-              "completed (wait() for it first)");
-  return (float)(end - start) / 1e6f;
+  gpu_end *g = gpu();
+  if (g == nullptr) {
+    const int64_t start = started_ns_.load(), end = ended_ns_.load();
+    TORCH_CHECK(end != 0 && start != 0, "weft: get_duration() is known once the work has ",
+                "completed (wait() for it first)");
+    return (float)(end - start) / 1e6f;
+  }
+  TORCH_CHECK(!g->captured() && g->timed(), "weft: get_duration() of an operation captured ",
+              "into a CUDA graph: it runs, and is timed, when the graph does");
+  TORCH_CHECK(!(finished_.load() && exception() != nullptr), "weft: get_duration() of an ",
+              "operation that failed");
+  // the GPU's time between its start and end events, once it is past both
+  g->synchronize();
+  return g->elapsed_ms();
 }
 
 }  // namespace torch_weft

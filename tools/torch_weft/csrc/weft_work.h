@@ -79,11 +79,14 @@ class WeftWork : public c10d::Work {
   // it on the caller's thread (p2p_op).
   void set_p2p(const std::shared_ptr<p2p_op> &op) { p2p_ = op; }
 
-  // The time from the operation's start to its end, in milliseconds, once
-  // it is complete (weft times every operation; NCCL only with timing on).
+  // The time from the operation's start to its end, in milliseconds (weft
+  // times every operation; NCCL only with timing on): on the host, once it
+  // is complete; on a CUDA stream, between its start and end events, once
+  // the GPU is past it (waited for here).
   float getDuration() const override;
-  // Called when the operation starts to run (a send or receive: when it is
-  // queued on the host stream).
+  // Called when the operation starts to run: a host one when it runs (a
+  // send or receive: when it is queued on the host stream), one on a CUDA
+  // stream when a look (poll_gpu) finds its start event passed.
   void mark_started() {
     if (started_ns_.load() == 0) {
       started_ns_ = now_ns();
@@ -105,7 +108,7 @@ class WeftWork : public c10d::Work {
   // Called by the worker once the operation has run (exception: its failure).
   void complete(std::exception_ptr exception) {
     ended_ns_ = now_ns();
-    flight_done(exception == nullptr);
+    flight_done(exception == nullptr, host_duration_ms());
     finish(exception);
     if (exception)
       future_->setError(exception);
@@ -136,6 +139,19 @@ class WeftWork : public c10d::Work {
     gpu_ready_.store(true, std::memory_order_release); /* the fields above, published */
   }
 
+  // On a CUDA stream: whether it keeps the caller's tensors (stashed), which
+  // a failure leaves held until a wait orders the caller's stream after it.
+  bool holds_stash() {
+    if (gpu() == nullptr) return false;
+    std::lock_guard<std::mutex> lk(stash_mu_);
+    return !stash_.empty();
+  }
+  // On a CUDA stream: whether the GPU is past it (a query; true for none).
+  bool gpu_passed() {
+    gpu_end *g = gpu();
+    return g == nullptr || g->done();
+  }
+
  private:
   // The operation's end on the GPU once complete_on_gpu has published it
   // (the watchdog's thread looks at the Work from its issue on), else NULL.
@@ -143,17 +159,32 @@ class WeftWork : public c10d::Work {
     return gpu_ready_.load(std::memory_order_acquire) ? gpu_.get() : nullptr;
   }
   bool poll_gpu();
-  void flight_done(bool ok) {
-    if (flight_ids_.empty()) return;
+  // The operation's time on the host, from its start to its end (-1: it
+  // did not start).
+  float host_duration_ms() const {
     const int64_t started = started_ns_.load();
-    flight_recorder::get().completed(
-        flight_ids_, ok, started != 0 ? (float)(ended_ns_.load() - started) / 1e6f : -1.0f);
+    return started != 0 ? (float)(ended_ns_.load() - started) / 1e6f : -1.0f;
+  }
+  void flight_done(bool ok, float duration_ms) {
+    if (flight_ids_.empty()) return;
+    flight_recorder::get().completed(flight_ids_, ok, duration_ms);
   }
   std::vector<int64_t> flight_ids_;
   void finish_once(std::exception_ptr exception) {
     if (!finished_.exchange(true)) {
       ended_ns_ = now_ns();
-      flight_done(exception == nullptr);
+      // on a CUDA stream, once the GPU is past it: its time there
+      float ms = -1.0f;
+      gpu_end *g = gpu();
+      if (g == nullptr) {
+        ms = host_duration_ms();
+      } else if (exception == nullptr && g->timed()) {
+        try {
+          ms = g->elapsed_ms();
+        } catch (const std::exception &) { /* a CUDA error: the recorder goes without */
+        }
+      }
+      flight_done(exception == nullptr, ms);
       finish(exception);
     }
     // after a failure (the communicator's error, a wait's timeout) the GPU
@@ -228,6 +259,11 @@ struct task {
   /* a task with a send or receive run on the worker (a block of both kinds,
    * a receive from any source): its number among them, from 1; 0: none */
   uint64_t holder = 0;
+  /* on a CUDA stream, once run there: its end, whether its Works keep the
+   * tensors (stash), and a future per Work (none after a failure) */
+  std::shared_ptr<gpu_end> end;
+  bool stash = false;
+  std::vector<c10::intrusive_ptr<c10::ivalue::Future>> futures;
   // Whether a step is a send or receive on host memory (op_step::p2p).
   bool has_p2p() const {
     for (const auto &s : steps)
