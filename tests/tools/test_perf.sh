@@ -31,9 +31,9 @@ else
   bad main_job "exit $?: $(tail -5 "$tmp/main")"
 fi
 
-# every datatype and op on 3 ranks, odd sizes
+# every datatype and op (mulsum among them) on 3 ranks, odd sizes
 if timeout 300 "$weftrun" -n 3 "$perf" -b 1 -e 100K -f 7 -d all -o all -n 1 -w 0 >"$tmp/all" 2>&1; then
-  check_table all_types_ops "$tmp/all" $((12 * 5 * 6))
+  check_table all_types_ops "$tmp/all" $((12 * 6 * 6))
 else
   bad all_types_ops "exit $?: $(tail -5 "$tmp/all")"
 fi
@@ -116,7 +116,7 @@ else bad threads_gpus_flags "$(tail -2 "$tmp/tg" "$tmp/g2")"; fi
 
 # -J stays JSON where a row has no bytes and the bound allows 0 us (one rank)
 if timeout 60 "$weftrun" -n 1 "$perf" -b 1 -e 64 -f 8 -n 1 -w 0 -B 1 -J "$tmp/zero.json" >/dev/null 2>&1 &&
-   python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["rows"][0]["size_bytes"]==0, d' \
+   python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["results"][0]["size"]==0, d' \
      "$tmp/zero.json" 2>"$tmp/zero.err"; then ok json_finite
 else bad json_finite "$(cat "$tmp/zero.err"; grep -o '.\{30\}nan.\{10\}' "$tmp/zero.json" | head -2)"; fi
 
@@ -158,18 +158,22 @@ if [ "$rc" = 2 ]; then ok bad_memory_kind; else bad bad_memory_kind "exit $rc, w
 if timeout 120 "$weftrun" -n 2 "$perf" -b 8 -e 1M -f 4 -z 0 -G 2 -J "$tmp/run.json" -P 1 -n 3 -w 1 \
     >"$tmp/flags" 2>"$tmp/flags.err"; then
   check_table nonblocking "$tmp/flags" 9
-  if grep -q -- "-G 2 ignored" "$tmp/flags" && grep -q "blocking 0" "$tmp/flags"; then ok graph_note
-  else bad graph_note "no -G note or blocking 0 in the header"; fi
+  if grep -q -- "-G 2 ignored" "$tmp/flags" && ! grep -q "Blocking Enabled" "$tmp/flags"; then
+    ok graph_note
+  else bad graph_note "no -G note, or a Blocking line for -z 0"; fi
   progress=$(grep -c "all_reduce_perf: [0-9]*/9 rows" "$tmp/flags.err")
   if [ "$progress" = 9 ]; then ok progress; else bad progress "$progress progress lines, want 9"; fi
   if python3 - "$tmp/run.json" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))
-rows = doc["rows"]
-assert doc["nranks"] == 2 and doc["complete"] and doc["out_of_bounds"] == 0, doc
-assert [r["size_bytes"] for r in rows] == [8 * 4 ** k for k in range(9)], rows
-assert all(r["out_of_place"]["wrong"] == 0 and r["in_place"]["wrong"] == 0 for r in rows)
-assert all(r["out_of_place"]["time_us"] > 0 and r["in_place"]["busbw_GBps"] >= 0 for r in rows)
+rows = doc["results"]
+assert doc["version"] == 3 and len(doc["config"]["devices"]) == 2, doc
+assert doc["weft"]["complete"] == "true" and doc["out_of_bounds"]["count"] == 0, doc
+assert doc["config"]["blocking_collectives"] == "false", doc["config"]
+assert [r["size"] for r in rows] == [8 * 4 ** k for k in range(9)], rows
+assert all(r["out_of_place"]["nwrong"] == 0 and r["in_place"]["nwrong"] == 0 for r in rows)
+assert all(r["out_of_place"]["time"] > 0 and r["in_place"]["bus_bw"] >= 0 for r in rows)
+assert all(r["root"] == "    -1" and r["actual_iterations"] == 3 for r in rows)
 PY
   then ok json; else bad json "$(head -c 300 "$tmp/run.json")"; fi
 else
@@ -270,6 +274,259 @@ assert len(lines) == 2, len(lines)
 assert all(len(l.getAttribute("points").split()) == 9 for l in lines)
 PY
 then ok plot; else bad plot "$(cat "$tmp/plot.log")"; fi
+
+# ---- nccl-tests' flags, output and exit statuses (its src/common.cu, util.cu)
+
+rows_of() { grep -E '^ *[0-9]+ +[0-9]+ ' "$1"; } # a --no-prefix table's rows
+
+# every flag of nccl-tests' getopt table, short and long, with its value
+# syntax: taken, and the run's rows all right
+flags_bad=""
+while IFS= read -r flags; do
+  [ -n "$flags" ] || continue
+  tool=$perf
+  case $flags in "-r "* | "--root "*) tool=$tools/broadcast_perf ;; esac
+  flags=${flags//@/$tmp}
+  # shellcheck disable=SC2086
+  timeout 60 "$weftrun" --no-prefix -n 2 "$tool" -b 8 -e 64 -f 8 -n 2 -w 1 $flags >"$tmp/flag" 2>&1
+  rc=$?
+  if [ "$rc" != 0 ] || [ "$(rows_of "$tmp/flag" | wc -l)" -lt 1 ] ||
+     ! grep -q "Out of bounds values : 0 OK" "$tmp/flag"; then
+    flags_bad="$flags_bad [$flags: exit $rc $(grep -m1 -E 'bad value|invalid|unrecognized|FAILED|failure' "$tmp/flag")]"
+  fi
+done <<'FLAGS'
+-t 1
+-g 1
+-b 16
+-e 32
+-i 8
+-f 2
+-n 3
+-m 2
+-w 0
+-N 2
+-p 1
+-c 2
+-o mulsum
+-d int32
+-r 1
+-r -1
+-z 0
+-z 1
+-z 2
+-z 3
+-y 1
+-y 1 -z 0
+-T 10
+-G 1
+-C 1
+-S 1
+-J @/short.json
+-a 0
+-a 3
+-R 1
+-R 2
+-x 1
+-D 0
+-V 16
+-M 1
+-M host
+-u 1
+-I 1
+-I 1 -K 1
+-I 1 -z 0
+--nthreads 1
+--ngpus 1
+--minbytes 16
+--maxbytes 32
+--stepbytes 8
+--stepfactor 2
+--iters 3
+--agg_iters 2
+--warmup_iters 0
+--run_cycles 2
+--parallel_init 1
+--check 2
+--op prod
+--datatype half
+--root 1
+--blocking 3
+--stream_null 1
+--timeout 10
+--cudagraph 1
+--report_cputime 1
+--report_timestamps 1
+--output_file @/long.json
+--average 2
+--local_register 1
+--cta_policy 2
+--device_implementation 0
+--device_cta_count 200
+--memory 1
+--unalign 3
+--per_iter_timing 1
+--per_iter_skip 0
+FLAGS
+if [ -z "$flags_bad" ]; then ok nccl_tests_flags_taken; else bad nccl_tests_flags_taken "$flags_bad"; fi
+
+# -D: nccl-tests' answers, exit 2 without -R 2, 5 with it (no device kernels here)
+"$perf" -D 1 -b 8 -e 8 >"$tmp/d1" 2>&1
+rc1=$?
+"$perf" -D 1 -R 2 -b 8 -e 8 >"$tmp/d2" 2>&1
+rc2=$?
+if [ "$rc1" = 2 ] && grep -q "requires enabling symmetric memory registration" "$tmp/d1" &&
+   [ "$rc2" = 5 ] && grep -q "Device implementation 1 is not supported by this test" "$tmp/d2"
+then ok device_impl_refused; else bad device_impl_refused "exit $rc1 and $rc2"; fi
+
+# what the flags print: -N cycles the sweep, -z its Blocking line, -c N its
+# validation count, -u its unalign field, -C its cputime heads, -S a
+# timestamp, -I four columns a side, -M 1 the memory line
+run2() { # file args...: 2 ranks, 8 B to 64 B
+  local out=$1
+  shift
+  timeout 60 "$weftrun" --no-prefix -n 2 "$perf" -b 8 -e 64 -f 8 -n 2 -w 1 "$@" >"$out" 2>&1
+}
+what=""
+run2 "$tmp/n3" -N 3 || what="$what -N3:exit"
+[ "$(rows_of "$tmp/n3" | wc -l)" = 6 ] || what="$what -N3:rows"
+for z in 0 1 2 3; do
+  run2 "$tmp/z$z" -z $z || what="$what -z$z:exit"
+done
+grep -q "Blocking" "$tmp/z0" && what="$what -z0:line"
+grep -q "^# Blocking Enabled: wait and barrier after each inner iteration (-m) $" "$tmp/z1" ||
+  what="$what -z1:line"
+grep -q "^# Blocking Enabled: wait after each inner iteration (-m), no barrier $" "$tmp/z2" ||
+  what="$what -z2:line"
+grep -q "^# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier $" \
+  "$tmp/z3" || what="$what -z3:line"
+run2 "$tmp/c3" -c 3 -u 3 -d all || what="$what -c3:exit"
+grep -q "validation: 3 graph: 0 unalign: 3$" "$tmp/c3" || what="$what -c3:header"
+run2 "$tmp/cpu" -C 1 || what="$what -C:exit"
+[ "$(grep -E '^# +size' "$tmp/cpu" | grep -o cputime | wc -l)" = 2 ] || what="$what -C:heads"
+run2 "$tmp/ts" -S 1 || what="$what -S:exit"
+rows_of "$tmp/ts" | awk 'NF != 15 || $14 !~ /^20[0-9][0-9]-[01][0-9]-[0-3][0-9]$/ {bad = 1} END {exit bad}' ||
+  what="$what -S:column"
+grep -E '^# +size' "$tmp/ts" | grep -q ' timestamp$' || what="$what -S:head"
+rm -f "$tmp/iter.json"
+run2 "$tmp/iter" -I 1 -n 5 -K 1 -J "$tmp/iter.json" || what="$what -I:exit"
+rows_of "$tmp/iter" | awk 'NF != 21 {bad = 1} END {exit bad}' || what="$what -I:columns"
+python3 - "$tmp/iter.json" <<'PY' || what="$what -I:json"
+import json, sys
+doc = json.load(open(sys.argv[1]))
+for r in doc["results"]:
+    for side in ("out_of_place_per_iter", "in_place_per_iter"):
+        it = r[side]
+        assert len(it["times_us"]) == 5 and it["skipped_iterations"] == 1, it
+        assert len(it["per_process_max_times_us"]) == 2, it
+        assert it["min_us"] <= it["p50_us"] <= it["max_us"], it
+PY
+run2 "$tmp/mem" -M 1 || what="$what -M1:exit"
+grep -qE '^# Host memory usage    : Initialization [0-9.]+ [KMG]?B \| User-Allocated [0-9.]+ [KMG]?B \| Collective -?[0-9.]+ [KMG]?B \| Total  [0-9.]+ [KMG]?B$' \
+  "$tmp/mem" || what="$what -M1:line"
+if [ -z "$what" ]; then ok nccl_tests_flag_effects; else bad nccl_tests_flag_effects "$what"; fi
+
+# nccl-tests' header: its version line, its nThread line (unalign last), and
+# "# Using devices" with one line per rank in the shape its JSON writer parses
+# ("#  Rank %d Group %d Pid %d on %s device %d [%[^]]] %[^\n]"); every row 118
+# characters wide, as nccl-tests' columns make it
+timeout 60 "$weftrun" --no-prefix -n 3 "$perf" -b 8 -e 64K -f 8 -n 2 -w 1 >"$tmp/head" 2>&1
+if python3 - "$tmp/head" <<'PY'
+import re, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert re.fullmatch(r"# nccl-tests version [0-9.]+ nccl-headers=\d+ nccl-library=\d+", lines[0]), lines[0]
+assert lines[1] == "# Collective test starting: all_reduce_perf", lines[1]
+assert re.fullmatch(r"# nThread 1 nGpus 1 minBytes 8 maxBytes 65536 step: 8\(factor\) warmup iters: 1 "
+                    r"iters: 2 agg iters: 1 validation: 1 graph: 0 unalign: 0", lines[2]), lines[2]
+at = lines.index("# Using devices")
+rank = re.compile(r"#  Rank +(\d+) Group +(\d+) Pid +(\d+) on +(\S+) device +(-?\d+) \[([^]]+)\] (.+)")
+ranks = [rank.fullmatch(l) for l in lines[at + 1:at + 4]]
+assert all(ranks) and [int(m.group(1)) for m in ranks] == [0, 1, 2], lines[at:at + 4]
+assert len({m.group(3) for m in ranks}) == 3 and lines[at + 4].startswith("#"), lines[at:at + 5]
+rows = [l for l in lines if re.match(r" *\d+ +\d+ ", l)]
+assert len(rows) == 5 and all(len(l) == 118 for l in rows), [len(l) for l in rows]
+assert lines[-3:] == ["# Collective test concluded: all_reduce_perf", "#", ""], lines[-3:]
+PY
+then ok nccl_tests_header; else bad nccl_tests_header "$(head -12 "$tmp/head")"; fi
+
+# numbers too wide for a column are narrowed as nccl-tests narrows them (no
+# decimals, then an exponent): one rank's in-place broadcast of 64 MiB moves
+# nothing, so its algbw runs to 10^5 GB/s and more, yet the row keeps its 116
+# characters (118 less the two that -c 0's N/A takes away)
+timeout 60 "$weftrun" --no-prefix -n 1 "$tools/broadcast_perf" -b 64M -e 64M -c 0 -n 3 -w 1 \
+  >"$tmp/wide" 2>&1
+row=$(rows_of "$tmp/wide")
+if [ "${#row}" = 116 ] && echo "$row" | awk '{exit !(NF == 13 && $11 + 0 >= 100000)}'; then
+  ok number_narrowing
+else bad number_narrowing "${#row} characters: $row"; fi
+
+# exit statuses as nccl-tests': 7 and a " .. <host> pid <N>: Test failure"
+# line for a wrong value (ranks given different -o fill different inputs;
+# sendrecv takes no op, so the library sees no disagreement and the receivers'
+# checks fail), 3 and "Test NCCL failure" for a weft error (a root out of
+# range), 4 and "Test timeout" when a peer stops (SIGSTOP) past -T
+timeout 60 "$weftrun" --no-prefix -n 2 sh -c 'op=sum; [ "$WEFT_RANK" = 1 ] && op=prod; exec "$0" -b 64 -e 256 -f 4 -n 1 -w 0 -o $op' \
+  "$tools/sendrecv_perf" >"$tmp/wrong" 2>&1
+rc=$?
+if [ "$rc" = 7 ] && grep -qE '^ \.\. \S+ pid [0-9]+: Test failure \S+:[0-9]+$' "$tmp/wrong" &&
+   grep -q "^# Out of bounds values : 4 FAILED$" "$tmp/wrong"; then ok exit_wrong_value
+else bad exit_wrong_value "exit $rc: $(grep -E 'Out of|failure' "$tmp/wrong")"; fi
+timeout 60 "$weftrun" --no-prefix -n 2 "$tools/broadcast_perf" -r 5 -b 8 -e 8 -n 1 -w 0 >"$tmp/lib" 2>&1
+rc=$?
+if [ "$rc" = 3 ] && grep -qE "^\S+: Test NCCL failure \S+:[0-9]+ 'invalid argument / .*root 5" "$tmp/lib"
+then ok exit_library_error; else bad exit_library_error "exit $rc: $(grep -i failure "$tmp/lib")"; fi
+start=$(date +%s)
+timeout 60 "$weftrun" -n 2 sh -c '"$0" -T 1 -N 0 -b 1K -e 1K -n 100 -w 0 -P 0 >"$1.$WEFT_RANK" 2>&1 & pid=$!
+  if [ "$WEFT_RANK" = 1 ]; then sleep 1; kill -STOP $pid; sleep 4; kill -CONT $pid; fi; wait $pid' \
+  "$perf" "$tmp/stopped" >"$tmp/timeout" 2>&1
+rc=$?
+took=$(( $(date +%s) - start ))
+if [ "$rc" = 4 ] && [ "$took" -lt 30 ] && grep -qE '^\S+: Test timeout \(1s\) \S+:[0-9]+$' "$tmp/stopped.0"
+then ok exit_timeout; else bad exit_timeout "exit $rc after ${took}s: $(grep -h -i -E 'timeout|failure' "$tmp"/stopped.*)"; fi
+
+# NCCL_TESTS_MIN_BW: the average busbw line ends OK or FAILED (below 0.9 of
+# it), FAILED exits 7; without it the line has no verdict
+verdicts=""
+for min in 0.000001 1000000; do
+  NCCL_TESTS_MIN_BW=$min timeout 60 "$weftrun" --no-prefix -n 2 "$perf" -b 1K -e 4K -f 4 -n 2 -w 1 \
+    >"$tmp/minbw" 2>&1
+  verdicts="$verdicts $?:$(grep '^# Avg bus bandwidth' "$tmp/minbw" | awk '{print $NF}')"
+done
+env -u NCCL_TESTS_MIN_BW timeout 60 "$weftrun" --no-prefix -n 2 "$perf" -b 1K -e 4K -f 4 -n 2 -w 1 \
+  >"$tmp/nominbw" 2>&1
+if [ "$verdicts" = " 0:OK 7:FAILED" ] && grep -qE '^# Avg bus bandwidth    : [0-9.e+-]+ $' "$tmp/nominbw"
+then ok min_bw; else bad min_bw "$verdicts; $(grep 'Avg bus' "$tmp/nominbw")"; fi
+
+# -r -1: every rank the root in turn, each checked
+roots_bad=""
+for t in broadcast reduce gather scatter; do
+  if timeout 60 "$weftrun" --no-prefix -n 3 "$tools/${t}_perf" -r -1 -b 96 -e 96 -n 1 -w 0 \
+      >"$tmp/roots" 2>&1; then
+    [ "$(rows_of "$tmp/roots" | awk '{print $5}' | tr '\n' ' ')" = "0 1 2 " ] &&
+      grep -q "Out of bounds values : 0 OK" "$tmp/roots" || roots_bad="$roots_bad $t"
+  else roots_bad="$roots_bad $t(exit $?)"; fi
+done
+if [ -z "$roots_bad" ]; then ok every_root; else bad every_root "$roots_bad"; fi
+
+# -o mulsum: inputs times 1 on even ranks and 2 on odd ones, summed, checked
+# against that (a plain sum would be wrong on every element rank 1 adds to)
+mulsum_bad=""
+for t in all_reduce reduce_scatter reduce; do
+  if timeout 120 "$weftrun" --no-prefix -n 3 "$tools/${t}_perf" -o mulsum -d all -b 24 -e 24K -f 32 \
+      -n 1 -w 0 >"$tmp/mulsum" 2>&1; then
+    [ "$(rows_of "$tmp/mulsum" | awk '$4 == "mulsum"' | wc -l)" = 36 ] &&
+      grep -q "Out of bounds values : 0 OK" "$tmp/mulsum" || mulsum_bad="$mulsum_bad $t"
+  else mulsum_bad="$mulsum_bad $t(exit $?)"; fi
+done
+if [ -z "$mulsum_bad" ]; then ok mulsum; else bad mulsum "$mulsum_bad"; fi
+
+# -J: only for a .json name; never over a file (FILE.0 next), saying where
+rm -f "$tmp/x.json"*
+run2 "$tmp/j1" -J "$tmp/x.json" && run2 "$tmp/j2" -J "$tmp/x.json" && run2 "$tmp/j3" -J "$tmp/x.txt"
+if grep -q "^# Writing JSON output to $tmp/x.json$" "$tmp/j1" &&
+   grep -q "^# Writing JSON output to $tmp/x.json.0$" "$tmp/j2" &&
+   python3 -c 'import json,sys; [json.load(open(f)) for f in sys.argv[1:]]' "$tmp/x.json" "$tmp/x.json.0" &&
+   [ ! -e "$tmp/x.txt" ] && grep -q "^# -J $tmp/x.txt ignored" "$tmp/j3"; then ok json_file
+else bad json_file "$(grep -h JSON "$tmp"/j[123]; echo "$tmp"/x.*)"; fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

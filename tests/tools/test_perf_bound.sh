@@ -74,11 +74,11 @@ for f in rows:
 if by != ({"copy", "round_trip"} if rt > 0 else {"copy"}):
     sys.exit("the sweep should reach both kinds of bound, got %s" % sorted(by))
 # the JSON: the same figures, and each percentage from its own time and bound
-bound = doc.get("bound") or {}
+bound = doc["weft"].get("bound") or {}
 if (abs((bound.get("round_trip_us") or 0.0) - rt) > 5e-4 + 1e-9
         or abs(bound.get("copy_rw_GBps", -1) - rw) > 6e-3):
     sys.exit("JSON bound %r, header %.3f us %.2f GB/s" % (bound, rt, rw))
-for row in doc["rows"]:
+for row in doc["results"]:
     for side, key in enumerate(("out_of_place", "in_place")):
         r = row[key]
         if traffic[side] is None:
@@ -87,7 +87,7 @@ for row in doc["rows"]:
             continue
         if r["bound_by"] not in ("copy", "round_trip") or r["bound_us"] <= 0:
             sys.exit("JSON row %r" % r)
-        if abs(r["bound_pct"] - 100 * r["bound_us"] / r["time_us"]) > 0.01 * r["bound_pct"] + 0.01:
+        if abs(r["bound_pct"] - 100 * r["bound_us"] / r["time"]) > 0.01 * r["bound_pct"] + 0.01:
             sys.exit("JSON %% %r" % r)
 print("%d rows, round trip %s, copy %.2f GB/s"
       % (len(rows), "%.3f us" % rt if rt else "not measured", rw))
@@ -110,6 +110,7 @@ check sendrecv_2 sendrecv 2 4 -
 # script that counts them from the end reads what it reads in nccl-tests'),
 # null in the JSON
 for flag in "-B 0" ""; do
+  rm -f "$tmp/off.json" # -J never writes over a file
   # shellcheck disable=SC2086 # empty or two words
   if timeout 60 "$weftrun" --no-prefix -n 2 "$tools/all_reduce_perf" -b 8 -e 8K -f 32 $flag \
       -J "$tmp/off.json" >"$tmp/off" 2>&1; then
@@ -117,8 +118,8 @@ for flag in "-B 0" ""; do
     thirteen=$(grep -E '^ +[0-9]+ ' "$tmp/off" | awk 'NF == 13' | wc -l)
     head=$(grep -E '^# +size ' "$tmp/off" | awk '{print NF - 1}')
     if [ "$rows" -ge 2 ] && [ "$thirteen" = "$rows" ] && [ "$head" = 13 ] &&
-        ! grep -q "Bound" "$tmp/off" && grep -q '"bound": null' "$tmp/off.json" &&
-        grep -q '"bound_us": null' "$tmp/off.json"; then
+        ! grep -q "Bound" "$tmp/off" && grep -q '"bound":null' "$tmp/off.json" &&
+        grep -q '"bound_us":null' "$tmp/off.json"; then
       ok "bound_off${flag:+ ($flag)}"
     else
       bad "bound_off${flag:+ ($flag)}" "$rows rows, $thirteen of 13 fields, header $head: $(grep -E '^# +size|^ +[0-9]' "$tmp/off" | head -3)"

@@ -85,7 +85,7 @@ static weftResult_t all_reduce_run(const void *sendbuf, void *recvbuf, size_t co
 }
 
 static void all_reduce_expect(size_t i, int rank, int nranks, size_t count,
-                              weftDataType_t datatype, weftRedOp_t op, int root,
+                              weftDataType_t datatype, int op, int root,
                               double *value_out, double *magnitude_out) {
   (void)rank, (void)count, (void)root;
   perf_reduced(i, nranks, datatype, op, value_out, magnitude_out);
@@ -101,7 +101,7 @@ static weftResult_t all_gather_run(const void *sendbuf, void *recvbuf, size_t co
 }
 
 static void all_gather_expect(size_t i, int rank, int nranks, size_t count,
-                              weftDataType_t datatype, weftRedOp_t op, int root,
+                              weftDataType_t datatype, int op, int root,
                               double *value_out, double *magnitude_out) {
   (void)rank, (void)nranks, (void)root;
   *value_out = perf_input((int)(i / count), i % count, datatype, op);
@@ -118,7 +118,7 @@ static weftResult_t reduce_scatter_run(const void *sendbuf, void *recvbuf, size_
 }
 
 static void reduce_scatter_expect(size_t i, int rank, int nranks, size_t count,
-                                  weftDataType_t datatype, weftRedOp_t op, int root,
+                                  weftDataType_t datatype, int op, int root,
                                   double *value_out, double *magnitude_out) {
   (void)root;
   perf_reduced((size_t)rank * count + i, nranks, datatype, op, value_out, magnitude_out);
@@ -134,7 +134,7 @@ static weftResult_t broadcast_run(const void *sendbuf, void *recvbuf, size_t cou
 }
 
 static void broadcast_expect(size_t i, int rank, int nranks, size_t count,
-                             weftDataType_t datatype, weftRedOp_t op, int root,
+                             weftDataType_t datatype, int op, int root,
                              double *value_out, double *magnitude_out) {
   (void)rank, (void)nranks, (void)count;
   *value_out = perf_input(root, i, datatype, op);
@@ -150,7 +150,7 @@ static weftResult_t reduce_run(const void *sendbuf, void *recvbuf, size_t count,
 }
 
 static void reduce_expect(size_t i, int rank, int nranks, size_t count, weftDataType_t datatype,
-                          weftRedOp_t op, int root, double *value_out, double *magnitude_out) {
+                          int op, int root, double *value_out, double *magnitude_out) {
   (void)count;
   if (rank != root) { /* only the root's output is defined */
     *value_out = NAN;
@@ -178,7 +178,7 @@ static weftResult_t sendrecv_run(const void *sendbuf, void *recvbuf, size_t coun
 }
 
 static void sendrecv_expect(size_t i, int rank, int nranks, size_t count,
-                            weftDataType_t datatype, weftRedOp_t op, int root,
+                            weftDataType_t datatype, int op, int root,
                             double *value_out, double *magnitude_out) {
   (void)count, (void)root;
   *value_out = perf_input((rank + nranks - 1) % nranks, i, datatype, op);
@@ -195,7 +195,7 @@ static weftResult_t alltoall_run(const void *sendbuf, void *recvbuf, size_t coun
 }
 
 static void alltoall_expect(size_t i, int rank, int nranks, size_t count,
-                            weftDataType_t datatype, weftRedOp_t op, int root,
+                            weftDataType_t datatype, int op, int root,
                             double *value_out, double *magnitude_out) {
   (void)nranks, (void)root;
   int from = (int)(i / count);
@@ -213,7 +213,7 @@ static weftResult_t gather_run(const void *sendbuf, void *recvbuf, size_t count,
 }
 
 static void gather_expect(size_t i, int rank, int nranks, size_t count, weftDataType_t datatype,
-                          weftRedOp_t op, int root, double *value_out, double *magnitude_out) {
+                          int op, int root, double *value_out, double *magnitude_out) {
   (void)nranks;
   *magnitude_out = 0;
   *value_out = rank == root ? perf_input((int)(i / count), i % count, datatype, op) : NAN;
@@ -229,7 +229,7 @@ static weftResult_t scatter_run(const void *sendbuf, void *recvbuf, size_t count
 }
 
 static void scatter_expect(size_t i, int rank, int nranks, size_t count,
-                           weftDataType_t datatype, weftRedOp_t op, int root,
+                           weftDataType_t datatype, int op, int root,
                            double *value_out, double *magnitude_out) {
   (void)nranks;
   *value_out = perf_input(root, (size_t)rank * count + i, datatype, op);

@@ -1,4 +1,4 @@
-/* Shared driver of the perf tools: nccl-tests' flags, its table and footer. */
+/* The perf tools' driver: what a collective's tool tells it, and its main. */
 #ifndef WEFT_PERF_COMMON_H
 #define WEFT_PERF_COMMON_H
 
@@ -21,15 +21,18 @@ struct perf_coll {
   /* elements sent and received per rank for a size column of nbytes */
   void (*counts)(size_t nbytes, size_t elem_nbytes, int nranks, size_t *send_count,
                  size_t *recv_count, size_t *count);
-  /* one operation; stream is NULL (blocking, -z 1) or a host stream (-z 0) */
+  /* one operation; stream is NULL (each call done when it returns) or a host
+   * stream (-z 0) */
   weftResult_t (*run)(const void *sendbuf, void *recvbuf, size_t count, weftDataType_t datatype,
                       weftRedOp_t op, int root, weftComm_t comm, weftStream_t stream);
-  /* the value rank `rank` should hold at recv index i, and a magnitude for the
-   * tolerance (sum of |inputs| that went into it) */
-  void (*expect)(size_t i, int rank, int nranks, size_t count, weftDataType_t datatype,
-                 weftRedOp_t op, int root, double *value_out, double *magnitude_out);
+  /* the value rank `rank` should hold at recv index i under op (a weftRedOp_t
+   * or PERF_OP_MULSUM), and a magnitude for the tolerance (sum of |inputs|
+   * that went into it) */
+  void (*expect)(size_t i, int rank, int nranks, size_t count, weftDataType_t datatype, int op,
+                 int root, double *value_out, double *magnitude_out);
 };
 
+/* Runs the tool; returns its exit status (nccl-tests' numbers, perf_opts.h). */
 int perf_main(int argc, char **argv, const struct perf_coll *coll);
 
 #endif

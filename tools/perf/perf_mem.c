@@ -4,12 +4,17 @@
 
 #include <weft.h>
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef WEFT_PERF_CUDA
 #include <cuda_runtime.h>
+/* weak: the emulated runtime of device-emulated builds (docs/cuda.md) has no
+ * memory query, and -M 1 then says nothing of the device */
+#pragma weak cudaMemGetInfo
 #endif
 
 int perf_mem_parse(const char *name, enum perf_mem_kind *kind_out) {
@@ -100,6 +105,78 @@ int perf_mem_sync(enum perf_mem_kind kind) {
   if (kind == PERF_MEM_HOST) return 0;
 #ifdef WEFT_PERF_CUDA
   return cudaDeviceSynchronize() == cudaSuccess ? 0 : -1;
+#else
+  return -1;
+#endif
+}
+
+/* "cpus 0-3,8": the CPUs this process may run on, as ranges; "..." where
+ * they do not fit */
+static void cpu_list(char *buf, size_t len) {
+  cpu_set_t set;
+  size_t used = (size_t)snprintf(buf, len, "cpus ");
+  if (sched_getaffinity(0, sizeof set, &set) != 0) {
+    snprintf(buf, len, "cpus ?");
+    return;
+  }
+  const char *sep = "";
+  for (int c = 0; c < CPU_SETSIZE; c++) {
+    if (!CPU_ISSET(c, &set)) continue;
+    int last = c;
+    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) last++;
+    char range[32];
+    if (last > c) snprintf(range, sizeof range, "%s%d-%d", sep, c, last);
+    else snprintf(range, sizeof range, "%s%d", sep, c);
+    if (used + strlen(range) + 4 > len) {
+      snprintf(buf + used, len - used, "...");
+      return;
+    }
+    used += (size_t)snprintf(buf + used, len - used, "%s", range);
+    sep = ",";
+    c = last;
+  }
+}
+
+int perf_mem_device(enum perf_mem_kind kind, int *device_out, char *where, size_t where_len,
+                    char *name, size_t name_len) {
+  if (kind == PERF_MEM_HOST) {
+    *device_out = -1;
+    cpu_list(where, where_len);
+    snprintf(name, name_len, "host memory");
+    return 0;
+  }
+#ifdef WEFT_PERF_CUDA
+  int dev = 0;
+  struct cudaDeviceProp prop;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess)
+    return -1;
+  *device_out = dev;
+  snprintf(where, where_len, "%04x:%02x:%02x", prop.pciDomainID, prop.pciBusID,
+           prop.pciDeviceID);
+  snprintf(name, name_len, "%s", prop.name);
+  return 0;
+#else
+  (void)where_len, (void)name_len;
+  return -1;
+#endif
+}
+
+int perf_mem_used(enum perf_mem_kind kind, int64_t *nbytes_out) {
+  if (kind == PERF_MEM_HOST) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long long size = 0, resident = 0;
+    const int got = f != NULL ? fscanf(f, "%lld %lld", &size, &resident) : 0;
+    if (f != NULL) fclose(f);
+    if (got != 2) return -1;
+    *nbytes_out = (int64_t)resident * sysconf(_SC_PAGESIZE);
+    return 0;
+  }
+#ifdef WEFT_PERF_CUDA
+  size_t free_nbytes = 0, total_nbytes = 0;
+  if (cudaMemGetInfo == NULL || cudaMemGetInfo(&free_nbytes, &total_nbytes) != cudaSuccess)
+    return -1;
+  *nbytes_out = (int64_t)(total_nbytes - free_nbytes);
+  return 0;
 #else
   return -1;
 #endif

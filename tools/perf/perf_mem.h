@@ -3,6 +3,7 @@
 #define WEFT_PERF_MEM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 enum perf_mem_kind { PERF_MEM_HOST, PERF_MEM_CUDA };
 
@@ -25,5 +26,15 @@ int perf_mem_fill(enum perf_mem_kind kind, void *dst, int byte, size_t nbytes);
 /* Waits for the device's queued work (CUDA memory: the collectives run on the
  * device, after the call returns); 0 on success. */
 int perf_mem_sync(enum perf_mem_kind kind);
+
+/* Where this rank's buffers of kind live, for the header's "# Using devices"
+ * line: a CUDA device's number, PCI address and name; for host memory -1,
+ * the CPUs the rank may run on ("cpus 0-3") and "host memory". 0 on success. */
+int perf_mem_device(enum perf_mem_kind kind, int *device_out, char *where, size_t where_len,
+                    char *name, size_t name_len);
+
+/* Memory in use, for -M 1: the device's (total less free) for cuda, this
+ * process's resident set for host; 0 on success. */
+int perf_mem_used(enum perf_mem_kind kind, int64_t *nbytes_out);
 
 #endif

@@ -3,7 +3,8 @@
 
 Reads the tables the *_perf tools print (with or without weftrun's "[0]"
 prefix, and the same format from other benchmarks such as the baselines'
-mpi_coll_bench), or the JSON files written with -J. Writes an SVG image with
+mpi_coll_bench), or the JSON files written with -J (nccl-tests' format, which
+weft's tools write too). Writes an SVG image with
 no dependency beyond Python 3; a .png output name uses matplotlib when it is
 installed.
 
@@ -53,16 +54,25 @@ def parse_text(text, column, metric):
 
 
 def parse_json(doc, column, metric):
+    """Series from a -J file: nccl-tests' "results" (time or cpu_time, alg_bw,
+    bus_bw; the collective from the program in "args")."""
     series = {}
-    field = {"busbw": "busbw_GBps", "algbw": "algbw_GBps", "time": "time_us"}[metric]
-    for row in doc.get("rows", []):
-        part = row.get("out_of_place" if column == "out" else "in_place")
+    side_key = "out_of_place" if column == "out" else "in_place"
+    args = doc.get("args") or [""]
+    coll = os.path.basename(args[0])
+    coll = coll[:-len("_perf")] if coll.endswith("_perf") else coll
+    for row in doc.get("results", []):
+        part = row.get(side_key)
         if not part:
             continue
-        key = " ".join(k for k in (doc.get("collective", ""), row.get("type", ""),
+        value = part.get({"busbw": "bus_bw", "algbw": "alg_bw"}.get(metric, "time"),
+                         part.get("cpu_time"))
+        if value is None:
+            continue
+        key = " ".join(k for k in (coll, row.get("type", ""),
                                    row.get("redop", "") if row.get("redop") != "none" else "")
                        if k)
-        series.setdefault(key, []).append((int(row["size_bytes"]), float(part[field])))
+        series.setdefault(key, []).append((int(row["size"]), float(value)))
     return series
 
 

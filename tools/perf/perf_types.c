@@ -93,7 +93,9 @@ double perf_type_eps(weftDataType_t datatype) {
   }
 }
 
-double perf_input(int rank, size_t i, weftDataType_t datatype, weftRedOp_t op) {
+double perf_premul_scalar(int rank) { return rank % 2 == 0 ? 1.0 : 2.0; }
+
+double perf_input(int rank, size_t i, weftDataType_t datatype, int op) {
   int is_unsigned = datatype == weftUint8 || datatype == weftUint32 || datatype == weftUint64;
   if (op == weftProd) return ((size_t)rank + i) % 3 == 0 && !is_unsigned ? -1 : 1;
   int small = datatype == weftFloat8e4m3 || datatype == weftFloat8e5m2;
@@ -102,14 +104,17 @@ double perf_input(int rank, size_t i, weftDataType_t datatype, weftRedOp_t op) {
   return is_unsigned ? v + span / 2 : v;
 }
 
-void perf_reduced(size_t i, int nranks, weftDataType_t datatype, weftRedOp_t op,
-                  double *value_out, double *magnitude_out) {
-  double acc = perf_input(0, i, datatype, op), magnitude = fabs(acc);
+void perf_reduced(size_t i, int nranks, weftDataType_t datatype, int op, double *value_out,
+                  double *magnitude_out) {
+  double acc = perf_input(0, i, datatype, op), magnitude;
+  if (op == PERF_OP_MULSUM) acc *= perf_premul_scalar(0);
+  magnitude = fabs(acc);
   for (int r = 1; r < nranks; r++) {
     double v = perf_input(r, i, datatype, op);
+    if (op == PERF_OP_MULSUM) v *= perf_premul_scalar(r);
     magnitude += fabs(v);
     switch (op) {
-      case weftSum: case weftAvg: acc += v; break;
+      case weftSum: case weftAvg: case PERF_OP_MULSUM: acc += v; break;
       case weftProd: acc *= v; break;
       case weftMax: acc = v > acc ? v : acc; break;
       case weftMin: acc = v < acc ? v : acc; break;
