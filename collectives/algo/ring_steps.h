@@ -145,8 +145,9 @@ RING_HD void ring_allreduce_step(const struct ring_geom *g, size_t base, int s,
  *   step 1:  recv-reduce-copy: the peer's piece op ours, into the output (avg
  *            divides here).
  * Each rank reduces the same two values, in the other order; every op is
- * commutative (reduce_ops.h), so both ranks hold the same result, bit for bit
- * but for which NaN's payload a max or min of two NaNs keeps. */
+ * commutative (reduce_ops.h), so both ranks hold the same result, bit for
+ * bit (a GPU's sum and product of two NaNs give its one NaN, whatever the
+ * order). */
 RING_HD void ring_allreduce_pair_step(const struct ring_geom *g, size_t base, int s,
                                       struct ring_step *st) {
   st->prim = s == 0 ? PRIM_SEND : PRIM_RECV_REDUCE_COPY;

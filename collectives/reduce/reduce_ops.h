@@ -11,9 +11,11 @@
  *  - integer sum/prod wrap modulo 2^bits (signed types too);
  *  - low-precision types are converted to float, combined, and rounded back
  *    to nearest-even;
- *  - float max/min: NaN if either operand is NaN (the NaN operand, a first);
- *    max(-0, +0) = +0 and min(-0, +0) = -0 whatever the order, so every op is
- *    commutative;
+ *  - float max/min: NaN if either operand is NaN (the NaN operand; of two,
+ *    the one whose bits are larger as an unsigned integer); max(-0, +0) = +0
+ *    and min(-0, +0) = -0 whatever the order, so max and min are commutative
+ *    bit for bit; so are integer sum and prod, and float sum and prod but for
+ *    the payload of a NaN made of two NaN operands (the processor's choice);
  *  - weftAvg = sum, then weft_<tag>_div(sum, nranks) once at the end:
  *    truncating division for integers (signed types as signed), float
  *    division for floats (double for f64). divisor must be >= 1. */
@@ -232,16 +234,22 @@ WEFT_HD int weft_fp_f64_isnan(double a)
 
 WEFT_HD float weft_f32_sum(float a, float b) { return a + b; }
 WEFT_HD float weft_f32_prod(float a, float b) { return a * b; }
+/* A NaN wins over a number. Of two NaNs, the one whose bits are larger as
+ * an unsigned integer: whichever operand holds it (a ring's ranks reduce
+ * the same two values in either order, and every rank must hold the same
+ * bits). */
 WEFT_HD float weft_f32_max(float a, float b)
 {
-  if (weft_fp_f32_isnan(a)) return a;
+  if (weft_fp_f32_isnan(a))
+    return weft_fp_f32_isnan(b) && weft_fp_f32_bits(b) > weft_fp_f32_bits(a) ? b : a;
   if (weft_fp_f32_isnan(b)) return b;
   if (a == b) return (weft_fp_f32_bits(a) >> 31) ? b : a; /* +0 beats -0 */
   return a > b ? a : b;
 }
 WEFT_HD float weft_f32_min(float a, float b)
 {
-  if (weft_fp_f32_isnan(a)) return a;
+  if (weft_fp_f32_isnan(a))
+    return weft_fp_f32_isnan(b) && weft_fp_f32_bits(b) > weft_fp_f32_bits(a) ? b : a;
   if (weft_fp_f32_isnan(b)) return b;
   if (a == b) return (weft_fp_f32_bits(a) >> 31) ? a : b; /* -0 beats +0 */
   return a < b ? a : b;
@@ -252,14 +260,16 @@ WEFT_HD double weft_f64_sum(double a, double b) { return a + b; }
 WEFT_HD double weft_f64_prod(double a, double b) { return a * b; }
 WEFT_HD double weft_f64_max(double a, double b)
 {
-  if (weft_fp_f64_isnan(a)) return a;
+  if (weft_fp_f64_isnan(a))
+    return weft_fp_f64_isnan(b) && weft_fp_f64_bits(b) > weft_fp_f64_bits(a) ? b : a;
   if (weft_fp_f64_isnan(b)) return b;
   if (a == b) return (weft_fp_f64_bits(a) >> 63) ? b : a;
   return a > b ? a : b;
 }
 WEFT_HD double weft_f64_min(double a, double b)
 {
-  if (weft_fp_f64_isnan(a)) return a;
+  if (weft_fp_f64_isnan(a))
+    return weft_fp_f64_isnan(b) && weft_fp_f64_bits(b) > weft_fp_f64_bits(a) ? b : a;
   if (weft_fp_f64_isnan(b)) return b;
   if (a == b) return (weft_fp_f64_bits(a) >> 63) ? a : b;
   return a < b ? a : b;
@@ -278,11 +288,12 @@ WEFT_HD double weft_f64_div(double a, int divisor) { return a / (double)divisor;
     return weft_f32_to_##tag(weft_##tag##_to_f32(a) * weft_##tag##_to_f32(b));    \
   }                                                                               \
   /* max and min pick an input, bits and all: a round trip through float     \
-   * would saturate e5m2's infinities to +-57344 */                             \
+   * would saturate e5m2's infinities to +-57344; of two NaNs, the larger     \
+   * bits, as an unsigned integer */                                           \
   WEFT_HD type weft_##tag##_max(type a, type b)                                   \
   {                                                                               \
     const float fa = weft_##tag##_to_f32(a), fb = weft_##tag##_to_f32(b);         \
-    if (weft_fp_f32_isnan(fa)) return a;                                          \
+    if (weft_fp_f32_isnan(fa)) return weft_fp_f32_isnan(fb) && b > a ? b : a;     \
     if (weft_fp_f32_isnan(fb)) return b;                                          \
     if (fa == fb) return (weft_fp_f32_bits(fa) >> 31) ? b : a; /* +0 beats -0 */  \
     return fa > fb ? a : b;                                                       \
@@ -290,7 +301,7 @@ WEFT_HD double weft_f64_div(double a, int divisor) { return a / (double)divisor;
   WEFT_HD type weft_##tag##_min(type a, type b)                                   \
   {                                                                               \
     const float fa = weft_##tag##_to_f32(a), fb = weft_##tag##_to_f32(b);         \
-    if (weft_fp_f32_isnan(fa)) return a;                                          \
+    if (weft_fp_f32_isnan(fa)) return weft_fp_f32_isnan(fb) && b > a ? b : a;     \
     if (weft_fp_f32_isnan(fb)) return b;                                          \
     if (fa == fb) return (weft_fp_f32_bits(fa) >> 31) ? a : b; /* -0 beats +0 */  \
     return fa < fb ? a : b;                                                       \

@@ -757,6 +757,93 @@ TEST(ReduceOps, MaxMinNanAndSignedZero) {
   EXPECT_EQ(weft_u32_sum(UINT32_MAX, 2), 1u);
 }
 
+// max and min are commutative bit for bit, NaNs included: a ring's ranks
+// (the device's two-rank exchange among them) reduce the same two values in
+// either order and must hold the same bits. Every pair of fp8 patterns;
+// NaNs of every payload and sign against each other and against numbers,
+// zeros and infinities for the 16-, 32- and 64-bit types (seeded, sampled);
+// through the host loops too (the vectorised body and the scalar tail).
+TEST(ReduceOps, MaxMinCommutativeBitForBit) {
+  std::mt19937_64 rng(TestSeed() ^ 0x6d61786d696eull);
+  auto bits_of = [](weftDataType_t t, std::mt19937_64 &g) -> uint64_t {
+    const int width = t == weftFloat64 ? 64 : t == weftFloat32 ? 32 : 16;
+    const uint64_t sign = (g() & 1) << (width - 1);
+    const int kind = (int)(g() % 4);
+    const uint64_t exp_all = width == 64 ? 0x7ff0000000000000ull
+                             : width == 32 ? 0x7f800000ull
+                             : t == weftBfloat16 ? 0x7f80ull : 0x7c00ull;
+    const uint64_t frac_mask = exp_all == 0x7ff0000000000000ull ? 0xfffffffffffffull
+                               : exp_all == 0x7f800000ull ? 0x7fffffull
+                               : exp_all == 0x7f80ull ? 0x7full : 0x3ffull;
+    if (kind <= 1) return sign | exp_all | ((g() & frac_mask) | 1); // a NaN
+    if (kind == 2) return sign | (g() % 3 == 0 ? exp_all : 0);       // inf or zero
+    return g() & ((width == 64 ? ~0ull : (1ull << width) - 1));
+  };
+  size_t bad = 0;
+  std::string first;
+  auto note = [&](const char *what, uint64_t a, uint64_t b, uint64_t ab, uint64_t ba) {
+    if (bad++ == 0) {
+      char buf[200];
+      snprintf(buf, sizeof buf, "%s(%#llx, %#llx) = %#llx, reversed %#llx", what,
+               (unsigned long long)a, (unsigned long long)b, (unsigned long long)ab,
+               (unsigned long long)ba);
+      first = buf;
+    }
+  };
+  for (unsigned a = 0; a < 256; a++)
+    for (unsigned b = 0; b < 256; b++) {
+      const uint8_t x = (uint8_t)a, y = (uint8_t)b;
+      if (weft_e4m3_max(x, y) != weft_e4m3_max(y, x)) note("e4m3 max", a, b, weft_e4m3_max(x, y), weft_e4m3_max(y, x));
+      if (weft_e4m3_min(x, y) != weft_e4m3_min(y, x)) note("e4m3 min", a, b, weft_e4m3_min(x, y), weft_e4m3_min(y, x));
+      if (weft_e5m2_max(x, y) != weft_e5m2_max(y, x)) note("e5m2 max", a, b, weft_e5m2_max(x, y), weft_e5m2_max(y, x));
+      if (weft_e5m2_min(x, y) != weft_e5m2_min(y, x)) note("e5m2 min", a, b, weft_e5m2_min(x, y), weft_e5m2_min(y, x));
+    }
+  for (int i = 0; i < 200000; i++) {
+    const uint16_t h1 = (uint16_t)bits_of(weftFloat16, rng), h2 = (uint16_t)bits_of(weftFloat16, rng);
+    if (weft_f16_max(h1, h2) != weft_f16_max(h2, h1)) note("f16 max", h1, h2, weft_f16_max(h1, h2), weft_f16_max(h2, h1));
+    if (weft_f16_min(h1, h2) != weft_f16_min(h2, h1)) note("f16 min", h1, h2, weft_f16_min(h1, h2), weft_f16_min(h2, h1));
+    const uint16_t b1 = (uint16_t)bits_of(weftBfloat16, rng), b2 = (uint16_t)bits_of(weftBfloat16, rng);
+    if (weft_bf16_max(b1, b2) != weft_bf16_max(b2, b1)) note("bf16 max", b1, b2, weft_bf16_max(b1, b2), weft_bf16_max(b2, b1));
+    if (weft_bf16_min(b1, b2) != weft_bf16_min(b2, b1)) note("bf16 min", b1, b2, weft_bf16_min(b1, b2), weft_bf16_min(b2, b1));
+    const uint32_t f1 = (uint32_t)bits_of(weftFloat32, rng), f2 = (uint32_t)bits_of(weftFloat32, rng);
+    float x, y;
+    memcpy(&x, &f1, 4);
+    memcpy(&y, &f2, 4);
+    if (FloatBits(weft_f32_max(x, y)) != FloatBits(weft_f32_max(y, x)))
+      note("f32 max", f1, f2, FloatBits(weft_f32_max(x, y)), FloatBits(weft_f32_max(y, x)));
+    if (FloatBits(weft_f32_min(x, y)) != FloatBits(weft_f32_min(y, x)))
+      note("f32 min", f1, f2, FloatBits(weft_f32_min(x, y)), FloatBits(weft_f32_min(y, x)));
+    const uint64_t d1 = bits_of(weftFloat64, rng), d2 = bits_of(weftFloat64, rng);
+    double u, v, r1, r2;
+    memcpy(&u, &d1, 8);
+    memcpy(&v, &d2, 8);
+    uint64_t o1, o2;
+    r1 = weft_f64_max(u, v), r2 = weft_f64_max(v, u);
+    memcpy(&o1, &r1, 8), memcpy(&o2, &r2, 8);
+    if (o1 != o2) note("f64 max", d1, d2, o1, o2);
+    r1 = weft_f64_min(u, v), r2 = weft_f64_min(v, u);
+    memcpy(&o1, &r1, 8), memcpy(&o2, &r2, 8);
+    if (o1 != o2) note("f64 min", d1, d2, o1, o2);
+  }
+  EXPECT_EQ(bad, 0u) << "first: " << first;
+  // the host loops, 1001 elements (vector body and scalar tail), both orders
+  for (weftDataType_t t : {weftFloat16, weftBfloat16, weftFloat32, weftFloat64}) {
+    const size_t n = 1001, es = weftTypeSize(t);
+    std::vector<uint8_t> a(n * es), b(n * es), ab(n * es), ba(n * es);
+    for (size_t i = 0; i < n; i++) {
+      const uint64_t x = bits_of(t, rng), y = bits_of(t, rng);
+      memcpy(&a[i * es], &x, es);
+      memcpy(&b[i * es], &y, es);
+    }
+    for (weftRedOp_t op : {weftMax, weftMin}) {
+      reduce_host_fn(t, op)(ab.data(), nullptr, a.data(), b.data(), n, 1);
+      reduce_host_fn(t, op)(ba.data(), nullptr, b.data(), a.data(), n, 1);
+      EXPECT_EQ(memcmp(ab.data(), ba.data(), n * es), 0)
+          << "datatype " << (int)t << (op == weftMax ? " max" : " min");
+    }
+  }
+}
+
 // The streaming copy of large local blocks: every alignment of source and
 // destination, sizes around its 16- and 64-byte steps and up to 3 MiB, bytes
 // on both sides of the destination untouched.
