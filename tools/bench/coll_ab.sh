@@ -12,13 +12,18 @@
 set -euo pipefail
 tool=$1 n=$2 size=$3 iters=$4 rounds=$5
 a=${A_DIR:?A_DIR: build folder A} b=${B_DIR:-build}
-json=$(mktemp) out=$(mktemp)
-trap 'rm -f "$json" "$out"' EXIT
+dir=$(mktemp -d) out=$(mktemp)
+json=$dir/run.json # -J writes a name ending .json, and never over a file
+trap 'rm -rf "$dir" "$out"' EXIT
 one() {
+  rm -f "$json"
   chrt -f 1 "$1/tools/weftrun" -n "$n" "$1/tools/$tool" -b "$size" -e "$size" -n "$iters" \
     -w $((iters / 25 + 1)) -J "$json" >/dev/null 2>&1
+  # either build's JSON: nccl-tests' ("results", "time") or the tools' earlier ("rows", "time_us")
   python3 -c 'import json, sys
-print(json.load(open(sys.argv[1]))["rows"][0]["out_of_place"]["time_us"])' "$json"
+d = json.load(open(sys.argv[1]))
+print(d["results"][0]["out_of_place"]["time"] if "results" in d
+      else d["rows"][0]["out_of_place"]["time_us"])' "$json"
 }
 for ((i = 1; i <= rounds; i++)); do
   if ((i % 2)); then ra=$(one "$a"); rb=$(one "$b"); else rb=$(one "$b"); ra=$(one "$a"); fi

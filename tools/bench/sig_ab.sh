@@ -29,8 +29,9 @@ ninja -C "$a" -j2 "${targets[@]}" >/dev/null
 ninja -C "$b" -j2 "${targets[@]}" >/dev/null
 
 out=$(mktemp)
-json=$(mktemp)
-trap 'rm -f "$out" "$json"' EXIT
+dir=$(mktemp -d)
+json=$dir/run.json # -J writes a name ending .json, and never over a file
+trap 'rm -rf "$out" "$dir"' EXIT
 
 # one run of build $1: prints "out-of-place-us in-place-us" (the JSON's
 # three decimals; the table rounds to two)
@@ -39,9 +40,12 @@ run_one() {
              -n "$iters" -w $((iters / 25)) -J "$json")
   if [ "$nice_level" = rt ]; then cmd=(chrt -f 1 "${cmd[@]}")
   elif [ "$nice_level" != 0 ]; then cmd=(nice -n "$nice_level" "${cmd[@]}"); fi
+  rm -f "$json"
   "${cmd[@]}" >/dev/null
-  python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))["rows"][0]
-print(r["out_of_place"]["time_us"], r["in_place"]["time_us"])' "$json"
+  # either build's JSON: nccl-tests' ("results", "time") or the tools' earlier ("rows", "time_us")
+  python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))
+r, k = (d["results"][0], "time") if "results" in d else (d["rows"][0], "time_us")
+print(r["out_of_place"][k], r["in_place"][k])' "$json"
 }
 
 for ((i = 1; i <= rounds; i++)); do

@@ -168,6 +168,11 @@ void flight_recorder::set_state(const std::vector<int64_t> &ids, int state, bool
       continue;
     }
     if (e.started_ns == 0) e.started_ns = now; /* what ended had started */
+    /* one that ended before a look saw it start (a GPU operation between two
+     * of the watchdog's looks) started too: pg_status never reads a group's
+     * last started collective behind its last completed one */
+    if (!e.op.is_p2p && e.op.collective_seq > e.group->last_started)
+      e.group->last_started = e.op.collective_seq;
     if (!ok) {
       e.state = STATE_STARTED;
       e.failed = true;
