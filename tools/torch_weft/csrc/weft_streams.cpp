@@ -1,6 +1,7 @@
 // torch_weft: communication streams (weft_streams.h), and the recording fake
 // of the CUDA layer.
 #include "weft_streams.h"
+#include "weft_flight.h"
 
 #include <atomic>
 #include <chrono>
@@ -43,6 +44,8 @@ stream_options stream_options::from_env() {
   o.blocking_wait = env_flag("TORCH_WEFT_BLOCKING_WAIT", "TORCH_NCCL_BLOCKING_WAIT", false);
   o.avoid_record_streams =
       env_flag("TORCH_WEFT_AVOID_RECORD_STREAMS", "TORCH_NCCL_AVOID_RECORD_STREAMS", false);
+  o.timing = env_flag("TORCH_WEFT_ENABLE_TIMING", "TORCH_NCCL_ENABLE_TIMING", false) ||
+             flight_recorder::get().enabled();
   return o;
 }
 
@@ -120,7 +123,7 @@ comm_streams::launch comm_streams::begin(gpu_layer *layer, int device) {
   }
   // the GPU reaches the operation here (a captured one is not timed: its
   // events cannot be asked about)
-  if (!l.captured) {
+  if (!l.captured && opts_.timing) {
     void *start = layer->event_create(device, true);
     try {
       layer->event_record(device, start, l.stream);

@@ -108,12 +108,17 @@ bool gpu_fake_on();
 //     waits on the host (and raises a failure there, or after the timeout);
 //   TORCH_WEFT_AVOID_RECORD_STREAMS=1, else TORCH_NCCL_AVOID_RECORD_STREAMS=1:
 //     the caller's tensors are stashed in the Work until it is done (or
-//     waited for) instead of record_stream.
+//     waited for) instead of record_stream;
+//   timing, as NCCL's: TORCH_WEFT_ENABLE_TIMING=1, else
+//     TORCH_NCCL_ENABLE_TIMING=1, or the flight recorder on (its default):
+//     a start event before each operation (its duration, and its start in
+//     the flight recorder); without it the end event takes no timing.
 struct stream_options {
   bool comm_stream = true;
   bool high_priority = false;
   bool blocking_wait = false;
   bool avoid_record_streams = false;
+  bool timing = true;
   static stream_options from_env();
 };
 

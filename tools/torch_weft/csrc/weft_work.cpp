@@ -180,8 +180,10 @@ float WeftWork::getDuration() const {
                 "completed (wait() for it first)");
     return (float)(end - start) / 1e6f;
   }
-  TORCH_CHECK(!g->captured() && g->timed(), "weft: get_duration() of an operation captured ",
+  TORCH_CHECK(!g->captured(), "weft: get_duration() of an operation captured ",
               "into a CUDA graph: it runs, and is timed, when the graph does");
+  TORCH_CHECK(g->timed(), "weft: get_duration() needs timing: set TORCH_NCCL_ENABLE_TIMING=1 ",
+              "(or TORCH_WEFT_ENABLE_TIMING=1), or keep the flight recorder on");
   TORCH_CHECK(!(finished_.load() && exception() != nullptr), "weft: get_duration() of an ",
               "operation that failed");
   // the GPU's time between its start and end events, once it is past both
