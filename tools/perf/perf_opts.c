@@ -13,7 +13,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "perf_common.h"
+#include "perf_coll.h"
 
 static const char *type_names[weftNumTypes] = {"int8", "uint8", "int32", "uint32",
                                                "int64", "uint64", "half", "float",

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "perf_common.h"
+#include "perf_coll.h"
 
 extern char **environ;
 
