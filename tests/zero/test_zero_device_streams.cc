@@ -35,13 +35,6 @@ namespace {
 
 const int kNoGpu = 77;
 
-// Returns call's failure, as zero/'s own WEFT_TRY.
-#define RES_TRY(call)                     \
-  do {                                    \
-    weftResult_t res_ = (call);           \
-    if (res_ != weftSuccess) return res_; \
-  } while (0)
-
 // Stage 3's weftZeroParam while the gather's event is pending (a host table
 // whose events never complete): refused where the trainer must wait on the
 // host, handed out where a stream can wait (the device table's
@@ -139,13 +132,7 @@ int failed_update_rank(const RankCtx &ctx, const char *dir) {
 }
 
 TEST(ZeroDeviceCtx, FailedUpdateRefusesStepsAndSavesUntilALoad) {
-  for (int n : {1, 2}) {
-    char dir[] = "/tmp/weft_zero_update_XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    auto status = run_ranks(n, [&](const RankCtx &ctx) { return failed_update_rank(ctx, dir); });
-    for (int r = 0; r < n; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " of " << n;
-    EXPECT_EQ(system((std::string("rm -rf ") + dir).c_str()), 0);
-  }
+  on_one_and_two_ranks_with_dir("update", failed_update_rank);
 }
 
 TEST(ZeroDeviceCtx, StreamWaitsGetStage3ParamsBeforeTheEvent) {

@@ -24,13 +24,6 @@ using namespace weft_test;
 
 namespace {
 
-// Returns call's failure, as zero/'s own WEFT_TRY.
-#define RES_TRY(call)                     \
-  do {                                    \
-    weftResult_t res_ = (call);           \
-    if (res_ != weftSuccess) return res_; \
-  } while (0)
-
 // What the cue table does (each rank is a process of its own): records
 // every stream_wait; fails the one for fail_wait, once; lets bad_stream
 // (not weft's) wait for nothing, so that a gather on it reaches its
@@ -384,13 +377,7 @@ int reset_wait_rank(const RankCtx &ctx, const char *dir) {
 }
 
 TEST(ZeroFailures, FailedWaitForTheReductionsIsReported) {
-  for (int n : {1, 2}) {
-    char dir[] = "/tmp/weft_zero_resetwait_XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    auto status = run_ranks(n, [&](const RankCtx &ctx) { return reset_wait_rank(ctx, dir); });
-    for (int r = 0; r < n; r++) EXPECT_EQ(status[r], 0) << "rank " << r << " of " << n;
-    EXPECT_EQ(system((std::string("rm -rf ") + dir).c_str()), 0);
-  }
+  on_one_and_two_ranks_with_dir("resetwait", reset_wait_rank);
 }
 
 }  // namespace
