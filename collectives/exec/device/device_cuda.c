@@ -215,12 +215,9 @@ int device_mem_free(void *ptr) {
 
 /* The ring (and tree) kernel blocks of DEV_NTHREADS threads that one SM of
  * the current device holds at once: the fewest over the kernels this build
- * has (their registers differ by datatype and op), at least 1 (1 where a
- * question fails). Asking loads each kernel, every one asked even after a
- * failure: a kernel left to load at its first launch would wait there for
- * the context's running kernels (docs/cuda.md). */
+ * has (their registers differ by datatype and op), at least 1. */
 static int ring_blocks_per_sm_of(void) {
-  int fewest = 0, failed = 0;
+  int fewest = 0;
   for (int k = 0; k < 2; k++)
     for (int t = 0; t < weftNumTypes; t++)
       for (int o = 0; o < DEV_NOPS; o++)
@@ -231,19 +228,14 @@ static int ring_blocks_per_sm_of(void) {
           if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, fn, DEV_NTHREADS, 0) !=
               cudaSuccess) {
             cudaGetLastError();
-            device_kernel_load(fn);
-            failed = 1;
-            continue;
+            return 1;
           }
           if (fewest == 0 || nb < fewest) fewest = nb;
         }
-  return fewest > 0 && !failed ? fewest : 1;
+  return fewest > 0 ? fewest : 1;
 }
 
-/* The same for device dev (the current one), asked once per device: asking
- * loads every kernel of the matrix, which every comm's ring connection does
- * (whatever WEFT_DEVICE_NCHANNELS says: the answer counts only where it is
- * set). */
+/* The same for device dev (the current one), asked once per device. */
 #define DEV_MAX_GPUS 64 /* devices whose answer is remembered */
 static int ring_blocks_per_sm(int dev) {
   static int known[DEV_MAX_GPUS]; /* 0: not asked yet */
@@ -254,6 +246,16 @@ static int ring_blocks_per_sm(int dev) {
     __atomic_store_n(&known[dev], n, __ATOMIC_RELEASE);
   }
   return n;
+}
+
+void device_ring_kernels_load(void) {
+  for (int k = 0; k < 2; k++)
+    for (int t = 0; t < weftNumTypes; t++)
+      for (int o = 0; o < DEV_NOPS; o++)
+        for (int p = 0; p < DEV_NPROTOS; p++) {
+          const void *fn = (k == 0 ? weft_dev_kernels : weft_dev_tree_kernels)[t][o][p];
+          if (fn != NULL) device_kernel_load(fn);
+        }
 }
 
 /* Whether the current device runs ring kernels that wait for a predecessor
@@ -440,9 +442,7 @@ static weftResult_t device_connect(struct weftComm *comm, struct device_comm *d)
   memcpy(info[comm->rank].uuid, prop.uuid.bytes, sizeof info->uuid);
   info[comm->rank].dev = d->dev;
   info[comm->rank].sms = prop.multiProcessorCount;
-  /* asked whether set or not: asking loads the ring and tree kernels now */
-  const int blocks_per_sm = ring_blocks_per_sm(d->dev);
-  info[comm->rank].blocks_per_sm = nch_set ? blocks_per_sm : 1;
+  info[comm->rank].blocks_per_sm = nch_set ? ring_blocks_per_sm(d->dev) : 1;
   info[comm->rank].want_channels =
       nch_bad ? -1 : device_nchannels(nch_set ? (int)nch64 : DEV_DEFAULT_CHANNELS,
                                       comm->cfg_min_channels, comm->cfg_max_channels,

@@ -217,6 +217,7 @@ void weft_done_gate(const uint64_t *ended, uint64_t seq, int nblocks);
 static cudaKernel_t gate_handle;
 
 void device_kernels_load(void) {
+  device_ring_kernels_load();
   device_kernel_load((const void *)weft_done_gate);
   device_sendrecv_load();
   device_det_load();

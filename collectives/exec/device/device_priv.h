@@ -274,9 +274,9 @@ const char *device_kernel_launch(const void *fn, cudaKernel_t *handle, dim3 grid
  * the launch to report. */
 void device_kernel_load(const void *fn);
 
-/* Loads every kernel outside the ring and tree matrix (which connecting the
- * ring loads, asking their occupancy): the gate, the send/recv kernel and
- * WEFT_DETERMINISTIC's reduction (device_launch.c), into the device's
+/* Loads every kernel a comm's calls launch: the ring and tree matrix
+ * (device_ring_kernels_load, device_cuda.c), the gate, the send/recv kernel
+ * and WEFT_DETERMINISTIC's reduction (device_launch.c), into the device's
  * primary context, where a comm's calls launch; a comm's first connect
  * (comm_connect) calls it, with the comm's device current. Not the ZeRO layer's
  * kernels: they launch between collectives, never between two kernels of
@@ -284,6 +284,8 @@ void device_kernel_load(const void *fn);
  * as long as each rank sharing the process has a thread of its own (as
  * every caller of the ZeRO layer does). */
 void device_kernels_load(void);
+/* The ring and tree kernels of the build's matrix, each loaded. */
+void device_ring_kernels_load(void);
 void device_sendrecv_load(void); /* device_sendrecv.c */
 void device_det_load(void);      /* device_det.c */
 
