@@ -10,7 +10,6 @@
  * The build links weft in statically and exports only nccl* and pnccl*. */
 #include <ctype.h>
 #include <limits.h>
-#include <pthread.h>
 #include <pwd.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -176,7 +175,7 @@ static void conf_file_load(const char *path) {
   fclose(f);
 }
 
-/* NCCL's configuration files, once per process, as NCCL reads them:
+/* NCCL's configuration files, as NCCL reads them (the library's load):
  * NCCL_CONF_FILE where it is set and not empty, else ~/.nccl.conf (the
  * user's home directory from the password database), then /etc/nccl.conf. */
 static void conf_files_load(void) {
@@ -196,8 +195,6 @@ static void conf_files_load(void) {
 
 /* A WEFT_* variable the user set wins over its NCCL_* alias. */
 static void env_import(void) {
-  static pthread_once_t conf_once = PTHREAD_ONCE_INIT;
-  pthread_once(&conf_once, conf_files_load);
   for (size_t i = 0; i < sizeof env_aliases / sizeof env_aliases[0]; i++) {
     struct env_alias *a = &env_aliases[i];
     const char *user = getenv(a->weft);
@@ -215,7 +212,12 @@ static void env_import(void) {
   }
 }
 
-__attribute__((constructor)) static void nccl_compat_load(void) { env_import(); }
+/* At load: NCCL's configuration files once, then the aliases (which
+ * ncclResetDebugInit imports again). */
+__attribute__((constructor)) static void nccl_compat_load(void) {
+  conf_files_load();
+  env_import();
+}
 
 const char *nccl_env_alias(const char *nccl_name) {
   for (size_t i = 0; i < sizeof env_aliases / sizeof env_aliases[0]; i++)
