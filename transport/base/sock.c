@@ -382,6 +382,11 @@ static weftResult_t sock_connect_once(const union weft_sockaddr *addr, uint64_t 
   return weftSuccess;
 }
 
+bool sock_connect_err_transient(int err) {
+  return err == EINTR || err == EAGAIN || err == ETIMEDOUT || err == ENETUNREACH ||
+         err == EHOSTUNREACH || err == ECONNRESET;
+}
+
 /* What a connect's last error says of the address, for the error text. */
 static const char *sock_connect_why(int err) {
   switch (err) {
@@ -422,8 +427,7 @@ static weftResult_t sock_connect_impl(const union weft_sockaddr *addr, uint64_t 
     }
     /* a reset before the connection is made (a listener whose backlog
      * overflowed while many ranks connect at once) sent nothing: try again */
-    if (err != ECONNREFUSED && err != EINTR && err != ETIMEDOUT && err != EAGAIN &&
-        err != ENETUNREACH && err != EHOSTUNREACH && err != ECONNRESET) {
+    if (err != ECONNREFUSED && !sock_connect_err_transient(err)) {
       *err_out = err;
       errno = err;
       return weft_error_errno(weftSystemError, "connect to %s",
@@ -492,8 +496,7 @@ static void connect_slot_settle(struct connect_slot *c, int i, int err, int *fds
   /* tried again: what a network on its way, or a listener's full backlog,
    * says; refused and this host's own failures (no address, not allowed)
    * are final, as sock_connect_peer's */
-  if (err != EINTR && err != ETIMEDOUT && err != EAGAIN && err != ENETUNREACH &&
-      err != EHOSTUNREACH && err != ECONNRESET) {
+  if (!sock_connect_err_transient(err)) {
     c->done = 1;
     return;
   }

@@ -4,6 +4,7 @@
 #define WEFT_SOCK_H
 
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -80,6 +81,11 @@ weftResult_t sock_connect_peer(const union weft_sockaddr *addr, uint64_t deadlin
  * the failure was not the connection's (the watch, this process). */
 weftResult_t sock_connect_peer_errno(const union weft_sockaddr *addr, uint64_t deadline_ns,
                                      struct weft_wait *watch, int *fd_out, int *err_out);
+/* Whether a connect that failed with err is tried again until its deadline:
+ * a network on its way, or a listener's full backlog (EINTR, EAGAIN,
+ * ETIMEDOUT, ENETUNREACH, EHOSTUNREACH, ECONNRESET). Refused (nothing
+ * listens there) and this host's own failures are final. */
+bool sock_connect_err_transient(int err);
 /* Connects to the n addresses at once (a NULL one is skipped), each as
  * sock_connect_peer would, without one that does not answer holding up the
  * others: fds[i] the connected socket, else -1 with errs[i] the last

@@ -263,8 +263,7 @@ void bootstrap_ask_all(struct bootstrap *bs, uint64_t timeout_ns, void *replies,
       const int e = errs[r];
       if (e == ECONNREFUSED) {
         outcome[r] = BOOTSTRAP_ASK_GONE;
-      } else if (e != ETIMEDOUT && e != ENETUNREACH && e != EHOSTUNREACH && e != ECONNRESET &&
-                 e != EAGAIN && e != EINTR) {
+      } else if (!sock_connect_err_transient(e)) {
         outcome[r] = BOOTSTRAP_ASK_UNASKED;
         if (why_nbytes > 0 && why[0] == '\0')
           snprintf(why, why_nbytes, "connecting to ask rank %d: %s", r, strerror(e));
