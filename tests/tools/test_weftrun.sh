@@ -143,6 +143,9 @@ for run in 1 2; do
   [[ $(sort -u "$tmp/out" | wc -l) -eq 1 ]] || fail "ranks got different values: $(cat "$tmp/out")"
   read -r ifname secret <"$tmp/out"
   [[ $secret =~ ^[0-9a-f]{32}$ ]] || fail "WEFT_SECRET is not 32 hex chars: '$secret'"
+  # "=name": the exact name (a bare one is a prefix: lo would take lowpan0)
+  [[ $ifname == =* ]] || fail "WEFT_SOCKET_IFNAME=$ifname is not an exact match (=name)"
+  ifname=${ifname#=}
   ip -o addr show dev "$ifname" 2>/dev/null | grep -q ' 127\.' ||
     [[ $ifname == lo ]] || fail "WEFT_SOCKET_IFNAME=$ifname is not the loopback interface"
   secrets+="$secret"$'\n'

@@ -159,6 +159,34 @@ TEST(FromEnvSecret, DifferentSecretsAreRefused) {
   EXPECT_EQ(status[1], 0);
 }
 
+// Rank 1 at a fixed address whose rank 0 never starts: every attempt is
+// refused until WEFT_TIMEOUT, and the error says so and names rank 0's part,
+// not a timeout and a firewall (an attempt started past the deadline once
+// reported no answer).
+TEST(FromEnvErrors, RootThatNeverStartsIsRefusedNotTimedOut) {
+  const int port = free_port();
+  RunOptions opts;
+  opts.unique_id = false;
+  opts.env = {{"WEFT_TIMEOUT", "2"}, {"WEFT_NRANKS", "2"}, {"WEFT_RANK", "1"},
+              {"WEFT_COMM_ID", "127.0.0.1:" + std::to_string(port)}};
+  auto status = run_ranks(1, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    const double t0 = now_s();
+    weftResult_t res = weftCommInitFromEnv(&comm, nullptr);
+    const double took = now_s() - t0;
+    const std::string msg = weftGetLastError(nullptr);
+    printf("after %.2f s: %s\n", took, msg.c_str());
+    FAIL_IF(res != weftRemoteError, "got %s", weftGetErrorString(res));
+    FAIL_IF(msg.find("Connection refused") == std::string::npos ||
+                msg.find("rank 0 starts the root") == std::string::npos ||
+                msg.find("firewall") != std::string::npos,
+            "not said to be refused: %s", msg.c_str());
+    FAIL_IF(took < 1.5 || took > 5, "took %.2f s for a 2 s timeout", took);
+    return 0;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+}
+
 // The variables change between the calls: the process has no other thread
 // (no unique id, so no root thread; env_set_alone checks).
 TEST(FromEnvErrors, BadVariables) {

@@ -283,7 +283,11 @@ static int run_env_local_job(void)
       if (i->ifa_addr != NULL && i->ifa_addr->sa_family == AF_INET &&
           (i->ifa_flags & IFF_LOOPBACK) && (i->ifa_flags & IFF_UP))
         lo = i->ifa_name;
-    int rc = lo != NULL ? setenv("WEFT_SOCKET_IFNAME", lo, 1) : 0;
+    /* "=" matches the name exactly: a bare name is a prefix (lo would
+     * also take lowpan0) */
+    char exact[IFNAMSIZ + 2];
+    snprintf(exact, sizeof exact, "=%s", lo != NULL ? lo : "");
+    int rc = lo != NULL ? setenv("WEFT_SOCKET_IFNAME", exact, 1) : 0;
     freeifaddrs(ifs);
     if (rc != 0)
       return -1;

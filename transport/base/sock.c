@@ -345,14 +345,15 @@ static weftResult_t sock_connect_once(const union weft_sockaddr *addr, uint64_t 
     if (attempt_end > deadline_ns) attempt_end = deadline_ns;
     err = ETIMEDOUT;
     for (;;) {
+      /* polled at least once, so that an answer already here (a refusal)
+       * is not taken for no answer at the deadline */
       uint64_t now = clock_ns();
-      if (now >= attempt_end) break;
       weftResult_t res = sock_watch_check(watch);
       if (res != weftInProgress) {
         close(fd);
         return res;
       }
-      uint64_t ms = (attempt_end - now) / 1000000 + 1;
+      uint64_t ms = now >= attempt_end ? 0 : (attempt_end - now) / 1000000 + 1;
       struct pollfd p = {.fd = fd, .events = POLLOUT};
       int rc = poll(&p, 1, (int)(ms > SOCK_SLICE_MS ? SOCK_SLICE_MS : ms));
       if (rc > 0) {
@@ -365,6 +366,7 @@ static weftResult_t sock_connect_once(const union weft_sockaddr *addr, uint64_t 
         close(fd);
         return res;
       }
+      if (now >= attempt_end) break;
     }
   }
   if (err == 0) {
@@ -433,23 +435,30 @@ static weftResult_t sock_connect_impl(const union weft_sockaddr *addr, uint64_t 
       return weft_error_errno(weftSystemError, "connect to %s",
                               sock_addr_str(addr, buf, sizeof buf));
     }
-    if (clock_ns() >= deadline_ns) {
-      *err_out = err;
-      return weft_error_set(weftRemoteError, "timed out connecting to %s: %s%s",
-                            sock_addr_str(addr, buf, sizeof buf), strerror(err),
-                            sock_connect_why(err));
-    }
     weftResult_t res = sock_watch_check(watch);
     if (res != weftInProgress) return res;
     struct timespec ts = {0, (long)delay_us * 1000};
     nanosleep(&ts, NULL);
     if (delay_us < 20000) delay_us *= 2;
+    /* no attempt starts past the deadline: the last one's error is the
+     * answer (a refusal is not reported as no answer) */
+    if (clock_ns() >= deadline_ns) {
+      *err_out = err;
+      return weft_error_set(weftRemoteError, "connect to %s, tried until the deadline: %s%s",
+                            sock_addr_str(addr, buf, sizeof buf), strerror(err),
+                            sock_connect_why(err));
+    }
   }
 }
 
 weftResult_t sock_connect(const union weft_sockaddr *addr, uint64_t deadline_ns, int *fd_out) {
   int err;
   return sock_connect_impl(addr, deadline_ns, NULL, 0, fd_out, &err);
+}
+
+weftResult_t sock_connect_errno(const union weft_sockaddr *addr, uint64_t deadline_ns, int *fd_out,
+                                int *err_out) {
+  return sock_connect_impl(addr, deadline_ns, NULL, 0, fd_out, err_out);
 }
 
 weftResult_t sock_connect_peer(const union weft_sockaddr *addr, uint64_t deadline_ns,

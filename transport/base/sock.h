@@ -66,6 +66,10 @@ struct weft_wait;
 /* Connects, retrying refused connections until the deadline (the listener may
  * not be up yet). */
 weftResult_t sock_connect(const union weft_sockaddr *addr, uint64_t deadline_ns, int *fd_out);
+/* As sock_connect; on failure *err_out is the last attempt's errno
+ * (ECONNREFUSED: nothing listened there until the deadline). */
+weftResult_t sock_connect_errno(const union weft_sockaddr *addr, uint64_t deadline_ns, int *fd_out,
+                                int *err_out);
 /* Connects to a listener that is known to be up (its owner published the
  * address after listening): "connection refused" means the owner is gone and
  * fails at once. While connecting, watch (may be NULL) is checked every few

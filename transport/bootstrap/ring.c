@@ -134,14 +134,18 @@ weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,
   /* a root at a fixed address may not be up yet (rank 0 starts it): refused
    * is retried; any other root was up before its id existed */
   int connect_err = 0;
-  if (id->flags & BOOTSTRAP_ID_ROOT_LATE)
-    res = sock_connect(&id->root, deadline, &root_fd);
+  const bool root_late = (id->flags & BOOTSTRAP_ID_ROOT_LATE) != 0;
+  if (root_late)
+    res = sock_connect_errno(&id->root, deadline, &root_fd, &connect_err);
   else
     res = sock_connect_peer_errno(&id->root, deadline, NULL, &root_fd, &connect_err);
   if (res != weftSuccess) {
     /* refused: the root's host is there and nothing listens on the id's port */
     const char *why = "";
-    if (connect_err == ECONNREFUSED)
+    if (connect_err == ECONNREFUSED && root_late)
+      why = "; rank 0 starts the root at this address, and it is not running, failed "
+            "before joining, or was given another address or port";
+    else if (connect_err == ECONNREFUSED)
       why = sock_addr_is_loopback(&id->root)
                 ? " (the unique id names a loopback address, which only ranks on the host "
                   "that made it reach; or that process has exited)"
