@@ -20,6 +20,7 @@
 #define HANG_STALL_ASK_NS 250000000ull
 #define HANG_VERDICT_ASK_NS 500000000ull
 #define HANG_EMPTY_ASK_NS 100000000ull /* a call of no elements stalled this long asks */
+#define HANG_GONE_ASK_AGAIN_NS 200000000ull /* an awaited peer found gone is asked again after */
 
 #define WHERE_MAGIC 0x77686572u /* "wher" */
 #define WHERE_CALLS 10
@@ -429,8 +430,9 @@ void hang_answer_install(struct weftComm *comm) {
  * left it and will not come. */
 static weftResult_t ask_and_judge(struct weftComm *comm, const struct trace_call *subject,
                                   const char *how, uint64_t timeout_ns, char *text, size_t n,
-                                  int *peer_failed_out) {
+                                  int *peer_failed_out, int *awaited_gone_out) {
   if (peer_failed_out != NULL) *peer_failed_out = 0;
+  if (awaited_gone_out != NULL) *awaited_gone_out = 0;
   const int nr = comm->nranks;
   struct where_answer *answers = calloc((size_t)nr, sizeof *answers);
   size_t *got = calloc((size_t)nr, sizeof *got);
@@ -462,6 +464,9 @@ static weftResult_t ask_and_judge(struct weftComm *comm, const struct trace_call
     }
   }
   res = hang_verdict(subject, how, views, nr, text, n);
+  if (awaited_gone_out != NULL && subject->waiting_on >= 0 && subject->waiting_on < nr &&
+      subject->waiting_on != comm->rank)
+    *awaited_gone_out = views[subject->waiting_on].status == HANG_GONE;
   for (int r = 0; r < nr && peer_failed_out != NULL; r++) {
     enum where_of w;
     view_find(&views[r], subject, &w);
@@ -492,7 +497,7 @@ free_all:
 weftResult_t hang_judge(struct weftComm *comm, const struct trace_call *subject, const char *how,
                         int stalling, char *text, size_t n) {
   return ask_and_judge(comm, subject, how, stalling ? HANG_STALL_ASK_NS : HANG_VERDICT_ASK_NS,
-                       text, n, NULL);
+                       text, n, NULL, NULL);
 }
 
 /* --- the watcher ---------------------------------------------------------- */
@@ -552,9 +557,10 @@ static weftResult_t watch_fn(void *arg, enum wait_event event, int peer, uint64_
   char text[1024];
   c.state = TRACE_WAITING;
   c.waiting_on = peer;
-  int peer_failed;
+  int peer_failed, awaited_gone;
   weftResult_t res =
-      ask_and_judge(comm, &c, "stalls", HANG_STALL_ASK_NS, text, sizeof text, &peer_failed);
+      ask_and_judge(comm, &c, "stalls", HANG_STALL_ASK_NS, text, sizeof text, &peer_failed,
+                    &awaited_gone);
   /* every mark of the group is asked about before a peer's failure counts: a
    * peer that found the mismatch in a later one failed the earlier ones too */
   char failed_text[1024];
@@ -563,7 +569,8 @@ static weftResult_t watch_fn(void *arg, enum wait_event event, int peer, uint64_
     int failed_here;
     c.state = TRACE_WAITING;
     c.waiting_on = peer;
-    res = ask_and_judge(comm, &c, "stalls", HANG_STALL_ASK_NS, text, sizeof text, &failed_here);
+    res = ask_and_judge(comm, &c, "stalls", HANG_STALL_ASK_NS, text, sizeof text, &failed_here,
+                        NULL);
     if (failed_here && !peer_failed) snprintf(failed_text, sizeof failed_text, "%s", text);
     peer_failed |= failed_here;
   }
@@ -572,6 +579,14 @@ static weftResult_t watch_fn(void *arg, enum wait_event event, int peer, uint64_
    * only: a root out of range, a user op it destroyed) is not coming: wait
    * no longer for it */
   if (res == weftSuccess && peer_failed) return weft_error_set(weftRemoteError, "%s", text);
+  /* nothing listens where the awaited peer answered questions: its process
+   * ended (on another host, whose pid this one cannot watch) or it left the
+   * communicator. Asked once more shortly, so that one refused question is
+   * not the verdict; then the call waits no longer for it */
+  if (res == weftSuccess && awaited_gone && hw->awaited_gone)
+    return weft_error_set(weftRemoteError, "%s", text);
+  hw->awaited_gone = res == weftSuccess && awaited_gone;
+  if (hw->awaited_gone) hw->next_ask_ns = waited_ns + HANG_GONE_ASK_AGAIN_NS;
   if (res == weftSuccess) {
     WEFT_INFO(LOG_COLL, "rank %d: %s", comm->rank, text);
     return weftInProgress;
@@ -590,6 +605,7 @@ static void watch_install(struct hang_watch *hw, struct weftComm *comm, const ui
   hw->nids = nids;
   hw->long_call = nbytes >= LONG_CALL_NBYTES;
   hw->asked = 0;
+  hw->awaited_gone = 0;
   hw->mismatch[0] = '\0';
   hw->stalled_ns = hw->waited_ns = 0;
   hw->timed_out_peer = -1;
@@ -677,7 +693,8 @@ __attribute__((noinline)) static weftResult_t watch_end_slow(struct hang_watch *
     if (at > 0) c = mark;
     while (at > 0 && (at = watch_mark(hw, at, &mark)) > 0) {
       char probe[1024];
-      if (ask_and_judge(comm, &mark, "failed", HANG_VERDICT_ASK_NS, probe, sizeof probe, NULL) !=
+      if (ask_and_judge(comm, &mark, "failed", HANG_VERDICT_ASK_NS, probe, sizeof probe, NULL,
+                        NULL) !=
           weftSuccess) {
         c = mark;
         break;
@@ -690,7 +707,7 @@ __attribute__((noinline)) static weftResult_t watch_end_slow(struct hang_watch *
       snprintf(how, sizeof how, "failed after %.1f s", (double)hw->stalled_ns / 1e9);
     else snprintf(how, sizeof how, "failed");
     weftResult_t judged =
-        ask_and_judge(comm, &c, how, HANG_VERDICT_ASK_NS, text, sizeof text, NULL);
+        ask_and_judge(comm, &c, how, HANG_VERDICT_ASK_NS, text, sizeof text, NULL, NULL);
     /* a mismatch found by asking, after a stall (this rank's, or a peer's
      * that broke the comm about when this one would have asked), is this
      * rank's refusal too; one a peer's data path saw at once stays the

@@ -8,9 +8,11 @@
 #include <gtest/gtest.h>
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,6 +33,16 @@ extern "C" {
 }
 
 using namespace weft_test;
+
+// The process's connect, which dies at its die_at_connect-th call once that
+// is set (a rank killed in the middle of setting up its connections).
+static int die_at_connect = 0;
+extern "C" int connect(int fd, const struct sockaddr *addr, socklen_t len) {
+  static int (*real)(int, const struct sockaddr *, socklen_t) =
+      (int (*)(int, const struct sockaddr *, socklen_t))dlsym(RTLD_NEXT, "connect");
+  if (die_at_connect > 0 && addr->sa_family != AF_UNIX && --die_at_connect == 0) raise(SIGKILL);
+  return real(fd, addr, len);
+}
 
 namespace {
 
@@ -466,6 +478,41 @@ TEST(Hang, CallQueuedBehindAStuckOneNamed) {
   for (size_t r = 0; r < status.size(); r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
 
+
+// A rank on another host (WEFT_HOSTID: its pid cannot be watched) that dies
+// while setting up its first collective's connections: the others wait for
+// its bootstrap messages, stall, ask where the ranks are, and find nothing
+// listening where it answered (asked twice): the call fails naming it dead
+// within a second or two, not at WEFT_TIMEOUT.
+TEST(Hang, DeadRankOnAnotherHostNamedBeforeTheTimeout) {
+  const int timeout_s = 20;
+  RunOptions opts;
+  opts.timeout_s = 60;
+  // sockets between the hosts (UCX, where built in, notices the loss itself)
+  opts.env = {{"WEFT_TIMEOUT", std::to_string(timeout_s)}, {"WEFT_TRANSPORT", "socket"}};
+  opts.env_of = [](int rank) { return EnvList{{"WEFT_HOSTID", "host" + std::to_string(rank)}}; };
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    if (ctx.rank == 1) die_at_connect = 1;  // setting up the all-reduce's connections
+    std::vector<float> buf(1 << 20, 1.0f);
+    const double t0 = now_s();
+    weftResult_t res =
+        weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, comm, nullptr);
+    const double took = now_s() - t0;
+    const std::string msg = weftGetLastError(comm);
+    printf("rank %d: %s after %.2f s: %s\n", ctx.rank, weftGetErrorString(res), took, msg.c_str());
+    FAIL_IF(res != weftRemoteError, "got %s", weftGetErrorString(res));
+    FAIL_IF(msg.find("rank 1 is dead") == std::string::npos, "rank 1 not named dead: %s",
+            msg.c_str());
+    FAIL_IF(took > timeout_s / 2, "took %.2f s of a %d s timeout", took, timeout_s);
+    weftCommAbort(comm);
+    return 0;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 128 + SIGKILL);
+}
 
 // A group of a send that completes and a receive from a rank that never
 // sends: the timeout names the receive and that rank (the call whose wait
