@@ -187,6 +187,30 @@ TEST(FromEnvErrors, RootThatNeverStartsIsRefusedNotTimedOut) {
   EXPECT_EQ(status[0], 0);
 }
 
+// Ranks 0 and 1 of 3 at a fixed address, rank 2 never joining: at the
+// timeout the root (rank 0's) tells both which rank did not join.
+TEST(FromEnvErrors, RankThatNeverJoinsIsNamed) {
+  const int port = free_port();
+  RunOptions opts;
+  opts.unique_id = false;
+  opts.allow_warnings = true;  // the root's "2 of 3 ranks joined"
+  opts.env = {{"WEFT_TIMEOUT", "2"}, {"WEFT_NRANKS", "3"},
+              {"WEFT_COMM_ID", "127.0.0.1:" + std::to_string(port)}};
+  opts.env_of = [](int rank) { return EnvList{{"WEFT_RANK", std::to_string(rank)}}; };
+  auto status = run_ranks(3, [](const RankCtx &ctx) {
+    if (ctx.rank == 2) return 0;
+    weftComm_t comm;
+    weftResult_t res = weftCommInitFromEnv(&comm, nullptr);
+    const std::string msg = weftGetLastError(nullptr);
+    printf("rank %d: %s\n", ctx.rank, msg.c_str());
+    FAIL_IF(res != weftRemoteError, "got %s", weftGetErrorString(res));
+    FAIL_IF(msg.find("2 of 3 ranks joined; rank 2 never joined") == std::string::npos,
+            "the missing rank not named: %s", msg.c_str());
+    return 0;
+  }, opts);
+  for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
 // The variables change between the calls: the process has no other thread
 // (no unique id, so no root thread; env_set_alone checks).
 TEST(FromEnvErrors, BadVariables) {

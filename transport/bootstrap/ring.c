@@ -58,8 +58,10 @@ static weftResult_t root_wait_table(int root_fd, const struct bootstrap_id *id, 
     return weft_error_set(weftInvalidArgument, "bootstrap root at %s refused rank %d of %d: %s",
                           root, rank, nranks, root_reply_text(code));
   WEFT_TRACE(LOG_BOOTSTRAP, "rank %d: admitted by the root at %s", rank, root);
+  /* the root gives up at its own deadline, about this one, and then says
+   * which ranks did not join: its verdict is waited for a moment longer */
   uint32_t outcome;
-  res = sock_recv_all(root_fd, &outcome, sizeof outcome, deadline);
+  res = sock_recv_all(root_fd, &outcome, sizeof outcome, deadline + ROOT_VERDICT_GRACE_NS);
   if (res == weftSuccess && outcome == ROOT_RANK_LEFT) {
     int32_t left = -1;
     sock_recv_all(root_fd, &left, sizeof left, clock_ns() + HELLO_TIMEOUT_NS);
@@ -85,12 +87,33 @@ static weftResult_t root_wait_table(int root_fd, const struct bootstrap_id *id, 
                           "raise it (ulimit -n) for the process that made the unique id",
                           root, nranks, f.need, f.soft, f.hard);
   }
+  if (res == weftSuccess && outcome == ROOT_GAVE_UP) {
+    struct root_missing m = {0, 0, {0}};
+    if (sock_recv_all(root_fd, &m, sizeof m, clock_ns() + HELLO_TIMEOUT_NS) != weftSuccess ||
+        m.nmissing == 0 || m.nmissing > (uint32_t)nranks)
+      return weft_error_set(weftRemoteError, "bootstrap root at %s gave up: not every rank joined "
+                            "in time", root);
+    char list[256];
+    size_t len = 0;
+    for (uint32_t i = 0; i < m.nmissing && i < ROOT_MISSING_NAMED && len < sizeof list; i++)
+      len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", i ? "," : "", (int)m.ranks[i]);
+    if (m.nmissing > ROOT_MISSING_NAMED && len < sizeof list)
+      snprintf(list + len, sizeof list - len, " and %u more", m.nmissing - ROOT_MISSING_NAMED);
+    return weft_error_set(weftRemoteError,
+                          "bootstrap root at %s gave up at the timeout: %u of %d ranks joined; "
+                          "rank%s %s never joined (not started, failed before joining, or given "
+                          "another unique id, address or size)",
+                          root, m.joined, nranks, m.nmissing > 1 ? "s" : "", list);
+  }
   if (res == weftSuccess && outcome != ROOT_ALL_JOINED)
-    res = weft_error_set(weftRemoteError, "the root gave up (not every rank joined in time)");
+    return weft_error_set(weftRemoteError, "bootstrap root at %s sent an unknown outcome 0x%x",
+                          root, outcome);
   if (res == weftSuccess)
     res = sock_recv_all(root_fd, peers_out, sizeof *peers_out * (size_t)nranks, deadline);
   if (res != weftSuccess)
-    return weft_error_set(res, "waiting for all %d ranks to join at %s: %s", nranks, root,
+    return weft_error_set(res, "waiting for all %d ranks to join at %s (a rank that did not "
+                          "join in time was not started, failed before joining, or was given "
+                          "another unique id): %s", nranks, root,
                           weft_error_text());
   return weftSuccess;
 }

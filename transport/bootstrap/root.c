@@ -192,10 +192,20 @@ static void *root_main(void *arg) {
       else if (left < 0)
         WEFT_WARN(LOG_BOOTSTRAP, "root: %d of %d ranks joined before the timeout; giving up",
                   joined, nranks);
-      for (int r = 0; fds != NULL && r < nranks; r++) {
-        uint32_t outcome = ROOT_GAVE_UP;
-        if (fds[r] >= 0) sock_send_all(fds[r], &outcome, sizeof outcome, now + HELLO_TIMEOUT_NS);
-      }
+      /* the joined ranks learn which have not */
+      struct {
+        uint32_t outcome;
+        struct root_missing m;
+      } gave_up = {ROOT_GAVE_UP, {(uint32_t)joined, 0, {0}}};
+      for (int r = 0; fds != NULL && r < nranks; r++)
+        if (fds[r] < 0 && gave_up.m.nmissing++ < ROOT_MISSING_NAMED)
+          gave_up.m.ranks[gave_up.m.nmissing - 1] = r;
+      /* the ranks of this process last: one told ends its process (and this
+       * thread) as it returns */
+      for (int pass = 0; pass < 2; pass++)
+        for (int r = 0; fds != NULL && r < nranks; r++)
+          if (fds[r] >= 0 && (infos[r].pid == (int32_t)getpid()) == (pass == 1))
+            sock_send_all(fds[r], &gave_up, sizeof gave_up, now + HELLO_TIMEOUT_NS);
       goto close_all;
     }
     int fd;

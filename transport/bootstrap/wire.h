@@ -40,7 +40,8 @@ static inline uint64_t hello_timeout(uint64_t timeout_ns) {
 enum root_reply { ROOT_OK = 0, ROOT_BAD_NRANKS = 2, ROOT_BAD_RANK, ROOT_DUP_RANK };
 /* What the root sends every joined rank at the end: the peer table follows
  * ROOT_ALL_JOINED; ROOT_RANK_LEFT is followed by the rank (int32) whose
- * connection closed before every rank joined; ROOT_GAVE_UP: the timeout;
+ * connection closed before every rank joined; ROOT_GAVE_UP: the timeout,
+ * followed by struct root_missing;
  * ROOT_OUT_OF_FDS: the root's process cannot hold a connection per rank,
  * followed by struct root_fds; ROOT_RANK_REFUSED: a process of the job (it
  * had the secret) was refused, followed by struct root_refusal. */
@@ -58,6 +59,17 @@ struct root_refusal {
   uint32_t code; /* 0: none yet */
   int32_t rank;
   int32_t nranks;
+};
+
+/* The ranks that had not joined when the root gave up: how many had, and
+ * the first ROOT_MISSING_NAMED of the nmissing others. */
+#define ROOT_MISSING_NAMED 16
+/* How long past its own deadline a joined rank waits for the root's verdict. */
+#define ROOT_VERDICT_GRACE_NS 1000000000ull
+struct root_missing {
+  uint32_t joined;
+  uint32_t nmissing;
+  int32_t ranks[ROOT_MISSING_NAMED];
 };
 
 /* The root's descriptors when they are short: how many the job needs in its
