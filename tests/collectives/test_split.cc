@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
@@ -200,6 +201,41 @@ TEST(CommSplit, BrokenCommReturnsItsError) {
   }, opts);
   EXPECT_EQ(status[0], 0);
   EXPECT_EQ(status[1], 128 + SIGKILL);
+}
+
+// A rank that dies, or stops, before a split: the others' split fails, and
+// the rank after it in the bootstrap ring names it (the ring's previous rank,
+// and what asking the ranks found: gone, or not answering).
+TEST(CommSplit, RankLostBeforeItNamed) {
+  for (bool stop : {false, true}) {
+    RunOptions opts;
+    opts.timeout_s = 30;
+    opts.env = {{"WEFT_TIMEOUT", "2"}};
+    auto status = run_ranks(3, [&](const RankCtx &ctx) {
+      weftComm_t comm, sub;
+      if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+        return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+      if (ctx.rank == 2 && stop && fork() == 0) {  // ends the stopped rank after the others
+        sleep(4);
+        kill(getppid(), SIGKILL);
+        _exit(0);
+      }
+      if (ctx.rank == 2) raise(stop ? SIGSTOP : SIGKILL);
+      weftResult_t res = weftCommSplit(comm, 0, ctx.rank, &sub, nullptr);
+      const std::string msg = weftGetLastError(comm);
+      printf("rank %d (%s): %s\n", ctx.rank, stop ? "stopped" : "killed", msg.c_str());
+      FAIL_IF(res == weftSuccess, "the split succeeded");
+      const char *want = stop ? "receiving from rank 2" : "rank 2, the previous in the bootstrap ring";
+      const char *want2 = stop ? "rank 2 did not answer" : "rank 2 is gone";
+      FAIL_IF(ctx.rank == 0 && (msg.find(want) == std::string::npos ||
+                                msg.find(want2) == std::string::npos),
+              "rank 2 not named: %s", msg.c_str());
+      weftCommAbort(comm);
+      return 0;
+    }, opts);
+    EXPECT_EQ(status[0], 0) << (stop ? "stopped" : "killed");
+    EXPECT_EQ(status[1], 0) << (stop ? "stopped" : "killed");
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
  * that gives the ranks allgather and barrier. */
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -223,6 +224,44 @@ free_bs:
   return res;
 }
 
+/* Appends to text what the ranks' question listeners say once the ring
+ * broke or stalled: the ranks gone (nothing listens where they answered:
+ * their process ended, or they closed the communicator) and those that did
+ * not answer in half a second. Nothing when every rank answered. */
+static void ring_missing(struct bootstrap *bs, char *text, size_t n) {
+  const int nr = bs->nranks;
+  if (bs->query_addrs == NULL || nr < 2) return;
+  char *replies = calloc((size_t)nr, 1);
+  size_t *got = calloc((size_t)nr, sizeof *got);
+  enum bootstrap_ask_outcome *outcome = calloc((size_t)nr, sizeof *outcome);
+  if (replies != NULL && got != NULL && outcome != NULL) {
+    bootstrap_ask_all(bs, RING_ASK_NS, replies, 1, got, outcome, NULL, 0);
+    static const struct {
+      enum bootstrap_ask_outcome outcome;
+      const char *one, *several;
+    } kinds[] = {{BOOTSTRAP_ASK_GONE, "is gone (its process ended, or it left)",
+                  "are gone (their processes ended, or they left)"},
+                 {BOOTSTRAP_ASK_SILENT, "did not answer in half a second",
+                  "did not answer in half a second"}};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+      char list[128] = "";
+      size_t len = 0;
+      int count = 0;
+      for (int r = 0; r < nr && len < sizeof list; r++) {
+        if (r == bs->rank || outcome[r] != kinds[k].outcome) continue;
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", count++ ? "," : "", r);
+      }
+      size_t at = strlen(text);
+      if (count > 0 && at < n)
+        snprintf(text + at, n - at, "; rank%s %s %s", count > 1 ? "s" : "", list,
+                 count > 1 ? kinds[k].several : kinds[k].one);
+    }
+  }
+  free(replies);
+  free(got);
+  free(outcome);
+}
+
 /* Sends sbuf to fd_out while receiving rbuf from fd_in, so that neither side
  * blocks on a full socket buffer. */
 static weftResult_t sock_exchange(struct bootstrap *bs, const char *sbuf, char *rbuf,
@@ -235,7 +274,16 @@ static weftResult_t sock_exchange(struct bootstrap *bs, const char *sbuf, char *
                           {.fd = got < nbytes ? fd_in : -1, .events = POLLIN},
                           {.fd = bs->listen_fd, .events = POLLIN}};
     uint64_t now = clock_ns();
-    if (now >= deadline) return weft_error_set(weftRemoteError, "bootstrap exchange timed out");
+    if (now >= deadline) {
+      char missing[256] = "";
+      ring_missing(bs, missing, sizeof missing);
+      return weft_error_set(weftRemoteError,
+                            "bootstrap exchange timed out (%s from rank %d, %s to rank %d)%s",
+                            got < nbytes ? "receiving" : "received",
+                            (bs->rank + bs->nranks - 1) % bs->nranks,
+                            sent < nbytes ? "sending" : "sent", (bs->rank + 1) % bs->nranks,
+                            missing);
+    }
     if (bs->abort != NULL && __atomic_load_n(bs->abort, __ATOMIC_ACQUIRE))
       return weft_error_set(weftRemoteError, "communicator aborted during a bootstrap exchange");
     uint64_t ms = (deadline - now) / 1000000 + 1;
@@ -255,15 +303,28 @@ static weftResult_t sock_exchange(struct bootstrap *bs, const char *sbuf, char *
     if (p[0].revents & (POLLOUT | POLLERR | POLLHUP)) {
       ssize_t n = send(fd_out, sbuf + sent, nbytes - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n > 0) sent += (size_t)n;
-      else if (n < 0 && errno != EAGAIN && errno != EINTR)
-        return weft_error_errno(weftRemoteError, "bootstrap send to next rank");
+      else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        const int err = errno;
+        char missing[256] = "";
+        ring_missing(bs, missing, sizeof missing);
+        return weft_error_set(weftRemoteError, "bootstrap send to rank %d: %s%s",
+                              (bs->rank + 1) % bs->nranks, strerror(err), missing);
+      }
     }
     if (p[1].revents & (POLLIN | POLLERR | POLLHUP)) {
       ssize_t n = recv(fd_in, rbuf + got, nbytes - got, MSG_DONTWAIT);
       if (n > 0) got += (size_t)n;
-      else if (n == 0) return weft_error_set(weftRemoteError, "previous rank closed the bootstrap ring");
+      else if (n == 0) {
+        /* the previous rank closed its end: it failed, or one before it did
+         * and it closed in turn */
+        char missing[256] = "";
+        ring_missing(bs, missing, sizeof missing);
+        return weft_error_set(weftRemoteError, "rank %d, the previous in the bootstrap ring, "
+                              "closed it%s", (bs->rank + bs->nranks - 1) % bs->nranks, missing);
+      }
       else if (errno != EAGAIN && errno != EINTR)
-        return weft_error_errno(weftRemoteError, "bootstrap receive from previous rank");
+        return weft_error_errno(weftRemoteError, "bootstrap receive from rank %d",
+                                (bs->rank + bs->nranks - 1) % bs->nranks);
     }
   }
   return weftSuccess;
