@@ -1,7 +1,8 @@
 #!/bin/bash
 # weft-train's MLP (--model mlp) under weftrun: falling loss, the memory table, the final line;
 # a checkpoint saved on 4 ranks resumes on 2 and consolidates; a --save that
-# cannot be written is refused before the first step; no step prints no loss.
+# cannot be written is refused before the first step; no step prints no loss;
+# a --gather-bound below the largest layer is refused; a diverging run fails.
 # usage: test_weft_train.sh WEFTRUN TOOLS_DIR SOURCE_DIR
 set -u
 weftrun=$1
@@ -107,6 +108,24 @@ st=$?; check "consolidate refuses a random shard ($(cat "$work/err"))" $st
 [ $? -eq 1 ]; check "consolidate of a missing checkpoint fails" $?
 "$tools/weft-train" --model mlp --zero-stage 7 >/dev/null 2>&1
 [ $? -eq 2 ]; check "bad stage refused" $?
+# stage 3 gathers a layer at a time: a --gather-bound below the largest
+# (1,102 parameters padded to 1,104 on 3 ranks, 4,416 bytes) is refused
+# before any step, naming it (exit 2), and that bound trains
+out=$(timeout 60 "$weftrun" -n 3 "$tools/weft-train" --model mlp --zero-stage 3 --gather-bound 4415 2>&1)
+st=$?
+[ $st -eq 2 ] && echo "$out" | grep -q -- '--gather-bound 4415: at least 4416 bytes, the largest layer' &&
+  ! echo "$out" | grep -qE 'step +1 loss'
+check "--gather-bound 4415 refused, naming the least (exit $st)" $?
+timeout 60 "$weftrun" -n 3 "$tools/weft-train" --model mlp --zero-stage 3 --gather-bound 4416 --quiet \
+  >/dev/null 2>&1
+check "  --gather-bound 4416 trains" $?
+# a gradient no longer finite: the step is skipped, saying so, and the run
+# fails after --skip-limit (3) in a row, naming the step
+out=$(timeout 60 "$weftrun" -n 2 "$tools/weft-train" --model mlp --lr 1e30 --steps 6 2>&1)
+st=$?
+[ $st -ne 0 ] && echo "$out" | grep -qE 'step +2 loss .*\(non-finite gradient: step skipped\)$' &&
+  echo "$out" | grep -q 'weft-train: step 4: the gradient was not finite in 3 steps in a row'
+check "--lr 1e30: steps skipped, saying why; fails at step 4 (exit $st)" $?
 # --device cuda: without a GPU (or CUDA) the ranks refuse with a message;
 # with one, the final line is the host run's within float tolerance
 "$tools/weft-train" --model mlp --device gpu >/dev/null 2>&1

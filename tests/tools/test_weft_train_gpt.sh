@@ -7,7 +7,11 @@
 # token file given and a sequence of 3 train; a save the run would repeat is
 # refused before it trains; a run with no step says no loss; the cosine ends
 # at its floor; --dump-batches and --data that cannot be used are refused;
-# the token file is named for the text's bytes; bad options are refused.
+# the token file is named for the text's bytes; an epoch draws every window
+# once; validation is alike for any --accum and rank count; a diverging
+# run fails, naming the step; a token file of another text is written
+# again; --gather-bound, --batch and --reduce-every-micro-step the job
+# cannot take, and bad options, are refused.
 # usage: test_weft_train_gpt.sh WEFTRUN TOOLS_DIR
 set -u
 weftrun=$1
@@ -163,7 +167,7 @@ tiny=(--steps 1 --seq 8 --batch 2 --val-every 0 --sample 0)
 tokens_of() { # text file: whether a token file in $work holds its bytes
   local t
   for t in "$work"/weft-train-*.tok; do
-    tail -c +25 "$t" | cmp -s - "$1" && return 0
+    tail -c +33 "$t" | cmp -s - "$1" && return 0
   done
   return 1
 }
@@ -184,6 +188,148 @@ st=$?
   [ -z "$(ls -A "$work/tmp2")" ]
 check "--data naming a directory refused, no token file left (exit $st)" $?
 
+# an epoch draws every window once: a text whose windows of 17 bytes all
+# differ (the numbers 00000 to 00199, 1,200 bytes, 1,080 of them to train),
+# --seq 16: (1080 - 16) / 16 = 66 windows an epoch, seq apart at one
+# offset, each once, the next epoch in another order; the same windows on
+# 3 ranks with --accum 2
+seq -f '%05g' 0 199 | tr '\n' ' ' >"$work/count.txt"
+epoch=(--data "$work/count.txt" --tokens "$work/count.tok" --seq 16 --batch 6 --val-every 0
+  --sample 0 --steps 22)
+out=$(timeout 120 "$weftrun" -n 2 "$tools/weft-train" "${epoch[@]}" \
+  --dump-batches "$work/epochs.bin" 2>&1)
+check "two epochs written by --dump-batches" $?
+echo "$out" | grep -q '(1080 train: 66 windows an epoch;'; check "  66 windows an epoch" $?
+od -An -v -tu1 -w1 "$work/count.txt" >"$work/count.u1"
+tail -c +25 "$work/epochs.bin" | od -An -v -tu1 -w17 >"$work/epochs.u1"
+awk -v W=66 -v L=17 -v Q=16 '
+  FNR == NR { b[n++] = $1; next } # the text, a byte a line
+  FNR == 1 { for (p = 0; p + L <= n; p++) { k = ""; for (i = 0; i < L; i++) k = k " " b[p + i]; at[k] = p } }
+  { # a window a line, samples [e W, (e + 1) W) the epoch e
+    k = ""; for (i = 1; i <= NF; i++) k = k " " $i
+    e = int(m / W); m++
+    if (!(k in at)) { print "  sample " m - 1 " is no window of the text"; bad = 1; next }
+    p = at[k]
+    if (seen[e, p]++) { print "  epoch " e ": the window at " p " twice"; bad = 1 }
+    if (e in grid && grid[e] != p % Q) { print "  epoch " e ": the window at " p " off its grid"; bad = 1 }
+    grid[e] = p % Q; order[e] = order[e] " " p
+  }
+  END {
+    if (m != 2 * W) { print "  " m " samples, not " 2 * W; bad = 1 }
+    if (order[0] == order[1]) { print "  both epochs in one order"; bad = 1 }
+    exit bad
+  }' "$work/count.u1" "$work/epochs.u1"
+check "  each epoch: every window once, seq apart; the second in another order" $?
+timeout 120 "$weftrun" -n 3 "$tools/weft-train" "${epoch[@]}" --accum 2 \
+  --dump-batches "$work/epochs3.bin" >/dev/null 2>&1 &&
+  cmp -s <(tail -c +25 "$work/epochs.bin") <(tail -c +25 "$work/epochs3.bin")
+check "  the same windows on 3 ranks with --accum 2" $?
+
+# validation reads the same held-out windows for any --accum and rank
+# count: at --lr 0 the parameters stay as they start, and the loss agrees
+# (2e-6) for --accum 1, 2 and 4; --val-batches all, every window of the
+# held-out tenth (30,307 tokens: 947 of 32), on 1 to 4 ranks
+val=(--tokens "$tok" --seq 32 --steps 1 --lr 0 --val-every 1 --sample 0)
+vals=
+for a in 1 2 4; do
+  vals="$vals $(timeout 120 "$weftrun" -n 2 "$tools/weft-train" "${val[@]}" --batch 8 --accum $a \
+    2>&1 | awk '/ val +1 loss /{print $5}')"
+done
+echo "$vals" | awk '{d = $1 - $2; e = $1 - $3; exit !(NF == 3 && d * d < 4e-12 && e * e < 4e-12)}'
+check "validation loss for --accum 1, 2 and 4 alike:$vals" $?
+vals=
+for n in 1 2 3 4; do
+  out=$(timeout 120 "$weftrun" -n $n "$tools/weft-train" "${val[@]}" --batch 12 --val-batches all 2>&1)
+  echo "$out" | grep -q 'validation 947 of 947 windows'; check "  --val-batches all on $n ranks: 947 windows" $?
+  vals="$vals $(echo "$out" | awk '/ val +1 loss /{print $5}')"
+done
+echo "$vals" | awk '{for (i = 2; i <= NF; i++) if (($i - $1) ^ 2 > 4e-12) bad = 1; exit !(NF == 4 && !bad)}'
+check "  --val-batches all on 1 to 4 ranks alike:$vals" $?
+
+# a gradient that is no longer finite: fp32 and bf16 skip the step, saying
+# so, and fail after --skip-limit (3) steps in a row, naming the step; fp16
+# halves its loss scale and fails once a step overflows at the least, 1;
+# a run that ends with a loss that is not finite fails
+diverge=(--tokens "$tok" --seq 16 --batch 4 --val-every 0 --sample 0 --lr 1e30 --clip 0)
+for dt in fp32 bf16; do
+  out=$(timeout 120 "$weftrun" -n 2 "$tools/weft-train" "${diverge[@]}" --dtype $dt --steps 5 2>&1)
+  st=$?
+  [ $st -ne 0 ] && echo "$out" | grep -qE 'step +2 loss .*\(non-finite gradient: step skipped\)$' &&
+    echo "$out" | grep -q 'weft-train: step 4: the gradient was not finite in 3 steps in a row' &&
+    ! echo "$out" | grep -qE 'loss scale|step +5 loss|final loss'
+  check "$dt --lr 1e30: steps skipped, saying why; fails at step 4 (exit $st)" $?
+done
+out=$(timeout 120 "$weftrun" -n 2 "$tools/weft-train" "${diverge[@]}" --dtype fp16 --steps 30 2>&1)
+st=$?
+[ $st -ne 0 ] && echo "$out" | grep -qE 'step +[0-9]+ loss .*\(overflow: skipped, loss scale halved\)$' &&
+  echo "$out" | grep -q "weft-train: step [0-9]*: the gradient overflowed at fp16's least loss scale, 1"
+check "fp16 --lr 1e30: fails at the least loss scale (exit $st)" $?
+out=$(timeout 120 "$weftrun" -n 2 "$tools/weft-train" "${diverge[@]}" --steps 3 --skip-limit 5 2>&1)
+st=$?
+[ $st -ne 0 ] && echo "$out" | grep -q 'weft-train: the final loss is not finite'
+check "a final loss that is not finite fails the run (exit $st)" $?
+
+# a token file given with --data holds that text: one of another text, or
+# a WEFTTOK1 file (no text recorded), is written again, saying so; a
+# token file given alone is used as it is; a file that is no token file is
+# refused and left as it was
+head -c 3000 /usr/share/common-licenses/GPL-3 >"$work/one.txt"
+tail -c 3000 /usr/share/common-licenses/GPL-2 >"$work/two.txt"
+timeout 120 "$weftrun" -n 1 "$tools/weft-train" "${tiny[@]}" --data "$work/one.txt" \
+  --tokens "$work/given.tok" >/dev/null 2>&1 && tail -c +33 "$work/given.tok" | cmp -s - "$work/one.txt"
+check "--tokens FILE written from --data" $?
+out=$(timeout 120 "$weftrun" -n 2 "$tools/weft-train" "${tiny[@]}" --data "$work/two.txt" \
+  --tokens "$work/given.tok" 2>&1)
+st=$?
+[ $st -eq 0 ] && tail -c +33 "$work/given.tok" | cmp -s - "$work/two.txt" &&
+  echo "$out" | grep -q "given.tok holds another text's tokens: writing it again from $work/two.txt"
+check "  another --data: written again, saying so (exit $st)" $?
+timeout 120 "$weftrun" -n 1 "$tools/weft-train" "${tiny[@]}" --tokens "$work/given.tok" >/dev/null 2>&1 &&
+  tail -c +33 "$work/given.tok" | cmp -s - "$work/two.txt"
+check "  given alone: used as it is" $?
+{ printf 'WEFTTOK1\001\0\0\0\0\001\0\0\270\013\0\0\0\0\0\0'; cat "$work/one.txt"; } >"$work/old.tok"
+out=$(timeout 120 "$weftrun" -n 1 "$tools/weft-train" "${tiny[@]}" --tokens "$work/old.tok" 2>&1)
+check "  a WEFTTOK1 file (no hash; 3,000 tokens) trains" $?
+echo "$out" | grep -q 'data 3000 tokens'; check "  and holds its 3,000 tokens" $?
+out=$(timeout 120 "$weftrun" -n 1 "$tools/weft-train" "${tiny[@]}" --data "$work/two.txt" \
+  --tokens "$work/old.tok" 2>&1)
+st=$?
+[ $st -eq 0 ] && tail -c +33 "$work/old.tok" | cmp -s - "$work/two.txt" &&
+  echo "$out" | grep -q 'old.tok records no text (a WEFTTOK1 file): writing it again'
+check "  with --data: written again in this format (exit $st)" $?
+cp "$work/one.txt" "$work/text.tok"
+out=$(timeout 120 "$weftrun" -n 1 "$tools/weft-train" "${tiny[@]}" --data "$work/two.txt" \
+  --tokens "$work/text.tok" 2>&1)
+st=$?
+[ $st -ne 0 ] && cmp -s "$work/text.tok" "$work/one.txt" &&
+  echo "$out" | grep -q 'text.tok: not a token file, so not overwritten'
+check "  --tokens naming a text refused, the file untouched (exit $st)" $?
+
+# options the job refuses before any step, exit 2: --gather-bound below
+# what stage 3 holds at once (tiny, fp32, 4 ranks: the embeddings' 163,840
+# bytes and a block's 793,088), which it names; a --batch that the ranks
+# and micro-steps do not divide; --reduce-every-micro-step below stage 2
+out=$(timeout 120 "$weftrun" -n 4 "$tools/weft-train" --zero-stage 3 --gather-bound 956927 \
+  --steps 1 2>&1)
+st=$?
+[ $st -eq 2 ] && echo "$out" | grep -q -- '--gather-bound 956927: at least 956928 bytes' &&
+  ! echo "$out" | grep -qE 'step +1 loss'
+check "--gather-bound below the least refused, naming it (exit $st)" $?
+timeout 120 "$weftrun" -n 4 "$tools/weft-train" --zero-stage 3 --gather-bound 956928 --steps 1 \
+  --seq 16 --val-every 1 --val-batches 1 --sample 4 >/dev/null 2>&1
+check "  the least trains, validates and samples" $?
+out=$(timeout 120 "$weftrun" -n 4 "$tools/weft-train" --batch 12 --accum 2 --steps 1 2>&1)
+st=$?
+[ $st -eq 2 ] && echo "$out" | grep -q -- '--batch 12 does not divide by --accum 2 x 4 ranks'
+check "--batch 12 --accum 2 on 4 ranks refused, saying which (exit $st)" $?
+for s in 0 1; do
+  timeout 20 "$tools/weft-train" --zero-stage $s --accum 2 --reduce-every-micro-step >/dev/null \
+    2>"$work/err"
+  st=$?
+  [ $st -eq 2 ] && grep -q -- '--reduce-every-micro-step: stages 2-3' "$work/err"
+  check "--reduce-every-micro-step at stage $s refused (exit $st)" $?
+done
+
 # every numeric flag whole, in its range and finite; refused with the flag
 # and the value (exit 2)
 for bad in "--zero-stage abc" "--steps abc" "--steps -1" "--steps 5x" "--lr abc" "--lr -1" \
@@ -191,7 +337,7 @@ for bad in "--zero-stage abc" "--steps abc" "--steps -1" "--steps 5x" "--lr abc"
   "--clip -1" "--min-lr 2" "--min-lr nan" "--temperature nan" "--temperature -1" \
   "--width 100000" "--width 0" "--accum 0" "--batch 0" "--batch 1e3" "--prefetch -1" \
   "--gather-bound -1" "--warmup -2" "--val-every x" "--val-batches -1" "--sample -1" \
-  "--stop-at 0" "--lr inf" "--zero-stage ' 1'"; do
+  "--stop-at 0" "--lr inf" "--zero-stage ' 1'" "--val-batches some" "--skip-limit 0"; do
   eval "set -- $bad"
   timeout 20 "$tools/weft-train" "$@" >/dev/null 2>"$work/err"
   st=$?

@@ -406,7 +406,7 @@ static void batch_load(struct gpt *g, uint64_t micro) {
   uint64_t base = micro * (uint64_t)(g->B * g->nranks) + (uint64_t)g->rank * g->B;
   for (int b = 0; b < g->B; b++) {
     uint8_t *w = g->win + (size_t)b * (T + 1);
-    train_data_sample(&g->data, g->o->seed, base + b, T, w);
+    train_data_sample(&g->data, g->o->seed, base + b, w);
     for (int t = 0; t < T; t++) {
       g->inp[b * T + t] = w[t];
       g->tgt[b * T + t] = w[t + 1];
@@ -452,7 +452,7 @@ static weftResult_t batch_dump(struct gpt *g, FILE *f, uint64_t micro) {
   if (w == NULL) return weftSystemError;
   int ok = 1;
   for (size_t i = 0; i < nb && ok; i++) {
-    train_data_sample(&g->data, g->o->seed, micro * nb + i, g->T, w);
+    train_data_sample(&g->data, g->o->seed, micro * nb + i, w);
     ok = fwrite(w, 1, len, f) == len;
   }
   free(w);
@@ -463,29 +463,53 @@ static weftResult_t batch_dump(struct gpt *g, FILE *f, uint64_t micro) {
   return weftSystemError;
 }
 
-/* The validation loss: val_batches global batches of the held-out tenth. */
+/* How many held-out windows a validation reads: --val-batches global
+ * batches of them, at most all. */
+static uint64_t val_window_count(const struct gpt *g) {
+  const uint64_t all = g->data.val_windows;
+  if (g->o->val_batches == TRAIN_VAL_ALL) return all;
+  const uint64_t asked = (uint64_t)g->o->val_batches * (uint64_t)g->o->global_batch;
+  return asked < all ? asked : all;
+}
+
+/* The validation loss: the mean over the tokens of count = val_window_count
+ * windows spread evenly over the held-out split (the j-th of them is window
+ * j W / count of its W: every one where count is W), rank r forwarding the
+ * r-th of nranks contiguous shares of j (the first count % nranks ranks one
+ * more) in forwards of at most B sequences. Every rank runs as many
+ * forwards (stage 3's gathers are collective): one out of windows forwards
+ * a window and drops its loss. So the loss is the same, up to the order of
+ * sums, for any --accum and rank count. */
 static weftResult_t validate(struct gpt *g, weftComm_t comm, double *loss_out) {
-  int T = g->T;
+  const int T = g->T;
+  const uint64_t count = val_window_count(g), nranks = (uint64_t)g->nranks,
+                 rank = (uint64_t)g->rank;
+  const uint64_t share = count / nranks, extra = count % nranks;
+  const uint64_t mine = share + (rank < extra);
+  const uint64_t first = rank * share + (rank < extra ? rank : extra);
+  const uint64_t B = (uint64_t)g->B, most = share + (extra > 0), forwards = (most + B - 1) / B;
   double sum = 0;
-  for (int k = 0; k < g->o->val_batches; k++) {
-    for (int b = 0; b < g->B; b++) {
+  for (uint64_t k = 0; k < forwards; k++) {
+    const uint64_t at = k * B, left = at < mine ? mine - at : 0;
+    const int n = (int)(left < B ? left : B), rows = n > 0 ? n : 1;
+    for (int b = 0; b < rows; b++) {
       uint8_t *w = g->win + (size_t)b * (T + 1);
-      train_data_val_sample(&g->data, (uint64_t)k * g->B * g->nranks + (uint64_t)g->rank * g->B + b,
-                            T, w);
+      const uint64_t j = n > 0 ? first + at + (uint64_t)b : 0;
+      train_data_val_sample(&g->data, j * g->data.val_windows / count, w);
       for (int t = 0; t < T; t++) {
         g->inp[b * T + t] = w[t];
         g->tgt[b * T + t] = w[t + 1];
       }
     }
-    gpt_x_tokens(&g->x, g->inp, g->tgt, g->B, T);
-    weftResult_t res = forward(g, g->B, T, 1, 0);
-    if (res == weftSuccess) sum += gpt_x_loss_sum(&g->x, g->B * T);
+    gpt_x_tokens(&g->x, g->inp, g->tgt, rows, T);
+    weftResult_t res = forward(g, rows, T, 1, 0);
+    if (res == weftSuccess && n > 0) sum += gpt_x_loss_sum(&g->x, rows * T);
     if (res == weftSuccess) res = g->x.status;
     if (res != weftSuccess) return res;
   }
   weftResult_t res = train_loss_reduce_start(&g->m, comm, &sum);
   if (res == weftSuccess) res = train_loss_reduce_end(&g->m, &sum);
-  *loss_out = sum / ((double)g->o->val_batches * g->B * g->nranks * T);
+  *loss_out = sum / ((double)count * T);
   return res;
 }
 
@@ -498,7 +522,7 @@ static weftResult_t sample_text(struct gpt *g) {
   int prompt = g->T / 4 < 1 ? 1 : g->T / 4 < 16 ? g->T / 4 : 16, len = prompt + o->sample_len;
   uint8_t *text = malloc((size_t)len + 1);
   if (text == NULL) return weftSystemError;
-  train_data_val_sample(&g->data, 0, g->T, g->win);
+  train_data_val_sample(&g->data, 0, g->win);
   memcpy(text, g->win, (size_t)prompt);
   weftResult_t res = weftSuccess;
   for (int i = prompt; i < len && res == weftSuccess; i++) {
@@ -602,6 +626,7 @@ static weftResult_t train_loop(struct gpt *g, weftComm_t comm, struct train_resu
   double tokens_step = (double)g->B * g->nranks * o->accum * g->T, timed = 0;
   long timed_steps = 0;
   double loss = 0; /* outlives the loop: its all-reduce may be queued when a step fails */
+  int skipped_run = 0; /* steps skipped in a row */
   for (long step = first; step < last && res == weftSuccess; step++) {
     double t0 = now_s(), lr = train_lr_at(o, step);
     res = weftZeroSetLr(g->zero, lr);
@@ -634,8 +659,13 @@ static weftResult_t train_loop(struct gpt *g, weftComm_t comm, struct train_resu
     if (g->rank == 0 && o->log != NULL)
       fprintf(o->log, "step %4ld loss %.6f lr %.3e grad-norm %.4g %8.0f tok/s %7.1f ms%s\n",
               step + 1, loss, lr, info.gradNorm, tokens_step / dt, dt * 1e3,
-              info.skipped ? " (overflow: skipped, loss scale halved)" : "");
-    if (o->val_every > 0 && o->val_batches > 0 && ((step + 1) % o->val_every == 0 || step + 1 == last)) {
+              train_opts_skip_note(o, &info));
+    if (train_opts_skips_fail(o, &info, step + 1, &skipped_run, g->rank == 0 ? stderr : NULL)) {
+      res = weftInvalidUsage;
+      break;
+    }
+    if (o->val_every > 0 && o->val_batches != 0 &&
+        ((step + 1) % o->val_every == 0 || step + 1 == last)) {
       double vl;
       res = validate(g, comm, &vl);
       if (res == weftSuccess && g->rank == 0 && o->log != NULL)
@@ -653,6 +683,32 @@ static weftResult_t train_loop(struct gpt *g, weftComm_t comm, struct train_resu
   return res;
 }
 
+/* --gather-bound below what stage 3 holds gathered at once: the
+ * embeddings (layer 0), held from the forward's start through backward,
+ * and the largest other layer (the final norm, held with them, takes the
+ * idle buffer of the last block); 1 where refused, with the reason on rank
+ * 0's stderr. */
+static int gather_bound_refused(const struct gpt *g) {
+  const struct train_opts *o = g->o;
+  if (o->stage != 3 || o->gather_bound == 0) return 0;
+  size_t embeddings = 0, largest = 0, elsize = o->dtype == weftFloat32 ? 4 : 2;
+  for (int l = 0; l < g->s.layers + 2; l++) {
+    size_t count = 0;
+    for (int k = 0; k < layer_tensors(&g->s, l); k++) count += tensor_count(&g->s, l, k);
+    const size_t nbytes = weftZeroPadded(count, g->nranks) * elsize;
+    if (l == 0) embeddings = nbytes;
+    else if (nbytes > largest) largest = nbytes;
+  }
+  if (o->gather_bound >= embeddings + largest) return 0;
+  if (g->rank == 0)
+    fprintf(stderr, "weft-train: --gather-bound %zu: at least %zu bytes, the embeddings and a "
+                    "block gathered together (%s on %d ranks)\n",
+            o->gather_bound, embeddings + largest,
+            o->dtype == weftBfloat16 ? "bf16" : o->dtype == weftFloat16 ? "fp16" : "fp32",
+            g->nranks);
+  return 1;
+}
+
 weftResult_t train_gpt_run(weftComm_t comm, const struct train_opts *o, struct train_result *out) {
   struct gpt g;
   memset(&g, 0, sizeof g);
@@ -662,14 +718,26 @@ weftResult_t train_gpt_run(weftComm_t comm, const struct train_opts *o, struct t
   g.T = o->seq > 0 ? o->seq : o->gpt.context;
   weftCommUserRank(comm, &g.rank);
   weftCommCount(comm, &g.nranks);
-  if (o->accum < 1 || o->global_batch % (o->accum * g.nranks) != 0 || g.T > g.s.context ||
-      g.s.channels % g.s.heads != 0 || g.s.vocab != 256) {
-    fprintf(stderr,
-            "weft-train: the global batch %d must divide by accum %d x ranks %d, the sequence "
-            "%d fit the context %d, heads divide channels\n",
-            o->global_batch, o->accum, g.nranks, g.T, g.s.context);
+  if (g.s.channels % g.s.heads != 0 || g.s.vocab != 256) {
+    fprintf(stderr, "weft-train: %d heads do not divide %d channels, or the vocabulary %d is not "
+                    "the bytes' 256\n", g.s.heads, g.s.channels, g.s.vocab);
     return weftInvalidArgument;
   }
+  if (g.T > g.s.context) {
+    fprintf(stderr, "weft-train: --seq %d: at most the context, %d\n", g.T, g.s.context);
+    return weftInvalidArgument;
+  }
+  if (o->accum < 1) {
+    fprintf(stderr, "weft-train: --accum %d: at least 1\n", o->accum);
+    return weftInvalidArgument;
+  }
+  if (o->global_batch % ((long long)o->accum * g.nranks) != 0) {
+    fprintf(stderr, "weft-train: --batch %d does not divide by --accum %d x %d ranks: a rank's "
+                    "micro-step takes batch / (accum x ranks) sequences\n",
+            o->global_batch, o->accum, g.nranks);
+    return weftInvalidArgument;
+  }
+  if (gather_bound_refused(&g)) return weftInvalidArgument;
   g.B = o->global_batch / (o->accum * g.nranks);
   g.m.dev = o->device;
   train_blas_threads_one();
@@ -686,14 +754,16 @@ weftResult_t train_gpt_run(weftComm_t comm, const struct train_opts *o, struct t
     fprintf(o->log,
             "# weft-train: %d ranks, stage %d, %s, %s, GPT %d layers %d heads %d channels, "
             "context %d, vocabulary %d (bytes): %zu parameters in %d ZeRO layers; sequence %d, "
-            "global batch %d, accum %d, from step %ld; data %zu tokens (%zu train); %s "
-            "executor, sgemm: %s\n",
+            "global batch %d, accum %d, from step %ld; data %zu tokens (%zu train: %llu "
+            "windows an epoch; validation %llu of %llu windows); %s executor, sgemm: %s\n",
             g.nranks, o->stage,
             o->dtype == weftBfloat16 ? "bf16" : o->dtype == weftFloat16 ? "fp16" : "fp32",
             o->optimizer == weftZeroAdamW ? "adamw" : "sgd-momentum", g.s.layers, g.s.heads,
             g.s.channels, g.s.context, g.s.vocab, train_gpt_param_count(&g.s), g.s.layers + 2,
             g.T, o->global_batch, o->accum, weftZeroStepCount(g.zero), g.data.count,
-            g.data.train_count, g.x.name, g.x.gemm);
+            g.data.train_count, (unsigned long long)g.data.train_windows,
+            (unsigned long long)(o->val_every > 0 ? val_window_count(&g) : 0),
+            (unsigned long long)g.data.val_windows, g.x.name, g.x.gemm);
     const char *note = train_blas_pinned_note();
     if (note != NULL) fprintf(o->log, "# %s\n", note);
   }

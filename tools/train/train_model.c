@@ -26,6 +26,7 @@ void train_opts_defaults(struct train_opts *o) {
   o->global_batch = 24;
   o->lr = 1e-2;
   o->clip = 0;
+  o->skip_limit = TRAIN_SKIP_LIMIT;
   o->nlayers = 3;
   int widths[] = {12, 37, 29, 3}; /* layers of 481, 1102 and 90 parameters */
   memcpy(o->widths, widths, sizeof widths);
@@ -433,9 +434,17 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
   memset(out, 0, sizeof *out);
   weftCommUserRank(comm, &rank);
   weftCommCount(comm, &nranks);
-  if (o->nlayers < 1 || o->nlayers > TRAIN_MAX_LAYERS || o->accum < 1 ||
-      o->global_batch % (o->accum * nranks) != 0) {
-    fprintf(stderr, "weft-train: the global batch %d must divide by accum %d x ranks %d\n",
+  if (o->nlayers < 1 || o->nlayers > TRAIN_MAX_LAYERS) {
+    fprintf(stderr, "weft-train: %d layers: 1 to %d\n", o->nlayers, TRAIN_MAX_LAYERS);
+    return weftInvalidArgument;
+  }
+  if (o->accum < 1) {
+    fprintf(stderr, "weft-train: --accum %d: at least 1\n", o->accum);
+    return weftInvalidArgument;
+  }
+  if (o->global_batch % ((long long)o->accum * nranks) != 0) {
+    fprintf(stderr, "weft-train: --batch %d does not divide by --accum %d x %d ranks: a rank's "
+                    "micro-step takes batch / (accum x ranks) samples\n",
             o->global_batch, o->accum, nranks);
     return weftInvalidArgument;
   }
@@ -445,6 +454,23 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
               o->widths[l], TRAIN_MAX_WIDTH);
       return weftInvalidArgument;
     }
+  if (o->stage == 3 && o->gather_bound > 0) { /* a layer is gathered at a time */
+    size_t least = 0, elsize = o->dtype == weftFloat32 ? 4 : 2;
+    for (int l = 0; l < o->nlayers; l++) {
+      size_t count = (size_t)o->widths[l] * o->widths[l + 1] + (size_t)o->widths[l + 1];
+      size_t nbytes = weftZeroPadded(count, nranks) * elsize;
+      least = nbytes > least ? nbytes : least;
+    }
+    if (o->gather_bound < least) {
+      if (rank == 0)
+        fprintf(stderr, "weft-train: --gather-bound %zu: at least %zu bytes, the largest layer "
+                        "(%s on %d ranks)\n",
+                o->gather_bound, least,
+                o->dtype == weftBfloat16 ? "bf16" : o->dtype == weftFloat16 ? "fp16" : "fp32",
+                nranks);
+      return weftInvalidArgument;
+    }
+  }
   struct model m;
   memset(&m, 0, sizeof m);
   m.o = o;
@@ -469,6 +495,7 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
   long last = o->stop_at > 0 && o->stop_at < o->steps ? o->stop_at : o->steps;
   int save = 0;
   if (res == weftSuccess) res = train_save_plan(&m, comm, rank, nranks, first, last, &save);
+  int skipped_run = 0; /* steps skipped in a row */
   for (long step = first; step < last && res == weftSuccess; step++) {
     loss = 0;
     res = weftZeroSetLr(m.zero, train_lr_at(o, step));
@@ -504,7 +531,9 @@ weftResult_t train_run(weftComm_t comm, const struct train_opts *o, struct train
     out->steps_run++;
     if (rank == 0 && o->log != NULL)
       fprintf(o->log, "step %4ld loss %.6f grad-norm %.4g%s\n", step + 1, loss, info.gradNorm,
-              info.skipped ? " (overflow: skipped, loss scale halved)" : "");
+              train_opts_skip_note(o, &info));
+    if (train_opts_skips_fail(o, &info, step + 1, &skipped_run, rank == 0 ? stderr : NULL))
+      res = weftInvalidUsage;
   }
   if (res == weftSuccess) {
     out->steps_done = weftZeroStepCount(m.zero);

@@ -1,5 +1,6 @@
 /* weft-train's options: what the command line sets and the model, the
- * training loop (train_model.h) and the GPU side (train_model_int.h) read. */
+ * training loop (train_model.h) and the GPU side (train_model_int.h) read,
+ * and what both loops make of a skipped step. */
 #ifndef WEFT_TRAIN_OPTS_H
 #define WEFT_TRAIN_OPTS_H
 
@@ -14,6 +15,11 @@
 #define TRAIN_MAX_WIDTH 46340
 /* --sample: the prompt and the bytes generated are counted in an int */
 #define TRAIN_MAX_SAMPLE (1 << 30)
+/* --val-batches all: every window of the held-out split */
+#define TRAIN_VAL_ALL (-1)
+/* --skip-limit's default: steps in a row skipped for a non-finite gradient
+ * (fp32, bf16) that end a run */
+#define TRAIN_SKIP_LIMIT 3
 
 /* --model: the MLP, or a GPT-2-shaped transformer (train_gpt.h) */
 enum train_model_kind { TRAIN_MODEL_MLP = 0, TRAIN_MODEL_GPT = 1 };
@@ -36,6 +42,8 @@ struct train_opts {
   int global_batch;     /* samples per step over all ranks and micro-steps */
   double lr;
   double clip;          /* max gradient norm; <= 0: none */
+  int skip_limit;       /* fp32, bf16: steps in a row skipped for a non-finite gradient
+                           that fail the run (fp16: one at the least loss scale does) */
   int nlayers;          /* layers of the MLP */
   int widths[TRAIN_MAX_LAYERS + 1]; /* widths[0] inputs ... widths[nlayers] outputs */
   size_t gather_bound;  /* stage 3 */
@@ -54,7 +62,7 @@ struct train_opts {
   const char *data;     /* text file; NULL: the files of /usr/share/common-licenses */
   const char *tokens;   /* token file written once from data; NULL: one in $TMPDIR */
   int val_every;        /* validation loss every N steps (0: never), over val_batches */
-  int val_batches;
+  int val_batches;      /* global batches of held-out windows (0: none), or TRAIN_VAL_ALL */
   int sample_len;       /* bytes generated at the end (0: none) */
   double temperature;   /* of the sample; 0: greedy */
   int cosine;           /* learning rate: warm-up then cosine down to lr * min_lr_frac */
@@ -63,5 +71,33 @@ struct train_opts {
   const char *dump_init;    /* rank 0 writes the parameters before the first step here */
   const char *dump_batches; /* rank 0 writes every micro-step's global batch here */
 };
+
+/* The note on a step's line: the reason it was skipped, or "". */
+static inline const char *train_opts_skip_note(const struct train_opts *o,
+                                               const weftZeroStepInfo_t *info) {
+  if (!info->skipped) return "";
+  if (o->dtype != weftFloat16) return " (non-finite gradient: step skipped)";
+  return info->lossScale > 1.0 ? " (overflow: skipped, loss scale halved)"
+                               : " (overflow: skipped at the least loss scale, 1)";
+}
+
+/* After step `step` (from 1) of info: *run counts the steps skipped in a
+ * row (0 after an update); 1 where the run must stop, with the reason on
+ * why (NULL: not said), the step having been skipped as fp16 at the least
+ * loss scale (1), which can fall no further, or as the skip_limit-th in a
+ * row in fp32 or bf16, whose scale is 1 throughout. */
+static inline int train_opts_skips_fail(const struct train_opts *o, const weftZeroStepInfo_t *info,
+                                        long step, int *run, FILE *why) {
+  *run = info->skipped ? *run + 1 : 0;
+  if (!info->skipped) return 0;
+  if (o->dtype == weftFloat16 ? info->lossScale > 1.0 : *run < o->skip_limit) return 0;
+  if (why != NULL && o->dtype == weftFloat16)
+    fprintf(why, "weft-train: step %ld: the gradient overflowed at fp16's least loss scale, 1: "
+                 "the run stops\n", step);
+  else if (why != NULL)
+    fprintf(why, "weft-train: step %ld: the gradient was not finite in %d steps in a row, each "
+                 "skipped (--skip-limit %d): the run stops\n", step, *run, o->skip_limit);
+  return 1;
+}
 
 #endif

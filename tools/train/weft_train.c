@@ -43,13 +43,18 @@ static void usage(FILE *f) {
           "                     (default 0.1)\n"
           "  --clip X           clip gradients to this global norm, 0: off (default off;\n"
           "                     transformers 1)\n"
+          "  --skip-limit N     fp32 and bf16: fail the run after N steps in a row skipped\n"
+          "                     for a non-finite gradient (default %d); fp16 fails where a\n"
+          "                     step overflows at the least loss scale, 1\n"
           "  --accum N          micro-steps per step (default 1)\n"
           "  --reduce-every-micro-step  stages 2-3 with --accum: reduce-scatter every\n"
           "                     micro-step's gradients into the shard (Psi/N of gradients\n"
           "                     held, --accum times the traffic) instead of summing them\n"
-          "                     locally until the last\n"
-          "  --batch N          global batch per step: samples, or sequences (default 24)\n"
-          "  --gather-bound B   stage 3: bytes of gathered layers at most\n"
+          "                     locally until the last (refused at stages 0-1)\n"
+          "  --batch N          global batch per step: samples, or sequences (default 24);\n"
+          "                     --accum x ranks must divide it\n"
+          "  --gather-bound B   stage 3: bytes of gathered layers at most, 0: no bound; at\n"
+          "                     least the layers computed at once (refused below, naming it)\n"
           "  --prefetch N       stage 3: layers gathered ahead (default 1)\n"
           "  --save DIR         write a sharded checkpoint after the last step\n"
           "  --resume DIR       continue from the checkpoint in DIR\n"
@@ -62,10 +67,14 @@ static void usage(FILE *f) {
           "transformers:\n"
           "  --seq N            tokens per sequence (default: the context)\n"
           "  --data FILE        text to train on (default: the files of %s)\n"
-          "  --tokens FILE      its token file, written once (default: in $TMPDIR)\n"
+          "  --tokens FILE      its token file, written once (default: in $TMPDIR); with\n"
+          "                     --data, written again where it holds another text; alone,\n"
+          "                     used as it is\n"
           "  --val-every N      validation loss every N steps (default 20; 0: never)\n"
-          "  --val-batches N    batches of held-out text per validation, each a micro-step's\n"
-          "                     sequences on every rank (default 2)\n"
+          "  --val-batches N    global batches (--batch sequences) of held-out text per\n"
+          "                     validation, spread over it, at most all of it; or all:\n"
+          "                     every window of it (default 2); the same windows for any\n"
+          "                     --accum and rank count\n"
           "  --sample N         bytes generated at the end (default 96)\n"
           "  --temperature X    of the sample; 0: greedy (default 0.8)\n"
           "  --dump-init FILE   write the parameters before the first step (as\n"
@@ -77,7 +86,7 @@ static void usage(FILE *f) {
           "  --layers N         linear layers, 1 to 8 (default 3)\n"
           "  --width N          width of every hidden layer, at most %d: a layer's width x\n"
           "                     width weights are indexed by int (default 37, 29)\n",
-          TRAIN_DATA_DEFAULT_DIR, TRAIN_MAX_WIDTH);
+          TRAIN_SKIP_LIMIT, TRAIN_DATA_DEFAULT_DIR, TRAIN_MAX_WIDTH);
 }
 
 static int parse_dtype(const char *s, weftDataType_t *out) {
@@ -107,6 +116,7 @@ static const struct option longopts[] = {
     {"min-lr", required_argument, NULL, 'y'},     {"dump-init", required_argument, NULL, 'i'},
     {"dump-batches", required_argument, NULL, 'j'}, {"stop-at", required_argument, NULL, 'e'},
     {"reduce-every-micro-step", no_argument, NULL, 'E'},
+    {"skip-limit", required_argument, NULL, 'K'},
     {NULL, 0, NULL, 0}};
 
 /* The flags that one model reads and the other would ignore (the usage's
@@ -265,7 +275,12 @@ int main(int argc, char **argv) {
       if (arg_int(c, optarg, 0, INT_MAX, &o.val_every) != 0) return 2;
       break;
     case 'V':
-      if (arg_int(c, optarg, 0, INT_MAX, &o.val_batches) != 0) return 2;
+      if (strcmp(optarg, "all") == 0) o.val_batches = TRAIN_VAL_ALL;
+      else if (arg_whole(c, optarg, 0, INT_MAX, "or all", &whole) != 0) return 2;
+      else o.val_batches = (int)whole;
+      break;
+    case 'K':
+      if (arg_int(c, optarg, 1, INT_MAX, &o.skip_limit) != 0) return 2;
       break;
     case 'n':
       if (arg_whole(c, optarg, 0, TRAIN_MAX_SAMPLE, "bytes, counted in an int", &whole) != 0)
@@ -307,6 +322,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (!reduce_set) o.reduce_type = o.dtype;
+  if (o.reduce_every && o.stage < 2) {
+    fprintf(stderr, "weft-train: --reduce-every-micro-step: stages 2-3, whose gradients are a "
+                    "shard; stage %d holds them whole and reduces once a step\n", o.stage);
+    return 2;
+  }
   if (o.offload_optimizer && !o.device) {
     fprintf(stderr, "weft-train: --offload-optimizer moves a GPU's optimizer state to the host: "
                     "it needs --device cuda\n");
@@ -358,25 +378,44 @@ int main(int argc, char **argv) {
     fprintf(stderr, "weft-train: joining the job failed: %s\n", weftGetLastError(NULL));
     return 1;
   }
-  int rank;
+  int rank, nranks;
   weftCommUserRank(comm, &rank);
+  weftCommCount(comm, &nranks);
+  /* the batch's share of a rank: every rank decides alike, before any step */
+  if (o.global_batch % ((long long)o.accum * nranks) != 0) {
+    if (rank == 0)
+      fprintf(stderr, "weft-train: --batch %d does not divide by --accum %d x %d ranks: a "
+                      "rank's micro-step takes batch / (accum x ranks) %s\n",
+              o.global_batch, o.accum, nranks,
+              o.model == TRAIN_MODEL_GPT ? "sequences" : "samples");
+    weftCommDestroy(comm);
+    return 2;
+  }
   struct train_result r;
   weftResult_t res = o.model == TRAIN_MODEL_GPT ? train_gpt_run(comm, &o, &r)
                                                  : train_run(comm, &o, &r);
   if (res != weftSuccess) {
     const char *text = weftZeroLastError();
     if (text[0] == '\0') text = weftGetLastError(NULL);
-    fprintf(stderr, "weft-train: rank %d: %s%s%s\n", rank, weftGetErrorString(res),
-            text[0] != '\0' ? ": " : "", text);
+    /* the trainer's own refusals (an option the job cannot take, a run that
+     * diverged) have said why on stderr and left no text */
+    const int said = text[0] == '\0' && (res == weftInvalidArgument || res == weftInvalidUsage);
+    if (!said)
+      fprintf(stderr, "weft-train: rank %d: %s%s%s\n", rank, weftGetErrorString(res),
+              text[0] != '\0' ? ": " : "", text);
     weftCommAbort(comm);
-    return 1;
+    /* options the job refuses before training are usage errors */
+    return res == weftInvalidArgument ? 2 : 1;
   }
+  const int diverged = r.steps_run > 0 && !isfinite(r.final_loss);
   if (rank == 0) {
     char loss[32] = "none"; /* no step ran: no loss to compare */
     if (r.steps_run > 0) snprintf(loss, sizeof loss, "%.17g", r.final_loss);
     printf("final loss %s params-l2 %.17g params-sum %.17g\n", loss, r.l2, r.sum);
+    if (diverged)
+      fprintf(stderr, "weft-train: the final loss is not finite (%s): the run diverged\n", loss);
   }
   free(r.params);
   weftCommDestroy(comm);
-  return 0;
+  return diverged ? 1 : 0;
 }
