@@ -239,6 +239,14 @@ TEST(FromEnvErrors, BadVariables) {
     int n = 0;
     weftCommCount(comm, &n);
     weftCommDestroy(comm);
+    FAIL_IF(n != 1, "size %d", n);
+    // a Slurm batch script's own process: SLURM_PROCID=0 without SLURM_NTASKS
+    // (no --ntasks) is a job of one, not a bad pair of variables
+    FAIL_IF(!env_set_alone("SLURM_PROCID", "0") || !env_set_alone("SLURM_JOB_ID", "5"), "setenv");
+    if (weftCommInitFromEnv(&comm, nullptr) != weftSuccess)
+      return rank_fail(ctx, "SLURM_PROCID alone: %s", weftGetLastError(nullptr));
+    weftCommCount(comm, &n);
+    weftCommDestroy(comm);
     return n == 1 ? 0 : rank_fail(ctx, "size %d", n);
   }, opts);
   EXPECT_EQ(status[0], 0);
