@@ -116,6 +116,8 @@ INSTANTIATE_TEST_SUITE_P(Launchers, FromEnv,
 // Rank 0 holds the id's root thread and joins by the id itself; ranks 1 and
 // 2, whose processes have no other thread until they join, set the variable.
 TEST(FromEnvUniqueId, HexId) {
+  RunOptions opts;
+  opts.allow_warnings = true;  // the second use's
   auto status = run_ranks(3, [](const RankCtx &ctx) {
     weftComm_t comm;
     if (ctx.rank == 0) {
@@ -133,8 +135,29 @@ TEST(FromEnvUniqueId, HexId) {
     FAIL_IF(!env_set_alone("WEFT_RANK", std::to_string(ctx.rank).c_str()) ||
                 !env_set_alone("WEFT_NRANKS", "3") || !env_set_alone("WEFT_UNIQUE_ID", s.c_str()),
             "setting the launcher's variables");
-    return join_and_check(ctx);
-  });
+    if (int rc = join_and_check(ctx)) return rc;
+    // the id's root admitted each rank once: a second init from it fails,
+    // and says why (stderr, where the warning goes, read back from a file)
+    char path[] = "/tmp/weft_second_init_XXXXXX";
+    const int fd = mkstemp(path);
+    FAIL_IF(fd < 0, "mkstemp");
+    fflush(stderr);
+    const int saved = dup(2);
+    dup2(fd, 2);
+    weftResult_t res = weftCommInitFromEnv(&comm, nullptr);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    std::string err(4096, '\0');
+    const ssize_t n = pread(fd, &err[0], err.size(), 0);
+    err.resize(n > 0 ? (size_t)n : 0);
+    close(fd);
+    unlink(path);
+    FAIL_IF(res == weftSuccess, "a second init from the same id succeeded");
+    FAIL_IF(err.find("WEFT_UNIQUE_ID is used a second time") == std::string::npos,
+            "no word of the second use: %s", err.c_str());
+    return 0;
+  }, opts);
   for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
 

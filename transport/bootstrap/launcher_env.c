@@ -191,6 +191,13 @@ weftResult_t bootstrap_env_read(struct bootstrap_env *env_out) {
   const char *hex = param_env_str(&launcher_params[L_UNIQUE_ID]);
   if (hex != NULL) {
     WEFT_TRY(bootstrap_id_from_hex(hex, &e.id));
+    /* its root admits each rank once, then closes */
+    static int reads;
+    if (__atomic_fetch_add(&reads, 1, __ATOMIC_RELAXED) == 1)
+      WEFT_WARN(LOG_INIT, "WEFT_UNIQUE_ID is used a second time in this process: its rendezvous "
+                          "(weftrun's) admits each rank once, so a second weftCommInitFromEnv "
+                          "finds nothing listening; make further communicators with "
+                          "weftCommSplit");
     *env_out = e;
     return weftSuccess;
   }
