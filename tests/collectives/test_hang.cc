@@ -34,13 +34,19 @@ extern "C" {
 
 using namespace weft_test;
 
-// The process's connect, which dies at its die_at_connect-th call once that
-// is set (a rank killed in the middle of setting up its connections).
+// The process's connect, which dies at its die_at_connect-th TCP connect
+// once that is set (a rank killed in the middle of setting up its
+// connections; the UDP sockets that find a route are not counted).
 static int die_at_connect = 0;
 extern "C" int connect(int fd, const struct sockaddr *addr, socklen_t len) {
   static int (*real)(int, const struct sockaddr *, socklen_t) =
       (int (*)(int, const struct sockaddr *, socklen_t))dlsym(RTLD_NEXT, "connect");
-  if (die_at_connect > 0 && addr->sa_family != AF_UNIX && --die_at_connect == 0) raise(SIGKILL);
+  int type = 0;
+  socklen_t tlen = sizeof type;
+  if (die_at_connect > 0 && addr->sa_family != AF_UNIX &&
+      getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) == 0 && type == SOCK_STREAM &&
+      --die_at_connect == 0)
+    raise(SIGKILL);
   return real(fd, addr, len);
 }
 
@@ -508,6 +514,34 @@ TEST(Hang, DeadRankOnAnotherHostNamedBeforeTheTimeout) {
             msg.c_str());
     FAIL_IF(took > timeout_s / 2, "took %.2f s of a %d s timeout", took, timeout_s);
     weftCommAbort(comm);
+    return 0;
+  }, opts);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 128 + SIGKILL);
+}
+
+// The same during init: a rank on another host that dies as it connects to
+// its next rank in the bootstrap ring (its second connect; the first joined
+// the root) never connects to the rank after it, which finds nothing
+// listening at its address any more and fails naming it within a second or
+// two, not at WEFT_TIMEOUT.
+TEST(Hang, RankOnAnotherHostDeadBeforeTheRingNamed) {
+  const int timeout_s = 20;
+  RunOptions opts;
+  opts.timeout_s = 60;
+  opts.env = {{"WEFT_TIMEOUT", std::to_string(timeout_s)}, {"WEFT_TRANSPORT", "socket"}};
+  opts.env_of = [](int rank) { return EnvList{{"WEFT_HOSTID", "host" + std::to_string(rank)}}; };
+  auto status = run_ranks(2, [&](const RankCtx &ctx) {
+    if (ctx.rank == 1) die_at_connect = 2;
+    weftComm_t comm;
+    const double t0 = now_s();
+    weftResult_t res = weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank);
+    const double took = now_s() - t0;
+    const std::string msg = weftGetLastError(nullptr);
+    printf("rank %d: %s after %.2f s: %s\n", ctx.rank, weftGetErrorString(res), took, msg.c_str());
+    FAIL_IF(res != weftRemoteError, "got %s", weftGetErrorString(res));
+    FAIL_IF(msg.find("rank 1 is gone") == std::string::npos, "rank 1 not named: %s", msg.c_str());
+    FAIL_IF(took > timeout_s / 2, "took %.2f s of a %d s timeout", took, timeout_s);
     return 0;
   }, opts);
   EXPECT_EQ(status[0], 0);

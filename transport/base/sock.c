@@ -384,6 +384,24 @@ static weftResult_t sock_connect_once(const union weft_sockaddr *addr, uint64_t 
   return weftSuccess;
 }
 
+int sock_probe_refused(const union weft_sockaddr *addr, uint64_t timeout_ns) {
+  int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return 0;
+  int err = 0;
+  if (connect(fd, &addr->sa, addr_len(addr)) != 0) err = errno;
+  if (err == EINPROGRESS) {
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    int rc;
+    do
+      rc = poll(&p, 1, (int)(timeout_ns / 1000000));
+    while (rc < 0 && errno == EINTR);
+    socklen_t len = sizeof err;
+    if (rc <= 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = 0;
+  }
+  close(fd);
+  return err == ECONNREFUSED;
+}
+
 bool sock_connect_err_transient(int err) {
   return err == EINTR || err == EAGAIN || err == ETIMEDOUT || err == ENETUNREACH ||
          err == EHOSTUNREACH || err == ECONNRESET;

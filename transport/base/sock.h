@@ -85,6 +85,10 @@ weftResult_t sock_connect_peer(const union weft_sockaddr *addr, uint64_t deadlin
  * the failure was not the connection's (the watch, this process). */
 weftResult_t sock_connect_peer_errno(const union weft_sockaddr *addr, uint64_t deadline_ns,
                                      struct weft_wait *watch, int *fd_out, int *err_out);
+/* 1 when a connection to addr is refused within timeout_ns (nothing listens
+ * there: the process that did has ended), else 0 (accepted, and closed at
+ * once; no answer in time; this process's own failure). Sets no error text. */
+int sock_probe_refused(const union weft_sockaddr *addr, uint64_t timeout_ns);
 /* Whether a connect that failed with err is tried again until its deadline:
  * a network on its way, or a listener's full backlog (EINTR, EAGAIN,
  * ETIMEDOUT, ENETUNREACH, EHOSTUNREACH, ECONNRESET). Refused (nothing

@@ -28,12 +28,30 @@ static weftResult_t ring_accept_prev(struct bootstrap *bs, int prev, uint64_t de
   struct weft_wait w;
   bootstrap_watch(bs, prev, deadline - clock_ns(), "accept the bootstrap ring from", &w);
   int fd = -1;
+  uint64_t probe_at = clock_ns() + RING_PROBE_NS;
   while (fd < 0) {
-    weftResult_t res = bootstrap_listener_serve(bs, deadline, &w, prev, &fd);
+    weftResult_t res =
+        bootstrap_listener_serve(bs, probe_at < deadline ? probe_at : deadline, &w, prev, &fd);
     if (res == weftInProgress && clock_ns() >= deadline)
       return weft_error_set(weftRemoteError, "timed out waiting for rank %d to join the ring",
                             prev);
     if (res != weftSuccess && res != weftInProgress) return res;
+    if (fd >= 0) break;
+    /* a rank that failed says so; one that died on another host (its pid
+     * is not watched) is found by its listener, which refuses */
+    const int failed = bootstrap_msg_failed_rank(bs, -1);
+    if (failed >= 0)
+      return weft_error_set(weftRemoteError, "rank %d failed while the bootstrap ring formed",
+                            failed);
+    if (clock_ns() >= probe_at) {
+      char abuf[64];
+      if (sock_probe_refused(&bs->addrs[prev], RING_PROBE_NS / 2))
+        return weft_error_set(weftRemoteError,
+                              "rank %d is gone (nothing listens at its bootstrap address %s any "
+                              "more): it ended before joining the bootstrap ring",
+                              prev, sock_addr_str(&bs->addrs[prev], abuf, sizeof abuf));
+      probe_at = clock_ns() + RING_PROBE_NS;
+    }
   }
   *fd_out = fd;
   return weftSuccess;

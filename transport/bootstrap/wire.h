@@ -64,6 +64,9 @@ struct root_refusal {
 /* The ranks that had not joined when the root gave up: how many had, and
  * the first ROOT_MISSING_NAMED of the nmissing others. */
 #define ROOT_MISSING_NAMED 16
+/* How often a rank waiting for its previous rank's ring connection checks
+ * that something still listens at that rank's address. */
+#define RING_PROBE_NS 1000000000ull
 /* How long a rank whose ring broke asks the others where they are. */
 #define RING_ASK_NS 500000000ull
 /* How long past its own deadline a joined rank waits for the root's verdict. */
