@@ -19,6 +19,7 @@
 #include "../algo/sendrecv.h"
 #include "../core/channel.h"
 #include "../core/hang.h"
+#include "../core/mem.h"
 #include "../core/params.h"
 #include "../core/signature.h"
 #include "../core/trace.h"
@@ -79,6 +80,64 @@ weftResult_t comm_config_read(const weftConfig_t *config, weftConfig_t *cfg) {
   size_t n = config->size < sizeof *cfg ? config->size : sizeof *cfg;
   memcpy(cfg, config, n);
   return config_check(cfg);
+}
+
+/* --- The live communicators --------------------------------------------------- */
+
+/* Every communicator of the process from its creation to its free, so that
+ * a call given one that was freed (weftGetLastError after a destroy, on any
+ * thread) can tell without reading it. */
+static pthread_mutex_t comms_live_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct weftComm **comms_live;
+static size_t comms_live_count, comms_live_cap;
+static pthread_once_t comms_live_once = PTHREAD_ONCE_INIT;
+
+/* A fork while another thread holds the lock leaves the child able to take it. */
+static void comms_live_fork_prepare(void) { pthread_mutex_lock(&comms_live_lock); }
+static void comms_live_fork_done(void) { pthread_mutex_unlock(&comms_live_lock); }
+static void comms_live_fork_register(void) {
+  (void)pthread_atfork(comms_live_fork_prepare, comms_live_fork_done, comms_live_fork_done);
+}
+
+/* comm's index in the set, or -1; under comms_live_lock. */
+static ptrdiff_t comms_live_find(const struct weftComm *comm) {
+  for (size_t i = 0; i < comms_live_count; i++)
+    if (comms_live[i] == comm) return (ptrdiff_t)i;
+  return -1;
+}
+
+static weftResult_t comms_live_add(struct weftComm *comm) {
+  pthread_once(&comms_live_once, comms_live_fork_register);
+  weftResult_t res = weftSuccess;
+  pthread_mutex_lock(&comms_live_lock);
+  if (comms_live_count == comms_live_cap) {
+    const size_t cap = comms_live_cap ? 2 * comms_live_cap : 16;
+    struct weftComm **grown = realloc(comms_live, cap * sizeof *grown);
+    if (grown == NULL) {
+      res = weft_error_set(weftSystemError, "out of memory");
+    } else {
+      comms_live = grown;
+      comms_live_cap = cap;
+    }
+  }
+  if (res == weftSuccess) comms_live[comms_live_count++] = comm;
+  pthread_mutex_unlock(&comms_live_lock);
+  return res;
+}
+
+static void comms_live_remove(struct weftComm *comm) {
+  pthread_mutex_lock(&comms_live_lock);
+  const ptrdiff_t i = comms_live_find(comm);
+  if (i >= 0) comms_live[i] = comms_live[--comms_live_count];
+  pthread_mutex_unlock(&comms_live_lock);
+}
+
+int comm_error_text_copy_live(const struct weftComm *comm, char *out, size_t n) {
+  pthread_mutex_lock(&comms_live_lock);
+  const int live = comm != NULL && comms_live_find(comm) >= 0 && comm->pid == comm_self_pid();
+  if (live) comm_error_text_copy((struct weftComm *)comm, out, n);
+  pthread_mutex_unlock(&comms_live_lock);
+  return live;
 }
 
 static int config_int(int value, int fallback) {
@@ -231,6 +290,7 @@ static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
     WEFT_TRY_GOTO(oversubscribed_agree(comm), res, close_channels);
   WEFT_TRY_GOTO(channels_connect(comm, (uint32_t)nslots, (size_t)slot_nbytes), res,
                 close_channels);
+  WEFT_TRY_GOTO(comms_live_add(comm), res, close_channels);
   comm->pid = comm_self_pid();
   comm_life_ready(comm);
   comm->magic = COMM_MAGIC;
@@ -252,14 +312,24 @@ free_comm:
   return res;
 }
 
+weftResult_t comm_init_args_check(weftComm_t *comm_out, int nranks, int rank,
+                                  const weftConfig_t *config) {
+  if (comm_out == NULL) return weft_error_set(weftInvalidArgument, "comm is NULL");
+  if (nranks < 1) return weft_error_set(weftInvalidArgument, "nranks %d < 1", nranks);
+  if (nranks > SIGNATURE_MAX_RANKS) /* a root fits a call's signature */
+    return weft_error_set(weftInvalidArgument, "nranks %d: a communicator holds at most %d ranks",
+                          nranks, SIGNATURE_MAX_RANKS);
+  if (rank < 0 || rank >= nranks)
+    return weft_error_set(weftInvalidArgument, "rank %d out of range [0, %d)", rank, nranks);
+  weftConfig_t cfg;
+  return comm_config_read(config, &cfg);
+}
+
 weftResult_t weftCommInitRankConfig(weftComm_t *comm, int nranks, weftUniqueId commId, int rank,
                                     weftConfig_t *config) {
   weft_error_clear();
-  if (comm == NULL) return weft_error_set(weftInvalidArgument, "comm is NULL");
-  *comm = NULL; /* what a failed init leaves, as NCCL's */
-  if (nranks < 1) return weft_error_set(weftInvalidArgument, "nranks %d < 1", nranks);
-  if (rank < 0 || rank >= nranks)
-    return weft_error_set(weftInvalidArgument, "rank %d out of range [0, %d)", rank, nranks);
+  if (comm != NULL) *comm = NULL; /* what a failed init leaves, as NCCL's */
+  WEFT_TRY(comm_init_args_check(comm, nranks, rank, config));
   struct bootstrap_id id;
   memcpy(&id, commId.internal, sizeof id);
   return comm_init(comm, nranks, &id, rank, config, -1);
@@ -375,6 +445,7 @@ static int comm_last_call_refused(const struct weftComm *comm) {
  * own doing, the operations it cut short, is not). */
 static void comm_free(struct weftComm *comm, int broken) {
   const int failed = broken || comm_life(comm) == COMM_ABORTED;
+  comms_live_remove(comm); /* first: a weftGetLastError copying its text is waited for */
   comm->magic = 0;
   /* peers that fail after this rank ask it where it was: a comm that broke
    * answers a little longer (hang.h); an abort of a working one does not,
@@ -397,6 +468,7 @@ static void comm_free(struct weftComm *comm, int broken) {
   trace_destroy(comm->trace);
   free(comm->peers);
   comm_states_destroy(comm);
+  mem_regs_free(comm);
   free(comm);
   weft_memo_invalidate(); /* the address may be another comm's next */
   if (failed) bootstrap_sweep_dead(); /* a peer that died may have left names behind */
@@ -556,10 +628,10 @@ weftResult_t comm_error_keep(struct weftComm *comm, weftResult_t res) {
 }
 
 /* A copy, not comm's own text, which another thread's failure may rewrite
- * while the caller reads it: valid until this thread's next call. */
+ * while the caller reads it: valid until this thread's next call. A comm
+ * that is not live (NULL, or freed) gives the thread's text. */
 const char *weftGetLastError(weftComm_t comm) {
   static __thread char text[sizeof comm->last_error];
-  if (!comm_live(comm)) return weft_error_text();
-  comm_error_text_copy(comm, text, sizeof text);
+  if (!comm_error_text_copy_live(comm, text, sizeof text)) return weft_error_text();
   return text;
 }

@@ -12,6 +12,13 @@
 weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_id *id, int rank,
                        const weftConfig_t *config, int cuda_dev);
 
+/* weftCommInitRankConfig's checks, before any rendezvous: comm_out is not
+ * NULL, nranks is 1 to the most a communicator holds, rank is in range and
+ * config reads (comm_config_read). A group that records an init asks them at
+ * the call. */
+weftResult_t comm_init_args_check(weftComm_t *comm_out, int nranks, int rank,
+                                  const weftConfig_t *config);
+
 /* Reads config (NULL: the defaults) into cfg, honouring the caller's size
  * for older layouts; weftInvalidArgument when it is not a weftConfig_t or a
  * field is out of its range (the text names the field and the range). */
@@ -21,5 +28,10 @@ weftResult_t comm_config_read(const weftConfig_t *config, weftConfig_t *cfg);
  * where comm is live, and returns res. Every refusal of a call that names a
  * live comm ends here, so that the comm's text is never an older failure's. */
 weftResult_t comm_error_keep(struct weftComm *comm, weftResult_t res);
+
+/* Copies comm's last error into out (n bytes) and returns 1 where comm is a
+ * live communicator of this process; 0 otherwise, without reading comm (a
+ * freed one among them). A free on another thread waits for the copy. */
+int comm_error_text_copy_live(const struct weftComm *comm, char *out, size_t n);
 
 #endif

@@ -29,6 +29,11 @@ static int comm_live(const struct weftComm *comm) {
 
 void compat_comm_error_keep(weftComm_t comm) { (void)comm_error_keep(comm, weftSuccess); }
 
+const char *compat_comm_error_text(weftComm_t comm) {
+  static __thread char text[sizeof comm->last_error];
+  return comm_error_text_copy_live(comm, text, sizeof text) ? text : NULL;
+}
+
 weftResult_t compat_comm_usable(weftComm_t comm, const char *fn) {
   if (!comm_live(comm)) return weftSuccess;
   weftResult_t res = comm_op_begin(comm, 0, fn);
@@ -36,18 +41,48 @@ weftResult_t compat_comm_usable(weftComm_t comm, const char *fn) {
   return res;
 }
 
+/* A recorded init or split is checked at the call, as weft's own calls are
+ * (a rank out of range would leave the others waiting for it at the
+ * group's end): a refusal, or a failure to record, fails the group. */
+static weftResult_t group_defer_done(weftResult_t res) {
+  if (res != weftSuccess) group_fail(res);
+  return res;
+}
+
 weftResult_t compat_comm_init(weftComm_t *comm_out, int nranks, const weftUniqueId *id, int rank,
                               const weftConfig_t *config) {
-  if (group_depth_get() > 0) return group_defer_init(comm_out, nranks, id, rank, config);
+  if (group_depth_get() > 0) {
+    weftResult_t res = comm_init_args_check(comm_out, nranks, rank, config);
+    if (res == weftSuccess) res = group_defer_init(comm_out, nranks, id, rank, config);
+    return group_defer_done(res);
+  }
   const int dev = device_current();
   weftResult_t res = weftCommInitRankConfig(comm_out, nranks, *id, rank, (weftConfig_t *)config);
   if (res == weftSuccess) comm_device_bind(*comm_out, dev);
   return res;
 }
 
+/* weftCommSplit's checks of this rank's arguments (the parent's state, and
+ * whether it broke, are asked when the split runs). */
+static weftResult_t split_args_check(weftComm_t parent, int color, weftComm_t *newcomm,
+                                     const weftConfig_t *config) {
+  WEFT_TRY(comm_check(parent));
+  if (newcomm == NULL) return weft_error_set(weftInvalidArgument, "CommSplit: newcomm is NULL");
+  if (color < WEFT_SPLIT_NOCOLOR)
+    return weft_error_set(weftInvalidArgument,
+                          "CommSplit: color %d is negative (only WEFT_SPLIT_NOCOLOR, -1, is)",
+                          color);
+  weftConfig_t checked;
+  return comm_config_read(config, &checked);
+}
+
 weftResult_t compat_comm_split(weftComm_t comm, int color, int key, weftComm_t *newcomm,
                                const weftConfig_t *config) {
-  if (group_depth_get() > 0) return group_defer_split(comm, color, key, newcomm, config);
+  if (group_depth_get() > 0) {
+    weftResult_t res = split_args_check(comm, color, newcomm, config);
+    if (res == weftSuccess) res = group_defer_split(comm, color, key, newcomm, config);
+    return group_defer_done(res);
+  }
   return weftCommSplit(comm, color, key, newcomm, (weftConfig_t *)config);
 }
 
@@ -121,6 +156,8 @@ weftResult_t compat_comm_grow(weftComm_t comm, int nranks, const weftUniqueId *i
 /* --- Groups ------------------------------------------------------------------- */
 
 int compat_group_depth(void) { return group_depth_get(); }
+
+void compat_group_fail(weftResult_t res) { group_fail(res); }
 
 /* --- Unique ids ---------------------------------------------------------------- */
 

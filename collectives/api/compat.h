@@ -24,6 +24,12 @@ weftResult_t compat_comm_check(weftComm_t comm);
  * ncclGetLastError(comm) says why the layer refused a call on it. */
 void compat_comm_error_keep(weftComm_t comm);
 
+/* comm's last error, copied for the calling thread (valid until its next
+ * call), where comm is a live communicator of this process; NULL otherwise,
+ * without reading comm (one freed already, say), for ncclGetLastError to
+ * give the process's text instead. */
+const char *compat_comm_error_text(weftComm_t comm);
+
 /* Whether operations may start on comm (comm_op_begin, asked only), for
  * NCCL's calls that refuse a revoked, suspended or finalized communicator
  * before their arguments: the refusal names fn and is kept as comm's last
@@ -50,15 +56,18 @@ void compat_coll_mark_refused(weftComm_t comm, int coll, const void *sendbuf, vo
                               size_t count, weftDataType_t datatype, int root, weftResult_t res);
 
 /* NCCL's init: inside a group recorded, to run at the outermost group end
- * (group_defer_init: one thread creates several ranks); otherwise at once.
+ * (group_defer_init: one thread creates several ranks), its arguments
+ * checked now as weftCommInitRankConfig checks them, a refusal failing the
+ * group; otherwise at once.
  * Either way the comm is bound to the CUDA device current at this call, as
  * NCCL ties a communicator to it (-1, a thread without a CUDA context,
  * keeps weft's way: the device of the first device operation). */
 weftResult_t compat_comm_init(weftComm_t *comm_out, int nranks, const weftUniqueId *id, int rank,
                               const weftConfig_t *config);
 
-/* NCCL's split: inside a group recorded (group_defer_split), otherwise
- * weftCommSplit at once. */
+/* NCCL's split: inside a group recorded (group_defer_split), its arguments
+ * checked now as weftCommSplit checks them, a refusal failing the group;
+ * otherwise weftCommSplit at once. */
 weftResult_t compat_comm_split(weftComm_t comm, int color, int key, weftComm_t *newcomm,
                                const weftConfig_t *config);
 
@@ -93,6 +102,12 @@ weftResult_t compat_comm_grow(weftComm_t comm, int nranks, const weftUniqueId *i
  * ncclGroupSimulateEnd leaves its estimate alone). The group itself is
  * weftGroupStart/End/SimulateEnd. */
 int compat_group_depth(void);
+
+/* A refusal of the layer's own (an NCCL config that does not read) while a
+ * group is open: the group fails with res (the thread's error text saying
+ * why), so that its end returns it and runs nothing, as for weft's own
+ * refusals in a group. Nothing outside a group. */
+void compat_group_fail(weftResult_t res);
 
 /* --- Unique ids ---------------------------------------------------------------- */
 

@@ -7,7 +7,10 @@
  * several ranks (one per GPU) between ncclGroupStart and ncclGroupEnd.
  * weft's init and split block until every rank has joined, so inside a
  * group they are recorded, and the outermost end runs all recorded ones at
- * once, a thread each, before it launches the group's operations. */
+ * once, a thread each, before it launches the group's operations. Their
+ * arguments are checked at the call (by the caller), as every recorded
+ * call's are: a group in which any call failed runs nothing at its end,
+ * creations included. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -36,9 +39,19 @@ struct group_entry {
 static _Thread_local struct group_entry *group_entries;
 static _Thread_local size_t group_nops, group_cap;
 static _Thread_local weftResult_t group_error; /* first failure while recording */
+static _Thread_local char group_why[WEFT_ERROR_TEXT_NBYTES]; /* and its text */
 
 void group_fail(weftResult_t res) {
-  if (group_depth > 0 && group_error == weftSuccess) group_error = res;
+  if (group_depth > 0 && group_error == weftSuccess) {
+    group_error = res;
+    snprintf(group_why, sizeof group_why, "%s", weft_error_text());
+  }
+}
+
+/* The group's failure while recording, as the thread's error: what its end
+ * returns. */
+static weftResult_t group_refusal(void) {
+  return weft_error_set(group_error, "%s", group_why);
 }
 
 /* The thread's entries are kept from one group to the next (a group's
@@ -153,9 +166,8 @@ struct deferred {
 static _Thread_local struct deferred *deferred;
 static _Thread_local size_t ndeferred, deferred_cap;
 
+/* Records d, its arguments checked by the caller. */
 static weftResult_t defer(const struct deferred *d, const weftConfig_t *cfg) {
-  if (d->out == NULL)
-    return weft_error_set(weftInvalidArgument, "the communicator pointer is NULL");
   if (ndeferred == deferred_cap) {
     size_t cap = deferred_cap ? 2 * deferred_cap : 8;
     struct deferred *p = realloc(deferred, cap * sizeof *p);
@@ -202,8 +214,18 @@ static void *deferred_main(void *arg) {
   return NULL;
 }
 
+/* Forgets every recorded creation, which runs nothing: each *out is NULL. */
+static void deferred_drop(void) {
+  for (size_t i = 0; i < ndeferred; i++) *deferred[i].out = NULL;
+  free(deferred);
+  deferred = NULL;
+  ndeferred = deferred_cap = 0;
+}
+
 /* Runs every recorded creation, each on a thread of its own (the first on
- * the caller's), and writes the communicators. Returns the first failure. */
+ * the caller's), and writes the communicators. Returns a failure of a rank
+ * that failed of itself where there is one: a peer that waited for it fails
+ * too (weftRemoteError: timed out, or told), which says less. */
 static weftResult_t deferred_run(void) {
   struct deferred *ds = deferred;
   size_t n = ndeferred;
@@ -221,12 +243,16 @@ static weftResult_t deferred_run(void) {
     }
   if (n > 0 && res == weftSuccess) deferred_main(&ds[0]);
   for (size_t i = 1; i < started; i++) pthread_join(ds[i].tid, NULL);
+  const struct deferred *failed = NULL;
   for (size_t i = 0; i < n; i++) {
-    if (res == weftSuccess && i < started && ds[i].res != weftSuccess)
-      res = weft_error_set(ds[i].res, "%s in a group: %s", ds[i].is_split ? "split" : "init",
-                           ds[i].error);
+    if (i < started && ds[i].res != weftSuccess &&
+        (failed == NULL || (failed->res == weftRemoteError && ds[i].res != weftRemoteError)))
+      failed = &ds[i];
     *ds[i].out = ds[i].res == weftSuccess ? ds[i].comm : NULL;
   }
+  if (res == weftSuccess && failed != NULL)
+    res = weft_error_set(failed->res, "%s in a group: %s", failed->is_split ? "split" : "init",
+                         failed->error);
   free(ds);
   return res;
 }
@@ -367,9 +393,14 @@ static weftResult_t group_dispatch(const struct group_op *ops, size_t nops) {
   return res;
 }
 
-/* The outermost end's first step: the recorded creations. Their failure,
- * with its text, is the end's result once the operations have run too. */
+/* The outermost end's first step: the recorded creations, where no call of
+ * the group failed (else none runs). Their failure, with its text, is the
+ * end's result once the operations have run too. */
 static weftResult_t group_end_creations(char *why, size_t why_nbytes) {
+  if (group_error != weftSuccess) {
+    deferred_drop();
+    return weftSuccess;
+  }
   weftResult_t created = deferred_run();
   if (created != weftSuccess) snprintf(why, why_nbytes, "%s", weft_error_text());
   return created;
@@ -379,6 +410,9 @@ weftResult_t weftGroupEnd(void) {
   if (group_depth == 0)
     return weft_error_set(weftInvalidUsage, "weftGroupEnd without weftGroupStart");
   if (--group_depth > 0) return weftSuccess;
+  /* a call failed while recording: nothing runs, neither creations nor
+   * operations, and the end returns that failure */
+  const weftResult_t refused = group_error;
   char why[1024];
   const weftResult_t created = group_end_creations(why, sizeof why);
   struct group_entry *entries = group_entries;
@@ -387,7 +421,7 @@ weftResult_t weftGroupEnd(void) {
    * (which then keep a buffer of their own, named by the key instead) */
   group_entries = NULL;
   group_nops = group_cap = 0;
-  weftResult_t res = group_error;
+  weftResult_t res = refused;
   /* every comm of the group held until the end is done with it (once per
    * entry: a count), as an operation holds its own */
   for (size_t i = 0; i < nentries; i++) comm_hold(entries[i].op.comm);
@@ -412,6 +446,7 @@ weftResult_t weftGroupEnd(void) {
   } else {
     free(entries);
   }
+  if (refused != weftSuccess) return group_refusal();
   if (created != weftSuccess) return weft_error_set(created, "%s", why);
   return res;
 }
@@ -441,16 +476,16 @@ weftResult_t weftGroupSimulateEnd(float *estimatedUs) {
   if (group_depth == 0)
     return weft_error_set(weftInvalidUsage, "weftGroupSimulateEnd without weftGroupStart");
   if (--group_depth > 0) {
-    if (group_error == weftSuccess && estimatedUs != NULL)
-      *estimatedUs = (float)group_estimate_us();
-    return group_error;
+    if (group_error != weftSuccess) return group_refusal();
+    if (estimatedUs != NULL) *estimatedUs = (float)group_estimate_us();
+    return weftSuccess;
   }
   char why[1024];
   const weftResult_t created = group_end_creations(why, sizeof why);
   const double longest = group_estimate_us();
   group_nops = 0; /* the entries are kept for the next group */
+  if (group_error != weftSuccess) return group_refusal();
   if (created != weftSuccess) return weft_error_set(created, "%s", why);
-  weftResult_t res = group_error;
-  if (res == weftSuccess && estimatedUs != NULL) *estimatedUs = (float)longest;
-  return res;
+  if (estimatedUs != NULL) *estimatedUs = (float)longest;
+  return weftSuccess;
 }

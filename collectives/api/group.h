@@ -10,7 +10,8 @@
  * inline through group_depth_get, changed by group.c alone. */
 extern __thread int group_depth;
 static inline int group_depth_get(void) { return group_depth; }
-/* Remembers the first failure while recording, for weftGroupEnd to return. */
+/* Remembers the first failure while recording (res, the thread's error text
+ * saying why), for weftGroupEnd to return: the group then runs nothing. */
 void group_fail(weftResult_t res);
 /* Records plan, checked and tuned, to run at the outermost weftGroupEnd. */
 weftResult_t group_record(struct weftComm *comm, const struct weft_plan *plan,
@@ -43,12 +44,15 @@ weftResult_t group_coll_mark(struct weftComm *comm, enum coll_kind coll, const v
                              weftStream_t stream, weftResult_t res);
 
 /* Communicator creation inside a group (the NCCL drop-in's init and split,
- * which one thread may call for several ranks of one clique): recorded, and
- * run at the outermost end, every recorded one at once, a thread each,
- * before the group's operations; *out is written then (NULL where it
- * failed, and the end returns the first failure). cfg may be NULL; it is
- * copied, its name too. An init is bound to the CUDA device current at this
- * call (comm_device_bind). Outside a group the caller creates at once. */
+ * which one thread may call for several ranks of one clique), with this
+ * rank's arguments checked by the caller (compat_comm_init, whose refusal
+ * or failure to record fails the group): recorded, and run at the outermost end, every recorded one at once, a thread each, before the
+ * group's operations. *out is written then: NULL where it failed, the end
+ * returning a failure of a rank's own before a peer's weftRemoteError (that
+ * peer waited for it). Where any call of the group failed, the end creates
+ * nothing and writes NULL to every *out. cfg may be NULL; it is copied, its
+ * name too. An init is bound to the CUDA device current at this call
+ * (comm_device_bind). Outside a group the caller creates at once. */
 weftResult_t group_defer_init(weftComm_t *out, int nranks, const weftUniqueId *id, int rank,
                               const weftConfig_t *cfg);
 weftResult_t group_defer_split(weftComm_t parent, int color, int key, weftComm_t *out,

@@ -146,6 +146,9 @@ struct weftComm {
   void *device; /* the device executor's state (device_cuda.c), NULL until used */
   struct comm_state_slot states[COMM_MAX_STATES]; /* modules' own state (comm_state_get) */
   int nstates;
+  /* its buffer registrations (weftCommRegister), listed and freed by mem.c
+   * under its lock: any thread registers, and the comm's free frees them */
+  struct mem_reg *regs;
   pid_t pid;                    /* the process that created it: a forked child may not use it */
   struct trace *trace;          /* its last calls (trace.h); NULL when tracing is off */
 };

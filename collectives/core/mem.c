@@ -2,11 +2,13 @@
  * buffer registration, and the mapping of peers' host buffers.
  *
  * Host memory is page aligned (huge-page aligned from 2 MiB). From 64 KiB it
- * comes from a memfd that this process keeps open and lists in a table, so a
- * peer on the same host can map the same pages (mem_peer_map: open
- * /proc/<pid>/fd/<fd>, check the device and inode, mmap). Each comm keeps
- * the mappings it made, so a buffer used call after call is mapped once. Registration
- * records the range with the communicator and returns a handle. */
+ * comes from a memfd that this process keeps open, so a peer on the same
+ * host can map the same pages (mem_peer_map: open /proc/<pid>/fd/<fd>, check
+ * the device and inode, mmap); smaller buffers come from the heap. Every
+ * host allocation is listed, so that weftMemFree refuses a pointer it did
+ * not hand out. Each comm keeps the mappings it made, so a buffer used call
+ * after call is mapped once. Registration lists the range with the
+ * communicator and returns a handle, which deregistration looks up. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -29,28 +31,31 @@
 #define MEM_HUGE_NBYTES (2u << 20)
 #define MEM_SHARED_MIN_NBYTES (64u << 10) /* smaller buffers are not worth an fd */
 
-/* The shareable allocations of this process, sorted by base. */
-struct mem_shared {
+/* The host allocations of this process (weftMemAllocHost's), sorted by
+ * base: shareable ones (a memfd mapped) and private ones (the heap's). */
+struct mem_host {
   void *base;
   size_t nbytes;
-  int fd; /* -1 in a forked child: its own copy-on-write pages, not shareable */
+  int fd;   /* the memfd; -1: not shareable (a heap buffer, or any in a forked child) */
+  int heap; /* posix_memalign's, freed with free(); else mapped, unmapped */
   uint64_t id;
   uint64_t dev, ino;
 };
-static pthread_mutex_t mem_shared_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct mem_shared *mem_shared_list;
-static size_t mem_shared_count, mem_shared_cap;
-static uint64_t mem_shared_next_id = 1;
+static pthread_mutex_t mem_host_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mem_host *mem_host_list;
+static size_t mem_host_count, mem_host_cap;
+static size_t mem_host_nfds; /* the entries with an open memfd */
+static uint64_t mem_host_next_id = 1;
 static pthread_once_t mem_fork_once = PTHREAD_ONCE_INIT;
 
 /* The index of the last allocation whose base is at most p, or -1; under
- * mem_shared_lock. A buffer lookup per collective stays cheap with
+ * mem_host_lock. A buffer lookup per collective stays cheap with
  * thousands of allocations (a framework's every large tensor). */
-static ptrdiff_t mem_shared_floor(const void *p) {
-  size_t lo = 0, hi = mem_shared_count;
+static ptrdiff_t mem_host_floor(const void *p) {
+  size_t lo = 0, hi = mem_host_count;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    if ((const char *)mem_shared_list[mid].base <= (const char *)p)
+    if ((const char *)mem_host_list[mid].base <= (const char *)p)
       lo = mid + 1;
     else
       hi = mid;
@@ -62,18 +67,19 @@ static ptrdiff_t mem_shared_floor(const void *p) {
  * writes stay its own. Each allocation is mapped again, privately, at the
  * same address (the child reads the same pages until it writes one), and
  * is no longer offered to peers: the file's pages are the parent's. */
-static void mem_fork_prepare(void) { pthread_mutex_lock(&mem_shared_lock); }
-static void mem_fork_parent(void) { pthread_mutex_unlock(&mem_shared_lock); }
+static void mem_fork_prepare(void) { pthread_mutex_lock(&mem_host_lock); }
+static void mem_fork_parent(void) { pthread_mutex_unlock(&mem_host_lock); }
 static void mem_fork_child(void) {
-  for (size_t i = 0; i < mem_shared_count; i++) {
-    struct mem_shared *m = &mem_shared_list[i];
+  for (size_t i = 0; i < mem_host_count; i++) {
+    struct mem_host *m = &mem_host_list[i];
     if (m->fd < 0) continue;
     /* on failure the child keeps the shared mapping, as before fork handling */
     (void)mmap(m->base, m->nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, m->fd, 0);
     close(m->fd);
     m->fd = -1;
   }
-  pthread_mutex_unlock(&mem_shared_lock);
+  mem_host_nfds = 0;
+  pthread_mutex_unlock(&mem_host_lock);
 }
 static void mem_fork_register(void) {
   (void)pthread_atfork(mem_fork_prepare, mem_fork_parent, mem_fork_child);
@@ -109,9 +115,9 @@ static void *mem_map_aligned(int fd, size_t nbytes, size_t align) {
 static int mem_shared_fd_room(void) {
   struct rlimit lim;
   if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return 1;
-  pthread_mutex_lock(&mem_shared_lock);
-  const size_t open_fds = mem_shared_count;
-  pthread_mutex_unlock(&mem_shared_lock);
+  pthread_mutex_lock(&mem_host_lock);
+  const size_t open_fds = mem_host_nfds;
+  pthread_mutex_unlock(&mem_host_lock);
   if (open_fds < (size_t)lim.rlim_cur / 2) return 1;
   static int said;
   if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
@@ -122,25 +128,26 @@ static int mem_shared_fd_room(void) {
 }
 
 /* Lists m in address order; 0 when the list cannot grow. */
-static int mem_shared_insert(const struct mem_shared *m) {
-  pthread_mutex_lock(&mem_shared_lock);
-  if (mem_shared_count == mem_shared_cap) {
-    size_t cap = mem_shared_cap ? 2 * mem_shared_cap : 16;
-    struct mem_shared *grown = realloc(mem_shared_list, cap * sizeof(*grown));
+static int mem_host_insert(const struct mem_host *m) {
+  pthread_mutex_lock(&mem_host_lock);
+  if (mem_host_count == mem_host_cap) {
+    size_t cap = mem_host_cap ? 2 * mem_host_cap : 16;
+    struct mem_host *grown = realloc(mem_host_list, cap * sizeof(*grown));
     if (grown == NULL) {
-      pthread_mutex_unlock(&mem_shared_lock);
+      pthread_mutex_unlock(&mem_host_lock);
       return 0;
     }
-    mem_shared_list = grown;
-    mem_shared_cap = cap;
+    mem_host_list = grown;
+    mem_host_cap = cap;
   }
-  size_t at = (size_t)(mem_shared_floor(m->base) + 1);
-  memmove(&mem_shared_list[at + 1], &mem_shared_list[at],
-          (mem_shared_count - at) * sizeof(*mem_shared_list));
-  mem_shared_list[at] = *m;
-  mem_shared_list[at].id = mem_shared_next_id++;
-  mem_shared_count++;
-  pthread_mutex_unlock(&mem_shared_lock);
+  size_t at = (size_t)(mem_host_floor(m->base) + 1);
+  memmove(&mem_host_list[at + 1], &mem_host_list[at],
+          (mem_host_count - at) * sizeof(*mem_host_list));
+  mem_host_list[at] = *m;
+  mem_host_list[at].id = mem_host_next_id++;
+  mem_host_count++;
+  if (m->fd >= 0) mem_host_nfds++;
+  pthread_mutex_unlock(&mem_host_lock);
   return 1;
 }
 
@@ -156,28 +163,45 @@ static void *mem_shared_alloc(size_t rounded, size_t align) {
   if (ftruncate(fd, (off_t)rounded) != 0 || fstat(fd, &st) != 0) goto close_fd;
   p = mem_map_aligned(fd, rounded, align);
   if (p == NULL) goto close_fd;
-  const struct mem_shared m = {
+  const struct mem_host m = {
       .base = p, .nbytes = rounded, .fd = fd, .dev = st.st_dev, .ino = st.st_ino};
-  if (mem_shared_insert(&m)) return p;
+  if (mem_host_insert(&m)) return p;
   munmap(p, rounded);
 close_fd:
   close(fd);
   return NULL;
 }
 
-/* Unmaps and closes the shareable allocation at ptr; 0 when ptr is none. */
-static int mem_shared_free(void *ptr) {
-  pthread_mutex_lock(&mem_shared_lock);
-  ptrdiff_t i = mem_shared_floor(ptr);
-  if (i < 0 || mem_shared_list[i].base != ptr) {
-    pthread_mutex_unlock(&mem_shared_lock);
+/* A private allocation of rounded bytes from the heap, listed; NULL when
+ * the heap or the list cannot grow. */
+static void *mem_heap_alloc(size_t rounded, size_t align) {
+  void *p = NULL;
+  if (posix_memalign(&p, align, rounded) != 0) return NULL;
+  const struct mem_host m = {.base = p, .nbytes = rounded, .fd = -1, .heap = 1};
+  if (mem_host_insert(&m)) return p;
+  free(p);
+  return NULL;
+}
+
+/* Frees the host allocation at ptr (unmapped and its memfd closed, or given
+ * back to the heap); 0 when no allocation starts at ptr. */
+static int mem_host_free(void *ptr) {
+  pthread_mutex_lock(&mem_host_lock);
+  ptrdiff_t i = mem_host_floor(ptr);
+  if (i < 0 || mem_host_list[i].base != ptr) {
+    pthread_mutex_unlock(&mem_host_lock);
     return 0;
   }
-  struct mem_shared m = mem_shared_list[i];
-  memmove(&mem_shared_list[i], &mem_shared_list[i + 1],
-          (mem_shared_count - (size_t)i - 1) * sizeof(*mem_shared_list));
-  mem_shared_count--;
-  pthread_mutex_unlock(&mem_shared_lock);
+  struct mem_host m = mem_host_list[i];
+  memmove(&mem_host_list[i], &mem_host_list[i + 1],
+          (mem_host_count - (size_t)i - 1) * sizeof(*mem_host_list));
+  mem_host_count--;
+  if (m.fd >= 0) mem_host_nfds--;
+  pthread_mutex_unlock(&mem_host_lock);
+  if (m.heap) {
+    free(m.base);
+    return 1;
+  }
   munmap(m.base, m.nbytes);
   if (m.fd >= 0) close(m.fd);
   return 1;
@@ -187,10 +211,10 @@ void mem_shared_find(const void *ptr, size_t nbytes, struct mem_shared_ref *ref_
   memset(ref_out, 0, sizeof(*ref_out));
   ref_out->fd = -1;
   const char *p = ptr;
-  pthread_mutex_lock(&mem_shared_lock);
-  ptrdiff_t i = mem_shared_floor(ptr);
+  pthread_mutex_lock(&mem_host_lock);
+  ptrdiff_t i = mem_host_floor(ptr);
   if (i >= 0) {
-    const struct mem_shared *m = &mem_shared_list[i];
+    const struct mem_host *m = &mem_host_list[i];
     const char *base = m->base;
     if (m->fd >= 0 && p <= base + m->nbytes && nbytes <= (size_t)(base + m->nbytes - p))
       *ref_out = (struct mem_shared_ref){.fd = m->fd,
@@ -200,7 +224,7 @@ void mem_shared_find(const void *ptr, size_t nbytes, struct mem_shared_ref *ref_
                                          .base = (uintptr_t)m->base,
                                          .nbytes = m->nbytes};
   }
-  pthread_mutex_unlock(&mem_shared_lock);
+  pthread_mutex_unlock(&mem_host_lock);
 }
 
 /* One mapping of a peer's allocation. */
@@ -332,12 +356,15 @@ static weftResult_t mem_nbytes_check(const char *name, size_t nbytes) {
   return weftSuccess;
 }
 
+/* A registration: one entry of its comm's list (comm->regs), whose address
+ * is the handle. The lock guards every comm's list: any thread registers. */
 struct mem_reg {
-  struct weftComm *comm;
+  struct mem_reg *next;
   void *buff;
   size_t nbytes;
   int on_device; /* a device buffer, for the device executor's single-copy paths */
 };
+static pthread_mutex_t mem_reg_lock = PTHREAD_MUTEX_INITIALIZER;
 
 weftResult_t weftMemAllocHost(void **ptr, size_t nbytes) {
   weft_error_clear();
@@ -353,7 +380,8 @@ weftResult_t weftMemAllocHost(void **ptr, size_t nbytes) {
   const size_t align = nbytes >= MEM_HUGE_NBYTES ? MEM_HUGE_NBYTES : MEM_ALIGN;
   size_t rounded = (nbytes + align - 1) / align * align;
   if (nbytes >= MEM_SHARED_MIN_NBYTES) p = mem_shared_alloc(rounded, align);
-  if (p == NULL && posix_memalign(&p, align, rounded) != 0)
+  if (p == NULL) p = mem_heap_alloc(rounded, align);
+  if (p == NULL)
     return weft_error_set(weftSystemError, "MemAllocHost: cannot allocate %zu bytes", nbytes);
   if (align == MEM_HUGE_NBYTES) (void)madvise(p, rounded, MADV_HUGEPAGE); /* a hint */
   *ptr = p;
@@ -377,8 +405,11 @@ weftResult_t weftMemAlloc(void **ptr, size_t nbytes) {
 
 weftResult_t weftMemFree(void *ptr) {
   weft_error_clear();
-  if (ptr != NULL && !device_mem_free(ptr) && !mem_shared_free(ptr)) free(ptr);
-  return weftSuccess;
+  if (ptr == NULL || device_mem_free(ptr) || mem_host_free(ptr)) return weftSuccess;
+  return weft_error_set(weftInvalidArgument,
+                        "MemFree: %p is not a buffer of weftMemAlloc or weftMemAllocHost (never "
+                        "allocated there, freed already, or not its start)",
+                        ptr);
 }
 
 weftResult_t weftCommRegister(const weftComm_t comm, void *buff, size_t nbytes, void **handle) {
@@ -394,21 +425,50 @@ weftResult_t weftCommRegister(const weftComm_t comm, void *buff, size_t nbytes, 
                           nbytes);
   struct mem_reg *reg = calloc(1, sizeof(*reg));
   if (reg == NULL) return weft_error_set(weftSystemError, "CommRegister: out of memory");
-  reg->comm = comm;
   reg->buff = buff;
   reg->nbytes = nbytes;
   reg->on_device = device_ptr_on_device(buff);
+  pthread_mutex_lock(&mem_reg_lock);
+  reg->next = comm->regs;
+  comm->regs = reg;
+  pthread_mutex_unlock(&mem_reg_lock);
   *handle = reg;
   return weftSuccess;
 }
 
+/* The handle is looked up in comm's list, never read: one that comm did not
+ * hand out, or that was deregistered already, is refused as NCCL refuses it. */
 weftResult_t weftCommDeregister(const weftComm_t comm, void *handle) {
   weft_error_clear();
   WEFT_TRY(comm_check(comm));
-  struct mem_reg *reg = handle;
-  if (reg == NULL || reg->comm != comm)
-    return weft_error_set(weftInvalidArgument,
-                          "CommDeregister: handle was not registered with this communicator");
+  if (handle == NULL)
+    return weft_error_set(weftInvalidArgument, "CommDeregister: handle is NULL");
+  struct mem_reg *reg = NULL;
+  pthread_mutex_lock(&mem_reg_lock);
+  for (struct mem_reg **at = &comm->regs; *at != NULL; at = &(*at)->next)
+    if (*at == handle) {
+      reg = *at;
+      *at = reg->next;
+      break;
+    }
+  pthread_mutex_unlock(&mem_reg_lock);
+  if (reg == NULL)
+    return weft_error_set(weftInvalidUsage,
+                          "CommDeregister: handle %p was not registered with this communicator "
+                          "(or was deregistered already)",
+                          handle);
   free(reg);
   return weftSuccess;
+}
+
+void mem_regs_free(struct weftComm *comm) {
+  pthread_mutex_lock(&mem_reg_lock);
+  struct mem_reg *reg = comm->regs;
+  comm->regs = NULL;
+  pthread_mutex_unlock(&mem_reg_lock);
+  while (reg != NULL) {
+    struct mem_reg *next = reg->next;
+    free(reg);
+    reg = next;
+  }
 }

@@ -33,6 +33,9 @@ void mem_shared_find(const void *ptr, size_t nbytes, struct mem_shared_ref *ref_
  * mapped: the caller copies through the kernel instead. */
 void *mem_peer_map(struct weftComm *comm, int peer, const struct mem_shared_ref *ref);
 
+/* Frees the registrations of comm that were never deregistered: comm's free. */
+void mem_regs_free(struct weftComm *comm);
+
 #ifdef WEFT_TEST_HOOKS
 /* The suites' build only: how many peers' allocations comm holds mapped
  * (comm unmaps them when it is freed). */

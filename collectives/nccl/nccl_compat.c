@@ -10,6 +10,7 @@
  * The build links weft in statically and exports only nccl* and pnccl*. */
 #include <ctype.h>
 #include <limits.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -448,16 +449,23 @@ NCCL_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId) {
 }
 NCCL_PROFILING_ALIAS(ncclGetUniqueId);
 
+/* A refusal of the layer's own while a group is open fails the group too,
+ * as NCCL's: its end returns it and creates nothing. */
+static ncclResult_t group_refused(ncclResult_t res) {
+  compat_group_fail((weftResult_t)res);
+  return res;
+}
+
 static ncclResult_t init_rank_config(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
                                      ncclConfig_t *config) {
   weft_error_clear();
   if (comm != NULL) *comm = NULL; /* what a failed init leaves, as NCCL's */
   weftConfig_t cfg, *cfgp;
   ncclResult_t res = nccl_config_read(config, &cfg, &cfgp);
-  if (res != ncclSuccess) return res;
+  if (res != ncclSuccess) return group_refused(res);
   version_banner(rank);
   res = comm_id_root_start(rank, &commId);
-  if (res != ncclSuccess) return res;
+  if (res != ncclSuccess) return group_refused(res);
   weftUniqueId id;
   memcpy(&id, &commId, sizeof id);
   return RES(compat_comm_init((weftComm_t *)comm, nranks, &id, rank, cfgp));
@@ -481,13 +489,13 @@ NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nrank
                                                   ncclConfig_t *config) {
   weft_error_clear();
   if (nId < 1 || commIds == NULL)
-    return RES(weft_error_set(weftInvalidArgument,
-                              "ncclCommInitRankScalable: needs at least one id (nId %d, ids %p)",
-                              nId, (void *)commIds));
+    return group_refused(RES(weft_error_set(
+        weftInvalidArgument, "ncclCommInitRankScalable: needs at least one id (nId %d, ids %p)",
+        nId, (void *)commIds)));
   if (nId > nranks) /* as NCCL: an id serves one rank at least */
-    return RES(weft_error_set(weftInvalidArgument,
-                              "ncclCommInitRankScalable: %d ids for %d ranks (at most one a rank)",
-                              nId, nranks));
+    return group_refused(RES(weft_error_set(
+        weftInvalidArgument, "ncclCommInitRankScalable: %d ids for %d ranks (at most one a rank)",
+        nId, nranks)));
   return init_rank_config(newcomm, nranks, commIds[0], myrank, config);
 }
 NCCL_PROFILING_ALIAS(ncclCommInitRankScalable);
@@ -529,11 +537,17 @@ NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 }
 NCCL_PROFILING_ALIAS(ncclCommFinalize);
 
+/* comm's windows around its free (the windows' section, below). */
+static void windows_close_begin(ncclComm_t comm);
+static void windows_close_end(ncclComm_t comm, int freed);
+
 NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   /* NCCL accepts a NULL communicator here */
   if (comm == NULL) return ncclSuccess;
   nccl_comm_close_begin(comm);
+  windows_close_begin(comm);
   ncclResult_t res = RES(weftCommDestroy(COMM(comm)));
+  windows_close_end(comm, res == ncclSuccess);
   nccl_comm_close_end(comm, res == ncclSuccess);
   return res;
 }
@@ -542,7 +556,9 @@ NCCL_PROFILING_ALIAS(ncclCommDestroy);
 NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess;
   nccl_comm_close_begin(comm);
+  windows_close_begin(comm);
   ncclResult_t res = RES(weftCommAbort(COMM(comm)));
+  windows_close_end(comm, res == ncclSuccess);
   nccl_comm_close_end(comm, res == ncclSuccess);
   return res;
 }
@@ -559,10 +575,10 @@ NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
   ncclResult_t res =
       color == NCCL_SPLIT_NOCOLOR ? ncclSuccess : nccl_config_read(config, &cfg, &cfgp);
   if (res != ncclSuccess) {
-    /* the peers learn of it at once (outside a group, where their splits run now) */
-    if (newcomm != NULL) *newcomm = NULL;
+    /* in a group it fails the group, whose end then runs nothing; outside
+     * one the peers learn of it at once (their splits run now) */
     return compat_group_depth() > 0
-               ? res
+               ? group_refused(res)
                : RES(compat_comm_split_refused(COMM(comm), key, (weftResult_t)res));
   }
   return RES(compat_comm_split(COMM(comm), color, key, (weftComm_t *)newcomm, cfgp));
@@ -597,10 +613,13 @@ NCCL_PROFILING_ALIAS(ncclGetErrorString);
 /* comm's last failure; for NULL the thread's, or where the thread's last
  * call did not fail, the last failure an NCCL call returned on any thread
  * or an async error reported (NCCL keeps one text for the process: a
- * watchdog thread asks it about another thread's failure). */
+ * watchdog thread asks it about another thread's failure). A comm that is
+ * not live (destroyed or aborted already) is not read: it counts as NULL,
+ * as NCCL's ignores its comm. */
 NCCL_EXPORT const char *ncclGetLastError(ncclComm_t comm) {
-  if (comm == NULL && weft_error_text()[0] == '\0') return weft_error_text_process();
-  return weftGetLastError(COMM(comm));
+  const char *text = comm != NULL ? compat_comm_error_text(COMM(comm)) : NULL;
+  if (text != NULL) return text;
+  return weft_error_text()[0] != '\0' ? weft_error_text() : weft_error_text_process();
 }
 NCCL_PROFILING_ALIAS(ncclGetLastError);
 
@@ -650,7 +669,27 @@ NCCL_PROFILING_ALIAS(ncclCommDeregister);
 
 /* A window is a registration and the buffer it covers: weft has no separate
  * symmetric-memory kernels, so NCCL_WIN_COLL_SYMMETRIC and
- * NCCL_WIN_STRICT_ORDERING are accepted and change nothing. */
+ * NCCL_WIN_STRICT_ORDERING are accepted and change nothing.
+ *
+ * The process's windows are listed, each in an entry of its own whose first
+ * member is what the caller holds: a window passed in is looked up in the
+ * list, never read before it is found, so that one never handed out or
+ * deregistered already is refused rather than read. Any thread registers. */
+struct window_entry {
+  struct ncclWindow_vidmem win; /* first: the caller's ncclWindow_t */
+  struct window_entry *next;
+  int closing; /* its comm is being freed: only windows_close_end sees it */
+};
+static pthread_mutex_t windows_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct window_entry *windows;
+
+/* win's entry, or NULL; under windows_lock. */
+static struct window_entry *window_find(ncclWindow_t win) {
+  for (struct window_entry *e = windows; e != NULL; e = e->next)
+    if (&e->win == win && !e->closing) return e;
+  return NULL;
+}
+
 NCCL_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size,
                                                 ncclWindow_t *win, int winFlags) {
   weft_error_clear();
@@ -666,45 +705,65 @@ NCCL_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, siz
   if (winFlags & ~(NCCL_WIN_DEFAULT | NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING))
     return RES(weft_error_set(weftInvalidArgument, "ncclCommWindowRegister: unknown flags 0x%x",
                               winFlags));
-  struct ncclWindow_vidmem *w = calloc(1, sizeof *w);
-  if (w == NULL) return RES(weft_error_set(weftSystemError, "ncclCommWindowRegister: out of memory"));
-  weftResult_t res = weftCommRegister(COMM(comm), buff, size, &w->handle);
+  struct window_entry *e = calloc(1, sizeof *e);
+  if (e == NULL) return RES(weft_error_set(weftSystemError, "ncclCommWindowRegister: out of memory"));
+  weftResult_t res = weftCommRegister(COMM(comm), buff, size, &e->win.handle);
   if (res != weftSuccess) {
-    free(w);
+    free(e);
     return RES(res);
   }
-  w->magic = NCCL_WINDOW_MAGIC;
-  w->comm = comm;
-  w->buff = buff;
-  w->nbytes = size;
-  *win = w;
+  e->win.magic = NCCL_WINDOW_MAGIC;
+  e->win.comm = comm;
+  e->win.buff = buff;
+  e->win.nbytes = size;
+  pthread_mutex_lock(&windows_lock);
+  e->next = windows;
+  windows = e;
+  pthread_mutex_unlock(&windows_lock);
+  *win = &e->win;
   return ncclSuccess;
 }
 NCCL_PROFILING_ALIAS(ncclCommWindowRegister);
 
 ncclComm_t nccl_window_comm(ncclWindow_t win) {
-  return win != NULL && win->magic == NCCL_WINDOW_MAGIC ? win->comm : NULL;
+  pthread_mutex_lock(&windows_lock);
+  const struct window_entry *e = window_find(win);
+  ncclComm_t comm = e != NULL ? e->win.comm : NULL;
+  pthread_mutex_unlock(&windows_lock);
+  return comm;
 }
 
-static ncclResult_t window_check(ncclComm_t comm, ncclWindow_t win, const char *fn) {
+/* Copies win to copy_out where it is a window of comm (and with take, out
+ * of the list: the caller frees it); refused otherwise, win unread. */
+static ncclResult_t window_check(ncclComm_t comm, ncclWindow_t win, const char *fn, int take,
+                                 struct ncclWindow_vidmem *copy_out) {
   weftResult_t res = compat_comm_check(COMM(comm));
   if (res != weftSuccess) return RES(res);
-  if (nccl_window_comm(win) != comm)
+  pthread_mutex_lock(&windows_lock);
+  struct window_entry *e = window_find(win);
+  const int ours = e != NULL && e->win.comm == comm;
+  if (ours) *copy_out = e->win;
+  for (struct window_entry **at = &windows; ours && take && *at != NULL; at = &(*at)->next)
+    if (*at == e) {
+      *at = e->next;
+      break;
+    }
+  pthread_mutex_unlock(&windows_lock);
+  if (!ours)
     return RES(weft_error_set(weftInvalidArgument,
-                              "%s: window %p was not registered with this communicator", fn,
-                              (void *)win));
+                              "%s: window %p was not registered with this communicator (or was "
+                              "deregistered already)",
+                              fn, (void *)win));
   return ncclSuccess;
 }
 
 NCCL_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   weft_error_clear();
-  ncclResult_t res = window_check(comm, win, "ncclCommWindowDeregister");
+  struct ncclWindow_vidmem w;
+  ncclResult_t res = window_check(comm, win, "ncclCommWindowDeregister", 1, &w);
   if (res != ncclSuccess) return res;
-  res = RES(weftCommDeregister(COMM(comm), win->handle));
-  if (res != ncclSuccess) return res;
-  win->magic = 0;
-  free(win);
-  return ncclSuccess;
+  free((struct window_entry *)(void *)win); /* taken out of the list: this thread's alone */
+  return RES(weftCommDeregister(COMM(comm), w.handle));
 }
 NCCL_PROFILING_ALIAS(ncclCommWindowDeregister);
 
@@ -712,12 +771,48 @@ NCCL_EXPORT ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, vo
   weft_error_clear();
   if (outUserPtr == NULL)
     return RES(weft_error_set(weftInvalidArgument, "ncclWinGetUserPtr: outUserPtr is NULL"));
-  ncclResult_t res = window_check(comm, win, "ncclWinGetUserPtr");
+  struct ncclWindow_vidmem w;
+  ncclResult_t res = window_check(comm, win, "ncclWinGetUserPtr", 0, &w);
   if (res != ncclSuccess) return res;
-  *outUserPtr = win->buff;
+  *outUserPtr = w.buff;
   return ncclSuccess;
 }
 NCCL_PROFILING_ALIAS(ncclWinGetUserPtr);
+
+/* Around the free of comm (ncclCommDestroy, ncclCommAbort): its windows are
+ * set aside before, so that a communicator made at the same address once it
+ * is freed has none of them; after, they are freed (their registrations went
+ * with comm), or put back where the free was refused (freed 0). */
+static void windows_close_begin(ncclComm_t comm) {
+  pthread_mutex_lock(&windows_lock);
+  for (struct window_entry *e = windows; e != NULL; e = e->next)
+    if (e->win.comm == comm) e->closing = 1;
+  pthread_mutex_unlock(&windows_lock);
+}
+
+static void windows_close_end(ncclComm_t comm, int freed) {
+  struct window_entry *gone = NULL;
+  pthread_mutex_lock(&windows_lock);
+  for (struct window_entry **at = &windows; *at != NULL;) {
+    struct window_entry *e = *at;
+    if (e->win.comm != comm || !e->closing) {
+      at = &e->next;
+    } else if (!freed) {
+      e->closing = 0;
+      at = &e->next;
+    } else {
+      *at = e->next;
+      e->next = gone;
+      gone = e;
+    }
+  }
+  pthread_mutex_unlock(&windows_lock);
+  while (gone != NULL) {
+    struct window_entry *next = gone->next;
+    free(gone);
+    gone = next;
+  }
+}
 
 /* --- Reduction operators --------------------------------------------------- */
 

@@ -1,6 +1,7 @@
 // Bad input gets a clear code and message and never crashes or writes.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -298,6 +299,51 @@ TEST(ErrorsNoComm, GroupWithBadCallRunsNothing) {
   EXPECT_EQ(weftGroupEnd(), weftInvalidArgument);
   EXPECT_EQ(out[0], 0.0f);
   EXPECT_EQ(weftCommDestroy(comm), weftSuccess);
+}
+
+// A handle is looked up, never read: one the comm did not hand out, one
+// deregistered already and another comm's are refused (weftInvalidUsage, as
+// NCCL's), and registrations left at destroy are the comm's to free.
+TEST_F(Errors, DeregisterUnknownHandle) {
+  weftUniqueId id;
+  ASSERT_EQ(weftGetUniqueId(&id), weftSuccess);
+  weftComm_t other;
+  ASSERT_EQ(weftCommInitRank(&other, 1, id, 0), weftSuccess);
+  std::vector<float> buf(64);
+  uint64_t not_a_handle[8] = {0};
+  EXPECT_EQ(weftCommDeregister(comm, not_a_handle), weftInvalidUsage);
+  EXPECT_NE(std::string(weftGetLastError(nullptr)).find("not registered with"), std::string::npos)
+      << weftGetLastError(nullptr);
+  void *handle = nullptr, *theirs = nullptr, *kept = nullptr;
+  ASSERT_EQ(weftCommRegister(comm, buf.data(), 64 * sizeof(float), &handle), weftSuccess);
+  ASSERT_EQ(weftCommRegister(other, buf.data(), 64 * sizeof(float), &theirs), weftSuccess);
+  EXPECT_EQ(weftCommDeregister(comm, theirs), weftInvalidUsage);
+  EXPECT_EQ(weftCommDeregister(comm, handle), weftSuccess);
+  EXPECT_EQ(weftCommDeregister(comm, handle), weftInvalidUsage);
+  EXPECT_EQ(weftCommDeregister(comm, nullptr), weftInvalidArgument);
+  // left registered: freed with their comm
+  ASSERT_EQ(weftCommRegister(comm, buf.data(), 16, &kept), weftSuccess);
+  EXPECT_EQ(weftCommDestroy(other), weftSuccess);
+}
+
+// weftMemFree frees what weftMemAlloc and weftMemAllocHost handed out, small
+// (the heap) and large (shareable), once; anything else is refused.
+TEST(ErrorsNoComm, MemFreeOfUnknownPointer) {
+  int local = 0;
+  EXPECT_EQ(weftMemFree(&local), weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError(nullptr)).find("MemFree"), std::string::npos);
+  void *heap = malloc(64);
+  ASSERT_NE(heap, nullptr);
+  EXPECT_EQ(weftMemFree(heap), weftInvalidArgument);
+  free(heap);
+  for (size_t nbytes : {size_t(100), size_t(1) << 20}) {
+    void *p = nullptr;
+    ASSERT_EQ(weftMemAlloc(&p, nbytes), weftSuccess);
+    EXPECT_EQ(weftMemFree(static_cast<char *>(p) + 8), weftInvalidArgument) << nbytes;
+    EXPECT_EQ(weftMemFree(p), weftSuccess) << nbytes;
+    EXPECT_EQ(weftMemFree(p), weftInvalidArgument) << nbytes;
+  }
+  EXPECT_EQ(weftMemFree(nullptr), weftSuccess);
 }
 
 // Ranks holding different ids: the impostor is refused by the root, the
