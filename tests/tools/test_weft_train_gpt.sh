@@ -29,6 +29,12 @@ check() { # name, condition result (take $? before the name: a $(...) in it rese
 out=$(timeout 300 "$weftrun" -n 4 "$tools/weft-train" --zero-stage 3 --steps 20 --val-every 10 --sample 32 2>&1)
 check "weft-train exits 0" $?
 echo "$out"
+# the default text: each file of /usr/share/common-licenses once, where links
+# name one twice (GPL is GPL-3)
+want=$(for f in /usr/share/common-licenses/*; do [ -f "$f" ] && realpath "$f"; done | sort -u |
+  xargs cat | wc -c)
+echo "$out" | grep -q "data $want tokens"
+check "the default text counts each file once ($want bytes): $(echo "$out" | grep -o 'data [0-9]* tokens')" $?
 losses=$(echo "$out" | awk '/ step +[0-9]+ loss /{print $5}')
 first=$(echo "$losses" | head -1)
 last=$(echo "$losses" | tail -1)
@@ -37,10 +43,10 @@ awk -v a="$first" -v b="$last" 'BEGIN{exit !(a > 5.3 && a < 5.8 && b < a - 1.5)}
 check "loss starts near ln 256 and falls ($first -> $last)" $?
 [ "$(echo "$out" | grep -cE '^\[0\] val +(10|20) loss [0-9.]+$')" -eq 2 ]; check "validation at steps 10 and 20" $?
 echo "$out" | grep -qE ' step +20 loss .* tok/s '; check "tokens/s per step" $?
-# the schedule: warm-up over steps / 10 = 2 (step 1 at half the peak 3e-3),
+# the schedule: warm-up over steps / 10 = 2 (step 1 at half the peak 1.5e-3),
 # the peak after it, and the cosine's floor (0.1 of the peak) at the last step
 lrs=$(echo "$out" | awk '/ step +[0-9]+ loss /{for (i = 1; i < NF; i++) if ($i == "lr") print $(i + 1)}')
-[ "$(echo "$lrs" | sed -n '1p;3p;20p' | tr '\n' ' ')" = "1.500e-03 3.000e-03 3.000e-04 " ]
+[ "$(echo "$lrs" | sed -n '1p;3p;20p' | tr '\n' ' ')" = "7.500e-04 1.500e-03 1.500e-04 " ]
 st=$?; check "learning rates of steps 1, 3 and 20: $(echo "$lrs" | sed -n '1p;3p;20p' | tr '\n' ' ')" $st
 for r in 0 1 2 3; do
   echo "$out" | grep -qE "^\[0\] +$r +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+$"
@@ -136,10 +142,10 @@ check "--steps 0: the model as it starts, exit 0" $?
 st=$?; check "  no step, and the final line says no loss ($(echo "$out" | tail -1))" $st
 
 # the cosine's last step is at the floor, also where it is the only step
-# after the warm-up: 3e-3 peak, the floor 0.1 of it
+# after the warm-up: 1.5e-3 peak, the floor 0.1 of it
 out=$(timeout 120 "$weftrun" -n 1 "$tools/weft-train" "${small[@]}" --steps 3 --warmup 2 2>&1)
 lrs=$(echo "$out" | awk '/ step +[0-9]+ loss /{for (i = 1; i < NF; i++) if ($i == "lr") print $(i + 1)}')
-[ "$(echo "$lrs" | tr '\n' ' ')" = "1.500e-03 3.000e-03 3.000e-04 " ]
+[ "$(echo "$lrs" | tr '\n' ' ')" = "7.500e-04 1.500e-03 1.500e-04 " ]
 st=$?; check "--steps 3 --warmup 2: learning rates $(echo "$lrs" | tr '\n' ' ')" $st
 
 # --dump-batches that cannot be written: refused before any step, with the
@@ -228,7 +234,7 @@ check "  the same windows on 3 ranks with --accum 2" $?
 # validation reads the same held-out windows for any --accum and rank
 # count: at --lr 0 the parameters stay as they start, and the loss agrees
 # (2e-6) for --accum 1, 2 and 4; --val-batches all, every window of the
-# held-out tenth (30,307 tokens: 947 of 32), on 1 to 4 ranks
+# held-out tenth (23,732 tokens: 741 of 32), on 1 to 4 ranks
 val=(--tokens "$tok" --seq 32 --steps 1 --lr 0 --val-every 1 --sample 0)
 vals=
 for a in 1 2 4; do
@@ -240,7 +246,7 @@ check "validation loss for --accum 1, 2 and 4 alike:$vals" $?
 vals=
 for n in 1 2 3 4; do
   out=$(timeout 120 "$weftrun" -n $n "$tools/weft-train" "${val[@]}" --batch 12 --val-batches all 2>&1)
-  echo "$out" | grep -q 'validation 947 of 947 windows'; check "  --val-batches all on $n ranks: 947 windows" $?
+  echo "$out" | grep -q 'validation 741 of 741 windows'; check "  --val-batches all on $n ranks: 741 windows" $?
   vals="$vals $(echo "$out" | awk '/ val +1 loss /{print $5}')"
 done
 echo "$vals" | awk '{for (i = 2; i <= NF; i++) if (($i - $1) ^ 2 > 4e-12) bad = 1; exit !(NF == 4 && !bad)}'
@@ -297,6 +303,13 @@ st=$?
 [ $st -eq 0 ] && tail -c +33 "$work/old.tok" | cmp -s - "$work/two.txt" &&
   echo "$out" | grep -q 'old.tok records no text (a WEFTTOK1 file): writing it again'
 check "  with --data: written again in this format (exit $st)" $?
+head -c 1000 "$work/old.tok" >"$work/cut.tok"
+out=$(timeout 120 "$weftrun" -n 1 "$tools/weft-train" "${tiny[@]}" --data "$work/two.txt" \
+  --tokens "$work/cut.tok" 2>&1)
+st=$?
+[ $st -eq 0 ] && tail -c +33 "$work/cut.tok" | cmp -s - "$work/two.txt" &&
+  echo "$out" | grep -q 'cut.tok holds fewer or more tokens than its header counts: writing it again'
+check "  a token file cut short, with --data: written again, saying so (exit $st)" $?
 cp "$work/one.txt" "$work/text.tok"
 out=$(timeout 120 "$weftrun" -n 1 "$tools/weft-train" "${tiny[@]}" --data "$work/two.txt" \
   --tokens "$work/text.tok" 2>&1)

@@ -21,7 +21,8 @@
 #define TOK1_HEADER_NBYTES 24
 
 /* What a file's header says it is. */
-enum tok_kind { TOK_NONE, TOK_V1, TOK_V2 };
+/* TOK_CUT: weft-train's header, with fewer or more tokens than it counts */
+enum tok_kind { TOK_NONE, TOK_V1, TOK_V2, TOK_CUT };
 
 static uint64_t data_mix64(uint64_t z) {
   z += 0x9e3779b97f4a7c15ull;
@@ -92,6 +93,17 @@ static int data_sources(const char *text_path, char ***paths_out, int *n_out) {
     free(paths[i]);
     paths[i] = abs;
   }
+  /* a file named twice (GPL, a link to GPL-3) is read once */
+  int kept = 0;
+  for (int i = 0; i < n; i++) {
+    int seen = 0;
+    for (int j = 0; j < kept && !seen; j++) seen = strcmp(paths[j], paths[i]) == 0;
+    if (seen)
+      free(paths[i]);
+    else
+      paths[kept++] = paths[i];
+  }
+  n = kept;
   if (n == 0) {
     fprintf(stderr, "weft-train: no text at %s\n", TRAIN_DATA_DEFAULT_DIR);
     free(paths);
@@ -247,14 +259,22 @@ static int data_header_read(const char *path, enum tok_kind *kind_out, uint64_t 
   FILE *f = fopen(path, "rb");
   if (f == NULL) return -1;
   uint8_t h[TOK_HEADER_NBYTES];
+  struct stat st;
   const size_t got = fread(h, 1, sizeof h, f);
+  const int sized = fstat(fileno(f), &st) == 0;
   fclose(f);
   *kind_out = TOK_NONE;
+  const size_t header = memcmp(h, TOK_MAGIC, 8) == 0 ? TOK_HEADER_NBYTES : TOK1_HEADER_NBYTES;
   if (got >= TOK1_HEADER_NBYTES && memcmp(h, TOK1_MAGIC, 8) == 0) *kind_out = TOK_V1;
   if (got >= TOK_HEADER_NBYTES && memcmp(h, TOK_MAGIC, 8) == 0) {
     *kind_out = TOK_V2;
     memcpy(text_hash_out, h + 24, 8);
   }
+  uint64_t count = 0;
+  memcpy(&count, h + 16, 8);
+  if (*kind_out != TOK_NONE && (!sized || (uint64_t)st.st_size < header ||
+                                count != (uint64_t)st.st_size - header))
+    *kind_out = TOK_CUT;
   return 0;
 }
 
@@ -280,7 +300,9 @@ static int data_keep(const char *path, int given, const char *text_path, uint64_
     return -1;
   }
   fprintf(stderr, "weft-train: %s%s %s: writing it again from %s\n", label, path,
-          kind == TOK_V1 ? "records no text (a WEFTTOK1 file)" : "holds another text's tokens",
+          kind == TOK_V1    ? "records no text (a WEFTTOK1 file)"
+          : kind == TOK_CUT ? "holds fewer or more tokens than its header counts"
+                            : "holds another text's tokens",
           text_path != NULL ? text_path : TRAIN_DATA_DEFAULT_DIR);
   return 0;
 }

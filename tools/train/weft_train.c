@@ -36,7 +36,7 @@ static void usage(FILE *f) {
           "  --reduce-dtype T   reduce gradients in T: the parameter type or fp32\n"
           "  --optimizer O      adamw or sgd (SGD with momentum 0.9) (default adamw)\n"
           "  --lr X             learning rate, the peak of the schedule (default 0.01;\n"
-          "                     transformers 0.003)\n"
+          "                     transformers 0.0015)\n"
           "  --lr-schedule S    const or cosine (default const; transformers cosine)\n"
           "  --warmup N         cosine: steps of linear warm-up (default steps / 10)\n"
           "  --min-lr X         cosine: the last step's rate, a fraction of --lr, 0 to 1\n"
@@ -344,7 +344,7 @@ int main(int argc, char **argv) {
     }
     o.model = TRAIN_MODEL_GPT;
     if (!steps_set) o.steps = 60;
-    if (!lr_set) o.lr = 3e-3;
+    if (!lr_set) o.lr = 1.5e-3;
     if (!clip_set) o.clip = 1.0;
     if (!sched_set) o.cosine = 1;
     if (o.seq > o.gpt.context) {
