@@ -90,12 +90,12 @@ weftResult_t comm_config_read(const weftConfig_t *config, weftConfig_t *cfg) {
 static pthread_mutex_t comms_live_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct weftComm **comms_live;
 static size_t comms_live_count, comms_live_cap;
-static pthread_once_t comms_live_once = PTHREAD_ONCE_INIT;
 
 /* A fork while another thread holds the lock leaves the child able to take it. */
 static void comms_live_fork_prepare(void) { pthread_mutex_lock(&comms_live_lock); }
 static void comms_live_fork_done(void) { pthread_mutex_unlock(&comms_live_lock); }
-static void comms_live_fork_register(void) {
+/* at load: weftGetLastError takes the lock before any comm exists */
+__attribute__((constructor)) static void comms_live_fork_register(void) {
   (void)pthread_atfork(comms_live_fork_prepare, comms_live_fork_done, comms_live_fork_done);
 }
 
@@ -107,7 +107,6 @@ static ptrdiff_t comms_live_find(const struct weftComm *comm) {
 }
 
 static weftResult_t comms_live_add(struct weftComm *comm) {
-  pthread_once(&comms_live_once, comms_live_fork_register);
   weftResult_t res = weftSuccess;
   pthread_mutex_lock(&comms_live_lock);
   if (comms_live_count == comms_live_cap) {
@@ -133,6 +132,7 @@ static void comms_live_remove(struct weftComm *comm) {
 }
 
 int comm_error_text_copy_live(const struct weftComm *comm, char *out, size_t n) {
+  if (comm == NULL) return 0;
   pthread_mutex_lock(&comms_live_lock);
   const int live = comm != NULL && comms_live_find(comm) >= 0 && comm->pid == comm_self_pid();
   if (live) comm_error_text_copy((struct weftComm *)comm, out, n);

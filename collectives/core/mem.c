@@ -46,7 +46,10 @@ static struct mem_host *mem_host_list;
 static size_t mem_host_count, mem_host_cap;
 static size_t mem_host_nfds; /* the entries with an open memfd */
 static uint64_t mem_host_next_id = 1;
-static pthread_once_t mem_fork_once = PTHREAD_ONCE_INIT;
+/* weftMemAlloc's device allocations, by base (few: frameworks cache them);
+ * under mem_host_lock too */
+static void **mem_dev_list;
+static size_t mem_dev_count, mem_dev_cap;
 
 /* The index of the last allocation whose base is at most p, or -1; under
  * mem_host_lock. A buffer lookup per collective stays cheap with
@@ -81,8 +84,41 @@ static void mem_fork_child(void) {
   mem_host_nfds = 0;
   pthread_mutex_unlock(&mem_host_lock);
 }
-static void mem_fork_register(void) {
+/* at load: the lock is taken by small allocations and frees too, so the
+ * handlers must be there before any of them */
+__attribute__((constructor)) static void mem_fork_register(void) {
   (void)pthread_atfork(mem_fork_prepare, mem_fork_parent, mem_fork_child);
+}
+
+/* Lists device memory at p; 0 when the list cannot grow. */
+static int mem_dev_insert(void *p) {
+  pthread_mutex_lock(&mem_host_lock);
+  int ok = 1;
+  if (mem_dev_count == mem_dev_cap) {
+    const size_t cap = mem_dev_cap ? 2 * mem_dev_cap : 16;
+    void **grown = realloc(mem_dev_list, cap * sizeof *grown);
+    if (grown != NULL) {
+      mem_dev_list = grown;
+      mem_dev_cap = cap;
+    }
+    ok = grown != NULL;
+  }
+  if (ok) mem_dev_list[mem_dev_count++] = p;
+  pthread_mutex_unlock(&mem_host_lock);
+  return ok;
+}
+
+/* Takes p off the device list; 0 when it is not there. */
+static int mem_dev_remove(const void *p) {
+  pthread_mutex_lock(&mem_host_lock);
+  int found = 0;
+  for (size_t i = 0; i < mem_dev_count && !found; i++)
+    if (mem_dev_list[i] == p) {
+      mem_dev_list[i] = mem_dev_list[--mem_dev_count];
+      found = 1;
+    }
+  pthread_mutex_unlock(&mem_host_lock);
+  return found;
 }
 
 /* Maps nbytes (a multiple of align) of fd at an address aligned to align. */
@@ -154,7 +190,6 @@ static int mem_host_insert(const struct mem_host *m) {
 /* A shareable allocation of rounded bytes; NULL where memfds are missing or
  * refused (the caller then takes private memory). */
 static void *mem_shared_alloc(size_t rounded, size_t align) {
-  pthread_once(&mem_fork_once, mem_fork_register);
   if (!mem_shared_fd_room()) return NULL;
   int fd = memfd_create("weft-mem", MFD_CLOEXEC);
   if (fd < 0) return NULL;
@@ -400,16 +435,27 @@ weftResult_t weftMemAlloc(void **ptr, size_t nbytes) {
   WEFT_TRY(mem_nbytes_check("MemAlloc", nbytes));
   int on_device = 0;
   WEFT_TRY(device_mem_alloc(ptr, nbytes, &on_device));
-  return on_device ? weftSuccess : weftMemAllocHost(ptr, nbytes);
+  if (!on_device) return weftMemAllocHost(ptr, nbytes);
+  if (mem_dev_insert(*ptr)) return weftSuccess;
+  device_mem_free(*ptr);
+  *ptr = NULL;
+  return weft_error_set(weftSystemError, "MemAlloc: out of memory listing the allocation");
 }
 
 weftResult_t weftMemFree(void *ptr) {
   weft_error_clear();
-  if (ptr == NULL || device_mem_free(ptr) || mem_host_free(ptr)) return weftSuccess;
+  if (ptr == NULL) return weftSuccess;
+  if (mem_dev_remove(ptr)) {
+    if (device_mem_free(ptr)) return weftSuccess;
+    return weft_error_set(weftSystemError, "MemFree: the device refused to free %p (%s)", ptr,
+                          weft_error_text());
+  }
+  if (mem_host_free(ptr)) return weftSuccess;
   return weft_error_set(weftInvalidArgument,
-                        "MemFree: %p is not a buffer of weftMemAlloc or weftMemAllocHost (never "
-                        "allocated there, freed already, or not its start)",
-                        ptr);
+                        "MemFree: %p is not a buffer of weftMemAlloc or weftMemAllocHost (%s, "
+                        "freed already, or not its start)",
+                        ptr, device_ptr_on_device(ptr) ? "device memory allocated elsewhere"
+                                                       : "never allocated there");
 }
 
 weftResult_t weftCommRegister(const weftComm_t comm, void *buff, size_t nbytes, void **handle) {

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -266,6 +268,58 @@ TEST(MemAllocHost, ManyBuffersFoundAndFreedInAnyOrder) {
     ASSERT_NE(ref.id, bufs[victim].id) << "a freed buffer is still listed";
     bufs.erase(bufs.begin() + static_cast<ptrdiff_t>(victim));
   }
+}
+
+// Forks while another thread allocates and frees small buffers (listed,
+// under the allocator's lock): each child allocates too, and none may find
+// the lock held by a thread it does not have. Run in a process of its own
+// (below), where no earlier call has set anything up.
+TEST(MemAllocHost, DISABLED_ForkWhileAnotherThreadAllocatesBody) {
+  static volatile int stop = 0;
+  pthread_t spinner;
+  ASSERT_EQ(pthread_create(&spinner, nullptr, [](void *) -> void * {
+    while (!stop) {
+      void *p = nullptr;
+      if (weftMemAllocHost(&p, 100) == weftSuccess) weftMemFree(p);
+    }
+    return nullptr;
+  }, nullptr), 0);
+  int hung = 0;
+  const int forks = 300;
+  for (int i = 0; i < forks; i++) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      alarm(2);
+      void *p = nullptr;
+      _exit(weftMemAllocHost(&p, 100) == weftSuccess && weftMemFree(p) == weftSuccess ? 0 : 1);
+    }
+    int st = 0;
+    ASSERT_EQ(waitpid(pid, &st, 0), pid);
+    hung += WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM;
+    EXPECT_TRUE(WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) == 0)) << "child " << i;
+  }
+  stop = 1;
+  pthread_join(spinner, nullptr);
+  EXPECT_EQ(hung, 0) << "of " << forks << " children, " << hung << " hung in weftMemAllocHost";
+}
+
+TEST(MemAllocHost, ForkWhileAnotherThreadAllocates) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  ASSERT_GT(n, 0);
+  self[n] = '\0';
+  const std::string cmd = std::string("timeout 120 '") + self +
+                          "' --gtest_also_run_disabled_tests "
+                          "--gtest_filter=MemAllocHost.DISABLED_ForkWhileAnotherThreadAllocatesBody 2>&1";
+  FILE *p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, got);
+  EXPECT_EQ(pclose(p), 0) << out;
+  EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
 }
 
 // A forked child gets the buffers as it gets malloc's memory: it reads what

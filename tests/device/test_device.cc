@@ -548,6 +548,30 @@ TEST(DeviceStream, CallEnqueuesAndReturns) {
   for (auto p : d) EXPECT_EQ(weftMemFree(p), weftSuccess);
 }
 
+// weftMemFree frees what weftMemAlloc gave and refuses any other device
+// pointer (inside a buffer, the caller's own cudaMalloc, freed already),
+// freeing nothing, as it refuses host pointers.
+TEST(DeviceMem, FreeRefusesWhatItDidNotAllocate) {
+  REQUIRE_GPU();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_EQ(cudaFree(nullptr), cudaSuccess);  // the context, current on this thread
+  void *p = nullptr, *mine = nullptr;
+  ASSERT_EQ(weftMemAlloc(&p, 1 << 20), weftSuccess);
+  cudaPointerAttributes attr;
+  ASSERT_EQ(cudaPointerGetAttributes(&attr, p), cudaSuccess);
+  ASSERT_EQ(attr.type, cudaMemoryTypeDevice);
+  EXPECT_EQ(weftMemFree(static_cast<char *>(p) + 8), weftInvalidArgument);
+  ASSERT_EQ(cudaMalloc(&mine, 4096), cudaSuccess);
+  EXPECT_EQ(weftMemFree(mine), weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError(nullptr)).find("device memory allocated elsewhere"),
+            std::string::npos) << weftGetLastError(nullptr);
+  EXPECT_EQ(cudaMemset(mine, 0, 4096), cudaSuccess) << "the refused buffer was freed";
+  EXPECT_EQ(cudaFree(mine), cudaSuccess);
+  EXPECT_EQ(cudaMemset(p, 0, 1 << 20), cudaSuccess);
+  EXPECT_EQ(weftMemFree(p), weftSuccess);
+  EXPECT_EQ(weftMemFree(p), weftInvalidArgument);
+}
+
 // The device pass of ring_steps.h gives the host executor's steps, in
 // every order the kernels take them (one loop at a time, or interleaved).
 void expect_device_steps(const ring_geom &g, const int *ring, int interleave) {

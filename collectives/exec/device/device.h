@@ -104,8 +104,8 @@ uint64_t device_comm_pdl_launches(const struct weftComm *comm);
 /* weftMemAlloc/Free: device memory when a CUDA context is current on this
  * thread (on_device_out says which); host memory otherwise. */
 weftResult_t device_mem_alloc(void **ptr, size_t nbytes, int *on_device_out);
-/* Frees ptr if it is device memory from device_mem_alloc; returns 0 when ptr
- * is not device memory (the caller frees host memory). */
+/* Frees ptr, device memory from device_mem_alloc (the caller knows it is:
+ * it lists them); 1, or 0 with the device's reason set where the free failed. */
 int device_mem_free(void *ptr);
 /* Whether ptr is CUDA device memory. */
 int device_ptr_on_device(const void *ptr);

@@ -204,11 +204,11 @@ weftResult_t device_mem_alloc(void **ptr, size_t nbytes, int *on_device_out) {
 }
 
 int device_mem_free(void *ptr) {
-  if (!device_ptr_on_device(ptr)) return 0;
   __atomic_add_fetch(&known_gen, 1, __ATOMIC_ACQ_REL); /* every thread's entries (above) */
-  cudaFree(ptr);
+  const cudaError_t e = cudaFree(ptr);
   cudaGetLastError();
-  return 1;
+  if (e != cudaSuccess) weft_error_set(weftUnhandledCudaError, "cudaFree: %s", cudaGetErrorString(e));
+  return e == cudaSuccess;
 }
 
 /* --- connecting ---------------------------------------------------------- */

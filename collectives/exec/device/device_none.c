@@ -68,6 +68,7 @@ weftResult_t device_mem_alloc(void **ptr, size_t nbytes, int *on_device_out) {
 
 int device_mem_free(void *ptr) {
   (void)ptr;
+  weft_error_set(weftInternalError, "device memory without CUDA");
   return 0;
 }
 
