@@ -192,6 +192,25 @@ double now_s() {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+bool run_test_alone(const std::string &test_name, const std::string &env, int timeout_s,
+                    std::string *out) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return false;
+  self[n] = '\0';
+  const std::string cmd = "env -u GTEST_SHARD_INDEX -u GTEST_TOTAL_SHARDS -u GTEST_SHARD_STATUS_FILE " +
+                          env + " timeout " + std::to_string(timeout_s) + " '" + self +
+                          "' --gtest_also_run_disabled_tests --gtest_filter=" + test_name + " 2>&1";
+  FILE *p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return false;
+  out->clear();
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, p)) > 0) out->append(buf, got);
+  const int status = pclose(p);
+  return status == 0 && out->find("[  PASSED  ] 1 test") != std::string::npos;
+}
+
 bool threads_named(const char *prefix, std::vector<pid_t> *tids) {
   tids->clear();
   DIR *d = opendir("/proc/self/task");

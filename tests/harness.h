@@ -80,6 +80,13 @@ uint64_t test_seed();
 // Monotonic clock, in seconds.
 double now_s();
 
+// Runs one test of this binary, the DISABLED_ one test_name names
+// ("Suite.DISABLED_Body"), in a process of its own (where nothing ran
+// before it), under env ("VAR=value ...", may be empty) and timeout_s, with
+// no shard of a sharded run's; its output in *out. True when it ran and passed.
+bool run_test_alone(const std::string &test_name, const std::string &env, int timeout_s,
+                    std::string *out);
+
 // The ids of this process's threads whose name starts with prefix (proxy
 // threads are named); false when /proc cannot be read.
 bool threads_named(const char *prefix, std::vector<pid_t> *tids);

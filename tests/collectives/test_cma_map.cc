@@ -305,21 +305,9 @@ TEST(MemAllocHost, DISABLED_ForkWhileAnotherThreadAllocatesBody) {
 }
 
 TEST(MemAllocHost, ForkWhileAnotherThreadAllocates) {
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  ASSERT_GT(n, 0);
-  self[n] = '\0';
-  const std::string cmd = std::string("timeout 120 '") + self +
-                          "' --gtest_also_run_disabled_tests "
-                          "--gtest_filter=MemAllocHost.DISABLED_ForkWhileAnotherThreadAllocatesBody 2>&1";
-  FILE *p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
   std::string out;
-  char buf[4096];
-  size_t got;
-  while ((got = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, got);
-  EXPECT_EQ(pclose(p), 0) << out;
-  EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
+  EXPECT_TRUE(run_test_alone("MemAllocHost.DISABLED_ForkWhileAnotherThreadAllocatesBody", "", 120,
+                             &out)) << out;
 }
 
 // A forked child gets the buffers as it gets malloc's memory: it reads what

@@ -10,7 +10,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <unistd.h>
@@ -512,26 +511,11 @@ TEST(DeviceLoad, DISABLED_FreshProcessBody) {
 // kernel loads only at its first launch.
 TEST(DeviceLoad, TwoKernelsOfEachCommInOneGroup) {
   REQUIRE_GPU();
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  ASSERT_GT(n, 0);
-  self[n] = '\0';
-  const std::string cmd = std::string("env -u WEFT_DEVICE_NCHANNELS WEFT_TIMEOUT=20 timeout 120 '") +
-                          self +
-                          "' --gtest_also_run_disabled_tests "
-                          "--gtest_filter=DeviceLoad.DISABLED_FreshProcessBody 2>&1";
-  const auto t0 = std::chrono::steady_clock::now();
-  FILE *p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
   std::string out;
-  char buf[4096];
-  size_t got;
-  while ((got = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, got);
-  const int status = pclose(p);
-  const double took =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_EQ(status, 0) << "took " << took << " s:\n" << out;
-  EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
+  const double t0 = now_s();
+  const bool passed = run_test_alone("DeviceLoad.DISABLED_FreshProcessBody",
+                                     "-u WEFT_DEVICE_NCHANNELS WEFT_TIMEOUT=20", 120, &out);
+  EXPECT_TRUE(passed) << "took " << now_s() - t0 << " s:\n" << out;
 }
 
 // The enqueue returns before the kernel has run: the stream holds the work.
