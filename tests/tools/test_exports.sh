@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The shared libraries export their public headers' functions and nothing
-# else, and programs still link against them: a program built from the
-# shared libraries runs under weftrun, and one built with pkg-config's flags
-# (the uninstalled .pc files of the build tree) runs.
+# else, and the static libraries define nothing else global (libweft.a and
+# libweft_zero.a, as installed: the build root's and zero/'s); programs still
+# link against them: a program built from the shared libraries runs under
+# weftrun, and one built with pkg-config's flags (the uninstalled .pc files
+# of the build tree) runs.
 #   test_exports.sh LIBWEFT WEFT_H LIBWEFT_ZERO WEFT_ZERO_H WEFTRUN ZERO_EXAMPLE_SHARED BUILD_ROOT CC
 set -uo pipefail
 libweft=$1 weft_h=$2 libzero=$3 zero_h=$4 weftrun=$5 example=$6 build=$7 cc=$8
@@ -33,10 +35,17 @@ exported() {
     grep -v -E '^(_init|_fini|_edata|_end|__bss_start)$' | sort -u
 }
 
-check_lib() { # library, header
-  local lib=$1 header=$2 want have missing extra
+# Global symbols a static library defines, every member's: a program that
+# links it sees these, and a shared library built with it exports them.
+defined_global() {
+  nm -g --defined-only "$1" | awk 'NF == 3 {print $3}' | sort -u
+}
+
+check_lib() { # library, header, [exported | defined_global]
+  local lib=$1 header=$2 names=${3:-exported} want have missing extra verb=exported
+  [ "$names" = exported ] || verb="defined global"
   want=$(declared "$header")
-  have=$(exported "$lib")
+  have=$($names "$lib")
   if [ "$(echo "$want" | wc -l)" -lt 10 ]; then
     echo "FAIL: only $(echo "$want" | wc -l) functions found in $header"
     fail=1
@@ -45,22 +54,39 @@ check_lib() { # library, header
   missing=$(comm -13 <(echo "$have") <(echo "$want"))
   extra=$(comm -23 <(echo "$have") <(echo "$want"))
   if [ -n "$missing" ]; then
-    echo "FAIL: $(basename "$lib"): declared in $(basename "$header") but not exported:"
+    echo "FAIL: $(basename "$lib"): declared in $(basename "$header") but not $verb:"
     echo "$missing" | sed 's/^/  /'
     fail=1
   fi
   if [ -n "$extra" ]; then
-    echo "FAIL: $(basename "$lib"): exported but not declared in $(basename "$header"):"
-    echo "$extra" | sed 's/^/  /'
+    echo "FAIL: $(basename "$lib"): $(echo "$extra" | wc -l) names $verb but not declared in $(basename "$header"):"
+    echo "$extra" | head -20 | sed 's/^/  /'
     fail=1
   fi
   if [ -z "$missing" ] && [ -z "$extra" ]; then
-    echo "ok: $(basename "$lib") exports the $(echo "$want" | wc -l) functions of $(basename "$header"), nothing else"
+    echo "ok: $(basename "$lib"): the $(echo "$want" | wc -l) functions of $(basename "$header") $verb, nothing else"
   fi
 }
 
 check_lib "$libweft" "$weft_h"
 check_lib "$libzero" "$zero_h"
+# the static libraries: the same names global, every other one local, so a
+# program's own clock_ns or env_int is no second definition of weft's. (A
+# -Ddevice_emulate=true build, never for use, bundles cuda_emu's objects into
+# libweft.a, and its kernels' C++ statics are unique symbols, which objcopy
+# leaves global.)
+emulated=$(meson introspect --buildoptions "$build" 2>/dev/null |
+  python3 -c "import json, sys; print(next((o['value'] for o in json.load(sys.stdin) if o['name'] == 'device_emulate'), False))" 2>/dev/null)
+for a in "$build/libweft.a:$weft_h" "$build/zero/libweft_zero.a:$zero_h"; do
+  if [ "$emulated" = True ]; then
+    echo "skipped: $(basename "${a%%:*}"): a -Ddevice_emulate=true build's"
+  elif [ -f "${a%%:*}" ]; then
+    check_lib "${a%%:*}" "${a#*:}" defined_global
+  else
+    echo "FAIL: ${a%%:*} is missing"
+    fail=1
+  fi
+done
 
 # The test hooks (-DWEFT_TEST_HOOKS) are in the suites' static variants only,
 # not in any object of the libraries that ship, local symbols included.

@@ -7,12 +7,20 @@
 # builds tests/tools/install_weft.c with `pkg-config --cflags --libs weft`
 # against the installed tree and runs it on 2 ranks with the installed weftrun;
 # runs the installed all_reduce_perf (-c 1: 0 wrong on every size), weft-train
-# and weft-info; with the NCCL drop-in, checks that libnccl.so.2 and nccl.h are
+# and weft-info; checks the sonames (libweft.so.0.<minor> for a 0.x weft), that
+# the .pc files find the tree from their own place, that a program calling
+# only weftZero* functions, linked with --as-needed and a run path to the
+# libdir alone, loads (libweft_zero.so finds libweft.so beside itself), that
+# tests/tools/install_cmake/own_names.c, which defines names weft uses inside
+# (clock_ns, env_int ...), links the static libraries through `pkg-config
+# --static` and runs on 2 ranks, and that the licence is installed in
+# <datadir>/doc/weft; with the NCCL drop-in, checks that libnccl.so.2 and nccl.h are
 # apart (<libdir>/weft, <includedir>/weft: never in the loader's path) and that
 # tests/tools/install_nccl.c builds with `pkg-config --cflags --libs weft-nccl`
 # and runs on 2 ranks; builds the same programs and tools/train/zero_example.c
 # with CMake through find_package(weft) (tests/tools/install_cmake) against every
-# target of the package, and runs them; checks that every installed program
+# target of the package (own_names.c against the static ones), and runs them;
+# checks that every installed program
 # has a manual page (rendered by groff -man where groff is installed); checks that
 # no installed program or library names the build folder in its rpath.
 # Prints "ok NAME" or "FAIL NAME" per check, exits non-zero when one failed.
@@ -66,6 +74,63 @@ check "installed weft-train --zero-stage 3 on 2 ranks" $? train.log
 check "installed weft-info" $? info.log
 
 libdir="$root/$(option libdir)"
+# the sonames: a 0.x weft promises nothing to another minor version
+version=$(meson introspect --projectinfo "$build" |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["version"])')
+major=${version%%.*} minor=${version#*.}
+minor=${minor%%.*}
+if [ "$major" = 0 ]; then soversion=0.$minor; else soversion=$major; fi
+bad=0
+for lib in libweft libweft_zero; do
+  soname=$(readelf -d "$libdir/$lib.so.$version" 2>/dev/null | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+  if [ "$soname" != "$lib.so.$soversion" ] || [ "$(readlink "$libdir/$lib.so")" != "$lib.so.$soversion" ] ||
+    [ ! -e "$libdir/$lib.so.$soversion" ]; then
+    echo "  $lib.so.$version: soname '$soname', $lib.so -> $(readlink "$libdir/$lib.so")"
+    bad=1
+  fi
+done
+check "sonames libweft.so.$soversion, libweft_zero.so.$soversion (weft $version)" $bad
+
+# the .pc files name the tree from their own place: moved, it is still found
+[ "$(realpath -m "$(PKG_CONFIG_PATH="$pcdir" pkg-config --variable=libdir weft)")" = "$(realpath "$libdir")" ]
+check "weft.pc relocatable: its libdir is the moved tree's" $?
+
+# the licence, beside the files it covers
+cmp -s "$src/LICENSE" "$root/$(option datadir)/doc/weft/LICENSE"
+check "LICENSE installed in <datadir>/doc/weft" $?
+
+# weftZero* calls only, --as-needed (Ubuntu's default), a run path to the
+# libdir alone, as a RUNPATH (it serves the program, not its libraries):
+# libweft.so is libweft_zero.so's to find
+# shellcheck disable=SC2046
+cc -o zero_only "$src/tests/tools/install_cmake/zero_only.c" -Wl,--as-needed \
+  -Wl,--enable-new-dtags -Wl,-rpath,"$libdir" $(pc --cflags --libs weft_zero) >cczo.log 2>&1 &&
+  ! readelf -d zero_only | grep -q "NEEDED.*libweft\.so" >>cczo.log 2>&1 &&
+  env -u LD_LIBRARY_PATH ./zero_only >>cczo.log 2>&1 &&
+  env -u LD_LIBRARY_PATH ldd ./zero_only | grep -q "libweft.so.$soversion => $libdir/" >>cczo.log 2>&1
+check "--as-needed program of weftZero* calls only, run path to the libdir: loads libweft.so" $? cczo.log
+
+# names of weft's internals defined by the program, the static libraries
+# through pkg-config --static (-l:lib*.a: the archives, not the .so files)
+static_libs=$(pc --static --libs weft_zero)
+# the modules weft.pc requires (hwloc, UCX) may not link statically on this
+# machine (Debian's hwloc.pc asks for -ludev, which only libudev-dev has):
+# then weft's own static flags (pkgconf's traversal to weft.pc, no deeper)
+# and their shared ones
+requires=$(pc --print-requires-private weft)
+# shellcheck disable=SC2086
+if [ -n "$requires" ] && ! echo 'int main(void) { return 0; }' |
+  cc -x c -o /dev/null - $(pkg-config --static --libs $requires) >/dev/null 2>&1; then
+  echo "  (pkg-config --static --libs $(echo $requires) does not link here: their shared libraries)"
+  static_libs="$(pc --static --libs --maximum-traverse-depth=3 weft_zero) $(pkg-config --libs $requires)"
+fi
+# shellcheck disable=SC2046
+cc -o own_names "$src/tests/tools/install_cmake/own_names.c" $(pc --cflags weft_zero) \
+  $(echo "$static_libs " | sed -E 's/-lweft_zero /-l:libweft_zero.a /; s/-lweft /-l:libweft.a /') \
+  >ccown.log 2>&1 && ! ldd ./own_names | grep -q libweft >>ccown.log 2>&1 &&
+  timeout 60 "$bin/weftrun" -n 2 ./own_names >>ccown.log 2>&1 && [ "$(grep -c ': ok$' ccown.log)" -eq 2 ]
+check "pkg-config --static: libweft.a, libweft_zero.a and a program's own clock_ns, env_int ... on 2 ranks" $? ccown.log
+
 if [ "$(option nccl)" = "True" ]; then
   [ -e "$libdir/weft/libnccl.so.2" ] && [ -e "$root/$(option includedir)/weft/nccl.h" ] &&
     [ ! -e "$libdir/libnccl.so.2" ] && [ ! -e "$root/$(option includedir)/nccl.h" ]
@@ -122,11 +187,15 @@ if command -v cmake >/dev/null; then
       [ "$(grep -c ': ok$' "$prog.log")" -eq 2 ]
     check "installed weftrun -n 2 $prog (weft::${prog#install_})" $? "$prog.log"
   done
-  ldd cmake-build/install_weft | grep -q "$libdir/libweft.so.0"
-  check "weft::weft: the installed libweft.so.0" $?
+  ldd cmake-build/install_weft | grep -q "libweft.so.$soversion => $libdir/libweft.so.$soversion"
+  check "weft::weft: the installed libweft.so.$soversion" $?
   ! ldd cmake-build/install_weft_static | grep -q "libweft" &&
-    ! ldd cmake-build/zero_example_static | grep -q "libweft"
+    ! ldd cmake-build/zero_example_static | grep -q "libweft" &&
+    ! ldd cmake-build/own_names_static | grep -q "libweft"
   check "weft::weft_static, weft::weft_zero_static: no weft library loaded" $?
+  timeout 60 "$bin/weftrun" -n 2 cmake-build/own_names_static >cmown.log 2>&1 &&
+    [ "$(grep -c ': ok$' cmown.log)" -eq 2 ]
+  check "installed weftrun -n 2 own_names_static (weft::weft_zero_static, a program's own clock_ns ...)" $? cmown.log
   for prog in zero_example zero_example_static; do
     # y = w.x + b fitted at stage 3: the last line's weights are the target's
     timeout 120 "$bin/weftrun" -n 2 "cmake-build/$prog" 3 >"$prog.log" 2>&1 &&

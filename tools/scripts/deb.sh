@@ -7,7 +7,9 @@
 # $WEFT_DEB_MESON_OPTIONS adds options, -Dcuda=disabled say), installs it into
 # a staging tree, and splits that into
 #
-#   libweft0       libweft.so.0 and libweft_zero.so.0 (ldconfig trigger, shlibs)
+#   libweft0.1     libweft.so.0.1 and libweft_zero.so.0.1 (ldconfig trigger,
+#                  shlibs), named for the soname as Debian names library
+#                  packages: a 0.x weft's soname carries its minor version
 #   libweft-nccl2  libnccl.so.2, the NCCL API over weft, in <libdir>/weft: apart
 #                  from the loader's path, so it never stands in for NVIDIA's
 #                  libnccl2 (docs/nccl.md); programs find it through a run path
@@ -24,6 +26,8 @@
 #   sudo apt-get install ./deb/*.deb
 #
 # Maintainer: $DEBFULLNAME <$DEBEMAIL>, as Debian's own tools take it.
+# The .pc files name /usr (pkg-config leaves the system's own folders out of
+# the flags), not a prefix found from their place.
 set -euo pipefail
 out=$(mkdir -p "${1:-deb}" && cd "${1:-deb}" && pwd) # the caller's folder
 cd "$(dirname "$0")/../.."
@@ -45,7 +49,7 @@ maintainer="${DEBFULLNAME:-weft maintainers} <${DEBEMAIL:-weft@localhost}>"
 
 # a build for /usr: Debian's layout, no test suites, no Python package;
 # set up again (wiped) when it was set up with other options
-setup_args="--prefix=/usr --libdir=lib/$multiarch --buildtype=release -Dtests=false -Dpython=false ${WEFT_DEB_MESON_OPTIONS:-}"
+setup_args="--prefix=/usr --libdir=lib/$multiarch --buildtype=release -Dtests=false -Dpython=false -Dpkgconfig.relocatable=false ${WEFT_DEB_MESON_OPTIONS:-}"
 if [ ! -f "$build/build.ninja" ] || [ "$(cat "$build/.deb-setup" 2>/dev/null)" != "$setup_args" ]; then
   wipe=()
   [ ! -f "$build/build.ninja" ] || wipe=(--wipe)
@@ -75,10 +79,21 @@ meson install -C "$build" --no-rebuild --quiet --destdir "$stage" >"$out/install
   exit 1
 }
 
-# which package each installed path goes to
+# the shared libraries' package, named for their soname (libweft.so.0.1:
+# libweft0.1)
+soname=$(readelf -d "$stage/$libdir/libweft.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+soversion=${soname#libweft.so.}
+if [ -z "$soname" ] || [ "$soversion" = "$soname" ]; then
+  echo "deb: no soname libweft.so.<version> in $stage/$libdir/libweft.so" >&2
+  exit 1
+fi
+libpkg=libweft$soversion
+
+# which package each installed path goes to ("-": none, left out)
 package_of() { # PATH (relative to the staging root)
   case "$1" in
-    $libdir/libweft.so.0* | $libdir/libweft_zero.so.0*) echo libweft0 ;;
+    $libdir/libweft.so.$soversion* | $libdir/libweft_zero.so.$soversion*) echo "$libpkg" ;;
+    usr/share/doc/weft/LICENSE) echo - ;; # each package's copyright file holds it
     $libdir/weft/libnccl.so.2*) echo libweft-nccl2 ;;
     usr/include/* | $libdir/*.so | $libdir/weft/libnccl.so | $libdir/*.a | \
       $libdir/pkgconfig/* | $libdir/cmake/weft/*) echo libweft-dev ;;
@@ -97,13 +112,14 @@ while IFS= read -r -d '' f; do
     unplaced=1
     continue
   fi
+  [ "$pkg" != - ] || continue
   mkdir -p "$deb/$pkg/$(dirname "$rel")"
   cp -a "$f" "$deb/$pkg/$rel"
 done < <(find "$stage" \( -type f -o -type l \) -print0)
 [ $unplaced -eq 0 ] || exit 1
 
 packages=()
-for p in libweft0 libweft-nccl2 libweft-dev weft-tools; do
+for p in "$libpkg" libweft-nccl2 libweft-dev weft-tools; do
   [ -d "$deb/$p" ] && packages+=("$p")
 done
 
@@ -144,10 +160,10 @@ for p in "${packages[@]}"; do
 done
 
 # our own libraries' shlibs, so that the packages that link them depend on
-# libweft0 at this version or later
-mkdir -p "$deb/libweft0/DEBIAN"
-printf '%s\n' "libweft 0 libweft0 (>= $upstream)" "libweft_zero 0 libweft0 (>= $upstream)" \
-  >"$deb/libweft0/DEBIAN/shlibs"
+# the library package at this version or later
+mkdir -p "$deb/$libpkg/DEBIAN"
+printf '%s\n' "libweft $soversion $libpkg (>= $upstream)" \
+  "libweft_zero $soversion $libpkg (>= $upstream)" >"$deb/$libpkg/DEBIAN/shlibs"
 # weft's libnccl.so.2, which nccl_api_perf finds through its run path, for
 # this build only: installed, it claims no library of the system's
 [ ! -d "$deb/libweft-nccl2" ] || echo "libnccl 2 libweft-nccl2 (= $version)" >"$deb/shlibs.local"
@@ -163,12 +179,12 @@ done
 
 description() { # PACKAGE
   case "$1" in
-    libweft0) printf '%s\n' "collective communication library (NCCL's API shapes) - shared libraries" \
+    "$libpkg") printf '%s\n' "collective communication library (NCCL's API shapes) - shared libraries" \
       " weft moves data between the ranks of a job: all-reduce, all-gather," \
       " reduce-scatter, broadcast, reduce, gather, scatter, all-to-all and" \
       " point-to-point sends, over host memory and CUDA device memory, through" \
-      " shared memory, sockets and UCX. This package holds libweft.so.0 and" \
-      " libweft_zero.so.0, its ZeRO layer (sharded data-parallel training)." ;;
+      " shared memory, sockets and UCX. This package holds libweft.so.$soversion and" \
+      " libweft_zero.so.$soversion, its ZeRO layer (sharded data-parallel training)." ;;
     libweft-nccl2) printf '%s\n' "collective communication library (NCCL's API shapes) - NCCL API" \
       " libnccl.so.2 with NCCL 2.32's API over weft, installed apart from the" \
       " loader's path (in the weft folder of the library directory), so that" \
@@ -208,7 +224,7 @@ for p in "${packages[@]}"; do
   fi
   case "$p" in
     libweft-dev)
-      extra="libweft0 (= $version)"
+      extra="$libpkg (= $version)"
       [ -d "$deb/libweft-nccl2" ] && extra+=", libweft-nccl2 (= $version)"
       # a static link takes hwloc's and UCX's through pkg-config (weft.pc)
       pc_requires=$(sed -n 's/^Requires.private: *//p' "$root/$libdir/pkgconfig/weft.pc")
@@ -224,13 +240,13 @@ for p in "${packages[@]}"; do
     echo "Maintainer: $maintainer"
     echo "Installed-Size: $(du -sk --exclude=DEBIAN "$root" | cut -f1)"
     [ -z "$depends" ] || echo "Depends: $depends"
-    case "$p" in libweft0 | libweft-nccl2) echo "Multi-Arch: same" ;; esac
+    case "$p" in "$libpkg" | libweft-nccl2) echo "Multi-Arch: same" ;; esac
     echo "Section: $(section "$p")"
     echo "Priority: optional"
     echo "Description: $(description "$p")"
   } >"$root/DEBIAN/control"
-  case "$p" in libweft0 | libweft-nccl2) echo "activate-noawait ldconfig" >"$root/DEBIAN/triggers" ;; esac
-  [ "$p" = libweft0 ] || rm -f "$root/DEBIAN/shlibs"
+  case "$p" in "$libpkg" | libweft-nccl2) echo "activate-noawait ldconfig" >"$root/DEBIAN/triggers" ;; esac
+  [ "$p" = "$libpkg" ] || rm -f "$root/DEBIAN/shlibs"
   (cd "$root" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | sort -z |
     xargs -0 -r md5sum >DEBIAN/md5sums)
   chmod 644 "$root"/DEBIAN/*
