@@ -30,7 +30,7 @@ struct weft_param sock_params[] = {
             "when unset); IPv4 before IPv6 in each, link-local addresses skipped. Unset, a unique "
             "id's root (`weftGetUniqueId`) listens on that choice and each rank's listeners "
             "on the interface its route to that root leaves by. `weftrun` sets it to the "
-            "loopback interface"},
+            "loopback interface's exact name (`=lo`)"},
     PARAM_END,
 };
 enum { P_IFNAME };
