@@ -143,9 +143,12 @@ int signature_out_of_step(const struct signature *sigs, int nranks) {
 }
 
 void signature_init(struct signature *sig, const struct weft_plan *plan, uint64_t seq) {
+  /* a pre-multiplied sum is a sum, whatever each rank's scalar (a handle of
+   * the rank's own, as NCCL's): as the data paths sign it (run_premul) */
+  const int32_t op = plan->op < weftNumOps ? (int32_t)plan->op : (int32_t)weftSum;
   *sig = (struct signature){.magic = SIGNATURE_MAGIC, .coll = (int32_t)plan->coll, .seq = seq,
                             .count = (uint64_t)plan->count, .datatype = (int32_t)plan->datatype,
-                            .op = (int32_t)plan->op, .root = (int32_t)plan->root};
+                            .op = op, .root = (int32_t)plan->root};
 }
 
 void signature_unpack(struct signature *out, const struct signature_packed *in) {

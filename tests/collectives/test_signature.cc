@@ -88,6 +88,27 @@ TEST(Check, MatchingCallsRunCorrectly) {
   });
 }
 
+// A pre-multiplied sum is a sum whatever each rank's scalar (NCCL takes a
+// scalar per rank): one rank's, against the others' plain sum, runs with the
+// check on as without it (once, the check compared the rank's own handle
+// and refused it as "op differs ... has ?").
+TEST(Check, PreMulSumOnOneRankIsASum) {
+  run_comm(3, check_on(), [](const RankCtx &ctx, weftComm_t comm) {
+    float x = (float)(ctx.rank + 1);
+    weftRedOp_t op = weftSum;
+    float scalar = 2.0f;
+    if (ctx.rank == 1)
+      FAIL_IF(weftRedOpCreatePreMulSum(&op, &scalar, weftFloat32, weftScalarHostImmediate,
+                                       comm) != weftSuccess,
+              "premul: %s", weftGetLastError(comm));
+    FAIL_IF(weftAllReduce(&x, &x, 1, weftFloat32, op, comm, nullptr) != weftSuccess,
+            "all-reduce: %s", weftGetLastError(comm));
+    FAIL_IF(x != 8.0f, "1 + 2*2 + 3 gave %g", x);
+    if (ctx.rank == 1) weftRedOpDestroy(op, comm);
+    return 0;
+  });
+}
+
 // One rank's count differs: every rank refuses, names the ranks, writes
 // nothing, and the comm goes on working.
 TEST(Check, CountMismatchOnEveryRank) {
