@@ -2,7 +2,7 @@
  * groups), nccl_comm.c (revoke, suspend, grow), nccl_comm_state.c (what the
  * NCCL API keeps per communicator), nccl_param.c (parameters), nccl_device.c
  * (the device API's host side), nccl_coll_config.c (the nccl*Config
- * collectives). They use include/weft.h and, for what it
+ * collectives), nccl_env.c (NCCL_* variables and configuration files). They use include/weft.h and, for what it
  * does not offer, api/compat.h alone. */
 #ifndef WEFT_NCCL_SHIM_H
 #define WEFT_NCCL_SHIM_H
@@ -48,6 +48,9 @@ ncclResult_t nccl_config_read(const ncclConfig_t *user, weftConfig_t *cfg,
 
 /* The WEFT_* variable an NCCL_* one is copied to at load, or NULL. */
 const char *nccl_env_alias(const char *nccl_name);
+/* NCCL_DEBUG=VERSION (or more) prints the version once, on rank 0, as NCCL
+ * does (nccl_env.c). */
+void nccl_version_banner(int rank);
 
 /* Around the free of comm: what nccl_comm_state.c keeps about it is set
  * aside before (from then on, a communicator made at the same address gets
