@@ -238,8 +238,10 @@ static weftResult_t verdict_mismatch(const struct trace_call *s, const struct ha
     enum where_of w;
     const struct trace_call *c = view_find(&views[r], s, &w);
     if (c == NULL) continue;
+    /* a pre-multiplied sum is a sum, as signature_init signs it */
     sigs[n] = (struct signature){.magic = SIGNATURE_MAGIC, .coll = c->coll, .seq = c->seq,
-                                 .count = c->count, .datatype = c->datatype, .op = c->op,
+                                 .count = c->count, .datatype = c->datatype,
+                                 .op = c->op < weftNumOps ? c->op : (int32_t)weftSum,
                                  .root = c->root};
     ranks[n++] = r;
   }
@@ -583,9 +585,9 @@ static weftResult_t watch_fn(void *arg, enum wait_event event, int peer, uint64_
    * ended (on another host, whose pid this one cannot watch) or it left the
    * communicator. Asked once more shortly, so that one refused question is
    * not the verdict; then the call waits no longer for it */
-  if (res == weftSuccess && awaited_gone && hw->awaited_gone)
+  if (res == weftSuccess && awaited_gone && hw->awaited_gone == peer + 1)
     return weft_error_set(weftRemoteError, "%s", text);
-  hw->awaited_gone = res == weftSuccess && awaited_gone;
+  hw->awaited_gone = res == weftSuccess && awaited_gone ? peer + 1 : 0;
   if (hw->awaited_gone) hw->next_ask_ns = waited_ns + HANG_GONE_ASK_AGAIN_NS;
   if (res == weftSuccess) {
     WEFT_INFO(LOG_COLL, "rank %d: %s", comm->rank, text);

@@ -72,7 +72,7 @@ struct hang_watch {
   uint64_t waited_ns;   /* the wait that timed out, or 0 */
   int timed_out_peer;   /* the peer that wait was on, or -1 */
   int asked;            /* a stall asked the peers */
-  int awaited_gone;     /* the last question found the awaited peer gone */
+  int awaited_gone;     /* the last question found the awaited peer gone: that peer + 1, else 0 */
   char mismatch[1024];  /* what a stall's question found ranks disagree on (""): the
                            call's error, whatever the wait it ended wrapped it in */
   int long_call;        /* moves 64 KiB or more: its end is read from the clock */

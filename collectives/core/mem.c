@@ -447,8 +447,8 @@ weftResult_t weftMemFree(void *ptr) {
   if (ptr == NULL) return weftSuccess;
   if (mem_dev_remove(ptr)) {
     if (device_mem_free(ptr)) return weftSuccess;
-    return weft_error_set(weftSystemError, "MemFree: the device refused to free %p (%s)", ptr,
-                          weft_error_text());
+    return weft_error_set(weftUnhandledCudaError, "MemFree: the device refused to free %p (%s)",
+                          ptr, weft_error_text());
   }
   if (mem_host_free(ptr)) return weftSuccess;
   return weft_error_set(weftInvalidArgument,

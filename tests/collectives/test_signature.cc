@@ -109,6 +109,27 @@ TEST(Check, PreMulSumOnOneRankIsASum) {
   });
 }
 
+// The same where the call stalls long enough for the ranks to ask where
+// the others are (rank 0 comes a second late): the question's verdict takes
+// it for a sum too (it compared each rank's own handle and failed the call).
+TEST(Check, PreMulSumOnOneRankStalledIsASum) {
+  run_comm(3, small_slots({{"WEFT_HANG_ASK_MS", "100"}}), [](const RankCtx &ctx, weftComm_t comm) {
+    float x = (float)(ctx.rank + 1);
+    weftRedOp_t op = weftSum;
+    float scalar = 2.0f;
+    if (ctx.rank == 1)
+      FAIL_IF(weftRedOpCreatePreMulSum(&op, &scalar, weftFloat32, weftScalarHostImmediate,
+                                       comm) != weftSuccess,
+              "premul: %s", weftGetLastError(comm));
+    if (ctx.rank == 0) usleep(1000000);
+    FAIL_IF(weftAllReduce(&x, &x, 1, weftFloat32, op, comm, nullptr) != weftSuccess,
+            "all-reduce: %s", weftGetLastError(comm));
+    FAIL_IF(x != 8.0f, "1 + 2*2 + 3 gave %g", x);
+    if (ctx.rank == 1) weftRedOpDestroy(op, comm);
+    return 0;
+  });
+}
+
 // One rank's count differs: every rank refuses, names the ranks, writes
 // nothing, and the comm goes on working.
 TEST(Check, CountMismatchOnEveryRank) {

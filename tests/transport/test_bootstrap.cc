@@ -270,7 +270,13 @@ TEST(FromEnvErrors, BadVariables) {
       return rank_fail(ctx, "SLURM_PROCID alone: %s", weftGetLastError(nullptr));
     weftCommCount(comm, &n);
     weftCommDestroy(comm);
-    return n == 1 ? 0 : rank_fail(ctx, "size %d", n);
+    FAIL_IF(n != 1, "size %d", n);
+    // a rank above 0 without a size is no batch script: still refused
+    FAIL_IF(!env_set_alone("SLURM_PROCID", "3"), "setenv");
+    if (weftCommInitFromEnv(&comm, nullptr) != weftInvalidArgument ||
+        std::string(weftGetLastError(nullptr)).find("not a valid rank and size") == std::string::npos)
+      return rank_fail(ctx, "SLURM_PROCID=3 alone: %s", weftGetLastError(nullptr));
+    return 0;
   }, opts);
   EXPECT_EQ(status[0], 0);
 }

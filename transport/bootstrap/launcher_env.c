@@ -175,7 +175,7 @@ weftResult_t bootstrap_env_read(struct bootstrap_env *env_out) {
     if (r == 0 && n == 0) continue;
     /* a Slurm batch script's own process has SLURM_PROCID=0, and
      * SLURM_NTASKS only with --ntasks: without it, no tasks were launched */
-    if (strcmp(launchers[i].source, "slurm") == 0 && n == 0) continue;
+    if (strcmp(launchers[i].source, "slurm") == 0 && n == 0 && r == 1 && e.rank == 0) continue;
     if (r != 1 || n != 1 || e.nranks < 1 || e.rank >= e.nranks)
       return weft_error_set(weftInvalidArgument, "%s=%s %s=%s: not a valid rank and size",
                             launchers[i].rank, launcher_text(launchers[i].rank),
