@@ -305,6 +305,10 @@ TEST(MemAllocHost, DISABLED_ForkWhileAnotherThreadAllocatesBody) {
 }
 
 TEST(MemAllocHost, ForkWhileAnotherThreadAllocates) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's allocator may be held by the allocating thread at the fork "
+                  "(its own lock, not weft's): a child then hangs in malloc";
+#endif
   std::string out;
   EXPECT_TRUE(run_test_alone("MemAllocHost.DISABLED_ForkWhileAnotherThreadAllocatesBody", "", 120,
                              &out)) << out;
