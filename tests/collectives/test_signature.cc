@@ -88,24 +88,31 @@ TEST(Check, MatchingCallsRunCorrectly) {
   });
 }
 
+// Ranks hold 1, 2, 3; rank 1 all-reduces with a pre-multiply op of scalar
+// 2, the others with sum, and rank 0 comes late_us late: every rank gets 8.
+int premul_on_rank1(const RankCtx &ctx, weftComm_t comm, useconds_t late_us) {
+  float x = (float)(ctx.rank + 1);
+  weftRedOp_t op = weftSum;
+  float scalar = 2.0f;
+  if (ctx.rank == 1)
+    FAIL_IF(weftRedOpCreatePreMulSum(&op, &scalar, weftFloat32, weftScalarHostImmediate, comm) !=
+                weftSuccess,
+            "premul: %s", weftGetLastError(comm));
+  if (ctx.rank == 0 && late_us > 0) usleep(late_us);
+  FAIL_IF(weftAllReduce(&x, &x, 1, weftFloat32, op, comm, nullptr) != weftSuccess,
+          "all-reduce: %s", weftGetLastError(comm));
+  FAIL_IF(x != 8.0f, "1 + 2*2 + 3 gave %g", x);
+  if (ctx.rank == 1) weftRedOpDestroy(op, comm);
+  return 0;
+}
+
 // A pre-multiplied sum is a sum whatever each rank's scalar (NCCL takes a
 // scalar per rank): one rank's, against the others' plain sum, runs with the
 // check on as without it (once, the check compared the rank's own handle
 // and refused it as "op differs ... has ?").
 TEST(Check, PreMulSumOnOneRankIsASum) {
   run_comm(3, check_on(), [](const RankCtx &ctx, weftComm_t comm) {
-    float x = (float)(ctx.rank + 1);
-    weftRedOp_t op = weftSum;
-    float scalar = 2.0f;
-    if (ctx.rank == 1)
-      FAIL_IF(weftRedOpCreatePreMulSum(&op, &scalar, weftFloat32, weftScalarHostImmediate,
-                                       comm) != weftSuccess,
-              "premul: %s", weftGetLastError(comm));
-    FAIL_IF(weftAllReduce(&x, &x, 1, weftFloat32, op, comm, nullptr) != weftSuccess,
-            "all-reduce: %s", weftGetLastError(comm));
-    FAIL_IF(x != 8.0f, "1 + 2*2 + 3 gave %g", x);
-    if (ctx.rank == 1) weftRedOpDestroy(op, comm);
-    return 0;
+    return premul_on_rank1(ctx, comm, 0);
   });
 }
 
@@ -114,19 +121,7 @@ TEST(Check, PreMulSumOnOneRankIsASum) {
 // it for a sum too (it compared each rank's own handle and failed the call).
 TEST(Check, PreMulSumOnOneRankStalledIsASum) {
   run_comm(3, small_slots({{"WEFT_HANG_ASK_MS", "100"}}), [](const RankCtx &ctx, weftComm_t comm) {
-    float x = (float)(ctx.rank + 1);
-    weftRedOp_t op = weftSum;
-    float scalar = 2.0f;
-    if (ctx.rank == 1)
-      FAIL_IF(weftRedOpCreatePreMulSum(&op, &scalar, weftFloat32, weftScalarHostImmediate,
-                                       comm) != weftSuccess,
-              "premul: %s", weftGetLastError(comm));
-    if (ctx.rank == 0) usleep(1000000);
-    FAIL_IF(weftAllReduce(&x, &x, 1, weftFloat32, op, comm, nullptr) != weftSuccess,
-            "all-reduce: %s", weftGetLastError(comm));
-    FAIL_IF(x != 8.0f, "1 + 2*2 + 3 gave %g", x);
-    if (ctx.rank == 1) weftRedOpDestroy(op, comm);
-    return 0;
+    return premul_on_rank1(ctx, comm, 1000000);
   });
 }
 
