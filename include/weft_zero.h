@@ -158,13 +158,17 @@ weftResult_t weftZeroCreate(weftZero_t *zero, weftComm_t comm, const weftZeroCon
 weftResult_t weftZeroAddParam(weftZero_t zero, int layer, size_t count, const float *init,
                               int *param_out);
 
-/* Ends registration, allocates buffers and writes the initial parameters
- * back (stages 1-2: all-gathers them). After it, stage 0-2 parameters are
- * readable; stage 3 ones after weftZeroGather. Called once: a second call
- * is weftInvalidUsage, after a failed one too (weftZeroDestroy frees what
- * the failed call made); where only the write-back failed, the context
- * refuses steps (weftInvalidUsage) until a weftZeroLoad. Collective at
- * stages 1-2 (on the NULL stream, complete on return). */
+/* Ends registration, compares the ranks' contexts, allocates buffers and
+ * writes the initial parameters back (stages 1-2: all-gathers them). The
+ * comparison covers the configuration (but memory, offloadOptimizer and
+ * offloadThreads), the layers' and parameters' sizes and a hash of the
+ * initial values: where a rank differs, every rank's call fails with
+ * weftInvalidUsage naming what, before anything is allocated. After it,
+ * stage 0-2 parameters are readable; stage 3 ones after weftZeroGather.
+ * Called once: a second call is weftInvalidUsage, after a failed one too
+ * (weftZeroDestroy frees what the failed call made); where only the
+ * write-back failed, the context refuses steps (weftInvalidUsage) until a
+ * weftZeroLoad. Collective (on the NULL stream, complete on return). */
 weftResult_t weftZeroFinalize(weftZero_t zero);
 
 /* The parameter's values (paramType). Stage 3: only while its layer is
@@ -177,9 +181,12 @@ weftResult_t weftZeroParam(weftZero_t zero, int param, void **ptr_out);
 
 /* The parameter's gradient buffer (paramType, zero at the start of a step):
  * the trainer adds its gradient of the loss times weftZeroLossScale to it
- * (weftZeroAccumulate). Stages 2 and 3 hand out a layer buffer from the
- * bucket pool, held until the layer's reduction is done (may wait for
- * earlier reductions, see bucketBytes). With reduceEveryMicroStep there, the
+ * (weftZeroAccumulate). Stages 0-1: the same buffer every step. Stages 2
+ * and 3 hand out a layer buffer from the bucket pool, held until the
+ * layer's reduction is done (may wait for earlier reductions, see
+ * bucketBytes): ask for it in every step (weftZeroGradReady refuses a
+ * layer asked for in an earlier step but not in this one, whose kept
+ * pointer's writes would be lost). With reduceEveryMicroStep there, the
  * buffer is the micro-step's: ask for it again in each micro-step (a pointer
  * kept from an earlier one points at a buffer being reduced, or back in the
  * pool); the call waits for the layer's previous reduction first. */
@@ -251,7 +258,10 @@ weftResult_t weftZeroSetSync(weftZero_t zero, int sync);
  * (with reduceEveryMicroStep at stages 2-3, in every micro-step: sync off,
  * its reduction is queued and summed into the shard, gradients added after
  * it go into the next, and a second mark with no weftZeroGrad between waits
- * for the first's reduction and adds zeros). Collective. */
+ * for the first's reduction and adds zeros). Every rank marks its layers
+ * in the same order: the step compares the order of its reductions and
+ * fails with weftInvalidUsage, before the update, where it differs.
+ * Collective. */
 weftResult_t weftZeroGradReady(weftZero_t zero, int layer, weftStream_t stream);
 
 typedef struct {
@@ -280,7 +290,8 @@ weftResult_t weftZeroStep(weftZero_t zero, weftStream_t stream, weftZeroStepInfo
 /* The factor the trainer multiplies its loss by (1 unless fp16). */
 double weftZeroLossScale(weftZero_t zero);
 /* The learning rate of the next weftZeroSteps (a schedule sets it before
- * each step; every rank alike). Not collective; not saved in checkpoints. */
+ * each step; every rank alike: a step whose ranks' rates differ fails with
+ * weftInvalidUsage). Not collective; not saved in checkpoints. */
 weftResult_t weftZeroSetLr(weftZero_t zero, double lr);
 /* weftZeroStep calls so far (skipped steps included); restored by weftZeroLoad. */
 long weftZeroStepCount(weftZero_t zero);

@@ -74,6 +74,7 @@ static weftResult_t zero_bucket_reduce(struct weftZero *z, struct zero_bucket *b
   WEFT_TRY(zero_weft(
       z, weftAllReduce(buf, buf, b->count, z->cfg.reduceType, weftSum, z->comm, stream),
       "all-reducing a gradient bucket"));
+  zero_agree_step_note(z, (int)(b - z->buckets));
   /* the event follows whatever copies were queued, even if one failed */
   weftResult_t queued = weftSuccess;
   for (int i = b->first_layer; i <= b->last_layer && queued == weftSuccess; i++)
@@ -114,6 +115,7 @@ static weftResult_t zero_layer_reduce(struct weftZero *z, struct zero_layer *l,
   WEFT_TRY(zero_weft(
       z, weftReduceScatter(send, recv, l->shard, z->cfg.reduceType, weftSum, z->comm, stream),
       "reduce-scattering a layer's gradients"));
+  zero_agree_step_note(z, (int)(l - z->layers));
   l->shard_sums++;
   l->sent = z->cfg.stage >= 2;
   /* the owned gradients go to the host once complete: behind the step's last reduction */
@@ -171,6 +173,17 @@ weftResult_t weftZeroGradReady(weftZero_t z, int layer, weftStream_t stream) {
   struct zero_layer *l = &z->layers[layer];
   if (l->reduced)
     return zero_fail(weftInvalidUsage, "layer %d was marked ready twice in one step", layer);
+  /* a pointer kept from an earlier step points into the bucket pool, where
+   * another layer's gradients may be by now: what was written there would
+   * be lost (this layer reduced as zeros) and that layer's corrupted. A layer
+   * never asked for is one without gradients (frozen): zeros, as before */
+  if (z->cfg.stage >= 2 && l->asked_ever && !l->asked)
+    return zero_fail(weftInvalidUsage,
+                     "layer %d is marked ready with no weftZeroGrad of its parameters in this "
+                     "step: at stages 2-3 a gradient buffer is the step's own (a pointer kept "
+                     "from an earlier step is back in the pool, its writes lost); ask for it "
+                     "in every step (and leave it zero where the layer has no gradient)",
+                     layer);
   l->reduced = z->sync;
   /* marked again with no gradient asked for since: what was sent is summed
    * already, this reduction's part is zeros */
@@ -198,9 +211,12 @@ weftResult_t zero_grads_reset(struct weftZero *z, weftStream_t stream) {
     if (res == weftSuccess) res = waited;
     WEFT_TRY(zero_layer_buckets_give(z, l));
     l->reduced = 0;
+    l->asked = 0;
     l->shard_sums = 0;
     l->off_queued = 0;
   }
+  z->step_order = 0;
+  z->step_reductions = 0;
   for (int b = 0; b < z->nbuckets; b++) {
     struct zero_bucket *bk = &z->buckets[b];
     weftResult_t waited = z->ops->event_sync(bk->ev);

@@ -240,7 +240,8 @@ static weftResult_t zero_ctx_alloc(struct weftZero *z) {
     z->offloaded += z->own_total * ps;
     WEFT_TRY(z->ops->event_create(&z->off_params_ev));
   }
-  return z->ops->alloc((void **)&z->stats, 2 * sizeof(double));
+  /* the statistics, then the step's comparison (zero_agree.c) */
+  return z->ops->alloc((void **)&z->stats, (2 + ZERO_AGREE_STEP_N) * sizeof(double));
 }
 
 /* Master weights: the owned range of the initial values (padding stays 0),
@@ -273,6 +274,8 @@ weftResult_t weftZeroFinalize(weftZero_t z) {
                      "an earlier weftZeroFinalize failed: destroy the context and create a new one");
   if (z->nparams == 0) return zero_fail(weftInvalidUsage, "no parameters were added");
   z->finalize_tried = 1;
+  /* before anything is allocated: a rank that differs fails every rank */
+  WEFT_TRY(zero_agree_model(z));
   int stage = z->cfg.stage;
   size_t flat = 0, shard = 0, own = 0;
   for (int i = 0; i < z->nlayers; i++) {
@@ -357,6 +360,7 @@ weftResult_t weftZeroGrad(weftZero_t z, int param, void **ptr_out) {
     }
     WEFT_TRY(zero_bucket_take(z, l->padded * z->param_size, &l->grad_bucket));
   }
+  l->asked = l->asked_ever = 1;
   *ptr_out = (char *)l->grad_bucket + p->offset * z->param_size;
   return weftSuccess;
 }

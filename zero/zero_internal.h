@@ -4,6 +4,7 @@
 #define WEFT_ZERO_INTERNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "weft.h"
 #include "weft_zero.h"
@@ -87,6 +88,9 @@ struct zero_layer {
   int shard_sums;      /* reductions summed into the gradient shard this step
                           (reduceEveryMicroStep: one a micro-step) */
   int bucket;          /* stage 0: the bucket of this layer */
+  int asked;           /* stages 2-3: weftZeroGrad gave a buffer of this layer in this
+                          step (asked_ever: in any step) */
+  int asked_ever;
   int off_queued;      /* offloadOptimizer: the owned gradients' copy to the host's
                           staging is queued behind the reduction (red_ev, at stage 0 the
                           bucket's ev, is recorded after it) */
@@ -170,6 +174,11 @@ struct weftZero {
    * partly moved, so a save is refused too (until a load) */
   int state_damaged;
   long step;    /* weftZeroStep calls, skipped ones included */
+  /* this step's reductions so far (zero_agree.c): a hash of the buckets'
+   * (stage 0) or layers' indices in the order they were queued, and their
+   * number, compared across ranks by the step */
+  uint64_t step_order;
+  long step_reductions;
   long updates; /* optimizer updates (Adam's bias correction counts these) */
   double loss_scale;
   int good_steps;
@@ -294,6 +303,22 @@ weftResult_t zero_release_all(struct weftZero *z);
 
 /* Sums n doubles (host memory) over ranks on stream, through context
  * memory; complete on return. */
+/* zero_agree.c. model: weftZeroFinalize's comparison of the ranks'
+ * configurations, layouts and initial values (collective; weftInvalidUsage
+ * naming what differs). step_note: a reduction of bucket or layer `index`
+ * queued. step_values: this rank's values for the step's comparison, summed
+ * over the ranks with its statistics; step_check: weftInvalidUsage where
+ * those sums show that ranks differ (the order of reductions, the learning
+ * rate). */
+#define ZERO_AGREE_STEP_N 8
+weftResult_t zero_agree_model(struct weftZero *z);
+static inline void zero_agree_step_note(struct weftZero *z, int index) {
+  /* FNV-1a over the indices; zero_agree.c mixes it further */
+  z->step_order = (z->step_order ^ ((uint64_t)(uint32_t)index + 1)) * 0x100000001b3ull;
+  z->step_reductions++;
+}
+void zero_agree_step_values(const struct weftZero *z, double out[ZERO_AGREE_STEP_N]);
+weftResult_t zero_agree_step_check(struct weftZero *z, const double sums[ZERO_AGREE_STEP_N]);
 weftResult_t zero_allreduce_sum(struct weftZero *z, double *vals, size_t n, weftStream_t stream);
 /* The largest of each of n doubles (host memory) over ranks, the same way:
  * the checkpoints' agreements. */

@@ -65,8 +65,14 @@ static weftResult_t zero_grads_load(struct weftZero *z, float *g, double stats[2
   /* stage 0: every rank holds the whole gradient, rank 0 speaks for all */
   if (z->cfg.stage == 0 && z->rank != 0)
     WEFT_TRY(z->ops->zero(z->stats, 2 * sizeof(double), stream));
-  WEFT_TRY(zero_allreduce_sum_ctx(z, z->stats, 2, stream));
-  return z->ops->copy(stats, z->stats, 2 * sizeof(double), stream);
+  /* the ranks' comparison goes with the statistics (zero_agree.c) */
+  double agree[ZERO_AGREE_STEP_N];
+  zero_agree_step_values(z, agree);
+  WEFT_TRY(z->ops->copy(z->stats + 2, agree, sizeof agree, stream));
+  WEFT_TRY(zero_allreduce_sum_ctx(z, z->stats, 2 + ZERO_AGREE_STEP_N, stream));
+  WEFT_TRY(z->ops->copy(stats, z->stats, 2 * sizeof(double), stream));
+  WEFT_TRY(z->ops->copy(agree, z->stats + 2, sizeof agree, stream));
+  return zero_agree_step_check(z, agree);
 }
 
 double zero_loss_scale_clamp(double scale) {
