@@ -163,7 +163,19 @@ TEST(Check, GatherScatterAlltoAllChecked) {
     TRY_RC(expect_mismatch(ctx, comm, res,
                            "WEFT_CHECK: AlltoAll #3: count differs: ranks 0,2 have 8, rank 1 "
                            "has 2"));
+    // a count of 0 on one rank: it sends and receives nothing, compared all the same
+    res = weftScatter(in.data(), out.data(), ctx.rank == 2 ? 0 : 8, weftInt32, 0, comm, nullptr);
+    TRY_RC(expect_mismatch(ctx, comm, res,
+                           "WEFT_CHECK: Scatter #4: count differs: ranks 0,1 have 8, rank 2 "
+                           "has 0"));
+    res = weftAlltoAll(in.data(), out.data(), ctx.rank == 0 ? 0 : 8, weftInt32, comm, nullptr);
+    TRY_RC(expect_mismatch(ctx, comm, res,
+                           "WEFT_CHECK: AlltoAll #5: count differs: rank 0 has 0, ranks 1,2 "
+                           "have 8"));
     for (int32_t v : out) FAIL_IF(v != -1, "a refused call wrote its output");
+    // of 0 everywhere: agreed, nothing moves
+    FAIL_IF(weftGather(in.data(), out.data(), 0, weftInt32, 1, comm, nullptr) != weftSuccess,
+            "gather of 0: %s", weftGetLastError(comm));
     FAIL_IF(weftGather(in.data(), out.data(), 8, weftInt32, 2, comm, nullptr) != weftSuccess,
             "gather: %s", weftGetLastError(comm));
     for (int r = 0; ctx.rank == 2 && r < 3; r++)
