@@ -74,7 +74,8 @@ typedef struct {
   double lr;
   double beta1, beta2, eps; /* AdamW */
   double momentum;          /* SGD with momentum */
-  double weightDecay;       /* decoupled (AdamW) or added to the gradient (SGD) */
+  double weightDecay;       /* decoupled (AdamW) or added to the gradient (SGD); every
+                               parameter's unless weftZeroSetParamWeightDecay sets its own */
   double maxGradNorm;       /* clip by global norm; <= 0 turns clipping off */
   int accumSteps;           /* micro-steps per step; gradients are averaged over them */
   size_t bucketBytes;       /* stage 0: gradients are all-reduced in buckets of about this
@@ -158,11 +159,22 @@ weftResult_t weftZeroCreate(weftZero_t *zero, weftComm_t comm, const weftZeroCon
 weftResult_t weftZeroAddParam(weftZero_t zero, int layer, size_t count, const float *init,
                               int *param_out);
 
+/* The weight decay of one parameter (PyTorch's parameter groups; GPT-2
+ * trainers decay the weight matrices and not the biases, norms' gains or
+ * other vectors): decoupled for AdamW, added to the gradient for SGD, as
+ * config.weightDecay, which every parameter has unless this sets another.
+ * Padding keeps config.weightDecay. Between weftZeroAddParam and
+ * weftZeroFinalize (after it, or after a failed one, weftInvalidUsage); a
+ * param that was not added, or a negative or non-finite weightDecay, is
+ * weftInvalidArgument. weftZeroFinalize compares every parameter's decay
+ * across ranks. Not collective. */
+weftResult_t weftZeroSetParamWeightDecay(weftZero_t zero, int param, double weightDecay);
+
 /* Ends registration, compares the ranks' contexts, allocates buffers and
  * writes the initial parameters back (stages 1-2: all-gathers them). The
  * comparison covers the configuration (but memory, offloadOptimizer and
- * offloadThreads), the layers' and parameters' sizes and a hash of the
- * initial values: where a rank differs, every rank's call fails with
+ * offloadThreads), the layers' and parameters' sizes, the parameters'
+ * weight decays and a hash of the initial values: where a rank differs, every rank's call fails with
  * weftInvalidUsage naming what, before anything is allocated. After it,
  * stage 0-2 parameters are readable; stage 3 ones after weftZeroGather.
  * Called once: a second call is weftInvalidUsage, after a failed one too
@@ -291,7 +303,8 @@ weftResult_t weftZeroStep(weftZero_t zero, weftStream_t stream, weftZeroStepInfo
 double weftZeroLossScale(weftZero_t zero);
 /* The learning rate of the next weftZeroSteps (a schedule sets it before
  * each step; every rank alike: a step whose ranks' rates differ fails with
- * weftInvalidUsage). Not collective; not saved in checkpoints. */
+ * weftInvalidUsage). Not collective; a checkpoint's manifest records it for
+ * information, and a load does not restore it. */
 weftResult_t weftZeroSetLr(weftZero_t zero, double lr);
 /* weftZeroStep calls so far (skipped steps included); restored by weftZeroLoad. */
 long weftZeroStepCount(weftZero_t zero);
@@ -363,8 +376,14 @@ weftResult_t weftZeroGetParams(weftZero_t zero, float *out, weftStream_t stream)
  * checkpoints of lower steps, and nothing else (another run's, a higher
  * step's, what it cannot read stay). A save of the step LATEST names, or
  * over another run's checkpoint of the same step, is refused before
- * anything is written. Load reads LATEST on any number of ranks
- * and any stage (same layers and optimizer). It first checks on every rank
+ * anything is written. The manifest also records each parameter's layer,
+ * size and weight decay, and the hyperparameters of the save (lr, betas,
+ * eps, momentum, weightDecay, maxGradNorm, accumSteps) for information.
+ * Load reads LATEST on any number of ranks and any stage (same layers,
+ * parameters and optimizer: a checkpoint whose parameters are cut otherwise
+ * within layers of the same sizes is weftInvalidUsage on every rank, naming
+ * the first parameter that differs; hyperparameters and weight decays may
+ * differ, the context's own stay in force). It first checks on every rank
  * what that rank will read (checksums, run, step, sizes against the files'
  * lengths, finite values unless config allowNonFinite): a checkpoint that
  * fails anywhere, or ranks that read different checkpoints, are

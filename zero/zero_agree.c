@@ -1,7 +1,7 @@
 /* What every rank of a context must agree on, compared where a difference
- * would otherwise pass silently: the configuration, the parameters' layout
- * and their initial values at weftZeroFinalize (7 and 8 elements pad alike,
- * so the collectives' own size checks pass), and each step's order of
+ * would otherwise pass silently: the configuration, the parameters' layout,
+ * weight decays and initial values at weftZeroFinalize (7 and 8 elements
+ * pad alike, so the collectives' own size checks pass), and each step's order of
  * reductions and learning rate (two layers of one size marked in another
  * order pair one rank's gradients of one with another's of the other). */
 #include <inttypes.h>
@@ -50,9 +50,13 @@ struct field {
  * stage 3's gathers). Memory kind and offload are a rank's own. */
 static size_t model_fields(const struct weftZero *z, struct field *f) {
   const weftZeroConfig_t *c = &z->cfg;
-  uint64_t layout = 0x6c61796f7574ull;
-  for (size_t i = 0; i < z->nparams; i++)
+  uint64_t layout = 0x6c61796f7574ull, decay = 0x6465636179ull;
+  for (size_t i = 0; i < z->nparams; i++) {
     layout = mix(mix(layout, (uint64_t)z->params[i].layer), (uint64_t)z->params[i].count);
+    uint64_t bits;
+    memcpy(&bits, &z->params[i].weight_decay, sizeof bits);
+    decay = mix(decay, bits);
+  }
   const uint64_t init = hash_bytes(0x696e6974ull, z->init, z->psi * sizeof *z->init);
   size_t n = 0;
   f[n++] = (struct field){"stage", F_INT, c->stage, 0};
@@ -81,6 +85,8 @@ static size_t model_fields(const struct weftZero *z, struct field *f) {
   f[n++] = (struct field){"elements", F_BYTES, (double)z->psi, 0};
   f[n++] = (struct field){"parameters' layers and sizes (hashed)", F_HASH,
                           (double)(layout >> 32), (double)(uint32_t)layout};
+  f[n++] = (struct field){"parameters' weight decays (weftZeroSetParamWeightDecay, hashed)",
+                          F_HASH, (double)(decay >> 32), (double)(uint32_t)decay};
   f[n++] = (struct field){"initial values (hashed)", F_HASH, (double)(init >> 32),
                           (double)(uint32_t)init};
   return n;

@@ -1,7 +1,9 @@
 /* Sharded checkpoints (the files: zero_ckpt_format.h).
  *
- * dir/step-<n>/manifest      the run, layout, counters, each shard's size
- *                            and checksum, and the manifest's own checksum
+ * dir/step-<n>/manifest      the run, layout (layers and parameters),
+ *                            counters, the hyperparameters of the save, each
+ *                            shard's size and checksum, and the manifest's
+ *                            own checksum
  * dir/step-<n>/rank-<r>.bin  a checked header, then for each layer the fp32
  *                            master weights, then each moment, of
  *                            weftZeroShardOf(count, nranks, r)
@@ -12,7 +14,7 @@
  * a crash at any point leaves LATEST naming a complete checkpoint; then it
  * removes what it supersedes, the same run's checkpoints of lower steps.
  * Load checks the manifest and every shard it takes from (checksums, run,
- * step, sizes, finite values) on every rank and agrees on the outcome, and
+ * step, sizes, the parameters' boundaries, finite values) on every rank and agrees on the outcome, and
  * on which checkpoint every rank read, before it changes anything, then
  * reads the shard ranges of the saved rank count that its own ranges need,
  * whatever its rank count and stage. A failure anywhere up to the state's
@@ -87,8 +89,8 @@ static int crash_rank(void) { return zero_test_save_crash_rank; }
 static int crash_rank(void) { return -1; }
 #endif
 
-/* The manifest's fields from z's state; the layer counts and the shards'
- * sizes and checksums (NULL here) are the caller's to fill. */
+/* The manifest's fields from z's state; the layer counts, the parameters
+ * and the shards' sizes and checksums (NULL here) are the caller's to fill. */
 static void ckpt_manifest_of(const struct weftZero *z, struct ckpt_manifest *m) {
   memset(m, 0, sizeof *m);
   memcpy(m->run, z->run_id, sizeof m->run);
@@ -103,6 +105,12 @@ static void ckpt_manifest_of(const struct weftZero *z, struct ckpt_manifest *m) 
   m->loss_scaled = z->cfg.paramType == weftFloat16;
   snprintf(m->optimizer, sizeof m->optimizer, "%s",
            z->cfg.optimizer == weftZeroAdamW ? "adamw" : "sgd-momentum");
+  const weftZeroConfig_t *c = &z->cfg;
+  m->hyper = (struct ckpt_hyper){.lr = c->lr, .beta1 = c->beta1, .beta2 = c->beta2,
+                                 .eps = c->eps, .momentum = c->momentum,
+                                 .weight_decay = c->weightDecay,
+                                 .max_grad_norm = c->maxGradNorm,
+                                 .accum_steps = c->accumSteps};
 }
 
 /* This rank's file: a header, then for each layer its range's master
@@ -382,12 +390,17 @@ weftResult_t weftZeroSave(weftZero_t z, const char *dir, weftStream_t stream) {
   mine = weftSuccess;
   if (z->rank == 0) {
     m.counts = malloc((size_t)z->nlayers * sizeof *m.counts);
+    m.params = malloc(z->nparams * sizeof *m.params);
     m.shard_nbytes = malloc((size_t)z->nranks * sizeof *m.shard_nbytes);
     m.shard_crc = malloc((size_t)z->nranks * sizeof *m.shard_crc);
-    if (m.counts == NULL || m.shard_nbytes == NULL || m.shard_crc == NULL) {
+    if (m.counts == NULL || m.params == NULL || m.shard_nbytes == NULL || m.shard_crc == NULL) {
       mine = zero_fail(weftSystemError, "out of memory");
     } else {
       for (int i = 0; i < z->nlayers; i++) m.counts[i] = z->layers[i].count;
+      m.nparams = z->nparams;
+      for (size_t k = 0; k < z->nparams; k++)
+        m.params[k] = (struct ckpt_param){z->params[k].layer, z->params[k].count,
+                                          z->params[k].weight_decay};
       for (int q = 0; q < z->nranks; q++) {
         m.shard_nbytes[q] = (uint64_t)sums[1 + 2 * q];
         m.shard_crc[q] = (uint32_t)sums[1 + 2 * q + 1];
@@ -460,6 +473,32 @@ static weftResult_t ckpt_open_latest(const char *dir, char *ver_out, struct ckpt
   return ckpt_manifest_read(ver_out, step, m);
 }
 
+/* Format 4: the checkpoint's parameter boundaries against the model's (the
+ * layers' sizes agree already: two parameters of 2 and 3 elements and one of
+ * 5 fill a layer alike). Weight decays and the other hyperparameters may
+ * differ: a resumed run may change them. */
+static weftResult_t ckpt_check_params(const struct weftZero *z, const char *ver,
+                                      const struct ckpt_manifest *m) {
+  if (m->nparams == 0) return weftSuccess; /* format 2 or 3: not recorded */
+  for (size_t k = 0; k < m->nparams || k < z->nparams; k++) {
+    const struct ckpt_param *saved = k < m->nparams ? &m->params[k] : NULL;
+    const struct zero_param *mine = k < z->nparams ? &z->params[k] : NULL;
+    if (saved != NULL && mine != NULL && saved->layer == mine->layer &&
+        saved->count == mine->count)
+      continue;
+    char theirs[96] = "absent", ours[96] = "absent";
+    if (saved != NULL)
+      snprintf(theirs, sizeof theirs, "layer %d, count %zu", saved->layer, saved->count);
+    if (mine != NULL) snprintf(ours, sizeof ours, "layer %d, count %zu", mine->layer, mine->count);
+    return zero_fail(weftInvalidUsage,
+                     "%s: its parameters' boundaries differ from this model's: parameter %zu is "
+                     "%s in the checkpoint; %s in this model (%zu parameters in the checkpoint, "
+                     "%zu in this model)",
+                     ver, k, theirs, ours, m->nparams, z->nparams);
+  }
+  return weftSuccess;
+}
+
 /* Checks what this rank will take: the manifest against the model, and the
  * shards it reads from (and every shard q with q % nranks == rank, so that
  * each is checked by someone). */
@@ -478,6 +517,7 @@ static weftResult_t ckpt_check_local(struct weftZero *z, const char *dir, char *
     if (m->counts[i] != z->layers[i].count)
       res = zero_fail(weftInvalidUsage, "%s: layer %d has %zu parameters, this model %zu", ver, i,
                       m->counts[i], z->layers[i].count);
+  if (res == weftSuccess) res = ckpt_check_params(z, ver, m);
   for (int q = 0; res == weftSuccess && q < m->nranks; q++)
     if (q % z->nranks == z->rank || ckpt_takes_from(z, m, q))
       res = ckpt_shard_scan(ver, m, q, z->cfg.allowNonFinite);

@@ -1,4 +1,4 @@
-/* Checkpoint format 3: checksums, the manifest's text, shard headers, and the
+/* Checkpoint format 4: checksums, the manifest's text, shard headers, and the
  * checks a checkpoint passes before anything of it is used (zero_ckpt_format.h).
  * Every size read from a file is bounded by the file's length before it is
  * used to allocate or to index. */
@@ -134,6 +134,8 @@ static int hex_parse(const char *s, uint8_t *bytes, int n) {
 /* --- the manifest ---------------------------------------------------------- */
 
 void ckpt_manifest_free(struct ckpt_manifest *m) {
+  free(m->params);
+  m->params = NULL;
   free(m->counts);
   free(m->shard_nbytes);
   free(m->shard_crc);
@@ -180,11 +182,20 @@ weftResult_t ckpt_manifest_format(const struct ckpt_manifest *m, char **text_out
   struct text t = {0};
   char run[33];
   hex_format(m->run, 16, run);
+  const struct ckpt_hyper *h = &m->hyper;
   text_add(&t, "%s\nrun %s\nnranks %d\nstage %d\noptimizer %s\nstep %ld\nloss_scale %.17g\n"
-               "loss_scaled %d\nupdates %ld\ngood_steps %d\nlayers %d\n",
+               "loss_scaled %d\nupdates %ld\ngood_steps %d\n",
            CKPT_FORMAT, run, m->nranks, m->stage, m->optimizer, m->step, m->loss_scale,
-           m->loss_scaled, m->updates, m->good_steps, m->nlayers);
+           m->loss_scaled, m->updates, m->good_steps);
+  text_add(&t, "lr %.17g\nbeta1 %.17g\nbeta2 %.17g\neps %.17g\nmomentum %.17g\n"
+               "weight_decay %.17g\nmax_grad_norm %.17g\naccum_steps %d\n",
+           h->lr, h->beta1, h->beta2, h->eps, h->momentum, h->weight_decay, h->max_grad_norm,
+           h->accum_steps);
+  text_add(&t, "layers %d\nparams %zu\n", m->nlayers, m->nparams);
   for (int i = 0; i < m->nlayers; i++) text_add(&t, "layer %d %zu\n", i, m->counts[i]);
+  for (size_t k = 0; k < m->nparams; k++)
+    text_add(&t, "param %zu %d %zu %.17g\n", k, m->params[k].layer, m->params[k].count,
+             m->params[k].weight_decay);
   for (int q = 0; q < m->nranks; q++)
     text_add(&t, "shard %d %" PRIu64 " %08" PRIx32 "\n", q, m->shard_nbytes[q], m->shard_crc[q]);
   if (!t.failed) text_add(&t, "crc32c %08" PRIx32 "\n", zero_crc32c(0, t.buf, t.len));
@@ -274,6 +285,39 @@ static int line_int(const char *line, const char *key, int *v) {
   return 0;
 }
 
+/* "key <double>" with nothing else on the line (any value strtod reads,
+ * NaN and infinities included: a configuration may hold them where its
+ * optimizer does not use them). */
+static int parse_real(const char *s, double *v) {
+  if (isspace((unsigned char)*s)) return -1;
+  char *e;
+  double x = strtod(s, &e);
+  if (e == s || *e != '\0') return -1;
+  *v = x;
+  return 0;
+}
+
+static int line_real(const char *line, const char *key, double *v) {
+  size_t k = strlen(key);
+  if (strncmp(line, key, k) != 0 || line[k] != ' ') return -1;
+  return parse_real(line + k + 1, v);
+}
+
+/* Format 4's hyperparameter lines, in their order. */
+static int hyper_read(char **cur, char *end, struct ckpt_hyper *h) {
+  const char *keys[] = {"lr", "beta1", "beta2", "eps", "momentum", "weight_decay",
+                        "max_grad_norm"};
+  double *vals[] = {&h->lr, &h->beta1, &h->beta2, &h->eps, &h->momentum, &h->weight_decay,
+                    &h->max_grad_norm};
+  char *line;
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    if ((line = line_next(cur, end)) == NULL || line_real(line, keys[i], vals[i]) != 0) return -1;
+  if ((line = line_next(cur, end)) == NULL || line_int(line, "accum_steps", &h->accum_steps) != 0 ||
+      h->accum_steps < 1)
+    return -1;
+  return 0;
+}
+
 /* A decimal uint64 that is all digits (no sign, no spaces) up to end. */
 static int parse_u64(const char *s, char **end, uint64_t *v) {
   if (*s < '0' || *s > '9') return -1;
@@ -303,10 +347,12 @@ weftResult_t ckpt_manifest_read(const char *ver, long step_of_name, struct ckpt_
   /* the format, then the checksum of everything before the last line */
   if (strncmp(buf, CKPT_FORMAT_V1 "\n", strlen(CKPT_FORMAT_V1) + 1) == 0)
     MANIFEST_BAD("%s is a format 1 checkpoint, written without checksums: this weft reads "
-                 "formats 2 and 3 only (docs/zero.md)", path);
+                 "formats 2 to 4 only (docs/zero.md)", path);
   const int v2 = strncmp(buf, CKPT_FORMAT_V2 "\n", strlen(CKPT_FORMAT_V2) + 1) == 0;
-  if (!v2 && strncmp(buf, CKPT_FORMAT "\n", strlen(CKPT_FORMAT) + 1) != 0)
-    MANIFEST_BAD("%s is not a weft ZeRO manifest (format 2 or 3)", path);
+  const int v3 = strncmp(buf, CKPT_FORMAT_V3 "\n", strlen(CKPT_FORMAT_V3) + 1) == 0;
+  if (!v2 && !v3 && strncmp(buf, CKPT_FORMAT "\n", strlen(CKPT_FORMAT) + 1) != 0)
+    MANIFEST_BAD("%s is not a weft ZeRO manifest (format 2, 3 or 4)", path);
+  const int v4 = !v2 && !v3; /* hyperparameters and parameters */
   if (len < 2 || buf[len - 1] != '\n') MANIFEST_BAD("%s is truncated", path);
   char *last = memrchr(buf, '\n', len - 1);
   last = last == NULL ? buf : last + 1;
@@ -341,8 +387,14 @@ weftResult_t ckpt_manifest_read(const char *ver, long step_of_name, struct ckpt_
       (m->loss_scaled = -1, !v2 && ((line = line_next(&cur, end)) == NULL ||
                                     line_int(line, "loss_scaled", &m->loss_scaled) != 0)) ||
       (line = line_next(&cur, end)) == NULL || line_long(line, "updates", &updates) != 0 ||
-      (line = line_next(&cur, end)) == NULL || line_int(line, "good_steps", &m->good_steps) != 0 ||
-      (line = line_next(&cur, end)) == NULL || line_int(line, "layers", &m->nlayers) != 0)
+      (line = line_next(&cur, end)) == NULL || line_int(line, "good_steps", &m->good_steps) != 0)
+    MANIFEST_BAD("%s: the header lines are malformed", path);
+  if (v4 && hyper_read(&cur, end, &m->hyper) != 0)
+    MANIFEST_BAD("%s: the hyperparameter lines are malformed", path);
+  uint64_t nparams = 0;
+  if ((line = line_next(&cur, end)) == NULL || line_int(line, "layers", &m->nlayers) != 0 ||
+      (v4 && ((line = line_next(&cur, end)) == NULL || strncmp(line, "params ", 7) != 0 ||
+              parse_u64(line + 7, &e, &nparams) != 0 || *e != '\0')))
     MANIFEST_BAD("%s: the header lines are malformed", path);
   m->step = step;
   m->updates = updates;
@@ -365,10 +417,18 @@ weftResult_t ckpt_manifest_read(const char *ver, long step_of_name, struct ckpt_
     MANIFEST_BAD("%s: %d ranks do not fit its %zu bytes", path, m->nranks, len);
   if (m->nlayers < 1 || m->nlayers > CKPT_MAX_LAYERS || (size_t)m->nlayers > len / 10)
     MANIFEST_BAD("%s: %d layers do not fit its %zu bytes", path, m->nlayers, len);
+  /* "param 0 0 1 0\n" is the shortest parameter line; each layer has one */
+  if (v4 && nparams < (uint64_t)m->nlayers)
+    MANIFEST_BAD("%s: %" PRIu64 " parameters cannot fill %d layers", path, nparams, m->nlayers);
+  if (v4 && nparams > len / 14)
+    MANIFEST_BAD("%s: %" PRIu64 " parameters do not fit its %zu bytes", path, nparams, len);
+  m->nparams = (size_t)nparams;
   m->counts = calloc((size_t)m->nlayers, sizeof *m->counts);
+  m->params = v4 ? calloc(m->nparams, sizeof *m->params) : NULL;
   m->shard_nbytes = calloc((size_t)m->nranks, sizeof *m->shard_nbytes);
   m->shard_crc = calloc((size_t)m->nranks, sizeof *m->shard_crc);
-  if (m->counts == NULL || m->shard_nbytes == NULL || m->shard_crc == NULL) {
+  if (m->counts == NULL || (v4 && m->params == NULL) || m->shard_nbytes == NULL ||
+      m->shard_crc == NULL) {
     res = zero_fail(weftSystemError, "out of memory reading %s", path);
     goto free_all;
   }
@@ -382,6 +442,38 @@ weftResult_t ckpt_manifest_read(const char *ver, long step_of_name, struct ckpt_
       MANIFEST_BAD("%s: layer %d is missing or malformed", path, i);
     m->counts[i] = (size_t)c;
   }
+  /* the parameters, in order, each layer's filling it exactly */
+  size_t filled = 0; /* of the layer of the last parameter */
+  for (size_t k = 0; k < m->nparams; k++) {
+    char key[48];
+    snprintf(key, sizeof key, "param %zu ", k);
+    struct ckpt_param *p = &m->params[k];
+    uint64_t layer, c;
+    line = line_next(&cur, end);
+    if (line == NULL || strncmp(line, key, strlen(key)) != 0 ||
+        parse_u64(line + strlen(key), &e, &layer) != 0 || *e != ' ' ||
+        parse_u64(e + 1, &e, &c) != 0 || *e != ' ' || parse_real(e + 1, &p->weight_decay) != 0 ||
+        layer >= (uint64_t)m->nlayers ||
+        c == 0 || c > SIZE_MAX || !(p->weight_decay >= 0) || !isfinite(p->weight_decay))
+      MANIFEST_BAD("%s: parameter %zu is missing or malformed", path, k);
+    const int prev = k == 0 ? 0 : m->params[k - 1].layer;
+    if (k > 0 && (int)layer == prev + 1 && filled != m->counts[prev])
+      MANIFEST_BAD("%s: layer %d's parameters make %zu elements, the layer %zu", path, prev,
+                   filled, m->counts[prev]);
+    if ((int)layer != prev && (k == 0 || (int)layer != prev + 1))
+      MANIFEST_BAD("%s: parameter %zu is in layer %" PRIu64 " after one of layer %d (layers "
+                   "follow each other from 0)", path, k, layer, prev);
+    if ((int)layer != prev) filled = 0;
+    if (c > m->counts[layer] - filled)
+      MANIFEST_BAD("%s: parameter %zu (%" PRIu64 " elements) overfills layer %" PRIu64
+                   " (%zu)", path, k, c, layer, m->counts[layer]);
+    filled += (size_t)c;
+    p->layer = (int)layer;
+    p->count = (size_t)c;
+  }
+  if (v4 && (m->params[m->nparams - 1].layer != m->nlayers - 1 ||
+             filled != m->counts[m->nlayers - 1]))
+    MANIFEST_BAD("%s: its parameters do not fill its %d layers", path, m->nlayers);
   for (int q = 0; q < m->nranks; q++) {
     char key[32];
     snprintf(key, sizeof key, "shard %d ", q);

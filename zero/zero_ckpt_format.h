@@ -1,17 +1,25 @@
-/* Checkpoint files, format 3: what is written and how it is checked
+/* Checkpoint files, format 4: what is written and how it is checked
  * (zero/zero_ckpt_format.c); zero/zero_ckpt.c saves and loads with them.
  *
  * dir/step-<n>/manifest      text, one "key value" a line (format, run,
  *                            nranks, stage, optimizer, step, loss_scale,
- *                            loss_scaled, updates, good_steps, layers),
- *                            "layer <i> <count>"
- *                            per layer, "shard <r> <bytes> <crc32c>" per
- *                            rank, and last "crc32c <hex>" of every byte before
+ *                            loss_scaled, updates, good_steps; then the
+ *                            hyperparameters at the save, for information:
+ *                            lr, beta1, beta2, eps, momentum, weight_decay,
+ *                            max_grad_norm, accum_steps; then layers,
+ *                            params), "layer <i> <count>" per layer,
+ *                            "param <id> <layer> <count> <weight decay>" per
+ *                            parameter in registration order, "shard <r>
+ *                            <bytes> <crc32c>" per rank, and last "crc32c
+ *                            <hex>" of every byte before
  * dir/step-<n>/rank-<r>.bin  a 64-byte header (struct ckpt_shard_header), then
  *                            for each layer the fp32 master weights, then each
  *                            moment, of weftZeroShardOf(count, nranks, r)
  *
- * Numbers in the binary files are little-endian. */
+ * Format 3 lacks the hyperparameter, params and param lines; format 2 the
+ * loss_scaled line too; both are read (without parameter boundaries to
+ * check). Format 1, without checksums, is refused. Numbers in the binary
+ * files are little-endian. */
 #ifndef WEFT_ZERO_CKPT_FORMAT_H
 #define WEFT_ZERO_CKPT_FORMAT_H
 
@@ -23,7 +31,9 @@
 #define CKPT_FORMAT_V1 "weft-zero-checkpoint 1"
 /* format 2 has no loss_scaled line (read: not said) */
 #define CKPT_FORMAT_V2 "weft-zero-checkpoint 2"
-#define CKPT_FORMAT "weft-zero-checkpoint 3"
+/* format 3 has no hyperparameter, params or param lines (read: nparams 0) */
+#define CKPT_FORMAT_V3 "weft-zero-checkpoint 3"
+#define CKPT_FORMAT "weft-zero-checkpoint 4"
 #define CKPT_SHARD_MAGIC "WEFTZSH2"
 #define CKPT_MAX_LAYERS 1000000
 #define CKPT_MAX_RANKS (1 << 20)
@@ -50,6 +60,19 @@ struct ckpt_shard_header {
 };
 _Static_assert(sizeof(struct ckpt_shard_header) == 64, "the shard header is 64 bytes");
 
+/* A parameter as the manifest records it (format 4). */
+struct ckpt_param {
+  int layer;
+  size_t count;
+  double weight_decay;
+};
+
+/* The hyperparameters at the save (format 4): information, not restored. */
+struct ckpt_hyper {
+  double lr, beta1, beta2, eps, momentum, weight_decay, max_grad_norm;
+  int accum_steps;
+};
+
 struct ckpt_manifest {
   uint8_t run[16];
   int nranks, stage, good_steps, nlayers, arrays;
@@ -58,15 +81,19 @@ struct ckpt_manifest {
   int loss_scaled;          /* 1: fp16's dynamic scale; 0: the run trained unscaled (its
                                loss_scale is 1); -1: not said (format 2) */
   char optimizer[32];
+  struct ckpt_hyper hyper;  /* format 4; zero in older ones */
+  size_t nparams;           /* format 4: the parameters; 0 in older formats */
+  struct ckpt_param *params;
   size_t *counts;           /* per layer */
   uint64_t *shard_nbytes;   /* per rank: payload bytes, header excluded */
   uint32_t *shard_crc;      /* per rank: the payload's CRC-32C */
   uint32_t crc;             /* read: the manifest's own CRC-32C (its last line) */
 };
 
-/* Reads and checks ver/manifest: its checksum, every field's range, and
- * that the layer counts give each rank exactly the payload its shard line
- * says (no size overflows). The step must be the one ver's name says. */
+/* Reads and checks ver/manifest: its checksum, every field's range, that
+ * the parameters (format 4) fill their layers exactly, in order, and that
+ * the layer counts give each rank exactly the payload its shard line says
+ * (no size overflows). The step must be the one ver's name says. */
 weftResult_t ckpt_manifest_read(const char *ver, long step_of_name, struct ckpt_manifest *m);
 void ckpt_manifest_free(struct ckpt_manifest *m);
 /* The manifest's text, its checksum line included (malloc'd, *len_out bytes). */

@@ -179,11 +179,64 @@ weftResult_t weftZeroAddParam(weftZero_t z, int layer, size_t count, const float
   p->layer = layer;
   p->offset = l->count;
   p->count = count;
+  p->weight_decay = z->cfg.weightDecay + 0.0; /* -0 as 0: one run with it */
   memcpy(z->init + z->psi, init, count * sizeof *init);
   l->count += count;
   l->nparams++;
   z->psi += count;
   *param_out = (int)z->nparams++;
+  return weftSuccess;
+}
+
+weftResult_t weftZeroSetParamWeightDecay(weftZero_t z, int param, double weightDecay) {
+  if (z == NULL) return zero_fail(weftInvalidArgument, "zero is NULL");
+  if (z->finalized || z->finalize_tried)
+    return zero_fail(weftInvalidUsage,
+                     "a parameter's weight decay is set before weftZeroFinalize");
+  if (param < 0 || (size_t)param >= z->nparams)
+    return zero_fail(weftInvalidArgument, "parameter %d does not exist", param);
+  if (!(weightDecay >= 0 && isfinite(weightDecay)))
+    return zero_fail(weftInvalidArgument, "parameter %d: weight decay %g must be finite and >= 0",
+                     param, weightDecay);
+  z->params[param].weight_decay = weightDecay + 0.0;
+  return weftSuccess;
+}
+
+/* Appends [begin, begin + count) of the owned range with decay wd to the
+ * runs, merged into the last run when its decay is the same. */
+static void zero_decay_run_add(struct weftZero *z, size_t begin, size_t count, double wd) {
+  if (count == 0) return;
+  struct zero_decay_run *last = z->ndecay_runs > 0 ? &z->decay_runs[z->ndecay_runs - 1] : NULL;
+  if (last != NULL && last->weight_decay == wd && last->begin + last->count == begin) {
+    last->count += count;
+    return;
+  }
+  z->decay_runs[z->ndecay_runs++] = (struct zero_decay_run){begin, count, wd};
+}
+
+/* The owned range cut into runs of one weight decay: each layer's owned
+ * range [own_offset, own_offset + own_count) intersected with its
+ * parameters' [offset, offset + count), then its padding (cfg.weightDecay),
+ * at master indices. */
+static weftResult_t zero_decay_runs_plan(struct weftZero *z) {
+  /* at most a run per parameter and one of padding per layer */
+  z->decay_runs = calloc(z->nparams + (size_t)z->nlayers, sizeof *z->decay_runs);
+  if (z->decay_runs == NULL) return zero_fail(weftSystemError, "out of memory");
+  for (int i = 0; i < z->nlayers; i++) {
+    const struct zero_layer *l = &z->layers[i];
+    const size_t own_end = l->own_offset + l->own_count;
+    for (size_t k = l->first_param; k < l->first_param + l->nparams; k++) {
+      const struct zero_param *p = &z->params[k];
+      const size_t lo = p->offset > l->own_offset ? p->offset : l->own_offset;
+      const size_t hi = p->offset + p->count < own_end ? p->offset + p->count : own_end;
+      if (lo < hi)
+        zero_decay_run_add(z, l->master_offset + (lo - l->own_offset), hi - lo, p->weight_decay);
+    }
+    const size_t pad = l->count > l->own_offset ? l->count : l->own_offset;
+    if (pad < own_end)
+      zero_decay_run_add(z, l->master_offset + (pad - l->own_offset), own_end - pad,
+                         z->cfg.weightDecay + 0.0);
+  }
   return weftSuccess;
 }
 
@@ -296,6 +349,7 @@ weftResult_t weftZeroFinalize(weftZero_t z) {
   z->psi_padded = flat;
   z->shard_total = shard;
   z->own_total = own;
+  WEFT_TRY(zero_decay_runs_plan(z));
   WEFT_TRY(z->ops->stream_create(&z->zero_stream));
   WEFT_TRY(zero_ctx_alloc(z));
   if (stage == 0) WEFT_TRY(zero_buckets_plan(z));
@@ -461,6 +515,7 @@ weftResult_t weftZeroDestroy(weftZero_t z) {
   void *state[] = {z->master, z->moment1, z->moment2, z->off_grad, z->off_stage, z->off_params};
   for (size_t i = 0; i < sizeof state / sizeof state[0]; i++) opt->free(state[i]);
   free(z->buckets);
+  free(z->decay_runs);
   free(z->layers);
   free(z->params);
   free(z->init);

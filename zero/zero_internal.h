@@ -58,6 +58,16 @@ struct zero_param {
   int layer;
   size_t offset; /* within the layer's flat buffer */
   size_t count;
+  double weight_decay; /* cfg.weightDecay unless weftZeroSetParamWeightDecay set it */
+};
+
+/* Consecutive elements of the owned range (master indices) that share one
+ * weight decay: the owned range cut at the parameters' boundaries where
+ * their decays differ (padding takes cfg.weightDecay), equal neighbours
+ * merged, so that a model without per-parameter decays has one run. */
+struct zero_decay_run {
+  size_t begin, count;
+  double weight_decay;
 };
 
 struct zero_layer {
@@ -145,6 +155,8 @@ struct weftZero {
   struct zero_bucket *buckets;
   int nbuckets;
   size_t psi, psi_padded, shard_total, own_total;
+  struct zero_decay_run *decay_runs; /* weftZeroFinalize's cut of [0, own_total) */
+  size_t ndecay_runs;
   void *params_full; /* stages 0-2: every layer, padded (paramType) */
   void *params_shard;/* stage 3: the shards (paramType) */
   void *grads_full;  /* stages 0-1: every layer, padded (paramType) */
@@ -265,15 +277,17 @@ const void *zero_owned_grads(const struct weftZero *z, const struct zero_layer *
  * load copies then). load: the step's averaged fp32 gradient into g (host)
  * and this rank's statistics (non-finite count, sum of squares) into stats,
  * for the step to agree on. adamw, sgd, scale: the update of the owned range on
- * cfg.offloadThreads threads. threads_default: the CPUs this process may
- * run on, shared among the host's ranks where the launcher says how many. */
+ * cfg.offloadThreads threads, each walking the runs of one weight decay
+ * (decay_runs) within its part: AdamW's coef with wd = lr * the run's decay,
+ * SGD's decay the run's. threads_default: the CPUs this process may run on,
+ * shared among the host's ranks where the launcher says how many. */
 #define ZERO_OFFLOAD_THREADS_MAX 64
 weftResult_t zero_offload_queue(struct weftZero *z, struct zero_layer *l, weftStream_t stream);
 weftResult_t zero_offload_load(struct weftZero *z, float *g, double stats[2],
                                weftStream_t stream);
 weftResult_t zero_offload_adamw(struct weftZero *z, const float *g,
-                                const struct zero_adamw_coef *coef);
-weftResult_t zero_offload_sgd(struct weftZero *z, const float *g, float mu, float lr, float wd);
+                                const struct zero_adamw_coef *coef, double lr);
+weftResult_t zero_offload_sgd(struct weftZero *z, const float *g, float mu, float lr);
 weftResult_t zero_offload_scale(struct weftZero *z, float *g, float factor);
 int zero_offload_threads_default(void);
 

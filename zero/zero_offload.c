@@ -74,25 +74,41 @@ struct offload_part {
   enum offload_kind kind;
   const float *g; /* adamw, sgd */
   float *scaled;  /* scale */
-  const struct zero_adamw_coef *coef;
-  float mu, lr, wd, factor;
+  const struct zero_adamw_coef *coef; /* adamw: all but wd, which is the run's */
+  double lr;      /* adamw: wd = lr * the run's decay, as zero_update's */
+  float mu, lr_sgd, factor;
   size_t begin, end;
   weftResult_t res;
 };
 
+/* The update of [b, b + n), all of one weight decay wd. */
+static weftResult_t offload_part_update(const struct offload_part *p, size_t b, size_t n,
+                                        double wd) {
+  const struct weftZero *z = p->z;
+  const struct zero_ops *ops = z->offload_ops;
+  if (p->kind == OFFLOAD_SGD)
+    return ops->sgd(z->master + b, z->moment1 + b, p->g + b, n, p->mu, p->lr_sgd, (float)wd,
+                    NULL);
+  struct zero_adamw_coef k = *p->coef;
+  k.wd = (float)(p->lr * wd);
+  return ops->adamw(z->master + b, z->moment1 + b, z->moment2 + b, p->g + b, n, &k, NULL);
+}
+
 static void *offload_part_run(void *arg) {
   struct offload_part *p = arg;
-  const struct zero_ops *ops = p->z->offload_ops;
-  const size_t b = p->begin, n = p->end - p->begin;
   const struct weftZero *z = p->z;
-  switch (p->kind) {
-  case OFFLOAD_ADAMW:
-    p->res = ops->adamw(z->master + b, z->moment1 + b, z->moment2 + b, p->g + b, n, p->coef, NULL);
-    break;
-  case OFFLOAD_SGD:
-    p->res = ops->sgd(z->master + b, z->moment1 + b, p->g + b, n, p->mu, p->lr, p->wd, NULL);
-    break;
-  case OFFLOAD_SCALE: p->res = ops->scale(p->scaled + b, n, p->factor, NULL); break;
+  if (p->kind == OFFLOAD_SCALE) {
+    p->res = z->offload_ops->scale(p->scaled + p->begin, p->end - p->begin, p->factor, NULL);
+    return NULL;
+  }
+  /* the runs of one weight decay that meet [begin, end), cut to it */
+  p->res = weftSuccess;
+  for (size_t r = 0; r < z->ndecay_runs && p->res == weftSuccess; r++) {
+    const struct zero_decay_run *run = &z->decay_runs[r];
+    if (run->begin >= p->end) break; /* the runs are in order */
+    const size_t lo = run->begin > p->begin ? run->begin : p->begin;
+    const size_t hi = run->begin + run->count < p->end ? run->begin + run->count : p->end;
+    if (lo < hi) p->res = offload_part_update(p, lo, hi - lo, run->weight_decay);
   }
   return NULL;
 }
@@ -130,13 +146,14 @@ static weftResult_t offload_run(const struct weftZero *z, struct offload_part jo
 }
 
 weftResult_t zero_offload_adamw(struct weftZero *z, const float *g,
-                                const struct zero_adamw_coef *coef) {
-  return offload_run(z, (struct offload_part){.z = z, .kind = OFFLOAD_ADAMW, .g = g, .coef = coef});
+                                const struct zero_adamw_coef *coef, double lr) {
+  return offload_run(z, (struct offload_part){.z = z, .kind = OFFLOAD_ADAMW, .g = g,
+                                              .coef = coef, .lr = lr});
 }
 
-weftResult_t zero_offload_sgd(struct weftZero *z, const float *g, float mu, float lr, float wd) {
+weftResult_t zero_offload_sgd(struct weftZero *z, const float *g, float mu, float lr) {
   return offload_run(
-      z, (struct offload_part){.z = z, .kind = OFFLOAD_SGD, .g = g, .mu = mu, .lr = lr, .wd = wd});
+      z, (struct offload_part){.z = z, .kind = OFFLOAD_SGD, .g = g, .mu = mu, .lr_sgd = lr});
 }
 
 weftResult_t zero_offload_scale(struct weftZero *z, float *g, float factor) {

@@ -10,23 +10,34 @@
 #include "zero_math.h"
 
 /* The optimizer on the owned range: coefficients from the configuration and
- * the update count, in double, then the kernel or loop of z->ops. */
+ * the update count, in double, then the kernel or loop of z->ops once for
+ * each run of one weight decay (a model without per-parameter decays has
+ * one); offloaded, the host's threads walk the runs within their parts. */
 static weftResult_t zero_update(struct weftZero *z, const float *g, weftStream_t stream) {
   const weftZeroConfig_t *c = &z->cfg;
-  size_t n = z->own_total;
   if (c->optimizer == weftZeroAdamW) {
     double bc1 = 1.0 - pow(c->beta1, (double)z->updates);
     double bc2 = 1.0 - pow(c->beta2, (double)z->updates);
     struct zero_adamw_coef k = {(float)c->beta1, (float)c->beta2, (float)(c->lr / bc1),
-                                (float)(c->lr * c->weightDecay), (float)(1.0 / sqrt(bc2)),
-                                (float)c->eps};
-    if (c->offloadOptimizer) return zero_offload_adamw(z, g, &k);
-    return z->ops->adamw(z->master, z->moment1, z->moment2, g, n, &k, stream);
+                                0, (float)(1.0 / sqrt(bc2)), (float)c->eps};
+    if (c->offloadOptimizer) return zero_offload_adamw(z, g, &k, c->lr);
+    for (size_t r = 0; r < z->ndecay_runs; r++) {
+      const struct zero_decay_run *run = &z->decay_runs[r];
+      const size_t b = run->begin;
+      k.wd = (float)(c->lr * run->weight_decay);
+      WEFT_TRY(z->ops->adamw(z->master + b, z->moment1 + b, z->moment2 + b, g + b, run->count,
+                             &k, stream));
+    }
+    return weftSuccess;
   }
-  if (c->offloadOptimizer)
-    return zero_offload_sgd(z, g, (float)c->momentum, (float)c->lr, (float)c->weightDecay);
-  return z->ops->sgd(z->master, z->moment1, g, n, (float)c->momentum, (float)c->lr,
-                     (float)c->weightDecay, stream);
+  if (c->offloadOptimizer) return zero_offload_sgd(z, g, (float)c->momentum, (float)c->lr);
+  for (size_t r = 0; r < z->ndecay_runs; r++) {
+    const struct zero_decay_run *run = &z->decay_runs[r];
+    const size_t b = run->begin;
+    WEFT_TRY(z->ops->sgd(z->master + b, z->moment1 + b, g + b, run->count, (float)c->momentum,
+                         (float)c->lr, (float)run->weight_decay, stream));
+  }
+  return weftSuccess;
 }
 
 /* The averaged gradient of the owned range in fp32 into g, and the step's

@@ -1,8 +1,9 @@
 #!/bin/bash
 # weft-train's MLP (--model mlp) under weftrun: falling loss, the memory table, the final line;
-# a checkpoint saved on 4 ranks resumes on 2 and consolidates; a --save that
-# cannot be written is refused before the first step; no step prints no loss;
-# a --gather-bound below the largest layer is refused; a diverging run fails.
+# --weight-decay decays the weights and not the biases; a checkpoint saved on
+# 4 ranks resumes on 2 and consolidates; a --save that cannot be written is
+# refused before the first step; no step prints no loss; a --gather-bound
+# below the largest layer is refused; a diverging run fails.
 # usage: test_weft_train.sh WEFTRUN TOOLS_DIR SOURCE_DIR
 set -u
 weftrun=$1
@@ -42,6 +43,27 @@ for s in 1 2 3; do
        exit !(d <= 1e-6 * x[6])}'
   check "stage $s params-l2 matches stage 0 ($got)" $?
 done
+
+# --weight-decay: 0 is the default run, bit for bit; 0.5 decays the weight
+# matrices only (each parameter's decay in the checkpoint's manifest), ends
+# with smaller weights, and agrees across stages; a negative one is refused
+wd0=$(timeout 60 "$weftrun" -n 3 "$tools/weft-train" --model mlp --zero-stage 0 --quiet \
+  --weight-decay 0 2>&1 | tail -1)
+[ "$wd0" = "$ref" ]; check "--weight-decay 0 is the default run ($wd0)" $?
+wd=$(timeout 60 "$weftrun" -n 3 "$tools/weft-train" --model mlp --zero-stage 0 --quiet \
+  --weight-decay 0.5 2>&1 | tail -1)
+wd3=$(timeout 60 "$weftrun" -n 3 "$tools/weft-train" --model mlp --zero-stage 3 --quiet \
+  --weight-decay 0.5 --save "$work/wd" 2>&1 | tail -1)
+awk -v a="$ref" -v b="$wd" -v c="$wd3" 'BEGIN{split(a,x," "); split(b,y," "); split(c,z," ");
+     d=y[6]-z[6]; if (d<0) d=-d; exit !(y[6] > 0 && y[6] < x[6] && d <= 1e-6 * y[6])}'
+check "--weight-decay 0.5: smaller params-l2, alike at stage 3 ($wd / $wd3)" $?
+# the MLP's layers: weights 12x37, 37x29, 29x3, each followed by its biases
+grep '^param ' "$work/wd/step-10/manifest" | tr '\n' ';' | grep -qx \
+  'param 0 0 444 0.5;param 1 0 37 0;param 2 1 1073 0.5;param 3 1 29 0;param 4 2 87 0.5;param 5 2 3 0;'
+check "--weight-decay 0.5 decays the weights, not the biases (the manifest's param lines)" $?
+"$tools/weft-train" --model mlp --weight-decay -0.1 >/dev/null 2>"$work/err"
+[ $? -eq 2 ] && grep -q -- "--weight-decay -0.1: a weight decay" "$work/err"
+st=$?; check "--weight-decay -0.1 refused ($(cat "$work/err"))" $st
 
 # accumulation reduced every micro-step trains as summed locally, at stages 2 and 3
 final='^\[0\] final loss [0-9.e+-]+ params-l2 [0-9.e+-]+ params-sum [0-9.e+-]+$'

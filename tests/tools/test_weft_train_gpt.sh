@@ -6,7 +6,8 @@
 # GPU path's kernels, simulated on the host, give the host's losses; a
 # token file given and a sequence of 3 train; a save the run would repeat is
 # refused before it trains; a run with no step says no loss; the cosine ends
-# at its floor; --dump-batches and --data that cannot be used are refused;
+# at its floor; --weight-decay decays the matrices and embeddings only;
+# --dump-batches and --data that cannot be used are refused;
 # the token file is named for the text's bytes; an epoch draws every window
 # once; validation is alike for any --accum and rank count; a diverging
 # run fails, naming the step; a token file of another text is written
@@ -251,6 +252,19 @@ for n in 1 2 3 4; do
 done
 echo "$vals" | awk '{for (i = 2; i <= NF; i++) if (($i - $1) ^ 2 > 4e-12) bad = 1; exit !(NF == 4 && !bad)}'
 check "  --val-batches all on 1 to 4 ranks alike:$vals" $?
+
+# --weight-decay decays the 2-D tensors as llm.c does: the token and
+# position embeddings and each block's qkv, attention projection, fc and fc
+# projection weights; not the layer norms or the biases (the checkpoint's
+# manifest records each parameter's decay: layer 0 the embeddings, layers
+# 1-5 twelve tensors each, layer 6 the final norm)
+timeout 120 "$weftrun" -n 2 "$tools/weft-train" --tokens "$tok" --seq 16 --batch 4 --steps 1 \
+  --val-every 0 --sample 0 --quiet --weight-decay 0.1 --save "$work/wd" >/dev/null 2>&1
+check "--weight-decay 0.1 trains and saves" $?
+awk '/^param /{n++; id=$2; l=$3; k=(id-2)%12;
+     want = l == 0 || (l >= 1 && l <= 5 && (k == 2 || k == 4 || k == 8 || k == 10)) ? 0.1 : 0;
+     if ($5 != want) bad=1} END{exit !(n == 64 && !bad)}' "$work/wd/step-1/manifest"
+check "--weight-decay 0.1: embeddings and block matrices decayed, norms and biases not" $?
 
 # a gradient that is no longer finite: fp32 and bf16 skip the step, saying
 # so, and fail after --skip-limit (3) steps in a row, naming the step; fp16

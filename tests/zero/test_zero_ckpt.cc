@@ -380,9 +380,19 @@ TEST_F(ZeroCkptDamage, StepMinus1000) {
 TEST_F(ZeroCkptDamage, ManifestAskingForAHugeAllocation) {
   // 11e12 parameters in layer 0 (44 TB of floats), checksums re-signed: the
   // shard sizes the manifest states do not match, and nothing is allocated
+  // (layer 0's one parameter says as much, so that the sizes are what is
+  // checked; a parameter line that does not is refused first)
   resign(ver_, 3, [](std::vector<std::string> &lines) {
     for (std::string &l : lines)
       if (l == "layer 0 1001") l = "layer 0 11000000000000";
+  });
+  expect_refused("layer 0's parameters make 1001 elements, the layer 11000000000000");
+  spit(ver_ + "/manifest", slurp(*root_ + "/pristine/step-2/manifest"));
+  resign(ver_, 3, [](std::vector<std::string> &lines) {
+    for (std::string &l : lines) {
+      if (l == "layer 0 1001") l = "layer 0 11000000000000";
+      if (l == "param 0 0 1001 0") l = "param 0 0 11000000000000 0";
+    }
   });
   expect_refused("its layers make");
   // and the shard sizes raised to match: the files' lengths refuse it
@@ -390,6 +400,7 @@ TEST_F(ZeroCkptDamage, ManifestAskingForAHugeAllocation) {
   resign(ver_, 3, [](std::vector<std::string> &lines) {
     for (std::string &l : lines) {
       if (l == "layer 0 1001") l = "layer 0 11000000000000";
+      if (l == "param 0 0 1001 0") l = "param 0 0 11000000000000 0";
       for (int q = 0; q < 3; q++)
         if (l.rfind("shard " + std::to_string(q) + " ", 0) == 0) {
           uint64_t floats = 0;  // 3 arrays of each layer's part
@@ -416,8 +427,10 @@ TEST_F(ZeroCkptDamage, ManifestAskingForAHugeAllocation) {
   // size overflow
   spit(ver_ + "/manifest", slurp(*root_ + "/pristine/step-2/manifest"));
   resign(ver_, 3, [](std::vector<std::string> &lines) {
-    for (std::string &l : lines)
+    for (std::string &l : lines) {
       if (l == "layer 0 1001") l = "layer 0 18446744073709551615";
+      if (l == "param 0 0 1001 0") l = "param 0 0 18446744073709551615 0";
+    }
   });
   expect_refused("layer sizes overflow");
 }
@@ -504,16 +517,18 @@ TEST_F(ZeroCkptDamage, RandomDamageIsRefusedOrHarmless) {
   EXPECT_GT(refused, 1200);
 }
 
-// Format 2 (without the loss_scaled line) still loads, bit for bit; a
-// loss_scaled other than 0 or 1 is refused.
+// Format 2 (without the loss_scaled line, nor format 4's hyperparameter and
+// parameter lines) still loads, bit for bit; a loss_scaled other than 0 or 1
+// is refused.
 TEST_F(ZeroCkptDamage, FormatTwoLoadsAndLossScaledIsChecked) {
   std::string text = slurp(ver_ + "/manifest");
-  ASSERT_EQ(text.rfind("weft-zero-checkpoint 3\n", 0), 0u) << text.substr(0, 40);
+  ASSERT_EQ(text.rfind("weft-zero-checkpoint 4\n", 0), 0u) << text.substr(0, 40);
   ASSERT_NE(text.find("\nloss_scaled 0\n"), std::string::npos);  // an fp32 run's
   resign(ver_, 3, [](std::vector<std::string> &lines) {
     lines[0] = "weft-zero-checkpoint 2";
     for (size_t i = 0; i < lines.size(); i++)
-      if (lines[i].rfind("loss_scaled ", 0) == 0) lines.erase(lines.begin() + (long)i--);
+      if (lines[i].rfind("loss_scaled ", 0) == 0 || format4_only(lines[i]))
+        lines.erase(lines.begin() + (long)i--);
   });
   LoadOutcome r = load_on_two(dir_);
   for (int q = 0; q < 2; q++) ASSERT_EQ(r.code[q], weftSuccess) << r.message[q];

@@ -1,7 +1,8 @@
 // Helpers of the checkpoint suites (test_zero_ckpt.cc,
-// test_zero_ckpt_ranks.cc): the model they save and load (its layers, a
-// context of it, AdamW steps), files read and written whole, and a version
-// directory's checksums recomputed after an edit.
+// test_zero_ckpt_ranks.cc, test_zero_ckpt_params.cc): the model they save
+// and load (its layers, a context of it, AdamW steps), files read and
+// written whole, and a version directory's checksums recomputed after an
+// edit.
 #ifndef WEFT_TEST_ZERO_CKPT_MODEL_H
 #define WEFT_TEST_ZERO_CKPT_MODEL_H
 
@@ -110,6 +111,15 @@ inline int train_steps(const RankCtx &ctx, weftZero_t z, uint64_t seed, int step
 
 inline int train_two_steps(const RankCtx &ctx, weftZero_t z, uint64_t seed) {
   return train_steps(ctx, z, seed, 2);
+}
+
+// A manifest line that format 4 added (the hyperparameters, the parameter
+// count and the parameters), which formats 2 and 3 lack.
+inline bool format4_only(const std::string &line) {
+  for (const char *key : {"lr ", "beta1 ", "beta2 ", "eps ", "momentum ", "weight_decay ",
+                          "max_grad_norm ", "accum_steps ", "params ", "param "})
+    if (line.rfind(key, 0) == 0) return true;
+  return false;
 }
 
 // Recomputes every checksum of a version directory after a deliberate

@@ -339,6 +339,16 @@ static weftResult_t gpt_alloc(struct gpt *g) {
   return weftSuccess;
 }
 
+/* Whether tensor k of layer is a matrix, which --weight-decay decays (as
+ * GPT-2's trainers, llm.c among them: the 2-D tensors, the token and
+ * position embeddings included; biases and the layer norms' gains and
+ * biases not). */
+static int tensor_is_matrix(const struct train_gpt_shape *s, int layer, int k) {
+  if (layer == 0) return 1; /* the token and position embeddings */
+  if (layer == s->layers + 1) return 0; /* the final layer norm */
+  return k == QKVW || k == ATTPW || k == FCW || k == FCPW;
+}
+
 static void gpt_free(struct gpt *g) {
   if (g->zero != NULL) weftZeroDestroy(g->zero);
   free(g->ids);
@@ -393,6 +403,9 @@ static weftResult_t gpt_setup(struct gpt *g, weftComm_t comm) {
       size_t n = tensor_count(s, l, k);
       init_tensor(g, l, k, init, n);
       res = weftZeroAddParam(g->zero, l, n, init, &g->ids[l * BLOCK_TENSORS + k]);
+      if (res == weftSuccess && tensor_is_matrix(s, l, k))
+        res = weftZeroSetParamWeightDecay(g->zero, g->ids[l * BLOCK_TENSORS + k],
+                                          o->weight_decay);
     }
   free(init);
   if (res == weftSuccess) res = weftZeroFinalize(g->zero);

@@ -360,6 +360,9 @@ static weftResult_t model_setup(struct model *m, weftComm_t comm) {
     for (int i = 0; i < in * out; i++)
       init[i] = bound * uniform_at(o->seed * 31 + 2 * l, (uint64_t)i);
     res = weftZeroAddParam(m->zero, l, (size_t)in * out, init, &m->pw[l]);
+    /* the weights decay, the biases not (the configuration's 0) */
+    if (res == weftSuccess)
+      res = weftZeroSetParamWeightDecay(m->zero, m->pw[l], o->weight_decay);
     for (int j = 0; j < out; j++) init[j] = 0.1f * uniform_at(o->seed * 31 + 2 * l + 1, (uint64_t)j);
     if (res == weftSuccess) res = weftZeroAddParam(m->zero, l, (size_t)out, init, &m->pb[l]);
   }

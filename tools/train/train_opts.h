@@ -42,6 +42,9 @@ struct train_opts {
   int global_batch;     /* samples per step over all ranks and micro-steps */
   double lr;
   double clip;          /* max gradient norm; <= 0: none */
+  double weight_decay;  /* of the weight matrices (and the transformer's embeddings), as
+                           GPT-2's trainers: AdamW's decoupled, SGD's added to the
+                           gradient; biases and norms' gains none (default 0: none) */
   int skip_limit;       /* fp32, bf16: steps in a row skipped for a non-finite gradient
                            that fail the run (fp16: one at the least loss scale does) */
   int nlayers;          /* layers of the MLP */

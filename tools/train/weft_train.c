@@ -43,6 +43,10 @@ static void usage(FILE *f) {
           "                     (default 0.1)\n"
           "  --clip X           clip gradients to this global norm, 0: off (default off;\n"
           "                     transformers 1)\n"
+          "  --weight-decay X   weight decay of the weight matrices (and the transformers'\n"
+          "                     embeddings), as GPT-2's trainers: decoupled with adamw,\n"
+          "                     added to the gradient with sgd; biases and layer norms are\n"
+          "                     not decayed (default 0: none)\n"
           "  --skip-limit N     fp32 and bf16: fail the run after N steps in a row skipped\n"
           "                     for a non-finite gradient (default %d); fp16 fails where a\n"
           "                     step overflows at the least loss scale, 1\n"
@@ -117,6 +121,7 @@ static const struct option longopts[] = {
     {"dump-batches", required_argument, NULL, 'j'}, {"stop-at", required_argument, NULL, 'e'},
     {"reduce-every-micro-step", no_argument, NULL, 'E'},
     {"skip-limit", required_argument, NULL, 'K'},
+    {"weight-decay", required_argument, NULL, 'P'},
     {NULL, 0, NULL, 0}};
 
 /* The flags that one model reads and the other would ignore (the usage's
@@ -228,6 +233,10 @@ int main(int argc, char **argv) {
     case 'c':
       if (arg_real(c, optarg, 0, INFINITY, "a gradient norm (0: off)", &o.clip) != 0) return 2;
       clip_set = 1;
+      break;
+    case 'P':
+      if (arg_real(c, optarg, 0, INFINITY, "a weight decay (0: none)", &o.weight_decay) != 0)
+        return 2;
       break;
     case 'a':
       if (arg_int(c, optarg, 1, INT_MAX, &o.accum) != 0) return 2;
