@@ -346,7 +346,10 @@ weftResult_t weftScatter(const void *sendbuff, void *recvbuff, size_t count,
  * records between them) advance together, as a group's do: a send queued
  * while an earlier receive waits for its peer starts at once, and no order
  * of them deadlocks; an event recorded among them is reached once everything
- * queued before it is done. A collective or an event wait ends such a run. */
+ * queued before it is done. A collective or an event wait ends such a run,
+ * and so does a send or receive whose buffer an earlier one not yet done
+ * writes (or, for a receive, reads): it starts once those are done, so a
+ * receive then a send of what it received keep the stream's order. */
 weftResult_t weftStreamCreate(weftStream_t *stream);
 /* Blocks until everything queued on stream has run. Returns the first error
  * of those operations since the last synchronize (its text in

@@ -7,7 +7,10 @@
  * items of them queued behind it (and the event records among them) while
  * it runs, so a send queued while an earlier receive waits for its peer
  * starts at once, as MPI's and Gloo's nonblocking sends do, and no order of
- * them deadlocks. A record taken in fires once everything before it is done. */
+ * them deadlocks. A record taken in fires once everything before it is done.
+ * An item that reads or writes a buffer that an earlier one still writes (or
+ * writes one it still reads) is not taken in: it runs once those are done,
+ * in the stream's order, as on a CUDA stream. */
 #include "stream.h"
 
 #include <errno.h>
@@ -166,6 +169,36 @@ static void watched_add(struct watched *w, const struct stream_item *item) {
   for (size_t i = 0; i < item->nops; i++) w->ids[w->n++] = item->ops[i].plan.trace_id;
 }
 
+/* The bytes a send reads or a receive writes (nbytes 0: none, or a mark). */
+static const char *op_range(const struct weft_plan *plan, size_t *nbytes, int *writes) {
+  *writes = plan->coll == COLL_RECV;
+  *nbytes = plan_is_sendrecv(plan) ? plan->count * plan_type_size(plan->datatype) : 0;
+  return *writes ? (const char *)plan->recvbuf : (const char *)plan->sendbuf;
+}
+
+/* Whether an op of later reads what an op of earlier still to finish
+ * writes, or writes what it reads or writes: later must wait for earlier
+ * then, as the stream's order says (a receive, then a send forwarding what
+ * it got), instead of advancing with it. */
+static int item_depends(const struct stream_item *later, const struct taken *t,
+                        const struct sendrecv_exec *x) {
+  for (size_t k = t->retired; k < t->n; k++) {
+    const struct stream_item *earlier = t->items[k];
+    const size_t begin = k > 0 ? t->ends[k - 1] : 0;
+    for (size_t i = 0; i < earlier->nops; i++) {
+      size_t en, ln;
+      int ew, lw;
+      const char *e = op_range(&earlier->ops[i].plan, &en, &ew);
+      if (en == 0 || sendrecv_exec_finished(x, begin + i)) continue;
+      for (size_t j = 0; j < later->nops; j++) {
+        const char *l = op_range(&later->ops[j].plan, &ln, &lw);
+        if (ln > 0 && (ew || lw) && l < e + en && e < l + ln) return 1;
+      }
+    }
+  }
+  return 0;
+}
+
 /* Runs first, an item of sends and receives, taking in the like items and
  * the marks queued behind it until all it took is done (no more once
  * enough(enough_arg) says so, where enough is not NULL); retires them all.
@@ -201,7 +234,8 @@ static weftResult_t stream_run_sendrecv(struct host_stream *s, struct stream_ite
     struct stream_item *more = NULL;
     const int take = enough == NULL || !enough(enough_arg);
     pthread_mutex_lock(&s->lock);
-    if (take && s->head != NULL && (s->head->mark || item_is_sendrecv(s->head, comm))) {
+    if (take && s->head != NULL &&
+        (s->head->mark || (item_is_sendrecv(s->head, comm) && !item_depends(s->head, &t, x)))) {
       more = s->head;
       s->head = more->next;
       if (s->head == NULL) s->tail = NULL;

@@ -400,4 +400,57 @@ TEST(HostStream, SendQueuedBehindWaitingReceive) {
   for (int s : status) EXPECT_EQ(s, 0);
 }
 
+// Sends and receives queued back to back advance together only where they
+// touch different buffers: rank 1 forwards what it receives (a receive, then
+// a send of the same buffer) and reuses a buffer it sends from (a send of 4
+// MiB, more than a FIFO holds, then a receive into it). Each waits for the
+// op before it, as on a CUDA stream; advancing together, the forward sent
+// the poison and the receive overwrote the send's data while it was read.
+TEST(HostStream, DependentSendsAndReceivesKeepOrder) {
+  RunOptions opts;
+  opts.env = {{"WEFT_TIMEOUT", "20"}};
+  auto status = run_ranks(3, [](const RankCtx &ctx) {
+    weftComm_t comm;
+    if (int rc = init(ctx, &comm)) return rc;
+    const size_t small = 1000, big = 1 << 20; // floats
+    std::vector<float> buf(big, -1.0f), got(big, -1.0f);
+    const struct timespec late = {0, 300 * 1000 * 1000};
+    if (ctx.rank == 0) { // late with what rank 1 forwards, then its next message
+      nanosleep(&late, nullptr);
+      std::vector<float> a(small, 7.0f), b(big, 9.0f);
+      if (weftSend(a.data(), small, weftFloat32, 1, comm, nullptr) != weftSuccess ||
+          weftSend(b.data(), big, weftFloat32, 1, comm, nullptr) != weftSuccess)
+        return rank_fail(ctx, "send: %s", weftGetLastError(comm));
+    } else if (ctx.rank == 1) {
+      std::vector<float> out(big, 5.0f);
+      weftStream_t stream;
+      if (weftStreamCreate(&stream) != weftSuccess) return rank_fail(ctx, "stream");
+      // RAW: forward the small message; WAR: send `out`, then receive into it
+      if (weftRecv(buf.data(), small, weftFloat32, 0, comm, stream) != weftSuccess ||
+          weftSend(buf.data(), small, weftFloat32, 2, comm, stream) != weftSuccess ||
+          weftSend(out.data(), big, weftFloat32, 2, comm, stream) != weftSuccess ||
+          weftRecv(out.data(), big, weftFloat32, 0, comm, stream) != weftSuccess)
+        return rank_fail(ctx, "enqueue: %s", weftGetLastError(comm));
+      if (weftStreamSynchronize(stream) != weftSuccess)
+        return rank_fail(ctx, "sync: %s", weftGetLastError(nullptr));
+      for (size_t i = 0; i < big; i++)
+        if (out[i] != 9.0f) return rank_fail(ctx, "received %zu: %g, want 9", i, out[i]);
+      weftStreamDestroy(stream);
+    } else {
+      if (weftRecv(got.data(), small, weftFloat32, 1, comm, nullptr) != weftSuccess)
+        return rank_fail(ctx, "recv: %s", weftGetLastError(comm));
+      for (size_t i = 0; i < small; i++)
+        if (got[i] != 7.0f) return rank_fail(ctx, "forwarded %zu: %g, want 7", i, got[i]);
+      nanosleep(&late, nullptr); // the 4 MiB send waits for this receive
+      if (weftRecv(got.data(), big, weftFloat32, 1, comm, nullptr) != weftSuccess)
+        return rank_fail(ctx, "recv big: %s", weftGetLastError(comm));
+      for (size_t i = 0; i < big; i++)
+        if (got[i] != 5.0f) return rank_fail(ctx, "sent from a reused buffer %zu: %g, want 5", i, got[i]);
+    }
+    weftCommDestroy(comm);
+    return 0;
+  }, opts);
+  for (int s : status) EXPECT_EQ(s, 0);
+}
+
 }  // namespace
