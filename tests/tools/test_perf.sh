@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# all_reduce_perf under weftrun: the table, #wrong checks, and failure exits.
-# usage: test_perf.sh WEFTRUN TOOLS_DIR
+# The perf tools under weftrun: the table, #wrong checks, and failure exits.
+# usage: test_perf.sh WEFTRUN TOOLS_DIR [PERF_FAULT]
+# PERF_FAULT: the driver with faults injected into weftReduce
+# (tests/tools/perf_fault.c), run as reduce_perf
 set -u
 weftrun=$1
 tools=$2
+fault=${3:-}
 perf=$tools/all_reduce_perf
 pass=0
 fail=0
@@ -13,11 +16,13 @@ trap 'rm -rf "$tmp"' EXIT
 ok() { echo "ok $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
 
-# Every data row must show 0 in both #wrong columns; rows must cover the sweep.
+# Every data row must show 0 in both #wrong columns (N/A in place where the
+# tool does not check it); rows must cover the sweep. The columns are
+# counted from the end: hypercube's redop column is empty.
 check_table() { # name file expected_rows
   local rows wrongrows
   rows=$(grep -cE '^\[0\] +[0-9]+ ' "$2")
-  wrongrows=$(grep -E '^\[0\] +[0-9]+ ' "$2" | awk '$10 != 0 || ($14 != 0 && $14 != "N/A")' | wc -l)
+  wrongrows=$(grep -E '^\[0\] +[0-9]+ ' "$2" | awk '$(NF-4) != 0 || ($NF != 0 && $NF != "N/A")' | wc -l)
   if [ "$rows" -ne "$3" ]; then bad "$1" "$rows rows, want $3"; return; fi
   if [ "$wrongrows" -ne 0 ]; then bad "$1" "$wrongrows rows with wrong values"; return; fi
   if ! grep -q "Out of bounds values : 0 OK" "$2"; then bad "$1" "footer missing"; return; fi
@@ -65,20 +70,24 @@ else
   bad nccl_tests_flags "exit $?"
 fi
 
-# the count column is what each call is given (a gather's block), as nccl-tests prints it
-if timeout 60 "$weftrun" -n 3 "$tools/all_gather_perf" -b 6 -e 6 -d int8 -n 1 -w 0 -B 0 >"$tmp/cnt" 2>&1 &&
-   [ "$(grep -E '^\[0\] +6 ' "$tmp/cnt" | awk '{print $3}')" = 2 ]; then ok count_column
+# the count column is what each call is given (a gather's block), as nccl-tests
+# prints it: 96 B of int8 on 3 ranks, blocks of 32 (a multiple of 16 bytes)
+if timeout 60 "$weftrun" -n 3 "$tools/all_gather_perf" -b 96 -e 96 -d int8 -n 1 -w 0 -B 0 >"$tmp/cnt" 2>&1 &&
+   [ "$(grep -E '^\[0\] +96 ' "$tmp/cnt" | awk '{print $3}')" = 32 ]; then ok count_column
 else bad count_column "$(grep -E '^\[0\] +[0-9]+ ' "$tmp/cnt")"; fi
 
 # every tool on 3 ranks, checked out of place and in place (gather and scatter
-# too, as nccl-tests runs them; sendrecv and alltoall have no in-place column)
-for t in all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter; do
+# too, as nccl-tests runs them); sendrecv and the all-to-alls are timed in
+# place, as nccl-tests times them, with #wrong N/A there
+for t in all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter alltoallv; do
   if timeout 120 "$weftrun" -n 3 "$tools/${t}_perf" -b 8 -e 64K -f 32 -c 1 -n 2 -w 1 \
       >"$tmp/$t" 2>&1; then
     check_table "${t}_checked" "$tmp/$t" 3
-    case $t in sendrecv | alltoall) ;; *)
-      [ "$(grep -E '^\[0\] +[0-9]+ ' "$tmp/$t" | awk '$11 == "N/A"' | wc -l)" = 0 ] ||
-        bad "${t}_in_place" "no in-place figures: $(grep -E '^\[0\] +[0-9]+ ' "$tmp/$t" | head -1)"
+    [ "$(grep -E '^\[0\] +[0-9]+ ' "$tmp/$t" | awk '$11 == "N/A"' | wc -l)" = 0 ] ||
+      bad "${t}_in_place" "no in-place figures: $(grep -E '^\[0\] +[0-9]+ ' "$tmp/$t" | head -1)"
+    case $t in sendrecv | alltoall | alltoallv)
+      [ "$(grep -E '^\[0\] +[0-9]+ ' "$tmp/$t" | awk '$14 != "N/A"' | wc -l)" = 0 ] ||
+        bad "${t}_in_place_unchecked" "$(grep -E '^\[0\] +[0-9]+ ' "$tmp/$t" | head -1)"
     esac
   else
     bad "${t}_checked" "exit $?: $(tail -3 "$tmp/$t")"
@@ -134,9 +143,11 @@ rc=$?
 took=$(( $(date +%s) - start ))
 if [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "$took" -lt 20 ]; then ok killed_rank; else bad killed_rank "exit $rc after ${took}s: $(tail -3 "$tmp/kill")"; fi
 
-# every tool, every datatype, 2 to 4 ranks, a moving root
-for tool in all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter; do
+# every tool, every datatype, 2 to 4 ranks (hypercube: powers of 2), a moving root
+for tool in all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter \
+            alltoallv hypercube; do
   for n in 2 3 4; do
+    [ "$tool" = hypercube ] && [ $n = 3 ] && continue
     out="$tmp/${tool}_$n"
     if timeout 300 "$weftrun" -n $n "$tools/${tool}_perf" -b 4 -e 300K -f 9 -d all -o all -r $((n - 1)) -n 1 -w 0 >"$out" 2>&1; then
       rows=$(grep -cE '^\[0\] +[0-9]+ ' "$out")
@@ -158,9 +169,11 @@ if [ "$rc" = 2 ]; then ok bad_memory_kind; else bad bad_memory_kind "exit $rc, w
 if timeout 120 "$weftrun" -n 2 "$perf" -b 8 -e 1M -f 4 -z 0 -G 2 -J "$tmp/run.json" -P 1 -n 3 -w 1 \
     >"$tmp/flags" 2>"$tmp/flags.err"; then
   check_table nonblocking "$tmp/flags" 9
-  if grep -q -- "-G 2 ignored" "$tmp/flags" && ! grep -q "Blocking Enabled" "$tmp/flags"; then
+  # the header's graph: is what runs (none), beside the note that -G 2 was ignored
+  if grep -q -- "-G 2 ignored" "$tmp/flags" && ! grep -q "Blocking Enabled" "$tmp/flags" &&
+     grep -q "validation: 1 graph: 0 unalign: 0$" "$tmp/flags"; then
     ok graph_note
-  else bad graph_note "no -G note, or a Blocking line for -z 0"; fi
+  else bad graph_note "no -G note, a Blocking line for -z 0, or not graph: 0: $(grep 'graph:' "$tmp/flags")"; fi
   progress=$(grep -c "all_reduce_perf: [0-9]*/9 rows" "$tmp/flags.err")
   if [ "$progress" = 9 ]; then ok progress; else bad progress "$progress progress lines, want 9"; fi
   if python3 - "$tmp/run.json" <<'PY'
@@ -170,6 +183,7 @@ rows = doc["results"]
 assert doc["version"] == 3 and len(doc["config"]["devices"]) == 2, doc
 assert doc["weft"]["complete"] == "true" and doc["out_of_bounds"]["count"] == 0, doc
 assert doc["config"]["blocking_collectives"] == "false", doc["config"]
+assert doc["config"]["graph"] == 0, doc["config"]
 assert [r["size"] for r in rows] == [8 * 4 ** k for k in range(9)], rows
 assert all(r["out_of_place"]["nwrong"] == 0 and r["in_place"]["nwrong"] == 0 for r in rows)
 assert all(r["out_of_place"]["time"] > 0 and r["in_place"]["bus_bw"] >= 0 for r in rows)
@@ -185,10 +199,13 @@ timeout 60 "$weftrun" -n 2 "$perf" -b 8 -e 64 -f 8 -n 1 -w 0 >"$tmp/quiet" 2>"$t
 if grep -q "rows," "$tmp/quiet.err" "$tmp/quiet"; then bad no_progress "progress without -P"
 else ok no_progress; fi
 
-# every tool on a host stream (-z 0), 3 ranks
-for tool in all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter; do
+# every tool on a host stream (-z 0), 3 ranks (hypercube 4)
+for tool in all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter \
+            alltoallv hypercube; do
   out="$tmp/${tool}_z0"
-  if timeout 120 "$weftrun" -n 3 "$tools/${tool}_perf" -b 4 -e 300K -f 9 -z 0 -r 1 -n 2 -w 1 \
+  n=3
+  [ "$tool" = hypercube ] && n=4
+  if timeout 120 "$weftrun" -n $n "$tools/${tool}_perf" -b 4 -e 300K -f 9 -z 0 -r 1 -n 2 -w 1 \
       >"$out" 2>&1; then
     check_table "${tool}_z0" "$out" 6
   else
@@ -527,6 +544,142 @@ if grep -q "^# Writing JSON output to $tmp/x.json$" "$tmp/j1" &&
    python3 -c 'import json,sys; [json.load(open(f)) for f in sys.argv[1:]]' "$tmp/x.json" "$tmp/x.json.0" &&
    [ ! -e "$tmp/x.txt" ] && grep -q "^# -J $tmp/x.txt ignored" "$tmp/j3"; then ok json_file
 else bad json_file "$(grep -h JSON "$tmp"/j[123]; echo "$tmp"/x.*)"; fi
+
+# ---- nccl-tests' per-rank blocks, groups, in-place sides, check rounds, and
+# its hypercube and alltoallv tests
+
+# each rank's block rounded down to 16 bytes (nccl-tests' GetCollByteCount):
+# an all-gather of 40 B on 2 ranks moves blocks of 4 floats, 32 B; 1000 B on
+# 3 ranks, blocks of 80, 960 B (all-gather, reduce-scatter, all-to-all)
+blocks=""
+timeout 60 "$weftrun" --no-prefix -n 2 "$tools/all_gather_perf" -b 40 -e 40 -n 1 -w 0 >"$tmp/blk" 2>&1
+blocks="$blocks$(rows_of "$tmp/blk" | awk '{print $1 "/" $2 "/" $9 "/" $13}') "
+for t in all_gather reduce_scatter alltoall; do
+  timeout 60 "$weftrun" --no-prefix -n 3 "$tools/${t}_perf" -b 1000 -e 1000 -n 1 -w 0 >"$tmp/blk" 2>&1
+  blocks="$blocks$(rows_of "$tmp/blk" | awk '{print $1 "/" $2 "/" $9}') "
+done
+if [ "$blocks" = "32/4/0/0 960/80/0 960/80/0 960/80/0 " ]; then ok block_rounding
+else bad block_rounding "size/count/#wrong: $blocks"; fi
+
+# NCCL_TESTS_SPLIT / NCCL_TESTS_SPLIT_MASK: groups by color, each its own
+# communicator; the Group column shows the color, busbw is the group's
+# (2 ranks: all-reduce's 2(n-1)/n is 1, so busbw = algbw), blocks are the
+# group's (an all-gather of 1000 B on 2 ranks: 992 B of 124)
+split_bad=""
+NCCL_TESTS_SPLIT="MOD 2" timeout 60 "$weftrun" --no-prefix -n 4 "$perf" -b 64K -e 1M -f 16 -n 2 -w 1 \
+  >"$tmp/split" 2>&1 || split_bad="$split_bad MOD:exit $?"
+[ "$(grep -E '^#  Rank' "$tmp/split" | awk '{print $5}' | tr '\n' ' ')" = "0 1 0 1 " ] ||
+  split_bad="$split_bad MOD:groups($(grep -E '^#  Rank' "$tmp/split" | awk '{print $5}' | tr '\n' ' '))"
+rows_of "$tmp/split" | awk '$7 != $8 || $11 != $12 || $9 != 0 || $13 != 0 {bad = 1}
+  END {exit bad || NR != 2}' || split_bad="$split_bad MOD:rows($(rows_of "$tmp/split" | head -1))"
+grep -q "Out of bounds values : 0 OK" "$tmp/split" || split_bad="$split_bad MOD:footer"
+NCCL_TESTS_SPLIT_MASK=0x2 timeout 60 "$weftrun" --no-prefix -n 4 "$tools/all_gather_perf" -b 1000 -e 1000 \
+  -n 2 -w 1 >"$tmp/mask" 2>&1 || split_bad="$split_bad MASK:exit $?"
+[ "$(grep -E '^#  Rank' "$tmp/mask" | awk '{print $5}' | tr '\n' ' ')" = "0 0 2 2 " ] ||
+  split_bad="$split_bad MASK:groups"
+[ "$(rows_of "$tmp/mask" | awk '{print $1 "/" $2 "/" $9 "/" $13}')" = "992/124/0/0" ] ||
+  split_bad="$split_bad MASK:row($(rows_of "$tmp/mask"))"
+NCCL_TESTS_SPLIT="div 0b10" timeout 60 "$weftrun" --no-prefix -n 4 "$tools/broadcast_perf" -r -1 -b 1K -e 1K \
+  -n 1 -w 0 >"$tmp/div" 2>&1 || split_bad="$split_bad DIV:exit $?"
+[ "$(grep -E '^#  Rank' "$tmp/div" | awk '{print $5}' | tr '\n' ' ')" = "0 0 1 1 " ] &&
+  [ "$(rows_of "$tmp/div" | awk '{print $5}' | tr '\n' ' ')" = "0 1 " ] || split_bad="$split_bad DIV"
+for v in "MOD 0" "XOR 1" "MOD two"; do
+  NCCL_TESTS_SPLIT=$v timeout 30 "$weftrun" --no-prefix -n 2 "$perf" -b 8 -e 8 -n 1 -w 0 >"$tmp/splitbad" 2>&1
+  rc=$?
+  [ $rc = 2 ] && grep -q "NCCL_TESTS_SPLIT" "$tmp/splitbad" || split_bad="$split_bad refused($v):exit $rc"
+done
+if [ -z "$split_bad" ]; then ok split_groups; else bad split_groups "$split_bad"; fi
+
+# sendrecv sweeps -o's ops, each a row that names it, and both tools that do
+# not check in place time it: figures, #wrong N/A; the average busbw takes
+# the in-place sides too
+timeout 60 "$weftrun" --no-prefix -n 2 "$tools/sendrecv_perf" -b 1M -e 1M -o all -n 2 -w 1 >"$tmp/srall" 2>&1
+rc=$?
+ops=$(rows_of "$tmp/srall" | awk '{print $4}' | tr '\n' ' ')
+if [ $rc = 0 ] && [ "$ops" = "sum prod max min avg mulsum " ] &&
+   rows_of "$tmp/srall" | awk '$9 != 0 || $13 != "N/A" || $10 + 0 <= 0 || $12 + 0 <= 0 {bad = 1} END {exit bad}' &&
+   awk '/^ *[0-9]+ +[0-9]+ / {s += $8 + $12; n += 2} /^# Avg bus bandwidth/ {avg = $6}
+        END {d = s / n - avg; exit !(n == 12 && d < 0.011 && d > -0.011)}' "$tmp/srall"
+then ok sendrecv_ops_in_place
+else bad sendrecv_ops_in_place "exit $rc, ops $ops: $(rows_of "$tmp/srall" | head -1; grep 'Avg bus' "$tmp/srall")"; fi
+
+# hypercube: an all-gather by recursive doubling, power-of-2 ranks only; the
+# redop column empty; algbw counts the n - 1 blocks a rank receives and busbw
+# is algbw. On 3 ranks nccl-tests' words from every rank, no row, exit 0
+timeout 60 "$weftrun" --no-prefix -n 2 "$tools/hypercube_perf" -b 1000 -e 64K -f 8 -d all -c 2 -n 2 -w 1 \
+  >"$tmp/hc2" 2>&1
+rc=$?
+if [ $rc = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/hc2" &&
+   [ "$(rows_of "$tmp/hc2" | awk '$3 == "float" {print $1 "/" $2}' | tr '\n' ' ')" = "992/124 8000/1000 64000/8000 " ] &&
+   rows_of "$tmp/hc2" | awk 'NF != 12 || $8 != 0 || $12 != 0 || $6 != $7 || $10 != $11 {bad = 1}
+     $5 > 1 && $1 > 60000 && ($6 - $1 / 2 / $5 / 1000 > 0.011 || $1 / 2 / $5 / 1000 - $6 > 0.011) {bad = 1}
+     END {exit bad}'
+then ok hypercube_sizes_2
+else bad hypercube_sizes_2 "exit $rc: $(rows_of "$tmp/hc2" | head -2)"; fi
+timeout 60 "$weftrun" --no-prefix -n 3 "$tools/hypercube_perf" -b 1000 -e 64K -f 8 -n 2 -w 1 >"$tmp/hc3" 2>&1
+rc=$?
+if [ $rc = 0 ] && [ "$(grep -c '^nRanks 3 is not a power of 2, skipping$' "$tmp/hc3")" = 3 ] &&
+   [ "$(rows_of "$tmp/hc3" | wc -l)" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/hc3"
+then ok hypercube_3_skips
+else bad hypercube_3_skips "exit $rc: $(tail -5 "$tmp/hc3")"; fi
+
+# alltoallv: nccl-tests' generated pattern, rank i sending rank j a share
+# that grows with (j - i) mod n (NCCL_TESTS_ALLTOALLV_SPREAD=1, the default)
+# or even shares (0), each rounded down to 16 bytes: 1000 B of floats is 992
+# B in blocks of 124 on 2 ranks, 960 of 80 on 3; busbw = algbw (n-1)/n
+a2av_bad=""
+for case in "2:1:992/124" "3:1:960/80" "3:0:960/80" "3:0.3:960/80"; do
+  IFS=: read -r n spread want <<<"$case"
+  NCCL_TESTS_ALLTOALLV_SPREAD=$spread timeout 60 "$weftrun" --no-prefix -n "$n" \
+    "$tools/alltoallv_perf" -b 1000 -e 64K -f 8 -d all -c 2 -n 2 -w 1 >"$tmp/a2av" 2>&1
+  rc=$?
+  [ $rc = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/a2av" &&
+    [ "$(rows_of "$tmp/a2av" | awk '$3 == "float" {print $1 "/" $2; exit}')" = "$want" ] &&
+    rows_of "$tmp/a2av" | awk -v n="$n" '$4 != "none" || $9 != 0 || $13 != "N/A" {bad = 1}
+      $8 - $7 * (n - 1) / n > 0.011 || $7 * (n - 1) / n - $8 > 0.011 {bad = 1} END {exit bad}' ||
+    a2av_bad="$a2av_bad [$case: exit $rc $(rows_of "$tmp/a2av" | head -1)]"
+done
+for env in NCCL_TESTS_ALLTOALLV_SPREAD=abc NCCL_TESTS_ALLTOALLV_MATRIX_FILE=/dev/null; do
+  env "$env" timeout 30 "$weftrun" --no-prefix -n 2 "$tools/alltoallv_perf" -b 8 -e 8 -n 1 -w 0 \
+    >"$tmp/a2avbad" 2>&1
+  rc=$?
+  [ $rc = 2 ] && grep -q "${env%%=*}" "$tmp/a2avbad" || a2av_bad="$a2av_bad [$env: exit $rc]"
+done
+if [ -z "$a2av_bad" ]; then ok alltoallv; else bad alltoallv "$a2av_bad"; fi
+
+# faults injected into weftReduce (tests/tools/perf_fault.c), run as reduce_perf
+if [ -n "$fault" ] && [ -x "$fault" ]; then
+  ln -s "$fault" "$tmp/reduce_perf"
+  # one wrong element on the root, rank 2 of 4, each side: #wrong 1, and the
+  # footer counts the sides where a rank saw a wrong value, summed over the
+  # ranks: 4 sides of one rank, not 16
+  WEFT_PERF_FAULT=wrong timeout 60 "$weftrun" --no-prefix -n 4 "$tmp/reduce_perf" -r 2 -b 1K -e 4K -f 4 \
+    -n 2 -w 1 >"$tmp/fwrong" 2>&1
+  rc=$?
+  if [ $rc = 7 ] && [ "$(rows_of "$tmp/fwrong" | awk '{print $9 "/" $13}' | tr '\n' ' ')" = "1/1 1/1 " ] &&
+     grep -q "^# Out of bounds values : 4 FAILED$" "$tmp/fwrong"
+  then ok wrong_count_one_rank
+  else bad wrong_count_one_rank "exit $rc: $(rows_of "$tmp/fwrong"; grep 'Out of' "$tmp/fwrong")"; fi
+  # -c 3: a round that returns the first round's output again is caught,
+  # each round's inputs being new
+  WEFT_PERF_FAULT=replay timeout 60 "$weftrun" --no-prefix -n 2 "$tmp/reduce_perf" -b 4K -e 4K -c 3 \
+    -n 2 -w 1 >"$tmp/freplay" 2>&1
+  rc=$?
+  if [ $rc = 7 ] && rows_of "$tmp/freplay" | awk '{exit !($9 > 0 && $13 == 0)}' &&
+     grep -q "^# Out of bounds values : 1 FAILED$" "$tmp/freplay"
+  then ok check_rounds_fresh
+  else bad check_rounds_fresh "exit $rc: $(rows_of "$tmp/freplay"; grep 'Out of' "$tmp/freplay")"; fi
+  # a rank 1 s late out of its warm-up: the barrier before the timed loop
+  # keeps the wait out of rank 0's time (-a 0), which would be 500000 us
+  WEFT_PERF_FAULT=stall timeout 60 "$weftrun" --no-prefix -n 2 "$tmp/reduce_perf" -b 4K -e 4K -u 1 -a 0 \
+    -n 2 -w 1 >"$tmp/fstall" 2>&1
+  rc=$?
+  if [ $rc = 0 ] && rows_of "$tmp/fstall" | awk '{exit !($6 + 0 < 100000)}'
+  then ok barrier_before_timing
+  else bad barrier_before_timing "exit $rc: $(rows_of "$tmp/fstall")"; fi
+else
+  echo "skip perf_fault: no fault-injecting build given"
+fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -104,7 +104,7 @@ check all_reduce_2 all_reduce 2 4 4
 check all_gather_2 all_gather 2 3 2
 check reduce_scatter_3 reduce_scatter 3 4 4
 check broadcast_2 broadcast 2 3 2
-check sendrecv_2 sendrecv 2 4 -
+check sendrecv_2 sendrecv 2 4 4
 
 # -B 0 and the default: no measurement, nccl-tests' 13 columns exactly (a
 # script that counts them from the end reads what it reads in nccl-tests'),

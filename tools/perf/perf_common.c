@@ -1,7 +1,12 @@
 /* The perf tools' driver: sweep sizes for each datatype, op and root, time
  * out-of-place and in-place runs as nccl-tests does, check results, and
  * leave with nccl-tests' exit status. perf_opts.c reads the flags,
- * perf_report.c prints. */
+ * perf_report.c prints.
+ *
+ * Under NCCL_TESTS_SPLIT the collective runs on each group's communicator,
+ * and everything of the tool's own (barriers, the time across ranks, the
+ * counts of wrong values, the header's lines) on the whole job's, as
+ * nccl-tests keeps these on MPI_COMM_WORLD. */
 #include "perf_common.h"
 
 #include <math.h>
@@ -29,9 +34,13 @@ enum perf_status {
 struct perf_run {
   const struct perf_coll *coll;
   const struct perf_opts *o;
-  weftComm_t comm;
+  weftComm_t world;    /* every rank of the job */
+  weftComm_t comm;     /* the rank's group, which runs the collective (world unsplit) */
   weftStream_t stream; /* a host stream with -z 0 (not -y 1); NULL otherwise */
-  int rank, nranks;
+  int rank, nranks;    /* in comm */
+  int world_rank, world_nranks;
+  int color;           /* the group's (NCCL_TESTS_SPLIT), 0 unsplit */
+  unsigned rounds;     /* check rounds so far: each round's inputs take the next seed */
   char host[64];
   char *sendbuf, *recvbuf; /* of o->mem_kind, alloc_nbytes each */
   char *staging;           /* host copy to fill and check cuda buffers; NULL for host */
@@ -72,14 +81,16 @@ static int lib_failed(const struct perf_run *p, weftResult_t res, const char *te
   return PERF_LIB;
 }
 
-/* Returns the status of a weft call that fails; text from the communicator,
- * or from the thread (stream and group calls). */
-#define LIB_CHECK(p, call)                                                              \
+/* Returns the status of a weft call that fails; text from the communicator
+ * (the group's, or the one named), or from the thread (stream and group
+ * calls). */
+#define LIB_CHECK_ON(p, comm, call)                                                     \
   do {                                                                                  \
     const weftResult_t res_ = (call);                                                   \
-    if (res_ != weftSuccess) return lib_failed(p, res_, weftGetLastError(p->comm),      \
+    if (res_ != weftSuccess) return lib_failed(p, res_, weftGetLastError(comm),         \
                                                __FILE__, __LINE__);                     \
   } while (0)
+#define LIB_CHECK(p, call) LIB_CHECK_ON(p, p->comm, call)
 #define LIB_CHECK_THREAD(p, call)                                                       \
   do {                                                                                  \
     const weftResult_t res_ = (call);                                                   \
@@ -115,10 +126,10 @@ static weftResult_t call_once(const struct perf_run *p, const char *src, char *d
   return res != weftSuccess ? res : destroyed;
 }
 
-/* All ranks meet: a one-element all-reduce. */
+/* All ranks of the job meet: a one-element all-reduce. */
 static int barrier(const struct perf_run *p) {
   int32_t in = 0, out = 0;
-  LIB_CHECK(p, weftAllReduce(&in, &out, 1, weftInt32, weftSum, p->comm, NULL));
+  LIB_CHECK_ON(p, p->world, weftAllReduce(&in, &out, 1, weftInt32, weftSum, p->world, NULL));
   return PERF_OK;
 }
 
@@ -209,12 +220,13 @@ static int timed_loop(const struct perf_run *p, const char *src, char *dst, size
   return PERF_OK;
 }
 
-/* Combines a per-rank double across ranks: 0 rank 0, 1 mean, 2 min, 3 max. */
+/* Combines a per-rank double across the job's ranks: 0 rank 0's own, 1
+ * mean, 2 min, 3 max. */
 static int across_ranks(const struct perf_run *p, double *v, int how) {
   double out = *v;
   const weftRedOp_t op = how == 2 ? weftMin : how == 3 ? weftMax : weftSum;
-  LIB_CHECK(p, weftAllReduce(v, &out, 1, weftFloat64, op, p->comm, NULL));
-  if (how != 0) *v = how == 1 ? out / p->nranks : out;
+  LIB_CHECK_ON(p, p->world, weftAllReduce(v, &out, 1, weftFloat64, op, p->world, NULL));
+  if (how != 0) *v = how == 1 ? out / p->world_nranks : out;
   return PERF_OK;
 }
 
@@ -223,16 +235,17 @@ static int across_ranks(const struct perf_run *p, double *v, int how) {
 static int gather_iters(const struct perf_run *p, struct perf_result *r) {
   const struct perf_opts *o = p->o;
   const size_t n = (size_t)o->iters;
-  r->rank_iter_s = malloc(n * (size_t)p->nranks * sizeof(double));
+  r->rank_iter_s = malloc(n * (size_t)p->world_nranks * sizeof(double));
   r->iter_s = malloc(n * sizeof(double));
   if (r->rank_iter_s == NULL || r->iter_s == NULL) {
     fprintf(stderr, "rank %d: out of memory for -I's times\n", p->rank);
     return PERF_INTERNAL;
   }
-  LIB_CHECK(p, weftAllGather(p->iter_s, r->rank_iter_s, n, weftFloat64, p->comm, NULL));
+  LIB_CHECK_ON(p, p->world,
+               weftAllGather(p->iter_s, r->rank_iter_s, n, weftFloat64, p->world, NULL));
   for (size_t i = 0; i < n; i++) {
     double most = r->rank_iter_s[i];
-    for (int q = 1; q < p->nranks; q++)
+    for (int q = 1; q < p->world_nranks; q++)
       if (r->rank_iter_s[(size_t)q * n + i] > most) most = r->rank_iter_s[(size_t)q * n + i];
     r->iter_s[i] = most;
   }
@@ -240,66 +253,73 @@ static int gather_iters(const struct perf_run *p, struct perf_result *r) {
   return PERF_OK;
 }
 
-/* Writes this rank's inputs into src (a buffer of the run's memory kind). */
+/* Writes this rank's inputs of seed into src (a buffer of the run's memory
+ * kind). */
 static int put_inputs(const struct perf_run *p, char *src, size_t send_count, weftDataType_t t,
-                      int op) {
+                      int op, unsigned seed) {
   char *host = p->staging != NULL ? p->staging : src;
-  for (size_t i = 0; i < send_count; i++) perf_value_set(host, i, t, perf_input(p->rank, i, t, op));
+  for (size_t i = 0; i < send_count; i++)
+    perf_value_set(host, i, t, perf_input(p->rank, i, t, op, seed));
   if (p->staging != NULL)
     MEM_CHECK(p, perf_mem_upload(p->o->mem_kind, src, p->staging, send_count * weftTypeSize(t)),
               "copying the inputs to the device");
   return PERF_OK;
 }
 
-static long long count_wrong(const struct perf_run *p, const void *recvbuf, size_t recv_count,
-                             size_t count, weftDataType_t t, int op, int root) {
+static long long count_wrong(const void *recvbuf, size_t recv_count,
+                             const struct perf_coll *coll, const struct perf_call *call) {
   long long wrong = 0;
-  const double eps = perf_type_eps(t);
+  const double eps = perf_type_eps(call->type);
   for (size_t i = 0; i < recv_count; i++) {
     double want, magnitude;
-    p->coll->expect(i, p->rank, p->nranks, count, t, op, root, &want, &magnitude);
+    coll->expect(i, call, &want, &magnitude);
     if (isnan(want)) continue; /* nothing defined here on this rank */
-    const double got = perf_value_get(recvbuf, i, t);
-    if (!(fabs(got - want) <= eps * (p->nranks + 1) * magnitude)) wrong++;
+    const double got = perf_value_get(recvbuf, i, call->type);
+    if (!(fabs(got - want) <= eps * (call->nranks + 1) * magnitude)) wrong++;
   }
   return wrong;
 }
 
-/* -c N: N rounds, each on fresh inputs into a poisoned output, stopping at
- * the first with a wrong value; r->wrong counts that round's, all ranks. */
-static int check(const struct perf_run *p, char *src, char *dst, size_t send_count,
-                 size_t recv_count, size_t count, weftDataType_t t, int op, int root,
-                 struct perf_result *r) {
+/* -c N: N rounds, each on inputs of a seed of its own into a poisoned
+ * output, stopping at the first with a wrong value; r->wrong counts that
+ * round's, all ranks together, r->saw_wrong whether this rank saw one. */
+static int check(struct perf_run *p, char *src, char *dst, const struct perf_counts *n,
+                 weftDataType_t t, int op, int root, struct perf_result *r) {
   const struct perf_opts *o = p->o;
   const size_t esize = weftTypeSize(t);
   int st;
   r->wrong = 0;
+  r->saw_wrong = 0;
   for (int c = 0; c < o->check && r->wrong == 0; c++) {
-    MEM_CHECK(p, perf_mem_fill(o->mem_kind, dst, 0xa5, recv_count * esize), "poisoning");
-    if ((st = put_inputs(p, src, send_count, t, op)) != PERF_OK) return st;
-    LIB_CHECK(p, call_once(p, src, dst, count, t, op, root));
+    const unsigned seed = ++p->rounds; /* every rank runs as many rounds */
+    MEM_CHECK(p, perf_mem_fill(o->mem_kind, dst, 0xa5, n->recv * esize), "poisoning");
+    if ((st = put_inputs(p, src, n->send, t, op, seed)) != PERF_OK) return st;
+    LIB_CHECK(p, call_once(p, src, dst, n->count, t, op, root));
     if ((st = complete(p)) != PERF_OK) return st;
     const char *out = dst;
     if (p->staging != NULL) {
-      MEM_CHECK(p, perf_mem_download(o->mem_kind, p->staging, dst, recv_count * esize),
+      MEM_CHECK(p, perf_mem_download(o->mem_kind, p->staging, dst, n->recv * esize),
                 "copying the results from the device");
       out = p->staging;
     }
-    long long wrong = count_wrong(p, out, recv_count, count, t, op, root), total = wrong;
-    LIB_CHECK(p, weftAllReduce(&wrong, &total, 1, weftInt64, weftSum, p->comm, NULL));
+    const struct perf_call call = {.count = n->count, .type = t, .op = op, .root = root,
+                                   .rank = p->rank, .nranks = p->nranks, .seed = seed};
+    long long wrong = count_wrong(out, n->recv, p->coll, &call), total = wrong;
+    LIB_CHECK_ON(p, p->world, weftAllReduce(&wrong, &total, 1, weftInt64, weftSum, p->world,
+                                            NULL));
     r->wrong = total;
+    r->saw_wrong = wrong != 0;
   }
   return PERF_OK;
 }
 
-/* One side of a row: warm-up, the timed loop, the check. */
-static int run_side(const struct perf_run *p, size_t nbytes, weftDataType_t t, int op, int root,
-                    int in_place, struct perf_result *r) {
+/* One side of a row: warm-up, a barrier, the timed loop, the check. n: the
+ * row's counts; nbytes: its size column. */
+static int run_side(struct perf_run *p, const struct perf_counts *n, size_t nbytes,
+                    weftDataType_t t, int op, int root, int in_place, struct perf_result *r) {
   const struct perf_coll *coll = p->coll;
   const struct perf_opts *o = p->o;
   const size_t esize = weftTypeSize(t);
-  size_t send_count, recv_count, count;
-  coll->counts(nbytes, esize, p->nranks, &send_count, &recv_count, &count);
   /* -u moves both buffers off their alignment; in place, input and output
    * share one buffer: a gather's input sits in its rank's block of the
    * output, a scatter's output in its rank's block of the input */
@@ -307,22 +327,28 @@ static int run_side(const struct perf_run *p, size_t nbytes, weftDataType_t t, i
   char *src = p->sendbuf + shift, *dst = p->recvbuf + shift;
   if (in_place) {
     src = dst;
-    if (recv_count > send_count) src += (size_t)p->rank * send_count * esize;
-    if (send_count > recv_count) dst += (size_t)p->rank * recv_count * esize;
+    if (n->recv > n->send) src += (size_t)p->rank * n->send * esize;
+    if (n->send > n->recv) dst += (size_t)p->rank * n->recv * esize;
   }
   int st;
-  if ((st = put_inputs(p, src, send_count, t, op)) != PERF_OK) return st;
+  if ((st = put_inputs(p, src, n->send, t, op, 0)) != PERF_OK) return st;
   for (int w = 0; w < o->warmup; w++)
-    LIB_CHECK(p, call_once(p, src, dst, count, t, op, root));
+    LIB_CHECK(p, call_once(p, src, dst, n->count, t, op, root));
   if ((st = complete(p)) != PERF_OK) return st;
+  /* the ranks start the timed loop together, as nccl-tests' Barrier has
+   * them: a rank that left its warm-up early would otherwise time its wait
+   * for the others in its first iteration */
+  if ((st = barrier(p)) != PERF_OK) return st;
   double elapsed_s = 0, issue_s = 0;
-  if ((st = timed_loop(p, src, dst, count, t, op, root, &elapsed_s, &issue_s)) != PERF_OK)
+  if ((st = timed_loop(p, src, dst, n->count, t, op, root, &elapsed_s, &issue_s)) != PERF_OK)
     return st;
   if ((st = across_ranks(p, &elapsed_s, o->average)) != PERF_OK) return st;
   /* -C 1 prints this rank's own issue time, as nccl-tests; bandwidth stays
    * that of the completed operations */
   r->time_us = (o->cputime ? issue_s : elapsed_s) * 1e6;
-  r->algbw = elapsed_s > 0 ? (double)nbytes / elapsed_s / 1e9 : 0;
+  const double moved = coll->algbw_factor ? coll->algbw_factor(p->nranks) * (double)nbytes
+                                          : (double)nbytes;
+  r->algbw = elapsed_s > 0 ? moved / elapsed_s / 1e9 : 0;
   r->busbw = r->algbw * coll->busbw_factor(p->nranks);
   r->bound_us = r->bound_pct = NAN;
   r->bound_by_copy = 0;
@@ -332,7 +358,11 @@ static int run_side(const struct perf_run *p, size_t nbytes, weftDataType_t t, i
     r->bound_pct = r->time_us > 0 ? 100.0 * r->bound_us / r->time_us : NAN;
   }
   if (o->per_iter && (st = gather_iters(p, r)) != PERF_OK) return st;
-  return check(p, src, dst, send_count, recv_count, count, t, op, root, r);
+  /* in place, sendrecv and the all-to-alls are timed, not checked, as
+   * nccl-tests (its reportErrors 0): #wrong reads N/A */
+  r->checked = o->check > 0 && !(in_place && coll->in_place_unchecked);
+  if (!r->checked) return PERF_OK;
+  return check(p, src, dst, n, t, op, root, r);
 }
 
 static void result_free(struct perf_result *r) {
@@ -355,12 +385,12 @@ static void print_progress(const struct perf_coll *coll, long long done, long lo
 
 /* Every rank's line under "# Using devices", to every rank. */
 static int gather_ranks(const struct perf_run *p, struct perf_rank_info *all) {
-  struct perf_rank_info mine = {.pid = (int)getpid()};
+  struct perf_rank_info mine = {.pid = (int)getpid(), .group = p->color};
   snprintf(mine.host, sizeof mine.host, "%s", p->host);
   if (perf_mem_device(p->o->mem_kind, &mine.device, mine.where, sizeof mine.where, mine.name,
                       sizeof mine.name) != 0)
     return cuda_failed(p, "reading the device's properties", __FILE__, __LINE__);
-  LIB_CHECK(p, weftAllGather(&mine, all, sizeof mine, weftUint8, p->comm, NULL));
+  LIB_CHECK_ON(p, p->world, weftAllGather(&mine, all, sizeof mine, weftUint8, p->world, NULL));
   return PERF_OK;
 }
 
@@ -371,7 +401,8 @@ static int mem_growth(const struct perf_run *p, int64_t *level, int64_t *growth_
   if (perf_mem_used(p->o->mem_kind, &now) != 0) now = *level;
   int64_t mine = now - *level;
   *level = now;
-  LIB_CHECK(p, weftAllReduce(&mine, growth_out, 1, weftInt64, weftMax, p->comm, NULL));
+  LIB_CHECK_ON(p, p->world,
+               weftAllReduce(&mine, growth_out, 1, weftInt64, weftMax, p->world, NULL));
   return PERF_OK;
 }
 
@@ -379,9 +410,10 @@ static int mem_growth(const struct perf_run *p, int64_t *level, int64_t *growth_
  * room for -u; -R's registration; -z 0's stream; -I's times and events. */
 static int setup(struct perf_run *p) {
   const struct perf_opts *o = p->o;
-  size_t max_send = 0, max_recv = 0, max_count = 0;
-  p->coll->counts(o->max_nbytes, 1, p->nranks, &max_send, &max_recv, &max_count);
-  p->alloc_nbytes = (max_send > max_recv ? max_send : max_recv) + 64 + 8 * (size_t)o->unalign;
+  /* in bytes: no datatype's counts take more (their rounding is coarser) */
+  struct perf_counts most;
+  p->coll->counts(o->max_nbytes, 1, p->nranks, &most);
+  p->alloc_nbytes = (most.send > most.recv ? most.send : most.recv) + 64 + 8 * (size_t)o->unalign;
   p->sendbuf = perf_mem_alloc(o->mem_kind, p->alloc_nbytes);
   p->recvbuf = perf_mem_alloc(o->mem_kind, p->alloc_nbytes);
   if (o->mem_kind != PERF_MEM_HOST) p->staging = perf_mem_alloc(PERF_MEM_HOST, p->alloc_nbytes);
@@ -428,16 +460,26 @@ static void teardown(struct perf_run *p) {
 
 /* Totals of the sweep, for the footer. */
 struct perf_totals {
-  long long error_sides; /* sides with a wrong value */
+  long long error_sides; /* sides where this rank saw a wrong value */
   double busbw_sum;
   long long nsides;
 };
 
+/* Whether the collective runs on this many ranks (hypercube: a power of 2). */
+static int coll_runs(const struct perf_coll *coll, int nranks) {
+  return !coll->pow2_ranks || (nranks > 0 && (nranks & (nranks - 1)) == 0);
+}
+
 /* Every datatype, op, root and cycle, each a sweep of sizes (nccl-tests'
- * order); rank 0 prints each row. */
+ * order); the job's rank 0 prints each row. */
 static int sweep(struct perf_run *p, struct perf_report *rep, struct perf_totals *tot) {
   const struct perf_coll *coll = p->coll;
   const struct perf_opts *o = p->o;
+  if (!coll_runs(coll, p->nranks)) { /* nccl-tests' words, from every rank */
+    printf("nRanks %d is not a power of 2, skipping\n", p->nranks);
+    fflush(stdout);
+    return PERF_OK;
+  }
   int root_lo = -1, root_hi = -1;
   if (coll->uses_root) {
     root_lo = o->root < 0 ? 0 : o->root;
@@ -455,22 +497,21 @@ static int sweep(struct perf_run *p, struct perf_report *rep, struct perf_totals
           const int op = o->ops[oi];
           const size_t esize = weftTypeSize(t);
           for (size_t nbytes = o->min_nbytes; nbytes <= o->max_nbytes;) {
-            size_t send_count, recv_count, count;
-            coll->counts(nbytes, esize, p->nranks, &send_count, &recv_count, &count);
-            const size_t larger = send_count > recv_count ? send_count : recv_count;
+            struct perf_counts n;
+            coll->counts(nbytes, esize, p->nranks, &n);
+            const size_t larger = n.send > n.recv ? n.send : n.recv;
             /* size: one rank's larger buffer; count: what each call is given
              * (a gather's per-rank block), as nccl-tests prints them */
-            struct perf_row row = {.nbytes = larger * esize, .count = count, .type = t,
+            struct perf_row row = {.nbytes = larger * esize, .count = n.count, .type = t,
                                    .op = op, .root = root};
-            int st = run_side(p, row.nbytes, t, op, root, 0, &row.oop);
-            if (st == PERF_OK && !coll->no_in_place)
-              st = run_side(p, row.nbytes, t, op, root, 1, &row.ip);
+            int st = run_side(p, &n, row.nbytes, t, op, root, 0, &row.oop);
+            if (st == PERF_OK) st = run_side(p, &n, row.nbytes, t, op, root, 1, &row.ip);
             if (st == PERF_OK) {
-              tot->error_sides += (row.oop.wrong != 0) + (row.ip.wrong != 0);
+              tot->error_sides += row.oop.saw_wrong + row.ip.saw_wrong;
               tot->busbw_sum += row.oop.busbw + row.ip.busbw;
-              tot->nsides += coll->no_in_place ? 1 : 2;
+              tot->nsides += 2;
               nrows++;
-              if (p->rank == 0) {
+              if (p->world_rank == 0) {
                 perf_report_row(rep, &row);
                 if (o->progress)
                   print_progress(coll, nrows, total_rows, row.nbytes, now_s() - t_start);
@@ -495,10 +536,68 @@ static double min_busbw(void) {
   return s != NULL ? atof(s) : -1;
 }
 
+/* NCCL_TESTS_SPLIT: the rank's group, a communicator of its own split from
+ * the job's, the job's rank the key (MPI_Comm_split's in nccl-tests). A
+ * rank whose color comes out negative joins none and fails after the split,
+ * so that the others do not wait for it there. */
+static int split_world(struct perf_run *p, const struct perf_split *split) {
+  const int color = perf_split_color(split, p->world_rank);
+  LIB_CHECK_ON(p, p->world, weftCommSplit(p->world, color < 0 ? WEFT_SPLIT_NOCOLOR : color,
+                                          p->world_rank, &p->comm, NULL));
+  if (color < 0) {
+    fprintf(stderr, "rank %d: NCCL_TESTS_SPLIT gives it a negative color\n", p->world_rank);
+    return PERF_CUDA;
+  }
+  p->color = color;
+  weftCommUserRank(p->comm, &p->rank);
+  weftCommCount(p->comm, &p->nranks);
+  return PERF_OK;
+}
+
+/* The job's communicator and, split, the group's: each rank's rank and size
+ * in both. */
+static int join(struct perf_run *p, const struct perf_split *split, weftConfig_t *config) {
+  const weftResult_t res = weftCommInitFromEnv(&p->world, config);
+  if (res != weftSuccess) return lib_failed(p, res, weftGetLastError(NULL), __FILE__, __LINE__);
+  weftCommUserRank(p->world, &p->world_rank);
+  weftCommCount(p->world, &p->world_nranks);
+  p->comm = p->world;
+  p->rank = p->world_rank;
+  p->nranks = p->world_nranks;
+  return split->how != 0 ? split_world(p, split) : PERF_OK;
+}
+
+/* The untimed start-up warm-up: the first timed loop of a fresh job runs
+ * slow (cold connections and caches), so the smallest size runs first. */
+static int warm_start(const struct perf_run *p) {
+  const struct perf_opts *o = p->o;
+  const struct perf_coll *coll = p->coll;
+  if (!coll_runs(coll, p->nranks)) return PERF_OK;
+  struct perf_counts n;
+  const size_t warm_nbytes = o->min_nbytes < 65536 ? o->min_nbytes : 65536;
+  const int root = coll->uses_root && o->root > 0 ? o->root : coll->uses_root ? 0 : -1;
+  coll->counts(warm_nbytes, weftTypeSize(o->types[0]), p->nranks, &n);
+  for (int i = 0; i < 200; i++)
+    LIB_CHECK(p, call_once(p, p->sendbuf, p->recvbuf, n.count, o->types[0], o->ops[0], root));
+  return complete(p);
+}
+
+/* The footer's count, as nccl-tests sums it over its processes: each rank's
+ * sides where it saw a wrong value. */
+static int count_errors(const struct perf_run *p, const struct perf_totals *tot,
+                        long long *errors_out) {
+  long long mine = tot->error_sides;
+  LIB_CHECK_ON(p, p->world,
+               weftAllReduce(&mine, errors_out, 1, weftInt64, weftSum, p->world, NULL));
+  return PERF_OK;
+}
+
 int perf_main(int argc, char **argv, const struct perf_coll *coll) {
   struct perf_opts o;
+  struct perf_split split;
   int status;
   if (perf_opts_parse(argc, argv, coll, &o, &status) != 0) return status;
+  if (perf_split_parse(&split) != 0) return PERF_CUDA; /* 2, as for a refused flag */
   char why[256];
   if (perf_mem_available(o.mem_kind, why, sizeof why) != 0) {
     fprintf(stderr, "%s: -M %s: %s\n", argv[0], perf_mem_name(o.mem_kind), why);
@@ -512,20 +611,18 @@ int perf_main(int argc, char **argv, const struct perf_coll *coll) {
   if (o.memory_report) perf_mem_used(o.mem_kind, &mem_level);
   weftConfig_t config = WEFT_CONFIG_INITIALIZER;
   if (o.timeout_s > 0) config.timeoutMs = o.timeout_s * 1000;
-  weftResult_t res = weftCommInitFromEnv(&run.comm, &config);
-  if (res != weftSuccess) {
-    status = lib_failed(p, res, weftGetLastError(NULL), __FILE__, __LINE__);
+  if ((status = join(p, &split, &config)) != PERF_OK) {
     printf(" .. %s pid %d: Test failure %s:%d\n", run.host, (int)getpid(), base_name(__FILE__),
            __LINE__);
+    fflush(stdout);
+    if (run.world != NULL) weftCommAbort(run.world);
     return status;
   }
-  weftCommUserRank(run.comm, &run.rank);
-  weftCommCount(run.comm, &run.nranks);
   struct perf_report rep = {.o = &o, .coll = coll, .prog = base_name(argv[0]),
-                            .nranks = run.nranks};
-  if (run.rank == 0) perf_report_open(&rep, argc, argv);
+                            .nranks = run.world_nranks};
+  if (run.world_rank == 0) perf_report_open(&rep, argc, argv);
   struct perf_totals tot = {0};
-  struct perf_rank_info *ranks = calloc((size_t)run.nranks, sizeof *ranks);
+  struct perf_rank_info *ranks = calloc((size_t)run.world_nranks, sizeof *ranks);
   struct perf_bound bound;
   if (ranks == NULL) {
     status = PERF_INTERNAL;
@@ -533,49 +630,36 @@ int perf_main(int argc, char **argv, const struct perf_coll *coll) {
   }
   if (o.memory_report && (status = mem_growth(p, &mem_level, &usage.init_nbytes)) != PERF_OK)
     goto out;
-  /* the bound, before anything else runs: host memory only (a device
-   * collective's floor is the device's) */
+  /* the bound, before anything else runs, over the whole job: host memory
+   * only (a device collective's floor is the device's) */
   if (o.bound && o.mem_kind == PERF_MEM_HOST) {
-    res = perf_bound_measure(run.comm, &bound);
+    const weftResult_t res = perf_bound_measure(run.world, &bound);
     if (res != weftSuccess) {
-      status = lib_failed(p, res, weftGetLastError(run.comm), __FILE__, __LINE__);
+      status = lib_failed(p, res, weftGetLastError(run.world), __FILE__, __LINE__);
       goto out;
     }
     run.bound = &bound;
   }
   if ((status = gather_ranks(p, ranks)) != PERF_OK) goto out;
-  if (run.rank == 0) perf_report_header(&rep, ranks, run.bound);
+  if (run.world_rank == 0) perf_report_header(&rep, ranks, run.bound);
   /* let the launcher forward the header now rather than in the first timed
    * loop, where it would take a core from a spinning rank */
   usleep(20000);
   if ((status = setup(p)) != PERF_OK) goto out;
   if (o.memory_report && (status = mem_growth(p, &mem_level, &usage.buffer_nbytes)) != PERF_OK)
     goto out;
-  {
-    /* the first timed loop of a fresh job runs slow (cold connections and
-     * caches): a start-up warm-up of the smallest size, untimed */
-    size_t send_count, recv_count, count;
-    const size_t warm_nbytes = o.min_nbytes < 65536 ? o.min_nbytes : 65536;
-    const int root = coll->uses_root && o.root > 0 ? o.root : coll->uses_root ? 0 : -1;
-    coll->counts(warm_nbytes, weftTypeSize(o.types[0]), run.nranks, &send_count, &recv_count,
-                 &count);
-      for (int i = 0; i < 200 && status == PERF_OK; i++) {
-      res = call_once(p, run.sendbuf, run.recvbuf, count, o.types[0], o.ops[0], root);
-      if (res != weftSuccess)
-        status = lib_failed(p, res, weftGetLastError(run.comm), __FILE__, __LINE__);
-    }
-    if (status == PERF_OK) status = complete(p);
-    if (status != PERF_OK) goto out;
-  }
+  if ((status = warm_start(p)) != PERF_OK) goto out;
   if ((status = sweep(p, &rep, &tot)) != PERF_OK) goto out;
   if (o.memory_report && (status = mem_growth(p, &mem_level, &usage.coll_nbytes)) != PERF_OK)
     goto out;
   {
-    /* nccl-tests counts each rank's sides with a wrong value */
-    const long long errors = tot.error_sides * run.nranks;
-    const double avg_busbw = tot.nsides ? tot.busbw_sum / tot.nsides : 0.0;
+    long long errors = 0;
+    if ((status = count_errors(p, &tot, &errors)) != PERF_OK) goto out;
+    /* rank 0's own sides, as nccl-tests averages them; with no side (a
+     * hypercube skipped) 0/0, which nccl-tests prints as -nan */
+    const double avg_busbw = tot.busbw_sum / (double)tot.nsides;
     const double min_bw = min_busbw();
-    if (run.rank == 0)
+    if (run.world_rank == 0)
       perf_report_footer(&rep, errors, avg_busbw, min_bw, o.memory_report ? &usage : NULL);
     if (errors != 0 || avg_busbw < min_bw * 0.9) status = PERF_WRONG;
   }
@@ -586,17 +670,26 @@ out:
     fflush(stdout);
   }
   const int complete_sweep = status == PERF_OK || status == PERF_WRONG;
-  if (run.rank == 0 && perf_report_close(&rep, run.bound, complete_sweep) != 0) {
+  if (run.world_rank == 0 && perf_report_close(&rep, run.bound, complete_sweep) != 0) {
     fprintf(stderr, "%s: cannot write %s\n", argv[0], o.json_path);
     if (status == PERF_OK) status = PERF_INTERNAL;
   }
   free(ranks);
   teardown(p);
-  if (status != PERF_OK && status != PERF_WRONG) {
-    weftCommAbort(run.comm);
+  const int failed = status != PERF_OK && status != PERF_WRONG;
+  if (run.comm != NULL && run.comm != run.world) { /* the group's, split */
+    if (failed) {
+      weftCommAbort(run.comm);
+    } else {
+      weftCommFinalize(run.comm);
+      weftCommDestroy(run.comm);
+    }
+  }
+  if (failed) {
+    weftCommAbort(run.world);
     return status;
   }
-  weftCommFinalize(run.comm);
-  weftCommDestroy(run.comm);
+  weftCommFinalize(run.world);
+  weftCommDestroy(run.world);
   return status;
 }

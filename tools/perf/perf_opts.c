@@ -3,6 +3,7 @@
  * in range is refused (exit 2) rather than read as 0. */
 #include "perf_opts.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -186,9 +187,77 @@ static void usage(FILE *f, const char *prog, const struct perf_coll *coll) {
           "                             it allows and the %% reached, in four columns after\n"
           "                             nccl-tests' (default 0: nccl-tests' columns alone)\n"
           "  -h, --help\n"
+          "Environment, as nccl-tests reads it: NCCL_TESTS_MIN_BW (GB/s the average busbw\n"
+          "must reach); NCCL_TESTS_SPLIT (AND, OR, MOD or DIV and a number) or\n"
+          "NCCL_TESTS_SPLIT_MASK (hex): the rank's color, its group; alltoallv_perf:\n"
+          "NCCL_TESTS_ALLTOALLV_SPREAD (0 to 1, default 1: shares by rank distance).\n"
           "Exit status as nccl-tests': 0; 2 a refused flag (or a CUDA failure); 3 a weft\n"
           "error; 4 a timeout; 5 -D; 7 a wrong value, or busbw below NCCL_TESTS_MIN_BW.\n",
           prog, coll->name);
+}
+
+/* A number as nccl-tests' parseInt reads NCCL_TESTS_SPLIT's: spaces first,
+ * then 0b and binary digits, or C's notation (0x hex, 0 octal, decimal);
+ * what follows may only be spaces. */
+static int split_number(const char *s, unsigned long *out) {
+  while (isspace((unsigned char)*s)) s++;
+  const int binary = strncasecmp(s, "0b", 2) == 0;
+  const char *digits = binary ? s + 2 : s;
+  char *end;
+  errno = 0;
+  *out = strtoul(digits, &end, binary ? 2 : 0);
+  if (end == digits || errno != 0 || *digits == '-') return -1;
+  while (isspace((unsigned char)*end)) end++;
+  return *end == '\0' ? 0 : -1;
+}
+
+int perf_split_parse(struct perf_split *split) {
+  static const struct { const char *word, *sign; char how; } ops[] = {
+      {"AND", "&", '&'}, {"OR", "|", '|'}, {"MOD", "%", '%'}, {"DIV", "/", '/'}};
+  *split = (struct perf_split){0};
+  const char *mask = getenv("NCCL_TESTS_SPLIT_MASK");
+  if (mask != NULL) { /* hex, as nccl-tests' strtoul(s, NULL, 16) */
+    char *end;
+    errno = 0;
+    split->operand = strtoul(mask, &end, 16);
+    while (isspace((unsigned char)*end)) end++;
+    if (end == mask || *end != '\0' || errno != 0 || *mask == '-') {
+      fprintf(stderr, "bad value '%s' for NCCL_TESTS_SPLIT_MASK (a hex mask)\n", mask);
+      return -1;
+    }
+    split->how = '&';
+    return 0;
+  }
+  const char *s = getenv("NCCL_TESTS_SPLIT");
+  if (s == NULL) return 0;
+  for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+    const size_t word = strlen(ops[k].word), sign = strlen(ops[k].sign);
+    const char *rest = strncasecmp(s, ops[k].word, word) == 0 ? s + word
+                       : strncmp(s, ops[k].sign, sign) == 0   ? s + sign
+                                                               : NULL;
+    if (rest == NULL) continue;
+    if (split_number(rest, &split->operand) != 0) break;
+    if ((ops[k].how == '%' || ops[k].how == '/') && split->operand == 0) break;
+    split->how = ops[k].how;
+    return 0;
+  }
+  fprintf(stderr, "bad value '%s' for NCCL_TESTS_SPLIT (AND, OR, MOD or DIV and a number; "
+                  "MOD and DIV not by 0)\n", s);
+  return -1;
+}
+
+int perf_split_color(const struct perf_split *split, int rank) {
+  /* nccl-tests takes the operand as an int */
+  const long long operand = (int)split->operand, r = rank;
+  long long color = 0;
+  switch (split->how) {
+    case '&': color = r & operand; break;
+    case '|': color = r | operand; break;
+    case '%': color = r % operand; break;
+    case '/': color = r / operand; break;
+    default: break;
+  }
+  return color >= 0 && color <= INT_MAX ? (int)color : -1;
 }
 
 /* Checks that apply to the flags together; 1 and *exit_out to leave. */
@@ -355,6 +424,6 @@ int perf_opts_parse(int argc, char **argv, const struct perf_coll *coll, struct 
     fprintf(stderr, "%s: unexpected argument '%s'\n", argv[0], argv[optind]);
     return 1;
   }
-  if (!coll->uses_op) o->nops = 1;
+  if (coll->op_column != NULL) o->nops = 1; /* its column names no op */
   return opts_check(argv[0], o, exit_out);
 }

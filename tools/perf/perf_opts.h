@@ -62,6 +62,23 @@ struct perf_opts {
 int perf_opts_parse(int argc, char **argv, const struct perf_coll *coll, struct perf_opts *o,
                     int *exit_out);
 
+/* NCCL_TESTS_SPLIT_MASK (hex: color = rank & mask) or NCCL_TESTS_SPLIT
+ * ("AND n", "OR n", "MOD n", "DIV n", or & | % / for the words, any case;
+ * n as C writes it, or 0b and binary digits), as nccl-tests reads them: the
+ * ranks of one color run the collective together, a group of their own. */
+struct perf_split {
+  char how; /* '&', '|', '%' or '/'; 0: one group of every rank */
+  unsigned long operand;
+};
+
+/* Reads the variables; -1 (the reason on stderr) for a value that is not
+ * one of these, or MOD or DIV by 0, where nccl-tests would run one group
+ * (or divide by 0). */
+int perf_split_parse(struct perf_split *split);
+
+/* The color of rank (its rank among all the job's); -1 when negative. */
+int perf_split_color(const struct perf_split *split, int rank);
+
 /* The size after nbytes in a sweep; 0 past SIZE_MAX. */
 size_t perf_sweep_next(const struct perf_opts *o, size_t nbytes);
 

@@ -215,7 +215,7 @@ static void header_json(struct perf_report *r, const struct perf_rank_info *rank
   json_key(r, "iterations"), json_int(r, o->iters);
   json_key(r, "aggregated_iterations"), json_int(r, o->agg_iters);
   json_key(r, "validation"), json_int(r, o->check);
-  json_key(r, "graph"), json_int(r, o->graph_iters);
+  json_key(r, "graph"), json_int(r, 0); /* what runs: -G is noted and ignored */
   json_key(r, "blocking_collectives"), json_bool(r, o->blocking != PERF_BLOCK_NONE);
   json_key(r, "per_iter_timing"), json_bool(r, o->per_iter);
   json_key(r, "per_iter_skip"), json_int(r, o->per_iter_skip);
@@ -225,7 +225,7 @@ static void header_json(struct perf_report *r, const struct perf_rank_info *rank
   for (int i = 0; i < r->nranks; i++) {
     json_open(r, '{');
     json_key(r, "rank"), json_int(r, i);
-    json_key(r, "group"), json_int(r, 0);
+    json_key(r, "group"), json_int(r, ranks[i].group);
     json_key(r, "pid"), json_int(r, ranks[i].pid);
     json_key(r, "hostname"), json_str(r, ranks[i].host);
     json_key(r, "device"), json_int(r, ranks[i].device);
@@ -324,10 +324,12 @@ void perf_report_header(struct perf_report *r, const struct perf_rank_info *rank
   char step[48];
   if (o->step_factor > 1) snprintf(step, sizeof step, "%g(factor)", o->step_factor);
   else snprintf(step, sizeof step, "%zu(bytes)", o->step_nbytes);
+  /* graph: the launches that run, none (weft's note below says -G N was
+   * ignored) */
   printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %s warmup iters: %d iters: %d "
-         "agg iters: %d validation: %d graph: %d unalign: %d\n",
+         "agg iters: %d validation: %d graph: 0 unalign: %d\n",
          o->min_nbytes, o->max_nbytes, step, o->warmup, o->iters, o->agg_iters, o->check,
-         o->graph_iters, o->unalign);
+         o->unalign);
   if (o->blocking == PERF_BLOCK_BARRIER)
     printf("# Blocking Enabled: wait and barrier after each inner iteration (-m) \n");
   if (o->blocking == PERF_BLOCK_WAIT)
@@ -342,8 +344,8 @@ void perf_report_header(struct perf_report *r, const struct perf_rank_info *rank
   }
   printf("#\n# Using devices\n");
   for (int i = 0; i < r->nranks; i++)
-    printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s\n", i, 0, ranks[i].pid,
-           ranks[i].host, ranks[i].device, ranks[i].where, ranks[i].name);
+    printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s\n", i, ranks[i].group,
+           ranks[i].pid, ranks[i].host, ranks[i].device, ranks[i].where, ranks[i].name);
   print_notes(o);
   print_bound(o, bound, r->nranks);
   print_heads(o);
@@ -354,18 +356,13 @@ void perf_report_header(struct perf_report *r, const struct perf_rank_info *rank
 /* --- Rows ---------------------------------------------------------------- */
 
 /* A side's nccl-tests columns: time, algbw, busbw, #wrong (%6g, or N/A
- * without -c); all N/A where the side is absent. */
-static void print_side(const struct perf_opts *o, const struct perf_result *s, int absent) {
-  if (absent) {
-    printf("  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A");
-    if (o->per_iter) printf("  %7s  %7s  %7s  %7s", "N/A", "N/A", "N/A", "N/A");
-    return;
-  }
+ * where not checked). */
+static void print_side(const struct perf_opts *o, const struct perf_result *s) {
   char t[8], alg[7], bus[7];
   perf_format_float(s->time_us, 7, t);
   perf_format_float(s->algbw, 6, alg);
   perf_format_float(s->busbw, 6, bus);
-  if (o->check) printf("  %7s  %6s  %6s  %6g", t, alg, bus, (double)s->wrong);
+  if (s->checked) printf("  %7s  %6s  %6s  %6g", t, alg, bus, (double)s->wrong);
   else printf("  %7s  %6s  %6s    N/A", t, alg, bus);
   if (o->per_iter) {
     char mn[8], mx[8], p99[8], cv[8];
@@ -377,8 +374,8 @@ static void print_side(const struct perf_opts *o, const struct perf_result *s, i
   }
 }
 
-static void print_bound_cols(const struct perf_result *s, int absent) {
-  if (absent || isnan(s->bound_us)) printf("  %8s  %6s", "N/A", "N/A");
+static void print_bound_cols(const struct perf_result *s) {
+  if (isnan(s->bound_us)) printf("  %8s  %6s", "N/A", "N/A");
   else printf("  %8.3f  %6.1f", s->bound_us, s->bound_pct);
 }
 
@@ -390,7 +387,7 @@ static void json_side(struct perf_report *r, const char *key, const struct perf_
   json_key(r, "alg_bw"), json_double(r, s->algbw);
   json_key(r, "bus_bw"), json_double(r, s->busbw);
   json_key(r, "nwrong");
-  if (o->check) json_double(r, (double)s->wrong);
+  if (s->checked) json_double(r, (double)s->wrong);
   else json_null(r);
   /* weft's: the bound, also as the busbw the row would have at the bound's time */
   const int have = !isnan(s->bound_us);
@@ -435,14 +432,13 @@ static void json_side(struct perf_report *r, const char *key, const struct perf_
 
 void perf_report_row(struct perf_report *r, const struct perf_row *row) {
   const struct perf_opts *o = r->o;
-  const int uses_op = r->coll->uses_op, no_in_place = r->coll->no_in_place;
-  const char *op = uses_op ? perf_op_name(row->op) : "none";
+  const char *op = r->coll->op_column ? r->coll->op_column : perf_op_name(row->op);
   char root[16];
   snprintf(root, sizeof root, "%6i", row->root);
   printf("%12zu  %12zu  %8s  %6s  %6s", row->nbytes, row->count, perf_type_name(row->type), op,
          root);
-  print_side(o, &row->oop, 0);
-  print_side(o, &row->ip, no_in_place);
+  print_side(o, &row->oop);
+  print_side(o, &row->ip);
   if (o->timestamps) {
     char now[64];
     const time_t t = time(NULL);
@@ -450,8 +446,8 @@ void perf_report_row(struct perf_report *r, const struct perf_row *row) {
     printf("%21s", now);
   }
   if (o->bound) {
-    print_bound_cols(&row->oop, 0);
-    print_bound_cols(&row->ip, no_in_place);
+    print_bound_cols(&row->oop);
+    print_bound_cols(&row->ip);
   }
   printf("\n");
   fflush(stdout);
@@ -463,8 +459,7 @@ void perf_report_row(struct perf_report *r, const struct perf_row *row) {
   json_key(r, "redop"), json_str(r, op);
   json_key(r, "root"), json_str(r, root);
   json_side(r, "out_of_place", &row->oop);
-  if (no_in_place) json_key(r, "in_place"), json_null(r);
-  else json_side(r, "in_place", &row->ip);
+  json_side(r, "in_place", &row->ip);
   json_key(r, "actual_iterations"), json_int(r, o->iters);
   json_key(r, "experiment_name"), json_str(r, "");
   json_close(r);

@@ -18,6 +18,7 @@
 /* One rank's line under "# Using devices". */
 struct perf_rank_info {
   int pid, device; /* device: -1 for host memory */
+  int group;       /* the color of its group (NCCL_TESTS_SPLIT), 0 unsplit */
   char host[64];   /* the host name up to its first dot, as nccl-tests prints it */
   char where[48];  /* in brackets: a device's PCI address, or the rank's CPUs */
   char name[96];   /* a device's name, or "host memory" */
@@ -32,6 +33,8 @@ struct perf_result {
   double time_us;   /* the time column: per operation, or the host's (-C 1) */
   double algbw, busbw;
   long long wrong;  /* wrong elements, all ranks together (with -c) */
+  int checked;      /* wrong counts: -c above 0, and a side the collective checks */
+  int saw_wrong;    /* this rank found a wrong element (the footer counts these) */
   double bound_us;  /* the least time the machine allows; NAN when not measured */
   double bound_pct; /* bound_us / time_us, in percent */
   int bound_by_copy; /* the memory traffic set the bound, not the round trip */
@@ -77,7 +80,8 @@ void perf_report_header(struct perf_report *r, const struct perf_rank_info *rank
 
 void perf_report_row(struct perf_report *r, const struct perf_row *row);
 
-/* The footer: nccl-tests' counts of sides with wrong values (errors), the
+/* The footer: nccl-tests' count of sides with wrong values (errors: each
+ * rank's sides where it found one, summed over the ranks), the
  * average busbw with its verdict against min_busbw (< 0: none), the memory
  * line when mem is not NULL, and the closing lines. */
 void perf_report_footer(struct perf_report *r, long long errors, double avg_busbw,

@@ -95,22 +95,36 @@ double perf_type_eps(weftDataType_t datatype) {
 
 double perf_premul_scalar(int rank) { return rank % 2 == 0 ? 1.0 : 2.0; }
 
-double perf_input(int rank, size_t i, weftDataType_t datatype, int op) {
+/* How far a seed moves one element's input along its cycle of values: a
+ * hash of seed, rank and index, so that one round's inputs are not the
+ * round before's moved by a rank or an index (which a result taken from the
+ * wrong block or a stale round could match). */
+static size_t input_shift(int rank, size_t i, unsigned seed) {
+  if (seed == 0) return 0;
+  uint64_t x = (uint64_t)seed << 40 ^ (uint64_t)(unsigned)rank << 32 ^ (uint64_t)i;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  return (size_t)x;
+}
+
+double perf_input(int rank, size_t i, weftDataType_t datatype, int op, unsigned seed) {
   int is_unsigned = datatype == weftUint8 || datatype == weftUint32 || datatype == weftUint64;
-  if (op == weftProd) return ((size_t)rank + i) % 3 == 0 && !is_unsigned ? -1 : 1;
+  const size_t shift = input_shift(rank, i, seed) % 21; /* both spans divide 21 */
+  if (op == weftProd) return ((size_t)rank + i + shift) % 3 == 0 && !is_unsigned ? -1 : 1;
   int small = datatype == weftFloat8e4m3 || datatype == weftFloat8e5m2;
   int span = small ? 3 : 7; /* values in [-1, 1] or [-3, 3] */
-  int v = (int)(((size_t)rank * 131 + i * 17 + 5) % (size_t)span) - span / 2;
+  int v = (int)(((size_t)rank * 131 + i * 17 + 5 + shift) % (size_t)span) - span / 2;
   return is_unsigned ? v + span / 2 : v;
 }
 
-void perf_reduced(size_t i, int nranks, weftDataType_t datatype, int op, double *value_out,
-                  double *magnitude_out) {
-  double acc = perf_input(0, i, datatype, op), magnitude;
+void perf_reduced(size_t i, int nranks, weftDataType_t datatype, int op, unsigned seed,
+                  double *value_out, double *magnitude_out) {
+  double acc = perf_input(0, i, datatype, op, seed), magnitude;
   if (op == PERF_OP_MULSUM) acc *= perf_premul_scalar(0);
   magnitude = fabs(acc);
   for (int r = 1; r < nranks; r++) {
-    double v = perf_input(r, i, datatype, op);
+    double v = perf_input(r, i, datatype, op, seed);
     if (op == PERF_OP_MULSUM) v *= perf_premul_scalar(r);
     magnitude += fabs(v);
     switch (op) {

@@ -17,14 +17,16 @@
  * on odd ones, as nccl-tests chooses it. */
 double perf_premul_scalar(int rank);
 
-/* The input every tool sends: a small integer, exact in every datatype. */
-double perf_input(int rank, size_t i, weftDataType_t datatype, int op);
+/* The input every tool sends: a small integer, exact in every datatype.
+ * Seed 0 fills the timed calls' buffers; each check round takes a seed of
+ * its own, so that its inputs differ from the round before. */
+double perf_input(int rank, size_t i, weftDataType_t datatype, int op, unsigned seed);
 
-/* The reduction over all ranks of perf_input(r, i) under op (a weftRedOp_t
- * or PERF_OP_MULSUM), and the sum of the magnitudes that went into it (for
- * the tolerance). */
-void perf_reduced(size_t i, int nranks, weftDataType_t datatype, int op, double *value_out,
-                  double *magnitude_out);
+/* The reduction over all ranks of perf_input(r, i, ..., seed) under op (a
+ * weftRedOp_t or PERF_OP_MULSUM), and the sum of the magnitudes that went
+ * into it (for the tolerance). */
+void perf_reduced(size_t i, int nranks, weftDataType_t datatype, int op, unsigned seed,
+                  double *value_out, double *magnitude_out);
 
 /* Element access by datatype (values must be exact small integers to set). */
 double perf_value_get(const void *buf, size_t i, weftDataType_t datatype);

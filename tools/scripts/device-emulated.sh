@@ -28,7 +28,8 @@ else
 fi
 suites=(device/test_device device/test_device_sendrecv device/test_device_ipc
         test_zero_device test_zero_device_ctx test_zero_device_streams)
-perf_tools=(all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter)
+perf_tools=(all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter
+            alltoallv hypercube)
 ninja -C $B "${suites[@]/#/tests/}" tools/weft-train tools/weftrun \
   tests/device/cuda_emu/libcublas_emu.so $(printf "tools/%s_perf " "${perf_tools[@]}") tools/all_reduce_device_perf
 # Sampled: DeviceDeterministic.EverySettingGivesTheFixedOrder runs 5 of its
@@ -78,7 +79,9 @@ perf_run() { # tag, environment and tool arguments
 }
 perf_args=(-M cuda -T 30 -b 1 -e 64K -f 32 -n 1 -w 0)
 for t in "${perf_tools[@]}"; do
-  perf_run "$t-3" timeout 120 $B/tools/weftrun -n 3 $B/tools/${t}_perf "${perf_args[@]}" -d all
+  n=3
+  [ "$t" = hypercube ] && n=4 # a power of 2, or it skips
+  perf_run "$t-$n" timeout 120 $B/tools/weftrun -n $n $B/tools/${t}_perf "${perf_args[@]}" -d all
 done
 for k in 3 4 5 6 7 8; do
   for proto in ll simple; do

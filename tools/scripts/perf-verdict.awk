@@ -6,11 +6,14 @@
 function size(b) {
   return b >= 1048576 ? sprintf("%.3g MiB", b / 1048576) : b >= 1024 ? sprintf("%.3g KiB", b / 1024) : b " B"
 }
+# hypercube_perf prints no redop (nccl-tests' shape): its columns from the
+# type on come one place earlier
 { sub(/^\[0\] */, "") }
 /^ *[0-9]+ +[0-9]+ / {
-  if (!n) { first = $1; lat = $6 }
-  n++; last = $1; bw = $8
-  if ($9 != 0 || ($13 != 0 && $13 != "N/A")) bad++
+  k = NF == 12 ? -1 : 0
+  if (!n) { first = $1; lat = $(6 + k) }
+  n++; last = $1; bw = $(8 + k)
+  if ($(9 + k) != 0 || ($(13 + k) != 0 && $(13 + k) != "N/A")) bad++
 }
 END {
   printf "%d rows, %d wrong, %s %s us, %s %s GB/s", n, bad, size(first), lat, size(last), bw
