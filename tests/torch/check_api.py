@@ -7,7 +7,8 @@ a coalesced block whose second operation fails (the weft group must be
 closed, or every later call of the thread would be taken into it), and
 operations that copy or flatten their inputs, queued behind one that writes
 them, reading them when they run; blocking calls inside a coalescing block, and
-all_to_all_single refusing an output of another size than its input; and,
+all_to_all_single refusing an output of another size than its input; a
+Work's future complete once wait() returns; and,
 last, abort() of a group from a Work's callback (on the backend's worker
 thread) and from another thread while its operations wait. Run under
 torchrun (2 or 3 ranks); exits non-zero with the failing checks listed.
@@ -575,6 +576,33 @@ def check_abort_from_a_callback():
     check("callback abort: the default group works after", t, torch.full((5,), float(world)))
 
 
+def check_future_after_wait():
+    """wait() returned: the Work's future holds its value (Gloo's order: the
+    future completes before the waiter wakes)."""
+    global checks
+    world, r = dist.get_world_size(), dist.get_rank()
+    ops = {
+        "all_reduce": lambda t: dist.all_reduce(t, async_op=True),
+        "broadcast": lambda t: dist.broadcast(t, 0, async_op=True),
+        "all_gather_into_tensor": lambda t: dist.all_gather_into_tensor(
+            torch.empty(4 * world, device=DEV), t, async_op=True),
+        "reduce_scatter_tensor": lambda t: dist.reduce_scatter_tensor(
+            torch.empty(4, device=DEV), t.repeat(world), async_op=True),
+        "barrier": lambda t: dist.barrier(async_op=True),
+    }
+    for name, issue in ops.items():
+        missing = 0
+        for _ in range(30):
+            work = issue(torch.ones(4, device=DEV))
+            work.wait()
+            if not work.get_future().done():
+                missing += 1
+        checks += 1
+        if missing:
+            failures.append(f"{name}: wait() returned with the future not done, "
+                            f"{missing} of 30 times")
+
+
 def main():
     global DEV
     ap = argparse.ArgumentParser()
@@ -594,7 +622,7 @@ def main():
     fns = [check_bound_new_group, check_premul_coalesced, check_premul_one_rank,
            check_failed_coalesced_block, check_blocking_in_coalesced_block,
            check_a2a_single_sizes, check_queued_strided, check_queued_lists,
-           check_list_aliasing, check_empty_p2p]
+           check_list_aliasing, check_empty_p2p, check_future_after_wait]
     if args.device == "cuda":
         fns += [check_cuda_streams, check_cuda_objects]
     else:

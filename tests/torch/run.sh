@@ -41,6 +41,13 @@ case "$check" in
     TORCH_FR_BUFFER_SIZE=16 TORCH_FR_DUMP_TEMP_FILE="$dir/weft_trace_rank_" \
       "$venv/bin/python" -m torch.distributed.run --standalone --nproc-per-node "$nranks" \
       "$root/tests/torch/check_flight.py" ;;
+  reinit) # errors raised, not ending the process; the recorder on, its dumps removed
+    dir="$(mktemp -d "${TMPDIR:-/tmp}/weft_reinit_check.XXXXXX")"
+    trap 'rm -rf "$dir"' EXIT
+    TORCH_WEFT_ASYNC_ERROR_HANDLING=2 TORCH_FR_BUFFER_SIZE=64 \
+      TORCH_FR_DUMP_TEMP_FILE="$dir/weft_trace_rank_" \
+      "$venv/bin/python" -m torch.distributed.run --standalone --nproc-per-node "$nranks" \
+      "$root/tests/torch/check_reinit.py" ;;
   dead_peer)
     exec "$venv/bin/python" "$root/tests/torch/check_dead_peer.py" "$nranks" ;;
   watchdog)

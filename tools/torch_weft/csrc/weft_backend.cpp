@@ -82,6 +82,15 @@ WeftBackend::WeftBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank,
                 bytes.size(), " bytes, expected ", sizeof id.internal);
     memcpy(id.internal, bytes.data(), sizeof id.internal);
   }
+  // the group's own keys (the flight recorder's dump signal, monitored
+  // barriers, receives from any source) under this incarnation's id: torch
+  // gives a group made again (a torchrun restart on the same store, or
+  // init_process_group after destroy_process_group) the same store prefix,
+  // and a signal left by the last one would fail the new one at once
+  uint64_t tag = 1469598103934665603ull;
+  for (size_t i = 0; i < sizeof id.internal; i++)
+    tag = (tag ^ (uint8_t)id.internal[i]) * 1099511628211ull;
+  store_ = c10::make_intrusive<c10d::PrefixStore>(c10::str("weft/", std::hex, tag), store);
   name_ = name.empty() ? std::string("torch") : name;
   weftConfig_t config = config_of(timeout, name_, channels);
   check_init(weftCommInitRankConfig(&comm_, size, id, rank, &config), "weftCommInitRank");

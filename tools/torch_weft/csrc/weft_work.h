@@ -106,14 +106,16 @@ class WeftWork : public c10d::Work {
   }
 
   // Called by the worker once the operation has run (exception: its failure).
+  // The future first, as Gloo's: a wait() that returns finds it complete
+  // (get_future().value() right after wait() asserted otherwise).
   void complete(std::exception_ptr exception) {
     ended_ns_ = now_ns();
     flight_done(exception == nullptr, host_duration_ms());
-    finish(exception);
     if (exception)
       future_->setError(exception);
     else
       future_->markCompleted(c10::IValue(outputs_));
+    finish(exception);
   }
 
   // Called once the operation is enqueued on a CUDA stream: the future is
