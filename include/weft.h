@@ -11,7 +11,12 @@
  * Errors: every call returns a weftResult_t; weftGetLastError() returns the text
  * of the last failure (per communicator, or per thread when no communicator is
  * known). Invalid arguments never crash: they return weftInvalidArgument or
- * weftInvalidUsage and leave buffers untouched.
+ * weftInvalidUsage and leave buffers untouched. A refusal that the peers
+ * cannot share (this rank's own buffers: NULL with a count, overlapping
+ * without being in place) also breaks the communicator, so that the peers,
+ * which would wait for this rank in the collective, fail at once naming it;
+ * one of the arguments every rank passes alike (count, datatype, op, root)
+ * leaves the communicator usable.
  */
 #ifndef WEFT_H
 #define WEFT_H

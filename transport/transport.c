@@ -4,14 +4,17 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/param.h"
 #include "base/status.h"
 #include "weft_build_config.h"
 
+static const char *const transport_names[] = {"shm", "socket", "ucx", NULL};
 struct weft_param transport_params[] = {
-    {.name = "WEFT_TRANSPORT", .type = PARAM_STR,
-     .doc = "use only this transport (`shm`, `ucx`, `socket`); connections it cannot make fail"},
+    {.name = "WEFT_TRANSPORT", .type = PARAM_STR, .choices = transport_names,
+     .doc = "use only this transport (`shm`, `ucx`, `socket`, any case); connections it cannot "
+            "make fail; another name is refused when a communicator is created"},
     PARAM_END,
 };
 enum { P_TRANSPORT };
@@ -75,7 +78,7 @@ int transport_select(const struct peer_info *sender, const struct peer_info *rec
     const struct weft_transport *t = weft_transports[i];
     reason[0] = '\0';
     /* WEFT_TRANSPORT names the transports of host memory and the networks */
-    if (only != NULL && !(t->caps & TRANSPORT_CAP_DEVICE_MEMORY) && strcmp(only, t->name) != 0) {
+    if (only != NULL && !(t->caps & TRANSPORT_CAP_DEVICE_MEMORY) && strcasecmp(only, t->name) != 0) {
       snprintf(reason, sizeof reason, "WEFT_TRANSPORT=%s", only);
     } else if (t->disabled != NULL && t->disabled()) {
       snprintf(reason, sizeof reason, "disabled (%s=1)", t->disable_env);

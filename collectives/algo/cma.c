@@ -70,7 +70,8 @@ struct weft_param cma_params[] = {
             "rules, containers); if any rank may not be read, every rank keeps to the ring. "
             "`WEFT_ALGO` calls it `cma` (`WEFT_ALGO=^cma` turns it off; `WEFT_ALGO=cma` uses it "
             "at every size); larger than any size turns it off", .agree = 1},
-    {.name = "WEFT_CMA_MAP", .type = PARAM_INT, .default_str = "1",
+    {.name = "WEFT_CMA_MAP", .type = PARAM_INT, .min = 0, .max = 1,
+     .out_of_range = PARAM_RANGE_ERROR, .default_str = "1",
      .doc = "1: single-copy collectives map peers' `weftMemAllocHost` buffers (opened through "
             "`/proc/<pid>/fd`, once per communicator) and copy in user space; where a buffer "
             "cannot be opened, that communicator copies through the kernel from then on (an "
@@ -83,7 +84,8 @@ struct weft_param cma_params[] = {
             "exchange, which costs the ring's overlap of one call with the next: 1.65x the "
             "ring's time at 256 KiB, 1.1x at 1 MiB, nothing at 16 MiB (2 ranks), where mapped "
             "buffers gain 2x and 2.6x", .agree = 1},
-    {.name = "WEFT_CMA_REDUCE_KERNEL", .type = PARAM_INT, .default_str = "0",
+    {.name = "WEFT_CMA_REDUCE_KERNEL", .type = PARAM_INT, .min = 0, .max = 1,
+     .out_of_range = PARAM_RANGE_ERROR, .default_str = "0",
      .doc = "1 (on every rank): a single-copy reduce whose buffers are not all from "
             "`weftMemAllocHost` copies through the kernel (each rank reads its block of every "
             "other rank's input, and a non-root writes its reduced block to the root: more "

@@ -18,7 +18,8 @@ struct weft_param coll_params[] = {
     [P_SLOT_BYTES] = {.name = "WEFT_SLOT_BYTES", .type = PARAM_INT, .default_str = "128K",
      .doc = "bytes per FIFO slot, the pipelining chunk; a multiple of 64 up to 64M (K, M "
             "suffixes)", .agree = 1},
-    [P_CHECK] = {.name = "WEFT_CHECK", .type = PARAM_INT, .default_str = "0",
+    [P_CHECK] = {.name = "WEFT_CHECK", .type = PARAM_INT, .min = 0, .max = 1,
+     .out_of_range = PARAM_RANGE_ERROR, .default_str = "0",
      .doc = "`1`: before each collective, ranks allgather its signature (collective, count, "
             "datatype, op, root, sequence number) over the bootstrap; if any differ, every "
             "rank returns `weftInvalidUsage` without running it, naming the ranks and what "

@@ -21,8 +21,9 @@ struct weft_param trace_params[] = {
     [P_TRACE_ENTRIES] = {.name = "WEFT_TRACE_ENTRIES", .type = PARAM_INT, .default_str = "256",
      .min = 0, .max = 1 << 20, .out_of_range = PARAM_RANGE_CLAMP,
      .doc = "calls (collectives, sends, receives) each communicator's trace keeps, rounded up "
-            "to a power of two; `0` keeps none: no trace, no dumps, and a timeout's error does "
-            "not say where the other ranks are",
+            "to a power of two; `0` keeps none: no trace, no dumps, a timeout's error does "
+            "not say where the other ranks are, and ranks waiting in different collectives "
+            "wait until the timeout instead of failing within a second as a mismatch",
      .see = "diagnosis.md"},
     [P_TRACE_DIR] = {.name = "WEFT_TRACE_DIR", .type = PARAM_STR,
      .doc = "directory each rank writes its trace into as JSON "

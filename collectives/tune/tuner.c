@@ -110,13 +110,13 @@ tuner_rules_find(const char *a, const char *p, struct tuner_rules *fallback) {
     r->proto_text = p;
     if (tuner_parse(a, algo_names, ALGO_NUM, r->algo) != 0)
       WEFT_WARN(LOG_COLL,
-                "WEFT_ALGO=%s: unknown names ignored, and a list that allows no algorithm "
-                "(ring, tree, rd, direct, cma, bulk)",
+                "WEFT_ALGO=%s: unknown names are ignored (known: ring, tree, rd, direct, cma, bulk), and an entry "
+                "left allowing no algorithm restricts nothing",
                 a);
     if (tuner_parse(p, proto_names, PROTO_NUM, r->proto) != 0)
       WEFT_WARN(LOG_COLL,
-                "WEFT_PROTO=%s: unknown names ignored, and a list that allows no protocol "
-                "(simple, ll)",
+                "WEFT_PROTO=%s: unknown names are ignored (known: simple, ll), and an entry "
+                "left allowing no protocol restricts nothing",
                 p);
     r->next = rules_all;
     rules_all = r;

@@ -111,6 +111,55 @@ TEST(Param, RangesRefuseOrClamp) {
   ASSERT_TRUE(weft_test::env_set_alone("WEFT_TEST_CLAMPED", nullptr));
 }
 
+// A string with a list of names takes them in any case and refuses any
+// other, naming the list; unset passes. So do weft's own tables: a typo in
+// WEFT_TRANSPORT and an on/off setting of 2 are refused, not a failed
+// connection or a silent "on".
+const char *const colours[] = {"red", "green", NULL};
+struct weft_param choice_params[] = {
+    {.name = "WEFT_TEST_COLOUR", .type = PARAM_STR, .doc = "red or green", .choices = colours},
+    PARAM_END,
+};
+struct weft_param *const choice_tables[] = {choice_params, NULL};
+
+TEST(Param, NamesAreCheckedIgnoringCase) {
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_TEST_COLOUR", nullptr));
+  param_tables_reset(choice_tables);
+  EXPECT_EQ(param_tables_check(choice_tables), weftSuccess);
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_TEST_COLOUR", "GrEeN"));
+  param_tables_reset(choice_tables);
+  EXPECT_EQ(param_tables_check(choice_tables), weftSuccess);
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_TEST_COLOUR", "blue"));
+  param_tables_reset(choice_tables);
+  EXPECT_EQ(param_tables_check(choice_tables), weftInvalidArgument);
+  EXPECT_NE(std::string(weft_error_text())
+                .find("WEFT_TEST_COLOUR=blue: unknown; must be one of red, green"),
+            std::string::npos)
+      << weft_error_text();
+  ASSERT_TRUE(weft_test::env_set_alone("WEFT_TEST_COLOUR", nullptr));
+  struct Case {
+    const char *var, *value, *said;
+  };
+  for (const Case &c : {Case{"WEFT_TRANSPORT", "tcp", "WEFT_TRANSPORT=tcp: unknown; must be one of shm, socket, ucx"},
+                        Case{"WEFT_TRANSPORT", "Shm", nullptr},
+                        Case{"WEFT_CHECK", "2", "WEFT_CHECK=2: must be 0 to 1"},
+                        Case{"WEFT_SHM_DISABLE", "-1", "WEFT_SHM_DISABLE=-1: must be 0 to 1"},
+                        Case{"WEFT_CHECK", "1", nullptr}}) {
+    ASSERT_TRUE(weft_test::env_set_alone(c.var, c.value));
+    weft_params_reset();
+    weftResult_t res = param_tables_check(weft_param_tables);
+    if (c.said == nullptr) {
+      EXPECT_EQ(res, weftSuccess) << c.var << "=" << c.value << ": " << weft_error_text();
+    } else {
+      EXPECT_EQ(res, weftInvalidArgument) << c.var << "=" << c.value;
+      EXPECT_NE(std::string(weft_error_text()).find(c.said), std::string::npos)
+          << weft_error_text();
+    }
+    ASSERT_TRUE(weft_test::env_set_alone(c.var, nullptr));
+  }
+  weft_params_reset();
+}
+
 // torchrun's MASTER_PORT is parsed whole and range-checked: a clear error,
 // never a port made of its leading digits.
 TEST(Launcher, MasterPortIsRangeChecked) {

@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -332,7 +333,7 @@ static bool run_ranks_use_sockets(const struct run_job *job)
   for (int x = 0; x < job->n_x_vars; x++)
     if (strncmp(job->x_vars[x], name, strlen(name)) == 0)
       value = job->x_vars[x] + strlen(name);
-  return value != NULL && strcmp(value, "socket") == 0;
+  return value != NULL && strcasecmp(value, "socket") == 0;
 }
 
 /* The CPUs weftrun may run on, and whether ranks get pinned to them: by

@@ -16,8 +16,8 @@ struct weft_param log_params[] = {
      .doc = "log level: `NONE`, `WARN`, `INFO` or `TRACE` (TRACE adds file:line and a frame "
             "per propagated error)"},
     {.name = "WEFT_DEBUG_SUBSYS", .type = PARAM_STR, .default_str = "ALL",
-     .doc = "subsystems to log: `INIT,BOOTSTRAP,SHM,NET,COLL,ALL`; a leading `^` excludes the "
-            "list"},
+     .doc = "subsystems to log at `INFO` and `TRACE`: `INIT,BOOTSTRAP,SHM,NET,COLL,ALL`; a "
+            "leading `^` excludes the list; warnings are logged whatever their subsystem"},
     {.name = "WEFT_DEBUG_FILE", .type = PARAM_STR,
      .doc = "log file instead of stderr; `%h` becomes the host name, `%p` the pid"},
     PARAM_END,

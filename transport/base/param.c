@@ -3,7 +3,9 @@
  * cache is param_load.c's. */
 #include "param.h"
 
+#include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "env.h"
 #include "log.h"
@@ -25,12 +27,29 @@ weftResult_t param_int_checked(struct weft_param *p, int64_t *value_out) {
   return weftSuccess;
 }
 
+/* A string param's value among its choices, or unset. */
+static weftResult_t param_choice_checked(struct weft_param *p) {
+  const char *v = param_str(p);
+  if (v == NULL || p->choices == NULL) return weftSuccess;
+  char known[128] = "";
+  size_t len = 0;
+  for (const char *const *c = p->choices; *c != NULL; c++) {
+    if (strcasecmp(v, *c) == 0) return weftSuccess;
+    if (len < sizeof known)
+      len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", len ? ", " : "", *c);
+  }
+  return weft_error_set(weftInvalidArgument, "%s=%s: unknown; must be one of %s", p->name, v,
+                        known);
+}
+
 weftResult_t param_tables_check(struct weft_param *const *tables) {
   for (; *tables != NULL; tables++)
     for (struct weft_param *p = *tables; p->name != NULL; p++)
       if (p->type == PARAM_INT && param_has_range(p) && p->out_of_range == PARAM_RANGE_ERROR) {
         int64_t v;
         WEFT_TRY(param_int_checked(p, &v));
+      } else if (p->type == PARAM_STR) {
+        WEFT_TRY(param_choice_checked(p));
       }
   return weftSuccess;
 }
@@ -101,6 +120,9 @@ void param_tables_markdown(struct weft_param *const *tables, FILE *out) {
       if (p->default_str != NULL) fprintf(out, "`%s`", p->default_str);
       else fprintf(out, "unset");
       if (param_has_range(p)) fprintf(out, " | %lld to %lld", (long long)p->min, (long long)p->max);
+      else if (p->choices != NULL)
+        for (const char *const *c = p->choices; *c != NULL; c++)
+          fprintf(out, "%s`%s`", c == p->choices ? " | " : ", ", *c);
       else fprintf(out, " | ");
       fprintf(out, " | %s", p->doc);
       if (p->agree) fprintf(out, ". The same on every rank: a communicator whose ranks differ "

@@ -31,6 +31,9 @@ struct weft_param {
   /* PARAM_INT: the values accepted, min to max; min == max == 0: any */
   int64_t min, max;
   enum param_out_of_range out_of_range;
+  /* PARAM_STR: the values accepted, NULL-terminated (matched ignoring case;
+   * param_tables_check refuses any other); NULL: any */
+  const char *const *choices;
   const char *see; /* a page of docs/ that says more (e.g. "cuda.md"), or NULL */
   int agree;       /* 1: the same on every rank of a communicator, which refuses to form
                       where it differs (struct param_agreement) */

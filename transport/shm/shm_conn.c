@@ -12,7 +12,8 @@
 #include "../topology/topo.h"
 
 struct weft_param shm_params[] = {
-    {.name = "WEFT_SHM_DISABLE", .type = PARAM_INT, .default_str = "0",
+    {.name = "WEFT_SHM_DISABLE", .type = PARAM_INT, .min = 0, .max = 1,
+     .out_of_range = PARAM_RANGE_ERROR, .default_str = "0",
      .doc = "`1` disables the shared-memory transport"},
     PARAM_END,
 };

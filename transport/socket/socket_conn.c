@@ -21,7 +21,8 @@
 #include "socket_proxy.h"
 
 struct weft_param socket_params[] = {
-    [SOCKET_P_DISABLE] = {.name = "WEFT_SOCKET_DISABLE", .type = PARAM_INT, .default_str = "0",
+    [SOCKET_P_DISABLE] = {.name = "WEFT_SOCKET_DISABLE", .type = PARAM_INT, .min = 0, .max = 1,
+     .out_of_range = PARAM_RANGE_ERROR, .default_str = "0",
      .doc = "`1` disables the socket (TCP) transport, used between hosts or when forced with "
             "`WEFT_TRANSPORT=socket`"},
     [SOCKET_P_NSOCKS] = {.name = "WEFT_SOCKET_NSOCKS", .type = PARAM_INT, .default_str = "2",
