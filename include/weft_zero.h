@@ -19,8 +19,8 @@
  *
  * A communication failure (a dead peer, a timeout) surfaces at the next
  * call that synchronizes the stream or waits for a gather: weftZeroStep,
- * weftZeroGetParams, weftZeroSave, weftZeroLoad, weftZeroParam (stages 1-2)
- * or a gather's event. Calls are collective where marked: every
+ * weftZeroGetParams, weftZeroSave, weftZeroSaveWithState, weftZeroLoad,
+ * weftZeroParam (stages 1-2) or a gather's event. Calls are collective where marked: every
  * rank must make them, in the same order. Errors are weftResult_t, with text in weftZeroLastError().
  */
 #ifndef WEFT_ZERO_H
@@ -405,13 +405,42 @@ weftResult_t weftZeroGetParams(weftZero_t zero, float *out, weftStream_t stream)
 weftResult_t weftZeroSave(weftZero_t zero, const char *dir, weftStream_t stream);
 weftResult_t weftZeroLoad(weftZero_t zero, const char *dir, weftStream_t stream);
 
+/* The most bytes of client state a checkpoint holds. */
+#define WEFT_ZERO_STATE_MAX_NBYTES ((size_t)64 << 20)
+
+/* weftZeroSave that also keeps the caller's own state in the checkpoint
+ * (what a trainer needs to resume exactly: its data position, random
+ * generators, schedule): rank 0's nbytes bytes at state, written as
+ * dir/step-<n>/client-state.bin before the checkpoint is renamed into place
+ * and LATEST moved, its size and CRC-32C in the manifest, so that the bytes
+ * and the model state are committed together or not at all. Other ranks'
+ * state and nbytes are ignored (may be NULL, 0). On rank 0, nbytes over
+ * WEFT_ZERO_STATE_MAX_NBYTES, or state NULL with nbytes > 0, is
+ * weftInvalidArgument there and weftRemoteError on the other ranks, before
+ * anything is written. nbytes 0 saves a checkpoint without client state, as
+ * weftZeroSave does. Collective, as weftZeroSave. */
+weftResult_t weftZeroSaveWithState(weftZero_t zero, const char *dir, const void *state,
+                                   size_t nbytes, weftStream_t stream);
+/* The client state of the checkpoint whose state the last weftZeroLoad
+ * installed (with its counters: a successful load, or one that failed only
+ * after the installation): *state_out points at *nbytes_out bytes that the
+ * context holds (read-only) until a later load installs another checkpoint,
+ * or weftZeroDestroy. A load reads and checks the state file on every rank
+ * with the rest of the checkpoint: a state that is missing, cut short,
+ * longer or damaged fails the load on every rank and leaves the context,
+ * and the state this call returns, as they were. *state_out NULL and
+ * *nbytes_out 0 when the checkpoint has none (saved by weftZeroSave, or of
+ * format 4 or older) or before any load installed one. NULL arguments
+ * are weftInvalidArgument. Not collective. */
+weftResult_t weftZeroLoadedState(weftZero_t zero, const void **state_out, size_t *nbytes_out);
+
 /* Writes the checkpoint LATEST names in dir as one file of full fp32
  * parameters: the 8 bytes "WEFTZF32", a uint64 layer count, a uint64
  * parameter count per layer, then every parameter in registration order
  * (little-endian float32). Every shard is checked as weftZeroLoad checks it
  * before anything is written; out_path is written beside and renamed into
  * place, so a refused checkpoint leaves it as it was. Not collective; no
- * communicator needed. */
+ * communicator needed. The client state is neither read nor checked. */
 weftResult_t weftZeroConsolidate(const char *dir, const char *out_path);
 /* Flags of weftZeroConsolidateFlags. */
 typedef enum { weftZeroAllowNonFinite = 1 } weftZeroConsolidateFlags_t;

@@ -7,14 +7,18 @@
  * dir/step-<n>/rank-<r>.bin  a checked header, then for each layer the fp32
  *                            master weights, then each moment, of
  *                            weftZeroShardOf(count, nranks, r)
+ * dir/step-<n>/client-state.bin
+ *                            rank 0's client state (weftZeroSaveWithState),
+ *                            when it has one
  * dir/LATEST                 "step-<n>": the checkpoint to load
  *
  * Save writes into step-<n>.tmp, renames it to step-<n> once every rank's
  * file is on disk, then replaces LATEST by renaming a new file over it, so
  * a crash at any point leaves LATEST naming a complete checkpoint; then it
  * removes what it supersedes, the same run's checkpoints of lower steps.
- * Load checks the manifest and every shard it takes from (checksums, run,
- * step, sizes, the parameters' boundaries, finite values) on every rank and agrees on the outcome, and
+ * Load checks the manifest, every shard it takes from and the client state
+ * (checksums, run, step, sizes, the parameters' boundaries, finite values)
+ * on every rank and agrees on the outcome, and
  * on which checkpoint every rank read, before it changes anything, then
  * reads the shard ranges of the saved rank count that its own ranges need,
  * whatever its rank count and stage. A failure anywhere up to the state's
@@ -172,6 +176,21 @@ static weftResult_t ckpt_write_shard(struct weftZero *z, const char *path,
   weftResult_t res = ckpt_write_shard_from(z, src, path, m, nbytes_out, crc_out);
   zero_state_free(z, src);
   return res;
+}
+
+/* Rank 0: the client state's file, and its CRC-32C to crc_out. */
+static weftResult_t ckpt_write_state(const char *path, const void *state, size_t nbytes,
+                                     uint32_t *crc_out) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return zero_fail(weftSystemError, "cannot create %s: %s", path, strerror(errno));
+  if (write_all(fd, state, nbytes) != 0 || fsync(fd) != 0) {
+    int err = errno != 0 ? errno : EIO;
+    close(fd);
+    return zero_fail(weftSystemError, "writing %s: %s", path, strerror(err));
+  }
+  if (close(fd) != 0) return zero_fail(weftSystemError, "writing %s: %s", path, strerror(errno));
+  *crc_out = zero_crc32c(0, state, nbytes);
+  return weftSuccess;
 }
 
 static weftResult_t ckpt_write_manifest(const struct ckpt_manifest *m, const char *path) {
@@ -332,7 +351,9 @@ static void run_id_unpack(const double words[4], uint8_t run[16]) {
   }
 }
 
-weftResult_t weftZeroSave(weftZero_t z, const char *dir, weftStream_t stream) {
+/* weftZeroSave and weftZeroSaveWithState: state and nbytes are rank 0's. */
+static weftResult_t ckpt_save(weftZero_t z, const char *dir, const void *state, size_t nbytes,
+                              weftStream_t stream) {
   if (z == NULL || dir == NULL) return zero_fail(weftInvalidArgument, "NULL argument");
   if (!z->finalized) return zero_fail(weftInvalidUsage, "call weftZeroFinalize first");
   if (strlen(dir) > PATH_MAX - 64) return zero_fail(weftInvalidArgument, "path too long");
@@ -346,6 +367,14 @@ weftResult_t weftZeroSave(weftZero_t z, const char *dir, weftStream_t stream) {
                      "the optimizer state is partly updated since %s: load a checkpoint "
                      "(weftZeroLoad) before saving one",
                      z->broken);
+  /* rank 0's refusal of its client state reaches the others in the first
+   * agreement, before anything is written */
+  if (mine == weftSuccess && z->rank == 0 && nbytes > WEFT_ZERO_STATE_MAX_NBYTES)
+    mine = zero_fail(weftInvalidArgument,
+                     "a client state of %zu bytes, more than the %zu a checkpoint holds", nbytes,
+                     WEFT_ZERO_STATE_MAX_NBYTES);
+  if (mine == weftSuccess && z->rank == 0 && state == NULL && nbytes > 0)
+    mine = zero_fail(weftInvalidArgument, "the client state is NULL, of %zu bytes", nbytes);
   char name[64], tmp[PATH_MAX], path[PATH_MAX + 64];
   snprintf(name, sizeof name, "step-%ld", z->step);
   snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, name);
@@ -378,11 +407,17 @@ weftResult_t weftZeroSave(weftZero_t z, const char *dir, weftStream_t stream) {
   z->has_run_id = 1;
   struct ckpt_manifest m;
   ckpt_manifest_of(z, &m);
-  uint64_t nbytes = 0;
+  uint64_t shard_nbytes = 0;
   uint32_t crc = 0;
+  mine = weftSuccess;
+  if (z->rank == 0 && nbytes > 0) {
+    snprintf(path, sizeof path, "%s/" CKPT_STATE_FILE, tmp);
+    mine = ckpt_write_state(path, state, nbytes, &m.state_crc);
+    m.state_nbytes = nbytes;
+  }
   snprintf(path, sizeof path, "%s/rank-%05d.bin", tmp, z->rank);
-  mine = ckpt_write_shard(z, path, &m, &nbytes, &crc);
-  sums[1 + 2 * z->rank] = (double)nbytes; /* exact below 2^53 bytes */
+  if (mine == weftSuccess) mine = ckpt_write_shard(z, path, &m, &shard_nbytes, &crc);
+  sums[1 + 2 * z->rank] = (double)shard_nbytes; /* exact below 2^53 bytes */
   sums[1 + 2 * z->rank + 1] = crc;
   WEFT_TRY_GOTO(
       ckpt_agree_with(z, mine, sums, 2 * (size_t)z->nranks, stream, "writing a shard"), res,
@@ -415,6 +450,15 @@ remove_tmp:
   if (res != weftSuccess && made_tmp) remove_tree(tmp);
   free(sums);
   return res;
+}
+
+weftResult_t weftZeroSave(weftZero_t z, const char *dir, weftStream_t stream) {
+  return ckpt_save(z, dir, NULL, 0, stream);
+}
+
+weftResult_t weftZeroSaveWithState(weftZero_t z, const char *dir, const void *state,
+                                   size_t nbytes, weftStream_t stream) {
+  return ckpt_save(z, dir, state, nbytes, stream);
 }
 
 /* The range of layer l this rank owns and holds in master, cut to the layer. */
@@ -499,11 +543,13 @@ static weftResult_t ckpt_check_params(const struct weftZero *z, const char *ver,
   return weftSuccess;
 }
 
-/* Checks what this rank will take: the manifest against the model, and the
+/* Checks what this rank will take: the manifest against the model, the
  * shards it reads from (and every shard q with q % nranks == rank, so that
- * each is checked by someone). */
+ * each is checked by someone), and the client state, which it reads whole
+ * (state_out: malloc'd, NULL when there is none). */
 static weftResult_t ckpt_check_local(struct weftZero *z, const char *dir, char *ver,
-                                     struct ckpt_manifest *m) {
+                                     struct ckpt_manifest *m, void **state_out,
+                                     size_t *state_nbytes_out) {
   WEFT_TRY(ckpt_open_latest(dir, ver, m));
   const char *opt = z->cfg.optimizer == weftZeroAdamW ? "adamw" : "sgd-momentum";
   weftResult_t res = weftSuccess;
@@ -521,6 +567,7 @@ static weftResult_t ckpt_check_local(struct weftZero *z, const char *dir, char *
   for (int q = 0; res == weftSuccess && q < m->nranks; q++)
     if (q % z->nranks == z->rank || ckpt_takes_from(z, m, q))
       res = ckpt_shard_scan(ver, m, q, z->cfg.allowNonFinite);
+  if (res == weftSuccess) res = ckpt_state_read(ver, m, state_out, state_nbytes_out);
   if (res != weftSuccess) ckpt_manifest_free(m);
   return res;
 }
@@ -607,18 +654,28 @@ weftResult_t weftZeroLoad(weftZero_t z, const char *dir, weftStream_t stream) {
   if (mine == weftSuccess) mine = z->ops->sync(stream, z->comm, "synchronizing the stream");
   char ver[PATH_MAX] = "";
   struct ckpt_manifest m;
+  void *state = NULL; /* the checkpoint's client state, the context's once installed */
+  size_t state_nbytes = 0;
   double ident[1 + 2 * CKPT_IDENT] = {0};
-  if (mine == weftSuccess) mine = ckpt_check_local(z, dir, ver, &m);
+  if (mine == weftSuccess) mine = ckpt_check_local(z, dir, ver, &m, &state, &state_nbytes);
   if (mine == weftSuccess) ckpt_ident_of(&m, ident + 1);
   weftResult_t res =
       ckpt_agree_with(z, mine, ident, 2 * CKPT_IDENT, stream, "checking the checkpoint");
   if (res == weftSuccess) res = ckpt_ident_check(ident + 1, dir, ver);
   if (res != weftSuccess) {
     if (mine == weftSuccess) ckpt_manifest_free(&m);
+    free(state);
     return res;
   }
   /* every rank found the same checkpoint sound */
-  WEFT_TRY(ckpt_read_and_install(z, ver, &m, stream));
+  res = ckpt_read_and_install(z, ver, &m, stream);
+  if (res != weftSuccess) {
+    free(state);
+    return res;
+  }
+  free(z->loaded_state);
+  z->loaded_state = state;
+  z->loaded_state_nbytes = state_nbytes;
   z->step = m.step;
   z->updates = m.updates;
   z->good_steps = m.good_steps;
@@ -646,6 +703,14 @@ weftResult_t weftZeroLoad(weftZero_t z, const char *dir, weftStream_t stream) {
   if (res != weftSuccess)
     return zero_break(z, res, "writing back the parameters of %.64s", ver);
   z->broken[0] = '\0'; /* whatever a failed step left is replaced */
+  return weftSuccess;
+}
+
+weftResult_t weftZeroLoadedState(weftZero_t z, const void **state_out, size_t *nbytes_out) {
+  if (z == NULL || state_out == NULL || nbytes_out == NULL)
+    return zero_fail(weftInvalidArgument, "NULL argument");
+  *state_out = z->loaded_state;
+  *nbytes_out = z->loaded_state_nbytes;
   return weftSuccess;
 }
 

@@ -1,4 +1,4 @@
-/* Checkpoint format 4: checksums, the manifest's text, shard headers, and the
+/* Checkpoint format 5: checksums, the manifest's text, shard headers, and the
  * checks a checkpoint passes before anything of it is used (zero_ckpt_format.h).
  * Every size read from a file is bounded by the file's length before it is
  * used to allocate or to index. */
@@ -131,6 +131,12 @@ static int hex_parse(const char *s, uint8_t *bytes, int n) {
   return 0;
 }
 
+static int all_hex(const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!isxdigit((unsigned char)s[i])) return 0;
+  return 1;
+}
+
 /* --- the manifest ---------------------------------------------------------- */
 
 void ckpt_manifest_free(struct ckpt_manifest *m) {
@@ -198,6 +204,7 @@ weftResult_t ckpt_manifest_format(const struct ckpt_manifest *m, char **text_out
              m->params[k].weight_decay);
   for (int q = 0; q < m->nranks; q++)
     text_add(&t, "shard %d %" PRIu64 " %08" PRIx32 "\n", q, m->shard_nbytes[q], m->shard_crc[q]);
+  text_add(&t, "state %" PRIu64 " %08" PRIx32 "\n", m->state_nbytes, m->state_crc);
   if (!t.failed) text_add(&t, "crc32c %08" PRIx32 "\n", zero_crc32c(0, t.buf, t.len));
   if (t.failed) {
     free(t.buf);
@@ -347,12 +354,14 @@ weftResult_t ckpt_manifest_read(const char *ver, long step_of_name, struct ckpt_
   /* the format, then the checksum of everything before the last line */
   if (strncmp(buf, CKPT_FORMAT_V1 "\n", strlen(CKPT_FORMAT_V1) + 1) == 0)
     MANIFEST_BAD("%s is a format 1 checkpoint, written without checksums: this weft reads "
-                 "formats 2 to 4 only (docs/zero.md)", path);
+                 "formats 2 to 5 only (docs/zero.md)", path);
   const int v2 = strncmp(buf, CKPT_FORMAT_V2 "\n", strlen(CKPT_FORMAT_V2) + 1) == 0;
   const int v3 = strncmp(buf, CKPT_FORMAT_V3 "\n", strlen(CKPT_FORMAT_V3) + 1) == 0;
-  if (!v2 && !v3 && strncmp(buf, CKPT_FORMAT "\n", strlen(CKPT_FORMAT) + 1) != 0)
-    MANIFEST_BAD("%s is not a weft ZeRO manifest (format 2, 3 or 4)", path);
-  const int v4 = !v2 && !v3; /* hyperparameters and parameters */
+  const int is_v4 = strncmp(buf, CKPT_FORMAT_V4 "\n", strlen(CKPT_FORMAT_V4) + 1) == 0;
+  const int v5 = strncmp(buf, CKPT_FORMAT "\n", strlen(CKPT_FORMAT) + 1) == 0;
+  if (!v2 && !v3 && !is_v4 && !v5)
+    MANIFEST_BAD("%s is not a weft ZeRO manifest (format 2, 3, 4 or 5)", path);
+  const int v4 = is_v4 || v5; /* hyperparameters and parameters */
   if (len < 2 || buf[len - 1] != '\n') MANIFEST_BAD("%s is truncated", path);
   char *last = memrchr(buf, '\n', len - 1);
   last = last == NULL ? buf : last + 1;
@@ -489,6 +498,18 @@ weftResult_t ckpt_manifest_read(const char *ver, long step_of_name, struct ckpt_
       MANIFEST_BAD("%s: shard %d is %" PRIu64 " bytes, its layers make %" PRIu64, path, q,
                    m->shard_nbytes[q], want);
   }
+  if (v5) {
+    line = line_next(&cur, end);
+    if (line == NULL || strncmp(line, "state ", 6) != 0 ||
+        parse_u64(line + 6, &e, &m->state_nbytes) != 0 || *e != ' ' || strlen(e + 1) != 8 ||
+        !all_hex(e + 1, 8) || sscanf(e + 1, "%8" SCNx32, &m->state_crc) != 1)
+      MANIFEST_BAD("%s: the state line is missing or malformed", path);
+    if (m->state_nbytes > WEFT_ZERO_STATE_MAX_NBYTES)
+      MANIFEST_BAD("%s: a client state of %" PRIu64 " bytes, more than the %zu a checkpoint "
+                   "holds", path, m->state_nbytes, WEFT_ZERO_STATE_MAX_NBYTES);
+    if (m->state_nbytes == 0 && m->state_crc != 0)
+      MANIFEST_BAD("%s: an empty client state with checksum %08" PRIx32, path, m->state_crc);
+  }
   if (cur != end) MANIFEST_BAD("%s: unexpected lines after the shards", path);
   free(buf);
   return weftSuccess;
@@ -514,6 +535,36 @@ weftResult_t ckpt_latest(const char *dir, char *ver_out, long *step_out) {
   free(text);
   if (!ok) return zero_fail(weftInvalidUsage, "%s is damaged: it does not name a step", path);
   *step_out = step;
+  return weftSuccess;
+}
+
+/* --- the client state ------------------------------------------------------ */
+
+weftResult_t ckpt_state_read(const char *ver, const struct ckpt_manifest *m, void **state_out,
+                             size_t *nbytes_out) {
+  if (m->state_nbytes == 0) {
+    *state_out = NULL;
+    *nbytes_out = 0;
+    return weftSuccess;
+  }
+  char path[PATH_MAX + 64], *buf;
+  size_t len;
+  snprintf(path, sizeof path, "%s/" CKPT_STATE_FILE, ver);
+  WEFT_TRY(file_read_bounded(path, WEFT_ZERO_STATE_MAX_NBYTES, &buf, &len));
+  weftResult_t res = weftSuccess;
+  uint32_t crc;
+  if (len != m->state_nbytes)
+    res = zero_fail(weftInvalidUsage, "%s is %zu bytes, the manifest's client state %" PRIu64
+                    " (truncated, or something appended)", path, len, m->state_nbytes);
+  else if ((crc = zero_crc32c(0, buf, len)) != m->state_crc)
+    res = zero_fail(weftInvalidUsage, "%s is damaged: its checksum is %08" PRIx32 ", saved %08"
+                    PRIx32, path, crc, m->state_crc);
+  if (res != weftSuccess) {
+    free(buf);
+    return res;
+  }
+  *state_out = buf;
+  *nbytes_out = len;
   return weftSuccess;
 }
 

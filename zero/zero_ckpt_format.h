@@ -1,4 +1,4 @@
-/* Checkpoint files, format 4: what is written and how it is checked
+/* Checkpoint files, format 5: what is written and how it is checked
  * (zero/zero_ckpt_format.c); zero/zero_ckpt.c saves and loads with them.
  *
  * dir/step-<n>/manifest      text, one "key value" a line (format, run,
@@ -10,14 +10,20 @@
  *                            params), "layer <i> <count>" per layer,
  *                            "param <id> <layer> <count> <weight decay>" per
  *                            parameter in registration order, "shard <r>
- *                            <bytes> <crc32c>" per rank, and last "crc32c
- *                            <hex>" of every byte before
+ *                            <bytes> <crc32c>" per rank, "state <bytes>
+ *                            <crc32c>" of the client state (0 00000000:
+ *                            none), and last "crc32c <hex>" of every byte
+ *                            before
  * dir/step-<n>/rank-<r>.bin  a 64-byte header (struct ckpt_shard_header), then
  *                            for each layer the fp32 master weights, then each
  *                            moment, of weftZeroShardOf(count, nranks, r)
+ * dir/step-<n>/client-state.bin
+ *                            the client state's bytes as given to
+ *                            weftZeroSaveWithState (absent when there are none)
  *
- * Format 3 lacks the hyperparameter, params and param lines; format 2 the
- * loss_scaled line too; both are read (without parameter boundaries to
+ * Format 4 lacks the state line (read: no client state); format 3 the
+ * hyperparameter, params and param lines too; format 2 the loss_scaled line
+ * too; all three are read (format 2 and 3 without parameter boundaries to
  * check). Format 1, without checksums, is refused. Numbers in the binary
  * files are little-endian. */
 #ifndef WEFT_ZERO_CKPT_FORMAT_H
@@ -33,7 +39,10 @@
 #define CKPT_FORMAT_V2 "weft-zero-checkpoint 2"
 /* format 3 has no hyperparameter, params or param lines (read: nparams 0) */
 #define CKPT_FORMAT_V3 "weft-zero-checkpoint 3"
-#define CKPT_FORMAT "weft-zero-checkpoint 4"
+/* format 4 has no state line (read: no client state) */
+#define CKPT_FORMAT_V4 "weft-zero-checkpoint 4"
+#define CKPT_FORMAT "weft-zero-checkpoint 5"
+#define CKPT_STATE_FILE "client-state.bin"
 #define CKPT_SHARD_MAGIC "WEFTZSH2"
 #define CKPT_MAX_LAYERS 1000000
 #define CKPT_MAX_RANKS (1 << 20)
@@ -60,14 +69,14 @@ struct ckpt_shard_header {
 };
 _Static_assert(sizeof(struct ckpt_shard_header) == 64, "the shard header is 64 bytes");
 
-/* A parameter as the manifest records it (format 4). */
+/* A parameter as the manifest records it (formats 4-5). */
 struct ckpt_param {
   int layer;
   size_t count;
   double weight_decay;
 };
 
-/* The hyperparameters at the save (format 4): information, not restored. */
+/* The hyperparameters at the save (formats 4-5): information, not restored. */
 struct ckpt_hyper {
   double lr, beta1, beta2, eps, momentum, weight_decay, max_grad_norm;
   int accum_steps;
@@ -81,19 +90,22 @@ struct ckpt_manifest {
   int loss_scaled;          /* 1: fp16's dynamic scale; 0: the run trained unscaled (its
                                loss_scale is 1); -1: not said (format 2) */
   char optimizer[32];
-  struct ckpt_hyper hyper;  /* format 4; zero in older ones */
-  size_t nparams;           /* format 4: the parameters; 0 in older formats */
+  struct ckpt_hyper hyper;  /* formats 4-5; zero in older ones */
+  size_t nparams;           /* formats 4-5: the parameters; 0 in older formats */
   struct ckpt_param *params;
   size_t *counts;           /* per layer */
   uint64_t *shard_nbytes;   /* per rank: payload bytes, header excluded */
   uint32_t *shard_crc;      /* per rank: the payload's CRC-32C */
+  uint64_t state_nbytes;    /* format 5: the client state's size (0: none, and no file) */
+  uint32_t state_crc;       /* and its CRC-32C (0 when there is none) */
   uint32_t crc;             /* read: the manifest's own CRC-32C (its last line) */
 };
 
 /* Reads and checks ver/manifest: its checksum, every field's range, that
- * the parameters (format 4) fill their layers exactly, in order, and that
+ * the parameters (formats 4-5) fill their layers exactly, in order, that
  * the layer counts give each rank exactly the payload its shard line says
- * (no size overflows). The step must be the one ver's name says. */
+ * (no size overflows), and that the client state (format 5) is within
+ * WEFT_ZERO_STATE_MAX_NBYTES. The step must be the one ver's name says. */
 weftResult_t ckpt_manifest_read(const char *ver, long step_of_name, struct ckpt_manifest *m);
 void ckpt_manifest_free(struct ckpt_manifest *m);
 /* The manifest's text, its checksum line included (malloc'd, *len_out bytes). */
@@ -114,6 +126,12 @@ void ckpt_shard_header_fill(struct ckpt_shard_header *h, const struct ckpt_manif
  * allow_non_finite). */
 weftResult_t ckpt_shard_scan(const char *ver, const struct ckpt_manifest *m, int q,
                              int allow_non_finite);
+
+/* Reads ver's client state whole (a regular file of exactly the manifest's
+ * size, its CRC-32C the manifest's) into a malloc'd buffer; NULL and 0
+ * when the manifest has none. */
+weftResult_t ckpt_state_read(const char *ver, const struct ckpt_manifest *m, void **state_out,
+                             size_t *nbytes_out);
 
 /* The run identity in the header at the start of path (a shard, complete or
  * not: its header is sealed before the payload is written), when the magic

@@ -519,6 +519,7 @@ weftResult_t weftZeroDestroy(weftZero_t z) {
   free(z->layers);
   free(z->params);
   free(z->init);
+  free(z->loaded_state);
   free(z);
   return res;
 }

@@ -196,6 +196,10 @@ struct weftZero {
   int good_steps;
   unsigned char run_id[16]; /* the run's identity in its checkpoints */
   int has_run_id;           /* set by the first save, or by a load */
+  /* the client state of the last load's checkpoint, for weftZeroLoadedState
+   * (malloc'd; NULL and 0: none) */
+  void *loaded_state;
+  size_t loaded_state_nbytes;
   int last_gather;
   int gather_dir;
   size_t mem[ZERO_MEM_NUM];

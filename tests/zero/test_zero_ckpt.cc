@@ -518,11 +518,11 @@ TEST_F(ZeroCkptDamage, RandomDamageIsRefusedOrHarmless) {
 }
 
 // Format 2 (without the loss_scaled line, nor format 4's hyperparameter and
-// parameter lines) still loads, bit for bit; a loss_scaled other than 0 or 1
+// parameter lines, nor format 5's state line) still loads, bit for bit; a loss_scaled other than 0 or 1
 // is refused.
 TEST_F(ZeroCkptDamage, FormatTwoLoadsAndLossScaledIsChecked) {
   std::string text = slurp(ver_ + "/manifest");
-  ASSERT_EQ(text.rfind("weft-zero-checkpoint 4\n", 0), 0u) << text.substr(0, 40);
+  ASSERT_EQ(text.rfind("weft-zero-checkpoint 5\n", 0), 0u) << text.substr(0, 40);
   ASSERT_NE(text.find("\nloss_scaled 0\n"), std::string::npos);  // an fp32 run's
   resign(ver_, 3, [](std::vector<std::string> &lines) {
     lines[0] = "weft-zero-checkpoint 2";

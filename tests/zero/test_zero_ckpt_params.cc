@@ -1,4 +1,4 @@
-// What a checkpoint records of the model beyond its layers (format 4): each
+// What a checkpoint records of the model beyond its layers (from format 4): each
 // parameter's layer, size and weight decay, and the hyperparameters of the
 // save. A load into a model whose parameters are cut differently within
 // layers of the same sizes (5 against 2 + 3) is refused on every rank,
@@ -191,7 +191,7 @@ class ZeroCkptParams : public testing::Test {
 TEST_F(ZeroCkptParams, ManifestRecordsParametersAndHyperparameters) {
   const std::vector<std::string> lines = lines_of(slurp(ver_ + "/manifest"));
   ASSERT_FALSE(lines.empty());
-  EXPECT_EQ(lines[0], "weft-zero-checkpoint 4");
+  EXPECT_EQ(lines[0], "weft-zero-checkpoint 5");
   for (const char *want :
        {"lr 0.002", "beta1 0.90000000000000002", "beta2 0.98999999999999999",
         "eps 1e-08", "momentum 0.90000000000000002", "weight_decay 0.10000000000000001",
@@ -243,7 +243,7 @@ TEST_F(ZeroCkptParams, OtherHyperparametersLoad) {
   expect_load(dir_, 3, 1, kSaved, cfg, nullptr, saved_);
 }
 
-// A format 3 manifest, written out here from the format 4 one's run and
+// A format 3 manifest, written out here from the saved one's run and
 // shards: it loads bit for bit, and (recording no parameters) into a model
 // cut otherwise too.
 TEST_F(ZeroCkptParams, FormatThreeLoads) {
@@ -262,7 +262,7 @@ TEST_F(ZeroCkptParams, FormatThreeLoads) {
     if (l.rfind("shard ", 0) == 0) text += l + "\n";
   char last[32];
   snprintf(last, sizeof last, "crc32c %08x\n", crc32c_ref(0, text.data(), text.size()));
-  // the same as the format 4 manifest without its own lines
+  // the same as the saved manifest without the lines of formats 4 and 5
   std::string stripped;
   for (const std::string &l : four)
     if (!format4_only(l) && l.rfind("crc32c ", 0) != 0)

@@ -114,10 +114,11 @@ inline int train_two_steps(const RankCtx &ctx, weftZero_t z, uint64_t seed) {
 }
 
 // A manifest line that format 4 added (the hyperparameters, the parameter
-// count and the parameters), which formats 2 and 3 lack.
+// count and the parameters) or format 5 (the client state), which formats 2
+// and 3 lack.
 inline bool format4_only(const std::string &line) {
   for (const char *key : {"lr ", "beta1 ", "beta2 ", "eps ", "momentum ", "weight_decay ",
-                          "max_grad_norm ", "accum_steps ", "params ", "param "})
+                          "max_grad_norm ", "accum_steps ", "params ", "param ", "state "})
     if (line.rfind(key, 0) == 0) return true;
   return false;
 }
