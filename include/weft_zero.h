@@ -196,9 +196,11 @@ weftResult_t weftZeroParam(weftZero_t zero, int param, void **ptr_out);
  * (weftZeroAccumulate). Stages 0-1: the same buffer every step. Stages 2
  * and 3 hand out a layer buffer from the bucket pool, held until the
  * layer's reduction is done (may wait for earlier reductions, see
- * bucketBytes): ask for it in every step (weftZeroGradReady refuses a
- * layer asked for in an earlier step but not in this one, whose kept
- * pointer's writes would be lost). With reduceEveryMicroStep there, the
+ * bucketBytes): ask for it in every step. A pointer kept from an earlier
+ * step is not this step's buffer: what is written there is lost, and may
+ * land in the buffer another layer holds now. A layer marked ready with no
+ * weftZeroGrad in the step (one with no gradient this step, on any rank)
+ * reduces as zeros. With reduceEveryMicroStep there, the
  * buffer is the micro-step's: ask for it again in each micro-step (a pointer
  * kept from an earlier one points at a buffer being reduced, or back in the
  * pool); the call waits for the layer's previous reduction first. */

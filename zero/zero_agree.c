@@ -57,7 +57,8 @@ static size_t model_fields(const struct weftZero *z, struct field *f) {
     memcpy(&bits, &z->params[i].weight_decay, sizeof bits);
     decay = mix(decay, bits);
   }
-  const uint64_t init = hash_bytes(0x696e6974ull, z->init, z->psi * sizeof *z->init);
+  const uint64_t init =
+      z->psi > 0 ? hash_bytes(0x696e6974ull, z->init, z->psi * sizeof *z->init) : 0;
   size_t n = 0;
   f[n++] = (struct field){"stage", F_INT, c->stage, 0};
   f[n++] = (struct field){"paramType", F_INT, c->paramType, 0};

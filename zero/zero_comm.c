@@ -173,17 +173,6 @@ weftResult_t weftZeroGradReady(weftZero_t z, int layer, weftStream_t stream) {
   struct zero_layer *l = &z->layers[layer];
   if (l->reduced)
     return zero_fail(weftInvalidUsage, "layer %d was marked ready twice in one step", layer);
-  /* a pointer kept from an earlier step points into the bucket pool, where
-   * another layer's gradients may be by now: what was written there would
-   * be lost (this layer reduced as zeros) and that layer's corrupted. A layer
-   * never asked for is one without gradients (frozen): zeros, as before */
-  if (z->cfg.stage >= 2 && l->asked_ever && !l->asked)
-    return zero_fail(weftInvalidUsage,
-                     "layer %d is marked ready with no weftZeroGrad of its parameters in this "
-                     "step: at stages 2-3 a gradient buffer is the step's own (a pointer kept "
-                     "from an earlier step is back in the pool, its writes lost); ask for it "
-                     "in every step (and leave it zero where the layer has no gradient)",
-                     layer);
   l->reduced = z->sync;
   /* marked again with no gradient asked for since: what was sent is summed
    * already, this reduction's part is zeros */
@@ -211,7 +200,6 @@ weftResult_t zero_grads_reset(struct weftZero *z, weftStream_t stream) {
     if (res == weftSuccess) res = waited;
     WEFT_TRY(zero_layer_buckets_give(z, l));
     l->reduced = 0;
-    l->asked = 0;
     l->shard_sums = 0;
     l->off_queued = 0;
   }

@@ -325,10 +325,16 @@ weftResult_t weftZeroFinalize(weftZero_t z) {
   if (z->finalize_tried)
     return zero_fail(weftInvalidUsage,
                      "an earlier weftZeroFinalize failed: destroy the context and create a new one");
+  /* first, before anything is allocated: a rank that differs (one with no
+   * parameters among them) fails every rank */
+  weftResult_t agreed = zero_agree_model(z);
+  if (agreed != weftSuccess) {
+    z->finalize_tried = 1;
+    return agreed;
+  }
+  /* every rank alike: the empty context takes parameters still */
   if (z->nparams == 0) return zero_fail(weftInvalidUsage, "no parameters were added");
   z->finalize_tried = 1;
-  /* before anything is allocated: a rank that differs fails every rank */
-  WEFT_TRY(zero_agree_model(z));
   int stage = z->cfg.stage;
   size_t flat = 0, shard = 0, own = 0;
   for (int i = 0; i < z->nlayers; i++) {
@@ -414,7 +420,6 @@ weftResult_t weftZeroGrad(weftZero_t z, int param, void **ptr_out) {
     }
     WEFT_TRY(zero_bucket_take(z, l->padded * z->param_size, &l->grad_bucket));
   }
-  l->asked = l->asked_ever = 1;
   *ptr_out = (char *)l->grad_bucket + p->offset * z->param_size;
   return weftSuccess;
 }

@@ -98,9 +98,6 @@ struct zero_layer {
   int shard_sums;      /* reductions summed into the gradient shard this step
                           (reduceEveryMicroStep: one a micro-step) */
   int bucket;          /* stage 0: the bucket of this layer */
-  int asked;           /* stages 2-3: weftZeroGrad gave a buffer of this layer in this
-                          step (asked_ever: in any step) */
-  int asked_ever;
   int off_queued;      /* offloadOptimizer: the owned gradients' copy to the host's
                           staging is queued behind the reduction (red_ev, at stage 0 the
                           bucket's ev, is recorded after it) */

@@ -135,8 +135,10 @@ weftResult_t group_coll_mark(struct weftComm *comm, enum coll_kind coll, const v
   }
   /* moves nothing: its sends and receives end at once too; WEFT_CHECK=1
    * compares it all the same (a rank of count 0 beside peers of another
-   * count sends nothing the peers could miss) */
-  if (count == 0 && !signature_checking()) {
+   * count sends nothing the peers could miss) where it runs on the host:
+   * the NULL stream or a host stream (a CUDA stream's call of no elements
+   * launches nothing, as on device memory) */
+  if (count == 0 && !(signature_checking() && stream_is_host(stream))) {
     group_record_done(comm, &plan, weftSuccess);
     return weftSuccess;
   }

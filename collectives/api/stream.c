@@ -69,6 +69,15 @@ weftResult_t stream_lookup(weftStream_t stream, struct host_stream **out) {
   return weftSuccess;
 }
 
+int stream_is_host(weftStream_t stream) {
+  if (stream == NULL) return 1;
+  pthread_mutex_lock(&registry_lock);
+  struct host_stream *s = registry;
+  while (s != NULL && (void *)s != stream) s = s->next_live;
+  pthread_mutex_unlock(&registry_lock);
+  return s != NULL;
+}
+
 static void item_pending(const struct stream_item *item, int delta) {
   for (size_t i = 0; i < item->nops; i++)
     __atomic_add_fetch(&item->ops[i].comm->pending, delta, __ATOMIC_SEQ_CST);

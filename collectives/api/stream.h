@@ -10,6 +10,8 @@ struct host_stream;
 
 /* The host stream behind a weftStream_t, or an error when it is not one. */
 weftResult_t stream_lookup(weftStream_t stream, struct host_stream **out);
+/* Whether stream is NULL or a live host stream (no error text set). */
+int stream_is_host(weftStream_t stream);
 
 /* Copies ops into the stream's queue; the worker runs them with group_launch
  * after everything queued before. Does not block. */
