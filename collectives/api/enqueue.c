@@ -246,6 +246,14 @@ static weftResult_t coll_enqueue(struct weftComm *comm, struct weft_plan *plan,
                          coll_kind_name(plan->coll), (int)plan->op);
     alone = 1;
   }
+  if (res == weftSuccess && plan->on_device && stream != NULL && stream_is_host(stream)) {
+    /* a CUDA call would take the host stream for a cudaStream_t */
+    res = weft_error_set(weftInvalidArgument,
+                         "%s: device buffers on a weft host stream (weftStreamCreate): pass a "
+                         "CUDA stream, or NULL",
+                         coll_kind_name(plan->coll));
+    alone = 1;
+  }
   if (res == weftSuccess && stream != NULL && !plan->on_device) {
     res = stream_lookup(stream, &hs);
     alone = res != weftSuccess;

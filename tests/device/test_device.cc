@@ -794,6 +794,33 @@ TEST(DevicePreMulSum, DeviceScalarWithHostBuffersIsRefused) {
   cudaFree(scalar_d);
 }
 
+// Device buffers with a weft host stream (weftStreamCreate) are refused,
+// naming both: the CUDA calls took the host stream for a cudaStream_t (a
+// crash, or a lock of memory that is no CUDA stream's).
+TEST(DeviceStreams, HostStreamWithDeviceBuffersIsRefused) {
+  REQUIRE_GPU();
+  const int k = 2;
+  const size_t n = 64;
+  Ranks ranks(k);
+  std::vector<float *> bufs(k, nullptr);
+  weftStream_t host_stream;
+  ASSERT_EQ(weftStreamCreate(&host_stream), weftSuccess);
+  for (int r = 0; r < k; r++) {
+    ASSERT_EQ(cudaMalloc((void **)&bufs[r], n * sizeof(float)), cudaSuccess);
+    weftResult_t res = weftAllReduce(bufs[r], bufs[r], n, weftFloat32, weftSum, ranks.comms[r],
+                                     host_stream);
+    if (r == 0) {
+      EXPECT_EQ(res, weftInvalidArgument);
+      std::string why = weftGetLastError(ranks.comms[r]);
+      EXPECT_NE(why.find("device buffers on a weft host stream"), std::string::npos) << why;
+    } else {
+      EXPECT_NE(res, weftSuccess) << "rank " << r; // its own refusal, or rank 0's broken comm
+    }
+  }
+  EXPECT_EQ(weftStreamDestroy(host_stream), weftSuccess);
+  for (float *b : bufs) cudaFree(b);
+}
+
 // A pre-multiply sum on one rank is refused in place as out of place: the
 // in-place call once returned success with the buffer left unscaled.
 TEST(DevicePreMulSum, OneRankIsRefusedInPlaceToo) {

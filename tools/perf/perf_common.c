@@ -430,7 +430,9 @@ static int setup(struct perf_run *p) {
     LIB_CHECK(p, weftCommRegister(p->comm, p->sendbuf, p->alloc_nbytes, &p->send_reg));
     LIB_CHECK(p, weftCommRegister(p->comm, p->recvbuf, p->alloc_nbytes, &p->recv_reg));
   }
-  if (o->blocking == PERF_BLOCK_NONE && !o->stream_null)
+  /* a host stream queues host-memory calls; device calls on the NULL
+   * stream go out back to back already, waited for after the loop */
+  if (o->blocking == PERF_BLOCK_NONE && !o->stream_null && o->mem_kind == PERF_MEM_HOST)
     LIB_CHECK_THREAD(p, weftStreamCreate(&p->stream));
   if (o->per_iter) {
     p->iter_s = calloc((size_t)o->iters, sizeof *p->iter_s);
