@@ -262,20 +262,9 @@ static void scatter_expect(size_t i, const struct perf_call *c, double *value_ou
 
 /* hypercube: an all-gather by recursive doubling, as nccl-tests' hypercube
  * test: the rank's own block into place, then across each dimension of the
- * cube the blocks gathered so far out and as many in. Power-of-2 ranks only. */
-
-/* On a host stream, weft runs the sends and receives queued back to back as
- * one group (weft.h), so a step that sends what the step before received
- * must wait for it: a wait for an event recorded after that step ends the
- * run, and the stream starts the next step when the last is done. One event
- * for the process: each wait takes the record just before it. */
-static weftResult_t stream_fence(weftStream_t stream) {
-  static weftEvent_t fence;
-  if (stream == NULL) return weftSuccess; /* each call is done when it returns */
-  weftResult_t res = fence == NULL ? weftEventCreate(&fence) : weftSuccess;
-  if (res == weftSuccess) res = weftEventRecord(fence, stream);
-  return res == weftSuccess ? weftStreamWaitEvent(stream, fence) : res;
-}
+ * cube the blocks gathered so far out and as many in. Power-of-2 ranks only.
+ * On a host stream each step's sends wait for the receives before them that
+ * wrote their blocks, as on a CUDA stream (weft.h, "Host streams"). */
 
 static weftResult_t hypercube_run(const void *sendbuf, void *recvbuf, size_t count,
                                   weftDataType_t datatype, weftRedOp_t op, int root,
@@ -290,13 +279,11 @@ static weftResult_t hypercube_run(const void *sendbuf, void *recvbuf, size_t cou
   /* out of place, a send to itself (in stream order with what follows) */
   if (out + (size_t)rank * block != (const char *)sendbuf) {
     res = exchange(sendbuf, out + (size_t)rank * block, count, datatype, rank, rank, comm, stream);
-    if (res == weftSuccess) res = stream_fence(stream);
   }
   for (int mask = 1; mask < nranks && res == weftSuccess; mask <<= 1) {
     const int mine = rank & ~(mask - 1), theirs = mine ^ mask; /* first blocks of each half */
     res = exchange(out + (size_t)mine * block, out + (size_t)theirs * block, count * (size_t)mask,
                    datatype, rank ^ mask, rank ^ mask, comm, stream);
-    if (res == weftSuccess && mask << 1 < nranks) res = stream_fence(stream);
   }
   return res;
 }
