@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,18 @@ struct host_stream {
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct host_stream *registry;
+/* Bumped under registry_lock by every create and destroy: a thread's memo of
+ * its recent stream_is_host answers (a few slots, by address: one thread may
+ * drive several ranks' streams) holds while the generation is unchanged. A
+ * process with no host stream (the CUDA users') never takes the lock. */
+static uint64_t registry_generation;
+static unsigned registry_live;
+#define STREAM_MEMO_SLOTS 8
+static __thread struct {
+  weftStream_t stream;
+  uint64_t generation;
+  int is_host;
+} memo[STREAM_MEMO_SLOTS];
 
 weftResult_t stream_lookup(weftStream_t stream, struct host_stream **out) {
   pthread_mutex_lock(&registry_lock);
@@ -71,9 +84,18 @@ weftResult_t stream_lookup(weftStream_t stream, struct host_stream **out) {
 
 int stream_is_host(weftStream_t stream) {
   if (stream == NULL) return 1;
+  /* the stream's creator published it after the count rose */
+  if (__atomic_load_n(&registry_live, __ATOMIC_ACQUIRE) == 0) return 0;
+  const uint64_t generation = __atomic_load_n(&registry_generation, __ATOMIC_ACQUIRE);
+  const size_t slot = ((uintptr_t)stream >> 4) % STREAM_MEMO_SLOTS;
+  if (memo[slot].stream == stream && memo[slot].generation == generation)
+    return memo[slot].is_host;
   pthread_mutex_lock(&registry_lock);
   struct host_stream *s = registry;
   while (s != NULL && (void *)s != stream) s = s->next_live;
+  memo[slot].stream = stream;
+  memo[slot].generation = registry_generation;
+  memo[slot].is_host = s != NULL;
   pthread_mutex_unlock(&registry_lock);
   return s != NULL;
 }
@@ -400,6 +422,8 @@ weftResult_t weftStreamCreate(weftStream_t *stream) {
   pthread_mutex_lock(&registry_lock);
   s->next_live = registry;
   registry = s;
+  __atomic_add_fetch(&registry_live, 1, __ATOMIC_RELEASE);
+  __atomic_add_fetch(&registry_generation, 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&registry_lock);
   *stream = s;
   return weftSuccess;
@@ -442,6 +466,8 @@ weftResult_t weftStreamDestroy(weftStream_t stream) {
   struct host_stream **link = &registry;
   while (*link != s) link = &(*link)->next_live;
   *link = s->next_live;
+  __atomic_sub_fetch(&registry_live, 1, __ATOMIC_RELEASE);
+  __atomic_add_fetch(&registry_generation, 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&registry_lock);
   pthread_mutex_lock(&s->lock);
   s->stop = 1; /* the worker drains the queue first */

@@ -821,6 +821,55 @@ TEST(DeviceStreams, HostStreamWithDeviceBuffersIsRefused) {
   for (float *b : bufs) cudaFree(b);
 }
 
+// The answer to "is this a host stream" is kept per thread between calls:
+// a CUDA stream goes on working after a host stream was refused, made and
+// destroyed in between on the same thread.
+TEST(DeviceStreams, CudaStreamWorksAroundAHostStreamRefusal) {
+  REQUIRE_GPU();
+  const int k = 2;
+  const size_t n = 33;
+  Ranks ranks(k), alone(1);
+  std::vector<float *> bufs(k, nullptr);
+  for (int r = 0; r < k; r++) ASSERT_EQ(cudaMalloc((void **)&bufs[r], n * sizeof(float)), cudaSuccess);
+  auto all_reduce = [&](float base) {
+    std::vector<float> host(n);
+    for (int r = 0; r < k; r++) {
+      for (size_t i = 0; i < n; i++) host[i] = base + float(r * 100 + i);
+      ASSERT_EQ(cudaMemcpy(bufs[r], host.data(), n * sizeof(float), cudaMemcpyHostToDevice),
+                cudaSuccess);
+    }
+    ASSERT_EQ(weftGroupStart(), weftSuccess);
+    for (int r = 0; r < k; r++)
+      ASSERT_EQ(weftAllReduce(bufs[r], bufs[r], n, weftFloat32, weftSum, ranks.comms[r],
+                              ranks.streams[r]),
+                weftSuccess)
+          << weftGetLastError(ranks.comms[r]);
+    ASSERT_EQ(weftGroupEnd(), weftSuccess);
+    ranks.sync();
+    for (int r = 0; r < k; r++) {
+      ASSERT_EQ(cudaMemcpy(host.data(), bufs[r], n * sizeof(float), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      for (size_t i = 0; i < n; i++) ASSERT_EQ(host[i], 2 * base + float(100 + 2 * i)) << r << " " << i;
+    }
+  };
+  all_reduce(1.0f);
+  for (int round = 0; round < 2; round++) {
+    weftStream_t host_stream;
+    ASSERT_EQ(weftStreamCreate(&host_stream), weftSuccess);
+    float *one = nullptr;
+    ASSERT_EQ(cudaMalloc((void **)&one, n * sizeof(float)), cudaSuccess);
+    EXPECT_EQ(weftAllReduce(one, one, n, weftFloat32, weftSum, alone.comms[0], host_stream),
+              weftInvalidArgument) << "round " << round;
+    all_reduce(2.0f + round); // the CUDA stream, with the host stream alive
+    EXPECT_EQ(weftAllReduce(one, one, n, weftFloat32, weftSum, alone.comms[0], host_stream),
+              weftInvalidArgument) << "round " << round;
+    EXPECT_EQ(weftStreamDestroy(host_stream), weftSuccess);
+    cudaFree(one);
+    all_reduce(4.0f + round);
+  }
+  for (float *b : bufs) cudaFree(b);
+}
+
 // A pre-multiply sum on one rank is refused in place as out of place: the
 // in-place call once returned success with the buffer left unscaled.
 TEST(DevicePreMulSum, OneRankIsRefusedInPlaceToo) {
