@@ -19,6 +19,13 @@ weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_
 weftResult_t comm_init_args_check(weftComm_t *comm_out, int nranks, int rank,
                                   const weftConfig_t *config);
 
+/* weftCommShrink's checks of this rank's arguments, before any exchange:
+ * comm is live, newcomm is not NULL, the exclude list is valid and leaves
+ * this rank out of it, config reads. A group that records a shrink asks them
+ * at the call. */
+weftResult_t comm_shrink_args_check(weftComm_t comm, const int *exclude, int nexclude,
+                                    const weftComm_t *newcomm, const weftConfig_t *config);
+
 /* Reads config (NULL: the defaults) into cfg, honouring the caller's size
  * for older layouts; weftInvalidArgument when it is not a weftConfig_t or a
  * field is out of its range (the text names the field and the range). */

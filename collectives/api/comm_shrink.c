@@ -53,12 +53,25 @@ static weftResult_t shrink_excluded(const struct weftComm *comm, const int *excl
       return weft_error_set(weftInvalidArgument, "CommShrink: rank %d is excluded twice", r);
     out[r] = 1;
   }
-  if (out[comm->rank])
-    return weft_error_set(weftInvalidUsage,
+  if (out[comm->rank]) /* as NCCL: an invalid argument */
+    return weft_error_set(weftInvalidArgument,
                           "CommShrink: rank %d is in its own exclude list; excluded ranks must "
                           "not call CommShrink",
                           comm->rank);
   return weftSuccess;
+}
+
+weftResult_t comm_shrink_args_check(weftComm_t comm, const int *exclude, int nexclude,
+                                    const weftComm_t *newcomm, const weftConfig_t *config) {
+  WEFT_TRY(comm_check(comm));
+  if (newcomm == NULL) return weft_error_set(weftInvalidArgument, "CommShrink: newcomm is NULL");
+  char *excluded = malloc((size_t)comm->nranks);
+  if (excluded == NULL) return weft_error_set(weftSystemError, "CommShrink: out of memory");
+  weftResult_t res = shrink_excluded(comm, exclude, nexclude, excluded);
+  free(excluded);
+  weftConfig_t checked;
+  if (res == weftSuccess) res = comm_config_read(config, &checked);
+  return res;
 }
 
 /* Steps 1 and 2: the new rank, size and id of this survivor. */

@@ -86,6 +86,16 @@ weftResult_t compat_comm_split(weftComm_t comm, int color, int key, weftComm_t *
   return weftCommSplit(comm, color, key, newcomm, (weftConfig_t *)config);
 }
 
+weftResult_t compat_comm_shrink(weftComm_t comm, const int *exclude, int nexclude,
+                                weftComm_t *newcomm, const weftConfig_t *config) {
+  if (group_depth_get() > 0) {
+    weftResult_t res = comm_shrink_args_check(comm, exclude, nexclude, newcomm, config);
+    if (res == weftSuccess) res = group_defer_shrink(comm, exclude, nexclude, newcomm, config);
+    return group_defer_done(res);
+  }
+  return weftCommShrink(comm, exclude, nexclude, newcomm, (weftConfig_t *)config);
+}
+
 weftResult_t compat_comm_split_refused(weftComm_t comm, int key, weftResult_t refused) {
   return comm_split_refused(comm, key, refused);
 }

@@ -71,6 +71,12 @@ weftResult_t compat_comm_init(weftComm_t *comm_out, int nranks, const weftUnique
 weftResult_t compat_comm_split(weftComm_t comm, int color, int key, weftComm_t *newcomm,
                                const weftConfig_t *config);
 
+/* NCCL's shrink: as its split, inside a group recorded (group_defer_shrink),
+ * its arguments checked now (comm_shrink_args_check); otherwise
+ * weftCommShrink at once. */
+weftResult_t compat_comm_shrink(weftComm_t comm, const int *exclude, int nexclude,
+                                weftComm_t *newcomm, const weftConfig_t *config);
+
 /* A split refused by the layer's own checks (an NCCL config that does not
  * read), outside a group: the rank still takes part, marked failed, so that
  * its peers fail at once instead of at their timeout (comm_split_refused). */

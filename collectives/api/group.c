@@ -2,8 +2,8 @@
  * now on the calling thread (and a kept worker thread per further
  * communicator) or later on a host stream's worker.
  *
- * A group also records communicator creation (group_defer_init/split, for
- * the NCCL drop-in): NCCL lets one thread create the communicators of
+ * A group also records communicator creation (group_defer_init/split/
+ * shrink, for the NCCL drop-in): NCCL lets one thread create the communicators of
  * several ranks (one per GPU) between ncclGroupStart and ncclGroupEnd.
  * weft's init and split block until every rank has joined, so inside a
  * group they are recorded, and the outermost end runs all recorded ones at
@@ -147,16 +147,20 @@ weftResult_t group_coll_mark(struct weftComm *comm, enum coll_kind coll, const v
 
 /* --- communicator creation in a group ------------------------------------- */
 
+enum deferred_kind { DEFER_INIT, DEFER_SPLIT, DEFER_SHRINK };
+
 struct deferred {
-  int is_split;
+  enum deferred_kind kind;
   weftComm_t *out;
   /* init */
   int nranks, rank;
   weftUniqueId id;
   int dev; /* the CUDA device current at the call (comm_device_bind) */
-  /* split */
+  /* split and shrink */
   weftComm_t parent;
   int color, key;
+  int *exclude; /* shrink: a copy of the caller's list, freed by the run */
+  int nexclude;
   /* the config, with its name copied: the caller's string may be gone */
   int has_cfg;
   weftConfig_t cfg;
@@ -202,15 +206,36 @@ weftResult_t group_defer_init(weftComm_t *out, int nranks, const weftUniqueId *i
 
 weftResult_t group_defer_split(weftComm_t parent, int color, int key, weftComm_t *out,
                                const weftConfig_t *cfg) {
-  struct deferred d = {.is_split = 1, .out = out, .parent = parent, .color = color, .key = key};
+  struct deferred d = {.kind = DEFER_SPLIT, .out = out, .parent = parent, .color = color,
+                       .key = key};
   return defer(&d, cfg);
+}
+
+weftResult_t group_defer_shrink(weftComm_t parent, const int *exclude, int nexclude,
+                                weftComm_t *out, const weftConfig_t *cfg) {
+  struct deferred d = {.kind = DEFER_SHRINK, .out = out, .parent = parent,
+                       .nexclude = nexclude};
+  if (nexclude > 0) {
+    d.exclude = malloc((size_t)nexclude * sizeof *d.exclude);
+    if (d.exclude == NULL) return weft_error_set(weftSystemError, "out of memory");
+    memcpy(d.exclude, exclude, (size_t)nexclude * sizeof *d.exclude);
+  }
+  weftResult_t res = defer(&d, cfg);
+  if (res != weftSuccess) free(d.exclude);
+  return res;
+}
+
+static const char *deferred_kind_name(enum deferred_kind kind) {
+  return kind == DEFER_SPLIT ? "split" : kind == DEFER_SHRINK ? "shrink" : "init";
 }
 
 static void *deferred_main(void *arg) {
   struct deferred *d = arg;
   weftConfig_t *cfg = d->has_cfg ? &d->cfg : NULL;
-  if (d->is_split) {
+  if (d->kind == DEFER_SPLIT) {
     d->res = weftCommSplit(d->parent, d->color, d->key, &d->comm, cfg);
+  } else if (d->kind == DEFER_SHRINK) {
+    d->res = weftCommShrink(d->parent, d->exclude, d->nexclude, &d->comm, cfg);
   } else {
     d->res = weftCommInitRankConfig(&d->comm, d->nranks, d->id, d->rank, cfg);
     if (d->res == weftSuccess) comm_device_bind(d->comm, d->dev);
@@ -221,7 +246,10 @@ static void *deferred_main(void *arg) {
 
 /* Forgets every recorded creation, which runs nothing: each *out is NULL. */
 static void deferred_drop(void) {
-  for (size_t i = 0; i < ndeferred; i++) *deferred[i].out = NULL;
+  for (size_t i = 0; i < ndeferred; i++) {
+    *deferred[i].out = NULL;
+    free(deferred[i].exclude);
+  }
   free(deferred);
   deferred = NULL;
   ndeferred = deferred_cap = 0;
@@ -256,8 +284,9 @@ static weftResult_t deferred_run(void) {
     *ds[i].out = ds[i].res == weftSuccess ? ds[i].comm : NULL;
   }
   if (res == weftSuccess && failed != NULL)
-    res = weft_error_set(failed->res, "%s in a group: %s", failed->is_split ? "split" : "init",
+    res = weft_error_set(failed->res, "%s in a group: %s", deferred_kind_name(failed->kind),
                          failed->error);
+  for (size_t i = 0; i < n; i++) free(ds[i].exclude);
   free(ds);
   return res;
 }

@@ -57,5 +57,8 @@ weftResult_t group_defer_init(weftComm_t *out, int nranks, const weftUniqueId *i
                               const weftConfig_t *cfg);
 weftResult_t group_defer_split(weftComm_t parent, int color, int key, weftComm_t *out,
                                const weftConfig_t *cfg);
+/* NCCL's shrink in a group: recorded with a copy of the exclude list. */
+weftResult_t group_defer_shrink(weftComm_t parent, const int *exclude, int nexclude,
+                                weftComm_t *out, const weftConfig_t *cfg);
 
 #endif

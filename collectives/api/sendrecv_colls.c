@@ -10,9 +10,9 @@
 
 /* Checks what the group's own calls do not: the comm and its state (first,
  * as for every collective: a finalized comm refuses whatever the
- * arguments), the type, the root. */
+ * arguments), the type, the root (rooted: a gather's or a scatter's). */
 static weftResult_t sendrecv_coll_check(const char *name, weftComm_t comm, size_t count,
-                                        weftDataType_t datatype, int root) {
+                                        weftDataType_t datatype, int rooted, int root) {
   weft_error_clear();
   WEFT_TRY(comm_check(comm));
   WEFT_TRY(comm_op_begin(comm, 0, name));
@@ -20,7 +20,7 @@ static weftResult_t sendrecv_coll_check(const char *name, weftComm_t comm, size_
     return weft_error_set(weftInvalidArgument, "%s: invalid datatype %d", name, (int)datatype);
   if (count > SIZE_MAX / 16 / (size_t)comm->nranks) /* as the collectives' own check */
     return weft_error_set(weftInvalidArgument, "%s: count %zu is too large", name, count);
-  if (root < -1 || root >= comm->nranks)
+  if (rooted && (root < 0 || root >= comm->nranks))
     return weft_error_set(weftInvalidArgument, "%s: root %d out of range [0, %d)", name, root,
                           comm->nranks);
   return weftSuccess;
@@ -69,7 +69,7 @@ static weftResult_t group_close(weftResult_t res) {
 
 weftResult_t weftAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
                           weftDataType_t datatype, weftComm_t comm, weftStream_t stream) {
-  weftResult_t res = sendrecv_coll_check("AlltoAll", comm, count, datatype, -1);
+  weftResult_t res = sendrecv_coll_check("AlltoAll", comm, count, datatype, 0, -1);
   size_t nbytes = res == weftSuccess ? count * weftTypeSize(datatype) * (size_t)comm->nranks : 0;
   uintptr_t s = (uintptr_t)sendbuff, r = (uintptr_t)recvbuff;
   if (res == weftSuccess && count > 0 && sendbuff != NULL && recvbuff != NULL && s < r + nbytes &&
@@ -91,7 +91,7 @@ weftResult_t weftAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
 
 weftResult_t weftGather(const void *sendbuff, void *recvbuff, size_t count,
                         weftDataType_t datatype, int root, weftComm_t comm, weftStream_t stream) {
-  weftResult_t res = sendrecv_coll_check("Gather", comm, count, datatype, root < 0 ? -2 : root);
+  weftResult_t res = sendrecv_coll_check("Gather", comm, count, datatype, 1, root);
   if (res == weftSuccess && comm->rank == root)
     res = rooted_overlap_check("Gather", comm, "recvbuff", recvbuff, sendbuff,
                                count * weftTypeSize(datatype));
@@ -111,7 +111,7 @@ weftResult_t weftGather(const void *sendbuff, void *recvbuff, size_t count,
 
 weftResult_t weftScatter(const void *sendbuff, void *recvbuff, size_t count,
                          weftDataType_t datatype, int root, weftComm_t comm, weftStream_t stream) {
-  weftResult_t res = sendrecv_coll_check("Scatter", comm, count, datatype, root < 0 ? -2 : root);
+  weftResult_t res = sendrecv_coll_check("Scatter", comm, count, datatype, 1, root);
   if (res == weftSuccess && comm->rank == root)
     res = rooted_overlap_check("Scatter", comm, "sendbuff", sendbuff, recvbuff,
                                count * weftTypeSize(datatype));

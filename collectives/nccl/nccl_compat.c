@@ -279,6 +279,7 @@ static ncclResult_t comm_id_root_start(int rank, const ncclUniqueId *commId) {
 }
 
 NCCL_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId) {
+  nccl_env_first_use();
   weft_error_clear();
   if (uniqueId == NULL) return RES(weft_error_set(weftInvalidArgument, "uniqueId is NULL"));
   int set;
@@ -300,6 +301,7 @@ static ncclResult_t group_refused(ncclResult_t res) {
 
 static ncclResult_t init_rank_config(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
                                      ncclConfig_t *config) {
+  nccl_env_first_use();
   weft_error_clear();
   if (comm != NULL) *comm = NULL; /* what a failed init leaves, as NCCL's */
   weftConfig_t cfg, *cfgp;
@@ -345,6 +347,7 @@ NCCL_PROFILING_ALIAS(ncclCommInitRankScalable);
 /* Without devlist NCCL takes the first ndev CUDA devices; weft's ranks stay
  * on the host where the process sees fewer (a machine without GPUs). */
 NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist) {
+  nccl_env_first_use();
   nccl_version_banner(0);
   weft_error_clear();
   /* as NCCL: a device named twice is refused */
@@ -434,13 +437,14 @@ NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList,
                                         ncclConfig_t *config, int shrinkFlags) {
   weft_error_clear();
   if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT)
-    return RES(weft_error_set(weftInvalidArgument, "ncclCommShrink: unknown flags 0x%x",
-                              shrinkFlags));
+    return group_refused(RES(weft_error_set(weftInvalidArgument,
+                                            "ncclCommShrink: unknown flags 0x%x", shrinkFlags)));
   weftConfig_t cfg, *cfgp;
   ncclResult_t res = nccl_config_read(config, &cfg, &cfgp);
-  if (res != ncclSuccess) return res;
-  return RES(weftCommShrink(COMM(comm), excludeRanksList, excludeRanksCount,
-                            (weftComm_t *)newcomm, cfgp));
+  if (res != ncclSuccess) return group_refused(res);
+  /* in a group recorded, as a split: one thread may shrink several ranks */
+  return RES(compat_comm_shrink(COMM(comm), excludeRanksList, excludeRanksCount,
+                                (weftComm_t *)newcomm, cfgp));
 }
 NCCL_PROFILING_ALIAS(ncclCommShrink);
 

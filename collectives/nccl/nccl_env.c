@@ -3,6 +3,7 @@
  * configuration files (NCCL_CONF_FILE, ~/.nccl.conf, /etc/nccl.conf) have
  * set those the environment lacks; the version line NCCL_DEBUG asks for. */
 #include <ctype.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,11 +133,24 @@ static void env_import(void) {
   }
 }
 
-/* At load: NCCL's configuration files once, then the aliases (which
- * ncclResetDebugInit imports again). */
+/* At load: NCCL's configuration files once, then the aliases (which the
+ * first init or unique id, and ncclResetDebugInit, import again). */
 __attribute__((constructor)) static void nccl_compat_load(void) {
   conf_files_load();
   env_import();
+}
+
+/* NCCL reads its variables when first asked (its init, its first log
+ * line), so a program may set them before its first NCCL call: the first
+ * call that starts something imports them again. */
+static void env_first_use_import(void) {
+  env_import();
+  compat_log_settings_reset();
+}
+
+void nccl_env_first_use(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, env_first_use_import);
 }
 
 const char *nccl_env_alias(const char *nccl_name) {

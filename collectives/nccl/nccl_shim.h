@@ -46,8 +46,13 @@ static inline ncclResult_t nccl_res(weftResult_t r) {
 ncclResult_t nccl_config_read(const ncclConfig_t *user, weftConfig_t *cfg,
                               weftConfig_t **cfg_out_p);
 
-/* The WEFT_* variable an NCCL_* one is copied to at load, or NULL. */
+/* The WEFT_* variable an NCCL_* one is copied to (at load, at the first
+ * use), or NULL. */
 const char *nccl_env_alias(const char *nccl_name);
+/* Imports the NCCL_* variables again, once per process, at the first call
+ * that starts something (a unique id, an init): those a program sets before
+ * its first NCCL call count, as in NCCL (nccl_env.c). */
+void nccl_env_first_use(void);
 /* NCCL_DEBUG=VERSION (or more) prints the version once, on rank 0, as NCCL
  * does (nccl_env.c). */
 void nccl_version_banner(int rank);

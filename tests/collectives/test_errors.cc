@@ -151,6 +151,10 @@ TEST_F(Errors, EveryRefusalIsTheCommsLastError) {
   const Refusal refusals[] = {
       {"gather root", [&] { return weftGather(x, x + 4, 1, weftFloat32, 7, comm, nullptr); },
        "root 7"},
+      {"gather negative root", [&] { return weftGather(x, x + 4, 1, weftFloat32, -7, comm, nullptr); },
+       "root -7"},
+      {"scatter root -1", [&] { return weftScatter(x, x + 4, 1, weftFloat32, -1, comm, nullptr); },
+       "root -1 out of range"},
       {"scatter type", [&] { return weftScatter(x, x + 4, 1, (weftDataType_t)77, 0, comm, nullptr); },
        "datatype 77"},
       {"all-to-all overlap", [&] { return weftAlltoAll(x, x, 1, weftFloat32, comm, nullptr); },

@@ -123,7 +123,7 @@ TEST(CommShrink, BadArguments) {
         {twice, 2, &out, weftInvalidArgument, "excluded twice"},
         {all, 3, &out, weftInvalidArgument, "at least one must remain"},
         {nullptr, 1, &out, weftInvalidArgument, "NULL"},
-        {&self, 1, &out, weftInvalidUsage, "its own exclude list"},
+        {&self, 1, &out, weftInvalidArgument, "its own exclude list"},
         {&other, 1, nullptr, weftInvalidArgument, "newcomm is NULL"},
         {&other, -1, &out, weftInvalidArgument, "-1 ranks"},
     };

@@ -1,15 +1,18 @@
 /* Bad arguments through libnccl.so.2, in one process that drives every rank
  * (as a program with one thread per GPU does): each is refused at once with
  * NCCL's code and a message, never a hang until the timeout nor a crash.
- *   groups:        a refused init or split in a group fails the group, whose
- *                  end returns at once and creates nothing; the thread's next
- *                  group and the parent communicator still work
+ *   groups:        a refused init, split or shrink in a group fails the
+ *                  group, whose end returns at once and creates nothing; the
+ *                  thread's next group and the parent communicator still
+ *                  work; a grouped shrink of two survivors makes both
  *   registrations: ncclCommDeregister of a handle not handed out, or handed
  *                  out and deregistered already, or another comm's
  *   windows:       the same for ncclCommWindowDeregister and ncclWinGetUserPtr
  *   memfree:       ncclMemFree of a pointer ncclMemAlloc did not return
  *   last_error:    ncclGetLastError of a destroyed or aborted communicator,
  *                  on another thread, and while another thread destroys it
+ *   late_env:      an NCCL_* variable the program sets before its first NCCL
+ *                  call counts, as in NCCL
  * Run with the part's name; exits 0 when every check passed. A watchdog ends
  * a part that hangs. */
 #include <pthread.h>
@@ -61,6 +64,21 @@ static void expect_sum2(ncclComm_t c0, ncclComm_t c1, const char *what) {
   NCCL_OK(ncclAllReduce(&x[1], &y[1], 1, ncclFloat32, ncclSum, c1, NULL));
   NCCL_OK(ncclGroupEnd());
   EXPECT(y[0] == 3 && y[1] == 3, "%s: sums %g %g, want 3", what, (double)y[0], (double)y[1]);
+}
+
+/* --- Variables set by the program --------------------------------------------- */
+
+/* NCCL reads its variables at its first init, not when the library loads:
+ * one the program sets before its first NCCL call counts (an interface
+ * that does not exist fails the unique id and the init at once). As in
+ * NCCL, the interface is then chosen for the process: this part runs
+ * alone, in a process of its own (named on the command line). */
+static void part_late_env(void) {
+  setenv("NCCL_SOCKET_IFNAME", "nosuchif0", 1);
+  ncclUniqueId id;
+  EXPECT_REFUSED(ncclGetUniqueId(&id), ncclInvalidArgument, "nosuchif0");
+  ncclComm_t c[2] = {UNWRITTEN, UNWRITTEN};
+  EXPECT_REFUSED(ncclCommInitAll(c, 2, NULL), ncclInvalidArgument, "nosuchif0");
 }
 
 /* --- Groups --------------------------------------------------------------------- */
@@ -144,9 +162,49 @@ static void group_split_refused(void) {
   }
 }
 
+/* One thread shrinks a clique of three in a group, as NCCL lets it: the
+ * end makes both survivors' comms at once (each shrink called alone would
+ * wait for the other until the timeout); a refused shrink in a group fails
+ * it at once and makes nothing. */
+static void group_shrink(void) {
+  ncclComm_t parent[3];
+  NCCL_OK(ncclCommInitAll(parent, 3, NULL));
+  int gone = 1;
+  ncclComm_t s[3] = {UNWRITTEN, UNWRITTEN, UNWRITTEN};
+  const double t0 = now_s();
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclCommShrink(parent[0], &gone, 1, &s[0], NULL, NCCL_SHRINK_DEFAULT));
+  EXPECT_REFUSED(ncclCommShrink(parent[1], &gone, 1, &s[1], NULL, NCCL_SHRINK_DEFAULT),
+                 ncclInvalidArgument, "own exclude list");
+  EXPECT_REFUSED(ncclGroupEnd(), ncclInvalidArgument, "own exclude list");
+  EXPECT(now_s() - t0 < 5, "shrink refusal: the group took %.1f s", now_s() - t0);
+  EXPECT(s[0] == NULL, "shrink refusal: the failed group left comm %p", (void *)s[0]);
+  const double t1 = now_s();
+  int list[1] = {gone};
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclCommShrink(parent[0], list, 1, &s[0], NULL, NCCL_SHRINK_DEFAULT));
+  list[0] = 0; /* the call copied its list */
+  NCCL_OK(ncclCommShrink(parent[2], &gone, 1, &s[2], NULL, NCCL_SHRINK_ABORT));
+  NCCL_OK(ncclGroupEnd());
+  EXPECT(now_s() - t1 < 5, "grouped shrink took %.1f s", now_s() - t1);
+  EXPECT(s[0] != NULL && s[0] != UNWRITTEN && s[2] != NULL && s[2] != UNWRITTEN,
+         "grouped shrink made comms %p %p", (void *)s[0], (void *)s[2]);
+  if (s[0] != NULL && s[0] != UNWRITTEN && s[2] != NULL && s[2] != UNWRITTEN) {
+    int n0 = 0, r2 = -1;
+    NCCL_OK(ncclCommCount(s[0], &n0));
+    NCCL_OK(ncclCommUserRank(s[2], &r2));
+    EXPECT(n0 == 2 && r2 == 1, "grouped shrink: %d ranks, the last survivor rank %d", n0, r2);
+    expect_sum2(s[0], s[2], "the grouped shrink");
+    NCCL_OK(ncclCommDestroy(s[0]));
+    NCCL_OK(ncclCommDestroy(s[2]));
+  }
+  for (int i = 0; i < 3; i++) NCCL_OK(ncclCommDestroy(parent[i]));
+}
+
 static void part_groups(void) {
   for (int bad = 0; bad < 3; bad++) group_init_refused(bad);
   group_split_refused();
+  group_shrink();
 }
 
 /* --- Registrations and windows ------------------------------------------------ */
@@ -275,20 +333,23 @@ int main(int argc, char **argv) {
   static const struct {
     const char *name;
     void (*run)(void);
-  } parts[] = {{"groups", part_groups},     {"registrations", part_registrations},
+  } parts[] = {{"late_env", part_late_env}, /* named alone: it needs the first NCCL call */
+               {"groups", part_groups},     {"registrations", part_registrations},
                {"windows", part_windows},   {"memfree", part_memfree},
                {"last_error", part_last_error}};
   signal(SIGALRM, watchdog_fired);
   int ran = 0;
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-    if (argc < 2 || strcmp(argv[1], parts[i].name) == 0) {
+    if ((argc < 2 && parts[i].run != part_late_env) ||
+        (argc >= 2 && strcmp(argv[1], parts[i].name) == 0)) {
       alarm(60);
       parts[i].run();
       alarm(0);
       ran++;
     }
   if (ran == 0) {
-    fprintf(stderr, "usage: %s [groups|registrations|windows|memfree|last_error]\n", argv[0]);
+    fprintf(stderr, "usage: %s [late_env|groups|registrations|windows|memfree|last_error]\n",
+            argv[0]);
     return 2;
   }
   if (g_failures > 0) fprintf(stderr, "%d check(s) failed\n", g_failures);
