@@ -236,6 +236,9 @@ TEST(Failure, RevokeFromAnotherThreadKeepsTheComm) {
     std::vector<float> buf(4096, 1.0f);
     TRY_RC(allreduce_works(ctx, comm, 4096, "before the revoke"));
     if (ctx.rank == 0) {
+      // an older refusal's text, which the revoked call's must replace
+      FAIL_IF(weftBroadcast(buf.data(), buf.data(), 1, weftFloat32, -1, comm, nullptr) !=
+                  weftInvalidArgument, "a broadcast of root -1 was not refused");
       Call call{comm, &buf, false, weftSuccess, 0};
       pthread_t tid;
       pthread_create(&tid, nullptr, allreduce_thread, &call);
@@ -245,6 +248,8 @@ TEST(Failure, RevokeFromAnotherThreadKeepsTheComm) {
       pthread_join(tid, nullptr);
       FAIL_IF(call.res == weftSuccess, "the revoked call succeeded");
       FAIL_IF(now_s() - t0 > 2, "revoke took %.2f s", now_s() - t0);
+      FAIL_IF(!contains(weftGetLastError(comm), "cut short by a revoke"),
+              "the comm's last error after the revoked call: %s", weftGetLastError(comm));
     } else {
       usleep(1000000); // join late: rank 0 has revoked by now
       double t0 = now_s();

@@ -26,8 +26,23 @@ static inline weftResult_t op_begin(struct weftComm *comm) {
   return weftSuccess;
 }
 
+/* An op that a revoke cut short does not break the comm (the revoke keeps
+ * it for split and shrink), but its failure is still the comm's last error,
+ * saying why: the waits' own text only says the comm was aborted. */
+static void op_revoked(struct weftComm *comm, weftResult_t res) {
+  if (strstr(weft_error_text(), "revoked") == NULL) {
+    char cause[768];
+    snprintf(cause, sizeof cause, "%s", weft_error_text());
+    weft_error_set(res, "cut short by a revoke of the communicator (weftCommRevoke): %s", cause);
+  }
+  comm_error_text_set(comm, weft_error_text());
+}
+
 static inline weftResult_t op_end(struct weftComm *comm, weftResult_t res) {
-  if (res != weftSuccess && !comm_life_revoked(comm)) comm_fail(comm, res);
+  if (res != weftSuccess) {
+    if (!comm_life_revoked(comm)) comm_fail(comm, res);
+    else op_revoked(comm, res);
+  }
   comm_op_end(comm);
   return res;
 }
