@@ -151,6 +151,15 @@ const char *weftGetLastError(weftComm_t comm);
  * joined. Call on one process and send the id to the others. Does not block. */
 weftResult_t weftGetUniqueId(weftUniqueId *uniqueId);
 
+/* weft extension, for launchers that serve the rendezvous themselves
+ * (weftGetUniqueId in the launcher's process, as weftrun): process pid of
+ * this host is to join as rank. Should it end before it joins (an exit of
+ * any status, a signal), the ranks waiting in the rendezvous fail at once
+ * with weftRemoteError naming it, instead of at their timeout; once it has
+ * joined, its end is the communicator's business. weftInvalidArgument where
+ * this process serves no rendezvous of uniqueId (or it has ended). */
+weftResult_t weftUniqueIdWatchRank(const weftUniqueId *uniqueId, int rank, int pid);
+
 /* Joins rank `rank` of `nranks` to the communicator named by commId. Blocks
  * until all ranks have joined and connections are set up, or until the
  * timeout (WEFT_TIMEOUT), which is an error. */

@@ -41,6 +41,29 @@ weftResult_t weftGetUniqueId(weftUniqueId *uniqueId) {
   return weftSuccess;
 }
 
+void comm_child_watch(const struct weftComm *parent, const struct bootstrap_id *id,
+                      int parent_rank, int child_rank) {
+  const struct peer_info *p = &parent->peers[parent_rank];
+  if (parent_rank == parent->rank || p->host_hash != parent->peers[parent->rank].host_hash ||
+      p->pid <= 0)
+    return;
+  if (bootstrap_root_watch(id, child_rank, (pid_t)p->pid) != weftSuccess) weft_error_clear();
+}
+
+weftResult_t weftUniqueIdWatchRank(const weftUniqueId *uniqueId, int rank, int pid) {
+  weft_error_clear();
+  if (uniqueId == NULL) return weft_error_set(weftInvalidArgument, "uniqueId is NULL");
+  struct bootstrap_id id;
+  memcpy(&id, uniqueId->internal, sizeof id);
+  weftResult_t res = bootstrap_root_watch(&id, rank, (pid_t)pid);
+  if (res != weftSuccess) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", weft_error_text());
+    weft_error_set(res, "UniqueIdWatchRank: %s", why);
+  }
+  return res;
+}
+
 /* The ranges NCCL gives its config's fields (blocking 0 or 1, channel
  * bounds 1 and up, the least at most the most); a timeout is positive, as
  * weftCommSetTimeout's. WEFT_CONFIG_UNDEF_INT is the default, never out of

@@ -19,6 +19,13 @@ weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_
 weftResult_t comm_init_args_check(weftComm_t *comm_out, int nranks, int rank,
                                   const weftConfig_t *config);
 
+/* A split's or shrink's leader, which serves the child's rendezvous at id:
+ * the parent's rank parent_rank joins as child_rank. Where it shares this
+ * host, the root watches its process, so that a death before it joins
+ * fails the others at once instead of at their timeout. */
+void comm_child_watch(const struct weftComm *parent, const struct bootstrap_id *id,
+                      int parent_rank, int child_rank);
+
 /* weftCommShrink's checks of this rank's arguments, before any exchange:
  * comm is live, newcomm is not NULL, the exclude list is valid and leaves
  * this rank out of it, config reads. A group that records a shrink asks them

@@ -89,6 +89,9 @@ static weftResult_t shrink_exchange(struct weftComm *comm, const char *excluded,
   if (leader == comm->rank) {
     weftResult_t created = bootstrap_id_create_like(comm->bs, &msg.id);
     msg.ok = created == weftSuccess;
+    /* a survivor of this host that dies before it joins fails the others */
+    for (int r = 0, rank_in_child = 0; msg.ok && r < comm->nranks; r++)
+      if (!excluded[r]) comm_child_watch(comm, &msg.id, r, rank_in_child++);
     char why[768];
     snprintf(why, sizeof why, "%s", weft_error_text());
     /* send even a failure, so that no survivor waits for its timeout */

@@ -111,6 +111,14 @@ static weftResult_t split_exchange(struct weftComm *comm, int color, int key, in
       bootstrap_id_create_like(comm->bs, &ids[me].id) != weftSuccess) {
     ids[me].ok = 0;
     snprintf(why, sizeof why, "%s", weft_error_text());
+  } else if (color != WEFT_SPLIT_NOCOLOR && leader == me) {
+    /* a member of this host that dies before it joins fails the others */
+    for (int r = 0; r < n; r++) {
+      if (all[r].color != color || r == me) continue;
+      int their_rank, size_unused, leader_unused;
+      split_place(all, n, r, &their_rank, &size_unused, &leader_unused);
+      comm_child_watch(comm, &ids[me].id, r, their_rank);
+    }
   }
   res = bootstrap_allgather(comm->bs, ids, sizeof *ids);
   if (res != weftSuccess) {

@@ -244,6 +244,24 @@ if [[ -x $tools/all_reduce_perf ]]; then
   report late_init
 fi
 
+# --- (c5) a rank that ends before it joins, even with status 0 ---------------
+# (it never called weft): the others' rendezvous fails at once naming it, not
+# at their WEFT_TIMEOUT (30 s here)
+if [[ -x $tools/all_reduce_perf ]]; then
+  t0=$(date +%s%N)
+  bounded "$weftrun" -n 3 -x WEFT_TIMEOUT=30 sh -c \
+    'if [ "$RANK" = 1 ]; then exit 0; fi; sleep 0.5; exec "$0" -b 8 -e 8 -n 1 -w 1 -B 0' \
+    "$tools/all_reduce_perf" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  took_ms=$((($(date +%s%N) - t0) / 1000000))
+  [[ $rc -ne 0 ]] || fail "exit status 0: the job went on without rank 1"
+  ((took_ms < 10000)) || fail "took $took_ms ms (the ranks waited for their timeout)"
+  [[ $(grep -c "rank 1 left (exited, failed or died) before all 3 ranks joined" "$tmp/out" "$tmp/err" |
+       awk -F: '{s += $2} END {print s}') -ge 1 ]] ||
+    fail "no rank named rank 1: $(tail -3 "$tmp/out" "$tmp/err")"
+  report rank_ended_before_joining
+fi
+
 # --- (d) SIGINT to weftrun reaches the ranks --------------------------------
 with_default_sigint "$weftrun" -n 3 sh -c 'sleep '"$sleep_s"'; :' "$marker" >"$tmp/out" 2>"$tmp/err" &
 pid=$!

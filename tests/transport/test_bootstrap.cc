@@ -621,3 +621,41 @@ TEST(AskAll, AHostThatDoesNotAnswerLeavesTheOthersTheirTime) {
 }
 
 }  // namespace
+
+// A launcher that serves the rendezvous watches its ranks' processes
+// (weftUniqueIdWatchRank): one that ends before it joins, even with status 0
+// (it never called weft), fails the others' init at once naming it, not at
+// their timeout (20 s here). An id this process does not serve is refused.
+TEST(RootWatch, RankThatEndsBeforeJoiningIsNamedAtOnce) {
+  weftUniqueId id;
+  ASSERT_EQ(weftGetUniqueId(&id), weftSuccess) << weftGetLastError(nullptr);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  ASSERT_EQ(weftUniqueIdWatchRank(&id, 1, (int)child), weftSuccess) << weftGetLastError(nullptr);
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+  weftConfig_t cfg = WEFT_CONFIG_INITIALIZER;
+  cfg.timeoutMs = 20000;
+  weftComm_t comm = nullptr;
+  const double t0 = now_s();
+  const weftResult_t res = weftCommInitRankConfig(&comm, 2, id, 0, &cfg);
+  const std::string msg = weftGetLastError(nullptr);
+  EXPECT_EQ(res, weftRemoteError) << msg;
+  EXPECT_LT(now_s() - t0, 5.0) << msg;
+  EXPECT_NE(msg.find("rank 1 left (exited, failed or died) before all 2 ranks joined"),
+            std::string::npos)
+      << msg;
+  if (res == weftSuccess) weftCommDestroy(comm);
+
+  weftUniqueId stranger;
+  memset(&stranger, 0, sizeof stranger);
+  EXPECT_EQ(weftUniqueIdWatchRank(&stranger, 1, (int)getpid()), weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError(nullptr)).find("not served by this process"),
+            std::string::npos)
+      << weftGetLastError(nullptr);
+  EXPECT_EQ(weftUniqueIdWatchRank(nullptr, 1, (int)getpid()), weftInvalidArgument);
+  weftUniqueId fresh;
+  ASSERT_EQ(weftGetUniqueId(&fresh), weftSuccess);
+  EXPECT_EQ(weftUniqueIdWatchRank(&fresh, -1, (int)getpid()), weftInvalidArgument);
+}

@@ -91,7 +91,9 @@ static void run_usage(FILE *f)
           "be run, and 1 when writing its own output failed (other than a closed pipe).\n"
           "\n"
           "The rendezvous waits for the ranks as long as they run: weftrun serves one\n"
-          "weftCommInitFromEnv per rank; more communicators come from weftCommSplit.\n");
+          "weftCommInitFromEnv per rank; more communicators come from weftCommSplit. A\n"
+          "rank that ends before it joins (with any status: one that exits 0 without\n"
+          "calling weft too) fails the others' weftCommInitFromEnv at once, naming it.\n");
 }
 
 static void run_usage_error(const char *fmt, ...)
@@ -471,6 +473,7 @@ int main(int argc, char **argv)
     status = 1;
     goto free_job;
   }
+  job.unique_id = id;
   static const char hex[] = "0123456789abcdef";
   for (int i = 0; i < WEFT_UNIQUE_ID_BYTES; i++) {
     unsigned char b = (unsigned char)id.internal[i];

@@ -73,6 +73,7 @@ struct run_job {
   char **sh_argv;            /* "sh exec_path ARGS..." for scripts without #! */
   char **x_vars;             /* -x NAME=VALUE, later ones win */
   int n_x_vars;
+  weftUniqueId unique_id;     /* the rendezvous this process serves */
   char unique_id_hex[2 * WEFT_UNIQUE_ID_BYTES + 1];
   int master_port;
   int64_t kill_timeout_ms;

@@ -304,6 +304,11 @@ int run_launch(struct run_job *job, int r, int devnull_fd)
 
   setpgid(pid, pid); /* also done by the child; whichever runs first wins */
   rank->pid = pid;
+  /* a rank that ends before it joins (even with status 0: it never called
+   * weft) fails the others' rendezvous at once, naming it, instead of
+   * leaving them waiting until their timeout */
+  if (weftUniqueIdWatchRank(&job->unique_id, r, (int)pid) != weftSuccess)
+    run_note(job, "rank %d: %s", r, weftGetLastError(NULL));
   job->nlaunched++;
   job->nlive++;
   run_set_nonblock(out_pipe[0]);

@@ -57,6 +57,13 @@ weftResult_t bootstrap_root_start(const union weft_sockaddr *bind_addr,
                                   const uint8_t secret[BOOTSTRAP_SECRET_BYTES],
                                   union weft_sockaddr *bound_out);
 
+/* Tells the root service of id, which this process serves, that process
+ * pid of this host is to join as rank: should it end before it joins, the
+ * ranks waiting for the rendezvous fail at once, naming it, instead of at
+ * their timeout. weftInvalidArgument where no root of this process has id's
+ * secret (never served here, or ended). */
+weftResult_t bootstrap_root_watch(const struct bootstrap_id *id, int rank, pid_t pid);
+
 /* Fills the parts of peer info that bootstrap knows: pid, host identity. */
 void bootstrap_peer_info_local(struct peer_info *info);
 

@@ -85,7 +85,8 @@ static weftResult_t root_wait_table(int root_fd, const struct bootstrap_id *id, 
     int32_t left = -1;
     sock_recv_all(root_fd, &left, sizeof left, clock_ns() + HELLO_TIMEOUT_NS);
     return weft_error_set(weftRemoteError,
-                          "rank %d left (failed or died) before all %d ranks joined at %s",
+                          "rank %d left (exited, failed or died) before all %d ranks "
+                          "joined at %s",
                           (int)left, nranks, root);
   }
   if (res == weftSuccess && outcome == ROOT_RANK_REFUSED) {

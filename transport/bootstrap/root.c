@@ -17,11 +17,76 @@
 #include "../base/status.h"
 #include "wire.h"
 
+struct root_watch {
+  int rank;
+  pid_t pid;
+};
+
 struct root_state {
   int listen_fd;
   uint8_t secret[BOOTSTRAP_SECRET_BYTES];
   uint64_t timeout_ns;
+  struct root_state *next_live; /* the registry of this process's roots */
+  /* processes of this host that are to join (bootstrap_root_watch), under
+   * roots_lock: one that ends before it joined fails the rendezvous */
+  struct root_watch *watches;
+  int nwatches, watches_cap;
 };
+
+static pthread_mutex_t roots_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct root_state *roots;
+
+weftResult_t bootstrap_root_watch(const struct bootstrap_id *id, int rank, pid_t pid) {
+  if (rank < 0 || rank >= ROOT_MAX_RANKS || pid <= 0)
+    return weft_error_set(weftInvalidArgument, "watching rank %d (pid %d): out of range", rank,
+                          (int)pid);
+  weftResult_t res = weftSuccess;
+  pthread_mutex_lock(&roots_lock);
+  struct root_state *st = roots;
+  while (st != NULL && !secret_equal(st->secret, id->secret)) st = st->next_live;
+  if (st == NULL) {
+    res = weft_error_set(weftInvalidArgument,
+                         "the rendezvous of this id is not served by this process (or has "
+                         "ended)");
+  } else {
+    if (st->nwatches == st->watches_cap) {
+      int cap = st->watches_cap ? 2 * st->watches_cap : 16;
+      struct root_watch *w = realloc(st->watches, sizeof *w * (size_t)cap);
+      if (w == NULL) res = weft_error_set(weftSystemError, "out of memory");
+      else {
+        st->watches = w;
+        st->watches_cap = cap;
+      }
+    }
+    if (res == weftSuccess) st->watches[st->nwatches++] = (struct root_watch){rank, pid};
+  }
+  pthread_mutex_unlock(&roots_lock);
+  return res;
+}
+
+/* Takes st out of the registry, with its watches. */
+static void root_unregister(struct root_state *st) {
+  pthread_mutex_lock(&roots_lock);
+  struct root_state **link = &roots;
+  while (*link != NULL && *link != st) link = &(*link)->next_live;
+  if (*link != NULL) *link = st->next_live;
+  free(st->watches);
+  st->watches = NULL;
+  st->nwatches = st->watches_cap = 0;
+  pthread_mutex_unlock(&roots_lock);
+}
+
+/* A watched rank still to join whose process has ended, or -1. */
+static int root_watched_gone(struct root_state *st, const int *fds, int nranks) {
+  int gone = -1;
+  pthread_mutex_lock(&roots_lock);
+  for (int i = 0; i < st->nwatches && gone < 0; i++) {
+    const struct root_watch *w = &st->watches[i];
+    if (w->rank < nranks && fds[w->rank] == -1 && pid_gone(w->pid, 1)) gone = w->rank;
+  }
+  pthread_mutex_unlock(&roots_lock);
+  return gone;
+}
 
 static void root_reply(int fd, uint32_t code) {
   sock_send_all(fd, &code, sizeof code, clock_ns() + HELLO_TIMEOUT_NS);
@@ -168,6 +233,7 @@ static void *root_main(void *arg) {
     if (left < 0 && !out_of_fds) {
       left = root_rank_left(fds, nranks);
       int died = left < 0 ? root_rank_died_unjoined(st, fds, nranks, keys, key_rank) : -1;
+      if (died < 0 && fds != NULL) died = root_watched_gone(st, fds, nranks);
       if (died >= 0) left = died;
     }
     if (left >= 0 && fds[left] != -2) { /* found just now: tell the joined ranks */
@@ -323,6 +389,7 @@ static void *root_main(void *arg) {
       sock_send_all(fds[r], infos, sizeof *infos * (size_t)nranks, d);
   }
 close_all:
+  root_unregister(st);
   for (int r = 0; fds != NULL && infos != NULL && r < nranks; r++) /* fds is set once both are */
     if (fds[r] >= 0) close(fds[r]);
   if (hs != NULL) sock_hellos_close(hs);
@@ -346,6 +413,10 @@ weftResult_t bootstrap_root_start(const union weft_sockaddr *bind_addr,
   WEFT_TRY_GOTO(sock_listen(bind_addr, &st->listen_fd, &bound), res, free_state);
   memcpy(st->secret, secret, BOOTSTRAP_SECRET_BYTES);
   st->timeout_ns = wait_default_timeout_ns();
+  pthread_mutex_lock(&roots_lock);
+  st->next_live = roots;
+  roots = st;
+  pthread_mutex_unlock(&roots_lock);
   pthread_t tid;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -353,6 +424,7 @@ weftResult_t bootstrap_root_start(const union weft_sockaddr *bind_addr,
   int rc = pthread_create(&tid, &attr, root_main, st);
   pthread_attr_destroy(&attr);
   if (rc != 0) {
+    root_unregister(st);
     errno = rc;
     res = weft_error_errno(weftSystemError, "starting the bootstrap root thread");
     goto close_listen;
