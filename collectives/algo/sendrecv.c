@@ -432,6 +432,7 @@ struct sendrecv_exec {
   struct sendrecv_state *st; /* inline_st, or the heap's past EXEC_INLINE_OPS */
   size_t nops, cap;
   size_t left;      /* ops not finished */
+  size_t low;       /* every op before it is finished: polls start there */
   struct weft_wait w;
   int waiting;      /* w is counting: nothing moved since it began */
   struct sendrecv_state inline_st[EXEC_INLINE_OPS];
@@ -447,7 +448,7 @@ static void exec_init(struct sendrecv_exec *x, struct weftComm *comm, int lazy,
   x->send_state = x->recv_state = NULL;
   x->connecting = 0;
   x->st = x->inline_st;
-  x->nops = x->left = 0;
+  x->nops = x->left = x->low = 0;
   x->cap = EXEC_INLINE_OPS;
   x->waiting = 0;
 }
@@ -607,7 +608,10 @@ weftResult_t sendrecv_exec_poll(struct sendrecv_exec *x) {
       return res;
     }
   }
-  for (size_t i = 0; i < nops && x->left > 0; i++) {
+  /* a long-lived executor (a host stream's run of thousands of sends) would
+   * otherwise walk its finished ops on every poll */
+  while (x->low < nops && st[x->low].finished) x->low++;
+  for (size_t i = x->low; i < nops && x->left > 0; i++) {
     struct sendrecv_state *s = &st[i];
     if (s->finished || (s->after >= 0 && !st[s->after].finished)) continue;
     if (!exec_conn_ready(x, s->op)) {

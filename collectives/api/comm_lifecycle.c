@@ -24,6 +24,7 @@
 #include "../core/signature.h"
 #include "../core/trace.h"
 #include "config.h"
+#include "stream.h"
 
 weftResult_t weftGetVersion(int *version) {
   if (version == NULL) return weft_error_set(weftInvalidArgument, "version is NULL");
@@ -534,6 +535,7 @@ weftResult_t weftCommAbort(weftComm_t comm) {
   comm_life_abort(comm);
   device_comm_abort(comm);
   comm_poison(comm);
+  stream_drop_comm(comm, weftRemoteError);
   comm_wait_quiet(comm);
   comm_wait_revokes(comm);
   trace_dump_to_dir(comm->trace, TRACE_ON_ABORT, comm->last_error);
@@ -571,6 +573,7 @@ weftResult_t weftCommRevoke(weftComm_t comm, int revokeFlags) {
   }
   device_comm_abort(comm);
   comm_poison(comm);
+  stream_drop_comm(comm, weftRemoteError);
   comm_wait_quiet(comm);
   /* what failed inside the revoke (an operation cut short here or on a
    * peer) is over for the bootstrap too: split and shrink use it next */

@@ -34,6 +34,9 @@ struct stream_item {
   void *hook_arg;
   int mark; /* the hook only marks a point: it never blocks */
   const void *tag; /* the caller's name for a hook item (stream_run_head), or NULL */
+  /* ops of an aborted or revoked comm taken out while queued
+   * (stream_drop_comm): the item fails with this when it is reached */
+  weftResult_t dropped;
   size_t nops;
   struct group_op ops[];
 };
@@ -125,6 +128,10 @@ struct taken {
   struct stream_item **items;
   size_t *ends;
   size_t n, cap, retired;
+  /* ops retired while the run still holds the comm: their count comes off
+   * comm->pending only once the hold is let go (launch_op_end), so that a
+   * destroy that waits for pending never finds the run's hold after it */
+  size_t held;
 };
 
 static weftResult_t taken_push(struct taken *t, struct stream_item *item, size_t end) {
@@ -159,7 +166,8 @@ static void taken_retire(struct taken *t, const struct sendrecv_exec *x, int all
                  finished || res == weftSuccess ? weftSuccess : res, 1);
     }
     if (item->hook != NULL) item->hook(item->hook_arg);
-    item_pending(item, -1);
+    if (!all) t->held += item->nops;
+    else item_pending(item, -1);
     free(item);
   }
 }
@@ -232,10 +240,13 @@ static int item_depends(const struct stream_item *later, const struct taken *t,
 
 /* Runs first, an item of sends and receives, taking in the like items and
  * the marks queued behind it until all it took is done (no more once
- * enough(enough_arg) says so, where enough is not NULL); retires them all.
- * Called without the stream's lock, which it takes to look at the queue. */
+ * enough(enough_arg) says so, where enough is not NULL, nor after the item
+ * tagged stop_tag, where that is not NULL: what is queued behind it is the
+ * worker's); retires them all. Called without the stream's lock, which it
+ * takes to look at the queue. */
 static weftResult_t stream_run_sendrecv(struct host_stream *s, struct stream_item *first,
-                                        int (*enough)(void *), void *enough_arg) {
+                                        int (*enough)(void *), void *enough_arg,
+                                        const void *stop_tag) {
   struct weftComm *comm = first->ops[0].comm;
   struct taken t = {0};
   struct sendrecv_exec *x = NULL;
@@ -257,38 +268,48 @@ static weftResult_t stream_run_sendrecv(struct host_stream *s, struct stream_ite
     free(first);
     if (res == weftSuccess) res = pushed;
   }
+  int stopped = stop_tag != NULL && first->tag == stop_tag;
   while (res == weftSuccess || res == weftInProgress) {
     res = sendrecv_exec_poll(x);
     taken_retire(&t, x, 0, weftSuccess);
     if (res != weftSuccess && res != weftInProgress) break;
-    /* take in what was queued meanwhile */
-    struct stream_item *more = NULL;
-    const int take = enough == NULL || !enough(enough_arg);
-    pthread_mutex_lock(&s->lock);
-    if (take && s->head != NULL &&
-        (s->head->mark || (item_is_sendrecv(s->head, comm) && !item_depends(s->head, &t, x)))) {
-      more = s->head;
-      s->head = more->next;
-      if (s->head == NULL) s->tail = NULL;
+    /* take in what was queued meanwhile: all of it that may advance with
+     * what runs (one item a poll made thousands of queued sends quadratic) */
+    int took = 0;
+    for (;;) {
+      struct stream_item *more = NULL;
+      const int take = !stopped && (enough == NULL || !enough(enough_arg));
+      pthread_mutex_lock(&s->lock);
+      if (take && s->head != NULL && s->head->dropped == weftSuccess &&
+          (s->head->mark || (item_is_sendrecv(s->head, comm) && !item_depends(s->head, &t, x)))) {
+        more = s->head;
+        s->head = more->next;
+        if (s->head == NULL) s->tail = NULL;
+      }
+      pthread_mutex_unlock(&s->lock);
+      if (more == NULL) break;
+      took = 1;
+      if (stop_tag != NULL && more->tag == stop_tag) stopped = 1;
+      weftResult_t added = more->nops > 0 ? exec_add_item(x, more) : weftSuccess;
+      if (added == weftSuccess && more->nops > 0 && hw.comm != NULL) {
+        watched_add(&wids, more);
+        hw.ids = wids.ids;
+        hw.nids = wids.n;
+      }
+      pushed = taken_push(&t, more, sendrecv_exec_count(x));
+      if (pushed != weftSuccess) {
+        if (more->hook != NULL) more->hook(more->hook_arg);
+        item_pending(more, -1);
+        free(more);
+      }
+      if (added != weftSuccess || pushed != weftSuccess) {
+        res = added != weftSuccess ? added : pushed;
+        break;
+      }
     }
-    pthread_mutex_unlock(&s->lock);
-    if (more == NULL && res == weftSuccess) break; /* all done, nothing queued */
-    if (more == NULL) continue;
-    weftResult_t added = more->nops > 0 ? exec_add_item(x, more) : weftSuccess;
-    if (added == weftSuccess && more->nops > 0 && hw.comm != NULL) {
-      watched_add(&wids, more);
-      hw.ids = wids.ids;
-      hw.nids = wids.n;
-    }
-    pushed = taken_push(&t, more, sendrecv_exec_count(x));
-    if (pushed != weftSuccess) {
-      if (more->hook != NULL) more->hook(more->hook_arg);
-      item_pending(more, -1);
-      free(more);
-    }
-    if (added != weftSuccess) res = added;
-    else if (pushed != weftSuccess) res = pushed;
-    else res = weftInProgress;
+    if (res != weftSuccess && res != weftInProgress) break;
+    if (!took && res == weftSuccess) break; /* all done, nothing queued */
+    if (took) res = weftInProgress;
   }
   /* the comm's state and error text first: the records that fire below
    * wake callers who ask for them */
@@ -301,6 +322,7 @@ static weftResult_t stream_run_sendrecv(struct host_stream *s, struct stream_ite
   }
   free(wids.ids);
   res = launch_op_end(comm, res);
+  __atomic_sub_fetch(&comm->pending, t.held, __ATOMIC_SEQ_CST);
   /* a failure ends every item taken: the records among them fire, as the
    * worker runs the hooks behind a failed item */
   taken_retire(&t, x, 1, res);
@@ -331,7 +353,7 @@ int stream_run_head(struct host_stream *s, const void *tag, int (*enough)(void *
   if (s->head == NULL) s->tail = NULL;
   s->busy = 1; /* the worker waits meanwhile */
   pthread_mutex_unlock(&s->lock);
-  weftResult_t res = stream_run_sendrecv(s, item, enough, enough_arg); /* which retires item */
+  weftResult_t res = stream_run_sendrecv(s, item, enough, enough_arg, tag); /* which retires item */
   pthread_mutex_lock(&s->lock);
   stream_record_error(s, res);
   s->busy = 0;
@@ -353,11 +375,17 @@ static void *stream_worker(void *arg) {
     s->busy = 1;
     pthread_mutex_unlock(&s->lock);
     weftResult_t res = weftSuccess;
-    const int sendrecv = item->nops > 0 && item_is_sendrecv(item, item->ops[0].comm);
-    if (sendrecv) res = stream_run_sendrecv(s, item, NULL, NULL); /* which retires item */
+    const weftResult_t dropped = item->dropped;
+    const int sendrecv = dropped == weftSuccess && item->nops > 0 &&
+                         item_is_sendrecv(item, item->ops[0].comm);
+    if (sendrecv) res = stream_run_sendrecv(s, item, NULL, NULL, NULL); /* which retires item */
     else if (item->hook != NULL) item->hook(item->hook_arg);
-    else res = group_launch(item->ops, item->nops, 0);
+    else if (item->nops > 0) res = group_launch(item->ops, item->nops, 0);
     pthread_mutex_lock(&s->lock);
+    if (dropped != weftSuccess)
+      stream_record_error(s, weft_error_set(dropped, "an operation queued on this stream was "
+                                                     "not run: its communicator was aborted or "
+                                                     "revoked before the stream reached it"));
     stream_record_error(s, res);
     if (!sendrecv) {
       item_pending(item, -1);
@@ -381,6 +409,7 @@ static weftResult_t stream_push(struct host_stream *s, const struct group_op *op
   item->hook_arg = arg;
   item->mark = mark;
   item->tag = tag;
+  item->dropped = weftSuccess;
   item->nops = nops;
   if (nops > 0) memcpy(item->ops, ops, nops * sizeof *ops);
   item_pending(item, +1);
@@ -391,6 +420,28 @@ static weftResult_t stream_push(struct host_stream *s, const struct group_op *op
   pthread_cond_broadcast(&s->changed);
   pthread_mutex_unlock(&s->lock);
   return weftSuccess;
+}
+
+void stream_drop_comm(struct weftComm *comm, weftResult_t res) {
+  pthread_mutex_lock(&registry_lock);
+  for (struct host_stream *s = registry; s != NULL; s = s->next_live) {
+    pthread_mutex_lock(&s->lock);
+    for (struct stream_item *item = s->head; item != NULL; item = item->next) {
+      size_t kept = 0;
+      for (size_t i = 0; i < item->nops; i++) {
+        if (item->ops[i].comm != comm) {
+          item->ops[kept++] = item->ops[i];
+          continue;
+        }
+        trace_done(comm->trace, item->ops[i].plan.trace_id, res, 1);
+        __atomic_sub_fetch(&comm->pending, 1, __ATOMIC_SEQ_CST);
+        item->dropped = res;
+      }
+      item->nops = kept;
+    }
+    pthread_mutex_unlock(&s->lock);
+  }
+  pthread_mutex_unlock(&registry_lock);
 }
 
 weftResult_t stream_enqueue(struct host_stream *s, const struct group_op *ops, size_t nops) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.h"
@@ -454,3 +455,87 @@ TEST(HostStream, DependentSendsAndReceivesKeepOrder) {
 }
 
 }  // namespace
+
+// Two communicators queue on one host stream, the first's all-reduce waiting
+// for a peer that never calls: an abort or a revoke of the second, whose
+// all-reduce is queued behind it, returns at once (it waited for the first's
+// timeout, 600 s by default), and the stream then reports the second's
+// operation as not run. The first's peer never comes: it times out (3 s).
+TEST(HostStream, AbortOfACommQueuedBehindAnotherCommsStuckCallReturnsAtOnce) {
+  for (const bool revoke : {false, true}) {
+    RunOptions opts;
+    opts.env = {{"WEFT_TIMEOUT", "3"}};
+    opts.allow_warnings = true;
+    auto status = run_ranks(1, [revoke](const RankCtx &ctx) {
+      weftComm_t a[2], b[2];
+      FAIL_IF(weftCommInitAll(a, 2, nullptr) != weftSuccess ||
+                  weftCommInitAll(b, 2, nullptr) != weftSuccess,
+              "init: %s", weftGetLastError(nullptr));
+      weftStream_t s;
+      FAIL_IF(weftStreamCreate(&s) != weftSuccess, "stream");
+      static float buf_b[64], buf_a[64];
+      FAIL_IF(weftAllReduce(buf_b, buf_b, 64, weftFloat32, weftSum, b[0], s) != weftSuccess,
+              "queue b");
+      FAIL_IF(weftAllReduce(buf_a, buf_a, 64, weftFloat32, weftSum, a[0], s) != weftSuccess,
+              "queue a");
+      usleep(200000); // the stream is inside b's all-reduce
+      const double t0 = now_s();
+      const weftResult_t res = revoke ? weftCommRevoke(a[0], 0) : weftCommAbort(a[0]);
+      const double took = now_s() - t0;
+      FAIL_IF(res != weftSuccess, "%s: %s", revoke ? "revoke" : "abort", weftGetLastError(nullptr));
+      FAIL_IF(took > 1.0, "%s took %.2f s (behind b's stuck all-reduce)",
+              revoke ? "revoke" : "abort", took);
+      FAIL_IF(weftStreamSynchronize(s) == weftSuccess, "the stream reported no failure");
+      const std::string why = weftGetLastError(nullptr);
+      FAIL_IF(why.find("rank 1 never called it") == std::string::npos &&
+                  why.find("was not run") == std::string::npos,
+              "the stream's error: %s", why.c_str());
+      // both are reported, the first kept: a second synchronize is clean
+      FAIL_IF(weftStreamSynchronize(s) != weftSuccess, "a second synchronize: %s",
+              weftGetLastError(nullptr));
+      if (revoke) weftCommAbort(a[0]);
+      weftCommAbort(a[1]);
+      weftCommAbort(b[0]);
+      weftCommAbort(b[1]);
+      FAIL_IF(weftStreamDestroy(s) != weftSuccess, "stream destroy");
+      (void)ctx;
+      return 0;
+    }, opts);
+    EXPECT_EQ(status[0], 0) << (revoke ? "revoke" : "abort");
+  }
+}
+
+// A send and a receive queued on two streams, each rank's thread destroying
+// its comm at once without a synchronize: the destroy waits for the queued
+// work (it was refused, "in use by another thread", when it came between the
+// run's last retired op and the end of its hold on the comm).
+TEST(HostStream, DestroyRightAfterQueuedSendRecvWaits) {
+  weftStream_t streams[2];
+  ASSERT_EQ(weftStreamCreate(&streams[0]), weftSuccess);
+  ASSERT_EQ(weftStreamCreate(&streams[1]), weftSuccess);
+  int bad = 0;
+  std::string first;
+  for (int it = 0; it < 400; it++) {
+    weftComm_t comms[2];
+    ASSERT_EQ(weftCommInitAll(comms, 2, nullptr), weftSuccess);
+    static int buf[2][64];
+    weftResult_t res[2];
+    std::string text[2];
+    std::thread t[2];
+    for (int r = 0; r < 2; r++)
+      t[r] = std::thread([&, r] {
+        const weftResult_t q = r == 0 ? weftSend(buf[0], 64, weftInt32, 1, comms[0], streams[0])
+                                      : weftRecv(buf[1], 64, weftInt32, 0, comms[1], streams[1]);
+        res[r] = q != weftSuccess ? q : weftCommDestroy(comms[r]);
+        if (res[r] != weftSuccess) text[r] = weftGetLastError(nullptr);
+      });
+    for (auto &th : t) th.join();
+    for (int r = 0; r < 2; r++)
+      if (res[r] != weftSuccess && bad++ == 0) first = text[r];
+    ASSERT_EQ(weftStreamSynchronize(streams[0]), weftSuccess);
+    ASSERT_EQ(weftStreamSynchronize(streams[1]), weftSuccess);
+  }
+  EXPECT_EQ(bad, 0) << "e.g. " << first;
+  weftStreamDestroy(streams[0]);
+  weftStreamDestroy(streams[1]);
+}

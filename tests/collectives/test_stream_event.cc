@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <thread>
 #include <vector>
 
 #include "harness.h"
@@ -263,3 +264,60 @@ TEST(HostEvent, BadArguments) {
 }
 
 }  // namespace
+
+// weftEventSynchronizeOnStream returns once its record is reached, leaving
+// what another thread queued behind the record (here a receive whose send
+// comes only after the synchronize returned) to the stream's thread: it took
+// that receive in and waited for it, a deadlock until the peer's timeout.
+TEST(HostEvent, SynchronizeOnStreamLeavesWhatIsQueuedBehindItsRecord) {
+  const size_t big = 2u << 20; // int32 elements: 8 MiB, more than a FIFO holds
+  std::vector<int> big0(big, 3), big1(big, 0);
+  weftComm_t data[2], signal[2];
+  ASSERT_EQ(weftCommInitAll(data, 2, nullptr), weftSuccess);
+  ASSERT_EQ(weftCommInitAll(signal, 2, nullptr), weftSuccess);
+  for (int r = 0; r < 2; r++) { // a regression fails in 10 s, not WEFT_TIMEOUT's 600
+    ASSERT_EQ(weftCommSetTimeout(data[r], 10000), weftSuccess);
+    ASSERT_EQ(weftCommSetTimeout(signal[r], 10000), weftSuccess);
+  }
+  weftStream_t s;
+  weftEvent_t ev;
+  ASSERT_EQ(weftStreamCreate(&s), weftSuccess);
+  ASSERT_EQ(weftEventCreate(&ev), weftSuccess);
+  int sig0 = 42, sig1 = 0, late = 0, late_value = 7;
+  const double t0 = now_s();
+  double synced = -1;
+  weftResult_t sync_res = weftInternalError;
+  std::thread t1([&] {
+    EXPECT_EQ(weftSend(big0.data(), big, weftInt32, 1, data[0], s), weftSuccess);
+    EXPECT_EQ(weftEventRecord(ev, s), weftSuccess);
+    sync_res = weftEventSynchronizeOnStream(ev, s);
+    synced = now_s() - t0;
+    EXPECT_EQ(weftSend(&sig0, 1, weftInt32, 1, signal[0], nullptr), weftSuccess);
+  });
+  std::thread t2([&] {
+    usleep(100000);
+    EXPECT_EQ(weftRecv(&late, 1, weftInt32, 1, data[0], s), weftSuccess);
+  });
+  std::thread rank1([&] {
+    usleep(500000);
+    EXPECT_EQ(weftRecv(big1.data(), big, weftInt32, 0, data[1], nullptr), weftSuccess);
+    EXPECT_EQ(weftRecv(&sig1, 1, weftInt32, 0, signal[1], nullptr), weftSuccess)
+        << weftGetLastError(nullptr);
+    EXPECT_EQ(weftSend(&late_value, 1, weftInt32, 0, data[1], nullptr), weftSuccess);
+  });
+  t1.join();
+  t2.join();
+  rank1.join();
+  EXPECT_EQ(sync_res, weftSuccess);
+  EXPECT_LT(synced, 3.0) << "the synchronize waited for the receive queued behind its record";
+  EXPECT_EQ(weftStreamSynchronize(s), weftSuccess) << weftGetLastError(nullptr);
+  EXPECT_EQ(sig1, 42);
+  EXPECT_EQ(late, 7);
+  EXPECT_EQ(big1[big - 1], 3);
+  weftEventDestroy(ev);
+  weftStreamDestroy(s);
+  for (int r = 0; r < 2; r++) {
+    weftCommDestroy(data[r]);
+    weftCommDestroy(signal[r]);
+  }
+}
