@@ -112,18 +112,10 @@ check "--as-needed program of weftZero* calls only, run path to the libdir: load
 
 # names of weft's internals defined by the program, the static libraries
 # through pkg-config --static (-l:lib*.a: the archives, not the .so files)
+# as api.md says, whole: the modules weft.pc requires (hwloc, UCX) with their
+# own static flags (Debian's hwloc.pc asks for -ludev: setup.sh installs
+# libudev-dev, as libweft-dev's package depends on it)
 static_libs=$(pc --static --libs weft_zero)
-# the modules weft.pc requires (hwloc, UCX) may not link statically on this
-# machine (Debian's hwloc.pc asks for -ludev, which only libudev-dev has):
-# then weft's own static flags (pkgconf's traversal to weft.pc, no deeper)
-# and their shared ones
-requires=$(pc --print-requires-private weft)
-# shellcheck disable=SC2086
-if [ -n "$requires" ] && ! echo 'int main(void) { return 0; }' |
-  cc -x c -o /dev/null - $(pkg-config --static --libs $requires) >/dev/null 2>&1; then
-  echo "  (pkg-config --static --libs $(echo $requires) does not link here: their shared libraries)"
-  static_libs="$(pc --static --libs --maximum-traverse-depth=3 weft_zero) $(pkg-config --libs $requires)"
-fi
 # shellcheck disable=SC2046
 cc -o own_names "$src/tests/tools/install_cmake/own_names.c" $(pc --cflags weft_zero) \
   $(echo "$static_libs " | sed -E 's/-lweft_zero /-l:libweft_zero.a /; s/-lweft /-l:libweft.a /') \

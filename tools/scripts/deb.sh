@@ -228,7 +228,8 @@ for p in "${packages[@]}"; do
       [ -d "$deb/libweft-nccl2" ] && extra+=", libweft-nccl2 (= $version)"
       # a static link takes hwloc's and UCX's through pkg-config (weft.pc)
       pc_requires=$(sed -n 's/^Requires.private: *//p' "$root/$libdir/pkgconfig/weft.pc")
-      case "$pc_requires" in *hwloc*) extra+=", libhwloc-dev" ;; esac
+      # (Debian's hwloc.pc asks a static link for -ludev: libudev-dev)
+      case "$pc_requires" in *hwloc*) extra+=", libhwloc-dev, libudev-dev" ;; esac
       case "$pc_requires" in *ucx*) extra+=", libucx-dev" ;; esac
       depends="${depends:+$depends, }$extra" ;;
   esac

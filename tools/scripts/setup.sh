@@ -8,6 +8,7 @@ cd "$(dirname "$0")/../.."
 packages=(gcc g++ meson ninja-build pkg-config libgtest-dev)
 packages+=(libucx-dev)
 packages+=(libhwloc-dev) # topology (NUMA, PCI tree, GPUs, NICs)
+packages+=(libudev-dev) # a static link of hwloc (its hwloc.pc asks for -ludev)
 packages+=(libopenblas-dev) # weft-train's transformer: cblas_sgemm
 packages+=(cmake) # the install test: find_package(weft) as CMake projects use it
 packages+=(dpkg-dev) # tools/scripts/deb.sh: Debian packages (dpkg-shlibdeps)
@@ -65,9 +66,12 @@ fi
 t0=$SECONDS
 # WEFT_SETUP_MESON_OPTIONS: options for the first `meson setup build` (CI's,
 # for one, in .ci/run)
+# pkgconfig.relocatable is meson.build's default too; given on the command
+# line it is kept through any reconfiguration of build/ (a build dir once
+# found with it false made an install whose .pc files named /usr/local)
 if [ ! -f build/build.ninja ]; then
   # shellcheck disable=SC2086
-  meson setup build ${WEFT_SETUP_MESON_OPTIONS:-}
+  meson setup build -Dpkgconfig.relocatable=true ${WEFT_SETUP_MESON_OPTIONS:-}
 fi
 ninja -C build
 echo "setup: build took $((SECONDS - t0)) s"
