@@ -344,8 +344,9 @@ int stream_run_head(struct host_stream *s, const void *tag, int (*enough)(void *
                     void *enough_arg) {
   pthread_mutex_lock(&s->lock);
   struct stream_item *item = s->head;
-  if (s->busy || item == NULL || item->nops == 0 || !item_is_sendrecv(item, item->ops[0].comm) ||
-      s->tail == NULL || s->tail->tag != tag) {
+  /* an item that lost ops to an abort is the worker's, which reports it */
+  if (s->busy || item == NULL || item->nops == 0 || item->dropped != weftSuccess ||
+      !item_is_sendrecv(item, item->ops[0].comm) || s->tail == NULL || s->tail->tag != tag) {
     pthread_mutex_unlock(&s->lock);
     return 0;
   }
@@ -412,8 +413,8 @@ static weftResult_t stream_push(struct host_stream *s, const struct group_op *op
   item->dropped = weftSuccess;
   item->nops = nops;
   if (nops > 0) memcpy(item->ops, ops, nops * sizeof *ops);
-  item_pending(item, +1);
   pthread_mutex_lock(&s->lock);
+  item_pending(item, +1); /* with the item in the queue, as stream_drop_comm sees them */
   if (s->tail != NULL) s->tail->next = item;
   else s->head = item;
   s->tail = item;

@@ -93,7 +93,10 @@ static void run_usage(FILE *f)
           "The rendezvous waits for the ranks as long as they run: weftrun serves one\n"
           "weftCommInitFromEnv per rank; more communicators come from weftCommSplit. A\n"
           "rank that ends before it joins (with any status: one that exits 0 without\n"
-          "calling weft too) fails the others' weftCommInitFromEnv at once, naming it.\n");
+          "calling weft too) fails the others' weftCommInitFromEnv at once, naming it.\n"
+          "The process weftrun starts is the rank, as with mpirun: a wrapper that starts\n"
+          "the program in the background and exits ends the rank (setsid does, each rank\n"
+          "leading its process group: use setsid -w); exec the program, or wait for it.\n");
 }
 
 static void run_usage_error(const char *fmt, ...)

@@ -230,7 +230,7 @@ static void *root_main(void *arg) {
       }
       continue;
     }
-    if (left < 0 && !out_of_fds) {
+    if (left < 0 && !out_of_fds && !refused.code) { /* after a refusal every rank was told */
       left = root_rank_left(fds, nranks);
       int died = left < 0 ? root_rank_died_unjoined(st, fds, nranks, keys, key_rank) : -1;
       if (died < 0 && fds != NULL) died = root_watched_gone(st, fds, nranks);
