@@ -239,13 +239,11 @@ static int item_depends(const struct stream_item *later, const struct taken *t,
 }
 
 /* Runs first, an item of sends and receives, taking in the like items and
- * the marks queued behind it until all it took is done (no more once
- * enough(enough_arg) says so, where enough is not NULL, nor after the item
+ * the marks queued behind it until all it took is done (none after the item
  * tagged stop_tag, where that is not NULL: what is queued behind it is the
  * worker's); retires them all. Called without the stream's lock, which it
  * takes to look at the queue. */
 static weftResult_t stream_run_sendrecv(struct host_stream *s, struct stream_item *first,
-                                        int (*enough)(void *), void *enough_arg,
                                         const void *stop_tag) {
   struct weftComm *comm = first->ops[0].comm;
   struct taken t = {0};
@@ -278,9 +276,8 @@ static weftResult_t stream_run_sendrecv(struct host_stream *s, struct stream_ite
     int took = 0;
     for (;;) {
       struct stream_item *more = NULL;
-      const int take = !stopped && (enough == NULL || !enough(enough_arg));
       pthread_mutex_lock(&s->lock);
-      if (take && s->head != NULL && s->head->dropped == weftSuccess &&
+      if (!stopped && s->head != NULL && s->head->dropped == weftSuccess &&
           (s->head->mark || (item_is_sendrecv(s->head, comm) && !item_depends(s->head, &t, x)))) {
         more = s->head;
         s->head = more->next;
@@ -340,8 +337,7 @@ static void stream_record_error(struct host_stream *s, weftResult_t res) {
   }
 }
 
-int stream_run_head(struct host_stream *s, const void *tag, int (*enough)(void *),
-                    void *enough_arg) {
+int stream_run_head(struct host_stream *s, const void *tag) {
   pthread_mutex_lock(&s->lock);
   struct stream_item *item = s->head;
   /* an item that lost ops to an abort is the worker's, which reports it */
@@ -354,7 +350,7 @@ int stream_run_head(struct host_stream *s, const void *tag, int (*enough)(void *
   if (s->head == NULL) s->tail = NULL;
   s->busy = 1; /* the worker waits meanwhile */
   pthread_mutex_unlock(&s->lock);
-  weftResult_t res = stream_run_sendrecv(s, item, enough, enough_arg, tag); /* which retires item */
+  weftResult_t res = stream_run_sendrecv(s, item, tag); /* which retires item */
   pthread_mutex_lock(&s->lock);
   stream_record_error(s, res);
   s->busy = 0;
@@ -379,7 +375,7 @@ static void *stream_worker(void *arg) {
     const weftResult_t dropped = item->dropped;
     const int sendrecv = dropped == weftSuccess && item->nops > 0 &&
                          item_is_sendrecv(item, item->ops[0].comm);
-    if (sendrecv) res = stream_run_sendrecv(s, item, NULL, NULL, NULL); /* which retires item */
+    if (sendrecv) res = stream_run_sendrecv(s, item, NULL); /* which retires item */
     else if (item->hook != NULL) item->hook(item->hook_arg);
     else if (item->nops > 0) res = group_launch(item->ops, item->nops, 0);
     pthread_mutex_lock(&s->lock);

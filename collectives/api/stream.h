@@ -30,12 +30,10 @@ weftResult_t stream_enqueue_hook(struct host_stream *s, void (*hook)(void *arg),
  * receives (with what it takes in), the worker is not running an item, and
  * the item queued last is the hook item named tag: a caller waiting for that
  * mark runs nothing queued behind it. It takes in the items queued before
- * the mark, up to it, until enough(enough_arg) (the mark reached) says no
- * more; what was queued behind the mark is left to the worker. Returns
- * whether it ran one. Blocks while its sends and receives wait for their
- * peers. */
-int stream_run_head(struct host_stream *s, const void *tag, int (*enough)(void *),
-                    void *enough_arg);
+ * the mark, and the mark; what was queued behind the mark is left to the
+ * worker. Returns whether it ran one. Blocks while its sends and receives
+ * wait for their peers. */
+int stream_run_head(struct host_stream *s, const void *tag);
 /* An abort or a revoke of comm: the ops of comm queued on any host stream
  * and not started are taken out (done with res in the trace, off
  * comm->pending), so that the abort waits only for what runs now, not for

@@ -84,16 +84,6 @@ static int rec_done(struct weft_event *ev, struct event_rec *rec) {
   return done;
 }
 
-/* rec_done for stream_run_head */
-struct rec_ref {
-  struct weft_event *ev;
-  struct event_rec *rec;
-};
-static int rec_reached(void *arg) {
-  const struct rec_ref *r = arg;
-  return rec_done(r->ev, r->rec);
-}
-
 static void rec_complete(struct weft_event *ev, struct event_rec *rec) {
   pthread_mutex_lock(&ev->lock);
   rec->done = 1;
@@ -199,12 +189,11 @@ weftResult_t weftEventSynchronizeOnStream(weftEvent_t event, weftStream_t stream
   pthread_mutex_unlock(&ev->lock);
   if (rec == NULL) return weftSuccess;
   /* while the worker is idle, sends and receives lead the queue and this
-   * record ends it, this thread runs them, taking in what is queued while
-   * the record is not reached; else it waits as weftEventSynchronize does
+   * record ends it, this thread runs them, taking in what is queued before
+   * the record, not behind it; else it waits as weftEventSynchronize does
    * (the worker runs what was queued behind the record, which may wait for
    * what this thread does next) */
-  struct rec_ref ref = {ev, rec};
-  while (!rec_done(ev, rec) && stream_run_head(s, rec, rec_reached, &ref)) {
+  while (!rec_done(ev, rec) && stream_run_head(s, rec)) {
   }
   rec_wait(ev, rec);
   return weftSuccess;
