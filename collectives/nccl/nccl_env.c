@@ -118,15 +118,8 @@ static void conf_files_load(void) {
  * a time (the first use's, ncclResetDebugInit's): they share the flags. */
 static pthread_mutex_t env_import_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void env_import_locked(void);
-
 static void env_import(void) {
   pthread_mutex_lock(&env_import_lock);
-  env_import_locked();
-  pthread_mutex_unlock(&env_import_lock);
-}
-
-static void env_import_locked(void) {
   for (size_t i = 0; i < sizeof env_aliases / sizeof env_aliases[0]; i++) {
     struct env_alias *a = &env_aliases[i];
     const char *user = getenv(a->weft);
@@ -142,6 +135,7 @@ static void env_import_locked(void) {
       a->ours = 0;
     }
   }
+  pthread_mutex_unlock(&env_import_lock);
 }
 
 /* At load: NCCL's configuration files once, then the aliases (which the
