@@ -111,8 +111,13 @@ typedef struct {
   size_t size;           /* sizeof(weftConfig_t) as the caller compiled it */
   unsigned int magic;    /* WEFT_CONFIG_MAGIC */
   unsigned int version;  /* WEFT_VERSION_CODE the caller compiled against */
-  int blocking;          /* 0 or 1, read for NCCL's sake only: init blocks until
-                            connected either way and never returns weftInProgress */
+  int blocking;          /* 0 or 1 (default): with 0, weftCommInitRankConfig and
+                            weftCommInitFromEnv return weftInProgress at once with
+                            the comm, which connects apart; weftCommGetAsyncError
+                            says weftInProgress until it is ready, then weftSuccess
+                            or the failure. Other calls refuse it until then; destroy
+                            waits for it, abort does not. In a group, the group's end
+                            creates it. Split and shrink block either way */
   int minChannels;       /* lower bound on channels, 1 or more; a value above what an
                             executor has is lowered to it (host rings: 16; device
                             channels, a kernel block each: 64) */

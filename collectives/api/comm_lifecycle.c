@@ -23,6 +23,7 @@
 #include "../core/params.h"
 #include "../core/signature.h"
 #include "../core/trace.h"
+#include "comm_create.h"
 #include "config.h"
 #include "stream.h"
 
@@ -168,22 +169,41 @@ static int config_int(int value, int fallback) {
   return value == WEFT_CONFIG_UNDEF_INT ? fallback : value;
 }
 
-static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
+static weftResult_t comm_init_marked(struct weftComm *comm, int nranks,
                                      const struct bootstrap_id *id, int rank,
                                      const weftConfig_t *config, int cuda_dev);
 
 /* The rank is marked present on its host while it sets up (the bootstrap's
  * root so learns at once of a rank that dies before it joined). */
-weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_id *id, int rank,
-                       const weftConfig_t *config, int cuda_dev) {
+/* comm_init's work on a zeroed comm with comm->pid set (comm_create_fns'
+ * init): on failure what it set up is closed and comm is left to the caller;
+ * it does not make comm live (its magic). */
+static weftResult_t comm_init_into(struct weftComm *comm, int nranks,
+                                   const struct bootstrap_id *id, int rank,
+                                   const weftConfig_t *config, int cuda_dev) {
   if (nranks > SIGNATURE_MAX_RANKS) /* a root fits a call's signature */
     return weft_error_set(weftInvalidArgument, "nranks %d: a communicator holds at most %d ranks",
                           nranks, SIGNATURE_MAX_RANKS);
   struct bootstrap_presence presence;
   bootstrap_presence_begin(id, rank, &presence);
-  weftResult_t res = comm_init_marked(comm_out, nranks, id, rank, config, cuda_dev);
+  weftResult_t res = comm_init_marked(comm, nranks, id, rank, config, cuda_dev);
   bootstrap_presence_end(&presence, res != weftSuccess);
   return res;
+}
+
+weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_id *id, int rank,
+                       const weftConfig_t *config, int cuda_dev) {
+  struct weftComm *comm = calloc(1, sizeof *comm);
+  if (comm == NULL) return weft_error_set(weftSystemError, "out of memory");
+  comm->pid = comm_self_pid();
+  const weftResult_t res = comm_init_into(comm, nranks, id, rank, config, cuda_dev);
+  if (res != weftSuccess) {
+    free(comm);
+    return res;
+  }
+  __atomic_store_n(&comm->magic, COMM_MAGIC, __ATOMIC_RELEASE);
+  *comm_out = comm;
+  return weftSuccess;
 }
 
 /* What comm_init reads of its config and the environment. */
@@ -238,7 +258,7 @@ static weftResult_t oversubscribed_agree(struct weftComm *comm) {
  * the bootstrap where it has peers, marked refused, so that they learn of
  * it at once rather than waiting for it until WEFT_TIMEOUT; it then returns
  * its own error. */
-static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
+static weftResult_t comm_init_marked(struct weftComm *comm, int nranks,
                                      const struct bootstrap_id *id, int rank,
                                      const weftConfig_t *config, int cuda_dev) {
   struct init_settings set;
@@ -252,10 +272,9 @@ static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
   const int64_t nslots = set.nslots, slot_nbytes = set.slot_nbytes;
   const int nchannels = set.nchannels;
 
-  struct weftComm *comm = calloc(1, sizeof *comm);
   struct peer_info *peers = calloc((size_t)nranks, sizeof *peers);
   weftResult_t res = weftSuccess;
-  if (comm == NULL || peers == NULL) {
+  if (peers == NULL) {
     res = weft_error_set(weftSystemError, "out of memory");
     goto free_comm;
   }
@@ -315,12 +334,9 @@ static weftResult_t comm_init_marked(weftComm_t *comm_out, int nranks,
   WEFT_TRY_GOTO(channels_connect(comm, (uint32_t)nslots, (size_t)slot_nbytes), res,
                 close_channels);
   WEFT_TRY_GOTO(comms_live_add(comm), res, close_channels);
-  comm->pid = comm_self_pid();
   comm_life_ready(comm);
-  comm->magic = COMM_MAGIC;
   WEFT_INFO(LOG_INIT, "comm %p rank %d/%d ready: %d channel(s), %lld slots of %lld bytes",
             (void *)comm, rank, nranks, nchannels, (long long)nslots, (long long)slot_nbytes);
-  *comm_out = comm;
   return weftSuccess;
 
 close_channels:
@@ -330,9 +346,9 @@ close_channels:
   bootstrap_close(comm->bs);
   trace_destroy(comm->trace);
 free_comm:
-  if (comm != NULL) sendrecv_conns_close(comm);
+  sendrecv_conns_close(comm);
   free(peers);
-  free(comm);
+  comm->peers = NULL;
   return res;
 }
 
@@ -349,6 +365,18 @@ weftResult_t comm_init_args_check(weftComm_t *comm_out, int nranks, int rank,
   return comm_config_read(config, &cfg);
 }
 
+int comm_config_nonblocking(const weftConfig_t *config) {
+  weftConfig_t cfg;
+  return config != NULL && comm_config_read(config, &cfg) == weftSuccess && cfg.blocking == 0;
+}
+
+weftResult_t comm_init_nonblocking(weftComm_t *comm_out, int nranks,
+                                   const struct bootstrap_id *id, int rank,
+                                   const weftConfig_t *config, int bind_dev) {
+  static const struct comm_create_fns fns = {.init = comm_init_into, .abort = weftCommAbort};
+  return comm_create_start(comm_out, nranks, id, rank, config, bind_dev, &fns);
+}
+
 weftResult_t weftCommInitRankConfig(weftComm_t *comm, int nranks, weftUniqueId commId, int rank,
                                     weftConfig_t *config) {
   weft_error_clear();
@@ -356,6 +384,8 @@ weftResult_t weftCommInitRankConfig(weftComm_t *comm, int nranks, weftUniqueId c
   WEFT_TRY(comm_init_args_check(comm, nranks, rank, config));
   struct bootstrap_id id;
   memcpy(&id, commId.internal, sizeof id);
+  if (comm_config_nonblocking(config))
+    return comm_init_nonblocking(comm, nranks, &id, rank, config, -1);
   return comm_init(comm, nranks, &id, rank, config, -1);
 }
 
@@ -371,6 +401,10 @@ weftResult_t weftCommInitFromEnv(weftComm_t *comm, weftConfig_t *config) {
   WEFT_TRY(bootstrap_env_rendezvous(&env));
   WEFT_INFO(LOG_INIT, "joining as rank %d of %d from the %s environment", env.rank, env.nranks,
             env.found ? env.source : "(none)");
+  if (comm_config_nonblocking(config)) {
+    WEFT_TRY(comm_init_args_check(comm, env.nranks, env.rank, config));
+    return comm_init_nonblocking(comm, env.nranks, &env.id, env.rank, config, -1);
+  }
   return comm_init(comm, env.nranks, &env.id, env.rank, config, -1);
 }
 
@@ -506,6 +540,7 @@ static void comm_wait_revokes(struct weftComm *comm) {
 }
 
 weftResult_t weftCommDestroy(weftComm_t comm) {
+  if (comm_creating(comm) && !comm_create_end(comm, 0)) return weftSuccess;
   WEFT_TRY(comm_check(comm));
   comm_wait_revokes(comm);
   comm_drain(comm);
@@ -528,6 +563,7 @@ static void comm_wait_quiet(struct weftComm *comm) {
 }
 
 weftResult_t weftCommAbort(weftComm_t comm) {
+  if (comm_creating(comm) && !comm_create_end(comm, 1)) return weftSuccess;
   WEFT_TRY(comm_check(comm));
   /* asked first: what the abort cuts short below fails, which is not the
    * comm breaking of itself */
@@ -589,6 +625,11 @@ weftResult_t weftCommRevoke(weftComm_t comm, int revokeFlags) {
 }
 
 weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t *asyncError) {
+  if (comm_creating(comm)) {
+    if (asyncError == NULL) return weft_error_set(weftInvalidArgument, "asyncError is NULL");
+    WEFT_TRY(comm_create_poll(comm, asyncError));
+    if (*asyncError != weftSuccess) return weftSuccess;
+  }
   WEFT_TRY(comm_check(comm));
   if (asyncError == NULL)
     return comm_error_keep(comm, weft_error_set(weftInvalidArgument, "asyncError is NULL"));

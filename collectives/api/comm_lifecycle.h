@@ -12,6 +12,16 @@
 weftResult_t comm_init(weftComm_t *comm_out, int nranks, const struct bootstrap_id *id, int rank,
                        const weftConfig_t *config, int cuda_dev);
 
+/* Whether config asks for a nonblocking creation (its blocking is 0). */
+int comm_config_nonblocking(const weftConfig_t *config);
+
+/* comm_init without blocking (api/comm_create.c): hands back the comm at
+ * once and returns weftInProgress while it joins and connects on a thread of
+ * its own; comm_device_bind(bind_dev) once it is connected. */
+weftResult_t comm_init_nonblocking(weftComm_t *comm_out, int nranks,
+                                   const struct bootstrap_id *id, int rank,
+                                   const weftConfig_t *config, int bind_dev);
+
 /* weftCommInitRankConfig's checks, before any rendezvous: comm_out is not
  * NULL, nranks is 1 to the most a communicator holds, rank is in range and
  * config reads (comm_config_read). A group that records an init asks them at

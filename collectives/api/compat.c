@@ -57,6 +57,13 @@ weftResult_t compat_comm_init(weftComm_t *comm_out, int nranks, const weftUnique
     return group_defer_done(res);
   }
   const int dev = device_current();
+  if (comm_config_nonblocking(config)) {
+    /* NCCL's nonblocking init: the device current now is the comm's */
+    WEFT_TRY(comm_init_args_check(comm_out, nranks, rank, config));
+    struct bootstrap_id bid;
+    memcpy(&bid, id->internal, sizeof bid);
+    return comm_init_nonblocking(comm_out, nranks, &bid, rank, config, dev);
+  }
   weftResult_t res = weftCommInitRankConfig(comm_out, nranks, *id, rank, (weftConfig_t *)config);
   if (res == weftSuccess) comm_device_bind(*comm_out, dev);
   return res;

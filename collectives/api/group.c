@@ -237,6 +237,9 @@ static void *deferred_main(void *arg) {
   } else if (d->kind == DEFER_SHRINK) {
     d->res = weftCommShrink(d->parent, d->exclude, d->nexclude, &d->comm, cfg);
   } else {
+    /* the group's end creates its comms before it returns: a nonblocking
+     * config's creation does not run apart (NCCL may return ncclSuccess) */
+    if (cfg != NULL) cfg->blocking = 1;
     d->res = weftCommInitRankConfig(&d->comm, d->nranks, d->id, d->rank, cfg);
     if (d->res == weftSuccess) comm_device_bind(d->comm, d->dev);
   }

@@ -29,7 +29,14 @@ pid_t comm_self_pid(void) {
 
 weftResult_t comm_check_slow(const struct weftComm *comm) {
   if (comm == NULL) return weft_error_set(weftInvalidArgument, "comm is NULL");
-  if (comm->magic != COMM_MAGIC)
+  const uint64_t magic = __atomic_load_n(&comm->magic, __ATOMIC_ACQUIRE);
+  if (magic == COMM_MAGIC_CREATING && comm->pid == comm_self_pid())
+    return weft_error_set(weftInvalidArgument,
+                          "comm %p is being created without blocking (config blocking = 0), or "
+                          "its creation failed: use it once weftCommGetAsyncError gives "
+                          "weftSuccess (destroy or abort it otherwise)",
+                          (const void *)comm);
+  if (magic != COMM_MAGIC)
     return weft_error_set(weftInvalidArgument, "comm %p is not a live communicator",
                           (const void *)comm);
   if (comm->pid != comm_self_pid())

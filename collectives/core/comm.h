@@ -23,6 +23,10 @@ struct weft_redop {
   int scalar_device_only; /* scalar_ptr is device memory, which the host cannot read */
 };
 #define COMM_MAGIC 0x776566742d636f6dull /* "weft-com" */
+/* A comm whose nonblocking creation (config blocking = 0) runs, or failed:
+ * only weftCommGetAsyncError, weftCommDestroy and weftCommAbort take it
+ * (comm_create.c). */
+#define COMM_MAGIC_CREATING 0x776566742d6e6577ull /* "weft-new" */
 
 /* What a module of collectives/ keeps per communicator (an algorithm's
  * buffers, a cache of mappings) is its own type, which only its file knows:
@@ -150,6 +154,7 @@ struct weftComm {
    * under its lock: any thread registers, and the comm's free frees them */
   struct mem_reg *regs;
   pid_t pid;                    /* the process that created it: a forked child may not use it */
+  struct comm_creation *creation; /* a nonblocking creation's state until it is seen done */
   struct trace *trace;          /* its last calls (trace.h); NULL when tracing is off */
 };
 

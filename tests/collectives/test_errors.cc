@@ -223,7 +223,8 @@ TEST(ErrorsNoComm, ConfigMagicAndSize) {
 // Each field of the config out of the range NCCL gives its own (blocking 0
 // or 1, channel bounds 1 and up, the least at most the most; a timeout is
 // positive) is refused, naming the field; WEFT_CONFIG_UNDEF_INT is the
-// default; blocking = 0 is accepted and init completes as with 1.
+// default; blocking = 0 is accepted and init completes apart
+// (weftInProgress until weftCommGetAsyncError says weftSuccess).
 TEST(ErrorsNoComm, ConfigRanges) {
   struct Bad {
     const char *field;
@@ -266,12 +267,70 @@ TEST(ErrorsNoComm, ConfigRanges) {
     weftComm_t comm = nullptr;
     weftConfig_t config = WEFT_CONFIG_INITIALIZER;
     set(config);
-    ASSERT_EQ(weftCommInitRankConfig(&comm, 1, id, 0, &config), weftSuccess)
+    const weftResult_t res = weftCommInitRankConfig(&comm, 1, id, 0, &config);
+    ASSERT_EQ(res, config.blocking == 0 ? weftInProgress : weftSuccess)
         << weftGetLastError(nullptr);
+    for (weftResult_t state = weftInProgress; state == weftInProgress;)
+      ASSERT_EQ(weftCommGetAsyncError(comm, &state), weftSuccess);
     float x[3] = {1, 2, 3};
     EXPECT_EQ(weftAllReduce(x, x, 3, weftFloat32, weftSum, comm, nullptr), weftSuccess);
     EXPECT_EQ(x[2], 3.0f);
     EXPECT_EQ(weftCommDestroy(comm), weftSuccess);
+  }
+}
+
+// blocking = 0: one thread makes three ranks one after another, without a
+// group (each call returns at once with weftInProgress and the comm); a call
+// on a comm still being created is refused saying so; once every comm's
+// async error is weftSuccess they all-reduce right. A group's end makes its
+// nonblocking inits before it returns.
+TEST(ErrorsNoComm, NonblockingInitFromOneThread) {
+  for (int grouped = 0; grouped < 2; grouped++) {
+    weftUniqueId id;
+    ASSERT_EQ(weftGetUniqueId(&id), weftSuccess);
+    weftConfig_t config = WEFT_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    weftComm_t comm[3] = {};
+    if (grouped) {
+      ASSERT_EQ(weftGroupStart(), weftSuccess);
+    }
+    for (int r = 0; r < 3; r++) {
+      const weftResult_t res = weftCommInitRankConfig(&comm[r], 3, id, r, &config);
+      if (!grouped) {
+        ASSERT_EQ(res, weftInProgress) << weftGetLastError(nullptr);
+        ASSERT_NE(comm[r], nullptr);
+      }
+      if (r == 0 && !grouped) {
+        int n = 0;
+        EXPECT_EQ(weftCommCount(comm[0], &n), weftInvalidArgument);
+        EXPECT_NE(std::string(weftGetLastError(nullptr)).find("being created"),
+                  std::string::npos) << weftGetLastError(nullptr);
+        weftResult_t state = weftSuccess;
+        ASSERT_EQ(weftCommGetAsyncError(comm[0], &state), weftSuccess);
+        EXPECT_EQ(state, weftInProgress);
+      }
+    }
+    if (grouped) {
+      ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+    }
+    for (int r = 0; r < 3; r++)
+      for (weftResult_t state = weftInProgress; state != weftSuccess;) {
+        ASSERT_EQ(weftCommGetAsyncError(comm[r], &state), weftSuccess);
+        ASSERT_TRUE(state == weftSuccess || state == weftInProgress)
+            << state << ": " << weftGetLastError(comm[r]);
+      }
+    std::vector<int64_t> buf[3];
+    for (int r = 0; r < 3; r++) buf[r].assign(1001, int64_t{r + 1} * 1000003);
+    ASSERT_EQ(weftGroupStart(), weftSuccess);
+    for (int r = 0; r < 3; r++)
+      ASSERT_EQ(weftAllReduce(buf[r].data(), buf[r].data(), buf[r].size(), weftInt64, weftSum,
+                              comm[r], nullptr),
+                weftSuccess);
+    ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError(nullptr);
+    for (int r = 0; r < 3; r++) {
+      for (int64_t v : buf[r]) ASSERT_EQ(v, 6 * 1000003) << "rank " << r;
+      EXPECT_EQ(weftCommDestroy(comm[r]), weftSuccess);
+    }
   }
 }
 

@@ -114,7 +114,7 @@ tsan_runs=(
   "test_stream:HostStream.OneThreadManyRanks:HostStream.ErrorAtSynchronize:HostStream.TraceWrittenByCallerAndStream"
   "test_stream_event:*"
   "test_failure:Failure.AbortFromAnotherThread"
-  "test_errors:ErrorsNoComm.GroupWithBadCallRunsNothing"
+  "test_errors:ErrorsNoComm.GroupWithBadCallRunsNothing:ErrorsNoComm.NonblockingInitFromOneThread"
 )
 
 run_tsan() {
