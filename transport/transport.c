@@ -14,7 +14,10 @@ static const char *const transport_names[] = {"shm", "socket", "ucx", NULL};
 struct weft_param transport_params[] = {
     {.name = "WEFT_TRANSPORT", .type = PARAM_STR, .choices = transport_names,
      .doc = "use only this transport (`shm`, `ucx`, `socket`, any case); connections it cannot "
-            "make fail; another name is refused when a communicator is created"},
+            "make fail; another name is refused when a communicator is created. It and each "
+            "transport's disable setting hold for every connection of the rank that sets "
+            "them, whichever end chooses the transport: its peers connect to it by another "
+            "(a host whose UCX is broken sets `WEFT_UCX_DISABLE=1` alone)"},
     PARAM_END,
 };
 enum { P_TRANSPORT };
@@ -69,19 +72,44 @@ static void why_append(char *why, size_t why_nbytes, size_t *len, const char *na
   if (n > 0) *len += (size_t)n;
 }
 
+/* Whether this rank's settings turn t off, with why in reason. */
+static int transport_off_here(const struct weft_transport *t, char *reason, size_t nbytes) {
+  const char *only = param_str(&transport_params[P_TRANSPORT]);
+  /* WEFT_TRANSPORT names the transports of host memory and the networks */
+  if (only != NULL && !(t->caps & TRANSPORT_CAP_DEVICE_MEMORY) && strcasecmp(only, t->name) != 0) {
+    snprintf(reason, nbytes, "WEFT_TRANSPORT=%s", only);
+    return 1;
+  }
+  if (t->disabled != NULL && t->disabled()) {
+    snprintf(reason, nbytes, "disabled (%s=1)", t->disable_env);
+    return 1;
+  }
+  return 0;
+}
+
+void transport_peer_info(struct peer_info *info) {
+  char reason[160];
+  info->transports_off = 0;
+  for (int i = 0; weft_transports[i] != NULL && i < 32; i++)
+    if (transport_off_here(weft_transports[i], reason, sizeof reason))
+      info->transports_off |= 1u << i;
+}
+
 int transport_select(const struct peer_info *sender, const struct peer_info *receiver,
                      const struct transport_need *need, char *why, size_t why_nbytes) {
-  const char *only = param_str(&transport_params[P_TRANSPORT]);
   char reasons[512] = "", reason[160];
   size_t len = 0;
   for (int i = 0; weft_transports[i] != NULL; i++) {
     const struct weft_transport *t = weft_transports[i];
+    const uint32_t bit = i < 32 ? 1u << i : 0;
     reason[0] = '\0';
-    /* WEFT_TRANSPORT names the transports of host memory and the networks */
-    if (only != NULL && !(t->caps & TRANSPORT_CAP_DEVICE_MEMORY) && strcasecmp(only, t->name) != 0) {
-      snprintf(reason, sizeof reason, "WEFT_TRANSPORT=%s", only);
-    } else if (t->disabled != NULL && t->disabled()) {
-      snprintf(reason, sizeof reason, "disabled (%s=1)", t->disable_env);
+    if (transport_off_here(t, reason, sizeof reason)) {
+    } else if (sender->transports_off & bit) {
+      snprintf(reason, sizeof reason, "off on rank %d (its WEFT_TRANSPORT or %s)", sender->rank,
+               t->disable_env != NULL ? t->disable_env : "settings");
+    } else if (receiver->transports_off & bit) {
+      snprintf(reason, sizeof reason, "off on rank %d (its WEFT_TRANSPORT or %s)",
+               receiver->rank, t->disable_env != NULL ? t->disable_env : "settings");
     } else if (t->can_connect(sender, receiver, need, reason, sizeof reason)) {
       return i;
     }

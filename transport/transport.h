@@ -198,10 +198,15 @@ struct weft_transport {
  * (transport.c). NULL-terminated. A blob's transport indexes it. */
 extern const struct weft_transport *const weft_transports[];
 
-/* The index in weft_transports of the first transport that is not disabled
- * (its own setting, or WEFT_TRANSPORT naming another) and whose can_connect
- * carries what need asks from sender to receiver; else -1, with a message
- * that names both ranks and why each transport cannot in why (why_nbytes > 0). */
+/* Marks in info->transports_off the transports this rank's settings turn
+ * off (WEFT_TRANSPORT naming another, or its own disable setting). */
+void transport_peer_info(struct peer_info *info);
+
+/* The index in weft_transports of the first transport that is off on
+ * neither end (transports_off of each, and this rank's settings) and whose
+ * can_connect carries what need asks from sender to receiver; else -1, with
+ * a message that names both ranks and why each transport cannot in why
+ * (why_nbytes > 0). */
 int transport_select(const struct peer_info *sender, const struct peer_info *receiver,
                      const struct transport_need *need, char *why, size_t why_nbytes);
 

@@ -301,6 +301,7 @@ static weftResult_t comm_init_marked(struct weftComm *comm, int nranks,
   self.bus_id = -1;
   bootstrap_peer_info_local(&self);
   topo_peer_info(&self, cuda_dev);
+  transport_peer_info(&self);
   struct param_agreement agreed;
   config_agreement_fill(&self, nchannels, &agreed);
   self.refused = refused != weftSuccess;

@@ -107,6 +107,32 @@ TEST_F(ThreeHosts, AllCollectivesCorrect) {
   for (int r = 0; r < kRanks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
 
+// Host 2 turns UCX off (WEFT_UCX_DISABLE=1, and a UCX_TLS that cannot work
+// there, as on a host whose HCA is broken): its ranks touch no UCX, whichever
+// end of a connection chooses the transport (its peers choose sockets to it),
+// and every collective is still correct.
+TEST_F(ThreeHosts, TransportOffOnOneHostIsOffForItsPeersToo) {
+  const uint64_t seed = test_seed();
+  RunOptions o = options(30);
+  o.env_of = [](int rank) {
+    return rank / kRanksPerHost == 2 ? EnvList{{"WEFT_UCX_DISABLE", "1"}, {"UCX_TLS", "rc_x"}}
+                                     : EnvList{};
+  };
+  auto status = run_ranks(kRanks, [&](const RankCtx &ctx) {
+    if (!see_own_netns_devices()) return rank_fail(ctx, "mounting /sys: %m");
+    weftComm_t comm;
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+      return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+    if (int rc = check_every_collective(ctx, comm, seed)) return rc;
+    const int ucx = count_threads_named("weft-ucx"), sock = count_threads_named("weft-sock");
+    if (ctx.rank / kRanksPerHost == 2 && (ucx != 0 || sock == 0))
+      return rank_fail(ctx, "UCX is off here, yet %d ucx and %d socket proxy threads", ucx, sock);
+    weftCommDestroy(comm);
+    return 0;
+  }, o);
+  for (int r = 0; r < kRanks; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
 // Host 0's link to the bridge goes down while all-reduces run back to back:
 // every rank gets an error within WEFT_TIMEOUT, none hangs.
 TEST_F(ThreeHosts, LinkDownGivesEveryRankAnError) {

@@ -29,6 +29,11 @@ struct peer_info {
   int32_t nchannels;
   int32_t refused;
   uint64_t settings_digest;
+  /* bit i: weft_transports[i] is off on this rank (WEFT_TRANSPORT names
+   * another, or its disable setting is 1; transport_peer_info), so that no
+   * connection of its uses it, whichever end chooses */
+  uint32_t transports_off;
+  uint32_t pad;
 };
 
 #endif
