@@ -81,6 +81,28 @@ TEST_F(TwoHosts, AllCollectivesCorrect) {
   for (int r = 0; r < 4; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
 }
 
+// Host 1's ranks may listen on loopback only (WEFT_SOCKET_IFNAME==lo, as
+// weftrun sets for one host): every rank's init fails at once, naming the
+// first such rank and loopback, instead of taking it for gone.
+TEST_F(TwoHosts, LoopbackListenerOnAnotherHostIsNamed) {
+  RunOptions o = options(20);
+  o.env_of = [](int rank) { return rank >= 2 ? EnvList{{"WEFT_SOCKET_IFNAME", "=lo"}} : EnvList{}; };
+  o.allow_warnings = true;
+  auto status = run_ranks(4, [&](const RankCtx &ctx) {
+    weftComm_t comm;
+    const double t0 = now_s();
+    if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) == weftSuccess)
+      return rank_fail(ctx, "init succeeded across hosts with a loopback listener");
+    const std::string text = weftGetLastError(nullptr);
+    printf("rank %d: %.2f s: %s\n", ctx.rank, now_s() - t0, text.c_str());
+    if (text.find("rank 2 ") == std::string::npos || text.find("loopback") == std::string::npos)
+      return rank_fail(ctx, "the error does not name rank 2 and loopback: %s", text.c_str());
+    if (now_s() - t0 > 10) return rank_fail(ctx, "the error took %.1f s", now_s() - t0);
+    return 0;
+  }, o);
+  for (int r = 0; r < 4; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
+}
+
 // The link between the hosts goes down while all-reduces run back to back:
 // every rank gets an error within WEFT_TIMEOUT, none hangs.
 TEST_F(TwoHosts, LinkDownGivesEveryRankAnError) {

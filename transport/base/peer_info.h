@@ -34,6 +34,9 @@ struct peer_info {
    * connection of its uses it, whichever end chooses */
   uint32_t transports_off;
   uint32_t pad;
+  /* equal for ranks in one network namespace of one boot of one machine,
+   * whatever WEFT_HOSTID says: those that reach each other's loopback */
+  uint64_t net_hash;
 };
 
 #endif

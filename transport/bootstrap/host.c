@@ -47,6 +47,7 @@ void bootstrap_peer_info_local(struct peer_info *info) {
   gethostname(info->hostname, sizeof info->hostname - 1);
   info->hostname[sizeof info->hostname - 1] = '\0';
   uint64_t h = 0xcbf29ce484222325ull;
+  info->net_hash = hash_stat(hash_file(h, "/proc/sys/kernel/random/boot_id"), "/proc/self/ns/net");
   const char *override = param_str(&bootstrap_params[P_HOSTID]);
   if (override != NULL) {
     h = bootstrap_hash_bytes(h, override, strlen(override));

@@ -138,11 +138,36 @@ static weftResult_t root_wait_table(int root_fd, const struct bootstrap_id *id, 
   return weftSuccess;
 }
 
+/* A rank that listens on a loopback address where a rank of another
+ * machine or network namespace must reach it fails every rank alike (each
+ * sees the same table), naming it, rather than leaving its peers to find
+ * nothing at its address and take it for gone. */
+static weftResult_t loopback_check(const struct peer_info *peers, int nranks) {
+  for (int r = 0; r < nranks; r++) {
+    if (!sock_addr_is_loopback(&peers[r].listen_addr)) continue;
+    for (int s = 0; s < nranks; s++) {
+      if (peers[s].net_hash == peers[r].net_hash) continue;
+      char abuf[64];
+      return weft_error_set(
+          weftSystemError,
+          "rank %d (host %s) listens on the loopback address %s, which rank %d (host %s) "
+          "cannot reach: on host %s, WEFT_SOCKET_IFNAME allows only loopback, or its route "
+          "to the rendezvous leaves by loopback (a host name that resolves to 127.x in "
+          "/etc/hosts)",
+          r, peers[r].hostname, sock_addr_str(&peers[r].listen_addr, abuf, sizeof abuf), s,
+          peers[s].hostname, peers[r].hostname);
+    }
+  }
+  return weftSuccess;
+}
+
 weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,
                             const struct peer_info *self, uint64_t timeout_ns,
                             struct bootstrap **bs_out, struct peer_info *peers_out) {
   if (id->magic != BOOTSTRAP_MAGIC)
     return weft_error_set(weftInvalidArgument, "unique id is not a weft id (bad magic)");
+  if (nranks < 1 || rank < 0 || rank >= nranks)
+    return weft_error_set(weftInvalidArgument, "bootstrap: rank %d of %d", rank, nranks);
   uint64_t deadline = clock_ns() + timeout_ns;
   weftResult_t res;
   struct bootstrap *bs = calloc(1, sizeof *bs);
@@ -203,6 +228,7 @@ weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,
   WEFT_TRY_GOTO(root_wait_table(root_fd, id, rank, nranks, deadline, peers_out), res, close_root);
   sock_close_reset(root_fd); /* all read; the root closes its end in order */
   root_fd = -1;
+  WEFT_TRY_GOTO(loopback_check(peers_out, nranks), res, free_bs);
 
   bs->addrs = malloc(sizeof *bs->addrs * (size_t)nranks);
   bs->pids = calloc((size_t)nranks, sizeof *bs->pids);

@@ -382,12 +382,17 @@ static void *root_main(void *arg) {
     root_reply(fd, ROOT_OK);
     WEFT_TRACE(LOG_BOOTSTRAP, "root: rank %d of %d joined (%d so far)", h.rank, nranks, joined);
   }
-  for (int r = 0; left < 0 && !out_of_fds && r < nranks; r++) {
-    uint32_t outcome = ROOT_ALL_JOINED;
-    uint64_t d = clock_ns() + st->timeout_ns;
-    if (sock_send_all(fds[r], &outcome, sizeof outcome, d) == weftSuccess)
-      sock_send_all(fds[r], infos, sizeof *infos * (size_t)nranks, d);
-  }
+  /* the ranks of this process last: one that fails on reading the table (a
+   * check every rank makes alike) and ends its process ends this thread */
+  const int32_t self_pid = (int32_t)getpid();
+  for (int pass = 0; left < 0 && !out_of_fds && pass < 2; pass++)
+    for (int r = 0; r < nranks; r++) {
+      if ((infos[r].pid == self_pid) != (pass == 1)) continue;
+      uint32_t outcome = ROOT_ALL_JOINED;
+      uint64_t d = clock_ns() + st->timeout_ns;
+      if (sock_send_all(fds[r], &outcome, sizeof outcome, d) == weftSuccess)
+        sock_send_all(fds[r], infos, sizeof *infos * (size_t)nranks, d);
+    }
 close_all:
   root_unregister(st);
   for (int r = 0; fds != NULL && infos != NULL && r < nranks; r++) /* fds is set once both are */
