@@ -6,7 +6,8 @@ flight recorder's dump signal in the store; every rank then destroys the
 group and makes it again, which PyTorch does under the same store prefix.
 The new group must train: two all-reduces two seconds apart (the signal
 thread looks twice a second), with the right sums. A signal left under the
-old group's keys failed the new group at its first look.
+old group's keys failed the new group at its first look; the first group's
+unique id, left in the store, was read by ranks that came before rank 0.
 """
 import datetime
 import os
@@ -40,8 +41,9 @@ def main():
             sys.exit(1)
     time.sleep(1)
     dist.destroy_process_group()
-    # rank 0 first, so that the others read its new unique id (PyTorch reuses the keys)
-    if rank != 0:
+    # the others first: PyTorch reuses the keys, and they must wait for rank 0's
+    # new unique id, not read the first group's (rank 0 took it out of the store)
+    if rank == 0:
         time.sleep(2)
     dist.init_process_group("weft", timeout=datetime.timedelta(seconds=30))
     for i in range(2):

@@ -3,6 +3,8 @@
 # .venv-torch (made by WEFT_SETUP_TORCH=1 tools/scripts/setup.sh):
 #   run.sh ops N | train N | alloc N | api N | parity N | surfaces N | streams N
 #                             under torchrun with N ranks
+#   run.sh detail N           check_detail.py with TORCH_DISTRIBUTED_DEBUG=DETAIL: torch's
+#                             collective checker over weft's backend
 #   run.sh flight N           check_flight.py under torchrun: the flight recorder's
 #                             dumps on request, read back and by PyTorch's analyzer
 #   run.sh dead_peer N        N ranks of its own, one killed mid-training
@@ -41,6 +43,9 @@ case "$check" in
     TORCH_FR_BUFFER_SIZE=16 TORCH_FR_DUMP_TEMP_FILE="$dir/weft_trace_rank_" \
       "$venv/bin/python" -m torch.distributed.run --standalone --nproc-per-node "$nranks" \
       "$root/tests/torch/check_flight.py" ;;
+  detail) # torch's collective checker wrapped around weft's backend
+    TORCH_DISTRIBUTED_DEBUG=DETAIL exec "$venv/bin/python" -m torch.distributed.run --standalone \
+      --nproc-per-node "$nranks" "$root/tests/torch/check_detail.py" ;;
   reinit) # errors raised, not ending the process; the recorder on, its dumps removed
     dir="$(mktemp -d "${TMPDIR:-/tmp}/weft_reinit_check.XXXXXX")"
     trap 'rm -rf "$dir"' EXIT

@@ -94,6 +94,17 @@ WeftBackend::WeftBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank,
   name_ = name.empty() ? std::string("torch") : name;
   weftConfig_t config = config_of(timeout, name_, channels);
   check_init(weftCommInitRankConfig(&comm_, size, id, rank, &config), "weftCommInitRank");
+  // every rank read the id to join: rank 0 takes it out of the store, so that
+  // a group made again on this store (init_process_group after
+  // destroy_process_group, which reuses the keys) hands no rank the last id
+  if (rank == 0) {
+    try {
+      store->deleteKey(key);
+    } catch (const std::exception &) {
+      // a store without deletion: a rank of a group made again may read the
+      // last id first, and fails to join it (as with NCCL and Gloo)
+    }
+  }
   make_pcomm();
   queue_->comm = comm_;
   worker_ = std::thread([this] { worker_loop(); });

@@ -175,6 +175,13 @@ def _create(opts, backend_options=None):
     if not only_weft or made is None or not hasattr(made, "get_group_store"):
         return backend  # a torch without them: the group stays torch's
     pg = _C.WeftProcessGroup(made.get_group_store(), opts.group_rank, opts.group_size)
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL: torch's collective checker (shapes, dtypes
+    # and kinds compared over a Gloo helper before each call) wraps the backend,
+    # as torch does for the groups it makes itself
+    if dist.get_debug_level() == dist.DebugLevel.DETAIL and dist.is_gloo_available():
+        backend = dist.distributed_c10d._create_process_group_wrapper(
+            wrapped_pg=backend, store_prefix=opts.group_id, store=opts.store,
+            rank=opts.group_rank, world_size=opts.group_size, timeout=opts.timeout)
     kind = dist.ProcessGroup.BackendType.CUSTOM
     pg._set_default_backend(kind)
     for device in config.get_device_backend_map():
