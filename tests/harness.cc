@@ -1,7 +1,9 @@
 #include "harness.h"
 
 #include <dirent.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <linux/capability.h>
 #include <sched.h>
 #include <poll.h>
@@ -10,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -184,6 +187,18 @@ std::string TypeOpPairs::describe() const {
     for (int op = 0; op < weftNumOps; op++)
       if (on_[t][op]) s += " " + std::to_string(t) + "/" + std::to_string(op);
   return s;
+}
+
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, (sockaddr *)&a, sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, (sockaddr *)&a, &len);
+  close(fd);
+  return ntohs(a.sin_port);
 }
 
 double now_s() {

@@ -80,6 +80,9 @@ uint64_t test_seed();
 // Monotonic clock, in seconds.
 double now_s();
 
+// A TCP port that was free a moment ago on loopback.
+int free_port();
+
 // Runs one test of this binary, the DISABLED_ one test_name names
 // ("Suite.DISABLED_Body"), in a process of its own (where nothing ran
 // before it), under env ("VAR=value ...", may be empty) and timeout_s, with

@@ -239,6 +239,50 @@ void hang_test(bool killed) {
 
 TEST(Hang, SleepingRankNamed) { hang_test(false); }
 
+// Two runs of one job at a fixed rendezvous (WEFT_COMM_ID and WEFT_SECRET:
+// the same secret each time) dump into one WEFT_TRACE_DIR: the first run's
+// four ranks abort (four dumps), then the second run's rank 3 dies before
+// its fourth all-reduce. The verdict on the second run names rank 3 as
+// leaving no trace, not the first run's rank 3 file, which is judged as a
+// job of its own.
+TEST(Hang, FormerRunsTracesJudgedApart) {
+  const std::string dir = make_dir("hang_runs");
+  ASSERT_FALSE(dir.empty());
+  RunOptions opts;
+  opts.timeout_s = 60;
+  opts.unique_id = false;
+  opts.env = {{"WEFT_TIMEOUT", std::to_string(kTimeoutS)}, {"WEFT_TRACE_DIR", dir},
+              {"WEFT_COMM_ID", "127.0.0.1:" + std::to_string(free_port())},
+              {"WEFT_SECRET", "the-same-every-run"}, {"WEFT_NRANKS", std::to_string(kRanks)}};
+  opts.env_of = [](int rank) { return EnvList{{"WEFT_RANK", std::to_string(rank)}}; };
+  for (int run = 0; run < 2; run++) {
+    auto status = run_ranks(kRanks, [&](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (weftCommInitFromEnv(&comm, nullptr) != weftSuccess)
+        return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+      std::vector<float> buf(1024, 1.0f);
+      for (int i = 0; i < (run == 0 ? 1 : kBefore + 1); i++) {
+        if (run == 1 && i == kBefore && ctx.rank == kRanks - 1) raise(SIGKILL);
+        if (weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, comm,
+                          nullptr) != weftSuccess)
+          break;  // the second run's fourth, on ranks 0-2
+      }
+      weftCommAbort(comm);  // dumps
+      return 0;
+    }, opts);
+    for (int r = 0; r < kRanks; r++)
+      EXPECT_EQ(status[r], run == 1 && r == kRanks - 1 ? 128 + SIGKILL : 0)
+          << "run " << run << ", rank " << r;
+  }
+  EXPECT_EQ(dump_files(dir).size(), 7u) << "the first run's 4 dumps and the second's 3";
+  const std::string verdict = diagnose(dir);
+  printf("weftTraceDiagnose:\n%s", verdict.c_str());
+  EXPECT_NE(verdict.find("AllReduce #4 (1024 float32 sum) did not complete"), std::string::npos)
+      << verdict;
+  EXPECT_NE(verdict.find("rank 3 left no trace"), std::string::npos) << verdict;
+  remove_dir(dir);
+}
+
 TEST(Hang, KilledRankNamed) { hang_test(true); }
 
 }  // namespace

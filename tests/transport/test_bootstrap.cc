@@ -40,19 +40,6 @@ using namespace weft_test;
 
 namespace {
 
-// A port that was free a moment ago on loopback.
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, (sockaddr *)&a, sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, (sockaddr *)&a, &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 // numbers; destroys comm.
 int check_and_destroy(const RankCtx &ctx, weftComm_t comm) {
   int rank = -1, nranks = -1;

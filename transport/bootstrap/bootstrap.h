@@ -148,8 +148,10 @@ void bootstrap_query_linger(struct bootstrap *bs, uint64_t recent_ns, uint64_t m
  * for it. Before this rank's own linger, so that ranks that close together
  * do not each wait out the other's. */
 void bootstrap_query_bye(struct bootstrap *bs);
-/* A number that names the job (the same on every rank of it, different
- * between jobs), and does not reveal its secret. */
+/* A number that names this run of the job (the same on every rank of it,
+ * different between jobs and between runs of one job at a fixed rendezvous,
+ * whose secret is the same: it hashes the ranks' processes too), and does not
+ * reveal its secret. */
 uint64_t bootstrap_job_hash(const struct bootstrap *bs);
 /* Rank's process id where it shares this host, else 0. */
 pid_t bootstrap_peer_pid(const struct bootstrap *bs, int rank);

@@ -237,6 +237,14 @@ weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,
     res = weft_error_set(weftSystemError, "out of memory");
     goto free_bs;
   }
+  /* the secret names the job, which a rendezvous at a fixed address keeps
+   * from run to run; the ranks' processes name this run of it */
+  bs->job_hash = bootstrap_hash_bytes(0xcbf29ce484222325ull, bs->secret, sizeof bs->secret);
+  for (int r = 0; r < nranks; r++) {
+    bs->job_hash = bootstrap_hash_bytes(bs->job_hash, &peers_out[r].pid, sizeof peers_out[r].pid);
+    bs->job_hash = bootstrap_hash_bytes(bs->job_hash, &peers_out[r].host_hash,
+                                        sizeof peers_out[r].host_hash);
+  }
   for (int r = 0; r < nranks; r++) {
     bs->addrs[r] = peers_out[r].listen_addr;
     bs->query_addrs[r] = peers_out[r].query_addr;

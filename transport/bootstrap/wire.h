@@ -134,6 +134,7 @@ struct bootstrap {
   pid_t *pids;                    /* every rank's pid where it shares this host, else 0 */
   struct sock_hellos hellos;      /* connections to listen_fd not proven yet */
   uint8_t secret[BOOTSTRAP_SECRET_BYTES];
+  uint64_t job_hash;              /* bootstrap_job_hash: the secret and every rank's process */
   struct bs_msg *unexpected;
   const volatile uint32_t *abort; /* the owner's abort flag, or NULL */
   uint32_t poisoned;              /* bootstrap_poison ran (in this epoch) */
