@@ -480,7 +480,8 @@ else bad number_narrowing "${#row} characters: $row"; fi
 # line for a wrong value (ranks given different -o fill different inputs;
 # sendrecv takes no op, so the library sees no disagreement and the receivers'
 # checks fail), 3 and "Test NCCL failure" for a weft error (a root out of
-# range), 4 and "Test timeout" when a peer stops (SIGSTOP) past -T
+# range), 4 and "Test timeout" when a peer stops (SIGSTOP) past -T, followed
+# by weft's verdict naming the stopped rank
 timeout 60 "$weftrun" --no-prefix -n 2 sh -c 'op=sum; [ "$WEFT_RANK" = 1 ] && op=prod; exec "$0" -b 64 -e 256 -f 4 -n 1 -w 0 -o $op' \
   "$tools/sendrecv_perf" >"$tmp/wrong" 2>&1
 rc=$?
@@ -497,7 +498,8 @@ timeout 60 "$weftrun" -n 2 sh -c '"$0" -T 1 -N 0 -b 1K -e 1K -n 100 -w 0 -P 0 >"
   "$perf" "$tmp/stopped" >"$tmp/timeout" 2>&1
 rc=$?
 took=$(( $(date +%s) - start ))
-if [ "$rc" = 4 ] && [ "$took" -lt 30 ] && grep -qE '^\S+: Test timeout \(1s\) \S+:[0-9]+$' "$tmp/stopped.0"
+if [ "$rc" = 4 ] && [ "$took" -lt 30 ] && grep -qE '^\S+: Test timeout \(1s\) \S+:[0-9]+$' "$tmp/stopped.0" &&
+   grep -qE '^\S+:   .*rank 1' "$tmp/stopped.0"
 then ok exit_timeout; else bad exit_timeout "exit $rc after ${took}s: $(grep -h -i -E 'timeout|failure' "$tmp"/stopped.*)"; fi
 
 # NCCL_TESTS_MIN_BW: the average busbw line ends OK or FAILED (below 0.9 of

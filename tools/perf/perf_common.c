@@ -72,6 +72,8 @@ static int lib_failed(const struct perf_run *p, weftResult_t res, const char *te
     const char *after = strstr(text, "after ");
     if (s == 0 && after != NULL) s = strtod(after + 6, NULL);
     printf("%s: Test timeout (%ds) %s:%d\n", p->host, (int)(s + 0.5), base_name(file), line);
+    /* nccl-tests' line, then weft's verdict (which rank stopped, in which call) */
+    printf("%s:   %s\n", p->host, text);
     fflush(stdout);
     return PERF_TIMEOUT;
   }
