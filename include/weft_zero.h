@@ -149,7 +149,8 @@ weftZeroShard_t weftZeroShardIntersect(weftZeroShard_t shard, size_t param_offse
 /* Creates a context on comm (which must outlive it). Not collective. */
 weftResult_t weftZeroCreate(weftZero_t *zero, weftComm_t comm, const weftZeroConfig_t *config);
 
-/* Registers a parameter of count elements in layer `layer` (layers are
+/* Registers a parameter of count elements (at least 1; an empty tensor is
+ * left out: weftInvalidArgument) in layer `layer` (layers are
  * numbered from 0 and registered in non-decreasing order), initialised from
  * init (fp32, count values; every rank must pass the same values). Writes
  * its id. weftInvalidArgument, with nothing registered, where the model's
@@ -369,7 +370,8 @@ size_t weftZeroMemoryFormulaFor(const weftZeroConfig_t *config, size_t psi, int 
  * their events. Collective. */
 weftResult_t weftZeroGetParams(weftZero_t zero, float *out, weftStream_t stream);
 
-/* Sharded checkpoints. Save writes dir/step-<n>/ with one file per rank (its
+/* Sharded checkpoints. Save writes dir/step-<n>/ (dir and the folders above it
+ * made where missing, by rank 0) with one file per rank (its
  * shard of master weights and moments, padding removed, behind a header with
  * the run's identity, the step and a CRC-32C of the data) and a manifest
  * (layout, counters, every shard's size and checksum, and its own checksum),

@@ -70,6 +70,26 @@ static int fsync_path(const char *path) {
 }
 
 /* Removes a directory of plain files (a checkpoint version). */
+/* mkdir -p: path and every missing folder above it; 0, or -1 with errno
+ * (EEXIST only where path exists and is not a folder). */
+static int make_dirs(const char *path) {
+  char p[PATH_MAX];
+  if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  for (char *s = p + 1; *s != '\0'; s++) {
+    if (*s != '/') continue;
+    *s = '\0';
+    if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
+    *s = '/';
+  }
+  if (mkdir(p, 0755) == 0) return 0;
+  struct stat st;
+  if (errno == EEXIST && stat(p, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
+  return -1;
+}
+
 static void remove_tree(const char *path) {
   DIR *d = opendir(path);
   if (d == NULL) return;
@@ -387,7 +407,7 @@ static weftResult_t ckpt_save(weftZero_t z, const char *dir, const void *state, 
   if (z->rank == 0 && mine == weftSuccess) {
     if (!z->has_run_id) mine = ckpt_run_id_new(z->run_id);
     run_id_pack(z->run_id, words + 1);
-    if (mine == weftSuccess && mkdir(dir, 0755) != 0 && errno != EEXIST)
+    if (mine == weftSuccess && make_dirs(dir) != 0)
       mine = zero_fail(weftSystemError, "cannot create %s: %s", dir, strerror(errno));
     /* a save that would be refused at the commit is refused before the writing */
     if (mine == weftSuccess) mine = ckpt_save_check(z, dir, name);

@@ -248,6 +248,18 @@ TEST_F(ZeroCkptDamage, IntactLoadsBitForBitAndConsolidates) {
   EXPECT_EQ(slurp(shard(1)), s1);
 }
 
+// A save into a folder whose parents are missing makes them (os.makedirs,
+// as DeepSpeed's save does), and the checkpoint loads bit for bit.
+TEST_F(ZeroCkptDamage, SaveMakesMissingFolders) {
+  const std::string nested = *root_ + "/made/by/the/save";
+  std::vector<float> params;
+  save_run(nested, test_seed() + 2, &params);
+  LoadOutcome r = load_on_two(nested);
+  for (int q = 0; q < 2; q++) ASSERT_EQ(r.code[q], weftSuccess) << r.message[q];
+  ASSERT_EQ(r.params.size(), params.size());
+  EXPECT_EQ(memcmp(r.params.data(), params.data(), params.size() * sizeof(float)), 0);
+}
+
 TEST_F(ZeroCkptDamage, FlippedBitInData) {
   Rng rng(test_seed() + 1);
   int q = (int)(rng.next() % 3);
