@@ -116,8 +116,10 @@ typedef struct {
                             the comm, which connects apart; weftCommGetAsyncError
                             says weftInProgress until it is ready, then weftSuccess
                             or the failure. Other calls refuse it until then; destroy
-                            waits for it, abort does not. In a group, the group's end
-                            creates it. Split and shrink block either way */
+                            waits for it, abort does not. weft's inits run at the call
+                            in a group too (the NCCL drop-in's group records them and
+                            creates them at its end). Split and shrink block either
+                            way */
   int minChannels;       /* lower bound on channels, 1 or more; a value above what an
                             executor has is lowered to it (host rings: 16; device
                             channels, a kernel block each: 64) */

@@ -5,7 +5,8 @@
  * then its result; the first report of success makes the comm live (its
  * magic COMM_MAGIC), and every other call refuses a comm still being created
  * (comm_check_slow). Destroy waits for the creation to end; abort returns at
- * once and leaves the thread to free what it makes.
+ * once and leaves the thread to free what it makes (an abort while a
+ * destroy waits leaves the comm to the destroy).
  *
  * One lock over every creation: they are few, and a destroy or abort that
  * frees the state never races the thread's last touch of it. */
@@ -22,6 +23,7 @@
 struct comm_creation {
   int done;      /* the thread finished comm_init_into */
   int abandoned; /* aborted while it ran: the thread frees what it made */
+  int ending;    /* a destroy waits for the thread: it, not an abort, frees */
   weftResult_t res;
   char error[sizeof((struct weftComm *)0)->last_error];
   /* the call's arguments, kept for the thread */
@@ -91,7 +93,7 @@ weftResult_t comm_create_start(weftComm_t *comm_out, int nranks, const struct bo
   c->bind_dev = bind_dev;
   c->id = *id;
   c->res = weftInProgress;
-  if (config != NULL) {
+  if (config != NULL) { /* a whole one, read (comm_config_read) from the caller's */
     c->has_cfg = 1;
     c->cfg = *config;
     if (config->commName != NULL) {
@@ -142,6 +144,12 @@ int comm_create_end(struct weftComm *comm, int abort) {
     pthread_mutex_unlock(&creations_lock);
     return 1;
   }
+  if (c->abandoned || (abort && c->ending)) {
+    /* another thread's abort took it (the creation's thread frees it), or
+     * a destroy waits for it (and frees it) */
+    pthread_mutex_unlock(&creations_lock);
+    return 0;
+  }
   if (abort && !c->done) {
     c->abandoned = 1;
     comm->magic = 0; /* the handle is dead: the thread frees the memory */
@@ -151,7 +159,15 @@ int comm_create_end(struct weftComm *comm, int abort) {
               (void *)comm);
     return 0;
   }
-  while (!c->done) pthread_cond_wait(&creations_done, &creations_lock);
+  /* the destroy's: no abort takes the creation from it while it waits, and
+   * a poll that sees it done may publish it (looked at again on each wake) */
+  c->ending = 1;
+  while ((c = comm->creation) != NULL && !c->done)
+    pthread_cond_wait(&creations_done, &creations_lock);
+  if (c == NULL) {
+    pthread_mutex_unlock(&creations_lock);
+    return 1;
+  }
   if (c->res == weftSuccess) {
     creation_publish(comm);
     pthread_mutex_unlock(&creations_lock);

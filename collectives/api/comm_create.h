@@ -19,7 +19,8 @@ struct comm_create_fns {
 
 /* Hands back in *comm_out a comm whose creation (fns->init, then
  * comm_device_bind(bind_dev)) runs on a thread of its own, and returns
- * weftInProgress; or an error, leaving *comm_out alone. */
+ * weftInProgress; or an error, leaving *comm_out alone. config, NULL or a
+ * whole weftConfig_t as comm_config_read writes it, is copied. */
 weftResult_t comm_create_start(weftComm_t *comm_out, int nranks, const struct bootstrap_id *id,
                                int rank, const weftConfig_t *config, int bind_dev,
                                const struct comm_create_fns *fns);

@@ -375,7 +375,11 @@ weftResult_t comm_init_nonblocking(weftComm_t *comm_out, int nranks,
                                    const struct bootstrap_id *id, int rank,
                                    const weftConfig_t *config, int bind_dev) {
   static const struct comm_create_fns fns = {.init = comm_init_into, .abort = weftCommAbort};
-  return comm_create_start(comm_out, nranks, id, rank, config, bind_dev, &fns);
+  /* the caller's config as far as its size goes (an older, shorter one) */
+  weftConfig_t cfg;
+  WEFT_TRY(comm_config_read(config, &cfg));
+  return comm_create_start(comm_out, nranks, id, rank, config != NULL ? &cfg : NULL, bind_dev,
+                           &fns);
 }
 
 weftResult_t weftCommInitRankConfig(weftComm_t *comm, int nranks, weftUniqueId commId, int rank,
