@@ -2,7 +2,9 @@
 checker wraps weft's backend as it wraps Gloo's and NCCL's, on the world group
 and on a subgroup. Calls whose shapes (same element count), kinds or dtypes
 differ between ranks raise "Detected mismatch between collectives" on every
-rank, before anything runs, and the group goes on working; matching calls
+rank, before anything runs, and the group goes on working; a send between
+two ranks only does not put the others out of step (the checker compares
+the collectives' count, as NCCL's); matching calls
 give the right results through the wrapper (random inputs, each op checked
 against the sum or concatenation computed here).
 """
@@ -53,6 +55,21 @@ def check_group(group, tag):
                                                       group=group))
     expect_mismatch(f"{tag}: dtypes", lambda: dist.all_reduce(
         torch.zeros(4, dtype=torch.float32 if rank == 0 else torch.float64), group=group))
+    # sends and receives between two ranks only (a pipeline's) do not make the
+    # others' collectives look out of step: the checker compares collectives
+    if world >= 2:
+        x = torch.arange(5, dtype=torch.float64) + 10 * world
+        if rank == 0:
+            dist.send(x, group_dst=1, group=group)
+        elif rank == 1:
+            y = torch.zeros(5, dtype=torch.float64)
+            dist.recv(y, group_src=0, group=group)
+            if not torch.equal(x, y):
+                fail(f"{tag}: the received tensor differs")
+        t = torch.ones(3)
+        dist.all_reduce(t, group=group)
+        if t.tolist() != [float(world)] * 3:
+            fail(f"{tag}: all_reduce after a send between two ranks gave {t.tolist()}")
     # matching calls after the refusals: right results
     for seed, shape in ((1, (7,)), (2, (3, 5)), (3, (1001,))):
         xs = inputs(seed + 100 * world, world, shape)

@@ -102,14 +102,15 @@ def main():
               e["time_discovered_started_ns"] >= e["time_created_ns"] > 0,
               f"entry {e['record_id']}: state {e['state']}, times out of order")
         check(e["is_p2p"] == (" " in name), f"entry {e['record_id']}: is_p2p {e['is_p2p']}")
-    # sequence numbers: the default group's collectives from 1, every
-    # operation (op_id) the backend's count, which the watchdog names
+    # sequence numbers: the default group's collectives from 1, and the
+    # group's sequence number (what TORCH_DISTRIBUTED_DEBUG=DETAIL compares)
+    # their count, as NCCL's: sends and receives are not in it
     coll = [e["collective_seq_id"] for e in entries
             if e["process_group"][0] == "0" and not e["is_p2p"]]
     check(coll == list(range(coll[0], coll[0] + len(coll))) and coll[-1] == 19,
           f"default group's collective_seq_id {coll}, expected consecutive up to 19")
-    check(entries[-1]["op_id"] == dist.group.WORLD._get_sequence_number_for_group(),
-          f"last op_id {entries[-1]['op_id']}, the group's sequence number "
+    check(coll[-1] == dist.group.WORLD._get_sequence_number_for_group(),
+          f"last collective_seq_id {coll[-1]}, the group's sequence number "
           f"{dist.group.WORLD._get_sequence_number_for_group()}")
     ranks = str(list(range(world)))
     check(d["pg_config"]["0"] == {"name": "0", "desc": "default_pg", "ranks": ranks},

@@ -569,6 +569,8 @@ WeftBackend::numbered WeftBackend::number(const char *name, int peer,
   std::lock_guard<std::mutex> lk(number_mu_);
   numbered n;
   n.seq = ++seq_;
+  if (strcmp(name, "send") != 0 && strcmp(name, "recv") != 0 && strcmp(name, "recv_anysource") != 0)
+    ++coll_seq_;
   n.flight_id = flight_record(name, peer, n.seq, inputs, outputs, captured);
   return n;
 }

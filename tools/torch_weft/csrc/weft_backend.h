@@ -110,7 +110,10 @@ class WeftBackend : public c10d::Backend {
                                           const std::vector<int> &ranks,
                                           const c10::intrusive_ptr<Options> &opts) override;
 
-  uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
+  // the collectives' count, as NCCL's (seqCollective_): TORCH_DISTRIBUTED_DEBUG=DETAIL
+  // compares it before each collective, and sends and receives between some
+  // ranks must not make the group's ranks differ
+  uint64_t getSequenceNumberForGroup() override { return coll_seq_.load(); }
   // The group's timeout for what starts after the call: weft's waits
   // (weftCommSetTimeout) and the deadlines of later operations.
   void setTimeout(std::chrono::milliseconds timeout) override;
@@ -521,6 +524,7 @@ class WeftBackend : public c10d::Backend {
   };
   void enter_weft(const char *name);
   std::atomic<uint64_t> seq_{0};
+  std::atomic<uint64_t> coll_seq_{0}; /* of them, the collectives (not sends and receives) */
   struct watched {
     c10::intrusive_ptr<WeftWork> work;
     uint64_t seq;
