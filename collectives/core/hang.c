@@ -660,6 +660,13 @@ static int res_is_remote(weftResult_t res) { return res == weftRemoteError; }
  * kind, where the text names it first, gets the call's number in comm's
  * trace, as the hang verdicts and the flight recorder have it. A text that
  * numbers it already, or does not name its kind, stays as it is. */
+/* The last c in text before end, or NULL. */
+static const char *strrchr_before(const char *text, const char *end, char c) {
+  for (const char *p = end; p > text;)
+    if (*--p == c) return p;
+  return NULL;
+}
+
 static void mismatch_number(struct weftComm *comm, const struct trace_call *c) {
   const char *text = weft_error_text();
   const char *kind = coll_kind_name((enum coll_kind)c->coll);
@@ -669,10 +676,23 @@ static void mismatch_number(struct weftComm *comm, const struct trace_call *c) {
     at = strstr(at, ": ");
     if (at != NULL) at += 2;
   }
-  if (at == NULL || at[klen] != ':' || c->seq == 0) return;
   char numbered[WEFT_ERROR_TEXT_NBYTES];
-  snprintf(numbered, sizeof numbered, "%.*s%s #%" PRIu64 "%s", (int)(at - text), text, kind,
-           c->seq, at + klen);
+  const char *differs = strstr(text, "collective differs: ");
+  if (c->seq == 0) return;
+  if (at != NULL && at[klen] == ':') {
+    snprintf(numbered, sizeof numbered, "%.*s%s #%" PRIu64 "%s", (int)(at - text), text, kind,
+             c->seq, at + klen);
+  } else if (differs != NULL && !(differs - text >= 3 && differs[-2] == ':' &&
+                                   strrchr_before(text, differs - 2, ' ') != NULL &&
+                                   strrchr_before(text, differs - 2, ' ')[1] == '#')) {
+    /* ranks in different collectives (and no number said yet, as
+     * WEFT_CHECK's "#12: collective differs" says it): this rank's call,
+     * by its kind */
+    snprintf(numbered, sizeof numbered, "%.*s%s #%" PRIu64 ": %s", (int)(differs - text), text,
+             kind, c->seq, differs);
+  } else {
+    return;
+  }
   /* the comm broke with the text as the data path set it: the later calls'
    * refusals name the cause numbered too */
   comm_error_text_replace(comm, text, numbered);
@@ -704,6 +724,13 @@ __attribute__((noinline)) static weftResult_t watch_end_slow(struct hang_watch *
     }
     char cause[1024], how[64], text[2048];
     snprintf(cause, sizeof cause, "%s", weft_error_text());
+    /* a wait of the bootstrap's (WEFT_CHECK's signature exchange, a first
+     * connection's set-up) times out out of the watch's sight: a call that
+     * lasted its timeout timed out all the same */
+    const int64_t ran_ns = c.t_started_ns > 0 ? trace_now_ns() - c.t_started_ns : 0;
+    if (hw->waited_ns == 0 && ran_ns > 0 &&
+        (uint64_t)ran_ns >= comm_timeout_ns(comm) - comm_timeout_ns(comm) / 20)
+      hw->waited_ns = (uint64_t)ran_ns;
     if (hw->waited_ns > 0) snprintf(how, sizeof how, "timed out after %.1f s", (double)hw->waited_ns / 1e9);
     else if (hw->stalled_ns >= 1000000000ull)
       snprintf(how, sizeof how, "failed after %.1f s", (double)hw->stalled_ns / 1e9);
@@ -736,7 +763,10 @@ __attribute__((noinline)) static weftResult_t watch_end_slow(struct hang_watch *
    * its start */
   const int read_clock = hw->long_call || hw->stalled_ns > 0 || res != weftSuccess;
   for (size_t i = 0; i < hw->nids; i++) trace_done(comm->trace, hw->ids[i], res, read_clock);
-  if (res != weftSuccess && !stopped && (res_is_remote(res) || hw->asked))
+  /* a mismatch is dumped too, on every rank that found it (the others fail
+   * remote): the verdict on the dumps then has every rank's side */
+  if (res != weftSuccess && !stopped &&
+      (res_is_remote(res) || hw->asked || res == weftInvalidUsage))
     trace_dump_to_dir(comm->trace, hw->waited_ns > 0 ? TRACE_ON_TIMEOUT : TRACE_ON_FAILURE,
                       weft_error_text());
   return res;

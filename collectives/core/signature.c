@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "../../transport/base/status.h"
+#include "../../transport/base/wait.h"
 #include "signature.h"
 #include "params.h"
 #include "plan.h"
@@ -173,6 +174,10 @@ weftResult_t signature_agree_checked(struct weftComm *comm, const struct weft_pl
   struct signature *sigs = calloc((size_t)n, sizeof *sigs);
   if (sigs == NULL) return weft_error_set(weftSystemError, "WEFT_CHECK: out of memory");
   signature_init(&sigs[comm->rank], plan, seq);
+  /* the exchange is the call's first wait: the call's record and watch
+   * start now (the thread's prelude, hang_watch_record's), so that a peer
+   * that asks where this rank is finds it in the call, not before it */
+  wait_prelude_run();
   weftResult_t res = bootstrap_allgather(comm->bs, sigs, sizeof *sigs);
   if (res != weftSuccess) {
     char cause[768];

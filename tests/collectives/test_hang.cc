@@ -187,12 +187,15 @@ int hang_rank(const RankCtx &ctx, bool killed) {
   return 0;
 }
 
-void hang_test(bool killed) {
+// check: with WEFT_CHECK=1, whose signature exchange is the waiting ranks'
+// first wait (they are in the call from it, not before it).
+void hang_test(bool killed, bool check = false) {
   const std::string dir = make_dir(killed ? "hang_killed" : "hang_sleep");
   ASSERT_FALSE(dir.empty());
   RunOptions opts;
   opts.timeout_s = 60;
   opts.env = {{"WEFT_TIMEOUT", std::to_string(kTimeoutS)}, {"WEFT_TRACE_DIR", dir}};
+  if (check) opts.env.push_back({"WEFT_CHECK", "1"});
   auto status = run_ranks(kRanks, [&](const RankCtx &ctx) { return hang_rank(ctx, killed); }, opts);
   for (int r = 0; r < kRanks - 1; r++) EXPECT_EQ(status[r], 0) << "rank " << r;
   EXPECT_EQ(status[kRanks - 1], killed ? 128 + SIGKILL : 0);
@@ -238,6 +241,72 @@ void hang_test(bool killed) {
 }
 
 TEST(Hang, SleepingRankNamed) { hang_test(false); }
+
+// The same under WEFT_CHECK=1: the ranks waiting in the signature exchange
+// are in the call, and only the sleeping rank is named as never calling it
+// (a waiting rank was named so before, its trace not holding the call yet).
+TEST(Hang, SleepingRankNamedUnderCheck) { hang_test(false, true); }
+
+// A mismatch found on the data path (a count, a kind) is dumped by every
+// rank, the ranks that found it and the ones that failed after them, and
+// the verdict on the dumps is the mismatch (it said before that the ranks
+// that found it, which wrote nothing, had died). Each refusal names the
+// call by its number, the kind's too.
+TEST(Hang, MismatchesDumpedAndJudged) {
+  struct Case {
+    const char *name, *differs;
+    std::function<weftResult_t(weftComm_t, int, std::vector<float> &)> call;
+  };
+  const Case cases[] = {
+      {"count", "count differs",
+       [](weftComm_t comm, int rank, std::vector<float> &buf) {
+         return weftAllGather(buf.data(), buf.data() + 2048, rank == 1 ? 512 : 256, weftFloat32,
+                              comm, nullptr);
+       }},
+      {"kind", "collective differs",
+       [](weftComm_t comm, int rank, std::vector<float> &buf) {
+         return rank == 1 ? weftBroadcast(buf.data(), buf.data(), 1024, weftFloat32, 0, comm,
+                                          nullptr)
+                          : weftAllReduce(buf.data(), buf.data(), 1024, weftFloat32, weftSum,
+                                          comm, nullptr);
+       }},
+  };
+  for (const Case &k : cases) {
+    const std::string dir = make_dir(k.name);
+    ASSERT_FALSE(dir.empty());
+    RunOptions opts;
+    opts.timeout_s = 60;
+    opts.env = {{"WEFT_TIMEOUT", std::to_string(kTimeoutS)}, {"WEFT_TRACE_DIR", dir}};
+    auto status = run_ranks(3, [&](const RankCtx &ctx) {
+      weftComm_t comm;
+      if (weftCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank) != weftSuccess)
+        return rank_fail(ctx, "init: %s", weftGetLastError(nullptr));
+      std::vector<float> buf(4096, 1.0f);
+      if (weftAllReduce(buf.data(), buf.data(), 16, weftFloat32, weftSum, comm, nullptr) !=
+          weftSuccess)
+        return rank_fail(ctx, "all-reduce #1: %s", weftGetLastError(comm));
+      const weftResult_t res = k.call(comm, ctx.rank, buf);
+      const std::string msg = weftGetLastError(comm);
+      printf("%s, rank %d: %s: %s\n", k.name, ctx.rank, weftGetErrorString(res), msg.c_str());
+      FAIL_IF(res != weftInvalidUsage && res != weftRemoteError, "got %s",
+              weftGetErrorString(res));
+      FAIL_IF(msg.find(k.differs) == std::string::npos, "the mismatch is not named: %s",
+              msg.c_str());
+      FAIL_IF(res == weftInvalidUsage && msg.find(" #2") == std::string::npos,
+              "the refusal does not number the call: %s", msg.c_str());
+      weftCommDestroy(comm);  // no dump of its own: the failure's stays
+      return 0;
+    }, opts);
+    for (int r = 0; r < 3; r++) EXPECT_EQ(status[r], 0) << k.name << ", rank " << r;
+    EXPECT_EQ(dump_files(dir).size(), 3u) << k.name << ": dumps in " << dir;
+    const std::string verdict = diagnose(dir);
+    printf("weftTraceDiagnose (%s):\n%s", k.name, verdict.c_str());
+    const std::string first = verdict.substr(0, verdict.find("(failure dump)"));
+    EXPECT_NE(first.find(k.differs), std::string::npos) << verdict;
+    EXPECT_EQ(verdict.find("left no trace"), std::string::npos) << verdict;
+    remove_dir(dir);
+  }
+}
 
 // Two runs of one job at a fixed rendezvous (WEFT_COMM_ID and WEFT_SECRET:
 // the same secret each time) dump into one WEFT_TRACE_DIR: the first run's

@@ -258,8 +258,17 @@ weftResult_t bootstrap_init(const struct bootstrap_id *id, int rank, int nranks,
     memcpy(rh.secret, id->secret, sizeof rh.secret);
     struct weft_wait w;
     bootstrap_watch(bs, next, timeout_ns, "connect the bootstrap ring to", &w);
-    WEFT_TRY_GOTO(sock_connect_peer(&bs->addrs[next], deadline, &w, &bs->fd_next), res,
-                  free_bs);
+    int connect_err = 0;
+    res = sock_connect_peer_errno(&bs->addrs[next], deadline, &w, &bs->fd_next, &connect_err);
+    if (res != weftSuccess && connect_err == ECONNREFUSED) {
+      /* its listener is closed: it ended after the table reached it */
+      char abuf[64];
+      res = weft_error_set(weftRemoteError,
+                           "rank %d is gone (nothing listens at its bootstrap address %s any "
+                           "more): it ended before joining the bootstrap ring",
+                           next, sock_addr_str(&bs->addrs[next], abuf, sizeof abuf));
+    }
+    if (res != weftSuccess) goto free_bs;
     WEFT_TRY_GOTO(sock_send_all(bs->fd_next, &rh, sizeof rh, deadline), res, free_bs);
     WEFT_TRY_GOTO(ring_accept_prev(bs, prev, deadline, &bs->fd_prev), res, free_bs);
   }
