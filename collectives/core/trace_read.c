@@ -10,6 +10,7 @@
 
 #include "../../transport/base/status.h"
 #include "hang.h"
+#include "signature.h"
 
 /* --- a small JSON reader -------------------------------------------------- */
 
@@ -269,7 +270,9 @@ static int dump_read(const char *path, struct dump *d) {
   d->error = *error ? strdup(error) : NULL;
   const struct json *entries = json_get(&root, "entries");
   rc = -1;
-  if (entries != NULL && entries->type == J_ARR && d->rank >= 0 && d->rank < d->nranks) {
+  /* a communicator holds at most SIGNATURE_MAX_RANKS ranks: more is no dump of one */
+  if (entries != NULL && entries->type == J_ARR && d->rank >= 0 && d->rank < d->nranks &&
+      d->nranks <= SIGNATURE_MAX_RANKS) {
     d->calls = calloc((size_t)entries->n + 1, sizeof *d->calls);
     for (int i = 0; d->calls != NULL && i < entries->n; i++)
       call_from_json(&entries->items[i], d->nranks, &d->calls[d->ncalls++]);
@@ -321,7 +324,10 @@ static void judge_job(struct dump *dumps, int ndumps, const char *job, FILE *out
     if (strcmp(dumps[i].job, job) == 0 && dumps[i].nranks > nranks) nranks = dumps[i].nranks;
   struct dump **byrank = calloc((size_t)nranks, sizeof *byrank);
   struct hang_view *views = calloc((size_t)nranks, sizeof *views);
-  if (byrank == NULL || views == NULL) goto free_all;
+  if (byrank == NULL || views == NULL) {
+    fprintf(out, "job %s: %d ranks: out of memory to judge it\n", job, nranks);
+    goto free_all;
+  }
   int have = 0;
   for (int i = 0; i < ndumps; i++) {
     struct dump *d = &dumps[i];

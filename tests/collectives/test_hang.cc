@@ -242,6 +242,29 @@ void hang_test(bool killed, bool check = false) {
 
 TEST(Hang, SleepingRankNamed) { hang_test(false); }
 
+// A file named as a dump whose rank count no communicator has (2^31 - 1,
+// above the most one holds) is skipped as no trace, saying so, not judged
+// as a job of that many ranks (which printed nothing and succeeded).
+TEST(Hang, DumpOfImpossibleRankCountSkipped) {
+  const std::string dir = make_dir("impossible");
+  ASSERT_FALSE(dir.empty());
+  const std::string entry =
+      "{\"record_id\": 1, \"collective_seq_id\": 1, \"p2p_seq_id\": 0, \"kind\": "
+      "\"AllReduce\", \"count\": 4, \"datatype\": \"float32\", \"op\": \"sum\", \"state\": "
+      "\"started\", \"time_created_ns\": 1, \"time_discovered_started_ns\": 1}";
+  FILE *f = fopen((dir + "/weft_trace_00000000000000aa_rank0.json").c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fprintf(f, "{\"version\": \"1\", \"job\": \"00000000000000aa\", \"rank\": 0, "
+             "\"nranks\": 2147483647, \"reason\": \"failure\", \"dump_time_ns\": 2, "
+             "\"error\": \"\", \"entries\": [%s]}\n", entry.c_str());
+  fclose(f);
+  const std::string verdict = diagnose(dir);
+  printf("weftTraceDiagnose:\n%s", verdict.c_str());
+  EXPECT_NE(verdict.find("not a weft trace, skipped"), std::string::npos) << verdict;
+  EXPECT_EQ(verdict.find("2147483647 ranks"), std::string::npos) << verdict;
+  remove_dir(dir);
+}
+
 // The same under WEFT_CHECK=1: the ranks waiting in the signature exchange
 // are in the call, and only the sleeping rank is named as never calling it
 // (a waiting rank was named so before, its trace not holding the call yet).

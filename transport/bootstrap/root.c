@@ -384,10 +384,13 @@ static void *root_main(void *arg) {
   }
   /* the ranks of this process last: one that fails on reading the table (a
    * check every rank makes alike) and ends its process ends this thread */
-  const int32_t self_pid = (int32_t)getpid();
+  struct peer_info self;
+  memset(&self, 0, sizeof self);
+  bootstrap_peer_info_local(&self); /* its pid, on this machine and network */
   for (int pass = 0; left < 0 && !out_of_fds && pass < 2; pass++)
     for (int r = 0; r < nranks; r++) {
-      if ((infos[r].pid == self_pid) != (pass == 1)) continue;
+      const int ours = infos[r].pid == self.pid && infos[r].net_hash == self.net_hash;
+      if (ours != (pass == 1)) continue;
       uint32_t outcome = ROOT_ALL_JOINED;
       uint64_t d = clock_ns() + st->timeout_ns;
       if (sock_send_all(fds[r], &outcome, sizeof outcome, d) == weftSuccess)
