@@ -19,7 +19,8 @@ struct weft_param log_params[] = {
      .doc = "subsystems to log at `INFO` and `TRACE`: `INIT,BOOTSTRAP,SHM,NET,COLL,ALL`; a "
             "leading `^` excludes the list; warnings are logged whatever their subsystem"},
     {.name = "WEFT_DEBUG_FILE", .type = PARAM_STR,
-     .doc = "log file instead of stderr; `%h` becomes the host name, `%p` the pid"},
+     .doc = "log file instead of stderr; `%h` becomes the host name, `%p` the pid, `%%` a `%` "
+            "(any other `%` stays as it is)"},
     PARAM_END,
 };
 enum { P_DEBUG, P_SUBSYS, P_FILE };
@@ -78,6 +79,7 @@ static void log_open_file(void) {
   for (const char *c = pattern; *c && o + 32 < sizeof path; c++) {
     if (c[0] == '%' && c[1] == 'h') { o += snprintf(path + o, sizeof path - o, "%s", host); c++; }
     else if (c[0] == '%' && c[1] == 'p') { o += snprintf(path + o, sizeof path - o, "%d", (int)getpid()); c++; }
+    else if (c[0] == '%' && c[1] == '%') { path[o++] = '%'; c++; }
     else path[o++] = *c;
   }
   path[o] = '\0';
