@@ -111,12 +111,15 @@ typedef struct {
   size_t size;           /* sizeof(weftConfig_t) as the caller compiled it */
   unsigned int magic;    /* WEFT_CONFIG_MAGIC */
   unsigned int version;  /* WEFT_VERSION_CODE the caller compiled against */
-  int blocking;          /* 0 or 1 (default): with 0, weftCommInitRankConfig and
-                            weftCommInitFromEnv return weftInProgress at once with
-                            the comm, which connects apart; weftCommGetAsyncError
-                            says weftInProgress until it is ready, then weftSuccess
-                            or the failure. Other calls refuse it until then; destroy
-                            waits for it, abort does not. weft's inits run at the call
+  int blocking;          /* 0, or 1 (the default): with 0, weftCommInitRankConfig and
+                            weftCommInitFromEnv return weftInProgress with the comm,
+                            which joins and connects on a thread of its own (FromEnv
+                            once the launcher's rendezvous is known: under torchrun's
+                            store, ranks other than 0 first wait for rank 0's id);
+                            weftCommGetAsyncError writes weftInProgress until it is
+                            ready, then weftSuccess or the creation's error (the comm
+                            is still to be destroyed or aborted). Other calls refuse
+                            it until then; destroy waits for it, abort does not. weft's inits run at the call
                             in a group too (the NCCL drop-in's group records them and
                             creates them at its end). Split and shrink block either
                             way */
@@ -172,7 +175,9 @@ weftResult_t weftUniqueIdWatchRank(const weftUniqueId *uniqueId, int rank, int p
  * timeout (WEFT_TIMEOUT), which is an error. */
 weftResult_t weftCommInitRank(weftComm_t *comm, int nranks, weftUniqueId commId, int rank);
 
-/* As weftCommInitRank, with a configuration (may be NULL for defaults). */
+/* As weftCommInitRank, with a configuration (may be NULL for defaults); with
+ * config->blocking = 0 it returns weftInProgress at once instead of blocking
+ * (weftConfig_t.blocking). */
 weftResult_t weftCommInitRankConfig(weftComm_t *comm, int nranks, weftUniqueId commId,
                                     int rank, weftConfig_t *config);
 
@@ -214,13 +219,17 @@ weftResult_t weftCommSplit(weftComm_t comm, int color, int key, weftComm_t *newc
 weftResult_t weftCommFinalize(weftComm_t comm);
 
 /* Frees comm's resources. Call after weftCommFinalize (if not called, destroy
- * does it first). Not collective: does not wait for peers. */
+ * does it first). Not collective: does not wait for peers. On a comm still
+ * being created (config blocking = 0) it first waits for the creation to end. */
 weftResult_t weftCommDestroy(weftComm_t comm);
 
 /* Aborts comm: any thread waiting in one of comm's operations returns
  * weftRemoteError promptly, peers waiting on this rank see an error, and the
  * comm's resources are freed. Safe to call from any thread while another is
- * blocked in comm. */
+ * blocked in comm. On a comm still being created (config blocking = 0) it
+ * returns at once and the handle is dead: the creation runs to its end on
+ * its own thread, then aborts and frees what it made (peers that joined it
+ * see an error). */
 weftResult_t weftCommAbort(weftComm_t comm);
 
 /* Revokes comm (revokeFlags must be 0): any thread waiting in one of comm's
@@ -236,7 +245,9 @@ weftResult_t weftCommAbort(weftComm_t comm);
 weftResult_t weftCommRevoke(weftComm_t comm, int revokeFlags);
 
 /* Writes the comm's asynchronous error: weftSuccess, or the error that broke
- * it (a dead peer, a timeout, an abort). */
+ * it (a dead peer, a timeout, an abort); for a comm created with config
+ * blocking = 0, weftInProgress until it is connected, then weftSuccess or the
+ * creation's error. Returns weftSuccess where comm is one. */
 weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t *asyncError);
 
 /* Called by the ranks of comm that remain (not by the nexclude ranks in

@@ -149,8 +149,8 @@ weftZeroShard_t weftZeroShardIntersect(weftZeroShard_t shard, size_t param_offse
 /* Creates a context on comm (which must outlive it). Not collective. */
 weftResult_t weftZeroCreate(weftZero_t *zero, weftComm_t comm, const weftZeroConfig_t *config);
 
-/* Registers a parameter of count elements (at least 1; an empty tensor is
- * left out: weftInvalidArgument) in layer `layer` (layers are
+/* Registers a parameter of count elements (at least 1: count 0 is
+ * weftInvalidArgument; leave empty tensors out) in layer `layer` (layers are
  * numbered from 0 and registered in non-decreasing order), initialised from
  * init (fp32, count values; every rank must pass the same values). Writes
  * its id. weftInvalidArgument, with nothing registered, where the model's

@@ -15,9 +15,10 @@ struct weft_param transport_params[] = {
     {.name = "WEFT_TRANSPORT", .type = PARAM_STR, .choices = transport_names,
      .doc = "use only this transport (`shm`, `ucx`, `socket`, any case); connections it cannot "
             "make fail; another name is refused when a communicator is created. It and each "
-            "transport's disable setting hold for every connection of the rank that sets "
-            "them, whichever end chooses the transport: its peers connect to it by another "
-            "(a host whose UCX is broken sets `WEFT_UCX_DISABLE=1` alone)"},
+            "transport's disable setting apply to all connections to and from the rank that "
+            "sets them: its peers use, towards it, only transports it has not turned off "
+            "(with `WEFT_TRANSPORT`, the one it names; a connection no allowed transport can "
+            "make fails), so only a host whose UCX is broken needs `WEFT_UCX_DISABLE=1`"},
     PARAM_END,
 };
 enum { P_TRANSPORT };
