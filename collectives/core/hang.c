@@ -685,11 +685,11 @@ static void mismatch_number(struct weftComm *comm, const struct trace_call *c) {
   } else if (differs != NULL && !(differs - text >= 3 && differs[-2] == ':' &&
                                    strrchr_before(text, differs - 2, ' ') != NULL &&
                                    strrchr_before(text, differs - 2, ' ')[1] == '#')) {
-    /* ranks in different collectives (and no number said yet, as
-     * WEFT_CHECK's "#12: collective differs" says it): this rank's call,
-     * by its kind */
-    snprintf(numbered, sizeof numbered, "%.*s%s #%" PRIu64 ": %s", (int)(differs - text), text,
-             kind, c->seq, differs);
+    /* ranks in different collectives (and no number said yet): the call's
+     * number alone, as WEFT_CHECK's "#12: collective differs" says it, the
+     * same on every rank whatever its kind */
+    snprintf(numbered, sizeof numbered, "%.*s#%" PRIu64 ": %s", (int)(differs - text), text,
+             c->seq, differs);
   } else {
     return;
   }

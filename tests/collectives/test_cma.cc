@@ -471,7 +471,7 @@ const MismatchCase kMismatches[] = {
        return r == 0 ? Call{COLL_ALLREDUCE, 1u << 18, weftFloat32, weftSum}
                      : Call{COLL_REDUCESCATTER, 1u << 17, weftFloat32, weftSum};
      },
-     "ranks disagree on a collective: collective differs: rank 0 AllReduce, rank 1 "
+     "ranks disagree on a collective: #N: collective differs: rank 0 AllReduce, rank 1 "
      "ReduceScatter" SEEN},
     {"broadcast root", 3,
      [](int r) { return Call{COLL_BROADCAST, 70001, weftFloat32, weftSum, r == 2 ? 1 : 0}; },
@@ -483,7 +483,7 @@ const MismatchCase kMismatches[] = {
      [](int r) {
        return Call{r == 1 ? COLL_REDUCE : COLL_BROADCAST, 1u << 16, weftFloat64, weftSum, 2};
      },
-     "ranks disagree on a collective: collective differs: ranks 0,2 Broadcast, rank 1 Reduce" SEEN},
+     "ranks disagree on a collective: #N: collective differs: ranks 0,2 Broadcast, rank 1 Reduce" SEEN},
     {"broadcast count", 2,
      [](int r) { return Call{COLL_BROADCAST, r == 0 ? 20000u : 20001u, weftInt32, weftSum, 1}; },
      "ranks disagree on a collective: Broadcast #N: count differs: rank 0 has 20000, rank 1 has 20001" SEEN},
