@@ -3,9 +3,13 @@
 #ifndef WEFT_TESTS_NCCL_CHECK_H
 #define WEFT_TESTS_NCCL_CHECK_H
 
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "nccl.h"
 
@@ -36,6 +40,27 @@ extern int g_rank, g_nranks, g_failures;
       exit(1);                                                                 \
     }                                                                          \
   } while (0)
+
+static inline double nccl_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A small seeded generator: the same values on every rank for one seed. */
+static inline uint64_t nccl_rng_next(uint64_t *s) {
+  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+  return *s >> 17;
+}
+
+/* SIGALRM's handler for a program that arms alarm() around a part that
+ * must not hang: ends it with status 3, saying so. */
+static inline void nccl_watchdog_fired(int sig) {
+  (void)sig;
+  static const char msg[] = "NCCL-API test: hung (watchdog)\n";
+  (void)!write(2, msg, sizeof msg - 1);
+  _exit(3);
+}
 
 static inline int nccl_hex_digit(char c) {
   return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10

@@ -28,17 +28,6 @@ int g_rank, g_nranks, g_failures;
            e_ ? e_ : "(null)", text);                                          \
   } while (0)
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static uint64_t rng_next(uint64_t *s) {
-  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-  return *s >> 17;
-}
-
 /* All-reduces count random int64 values (each rank's from its own seed) on
  * comm, whose ranks are world ranks world_of[r], and checks the sums. */
 static void expect_sum(ncclComm_t comm, const int *world_of, size_t count, const char *what) {
@@ -50,7 +39,7 @@ static void expect_sum(ncclComm_t comm, const int *world_of, size_t count, const
   for (int p = 0; p < n; p++) {
     uint64_t s = 1000 + (uint64_t)world_of[p];
     for (size_t i = 0; i < count; i++) {
-      int64_t v = (int64_t)(rng_next(&s) % 2000001) - 1000000;
+      int64_t v = (int64_t)(nccl_rng_next(&s) % 2000001) - 1000000;
       want[i] += v;
       if (p == r) buf[i] = v;
     }
@@ -79,9 +68,9 @@ struct inflight {
 static void *lonely_allreduce(void *arg) {
   struct inflight *f = arg;
   static float x[1024];
-  double t0 = now_s();
+  double t0 = nccl_now_s();
   f->res = ncclAllReduce(x, x, 1024, ncclFloat32, ncclSum, f->comm, NULL);
-  f->seconds = now_s() - t0;
+  f->seconds = nccl_now_s() - t0;
   return NULL;
 }
 
@@ -98,9 +87,9 @@ static void test_revoke(ncclComm_t world) {
     struct timespec wait = {0, 200 * 1000 * 1000};
     nanosleep(&wait, NULL);
   }
-  double t0 = now_s();
+  double t0 = nccl_now_s();
   NCCL_OK(ncclCommRevoke(victim, NCCL_REVOKE_DEFAULT));
-  double revoke_s = now_s() - t0;
+  double revoke_s = nccl_now_s() - t0;
   if (g_rank == 0) {
     pthread_join(t, NULL);
     EXPECT(f.res != ncclSuccess, "an all-reduce without peers succeeded across a revoke");
@@ -182,9 +171,9 @@ static void test_dead_peer(ncclComm_t world) {
     _exit(0);
   }
   float x[4096] = {0};
-  double t0 = now_s();
+  double t0 = nccl_now_s();
   ncclResult_t res = ncclAllReduce(x, x, 4096, ncclFloat32, ncclSum, ft, NULL);
-  double failed_s = now_s() - t0;
+  double failed_s = nccl_now_s() - t0;
   EXPECT(res == ncclRemoteError, "an all-reduce with a dead rank gave %d (%s), want ncclRemoteError",
          (int)res, ncclGetLastError(ft));
   EXPECT(failed_s < 20, "the dead rank was noticed after %.1f s (timeout 60 s)", failed_s);
@@ -509,9 +498,9 @@ static void test_split_bad_config(ncclComm_t world) {
   ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
   bad.magic = 0;
   ncclComm_t child = NULL;
-  double t0 = now_s();
+  double t0 = nccl_now_s();
   ncclResult_t res = ncclCommSplit(world, 0, g_rank, &child, g_rank == 0 ? &bad : NULL);
-  double s = now_s() - t0;
+  double s = nccl_now_s() - t0;
   EXPECT(res != ncclSuccess, "a split with one rank's bad config succeeded");
   EXPECT(child == NULL, "a failed split left a communicator");
   EXPECT(s < 10.0, "the failed split took %.1f s", s);

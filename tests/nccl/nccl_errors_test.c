@@ -31,27 +31,14 @@ int g_rank, g_nranks, g_failures;
 /* The call returns want at once, and the last error contains text. */
 #define EXPECT_REFUSED(call, want, text)                                       \
   do {                                                                         \
-    const double t0_ = now_s();                                                \
+    const double t0_ = nccl_now_s();                                                \
     ncclResult_t r_ = (call);                                                  \
-    const double dt_ = now_s() - t0_;                                          \
+    const double dt_ = nccl_now_s() - t0_;                                          \
     const char *e_ = ncclGetLastError(NULL);                                   \
     EXPECT(r_ == (want), "%s gave %d (%s), want %d", #call, (int)r_, e_, (int)(want)); \
     EXPECT(strstr(e_, text) != NULL, "%s: last error '%s' lacks '%s'", #call, e_, text); \
     EXPECT(dt_ < 5, "%s took %.1f s", #call, dt_);                             \
   } while (0)
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void watchdog_fired(int sig) {
-  (void)sig;
-  static const char msg[] = "nccl_errors_test: hung (watchdog)\n";
-  (void)!write(2, msg, sizeof msg - 1);
-  _exit(3);
-}
 
 /* A placeholder the calls must overwrite with NULL. */
 #define UNWRITTEN ((ncclComm_t)(uintptr_t)0x1)
@@ -93,7 +80,7 @@ static void group_init_refused(int bad) {
   ncclConfig_t blocking7 = NCCL_CONFIG_INITIALIZER;
   blocking7.blocking = 7;
   static const char *const why[] = {"blocking is 7", "rank 2 out of range", "comm is NULL"};
-  const double t0 = now_s();
+  const double t0 = nccl_now_s();
   NCCL_OK(ncclGroupStart());
   NCCL_OK(ncclCommInitRank(&c[0], 2, id, 0));
   if (bad == 0) {
@@ -108,7 +95,7 @@ static void group_init_refused(int bad) {
     NCCL_OK(ncclCommInitRank(&c[1], 2, id, 1));
   }
   EXPECT_REFUSED(ncclGroupEnd(), ncclInvalidArgument, why[bad]);
-  EXPECT(now_s() - t0 < 5, "init refusal %d: the group took %.1f s", bad, now_s() - t0);
+  EXPECT(nccl_now_s() - t0 < 5, "init refusal %d: the group took %.1f s", bad, nccl_now_s() - t0);
   EXPECT(c[0] == NULL && c[1] == NULL, "init refusal %d: the failed group left comms %p %p", bad,
          (void *)c[0], (void *)c[1]);
   for (int i = 0; i < 2; i++)
@@ -131,13 +118,13 @@ static void group_split_refused(void) {
   ncclComm_t s[2] = {UNWRITTEN, UNWRITTEN};
   ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
   bad.minCTAs = 0;
-  const double t0 = now_s();
+  const double t0 = nccl_now_s();
   NCCL_OK(ncclGroupStart());
   NCCL_OK(ncclCommSplit(parent[0], 0, 0, &s[0], NULL));
   EXPECT_REFUSED(ncclCommSplit(parent[1], 0, 1, &s[1], &bad), ncclInvalidArgument,
                  "minCTAs is 0");
   EXPECT_REFUSED(ncclGroupEnd(), ncclInvalidArgument, "minCTAs is 0");
-  EXPECT(now_s() - t0 < 5, "split refusal: the group took %.1f s", now_s() - t0);
+  EXPECT(nccl_now_s() - t0 < 5, "split refusal: the group took %.1f s", nccl_now_s() - t0);
   EXPECT(s[0] == NULL && s[1] == NULL, "split refusal: the failed group left comms %p %p",
          (void *)s[0], (void *)s[1]);
   ncclResult_t async = ncclSuccess;
@@ -171,22 +158,22 @@ static void group_shrink(void) {
   NCCL_OK(ncclCommInitAll(parent, 3, NULL));
   int gone = 1;
   ncclComm_t s[3] = {UNWRITTEN, UNWRITTEN, UNWRITTEN};
-  const double t0 = now_s();
+  const double t0 = nccl_now_s();
   NCCL_OK(ncclGroupStart());
   NCCL_OK(ncclCommShrink(parent[0], &gone, 1, &s[0], NULL, NCCL_SHRINK_DEFAULT));
   EXPECT_REFUSED(ncclCommShrink(parent[1], &gone, 1, &s[1], NULL, NCCL_SHRINK_DEFAULT),
                  ncclInvalidArgument, "own exclude list");
   EXPECT_REFUSED(ncclGroupEnd(), ncclInvalidArgument, "own exclude list");
-  EXPECT(now_s() - t0 < 5, "shrink refusal: the group took %.1f s", now_s() - t0);
+  EXPECT(nccl_now_s() - t0 < 5, "shrink refusal: the group took %.1f s", nccl_now_s() - t0);
   EXPECT(s[0] == NULL, "shrink refusal: the failed group left comm %p", (void *)s[0]);
-  const double t1 = now_s();
+  const double t1 = nccl_now_s();
   int list[1] = {gone};
   NCCL_OK(ncclGroupStart());
   NCCL_OK(ncclCommShrink(parent[0], list, 1, &s[0], NULL, NCCL_SHRINK_DEFAULT));
   list[0] = 0; /* the call copied its list */
   NCCL_OK(ncclCommShrink(parent[2], &gone, 1, &s[2], NULL, NCCL_SHRINK_ABORT));
   NCCL_OK(ncclGroupEnd());
-  EXPECT(now_s() - t1 < 5, "grouped shrink took %.1f s", now_s() - t1);
+  EXPECT(nccl_now_s() - t1 < 5, "grouped shrink took %.1f s", nccl_now_s() - t1);
   EXPECT(s[0] != NULL && s[0] != UNWRITTEN && s[2] != NULL && s[2] != UNWRITTEN,
          "grouped shrink made comms %p %p", (void *)s[0], (void *)s[2]);
   if (s[0] != NULL && s[0] != UNWRITTEN && s[2] != NULL && s[2] != UNWRITTEN) {
@@ -337,7 +324,7 @@ int main(int argc, char **argv) {
                {"groups", part_groups},     {"registrations", part_registrations},
                {"windows", part_windows},   {"memfree", part_memfree},
                {"last_error", part_last_error}};
-  signal(SIGALRM, watchdog_fired);
+  signal(SIGALRM, nccl_watchdog_fired);
   int ran = 0;
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
     if ((argc < 2 && parts[i].run != part_late_env) ||

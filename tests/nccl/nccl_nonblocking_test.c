@@ -31,19 +31,6 @@ int g_rank, g_nranks, g_failures;
 
 #define NMAX 4
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void watchdog_fired(int sig) {
-  (void)sig;
-  static const char msg[] = "nccl_nonblocking_test: hung (watchdog)\n";
-  (void)!write(2, msg, sizeof msg - 1);
-  _exit(3);
-}
-
 static ncclConfig_t nonblocking(void) {
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;
@@ -55,9 +42,9 @@ static ncclConfig_t nonblocking(void) {
 static ncclComm_t start(int n, ncclUniqueId id, int r) {
   ncclConfig_t cfg = nonblocking();
   ncclComm_t comm = NULL;
-  const double t0 = now_s();
+  const double t0 = nccl_now_s();
   ncclResult_t res = ncclCommInitRankConfig(&comm, n, id, r, &cfg);
-  const double dt = now_s() - t0;
+  const double dt = nccl_now_s() - t0;
   EXPECT(res == ncclInProgress || res == ncclSuccess,
          "rank %d of %d: nonblocking init gave %d (%s)", r, n, (int)res, ncclGetLastError(NULL));
   EXPECT(comm != NULL, "rank %d of %d: nonblocking init left no comm", r, n);
@@ -83,11 +70,6 @@ static int wait_ready(ncclComm_t *c, int n) {
   return ready;
 }
 
-static uint64_t rng_next(uint64_t *s) {
-  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-  return *s >> 17;
-}
-
 /* All-reduces count random small integers held as floats (exact sums) over
  * the n comms of one clique, in a group from this thread, out of place. */
 static void expect_sums(ncclComm_t *c, int n, size_t count, uint64_t seed) {
@@ -100,7 +82,7 @@ static void expect_sums(ncclComm_t *c, int n, size_t count, uint64_t seed) {
     out[r] = malloc(count * sizeof(float));
     if (in[r] == NULL || out[r] == NULL) exit(1);
     for (size_t i = 0; i < count; i++) {
-      in[r][i] = (float)((int)(rng_next(&s) % 2001) - 1000);
+      in[r][i] = (float)((int)(nccl_rng_next(&s) % 2001) - 1000);
       out[r][i] = -12345.5f; /* poison */
       want[i] += in[r][i];
     }
@@ -173,13 +155,13 @@ static void part_early_use(void) {
   ncclComm_t c[2];
   c[0] = start(2, id, 0);
   float x = 1;
-  const double t0 = now_s();
+  const double t0 = nccl_now_s();
   ncclResult_t res = ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, c[0], NULL);
   const char *text = ncclGetLastError(NULL);
   EXPECT(res == ncclInvalidArgument, "all-reduce on a comm being created gave %d (%s)", (int)res,
          text);
   EXPECT(strstr(text, "being created") != NULL, "its message '%s' does not say why", text);
-  EXPECT(now_s() - t0 < 2, "the refusal took %.1f s", now_s() - t0);
+  EXPECT(nccl_now_s() - t0 < 2, "the refusal took %.1f s", nccl_now_s() - t0);
   int count = 0;
   EXPECT(ncclCommCount(c[0], &count) == ncclInvalidArgument,
          "ncclCommCount on a comm being created was not refused");
@@ -199,9 +181,9 @@ static void part_abort(void) {
     NCCL_OK(ncclGetUniqueId(&id));
     ncclComm_t c = start(3, id, i); /* rank 0 serves the id; rank 1 joins it */
     usleep(100000);
-    const double t0 = now_s();
+    const double t0 = nccl_now_s();
     NCCL_OK(ncclCommAbort(c));
-    const double dt = now_s() - t0;
+    const double dt = nccl_now_s() - t0;
     EXPECT(dt < 1, "ncclCommAbort of rank %d still being created took %.2f s", i, dt);
   }
   /* the comms made next are not disturbed by the creations left behind */
@@ -217,13 +199,13 @@ static void part_failed(void) {
   ncclUniqueId id;
   NCCL_OK(ncclGetUniqueId(&id));
   ncclComm_t c = start(2, id, 0);
-  const double t0 = now_s();
+  const double t0 = nccl_now_s();
   ncclResult_t state = ncclInProgress;
   while (state == ncclInProgress) {
     NCCL_OK(ncclCommGetAsyncError(c, &state));
     if (state == ncclInProgress) usleep(10000);
   }
-  const double dt = now_s() - t0;
+  const double dt = nccl_now_s() - t0;
   const char *text = ncclGetLastError(c);
   fprintf(stderr, "creation failed after %.1f s with %d: %s\n", dt, (int)state, text);
   EXPECT(state != ncclSuccess, "a creation whose peer never came succeeded");
@@ -232,9 +214,9 @@ static void part_failed(void) {
   float x = 1;
   EXPECT(ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, c, NULL) == ncclInvalidArgument,
          "an all-reduce on a failed creation was not refused");
-  const double t1 = now_s();
+  const double t1 = nccl_now_s();
   NCCL_OK(ncclCommDestroy(c));
-  EXPECT(now_s() - t1 < 1, "destroying a failed creation took %.1f s", now_s() - t1);
+  EXPECT(nccl_now_s() - t1 < 1, "destroying a failed creation took %.1f s", nccl_now_s() - t1);
 }
 
 int main(int argc, char **argv) {
@@ -245,7 +227,7 @@ int main(int argc, char **argv) {
                {"early_use", part_early_use},
                {"abort", part_abort},
                {"failed", part_failed}};
-  signal(SIGALRM, watchdog_fired);
+  signal(SIGALRM, nccl_watchdog_fired);
   int ran = 0;
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
     if (argc >= 2 && strcmp(argv[1], parts[i].name) == 0) {
