@@ -678,13 +678,15 @@ static void mismatch_number(struct weftComm *comm, const struct trace_call *c) {
   }
   char numbered[WEFT_ERROR_TEXT_NBYTES];
   const char *differs = strstr(text, "collective differs: ");
+  /* the word before it, where it follows ": " ("#12" where a number is said) */
+  const char *word = differs != NULL && differs - text >= 3 && differs[-2] == ':'
+                         ? strrchr_before(text, differs - 2, ' ')
+                         : NULL;
   if (c->seq == 0) return;
   if (at != NULL && at[klen] == ':') {
     snprintf(numbered, sizeof numbered, "%.*s%s #%" PRIu64 "%s", (int)(at - text), text, kind,
              c->seq, at + klen);
-  } else if (differs != NULL && !(differs - text >= 3 && differs[-2] == ':' &&
-                                   strrchr_before(text, differs - 2, ' ') != NULL &&
-                                   strrchr_before(text, differs - 2, ' ')[1] == '#')) {
+  } else if (differs != NULL && !(word != NULL && word[1] == '#')) {
     /* ranks in different collectives (and no number said yet): the call's
      * number alone, as WEFT_CHECK's "#12: collective differs" says it, the
      * same on every rank whatever its kind */
